@@ -1,0 +1,32 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# A pinned CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: venv demo test test-fast bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/python -m analysis.demo
+
+test: venv
+	$(BIN)/python -m pytest -q tests
+
+test-fast: venv
+	$(BIN)/python -m pytest -q tests -m "not slow"
+
+bench: venv
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) runs reports .cache

@@ -1,0 +1,97 @@
+"""The command-line convention shared by every dtsft CLI.
+
+Every command takes omegaconf dotlist overrides (`key=value`, lists as `[a,b]`)
+applied on top of a defaults config. Unknown keys are errors that name the key,
+list the valid ones and suggest the closest match.
+"""
+from __future__ import annotations
+
+import difflib
+import sys
+from typing import Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A bad key or value on the command line or in a recipe."""
+
+
+def flat_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    """All leaf keys of `cfg` in dotted form (`train.lr`, ...)."""
+    keys: list[str] = []
+    for k in cfg.keys():
+        node = cfg._get_node(k)
+        full = f"{prefix}{k}"
+        if isinstance(node, DictConfig) and not node._is_none() and len(node) > 0:
+            keys.extend(flat_keys(node, full + "."))
+        else:
+            keys.append(full)
+    return keys
+
+
+def did_you_mean(key: str, valid: Iterable[str]) -> str:
+    valid = list(valid)
+    # Match the full key, and the last component against the last components.
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
+    if not close:
+        tails = {v.rsplit(".", 1)[-1]: v for v in valid}
+        close = [tails[t] for t in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails), n=3, cutoff=0.6)]
+    return f" Did you mean: {', '.join(close)}?" if close else ""
+
+
+def split_dotlist(argv: list[str]) -> list[tuple[str, str]]:
+    """Split `key=value` tokens; anything else is an error naming the token."""
+    pairs = []
+    for tok in argv:
+        if "=" not in tok or tok.startswith("="):
+            raise ConfigError(f"expected key=value, got {tok!r}")
+        k, v = tok.split("=", 1)
+        pairs.append((k.strip(), v))
+    return pairs
+
+
+def apply_overrides(
+    base: DictConfig,
+    argv: list[str],
+    aliases: dict[str, str] | None = None,
+    open_prefixes: tuple[str, ...] = (),
+) -> DictConfig:
+    """Apply dotlist overrides to `base`, rejecting keys `base` doesn't have.
+
+    `aliases` maps short top-level names to their full key (e.g. `lr` -> `train.lr`).
+    Keys under `open_prefixes` (e.g. free-form `model.config.`) may be new.
+    """
+    aliases = aliases or {}
+    valid = set(flat_keys(base))
+    # A key naming a whole sub-tree (e.g. `sources.code`) is valid too.
+    valid_prefixes = {k.rsplit(".", i)[0] for k in valid for i in range(1, k.count(".") + 1)}
+    cfg = base.copy()
+    for key, value in split_dotlist(argv):
+        key = aliases.get(key, key)
+        ok = key in valid or key in valid_prefixes or any(key.startswith(p) for p in open_prefixes)
+        if not ok:
+            shown = sorted(valid | set(aliases))
+            raise ConfigError(
+                f"unknown key {key!r}.{did_you_mean(key, shown)}\nValid keys: {', '.join(shown)}"
+            )
+        try:
+            parsed = OmegaConf.from_dotlist([f"{key}={value}"])
+            cfg = OmegaConf.merge(cfg, parsed)
+        except Exception as exc:  # omegaconf raises several types for bad values
+            raise ConfigError(f"bad value for {key!r}: {value!r} ({exc})") from exc
+    return cfg
+
+
+def wants_help(argv: list[str]) -> bool:
+    return any(a in ("-h", "--help", "help") for a in argv)
+
+
+def run_cli(main_fn, argv: list[str] | None = None) -> int:
+    """Run `main_fn(argv)`, turning ConfigError into a one-line message + exit 2."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return int(main_fn(argv) or 0)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

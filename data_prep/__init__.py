@@ -1,0 +1,1 @@
+"""data_prep: raw agent trajectories -> canonical records -> arms -> tokenized, loss-masked datasets."""

@@ -1,0 +1,125 @@
+"""The canonical trajectory record: the contract every reader writes.
+
+A record is a plain dict (so it round-trips through JSON and `datasets` unchanged):
+
+    id          str   unique within its source, stable across runs
+    source      str   one of SOURCES ("r2e-gym", "swe-gym", "swe-smith", "openseeker", "search-r1", ...)
+    domain      str   "code" | "search"
+    messages    list  OpenAI chat form, see below
+    tools       list  JSON-schema function specs, OpenAI form
+                      {"type": "function", "function": {"name", "description", "parameters"}},
+                      with every None-valued key stripped recursively
+    task        str   the problem statement (code) or question (search)
+    answer      str | None   gold answer where known (search), else None
+    terminator  str   what ends the trajectory: "finish" (code: a finish/submit tool call)
+                      or "final_answer" (search: `Final answer: X` in the last assistant turn)
+
+Messages:
+    {"role": "system",    "content": str}
+    {"role": "user",      "content": str}
+    {"role": "assistant", "content": str, "reasoning_content"?: str,
+                          "tool_calls"?: [{"type": "function", "id"?: str,
+                                           "function": {"name": str, "arguments": dict}}]}
+    {"role": "tool",      "content": str, "tool_call_id": str, "name": str}
+
+Invariants checked by `validate_record` (readers quarantine a record that fails, with the reason):
+content is always a str (never None), tool arguments are dicts, roles are known, there is at least
+one assistant turn and the conversation ends with one.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+DOMAINS = ("code", "search")
+SOURCES = ("r2e-gym", "swe-gym", "swe-smith", "openseeker", "search-r1", "search-plan-act", "synthetic")
+TERMINATORS = ("finish", "final_answer")
+ROLES = ("system", "user", "assistant", "tool")
+FIELDS = ("id", "source", "domain", "messages", "tools", "task", "answer", "terminator")
+
+
+class RecordError(ValueError):
+    """A record that can't become canonical. `reason` is a short stable slug used for counting."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+def strip_none(obj: Any) -> Any:
+    """Drop None-valued keys recursively (parquet union structs fill absent keys with null)."""
+    if isinstance(obj, dict):
+        return {k: strip_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [strip_none(v) for v in obj]
+    return obj
+
+
+def tool_call(name: str, arguments: dict, call_id: str | None = None) -> dict:
+    call = {"type": "function", "function": {"name": name, "arguments": arguments}}
+    if call_id is not None:
+        call["id"] = call_id
+    return call
+
+
+def make_record(
+    *,
+    id: str,
+    source: str,
+    domain: str,
+    messages: list[dict],
+    tools: list[dict] | None,
+    task: str,
+    answer: str | None,
+    terminator: str,
+) -> dict:
+    rec = {
+        "id": id,
+        "source": source,
+        "domain": domain,
+        "messages": messages,
+        "tools": strip_none(tools or []),
+        "task": task,
+        "answer": answer,
+        "terminator": terminator,
+    }
+    validate_record(rec)
+    return rec
+
+
+def validate_record(rec: dict) -> None:
+    """Raise RecordError(reason, detail) if `rec` breaks the contract."""
+    missing = [f for f in FIELDS if f not in rec]
+    if missing:
+        raise RecordError("missing_field", f"missing {missing}")
+    if rec["domain"] not in DOMAINS:
+        raise RecordError("bad_domain", repr(rec["domain"]))
+    if rec["terminator"] not in TERMINATORS:
+        raise RecordError("bad_terminator", repr(rec["terminator"]))
+    msgs = rec["messages"]
+    if not isinstance(msgs, list) or not msgs:
+        raise RecordError("empty_conversation")
+    for i, m in enumerate(msgs):
+        role = m.get("role")
+        if role not in ROLES:
+            raise RecordError("unknown_role", f"message {i} has role {role!r}")
+        if not isinstance(m.get("content"), str):
+            raise RecordError("non_string_content", f"message {i} ({role}) content is {type(m.get('content')).__name__}")
+        if "reasoning_content" in m and not isinstance(m["reasoning_content"], str):
+            raise RecordError("non_string_content", f"message {i} reasoning_content is not a str")
+        if role == "tool":
+            if not isinstance(m.get("tool_call_id"), str) or not isinstance(m.get("name"), str):
+                raise RecordError("bad_tool_message", f"message {i} lacks tool_call_id/name")
+        for c in m.get("tool_calls") or []:
+            fn = c.get("function") or {}
+            if not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
+                raise RecordError("unparseable_tool_call", f"message {i}: tool call {c!r:.120}")
+    if not any(m["role"] == "assistant" for m in msgs):
+        raise RecordError("no_assistant_turn")
+    if msgs[-1]["role"] != "assistant":
+        raise RecordError("does_not_end_with_assistant", f"last role is {msgs[-1]['role']!r}")
+
+
+def copy_record(rec: dict) -> dict:
+    return copy.deepcopy(rec)

@@ -1,0 +1,45 @@
+"""Shared pytest fixtures. `../shared` is optional: tests that need it skip with the reason."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("DTSFT_SHARED", ROOT.parent / "shared"))
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def shared_path(*parts: str) -> Path:
+    """Path under ../shared, or skip the test naming what is missing."""
+    p = SHARED.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"needs {p} (the ../shared fixtures are not present on this machine)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(shared_path("fixtures", "qwen3_tokenizer")))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from transformers import AutoTokenizer
+
+    from data_prep.tiny import tiny_tokenizer_path
+
+    return AutoTokenizer.from_pretrained(tiny_tokenizer_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    from sft.tiny import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny_model") / "model", seed=0)
