@@ -1,0 +1,240 @@
+"""export-checkpoint: a training checkpoint -> a serving copy transformers and vLLM load as is.
+
+    export-checkpoint ckpt=PATH out=PATH [dtype=bf16] [max_shard_size=5GB] [vocab_size=N]
+
+The input is a step checkpoint (HF model dir) or a run / state dir (its latest
+COMPLETE resumable state). The output:
+- consolidated safetensors in `dtype`, sharded with `model.safetensors.index.json`
+  when larger than `max_shard_size`;
+- a tied `lm_head.weight` dropped (only after checking it equals the embedding);
+- padded vocabulary rows (beyond `vocab_size=N`, else `config.vocab_size`)
+  trimmed from every vocab-sized tensor, `config.vocab_size` set to match, and
+  checked to cover the tokenizer;
+- tokenizer, chat template and generation_config copied, `SHA256SUMS` over every file.
+The output is written to a temporary sibling dir and renamed when complete, then
+checked with verify-checkpoint (`verify=false` skips that).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.io import atomic_dir, write_json, write_sha256sums
+from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
+from sft.export_source import (
+    ExportError,
+    Source,
+    check_source_sums,
+    load_source_weights,
+    resolve_source,
+)
+
+DEFAULTS = dict(ckpt=None, out=None, dtype="bf16", max_shard_size="5GB", vocab_size=None,
+                overwrite=False, verify=True, dry_run=False)
+
+# Tokenizer / chat template / generation files carried over verbatim. An allowlist, so
+# optimizer states or training leftovers in a checkpoint dir never reach the serving copy.
+CARRY_FILES = re.compile(
+    r"^(tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt"
+    r"|chat_template\.(jinja|json)|generation_config\.json|.*\.model)$"
+)
+TOKENIZER_FILES = re.compile(r"^(tokenizer\.json|tokenizer\.model|vocab\.(json|txt)|.*\.model)$")
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(value) -> int:
+    """`5GB` (10^9), `500MiB` (2^20), or a plain byte count -> bytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
+    unit = m.group(2).upper() if m else None
+    if not m or unit not in _SIZE_UNITS or float(m.group(1)) * _SIZE_UNITS[unit] < 1:
+        raise ConfigError(f"max_shard_size: expected a size like 5GB, 500MiB or 1000000, found {value!r}")
+    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+def _load_tokenizer(d: Path):
+    from transformers import AutoTokenizer
+
+    if not any(TOKENIZER_FILES.match(p.name) for p in d.iterdir()):
+        raise ExportError(f"{d}: no tokenizer files (tokenizer.json / vocab.json / *.model); a serving copy must carry its tokenizer")
+    try:
+        return AutoTokenizer.from_pretrained(str(d))
+    except Exception as exc:  # tokenizers raise many types for broken files
+        raise ExportError(f"{d}: tokenizer does not load ({exc})") from exc
+
+
+def prepare_state_dict(sd: dict[str, torch.Tensor], config, *, vocab_size: int, tokenizer_len: int,
+                       where: str) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Trim padded vocab rows, drop a verified tied lm_head, and check the key set and shapes.
+
+    `config.vocab_size` is set to `vocab_size` first so the expected shapes are the serving ones.
+    Returns the state dict in the architecture's order and notes on what changed.
+    """
+    notes = []
+    if tokenizer_len > vocab_size:
+        raise ExportError(f"{where}: vocab_size {vocab_size} is smaller than the tokenizer ({tokenizer_len} tokens); "
+                          f"trimming would drop real tokens")
+    config.vocab_size = vocab_size
+    layout = expected_layout(config)
+    sd = dict(sd)
+    for key in layout.vocab_keys:
+        if key not in sd:
+            continue
+        rows = sd[key].shape[0]
+        if rows < vocab_size:
+            raise ExportError(f"{where}: tensor {key}: expected at least {vocab_size} rows (vocab_size), found {rows}")
+        if rows > vocab_size:
+            sd[key] = sd[key][:vocab_size]
+            notes.append(f"trimmed {rows - vocab_size} padded vocab rows from {key} ({rows} -> {vocab_size})")
+    out_key = layout.output_embedding
+    if layout.tied and out_key in sd:
+        emb, head = sd[layout.input_embedding], sd[out_key]
+        if head.shape != emb.shape or not torch.equal(head, emb):
+            diff = (head.float() - emb.float()).abs().max().item() if head.shape == emb.shape else "shape"
+            raise ExportError(f"{where}: tie_word_embeddings is true but {out_key} differs from "
+                              f"{layout.input_embedding} (max abs diff {diff}); refusing to drop it")
+        del sd[out_key]
+        notes.append(f"dropped {out_key}: tied to {layout.input_embedding} and equal to it")
+    missing = [k for k in layout.shapes if k not in sd]
+    extra = sorted(k for k in sd if k not in layout.shapes)
+    bad_shape = [f"{k} expected {list(s)} found {list(sd[k].shape)}"
+                 for k, s in layout.shapes.items() if k in sd and tuple(sd[k].shape) != s]
+    if missing or extra or bad_shape:
+        lines = [f"missing tensor {k}" for k in missing] + [f"unexpected tensor {k}" for k in extra]
+        lines += [f"tensor {b}" for b in bad_shape]
+        raise ExportError(f"{where}: weights do not match {layout.architecture} for this config:\n  " + "\n  ".join(lines))
+    if not getattr(config, "architectures", None):
+        config.architectures = [layout.architecture]
+    return {k: sd[k] for k in layout.shapes}, notes
+
+
+def plan_shards(sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
+    """Greedy, in order: start a new shard when the next tensor would overflow this one.
+    A tensor larger than `max_bytes` gets a shard of its own."""
+    shards, cur, cur_bytes = [], [], 0
+    for k, n in sizes.items():
+        if cur and cur_bytes + n > max_bytes:
+            shards.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(k)
+        cur_bytes += n
+    if cur:
+        shards.append(cur)
+    return shards
+
+
+def write_weights(sd: dict[str, torch.Tensor], out: Path, dtype: torch.dtype, max_bytes: int) -> list[str]:
+    """Write the shards (cast one shard at a time, so peak memory is one shard) and the index."""
+    from safetensors.torch import save_file
+    from tqdm import tqdm
+
+    def cast(t):
+        return t.to(dtype) if t.is_floating_point() else t
+
+    sizes = {k: t.numel() * (dtype.itemsize if t.is_floating_point() else t.element_size()) for k, t in sd.items()}
+    shards = plan_shards(sizes, max_bytes)
+    n = len(shards)
+    names = ["model.safetensors"] if n == 1 else [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+    for name, keys in tqdm(list(zip(names, shards)), desc="writing shards", disable=n < 2):
+        # clone: a trimmed row slice still shares storage with the padded original.
+        save_file({k: cast(sd[k]).contiguous().clone() for k in keys}, str(out / name), metadata={"format": "pt"})
+        os.chmod(out / name, 0o666 & ~_UMASK)  # the library writes 0600; a serving copy is shared
+    if n > 1:
+        weight_map = {k: name for name, keys in zip(names, shards) for k in keys}
+        write_json(out / "model.safetensors.index.json",
+                   {"metadata": {"total_size": sum(sizes.values())}, "weight_map": dict(sorted(weight_map.items()))})
+    return names
+
+
+def _copy_carry_files(src: Path, out: Path, config) -> list[str]:
+    notes = []
+    for p in sorted(src.iterdir()):
+        if p.is_file() and CARRY_FILES.match(p.name):
+            shutil.copy2(p, out / p.name)
+    if not (out / "generation_config.json").exists():
+        from transformers import GenerationConfig
+
+        GenerationConfig.from_model_config(config).save_pretrained(str(out))
+        notes.append(f"{src} has no generation_config.json; wrote one derived from config.json")
+    return notes
+
+
+def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", vocab_size: int | None = None,
+                      overwrite: bool = False) -> dict:
+    """Export `ckpt` to `out`; returns a summary (source, step, files, notes)."""
+    from transformers import AutoConfig
+
+    if dtype not in EXPORT_DTYPES:
+        raise ConfigError(f"dtype: expected one of {sorted(EXPORT_DTYPES)}, found {dtype!r}")
+    max_bytes = parse_size(max_shard_size)
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ConfigError(f"out: {out} already exists (pass overwrite=true to replace it)")
+    src: Source = resolve_source(ckpt)
+    if out.resolve() == src.path.resolve():
+        raise ConfigError(f"out: {out} is the checkpoint being exported")
+    check_source_sums(src)
+    config = AutoConfig.from_pretrained(str(src.hf_dir))
+    tokenizer = _load_tokenizer(src.hf_dir)
+    target_vocab = int(vocab_size) if vocab_size is not None else int(config.vocab_size)
+    sd = load_source_weights(src)
+    sd, notes = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tokenizer), where=str(src.path))
+    torch_dtype = EXPORT_DTYPES[dtype]
+    config.dtype = torch_dtype
+    with atomic_dir(out) as tmp:
+        files = write_weights(sd, tmp, torch_dtype, max_bytes)
+        config.save_pretrained(str(tmp))
+        notes += _copy_carry_files(src.hf_dir, tmp, config)
+        if getattr(tokenizer, "chat_template", None) is None:
+            notes.append(f"{src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
+        write_sha256sums(tmp)
+    return dict(source=str(src.path), kind=src.kind, step=src.step, out=str(out), dtype=str(torch_dtype),
+                vocab_size=target_vocab, tensors=len(sd), weight_files=files, notes=src.notes + notes)
+
+
+def export_main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    if wants_help(argv):
+        print(__doc__)
+        return 0
+    cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv)
+    if not cfg.ckpt or not cfg.out:
+        raise ConfigError("ckpt=PATH and out=PATH are required (see --help)")
+    try:
+        if cfg.dry_run:
+            src = resolve_source(cfg.ckpt)
+            print(OmegaConf.to_yaml(cfg), end="")
+            print(f"source: {src.kind} {src.path} (step {src.step}); config and tokenizer from {src.hf_dir}")
+            return 0
+        summary = export_checkpoint(cfg.ckpt, cfg.out, dtype=cfg.dtype, max_shard_size=cfg.max_shard_size,
+                                    vocab_size=cfg.vocab_size, overwrite=cfg.overwrite)
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for note in summary["notes"]:
+        print(f"note: {note}")
+    print(f"exported {summary['tensors']} tensors ({summary['dtype']}, vocab {summary['vocab_size']}) "
+          f"from {summary['kind']} {summary['source']} to {summary['out']}: {', '.join(summary['weight_files'])}")
+    if cfg.verify:
+        from sft.verify import report
+
+        return report(cfg.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(export_main())

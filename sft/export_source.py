@@ -1,0 +1,172 @@
+"""Where export-checkpoint reads from: an HF model dir, a resumable state dir, or a run dir.
+
+- HF model dir (a trainer step checkpoint, or any `save_pretrained` output):
+  `config.json` + `model.safetensors` or `model.safetensors.index.json`.
+- Resumable state dir `<run_dir>/state/step-NNNNNN/`: torch.distributed.checkpoint
+  shards of {"model": <HF-named state_dict>, "optim": ...}, `meta.json`, `hf/`
+  (config.json + tokenizer files) and a `COMPLETE` marker written last. Only the
+  "model" entries are read, without a process group.
+- Run dir (or its `state/`): the latest step whose state is COMPLETE; torn states
+  (no marker: the run was killed while writing) are skipped and reported.
+"""
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from common.io import SHA256SUMS, check_sha256sums
+from sft.ckpt_layout import strip_wrapper_prefixes
+
+STEP_RE = re.compile(r"^step-(\d+)$")
+
+
+class ExportError(RuntimeError):
+    """The checkpoint cannot be exported as asked; the message says which file and why."""
+
+
+@dataclass
+class Source:
+    kind: str  # "hf" | "state"
+    path: Path  # the HF dir, or the state step dir
+    hf_dir: Path  # where config.json and the tokenizer files are
+    dcp_dir: Path | None = None  # the dir holding the DCP `.metadata` (state only)
+    step: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _has_weights(d: Path) -> bool:
+    return (d / "model.safetensors").is_file() or (d / "model.safetensors.index.json").is_file()
+
+
+def _dcp_dir(step_dir: Path) -> Path:
+    """The DCP shards sit in the step dir itself, or in one sub-folder of it."""
+    if (step_dir / ".metadata").is_file():
+        return step_dir
+    found = [p.parent for p in step_dir.glob("*/.metadata")]
+    if len(found) != 1:
+        raise ExportError(
+            f"{step_dir}: expected torch.distributed.checkpoint shards (a .metadata file) in it "
+            f"or in exactly one sub-folder, found {len(found)}"
+        )
+    return found[0]
+
+
+def _state_source(step_dir: Path, notes: list[str]) -> Source:
+    if not (step_dir / "COMPLETE").exists():
+        raise ExportError(f"{step_dir}: no COMPLETE marker: this state was torn (the run stopped while writing it)")
+    hf_dir = step_dir / "hf"
+    if not (hf_dir / "config.json").is_file():
+        raise ExportError(f"{hf_dir / 'config.json'}: missing; a state dir must carry hf/ (config + tokenizer) to be exported")
+    m = STEP_RE.match(step_dir.name)
+    step = int(m.group(1)) if m else None
+    meta = step_dir / "meta.json"
+    if meta.is_file():
+        try:
+            step = int(json.loads(meta.read_text(encoding="utf-8")).get("step", step))
+        except (ValueError, TypeError, json.JSONDecodeError) as exc:
+            raise ExportError(f"{meta}: unreadable ({exc})") from exc
+    return Source("state", step_dir, hf_dir, _dcp_dir(step_dir), step, notes)
+
+
+def latest_complete_state(state_root: Path) -> tuple[Path, list[str]]:
+    """The highest step-NNNNNN under `state_root` with a COMPLETE marker, plus notes on skipped ones."""
+    steps = sorted(
+        ((int(m.group(1)), p) for p in state_root.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))),
+        reverse=True,
+    )
+    notes = []
+    for _, p in steps:
+        if (p / "COMPLETE").exists():
+            return p, notes
+        notes.append(f"skipped torn state {p} (no COMPLETE marker)")
+    raise ExportError(
+        f"{state_root}: no complete resumable state (found {len(steps)} step dirs, none with a COMPLETE marker)"
+    )
+
+
+def resolve_source(ckpt: str | Path) -> Source:
+    p = Path(ckpt)
+    if not p.exists():
+        raise ExportError(f"{p}: does not exist")
+    if (p / "config.json").is_file() and _has_weights(p):
+        return Source("hf", p, p)
+    if (p / "COMPLETE").exists() or (p / ".metadata").is_file() or (p / "hf").is_dir():
+        return _state_source(p, [])
+    for root in (p / "state", p):
+        if root.is_dir() and any(STEP_RE.match(c.name) for c in root.iterdir()):
+            step_dir, notes = latest_complete_state(root)
+            return _state_source(step_dir, notes)
+    raise ExportError(
+        f"{p}: not a checkpoint: expected an HF model dir (config.json + model.safetensors[.index.json]), "
+        f"a state dir (COMPLETE, meta.json, hf/, DCP shards) or a run dir with state/step-NNNNNN/"
+    )
+
+
+def check_source_sums(src: Source) -> None:
+    """Refuse to export a source whose own SHA256SUMS no longer matches: it is corrupt."""
+    if (src.path / SHA256SUMS).is_file():
+        problems = check_sha256sums(src.path)
+        if problems:
+            raise ExportError(f"{src.path}: source checkpoint fails its SHA256SUMS:\n  " + "\n  ".join(problems))
+
+
+def load_hf_weights(d: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        files = sorted(set(weight_map.values()))
+    else:
+        files = ["model.safetensors"]
+    sd: dict[str, torch.Tensor] = {}
+    for name in files:
+        f = d / name
+        if not f.is_file():
+            raise ExportError(f"{f}: listed by {index.name} but missing")
+        try:
+            part = load_file(str(f))
+        except Exception as exc:  # the library raises its own error types for corrupt files
+            raise ExportError(f"{f}: unreadable safetensors file ({exc})") from exc
+        for k in part:
+            if k in sd:
+                raise ExportError(f"{f}: tensor {k} also stored in another shard")
+        sd.update(part)
+    return sd
+
+
+def load_state_model(dcp_dir: Path) -> dict[str, torch.Tensor]:
+    """The "model" part of a DCP checkpoint, loaded in one process (no process group)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = dcp.FileSystemReader(str(dcp_dir))
+    md = reader.read_metadata()
+    # planner_data maps each flattened key to its path in the nested dict saved.
+    paths = md.planner_data if isinstance(md.planner_data, dict) else {}
+    sd: dict[str, torch.Tensor] = {}
+    for flat, meta in md.state_dict_metadata.items():
+        path = paths.get(flat) or tuple(flat.split(".", 1))
+        if path[0] != "model":
+            continue
+        if not isinstance(meta, TensorStorageMetadata):
+            raise ExportError(f"{dcp_dir}: model entry {flat} is not a tensor")
+        sd[".".join(map(str, path[1:]))] = torch.empty(meta.size, dtype=meta.properties.dtype)
+    if not sd:
+        raise ExportError(f"{dcp_dir}: the checkpoint has no 'model' entries (keys: {sorted(md.state_dict_metadata)[:5]}...)")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed.*")
+        dcp.load({"model": sd}, storage_reader=reader, no_dist=True)
+    cleaned = {strip_wrapper_prefixes(k): v for k, v in sd.items()}
+    if len(cleaned) != len(sd):
+        raise ExportError(f"{dcp_dir}: model keys collide after removing FSDP wrapper prefixes")
+    return cleaned
+
+
+def load_source_weights(src: Source) -> dict[str, torch.Tensor]:
+    return load_hf_weights(src.path) if src.kind == "hf" else load_state_model(src.dcp_dir)
