@@ -1,0 +1,151 @@
+"""From the tidy table to plotted/tabulated numbers: curves with 95% bands, final/best points, paired deltas.
+
+The rule for every interval (stats.py): >= 2 seeds -> t-interval across seeds; one seed -> bootstrap over
+the examples of that eval (for the QA mean: each bench resampled on its own, then averaged, i.e. a
+stratified bootstrap); no per-example file -> a bare point.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.collect import MEAN_BENCH, example_metric
+from analysis.discover import ANCHOR_ARM
+from analysis.stats import Interval, PairedResult, bootstrap_means, paired_bootstrap, t_interval
+
+NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, 0, "point")
+
+
+@dataclass
+class Points:
+    """The tidy table (with `avg` rows) and where each (arm, seed, step)'s examples live."""
+
+    table: pd.DataFrame
+    eval_dirs: dict[tuple[str, int, int], Path]
+    qa: list[str]  # the benches averaged into `avg`
+    n_boot: int = 2000
+    boot_seed: int = 0
+    conf: float = 0.95
+    problems: list[str] = field(default_factory=list)
+
+    def values(self, arm: str, step: int, bench: str, metric: str) -> pd.Series:
+        """Seed -> value at one step."""
+        t = self.table
+        sel = t[(t.arm == arm) & (t.step == step) & (t.bench == bench) & (t.metric == metric)]
+        return sel.set_index("seed")["value"].sort_index()
+
+    def examples(self, arm: str, seed: int, step: int, bench: str, metric: str) -> pd.Series | None:
+        d = self.eval_dirs.get((arm, seed, step))
+        return None if d is None else example_metric(d, bench, metric, self.problems)
+
+    def _boot_one_seed(self, arm: str, seed: int, step: int, bench: str, metric: str) -> np.ndarray | None:
+        benches = self.qa if bench == MEAN_BENCH else [bench]
+        boots = []
+        for b in benches:
+            ex = self.examples(arm, seed, step, b, metric)
+            if ex is None or ex.empty:
+                return None
+            boots.append(bootstrap_means(ex.to_numpy(), self.n_boot, self.boot_seed))
+        return np.mean(boots, axis=0)
+
+    def interval(self, arm: str, step: int, bench: str, metric: str) -> Interval:
+        vals = self.values(arm, step, bench, metric)
+        if vals.empty:
+            return NAN_INTERVAL
+        if len(vals) >= 2:
+            return t_interval(vals.to_numpy(), self.conf)
+        mean = float(vals.iloc[0])
+        boot = self._boot_one_seed(arm, int(vals.index[0]), step, bench, metric)
+        if boot is None:
+            return Interval(mean, math.nan, math.nan, 1, "point")
+        alpha = (1 - self.conf) / 2
+        lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+        return Interval(mean, float(lo), float(hi), 1, "bootstrap")
+
+
+def metric_rows(table: pd.DataFrame, bench: str, metric: str) -> pd.DataFrame:
+    return table[(table.bench == bench) & (table.metric == metric)]
+
+
+def curve(points: Points, arm: str, bench: str, metric: str, steps: list[int]) -> pd.DataFrame:
+    """mean/lo/hi per step for one arm; steps without data are NaN rows (drawn as gaps)."""
+    rows = []
+    for step in steps:
+        iv = points.interval(arm, step, bench, metric)
+        rows.append(dict(step=step, mean=iv.mean, lo=iv.lo, hi=iv.hi, n=iv.n, method=iv.method))
+    return pd.DataFrame(rows, columns=["step", "mean", "lo", "hi", "n", "method"])
+
+
+def anchor_value(points: Points, bench: str, metric: str) -> Interval:
+    return points.interval(ANCHOR_ARM, 0, bench, metric)
+
+
+@dataclass
+class Selected:
+    interval: Interval
+    steps: list[int]  # the step(s) the value comes from (one per seed for "final")
+
+
+def final_point(points: Points, arm: str, bench: str, metric: str) -> Selected | None:
+    """Each seed's last evaluated step, aggregated across seeds (bootstrap when one seed)."""
+    rows = metric_rows(points.table, bench, metric)
+    rows = rows[rows.arm == arm]
+    if rows.empty:
+        return None
+    last = rows.loc[rows.groupby("seed").step.idxmax()]
+    steps = sorted(set(last.step.astype(int)))
+    if len(last) >= 2:
+        return Selected(t_interval(last.value.to_numpy(), points.conf), steps)
+    return Selected(points.interval(arm, steps[0], bench, metric), steps)
+
+
+def best_point(points: Points, arm: str, bench: str, metric: str) -> Selected | None:
+    """The step with the highest seed-mean (earliest on ties). Chosen on the eval set: optimistic."""
+    rows = metric_rows(points.table, bench, metric)
+    rows = rows[rows.arm == arm]
+    if rows.empty:
+        return None
+    means = rows.groupby("step").value.mean().sort_index()
+    step = int(means.idxmax())
+    return Selected(points.interval(arm, step, bench, metric), [step])
+
+
+@dataclass
+class Paired:
+    result: PairedResult
+    steps: list[int]
+    dropped: int  # examples not shared by every seed and the anchor
+
+
+def paired_vs_anchor(points: Points, arm: str, bench: str, metric: str) -> Paired | None:
+    """Final checkpoint of `arm` minus the anchor, paired over shared example ids.
+
+    With several seeds the arm's per-example score is its mean over seeds (each seed's final step),
+    so the bootstrap resamples examples, the unit the anchor shares with the arm.
+    """
+    if bench == MEAN_BENCH:
+        return None
+    anchor = points.examples(ANCHOR_ARM, 0, 0, bench, metric)
+    rows = metric_rows(points.table, bench, metric)
+    rows = rows[rows.arm == arm]
+    if anchor is None or rows.empty:
+        return None
+    last = rows.loc[rows.groupby("seed").step.idxmax()]
+    per_seed = []
+    for seed, step in zip(last.seed.astype(int), last.step.astype(int)):
+        ex = points.examples(arm, seed, step, bench, metric)
+        if ex is None:
+            return None
+        per_seed.append(ex)
+    arm_scores = pd.concat(per_seed, axis=1, join="inner").mean(axis=1)
+    ids = arm_scores.index.intersection(anchor.index)
+    total = len(arm_scores.index.union(anchor.index))
+    if len(ids) == 0:
+        return None
+    res = paired_bootstrap(arm_scores.loc[ids].to_numpy(), anchor.loc[ids].to_numpy(),
+                           points.n_boot, points.boot_seed, points.conf)
+    return Paired(res, sorted(set(last.step.astype(int))), total - len(ids))

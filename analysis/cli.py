@@ -1,0 +1,50 @@
+"""`analyze runs_root=runs [benches=[...]] [evaluate=true] [anchor=PATH_OR_HUB_ID] [out=reports] ...`"""
+from __future__ import annotations
+
+import sys
+
+from omegaconf import OmegaConf
+
+from common.cli import apply_overrides, run_cli, wants_help
+
+HELP = """\
+analyze: transfer curves, tables and a report from a sweep of runs.
+
+  analyze runs_root=runs [benches=[nq,...,search_plan_ood]] [evaluate=true] [anchor=PATH_OR_HUB_ID]
+          [anchor_dir=<runs_root>/_anchor] [out=reports] [metrics=[em,f1]] [n_boot=2000] [boot_seed=0]
+          [dry_run=false] [n=..] [seed=..] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH]
+          [retriever_url=URL] [topk=..] [bench_root=DIR] [max_turns=..] [max_model_len=..] [eval.KEY=..]
+
+Discovers <runs_root>/<arm>/seed<seed>/ runs, evaluates every checkpoint × bench without a result
+(and the anchor once, with prompt=anchor_nudge, as step 0), then writes to `out`:
+results.parquet/.csv (tidy: arm, seed, step, bench, metric, value, n), figures/*.pdf|png,
+tables/*.md|tex and report.md (with provenance and every missing point).
+evaluate=false only aggregates. Evaluation keys (n, seed, backend, ...) go to the evals harness;
+eval.KEY=VALUE passes any other harness key.
+
+Defaults:
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    from analysis.sweep import ALIASES, default_config, run_analysis
+
+    if wants_help(argv):
+        print(HELP + OmegaConf.to_yaml(default_config()))
+        return 0
+    cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",))
+    result = run_analysis(cfg)
+    if result is None:
+        return 0
+    print(f"wrote {result.report} ({len(result.table)} result rows, {len(result.figures)} figures, "
+          f"{len(result.tables)} tables; evaluated {len(result.evaluated.jobs)} checkpoint(s), "
+          f"{len(result.evaluated.failures)} failed; {len(result.missing)} missing point(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

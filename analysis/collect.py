@@ -1,0 +1,153 @@
+"""The tidy results table: one row per (arm, seed, step, bench, metric), from every summary.json.
+
+Columns: arm, seed, step, bench, metric, value, n. The anchor (the base model with the
+`anchor_nudge` prompt) is arm "anchor", seed 0, step 0. Per-example metrics come from
+`<eval_dir>/<bench>.jsonl` (each line has `id` and a `metrics` dict) and feed the bootstraps.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.discover import ANCHOR_ARM, Run
+from common.io import read_jsonl
+
+COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
+# The Search-R1 seven, in the order of its Table 2 (general QA, then multi-hop QA).
+GENERAL_QA = ["nq", "triviaqa", "popqa"]
+MULTIHOP_QA = ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
+SEARCH_R1_BENCHES = GENERAL_QA + MULTIHOP_QA
+AGENTIC_BENCHES = ["search_plan_ood"]
+MEAN_BENCH = "avg"  # pseudo-bench: the unweighted mean over the QA benches (Search-R1's "Avg.")
+# A summary metric whose per-example twin has another name (search_plan_ood's `reward` is the
+# episode's `total`).
+EXAMPLE_ALIASES = {"reward": "total"}
+
+
+@dataclass
+class Collected:
+    table: pd.DataFrame
+    problems: list[str] = field(default_factory=list)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[str] | None) -> list[dict]:
+    rows = []
+    for bench, metrics in summary.items():
+        if benches is not None and bench not in benches:
+            continue
+        if not isinstance(metrics, dict):
+            continue
+        n = metrics.get("n")
+        for metric, value in metrics.items():
+            if metric != "n" and _is_number(value):
+                rows.append(dict(arm=arm, seed=seed, step=step, bench=bench, metric=metric,
+                                 value=float(value), n=int(n) if _is_number(n) else -1))
+    return rows
+
+
+def read_summary(path: Path, problems: list[str]) -> dict | None:
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{path}: unreadable summary ({exc})")
+        return None
+    if not isinstance(obj, dict):
+        problems.append(f"{path}: summary is not a JSON object")
+        return None
+    return obj
+
+
+def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | None = None) -> Collected:
+    """Tidy table over every run's eval summaries (plus the anchor's); problems are listed, not raised."""
+    rows, problems = [], []
+    for run in runs:
+        for step, d in sorted(run.evals.items()):
+            summary = read_summary(d / "summary.json", problems)
+            if summary is not None:
+                rows += summary_rows(run.arm, run.seed, step, summary, benches)
+    if anchor_eval_dir is not None and (anchor_eval_dir / "summary.json").is_file():
+        summary = read_summary(anchor_eval_dir / "summary.json", problems)
+        if summary is not None:
+            rows += summary_rows(ANCHOR_ARM, 0, 0, summary, benches)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table = table.astype({"seed": "int64", "step": "int64", "value": "float64", "n": "int64"})
+    table = table.sort_values(["arm", "seed", "step", "bench", "metric"], kind="stable").reset_index(drop=True)
+    return Collected(table, problems)
+
+
+def qa_benches(table: pd.DataFrame) -> list[str]:
+    """QA benches present (those with EM), Search-R1's seven first in their table order."""
+    present = set(table.loc[table.metric == "em", "bench"]) - set(AGENTIC_BENCHES) - {MEAN_BENCH}
+    return [b for b in SEARCH_R1_BENCHES if b in present] + sorted(present - set(SEARCH_R1_BENCHES))
+
+
+def add_mean_rows(table: pd.DataFrame, benches: list[str]) -> pd.DataFrame:
+    """Append the unweighted mean over `benches` as bench `avg`, only where every one is present.
+
+    A point missing one bench is a gap in the mean, not a mean over fewer benches (which would
+    shift it by the missing bench's difficulty).
+    """
+    if len(benches) < 2 or table.empty:
+        return table
+    sub = table[table.bench.isin(benches)]
+    keys = ["arm", "seed", "step", "metric"]
+    agg = sub.groupby(keys).agg(value=("value", "mean"), k=("bench", "nunique"), n=("n", "sum")).reset_index()
+    agg = agg[agg.k == len(benches)].drop(columns="k")
+    agg["bench"] = MEAN_BENCH
+    return pd.concat([table, agg[COLUMNS]], ignore_index=True)
+
+
+def mean_label(benches: list[str]) -> str:
+    return "7-bench mean" if sorted(benches) == sorted(SEARCH_R1_BENCHES) else f"mean of {len(benches)} QA benches"
+
+
+@lru_cache(maxsize=512)
+def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
+    rows = []
+    for lineno, line in read_jsonl(path):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise ValueError(f"{path}:{lineno}: not valid JSON") from None
+        metrics = obj.get("metrics") if isinstance(obj, dict) else None
+        if not isinstance(metrics, dict) or "id" not in obj:
+            raise ValueError(f"{path}:{lineno}: a line needs `id` and a `metrics` object")
+        rows.append({"id": str(obj["id"]), **{k: float(v) for k, v in metrics.items() if _is_number(v)}})
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    if df.id.duplicated().any():
+        dup = df.id[df.id.duplicated()].iloc[0]
+        raise ValueError(f"{path}: example id {dup!r} appears more than once")
+    return df.set_index("id")
+
+
+def example_metric(eval_dir: Path, bench: str, metric: str, problems: list[str] | None = None) -> pd.Series | None:
+    """Per-example values of `metric` (indexed by example id), or None when unavailable.
+
+    Unavailable (no jsonl, no such metric, malformed file) is recorded in `problems` when given.
+    """
+    path = Path(eval_dir) / f"{bench}.jsonl"
+    if not path.is_file():
+        return None
+    try:
+        df = _load_examples(str(path), path.stat().st_mtime)
+    except ValueError as exc:
+        if problems is not None:
+            problems.append(str(exc))
+        return None
+    if df is None:
+        return None
+    for name in (metric, EXAMPLE_ALIASES.get(metric)):
+        if name and name in df.columns:
+            return df[name].dropna()
+    return None

@@ -1,0 +1,149 @@
+"""Find runs, their step checkpoints, eval directories and manifests under a runs root.
+
+Layout (DESIGN.md): `<runs_root>/<arm>/seed<seed>/{config.yaml, manifest.json, checkpoints/step-NNNNNN/,
+eval/step-NNNNNN/{<bench>.jsonl, summary.json}, DONE}`. Top-level names starting with `_` or `.`
+(`_data`, `_anchor`) are not arms. Anything unreadable is recorded as a problem on the run, never raised:
+a half-written run must not stop the analysis of the others.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STEP_RE = re.compile(r"^step-(\d+)$")
+SEED_RE = re.compile(r"^seed(\d+)$")
+ANCHOR_ARM = "anchor"
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+@dataclass
+class Run:
+    arm: str
+    seed: int
+    path: Path
+    checkpoints: dict[int, Path] = field(default_factory=dict)  # complete checkpoints only
+    evals: dict[int, Path] = field(default_factory=dict)  # eval dirs holding a summary.json
+    done: bool = False
+    manifest: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def eval_dir(self, step: int) -> Path:
+        return self.path / "eval" / step_name(step)
+
+    def expected_steps(self) -> list[int]:
+        """Steps the run's config says it will checkpoint (save_steps up to the horizon + the final one).
+
+        Empty when the config doesn't say (e.g. `steps: null`): then only what exists is expected.
+        """
+        train = (self.config or {}).get("train") or {}
+        horizon = train.get("steps")
+        if not isinstance(horizon, int) or horizon <= 0:
+            return []
+        saves = [s for s in (train.get("save_steps") or []) if isinstance(s, int) and 0 < s <= horizon]
+        return sorted({*saves, horizon})
+
+    @property
+    def steps(self) -> list[int]:
+        """Every step with a checkpoint, an eval, or an expected checkpoint."""
+        return sorted({*self.checkpoints, *self.evals, *self.expected_steps()})
+
+
+def _step_dirs(parent: Path) -> dict[int, Path]:
+    out: dict[int, Path] = {}
+    if parent.is_dir():
+        for p in parent.iterdir():
+            m = STEP_RE.match(p.name)  # `step-000050.tmp-123` (a write in flight) does not match
+            if m and p.is_dir():
+                out[int(m.group(1))] = p
+    return out
+
+
+def _read_json(path: Path, problems: list[str]) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{path}: unreadable JSON ({exc})")
+        return None
+    if not isinstance(obj, dict):
+        problems.append(f"{path}: expected a JSON object, found {type(obj).__name__}")
+        return None
+    return obj
+
+
+def _read_config(path: Path, problems: list[str]) -> dict | None:
+    if not path.exists():
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as exc:  # omegaconf/yaml raise several types
+        problems.append(f"{path}: unreadable config ({exc})")
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def load_run(path: Path, arm: str, seed: int) -> Run:
+    run = Run(arm=arm, seed=seed, path=path)
+    for step, ckpt in _step_dirs(path / "checkpoints").items():
+        if (ckpt / "config.json").is_file():
+            run.checkpoints[step] = ckpt
+        else:
+            run.problems.append(f"{ckpt}: no config.json (incomplete checkpoint), ignored")
+    run.evals = {s: d for s, d in _step_dirs(path / "eval").items() if (d / "summary.json").is_file()}
+    run.done = (path / "DONE").exists()
+    run.manifest = _read_json(path / "manifest.json", run.problems)
+    run.config = _read_config(path / "config.yaml", run.problems)
+    return run
+
+
+def discover_runs(runs_root: str | Path) -> list[Run]:
+    """All `<arm>/seed<N>` runs under `runs_root`, sorted by (arm, seed)."""
+    root = Path(runs_root)
+    if not root.is_dir():
+        return []
+    runs = []
+    for arm_dir in sorted(root.iterdir()):
+        if not arm_dir.is_dir() or arm_dir.name.startswith(("_", ".")) or arm_dir.name == ANCHOR_ARM:
+            continue
+        for seed_dir in sorted(arm_dir.iterdir()):
+            m = SEED_RE.match(seed_dir.name)
+            if m and seed_dir.is_dir():
+                runs.append(load_run(seed_dir, arm_dir.name, int(m.group(1))))
+    return sorted(runs, key=lambda r: (r.arm, r.seed))
+
+
+def _find_keys(obj: Any, wanted: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
+    """Flattened `dotted.key -> value` for every scalar whose key contains one of `wanted`."""
+    found: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, (dict, list)):
+                found.update(_find_keys(v, wanted, key + "."))
+            elif any(w in str(k).lower() for w in wanted):
+                found[key] = v
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found.update(_find_keys(v, wanted, f"{prefix}{i}."))
+    return found
+
+
+def provenance(manifest: dict | None) -> dict[str, Any]:
+    """Commit, dirty flag and data fingerprints from a run manifest, whatever its nesting.
+
+    The launch stage owns the manifest's exact shape; analysis only needs to trace numbers back to
+    their inputs, so it lists every key naming a commit, a dirty flag or a fingerprint.
+    """
+    if not manifest:
+        return {}
+    return _find_keys(manifest, ("commit", "dirty", "fingerprint"))

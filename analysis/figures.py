@@ -1,0 +1,142 @@
+"""Paper figures: per-step transfer curves, one panel per (bench, metric), PDF (vector) + PNG (300 dpi).
+
+Sized for a two-column paper (full text width 7.0 in, one column 3.4 in) with 7-pt text so labels
+stay readable when printed. Colours are Okabe-Ito (colour-blind safe) with a fixed arm -> colour map,
+so an arm has the same colour in every figure of the paper. The anchor is a black dashed line.
+Missing points are NaN and drawn as gaps (lines are broken, never interpolated across).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from analysis.aggregate import Points, anchor_value, curve  # noqa: E402
+
+OKABE_ITO = {
+    "black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "bluish_green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "reddish_purple": "#CC79A7",
+}
+ARM_COLOURS = {
+    "r2e": OKABE_ITO["vermillion"],
+    "search": OKABE_ITO["blue"],
+    "mixed": OKABE_ITO["bluish_green"],
+    "r2e_v5": OKABE_ITO["reddish_purple"],
+}
+# For arms outside the study's four: assigned in sorted-name order, so still stable across figures.
+_SPARE = [OKABE_ITO["orange"], OKABE_ITO["sky_blue"], OKABE_ITO["yellow"]]
+ANCHOR_STYLE = dict(color=OKABE_ITO["black"], linestyle="--", linewidth=1.0)
+ARM_ORDER = ["r2e", "search", "mixed", "r2e_v5"]
+TEXT_WIDTH_IN = 7.0
+COLUMN_WIDTH_IN = 3.4
+PANEL_HEIGHT_IN = 1.65
+MAX_COLS = 4
+
+RC = {
+    "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6,
+    "legend.fontsize": 7, "lines.linewidth": 1.2, "lines.markersize": 2.5, "axes.linewidth": 0.6,
+    "axes.spines.top": False, "axes.spines.right": False,
+    # TrueType fonts in the PDF: venues reject Type-3 fonts.
+    "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.bbox": "tight", "savefig.pad_inches": 0.02,
+}
+
+
+def sort_arms(arms) -> list[str]:
+    arms = set(arms)
+    return [a for a in ARM_ORDER if a in arms] + sorted(arms - set(ARM_ORDER))
+
+
+def arm_colours(arms) -> dict[str, str]:
+    """The fixed arm -> colour map; unknown arms take spare colours by sorted name (cycled)."""
+    extra = sorted(set(arms) - set(ARM_COLOURS))
+    return {**ARM_COLOURS, **{a: _SPARE[i % len(_SPARE)] for i, a in enumerate(extra)}}
+
+
+@dataclass
+class Panel:
+    bench: str
+    metric: str
+    title: str
+    ylabel: str
+
+
+@dataclass
+class FigureInfo:
+    """What was drawn, for the report and for tests (no need to parse the image)."""
+
+    paths: list[Path]
+    panels: list[str]  # panel titles, in order
+    series: dict[str, list[str]] = field(default_factory=dict)  # panel title -> legend labels drawn
+    gaps: dict[str, dict[str, int]] = field(default_factory=dict)  # panel -> arm -> NaN points
+
+
+def _layout(n: int) -> tuple[int, int, float]:
+    cols = min(MAX_COLS, n)
+    rows = math.ceil(n / cols)
+    width = TEXT_WIDTH_IN if cols > 1 else COLUMN_WIDTH_IN
+    return rows, cols, width
+
+
+def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dict[str, list[int]],
+                out_stem: Path, suptitle: str | None = None) -> FigureInfo:
+    """Draw metric-vs-step curves (mean over seeds, 95% band) per arm, anchor dashed; save PDF + PNG.
+
+    `steps[arm]` is every step the arm should have (checkpointed or expected); missing ones are gaps.
+    """
+    out_stem = Path(out_stem)
+    out_stem.parent.mkdir(parents=True, exist_ok=True)
+    colours = arm_colours(arms)
+    info = FigureInfo(paths=[], panels=[p.title for p in panels])
+    rows, cols, width = _layout(max(1, len(panels)))
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
+        handles: dict[str, object] = {}
+        for ax, panel in zip(axes.flat, panels):
+            drawn: list[str] = []
+            info.gaps[panel.title] = {}
+            for arm in sort_arms(arms):
+                c = curve(points, arm, panel.bench, panel.metric, steps.get(arm, []))
+                if c["mean"].notna().sum() == 0:
+                    continue
+                x = c.step.to_numpy(float)
+                (line,) = ax.plot(x, c["mean"].to_numpy(float), marker="o", color=colours[arm], label=arm)
+                lo, hi = c.lo.to_numpy(float), c.hi.to_numpy(float)
+                ok = np.isfinite(lo) & np.isfinite(hi)
+                if ok.any():
+                    ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), where=ok,
+                                    color=colours[arm], alpha=0.2, linewidth=0)
+                handles.setdefault(arm, line)
+                drawn.append(arm)
+                info.gaps[panel.title][arm] = int(c["mean"].isna().sum())
+            anchor = anchor_value(points, panel.bench, panel.metric)
+            if math.isfinite(anchor.mean):
+                handles.setdefault("anchor", ax.axhline(anchor.mean, label="anchor", **ANCHOR_STYLE))
+                drawn.append("anchor")
+            if not drawn:
+                ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
+            ax.set_title(panel.title)
+            ax.set_xlabel("step")
+            ax.set_ylabel(panel.ylabel)
+            ax.grid(True, linewidth=0.3, alpha=0.5)
+            info.series[panel.title] = drawn
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        order = [a for a in sort_arms(arms) if a in handles] + (["anchor"] if "anchor" in handles else [])
+        if order:
+            fig.legend([handles[k] for k in order], order, loc="upper center", ncol=len(order),
+                       frameon=False, bbox_to_anchor=(0.5, 1.0))
+        if suptitle:
+            fig.suptitle(suptitle, y=1.06)
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (PANEL_HEIGHT_IN * rows + 0.35)))
+        for ext, kw in (("pdf", {}), ("png", {"dpi": 300})):
+            path = out_stem.with_suffix(f".{ext}")
+            fig.savefig(path, **kw)
+            info.paths.append(path)
+        plt.close(fig)
+    return info

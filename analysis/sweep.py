@@ -1,0 +1,168 @@
+"""The `analyze` pipeline: discover -> evaluate what is new -> tidy table -> curves, tables, report.
+
+`run_analysis(cfg, evaluator=None)` is the Python API behind the `analyze` console script.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from analysis.aggregate import Points
+from analysis.collect import (AGENTIC_BENCHES, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
+                              mean_label, qa_benches)
+from analysis.discover import ANCHOR_ARM, Run, discover_runs
+from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, default_evaluator,
+                                 plan, run_jobs)
+from analysis.figures import FigureInfo, Panel, plot_curves
+from analysis.report import MissingPoint, write_report
+from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
+
+OOD_COMPONENTS = ["outcome", "grounding", "stop", "reward"]
+
+DEFAULTS: dict[str, Any] = {
+    "runs_root": "runs",
+    "out": "reports",
+    "benches": SEARCH_R1_BENCHES + AGENTIC_BENCHES,
+    "evaluate": True,
+    "anchor": None,  # base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0
+    "anchor_dir": None,  # null -> <runs_root>/_anchor
+    "metrics": ["em", "f1"],
+    "n_boot": 2000,
+    "boot_seed": 0,
+    "conf": 0.95,
+    "dry_run": False,
+    # Passed to the evals harness as its own config keys; null means "the harness's default".
+    "eval": {"n": None, "seed": None, "backend": None, "retriever": None, "corpus": None,
+             "retriever_url": None, "topk": None, "bench_root": None, "max_turns": None,
+             "max_model_len": None, "prompt": "tool_agent"},
+}
+ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
+
+
+def default_config() -> DictConfig:
+    return OmegaConf.create(DEFAULTS)
+
+
+@dataclass
+class AnalysisResult:
+    out: Path
+    table: pd.DataFrame
+    figures: list[FigureInfo] = field(default_factory=list)
+    tables: dict[str, Table] = field(default_factory=dict)
+    missing: list[MissingPoint] = field(default_factory=list)
+    evaluated: EvalReport = field(default_factory=EvalReport)
+    report: Path | None = None
+
+
+def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev: EvalReport,
+                    anchor_dir: Path, evaluate: bool) -> list[MissingPoint]:
+    have = set(zip(table.arm, table.seed, table.step, table.bench))
+    missing = []
+    for run in runs:
+        for step in run.steps:
+            for bench in benches:
+                if (run.arm, run.seed, step, bench) in have:
+                    continue
+                if step not in run.checkpoints and step not in run.evals:
+                    reason = "checkpoint missing although the run is done" if run.done else "not checkpointed yet (run still training)"
+                elif err := ev.failed(run.arm, run.seed, step, bench):
+                    reason = f"evaluation failed: {err}"
+                elif step not in run.checkpoints:
+                    reason = "no checkpoint to evaluate and no result"
+                else:
+                    reason = "not evaluated (evaluate=false)" if not evaluate else "no result"
+                missing.append(MissingPoint(run.arm, run.seed, step, bench, reason))
+    for bench in benches:
+        if (ANCHOR_ARM, 0, 0, bench) not in have:
+            err = ev.failed(ANCHOR_ARM, 0, 0, bench)
+            reason = f"evaluation failed: {err}" if err else f"no anchor result in {anchor_eval_dir(anchor_dir)}"
+            missing.append(MissingPoint(ANCHOR_ARM, 0, 0, bench, reason))
+    return missing
+
+
+def _panels(table: pd.DataFrame, qa: list[str], metric: str) -> list[Panel]:
+    panels = [Panel(b, metric, b, metric.upper()) for b in qa]
+    if len(qa) >= 2:
+        panels.append(Panel(MEAN_BENCH, metric, mean_label(qa), metric.upper()))
+    for bench in agentic_benches(table.bench):
+        has = set(table.loc[table.bench == bench, "metric"])
+        m = metric if metric in has else "reward"
+        panels.append(Panel(bench, m, f"{bench} ({m})" if m != metric else bench, m))
+    return panels
+
+
+def _arm_steps(runs: list[Run]) -> dict[str, list[int]]:
+    steps: dict[str, set[int]] = {}
+    for r in runs:
+        steps.setdefault(r.arm, set()).update(r.steps)
+    return {a: sorted(s) for a, s in steps.items()}
+
+
+def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
+    lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
+    lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
+              f"{'' if r.done else ' (not finished)'}" for r in runs]
+    lines.append(f"evaluations to run: {len(jobs)}")
+    lines += [f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}" for j in jobs]
+    lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md}}")
+    return "\n".join(lines)
+
+
+def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> AnalysisResult | None:
+    """Run the whole analysis; returns None for `dry_run=true` (the plan is printed)."""
+    cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
+    root, out = Path(cfg.runs_root), Path(cfg.out)
+    benches = list(cfg.benches)
+    anchor = None if cfg.anchor in (None, "") else str(cfg.anchor)
+    anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else root / "_anchor"
+    check_anchor_identity(anchor_dir, anchor)
+    eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
+    runs = discover_runs(root)
+    jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt) if cfg.evaluate else []
+    if cfg.dry_run:
+        print(describe_plan(runs, jobs, cfg))
+        return None
+    ev = run_jobs(jobs, evaluator or default_evaluator, eval_opts, anchor_dir) if jobs else EvalReport()
+    runs = discover_runs(root) if jobs else runs
+    collected = collect(runs, anchor_eval_dir(anchor_dir), benches)
+    table = collected.table
+    out.mkdir(parents=True, exist_ok=True)
+    results = [out / "results.parquet", out / "results.csv"]
+    table.to_parquet(results[0], index=False)
+    table.to_csv(results[1], index=False)
+
+    qa = qa_benches(table)
+    eval_dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}
+    eval_dirs[(ANCHOR_ARM, 0, 0)] = anchor_eval_dir(anchor_dir)
+    points = Points(add_mean_rows(table, qa), eval_dirs, qa, cfg.n_boot, cfg.boot_seed, cfg.conf,
+                    problems=list(collected.problems))
+    arms = sorted({r.arm for r in runs})
+    steps = _arm_steps(runs)
+    result = AnalysisResult(out=out, table=table, evaluated=ev)
+    for metric in cfg.metrics:
+        panels = _panels(table, qa, metric)
+        if panels:
+            result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / f"curves_{metric}"))
+    if "search_plan_ood" in agentic_benches(table.bench):
+        panels = [Panel("search_plan_ood", c, c, c) for c in OOD_COMPONENTS]
+        result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / "search_plan_ood_components"))
+    table_paths: dict[str, list[Path]] = {}
+    for metric in cfg.metrics:
+        cols = table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), metric)
+        for name, t in ((f"main_{metric}", main_table(points, arms, cols, metric)),
+                        (f"paired_{metric}", paired_table(points, arms, cols, metric))):
+            result.tables[name] = t
+            table_paths[name] = t.write(out / "tables" / name)
+    result.missing = _missing_points(runs, table, benches, ev, anchor_dir, bool(cfg.evaluate))
+    problems = sorted(set(points.problems + [p for r in runs for p in r.problems]))
+    settings = {"runs_root": cfg.runs_root, "benches": benches, "n_boot": cfg.n_boot, "boot_seed": cfg.boot_seed,
+                "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures)}
+    result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
+                                 table_paths=table_paths, results_paths=results, anchor=anchor,
+                                 anchor_dir=anchor_dir, missing=result.missing, problems=problems,
+                                 settings=settings)
+    return result

@@ -1,0 +1,168 @@
+"""Tables in Search-R1's Table-2 layout (methods as rows; general QA | multi-hop QA | Avg. as columns),
+as LaTeX (booktabs) and Markdown.
+
+- main: the anchor, then per arm its final checkpoint and its best checkpoint (best is selected on
+  the evaluation set, hence optimistic; the caption says so). Cells are mean with the 95% half-width.
+- paired: per arm (final checkpoint) × bench, the difference to the anchor over the same examples
+  with its paired-bootstrap 95% CI.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.aggregate import Points, Selected, anchor_value, best_point, final_point, paired_vs_anchor
+from analysis.collect import AGENTIC_BENCHES, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA
+from analysis.discover import ANCHOR_ARM
+from analysis.figures import sort_arms
+from analysis.stats import Interval
+
+DASH = "–"
+
+
+@dataclass
+class Column:
+    bench: str
+    metric: str
+    label: str
+    group: str
+
+
+@dataclass
+class Table:
+    caption: str
+    columns: list[Column]
+    rows: list[tuple[str, list[str]]] = field(default_factory=list)  # (row label, cells)
+
+    def to_markdown(self) -> str:
+        head = ["Method"] + [f"{c.label}" for c in self.columns]
+        groups = ["", *[c.group for c in self.columns]]
+        lines = [f"*{self.caption}*", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        if len({g for g in groups if g}) > 1:
+            lines.insert(2, "Groups: " + "; ".join(f"{c.label} = {c.group}" for c in self.columns))
+            lines.insert(3, "")
+        lines += ["| " + " | ".join([label, *cells]) + " |" for label, cells in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def to_latex(self) -> str:
+        spans: list[tuple[str, int]] = []
+        for c in self.columns:
+            if spans and spans[-1][0] == c.group:
+                spans[-1] = (c.group, spans[-1][1] + 1)
+            else:
+                spans.append((c.group, 1))
+        out = ["\\begin{table*}[t]", "\\centering", "\\small",
+               f"\\caption{{{latex_escape(self.caption)}}}",
+               "\\begin{tabular}{l" + "c" * len(self.columns) + "}", "\\toprule"]
+        out.append(" & " + " & ".join(f"\\multicolumn{{{n}}}{{c}}{{{latex_escape(g)}}}" for g, n in spans) + " \\\\")
+        start, rules = 2, []
+        for _, n in spans:
+            rules.append(f"\\cmidrule(lr){{{start}-{start + n - 1}}}")
+            start += n
+        out.append(" ".join(rules))
+        out.append("Method & " + " & ".join(latex_escape(c.label) for c in self.columns) + " \\\\")
+        out.append("\\midrule")
+        for label, cells in self.rows:
+            out.append(" & ".join([latex_escape(label), *[latex_cell(c) for c in cells]]) + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}", "\\end{table*}"]
+        return "\n".join(out) + "\n"
+
+    def write(self, stem: Path) -> list[Path]:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        paths = [stem.with_suffix(".md"), stem.with_suffix(".tex")]
+        paths[0].write_text(self.to_markdown(), encoding="utf-8")
+        paths[1].write_text(self.to_latex(), encoding="utf-8")
+        return paths
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
+                  "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def latex_cell(cell: str) -> str:
+    """`0.345 ±0.012 @150` -> `0.345$_{\\pm0.012}^{@150}$`; other cells escaped as text."""
+    parts = cell.split(" ")
+    if not parts or parts[0] in (DASH, ""):
+        return latex_escape(cell)
+    sub = next((p[1:] for p in parts[1:] if p.startswith("±")), None)
+    sup = next((p for p in parts[1:] if p.startswith("@")), None)
+    body = latex_escape(" ".join(p for p in parts if not p.startswith(("±", "@"))))
+    if sub is None and sup is None:
+        return body
+    return body + "$" + (f"_{{\\pm{sub}}}" if sub else "") + (f"^{{\\text{{{sup}}}}}" if sup else "") + "$"
+
+
+def fmt_interval(iv: Interval | None, step: int | None = None) -> str:
+    if iv is None or not math.isfinite(iv.mean):
+        return DASH
+    text = f"{iv.mean:.3f}"
+    if math.isfinite(iv.lo) and math.isfinite(iv.hi):
+        text += f" ±{max(iv.hi - iv.mean, iv.mean - iv.lo):.3f}"
+    if step is not None:
+        text += f" @{step}"
+    return text
+
+
+def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str) -> list[Column]:
+    cols = []
+    for bench in qa:
+        group = "General QA" if bench in GENERAL_QA else "Multi-Hop QA" if bench in MULTIHOP_QA else "QA"
+        cols.append(Column(bench, metric, bench, group))
+    if has_mean:
+        cols.append(Column(MEAN_BENCH, metric, "Avg.", "QA"))
+    for bench in agentic:
+        cols.append(Column(bench, "reward", f"{bench} (reward)", "Agentic"))
+    return cols
+
+
+def _step_label(sel: Selected) -> str:
+    return str(sel.steps[0]) if len(sel.steps) == 1 else f"{sel.steps[0]}–{sel.steps[-1]}"
+
+
+def main_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
+    caption = (f"{metric.upper()} of the anchor and of each arm's final and best checkpoint "
+               "(mean over seeds ±95% half-width: t across seeds, or bootstrap over examples for one seed; "
+               "@step: the checkpoint; best is chosen on the evaluation set and is optimistic)")
+    table = Table(caption, columns)
+    if any(math.isfinite(anchor_value(points, c.bench, c.metric).mean) for c in columns):
+        table.rows.append(("anchor (base, nudge prompt)",
+                           [fmt_interval(anchor_value(points, c.bench, c.metric)) for c in columns]))
+    for arm in sort_arms(arms):
+        finals = [final_point(points, arm, c.bench, c.metric) for c in columns]
+        steps = sorted({s for f in finals if f for s in f.steps})
+        label = f"{arm} (final, step {steps[-1] if len(steps) == 1 else _span(steps)})" if steps else f"{arm} (final)"
+        table.rows.append((label, [fmt_interval(f.interval) if f else DASH for f in finals]))
+        bests = [best_point(points, arm, c.bench, c.metric) for c in columns]
+        table.rows.append((f"{arm} (best)", [fmt_interval(b.interval, b.steps[0]) if b else DASH for b in bests]))
+    return table
+
+
+def _span(steps: list[int]) -> str:
+    return f"{steps[0]}–{steps[-1]}"
+
+
+def paired_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
+    caption = (f"{metric.upper()} difference to the anchor at each arm's final checkpoint, paired over the same "
+               "examples (per-example scores averaged over seeds), with the 95% paired-bootstrap CI")
+    cols = [c for c in columns if c.bench != MEAN_BENCH]
+    table = Table(caption, cols)
+    for arm in sort_arms(a for a in arms if a != ANCHOR_ARM):
+        cells = []
+        for c in cols:
+            p = paired_vs_anchor(points, arm, c.bench, c.metric)
+            if p is None or not math.isfinite(p.result.delta):
+                cells.append(DASH)
+            else:
+                r = p.result
+                cells.append(f"{r.delta:+.3f} [{r.lo:+.3f},{r.hi:+.3f}] n={r.n}")
+        table.rows.append((arm, cells))
+    return table
+
+
+def agentic_benches(table_benches) -> list[str]:
+    return [b for b in AGENTIC_BENCHES if b in set(table_benches)]
