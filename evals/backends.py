@@ -1,0 +1,166 @@
+"""Generation backends behind one interface: `generate(prompt_ids, caps) -> [Generation]`.
+
+Prompts arrive already rendered by the chat template and tokenized (the agent loop needs the
+token count anyway, for the context limit), each with its own cap on new tokens. Decoding is
+greedy so an evaluation is deterministic. Generation stops at end-of-turn (`<|im_end|>` for
+Qwen3, `<|eot_id|>`/`<|eom_id|>` for Llama-3.1, the tokenizer's eos); the stop token is not part
+of the returned text.
+
+    hf    transformers `generate`, left-padded micro-batches (sorted by length to waste less on
+          padding); runs on CPU.
+    vllm  `LLM.generate` with per-prompt SamplingParams, `max_model_len` and tensor parallelism;
+          an optional extra (`pip install -e .[gpu]`), imported only when selected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+
+
+@dataclass
+class Generation:
+    text: str
+    finish_reason: str  # "stop" (end-of-turn) | "length" (hit its cap)
+    num_tokens: int
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    from data_prep.tiny import tiny_tokenizer_path
+
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_path() if path == "tiny" else path)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if not tok.chat_template:
+        raise ValueError(f"tokenizer {path} has no chat template; the agent loop renders tools through it")
+    return tok
+
+
+def stop_token_ids(tok, generation_config=None) -> list[int]:
+    ids: set[int] = set()
+    vocab = tok.get_vocab()
+    for t in END_OF_TURN_TOKENS:
+        if t in vocab:
+            ids.add(vocab[t])
+    if tok.eos_token_id is not None:
+        ids.add(tok.eos_token_id)
+    eos = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
+    if eos is not None:
+        ids.update([eos] if isinstance(eos, int) else eos)
+    return sorted(ids)
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, model_path: str, tokenizer_path: str | None = None, *, micro_batch: int = 16,
+                 device: str = "auto", dtype: str = "auto", seed: int = 0):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        torch.manual_seed(seed)
+        self.device = torch.device(device)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.micro_batch = max(1, int(micro_batch))
+        self.stop_ids = stop_token_ids(self.tokenizer, self.model.generation_config)
+        self.pad_id = self.tokenizer.pad_token_id
+
+    def encode(self, text: str) -> list[int]:
+        # The chat template already wrote every special token (BOS included for Llama).
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _finish(self, ids: list[int], cap: int) -> Generation:
+        for pos, t in enumerate(ids[:cap]):
+            if t in self.stop_ids:
+                return Generation(self.tokenizer.decode(ids[:pos], skip_special_tokens=False), "stop", pos + 1)
+        ids = ids[:cap]
+        return Generation(self.tokenizer.decode(ids, skip_special_tokens=False), "length", len(ids))
+
+    def generate(self, prompt_ids: list[list[int]], caps: list[int]) -> list[Generation]:
+        import torch
+
+        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
+        out: list[Generation | None] = [None] * len(prompt_ids)
+        for start in range(0, len(order), self.micro_batch):
+            chunk = order[start:start + self.micro_batch]
+            width = max(len(prompt_ids[i]) for i in chunk)
+            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for row, i in enumerate(chunk):
+                p = prompt_ids[i]
+                ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
+                mask[row, width - len(p):] = 1
+            with torch.inference_mode():
+                gen = self.model.generate(
+                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                    max_new_tokens=max(caps[i] for i in chunk), do_sample=False,
+                    eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
+                )
+            for row, i in enumerate(chunk):
+                out[i] = self._finish(gen[row, width:].tolist(), caps[i])
+        return out  # type: ignore[return-value]
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(self, model_path: str, tokenizer_path: str | None = None, *, max_model_len: int,
+                 tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
+                 dtype: str = "auto", seed: int = 0):
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise RuntimeError(
+                "backend=vllm needs vLLM (pip install -e '.[gpu]'); use backend=hf otherwise"
+            ) from exc
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
+        self.seed = seed
+        self.llm = LLM(
+            model=model_path, tokenizer=tokenizer_path or model_path, max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype, seed=seed, enable_prefix_caching=True,
+        )
+        self.stop_ids = stop_token_ids(self.tokenizer)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def generate(self, prompt_ids: list[list[int]], caps: list[int]) -> list[Generation]:
+        from vllm import SamplingParams
+
+        params = [
+            SamplingParams(temperature=0.0, max_tokens=cap, stop_token_ids=self.stop_ids,
+                           skip_special_tokens=False, seed=self.seed)
+            for cap in caps
+        ]
+        prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
+        results = self.llm.generate(prompts, params, use_tqdm=False)
+        out = []
+        for res in results:
+            o = res.outputs[0]
+            text = o.text
+            for t in END_OF_TURN_TOKENS:  # vLLM omits stop tokens from text; be sure
+                if text.endswith(t):
+                    text = text[: -len(t)]
+            reason = "stop" if o.finish_reason == "stop" else "length"
+            out.append(Generation(text, reason, len(o.token_ids)))
+        return out
+
+
+def make_backend(cfg):
+    model = cfg.ckpt
+    tok = cfg.get("tokenizer") or None
+    if cfg.backend == "hf":
+        return HFBackend(model, tok, micro_batch=cfg.micro_batch, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
+    if cfg.backend == "vllm":
+        return VLLMBackend(model, tok, max_model_len=cfg.max_model_len, tensor_parallel_size=cfg.tensor_parallel_size,
+                           gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, seed=cfg.seed)
+    raise ValueError(f"unknown backend {cfg.backend!r}; expected hf or vllm")

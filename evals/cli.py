@@ -1,0 +1,52 @@
+"""`evaluate ckpt=PATH [key=value ...]` (console script): see `evaluate --help`."""
+from __future__ import annotations
+
+import sys
+
+from omegaconf import OmegaConf
+
+from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from evals.config import DEFAULTS, resolve
+
+USAGE = """usage: evaluate ckpt=PATH [benches=[nq,triviaqa,popqa,hotpotqa,2wikimultihopqa,musique,bamboogle,search_plan_ood]]
+                [n=500] [seed=42] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH] [retriever_url=URL]
+                [topk=3] [max_turns=8] [max_model_len=16384] [max_new_tokens=4096] [prompt=tool_agent|anchor_nudge]
+                [bench_root=DIR] [out=DIR] [batch_size=64] [micro_batch=16] [dry_run=true]
+
+Runs the agent loop (chat template with the search tool, tool calls -> retriever -> tool messages)
+on each bench and writes <out>/<bench>.jsonl (one line per example, full trajectory), <out>/summary.json
+and <out>/meta.json. Re-running resumes: finished example ids are skipped. out defaults to
+<run_dir>/eval/step-NNNNNN for a checkpoint at <run_dir>/checkpoints/step-NNNNNN.
+
+All keys (defaults):
+"""
+
+
+def _main(argv: list[str]) -> int:
+    if wants_help(argv):
+        print(USAGE + OmegaConf.to_yaml(OmegaConf.create(DEFAULTS)))
+        return 0
+    cfg = resolve(apply_overrides(OmegaConf.create(DEFAULTS), argv))
+    if cfg.dry_run:
+        print(OmegaConf.to_yaml(cfg))
+        return 0
+    from evals.benches import BenchError
+    from evals.results import ResultsError
+    from evals.retrievers import RetrieverError
+    from evals.run import evaluate, format_table
+
+    try:
+        summary = evaluate(cfg)
+    except (BenchError, ResultsError, RetrieverError) as exc:
+        raise ConfigError(str(exc)) from exc
+    print(format_table(summary))
+    print(f"wrote {cfg.out}/summary.json")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The `evaluate` configuration: defaults, validation and the default output directory."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from common.cli import ConfigError
+from evals.benches import OOD_BENCH, SEARCH7
+from evals.prompts import PROMPTS
+
+DEFAULTS = {
+    "ckpt": None,                  # HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)
+    "tokenizer": None,             # null -> the checkpoint's own tokenizer; `tiny` -> the embedded one
+    "benches": [*SEARCH7, OOD_BENCH],
+    "n": 500,                      # items per bench (seeded shuffle, first n); <=0 -> all
+    "seed": 42,
+    "backend": "hf",               # hf | vllm
+    "retriever": "bm25",           # bm25 | http
+    "corpus": None,                # wiki-18 style jsonl for retriever=bm25
+    "index_dir": None,             # BM25 index cache root; null -> ~/.cache/dtsft/bm25
+    "retriever_url": None,         # http://HOST:PORT/retrieve for retriever=http
+    "retriever_timeout": 30.0,
+    "retriever_retries": 3,
+    "topk": 3,
+    "max_turns": 8,                # assistant turns per episode
+    "max_model_len": 16384,        # prompt + generation tokens; beyond -> stop reason context_limit
+    "max_new_tokens": 4096,        # per assistant turn
+    "prompt": "tool_agent",        # tool_agent | anchor_nudge
+    "tool_style": "auto",          # auto (from the chat template) | qwen3 | llama3
+    "bench_root": None,            # dir with <bench>/*.jsonl; null -> FlashRAG hub datasets
+    "out": None,                   # null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run
+    "batch_size": 64,              # episodes advanced in lockstep (and written) together
+    "micro_batch": 16,             # hf backend: sequences per generate call
+    "device": "auto",
+    "dtype": "auto",
+    "tensor_parallel_size": 1,     # vllm
+    "gpu_memory_utilization": 0.9,  # vllm
+    "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
+    "progress": True,
+    "dry_run": False,
+}
+
+_STEP_DIR = re.compile(r"^step-\d+$")
+
+
+def default_out(ckpt: str) -> Path | None:
+    """`<run_dir>/eval/step-NNNNNN` for `<run_dir>/checkpoints/step-NNNNNN`, else None."""
+    p = Path(ckpt)
+    if _STEP_DIR.match(p.name) and p.parent.name == "checkpoints":
+        return p.parent.parent / "eval" / p.name
+    return None
+
+
+def resolve(cfg: DictConfig | dict) -> DictConfig:
+    """Defaults + `cfg`, checked; unknown keys and bad values are ConfigErrors naming them."""
+    base = OmegaConf.create(DEFAULTS)
+    OmegaConf.set_struct(base, True)
+    try:
+        merged = OmegaConf.merge(base, OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg)
+    except Exception as exc:
+        raise ConfigError(f"bad evaluate config: {exc}") from exc
+    OmegaConf.set_struct(merged, False)
+    if not merged.ckpt:
+        raise ConfigError("ckpt=PATH is required (a Hugging Face model directory)")
+    if merged.prompt not in PROMPTS:
+        raise ConfigError(f"prompt={merged.prompt!r}: expected one of {', '.join(PROMPTS)}")
+    if merged.backend not in ("hf", "vllm"):
+        raise ConfigError(f"backend={merged.backend!r}: expected hf or vllm")
+    if merged.retriever not in ("bm25", "http"):
+        raise ConfigError(f"retriever={merged.retriever!r}: expected bm25 or http")
+    if merged.tool_style not in ("auto", "qwen3", "llama3"):
+        raise ConfigError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
+    if isinstance(merged.benches, str):
+        merged.benches = [merged.benches]
+    if not merged.benches:
+        raise ConfigError("benches=[...] is empty")
+    for key in ("max_turns", "max_model_len", "max_new_tokens", "topk", "batch_size", "micro_batch"):
+        if int(merged[key]) < 1:
+            raise ConfigError(f"{key}={merged[key]} must be >= 1")
+    qa = [b for b in merged.benches if b != OOD_BENCH]
+    if qa and merged.retriever == "bm25" and not merged.corpus:
+        raise ConfigError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")
+    if qa and merged.retriever == "http" and not merged.retriever_url:
+        raise ConfigError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
+    if merged.out is None:
+        out = default_out(merged.ckpt)
+        if out is None:
+            raise ConfigError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
+        merged.out = str(out)
+    return merged

@@ -1,0 +1,83 @@
+"""Answer extraction: a fixed cascade whose firing rule is reported for every example.
+
+    final_answer         `Final answer:` (last occurrence, case-insensitive) up to the end of its line
+    answer_tag           the last closed `<answer>…</answer>`
+    answer_tag_unclosed  the last `<answer>` with no closing tag, up to the end of the text
+    boxed                the last `\\boxed{…}` (balanced braces)
+    none                 nothing matched (counted as a format failure)
+
+`strict_em` only trusts the first rule, so a model that learned the `Final answer:` terminator is
+separated from one that merely produced an answer somewhere.
+"""
+from __future__ import annotations
+
+import re
+
+RULES = ("final_answer", "answer_tag", "answer_tag_unclosed", "boxed", "none")
+STRICT_RULE = "final_answer"
+
+_FINAL = re.compile(r"final answer\s*:[ \t]*([^\n]*)", re.IGNORECASE)
+_ANSWER_CLOSED = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def _final_answer(text: str) -> str | None:
+    matches = list(_FINAL.finditer(text))
+    if not matches:
+        return None
+    answer = matches[-1].group(1).strip()
+    return answer or None
+
+
+def _answer_tag(text: str) -> str | None:
+    matches = _ANSWER_CLOSED.findall(text)
+    if not matches:
+        return None
+    return matches[-1].strip() or None
+
+
+def _answer_tag_unclosed(text: str) -> str | None:
+    start = text.rfind("<answer>")
+    if start < 0 or "</answer>" in text[start:]:
+        return None
+    return text[start + len("<answer>"):].strip() or None
+
+
+def _boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i = start + len("\\boxed{")
+    depth, j = 1, i
+    while j < len(text):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j].strip() or None
+        j += 1
+    return None  # unbalanced: not a complete \boxed{}
+
+
+_CASCADE = (
+    ("final_answer", _final_answer),
+    ("answer_tag", _answer_tag),
+    ("answer_tag_unclosed", _answer_tag_unclosed),
+    ("boxed", _boxed),
+)
+
+
+def extract_answer(text: str | None) -> tuple[str | None, str]:
+    """(answer or None, name of the rule that fired) for the final assistant turn's content."""
+    if not text:
+        return None, "none"
+    for name, rule in _CASCADE:
+        answer = rule(text)
+        if answer is not None:
+            return answer, name
+    return None, "none"
+
+
+def strict_answer(answer: str | None, rule: str) -> str | None:
+    """The prediction `strict_em` scores: only a `Final answer:` counts."""
+    return answer if rule == STRICT_RULE else None

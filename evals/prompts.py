@@ -1,0 +1,48 @@
+"""Prompt variants. The tools themselves reach the model through its chat template (`tools=`),
+so a prompt here is only the system message + the first user message.
+
+    tool_agent    (default) a tool-using assistant; says nothing about the answer format, so the
+                  answer terminator a model uses is whatever its training taught it.
+    anchor_nudge  the same plus an explicit instruction to end with `Final answer: X`: the study's
+                  anchor row (the base model told the format it is scored on).
+"""
+from __future__ import annotations
+
+PROMPTS = ("tool_agent", "anchor_nudge")
+
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search Wikipedia and return the top passages for the query.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "The search query."}},
+            "required": ["query"],
+        },
+    },
+}
+
+_SEARCH_SYSTEM = (
+    "You are a helpful assistant that answers questions. You can call the search tool to look up "
+    "passages from Wikipedia, as many times as you need. Answer with a short phrase."
+)
+_TASK_SYSTEM = "You are a helpful assistant that completes the user's task with the tools provided."
+_NUDGE = (
+    "\n\nWhen you are done, end your reply with one line of the form\n"
+    "Final answer: <your short answer>"
+)
+
+
+def system_prompt(variant: str, task: str = "search") -> str:
+    if variant not in PROMPTS:
+        raise ValueError(f"unknown prompt {variant!r}; expected one of {PROMPTS}")
+    base = _SEARCH_SYSTEM if task == "search" else _TASK_SYSTEM
+    return base + (_NUDGE if variant == "anchor_nudge" else "")
+
+
+def initial_messages(variant: str, user_content: str, task: str = "search") -> list[dict]:
+    return [
+        {"role": "system", "content": system_prompt(variant, task)},
+        {"role": "user", "content": user_content},
+    ]

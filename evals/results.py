@@ -1,0 +1,74 @@
+"""Per-example result files and their summaries.
+
+`<out>/<bench>.jsonl` is appended one finished batch at a time (flushed and fsynced), so an
+interruption loses at most the batch in flight; a torn last line (killed mid-write) is dropped
+on resume and those examples run again.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+from evals.metrics import mean
+
+QA_KEYS = ("em", "f1", "cover_em", "strict_em")
+
+
+class ResultsError(ValueError):
+    pass
+
+
+def load_done(path: Path, valid_ids: set[str]) -> dict[str, dict]:
+    """Finished rows by id; repairs a torn final line, rejects anything else that's wrong."""
+    if not path.exists():
+        return {}
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    done, keep = {}, []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines):  # the last write was interrupted (no trailing newline)
+                break
+            raise ResultsError(f"{path}:{i}: corrupt line in the middle of the file; delete the file to re-run this bench")
+        rid = row.get("id")
+        if rid not in valid_ids:
+            raise ResultsError(f"{path}:{i}: id {rid!r} is not in this run's sample (different n/seed/bench?); use a fresh out=")
+        done[rid] = row
+        keep.append(line)
+    repaired = b"".join(line + b"\n" for line in keep)
+    if repaired != raw:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(repaired)
+        os.replace(tmp, path)
+    return done
+
+
+def append_rows(path: Path, rows: list[dict]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def summarize(rows: list[dict], metric_keys: tuple[str, ...] | None = None) -> dict:
+    """Bench-level means in [0, 1] plus counts of stop reasons and extractor rules."""
+    keys = metric_keys or (tuple(rows[0]["metrics"]) if rows else QA_KEYS)
+    summary = {k: mean(r["metrics"][k] for r in rows) for k in keys}
+    summary.update({
+        "format_failure_rate": mean(float(r["extract_rule"] == "none") for r in rows),
+        "n": len(rows),
+        "mean_turns": mean(r["num_turns"] for r in rows),
+        "mean_tool_calls": mean(r["num_tool_calls"] for r in rows),
+        "mean_tool_errors": mean(r["num_tool_errors"] for r in rows),
+        "mean_generated_tokens": mean(r["generated_tokens"] for r in rows),
+        "stop_reasons": dict(sorted(Counter(r["stop_reason"] for r in rows).items())),
+        "extract_rules": dict(sorted(Counter(r["extract_rule"] for r in rows).items())),
+    })
+    return summary

@@ -1,0 +1,192 @@
+"""Retrievers behind the `search` tool: local BM25 (bm25s) or a Search-R1-compatible HTTP server.
+
+Both return, per query, a list of `{"id", "contents", "score"}` docs; `format_docs` renders them the
+way Search-R1 does (`Doc 1(Title: "T") text`, the wiki-18 title keeps its quotes), which is what
+the models saw in training.
+
+The BM25 index is built once per (corpus file, parameters) and cached on disk; later runs (and
+`serve-retriever`) memory-map it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from common.io import atomic_dir, read_jsonl, sha256_text, write_json
+
+BM25_PARAMS = {"method": "lucene", "k1": 1.2, "b": 0.75, "stopwords": "en"}
+INDEX_FORMAT = 1
+
+
+class RetrieverError(RuntimeError):
+    """The retriever can't serve (unreachable server, bad corpus, bad response)."""
+
+
+def format_docs(docs: list[dict]) -> str:
+    """Search-R1's passage rendering: title = first line of `contents`, text = the rest."""
+    out = []
+    for i, doc in enumerate(docs, 1):
+        lines = doc["contents"].split("\n")
+        out.append(f"Doc {i}(Title: {lines[0]}) {chr(10).join(lines[1:])}\n")
+    return "".join(out)
+
+
+def load_corpus(path: str | Path) -> list[dict]:
+    """Read a wiki-18 style corpus (`{"id", "contents"}` per line); a bad line is an error naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise RetrieverError(f"corpus {path} does not exist")
+    docs, seen = [], set()
+    for lineno, raw in read_jsonl(path):
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise RetrieverError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("contents"), str) or "id" not in row:
+            raise RetrieverError(f"{path}:{lineno}: expected {{\"id\", \"contents\": str}}, got keys {sorted(row) if isinstance(row, dict) else type(row).__name__}")
+        doc_id = str(row["id"])
+        if doc_id in seen:
+            raise RetrieverError(f"{path}:{lineno}: duplicate doc id {doc_id!r}")
+        seen.add(doc_id)
+        docs.append({"id": doc_id, "contents": row["contents"]})
+    if not docs:
+        raise RetrieverError(f"corpus {path} has no documents")
+    return docs
+
+
+def default_index_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dtsft" / "bm25"
+
+
+def index_key(corpus: str | Path) -> str:
+    """Identity of an index: the corpus file (real path, size, mtime) and the BM25 parameters.
+    Cheap on a 14 GB wiki-18 file; any edit changes size or mtime and so rebuilds."""
+    import bm25s
+
+    st = Path(corpus).stat()
+    ident = {
+        "corpus": str(Path(corpus).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+        "params": BM25_PARAMS, "bm25s": bm25s.__version__, "format": INDEX_FORMAT,
+    }
+    return sha256_text(json.dumps(ident, sort_keys=True))[:20]
+
+
+def _tokenize(texts: list[str], return_ids: bool):
+    import bm25s
+
+    return bm25s.tokenize(texts, stopwords=BM25_PARAMS["stopwords"], return_ids=return_ids, show_progress=False)
+
+
+class Bm25Retriever:
+    """bm25s over a corpus jsonl; `built` says whether this instance had to build the index."""
+
+    def __init__(self, corpus: str | Path, index_dir: str | Path | None = None):
+        import bm25s
+
+        self.corpus_path = Path(corpus)
+        if not self.corpus_path.is_file():
+            raise RetrieverError(f"corpus {self.corpus_path} does not exist (pass corpus=PATH)")
+        root = Path(index_dir) if index_dir else default_index_root()
+        self.index_dir = root / index_key(self.corpus_path)
+        self.built = False
+        if not (self.index_dir / "index_meta.json").is_file():
+            self._build()
+            self.built = True
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
+        self.bm25 = bm25s.BM25.load(str(self.index_dir), load_corpus=True, mmap=True, show_progress=False)
+        self.num_docs = json.loads((self.index_dir / "index_meta.json").read_text())["num_docs"]
+
+    def _build(self) -> None:
+        import bm25s
+
+        docs = load_corpus(self.corpus_path)
+        bm25 = bm25s.BM25(method=BM25_PARAMS["method"], k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
+        bm25.index(_tokenize([d["contents"] for d in docs], return_ids=True), show_progress=len(docs) > 100_000)
+        with atomic_dir(self.index_dir) as tmp:
+            bm25.save(str(tmp), corpus=docs, show_progress=False)
+            write_json(tmp / "index_meta.json", {
+                "corpus": str(self.corpus_path.resolve()), "num_docs": len(docs), "params": BM25_PARAMS,
+                "bm25s": bm25s.__version__,
+            })
+
+    def search(self, queries: list[str], topk: int) -> list[list[dict]]:
+        if not queries:
+            return []
+        k = min(topk, self.num_docs)
+        docs, scores = self.bm25.retrieve(_tokenize(list(queries), return_ids=False), k=k, show_progress=False, n_threads=1)
+        return [
+            [{"id": str(d["id"]), "contents": d["contents"], "score": float(s)} for d, s in zip(row_d, row_s)]
+            for row_d, row_s in zip(docs, scores)
+        ]
+
+
+class HttpRetriever:
+    """Client of a Search-R1 retrieval server: `POST /retrieve {"queries", "topk", "return_scores"}`."""
+
+    def __init__(self, url: str, timeout: float = 30.0, retries: int = 3, backoff: float = 1.0):
+        if not url:
+            raise RetrieverError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
+        self.url = url if url.rstrip("/").endswith("/retrieve") else url.rstrip("/") + "/retrieve"
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+
+    def _post(self, payload: dict) -> dict:
+        data = json.dumps(payload).encode("utf-8")
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            req = urllib.request.Request(self.url, data=data, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return json.loads(resp.read().decode("utf-8"))
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500:  # a client error will not fix itself on retry
+                    raise RetrieverError(f"retriever {self.url} answered HTTP {exc.code}: {exc.read()[:300]!r}") from exc
+                last = exc
+            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as exc:
+                last = exc
+            if attempt < self.retries:
+                time.sleep(self.backoff * (2 ** attempt))
+        raise RetrieverError(
+            f"retriever {self.url} unreachable after {self.retries + 1} attempts "
+            f"(timeout {self.timeout}s): {last}. Start one with `serve-retriever corpus=PATH` or use retriever=bm25."
+        )
+
+    def search(self, queries: list[str], topk: int) -> list[list[dict]]:
+        if not queries:
+            return []
+        body = self._post({"queries": list(queries), "topk": topk, "return_scores": True})
+        result = body.get("result") if isinstance(body, dict) else None
+        if not isinstance(result, list) or len(result) != len(queries):
+            raise RetrieverError(f"retriever {self.url} returned a malformed response: {str(body)[:300]}")
+        out = []
+        for row in result:
+            docs = []
+            for item in row:
+                # return_scores=true: {"document": {...}, "score": s}; some servers send bare docs.
+                doc = item.get("document", item)
+                docs.append({"id": str(doc.get("id", "")), "contents": doc["contents"], "score": float(item.get("score", 0.0))})
+            out.append(docs)
+        return out
+
+
+def make_retriever(cfg) -> Bm25Retriever | HttpRetriever:
+    kind = cfg.retriever
+    if kind == "bm25":
+        if not cfg.corpus:
+            raise RetrieverError("retriever=bm25 needs corpus=PATH (a wiki-18 style jsonl)")
+        return Bm25Retriever(cfg.corpus, cfg.get("index_dir"))
+    if kind == "http":
+        return HttpRetriever(cfg.retriever_url, timeout=cfg.retriever_timeout, retries=cfg.retriever_retries)
+    raise RetrieverError(f"unknown retriever {kind!r}; expected bm25 or http")
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    """Console script `serve-retriever` (implemented in evals.server)."""
+    from evals.server import main
+
+    return main(argv)

@@ -1,0 +1,135 @@
+"""How each kind of bench becomes episodes, tools and per-example metrics.
+
+    QA benches       question -> user message; the `search` tool runs the retriever (all calls of
+                     a turn in one batched query); scored by EM/F1/cover-EM/strict-EM
+    search_plan_ood  envs.search_plan_act: one environment per episode, its own tools; scored by
+                     the environment's reward components
+"""
+from __future__ import annotations
+
+import json
+
+from evals.agent import Episode
+from evals.benches import BenchItem
+from evals.extract import extract_answer, strict_answer
+from evals.metrics import qa_metrics
+from evals.prompts import SEARCH_TOOL, initial_messages
+from evals.retrievers import format_docs
+
+
+class SearchTools:
+    """Executes `search` calls against a retriever; anything else is an error for the model."""
+
+    tools = [SEARCH_TOOL]
+
+    def __init__(self, retriever, topk: int):
+        self.retriever, self.topk = retriever, topk
+
+    def __call__(self, batch: list[tuple[Episode, list[dict]]]) -> list[list[str]]:
+        out: list[list[str]] = [[""] * len(calls) for _, calls in batch]
+        queries, where = [], []
+        for b, (_, calls) in enumerate(batch):
+            for c, call in enumerate(calls):
+                query = call["arguments"].get("query")
+                if call["name"] != "search":
+                    out[b][c] = f"Error: unknown tool {call['name']!r}; the available tool is 'search'."
+                elif not isinstance(query, str) or not query.strip():
+                    out[b][c] = "Error: search needs a non-empty string argument \"query\"."
+                else:
+                    queries.append(query)
+                    where.append((b, c))
+        for (b, c), docs in zip(where, self.retriever.search(queries, self.topk) if queries else []):
+            out[b][c] = format_docs(docs)
+        return out
+
+
+def qa_episode(item: BenchItem, prompt: str) -> Episode:
+    return Episode(item.id, initial_messages(prompt, item.question), list(SearchTools.tools))
+
+
+def qa_row(ep: Episode, item: BenchItem) -> dict:
+    answer, rule = extract_answer(ep.final_content)
+    return {
+        "id": item.id,
+        "question": item.question,
+        "golden_answers": item.golden_answers,
+        "prediction": answer,
+        "extract_rule": rule,
+        "stop_reason": ep.stop_reason,
+        "num_turns": ep.turns,
+        "num_tool_calls": ep.tool_calls,
+        "num_tool_errors": ep.tool_errors,
+        "generated_tokens": ep.generated_tokens,
+        "metrics": qa_metrics(answer, strict_answer(answer, rule), item.golden_answers),
+        "messages": ep.messages,
+    }
+
+
+# ---- search_plan_ood ---------------------------------------------------------------------------
+
+def _envs():
+    try:
+        from envs import search_plan_act
+    except ImportError as exc:
+        raise RuntimeError(
+            f"bench search_plan_ood needs the envs.search_plan_act package, which failed to import: {exc}"
+        ) from exc
+    return search_plan_act
+
+
+def ood_items(n: int | None, seed: int, split: str) -> list[BenchItem]:
+    spa = _envs()
+    rows = spa.make_eval_items(n if n and n > 0 else 500, seed, split)
+    items = []
+    for row in rows:
+        row = dict(row)
+        rid = str(row.get("id", f"{split}_{row.get('seed')}"))
+        items.append(BenchItem(rid, row.get("question", ""), [str(row["answer"])] if row.get("answer") else [], extra=row))
+    return items
+
+
+def ood_episode(item: BenchItem, prompt: str) -> Episode:
+    spa = _envs()
+    env = spa.SearchPlanActEnv()
+    reset_kwargs = {k: v for k, v in item.extra.items() if k not in ("id", "answer", "question")}
+    observation = env.reset(**reset_kwargs)
+    return Episode(item.id, initial_messages(prompt, observation, task="ood"), spa.tool_schemas(), state=env)
+
+
+def env_tools(batch: list[tuple[Episode, list[dict]]]) -> list[list[str]]:
+    out = []
+    for ep, calls in batch:
+        res = []
+        for call in calls:
+            try:
+                res.append(str(ep.state.call_tool(call["name"], call["arguments"])))
+            except Exception as exc:  # a bad call is the model's mistake: report it, keep going
+                res.append(f"Error: {type(exc).__name__}: {exc}")
+        out.append(res)
+    return out
+
+
+def env_done(ep: Episode) -> bool:
+    return bool(getattr(ep.state, "done", False))
+
+
+def ood_row(ep: Episode, item: BenchItem) -> dict:
+    answer, rule = extract_answer(ep.final_content)
+    components = {k: float(v) for k, v in ep.state.reward_components().items()}
+    metrics = {"reward": components.get("total", float(ep.state.get_reward()))}
+    metrics.update({f"reward_{k}": v for k, v in components.items() if k != "total"})
+    return {
+        "id": item.id,
+        "question": ep.messages[1]["content"],
+        "golden_answers": item.golden_answers,
+        "prediction": answer,
+        "extract_rule": rule,
+        "stop_reason": ep.stop_reason,
+        "num_turns": ep.turns,
+        "num_tool_calls": ep.tool_calls,
+        "num_tool_errors": ep.tool_errors,
+        "generated_tokens": ep.generated_tokens,
+        "metrics": metrics,
+        "reset": json.loads(json.dumps({k: v for k, v in item.extra.items()}, default=str)),
+        "messages": ep.messages,
+    }
