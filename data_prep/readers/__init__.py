@@ -1,0 +1,157 @@
+"""Source readers: `FORMAT:PATH_OR_HUB_ID` -> canonical records (or quarantined rejections).
+
+FORMAT is one of FORMATS. PATH is a local .jsonl / .json / .parquet file (or a directory of
+them); anything else is a Hugging Face dataset id, optionally `ID#split` (default split `train`).
+Every row read yields exactly one outcome — a record or a rejection with a reason — so the totals
+always add up.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from common.io import read_jsonl, sha256_file
+from data_prep.readers import canonical, openseeker, r2e_gym, search_r1, swe_gym, swe_smith
+from data_prep.schema import RecordError
+
+PARSERS = {
+    "r2e-gym": r2e_gym.parse,
+    "swe-gym": swe_gym.parse,
+    "swe-smith": swe_smith.parse,
+    "openseeker": openseeker.parse,
+    "search-r1": search_r1.parse,
+    "canonical": canonical.parse,
+}
+FORMATS = tuple(PARSERS)
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+_ID_KEYS = ("id", "traj_id", "instance_id")
+
+
+class SourceError(ValueError):
+    """A source spec that can't be read at all (unknown format, missing file)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    format: str
+    location: str
+    split: str = "train"
+
+    @property
+    def is_local(self) -> bool:
+        return Path(self.location).exists()
+
+    def files(self) -> list[Path]:
+        p = Path(self.location)
+        if p.is_dir():
+            return sorted(f for f in p.rglob("*") if f.suffix in LOCAL_SUFFIXES)
+        return [p]
+
+    def identity(self) -> dict:
+        """What the cache key / manifest records: local files with sha256, hub ids as given."""
+        if self.is_local:
+            return {"format": self.format, "files": [{"path": str(f), "sha256": sha256_file(f)} for f in self.files()]}
+        return {"format": self.format, "hub_id": self.location, "split": self.split}
+
+
+def parse_source(spec: str) -> Source:
+    fmt, sep, loc = str(spec).partition(":")
+    if not sep or not loc:
+        raise SourceError(f"source {spec!r}: expected FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}")
+    if fmt not in PARSERS:
+        raise SourceError(f"source {spec!r}: unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+    split = "train"
+    if not Path(loc).exists() and "#" in loc:
+        loc, split = loc.split("#", 1)
+    if not Path(loc).exists() and (loc.startswith((".", "/")) or Path(loc).suffix in LOCAL_SUFFIXES):
+        raise SourceError(f"source {spec!r}: no such file {loc}")
+    return Source(fmt, loc, split)
+
+
+@dataclass
+class Outcome:
+    """One row's result: `record` set, or `reason`/`detail` set (quarantined)."""
+
+    id: str
+    source: str
+    record: dict | None = None
+    reason: str | None = None
+    detail: str = ""
+    where: str = ""
+
+    def rejection(self) -> dict:
+        return {"id": self.id, "source": self.source, "reason": self.reason, "detail": self.detail, "where": self.where}
+
+
+def _rows(src: Source) -> Iterator[tuple[str, Any]]:
+    """(where, row-or-RecordError) for each row of the source."""
+    if not src.is_local:
+        import datasets
+
+        ds = datasets.load_dataset(src.location, split=src.split)
+        for i, row in enumerate(ds):
+            yield f"{src.location}#{src.split}[{i}]", row
+        return
+    for f in src.files():
+        if f.suffix == ".jsonl":
+            for lineno, line in read_jsonl(f):
+                try:
+                    yield f"{f}:{lineno}", json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield f"{f}:{lineno}", RecordError("malformed_json", f"{exc.msg} at column {exc.colno}")
+        elif f.suffix == ".json":
+            try:
+                obj = json.loads(f.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                yield f"{f}", RecordError("malformed_json", f"{exc.msg} at line {exc.lineno}")
+                continue
+            rows = obj if isinstance(obj, list) else [obj]
+            for i, row in enumerate(rows):
+                yield f"{f}[{i}]", row
+        else:
+            import pyarrow.parquet as pq
+
+            for i, row in enumerate(pq.read_table(f).to_pylist()):
+                yield f"{f}[{i}]", row
+
+
+def _row_id(src: Source, row: Any, where: str) -> str:
+    if isinstance(row, dict):
+        for k in _ID_KEYS:
+            if isinstance(row.get(k), (str, int)) and str(row[k]):
+                return str(row[k])
+        extra = row.get("extra_info")
+        if isinstance(extra, dict) and extra.get("index") is not None:
+            return f"{extra.get('split', 'row')}-{extra['index']}"
+    return where.replace(" ", "_")
+
+
+def read_source(src: Source | str, *, reasoning: str = "reasoning_content") -> Iterator[Outcome]:
+    """Yield one Outcome per row; bad rows are quarantined with a reason, never raised."""
+    src = parse_source(src) if isinstance(src, str) else src
+    parse = PARSERS[src.format]
+    seen: set[str] = set()
+    for where, row in _rows(src):
+        rid = _row_id(src, row, where)
+        label = src.format
+        if isinstance(row, RecordError):
+            yield Outcome(rid, label, reason=row.reason, detail=row.detail, where=where)
+            continue
+        if not isinstance(row, dict):
+            yield Outcome(rid, label, reason="bad_row", detail=f"row is {type(row).__name__}", where=where)
+            continue
+        if rid in seen:
+            yield Outcome(rid, label, reason="duplicate_id", detail=f"id {rid!r} seen before in this source", where=where)
+            continue
+        seen.add(rid)
+        try:
+            rec = parse(row, rid=rid, reasoning=reasoning)
+        except RecordError as exc:
+            yield Outcome(rid, label, reason=exc.reason, detail=exc.detail, where=where)
+            continue
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:  # shape we didn't anticipate
+            yield Outcome(rid, label, reason="bad_row", detail=f"{type(exc).__name__}: {exc}", where=where)
+            continue
+        yield Outcome(rec["id"], rec["source"], record=rec, where=where)

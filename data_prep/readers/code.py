@@ -1,0 +1,52 @@
+"""Shared finishing step of the code-trajectory readers (R2E-Gym, SWE-Gym, SWE-smith)."""
+from __future__ import annotations
+
+from data_prep.readers.common import merge_tools, tools_from_system_prompt, trim_after_finish
+from data_prep.schema import RecordError, make_record
+from data_prep.terminators import ends_with_finish, extract_task
+
+
+def split_system_tools(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Move a text function list out of the system prompt into JSON-schema specs."""
+    if messages and messages[0]["role"] == "system":
+        prompt, specs = tools_from_system_prompt(messages[0]["content"])
+        return [{"role": "system", "content": prompt}, *messages[1:]], specs
+    return messages, []
+
+
+def code_record(rid: str, source: str, messages: list[dict], tools: list[dict]) -> dict:
+    """Canonical code record; the trajectory must end with a finish/submit call."""
+    messages = trim_after_finish(messages)
+    if not any(m["role"] == "assistant" for m in messages):
+        raise RecordError("no_assistant_turn")
+    if not ends_with_finish(messages):
+        raise RecordError("no_finish_call", "the last assistant turn has no finish/submit call")
+    first_user = next((m["content"] for m in messages if m["role"] == "user"), None)
+    if first_user is None:
+        raise RecordError("no_user_turn")
+    task = extract_task(first_user) or first_user
+    return make_record(
+        id=rid, source=source, domain="code", messages=messages, tools=merge_tools(tools, messages),
+        task=task, answer=None, terminator="finish",
+    )
+
+
+def row_messages(row: dict) -> list:
+    """The `messages` column; SWE-smith's `tool` split stores it as a JSON string."""
+    msgs = row.get("messages")
+    if isinstance(msgs, str):
+        import json
+
+        try:
+            msgs = json.loads(msgs)
+        except json.JSONDecodeError as exc:
+            raise RecordError("malformed_json", f"messages string is not JSON: {exc.msg}")
+    if msgs is None or (isinstance(msgs, list) and not msgs):
+        raise RecordError("empty_conversation")
+    if not isinstance(msgs, list):
+        raise RecordError("bad_message", f"messages is {type(msgs).__name__}")
+    return msgs
+
+
+def is_native(msgs: list) -> bool:
+    return any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool") for m in msgs)

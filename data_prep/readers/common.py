@@ -1,0 +1,284 @@
+"""Conversions shared by the readers: XML-text tool calls, native OpenAI tool calls, thoughts.
+
+Every reader produces the canonical record of `data_prep.schema`. Rules applied here:
+- observations become role `tool` with the matching `tool_call_id`/`name` (the Qwen3 templates
+  otherwise treat each observation as a new user query and drop all earlier reasoning);
+- the free text before a call becomes `reasoning_content` or `content` (`reasoning=` switch);
+- tool arguments become dicts; `None` never reaches a template (keys stripped, content "").
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from data_prep.schema import RecordError, strip_none, tool_call
+
+REASONING_MODES = ("reasoning_content", "content")
+
+_FUNC_RE = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.DOTALL)
+_PARAM_RE = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.DOTALL)
+_STEPS_RE = re.compile(r"\n*Steps Remaining: \d+\s*$")
+
+
+def thought_message(thought: str, reasoning: str) -> dict:
+    """An assistant message carrying free-text `thought` per the `reasoning` switch."""
+    if reasoning not in REASONING_MODES:
+        raise ValueError(f"reasoning must be one of {REASONING_MODES}, got {reasoning!r}")
+    thought = thought.strip()
+    msg: dict[str, Any] = {"role": "assistant", "content": ""}
+    if thought:
+        msg["reasoning_content" if reasoning == "reasoning_content" else "content"] = thought
+    return msg
+
+
+def _param_value(raw: str) -> Any:
+    """XML parameter text -> value. OpenHands wraps multi-line values in newlines (one stripped
+    each side); JSON arrays/objects (e.g. `view_range`) are parsed, everything else stays a str."""
+    val = raw[1:] if raw.startswith("\n") else raw
+    val = val[:-1] if val.endswith("\n") else val
+    s = val.strip()
+    if s[:1] in "[{" and s[-1:] in "]}":
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            pass
+    return val
+
+
+def parse_xml_calls(text: str) -> tuple[str, list[tuple[str, dict]]]:
+    """Split assistant text into (thought before the first call, [(name, args), ...]).
+
+    A `<function=` that doesn't form a complete `<function=NAME>...</function>` block is an
+    `unparseable_tool_call`."""
+    calls = [(m.group(1), {k: _param_value(v) for k, v in _PARAM_RE.findall(m.group(2))}) for m in _FUNC_RE.finditer(text)]
+    if text.count("<function=") != len(calls):
+        raise RecordError("unparseable_tool_call", f"malformed <function=...> block in {text[-160:]!r}")
+    first = _FUNC_RE.search(text)
+    thought = text[: first.start()] if first else text
+    if first:
+        tail = text[_last_end(text):].strip()
+        if tail:  # text after the call would be lost in the tool-call form: keep it in the thought
+            thought = thought.rstrip() + "\n\n" + tail
+    return thought, calls
+
+
+def _last_end(text: str) -> int:
+    end = 0
+    for m in _FUNC_RE.finditer(text):
+        end = m.end()
+    return end
+
+
+def strip_steps_suffix(text: str) -> str:
+    """Drop the scaffold's `Steps Remaining: N` suffix (an artefact of one agent loop)."""
+    return _STEPS_RE.sub("", text)
+
+
+def require_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise RecordError("non_string_content", f"{where} content is {type(value).__name__}")
+    return value
+
+
+def convert_xml_messages(
+    messages: list[dict],
+    *,
+    reasoning: str,
+    crlf: bool = False,
+) -> list[dict]:
+    """Text-form agent conversation (calls as `<function=...>` XML, observations as user turns)
+    -> canonical messages. A user turn right after an assistant call is that call's observation
+    (role `tool`); any other user turn stays a user turn (e.g. "please continue" nudges)."""
+    if not isinstance(messages, list) or not messages:
+        raise RecordError("empty_conversation")
+    out: list[dict] = []
+    pending: list[tuple[str, str]] = []  # (call id, name) awaiting an observation
+    n_calls = 0
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise RecordError("bad_message", f"message {i} is {type(m).__name__}")
+        role = m.get("role")
+        content = require_str(m.get("content"), f"message {i} ({role})")
+        if crlf:
+            content = content.replace("\r\n", "\n")
+        if role == "system":
+            out.append({"role": "system", "content": content})
+        elif role == "user":
+            content = strip_steps_suffix(content)
+            if pending:
+                call_id, name = pending[-1]
+                out.append({"role": "tool", "content": content, "tool_call_id": call_id, "name": name})
+                pending = []
+            else:
+                out.append({"role": "user", "content": content})
+        elif role == "assistant":
+            thought, calls = parse_xml_calls(content)
+            msg = thought_message(thought, reasoning)
+            if calls:
+                msg["tool_calls"] = []
+                for name, args in calls:
+                    call_id = f"call_{n_calls}"
+                    n_calls += 1
+                    msg["tool_calls"].append(tool_call(name, args, call_id))
+                    pending.append((call_id, name))
+            out.append(msg)
+        else:
+            raise RecordError("unknown_role", f"message {i} has role {role!r}")
+    return out
+
+
+def parse_arguments(raw: Any, where: str) -> dict:
+    """Native tool-call arguments (JSON string or dict) -> dict."""
+    if isinstance(raw, dict):
+        return strip_none(raw)
+    if isinstance(raw, str):
+        try:
+            val = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise RecordError("unparseable_tool_call", f"{where}: arguments are not JSON ({exc.msg}): {raw[:120]!r}")
+        if isinstance(val, dict):
+            return val
+    raise RecordError("unparseable_tool_call", f"{where}: arguments are {type(raw).__name__}, not an object")
+
+
+def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dict]:
+    """OpenAI-form messages with native `tool_calls` (parquet nulls allowed) -> canonical."""
+    if not isinstance(messages, list) or not messages:
+        raise RecordError("empty_conversation")
+    out: list[dict] = []
+    for i, raw in enumerate(messages):
+        if not isinstance(raw, dict):
+            raise RecordError("bad_message", f"message {i} is {type(raw).__name__}")
+        m = strip_none(raw)
+        role = m.get("role")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise RecordError("unknown_role", f"message {i} has role {role!r}")
+        content = m.get("content", "")
+        if role == "assistant" and content is None:
+            content = ""
+        content = require_str(content, f"message {i} ({role})")
+        if role == "assistant":
+            thought = m.get("reasoning_content")
+            if thought is not None:
+                require_str(thought, f"message {i} reasoning")
+                msg = thought_message(thought, reasoning)
+                if content:
+                    msg["content"] = (msg["content"] + "\n\n" + content).strip() if msg["content"] else content
+            elif m.get("tool_calls"):
+                msg = thought_message(content, reasoning)
+            else:
+                msg = {"role": "assistant", "content": content}
+            calls = []
+            for j, c in enumerate(m.get("tool_calls") or []):
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise RecordError("unparseable_tool_call", f"message {i} call {j}: {c!r:.120}")
+                calls.append(tool_call(fn["name"], parse_arguments(fn.get("arguments"), f"message {i} call {j}"), c.get("id") or f"call_{i}_{j}"))
+            if calls:
+                msg["tool_calls"] = calls
+            out.append(msg)
+        elif role == "tool":
+            call_id, name = m.get("tool_call_id"), m.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                call_id, name = _infer_call(out, i)
+            out.append({"role": "tool", "content": content, "tool_call_id": call_id, "name": name})
+        else:
+            out.append({"role": role, "content": content})
+    return out
+
+
+def _infer_call(out: list[dict], i: int) -> tuple[str, str]:
+    for prev in reversed(out):
+        if prev["role"] == "assistant":
+            calls = prev.get("tool_calls") or []
+            if calls:
+                c = calls[-1]
+                return c.get("id", f"call_{i}"), c["function"]["name"]
+            break
+    raise RecordError("bad_tool_message", f"message {i}: tool result without a preceding call")
+
+
+def trim_after_finish(messages: list[dict]) -> list[dict]:
+    """Drop trailing tool/user turns after the last assistant turn (the finish call's own
+    observation is never trained on and would leave the conversation ending on a non-assistant)."""
+    end = len(messages)
+    while end > 0 and messages[end - 1]["role"] in ("tool",):
+        end -= 1
+    return messages[:end]
+
+
+def infer_tools(messages: list[dict]) -> list[dict]:
+    """JSON-schema specs inferred from the calls seen (for sources that ship no schemas)."""
+    specs: dict[str, dict] = {}
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            fn = c["function"]
+            props = specs.setdefault(fn["name"], {})
+            for k, v in fn["arguments"].items():
+                props.setdefault(k, {"type": _json_type(v)})
+    return [
+        {"type": "function", "function": {"name": n, "description": f"The {n} tool.",
+                                          "parameters": {"type": "object", "properties": p}}}
+        for n, p in sorted(specs.items())
+    ]
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return "string"
+
+
+_FN_HEAD_RE = re.compile(r"^[-–—]+ BEGIN FUNCTION #\d+: (\S+) [-–—]+$", re.M)
+_FN_END_RE = re.compile(r"^[-–—]+ END FUNCTION #\d+ [-–—]+$", re.M)
+_PARAM_LINE_RE = re.compile(r"^\s*(?:\(\d+\)|\d+\.)\s*(\w+) \((\w+), (required|optional)\):?\s*(.*)$", re.M)
+_ACCESS_RE = re.compile(r"\n*(?:We|You) have access to the following functions:?", re.I)
+_TYPE_MAP = {"string": "string", "integer": "integer", "int": "integer", "boolean": "boolean",
+             "bool": "boolean", "array": "array", "list": "array", "number": "number", "object": "object"}
+
+
+def tools_from_system_prompt(system: str) -> tuple[str, list[dict]]:
+    """(system prompt without its text function list, JSON-schema specs parsed from that list).
+
+    Text-form scaffolds (R2E, OpenHands, SWE-agent) describe tools in the system prompt and ask for
+    `<function=...>` calls; the chat template renders the tools itself and the calls as
+    `<tool_call>` JSON, so the text list and its format rules would contradict the render."""
+    specs = []
+    heads = list(_FN_HEAD_RE.finditer(system))
+    for k, h in enumerate(heads):
+        stop = heads[k + 1].start() if k + 1 < len(heads) else len(system)
+        body = system[h.end():stop]
+        endm = _FN_END_RE.search(body)
+        body = body[: endm.start()] if endm else body
+        desc = body.split("Parameters:")[0].strip()
+        desc = desc[len("Description:"):].strip() if desc.startswith("Description:") else desc
+        props, required = {}, []
+        for pm in _PARAM_LINE_RE.finditer(body):
+            name, typ, req, pdesc = pm.groups()
+            props[name] = {"type": _TYPE_MAP.get(typ.lower(), "string")}
+            if pdesc.strip():
+                props[name]["description"] = pdesc.strip()
+            if req == "required":
+                required.append(name)
+        params: dict[str, Any] = {"type": "object", "properties": props}
+        if required:
+            params["required"] = required
+        specs.append({"type": "function", "function": {"name": h.group(1), "description": desc, "parameters": params}})
+    acc = _ACCESS_RE.search(system)
+    prompt = system[: acc.start()].rstrip() if acc else system
+    return prompt, specs
+
+
+def merge_tools(declared: list[dict], messages: list[dict]) -> list[dict]:
+    """Declared specs plus inferred specs for any called tool the declaration lacks."""
+    names = {t["function"]["name"] for t in declared}
+    return declared + [t for t in infer_tools(messages) if t["function"]["name"] not in names]

@@ -1,0 +1,103 @@
+"""OpenSeeker rows: `question`, `answer`, `trajectory` (messages: assistant `<think>` +
+`<tool_call>{json}</tool_call>` (sometimes inside `<tool_calls_begin>...</tool_calls_end>`),
+user turns holding one `<tool_response>` block per call, a final `<answer>`).
+
+OpenSeeker's search takes a list of queries; a one-element list becomes the canonical
+`{"query": str}`, longer lists are kept as lists (the data is not rewritten)."""
+from __future__ import annotations
+
+import json
+import re
+
+from data_prep.readers.common import require_str, thought_message
+from data_prep.readers.search import SEARCH_TOOL, VISIT_TOOL, final_turn, search_record
+from data_prep.schema import RecordError, tool_call
+from data_prep.terminators import extract_answer_tag
+
+SOURCE = "openseeker"
+_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_RESP_RE = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)
+_WRAP_RE = re.compile(r"</?tool_calls_(?:begin|end)>")
+
+
+def _parse_call(raw: str, where: str) -> tuple[str, dict]:
+    try:
+        obj = json.loads(raw.strip())
+    except json.JSONDecodeError as exc:
+        raise RecordError("unparseable_tool_call", f"{where}: {exc.msg} in {raw.strip()[:120]!r}")
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not isinstance(obj.get("arguments", {}), dict):
+        raise RecordError("unparseable_tool_call", f"{where}: {raw.strip()[:120]!r}")
+    args = dict(obj.get("arguments", {}))
+    if obj["name"] == "search" and isinstance(args.get("query"), list) and len(args["query"]) == 1:
+        args["query"] = args["query"][0]
+    return obj["name"], args
+
+
+def parse(row: dict, *, rid: str, reasoning: str) -> dict:
+    traj = row.get("trajectory")
+    if isinstance(traj, str):
+        try:
+            traj = json.loads(traj)
+        except json.JSONDecodeError as exc:
+            raise RecordError("malformed_json", f"trajectory string is not JSON: {exc.msg}")
+    if not traj:
+        raise RecordError("empty_conversation")
+    question = row.get("question")
+    turns: list[dict] = []
+    pending: list[dict] = []
+    answer = None
+    used = set()
+    for i, m in enumerate(traj):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ("system", "user", "assistant"):
+            raise RecordError("unknown_role", f"message {i} has role {role!r}")
+        content = require_str(m.get("content"), f"message {i} ({role})")
+        if role == "system":
+            continue  # replaced by the canonical search system prompt
+        if role == "user":
+            blocks = _RESP_RE.findall(content)
+            if not blocks:
+                if question is None:
+                    question = content.strip()
+                elif turns:
+                    turns.append({"role": "user", "content": content})
+                continue
+            if len(blocks) != len(pending):
+                raise RecordError("tool_response_mismatch", f"message {i}: {len(blocks)} responses for {len(pending)} calls")
+            for call, block in zip(pending, blocks):
+                turns.append({"role": "tool", "content": block.strip("\n"), "tool_call_id": call["id"], "name": call["function"]["name"]})
+            pending = []
+            continue
+        text = _WRAP_RE.sub("", content)
+        calls = _CALL_RE.findall(text)
+        if not calls and "<tool_call>" in text:
+            raise RecordError("unparseable_tool_call", f"message {i}: unclosed <tool_call>")
+        if calls:
+            msg = thought_message(clean(_CALL_RE.sub("", text)), reasoning)
+            msg["tool_calls"] = []
+            for j, raw in enumerate(calls):
+                name, args = _parse_call(raw, f"message {i} call {j}")
+                used.add(name)
+                msg["tool_calls"].append(tool_call(name, args, f"call_{i}_{j}"))
+            pending = list(msg["tool_calls"])
+            turns.append(msg)
+            continue
+        before, ans = extract_answer_tag(text)
+        if ans is not None:
+            answer = ans
+            turns.append(final_turn(before, ans, reasoning))
+        else:
+            turns.append(thought_message(clean(text), reasoning))
+    if answer is None:
+        raise RecordError("no_final_answer", "no <answer> in the trajectory")
+    if not isinstance(question, str) or not question.strip():
+        raise RecordError("no_question")
+    gold = row.get("answer")
+    tools = [SEARCH_TOOL] + ([VISIT_TOOL] if "visit" in used else [])
+    return search_record(rid, SOURCE, question.strip(), gold if isinstance(gold, str) else answer, turns, tools)
+
+
+def clean(text: str) -> str:
+    from data_prep.readers.search import clean_thought
+
+    return clean_thought(text)

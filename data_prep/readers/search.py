@@ -1,0 +1,59 @@
+"""Shared pieces of the search-trajectory readers: the canonical search tool and system prompt."""
+from __future__ import annotations
+
+import re
+
+from data_prep.readers.common import thought_message
+from data_prep.schema import make_record
+from data_prep.terminators import final_answer
+
+SEARCH_SYSTEM_PROMPT = (
+    "You are a search agent. Answer the user's question using the search tool to look facts up. "
+    "When you know the answer, end your reply with a line `Final answer: <answer>`."
+)
+
+# The canonical search tool (envs and evals expose the same one).
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the document corpus. Returns the top documents as lines `Doc i(Title: T) text`.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "The search query."}},
+            "required": ["query"],
+        },
+    },
+}
+
+VISIT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "visit",
+        "description": "Visit a web page and return the parts relevant to the goal.",
+        "parameters": {
+            "type": "object",
+            "properties": {"url": {"type": "string"}, "goal": {"type": "string"}},
+            "required": ["url", "goal"],
+        },
+    },
+}
+
+_THINK_TAG_RE = re.compile(r"</?think>")
+
+
+def clean_thought(text: str) -> str:
+    return _THINK_TAG_RE.sub("", text).strip()
+
+
+def final_turn(thought: str, answer: str, reasoning: str) -> dict:
+    """The last assistant turn: optional thought, then `Final answer: X`."""
+    msg = thought_message(clean_thought(thought), reasoning)
+    msg["content"] = (msg["content"] + "\n\n" if msg["content"] else "") + final_answer(answer)
+    return msg
+
+
+def search_record(rid: str, source: str, question: str, answer: str | None, turns: list[dict], tools: list[dict]) -> dict:
+    messages = [{"role": "system", "content": SEARCH_SYSTEM_PROMPT}, {"role": "user", "content": question}, *turns]
+    return make_record(id=rid, source=source, domain="search", messages=messages, tools=tools,
+                       task=question, answer=answer, terminator="final_answer")

@@ -1,0 +1,77 @@
+"""Search-R1 / NQ-style rollouts: one assistant turn holding `<think>`, `<search> q </search>`,
+the environment's `<information>Doc 1(Title: T) ...</information>` and a final `<answer>`.
+Converted to multi-turn tool form: each search becomes a `search` call, each information block
+its tool result, the answer `Final answer: X`.
+
+Row: `prompt` ([{role: user, content}]) or `question`, plus `response` (the rollout text) — or
+`messages` [user, assistant]; gold from `reward_model.ground_truth.target` / `golden_answers`."""
+from __future__ import annotations
+
+import re
+
+from data_prep.readers.common import require_str, thought_message
+from data_prep.readers.search import SEARCH_TOOL, clean_thought, final_turn, search_record
+from data_prep.schema import RecordError, tool_call
+from data_prep.terminators import extract_answer_tag
+
+SOURCE = "search-r1"
+_SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
+_INFO_RE = re.compile(r"\s*<information>(.*?)</information>", re.DOTALL)
+
+
+def _question_and_response(row: dict) -> tuple[str, str]:
+    prompt, response = row.get("prompt"), row.get("response")
+    if response is None and isinstance(row.get("messages"), list):
+        msgs = row["messages"]
+        if not msgs:
+            raise RecordError("empty_conversation")
+        asst = [m for m in msgs if isinstance(m, dict) and m.get("role") == "assistant"]
+        if not asst:
+            raise RecordError("no_assistant_turn")
+        response = asst[-1].get("content")
+        prompt = [m for m in msgs if isinstance(m, dict) and m.get("role") == "user"]
+    if response is None:
+        raise RecordError("no_assistant_turn", "row has no `response` / assistant message")
+    response = require_str(response, "response")
+    question = row.get("question")
+    if not isinstance(question, str):
+        user = prompt[-1].get("content") if isinstance(prompt, list) and prompt else prompt
+        user = require_str(user, "prompt")
+        # Search-R1 prompts end with "Question: <q>" after the tag instructions.
+        question = user.rsplit("Question:", 1)[1] if "Question:" in user else user
+    return question.strip(), response
+
+
+def _gold(row: dict) -> str | None:
+    rm = row.get("reward_model")
+    target = (rm or {}).get("ground_truth", {}).get("target") if isinstance(rm, dict) else None
+    target = target if target is not None else row.get("golden_answers", row.get("answer"))
+    if isinstance(target, list):
+        return str(target[0]) if target else None
+    return str(target) if target is not None else None
+
+
+def parse(row: dict, *, rid: str, reasoning: str) -> dict:
+    question, response = _question_and_response(row)
+    if not response.strip():
+        raise RecordError("empty_conversation", "empty response")
+    turns: list[dict] = []
+    pos = 0
+    for k, s in enumerate(_SEARCH_RE.finditer(response)):
+        if s.start() < pos:
+            continue
+        info = _INFO_RE.match(response, s.end())
+        if info is None:
+            raise RecordError("unparseable_tool_call", f"search {k} ({s.group(1).strip()[:60]!r}) has no <information> result")
+        msg = thought_message(clean_thought(response[pos:s.start()]), reasoning)
+        call_id = f"call_{k}"
+        msg["tool_calls"] = [tool_call("search", {"query": s.group(1).strip()}, call_id)]
+        turns.append(msg)
+        turns.append({"role": "tool", "content": info.group(1).strip(), "tool_call_id": call_id, "name": "search"})
+        pos = info.end()
+    before, ans = extract_answer_tag(response[pos:])
+    if ans is None:
+        raise RecordError("no_final_answer", "no <answer> after the last search")
+    turns.append(final_turn(before, ans, reasoning))
+    gold = _gold(row)
+    return search_record(rid, SOURCE, question, gold if gold is not None else ans, turns, [SEARCH_TOOL])
