@@ -77,7 +77,8 @@ class FigureInfo:
 
 
 def _layout(n: int) -> tuple[int, int, float]:
-    cols = min(MAX_COLS, n)
+    # 3 or 4 columns, whichever leaves fewer empty slots (4 on ties): 9 panels -> 3x3, 8 -> 2x4.
+    cols = n if n <= 3 else min((MAX_COLS, MAX_COLS - 1), key=lambda c: (math.ceil(n / c) * c - n, -c))
     rows = math.ceil(n / cols)
     width = TEXT_WIDTH_IN if cols > 1 else COLUMN_WIDTH_IN
     return rows, cols, width
@@ -106,7 +107,8 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                     continue
                 x = c.step.to_numpy(float)
                 (line,) = ax.plot(x, c["mean"].to_numpy(float), marker="o", color=colours[arm], label=arm)
-                lo, hi = c.lo.to_numpy(float), c.hi.to_numpy(float)
+                # Every metric here lives in [0, 1]: a t band is clipped there for display only.
+                lo, hi = np.clip(c.lo.to_numpy(float), 0, 1), np.clip(c.hi.to_numpy(float), 0, 1)
                 ok = np.isfinite(lo) & np.isfinite(hi)
                 if ok.any():
                     ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), where=ok,

@@ -40,7 +40,10 @@ class Table:
         groups = ["", *[c.group for c in self.columns]]
         lines = [f"*{self.caption}*", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         if len({g for g in groups if g}) > 1:
-            lines.insert(2, "Groups: " + "; ".join(f"{c.label} = {c.group}" for c in self.columns))
+            by_group: dict[str, list[str]] = {}
+            for c in self.columns:
+                by_group.setdefault(c.group, []).append(c.label)
+            lines.insert(2, "Column groups: " + "; ".join(f"{g}: {', '.join(ls)}" for g, ls in by_group.items()))
             lines.insert(3, "")
         lines += ["| " + " | ".join([label, *cells]) + " |" for label, cells in self.rows]
         return "\n".join(lines) + "\n"
@@ -126,7 +129,8 @@ def _step_label(sel: Selected) -> str:
 
 def main_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
     caption = (f"{metric.upper()} of the anchor and of each arm's final and best checkpoint "
-               "(mean over seeds ±95% half-width: t across seeds, or bootstrap over examples for one seed; "
+               "(mean over seeds ±95% half-width: t across seeds, or bootstrap over examples for one seed, "
+               "its larger side; "
                "@step: the checkpoint; best is chosen on the evaluation set and is optimistic)")
     table = Table(caption, columns)
     if any(math.isfinite(anchor_value(points, c.bench, c.metric).mean) for c in columns):

@@ -1,0 +1,211 @@
+"""analyze on synthetic run trees: discovery, tidy table, figures, tables, report, incremental sweep, gaps."""
+import json
+
+import matplotlib.image as mpimg
+import pandas as pd
+import pytest
+from test_analysis_helpers import make_run, write_eval
+
+from analysis.aggregate import Points, best_point, final_point, paired_vs_anchor
+from analysis.cli import main as analyze_main
+from analysis.collect import add_mean_rows, collect
+from analysis.discover import discover_runs, provenance
+from analysis.evaluation import summary_benches
+from analysis.sweep import run_analysis
+from analysis.tables import latex_escape
+from common.cli import ConfigError
+
+QA = ["nq", "hotpotqa"]
+BENCHES = QA + ["search_plan_ood"]
+
+
+def _vals(step, arm_bonus):
+    return {"nq": 0.1 + arm_bonus + step / 1000, "hotpotqa": 0.2 + arm_bonus, "search_plan_ood": 0.3 + arm_bonus}
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """r2e: 2 seeds, steps 10/20 evaluated; search: 1 seed, step 10 evaluated, step 20 checkpointed only,
+    step 30 expected but not yet written (still training). Anchor evaluated."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        make_run(root, "r2e", seed, [10, 20], evaluated={10: _vals(10, 0.1 * seed), 20: _vals(20, 0.1 * seed)})
+    make_run(root, "search", 0, [10, 20], evaluated={10: _vals(10, 0.3)}, horizon=30, save_steps=[10, 20], done=False)
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.1, "hotpotqa": 0.1, "search_plan_ood": 0.1})
+    # A checkpoint being written right now and an incomplete one: neither is a checkpoint.
+    (root / "r2e" / "seed0" / "checkpoints" / "step-000030.tmp-99").mkdir()
+    (root / "r2e" / "seed0" / "checkpoints" / "step-000040").mkdir()
+    return root
+
+
+def test_discover_runs_checkpoints_and_provenance(tree):
+    runs = discover_runs(tree)
+    assert [(r.arm, r.seed) for r in runs] == [("r2e", 0), ("r2e", 1), ("search", 0)]
+    r2e0, _, search = runs
+    assert sorted(r2e0.checkpoints) == [10, 20] and sorted(r2e0.evals) == [10, 20] and r2e0.done
+    assert any("step-000040: no config.json" in p for p in r2e0.problems)
+    assert search.steps == [10, 20, 30] and not search.done
+    assert provenance(r2e0.manifest) == {"git.commit": "abc0", "git.dirty": False, "data.fingerprint": "fp-r2e"}
+
+
+def test_tidy_table_and_mean_rows(tree):
+    c = collect(discover_runs(tree), tree / "_anchor" / "eval" / "step-000000", BENCHES)
+    t = c.table
+    assert list(t.columns) == ["arm", "seed", "step", "bench", "metric", "value", "n"]
+    row = t[(t.arm == "r2e") & (t.seed == 1) & (t.step == 20) & (t.bench == "nq") & (t.metric == "em")]
+    assert row.value.item() == pytest.approx(0.2) and row.n.item() == 10  # round((0.1+0.1+0.02)*10)/10
+    assert set(t[t.arm == "anchor"].step) == {0}
+    assert "format_failure_rate" in set(t.metric) and "n" not in set(t.metric)
+    with_mean = add_mean_rows(t, QA)
+    avg = with_mean[(with_mean.bench == "avg") & (with_mean.metric == "em")]
+    # search seed0 step 10: nq 0.4, hotpotqa 0.5 -> 0.45
+    assert avg[(avg.arm == "search") & (avg.step == 10)].value.item() == pytest.approx(0.45)
+    dropped = add_mean_rows(t[~((t.arm == "search") & (t.bench == "hotpotqa"))], QA)
+    assert dropped[(dropped.bench == "avg") & (dropped.arm == "search")].empty  # gap, not a 1-bench mean
+
+
+def _points(tree):
+    runs = discover_runs(tree)
+    c = collect(runs, tree / "_anchor" / "eval" / "step-000000", BENCHES)
+    dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}
+    dirs[("anchor", 0, 0)] = tree / "_anchor" / "eval" / "step-000000"
+    return Points(add_mean_rows(c.table, QA), dirs, QA, n_boot=400)
+
+
+def test_final_best_and_paired_points(tree):
+    p = _points(tree)
+    final = final_point(p, "r2e", "nq", "em")  # seeds at step 20: 0.1, 0.2 -> t interval across 2 seeds
+    assert final.steps == [20] and final.interval.method == "t"
+    assert final.interval.mean == pytest.approx(0.15)
+    assert final.interval.hi - 0.15 == pytest.approx(12.7062047 * 0.0707107 / 2 ** 0.5, abs=1e-5)
+    one = final_point(p, "search", "nq", "em")  # one seed: bootstrap over its 10 examples
+    assert one.interval.method == "bootstrap" and one.steps == [10] and one.interval.lo < 0.4 < one.interval.hi
+    assert best_point(p, "r2e", "hotpotqa", "em").steps == [10]  # flat curve: earliest step wins the tie
+    paired = paired_vs_anchor(p, "search", "nq", "em")  # 4/10 vs 1/10 correct, same ids
+    assert paired.result.delta == pytest.approx(0.3) and paired.result.n == 10 and paired.dropped == 0
+    reward = paired_vs_anchor(p, "search", "search_plan_ood", "reward")  # summary `reward` = example `total`
+    assert reward.result.delta == pytest.approx(0.5)  # 6/10 vs 1/10
+
+
+def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
+    out = tmp_path / "reports"
+    res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False,
+                        "n_boot": 200}, evaluator=lambda cfg: pytest.fail("evaluate=false must not evaluate"))
+    for name in ("results.parquet", "results.csv", "report.md"):
+        assert (out / name).is_file()
+    assert pd.read_parquet(out / "results.parquet").equals(res.table)
+    figs = {f.paths[0].stem: f for f in res.figures}
+    assert set(figs) == {"curves_em", "curves_f1", "search_plan_ood_components"}
+    for f in res.figures:
+        pdf, png = f.paths
+        assert pdf.read_bytes()[:5] == b"%PDF-" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert mpimg.imread(png).shape[0] > 300
+    em = figs["curves_em"]
+    assert em.panels == ["nq", "hotpotqa", "mean of 2 QA benches", "search_plan_ood (reward)"]
+    assert all(em.series[p] == ["r2e", "search", "anchor"] for p in em.panels)
+    assert em.gaps["nq"] == {"r2e": 0, "search": 2}  # search: step 20 unevaluated, step 30 not yet written
+    assert figs["search_plan_ood_components"].panels == ["outcome", "grounding", "stop", "reward"]
+    for name in ("main_em", "main_f1", "paired_em", "paired_f1"):
+        assert (out / "tables" / f"{name}.md").is_file() and (out / "tables" / f"{name}.tex").is_file()
+    md = (out / "tables" / "main_em.md").read_text()
+    assert "| r2e (final, step 20) | 0.150 ±0.635 |" in md and "anchor (base, nudge prompt)" in md
+    assert "search (best)" in md and "@10" in md
+    tex = (out / "tables" / "main_em.tex").read_text()
+    assert "\\multicolumn{1}{c}{General QA}" in tex and "\\multicolumn{1}{c}{Multi-Hop QA}" in tex
+    assert "0.150$_{\\pm0.635}$" in tex and "\\toprule" in tex
+    assert "+0.300 [" in (out / "tables" / "paired_em.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "![curves_em](figures/curves_em.png)" in report and "tables/main_em.tex" in report
+    assert "`git.commit`: `abc1`" in report and "`data.fingerprint`: `fp-search`" in report
+    lines = [m.line() for m in res.missing]
+    assert "search/seed0/step-000020 × nq: not evaluated (evaluate=false)" in lines
+    assert "search/seed0/step-000030 × nq: not checkpointed yet (run still training)" in lines
+    assert len(res.missing) == 6 and all(line in report for line in lines)
+
+
+def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "mixed", 0, [5], evaluated={5: {"nq": 0.5}})
+    (root / "mixed" / "seed0" / "eval" / "step-000005" / "nq.jsonl").write_text("not json\n")
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False})
+    assert [m.bench for m in res.missing if m.arm == "anchor"] == ["nq"]
+    assert res.figures[0].series["nq"] == ["mixed"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "nq.jsonl:1: not valid JSON" in report  # the bad per-example file is named, the point still plotted
+    empty = run_analysis({"runs_root": str(tmp_path / "nothing"), "out": str(tmp_path / "o2"), "evaluate": False})
+    assert empty.table.empty and (tmp_path / "o2" / "report.md").is_file()
+
+
+class FakeEvaluator:
+    """Writes what the harness would (only the requested benches) and counts calls."""
+
+    def __init__(self, fail_on=None):
+        self.calls, self.fail_on = [], fail_on
+
+    def __call__(self, cfg):
+        self.calls.append(cfg)
+        if self.fail_on and self.fail_on in cfg["ckpt"]:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        from pathlib import Path
+        write_eval(Path(cfg["out"]), {b: 0.5 for b in cfg["benches"]})
+        return json.loads((Path(cfg["out"]) / "summary.json").read_text())
+
+
+def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
+    root, out = tmp_path / "runs", tmp_path / "rep"
+    make_run(root, "r2e", 0, [10, 20], evaluated={10: {"nq": 0.2}})  # step 10 lacks hotpotqa
+    cfg = {"runs_root": str(root), "out": str(out), "benches": ["nq", "hotpotqa"], "anchor": "base-model",
+           "n_boot": 100, "eval": {"n": 10, "backend": "hf"}}
+    ev = FakeEvaluator()
+    res = run_analysis(cfg, evaluator=ev)
+    jobs = sorted((c["ckpt"].rsplit("/", 1)[-1], tuple(c["benches"]), c["prompt"]) for c in ev.calls)
+    assert jobs == [("base-model", ("nq", "hotpotqa"), "anchor_nudge"), ("step-000010", ("hotpotqa",), "tool_agent"),
+                    ("step-000020", ("nq", "hotpotqa"), "tool_agent")]
+    assert all(c["n"] == 10 and c["backend"] == "hf" for c in ev.calls)
+    # The old nq result survived the harness rewriting summary.json with only hotpotqa.
+    assert summary_benches(root / "r2e" / "seed0" / "eval" / "step-000010") == {"nq", "hotpotqa"}
+    assert res.missing == []
+    ev2 = FakeEvaluator()
+    run_analysis(cfg, evaluator=ev2)
+    assert ev2.calls == []
+    (root / "r2e" / "seed0" / "checkpoints" / "step-000030").mkdir()
+    (root / "r2e" / "seed0" / "checkpoints" / "step-000030" / "config.json").write_text("{}")
+    ev3 = FakeEvaluator()
+    run_analysis(cfg, evaluator=ev3)
+    assert [c["out"].rsplit("/", 1)[-1] for c in ev3.calls] == ["step-000030"]
+    with pytest.raises(ConfigError, match="records anchor 'base-model'"):
+        run_analysis({**cfg, "anchor": "other-model"}, evaluator=ev3)
+
+
+def test_failed_evaluation_is_listed_and_retried(tmp_path):
+    root, out = tmp_path / "runs", tmp_path / "rep"
+    make_run(root, "search", 0, [10, 20])
+    cfg = {"runs_root": str(root), "out": str(out), "benches": ["nq"], "n_boot": 100}
+    ev = FakeEvaluator(fail_on="step-000020")
+    res = run_analysis(cfg, evaluator=ev)
+    assert [m.line() for m in res.missing if m.arm == "search"] == [
+        "search/seed0/step-000020 × nq: evaluation failed: RuntimeError: CUDA out of memory (simulated)"]
+    assert "evaluation failed" in (out / "report.md").read_text()
+    ev2 = FakeEvaluator()
+    run_analysis(cfg, evaluator=ev2)
+    assert [c["out"].rsplit("/", 1)[-1] for c in ev2.calls] == ["step-000020"]
+
+
+def test_cli_help_dry_run_and_errors(tree, tmp_path, capsys):
+    assert analyze_main(["--help"]) == 0
+    assert "runs_root" in capsys.readouterr().out
+    assert analyze_main([f"runs_root={tree}", "anchor=base", f"out={tmp_path / 'o'}", "dry_run=true",
+                         "benches=[nq,triviaqa]", "n=5"]) == 0
+    plan = capsys.readouterr().out
+    assert "evaluations to run: 7" in plan and "r2e/seed0/step-000010: ['triviaqa']" in plan
+    assert "anchor/seed0/step-000000: ['triviaqa'] (prompt=anchor_nudge)" in plan
+    assert not (tmp_path / "o").exists()
+    assert analyze_main(["runs_rot=x"]) == 2
+    assert "Did you mean: runs_root" in capsys.readouterr().err
+    assert analyze_main([f"runs_root={tree}", f"out={tmp_path / 'o3'}", "evaluate=false", "n_boot=50",
+                         "benches=[nq]"]) == 0
+    assert (tmp_path / "o3" / "report.md").is_file()
+
+
+def test_latex_escaping():
+    assert latex_escape("r2e_v5 & 100%") == "r2e\\_v5 \\& 100\\%"
