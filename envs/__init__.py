@@ -1,0 +1,1 @@
+"""Closed-book agent environments (no network, no retriever): see `envs.search_plan_act`."""

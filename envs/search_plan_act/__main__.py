@@ -1,0 +1,54 @@
+"""`python -m envs.search_plan_act pilot [split=train|ood] [tasks=200] [seed=0]`
+`python -m envs.search_plan_act export out=PATH [n=100] [seed=0] [split=train]`
+`python -m envs.search_plan_act show [seed=0] [split=train]`  (prints one genuine episode)"""
+from __future__ import annotations
+
+import json
+import sys
+
+from omegaconf import OmegaConf
+
+from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+
+DEFAULTS = {
+    "pilot": {"split": "train", "tasks": 200, "seed": 0, "hops": None, "writes": None, "distractors": None},
+    "export": {"out": None, "n": 100, "seed": 0, "split": "train"},
+    "show": {"seed": 0, "split": "train"},
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or wants_help(argv) or argv[0] not in DEFAULTS:
+        print(__doc__)
+        if argv and not wants_help(argv):
+            raise ConfigError(f"unknown command {argv[0]!r}; expected one of {list(DEFAULTS)}")
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    cfg = apply_overrides(OmegaConf.create(DEFAULTS[cmd]), rest)
+    if cfg.get("split") not in ("train", "ood"):
+        raise ConfigError(f"split must be train or ood, got {cfg.split!r}")
+    if cmd == "pilot":
+        from .pilot import run_pilot
+
+        if int(cfg.tasks) < 1:
+            raise ConfigError("tasks must be >= 1")
+        knobs = {k: cfg[k] for k in ("hops", "writes", "distractors") if cfg[k] is not None}
+        result = run_pilot(cfg.split, int(cfg.tasks), int(cfg.seed), **knobs)
+        print(result.table())
+        return 0 if result.ok else 1
+    if cmd == "export":
+        from .export import export_trajectories
+
+        if not cfg.out:
+            raise ConfigError("export needs out=PATH")
+        n = export_trajectories(cfg.out, int(cfg.n), int(cfg.seed), cfg.split)
+        print(f"wrote {n} {cfg.split} trajectories to {cfg.out}")
+        return 0
+    from .export import episode_record
+
+    print(json.dumps(episode_record(int(cfg.seed), cfg.split)["messages"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,122 @@
+"""Split vocabularies and difficulty knobs.
+
+The two splits share only the machinery: `train` and `ood` use disjoint fact (attribute) types,
+slot (writable field) names, navigation relations, link relations, goal templates and chain
+lengths, so a model that memorised the train surface cannot pattern-match its way through `ood`.
+"""
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass, field
+
+SPLITS = ("train", "ood")
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A navigation relation: every record has exactly one outgoing edge of each such relation."""
+
+    name: str
+    dst_type: str
+    # How a goal describes "the record reached from {x} by this relation".
+    phrase: str
+    # How a search snippet states the edge, naming the target {y}.
+    fact: str
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """Difficulty knobs. `hops` and `writes` are the choices a task draws from (seeded)."""
+
+    hops: tuple[int, ...]
+    writes: tuple[int, ...]
+    distractors: int = 4
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    name: str
+    facts: tuple[str, ...]  # read-only typed attributes, value format per name in FACT_FORMATS
+    slots: tuple[str, ...]  # writable fields, every record starts with "unset"
+    relations: tuple[Relation, ...]
+    link_relations: tuple[str, ...]  # relations a goal may ask the agent to add
+    templates: tuple[str, ...]  # goal template ids (see goals.py)
+    difficulty: Difficulty = field(default_factory=lambda: Difficulty((1, 2), (1, 2)))
+
+
+# Value generators per fact type: each produces a value that looks like its siblings but is
+# drawn from a space large enough that guessing the right one is hopeless.
+def _code(rng: random.Random, prefix: str, n: int) -> str:
+    return prefix + "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(n))
+
+
+FACT_FORMATS = {
+    # train
+    "badge": lambda r: _code(r, "B-", 4),
+    "desk": lambda r: f"D{r.randint(1, 9)}-{r.randint(10, 99)}",
+    "budget": lambda r: str(r.randrange(1000, 99000, 10)),
+    # ood
+    "clearance": lambda r: f"L{r.randint(1, 5)}-{_code(r, '', 3)}",
+    "locker": lambda r: f"K-{r.randint(100, 999)}",
+    "cost_center": lambda r: f"CC{r.randint(1000, 9999)}",
+}
+
+UNSET = "unset"
+
+TRAIN = SplitSpec(
+    name="train",
+    facts=("badge", "desk", "budget"),
+    slots=("contact", "note"),
+    relations=(
+        Relation("member_of", "team", "the team {x} is a member of", "member of {y}"),
+        Relation("based_at", "site", "the site where {x} is based", "based at {y}"),
+        Relation("supplied_by", "vendor", "the vendor that supplies {x}", "supplied by {y}"),
+    ),
+    link_relations=("escalates_to", "backs_up"),
+    templates=("define_then_do", "stepwise", "question_first"),
+    difficulty=Difficulty(hops=(1, 2), writes=(1, 2), distractors=4),
+)
+
+OOD = SplitSpec(
+    name="ood",
+    facts=("clearance", "locker", "cost_center"),
+    slots=("escalation", "handover"),
+    relations=(
+        Relation("reports_to", "person", "the person {x} reports to", "reports to {y}"),
+        Relation("assigned_to", "project", "the project {x} is assigned to", "assigned to {y}"),
+        Relation("sourced_from", "vendor", "the vendor {x} sources from", "sources from {y}"),
+    ),
+    link_relations=("succeeds", "mirrors"),
+    templates=("trace_handoff", "nested_clause", "checklist"),
+    difficulty=Difficulty(hops=(3, 4), writes=(2, 3), distractors=4),
+)
+
+SPECS = {"train": TRAIN, "ood": OOD}
+
+ENTITY_TYPES = ("person", "team", "site", "vendor", "project")
+ID_PREFIX = {"person": "P", "team": "T", "site": "S", "vendor": "V", "project": "J"}
+
+
+def get_spec(split: str) -> SplitSpec:
+    if split not in SPECS:
+        raise ValueError(f"unknown split {split!r}; expected one of {list(SPECS)}")
+    return SPECS[split]
+
+
+def resolve_difficulty(spec: SplitSpec, hops=None, writes=None, distractors=None) -> Difficulty:
+    """The split default with any knob overridden (an int pins it; None keeps the default)."""
+    d = spec.difficulty
+
+    def pin(v, default):
+        if v is None:
+            return default
+        v = int(v)
+        if v < 1:
+            raise ValueError(f"difficulty knob must be >= 1, got {v}")
+        return (v,)
+
+    n_distractors = d.distractors if distractors is None else int(distractors)
+    if n_distractors < 0:
+        raise ValueError(f"distractors must be >= 0, got {n_distractors}")
+    return Difficulty(hops=pin(hops, d.hops), writes=pin(writes, d.writes), distractors=n_distractors)
