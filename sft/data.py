@@ -1,0 +1,256 @@
+"""Training data: load + validate the dataset dir, per-epoch order, rank split, packing.
+
+The global batch of optimizer step s (0-based) is a pure function of (seed, s, n,
+global_batch_size): epoch = s // steps_per_epoch, and the batch is a contiguous slice of
+that epoch's seeded permutation. So the data position to resume from is just the step
+number, and any world size sees the same global batches.
+
+Within a step every rank takes a share of the global batch (longest-first onto the
+least-loaded rank), packs it best-fit-decreasing into micro-batches of at most
+`max_tokens_per_micro_batch` tokens, one row per micro-batch, with position_ids
+restarting at 0 at each sequence start and no attention mask (the model derives the
+per-sequence causal mask from the position_ids).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common.cli import ConfigError
+
+REQUIRED_COLUMNS = ("id", "source", "domain", "input_ids", "labels", "num_tokens", "num_trainable", "messages")
+IGNORE = -100
+
+
+class DataError(ConfigError):
+    """The dataset directory cannot be trained on; the message names the file and row."""
+
+
+@dataclass
+class TrainData:
+    path: Path
+    ds: object  # datasets.Dataset restricted to input_ids/labels, numpy format
+    ids: list[str]
+    num_tokens: np.ndarray  # tokens per row
+    num_trainable: np.ndarray  # predicted tokens per row (labels[1:] != -100)
+    fingerprint: str | None
+    max_token_id: int
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+
+def _row_ids(col) -> list[str]:
+    return [str(x) for x in col.to_pylist()]
+
+
+def load_train_data(path: str | Path, *, global_batch_size: int, max_tokens_per_micro_batch: int) -> TrainData:
+    """Open and check the dataset dir; every problem names the dir and the offending row id."""
+    import datasets
+    import pyarrow.compute as pc
+
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(f"data.dir: {path} does not exist or is not a directory")
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as exc:
+        raise DataError(f"data.dir: {path} is not a datasets.save_to_disk directory ({exc})") from exc
+    if not isinstance(ds, datasets.Dataset):
+        raise DataError(f"data.dir: {path} holds a {type(ds).__name__}, expected a single Dataset")
+    missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(ds.column_names)})")
+    if len(ds) < global_batch_size:
+        raise DataError(
+            f"{path}: {len(ds)} rows, fewer than train.global_batch_size={global_batch_size} (no full optimizer step)"
+        )
+    table = ds.data
+    ids = _row_ids(table.column("id"))
+    num_tokens, num_trainable = _scan_lengths(path, table, ids, max_tokens_per_micro_batch)
+    max_token_id = max(int(pc.max(pc.list_flatten(c)).as_py() or 0) for c in table.column("input_ids").chunks)
+    fingerprint = None
+    manifest = path / "manifest.json"
+    if manifest.is_file():
+        try:
+            fingerprint = json.loads(manifest.read_text(encoding="utf-8")).get("fingerprint")
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{manifest}: not valid JSON ({exc})") from exc
+    ds = ds.select_columns(["input_ids", "labels"]).with_format("numpy")
+    return TrainData(path, ds, ids, num_tokens, num_trainable, fingerprint, max_token_id)
+
+
+def _scan_lengths(path, table, ids, max_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row token and trainable counts straight from Arrow, checking alignment on the way."""
+    import pyarrow.compute as pc
+
+    n_tok, n_lab, n_train, stated = [], [], [], table.column("num_tokens").to_numpy()
+    for col_in, col_lab in zip(table.column("input_ids").chunks, _rechunk(table.column("labels"), table.column("input_ids"))):
+        n_tok.append(pc.list_value_length(col_in).to_numpy(zero_copy_only=False))
+        n_lab.append(pc.list_value_length(col_lab).to_numpy(zero_copy_only=False))
+        flat = pc.list_flatten(col_lab).to_numpy(zero_copy_only=False)
+        lengths = n_lab[-1]
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        keep = flat != IGNORE
+        nonempty = lengths > 0
+        keep[starts[nonempty]] = False  # a sequence's first token is never predicted
+        counts = np.zeros(len(lengths), dtype=np.int64)
+        if keep.size:
+            sums = np.add.reduceat(keep.astype(np.int64), starts[nonempty]) if nonempty.any() else []
+            counts[nonempty] = sums
+        n_train.append(counts)
+    num_tokens = np.concatenate(n_tok).astype(np.int64)
+    num_labels = np.concatenate(n_lab).astype(np.int64)
+    num_trainable = np.concatenate(n_train)
+    for name, bad in (
+        ("labels length != input_ids length", np.flatnonzero(num_labels != num_tokens)),
+        ("num_tokens column != len(input_ids)", np.flatnonzero(stated != num_tokens)),
+        ("fewer than 2 tokens", np.flatnonzero(num_tokens < 2)),
+        ("no trainable token (labels[1:] all -100)", np.flatnonzero(num_trainable == 0)),
+        (f"longer than train.max_tokens_per_micro_batch={max_tokens}", np.flatnonzero(num_tokens > max_tokens)),
+    ):
+        if bad.size:
+            shown = ", ".join(f"{ids[i]!r} (row {i}, {num_tokens[i]} tokens)" for i in bad[:5])
+            raise DataError(f"{path}: {bad.size} row(s) with {name}: {shown}")
+    return num_tokens, num_trainable
+
+
+def _rechunk(col, like):
+    """`col` split into the same chunk boundaries as `like` (Arrow columns may be chunked differently)."""
+    out, offset = [], 0
+    combined = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    for chunk in like.chunks:
+        out.append(combined.slice(offset, len(chunk)))
+        offset += len(chunk)
+    return out
+
+
+# ---------------------------------------------------------------- order and splitting
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The permutation of rows for `epoch`, a function of (seed, epoch) only."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def global_batch(step: int, *, n: int, global_batch_size: int, seed: int) -> tuple[int, np.ndarray]:
+    """(epoch, row indices) of 0-based optimizer step `step`."""
+    per_epoch = n // global_batch_size
+    epoch, pos = divmod(step, per_epoch)
+    order = epoch_order(n, seed, epoch)
+    return epoch, order[pos * global_batch_size:(pos + 1) * global_batch_size]
+
+
+def split_across_ranks(indices, lengths, world: int) -> list[list[int]]:
+    """Longest-first onto the rank with the fewest tokens so far (ties: fewer rows, lower rank)."""
+    shares: list[list[int]] = [[] for _ in range(world)]
+    load = [0] * world
+    for i in sorted((int(x) for x in indices), key=lambda i: (-int(lengths[i]), i)):
+        r = min(range(world), key=lambda r: (load[r], len(shares[r]), r))
+        shares[r].append(i)
+        load[r] += int(lengths[i])
+    return shares
+
+
+def pack_best_fit_decreasing(indices, lengths, capacity: int) -> list[list[int]]:
+    """Bins of row indices, each holding at most `capacity` tokens, by best-fit decreasing."""
+    bins: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted((int(x) for x in indices), key=lambda i: (-int(lengths[i]), i)):
+        size = int(lengths[i])
+        if size > capacity:
+            raise ValueError(f"row {i} has {size} tokens > micro-batch capacity {capacity}")
+        fits = [b for b in range(len(bins)) if free[b] >= size]
+        if fits:
+            b = min(fits, key=lambda b: (free[b], b))
+            bins[b].append(i)
+            free[b] -= size
+        else:
+            bins.append([i])
+            free.append(capacity - size)
+    return bins
+
+
+# ---------------------------------------------------------------- micro-batches
+
+
+@dataclass
+class MicroBatch:
+    """One packed row: [1, T] tensors; `shift_labels[t]` is the target predicted at position t."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    labels: torch.Tensor
+    shift_labels: torch.Tensor
+    seq_lens: list[int]
+    num_trainable: int
+    dummy: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    def to(self, device) -> "MicroBatch":
+        mv = {k: getattr(self, k).to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels", "shift_labels")}
+        return MicroBatch(**mv, seq_lens=self.seq_lens, num_trainable=self.num_trainable, dummy=self.dummy)
+
+
+def shift_per_sequence(labels: np.ndarray) -> np.ndarray:
+    """labels[1:] + [-100]: the shift done per sequence, so the last token of one packed
+    sequence never predicts the first token of the next."""
+    out = np.full_like(labels, IGNORE)
+    out[:-1] = labels[1:]
+    return out
+
+
+def collate(rows: list[tuple[np.ndarray, np.ndarray]]) -> MicroBatch:
+    """Concatenate (input_ids, labels) pairs into one packed micro-batch row."""
+    ids = np.concatenate([r[0] for r in rows]).astype(np.int64)
+    labels = np.concatenate([r[1] for r in rows]).astype(np.int64)
+    shifted = np.concatenate([shift_per_sequence(np.asarray(r[1])) for r in rows]).astype(np.int64)
+    pos = np.concatenate([np.arange(len(r[0])) for r in rows]).astype(np.int64)
+    t = lambda a: torch.from_numpy(a).unsqueeze(0)  # noqa: E731
+    return MicroBatch(t(ids), t(pos), t(labels), t(shifted), [len(r[0]) for r in rows], int((shifted != IGNORE).sum()))
+
+
+def dummy_micro_batch(pad_id: int = 0) -> MicroBatch:
+    """A 2-token row with nothing to predict: keeps a rank with fewer micro-batches in
+    lock-step with the others (FSDP collectives need every rank to run each forward)."""
+    z = torch.full((1, 2), IGNORE, dtype=torch.long)
+    return MicroBatch(torch.full((1, 2), pad_id, dtype=torch.long), torch.arange(2).unsqueeze(0), z, z.clone(), [2], 0, dummy=True)
+
+
+@dataclass
+class StepPlan:
+    epoch: int
+    indices: list[int]  # this rank's rows
+    micro_batches: list[MicroBatch]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(mb.num_tokens for mb in self.micro_batches if not mb.dummy)
+
+    @property
+    def num_trainable(self) -> int:
+        return sum(mb.num_trainable for mb in self.micro_batches)
+
+
+def plan_step(data: TrainData, step: int, *, rank: int, world: int, global_batch_size: int, seed: int, capacity: int) -> StepPlan:
+    """This rank's packed micro-batches for 0-based optimizer step `step`."""
+    epoch, idx = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
+    mine = split_across_ranks(idx, data.num_tokens, world)[rank]
+    bins = pack_best_fit_decreasing(mine, data.num_tokens, capacity)
+    fetched = data.ds[sorted(mine)] if mine else {"input_ids": [], "labels": []}
+    by_row = {i: (fetched["input_ids"][k], fetched["labels"][k]) for k, i in enumerate(sorted(mine))}
+    return StepPlan(epoch, mine, [collate([by_row[i] for i in b]) for b in bins])
+
+
+def global_sequence_lengths(data: TrainData, step: int, *, global_batch_size: int, seed: int) -> list[int]:
+    """Token lengths of every sequence in the global batch (for the attention FLOPs of MFU)."""
+    _, idx = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
+    return [int(data.num_tokens[i]) for i in idx]

@@ -1,0 +1,196 @@
+"""Model loading and wrapping: hub id / local dir / `tiny`, attention choice, Liger, FSDP1.
+
+Only rank 0 materializes weights; other ranks build the architecture on the meta device
+and receive rank 0's tensors (FSDP `sync_module_states` on GPU; an explicit broadcast on
+CPU, where FSDP1 refuses `sync_module_states`). So 8 ranks never hold 8 full CPU copies.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+
+import torch
+import torch.distributed as dist
+
+from .config import TrainConfig
+
+log = logging.getLogger("sft.model")
+
+
+def resolve_tokenizer_path(name: str) -> str:
+    if name == "tiny":
+        from data_prep.tiny import tiny_tokenizer_path
+
+        return tiny_tokenizer_path()
+    return name
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_tokenizer_path(name))
+
+
+def select_attn_implementation(requested: str, device: torch.device) -> str:
+    """flash_attention_2 when CUDA + flash-attn are there (auto), else sdpa."""
+    have_fa = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    if requested == "auto":
+        choice = "flash_attention_2" if have_fa else "sdpa"
+        why = "CUDA + flash-attn available" if have_fa else f"device={device.type}, flash-attn {'present' if importlib.util.find_spec('flash_attn') else 'not installed'}"
+    else:
+        if requested == "flash_attention_2" and not have_fa:
+            from common.cli import ConfigError
+
+            raise ConfigError("model.attn_implementation=flash_attention_2 needs CUDA and the flash-attn package")
+        choice, why = requested, "requested"
+    log.info("attention implementation: %s (%s)", choice, why)
+    return choice
+
+
+def model_config(cfg: TrainConfig, attn: str):
+    """The architecture config: tiny, or the path's config (+ model.config overrides)."""
+    from transformers import AutoConfig
+
+    if cfg.model_path == "tiny":
+        from .tiny import tiny_config
+
+        conf = tiny_config(**cfg.model_overrides)
+    else:
+        conf = AutoConfig.from_pretrained(cfg.model_path, **cfg.model_overrides)
+    conf._attn_implementation = attn
+    conf.use_cache = False
+    return conf
+
+
+def build_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device):
+    """fp32 weights on rank 0 (pretrained or seeded random init); meta tensors elsewhere."""
+    from transformers import AutoModelForCausalLM
+
+    random_init = cfg.model_path == "tiny" or cfg.init == "random"
+    if rank != 0:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(conf, dtype=torch.float32)
+    if random_init:
+        torch.manual_seed(cfg.seed)
+        model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32)
+        log.info("model: random init of %s (seed %d)", type(model).__name__, cfg.seed)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, config=conf, dtype=torch.float32)
+        log.info("model: %s loaded from %s", type(model).__name__, cfg.model_path)
+    return model
+
+
+def broadcast_from_rank0(model, rank: int) -> None:
+    """CPU stand-in for FSDP's sync_module_states: materialize meta tensors and copy rank 0's."""
+    if rank != 0:
+        model.to_empty(device="cpu")
+        model.tie_weights()  # to_empty makes fresh Parameters, which unties shared ones
+    for t in [*model.parameters(), *model.buffers()]:
+        dist.broadcast(t.data, src=0)
+
+
+LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")
+
+
+def apply_liger(model, setting: str, device: torch.device) -> list[str]:
+    """Patch the model instance with Liger kernels; returns the active kernel names."""
+    if setting == "false":
+        log.info("liger: off (model.liger=false)")
+        return []
+    if device.type != "cuda":
+        if setting == "true":
+            from common.cli import ConfigError
+
+            raise ConfigError("model.liger=true needs CUDA (Liger's kernels are Triton GPU kernels)")
+        log.info("liger: skipped on %s (Triton kernels need CUDA)", device.type)
+        return []
+    model_type = model.config.model_type
+    try:
+        import liger_kernel.transformers as lk
+    except ImportError:
+        if setting == "true":
+            from common.cli import ConfigError
+
+            raise ConfigError("model.liger=true but liger-kernel is not installed")
+        log.info("liger: skipped (liger-kernel not installed)")
+        return []
+    fn = getattr(lk, f"apply_liger_kernel_to_{model_type}", None)
+    if fn is None:
+        if setting == "true":
+            from common.cli import ConfigError
+
+            raise ConfigError(f"model.liger=true but Liger has no kernels for model_type {model_type!r}")
+        log.info("liger: skipped (no Liger kernels for %s)", model_type)
+        return []
+    fn(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True, model=model)
+    log.info("liger: active kernels for %s: %s", model_type, ", ".join(LIGER_KERNELS))
+    return list(LIGER_KERNELS)
+
+
+def decoder_layer_class(model) -> type:
+    """The transformer block class FSDP wraps one unit per (from `_no_split_modules`)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    for m in model.modules():
+        if type(m).__name__ in names:
+            return type(m)
+    raise RuntimeError(f"cannot find the decoder layer class of {type(model).__name__} (_no_split_modules={names})")
+
+
+def wrap_fsdp(model, *, rank: int, device: torch.device, dtype: torch.dtype, activation_checkpointing: bool):
+    """FSDP1 FULL_SHARD with one unit per decoder layer; fp32 master weights and gradient
+    reduction, `dtype` compute; non-reentrant activation checkpointing per layer."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    layer_cls = decoder_layer_class(model)
+    mp = None
+    if dtype != torch.float32:
+        mp = MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
+    on_gpu = device.type == "cuda"
+    if not on_gpu:
+        broadcast_from_rank0(model, rank)
+    init_fn = None
+    if on_gpu and rank != 0:
+        init_fn = lambda m: m.to_empty(device=device, recurse=False)  # noqa: E731
+    wrapped = FSDP(
+        model,
+        auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_cls}),
+        sharding_strategy=ShardingStrategy.FULL_SHARD,
+        mixed_precision=mp,
+        device_id=device,
+        sync_module_states=on_gpu,
+        param_init_fn=init_fn,
+        use_orig_params=True,
+        limit_all_gathers=True,
+    )
+    if activation_checkpointing:
+        apply_activation_checkpointing(
+            wrapped,
+            checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: isinstance(m, layer_cls),
+        )
+    log.info(
+        "FSDP1 FULL_SHARD: unit=%s, compute dtype=%s, activation checkpointing=%s",
+        layer_cls.__name__, str(dtype).removeprefix("torch."), "on (non-reentrant)" if activation_checkpointing else "off",
+    )
+    return wrapped
+
+
+def matmul_params(conf) -> int:
+    """Parameters that take part in a matmul per token (N of the 6N rule): everything but
+    the input embedding lookup; the LM head counts even when tied to the embedding."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(conf)
+    total = sum(p.numel() for p in m.parameters())  # tied weights are counted once
+    emb = m.get_input_embeddings().weight.numel()
+    tied = m.get_output_embeddings() is not None and m.get_output_embeddings().weight is m.get_input_embeddings().weight
+    return total - emb + (emb if tied else 0)

@@ -1,0 +1,310 @@
+"""The SFT training loop: `python -m sft.train <run_dir>/config.yaml [key=value ...]`.
+
+Reads top to bottom like a recipe: validate config and data (no model work yet) ->
+process group -> model (rank-0 load, Liger, FSDP1) -> optimizer/schedule -> resume ->
+steps -> checkpoints -> DONE. Runs under torchrun (RANK/WORLD_SIZE/LOCAL_RANK) or as a
+plain process (a world of one on a free local port); FSDP is used either way so the code
+path is the same.
+
+Loss normalization (exact for any split): each micro-batch returns
+sum(token losses) / N_global, where N_global is the trainable-token count of the whole
+global batch (all-reduced before any backward). FSDP averages gradients over ranks, so
+each backward is scaled by the world size; the result is the gradient of
+sum(all token losses) / N_global, whatever the ranks and micro-batch budget.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from common.cli import ConfigError, wants_help
+
+from . import checkpoint as ckpt
+from .config import TrainConfig, load_config, save_points, schedule_steps
+from .data import DataError, TrainData, dummy_micro_batch, global_sequence_lengths, load_train_data, plan_step
+from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops
+from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
+from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
+
+log = logging.getLogger("sft.train")
+EXIT_NONFINITE = 3
+
+
+# ---------------------------------------------------------------- process setup
+
+
+def setup_logging(rank: int) -> None:
+    fmt = f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format=fmt, force=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(device_type: str) -> tuple[int, int, bool]:
+    """(rank, world size, whether we created the group). Env from torchrun, else a world of 1."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), False
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend)
+    return dist.get_rank(), dist.get_world_size(), True
+
+
+def pick_device(cfg: TrainConfig) -> torch.device:
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    if cfg.gpu_only:
+        raise ConfigError("model.gpu_only=true but CUDA is not available (set model.gpu_only=false for a CPU run)")
+    return torch.device("cpu")
+
+
+def train_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
+    if cfg.precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg.precision]
+
+
+def _all_reduce(value, op, device, dtype=torch.float64):
+    t = torch.tensor(value, dtype=dtype, device=device)
+    dist.all_reduce(t, op=op)
+    return t
+
+
+# ---------------------------------------------------------------- one global batch
+
+
+def forward_backward(model, micro_batches, *, device, world: int, liger_active: bool = False) -> tuple[float, int, int]:
+    """Run every micro-batch of this rank's share of a global batch, accumulating gradients.
+
+    Returns (mean token loss of the global batch, global trainable tokens, global tokens).
+    All ranks run the same number of forward passes (padding with empty dummy
+    micro-batches) because each FSDP forward/backward is a collective.
+    """
+    local_trainable = sum(mb.num_trainable for mb in micro_batches)
+    local_tokens = sum(mb.num_tokens for mb in micro_batches if not mb.dummy)
+    counts = _all_reduce([local_trainable, local_tokens], dist.ReduceOp.SUM, device, torch.int64)
+    n_micro = int(_all_reduce(len(micro_batches), dist.ReduceOp.MAX, device, torch.int64))
+    n_global = counts[0]
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    for i in range(n_micro):
+        mb = (micro_batches[i] if i < len(micro_batches) else dummy_micro_batch()).to(device)
+        out = model(
+            input_ids=mb.input_ids,
+            position_ids=mb.position_ids,
+            labels=mb.labels,
+            shift_labels=mb.shift_labels,
+            num_items_in_batch=n_global,
+            use_cache=False,
+        )
+        if liger_active and out.logits is not None:
+            raise RuntimeError("Liger fused linear cross-entropy is not active: the model materialized logits")
+        (out.loss * world).backward()
+        loss_sum += out.loss.detach().double()
+    dist.all_reduce(loss_sum)
+    return float(loss_sum), int(counts[0]), int(counts[1])
+
+
+def clip_grad_norm(model, max_norm: float | None) -> float:
+    """Total gradient norm over all shards (clipped to max_norm when set)."""
+    return float(model.clip_grad_norm_(max_norm if max_norm else float("inf")))
+
+
+# ---------------------------------------------------------------- the run
+
+
+def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_dir: Path) -> None:
+    expect = {"n": data.n, "global_batch_size": cfg.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint}
+    for key, want in expect.items():
+        if meta.get(key) != want:
+            raise ConfigError(
+                f"resume: {state_dir}/meta.json has {key}={meta.get(key)!r} but this run has {want!r}; "
+                "resuming would not reproduce the run (use resume=never to start over)"
+            )
+
+
+def resolve_resume(cfg: TrainConfig) -> Path | None:
+    if cfg.resume == "never":
+        return None
+    if cfg.resume == "auto":
+        return ckpt.latest_state(cfg.run_dir)
+    return Path(cfg.resume)
+
+
+def run(cfg: TrainConfig) -> int:
+    # 1. Everything that can fail cheaply fails here, before any model work.
+    device = pick_device(cfg)
+    done = cfg.run_dir / "DONE"
+    if done.exists() and cfg.resume != "never":
+        print(f"{done} exists: run already finished (resume=never to retrain)", file=sys.stderr)
+        return 0
+    data = load_train_data(cfg.data_dir, global_batch_size=cfg.global_batch_size, max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch)
+    per_epoch, total = schedule_steps(cfg, data.n)
+    saves = set(save_points(cfg, per_epoch, total))
+    resume_dir = resolve_resume(cfg)
+
+    rank, world, owns_group = init_distributed(device.type)
+    setup_logging(rank)
+    if cfg.global_batch_size < world:
+        raise ConfigError(f"train.global_batch_size={cfg.global_batch_size} is smaller than the world size {world}")
+    attn = select_attn_implementation(cfg.attn_implementation, device)
+    conf = model_config(cfg, attn)
+    if data.max_token_id >= conf.vocab_size:
+        raise DataError(f"{cfg.data_dir}: token id {data.max_token_id} >= the model's vocab_size {conf.vocab_size} (wrong tokenizer?)")
+    tokenizer = load_tokenizer(cfg.tokenizer) if rank == 0 else None
+    log.info("data: %d rows from %s; %d steps/epoch, %d steps, world %d, device %s", data.n, cfg.data_dir, per_epoch, total, world, device)
+
+    # 2. Model: rank-0 load, kernels, FSDP.
+    dtype = train_dtype(cfg, device)
+    model = build_model(cfg, conf, rank=rank, device=device)
+    liger = apply_liger(model, cfg.liger, device)
+    model = wrap_fsdp(model, rank=rank, device=device, dtype=dtype, activation_checkpointing=cfg.activation_checkpointing)
+    model.train()
+    n_matmul = matmul_params(conf)
+    gen_conf = ckpt.generation_config_for(cfg.model_path, conf)
+    optimizer = build_optimizer(model, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, device=device)
+    scheduler = build_scheduler(optimizer, total=total, warmup_ratio=cfg.warmup_ratio, schedule=cfg.lr_schedule, min_ratio=cfg.min_lr_ratio)
+    log.info("schedule: %s, peak lr %g, %d warmup steps of %d", cfg.lr_schedule, cfg.lr, warmup_steps(total, cfg.warmup_ratio), total)
+
+    # 3. Resume.
+    start, guard = 0, NonFiniteGuard(cfg.max_consecutive_nonfinite)
+    if resume_dir is not None:
+        meta = ckpt.load_state(model, optimizer, resume_dir, rank=rank)
+        validate_resume_meta(meta, cfg, data, resume_dir)
+        scheduler.load_state_dict(meta["scheduler"])
+        start, guard.consecutive = meta["step"], meta.get("consecutive_nonfinite", 0)
+        log.info("resumed from %s at step %d", resume_dir, start)
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    metrics = MetricsLog(cfg.run_dir / "metrics.jsonl", start, rank)
+    from omegaconf import OmegaConf
+
+    wb = Wandb(enabled=cfg.wandb, rank=rank, run_dir=cfg.run_dir, project=cfg.wandb_project, name=cfg.wandb_name,
+               mode=cfg.wandb_mode, config=OmegaConf.to_container(cfg.raw, resolve=True))
+    peak_tf = lookup_peak_tflops(device, cfg.peak_tflops)
+    preempt = ckpt.PreemptionFlag().install()
+
+    def hf_files(out: Path) -> None:  # what export needs to rebuild the model from a state
+        out.mkdir(parents=True, exist_ok=True)
+        model.module.config.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        gen_conf.save_pretrained(out)
+
+    def save_state(step: int, epoch: int) -> None:
+        meta = {"step": step, "epoch": epoch, "step_in_epoch": step - epoch * per_epoch, "n": data.n,
+                "global_batch_size": cfg.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
+                "data_dir": str(cfg.data_dir), "world_size": world, "total_steps": total,
+                "consecutive_nonfinite": guard.consecutive, "scheduler": scheduler.state_dict(), "time": time.time()}
+        ckpt.save_state(model, optimizer, run_dir=cfg.run_dir, step=step, meta=meta, hf_writer=hf_files, rank=rank)
+
+    # 4. Steps. `step` counts optimizer steps done; batch `step - 1` is consumed by it.
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=start, disable=rank != 0, desc=f"sft {cfg.wandb_name}", dynamic_ncols=True)
+    epoch = start // per_epoch if per_epoch else 0
+    try:
+        for step in range(start + 1, total + 1):
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            t0 = time.perf_counter()
+            plan = plan_step(data, step - 1, rank=rank, world=world, global_batch_size=cfg.global_batch_size,
+                             seed=cfg.seed, capacity=cfg.max_tokens_per_micro_batch)
+            epoch, t_data = plan.epoch, time.perf_counter() - t0
+            loss, n_train, n_tok = forward_backward(model, plan.micro_batches, device=device, world=world, liger_active=bool(liger))
+            grad_norm = clip_grad_norm(model, cfg.grad_clip)
+            lr = scheduler.get_last_lr()[0]
+            applied = guard.check(grad_norm, step)
+            if applied:
+                optimizer.step()
+            else:
+                log.warning("step %d: non-finite gradient norm %s, step skipped (%d in a row)", step, grad_norm, guard.consecutive)
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            dt = time.perf_counter() - t0
+            flops = step_flops(n_matmul, conf, global_sequence_lengths(data, step - 1, global_batch_size=cfg.global_batch_size, seed=cfg.seed))
+            row = {
+                "step": step, "epoch": epoch, "loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": not applied,
+                "tokens": n_tok, "trainable_tokens": n_train,
+                "tokens_per_s_per_gpu": n_tok / dt / world, "trainable_tokens_per_s_per_gpu": n_train / dt / world,
+                "mfu": (flops / dt / world / (peak_tf * 1e12)) if peak_tf else None,
+                "step_time_s": dt, "data_wait_s": t_data, "peak_mem_gb": peak_memory_gb(device),
+            }
+            if step % cfg.log_every == 0 or step == total:
+                metrics.write(row)
+                wb.log(row, step)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+
+            if step in saves:
+                ckpt.save_hf_checkpoint(model, out=cfg.run_dir / "checkpoints" / ckpt.step_name(step), dtype=dtype,
+                                        tokenizer=tokenizer, generation_config=gen_conf, device=device, rank=rank)
+            stop = bool(_all_reduce(int(preempt.set), dist.ReduceOp.MAX, device, torch.int64))
+            if step < total and (step % cfg.state_every == 0 or stop):
+                save_state(step, epoch)
+            if stop and step < total:
+                log.warning("preemption signal received: state saved at step %d, exiting for a resume", step)
+                return 0
+    finally:
+        bar.close()
+        preempt.restore()
+        wb.finish()
+    if rank == 0:
+        done.write_text(json.dumps({"step": total, "checkpoint": str(cfg.run_dir / "checkpoints" / ckpt.step_name(total))}) + "\n")
+    log.info("training finished: %d steps", total)
+    if owns_group:
+        dist.barrier()
+    return 0
+
+
+def main(config_path: str | Path, overrides: list[str] | None = None) -> int:
+    """In-process entry: train from a resolved config file; returns the exit code."""
+    cfg = load_config(config_path, overrides)
+    owned_before = dist.is_initialized()
+    try:
+        return run(cfg)
+    finally:
+        if not owned_before and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+USAGE = """usage: python -m sft.train <resolved-config.yaml> [key=value ...]
+
+Trains the model of the resolved config (structure of recipes/base.yaml, with run_dir and
+data.dir filled) on data.dir. Launch with torchrun for several processes; a plain process
+trains as a world of one. Exit codes: 0 done or preempted (DONE marks a finished run),
+2 config/data error, 3 too many non-finite gradient norms in a row."""
+
+
+def cli(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if wants_help(argv) or not argv:
+        print(USAGE)
+        return 0 if argv else 2
+    try:
+        return main(argv[0], argv[1:])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except NonFiniteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NONFINITE
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
