@@ -16,7 +16,6 @@ checked with verify-checkpoint (`verify=false` skips that).
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
@@ -46,9 +45,6 @@ CARRY_FILES = re.compile(
     r"|chat_template\.(jinja|json)|generation_config\.json|.*\.model)$"
 )
 TOKENIZER_FILES = re.compile(r"^(tokenizer\.json|tokenizer\.model|vocab\.(json|txt)|.*\.model)$")
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -149,7 +145,9 @@ def write_weights(sd: dict[str, torch.Tensor], out: Path, dtype: torch.dtype, ma
     for name, keys in tqdm(list(zip(names, shards)), desc="writing shards", disable=n < 2):
         # clone: a trimmed row slice still shares storage with the padded original.
         save_file({k: cast(sd[k]).contiguous().clone() for k in keys}, str(out / name), metadata={"format": "pt"})
-        os.chmod(out / name, 0o666 & ~_UMASK)  # the library writes 0600; a serving copy is shared
+        # The library writes 0600; give shards the umask-derived mode the config file got.
+        if (out / "config.json").is_file():
+            shutil.copymode(out / "config.json", out / name)
     if n > 1:
         weight_map = {k: name for name, keys in zip(names, shards) for k in keys}
         write_json(out / "model.safetensors.index.json",
@@ -193,8 +191,8 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     torch_dtype = EXPORT_DTYPES[dtype]
     config.dtype = torch_dtype
     with atomic_dir(out) as tmp:
+        config.save_pretrained(str(tmp))  # first: write_weights copies its file mode
         files = write_weights(sd, tmp, torch_dtype, max_bytes)
-        config.save_pretrained(str(tmp))
         notes += _copy_carry_files(src.hf_dir, tmp, config)
         if getattr(tokenizer, "chat_template", None) is None:
             notes.append(f"{src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")

@@ -86,6 +86,24 @@ def _check_index(path: Path, parsed: dict[str, SafetensorsFile], weight_map: dic
         problems.append(f"{index_path}: total_size expected {payload} (sum of tensor payloads), found {total}")
 
 
+def _expected_float_dtype(path: Path, config_json: dict, layout, where: dict, problems: list[str]):
+    """The dtype every float tensor must have: config.json's, else the majority's.
+
+    When all float tensors agree with each other but not with config.json, that is one
+    problem (the config's), not one per tensor."""
+    declared = config_dtype(config_json)
+    found = Counter(pf.entries[k].dtype for k, pfs in where.items() for pf in pfs if layout.floating.get(k))
+    want = TORCH_TO_ST.get(declared) if declared else None
+    if want and len(found) == 1 and want not in found:
+        (actual, n), = found.items()
+        problems.append(f"{path / 'config.json'}: dtype expected {ST_TO_TORCH[actual]} (all {n} stored float tensors "
+                        f"are {actual}), found {declared}".replace("torch.", ""))
+        return actual, "the dtype of every float tensor"
+    if want:
+        return want, f"config dtype {declared}".replace("torch.", "")
+    return (found.most_common(1)[0][0] if found else None), "the dtype of most tensors"
+
+
 def _check_layout(path: Path, config, config_json: dict, parsed: dict[str, SafetensorsFile], problems: list[str]) -> None:
     """Exactly the architecture's tensors, once each, with its shapes and one float dtype."""
     layout = expected_layout(config)
@@ -96,10 +114,7 @@ def _check_layout(path: Path, config, config_json: dict, parsed: dict[str, Safet
     for key, pfs in where.items():
         if len(pfs) > 1:
             problems.append(f"{path}: tensor {key}: expected in one file, found in {', '.join(p.path.name for p in pfs)}")
-    declared = config_dtype(config_json)
-    float_dtypes = Counter(pf.entries[k].dtype for k, pfs in where.items() for pf in pfs if layout.floating.get(k))
-    want_float = TORCH_TO_ST.get(declared) if declared else (float_dtypes.most_common(1)[0][0] if float_dtypes else None)
-    why = f"config dtype {declared}".replace("torch.", "") if declared else "the dtype of most tensors"
+    want_float, why = _expected_float_dtype(path, config_json, layout, where, problems)
     for key, shape in layout.shapes.items():
         if key not in where:
             problems.append(f"{path}: missing tensor {key}: expected shape {list(shape)} ({layout.architecture}), found in no file")

@@ -1,0 +1,338 @@
+"""export-checkpoint / verify-checkpoint: exact round trips, vocab trimming, tied heads,
+state-dir export, and one distinct finding per kind of corruption."""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+
+import pytest
+import torch
+
+from common.io import write_sha256sums
+from sft.export import export_checkpoint, export_main
+from sft.export_source import ExportError
+from sft.verify import verify_checkpoint, verify_main
+
+INPUT = torch.tensor([[4071, 17, 300, 2048, 9, 4000, 123, 5]])
+UP = "model.layers.0.mlp.up_proj.weight"
+
+
+def logits(model_dir, dtype=torch.float32):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).eval()
+    with torch.no_grad():
+        return model(INPUT).logits
+
+
+@pytest.fixture(scope="module")
+def exported_fp32(tiny_model_dir, tmp_path_factory):
+    """The tiny model exported in fp32 with 1MB shards, so the index is exercised."""
+    out = tmp_path_factory.mktemp("export") / "fp32"
+    export_checkpoint(tiny_model_dir, out, dtype="fp32", max_shard_size="1MB")
+    return out
+
+
+def test_qwen3_4b_layout_is_398_tensors():
+    from transformers import Qwen3Config
+
+    from sft.ckpt_layout import expected_layout
+
+    cfg = Qwen3Config(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                      head_dim=128, intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True)
+    layout = expected_layout(cfg)
+    assert len(layout.shapes) == 398 == 36 * 11 + 2
+    assert layout.tied and "lm_head.weight" not in layout.shapes
+    assert layout.shapes["model.embed_tokens.weight"] == (151936, 2560)
+    assert layout.shapes["model.layers.35.mlp.down_proj.weight"] == (2560, 9728)
+
+
+def test_fp32_export_round_trips_logits_exactly(tiny_model_dir, exported_fp32):
+    index = json.loads((exported_fp32 / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    assert "lm_head.weight" not in index["weight_map"] and len(index["weight_map"]) == 46
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        assert (exported_fp32 / name).read_bytes() == (tiny_model_dir / name).read_bytes()
+    assert verify_checkpoint(exported_fp32) == []
+    assert torch.equal(logits(tiny_model_dir), logits(exported_fp32))
+    if shutil.which("sha256sum"):
+        subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=exported_fp32, check=True)
+
+
+def test_bf16_export_is_default_and_loads(tiny_model_dir, tmp_path):
+    out = tmp_path / "bf16"
+    summary = export_checkpoint(tiny_model_dir, out)
+    assert summary["weight_files"] == ["model.safetensors"] and not (out / "model.safetensors.index.json").exists()
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    assert verify_checkpoint(out) == []
+    got = logits(out, dtype="auto")
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), logits(tiny_model_dir), atol=0.1, rtol=0.05)
+
+
+@pytest.fixture(scope="module")
+def padded_dir(tmp_path_factory):
+    """A tiny model whose vocab tensors were padded to 4160 rows (config says 4160 too)."""
+    from sft.tiny import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("padded") / "model", seed=1, vocab_size=4160)
+
+
+def test_padded_vocab_is_trimmed_to_vocab_size(padded_dir, tmp_path):
+    out = tmp_path / "trimmed"
+    summary = export_checkpoint(padded_dir, out, dtype="fp32", vocab_size=4096)
+    assert any("trimmed 64 padded vocab rows from model.embed_tokens.weight" in n for n in summary["notes"])
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == 4096
+    assert verify_checkpoint(out) == []
+    assert torch.equal(logits(out), logits(padded_dir)[..., :4096])
+
+
+def test_padded_rows_beyond_config_vocab_are_trimmed(padded_dir, tmp_path):
+    # A checkpoint whose tensors carry more rows than its config.vocab_size says.
+    src = shutil.copytree(padded_dir, tmp_path / "src")
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**cfg, "vocab_size": 4096}))
+    out = tmp_path / "out"
+    export_checkpoint(src, out, dtype="fp32")
+    assert verify_checkpoint(out) == []
+    assert torch.equal(logits(out), logits(padded_dir)[..., :4096])
+
+
+def test_vocab_smaller_than_tokenizer_is_refused(padded_dir, tmp_path):
+    with pytest.raises(ExportError, match="smaller than the tokenizer"):
+        export_checkpoint(padded_dir, tmp_path / "out", vocab_size=4000)
+    assert not (tmp_path / "out").exists()
+
+
+def _with_lm_head(src_dir, dst, delta):
+    from safetensors.torch import load_file, save_file
+
+    dst = shutil.copytree(src_dir, dst)
+    sd = load_file(str(dst / "model.safetensors"))
+    sd["lm_head.weight"] = sd["model.embed_tokens.weight"].clone() + delta
+    save_file(sd, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+def test_tied_lm_head_dropped_only_when_equal(tiny_model_dir, tmp_path):
+    same = _with_lm_head(tiny_model_dir, tmp_path / "same", 0.0)
+    summary = export_checkpoint(same, tmp_path / "out", dtype="fp32")
+    assert any(n.startswith("dropped lm_head.weight") for n in summary["notes"])
+    assert verify_checkpoint(tmp_path / "out") == []
+    differs = _with_lm_head(tiny_model_dir, tmp_path / "differs", 1e-3)
+    with pytest.raises(ExportError, match="lm_head.weight differs from model.embed_tokens.weight"):
+        export_checkpoint(differs, tmp_path / "out2")
+
+
+def _save_state(step_dir, model_dir, step, complete=True):
+    """A resumable state in the trainer's layout: DCP {"model", "optim"}, meta.json, hf/, COMPLETE."""
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    optim = {"state": {"exp_avg": torch.zeros(3)}, "step": torch.tensor(float(step))}
+    with pytest.warns(UserWarning):  # DCP warns that it saves without a process group
+        dcp.save({"model": model.state_dict(), "optim": optim}, checkpoint_id=str(step_dir), no_dist=True)
+    (step_dir / "hf").mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        shutil.copy(model_dir / name, step_dir / "hf" / name)
+    (step_dir / "meta.json").write_text(json.dumps({"step": step}))
+    if complete:
+        (step_dir / "COMPLETE").write_text("")
+
+
+def test_export_from_latest_complete_state_of_a_run(tiny_model_dir, tmp_path):
+    from sft.tiny import save_tiny_model
+
+    run = tmp_path / "run"
+    _save_state(run / "state" / "step-000010", tiny_model_dir, 10)
+    other = save_tiny_model(tmp_path / "other", seed=7)
+    _save_state(run / "state" / "step-000020", other, 20, complete=False)  # torn: must be skipped
+    summary = export_checkpoint(run, tmp_path / "out", dtype="fp32")
+    assert summary["kind"] == "state" and summary["step"] == 10
+    assert any("skipped torn state" in n and "step-000020" in n for n in summary["notes"])
+    assert verify_checkpoint(tmp_path / "out") == []
+    assert torch.equal(logits(tmp_path / "out"), logits(tiny_model_dir))
+
+
+def test_run_without_complete_state_is_refused(tiny_model_dir, tmp_path):
+    _save_state(tmp_path / "run" / "state" / "step-000005", tiny_model_dir, 5, complete=False)
+    with pytest.raises(ExportError, match="no complete resumable state"):
+        export_checkpoint(tmp_path / "run", tmp_path / "out")
+
+
+# ---------------------------------------------------------------- corruptions
+
+def _shard_of(d, key):
+    return d / json.loads((d / "model.safetensors.index.json").read_text())["weight_map"][key]
+
+
+def _edit_header(path, edit):
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    edit(header)
+    hb = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+
+
+def _edit_index(d, edit):
+    p = d / "model.safetensors.index.json"
+    index = json.loads(p.read_text())
+    edit(index)
+    p.write_text(json.dumps(index))
+
+
+def _edit_tensors(d, key, edit):
+    """Rewrite the shard holding `key` with edit(tensors) applied, and the index to match."""
+    from safetensors.torch import load_file, save_file
+
+    shard = _shard_of(d, key)
+    sd = load_file(str(shard))
+    edit(sd)
+    save_file(sd, str(shard), metadata={"format": "pt"})
+
+    def fix(index):
+        wm = {k: v for k, v in index["weight_map"].items() if v != shard.name}
+        wm.update({k: shard.name for k in sd})
+        index["weight_map"] = wm
+        index["metadata"]["total_size"] = sum(t.nbytes for f in set(wm.values()) for t in load_file(str(d / f)).values())
+    _edit_index(d, fix)
+
+
+def _truncate(d):
+    shard = _shard_of(d, UP)
+    shard.write_bytes(shard.read_bytes()[:-100])
+
+
+def _flip_byte(d):
+    shard = _shard_of(d, UP)
+    raw = bytearray(shard.read_bytes())
+    raw[-50] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+
+
+def _set_entry(field, value):
+    return lambda d: _edit_header(_shard_of(d, UP), lambda h: h[UP].__setitem__(field, value))
+
+
+def _overlap(d):
+    def edit(h):
+        second = sorted((v["data_offsets"][0], k) for k, v in h.items() if k != "__metadata__")[1][1]
+        h[second]["data_offsets"] = [o - 8 for o in h[second]["data_offsets"]]
+    _edit_header(_shard_of(d, UP), edit)
+
+
+CORRUPTIONS = {
+    # name: (corrupt(dir), re-sign SHA256SUMS afterwards?, the finding it must produce)
+    "truncated payload": (_truncate, False, "(truncated payload)"),
+    "flipped byte": (_flip_byte, False, "checksum mismatch"),
+    "missing tensor": (lambda d: _edit_tensors(d, UP, lambda sd: sd.pop(UP)), True, f"missing tensor {UP}"),
+    "extra tensor": (lambda d: _edit_tensors(d, UP, lambda sd: sd.__setitem__("model.layers.0.mlp.extra.weight", torch.ones(4))),
+                     True, "unexpected tensor model.layers.0.mlp.extra.weight"),
+    "wrong dtype": (_set_entry("dtype", "I32"), True, f"tensor {UP}: dtype expected F32 (config dtype float32), found I32"),
+    "wrong shape": (_set_entry("shape", [128, 384]), True, f"tensor {UP}: shape expected [384, 128], found [128, 384]"),
+    "overlapping offsets": (_overlap, True, "overlap tensor"),
+    "index -> missing file": (lambda d: _edit_index(d, lambda i: i["weight_map"].__setitem__(UP, "model-00099-of-00099.safetensors")),
+                              True, "to model-00099-of-00099.safetensors: expected the file, found it missing"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+def test_each_corruption_has_its_own_finding(kind, exported_fp32, tmp_path):
+    corrupt, resign, finding = CORRUPTIONS[kind]
+    d = shutil.copytree(exported_fp32, tmp_path / "ckpt")
+    corrupt(d)
+    if resign:  # a consistently re-signed bad file: only the structural check can catch it
+        write_sha256sums(d)
+    problems = verify_checkpoint(d)
+    text = "\n".join(problems)
+    assert finding in text, text
+    assert resign == ("checksum" not in text), text
+    others = [f for k, (_, _, f) in CORRUPTIONS.items() if k != kind and f != "checksum mismatch"]
+    assert not any(f in text for f in others if f.startswith("missing") or f.startswith("unexpected")), text
+
+
+# ---------------------------------------------------------------- command lines
+
+def test_verify_cli_exit_codes_and_lines(exported_fp32, tmp_path, capsys):
+    assert verify_main([str(exported_fp32), "load=false"]) == 0
+    assert "OK" in capsys.readouterr().out
+    d = shutil.copytree(exported_fp32, tmp_path / "bad")
+    _flip_byte(d)
+    _truncate(d)
+    assert verify_main([str(d)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    fails = [line for line in out if line.startswith("FAIL ")]
+    assert len(fails) == 2 and "truncated payload" in fails[0] + fails[1] and "checksum mismatch" in fails[0] + fails[1]
+    assert verify_main([str(d), str(d)]) == 2
+    assert verify_main(["lod=false", str(d)]) == 2
+    assert verify_main(["--help"]) == 0
+
+
+def test_export_cli(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert export_main([f"ckpt={tiny_model_dir}", f"out={out}", "dtype=fp32"]) == 0
+    assert "verify-checkpoint" in capsys.readouterr().out
+    assert export_main([f"ckpt={tiny_model_dir}", f"out={out}"]) == 2  # exists, no overwrite=true
+    assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "dtype=fp8"]) == 2
+    assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "max_shard=1GB"]) == 2
+    assert export_main([f"ckpt={tmp_path / 'nope'}", f"out={tmp_path / 'x'}"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "dry_run=true"]) == 0
+    assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------- the trainer's own checkpoints
+
+@pytest.fixture()
+def trained(tiny_model_dir):
+    """The tiny model after one optimizer step, with its tokenizer and generation config."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(INPUT, labels=INPUT).loss.backward()
+    opt.step()
+    return model, opt, AutoTokenizer.from_pretrained(str(tiny_model_dir)), GenerationConfig.from_pretrained(str(tiny_model_dir))
+
+
+# bf16 (the GPU training dtype): sft.checkpoint.save_hf_checkpoint currently casts embed and lm_head
+# separately (so save_pretrained no longer sees them tied and stores lm_head.weight) and save_pretrained
+# rewrites config.dtype from the fp32 master params. Reported to the trainer's owner; strict, so the fix
+# turns this into an XPASS failure that says to drop the mark.
+BF16_TRAINER = pytest.param(torch.bfloat16, marks=pytest.mark.xfail(
+    strict=True, reason="trainer bf16 checkpoints store a tied lm_head copy and declare dtype float32"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, BF16_TRAINER])
+def test_trainer_step_checkpoint_passes_verify(trained, tmp_path, dtype):
+    ckpt = pytest.importorskip("sft.checkpoint", reason="the trainer's checkpoint writer is not in this checkout")
+    model, _, tok, gen = trained
+    out = tmp_path / "checkpoints" / "step-000001"
+    ckpt.save_hf_checkpoint(model, out=out, dtype=dtype, tokenizer=tok, generation_config=gen,
+                            device=torch.device("cpu"), rank=0)
+    assert verify_checkpoint(out) == []
+
+
+def test_trainer_resumable_state_exports(trained, tmp_path):
+    ckpt = pytest.importorskip("sft.checkpoint", reason="the trainer's checkpoint writer is not in this checkout")
+    model, opt, tok, gen = trained
+
+    def hf_writer(d):
+        d.mkdir(parents=True, exist_ok=True)
+        model.config.save_pretrained(d)
+        tok.save_pretrained(d)
+        gen.save_pretrained(d)
+
+    with pytest.warns(UserWarning):  # DCP saves without a process group
+        ckpt.save_state(model, opt, run_dir=tmp_path / "run", step=3, meta={"step": 3}, hf_writer=hf_writer, rank=0)
+    summary = export_checkpoint(tmp_path / "run", tmp_path / "out", dtype="fp32")
+    assert summary["step"] == 3 and verify_checkpoint(tmp_path / "out") == []
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out")).state_dict()
+    assert all(torch.equal(exported[k], v) for k, v in model.state_dict().items())
