@@ -21,7 +21,8 @@ from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.report import MissingPoint, write_report
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
 
-OOD_COMPONENTS = ["outcome", "grounding", "stop", "reward"]
+# search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
+OOD_COMPONENTS = ["outcome", "grounding", "stop"]
 
 DEFAULTS: dict[str, Any] = {
     "runs_root": "runs",
@@ -95,6 +96,19 @@ def _panels(table: pd.DataFrame, qa: list[str], metric: str) -> list[Panel]:
     return panels
 
 
+def _ood_panels(table: pd.DataFrame) -> list[Panel]:
+    have = set(table.loc[table.bench == "search_plan_ood", "metric"])
+    panels = []
+    for comp in OOD_COMPONENTS:
+        name = next((m for m in (f"reward_{comp}", comp) if m in have), None)
+        if name:
+            panels.append(Panel("search_plan_ood", name, comp, comp))
+    total = next((m for m in ("reward", "total") if m in have), None)
+    if total:
+        panels.append(Panel("search_plan_ood", total, "total reward", "reward"))
+    return panels
+
+
 def _arm_steps(runs: list[Run]) -> dict[str, list[int]]:
     steps: dict[str, set[int]] = {}
     for r in runs:
@@ -148,7 +162,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         if panels:
             result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / f"curves_{metric}"))
     if "search_plan_ood" in agentic_benches(table.bench):
-        panels = [Panel("search_plan_ood", c, c, c) for c in OOD_COMPONENTS]
+        panels = _ood_panels(table)
         result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / "search_plan_ood_components"))
     table_paths: dict[str, list[Path]] = {}
     for metric in cfg.metrics:

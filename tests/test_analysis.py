@@ -83,7 +83,7 @@ def test_final_best_and_paired_points(tree):
     assert best_point(p, "r2e", "hotpotqa", "em").steps == [10]  # flat curve: earliest step wins the tie
     paired = paired_vs_anchor(p, "search", "nq", "em")  # 4/10 vs 1/10 correct, same ids
     assert paired.result.delta == pytest.approx(0.3) and paired.result.n == 10 and paired.dropped == 0
-    reward = paired_vs_anchor(p, "search", "search_plan_ood", "reward")  # summary `reward` = example `total`
+    reward = paired_vs_anchor(p, "search", "search_plan_ood", "reward")
     assert reward.result.delta == pytest.approx(0.5)  # 6/10 vs 1/10
 
 
@@ -104,7 +104,7 @@ def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     assert em.panels == ["nq", "hotpotqa", "mean of 2 QA benches", "search_plan_ood (reward)"]
     assert all(em.series[p] == ["r2e", "search", "anchor"] for p in em.panels)
     assert em.gaps["nq"] == {"r2e": 0, "search": 2}  # search: step 20 unevaluated, step 30 not yet written
-    assert figs["search_plan_ood_components"].panels == ["outcome", "grounding", "stop", "reward"]
+    assert figs["search_plan_ood_components"].panels == ["outcome", "grounding", "stop", "total reward"]
     for name in ("main_em", "main_f1", "paired_em", "paired_f1"):
         assert (out / "tables" / f"{name}.md").is_file() and (out / "tables" / f"{name}.tex").is_file()
     md = (out / "tables" / "main_em.md").read_text()

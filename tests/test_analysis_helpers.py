@@ -14,7 +14,7 @@ def example_scores(n: int, value: float) -> list[float]:
 
 
 def write_eval(eval_dir: Path, bench_values: dict[str, float], n: int = 10) -> None:
-    """A summary.json + <bench>.jsonl per bench; search_plan_ood gets reward components instead of EM."""
+    """A summary.json + <bench>.jsonl per bench; search_plan_ood gets the harness's reward + reward_<component> instead of EM."""
     eval_dir.mkdir(parents=True, exist_ok=True)
     summary = {}
     for bench, value in bench_values.items():
@@ -23,13 +23,15 @@ def write_eval(eval_dir: Path, bench_values: dict[str, float], n: int = 10) -> N
         lines = []
         for i, s in enumerate(scores):
             if bench == "search_plan_ood":
-                metrics = {"outcome": s, "grounding": 1.0, "stop": s, "total": s}
+                metrics = {"reward": s, "reward_outcome": s, "reward_grounding": 1.0, "reward_stop": s}
             else:
                 metrics = {"em": s, "f1": s, "cover_em": s, "strict_em": s}
             lines.append(json.dumps({"id": f"{bench}-{i}", "metrics": metrics}))
         (eval_dir / f"{bench}.jsonl").write_text("\n".join(lines) + "\n")
         if bench == "search_plan_ood":
-            summary[bench] = {"reward": mean, "outcome": mean, "grounding": 1.0, "stop": mean, "total": mean, "n": n}
+            summary[bench] = {"reward": mean, "reward_outcome": mean, "reward_grounding": 1.0, "reward_stop": mean,
+                              "format_failure_rate": 0.0, "n": n, "source": "envs.search_plan_act/ood",
+                              "stop_reasons": {"finish": n}}
         else:
             summary[bench] = {"em": mean, "f1": mean, "cover_em": mean, "strict_em": mean,
                               "format_failure_rate": 0.0, "n": n, "mean_turns": 2.0, "mean_tool_calls": 1.0}

@@ -1,0 +1,61 @@
+"""analyze end-to-end on tiny step checkpoints through the real evals harness (HF backend, BM25, CPU)."""
+import json
+
+import pytest
+
+from analysis.evaluation import default_evaluator
+from analysis.sweep import run_analysis
+from common.io import write_jsonl
+
+pytest.importorskip("evals.run", reason="needs the evals harness (evals.run.evaluate)")
+pytest.importorskip("envs.search_plan_act", reason="needs envs.search_plan_act for the search_plan_ood bench")
+
+FACTS = [("Lomira", "capital", "Velsk"), ("Tandor", "river", "Ossa"), ("Brimhal", "founder", "Ulla Kest"),
+         ("Corvale", "singer", "Mirt Dun"), ("Zenpel", "height", "4120 m")]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from sft.tiny import save_tiny_model
+
+    root = tmp_path_factory.mktemp("e2e")
+    bench_root = root / "benches"
+    (bench_root / "synthqa").mkdir(parents=True)
+    write_jsonl(root / "corpus.jsonl", ({"id": str(i), "contents": f'"{name}"\nThe {attr} of {name} is {val}.'}
+                                        for i, (name, attr, val) in enumerate(FACTS)))
+    write_jsonl(bench_root / "synthqa" / "test.jsonl", ({"id": f"q{i}", "question": f"What is the {attr} of {name}?",
+                                                         "golden_answers": [val]} for i, (name, attr, val) in enumerate(FACTS)))
+    runs = root / "runs"
+    for step in (1, 2):  # two "training steps": different random inits stand in for trained weights
+        save_tiny_model(runs / "r2e" / "seed0" / "checkpoints" / f"step-{step:06d}", seed=step)
+    anchor = save_tiny_model(root / "base", seed=0)
+    return root, runs, bench_root, anchor
+
+
+def test_analyze_evaluates_tiny_checkpoints_then_nothing(world):
+    root, runs, bench_root, anchor = world
+    calls = []
+
+    def counting(cfg):
+        calls.append(cfg)
+        return default_evaluator(cfg)
+
+    cfg = {"runs_root": str(runs), "out": str(root / "reports"), "benches": ["synthqa", "search_plan_ood"],
+           "anchor": str(anchor), "n_boot": 100,
+           "eval": {"n": 2, "corpus": str(root / "corpus.jsonl"), "bench_root": str(bench_root), "max_turns": 2,
+                    "max_model_len": 1024, "max_new_tokens": 8, "progress": False, "index_dir": str(root / "idx")}}
+    res = run_analysis(cfg, evaluator=counting)
+    assert len(calls) == 3 and not res.evaluated.failures
+    assert sorted(c["prompt"] for c in calls) == ["anchor_nudge", "tool_agent", "tool_agent"]
+    for step in (1, 2):
+        d = runs / "r2e" / "seed0" / "eval" / f"step-{step:06d}"
+        assert set(json.loads((d / "summary.json").read_text())) == {"synthqa", "search_plan_ood"}
+        assert len((d / "synthqa.jsonl").read_text().splitlines()) == 2
+    t = res.table
+    assert set(zip(t.arm, t.step)) == {("r2e", 1), ("r2e", 2), ("anchor", 0)}
+    assert {"em", "f1", "reward"} <= set(t.metric)
+    assert res.missing == []
+    assert all(p.is_file() for f in res.figures for p in f.paths)
+    assert res.figures[0].series["synthqa"] == ["r2e", "anchor"]
+    again = run_analysis(cfg, evaluator=counting)
+    assert len(calls) == 3 and again.table.equals(res.table)
