@@ -1,0 +1,256 @@
+"""Build one arm: sources -> canonical records -> selected, rendered, tokenized, loss-masked rows.
+
+Python API (launch calls it): `build_arm(data_cfg, arm=, seed=, tokenizer=, out=) -> manifest` and
+`cache_key(data_cfg, arm=, seed=, tokenizer=) -> hex`. Output dir: a `datasets.save_to_disk`
+dataset plus `manifest.json` and `rejected.jsonl` (one line per dropped record), written through
+an atomic temp dir. Every record read is accounted for: kept + rejected + not_selected == read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.io import atomic_dir, sha256_file, write_json, write_jsonl
+from data_prep import arms, config, synthetic
+from data_prep.decontam import Decontaminator, load_questions
+from data_prep.readers import parse_source, read_source
+from data_prep.render import ChatRenderer, tokenize_rows
+from data_prep.schema import RecordError
+from data_prep.stats import RunStats
+
+FORMAT_VERSION = 1
+CHUNK = 64
+
+
+class StrictError(RuntimeError):
+    """`strict=true` and some records were rejected."""
+
+
+def load_tokenizer(tokenizer: Any):
+    """(tokenizer object, name) from a path, hub id, `tiny`, or an already-loaded tokenizer."""
+    if not isinstance(tokenizer, str):
+        return tokenizer, getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+    from transformers import AutoTokenizer
+
+    from data_prep.tiny import tiny_tokenizer_path
+
+    path = tiny_tokenizer_path() if tokenizer == "tiny" else tokenizer
+    return AutoTokenizer.from_pretrained(path), tokenizer
+
+
+def tokenizer_identity(tok, name: str) -> dict:
+    ident = {"name": name, "vocab_size": len(tok), "chat_template_sha256": hashlib.sha256((tok.chat_template or "").encode()).hexdigest()}
+    d = Path(getattr(tok, "name_or_path", "") or "")
+    if d.is_dir():
+        ident["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir()) if p.is_file() and p.suffix in (".json", ".txt", ".jinja", ".model")}
+    return ident
+
+
+def _code_hash() -> str:
+    """Hash of data_prep's own sources: a code change invalidates cached datasets."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _domains(arm: str, n: int) -> dict[str, int]:
+    return arms.quotas(arm, n)
+
+
+def cache_key(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any) -> str:
+    cfg = config.resolve(data_cfg)
+    tok, name = load_tokenizer(tokenizer)
+    wanted = _domains(arm, cfg["n"])
+    if cfg["kind"] == "synthetic":
+        srcs: Any = {"synthetic": cfg["synthetic"]}
+    else:
+        srcs = {d: [parse_source(s).identity() for s in cfg["sources"][d]] for d in wanted}
+    payload = {
+        "format": FORMAT_VERSION, "code": _code_hash(), "arm": arm, "seed": seed,
+        "tokenizer": tokenizer_identity(tok, name),
+        "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k != "sources"},
+        "sources": srcs,
+        "decontam": [{"path": p, "sha256": sha256_file(p)} for p in cfg["decontam"]],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _synthetic_sources(cfg: dict, arm: str, seed: int, raw_dir: Path) -> dict[str, list[str]]:
+    scfg = synthetic.config_from(cfg["synthetic"])
+    wanted = _domains(arm, cfg["n"])
+    # A margin over the quota so a few length rejections don't starve the arm.
+    code_n = cfg["synthetic"].get("code_n", wanted.get("code", 0) + (wanted.get("code", 0) // 10 + 2 if "code" in wanted else 0))
+    search_n = cfg["synthetic"].get("search_n", wanted.get("search", 0) + (wanted.get("search", 0) // 10 + 2 if "search" in wanted else 0))
+    return synthetic.write_sources(raw_dir, seed=seed, code_n=code_n if "code" in wanted else 0,
+                                   search_n=search_n if "search" in wanted else 0, cfg=scfg)
+
+
+def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | Path, progress: bool = True) -> dict:
+    """Build the arm's dataset directory at `out`; return the manifest."""
+    import datasets
+    from tqdm import tqdm
+
+    cfg = config.resolve(data_cfg)
+    wanted = _domains(arm, cfg["n"])
+    tok, tok_name = load_tokenizer(tokenizer)
+    renderer = ChatRenderer(tok, history_reasoning=cfg["history_reasoning"], epilogue=cfg["epilogue"])
+    key = cache_key(cfg, arm=arm, seed=seed, tokenizer=tok)
+    out = Path(out)
+    stats = RunStats()
+    with atomic_dir(out) as tmp:
+        if cfg["kind"] == "synthetic":
+            specs = _synthetic_sources(cfg, arm, seed, tmp / "raw")
+        else:
+            specs = {d: list(cfg["sources"][d]) for d in wanted}
+        missing = [d for d in wanted if not specs.get(d)]
+        if missing:
+            raise arms.ArmError(f"arm {arm!r} needs sources.{'/'.join(missing)} (or data=synthetic)")
+        pools: dict[str, list[dict]] = {}
+        for dom in wanted:
+            pools[dom] = []
+            for spec in specs[dom]:
+                src = parse_source(spec)
+                stats.add_source(spec, src, dom, out_dir=tmp, final_dir=out)
+                for o in tqdm(read_source(src, reasoning=cfg["reasoning"]), desc=f"read {src.format}", disable=not progress, leave=False):
+                    if o.record is None:
+                        stats.reject(spec, o.rejection())
+                    elif o.record["domain"] != dom:
+                        stats.reject(spec, {**o.rejection(), "reason": "wrong_domain", "detail": f"a {o.record['domain']} record listed under sources.{dom}"})
+                    else:
+                        stats.read_ok(spec)
+                        pools[dom].append({"spec": spec, "rec": o.record})
+        decon = _decontaminate(cfg, pools, stats)
+        kept_rows: dict[str, list[dict]] = {}
+        kept = {}
+        for dom, quota in wanted.items():
+            kept_rows[dom], kept[dom] = _select(pools[dom], quota, dom, seed, cfg, renderer, tok, stats, progress)
+        arms.check_counts(arm, wanted, kept, cfg["allow_fewer"])
+        rows = arms.interleave(arm, kept_rows, seed)
+        stats.check_totals()
+        if cfg["strict"] and stats.rejections:
+            reasons = Counter(r["reason"] for r in stats.rejections)
+            examples = "; ".join(f"{r['id']}: {r['reason']} {r['detail'][:80]}" for r in stats.rejections[:5])
+            raise StrictError(f"strict=true and {len(stats.rejections)} record(s) were rejected: {dict(reasons)}. e.g. {examples}")
+        fingerprint = _fingerprint(rows)
+        features = datasets.Features({
+            "id": datasets.Value("string"), "source": datasets.Value("string"), "domain": datasets.Value("string"),
+            "input_ids": datasets.Sequence(datasets.Value("int32")), "labels": datasets.Sequence(datasets.Value("int32")),
+            "num_tokens": datasets.Value("int32"), "num_trainable": datasets.Value("int32"), "messages": datasets.Value("string"),
+        })
+        cols = {k: [r[k] for r in rows] for k in features}
+        ds = datasets.Dataset.from_dict(cols, features=features)
+        ds.save_to_disk(str(tmp))
+        write_jsonl(tmp / "rejected.jsonl", stats.rejections)
+        manifest = {
+            "arm": arm, "seed": seed, "n": cfg["n"], "config": cfg,
+            "tokenizer": tokenizer_identity(tok, tok_name),
+            "template": {"generation_prompt": renderer.info.gen_prompt, "assistant_header": renderer.info.header,
+                         "end_of_turn": renderer.info.end_marker, "chat_template_sha256": renderer.info.template_hash},
+            **stats.summary(rows),
+            "decontam": decon,
+            "fingerprint": fingerprint,
+            "cache_key": key,
+        }
+        write_json(tmp / "manifest.json", manifest)
+    return manifest
+
+
+def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -> dict:
+    if not cfg["decontam"]:
+        return {"files": [], "ngram": cfg["decontam_ngram"], "overlapping": {}, "dropped": 0}
+    questions, files = load_questions(cfg["decontam"])
+    dec = Decontaminator(questions, n=cfg["decontam_ngram"])
+    overlapping, dropped = {}, 0
+    for dom, pool in pools.items():
+        keep = []
+        for item in pool:
+            hits = dec.matches(item["rec"]["task"] or "")
+            if hits:
+                overlapping[item["rec"]["id"]] = hits
+                if cfg["decontam_drop"]:
+                    stats.reject(item["spec"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "decontaminated",
+                                                "detail": f"overlaps {', '.join(hits[:5])}", "where": ""}, was_ok=True)
+                    dropped += 1
+                    continue
+            keep.append(item)
+        pools[dom] = keep
+    return {"files": files, "ngram": cfg["decontam_ngram"], "questions": len(questions), "overlapping": overlapping, "dropped": dropped}
+
+
+def _select(pool, quota, dom, seed, cfg, renderer, tok, stats, progress):
+    """Take candidates in seeded order until `quota` records are kept; rows of kept records."""
+    from tqdm import tqdm
+
+    order = arms.candidate_order(len(pool), seed, dom)
+    rows: list[dict] = []
+    n_kept, pos = 0, 0
+    bar = tqdm(total=min(quota, len(pool)), desc=f"render+tokenize {dom}", disable=not progress, leave=False)
+    while n_kept < quota and pos < len(order):
+        chunk = [pool[i] for i in order[pos:pos + max(CHUNK, min(512, quota - n_kept))]]
+        pos += len(chunk)
+        rendered = []
+        for item in chunk:
+            try:
+                rendered.append((item, renderer.rows(item["rec"])))
+            except RecordError as exc:
+                stats.reject(item["spec"], _rej(item, exc), was_ok=True)
+        flat = [row for _, rs in rendered for row in rs]
+        toks = iter(tokenize_rows(tok, flat)) if flat else iter(())
+        for item, rs in rendered:
+            encoded = [(row, next(toks)) for row in rs]
+            if n_kept >= quota:
+                stats.not_selected(item["spec"])
+                continue
+            try:
+                out_rows = [_finish_row(item, row, enc, cfg, stats) for row, enc in encoded]
+            except RecordError as exc:
+                stats.reject(item["spec"], _rej(item, exc), was_ok=True)
+                continue
+            stats.kept(item["spec"], rs)
+            rows.extend(out_rows)
+            n_kept += 1
+            bar.update(1)
+    for i in order[pos:]:
+        stats.not_selected(pool[i]["spec"])
+    bar.close()
+    return rows, n_kept
+
+
+def _rej(item: dict, exc: RecordError) -> dict:
+    return {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": exc.reason, "detail": exc.detail, "where": ""}
+
+
+def _finish_row(item, row, enc, cfg, stats) -> dict:
+    ids, labels, retok = enc
+    if len(ids) > cfg["max_seq_len"]:
+        if cfg["length_policy"] == "drop":
+            raise RecordError("too_long", f"{len(ids)} tokens > max_seq_len {cfg['max_seq_len']}")
+        ids, labels = ids[: cfg["max_seq_len"]], labels[: cfg["max_seq_len"]]
+        stats.count("truncated_rows")
+    n_train = sum(1 for x in labels if x != -100)
+    if n_train == 0:
+        raise RecordError("no_trainable_tokens", "no assistant token left in the row")
+    if retok:
+        stats.count("boundary_retokenized_rows")
+    rec = item["rec"]
+    return {"id": row.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
+            "num_tokens": len(ids), "num_trainable": n_train, "messages": json.dumps(rec, ensure_ascii=False),
+            "_checks": row.checks, "_rewritten": row.history_rewritten}
+
+
+def _fingerprint(rows: list[dict]) -> str:
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(r["id"].encode() + b"\0")
+        h.update(np.asarray(r["input_ids"], dtype=np.int32).tobytes())
+        h.update(np.asarray(r["labels"], dtype=np.int32).tobytes())
+        h.update(hashlib.sha256(r["messages"].encode()).digest())
+    return h.hexdigest()

@@ -1,0 +1,61 @@
+"""`data-prep`: build one arm's tokenized, loss-masked dataset.
+
+    data-prep arm=r2e tokenizer=PATH_OR_HUB_ID out=DIR [n=3500] [seed=0] [epilogue=true]
+              [data=synthetic] [sources.code=[FORMAT:PATH_OR_HUB_ID,...]] [sources.search=[...]]
+              [decontam=[PATH,...]] [decontam_drop=true] [strict=true] [max_seq_len=32768]
+              [length_policy=drop|truncate] [history_reasoning=keep_as_rendered|per_turn|reject]
+              [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
+
+FORMAT: r2e-gym, swe-gym, swe-smith, openseeker, search-r1, canonical. `tokenizer=tiny` is the
+embedded tiny tokenizer. Keys are the `data:` section of recipes/base.yaml plus arm/seed/tokenizer/out.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from omegaconf import OmegaConf
+
+from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from data_prep.config import DATA_DEFAULTS
+
+CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "dry_run": False}
+# Run-level keys launch owns; not data_prep's.
+_DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("cache_root", "dir")}
+
+
+def _main(argv: list[str]) -> int:
+    if wants_help(argv):
+        print(__doc__)
+        return 0
+    base = OmegaConf.create({**CLI_KEYS, **_DATA_ONLY})
+    cfg = apply_overrides(base, argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))
+    c = OmegaConf.to_container(cfg, resolve=True)
+    if not c["out"]:
+        raise ConfigError("out=DIR is required")
+    data_cfg = {k: c[k] for k in _DATA_ONLY}
+    if c["dry_run"]:
+        print(OmegaConf.to_yaml(cfg))
+        return 0
+    from data_prep import build
+    from data_prep.arms import ArmError
+    from data_prep.readers import SourceError
+
+    try:
+        m = build.build_arm(data_cfg, arm=c["arm"], seed=int(c["seed"]), tokenizer=str(c["tokenizer"]), out=c["out"])
+    except build.StrictError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (ArmError, SourceError, ValueError, FileNotFoundError) as exc:
+        raise ConfigError(str(exc)) from exc
+    print(json.dumps({"out": c["out"], "counts": m["counts"], "rejected_by_reason": m["rejected_by_reason"],
+                      "tokens": m["tokens"], "fingerprint": m["fingerprint"]}, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

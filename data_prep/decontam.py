@@ -1,0 +1,66 @@
+"""Decontamination: n-gram overlap between training task/question text and evaluation questions.
+
+Texts are lower-cased and split into word tokens. A training record overlaps an evaluation
+question when they share an n-gram (default 13). Questions shorter than n words are matched as a
+whole (their full word sequence appearing in the training text) when they have at least
+MIN_SHORT_WORDS words — most QA questions are shorter than 13 words and would otherwise never match.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from common.io import read_jsonl, sha256_file
+
+MIN_SHORT_WORDS = 6
+_WORD_RE = re.compile(r"\w+")
+
+
+def words(text: str) -> list[str]:
+    return _WORD_RE.findall(text.lower())
+
+
+def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]:
+    """[(eval id, question)] from FlashRAG / R1-Searcher jsonl files, plus file identities."""
+    out, files = [], []
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise FileNotFoundError(f"decontam file {p} does not exist")
+        files.append({"path": str(path), "sha256": sha256_file(path)})
+        for lineno, line in read_jsonl(path):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from exc
+            q = row.get("question") or row.get("Question") or row.get("query")
+            if not isinstance(q, str):
+                raise ValueError(f"{path}:{lineno}: no `question` string")
+            out.append((f"{path.parent.name}/{row.get('id', lineno)}", q))
+    return out, files
+
+
+class Decontaminator:
+    def __init__(self, questions: list[tuple[str, str]], n: int = 13):
+        self.n = n
+        self.grams: dict[int, dict[tuple[str, ...], str]] = {}
+        for qid, q in questions:
+            w = words(q)
+            if len(w) >= n:
+                table = self.grams.setdefault(n, {})
+                for i in range(len(w) - n + 1):
+                    table.setdefault(tuple(w[i:i + n]), qid)
+            elif len(w) >= MIN_SHORT_WORDS:
+                self.grams.setdefault(len(w), {}).setdefault(tuple(w), qid)
+
+    def matches(self, text: str) -> list[str]:
+        """Evaluation ids whose n-grams (or whole short question) occur in `text`."""
+        w = words(text)
+        hits: set[str] = set()
+        for k, table in self.grams.items():
+            for i in range(len(w) - k + 1):
+                qid = table.get(tuple(w[i:i + k]))
+                if qid is not None:
+                    hits.add(qid)
+        return sorted(hits)

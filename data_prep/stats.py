@@ -1,0 +1,108 @@
+"""Bookkeeping for one build: per-source counts, rejections and the manifest's statistics.
+
+Every record read ends in exactly one bucket — kept, rejected (with a reason) or not_selected
+(a valid record beyond the arm's quota) — and `check_totals` enforces read == the sum.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class SourceCounts:
+    spec: str
+    domain: str
+    identity: dict
+    read: int = 0
+    kept: int = 0
+    rejected: int = 0
+    not_selected: int = 0
+
+
+@dataclass
+class RunStats:
+    sources: dict[str, SourceCounts] = field(default_factory=dict)
+    rejections: list[dict] = field(default_factory=list)
+    counters: Counter = field(default_factory=Counter)
+
+    def add_source(self, spec, src, domain, out_dir=None, final_dir=None) -> None:
+        ident = src.identity()
+        if out_dir is not None:  # generated files live in the temp dir until the atomic rename
+            for f in ident.get("files", []):
+                if f["path"].startswith(str(out_dir)):
+                    f["path"] = str(final_dir) + f["path"][len(str(out_dir)):]
+        shown = spec.replace(str(out_dir), str(final_dir)) if out_dir is not None else spec
+        self.sources[spec] = SourceCounts(shown, domain, ident)
+
+    def read_ok(self, spec: str) -> None:
+        self.sources[spec].read += 1
+
+    def reject(self, spec: str, rejection: dict, was_ok: bool = False) -> None:
+        """`was_ok`: the record was already counted as read (rejected after parsing)."""
+        s = self.sources[spec]
+        if not was_ok:
+            s.read += 1
+        s.rejected += 1
+        self.rejections.append(rejection)
+
+    def kept(self, spec: str, rows) -> None:
+        self.sources[spec].kept += 1
+
+    def not_selected(self, spec: str) -> None:
+        self.sources[spec].not_selected += 1
+
+    def count(self, key: str, k: int = 1) -> None:
+        self.counters[key] += k
+
+    def check_totals(self) -> None:
+        for s in self.sources.values():
+            if s.read != s.kept + s.rejected + s.not_selected:
+                raise RuntimeError(f"bookkeeping bug for {s.spec}: read {s.read} != kept {s.kept} + rejected {s.rejected} + not_selected {s.not_selected}")
+
+    def summary(self, rows: list[dict]) -> dict:
+        srcs = list(self.sources.values())
+        n_tok = np.asarray([r["num_tokens"] for r in rows] or [0])
+        n_train = np.asarray([r["num_trainable"] for r in rows] or [0])
+        checks: Counter = Counter()
+        for r in rows:
+            checks.update(r.get("_checks", {}))
+        by_source: dict[str, Counter] = {}
+        for r in rows:
+            by_source.setdefault(r["source"], Counter())["rows"] += 1
+        return {
+            "sources": [{"spec": s.spec, "domain": s.domain, **s.identity, "read": s.read, "kept": s.kept,
+                         "rejected": s.rejected, "not_selected": s.not_selected} for s in srcs],
+            "counts": {
+                "read": sum(s.read for s in srcs), "kept": sum(s.kept for s in srcs),
+                "rejected": sum(s.rejected for s in srcs), "not_selected": sum(s.not_selected for s in srcs),
+                "rows": len(rows),
+                "kept_by_source": dict(_kept_by(srcs)),
+                "rows_by_domain": dict(Counter(r["domain"] for r in rows)),
+            },
+            "rejected_by_reason": dict(sorted(Counter(r["reason"] for r in self.rejections).items())),
+            "tokens": {
+                "p50": float(np.percentile(n_tok, 50)), "p90": float(np.percentile(n_tok, 90)), "max": int(n_tok.max()),
+                "mean": float(n_tok.mean()), "total": int(n_tok.sum()), "trainable_total": int(n_train.sum()),
+                "trainable_fraction": float(n_train.sum() / max(1, n_tok.sum())),
+            },
+            "render": {
+                "assistant_turns_ok": checks.get("ok", 0),
+                "assistant_turns_no_gen_suffix": checks.get("no_gen_suffix", 0),
+                "assistant_turns_history_rewritten": checks.get("rewritten", 0),
+                "rows_history_rewritten": sum(1 for r in rows if r.get("_rewritten")),
+                "per_turn_rows": sum(1 for r in rows if "#q" in r["id"]),
+                "boundary_retokenized_rows": self.counters.get("boundary_retokenized_rows", 0),
+                "truncated_rows": self.counters.get("truncated_rows", 0),
+                "epilogue_rows": sum(1 for r in rows if r["domain"] == "code" and '"epilogue"' in r["messages"]),
+            },
+        }
+
+
+def _kept_by(srcs: list[SourceCounts]) -> Counter:
+    c: Counter = Counter()
+    for s in srcs:
+        c[s.identity.get("format", s.spec)] += s.kept
+    return c

@@ -1,0 +1,320 @@
+"""Seeded synthetic sources for the tests, the benchmark and the CPU demo.
+
+A generated *world* (entities with attributes, one document each) feeds search trajectories,
+written in OpenSeeker's and Search-R1's raw formats, and a held-out benchmark over the same world
+(`write_synthetic_bench`). Code trajectories are written in R2E-Gym's raw text format (XML
+`<function=...>` calls, observations as user turns, a `**Title:**` issue). The readers then run on
+these files exactly as on real data.
+
+The world depends only on `world_seed`; which trajectories are drawn depends on `seed`. Questions
+are split into train/test pairs by a fixed rule, so the benchmark never asks a trained question.
+Defaults are short (the tiny demo model trains on them); the knobs make them realistic-length.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.io import write_jsonl
+
+SYLLABLES = ["ka", "lo", "mi", "ra", "ten", "vor", "sel", "dun", "bri", "hal", "mor", "zen",
+             "tal", "ver", "nos", "pel", "gar", "ith", "wen", "cor", "fa", "ul", "bes", "dra"]
+KINDS = {
+    "city": ["country", "mayor", "river", "founded"],
+    "river": ["source", "mouth", "length", "country"],
+    "company": ["founder", "headquarters", "founded", "product"],
+    "band": ["singer", "genre", "hometown", "formed"],
+    "mountain": ["range", "height", "country", "first climber"],
+}
+GENRES = ["jazz", "folk", "rock", "techno", "opera", "blues"]
+PRODUCTS = ["lamps", "boats", "clocks", "shoes", "radios", "bicycles"]
+WORDS = ("the a of to in and is it for on with as at by from this that be are was not or an "
+         "value list file name path data error result type config parse test check load save "
+         "build index item node user time text line state cache table field query model").split()
+ERRORS = ["ValueError", "KeyError", "TypeError", "IndexError", "AttributeError"]
+
+
+@dataclass
+class SyntheticConfig:
+    """Generator knobs (`data.synthetic.*`)."""
+
+    world_seed: int = 0
+    n_entities: int = 200
+    doc_filler: int = 0               # extra filler sentences per document (longer tool results)
+    search_extra: tuple[int, int] = (0, 1)   # extra (vaguer) searches before the right one
+    docs_per_search: int = 2
+    code_turns: tuple[int, int] = (1, 4)     # tool-using steps before finish
+    code_obs_lines: tuple[int, int] = (2, 6)
+    code_thought_words: tuple[int, int] = (5, 14)
+    long_fraction: float = 0.1        # this share of code trajectories gets 3x the steps
+    test_every: int = 5               # every k-th (entity, attribute) pair is held out for the bench
+
+
+@dataclass
+class Entity:
+    name: str
+    kind: str
+    attrs: dict[str, str] = field(default_factory=dict)
+
+    def doc(self, filler: list[str]) -> str:
+        facts = " ".join(f"The {a} of {self.name} is {v}." for a, v in self.attrs.items())
+        return " ".join([f"{self.name} is a {self.kind}.", facts, *filler])
+
+
+def _name(rng: random.Random, used: set[str]) -> str:
+    while True:
+        n = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+        if n not in used:
+            used.add(n)
+            return n
+
+
+def make_world(cfg: SyntheticConfig) -> list[Entity]:
+    rng = random.Random(f"world-{cfg.world_seed}")
+    used: set[str] = set()
+    people = [f"{_name(rng, used)} {_name(rng, used)}" for _ in range(max(8, cfg.n_entities // 4))]
+    places = [_name(rng, used) for _ in range(max(8, cfg.n_entities // 4))]
+    ents = []
+    for _ in range(cfg.n_entities):
+        kind = rng.choice(sorted(KINDS))
+        e = Entity(_name(rng, used), kind)
+        for a in KINDS[kind]:
+            if a in ("mayor", "founder", "singer", "first climber"):
+                v = rng.choice(people)
+            elif a in ("founded", "formed"):
+                v = str(rng.randint(1600, 2020))
+            elif a == "length":
+                v = f"{rng.randint(50, 4000)} km"
+            elif a == "height":
+                v = f"{rng.randint(900, 8800)} m"
+            elif a == "genre":
+                v = rng.choice(GENRES)
+            elif a == "product":
+                v = rng.choice(PRODUCTS)
+            else:
+                v = rng.choice(places)
+            e.attrs[a] = v
+        ents.append(e)
+    return ents
+
+
+def _is_test(e: Entity, attr: str, cfg: SyntheticConfig) -> bool:
+    h = int(hashlib.sha256(f"{cfg.world_seed}|{e.name}|{attr}".encode()).hexdigest()[:8], 16)
+    return h % cfg.test_every == 0
+
+
+def question(e: Entity, attr: str) -> str:
+    return f"What is the {attr} of {e.name}?"
+
+
+def _filler(rng: random.Random, k: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16))).capitalize() + "." for _ in range(k)]
+
+
+class _Corpus:
+    def __init__(self, ents: list[Entity], cfg: SyntheticConfig):
+        frng = random.Random(f"filler-{cfg.world_seed}")
+        self.ents = ents
+        self.text = {e.name: e.doc(_filler(frng, cfg.doc_filler)) for e in ents}
+        self.k = cfg.docs_per_search
+
+    def results(self, rng: random.Random, hit: Entity | None) -> str:
+        """Search-R1-style result block: the hit first (when the query names it), then distractors."""
+        picks = [hit] if hit else []
+        while len(picks) < self.k:
+            d = rng.choice(self.ents)
+            if d not in picks:
+                picks.append(d)
+        return "\n".join(f"Doc {i}(Title: {d.name}) {self.text[d.name]}" for i, d in enumerate(picks, 1))
+
+
+def _search_steps(e: Entity, attr: str, value: str, corpus: _Corpus, rng: random.Random, cfg: SyntheticConfig):
+    """[(thought, query, results)], final thought."""
+    steps = []
+    for _ in range(rng.randint(*cfg.search_extra)):
+        q = f"{attr} {e.kind} {rng.choice(WORDS)}"
+        steps.append((f"I need the {attr} of {e.name}. Let me try a broad search first.", q, corpus.results(rng, None)))
+    thought = (f"That did not mention {e.name}. I will search for it by name." if steps
+               else f"I need the {attr} of {e.name}. I will search for {e.name}.")
+    steps.append((thought, f"{e.name} {attr}", corpus.results(rng, e)))
+    return steps, f"Doc 1 is about {e.name}. It says the {attr} of {e.name} is {value}."
+
+
+def search_rows(n: int, seed: int, cfg: SyntheticConfig) -> tuple[list[dict], list[dict]]:
+    """(OpenSeeker rows, Search-R1 rows), n in total, alternating, from training pairs only."""
+    ents = make_world(cfg)
+    corpus = _Corpus(ents, cfg)
+    pairs = [(e, a) for e in ents for a in e.attrs if not _is_test(e, a, cfg)]
+    rng = random.Random(f"search-{seed}")
+    os_rows, r1_rows = [], []
+    for k in range(n):
+        e, attr = pairs[rng.randrange(len(pairs))]
+        value = e.attrs[attr]
+        steps, final = _search_steps(e, attr, value, corpus, rng, cfg)
+        q = question(e, attr)
+        if k % 2 == 0:
+            traj = [{"role": "system", "content": "You are a deep research assistant."}, {"role": "user", "content": q}]
+            for thought, query, res in steps:
+                call = json.dumps({"name": "search", "arguments": {"query": [query]}})
+                traj.append({"role": "assistant", "content": f"<think>\n{thought}\n</think>\n<tool_call>\n{call}\n</tool_call>"})
+                traj.append({"role": "user", "content": f"<tool_response>\n{res}\n</tool_response>"})
+            traj.append({"role": "assistant", "content": f"<think>\n{final}\n</think>\n<answer>{value}</answer>"})
+            os_rows.append({"id": f"synth-os-{seed}-{k}", "question": q, "answer": value,
+                            "number of tool calls": len(steps), "trajectory correctness": "Correct", "trajectory": traj})
+        else:
+            resp = "".join(f"<think>{t}</think>\n<search> {qq} </search>\n\n<information>{res}</information>\n\n" for t, qq, res in steps)
+            resp += f"<think>{final}</think>\n<answer> {value} </answer>"
+            prompt = ("Answer the given question. Reason inside <think> and </think>, search with <search> query "
+                      "</search>, and give the answer inside <answer> and </answer>, e.g. <answer> Beijing </answer>. "
+                      f"Question: {q}")
+            r1_rows.append({"id": f"synth-r1-{seed}-{k}", "question": q, "golden_answers": [value],
+                            "prompt": [{"role": "user", "content": prompt}], "response": resp})
+    return os_rows, r1_rows
+
+
+R2E_SYSTEM = """You are a programming agent who is provided a github issue and repository bash environment and is tasked to solve certain tasks to resolve the issue.
+
+We have access to the following functions:
+
+–– BEGIN FUNCTION #1: file_editor ––
+Description:
+Custom editing tool for viewing, creating and editing files
+
+Parameters:
+  1.\tcommand (string, required)
+Allowed values: [view, create, str_replace, insert, undo_edit]
+  2.\tpath (string, required)
+  3.\told_str (string, optional)
+  4.\tnew_str (string, optional)
+–– END FUNCTION #1 ––
+
+–– BEGIN FUNCTION #2: execute_bash ––
+Description:
+Execute a bash command in the terminal.
+
+Parameters:
+  1.\tcmd (string, required)
+–– END FUNCTION #2 ––
+
+–– BEGIN FUNCTION #3: search ––
+Description:
+Search for a term in a directory or file.
+
+Parameters:
+  1.\tsearch_term (string, required)
+  2.\tpath (string, optional)
+–– END FUNCTION #3 ––
+
+–– BEGIN FUNCTION #4: finish ––
+Description:
+Finish the interaction when the task is complete.
+
+Parameters:
+  1.\tcommand (string, required)
+  2.\tresult (string, optional)
+–– END FUNCTION #4 ––
+
+If you choose to call a function ONLY reply in the following format with NO suffix:
+
+<function=example_function_name>
+  <parameter=example_parameter_1>value_1</parameter>
+</function>"""
+
+
+def _ident(rng: random.Random) -> str:
+    return "_".join(rng.choice(WORDS[20:]) for _ in range(rng.randint(1, 3)))
+
+
+def _code_lines(rng: random.Random, k: int) -> list[str]:
+    return [f"{i:6d}\t    {_ident(rng)} = {_ident(rng)}({_ident(rng)}, {rng.randint(0, 99)})" for i in range(1, k + 1)]
+
+
+def _call(name: str, **params: str) -> str:
+    body = "".join(f"  <parameter={k}>{v}</parameter>\n" for k, v in params.items())
+    return f"<function={name}>\n{body}</function>"
+
+
+def code_rows(n: int, seed: int, cfg: SyntheticConfig) -> list[dict]:
+    """R2E-Gym SFT rows (`messages` only)."""
+    rng = random.Random(f"code-{seed}")
+    rows = []
+    for k in range(n):
+        mod, fn, err = _ident(rng), _ident(rng), rng.choice(ERRORS)
+        title = f"{fn}() raises {err} when the {rng.choice(WORDS[20:])} is empty"
+        body = " ".join(rng.choice(WORDS) for _ in range(rng.randint(15, 40)))
+        user = ("Consider the following github issue:\n<github_issue>\n[ISSUE]\n"
+                f"**Title:** {title}\n\n**Description:**\n{body}\n[/ISSUE]\n</github_issue>\n\n"
+                "Can you help me implement the necessary changes to the repository to fix the <github_issue>?")
+        msgs = [{"role": "system", "content": R2E_SYSTEM}, {"role": "user", "content": user + "\nSteps Remaining: 40"}]
+        steps = rng.randint(*cfg.code_turns) * (3 if rng.random() < cfg.long_fraction else 1)
+        path = f"/testbed/{mod}.py"
+        for s in range(steps):
+            thought = " ".join(rng.choice(WORDS) for _ in range(rng.randint(*cfg.code_thought_words))).capitalize() + "."
+            lines = "\n".join(_code_lines(rng, rng.randint(*cfg.code_obs_lines)))
+            tool = ("file_editor", "execute_bash", "search")[s % 3]
+            if tool == "file_editor":
+                call = _call("file_editor", command="view", path=path)
+                obs = f"Execution output of [file_editor]:\nHere's the result of running `cat -n` on {path}:\n{lines}"
+            elif tool == "execute_bash":
+                call = _call("execute_bash", cmd=f"python reproduce_{fn}.py")
+                obs = f"Exit code: 0\nExecution output of [execute_bash]:\n[STDOUT]\n\n{lines}\n\n[STDERR]\n\n"
+            else:
+                call = _call("search", search_term=fn, path="/testbed")
+                obs = f"Execution output of [search]:\nFound {rng.randint(1, 9)} matches for \"{fn}\" in /testbed:\n{lines}"
+            msgs.append({"role": "assistant", "content": f"{thought}\n\n{call}"})
+            msgs.append({"role": "user", "content": f"{obs}\nSteps Remaining: {39 - s}"})
+        msgs.append({"role": "assistant", "content": "The fix works. Let me submit.\n\n"
+                     + _call("finish", command="submit", result=f"Fixed {fn} in {path}.")})
+        rows.append({"messages": msgs})
+    return rows
+
+
+def write_sources(out_dir: str | Path, *, seed: int, code_n: int, search_n: int, cfg: SyntheticConfig) -> dict[str, list[str]]:
+    """Write raw files; return `sources` specs ({"code": [...], "search": [...]}) for the readers."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    specs: dict[str, list[str]] = {"code": [], "search": []}
+    if code_n:
+        p = out / "r2e_gym.jsonl"
+        write_jsonl(p, code_rows(code_n, seed, cfg))
+        specs["code"].append(f"r2e-gym:{p}")
+    if search_n:
+        os_rows, r1_rows = search_rows(search_n, seed, cfg)
+        for fmt, rows in (("openseeker", os_rows), ("search-r1", r1_rows)):
+            if rows:
+                p = out / f"{fmt.replace('-', '_')}.jsonl"
+                write_jsonl(p, rows)
+                specs["search"].append(f"{fmt}:{p}")
+    return specs
+
+
+def write_synthetic_bench(out_dir: str | Path, seed: int = 0, n: int = 100, cfg: SyntheticConfig | None = None) -> dict:
+    """`<out>/corpus.jsonl` (wiki-18 format) and `<out>/synthqa/test.jsonl` (FlashRAG format):
+    held-out questions about the world generated with `world_seed=seed`."""
+    cfg = cfg or SyntheticConfig(world_seed=seed)
+    ents = make_world(cfg)
+    corpus = _Corpus(ents, cfg)
+    out = Path(out_dir)
+    (out / "synthqa").mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "corpus.jsonl", ({"id": str(i), "contents": f'"{e.name}"\n{corpus.text[e.name]}'} for i, e in enumerate(ents)))
+    test = [(e, a) for e in ents for a in e.attrs if _is_test(e, a, cfg)]
+    random.Random(f"bench-{seed}").shuffle(test)
+    if n > len(test):
+        raise ValueError(f"only {len(test)} held-out questions in a world of {cfg.n_entities} entities; asked for {n}")
+    rows = [{"id": f"synthqa-{i}", "question": question(e, a), "golden_answers": [e.attrs[a]]} for i, (e, a) in enumerate(test[:n])]
+    write_jsonl(out / "synthqa" / "test.jsonl", rows)
+    return {"corpus": str(out / "corpus.jsonl"), "test": str(out / "synthqa" / "test.jsonl"), "n": len(rows), "docs": len(ents)}
+
+
+def config_from(d: dict | None) -> SyntheticConfig:
+    """SyntheticConfig from a `data.synthetic` mapping; unknown knobs are errors naming the key."""
+    d = dict(d or {})
+    known = SyntheticConfig.__dataclass_fields__
+    bad = sorted(set(d) - set(known) - {"code_n", "search_n"})
+    if bad:
+        raise ValueError(f"unknown data.synthetic key(s) {bad}; known: {sorted(known) + ['code_n', 'search_n']}")
+    kw = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in d.items() if k in known}
+    return SyntheticConfig(**kw)
