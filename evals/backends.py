@@ -18,6 +18,10 @@ from dataclasses import dataclass
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
 
 
+class BackendError(RuntimeError):
+    """The model or its backend can't be loaded (missing dir, no vLLM, no chat template)."""
+
+
 @dataclass
 class Generation:
     text: str
@@ -35,7 +39,7 @@ def load_tokenizer(path: str):
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if not tok.chat_template:
-        raise ValueError(f"tokenizer {path} has no chat template; the agent loop renders tools through it")
+        raise BackendError(f"tokenizer {path} has no chat template; the agent loop renders tools through it")
     return tok
 
 
@@ -118,7 +122,7 @@ class VLLMBackend:
         try:
             from vllm import LLM
         except ImportError as exc:
-            raise RuntimeError(
+            raise BackendError(
                 "backend=vllm needs vLLM (pip install -e '.[gpu]'); use backend=hf otherwise"
             ) from exc
         self.tokenizer = load_tokenizer(tokenizer_path or model_path)
@@ -158,9 +162,12 @@ class VLLMBackend:
 def make_backend(cfg):
     model = cfg.ckpt
     tok = cfg.get("tokenizer") or None
-    if cfg.backend == "hf":
-        return HFBackend(model, tok, micro_batch=cfg.micro_batch, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
-    if cfg.backend == "vllm":
+    if cfg.backend not in ("hf", "vllm"):
+        raise BackendError(f"unknown backend {cfg.backend!r}; expected hf or vllm")
+    try:
+        if cfg.backend == "hf":
+            return HFBackend(model, tok, micro_batch=cfg.micro_batch, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
         return VLLMBackend(model, tok, max_model_len=cfg.max_model_len, tensor_parallel_size=cfg.tensor_parallel_size,
                            gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, seed=cfg.seed)
-    raise ValueError(f"unknown backend {cfg.backend!r}; expected hf or vllm")
+    except (OSError, ValueError) as exc:  # transformers' "not a model dir / no such repo" errors
+        raise BackendError(f"cannot load model {model!r} with backend={cfg.backend}: {exc}") from exc

@@ -30,6 +30,7 @@ def _main(argv: list[str]) -> int:
     if cfg.dry_run:
         print(OmegaConf.to_yaml(cfg))
         return 0
+    from evals.backends import BackendError
     from evals.benches import BenchError
     from evals.results import ResultsError
     from evals.retrievers import RetrieverError
@@ -37,7 +38,7 @@ def _main(argv: list[str]) -> int:
 
     try:
         summary = evaluate(cfg)
-    except (BenchError, ResultsError, RetrieverError) as exc:
+    except (BackendError, BenchError, ResultsError, RetrieverError) as exc:
         raise ConfigError(str(exc)) from exc
     print(format_table(summary))
     print(f"wrote {cfg.out}/summary.json")

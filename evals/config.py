@@ -82,6 +82,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     qa = [b for b in merged.benches if b != OOD_BENCH]
     if qa and merged.retriever == "bm25" and not merged.corpus:
         raise ConfigError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")
+    if qa and merged.retriever == "bm25" and not Path(merged.corpus).is_file():
+        raise ConfigError(f"corpus={merged.corpus}: no such file")
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise ConfigError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:

@@ -84,7 +84,8 @@ def ood_items(n: int | None, seed: int, split: str) -> list[BenchItem]:
     for row in rows:
         row = dict(row)
         rid = str(row.get("id", f"{split}_{row.get('seed')}"))
-        items.append(BenchItem(rid, row.get("question", ""), [str(row["answer"])] if row.get("answer") else [], extra=row))
+        # The gold answer lives in the environment; ood_row reads it after the episode.
+        items.append(BenchItem(rid, row.get("question", ""), [], extra=row))
     return items
 
 
@@ -113,6 +114,14 @@ def env_done(ep: Episode) -> bool:
     return bool(getattr(ep.state, "done", False))
 
 
+def _finish_answer(env) -> str | None:
+    """The answer the accepted `finish` call carried (what the environment scores)."""
+    for call in env.transcript():
+        if call["name"] == "finish" and not str(call["response"]).startswith("Error"):
+            return call["arguments"].get("answer")
+    return None
+
+
 def ood_row(ep: Episode, item: BenchItem) -> dict:
     answer, rule = extract_answer(ep.final_content)
     components = {k: float(v) for k, v in ep.state.reward_components().items()}
@@ -121,7 +130,8 @@ def ood_row(ep: Episode, item: BenchItem) -> dict:
     return {
         "id": item.id,
         "question": ep.messages[1]["content"],
-        "golden_answers": item.golden_answers,
+        "golden_answers": [str(ep.state.task.answer)],
+        "finish_answer": _finish_answer(ep.state),
         "prediction": answer,
         "extract_rule": rule,
         "stop_reason": ep.stop_reason,

@@ -1,0 +1,146 @@
+"""evals end to end: the tiny random model through the whole harness (hf backend, bm25, files and
+schema), search_plan_ood through the envs package, the CLI, the retrievers and serve-retriever."""
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from evals.backends import Generation
+from evals.cli import main as cli_main
+from evals.retrievers import Bm25Retriever, HttpRetriever, RetrieverError, format_docs
+from evals.run import evaluate
+from evals.server import make_server
+from tests.conftest import shared_path
+from tests.test_evals_loop import make_world
+
+ROW_KEYS = {"id", "question", "golden_answers", "prediction", "extract_rule", "stop_reason", "num_turns",
+            "num_tool_calls", "num_tool_errors", "generated_tokens", "metrics", "messages"}
+SUMMARY_KEYS = {"em", "f1", "cover_em", "strict_em", "format_failure_rate", "n", "mean_turns", "mean_tool_calls"}
+TINY = {"max_new_tokens": 24, "max_turns": 2, "max_model_len": 1024, "progress": False, "micro_batch": 4}
+
+
+def _check_files(out, bench, n):
+    rows = [json.loads(line) for line in open(out / f"{bench}.jsonl")]
+    assert len(rows) == n and all(ROW_KEYS <= set(r) for r in rows)
+    assert all(r["messages"][-1]["role"] == "assistant" or r["stop_reason"] == "context_limit" for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary[bench]) and summary[bench]["n"] == n
+    assert all(0.0 <= summary[bench][k] <= 1.0 for k in ("em", "f1", "cover_em", "strict_em"))
+    return rows, summary
+
+
+def test_tiny_model_on_generated_bench(tmp_path, tiny_model_dir):
+    corpus, bench_root = make_world(tmp_path, n=3)
+    out = tmp_path / "out"
+    cfg = {"ckpt": str(tiny_model_dir), "benches": ["synthqa"], "n": 3, "bench_root": str(bench_root),
+           "corpus": str(corpus), "index_dir": str(tmp_path / "idx"), "out": str(out), **TINY}
+    evaluate(cfg)
+    rows, _ = _check_files(out, "synthqa", 3)
+    assert {r["stop_reason"] for r in rows} <= {"length", "answer", "no_answer", "max_turns", "context_limit"}
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["ckpt"] == str(tiny_model_dir) and meta["tool_style"] == "qwen3"
+    # Deterministic: a second evaluation in a fresh dir gives byte-identical results.
+    cfg2 = {**cfg, "out": str(tmp_path / "out2")}
+    evaluate(cfg2)
+    assert (out / "synthqa.jsonl").read_bytes() == (tmp_path / "out2" / "synthqa.jsonl").read_bytes()
+
+
+def test_tiny_model_on_shared_benchmarks(tmp_path, tiny_model_dir):
+    root = shared_path("benchmarks")
+    out = tmp_path / "out"
+    evaluate({"ckpt": str(tiny_model_dir), "benches": ["nq", "hotpotqa", "bamboogle"], "n": 2,
+              "bench_root": str(root), "corpus": str(root / "corpus" / "wiki18_example_10.jsonl"),
+              "index_dir": str(tmp_path / "idx"), "out": str(out), **TINY})
+    for bench in ("nq", "hotpotqa", "bamboogle"):
+        _check_files(out, bench, 2)
+    ids = json.loads((out / "sampled_ids" / "nq.json").read_text())["ids"]
+    assert ids == ["test_3283", "test_946"]  # the pre-sampled file is kept in order: Search-R1's first N
+    assert json.loads((out / "sampled_ids" / "hotpotqa.json").read_text())["ids"] == ["hotpotqa_dev_1", "hotpotqa_dev_2"]
+
+
+class OodScripted:
+    """Searches for nothing useful, then finishes with a wrong answer: a known reward profile."""
+
+    name = "scripted"
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def encode(self, text):
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def generate(self, prompt_ids, caps):
+        out = []
+        for ids in prompt_ids:
+            prompt = self.tokenizer.decode(ids)
+            name, args = ("finish", {"answer": "no idea"}) if "<tool_response>" in prompt else ("search", {"query": "records"})
+            call = json.dumps({"name": name, "arguments": args})
+            out.append(Generation(f"ok</think>\n\n<tool_call>\n{call}\n</tool_call>", "stop", 5))
+        return out
+
+
+def test_search_plan_ood_through_the_loop(tmp_path, tiny_tokenizer):
+    out = tmp_path / "out"
+    summary = evaluate({"ckpt": "m", "benches": ["search_plan_ood"], "n": 3, "out": str(out), "progress": False},
+                       backend=OodScripted(tiny_tokenizer))
+    s = summary["search_plan_ood"]
+    assert s["n"] == 3 and s["stop_reasons"] == {"env_done": 3} and s["mean_tool_calls"] == 2.0
+    assert {"reward", "reward_outcome", "reward_grounding", "reward_stop"} <= set(s)
+    assert s["reward_stop"] == 0.0 and s["reward_outcome"] == 0.0  # finished with no required write done
+    rows = [json.loads(line) for line in open(out / "search_plan_ood.jsonl")]
+    assert rows[0]["finish_answer"] == "no idea" and rows[0]["golden_answers"][0]
+    assert "read_record" in json.dumps(rows[0]["messages"]) or rows[0]["messages"][0]["role"] == "system"
+
+
+def test_cli_help_dry_run_and_errors(tmp_path, capsys):
+    assert cli_main(["--help"]) == 0
+    assert "usage: evaluate" in capsys.readouterr().out
+    assert cli_main(["ckpt=x", "out=o", "benches=[search_plan_ood]", "dry_run=true"]) == 0
+    assert "prompt: tool_agent" in capsys.readouterr().out
+    assert cli_main(["ckpt=x", "out=o", "promt=anchor_nudge"]) == 2
+    assert "Did you mean: prompt" in capsys.readouterr().err
+    assert cli_main(["ckpt=x", "benches=[nq]", "corpus=c"]) == 2  # not inside a run and no out=
+    capsys.readouterr()
+    assert cli_main(["ckpt=x", "out=o", "benches=[nq]", "corpus=" + str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    vllm_missing = __import__("importlib").util.find_spec("vllm") is None
+    if vllm_missing:
+        assert cli_main(["ckpt=x", "out=" + str(tmp_path / "o"), "benches=[search_plan_ood]", "backend=vllm"]) == 2
+        assert "needs vLLM" in capsys.readouterr().err
+    assert cli_main(["ckpt=" + str(tmp_path / "nomodel"), "out=" + str(tmp_path / "o"), "benches=[search_plan_ood]"]) == 2
+    assert "cannot load model" in capsys.readouterr().err
+
+
+def test_bm25_cache_and_http_retriever_on_loopback(tmp_path):
+    corpus, _ = make_world(tmp_path, n=4)
+    first = Bm25Retriever(corpus, tmp_path / "idx")
+    second = Bm25Retriever(corpus, tmp_path / "idx")
+    assert first.built and not second.built  # the index is built once, then loaded from disk
+    country = json.loads(corpus.read_text().splitlines()[2])["contents"].split("\n")[0].strip('"')
+    local = second.search([f"capital of {country}", "zzz"], 2)
+    assert local[0][0]["id"] == "2" and len(local[1]) == 2
+    server = make_server(second, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+        remote = HttpRetriever(url, timeout=5, retries=0).search([f"capital of {country}", "zzz"], 2)
+        assert [[d["id"] for d in r] for r in remote] == [[d["id"] for d in r] for r in local]
+        assert format_docs(remote[0]) == format_docs(local[0])
+        assert format_docs(remote[0]).startswith(f'Doc 1(Title: "{country}") {country} is a country.')
+        with pytest.raises(RetrieverError, match="HTTP 400"):
+            HttpRetriever(url, timeout=5, retries=0).search(["q"], 0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(RetrieverError, match="unreachable after 2 attempts"):
+        HttpRetriever(url, timeout=1, retries=1, backoff=0.01).search(["q"], 1)
+
+
+def test_corpus_errors_name_the_line(tmp_path):
+    bad = tmp_path / "c.jsonl"
+    bad.write_text('{"id": "0", "contents": "\\"T\\"\\nx"}\n{"id": "1"}\n')
+    with pytest.raises(RetrieverError, match=r"c.jsonl:2"):
+        Bm25Retriever(bad, tmp_path / "idx")

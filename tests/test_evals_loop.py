@@ -1,0 +1,205 @@
+"""evals: the agent loop and evaluate() with a scripted backend (loop + scoring, independent of
+model quality), resume after interruption, stop reasons, default out, sample checks."""
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from common.cli import ConfigError
+from evals.backends import Generation
+from evals.results import ResultsError
+from evals.run import evaluate
+
+SYLL = ["qua", "zor", "vex", "lim", "tor", "bex", "nal", "rup", "sid", "mok", "fen", "daw"]
+
+
+def make_world(root, n=6, seed=0):
+    """A tiny wiki-18 style corpus + FlashRAG bench: one made-up country per doc, with its capital."""
+    rng = random.Random(seed)
+    names = set()
+    while len(names) < 2 * n:
+        names.add("".join(rng.choice(SYLL) for _ in range(3)).capitalize())
+    names = sorted(names)
+    countries, capitals = names[:n], names[n:]
+    corpus = root / "corpus.jsonl"
+    with open(corpus, "w") as f:
+        for i, (c, k) in enumerate(zip(countries, capitals)):
+            f.write(json.dumps({"id": str(i), "contents": f'"{c}"\n{c} is a country. The capital of {c} is {k}.'}) + "\n")
+    (root / "bench" / "synthqa").mkdir(parents=True)
+    with open(root / "bench" / "synthqa" / "test.jsonl", "w") as f:
+        for i, (c, k) in enumerate(zip(countries, capitals)):
+            f.write(json.dumps({"id": f"q{i}", "question": f"What is the capital of {c}?", "golden_answers": [k]}) + "\n")
+    return corpus, root / "bench"
+
+
+class ScriptedBackend:
+    """Plays a search agent: turn 1 calls `search` with the question, then answers from the
+    retrieved passage. `mode` picks how it answers; `fail_at` raises on that generate call."""
+
+    name = "scripted"
+
+    def __init__(self, tokenizer, mode="final_answer", fail_at=None, always_search=False, bad_first_call=False):
+        self.tokenizer, self.mode, self.fail_at = tokenizer, mode, fail_at
+        self.always_search, self.bad_first_call = always_search, bad_first_call
+        self.generate_calls, self.episodes_generated, self.prompts = 0, 0, []
+
+    def encode(self, text):
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _policy(self, prompt: str) -> str:
+        question = re.search(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", prompt, re.S).group(1)
+        responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt, re.S)
+        call = '<tool_call>\n{"name": "search", "arguments": {"query": %s}}\n</tool_call>' % json.dumps(question)
+        if self.bad_first_call and not responses:
+            return 'I will search.</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": }\n</tool_call>'
+        if self.always_search or not responses or responses[-1].startswith("Error"):
+            return "I need to search.</think>\n\n" + call
+        m = re.search(r"The capital of \w+ is (\w+)\.", responses[-1])
+        answer = m.group(1) if m else "unknown"
+        if self.mode == "wrong":
+            answer = "Atlantis"
+        if self.mode == "answer_tag":
+            return f"Found it.</think>\n\n<answer>{answer}</answer>"
+        if self.mode == "silent":
+            return "Found it.</think>\n\nI think I know."
+        return f"Found it.</think>\n\nThe passage says so.\nFinal answer: {answer}"
+
+    def generate(self, prompt_ids, caps):
+        self.generate_calls += 1
+        if self.fail_at is not None and self.generate_calls >= self.fail_at:
+            raise KeyboardInterrupt("simulated interruption")
+        out = []
+        for ids in prompt_ids:
+            prompt = self.tokenizer.decode(ids)
+            self.prompts.append(prompt)
+            out.append(Generation(self._policy(prompt), "stop", 7))
+        self.episodes_generated += len(prompt_ids)
+        return out
+
+
+@pytest.fixture()
+def world(tmp_path):
+    corpus, bench_root = make_world(tmp_path)
+    return {"corpus": str(corpus), "bench_root": str(bench_root), "index_dir": str(tmp_path / "idx"),
+            "ckpt": str(tmp_path / "model"), "benches": ["synthqa"], "n": 6, "progress": False}
+
+
+def _rows(out, bench="synthqa"):
+    return [json.loads(line) for line in open(out / f"{bench}.jsonl")]
+
+
+def test_scripted_correct_scores_one(world, tmp_path, tiny_tokenizer):
+    backend = ScriptedBackend(tiny_tokenizer)
+    out = tmp_path / "out"
+    summary = evaluate({**world, "out": str(out)}, backend=backend)
+    s = summary["synthqa"]
+    assert (s["em"], s["f1"], s["cover_em"], s["strict_em"]) == (1.0, 1.0, 1.0, 1.0)
+    assert s["format_failure_rate"] == 0.0 and s["n"] == 6
+    assert s["mean_turns"] == 2.0 and s["mean_tool_calls"] == 1.0
+    assert s["stop_reasons"] == {"answer": 6}
+    assert backend.generate_calls == 2  # lockstep: one batched call per turn for all 6 episodes
+    rows = _rows(out)
+    assert sorted(r["id"] for r in rows) == [f"q{i}" for i in range(6)]
+    msgs = rows[0]["messages"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant"]
+    assert msgs[2]["tool_calls"][0]["function"] == {"name": "search", "arguments": {"query": rows[0]["question"]}}
+    assert msgs[2]["reasoning_content"] == "I need to search." and msgs[2]["content"] == ""
+    assert msgs[3]["content"].startswith('Doc 1(Title: "') and msgs[3]["tool_call_id"] == msgs[2]["tool_calls"][0]["id"]
+    assert rows[0]["extract_rule"] == "final_answer" and rows[0]["metrics"]["em"] == 1.0
+    # The second-turn prompt was rendered by the chat template: tools in the system prompt,
+    # the call re-rendered, the retrieved docs as a tool response.
+    second = backend.prompts[-1]
+    assert '<tools>\n{"type": "function", "function": {"name": "search"' in second
+    assert '<tool_call>\n{"name": "search", "arguments": {"query": "What is the capital of' in second
+    assert "<|im_start|>user\n<tool_response>\nDoc 1(Title: " in second
+    assert second.endswith("<|im_start|>assistant\n<think>\n")
+    files = json.loads((out / "meta.json").read_text())
+    assert files["backend"] == "hf" and files["seed"] == 42 and files["prompt"] == "tool_agent"
+    ids = json.loads((out / "sampled_ids" / "synthqa.json").read_text())["ids"]
+    assert sorted(ids) == sorted(r["id"] for r in rows)
+    assert json.loads((out / "summary.json").read_text())["synthqa"]["em"] == 1.0
+
+
+@pytest.mark.parametrize("mode, em, strict, rule", [
+    ("wrong", 0.0, 0.0, "final_answer"),
+    ("answer_tag", 1.0, 0.0, "answer_tag"),
+    ("silent", 0.0, 0.0, "none"),
+])
+def test_scripted_other_answers(world, tmp_path, tiny_tokenizer, mode, em, strict, rule):
+    summary = evaluate({**world, "out": str(tmp_path / "out"), "n": 3}, backend=ScriptedBackend(tiny_tokenizer, mode))
+    s = summary["synthqa"]
+    assert (s["em"], s["strict_em"]) == (em, strict)
+    assert s["extract_rules"] == {rule: 3}
+    assert s["format_failure_rate"] == (1.0 if rule == "none" else 0.0)
+    assert s["stop_reasons"] == {("no_answer" if rule == "none" else "answer"): 3}
+
+
+def test_invalid_tool_call_goes_back_to_the_model(world, tmp_path, tiny_tokenizer):
+    out = tmp_path / "out"
+    s = evaluate({**world, "out": str(out), "n": 2}, backend=ScriptedBackend(tiny_tokenizer, bad_first_call=True))["synthqa"]
+    assert s["em"] == 1.0 and s["mean_tool_errors"] == 1.0 and s["mean_turns"] == 3.0
+    msgs = _rows(out)[0]["messages"]
+    assert "tool_calls" not in msgs[2] and "<tool_call>" in msgs[2]["content"]  # raw text kept
+    assert msgs[3]["role"] == "tool" and msgs[3]["content"].startswith("Error: invalid JSON in <tool_call>")
+
+
+def test_max_turns_and_context_limit(world, tmp_path, tiny_tokenizer):
+    s = evaluate({**world, "out": str(tmp_path / "a"), "n": 2, "max_turns": 3},
+                 backend=ScriptedBackend(tiny_tokenizer, always_search=True))["synthqa"]
+    assert s["stop_reasons"] == {"max_turns": 2} and s["mean_turns"] == 3.0 and s["mean_tool_calls"] == 2.0
+    backend = ScriptedBackend(tiny_tokenizer)
+    # Room for the first prompt but not for the second one (it carries the retrieved passages).
+    from evals.agent import render
+    from evals.tasks import SearchTools, qa_episode
+    from evals.benches import load_bench
+
+    item = load_bench("synthqa", world["bench_root"], 1, 42)[0][0]
+    n_first = len(backend.encode(render(tiny_tokenizer, qa_episode(item, "tool_agent").messages, SearchTools.tools)))
+    s = evaluate({**world, "out": str(tmp_path / "b"), "n": 1, "max_model_len": n_first + 40}, backend=backend)["synthqa"]
+    assert s["stop_reasons"] == {"context_limit": 1} and s["mean_turns"] == 1.0
+
+
+def test_resume_after_interruption(world, tmp_path, tiny_tokenizer):
+    out = tmp_path / "out"
+    cfg = {**world, "out": str(out), "batch_size": 2}
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(cfg, backend=ScriptedBackend(tiny_tokenizer, fail_at=3))  # dies in the 2nd batch
+    assert len(_rows(out)) == 2  # the first batch was written; only the batch in flight is lost
+    # A torn last line (killed mid-write) is dropped and that example runs again.
+    with open(out / "synthqa.jsonl", "a") as f:
+        f.write('{"id": "q9", "quest')
+    backend = ScriptedBackend(tiny_tokenizer)
+    s = evaluate(cfg, backend=backend)["synthqa"]
+    assert backend.episodes_generated == 2 * 4  # 4 remaining episodes x 2 turns
+    rows = _rows(out)
+    assert len(rows) == 6 and len({r["id"] for r in rows}) == 6 and s["em"] == 1.0 and s["n"] == 6
+    again = ScriptedBackend(tiny_tokenizer)
+    evaluate(cfg, backend=again)
+    assert again.generate_calls == 0  # nothing left to do
+
+
+def test_resume_rejects_a_different_sample(world, tmp_path, tiny_tokenizer):
+    out = tmp_path / "out"
+    evaluate({**world, "out": str(out), "n": 2}, backend=ScriptedBackend(tiny_tokenizer))
+    with pytest.raises(ResultsError, match="different sample"):
+        evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
+
+
+def test_default_out_inside_a_run(world, tmp_path, tiny_tokenizer):
+    ckpt = tmp_path / "runs" / "search" / "seed0" / "checkpoints" / "step-000050"
+    evaluate({**world, "ckpt": str(ckpt), "n": 1}, backend=ScriptedBackend(tiny_tokenizer))
+    assert (tmp_path / "runs" / "search" / "seed0" / "eval" / "step-000050" / "summary.json").is_file()
+    with pytest.raises(ConfigError, match="pass out=DIR"):
+        evaluate({**world, "n": 1}, backend=ScriptedBackend(tiny_tokenizer))
+
+
+def test_config_errors(world):
+    with pytest.raises(ConfigError):
+        evaluate({**world, "out": "x", "promt": "tool_agent"})
+    with pytest.raises(ConfigError, match="prompt="):
+        evaluate({**world, "out": "x", "prompt": "chatty"})
+    with pytest.raises(ConfigError, match="corpus=PATH"):
+        evaluate({**world, "out": "x", "corpus": None})

@@ -1,0 +1,161 @@
+"""evals: metrics (hand-computed), the extractor cascade and the tool-call parsing table."""
+from __future__ import annotations
+
+import pytest
+
+from evals.extract import extract_answer, strict_answer
+from evals.metrics import cover_em, exact_match, f1, normalize_answer, unweighted_mean
+from evals.toolcalls import detect_style, parse_tool_calls, strip_tool_calls
+
+
+# ---- metrics ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, norm", [
+    ("  The  Beatles'  ", "beatles"),
+    ("U.S.A.", "usa"),
+    ("An apple, a day", "apple day"),
+    ("Wilhelm Conrad Röntgen", "wilhelm conrad röntgen"),  # non-ASCII letters are kept
+    ("theatre", "theatre"),                                # articles only as whole words
+    ("rock–and–roll", "rock–and–roll"),                    # en dash is not ASCII punctuation
+])
+def test_normalize(text, norm):
+    assert normalize_answer(text) == norm
+
+
+def test_exact_match_cases():
+    assert exact_match("The Eiffel Tower!", ["eiffel tower"]) == 1.0
+    assert exact_match("Paris, France", ["Paris"]) == 0.0
+    assert exact_match("Sam Clemens", ["Mark Twain", "Sam Clemens"]) == 1.0  # max over aliases
+    assert exact_match("sam clemens.", "Sam Clemens") == 1.0                # a bare string gold
+    assert exact_match(None, ["x"]) == 0.0
+    assert exact_match("", [""]) == 1.0
+
+
+def test_cover_em_cases():
+    assert cover_em("Paris, France", ["Paris"]) == 1.0
+    assert cover_em("It was the Eiffel Tower.", ["Eiffel tower", "x"]) == 1.0
+    assert cover_em("Paris", ["Paris, France"]) == 0.0
+    assert cover_em(None, ["Paris"]) == 0.0
+
+
+def test_f1_cases():
+    # pred tokens {paris, france}, gold {paris}: P=1/2, R=1 -> 2/3
+    assert f1("Paris, France", ["Paris"]) == pytest.approx(2 / 3)
+    # repeated tokens count with multiplicity: common {red:1, blue:1}; P=R=2/3
+    assert f1("red red blue", ["red blue green"]) == pytest.approx(2 / 3)
+    assert f1("new york city", ["york", "New York City"]) == 1.0
+    assert f1("the cat", ["a dog"]) == 0.0
+    assert f1(None, ["x"]) == 0.0
+
+
+def test_f1_yes_no_rule():
+    assert f1("yes", ["no"]) == 0.0
+    assert f1("yes it is", ["yes"]) == 0.0   # gold is special and differs -> 0, not 2/4
+    assert f1("no", ["no answer"]) == 0.0    # "no" vs "no answer": special mismatch
+    assert f1("Yes.", ["yes"]) == 1.0
+    assert f1("noanswer", ["noanswer"]) == 1.0
+
+
+def test_unweighted_mean():
+    s = {"a": {"em": 0.2}, "b": {"em": 0.6}}
+    assert unweighted_mean(s, ["a", "b"], "em") == pytest.approx(0.4)
+    assert unweighted_mean(s, ["a", "b", "c"], "em") is None
+
+
+# ---- answer extraction -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, answer, rule", [
+    ("reasoning\nFinal answer: Paris\n", "Paris", "final_answer"),
+    ("Final answer: A\nthen\nFinal Answer: B", "B", "final_answer"),            # last occurrence
+    ("Final answer: Paris. More text\nnext line", "Paris. More text", "final_answer"),
+    ("<answer>A</answer>\nFinal answer: B", "B", "final_answer"),              # rule order wins
+    ("Final answer:   \n<answer> Rome </answer>", "Rome", "answer_tag"),       # empty -> next rule
+    ("<answer> A </answer> x <answer>B</answer>", "B", "answer_tag"),
+    ("<answer>A</answer> and <answer> C", "A", "answer_tag"),                   # closed before unclosed
+    ("so <answer> Lyon\n", "Lyon", "answer_tag_unclosed"),
+    ("x = \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}", "boxed"),
+    ("\\boxed{unbalanced", None, "none"),
+    ("no answer here", None, "none"),
+    ("", None, "none"),
+    (None, None, "none"),
+])
+def test_extract_cascade(text, answer, rule):
+    assert extract_answer(text) == (answer, rule)
+
+
+def test_strict_answer_only_trusts_final_answer():
+    assert strict_answer("x", "final_answer") == "x"
+    assert strict_answer("x", "answer_tag") is None
+
+
+# ---- tool-call parsing table -----------------------------------------------------------------
+
+S = '{"name": "search", "arguments": {"query": "%s"}}'
+L = '{"name": "search", "parameters": {"query": "%s"}}'
+
+
+def _q(calls):
+    return [c["arguments"].get("query") for c in calls]
+
+
+QWEN_CASES = [
+    # (text, queries, n_errors)
+    ("<tool_call>\n" + S % "a" + "\n</tool_call>", ["a"], 0),
+    ("think first <tool_call>" + S % "a" + "</tool_call>\n<tool_call>" + S % "b" + "</tool_call> trailing", ["a", "b"], 0),
+    ('<tool_call>{"name": "search", "arguments": {"query": }</tool_call>', [], 1),
+    ("<tool_call>" + S % "a" + "</tool_call><tool_call>{bad json}</tool_call>", ["a"], 1),
+    ('<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"s\\"}"}</tool_call>', ["s"], 0),  # string args
+    ('<tool_call>{"arguments": {"query": "a"}}</tool_call>', [], 1),                                # no name
+    ('<tool_call>{"name": "search", "arguments": [1]}</tool_call>', [], 1),                        # args not object
+    ("<tool_call>" + S % "a", [], 1),                                                               # unclosed
+    ('<tool_call>{"name": "search", "arguments": {"query": "a } b {"}}</tool_call>', ["a } b {"], 0),
+    ("just an answer, no call", [], 0),
+]
+
+
+@pytest.mark.parametrize("text, queries, n_errors", QWEN_CASES)
+def test_parse_qwen3(text, queries, n_errors):
+    calls, errors = parse_tool_calls(text, "qwen3")
+    assert _q(calls) == queries
+    assert len(errors) == n_errors
+    assert all(c["name"] == "search" for c in calls)
+
+
+LLAMA_CASES = [
+    (L % "x", ["x"], 0),
+    ("<|python_tag|>" + L % "x" + "<|eom_id|>", ["x"], 0),
+    (L % "x" + "<|eot_id|>", ["x"], 0),
+    ('{"name": "search", "parameters": {"filter": {"a": {"b": 1}}, "query": "x"}}', ["x"], 0),  # nested
+    ('{"name": "search", "parameters": {"query": "f(x) = {y} }"}}', ["f(x) = {y} }"], 0),        # braces in strings
+    (L % "a" + "; " + L % "b", ["a", "b"], 0),
+    (L % "a" + "\n" + L % "b" + "<|eot_id|>", ["a", "b"], 0),
+    ('{"name": "search", "arguments": {"query": "x"}}', ["x"], 0),                              # "arguments" too
+    ('{"name": "search", "parameters": {"query": "x"}', [], 1),                                  # missing brace
+    ('The set {"a": 1} is not a call.', [], 0),
+    ("no call at all", [], 0),
+]
+
+
+@pytest.mark.parametrize("text, queries, n_errors", LLAMA_CASES)
+def test_parse_llama3(text, queries, n_errors):
+    calls, errors = parse_tool_calls(text, "llama3")
+    assert _q(calls) == queries
+    assert len(errors) == n_errors
+
+
+def test_parse_unknown_style():
+    with pytest.raises(ValueError, match="unknown tool-call style"):
+        parse_tool_calls("x", "mistral")
+
+
+def test_strip_tool_calls():
+    assert strip_tool_calls("hi <tool_call>" + S % "a" + "</tool_call> bye", "qwen3") == "hi  bye"
+    assert strip_tool_calls("ok " + L % "a" + "<|eot_id|>", "llama3") == "ok"
+
+
+def test_detect_style_from_templates():
+    from tests.conftest import shared_path
+
+    tdir = shared_path("fixtures", "chat_templates")
+    assert detect_style((tdir / "llama3_1_8b_instruct.jinja").read_text()) == "llama3"
+    assert detect_style((tdir / "qwen3_4b_thinking_2507.jinja").read_text()) == "qwen3"
