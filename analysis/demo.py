@@ -1,0 +1,156 @@
+"""`python -m analysis.demo` (`make demo`): the whole study on the embedded default, on CPU.
+
+1. `launch sweep arms=[r2e,search,mixed] seeds=[0] model=tiny data=synthetic steps=... save_steps=[...]`:
+   synthetic data per arm, the tiny Qwen3 trained with several step checkpoints per arm.
+2. `data_prep.synthetic.write_synthetic_bench`: a QA bench (`synthqa`, held-out questions with golden
+   answers) over a corpus generated from the same world as the training data, retrieved with BM25.
+3. The anchor: the tiny model's step-0 random init (the trainer seeds it with the run seed, so
+   `save_tiny_model(seed=seeds[0])` is the very same weights), evaluated with `prompt=anchor_nudge`.
+4. `analyze benches=[synthqa,search_plan_ood] ...`: every checkpoint evaluated, transfer curves,
+   tables and report.md into `out` (default reports/).
+
+Every phase is incremental (finished runs are skipped, evaluated checkpoints are not re-evaluated),
+so re-running after an interruption continues. `dry_run=true` prints the plan and runs nothing.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+
+DEFAULTS = {
+    "runs_root": "runs/demo",
+    "out": "reports",
+    "arms": ["r2e", "search", "mixed"],
+    "seeds": [0],
+    "steps": 60,
+    "save_steps": [15, 30, 45],  # the final step is always saved too
+    "n": 480,  # trajectories per arm
+    "launch_args": [],  # extra `launch` overrides, e.g. ["lr=1e-3"]
+    "train": True,  # false: skip launch (analyze what runs_root already holds)
+    "world_seed": 0,  # the synthetic world shared by training data and the QA bench
+    "bench_n": 60,  # held-out synthqa questions written
+    "eval_n": 40,  # examples per bench per checkpoint
+    "max_turns": 4,
+    "max_new_tokens": 96,
+    "max_model_len": 2048,
+    "n_boot": 1000,
+    "figure_copy": None,  # also copy the EM curves PNG here (the README's figure)
+    "dry_run": False,
+}
+BENCHES = ["synthqa", "search_plan_ood"]
+
+
+def _list(xs) -> str:
+    return "[" + ",".join(str(x) for x in xs) + "]"
+
+
+def launch_argv(cfg) -> list[str]:
+    return ["sweep", f"arms={_list(cfg.arms)}", f"seeds={_list(cfg.seeds)}", "model=tiny", "data=synthetic",
+            f"steps={cfg.steps}", f"save_steps={_list(cfg.save_steps)}", f"n={cfg.n}", f"runs_root={cfg.runs_root}",
+            f"data.synthetic.world_seed={cfg.world_seed}", *[str(a) for a in cfg.launch_args]]
+
+
+def analyze_config(cfg) -> dict:
+    root = Path(cfg.runs_root)
+    bench = root / "_bench"
+    return {
+        "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES, "anchor": str(root / "_anchor_model"),
+        "n_boot": int(cfg.n_boot),
+        "eval": {"n": int(cfg.eval_n), "corpus": str(bench / "corpus.jsonl"), "bench_root": str(bench),
+                 "max_turns": int(cfg.max_turns), "max_model_len": int(cfg.max_model_len),
+                 "max_new_tokens": int(cfg.max_new_tokens), "index_dir": str(bench / "bm25_index")},
+    }
+
+
+def describe(cfg) -> str:
+    a = analyze_config(cfg)
+    ev = " ".join(f"{k}={v}" for k, v in a["eval"].items())
+    return "\n".join([
+        "demo plan:",
+        f"  1. launch {' '.join(launch_argv(cfg))}" + ("" if cfg.train else "   (skipped: train=false)"),
+        f"  2. write_synthetic_bench({cfg.runs_root}/_bench, seed={cfg.world_seed}, n={cfg.bench_n})"
+        " -> corpus.jsonl + synthqa/test.jsonl",
+        f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the step-0 random init)",
+        f"  4. analyze runs_root={a['runs_root']} benches={_list(BENCHES)} anchor={a['anchor']} out={a['out']} {ev}",
+    ])
+
+
+def _phase(name: str, timings: dict, fn):
+    t0 = time.time()
+    print(f"[demo] {name} ...", flush=True)
+    out = fn()
+    timings[name] = time.time() - t0
+    print(f"[demo] {name}: {timings[name]:.0f}s", flush=True)
+    return out
+
+
+def run_demo(cfg) -> int:
+    root = Path(cfg.runs_root)
+    timings: dict[str, float] = {}
+    if cfg.train:
+        from launch.cli import main as launch_main
+
+        rc = _phase("train (launch sweep)", timings, lambda: launch_main(launch_argv(cfg)))
+        if rc != 0:
+            print(f"[demo] launch sweep failed (exit {rc}); analyzing whatever checkpoints exist", file=sys.stderr)
+
+    def bench():
+        from data_prep.synthetic import write_synthetic_bench
+
+        return write_synthetic_bench(root / "_bench", seed=int(cfg.world_seed), n=int(cfg.bench_n))
+
+    _phase("synthetic QA bench", timings, bench)
+
+    def anchor():
+        from sft.tiny import save_tiny_model
+
+        path = root / "_anchor_model"
+        if not (path / "config.json").is_file():
+            save_tiny_model(path, seed=int(cfg.seeds[0]))
+        return path
+
+    _phase("anchor model", timings, anchor)
+    from analysis.sweep import run_analysis
+
+    result = _phase("evaluate + analyze", timings, lambda: run_analysis(analyze_config(cfg)))
+    curves = Path(cfg.out) / "figures" / "curves_em.png"
+    if cfg.figure_copy and curves.is_file():
+        Path(cfg.figure_copy).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(curves, cfg.figure_copy)
+    print(f"[demo] done in {sum(timings.values()):.0f}s: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
+    print(f"[demo] report: {result.report}; figure: {curves}; table: {Path(cfg.out) / 'tables' / 'main_em.md'}")
+    if result.missing:
+        print(f"[demo] {len(result.missing)} missing point(s), listed in the report")
+    return 0 if rc_ok(result) else 1
+
+
+def rc_ok(result) -> bool:
+    return result is not None and not result.table.empty
+
+
+def _main(argv: list[str]) -> int:
+    base = OmegaConf.create(DEFAULTS)
+    if wants_help(argv):
+        print(__doc__ + "\nOptions (key=value):\n" + OmegaConf.to_yaml(base))
+        return 0
+    cfg = apply_overrides(base, argv)
+    if not cfg.arms or not cfg.seeds:
+        raise ConfigError("arms=[...] and seeds=[...] must not be empty")
+    print(describe(cfg))
+    if cfg.dry_run:
+        return 0
+    return run_demo(cfg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
