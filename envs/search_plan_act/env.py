@@ -106,14 +106,11 @@ class SearchPlanActEnv:
     # ---- tools ------------------------------------------------------------------------
 
     @_tool
-    def search(self, query: str) -> str:
-        """Search the records index by keywords such as a name.
+    def search(self, query: str):
+        """Search records by keywords, e.g. a name; returns up to 3 hits with record ids.
 
         Args:
-            query: Keywords to look for, e.g. a person's name.
-
-        Returns:
-            Up to 3 matching records with name, type, record id and relations.
+            query: Keywords.
         """
         world = self.task.world
         if not query:
@@ -126,14 +123,11 @@ class SearchPlanActEnv:
         return text
 
     @_tool
-    def read_record(self, record_id: str) -> str:
-        """Read a record: its facts, writable slots, relations and links.
+    def read_record(self, record_id: str):
+        """Read a record's facts, slots, relations and links.
 
         Args:
-            record_id: The record id, e.g. "P-1234".
-
-        Returns:
-            The record's fields and relations.
+            record_id: Record id.
         """
         err = self._check_id(record_id, "record_id")
         if err:
@@ -142,16 +136,13 @@ class SearchPlanActEnv:
         return self.task.world.render(record_id)
 
     @_tool
-    def update_record(self, record_id: str, field: str, value: str) -> str:
+    def update_record(self, record_id: str, field: str, value: str):
         """Set a writable slot of a record.
 
         Args:
-            record_id: The record id.
-            field: The slot name.
-            value: The new value.
-
-        Returns:
-            A confirmation or an error.
+            record_id: Record id.
+            field: Slot name.
+            value: New value.
         """
         err = self._check_id(record_id, "record_id")
         if err:
@@ -168,16 +159,13 @@ class SearchPlanActEnv:
         return f"OK: {record_id}.{field} updated."
 
     @_tool
-    def link_records(self, source_id: str, target_id: str, relation: str) -> str:
-        """Add a relation link from one record to another.
+    def link_records(self, source_id: str, target_id: str, relation: str):
+        """Add a relation link between two records.
 
         Args:
-            source_id: The record the link starts from.
-            target_id: The record the link points to.
-            relation: The relation name.
-
-        Returns:
-            A confirmation or an error.
+            source_id: Record id the link starts from.
+            target_id: Record id the link points to.
+            relation: Relation name.
         """
         err = self._check_id(source_id, "source_id") or self._check_id(target_id, "target_id")
         if err:
@@ -196,14 +184,11 @@ class SearchPlanActEnv:
         return f"OK: linked {source_id} {relation} {target_id}."
 
     @_tool
-    def finish(self, answer: str) -> str:
-        """End the episode with your final answer. Call it once, after all changes are made.
+    def finish(self, answer: str):
+        """End the episode with the final answer, once all changes are made.
 
         Args:
-            answer: The final answer to the goal's question.
-
-        Returns:
-            A confirmation.
+            answer: Final answer.
         """
         if not answer:
             return "Error: answer is empty."

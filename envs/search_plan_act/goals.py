@@ -16,10 +16,7 @@ from .world import World, build_world, sample_path
 
 LABELS = "ABCDEFGH"
 
-INSTRUCTIONS = (
-    "Work through the records system with the tools. Record ids and field values appear only in "
-    "tool results. Call finish(answer) exactly once, after all changes are made."
-)
+INSTRUCTIONS = "Use the tools; ids and values appear only in tool results. Call finish once, when done."
 
 
 @dataclass(frozen=True)

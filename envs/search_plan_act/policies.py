@@ -51,15 +51,15 @@ def walk_chain(env: SearchPlanActEnv, plan: Plan, calls: list[Step]) -> list[dic
         calls.append(Step(note, name, args))
         return env.call_tool(name, args)
 
-    hits = parse_search(call(f"Find the record of {plan.start_name}.", "search", query=plan.start_name))
+    hits = parse_search(call(f"Search {plan.start_name}.", "search", query=plan.start_name))
     exact = [rid for title, rid in hits if title == plan.start_name]
     if not exact:
         return None
-    chain = [parse_record(call(f"Read {plan.start_name}'s record.", "read_record", record_id=exact[0]))]
+    chain = [parse_record(call(f"Read {plan.start_name}.", "read_record", record_id=exact[0]))]
     for i, rel in enumerate(plan.path):
         nxt = chain[-1]["relations"].get(rel)
         label = "ABCDEFGH"[i]
-        chain.append(parse_record(call(f"Follow `{rel}` to {label}.", "read_record", record_id=nxt)))
+        chain.append(parse_record(call(f"Follow {rel} to {label}.", "read_record", record_id=nxt)))
     return chain
 
 
@@ -69,16 +69,16 @@ def do_writes(env: SearchPlanActEnv, plan: Plan, chain: list[dict], calls: list[
         if w.kind == "update":
             value = chain[w.source]["facts"][w.fact]
             args = {"record_id": x, "field": w.name, "value": value}
-            note = f"Set {w.name} of {x} to the {w.fact} I read: {value}."
+            note = f"Set {x}.{w.name} to the {w.fact} read: {value}."
             calls.append(Step(note, "update_record", args))
             env.call_tool("update_record", args)
         else:
             args = {"source_id": x, "target_id": chain[w.source]["id"], "relation": w.name}
-            calls.append(Step(f"Link {x} to {args['target_id']} as {w.name}.", "link_records", args))
+            calls.append(Step(f"Link {x} {w.name} {args['target_id']}.", "link_records", args))
             env.call_tool("link_records", args)
 
 
-def _finish(env, calls, answer, note="All changes are made; finish with the answer."):
+def _finish(env, calls, answer, note="Changes done; finish."):
     calls.append(Step(note, "finish", {"answer": answer}))
     env.call_tool("finish", {"answer": answer})
 

@@ -21,8 +21,6 @@ class Relation:
     dst_type: str
     # How a goal describes "the record reached from {x} by this relation".
     phrase: str
-    # How a search snippet states the edge, naming the target {y}.
-    fact: str
 
 
 @dataclass(frozen=True)
@@ -69,9 +67,9 @@ TRAIN = SplitSpec(
     facts=("badge", "desk", "budget"),
     slots=("contact", "note"),
     relations=(
-        Relation("member_of", "team", "the team {x} is a member of", "member of {y}"),
-        Relation("based_at", "site", "the site where {x} is based", "based at {y}"),
-        Relation("supplied_by", "vendor", "the vendor that supplies {x}", "supplied by {y}"),
+        Relation("member_of", "team", "the team {x} is a member of"),
+        Relation("based_at", "site", "the site where {x} is based"),
+        Relation("supplied_by", "vendor", "the vendor that supplies {x}"),
     ),
     link_relations=("escalates_to", "backs_up"),
     templates=("define_then_do", "stepwise", "question_first"),
@@ -83,9 +81,9 @@ OOD = SplitSpec(
     facts=("clearance", "locker", "cost_center"),
     slots=("escalation", "handover"),
     relations=(
-        Relation("reports_to", "person", "the person {x} reports to", "reports to {y}"),
-        Relation("assigned_to", "project", "the project {x} is assigned to", "assigned to {y}"),
-        Relation("sourced_from", "vendor", "the vendor {x} sources from", "sources from {y}"),
+        Relation("reports_to", "person", "the person {x} reports to"),
+        Relation("assigned_to", "project", "the project {x} is assigned to"),
+        Relation("sourced_from", "vendor", "the vendor {x} sources from"),
     ),
     link_relations=("succeeds", "mirrors"),
     templates=("trace_handoff", "nested_clause", "checklist"),

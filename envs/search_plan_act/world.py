@@ -65,21 +65,22 @@ class World:
         return self.records[rid].name
 
     def render(self, rid: str) -> str:
-        """What `read_record` shows: facts, slot values, relations (with target names), links."""
+        """What `read_record` shows: facts, slot values, relation and link target ids."""
         r = self.records[rid]
         facts = ", ".join(f"{k}={v}" for k, v in r.facts.items())
-        slots = ", ".join(f"{k}={v}" for k, v in r.slots.items())
-        rels = ", ".join(f"{k}={t} ({self.name_of(t)})" for k, t in r.relations.items())
-        lines = [f"{r.id} ({r.type}) {r.name}", f"facts: {facts}", f"slots: {slots}", f"relations: {rels}"]
+        # Only slots that hold a value are listed (all start unset; the goal names the slots).
+        slots = ", ".join(f"{k}={v}" for k, v in r.slots.items() if v != UNSET) or "none"
+        rels = ", ".join(f"{k}={t}" for k, t in r.relations.items())
+        lines = [f"{r.id} ({r.type}) {r.name}", f"facts: {facts}", f"slots set: {slots}", f"relations: {rels}"]
         if r.links:
-            lines.append("links: " + ", ".join(f"{k}={t} ({self.name_of(t)})" for k, t in r.links))
+            lines.append("links: " + ", ".join(f"{k}={t}" for k, t in r.links))
         return "\n".join(lines)
 
     def snippet(self, rid: str) -> str:
-        """The search-index text of a record: name, type, id and its relations by target name."""
+        """The search-index text of a record besides its title (the name): type and id. Facts and relations are left to
+        `read_record`, so acting on the world takes reading, and search results stay short."""
         r = self.records[rid]
-        edges = "; ".join(rel.fact.format(y=self.name_of(r.relations[rel.name])) for rel in self.spec.relations)
-        return f"{r.name}, {r.type}, record {r.id}; {edges}."
+        return f"{r.type}, record {r.id}."
 
 
 def tokenize(text: str) -> list[str]:
