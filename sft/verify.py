@@ -47,7 +47,8 @@ def _weight_files(path: Path, problems: list[str]) -> tuple[list[str], dict | No
         return [SINGLE], None, None
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
-        weight_map, meta = index["weight_map"], index.get("metadata") or {}
+        weight_map, meta = index["weight_map"], index.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}  # a missing total_size is reported by _check_index
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ValueError("weight_map is not an object of file names")
     except (ValueError, KeyError, TypeError) as exc:
@@ -117,7 +118,7 @@ def _check_layout(path: Path, config, config_json: dict, parsed: dict[str, Safet
     want_float, why = _expected_float_dtype(path, config_json, layout, where, problems)
     for key, shape in layout.shapes.items():
         if key not in where:
-            problems.append(f"{path}: missing tensor {key}: expected shape {list(shape)} ({layout.architecture}), found in no file")
+            problems.append(f"{path}: missing tensor {key}: expected shape {list(shape)} ({layout.architecture}), found in no readable weight file")
             continue
         for pf in where[key]:
             e = pf.entries[key]

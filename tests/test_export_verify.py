@@ -106,6 +106,41 @@ def test_vocab_smaller_than_tokenizer_is_refused(padded_dir, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_real_qwen3_tokenizer_padded_152064_rows_trimmed_to_151936(tmp_path):
+    """The case from the field: 152064 embedding rows, config and serving size 151936, tokenizer 151669."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from tests.conftest import shared_path
+
+    tok_dir = shared_path("fixtures", "qwen3_tokenizer")
+    cfg = Qwen3Config(vocab_size=152064, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=4, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    src = tmp_path / "src"
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(str(src))
+    for p in tok_dir.iterdir():
+        shutil.copy(p, src / p.name)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "vocab_size": 151936}))
+    summary = export_checkpoint(src, tmp_path / "out")
+    assert "trimmed 128 padded vocab rows from model.embed_tokens.weight (152064 -> 151936)" in summary["notes"]
+    assert (tmp_path / "out" / "chat_template.jinja").read_bytes() == (tok_dir / "chat_template.jinja").read_bytes()
+    assert verify_checkpoint(tmp_path / "out") == []
+
+
+def test_untied_model_keeps_both_matrices(tmp_path):
+    from sft.tiny import save_tiny_model
+
+    src = save_tiny_model(tmp_path / "untied", seed=2, tie_word_embeddings=False)
+    export_checkpoint(src, tmp_path / "out", dtype="fp32")
+    assert verify_checkpoint(tmp_path / "out") == []
+    assert torch.equal(logits(tmp_path / "out"), logits(src))
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:
+        assert {"lm_head.weight", "model.embed_tokens.weight"} <= set(f.keys())
+
+
 def _with_lm_head(src_dir, dst, delta):
     from safetensors.torch import load_file, save_file
 
@@ -126,15 +161,16 @@ def test_tied_lm_head_dropped_only_when_equal(tiny_model_dir, tmp_path):
         export_checkpoint(differs, tmp_path / "out2")
 
 
-def _save_state(step_dir, model_dir, step, complete=True):
+def _save_state(step_dir, model_dir, step, complete=True, key_prefix=""):
     """A resumable state in the trainer's layout: DCP {"model", "optim"}, meta.json, hf/, COMPLETE."""
     import torch.distributed.checkpoint as dcp
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    sd = {key_prefix + k: v for k, v in model.state_dict().items()}
     optim = {"state": {"exp_avg": torch.zeros(3)}, "step": torch.tensor(float(step))}
     with pytest.warns(UserWarning):  # DCP warns that it saves without a process group
-        dcp.save({"model": model.state_dict(), "optim": optim}, checkpoint_id=str(step_dir), no_dist=True)
+        dcp.save({"model": sd, "optim": optim}, checkpoint_id=str(step_dir), no_dist=True)
     (step_dir / "hf").mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         shutil.copy(model_dir / name, step_dir / "hf" / name)
@@ -154,6 +190,14 @@ def test_export_from_latest_complete_state_of_a_run(tiny_model_dir, tmp_path):
     assert summary["kind"] == "state" and summary["step"] == 10
     assert any("skipped torn state" in n and "step-000020" in n for n in summary["notes"])
     assert verify_checkpoint(tmp_path / "out") == []
+    assert torch.equal(logits(tmp_path / "out"), logits(tiny_model_dir))
+
+
+def test_state_with_fsdp_wrapper_prefixes_exports(tiny_model_dir, tmp_path):
+    step_dir = tmp_path / "step-000004"
+    _save_state(step_dir, tiny_model_dir, 4, key_prefix="_fsdp_wrapped_module.")
+    summary = export_checkpoint(step_dir, tmp_path / "out", dtype="fp32")
+    assert summary["kind"] == "state" and summary["step"] == 4
     assert torch.equal(logits(tmp_path / "out"), logits(tiny_model_dir))
 
 
