@@ -1,0 +1,115 @@
+"""The arm's dataset, built once per cache key and reused by every later launch.
+
+The key is data_prep's `cache_key(data_cfg, arm, seed, tokenizer)`: a digest over the sources
+(local files by sha256), the tokenizer and its chat template, the arm, the seed and every data key
+that changes the output, so a changed input gets a new directory and an unchanged one is reused.
+
+`<cache_root>/<key>/` is complete exactly when it exists: it is built in a temporary sibling and
+renamed into place (common.io.atomic_dir), under an exclusive file lock so two launches of the same
+arm (e.g. a sweep's array tasks) never build it twice or read it half-written.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from omegaconf import DictConfig, OmegaConf
+
+from common.cli import ConfigError
+from common.io import atomic_dir
+
+Builder = Callable[..., dict]   # build_arm(data_cfg, *, arm, seed, tokenizer, out) -> manifest
+KeyFn = Callable[..., str]      # cache_key(data_cfg, *, arm, seed, tokenizer) -> hex digest
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class CachedData:
+    dir: Path
+    key: str | None          # None when data.dir was given explicitly
+    manifest: dict
+    reused: bool
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.manifest.get("fingerprint")
+
+
+def cache_root(cfg: DictConfig) -> Path:
+    root = cfg.data.cache_root or Path(cfg.runs_root) / "_data"
+    return Path(root).expanduser().resolve()
+
+
+def data_section(cfg: DictConfig) -> DictConfig:
+    """The `data:` section data_prep sees, with `dir`/`cache_root` nulled: they only say where the
+    dataset lives, so they must not change its key."""
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    data["dir"] = None
+    data["cache_root"] = None
+    return OmegaConf.create(data)
+
+
+def _data_prep_api() -> tuple[Builder, KeyFn]:
+    try:
+        from data_prep.build import build_arm, cache_key
+    except ImportError as exc:  # pragma: no cover - only while data_prep is missing
+        raise ConfigError(f"data_prep.build is not importable ({exc}); cannot build the arm's dataset") from exc
+    return build_arm, cache_key
+
+
+def dataset_key(cfg: DictConfig, data_arm: str, key_fn: KeyFn | None = None) -> str:
+    key_fn = key_fn or _data_prep_api()[1]
+    return key_fn(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer))
+
+
+def read_manifest(data_dir: Path) -> dict:
+    path = data_dir / MANIFEST
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{data_dir}: not a data_prep dataset directory ({MANIFEST} missing)") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: unreadable manifest ({exc})") from exc
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = None,
+                   key_fn: KeyFn | None = None, log: Callable[[str], None] = print) -> CachedData:
+    """Return the arm's dataset directory, building it only when no complete copy is cached.
+
+    `builder` / `key_fn` default to data_prep's `build_arm` / `cache_key` (injectable for tests).
+    An explicit `data.dir` is used as is (it must be a data_prep output directory).
+    """
+    if cfg.data.dir:
+        data_dir = Path(cfg.data.dir).expanduser().resolve()
+        return CachedData(dir=data_dir, key=None, manifest=read_manifest(data_dir), reused=True)
+    if builder is None or key_fn is None:
+        default_builder, default_key = _data_prep_api()
+        builder, key_fn = builder or default_builder, key_fn or default_key
+    key = dataset_key(cfg, data_arm, key_fn)
+    final = cache_root(cfg) / key
+    with _locked(final.with_name(f".{key}.lock")):
+        if final.is_dir():
+            log(f"[launch] reusing cached dataset {final}")
+            return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=True)
+        log(f"[launch] building the {data_arm} dataset (key {key[:16]}) -> {final}")
+        with atomic_dir(final) as tmp:
+            builder(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer), out=tmp)
+            if not (tmp / MANIFEST).is_file():
+                raise ConfigError(f"data_prep wrote no {MANIFEST} into {tmp}; refusing to cache it")
+    return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=False)

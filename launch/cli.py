@@ -1,0 +1,62 @@
+"""`launch`: recipe -> data -> training, on this machine or a Slurm cluster.
+
+    launch arm=r2e steps=218 [model=...] [data=hub|synthetic] [seed=0] [nproc=N]
+           [launcher=local|slurm] [dry_run=true] [runs_root=runs] [key.sub=value ...]
+    launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...
+"""
+from __future__ import annotations
+
+import sys
+
+from omegaconf import OmegaConf
+
+from common.cli import flat_keys, run_cli, wants_help
+from launch.compose import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
+
+MAIN_PREFIXES = ("arm", "seed", "runs_root", "run_dir", "resume", "model.", "data.kind", "data.n", "data.epilogue",
+                 "data.max_seq_len", "data.cache_root", "data.dir", "train.", "logging.wandb", "launcher.")
+
+
+def help_text() -> str:
+    base = OmegaConf.load(RECIPES / "base.yaml")
+    lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on base.yaml):"]
+    for group in GROUPS:
+        choices = group_choices(group)
+        lines.append(f"  {group}=  {' | '.join(choices)}   (default: {DEFAULT_CHOICES[group]})")
+    lines += ["", "Top-level shortcuts:"]
+    for short, full in ALIASES.items():
+        lines.append(f"  {short:<14} -> {full} (default {OmegaConf.select(base, full)!r})")
+    lines += ["", "Main keys (base.yaml defaults; recipes may change them; any key: key.sub=value):"]
+    for key in flat_keys(base):
+        if key.startswith(MAIN_PREFIXES):
+            lines.append(f"  {key} = {OmegaConf.select(base, key)!r}")
+    lines += [
+        "",
+        "Sweeps: `launch sweep arms=[...] seeds=[...] <overrides>` runs every arm x seed (local: one after",
+        "another; launcher=slurm: one job array), skipping finished runs.",
+        "Run directory: <runs_root>/<arm>/seed<seed>/ (config.yaml, manifest.json, logs/, metrics.jsonl,",
+        "checkpoints/step-NNNNNN/, state/). Re-running the same command resumes (resume=auto); a run with",
+        "DONE is reported as finished.",
+    ]
+    return "\n".join(lines)
+
+
+def launch_main(argv: list[str]) -> int:
+    if wants_help(argv):
+        print(help_text())
+        return 0
+    if argv and argv[0] == "sweep":
+        from launch.sweep import run_sweep
+
+        return run_sweep(argv[1:])
+    from launch.run import launch_one
+
+    return launch_one(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(launch_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The local launcher: `torchrun --standalone --nproc_per_node N -m sft.train <run_dir>/config.yaml`.
+
+The trainer's stdout and stderr pass through to this terminal and are also written, as they
+arrive, to `<run_dir>/logs/train-<UTC time>.log` (one file per launch, so a resumed run keeps
+the log of every segment). SIGTERM / SIGINT / SIGUSR1 sent to launch are forwarded to torchrun
+(SIGUSR1 as SIGTERM, which torchrun relays to the workers; the trainer saves a resumable state
+on either), and launch exits with the trainer's exit code.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from common.cli import ConfigError
+
+
+def cuda_device_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def resolve_nproc(cfg: DictConfig, gpus: int | None = None) -> int:
+    """Processes per node: `launcher.nproc`, or auto = the GPUs here (gloo: 1 process on CPU).
+
+    On Slurm, auto means `launcher.gpus_per_node`.
+    """
+    nproc = cfg.launcher.nproc
+    if nproc != "auto":
+        return int(nproc)
+    if cfg.launcher.kind == "slurm":
+        return int(cfg.launcher.gpus_per_node)
+    gpus = cuda_device_count() if gpus is None else gpus
+    return gpus if gpus > 0 else 1
+
+
+def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) -> None:
+    """A GPU-only model recipe on a machine without CUDA fails here, before any data prep."""
+    gpus = cuda_device_count() if gpus is None else gpus
+    if cfg.model.gpu_only and gpus == 0:
+        raise ConfigError(
+            f"model={model_choice} is GPU-only (model.gpu_only=true) and this machine has no CUDA GPU. "
+            "For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
+            "or launcher=slurm to submit to GPU nodes."
+        )
+    nproc = cfg.launcher.nproc
+    if gpus > 0 and nproc != "auto" and int(nproc) > gpus:
+        raise ConfigError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
+
+
+def torchrun_command(config_path: str | Path, nproc: int, python: str = sys.executable) -> list[str]:
+    """The single-node torchrun command; `--standalone` picks a free rendezvous port."""
+    return [
+        python, "-m", "torch.distributed.run",
+        "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
+        "-m", "sft.train", str(config_path),
+    ]
+
+
+def _pump(src, sinks: list, lock: threading.Lock) -> None:
+    """Copy a pipe to its sinks chunk by chunk (so tqdm's carriage returns show live)."""
+    fd = src.fileno()
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        with lock:
+            for sink in sinks:
+                sink.write(chunk)
+                sink.flush()
+
+
+def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None) -> tuple[int, Path]:
+    """Run `cmd`, tee its stdout/stderr into `<log_dir>/train-<time>.log`; return (exit code, log)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.log"
+    n = 1
+    while log_path.exists():
+        log_path = log_dir / f"{log_path.stem.split('.')[0]}.{n}.log"
+        n += 1
+    child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        forward = _install_forwarding(proc)
+        lock = threading.Lock()
+        threads = [
+            threading.Thread(target=_pump, args=(proc.stdout, [sys.stdout.buffer, log], lock), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, [sys.stderr.buffer, log], lock), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        try:
+            rc = proc.wait()
+        finally:
+            for t in threads:
+                t.join(timeout=10)
+            forward()
+    return (128 - rc if rc < 0 else rc), log_path
+
+
+def _install_forwarding(proc: subprocess.Popen):
+    """Forward termination signals to the child while it runs; return a function that restores."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    relay = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGUSR1: signal.SIGTERM}
+    previous = {}
+
+    def handler(signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(relay[signum])
+
+    for sig in relay:
+        previous[sig] = signal.signal(sig, handler)
+
+    def restore():
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore

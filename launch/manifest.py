@@ -1,0 +1,114 @@
+"""`<run_dir>/manifest.json`: what ran — code version, packages, hardware, data, command line.
+
+The first launch of a run directory writes the full record; every later launch (a resume, a
+requeued Slurm segment submitted again) appends an entry to `launches`, so the file tells the
+whole history of the run without ever losing the original.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from common.io import write_json
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "accelerate", "safetensors", "omegaconf",
+            "liger-kernel", "flash-attn", "wandb", "numpy", "dtsft")
+
+
+def git_state(repo: Path = REPO) -> dict:
+    """Commit and dirty flag of the checkout the code runs from (None outside a git checkout)."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": commit.strip() if commit else None,
+        "dirty": bool(status.strip()) if status is not None else None,
+        "branch": (git("rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None,
+    }
+
+
+def package_versions(names=PACKAGES) -> dict:
+    versions = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def hardware() -> dict:
+    info = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "cuda": False,
+        "gpus": [],
+    }
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["cuda"] = True
+            info["cuda_version"] = torch.version.cuda
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception as exc:  # a broken CUDA install must not stop the record being written
+        info["cuda_error"] = repr(exc)
+    return info
+
+
+def launch_entry(argv: list[str], launcher: dict, data: dict) -> dict:
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": shlex.join(["launch", *argv]),
+        "argv": list(argv),
+        "cwd": os.getcwd(),
+        "python": sys.executable,
+        "git": git_state(),
+        "hostname": socket.gethostname(),
+        "launcher": launcher,
+        "data": data,
+    }
+
+
+def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: dict, data: dict) -> dict:
+    """Create `manifest.json` on the first launch; append this launch to `launches` afterwards.
+
+    `data` holds the dataset dir, cache key and the data manifest's fingerprint.
+    """
+    path = Path(run_dir) / "manifest.json"
+    entry = launch_entry(argv, launcher, data)
+    if path.is_file():
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest.setdefault("launches", []).append(entry)
+    else:
+        manifest = {
+            "run_dir": str(run_dir),
+            "created": entry["time"],
+            "command": entry["command"],
+            "recipes": dict(choices),
+            "git": entry["git"],
+            "packages": package_versions(),
+            "hardware": hardware(),
+            "data": data,
+            "launcher": launcher,
+            "launches": [entry],
+        }
+    write_json(path, manifest)
+    return manifest

@@ -1,0 +1,132 @@
+"""The Slurm launcher: an sbatch script per run (or one job array per sweep), submitted with sbatch.
+
+Each node runs one torchrun (`srun --ntasks-per-node=1`) that joins a c10d rendezvous on the
+first node's hostname and starts `gpus_per_node` trainer processes.
+
+Preemption and time limits:
+- `--signal=USR1@120`: 120 s before the time limit Slurm sends SIGUSR1 to the job step's
+  processes; the trainer saves a resumable state at the next step boundary and exits 0.
+  torchrun itself is started with SIGUSR1 ignored (`trap "" USR1` before `exec`), because its
+  default action would kill torchrun before the workers finish saving; the workers install their
+  own handler, which overrides the inherited "ignore".
+- after srun returns, the script requeues the job (`scontrol requeue`) when the run has no
+  `DONE` marker and the trainer exited cleanly; `--requeue` also lets Slurm requeue it itself on
+  preemption or node failure. Every segment runs the same command on the same config.yaml, whose
+  `resume: auto` continues from the latest complete state.
+- a crash (non-zero exit) is not requeued: the job fails with the trainer's exit code.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from common.cli import ConfigError
+
+RDZV_PORT = 29500
+
+
+@dataclass
+class SlurmSpec:
+    job_name: str
+    nodes: int
+    gpus_per_node: int
+    nproc_per_node: int
+    output: str               # --output pattern (a log file under the run / sweep dir)
+    partition: str | None = None
+    time: str | None = None
+    account: str | None = None
+    array: str | None = None  # e.g. "0-8" for a sweep
+
+
+def spec_from_config(cfg: DictConfig, job_name: str, output: str, nproc: int, array: str | None = None) -> SlurmSpec:
+    lc = cfg.launcher
+    return SlurmSpec(job_name=job_name, nodes=int(lc.nodes), gpus_per_node=int(lc.gpus_per_node),
+                     nproc_per_node=nproc, output=output,
+                     partition=None if lc.partition is None else str(lc.partition),
+                     time=None if lc.time is None else str(lc.time),
+                     account=None if lc.account is None else str(lc.account), array=array)
+
+
+def _header(spec: SlurmSpec, command: str) -> list[str]:
+    lines = [
+        "#!/bin/bash",
+        f"# Written by: {command}",
+        f"#SBATCH --job-name={spec.job_name}",
+        f"#SBATCH --nodes={spec.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={spec.gpus_per_node}",
+        "#SBATCH --exclusive",
+        "#SBATCH --signal=USR1@120",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --output={spec.output}",
+    ]
+    for flag, value in (("partition", spec.partition), ("time", spec.time), ("account", spec.account),
+                        ("array", spec.array)):
+        if value is not None:
+            lines.append(f"#SBATCH --{flag}={value}")
+    return lines
+
+
+def _body(spec: SlurmSpec, repo: str, python: str) -> list[str]:
+    """Everything after `RUN_DIR` is set: one segment of the run, then requeue or finish."""
+    node_cmd = (
+        "trap \"\" USR1; exec \"$0\" -m torch.distributed.run"
+        f" --nnodes={spec.nodes} --nproc_per_node={spec.nproc_per_node}"
+        " --rdzv_backend=c10d --rdzv_endpoint=\"$1:" + str(RDZV_PORT) + "\" --rdzv_id=\"$SLURM_JOB_ID\""
+        " -m sft.train \"$2\""
+    )
+    return [
+        f"cd {shlex.quote(repo)}",
+        "export PYTHONUNBUFFERED=1",
+        "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
+        "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
+        'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',
+        'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'echo "[launch] segment ${SLURM_RESTART_COUNT:-0} of $RUN_DIR on $SLURM_JOB_NODELIST'
+        f' (rendezvous $HEAD_NODE:{RDZV_PORT})"',
+        f"srun --nodes={spec.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
+        f"  bash -c {shlex.quote(node_cmd)} \\",
+        f'  {shlex.quote(python)} "$HEAD_NODE" "$RUN_DIR/config.yaml"',
+        "rc=$?",
+        'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR finished"; exit 0; fi',
+        "if [ $rc -eq 0 ]; then",
+        '  echo "[launch] stopped before the end (time limit / preemption): requeueing $JOB_REF"',
+        '  scontrol requeue "$JOB_REF"',
+        "  exit 0",
+        "fi",
+        'echo "[launch] trainer failed with exit code $rc; not requeueing"',
+        "exit $rc",
+    ]
+
+
+def render_run_script(spec: SlurmSpec, run_dir: str, repo: str, python: str, command: str) -> str:
+    lines = _header(spec, command) + ["", "set -uo pipefail", f"RUN_DIR={shlex.quote(run_dir)}"]
+    return "\n".join(lines + _body(spec, repo, python)) + "\n"
+
+
+def render_array_script(spec: SlurmSpec, run_dirs: list[str], repo: str, python: str, command: str) -> str:
+    """One job array over a sweep's runs: task i trains run_dirs[i]."""
+    if spec.array is None:
+        spec.array = f"0-{len(run_dirs) - 1}"
+    lines = _header(spec, command) + ["", "set -uo pipefail", "RUN_DIRS=("]
+    lines += [f"  {shlex.quote(d)}" for d in run_dirs]
+    lines += [")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
+    return "\n".join(lines + _body(spec, repo, python)) + "\n"
+
+
+def submit(script: Path) -> str:
+    """`sbatch --parsable SCRIPT`; return the job id."""
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        raise ConfigError(f"sbatch not found on PATH; the script is written at {script} "
+                          "(use dry_run=true to only print it)")
+    out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ConfigError(f"sbatch {script} failed (exit {out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout.strip().split(";", 1)[0]

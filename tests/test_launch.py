@@ -1,0 +1,139 @@
+"""launch: recipe composition, shortcuts, validation errors, --help, and the recipes themselves."""
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from common.cli import ConfigError
+from launch.cli import help_text, main
+from launch.compose import RECIPES, compose, group_choices, planned_saves, planned_steps, run_dir
+
+
+def test_default_composition_is_the_study():
+    c = compose([])
+    cfg = c.cfg
+    assert c.choices == {"arm": "r2e", "model": "qwen3_4b_thinking_2507", "data": "hub", "launcher": "local"}
+    assert cfg.model.path == "Qwen/Qwen3-4B-Thinking-2507" and cfg.model.gpu_only is True
+    assert planned_steps(cfg) == 218                       # 1 epoch of 3500 at 16 per step
+    assert planned_saves(cfg) == [50, 100, 150, 200, 218]
+
+
+@pytest.mark.parametrize("arm", ["search", "mixed"])
+def test_search_and_mixed_train_two_epochs(arm):
+    cfg = compose([f"arm={arm}"]).cfg
+    assert cfg.arm == arm and planned_steps(cfg) == 436
+    assert planned_saves(cfg) == [50, 100, 150, 200, 218, 436]
+
+
+def test_r2e_v5_is_r2e_data_without_epilogue():
+    c = compose(["arm=r2e_v5"])
+    assert c.cfg.arm == "r2e_v5" and c.data_arm == "r2e"
+    assert c.cfg.data.epilogue is False and "_launch" not in c.cfg
+    assert run_dir(c.cfg).parts[-2:] == ("r2e_v5", "seed0")
+    assert compose(["arm=r2e"]).cfg.data.epilogue is True
+
+
+def test_shortcuts_and_dotted_overrides(tmp_path):
+    cfg = compose(["steps=7", "epochs=3", "seed=2", "n=64", "save_steps=[2,4]", "state_every=5", "lr=3e-4",
+                   "nproc=2", f"runs_root={tmp_path}", "resume=never", "train.grad_clip=0.5",
+                   "model.config.num_hidden_layers=2"]).cfg
+    assert (cfg.train.steps, cfg.train.epochs, cfg.seed, cfg.data.n) == (7, 3, 2, 64)
+    assert list(cfg.train.save_steps) == [2, 4] and cfg.train.state_every == 5 and cfg.train.lr == 3e-4
+    assert cfg.launcher.nproc == 2 and cfg.resume == "never" and cfg.train.grad_clip == 0.5
+    assert cfg.model.config.num_hidden_layers == 2
+    assert run_dir(cfg) == (tmp_path / "r2e" / "seed2").resolve()
+
+
+def test_tiny_recipe_matches_the_tiny_model():
+    from sft.tiny import TINY_CONFIG
+
+    cfg = compose(["model=tiny", "data=synthetic"]).cfg
+    assert cfg.model.path == "tiny" and cfg.model.tokenizer == "tiny" and cfg.model.init == "random"
+    assert cfg.model.gpu_only is False and cfg.train.activation_checkpointing is False
+    assert OmegaConf.to_container(cfg.model.config) == TINY_CONFIG
+    assert cfg.data.kind == "synthetic" and cfg.data.max_seq_len <= cfg.train.max_tokens_per_micro_batch
+    # The embedded default: 218 steps, exactly 5 checkpoints (no epoch boundary inside 218 steps).
+    demo = compose(["arm=r2e", "steps=218", "model=tiny", "data=synthetic"]).cfg
+    assert planned_saves(demo) == [50, 100, 150, 200, 218]
+
+
+def test_hub_recipe_names_the_real_datasets():
+    src = compose(["data=hub", "arm=mixed"]).cfg.data.sources
+    code, search = " ".join(src.code), " ".join(src.search)
+    for ds in ("r2e-gym:R2E-Gym/R2EGym-SFT-Trajectories", "swe-gym:SWE-Gym/OpenHands-SFT-Trajectories",
+               "swe-smith:SWE-bench/SWE-smith-trajectories#xml"):
+        assert ds in code
+    assert "openseeker:PolarSeeker/OpenSeeker-v1-Data" in search
+
+
+def test_every_recipe_composes():
+    for group in ("arm", "model", "data", "launcher"):
+        for choice in group_choices(group):
+            compose([f"{group}={choice}"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["stpes=3"], "unknown key 'stpes'. Did you mean: steps"),
+    (["train.lrr=1"], "Did you mean: train.lr"),
+    (["arm=foo"], "unknown arm 'foo'; choices: mixed, r2e, r2e_v5, search"),
+    (["model=gpt5"], "unknown model 'gpt5'; choices: llama3_1_8b_instruct, qwen3_4b, qwen3_4b_thinking_2507, tiny"),
+    (["steps=-1"], "train.steps must be a positive integer"),
+    (["steps=abc"], "train.steps must be a positive integer"),
+    (["seed=-2"], "seed must be a non-negative integer"),
+    (["nproc=0"], "launcher.nproc must be auto or a positive integer"),
+    (["save_steps=[a]"], "train.save_steps must be a list of positive integers"),
+    (["lr=0"], "train.lr must be a positive number"),
+    (["data.kind=web"], "data.kind must be one of hub, synthetic"),
+    (["launcher=local", "nodes=2"], "needs launcher=slurm"),
+    (["steps=10", "save_steps=[5,20]"], "[20] lie beyond train.steps=10"),
+    (["launcher=slurm", "resume=never"], "resume=never cannot be used with launcher=slurm"),
+    (["data.sources.code=[r2e.jsonl]"], "data.sources.code must be a list of FORMAT:PATH_OR_HUB_ID"),
+    (["steps"], "expected key=value"),
+])
+def test_bad_keys_and_values_fail_clearly(argv, message):
+    with pytest.raises(ConfigError) as err:
+        compose(argv)
+    assert message in str(err.value)
+
+
+def test_bad_values_are_all_listed_at_once():
+    with pytest.raises(ConfigError) as err:
+        compose(["steps=0", "lr=-1", "n=0"])
+    text = str(err.value)
+    assert "train.steps" in text and "train.lr" in text and "data.n" in text
+
+
+def test_slurm_time_is_kept_verbatim():
+    cfg = compose(["launcher=slurm", "time=24:00:00", "partition=gpu"]).cfg
+    assert cfg.launcher.time == "24:00:00" and cfg.launcher.partition == "gpu"
+
+
+def test_recipe_with_unknown_key_names_the_file(tmp_path):
+    import shutil
+
+    shutil.copytree(RECIPES, tmp_path / "recipes")
+    (tmp_path / "recipes" / "arm" / "broken.yaml").write_text("train:\n  stepz: 3\n")
+    with pytest.raises(ConfigError, match=r"recipes/arm/broken.yaml: key 'train.stepz'"):
+        compose(["arm=broken"], recipes=tmp_path / "recipes")
+
+
+def test_cli_help_and_exit_codes(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("arm=  mixed | r2e | r2e_v5 | search", "model=", "tiny", "data=  hub | synthetic",
+                   "launcher=  local | slurm", "steps          -> train.steps", "train.lr = 1e-05", "sweep"):
+        assert needle in out
+    assert help_text() in out
+    assert main(["arm=r2e", "stpes=3"]) == 2
+    assert "Did you mean: steps" in capsys.readouterr().err
+
+
+def test_gpu_only_model_fails_before_data_prep_on_cpu(tmp_path, monkeypatch):
+    from launch import local, run
+
+    monkeypatch.setattr(local, "cuda_device_count", lambda: 0)
+    called = []
+    with pytest.raises(ConfigError, match="use model=tiny"):
+        run.launch_one(["arm=r2e", f"runs_root={tmp_path}"], builder=lambda *a, **k: called.append(1),
+                       key_fn=lambda *a, **k: "k")
+    assert not called and not (tmp_path / "r2e").exists()
