@@ -17,9 +17,9 @@ Check outcomes per assistant turn:
 - `no_gen_suffix`: the context is intact but the turn does not start with the generation prompt's
   tail (Thinking-2507 renders a non-final turn without reasoning as `<|im_start|>assistant\\n`
   without `<think>`): trained on what is rendered, counted;
-- `rewritten`: the template rewrote earlier history (Qwen3 drops the reasoning of turns before the
-  last real user query), so the conversation the model saw at that turn differs from the full
-  render. Handled by the `history_reasoning` policy:
+- `rewritten`: the template rewrote history (Qwen3 drops the reasoning of turns before the last
+  real user query): the turn's own reasoning is missing from its rendered span, or the context
+  before it differs from what the model saw when generating it. Handled by the `history_reasoning` policy:
   `keep_as_rendered` (train on the full render as is, count), `per_turn` (one row per user query,
   each rendered as the model saw it, earlier turns masked), `reject` (quarantine the record).
 """
@@ -144,7 +144,10 @@ class ChatRenderer:
             end = e + len(info.end_marker)
             prefix = self.render(msgs[:i], tools, add_generation_prompt=True)
             ctx = prefix[: len(prefix) - len(info.gen_prompt)]
-            if text.startswith(prefix) and start == len(prefix):
+            reasoning = (msgs[i].get("reasoning_content") or "").strip()
+            if reasoning and reasoning not in text[start:end]:
+                checks.append("rewritten")  # the template dropped this turn's own reasoning
+            elif text.startswith(prefix) and start == len(prefix):
                 checks.append("ok")
             elif text.startswith(ctx + info.header) and h == len(ctx) and prefix.endswith(info.gen_prompt):
                 checks.append("no_gen_suffix")

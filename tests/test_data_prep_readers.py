@@ -1,0 +1,184 @@
+"""Readers on the real example rows (../shared/formats/examples) and on synthetic rows."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_prep.readers import parse_source, read_source, SourceError
+from data_prep.readers.common import parse_xml_calls
+from data_prep.schema import validate_record
+from data_prep.terminators import epilogue_text, extract_answer_tag, headline
+from tests.conftest import shared_path
+
+
+def _one(spec):
+    outs = list(read_source(spec))
+    assert len(outs) == 1
+    assert outs[0].reason is None, (outs[0].reason, outs[0].detail)
+    rec = outs[0].record
+    validate_record(rec)
+    return rec
+
+
+def _assert_tool_roles(rec):
+    calls = {}
+    for m in rec["messages"]:
+        for c in m.get("tool_calls") or []:
+            assert isinstance(c["function"]["arguments"], dict)
+            calls[c["id"]] = c["function"]["name"]
+        if m["role"] == "tool":
+            assert calls[m["tool_call_id"]] == m["name"]
+        assert m["content"] is not None
+
+
+def test_r2e_gym_example():
+    rec = _one(f"r2e-gym:{shared_path('formats', 'examples', 'r2egym_sft.constructed_skeleton.json')}")
+    _assert_tool_roles(rec)
+    roles = [m["role"] for m in rec["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert "We have access to the following functions" not in rec["messages"][0]["content"]
+    names = {t["function"]["name"] for t in rec["tools"]}
+    assert names == {"file_editor", "execute_bash", "search", "finish"}
+    fe = next(t for t in rec["tools"] if t["function"]["name"] == "file_editor")
+    assert "command" in fe["function"]["parameters"]["required"]
+    a = rec["messages"][2]
+    assert a["reasoning_content"].startswith("I need to understand") and a["content"] == ""
+    assert a["tool_calls"][0]["function"]["arguments"] == {"command": "view", "path": "/testbed"}
+    assert "Steps Remaining" not in rec["messages"][3]["content"]
+    assert rec["messages"][-1]["tool_calls"][0]["function"]["name"] == "finish"
+    assert headline(rec["task"]) == "<issue title>"
+
+
+def test_swe_gym_raw_example():
+    rec = _one(f"swe-gym:{shared_path('formats', 'examples', 'swegym_openhands_sampled_raw.example.json')}")
+    _assert_tool_roles(rec)
+    assert rec["id"] == "Project-MONAI__MONAI-5686_4"
+    assert "null" not in json.dumps(rec["tools"])  # parquet-union nulls stripped
+    assert rec["messages"][2]["tool_calls"][0]["function"]["arguments"]["view_range"] == [0, 50]
+    assert rec["messages"][-1]["tool_calls"][0]["function"] == {"name": "finish", "arguments": {}}
+    assert headline(rec["task"]) == "SSIMLoss result does not have gradient"
+
+
+def test_swe_smith_xml_example():
+    rec = _one(f"swe-smith:{shared_path('formats', 'examples', 'swesmith_xml.example.json')}")
+    _assert_tool_roles(rec)
+    assert all("\r\n" not in m["content"] for m in rec["messages"] if m["role"] == "tool")
+    assert rec["messages"][-1]["tool_calls"][0]["function"]["name"] == "submit"
+    assert {t["function"]["name"] for t in rec["tools"]} >= {"bash", "submit", "str_replace_editor"}
+    assert headline(rec["task"]).startswith("f-string formatting with empty format string")
+
+
+def test_swe_smith_tool_split_json_string(tmp_path):
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "<pr_description>\nFix the parser\n</pr_description>"},
+        {"role": "assistant", "content": "look", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "bash", "content": "a\r\nb"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "submit", "arguments": "{}"}}]},
+    ]
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps(msgs)}) + "\n")
+    rec = _one(f"swe-smith:{p}")
+    assert rec["messages"][3]["content"] == "a\nb"
+    assert [t["function"]["name"] for t in rec["tools"]] == ["bash", "submit"]
+    assert rec["messages"][2]["reasoning_content"] == "look"
+
+
+def test_swe_gym_text_form(tmp_path):
+    row = {"messages": [
+        {"role": "system", "content": "You are helpful.\n\nYou have access to the following functions:\n\n---- BEGIN FUNCTION #1: execute_bash ----\nDescription: Run.\n\nParameters:\n  (1) command (string, required): The command.\n---- END FUNCTION #1 ----\n"},
+        {"role": "user", "content": "<pr_description>\nBug in foo\n</pr_description>"},
+        {"role": "assistant", "content": "Run it.\n<function=execute_bash>\n<parameter=command>\npython a.py\n</parameter>\n</function>"},
+        {"role": "user", "content": "EXECUTION RESULT of [execute_bash]:\nok"},
+        {"role": "assistant", "content": "Done.\n<function=finish>\n</function>"},
+    ]}
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    rec = _one(f"swe-gym:{p}")
+    assert rec["messages"][0]["content"] == "You are helpful."
+    assert rec["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"command": "python a.py"}
+    assert rec["messages"][3]["role"] == "tool"
+    spec = rec["tools"][0]["function"]
+    assert spec["name"] == "execute_bash" and spec["parameters"]["required"] == ["command"]
+
+
+def test_search_readers_on_synthetic(tmp_path):
+    from data_prep.synthetic import SyntheticConfig, write_sources
+
+    specs = write_sources(tmp_path, seed=0, code_n=0, search_n=6, cfg=SyntheticConfig(search_extra=(1, 1)))
+    for spec in specs["search"]:
+        outs = list(read_source(spec))
+        assert len(outs) == 3 and all(o.reason is None for o in outs)
+        for o in outs:
+            rec = o.record
+            _assert_tool_roles(rec)
+            assert rec["domain"] == "search" and rec["terminator"] == "final_answer"
+            assert rec["messages"][-1]["content"] == f"Final answer: {rec['answer']}"
+            calls = [c for m in rec["messages"] for c in m.get("tool_calls") or []]
+            assert len(calls) == 2 and all(c["function"]["name"] == "search" and isinstance(c["function"]["arguments"]["query"], str) for c in calls)
+            tool_msgs = [m for m in rec["messages"] if m["role"] == "tool"]
+            assert tool_msgs[-1]["content"].startswith("Doc 1(Title: ")
+            assert rec["tools"][0]["function"]["parameters"]["properties"] == {"query": {"type": "string", "description": "The search query."}}
+
+
+def test_search_r1_uses_last_answer_and_question(tmp_path):
+    row = {"prompt": [{"role": "user", "content": "Use tags, e.g. <answer> Beijing </answer>. Question: who wrote hamlet?"}],
+           "reward_model": {"ground_truth": {"target": ["Shakespeare"]}},
+           "response": "<think>search</think><search> hamlet author </search>\n\n<information>Doc 1(Title: Hamlet) by Shakespeare</information>\n\n<answer> William Shakespeare </answer>"}
+    p = tmp_path / "r1.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    rec = _one(f"search-r1:{p}")
+    assert rec["task"] == "who wrote hamlet?" and rec["answer"] == "Shakespeare"
+    assert rec["messages"][-1]["content"] == "Final answer: William Shakespeare"
+    assert rec["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"query": "hamlet author"}
+    assert extract_answer_tag("x <answer>a</answer> y <answer> b </answer>") == ("x <answer>a</answer> y ", "b")
+
+
+def test_headline_rules():
+    assert headline("[ISSUE]\n**Title:**   Foo   bar\tbaz \n\n**Description:** x") == "Foo bar baz"
+    assert headline("\n\n  # First   line here\nsecond") == "First line here"
+    long = "word " * 100
+    h = headline(long)
+    assert len(h) <= 200 and h.endswith("word") and not h.endswith(" ")
+    assert epilogue_text("**Title:** T") == "\nFinal answer: T"
+
+
+def test_parse_xml_calls_and_source_errors():
+    thought, calls = parse_xml_calls("think\n\n<function=file_editor>\n  <parameter=command>view</parameter>\n  <parameter=view_range>[1, 5]</parameter>\n</function>")
+    assert thought.strip() == "think" and calls == [("file_editor", {"command": "view", "view_range": [1, 5]})]
+    with pytest.raises(SourceError, match="unknown format"):
+        parse_source("nope:/x.jsonl")
+    with pytest.raises(SourceError, match="no such file"):
+        parse_source("r2e-gym:/does/not/exist.jsonl")
+
+
+BAD_ROWS = {
+    "malformed_json": '{"messages": [ this is not json',
+    "empty_conversation": json.dumps({"id": "e", "messages": []}),
+    "no_assistant_turn": json.dumps({"id": "na", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}),
+    "unparseable_tool_call": json.dumps({"id": "up", "messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "x <function=bash>\n<parameter=cmd>ls"}]}),
+    "no_finish_call": json.dumps({"id": "nf", "messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "x\n<function=execute_bash>\n  <parameter=cmd>ls</parameter>\n</function>"}, {"role": "user", "content": "out"}]}),
+    "unknown_role": json.dumps({"id": "ur", "messages": [{"role": "narrator", "content": "u"}]}),
+    "non_string_content": json.dumps({"id": "ns", "messages": [{"role": "user", "content": 5}]}),
+}
+
+
+def write_bad_file(path):
+    from data_prep.synthetic import SyntheticConfig, code_rows
+
+    good = code_rows(1, 0, SyntheticConfig())[0]
+    lines = [json.dumps(good)] + list(BAD_ROWS.values())
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_every_bad_input_kind_is_quarantined(tmp_path):
+    p = write_bad_file(tmp_path / "bad.jsonl")
+    outs = list(read_source(f"r2e-gym:{p}"))
+    assert len(outs) == 1 + len(BAD_ROWS)
+    reasons = sorted(o.reason for o in outs if o.reason)
+    assert reasons == sorted(BAD_ROWS)
+    assert sum(o.record is not None for o in outs) == 1
+    bad = next(o for o in outs if o.reason == "malformed_json")
+    assert bad.where.endswith("bad.jsonl:2")
