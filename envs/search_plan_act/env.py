@@ -20,7 +20,9 @@ from typing import Any
 from .goals import Task, build_task
 from .reward import appears_in, components, normalize, state_diff
 
-TOOL_NAMES = ("search", "read_record", "update_record", "link_records", "finish")
+# Alphabetical: the order TRL lists environment methods in (inspect.getmembers sorts by name), so
+# the tool block a model sees in SFT data, evals and GRPO rollouts is byte-identical.
+TOOL_NAMES = ("finish", "link_records", "read_record", "search", "update_record")
 SEARCH_TOP_K = 3
 
 

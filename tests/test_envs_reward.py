@@ -1,0 +1,167 @@
+"""search_plan_act: determinism, each reward component on hand-built episodes, split separation."""
+from __future__ import annotations
+
+import pytest
+
+from envs.search_plan_act import SearchPlanActEnv, build_task
+from envs.search_plan_act.goals import TEMPLATES
+from envs.search_plan_act.policies import parse_record, parse_search
+from envs.search_plan_act.reward import WEIGHTS
+from envs.search_plan_act.spec import OOD, TRAIN
+
+
+def new_env(seed=7, split="train", **knobs) -> SearchPlanActEnv:
+    env = SearchPlanActEnv()
+    env.reset(seed=seed, split=split, **knobs)
+    return env
+
+
+def solve(env: SearchPlanActEnv, *, writes=True, finish=True, answer=None) -> list[dict]:
+    """Play the task by hand from tool responses only; returns the parsed chain."""
+    plan = env.task.plan
+    hits = parse_search(env.search(query=plan.start_name))
+    rid = next(r for title, r in hits if title == plan.start_name)
+    chain = [parse_record(env.read_record(record_id=rid))]
+    for rel in plan.path:
+        chain.append(parse_record(env.read_record(record_id=chain[-1]["relations"][rel])))
+    if writes:
+        for w in plan.writes:
+            if w.kind == "update":
+                out = env.update_record(record_id=chain[w.record]["id"], field=w.name,
+                                        value=chain[w.source]["facts"][w.fact])
+            else:
+                out = env.link_records(source_id=chain[w.record]["id"], target_id=chain[w.source]["id"],
+                                       relation=w.name)
+            assert out.startswith("OK"), out
+    if finish:
+        q, fact = plan.question
+        assert env.finish(answer=answer if answer is not None else chain[q]["facts"][fact]) == "Episode finished."
+    return chain
+
+
+def test_same_seed_same_task_and_rewards():
+    a, b = new_env(11), new_env(11)
+    assert a.task.prompt == b.task.prompt and a.task.answer == b.task.answer
+    assert a.task.targets == b.task.targets
+    assert [a.task.world.render(r) for r in a.task.world.records] == [b.task.world.render(r) for r in b.task.world.records]
+    solve(a)
+    solve(b)
+    assert a.reward_components() == b.reward_components()
+    assert a.transcript() == b.transcript()
+    # A different seed is a different task; reset on a used env rebuilds it exactly.
+    assert new_env(12).task.prompt != a.task.prompt
+    a.reset(seed=11, split="train")
+    assert a.task.prompt == b.task.prompt and a.transcript() == [] and not a.done
+
+
+def test_genuine_episode_scores_one():
+    env = new_env(3)
+    solve(env)
+    assert env.done
+    assert env.reward_components() == {"outcome": 1.0, "grounding": 1.0, "stop": 1.0, "total": 1.0}
+    assert env.get_reward() == 1.0
+
+
+def test_outcome_partial_credit_wrong_answer_and_collateral():
+    env = new_env(5, writes=2)
+    n = env.task.n_writes
+    solve(env, answer="definitely wrong")
+    c = env.reward_components()
+    assert c["outcome"] == pytest.approx(n / (n + 1))  # every write, no answer share
+    assert c["stop"] == 1.0
+
+    env = new_env(5, writes=2)
+    chain = solve(env, writes=False, finish=False)
+    w = env.task.plan.writes[0]
+    if w.kind == "update":
+        env.update_record(record_id=chain[w.record]["id"], field=w.name, value=chain[w.source]["facts"][w.fact])
+    else:
+        env.link_records(source_id=chain[w.record]["id"], target_id=chain[w.source]["id"], relation=w.name)
+    # A change the goal did not ask for cancels one share.
+    other = next(r for r in env.task.world.records if r not in env.task.chain)
+    assert env.update_record(record_id=other, field=TRAIN.slots[0], value="junk").startswith("OK")
+    q, fact = env.task.plan.question
+    env.finish(answer=chain[q]["facts"][fact])
+    c = env.reward_components()
+    assert c["outcome"] == pytest.approx((1 + 1 - 1) / (n + 1))
+    assert c["stop"] == 0.5  # some, not all, required writes done at finish
+
+
+def test_grounding_requires_values_seen_in_results():
+    env = new_env(9, writes=1)
+    t = env.task
+    kind, rid, name, value = t.targets[0]
+    # Write the right thing without ever reading: outcome credit, no grounding credit.
+    if kind == "update":
+        env.update_record(record_id=rid, field=name, value=value)
+    else:
+        env.link_records(source_id=rid, target_id=value, relation=name)
+    env.finish(answer=t.answer)
+    c = env.reward_components()
+    assert c["outcome"] == 1.0 and c["grounding"] == 0.0
+    assert c["total"] == pytest.approx(WEIGHTS["outcome"] + WEIGHTS["stop"])
+
+
+def test_echoes_and_self_written_values_are_not_evidence():
+    env = new_env(9, writes=1)
+    start = env.task.chain[0]
+    guess = "B-ZZ99"
+    # Error messages echo the argument; write confirmations and read-backs show it; none count.
+    assert env.read_record(record_id=guess).startswith("Error")
+    env.search(query=guess)
+    env.update_record(record_id=start, field="contact", value=guess)
+    assert f"contact={guess}" in env.read_record(record_id=start)
+    env.update_record(record_id=start, field="note", value=guess)
+    env.finish(answer=guess)
+    # The start id was seen in a search result; the guessed value never was.
+    assert env.reward_components()["grounding"] == 0.0
+
+
+def test_stop_component():
+    env = new_env(4)
+    solve(env, finish=False)
+    assert env.reward_components()["stop"] == 0.0  # never finished
+    assert not env.done
+
+    env = new_env(4)
+    solve(env, writes=False)  # correct answer, but finished before any required write
+    c = env.reward_components()
+    assert c["stop"] == 0.0 and c["outcome"] == pytest.approx(1 / (env.task.n_writes + 1))
+
+    env = new_env(4)
+    solve(env)
+    before = {r: dict(rec.slots) for r, rec in env.task.world.records.items()}
+    assert env.update_record(record_id=env.task.chain[0], field="note", value="x").startswith("Error: the episode is over")
+    assert env.finish(answer="again").startswith("Error: the episode is over")
+    assert {r: dict(rec.slots) for r, rec in env.task.world.records.items()} == before  # no effect
+    c = env.reward_components()
+    assert c["stop"] == 0.5 and c["outcome"] == 1.0
+
+
+def test_ood_never_uses_train_surface():
+    assert not set(TRAIN.templates) & set(OOD.templates)
+    assert not set(TRAIN.facts) & set(OOD.facts) and not set(TRAIN.slots) & set(OOD.slots)
+    assert not {r.name for r in TRAIN.relations} & {r.name for r in OOD.relations}
+    assert not set(TRAIN.link_relations) & set(OOD.link_relations)
+    assert not set(TRAIN.difficulty.hops) & set(OOD.difficulty.hops)
+    assert set(TEMPLATES) == set(TRAIN.templates) | set(OOD.templates)
+    train_words = set(TRAIN.facts) | set(TRAIN.slots) | {r.name for r in TRAIN.relations} | set(TRAIN.link_relations)
+    seen = set()
+    for seed in range(150):
+        t = build_task(seed, "ood")
+        seen.add(t.template)
+        assert t.template in OOD.templates and t.hops in OOD.difficulty.hops
+        assert not [w for w in train_words if f"`{w}`" in t.prompt or f"{w}=" in t.world.render(t.chain[0])]
+    assert seen == set(OOD.templates)
+    assert {build_task(s, "train").template for s in range(60)} == set(TRAIN.templates)
+
+
+def test_difficulty_knobs():
+    t = build_task(1, "train", hops=3, writes=3, distractors=7)
+    assert (t.hops, t.n_writes, t.distractors) == (3, 3, 7)
+    assert len(t.chain) == 4 and len(t.targets) == 3
+    assert len(build_task(1, "train", distractors=0).world.records) < len(t.world.records)
+    with pytest.raises(ValueError, match="unknown split"):
+        build_task(1, "test")
+    with pytest.raises(ValueError, match="seed"):
+        SearchPlanActEnv().reset(split="train")
