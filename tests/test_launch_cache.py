@@ -1,0 +1,148 @@
+"""launch's dataset cache (against an injected stand-in for data_prep) and the run manifest."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from common.cli import ConfigError
+from launch import cache
+from launch.compose import compose
+from launch.manifest import write_manifest
+
+
+class FakeDataPrep:
+    """Same signatures as data_prep.build.{build_arm, cache_key}; counts the builds."""
+
+    def __init__(self):
+        self.builds: list[str] = []
+
+    def key(self, data_cfg, *, arm, seed, tokenizer):
+        blob = json.dumps([OmegaConf.to_container(data_cfg), arm, seed, tokenizer], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def build(self, data_cfg, *, arm, seed, tokenizer, out):
+        self.builds.append(arm)
+        assert Path(out).is_dir() and not any(Path(out).iterdir()), "builds into a fresh temp dir"
+        assert data_cfg.dir is None and data_cfg.cache_root is None, "location keys never reach the key"
+        manifest = {"fingerprint": f"fp-{arm}-{seed}-{data_cfg.n}", "arm": arm}
+        (Path(out) / "manifest.json").write_text(json.dumps(manifest))
+        (Path(out) / "rejected.jsonl").write_text("")
+        return manifest
+
+
+def _cfg(tmp_path, *extra):
+    return compose(["model=tiny", "data=synthetic", f"runs_root={tmp_path}", *extra]).cfg
+
+
+def test_second_launch_reuses_and_changed_input_rebuilds(tmp_path):
+    fake = FakeDataPrep()
+    first = cache.ensure_dataset(_cfg(tmp_path), "r2e", builder=fake.build, key_fn=fake.key)
+    assert not first.reused and first.dir.parent == tmp_path.resolve() / "_data"
+    assert first.fingerprint == "fp-r2e-0-3500" and (first.dir / "rejected.jsonl").is_file()
+    again = cache.ensure_dataset(_cfg(tmp_path), "r2e", builder=fake.build, key_fn=fake.key)
+    assert again.reused and again.dir == first.dir and fake.builds == ["r2e"]
+    changed = cache.ensure_dataset(_cfg(tmp_path, "n=64"), "r2e", builder=fake.build, key_fn=fake.key)
+    assert not changed.reused and changed.dir != first.dir and len(fake.builds) == 2
+    # The data location keys are not part of the key: another cache_root, same key.
+    other = cache.ensure_dataset(_cfg(tmp_path, f"data.cache_root={tmp_path / 'c2'}"), "r2e",
+                                 builder=fake.build, key_fn=fake.key)
+    assert other.key == first.key and other.dir.parent == (tmp_path / "c2").resolve()
+
+
+def test_failed_build_leaves_nothing_that_looks_complete(tmp_path):
+    fake = FakeDataPrep()
+
+    def crash(data_cfg, *, out, **kw):
+        (Path(out) / "manifest.json").write_text("{}")
+        raise RuntimeError("disk full")
+
+    cfg = _cfg(tmp_path)
+    with pytest.raises(RuntimeError, match="disk full"):
+        cache.ensure_dataset(cfg, "r2e", builder=crash, key_fn=fake.key)
+    root = tmp_path / "_data"
+    assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
+    built = cache.ensure_dataset(cfg, "r2e", builder=fake.build, key_fn=fake.key)
+    assert not built.reused and fake.builds == ["r2e"]
+
+    def no_manifest(data_cfg, *, out, **kw):
+        return {}
+
+    with pytest.raises(ConfigError, match="wrote no manifest.json"):
+        cache.ensure_dataset(_cfg(tmp_path, "n=5"), "r2e", builder=no_manifest, key_fn=fake.key)
+
+
+def test_explicit_data_dir_is_used_as_is(tmp_path):
+    d = tmp_path / "mydata"
+    d.mkdir()
+    with pytest.raises(ConfigError, match="manifest.json missing"):
+        cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e", builder=None, key_fn=None)
+    (d / "manifest.json").write_text(json.dumps({"fingerprint": "abc"}))
+    got = cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e")
+    assert got.dir == d.resolve() and got.fingerprint == "abc" and got.key is None
+
+
+def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypatch):
+    """launch_one up to the trainer, with the trainer replaced by a stand-in that records its argv."""
+    from launch import local, run
+
+    fake = FakeDataPrep()
+    seen = {}
+
+    def fake_run(cmd, log_dir, cwd, env=None):
+        seen["cmd"] = cmd
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return 3, log_dir / "train.log"
+
+    monkeypatch.setattr(local, "run_logged", fake_run)
+    argv = ["arm=r2e_v5", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}"]
+    assert run.launch_one(argv, builder=fake.build, key_fn=fake.key) == 3, "exit code mirrors training"
+    rd = tmp_path / "r2e_v5" / "seed0"
+    cfg = OmegaConf.load(rd / "config.yaml")
+    assert cfg.run_dir == str(rd.resolve()) and Path(cfg.data.dir).parent == (tmp_path / "_data").resolve()
+    assert cfg.logging.name == "r2e_v5-s0" and cfg.launcher.nproc == 1 and cfg.data.epilogue is False
+    assert fake.builds == ["r2e"], "r2e_v5 builds r2e data (without the epilogue)"
+    assert seen["cmd"][-3:] == ["-m", "sft.train", str(rd.resolve() / "config.yaml")]
+    assert "--nproc_per_node=1" in seen["cmd"]
+    man = json.loads((rd / "manifest.json").read_text())
+    assert man["data"]["fingerprint"] == "fp-r2e-0-3500" and man["data"]["reused"] is False
+    assert man["command"].startswith("launch arm=r2e_v5") and man["recipes"]["arm"] == "r2e_v5"
+    assert set(man["packages"]) >= {"python", "torch", "transformers", "datasets"}
+    assert man["packages"]["torch"] and man["hardware"]["cpu_count"] >= 1
+    assert "commit" in man["git"] and "dirty" in man["git"]
+    # A second launch appends, keeps the original, reuses the data; a changed config is kept aside.
+    assert run.launch_one([*argv, "lr=1e-3"], builder=fake.build, key_fn=fake.key) == 3
+    man2 = json.loads((rd / "manifest.json").read_text())
+    assert len(man2["launches"]) == 2 and man2["created"] == man["created"] and man2["launches"][1]["data"]["reused"]
+    assert len(list(rd.glob("config.*.yaml"))) == 1 and OmegaConf.load(rd / "config.yaml").train.lr == 1e-3
+
+
+def test_resume_never_refuses_an_existing_run(tmp_path):
+    from launch import run
+
+    (tmp_path / "r2e" / "seed0" / "checkpoints" / "step-000002").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="resume=never but"):
+        run.launch_one(["model=tiny", "data=synthetic", "resume=never", f"runs_root={tmp_path}"])
+
+
+def test_manifest_git_state_sees_a_dirty_checkout(tmp_path):
+    import subprocess
+
+    from launch.manifest import git_state
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "f.txt").write_text("a")
+    subprocess.run(["git", "-C", str(repo), "add", "f.txt"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"], check=True)
+    clean = git_state(repo)
+    assert len(clean["commit"]) == 40 and clean["dirty"] is False
+    (repo / "f.txt").write_text("b")
+    assert git_state(repo)["dirty"] is True
+    assert git_state(tmp_path / "nowhere")["commit"] is None
+    write_manifest(tmp_path, argv=["x=1"], choices={}, launcher={}, data={})
+    assert json.loads((tmp_path / "manifest.json").read_text())["command"] == "launch x=1"

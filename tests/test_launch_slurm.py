@@ -1,0 +1,123 @@
+"""launch dry runs: the torchrun command and the sbatch scripts (1 node, 4 nodes, sweep array),
+compared with committed snapshots under tests/snapshots/ after normalizing machine paths.
+
+Regenerate after an intended change: UPDATE_SNAPSHOTS=1 pytest tests/test_launch_slurm.py
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.cli import main
+from launch.run import REPO
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+def _dry(capsys, tmp_path, *argv) -> str:
+    assert main([*argv, "dry_run=true", f"runs_root={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    return out.replace(str(tmp_path.resolve()), "<RUNS>").replace(sys.executable, "<PYTHON>").replace(str(REPO), "<REPO>")
+
+
+def _script(out: str) -> str:
+    return out[out.index("#!/bin/bash"):]
+
+
+def _check(name: str, text: str) -> None:
+    path = SNAPSHOTS / name
+    if os.environ.get("UPDATE_SNAPSHOTS"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"missing snapshot {path} (run with UPDATE_SNAPSHOTS=1)"
+    assert text == path.read_text(), f"{name} differs from its snapshot"
+
+
+def test_local_torchrun_command(capsys, tmp_path):
+    out = _dry(capsys, tmp_path, "arm=r2e", "model=tiny", "data=synthetic", "nproc=2", "steps=218")
+    command = out.split("# command\n", 1)[1].strip()
+    _check("launch_torchrun_local.txt", command + "\n")
+    assert not (tmp_path / "r2e").exists(), "dry_run must not create the run directory"
+
+
+def test_sbatch_one_node(capsys, tmp_path):
+    out = _dry(capsys, tmp_path, "arm=r2e", "launcher=slurm", "data=synthetic", "nodes=1")
+    _check("launch_sbatch_1node.sbatch", _script(out))
+
+
+def test_sbatch_four_nodes(capsys, tmp_path):
+    out = _dry(capsys, tmp_path, "arm=mixed", "seed=1", "launcher=slurm", "data=synthetic", "nodes=4",
+               "gpus_per_node=8", "partition=gpu", "time=24:00:00", "account=proj42")
+    script = _script(out)
+    _check("launch_sbatch_4nodes.sbatch", script)
+    # The pieces a multi-node run depends on, spelled out (the snapshot pins the rest).
+    for needle in ("#SBATCH --nodes=4", "#SBATCH --signal=USR1@120", "#SBATCH --requeue", "#SBATCH --time=24:00:00",
+                   "--rdzv_backend=c10d", '--rdzv_endpoint="$1:29500"', "--nnodes=4 --nproc_per_node=8",
+                   'scontrol requeue "$JOB_REF"', 'trap "" USR1'):
+        assert needle in script
+
+
+def test_sweep_array_dry_run(capsys, tmp_path):
+    out = _dry(capsys, tmp_path, "sweep", "arms=[r2e,search,mixed]", "seeds=[0,1,2]", "launcher=slurm",
+               "data=synthetic", "nodes=1")
+    script = _script(out)
+    assert "#SBATCH --array=0-8" in script
+    runs = [line.strip() for line in script.splitlines() if line.startswith("  <RUNS>/")]
+    assert runs == [f"<RUNS>/{a}/seed{s}" for a in ("r2e", "search", "mixed") for s in (0, 1, 2)]
+    _check("launch_sweep_array.sbatch", re.sub(r"sweep-\d{8}T\d{6}Z", "sweep-<TIME>", script))
+
+
+def _fake_sbatch(tmp_path: Path, monkeypatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "submitted.txt"
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f"#!/bin/sh\necho \"$@\" >> {record}\necho 4242\n")
+    sbatch.chmod(sbatch.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+def test_slurm_submission_writes_script_config_and_manifest(tmp_path, monkeypatch, capsys):
+    """Real submission path with a stand-in `sbatch` and a stand-in data builder."""
+    import json
+
+    from launch.run import launch_one
+
+    record = _fake_sbatch(tmp_path, monkeypatch)
+    runs = tmp_path / "runs"
+    argv = ["arm=search", "launcher=slurm", "nodes=4", "data=synthetic", f"runs_root={runs}"]
+    rc = launch_one(argv, builder=_build, key_fn=lambda cfg, **kw: "k" + str(kw["seed"]))
+    assert rc == 0
+    rd = runs / "search" / "seed0"
+    script = (rd / "launch.sbatch").read_text()
+    assert f"RUN_DIR={rd}" in script and "--nnodes=4" in script
+    assert record.read_text().split() == ["--parsable", str(rd / "launch.sbatch")]
+    man = json.loads((rd / "manifest.json").read_text())
+    assert man["launcher"]["job_id"] == "4242" and man["data"]["fingerprint"] == "fp-search"
+    assert "Slurm job 4242" in capsys.readouterr().out
+    (rd / "DONE").write_text("")
+    assert launch_one(argv, builder=_build, key_fn=lambda cfg, **kw: "k0") == 0
+    assert len(record.read_text().splitlines()) == 1, "a finished run must not be submitted again"
+
+
+def test_sbatch_missing_is_a_clear_error(tmp_path, monkeypatch):
+    from common.cli import ConfigError
+    from launch.run import launch_one
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="sbatch not found on PATH"):
+        launch_one(["launcher=slurm", "data=synthetic", f"runs_root={tmp_path}"], builder=_build,
+                   key_fn=lambda cfg, **kw: "k")
+
+
+def _build(data_cfg, *, arm, seed, tokenizer, out):
+    import json
+
+    (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": f"fp-{arm}"}))
+    return {"fingerprint": f"fp-{arm}"}
