@@ -47,12 +47,13 @@ def qa_episode(item: BenchItem, prompt: str) -> Episode:
     return Episode(item.id, initial_messages(prompt, item.question), list(SearchTools.tools))
 
 
-def qa_row(ep: Episode, item: BenchItem) -> dict:
+def episode_row(ep: Episode, question: str, golden_answers: list[str], metrics_fn) -> dict:
+    """One `<bench>.jsonl` line; `metrics_fn(answer, rule)` gives the per-example metrics."""
     answer, rule = extract_answer(ep.final_content)
     return {
-        "id": item.id,
-        "question": item.question,
-        "golden_answers": item.golden_answers,
+        "id": ep.id,
+        "question": question,
+        "golden_answers": golden_answers,
         "prediction": answer,
         "extract_rule": rule,
         "stop_reason": ep.stop_reason,
@@ -60,9 +61,14 @@ def qa_row(ep: Episode, item: BenchItem) -> dict:
         "num_tool_calls": ep.tool_calls,
         "num_tool_errors": ep.tool_errors,
         "generated_tokens": ep.generated_tokens,
-        "metrics": qa_metrics(answer, strict_answer(answer, rule), item.golden_answers),
+        "metrics": metrics_fn(answer, rule),
         "messages": ep.messages,
     }
+
+
+def qa_row(ep: Episode, item: BenchItem) -> dict:
+    return episode_row(ep, item.question, item.golden_answers,
+                       lambda answer, rule: qa_metrics(answer, strict_answer(answer, rule), item.golden_answers))
 
 
 # ---- search_plan_ood ---------------------------------------------------------------------------
@@ -123,23 +129,10 @@ def _finish_answer(env) -> str | None:
 
 
 def ood_row(ep: Episode, item: BenchItem) -> dict:
-    answer, rule = extract_answer(ep.final_content)
     components = {k: float(v) for k, v in ep.state.reward_components().items()}
     metrics = {"reward": components.get("total", float(ep.state.get_reward()))}
     metrics.update({f"reward_{k}": v for k, v in components.items() if k != "total"})
-    return {
-        "id": item.id,
-        "question": ep.messages[1]["content"],
-        "golden_answers": [str(ep.state.task.answer)],
-        "finish_answer": _finish_answer(ep.state),
-        "prediction": answer,
-        "extract_rule": rule,
-        "stop_reason": ep.stop_reason,
-        "num_turns": ep.turns,
-        "num_tool_calls": ep.tool_calls,
-        "num_tool_errors": ep.tool_errors,
-        "generated_tokens": ep.generated_tokens,
-        "metrics": metrics,
-        "reset": json.loads(json.dumps({k: v for k, v in item.extra.items()}, default=str)),
-        "messages": ep.messages,
-    }
+    row = episode_row(ep, ep.messages[1]["content"], [str(ep.state.task.answer)], lambda answer, rule: metrics)
+    row["finish_answer"] = _finish_answer(ep.state)
+    row["reset"] = json.loads(json.dumps(item.extra, default=str))
+    return row

@@ -144,3 +144,69 @@ def test_corpus_errors_name_the_line(tmp_path):
     bad.write_text('{"id": "0", "contents": "\\"T\\"\\nx"}\n{"id": "1"}\n')
     with pytest.raises(RetrieverError, match=r"c.jsonl:2"):
         Bm25Retriever(bad, tmp_path / "idx")
+
+
+def test_reads_data_prep_synthetic_bench(tmp_path):
+    """The contract with data_prep: write_synthetic_bench's files load as a bench + a corpus."""
+    from data_prep.synthetic import write_synthetic_bench
+    from evals.benches import load_bench
+
+    paths = write_synthetic_bench(tmp_path, seed=0, n=5)
+    items, source = load_bench("synthqa", tmp_path, 3, 42)
+    assert len(items) == 3 and source.endswith("synthqa/test.jsonl") and all(it.golden_answers for it in items)
+    again, _ = load_bench("synthqa", tmp_path, 3, 42)
+    assert [it.id for it in again] == [it.id for it in items]  # seeded shuffle is deterministic
+    assert [it.id for it in load_bench("synthqa", tmp_path, 5, 7)[0]] != [it.id for it in load_bench("synthqa", tmp_path, 5, 42)[0]]
+    docs = Bm25Retriever(paths["corpus"], tmp_path / "idx").search([items[0].question], 3)[0]
+    assert len(docs) == 3 and format_docs(docs).startswith("Doc 1(Title: ")
+
+
+def test_bench_loader_formats_and_errors(tmp_path):
+    from evals.benches import BenchError, load_bench
+
+    (tmp_path / "hotpotqa").mkdir()
+    (tmp_path / "hotpotqa" / "dev_r1searcher_500.jsonl").write_text(
+        "".join(json.dumps({"idx": i, "question": f"q{i}?", "answer": f"a{i}", "gen_text_store": ""}) + "\n" for i in (5, 3, 9)))
+    items, _ = load_bench("hotpotqa", tmp_path, 2, 42)
+    assert [(it.id, it.golden_answers) for it in items] == [("hotpotqa_dev_5", ["a5"]), ("hotpotqa_dev_3", ["a3"])]
+    (tmp_path / "mybench").mkdir()
+    f = tmp_path / "mybench" / "test.jsonl"
+    rows = [{"id": f"t{i}", "question": f"q{i}", "golden_answers": [f"a{i}", f"b{i}"]} for i in range(10)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ids = [it.id for it in load_bench("mybench", tmp_path, 4, 42)[0]]
+    shuffled = [r["id"] for r in rows]
+    __import__("random").Random(42).shuffle(shuffled)
+    assert ids == shuffled[:4]  # the upstream sampler: Random(seed).shuffle(all), first n
+    assert len(load_bench("mybench", tmp_path, 0, 42)[0]) == 10  # n<=0: everything
+    f.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"id": "x", "question": "q"}) + "\n")
+    with pytest.raises(BenchError, match=r"test.jsonl:2: unknown format"):
+        load_bench("mybench", tmp_path, 4, 42)
+    f.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[0]) + "\n")
+    with pytest.raises(BenchError, match=r"test.jsonl:2: duplicate id 't0'"):
+        load_bench("mybench", tmp_path, 4, 42)
+    (tmp_path / "mybench" / "test_other.jsonl").write_text("")
+    with pytest.raises(BenchError, match="several candidate files"):
+        load_bench("mybench", tmp_path, 4, 42)
+    with pytest.raises(BenchError, match="no .*nobench"):
+        load_bench("nobench", tmp_path, 4, 42)
+
+
+def test_hf_backend_left_padding_and_end_of_turn(tiny_model_dir):
+    from evals.backends import HFBackend
+
+    backend = HFBackend(str(tiny_model_dir), micro_batch=3, device="cpu")
+    tok = backend.tokenizer
+    prompts = [backend.encode(tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True))
+               for q in ("hi", "what is the capital of a very long country name here?", "x y z")]
+    assert len({len(p) for p in prompts}) == 3  # different lengths -> real left padding
+    batched = backend.generate(prompts, [12, 5, 12])
+    backend.micro_batch = 1
+    single = backend.generate(prompts, [12, 5, 12])
+    assert [g.text for g in batched] == [g.text for g in single]
+    assert batched[1].num_tokens <= 5
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    hello = tok("Final answer: yes", add_special_tokens=False)["input_ids"]
+    g = backend._finish(hello + [im_end] + hello, cap=50)
+    assert (g.text, g.finish_reason, g.num_tokens) == ("Final answer: yes", "stop", len(hello) + 1)
+    g = backend._finish(hello + hello, cap=len(hello))
+    assert (g.text, g.finish_reason) == ("Final answer: yes", "length")
