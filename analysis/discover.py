@@ -146,4 +146,13 @@ def provenance(manifest: dict | None) -> dict[str, Any]:
     """
     if not manifest:
         return {}
-    return _find_keys(manifest, ("commit", "dirty", "fingerprint"))
+    found = _find_keys(manifest, ("commit", "dirty", "fingerprint"))
+    # A resumed run's manifest repeats them per launch segment: list each (name, value) once,
+    # under its shallowest key, so a changed commit between segments still shows up.
+    seen, out = set(), {}
+    for key in sorted(found, key=lambda k: (k.count("."), list(found).index(k))):
+        ident = (key.rsplit(".", 1)[-1], str(found[key]))
+        if ident not in seen:
+            seen.add(ident)
+            out[key] = found[key]
+    return out

@@ -209,3 +209,19 @@ def test_cli_help_dry_run_and_errors(tree, tmp_path, capsys):
 
 def test_latex_escaping():
     assert latex_escape("r2e_v5 & 100%") == "r2e\\_v5 \\& 100\\%"
+
+
+def test_provenance_lists_each_value_once():
+    m = {"git": {"commit": "a", "dirty": True}, "data": {"fingerprint": "f"},
+         "launches": [{"git": {"commit": "a", "dirty": True}}, {"git": {"commit": "b", "dirty": True}}]}
+    assert provenance(m) == {"git.commit": "a", "git.dirty": True, "data.fingerprint": "f", "launches.1.git.commit": "b"}
+
+
+def test_demo_dry_run_prints_the_plan(capsys):
+    from analysis.demo import main as demo_main
+
+    assert demo_main(["dry_run=true", "arms=[r2e,search]", "steps=8", "save_steps=[4]"]) == 0
+    plan = capsys.readouterr().out
+    assert "launch sweep arms=[r2e,search] seeds=[0] model=tiny data=synthetic steps=8 save_steps=[4]" in plan
+    assert "analyze runs_root=runs/demo benches=[synthqa,search_plan_ood]" in plan
+    assert demo_main(["stepz=3"]) == 2
