@@ -37,6 +37,7 @@ DEFAULTS = {
     "dtype": "auto",
     "tensor_parallel_size": 1,     # vllm
     "gpu_memory_utilization": 0.9,  # vllm
+    "ood_max_turns": 24,           # search_plan_ood needs ~10 tool calls even when done perfectly
     "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
     "progress": True,
     "dry_run": False,
@@ -76,7 +77,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         merged.benches = [merged.benches]
     if not merged.benches:
         raise ConfigError("benches=[...] is empty")
-    for key in ("max_turns", "max_model_len", "max_new_tokens", "topk", "batch_size", "micro_batch"):
+    for key in ("max_turns", "ood_max_turns", "max_model_len", "max_new_tokens", "topk", "batch_size", "micro_batch"):
         if int(merged[key]) < 1:
             raise ConfigError(f"{key}={merged[key]} must be >= 1")
     qa = [b for b in merged.benches if b != OOD_BENCH]

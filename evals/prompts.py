@@ -8,24 +8,17 @@ so a prompt here is only the system message + the first user message.
 """
 from __future__ import annotations
 
+from data_prep.readers.search import SEARCH_TOOL as CANONICAL_SEARCH_TOOL
+
 PROMPTS = ("tool_agent", "anchor_nudge")
 
-SEARCH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search Wikipedia and return the top passages for the query.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string", "description": "The search query."}},
-            "required": ["query"],
-        },
-    },
-}
+# The one search tool every stage uses (data_prep renders the training trajectories with it), so
+# a model sees at evaluation exactly the tool spec it was trained with.
+SEARCH_TOOL = CANONICAL_SEARCH_TOOL
 
 _SEARCH_SYSTEM = (
     "You are a helpful assistant that answers questions. You can call the search tool to look up "
-    "passages from Wikipedia, as many times as you need. Answer with a short phrase."
+    "documents, as many times as you need. Answer with a short phrase."
 )
 _TASK_SYSTEM = "You are a helpful assistant that completes the user's task with the tools provided."
 _NUDGE = (

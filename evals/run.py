@@ -65,7 +65,8 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path) -> tup
         chunk = todo[start:start + bs]
         episodes = [make_episode(it, cfg.prompt) for it in chunk]
         run_episodes(
-            episodes, backend, execute, style=style, max_turns=int(cfg.max_turns),
+            episodes, backend, execute, style=style,
+            max_turns=int(cfg.ood_max_turns if bench == OOD_BENCH else cfg.max_turns),
             max_model_len=int(cfg.max_model_len), max_new_tokens=int(cfg.max_new_tokens), is_done=is_done,
         )
         rows = [make_row(ep, it) for ep, it in zip(episodes, chunk)]

@@ -41,9 +41,9 @@ def test_tiny_model_on_generated_bench(tmp_path, tiny_model_dir):
     assert {r["stop_reason"] for r in rows} <= {"length", "answer", "no_answer", "max_turns", "context_limit"}
     meta = json.loads((out / "meta.json").read_text())
     assert meta["ckpt"] == str(tiny_model_dir) and meta["tool_style"] == "qwen3"
-    # Deterministic: a second evaluation in a fresh dir gives byte-identical results.
-    cfg2 = {**cfg, "out": str(tmp_path / "out2")}
-    evaluate(cfg2)
+    # Deterministic: a second evaluation (through the CLI this time) gives byte-identical results.
+    argv = [f"{k}={v}" for k, v in {**cfg, "out": str(tmp_path / "out2")}.items() if k != "benches"]
+    assert cli_main(argv + ["benches=[synthqa]"]) == 0
     assert (out / "synthqa.jsonl").read_bytes() == (tmp_path / "out2" / "synthqa.jsonl").read_bytes()
 
 

@@ -159,3 +159,17 @@ def test_detect_style_from_templates():
     tdir = shared_path("fixtures", "chat_templates")
     assert detect_style((tdir / "llama3_1_8b_instruct.jinja").read_text()) == "llama3"
     assert detect_style((tdir / "qwen3_4b_thinking_2507.jinja").read_text()) == "qwen3"
+
+
+def test_prompt_variants():
+    from evals.prompts import SEARCH_TOOL, initial_messages, system_prompt
+
+    assert "Final answer:" not in system_prompt("tool_agent")
+    assert system_prompt("anchor_nudge").startswith(system_prompt("tool_agent"))
+    assert system_prompt("anchor_nudge").endswith("Final answer: <your short answer>")
+    msgs = initial_messages("anchor_nudge", "Who?")
+    assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "Who?"
+    assert SEARCH_TOOL["function"]["name"] == "search"
+    assert SEARCH_TOOL["function"]["parameters"]["required"] == ["query"]
+    with pytest.raises(ValueError, match="unknown prompt"):
+        system_prompt("chatty")
