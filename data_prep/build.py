@@ -66,8 +66,14 @@ def _domains(arm: str, n: int) -> dict[str, int]:
 
 
 def cache_key(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any) -> str:
-    cfg = config.resolve(data_cfg)
+    """Hex digest over everything that changes the output: sources (local files by sha256),
+    tokenizer identity + chat template hash, arm, seed, every output-relevant data key and
+    data_prep's own code."""
     tok, name = load_tokenizer(tokenizer)
+    return _cache_key(config.resolve(data_cfg), arm, seed, tok, name)
+
+
+def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
     wanted = _domains(arm, cfg["n"])
     if cfg["kind"] == "synthetic":
         srcs: Any = {"synthetic": cfg["synthetic"]}
@@ -102,7 +108,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     wanted = _domains(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
     renderer = ChatRenderer(tok, history_reasoning=cfg["history_reasoning"], epilogue=cfg["epilogue"])
-    key = cache_key(cfg, arm=arm, seed=seed, tokenizer=tok)
+    key = _cache_key(cfg, arm, seed, tok, tok_name)
     out = Path(out)
     stats = RunStats()
     with atomic_dir(out) as tmp:
@@ -234,16 +240,16 @@ def _finish_row(item, row, enc, cfg, stats) -> dict:
         if cfg["length_policy"] == "drop":
             raise RecordError("too_long", f"{len(ids)} tokens > max_seq_len {cfg['max_seq_len']}")
         ids, labels = ids[: cfg["max_seq_len"]], labels[: cfg["max_seq_len"]]
-        stats.count("truncated_rows")
+        truncated = True
+    else:
+        truncated = False
     n_train = sum(1 for x in labels if x != -100)
     if n_train == 0:
         raise RecordError("no_trainable_tokens", "no assistant token left in the row")
-    if retok:
-        stats.count("boundary_retokenized_rows")
     rec = item["rec"]
     return {"id": row.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": json.dumps(rec, ensure_ascii=False),
-            "_checks": row.checks, "_rewritten": row.history_rewritten}
+            "_checks": row.checks, "_rewritten": row.history_rewritten, "_truncated": truncated, "_retokenized": retok}
 
 
 def _fingerprint(rows: list[dict]) -> str:

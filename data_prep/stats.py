@@ -26,7 +26,6 @@ class SourceCounts:
 class RunStats:
     sources: dict[str, SourceCounts] = field(default_factory=dict)
     rejections: list[dict] = field(default_factory=list)
-    counters: Counter = field(default_factory=Counter)
 
     def add_source(self, spec, src, domain, out_dir=None, final_dir=None) -> None:
         ident = src.identity()
@@ -53,9 +52,6 @@ class RunStats:
 
     def not_selected(self, spec: str) -> None:
         self.sources[spec].not_selected += 1
-
-    def count(self, key: str, k: int = 1) -> None:
-        self.counters[key] += k
 
     def check_totals(self) -> None:
         for s in self.sources.values():
@@ -94,8 +90,8 @@ class RunStats:
                 "assistant_turns_history_rewritten": checks.get("rewritten", 0),
                 "rows_history_rewritten": sum(1 for r in rows if r.get("_rewritten")),
                 "per_turn_rows": sum(1 for r in rows if "#q" in r["id"]),
-                "boundary_retokenized_rows": self.counters.get("boundary_retokenized_rows", 0),
-                "truncated_rows": self.counters.get("truncated_rows", 0),
+                "boundary_retokenized_rows": sum(1 for r in rows if r.get("_retokenized")),
+                "truncated_rows": sum(1 for r in rows if r.get("_truncated")),
                 "epilogue_rows": sum(1 for r in rows if r["domain"] == "code" and '"epilogue"' in r["messages"]),
             },
         }

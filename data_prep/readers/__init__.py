@@ -118,6 +118,8 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
 
 
 def _row_id(src: Source, row: Any, where: str) -> str:
+    """The row's own id field, else its position; positions name the file relative to the source
+    (not the absolute path), so ids don't depend on where the data lives."""
     if isinstance(row, dict):
         for k in _ID_KEYS:
             if isinstance(row.get(k), (str, int)) and str(row[k]):
@@ -125,6 +127,9 @@ def _row_id(src: Source, row: Any, where: str) -> str:
         extra = row.get("extra_info")
         if isinstance(extra, dict) and extra.get("index") is not None:
             return f"{extra.get('split', 'row')}-{extra['index']}"
+    if src.is_local:
+        base = Path(src.location)
+        where = where[len(str(base.parent)) + 1:] if where.startswith(str(base.parent) + "/") else where
     return where.replace(" ", "_")
 
 

@@ -1,0 +1,151 @@
+"""build_arm / cache_key / data-prep CLI: outputs, determinism, totals, bad input, decontam."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from data_prep import build
+from data_prep.arms import ArmError
+from data_prep.cli import main as cli_main
+from data_prep.config import DATA_DEFAULTS
+from tests.test_data_prep_readers import BAD_ROWS, write_bad_file
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"kind": "synthetic", "n": 12, "synthetic": {"n_entities": 40}}
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("arm") / "mixed"
+    m = build.build_arm(SMALL, arm="mixed", seed=3, tokenizer="tiny", out=out, progress=False)
+    return out, m
+
+
+def test_defaults_match_base_recipe():
+    base = yaml.safe_load((ROOT / "recipes" / "base.yaml").read_text())
+    assert base["data"] == DATA_DEFAULTS
+
+
+def test_dataset_contract(mixed):
+    import datasets
+
+    out, m = mixed
+    ds = datasets.load_from_disk(str(out))
+    assert set(ds.column_names) == {"id", "source", "domain", "input_ids", "labels", "num_tokens", "num_trainable", "messages"}
+    assert len(ds) == 12 and sorted(ds["domain"]) == ["code"] * 6 + ["search"] * 6
+    assert ds["domain"] != sorted(ds["domain"])  # mixed is shuffled
+    for row in ds:
+        assert len(row["labels"]) == len(row["input_ids"]) == row["num_tokens"]
+        assert row["num_trainable"] == sum(l != -100 for l in row["labels"]) > 0
+        assert all(l in (-100, i) for l, i in zip(row["labels"], row["input_ids"]))
+        rec = json.loads(row["messages"])
+        assert rec["id"] == row["id"] and (rec.get("epilogue", "").startswith("\nFinal answer: ") if row["domain"] == "code" else True)
+    assert (out / "rejected.jsonl").exists()
+    assert json.loads((out / "manifest.json").read_text())["fingerprint"] == m["fingerprint"]
+    for key in ("sources", "counts", "rejected_by_reason", "tokens", "tokenizer", "template", "fingerprint", "cache_key", "config", "seed"):
+        assert key in m
+    assert m["tokens"]["p50"] > 0 and 0 < m["tokens"]["trainable_fraction"] < 1
+    c = m["counts"]
+    assert c["kept"] + c["rejected"] + c["not_selected"] == c["read"] and c["kept"] == 12
+    assert all(len(s["files"][0]["sha256"]) == 64 for s in m["sources"])
+
+
+def test_determinism(mixed, tmp_path):
+    out, m = mixed
+    m2 = build.build_arm(SMALL, arm="mixed", seed=3, tokenizer="tiny", out=tmp_path / "again", progress=False)
+    assert m2["fingerprint"] == m["fingerprint"] and m2["cache_key"] == m["cache_key"]
+    assert build.cache_key(SMALL, arm="mixed", seed=3, tokenizer="tiny") == m["cache_key"]
+    assert build.cache_key(SMALL, arm="mixed", seed=4, tokenizer="tiny") != m["cache_key"]
+    assert build.cache_key({**SMALL, "epilogue": False}, arm="mixed", seed=3, tokenizer="tiny") != m["cache_key"]
+    m3 = build.build_arm(SMALL, arm="mixed", seed=4, tokenizer="tiny", out=tmp_path / "other", progress=False)
+    assert m3["fingerprint"] != m["fingerprint"]
+
+
+def test_cache_key_tracks_local_file_content(tmp_path):
+    p = write_bad_file(tmp_path / "src.jsonl")
+    cfg = {"sources": {"code": [f"r2e-gym:{p}"]}, "n": 1}
+    k1 = build.cache_key(cfg, arm="r2e", seed=0, tokenizer="tiny")
+    p.write_text(p.read_text() + "\n{}\n")
+    assert build.cache_key(cfg, arm="r2e", seed=0, tokenizer="tiny") != k1
+
+
+def test_bad_input_totals_and_strict(tmp_path, capsys):
+    p = write_bad_file(tmp_path / "bad.jsonl")
+    cfg = {"sources": {"code": [f"r2e-gym:{p}"]}, "n": 5, "allow_fewer": True}
+    m = build.build_arm(cfg, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "o", progress=False)
+    assert m["counts"]["read"] == 1 + len(BAD_ROWS)
+    assert m["counts"]["kept"] + m["counts"]["rejected"] == m["counts"]["read"]
+    assert m["rejected_by_reason"] == {r: 1 for r in BAD_ROWS}
+    lines = [json.loads(x) for x in (tmp_path / "o" / "rejected.jsonl").read_text().splitlines()]
+    assert sorted(x["reason"] for x in lines) == sorted(BAD_ROWS) and all(x["source"] and x["id"] for x in lines)
+    # too few without allow_fewer: an error that says how many were found
+    with pytest.raises(ArmError, match="1 usable of 5 needed"):
+        build.build_arm({**cfg, "allow_fewer": False}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "o2", progress=False)
+    # strict=true: non-zero exit listing the reasons, no dataset written
+    rc = cli_main(["arm=r2e", f"out={tmp_path / 'o3'}", f"sources.code=[r2e-gym:{p}]", "n=1", "strict=true"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "unparseable_tool_call" in err and "no_finish_call" in err
+    assert not (tmp_path / "o3").exists()
+
+
+def test_length_policy(tmp_path):
+    base = {**SMALL, "n": 4, "max_seq_len": 1000, "allow_fewer": True}
+    m = build.build_arm(base, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "drop", progress=False)
+    assert m["rejected_by_reason"].get("too_long", 0) > 0 and m["tokens"]["max"] <= 1000
+    m = build.build_arm({**base, "length_policy": "truncate"}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "trunc", progress=False)
+    assert m["render"]["truncated_rows"] > 0 and m["tokens"]["max"] == 1000 and m["counts"]["kept"] == 4
+
+
+def test_decontamination_planted_overlap(tmp_path):
+    from data_prep.synthetic import SyntheticConfig, code_rows
+
+    rows = code_rows(3, 0, SyntheticConfig())
+    planted = "the widget factory crashes whenever the configuration file contains a trailing comma on windows"
+    rows[1]["messages"][1]["content"] = rows[1]["messages"][1]["content"].replace("**Description:**\n", "**Description:**\n" + planted + " ")
+    src = tmp_path / "r2e.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = tmp_path / "bench" / "test.jsonl"
+    bench.parent.mkdir()
+    bench.write_text(json.dumps({"id": "q7", "question": "Why: " + planted.upper() + "?", "golden_answers": ["x"]}) + "\n"
+                     + json.dumps({"id": "q8", "question": "who wrote hamlet", "golden_answers": ["y"]}) + "\n")
+    cfg = {"sources": {"code": [f"r2e-gym:{src}"]}, "n": 3, "decontam": [str(bench)], "allow_fewer": True}
+    m = build.build_arm(cfg, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "a", progress=False)
+    assert m["decontam"]["overlapping"] == {"r2e.jsonl:2": ["bench/q7"]} and m["counts"]["kept"] == 3
+    m = build.build_arm({**cfg, "decontam_drop": True}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "b", progress=False)
+    assert m["counts"]["kept"] == 2 and m["rejected_by_reason"] == {"decontaminated": 1} and m["decontam"]["dropped"] == 1
+    # a 12-word shared phrase is below the 13-gram threshold when the question is longer
+    from data_prep.decontam import Decontaminator
+
+    d = Decontaminator([("q", " ".join(f"w{i}" for i in range(20)))], n=13)
+    assert d.matches(" ".join(f"w{i}" for i in range(12))) == [] and d.matches(" ".join(f"w{i}" for i in range(3, 16))) == ["q"]
+
+
+def test_cli_help_dry_run_and_errors(capsys, tmp_path):
+    assert cli_main(["--help"]) == 0 and "data-prep arm=r2e" in capsys.readouterr().out
+    assert cli_main(["out=/x", "data=synthetic", "sources.code=[r2e-gym:/data/r2e.jsonl]", "dry_run=true"]) == 0
+    out = capsys.readouterr().out
+    assert "kind: synthetic" in out and "r2e-gym:/data/r2e.jsonl" in out
+    assert cli_main(["out=/x", "epilouge=false"]) == 2 and "epilogue" in capsys.readouterr().err
+    assert cli_main(["out=/x", "arm=r2e", "sources.code=[nope:/x.jsonl]"]) == 2 and "unknown format" in capsys.readouterr().err
+    rc = cli_main([f"out={tmp_path / 's'}", "arm=search", "data=synthetic", "n=4", "synthetic.n_entities=30"])
+    assert rc == 0 and json.loads((tmp_path / "s" / "manifest.json").read_text())["counts"]["rows_by_domain"] == {"search": 4}
+
+
+def test_synthetic_bench_is_held_out(tmp_path):
+    from data_prep.synthetic import write_synthetic_bench
+
+    info = write_synthetic_bench(tmp_path / "b", seed=0, n=20)
+    test = [json.loads(x) for x in Path(info["test"]).read_text().splitlines()]
+    corpus = [json.loads(x) for x in Path(info["corpus"]).read_text().splitlines()]
+    assert len(test) == 20 and set(test[0]) == {"id", "question", "golden_answers"}
+    assert corpus[0]["contents"].startswith('"') and "\n" in corpus[0]["contents"]
+    m = build.build_arm({"kind": "synthetic", "n": 60}, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "s", progress=False)
+    import datasets
+
+    trained = {json.loads(r)["task"] for r in datasets.load_from_disk(str(tmp_path / "s"))["messages"]}
+    assert trained and not trained & {t["question"] for t in test}
+    for t in test:  # every answer is in the corpus
+        assert any(t["golden_answers"][0] in c["contents"] for c in corpus)
