@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import resource
+import secrets
 from pathlib import Path
 
 import torch
@@ -95,7 +96,7 @@ class Wandb:
         if mode == "auto":
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
         id_file = run_dir / "wandb_id"
-        run_id = id_file.read_text().strip() if id_file.is_file() else wandb.util.generate_id()
+        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
         id_file.write_text(run_id + "\n")
         self.run = wandb.init(
             project=project, name=name, id=run_id, resume="allow", dir=str(run_dir), mode=mode, config=config,

@@ -56,11 +56,11 @@ def init_distributed(device_type: str) -> tuple[int, int, bool]:
     """(rank, world size, whether we created the group). Env from torchrun, else a world of 1."""
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size(), False
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
     backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend)
+    if "RANK" in os.environ:
+        dist.init_process_group(backend=backend)
+    else:  # a world of one, without touching os.environ (in-process callers run several)
+        dist.init_process_group(backend=backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     return dist.get_rank(), dist.get_world_size(), True
 
 
@@ -86,7 +86,16 @@ def _all_reduce(value, op, device, dtype=torch.float64):
     return t
 
 
-# ---------------------------------------------------------------- one global batch
+# ---------------------------------------------------------------- model and one global batch
+
+
+def prepare_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device, dtype: torch.dtype):
+    """(FSDP-wrapped model in train mode, active Liger kernels)."""
+    model = build_model(cfg, conf, rank=rank, device=device)
+    liger = apply_liger(model, cfg.liger, device)
+    model = wrap_fsdp(model, rank=rank, device=device, dtype=dtype, activation_checkpointing=cfg.activation_checkpointing)
+    model.train()
+    return model, liger
 
 
 def forward_backward(model, micro_batches, *, device, world: int, liger_active: bool = False) -> tuple[float, int, int]:
@@ -171,10 +180,7 @@ def run(cfg: TrainConfig) -> int:
 
     # 2. Model: rank-0 load, kernels, FSDP.
     dtype = train_dtype(cfg, device)
-    model = build_model(cfg, conf, rank=rank, device=device)
-    liger = apply_liger(model, cfg.liger, device)
-    model = wrap_fsdp(model, rank=rank, device=device, dtype=dtype, activation_checkpointing=cfg.activation_checkpointing)
-    model.train()
+    model, liger = prepare_model(cfg, conf, rank=rank, device=device, dtype=dtype)
     n_matmul = matmul_params(conf)
     gen_conf = ckpt.generation_config_for(cfg.model_path, conf)
     optimizer = build_optimizer(model, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, device=device)
