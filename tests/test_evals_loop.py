@@ -9,9 +9,12 @@ import re
 import pytest
 
 from common.cli import ConfigError
+from evals.agent import render
 from evals.backends import Generation
+from evals.benches import load_bench
 from evals.results import ResultsError
 from evals.run import evaluate
+from evals.tasks import SearchTools, qa_episode
 
 SYLL = ["qua", "zor", "vex", "lim", "tor", "bex", "nal", "rup", "sid", "mok", "fen", "daw"]
 
@@ -152,10 +155,6 @@ def test_max_turns_and_context_limit(world, tmp_path, tiny_tokenizer):
     assert s["stop_reasons"] == {"max_turns": 2} and s["mean_turns"] == 3.0 and s["mean_tool_calls"] == 2.0
     backend = ScriptedBackend(tiny_tokenizer)
     # Room for the first prompt but not for the second one (it carries the retrieved passages).
-    from evals.agent import render
-    from evals.tasks import SearchTools, qa_episode
-    from evals.benches import load_bench
-
     item = load_bench("synthqa", world["bench_root"], 1, 42)[0][0]
     n_first = len(backend.encode(render(tiny_tokenizer, qa_episode(item, "tool_agent").messages, SearchTools.tools)))
     s = evaluate({**world, "out": str(tmp_path / "b"), "n": 1, "max_model_len": n_first + 40}, backend=backend)["synthqa"]
@@ -203,3 +202,30 @@ def test_config_errors(world):
         evaluate({**world, "out": "x", "prompt": "chatty"})
     with pytest.raises(ConfigError, match="corpus=PATH"):
         evaluate({**world, "out": "x", "corpus": None})
+
+
+class LlamaScripted(ScriptedBackend):
+    """The same agent speaking Llama-3.1's JSON tool-call format."""
+
+    def _policy(self, prompt: str) -> str:
+        responses = re.findall(r"<\|start_header_id\|>ipython<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", prompt, re.S)
+        if not responses:
+            q = re.findall(r"What is the capital of \w+\?", prompt)[-1]
+            return '<|python_tag|>{"name": "search", "parameters": {"query": %s}}' % json.dumps(q)
+        m = re.search(r"The capital of \w+ is (\w+)\.", responses[-1])
+        return f"Final answer: {m.group(1) if m else 'unknown'}"
+
+
+def test_llama3_style_through_the_loop(world, tmp_path, tiny_tokenizer):
+    import copy
+
+    from tests.conftest import shared_path
+
+    tok = copy.deepcopy(tiny_tokenizer)
+    tok.chat_template = shared_path("fixtures", "chat_templates", "llama3_1_8b_instruct.jinja").read_text()
+    out = tmp_path / "out"
+    s = evaluate({**world, "out": str(out), "n": 3}, backend=LlamaScripted(tok))["synthqa"]
+    assert s["em"] == 1.0 and s["mean_tool_calls"] == 1.0 and s["mean_tool_errors"] == 0.0
+    assert json.loads((out / "meta.json").read_text())["tool_style"] == "llama3"
+    msgs = _rows(out)[0]["messages"]
+    assert msgs[2]["tool_calls"][0]["function"]["name"] == "search" and msgs[2]["content"] == ""
