@@ -113,14 +113,6 @@ QWEN_CASES = [
 ]
 
 
-@pytest.mark.parametrize("text, queries, n_errors", QWEN_CASES)
-def test_parse_qwen3(text, queries, n_errors):
-    calls, errors = parse_tool_calls(text, "qwen3")
-    assert _q(calls) == queries
-    assert len(errors) == n_errors
-    assert all(c["name"] == "search" for c in calls)
-
-
 LLAMA_CASES = [
     (L % "x", ["x"], 0),
     ("<|python_tag|>" + L % "x" + "<|eom_id|>", ["x"], 0),
@@ -136,11 +128,14 @@ LLAMA_CASES = [
 ]
 
 
-@pytest.mark.parametrize("text, queries, n_errors", LLAMA_CASES)
-def test_parse_llama3(text, queries, n_errors):
-    calls, errors = parse_tool_calls(text, "llama3")
+@pytest.mark.parametrize("style, text, queries, n_errors",
+                         [("qwen3", *c) for c in QWEN_CASES] + [("llama3", *c) for c in LLAMA_CASES])
+def test_parse_tool_calls_table(style, text, queries, n_errors):
+    calls, errors = parse_tool_calls(text, style)
     assert _q(calls) == queries
     assert len(errors) == n_errors
+    assert all(c["name"] == "search" and isinstance(c["arguments"], dict) for c in calls)
+    assert all(isinstance(e, str) and e for e in errors)
 
 
 def test_parse_unknown_style():
