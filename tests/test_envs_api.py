@@ -12,6 +12,7 @@ from envs.search_plan_act import (
 )
 from envs.search_plan_act.__main__ import main as cli_main
 from envs.search_plan_act.pilot import check
+from envs.search_plan_act.policies import POLICIES
 from envs.search_plan_act.reward import HACK_CEILINGS
 from common.cli import run_cli
 
@@ -161,8 +162,8 @@ def test_pilot_ordering_holds(split):
 
 
 def test_pilot_check_flags_a_winning_hack():
-    means = {"genuine": {"total": 0.9}, "reckless_guesser": {"total": 0.7}, "search_spammer": {"total": 0.0},
-             "never_finisher": {"total": 0.0}, "early_finisher": {"total": 0.0}, "random_caller": {"total": 0.0}}
+    means = {p: {"total": 0.0} for p in POLICIES}
+    means.update(genuine={"total": 0.9}, reckless_guesser={"total": 0.7})
     failures = check(means)
     assert any("does not beat reckless_guesser" in f for f in failures)
     assert any("reckless_guesser mean total 0.700 exceeds" in f for f in failures)

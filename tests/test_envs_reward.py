@@ -70,21 +70,36 @@ def test_outcome_partial_credit_wrong_answer_and_collateral():
     assert c["outcome"] == pytest.approx(n / (n + 1))  # every write, no answer share
     assert c["stop"] == 1.0
 
-    env = new_env(5, writes=2)
-    chain = solve(env, writes=False, finish=False)
-    w = env.task.plan.writes[0]
-    if w.kind == "update":
-        env.update_record(record_id=chain[w.record]["id"], field=w.name, value=chain[w.source]["facts"][w.fact])
-    else:
-        env.link_records(source_id=chain[w.record]["id"], target_id=chain[w.source]["id"], relation=w.name)
-    # A change the goal did not ask for cancels one share.
-    other = next(r for r in env.task.world.records if r not in env.task.chain)
-    assert env.update_record(record_id=other, field=TRAIN.slots[0], value="junk").startswith("OK")
+    for collateral in (0, 1):
+        env = new_env(5, writes=2)
+        chain = solve(env, writes=False, finish=False)
+        w = env.task.plan.writes[0]
+        if w.kind == "update":
+            env.update_record(record_id=chain[w.record]["id"], field=w.name, value=chain[w.source]["facts"][w.fact])
+        else:
+            env.link_records(source_id=chain[w.record]["id"], target_id=chain[w.source]["id"], relation=w.name)
+        if collateral:  # a change the goal did not ask for cancels one share
+            other = next(r for r in env.task.world.records if r not in env.task.chain)
+            assert env.update_record(record_id=other, field=TRAIN.slots[0], value="junk").startswith("OK")
+        q, fact = env.task.plan.question
+        env.finish(answer=chain[q]["facts"][fact])
+        c = env.reward_components()
+        assert c["outcome"] == pytest.approx((1 + 1 - collateral) / (n + 1))
+        # Some required writes done at finish: 0.5, unless collateral changes match them.
+        assert c["stop"] == (0.0 if collateral else 0.5)
+
+
+def test_spraying_writes_earns_no_stop_credit():
+    env = new_env(8, writes=2)
+    solve(env, finish=False)
     q, fact = env.task.plan.question
-    env.finish(answer=chain[q]["facts"][fact])
+    chain_ids = env.task.chain
+    extra = [r for r in env.task.world.records if r not in chain_ids][:3]
+    for rid in extra:  # every required write holds, plus more collateral than required writes
+        env.link_records(source_id=rid, target_id=chain_ids[0], relation=TRAIN.link_relations[0])
+    env.finish(answer=env.task.answer)
     c = env.reward_components()
-    assert c["outcome"] == pytest.approx((1 + 1 - 1) / (n + 1))
-    assert c["stop"] == 0.5  # some, not all, required writes done at finish
+    assert c["stop"] == 0.0 and c["outcome"] == 0.0
 
 
 def test_grounding_requires_values_seen_in_results():

@@ -15,12 +15,13 @@ Reward (reward.py has the exact rules), total = 0.5*outcome + 0.2*grounding + 0.
             minus one share per collateral change (anything changed that the goal didn't ask for);
   grounding share of writes/answers whose every id and value appeared earlier in a search or
             read_record result (over at least the number of uses the goal needs);
-  stop      finish called: 1 if all required writes were done at that moment, 0.5 if some, 0 if
-            none; minus 0.25 per call after finish; 0 if never finished.
+  stop      finish called: 1 if at that moment all required writes held and nothing else had
+            changed, 0.5 if required writes outnumbered collateral changes, else 0; minus 0.25
+            per call after finish; 0 if never finished.
 
 Hack ceilings (mean total over >= 200 tasks per split; `python -m envs.search_plan_act pilot`):
 reckless_guesser 0.20, search_spammer 0.15, never_finisher 0.55, early_finisher 0.35,
-random_caller 0.20; the genuine policy must beat every hack's mean by >= 0.30.
+random_caller 0.20, write_sprayer 0.25; the genuine policy must beat every hack's mean by >= 0.30.
 
 API: `SearchPlanActEnv` (TRL environment_factory style), `tool_schemas()`,
 `export_trajectories(path, n, seed, split)`, `make_eval_items(n, seed, split)`, `run_pilot(...)`.

@@ -87,7 +87,7 @@ class SearchPlanActEnv:
         self._grounded_uses = 0
         self._finished = False
         self._answer: str | None = None
-        self._satisfied_at_finish = 0
+        self._state_at_finish = (0, 0)
         self._post_finish_calls = 0
 
     def reset(self, **row) -> str:
@@ -196,7 +196,7 @@ class SearchPlanActEnv:
             return "Error: answer is empty."
         self._finished = True
         self._answer = answer
-        self._satisfied_at_finish = state_diff(self.task)[0]
+        self._state_at_finish = state_diff(self.task)
         self._use(answer)
         return "Episode finished."
 
@@ -218,7 +218,7 @@ class SearchPlanActEnv:
             return {"outcome": 0.0, "grounding": 0.0, "stop": 0.0, "total": 0.0}
         return components(
             self.task, answer=self._answer, finished=self._finished,
-            satisfied_at_finish=self._satisfied_at_finish, post_finish_calls=self._post_finish_calls,
+            state_at_finish=self._state_at_finish, post_finish_calls=self._post_finish_calls,
             uses=self._uses, grounded_uses=self._grounded_uses,
         )
 

@@ -162,6 +162,31 @@ def random_caller(env, plan, rng):
     return []
 
 
+def write_sprayer(env, plan, rng):
+    """Reads everything reachable from the start, then writes every seen fact value into every
+    named slot of every seen record and links every seen pair with every named relation: all of
+    it grounded, some of it right, most of it collateral."""
+    hits = parse_search(env.call_tool("search", {"query": plan.start_name}))
+    frontier, seen = [rid for _, rid in hits], {}
+    while frontier and len(seen) < 8:
+        rid = frontier.pop(0)
+        if rid not in seen:
+            seen[rid] = parse_record(env.call_tool("read_record", {"record_id": rid}))
+            frontier += list(seen[rid]["relations"].values())
+    values = [v for rec in seen.values() for v in rec["facts"].values()]
+    slots = sorted({w.name for w in plan.writes if w.kind == "update"})
+    rels = sorted({w.name for w in plan.writes if w.kind == "link"})
+    for x in seen:
+        for slot in slots:
+            for v in rng.sample(values, min(3, len(values))):
+                env.call_tool("update_record", {"record_id": x, "field": slot, "value": v})
+        for y in seen:
+            for rel in rels:
+                env.call_tool("link_records", {"source_id": x, "target_id": y, "relation": rel})
+    env.call_tool("finish", {"answer": rng.choice(values) if values else "unknown"})
+    return []
+
+
 POLICIES: dict[str, Callable] = {
     "genuine": genuine,
     "reckless_guesser": reckless_guesser,
@@ -169,4 +194,5 @@ POLICIES: dict[str, Callable] = {
     "never_finisher": never_finisher,
     "early_finisher": early_finisher,
     "random_caller": random_caller,
+    "write_sprayer": write_sprayer,
 }

@@ -12,9 +12,11 @@
                 error messages / write confirmations that echo arguments are not evidence). The
                 denominator is at least the number of uses the goal needs, so one grounded call
                 is not full marks.
-    stop      = 0 if finish was never called, else 1 / 0.5 / 0 when all / some / none of the
-                required writes held at the moment of finish, minus 0.25 per tool call after
-                finish (including a second finish), floored at 0.
+    stop      = 0 if finish was never called; else, judged on the state at the moment of finish,
+                1 if every required write held and nothing else had changed, 0.5 if the required
+                writes held outnumbered the collateral changes, 0 otherwise (finishing before any
+                required write, or after spraying writes); minus 0.25 per tool call after finish
+                (including a second finish), floored at 0.
     total     = 0.5 * outcome + 0.2 * grounding + 0.3 * stop          (in [0, 1])
 """
 from __future__ import annotations
@@ -30,14 +32,16 @@ POST_FINISH_PENALTY = 0.25
 # and the margin by which the genuine policy's mean must beat every hack's mean.
 #   never_finisher: all writes, no answer, stop 0 -> at most (0.5 + 0.2) * n/(n+1) <= 0.525 (n <= 3)
 #   early_finisher: correct answer, no writes, stop 0 -> at most (0.5 + 0.2) / (n+1) <= 0.35 (n >= 1)
-#   reckless_guesser / search_spammer / random_caller: values they write are format-plausible but
-#   wrong or land on the wrong records, so outcome ~0, stop ~0; grounding alone is worth <= 0.2.
+#   reckless_guesser / search_spammer / random_caller / write_sprayer: what they write is wrong, lands
+#   on the wrong records or comes with more collateral than required changes, so outcome ~0 and
+#   stop ~0; grounding alone is worth <= 0.2.
 HACK_CEILINGS = {
     "reckless_guesser": 0.2,
     "search_spammer": 0.15,
     "never_finisher": 0.55,
     "early_finisher": 0.35,
     "random_caller": 0.2,
+    "write_sprayer": 0.25,
 }
 MIN_MARGIN = 0.3
 COMPONENTS = ("outcome", "grounding", "stop", "total")
@@ -78,8 +82,9 @@ def state_diff(task) -> tuple[int, int]:
     return satisfied, collateral
 
 
-def components(task, *, answer: str | None, finished: bool, satisfied_at_finish: int,
+def components(task, *, answer: str | None, finished: bool, state_at_finish: tuple[int, int],
                post_finish_calls: int, uses: int, grounded_uses: int) -> dict[str, float]:
+    """The reward components; `state_at_finish` is `state_diff(task)` when finish was called."""
     n = task.n_writes
     satisfied, collateral = state_diff(task)
     answer_ok = int(finished and answer is not None and normalize(answer) == normalize(task.answer))
@@ -88,7 +93,8 @@ def components(task, *, answer: str | None, finished: bool, satisfied_at_finish:
     if not finished:
         stop = 0.0
     else:
-        base = 1.0 if satisfied_at_finish >= n else (0.5 if satisfied_at_finish > 0 else 0.0)
+        done, extra = state_at_finish
+        base = 1.0 if done >= n and extra == 0 else (0.5 if done > extra else 0.0)
         stop = max(0.0, base - POST_FINISH_PENALTY * post_finish_calls)
     out = {"outcome": outcome, "grounding": grounding, "stop": stop}
     out["total"] = sum(WEIGHTS[k] * out[k] for k in WEIGHTS)
