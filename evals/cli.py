@@ -13,6 +13,8 @@ USAGE = """usage: evaluate ckpt=PATH [benches=[nq,triviaqa,popqa,hotpotqa,2wikim
                 [topk=3] [max_turns=8] [max_model_len=16384] [max_new_tokens=4096] [prompt=tool_agent|anchor_nudge]
                 [bench_root=DIR] [out=DIR] [batch_size=64] [micro_batch=16] [dry_run=true]
 
+n<=0 evaluates every item; Bamboogle has 125, so n=500 takes all of it.
+
 Runs the agent loop (chat template with the search tool, tool calls -> retriever -> tool messages)
 on each bench and writes <out>/<bench>.jsonl (one line per example, full trajectory), <out>/summary.json
 and <out>/meta.json. Re-running resumes: finished example ids are skipped. out defaults to

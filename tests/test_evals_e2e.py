@@ -210,3 +210,41 @@ def test_hf_backend_left_padding_and_end_of_turn(tiny_model_dir):
     assert (g.text, g.finish_reason, g.num_tokens) == ("Final answer: yes", "stop", len(hello) + 1)
     g = backend._finish(hello + hello, cap=len(hello))
     assert (g.text, g.finish_reason) == ("Final answer: yes", "length")
+
+
+def test_hub_fallback_fails_clearly_offline(monkeypatch):
+    from evals.benches import BenchError, load_bench
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(BenchError, match=r"could not load nq from the hub .*Pass bench_root=DIR"):
+        load_bench("nq", None, 5, 42)
+    with pytest.raises(BenchError, match="not on the hub"):
+        load_bench("synthqa", None, 5, 42)
+
+
+def test_serve_retriever_cli_subprocess(tmp_path):
+    """The real `serve-retriever` entry point on an ephemeral loopback port, queried over HTTP."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    corpus, _ = make_world(tmp_path, n=3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from evals.retrievers import serve_main; sys.exit(serve_main())",
+         f"corpus={corpus}", "port=0", f"index_dir={tmp_path / 'idx'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path),
+    )
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"at (http://127\.0\.0\.1:\d+/retrieve)", line)
+        assert m, f"server did not start: {line!r}"
+        docs = HttpRetriever(m.group(1), timeout=10, retries=2, backoff=0.2).search(["capital"], 2)
+        assert len(docs) == 1 and len(docs[0]) == 2 and docs[0][0]["contents"].startswith('"')
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
