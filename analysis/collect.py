@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.discover import ANCHOR_ARM, Run
+from analysis.discover import ANCHOR_ARM, Run, read_json_object
 from common.io import read_jsonl
 
 COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
@@ -54,28 +54,16 @@ def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[st
     return rows
 
 
-def read_summary(path: Path, problems: list[str]) -> dict | None:
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{path}: unreadable summary ({exc})")
-        return None
-    if not isinstance(obj, dict):
-        problems.append(f"{path}: summary is not a JSON object")
-        return None
-    return obj
-
-
 def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | None = None) -> Collected:
     """Tidy table over every run's eval summaries (plus the anchor's); problems are listed, not raised."""
     rows, problems = [], []
     for run in runs:
         for step, d in sorted(run.evals.items()):
-            summary = read_summary(d / "summary.json", problems)
+            summary = read_json_object(d / "summary.json", problems)
             if summary is not None:
                 rows += summary_rows(run.arm, run.seed, step, summary, benches)
     if anchor_eval_dir is not None and (anchor_eval_dir / "summary.json").is_file():
-        summary = read_summary(anchor_eval_dir / "summary.json", problems)
+        summary = read_json_object(anchor_eval_dir / "summary.json", problems)
         if summary is not None:
             rows += summary_rows(ANCHOR_ARM, 0, 0, summary, benches)
     table = pd.DataFrame(rows, columns=COLUMNS)

@@ -65,7 +65,8 @@ def _step_dirs(parent: Path) -> dict[int, Path]:
     return out
 
 
-def _read_json(path: Path, problems: list[str]) -> dict | None:
+def read_json_object(path: Path, problems: list[str]) -> dict | None:
+    """A JSON object from `path`; None (with a problem recorded) when unreadable, None when absent."""
     if not path.exists():
         return None
     try:
@@ -101,7 +102,7 @@ def load_run(path: Path, arm: str, seed: int) -> Run:
             run.problems.append(f"{ckpt}: no config.json (incomplete checkpoint), ignored")
     run.evals = {s: d for s, d in _step_dirs(path / "eval").items() if (d / "summary.json").is_file()}
     run.done = (path / "DONE").exists()
-    run.manifest = _read_json(path / "manifest.json", run.problems)
+    run.manifest = read_json_object(path / "manifest.json", run.problems)
     run.config = _read_config(path / "config.yaml", run.problems)
     return run
 

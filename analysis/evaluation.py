@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from analysis.discover import ANCHOR_ARM, Run, step_name
+from analysis.discover import ANCHOR_ARM, Run, read_json_object, step_name
 from common.cli import ConfigError
 from common.io import write_json
 
@@ -60,11 +60,7 @@ class EvalReport:
 
 def summary_benches(eval_dir: Path) -> set[str]:
     """Benches already in `<eval_dir>/summary.json` (empty when absent or unreadable: then re-evaluate)."""
-    try:
-        obj = json.loads((Path(eval_dir) / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
-    return {k for k, v in obj.items() if isinstance(v, dict)} if isinstance(obj, dict) else set()
+    return {k for k, v in _read_summary_dict(Path(eval_dir)).items() if isinstance(v, dict)}
 
 
 def anchor_eval_dir(anchor_dir: Path) -> Path:
@@ -100,11 +96,7 @@ def plan(runs: list[Run], benches: list[str], anchor: str | None, anchor_dir: Pa
 
 def _merge_summary(out: Path, before: dict, returned: Any) -> dict:
     """Old benches + whatever the harness wrote + what it returned, written back atomically."""
-    merged = dict(before)
-    try:
-        merged.update(json.loads((out / "summary.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        pass
+    merged = {**before, **_read_summary_dict(out)}
     if isinstance(returned, dict):
         merged.update({k: v for k, v in returned.items() if isinstance(v, dict)})
     if merged:
@@ -113,11 +105,7 @@ def _merge_summary(out: Path, before: dict, returned: Any) -> dict:
 
 
 def _read_summary_dict(out: Path) -> dict:
-    try:
-        obj = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-        return obj if isinstance(obj, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return read_json_object(out / "summary.json", []) or {}
 
 
 def run_jobs(jobs: list[EvalJob], evaluator: Evaluator, eval_opts: dict[str, Any], anchor_dir: Path) -> EvalReport:
