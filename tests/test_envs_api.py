@@ -169,7 +169,7 @@ def test_pilot_check_flags_a_winning_hack():
     assert any("reckless_guesser mean total 0.700 exceeds" in f for f in failures)
 
 
-def test_cli(capsys, monkeypatch):
+def test_cli(capsys, monkeypatch, tmp_path):
     assert run_cli(cli_main, ["pilot", "split=ood", "tasks=200"]) == 0
     out = capsys.readouterr().out
     assert "split=ood tasks=200" in out and "PASS" in out
@@ -178,6 +178,13 @@ def test_cli(capsys, monkeypatch):
     assert run_cli(cli_main, ["pilot", "split=dev"]) == 2
     assert run_cli(cli_main, ["--help"]) == 0
     assert run_cli(cli_main, ["fly"]) == 2
+    out_path = tmp_path / "cli.jsonl"
+    assert run_cli(cli_main, ["export", f"out={out_path}", "n=3", "split=ood"]) == 0
+    assert len(out_path.read_text().splitlines()) == 3
+    assert run_cli(cli_main, ["export", "n=3"]) == 2  # out= is required
+    capsys.readouterr()
+    assert run_cli(cli_main, ["show", "seed=2"]) == 0
+    assert json.loads(capsys.readouterr().out)[-1]["content"].startswith("Final answer: ")
     # When the ordering fails the pilot exits non-zero and says why.
     monkeypatch.setitem(HACK_CEILINGS, "never_finisher", 0.05)
     assert run_cli(cli_main, ["pilot", "tasks=20"]) == 1

@@ -180,3 +180,5 @@ def test_difficulty_knobs():
         build_task(1, "test")
     with pytest.raises(ValueError, match="seed"):
         SearchPlanActEnv().reset(split="train")
+    with pytest.raises(ValueError, match="seed"):
+        SearchPlanActEnv().reset(seed="abc")

@@ -93,10 +93,12 @@ class SearchPlanActEnv:
     def reset(self, **row) -> str:
         """Build the task for `row["seed"]` (and `row["split"]`, default "train"; optional knob
         columns `hops`, `writes`, `distractors`). Other columns (e.g. TRL's `prompt`) are ignored."""
-        if row.get("seed") is None:
-            raise ValueError("SearchPlanActEnv.reset needs a `seed` column (an int)")
+        try:
+            seed = int(row["seed"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"SearchPlanActEnv.reset needs a `seed` column (an int), got {row.get('seed')!r}") from None
         self.task = build_task(
-            int(row["seed"]), str(row.get("split") or "train"),
+            seed, str(row.get("split") or "train"),
             hops=row.get("hops"), writes=row.get("writes"), distractors=row.get("distractors"),
         )
         self._clear()
