@@ -182,3 +182,30 @@ def test_difficulty_knobs():
         SearchPlanActEnv().reset(split="train")
     with pytest.raises(ValueError, match="seed"):
         SearchPlanActEnv().reset(seed="abc")
+
+
+def test_deterministic_across_processes():
+    """Same seed -> same task and episode in a fresh interpreter with another hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib, json, random\n"
+        "from envs.search_plan_act.env import SearchPlanActEnv\n"
+        "from envs.search_plan_act.policies import genuine\n"
+        "out = []\n"
+        "for seed, split in [(1, 'train'), (2, 'ood')]:\n"
+        "    env = SearchPlanActEnv(); env.reset(seed=seed, split=split)\n"
+        "    genuine(env, env.task.plan, random.Random(0))\n"
+        "    out.append([env.task.prompt, [env.task.world.render(r) for r in env.task.world.records],\n"
+        "                env.transcript(), env.reward_components()])\n"
+        "print(hashlib.sha256(json.dumps(out).encode()).hexdigest())\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digests = {
+        subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": h}).stdout.strip()
+        for h in ("1", "2")
+    }
+    assert len(digests) == 1 and len(next(iter(digests))) == 64
