@@ -133,6 +133,10 @@ class VLLMBackend:
             dtype=dtype, seed=seed, enable_prefix_caching=True,
         )
         self.stop_ids = stop_token_ids(self.tokenizer)
+        vocab = self.tokenizer.get_vocab()
+        # Stop strings as well as ids: a checkpoint whose end-of-turn marker got split into
+        # ordinary tokens (a re-trained tokenizer) still stops at the turn boundary.
+        self.stop_strings = [t for t in END_OF_TURN_TOKENS if t in vocab]
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -141,7 +145,7 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         params = [
-            SamplingParams(temperature=0.0, max_tokens=cap, stop_token_ids=self.stop_ids,
+            SamplingParams(temperature=0.0, max_tokens=cap, stop=self.stop_strings, stop_token_ids=self.stop_ids,
                            skip_special_tokens=False, seed=self.seed)
             for cap in caps
         ]
