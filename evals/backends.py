@@ -134,8 +134,8 @@ class VLLMBackend:
         )
         self.stop_ids = stop_token_ids(self.tokenizer)
         vocab = self.tokenizer.get_vocab()
-        # Stop strings as well as ids: a checkpoint whose end-of-turn marker got split into
-        # ordinary tokens (a re-trained tokenizer) still stops at the turn boundary.
+        # Stop strings as well as ids: a stop id only works when the marker is generated as its
+        # single added token; the string also catches it spelled out in ordinary tokens.
         self.stop_strings = [t for t in END_OF_TURN_TOKENS if t in vocab]
 
     def encode(self, text: str) -> list[int]:
