@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.aggregate import Points, Selected, anchor_value, best_point, final_point, paired_vs_anchor
+from analysis.aggregate import Points, anchor_value, best_point, final_point, paired_vs_anchor
 from analysis.collect import AGENTIC_BENCHES, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
@@ -80,7 +80,8 @@ class Table:
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
-                  "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+                  "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
+                  "±": r"$\pm$", "–": "--", "×": r"$\times$"}
 
 
 def latex_escape(text: str) -> str:
@@ -97,7 +98,7 @@ def latex_cell(cell: str) -> str:
     body = latex_escape(" ".join(p for p in parts if not p.startswith(("±", "@"))))
     if sub is None and sup is None:
         return body
-    return body + "$" + (f"_{{\\pm{sub}}}" if sub else "") + (f"^{{\\text{{{sup}}}}}" if sup else "") + "$"
+    return body + "$" + (f"_{{\\pm{sub}}}" if sub else "") + (f"^{{\\mathrm{{{sup}}}}}" if sup else "") + "$"
 
 
 def fmt_interval(iv: Interval | None, step: int | None = None) -> str:
@@ -123,10 +124,6 @@ def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str
     return cols
 
 
-def _step_label(sel: Selected) -> str:
-    return str(sel.steps[0]) if len(sel.steps) == 1 else f"{sel.steps[0]}–{sel.steps[-1]}"
-
-
 def main_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
     caption = (f"{metric.upper()} of the anchor and of each arm's final and best checkpoint "
                "(mean over seeds ±95% half-width: t across seeds, or bootstrap over examples for one seed, "
@@ -139,15 +136,13 @@ def main_table(points: Points, arms: list[str], columns: list[Column], metric: s
     for arm in sort_arms(arms):
         finals = [final_point(points, arm, c.bench, c.metric) for c in columns]
         steps = sorted({s for f in finals if f for s in f.steps})
-        label = f"{arm} (final, step {steps[-1] if len(steps) == 1 else _span(steps)})" if steps else f"{arm} (final)"
+        # Seeds still training can sit at different final steps: show the range then.
+        span = "" if not steps else f", step {steps[0]}" if len(steps) == 1 else f", steps {steps[0]}–{steps[-1]}"
+        label = f"{arm} (final{span})"
         table.rows.append((label, [fmt_interval(f.interval) if f else DASH for f in finals]))
         bests = [best_point(points, arm, c.bench, c.metric) for c in columns]
         table.rows.append((f"{arm} (best)", [fmt_interval(b.interval, b.steps[0]) if b else DASH for b in bests]))
     return table
-
-
-def _span(steps: list[int]) -> str:
-    return f"{steps[0]}–{steps[-1]}"
 
 
 def paired_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:

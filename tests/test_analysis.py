@@ -12,7 +12,7 @@ from analysis.collect import add_mean_rows, collect
 from analysis.discover import discover_runs, provenance
 from analysis.evaluation import summary_benches
 from analysis.sweep import run_analysis
-from analysis.tables import latex_escape
+from analysis.tables import latex_cell, latex_escape
 from common.cli import ConfigError
 
 QA = ["nq", "hotpotqa"]
@@ -209,6 +209,9 @@ def test_cli_help_dry_run_and_errors(tree, tmp_path, capsys):
 
 def test_latex_escaping():
     assert latex_escape("r2e_v5 & 100%") == "r2e\\_v5 \\& 100\\%"
+    assert latex_escape("±1 50–60") == "$\\pm$1 50--60"
+    assert latex_cell("0.345 ±0.012 @150") == "0.345$_{\\pm0.012}^{\\mathrm{@150}}$"
+    assert latex_cell("+0.1 [+0.0,+0.2] n=5") == "+0.1 [+0.0,+0.2] n=5"
 
 
 def test_provenance_lists_each_value_once():
