@@ -14,6 +14,7 @@ from common.io import write_sha256sums
 from sft.export import export_checkpoint, export_main
 from sft.export_source import ExportError
 from sft.verify import verify_checkpoint, verify_main
+from tests.conftest import ROOT
 
 INPUT = torch.tensor([[4071, 17, 300, 2048, 9, 4000, 123, 5]])
 UP = "model.layers.0.mlp.up_proj.weight"
@@ -331,52 +332,41 @@ def test_export_cli(tiny_model_dir, tmp_path, capsys):
 
 # ---------------------------------------------------------------- the trainer's own checkpoints
 
-@pytest.fixture()
-def trained(tiny_model_dir):
-    """The tiny model after one optimizer step, with its tokenizer and generation config."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+@pytest.fixture(scope="module")
+def trainer_run(tmp_path_factory):
+    """Two real `python -m sft.train` steps (1 gloo rank, FSDP, tiny model): step checkpoints and a state."""
+    if not (ROOT / "sft" / "train.py").is_file():
+        pytest.skip("the trainer (sft/train.py) is not in this checkout")
+    from sft_helpers import make_dataset_dir, run_ranks, write_config
 
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model(INPUT, labels=INPUT).loss.backward()
-    opt.step()
-    return model, opt, AutoTokenizer.from_pretrained(str(tiny_model_dir)), GenerationConfig.from_pretrained(str(tiny_model_dir))
-
-
-# bf16 (the GPU training dtype): sft.checkpoint.save_hf_checkpoint currently casts embed and lm_head
-# separately (so save_pretrained no longer sees them tied and stores lm_head.weight) and save_pretrained
-# rewrites config.dtype from the fp32 master params. Reported to the trainer's owner; strict, so the fix
-# turns this into an XPASS failure that says to drop the mark.
-BF16_TRAINER = pytest.param(torch.bfloat16, marks=pytest.mark.xfail(
-    strict=True, reason="trainer bf16 checkpoints store a tied lm_head copy and declare dtype float32"))
+    base = tmp_path_factory.mktemp("trainer")
+    data = make_dataset_dir(base / "ds", n=8)
+    cfg = write_config(base / "run", data, steps=2, save_steps=[1], state_every=1, global_batch_size=4)
+    codes = run_ranks(cfg, world=1)
+    assert codes == [0], (base / "run" / "rank0.log").read_text()[-3000:]
+    return base / "run"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, BF16_TRAINER])
-def test_trainer_step_checkpoint_passes_verify(trained, tmp_path, dtype):
-    ckpt = pytest.importorskip("sft.checkpoint", reason="the trainer's checkpoint writer is not in this checkout")
-    model, _, tok, gen = trained
-    out = tmp_path / "checkpoints" / "step-000001"
-    ckpt.save_hf_checkpoint(model, out=out, dtype=dtype, tokenizer=tok, generation_config=gen,
-                            device=torch.device("cpu"), rank=0)
-    assert verify_checkpoint(out) == []
+# Known trainer bug (reported): sft.checkpoint.save_hf_checkpoint stores lm_head.weight although
+# tie_word_embeddings is true; the gathered full state dict no longer shares storage between the
+# embedding and the head, so save_pretrained keeps both. Only that exact finding is tolerated (as
+# an xfail); anything else fails, and the test passes outright once the trainer is fixed.
+KNOWN_TRAINER_FINDING = "unexpected tensor lm_head.weight: expected absent (tie_word_embeddings is true"
 
 
-def test_trainer_resumable_state_exports(trained, tmp_path):
-    ckpt = pytest.importorskip("sft.checkpoint", reason="the trainer's checkpoint writer is not in this checkout")
-    model, opt, tok, gen = trained
+@pytest.mark.slow
+def test_trainer_step_checkpoints_pass_verify(trainer_run):
+    problems = [p for ck in sorted((trainer_run / "checkpoints").iterdir()) for p in verify_checkpoint(ck)]
+    if problems and all(KNOWN_TRAINER_FINDING in p for p in problems):
+        pytest.xfail(f"known trainer bug: {problems[0]}")
+    assert problems == []
 
-    def hf_writer(d):
-        d.mkdir(parents=True, exist_ok=True)
-        model.config.save_pretrained(d)
-        tok.save_pretrained(d)
-        gen.save_pretrained(d)
 
-    with pytest.warns(UserWarning):  # DCP saves without a process group
-        ckpt.save_state(model, opt, run_dir=tmp_path / "run", step=3, meta={"step": 3}, hf_writer=hf_writer, rank=0)
-    summary = export_checkpoint(tmp_path / "run", tmp_path / "out", dtype="fp32")
-    assert summary["step"] == 3 and verify_checkpoint(tmp_path / "out") == []
-    from transformers import AutoModelForCausalLM
-
-    exported = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out")).state_dict()
-    assert all(torch.equal(exported[k], v) for k, v in model.state_dict().items())
+@pytest.mark.slow
+def test_trainer_state_exports_to_the_checkpoint_weights(trainer_run, tmp_path):
+    summary = export_checkpoint(trainer_run, tmp_path / "out", dtype="fp32")
+    assert summary["kind"] == "state" and summary["step"] >= 1
+    assert verify_checkpoint(tmp_path / "out") == []
+    # CPU training is fp32, so the state and the same step's checkpoint hold the same numbers.
+    same_step = trainer_run / "checkpoints" / f"step-{summary['step']:06d}"
+    assert torch.equal(logits(tmp_path / "out"), logits(same_step))
