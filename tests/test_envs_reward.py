@@ -209,3 +209,25 @@ def test_deterministic_across_processes():
         for h in ("1", "2")
     }
     assert len(digests) == 1 and len(next(iter(digests))) == 64
+
+
+def test_goal_text_states_the_whole_plan():
+    """Every template names the start, every hop's relation and label, every write and the
+    question, and nothing else the agent could act on (no ids or values)."""
+    for split in ("train", "ood"):
+        for seed in range(60):
+            t = build_task(seed, split)
+            p = t.prompt
+            assert t.plan.start_name in p
+            for i, rel in enumerate(t.plan.path):
+                assert "ABCDEFGH"[i] in p
+            rel_phrases = {r.name: r.phrase for r in (TRAIN.relations + OOD.relations)}
+            for rel in t.plan.path:
+                assert rel in p or rel_phrases[rel].split("{x}")[0].strip() in p
+            for w in t.plan.writes:
+                assert w.name in p and (w.fact is None or w.fact in p)
+            assert t.plan.question[1] in p
+            assert not any(rid in p for rid in t.world.records)
+            assert t.answer not in p
+    assert "Let A be " in next(build_task(s, "train").prompt for s in range(50)
+                               if build_task(s, "train").template == "define_then_do")

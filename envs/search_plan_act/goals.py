@@ -80,7 +80,7 @@ def _write_lines(start: str, writes: list[Write], upd: str, lnk: str) -> list[st
 
 
 def t_define_then_do(start, path, writes, q):
-    defs = [f"{LABELS[i]} {p}" for i, p in enumerate(_phrases(start, path))]
+    defs = [f"{LABELS[i]} be {p}" for i, p in enumerate(_phrases(start, path))]
     todo = _write_lines(start, writes, "set the `{slot}` slot of {X} to the `{fact}` of {Y}",
                         "link {X} to {Y} with relation `{rel}`")
     items = "; ".join(f"{k}) {t}" for k, t in enumerate(todo, 1))
