@@ -6,6 +6,12 @@ rest of the Python API (`call_tool`, `reward_components`, `transcript`) is wrapp
 `not_a_tool`, a descriptor that binds like a method but is not a plain function on the class, so
 TRL does not offer it to the model. `done` is a property, which TRL skips as well.
 
+The tool methods carry parameter type hints and Google-style docstrings, from which
+`transformers.utils.get_json_schema` (what TRL and `tool_schemas()` use) builds the JSON specs. They
+deliberately have no return annotation or `Returns:` section: those would add a `return` entry to
+every spec, which chat templates render into the prompt for nothing (the tiny demo model's context
+is small).
+
 Tools never raise: bad argument names, wrong types, unknown ids/fields/relations and calls after
 `finish` all come back to the agent as a string starting with "Error:".
 """
