@@ -180,8 +180,8 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     if out.exists() and not overwrite:
         raise ConfigError(f"out: {out} already exists (pass overwrite=true to replace it)")
     src: Source = resolve_source(ckpt)
-    if out.resolve() == src.path.resolve():
-        raise ConfigError(f"out: {out} is the checkpoint being exported")
+    if out.resolve().is_relative_to(src.path.resolve()):
+        raise ConfigError(f"out: {out} is inside the checkpoint being exported ({src.path})")
     check_source_sums(src)
     config = AutoConfig.from_pretrained(str(src.hf_dir))
     tokenizer = _load_tokenizer(src.hf_dir)

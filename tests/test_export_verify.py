@@ -101,6 +101,19 @@ def test_padded_rows_beyond_config_vocab_are_trimmed(padded_dir, tmp_path):
     assert torch.equal(logits(out), logits(padded_dir)[..., :4096])
 
 
+def test_export_is_deterministic(tiny_model_dir, tmp_path):
+    for name in ("a", "b"):
+        export_checkpoint(tiny_model_dir, tmp_path / name, max_shard_size="1MB")
+    assert (tmp_path / "a" / "SHA256SUMS").read_text() == (tmp_path / "b" / "SHA256SUMS").read_text()
+
+
+def test_source_without_tokenizer_is_refused(tiny_model_dir, tmp_path):
+    src = shutil.copytree(tiny_model_dir, tmp_path / "src")
+    (src / "tokenizer.json").unlink()
+    with pytest.raises(ExportError, match="no tokenizer files"):
+        export_checkpoint(src, tmp_path / "out")
+
+
 def test_vocab_smaller_than_tokenizer_is_refused(padded_dir, tmp_path):
     with pytest.raises(ExportError, match="smaller than the tokenizer"):
         export_checkpoint(padded_dir, tmp_path / "out", vocab_size=4000)
@@ -133,7 +146,10 @@ def test_untied_model_keeps_both_matrices(tmp_path):
     from sft.tiny import save_tiny_model
 
     src = save_tiny_model(tmp_path / "untied", seed=2, tie_word_embeddings=False)
-    export_checkpoint(src, tmp_path / "out", dtype="fp32")
+    (src / "generation_config.json").unlink()  # derived from config.json when the source has none
+    summary = export_checkpoint(src, tmp_path / "out", dtype="fp32")
+    assert any("no generation_config.json" in n for n in summary["notes"])
+    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"] == 4072
     assert verify_checkpoint(tmp_path / "out") == []
     assert torch.equal(logits(tmp_path / "out"), logits(src))
     from safetensors import safe_open
@@ -322,6 +338,9 @@ def test_export_cli(tiny_model_dir, tmp_path, capsys):
     assert export_main([f"ckpt={tiny_model_dir}", f"out={out}", "dtype=fp32"]) == 0
     assert "verify-checkpoint" in capsys.readouterr().out
     assert export_main([f"ckpt={tiny_model_dir}", f"out={out}"]) == 2  # exists, no overwrite=true
+    assert export_main([f"ckpt={tiny_model_dir}", f"out={out}", "overwrite=true", "max_shard_size=1MB"]) == 0
+    assert (out / "model.safetensors.index.json").is_file() and not (out / "model.safetensors").exists()
+    assert export_main([f"ckpt={tiny_model_dir}", f"out={tiny_model_dir / 'serving'}"]) == 2  # inside the source
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "dtype=fp8"]) == 2
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "max_shard=1GB"]) == 2
     assert export_main([f"ckpt={tmp_path / 'nope'}", f"out={tmp_path / 'x'}"]) == 1
