@@ -16,6 +16,7 @@ from tqdm import tqdm
 from data_prep.schema import make_record, tool_call
 
 from .env import TOOL_NAMES, SearchPlanActEnv
+from .goals import episode_seeds
 from .policies import genuine
 from .spec import get_spec
 
@@ -34,11 +35,6 @@ def tool_schemas() -> list[dict]:
     """OpenAI-style specs of the five tools, derived from the tool methods' type hints and
     Google-style docstrings with `transformers.utils.get_json_schema` (what TRL renders)."""
     return json.loads(_schemas_json())
-
-
-def episode_seeds(seed: int, n: int, split: str) -> list[int]:
-    """n distinct task seeds for a (run seed, split): deterministic and independent per split."""
-    return random.Random(f"{split}:{int(seed)}").sample(range(2**31), n)
 
 
 def episode_record(task_seed: int, split: str = "train") -> dict:

@@ -163,6 +163,12 @@ def _sample_writes(rng: random.Random, spec: SplitSpec, n_chain: int, n: int) ->
     return writes
 
 
+def episode_seeds(seed: int, n: int, stream: str) -> list[int]:
+    """n distinct task seeds for a run seed; `stream` (e.g. "train", "eval-ood") keeps the seed
+    lists of different uses independent. Deterministic."""
+    return random.Random(f"{stream}:{int(seed)}").sample(range(2**31), n)
+
+
 def task_rng(seed: int, split: str) -> random.Random:
     # A string seed is hashed with SHA-512 by `random`, so it is stable across processes.
     return random.Random(f"search-plan-act:{split}:{int(seed)}")

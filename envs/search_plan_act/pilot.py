@@ -8,13 +8,9 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from .env import SearchPlanActEnv
+from .goals import episode_seeds
 from .policies import POLICIES
 from .reward import COMPONENTS, HACK_CEILINGS, MIN_MARGIN
-
-
-def task_seeds(seed: int, n: int) -> list[int]:
-    """n distinct task seeds derived from one run seed (deterministic)."""
-    return random.Random(seed).sample(range(2**31), n)
 
 
 def run_policy(name: str, task_seed: int, split: str, **knobs) -> dict[str, float]:
@@ -47,7 +43,7 @@ class PilotResult:
 
 
 def run_pilot(split: str = "train", tasks: int = 200, seed: int = 0, progress: bool = True, **knobs) -> PilotResult:
-    seeds = task_seeds(seed, tasks)
+    seeds = episode_seeds(seed, tasks, f"pilot-{split}")
     sums = {p: dict.fromkeys(COMPONENTS, 0.0) for p in POLICIES}
     for s in tqdm(seeds, desc=f"pilot {split}", disable=not progress):
         for pol in POLICIES:
