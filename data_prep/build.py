@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,15 +17,14 @@ from typing import Any
 import numpy as np
 
 from common.io import atomic_dir, sha256_file, write_json, write_jsonl
-from data_prep import arms, config, synthetic
+from data_prep import arms, config, synthetic, worker
 from data_prep.decontam import Decontaminator, load_questions
 from data_prep.readers import parse_source, read_source
-from data_prep.render import ChatRenderer, tokenize_rows
+from data_prep.render import ChatRenderer
 from data_prep.schema import RecordError
 from data_prep.stats import RunStats
 
 FORMAT_VERSION = 1
-CHUNK = 64
 
 
 class StrictError(RuntimeError):
@@ -99,9 +99,12 @@ def _synthetic_sources(cfg: dict, arm: str, seed: int, raw_dir: Path) -> dict[st
                                    search_n=search_n if "search" in wanted else 0, cfg=scfg)
 
 
-def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | Path, progress: bool = True) -> dict:
-    """Build the arm's dataset directory at `out`; return the manifest."""
-    import datasets
+def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | Path, progress: bool = True,
+              num_proc: int | None = None) -> dict:
+    """Build the arm's dataset directory at `out`; return the manifest.
+
+    `num_proc`: render/tokenize worker processes (default: the CPU count, at most 8; small builds
+    run in-process). The output does not depend on it."""
     from tqdm import tqdm
 
     cfg = config.resolve(data_cfg)
@@ -136,8 +139,14 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         decon = _decontaminate(cfg, pools, stats)
         kept_rows: dict[str, list[dict]] = {}
         kept = {}
-        for dom, quota in wanted.items():
-            kept_rows[dom], kept[dom] = _select(pools[dom], quota, dom, seed, cfg, renderer, tok, stats, progress)
+        n_candidates = sum(len(p) for p in pools.values())
+        procs = (num_proc or min(os.cpu_count() or 1, 8)) if n_candidates > 4 * worker.CHUNK else 1
+        processor = worker.Processor(tok, {"history_reasoning": cfg["history_reasoning"], "epilogue": cfg["epilogue"]}, procs)
+        try:
+            for dom, quota in wanted.items():
+                kept_rows[dom], kept[dom] = _select(pools[dom], quota, dom, seed, cfg, processor, stats, progress)
+        finally:
+            processor.close()
         arms.check_counts(arm, wanted, kept, cfg["allow_fewer"])
         rows = arms.interleave(arm, kept_rows, seed)
         stats.check_totals()
@@ -146,13 +155,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
             examples = "; ".join(f"{r['id']}: {r['reason']} {r['detail'][:80]}" for r in stats.rejections[:5])
             raise StrictError(f"strict=true and {len(stats.rejections)} record(s) were rejected: {dict(reasons)}. e.g. {examples}")
         fingerprint = _fingerprint(rows)
-        features = datasets.Features({
-            "id": datasets.Value("string"), "source": datasets.Value("string"), "domain": datasets.Value("string"),
-            "input_ids": datasets.Sequence(datasets.Value("int32")), "labels": datasets.Sequence(datasets.Value("int32")),
-            "num_tokens": datasets.Value("int32"), "num_trainable": datasets.Value("int32"), "messages": datasets.Value("string"),
-        })
-        cols = {k: [r[k] for r in rows] for k in features}
-        ds = datasets.Dataset.from_dict(cols, features=features)
+        ds = _to_dataset(rows)
         ds.save_to_disk(str(tmp))
         write_jsonl(tmp / "rejected.jsonl", stats.rejections)
         manifest = {
@@ -191,65 +194,96 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
     return {"files": files, "ngram": cfg["decontam_ngram"], "questions": len(questions), "overlapping": overlapping, "dropped": dropped}
 
 
-def _select(pool, quota, dom, seed, cfg, renderer, tok, stats, progress):
+def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
     """Take candidates in seeded order until `quota` records are kept; rows of kept records."""
     from tqdm import tqdm
 
     order = arms.candidate_order(len(pool), seed, dom)
+    chunks = [order[i:i + worker.CHUNK] for i in range(0, len(order), worker.CHUNK)]
     rows: list[dict] = []
-    n_kept, pos = 0, 0
+    n_kept, done = 0, 0
     bar = tqdm(total=min(quota, len(pool)), desc=f"render+tokenize {dom}", disable=not progress, leave=False)
-    while n_kept < quota and pos < len(order):
-        chunk = [pool[i] for i in order[pos:pos + max(CHUNK, min(512, quota - n_kept))]]
-        pos += len(chunk)
-        rendered = []
-        for item in chunk:
-            try:
-                rendered.append((item, renderer.rows(item["rec"])))
-            except RecordError as exc:
-                stats.reject(item["spec"], _rej(item, exc), was_ok=True)
-        flat = [row for _, rs in rendered for row in rs]
-        toks = iter(tokenize_rows(tok, flat)) if flat else iter(())
-        for item, rs in rendered:
-            encoded = [(row, next(toks)) for row in rs]
+    if quota > 0:
+        for ci, results in enumerate(processor.map([pool[j]["rec"] for j in ch] for ch in chunks)):
+            done = ci + 1
+            for j, res in zip(chunks[ci], results):
+                item = pool[j]
+                if n_kept >= quota:
+                    stats.not_selected(item["spec"])
+                elif res[0] == "err":
+                    stats.reject(item["spec"], _rej(item["rec"], res[1], res[2]), was_ok=True)
+                else:
+                    try:
+                        out_rows = [_finish_row(res[1], enc, cfg) for enc in res[2]]
+                    except RecordError as exc:
+                        stats.reject(item["spec"], _rej(item["rec"], exc.reason, exc.detail), was_ok=True)
+                        continue
+                    stats.kept(item["spec"], out_rows)
+                    rows.extend(out_rows)
+                    n_kept += 1
+                    bar.update(1)
             if n_kept >= quota:
-                stats.not_selected(item["spec"])
-                continue
-            try:
-                out_rows = [_finish_row(item, row, enc, cfg, stats) for row, enc in encoded]
-            except RecordError as exc:
-                stats.reject(item["spec"], _rej(item, exc), was_ok=True)
-                continue
-            stats.kept(item["spec"], rs)
-            rows.extend(out_rows)
-            n_kept += 1
-            bar.update(1)
-    for i in order[pos:]:
-        stats.not_selected(pool[i]["spec"])
+                break
+    for ch in chunks[done:]:
+        for j in ch:
+            stats.not_selected(pool[j]["spec"])
     bar.close()
     return rows, n_kept
 
 
-def _rej(item: dict, exc: RecordError) -> dict:
-    return {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": exc.reason, "detail": exc.detail, "where": ""}
+def _rej(rec: dict, reason: str, detail: str) -> dict:
+    return {"id": rec["id"], "source": rec["source"], "reason": reason, "detail": detail, "where": ""}
 
 
-def _finish_row(item, row, enc, cfg, stats) -> dict:
-    ids, labels, retok = enc
-    if len(ids) > cfg["max_seq_len"]:
+def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict) -> dict:
+    ids, labels = enc.input_ids, enc.labels
+    truncated = len(ids) > cfg["max_seq_len"]
+    if truncated:
         if cfg["length_policy"] == "drop":
             raise RecordError("too_long", f"{len(ids)} tokens > max_seq_len {cfg['max_seq_len']}")
         ids, labels = ids[: cfg["max_seq_len"]], labels[: cfg["max_seq_len"]]
-        truncated = True
-    else:
-        truncated = False
-    n_train = sum(1 for x in labels if x != -100)
+    n_train = int((labels != -100).sum())
     if n_train == 0:
         raise RecordError("no_trainable_tokens", "no assistant token left in the row")
-    rec = item["rec"]
-    return {"id": row.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
-            "num_tokens": len(ids), "num_trainable": n_train, "messages": json.dumps(rec, ensure_ascii=False),
-            "_checks": row.checks, "_rewritten": row.history_rewritten, "_truncated": truncated, "_retokenized": retok}
+    return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
+            "num_tokens": len(ids), "num_trainable": n_train, "messages": worker.record_json(rec),
+            "_checks": enc.checks, "_rewritten": enc.rewritten, "_truncated": truncated, "_retokenized": enc.retokenized}
+
+
+def _features():
+    import datasets
+
+    return datasets.Features({
+        "id": datasets.Value("string"), "source": datasets.Value("string"), "domain": datasets.Value("string"),
+        "input_ids": datasets.Sequence(datasets.Value("int32")), "labels": datasets.Sequence(datasets.Value("int32")),
+        "num_tokens": datasets.Value("int32"), "num_trainable": datasets.Value("int32"), "messages": datasets.Value("string"),
+    })
+
+
+def _to_dataset(rows: list[dict]):
+    """Arrow table built from the int32 arrays directly (no per-token Python objects)."""
+    import datasets
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+
+    def lists(key):
+        lens = np.asarray([len(r[key]) for r in rows], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        values = np.concatenate([r[key] for r in rows]).astype(np.int32) if rows else np.zeros(0, np.int32)
+        return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)).cast(pa.list_(pa.int32()))
+
+    table = pa.table({
+        "id": pa.array([r["id"] for r in rows], pa.string()),
+        "source": pa.array([r["source"] for r in rows], pa.string()),
+        "domain": pa.array([r["domain"] for r in rows], pa.string()),
+        "input_ids": lists("input_ids"), "labels": lists("labels"),
+        "num_tokens": pa.array([r["num_tokens"] for r in rows], pa.int32()),
+        "num_trainable": pa.array([r["num_trainable"] for r in rows], pa.int32()),
+        "messages": pa.array([r["messages"] for r in rows], pa.string()),
+    })
+    features = _features()
+    table = table.cast(features.arrow_schema)
+    return datasets.Dataset(InMemoryTable(table), info=datasets.DatasetInfo(features=features))
 
 
 def _fingerprint(rows: list[dict]) -> str:

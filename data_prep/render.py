@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.io import sha256_text
+from data_prep.jinja_env import compile_template
 from data_prep.schema import RecordError
 from data_prep.terminators import epilogue_text
 
@@ -76,14 +77,12 @@ class ChatRenderer:
     """Renders canonical records with a tokenizer's chat template (or an override template)."""
 
     def __init__(self, tokenizer, chat_template: str | None = None, history_reasoning: str = "keep_as_rendered", epilogue: bool = True):
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-
         if history_reasoning not in HISTORY_POLICIES:
             raise ValueError(f"history_reasoning must be one of {HISTORY_POLICIES}, got {history_reasoning!r}")
         self.template = chat_template or tokenizer.chat_template
         if not self.template:
             raise TemplateError(f"tokenizer {tokenizer.name_or_path!r} has no chat template")
-        self.compiled = _compile_jinja_template(self.template)
+        self.compiled = compile_template(self.template)
         self.kwargs = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
         self.history_reasoning = history_reasoning
         self.epilogue = epilogue

@@ -60,6 +60,10 @@ def test_determinism(mixed, tmp_path):
     assert build.cache_key(SMALL, arm="mixed", seed=3, tokenizer="tiny") == m["cache_key"]
     assert build.cache_key(SMALL, arm="mixed", seed=4, tokenizer="tiny") != m["cache_key"]
     assert build.cache_key({**SMALL, "epilogue": False}, arm="mixed", seed=3, tokenizer="tiny") != m["cache_key"]
+    # the number of worker processes never changes the output
+    m4 = build.build_arm({**SMALL, "n": 80}, arm="mixed", seed=3, tokenizer="tiny", out=tmp_path / "p1", progress=False, num_proc=1)
+    m5 = build.build_arm({**SMALL, "n": 80}, arm="mixed", seed=3, tokenizer="tiny", out=tmp_path / "p2", progress=False, num_proc=2)
+    assert m4["fingerprint"] == m5["fingerprint"] and m4["counts"] == m5["counts"]
     m3 = build.build_arm(SMALL, arm="mixed", seed=4, tokenizer="tiny", out=tmp_path / "other", progress=False)
     assert m3["fingerprint"] != m["fingerprint"]
 

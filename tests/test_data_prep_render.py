@@ -87,11 +87,23 @@ def test_epilogue_placement_real_tokenizer(qwen3_tokenizer, tmp_path):
 
 
 def test_renderer_matches_apply_chat_template(tiny_tokenizer, tmp_path):
+    """Our memoised sandbox renders exactly what transformers' apply_chat_template renders."""
     r = ChatRenderer(tiny_tokenizer)
-    for rec in _synthetic_records(tmp_path)[:3]:
-        ours = r.render(rec["messages"], rec["tools"])
-        theirs = tiny_tokenizer.apply_chat_template(rec["messages"], tools=rec["tools"], tokenize=False)
-        assert ours == theirs
+    for rec in _synthetic_records(tmp_path)[:4]:
+        for gen in (False, True):
+            ours = r.render(rec["messages"], rec["tools"], add_generation_prompt=gen)
+            theirs = tiny_tokenizer.apply_chat_template(rec["messages"], tools=rec["tools"], tokenize=False, add_generation_prompt=gen)
+            assert ours == theirs
+
+
+@pytest.mark.parametrize("name", ["qwen3_4b_hybrid", "llama3_1_8b_instruct"])
+def test_renderer_matches_apply_chat_template_fixtures(name, qwen3_tokenizer, tmp_path):
+    tpl = shared_path("fixtures", "chat_templates", f"{name}.jinja").read_text()
+    r = ChatRenderer(qwen3_tokenizer, chat_template=tpl)
+    for rec in _synthetic_records(tmp_path)[:4]:
+        ours = r.render(rec["messages"], rec["tools"], add_generation_prompt=True)
+        assert ours == qwen3_tokenizer.apply_chat_template(rec["messages"], tools=rec["tools"], tokenize=False,
+                                                            chat_template=tpl, add_generation_prompt=True)
 
 
 def _swe_gym_record():
