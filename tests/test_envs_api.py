@@ -189,3 +189,25 @@ def test_cli(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(HACK_CEILINGS, "never_finisher", 0.05)
     assert run_cli(cli_main, ["pilot", "tasks=20"]) == 1
     assert "never_finisher mean total" in capsys.readouterr().out
+
+
+def test_fuzzed_calls_never_raise():
+    import random
+
+    rng = random.Random(0)
+    junk = [None, 0, -1, 3.5, True, [], ["P-1000"], {}, {"a": 1}, "", " ", "P-", "ÿ\u2603", "x" * 5000,
+            "{\"query\": 1}", "\n", "P-1000", "contact", "backs_up"]
+    names = list(TOOL_NAMES) + ["", "reset", "get_reward", "_log", "call_tool", "__init__"]
+    for seed in range(20):
+        env = SearchPlanActEnv()
+        env.reset(seed=seed, split=rng.choice(["train", "ood"]))
+        ids = list(env.task.world.records)
+        for _ in range(40):
+            name = rng.choice(names)
+            keys = rng.sample(["query", "record_id", "field", "value", "source_id", "target_id", "relation",
+                               "answer", "self", "extra"], rng.randint(0, 4))
+            args = {k: rng.choice(junk + ids) for k in keys}
+            out = env.call_tool(name, rng.choice([args, json.dumps(args, default=str), None, 7]))
+            assert isinstance(out, str)
+        c = env.reward_components()
+        assert all(0.0 <= c[k] <= 1.0 for k in c)

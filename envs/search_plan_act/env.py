@@ -50,7 +50,9 @@ def _tool(fn):
     params = [p for p in sig.parameters if p != "self"]
 
     @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(*args, **kwargs):
+        # The instance comes positionally, so a model argument named "self" is just a bad name.
+        self, args = args[0], args[1:]
         name = fn.__name__
         try:
             bound = sig.bind(self, *args, **kwargs)
