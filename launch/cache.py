@@ -109,7 +109,14 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
             return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=True)
         log(f"[launch] building the {data_arm} dataset (key {key[:16]}) -> {final}")
         with atomic_dir(final) as tmp:
-            builder(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer), out=tmp)
+            try:
+                builder(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer), out=tmp)
+            except Exception as exc:
+                # data_prep's bad-input errors (unknown source, too few records, strict=true
+                # rejections) become one clear message; anything else is a bug: keep its traceback.
+                if isinstance(exc, ValueError) or type(exc).__name__ == "StrictError":
+                    raise ConfigError(f"data prep for arm {data_arm!r} failed: {exc}") from exc
+                raise
             if not (tmp / MANIFEST).is_file():
                 raise ConfigError(f"data_prep wrote no {MANIFEST} into {tmp}; refusing to cache it")
     return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=False)

@@ -1,0 +1,134 @@
+"""launch end to end on this CPU with the real data_prep and trainer:
+`launch arm=r2e steps=4 model=tiny data=synthetic save_steps=[2,4]` -> checkpoints that load with
+transformers; a re-launch of a finished run does not retrain; a second run reuses the cached
+dataset; a run killed with SIGKILL mid-training resumes when the same command is run again.
+
+The data is kept small (n, short synthetic code trajectories) so the whole file stays within the
+launch test budget; the code path is the embedded default's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launch.run import REPO
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["n=24", "data.synthetic.code_turns=[1,2]", "data.synthetic.long_fraction=0.0",
+         "data.synthetic.n_entities=20", "data.synthetic.code_obs_lines=[1,3]"]
+
+
+def _env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="offline", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env.pop("RANK", None)
+    return env
+
+
+def _launch(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launch.cli", *argv], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (torchrun and its workers run in their own sessions)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("launch_runs")
+
+
+@pytest.fixture(scope="module")
+def first_run(runs):
+    argv = ["arm=r2e", "steps=4", "model=tiny", "data=synthetic", "save_steps=[2,4]", f"runs_root={runs}", *SMALL]
+    proc = _launch(*argv)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return argv, proc
+
+
+def test_tiny_run_writes_loadable_checkpoints(runs, first_run):
+    from transformers import AutoModelForCausalLM
+
+    from common.io import check_sha256sums
+
+    _, proc = first_run
+    rd = runs / "r2e" / "seed0"
+    assert (rd / "DONE").is_file()
+    assert sorted(p.name for p in (rd / "checkpoints").iterdir()) == ["step-000002", "step-000004"]
+    for ckpt in (rd / "checkpoints").iterdir():
+        assert check_sha256sums(ckpt) == []
+        model = AutoModelForCausalLM.from_pretrained(ckpt)
+        assert model.config.hidden_size == 128
+    steps = [json.loads(line)["step"] for line in (rd / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    man = json.loads((rd / "manifest.json").read_text())
+    assert man["data"]["fingerprint"] and man["data"]["reused"] is False and man["git"]["commit"]
+    logs = list((rd / "logs").glob("train-*.log"))
+    assert len(logs) == 1 and "training finished" in logs[0].read_text()
+    assert "building the r2e dataset" in proc.stdout
+
+
+def test_finished_run_is_reported_not_retrained(runs, first_run):
+    argv, _ = first_run
+    proc = _launch(*argv)
+    assert proc.returncode == 0 and "is finished (DONE exists); not retraining" in proc.stdout
+    assert len(list((runs / "r2e" / "seed0" / "logs").glob("train-*.log"))) == 1
+
+
+def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
+    data_dirs = [p for p in (runs / "_data").iterdir() if not p.name.startswith(".")]
+    rd = runs / "killed"
+    argv = ["arm=r2e", "steps=10", "model=tiny", "data=synthetic", "state_every=2", "save_steps=[10]",
+            f"run_dir={rd}", f"runs_root={runs}", *SMALL]
+    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], cwd=REPO, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not list(rd.glob("state/step-*/COMPLETE")):
+            assert proc.poll() is None, f"launch exited early: {proc.stdout.read()[-3000:]}"
+            assert time.time() < deadline, "no resumable state appeared"
+            time.sleep(0.1)
+        for pid in [*_descendants(proc.pid), proc.pid]:   # kill -9 launch, torchrun and the trainer
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "reusing cached dataset" in out, out[-3000:]
+    assert not (rd / "DONE").exists(), "the run finished before it could be killed"
+    assert [p for p in (runs / "_data").iterdir() if not p.name.startswith(".")] == data_dirs
+
+    again = _launch(*argv)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (rd / "DONE").is_file() and (rd / "checkpoints" / "step-000010").is_dir()
+    assert "resuming:" in again.stdout
+    last_log = sorted((rd / "logs").glob("train-*.log"))[-1].read_text()
+    assert "resumed from" in last_log
+    steps = [json.loads(line)["step"] for line in (rd / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 10 and steps.count(1) == 1, "the resumed segment continues, not restarts"
+    man = json.loads((rd / "manifest.json").read_text())
+    assert len(man["launches"]) == 2 and all(e["data"]["reused"] for e in man["launches"])
