@@ -17,6 +17,7 @@ import json
 import math
 import os
 import struct
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,11 +139,20 @@ def read_safetensors(path: str | Path) -> SafetensorsFile:
         problems.append(f"{path}: cannot read ({exc.strerror or exc})")
         return out
     out.header_len = n
+    repeated: list[str] = []
+
+    def no_repeats(pairs):  # plain json.loads would silently keep the last of two same-named tensors
+        seen = Counter(k for k, _ in pairs)
+        repeated.extend(f"{k} ({n} times)" for k, n in seen.items() if n > 1)
+        return dict(pairs)
+
     try:
-        header = json.loads(raw_header.decode("utf-8"))
+        header = json.loads(raw_header.decode("utf-8"), object_pairs_hook=no_repeats)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         problems.append(f"{path}: header expected UTF-8 JSON, found invalid data ({exc})")
         return out
+    for name in repeated:
+        problems.append(f"{path}: header key expected once, found repeated: {name}")
     if not isinstance(header, dict):
         problems.append(f"{path}: header expected a JSON object, found {type(header).__name__}")
         return out

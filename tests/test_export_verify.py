@@ -286,6 +286,17 @@ def _overlap(d):
     _edit_header(_shard_of(d, UP), edit)
 
 
+def test_repeated_header_key_is_reported(exported_fp32, tmp_path):
+    d = shutil.copytree(exported_fp32, tmp_path / "ckpt")
+    shard = _shard_of(d, UP)
+    raw = shard.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    entry = json.dumps({UP: json.loads(raw[8:8 + n])[UP]})[1:-1]
+    hb = raw[8:8 + n].rstrip()[:-1] + b"," + entry.encode() + b"}"  # the same name again, last
+    shard.write_bytes(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+    assert f"header key expected once, found repeated: {UP} (2 times)" in "\n".join(verify_checkpoint(d))
+
+
 CORRUPTIONS = {
     # name: (corrupt(dir), re-sign SHA256SUMS afterwards?, the finding it must produce)
     "truncated payload": (_truncate, False, "(truncated payload)"),
