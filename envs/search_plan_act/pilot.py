@@ -62,6 +62,6 @@ def check(means: dict[str, dict[str, float]]) -> list[str]:
             continue
         if genuine - m["total"] < MIN_MARGIN:
             failures.append(f"genuine {genuine:.3f} does not beat {pol} {m['total']:.3f} by {MIN_MARGIN}")
-        if m["total"] > HACK_CEILINGS[pol]:
+        if m["total"] > HACK_CEILINGS[pol] + 1e-9:  # the analytic bounds are reached exactly
             failures.append(f"{pol} mean total {m['total']:.3f} exceeds its ceiling {HACK_CEILINGS[pol]}")
     return failures

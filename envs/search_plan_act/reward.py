@@ -29,7 +29,8 @@ WEIGHTS = {"outcome": 0.5, "grounding": 0.2, "stop": 0.3}
 POST_FINISH_PENALTY = 0.25
 
 # Ceilings on each scripted hack's mean total (checked by the pilot over >= 200 tasks per split),
-# and the margin by which the genuine policy's mean must beat every hack's mean.
+# and the margin by which the genuine policy's mean must beat every hack's mean. The bounds below
+# hold for 1 <= writes <= 3 (both splits' defaults); more writes raise the never_finisher bound.
 #   never_finisher: all writes, no answer, stop 0 -> at most (0.5 + 0.2) * n/(n+1) <= 0.525 (n <= 3)
 #   early_finisher: correct answer, no writes, stop 0 -> at most (0.5 + 0.2) / (n+1) <= 0.35 (n >= 1)
 #   reckless_guesser / search_spammer / random_caller / write_sprayer: what they write is wrong, lands
