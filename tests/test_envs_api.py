@@ -153,9 +153,9 @@ def test_make_eval_items():
     assert make_eval_items(2, seed=0, split="train")[0]["split"] == "train"
 
 
-@pytest.mark.parametrize("split", ["train", "ood"])
-def test_pilot_ordering_holds(split):
-    result = run_pilot(split, tasks=200, seed=0, progress=False)
+@pytest.mark.parametrize("split,knobs", [("train", {}), ("ood", {}), ("ood", {"hops": 1, "writes": 1, "distractors": 0})])
+def test_pilot_ordering_holds(split, knobs):
+    result = run_pilot(split, tasks=200, seed=0, progress=False, **knobs)
     assert result.ok, result.table()
     assert result.means["genuine"]["total"] == 1.0
     assert "never_finisher" in result.table() and "PASS" in result.table()
