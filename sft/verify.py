@@ -8,7 +8,8 @@ Checks, printing one line per problem (file, tensor, expected, found):
 2. `model.safetensors.index.json` (when sharded): every mapped file exists, the
    weight_map agrees with the files' contents, `total_size` = sum of payloads;
 3. the stored tensors are exactly the ones the config's architecture expects
-   (derived on the meta device: 398 for Qwen3-4B), with the expected shapes and dtype;
+   (derived on the meta device: 398 for Qwen3-4B), with the expected shapes and dtype,
+   and config.json names that architecture (vLLM reads `architectures`);
 4. `SHA256SUMS` matches every file and lists them all;
 5. the tokenizer loads and fits in `config.vocab_size`;
 6. transformers loads the model with no missing, unexpected or mismatched keys, and
@@ -113,6 +114,9 @@ def _check_layout(path: Path, config, config_json: dict, parsed: dict[str, Safet
         problems.append(f"{path / 'config.json'}: expected a config transformers can build as a causal LM, "
                         f"found {type(exc).__name__}: {exc}")
         return
+    archs = config_json.get("architectures")
+    if archs != [layout.architecture]:  # vLLM picks its model class from this field, not model_type
+        problems.append(f"{path / 'config.json'}: architectures expected [{layout.architecture!r}], found {archs!r}")
     where: dict[str, list[SafetensorsFile]] = {}
     for pf in parsed.values():
         for key in pf.entries or {}:

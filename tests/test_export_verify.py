@@ -286,6 +286,15 @@ def _overlap(d):
     _edit_header(_shard_of(d, UP), edit)
 
 
+def test_config_without_architectures_is_reported(exported_fp32, tmp_path):
+    d = shutil.copytree(exported_fp32, tmp_path / "ckpt")
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["architectures"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    write_sha256sums(d)
+    assert verify_checkpoint(d, load=False) == [f"{d / 'config.json'}: architectures expected ['Qwen3ForCausalLM'], found None"]
+
+
 def test_repeated_header_key_is_reported(exported_fp32, tmp_path):
     d = shutil.copytree(exported_fp32, tmp_path / "ckpt")
     shard = _shard_of(d, UP)
