@@ -2,7 +2,7 @@
 
 The trainer's stdout and stderr pass through to this terminal and are also written, as they
 arrive, to `<run_dir>/logs/train-<UTC time>.log` (one file per launch, so a resumed run keeps
-the log of every segment). SIGTERM / SIGINT / SIGUSR1 sent to launch are forwarded to torchrun
+the log of every segment). SIGTERM / SIGINT / SIGUSR1 sent to launch are forwarded once to torchrun
 (SIGUSR1 as SIGTERM, which torchrun relays to the workers; the trainer saves a resumable state
 on either), and launch exits with the trainer's exit code.
 """
@@ -80,8 +80,14 @@ def _pump(src, sinks: list, lock: threading.Lock) -> None:
                 sink.flush()
 
 
-def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None) -> tuple[int, Path]:
-    """Run `cmd`, tee its stdout/stderr into `<log_dir>/train-<time>.log`; return (exit code, log)."""
+def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None,
+               pass_fds: tuple[int, ...] = ()) -> tuple[int, Path]:
+    """Run `cmd`, tee its stdout/stderr into `<log_dir>/train-<time>.log`; return (exit code, log).
+
+    The child gets its own process group, so a terminal's Ctrl-C reaches launch alone and is
+    forwarded exactly once (torchrun treats a second signal during its shutdown as another stop).
+    `pass_fds` lets the child inherit the run directory's lock (see launch.run.lock_run_dir).
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.log"
     n = 1
@@ -91,7 +97,8 @@ def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                process_group=0, pass_fds=pass_fds)
         forward = _install_forwarding(proc)
         lock = threading.Lock()
         threads = [

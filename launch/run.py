@@ -6,7 +6,10 @@ before the run directory's config.yaml is written, so config.yaml always names a
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import shlex
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -100,6 +103,27 @@ def _changed_keys(old: DictConfig, new: DictConfig) -> list[str]:
     return [f"{k}: {sel(old, k)!r} -> {sel(new, k)!r}" for k in keys if sel(old, k) != sel(new, k)]
 
 
+def lock_run_dir(rd: Path) -> int:
+    """Take `<run_dir>/.launch.lock` (flock) or fail naming the holder; return the locked fd.
+
+    The fd is handed to torchrun, so the lock is held until the trainer is gone even if launch
+    itself is killed: two trainers never write one run directory at the same time.
+    """
+    rd.mkdir(parents=True, exist_ok=True)
+    path = rd / ".launch.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = path.read_text(encoding="utf-8").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(f"{rd} is in use by another launch or its still-running trainer (holder: {holder}); "
+                          "wait for it to finish or stop it, then re-run to resume") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    return fd
+
+
 def describe(prep: Prepared) -> str:
     cfg = prep.cfg
     saves = planned_saves(cfg)
@@ -118,16 +142,20 @@ def launch_one(argv: list[str], **cache_kw) -> int:
     print(describe(prep))
     if cfg.launcher.dry_run:
         return dry_run(prep, argv)
-    prepare_data(prep, **cache_kw)
-    config_path = write_config(prep)
-    if cfg.launcher.kind == "slurm":
-        return submit_slurm(prep, argv)
-    cmd = local.torchrun_command(config_path, prep.nproc)
-    launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
-    manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher,
-                            data=data_record(prep.data))
-    print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-    rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO)
+    lock = lock_run_dir(rd)
+    try:
+        prepare_data(prep, **cache_kw)
+        config_path = write_config(prep)
+        if cfg.launcher.kind == "slurm":
+            return submit_slurm(prep, argv)
+        cmd = local.torchrun_command(config_path, prep.nproc)
+        launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
+        manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher,
+                                data=data_record(prep.data))
+        print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
+        rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, pass_fds=(lock,))
+    finally:
+        os.close(lock)
     state = "finished" if is_finished(rd) else f"stopped (exit {rc}); re-run the same command to resume"
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc

@@ -92,7 +92,7 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     fake = FakeDataPrep()
     seen = {}
 
-    def fake_run(cmd, log_dir, cwd, env=None):
+    def fake_run(cmd, log_dir, cwd, env=None, pass_fds=()):
         seen["cmd"] = cmd
         log_dir.mkdir(parents=True, exist_ok=True)
         return 3, log_dir / "train.log"
@@ -118,6 +118,44 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     man2 = json.loads((rd / "manifest.json").read_text())
     assert len(man2["launches"]) == 2 and man2["created"] == man["created"] and man2["launches"][1]["data"]["reused"]
     assert len(list(rd.glob("config.*.yaml"))) == 1 and OmegaConf.load(rd / "config.yaml").train.lr == 1e-3
+
+
+def test_a_run_dir_in_use_is_refused(tmp_path):
+    from launch import run
+
+    fd = run.lock_run_dir(tmp_path / "r2e" / "seed0")
+    try:
+        with pytest.raises(ConfigError, match=f"in use by another launch.*pid {__import__('os').getpid()}"):
+            run.launch_one(["model=tiny", "data=synthetic", f"runs_root={tmp_path}"],
+                           builder=FakeDataPrep().build, key_fn=FakeDataPrep().key)
+    finally:
+        __import__("os").close(fd)
+
+
+def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeypatch, capsys):
+    from launch import local, sweep
+
+    fake, ran = FakeDataPrep(), []
+
+    def fake_run(cmd, log_dir, cwd, env=None, pass_fds=()):
+        rd = Path(cmd[-1]).parent
+        ran.append(rd.relative_to(tmp_path).as_posix())
+        (rd / "DONE").write_text("")
+        return 0, log_dir / "train.log"
+
+    monkeypatch.setattr(local, "run_logged", fake_run)
+    (tmp_path / "search" / "seed1").mkdir(parents=True)
+    (tmp_path / "search" / "seed1" / "DONE").write_text("")
+    argv = ["arms=[r2e,search]", "seeds=[0,1]", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}"]
+    assert sweep.run_sweep(argv, builder=fake.build, key_fn=fake.key) == 0
+    assert ran == ["r2e/seed0", "r2e/seed1", "search/seed0"]
+    assert "search/seed1 is finished" in capsys.readouterr().out
+    assert sorted(fake.builds) == ["r2e", "r2e", "search"], "one dataset per arm x seed"
+    for bad, msg in ((["seeds=[0]", "model=tiny"], "sweep needs arms="), (["arms=[r2e,nope]"], "unknown arm"),
+                     (["arms=[r2e]", "seed=1"], "set per run by the sweep"),
+                     (["arms=[r2e]", "seeds=[x]"], "non-negative integers")):
+        with pytest.raises(ConfigError, match=msg):
+            sweep.run_sweep(bad)
 
 
 def test_resume_never_refuses_an_existing_run(tmp_path):
