@@ -110,7 +110,8 @@ def prepare_state_dict(sd: dict[str, torch.Tensor], config, *, vocab_size: int, 
         lines = [f"missing tensor {k}" for k in missing] + [f"unexpected tensor {k}" for k in extra]
         lines += [f"tensor {b}" for b in bad_shape]
         raise ExportError(f"{where}: weights do not match {layout.architecture} for this config:\n  " + "\n  ".join(lines))
-    if not getattr(config, "architectures", None):
+    if getattr(config, "architectures", None) != [layout.architecture]:  # vLLM picks its class from this
+        notes.append(f"config architectures {getattr(config, 'architectures', None)} -> [{layout.architecture!r}]")
         config.architectures = [layout.architecture]
     return {k: sd[k] for k in layout.shapes}, notes
 
