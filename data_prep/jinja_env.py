@@ -37,25 +37,38 @@ class _Namespace(jinja2.utils.Namespace):
             raise jinja2.exceptions.SecurityError(f"chat templates cannot set underscore attributes ({name!r})")
 
 
-# One instance per plain type the templates touch; jinja's safety rules are isinstance checks plus
-# name rules, so the verdict for a representative instance holds for every instance of that type.
-_REPRESENTATIVE = {str: "", dict: {}, list: [], tuple: (), int: 0, float: 0.0, bool: False, type(None): None,
-                   _Namespace: _Namespace()}
+_DICT_ATTRS = frozenset(dir(dict))
 
 
 class _CachedSandbox(ImmutableSandboxedEnvironment):
+    """Memoises the sandbox's attribute verdict per (type, attribute name). jinja decides with
+    name rules and `isinstance` checks on the object, so for any object whose `__class__` is its
+    real type the verdict is the same for every instance of that type; anything else (a proxy
+    faking its class) is checked every time."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._verdicts: dict[tuple[type, str], bool] = {}
+
+    def getattr(self, obj, attribute):
+        # Fast path for `message.role` on plain dicts: jinja's own lookup raises and catches an
+        # AttributeError first (dicts have no such attribute), then returns obj[attribute].
+        if type(obj) is dict and attribute not in _DICT_ATTRS:
+            try:
+                return obj[attribute]
+            except (KeyError, TypeError):
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
     def is_safe_attribute(self, obj, attr, value):
-        if type(obj) not in _REPRESENTATIVE:
+        tp = type(obj)
+        if getattr(obj, "__class__", None) is not tp:
             return super().is_safe_attribute(obj, attr, value)
-        return _safe_plain(type(obj), attr)
-
-
-_REFERENCE = ImmutableSandboxedEnvironment()
-
-
-@lru_cache(maxsize=4096)
-def _safe_plain(tp: type, attr: str) -> bool:
-    return ImmutableSandboxedEnvironment.is_safe_attribute(_REFERENCE, _REPRESENTATIVE[tp], attr, None)
+        key = (tp, attr)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdicts[key] = super().is_safe_attribute(obj, attr, value)
+        return verdict
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):

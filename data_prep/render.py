@@ -259,23 +259,34 @@ def tokenize_rows(tokenizer, rows: list[Row]) -> list[tuple[list[int], list[int]
     full text merges `\\n\\n` into one token, which the model never emits after the prompt), that
     row is tokenized piecewise at its span boundaries instead — prompt and generation separately,
     as at inference — and counted."""
-    enc = tokenizer([r.text for r in rows], add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = _encode([r.text for r in rows], tokenizer)
     out: list = [None] * len(rows)
     redo = []
     for k, row in enumerate(rows):
         try:
-            out[k] = (enc["input_ids"][k], label_tokens(enc["input_ids"][k], enc["offset_mapping"][k], row.spans), False)
+            out[k] = (ids[k], label_tokens(ids[k], offsets[k], row.spans), False)
         except RecordError as exc:
             if exc.reason != "token_straddles_span_boundary":
                 raise
             redo.append(k)
     if redo:
         pieces = [(k, seg) for k in redo for seg in _segments(rows[k])]
-        ids = tokenizer([s for _, (s, _) in pieces], add_special_tokens=False)["input_ids"]
+        piece_ids, _ = _encode([s for _, (s, _) in pieces], tokenizer)
         acc: dict[int, tuple[list[int], list[int]]] = {k: ([], []) for k in redo}
-        for (k, (_, trainable)), piece in zip(pieces, ids):
+        for (k, (_, trainable)), piece in zip(pieces, piece_ids):
             acc[k][0].extend(piece)
             acc[k][1].extend(piece if trainable else [-100] * len(piece))
         for k in redo:
             out[k] = (acc[k][0], acc[k][1], True)
     return out
+
+
+def _encode(texts: list[str], tokenizer) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+    """Batch-encode without special tokens: (ids, char offsets) per text. Fast tokenizers go
+    straight to the Rust backend (same ids as `tokenizer(texts)`, less wrapping)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is not None:
+        encs = backend.encode_batch(texts, add_special_tokens=False)
+        return [e.ids for e in encs], [e.offsets for e in encs]
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    return enc["input_ids"], enc["offset_mapping"]
