@@ -99,7 +99,7 @@ def test_finished_run_is_reported_not_retrained(runs, first_run):
 def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
     data_dirs = [p for p in (runs / "_data").iterdir() if not p.name.startswith(".")]
     rd = runs / "killed"
-    argv = ["arm=r2e", "steps=10", "model=tiny", "data=synthetic", "state_every=2", "save_steps=[10]",
+    argv = ["arm=r2e", "steps=6", "model=tiny", "data=synthetic", "state_every=2", "save_steps=[6]",
             f"run_dir={rd}", f"runs_root={runs}", *SMALL]
     proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], cwd=REPO, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -124,11 +124,11 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
 
     again = _launch(*argv)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert (rd / "DONE").is_file() and (rd / "checkpoints" / "step-000010").is_dir()
+    assert (rd / "DONE").is_file() and (rd / "checkpoints" / "step-000006").is_dir()
     assert "resuming:" in again.stdout
     last_log = sorted((rd / "logs").glob("train-*.log"))[-1].read_text()
     assert "resumed from" in last_log
     steps = [json.loads(line)["step"] for line in (rd / "metrics.jsonl").read_text().splitlines()]
-    assert steps[-1] == 10 and steps.count(1) == 1, "the resumed segment continues, not restarts"
+    assert steps[-1] == 6 and steps.count(1) == 1, "the resumed segment continues, not restarts"
     man = json.loads((rd / "manifest.json").read_text())
     assert len(man["launches"]) == 2 and all(e["data"]["reused"] for e in man["launches"])
