@@ -46,8 +46,8 @@ class SyntheticConfig:
     doc_filler: int = 0               # extra filler sentences per document (longer tool results)
     search_extra: tuple[int, int] = (0, 1)   # extra (vaguer) searches before the right one
     docs_per_search: int = 2
-    code_turns: tuple[int, int] = (1, 4)     # tool-using steps before finish
-    code_obs_lines: tuple[int, int] = (2, 6)
+    code_turns: tuple[int, int] = (1, 3)     # tool-using steps before finish
+    code_obs_lines: tuple[int, int] = (2, 5)
     code_thought_words: tuple[int, int] = (5, 14)
     long_fraction: float = 0.1        # this share of code trajectories gets 3x the steps
     test_every: int = 5               # every k-th (entity, attribute) pair is held out for the bench

@@ -182,3 +182,20 @@ def test_every_bad_input_kind_is_quarantined(tmp_path):
     assert sum(o.record is not None for o in outs) == 1
     bad = next(o for o in outs if o.reason == "malformed_json")
     assert bad.where.endswith("bad.jsonl:2")
+
+
+def test_canonical_source_roundtrip_and_envs_export(tmp_path):
+    from data_prep.synthetic import SyntheticConfig, write_sources
+
+    specs = write_sources(tmp_path, seed=0, code_n=2, search_n=2, cfg=SyntheticConfig())
+    recs = [o.record for d in ("code", "search") for s in specs[d] for o in read_source(s)]
+    p = tmp_path / "canon.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in recs) + json.dumps({**recs[0], "id": "bad", "messages": []}) + "\n")
+    outs = list(read_source(f"canonical:{p}"))
+    assert [o.record for o in outs[:-1]] == recs
+    assert outs[-1].reason == "empty_conversation"
+    envs = pytest.importorskip("envs.search_plan_act")
+    q = tmp_path / "spa.jsonl"
+    assert envs.export_trajectories(q, 2, seed=0) == 2
+    got = list(read_source(f"canonical:{q}"))
+    assert all(o.reason is None and o.record["domain"] == "search" for o in got)
