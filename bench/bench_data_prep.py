@@ -33,7 +33,11 @@ REALISTIC = {"code_turns": [20, 30], "code_obs_lines": [15, 40], "code_thought_w
 
 
 def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak RSS of this process plus the largest worker process (both paths use worker pools;
+    ru_maxrss of RUSAGE_CHILDREN is the largest child's peak, not a sum)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + child) / 1024
 
 
 def _ours(args) -> dict:
@@ -106,10 +110,11 @@ def main() -> None:
               f"num_proc {args.num_proc}; cores {os.cpu_count()}; load avg {os.getloadavg()[0]:.1f}")
         ours = _run_phase("ours", args, raw, Path(d) / "ours")
         trl = _run_phase("trl", args, raw, Path(d) / "trl")
-    print(f"\n{'path':<28}{'traj':>6}{'seconds':>10}{'traj/s':>9}{'tokens/s':>12}{'peak MB':>10}")
+    print(f"\n{'path':<28}{'traj':>6}{'seconds':>10}{'traj/s':>9}{'tokens/s':>12}{'peak MB*':>10}")
     for name, r in (("data_prep (masks+checks)", ours), ("TRL _prepare_dataset", trl)):
         print(f"{name:<28}{r['trajectories']:>6}{r['seconds']:>10.1f}{r['trajectories'] / r['seconds']:>9.1f}"
               f"{r['tokens'] / r['seconds']:>12.0f}{r['peak_rss_mb']:>10.0f}")
+    print("* main process + largest worker process")
     print(f"\nours: p50 {ours['p50']:.0f} tokens/trajectory, trainable fraction {ours['trainable_fraction']:.3f}")
     print(f"speed ratio (TRL seconds / data_prep seconds): {trl['seconds'] / ours['seconds']:.2f}x")
     print(f"memory ratio (data_prep peak / TRL peak): {ours['peak_rss_mb'] / trl['peak_rss_mb']:.2f}")

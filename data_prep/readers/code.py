@@ -1,7 +1,7 @@
 """Shared finishing step of the code-trajectory readers (R2E-Gym, SWE-Gym, SWE-smith)."""
 from __future__ import annotations
 
-from data_prep.readers.common import merge_tools, tools_from_system_prompt, trim_after_finish
+from data_prep.readers.common import message_list, merge_tools, tools_from_system_prompt, trim_after_finish
 from data_prep.schema import RecordError, make_record
 from data_prep.terminators import ends_with_finish, extract_task
 
@@ -33,19 +33,7 @@ def code_record(rid: str, source: str, messages: list[dict], tools: list[dict]) 
 
 def row_messages(row: dict) -> list:
     """The `messages` column; SWE-smith's `tool` split stores it as a JSON string."""
-    msgs = row.get("messages")
-    if isinstance(msgs, str):
-        import json
-
-        try:
-            msgs = json.loads(msgs)
-        except json.JSONDecodeError as exc:
-            raise RecordError("malformed_json", f"messages string is not JSON: {exc.msg}")
-    if msgs is None or (isinstance(msgs, list) and not msgs):
-        raise RecordError("empty_conversation")
-    if not isinstance(msgs, list):
-        raise RecordError("bad_message", f"messages is {type(msgs).__name__}")
-    return msgs
+    return message_list(row, "messages")
 
 
 def is_native(msgs: list) -> bool:

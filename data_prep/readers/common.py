@@ -282,3 +282,19 @@ def merge_tools(declared: list[dict], messages: list[dict]) -> list[dict]:
     """Declared specs plus inferred specs for any called tool the declaration lacks."""
     names = {t["function"]["name"] for t in declared}
     return declared + [t for t in infer_tools(messages) if t["function"]["name"] not in names]
+
+
+def message_list(row: dict, key: str) -> list:
+    """A column holding the conversation: a list, or a JSON string of one (SWE-smith's `tool`
+    split, some OpenSeeker dumps)."""
+    msgs = row.get(key)
+    if isinstance(msgs, str):
+        try:
+            msgs = json.loads(msgs)
+        except json.JSONDecodeError as exc:
+            raise RecordError("malformed_json", f"{key} string is not JSON: {exc.msg}")
+    if msgs is None or (isinstance(msgs, list) and not msgs):
+        raise RecordError("empty_conversation")
+    if not isinstance(msgs, list):
+        raise RecordError("bad_message", f"{key} is {type(msgs).__name__}")
+    return msgs

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from data_prep.readers.common import require_str, thought_message
+from data_prep.readers.common import message_list, require_str, thought_message
 from data_prep.readers.search import SEARCH_TOOL, VISIT_TOOL, final_turn, search_record
 from data_prep.schema import RecordError, tool_call
 from data_prep.terminators import extract_answer_tag
@@ -34,14 +34,7 @@ def _parse_call(raw: str, where: str) -> tuple[str, dict]:
 
 
 def parse(row: dict, *, rid: str, reasoning: str) -> dict:
-    traj = row.get("trajectory")
-    if isinstance(traj, str):
-        try:
-            traj = json.loads(traj)
-        except json.JSONDecodeError as exc:
-            raise RecordError("malformed_json", f"trajectory string is not JSON: {exc.msg}")
-    if not traj:
-        raise RecordError("empty_conversation")
+    traj = message_list(row, "trajectory")
     question = row.get("question")
     turns: list[dict] = []
     pending: list[dict] = []
