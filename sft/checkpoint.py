@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import signal
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,9 @@ def full_state_dict(model, device: torch.device) -> dict:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     on_gpu = device.type == "cuda"
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=on_gpu))
+    with warnings.catch_warnings():  # NO_SHARD (a world of one) returning a full dict is expected
+        warnings.filterwarnings("ignore", message="When using ``NO_SHARD``")
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=on_gpu))
 
 
 def save_hf_checkpoint(model, *, out: Path, dtype: torch.dtype, tokenizer, generation_config, device, rank: int) -> None:

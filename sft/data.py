@@ -227,9 +227,16 @@ def dummy_micro_batch(pad_id: int = 0) -> MicroBatch:
 
 @dataclass
 class StepPlan:
+    """This rank's share of one global batch, plus what every rank can derive about the
+    others without communicating (packing is deterministic from the row lengths)."""
+
     epoch: int
     indices: list[int]  # this rank's rows
     micro_batches: list[MicroBatch]
+    n_micro: int  # the most micro-batches any rank has (every rank runs this many passes)
+    global_trainable: int  # predicted tokens in the whole global batch (the loss denominator)
+    global_tokens: int
+    seq_lens: list[int]  # every sequence length of the global batch (for attention FLOPs)
 
     @property
     def num_tokens(self) -> int:
@@ -243,14 +250,15 @@ class StepPlan:
 def plan_step(data: TrainData, step: int, *, rank: int, world: int, global_batch_size: int, seed: int, capacity: int) -> StepPlan:
     """This rank's packed micro-batches for 0-based optimizer step `step`."""
     epoch, idx = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
-    mine = split_across_ranks(idx, data.num_tokens, world)[rank]
-    bins = pack_best_fit_decreasing(mine, data.num_tokens, capacity)
+    shares = split_across_ranks(idx, data.num_tokens, world)
+    bins_per_rank = [pack_best_fit_decreasing(s, data.num_tokens, capacity) for s in shares]
+    mine, bins = shares[rank], bins_per_rank[rank]
     fetched = data.ds[sorted(mine)] if mine else {"input_ids": [], "labels": []}
     by_row = {i: (fetched["input_ids"][k], fetched["labels"][k]) for k, i in enumerate(sorted(mine))}
-    return StepPlan(epoch, mine, [collate([by_row[i] for i in b]) for b in bins])
-
-
-def global_sequence_lengths(data: TrainData, step: int, *, global_batch_size: int, seed: int) -> list[int]:
-    """Token lengths of every sequence in the global batch (for the attention FLOPs of MFU)."""
-    _, idx = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
-    return [int(data.num_tokens[i]) for i in idx]
+    return StepPlan(
+        epoch, mine, [collate([by_row[i] for i in b]) for b in bins],
+        n_micro=max(len(b) for b in bins_per_rank),
+        global_trainable=int(data.num_trainable[idx].sum()),
+        global_tokens=int(data.num_tokens[idx].sum()),
+        seq_lens=[int(data.num_tokens[i]) for i in idx],
+    )

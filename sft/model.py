@@ -1,14 +1,16 @@
 """Model loading and wrapping: hub id / local dir / `tiny`, attention choice, Liger, FSDP1.
 
-Only rank 0 materializes weights; other ranks build the architecture on the meta device
-and receive rank 0's tensors (FSDP `sync_module_states` on GPU; an explicit broadcast on
-CPU, where FSDP1 refuses `sync_module_states`). So 8 ranks never hold 8 full CPU copies.
+Only rank 0 reads or initializes weights (on CPU); other ranks build the architecture on
+the meta device, allocate it uninitialized on their own GPU and receive rank 0's tensors
+(FSDP `sync_module_states`; on CPU an explicit broadcast, since FSDP1 refuses
+`sync_module_states` there). So 8 ranks never hold 8 full CPU copies.
 """
 from __future__ import annotations
 
 import functools
 import importlib.util
 import logging
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -146,8 +148,7 @@ def wrap_fsdp(model, *, rank: int, device: torch.device, dtype: torch.dtype, act
         checkpoint_wrapper,
     )
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from torch.distributed.fsdp import MixedPrecision
 
     layer_cls = decoder_layer_class(model)
     mp = None
@@ -156,20 +157,19 @@ def wrap_fsdp(model, *, rank: int, device: torch.device, dtype: torch.dtype, act
     on_gpu = device.type == "cuda"
     if not on_gpu:
         broadcast_from_rank0(model, rank)
-    init_fn = None
-    if on_gpu and rank != 0:
-        init_fn = lambda m: m.to_empty(device=device, recurse=False)  # noqa: E731
-    wrapped = FSDP(
-        model,
-        auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_cls}),
-        sharding_strategy=ShardingStrategy.FULL_SHARD,
-        mixed_precision=mp,
-        device_id=device,
-        sync_module_states=on_gpu,
-        param_init_fn=init_fn,
-        use_orig_params=True,
-        limit_all_gathers=True,
-    )
+    elif rank != 0:
+        # Allocate (uninitialized) on this rank's GPU, re-tie shared weights (to_empty makes
+        # fresh Parameters), and let sync_module_states copy rank 0's values. Materializing per
+        # module via param_init_fn would untie the embedding and LM head on these ranks only.
+        model.to_empty(device=device)
+        model.tie_weights()
+    with warnings.catch_warnings():  # a world of one runs as NO_SHARD; that is expected, not news
+        warnings.filterwarnings("ignore", message="FSDP is switching to use `NO_SHARD`")
+        wrapped = _fsdp(FSDP, model, layer_cls, mp, device, on_gpu)
+    if dist.get_world_size() == 1:
+        # Nothing to reduce with one rank: skip FSDP's per-unit gradient all-reduce (a
+        # copy through gloo/NCCL). The gradient is unchanged (divide factor 1).
+        wrapped.register_comm_hook(None, _no_reduce_hook)
     if activation_checkpointing:
         apply_activation_checkpointing(
             wrapped,
@@ -181,6 +181,26 @@ def wrap_fsdp(model, *, rank: int, device: torch.device, dtype: torch.dtype, act
         layer_cls.__name__, str(dtype).removeprefix("torch."), "on (non-reentrant)" if activation_checkpointing else "off",
     )
     return wrapped
+
+
+def _no_reduce_hook(state, grad, *rest) -> None:
+    return None
+
+
+def _fsdp(FSDP, model, layer_cls, mp, device, on_gpu):
+    from torch.distributed.fsdp import ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    return FSDP(
+        model,
+        auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_cls}),
+        sharding_strategy=ShardingStrategy.FULL_SHARD,
+        mixed_precision=mp,
+        device_id=device,
+        sync_module_states=on_gpu,
+        use_orig_params=True,
+        limit_all_gathers=True,
+    )
 
 
 def matmul_params(conf) -> int:

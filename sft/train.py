@@ -29,7 +29,7 @@ from common.cli import ConfigError, wants_help
 
 from . import checkpoint as ckpt
 from .config import TrainConfig, load_config, save_points, schedule_steps
-from .data import DataError, TrainData, dummy_micro_batch, global_sequence_lengths, load_train_data, plan_step
+from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, plan_step
 from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops
 from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
 from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
@@ -80,12 +80,6 @@ def train_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
     return {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg.precision]
 
 
-def _all_reduce(value, op, device, dtype=torch.float64):
-    t = torch.tensor(value, dtype=dtype, device=device)
-    dist.all_reduce(t, op=op)
-    return t
-
-
 # ---------------------------------------------------------------- model and one global batch
 
 
@@ -98,21 +92,19 @@ def prepare_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device, dt
     return model, liger
 
 
-def forward_backward(model, micro_batches, *, device, world: int, liger_active: bool = False) -> tuple[float, int, int]:
+def forward_backward(model, plan: StepPlan, *, device, world: int, liger_active: bool = False, stop: bool = False):
     """Run every micro-batch of this rank's share of a global batch, accumulating gradients.
 
-    Returns (mean token loss of the global batch, global trainable tokens, global tokens).
-    All ranks run the same number of forward passes (padding with empty dummy
-    micro-batches) because each FSDP forward/backward is a collective.
+    Every rank runs `plan.n_micro` forward/backward passes (each is an FSDP collective),
+    padding with empty dummy micro-batches. The loss denominator is the global batch's
+    trainable-token count, known to every rank from the row lengths; one all-reduce after
+    the passes sums the losses, checks that count, and spreads the preemption flag.
+    Returns (mean token loss of the global batch, trainable tokens, tokens, stop).
     """
-    local_trainable = sum(mb.num_trainable for mb in micro_batches)
-    local_tokens = sum(mb.num_tokens for mb in micro_batches if not mb.dummy)
-    counts = _all_reduce([local_trainable, local_tokens], dist.ReduceOp.SUM, device, torch.int64)
-    n_micro = int(_all_reduce(len(micro_batches), dist.ReduceOp.MAX, device, torch.int64))
-    n_global = counts[0]
+    n_global = torch.tensor(plan.global_trainable, dtype=torch.int64, device=device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    for i in range(n_micro):
-        mb = (micro_batches[i] if i < len(micro_batches) else dummy_micro_batch()).to(device)
+    for i in range(plan.n_micro):
+        mb = (plan.micro_batches[i] if i < len(plan.micro_batches) else dummy_micro_batch()).to(device)
         out = model(
             input_ids=mb.input_ids,
             position_ids=mb.position_ids,
@@ -125,8 +117,13 @@ def forward_backward(model, micro_batches, *, device, world: int, liger_active: 
             raise RuntimeError("Liger fused linear cross-entropy is not active: the model materialized logits")
         (out.loss * world).backward()
         loss_sum += out.loss.detach().double()
-    dist.all_reduce(loss_sum)
-    return float(loss_sum), int(counts[0]), int(counts[1])
+    stats = torch.stack([loss_sum, *(torch.tensor(float(v), dtype=torch.float64, device=device)
+                                      for v in (plan.num_trainable, plan.num_tokens, stop))])
+    dist.all_reduce(stats)
+    loss, n_train, n_tok, stops = stats.tolist()
+    if int(n_train) != plan.global_trainable:
+        raise RuntimeError(f"ranks disagree on the global batch: {int(n_train)} trainable tokens summed, {plan.global_trainable} planned")
+    return loss, int(n_train), int(n_tok), stops > 0
 
 
 def clip_grad_norm(model, max_norm: float | None) -> float:
@@ -230,7 +227,7 @@ def run(cfg: TrainConfig) -> int:
             plan = plan_step(data, step - 1, rank=rank, world=world, global_batch_size=cfg.global_batch_size,
                              seed=cfg.seed, capacity=cfg.max_tokens_per_micro_batch)
             epoch, t_data = plan.epoch, time.perf_counter() - t0
-            loss, n_train, n_tok = forward_backward(model, plan.micro_batches, device=device, world=world, liger_active=bool(liger))
+            loss, n_train, n_tok, stop = forward_backward(model, plan, device=device, world=world, liger_active=bool(liger), stop=preempt.set)
             grad_norm = clip_grad_norm(model, cfg.grad_clip)
             lr = scheduler.get_last_lr()[0]
             applied = guard.check(grad_norm, step)
@@ -243,7 +240,7 @@ def run(cfg: TrainConfig) -> int:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             dt = time.perf_counter() - t0
-            flops = step_flops(n_matmul, conf, global_sequence_lengths(data, step - 1, global_batch_size=cfg.global_batch_size, seed=cfg.seed))
+            flops = step_flops(n_matmul, conf, plan.seq_lens)
             row = {
                 "step": step, "epoch": epoch, "loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": not applied,
                 "tokens": n_tok, "trainable_tokens": n_train,
@@ -260,7 +257,6 @@ def run(cfg: TrainConfig) -> int:
             if step in saves:
                 ckpt.save_hf_checkpoint(model, out=cfg.run_dir / "checkpoints" / ckpt.step_name(step), dtype=dtype,
                                         tokenizer=tokenizer, generation_config=gen_conf, device=device, rank=rank)
-            stop = bool(_all_reduce(int(preempt.set), dist.ReduceOp.MAX, device, torch.int64))
             if step < total and (step % cfg.state_every == 0 or stop):
                 save_state(step, epoch)
             if stop and step < total:

@@ -35,7 +35,7 @@ def global_batch_grads(config_path, capacities) -> dict:
         for cap in capacities:
             model.zero_grad(set_to_none=True)
             plan = plan_step(data, 0, rank=rank, world=world, global_batch_size=cfg.global_batch_size, seed=cfg.seed, capacity=cap)
-            loss, n_train, _ = train.forward_backward(model, plan.micro_batches, device=device, world=world)
+            loss, n_train, _, _ = train.forward_backward(model, plan, device=device, world=world)
             with FSDP.summon_full_params(model, with_grads=True):
                 grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
             out[cap] = {"loss": loss, "n_trainable": n_train, "n_micro": len(plan.micro_batches), "grads": grads}

@@ -1,0 +1,280 @@
+"""In-process sft tests: packing, data checks, config errors, schedule, guards, metrics."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from common.cli import ConfigError
+from sft import train
+from sft.checkpoint import COMPLETE, complete_states, latest_state
+from sft.config import load_config, save_points, schedule_steps
+from sft.data import (
+    DataError, collate, epoch_order, global_batch, load_train_data, pack_best_fit_decreasing, plan_step, split_across_ranks,
+)
+from sft.metrics import MetricsLog, lookup_peak_tflops, step_flops
+from sft.optim import NonFiniteError, NonFiniteGuard, lr_factor, warmup_steps
+from sft_helpers import make_dataset_dir, read_metrics, write_config
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_dataset_dir(tmp_path_factory.mktemp("unitdata") / "ds", n=24)
+
+
+# ---------------------------------------------------------------- packing and the loss
+
+
+def test_packed_forward_equals_unpacked_per_token_loss(data_dir):
+    from transformers import AutoModelForCausalLM
+
+    from sft.tiny import tiny_config
+
+    torch.manual_seed(0)
+    conf = tiny_config()
+    conf._attn_implementation = "sdpa"
+    model = AutoModelForCausalLM.from_config(conf).eval()
+    data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=512)
+    rows = [(data.ds[i]["input_ids"], data.ds[i]["labels"]) for i in (0, 1, 2)]
+    packed = collate(rows)
+    # the last position of each sequence predicts nothing (no leak into the next sequence)
+    ends = np.cumsum(packed.seq_lens) - 1
+    assert (packed.shift_labels[0, ends] == -100).all()
+
+    def per_token(mb):
+        with torch.no_grad():
+            logits = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False).logits[0]
+        return torch.nn.functional.cross_entropy(logits, mb.shift_labels[0], reduction="none", ignore_index=-100)
+
+    separate = torch.cat([per_token(collate([r])) for r in rows])
+    together = per_token(packed)
+    torch.testing.assert_close(together, separate, rtol=1e-5, atol=1e-5)
+    # and the model's own loss with shift_labels + num_items_in_batch is the exact sum / N
+    with torch.no_grad():
+        loss = model(input_ids=packed.input_ids, position_ids=packed.position_ids, labels=packed.labels,
+                     shift_labels=packed.shift_labels, num_items_in_batch=packed.num_trainable, use_cache=False).loss
+    assert loss.item() == pytest.approx(separate.sum().item() / packed.num_trainable, rel=1e-5)
+
+
+def test_best_fit_decreasing_and_rank_split():
+    lengths = [7, 5, 4, 3, 1]
+    assert pack_best_fit_decreasing(range(5), lengths, 10) == [[0, 3], [1, 2, 4]]
+    lengths = np.random.default_rng(0).integers(1, 50, size=40)
+    bins = pack_best_fit_decreasing(range(40), lengths, 64)
+    assert sorted(i for b in bins for i in b) == list(range(40))
+    assert all(sum(lengths[i] for i in b) <= 64 for b in bins)
+    assert len(bins) <= math.ceil(lengths.sum() / 64) + 3  # near the lower bound
+    shares = split_across_ranks(range(40), lengths, 3)
+    assert sorted(i for s in shares for i in s) == list(range(40))
+    loads = [sum(lengths[i] for i in s) for s in shares]
+    assert max(loads) - min(loads) <= max(lengths)
+    with pytest.raises(ValueError, match="row 0 has 70 tokens"):
+        pack_best_fit_decreasing([0], [70], 64)
+
+
+def test_epoch_order_and_global_batches_deterministic():
+    assert (epoch_order(50, 1, 0) == epoch_order(50, 1, 0)).all()
+    assert not (epoch_order(50, 1, 0) == epoch_order(50, 1, 1)).all()
+    seen = np.concatenate([global_batch(s, n=50, global_batch_size=16, seed=1)[1] for s in range(3)])
+    assert len(set(seen.tolist())) == 48  # floor(50/16)=3 steps per epoch, no repeats
+    assert global_batch(3, n=50, global_batch_size=16, seed=1)[0] == 1
+
+
+def test_plan_step_covers_global_batch_across_ranks(data_dir):
+    data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=128)
+    plans = [plan_step(data, 1, rank=r, world=3, global_batch_size=8, seed=0, capacity=128) for r in range(3)]
+    _, idx = global_batch(1, n=24, global_batch_size=8, seed=0)
+    assert sorted(i for p in plans for i in p.indices) == sorted(idx.tolist())
+    assert sum(p.num_trainable for p in plans) == int(data.num_trainable[idx].sum())
+    for p in plans:
+        for mb in p.micro_batches:
+            assert mb.num_tokens <= 128 and mb.position_ids[0, 0] == 0
+
+
+# ---------------------------------------------------------------- data validation
+
+
+def _write_ds(path: Path, **changes):
+    import datasets
+
+    cols = {"id": ["a", "b"], "source": ["s", "s"], "domain": ["code", "search"],
+            "input_ids": [[1, 2, 3], [4, 5, 6, 7]], "labels": [[-100, 2, 3], [-100, -100, 6, 7]],
+            "num_tokens": [3, 4], "num_trainable": [2, 2], "messages": ["{}", "{}"]}
+    cols.update(changes)
+    for k in [k for k, v in changes.items() if v is None]:
+        cols.pop(k)
+    datasets.Dataset.from_dict(cols).save_to_disk(str(path))
+    return path
+
+
+@pytest.mark.parametrize("changes,gbs,cap,msg", [
+    ({"messages": None}, 2, 64, "missing column"),
+    ({"labels": [[-100, 2], [-100, -100, 6, 7]]}, 2, 64, "labels length != input_ids length.*'a'"),
+    ({"num_tokens": [3, 5]}, 2, 64, "num_tokens column"),
+    ({"labels": [[-100, 2, 3], [-100, -100, -100, -100]]}, 2, 64, "no trainable token.*'b'"),
+    ({}, 3, 64, "fewer than train.global_batch_size=3"),
+    ({}, 2, 3, "longer than train.max_tokens_per_micro_batch=3.*'b'"),
+])
+def test_bad_dataset_dirs_name_the_problem(tmp_path, changes, gbs, cap, msg):
+    d = _write_ds(tmp_path / "ds", **changes)
+    with pytest.raises(DataError, match=msg):
+        load_train_data(d, global_batch_size=gbs, max_tokens_per_micro_batch=cap)
+
+
+def test_missing_dataset_dir(tmp_path):
+    with pytest.raises(DataError, match="data.dir: .*does not exist"):
+        load_train_data(tmp_path / "nope", global_batch_size=2, max_tokens_per_micro_batch=8)
+
+
+# ---------------------------------------------------------------- config and CLI
+
+
+def test_config_errors_name_the_key(tmp_path, data_dir):
+    cfg = write_config(tmp_path / "run", data_dir)
+    with pytest.raises(ConfigError, match="unknown key 'train.lrr'.*Did you mean: train.lr"):
+        load_config(cfg, ["train.lrr=1"])
+    with pytest.raises(ConfigError, match="train.lr: expected a finite number"):
+        load_config(cfg, ["train.lr=abc"])
+    with pytest.raises(ConfigError, match="train.global_batch_size: must be >= 1"):
+        load_config(cfg, ["train.global_batch_size=0"])
+    with pytest.raises(ConfigError, match="data.dir: must be set"):
+        load_config(cfg, ["data.dir=null"])
+    with pytest.raises(ConfigError, match="model.attn_implementation"):
+        load_config(cfg, ["model.attn_implementation=fast"])
+
+
+def test_cli_fails_before_model_work(tmp_path, data_dir, capsys, monkeypatch):
+    cfg = write_config(tmp_path / "run", data_dir)
+    monkeypatch.setattr(train, "prepare_model", lambda *a, **k: pytest.fail("model built despite a bad config"))
+    assert train.cli([str(cfg), "model.gpu_only=true"]) == 2
+    assert "model.gpu_only=true but CUDA is not available" in capsys.readouterr().err
+    assert train.cli([str(cfg), f"data.dir={tmp_path}/missing"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert train.cli([str(tmp_path / "none.yaml")]) == 2
+    assert train.cli(["--help"]) == 0
+    assert "usage: python -m sft.train" in capsys.readouterr().out
+
+
+def test_schedule_and_save_points(tmp_path, data_dir):
+    cfg = load_config(write_config(tmp_path / "run", data_dir), ["train.steps=null", "train.epochs=2", "train.global_batch_size=16",
+                                                                   "train.save_steps=[50,100]", "train.save_epoch_ends=true"])
+    assert schedule_steps(cfg, 3500) == (218, 436)
+    assert save_points(cfg, 218, 436) == [50, 100, 218, 436]
+    assert warmup_steps(218, 0.03) == 7  # 6.54 rounded up
+    f = [lr_factor(s, total=218, warmup=7, schedule="cosine", min_ratio=0.0) for s in range(218)]
+    assert f[0] == pytest.approx(1 / 7) and f[6] == 1.0 and f[7] == 1.0
+    assert all(a >= b for a, b in zip(f[7:], f[8:])) and 0 < f[-1] < 1e-3
+
+
+# ---------------------------------------------------------------- guards, resume bookkeeping
+
+
+def test_nonfinite_guard():
+    g = NonFiniteGuard(3)
+    assert g.check(1.0, 1) and not g.check(float("nan"), 2) and not g.check(float("inf"), 3)
+    assert g.check(2.0, 4) and g.consecutive == 0
+    g.check(float("nan"), 5), g.check(float("nan"), 6)
+    with pytest.raises(NonFiniteError, match="step 7: .*3 consecutive"):
+        g.check(float("nan"), 7)
+
+
+def test_nonfinite_step_is_skipped_then_too_many_stop_the_run(tmp_path, data_dir, monkeypatch, capsys):
+    real = train.clip_grad_norm
+    calls = {"n": 0}
+
+    def nan_at_step_two(model, max_norm):
+        calls["n"] += 1
+        norm = real(model, max_norm)
+        return float("nan") if calls["n"] == 2 else norm
+
+    monkeypatch.setattr(train, "clip_grad_norm", nan_at_step_two)
+    cfg = write_config(tmp_path / "a", data_dir, steps=3, save_steps=[], state_every=100, activation_checkpointing=False)
+    assert train.cli([str(cfg)]) == 0
+    rows = read_metrics(tmp_path / "a")
+    assert [r["skipped"] for r in rows] == [False, True, False]
+    monkeypatch.setattr(train, "clip_grad_norm", lambda model, max_norm: float("inf"))
+    cfg = write_config(tmp_path / "b", data_dir, steps=3, max_consecutive_nonfinite=2, state_every=100)
+    assert train.cli([str(cfg)]) == train.EXIT_NONFINITE
+    assert "non-finite for 2 consecutive steps" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "DONE").exists()
+    assert train.cli([str(cfg)]) == train.EXIT_NONFINITE  # DONE absent: it does not pretend to be finished
+
+
+def test_torn_states_are_ignored(tmp_path):
+    root = tmp_path / "state"
+    for step, complete in ((2, True), (4, True), (6, False)):
+        d = root / f"step-{step:06d}"
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text("{}")
+        if complete:
+            (d / COMPLETE).write_text(f"{step}\n")
+    assert [s for s, _ in complete_states(root)] == [2, 4]
+    assert latest_state(tmp_path).name == "step-000004"
+
+
+def test_resume_refuses_different_data(tmp_path, data_dir):
+    cfg = load_config(write_config(tmp_path / "run", data_dir))
+    data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=256)
+    meta = {"n": 24, "global_batch_size": 8, "seed": 0, "data_fingerprint": "other"}
+    with pytest.raises(ConfigError, match="data_fingerprint='other'.*'test-fp'"):
+        train.validate_resume_meta(meta, cfg, data, tmp_path)
+
+
+def test_finished_run_is_not_retrained(tmp_path, data_dir, monkeypatch):
+    cfg = write_config(tmp_path / "run", data_dir)
+    (tmp_path / "run" / "DONE").write_text("{}")
+    monkeypatch.setattr(train, "load_train_data", lambda *a, **k: pytest.fail("DONE run retrained"))
+    assert train.cli([str(cfg)]) == 0
+
+
+# ---------------------------------------------------------------- metrics, kernels
+
+
+def test_flops_and_peak():
+    from sft.tiny import tiny_config
+
+    from sft.model import matmul_params
+
+    conf = tiny_config()
+    n = matmul_params(conf)
+    assert isinstance(n, int) and n > 0
+    layers, d_attn = conf.num_hidden_layers, conf.num_attention_heads * conf.head_dim
+    assert step_flops(n, conf, [10, 20]) == 6 * n * 30 + 6 * layers * d_attn * (100 + 400)
+    assert lookup_peak_tflops(torch.device("cpu"), None) is None
+    assert lookup_peak_tflops(torch.device("cpu"), 50.0) == 50.0
+
+
+def test_matmul_params_counts_tied_head_once_as_matmul():
+    from transformers import AutoModelForCausalLM
+
+    from sft.model import matmul_params
+    from sft.tiny import tiny_config
+
+    conf = tiny_config()
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(conf)
+    total = sum(p.numel() for p in m.parameters())
+    assert conf.tie_word_embeddings and matmul_params(conf) == total  # embedding lookup out, tied head in
+
+
+def test_metrics_log_truncates_on_resume(tmp_path):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 6)))
+    log = MetricsLog(p, resume_step=3, rank=0)
+    log.write({"step": 4, "loss": 1.0})
+    assert [json.loads(l)["step"] for l in p.read_text().splitlines()] == [1, 2, 3, 4]
+
+
+def test_liger_skipped_on_cpu_and_refused_when_forced(caplog):
+    from sft.model import apply_liger
+
+    with caplog.at_level(logging.INFO, logger="sft.model"):
+        assert apply_liger(torch.nn.Linear(1, 1), "auto", torch.device("cpu")) == []
+    assert "liger: skipped on cpu" in caplog.text
+    with pytest.raises(ConfigError, match="model.liger=true needs CUDA"):
+        apply_liger(torch.nn.Linear(1, 1), "true", torch.device("cpu"))
