@@ -37,7 +37,7 @@ def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]
             q = row.get("question") or row.get("Question") or row.get("query")
             if not isinstance(q, str):
                 raise ValueError(f"{path}:{lineno}: no `question` string")
-            out.append((f"{path.parent.name}/{row.get('id', lineno)}", q))
+            out.append((f"{path.parent.name}/{row.get('id', row.get('idx', lineno))}", q))
     return out, files
 
 

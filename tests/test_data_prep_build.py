@@ -153,3 +153,19 @@ def test_synthetic_bench_is_held_out(tmp_path):
     assert trained and not trained & {t["question"] for t in test}
     for t in test:  # every answer is in the corpus
         assert any(t["golden_answers"][0] in c["contents"] for c in corpus)
+
+
+def test_decontam_against_shared_benchmarks(tmp_path):
+    from tests.conftest import shared_path
+
+    bench = shared_path("benchmarks")
+    files = [str(bench / "nq" / "test_seed42_1000.jsonl"), str(bench / "hotpotqa" / "dev_r1searcher_500.jsonl")]
+    hotpot = json.loads(Path(files[1]).read_text().splitlines()[0])
+    row = {"question": hotpot["question"], "golden_answers": [hotpot["answer"]],
+           "response": "<think>look it up</think><search> q </search>\n\n<information>Doc 1(Title: T) x</information>\n\n<answer> y </answer>"}
+    src = tmp_path / "r1.jsonl"
+    src.write_text(json.dumps({**row, "id": "leak"}) + "\n" + json.dumps({**row, "id": "clean", "question": "what colour is the synthetic sky today"}) + "\n")
+    m = build.build_arm({"sources": {"search": [f"search-r1:{src}"]}, "n": 2, "decontam": files, "decontam_drop": True, "allow_fewer": True},
+                        arm="search", seed=0, tokenizer="tiny", out=tmp_path / "o", progress=False)
+    assert m["decontam"]["overlapping"] == {"leak": ["hotpotqa/1"]} and m["counts"]["kept"] == 1
+    assert m["decontam"]["questions"] == 1500
