@@ -218,7 +218,7 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
                     except RecordError as exc:
                         stats.reject(item["spec"], _rej(item["rec"], exc.reason, exc.detail), was_ok=True)
                         continue
-                    stats.kept(item["spec"], out_rows)
+                    stats.kept(item["spec"])
                     rows.extend(out_rows)
                     n_kept += 1
                     bar.update(1)
@@ -247,7 +247,8 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict) -> dict:
         raise RecordError("no_trainable_tokens", "no assistant token left in the row")
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": worker.record_json(rec),
-            "_checks": enc.checks, "_rewritten": enc.rewritten, "_truncated": truncated, "_retokenized": enc.retokenized}
+            "_checks": enc.checks, "_rewritten": enc.rewritten, "_truncated": truncated, "_retokenized": enc.retokenized,
+            "_per_turn": enc.id != rec["id"]}
 
 
 def _features():

@@ -5,6 +5,7 @@
               [decontam=[PATH,...]] [decontam_drop=true] [strict=true] [max_seq_len=32768]
               [length_policy=drop|truncate] [history_reasoning=keep_as_rendered|per_turn|reject]
               [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
+              [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)
 
 FORMAT: r2e-gym, swe-gym, swe-smith, openseeker, search-r1, canonical. `tokenizer=tiny` is the
 embedded tiny tokenizer. Keys are the `data:` section of recipes/base.yaml plus arm/seed/tokenizer/out.
@@ -19,7 +20,7 @@ from omegaconf import OmegaConf
 from common.cli import ConfigError, apply_overrides, run_cli, wants_help
 from data_prep.config import DATA_DEFAULTS
 
-CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "dry_run": False}
+CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "dry_run": False, "num_proc": None}
 # Run-level keys launch owns; not data_prep's.
 _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("cache_root", "dir")}
 
@@ -42,7 +43,8 @@ def _main(argv: list[str]) -> int:
     from data_prep.readers import SourceError
 
     try:
-        m = build.build_arm(data_cfg, arm=c["arm"], seed=int(c["seed"]), tokenizer=str(c["tokenizer"]), out=c["out"])
+        m = build.build_arm(data_cfg, arm=c["arm"], seed=int(c["seed"]), tokenizer=str(c["tokenizer"]), out=c["out"],
+                              num_proc=c["num_proc"])
     except build.StrictError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

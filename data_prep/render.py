@@ -172,12 +172,13 @@ class ChatRenderer:
         else:
             rows = [Row(rec["id"], text, spans, _count(checks), rewritten)]
         if self.epilogue and rec["domain"] == "code" and rec["terminator"] == "finish":
-            epi = epilogue_text(rec["task"])
-            if epi:
-                if self._forbidden_re.search(epi):
-                    raise RecordError("special_token_in_content", "the epilogue headline contains a template control string")
-                rec["epilogue"] = epi  # recorded in the row's `messages` JSON
-                _append_epilogue(rows[-1], epi, self.info.end_marker)
+            epi = epilogue_text(rec.get("task") or "")
+            if not epi:
+                raise RecordError("no_headline", "epilogue=true but the task has no title or non-empty first line")
+            if self._forbidden_re.search(epi):
+                raise RecordError("special_token_in_content", "the epilogue headline contains a template control string")
+            rec["epilogue"] = epi  # recorded in the row's `messages` JSON
+            _append_epilogue(rows[-1], epi, self.info.end_marker)
         return rows
 
     def _per_turn_rows(self, rec: dict) -> list[Row]:

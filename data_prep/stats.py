@@ -47,7 +47,7 @@ class RunStats:
         s.rejected += 1
         self.rejections.append(rejection)
 
-    def kept(self, spec: str, rows) -> None:
+    def kept(self, spec: str) -> None:
         self.sources[spec].kept += 1
 
     def not_selected(self, spec: str) -> None:
@@ -89,7 +89,7 @@ class RunStats:
                 "assistant_turns_no_gen_suffix": checks.get("no_gen_suffix", 0),
                 "assistant_turns_history_rewritten": checks.get("rewritten", 0),
                 "rows_history_rewritten": sum(1 for r in rows if r.get("_rewritten")),
-                "per_turn_rows": sum(1 for r in rows if "#q" in r["id"]),
+                "per_turn_rows": sum(1 for r in rows if r.get("_per_turn")),
                 "boundary_retokenized_rows": sum(1 for r in rows if r.get("_retokenized")),
                 "truncated_rows": sum(1 for r in rows if r.get("_truncated")),
                 "epilogue_rows": sum(1 for r in rows if r["domain"] == "code" and '"epilogue"' in r["messages"]),

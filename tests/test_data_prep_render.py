@@ -194,3 +194,15 @@ def test_boundary_straddle_is_retokenized(tiny_tokenizer):
     trainable = [i for i, l in zip(ids, labels) if l != -100]
     assert tiny_tokenizer.decode(trainable) == "".join(rows[0].text[a:b] for a, b in rows[0].spans)
     assert tiny_tokenizer.decode(trainable).endswith("\n</think>\n\nFinal answer: a<|im_end|>")
+
+
+def test_code_record_without_headline_is_rejected_under_epilogue(tiny_tokenizer):
+    rec = {"id": "c", "source": "r2e-gym", "domain": "code", "task": "   \n", "answer": None, "terminator": "finish", "tools": [],
+           "messages": [{"role": "user", "content": "fix it"},
+                        {"role": "assistant", "content": "", "reasoning_content": "done",
+                         "tool_calls": [{"type": "function", "id": "c0", "function": {"name": "finish", "arguments": {}}}]}]}
+    with pytest.raises(RecordError) as e:
+        ChatRenderer(tiny_tokenizer).rows(copy.deepcopy(rec))
+    assert e.value.reason == "no_headline"
+    (row,) = ChatRenderer(tiny_tokenizer, epilogue=False).rows(copy.deepcopy(rec))
+    assert "Final answer" not in row.text
