@@ -116,6 +116,10 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
                 # rejections) become one clear message; anything else is a bug: keep its traceback.
                 if isinstance(exc, ValueError) or type(exc).__name__ == "StrictError":
                     raise ConfigError(f"data prep for arm {data_arm!r} failed: {exc}") from exc
+                if isinstance(exc, OSError):  # hub unreachable, missing file, disk full
+                    hint = (" (data.kind=hub needs the Hugging Face Hub or a warm HF cache; data=synthetic "
+                            "runs offline)" if cfg.data.kind == "hub" else "")
+                    raise ConfigError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
                 raise
             if not (tmp / MANIFEST).is_file():
                 raise ConfigError(f"data_prep wrote no {MANIFEST} into {tmp}; refusing to cache it")

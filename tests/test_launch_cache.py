@@ -68,6 +68,17 @@ def test_failed_build_leaves_nothing_that_looks_complete(tmp_path):
     built = cache.ensure_dataset(cfg, "r2e", builder=fake.build, key_fn=fake.key)
     assert not built.reused and fake.builds == ["r2e"]
 
+    def offline(data_cfg, *, out, **kw):
+        raise ConnectionError("Couldn't reach 'R2E-Gym/R2EGym-SFT-Trajectories' on the Hub")
+
+    def too_few(data_cfg, *, out, **kw):
+        raise ValueError("arm 'r2e' needs 3500 code records, found 12")
+
+    with pytest.raises(ConfigError, match="Couldn't reach .* runs offline"):
+        cache.ensure_dataset(_cfg(tmp_path, "data=hub", "n=7"), "r2e", builder=offline, key_fn=fake.key)
+    with pytest.raises(ConfigError, match="data prep for arm 'r2e' failed: .*found 12"):
+        cache.ensure_dataset(_cfg(tmp_path, "n=8"), "r2e", builder=too_few, key_fn=fake.key)
+
     def no_manifest(data_cfg, *, out, **kw):
         return {}
 
