@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import sys
 import time
@@ -193,6 +194,9 @@ def run(cfg: TrainConfig) -> int:
         start, guard.consecutive = meta["step"], meta.get("consecutive_nonfinite", 0)
         log.info("resumed from %s at step %d", resume_dir, start)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.resume == "never" and rank == 0 and (cfg.run_dir / "state").exists():
+        shutil.rmtree(cfg.run_dir / "state")  # a fresh start must not leave states a later auto-resume would pick
+        log.info("resume=never: removed the previous run's resumable states")
     metrics = MetricsLog(cfg.run_dir / "metrics.jsonl", start, rank)
     from omegaconf import OmegaConf
 
@@ -230,6 +234,8 @@ def run(cfg: TrainConfig) -> int:
             loss, n_train, n_tok, stop = forward_backward(model, plan, device=device, world=world, liger_active=bool(liger), stop=preempt.set)
             grad_norm = clip_grad_norm(model, cfg.grad_clip)
             lr = scheduler.get_last_lr()[0]
+            if liger and step == start + 1:
+                log.info("liger: fused linear cross-entropy ran (labels reached the model, logits were not materialized)")
             applied = guard.check(grad_norm, step)
             if applied:
                 optimizer.step()
