@@ -47,6 +47,11 @@ RC = {
 }
 
 
+def bounded(metric: str) -> bool:
+    """Rates and scores live in [0, 1]; per-episode counts (`mean_turns`, `mean_tool_calls`) do not."""
+    return not metric.startswith("mean_")
+
+
 def sort_arms(arms) -> list[str]:
     arms = set(arms)
     return [a for a in ARM_ORDER if a in arms] + sorted(arms - set(ARM_ORDER))
@@ -107,8 +112,9 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                     continue
                 x = c.step.to_numpy(float)
                 (line,) = ax.plot(x, c["mean"].to_numpy(float), marker="o", color=colours[arm], label=arm)
-                # Every metric here lives in [0, 1]: a t band is clipped there for display only.
-                lo, hi = np.clip(c.lo.to_numpy(float), 0, 1), np.clip(c.hi.to_numpy(float), 0, 1)
+                lo, hi = c.lo.to_numpy(float), c.hi.to_numpy(float)
+                if bounded(panel.metric):  # a t band can leave [0, 1]: clipped for display only
+                    lo, hi = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
                 ok = np.isfinite(lo) & np.isfinite(hi)
                 if ok.any():
                     ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), where=ok,

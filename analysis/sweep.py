@@ -24,6 +24,8 @@ from analysis.tables import Table, agentic_benches, main_table, paired_table, ta
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
 OOD_COMPONENTS = ["outcome", "grounding", "stop"]
 
+BEHAVIOUR = [("mean_tool_calls", "tool calls / episode"), ("format_failure_rate", "no answer found")]
+
 DEFAULTS: dict[str, Any] = {
     "runs_root": "runs",
     "out": "reports",
@@ -109,6 +111,15 @@ def _ood_panels(table: pd.DataFrame) -> list[Panel]:
     return panels
 
 
+def _behaviour_panels(table: pd.DataFrame, qa: list[str]) -> list[Panel]:
+    """Tool use and answer format per bench: they move long before EM does (and show *how* an arm transfers)."""
+    panels = []
+    for bench in qa + agentic_benches(table.bench):
+        have = set(table.loc[table.bench == bench, "metric"])
+        panels += [Panel(bench, m, f"{bench}: {label}", label) for m, label in BEHAVIOUR if m in have]
+    return panels
+
+
 def _arm_steps(runs: list[Run]) -> dict[str, list[int]]:
     steps: dict[str, set[int]] = {}
     for r in runs:
@@ -164,6 +175,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if "search_plan_ood" in agentic_benches(table.bench):
         panels = _ood_panels(table)
         result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / "search_plan_ood_components"))
+    behaviour = _behaviour_panels(table, qa)
+    if behaviour:
+        result.figures.append(plot_curves(points, behaviour, arms, steps, out / "figures" / "behaviour"))
     table_paths: dict[str, list[Path]] = {}
     for metric in cfg.metrics:
         cols = table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), metric)
