@@ -31,6 +31,9 @@ ARM_COLOURS = {
 }
 # For arms outside the study's four: assigned in sorted-name order, so still stable across figures.
 _SPARE = [OKABE_ITO["orange"], OKABE_ITO["sky_blue"], OKABE_ITO["yellow"]]
+# Markers too, so arms stay apart in greyscale print and where lines coincide.
+ARM_MARKERS = {"r2e": "o", "search": "s", "mixed": "^", "r2e_v5": "D"}
+_SPARE_MARKERS = ["v", "P", "X"]
 ANCHOR_STYLE = dict(color=OKABE_ITO["black"], linestyle="--", linewidth=1.0)
 ARM_ORDER = ["r2e", "search", "mixed", "r2e_v5"]
 TEXT_WIDTH_IN = 7.0
@@ -40,7 +43,7 @@ MAX_COLS = 4
 
 RC = {
     "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6,
-    "legend.fontsize": 7, "lines.linewidth": 1.2, "lines.markersize": 2.5, "axes.linewidth": 0.6,
+    "legend.fontsize": 7, "lines.linewidth": 1.2, "lines.markersize": 3, "axes.linewidth": 0.6,
     "axes.spines.top": False, "axes.spines.right": False,
     # TrueType fonts in the PDF: venues reject Type-3 fonts.
     "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.bbox": "tight", "savefig.pad_inches": 0.02,
@@ -55,6 +58,11 @@ def bounded(metric: str) -> bool:
 def sort_arms(arms) -> list[str]:
     arms = set(arms)
     return [a for a in ARM_ORDER if a in arms] + sorted(arms - set(ARM_ORDER))
+
+
+def arm_markers(arms) -> dict[str, str]:
+    extra = sorted(set(arms) - set(ARM_MARKERS))
+    return {**ARM_MARKERS, **{a: _SPARE_MARKERS[i % len(_SPARE_MARKERS)] for i, a in enumerate(extra)}}
 
 
 def arm_colours(arms) -> dict[str, str]:
@@ -97,7 +105,7 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
     """
     out_stem = Path(out_stem)
     out_stem.parent.mkdir(parents=True, exist_ok=True)
-    colours = arm_colours(arms)
+    colours, markers = arm_colours(arms), arm_markers(arms)
     info = FigureInfo(paths=[], panels=[p.title for p in panels])
     rows, cols, width = _layout(max(1, len(panels)))
     with plt.rc_context(RC):
@@ -111,7 +119,8 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                 if c["mean"].notna().sum() == 0:
                     continue
                 x = c.step.to_numpy(float)
-                (line,) = ax.plot(x, c["mean"].to_numpy(float), marker="o", color=colours[arm], label=arm)
+                (line,) = ax.plot(x, c["mean"].to_numpy(float), marker=markers[arm], color=colours[arm],
+                                  label=arm)
                 lo, hi = c.lo.to_numpy(float), c.hi.to_numpy(float)
                 if bounded(panel.metric):  # a t band can leave [0, 1]: clipped for display only
                     lo, hi = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
@@ -128,6 +137,10 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                 drawn.append("anchor")
             if not drawn:
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
+            # Every metric is >= 0: keep a flat-at-zero curve at the bottom, not mid-panel.
+            bottom, top = ax.get_ylim()
+            top = min(max(top, 0.1), 1.02) if bounded(panel.metric) else max(top, 0.1)
+            ax.set_ylim(max(bottom, -0.02 * top), top)
             ax.set_title(panel.title)
             ax.set_xlabel("step")
             ax.set_ylabel(panel.ylabel)

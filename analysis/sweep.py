@@ -116,7 +116,7 @@ def _behaviour_panels(table: pd.DataFrame, qa: list[str]) -> list[Panel]:
     panels = []
     for bench in qa + agentic_benches(table.bench):
         have = set(table.loc[table.bench == bench, "metric"])
-        panels += [Panel(bench, m, f"{bench}: {label}", label) for m, label in BEHAVIOUR if m in have]
+        panels += [Panel(bench, m, f"{bench}\n{label}", label) for m, label in BEHAVIOUR if m in have]
     return panels
 
 

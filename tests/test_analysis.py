@@ -96,7 +96,7 @@ def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     assert pd.read_parquet(out / "results.parquet").equals(res.table)
     figs = {f.paths[0].stem: f for f in res.figures}
     assert set(figs) == {"curves_em", "curves_f1", "search_plan_ood_components", "behaviour"}
-    assert figs["behaviour"].panels[:2] == ["nq: tool calls / episode", "nq: no answer found"]
+    assert figs["behaviour"].panels[:2] == ["nq\ntool calls / episode", "nq\nno answer found"]
     for f in res.figures:
         pdf, png = f.paths
         assert pdf.read_bytes()[:5] == b"%PDF-" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
