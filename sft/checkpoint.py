@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import shutil
 import signal
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.io import atomic_dir, write_json, write_sha256sums
+from common.io import atomic_dir, fsync_dir, write_json, write_sha256sums
 
 log = logging.getLogger("sft.checkpoint")
 COMPLETE = "COMPLETE"
@@ -60,8 +59,10 @@ def full_state_dict(model, device: torch.device) -> dict:
 def save_hf_checkpoint(model, *, out: Path, dtype: torch.dtype, tokenizer, generation_config, device, rank: int) -> None:
     sd = full_state_dict(model, device)
     if rank == 0:
-        sd = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in sd.items()}
         hf_model = getattr(model, "module", model)
+        sd = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in sd.items()}
+        for key in tied_output_keys(hf_model):
+            sd.pop(key, None)  # stored once, as the input embedding; from_pretrained re-ties it
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_dir(out) as tmp:
             hf_model.config.dtype = dtype
@@ -72,6 +73,22 @@ def save_hf_checkpoint(model, *, out: Path, dtype: torch.dtype, tokenizer, gener
         log.info("checkpoint written: %s", out)
     del sd
     _barrier()
+
+
+WRAPPER_PARTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def tied_output_keys(hf_model) -> list[str]:
+    """State-dict names of the output embedding when the config ties it to the input one."""
+    if not getattr(hf_model.config, "tie_word_embeddings", False):
+        return []
+    out = hf_model.get_output_embeddings()
+    for name, mod in hf_model.named_modules():
+        if mod is out:
+            for part in WRAPPER_PARTS:
+                name = name.replace(part, "")
+            return [f"{name}.{p}" for p, _ in mod.named_parameters(recurse=False)]
+    return []
 
 
 def generation_config_for(model_path: str, conf):
@@ -132,17 +149,8 @@ def save_state(model, optimizer, *, run_dir: Path, step: int, meta: dict, hf_wri
 
 
 def _fsync_tree(d: Path) -> None:
-    for p in [*d.rglob("*"), d]:
-        try:
-            fd = os.open(p, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+    for sub in [p for p in d.rglob("*") if p.is_dir()] + [d]:
+        fsync_dir(sub)
 
 
 def complete_states(state_root: Path) -> list[tuple[int, Path]]:

@@ -101,8 +101,13 @@ def test_checkpoint_loads_and_reproduces_training_loss(reference, data_dir):
     ck = reference / "checkpoints" / "step-000003"
     assert check_sha256sums(ck) == []
     assert sorted(p.name for p in (reference / "checkpoints").iterdir()) == ["step-000003", f"step-{STEPS:06d}"]
+    from safetensors import safe_open
+
+    with safe_open(str(ck / "model.safetensors"), "pt") as f:
+        assert "lm_head.weight" not in f.keys() and "model.embed_tokens.weight" in f.keys()  # tied: stored once
     model = AutoModelForCausalLM.from_pretrained(ck, attn_implementation="sdpa")
     assert model.dtype == torch.float32
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     tok = AutoTokenizer.from_pretrained(ck)
     assert "<|im_start|>" in tok.chat_template
     data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=256)
