@@ -1,7 +1,7 @@
 """The Slurm launcher: an sbatch script per run (or one job array per sweep), submitted with sbatch.
 
 Each node runs one torchrun (`srun --ntasks-per-node=1`) that joins a c10d rendezvous on the
-first node's hostname and starts `gpus_per_node` trainer processes.
+first node's hostname (port 29500, or $DTSFT_RDZV_PORT) and starts `gpus_per_node` trainer processes.
 
 Preemption and time limits:
 - `--signal=USR1@120`: 120 s before the time limit Slurm sends SIGUSR1 to the job step's
@@ -78,7 +78,7 @@ def _body(spec: SlurmSpec, repo: str, python: str) -> list[str]:
     node_cmd = (
         "trap \"\" USR1; exec \"$0\" -m torch.distributed.run"
         f" --nnodes={spec.nodes} --nproc_per_node={spec.nproc_per_node}"
-        " --rdzv_backend=c10d --rdzv_endpoint=\"$1:" + str(RDZV_PORT) + "\" --rdzv_id=\"$SLURM_JOB_ID\""
+        " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
         " -m sft.train \"$2\""
     )
     return [
@@ -88,11 +88,12 @@ def _body(spec: SlurmSpec, repo: str, python: str) -> list[str]:
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f"RDZV_PORT=${{DTSFT_RDZV_PORT:-{RDZV_PORT}}}",
         'echo "[launch] segment ${SLURM_RESTART_COUNT:-0} of $RUN_DIR on $SLURM_JOB_NODELIST'
-        f' (rendezvous $HEAD_NODE:{RDZV_PORT})"',
+        ' (rendezvous $HEAD_NODE:$RDZV_PORT)"',
         f"srun --nodes={spec.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
         f"  bash -c {shlex.quote(node_cmd)} \\",
-        f'  {shlex.quote(python)} "$HEAD_NODE" "$RUN_DIR/config.yaml"',
+        f'  {shlex.quote(python)} "$HEAD_NODE:$RDZV_PORT" "$RUN_DIR/config.yaml"',
         "rc=$?",
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR finished"; exit 0; fi',
         "if [ $rc -eq 0 ]; then",

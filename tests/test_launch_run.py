@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from launch.run import REPO
+from launch_helpers import SRUN_EXEC, descendants, fake_cluster, requeued
 
 pytestmark = pytest.mark.slow
 
@@ -35,23 +36,6 @@ def _env() -> dict:
 def _launch(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "launch.cli", *argv], cwd=REPO, env=_env(),
                           capture_output=True, text=True, timeout=timeout)
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (torchrun and its workers run in their own sessions)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +93,7 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
             assert proc.poll() is None, f"launch exited early: {proc.stdout.read()[-3000:]}"
             assert time.time() < deadline, "no resumable state appeared"
             time.sleep(0.1)
-        for pid in [*_descendants(proc.pid), proc.pid]:   # kill -9 launch, torchrun and the trainer
+        for pid in [*descendants(proc.pid), proc.pid]:   # kill -9 launch, torchrun and the trainer
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -132,3 +116,50 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
     assert steps[-1] == 6 and steps.count(1) == 1, "the resumed segment continues, not restarts"
     man = json.loads((rd / "manifest.json").read_text())
     assert len(man["launches"]) == 2 and all(e["data"]["reused"] for e in man["launches"])
+
+
+def test_slurm_segment_stops_on_usr1_requeues_and_the_next_segment_resumes(runs, first_run, tmp_path):
+    """The generated sbatch script, run by bash with stand-in srun/scontrol on this machine: the real
+    torchrun (c10d rendezvous) and trainer; SIGUSR1 to the step's processes as Slurm sends it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 77\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    rd = runs / "slurm"
+    env = dict(_env(), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    argv = ["arm=r2e", "steps=6", "model=tiny", "data=synthetic", "launcher=slurm", "nproc=1", "state_every=100",
+            "save_steps=[6]", f"run_dir={rd}", f"runs_root={runs}", *SMALL]
+    sub = subprocess.run([sys.executable, "-m", "launch.cli", *argv], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert sub.returncode == 0 and "Slurm job 77" in sub.stdout, sub.stdout + sub.stderr
+    script = rd / "launch.sbatch"
+    port = str(29700 + os.getpid() % 200)
+    senv = dict(fake_cluster(tmp_path, SRUN_EXEC), **{k: v for k, v in _env().items() if k != "PATH"},
+                DTSFT_RDZV_PORT=port)
+    seg = subprocess.Popen(["bash", str(script)], env=senv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not ((rd / "metrics.jsonl").exists() and (rd / "metrics.jsonl").read_text().strip()):
+            assert seg.poll() is None, seg.stdout.read()[-3000:]
+            assert time.time() < deadline, "training never started"
+            time.sleep(0.1)
+        for pid in descendants(seg.pid):  # Slurm signals every process of the job step, not the batch shell
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        out = seg.communicate(timeout=180)[0]
+    finally:
+        if seg.poll() is None:
+            for pid in [*descendants(seg.pid), seg.pid]:
+                os.kill(pid, signal.SIGKILL)
+    assert seg.returncode == 0, out[-3000:]
+    assert not (rd / "DONE").exists() and list(rd.glob("state/step-*/COMPLETE")), out[-3000:]
+    assert requeued(tmp_path) == ["77"] and "requeueing 77" in out
+
+    again = subprocess.run(["bash", str(script)], env=senv, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (rd / "DONE").is_file() and (rd / "checkpoints" / "step-000006").is_dir()
+    assert "resumed from" in again.stdout + again.stderr
+    assert requeued(tmp_path) == ["77"], "a finished segment must not requeue"

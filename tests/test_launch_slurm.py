@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from launch.cli import main
+from launch_helpers import fake_cluster
+from launch_helpers import requeued as requeued_jobs
 from launch.run import REPO
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -57,7 +59,7 @@ def test_sbatch_four_nodes(capsys, tmp_path):
     _check("launch_sbatch_4nodes.sbatch", script)
     # The pieces a multi-node run depends on, spelled out (the snapshot pins the rest).
     for needle in ("#SBATCH --nodes=4", "#SBATCH --signal=USR1@120", "#SBATCH --requeue", "#SBATCH --time=24:00:00",
-                   "--rdzv_backend=c10d", '--rdzv_endpoint="$1:29500"', "--nnodes=4 --nproc_per_node=8",
+                   "--rdzv_backend=c10d", '--rdzv_endpoint="$1"', '"$HEAD_NODE:$RDZV_PORT"', "--nnodes=4 --nproc_per_node=8",
                    'scontrol requeue "$JOB_REF"', 'trap "" USR1'):
         assert needle in script
 
@@ -121,3 +123,51 @@ def _build(data_cfg, *, arm, seed, tokenizer, out):
 
     (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": f"fp-{arm}"}))
     return {"fingerprint": f"fp-{arm}"}
+
+
+# ------------------------------------------------------------------ the sbatch script's control flow
+def _script_for(run_dirs: list[Path], array: bool = False) -> str:
+    from launch import slurm
+
+    spec = slurm.SlurmSpec(job_name="t", nodes=1, gpus_per_node=1, nproc_per_node=1, output="/dev/null")
+    if array:
+        return slurm.render_array_script(spec, [str(d) for d in run_dirs], str(REPO), sys.executable, "launch")
+    return slurm.render_run_script(spec, str(run_dirs[0]), str(REPO), sys.executable, "launch")
+
+
+@pytest.mark.parametrize("srun_body, done_before, rc, requeued", [
+    ("exit 0\n", False, 0, ["77"]),                       # stopped early (USR1 / preemption): requeue
+    ('touch "$RUN_MARK"; exit 0\n', False, 0, []),        # finished in this segment: no requeue
+    ("exit 3\n", False, 3, []),                           # crashed: fail, no requeue loop
+    ("echo should-not-run; exit 9\n", True, 0, []),       # already finished: srun never runs
+])
+def test_sbatch_script_requeues_only_an_unfinished_clean_stop(tmp_path, srun_body, done_before, rc, requeued):
+    import subprocess
+
+    rd = tmp_path / "run"
+    rd.mkdir()
+    if done_before:
+        (rd / "DONE").write_text("")
+    script = tmp_path / "launch.sbatch"
+    script.write_text(_script_for([rd]))
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    env = dict(fake_cluster(tmp_path, srun_body), RUN_MARK=str(rd / "DONE"))
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    assert requeued_jobs(tmp_path) == requeued
+    assert "should-not-run" not in proc.stdout
+
+
+def test_sweep_array_task_picks_its_run_and_requeues_itself(tmp_path):
+    import subprocess
+
+    dirs = [tmp_path / f"run{i}" for i in range(3)]
+    for d in dirs:
+        d.mkdir()
+    script = tmp_path / "sweep.sbatch"
+    script.write_text(_script_for(dirs, array=True))
+    env = dict(fake_cluster(tmp_path, 'for last; do :; done; echo "trained $last"; exit 0\n'), SLURM_ARRAY_JOB_ID="5", SLURM_ARRAY_TASK_ID="1")
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"trained {dirs[1]}/config.yaml" in proc.stdout
+    assert requeued_jobs(tmp_path) == ["5_1"]

@@ -1,0 +1,49 @@
+"""Helpers shared by the launch tests: a stand-in Slurm (srun / scontrol on PATH) and a process-tree walk."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FAKE_SCONTROL = """#!/bin/sh
+case "$1" in
+  show) echo localhost ;;
+  requeue) echo "$2" >> "$FAKE_CLUSTER/requeued.txt" ;;
+esac
+"""
+# Runs the step's command on this machine: drop srun's own --options, exec the rest.
+SRUN_EXEC = 'while [ $# -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done\nexec "$@"\n'
+
+
+def fake_cluster(root: Path, srun_body: str) -> dict:
+    """`srun` / `scontrol` stand-ins on PATH plus the environment Slurm gives a batch script.
+
+    `scontrol requeue X` appends X to `<root>/requeued.txt`."""
+    bin_dir = root / "fakebin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, body in (("scontrol", FAKE_SCONTROL), ("srun", "#!/bin/sh\n" + srun_body)):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    return dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", FAKE_CLUSTER=str(root),
+                SLURM_JOB_ID="77", SLURM_JOB_NODELIST="localhost")
+
+
+def requeued(root: Path) -> list[str]:
+    log = root / "requeued.txt"
+    return log.read_text().split() if log.exists() else []
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (torchrun's workers run in their own sessions)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
