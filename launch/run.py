@@ -144,6 +144,8 @@ def launch_one(argv: list[str], **cache_kw) -> int:
         return dry_run(prep, argv)
     lock = lock_run_dir(rd)
     try:
+        if cfg.launcher.kind == "slurm":
+            slurm.check_not_queued(rd)
         prepare_data(prep, **cache_kw)
         config_path = write_config(prep)
         if cfg.launcher.kind == "slurm":

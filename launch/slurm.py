@@ -121,6 +121,32 @@ def render_array_script(spec: SlurmSpec, run_dirs: list[str], repo: str, python:
     return "\n".join(lines + _body(spec, repo, python)) + "\n"
 
 
+def job_state(job_id: str) -> str | None:
+    """The job's state from squeue (PENDING, RUNNING, ...), or None when squeue is absent or the
+    job is no longer known (finished, purged)."""
+    squeue = shutil.which("squeue")
+    if squeue is None:
+        return None
+    out = subprocess.run([squeue, "-h", "-o", "%T", "-j", str(job_id)], capture_output=True, text=True)
+    states = out.stdout.split() if out.returncode == 0 else []
+    return states[0] if states else None
+
+
+def check_not_queued(run_dir: Path) -> None:
+    """Refuse to submit a run whose last submitted job is still queued or running (two jobs would
+    train one run directory); the job ids come from the run's manifest.json."""
+    import json
+
+    path = Path(run_dir) / "manifest.json"
+    if not path.is_file():
+        return
+    launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
+    jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
+    if jobs and (state := job_state(jobs[-1])) is not None:
+        raise ConfigError(f"{run_dir} is already {state} as Slurm job {jobs[-1]}; it resumes by itself when "
+                          f"requeued (scancel {jobs[-1]} first to resubmit)")
+
+
 def submit(script: Path) -> str:
     """`sbatch --parsable SCRIPT`; return the job id."""
     sbatch = shutil.which("sbatch")

@@ -6,6 +6,7 @@ prepared here, then one job array trains them all: task i runs run i's config.ya
 """
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -16,7 +17,8 @@ from omegaconf import OmegaConf
 from common.cli import ConfigError, split_dotlist
 from launch import manifest, slurm
 from launch.compose import group_choices
-from launch.run import REPO, data_record, describe, is_finished, launch_one, prepare_data, resolve, write_config
+from launch.run import (REPO, data_record, describe, is_finished, launch_one, lock_run_dir, prepare_data, resolve,
+                        write_config)
 
 SWEEP_KEYS = ("arms", "seeds")
 
@@ -93,8 +95,13 @@ def _sweep_slurm(argv, runs, preps, **cache_kw) -> int:
     dry = bool(first.cfg.launcher.dry_run)
     if not dry:
         for _, prep in todo:
-            prepare_data(prep, **cache_kw)
-            write_config(prep)
+            lock = lock_run_dir(prep.run_dir)
+            try:
+                slurm.check_not_queued(prep.run_dir)
+                prepare_data(prep, **cache_kw)
+                write_config(prep)
+            finally:
+                os.close(lock)
     script = slurm.render_array_script(spec, [str(p.run_dir) for _, p in todo], str(REPO), sys.executable, command)
     if dry:
         print(f"# {root / 'sweep.sbatch'} (not written: dry_run=true)\n{script}")

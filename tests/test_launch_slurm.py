@@ -89,6 +89,8 @@ def test_slurm_submission_writes_script_config_and_manifest(tmp_path, monkeypatc
     """Real submission path with a stand-in `sbatch` and a stand-in data builder."""
     import json
 
+    from common.cli import ConfigError
+
     from launch.run import launch_one
 
     record = _fake_sbatch(tmp_path, monkeypatch)
@@ -103,6 +105,12 @@ def test_slurm_submission_writes_script_config_and_manifest(tmp_path, monkeypatc
     man = json.loads((rd / "manifest.json").read_text())
     assert man["launcher"]["job_id"] == "4242" and man["data"]["fingerprint"] == "fp-search"
     assert "Slurm job 4242" in capsys.readouterr().out
+    # Still queued (squeue knows job 4242): a second submission is refused, nothing is rewritten.
+    squeue = record.parent / "bin" / "squeue"
+    squeue.write_text('#!/bin/sh\n[ "$5" = 4242 ] && echo PENDING\nexit 0\n')
+    squeue.chmod(0o755)
+    with pytest.raises(ConfigError, match="already PENDING as Slurm job 4242"):
+        launch_one(argv, builder=_build, key_fn=lambda cfg, **kw: "k0")
     (rd / "DONE").write_text("")
     assert launch_one(argv, builder=_build, key_fn=lambda cfg, **kw: "k0") == 0
     assert len(record.read_text().splitlines()) == 1, "a finished run must not be submitted again"
