@@ -60,8 +60,7 @@ def model_config(cfg: TrainConfig, attn: str):
         conf = tiny_config(**cfg.model_overrides)
     else:
         conf = AutoConfig.from_pretrained(cfg.model_path, **cfg.model_overrides)
-    conf._attn_implementation = attn
-    conf.use_cache = False
+    conf._attn_implementation = attn  # use_cache stays as the source says: evals generate from the checkpoint
     return conf
 
 

@@ -179,6 +179,7 @@ def run(cfg: TrainConfig) -> int:
     # 2. Model: rank-0 load, kernels, FSDP.
     dtype = train_dtype(cfg, device)
     model, liger = prepare_model(cfg, conf, rank=rank, device=device, dtype=dtype)
+    model.module.config.dtype = dtype  # what every config.json written from here declares
     n_matmul = matmul_params(conf)
     gen_conf = ckpt.generation_config_for(cfg.model_path, conf)
     optimizer = build_optimizer(model, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, device=device)
