@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 FAKE_SCONTROL = """#!/bin/sh
@@ -47,3 +48,20 @@ def descendants(pid: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def wait_until(cond, proc, what: str, timeout: float = 240) -> None:
+    """Poll `cond()` while `proc` runs; fail naming `what` if it exits first or time runs out."""
+    deadline = time.time() + timeout
+    while not cond():
+        assert proc.poll() is None, f"exited before {what}: {proc.stdout.read()[-3000:]}"
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

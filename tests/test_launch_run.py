@@ -13,13 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from launch.run import REPO
-from launch_helpers import SRUN_EXEC, descendants, fake_cluster, requeued
+from launch_helpers import SRUN_EXEC, descendants, fake_cluster, requeued, signal_all, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -88,16 +87,8 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
     proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], cwd=REPO, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        deadline = time.time() + 240
-        while not list(rd.glob("state/step-*/COMPLETE")):
-            assert proc.poll() is None, f"launch exited early: {proc.stdout.read()[-3000:]}"
-            assert time.time() < deadline, "no resumable state appeared"
-            time.sleep(0.1)
-        for pid in [*descendants(proc.pid), proc.pid]:   # kill -9 launch, torchrun and the trainer
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        wait_until(lambda: list(rd.glob("state/step-*/COMPLETE")), proc, "a resumable state")
+        signal_all([*descendants(proc.pid), proc.pid], signal.SIGKILL)   # kill -9 launch, torchrun, trainer
         out = proc.communicate(timeout=60)[0]
     finally:
         if proc.poll() is None:
@@ -138,22 +129,15 @@ def test_slurm_segment_stops_on_usr1_requeues_and_the_next_segment_resumes(runs,
                 DTSFT_RDZV_PORT=port)
     seg = subprocess.Popen(["bash", str(script)], env=senv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, start_new_session=True)
+    metrics = rd / "metrics.jsonl"
     try:
-        deadline = time.time() + 240
-        while not ((rd / "metrics.jsonl").exists() and (rd / "metrics.jsonl").read_text().strip()):
-            assert seg.poll() is None, seg.stdout.read()[-3000:]
-            assert time.time() < deadline, "training never started"
-            time.sleep(0.1)
-        for pid in descendants(seg.pid):  # Slurm signals every process of the job step, not the batch shell
-            try:
-                os.kill(pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                pass
+        wait_until(lambda: metrics.exists() and metrics.read_text().strip(), seg, "the first training step")
+        # Slurm signals every process of the job step (torchrun and the trainer), not the batch shell.
+        signal_all(descendants(seg.pid), signal.SIGUSR1)
         out = seg.communicate(timeout=180)[0]
     finally:
         if seg.poll() is None:
-            for pid in [*descendants(seg.pid), seg.pid]:
-                os.kill(pid, signal.SIGKILL)
+            signal_all([*descendants(seg.pid), seg.pid], signal.SIGKILL)
     assert seg.returncode == 0, out[-3000:]
     assert not (rd / "DONE").exists() and list(rd.glob("state/step-*/COMPLETE")), out[-3000:]
     assert requeued(tmp_path) == ["77"] and "requeueing 77" in out
