@@ -98,6 +98,14 @@ def mean_label(benches: list[str]) -> str:
     return "7-bench mean" if sorted(benches) == sorted(SEARCH_R1_BENCHES) else f"mean of {len(benches)} QA benches"
 
 
+def _behaviour(row: dict) -> dict[str, float]:
+    """Per-example twins of the summary's behaviour means, so they get bootstrap bands too."""
+    out = {f"mean_{k[4:]}": float(row[k]) for k in ("num_turns", "num_tool_calls") if _is_number(row.get(k))}
+    if isinstance(row.get("extract_rule"), str):
+        out["format_failure_rate"] = float(row["extract_rule"] == "none")
+    return out
+
+
 @lru_cache(maxsize=512)
 def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
     rows = []
@@ -109,7 +117,7 @@ def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
         metrics = obj.get("metrics") if isinstance(obj, dict) else None
         if not isinstance(metrics, dict) or "id" not in obj:
             raise ValueError(f"{path}:{lineno}: a line needs `id` and a `metrics` object")
-        rows.append({"id": str(obj["id"]), **{k: float(v) for k, v in metrics.items() if _is_number(v)}})
+        rows.append({"id": str(obj["id"]), **_behaviour(obj), **{k: float(v) for k, v in metrics.items() if _is_number(v)}})
     if not rows:
         return None
     df = pd.DataFrame(rows)

@@ -83,6 +83,8 @@ def test_final_best_and_paired_points(tree):
     assert best_point(p, "r2e", "hotpotqa", "em").steps == [10]  # flat curve: earliest step wins the tie
     paired = paired_vs_anchor(p, "search", "nq", "em")  # 4/10 vs 1/10 correct, same ids
     assert paired.result.delta == pytest.approx(0.3) and paired.result.n == 10 and paired.dropped == 0
+    ex = p.examples("search", 0, 10, "nq", "mean_tool_calls")  # from the row's num_tool_calls
+    assert ex.sum() == 8.0 and p.examples("search", 0, 10, "nq", "format_failure_rate").sum() == 6.0
     reward = paired_vs_anchor(p, "search", "search_plan_ood", "reward")
     assert reward.result.delta == pytest.approx(0.5)  # 6/10 vs 1/10
 

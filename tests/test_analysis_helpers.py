@@ -26,7 +26,8 @@ def write_eval(eval_dir: Path, bench_values: dict[str, float], n: int = 10) -> N
                 metrics = {"reward": s, "reward_outcome": s, "reward_grounding": 1.0, "reward_stop": s}
             else:
                 metrics = {"em": s, "f1": s, "cover_em": s, "strict_em": s}
-            lines.append(json.dumps({"id": f"{bench}-{i}", "metrics": metrics}))
+            lines.append(json.dumps({"id": f"{bench}-{i}", "metrics": metrics, "num_tool_calls": 2 * s,
+                                     "extract_rule": "final_answer" if s else "none"}))
         (eval_dir / f"{bench}.jsonl").write_text("\n".join(lines) + "\n")
         if bench == "search_plan_ood":
             summary[bench] = {"reward": mean, "reward_outcome": mean, "reward_grounding": 1.0, "reward_stop": mean,
@@ -34,7 +35,7 @@ def write_eval(eval_dir: Path, bench_values: dict[str, float], n: int = 10) -> N
                               "stop_reasons": {"finish": n}}
         else:
             summary[bench] = {"em": mean, "f1": mean, "cover_em": mean, "strict_em": mean,
-                              "format_failure_rate": 0.0, "n": n, "mean_turns": 2.0, "mean_tool_calls": 1.0}
+                              "format_failure_rate": 1 - mean, "n": n, "mean_turns": 2.0, "mean_tool_calls": 2 * mean}
     write_json(eval_dir / "summary.json", summary)
 
 
