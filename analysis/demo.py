@@ -28,9 +28,11 @@ DEFAULTS = {
     "out": "reports",
     "arms": ["r2e", "search", "mixed"],
     "seeds": [0],
-    "steps": 60,
-    "save_steps": [15, 30, 45],  # the final step is always saved too
-    "n": 480,  # trajectories per arm
+    # The tiny recipe trains 2 trajectories per step; by ~150-200 steps the search arm has learned the
+    # agent format (a search call, then `Final answer:`), which the behaviour figure shows.
+    "steps": 200,
+    "save_steps": [40, 80, 120, 160],  # the final step is always saved too
+    "n": 1000,  # trajectories built per arm (steps x 2 are used)
     "launch_args": [],  # extra `launch` overrides, e.g. ["lr=1e-3"]
     "train": True,  # false: skip launch (analyze what runs_root already holds)
     "world_seed": 0,  # the synthetic world shared by training data and the QA bench
@@ -40,7 +42,7 @@ DEFAULTS = {
     "max_new_tokens": 96,
     "max_model_len": 2048,
     "n_boot": 1000,
-    "figure_copy": None,  # also copy the EM curves PNG here (the README's figure)
+    "copy_figures_to": None,  # also copy the PNG figures into this dir (the README's figures)
     "dry_run": False,
 }
 BENCHES = ["synthqa", "search_plan_ood"]
@@ -120,9 +122,11 @@ def run_demo(cfg) -> int:
 
     result = _phase("evaluate + analyze", timings, lambda: run_analysis(analyze_config(cfg)))
     curves = Path(cfg.out) / "figures" / "curves_em.png"
-    if cfg.figure_copy and curves.is_file():
-        Path(cfg.figure_copy).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(curves, cfg.figure_copy)
+    if cfg.copy_figures_to:
+        dest = Path(cfg.copy_figures_to)
+        dest.mkdir(parents=True, exist_ok=True)
+        for png in sorted((Path(cfg.out) / "figures").glob("*.png")):
+            shutil.copyfile(png, dest / f"demo_{png.name}")
     print(f"[demo] done in {sum(timings.values()):.0f}s: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
     print(f"[demo] report: {result.report}; figure: {curves}; table: {Path(cfg.out) / 'tables' / 'main_em.md'}")
     if result.missing:
