@@ -167,9 +167,15 @@ def complete_states(state_root: Path) -> list[tuple[int, Path]]:
 
 
 def prune_states(state_root: Path, keep: int) -> None:
+    """Keep the newest `keep` complete states; drop older ones and torn ones they supersede."""
     states = complete_states(state_root)
     for _, d in states[:-keep]:
         shutil.rmtree(d, ignore_errors=True)
+    newest = states[-1][0] if states else -1
+    for d in state_root.iterdir():
+        step = d.name[5:]
+        if d.is_dir() and step.isdigit() and int(step) < newest and not (d / COMPLETE).is_file():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def latest_state(run_dir: Path) -> Path | None:

@@ -75,7 +75,9 @@ class MetricsLog:
                         kept.append(line)
                 except json.JSONDecodeError:
                     log.warning("%s: dropping unreadable line %r", path, line[:80])
-        path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        tmp = path.with_name(path.name + ".tmp")  # atomic: a kill here must not lose the kept rows
+        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        os.replace(tmp, path)
 
     def write(self, row: dict) -> None:
         if self.rank == 0:

@@ -12,7 +12,7 @@ import torch
 
 from common.cli import ConfigError
 from sft import train
-from sft.checkpoint import COMPLETE, complete_states, latest_state
+from sft.checkpoint import COMPLETE, complete_states, latest_state, prune_states
 from sft.config import load_config, save_points, schedule_steps
 from sft.data import (
     DataError, collate, epoch_order, global_batch, load_train_data, pack_best_fit_decreasing, plan_step, split_across_ranks,
@@ -215,6 +215,9 @@ def test_torn_states_are_ignored(tmp_path):
             (d / COMPLETE).write_text(f"{step}\n")
     assert [s for s, _ in complete_states(root)] == [2, 4]
     assert latest_state(tmp_path).name == "step-000004"
+    (root / "step-000003").mkdir()  # torn, older than the newest complete state
+    prune_states(root, keep=1)
+    assert sorted(p.name for p in root.iterdir()) == ["step-000004", "step-000006"]
 
 
 def test_resume_refuses_different_data(tmp_path, data_dir):
@@ -278,3 +281,28 @@ def test_liger_skipped_on_cpu_and_refused_when_forced(caplog):
     assert "liger: skipped on cpu" in caplog.text
     with pytest.raises(ConfigError, match="model.liger=true needs CUDA"):
         apply_liger(torch.nn.Linear(1, 1), "true", torch.device("cpu"))
+
+
+def test_liger_guard_rejects_materialized_logits(data_dir):
+    """With Liger active the loop insists the model returned no logits (the fused loss ran);
+    a plain model (logits materialized) must trip that check."""
+    import torch.distributed as dist
+
+    from transformers import AutoModelForCausalLM
+
+    from sft.tiny import tiny_config
+
+    conf = tiny_config()
+    conf._attn_implementation = "sdpa"
+    model = AutoModelForCausalLM.from_config(conf).train()
+    data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=512)
+    plan = plan_step(data, 0, rank=0, world=1, global_batch_size=8, seed=0, capacity=512)
+    _, _, owns = train.init_distributed("cpu")
+    try:
+        with pytest.raises(RuntimeError, match="Liger fused linear cross-entropy is not active"):
+            train.forward_backward(model, plan, device=torch.device("cpu"), world=1, liger_active=True)
+        loss, n_train, _, stop = train.forward_backward(model, plan, device=torch.device("cpu"), world=1)
+        assert n_train == plan.global_trainable and not stop and loss > 0
+    finally:
+        if owns:
+            dist.destroy_process_group()
