@@ -40,14 +40,21 @@ def _peak_mb() -> float:
     return (own + child) / 1024
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished workers: the load-independent cost."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _ours(args) -> dict:
     from data_prep.build import build_arm
 
     cfg = {"sources": {"code": [f"r2e-gym:{args.raw}"]}, "n": args.n, "allow_fewer": True}
     t = time.perf_counter()
+    c = _cpu_seconds()
     m = build_arm(cfg, arm="r2e", seed=0, tokenizer=args.tokenizer, out=args.out, num_proc=args.num_proc)
     dt = time.perf_counter() - t
-    return {"seconds": dt, "trajectories": m["counts"]["kept"], "tokens": m["tokens"]["total"], "p50": m["tokens"]["p50"],
+    return {"seconds": dt, "cpu_seconds": _cpu_seconds() - c, "trajectories": m["counts"]["kept"], "tokens": m["tokens"]["total"], "p50": m["tokens"]["p50"],
             "trainable_fraction": m["tokens"]["trainable_fraction"], "peak_rss_mb": _peak_mb()}
 
 
@@ -66,11 +73,12 @@ def _trl(args) -> dict:
     cfg = SFTConfig(output_dir=args.out, assistant_only_loss=False, max_length=None, dataset_num_proc=args.num_proc,
                     report_to=[], use_cpu=True)
     fake = SimpleNamespace(_tokenizer=tok, chat_template=None, completion_only_loss=False)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _cpu_seconds()
     out = SFTTrainer._prepare_dataset(fake, ds, tok, cfg, packing=False, formatting_func=None, dataset_name="train")
     dt = time.perf_counter() - t
+    cpu = _cpu_seconds() - c
     n_tok = sum(len(x) for x in out["input_ids"])
-    return {"seconds": dt, "trajectories": len(out), "tokens": n_tok, "peak_rss_mb": _peak_mb()}
+    return {"seconds": dt, "cpu_seconds": cpu, "trajectories": len(out), "tokens": n_tok, "peak_rss_mb": _peak_mb()}
 
 
 def _run_phase(phase: str, args, raw: Path, out: Path) -> dict:
@@ -89,6 +97,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", default=str(shared) if shared.exists() else "tiny")
     ap.add_argument("--num-proc", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--phase", choices=["ours", "trl"])
+    ap.add_argument("--skip-trl", action="store_true", help="time data_prep only (e.g. when memory is short)")
     ap.add_argument("--raw")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -109,14 +118,19 @@ def main() -> None:
         print(f"generated {args.n} synthetic r2e trajectories in {time.perf_counter() - t:.1f}s; tokenizer {args.tokenizer}; "
               f"num_proc {args.num_proc}; cores {os.cpu_count()}; load avg {os.getloadavg()[0]:.1f}")
         ours = _run_phase("ours", args, raw, Path(d) / "ours")
-        trl = _run_phase("trl", args, raw, Path(d) / "trl")
-    print(f"\n{'path':<28}{'traj':>6}{'seconds':>10}{'traj/s':>9}{'tokens/s':>12}{'peak MB*':>10}")
+        trl = None if args.skip_trl else _run_phase("trl", args, raw, Path(d) / "trl")
+    print(f"\n{'path':<28}{'traj':>6}{'seconds':>10}{'CPU s':>8}{'traj/s':>9}{'tokens/s':>12}{'peak MB*':>10}")
     for name, r in (("data_prep (masks+checks)", ours), ("TRL _prepare_dataset", trl)):
-        print(f"{name:<28}{r['trajectories']:>6}{r['seconds']:>10.1f}{r['trajectories'] / r['seconds']:>9.1f}"
+        if r is None:
+            continue
+        print(f"{name:<28}{r['trajectories']:>6}{r['seconds']:>10.1f}{r['cpu_seconds']:>8.0f}{r['trajectories'] / r['seconds']:>9.1f}"
               f"{r['tokens'] / r['seconds']:>12.0f}{r['peak_rss_mb']:>10.0f}")
     print("* main process + largest worker process")
     print(f"\nours: p50 {ours['p50']:.0f} tokens/trajectory, trainable fraction {ours['trainable_fraction']:.3f}")
-    print(f"speed ratio (TRL seconds / data_prep seconds): {trl['seconds'] / ours['seconds']:.2f}x")
+    if trl is None:
+        return
+    print(f"speed ratio (TRL seconds / data_prep seconds): {trl['seconds'] / ours['seconds']:.2f}x "
+          f"(CPU time: {trl['cpu_seconds'] / ours['cpu_seconds']:.2f}x)")
     print(f"memory ratio (data_prep peak / TRL peak): {ours['peak_rss_mb'] / trl['peak_rss_mb']:.2f}")
 
 

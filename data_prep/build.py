@@ -155,7 +155,9 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
             examples = "; ".join(f"{r['id']}: {r['reason']} {r['detail'][:80]}" for r in stats.rejections[:5])
             raise StrictError(f"strict=true and {len(stats.rejections)} record(s) were rejected: {dict(reasons)}. e.g. {examples}")
         fingerprint = _fingerprint(rows)
+        summary = stats.summary(rows)
         ds = _to_dataset(rows)
+        del rows
         ds.save_to_disk(str(tmp))
         write_jsonl(tmp / "rejected.jsonl", stats.rejections)
         manifest = {
@@ -163,7 +165,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
             "tokenizer": tokenizer_identity(tok, tok_name),
             "template": {"generation_prompt": renderer.info.gen_prompt, "assistant_header": renderer.info.header,
                          "end_of_turn": renderer.info.end_marker, "chat_template_sha256": renderer.info.template_hash},
-            **stats.summary(rows),
+            **summary,
             "decontam": decon,
             "fingerprint": fingerprint,
             "cache_key": key,
@@ -218,6 +220,8 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
                     except RecordError as exc:
                         stats.reject(item["spec"], _rej(item["rec"], exc.reason, exc.detail), was_ok=True)
                         continue
+                    for r in out_rows[:-1]:  # the epilogue lives in the record's last row only
+                        r["_epilogue"] = False
                     stats.kept(item["spec"])
                     rows.extend(out_rows)
                     n_kept += 1
@@ -248,7 +252,7 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict) -> dict:
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": worker.record_json(rec),
             "_checks": enc.checks, "_rewritten": enc.rewritten, "_truncated": truncated, "_retokenized": enc.retokenized,
-            "_per_turn": enc.id != rec["id"]}
+            "_per_turn": enc.id != rec["id"], "_epilogue": "epilogue" in rec}
 
 
 def _features():
@@ -262,28 +266,37 @@ def _features():
 
 
 def _to_dataset(rows: list[dict]):
-    """Arrow table built from the int32 arrays directly (no per-token Python objects)."""
+    """Arrow table built from the int32 arrays directly (no per-token Python objects). Each
+    row's arrays and JSON are released as soon as they are copied into the table."""
     import datasets
     import pyarrow as pa
     from datasets.table import InMemoryTable
 
     def lists(key):
         lens = np.asarray([len(r[key]) for r in rows], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-        values = np.concatenate([r[key] for r in rows]).astype(np.int32) if rows else np.zeros(0, np.int32)
-        return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)).cast(pa.list_(pa.int32()))
+        if lens.sum() >= 2**31:
+            raise ValueError(f"{int(lens.sum())} tokens in one arm exceed Arrow's 32-bit list offsets")
+        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        values = np.concatenate([r[key] for r in rows]).astype(np.int32, copy=False) if rows else np.zeros(0, np.int32)
+        for r in rows:
+            r[key] = None
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int32()))
 
-    table = pa.table({
+    scalars = {
         "id": pa.array([r["id"] for r in rows], pa.string()),
         "source": pa.array([r["source"] for r in rows], pa.string()),
         "domain": pa.array([r["domain"] for r in rows], pa.string()),
-        "input_ids": lists("input_ids"), "labels": lists("labels"),
         "num_tokens": pa.array([r["num_tokens"] for r in rows], pa.int32()),
         "num_trainable": pa.array([r["num_trainable"] for r in rows], pa.int32()),
-        "messages": pa.array([r["messages"] for r in rows], pa.string()),
-    })
+    }
+    input_ids, labels = lists("input_ids"), lists("labels")
+    messages = pa.array([r["messages"] for r in rows], pa.string())
+    for r in rows:
+        r["messages"] = None
     features = _features()
-    table = table.cast(features.arrow_schema)
+    table = pa.table({"id": scalars["id"], "source": scalars["source"], "domain": scalars["domain"],
+                      "input_ids": input_ids, "labels": labels, "num_tokens": scalars["num_tokens"],
+                      "num_trainable": scalars["num_trainable"], "messages": messages}, schema=features.arrow_schema)
     return datasets.Dataset(InMemoryTable(table), info=datasets.DatasetInfo(features=features))
 
 

@@ -92,7 +92,7 @@ class RunStats:
                 "per_turn_rows": sum(1 for r in rows if r.get("_per_turn")),
                 "boundary_retokenized_rows": sum(1 for r in rows if r.get("_retokenized")),
                 "truncated_rows": sum(1 for r in rows if r.get("_truncated")),
-                "epilogue_rows": sum(1 for r in rows if r["domain"] == "code" and '"epilogue"' in r["messages"]),
+                "epilogue_rows": sum(1 for r in rows if r.get("_epilogue")),
             },
         }
 
