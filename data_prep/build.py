@@ -135,7 +135,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
                         stats.reject(spec, {**o.rejection(), "reason": "wrong_domain", "detail": f"a {o.record['domain']} record listed under sources.{dom}"})
                     else:
                         stats.read_ok(spec)
-                        pools[dom].append({"spec": spec, "rec": o.record})
+                        pools[dom].append({"spec": spec, "rec": o.record, "where": o.where})
         decon = _decontaminate(cfg, pools, stats)
         kept_rows: dict[str, list[dict]] = {}
         kept = {}
@@ -188,7 +188,7 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
                 overlapping[item["rec"]["id"]] = hits
                 if cfg["decontam_drop"]:
                     stats.reject(item["spec"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "decontaminated",
-                                                "detail": f"overlaps {', '.join(hits[:5])}", "where": ""}, was_ok=True)
+                                                "detail": f"overlaps {', '.join(hits[:5])}", "where": item["where"]}, was_ok=True)
                     dropped += 1
                     continue
             keep.append(item)
@@ -213,12 +213,12 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
                 if n_kept >= quota:
                     stats.not_selected(item["spec"])
                 elif res[0] == "err":
-                    stats.reject(item["spec"], _rej(item["rec"], res[1], res[2]), was_ok=True)
+                    stats.reject(item["spec"], _rej(item, res[1], res[2]), was_ok=True)
                 else:
                     try:
                         out_rows = [_finish_row(res[1], enc, cfg) for enc in res[2]]
                     except RecordError as exc:
-                        stats.reject(item["spec"], _rej(item["rec"], exc.reason, exc.detail), was_ok=True)
+                        stats.reject(item["spec"], _rej(item, exc.reason, exc.detail), was_ok=True)
                         continue
                     for r in out_rows[:-1]:  # the epilogue lives in the record's last row only
                         r["_epilogue"] = False
@@ -235,8 +235,9 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
     return rows, n_kept
 
 
-def _rej(rec: dict, reason: str, detail: str) -> dict:
-    return {"id": rec["id"], "source": rec["source"], "reason": reason, "detail": detail, "where": ""}
+def _rej(item: dict, reason: str, detail: str) -> dict:
+    rec = item["rec"]
+    return {"id": rec["id"], "source": rec["source"], "reason": reason, "detail": detail, "where": item["where"]}
 
 
 def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict) -> dict:

@@ -100,6 +100,8 @@ def test_length_policy(tmp_path):
     base = {**SMALL, "n": 4, "max_seq_len": 1000, "allow_fewer": True}
     m = build.build_arm(base, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "drop", progress=False)
     assert m["rejected_by_reason"].get("too_long", 0) > 0 and m["tokens"]["max"] <= 1000
+    rej = [json.loads(x) for x in (tmp_path / "drop" / "rejected.jsonl").read_text().splitlines()]
+    assert rej and all(r["reason"] == "too_long" and "r2e_gym.jsonl:" in r["where"] and "> max_seq_len 1000" in r["detail"] for r in rej)
     m = build.build_arm({**base, "length_policy": "truncate"}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "trunc", progress=False)
     assert m["render"]["truncated_rows"] > 0 and m["tokens"]["max"] == 1000 and m["counts"]["kept"] == 4
 
