@@ -199,3 +199,31 @@ def test_canonical_source_roundtrip_and_envs_export(tmp_path):
     assert envs.export_trajectories(q, 2, seed=0) == 2
     got = list(read_source(f"canonical:{q}"))
     assert all(o.reason is None and o.record["domain"] == "search" for o in got)
+
+
+def test_hub_id_goes_through_datasets(monkeypatch):
+    """Hub ids (optionally ID#split) are loaded with datasets.load_dataset (stubbed: no network)."""
+    import datasets
+
+    from data_prep.synthetic import SyntheticConfig, code_rows
+
+    calls = []
+
+    def fake_load(path, split=None):
+        calls.append((path, split))
+        return code_rows(2, 0, SyntheticConfig())
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    src = parse_source("r2e-gym:R2E-Gym/R2EGym-SFT-Trajectories#train")
+    assert not src.is_local and src.identity() == {"format": "r2e-gym", "hub_id": "R2E-Gym/R2EGym-SFT-Trajectories", "split": "train"}
+    outs = list(read_source(src))
+    assert calls == [("R2E-Gym/R2EGym-SFT-Trajectories", "train")]
+    assert [o.id for o in outs] == ["R2E-Gym/R2EGym-SFT-Trajectories#train[0]", "R2E-Gym/R2EGym-SFT-Trajectories#train[1]"]
+    assert all(o.record for o in outs)
+
+
+def test_reasoning_switch_content():
+    rec = next(read_source(f"r2e-gym:{shared_path('formats', 'examples', 'r2egym_sft.constructed_skeleton.json')}",
+                           reasoning="content")).record
+    a = rec["messages"][2]
+    assert "reasoning_content" not in a and a["content"].startswith("I need to understand")
