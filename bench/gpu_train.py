@@ -103,7 +103,7 @@ def run_variant(path, liger, plans, args, rank, world, device, attn):
     conf = model_config(cfg, attn)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model, active = train.prepare_model(cfg, conf, rank=rank, device=device, dtype=dtype)
-    opt = build_optimizer(model, lr=1e-5, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, device=device)
+    opt = build_optimizer(model, lr=1e-5, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     n_matmul, peak = matmul_params(conf), lookup_peak_tflops(device, args.peak_tflops)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

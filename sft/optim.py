@@ -21,9 +21,10 @@ def param_groups(model, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_optimizer(model, *, lr: float, betas, eps: float, weight_decay: float, device: torch.device):
-    fused = device.type == "cuda"
-    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps, fused=fused)
+def build_optimizer(model, *, lr: float, betas, eps: float, weight_decay: float):
+    # The default multi-tensor (foreach) AdamW: with FSDP use_orig_params a rank may hold
+    # empty views of some parameters, which the foreach path is long proven on.
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps)
 
 
 def warmup_steps(total: int, ratio: float) -> int:

@@ -182,7 +182,7 @@ def run(cfg: TrainConfig) -> int:
     model.module.config.dtype = dtype  # what every config.json written from here declares
     n_matmul = matmul_params(conf)
     gen_conf = ckpt.generation_config_for(cfg.model_path, conf)
-    optimizer = build_optimizer(model, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, device=device)
+    optimizer = build_optimizer(model, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     scheduler = build_scheduler(optimizer, total=total, warmup_ratio=cfg.warmup_ratio, schedule=cfg.lr_schedule, min_ratio=cfg.min_lr_ratio)
     log.info("schedule: %s, peak lr %g, %d warmup steps of %d", cfg.lr_schedule, cfg.lr, warmup_steps(total, cfg.warmup_ratio), total)
 
