@@ -65,8 +65,11 @@ def save_hf_checkpoint(model, *, out: Path, dtype: torch.dtype, tokenizer, gener
             sd.pop(key, None)  # stored once, as the input embedding; from_pretrained re-ties it
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_dir(out) as tmp:
-            hf_model.config.dtype = dtype
             hf_model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
+            # save_pretrained declares the dtype of the live (fp32 master) parameters; the
+            # tensors written are in the training dtype, so config.json must say that.
+            hf_model.config.dtype = dtype
+            hf_model.config.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             generation_config.save_pretrained(tmp)
             write_sha256sums(tmp)

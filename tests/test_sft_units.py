@@ -306,3 +306,16 @@ def test_liger_guard_rejects_materialized_logits(data_dir):
     finally:
         if owns:
             dist.destroy_process_group()
+
+
+def test_bf16_precision_writes_bf16_checkpoint(tmp_path, data_dir):
+    """train.precision=bf16 (FSDP mixed precision; the GPU default) saves bf16 tensors and says so."""
+    from safetensors import safe_open
+
+    cfg = write_config(tmp_path / "run", data_dir, steps=1, save_steps=[], precision="bf16", activation_checkpointing=False)
+    assert train.cli([str(cfg)]) == 0
+    ck = tmp_path / "run" / "checkpoints" / "step-000001"
+    assert json.loads((ck / "config.json").read_text())["dtype"] == "bfloat16"
+    with safe_open(str(ck / "model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+    assert math.isfinite(read_metrics(tmp_path / "run")[0]["loss"])
