@@ -2,9 +2,8 @@
 
 The trainer's stdout and stderr pass through to this terminal and are also written, as they
 arrive, to `<run_dir>/logs/train-<UTC time>.log` (one file per launch, so a resumed run keeps
-the log of every segment). SIGTERM / SIGINT / SIGUSR1 sent to launch are forwarded once to torchrun
-(SIGUSR1 as SIGTERM, which torchrun relays to the workers; the trainer saves a resumable state
-on either), and launch exits with the trainer's exit code.
+the log of every segment). SIGTERM / SIGINT (Ctrl-C) / SIGUSR1 sent to launch reach the trainer
+processes, which save a resumable state and exit 0; launch exits with the trainer's exit code.
 """
 from __future__ import annotations
 
@@ -116,16 +115,43 @@ def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None
     return (128 - rc if rc < 0 else rc), log_path
 
 
+def child_pids(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc (empty where /proc is unavailable)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
 def _install_forwarding(proc: subprocess.Popen):
-    """Forward termination signals to the child while it runs; return a function that restores."""
+    """While the trainer runs, send launch's SIGTERM / SIGINT / SIGUSR1 to the trainer processes.
+
+    They go straight to torchrun's workers (SIGINT as SIGTERM): the trainer saves a resumable state
+    at the next step boundary and exits 0, torchrun then exits 0 too. Signalling torchrun instead
+    would make it relay SIGTERM, SIGKILL the workers after 30 s and exit 1 with a traceback.
+    Before the workers exist the signal goes to torchrun. Returns a function that restores.
+    """
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    relay = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGUSR1: signal.SIGTERM}
+    relay = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGTERM, signal.SIGUSR1: signal.SIGUSR1}
     previous = {}
 
     def handler(signum, _frame):
-        if proc.poll() is None:
-            proc.send_signal(relay[signum])
+        if proc.poll() is not None:
+            return
+        targets = child_pids(proc.pid) or [proc.pid]
+        print(f"[launch] signal {signal.Signals(signum).name}: asking the trainer to save its state and stop",
+              file=sys.stderr, flush=True)
+        for pid in targets:
+            try:
+                os.kill(pid, relay[signum])
+            except ProcessLookupError:
+                pass
 
     for sig in relay:
         previous[sig] = signal.signal(sig, handler)

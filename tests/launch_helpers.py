@@ -35,18 +35,13 @@ def requeued(root: Path) -> list[str]:
 
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (torchrun's workers run in their own sessions)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    from launch.local import child_pids
+
     out, todo = [], [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
+        kids = child_pids(todo.pop())
+        out += kids
+        todo += kids
     return out
 
 

@@ -109,6 +109,25 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
     assert len(man["launches"]) == 2 and all(e["data"]["reused"] for e in man["launches"])
 
 
+def test_sigterm_to_launch_stops_the_trainer_with_a_resumable_state(runs, first_run):
+    rd = runs / "terminated"
+    argv = ["arm=r2e", "steps=30", "model=tiny", "data=synthetic", "state_every=100", f"run_dir={rd}",
+            f"runs_root={runs}", *SMALL]
+    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], cwd=REPO, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    metrics = rd / "metrics.jsonl"
+    try:
+        wait_until(lambda: metrics.exists() and metrics.read_text().strip(), proc, "the first training step")
+        proc.send_signal(signal.SIGTERM)   # launch alone: it must reach the trainer
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            signal_all([*descendants(proc.pid), proc.pid], signal.SIGKILL)
+    assert proc.returncode == 0, out[-3000:]
+    assert "stopped (exit 0); re-run the same command to resume" in out
+    assert list(rd.glob("state/step-*/COMPLETE")) and not (rd / "DONE").exists()
+
+
 def test_slurm_segment_stops_on_usr1_requeues_and_the_next_segment_resumes(runs, first_run, tmp_path):
     """The generated sbatch script, run by bash with stand-in srun/scontrol on this machine: the real
     torchrun (c10d rendezvous) and trainer; SIGUSR1 to the step's processes as Slurm sends it."""
