@@ -195,9 +195,12 @@ def run(cfg: TrainConfig) -> int:
         start, guard.consecutive = meta["step"], meta.get("consecutive_nonfinite", 0)
         log.info("resumed from %s at step %d", resume_dir, start)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.resume == "never" and rank == 0 and (cfg.run_dir / "state").exists():
-        shutil.rmtree(cfg.run_dir / "state")  # a fresh start must not leave states a later auto-resume would pick
-        log.info("resume=never: removed the previous run's resumable states")
+    if cfg.resume == "never" and rank == 0:
+        # A fresh start must leave nothing a later resume=auto would take for this run's progress.
+        done.unlink(missing_ok=True)
+        if (cfg.run_dir / "state").exists():
+            shutil.rmtree(cfg.run_dir / "state")
+            log.info("resume=never: removed the previous run's resumable states")
     metrics = MetricsLog(cfg.run_dir / "metrics.jsonl", start, rank)
     from omegaconf import OmegaConf
 

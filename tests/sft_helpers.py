@@ -63,7 +63,8 @@ def write_config(run_dir: Path, data_dir: Path, **train) -> Path:
                      save_epoch_ends=False, state_every=2, warmup_ratio=0.2, activation_checkpointing=True)
     cfg.logging.wandb = False
     for k, v in train.items():
-        OmegaConf.update(cfg, k if "." in k else f"train.{k}", v, merge=False)
+        key = k if ("." in k or k in ("resume", "seed")) else f"train.{k}"
+        OmegaConf.update(cfg, key, v, merge=False)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.yaml"
     OmegaConf.save(cfg, path)

@@ -319,3 +319,19 @@ def test_bf16_precision_writes_bf16_checkpoint(tmp_path, data_dir):
     with safe_open(str(ck / "model.safetensors"), "pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
     assert math.isfinite(read_metrics(tmp_path / "run")[0]["loss"])
+
+
+def test_resume_never_starts_over(tmp_path, data_dir):
+    """resume=never on a finished run dir: stale states and DONE go, the run trains from step 1."""
+    run_dir = tmp_path / "run"
+    cfg = write_config(run_dir, data_dir, steps=1, save_steps=[], activation_checkpointing=False, resume="never")
+    stale = run_dir / "state" / "step-000009"
+    stale.mkdir(parents=True)
+    (stale / COMPLETE).write_text("9\n")
+    (stale / "meta.json").write_text("{}")
+    (run_dir / "DONE").write_text("{}")
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 9}) + "\n")
+    assert train.cli([str(cfg)]) == 0
+    assert not (run_dir / "state").exists()
+    assert [r["step"] for r in read_metrics(run_dir)] == [1]
+    assert json.loads((run_dir / "DONE").read_text())["step"] == 1
