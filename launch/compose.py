@@ -128,6 +128,7 @@ CHOICES = {
     "data.history_reasoning": ("keep_as_rendered", "per_turn", "reject"),
     "data.length_policy": ("drop", "truncate"),
     "train.precision": ("auto", "bf16", "fp32"),
+    "train.lr_schedule": ("cosine", "linear", "constant"),
     "logging.mode": ("auto", "online", "offline", "disabled"),
     "launcher.kind": ("local", "slurm"),
 }

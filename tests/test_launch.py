@@ -85,6 +85,7 @@ def test_every_recipe_composes():
     (["save_steps=[a]"], "train.save_steps must be a list of positive integers"),
     (["lr=0"], "train.lr must be a positive number"),
     (["data.kind=web"], "data.kind must be one of hub, synthetic"),
+    (["train.lr_schedule=cosin"], "train.lr_schedule must be one of cosine, linear, constant"),
     (["launcher=local", "nodes=2"], "needs launcher=slurm"),
     (["launcher=slurm", "resume=never"], "resume=never cannot be used with launcher=slurm"),
     (["data.sources.code=[r2e.jsonl]"], "data.sources.code must be a list of FORMAT:PATH_OR_HUB_ID"),
