@@ -206,3 +206,24 @@ def test_code_record_without_headline_is_rejected_under_epilogue(tiny_tokenizer)
     assert e.value.reason == "no_headline"
     (row,) = ChatRenderer(tiny_tokenizer, epilogue=False).rows(copy.deepcopy(rec))
     assert "Final answer" not in row.text
+
+
+def test_history_policies_tiny(tiny_tokenizer):
+    """Without ../shared: a 'please continue' user turn makes Qwen3 drop R1 and R2."""
+    call = {"type": "function", "id": "c0", "function": {"name": "search", "arguments": {"query": "q"}}}
+    rec = {"id": "h", "source": "synthetic", "domain": "search", "task": "Q", "answer": "a", "terminator": "final_answer", "tools": [],
+           "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
+                        {"role": "assistant", "content": "", "reasoning_content": "R1", "tool_calls": [call]},
+                        {"role": "tool", "content": "Doc 1(Title: T) t", "tool_call_id": "c0", "name": "search"},
+                        {"role": "assistant", "content": "draft", "reasoning_content": "R2"},
+                        {"role": "user", "content": "Please continue."},
+                        {"role": "assistant", "content": "Final answer: a", "reasoning_content": "R3"}]}
+    (keep,) = ChatRenderer(tiny_tokenizer).rows(copy.deepcopy(rec))
+    assert keep.checks == {"rewritten": 2, "ok": 1} and keep.history_rewritten
+    with pytest.raises(RecordError):
+        ChatRenderer(tiny_tokenizer, history_reasoning="reject").rows(copy.deepcopy(rec))
+    rows = _masked(tiny_tokenizer, ChatRenderer(tiny_tokenizer, history_reasoning="per_turn"), rec)
+    texts = [tiny_tokenizer.decode(t) for _, t, _ in rows]
+    assert [r.checks for r, _, _ in rows] == [{"ok": 2}, {"ok": 1}]
+    assert "R1" in texts[0] and "R2" in texts[0] and "R3" not in texts[0]
+    assert texts[1] == "R3\n</think>\n\nFinal answer: a<|im_end|>"
