@@ -1,0 +1,1 @@
+"""Speed benchmarks (scripts that print ratios against a named baseline; not tests)."""
