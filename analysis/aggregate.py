@@ -31,6 +31,8 @@ class Points:
     boot_seed: int = 0
     conf: float = 0.95
     problems: list[str] = field(default_factory=list)
+    # Figures and tables ask for the same cells; each bootstrap is computed once.
+    _intervals: dict[tuple, Interval] = field(default_factory=dict, repr=False)
 
     def values(self, arm: str, step: int, bench: str, metric: str) -> pd.Series:
         """Seed -> value at one step."""
@@ -53,6 +55,12 @@ class Points:
         return np.mean(boots, axis=0)
 
     def interval(self, arm: str, step: int, bench: str, metric: str) -> Interval:
+        key = (arm, step, bench, metric)
+        if key not in self._intervals:
+            self._intervals[key] = self._interval(arm, step, bench, metric)
+        return self._intervals[key]
+
+    def _interval(self, arm: str, step: int, bench: str, metric: str) -> Interval:
         vals = self.values(arm, step, bench, metric)
         if vals.empty:
             return NAN_INTERVAL
