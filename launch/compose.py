@@ -202,6 +202,10 @@ def validate(cfg: DictConfig) -> None:
 def _check_consistency(cfg: DictConfig, bad: list[str]) -> None:
     # save_steps beyond the horizon are not an error: `steps=4` with the default saves at 50..200
     # just saves the final step (planned_saves shows which remain).
+    if cfg.data.max_seq_len > cfg.train.max_tokens_per_micro_batch:
+        bad.append(f"data.max_seq_len={cfg.data.max_seq_len} exceeds train.max_tokens_per_micro_batch="
+                   f"{cfg.train.max_tokens_per_micro_batch}: the trainer never splits a trajectory across "
+                   "micro-batches, so the longest ones could not be trained; raise the budget or lower max_seq_len")
     if cfg.launcher.kind == "local" and cfg.launcher.nodes != 1:
         bad.append(f"launcher.nodes={cfg.launcher.nodes} needs launcher=slurm (the local launcher runs on this machine only)")
     if cfg.launcher.kind == "slurm" and cfg.resume == "never":

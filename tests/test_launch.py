@@ -87,6 +87,7 @@ def test_every_recipe_composes():
     (["data.kind=web"], "data.kind must be one of hub, synthetic"),
     (["train.lr_schedule=cosin"], "train.lr_schedule must be one of cosine, linear, constant"),
     (["launcher=local", "nodes=2"], "needs launcher=slurm"),
+    (["train.max_tokens_per_micro_batch=16384"], "data.max_seq_len=32768 exceeds train.max_tokens_per_micro_batch=16384"),
     (["launcher=slurm", "resume=never"], "resume=never cannot be used with launcher=slurm"),
     (["data.sources.code=[r2e.jsonl]"], "data.sources.code must be a list of FORMAT:PATH_OR_HUB_ID"),
     (["steps"], "expected key=value"),
