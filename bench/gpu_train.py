@@ -153,7 +153,9 @@ def main() -> None:
     rank, world, owns = train.init_distributed(device.type)
     train.setup_logging(rank)
     attn = select_attn_implementation("auto", device)
-    variants = {"both": [True, False], "on": [True], "off": [False]}[args.liger]
+    # Without Liger first: Liger patches transformers' Qwen3 module globals (RoPE function,
+    # RMSNorm and MLP classes) for the whole process, so a later "off" model would not be off.
+    variants = {"both": [False, True], "on": [True], "off": [False]}[args.liger]
     if device.type != "cuda" and True in variants:
         print("no CUDA: Liger variant skipped (Triton kernels need a GPU)", flush=True)
         variants = [False]
@@ -176,7 +178,7 @@ def main() -> None:
                   f"peak mem={r['peak_mem_gib']:.1f} GiB  kernels={','.join(r['kernels']) or '-'}"
                   f"{'  (fused CE ran: logits never materialized)' if r['kernels'] else ''}")
         if len(results) == 2:
-            print(f"  Liger speed-up: {results[0]['tokens_per_s_per_gpu'] / results[1]['tokens_per_s_per_gpu']:.2f}x")
+            print(f"  Liger speed-up: {results[1]['tokens_per_s_per_gpu'] / results[0]['tokens_per_s_per_gpu']:.2f}x")
     if owns:
         dist.destroy_process_group()
 
