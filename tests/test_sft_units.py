@@ -335,3 +335,21 @@ def test_resume_never_starts_over(tmp_path, data_dir):
     assert not (run_dir / "state").exists()
     assert [r["step"] for r in read_metrics(run_dir)] == [1]
     assert json.loads((run_dir / "DONE").read_text())["step"] == 1
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
+def test_preemption_signals_set_the_flag(sig):
+    import os
+    import signal
+
+    from sft.checkpoint import PreemptionFlag
+
+    before = signal.getsignal(getattr(signal, sig))
+    flag = PreemptionFlag().install()
+    try:
+        assert not flag.set
+        os.kill(os.getpid(), getattr(signal, sig))
+        assert flag.set and flag.signum == getattr(signal, sig)
+    finally:
+        flag.restore()
+    assert signal.getsignal(getattr(signal, sig)) == before
