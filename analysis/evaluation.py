@@ -7,7 +7,6 @@ sweep finds nothing to do. A failing call is recorded (and shown as gaps in the 
 """
 from __future__ import annotations
 
-import json
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,7 +71,7 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
     meta = Path(anchor_dir) / "anchor.json"
     if anchor is None or not meta.exists():
         return
-    recorded = json.loads(meta.read_text(encoding="utf-8")).get("model")
+    recorded = (read_json_object(meta, []) or {}).get("model")
     if recorded != str(anchor):
         raise ConfigError(
             f"{meta} records anchor {recorded!r} but anchor={anchor!r} was given; "

@@ -143,6 +143,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     root, out = Path(cfg.runs_root), Path(cfg.out)
     benches = list(cfg.benches)
     anchor = None if cfg.anchor in (None, "") else str(cfg.anchor)
+    if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
+        anchor = str(Path(anchor).resolve())
     anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else root / "_anchor"
     check_anchor_identity(anchor_dir, anchor)
     eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
