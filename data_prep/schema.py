@@ -38,6 +38,22 @@ ROLES = ("system", "user", "assistant", "tool")
 FIELDS = ("id", "source", "domain", "messages", "tools", "task", "answer", "terminator")
 
 
+# The canonical search tool: training data (search readers) and evaluation (evals) use exactly this
+# spec, so a model sees at evaluation the tool block it was trained with.
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the document corpus. Returns the top documents as lines `Doc i(Title: T) text`.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "The search query."}},
+            "required": ["query"],
+        },
+    },
+}
+
+
 class RecordError(ValueError):
     """A record that can't become canonical. `reason` is a short stable slug used for counting."""
 

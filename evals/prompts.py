@@ -8,7 +8,7 @@ so a prompt here is only the system message + the first user message.
 """
 from __future__ import annotations
 
-from data_prep.readers.search import SEARCH_TOOL as CANONICAL_SEARCH_TOOL
+from data_prep.schema import SEARCH_TOOL as CANONICAL_SEARCH_TOOL
 
 PROMPTS = ("tool_agent", "anchor_nudge")
 

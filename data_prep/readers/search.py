@@ -4,27 +4,13 @@ from __future__ import annotations
 import re
 
 from data_prep.readers.common import thought_message
-from data_prep.schema import make_record
+from data_prep.schema import SEARCH_TOOL, make_record  # noqa: F401  (SEARCH_TOOL re-exported for the readers)
 from data_prep.terminators import final_answer
 
 SEARCH_SYSTEM_PROMPT = (
     "You are a search agent. Answer the user's question using the search tool to look facts up. "
     "When you know the answer, end your reply with a line `Final answer: <answer>`."
 )
-
-# The canonical search tool (envs and evals expose the same one).
-SEARCH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the document corpus. Returns the top documents as lines `Doc i(Title: T) text`.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string", "description": "The search query."}},
-            "required": ["query"],
-        },
-    },
-}
 
 VISIT_TOOL = {
     "type": "function",
