@@ -51,6 +51,7 @@ class SyntheticConfig:
     code_thought_words: tuple[int, int] = (5, 14)
     long_fraction: float = 0.1        # this share of code trajectories gets 3x the steps
     test_every: int = 5               # every k-th (entity, attribute) pair is held out for the bench
+    fact_docs: bool = False           # one document per fact instead of per entity (see _Corpus)
 
 
 @dataclass
@@ -115,20 +116,37 @@ def _filler(rng: random.Random, k: int) -> list[str]:
 
 
 class _Corpus:
+    """The world's documents: one per entity (all its facts), or with `fact_docs` one per fact.
+
+    Fact documents make the answer the tail of the retrieved passage, which a model trained from
+    scratch (the tiny demo model) learns to copy within minutes; entity documents are the harder,
+    more realistic default.
+    """
+
     def __init__(self, ents: list[Entity], cfg: SyntheticConfig):
         frng = random.Random(f"filler-{cfg.world_seed}")
         self.ents = ents
-        self.text = {e.name: e.doc(_filler(frng, cfg.doc_filler)) for e in ents}
         self.k = cfg.docs_per_search
+        self.fact_docs = cfg.fact_docs
+        if cfg.fact_docs:
+            self.docs = {(e.name, a): f"The {a} of {e.name} is {v}." for e in ents for a, v in e.attrs.items()}
+        else:
+            self.docs = {(e.name, None): e.doc(_filler(frng, cfg.doc_filler)) for e in ents}
+        self.keys = list(self.docs)
 
-    def results(self, rng: random.Random, hit: Entity | None) -> str:
+    def results(self, rng: random.Random, hit: Entity | None, attr: str | None = None) -> str:
         """Search-R1-style result block: the hit first (when the query names it), then distractors."""
-        picks = [hit] if hit else []
+        picks = [(hit.name, attr if self.fact_docs else None)] if hit else []
         while len(picks) < self.k:
-            d = rng.choice(self.ents)
+            d = self.keys[rng.randrange(len(self.keys))]
             if d not in picks:
                 picks.append(d)
-        return "\n".join(f"Doc {i}(Title: {d.name}) {self.text[d.name]}" for i, d in enumerate(picks, 1))
+        return "\n".join(f"Doc {i}(Title: {name}) {self.docs[(name, a)]}" for i, (name, a) in enumerate(picks, 1))
+
+    def corpus_rows(self):
+        """wiki-18 rows: `{"id", "contents": "\"Title\"\ntext"}`."""
+        for i, ((name, _), text) in enumerate(self.docs.items()):
+            yield {"id": str(i), "contents": f'"{name}"\n{text}'}
 
 
 def _search_steps(e: Entity, attr: str, value: str, corpus: _Corpus, rng: random.Random, cfg: SyntheticConfig):
@@ -139,7 +157,7 @@ def _search_steps(e: Entity, attr: str, value: str, corpus: _Corpus, rng: random
         steps.append((f"I need the {attr} of {e.name}. Let me try a broad search first.", q, corpus.results(rng, None)))
     thought = (f"That did not mention {e.name}. I will search for it by name." if steps
                else f"I need the {attr} of {e.name}. I will search for {e.name}.")
-    steps.append((thought, f"{e.name} {attr}", corpus.results(rng, e)))
+    steps.append((thought, f"{e.name} {attr}", corpus.results(rng, e, attr)))
     return steps, f"Doc 1 is about {e.name}. It says the {attr} of {e.name} is {value}."
 
 
@@ -299,14 +317,14 @@ def write_synthetic_bench(out_dir: str | Path, seed: int = 0, n: int = 100, cfg:
     corpus = _Corpus(ents, cfg)
     out = Path(out_dir)
     (out / "synthqa").mkdir(parents=True, exist_ok=True)
-    write_jsonl(out / "corpus.jsonl", ({"id": str(i), "contents": f'"{e.name}"\n{corpus.text[e.name]}'} for i, e in enumerate(ents)))
+    n_docs = write_jsonl(out / "corpus.jsonl", corpus.corpus_rows())
     test = [(e, a) for e in ents for a in e.attrs if _is_test(e, a, cfg)]
     random.Random(f"bench-{seed}").shuffle(test)
     if n > len(test):
         raise ValueError(f"only {len(test)} held-out questions in a world of {cfg.n_entities} entities; asked for {n}")
     rows = [{"id": f"synthqa-{i}", "question": question(e, a), "golden_answers": [e.attrs[a]]} for i, (e, a) in enumerate(test[:n])]
     write_jsonl(out / "synthqa" / "test.jsonl", rows)
-    return {"corpus": str(out / "corpus.jsonl"), "test": str(out / "synthqa" / "test.jsonl"), "n": len(rows), "docs": len(ents)}
+    return {"corpus": str(out / "corpus.jsonl"), "test": str(out / "synthqa" / "test.jsonl"), "n": len(rows), "docs": n_docs}
 
 
 def config_from(d: dict | None) -> SyntheticConfig:
