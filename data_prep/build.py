@@ -75,10 +75,9 @@ def cache_key(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any) -> str:
 
 def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
     wanted = _domains(arm, cfg["n"])
+    srcs: Any = {d: [parse_source(s).identity() for s in cfg["sources"][d]] for d in wanted}
     if cfg["kind"] == "synthetic":
-        srcs: Any = {"synthetic": cfg["synthetic"]}
-    else:
-        srcs = {d: [parse_source(s).identity() for s in cfg["sources"][d]] for d in wanted}
+        srcs["synthetic"] = cfg["synthetic"]
     payload = {
         "format": FORMAT_VERSION, "code": _code_hash(), "arm": arm, "seed": seed,
         "tokenizer": tokenizer_identity(tok, name),
@@ -115,10 +114,10 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     out = Path(out)
     stats = RunStats()
     with atomic_dir(out) as tmp:
-        if cfg["kind"] == "synthetic":
-            specs = _synthetic_sources(cfg, arm, seed, tmp / "raw")
-        else:
-            specs = {d: list(cfg["sources"][d]) for d in wanted}
+        specs = {d: list(cfg["sources"][d]) for d in wanted}
+        if cfg["kind"] == "synthetic":  # generated sources, plus any listed ones (e.g. envs exports)
+            for d, generated in _synthetic_sources(cfg, arm, seed, tmp / "raw").items():
+                specs.setdefault(d, [])[:0] = generated
         missing = [d for d in wanted if not specs.get(d)]
         if missing:
             raise arms.ArmError(f"arm {arm!r} needs sources.{'/'.join(missing)} (or data=synthetic)")

@@ -172,3 +172,19 @@ def test_decontam_against_shared_benchmarks(tmp_path):
                         arm="search", seed=0, tokenizer="tiny", out=tmp_path / "o", progress=False)
     assert m["decontam"]["overlapping"] == {"leak": ["hotpotqa/1"]} and m["counts"]["kept"] == 1
     assert m["decontam"]["questions"] == 1500
+
+
+def test_synthetic_arm_also_reads_listed_sources(tmp_path):
+    """data=synthetic plus sources.search=[canonical:...] (e.g. envs exports): both feed the pool,
+    and the listed file is part of the cache key."""
+    from envs.search_plan_act import export_trajectories
+
+    exported = tmp_path / "spa.jsonl"
+    export_trajectories(exported, n=6, seed=0)
+    cfg = {**SMALL, "n": 20, "synthetic": {"n_entities": 40, "search_n": 14}, "sources": {"search": [f"canonical:{exported}"]}}
+    m = build.build_arm(cfg, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["counts"]["kept_by_source"].get("canonical") == 6 and m["counts"]["kept"] == 20
+    key = build.cache_key(cfg, arm="search", seed=0, tokenizer="tiny")
+    assert key != build.cache_key(SMALL | {"n": 20}, arm="search", seed=0, tokenizer="tiny")
+    export_trajectories(exported, n=5, seed=1)
+    assert build.cache_key(cfg, arm="search", seed=0, tokenizer="tiny") != key
