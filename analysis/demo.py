@@ -36,6 +36,10 @@ DEFAULTS = {
     "launch_args": [],  # extra `launch` overrides, e.g. ["lr=1e-3"]
     "train": True,  # false: skip launch (analyze what runs_root already holds)
     "world_seed": 0,  # the synthetic world shared by training data and the QA bench
+    # search_plan_act train-split episodes (envs exporter) added to the search pool, so the search and
+    # mixed arms see the tool-plan-finish loop that `search_plan_ood` scores (its OOD split never
+    # shares templates with train). 0 disables.
+    "envs_episodes": 500,
     "bench_n": 60,  # held-out synthqa questions written
     "eval_n": 40,  # examples per bench per checkpoint
     "max_turns": 4,
@@ -52,10 +56,28 @@ def _list(xs) -> str:
     return "[" + ",".join(str(x) for x in xs) + "]"
 
 
+def envs_export_path(cfg) -> Path:
+    return Path(cfg.runs_root) / "_envs" / f"search_plan_act_train_{int(cfg.envs_episodes)}.jsonl"
+
+
 def launch_argv(cfg) -> list[str]:
+    extra = [f"data.sources.search=[canonical:{envs_export_path(cfg)}]"] if cfg.envs_episodes else []
     return ["sweep", f"arms={_list(cfg.arms)}", f"seeds={_list(cfg.seeds)}", "model=tiny", "data=synthetic",
             f"steps={cfg.steps}", f"save_steps={_list(cfg.save_steps)}", f"n={cfg.n}", f"runs_root={cfg.runs_root}",
-            f"data.synthetic.world_seed={cfg.world_seed}", *[str(a) for a in cfg.launch_args]]
+            f"data.synthetic.world_seed={cfg.world_seed}", *extra, *[str(a) for a in cfg.launch_args]]
+
+
+def export_envs_episodes(cfg) -> Path:
+    """Genuine-policy search_plan_act episodes (train split) as canonical jsonl, written once."""
+    from envs.search_plan_act import export_trajectories
+
+    path = envs_export_path(cfg)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        export_trajectories(tmp, n=int(cfg.envs_episodes), seed=int(cfg.world_seed), split="train")
+        tmp.replace(path)
+    return path
 
 
 def analyze_config(cfg) -> dict:
@@ -75,6 +97,8 @@ def describe(cfg) -> str:
     ev = " ".join(f"{k}={v}" for k, v in a["eval"].items())
     return "\n".join([
         "demo plan:",
+        *([f"  0. envs export: {int(cfg.envs_episodes)} search_plan_act train episodes -> {envs_export_path(cfg)}"]
+          if cfg.envs_episodes and cfg.train else []),
         f"  1. launch {' '.join(launch_argv(cfg))}" + ("" if cfg.train else "   (skipped: train=false)"),
         f"  2. write_synthetic_bench({cfg.runs_root}/_bench, seed={cfg.world_seed}, n={cfg.bench_n})"
         " -> corpus.jsonl + synthqa/test.jsonl",
@@ -97,6 +121,9 @@ def run_demo(cfg) -> int:
     timings: dict[str, float] = {}
     if cfg.train:
         from launch.cli import main as launch_main
+
+        if cfg.envs_episodes:
+            _phase("search_plan_act episodes (envs export)", timings, lambda: export_envs_episodes(cfg))
 
         rc = _phase("train (launch sweep)", timings, lambda: launch_main(launch_argv(cfg)))
         if rc != 0:
