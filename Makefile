@@ -25,8 +25,11 @@ test: venv
 test-fast: venv
 	$(BIN)/python -m pytest -q tests -m "not slow"
 
+# CPU benchmarks (ratios against a named baseline, printed); the GPU scripts are bench/gpu_*.py.
 bench: venv
-	$(BIN)/python -m bench.run_all
+	$(BIN)/python bench/bench_data_prep.py
+	$(BIN)/python bench/bench_train.py
+	$(BIN)/python bench/bench_evals.py
 
 clean:
 	rm -rf $(VENV) runs reports .cache
