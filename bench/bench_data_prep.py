@@ -101,10 +101,9 @@ def main() -> None:
     ap.add_argument("--raw")
     ap.add_argument("--out")
     args = ap.parse_args()
-    if args.tokenizer == "tiny":
-        from data_prep.tiny import tiny_tokenizer_path
+    from data_prep.tiny import resolve_tokenizer
 
-        args.tokenizer = tiny_tokenizer_path()
+    args.tokenizer = resolve_tokenizer(args.tokenizer)
     if args.phase:
         print(json.dumps(_ours(args) if args.phase == "ours" else _trl(args)))
         return

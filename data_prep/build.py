@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from common.io import atomic_dir, sha256_file, write_json, write_jsonl
+from common.io import atomic_dir, sha256_file, sha256_text, write_json, write_jsonl
 from data_prep import arms, config, synthetic, worker
 from data_prep.decontam import Decontaminator, load_questions
 from data_prep.readers import parse_source, read_source
@@ -37,14 +37,13 @@ def load_tokenizer(tokenizer: Any):
         return tokenizer, getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
     from transformers import AutoTokenizer
 
-    from data_prep.tiny import tiny_tokenizer_path
+    from data_prep.tiny import resolve_tokenizer
 
-    path = tiny_tokenizer_path() if tokenizer == "tiny" else tokenizer
-    return AutoTokenizer.from_pretrained(path), tokenizer
+    return AutoTokenizer.from_pretrained(resolve_tokenizer(tokenizer)), tokenizer
 
 
 def tokenizer_identity(tok, name: str) -> dict:
-    ident = {"name": name, "vocab_size": len(tok), "chat_template_sha256": hashlib.sha256((tok.chat_template or "").encode()).hexdigest()}
+    ident = {"name": name, "vocab_size": len(tok), "chat_template_sha256": sha256_text(tok.chat_template or "")}
     d = Path(getattr(tok, "name_or_path", "") or "")
     if d.is_dir():
         ident["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir()) if p.is_file() and p.suffix in (".json", ".txt", ".jinja", ".model")}
@@ -85,7 +84,7 @@ def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
         "sources": srcs,
         "decontam": [{"path": p, "sha256": sha256_file(p)} for p in cfg["decontam"]],
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+    return sha256_text(json.dumps(payload, sort_keys=True, default=str))
 
 
 def _synthetic_sources(cfg: dict, arm: str, seed: int, raw_dir: Path) -> dict[str, list[str]]:

@@ -31,6 +31,11 @@ def tiny_tokenizer_path() -> str:
     return str(TOKENIZER_DIR)
 
 
+def resolve_tokenizer(name: str) -> str:
+    """A tokenizer path or hub id as every stage accepts it: the value `tiny` is the embedded one."""
+    return tiny_tokenizer_path() if name == "tiny" else name
+
+
 def _training_corpus() -> list[str]:
     """Deterministic English + code + JSON text: Python's own stdlib sources and docstrings."""
     import sysconfig

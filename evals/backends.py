@@ -32,9 +32,9 @@ class Generation:
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
-    from data_prep.tiny import tiny_tokenizer_path
+    from data_prep.tiny import resolve_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_path() if path == "tiny" else path)
+    tok = AutoTokenizer.from_pretrained(resolve_tokenizer(path))
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

@@ -15,23 +15,17 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from data_prep.tiny import resolve_tokenizer
+
 from .config import TrainConfig
 
 log = logging.getLogger("sft.model")
 
 
-def resolve_tokenizer_path(name: str) -> str:
-    if name == "tiny":
-        from data_prep.tiny import tiny_tokenizer_path
-
-        return tiny_tokenizer_path()
-    return name
-
-
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_tokenizer_path(name))
+    return AutoTokenizer.from_pretrained(resolve_tokenizer(name))
 
 
 def select_attn_implementation(requested: str, device: torch.device) -> str:

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 # ~1.3M parameters: big enough to learn the synthetic tasks in a few hundred CPU steps.
@@ -23,13 +24,19 @@ TINY_CONFIG = dict(
 )
 
 
+@functools.lru_cache(maxsize=1)
+def _tiny_tokenizer():
+    from transformers import AutoTokenizer
+
+    from data_prep.tiny import tiny_tokenizer_path
+
+    return AutoTokenizer.from_pretrained(tiny_tokenizer_path())
+
+
 def tiny_config(**overrides):
     from transformers import Qwen3Config
 
-    from data_prep.tiny import tiny_tokenizer_path
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_path())
+    tok = _tiny_tokenizer()
     kw = dict(TINY_CONFIG)
     kw.update(overrides)
     return Qwen3Config(
@@ -43,16 +50,13 @@ def tiny_config(**overrides):
 def save_tiny_model(out: str | Path, seed: int = 0, **overrides) -> Path:
     """Write a random-init tiny Qwen3 + the tiny tokenizer as a Hugging Face model dir."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-    from data_prep.tiny import tiny_tokenizer_path
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
     out = Path(out)
     torch.manual_seed(seed)
     cfg = tiny_config(**overrides)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.save_pretrained(out)
-    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_path())
-    tok.save_pretrained(out)
+    _tiny_tokenizer().save_pretrained(out)
     GenerationConfig(eos_token_id=[cfg.eos_token_id], pad_token_id=cfg.pad_token_id).save_pretrained(out)
     return out
