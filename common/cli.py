@@ -40,6 +40,19 @@ def did_you_mean(key: str, valid: Iterable[str]) -> str:
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
 
+class KeySpace:
+    """The keys a config accepts: its leaf keys, any sub-tree they sit in (`sources.code`), and
+    anything under `open_prefixes` (free-form sections such as `model.config.`)."""
+
+    def __init__(self, base: DictConfig, open_prefixes: tuple[str, ...] = ()):
+        self.leaves = set(flat_keys(base))
+        self.subtrees = {k.rsplit(".", i)[0] for k in self.leaves for i in range(1, k.count(".") + 1)}
+        self.open_prefixes = open_prefixes
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.leaves or key in self.subtrees or any(key.startswith(p) for p in self.open_prefixes)
+
+
 def split_dotlist(argv: list[str]) -> list[tuple[str, str]]:
     """Split `key=value` tokens; anything else is an error naming the token."""
     pairs = []
@@ -63,15 +76,12 @@ def apply_overrides(
     Keys under `open_prefixes` (e.g. free-form `model.config.`) may be new.
     """
     aliases = aliases or {}
-    valid = set(flat_keys(base))
-    # A key naming a whole sub-tree (e.g. `sources.code`) is valid too.
-    valid_prefixes = {k.rsplit(".", i)[0] for k in valid for i in range(1, k.count(".") + 1)}
+    known = KeySpace(base, open_prefixes)
     cfg = base.copy()
     for key, value in split_dotlist(argv):
         key = aliases.get(key, key)
-        ok = key in valid or key in valid_prefixes or any(key.startswith(p) for p in open_prefixes)
-        if not ok:
-            shown = sorted(valid | set(aliases))
+        if key not in known:
+            shown = sorted(known.leaves | set(aliases))
             raise ConfigError(
                 f"unknown key {key!r}.{did_you_mean(key, shown)}\nValid keys: {', '.join(shown)}"
             )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import ConfigError, apply_overrides, flat_keys, split_dotlist
+from common.cli import ConfigError, KeySpace, apply_overrides, flat_keys, split_dotlist
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 GROUPS = ("arm", "model", "data", "launcher")
@@ -86,10 +86,9 @@ def split_selectors(argv: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def _check_recipe_keys(recipe: DictConfig, base: DictConfig, where: str) -> None:
-    valid = set(flat_keys(base))
-    prefixes = {k.rsplit(".", i)[0] for k in valid for i in range(1, k.count(".") + 1)}
+    known = KeySpace(base, OPEN_PREFIXES)
     for key in flat_keys(recipe):
-        if key in valid or key in prefixes or any(key.startswith(p) for p in OPEN_PREFIXES):
+        if key in known:
             continue
         raise ConfigError(f"{where}: key {key!r} is not in recipes/base.yaml (recipes may only set keys the base defines)")
 

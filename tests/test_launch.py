@@ -70,7 +70,10 @@ def test_hub_recipe_names_the_real_datasets():
 def test_every_recipe_composes():
     for group in ("arm", "model", "data", "launcher"):
         for choice in group_choices(group):
-            compose([f"{group}={choice}"])
+            composed = compose([f"{group}={choice}"])
+            assert composed.choices[group] == choice
+            if group == "model":
+                assert composed.cfg.model.name == choice
 
 
 @pytest.mark.parametrize("argv, message", [
