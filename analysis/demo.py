@@ -4,8 +4,10 @@
    synthetic data per arm, the tiny Qwen3 trained with several step checkpoints per arm.
 2. `data_prep.synthetic.write_synthetic_bench`: a QA bench (`synthqa`, held-out questions with golden
    answers) over a corpus generated from the same world as the training data, retrieved with BM25.
-3. The anchor: the tiny model's step-0 random init (the trainer seeds it with the run seed, so
-   `save_tiny_model(seed=seeds[0])` is the very same weights), evaluated with `prompt=anchor_nudge`.
+3. The anchor, evaluated with `prompt=anchor_nudge`: the base every arm starts from. For
+   `model=tiny_base` (default) that is the committed pretrained tiny base (`sft/tiny_base/`); for
+   `model=tiny` the step-0 random init (the trainer seeds it with the run seed, so
+   `save_tiny_model(seed=seeds[0])` is the very same weights).
 4. `analyze benches=[synthqa,search_plan_ood] ...`: every checkpoint evaluated, transfer curves,
    tables and report.md into `out` (default reports/).
 
@@ -27,12 +29,18 @@ DEFAULTS = {
     "runs_root": "runs/demo",
     "out": "reports",
     "arms": ["r2e", "search", "mixed"],
+    # tiny_base: the committed pretrained tiny model (it can read; the study's base is pretrained too).
+    # tiny: the same architecture from a random init (the anchor is then that init).
+    "model": "tiny_base",
     "seeds": [0],
-    # The tiny recipe trains 2 trajectories per step; by ~150-200 steps the search arm has learned the
-    # agent format (a search call, then `Final answer:`), which the behaviour figure shows.
+    # model=tiny_base trains 4 trajectories per step: the search arm calls search and answers by step
+    # ~100 and its synthqa EM keeps rising to step 200 (measured; README).
     "steps": 200,
-    "save_steps": [40, 80, 120, 160],  # the final step is always saved too
-    "n": 1000,  # trajectories built per arm (steps x 2 are used)
+    "save_steps": [50, 100, 150],  # the final step is always saved too
+    "n": 1000,  # trajectories built per arm (steps x 4 are used)
+    # data.synthetic.search_extra: vague searches before the right one. [0,0]: none, so 200 tiny-model
+    # steps go to "search the entity, copy the fact" instead of recovering from a miss.
+    "search_extra": [0, 0],
     "launch_args": [],  # extra `launch` overrides, e.g. ["lr=1e-3"]
     "train": True,  # false: skip launch (analyze what runs_root already holds)
     "world_seed": 0,  # the synthetic world shared by training data and the QA bench
@@ -63,9 +71,9 @@ def envs_export_path(cfg) -> Path:
 
 def launch_argv(cfg) -> list[str]:
     extra = [f"data.sources.search=[canonical:{envs_export_path(cfg)}]"] if cfg.envs_episodes else []
-    return ["sweep", f"arms={_list(cfg.arms)}", f"seeds={_list(cfg.seeds)}", "model=tiny", "data=synthetic",
+    return ["sweep", f"arms={_list(cfg.arms)}", f"seeds={_list(cfg.seeds)}", f"model={cfg.model}", "data=synthetic",
             f"steps={cfg.steps}", f"save_steps={_list(cfg.save_steps)}", f"n={cfg.n}", f"runs_root={cfg.runs_root}",
-            f"data.synthetic.world_seed={cfg.world_seed}", *extra, *[str(a) for a in cfg.launch_args]]
+            f"data.synthetic.world_seed={cfg.world_seed}", f"data.synthetic.search_extra={_list(cfg.search_extra)}", *extra, *[str(a) for a in cfg.launch_args]]
 
 
 def export_envs_episodes(cfg) -> Path:
@@ -81,11 +89,21 @@ def export_envs_episodes(cfg) -> Path:
     return path
 
 
+MODELS = ("tiny_base", "tiny")
+
+
+def anchor_path(cfg) -> Path:
+    """The base the arms start from: the committed tiny base, or a saved copy of the random init."""
+    from sft.tiny import TINY_BASE_DIR
+
+    return TINY_BASE_DIR if cfg.model == "tiny_base" else Path(cfg.runs_root) / "_anchor_model"
+
+
 def analyze_config(cfg) -> dict:
     root = Path(cfg.runs_root)
     bench = root / "_bench"
     return {
-        "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES, "anchor": str(root / "_anchor_model"),
+        "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES, "anchor": str(anchor_path(cfg)),
         "n_boot": int(cfg.n_boot),
         "eval": {"n": int(cfg.eval_n), "corpus": str(bench / "corpus.jsonl"), "bench_root": str(bench),
                  "max_turns": int(cfg.max_turns), "max_model_len": int(cfg.max_model_len),
@@ -103,7 +121,8 @@ def describe(cfg) -> str:
         f"  1. launch {' '.join(launch_argv(cfg))}" + ("" if cfg.train else "   (skipped: train=false)"),
         f"  2. write_synthetic_bench({cfg.runs_root}/_bench, seed={cfg.world_seed}, n={cfg.bench_n})"
         " -> corpus.jsonl + synthqa/test.jsonl",
-        f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the step-0 random init)",
+        (f"  3. anchor: {a['anchor']} (the committed pretrained tiny base)" if cfg.model == "tiny_base" else
+         f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the step-0 random init)"),
         f"  4. analyze runs_root={a['runs_root']} benches={_list(BENCHES)} anchor={a['anchor']} out={a['out']} {ev}",
     ])
 
@@ -140,12 +159,13 @@ def run_demo(cfg) -> int:
     def anchor():
         from sft.tiny import save_tiny_model
 
-        path = root / "_anchor_model"
-        if not (path / "config.json").is_file():
+        path = anchor_path(cfg)
+        if cfg.model == "tiny" and not (path / "config.json").is_file():
             save_tiny_model(path, seed=int(cfg.seeds[0]))
         return path
 
-    _phase("anchor model", timings, anchor)
+    if cfg.model == "tiny":
+        _phase("anchor model", timings, anchor)
     from analysis.sweep import run_analysis
 
     result = _phase("evaluate + analyze", timings, lambda: run_analysis(analyze_config(cfg)))
@@ -174,6 +194,8 @@ def _main(argv: list[str]) -> int:
     cfg = apply_overrides(base, argv)
     if not cfg.arms or not cfg.seeds:
         raise ConfigError("arms=[...] and seeds=[...] must not be empty")
+    if cfg.model not in MODELS:
+        raise ConfigError(f"model={cfg.model!r}: the demo runs one of {', '.join(MODELS)}")
     print(describe(cfg))
     if cfg.dry_run:
         return 0

@@ -45,7 +45,7 @@ class SyntheticConfig:
     n_entities: int = 200
     doc_filler: int = 0               # extra filler sentences per document (longer tool results)
     search_extra: tuple[int, int] = (0, 1)   # extra (vaguer) searches before the right one
-    docs_per_search: int = 2
+    docs_per_search: int = 3         # = evaluate's default topk
     code_turns: tuple[int, int] = (1, 3)     # tool-using steps before finish
     code_obs_lines: tuple[int, int] = (2, 5)
     code_thought_words: tuple[int, int] = (5, 14)
@@ -115,6 +115,25 @@ def _filler(rng: random.Random, k: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16))).capitalize() + "." for _ in range(k)]
 
 
+def _by_kind(ents: list[Entity]) -> dict[str, list[Entity]]:
+    out: dict[str, list[Entity]] = {}
+    for e in ents:
+        out.setdefault(e.kind, []).append(e)
+    return out
+
+
+def _distractors(rng: random.Random, hit: Entity, ents: list[Entity], by_kind: dict, k: int) -> list[Entity]:
+    """k other entities, three in four of the same kind as `hit`: what a retriever returns for a
+    query naming an attribute, and what forces matching the entity, not just the attribute."""
+    out: list[Entity] = []
+    while len(out) < k:
+        pool = by_kind[hit.kind] if rng.random() < 0.75 and len(by_kind[hit.kind]) > k else ents
+        e = pool[rng.randrange(len(pool))]
+        if e is not hit and e not in out:
+            out.append(e)
+    return out
+
+
 class _Corpus:
     """The world's documents: one per entity (all its facts), or with `fact_docs` one per fact.
 
@@ -126,6 +145,7 @@ class _Corpus:
     def __init__(self, ents: list[Entity], cfg: SyntheticConfig):
         frng = random.Random(f"filler-{cfg.world_seed}")
         self.ents = ents
+        self.by_kind = _by_kind(ents)
         self.k = cfg.docs_per_search
         self.fact_docs = cfg.fact_docs
         if cfg.fact_docs:
@@ -135,13 +155,20 @@ class _Corpus:
         self.keys = list(self.docs)
 
     def results(self, rng: random.Random, hit: Entity | None, attr: str | None = None) -> str:
-        """Search-R1-style result block: the hit first (when the query names it), then distractors."""
-        picks = [(hit.name, attr if self.fact_docs else None)] if hit else []
-        while len(picks) < self.k:
-            d = self.keys[rng.randrange(len(self.keys))]
-            if d not in picks:
-                picks.append(d)
-        return "\n".join(f"Doc {i}(Title: {name}) {self.docs[(name, a)]}" for i, (name, a) in enumerate(picks, 1))
+        """Search-R1-style result block: the hit first (when the query names it), then distractors,
+        mostly of the hit's kind (as a retriever ranks documents sharing the query's attribute)."""
+        if hit is None:
+            picks: list[tuple[str, str | None]] = []
+            while len(picks) < self.k:
+                d = self.keys[rng.randrange(len(self.keys))]
+                if d not in picks:
+                    picks.append(d)
+        else:
+            others = _distractors(rng, hit, self.ents, self.by_kind, self.k - 1)
+            picks = [(e.name, (attr if attr in e.attrs else sorted(e.attrs)[0]) if self.fact_docs else None)
+                     for e in [hit, *others]]
+        # Search-R1's layout: the wiki-18 title keeps its quotes (as evals' retriever prints it).
+        return "\n".join(f'Doc {i}(Title: "{name}") {self.docs[(name, a)]}' for i, (name, a) in enumerate(picks, 1))
 
     def corpus_rows(self):
         """wiki-18 rows: `{"id", "contents": "\"Title\"\ntext"}`."""
@@ -161,6 +188,20 @@ def _search_steps(e: Entity, attr: str, value: str, corpus: _Corpus, rng: random
     return steps, f"Doc 1 is about {e.name}. It says the {attr} of {e.name} is {value}."
 
 
+# OpenSeeker-style system prompts vary by source and version; a generator with one fixed prompt
+# teaches a small model that exact string, and it then fails on any other (evals' own prompt).
+_SYSTEM_PARTS = (
+    ("You are a deep research assistant.", "You are a helpful assistant.",
+     "You are a research agent that answers questions.", "You are an assistant with a document search tool."),
+    ("", " Look facts up before answering.", " You can search as many times as you need.", " Use the tools when they help."),
+    ("", " Keep answers short.", " Answer with a short phrase.", " Be precise."),
+)
+
+
+def _search_system(rng: random.Random) -> str:
+    return "".join(rng.choice(part) for part in _SYSTEM_PARTS)
+
+
 def search_rows(n: int, seed: int, cfg: SyntheticConfig) -> tuple[list[dict], list[dict]]:
     """(OpenSeeker rows, Search-R1 rows), n in total, alternating, from training pairs only."""
     ents = make_world(cfg)
@@ -174,7 +215,7 @@ def search_rows(n: int, seed: int, cfg: SyntheticConfig) -> tuple[list[dict], li
         steps, final = _search_steps(e, attr, value, corpus, rng, cfg)
         q = question(e, attr)
         if k % 2 == 0:
-            traj = [{"role": "system", "content": "You are a deep research assistant."}, {"role": "user", "content": q}]
+            traj = [{"role": "system", "content": _search_system(rng)}, {"role": "user", "content": q}]
             for thought, query, res in steps:
                 call = json.dumps({"name": "search", "arguments": {"query": [query]}})
                 traj.append({"role": "assistant", "content": f"<think>\n{thought}\n</think>\n<tool_call>\n{call}\n</tool_call>"})
@@ -191,6 +232,52 @@ def search_rows(n: int, seed: int, cfg: SyntheticConfig) -> tuple[list[dict], li
             r1_rows.append({"id": f"synth-r1-{seed}-{k}", "question": q, "golden_answers": [value],
                             "prompt": [{"role": "user", "content": prompt}], "response": resp})
     return os_rows, r1_rows
+
+
+READING_LAYOUTS = ("docs_question_answer", "question_docs_answer", "question_docs_restate", "json_records")
+
+
+def reading_items(n: int, seed: int, cfg: SyntheticConfig) -> list[tuple[str, str, str, str]]:
+    """Plain-text reading-comprehension passages for pretraining the tiny base (no chat template,
+    no tools), as (layout, text before the answer, answer, text after it): a few documents about
+    the world, a question about one of them, its answer copied from the text. Layouts vary
+    (`READING_LAYOUTS`: documents before or after the question; a bare answer or a sentence that
+    restates the fact; or the records as JSON lines with a JSON question/answer), the relevant document sits at any position, documents hold one fact or a
+    whole entity, and distractors are mostly entities of the same kind stating the same attribute, so what is
+    learned is "find the fact the question names and copy it", not a position or an attribute
+    name. Use a world the demo never evaluates on."""
+    ents = make_world(cfg)
+    by_kind = _by_kind(ents)
+    rng = random.Random(f"reading-{seed}")
+    items = []
+    for _ in range(n):
+        hit = ents[rng.randrange(len(ents))]
+        picks = [hit, *_distractors(rng, hit, ents, by_kind, rng.randint(0, 3))]
+        rng.shuffle(picks)
+        attr = rng.choice(sorted(hit.attrs))
+        whole = rng.random() < 0.5
+        docs = []
+        for e in picks:
+            a = attr if e is hit or (attr in e.attrs and rng.random() < 0.7) else rng.choice(sorted(e.attrs))
+            docs.append(e.doc([]) if whole else f"The {a} of {e.name} is {e.attrs[a]}.")
+        block = "\n".join(f"Doc {i}(Title: {e.name}) {d}" for i, (e, d) in enumerate(zip(picks, docs), 1))
+        q, v = question(hit, attr), hit.attrs[attr]
+        layout = READING_LAYOUTS[rng.randrange(len(READING_LAYOUTS))]
+        if layout == "docs_question_answer":
+            items.append((layout, f"{block}\nQuestion: {q}\nAnswer: ", v, ""))
+        elif layout == "question_docs_answer":
+            items.append((layout, f"Question: {q}\n{block}\nThe answer is ", v, "."))
+        elif layout == "question_docs_restate":
+            items.append((layout, f"{q}\n{block}\nAccording to Doc {picks.index(hit) + 1}, the {attr} of {hit.name} is ", v, "."))
+        else:  # the same facts as JSON lines: quotes, braces and key-value structure, as web text has
+            recs = "\n".join(json.dumps({"title": e.name, "kind": e.kind, **e.attrs}) for e in picks)
+            items.append((layout, f'{recs}\n{{"question": {json.dumps(q)}, "answer": "', v, '"}'))
+    return items
+
+
+def reading_texts(n: int, seed: int, cfg: SyntheticConfig) -> list[str]:
+    """`reading_items` as whole passages."""
+    return [before + answer + after for _, before, answer, after in reading_items(n, seed, cfg)]
 
 
 R2E_SYSTEM = """You are a programming agent who is provided a github issue and repository bash environment and is tasked to solve certain tasks to resolve the issue.

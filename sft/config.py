@@ -14,6 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, apply_overrides
 
+from .tiny import resolve_model_path
+
 ATTN_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 PRECISIONS = ("auto", "bf16", "fp32")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -170,7 +172,7 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
         arm=arm,
         seed=seed,
         resume=resume,
-        model_path=_str(raw, "model.path"),
+        model_path=resolve_model_path(_str(raw, "model.path")),
         tokenizer=_str(raw, "model.tokenizer"),
         init=_choice(raw, "model.init", ("pretrained", "random")),
         model_overrides=OmegaConf.to_container(overrides, resolve=True) if isinstance(overrides, DictConfig) else dict(overrides),

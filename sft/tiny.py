@@ -1,12 +1,18 @@
-"""The tiny model: the real Qwen3 architecture scaled down, random init from a config.
+"""The tiny model: the real Qwen3 architecture scaled down, random init from a config, and the
+committed pretrained tiny base.
 
-`model=tiny` in the recipes resolves to these numbers; tests and the CPU demo use
-`save_tiny_model` to get a loadable Hugging Face model directory without any hub access.
+`model=tiny` in the recipes resolves to these numbers (random init); tests use `save_tiny_model`
+to get a loadable Hugging Face model directory without any hub access. `model=tiny_base` loads
+`sft/tiny_base/`, the same architecture after `python -m sft.tiny_pretrain` taught it to read.
 """
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+
+# The committed pretrained tiny base (`model=tiny_base`, made by `python -m sft.tiny_pretrain`).
+TINY_BASE_DIR = Path(__file__).with_name("tiny_base")
+EMBEDDED_MODELS = {"tiny-base": TINY_BASE_DIR}
 
 # ~1.3M parameters: big enough to learn the synthetic tasks in a few hundred CPU steps.
 TINY_CONFIG = dict(
@@ -25,7 +31,7 @@ TINY_CONFIG = dict(
 
 
 @functools.lru_cache(maxsize=1)
-def _tiny_tokenizer():
+def tiny_tokenizer():
     from transformers import AutoTokenizer
 
     from data_prep.tiny import tiny_tokenizer_path
@@ -33,10 +39,23 @@ def _tiny_tokenizer():
     return AutoTokenizer.from_pretrained(tiny_tokenizer_path())
 
 
+def resolve_model_path(name: str) -> str:
+    """A model path or hub id as the trainer loads it: `tiny-base` is the embedded pretrained dir."""
+    if name not in EMBEDDED_MODELS:
+        return name
+    path = EMBEDDED_MODELS[name]
+    if not (path / "model.safetensors").is_file():
+        from common.cli import ConfigError
+
+        raise ConfigError(f"model.path={name}: {path}/model.safetensors is missing "
+                                "(it is committed; rebuild it with `python -m sft.tiny_pretrain`)")
+    return str(path)
+
+
 def tiny_config(**overrides):
     from transformers import Qwen3Config
 
-    tok = _tiny_tokenizer()
+    tok = tiny_tokenizer()
     kw = dict(TINY_CONFIG)
     kw.update(overrides)
     return Qwen3Config(
@@ -47,16 +66,18 @@ def tiny_config(**overrides):
     )
 
 
-def save_tiny_model(out: str | Path, seed: int = 0, **overrides) -> Path:
-    """Write a random-init tiny Qwen3 + the tiny tokenizer as a Hugging Face model dir."""
+def save_tiny_model(out: str | Path, seed: int = 0, model=None, **overrides) -> Path:
+    """Write a tiny Qwen3 + the tiny tokenizer as a Hugging Face model dir: random init from
+    `seed` (and config overrides), or the given `model`'s weights."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     out = Path(out)
-    torch.manual_seed(seed)
-    cfg = tiny_config(**overrides)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    if model is None:
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(tiny_config(**overrides), dtype=torch.float32)
+    cfg = model.config
     model.save_pretrained(out)
-    _tiny_tokenizer().save_pretrained(out)
+    tiny_tokenizer().save_pretrained(out)
     GenerationConfig(eos_token_id=[cfg.eos_token_id], pad_token_id=cfg.pad_token_id).save_pretrained(out)
     return out
