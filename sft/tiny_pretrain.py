@@ -145,8 +145,8 @@ def pretrain(out: Path, cfg: PretrainConfig, log=print) -> dict:
         raise RuntimeError(f"packed only {len(ids)} rows for {need} needed; raise the passage count")
     log(f"pretrain: {len(texts)} passages -> {len(ids)} rows of {cfg.seq_len}; {cfg.steps} steps x {cfg.batch} rows")
 
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     curve, evals = [], []
@@ -197,7 +197,6 @@ def main(argv=None) -> int:
         ap.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
     args = vars(ap.parse_args(argv))
     out = args.pop("out")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     pretrain(Path(out), PretrainConfig(**args), log=lambda msg: print(msg, flush=True))
     return 0
 
