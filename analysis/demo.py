@@ -156,16 +156,16 @@ def run_demo(cfg) -> int:
 
     _phase("synthetic QA bench", timings, bench)
 
-    def anchor():
+    def save_random_init_anchor():
         from sft.tiny import save_tiny_model
 
         path = anchor_path(cfg)
-        if cfg.model == "tiny" and not (path / "config.json").is_file():
+        if not (path / "config.json").is_file():
             save_tiny_model(path, seed=int(cfg.seeds[0]))
         return path
 
-    if cfg.model == "tiny":
-        _phase("anchor model", timings, anchor)
+    if cfg.model == "tiny":  # tiny_base's anchor is the committed base itself
+        _phase("anchor model", timings, save_random_init_anchor)
     from analysis.sweep import run_analysis
 
     result = _phase("evaluate + analyze", timings, lambda: run_analysis(analyze_config(cfg)))

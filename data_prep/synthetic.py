@@ -188,8 +188,8 @@ def _search_steps(e: Entity, attr: str, value: str, corpus: _Corpus, rng: random
     return steps, f"Doc 1 is about {e.name}. It says the {attr} of {e.name} is {value}."
 
 
-# OpenSeeker-style system prompts vary by source and version; a generator with one fixed prompt
-# teaches a small model that exact string, and it then fails on any other (evals' own prompt).
+# OpenSeeker-style system prompts vary by source and version, and evaluate uses its own; a mix of
+# phrasings keeps a small model from tying the agent format to one exact system string.
 _SYSTEM_PARTS = (
     ("You are a deep research assistant.", "You are a helpful assistant.",
      "You are a research agent that answers questions.", "You are an assistant with a document search tool."),

@@ -48,7 +48,7 @@ def resolve_model_path(name: str) -> str:
         from common.cli import ConfigError
 
         raise ConfigError(f"model.path={name}: {path}/model.safetensors is missing "
-                                "(it is committed; rebuild it with `python -m sft.tiny_pretrain`)")
+                          "(it is committed; rebuild it with `python -m sft.tiny_pretrain`)")
     return str(path)
 
 
