@@ -73,6 +73,29 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         raise
 
 
+def utc_stamp() -> str:
+    """A UTC time for file names: `20261130T113814Z` (sortable, no colons)."""
+    import datetime as _dt
+
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def replace_aside(path: str | Path) -> Path:
+    """The one meaning of `overwrite=true` in this project: rename `path` to
+    `<path>.replaced-<UTC time>` (a numbered suffix if that exists) and return the new path.
+
+    Nothing is deleted; the caller then writes a fresh output at `path`.
+    """
+    path = Path(path)
+    base = path.with_name(f"{path.name}.replaced-{utc_stamp()}")
+    aside, k = base, 1
+    while aside.exists() or aside.is_symlink():
+        aside = base.with_name(f"{base.name}.{k}")
+        k += 1
+    os.replace(path, aside)
+    return aside
+
+
 def fsync_dir(path: Path) -> None:
     for p in [*path.iterdir(), path] if path.is_dir() else [path]:
         try:
