@@ -16,6 +16,10 @@ from common.cli import ConfigError, apply_overrides
 
 from .tiny import resolve_model_path
 
+# Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
+# definition): a run dir's state made under another value is not resumed (run identity).
+TRAINER_SEMANTICS = 1
+
 ATTN_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 PRECISIONS = ("auto", "bf16", "fp32")
 SCHEDULES = ("cosine", "linear", "constant")
