@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -50,22 +51,70 @@ def write_json(path: str | Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+EXISTING = ("refuse", "aside", "replace")
+
+
+def tmp_name(final: Path) -> Path:
+    """`<final>.tmp-<host>-<pid>`: whose temp dir it is, so a cleaner can tell a dead build from a
+    live one on another node of a shared filesystem."""
+    return final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_dead_tmp(final: Path) -> list[Path]:
+    """Remove `<final>.tmp-<this host>-<pid>` dirs whose pid is dead (a killed build's leftovers);
+    other hosts' temp dirs are never touched. Returns what was removed."""
+    prefix = f"{final.name}.tmp-{socket.gethostname()}-"
+    removed = []
+    if not final.parent.is_dir():
+        return removed
+    for p in final.parent.iterdir():
+        pid = p.name[len(prefix):]
+        if p.name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
 @contextmanager
-def atomic_dir(final: str | Path) -> Iterator[Path]:
+def atomic_dir(final: str | Path, *, existing: str = "refuse") -> Iterator[Path]:
     """Yield a temporary sibling directory; rename it to `final` only on success.
 
-    A crash mid-write leaves `<final>.tmp-<pid>`, never a complete-looking `final`.
+    A crash mid-write leaves `<final>.tmp-<host>-<pid>` (cleaned by the next writer on this host
+    once that pid is dead), never a complete-looking `final`. An empty `final` is replaced; a
+    non-empty one by `existing`: "refuse" (FileExistsError), "aside" (`replace_aside`: the
+    meaning of overwrite=true) or "replace" (deleted: only for directories this program owns
+    outright, e.g. a rewritten step checkpoint or a derived index).
     """
+    if existing not in EXISTING:
+        raise ValueError(f"existing={existing!r}: expected one of {EXISTING}")
     final = Path(final)
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    clean_dead_tmp(final)
+    tmp = tmp_name(final)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
         yield tmp
         fsync_dir(tmp)
-        if final.exists():
-            shutil.rmtree(final)
+        if final.is_dir() and not final.is_symlink() and not any(final.iterdir()):
+            final.rmdir()
+        elif final.exists() or final.is_symlink():
+            if existing == "aside":
+                replace_aside(final)
+            elif existing == "replace" and final.is_dir() and not final.is_symlink():
+                shutil.rmtree(final)
+            else:
+                raise FileExistsError(f"{final}: exists; refusing to replace it")
         os.replace(tmp, final)
         fsync_dir(final.parent)
     except BaseException:
@@ -149,3 +198,34 @@ def check_sha256sums(directory: str | Path) -> list[str]:
         if p.is_file() and p.name != SHA256SUMS and rel not in listed:
             problems.append(f"{p}: present but not listed in SHA256SUMS")
     return problems
+
+
+def check_output_dir(out: str | Path, *, overwrite: bool, marker: str, what: str = "out",
+                     sources: Iterable[str | Path] = ()) -> None:
+    """The rule for every output directory a command replaces: refuse (ConfigError, naming what is
+    in the way) unless `out` is absent, empty, or carries this command's own `marker` file and
+    `overwrite` is true (then `atomic_dir(..., existing="aside")` renames it aside). A path that
+    equals or contains one of `sources` is never an output."""
+    from common.cli import ConfigError
+
+    out = Path(out)
+    target = out.resolve()
+    for src in sources:
+        s = Path(src).resolve()
+        if s == target or s.is_relative_to(target):
+            raise ConfigError(f"{what}: {out} {'is' if s == target else 'contains'} the input {src}; "
+                              "choose an output path outside every input")
+    if not (out.exists() or out.is_symlink()):
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise ConfigError(f"{what}: {out} exists and is not a directory; choose another path")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    if not (out / marker).is_file():
+        raise ConfigError(f"{what}: {out} exists and is not an output of this command (no {marker}; holds {shown}); "
+                          "refusing to replace it: move it away or choose another path")
+    if not overwrite:
+        raise ConfigError(f"{what}: {out} already exists (overwrite=true renames it aside to "
+                          f"{out.name}.replaced-<UTC time> and writes a fresh one)")

@@ -6,6 +6,8 @@
               [length_policy=drop|truncate] [history_reasoning=keep_as_rendered|per_turn|reject]
               [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
               [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)
+              [overwrite=true]  (an existing data-prep output at out= is renamed aside to
+                                 <out>.replaced-<UTC time>; anything else at out= is refused)
 
 FORMAT: r2e-gym, swe-gym, swe-smith, openseeker, search-r1, canonical. `tokenizer=tiny` is the
 embedded tiny tokenizer. Keys are the `data:` section of recipes/base.yaml plus arm/seed/tokenizer/out.
@@ -20,7 +22,7 @@ from omegaconf import OmegaConf
 from common.cli import ConfigError, apply_overrides, run_cli, wants_help
 from data_prep.config import DATA_DEFAULTS
 
-CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "dry_run": False, "num_proc": None}
+CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "overwrite": False, "dry_run": False, "num_proc": None}
 # Run-level keys launch owns; not data_prep's.
 _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("cache_root", "dir")}
 
@@ -44,7 +46,7 @@ def _main(argv: list[str]) -> int:
 
     try:
         m = build.build_arm(data_cfg, arm=c["arm"], seed=int(c["seed"]), tokenizer=str(c["tokenizer"]), out=c["out"],
-                              num_proc=c["num_proc"])
+                              num_proc=c["num_proc"], overwrite=bool(c["overwrite"]))
     except build.StrictError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

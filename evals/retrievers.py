@@ -108,7 +108,7 @@ class Bm25Retriever:
         docs = load_corpus(self.corpus_path)
         bm25 = bm25s.BM25(method=BM25_PARAMS["method"], k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
         bm25.index(_tokenize([d["contents"] for d in docs], return_ids=True), show_progress=len(docs) > 100_000)
-        with atomic_dir(self.index_dir) as tmp:
+        with atomic_dir(self.index_dir, existing="replace") as tmp:  # a derived cache keyed by the corpus
             bm25.save(str(tmp), corpus=docs, show_progress=False)
             write_json(tmp / "index_meta.json", {
                 "corpus": str(self.corpus_path.resolve()), "num_docs": len(docs), "params": BM25_PARAMS,

@@ -64,7 +64,7 @@ def save_hf_checkpoint(model, *, out: Path, dtype: torch.dtype, tokenizer, gener
         for key in tied_output_keys(hf_model):
             sd.pop(key, None)  # stored once, as the input embedding; from_pretrained re-ties it
         out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_dir(out) as tmp:
+        with atomic_dir(out, existing="replace") as tmp:  # this run's own step dir, rewritten after a resume
             hf_model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
             # save_pretrained declares the dtype of the live (fp32 master) parameters; the
             # tensors written are in the training dtype, so config.json must say that.

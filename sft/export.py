@@ -25,7 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from common.cli import ConfigError, apply_overrides, run_cli, wants_help
-from common.io import atomic_dir, write_json, write_sha256sums
+from common.io import atomic_dir, check_output_dir, write_json, write_sha256sums
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
 from sft.export_source import (
     ExportError,
@@ -35,6 +35,9 @@ from sft.export_source import (
     resolve_source,
 )
 
+# Written into every export: what makes a directory this command's output (overwrite=true only
+# ever renames such a directory aside).
+EXPORT_MARKER = "export_info.json"
 DEFAULTS = dict(ckpt=None, out=None, dtype="bf16", max_shard_size="5GB", vocab_size=None,
                 overwrite=False, verify=True, dry_run=False)
 
@@ -178,11 +181,10 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
         raise ConfigError(f"dtype: expected one of {sorted(EXPORT_DTYPES)}, found {dtype!r}")
     max_bytes = parse_size(max_shard_size)
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise ConfigError(f"out: {out} already exists (pass overwrite=true to replace it)")
     src: Source = resolve_source(ckpt)
     if out.resolve().is_relative_to(src.path.resolve()):
         raise ConfigError(f"out: {out} is inside the checkpoint being exported ({src.path})")
+    check_output_dir(out, overwrite=overwrite, marker=EXPORT_MARKER, sources=[ckpt, src.path])
     check_source_sums(src)
     config = AutoConfig.from_pretrained(str(src.hf_dir))
     tokenizer = _load_tokenizer(src.hf_dir)
@@ -191,12 +193,14 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     sd, notes = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tokenizer), where=str(src.path))
     torch_dtype = EXPORT_DTYPES[dtype]
     config.dtype = torch_dtype
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, existing="aside") as tmp:
         config.save_pretrained(str(tmp))  # first: write_weights copies its file mode
         files = write_weights(sd, tmp, torch_dtype, max_bytes)
         notes += _copy_carry_files(src.hf_dir, tmp, config)
         if getattr(tokenizer, "chat_template", None) is None:
             notes.append(f"{src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
+        write_json(tmp / EXPORT_MARKER, {"source": str(src.path), "kind": src.kind, "step": src.step,
+                                         "dtype": dtype, "vocab_size": target_vocab})
         write_sha256sums(tmp)
     return dict(source=str(src.path), kind=src.kind, step=src.step, out=str(out), dtype=str(torch_dtype),
                 vocab_size=target_vocab, tensors=len(sd), weight_files=files, notes=src.notes + notes)
