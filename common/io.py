@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -159,44 +160,107 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def write_sha256sums(directory: str | Path) -> Path:
-    """Write `SHA256SUMS` (`sha256sum -c` format) over every file under `directory`."""
+def tree_entries(directory: str | Path) -> tuple[list[str], list[str]]:
+    """(regular files under `directory` as relative posix names, problems): anything else found
+    (a FIFO, device, socket or symlink) is a problem line, never opened or followed."""
     directory = Path(directory)
-    lines = []
-    for p in sorted(directory.rglob("*")):
-        if p.is_file() and p.name != SHA256SUMS:
-            lines.append(f"{sha256_file(p)}  {p.relative_to(directory).as_posix()}\n")
+    files, problems = [], []
+    for root, dirs, names in os.walk(directory, followlinks=False):
+        for name in sorted(dirs + names):
+            p = Path(root) / name
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            rel = p.relative_to(directory).as_posix()
+            if stat.S_ISREG(st.st_mode):
+                files.append(rel)
+            else:
+                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+                problems.append(f"{p}: expected a regular file, found {kind}")
+    return sorted(files), problems
+
+
+def write_sha256sums(directory: str | Path, *, exclude: Iterable[str] = ()) -> Path:
+    """Write `SHA256SUMS` (`sha256sum -c` format) over every file under `directory` but `exclude`."""
+    directory = Path(directory)
+    skip = {SHA256SUMS, *exclude}
+    files, problems = tree_entries(directory)
+    if problems:
+        raise OSError("; ".join(problems))
+    lines = [f"{sha256_file(directory / rel)}  {rel}\n" for rel in files if rel not in skip]
     out = directory / SHA256SUMS
     out.write_text("".join(lines), encoding="utf-8")
     return out
 
 
-def check_sha256sums(directory: str | Path) -> list[str]:
-    """Problems found checking `SHA256SUMS`; empty when every file matches and none is unlisted."""
+def read_sha256sums(directory: str | Path) -> tuple[dict[str, str], list[str]]:
+    """({relative name: digest}, problems) from `directory/SHA256SUMS`. Entries must name regular
+    files inside `directory` (no absolute paths, no `..`, no symlinks on the way): others are
+    problems and are never opened."""
     directory = Path(directory)
     sums = directory / SHA256SUMS
-    if not sums.exists():
-        return [f"{sums}: missing"]
-    problems, listed = [], set()
-    for n, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        st = os.lstat(sums)
+    except FileNotFoundError:
+        return {}, [f"{sums}: missing"]
+    if not stat.S_ISREG(st.st_mode):
+        return {}, [f"{sums}: expected a regular file, found something else"]
+    entries, problems = {}, []
+    try:
+        text = sums.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return {}, [f"{sums}: not UTF-8 text ({exc.reason})"]
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            digest, name = line.split("  ", 1)
-        except ValueError:
-            problems.append(f"{sums}:{n}: malformed line {line!r}")
-            continue
+        digest, sep, name = line.partition("  ")
         name = name.lstrip("*")
-        listed.add(name)
-        path = directory / name
-        if not path.is_file():
-            problems.append(f"{path}: listed in SHA256SUMS but missing")
-        elif sha256_file(path) != digest:
-            problems.append(f"{path}: checksum mismatch (expected {digest[:16]}…, found {sha256_file(path)[:16]}…)")
-    for p in sorted(directory.rglob("*")):
-        rel = p.relative_to(directory).as_posix()
-        if p.is_file() and p.name != SHA256SUMS and rel not in listed:
-            problems.append(f"{p}: present but not listed in SHA256SUMS")
+        if not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) or not name:
+            problems.append(f"{sums}:{n}: malformed line {line[:120]!r}")
+            continue
+        parts = Path(name).parts
+        if Path(name).is_absolute() or ".." in parts:
+            problems.append(f"{sums}:{n}: entry {name[:120]!r} points outside {directory}; not read")
+            continue
+        bad = next((directory.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)
+                    if directory.joinpath(*parts[:i]).is_symlink()), None)
+        if bad is not None:
+            problems.append(f"{sums}:{n}: entry {name!r} goes through the symlink {bad}; not read")
+            continue
+        entries[Path(name).as_posix()] = digest
+    return entries, problems
+
+
+def check_sha256_entry(directory: Path, name: str, digest: str) -> str | None:
+    """The problem with one SHA256SUMS entry (read_sha256sums vetted the name), or None."""
+    path = Path(directory) / name
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path}: listed in SHA256SUMS but missing"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path}: listed in SHA256SUMS but not a regular file; not read"
+    found = sha256_file(path)
+    if found != digest:
+        return f"{path}: checksum mismatch (expected {digest[:16]}…, found {found[:16]}…)"
+    return None
+
+
+def check_sha256sums(directory: str | Path, *, unlisted_ok: Iterable[str] = ()) -> list[str]:
+    """Problems found checking `SHA256SUMS`; empty when every file matches and none is unlisted.
+    Only regular files inside `directory` are ever opened (see read_sha256sums, tree_entries)."""
+    directory = Path(directory)
+    entries, problems = read_sha256sums(directory)
+    if not entries and problems:
+        return problems
+    for name, digest in entries.items():
+        if (p := check_sha256_entry(directory, name, digest)) is not None:
+            problems.append(p)
+    files, odd = tree_entries(directory)
+    problems.extend(odd)
+    skip = {SHA256SUMS, *unlisted_ok}
+    problems.extend(f"{directory / rel}: present but not listed in SHA256SUMS"
+                    for rel in files if rel not in entries and rel not in skip)
     return problems
 
 

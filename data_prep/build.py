@@ -21,7 +21,7 @@ from data_prep import arms, config, synthetic, worker
 from data_prep.decontam import Decontaminator, load_questions
 from data_prep.readers import parse_source, read_source
 from data_prep.render import ChatRenderer
-from data_prep.schema import RecordError
+from data_prep.schema import RecordError, quarantine_detail
 from data_prep.stats import RunStats
 
 FORMAT_VERSION = 1
@@ -128,17 +128,21 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         if missing:
             raise arms.ArmError(f"arm {arm!r} needs sources.{'/'.join(missing)} (or data=synthetic)")
         pools: dict[str, list[dict]] = {}
+        first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
+        max_bytes = config.max_record_bytes(cfg)
         for dom in wanted:
             pools[dom] = []
             for spec in specs[dom]:
                 src = parse_source(spec)
                 stats.add_source(spec, src, dom, out_dir=tmp, final_dir=out)
                 for o in tqdm(read_source(src, reasoning=cfg["reasoning"]), desc=f"read {src.format}", disable=not progress, leave=False):
+                    problem = o.record and _screen(o.record, dom, max_bytes, first_seen)
                     if o.record is None:
                         stats.reject(spec, o.rejection())
-                    elif o.record["domain"] != dom:
-                        stats.reject(spec, {**o.rejection(), "reason": "wrong_domain", "detail": f"a {o.record['domain']} record listed under sources.{dom}"})
+                    elif problem:
+                        stats.reject(spec, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
                     else:
+                        first_seen[o.record["id"]] = o.where
                         stats.read_ok(spec)
                         pools[dom].append({"spec": spec, "rec": o.record, "where": o.where})
         decon = _decontaminate(cfg, pools, stats)
@@ -177,6 +181,25 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         }
         write_json(tmp / "manifest.json", manifest)
     return manifest
+
+
+def _screen(rec: dict, dom: str, max_bytes: int, first_seen: dict[str, str]) -> tuple[str, str] | None:
+    """(reason, detail) when a parsed record must not reach rendering, else None: listed under
+    the wrong domain, an id already read from any source, not encodable as UTF-8 (a lone
+    surrogate), or larger than `max_bytes` as JSON."""
+    if rec["domain"] != dom:
+        return "wrong_domain", f"a {rec['domain']} record listed under sources.{dom}"
+    if rec["id"] in first_seen:
+        return "duplicate_id", f"id {rec['id']!r} already read at {first_seen[rec['id']]} (the first is kept)"
+    try:
+        size = len(worker.record_json(rec).encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return "bad_unicode", f"{exc.reason} at character {exc.start} of the record's JSON"
+    except (RecursionError, ValueError) as exc:
+        return "bad_row", quarantine_detail(exc)
+    if size > max_bytes:
+        return "too_large", f"{size} bytes of JSON > max_record_bytes {max_bytes}"
+    return None
 
 
 def _inputs(cfg: dict, tok) -> list[Path]:

@@ -104,3 +104,242 @@ def test_export_out_over_its_own_checkpoints_dir_is_refused(tiny_model_dir, tmp_
     assert export_main([f"ckpt={src}", f"out={tmp_path / 'exp'}", "dtype=fp32", "verify=false"]) == 0
     assert export_main([f"ckpt={src}", f"out={tmp_path / 'exp'}", "dtype=fp32", "verify=false", "overwrite=true"]) == 0
     assert len(list(tmp_path.glob("exp.replaced-*/model.safetensors"))) == 1
+
+
+# ---------------------------------------------------------------- resumable states: no code execution, corruption detected
+
+
+@pytest.fixture(scope="module")
+def world_of_one():
+    import torch.distributed as dist
+
+    from sft.train import init_distributed
+
+    _, _, owned = init_distributed("cpu")
+    yield
+    if owned:
+        dist.destroy_process_group()
+
+
+def _model_and_optim(seed=0):
+    import torch
+
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    m(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    return m, opt
+
+
+def _save(run_dir, step, seed=0):
+    from sft import checkpoint as ckpt
+
+    m, opt = _model_and_optim(seed)
+    return ckpt.save_state(m, opt, run_dir=run_dir, step=step, meta={"step": step},
+                           hf_writer=lambda p: p.mkdir(parents=True), rank=0)
+
+
+class _Touch:
+    """Unpickling this creates `path`: the payload a hostile state dir would carry."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def test_state_rng_is_safetensors_and_restores_every_generator(world_of_one, tmp_path):
+    import random
+
+    import numpy as np
+    import torch
+
+    from sft import checkpoint as ckpt
+
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)
+    d = _save(tmp_path / "run", 1)
+    want = (random.random(), np.random.rand(), torch.rand(1).item())
+    assert not list(d.rglob("*.pt")) and ckpt.rng_file(d, 0).is_file()
+    assert ckpt.rng_file(d, 0).read_bytes()[8:9] == b"{"  # safetensors: a JSON header, not a pickle
+    m, opt = _model_and_optim(1)
+    ckpt.load_state(m, opt, d, rank=0)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == want
+
+
+@pytest.mark.parametrize("where", ["metadata", "optimizer_item", "legacy_rng"])
+def test_pickle_payload_in_a_state_is_never_executed(world_of_one, tmp_path, where):
+    """A state dir copied from elsewhere, its SHA256SUMS rewritten to match the payload."""
+    import pickle
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from sft import checkpoint as ckpt
+    from sft.export import export_checkpoint
+
+    d = _save(tmp_path / "run", 1)
+    marker = tmp_path / "PWNED"
+    if where == "metadata":
+        (d / ".metadata").write_bytes(pickle.dumps(_Touch(marker)))
+    elif where == "optimizer_item":
+        m, opt = _model_and_optim()
+        msd, osd = get_state_dict(m, opt)
+        osd["param_groups"][0]["lr"] = _Touch(marker)
+        for f in d.glob("*.distcp"):
+            f.unlink()
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(d))
+    else:
+        (d / "rng" / "rank-00000.pt").write_bytes(pickle.dumps(_Touch(marker)))
+        ckpt.rng_file(d, 0).unlink()
+    (d / "SHA256SUMS").unlink()
+    ckpt.write_state_sums(d)
+    assert ckpt.verify_state(d) == []
+    m, opt = _model_and_optim(1)
+    if where == "legacy_rng":  # a pickle RNG file is never read: the weights load, the RNG is not restored
+        ckpt.load_state(m, opt, d, rank=0)
+    else:
+        with pytest.raises(ckpt.StateError, match="not loadable|refus"):
+            ckpt.load_state(m, opt, d, rank=0)
+    if where == "metadata":
+        from sft.export_source import ExportError
+
+        with pytest.raises((ExportError, ckpt.StateError)):
+            export_checkpoint(d, tmp_path / "out")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["flip_distcp", "truncate_distcp", "truncate_meta"])
+def test_damaged_latest_state_is_skipped_for_the_previous_one(world_of_one, tmp_path, damage):
+    from sft import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    _save(run, 1)
+    d2 = _save(run, 2, seed=1)
+    shard = next(d2.glob("*.distcp"))
+    if damage == "flip_distcp":
+        raw = bytearray(shard.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        shard.write_bytes(bytes(raw))
+    elif damage == "truncate_distcp":
+        shard.write_bytes(shard.read_bytes()[:100])
+    else:
+        (d2 / "meta.json").write_text('{"st')
+    found, notes = ckpt.newest_verified_state(run / "state")
+    assert found == run / "state" / "step-000001"
+    assert len(notes) == 1 and "step-000002" in notes[0] and "checksum mismatch" in notes[0]
+    m, opt = _model_and_optim(3)
+    with pytest.raises(ckpt.StateError, match="checksum mismatch"):
+        ckpt.load_state(m, opt, d2, rank=0)
+    assert ckpt.load_state(m, opt, found, rank=0) == {"step": 1}
+
+
+def test_full_disk_while_writing_leaves_no_torn_state(world_of_one, tmp_path, monkeypatch):
+    import errno
+
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from sft import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    _save(run, 1)
+
+    def full(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(FileSystemWriter, "write_data", full)
+        with pytest.raises((OSError, CheckpointException)) as info:
+            _save(run, 2)
+    assert "No space left" in str(info.value) or "ENOSPC" in repr(info.value)
+    assert sorted(p.name for p in (run / "state").iterdir()) == ["step-000001"]
+    torn = run / "state" / "step-000003"  # e.g. a kill -9 mid-write: removed before the next save
+    torn.mkdir()
+    (torn / "__0_0.distcp").write_bytes(b"x" * 1000)
+    assert ckpt.newest_verified_state(run / "state")[0] == run / "state" / "step-000001"
+    _save(run, 4)
+    assert sorted(p.name for p in (run / "state").iterdir()) == ["step-000001", "step-000004"]
+
+
+# ---------------------------------------------------------------- one bad record never kills a build
+
+
+def _good(i, **kw):
+    from data_prep.schema import SEARCH_TOOL
+
+    rec = {"id": f"g{i}", "source": "synthetic", "domain": "search", "tools": [SEARCH_TOOL], "task": f"where is item {i}?",
+           "answer": f"shelf {i}", "terminator": "final_answer",
+           "messages": [{"role": "user", "content": f"where is item {i}?"},
+                        {"role": "assistant", "content": f"Final answer: shelf {i}"}]}
+    rec.update(kw)
+    return rec
+
+
+def _line(rec) -> bytes:
+    return (json.dumps(rec) + "\n").encode()
+
+
+def test_build_quarantines_every_poison_record_and_keeps_all_good_ones(tiny_tokenizer, tmp_path):
+    import copy
+
+    import datasets
+
+    from data_prep import build
+
+    tok = copy.deepcopy(tiny_tokenizer)  # a template that raises on a marker, as Llama-3.1's does on parallel calls
+    tok.chat_template = ("{%- for m in messages %}{%- if 'RAISE-ME' in m.content %}"
+                         "{{ raise_exception('parallel tool calls are not supported') }}{%- endif %}{%- endfor %}"
+                         + tiny_tokenizer.chat_template)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    poison = {
+        "lone_surrogate": _line(_good(100)).replace(b"shelf 100", b"shelf \\ud800"),
+        "deep_json": b"[" * 2000 + b"]" * 2000 + b"\n",
+        "non_utf8": _line(_good(101)).replace(b"shelf 101", b"shelf \xff\xfe"),
+        "template_error": _line(_good(102, messages=[{"role": "user", "content": "RAISE-ME"},
+                                                     {"role": "assistant", "content": "Final answer: x"}])),
+        "too_large": _line(_good(103, task="x" * 20000)),
+        "bad_tools": _line(_good(104, tools="search")),
+        "no_final_answer": _line(_good(105, messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])),
+        "wrong_task_type": _line(_good(106, task=5)),
+        "wrong_answer_type": _line(_good(107, answer=["x"])),
+        "wrong_terminator": _line(_good(108, terminator="finish")),
+        "unknown_role": _line(_good(109, messages=[{"role": "robot", "content": "q"},
+                                                   {"role": "assistant", "content": "Final answer: x"}])),
+    }
+    goods = [_line(_good(i)) for i in range(6)]
+    a.write_bytes(b"".join(goods[:3]) + b"".join(poison.values()) + b"".join(goods[3:5]))
+    b.write_bytes(_line(_good(0)) + goods[5])  # g0 again: a duplicate across sources
+    cfg = {"kind": "hub", "n": 6, "max_seq_len": 512, "max_record_bytes": 8192,
+           "sources": {"search": [f"canonical:{a}", f"canonical:{b}", f"canonical:{b}"]}}  # b listed twice
+    m = build.build_arm(cfg, arm="search", seed=0, tokenizer=tok, out=tmp_path / "out", progress=False)
+    ds = datasets.load_from_disk(str(tmp_path / "out"))
+    assert sorted(ds["id"]) == [f"g{i}" for i in range(6)]
+    rejected = [json.loads(line) for line in (tmp_path / "out" / "rejected.jsonl").read_text().splitlines()]
+    lines = {n: 4 + k for k, n in enumerate(poison)}  # file line of each poison record in a.jsonl
+    by_line = {r["where"]: r for r in rejected}
+    for name, lineno in lines.items():
+        r = by_line.get(f"{a}:{lineno}")
+        assert r is not None, (name, rejected)
+        assert r["reason"] and r["detail"], r
+    assert by_line[f"{a}:{lines['template_error']}"]["reason"] == "render_error"
+    assert "TemplateError" in by_line[f"{a}:{lines['template_error']}"]["detail"]
+    assert by_line[f"{a}:{lines['non_utf8']}"]["reason"] == "bad_unicode"
+    assert by_line[f"{a}:{lines['lone_surrogate']}"]["reason"] == "bad_unicode"
+    assert by_line[f"{a}:{lines['too_large']}"]["reason"] == "too_large"
+    dups = [r for r in rejected if r["reason"] == "duplicate_id"]
+    assert sorted(r["where"] for r in dups) == [f"{b}:1", f"{b}:1", f"{b}:2"]
+    c = m["counts"]
+    assert c["kept"] == 6 and c["rejected"] == len(poison) + 3 and c["read"] == c["kept"] + c["rejected"] + c["not_selected"]
+
+
+def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
+    from data_prep.cli import main
+
+    for args, key in ((["tokenizer=/nonexistent"], "tokenizer=/nonexistent"), (["decontam_ngram=abc"], "decontam_ngram"),
+                      (["decontam_ngram=0"], "decontam_ngram"), (["max_record_bytes=-1"], "max_record_bytes")):
+        code = main(["arm=search", "data=synthetic", "n=2", f"out={tmp_path / 'o'}", *args])
+        err = capsys.readouterr().err
+        assert code == 2 and key in err and err.count("\n") == 1 and "Traceback" not in err, (args, err)
