@@ -343,3 +343,90 @@ def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
         code = main(["arm=search", "data=synthetic", "n=2", f"out={tmp_path / 'o'}", *args])
         err = capsys.readouterr().err
         assert code == 2 and key in err and err.count("\n") == 1 and "Traceback" not in err, (args, err)
+
+
+# ---------------------------------------------------------------- verify-checkpoint on hostile directories
+
+
+@pytest.fixture(scope="module")
+def clean_export(tiny_model_dir, tmp_path_factory):
+    from sft.export import export_checkpoint
+
+    out = tmp_path_factory.mktemp("clean") / "exp"
+    export_checkpoint(tiny_model_dir, out, dtype="fp32")
+    return out
+
+
+def _hostile(kind: str, d: Path, outside: Path) -> str:
+    """Make `d` hostile in one way; returns a string its FAIL line must contain."""
+    import struct
+
+    from common.io import write_sha256sums
+
+    if kind == "fifo":
+        (d / "model.safetensors").unlink()
+        os.mkfifo(d / "model.safetensors")
+        return "found a FIFO"
+    if kind == "deep_header":
+        hb = b'{"x": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+        (d / "model.safetensors").write_bytes(struct.pack("<Q", len(hb)) + hb)
+        return "nesting too deep"
+    if kind == "pickle_bin":
+        (d / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
+        write_sha256sums(d)
+        return "pickle weight file"
+    if kind == "symlink_out":
+        (outside / "w.safetensors").write_bytes((d / "model.safetensors").read_bytes())
+        (d / "model.safetensors").unlink()
+        (d / "model.safetensors").symlink_to(outside / "w.safetensors")
+        return "found a symlink"
+    if kind == "sums_escape":
+        with open(d / "SHA256SUMS", "a") as f:
+            f.write("0" * 64 + "  ../../../../etc/passwd\n")
+        return "points outside"
+    if kind == "auto_map":
+        conf = json.loads((d / "config.json").read_text())
+        conf["auto_map"] = {"AutoModelForCausalLM": "evil.EvilModel"}
+        (d / "config.json").write_text(json.dumps(conf))
+        (d / "evil.py").write_text(f"open({str(outside / 'PWNED')!r}, 'w').close()\n")
+        write_sha256sums(d)
+        return "auto_map"
+    if kind == "adapter_corrupt":
+        (d / "adapter").mkdir()
+        (d / "adapter" / "adapter_model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}......")
+        write_sha256sums(d)
+        return "adapter/adapter_model.safetensors: header expected UTF-8 JSON"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep_header", "pickle_bin", "symlink_out", "sums_escape", "auto_map", "adapter_corrupt"])
+def test_verify_flags_each_hostile_directory_without_hanging(clean_export, tmp_path, kind):
+    import shutil
+
+    d = tmp_path / "ck"
+    shutil.copytree(clean_export, d)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    needle = _hostile(kind, d, outside)
+    # In a thread with a deadline: a FIFO opened for reading would block forever.
+    import contextlib
+    import io
+    import threading
+
+    from sft.verify import report
+
+    buf, result = io.StringIO(), {}
+
+    def run():
+        with contextlib.redirect_stdout(buf):
+            result["code"] = report(d)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive(), f"verify-checkpoint hung on {kind}"
+    fails = [ln for ln in buf.getvalue().splitlines() if ln.startswith("FAIL ")]
+    assert result["code"] == 1, buf.getvalue()
+    assert any(needle in ln for ln in fails), buf.getvalue()
+    assert len(fails) == len(set(fails))  # one line per problem
+    assert not (outside / "PWNED").exists()
