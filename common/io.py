@@ -26,11 +26,39 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class JsonLineError(ValueError):
+    """One line that is not a JSON value: `reason` is `bad_unicode` or `malformed_json`."""
+
+    def __init__(self, reason: str, detail: str):
+        self.reason, self.detail = reason, detail
+        super().__init__(detail)
+
+
+def parse_json_line(raw: bytes | str) -> Any:
+    """The JSON value of one line (bytes are decoded as UTF-8); JsonLineError says why not,
+    including invalid UTF-8 and nesting too deep to parse (never a RecursionError)."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+    except UnicodeDecodeError as exc:
+        raise JsonLineError("bad_unicode", f"invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise JsonLineError("malformed_json", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise JsonLineError("malformed_json", "JSON nested too deeply to parse") from None
+
+
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield (line_number, raw_line) for non-blank lines; parsing is the caller's job
-    so that a malformed line can be quarantined with its line number."""
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    so that a malformed line can be quarantined with its line number. A line that is not
+    UTF-8 raises JsonLineError naming `path:line`."""
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise JsonLineError("bad_unicode", f"{path}:{i}: invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
             if line.strip():
                 yield i, line
 

@@ -430,3 +430,71 @@ def test_verify_flags_each_hostile_directory_without_hanging(clean_export, tmp_p
     assert any(needle in ln for ln in fails), buf.getvalue()
     assert len(fails) == len(set(fails))  # one line per problem
     assert not (outside / "PWNED").exists()
+
+
+# ---------------------------------------------------------------- evaluation inputs
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b'{"id": "1", "question": "q", "golden_answers": ["a\xff"]}\n', "invalid UTF-8"),
+    (b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+])
+def test_bench_file_errors_name_file_and_line(tmp_path, content, needle):
+    from evals.benches import BenchError, read_bench_file
+
+    f = tmp_path / "test.jsonl"
+    f.write_bytes(b'{"id": "0", "question": "ok?", "golden_answers": ["yes"]}\n' + content)
+    with pytest.raises(BenchError, match=needle) as info:
+        read_bench_file(f, "nq")
+    assert str(info.value).startswith(f"{f}:2")
+
+
+def test_retriever_survives_each_bad_request_and_bad_corpora(tmp_path):
+    import socket as sk
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    from evals.retrievers import Bm25Retriever, RetrieverError
+    from evals.server import main as serve_main
+    from evals.server import make_server
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "contents": f"Title {i}\nthe river number {i} flows"}) + "\n"
+                              for i in range(5)))
+    server = make_server(Bm25Retriever(corpus, tmp_path / "idx"), "127.0.0.1", 0, max_topk=3, socket_timeout=0.5)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+
+    def post(body: bytes):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    good = json.dumps({"queries": ["river 2"], "topk": 2}).encode()
+    try:
+        # A stalled client (half a request line) is dropped after the socket timeout.
+        stalled = sk.create_connection(server.server_address[:2])
+        stalled.sendall(b"POST /retrieve HTTP/1.1\r\n")
+        stalled.settimeout(10)
+        t0 = time.monotonic()
+        assert stalled.recv(100) == b"" and time.monotonic() - t0 < 9
+        stalled.close()
+        for bad in (b'{"queries": ["x"], "topk": 1e400}', b'{"queries": ["x"], "topk": 4}', b'{"queries": ["x"], "topk": 1.5}',
+                    b'{"queries": "x"}', b"\xff\xfe", b"[" * 5000, b"[1]"):
+            code, body = post(bad)
+            assert code == 400 and body["error"].startswith("bad request"), (bad[:30], code, body)
+            code, body = post(good)
+            assert code == 200 and len(body["result"][0]) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+    bad_corpus = tmp_path / "bad.jsonl"
+    bad_corpus.write_bytes(b'{"id": "1", "contents": "ok"}\n{"id": "2", "contents": "\xff"}\n')
+    with pytest.raises(RetrieverError, match=f"{bad_corpus}:2: invalid UTF-8"):
+        Bm25Retriever(bad_corpus, tmp_path / "idx2")
+    assert serve_main([f"corpus={bad_corpus}", f"index_dir={tmp_path / 'idx2'}"]) == 2
+    assert serve_main([f"corpus={corpus}", "max_topk=abc"]) == 2

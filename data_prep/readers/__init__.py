@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from common.io import sha256_file
+from common.io import JsonLineError, parse_json_line, sha256_file
 from data_prep.readers import canonical, openseeker, r2e_gym, search_r1, swe_gym, swe_smith
 from data_prep.schema import RecordError, quarantine_detail
 
@@ -118,13 +118,9 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
 def _json_row(raw: bytes) -> Any:
     """A parsed JSON value, or the RecordError saying why these bytes are not one."""
     try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        return RecordError("bad_unicode", f"invalid UTF-8 at byte {exc.start}: {exc.reason}")
-    except json.JSONDecodeError as exc:
-        return RecordError("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}")
-    except RecursionError:
-        return RecordError("malformed_json", "nested too deeply to parse")
+        return parse_json_line(raw)
+    except JsonLineError as exc:
+        return RecordError(exc.reason, exc.detail)
 
 
 def _row_id(src: Source, row: Any, where: str) -> str:
