@@ -498,3 +498,25 @@ def test_retriever_survives_each_bad_request_and_bad_corpora(tmp_path):
         Bm25Retriever(bad_corpus, tmp_path / "idx2")
     assert serve_main([f"corpus={bad_corpus}", f"index_dir={tmp_path / 'idx2'}"]) == 2
     assert serve_main([f"corpus={corpus}", "max_topk=abc"]) == 2
+
+
+# ---------------------------------------------------------------- command-line mistakes
+
+
+def test_cli_mistakes_name_the_key_and_exit_2(capsys):
+    from common.cli import ConfigError
+    from envs.search_plan_act.__main__ import main as envs_main
+    from launch.compose import compose
+    from sft.model import check_overrides
+    from sft.tiny import tiny_config
+
+    for argv in (["pilot", "tasks=abc"], ["export", "out=/tmp/x.jsonl", "n=abc"], ["show", "seed=x"]):
+        with pytest.raises(ConfigError, match=argv[-1].split("=")[0]):
+            envs_main(argv)
+    for argv, key in ((["resume=maybe"], "resume"), (["data.decontam_ngram=0"], "data.decontam_ngram"),
+                      (["data.max_record_bytes=abc"], "data.max_record_bytes")):
+        with pytest.raises(ConfigError, match=key):
+            compose(argv)
+    with pytest.raises(ConfigError, match="model.config.hidden_size='abc'"):
+        check_overrides(tiny_config(), {"hidden_size": "abc"})
+    check_overrides(tiny_config(), {"hidden_size": 32, "rope_theta": 10000, "tie_word_embeddings": False})
