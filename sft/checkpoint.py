@@ -332,6 +332,8 @@ def save_state(model, optimizer, *, run_dir: Path, step: int, meta: dict, hf_wri
     d = state_root / step_name(step)
     if rank == 0:
         remove_torn_states(state_root)
+        if d.exists():  # an earlier state at this very step (e.g. one that failed its checks)
+            shutil.rmtree(d)
     _barrier()
     try:
         msd, osd = get_state_dict(model, optimizer)
