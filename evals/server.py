@@ -33,15 +33,15 @@ SOCKET_TIMEOUT_S = 30.0
 
 
 def _parse_request(body: bytes, max_topk: int) -> tuple[list[str], int, bool]:
-    """(queries, topk, return_scores) from a request body; ValueError says what is wrong."""
+    """(queries, topk, return_scores) from a request body; ValueError/TypeError say what is wrong."""
     req = parse_json_line(body)
     if not isinstance(req, dict):
-        raise ValueError("expected a JSON object")
+        raise TypeError("expected a JSON object")
     if "queries" not in req:
         raise ValueError("missing \"queries\"")
     queries, topk = req["queries"], req.get("topk", 3)
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-        raise ValueError("queries must be a list of strings")
+        raise TypeError("queries must be a list of strings")
     if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= max_topk:
         raise ValueError(f"topk must be an integer in [1, {max_topk}], got {str(topk)[:40]}")
     return queries, topk, bool(req.get("return_scores", False))
@@ -71,7 +71,7 @@ def _handler(retriever, lock: threading.Lock, max_topk: int, socket_timeout: flo
                 return self._send(413 if length > 0 else 400, {"error": f"bad request: body of {length} bytes (at most {MAX_BODY_BYTES})"})
             try:
                 queries, topk, scores = _parse_request(self.rfile.read(length), max_topk)
-            except ValueError as exc:  # JsonLineError included: bad UTF-8, bad or too deep JSON
+            except (ValueError, TypeError) as exc:  # JsonLineError included: bad UTF-8, bad or too deep JSON
                 return self._send(400, {"error": f"bad request: {exc}"})
             try:
                 with lock:  # bm25s retrieval is not documented as thread-safe

@@ -162,7 +162,7 @@ def read_rng(path: Path) -> None:
 
     with safe_open(str(path), "pt") as f:
         extra = json.loads(f.metadata()["rng"])
-        t = {k: f.get_tensor(k) for k in f.keys()}
+        t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
     torch.set_rng_state(t["torch"])
     random.setstate((extra["python_version"], tuple(int(v) for v in t["python"].tolist()), extra["python_gauss"]))
     np.random.set_state((extra["numpy_kind"], t["numpy"].numpy().astype(np.uint32), extra["numpy_pos"],

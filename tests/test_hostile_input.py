@@ -173,7 +173,6 @@ def test_pickle_payload_in_a_state_is_never_executed(world_of_one, tmp_path, whe
     """A state dir copied from elsewhere, its SHA256SUMS rewritten to match the payload."""
     import pickle
 
-    import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
