@@ -7,12 +7,14 @@ crash never leaves a complete-looking directory.
 
 Resumable state `<run_dir>/state/step-NNNNNN/`: torch.distributed.checkpoint shards of
 {"model", "optim"} keyed by plain HF names (get_state_dict strips the FSDP/checkpoint
-wrapper prefixes), `meta.json` (step, data position, scheduler, counters), per-rank RNG,
-`hf/` (config + tokenizer so export can rebuild the model) and `COMPLETE`, written last.
-A state dir without COMPLETE is torn and never resumed from.
+wrapper prefixes), `meta.json` (step, data position, scheduler, counters), per-rank RNG
+(safetensors), `hf/` (config + tokenizer so export can rebuild the model), `SHA256SUMS`, and
+`COMPLETE`, written last. A state dir without COMPLETE is torn and never resumed from; one that
+fails its SHA256SUMS is skipped for the previous one (see "the state contract" below).
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -176,6 +178,7 @@ class StateError(ConfigError):
     """A state directory that must not be loaded; the message says which file and why (exit 2)."""
 
 
+@functools.lru_cache(maxsize=1)
 def _dcp_allow_list() -> dict[tuple[str, str], object]:
     """The only globals a DCP `.metadata` pickle may name: DCP's metadata dataclasses/enums,
     torch.Size, dtypes, layouts and a relative path."""
@@ -389,9 +392,14 @@ def remove_torn_states(state_root: Path) -> None:
 
 
 def prune_states(state_root: Path, keep: int) -> None:
-    """Keep the newest `keep` complete states; drop older ones."""
-    for _, d in complete_states(state_root)[:-keep]:
+    """Keep the newest `keep` complete states; drop older ones and torn ones they supersede."""
+    states = complete_states(state_root)
+    for _, d in states[:-keep]:
         shutil.rmtree(d, ignore_errors=True)
+    newest = states[-1][0] if states else -1
+    for step, d in _step_dirs(state_root):
+        if step < newest and not (d / COMPLETE).is_file():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def latest_state(run_dir: Path) -> Path | None:

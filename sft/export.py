@@ -12,7 +12,10 @@ COMPLETE resumable state). The output:
   checked to cover the tokenizer;
 - tokenizer, chat template and generation_config copied, `SHA256SUMS` over every file.
 The output is written to a temporary sibling dir and renamed when complete, then
-checked with verify-checkpoint (`verify=false` skips that).
+checked with verify-checkpoint (`verify=false` skips that). An existing `out` is replaced
+only when it is an earlier export (it has `export_info.json`) and `overwrite=true`: it is
+renamed aside to `<out>.replaced-<UTC time>`, never deleted; anything else in the way, or an
+`out` that is or contains the checkpoint, is refused (exit 2).
 """
 from __future__ import annotations
 

@@ -6,8 +6,10 @@
   shards of {"model": <HF-named state_dict>, "optim": ...}, `meta.json`, `hf/`
   (config.json + tokenizer files) and a `COMPLETE` marker written last. Only the
   "model" entries are read, without a process group.
-- Run dir (or its `state/`): the latest step whose state is COMPLETE; torn states
-  (no marker: the run was killed while writing) are skipped and reported.
+- Run dir (or its `state/`): the newest step whose state is COMPLETE and verifies
+  (`sft.checkpoint.verify_state`); torn states (no marker: the run was killed while writing)
+  and failing ones are skipped and reported. A state dir is verified the same way before
+  anything in it is read, and its DCP metadata is read through the allow-list.
 """
 from __future__ import annotations
 
