@@ -268,7 +268,10 @@ def check_sha256_entry(directory: Path, name: str, digest: str) -> str | None:
         return f"{path}: listed in SHA256SUMS but missing"
     if not stat.S_ISREG(st.st_mode):
         return f"{path}: listed in SHA256SUMS but not a regular file; not read"
-    found = sha256_file(path)
+    try:
+        found = sha256_file(path)
+    except OSError as exc:
+        return f"{path}: listed in SHA256SUMS but unreadable ({exc.strerror or exc})"
     if found != digest:
         return f"{path}: checksum mismatch (expected {digest[:16]}…, found {found[:16]}…)"
     return None

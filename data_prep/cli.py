@@ -19,7 +19,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.cli import ConfigError, apply_overrides, require_int, run_cli, wants_help
 from data_prep.config import DATA_DEFAULTS
 
 CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "overwrite": False, "dry_run": False, "num_proc": None}
@@ -36,6 +36,8 @@ def _main(argv: list[str]) -> int:
     c = OmegaConf.to_container(cfg, resolve=True)
     if not c["out"]:
         raise ConfigError("out=DIR is required")
+    if c["num_proc"] is not None:
+        require_int(c["num_proc"], "num_proc", 1)
     data_cfg = {k: c[k] for k in _DATA_ONLY}
     if c["dry_run"]:
         print(OmegaConf.to_yaml(cfg))

@@ -70,7 +70,12 @@ def _handler(retriever, lock: threading.Lock, max_topk: int, socket_timeout: flo
                 self.close_connection = True
                 return self._send(413 if length > 0 else 400, {"error": f"bad request: body of {length} bytes (at most {MAX_BODY_BYTES})"})
             try:
-                queries, topk, scores = _parse_request(self.rfile.read(length), max_topk)
+                body = self.rfile.read(length)
+            except OSError:  # the client stalled past the socket timeout or went away
+                self.close_connection = True
+                return None
+            try:
+                queries, topk, scores = _parse_request(body, max_topk)
             except (ValueError, TypeError) as exc:  # JsonLineError included: bad UTF-8, bad or too deep JSON
                 return self._send(400, {"error": f"bad request: {exc}"})
             try:

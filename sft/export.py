@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.cli import ConfigError, apply_overrides, require_int, run_cli, wants_help
 from common.io import atomic_dir, check_output_dir, write_json, write_sha256sums
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
 from sft.export_source import (
@@ -183,6 +183,8 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     if dtype not in EXPORT_DTYPES:
         raise ConfigError(f"dtype: expected one of {sorted(EXPORT_DTYPES)}, found {dtype!r}")
     max_bytes = parse_size(max_shard_size)
+    if vocab_size is not None:
+        vocab_size = require_int(vocab_size, "vocab_size", 1)
     out = Path(out)
     src: Source = resolve_source(ckpt)
     if out.resolve().is_relative_to(src.path.resolve()):
