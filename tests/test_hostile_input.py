@@ -342,6 +342,11 @@ def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
         code = main(["arm=search", "data=synthetic", "n=2", f"out={tmp_path / 'o'}", *args])
         err = capsys.readouterr().err
         assert code == 2 and key in err and err.count("\n") == 1 and "Traceback" not in err, (args, err)
+    bad = tmp_path / "bench.jsonl"
+    bad.write_bytes(b'{"question": "q?"}\n' + b"[" * 5000 + b"\n")
+    code = main(["arm=search", "data=synthetic", "n=2", f"out={tmp_path / 'o'}", f"decontam=[{bad}]"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{bad}:2: JSON nested too deeply" in err and err.count("\n") == 1, err
 
 
 # ---------------------------------------------------------------- verify-checkpoint on hostile directories
