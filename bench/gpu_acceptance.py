@@ -54,6 +54,7 @@ import importlib.util
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -152,12 +153,12 @@ def run_child(name: str, args, tmp: Path) -> dict:
     tail: list[str] = []
     killed: list[bool] = []
 
-    def kill():
+    def kill():  # the whole process group: the fsdp check's spawned ranks too
         killed.append(True)
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     timer = threading.Timer(args.check_timeout, kill)
     timer.start()
     try:
@@ -372,6 +373,18 @@ def free(device) -> None:
         torch.cuda.empty_cache()
 
 
+def liger_settings(ctx: Ctx, res: Result, part: str) -> list[bool]:
+    """[False] plus True where Liger can run (else `part` is skipped with the reason). On comes
+    last: Liger patches transformers' Qwen3 module for the whole process."""
+    if ctx.device.type != "cuda":
+        res.skip(part, "Liger's kernels are Triton GPU kernels: needs CUDA")
+    elif importlib.util.find_spec("liger_kernel") is None:
+        res.skip(part, "liger-kernel is not installed")
+    else:
+        return [False, True]
+    return [False]
+
+
 def attn_choice(device) -> str:
     from sft.model import select_attn_implementation
 
@@ -451,7 +464,6 @@ def check_packing(ctx: Ctx, res: Result) -> None:
 
 def check_liger(ctx: Ctx, res: Result) -> None:
     import numpy as np
-    import torch
     import torch.nn.functional as F
 
     from sft import train
@@ -465,20 +477,13 @@ def check_liger(ctx: Ctx, res: Result) -> None:
     res.measure("n_global", plan.global_trainable)
     train.init_distributed(ctx.device.type)
     attn = attn_choice(ctx.device)
-    variants = [False]
-    if ctx.device.type != "cuda":
-        res.skip("liger on vs off", "Liger's kernels are Triton GPU kernels: needs CUDA")
-    elif importlib.util.find_spec("liger_kernel") is None:
-        res.skip("liger on vs off", "liger-kernel is not installed")
-    else:
-        variants.append(True)  # last: Liger patches transformers' Qwen3 module for the whole process
     outcome = {}
-    for liger in variants:
+    for liger in liger_settings(ctx, res, "liger on vs off"):
         tag = f"liger={'on' if liger else 'off'}"
         model, active = train.prepare_model(trainer_config(liger=liger), conf, rank=0, device=ctx.device, dtype=ctx.dtype,
                                             model=build(conf, ctx.device, attn=attn))
         # raises if Liger is active but the model materialized logits (the fused path did not run)
-        loss, n_train, _, _ = train.forward_backward(model, plan, device=ctx.device, world=1, liger_active=bool(active))
+        loss, _, _, _ = train.forward_backward(model, plan, device=ctx.device, world=1, liger_active=bool(active))
         g = grads(model)
         model.zero_grad(set_to_none=True)
         oracle, per_mb_means = 0.0, 0.0
@@ -559,7 +564,7 @@ def fsdp_run(rank: int, world: int, smoke: bool, dtype_name: str, out_dir: str) 
         stored = set()
         for f in ck.glob("*.safetensors"):
             with safe_open(str(f), framework="pt") as st:
-                stored |= {str(st.get_slice(k).get_dtype()) for k in st.keys()}
+                stored |= {str(st.get_slice(k).get_dtype()) for k in st.keys()}  # noqa: SIM118 (safe_open is not a mapping)
         loaded = AutoModelForCausalLM.from_pretrained(str(ck), dtype="auto").state_dict()
         diff = max(float((loaded[k].float() - masters[k].to(torch.bfloat16).float().to(loaded[k].device)).abs().max())
                    for k in loaded if k in masters)
@@ -682,15 +687,8 @@ def check_speed(ctx: Ctx, res: Result) -> None:
         return {"tokens_per_s_per_gpu": plan.num_tokens / dt, "step_s": dt,
                 "mfu": flops / dt / (peak * 1e12) if peak else None}
 
-    liger_variants = [False]
-    if ctx.device.type != "cuda":
-        res.skip("liger on", "Liger's kernels are Triton GPU kernels: needs CUDA")
-    elif importlib.util.find_spec("liger_kernel") is None:
-        res.skip("liger on", "liger-kernel is not installed")
-    else:
-        liger_variants.append(True)  # last: Liger's patching is process-wide
-    speeds = {}
-    for liger in liger_variants:
+    def variant(liger: bool) -> dict:
+        """The trainer's step (and, Liger off, the bare step interleaved with it) on a fresh model."""
         tag = f"trainer step, liger {'on' if liger else 'off'}"
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
@@ -725,10 +723,14 @@ def check_speed(ctx: Ctx, res: Result) -> None:
                 t = timed(steps[k])
                 if i:
                     times[k].append(t)
-        speeds[tag] = {**figures(times["trainer"]), "peak_mem_gib": peak_memory_gb(ctx.device), "kernels": active}
+        out = {tag: {**figures(times["trainer"]), "peak_mem_gib": peak_memory_gb(ctx.device), "kernels": active}}
         if "bare" in times:
-            speeds["bare FSDP forward/backward/AdamW, liger off"] = figures(times["bare"])
-        del model, opt, sched
+            out["bare FSDP forward/backward/AdamW, liger off"] = figures(times["bare"])
+        return out
+
+    speeds = {}
+    for liger in liger_settings(ctx, res, "liger on"):
+        speeds.update(variant(liger))
         free(ctx.device)
     for tag, s in speeds.items():
         res.measure(tag, s)
@@ -742,7 +744,6 @@ def check_speed(ctx: Ctx, res: Result) -> None:
 
 
 def check_vllm(ctx: Ctx, res: Result) -> None:
-    import torch
     import torch.distributed as dist
 
     from data_prep.synthetic import write_synthetic_bench
@@ -816,7 +817,7 @@ def child_main(args) -> int:
     t0 = time.perf_counter()
     try:
         CHECK_FUNCS[args.child](ctx, res)
-    except Exception as exc:  # recorded, not raised: the report must say which check broke and how
+    except Exception as exc:  # noqa: BLE001 -- recorded, not raised: the report must say which check broke and how
         res.d.update(status="error", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
         traceback.print_exc()
     res.d["seconds"] = round(time.perf_counter() - t0, 2)
