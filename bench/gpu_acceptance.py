@@ -2,6 +2,7 @@
 one command (`make gpu-check`), with a CPU `--smoke` mode that runs the same code at tiny shapes.
 
     python bench/gpu_acceptance.py [--out gpu_acceptance.json] [--only packing,liger,...]
+                                   # an existing --out is renamed aside; checks not rerun are carried over
     python bench/gpu_acceptance.py --smoke          # CPU, tiny shapes (tests/test_gpu_acceptance.py)
 
 Checks (each in its own process, so one crash or OOM keeps the others' results, and Liger's
@@ -178,6 +179,7 @@ def summary_lines(report: dict) -> list[str]:
     out = [f"GPU acceptance ({'CPU smoke' if report['environment']['smoke'] else ', '.join(report['environment']['gpus'])}):"]
     for name, r in report["checks"].items():
         secs = f" ({r['seconds']:.0f}s)" if "seconds" in r else ""
+        secs += f" [from the run started {r['from_earlier_run']}]" if "from_earlier_run" in r else ""
         out.append(f"{r['status'].upper():>5}  {name}{secs}{': ' + r['reason'] if r.get('reason') else ''}")
         if r.get("error"):
             out.append(f"         error: {r['error']}")
@@ -196,7 +198,7 @@ def main(argv=None) -> int:
         return child_main(args)
     import torch
 
-    from common.io import write_json
+    from common.io import replace_aside, write_json
 
     if not args.smoke and not torch.cuda.is_available():
         print("error: no CUDA device: run the GPU acceptance checks on a GPU, or --smoke for the CPU subset", file=sys.stderr)
@@ -207,6 +209,15 @@ def main(argv=None) -> int:
               "args": {k: v for k, v in vars(args).items() if k not in ("child", "result")}, "checks": {}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():  # an earlier report: kept aside, and the checks not rerun now carried over
+        try:
+            earlier = json.loads(out.read_text(encoding="utf-8"))
+            carried = {n: {**r, "from_earlier_run": earlier.get("started")} for n, r in earlier["checks"].items()
+                       if n in CHECKS and n not in args.only}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            carried = {}
+        print(f"{out} existed: moved to {replace_aside(out)}; carried over: {', '.join(carried) or 'nothing'}", flush=True)
+        report["checks"].update(carried)
     with tempfile.TemporaryDirectory(prefix="gpu_acceptance_") as tmp:
         for name in args.only:
             why = parent_skip(name, args.smoke, env)
@@ -219,10 +230,11 @@ def main(argv=None) -> int:
                 report["checks"][name] = run_child(name, args, Path(tmp))
             write_json(out, report)
     report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    report["checks"] = {n: report["checks"][n] for n in CHECKS if n in report["checks"]}
     write_json(out, report)
     print("\n".join(summary_lines(report)))
     print(f"report: {out}")
-    return 1 if any(r["status"] in ("fail", "error") for r in report["checks"].values()) else 0
+    return 1 if any(report["checks"][n]["status"] in ("fail", "error") for n in args.only) else 0
 
 
 # ---------------------------------------------------------------- helpers shared by the checks

@@ -50,10 +50,19 @@ def test_smoke_run_reports_every_check(tmp_path):
 
 
 def test_crashed_check_is_reported_and_fails_the_run(tmp_path):
+    """A rerun with --only: the earlier report is kept aside, the checks not rerun are carried
+    over, and a check whose process dies is an error that fails the run."""
+    earlier = {"started": "2026-01-01T00:00:00Z",
+               "checks": {"packing": {"check": "packing", "status": "pass"}, "speed": {"check": "speed", "status": "fail"}}}
+    (tmp_path / "report.json").write_text(json.dumps(earlier))
     proc, report = _run(tmp_path, "--only", "packing", "--check-timeout", "0.5")
-    assert proc.returncode == 1
+    assert proc.returncode == 1  # packing crashed now; speed's earlier failure is not this run's
     assert report["checks"]["packing"]["status"] == "error"
     assert "killed after --check-timeout" in report["checks"]["packing"]["error"]
+    assert report["checks"]["speed"] == {**earlier["checks"]["speed"], "from_earlier_run": "2026-01-01T00:00:00Z"}
+    assert list(report["checks"]) == ["packing", "speed"]
+    aside = list(tmp_path.glob("report.json.replaced-*"))
+    assert len(aside) == 1 and json.loads(aside[0].read_text()) == earlier
 
 
 def test_bad_only_is_a_usage_error(tmp_path):
