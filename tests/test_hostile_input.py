@@ -550,3 +550,17 @@ def test_trainer_resumes_from_the_previous_state_when_the_latest_is_corrupt(tmp_
     assert "resumed from" in log and "step-000001 at step 1" in log
     assert (run / "checkpoints" / "step-000003" / "model.safetensors").read_bytes() == final
     assert [r["loss"] for r in read_metrics(run)][-2:] == losses[-2:]
+
+
+def test_canonical_code_record_without_a_finish_call_is_rejected():
+    from data_prep.readers import canonical
+    from data_prep.schema import RecordError
+
+    rec = {"id": "c1", "source": "synthetic", "domain": "code", "tools": [], "task": "Fix the bug", "answer": None,
+           "terminator": "finish", "messages": [{"role": "user", "content": "Fix the bug"},
+                                                {"role": "assistant", "content": "done, I think"}]}
+    with pytest.raises(RecordError) as info:
+        canonical.parse(rec, rid="c1", reasoning="reasoning_content")
+    assert info.value.reason == "no_finish_call"
+    rec["messages"][-1]["tool_calls"] = [{"type": "function", "function": {"name": "finish", "arguments": {}}}]
+    assert canonical.parse(rec, rid="c1", reasoning="reasoning_content")["id"] == "c1"
