@@ -71,7 +71,7 @@ def _load_tokenizer(d: Path):
     if not any(TOKENIZER_FILES.match(p.name) for p in d.iterdir()):
         raise ExportError(f"{d}: no tokenizer files (tokenizer.json / vocab.json / *.model); a serving copy must carry its tokenizer")
     try:
-        return AutoTokenizer.from_pretrained(str(d))
+        return AutoTokenizer.from_pretrained(str(d), trust_remote_code=False)
     except Exception as exc:  # tokenizers raise many types for broken files
         raise ExportError(f"{d}: tokenizer does not load ({exc})") from exc
 
@@ -191,7 +191,7 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
         raise ConfigError(f"out: {out} is inside the checkpoint being exported ({src.path})")
     check_output_dir(out, overwrite=overwrite, marker=EXPORT_MARKER, sources=[ckpt, src.path])
     check_source_sums(src)
-    config = AutoConfig.from_pretrained(str(src.hf_dir))
+    config = AutoConfig.from_pretrained(str(src.hf_dir), trust_remote_code=False)
     tokenizer = _load_tokenizer(src.hf_dir)
     target_vocab = int(vocab_size) if vocab_size is not None else int(config.vocab_size)
     sd = load_source_weights(src)

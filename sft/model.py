@@ -26,7 +26,7 @@ log = logging.getLogger("sft.model")
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_tokenizer(name))
+    return AutoTokenizer.from_pretrained(resolve_tokenizer(name), trust_remote_code=False)
 
 
 def select_attn_implementation(requested: str, device: torch.device) -> str:
@@ -67,8 +67,8 @@ def model_config(cfg: TrainConfig, attn: str):
         check_overrides(tiny_config(), cfg.model_overrides)
         conf = tiny_config(**cfg.model_overrides)
     else:
-        check_overrides(AutoConfig.from_pretrained(cfg.model_path), cfg.model_overrides)
-        conf = AutoConfig.from_pretrained(cfg.model_path, **cfg.model_overrides)
+        check_overrides(AutoConfig.from_pretrained(cfg.model_path, trust_remote_code=False), cfg.model_overrides)
+        conf = AutoConfig.from_pretrained(cfg.model_path, trust_remote_code=False, **cfg.model_overrides)
     conf._attn_implementation = attn  # use_cache stays as the source says: evals generate from the checkpoint
     return conf
 
@@ -86,7 +86,7 @@ def build_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device):
         model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32)
         log.info("model: random init of %s (seed %d)", type(model).__name__, cfg.seed)
     else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, config=conf, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, config=conf, dtype=torch.float32, trust_remote_code=False)
         log.info("model: %s loaded from %s", type(model).__name__, cfg.model_path)
     return model
 
