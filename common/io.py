@@ -107,7 +107,8 @@ def clean_dead_tmp(final: Path) -> list[Path]:
     if not final.parent.is_dir():
         return removed
     for p in final.parent.iterdir():
-        pid = p.name[len(prefix):]
+        # `<final>.tmp-<host>-<pid>`, or a temp dir nested in that name by a writer inside it
+        pid = p.name[len(prefix):].split(".", 1)[0]
         if p.name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)

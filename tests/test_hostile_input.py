@@ -68,15 +68,17 @@ def test_data_prep_overwrite_renames_the_old_output_aside(tmp_path, capsys):
 def test_atomic_dir_cleans_only_this_hosts_dead_temp_dirs(tmp_path):
     final = tmp_path / "out"
     host = socket.gethostname()
-    dead = tmp_path / f"out.tmp-{host}-{_dead_pid()}"
+    pid = _dead_pid()
+    dead = tmp_path / f"out.tmp-{host}-{pid}"
+    nested = tmp_path / f"out.tmp-{host}-{pid}.tmp-{host}-{pid}"  # e.g. launch's cache dir holding a build
     live = tmp_path / f"out.tmp-{host}-{os.getppid()}"
     other = tmp_path / f"out.tmp-othernode-{_dead_pid()}"
-    for d in (dead, live, other):
+    for d in (dead, nested, live, other):
         d.mkdir()
     with atomic_dir(final) as tmp:
         assert tmp.name == f"out.tmp-{host}-{os.getpid()}"
         (tmp / "f").write_text("1")
-    assert not dead.exists() and live.is_dir() and other.is_dir()
+    assert not dead.exists() and not nested.exists() and live.is_dir() and other.is_dir()
     with pytest.raises(FileExistsError), atomic_dir(final) as tmp:
         (tmp / "f").write_text("2")
     assert (final / "f").read_text() == "1" and not tmp.exists()
