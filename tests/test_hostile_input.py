@@ -566,3 +566,35 @@ def test_canonical_code_record_without_a_finish_call_is_rejected():
     assert info.value.reason == "no_finish_call"
     rec["messages"][-1]["tool_calls"] = [{"type": "function", "function": {"name": "finish", "arguments": {}}}]
     assert canonical.parse(rec, rid="c1", reasoning="reasoning_content")["id"] == "c1"
+
+
+def _verify_on_rank(rank: int, world: int, port: int, state: str, out: str) -> None:
+    import torch.distributed as dist
+
+    from sft.checkpoint import verify_state
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        Path(out, f"rank{rank}.json").write_text(json.dumps(verify_state(Path(state))))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_state_check_split_over_ranks_agrees_when_one_rank_finds_the_damage(world_of_one, tmp_path):
+    """Each rank hashes its share of the files; damage only rank 1 sees makes both ranks refuse."""
+    import torch.multiprocessing as tmp_mp
+
+    from sft import checkpoint as ckpt
+    from sft_helpers import free_port
+
+    d = _save(tmp_path / "run", 1)
+    entries, _ = ckpt.read_sha256sums(d)
+    rest = sorted((n for n in entries if n != "meta.json"), key=lambda n: (-(d / n).stat().st_size, n))
+    victim = d / rest[1]  # the second-largest file: rank 1's share in a world of 2
+    victim.write_bytes(victim.read_bytes()[:-1] + bytes([victim.read_bytes()[-1] ^ 1]))
+    tmp_mp.start_processes(_verify_on_rank, args=(2, free_port(), str(d), str(tmp_path)), nprocs=2,
+                           start_method="spawn", join=True)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert any(str(victim) in p and "checksum mismatch" in p for p in r1)
+    assert r0 and not any(str(victim) in p for p in r0) and "found by other ranks" in r0[-1]
