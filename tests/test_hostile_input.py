@@ -584,9 +584,9 @@ def _verify_on_rank(rank: int, world: int, port: int, state: str, out: str) -> N
 def test_state_check_split_over_ranks_agrees_when_one_rank_finds_the_damage(world_of_one, tmp_path):
     """Each rank hashes its share of the files; damage only rank 1 sees makes both ranks refuse."""
     import torch.multiprocessing as tmp_mp
+    from sft_helpers import free_port
 
     from sft import checkpoint as ckpt
-    from sft_helpers import free_port
 
     d = _save(tmp_path / "run", 1)
     entries, _ = ckpt.read_sha256sums(d)
