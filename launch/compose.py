@@ -187,6 +187,11 @@ def validate(cfg: DictConfig) -> None:
     need(nproc == "auto" or (_is_int(nproc) and nproc > 0), "launcher.nproc", "auto or a positive integer")
     for key in ("launcher.partition", "launcher.time", "launcher.account"):
         need(get(key) is None or isinstance(get(key), (str, int)), key, "null or a string")
+    for key in ("logging.project", "logging.entity", "logging.group", "logging.name"):
+        need(get(key) is None or isinstance(get(key), str), key, "null or a string")
+    tags = get("logging.tags")
+    need(tags is not None and not isinstance(tags, str) and all(isinstance(t, (str, int)) for t in tags),
+         "logging.tags", "a list of strings, e.g. [ablation,lr-sweep]")
     for key in ("data.sources.code", "data.sources.search"):
         srcs = get(key)
         ok = srcs is not None and not isinstance(srcs, str) and all(
