@@ -27,7 +27,7 @@ LINE_RE = re.compile(r"^step (\d+)/(\d+) (.*)$")
 
 
 def hms(seconds: float) -> str:
-    s = max(0, int(round(seconds)))
+    s = max(0, round(seconds))
     return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
