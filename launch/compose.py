@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, KeySpace, apply_overrides, flat_keys, split_dotlist
+from launch.slurm import slurm_option_problems
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 GROUPS = ("arm", "model", "data", "launcher")
@@ -39,7 +40,7 @@ ALIASES = {
 }
 # Values kept verbatim as strings: YAML would read `time=24:00:00` as the base-60 integer 86400,
 # which Slurm would take as minutes.
-STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account")
+STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.setup")
 # Free-form sub-trees: any key below them is accepted (model config overrides, generator knobs).
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
 
@@ -187,6 +188,9 @@ def validate(cfg: DictConfig) -> None:
     need(nproc == "auto" or (_is_int(nproc) and nproc > 0), "launcher.nproc", "auto or a positive integer")
     for key in ("launcher.partition", "launcher.time", "launcher.account"):
         need(get(key) is None or isinstance(get(key), (str, int)), key, "null or a string")
+    need(get("launcher.setup") is None or isinstance(get("launcher.setup"), str), "launcher.setup",
+         "null or a shell snippet")
+    bad.extend(slurm_option_problems(get("launcher.sbatch")))
     for key in ("logging.project", "logging.entity", "logging.group", "logging.name"):
         need(get(key) is None or isinstance(get(key), str), key, "null or a string")
     tags = get("logging.tags")
