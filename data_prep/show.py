@@ -81,6 +81,7 @@ def turn_lines(rec: dict, labels: list[int]) -> list[str]:
 def row_checks(tok, row: dict, rec: dict, manifest: dict) -> list[tuple[bool, str]]:
     """(ok, what) per check of one stored row."""
     from data_prep.render import ChatRenderer, tokenize_rows
+    from data_prep.schema import RecordError
 
     ids, labels = list(row["input_ids"]), list(row["labels"])
     checks = [
@@ -102,7 +103,7 @@ def row_checks(tok, row: dict, rec: dict, manifest: dict) -> list[tuple[bool, st
                             epilogue=cfg.get("epilogue", True))
     try:
         fresh = [r for r in renderer.rows(rec) if r.id == row["id"]]
-    except Exception as exc:  # a record the renderer now refuses: report it, don't crash the viewer
+    except RecordError as exc:  # a record the renderer now refuses: report it, don't crash the viewer
         return checks + [(False, f"a fresh render of the messages fails: {exc}")]
     if len(fresh) != 1:
         return checks + [(False, f"a fresh render of the messages gives no row with id {row['id']!r}")]
@@ -110,8 +111,10 @@ def row_checks(tok, row: dict, rec: dict, manifest: dict) -> list[tuple[bool, st
     n = len(ids)
     same = list(f_ids[:n]) == ids and list(f_labels[:n]) == labels and (truncated or len(f_ids) == n)
     verdicts = ", ".join(f"{k}={v}" for k, v in sorted(fresh[0].checks.items()))
-    checks.append((same, "a fresh render + tokenization of the row's messages gives the stored input_ids and "
-                         f"labels (per assistant turn: {verdicts}{'; retokenized at a span boundary' if retok else ''})"))
+    retok_note = "; retokenized at a span boundary" if retok else ""
+    what = (f"a fresh render + tokenization of the row's messages gives the stored input_ids and labels "
+            f"(per assistant turn: {verdicts}{retok_note})")
+    checks.append((same, what))
     return checks
 
 

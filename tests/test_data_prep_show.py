@@ -50,7 +50,7 @@ def test_marks_exactly_the_trainable_tokens(built):
         rc, out = _show(ds_dir, f"row={k}")
         assert rc == 0, out
         text = _text(out)
-        pieces = re.split(r"(\[\[.*?\]\])", text, flags=re.S)
+        pieces = re.split(r"(\[\[.*?\]\])", text, flags=re.DOTALL)
         marked = [p[2:-2] for p in pieces if p.startswith("[[")]
         # The oracle: the labels themselves, grouped into contiguous trainable runs.
         ids, labels = row["input_ids"], row["labels"]
@@ -98,7 +98,7 @@ def test_a_corrupted_row_fails_its_checks(built, tmp_path):
 
 
 def test_usage_mistakes(built, capsys):
-    ds_dir, ds, _ = built
+    ds_dir = built[0]
     for argv, needle in ((["row=99"], "row=99"), (["row=0", "id=x"], "exactly one"), (["id=nope"], "id=nope"),
                          (["rwo=1"], "Did you mean: row")):
         assert cli_main(["show", str(ds_dir), *argv]) == 2
