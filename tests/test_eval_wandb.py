@@ -70,3 +70,24 @@ def test_model_outside_a_run_gets_a_group_eval_run(tmp_path, monkeypatch):
     assert not (out / "wandb_id").exists()
     again = log_summary(_cfg("Qwen/Qwen3-4B", out, wandb=True, wandb_group="study"), SUMMARY)
     assert again.split()[3] == run_id                   # one eval run per output directory
+
+
+def test_analysis_table_to_the_study_group(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from analysis.wandb_log import log_results
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    table = pd.DataFrame({"arm": ["r2e", "search"], "seed": [0, 0], "step": [4, 4], "bench": ["nq", "nq"],
+                          "metric": ["em", "em"], "value": [0.25, 0.5], "n": [4, 4]})
+    out = tmp_path / "reports"
+    assert log_results(table, runs_root=str(tmp_path / "study"), out=out) is None   # auto, offline: not logged
+    note = log_results(table, runs_root=str(tmp_path / "study"), out=out, setting=True)
+    assert note.endswith("(dtsft/study)")
+    (media,) = out.glob("wandb/offline-run-*/files/media/table/results_*.table.json")
+    import json
+
+    data = json.loads(media.read_text())
+    assert data["columns"] == list(table.columns) and [r[5] for r in data["data"]] == [0.25, 0.5]
