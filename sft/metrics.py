@@ -111,7 +111,10 @@ class Wandb:
 
 
 def wandb_spec(cfg):
-    """The trainer's wandb run: `<arm>-s<seed>` (or logging.name), tagged arm/seed/model/stage."""
+    """The trainer's wandb run: `<arm>-s<seed>` (or logging.name), tagged arm/seed/model/stage;
+    None when logging.wandb is off (nothing about wandb is resolved then)."""
+    if not cfg.wandb:
+        return None
     from omegaconf import OmegaConf
 
     from common.tracking import run_spec, run_tags
