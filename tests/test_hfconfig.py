@@ -20,15 +20,16 @@ def exported(tiny_model_dir, tmp_path_factory):
     return out
 
 
-def test_export_writes_top_level_rope_theta(tiny_model_dir, exported):
+def test_export_writes_top_level_rope_theta(tiny_model_dir, exported, tmp_path):
     from transformers import AutoConfig
 
-    source = json.loads((tiny_model_dir / "config.json").read_text())
+    AutoConfig.from_pretrained(tiny_model_dir).save_pretrained(tmp_path)   # what transformers 5 alone writes
+    plain = json.loads((tmp_path / "config.json").read_text())
     written = json.loads((exported / "config.json").read_text())
-    assert "rope_theta" not in source   # what transformers 5 alone writes
-    assert written["rope_theta"] == written["rope_parameters"]["rope_theta"] == source["rope_parameters"]["rope_theta"]
+    assert "rope_theta" not in plain
+    assert written["rope_theta"] == written["rope_parameters"]["rope_theta"] == plain["rope_parameters"]["rope_theta"]
     # transformers 5 reads the same config back either way
-    a, b = AutoConfig.from_pretrained(tiny_model_dir).to_dict(), AutoConfig.from_pretrained(exported).to_dict()
+    a, b = AutoConfig.from_pretrained(tmp_path).to_dict(), AutoConfig.from_pretrained(exported).to_dict()
     skip = ("dtype", "_name_or_path")
     assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
     assert verify_checkpoint(exported, load=False) == []
