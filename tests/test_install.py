@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 SKIP_DIRS = (".git", ".venv", "venv", "runs", "reports", ".cache", "__pycache__", "build", "*.egg-info",
-             ".pytest_cache", "wandb")
+             ".pytest_cache", "wandb", ".whl")
 
 
 @pytest.fixture(scope="module")
