@@ -8,6 +8,7 @@
               [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)
               [overwrite=true]  (an existing data-prep output at out= is renamed aside to
                                  <out>.replaced-<UTC time>; anything else at out= is refused)
+    data-prep show DIR [row=K | id=ID]   (one built row, trainable tokens marked, its turns and checks)
 
 FORMAT: r2e-gym, swe-gym, swe-smith, openseeker, search-r1, canonical. `tokenizer=tiny` is the
 embedded tiny tokenizer. Keys are the `data:` section of recipes/base.yaml plus arm/seed/tokenizer/out.
@@ -28,6 +29,13 @@ _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("cache_root", 
 
 
 def _main(argv: list[str]) -> int:
+    if argv and argv[0] == "show":
+        from data_prep.show import __doc__ as show_doc, show_main
+
+        if wants_help(argv[1:]):
+            print(show_doc)
+            return 0
+        return show_main(argv[1:])
     if wants_help(argv):
         print(__doc__)
         return 0

@@ -37,6 +37,7 @@ from sft.export_source import (
     load_source_weights,
     resolve_source,
 )
+from sft.hfconfig import save_config
 
 # Written into every export: what makes a directory this command's output (overwrite=true only
 # ever renames such a directory aside).
@@ -199,7 +200,7 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     torch_dtype = EXPORT_DTYPES[dtype]
     config.dtype = torch_dtype
     with atomic_dir(out, existing="aside") as tmp:
-        config.save_pretrained(str(tmp))  # first: write_weights copies its file mode
+        save_config(config, tmp)  # first: write_weights copies its file mode
         files = write_weights(sd, tmp, torch_dtype, max_bytes)
         notes += _copy_carry_files(src.hf_dir, tmp, config)
         if getattr(tokenizer, "chat_template", None) is None:
