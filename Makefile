@@ -5,21 +5,31 @@ BIN := $(VENV)/bin
 # A pinned CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo test test-fast bench gpu-check gpu-wheels clean
+.PHONY: venv demo lint test test-fast bench gpu-check gpu-wheels clean
 
-$(BIN)/.installed: pyproject.toml
+# .core: what the demo needs (the project and its core dependencies); .installed: + the [dev] extra
+# (pytest, trl for the TRL adapter tests, ruff) for `make test`.
+$(BIN)/.core: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(BIN)/.installed: $(BIN)/.core
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
 venv: $(BIN)/.installed
 
-demo: venv
-	$(BIN)/python -m analysis.demo
+demo: $(BIN)/.core
+	$(BIN)/python -m demo
 
-test: venv
+# ruff (pyproject [tool.ruff]): pycodestyle + pyflakes at the line length the code keeps to
+lint: venv
+	$(BIN)/ruff check .
+
+test: venv lint
 	$(BIN)/python -m pytest -q tests
 
 test-fast: venv

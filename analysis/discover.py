@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.plan import planned
+
 STEP_RE = re.compile(r"^step-(\d+)$")
 SEED_RE = re.compile(r"^seed(\d+)$")
 ANCHOR_ARM = "anchor"
@@ -38,16 +40,15 @@ class Run:
         return self.path / "eval" / step_name(step)
 
     def expected_steps(self) -> list[int]:
-        """Steps the run's config says it will checkpoint (save_steps up to the horizon + the final one).
+        """Steps the run's config says it will checkpoint, by the trainer's own rule (common.plan:
+        save_steps, epoch ends, the final step; `steps: null` = epochs over `data.n` trajectories).
 
-        Empty when the config doesn't say (e.g. `steps: null`): then only what exists is expected.
+        Empty when the config can't say (missing or malformed keys): then only what exists is expected.
         """
-        train = (self.config or {}).get("train") or {}
-        horizon = train.get("steps")
-        if not isinstance(horizon, int) or horizon <= 0:
+        try:
+            return planned(self.config)[1]
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
             return []
-        saves = [s for s in (train.get("save_steps") or []) if isinstance(s, int) and 0 < s <= horizon]
-        return sorted({*saves, horizon})
 
     @property
     def steps(self) -> list[int]:

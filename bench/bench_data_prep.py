@@ -101,7 +101,7 @@ def main() -> None:
     ap.add_argument("--raw")
     ap.add_argument("--out")
     args = ap.parse_args()
-    from data_prep.tiny import resolve_tokenizer
+    from common.tiny import resolve_tokenizer
 
     args.tokenizer = resolve_tokenizer(args.tokenizer)
     if args.phase:

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
 WARMUP = 3
 GBS = 32  # sequences per step (~1.5k tokens): enough work per step that fixed costs show as overhead, not noise
@@ -107,7 +107,7 @@ def hf_tps(data_dir: Path, steps: int, lr: float, out: Path) -> float:
     import datasets
     from transformers import AutoModelForCausalLM, DataCollatorWithFlattening, Trainer, TrainerCallback, TrainingArguments
 
-    from sft.tiny import tiny_config
+    from common.tiny import tiny_config
 
     ds = datasets.load_from_disk(str(data_dir)).select_columns(["input_ids", "labels"])
     conf = tiny_config()
@@ -149,7 +149,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; the best of each is reported")
     a = ap.parse_args()
-    from sft_helpers import make_dataset_dir, write_config
+    from sft.copytask import make_dataset_dir, write_config
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

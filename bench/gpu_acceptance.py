@@ -284,7 +284,7 @@ def pick_device():
 
 def small_config(smoke: bool, vocab: int | None = None):
     """2 decoder layers: real Qwen3-4B layer shapes on GPU, the tiny model's in smoke mode."""
-    from sft.tiny import tiny_config
+    from common.tiny import tiny_config
 
     kw = {} if smoke else {k: QWEN3_4B[k] for k in LAYER_SHAPE}
     kw["num_hidden_layers"] = 2
@@ -296,7 +296,7 @@ def small_config(smoke: bool, vocab: int | None = None):
 def full_config(smoke: bool):
     from transformers import Qwen3Config
 
-    from sft.tiny import tiny_config
+    from common.tiny import tiny_config
 
     return tiny_config() if smoke else Qwen3Config(**QWEN3_4B)
 
@@ -765,7 +765,7 @@ def check_vllm(ctx: Ctx, res: Result) -> None:
     from sft import checkpoint as ckpt
     from sft import train
     from sft.model import load_tokenizer
-    from sft.tiny import TINY_CONFIG
+    from common.tiny import TINY_CONFIG
 
     tmp = Path(tempfile.mkdtemp(prefix="vllm_check_"))
     conf = small_config(ctx.smoke, vocab=TINY_CONFIG["vocab_size"])  # the tiny tokenizer's vocabulary

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import random
 
+from data_prep.errors import DataPrepError
+
 ARMS = ("r2e", "search", "mixed")
 
 
-class ArmError(ValueError):
+class ArmError(DataPrepError):
     """Too few source records for the arm (or an unknown arm)."""
 
 

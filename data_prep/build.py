@@ -19,6 +19,7 @@ import numpy as np
 from common.io import atomic_dir, check_output_dir, sha256_file, sha256_text, write_json, write_jsonl
 from data_prep import arms, config, synthetic, worker
 from data_prep.decontam import Decontaminator, load_questions
+from data_prep.errors import DataPrepError
 from data_prep.readers import parse_source, read_source
 from data_prep.render import ChatRenderer
 from data_prep.schema import RecordError, quarantine_detail
@@ -27,7 +28,7 @@ from data_prep.stats import RunStats
 FORMAT_VERSION = 1
 
 
-class StrictError(RuntimeError):
+class StrictError(DataPrepError):
     """`strict=true` and some records were rejected."""
 
 
@@ -37,7 +38,7 @@ def load_tokenizer(tokenizer: Any):
         return tokenizer, getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
     from transformers import AutoTokenizer
 
-    from data_prep.tiny import resolve_tokenizer
+    from common.tiny import resolve_tokenizer
 
     try:
         return AutoTokenizer.from_pretrained(resolve_tokenizer(tokenizer), trust_remote_code=False), tokenizer
@@ -64,10 +65,6 @@ def _code_hash() -> str:
     return h.hexdigest()
 
 
-def _domains(arm: str, n: int) -> dict[str, int]:
-    return arms.quotas(arm, n)
-
-
 def cache_key(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any) -> str:
     """Hex digest over everything that changes the output: sources (local files by sha256),
     tokenizer identity + chat template hash, arm, seed, every output-relevant data key and
@@ -77,7 +74,7 @@ def cache_key(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any) -> str:
 
 
 def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
-    wanted = _domains(arm, cfg["n"])
+    wanted = arms.quotas(arm, cfg["n"])
     srcs: Any = {d: [parse_source(s).identity() for s in cfg["sources"][d]] for d in wanted}
     if cfg["kind"] == "synthetic":
         srcs["synthetic"] = cfg["synthetic"]
@@ -93,7 +90,7 @@ def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
 
 def _synthetic_sources(cfg: dict, arm: str, seed: int, raw_dir: Path) -> dict[str, list[str]]:
     scfg = synthetic.config_from(cfg["synthetic"])
-    wanted = _domains(arm, cfg["n"])
+    wanted = arms.quotas(arm, cfg["n"])
     # A margin over the quota so a few length rejections don't starve the arm.
     code_n = cfg["synthetic"].get("code_n", wanted.get("code", 0) + (wanted.get("code", 0) // 10 + 2 if "code" in wanted else 0))
     search_n = cfg["synthetic"].get("search_n", wanted.get("search", 0) + (wanted.get("search", 0) // 10 + 2 if "search" in wanted else 0))
@@ -112,7 +109,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     from tqdm import tqdm
 
     cfg = config.resolve(data_cfg)
-    wanted = _domains(arm, cfg["n"])
+    wanted = arms.quotas(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
     renderer = ChatRenderer(tok, history_reasoning=cfg["history_reasoning"], epilogue=cfg["epilogue"])
     key = _cache_key(cfg, arm, seed, tok, tok_name)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from data_prep.errors import DataPrepError
+
 DATA_DEFAULTS: dict[str, Any] = {
     "kind": "hub",                       # hub | synthetic
     "n": 3500,
@@ -38,7 +40,7 @@ def resolve(data_cfg: Any) -> dict:
     cfg = copy.deepcopy(DATA_DEFAULTS)
     for k, v in (data_cfg or {}).items():
         if k not in cfg:
-            raise ValueError(f"unknown data key {k!r} (known: {', '.join(cfg)})")
+            raise DataPrepError(f"unknown data key {k!r} (known: {', '.join(cfg)})")
         cfg[k] = v
     cfg["sources"] = {"code": list((cfg["sources"] or {}).get("code") or []),
                       "search": list((cfg["sources"] or {}).get("search") or [])}
@@ -50,16 +52,16 @@ def resolve(data_cfg: Any) -> dict:
     for key, allowed in (("kind", KINDS), ("length_policy", LENGTH_POLICIES),
                          ("reasoning", REASONING_MODES), ("history_reasoning", HISTORY_POLICIES)):
         if cfg[key] not in allowed:
-            raise ValueError(f"data.{key}={cfg[key]!r}: expected one of {', '.join(allowed)}")
+            raise DataPrepError(f"data.{key}={cfg[key]!r}: expected one of {', '.join(allowed)}")
     if not isinstance(cfg["n"], int) or cfg["n"] < 1:
-        raise ValueError(f"data.n must be a positive integer, got {cfg['n']!r}")
+        raise DataPrepError(f"data.n must be a positive integer, got {cfg['n']!r}")
     if not isinstance(cfg["max_seq_len"], int) or cfg["max_seq_len"] < 16:
-        raise ValueError(f"data.max_seq_len must be an integer >= 16, got {cfg['max_seq_len']!r}")
+        raise DataPrepError(f"data.max_seq_len must be an integer >= 16, got {cfg['max_seq_len']!r}")
     if isinstance(cfg["decontam_ngram"], bool) or not isinstance(cfg["decontam_ngram"], int) or cfg["decontam_ngram"] < 1:
-        raise ValueError(f"data.decontam_ngram must be an integer >= 1, got {cfg['decontam_ngram']!r}")
+        raise DataPrepError(f"data.decontam_ngram must be an integer >= 1, got {cfg['decontam_ngram']!r}")
     mrb = cfg["max_record_bytes"]
     if mrb is not None and (isinstance(mrb, bool) or not isinstance(mrb, int) or mrb < 1):
-        raise ValueError(f"data.max_record_bytes must be null (auto) or a positive integer, got {mrb!r}")
+        raise DataPrepError(f"data.max_record_bytes must be null (auto) or a positive integer, got {mrb!r}")
     return cfg
 
 

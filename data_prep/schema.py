@@ -28,8 +28,9 @@ one assistant turn and the conversation ends with one.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from data_prep.errors import DataPrepError
 
 DOMAINS = ("code", "search")
 SOURCES = ("r2e-gym", "swe-gym", "swe-smith", "openseeker", "search-r1", "search-plan-act", "synthetic")
@@ -38,23 +39,7 @@ ROLES = ("system", "user", "assistant", "tool")
 FIELDS = ("id", "source", "domain", "messages", "tools", "task", "answer", "terminator")
 
 
-# The canonical search tool: training data (search readers) and evaluation (evals) use exactly this
-# spec, so a model sees at evaluation the tool block it was trained with.
-SEARCH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the document corpus. Returns the top documents as lines `Doc i(Title: T) text`.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string", "description": "The search query."}},
-            "required": ["query"],
-        },
-    },
-}
-
-
-class RecordError(ValueError):
+class RecordError(DataPrepError):
     """A record that can't become canonical. `reason` is a short stable slug used for counting."""
 
     def __init__(self, reason: str, detail: str = ""):
@@ -181,7 +166,3 @@ def validate_record(rec: dict) -> None:
         raise RecordError("no_finish_call", "the last assistant turn has no finish/submit call")
     if rec["domain"] == "search" and FINAL_ANSWER_PREFIX.strip() not in msgs[-1]["content"]:
         raise RecordError("no_final_answer", f"the last assistant turn has no `{FINAL_ANSWER_PREFIX.strip()}` line")
-
-
-def copy_record(rec: dict) -> dict:
-    return copy.deepcopy(rec)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.io import write_jsonl
+from data_prep.errors import DataPrepError
 
 SYLLABLES = ["ka", "lo", "mi", "ra", "ten", "vor", "sel", "dun", "bri", "hal", "mor", "zen",
              "tal", "ver", "nos", "pel", "gar", "ith", "wen", "cor", "fa", "ul", "bes", "dra"]
@@ -408,7 +409,7 @@ def write_synthetic_bench(out_dir: str | Path, seed: int = 0, n: int = 100, cfg:
     test = [(e, a) for e in ents for a in e.attrs if _is_test(e, a, cfg)]
     random.Random(f"bench-{seed}").shuffle(test)
     if n > len(test):
-        raise ValueError(f"only {len(test)} held-out questions in a world of {cfg.n_entities} entities; asked for {n}")
+        raise DataPrepError(f"only {len(test)} held-out questions in a world of {cfg.n_entities} entities; asked for {n}")
     rows = [{"id": f"synthqa-{i}", "question": question(e, a), "golden_answers": [e.attrs[a]]} for i, (e, a) in enumerate(test[:n])]
     write_jsonl(out / "synthqa" / "test.jsonl", rows)
     return {"corpus": str(out / "corpus.jsonl"), "test": str(out / "synthqa" / "test.jsonl"), "n": len(rows), "docs": n_docs}
@@ -420,6 +421,6 @@ def config_from(d: dict | None) -> SyntheticConfig:
     known = SyntheticConfig.__dataclass_fields__
     bad = sorted(set(d) - set(known) - {"code_n", "search_n"})
     if bad:
-        raise ValueError(f"unknown data.synthetic key(s) {bad}; known: {sorted(known) + ['code_n', 'search_n']}")
+        raise DataPrepError(f"unknown data.synthetic key(s) {bad}; known: {sorted(known) + ['code_n', 'search_n']}")
     kw = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in d.items() if k in known}
     return SyntheticConfig(**kw)

@@ -3,15 +3,15 @@
 A 4096-entry byte-level BPE with the Qwen3 added tokens (same strings, same order, same
 special/non-special split) and the Qwen3-4B-Thinking-2507 chat template, so the tiny path runs
 exactly the rendering and masking code the real model uses. The files are committed under
-`data_prep/tiny_tokenizer/`; `python -m data_prep.tiny` rebuilds them deterministically.
+`common/tiny_tokenizer/` (`common.tiny` resolves them); `python -m data_prep.tiny` rebuilds them
+deterministically.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-TOKENIZER_DIR = Path(__file__).with_name("tiny_tokenizer")
-VOCAB_SIZE = 4096
+from common.tiny import TOKENIZER_DIR, VOCAB_SIZE
 
 # Qwen3's added tokens in id order; True = "special" (skipped by skip_special_tokens).
 QWEN3_ADDED_TOKENS = [
@@ -25,15 +25,6 @@ QWEN3_ADDED_TOKENS = [
     ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
     ("<think>", False), ("</think>", False),
 ]
-
-
-def tiny_tokenizer_path() -> str:
-    return str(TOKENIZER_DIR)
-
-
-def resolve_tokenizer(name: str) -> str:
-    """A tokenizer path or hub id as every stage accepts it: the value `tiny` is the embedded one."""
-    return tiny_tokenizer_path() if name == "tiny" else name
 
 
 def _training_corpus() -> list[str]:

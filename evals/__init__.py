@@ -1,6 +1,6 @@
 """The agentic evaluation harness (see README `## evals`).
 
 Public API: `evals.run.evaluate(cfg) -> summary`, the `evaluate` CLI (`evals.cli:main`),
-`serve-retriever` (`evals.retrievers:serve_main`), `evals.metrics.{exact_match, f1, cover_em}`,
+`serve-retriever` (`evals.server:main`), `evals.metrics.{exact_match, f1, cover_em}`,
 `evals.extract.extract_answer`, `evals.toolcalls.parse_tool_calls`.
 """

@@ -32,7 +32,7 @@ class Generation:
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
-    from data_prep.tiny import resolve_tokenizer
+    from common.tiny import resolve_tokenizer
 
     tok = AutoTokenizer.from_pretrained(resolve_tokenizer(path), trust_remote_code=False)
     tok.padding_side = "left"

@@ -8,13 +8,9 @@ so a prompt here is only the system message + the first user message.
 """
 from __future__ import annotations
 
-from data_prep.schema import SEARCH_TOOL as CANONICAL_SEARCH_TOOL
+from common.tools import SEARCH_TOOL  # noqa: F401  (the one search tool every stage uses)
 
 PROMPTS = ("tool_agent", "anchor_nudge")
-
-# The one search tool every stage uses (data_prep renders the training trajectories with it), so
-# a model sees at evaluation exactly the tool spec it was trained with.
-SEARCH_TOOL = CANONICAL_SEARCH_TOOL
 
 _SEARCH_SYSTEM = (
     "You are a helpful assistant that answers questions. You can call the search tool to look up "

@@ -58,7 +58,8 @@ def _corpus_doc(path: Path, lineno: int, raw: str, seen: set[str]) -> dict:
     except JsonLineError as exc:
         raise RetrieverError(f"{path}:{lineno}: {exc}") from None
     if not isinstance(row, dict) or not isinstance(row.get("contents"), str) or "id" not in row:
-        raise RetrieverError(f"{path}:{lineno}: expected {{\"id\", \"contents\": str}}, got keys {sorted(row) if isinstance(row, dict) else type(row).__name__}")
+        got = sorted(row) if isinstance(row, dict) else type(row).__name__
+        raise RetrieverError(f"{path}:{lineno}: expected {{\"id\", \"contents\": str}}, got keys {got}")
     doc_id = str(row["id"])
     if doc_id in seen:
         raise RetrieverError(f"{path}:{lineno}: duplicate doc id {doc_id!r}")
@@ -191,9 +192,3 @@ def make_retriever(cfg) -> Bm25Retriever | HttpRetriever:
         return HttpRetriever(cfg.retriever_url, timeout=cfg.retriever_timeout, retries=cfg.retriever_retries)
     raise RetrieverError(f"unknown retriever {kind!r}; expected bm25 or http")
 
-
-def serve_main(argv: list[str] | None = None) -> int:
-    """Console script `serve-retriever` (implemented in evals.server)."""
-    from evals.server import main
-
-    return main(argv)

@@ -20,7 +20,8 @@ from typing import Callable, Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError
-from common.io import atomic_dir
+from common.io import JsonLineError, atomic_dir
+from data_prep.errors import DataPrepError
 
 Builder = Callable[..., dict]   # build_arm(data_cfg, *, arm, seed, tokenizer, out) -> manifest
 KeyFn = Callable[..., str]      # cache_key(data_cfg, *, arm, seed, tokenizer) -> hex digest
@@ -55,10 +56,8 @@ def data_section(cfg: DictConfig) -> DictConfig:
 
 
 def _data_prep_api() -> tuple[Builder, KeyFn]:
-    try:
-        from data_prep.build import build_arm, cache_key
-    except ImportError as exc:  # pragma: no cover - only while data_prep is missing
-        raise ConfigError(f"data_prep.build is not importable ({exc}); cannot build the arm's dataset") from exc
+    from data_prep.build import build_arm, cache_key
+
     return build_arm, cache_key
 
 
@@ -134,7 +133,7 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
             except Exception as exc:
                 # data_prep's bad-input errors (unknown source, too few records, strict=true
                 # rejections) become one clear message; anything else is a bug: keep its traceback.
-                if isinstance(exc, ValueError) or type(exc).__name__ == "StrictError":
+                if isinstance(exc, (DataPrepError, JsonLineError)):
                     raise ConfigError(f"data prep for arm {data_arm!r} failed: {exc}") from exc
                 if isinstance(exc, OSError):  # hub unreachable, missing file, disk full
                     hint = (" (data.kind=hub needs the Hugging Face Hub or a warm HF cache; data=synthetic "

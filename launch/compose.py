@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
+from common.plan import planned
 from launch.slurm import slurm_option_problems
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -268,18 +269,10 @@ def run_dir(cfg: DictConfig) -> Path:
 
 
 def planned_steps(cfg: DictConfig, n_rows: int | None = None) -> int:
-    """Optimizer steps: `train.steps`, else epochs * floor(rows / global_batch_size)."""
-    if cfg.train.steps is not None:
-        return int(cfg.train.steps)
-    rows = cfg.data.n if n_rows is None else n_rows
-    return int(cfg.train.epochs) * (int(rows) // int(cfg.train.global_batch_size))
+    """Optimizer steps for `data.n` trajectories (common.plan, the trainer's own rule)."""
+    return planned(cfg, n_rows)[0]
 
 
 def planned_saves(cfg: DictConfig, n_rows: int | None = None) -> list[int]:
-    """Checkpoint steps: save_steps, every epoch end (save_epoch_ends) and the final step."""
-    total = planned_steps(cfg, n_rows)
-    per_epoch = (cfg.data.n if n_rows is None else n_rows) // cfg.train.global_batch_size
-    saves = {s for s in cfg.train.save_steps if s <= total} | {total}
-    if cfg.train.save_epoch_ends and per_epoch > 0:
-        saves |= set(range(per_epoch, total + 1, per_epoch))
-    return sorted(saves)
+    """Checkpoint steps for `data.n` trajectories (common.plan.save_points, the trainer's own rule)."""
+    return planned(cfg, n_rows)[1]

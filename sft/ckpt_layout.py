@@ -8,9 +8,7 @@ serving copy stores a tied matrix once). For Qwen3-4B this gives 398 tensors:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -95,10 +93,6 @@ def config_dtype(config_json: dict) -> torch.dtype | None:
     name = config_json.get("dtype") or config_json.get("torch_dtype")
     dt = getattr(torch, name, None) if isinstance(name, str) else None
     return dt if isinstance(dt, torch.dtype) else None
-
-
-def read_config_json(directory: Path) -> dict:
-    return json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
 
 
 def strip_wrapper_prefixes(name: str) -> str:

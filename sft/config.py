@@ -14,7 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, apply_overrides
 
-from .tiny import resolve_model_path
+from common.plan import save_points as plan_save_points
+from common.plan import schedule
+from common.tiny import resolve_model_path
 
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
 # definition): a run dir's state made under another value is not resumed (run identity).
@@ -215,15 +217,10 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
 
 
 def schedule_steps(cfg: TrainConfig, n_examples: int) -> tuple[int, int]:
-    """(steps per epoch, total optimizer steps): floor(n / global batch) per epoch."""
-    per_epoch = n_examples // cfg.global_batch_size
-    total = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch
-    return per_epoch, total
+    """(steps per epoch, total optimizer steps) for this dataset (common.plan.schedule)."""
+    return schedule(steps=cfg.steps, epochs=cfg.epochs, n_examples=n_examples, global_batch_size=cfg.global_batch_size)
 
 
 def save_points(cfg: TrainConfig, per_epoch: int, total: int) -> list[int]:
-    """Steps that get a Hugging Face checkpoint: save_steps, epoch ends, and the final step."""
-    pts = {s for s in cfg.save_steps if s <= total} | {total}
-    if cfg.save_epoch_ends and per_epoch > 0:
-        pts |= set(range(per_epoch, total + 1, per_epoch))
-    return sorted(pts)
+    """The checkpoint steps of this run (common.plan.save_points, the one definition)."""
+    return plan_save_points(save_steps=cfg.save_steps, save_epoch_ends=cfg.save_epoch_ends, per_epoch=per_epoch, total=total)

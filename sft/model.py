@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import ConfigError
-from data_prep.tiny import resolve_tokenizer
+from common.tiny import resolve_tokenizer
 
 from .config import TrainConfig
 
@@ -34,7 +34,8 @@ def select_attn_implementation(requested: str, device: torch.device) -> str:
     have_fa = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
     if requested == "auto":
         choice = "flash_attention_2" if have_fa else "sdpa"
-        why = "CUDA + flash-attn available" if have_fa else f"device={device.type}, flash-attn {'present' if importlib.util.find_spec('flash_attn') else 'not installed'}"
+        fa_state = "present" if importlib.util.find_spec("flash_attn") else "not installed"
+        why = "CUDA + flash-attn available" if have_fa else f"device={device.type}, flash-attn {fa_state}"
     else:
         if requested == "flash_attention_2" and not have_fa:
             raise ConfigError("model.attn_implementation=flash_attention_2 needs CUDA and the flash-attn package")
@@ -62,7 +63,7 @@ def model_config(cfg: TrainConfig, attn: str):
     from transformers import AutoConfig
 
     if cfg.model_path == "tiny":
-        from .tiny import tiny_config
+        from common.tiny import tiny_config
 
         check_overrides(tiny_config(), cfg.model_overrides)
         conf = tiny_config(**cfg.model_overrides)

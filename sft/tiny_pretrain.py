@@ -15,7 +15,7 @@ become rigid — it never produced the tool-call JSON in 200 steps, while its 80
 with the JSON layout, 800 steps (reading 0.20) learned the format by step 100 but copied names
 badly (EM 0.03); the committed 1600 steps (reading 0.62) reach EM 0.78.
 
-The committed result lives in `sft/tiny_base/` (a Hugging Face model dir + `pretrain.json` with
+The committed result lives in `common/tiny_base/` (a Hugging Face model dir + `pretrain.json` with
 the settings, the loss curve and the held-out reading accuracy). Training is deterministic (same
 seed, same data order, single process; tests/test_tiny_base.py gets byte-identical weights from
 two short runs); the full 1600-step run has not been repeated to compare with the committed file.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from .tiny import TINY_BASE_DIR
+from common.tiny import TINY_BASE_DIR
 
 # The demo and tests build their worlds from small seeds (0, 1, ...); these are far from them.
 PRETRAIN_WORLD_SEED = 90_001
@@ -131,7 +131,9 @@ def pretrain(out: Path, cfg: PretrainConfig, log=print) -> dict:
     from data_prep.synthetic import SyntheticConfig, reading_texts
 
     from .optim import param_groups
-    from .tiny import save_tiny_model, tiny_config, tiny_tokenizer
+    from common.tiny import tiny_config, tiny_tokenizer
+
+    from .tiny import save_tiny_model
 
     tok = tiny_tokenizer()
     torch.manual_seed(cfg.seed)

@@ -33,7 +33,7 @@ def qwen3_tokenizer():
 def tiny_tokenizer():
     from transformers import AutoTokenizer
 
-    from data_prep.tiny import tiny_tokenizer_path
+    from common.tiny import tiny_tokenizer_path
 
     return AutoTokenizer.from_pretrained(tiny_tokenizer_path())
 

@@ -224,13 +224,13 @@ def test_provenance_lists_each_value_once():
 
 
 def test_demo_dry_run_prints_the_plan(capsys):
-    from analysis.demo import main as demo_main
+    from demo.run import main as demo_main
 
     assert demo_main(["dry_run=true", "arms=[r2e,search]", "steps=8", "save_steps=[4]"]) == 0
     plan = capsys.readouterr().out
     assert "launch sweep arms=[r2e,search] seeds=[0] model=tiny_base data=synthetic steps=8 save_steps=[4]" in plan
     assert "analyze runs_root=runs/demo benches=[synthqa,search_plan_ood]" in plan
-    assert "sft/tiny_base (the committed pretrained tiny base)" in plan
+    assert "common/tiny_base (the committed pretrained tiny base)" in plan
     assert demo_main(["dry_run=true", "model=tiny"]) == 0
     plan = capsys.readouterr().out
     assert "model=tiny data=synthetic" in plan and "save_tiny_model(runs/demo/_anchor_model, seed=0)" in plan

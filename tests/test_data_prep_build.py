@@ -149,7 +149,7 @@ def test_synthetic_bench_is_held_out(tmp_path):
     corpus = [json.loads(x) for x in Path(info["corpus"]).read_text().splitlines()]
     assert len(test) == 20 and set(test[0]) == {"id", "question", "golden_answers"}
     assert corpus[0]["contents"].startswith('"') and "\n" in corpus[0]["contents"]
-    m = build.build_arm({"kind": "synthetic", "n": 60}, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "s", progress=False)
+    build.build_arm({"kind": "synthetic", "n": 60}, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "s", progress=False)
     import datasets
 
     trained = {json.loads(r)["task"] for r in datasets.load_from_disk(str(tmp_path / "s"))["messages"]}

@@ -235,7 +235,7 @@ def test_serve_retriever_cli_subprocess(tmp_path):
     corpus, _ = make_world(tmp_path, n=3)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from evals.retrievers import serve_main; sys.exit(serve_main())",
+        [sys.executable, "-c", "import sys; from evals.server import main; sys.exit(main())",
          f"corpus={corpus}", "port=0", f"index_dir={tmp_path / 'idx'}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path),
     )

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_acceptance.py"
 
-from bench import gpu_acceptance as ga
+from bench import gpu_acceptance as ga  # noqa: E402
 
 
 def _run(tmp_path, *extra):

@@ -269,7 +269,7 @@ def test_full_disk_while_writing_leaves_no_torn_state(world_of_one, tmp_path, mo
 
 
 def _good(i, **kw):
-    from data_prep.schema import SEARCH_TOOL
+    from common.tools import SEARCH_TOOL
 
     rec = {"id": f"g{i}", "source": "synthetic", "domain": "search", "tools": [SEARCH_TOOL], "task": f"where is item {i}?",
            "answer": f"shelf {i}", "terminator": "final_answer",
@@ -514,7 +514,7 @@ def test_cli_mistakes_name_the_key_and_exit_2(capsys):
     from envs.search_plan_act.__main__ import main as envs_main
     from launch.compose import compose
     from sft.model import check_overrides
-    from sft.tiny import tiny_config
+    from common.tiny import tiny_config
 
     for argv in (["pilot", "tasks=abc"], ["export", "out=/tmp/x.jsonl", "n=abc"], ["show", "seed=x"]):
         with pytest.raises(ConfigError, match=argv[-1].split("=")[0]):

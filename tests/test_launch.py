@@ -45,7 +45,7 @@ def test_shortcuts_and_dotted_overrides(tmp_path):
 
 
 def test_tiny_recipe_matches_the_tiny_model():
-    from sft.tiny import TINY_CONFIG
+    from common.tiny import TINY_CONFIG
 
     cfg = compose(["model=tiny", "data=synthetic"]).cfg
     assert cfg.model.path == "tiny" and cfg.model.tokenizer == "tiny" and cfg.model.init == "random"

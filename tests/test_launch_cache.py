@@ -9,6 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from common.cli import ConfigError
+from data_prep.arms import ArmError
+from data_prep.build import StrictError
 from launch import cache
 from launch.compose import compose
 from launch.manifest import write_manifest
@@ -72,12 +74,24 @@ def test_failed_build_leaves_nothing_that_looks_complete(tmp_path):
         raise ConnectionError("Couldn't reach 'R2E-Gym/R2EGym-SFT-Trajectories' on the Hub")
 
     def too_few(data_cfg, *, out, **kw):
-        raise ValueError("arm 'r2e' needs 3500 code records, found 12")
+        raise ArmError("arm 'r2e' needs 3500 code records, found 12")
+
+    def rejected(data_cfg, *, out, **kw):
+        raise StrictError("strict=true and 3 record(s) were rejected")
+
+    def bug(data_cfg, *, out, **kw):
+        raise ValueError("a bug in data_prep, not bad input")
 
     with pytest.raises(ConfigError, match="Couldn't reach .* runs offline"):
         cache.ensure_dataset(_cfg(tmp_path, "data=hub", "n=7"), "r2e", builder=offline, key_fn=fake.key)
     with pytest.raises(ConfigError, match="data prep for arm 'r2e' failed: .*found 12"):
         cache.ensure_dataset(_cfg(tmp_path, "n=8"), "r2e", builder=too_few, key_fn=fake.key)
+    # matched by type (data_prep's DataPrepError hierarchy), not by class name; a bug keeps its traceback
+    with pytest.raises(ConfigError, match="data prep for arm 'r2e' failed: strict=true"):
+        cache.ensure_dataset(_cfg(tmp_path, "n=9"), "r2e", builder=rejected, key_fn=fake.key)
+    with pytest.raises(ValueError, match="a bug") as info:
+        cache.ensure_dataset(_cfg(tmp_path, "n=10"), "r2e", builder=bug, key_fn=fake.key)
+    assert not isinstance(info.value, ConfigError)
 
     def no_manifest(data_cfg, *, out, **kw):
         return {}

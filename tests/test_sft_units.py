@@ -33,7 +33,7 @@ def data_dir(tmp_path_factory):
 def test_packed_forward_equals_unpacked_per_token_loss(data_dir):
     from transformers import AutoModelForCausalLM
 
-    from sft.tiny import tiny_config
+    from common.tiny import tiny_config
 
     torch.manual_seed(0)
     conf = tiny_config()
@@ -239,7 +239,7 @@ def test_finished_run_is_not_retrained(tmp_path, data_dir, monkeypatch):
 
 
 def test_flops_and_peak():
-    from sft.tiny import tiny_config
+    from common.tiny import tiny_config
 
     from sft.model import matmul_params
 
@@ -256,7 +256,7 @@ def test_matmul_params_counts_tied_head_once_as_matmul():
     from transformers import AutoModelForCausalLM
 
     from sft.model import matmul_params
-    from sft.tiny import tiny_config
+    from common.tiny import tiny_config
 
     conf = tiny_config()
     with torch.device("meta"):
@@ -290,7 +290,7 @@ def test_liger_guard_rejects_materialized_logits(data_dir):
 
     from transformers import AutoModelForCausalLM
 
-    from sft.tiny import tiny_config
+    from common.tiny import tiny_config
 
     conf = tiny_config()
     conf._attn_implementation = "sdpa"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from data_prep.synthetic import SyntheticConfig, make_world, reading_texts
-from sft.tiny import TINY_BASE_DIR, TINY_CONFIG, resolve_model_path
+from common.tiny import TINY_BASE_DIR, TINY_CONFIG, resolve_model_path
 from sft.tiny_pretrain import PretrainConfig, pack_rows, pretrain
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from common.io import JsonLineError, parse_json_line, sha256_file
 from data_prep.readers import canonical, openseeker, r2e_gym, search_r1, swe_gym, swe_smith
 from data_prep.schema import RecordError, quarantine_detail
+from data_prep.errors import DataPrepError
 
 PARSERS = {
     "r2e-gym": r2e_gym.parse,
@@ -29,7 +30,7 @@ LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 _ID_KEYS = ("id", "traj_id", "instance_id")
 
 
-class SourceError(ValueError):
+class SourceError(DataPrepError):
     """A source spec that can't be read at all (unknown format, missing file)."""
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import re
 
 from data_prep.readers.common import thought_message
-from data_prep.schema import SEARCH_TOOL, make_record  # noqa: F401  (SEARCH_TOOL re-exported for the readers)
+from common.tools import SEARCH_TOOL  # noqa: F401  (the readers take it from here)
+from data_prep.schema import make_record
 from data_prep.terminators import final_answer
 
 SEARCH_SYSTEM_PROMPT = (

@@ -1,11 +1,15 @@
-"""`python -m analysis.demo` (`make demo`): the whole study on the embedded default, on CPU.
+"""`python -m demo` (`make demo`): the whole study on the embedded default, on CPU.
 
-1. `launch sweep arms=[r2e,search,mixed] seeds=[0] model=tiny data=synthetic steps=... save_steps=[...]`:
-   synthetic data per arm, the tiny Qwen3 trained with several step checkpoints per arm.
+1. `launch arm=A seed=S model=tiny_base data=synthetic steps=... save_steps=[...]` for every arm x seed:
+   synthetic data per arm, the tiny Qwen3 trained with several step checkpoints per arm. The runs go
+   `parallel` at a time (default: all of them), each a single-threaded process (OMP_NUM_THREADS=1):
+   on a 2-core machine three 1-thread runs side by side finish well before three 2-thread runs in a
+   row (a 1.3M-parameter model does not keep two threads busy). Each run's output goes to
+   `<runs_root>/_logs/<arm>-seed<S>.log`; `parallel=1` is the plain `launch sweep` in this process.
 2. `data_prep.synthetic.write_synthetic_bench`: a QA bench (`synthqa`, held-out questions with golden
    answers) over a corpus generated from the same world as the training data, retrieved with BM25.
 3. The anchor, evaluated with `prompt=anchor_nudge`: the base every arm starts from. For
-   `model=tiny_base` (default) that is the committed pretrained tiny base (`sft/tiny_base/`); for
+   `model=tiny_base` (default) that is the committed pretrained tiny base (`common/tiny_base/`); for
    `model=tiny` the step-0 random init (the trainer seeds it with the run seed, so
    `save_tiny_model(seed=seeds[0])` is the very same weights).
 4. `analyze benches=[synthqa,search_plan_ood] ...`: every checkpoint evaluated, transfer curves,
@@ -42,6 +46,8 @@ DEFAULTS = {
     # steps go to "search the entity, copy the fact" instead of recovering from a miss.
     "search_extra": [0, 0],
     "launch_args": [],  # extra `launch` overrides, e.g. ["lr=1e-3"]
+    # training runs at a time, each a 1-thread process; null = every arm x seed at once; 1 = `launch sweep` here
+    "parallel": None,
     "train": True,  # false: skip launch (analyze what runs_root already holds)
     "world_seed": 0,  # the synthetic world shared by training data and the QA bench
     # search_plan_act train-split episodes (envs exporter) added to the search pool, so the search and
@@ -76,6 +82,43 @@ def launch_argv(cfg) -> list[str]:
             f"data.synthetic.world_seed={cfg.world_seed}", f"data.synthetic.search_extra={_list(cfg.search_extra)}", *extra, *[str(a) for a in cfg.launch_args]]
 
 
+def run_argvs(cfg) -> list[list[str]]:
+    """One `launch` command line per arm x seed: what `launch sweep` would run one after another."""
+    from launch.sweep import combos
+
+    return combos(launch_argv(cfg)[1:])
+
+
+def train_parallel(cfg) -> int:
+    """Every arm x seed as its own single-threaded `launch` process, `parallel` at a time; 0 when all
+    finished. Each is a normal `launch` (finished runs are skipped, interrupted ones resume)."""
+    import os
+    import subprocess
+
+    runs = run_argvs(cfg)
+    width = len(runs) if cfg.parallel is None else int(cfg.parallel)
+    logs = Path(cfg.runs_root) / "_logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    pending, active, failed = list(runs), [], []
+    while pending or active:
+        while pending and len(active) < width:
+            argv = pending.pop(0)
+            log = logs / f"{argv[0].split('=', 1)[1]}-seed{argv[1].split('=', 1)[1]}.log"
+            print(f"[demo] launch {' '.join(argv[:2])} (1 thread) -> {log}", flush=True)
+            with open(log, "ab") as fh:
+                proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], stdout=fh, stderr=subprocess.STDOUT, env=env)
+            active.append((argv, log, proc))
+        argv, log, proc = active.pop(0)
+        rc = proc.wait()
+        print(f"[demo] {' '.join(argv[:2])}: exit {rc}", flush=True)
+        if rc != 0:
+            failed.append(argv[:2])
+            tail = log.read_text(errors="replace").splitlines()[-15:]
+            print("\n".join(f"    {line}" for line in tail), file=sys.stderr)
+    return 1 if failed else 0
+
+
 def export_envs_episodes(cfg) -> Path:
     """Genuine-policy search_plan_act episodes (train split) as canonical jsonl, written once."""
     from envs.search_plan_act import export_trajectories
@@ -94,7 +137,7 @@ MODELS = ("tiny_base", "tiny")
 
 def anchor_path(cfg) -> Path:
     """The base the arms start from: the committed tiny base, or a saved copy of the random init."""
-    from sft.tiny import TINY_BASE_DIR
+    from common.tiny import TINY_BASE_DIR
 
     return TINY_BASE_DIR if cfg.model == "tiny_base" else Path(cfg.runs_root) / "_anchor_model"
 
@@ -118,7 +161,10 @@ def describe(cfg) -> str:
         "demo plan:",
         *([f"  0. envs export: {int(cfg.envs_episodes)} search_plan_act train episodes -> {envs_export_path(cfg)}"]
           if cfg.envs_episodes and cfg.train else []),
-        f"  1. launch {' '.join(launch_argv(cfg))}" + ("" if cfg.train else "   (skipped: train=false)"),
+        f"  1. launch {' '.join(launch_argv(cfg))}" + ("" if cfg.train else "   (skipped: train=false)")
+        + ("" if cfg.parallel == 1 or not cfg.train else
+           f"\n     as {len(run_argvs(cfg))} single-threaded `launch arm=A seed=S ...` processes, "
+           f"{'all' if cfg.parallel is None else int(cfg.parallel)} at a time"),
         f"  2. write_synthetic_bench({cfg.runs_root}/_bench, seed={cfg.world_seed}, n={cfg.bench_n})"
         " -> corpus.jsonl + synthqa/test.jsonl",
         (f"  3. anchor: {a['anchor']} (the committed pretrained tiny base)" if cfg.model == "tiny_base" else
@@ -145,7 +191,10 @@ def run_demo(cfg) -> int:
         if cfg.envs_episodes:
             _phase("search_plan_act episodes (envs export)", timings, lambda: export_envs_episodes(cfg))
 
-        rc = _phase("train (launch sweep)", timings, lambda: launch_main(launch_argv(cfg)))
+        if cfg.parallel == 1:
+            rc = _phase("train (launch sweep)", timings, lambda: launch_main(launch_argv(cfg)))
+        else:
+            rc = _phase("train (parallel launches)", timings, lambda: train_parallel(cfg))
         if rc != 0:
             print(f"[demo] launch sweep failed (exit {rc}); analyzing whatever checkpoints exist", file=sys.stderr)
 
@@ -194,6 +243,8 @@ def _main(argv: list[str]) -> int:
     cfg = apply_overrides(base, argv)
     if not cfg.arms or not cfg.seeds:
         raise ConfigError("arms=[...] and seeds=[...] must not be empty")
+    if cfg.parallel is not None and (isinstance(cfg.parallel, bool) or not isinstance(cfg.parallel, int) or cfg.parallel < 1):
+        raise ConfigError(f"parallel={cfg.parallel!r}: expected a positive integer or null (every run at once)")
     if cfg.model not in MODELS:
         raise ConfigError(f"model={cfg.model!r}: the demo runs one of {', '.join(MODELS)}")
     print(describe(cfg))

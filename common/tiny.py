@@ -1,0 +1,76 @@
+"""The embedded tiny model and tokenizer, shared by every stage (DESIGN.md "The tiny model").
+
+The files are committed: `common/tiny_tokenizer/` (a 4096-entry byte-level BPE with the Qwen3 added
+tokens and the Qwen3 chat template; `python -m data_prep.tiny` rebuilds it) and `common/tiny_base/`
+(the pretrained tiny base, `model=tiny_base`; `python -m sft.tiny_pretrain` rebuilds it). This module
+only knows where they are, how a name resolves to them, and the tiny architecture; the writers that
+produce them stay in their stages (`data_prep.tiny.build`, `sft.tiny.save_tiny_model`).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from common.cli import ConfigError
+
+TOKENIZER_DIR = Path(__file__).with_name("tiny_tokenizer")
+VOCAB_SIZE = 4096
+# The committed pretrained tiny base (`model=tiny_base`, made by `python -m sft.tiny_pretrain`).
+TINY_BASE_DIR = Path(__file__).with_name("tiny_base")
+EMBEDDED_MODELS = {"tiny-base": TINY_BASE_DIR}
+
+# ~1.3M parameters: big enough to learn the synthetic tasks in a few hundred CPU steps.
+TINY_CONFIG = dict(
+    vocab_size=VOCAB_SIZE,
+    hidden_size=128,
+    intermediate_size=384,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=8192,
+    rope_theta=10000.0,
+    tie_word_embeddings=True,
+    rms_norm_eps=1e-6,
+)
+
+
+def tiny_tokenizer_path() -> str:
+    return str(TOKENIZER_DIR)
+
+
+def resolve_tokenizer(name: str) -> str:
+    """A tokenizer path or hub id as every stage accepts it: the value `tiny` is the embedded one."""
+    return tiny_tokenizer_path() if name == "tiny" else name
+
+
+def resolve_model_path(name: str) -> str:
+    """A model path or hub id as the trainer loads it: `tiny-base` is the embedded pretrained dir."""
+    if name not in EMBEDDED_MODELS:
+        return name
+    path = EMBEDDED_MODELS[name]
+    if not (path / "model.safetensors").is_file():
+        raise ConfigError(f"model.path={name}: {path}/model.safetensors is missing "
+                          "(it is committed; rebuild it with `python -m sft.tiny_pretrain`)")
+    return str(path)
+
+
+@functools.lru_cache(maxsize=1)
+def tiny_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_tokenizer_path())
+
+
+def tiny_config(**overrides):
+    from transformers import Qwen3Config
+
+    tok = tiny_tokenizer()
+    kw = dict(TINY_CONFIG)
+    kw.update(overrides)
+    return Qwen3Config(
+        **kw,
+        bos_token_id=None,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.pad_token_id,
+    )

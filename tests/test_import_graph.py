@@ -1,0 +1,146 @@
+"""The stage map of DESIGN.md as an import graph: common -> data_prep -> sft/launch/envs -> evals -> rl
+-> analysis, read from the source with `ast` (every import, also those inside functions).
+
+- a stage imports only stages of a lower level (sft, launch and envs are one level: none imports
+  another); rl may use evals' public API only (`evals.toolcalls`, `evals.metrics`, `evals.extract`,
+  `evals.retrievers`); nothing imports analysis;
+- no import cycle between modules;
+- the drivers: `demo/` may import any stage and nothing imports it; `bench/` imports library code
+  only, never the tests.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVELS = {"common": 0, "data_prep": 1, "sft": 2, "launch": 2, "envs": 2, "evals": 3, "rl": 4, "analysis": 5}
+RL_MAY_USE = ("evals.toolcalls", "evals.metrics", "evals.extract", "evals.retrievers")
+DRIVERS = ("demo", "bench")
+PACKAGES = (*LEVELS, *DRIVERS, "tests")
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    """Every module `path` imports (absolute names; relative imports resolved), ours or not."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            out.add(prefix)
+            # `from pkg import mod` imports the module pkg.mod when there is one
+            out.update(f"{prefix}.{a.name}" for a in node.names)
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the project modules it imports (only names that are modules of the checkout)."""
+    files = {module_name(p, root): p for pkg in PACKAGES if (root / pkg).is_dir()
+             for p in sorted((root / pkg).rglob("*.py"))}
+    # the tests' helper modules are also importable by their bare names (`sys.path += [tests/]`)
+    bare = {m.removeprefix("tests."): m for m in files if m.startswith("tests.") and m.count(".") == 1}
+    graph = {}
+    for mod, path in files.items():
+        names = {m if m in files else bare.get(m.split(".")[0], m) for m in imports_of(path, mod)}
+        graph[mod] = {m for m in names if m in files and m != mod}
+    return graph
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        src = mod.split(".")[0]
+        for dep in sorted(deps):
+            dst = dep.split(".")[0]
+            if src == dst:
+                continue
+            if dst == "tests":
+                bad.append(f"{mod} imports {dep}: library code and benches never import the tests")
+            elif dst == "demo" and src != "tests":
+                bad.append(f"{mod} imports {dep}: the demo is a driver, nothing imports it")
+            elif dst == "bench" and src != "tests":
+                bad.append(f"{mod} imports {dep}: nothing imports the benches")
+            elif src in LEVELS and dst in LEVELS:
+                if src == "rl" and dst == "evals":
+                    if not dep.startswith(RL_MAY_USE):
+                        bad.append(f"{mod} imports {dep}: rl uses evals' public API only ({', '.join(RL_MAY_USE)})")
+                elif LEVELS[dst] >= LEVELS[src]:
+                    bad.append(f"{mod} imports {dep}: {src} (level {LEVELS[src]}) may import only lower stages, "
+                               f"not {dst} (level {LEVELS[dst]})")
+    return bad
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_stages_form_the_documented_dag():
+    graph = import_graph(ROOT)
+    assert {"common.cli", "sft.train", "launch.cli", "evals.run", "analysis.sweep", "demo.run"} <= set(graph)
+    assert violations(graph) == []
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph(ROOT)) == []
+
+
+def test_the_checks_catch_what_they_guard():
+    """The checker itself on a hand-made graph: each kind of violation is reported."""
+    graph = {
+        "evals.retrievers": {"evals.server"}, "evals.server": {"evals.retrievers"},   # a cycle
+        "bench.bench_train": {"tests.sft_helpers", "sft.train"},                      # a bench importing tests
+        "sft.model": {"data_prep.tiny", "launch.compose"},                            # same level
+        "evals.run": {"analysis.discover"},                                           # importing analysis
+        "rl.train": {"evals.metrics", "evals.run"},                                   # outside evals' public API
+        "analysis.sweep": {"demo.run"},                                               # importing the driver
+        "demo.run": {"analysis.sweep", "launch.cli"},                                 # allowed
+    }
+    bad = violations(graph)
+    assert [b.split(" imports ")[:1] + [b.split(" imports ")[1].split(":")[0]] for b in bad] == [
+        ["analysis.sweep", "demo.run"], ["bench.bench_train", "tests.sft_helpers"],
+        ["evals.run", "analysis.discover"], ["rl.train", "evals.run"], ["sft.model", "launch.compose"]]
+    assert cycles(graph) == [["analysis.sweep", "demo.run"], ["evals.retrievers", "evals.server"]]
