@@ -93,6 +93,7 @@ def train_parallel(cfg) -> int:
     """Every arm x seed as its own single-threaded `launch` process, `parallel` at a time; 0 when all
     finished. Each is a normal `launch` (finished runs are skipped, interrupted ones resume)."""
     import os
+    import signal
     import subprocess
 
     runs = run_argvs(cfg)
@@ -101,21 +102,34 @@ def train_parallel(cfg) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     pending, active, failed = list(runs), [], []
-    while pending or active:
-        while pending and len(active) < width:
-            argv = pending.pop(0)
-            log = logs / f"{argv[0].split('=', 1)[1]}-seed{argv[1].split('=', 1)[1]}.log"
-            print(f"[demo] launch {' '.join(argv[:2])} (1 thread) -> {log}", flush=True)
-            with open(log, "ab") as fh:
-                proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], stdout=fh, stderr=subprocess.STDOUT, env=env)
-            active.append((argv, log, proc))
-        argv, log, proc = active.pop(0)
-        rc = proc.wait()
-        print(f"[demo] {' '.join(argv[:2])}: exit {rc}", flush=True)
-        if rc != 0:
-            failed.append(argv[:2])
-            tail = log.read_text(errors="replace").splitlines()[-15:]
-            print("\n".join(f"    {line}" for line in tail), file=sys.stderr)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        while pending or active:
+            while pending and len(active) < width:
+                argv = pending.pop(0)
+                log = logs / f"{argv[0].split('=', 1)[1]}-seed{argv[1].split('=', 1)[1]}.log"
+                print(f"[demo] launch {' '.join(argv[:2])} (1 thread) -> {log}", flush=True)
+                with open(log, "ab") as fh:
+                    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], stdout=fh, stderr=subprocess.STDOUT, env=env)
+                active.append((argv, log, proc))
+            argv, log, proc = active.pop(0)
+            rc = proc.wait()
+            print(f"[demo] {' '.join(argv[:2])}: exit {rc}", flush=True)
+            if rc != 0:
+                failed.append(argv[:2])
+                tail = log.read_text(errors="replace").splitlines()[-15:]
+                print("\n".join(f"    {line}" for line in tail), file=sys.stderr)
+    finally:  # interrupted: each launch forwards the stop to its trainer, which saves a state to resume from
+        signal.signal(signal.SIGTERM, previous)
+        for _, _, proc in active:
+            if proc.poll() is None:
+                proc.terminate()
+        for _, _, proc in active:
+            proc.wait()
     return 1 if failed else 0
 
 
