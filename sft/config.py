@@ -19,6 +19,8 @@ from .tiny import resolve_model_path
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
 # definition): a run dir's state made under another value is not resumed (run identity).
 TRAINER_SEMANTICS = 1
+# The trainer's own run-dir lock (fcntl, held by rank 0 for the whole process); launch checks it.
+TRAINER_LOCK = ".train.lock"
 
 ATTN_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -168,7 +170,8 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
         raise ConfigError(f"model.liger: expected auto, true or false, got {liger!r}")
     overrides = _get(raw, "model.config") or {}
     arm, seed = _str(raw, "arm"), _int(raw, "seed", minimum=0)
-    name = _get(raw, "logging.name") or f"{arm}-s{seed}"
+    variant = OmegaConf.select(raw, "name", default=None)
+    name = _get(raw, "logging.name") or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}")
 
     cfg = TrainConfig(
         run_dir=Path(str(run_dir)),

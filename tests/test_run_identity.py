@@ -1,0 +1,209 @@
+"""Run identity (fast tests): the fingerprint, launch's comparison with the run dir, `name=`,
+`resume=never` renaming aside, legacy run dirs, the trainer lock seen from launch.
+
+launch_one runs with an injected stand-in for data_prep and the trainer (no model work); the
+end-to-end versions with the real trainer are in test_launch_run.py.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from common import fingerprint
+from common.cli import ConfigError
+from test_launch_cache import FakeDataPrep
+
+BASE = ["model=tiny", "data=synthetic", "steps=4"]
+
+
+# ---------------------------------------------------------------- common.fingerprint
+
+
+def test_fingerprint_covers_result_keys_and_excludes_paths_and_resumable_keys():
+    from launch.compose import compose
+
+    cfg = compose(BASE).cfg
+    fp = fingerprint.run_fingerprint(cfg, trainer_semantics=1)
+    keys = fingerprint.identity_keys(cfg)
+    for key in ("train.lr", "train.lr_schedule", "train.steps", "train.warmup_ratio", "train.betas", "seed",
+                "model.path", "data.n", "train.precision", "train.grad_clip", "train.weight_decay"):
+        assert key in keys, key
+    for key in ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "logging.wandb", "launcher.nproc",
+                "train.state_every", "resume"):
+        assert key not in keys, key
+    moved = compose([*BASE, "runs_root=/elsewhere", "data.cache_root=/c", "state_every=3", "nproc=2",
+                     "logging.wandb=false", "name=v2"]).cfg
+    assert fingerprint.run_fingerprint(moved, trainer_semantics=1) == fp
+    for change in ("lr=5e-4", "train.lr_schedule=constant", "steps=5", "seed=1", "train.betas=[0.9,0.95]",
+                   "data.synthetic.n_entities=7"):
+        other = compose([*BASE, change]).cfg
+        assert fingerprint.run_fingerprint(other, trainer_semantics=1) != fp, change
+    assert fingerprint.run_fingerprint(cfg, trainer_semantics=2) != fp
+    assert fingerprint.run_fingerprint(cfg, trainer_semantics=1, data_fingerprint="x") != fp
+
+
+def test_fingerprint_diff_names_each_key_old_to_new():
+    old = fingerprint.identity({"train": {"lr": 1e-5, "steps": 4}, "seed": 0}, trainer_semantics=1, data_fingerprint="a")
+    new = fingerprint.identity({"train": {"lr": 5e-4, "steps": 4}, "arm": "x"}, trainer_semantics=2)
+    assert fingerprint.fingerprint_diff(old, new) == [
+        "arm: '<absent>' -> 'x'", "seed: 0 -> '<absent>'", "train.lr: 1e-05 -> 0.0005", "trainer_semantics: 1 -> 2"]
+    assert fingerprint.fingerprint_diff(old, old) == []
+
+
+# ---------------------------------------------------------------- launch against a run dir
+
+
+@pytest.fixture
+def staged(tmp_path, monkeypatch):
+    """launch_one with stand-in data prep and a stand-in trainer that records each start and
+    finishes the run (writes DONE) unless told to stop early."""
+    from launch import local, run
+
+    fake, started = FakeDataPrep(), []
+
+    def fake_trainer(cmd, log_dir, cwd, env=None, pass_fds=()):
+        rd = Path(cmd[-1]).parent
+        started.append(rd)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        if not (rd / "STOP_EARLY").exists():
+            (rd / "DONE").write_text("{}")
+        return 0, log_dir / "train.log"
+
+    monkeypatch.setattr(local, "run_logged", fake_trainer)
+    monkeypatch.setattr(local, "cuda_device_count", lambda: 0)
+
+    def go(*argv):
+        return run.launch_one([*BASE, f"runs_root={tmp_path}", *argv], builder=fake.build, key_fn=fake.key)
+
+    return go, started, fake, tmp_path
+
+
+def test_finished_run_with_changed_lr_is_refused_and_name_trains_a_variant(staged, capsys):
+    go, started, _, root = staged
+    assert go() == 0 and len(started) == 1
+    rd = root / "r2e" / "seed0"
+    capsys.readouterr()
+    with pytest.raises(ConfigError) as err:
+        go("lr=5e-4")
+    msg = str(err.value)
+    assert "train.lr: 0.002 -> 0.0005" in msg and "name=<variant>" in msg and "resume=never" in msg
+    assert len(started) == 1 and "not retraining" not in capsys.readouterr().out
+    # The same request as a named variant: a separate run dir, trained.
+    assert go("lr=5e-4", "name=lr5e-4") == 0
+    assert started[-1] == (root / "r2e" / "lr5e-4" / "seed0").resolve()
+    cfg = OmegaConf.load(started[-1] / "config.yaml")
+    assert cfg.train.lr == 5e-4 and cfg.name == "lr5e-4" and cfg.logging.name == "r2e-lr5e-4-s0"
+    # Both still report as finished with their own request.
+    assert go() == 0 and go("lr=5e-4", "name=lr5e-4") == 0 and len(started) == 2
+    assert json.loads((rd / "manifest.json").read_text())["identity"]["keys"]["train.lr"] == 2e-3
+
+
+def test_unfinished_run_with_changed_schedule_is_refused_before_data_prep(staged):
+    go, started, fake, root = staged
+    rd = root / "r2e" / "seed0"
+    rd.mkdir(parents=True)
+    (rd / "STOP_EARLY").write_text("")
+    assert go() == 0 and not (rd / "DONE").exists() and fake.builds == ["r2e"]
+    for change, key in (("lr=1e-4", "train.lr"), ("train.lr_schedule=constant", "train.lr_schedule"),
+                        ("steps=9", "train.steps")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            go(change)
+    assert fake.builds == ["r2e"] and len(started) == 1, "refused before data prep and training"
+    assert go("state_every=3") == 0 and len(started) == 2, "a resumable key may change"
+
+
+def test_resume_never_renames_the_old_run_aside(staged):
+    go, started, _, root = staged
+    assert go() == 0
+    rd = root / "r2e" / "seed0"
+    (rd / "checkpoints" / "step-000004").mkdir(parents=True)
+    assert go("lr=5e-4", "resume=never") == 0 and len(started) == 2
+    aside = [p for p in (root / "r2e").iterdir() if p.name.startswith("seed0.replaced-")]
+    assert len(aside) == 1 and (aside[0] / "checkpoints" / "step-000004").is_dir()
+    assert json.loads((aside[0] / "manifest.json").read_text())["identity"]["keys"]["train.lr"] == 2e-3
+    assert json.loads((rd / "manifest.json").read_text())["identity"]["keys"]["train.lr"] == 5e-4
+    assert go("lr=5e-4") == 0 and len(started) == 2, "the new run is finished under the new identity"
+
+
+def test_changed_data_content_is_refused_for_an_unfinished_run(staged):
+    go, started, fake, root = staged
+    rd = root / "r2e" / "seed0"
+    rd.mkdir(parents=True)
+    (rd / "STOP_EARLY").write_text("")
+    assert go() == 0
+    man = json.loads((rd / "manifest.json").read_text())
+    man["identity"] = fingerprint.identity(OmegaConf.load(rd / "config.yaml"), trainer_semantics=1,
+                                           data_fingerprint="fp-of-other-data")
+    (rd / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(ConfigError, match="data_fingerprint: 'fp-of-other-data' -> 'fp-r2e-0-3500'"):
+        go()
+    assert len(started) == 1
+
+
+def test_legacy_run_dir_gets_an_identity_from_its_config(staged):
+    """A run dir made before identity was recorded (no `identity` in manifest.json)."""
+    go, started, _, root = staged
+    assert go() == 0
+    rd = root / "r2e" / "seed0"
+    man = json.loads((rd / "manifest.json").read_text())
+    recorded = man.pop("identity")
+    (rd / "manifest.json").write_text(json.dumps(man))
+    from launch.run import recorded_identity
+
+    assert recorded_identity(rd) == recorded, "computed from config.yaml + the manifest's data fingerprint"
+    with pytest.raises(ConfigError, match="train.lr"):
+        go("lr=5e-4")
+    assert go() == 0 and len(started) == 1
+
+
+def test_trainer_semantics_bump_is_refused_with_its_reason(staged, monkeypatch):
+    from launch import run
+
+    go, started, _, _ = staged
+    assert go() == 0
+    monkeypatch.setattr(run, "TRAINER_SEMANTICS", 2)
+    with pytest.raises(ConfigError, match=r"code changed what this config means.*\n.*trainer_semantics: 1 -> 2"):
+        go()
+
+
+def test_bad_variant_names_are_refused():
+    from launch.compose import compose
+
+    for bad in ("seed3", "a/b", ".x", "x.replaced-1"):
+        with pytest.raises(ConfigError, match="name must be"):
+            compose([*BASE, f"name={bad}"])
+
+
+def test_launch_refuses_a_run_dir_whose_trainer_holds_the_lock(staged):
+    """A live trainer (any process holding <run_dir>/.train.lock) stops launch before data prep."""
+    from common import lock
+
+    go, started, fake, root = staged
+    rd = root / "r2e" / "seed0"
+    fd = lock.acquire(rd / ".train.lock", "test")
+    try:
+        with pytest.raises(ConfigError, match=f"in use by a running trainer.*pid {os.getpid()}"):
+            go()
+    finally:
+        os.close(fd)
+    assert fake.builds == [] and started == []
+    assert go() == 0, "released by the holder: launch proceeds (and does not keep the trainer's lock)"
+    lock.check_free(rd / ".train.lock", "x")
+
+
+def test_filesystem_without_flock_fails_clearly(tmp_path, monkeypatch):
+    import fcntl
+
+    from common import lock
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with pytest.raises(ConfigError, match=r"filesystem \(\w+ at /.*\) does not support flock"):
+        lock.acquire(tmp_path / "run" / ".train.lock", "x")
