@@ -44,12 +44,12 @@ def holder(path: str | Path) -> str:
         return "unknown"
 
 
-def _flock(fd: int, path: Path, what: str) -> None:
+def _flock(fd: int, path: Path, what: str, advice: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except (BlockingIOError, PermissionError):
         os.close(fd)
-        raise LockHeld(f"{path.parent} is in use by {what} (holder: {holder(path)})") from None
+        raise LockHeld(f"{path.parent} is in use by {what} (holder: {holder(path)})" + (f"; {advice}" if advice else "")) from None
     except OSError as exc:
         os.close(fd)
         if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
@@ -59,26 +59,26 @@ def _flock(fd: int, path: Path, what: str) -> None:
         raise
 
 
-def acquire(path: str | Path, what: str) -> int:
+def acquire(path: str | Path, what: str, advice: str = "") -> int:
     """Take an exclusive lock on `path` without waiting; return the fd (close it to release).
 
     Raises LockHeld naming the holder when another process has it; ConfigError naming the
-    filesystem when it has no flock. `what` describes the usual holder for the message.
+    filesystem when it has no flock. `what` names the usual holder, `advice` what to do.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    _flock(fd, path, what)
+    _flock(fd, path, what, advice)
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
     return fd
 
 
-def check_free(path: str | Path, what: str) -> None:
+def check_free(path: str | Path, what: str, advice: str = "") -> None:
     """Raise like `acquire` if `path` is locked now; hold nothing afterwards (a check, not a claim)."""
     path = Path(path)
     if not path.parent.is_dir():
         return
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    _flock(fd, path, what)
+    _flock(fd, path, what, advice)
     os.close(fd)

@@ -170,9 +170,9 @@ def lock_run_dir(rd: Path) -> int:
     The trainer owns its lock (sft.train): it is taken by the trainer's rank 0 itself, so it
     guards a run dir whoever started the trainer (launch, Slurm, or `python -m sft.train`).
     """
-    fd = lock.acquire(rd / ".launch.lock", "another launch")
+    fd = lock.acquire(rd / ".launch.lock", "another launch", "wait for it to finish or stop it, then re-run to resume")
     try:
-        lock.check_free(rd / TRAINER_LOCK, "a running trainer (wait for it to finish or stop it, then re-run to resume)")
+        lock.check_free(rd / TRAINER_LOCK, "a running trainer", "wait for it to finish or stop it, then re-run to resume")
     except BaseException:
         os.close(fd)
         raise

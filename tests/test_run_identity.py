@@ -207,3 +207,63 @@ def test_filesystem_without_flock_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.setattr(fcntl, "flock", no_flock)
     with pytest.raises(ConfigError, match=r"filesystem \(\w+ at /.*\) does not support flock"):
         lock.acquire(tmp_path / "run" / ".train.lock", "x")
+
+
+# ---------------------------------------------------------------- the trainer (sft.train), no model work
+
+
+@pytest.fixture(scope="module")
+def copy_data(tmp_path_factory):
+    from sft_helpers import make_dataset_dir
+
+    return make_dataset_dir(tmp_path_factory.mktemp("identity_data") / "ds", n=16)
+
+
+def _no_model(monkeypatch):
+    from sft import train
+
+    monkeypatch.setattr(train, "prepare_model", lambda *a, **k: pytest.fail("the model was built"))
+    monkeypatch.setattr(train.ckpt, "load_state", lambda *a, **k: pytest.fail("the state was loaded"))
+    return train
+
+
+def test_trainer_refuses_a_state_of_another_config_before_any_model_work(tmp_path, copy_data, monkeypatch, capsys):
+    """An unfinished run whose config.yaml changed (lr, schedule, steps): exit 2 naming each key,
+    from the state's meta.json alone."""
+    from sft.config import load_config
+    from sft.data import load_train_data
+    from sft_helpers import write_config
+
+    train = _no_model(monkeypatch)
+    run_dir = tmp_path / "run"
+    old = load_config(write_config(run_dir, copy_data))
+    data = load_train_data(copy_data, global_batch_size=8, max_tokens_per_micro_batch=256)
+    state = run_dir / "state" / "step-000002"
+    state.mkdir(parents=True)
+    (state / "meta.json").write_text(json.dumps({"step": 2, "n": data.n, "identity": train.run_identity(old, data)}))
+    (state / "COMPLETE").write_text("2\n")
+    cfg = write_config(run_dir, copy_data, lr=1e-4, lr_schedule="constant", steps=9)
+    assert train.cli([str(cfg)]) == 2
+    err = capsys.readouterr().err
+    for line in ("train.lr: 0.003 -> 0.0001", "train.lr_schedule: 'cosine' -> 'constant'", "train.steps: 6 -> 9"):
+        assert line in err
+    assert "Traceback" not in err and not (run_dir / TRAINER_LOCK_NAME).exists()
+
+
+TRAINER_LOCK_NAME = ".train.lock"
+
+
+def test_second_trainer_on_a_run_dir_is_refused_naming_the_holder(tmp_path, copy_data, monkeypatch, capsys):
+    from common import lock
+    from sft_helpers import write_config
+
+    train = _no_model(monkeypatch)
+    cfg = write_config(tmp_path / "run", copy_data)
+    fd = lock.acquire(tmp_path / "run" / TRAINER_LOCK_NAME, "test")   # another open file: another holder
+    try:
+        assert train.cli([str(cfg)]) == 2
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err
+    assert f"in use by another trainer" in err and f"pid {os.getpid()}" in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
