@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Where things live, never what they are.
 PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root")

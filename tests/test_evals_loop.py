@@ -13,7 +13,6 @@ from evals.agent import render
 from evals.backends import Generation
 from evals.benches import load_bench
 from evals.identity import IdentityError
-from evals.results import ResultsError
 from evals.run import evaluate
 from evals.tasks import SearchTools, qa_episode
 

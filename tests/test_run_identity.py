@@ -265,5 +265,5 @@ def test_second_trainer_on_a_run_dir_is_refused_naming_the_holder(tmp_path, copy
     finally:
         os.close(fd)
     err = capsys.readouterr().err
-    assert f"in use by another trainer" in err and f"pid {os.getpid()}" in err
+    assert "in use by another trainer" in err and f"pid {os.getpid()}" in err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
