@@ -132,6 +132,29 @@ def prepare_run(prep: Prepared, **cache_kw) -> Path:
     return write_config(prep)
 
 
+def check_finished_data(prep: Prepared, **cache_kw) -> None:
+    """The data half of the identity for a finished run: same config, but is it the same dataset?
+
+    When the dataset's cache key is the one the run recorded, it is (cheap: no data prep). When it
+    differs (a source file, the tokenizer or data_prep's code changed), the dataset is prepared
+    (cached by its key) and its content fingerprint compared: a data_prep code edit that leaves the
+    data identical is the same run; different data is refused like any other difference."""
+    rd = prep.run_dir
+    have = recorded_identity(rd)
+    if not have or not have.get("data_fingerprint"):
+        return   # nothing recorded to compare with
+    if not prep.cfg.data.dir:   # (an explicit data.dir: prepare_data only reads its manifest)
+        man_path = rd / "manifest.json"
+        man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
+        recorded_key = (man.get("data") or {}).get("cache_key")
+        if recorded_key is not None and recorded_key == cache.dataset_key(prep.cfg, prep.composed.data_arm,
+                                                                           cache_kw.get("key_fn")):
+            return
+        print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
+    prepare_data(prep, **cache_kw)
+    check_identity(rd, prep.cfg, prep.data.fingerprint)
+
+
 def data_record(data: cache.CachedData) -> dict:
     return {"dir": str(data.dir), "cache_key": data.key, "fingerprint": data.fingerprint, "reused": data.reused}
 
@@ -199,6 +222,8 @@ def launch_one(argv: list[str], **cache_kw) -> int:
     """`launch key=value ...` for one run; returns the exit code (the trainer's for local runs)."""
     prep = resolve(argv)   # a request of another fingerprint than the run dir's is refused here
     cfg, rd = prep.cfg, prep.run_dir
+    if is_finished(rd) and cfg.resume != "never" and not cfg.launcher.dry_run:
+        check_finished_data(prep, **cache_kw)
     if is_finished(rd) and cfg.resume != "never":
         print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
               f"{', '.join(sorted(p.name for p in (rd / 'checkpoints').glob('step-*'))) or 'none'}")

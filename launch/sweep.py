@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 from common.cli import ConfigError, split_dotlist
 from launch import manifest, slurm
 from launch.compose import group_choices
-from launch.run import REPO, data_record, describe, is_finished, launch_one, lock_run_dir, prepare_run, resolve
+from launch.run import (REPO, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
+                        prepare_run, resolve)
 
 SWEEP_KEYS = ("arms", "seeds")
 
@@ -79,6 +80,8 @@ def _sweep_slurm(argv, runs, preps, **cache_kw) -> int:
     todo = []
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
+            if not prep.cfg.launcher.dry_run:
+                check_finished_data(prep, **cache_kw)
             print(f"[launch] {prep.run_dir} is finished; skipped")
             continue
         print(describe(prep))

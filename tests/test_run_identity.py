@@ -267,3 +267,39 @@ def test_second_trainer_on_a_run_dir_is_refused_naming_the_holder(tmp_path, copy
     err = capsys.readouterr().err
     assert "in use by another trainer" in err and f"pid {os.getpid()}" in err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+class VersionedData(FakeDataPrep):
+    """A stand-in data_prep whose inputs (`source`) and code version (`code`) enter the cache key;
+    the content fingerprint depends on the source only, as data_prep's does."""
+
+    source, code = "v1", "c1"
+
+    def key(self, data_cfg, *, arm, seed, tokenizer):
+        return super().key(data_cfg, arm=arm, seed=seed, tokenizer=tokenizer) + self.source + self.code
+
+    def build(self, data_cfg, *, arm, seed, tokenizer, out):
+        manifest = super().build(data_cfg, arm=arm, seed=seed, tokenizer=tokenizer, out=out)
+        manifest["fingerprint"] += "-" + self.source
+        (Path(out) / "manifest.json").write_text(json.dumps(manifest))
+        return manifest
+
+
+def test_finished_run_with_same_config_but_other_data_is_refused(staged, capsys):
+    from launch import run
+
+    _, started, _, root = staged
+    data = VersionedData()
+
+    def go(*argv):
+        return run.launch_one([*BASE, f"runs_root={root}", *argv], builder=data.build, key_fn=data.key)
+
+    assert go() == 0 and len(data.builds) == 1
+    assert go() == 0 and len(data.builds) == 1, "same cache key: reported without data prep"
+    data.code = "c2"   # a data_prep code edit that leaves the data identical: still the same run
+    assert go() == 0 and len(data.builds) == 2 and len(started) == 1
+    assert "not retraining" in capsys.readouterr().out
+    data.source = "v2"   # a source file changed: another dataset
+    with pytest.raises(ConfigError, match="data_fingerprint: 'fp-r2e-0-3500-v1' -> 'fp-r2e-0-3500-v2'"):
+        go()
+    assert len(started) == 1
