@@ -250,6 +250,7 @@ def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
     make_run(tree, "r2e/lr5e-4", 0, [10], evaluated={10: _vals(10, 0.5)})
     shutil.copytree(tree / "r2e" / "seed1", tree / "r2e" / "seed1.replaced-20260101T000000Z")
     shutil.copytree(tree / "r2e" / "lr5e-4", tree / "r2e" / "lr5e-4.replaced-20260101T000000Z")
+    shutil.copytree(tree / "search", tree / "search.replaced-20260101T000000Z")
     bad = tree / "search" / "seed0" / "eval" / "step-000010" / "summary.json"
     text = bad.read_text()
     summary = json.loads(text)
@@ -277,7 +278,7 @@ def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
                    "search_plan_ood.n = 'eight': not a number"):
         assert f"{bad}: {needle}" in problems, needle
     assert "seed1.replaced-20260101T000000Z" in report and "lr5e-4.replaced-20260101T000000Z" in report
-    assert "Ignored (2)" in report
+    assert "Ignored (3)" in report and "search.replaced-20260101T000000Z" in report
     # The registry covers every number the harness writes into a summary.
     rows = [{"metrics": {"em": 1.0, "f1": 1.0, "cover_em": 1.0, "strict_em": 1.0}, "extract_rule": "none",
              "num_turns": 1, "num_tool_calls": 0, "num_tool_errors": 0, "generated_tokens": 3, "stop_reason": "answer"}]

@@ -251,15 +251,21 @@ def test_identity_keys_prompt_vs_operational_and_a_moved_checkpoint(world, tmp_p
 
 
 def test_summary_is_recomputed_from_the_rows(world, tmp_path, tiny_tokenizer):
+    """summary.json is never carried over: this call's benches and the out dir's other complete
+    benches are summarized from their rows; a bench with no rows is not reported."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(world["bench_root"]) / "synthqa", Path(world["bench_root"]) / "synthqb")
     out = tmp_path / "out"
-    evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
+    evaluate({**world, "out": str(out), "n": 3, "benches": ["synthqa", "synthqb"]}, backend=ScriptedBackend(tiny_tokenizer))
     summary = json.loads((out / "summary.json").read_text())
-    summary["synthqa"]["em"] = 0.123
+    summary["synthqa"]["em"] = summary["synthqb"]["em"] = 0.123
     summary["ghost"] = {"em": 1.0, "n": 3}
     (out / "summary.json").write_text(json.dumps(summary))
     got = evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
-    assert got["synthqa"]["em"] == 1.0 and "ghost" not in got
-    assert json.loads((out / "summary.json").read_text()) == got
+    assert got["synthqa"]["em"] == 1.0 and got["synthqb"]["em"] == 1.0 and got["synthqb"]["n"] == 3
+    assert "ghost" not in got and json.loads((out / "summary.json").read_text()) == got
 
 
 def test_default_out_inside_a_run(world, tmp_path, tiny_tokenizer):
