@@ -201,6 +201,21 @@ def take_run_lock(run_dir: Path, rank: int, world: int) -> int | None:
     return fd
 
 
+def check_done_identity(done: Path, cfg: TrainConfig) -> None:
+    """A finished run is reported as this config's only if DONE's identity says so (the config half:
+    the data is not loaded for it); a DONE written before identity was recorded is taken as is."""
+    try:
+        recorded = json.loads(done.read_text(encoding="utf-8")).get("identity")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, dict):
+        diff = fingerprint.fingerprint_diff(recorded, fingerprint.identity(cfg.raw, trainer_semantics=TRAINER_SEMANTICS))
+        if diff:
+            raise ConfigError(f"{done.parent} holds a finished run of a different configuration (run -> this config):\n  "
+                              + "\n  ".join(diff) + "\nUse another run_dir, or resume=never to start over "
+                              "(the old outputs are renamed aside).")
+
+
 # Outputs of a run that resume=never renames aside (never deletes) before starting over.
 RUN_OUTPUTS = ("state", "checkpoints", "eval", "metrics.jsonl", "DONE")
 
@@ -219,6 +234,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     device = pick_device(cfg)
     done = cfg.run_dir / "DONE"
     if done.exists() and cfg.resume != "never":
+        check_done_identity(done, cfg)
         print(f"{done} exists: run already finished (resume=never to retrain)", file=sys.stderr)
         return 0
     data = load_train_data(cfg.data_dir, global_batch_size=cfg.global_batch_size, max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch)
@@ -344,7 +360,8 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         preempt.restore()
         wb.finish()
     if rank == 0:
-        done.write_text(json.dumps({"step": total, "checkpoint": str(cfg.run_dir / "checkpoints" / ckpt.step_name(total))}) + "\n")
+        done.write_text(json.dumps({"step": total, "checkpoint": str(cfg.run_dir / "checkpoints" / ckpt.step_name(total)),
+                                    "identity": identity}) + "\n")
     log.info("training finished: %d steps", total)
     if owns_group:
         dist.barrier()

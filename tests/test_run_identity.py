@@ -303,3 +303,18 @@ def test_finished_run_with_same_config_but_other_data_is_refused(staged, capsys)
     with pytest.raises(ConfigError, match="data_fingerprint: 'fp-r2e-0-3500-v1' -> 'fp-r2e-0-3500-v2'"):
         go()
     assert len(started) == 1
+
+
+def test_trainer_on_a_finished_run_of_another_config_refuses(tmp_path, copy_data, monkeypatch, capsys):
+    """`python -m sft.train config.yaml train.lr=...` on a finished run does not report it as done."""
+    from sft.config import load_config
+    from sft.data import load_train_data
+    from sft_helpers import write_config
+
+    train = _no_model(monkeypatch)
+    cfg = write_config(tmp_path / "run", copy_data)
+    data = load_train_data(copy_data, global_batch_size=8, max_tokens_per_micro_batch=256)
+    (tmp_path / "run" / "DONE").write_text(json.dumps({"step": 6, "identity": train.run_identity(load_config(cfg), data)}))
+    assert train.cli([str(cfg), "train.state_every=5"]) == 0, "a resumable key: still this finished run"
+    assert train.cli([str(cfg), "train.lr=1e-4"]) == 2
+    assert "train.lr: 0.003 -> 0.0001" in capsys.readouterr().err
