@@ -75,6 +75,8 @@ def claim_bench(bench: str, out: Path, want: dict, recorded: dict | None, overwr
     """Make sure `out` holds `bench` under identity `want` only: refuse another one (IdentityError
     with the diff) or, with overwrite=true, rename its rows and sample aside."""
     outputs = [out / f"{bench}.jsonl", out / "sampled_ids" / f"{bench}.json"]
+    if not any(p.exists() for p in outputs):
+        return   # out does not hold this bench (whatever meta.json last meant to write)
     diff = check_same(bench, out, recorded, _row_digests(outputs[0]), want)
     if not diff:
         return
@@ -88,13 +90,17 @@ def claim_bench(bench: str, out: Path, want: dict, recorded: dict | None, overwr
             print(f"[evaluate] overwrite=true: {p} renamed to {replace_aside(p).name}")
 
 
-def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ckpt_id: dict,
-              identities: dict) -> tuple[dict, Path, dict]:
-    """Evaluate one bench; `identities` (bench -> identity, meta.json's) gets this bench's, and is
-    written to meta.json before the first row."""
+def bench_request(bench: str, cfg, ckpt_id: dict) -> dict:
+    """The identity a bench of this request will have (no model or retriever needed)."""
+    _, source, *_ = _bench_parts(bench, cfg, None)
+    return bench_identity(bench, cfg, ckpt_id, n=cfg.n, seed=int(cfg.seed), source=source)
+
+
+def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident: dict,
+              identities: dict) -> tuple[dict, Path]:
+    """Evaluate one bench (already claimed under `ident`); `identities` (bench -> identity,
+    meta.json's) gets this bench's, written to meta.json before the first row."""
     items, source, make_episode, execute, is_done, make_row = _bench_parts(bench, cfg, retriever)
-    ident = bench_identity(bench, cfg, ckpt_id, n=cfg.n, seed=int(cfg.seed), source=source)
-    claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))
     identities[bench] = ident
     meta_path = out / "meta.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
@@ -121,7 +127,7 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ckpt_i
     ordered = [done[it.id] for it in items]
     summary = summarize(ordered, QA_KEYS if bench != OOD_BENCH else None)
     summary["source"] = source
-    return summary, ids_file, ident
+    return summary, ids_file
 
 
 def _bench_summary_from_rows(out: Path, bench: str, ident: dict) -> dict | None:
@@ -155,6 +161,14 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     cfg = resolve(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    summary_path, meta_path = out / "summary.json", out / "meta.json"
+    old_meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    identities = dict(old_meta.get("identities") or {})
+    # Identities first: a bench held under another identity is refused before any model is loaded.
+    ckpt_id = checkpoint_identity(str(cfg.ckpt))
+    wanted = {bench: bench_request(bench, cfg, ckpt_id) for bench in cfg.benches}
+    for bench, ident in wanted.items():
+        claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))
     qa_benches = [b for b in cfg.benches if b != OOD_BENCH]
     if backend is None:
         from evals.backends import make_backend
@@ -165,10 +179,6 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
 
         retriever = make_retriever(cfg)
     style = cfg.tool_style if cfg.tool_style != "auto" else detect_style(backend.tokenizer.chat_template)
-    summary_path, meta_path = out / "summary.json", out / "meta.json"
-    old_meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
-    identities = dict(old_meta.get("identities") or {})
-    ckpt_id = checkpoint_identity(str(cfg.ckpt))
     # Never trusted from an earlier run: other benches are re-summarized from their own rows.
     summary = {}
     for bench, ident in identities.items():
@@ -177,10 +187,11 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     ids_files = {}
     started = time.time()
     for bench in cfg.benches:
-        summary[bench], ids_files[bench], _ = run_bench(bench, cfg, backend, retriever, style, out, ckpt_id, identities)
+        summary[bench], ids_files[bench] = run_bench(bench, cfg, backend, retriever, style, out, wanted[bench], identities)
         write_json(summary_path, summary)  # after every bench, so a crash keeps finished ones
     meta = {
-        "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities, "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
+        "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities,
+        "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
         "n": cfg.n, "seed": int(cfg.seed), "benches": list(cfg.benches), "tool_style": style,
         "retriever": cfg.retriever if qa_benches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(p) for b, p in ids_files.items()},

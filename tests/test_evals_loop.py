@@ -207,7 +207,8 @@ def _model_dir(root, content: str):
     return str(root)
 
 
-def test_another_checkpoint_into_the_same_out_is_refused_and_overwrite_keeps_the_old_rows(world, tmp_path, tiny_tokenizer):
+def test_another_checkpoint_into_the_same_out_is_refused_and_overwrite_keeps_the_old_rows(world, tmp_path, tiny_tokenizer,
+                                                                                          monkeypatch):
     out = tmp_path / "out"
     first = _model_dir(tmp_path / "m1", '{"a": 1}')
     evaluate({**world, "ckpt": first, "out": str(out)}, backend=ScriptedBackend(tiny_tokenizer))
@@ -223,6 +224,11 @@ def test_another_checkpoint_into_the_same_out_is_refused_and_overwrite_keeps_the
     with pytest.raises(IdentityError, match=r"checkpoint\.digest: '[0-9a-f]{64}' -> '[0-9a-f]{64}'") as err:
         evaluate({**world, "ckpt": second, "out": str(out)}, backend=backend)
     assert "overwrite=true" in str(err.value) and backend.generate_calls == 0
+    import evals.backends
+
+    monkeypatch.setattr(evals.backends, "make_backend", lambda cfg: pytest.fail("model loaded before the refusal"))
+    with pytest.raises(IdentityError):
+        evaluate({**world, "ckpt": second, "out": str(out)})
     assert (out / "synthqa.jsonl").read_bytes() == old_bytes
     assert json.loads((out / "summary.json").read_text())["synthqa"]["em"] == 1.0
 
