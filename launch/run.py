@@ -65,16 +65,20 @@ def recorded_identity(rd: Path) -> dict | None:
     before identity was recorded — one computed from its `config.yaml` (trainer semantics
     `LEGACY_TRAINER_SEMANTICS`, data fingerprint from the manifest). None for a fresh dir."""
     man_path, cfg_path = rd / "manifest.json", rd / "config.yaml"
-    man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
-    if isinstance(man.get("identity"), dict):
-        return man["identity"]
-    if not cfg_path.is_file():
-        return None
-    extra = {"trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
-    data_fp = (man.get("data") or {}).get("fingerprint")
-    if data_fp:
-        extra["data_fingerprint"] = data_fp
-    return fingerprint.identity(OmegaConf.load(cfg_path), **extra)
+    try:
+        man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
+        if isinstance(man.get("identity"), dict):
+            return man["identity"]
+        if not cfg_path.is_file():
+            return None
+        extra = {"trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
+        data_fp = (man.get("data") or {}).get("fingerprint")
+        if data_fp:
+            extra["data_fingerprint"] = data_fp
+        return fingerprint.identity(OmegaConf.load(cfg_path), **extra)
+    except Exception as exc:  # unreadable JSON / YAML: the run dir's identity is unknown, say which file
+        raise ConfigError(f"{rd}: cannot read the run's identity from manifest.json / config.yaml ({exc}); "
+                          "fix or move that run dir, or use name=... / run_dir=... for this run") from None
 
 
 def identity_refusal(rd: Path, cfg: DictConfig, diff: list[str]) -> ConfigError:
