@@ -12,6 +12,10 @@ from pathlib import Path
 
 from common.io import REPLACED_MARK
 
+# The trainer's run-dir lock (fcntl, held by the training process's rank 0 for its whole life; SFT and
+# RL trainers take it, launch only checks it) and launch's own lock.
+TRAIN_LOCK = ".train.lock"
+LAUNCH_LOCK = ".launch.lock"
 SEED_DIR = re.compile(r"^seed(\d+)$")
 # Letters, digits, `_` and `-`, starting with a letter or digit: no dots (so never `.replaced-`),
 # no path separators; `seed<N>` is taken by the seed level.

@@ -21,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from common import fingerprint, lock
 from common.cli import ConfigError
 from common.io import replace_aside
+from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from launch import cache, local, manifest, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
-from sft.config import TRAINER_LOCK, TRAINER_SEMANTICS
+from sft.config import TRAINER_SEMANTICS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -197,9 +198,9 @@ def lock_run_dir(rd: Path) -> int:
     The trainer owns its lock (sft.train): it is taken by the trainer's rank 0 itself, so it
     guards a run dir whoever started the trainer (launch, Slurm, or `python -m sft.train`).
     """
-    fd = lock.acquire(rd / ".launch.lock", "another launch", "wait for it to finish or stop it, then re-run to resume")
+    fd = lock.acquire(rd / LAUNCH_LOCK, "another launch", "wait for it to finish or stop it, then re-run to resume")
     try:
-        lock.check_free(rd / TRAINER_LOCK, "a running trainer", "wait for it to finish or stop it, then re-run to resume")
+        lock.check_free(rd / TRAIN_LOCK, "a running trainer", "wait for it to finish or stop it, then re-run to resume")
     except BaseException:
         os.close(fd)
         raise

@@ -19,8 +19,6 @@ from .tiny import resolve_model_path
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
 # definition): a run dir's state made under another value is not resumed (run identity).
 TRAINER_SEMANTICS = 1
-# The trainer's own run-dir lock (fcntl, held by rank 0 for the whole process); launch checks it.
-TRAINER_LOCK = ".train.lock"
 
 ATTN_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 PRECISIONS = ("auto", "bf16", "fp32")

@@ -29,9 +29,10 @@ import torch.distributed as dist
 from common import fingerprint, lock
 from common.cli import ConfigError, wants_help
 from common.io import replace_aside
+from common.layout import TRAIN_LOCK
 
 from . import checkpoint as ckpt
-from .config import TRAINER_LOCK, TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
+from .config import TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
 from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, plan_step
 from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops
 from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
@@ -185,7 +186,7 @@ def take_run_lock(run_dir: Path, rank: int, world: int) -> int | None:
     fd, err = None, None
     if rank == 0:
         try:
-            fd = lock.acquire(run_dir / TRAINER_LOCK, "another trainer", "two trainers would interleave metrics.jsonl "
+            fd = lock.acquire(run_dir / TRAIN_LOCK, "another trainer", "two trainers would interleave metrics.jsonl "
                               "and write the same checkpoints; wait for it to finish or stop it, then resume")
         except ConfigError as exc:
             err = exc

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from common import fingerprint
 from common.cli import ConfigError
+from common.layout import TRAIN_LOCK
 from test_launch_cache import FakeDataPrep
 
 BASE = ["model=tiny", "data=synthetic", "steps=4"]
@@ -185,7 +186,7 @@ def test_launch_refuses_a_run_dir_whose_trainer_holds_the_lock(staged):
 
     go, started, fake, root = staged
     rd = root / "r2e" / "seed0"
-    fd = lock.acquire(rd / ".train.lock", "test")
+    fd = lock.acquire(rd / TRAIN_LOCK, "test")
     try:
         with pytest.raises(ConfigError, match=f"in use by a running trainer.*pid {os.getpid()}"):
             go()
@@ -193,7 +194,7 @@ def test_launch_refuses_a_run_dir_whose_trainer_holds_the_lock(staged):
         os.close(fd)
     assert fake.builds == [] and started == []
     assert go() == 0, "released by the holder: launch proceeds (and does not keep the trainer's lock)"
-    lock.check_free(rd / ".train.lock", "x")
+    lock.check_free(rd / TRAIN_LOCK, "x")
 
 
 def test_filesystem_without_flock_fails_clearly(tmp_path, monkeypatch):
@@ -206,7 +207,7 @@ def test_filesystem_without_flock_fails_clearly(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fcntl, "flock", no_flock)
     with pytest.raises(ConfigError, match=r"filesystem \(\w+ at /.*\) does not support flock"):
-        lock.acquire(tmp_path / "run" / ".train.lock", "x")
+        lock.acquire(tmp_path / "run" / TRAIN_LOCK, "x")
 
 
 # ---------------------------------------------------------------- the trainer (sft.train), no model work
@@ -247,10 +248,7 @@ def test_trainer_refuses_a_state_of_another_config_before_any_model_work(tmp_pat
     err = capsys.readouterr().err
     for line in ("train.lr: 0.003 -> 0.0001", "train.lr_schedule: 'cosine' -> 'constant'", "train.steps: 6 -> 9"):
         assert line in err
-    assert "Traceback" not in err and not (run_dir / TRAINER_LOCK_NAME).exists()
-
-
-TRAINER_LOCK_NAME = ".train.lock"
+    assert "Traceback" not in err and not (run_dir / TRAIN_LOCK).exists()
 
 
 def test_second_trainer_on_a_run_dir_is_refused_naming_the_holder(tmp_path, copy_data, monkeypatch, capsys):
@@ -259,7 +257,7 @@ def test_second_trainer_on_a_run_dir_is_refused_naming_the_holder(tmp_path, copy
 
     train = _no_model(monkeypatch)
     cfg = write_config(tmp_path / "run", copy_data)
-    fd = lock.acquire(tmp_path / "run" / TRAINER_LOCK_NAME, "test")   # another open file: another holder
+    fd = lock.acquire(tmp_path / "run" / TRAIN_LOCK, "test")   # another open file: another holder
     try:
         assert train.cli([str(cfg)]) == 2
     finally:
