@@ -238,8 +238,10 @@ def launch_one(argv: list[str], **cache_kw) -> int:
         return dry_run(prep, argv)
     if cfg.resume == "never" and rd.exists():
         held = lock_run_dir(rd)   # never rename a run dir a launch or a trainer is using
-        os.close(held)
-        start_over(rd)
+        try:
+            start_over(rd)
+        finally:
+            os.close(held)
     held = lock_run_dir(rd)
     try:
         if cfg.launcher.kind == "slurm":

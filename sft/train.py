@@ -171,12 +171,14 @@ def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_di
         recorded = {**{k: meta.get(k) for k in legacy}, "trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
         diff += [f"{k}: {recorded[k]!r} -> {v!r}" for k, v in legacy.items() if recorded[k] != v]
     if diff:
-        raise ConfigError(
-            f"resume: {state_dir} was saved by a run of a different configuration; resuming it would mix the two "
-            "(state -> this config):\n  " + "\n  ".join(diff) +
-            "\nRestore the config, or start over with resume=never (the old outputs are renamed aside), "
-            "or train it in another run_dir."
-        )
+        raise identity_error(f"resume: {state_dir} was saved by a run of a different configuration; resuming it "
+                             "would mix the two", diff)
+
+
+def identity_error(what: str, diff: list[str]) -> ConfigError:
+    return ConfigError(f"{what} (run -> this config):\n  " + "\n  ".join(diff) +
+                       "\nRestore the config, or start over with resume=never (the old outputs are renamed aside), "
+                       "or train it in another run_dir.")
 
 
 def take_run_lock(run_dir: Path, rank: int, world: int) -> int | None:
@@ -212,9 +214,7 @@ def check_done_identity(done: Path, cfg: TrainConfig) -> None:
     if isinstance(recorded, dict):
         diff = fingerprint.fingerprint_diff(recorded, fingerprint.identity(cfg.raw, trainer_semantics=TRAINER_SEMANTICS))
         if diff:
-            raise ConfigError(f"{done.parent} holds a finished run of a different configuration (run -> this config):\n  "
-                              + "\n  ".join(diff) + "\nUse another run_dir, or resume=never to start over "
-                              "(the old outputs are renamed aside).")
+            raise identity_error(f"{done.parent} holds a finished run of a different configuration", diff)
 
 
 # Outputs of a run that resume=never renames aside (never deletes) before starting over.
