@@ -130,9 +130,10 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident:
     return summary, ids_file
 
 
-def _bench_summary_from_rows(out: Path, bench: str, ident: dict) -> dict | None:
+def _bench_summary_from_rows(out: Path, bench: str, ident: dict | None) -> dict | None:
     """A bench evaluated by an earlier call, re-summarized from its rows when complete and all of
-    `ident`; None otherwise (then it is not reported)."""
+    `ident` (rows without a digest when meta.json records none: an out dir from before evaluation
+    identity); None otherwise (then it is not reported)."""
     ids_path, path = out / "sampled_ids" / f"{bench}.json", out / f"{bench}.jsonl"
     if not (ids_path.is_file() and path.is_file()):
         return None
@@ -141,7 +142,8 @@ def _bench_summary_from_rows(out: Path, bench: str, ident: dict) -> dict | None:
         done = load_done(path, set(sample["ids"]))
     except ResultsError:
         return None
-    if set(done) != set(sample["ids"]) or {r.get("identity") for r in done.values()} != {ident.get("fingerprint")}:
+    expected = ident.get("fingerprint") if ident else None
+    if set(done) != set(sample["ids"]) or {r.get("identity") for r in done.values()} != {expected}:
         return None
     summary = summarize([done[i] for i in sample["ids"]], QA_KEYS if bench != OOD_BENCH else None)
     summary["source"] = sample.get("source")
@@ -181,8 +183,9 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     style = cfg.tool_style if cfg.tool_style != "auto" else detect_style(backend.tokenizer.chat_template)
     # Never trusted from an earlier run: other benches are re-summarized from their own rows.
     summary = {}
-    for bench, ident in identities.items():
-        if bench not in cfg.benches and (s := _bench_summary_from_rows(out, bench, ident)) is not None:
+    held = set(identities) | {p.stem for p in (out / "sampled_ids").glob("*.json")}
+    for bench in sorted(held - set(cfg.benches)):
+        if (s := _bench_summary_from_rows(out, bench, identities.get(bench))) is not None:
             summary[bench] = s
     ids_files = {}
     started = time.time()

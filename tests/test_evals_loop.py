@@ -272,6 +272,15 @@ def test_summary_is_recomputed_from_the_rows(world, tmp_path, tiny_tokenizer):
     got = evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
     assert got["synthqa"]["em"] == 1.0 and got["synthqb"]["em"] == 1.0 and got["synthqb"]["n"] == 3
     assert "ghost" not in got and json.loads((out / "summary.json").read_text()) == got
+    # An out dir from before evaluation identity (rows without digests, no identities in meta.json):
+    # its complete benches are still summarized from their rows, not dropped.
+    meta = json.loads((out / "meta.json").read_text())
+    del meta["identities"]["synthqb"]
+    (out / "meta.json").write_text(json.dumps(meta))
+    rows = [{k: v for k, v in r.items() if k != "identity"} for r in _rows(out, "synthqb")]
+    (out / "synthqb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
+    assert got["synthqb"]["em"] == 1.0 and got["synthqb"]["n"] == 3
 
 
 def test_default_out_inside_a_run(world, tmp_path, tiny_tokenizer):
