@@ -21,6 +21,7 @@ from common.io import SHA256SUMS, sha256_file, sha256_text
 OPERATIONAL_KEYS = (
     "backend", "batch_size", "micro_batch", "device", "progress", "index_dir", "retriever_timeout",
     "retriever_retries", "tensor_parallel_size", "gpu_memory_utilization", "out", "dry_run", "overwrite",
+    "wandb", "wandb_group",
 )
 # Keys that enter through content identities instead: the checkpoint digest, and per bench its
 # n, seed and file digest (`benches` lists which identities there are; `corpus` is a file).

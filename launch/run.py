@@ -106,12 +106,29 @@ def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = Non
     return want
 
 
+def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
+    """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (launch pins
+    hub sources into config.yaml on a run's first launch, cache.pin_hub_sources): the form the request
+    is compared in before the data step. No hub access; a source the run never pinned stays as asked."""
+    old = rd / "config.yaml"
+    if cfg.data.dir or not old.is_file():
+        return cfg
+    from data_prep import hub
+
+    previous = OmegaConf.load(old)
+    out = cfg.copy()
+    for domain in list(out.data.sources):
+        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or [])
+        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), before, resolve=lambda _: None)[0]
+    return out
+
+
 def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     """Compose and check everything that doesn't need data; fill the derived config values."""
     composed = compose(argv)
     cfg = composed.cfg
     rd = run_dir(cfg)
-    check_identity(rd, cfg)
+    check_identity(rd, with_run_pins(cfg, rd))
     if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
         local.check_hardware(cfg, composed.choices["model"], gpus)
     nproc = local.resolve_nproc(cfg, gpus)
@@ -124,6 +141,7 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
 
 
 def prepare_data(prep: Prepared, **cache_kw) -> cache.CachedData:
+    cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir, log=cache_kw.get("log", print))
     data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm, **cache_kw)
     prep.cfg.data.dir = str(data.dir)
     prep.data = data
@@ -152,8 +170,8 @@ def check_finished_data(prep: Prepared, **cache_kw) -> None:
         man_path = rd / "manifest.json"
         man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
         recorded_key = (man.get("data") or {}).get("cache_key")
-        if recorded_key is not None and recorded_key == cache.dataset_key(prep.cfg, prep.composed.data_arm,
-                                                                           cache_kw.get("key_fn")):
+        if recorded_key is not None and recorded_key == cache.dataset_key(with_run_pins(prep.cfg, rd),
+                                                                           prep.composed.data_arm, cache_kw.get("key_fn")):
             return
         print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
     prepare_data(prep, **cache_kw)

@@ -33,8 +33,9 @@ from common.layout import TRAIN_LOCK
 
 from . import checkpoint as ckpt
 from .config import TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
+from .console import StepConsole
 from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, plan_step
-from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops
+from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
 from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
 from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
 
@@ -87,9 +88,11 @@ def train_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
 # ---------------------------------------------------------------- model and one global batch
 
 
-def prepare_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device, dtype: torch.dtype):
-    """(FSDP-wrapped model in train mode, active Liger kernels)."""
-    model = build_model(cfg, conf, rank=rank, device=device)
+def prepare_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device, dtype: torch.dtype, model=None):
+    """(FSDP-wrapped model in train mode, active Liger kernels). `model`: an already built
+    (unwrapped) model instead of `build_model`'s (bench/gpu_acceptance.py builds on the GPU)."""
+    if model is None:
+        model = build_model(cfg, conf, rank=rank, device=device)
     liger = apply_liger(model, cfg.liger, device)
     model = wrap_fsdp(model, rank=rank, device=device, dtype=dtype, activation_checkpointing=cfg.activation_checkpointing)
     model.train()
@@ -287,8 +290,8 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     metrics = MetricsLog(cfg.run_dir / "metrics.jsonl", start, rank)
     from omegaconf import OmegaConf
 
-    wb = Wandb(enabled=cfg.wandb, rank=rank, run_dir=cfg.run_dir, project=cfg.wandb_project, name=cfg.wandb_name,
-               mode=cfg.wandb_mode, config=OmegaConf.to_container(cfg.raw, resolve=True))
+    wb = Wandb(enabled=cfg.wandb, rank=rank, run_dir=cfg.run_dir, spec=wandb_spec(cfg),
+               config=OmegaConf.to_container(cfg.raw, resolve=True))
     peak_tf = lookup_peak_tflops(device, cfg.peak_tflops)
     preempt = ckpt.PreemptionFlag().install()
 
@@ -307,9 +310,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         ckpt.save_state(model, optimizer, run_dir=cfg.run_dir, step=step, meta=meta, hf_writer=hf_files, rank=rank)
 
     # 4. Steps. `step` counts optimizer steps done; batch `step - 1` is consumed by it.
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, initial=start, disable=rank != 0, desc=f"sft {cfg.wandb_name}", dynamic_ncols=True)
+    console = StepConsole(total=total, start=start, rank=rank, desc=f"sft {cfg.wandb_name}")
     epoch = start // per_epoch if per_epoch else 0
     try:
         for step in range(start + 1, total + 1):
@@ -342,11 +343,11 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
                 "mfu": (flops / dt / world / (peak_tf * 1e12)) if peak_tf else None,
                 "step_time_s": dt, "data_wait_s": t_data, "peak_mem_gb": peak_memory_gb(device),
             }
-            if step % cfg.log_every == 0 or step == total:
+            logged = step % cfg.log_every == 0 or step == total
+            if logged:
                 metrics.write(row)
                 wb.log(row, step)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+            console.step(row, logged)
 
             if step in saves:
                 ckpt.save_hf_checkpoint(model, out=cfg.run_dir / "checkpoints" / ckpt.step_name(step), dtype=dtype,
@@ -357,7 +358,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
                 log.warning("preemption signal received: state saved at step %d, exiting for a resume", step)
                 return 0
     finally:
-        bar.close()
+        console.close()
         preempt.restore()
         wb.finish()
     if rank == 0:

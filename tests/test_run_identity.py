@@ -316,3 +316,23 @@ def test_trainer_on_a_finished_run_of_another_config_refuses(tmp_path, copy_data
     assert train.cli([str(cfg), "train.state_every=5"]) == 0, "a resumable key: still this finished run"
     assert train.cli([str(cfg), "train.lr=1e-4"]) == 2
     assert "train.lr: 0.003 -> 0.0001" in capsys.readouterr().err
+
+
+def test_pinned_hub_sources_are_the_same_run_on_relaunch(staged, monkeypatch, capsys):
+    """launch pins a hub source into config.yaml on the first launch; the next launch of the same
+    (unpinned) command is the same run, and only the keys really changed are named."""
+    from data_prep import hub
+
+    go, started, fake, root = staged
+    monkeypatch.setattr(hub, "resolve_revision", lambda hub_id: "sha111")
+    argv = ["data=hub", "data.sources.code=[r2e-gym:org/ds]"]
+    assert go(*argv) == 0 and len(started) == 1
+    rd = root / "r2e" / "seed0"
+    assert json.loads((rd / "manifest.json").read_text())["identity"]["keys"]["data.sources.code"] == [
+        "r2e-gym:org/ds@sha111"]
+    monkeypatch.setattr(hub, "resolve_revision", lambda hub_id: pytest.fail("the run's pin is reused"))
+    capsys.readouterr()
+    assert go(*argv) == 0 and len(started) == 1 and "not retraining" in capsys.readouterr().out
+    with pytest.raises(ConfigError) as err:
+        go(*argv, "lr=5e-4")
+    assert "train.lr" in str(err.value) and "data.sources" not in str(err.value)
