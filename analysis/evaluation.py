@@ -15,6 +15,7 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object, step_name
+from common import layout
 from common.cli import ConfigError
 from common.io import write_json
 
@@ -63,7 +64,7 @@ def summary_benches(eval_dir: Path) -> set[str]:
 
 
 def anchor_eval_dir(anchor_dir: Path) -> Path:
-    return Path(anchor_dir) / "eval" / step_name(0)
+    return layout.eval_dir(anchor_dir, 0)
 
 
 def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:

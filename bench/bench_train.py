@@ -33,10 +33,11 @@ GBS = 32  # sequences per step (~1.5k tokens): enough work per step that fixed c
 
 
 def trainer_tps(cfg_path: Path, run_dir: Path) -> float:
+    from common import layout
     from sft import train
 
     assert train.cli([str(cfg_path)]) == 0
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][WARMUP:]
+    rows = [json.loads(line) for line in (run_dir / layout.METRICS).read_text().splitlines()][WARMUP:]
     return sum(r["tokens"] for r in rows) / sum(r["step_time_s"] for r in rows)
 
 

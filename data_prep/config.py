@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from common.schema import Number
 from data_prep.errors import DataPrepError
 
 DATA_DEFAULTS: dict[str, Any] = {
@@ -27,8 +28,44 @@ DATA_DEFAULTS: dict[str, Any] = {
 }
 KINDS = ("hub", "synthetic")
 LENGTH_POLICIES = ("drop", "truncate")
+# What each data key may be (launch checks a composed config with `problems`, data_prep with `resolve`).
+NUMBERS = {
+    "n": Number(lo=1, integer=True),
+    "max_seq_len": Number(lo=16, integer=True),
+    "decontam_ngram": Number(lo=1, integer=True),
+    "max_record_bytes": Number(lo=1, integer=True, null=True, words=()),   # null: auto
+}
+BOOLS = ("epilogue", "allow_fewer", "strict", "decontam_drop")
 # Keys that never change the built dataset (left out of the cache key).
 NON_OUTPUT_KEYS = ("cache_root", "dir", "strict")
+
+
+def choices() -> dict[str, tuple]:
+    """The data keys with a fixed set of values, each list from its owner module."""
+    from data_prep.readers.common import REASONING_MODES
+    from data_prep.render import HISTORY_POLICIES
+
+    return {"kind": KINDS, "length_policy": LENGTH_POLICIES, "reasoning": REASONING_MODES,
+            "history_reasoning": HISTORY_POLICIES}
+
+
+def problems(data_cfg: Any) -> list[str]:
+    """Every data key of `data_cfg` (the `data:` section, dict or DictConfig) that is unknown or
+    invalid, one line each naming `data.<key>`."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(data_cfg, DictConfig):
+        data_cfg = OmegaConf.to_container(data_cfg, resolve=True)
+    out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
+    cfg = {**DATA_DEFAULTS, **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}
+    for key, allowed in choices().items():
+        if cfg[key] not in allowed:
+            out.append(f"data.{key} must be one of {', '.join(allowed)}, got {cfg[key]!r}")
+    for key, rule in NUMBERS.items():
+        if not rule.ok(cfg[key]):
+            out.append(f"data.{key} must be {rule.describe()}, got {cfg[key]!r}")
+    out += [f"data.{key} must be true or false, got {cfg[key]!r}" for key in BOOLS if not isinstance(cfg[key], bool)]
+    return out
 
 
 def resolve(data_cfg: Any) -> dict:
@@ -37,31 +74,15 @@ def resolve(data_cfg: Any) -> dict:
 
     if isinstance(data_cfg, DictConfig):
         data_cfg = OmegaConf.to_container(data_cfg, resolve=True)
+    bad = problems(data_cfg)
+    if bad:
+        raise DataPrepError(bad[0] if len(bad) == 1 else "; ".join(bad))
     cfg = copy.deepcopy(DATA_DEFAULTS)
-    for k, v in (data_cfg or {}).items():
-        if k not in cfg:
-            raise DataPrepError(f"unknown data key {k!r} (known: {', '.join(cfg)})")
-        cfg[k] = v
+    cfg.update(data_cfg or {})
     cfg["sources"] = {"code": list((cfg["sources"] or {}).get("code") or []),
                       "search": list((cfg["sources"] or {}).get("search") or [])}
     cfg["decontam"] = list(cfg["decontam"] or [])
     cfg["synthetic"] = dict(cfg["synthetic"] or {})
-    from data_prep.readers.common import REASONING_MODES
-    from data_prep.render import HISTORY_POLICIES
-
-    for key, allowed in (("kind", KINDS), ("length_policy", LENGTH_POLICIES),
-                         ("reasoning", REASONING_MODES), ("history_reasoning", HISTORY_POLICIES)):
-        if cfg[key] not in allowed:
-            raise DataPrepError(f"data.{key}={cfg[key]!r}: expected one of {', '.join(allowed)}")
-    if not isinstance(cfg["n"], int) or cfg["n"] < 1:
-        raise DataPrepError(f"data.n must be a positive integer, got {cfg['n']!r}")
-    if not isinstance(cfg["max_seq_len"], int) or cfg["max_seq_len"] < 16:
-        raise DataPrepError(f"data.max_seq_len must be an integer >= 16, got {cfg['max_seq_len']!r}")
-    if isinstance(cfg["decontam_ngram"], bool) or not isinstance(cfg["decontam_ngram"], int) or cfg["decontam_ngram"] < 1:
-        raise DataPrepError(f"data.decontam_ngram must be an integer >= 1, got {cfg['decontam_ngram']!r}")
-    mrb = cfg["max_record_bytes"]
-    if mrb is not None and (isinstance(mrb, bool) or not isinstance(mrb, int) or mrb < 1):
-        raise DataPrepError(f"data.max_record_bytes must be null (auto) or a positive integer, got {mrb!r}")
     return cfg
 
 

@@ -182,7 +182,7 @@ def describe(cfg) -> str:
         f"  2. write_synthetic_bench({cfg.runs_root}/_bench, seed={cfg.world_seed}, n={cfg.bench_n})"
         " -> corpus.jsonl + synthqa/test.jsonl",
         (f"  3. anchor: {a['anchor']} (the committed pretrained tiny base)" if cfg.model == "tiny_base" else
-         f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the step-0 random init)"),
+         f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the random init of step 0)"),
         f"  4. analyze runs_root={a['runs_root']} benches={_list(BENCHES)} anchor={a['anchor']} out={a['out']} {ev}",
     ])
 

@@ -1,11 +1,11 @@
 """The `evaluate` configuration: defaults, validation and the default output directory."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from common import layout
 from common.cli import ConfigError
 from evals.benches import OOD_BENCH, SEARCH7
 from evals.prompts import PROMPTS
@@ -40,19 +40,18 @@ DEFAULTS = {
     "ood_max_turns": 24,           # search_plan_ood needs ~10 tool calls even when done perfectly
     "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
     "progress": True,
+    "overwrite": False,            # a bench held in out under another identity: rename its results aside, re-evaluate
     "wandb": "auto",               # auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)
     "wandb_group": None,           # group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP
     "dry_run": False,
 }
 
-_STEP_DIR = re.compile(r"^step-\d+$")
-
-
 def default_out(ckpt: str) -> Path | None:
     """`<run_dir>/eval/step-NNNNNN` for `<run_dir>/checkpoints/step-NNNNNN`, else None."""
     p = Path(ckpt)
-    if _STEP_DIR.match(p.name) and p.parent.name == "checkpoints":
-        return p.parent.parent / "eval" / p.name
+    step = layout.parse_step(p.name)
+    if step is not None and p.parent.name == layout.CHECKPOINTS:
+        return layout.eval_dir(p.parent.parent, step)
     return None
 
 

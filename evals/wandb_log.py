@@ -15,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from common import layout
 from common.tracking import ID_FILE, init_run, run_spec, run_tags
 from evals.config import default_out
 
@@ -33,9 +34,9 @@ def log_summary(cfg, summary: dict, env: dict | None = None) -> str | None:
     out = default_out(str(cfg.ckpt))
     run_dir = out.parent.parent if out is not None else None
     id_file = run_dir / ID_FILE if run_dir is not None else None
-    step = int(Path(str(cfg.ckpt)).name.split("-", 1)[1]) if out is not None else None
+    step = layout.parse_step(Path(str(cfg.ckpt)).name) if out is not None else None
     if id_file is not None and id_file.is_file():
-        train = OmegaConf.load(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else OmegaConf.create({})
+        train = OmegaConf.load(run_dir / layout.CONFIG) if (run_dir / layout.CONFIG).is_file() else OmegaConf.create({})
         logging_cfg = OmegaConf.to_container(train.logging, resolve=True) if "logging" in train else {}
         spec = run_spec(logging_cfg, name=str(logging_cfg.get("name") or run_dir.name),
                         runs_root=OmegaConf.select(train, "runs_root", default=None),

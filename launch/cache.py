@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from common import layout
 from common.cli import ConfigError
 from common.io import JsonLineError, atomic_dir
 from data_prep.errors import DataPrepError
@@ -94,7 +95,7 @@ def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable
         return
     from data_prep import arms, hub
 
-    old = run_dir / "config.yaml"
+    old = run_dir / layout.CONFIG
     previous = OmegaConf.load(old) if old.is_file() else None
     for domain in arms.quotas(data_arm, int(cfg.data.n)):
         before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or []) if previous else []

@@ -20,7 +20,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
+from common.layout import run_dir_path, variant_name_problem
+from common import schema
 from common.plan import planned
+from data_prep import config as data_config
+from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -148,29 +152,11 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-CHOICES = {
-    "resume_kind": ("auto", "never"),
-    "model.init": ("pretrained", "random"),
-    "model.attn_implementation": ("auto", "sdpa", "eager", "flash_attention_2"),
-    "data.kind": ("hub", "synthetic"),
-    "data.reasoning": ("reasoning_content", "content"),
-    "data.history_reasoning": ("keep_as_rendered", "per_turn", "reject"),
-    "data.length_policy": ("drop", "truncate"),
-    "train.precision": ("auto", "bf16", "fp32"),
-    "train.lr_schedule": ("cosine", "linear", "constant"),
-    "logging.mode": ("auto", "online", "offline", "disabled"),
-    "launcher.kind": ("local", "slurm"),
-}
-POSITIVE_INTS = (
-    "data.n", "data.max_seq_len", "data.decontam_ngram", "train.global_batch_size",
-    "train.max_tokens_per_micro_batch", "train.epochs", "train.state_every",
-    "train.max_consecutive_nonfinite", "train.log_every", "launcher.nodes", "launcher.gpus_per_node",
-)
-BOOLS = (
-    "model.gpu_only", "data.epilogue", "data.allow_fewer", "data.strict", "data.decontam_drop",
-    "train.save_epoch_ends", "train.activation_checkpointing", "logging.wandb", "launcher.dry_run",
-)
-SOURCE_FORMATS = ("r2e-gym", "swe-gym", "swe-smith", "openseeker", "search-r1", "canonical")
+# The trainer's keys (model / train / logging, arm, seed) are checked by common.schema and the data
+# keys by data_prep.config.problems: the rules the trainer and data_prep read them with. Below: launch's own.
+CHOICES = {"launcher.kind": ("local", "slurm")}
+POSITIVE_INTS = ("launcher.nodes", "launcher.gpus_per_node")
+BOOLS = ("launcher.dry_run",)
 
 
 def validate(cfg: DictConfig) -> None:
@@ -182,40 +168,20 @@ def validate(cfg: DictConfig) -> None:
         if not ok:
             bad.append(f"{key} must be {what}, got {get(key)!r}")
 
+    bad.extend(schema.problems(cfg))   # the trainer's keys: the rule the trainer itself reads them with
+    bad.extend(data_config.problems(cfg.data))   # the data keys: data_prep's own rule
     for key, allowed in CHOICES.items():
-        if key != "resume_kind":
-            need(get(key) in allowed, key, f"one of {', '.join(allowed)}")
+        need(get(key) in allowed, key, f"one of {', '.join(allowed)}")
     for key in POSITIVE_INTS:
         need(_is_int(get(key)) and get(key) > 0, key, "a positive integer")
     for key in BOOLS:
         need(isinstance(get(key), bool), key, "true or false")
-    need(_is_int(cfg.seed) and cfg.seed >= 0, "seed", "a non-negative integer")
-    need(get("data.max_record_bytes") is None or (_is_int(get("data.max_record_bytes")) and get("data.max_record_bytes") > 0),
-         "data.max_record_bytes", "null (auto) or a positive integer")
     need(isinstance(cfg.runs_root, str) and cfg.runs_root != "", "runs_root", "a directory path")
     need(cfg.run_dir is None or isinstance(cfg.run_dir, str), "run_dir", "null or a directory path")
+    need(variant_name_problem(cfg.name) is None, "name", variant_name_problem(cfg.name) or "")
     need(isinstance(cfg.resume, str) and (cfg.resume in ("auto", "never") or Path(cfg.resume).is_dir()),
          "resume", "auto, never or an existing state directory")
-    for key in ("model.path", "model.tokenizer", "model.name"):
-        need(isinstance(get(key), str) and get(key) != "", key, "a non-empty string")
-    need(get("model.liger") in ("auto", True, False), "model.liger", "auto, true or false")
-    need(get("train.steps") is None or (_is_int(get("train.steps")) and get("train.steps") > 0),
-         "train.steps", "a positive integer (optimizer steps) or null (-> epochs)")
-    need(_is_num(cfg.train.lr) and cfg.train.lr > 0, "train.lr", "a positive number")
-    need(_is_num(cfg.train.eps) and cfg.train.eps > 0, "train.eps", "a positive number")
-    need(_is_num(cfg.train.weight_decay) and cfg.train.weight_decay >= 0, "train.weight_decay", "a number >= 0")
-    need(_is_num(cfg.train.warmup_ratio) and 0 <= cfg.train.warmup_ratio < 1, "train.warmup_ratio", "in [0, 1)")
-    need(_is_num(cfg.train.min_lr_ratio) and 0 <= cfg.train.min_lr_ratio <= 1, "train.min_lr_ratio", "in [0, 1]")
-    need(cfg.train.grad_clip is None or (_is_num(cfg.train.grad_clip) and cfg.train.grad_clip > 0),
-         "train.grad_clip", "a positive number or null")
-    betas = get("train.betas")
-    need(betas is not None and len(betas) == 2 and all(_is_num(b) and 0 <= b < 1 for b in betas),
-         "train.betas", "two numbers in [0, 1)")
-    saves = get("train.save_steps")
-    need(saves is not None and not isinstance(saves, (str, int)) and all(_is_int(s) and s > 0 for s in saves),
-         "train.save_steps", "a list of positive integers, e.g. [50,100]")
-    peak = get("train.peak_tflops")
-    need(peak == "auto" or peak is None or (_is_num(peak) and peak > 0), "train.peak_tflops", "auto or a positive number")
+    need(isinstance(get("model.name"), str) and get("model.name") != "", "model.name", "a non-empty string")
     nproc = get("launcher.nproc")
     need(nproc == "auto" or (_is_int(nproc) and nproc > 0), "launcher.nproc", "auto or a positive integer")
     for key in ("launcher.partition", "launcher.time", "launcher.account"):
@@ -223,11 +189,6 @@ def validate(cfg: DictConfig) -> None:
     need(get("launcher.setup") is None or isinstance(get("launcher.setup"), str), "launcher.setup",
          "null or a shell snippet")
     bad.extend(slurm_option_problems(get("launcher.sbatch")))
-    for key in ("logging.project", "logging.entity", "logging.group", "logging.name"):
-        need(get(key) is None or isinstance(get(key), str), key, "null or a string")
-    tags = get("logging.tags")
-    need(tags is not None and not isinstance(tags, str) and all(isinstance(t, (str, int)) for t in tags),
-         "logging.tags", "a list of strings, e.g. [ablation,lr-sweep]")
     for key in ("data.sources.code", "data.sources.search"):
         srcs = get(key)
         ok = srcs is not None and not isinstance(srcs, str) and all(
@@ -262,10 +223,10 @@ def _check_consistency(cfg: DictConfig, bad: list[str]) -> None:
 
 # ---------------------------------------------------------------- derived values
 def run_dir(cfg: DictConfig) -> Path:
-    """`<runs_root>/<arm>/seed<seed>` unless `run_dir` is set; absolute."""
+    """`<runs_root>/<arm>/[<name>/]seed<seed>` (common.layout) unless `run_dir` is set; absolute."""
     if cfg.run_dir:
         return Path(cfg.run_dir).expanduser().resolve()
-    return (Path(cfg.runs_root).expanduser() / str(cfg.arm) / f"seed{cfg.seed}").resolve()
+    return run_dir_path(cfg.runs_root, cfg.arm, cfg.seed, cfg.name).resolve()
 
 
 def planned_steps(cfg: DictConfig, n_rows: int | None = None) -> int:

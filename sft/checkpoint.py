@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from common import layout
 from common.cli import ConfigError
 from common.io import (
     SHA256SUMS,
@@ -41,15 +42,11 @@ from common.io import (
     write_json,
     write_sha256sums,
 )
+from common.layout import COMPLETE, STATE_META, step_name  # noqa: F401  (the trainer names its dirs with these)
 from sft.hfconfig import save_config
 
 log = logging.getLogger("sft.checkpoint")
-COMPLETE = "COMPLETE"
 KEEP_STATES = 2  # older complete states are pruned; a 4B model + AdamW is ~50 GB each
-
-
-def step_name(step: int) -> str:
-    return f"step-{step:06d}"
 
 
 def _barrier() -> None:
@@ -135,7 +132,6 @@ def generation_config_for(model_path: str, conf):
 #   reason for each newer one skipped.
 
 RNG_DIR = "rng"
-STATE_META = "meta.json"
 
 
 def rng_file(d: Path, rank: int) -> Path:
@@ -332,7 +328,7 @@ def save_state(model, optimizer, *, run_dir: Path, step: int, meta: dict, hf_wri
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    state_root = Path(run_dir) / "state"
+    state_root = layout.states_dir(run_dir)
     d = state_root / step_name(step)
     if rank == 0:
         remove_torn_states(state_root)
@@ -368,18 +364,13 @@ def _fsync_tree(d: Path) -> None:
 
 
 def _step_dirs(state_root: Path) -> list[tuple[int, Path]]:
-    if not state_root.is_dir():
-        return []
-    return sorted((int(d.name[5:]), d) for d in state_root.iterdir()
-                  if d.is_dir() and not d.is_symlink() and d.name.startswith("step-") and d.name[5:].isdigit())
+    return layout.step_dirs(state_root)
 
 
 def complete_states(state_root: Path) -> list[tuple[int, Path]]:
-    out = []
-    for step, d in _step_dirs(state_root):
-        if (d / COMPLETE).is_file() and (d / STATE_META).is_file():
-            out.append((step, d))
-        else:
+    out = layout.complete_states(state_root)
+    for _, d in _step_dirs(state_root):
+        if not layout.is_complete_state(d):
             log.warning("ignoring torn state %s (no %s marker)", d, COMPLETE)
     return out
 
@@ -404,7 +395,7 @@ def prune_states(state_root: Path, keep: int) -> None:
 
 
 def latest_state(run_dir: Path) -> Path | None:
-    states = complete_states(Path(run_dir) / "state")
+    states = complete_states(layout.states_dir(run_dir))
     return states[-1][1] if states else None
 
 

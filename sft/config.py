@@ -6,25 +6,18 @@ a second with a message naming the key instead of after a 4B model has been load
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from common import schema
 from common.cli import ConfigError, apply_overrides
-
 from common.plan import save_points as plan_save_points
 from common.plan import schedule
+# The trainer's keys and what they may be are common.schema's (launch checks with the same rule).
+from common.schema import TRAINER_SEMANTICS  # noqa: F401  (sft.train reads it from here)
 from common.tiny import resolve_model_path
-
-# Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
-# definition): a run dir's state made under another value is not resumed (run identity).
-TRAINER_SEMANTICS = 1
-
-ATTN_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
-PRECISIONS = ("auto", "bf16", "fp32")
-SCHEDULES = ("cosine", "linear", "constant")
 
 
 @dataclass
@@ -80,51 +73,6 @@ def _get(cfg: DictConfig, key: str):
     return node
 
 
-def _int(cfg, key, minimum=None, allow_none=False):
-    v = _get(cfg, key)
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(f"{key}: expected an integer, got {v!r}")
-    if minimum is not None and v < minimum:
-        raise ConfigError(f"{key}: must be >= {minimum}, got {v}")
-    return v
-
-
-def _float(cfg, key, lo=None, hi=None, allow_none=False):
-    v = _get(cfg, key)
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-        raise ConfigError(f"{key}: expected a finite number, got {v!r}")
-    v = float(v)
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ConfigError(f"{key}: must be in [{lo}, {hi}], got {v}")
-    return v
-
-
-def _bool(cfg, key):
-    v = _get(cfg, key)
-    if not isinstance(v, bool):
-        raise ConfigError(f"{key}: expected true or false, got {v!r}")
-    return v
-
-
-def _choice(cfg, key, choices):
-    v = _get(cfg, key)
-    v = str(v).lower() if isinstance(v, bool) else v
-    if v not in choices:
-        raise ConfigError(f"{key}: expected one of {', '.join(map(str, choices))}, got {v!r}")
-    return v
-
-
-def _str(cfg, key):
-    v = _get(cfg, key)
-    if not isinstance(v, str) or not v:
-        raise ConfigError(f"{key}: expected a non-empty string, got {v!r}")
-    return v
-
-
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
     path = Path(path)
     if not path.is_file():
@@ -152,25 +100,15 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
         resume = "never"
     resume = str(resume)
 
-    betas = _get(raw, "train.betas")
-    if betas is None or len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
-        raise ConfigError(f"train.betas: expected two numbers in [0, 1), got {betas!r}")
-    save_steps = _get(raw, "train.save_steps") or []
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in save_steps):
-        raise ConfigError(f"train.save_steps: expected a list of positive integers, got {list(save_steps)!r}")
-    peak = _get(raw, "train.peak_tflops")
-    if peak == "auto" or peak is None:
-        peak = None
-    else:
-        peak = _float(raw, "train.peak_tflops", lo=1e-6)
-    grad_clip = _float(raw, "train.grad_clip", lo=0.0, allow_none=True)
-    liger = _get(raw, "model.liger")
-    liger = {True: "true", False: "false"}.get(liger, liger)
-    if liger not in ("auto", "true", "false"):
-        raise ConfigError(f"model.liger: expected auto, true or false, got {liger!r}")
-    overrides = _get(raw, "model.config") or {}
-    arm, seed = _str(raw, "arm"), _int(raw, "seed", minimum=0)
-    name = _get(raw, "logging.name") or f"{arm}-s{seed}"
+    bad = schema.problems(raw)
+    if bad:
+        raise ConfigError(bad[0] if len(bad) == 1 else "invalid config:\n  " + "\n  ".join(bad))
+    g = lambda key: _get(raw, key)  # noqa: E731  (validated above)
+    betas, peak, liger = g("train.betas"), g("train.peak_tflops"), g("model.liger")
+    overrides = g("model.config") or {}
+    arm, seed = g("arm"), g("seed")
+    variant = OmegaConf.select(raw, "name", default=None)
+    name = _get(raw, "logging.name") or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}")
 
     cfg = TrainConfig(
         run_dir=Path(str(run_dir)),
@@ -178,37 +116,37 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
         arm=arm,
         seed=seed,
         resume=resume,
-        model_path=resolve_model_path(_str(raw, "model.path")),
-        tokenizer=_str(raw, "model.tokenizer"),
-        init=_choice(raw, "model.init", ("pretrained", "random")),
+        model_path=resolve_model_path(g("model.path")),
+        tokenizer=g("model.tokenizer"),
+        init=g("model.init"),
         model_overrides=OmegaConf.to_container(overrides, resolve=True) if isinstance(overrides, DictConfig) else dict(overrides),
-        gpu_only=_bool(raw, "model.gpu_only"),
-        attn_implementation=_choice(raw, "model.attn_implementation", ATTN_CHOICES),
-        liger=liger,
-        global_batch_size=_int(raw, "train.global_batch_size", minimum=1),
-        max_tokens_per_micro_batch=_int(raw, "train.max_tokens_per_micro_batch", minimum=2),
-        lr=_float(raw, "train.lr", lo=0.0),
+        gpu_only=g("model.gpu_only"),
+        attn_implementation=g("model.attn_implementation"),
+        liger={True: "true", False: "false"}.get(liger, liger),
+        global_batch_size=g("train.global_batch_size"),
+        max_tokens_per_micro_batch=g("train.max_tokens_per_micro_batch"),
+        lr=float(g("train.lr")),
         betas=(float(betas[0]), float(betas[1])),
-        eps=_float(raw, "train.eps", lo=0.0),
-        weight_decay=_float(raw, "train.weight_decay", lo=0.0),
-        lr_schedule=_choice(raw, "train.lr_schedule", SCHEDULES),
-        warmup_ratio=_float(raw, "train.warmup_ratio", lo=0.0, hi=1.0),
-        min_lr_ratio=_float(raw, "train.min_lr_ratio", lo=0.0, hi=1.0),
-        grad_clip=grad_clip if grad_clip else None,
-        steps=_int(raw, "train.steps", minimum=1, allow_none=True),
-        epochs=_int(raw, "train.epochs", minimum=1),
-        save_steps=sorted(set(save_steps)),
-        save_epoch_ends=_bool(raw, "train.save_epoch_ends"),
-        state_every=_int(raw, "train.state_every", minimum=1),
-        activation_checkpointing=_bool(raw, "train.activation_checkpointing"),
-        precision=_choice(raw, "train.precision", PRECISIONS),
-        max_consecutive_nonfinite=_int(raw, "train.max_consecutive_nonfinite", minimum=1),
-        peak_tflops=peak,
-        log_every=_int(raw, "train.log_every", minimum=1),
-        wandb=_bool(raw, "logging.wandb"),
-        wandb_project=_get(raw, "logging.project"),
+        eps=float(g("train.eps")),
+        weight_decay=float(g("train.weight_decay")),
+        lr_schedule=g("train.lr_schedule"),
+        warmup_ratio=float(g("train.warmup_ratio")),
+        min_lr_ratio=float(g("train.min_lr_ratio")),
+        grad_clip=None if g("train.grad_clip") is None else float(g("train.grad_clip")),
+        steps=g("train.steps"),
+        epochs=g("train.epochs"),
+        save_steps=sorted(set(g("train.save_steps"))),
+        save_epoch_ends=g("train.save_epoch_ends"),
+        state_every=g("train.state_every"),
+        activation_checkpointing=g("train.activation_checkpointing"),
+        precision=g("train.precision"),
+        max_consecutive_nonfinite=g("train.max_consecutive_nonfinite"),
+        peak_tflops=None if peak in ("auto", None) else float(peak),
+        log_every=g("train.log_every"),
+        wandb=g("logging.wandb"),
+        wandb_project=g("logging.project"),
         wandb_name=str(name),
-        wandb_mode=_choice(raw, "logging.mode", ("auto", "online", "offline", "disabled")),
+        wandb_mode=g("logging.mode"),
         raw=raw,
     )
     if cfg.resume not in ("auto", "never") and not Path(cfg.resume).is_dir():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from common import layout
+
 WORDS = "alpha beta gamma delta river stone cloud tiger maple orbit pixel lunar amber frost cedar".split()
 
 
@@ -60,6 +62,6 @@ def write_config(run_dir: Path, data_dir: Path, **train) -> Path:
         key = k if ("." in k or k in ("resume", "seed")) else f"train.{k}"
         OmegaConf.update(cfg, key, v, merge=False)
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.yaml"
+    path = run_dir / layout.CONFIG
     OmegaConf.save(cfg, path)
     return path

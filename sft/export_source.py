@@ -14,17 +14,15 @@
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from common import layout
 from common.io import SHA256SUMS, check_sha256sums
 from sft.ckpt_layout import strip_wrapper_prefixes
-
-STEP_RE = re.compile(r"^step-(\d+)$")
 
 
 class ExportError(RuntimeError):
@@ -68,8 +66,7 @@ def _state_source(step_dir: Path, notes: list[str]) -> Source:
     hf_dir = step_dir / "hf"
     if not (hf_dir / "config.json").is_file():
         raise ExportError(f"{hf_dir / 'config.json'}: missing; a state dir must carry hf/ (config + tokenizer) to be exported")
-    m = STEP_RE.match(step_dir.name)
-    step = int(m.group(1)) if m else None
+    step = layout.parse_step(step_dir.name)
     meta = step_dir / "meta.json"
     try:
         step = int(json.loads(meta.read_text(encoding="utf-8")).get("step", step))
@@ -83,20 +80,15 @@ def latest_complete_state(state_root: Path) -> tuple[Path, list[str]]:
     each newer one skipped (torn, or failing its SHA256SUMS) and why."""
     from sft.checkpoint import newest_verified_state
 
-    steps = sorted(((int(m.group(1)), p) for p in state_root.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))),
-                   reverse=True)
-    notes = [f"skipped torn state {p} (no COMPLETE marker)" for _, p in steps if not (p / "COMPLETE").exists()]
+    steps = layout.step_dirs(state_root)[::-1]
+    notes = [f"skipped torn state {p} (no {layout.COMPLETE} marker)" for _, p in steps if not layout.is_complete_state(p)]
     found, skipped = newest_verified_state(state_root)
     notes += skipped
     if found is None:
         raise ExportError(f"{state_root}: no complete resumable state that verifies (found {len(steps)} step dirs"
                           + (f": {'; '.join(notes)}" if notes else "") + ")")
-    return found, [n for n in notes if _step_of(n) > int(found.name[5:])]
-
-
-def _step_of(note: str) -> int:
-    m = re.search(r"step-(\d+)", note)
-    return int(m.group(1)) if m else -1
+    newer = {str(p) for s, p in steps if s > layout.parse_step(found.name)}
+    return found, [n for n in notes if any(p in n for p in newer)]
 
 
 def resolve_source(ckpt: str | Path) -> Source:
@@ -105,10 +97,10 @@ def resolve_source(ckpt: str | Path) -> Source:
         raise ExportError(f"{p}: does not exist")
     if (p / "config.json").is_file() and _has_weights(p):
         return Source("hf", p, p)
-    if (p / "COMPLETE").exists() or (p / ".metadata").is_file() or (p / "hf").is_dir():
+    if (p / layout.COMPLETE).exists() or (p / ".metadata").is_file() or (p / "hf").is_dir():
         return _state_source(p, [])
-    for root in (p / "state", p):
-        if root.is_dir() and any(STEP_RE.match(c.name) for c in root.iterdir()):
+    for root in (layout.states_dir(p), p):
+        if layout.step_dirs(root):
             step_dir, notes = latest_complete_state(root)
             return _state_source(step_dir, notes)
     raise ExportError(

@@ -53,7 +53,8 @@ def make_run(root: Path, arm: str, seed: int, steps: list[int], *, evaluated: di
     run.mkdir(parents=True, exist_ok=True)
     horizon = horizon if horizon is not None else max(steps, default=0)
     (run / "config.yaml").write_text(
-        f"arm: {arm}\nseed: {seed}\ntrain:\n  steps: {horizon}\n  save_steps: {save_steps or steps}\n")
+        f"arm: {arm}\nseed: {seed}\ntrain:\n  steps: {horizon}\n  save_steps: {save_steps or steps}\n"
+        f"  epochs: 1\n  global_batch_size: 1\n  save_epoch_ends: false\ndata:\n  n: {max(horizon, 1)}\n")
     write_json(run / "manifest.json", manifest or {"git": {"commit": f"abc{seed}", "dirty": False},
                                                    "data": {"fingerprint": f"fp-{arm}"}})
     if done:

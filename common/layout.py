@@ -1,0 +1,119 @@
+"""The run-directory layout (DESIGN.md), defined once: `<runs_root>/<arm>/[<name>/]seed<seed>/`.
+
+`name=` adds a level for variants of an arm (another configuration of the same arm), so a run dir
+always holds one run identity; analysis labels a variant `<arm>/<name>` and never pools it with the
+unnamed arm. Directories renamed aside by `resume=never` / `overwrite=true`
+(`<dir>.replaced-<UTC time>`, common.io.replace_aside) are kept but are not runs.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from common.io import REPLACED_MARK
+
+# The trainer's run-dir lock (fcntl, held by the training process's rank 0 for its whole life; SFT and
+# RL trainers take it, launch only checks it) and launch's own lock.
+TRAIN_LOCK = ".train.lock"
+LAUNCH_LOCK = ".launch.lock"
+SEED_DIR = re.compile(r"^seed(\d+)$")
+# Letters, digits, `_` and `-`, starting with a letter or digit: no dots (so never `.replaced-`),
+# no path separators; `seed<N>` is taken by the seed level.
+VARIANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+
+def variant_name_problem(name) -> str | None:
+    """Why `name` cannot be a variant name, or None when it can (None itself: no variant)."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not VARIANT_NAME.match(name):
+        return "a name of letters, digits, '_' and '-' (starting with a letter or digit), or null"
+    if SEED_DIR.match(name):
+        return "a name that is not seed<N> (that level holds the seeds)"
+    return None
+
+
+def run_dir_path(runs_root: str | Path, arm: str, seed: int, name: str | None = None) -> Path:
+    root = Path(runs_root).expanduser() / str(arm)
+    return (root / name if name else root) / f"seed{seed}"
+
+
+def variant_label(arm: str, name: str | None) -> str:
+    return f"{arm}/{name}" if name else arm
+
+
+def is_replaced(path: str | Path) -> bool:
+    return REPLACED_MARK in Path(path).name
+
+
+# ---------------------------------------------------------------- inside a run dir
+# `config.yaml` (resolved), `manifest.json`, `metrics.jsonl`, `checkpoints/step-NNNNNN/` (an RL
+# checkpoint also holds `adapter/`), `state/step-NNNNNN/` (resumable: `SHA256SUMS`, `meta.json`, then
+# `COMPLETE` last), `rollouts/` (RL), `eval/[<profile>/]step-NNNNNN/`, and `DONE` when training finished.
+CONFIG = "config.yaml"
+MANIFEST = "manifest.json"       # also the name of a dataset dir's manifest (data_prep)
+METRICS = "metrics.jsonl"
+DONE = "DONE"
+CHECKPOINTS = "checkpoints"
+STATES = "state"
+EVAL = "eval"
+ROLLOUTS = "rollouts"
+ADAPTER = "adapter"
+COMPLETE = "COMPLETE"            # written last into a state dir: the state is whole
+STATE_META = "meta.json"
+STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def step_name(step: int) -> str:
+    return f"step-{int(step):06d}"
+
+
+def parse_step(name: str) -> int | None:
+    """The step of a `step-NNNNNN` directory name, None for any other name."""
+    m = STEP_DIR.match(name)
+    return int(m.group(1)) if m else None
+
+
+def step_dirs(parent: str | Path) -> list[tuple[int, Path]]:
+    """(step, dir) of every `step-NNNNNN` directory under `parent` (symlinks excluded), by step."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    return sorted((s, d) for d in parent.iterdir()
+                  if (s := parse_step(d.name)) is not None and d.is_dir() and not d.is_symlink())
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
+    return checkpoints_dir(run_dir) / step_name(step)
+
+
+def states_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / STATES
+
+
+def eval_subdir(profile: str | None = None) -> Path:
+    """A run's evaluations: `eval/` for the default profile, `eval/<profile>/` for a named one."""
+    return Path(EVAL) / profile if profile else Path(EVAL)
+
+
+def eval_dir(run_dir: str | Path, step: int, profile: str | None = None) -> Path:
+    return Path(run_dir) / eval_subdir(profile) / step_name(step)
+
+
+def is_complete_state(state: str | Path) -> bool:
+    """The one rule for a usable state dir: `COMPLETE` (written last) and its `meta.json`."""
+    return (Path(state) / COMPLETE).is_file() and (Path(state) / STATE_META).is_file()
+
+
+def complete_states(state_root: str | Path) -> list[tuple[int, Path]]:
+    """(step, dir) of the complete states under `state_root`, oldest first."""
+    return [(s, d) for s, d in step_dirs(state_root) if is_complete_state(d)]
+
+
+def latest_complete_state(state_root: str | Path) -> Path | None:
+    states = complete_states(state_root)
+    return states[-1][1] if states else None
