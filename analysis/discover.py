@@ -1,7 +1,8 @@
 """Find runs, their step checkpoints, eval directories and manifests under a runs root.
 
-Layout (DESIGN.md): `<runs_root>/<arm>/seed<seed>/{config.yaml, manifest.json, checkpoints/step-NNNNNN/,
-eval/step-NNNNNN/{<bench>.jsonl, summary.json}, DONE}`. Top-level names starting with `_` or `.`
+Layout (DESIGN.md): `<runs_root>/<arm>/[<name>/]seed<seed>/{config.yaml, manifest.json, checkpoints/step-NNNNNN/,
+eval/[<profile>/]step-NNNNNN/{<bench>.jsonl, summary.json}, DONE}`. A run under a `name=` level is reported
+as arm `<arm>/<name>`; with `profile=` the evaluations read are that profile's. Top-level names starting with `_` or `.`
 (`_data`, `_anchor`) are not arms. Anything unreadable is recorded as a problem on the run, never raised:
 a half-written run must not stop the analysis of the others.
 """
@@ -12,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from common.layout import eval_subdir
 
 STEP_RE = re.compile(r"^step-(\d+)$")
 SEED_RE = re.compile(r"^seed(\d+)$")
@@ -33,9 +36,10 @@ class Run:
     manifest: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
+    profile: str | None = None
 
     def eval_dir(self, step: int) -> Path:
-        return self.path / "eval" / step_name(step)
+        return self.path / eval_subdir(self.profile) / step_name(step)
 
     def expected_steps(self) -> list[int]:
         """Steps the run's config says it will checkpoint (save_steps up to the horizon + the final one).
@@ -93,22 +97,32 @@ def _read_config(path: Path, problems: list[str]) -> dict | None:
     return cfg if isinstance(cfg, dict) else None
 
 
-def load_run(path: Path, arm: str, seed: int) -> Run:
-    run = Run(arm=arm, seed=seed, path=path)
+def load_run(path: Path, arm: str, seed: int, profile: str | None = None) -> Run:
+    run = Run(arm=arm, seed=seed, path=path, profile=profile)
     for step, ckpt in _step_dirs(path / "checkpoints").items():
         if (ckpt / "config.json").is_file():
             run.checkpoints[step] = ckpt
         else:
             run.problems.append(f"{ckpt}: no config.json (incomplete checkpoint), ignored")
-    run.evals = {s: d for s, d in _step_dirs(path / "eval").items() if (d / "summary.json").is_file()}
+    run.evals = {s: d for s, d in _step_dirs(path / eval_subdir(profile)).items() if (d / "summary.json").is_file()}
     run.done = (path / "DONE").exists()
     run.manifest = read_json_object(path / "manifest.json", run.problems)
     run.config = _read_config(path / "config.yaml", run.problems)
     return run
 
 
-def discover_runs(runs_root: str | Path) -> list[Run]:
-    """All `<arm>/seed<N>` runs under `runs_root`, sorted by (arm, seed)."""
+def _seed_dirs(parent: Path) -> list[tuple[int, Path]]:
+    out = []
+    for d in sorted(parent.iterdir()):
+        m = SEED_RE.match(d.name)
+        if m and d.is_dir():
+            out.append((int(m.group(1)), d))
+    return out
+
+
+def discover_runs(runs_root: str | Path, profile: str | None = None) -> list[Run]:
+    """All `<arm>/[<name>/]seed<N>` runs under `runs_root`, sorted by (arm, seed); a named variant's
+    arm is `<arm>/<name>`. `profile` picks which evaluations are read (`eval/<profile>/`)."""
     root = Path(runs_root)
     if not root.is_dir():
         return []
@@ -116,10 +130,12 @@ def discover_runs(runs_root: str | Path) -> list[Run]:
     for arm_dir in sorted(root.iterdir()):
         if not arm_dir.is_dir() or arm_dir.name.startswith(("_", ".")) or arm_dir.name == ANCHOR_ARM:
             continue
-        for seed_dir in sorted(arm_dir.iterdir()):
-            m = SEED_RE.match(seed_dir.name)
-            if m and seed_dir.is_dir():
-                runs.append(load_run(seed_dir, arm_dir.name, int(m.group(1))))
+        for seed, seed_dir in _seed_dirs(arm_dir):
+            runs.append(load_run(seed_dir, arm_dir.name, seed, profile))
+        for name_dir in sorted(arm_dir.iterdir()):
+            if name_dir.is_dir() and not SEED_RE.match(name_dir.name) and not name_dir.name.startswith(("_", ".")):
+                for seed, seed_dir in _seed_dirs(name_dir):
+                    runs.append(load_run(seed_dir, f"{arm_dir.name}/{name_dir.name}", seed, profile))
     return sorted(runs, key=lambda r: (r.arm, r.seed))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.aggregate import Points, anchor_value, best_point, final_point, paired_vs_anchor
-from analysis.collect import AGENTIC_BENCHES, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA
+from analysis.collect import AGENTIC_BENCHES, ENV_BENCH_METRIC, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
 from analysis.stats import Interval
@@ -120,7 +120,8 @@ def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str
     if has_mean:
         cols.append(Column(MEAN_BENCH, metric, "Avg.", "QA"))
     for bench in agentic:
-        cols.append(Column(bench, "reward", f"{bench} (reward)", "Agentic"))
+        m = ENV_BENCH_METRIC[bench]
+        cols.append(Column(bench, m, f"{bench} ({m})", "Agentic"))
     return cols
 
 

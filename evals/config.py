@@ -7,6 +7,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError
+from common.layout import eval_subdir
 from evals.benches import ENV_BENCHES, OOD_BENCH, SEARCH7
 from evals.profiles import load_profile
 from evals.prompts import PROMPTS
@@ -49,11 +50,6 @@ DEFAULTS = {
 }
 
 _STEP_DIR = re.compile(r"^step-\d+$")
-
-
-def eval_subdir(profile: str | None) -> Path:
-    """Where a profile's results sit inside a run dir: `eval/` (no profile) or `eval/<profile>/`."""
-    return Path("eval") / profile if profile else Path("eval")
 
 
 def default_out(ckpt: str, profile: str | None = None) -> Path | None:
