@@ -74,6 +74,8 @@ def test_scripted_replies_score_as_the_rules_say(tmp_path, tiny_tokenizer):
     rows = [json.loads(line) for line in open(tmp_path / "b" / "babyai.jsonl")]
     assert rows[0]["actions"] == ["go forward", "go forward"] and rows[0]["invalid_actions"] == 2
     assert "is not a valid action" in junk.prompts[-1]  # the feedback line reaches the model
+    from evals.babyai import items
+    assert len(items(0, 0)) == 50 and [it.id for it in items(5, 0)] == [r["id"] for r in rows]
 
 
 ROW_KEYS = {"id", "task", "seed", "transcript", "actions", "invalid_actions", "steps", "success", "return", "metrics"}
