@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from evals.agent import render, split_reasoning
+from evals.agent import generate_round, render, split_reasoning
 from evals.benches import BenchItem
 from evals.metrics import mean
 
@@ -103,19 +103,12 @@ def play(chunk: list[BenchItem], backend, *, max_steps: int | None, max_new_toke
     actions = _env().ACTIONS
     games = [_Game(it, max_steps) for it in chunk]
     active = list(games)
+    def prompt_of(g: _Game) -> str:
+        return render(backend.tokenizer, step_messages(g.env.instruction, g.history, g.observation, actions), [])
+
     while active:
-        batch, prompts, caps = [], [], []
-        for g in active:
-            msgs = step_messages(g.env.instruction, g.history, g.observation, actions)
-            ids = backend.encode(render(backend.tokenizer, msgs, []))
-            room = max_model_len - len(ids)
-            if room <= 0:
-                g.stop_reason = "context_limit"
-                continue
-            batch.append(g)
-            prompts.append(ids)
-            caps.append(min(max_new_tokens, room))
-        for g, gen in zip(batch, backend.generate(prompts, caps) if batch else []):
+        for g, gen, _ in generate_round(backend, active, prompt_of, max_model_len=max_model_len,
+                                        max_new_tokens=max_new_tokens):
             g.generated_tokens += gen.num_tokens
             _, content = split_reasoning(gen.text)
             action, rule = parse_action(content, actions)
