@@ -10,8 +10,8 @@
 
 Pairing needs identical item ids (same n, seed and bench file); when pre and post evaluated different
 items (or the recorded bench file digests differ) the CI is not computed and the mismatch is listed as
-a problem, never silently intersected. With a profile that has reference sizes (`recipes/eval/*.yaml`),
-an evaluated item count that differs from the reference is listed too.
+a problem, never silently intersected. `size_problems` lists every evaluation whose item count differs
+from its profile's reference size (`recipes/eval/*.yaml`).
 """
 from __future__ import annotations
 
@@ -82,6 +82,17 @@ def _summary_n(eval_dir: Path, bench: str) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
+def size_problems(eval_dirs: dict[str, Path], reference_sizes: dict[str, int]) -> list[str]:
+    """One line per (evaluation, bench) whose evaluated n differs from the reference size."""
+    problems = []
+    for label, d in eval_dirs.items():
+        for bench, size in reference_sizes.items():
+            n = _summary_n(d, bench)
+            if n is not None and n != size:
+                problems.append(f"{label} × {bench}: evaluated {n} items, the reference size is {size} ({d})")
+    return problems
+
+
 def _digest(eval_dir: Path, bench: str) -> str | None:
     record = ((read_json_object(eval_dir / "meta.json", []) or {}).get("bench_items") or {}).get(bench) or {}
     return record.get("file_sha256") or record.get("items_sha256")
@@ -98,9 +109,8 @@ def paired_prepost(pre: pd.Series, post: pd.Series, n_boot: int, seed: int, conf
 
 
 def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, n_boot: int = 2000, seed: int = 0,
-            conf: float = 0.95, reference_sizes: dict[str, int] | None = None) -> PrePost:
+            conf: float = 0.95) -> PrePost:
     out = PrePost()
-    sizes = reference_sizes or {}
     for run in runs:
         label = f"{run.arm}/seed{run.seed}"
         later = sorted(s for s in run.evals if s > 0)
@@ -133,11 +143,6 @@ def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, n_b
                     paired, why = paired_prepost(pre_ex, post_ex, n_boot, seed, conf)
                     if why:
                         out.problems.append(f"{where}: {why}")
-                for which, d in (("pre", pre_dir), ("post", run.evals[post_step])):
-                    n = _summary_n(d, bench)
-                    if bench in sizes and n is not None and n != sizes[bench] and metric == bench_metrics(bench)[0]:
-                        out.problems.append(f"{label} × {bench}: {which} evaluated {n} items ({d}), the reference "
-                                            f"size is {sizes[bench]}")
                 out.rows.append(PrePostRow(label, bench, metric, "step 0" if own_start else "anchor", pre,
                                            series[post_step], post_step, paired, series[best_step], best_step))
     return out

@@ -18,7 +18,7 @@ from analysis.discover import ANCHOR_ARM, Run, discover_runs
 from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, default_evaluator,
                                  plan, run_jobs)
 from analysis.figures import FigureInfo, Panel, plot_curves
-from analysis.prepost import prepost
+from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
 
@@ -201,7 +201,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
             result.tables[name] = t
             table_paths[name] = t.write(out / "tables" / name)
     pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, benches,
-                 n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf, reference_sizes=reference_sizes)
+                 n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf)
+    labelled = {f"{r.arm}/seed{r.seed}/{d.name}": d for r in runs for d in r.evals.values()}
+    pp.problems += size_problems({**labelled, f"{ANCHOR_ARM}/{anchor_eval.name}": anchor_eval}, reference_sizes)
     if pp.rows:
         result.tables["prepost"] = pp.table()
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")

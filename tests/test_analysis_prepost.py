@@ -91,7 +91,9 @@ def test_prepost_reproduces_known_values_and_the_numpy_ci(analysed):
     assert (out / "tables" / "prepost.tex").is_file()
     assert "selected on test" in md and "0.300 @10" in md and "0.000 (step 0)" in md and "0.200 (anchor)" in md
     report = (out / "report.md").read_text()
-    assert "grpo_qa/seed0 × musique: post evaluated 10 items" in report and "reference size is 2417" in report
+    assert "grpo_qa/seed0/step-000020 × musique: evaluated 10 items, the reference size is 2417" in report
+    assert "anchor/step-000000 × musique: evaluated 10 items" in report
+    assert "babyai: evaluated 10 items, the reference size is 50" in report
 
 
 def test_degenerate_equal_differences_give_a_zero_width_ci():
