@@ -134,3 +134,26 @@ def test_figures_start_at_step_0_tick_checkpoints_and_note_all_zero_panels(analy
     info = plot_curves(Points(table, {}, []), [Panel("x", "em", "x", "EM")], ["a"], {"a": [0, 5]},
                        res.out / "figures" / "zero")
     assert info.notes == {"x": "x: every value is 0 (2 points)"} and info.series["x"] == []
+
+
+def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path):
+    root = tmp_path / "runs"
+    ck = root / "grpo_qa" / "seed0" / "checkpoints" / "step-000000"
+    ck.mkdir(parents=True)
+    (ck / "config.json").write_text("{}")
+    calls = []
+
+    def evaluator(cfg):
+        calls.append(cfg)
+        write_bench(Path(cfg["out"]), "babyai", "return", [0.0] * 50)
+        return json.loads((Path(cfg["out"]) / "summary.json").read_text())
+
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood",
+                        "benches": ["babyai"], "n_boot": 50}, evaluator=evaluator)
+    assert [(c["profile"], c["benches"], c["out"]) for c in calls] == [
+        ("rl_ood", ["babyai"], str(root / "grpo_qa" / "seed0" / "eval" / "rl_ood" / "step-000000"))]
+    assert not (root / "grpo_qa" / "seed0" / "eval" / "step-000000").exists()
+    assert set(res.table.bench) == {"babyai"} and "babyai: evaluated" not in (res.report.read_text())
+    run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood", "benches": ["babyai"],
+                  "n_boot": 50}, evaluator=evaluator)
+    assert len(calls) == 1  # found in eval/rl_ood/: nothing left to evaluate
