@@ -28,7 +28,7 @@ from analysis.tables import DASH, Column, Table
 
 QA_METRICS = ("em", "f1")
 LABELS = {"em": "EM", "f1": "F1", "reward": "reward", "return": "return"}
-COLUMNS = ["bench", "metric", "pre (step 0)", "post (final step)", "Δ post − pre [95% CI]", "n",
+COLUMNS = ["bench", "metric", "pre", "post (final step)", "Δ post − pre [95% CI]", "n",
            "best (selected on test)"]
 
 
@@ -60,7 +60,7 @@ class PrePost:
                    "checkpoint, same prompt as later steps) or, for SFT arms, the anchor (base model, "
                    "anchor_nudge prompt). post: the final evaluated step; Δ with a paired-bootstrap 95% CI "
                    "over identical item ids. best: the best step, selected on the test items (optimistic, no CI).")
-        table = Table(caption, [Column("", "", c, "") for c in COLUMNS])
+        table = Table(caption, [Column("", "", c, "") for c in COLUMNS], row_header="Run")
         for r in self.rows:
             delta = DASH if r.paired is None else f"{r.paired.delta:+.3f} [{r.paired.lo:+.3f}, {r.paired.hi:+.3f}]"
             n = DASH if r.paired is None else str(r.paired.n)

@@ -34,9 +34,10 @@ class Table:
     caption: str
     columns: list[Column]
     rows: list[tuple[str, list[str]]] = field(default_factory=list)  # (row label, cells)
+    row_header: str = "Method"
 
     def to_markdown(self) -> str:
-        head = ["Method"] + [f"{c.label}" for c in self.columns]
+        head = [self.row_header] + [f"{c.label}" for c in self.columns]
         groups = ["", *[c.group for c in self.columns]]
         lines = [f"*{self.caption}*", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         if len({g for g in groups if g}) > 1:
@@ -64,7 +65,7 @@ class Table:
             rules.append(f"\\cmidrule(lr){{{start}-{start + n - 1}}}")
             start += n
         out.append(" ".join(rules))
-        out.append("Method & " + " & ".join(latex_escape(c.label) for c in self.columns) + " \\\\")
+        out.append(latex_escape(self.row_header) + " & " + " & ".join(latex_escape(c.label) for c in self.columns) + " \\\\")
         out.append("\\midrule")
         for label, cells in self.rows:
             out.append(" & ".join([latex_escape(label), *[latex_cell(c) for c in cells]]) + " \\\\")
@@ -81,7 +82,7 @@ class Table:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
                   "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
-                  "±": r"$\pm$", "–": "--", "×": r"$\times$"}
+                  "±": r"$\pm$", "–": "--", "×": r"$\times$", "Δ": r"$\Delta$", "−": "$-$"}
 
 
 def latex_escape(text: str) -> str:
