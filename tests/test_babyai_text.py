@@ -112,3 +112,34 @@ def test_oracle_reading_only_text_solves_the_fixed_50():
     results = [play(env, it["seed"], it["task"]) for it in make_eval_items(50, 0)]
     solved = sum(s for s, _ in results)
     assert solved >= 48, f"oracle solved {solved}/50"
+
+
+def test_describer_matches_minigrid_world_positions():
+    """Every object minigrid says the agent sees is described at the offset minigrid's own view
+    transform (`get_view_coords`) gives, and nothing else is described."""
+    from envs.babyai_text.describe import object_phrase, offset_text
+
+    checked = 0
+    for seed in range(6):
+        for task in TASKS:
+            env = BabyAITextEnv()
+            obs = env.reset(seed=seed, task=task)
+            for action in [None, "turn left", "go forward", "turn right", "go forward", "turn left"]:
+                if action:
+                    obs, _, done = env.step(action)
+                    if done:
+                        break
+                lv = env._level
+                expected = []
+                for x in range(lv.grid.width):
+                    for y in range(lv.grid.height):
+                        cell = lv.grid.get(x, y)
+                        if cell is None or cell.type == "wall" or not lv.agent_sees(x, y):
+                            continue
+                        vx, vy = lv.get_view_coords(x, y)
+                        state = 0 if cell.type != "door" else (0 if cell.is_open else 1)
+                        expected.append(f"{object_phrase(cell.type, cell.color, state)} {offset_text(vx - 3, 6 - vy)}")
+                lines = [ln for ln in obs.splitlines() if not ln.startswith(("a wall", "You carry", "Your last"))]
+                assert sorted(lines) == sorted(expected), (seed, task, action)
+                checked += len(expected)
+    assert checked > 50
