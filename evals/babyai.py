@@ -22,7 +22,7 @@ import re
 from collections import Counter
 
 from evals.agent import generate_round, render, split_reasoning
-from evals.benches import BenchItem
+from evals.benches import BenchError, BenchItem
 from evals.metrics import mean
 
 HISTORY = 16  # BALROG's history length (observations/actions shown before the current one)
@@ -35,7 +35,7 @@ def _env():
     try:
         import envs.babyai_text as babyai_text
     except ImportError as exc:
-        raise RuntimeError(
+        raise BenchError(
             f"bench babyai needs minigrid, gymnasium and pygame-ce (pip install -e '.[babyai]'): {exc}"
         ) from exc
     return babyai_text
