@@ -81,6 +81,7 @@ def test_scripted_replies_score_as_the_rules_say(tmp_path, tiny_tokenizer):
 ROW_KEYS = {"id", "task", "seed", "transcript", "actions", "invalid_actions", "steps", "success", "return", "metrics"}
 
 
+@pytest.mark.slow
 def test_tiny_model_plays_babyai_and_a_rerun_evaluates_nothing(tmp_path, tiny_model_dir, tiny_tokenizer):
     pytest.importorskip("minigrid")
     out = tmp_path / "out"
