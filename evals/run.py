@@ -109,13 +109,16 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path) -> tup
         done.update((r["id"], r) for r in rows)
         bar.update(len(rows))
     bar.close()
-    ordered = [done[it.id] for it in items]
-    if bench == BABYAI_BENCH:
-        summary = babyai.summarize(ordered)
-    else:
-        summary = summarize(ordered, QA_KEYS if bench != OOD_BENCH else None)
+    summary = summarize_bench(bench, [done[it.id] for it in items])
     summary["source"] = source
     return summary, ids_file, record
+
+
+def summarize_bench(bench: str, rows: list[dict]) -> dict:
+    """The summary.json entry of one bench from its rows (babyai has its own metrics)."""
+    if bench == BABYAI_BENCH:
+        return babyai.summarize(rows)
+    return summarize(rows, QA_KEYS if bench != OOD_BENCH else None)
 
 
 def _versions() -> dict:
