@@ -95,7 +95,7 @@ def size_problems(eval_dirs: dict[str, Path], reference_sizes: dict[str, int]) -
 
 def _digest(eval_dir: Path, bench: str) -> str | None:
     record = ((read_json_object(eval_dir / "meta.json", []) or {}).get("bench_items") or {}).get(bench) or {}
-    return record.get("file_sha256") or record.get("items_sha256")
+    return record.get("source_digest")
 
 
 def paired_prepost(pre: pd.Series, post: pd.Series, n_boot: int, seed: int, conf: float) -> tuple[PairedResult | None, str | None]:

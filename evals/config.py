@@ -46,6 +46,7 @@ DEFAULTS = {
     "babyai_max_steps": None,      # cap on every babyai episode below its level's limit (the return uses the cap)
     "babyai_max_new_tokens": 8192,  # one babyai reply (thinking models reason at length before an action)
     "progress": True,
+    "overwrite": False,            # a bench held in out under another identity: rename its results aside, re-evaluate
     "wandb": "auto",               # auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)
     "wandb_group": None,           # group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP
     "dry_run": False,

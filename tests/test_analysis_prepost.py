@@ -31,7 +31,7 @@ def write_bench(eval_dir: Path, bench: str, metric: str, values: list[float], id
     summary[bench] = {m: float(np.mean(values)) for m in metrics} | {"n": len(values)}
     write_json(summary_path, summary)
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"bench_items": {}}
-    meta["bench_items"][bench] = {"n": len(values), "file_sha256": digest}
+    meta["bench_items"][bench] = {"n": len(values), "source_digest": digest}
     write_json(meta_path, meta)
 
 

@@ -63,6 +63,9 @@ def test_scripted_replies_score_as_the_rules_say(tmp_path, tiny_tokenizer):
     assert (s["return"], s["success"], s["invalid_action_rate"], s["mean_steps"], s["n"]) == (0.0, 0.0, 0.0, 3.0, 5)
     assert s["stop_reasons"] == {"step_limit": 5} and set(s["per_task"]) == {
         "goto", "pickup", "open", "putnext", "pick_up_seq_go_to"}
+    from evals.metrics import METRICS, NON_METRIC_FIELDS, metric_problem
+    assert set(s) <= set(METRICS) | set(NON_METRIC_FIELDS)  # every babyai summary number is registered
+    assert all(metric_problem(k, v) is None for k, v in s.items() if k not in NON_METRIC_FIELDS)
     assert spin.calls == 3  # five games in lockstep: one batched generate per step
     first = spin.prompts[0]
     assert "Instruction: go to the" in first and "Current observation:\na wall" in first and "turn left" in first
@@ -114,7 +117,7 @@ def test_bench_n_zero_takes_every_item_of_a_custom_bench(tmp_path, tiny_tokenize
     record = json.loads((out / "meta.json").read_text())["bench_items"]["synthqa"]
     path = bench_root / "synthqa" / "test.jsonl"
     assert record["n"] == record["file_items"] == 7 and record["n_requested"] == 0
-    assert record["file_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert record["source_digest"] == hashlib.sha256(path.read_bytes()).hexdigest()
     # The global n still applies to benches without their own entry.
     out2 = tmp_path / "out2"
     evaluate({"ckpt": "m", "benches": ["synthqa"], "n": 3, "bench_n": {"other": 0}, "bench_root": str(bench_root),
@@ -141,3 +144,20 @@ def test_profiles_set_benches_sizes_and_their_own_out_dir(tmp_path, capsys):
     assert "known profiles: rl_ood" in capsys.readouterr().err
     assert cli_main([f"ckpt={ckpt}", "bench_n={babyai:x}", "dry_run=true"]) == 2
     assert "bench_n.babyai" in capsys.readouterr().err
+
+
+def test_a_bench_identity_holds_its_own_n_and_keys_only(tmp_path):
+    pytest.importorskip("minigrid")
+    from evals.run import bench_request
+
+    corpus, bench_root = make_world(tmp_path, n=7)
+    base = {"ckpt": "m", "out": str(tmp_path / "o"), "benches": ["synthqa", "babyai"], "bench_root": str(bench_root),
+            "corpus": str(corpus)}
+    ckpt_id = {"kind": "test", "digest": "x"}
+
+    def ident(bench, **kw):
+        return bench_request(bench, resolve({**base, **kw}), ckpt_id)["fingerprint"]
+
+    assert ident("synthqa") == ident("synthqa", bench_n={"babyai": 5}, babyai_max_steps=4, profile="rl_ood")
+    assert ident("synthqa") != ident("synthqa", bench_n={"synthqa": 0})
+    assert ident("babyai") != ident("babyai", babyai_max_steps=4) != ident("babyai", bench_n={"babyai": 5})
