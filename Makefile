@@ -17,7 +17,7 @@ $(BIN)/.core: pyproject.toml
 	touch $@
 
 $(BIN)/.installed: $(BIN)/.core
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,babyai]"
 	touch $@
 
 venv: $(BIN)/.installed

@@ -96,7 +96,8 @@ def states_dir(run_dir: str | Path) -> Path:
 
 
 def eval_subdir(profile: str | None = None) -> Path:
-    """A run's evaluations: `eval/` for the default profile, `eval/<profile>/` for a named one."""
+    """A run's evaluations: `eval/` for the default profile, `eval/<profile>/` for a named one
+    (`evaluate profile=NAME`), so two profiles of one checkpoint never share a directory."""
     return Path(EVAL) / profile if profile else Path(EVAL)
 
 

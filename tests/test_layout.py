@@ -5,6 +5,7 @@ they check the layout against DESIGN.md's own spelling."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from common import layout
@@ -13,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "data_prep", "sft", "launch", "envs", "evals", "rl", "analysis", "demo", "bench")
 NAMES = {"DONE", "COMPLETE", "metrics.jsonl", "config.yaml"}          # never anything else
 PATH_PARTS = {"checkpoints", "state", "eval", "rollouts", "adapter"}   # joined onto a path
+# `step-` as a name pattern: the end of an f-string piece (`f"step-{n:06d}"`), a regex or a glob
+STEP_PATTERN = re.compile(r"step-(?:$|[{(\\*\[])")
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -31,13 +34,16 @@ def literal_uses(path: Path) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left = node.left
+            if isinstance(left, ast.BinOp) and isinstance(left.right, ast.Constant) and left.right.value == "recipes":
+                continue   # recipes/eval/ holds the evaluation profiles, not a run's evaluations
             for side in (node.left, node.right):
                 if isinstance(side, ast.Constant) and side.value in PATH_PARTS:
                     found.append(f"{path.relative_to(ROOT)}:{side.lineno}: path part {side.value!r}")
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
             if node.value in NAMES:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
-            elif "step-" in node.value and "step-NNNNNN" not in node.value:
+            elif STEP_PATTERN.search(node.value):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: step pattern {node.value!r}")
     return found
 
