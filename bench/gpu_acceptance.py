@@ -708,13 +708,13 @@ def check_speed(ctx: Ctx, res: Result) -> None:
         cfg = trainer_config(liger=liger)
         model, active = train.prepare_model(cfg, conf, rank=0, device=ctx.device, dtype=ctx.dtype,
                                             model=build(conf, ctx.device, attn=attn))
-        opt = build_optimizer(model, lr=1e-5, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
-        sched = build_scheduler(opt, total=100, warmup_ratio=cfg.warmup_ratio, schedule=cfg.lr_schedule, min_ratio=cfg.min_lr_ratio)
-        guard = NonFiniteGuard(cfg.max_consecutive_nonfinite)
+        opt = build_optimizer(model, lr=1e-5, betas=cfg.train.betas, eps=cfg.train.eps, weight_decay=cfg.train.weight_decay)
+        sched = build_scheduler(opt, total=100, warmup_ratio=cfg.train.warmup_ratio, schedule=cfg.train.lr_schedule, min_ratio=cfg.train.min_lr_ratio)
+        guard = NonFiniteGuard(cfg.train.max_consecutive_nonfinite)
 
         def trainer_step():  # what sft.train.run does per step, minus logging and checkpoints
             train.forward_backward(model, plan, device=ctx.device, world=1, liger_active=bool(active))
-            norm = train.clip_grad_norm(model, cfg.grad_clip)
+            norm = train.clip_grad_norm(model, cfg.train.grad_clip)
             if guard.check(norm, 1):
                 opt.step()
             opt.zero_grad(set_to_none=True)

@@ -20,7 +20,7 @@ ATTN_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 PRECISIONS = ("auto", "bf16", "fp32")
 SCHEDULES = ("cosine", "linear", "constant")
 INITS = ("pretrained", "random")
-LIGER_CHOICES = ("auto", True, False)
+LIGER_CHOICES = ("auto", "true", "false")   # YAML true/false count as "true"/"false"
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
@@ -114,8 +114,10 @@ def check(key: str, v: Any) -> str | None:
         return None if rule.ok(v) else f"{key} must be {rule.describe()}, got {v!r}"
     if key in CHOICES:
         allowed = CHOICES[key]
-        ok = any(v is c if isinstance(c, bool) or isinstance(v, bool) else v == c for c in allowed)
-        return None if ok else f"{key} must be one of {', '.join(str(c).lower() if isinstance(c, bool) else c for c in allowed)}, got {v!r}"
+        if key == "model.liger" and isinstance(v, bool):
+            v = str(v).lower()
+        ok = not isinstance(v, bool) and v in allowed
+        return None if ok else f"{key} must be one of {', '.join(allowed)}, got {v!r}"
     if key in BOOLS:
         return None if isinstance(v, bool) else f"{key} must be true or false, got {v!r}"
     if key in STRINGS:
@@ -155,3 +157,83 @@ def problems(cfg) -> list[str]:
         if why:
             out.append(why)
     return out
+
+
+# ---------------------------------------------------------------- the sections, typed
+# Field names are the recipe's key names (recipes/base.yaml), so `cfg.train.lr` is `train.lr`.
+@dataclass(frozen=True)
+class ModelSection:
+    name: str | None
+    path: str
+    tokenizer: str
+    init: str
+    config: dict
+    gpu_only: bool
+    attn_implementation: str
+    liger: str              # auto | true | false
+
+
+@dataclass(frozen=True)
+class TrainSection:
+    global_batch_size: int
+    max_tokens_per_micro_batch: int
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    lr_schedule: str
+    warmup_ratio: float
+    min_lr_ratio: float
+    grad_clip: float | None
+    steps: int | None
+    epochs: int
+    save_steps: tuple[int, ...]
+    save_epoch_ends: bool
+    state_every: int
+    activation_checkpointing: bool
+    precision: str
+    max_consecutive_nonfinite: int
+    peak_tflops: float | None     # None = look up from the device name
+    log_every: int
+
+
+@dataclass(frozen=True)
+class LoggingSection:
+    wandb: bool
+    project: str | None           # null -> $WANDB_PROJECT, else dtsft (common.tracking)
+    entity: str | None
+    group: str | None
+    tags: tuple
+    name: str | None
+    mode: str
+
+
+def _plain_container(v):
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf is a core dependency
+        return v
+    return OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
+
+
+def read_sections(cfg) -> tuple[ModelSection, TrainSection, LoggingSection]:
+    """The `model:`, `train:` and `logging:` sections of a config `problems` found nothing wrong with."""
+    m, t, lg = (_plain_container(_select(cfg, s)) for s in ("model", "train", "logging"))
+    liger = m["liger"]
+    model = ModelSection(name=m.get("name"), path=m["path"], tokenizer=m["tokenizer"], init=m["init"],
+                         config=dict(m.get("config") or {}), gpu_only=m["gpu_only"],
+                         attn_implementation=m["attn_implementation"],
+                         liger={True: "true", False: "false"}.get(liger, liger))
+    train = TrainSection(
+        global_batch_size=t["global_batch_size"], max_tokens_per_micro_batch=t["max_tokens_per_micro_batch"],
+        lr=float(t["lr"]), betas=(float(t["betas"][0]), float(t["betas"][1])), eps=float(t["eps"]),
+        weight_decay=float(t["weight_decay"]), lr_schedule=t["lr_schedule"], warmup_ratio=float(t["warmup_ratio"]),
+        min_lr_ratio=float(t["min_lr_ratio"]), grad_clip=None if t["grad_clip"] is None else float(t["grad_clip"]),
+        steps=t["steps"], epochs=t["epochs"], save_steps=tuple(sorted(set(t["save_steps"]))),
+        save_epoch_ends=t["save_epoch_ends"], state_every=t["state_every"],
+        activation_checkpointing=t["activation_checkpointing"], precision=t["precision"],
+        max_consecutive_nonfinite=t["max_consecutive_nonfinite"],
+        peak_tflops=None if t["peak_tflops"] in ("auto", None) else float(t["peak_tflops"]), log_every=t["log_every"])
+    logging = LoggingSection(wandb=lg["wandb"], project=lg.get("project"), entity=lg.get("entity"), group=lg.get("group"),
+                             tags=tuple(lg.get("tags") or ()), name=lg.get("name"), mode=lg["mode"])
+    return model, train, logging

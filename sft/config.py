@@ -6,6 +6,7 @@ a second with a message naming the key instead of after a 4B model has been load
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,47 +23,17 @@ from common.tiny import resolve_model_path
 
 @dataclass
 class TrainConfig:
-    """Every setting the training loop reads, flattened from the resolved config."""
+    """What the training loop reads: the recipe's sections under their own names (`cfg.train.lr` is
+    `train.lr`; common.schema types and validates them), plus the paths launch filled in."""
 
     run_dir: Path
     data_dir: Path
     arm: str
     seed: int
     resume: str  # auto | never | PATH of a state dir
-    # model
-    model_path: str
-    tokenizer: str
-    init: str
-    model_overrides: dict
-    gpu_only: bool
-    attn_implementation: str
-    liger: str  # auto | true | false
-    # train
-    global_batch_size: int
-    max_tokens_per_micro_batch: int
-    lr: float
-    betas: tuple[float, float]
-    eps: float
-    weight_decay: float
-    lr_schedule: str
-    warmup_ratio: float
-    min_lr_ratio: float
-    grad_clip: float | None
-    steps: int | None
-    epochs: int
-    save_steps: list[int]
-    save_epoch_ends: bool
-    state_every: int
-    activation_checkpointing: bool
-    precision: str
-    max_consecutive_nonfinite: int
-    peak_tflops: float | None  # None = look up from the device name
-    log_every: int
-    # logging
-    wandb: bool
-    wandb_project: str | None  # null -> WANDB_PROJECT, else dtsft (common.tracking)
-    wandb_name: str
-    wandb_mode: str
+    model: schema.ModelSection      # model.path resolved (`tiny-base` -> the committed dir)
+    train: schema.TrainSection
+    logging: schema.LoggingSection  # logging.name filled: <arm>[-<name>]-s<seed> when null
     raw: DictConfig = field(repr=False, default=None)
 
 
@@ -104,51 +75,13 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
     if bad:
         raise ConfigError(bad[0] if len(bad) == 1 else "invalid config:\n  " + "\n  ".join(bad))
     g = lambda key: _get(raw, key)  # noqa: E731  (validated above)
-    betas, peak, liger = g("train.betas"), g("train.peak_tflops"), g("model.liger")
-    overrides = g("model.config") or {}
     arm, seed = g("arm"), g("seed")
     variant = OmegaConf.select(raw, "name", default=None)
-    name = _get(raw, "logging.name") or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}")
-
-    cfg = TrainConfig(
-        run_dir=Path(str(run_dir)),
-        data_dir=Path(str(data_dir)),
-        arm=arm,
-        seed=seed,
-        resume=resume,
-        model_path=resolve_model_path(g("model.path")),
-        tokenizer=g("model.tokenizer"),
-        init=g("model.init"),
-        model_overrides=OmegaConf.to_container(overrides, resolve=True) if isinstance(overrides, DictConfig) else dict(overrides),
-        gpu_only=g("model.gpu_only"),
-        attn_implementation=g("model.attn_implementation"),
-        liger={True: "true", False: "false"}.get(liger, liger),
-        global_batch_size=g("train.global_batch_size"),
-        max_tokens_per_micro_batch=g("train.max_tokens_per_micro_batch"),
-        lr=float(g("train.lr")),
-        betas=(float(betas[0]), float(betas[1])),
-        eps=float(g("train.eps")),
-        weight_decay=float(g("train.weight_decay")),
-        lr_schedule=g("train.lr_schedule"),
-        warmup_ratio=float(g("train.warmup_ratio")),
-        min_lr_ratio=float(g("train.min_lr_ratio")),
-        grad_clip=None if g("train.grad_clip") is None else float(g("train.grad_clip")),
-        steps=g("train.steps"),
-        epochs=g("train.epochs"),
-        save_steps=sorted(set(g("train.save_steps"))),
-        save_epoch_ends=g("train.save_epoch_ends"),
-        state_every=g("train.state_every"),
-        activation_checkpointing=g("train.activation_checkpointing"),
-        precision=g("train.precision"),
-        max_consecutive_nonfinite=g("train.max_consecutive_nonfinite"),
-        peak_tflops=None if peak in ("auto", None) else float(peak),
-        log_every=g("train.log_every"),
-        wandb=g("logging.wandb"),
-        wandb_project=g("logging.project"),
-        wandb_name=str(name),
-        wandb_mode=g("logging.mode"),
-        raw=raw,
-    )
+    model, train, logging = schema.read_sections(raw)
+    model = dataclasses.replace(model, path=resolve_model_path(model.path))
+    logging = dataclasses.replace(logging, name=str(logging.name or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}")))
+    cfg = TrainConfig(run_dir=Path(str(run_dir)), data_dir=Path(str(data_dir)), arm=arm, seed=seed, resume=resume,
+                      model=model, train=train, logging=logging, raw=raw)
     if cfg.resume not in ("auto", "never") and not Path(cfg.resume).is_dir():
         raise ConfigError(f"resume: {cfg.resume!r} is neither auto, never nor an existing state directory")
     return cfg
@@ -156,9 +89,11 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
 
 def schedule_steps(cfg: TrainConfig, n_examples: int) -> tuple[int, int]:
     """(steps per epoch, total optimizer steps) for this dataset (common.plan.schedule)."""
-    return schedule(steps=cfg.steps, epochs=cfg.epochs, n_examples=n_examples, global_batch_size=cfg.global_batch_size)
+    return schedule(steps=cfg.train.steps, epochs=cfg.train.epochs, n_examples=n_examples,
+                    global_batch_size=cfg.train.global_batch_size)
 
 
 def save_points(cfg: TrainConfig, per_epoch: int, total: int) -> list[int]:
     """The checkpoint steps of this run (common.plan.save_points, the one definition)."""
-    return plan_save_points(save_steps=cfg.save_steps, save_epoch_ends=cfg.save_epoch_ends, per_epoch=per_epoch, total=total)
+    return plan_save_points(save_steps=cfg.train.save_steps, save_epoch_ends=cfg.train.save_epoch_ends,
+                            per_epoch=per_epoch, total=total)

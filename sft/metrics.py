@@ -113,15 +113,12 @@ class Wandb:
 def wandb_spec(cfg):
     """The trainer's wandb run: `<arm>-s<seed>` (or logging.name), tagged arm/seed/model/stage;
     None when logging.wandb is off (nothing about wandb is resolved then)."""
-    if not cfg.wandb:
+    if not cfg.logging.wandb:
         return None
     from omegaconf import OmegaConf
 
     from common.tracking import run_spec, run_tags
 
-    raw = cfg.raw
-    logging_cfg = OmegaConf.to_container(raw.logging, resolve=True) if "logging" in raw else {}
-    logging_cfg["mode"], logging_cfg["project"] = cfg.wandb_mode, cfg.wandb_project
-    model = OmegaConf.select(raw, "model.name", default=None) or cfg.model_path
-    return run_spec(logging_cfg, name=cfg.wandb_name, runs_root=OmegaConf.select(raw, "runs_root", default=None),
+    model = cfg.model.name or cfg.model.path
+    return run_spec(cfg.logging, name=cfg.logging.name, runs_root=OmegaConf.select(cfg.raw, "runs_root", default=None),
                     tags=run_tags(arm=cfg.arm, seed=cfg.seed, model=str(model), stage="sft"))

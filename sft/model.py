@@ -62,14 +62,14 @@ def model_config(cfg: TrainConfig, attn: str):
     """The architecture config: tiny, or the path's config (+ model.config overrides)."""
     from transformers import AutoConfig
 
-    if cfg.model_path == "tiny":
+    if cfg.model.path == "tiny":
         from common.tiny import tiny_config
 
-        check_overrides(tiny_config(), cfg.model_overrides)
-        conf = tiny_config(**cfg.model_overrides)
+        check_overrides(tiny_config(), cfg.model.config)
+        conf = tiny_config(**cfg.model.config)
     else:
-        check_overrides(AutoConfig.from_pretrained(cfg.model_path, trust_remote_code=False), cfg.model_overrides)
-        conf = AutoConfig.from_pretrained(cfg.model_path, trust_remote_code=False, **cfg.model_overrides)
+        check_overrides(AutoConfig.from_pretrained(cfg.model.path, trust_remote_code=False), cfg.model.config)
+        conf = AutoConfig.from_pretrained(cfg.model.path, trust_remote_code=False, **cfg.model.config)
     conf._attn_implementation = attn  # use_cache stays as the source says: evals generate from the checkpoint
     return conf
 
@@ -78,7 +78,7 @@ def build_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device):
     """fp32 weights on rank 0 (pretrained or seeded random init); meta tensors elsewhere."""
     from transformers import AutoModelForCausalLM
 
-    random_init = cfg.model_path == "tiny" or cfg.init == "random"
+    random_init = cfg.model.path == "tiny" or cfg.model.init == "random"
     if rank != 0:
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(conf, dtype=torch.float32)
@@ -87,8 +87,8 @@ def build_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device):
         model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32)
         log.info("model: random init of %s (seed %d)", type(model).__name__, cfg.seed)
     else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, config=conf, dtype=torch.float32, trust_remote_code=False)
-        log.info("model: %s loaded from %s", type(model).__name__, cfg.model_path)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model.path, config=conf, dtype=torch.float32, trust_remote_code=False)
+        log.info("model: %s loaded from %s", type(model).__name__, cfg.model.path)
     return model
 
 

@@ -74,15 +74,15 @@ def pick_device(cfg: TrainConfig) -> torch.device:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
-    if cfg.gpu_only:
+    if cfg.model.gpu_only:
         raise ConfigError("model.gpu_only=true but CUDA is not available (set model.gpu_only=false for a CPU run)")
     return torch.device("cpu")
 
 
 def train_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
-    if cfg.precision == "auto":
+    if cfg.train.precision == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg.precision]
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg.train.precision]
 
 
 # ---------------------------------------------------------------- model and one global batch
@@ -93,8 +93,8 @@ def prepare_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device, dt
     (unwrapped) model instead of `build_model`'s (bench/gpu_acceptance.py builds on the GPU)."""
     if model is None:
         model = build_model(cfg, conf, rank=rank, device=device)
-    liger = apply_liger(model, cfg.liger, device)
-    model = wrap_fsdp(model, rank=rank, device=device, dtype=dtype, activation_checkpointing=cfg.activation_checkpointing)
+    liger = apply_liger(model, cfg.model.liger, device)
+    model = wrap_fsdp(model, rank=rank, device=device, dtype=dtype, activation_checkpointing=cfg.train.activation_checkpointing)
     model.train()
     return model, liger
 
@@ -169,7 +169,7 @@ def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_di
     if isinstance(meta.get("identity"), dict):
         diff += fingerprint.fingerprint_diff(meta["identity"], want)
     else:
-        legacy = {"global_batch_size": cfg.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
+        legacy = {"global_batch_size": cfg.train.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
                   "trainer_semantics": TRAINER_SEMANTICS}
         recorded = {**{k: meta.get(k) for k in legacy}, "trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
         diff += [f"{k}: {recorded[k]!r} -> {v!r}" for k, v in legacy.items() if recorded[k] != v]
@@ -251,7 +251,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         check_done_identity(done, cfg)
         print(f"{done} exists: run already finished (resume=never to retrain)", file=sys.stderr)
         return 0
-    data = load_train_data(cfg.data_dir, global_batch_size=cfg.global_batch_size, max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch)
+    data = load_train_data(cfg.data_dir, global_batch_size=cfg.train.global_batch_size, max_tokens_per_micro_batch=cfg.train.max_tokens_per_micro_batch)
     per_epoch, total = schedule_steps(cfg, data.n)
     saves = set(save_points(cfg, per_epoch, total))
     identity = run_identity(cfg, data)
@@ -270,13 +270,13 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         for name in RUN_OUTPUTS:
             if (cfg.run_dir / name).exists():
                 log.info("resume=never: previous %s renamed to %s", name, replace_aside(cfg.run_dir / name).name)
-    if cfg.global_batch_size < world:
-        raise ConfigError(f"train.global_batch_size={cfg.global_batch_size} is smaller than the world size {world}")
-    attn = select_attn_implementation(cfg.attn_implementation, device)
+    if cfg.train.global_batch_size < world:
+        raise ConfigError(f"train.global_batch_size={cfg.train.global_batch_size} is smaller than the world size {world}")
+    attn = select_attn_implementation(cfg.model.attn_implementation, device)
     conf = model_config(cfg, attn)
     if data.max_token_id >= conf.vocab_size:
         raise DataError(f"{cfg.data_dir}: token id {data.max_token_id} >= the model's vocab_size {conf.vocab_size} (wrong tokenizer?)")
-    tokenizer = load_tokenizer(cfg.tokenizer) if rank == 0 else None
+    tokenizer = load_tokenizer(cfg.model.tokenizer) if rank == 0 else None
     log.info("data: %d rows from %s; %d steps/epoch, %d steps, world %d, device %s", data.n, cfg.data_dir, per_epoch, total, world, device)
 
     # 2. Model: rank-0 load, kernels, FSDP.
@@ -284,13 +284,13 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     model, liger = prepare_model(cfg, conf, rank=rank, device=device, dtype=dtype)
     model.module.config.dtype = dtype  # what every config.json written from here declares
     n_matmul = matmul_params(conf)
-    gen_conf = ckpt.generation_config_for(cfg.model_path, conf)
-    optimizer = build_optimizer(model, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
-    scheduler = build_scheduler(optimizer, total=total, warmup_ratio=cfg.warmup_ratio, schedule=cfg.lr_schedule, min_ratio=cfg.min_lr_ratio)
-    log.info("schedule: %s, peak lr %g, %d warmup steps of %d", cfg.lr_schedule, cfg.lr, warmup_steps(total, cfg.warmup_ratio), total)
+    gen_conf = ckpt.generation_config_for(cfg.model.path, conf)
+    optimizer = build_optimizer(model, lr=cfg.train.lr, betas=cfg.train.betas, eps=cfg.train.eps, weight_decay=cfg.train.weight_decay)
+    scheduler = build_scheduler(optimizer, total=total, warmup_ratio=cfg.train.warmup_ratio, schedule=cfg.train.lr_schedule, min_ratio=cfg.train.min_lr_ratio)
+    log.info("schedule: %s, peak lr %g, %d warmup steps of %d", cfg.train.lr_schedule, cfg.train.lr, warmup_steps(total, cfg.train.warmup_ratio), total)
 
     # 3. Resume.
-    start, guard = 0, NonFiniteGuard(cfg.max_consecutive_nonfinite)
+    start, guard = 0, NonFiniteGuard(cfg.train.max_consecutive_nonfinite)
     if resume_dir is not None and cfg.resume == "auto":  # the newest state that verifies
         checked, skipped = ckpt.newest_verified_state(layout.states_dir(cfg.run_dir))
         if checked is None:
@@ -308,9 +308,9 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     metrics = MetricsLog(cfg.run_dir / layout.METRICS, start, rank)
     from omegaconf import OmegaConf
 
-    wb = Wandb(enabled=cfg.wandb, rank=rank, run_dir=cfg.run_dir, spec=wandb_spec(cfg),
+    wb = Wandb(enabled=cfg.logging.wandb, rank=rank, run_dir=cfg.run_dir, spec=wandb_spec(cfg),
                config=OmegaConf.to_container(cfg.raw, resolve=True))
-    peak_tf = lookup_peak_tflops(device, cfg.peak_tflops)
+    peak_tf = lookup_peak_tflops(device, cfg.train.peak_tflops)
     preempt = ckpt.PreemptionFlag().install()
 
     def hf_files(out: Path) -> None:  # what export needs to rebuild the model from a state
@@ -321,25 +321,25 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
 
     def save_state(step: int, epoch: int) -> None:
         meta = {"step": step, "epoch": epoch, "step_in_epoch": step - epoch * per_epoch, "n": data.n,
-                "global_batch_size": cfg.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
+                "global_batch_size": cfg.train.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
                 "data_dir": str(cfg.data_dir), "world_size": world, "total_steps": total,
                 "consecutive_nonfinite": guard.consecutive, "scheduler": scheduler.state_dict(), "time": time.time(),
                 "trainer_semantics": TRAINER_SEMANTICS, "identity": identity}
         ckpt.save_state(model, optimizer, run_dir=cfg.run_dir, step=step, meta=meta, hf_writer=hf_files, rank=rank)
 
     # 4. Steps. `step` counts optimizer steps done; batch `step - 1` is consumed by it.
-    console = StepConsole(total=total, start=start, rank=rank, desc=f"sft {cfg.wandb_name}")
+    console = StepConsole(total=total, start=start, rank=rank, desc=f"sft {cfg.logging.name}")
     epoch = start // per_epoch if per_epoch else 0
     try:
         for step in range(start + 1, total + 1):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             t0 = time.perf_counter()
-            plan = plan_step(data, step - 1, rank=rank, world=world, global_batch_size=cfg.global_batch_size,
-                             seed=cfg.seed, capacity=cfg.max_tokens_per_micro_batch)
+            plan = plan_step(data, step - 1, rank=rank, world=world, global_batch_size=cfg.train.global_batch_size,
+                             seed=cfg.seed, capacity=cfg.train.max_tokens_per_micro_batch)
             epoch, t_data = plan.epoch, time.perf_counter() - t0
             loss, n_train, n_tok, stop = forward_backward(model, plan, device=device, world=world, liger_active=bool(liger), stop=preempt.set)
-            grad_norm = clip_grad_norm(model, cfg.grad_clip)
+            grad_norm = clip_grad_norm(model, cfg.train.grad_clip)
             lr = scheduler.get_last_lr()[0]
             if liger and step == start + 1:
                 log.info("liger: fused linear cross-entropy ran (labels reached the model, logits were not materialized)")
@@ -361,7 +361,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
                 "mfu": (flops / dt / world / (peak_tf * 1e12)) if peak_tf else None,
                 "step_time_s": dt, "data_wait_s": t_data, "peak_mem_gb": peak_memory_gb(device),
             }
-            logged = step % cfg.log_every == 0 or step == total
+            logged = step % cfg.train.log_every == 0 or step == total
             if logged:
                 metrics.write(row)
                 wb.log(row, step)
@@ -370,7 +370,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
             if step in saves:
                 ckpt.save_hf_checkpoint(model, out=layout.checkpoint_dir(cfg.run_dir, step), dtype=dtype,
                                         tokenizer=tokenizer, generation_config=gen_conf, device=device, rank=rank)
-            if step < total and (step % cfg.state_every == 0 or stop):
+            if step < total and (step % cfg.train.state_every == 0 or stop):
                 save_state(step, epoch)
             if stop and step < total:
                 log.warning("preemption signal received: state saved at step %d, exiting for a resume", step)

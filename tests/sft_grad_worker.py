@@ -27,7 +27,7 @@ def global_batch_grads(config_path, capacities) -> dict:
     device = torch.device("cpu")
     rank, world, owns = train.init_distributed("cpu")
     try:
-        data = load_train_data(cfg.data_dir, global_batch_size=cfg.global_batch_size, max_tokens_per_micro_batch=max(capacities))
+        data = load_train_data(cfg.data_dir, global_batch_size=cfg.train.global_batch_size, max_tokens_per_micro_batch=max(capacities))
         conf = model_config(cfg, "sdpa")
         model, _ = train.prepare_model(cfg, conf, rank=rank, device=device, dtype=torch.float32)
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -35,7 +35,7 @@ def global_batch_grads(config_path, capacities) -> dict:
         out = {}
         for cap in capacities:
             model.zero_grad(set_to_none=True)
-            plan = plan_step(data, 0, rank=rank, world=world, global_batch_size=cfg.global_batch_size, seed=cfg.seed, capacity=cap)
+            plan = plan_step(data, 0, rank=rank, world=world, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed, capacity=cap)
             loss, n_train, _, _ = train.forward_backward(model, plan, device=device, world=world)
             with FSDP.summon_full_params(model, with_grads=True):
                 grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}

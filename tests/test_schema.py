@@ -90,7 +90,7 @@ def test_betas_and_choices(base_cfg):
         cfg = _with(base_cfg, "train.betas", betas)
         assert (_launch_accepts(cfg), _sft_accepts(cfg)) == (ok, ok), betas
     for key, good, bad in (("model.attn_implementation", "eager", "flash"), ("train.precision", "bf16", "fp16"),
-                           ("train.lr_schedule", "linear", "cosin"), ("model.liger", True, "yes"),
+                           ("train.lr_schedule", "linear", "cosin"), ("model.liger", True, "yes"), ("model.liger", "false", 0),
                            ("logging.mode", "offline", "quiet"), ("model.init", "random", "zeros")):
         assert _launch_accepts(_with(base_cfg, key, good)) and _sft_accepts(_with(base_cfg, key, good))
         assert not _launch_accepts(_with(base_cfg, key, bad)) and not _sft_accepts(_with(base_cfg, key, bad))
