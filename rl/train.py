@@ -1,0 +1,365 @@
+"""The GRPO trainer: `python -m rl.train <run_dir>/config.yaml`, started by launch under torchrun.
+
+TRL's GRPOTrainer (a transformers Trainer) does generation, the multi-turn tool loop over the
+environment, rewards, the GRPO loss and the LoRA update; it runs on `accelerate`'s process state,
+which under torchrun picks up RANK/WORLD_SIZE itself (no `accelerate launch`). This module adds what
+a run directory needs around it:
+
+1. `checkpoints/step-000000`: the starting model (rl.checkpoint), from which training loads;
+2. the adversarial pilot guard (task=spa): a reward that a scripted hack can farm within the
+   required margin of genuine play is refused (exit 2, the pilot table);
+3. LoRA (r, alpha, the seven projections) on the policy; TRL's tool-calling loop with the
+   training-side chat template and the evals tool-call parser (rl.chat);
+4. per step: `metrics.jsonl` (loss, lr, reward and each component, tool calls per rollout, tool
+   failures, completion length, KL when beta > 0, tokens/s), `rollouts/step-NNNNNN.jsonl` (sampled
+   transcripts with rewards), merged checkpoints at the save steps, resumable `state/`;
+5. SIGTERM / SIGUSR1: state at the next step boundary, exit 0; the next launch continues at the next
+   step (bitwise reproduction is not expected: sampling RNG differs across a resume boundary in
+   multi-process runs, and generation is sampled);
+6. `DONE` after the final step.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from common.io import write_json
+from rl import chat, checkpoint as rlck
+from rl.config import planned_saves
+from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
+from sft.checkpoint import PreemptionFlag, step_name
+
+log = logging.getLogger("rl.train")
+
+
+def load_config(path: str | Path) -> DictConfig:
+    return OmegaConf.load(path)
+
+
+def on_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def training_dtype(cfg: DictConfig) -> torch.dtype:
+    p = cfg.train.precision
+    if p == "auto":
+        p = "bf16" if on_gpu() else "fp32"
+    return torch.bfloat16 if p == "bf16" else torch.float32
+
+
+def use_vllm(cfg: DictConfig) -> bool:
+    import importlib.util
+
+    v = cfg.grpo.use_vllm
+    if v == "auto":
+        return on_gpu() and importlib.util.find_spec("vllm") is not None
+    return bool(v)
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def prompts_per_step(cfg: DictConfig) -> int:
+    return int(cfg.grpo.completions_per_step) // int(cfg.grpo.num_generations)
+
+
+def rows(cfg: DictConfig, start_step: int, steps: int) -> list[dict]:
+    """The training rows of steps start_step+1 .. start_step+steps (one generation batch per step)."""
+    k = prompts_per_step(cfg)
+    if cfg.task == "spa":
+        return spa_rows(int(cfg.seed), start_step * k, steps * k, split=str(cfg.grpo.split))
+    return qa_rows(str(cfg.grpo.prompts_file), start_step * k, steps * k)
+
+
+def pilot_guard(cfg: DictConfig) -> str | None:
+    """None when the reward passes the adversarial pilot on the training split, else the table."""
+    from envs.search_plan_act import run_pilot
+
+    res = run_pilot(split=str(cfg.grpo.split), tasks=int(cfg.grpo.pilot_tasks), seed=int(cfg.seed), progress=False)
+    return None if res.ok else res.table()
+
+
+def make_retriever(cfg: DictConfig):
+    from evals.retrievers import make_retriever as _make
+
+    return _make(OmegaConf.create({"retriever": cfg.grpo.retriever, "corpus": cfg.grpo.corpus, "index_dir": None,
+                                   "retriever_url": cfg.grpo.retriever_url, "retriever_timeout": 30.0,
+                                   "retriever_retries": 3}))
+
+
+def grpo_args(cfg: DictConfig, rd: Path, steps: int):
+    from trl import GRPOConfig
+
+    g, t = cfg.grpo, cfg.train
+    per_device = int(g.completions_per_step) // (world_size() * int(g.grad_accum))
+    if per_device * world_size() * int(g.grad_accum) != int(g.completions_per_step):
+        raise ValueError(f"grpo.completions_per_step={g.completions_per_step} is not divisible by "
+                         f"world size {world_size()} x grpo.grad_accum={g.grad_accum}")
+    vllm = use_vllm(cfg)
+    return GRPOConfig(
+        output_dir=str(rd / "trl"), use_cpu=not on_gpu(), bf16=training_dtype(cfg) == torch.bfloat16,
+        max_steps=steps, per_device_train_batch_size=per_device, gradient_accumulation_steps=int(g.grad_accum),
+        num_generations=int(g.num_generations), max_completion_length=int(g.max_completion_length),
+        max_tool_calling_iterations=int(g.max_turns), temperature=float(g.temperature), beta=float(g.beta),
+        loss_type=str(g.loss_type), learning_rate=float(t.lr), lr_scheduler_type="constant", warmup_steps=0,
+        adam_beta1=float(t.betas[0]), adam_beta2=float(t.betas[1]), adam_epsilon=float(t.eps),
+        weight_decay=float(t.weight_decay), max_grad_norm=float(t.grad_clip) if t.grad_clip else 0.0,
+        gradient_checkpointing=bool(t.activation_checkpointing), shuffle_dataset=False, seed=int(cfg.seed),
+        logging_steps=1, save_strategy="no", report_to=["wandb"] if cfg.logging.wandb else [],
+        use_vllm=vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=float(g.vllm_gpu_memory_utilization),
+        disable_tqdm=True,
+    )
+
+
+def lora_config(cfg: DictConfig):
+    from peft import LoraConfig
+
+    return LoraConfig(r=int(cfg.lora.r), lora_alpha=float(cfg.lora.alpha), lora_dropout=float(cfg.lora.dropout),
+                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
+
+
+def _trainer_class():
+    from trl import GRPOTrainer
+
+    class DtsftGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer that keeps a sample of each step's rollouts (transcripts + rewards) for auditing."""
+
+        rollouts_logged = 0
+        last_rollouts: list[dict] = []
+        last_parse_failures = 0
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            n, rank = len(prompts), self.accelerator.process_index
+            local = rewards[rank * n:(rank + 1) * n].tolist() if rewards.shape[0] >= (rank + 1) * n else rewards.tolist()
+            weights = self.reward_weights.tolist()
+            out = []
+            for i in range(min(n, self.rollouts_logged)):
+                row = {k: v for k, v in inputs[i].items() if k != "prompt"}
+                per = dict(zip(self.reward_func_names, local[i]))
+                entry = {"row": row, "reward": sum(w * v for w, v in zip(weights, local[i]) if v == v),
+                         "rewards": per, "messages": list(prompts[i]) + list(completions[i])}
+                if self.environments is not None and hasattr(self.environments[i], "transcript"):
+                    entry["tool_calls"] = self.environments[i].transcript()
+                out.append(json.loads(json.dumps(entry, default=str)))
+            self.last_rollouts = out
+            self.last_parse_failures = sum(1 for c in completions for m in c if m.get("tool_call_errors"))
+            return rewards
+
+    return DtsftGRPOTrainer
+
+
+class Run:
+    """Everything one training segment needs: config, run dir, step offset, trainer."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.rd = Path(cfg.run_dir)
+        self.total = int(cfg.train.steps)
+        self.saves = set(planned_saves(cfg))
+        self.start_dir = self.rd / "checkpoints" / step_name(0)
+        self.dtype = training_dtype(cfg)
+        self.flag = PreemptionFlag()
+        self.start_step = 0
+        self.trainer = None
+        self.template: dict = {}
+
+    # ---- setup ---------------------------------------------------------------------------------
+
+    def build(self):
+        from accelerate import PartialState
+        from peft import get_peft_model, set_peft_model_state_dict
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        cfg, rd = self.cfg, self.rd
+        state = PartialState()  # torchrun's process group, as the Trainer's Accelerator will use it
+        if state.is_main_process and not (self.start_dir / "SHA256SUMS").is_file():
+            from sft.tiny import resolve_model_path
+
+            info = rlck.write_start_checkpoint(resolve_model_path(str(cfg.model.path)), self.start_dir)
+            log.info("starting model copied to %s (%s)", self.start_dir, info)
+        state.wait_for_everyone()
+        resume = self._resume_dir()
+        st = rlck.load_state(resume) if resume else None
+        self.start_step = int(st["meta"]["step"]) if st else 0
+        steps = self.total - self.start_step
+        if steps <= 0:
+            return None
+        tok = AutoTokenizer.from_pretrained(str(self.start_dir))
+        self.template = chat.install(tok)
+        from sft.model import select_attn_implementation
+
+        attn = select_attn_implementation(str(cfg.model.attn_implementation), state.device)
+        model = AutoModelForCausalLM.from_pretrained(str(self.start_dir), dtype=self.dtype, attn_implementation=attn)
+        model = get_peft_model(model, lora_config(cfg))
+        if st:
+            set_peft_model_state_dict(model, st["adapter"])
+        retriever = make_retriever(cfg) if cfg.task == "qa" else None
+        funcs, weights = reward_funcs_for(cfg.task)
+        from datasets import Dataset
+
+        args = grpo_args(cfg, rd, steps)
+        args.reward_weights = weights
+        cls = _trainer_class()
+        trainer = cls(model=model, processing_class=tok, args=args, reward_funcs=funcs,
+                      train_dataset=Dataset.from_list(rows(cfg, self.start_step, steps)),
+                      environment_factory=environment_for(cfg.task, retriever=retriever, topk=int(cfg.grpo.topk)))
+        trainer.rollouts_logged = int(cfg.grpo.rollouts_logged)
+        if st:
+            trainer.create_optimizer()
+            trainer.optimizer.load_state_dict(st["optimizer"])
+            rlck.restore_rng(st["rng"])
+        trainer.add_callback(_Callback(self))
+        self.trainer = trainer
+        self._trim_metrics()
+        return trainer
+
+    def _resume_dir(self) -> Path | None:
+        r = str(self.cfg.resume)
+        if r == "never":
+            return None
+        if r == "auto":
+            return rlck.latest_state(self.rd)
+        return Path(r)
+
+    def _trim_metrics(self) -> None:
+        """Lines past the resumed step (written after the last state) are moved aside, not kept twice."""
+        path = self.rd / "metrics.jsonl"
+        if not path.is_file() or not self.trainer.accelerator.is_main_process:
+            return
+        keep, drop = [], []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            (keep if json.loads(line).get("step", 0) <= self.start_step else drop).append(line)
+        if drop:
+            aside = path.with_name(f"metrics.after-step-{self.start_step}.{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.jsonl")
+            aside.write_text("\n".join(drop) + "\n", encoding="utf-8")
+            path.write_text("".join(f"{x}\n" for x in keep), encoding="utf-8")
+
+    # ---- per step ------------------------------------------------------------------------------
+
+    def step_end(self, local_step: int) -> bool:
+        """Write the step's outputs; True when training must stop (preemption)."""
+        tr = self.trainer
+        step = self.start_step + local_step
+        main = tr.accelerator.is_main_process
+        if main and tr.last_rollouts:
+            (self.rd / "rollouts").mkdir(exist_ok=True)
+            with open(self.rd / "rollouts" / f"{step_name(step)}.jsonl", "w", encoding="utf-8") as f:
+                for r in tr.last_rollouts:
+                    f.write(json.dumps({"step": step, **r}, ensure_ascii=False) + "\n")
+        model = tr.accelerator.unwrap_model(tr.model)
+        if step in self.saves and main:
+            rlck.save_merged_checkpoint(model, start_dir=self.start_dir,
+                                        out=self.rd / "checkpoints" / step_name(step), dtype=self.dtype)
+        stop = self._agree(self.flag.set)
+        if main and (stop or step % int(self.cfg.train.state_every) == 0 or step == self.total):
+            from peft import get_peft_model_state_dict
+
+            rlck.save_state(self.rd, step, adapter=get_peft_model_state_dict(model), optimizer=tr.optimizer,
+                            meta={"rows_consumed": step * prompts_per_step(self.cfg), "seed": int(self.cfg.seed),
+                                  "num_input_tokens_seen": int(tr.state.num_input_tokens_seen)})
+        tr.accelerator.wait_for_everyone()
+        if main and step == self.total:
+            write_json(self.rd / "DONE", {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        return stop
+
+    def _agree(self, flag: bool) -> bool:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            t = torch.tensor([1.0 if flag else 0.0], device=self.trainer.accelerator.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return bool(t.item())
+        return flag
+
+    def log_metrics(self, logs: dict, local_step: int, state: dict) -> None:
+        if "loss" not in logs or not self.trainer.accelerator.is_main_process:
+            return
+        step = self.start_step + local_step
+        now = time.time()
+        tokens = float(logs.get("num_tokens", 0.0))
+        dt = now - state.get("t", now)
+        row = {"step": step, "loss": logs.get("loss"), "lr": logs.get("learning_rate"), "reward": logs.get("reward"),
+               "reward_std": logs.get("reward_std")}
+        for key, v in logs.items():
+            if key.startswith("rewards/") and key.endswith("/mean"):
+                name = key[len("rewards/"):-len("/mean")]
+                row["reward_total" if name == "SearchPlanActEnv" else f"reward_{name}"] = v
+        row["tool_calls_per_rollout"] = logs.get("tools/call_frequency")
+        row["tool_failures"] = logs.get("tools/failure_frequency")
+        row["tool_parse_failures"] = self.trainer.last_parse_failures
+        row["completion_length"] = logs.get("completions/mean_length")
+        if float(self.cfg.grpo.beta) > 0:
+            row["kl"] = logs.get("kl")
+        row["grad_norm"] = logs.get("grad_norm")
+        row["tokens_per_s"] = (tokens - state.get("tokens", 0.0)) / dt if dt > 0 and "t" in state else None
+        state.update(t=now, tokens=tokens)
+        with open(self.rd / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def _Callback(run: Run):
+    from transformers import TrainerCallback
+
+    class Cb(TrainerCallback):
+        def __init__(self):
+            self.log_state = {"t": time.time()}
+
+        def on_step_end(self, args, state, control, **kw):
+            if run.step_end(state.global_step):
+                control.should_training_stop = True
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            run.log_metrics(logs or {}, state.global_step, self.log_state)
+
+    return Cb()
+
+
+def run(cfg: DictConfig) -> int:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    rd = Path(cfg.run_dir)
+    if (rd / "DONE").is_file():
+        print(f"[rl.train] {rd} is finished (DONE)")
+        return 0
+    if cfg.task == "spa":
+        table = pilot_guard(cfg)
+        if table:
+            print(f"[rl.train] refusing to train: a reward hack comes within the required margin of genuine play\n{table}",
+                  file=sys.stderr)
+            return 2
+    r = Run(cfg)
+    r.flag.install()
+    try:
+        trainer = r.build()
+        if trainer is None:
+            print(f"[rl.train] {rd}: already at step {r.start_step} of {r.total}")
+            return 0
+        print(f"[rl.train] {'resuming at' if r.start_step else 'starting'} step {r.start_step + 1} of {r.total} "
+              f"(template {'patched' if r.template.get('patched') else 'unchanged'}, parser {r.template.get('style')})",
+              flush=True)
+        trainer.train()
+    finally:
+        r.flag.restore()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m rl.train <run_dir>/config.yaml", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    return run(load_config(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
