@@ -18,7 +18,7 @@ tests/test_rl_units.py keep that out.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from envs.search_plan_act import SearchPlanActEnv
 from envs.search_plan_act.goals import episode_seeds
@@ -70,7 +70,6 @@ class QaEnv:
     def reset(self, **row):
         """Start an episode; the question is already in the row's prompt, so nothing is appended."""
         self.queries: list[str] = []
-        return None
 
     def search(self, query: str):
         """Search the document corpus. Returns the top documents as lines `Doc i(Title: T) text`.

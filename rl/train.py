@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -122,8 +123,9 @@ def grpo_args(cfg: DictConfig, rd: Path, steps: int):
 def lora_config(cfg: DictConfig):
     from peft import LoraConfig
 
-    return LoraConfig(r=int(cfg.lora.r), lora_alpha=float(cfg.lora.alpha), lora_dropout=float(cfg.lora.dropout),
-                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
+    alpha = float(cfg.lora.alpha)
+    return LoraConfig(r=int(cfg.lora.r), lora_alpha=int(alpha) if alpha.is_integer() else alpha,
+                      lora_dropout=float(cfg.lora.dropout), target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
 
 
 def _trainer_class():
@@ -133,7 +135,7 @@ def _trainer_class():
         """GRPOTrainer that keeps a sample of each step's rollouts (transcripts + rewards) for auditing."""
 
         rollouts_logged = 0
-        last_rollouts: list[dict] = []
+        last_rollouts: tuple = ()
         last_parse_failures = 0
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -145,7 +147,7 @@ def _trainer_class():
             for i in range(min(n, self.rollouts_logged)):
                 row = {k: v for k, v in inputs[i].items() if k != "prompt"}
                 per = dict(zip(self.reward_func_names, local[i]))
-                entry = {"row": row, "reward": sum(w * v for w, v in zip(weights, local[i]) if v == v),
+                entry = {"row": row, "reward": sum(w * v for w, v in zip(weights, local[i]) if not math.isnan(v)),
                          "rewards": per, "messages": list(prompts[i]) + list(completions[i])}
                 if self.environments is not None and hasattr(self.environments[i], "transcript"):
                     entry["tool_calls"] = self.environments[i].transcript()
@@ -324,7 +326,9 @@ def _Callback(run: Run):
     return Cb()
 
 
-def run(cfg: DictConfig) -> int:
+def run(cfg: DictConfig, *, before_train=None) -> int:
+    """One training segment. `before_train(trainer)` runs just before `trainer.train()` (tests use it
+    to replace the generation function with a scripted policy)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     rd = Path(cfg.run_dir)
     if (rd / "DONE").is_file():
@@ -346,9 +350,14 @@ def run(cfg: DictConfig) -> int:
         print(f"[rl.train] {'resuming at' if r.start_step else 'starting'} step {r.start_step + 1} of {r.total} "
               f"(template {'patched' if r.template.get('patched') else 'unchanged'}, parser {r.template.get('style')})",
               flush=True)
+        if before_train is not None:
+            before_train(trainer)
         trainer.train()
     finally:
         r.flag.restore()
+        scratch = rd / "trl"  # TRL's output_dir: nothing is saved there (save_strategy="no")
+        if scratch.is_dir() and not any(scratch.iterdir()):
+            scratch.rmdir()
     return 0
 
 

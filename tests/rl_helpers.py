@@ -66,3 +66,29 @@ class ScriptedPolicy:
                 completion = f"All changes are made.\n</think>\n\nFinal answer: {steps[-1].arguments['answer']}<|im_end|>"
             out.append(self.tok.encode(completion, add_special_tokens=False))
         return out, None
+
+
+class QaScriptedPolicy:
+    """task=qa: even rollouts search the question once, then answer with the gold answer; odd
+    rollouts give up."""
+
+    def __init__(self, tokenizer, rows: list[dict]):
+        self.tok = tokenizer
+        self.gold = {r["prompt"][-1]["content"]: r["golden_answers"][0] for r in rows}
+        self.prompts_seen: list[list[int]] = []
+
+    def __call__(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        out = []
+        for i, ids in enumerate(prompt_ids):
+            self.prompts_seen.append(list(ids))
+            text = self.tok.decode(ids, skip_special_tokens=False)
+            question = next(q for q in self.gold if q in text)
+            turn = text.count("<|im_start|>assistant") - 1
+            if turn == 0 and i % 2 == 1:
+                completion = GIVE_UP
+            elif turn == 0:
+                completion = call_text("Search the question.", "search", {"query": question})
+            else:
+                completion = f"The documents say it.\n</think>\n\nFinal answer: {self.gold[question]}<|im_end|>"
+            out.append(self.tok.encode(completion, add_special_tokens=False))
+        return out, None

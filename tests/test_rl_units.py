@@ -22,6 +22,14 @@ TINY_BASE = ROOT / "sft" / "tiny_base"
 OWN_TEMPLATE = (TINY_BASE / "chat_template.jinja").read_text(encoding="utf-8")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny model on a shared CPU: more threads only contend
+    yield
+    torch.set_num_threads(threads)
+
+
 def _tok():
     from transformers import AutoTokenizer
 
@@ -66,7 +74,7 @@ def trainer(tmp_path_factory):
 
 
 def test_trainer_exposes_the_five_tools_and_env_reward(trainer):
-    tr, run, _ = trainer
+    tr = trainer[0]
     assert sorted(t.__name__ for t in tr.tools) == sorted(TOOL_NAMES)
     assert tr.reward_func_names == ["outcome", "grounding", "stop", "SearchPlanActEnv"]
     assert tr.reward_weights.tolist() == [0.0, 0.0, 0.0, 1.0]
@@ -148,7 +156,7 @@ def test_every_prompt_trl_builds_equals_the_own_template_render(trainer):
     to generation, as token ids, equals the model's own template rendering the conversation so far."""
     from rl import train as rt
 
-    tr, run, cfg = trainer
+    tr, _, cfg = trainer
     own_tok = _tok()  # untouched: the model's own template
     batch = rt.rows(cfg, 0, 1)
     assert len(batch) == 24
@@ -359,7 +367,7 @@ def test_launch_grpo_dry_run_prints_config_torchrun_and_slurm(tmp_path, capsys):
 
 
 def test_pilot_guard_refuses_a_hackable_reward(tmp_path, monkeypatch, capsys):
-    import envs.search_plan_act.pilot as pilot
+    from envs.search_plan_act import pilot
     from rl import train as rt
 
     cfg = _cfg(tmp_path, "grpo.pilot_tasks=3")
@@ -369,3 +377,31 @@ def test_pilot_guard_refuses_a_hackable_reward(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "refusing to train" in err and "early_finisher" in err
     assert not Path(cfg.run_dir).exists()
+
+
+def test_qa_task_rewards_em_through_trl_and_the_evals_retriever(tmp_path, monkeypatch):
+    """task=qa offline: the synthetic synthqa world + BM25; TRL's real tool loop calls the `search`
+    tool (evals' retriever and passage format) and scores EM/F1 with evals.metrics."""
+    from data_prep.synthetic import write_synthetic_bench
+    from rl import train as rt
+    from tests.rl_helpers import QaScriptedPolicy
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bench = write_synthetic_bench(tmp_path / "world", seed=0, n=20)
+    cfg = _cfg(tmp_path, "task=qa", f"grpo.prompts_file={bench['test']}", f"grpo.corpus={bench['corpus']}",
+               "grpo.completions_per_step=8", "steps=1")
+    run = rt.Run(cfg)
+    tr = run.build()
+    assert [t.__name__ for t in tr.tools] == ["search"] and tr.reward_func_names == ["em", "f1"]
+    batch = rt.rows(cfg, 0, 1)
+    policy = QaScriptedPolicy(tr.processing_class, batch)
+    tr._generate_single_turn = policy
+    tr.model.train()
+    tr._generate_and_score_completions([r for r in batch for _ in range(2)])
+    assert len(tr.last_rollouts) == 4
+    for i, ro in enumerate(tr.last_rollouts):
+        assert ro["rewards"]["em"] == (1.0 if i % 2 == 0 else 0.0)
+        assert ro["rewards"]["f1"] == ro["rewards"]["em"]
+        if i % 2 == 0:
+            tool = [m for m in ro["messages"] if m["role"] == "tool"]
+            assert len(tool) == 1 and tool[0]["content"].startswith("Doc 1(Title: ")
