@@ -46,11 +46,12 @@ def has_started(rd: Path) -> bool:
     return any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in ("state", "checkpoints"))
 
 
-def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
-    """Compose and check everything that doesn't need data; fill the derived config values."""
-    composed = compose(argv)
+def resolve(argv: list[str], gpus: int | None = None, *, compose_fn=compose, run_dir_fn=run_dir) -> Prepared:
+    """Compose and check everything that doesn't need data; fill the derived config values.
+    `compose_fn` / `run_dir_fn`: another stage's composition and run-dir rule (rl: stage=grpo)."""
+    composed = compose_fn(argv)
     cfg = composed.cfg
-    rd = run_dir(cfg)
+    rd = run_dir_fn(cfg)
     if cfg.resume == "never" and has_started(rd):
         raise ConfigError(f"resume=never but {rd} already holds a run (state/ or checkpoints/); "
                           "use resume=auto to continue it or run_dir=... for a new one")

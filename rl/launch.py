@@ -14,8 +14,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError
-from launch import local, manifest, slurm
+from launch import local, manifest, run, slurm
 from launch.run import REPO, Prepared, has_started, is_finished, lock_run_dir, write_config
 from rl.config import compose_grpo, parent_run, planned_saves, run_dir
 
@@ -23,21 +22,12 @@ MODULE = "rl.train"
 
 
 def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
-    composed = compose_grpo(argv)
-    cfg = composed.cfg
-    rd = run_dir(cfg)
-    if cfg.resume == "never" and has_started(rd):
-        raise ConfigError(f"resume=never but {rd} already holds a run (state/ or checkpoints/); "
-                          "use resume=auto to continue it or name=... for a new one")
-    if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
-        local.check_hardware(cfg, composed.choices["model"], gpus)
-    nproc = local.resolve_nproc(cfg, gpus)
-    cfg.run_dir = str(rd)
-    cfg.runs_root = str(os.path.abspath(os.path.expanduser(str(cfg.runs_root))))
-    cfg.launcher.nproc = nproc
-    if cfg.logging.name is None:
-        cfg.logging.name = f"{cfg.arm}{'-' + cfg.name if cfg.name else ''}-s{cfg.seed}"
-    return Prepared(composed=composed, run_dir=rd, nproc=nproc)
+    """launch.run.resolve with GRPO's composition and run-dir rule."""
+    prep = run.resolve(argv, gpus, compose_fn=compose_grpo, run_dir_fn=run_dir)
+    cfg = prep.cfg
+    if cfg.name and cfg.logging.name == f"{cfg.arm}-s{cfg.seed}":
+        cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}"
+    return prep
 
 
 def sbatch_script(prep: Prepared, argv: list[str]) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from common.io import write_json
+from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
 from rl.config import planned_saves
 from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
@@ -189,6 +189,9 @@ class Run:
             info = rlck.write_start_checkpoint(resolve_model_path(str(cfg.model.path)), self.start_dir)
             log.info("starting model copied to %s (%s)", self.start_dir, info)
         state.wait_for_everyone()
+        problems = check_sha256sums(self.start_dir)  # verified before anything in it is loaded
+        if problems:
+            raise rlck.CheckpointError(f"{self.start_dir} fails its checksums: {problems[0]}")
         resume = self._resume_dir()
         st = rlck.load_state(resume) if resume else None
         self.start_step = int(st["meta"]["step"]) if st else 0
@@ -367,7 +370,15 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m rl.train <run_dir>/config.yaml", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    return run(load_config(argv[0]))
+    from common.cli import ConfigError
+    from evals.benches import BenchError
+    from evals.retrievers import RetrieverError
+
+    try:
+        return run(load_config(argv[0]))
+    except (ConfigError, rlck.CheckpointError, chat.TemplateError, BenchError, RetrieverError) as exc:
+        print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
+        return 2
 
 
 if __name__ == "__main__":

@@ -31,9 +31,27 @@ def call_text(note: str, name: str, arguments: dict) -> str:
     return f"{note}\n</think>\n\n<tool_call>\n{call}\n</tool_call><|im_end|>"
 
 
-class ScriptedPolicy:
-    def __init__(self, tokenizer, seeds: list[int], split: str = "train"):
+class _Scripted:
+    """TRL's `_generate_single_turn(prompt_ids, ...) -> (completion_ids, logprobs)`, scripted:
+    `completion(text, i, turn)` gives rollout i's text for the prompt `text` at assistant turn `turn`."""
+
+    def __init__(self, tokenizer):
         self.tok = tokenizer
+        self.prompts_seen: list[list[int]] = []
+
+    def __call__(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        out = []
+        for i, ids in enumerate(prompt_ids):
+            self.prompts_seen.append(list(ids))
+            text = self.tok.decode(ids, skip_special_tokens=False)
+            turn = text.count("<|im_start|>assistant") - 1
+            out.append(self.tok.encode(self.completion(text, i, turn), add_special_tokens=False))
+        return out, None
+
+
+class ScriptedPolicy(_Scripted):
+    def __init__(self, tokenizer, seeds: list[int], split: str = "train"):
+        super().__init__(tokenizer)
         self.plans = {}        # task prompt -> the genuine Steps
         self.seed_of = {}      # task prompt -> task seed
         self.expected = {}     # task seed -> the env's total reward for the genuine solution
@@ -42,53 +60,28 @@ class ScriptedPolicy:
             self.plans[prompt] = steps
             self.seed_of[prompt] = s
             self.expected[s] = total
-        self.prompts_seen: list[list[int]] = []
 
-    def _task(self, text: str):
-        for prompt, steps in self.plans.items():
-            if prompt in text:
-                return steps
-        raise AssertionError("scripted policy: prompt of an unknown task")
-
-    def __call__(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        out = []
-        for i, ids in enumerate(prompt_ids):
-            self.prompts_seen.append(list(ids))
-            text = self.tok.decode(ids, skip_special_tokens=False)
-            steps = self._task(text)
-            turn = text.count("<|im_start|>assistant") - 1
-            if turn == 0 and i % 2 == 1:
-                completion = GIVE_UP
-            elif turn < len(steps):
-                st = steps[turn]
-                completion = call_text(st.note, st.name, dict(st.arguments))
-            else:
-                completion = f"All changes are made.\n</think>\n\nFinal answer: {steps[-1].arguments['answer']}<|im_end|>"
-            out.append(self.tok.encode(completion, add_special_tokens=False))
-        return out, None
+    def completion(self, text: str, i: int, turn: int) -> str:
+        steps = next(st for prompt, st in self.plans.items() if prompt in text)
+        if turn == 0 and i % 2 == 1:
+            return GIVE_UP
+        if turn < len(steps):
+            return call_text(steps[turn].note, steps[turn].name, dict(steps[turn].arguments))
+        return f"All changes are made.\n</think>\n\nFinal answer: {steps[-1].arguments['answer']}<|im_end|>"
 
 
-class QaScriptedPolicy:
+class QaScriptedPolicy(_Scripted):
     """task=qa: even rollouts search the question once, then answer with the gold answer; odd
     rollouts give up."""
 
     def __init__(self, tokenizer, rows: list[dict]):
-        self.tok = tokenizer
+        super().__init__(tokenizer)
         self.gold = {r["prompt"][-1]["content"]: r["golden_answers"][0] for r in rows}
-        self.prompts_seen: list[list[int]] = []
 
-    def __call__(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        out = []
-        for i, ids in enumerate(prompt_ids):
-            self.prompts_seen.append(list(ids))
-            text = self.tok.decode(ids, skip_special_tokens=False)
-            question = next(q for q in self.gold if q in text)
-            turn = text.count("<|im_start|>assistant") - 1
-            if turn == 0 and i % 2 == 1:
-                completion = GIVE_UP
-            elif turn == 0:
-                completion = call_text("Search the question.", "search", {"query": question})
-            else:
-                completion = f"The documents say it.\n</think>\n\nFinal answer: {self.gold[question]}<|im_end|>"
-            out.append(self.tok.encode(completion, add_special_tokens=False))
-        return out, None
+    def completion(self, text: str, i: int, turn: int) -> str:
+        question = next(q for q in self.gold if q in text)
+        if turn == 0 and i % 2 == 1:
+            return GIVE_UP
+        if turn == 0:
+            return call_text("Search the question.", "search", {"query": question})
+        return f"The documents say it.\n</think>\n\nFinal answer: {self.gold[question]}<|im_end|>"

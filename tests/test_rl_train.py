@@ -78,7 +78,15 @@ def test_sigterm_stops_at_the_step_boundary_and_resume_continues(grpo_run):
     assert r["a_trainer"].state.global_step == 1  # stopped after step 1 of 2
     assert (r["rd"] / "state" / "step-000001" / "COMPLETE").is_file()
     assert r["b_rc"] == 0 and r["b_done"]
-    assert [m["step"] for m in r["b_metrics"]] == [1, 2]  # the next step, not a restart
+    assert [m["step"] for m in r["b_metrics"]] == [1, 2]
+    assert r["b_trainer"].state.global_step == 1  # the resumed segment ran only step 2, not a restart
+    from rl import train as rt
+
+    step2 = {row["seed"] for row in rt.rows(r["cfg"], 1, 1)}  # step 2's rows of the run's task stream
+    assert {r["b_policy"].seed_of[p] for p in r["b_policy"].plans} >= step2
+    seen = {s for s, st in r["b_policy"].seed_of.items()
+            if any(s in r["b_policy"].tok.decode(ids) for ids in r["b_policy"].prompts_seen)}
+    assert {r["b_policy"].seed_of[p] for p in seen} == step2
     # The resumed trainer started from the saved adapter, not from LoRA's zero init.
     for n, b in r["b_b0"].items():
         assert torch.equal(b, r["a_b1"][n]), n

@@ -405,3 +405,21 @@ def test_qa_task_rewards_em_through_trl_and_the_evals_retriever(tmp_path, monkey
         if i % 2 == 0:
             tool = [m for m in ro["messages"] if m["role"] == "tool"]
             assert len(tool) == 1 and tool[0]["content"].startswith("Doc 1(Title: ")
+
+
+def test_tampered_starting_copy_is_refused_before_loading(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from rl import train as rt
+    from rl.checkpoint import write_start_checkpoint
+
+    cfg = _cfg(tmp_path, "grpo.pilot_tasks=3")
+    start = Path(cfg.run_dir) / "checkpoints" / "step-000000"
+    write_start_checkpoint(str(TINY_BASE), start)
+    cfg_path = Path(cfg.run_dir) / "config.yaml"
+    OmegaConf.save(cfg, cfg_path)
+    (start / "config.json").unlink()  # hard links: replace, never edit the committed base in place
+    (start / "config.json").write_text((TINY_BASE / "config.json").read_text().replace('"hidden_act": "silu"', '"hidden_act": "gelu"'))
+    assert rt.main([str(cfg_path)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "config.json: checksum mismatch" in err
