@@ -423,3 +423,18 @@ def test_tampered_starting_copy_is_refused_before_loading(tmp_path, capsys):
     assert rt.main([str(cfg_path)]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "config.json: checksum mismatch" in err
+
+
+def test_sft_start_needs_a_name_and_the_manifest_names_the_parent(tmp_path):
+    from rl.config import compose_grpo, run_dir
+    from rl.launch import start_record
+
+    ckpt = tmp_path / "search" / "seed0" / "checkpoints" / "step-000100"
+    ckpt.mkdir(parents=True)
+    (ckpt / "SHA256SUMS").write_text("")
+    cfg = compose_grpo(["task=spa", "model=tiny_base", f"model.path={ckpt}", "name=from_search_s100",
+                        f"runs_root={tmp_path}"]).cfg
+    assert run_dir(cfg) == (tmp_path / "grpo_spa" / "from_search_s100" / "seed0").resolve()
+    rec = start_record(cfg)
+    assert rec["parent"] == {"run_dir": str((tmp_path / "search" / "seed0").resolve()), "checkpoint": str(ckpt.resolve())}
+    assert start_record(compose_grpo(["model=tiny_base"]).cfg)["parent"] is None
