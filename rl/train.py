@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from common.io import check_sha256sums, write_json
+from common.io import check_sha256sums, utc_stamp, write_json
 from rl import chat, checkpoint as rlck
 from rl.config import planned_saves
 from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
@@ -141,7 +141,7 @@ def _trainer_class():
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             n, rank = len(prompts), self.accelerator.process_index
-            local = rewards[rank * n:(rank + 1) * n].tolist() if rewards.shape[0] >= (rank + 1) * n else rewards.tolist()
+            local = rewards[rank * n:(rank + 1) * n].tolist()  # gathered in process order
             weights = self.reward_weights.tolist()
             out = []
             for i in range(min(n, self.rollouts_logged)):
@@ -244,7 +244,7 @@ class Run:
         for line in path.read_text(encoding="utf-8").splitlines():
             (keep if json.loads(line).get("step", 0) <= self.start_step else drop).append(line)
         if drop:
-            aside = path.with_name(f"metrics.after-step-{self.start_step}.{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.jsonl")
+            aside = path.with_name(f"metrics.after-step-{self.start_step}.{utc_stamp()}.jsonl")
             aside.write_text("\n".join(drop) + "\n", encoding="utf-8")
             path.write_text("".join(f"{x}\n" for x in keep), encoding="utf-8")
 
@@ -272,9 +272,13 @@ class Run:
                             meta={"rows_consumed": step * prompts_per_step(self.cfg), "seed": int(self.cfg.seed),
                                   "num_input_tokens_seen": int(tr.state.num_input_tokens_seen)})
         tr.accelerator.wait_for_everyone()
-        if main and step == self.total:
-            write_json(self.rd / "DONE", {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         return stop
+
+    def finish(self) -> None:
+        """`DONE` once the final step's checkpoint, state and metrics line are all written."""
+        tr = self.trainer
+        if tr.accelerator.is_main_process and self.start_step + tr.state.global_step == self.total:
+            write_json(self.rd / "DONE", {"step": self.total, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
     def _agree(self, flag: bool) -> bool:
         import torch.distributed as dist
@@ -356,6 +360,7 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         if before_train is not None:
             before_train(trainer)
         trainer.train()
+        r.finish()
     finally:
         r.flag.restore()
         scratch = rd / "trl"  # TRL's output_dir: nothing is saved there (save_strategy="no")
