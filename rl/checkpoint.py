@@ -61,7 +61,8 @@ def write_start_checkpoint(model_path: str, out: Path) -> dict:
             problems = check_sha256sums(src)
             if problems:
                 raise CheckpointError(f"starting model {src} fails its SHA256SUMS: {problems[0]}")
-        files = sorted(p for p in src.rglob("*") if p.is_file() and p.name != SHA256SUMS and ".tmp-" not in str(p))
+        files = sorted(p for p in src.rglob("*")
+                       if p.is_file() and p.name != SHA256SUMS and ".tmp-" not in p.relative_to(src).as_posix())
         if not files:
             raise CheckpointError(f"starting model {src} has no files")
         linked = 0
