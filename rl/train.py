@@ -137,6 +137,7 @@ def _trainer_class():
         rollouts_logged = 0
         last_rollouts: tuple = ()
         last_parse_failures = 0
+        last_tool_errors = 0.0
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -154,6 +155,10 @@ def _trainer_class():
                 out.append(json.loads(json.dumps(entry, default=str)))
             self.last_rollouts = out
             self.last_parse_failures = sum(1 for c in completions for m in c if m.get("tool_call_errors"))
+            # Tools answer a bad call with an "Error: ..." string (they never raise), so TRL's failure
+            # count misses them; this counts them per rollout.
+            self.last_tool_errors = sum(1 for c in completions for m in c if m.get("role") == "tool"
+                                        and str(m.get("content", "")).startswith(("Error", "{'error'"))) / max(1, n)
             return rewards
 
     return DtsftGRPOTrainer
@@ -304,6 +309,7 @@ class Run:
                 row["reward_total" if name == "SearchPlanActEnv" else f"reward_{name}"] = v
         row["tool_calls_per_rollout"] = logs.get("tools/call_frequency")
         row["tool_failures"] = logs.get("tools/failure_frequency")
+        row["tool_errors_per_rollout"] = self.trainer.last_tool_errors
         row["tool_parse_failures"] = self.trainer.last_parse_failures
         row["completion_length"] = logs.get("completions/mean_length")
         if float(self.cfg.grpo.beta) > 0:

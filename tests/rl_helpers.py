@@ -72,7 +72,7 @@ class ScriptedPolicy(_Scripted):
 
 class QaScriptedPolicy(_Scripted):
     """task=qa: even rollouts search the question once, then answer with the gold answer; odd
-    rollouts give up."""
+    rollouts make one bad call (an empty query, answered with an error) and then give up."""
 
     def __init__(self, tokenizer, rows: list[dict]):
         super().__init__(tokenizer)
@@ -81,6 +81,8 @@ class QaScriptedPolicy(_Scripted):
     def completion(self, text: str, i: int, turn: int) -> str:
         question = next(q for q in self.gold if q in text)
         if turn == 0 and i % 2 == 1:
+            return call_text("Search nothing.", "search", {"query": ""})
+        if turn == 1 and "<tool_response>\nError" in text:
             return GIVE_UP
         if turn == 0:
             return call_text("Search the question.", "search", {"query": question})

@@ -107,6 +107,7 @@ def test_every_lora_b_changes_and_losses_are_finite_nonzero(grpo_run):
     for m in r["b_metrics"]:
         assert math.isfinite(m["loss"]) and m["loss"] != 0.0
         assert m["tool_calls_per_rollout"] > 0 and m["tool_failures"] == 0 and m["tool_parse_failures"] == 0
+        assert m["tool_errors_per_rollout"] == 0  # the genuine replay makes no bad call
 
 
 def test_rewards_are_the_environment_s_for_replay_and_give_up(grpo_run):

@@ -399,6 +399,7 @@ def test_qa_task_rewards_em_through_trl_and_the_evals_retriever(tmp_path, monkey
     tr.model.train()
     tr._generate_and_score_completions([r for r in batch for _ in range(2)])
     assert len(tr.last_rollouts) == 4
+    assert tr.last_tool_errors == 0.5  # one error answer in each of the 2 giving-up rollouts, over 4
     for i, ro in enumerate(tr.last_rollouts):
         assert ro["rewards"]["em"] == (1.0 if i % 2 == 0 else 0.0)
         assert ro["rewards"]["f1"] == ro["rewards"]["em"]
