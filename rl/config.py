@@ -104,6 +104,16 @@ def validate(cfg: DictConfig) -> None:
     need(g.use_vllm in ("auto", True, False), "grpo.use_vllm", "auto, true or false")
     need(g.split in ("train", "ood"), "grpo.split", "train or ood")
     need(g.retriever in ("bm25", "http"), "grpo.retriever", "bm25 or http")
+    lc = cfg.launcher
+    need(lc.kind in ("local", "slurm"), "launcher.kind", "local or slurm")
+    need(lc.nproc == "auto" or _pos_int(lc.nproc), "launcher.nproc", "auto or a positive integer")
+    need(_pos_int(lc.nodes) and (lc.kind == "slurm" or lc.nodes == 1), "launcher.nodes",
+         "1 with launcher=local, a positive integer with launcher=slurm")
+    need(_pos_int(lc.gpus_per_node), "launcher.gpus_per_node", "a positive integer")
+    for key in ("launcher.dry_run", "logging.wandb", "model.gpu_only", "train.activation_checkpointing"):
+        need(isinstance(OmegaConf.select(cfg, key), bool), key, "true or false")
+    need(cfg.resume in ("auto", "never") or (isinstance(cfg.resume, str) and cfg.resume), "resume",
+         "auto, never or a state directory")
     need(_pos_int(lo.r), "lora.r", "a positive integer")
     need(_num(lo.alpha) and lo.alpha > 0, "lora.alpha", "a positive number")
     need(_num(lo.dropout) and 0 <= lo.dropout < 1, "lora.dropout", "in [0, 1)")

@@ -347,6 +347,8 @@ def test_grpo_config_errors(tmp_path):
         compose_grpo(["model=tiny_base", f"model.path={ckpt}"])
     with pytest.raises(ConfigError, match="multiple of grpo.num_generations"):
         compose_grpo(["model=tiny_base", "grpo.completions_per_step=5"])
+    with pytest.raises(ConfigError, match="launcher.nproc must be auto or a positive integer"):
+        compose_grpo(["model=tiny_base", "nproc=abc"])
     with pytest.raises(ConfigError, match="needs grpo.prompts_file"):
         compose_grpo(["task=qa", "model=tiny_base"])
 
