@@ -112,6 +112,7 @@ def validate(cfg: DictConfig) -> None:
     need(_pos_int(lc.gpus_per_node), "launcher.gpus_per_node", "a positive integer")
     for key in ("launcher.dry_run", "logging.wandb", "model.gpu_only", "train.activation_checkpointing"):
         need(isinstance(OmegaConf.select(cfg, key), bool), key, "true or false")
+    need(cfg.logging.mode in ("auto", "online", "offline", "disabled"), "logging.mode", "auto, online, offline or disabled")
     need(cfg.resume in ("auto", "never") or (isinstance(cfg.resume, str) and cfg.resume), "resume",
          "auto, never or a state directory")
     need(_pos_int(lo.r), "lora.r", "a positive integer")

@@ -31,11 +31,12 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from common.io import check_sha256sums, utc_stamp, write_json
+from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
 from rl.config import planned_saves
 from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
 from sft.checkpoint import PreemptionFlag, step_name
+from sft.metrics import MetricsLog, Wandb
 
 log = logging.getLogger("rl.train")
 
@@ -114,7 +115,7 @@ def grpo_args(cfg: DictConfig, rd: Path, steps: int):
         adam_beta1=float(t.betas[0]), adam_beta2=float(t.betas[1]), adam_epsilon=float(t.eps),
         weight_decay=float(t.weight_decay), max_grad_norm=float(t.grad_clip) if t.grad_clip else 0.0,
         gradient_checkpointing=bool(t.activation_checkpointing), shuffle_dataset=False, seed=int(cfg.seed),
-        logging_steps=1, save_strategy="no", report_to=["wandb"] if cfg.logging.wandb else [],
+        logging_steps=1, save_strategy="no", report_to=[],  # metrics.jsonl + wandb through sft.metrics
         use_vllm=vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=float(g.vllm_gpu_memory_utilization),
         disable_tqdm=True,
     )
@@ -229,7 +230,13 @@ class Run:
             rlck.restore_rng(st["rng"])
         trainer.add_callback(_Callback(self))
         self.trainer = trainer
-        self._trim_metrics()
+        rank = trainer.accelerator.process_index
+        # sft.metrics' writers: rows past the resumed step are dropped (they are redone), wandb
+        # resumes the run's id and is offline without an API key.
+        self.metrics = MetricsLog(rd / "metrics.jsonl", self.start_step, rank)
+        self.wandb = Wandb(enabled=bool(cfg.logging.wandb), rank=rank, run_dir=rd, project=str(cfg.logging.project),
+                           name=str(cfg.logging.name), mode=str(cfg.logging.mode),
+                           config=OmegaConf.to_container(cfg, resolve=True))
         return trainer
 
     def _resume_dir(self) -> Path | None:
@@ -239,19 +246,6 @@ class Run:
         if r == "auto":
             return rlck.latest_state(self.rd)
         return Path(r)
-
-    def _trim_metrics(self) -> None:
-        """Lines past the resumed step (written after the last state) are moved aside, not kept twice."""
-        path = self.rd / "metrics.jsonl"
-        if not path.is_file() or not self.trainer.accelerator.is_main_process:
-            return
-        keep, drop = [], []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            (keep if json.loads(line).get("step", 0) <= self.start_step else drop).append(line)
-        if drop:
-            aside = path.with_name(f"metrics.after-step-{self.start_step}.{utc_stamp()}.jsonl")
-            aside.write_text("\n".join(drop) + "\n", encoding="utf-8")
-            path.write_text("".join(f"{x}\n" for x in keep), encoding="utf-8")
 
     # ---- per step ------------------------------------------------------------------------------
 
@@ -317,8 +311,8 @@ class Run:
         row["grad_norm"] = logs.get("grad_norm")
         row["tokens_per_s"] = (tokens - state.get("tokens", 0.0)) / dt if dt > 0 and "t" in state else None
         state.update(t=now, tokens=tokens)
-        with open(self.rd / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        self.metrics.write(row)
+        self.wandb.log(row, step)
 
 
 def _Callback(run: Run):
@@ -369,6 +363,8 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         r.finish()
     finally:
         r.flag.restore()
+        if r.trainer is not None:
+            r.wandb.finish()
         scratch = rd / "trl"  # TRL's output_dir: nothing is saved there (save_strategy="no")
         if scratch.is_dir() and not any(scratch.iterdir()):
             scratch.rmdir()
