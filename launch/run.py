@@ -152,13 +152,23 @@ def launch_one(argv: list[str], **cache_kw) -> int:
         if cfg.launcher.kind == "slurm":
             return submit_slurm(prep, argv)
         cmd = local.torchrun_command(config_path, prep.nproc)
-        launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
-        manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher,
-                                data=data_record(prep.data))
-        print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-        rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, pass_fds=(lock,))
+        rc, log = train_here(prep, argv, cmd, data_record(prep.data), lock)
     finally:
         os.close(lock)
+    return report_end(rd, rc, log)
+
+
+def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict, lock: int) -> tuple[int, Path]:
+    """Record this launch in manifest.json, then run the trainer command here, handing it the
+    run-dir lock; (exit code, log file)."""
+    rd = prep.run_dir
+    launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
+    manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data)
+    print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
+    return local.run_logged(cmd, rd / "logs", cwd=REPO, pass_fds=(lock,))
+
+
+def report_end(rd: Path, rc: int, log: Path) -> int:
     state = "finished" if is_finished(rd) else f"stopped (exit {rc}); re-run the same command to resume"
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc

@@ -15,7 +15,7 @@ import sys
 from omegaconf import OmegaConf
 
 from launch import local, manifest, run, slurm
-from launch.run import REPO, Prepared, has_started, is_finished, lock_run_dir, write_config
+from launch.run import REPO, Prepared, is_finished, lock_run_dir, write_config
 from rl.config import compose_grpo, parent_run, planned_saves, run_dir
 
 MODULE = "rl.train"
@@ -91,13 +91,7 @@ def launch_grpo(argv: list[str]) -> int:
             print(f"[launch] submitted {path} as Slurm job {job}")
             return 0
         cmd = local.torchrun_command(config_path, prep.nproc, module=MODULE)
-        launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
-        manifest.write_manifest(rd, argv=["stage=grpo", *argv], choices=prep.composed.choices, launcher=launcher,
-                                data=start_record(cfg))
-        print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-        rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, pass_fds=(lock,))
+        rc, log = run.train_here(prep, ["stage=grpo", *argv], cmd, start_record(cfg), lock)
     finally:
         os.close(lock)
-    state = "finished" if is_finished(rd) else f"stopped (exit {rc}); re-run the same command to resume"
-    print(f"[launch] {rd}: {state}; log {log}", flush=True)
-    return rc
+    return run.report_end(rd, rc, log)
