@@ -6,6 +6,7 @@
               [length_policy=drop|truncate] [history_reasoning=keep_as_rendered|per_turn|reject]
               [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
               [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)
+    data-prep show DIR [row=K | id=ID]   (one built row, trainable tokens marked, its turns and checks)
 
 FORMAT: r2e-gym, swe-gym, swe-smith, openseeker, search-r1, canonical. `tokenizer=tiny` is the
 embedded tiny tokenizer. Keys are the `data:` section of recipes/base.yaml plus arm/seed/tokenizer/out.
@@ -26,6 +27,13 @@ _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("cache_root", 
 
 
 def _main(argv: list[str]) -> int:
+    if argv and argv[0] == "show":
+        from data_prep.show import __doc__ as show_doc, show_main
+
+        if wants_help(argv[1:]):
+            print(show_doc)
+            return 0
+        return show_main(argv[1:])
     if wants_help(argv):
         print(__doc__)
         return 0

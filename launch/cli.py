@@ -3,6 +3,8 @@
     launch arm=r2e steps=218 [model=...] [data=hub|synthetic] [seed=0] [nproc=N]
            [launcher=local|slurm] [dry_run=true] [runs_root=runs] [key.sub=value ...]
     launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...
+    launch show arm=r2e model=tiny [recipe=my.yaml] ...   # the composed recipe, each value's origin
+    launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
     launch stage=grpo task=spa|qa [model=...] [model.path=<SFT checkpoint> name=...] steps=250 ...
            (GRPO with LoRA, rl/; the default stage is sft)
 """
@@ -64,11 +66,15 @@ def launch_main(argv: list[str]) -> int:
         return 0
     stage, argv = _stage(argv)
     if stage == "grpo":
-        if argv and argv[0] == "sweep":
-            raise ConfigError("launch sweep runs SFT arms; start GRPO runs one at a time (launch stage=grpo ...)")
+        if argv and argv[0] in ("sweep", "show"):
+            raise ConfigError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
         from rl.launch import launch_grpo
 
         return launch_grpo(argv)
+    if argv and argv[0] == "show":
+        from launch.show import show_main
+
+        return show_main(argv[1:])
     if argv and argv[0] == "sweep":
         from launch.sweep import run_sweep
 

@@ -30,6 +30,7 @@ import torch
 
 from common.io import SHA256SUMS, atomic_dir, check_sha256sums, write_json, write_sha256sums
 from sft.checkpoint import COMPLETE, complete_states, step_name, tied_output_keys
+from sft.hfconfig import save_config
 
 # Files of a model dir that are not weights/config: copied from step-000000 into every checkpoint.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -74,7 +75,9 @@ def write_start_checkpoint(model_path: str, out: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     with atomic_dir(out) as tmp:  # a hub id: the snapshot as transformers saves it (not verified offline)
-        AutoModelForCausalLM.from_pretrained(model_path, dtype="auto").save_pretrained(tmp, safe_serialization=True)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto")
+        model.save_pretrained(tmp, safe_serialization=True)
+        save_config(model.config, tmp)
         AutoTokenizer.from_pretrained(model_path).save_pretrained(tmp)
         try:
             GenerationConfig.from_pretrained(model_path).save_pretrained(tmp)
@@ -105,7 +108,7 @@ def save_merged_checkpoint(peft_model, *, start_dir: Path, out: Path, dtype: tor
         merged, sd = merged_state_dict(start_dir, tmp / "adapter", dtype)
         merged.save_pretrained(str(tmp), state_dict=sd, safe_serialization=True)
         merged.config.dtype = dtype  # the tensors written are in `dtype`, so config.json must say so
-        merged.config.save_pretrained(str(tmp))
+        save_config(merged.config, tmp)  # + the top-level rope fields v4 serving stacks read
         for name in TOKENIZER_FILES:
             if (start_dir / name).is_file():
                 shutil.copy2(start_dir / name, tmp / name)

@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, apply_overrides, split_dotlist
-from launch.compose import ALIASES, RECIPES, STRING_KEYS, Composed, load_recipe
+from launch.compose import ALIASES, CHOICES, RECIPES, STRING_KEYS, Composed, load_recipe
 
 GRPO = RECIPES / "grpo"
 SELECTORS = {"task": "spa", "model": "qwen3_4b_thinking_2507", "launcher": "local"}
@@ -91,7 +91,6 @@ def validate(cfg: DictConfig) -> None:
     need(_pos_int(t.state_every), "train.state_every", "a positive integer")
     need(_num(t.lr) and t.lr > 0, "train.lr", "a positive number")
     need(t.lr_schedule == "constant", "train.lr_schedule", "constant for GRPO (resume restores no scheduler state)")
-    need(t.precision in ("auto", "bf16", "fp32"), "train.precision", "auto, bf16 or fp32")
     for key in ("completions_per_step", "num_generations", "max_completion_length", "max_turns", "grad_accum",
                 "topk", "rollouts_logged", "pilot_tasks"):
         need(_pos_int(g[key]), f"grpo.{key}", "a positive integer")
@@ -105,14 +104,14 @@ def validate(cfg: DictConfig) -> None:
     need(g.split in ("train", "ood"), "grpo.split", "train or ood")
     need(g.retriever in ("bm25", "http"), "grpo.retriever", "bm25 or http")
     lc = cfg.launcher
-    need(lc.kind in ("local", "slurm"), "launcher.kind", "local or slurm")
     need(lc.nproc == "auto" or _pos_int(lc.nproc), "launcher.nproc", "auto or a positive integer")
     need(_pos_int(lc.nodes) and (lc.kind == "slurm" or lc.nodes == 1), "launcher.nodes",
          "1 with launcher=local, a positive integer with launcher=slurm")
     need(_pos_int(lc.gpus_per_node), "launcher.gpus_per_node", "a positive integer")
     for key in ("launcher.dry_run", "logging.wandb", "model.gpu_only", "train.activation_checkpointing"):
         need(isinstance(OmegaConf.select(cfg, key), bool), key, "true or false")
-    need(cfg.logging.mode in ("auto", "online", "offline", "disabled"), "logging.mode", "auto, online, offline or disabled")
+    for key in ("logging.mode", "launcher.kind", "train.precision", "model.attn_implementation"):
+        need(OmegaConf.select(cfg, key) in CHOICES[key], key, f"one of {', '.join(CHOICES[key])}")
     need(cfg.resume in ("auto", "never") or (isinstance(cfg.resume, str) and cfg.resume), "resume",
          "auto, never or a state directory")
     need(_pos_int(lo.r), "lora.r", "a positive integer")

@@ -129,6 +129,17 @@ def lora_config(cfg: DictConfig):
                       lora_dropout=float(cfg.lora.dropout), target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
 
 
+def wandb_spec(cfg: DictConfig):
+    """The run's wandb spec (common.tracking): `logging.name`, tagged arm/seed/model/stage=grpo."""
+    if not cfg.logging.wandb:
+        return None
+    from common.tracking import run_spec, run_tags
+
+    return run_spec(OmegaConf.to_container(cfg.logging, resolve=True), name=str(cfg.logging.name),
+                    runs_root=str(cfg.runs_root),
+                    tags=run_tags(arm=str(cfg.arm), seed=int(cfg.seed), model=str(cfg.model.name), stage="grpo"))
+
+
 def _trainer_class():
     from trl import GRPOTrainer
 
@@ -234,8 +245,7 @@ class Run:
         # sft.metrics' writers: rows past the resumed step are dropped (they are redone), wandb
         # resumes the run's id and is offline without an API key.
         self.metrics = MetricsLog(rd / "metrics.jsonl", self.start_step, rank)
-        self.wandb = Wandb(enabled=bool(cfg.logging.wandb), rank=rank, run_dir=rd, project=str(cfg.logging.project),
-                           name=str(cfg.logging.name), mode=str(cfg.logging.mode),
+        self.wandb = Wandb(enabled=bool(cfg.logging.wandb), rank=rank, run_dir=rd, spec=wandb_spec(cfg),
                            config=OmegaConf.to_container(cfg, resolve=True))
         return trainer
 
