@@ -12,35 +12,34 @@
     adapter; SHA256SUMS over everything. Written in a temp dir and renamed (common.io.atomic_dir).
 `state/step-NNNNNN/`  what resuming needs, stored without pickle: `adapter.safetensors` (the LoRA
     tensors by PEFT name), `optimizer.safetensors` + `optimizer.json` (AdamW moments per parameter
-    index, and the param groups), `rng.safetensors` + `rng.json`, `meta.json` (step, rows consumed),
-    then SHA256SUMS, then COMPLETE (last). Loading checks COMPLETE and every checksum first.
-    This is the state contract of sft/checkpoint.py (COMPLETE last, torn dirs ignored) with
-    SHA256SUMS from common.io; nothing here is unpickled.
+    index, and the param groups), `rng/rank-NNNNN.safetensors` (each rank's RNG), `meta.json` (step,
+    rows consumed), then SHA256SUMS, then COMPLETE (last) — sft.checkpoint's state contract, whose
+    helpers it uses; loading verifies every checksum first.
 """
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from common.io import SHA256SUMS, atomic_dir, check_sha256sums, write_json, write_sha256sums
-from sft.checkpoint import COMPLETE, complete_states, step_name, tied_output_keys
+from common.cli import ConfigError
+from common.io import SHA256SUMS, atomic_dir, check_sha256sums, fsync_dir, write_json, write_sha256sums
+from sft.checkpoint import (COMPLETE, KEEP_STATES, STATE_META, StateError, newest_verified_state, prune_states,
+                            read_rng, remove_torn_states, rng_file, step_name, tied_output_keys, verify_state,
+                            write_rng, write_state_sums)
 from sft.hfconfig import save_config
 
 # Files of a model dir that are not weights/config: copied from step-000000 into every checkpoint.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                    "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
                    "tokenizer.model", "generation_config.json")
-KEEP_STATES = 2
 
 
-class CheckpointError(RuntimeError):
-    pass
+class CheckpointError(ConfigError):
+    """A starting model that can't be used (the message names the file and why; exit 2)."""
 
 
 def _link_or_copy(src: Path, dst: Path) -> str:
@@ -103,7 +102,7 @@ def merged_state_dict(start_dir: Path, adapter_dir: Path, dtype: torch.dtype):
 def save_merged_checkpoint(peft_model, *, start_dir: Path, out: Path, dtype: torch.dtype) -> Path:
     """`checkpoints/step-NNNNNN`: merged weights + original tokenizer/template + generation_config + adapter/."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, existing="replace") as tmp:  # this run's own step dir, rewritten after a resume
         peft_model.save_pretrained(str(tmp / "adapter"))
         merged, sd = merged_state_dict(start_dir, tmp / "adapter", dtype)
         merged.save_pretrained(str(tmp), state_dict=sd, safe_serialization=True)
@@ -117,104 +116,109 @@ def save_merged_checkpoint(peft_model, *, start_dir: Path, out: Path, dtype: tor
 
 
 # ---------------------------------------------------------------- resumable state
+# The project's state contract (sft.checkpoint): COMPLETE written last, SHA256SUMS over every file
+# (`write_state_sums`), per-rank RNG as safetensors (`write_rng` / `read_rng`), verified before loading
+# (`verify_state`; resume=auto takes `newest_verified_state`, skipping a damaged newer one), torn
+# states removed by the next writer. Here the payload is the LoRA adapter and the AdamW state as
+# safetensors + JSON: nothing is unpickled at all.
+
+ADAPTER = "adapter.safetensors"
+OPTIMIZER = "optimizer.safetensors"
+OPTIMIZER_META = "optimizer.json"
 
 
 def _optimizer_to_files(optimizer) -> tuple[dict, dict]:
     sd = optimizer.state_dict()
-    tensors = {}
-    steps = {}
+    tensors, scalars = {}, {}
     for idx, st in sd["state"].items():
         for k, v in st.items():
             if torch.is_tensor(v):
                 tensors[f"{idx}.{k}"] = v.detach().cpu().contiguous()
             else:
-                steps[f"{idx}.{k}"] = v
-    groups = []
-    for g in sd["param_groups"]:
-        groups.append({k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()})
-    return tensors, {"param_groups": groups, "scalars": steps}
+                scalars[f"{idx}.{k}"] = v
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in sd["param_groups"]]
+    return tensors, {"param_groups": groups, "scalars": scalars}
 
 
 def _optimizer_from_files(tensors: dict, meta: dict) -> dict:
     state: dict = {}
-    for key, v in tensors.items():
-        idx, k = key.split(".", 1)
-        state.setdefault(int(idx), {})[k] = v
-    for key, v in meta["scalars"].items():
+    for key, v in [*tensors.items(), *meta["scalars"].items()]:
         idx, k = key.split(".", 1)
         state.setdefault(int(idx), {})[k] = v
     groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
     return {"state": state, "param_groups": groups}
 
 
-def _rng_to_files() -> tuple[dict, dict]:
-    tensors = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"cuda.{i}"] = s
-    np_state = np.random.get_state()
-    meta = {"python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
-            "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])]}
-    return tensors, meta
-
-
-def _rng_from_files(tensors: dict, meta: dict) -> None:
-    torch.set_rng_state(tensors["torch"])
-    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda."))]
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
-    v, state, gauss = meta["python"]
-    random.setstate((v, tuple(state), gauss))
-    name, keys, pos, has_gauss, cached = meta["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def save_state(run_dir: Path, step: int, *, adapter: dict, optimizer, meta: dict) -> Path:
-    """Write `state/step-NNNNNN` (SHA256SUMS, then COMPLETE last) and prune older complete states."""
+def save_state(run_dir: Path, step: int, *, adapter: dict, optimizer, meta: dict, rank: int, barrier) -> Path:
+    """Write `state/step-NNNNNN` (every rank calls this; `barrier()` syncs them): each rank's RNG,
+    then on rank 0 the adapter, optimizer and meta.json, SHA256SUMS, and COMPLETE last."""
     from safetensors.torch import save_file
 
-    final = Path(run_dir) / "state" / step_name(step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_dir(final) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(tmp / "adapter.safetensors"))
-        opt_tensors, opt_meta = _optimizer_to_files(optimizer)
-        save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
-        write_json(tmp / "optimizer.json", opt_meta)
-        rng_tensors, rng_meta = _rng_to_files()
-        save_file(rng_tensors, str(tmp / "rng.safetensors"))
-        write_json(tmp / "rng.json", rng_meta)
-        write_json(tmp / "meta.json", {**meta, "step": step})
-        write_sha256sums(tmp)
-        (tmp / COMPLETE).write_text(f"{step}\n", encoding="utf-8")
-    states = complete_states(final.parent)
-    for _, d in states[:-KEEP_STATES]:
-        shutil.rmtree(d, ignore_errors=True)  # the trainer's own older states, not user files
-    return final
+    state_root = Path(run_dir) / "state"
+    d = state_root / step_name(step)
+    if rank == 0:
+        remove_torn_states(state_root)
+        if d.exists():  # an earlier state at this very step (e.g. one that failed its checks)
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+    barrier()
+    try:
+        write_rng(rng_file(d, rank))
+        barrier()
+        if rank == 0:
+            save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(d / ADAPTER))
+            opt_tensors, opt_meta = _optimizer_to_files(optimizer)
+            save_file(opt_tensors, str(d / OPTIMIZER))
+            write_json(d / OPTIMIZER_META, opt_meta)
+            write_json(d / STATE_META, {**meta, "step": step})
+            write_state_sums(d)
+            fsync_dir(d)
+            (d / COMPLETE).write_text(f"{step}\n", encoding="utf-8")
+            fsync_dir(d)
+    except BaseException:
+        if rank == 0 and not (d / COMPLETE).is_file():
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+    if rank == 0:
+        prune_states(state_root, keep=KEEP_STATES)
+    barrier()
+    return d
 
 
-def latest_state(run_dir: Path) -> Path | None:
-    states = complete_states(Path(run_dir) / "state")
-    return states[-1][1] if states else None
+def resume_dir(run_dir: Path, resume: str) -> Path | None:
+    """The state to resume from: resume=auto -> the newest that verifies (StateError when states
+    exist but none does), never -> None, else that directory. Collective under a process group."""
+    if resume == "never":
+        return None
+    if resume != "auto":
+        return Path(resume)
+    state_root = Path(run_dir) / "state"
+    d, skipped = newest_verified_state(state_root)
+    if d is None and skipped:
+        raise StateError(f"resume=auto: no state under {state_root} passes its checks ({'; '.join(skipped)}); "
+                         "move the state dir aside or pass resume=PATH")
+    return d
 
 
 def load_state(d: Path) -> dict:
-    """Verify then read a state dir: {"meta", "adapter", "optimizer" (a state_dict), "rng": (tensors, meta)}."""
+    """Verify (StateError naming the file and reason), then read: {"meta", "adapter", "optimizer"}.
+    Collective under a process group (verify_state)."""
     from safetensors.torch import load_file
 
-    if not (d / COMPLETE).is_file():
-        raise CheckpointError(f"{d}: not a complete state (no {COMPLETE} marker)")
-    problems = [p for p in check_sha256sums(d) if not p.endswith(f"{COMPLETE}: present but not listed in SHA256SUMS")]
+    problems = verify_state(Path(d))
     if problems:
-        raise CheckpointError(f"{d}: state fails its checksums: {problems[0]}")
-    opt = _optimizer_from_files(load_file(str(d / "optimizer.safetensors")),
-                                json.loads((d / "optimizer.json").read_text(encoding="utf-8")))
+        raise StateError(f"{d}: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
     return {
-        "meta": json.loads((d / "meta.json").read_text(encoding="utf-8")),
-        "adapter": load_file(str(d / "adapter.safetensors")),
-        "optimizer": opt,
-        "rng": (load_file(str(d / "rng.safetensors")), json.loads((d / "rng.json").read_text(encoding="utf-8"))),
+        "meta": json.loads((d / STATE_META).read_text(encoding="utf-8")),
+        "adapter": load_file(str(d / ADAPTER)),
+        "optimizer": _optimizer_from_files(load_file(str(d / OPTIMIZER)),
+                                           json.loads((d / OPTIMIZER_META).read_text(encoding="utf-8"))),
     }
 
 
-def restore_rng(rng: tuple[dict, dict]) -> None:
-    _rng_from_files(*rng)
+def restore_rng(d: Path, rank: int) -> bool:
+    """This rank's RNG from a verified state (False when the state has none for this rank)."""
+    if not rng_file(d, rank).is_file():
+        return False
+    read_rng(rng_file(d, rank))
+    return True

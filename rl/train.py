@@ -209,7 +209,7 @@ class Run:
         problems = check_sha256sums(self.start_dir)  # verified before anything in it is loaded
         if problems:
             raise rlck.CheckpointError(f"{self.start_dir} fails its checksums: {problems[0]}")
-        resume = self._resume_dir()
+        resume = rlck.resume_dir(rd, str(cfg.resume))
         st = rlck.load_state(resume) if resume else None
         self.start_step = int(st["meta"]["step"]) if st else 0
         steps = self.total - self.start_step
@@ -238,7 +238,9 @@ class Run:
         if st:
             trainer.create_optimizer()
             trainer.optimizer.load_state_dict(st["optimizer"])
-            rlck.restore_rng(st["rng"])
+            if not rlck.restore_rng(resume, trainer.accelerator.process_index):  # after the Trainer's set_seed
+                log.warning("%s has no RNG for rank %d (world size changed?): RNG not restored", resume,
+                            trainer.accelerator.process_index)
         trainer.add_callback(_Callback(self))
         self.trainer = trainer
         rank = trainer.accelerator.process_index
@@ -248,14 +250,6 @@ class Run:
         self.wandb = Wandb(enabled=bool(cfg.logging.wandb), rank=rank, run_dir=rd, spec=wandb_spec(cfg),
                            config=OmegaConf.to_container(cfg, resolve=True))
         return trainer
-
-    def _resume_dir(self) -> Path | None:
-        r = str(self.cfg.resume)
-        if r == "never":
-            return None
-        if r == "auto":
-            return rlck.latest_state(self.rd)
-        return Path(r)
 
     # ---- per step ------------------------------------------------------------------------------
 
@@ -274,12 +268,13 @@ class Run:
             rlck.save_merged_checkpoint(model, start_dir=self.start_dir,
                                         out=self.rd / "checkpoints" / step_name(step), dtype=self.dtype)
         stop = self._agree(self.flag.set)
-        if main and (stop or step % int(self.cfg.train.state_every) == 0 or step == self.total):
+        if stop or step % int(self.cfg.train.state_every) == 0 or step == self.total:  # every rank: per-rank RNG
             from peft import get_peft_model_state_dict
 
             rlck.save_state(self.rd, step, adapter=get_peft_model_state_dict(model), optimizer=tr.optimizer,
                             meta={"rows_consumed": step * prompts_per_step(self.cfg), "seed": int(self.cfg.seed),
-                                  "num_input_tokens_seen": int(tr.state.num_input_tokens_seen)})
+                                  "num_input_tokens_seen": int(tr.state.num_input_tokens_seen)},
+                            rank=tr.accelerator.process_index, barrier=tr.accelerator.wait_for_everyone)
         tr.accelerator.wait_for_everyone()
         return stop
 
@@ -393,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return run(load_config(argv[0]))
-    except (ConfigError, rlck.CheckpointError, chat.TemplateError, BenchError, RetrieverError) as exc:
+    except (ConfigError, chat.TemplateError, BenchError, RetrieverError) as exc:  # ConfigError: also State/CheckpointError
         print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
         return 2
 

@@ -294,28 +294,40 @@ def test_merge_matches_unmerged_logits_and_keeps_the_base_layout(start_dir, tmp_
 
 
 def test_state_roundtrip_without_pickle_and_verified_before_load(tmp_path):
-    from rl.checkpoint import CheckpointError, latest_state, load_state, save_state
+    from rl.checkpoint import StateError, load_state, restore_rng, resume_dir, save_state
 
     lin = torch.nn.Linear(4, 3)
     opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
     lin(torch.randn(2, 4)).sum().backward()
     opt.step()
-    d = save_state(tmp_path, 3, adapter={"w": lin.weight.detach()}, optimizer=opt, meta={"rows_consumed": 6})
-    assert latest_state(tmp_path) == d and (d / "COMPLETE").is_file()
-    assert {p.suffix for p in d.iterdir() if p.name not in ("SHA256SUMS", "COMPLETE")} == {".safetensors", ".json"}
-    st = load_state(d)
+
+    def save(step):
+        return save_state(tmp_path, step, adapter={"w": lin.weight.detach()}, optimizer=opt,
+                          meta={"rows_consumed": 2 * step}, rank=0, barrier=lambda: None)
+
+    d2 = save(2)
+    torch.manual_seed(7)
+    d3 = save(3)
+    after_save = torch.rand(3)
+    assert resume_dir(tmp_path, "auto") == d3 and (d3 / "COMPLETE").is_file()
+    files = [p for p in d3.rglob("*") if p.is_file() and p.name not in ("SHA256SUMS", "COMPLETE")]
+    assert {p.suffix for p in files} == {".safetensors", ".json"}  # nothing that would need unpickling
+    st = load_state(d3)
     assert st["meta"]["step"] == 3 and st["meta"]["rows_consumed"] == 6
     opt2 = torch.optim.AdamW(lin.parameters(), lr=1e-3)
     opt2.load_state_dict(st["optimizer"])
     a, b = opt.state_dict(), opt2.state_dict()
     assert torch.equal(a["state"][0]["exp_avg"], b["state"][0]["exp_avg"]) and a["param_groups"] == b["param_groups"]
-    raw = bytearray((d / "adapter.safetensors").read_bytes())
+    torch.manual_seed(123)
+    assert restore_rng(d3, 0) and not restore_rng(d3, 1)
+    assert torch.equal(torch.rand(3), after_save)  # the RNG continues where the saved run was
+    # A damaged newest state is refused on load and skipped by resume=auto for the previous one.
+    raw = bytearray((d3 / "adapter.safetensors").read_bytes())
     raw[-1] ^= 1
-    (d / "adapter.safetensors").write_bytes(bytes(raw))
-    with pytest.raises(CheckpointError, match="checksum"):
-        load_state(d)
-    (d / "COMPLETE").unlink()
-    assert latest_state(tmp_path) is None
+    (d3 / "adapter.safetensors").write_bytes(bytes(raw))
+    with pytest.raises(StateError, match="adapter.safetensors"):
+        load_state(d3)
+    assert resume_dir(tmp_path, "auto") == d2
 
 
 # ---------------------------------------------------------------- config, launch, pilot guard
