@@ -199,7 +199,9 @@ class Run:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         cfg, rd = self.cfg, self.rd
-        state = PartialState()  # torchrun's process group, as the Trainer's Accelerator will use it
+        # torchrun's process group, as the Trainer's Accelerator (use_cpu on a CPU machine) will see it;
+        # without cpu=True accelerate reports every CPU rank as a single main process.
+        state = PartialState(cpu=not on_gpu())
         if state.is_main_process and not (self.start_dir / "SHA256SUMS").is_file():
             from sft.tiny import resolve_model_path
 
@@ -359,9 +361,10 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         if trainer is None:
             print(f"[rl.train] {rd}: already at step {r.start_step} of {r.total}")
             return 0
-        print(f"[rl.train] {'resuming at' if r.start_step else 'starting'} step {r.start_step + 1} of {r.total} "
-              f"(template {'patched' if r.template.get('patched') else 'unchanged'}, parser {r.template.get('style')})",
-              flush=True)
+        if trainer.accelerator.is_main_process:
+            print(f"[rl.train] {'resuming at' if r.start_step else 'starting'} step {r.start_step + 1} of {r.total} "
+                  f"(template {'patched' if r.template.get('patched') else 'unchanged'}, parser "
+                  f"{r.template.get('style')}, {trainer.accelerator.num_processes} process(es))", flush=True)
         if before_train is not None:
             before_train(trainer)
         trainer.train()

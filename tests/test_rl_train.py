@@ -142,3 +142,24 @@ def test_run_dir_checkpoints_verify(grpo_run):
         ad = json.loads((rd / "checkpoints" / f"step-{step:06d}" / "adapter" / "adapter_config.json").read_text())
         assert (ad["r"], ad["lora_alpha"], sorted(ad["target_modules"])) == (32, 64, sorted(TARGETS))
     assert json.loads((rd / "DONE").read_text())["step"] == 2
+
+
+def test_launch_two_cpu_ranks_share_one_trainer(tmp_path):
+    """`launch stage=grpo ... nproc=2` on CPU: torchrun's two ranks form one accelerate world (TRL
+    gathers their rollouts), not two single-process trainers writing the same run dir."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", WANDB_MODE="offline", HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-m", "launch.cli", "stage=grpo", "task=spa", "model=tiny_base", "steps=1",
+                          f"runs_root={tmp_path}", "nproc=2", "grpo.max_completion_length=32", "grpo.pilot_tasks=3"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "2 process(es)" in out.stdout and out.stdout.count("[rl.train] starting step 1") == 1
+    rd = tmp_path / "grpo_spa" / "seed0"
+    rows = [json.loads(x) for x in (rd / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1]
+    assert sorted(p.name for p in (rd / "state" / "step-000001" / "rng").iterdir()) == [
+        "rank-00000.safetensors", "rank-00001.safetensors"]
+    assert (rd / "DONE").is_file() and (rd / "checkpoints" / "step-000001" / "SHA256SUMS").is_file()
