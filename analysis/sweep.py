@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.aggregate import Points
 from analysis.collect import (AGENTIC_BENCHES, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
-from analysis.discover import ANCHOR_ARM, Run, discover_runs
+from analysis.discover import ANCHOR_ARM, Run, discover_runs, replaced_dirs
 from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, default_evaluator,
                                  plan, run_jobs)
 from analysis.figures import FigureInfo, Panel, plot_curves
@@ -195,7 +195,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
-                                 settings=settings)
+                                 settings=settings, ignored=replaced_dirs(root))
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)

@@ -11,13 +11,15 @@ from evals.config import DEFAULTS, resolve
 USAGE = """usage: evaluate ckpt=PATH [benches=[nq,triviaqa,popqa,hotpotqa,2wikimultihopqa,musique,bamboogle,search_plan_ood]]
                 [n=500] [seed=42] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH] [retriever_url=URL]
                 [topk=3] [max_turns=8] [max_model_len=16384] [max_new_tokens=4096] [prompt=tool_agent|anchor_nudge]
-                [bench_root=DIR] [out=DIR] [batch_size=64] [micro_batch=16] [dry_run=true]
+                [bench_root=DIR] [out=DIR] [batch_size=64] [micro_batch=16] [overwrite=false] [dry_run=true]
 
 n<=0 evaluates every item; Bamboogle has 125, so n=500 takes all of it.
 
 Runs the agent loop (chat template with the search tool, tool calls -> retriever -> tool messages)
 on each bench and writes <out>/<bench>.jsonl (one line per example, full trajectory), <out>/summary.json
-and <out>/meta.json. Re-running resumes: finished example ids are skipped. out defaults to
+and <out>/meta.json. Re-running resumes: finished example ids are skipped. A bench that out already
+holds under another identity (checkpoint content, result-changing keys, n/seed/bench file) is refused
+(exit 2, with the differences) unless overwrite=true, which renames the old results aside. out defaults to
 <run_dir>/eval/step-NNNNNN for a checkpoint at <run_dir>/checkpoints/step-NNNNNN.
 
 All keys (defaults):
@@ -34,13 +36,14 @@ def _main(argv: list[str]) -> int:
         return 0
     from evals.backends import BackendError
     from evals.benches import BenchError
+    from evals.identity import IdentityError
     from evals.results import ResultsError
     from evals.retrievers import RetrieverError
     from evals.run import evaluate, format_table
 
     try:
         summary = evaluate(cfg)
-    except (BackendError, BenchError, ResultsError, RetrieverError) as exc:
+    except (BackendError, BenchError, IdentityError, ResultsError, RetrieverError) as exc:
         raise ConfigError(str(exc)) from exc
     print(format_table(summary))
     print(f"wrote {cfg.out}/summary.json")

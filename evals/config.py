@@ -40,6 +40,7 @@ DEFAULTS = {
     "ood_max_turns": 24,           # search_plan_ood needs ~10 tool calls even when done perfectly
     "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
     "progress": True,
+    "overwrite": False,            # a bench held in out under another identity: rename its results aside, re-evaluate
     "wandb": "auto",               # auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)
     "wandb_group": None,           # group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP
     "dry_run": False,

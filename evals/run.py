@@ -1,11 +1,15 @@
 """`evaluate(cfg) -> summary`: score one checkpoint on a list of benches.
 
-For each bench: sample the items (ids saved to `<out>/sampled_ids/<bench>.json`), skip the ids
-already in `<out>/<bench>.jsonl`, run the rest through the agent loop `batch_size` episodes at a
-time (appending each finished batch), then summarize the whole file into `<out>/summary.json`
-(`{bench: {em, f1, cover_em, strict_em, format_failure_rate, n, mean_turns, mean_tool_calls, ...}}`,
-metrics in [0, 1]; search_plan_ood carries `reward` and `reward_<component>`). Run details
-(checkpoint, prompt, backend, n, seed, sampled-id files, the 7-bench mean) go to `<out>/meta.json`.
+For each bench: sample the items (ids saved to `<out>/sampled_ids/<bench>.json`), check that the
+out dir holds that bench under this request's identity (evals.identity; another one is refused
+unless `overwrite=true`, which renames the old outputs aside), skip the ids already in
+`<out>/<bench>.jsonl`, run the rest through the agent loop `batch_size` episodes at a time
+(appending each finished batch, every row carrying the identity digest), then summarize the rows
+into `<out>/summary.json` (`{bench: {em, f1, cover_em, strict_em, format_failure_rate, n, mean_turns,
+mean_tool_calls, ...}}`, metrics in [0, 1]; search_plan_ood carries `reward` and `reward_<component>`).
+summary.json is recomputed from the rows of every complete bench in the out dir, never carried over.
+Run details (checkpoint path, each bench's identity, prompt, backend, n, seed, sampled-id files, the
+7-bench mean) go to `<out>/meta.json`.
 """
 from __future__ import annotations
 
@@ -17,11 +21,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from common.io import write_json
+from common.io import replace_aside, write_json
 from evals import tasks
 from evals.agent import run_episodes
 from evals.benches import OOD_BENCH, SEARCH7, load_bench
 from evals.config import resolve
+from evals.identity import IdentityError, bench_identity, check_same, checkpoint_identity
 from evals.metrics import unweighted_mean
 from evals.results import QA_KEYS, ResultsError, append_rows, load_done, summarize
 from evals.toolcalls import detect_style
@@ -53,8 +58,53 @@ def _bench_parts(bench: str, cfg, retriever):
     return items, source, tasks.qa_episode, execute, (lambda ep: False), tasks.qa_row
 
 
-def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path) -> tuple[dict, Path]:
+def _row_digests(path: Path) -> set:
+    """The identity digests carried by the rows of `path` (None for rows without one)."""
+    digests = set()
+    if path.exists():
+        for line in path.read_bytes().split(b"\n"):
+            if line.strip():
+                try:
+                    digests.add(json.loads(line).get("identity"))
+                except json.JSONDecodeError:
+                    pass  # a torn last line: load_done deals with it
+    return digests
+
+
+def claim_bench(bench: str, out: Path, want: dict, recorded: dict | None, overwrite: bool) -> None:
+    """Make sure `out` holds `bench` under identity `want` only: refuse another one (IdentityError
+    with the diff) or, with overwrite=true, rename its rows and sample aside."""
+    outputs = [out / f"{bench}.jsonl", out / "sampled_ids" / f"{bench}.json"]
+    if not any(p.exists() for p in outputs):
+        return   # out does not hold this bench (whatever meta.json last meant to write)
+    diff = check_same(bench, out, recorded, _row_digests(outputs[0]), want)
+    if not diff:
+        return
+    if not overwrite:
+        raise IdentityError(
+            f"{out} holds {bench} results of another evaluation identity (out dir -> this request):\n  "
+            + "\n  ".join(diff) + f"\nUse another out=, or overwrite=true to rename the old {bench} results aside "
+            f"({bench}.jsonl.replaced-<UTC time>; nothing is deleted) and evaluate again.")
+    for p in outputs:
+        if p.exists():
+            print(f"[evaluate] overwrite=true: {p} renamed to {replace_aside(p).name}")
+
+
+def bench_request(bench: str, cfg, ckpt_id: dict) -> dict:
+    """The identity a bench of this request will have (no model or retriever needed)."""
+    _, source, *_ = _bench_parts(bench, cfg, None)
+    return bench_identity(bench, cfg, ckpt_id, n=cfg.n, seed=int(cfg.seed), source=source)
+
+
+def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident: dict,
+              identities: dict) -> tuple[dict, Path]:
+    """Evaluate one bench (already claimed under `ident`); `identities` (bench -> identity,
+    meta.json's) gets this bench's, written to meta.json before the first row."""
     items, source, make_episode, execute, is_done, make_row = _bench_parts(bench, cfg, retriever)
+    identities[bench] = ident
+    meta_path = out / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    write_json(meta_path, {**meta, "identities": identities})
     ids_file = _sampled_ids(out, bench, source, cfg, [it.id for it in items])
     path = out / f"{bench}.jsonl"
     done = load_done(path, {it.id for it in items})
@@ -69,7 +119,7 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path) -> tup
             max_turns=int(cfg.ood_max_turns if bench == OOD_BENCH else cfg.max_turns),
             max_model_len=int(cfg.max_model_len), max_new_tokens=int(cfg.max_new_tokens), is_done=is_done,
         )
-        rows = [make_row(ep, it) for ep, it in zip(episodes, chunk)]
+        rows = [{**make_row(ep, it), "identity": ident["fingerprint"]} for ep, it in zip(episodes, chunk)]
         append_rows(path, rows)
         done.update((r["id"], r) for r in rows)
         bar.update(len(rows))
@@ -78,6 +128,26 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path) -> tup
     summary = summarize(ordered, QA_KEYS if bench != OOD_BENCH else None)
     summary["source"] = source
     return summary, ids_file
+
+
+def _bench_summary_from_rows(out: Path, bench: str, ident: dict | None) -> dict | None:
+    """A bench evaluated by an earlier call, re-summarized from its rows when complete and all of
+    `ident` (rows without a digest when meta.json records none: an out dir from before evaluation
+    identity); None otherwise (then it is not reported)."""
+    ids_path, path = out / "sampled_ids" / f"{bench}.json", out / f"{bench}.jsonl"
+    if not (ids_path.is_file() and path.is_file()):
+        return None
+    sample = json.loads(ids_path.read_text(encoding="utf-8"))
+    try:
+        done = load_done(path, set(sample["ids"]))
+    except ResultsError:
+        return None
+    expected = ident.get("fingerprint") if ident else None
+    if set(done) != set(sample["ids"]) or {r.get("identity") for r in done.values()} != {expected}:
+        return None
+    summary = summarize([done[i] for i in sample["ids"]], QA_KEYS if bench != OOD_BENCH else None)
+    summary["source"] = sample.get("source")
+    return summary
 
 
 def _versions() -> dict:
@@ -93,6 +163,14 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     cfg = resolve(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    summary_path, meta_path = out / "summary.json", out / "meta.json"
+    old_meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    identities = dict(old_meta.get("identities") or {})
+    # Identities first: a bench held under another identity is refused before any model is loaded.
+    ckpt_id = checkpoint_identity(str(cfg.ckpt))
+    wanted = {bench: bench_request(bench, cfg, ckpt_id) for bench in cfg.benches}
+    for bench, ident in wanted.items():
+        claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))
     qa_benches = [b for b in cfg.benches if b != OOD_BENCH]
     if backend is None:
         from evals.backends import make_backend
@@ -103,15 +181,20 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
 
         retriever = make_retriever(cfg)
     style = cfg.tool_style if cfg.tool_style != "auto" else detect_style(backend.tokenizer.chat_template)
-    summary_path = out / "summary.json"
-    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    # Never trusted from an earlier run: other benches are re-summarized from their own rows.
+    summary = {}
+    held = set(identities) | {p.stem for p in (out / "sampled_ids").glob("*.json")}
+    for bench in sorted(held - set(cfg.benches)):
+        if (s := _bench_summary_from_rows(out, bench, identities.get(bench))) is not None:
+            summary[bench] = s
     ids_files = {}
     started = time.time()
     for bench in cfg.benches:
-        summary[bench], ids_files[bench] = run_bench(bench, cfg, backend, retriever, style, out)
+        summary[bench], ids_files[bench] = run_bench(bench, cfg, backend, retriever, style, out, wanted[bench], identities)
         write_json(summary_path, summary)  # after every bench, so a crash keeps finished ones
     meta = {
-        "ckpt": str(cfg.ckpt), "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
+        "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities,
+        "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
         "n": cfg.n, "seed": int(cfg.seed), "benches": list(cfg.benches), "tool_style": style,
         "retriever": cfg.retriever if qa_benches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(p) for b, p in ids_files.items()},
@@ -119,7 +202,7 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         "config": OmegaConf.to_container(cfg, resolve=True), "versions": _versions(),
         "seconds": round(time.time() - started, 3),
     }
-    write_json(out / "meta.json", meta)
+    write_json(meta_path, meta)
     from evals.wandb_log import log_summary
 
     logged = log_summary(cfg, summary)

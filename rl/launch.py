@@ -22,11 +22,23 @@ MODULE = "rl.train"
 
 
 def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
-    """launch.run.resolve with GRPO's composition and run-dir rule."""
-    prep = run.resolve(argv, gpus, compose_fn=compose_grpo, run_dir_fn=run_dir)
-    cfg = prep.cfg
-    if cfg.name and cfg.logging.name == f"{cfg.arm}-s{cfg.seed}":
-        cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}"
+    """Compose, refuse a request whose run identity (common.fingerprint over every config key:
+    task, LoRA, GRPO settings, env split) differs from the run dir's, check the hardware, fill the
+    derived values."""
+    composed = compose_grpo(argv)
+    cfg = composed.cfg
+    rd = run_dir(cfg)
+    identity = run.check_identity(rd, cfg)
+    if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
+        local.check_hardware(cfg, composed.choices["model"], gpus)
+    nproc = local.resolve_nproc(cfg, gpus)
+    cfg.run_dir = str(rd)
+    cfg.runs_root = str(os.path.abspath(os.path.expanduser(str(cfg.runs_root))))
+    cfg.launcher.nproc = nproc
+    if cfg.logging.name is None:
+        cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
+    prep = Prepared(composed=composed, run_dir=rd, nproc=nproc)
+    prep.identity = identity
     return prep
 
 
@@ -74,7 +86,13 @@ def launch_grpo(argv: list[str]) -> int:
         print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
               f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)
         return 2
-    lock = lock_run_dir(rd)
+    if cfg.resume == "never" and rd.exists():
+        held = lock_run_dir(rd)  # never rename a run dir a launch or a trainer is using
+        try:
+            run.start_over(rd)
+        finally:
+            os.close(held)
+    held = lock_run_dir(rd)
     try:
         if cfg.launcher.kind == "slurm":
             slurm.check_not_queued(rd)
@@ -87,11 +105,17 @@ def launch_grpo(argv: list[str]) -> int:
             launcher = {"kind": "slurm", "nodes": cfg.launcher.nodes, "gpus_per_node": cfg.launcher.gpus_per_node,
                         "script": str(path), "job_id": job}
             manifest.write_manifest(rd, argv=["stage=grpo", *argv], choices=prep.composed.choices, launcher=launcher,
-                                    data=start_record(cfg))
+                                    data=start_record(cfg), identity=prep.identity)
             print(f"[launch] submitted {path} as Slurm job {job}")
             return 0
         cmd = local.torchrun_command(config_path, prep.nproc, module=MODULE)
-        rc, log = run.train_here(prep, ["stage=grpo", *argv], cmd, start_record(cfg), lock)
+        launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
+        manifest.write_manifest(rd, argv=["stage=grpo", *argv], choices=prep.composed.choices, launcher=launcher,
+                                data=start_record(cfg), identity=prep.identity)
+        print(f"[launch] {'resuming' if run.has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
+        rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO)
     finally:
-        os.close(lock)
-    return run.report_end(rd, rc, log)
+        os.close(held)
+    state = "finished" if is_finished(rd) else f"stopped (exit {rc}); re-run the same command to resume"
+    print(f"[launch] {rd}: {state}; log {log}", flush=True)
+    return rc

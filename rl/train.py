@@ -31,12 +31,14 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from common import fingerprint
 from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
 from rl.config import planned_saves
 from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
 from sft.checkpoint import PreemptionFlag, step_name
 from sft.metrics import MetricsLog, Wandb
+from sft.train import identity_error, take_run_lock
 
 log = logging.getLogger("rl.train")
 
@@ -140,6 +142,15 @@ def wandb_spec(cfg: DictConfig):
                     tags=run_tags(arm=str(cfg.arm), seed=int(cfg.seed), model=str(cfg.model.name), stage="grpo"))
 
 
+def run_identity(cfg: DictConfig) -> dict:
+    """The run identity (common.fingerprint over every result-changing key of config.yaml: task,
+    LoRA, GRPO settings, env split, model, seed), as launch computes it for the run dir."""
+    from common import fingerprint
+    from sft.config import TRAINER_SEMANTICS
+
+    return fingerprint.identity(cfg, trainer_semantics=TRAINER_SEMANTICS)
+
+
 def _trainer_class():
     from trl import GRPOTrainer
 
@@ -190,6 +201,7 @@ class Run:
         self.start_step = 0
         self.trainer = None
         self.template: dict = {}
+        self.identity = run_identity(cfg)
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -202,6 +214,9 @@ class Run:
         # torchrun's process group, as the Trainer's Accelerator (use_cpu on a CPU machine) will see it;
         # without cpu=True accelerate reports every CPU rank as a single main process.
         state = PartialState(cpu=not on_gpu())
+        rd.mkdir(parents=True, exist_ok=True)
+        # The trainer's own run-dir lock (rank 0, whole process), as sft.train takes it.
+        self._lock = take_run_lock(rd, state.process_index, state.num_processes)
         if state.is_main_process and not (self.start_dir / "SHA256SUMS").is_file():
             from sft.tiny import resolve_model_path
 
@@ -213,6 +228,11 @@ class Run:
             raise rlck.CheckpointError(f"{self.start_dir} fails its checksums: {problems[0]}")
         resume = rlck.resume_dir(rd, str(cfg.resume))
         st = rlck.load_state(resume) if resume else None
+        if st and isinstance(st["meta"].get("identity"), dict):
+            diff = fingerprint.fingerprint_diff(st["meta"]["identity"], self.identity)
+            if diff:
+                raise identity_error(f"resume: {resume} was saved by a run of a different configuration; resuming "
+                                     "it would mix the two", diff)
         self.start_step = int(st["meta"]["step"]) if st else 0
         steps = self.total - self.start_step
         if steps <= 0:
@@ -274,7 +294,8 @@ class Run:
             from peft import get_peft_model_state_dict
 
             rlck.save_state(self.rd, step, adapter=get_peft_model_state_dict(model), optimizer=tr.optimizer,
-                            meta={"rows_consumed": step * prompts_per_step(self.cfg), "seed": int(self.cfg.seed),
+                            meta={"identity": self.identity, "rows_consumed": step * prompts_per_step(self.cfg),
+                                  "seed": int(self.cfg.seed),
                                   "num_input_tokens_seen": int(tr.state.num_input_tokens_seen)},
                             rank=tr.accelerator.process_index, barrier=tr.accelerator.wait_for_everyone)
         tr.accelerator.wait_for_everyone()
@@ -284,7 +305,8 @@ class Run:
         """`DONE` once the final step's checkpoint, state and metrics line are all written."""
         tr = self.trainer
         if tr.accelerator.is_main_process and self.start_step + tr.state.global_step == self.total:
-            write_json(self.rd / "DONE", {"step": self.total, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            write_json(self.rd / "DONE", {"step": self.total, "identity": self.identity,
+                                          "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
     def _agree(self, flag: bool) -> bool:
         import torch.distributed as dist
@@ -346,6 +368,10 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     rd = Path(cfg.run_dir)
     if (rd / "DONE").is_file():
+        recorded = json.loads((rd / "DONE").read_text(encoding="utf-8")).get("identity")
+        diff = fingerprint.fingerprint_diff(recorded, run_identity(cfg)) if isinstance(recorded, dict) else []
+        if diff:
+            raise identity_error(f"{rd} holds a finished run of a different configuration", diff)
         print(f"[rl.train] {rd} is finished (DONE)")
         return 0
     if cfg.task == "spa":
@@ -371,6 +397,8 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         r.finish()
     finally:
         r.flag.restore()
+        if getattr(r, "_lock", None) is not None:
+            os.close(r._lock)  # the run-dir lock (the process exit would release it too)
         if r.trainer is not None:
             r.wandb.finish()
         scratch = rd / "trl"  # TRL's output_dir: nothing is saved there (save_strategy="no")

@@ -144,6 +144,17 @@ def test_run_dir_checkpoints_verify(grpo_run):
     assert json.loads((rd / "DONE").read_text())["step"] == 2
 
 
+def test_finished_run_of_another_config_is_refused(grpo_run):
+    from common.cli import ConfigError
+    from rl import train as rt
+
+    cfg = grpo_run["cfg"].copy()
+    assert rt.run(cfg) == 0  # the same config: reported as finished
+    cfg.grpo.temperature = 0.5
+    with pytest.raises(ConfigError, match="grpo.temperature: 1.0 -> 0.5"):
+        rt.run(cfg)
+
+
 def test_launch_two_cpu_ranks_share_one_trainer(tmp_path):
     """`launch stage=grpo ... nproc=2` on CPU: torchrun's two ranks form one accelerate world (TRL
     gathers their rollouts), not two single-process trainers writing the same run dir."""
@@ -163,3 +174,10 @@ def test_launch_two_cpu_ranks_share_one_trainer(tmp_path):
     assert sorted(p.name for p in (rd / "state" / "step-000001" / "rng").iterdir()) == [
         "rank-00000.safetensors", "rank-00001.safetensors"]
     assert (rd / "DONE").is_file() and (rd / "checkpoints" / "step-000001" / "SHA256SUMS").is_file()
+    # The run dir belongs to one identity: another GRPO setting is refused (exit 2, the key named).
+    from launch.cli import main
+
+    assert main(["stage=grpo", "task=spa", "model=tiny_base", "steps=1", f"runs_root={tmp_path}", "nproc=2",
+                 "grpo.max_completion_length=32", "grpo.pilot_tasks=3", "dry_run=true"]) == 0
+    assert main(["stage=grpo", "task=spa", "model=tiny_base", "steps=1", f"runs_root={tmp_path}", "nproc=2",
+                 "grpo.max_completion_length=64", "grpo.pilot_tasks=3", "dry_run=true"]) == 2
