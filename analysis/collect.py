@@ -22,7 +22,9 @@ COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
 GENERAL_QA = ["nq", "triviaqa", "popqa"]
 MULTIHOP_QA = ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 SEARCH_R1_BENCHES = GENERAL_QA + MULTIHOP_QA
-AGENTIC_BENCHES = ["search_plan_ood"]
+# Benches with their own environment, scored by one headline metric (not EM/F1).
+ENV_BENCH_METRIC = {"search_plan_ood": "reward", "babyai": "return"}
+AGENTIC_BENCHES = list(ENV_BENCH_METRIC)
 MEAN_BENCH = "avg"  # pseudo-bench: the unweighted mean over the QA benches (Search-R1's "Avg.")
 # A summary metric whose per-example twin has another name (search_plan_ood's `reward` is the
 # episode's `total`).

@@ -53,6 +53,8 @@ def write_report(out: Path, *, runs: list[Run], figures: list[FigureInfo], table
         pdf = next(p for p in fig.paths if p.suffix == ".pdf")
         lines += [f"### {png.stem}", "", f"![{png.stem}]({_rel(png, out)})", "",
                   f"Vector: [`{_rel(pdf, out)}`]({_rel(pdf, out)}). Panels: {', '.join(fig.panels)}.", ""]
+        lines += [fig.caption, ""] if fig.caption else []
+        lines += [f"- {note}" for note in fig.notes.values()] + ([""] if fig.notes else [])
     lines += ["## Tables", ""]
     for name, table in tables.items():
         links = ", ".join(f"[`{_rel(p, out)}`]({_rel(p, out)})" for p in table_paths.get(name, []))

@@ -44,3 +44,9 @@ def variant_label(arm: str, name: str | None) -> str:
 
 def is_replaced(path: str | Path) -> bool:
     return REPLACED_MARK in Path(path).name
+
+
+def eval_subdir(profile: str | None = None) -> Path:
+    """A run's evaluations: `eval/` for the default profile, `eval/<profile>/` for a named one
+    (`evaluate profile=NAME`), so two profiles of one checkpoint never share a directory."""
+    return Path("eval") / profile if profile else Path("eval")

@@ -22,10 +22,14 @@ OPERATIONAL_KEYS = (
     "backend", "batch_size", "micro_batch", "device", "progress", "index_dir", "retriever_timeout",
     "retriever_retries", "tensor_parallel_size", "gpu_memory_utilization", "out", "dry_run", "overwrite",
     "wandb", "wandb_group",
+    "profile",  # a profile only supplies keys, which are in the identity themselves
 )
 # Keys that enter through content identities instead: the checkpoint digest, and per bench its
-# n, seed and file digest (`benches` lists which identities there are; `corpus` is a file).
-CONTENT_KEYS = ("ckpt", "benches", "bench_root", "n", "seed", "corpus")
+# n, seed and file digest (`benches` lists which identities there are; `corpus` is a file; `bench_n`
+# is a bench's own n).
+CONTENT_KEYS = ("ckpt", "benches", "bench_root", "n", "bench_n", "seed", "corpus")
+# Keys that belong to one bench only (they enter no other bench's identity).
+BENCH_KEY_PREFIXES = {"babyai": "babyai_"}
 
 
 class IdentityError(ValueError):
@@ -87,7 +91,8 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str)
     conf = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     body = {
         "checkpoint": ckpt_id,
-        "evaluate": {k: v for k, v in conf.items() if k not in OPERATIONAL_KEYS + CONTENT_KEYS},
+        "evaluate": {k: v for k, v in conf.items() if k not in OPERATIONAL_KEYS + CONTENT_KEYS
+                     and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
         "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
         "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": source_digest(source)},
     }
@@ -96,9 +101,9 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str)
 
 
 def bench_uses_corpus(bench: str) -> bool:
-    from evals.benches import OOD_BENCH
+    from evals.benches import ENV_BENCHES
 
-    return bench != OOD_BENCH
+    return bench not in ENV_BENCHES
 
 
 def check_same(bench: str, out: Path, recorded: dict | None, rows_digests: set, want: dict) -> list[str]:

@@ -113,9 +113,11 @@ METRICS: dict[str, MetricSpec] = {
     "reward": RATE, "reward_outcome": RATE, "reward_grounding": RATE, "reward_stop": RATE,
     "mean_turns": COUNT, "mean_tool_calls": COUNT, "mean_tool_errors": COUNT, "mean_generated_tokens": COUNT,
     "n": SIZE,
+    # bench babyai (evals.babyai): episode means
+    "return": RATE, "success": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
 }
 # Summary fields that are descriptions or breakdowns, not metrics.
-NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules")
+NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules")
 
 
 def metric_problem(name: str, value) -> str | None:
