@@ -109,13 +109,7 @@ def launch_grpo(argv: list[str]) -> int:
             print(f"[launch] submitted {path} as Slurm job {job}")
             return 0
         cmd = local.torchrun_command(config_path, prep.nproc, module=MODULE)
-        launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
-        manifest.write_manifest(rd, argv=["stage=grpo", *argv], choices=prep.composed.choices, launcher=launcher,
-                                data=start_record(cfg), identity=prep.identity)
-        print(f"[launch] {'resuming' if run.has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-        rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO)
+        rc, log = run.train_here(prep, ["stage=grpo", *argv], cmd, start_record(cfg))
     finally:
         os.close(held)
-    state = "finished" if is_finished(rd) else f"stopped (exit {rc}); re-run the same command to resume"
-    print(f"[launch] {rd}: {state}; log {log}", flush=True)
-    return rc
+    return run.report_end(rd, rc, log)

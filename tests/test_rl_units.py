@@ -422,8 +422,12 @@ def test_qa_task_rewards_em_through_trl_and_the_evals_retriever(tmp_path, monkey
             assert len(tool) == 1 and tool[0]["content"].startswith("Doc 1(Title: ")
 
 
-def test_tampered_starting_copy_is_refused_before_loading(tmp_path, capsys):
+def test_tampered_starting_copy_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    import logging
+
     from omegaconf import OmegaConf
+
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: None)  # no handler on pytest's captured stderr
 
     from rl import train as rt
     from rl.checkpoint import write_start_checkpoint
