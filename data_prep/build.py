@@ -108,7 +108,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     cfg = config.resolve(data_cfg)
     wanted = _domains(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
-    renderer = ChatRenderer(tok, history_reasoning=cfg["history_reasoning"], epilogue=cfg["epilogue"])
+    renderer = ChatRenderer(tok, **_renderer_kwargs(cfg))
     key = _cache_key(cfg, arm, seed, tok, tok_name)
     out = Path(out)
     stats = RunStats()
@@ -139,7 +139,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         kept = {}
         n_candidates = sum(len(p) for p in pools.values())
         procs = (num_proc or min(os.cpu_count() or 1, 8)) if n_candidates > 4 * worker.CHUNK else 1
-        processor = worker.Processor(tok, {"history_reasoning": cfg["history_reasoning"], "epilogue": cfg["epilogue"]}, procs)
+        processor = worker.Processor(tok, _renderer_kwargs(cfg), procs)
         try:
             for dom, quota in wanted.items():
                 kept_rows[dom], kept[dom] = _select(pools[dom], quota, dom, seed, cfg, processor, stats, progress)
@@ -170,6 +170,10 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         }
         write_json(tmp / "manifest.json", manifest)
     return manifest
+
+
+def _renderer_kwargs(cfg: dict) -> dict:
+    return {"history_reasoning": cfg["history_reasoning"], "epilogue": cfg["epilogue"], "thoughts": cfg["thoughts"]}
 
 
 def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -> dict:
@@ -245,13 +249,15 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict) -> dict:
         if cfg["length_policy"] == "drop":
             raise RecordError("too_long", f"{len(ids)} tokens > max_seq_len {cfg['max_seq_len']}")
         ids, labels = ids[: cfg["max_seq_len"]], labels[: cfg["max_seq_len"]]
-    n_train = int((labels != -100).sum())
+    trainable = labels != -100
+    n_train = int(trainable.sum())
     if n_train == 0:
         raise RecordError("no_trainable_tokens", "no assistant token left in the row")
+    n_inexact = int((trainable & enc.inexact[: len(labels)]).sum()) if enc.inexact is not None else 0
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": worker.record_json(rec),
-            "_checks": enc.checks, "_rewritten": enc.rewritten, "_truncated": truncated, "_retokenized": enc.retokenized,
-            "_per_turn": enc.id != rec["id"], "_epilogue": "epilogue" in rec}
+            "_checks": enc.checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
+            "_extra_row": enc.id != rec["id"], "_epilogue": "epilogue" in rec}
 
 
 def _features():

@@ -27,8 +27,8 @@ class Encoded:
     input_ids: np.ndarray
     labels: np.ndarray
     checks: dict
-    rewritten: bool
     retokenized: bool
+    inexact: np.ndarray | None  # per token: inside an inexact (as-rendered) span
 
 
 _STATE: dict = {}
@@ -57,9 +57,9 @@ def process_chunk(records: list[dict]) -> list[tuple]:
     for k, rec, rows in rendered:
         out = []
         for row in rows:
-            ids, labels, retok = next(encoded)
-            out.append(Encoded(row.id, np.asarray(ids, dtype=np.int32), np.asarray(labels, dtype=np.int32),
-                               row.checks, row.history_rewritten, retok))
+            t = next(encoded)
+            out.append(Encoded(row.id, np.asarray(t.input_ids, dtype=np.int32), np.asarray(t.labels, dtype=np.int32),
+                               row.checks, t.retokenized, t.inexact))
         results[k] = ("ok", rec, out)
     return results
 

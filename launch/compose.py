@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, KeySpace, apply_overrides, flat_keys, split_dotlist
+from data_prep.render import HISTORY_POLICIES, THOUGHT_POLICIES
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 GROUPS = ("arm", "model", "data", "launcher")
@@ -124,7 +125,8 @@ CHOICES = {
     "model.attn_implementation": ("auto", "sdpa", "eager", "flash_attention_2"),
     "data.kind": ("hub", "synthetic"),
     "data.reasoning": ("reasoning_content", "content"),
-    "data.history_reasoning": ("keep_as_rendered", "per_turn", "reject"),
+    "data.history_reasoning": HISTORY_POLICIES,
+    "data.thoughts": THOUGHT_POLICIES,
     "data.length_policy": ("drop", "truncate"),
     "train.precision": ("auto", "bf16", "fp32"),
     "train.lr_schedule": ("cosine", "linear", "constant"),

@@ -48,7 +48,8 @@ def test_dataset_contract(mixed):
     for key in ("sources", "counts", "rejected_by_reason", "tokens", "tokenizer", "template", "fingerprint", "cache_key", "config", "seed"):
         assert key in m
     assert m["tokens"]["p50"] > 0 and 0 < m["tokens"]["trainable_fraction"] < 1
-    assert m["render"]["epilogue_rows"] == 6 and m["render"]["assistant_turns_history_rewritten"] == 0
+    assert m["render"]["epilogue_rows"] == 6 and m["render"]["assistant_turns_as_rendered"] == 0
+    assert m["render"]["trainable_tokens_as_rendered"] == 0 and m["render"]["trainable_tokens_exact"] == m["tokens"]["trainable_total"]
     c = m["counts"]
     assert c["kept"] + c["rejected"] + c["not_selected"] == c["read"] and c["kept"] == 12
     assert all(len(s["files"][0]["sha256"]) == 64 for s in m["sources"])
