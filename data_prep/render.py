@@ -34,7 +34,7 @@ import numpy as np
 
 from common.io import sha256_text
 from data_prep.jinja_env import compile_template
-from data_prep.schema import RecordError
+from data_prep.schema import ROW_SEP, RecordError
 from data_prep.terminators import epilogue_text
 
 END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "</s>")
@@ -45,7 +45,6 @@ HISTORY_POLICIES = ("exact", "keep_as_rendered", "reject")
 # Thoughts a template cannot render (Llama-3.1: content beside a tool call, any reasoning_content):
 # `reject` the record (default) or `drop` them (the turn's tokens are counted inexact).
 THOUGHT_POLICIES = ("reject", "drop")
-ROW_SEP = "#row"
 _PROBE_Q, _PROBE_A, _PROBE_Q2 = "PROBE-QUESTION-7f3a", "PROBE-ANSWER-7f3a", "PROBE-NEXT-7f3a"
 
 
@@ -88,12 +87,6 @@ class Row:
     def checks(self) -> dict[str, int]:
         n_exact = sum(self.exact)
         return {k: v for k, v in (("exact", n_exact), ("as_rendered", len(self.exact) - n_exact)) if v}
-
-
-def trajectory_id(row_id: str) -> str:
-    """The record a row came from: a record that needs several rows gets ids `<id>#row<k>`."""
-    head, sep, k = row_id.rpartition(ROW_SEP)
-    return head if sep and k.isdigit() else row_id
 
 
 def _common_prefix(a: str, b: str) -> str:

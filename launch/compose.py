@@ -230,7 +230,8 @@ def run_dir(cfg: DictConfig) -> Path:
 
 
 def planned_steps(cfg: DictConfig, n_rows: int | None = None) -> int:
-    """Optimizer steps: `train.steps`, else epochs * floor(rows / global_batch_size)."""
+    """Optimizer steps: `train.steps`, else epochs * floor(trajectories / global_batch_size) (a record
+    split into several rows is one trajectory)."""
     if cfg.train.steps is not None:
         return int(cfg.train.steps)
     rows = cfg.data.n if n_rows is None else n_rows
