@@ -30,9 +30,31 @@ def data_dir(tmp_path_factory):
 # ---------------------------------------------------------------- packing and the loss
 
 
-def test_packed_forward_equals_unpacked_per_token_loss(data_dir):
+def _packed_vs_hf_reference(model, rows) -> None:
+    """Raises AssertionError unless the packed micro-batch's per-token losses equal plain HF:
+    `model(input_ids=one sequence, labels=its labels)` (HF shifts the labels itself)."""
+    packed = collate(rows)
+    with torch.no_grad():
+        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False).logits[0]
+        ours = torch.nn.functional.cross_entropy(logits, packed.shift_labels[0], reduction="sum", ignore_index=-100)
+        ref_sum, ref_n = 0.0, 0
+        for ids, labels in rows:
+            lab = torch.as_tensor(labels, dtype=torch.long)[None]
+            n = int((lab[0, 1:] != -100).sum())
+            ref_sum += model(input_ids=torch.as_tensor(ids, dtype=torch.long)[None], labels=lab, use_cache=False).loss.item() * n
+            ref_n += n
+        assert packed.num_trainable == ref_n
+        assert ours.item() == pytest.approx(ref_sum, rel=1e-5)
+        # and the model's own loss with shift_labels + num_items_in_batch is the exact sum / N
+        loss = model(input_ids=packed.input_ids, position_ids=packed.position_ids, labels=packed.labels,
+                     shift_labels=packed.shift_labels, num_items_in_batch=packed.num_trainable, use_cache=False).loss
+        assert loss.item() == pytest.approx(ref_sum / ref_n, rel=1e-5)
+
+
+def test_packed_forward_equals_unpacked_per_token_loss(data_dir, monkeypatch):
     from transformers import AutoModelForCausalLM
 
+    import sft.data
     from sft.tiny import tiny_config
 
     torch.manual_seed(0)
@@ -45,20 +67,58 @@ def test_packed_forward_equals_unpacked_per_token_loss(data_dir):
     # the last position of each sequence predicts nothing (no leak into the next sequence)
     ends = np.cumsum(packed.seq_lens) - 1
     assert (packed.shift_labels[0, ends] == -100).all()
+    _packed_vs_hf_reference(model, rows)
+    # the check can fail: without the label shift (or shifting across sequences) it does
+    monkeypatch.setattr(sft.data, "shift_per_sequence", lambda labels: np.asarray(labels).copy())
+    with pytest.raises(AssertionError):
+        _packed_vs_hf_reference(model, rows)
 
-    def per_token(mb):
-        with torch.no_grad():
-            logits = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False).logits[0]
-        return torch.nn.functional.cross_entropy(logits, mb.shift_labels[0], reduction="none", ignore_index=-100)
+    def across(labels):  # one shift over the packed row would leak into the next sequence; emulate per row
+        out = np.asarray(labels).copy()
+        out[:-1] = out[1:]
+        return out  # the last label is kept: it predicts the next sequence's first position
+    monkeypatch.setattr(sft.data, "shift_per_sequence", across)
+    with pytest.raises(AssertionError):
+        _packed_vs_hf_reference(model, rows)
 
-    separate = torch.cat([per_token(collate([r])) for r in rows])
-    together = per_token(packed)
-    torch.testing.assert_close(together, separate, rtol=1e-5, atol=1e-5)
-    # and the model's own loss with shift_labels + num_items_in_batch is the exact sum / N
-    with torch.no_grad():
-        loss = model(input_ids=packed.input_ids, position_ids=packed.position_ids, labels=packed.labels,
-                     shift_labels=packed.shift_labels, num_items_in_batch=packed.num_trainable, use_cache=False).loss
-    assert loss.item() == pytest.approx(separate.sum().item() / packed.num_trainable, rel=1e-5)
+
+def test_trainer_gradient_equals_plain_hf_reference(tmp_path, tiny_model_dir):
+    """The trainer's gradient for one global batch (records split into several rows included)
+    equals plain HF per-sequence cross-entropy summed over the batch's sequences / its trainable
+    tokens, computed here with transformers and torch only."""
+    import datasets
+    from transformers import AutoModelForCausalLM
+
+    from sft_grad_worker import global_batch_grads
+
+    src = make_dataset_dir(tmp_path / "src", n=24)
+    ds = datasets.load_from_disk(str(src))
+    out = tmp_path / "multi"
+    ds.remove_columns("id").add_column("id", _multi_row_ids(len(ds))).save_to_disk(str(out))
+    (out / "manifest.json").write_text(json.dumps({"fingerprint": "m"}))
+    cfg = write_config(tmp_path / "run", out, **{"model.path": str(tiny_model_dir), "model.init": "pretrained",
+                                                   "global_batch_size": 4, "max_tokens_per_micro_batch": 200})
+    got = global_batch_grads(cfg, [200])[200]
+    data = load_train_data(out, global_batch_size=4, max_tokens_per_micro_batch=200)
+    rows = plan_step(data, 0, rank=0, world=1, global_batch_size=4, seed=0, capacity=200).indices
+    assert len(rows) > 4  # split records: more sequences than trajectories
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32, attn_implementation="sdpa")
+    model.train()
+    total, n_total = 0.0, 0
+    for i in rows:
+        ids = torch.as_tensor(data.ds[int(i)]["input_ids"], dtype=torch.long)[None]
+        lab = torch.as_tensor(data.ds[int(i)]["labels"], dtype=torch.long)[None]
+        n = int((lab[0, 1:] != -100).sum())
+        total = total + model(input_ids=ids, labels=lab, use_cache=False).loss * n
+        n_total += n
+    (total / n_total).backward()
+    assert got["n_trainable"] == n_total and got["loss"] == pytest.approx((total / n_total).item(), rel=1e-5)
+    strip = lambda k: k.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")  # noqa: E731
+    mine = {strip(k): g for k, g in got["grads"].items()}
+    ref = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    assert mine.keys() == ref.keys()
+    for k, g in ref.items():
+        torch.testing.assert_close(mine[k], g, rtol=1e-5, atol=1e-7, msg=k)
 
 
 def test_best_fit_decreasing_and_rank_split():
