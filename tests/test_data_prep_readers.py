@@ -146,11 +146,62 @@ def test_headline_rules():
 
 def test_parse_xml_calls_and_source_errors():
     thought, calls = parse_xml_calls("think\n\n<function=file_editor>\n  <parameter=command>view</parameter>\n  <parameter=view_range>[1, 5]</parameter>\n</function>")
-    assert thought.strip() == "think" and calls == [("file_editor", {"command": "view", "view_range": [1, 5]})]
+    assert thought.strip() == "think" and calls == [("file_editor", {"command": "view", "view_range": "[1, 5]"})]
     with pytest.raises(SourceError, match="unknown format"):
         parse_source("nope:/x.jsonl")
     with pytest.raises(SourceError, match="no such file"):
         parse_source("r2e-gym:/does/not/exist.jsonl")
+
+
+XML_SYSTEM = """You are a programming agent.
+
+We have access to the following functions:
+
+---- BEGIN FUNCTION #1: file_editor ----
+Description: Edit files
+Parameters:
+  (1) command (string, required): The command.
+  (2) path (string, required): The path.
+  (3) new_str (string, optional): The new text.
+  (4) view_range (array, optional): Lines to view.
+  (5) insert_line (integer, optional): Line number.
+  (6) dry (boolean, optional): Only show.
+---- END FUNCTION #1 ----
+
+---- BEGIN FUNCTION #2: finish ----
+Description: Finish
+Parameters:
+  (1) command (string, required): submit
+---- END FUNCTION #2 ----
+"""
+
+
+def test_xml_parameters_typed_by_declared_schema(tmp_path):
+    """String parameters stay byte-exact (a `new_str` that looks like JSON is not decoded and its
+    whitespace kept); non-string parameters are decoded; parameters of a tool with no declared
+    schema stay strings; CRLF in what the model wrote is kept (only observations are normalised)."""
+    edit = ("Edit it.\n\n<function=file_editor>\n  <parameter=command>str_replace</parameter>\n  <parameter=path>/a.json</parameter>\n"
+            '  <parameter=new_str>{"debug": true,   "level": 1}</parameter>\n  <parameter=view_range>[1, 5]</parameter>\n'
+            "  <parameter=insert_line>7</parameter>\n  <parameter=dry>false</parameter>\n</function>")
+    crlf_edit = "Again.\n\n<function=file_editor>\n  <parameter=command>create</parameter>\n  <parameter=new_str>a\r\nb</parameter>\n</function>"
+    undeclared = "Look.\n\n<function=grep_tool>\n  <parameter=pattern>[1, 2]</parameter>\n  <parameter=n>5</parameter>\n</function>"
+    row = {"id": "x", "messages": [
+        {"role": "system", "content": XML_SYSTEM}, {"role": "user", "content": "<github_issue>\n**Title:** T\n</github_issue>"},
+        {"role": "assistant", "content": edit}, {"role": "user", "content": "ok\r\ndone"},
+        {"role": "assistant", "content": crlf_edit}, {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": undeclared}, {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": "Done.\n\n<function=finish>\n  <parameter=command>submit</parameter>\n</function>"}]}
+    for fmt in ("r2e-gym", "swe-gym", "swe-smith"):
+        p = tmp_path / f"{fmt}.jsonl"
+        p.write_text(json.dumps(row) + "\n")
+        rec = _one(f"{fmt}:{p}")
+        args = [m["tool_calls"][0]["function"]["arguments"] for m in rec["messages"] if m.get("tool_calls")]
+        assert args[0] == {"command": "str_replace", "path": "/a.json", "new_str": '{"debug": true,   "level": 1}',
+                           "view_range": [1, 5], "insert_line": 7, "dry": False}
+        assert args[1]["new_str"] == "a\r\nb"
+        assert args[2] == {"pattern": "[1, 2]", "n": "5"}
+        if fmt != "r2e-gym":  # the readers with CRLF observations normalise tool output only
+            assert rec["messages"][3]["content"] == "ok\ndone"
 
 
 BAD_ROWS = {
