@@ -135,8 +135,45 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
     assert extract_answer_tag("x <answer>a</answer> y <answer> b </answer>") == ("x <answer>a</answer> y ", "b")
 
 
+HEADLINE_CASES = {
+    # R2E-Gym synthetic issue
+    "r2e": ("[ISSUE]\n**Title:** `np.unique` fails on empty object arrays\n\n**Description:**\nWhen calling ...\n[/ISSUE]",
+            "`np.unique` fails on empty object arrays"),
+    # R2E block whose title is empty: the description's text, never the label itself
+    "r2e_empty_title": ("[ISSUE]\n**Title:** \n\n**Description:**\nImage.resize ignores the reducing_gap argument\n\n"
+                        "**Expected Behavior:**\nx\n[/ISSUE]", "Image.resize ignores the reducing_gap argument"),
+    # GitHub bug-report template: comment, heading, then the text
+    "github_template": ("<!--\nPlease fill the template below.\nThanks for contributing!\n-->\n\n### Describe the bug\n\n"
+                        "SSIMLoss result does not have gradient\n\n### To Reproduce\n```python\nimport torch\n```\n",
+                        "SSIMLoss result does not have gradient"),
+    "comment_line": ("<!-- Please fill the template -->\nGroupBy.first drops categories\n", "GroupBy.first drops categories"),
+    # pandas-style: checkboxes, a code block first, then the description under a template heading
+    "pandas": ("### Pandas version checks\n\n- [X] I have checked that this issue has not already been reported.\n"
+               "- [ ] I have confirmed this bug exists on the main branch.\n\n### Reproducible Example\n\n```python\n"
+               "import pandas as pd\npd.DataFrame().sum()\n```\n\n### Issue Description\n\nDataFrame.sum raises on an empty frame\n",
+               "DataFrame.sum raises on an empty frame"),
+    "code_first": ("```python\n>>> np.linspace(0, 1, 0)\nTraceback ...\n```\nlinspace with num=0 raises instead of returning []\n",
+                   "linspace with num=0 raises instead of returning []"),
+    "old_template": ("#### Code Sample, a copy-pastable example if possible\n\n```python\ns.str.cat()\n```\n"
+                     "#### Problem description\n\nstr.cat ignores na_rep\n", "str.cat ignores na_rep"),
+    # SWE-Gym problem statement: the first line is the title; a **Title:** deep in the body loses
+    "swe_gym": ("SSIMLoss result does not have gradient\n**Describe the bug**\nSSIMLoss result does not have gradient\n\n"
+                "**To Reproduce**\n```\nx\n```\n", "SSIMLoss result does not have gradient"),
+    "deep_title": ("Crash when the config file is empty\n\nSteps:\n1. a\n2. b\n3. c\n\n**Title:** unrelated quoted text\n",
+                   "Crash when the config file is empty"),
+    "title_near_top": ("[ISSUE]\nFixes #123\n**Title:** Use the declared dtype\n", "Use the declared dtype"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADLINE_CASES))
+def test_headlines_on_real_looking_issues(case):
+    text, want = HEADLINE_CASES[case]
+    assert headline(text) == want
+
+
 def test_headline_rules():
     assert headline("[ISSUE]\n**Title:**   Foo   bar\tbaz \n\n**Description:** x") == "Foo bar baz"
+    assert headline("**Title:**\n\n<!-- c -->\n```\ncode\n```\n") == ""  # nothing usable: no_headline
     assert headline("\n\n  # First   line here\nsecond") == "First line here"
     long = "word " * 100
     h = headline(long)
