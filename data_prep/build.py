@@ -18,7 +18,7 @@ import numpy as np
 
 from common.io import atomic_dir, sha256_file, sha256_text, write_json, write_jsonl
 from data_prep import arms, config, synthetic, worker
-from data_prep.decontam import Decontaminator, load_questions
+from data_prep.decontam import Decontaminator, bench_files, bench_of, load_questions
 from data_prep.readers import parse_source, read_source
 from data_prep.render import ChatRenderer
 from data_prep.schema import RecordError
@@ -82,7 +82,7 @@ def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
         "tokenizer": tokenizer_identity(tok, name),
         "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k != "sources"},
         "sources": srcs,
-        "decontam": [{"path": p, "sha256": sha256_file(p)} for p in cfg["decontam"]],
+        "decontam": [{"path": p, "sha256": sha256_file(p)} for p in decontam_paths(cfg)],
     }
     return sha256_text(json.dumps(payload, sort_keys=True, default=str))
 
@@ -176,11 +176,24 @@ def _renderer_kwargs(cfg: dict) -> dict:
     return {"history_reasoning": cfg["history_reasoning"], "epilogue": cfg["epilogue"], "thoughts": cfg["thoughts"]}
 
 
+def decontam_paths(cfg: dict) -> list[str]:
+    """The evaluation files to decontaminate against: `decontam` plus every bench file under
+    `decontam_bench_root` (missing benches: ConfigError naming the key)."""
+    paths = list(cfg["decontam"])
+    if cfg["decontam_bench_root"]:
+        paths += [p for p in bench_files(cfg["decontam_bench_root"]) if p not in paths]
+    return paths
+
+
 def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -> dict:
-    if not cfg["decontam"]:
-        return {"files": [], "ngram": cfg["decontam_ngram"], "overlapping": {}, "dropped": 0}
-    questions, files = load_questions(cfg["decontam"])
+    paths = decontam_paths(cfg)
+    if not paths:
+        return {"bench_root": None, "files": [], "ngram": cfg["decontam_ngram"], "overlapping": {}, "dropped": 0, "by_bench": {}}
+    questions, files = load_questions(paths)
     dec = Decontaminator(questions, n=cfg["decontam_ngram"])
+    by_bench: dict[str, dict] = {}
+    for qid, _ in questions:
+        by_bench.setdefault(bench_of(qid), {"questions": 0, "records": 0, "dropped": 0})["questions"] += 1
     overlapping, dropped = {}, 0
     for dom, pool in pools.items():
         keep = []
@@ -188,6 +201,9 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
             hits = dec.matches(item["rec"]["task"] or "")
             if hits:
                 overlapping[item["rec"]["id"]] = hits
+                for b in sorted({bench_of(h) for h in hits}):
+                    by_bench[b]["records"] += 1
+                    by_bench[b]["dropped"] += int(cfg["decontam_drop"])
                 if cfg["decontam_drop"]:
                     stats.reject(item["spec"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "decontaminated",
                                                 "detail": f"overlaps {', '.join(hits[:5])}", "where": item["where"]}, was_ok=True)
@@ -195,7 +211,8 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
                     continue
             keep.append(item)
         pools[dom] = keep
-    return {"files": files, "ngram": cfg["decontam_ngram"], "questions": len(questions), "overlapping": overlapping, "dropped": dropped}
+    return {"bench_root": cfg["decontam_bench_root"], "files": files, "ngram": cfg["decontam_ngram"], "questions": len(questions),
+            "overlapping": overlapping, "dropped": dropped, "by_bench": by_bench}
 
 
 def _select(pool, quota, dom, seed, cfg, processor, stats, progress):

@@ -2,7 +2,7 @@
 
     data-prep arm=r2e tokenizer=PATH_OR_HUB_ID out=DIR [n=3500] [seed=0] [epilogue=true]
               [data=synthetic] [sources.code=[FORMAT:PATH_OR_HUB_ID,...]] [sources.search=[...]]
-              [decontam=[PATH,...]] [decontam_drop=true] [strict=true] [max_seq_len=32768]
+              [decontam_bench_root=DIR] [decontam=[PATH,...]] [decontam_drop=true] [strict=true] [max_seq_len=32768]
               [length_policy=drop|truncate] [history_reasoning=exact|keep_as_rendered|reject]
               [thoughts=reject|drop] [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
               [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)

@@ -16,6 +16,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "allow_fewer": False,
     "strict": False,
     "decontam": [],
+    "decontam_bench_root": None,         # dir laid out as ../shared/benchmarks: all 7 benches (the hub recipe sets it)
     "decontam_drop": False,
     "decontam_ngram": 13,
     "sources": {"code": [], "search": []},

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SEARCH7 = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+from common.benchmarks import SEARCH7
 OOD_BENCH = "search_plan_ood"
 # FlashRAG_datasets config and split used for each bench when loading from the hub.
 HUB_SPLITS = {

@@ -189,3 +189,69 @@ def test_synthetic_arm_also_reads_listed_sources(tmp_path):
     assert key != build.cache_key(SMALL | {"n": 20}, arm="search", seed=0, tokenizer="tiny")
     export_trajectories(exported, n=5, seed=1)
     assert build.cache_key(cfg, arm="search", seed=0, tokenizer="tiny") != key
+
+
+def _bench_root(tmp_path, skip=()):
+    """A dir laid out as ../shared/benchmarks with one tiny FlashRAG-format file per bench."""
+    from common.benchmarks import SEARCH7
+
+    root = tmp_path / "benchmarks"
+    for k, b in enumerate(SEARCH7):
+        if b in skip:
+            continue
+        (root / b).mkdir(parents=True)
+        qs = [{"id": f"{b}-0", "question": "who wrote hamlet", "golden_answers": ["x"]},
+              {"id": f"{b}-1", "question": f"which river flows through the capital city of country number {k} today", "golden_answers": ["y"]}]
+        (root / b / "test.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
+    return root
+
+
+def _search_source(tmp_path, questions):
+    rows = [{"id": f"r{i}", "question": q, "golden_answers": ["a"],
+             "response": "<think>look</think><search> q </search>\n\n<information>Doc 1(Title: T) x</information>\n\n<answer> a </answer>"}
+            for i, q in enumerate(questions)]
+    src = tmp_path / "r1.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f"search-r1:{src}"
+
+
+def test_decontam_bench_root_counts_per_bench(tmp_path):
+    """All seven benches are checked; report mode lists overlaps per bench; short questions
+    (< 6 words) match on normalized equality only."""
+    root = _bench_root(tmp_path)
+    src = _search_source(tmp_path, ["Who wrote Hamlet?",                                   # equal to the short question
+                                    "who wrote hamlet and the other plays of that era",   # contains it: no match
+                                    "Which river flows through the capital city of country number 3 today?",  # whole 6+ word question
+                                    "what colour is the sky"])
+    cfg = {"sources": {"search": [src]}, "n": 4, "decontam_bench_root": str(root)}
+    m = build.build_arm(cfg, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "a", progress=False)
+    d = m["decontam"]
+    assert d["bench_root"] == str(root) and len(d["files"]) == 7 and d["questions"] == 14
+    assert sorted(d["overlapping"]) == ["r0", "r2"] and m["counts"]["kept"] == 4  # report mode keeps them
+    assert len(d["overlapping"]["r0"]) == 7 and d["overlapping"]["r2"] == ["hotpotqa/hotpotqa-1"]
+    assert d["by_bench"]["hotpotqa"] == {"questions": 2, "records": 2, "dropped": 0}
+    assert d["by_bench"]["nq"] == {"questions": 2, "records": 1, "dropped": 0}
+    m = build.build_arm({**cfg, "decontam_drop": True, "allow_fewer": True}, arm="search", seed=0, tokenizer="tiny",
+                        out=tmp_path / "b", progress=False)
+    assert m["counts"]["kept"] == 2 and m["decontam"]["by_bench"]["hotpotqa"]["dropped"] == 2
+
+
+def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, capsys):
+    root = _bench_root(tmp_path, skip=("bamboogle",))
+    src = _search_source(tmp_path, ["what colour is the sky"])
+    from common.cli import ConfigError
+
+    with pytest.raises(ConfigError, match="data.decontam_bench_root"):
+        build.build_arm({"sources": {"search": [src]}, "n": 1, "decontam_bench_root": str(root)}, arm="search", seed=0,
+                        tokenizer="tiny", out=tmp_path / "x", progress=False)
+    rc = cli_main([f"out={tmp_path / 'y'}", "arm=search", f"sources.search=[{src}]", "n=1", f"decontam_bench_root={root}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "decontam_bench_root" in err and "bamboogle" in err and "Traceback" not in err
+    assert not (tmp_path / "y").exists()
+
+
+def test_study_recipe_decontaminates_synthetic_does_not():
+    from launch.compose import compose
+
+    assert compose([]).cfg.data.decontam_bench_root == "../shared/benchmarks"  # data=hub, the study default
+    assert compose(["data=synthetic"]).cfg.data.decontam_bench_root is None
