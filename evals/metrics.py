@@ -86,3 +86,15 @@ def unweighted_mean(per_bench: dict[str, dict], benches: Sequence[str], key: str
     if not benches or any(b not in per_bench or key not in per_bench[b] for b in benches):
         return None
     return mean(per_bench[b][key] for b in benches)
+
+
+def empty_gold(golden_answers) -> bool:
+    """Whether some gold alias normalizes to nothing (NQ has `*`, `---`, `)`): cover-EM then gives
+    any prediction 1, and EM any prediction that normalizes to nothing. Scored as is by default
+    (parity with Search-R1); counted per bench, and `skip_empty_golds=true` drops such aliases."""
+    return any(not normalize_answer(g) for g in _golds(golden_answers))
+
+
+def nonempty_golds(golden_answers) -> list[str]:
+    """The gold aliases that normalize to something."""
+    return [g for g in _golds(golden_answers) if normalize_answer(g)]

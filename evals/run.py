@@ -9,6 +9,7 @@ metrics in [0, 1]; search_plan_ood carries `reward` and `reward_<component>`). R
 """
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import time
@@ -50,7 +51,8 @@ def _bench_parts(bench: str, cfg, retriever):
         return items, f"envs.search_plan_act/{cfg.ood_split}", tasks.ood_episode, tasks.env_tools, tasks.env_done, tasks.ood_row
     items, source = load_bench(bench, cfg.bench_root, cfg.n, int(cfg.seed))
     execute = tasks.SearchTools(retriever, int(cfg.topk))
-    return items, source, tasks.qa_episode, execute, (lambda ep: False), tasks.qa_row
+    make_row = functools.partial(tasks.qa_row, skip_empty_golds=bool(cfg.skip_empty_golds))
+    return items, source, tasks.qa_episode, execute, (lambda ep: False), make_row
 
 
 def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path) -> tuple[dict, Path]:
@@ -116,6 +118,9 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         "retriever": cfg.retriever if qa_benches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(p) for b, p in ids_files.items()},
         "search7_mean": {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS},
+        # items whose gold answers include one that normalizes to nothing (cover-EM 1 for anything)
+        "empty_gold_items": {b: summary[b]["empty_gold_items"] for b in cfg.benches if "empty_gold_items" in summary.get(b, {})},
+        "skip_empty_golds": bool(cfg.skip_empty_golds),
         "config": OmegaConf.to_container(cfg, resolve=True), "versions": _versions(),
         "seconds": round(time.time() - started, 3),
     }

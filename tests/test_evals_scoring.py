@@ -207,3 +207,25 @@ def test_parse_tool_calls_never_raises_on_deep_nesting(style):
     arg_string = '<tool_call>{"name": "search", "arguments": "%s"}</tool_call>' % ("[" * 1200)
     assert parse_tool_calls(arg_string, "qwen3")[0] == []
     assert strip_tool_calls(wrap % deep, style) is not None
+
+
+def test_empty_golds_counted_and_skippable():
+    """NQ golds like `*` / `---` / `)` normalize to nothing: cover-EM 1 for any prediction. Default
+    scoring keeps Search-R1 parity; the items are counted; skip_empty_golds drops such aliases."""
+    from evals.agent import Episode
+    from evals.benches import BenchItem
+    from evals.metrics import cover_em, empty_gold
+    from evals.results import summarize
+    from evals.tasks import qa_row
+
+    assert cover_em("anything at all", ["*"]) == 1.0 and empty_gold(["*"]) and empty_gold(["Paris", "---"])
+    assert not empty_gold(["Paris", "The Paris"])
+    items = [BenchItem("a", "q", ["*"]), BenchItem("b", "q", [")", "Paris"]), BenchItem("c", "q", ["Rome"])]
+    ep = lambda i: Episode(i, [], [], final_content="Final answer: Lyon", stop_reason="answer")  # noqa: E731
+    parity = [qa_row(ep(it.id), it) for it in items]
+    s = summarize(parity, ("em", "f1", "cover_em", "strict_em"))
+    assert s["cover_em"] == pytest.approx(2 / 3) and s["empty_gold_items"] == 2 and s["skipped_empty_gold_items"] == 0
+    skip = [qa_row(ep(it.id), it, skip_empty_golds=True) for it in items]
+    s = summarize(skip, ("em", "f1", "cover_em", "strict_em"))
+    assert [r.get("skipped_empty_gold", False) for r in skip] == [True, False, False]
+    assert s["cover_em"] == 0.0 and s["empty_gold_items"] == 2 and s["skipped_empty_gold_items"] == 1 and s["n"] == 3
