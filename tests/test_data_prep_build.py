@@ -255,3 +255,51 @@ def test_study_recipe_decontaminates_synthetic_does_not():
 
     assert compose([]).cfg.data.decontam_bench_root == "../shared/benchmarks"  # data=hub, the study default
     assert compose(["data=synthetic"]).cfg.data.decontam_bench_root is None
+
+
+def _rewritten_search_records(n: int) -> list[dict]:
+    """Search records a Qwen3 template rewrites: a middle turn without reasoning and a 'please
+    continue' query — each needs 3 rows to stay exact."""
+    call = lambda i, q: {"type": "function", "id": f"c{i}", "function": {"name": "search", "arguments": {"query": q}}}  # noqa: E731
+    out = []
+    for k in range(n):
+        out.append({"id": f"rw{k}", "source": "canonical-test", "domain": "search", "task": f"question {k}", "answer": "a",
+                    "terminator": "final_answer", "tools": [], "messages": [
+                        {"role": "user", "content": f"question {k}"},
+                        {"role": "assistant", "content": "", "reasoning_content": f"R{k}", "tool_calls": [call(0, "x")]},
+                        {"role": "tool", "content": "doc", "tool_call_id": "c0", "name": "search"},
+                        {"role": "assistant", "content": "", "tool_calls": [call(1, "y")]},
+                        {"role": "tool", "content": "doc2", "tool_call_id": "c1", "name": "search"},
+                        {"role": "assistant", "content": "draft"},
+                        {"role": "user", "content": "Please continue."},
+                        {"role": "assistant", "content": "Final answer: a", "reasoning_content": "done"}]})
+    return out
+
+
+def test_multi_row_records_stay_together_and_are_counted(tmp_path):
+    """Exact default: rewritten records become contiguous rows `<id>#row<k>` (also under mixed's
+    shuffle), each turn trained once; the trainer sees one trajectory per record. keep_as_rendered
+    is one row per record and counts its inexact trainable tokens."""
+    import datasets
+
+    from data_prep.schema import trajectory_id
+    from sft.data import load_train_data
+
+    src = tmp_path / "rw.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in _rewritten_search_records(6)))
+    cfg = {**SMALL, "n": 12, "sources": {"code": [], "search": [f"canonical:{src}"]}, "synthetic": {"n_entities": 40, "search_n": 2}}
+    m = build.build_arm(cfg, arm="mixed", seed=1, tokenizer="tiny", out=tmp_path / "exact", progress=False)
+    ds = datasets.load_from_disk(str(tmp_path / "exact"))
+    ids = ds["id"]
+    multi = sorted({trajectory_id(i) for i in ids if "#row" in i})
+    assert multi and m["render"]["records_multi_row"] == len(multi) and m["render"]["extra_rows"] == 2 * len(multi)
+    assert m["render"]["assistant_turns_as_rendered"] == 0 and m["render"]["trainable_tokens_as_rendered"] == 0
+    for rec in multi:  # contiguous, in order
+        pos = [k for k, i in enumerate(ids) if trajectory_id(i) == rec]
+        assert pos == list(range(pos[0], pos[0] + 3)) and [ids[p] for p in pos] == [f"{rec}#row{j}" for j in range(3)]
+    data = load_train_data(tmp_path / "exact", global_batch_size=2, max_tokens_per_micro_batch=4096)
+    assert data.n == m["counts"]["kept"] == 12 and data.n_rows == 12 + 2 * len(multi)
+    m2 = build.build_arm({**cfg, "history_reasoning": "keep_as_rendered"}, arm="mixed", seed=1, tokenizer="tiny",
+                         out=tmp_path / "keep", progress=False)
+    assert m2["counts"]["rows"] == 12 and m2["render"]["assistant_turns_as_rendered"] == 3 * len(multi)
+    assert 0 < m2["render"]["trainable_tokens_as_rendered"] < m2["tokens"]["trainable_total"]
