@@ -184,7 +184,7 @@ class ChatRenderer:
             if e < 0:
                 raise RecordError("template_span_mismatch", f"assistant turn {i} has no end-of-turn marker")
             gen = full[len(prompt): e + len(end)]
-            lost = _unrendered_thought(m, gen)
+            lost = self._unrendered_thought(msgs[: i + 1], tools, full, gen)
             if lost and self.thoughts == "reject":
                 raise RecordError(lost, f"assistant turn {i}: the chat template does not render its "
                                   f"{'thought before the tool call' if lost == 'thought_before_call' else 'reasoning'} "
@@ -193,6 +193,21 @@ class ChatRenderer:
         if not turns:
             raise RecordError("no_assistant_turn", "no assistant turn to train on")
         return turns
+
+    def _unrendered_thought(self, msgs: list[dict], tools, full: str, gen: str) -> str | None:
+        """Why the last turn's own thought is missing from its render, or None. A thought whose text
+        is absent from the render is lost; a short one that appears (it may occur by chance) is lost
+        if rendering without it changes nothing."""
+        m = msgs[-1]
+        for key, reason, applies in (("content", "thought_before_call", bool(m.get("tool_calls"))),
+                                     ("reasoning_content", "reasoning_not_rendered", True)):
+            text = (m.get(key) or "").strip()
+            if not (text and applies):
+                continue
+            if text not in gen or (
+                    len(text) < 64 and self._render_record([*msgs[:-1], {**m, key: ""}], tools) == full):
+                return reason
+        return None
 
     def rows(self, rec: dict) -> list[Row]:
         """Rendered rows for one canonical record (raises RecordError to quarantine it).
@@ -268,17 +283,6 @@ class ChatRenderer:
         if text.find(info.header, pos) >= 0:
             raise RecordError("template_span_mismatch", "more assistant headers rendered than assistant turns")
         return Row(rec["id"], text, spans, exact)
-
-
-def _unrendered_thought(m: dict, gen: str) -> str | None:
-    """The reason a turn's own thought is missing from its generation, or None."""
-    content = (m.get("content") or "").strip()
-    if content and m.get("tool_calls") and content not in gen:
-        return "thought_before_call"
-    reasoning = (m.get("reasoning_content") or "").strip()
-    if reasoning and reasoning not in gen:
-        return "reasoning_not_rendered"
-    return None
 
 
 def _append_epilogue(row: Row, epi: str, end_marker: str) -> None:

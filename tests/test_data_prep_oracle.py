@@ -255,3 +255,13 @@ def test_oracle_on_shipped_swe_gym_row(qwen3_tokenizer):
     rows = ChatRenderer(qwen3_tokenizer, epilogue=False).rows(copy.deepcopy(rec))
     check_turn_for_turn(qwen3_tokenizer, rec, rows, expected)
     assert json.loads(json.dumps([r.checks for r in rows]))
+
+
+def test_llama31_short_thought_found_by_chance_is_still_lost(llama_tokenizer):
+    """A short thought that happens to occur in the rendered call ('search') is still detected as
+    dropped by the template (rendering without it changes nothing)."""
+    rec = llama_conversations()[0]
+    rec["messages"][2]["content"] = "search"
+    with pytest.raises(RecordError) as e:
+        ChatRenderer(llama_tokenizer).rows(copy.deepcopy(rec))
+    assert e.value.reason == "thought_before_call"
