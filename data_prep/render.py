@@ -244,7 +244,8 @@ class ChatRenderer:
         while left:
             h = left[-1]
             head_text = turns[h].prompt + turns[h].gen
-            members = [k for k in left if head_text.startswith(turns[k].prompt + turns[k].gen)]
+            members = [k for k in left if head_text.startswith(turns[k].prompt)
+                       and head_text.startswith(turns[k].gen, len(turns[k].prompt))]
             heads.append((h, members))
             left = [k for k in left if k not in members]
         heads.reverse()  # chronological: the final turn (and its epilogue) is in the last row
