@@ -145,12 +145,14 @@ def check_turn_for_turn(tok, rec, rows, expected, epilogue=""):
 
 
 @pytest.mark.parametrize("idx", range(5))
-def test_oracle_qwen3_thinking_2507(qwen3_tokenizer, idx):
+@pytest.mark.parametrize("which", ["qwen3", "tiny"])  # tiny: the embedded tokenizer, Qwen3 format (no ../shared needed)
+def test_oracle_qwen3_thinking_2507(which, idx, request):
+    tok = request.getfixturevalue(f"{which}_tokenizer")
     rec = qwen_conversations()[idx]
-    expected = oracle_generations(qwen3_tokenizer, rec, "<|im_end|>")
-    rows = ChatRenderer(qwen3_tokenizer).rows(copy.deepcopy(rec))
+    expected = oracle_generations(tok, rec, "<|im_end|>")
+    rows = ChatRenderer(tok).rows(copy.deepcopy(rec))
     epi = f"\nFinal answer: {' '.join(TITLE.split())}" if rec["domain"] == "code" else ""
-    check_turn_for_turn(qwen3_tokenizer, rec, rows, expected, epilogue=epi)
+    check_turn_for_turn(tok, rec, rows, expected, epilogue=epi)
     # the checks count every turn exact, none as rendered
     assert sum(r.checks.get("exact", 0) for r in rows) == len(expected)
     assert all("as_rendered" not in r.checks for r in rows)
