@@ -356,9 +356,7 @@ def tokenize_rows(tokenizer, rows: list[Row]) -> list[Tokenized]:
         bounds = sorted({x for span in row.spans for x in span})
         cuts = _straddled(offs, bounds)
         retok = bool(cuts)
-        while True:
-            if not cuts - {0, len(row.text)} and not retok:
-                break
+        while cuts:  # cutting may (rarely) make another boundary straddled: cut there too
             ids, offs = _encode_cut(tokenizer, row.text, cuts)
             more = _straddled(offs, bounds) - cuts
             if not more:
