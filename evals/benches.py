@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.benchmarks import SEARCH7
+from common.benchmarks import SEARCH7  # noqa: F401  (evals.benches.SEARCH7 is public API)
 OOD_BENCH = "search_plan_ood"
 # FlashRAG_datasets config and split used for each bench when loading from the hub.
 HUB_SPLITS = {
