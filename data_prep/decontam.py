@@ -38,7 +38,7 @@ def bench_files(root: str | Path, key: str = "data.decontam_bench_root") -> list
             missing.append(bench)
         files += [str(f) for f in found]
     if missing:
-        raise ConfigError(f"{key}={root}: no {', '.join(f'{base}/{b}/*.jsonl' for b in missing)} — put the benchmark files "
+        raise ConfigError(f"{key}={root}: no {base}/<bench>/*.jsonl for {', '.join(missing)} — put the benchmark files "
                           f"there (layout of ../shared/benchmarks), or set {key}=null to build without decontamination")
     return files
 
