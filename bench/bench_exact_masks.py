@@ -80,13 +80,16 @@ def measure(tok, rec: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tokenizer", default=str(ROOT.parent / "shared" / "fixtures" / "qwen3_tokenizer"))
+    shared_tok = ROOT.parent / "shared" / "fixtures" / "qwen3_tokenizer"
+    ap.add_argument("--tokenizer", default=str(shared_tok) if shared_tok.exists() else "tiny")
     ap.add_argument("--shared", default=str(ROOT.parent / "shared"))
     ap.add_argument("--multi", type=int, default=6)
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    from data_prep.tiny import resolve_tokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_tokenizer(args.tokenizer))
     print("| record | turns | rewritten turns | rows exact / as-rendered | tokens exact / as-rendered (x) | trainable exact / as-rendered |")
     print("|---|---|---|---|---|---|")
     tot = {"exact": 0, "keep": 0}
