@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # A pinned CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast bench gpu-check gpu-wheels clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,15 @@ bench: venv
 	$(BIN)/python bench/bench_exact_masks.py
 	$(BIN)/python bench/bench_train.py
 	$(BIN)/python bench/bench_evals.py
+
+# GPU acceptance run (README "GPU acceptance run"): the GPU machine's own python, no venv;
+# `make gpu-check ARGS="--only=packing,liger"` reruns some checks, ARGS=--smoke is the CPU subset.
+gpu-check:
+	$(PY) bench/gpu_acceptance.py $(ARGS)
+
+# the wheels an offline GPU image lacks, into the git-ignored .whl/ (needs PyPI; run here, not there)
+gpu-wheels:
+	bash bench/gpu_acceptance_wheels.sh
 
 clean:
 	rm -rf $(VENV) runs reports .cache

@@ -84,9 +84,11 @@ def train_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
 # ---------------------------------------------------------------- model and one global batch
 
 
-def prepare_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device, dtype: torch.dtype):
-    """(FSDP-wrapped model in train mode, active Liger kernels)."""
-    model = build_model(cfg, conf, rank=rank, device=device)
+def prepare_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device, dtype: torch.dtype, model=None):
+    """(FSDP-wrapped model in train mode, active Liger kernels). `model`: an already built
+    (unwrapped) model instead of `build_model`'s (bench/gpu_acceptance.py builds on the GPU)."""
+    if model is None:
+        model = build_model(cfg, conf, rank=rank, device=device)
     liger = apply_liger(model, cfg.liger, device)
     model = wrap_fsdp(model, rank=rank, device=device, dtype=dtype, activation_checkpointing=cfg.activation_checkpointing)
     model.train()
