@@ -156,11 +156,9 @@ class ChatRenderer:
     def _render_record(self, msgs: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
         """`render` for a record's messages: a template that refuses them (Llama-3.1 with parallel
         tool calls, ...) rejects that record, never the build."""
-        import jinja2
-
         try:
             return self.render(msgs, tools, add_generation_prompt)
-        except jinja2.exceptions.TemplateError as exc:
+        except Exception as exc:  # the template is untrusted code: whatever it raises is about this record
             parallel = any(len(m.get("tool_calls") or []) > 1 for m in msgs)
             raise RecordError("parallel_tool_calls_unsupported" if parallel else "template_error",
                               f"the chat template refuses this conversation: {exc}") from None
