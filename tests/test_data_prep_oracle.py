@@ -125,6 +125,14 @@ def trained_spans(tok, rows) -> list[tuple[str, str, list[int]]]:
     return out
 
 
+def fewest_exact_rows(expected) -> int:
+    """Rows any exact mask needs: a row trains turns whose prompt + generation are prefixes of its
+    text, so its turns form a prefix chain; a turn whose prompt + generation is a prefix of no other
+    turn's needs a row of its own, and those suffice."""
+    s = [p + g for p, g in expected]
+    return sum(1 for i, x in enumerate(s) if not any(j != i and y.startswith(x) for j, y in enumerate(s)))
+
+
 def check_turn_for_turn(tok, rec, rows, expected, epilogue=""):
     spans = trained_spans(tok, rows)
     assert len(spans) == len(expected), "each generated turn is trainable in exactly one row"
@@ -142,6 +150,7 @@ def check_turn_for_turn(tok, rec, rows, expected, epilogue=""):
         assert ctx_ids == tok(ctx, add_special_tokens=False)["input_ids"], "the context is tokenized as at inference"
         matched.add(ctx)
     assert len(matched) == len(expected)
+    assert len(rows) == fewest_exact_rows(expected), "no more rows than exactness needs"
 
 
 @pytest.mark.parametrize("idx", range(5))
