@@ -12,7 +12,7 @@ analyze: transfer curves, tables and a report from a sweep of runs.
 
   analyze runs_root=runs [benches=[nq,...,search_plan_ood]] [evaluate=true] [anchor=PATH_OR_HUB_ID]
           [anchor_dir=<runs_root>/_anchor] [out=reports] [metrics=[em,f1]] [n_boot=2000] [boot_seed=0]
-          [dry_run=false] [n=..] [seed=..] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH]
+          [dry_run=false] [wandb=auto|true|false] [n=..] [seed=..] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH]
           [retriever_url=URL] [topk=..] [bench_root=DIR] [max_turns=..] [max_model_len=..] [eval.KEY=..]
 
 Discovers <runs_root>/<arm>/seed<seed>/ runs, evaluates every checkpoint × bench without a result

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "boot_seed": 0,
     "conf": 0.95,
     "dry_run": False,
+    "wandb": "auto",  # the results table to the study's wandb group (analysis.wandb_log); auto: when online
     # Passed to the evals harness as its own config keys; null means "the harness's default".
     "eval": {"n": None, "seed": None, "backend": None, "retriever": None, "corpus": None,
              "retriever_url": None, "topk": None, "bench_root": None, "max_turns": None,
@@ -195,4 +196,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
                                  settings=settings)
+    from analysis.wandb_log import log_results
+
+    logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)
+    if logged:
+        print(f"[analyze] results table logged to {logged}", flush=True)
     return result

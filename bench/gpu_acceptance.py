@@ -44,7 +44,8 @@ about 6 MiB, which travel with the working tree; the install is timed first):
       && PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 python bench/gpu_acceptance.py --out "$OUT/gpu_acceptance.json"
 
 There the packing and speed checks run with sdpa (flash-attn is not installed) and the vLLM
-check skips with its reason; on a cluster with `pip install -e '.[gpu]'` they all run.
+check skips with its reason; on a cluster, the training environment (`pip install -e '.[gpu]'`:
+flash-attn, liger-kernel) runs all but `vllm`, which runs in the serving one (`.[serve]`, vLLM's own torch).
 """
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def parent_skip(name: str, smoke: bool, env: dict) -> str | None:
         if smoke or not env["gpus"]:
             return "needs CUDA (vLLM has no CPU path here)"
         if not env["packages"]["vllm"]:
-            return "vLLM is not installed (pip install -e '.[gpu]' on a CUDA machine)"
+            return "vLLM is not installed (its own environment: pip install -e '.[serve]'; run --only=vllm there)"
     return None
 
 

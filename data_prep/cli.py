@@ -6,6 +6,7 @@
               [length_policy=drop|truncate] [history_reasoning=exact|keep_as_rendered|reject]
               [thoughts=reject|drop] [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
               [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)
+    data-prep show DIR [row=K | id=ID]   (one built row, trainable tokens marked, its turns and checks)
 
 history_reasoning=exact (default): every trainable token is what the model generated at that
 turn, in the context it saw (turns the template later rewrites are trained in extra rows).
@@ -33,6 +34,13 @@ _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("cache_root", 
 
 
 def _main(argv: list[str]) -> int:
+    if argv and argv[0] == "show":
+        from data_prep.show import __doc__ as show_doc, show_main
+
+        if wants_help(argv[1:]):
+            print(show_doc)
+            return 0
+        return show_main(argv[1:])
     if wants_help(argv):
         print(__doc__)
         return 0

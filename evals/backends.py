@@ -9,7 +9,7 @@ of the returned text.
     hf    transformers `generate`, left-padded micro-batches (sorted by length to waste less on
           padding); runs on CPU.
     vllm  `LLM.generate` with per-prompt SamplingParams, `max_model_len` and tensor parallelism;
-          an optional extra (`pip install -e .[gpu]`), imported only when selected.
+          an optional extra (`pip install -e .[serve]`, in its own environment), imported only when selected.
 """
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ class VLLMBackend:
             from vllm import LLM
         except ImportError as exc:
             raise BackendError(
-                "backend=vllm needs vLLM (pip install -e '.[gpu]'); use backend=hf otherwise"
+                "backend=vllm needs vLLM (pip install -e '.[serve]', in its own environment); use backend=hf otherwise"
             ) from exc
         self.tokenizer = load_tokenizer(tokenizer_path or model_path)
         self.seed = seed

@@ -42,6 +42,8 @@ DEFAULTS = {
     "skip_empty_golds": False,     # true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not
                                    # scored against; false (default) = Search-R1's scoring; counted either way
     "progress": True,
+    "wandb": "auto",               # auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)
+    "wandb_group": None,           # group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP
     "dry_run": False,
 }
 
@@ -73,6 +75,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise ConfigError(f"backend={merged.backend!r}: expected hf or vllm")
     if merged.retriever not in ("bm25", "http"):
         raise ConfigError(f"retriever={merged.retriever!r}: expected bm25 or http")
+    if merged.wandb not in ("auto", True, False):
+        raise ConfigError(f"wandb={merged.wandb!r}: expected auto, true or false")
     if merged.tool_style not in ("auto", "qwen3", "llama3"):
         raise ConfigError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
     if isinstance(merged.benches, str):

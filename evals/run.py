@@ -125,6 +125,11 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         "seconds": round(time.time() - started, 3),
     }
     write_json(out / "meta.json", meta)
+    from evals.wandb_log import log_summary
+
+    logged = log_summary(cfg, summary)
+    if logged:
+        print(f"[evaluate] summary logged to {logged}", flush=True)
     return summary
 
 

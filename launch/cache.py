@@ -88,6 +88,26 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable[[str], None] = print) -> None:
+    """Pin the hub sources the arm reads (`cfg.data.sources`) to a commit (data_prep.hub), in
+    place, reusing the pins of the run's existing config.yaml; a no-op with an explicit `data.dir`."""
+    if cfg.data.dir:
+        return
+    from data_prep import arms, hub
+
+    old = run_dir / "config.yaml"
+    previous = OmegaConf.load(old) if old.is_file() else None
+    for domain in arms.quotas(data_arm, int(cfg.data.n)):
+        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or []) if previous else []
+        try:
+            pinned, how = hub.pin_specs(list(cfg.data.sources[domain]), before)
+        except OSError as exc:
+            raise ConfigError(str(exc)) from exc
+        for spec, note in how.items():
+            log(f"[launch] data.sources.{domain}: {spec} -> {note}")
+        cfg.data.sources[domain] = pinned
+
+
 def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = None,
                    key_fn: KeyFn | None = None, log: Callable[[str], None] = print) -> CachedData:
     """Return the arm's dataset directory, building it only when no complete copy is cached.

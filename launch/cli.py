@@ -3,6 +3,8 @@
     launch arm=r2e steps=218 [model=...] [data=hub|synthetic] [seed=0] [nproc=N]
            [launcher=local|slurm] [dry_run=true] [runs_root=runs] [key.sub=value ...]
     launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...
+    launch show arm=r2e model=tiny [recipe=my.yaml] ...   # the composed recipe, each value's origin
+    launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
 """
 from __future__ import annotations
 
@@ -50,6 +52,10 @@ def launch_main(argv: list[str]) -> int:
     if wants_help(argv):
         print(help_text())
         return 0
+    if argv and argv[0] == "show":
+        from launch.show import show_main
+
+        return show_main(argv[1:])
     if argv and argv[0] == "sweep":
         from launch.sweep import run_sweep
 

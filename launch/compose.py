@@ -5,6 +5,10 @@ everything else is an omegaconf dotlist override checked against the keys the re
 (unknown key -> the valid keys and a "did you mean"). `validate` then checks every value the
 stages rely on, so a bad value fails here, before any data prep or GPU work.
 
+`recipe=path/to/my.yaml` merges the user's own file on top of the launcher recipe (before the
+`key=value` overrides), checked like the shipped recipes. `Composed.origins` records which layer set
+each key (what `launch show` prints).
+
 A recipe may carry a `_launch:` section (e.g. `_launch.data_arm` for the r2e_v5 baseline): it is
 read by launch and removed, so it never reaches the resolved config the trainer reads.
 """
@@ -15,11 +19,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import ConfigError, KeySpace, apply_overrides, flat_keys, split_dotlist
+from common.cli import ConfigError, KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
 from data_prep.render import HISTORY_POLICIES, THOUGHT_POLICIES
+from launch.slurm import slurm_option_problems
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 GROUPS = ("arm", "model", "data", "launcher")
+USER_RECIPE = "recipe"   # recipe=PATH: the user's own file, merged after the groups
 DEFAULT_CHOICES = {"arm": "r2e", "model": "qwen3_4b_thinking_2507", "data": "hub", "launcher": "local"}
 
 # Everyday top-level names -> the full key they set.
@@ -40,7 +46,7 @@ ALIASES = {
 }
 # Values kept verbatim as strings: YAML would read `time=24:00:00` as the base-60 integer 86400,
 # which Slurm would take as minutes.
-STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account")
+STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.setup")
 # Free-form sub-trees: any key below them is accepted (model config overrides, generator knobs).
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
 
@@ -51,6 +57,7 @@ class Composed:
     choices: dict[str, str]               # group -> recipe name
     meta: dict = field(default_factory=dict)   # merged `_launch` sections
     argv: list[str] = field(default_factory=list)
+    origins: dict[str, str] = field(default_factory=dict)   # key set by a layer -> that layer (later wins)
 
     @property
     def data_arm(self) -> str:
@@ -77,7 +84,7 @@ def split_selectors(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     """Pull `arm=`, `model=`, `data=`, `launcher=` out of argv; return (choices, the rest)."""
     choices, rest = dict(DEFAULT_CHOICES), []
     for tok, (key, value) in zip(argv, split_dotlist(argv)):
-        if key in GROUPS:
+        if key in GROUPS or key == USER_RECIPE:
             choices[key] = value.strip()
         elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null":
             rest.append(f"{key}='{value}'")
@@ -91,7 +98,22 @@ def _check_recipe_keys(recipe: DictConfig, base: DictConfig, where: str) -> None
     for key in flat_keys(recipe):
         if key in known:
             continue
-        raise ConfigError(f"{where}: key {key!r} is not in recipes/base.yaml (recipes may only set keys the base defines)")
+        raise ConfigError(f"{where}: key {key!r} is not in recipes/base.yaml (recipes may only set keys the base "
+                          f"defines).{did_you_mean(key, sorted(known.leaves))}")
+
+
+def load_user_recipe(path_text: str) -> tuple[Path, DictConfig]:
+    """`recipe=PATH`: the user's own recipe file (relative to the current directory)."""
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"recipe={path_text}: no such file")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as exc:  # YAML syntax errors come in several types
+        raise ConfigError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"recipe={path_text}: a recipe must be a YAML mapping")
+    return path.resolve(), cfg
 
 
 def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
@@ -99,15 +121,22 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     choices, rest = split_selectors(argv)
     base = OmegaConf.load(recipes / "base.yaml")
     cfg, meta = base, {}
-    for group in GROUPS:
-        recipe = load_recipe(group, choices[group], recipes)
+    origins = dict.fromkeys(flat_keys(base), "recipes/base.yaml")
+    layers = [(f"recipes/{group}/{choices[group]}.yaml", load_recipe(group, choices[group], recipes)) for group in GROUPS]
+    if choices.get(USER_RECIPE):
+        path, user = load_user_recipe(choices[USER_RECIPE])
+        choices[USER_RECIPE] = str(path)
+        layers.append((f"recipe={path}", user))
+    for where, recipe in layers:
         if "_launch" in recipe:
             meta.update(OmegaConf.to_container(recipe.pop("_launch"), resolve=True))
-        _check_recipe_keys(recipe, base, f"recipes/{group}/{choices[group]}.yaml")
+        _check_recipe_keys(recipe, base, where)
         cfg = OmegaConf.merge(cfg, recipe)
+        origins.update(dict.fromkeys(flat_keys(recipe), where))
     cfg = apply_overrides(cfg, rest, aliases=ALIASES, open_prefixes=OPEN_PREFIXES)
+    origins.update({ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
     validate(cfg)
-    return Composed(cfg=cfg, choices=choices, meta=meta, argv=list(argv))
+    return Composed(cfg=cfg, choices=choices, meta=meta, argv=list(argv), origins=origins)
 
 
 # ---------------------------------------------------------------- validation
@@ -189,6 +218,14 @@ def validate(cfg: DictConfig) -> None:
     need(nproc == "auto" or (_is_int(nproc) and nproc > 0), "launcher.nproc", "auto or a positive integer")
     for key in ("launcher.partition", "launcher.time", "launcher.account"):
         need(get(key) is None or isinstance(get(key), (str, int)), key, "null or a string")
+    need(get("launcher.setup") is None or isinstance(get("launcher.setup"), str), "launcher.setup",
+         "null or a shell snippet")
+    bad.extend(slurm_option_problems(get("launcher.sbatch")))
+    for key in ("logging.project", "logging.entity", "logging.group", "logging.name"):
+        need(get(key) is None or isinstance(get(key), str), key, "null or a string")
+    tags = get("logging.tags")
+    need(tags is not None and not isinstance(tags, str) and all(isinstance(t, (str, int)) for t in tags),
+         "logging.tags", "a list of strings, e.g. [ablation,lr-sweep]")
     for key in ("data.sources.code", "data.sources.search"):
         srcs = get(key)
         ok = srcs is not None and not isinstance(srcs, str) and all(

@@ -66,6 +66,7 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
 
 
 def prepare_data(prep: Prepared, **cache_kw) -> cache.CachedData:
+    cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir, log=cache_kw.get("log", print))
     data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm, **cache_kw)
     prep.cfg.data.dir = str(data.dir)
     prep.data = data

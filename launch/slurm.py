@@ -28,6 +28,26 @@ from omegaconf import DictConfig
 from common.cli import ConfigError
 
 RDZV_PORT = 29500
+# Options the generated script sets itself; `launcher.sbatch` may not repeat them (partition,
+# time and account have their own keys).
+OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal", "requeue", "open-mode", "output",
+               "array", "partition", "time", "account")
+
+
+def slurm_option_problems(options) -> list[str]:
+    """What is wrong with `launcher.sbatch` (a list of `--option[=value]` strings), one line each."""
+    if options is None or isinstance(options, (str, int)):
+        return [f"launcher.sbatch must be a list of sbatch options, e.g. [--qos=high,--constraint=h100], got {options!r}"]
+    bad = []
+    for opt in options:
+        if not isinstance(opt, str) or not opt.startswith("-") or "\n" in opt or opt.strip() != opt:
+            bad.append(f"launcher.sbatch: {opt!r} is not one sbatch option (e.g. --qos=high)")
+            continue
+        name = opt.lstrip("-").split("=", 1)[0]
+        if name in OWN_OPTIONS:
+            key = f"launcher.{name}" if name in ("partition", "time", "account") else None
+            bad.append(f"launcher.sbatch: {opt!r} is set by launch itself" + (f"; use {key}=" if key else ""))
+    return bad
 
 
 @dataclass
@@ -41,6 +61,8 @@ class SlurmSpec:
     time: str | None = None
     account: str | None = None
     array: str | None = None  # e.g. "0-8" for a sweep
+    extra: tuple[str, ...] = ()   # launcher.sbatch: further #SBATCH options
+    setup: str | None = None      # launcher.setup: shell run before srun
 
 
 def spec_from_config(cfg: DictConfig, job_name: str, output: str, nproc: int, array: str | None = None) -> SlurmSpec:
@@ -49,7 +71,8 @@ def spec_from_config(cfg: DictConfig, job_name: str, output: str, nproc: int, ar
                      nproc_per_node=nproc, output=output,
                      partition=None if lc.partition is None else str(lc.partition),
                      time=None if lc.time is None else str(lc.time),
-                     account=None if lc.account is None else str(lc.account), array=array)
+                     account=None if lc.account is None else str(lc.account), array=array,
+                     extra=tuple(lc.get("sbatch") or ()), setup=lc.get("setup"))
 
 
 def _header(spec: SlurmSpec, command: str) -> list[str]:
@@ -70,6 +93,7 @@ def _header(spec: SlurmSpec, command: str) -> list[str]:
                         ("array", spec.array)):
         if value is not None:
             lines.append(f"#SBATCH --{flag}={value}")
+    lines += [f"#SBATCH {opt}" for opt in spec.extra]
     return lines
 
 
@@ -81,9 +105,13 @@ def _body(spec: SlurmSpec, repo: str, python: str) -> list[str]:
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
         " -m sft.train \"$2\""
     )
+    # Environment scripts (conda activate, module load) often read unset variables: not under `set -u`.
+    setup = ["set +u  # launcher.setup", *spec.setup.strip().splitlines(), "set -u  # end of launcher.setup"] \
+        if spec.setup else []
     return [
         f"cd {shlex.quote(repo)}",
         "export PYTHONUNBUFFERED=1",
+        *setup,
         "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from common.io import atomic_dir, fsync_dir, write_json, write_sha256sums
+from sft.hfconfig import save_config
 
 log = logging.getLogger("sft.checkpoint")
 COMPLETE = "COMPLETE"
@@ -69,7 +70,7 @@ def save_hf_checkpoint(model, *, out: Path, dtype: torch.dtype, tokenizer, gener
             # save_pretrained declares the dtype of the live (fp32 master) parameters; the
             # tensors written are in the training dtype, so config.json must say that.
             hf_model.config.dtype = dtype
-            hf_model.config.save_pretrained(tmp)
+            save_config(hf_model.config, tmp)
             tokenizer.save_pretrained(tmp)
             generation_config.save_pretrained(tmp)
             write_sha256sums(tmp)

@@ -67,7 +67,7 @@ class TrainConfig:
     log_every: int
     # logging
     wandb: bool
-    wandb_project: str
+    wandb_project: str | None  # null -> WANDB_PROJECT, else dtsft (common.tracking)
     wandb_name: str
     wandb_mode: str
     raw: DictConfig = field(repr=False, default=None)
@@ -206,7 +206,7 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
         peak_tflops=peak,
         log_every=_int(raw, "train.log_every", minimum=1),
         wandb=_bool(raw, "logging.wandb"),
-        wandb_project=_str(raw, "logging.project"),
+        wandb_project=_get(raw, "logging.project"),
         wandb_name=str(name),
         wandb_mode=_choice(raw, "logging.mode", ("auto", "online", "offline", "disabled")),
         raw=raw,

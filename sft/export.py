@@ -34,6 +34,7 @@ from sft.export_source import (
     load_source_weights,
     resolve_source,
 )
+from sft.hfconfig import save_config
 
 DEFAULTS = dict(ckpt=None, out=None, dtype="bf16", max_shard_size="5GB", vocab_size=None,
                 overwrite=False, verify=True, dry_run=False)
@@ -192,7 +193,7 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     torch_dtype = EXPORT_DTYPES[dtype]
     config.dtype = torch_dtype
     with atomic_dir(out) as tmp:
-        config.save_pretrained(str(tmp))  # first: write_weights copies its file mode
+        save_config(config, tmp)  # first: write_weights copies its file mode
         files = write_weights(sd, tmp, torch_dtype, max_bytes)
         notes += _copy_carry_files(src.hf_dir, tmp, config)
         if getattr(tokenizer, "chat_template", None) is None:

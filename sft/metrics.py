@@ -1,4 +1,4 @@
-"""metrics.jsonl, MFU and wandb (offline unless WANDB_API_KEY is set).
+"""metrics.jsonl, MFU and wandb (mode by common.tracking).
 
 MFU counts the model FLOPs of a training step (forward + backward = 3x forward):
 6 * N per token for the matmul parameters, plus causal self-attention, whose
@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import resource
-import secrets
 from pathlib import Path
 
 import torch
@@ -87,24 +86,19 @@ class MetricsLog:
 
 
 class Wandb:
-    """Thin wrapper: rank 0 only, offline without an API key, resumes the same run id."""
+    """Rank 0 only; mode, project, group and tags by `common.tracking` (the wandb user's
+    precedence: explicit logging.mode > WANDB_MODE > logged in -> online, else offline);
+    resumes the same run id from `<run_dir>/wandb_id`."""
 
-    def __init__(self, *, enabled: bool, rank: int, run_dir: Path, project: str, name: str, mode: str, config: dict):
+    def __init__(self, *, enabled: bool, rank: int, run_dir: Path, spec, config: dict):
         self.run = None
         if not enabled or rank != 0:
             return
-        import wandb
+        from common.tracking import init_run
 
-        if mode == "auto":
-            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-        id_file = run_dir / "wandb_id"
-        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
-        id_file.write_text(run_id + "\n")
-        self.run = wandb.init(
-            project=project, name=name, id=run_id, resume="allow", dir=str(run_dir), mode=mode, config=config,
-            settings=wandb.Settings(console="off", x_disable_stats=True),
-        )
-        log.info("wandb: %s run %s (%s)", mode, name, run_id)
+        self.run = init_run(spec, run_dir=run_dir, config=config)
+        log.info("wandb: %s (%s), project %s, group %s, run %s%s", spec.mode, spec.why, spec.project, spec.group,
+                 spec.name, f" ({self.run.id})" if self.run is not None else "")
 
     def log(self, row: dict, step: int) -> None:
         if self.run is not None:
@@ -114,3 +108,20 @@ class Wandb:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def wandb_spec(cfg):
+    """The trainer's wandb run: `<arm>-s<seed>` (or logging.name), tagged arm/seed/model/stage;
+    None when logging.wandb is off (nothing about wandb is resolved then)."""
+    if not cfg.wandb:
+        return None
+    from omegaconf import OmegaConf
+
+    from common.tracking import run_spec, run_tags
+
+    raw = cfg.raw
+    logging_cfg = OmegaConf.to_container(raw.logging, resolve=True) if "logging" in raw else {}
+    logging_cfg["mode"], logging_cfg["project"] = cfg.wandb_mode, cfg.wandb_project
+    model = OmegaConf.select(raw, "model.name", default=None) or cfg.model_path
+    return run_spec(logging_cfg, name=cfg.wandb_name, runs_root=OmegaConf.select(raw, "runs_root", default=None),
+                    tags=run_tags(arm=cfg.arm, seed=cfg.seed, model=str(model), stage="sft"))

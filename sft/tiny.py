@@ -76,8 +76,11 @@ def save_tiny_model(out: str | Path, seed: int = 0, model=None, **overrides) -> 
     if model is None:
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(tiny_config(**overrides), dtype=torch.float32)
+    from .hfconfig import save_config
+
     cfg = model.config
     model.save_pretrained(out)
+    save_config(cfg, out)   # + the top-level rope_theta transformers-4 readers need
     tiny_tokenizer().save_pretrained(out)
     GenerationConfig(eos_token_id=[cfg.eos_token_id], pad_token_id=cfg.pad_token_id).save_pretrained(out)
     return out

@@ -30,8 +30,9 @@ from common.cli import ConfigError, wants_help
 
 from . import checkpoint as ckpt
 from .config import TrainConfig, load_config, save_points, schedule_steps
+from .console import StepConsole
 from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, plan_step
-from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops
+from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
 from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
 from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
 
@@ -207,8 +208,8 @@ def run(cfg: TrainConfig) -> int:
     metrics = MetricsLog(cfg.run_dir / "metrics.jsonl", start, rank)
     from omegaconf import OmegaConf
 
-    wb = Wandb(enabled=cfg.wandb, rank=rank, run_dir=cfg.run_dir, project=cfg.wandb_project, name=cfg.wandb_name,
-               mode=cfg.wandb_mode, config=OmegaConf.to_container(cfg.raw, resolve=True))
+    wb = Wandb(enabled=cfg.wandb, rank=rank, run_dir=cfg.run_dir, spec=wandb_spec(cfg),
+               config=OmegaConf.to_container(cfg.raw, resolve=True))
     peak_tf = lookup_peak_tflops(device, cfg.peak_tflops)
     preempt = ckpt.PreemptionFlag().install()
 
@@ -226,9 +227,7 @@ def run(cfg: TrainConfig) -> int:
         ckpt.save_state(model, optimizer, run_dir=cfg.run_dir, step=step, meta=meta, hf_writer=hf_files, rank=rank)
 
     # 4. Steps. `step` counts optimizer steps done; batch `step - 1` is consumed by it.
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, initial=start, disable=rank != 0, desc=f"sft {cfg.wandb_name}", dynamic_ncols=True)
+    console = StepConsole(total=total, start=start, rank=rank, desc=f"sft {cfg.wandb_name}")
     epoch = start // per_epoch if per_epoch else 0
     try:
         for step in range(start + 1, total + 1):
@@ -261,11 +260,11 @@ def run(cfg: TrainConfig) -> int:
                 "mfu": (flops / dt / world / (peak_tf * 1e12)) if peak_tf else None,
                 "step_time_s": dt, "data_wait_s": t_data, "peak_mem_gb": peak_memory_gb(device),
             }
-            if step % cfg.log_every == 0 or step == total:
+            logged = step % cfg.log_every == 0 or step == total
+            if logged:
                 metrics.write(row)
                 wb.log(row, step)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+            console.step(row, logged)
 
             if step in saves:
                 ckpt.save_hf_checkpoint(model, out=cfg.run_dir / "checkpoints" / ckpt.step_name(step), dtype=dtype,
@@ -276,7 +275,7 @@ def run(cfg: TrainConfig) -> int:
                 log.warning("preemption signal received: state saved at step %d, exiting for a resume", step)
                 return 0
     finally:
-        bar.close()
+        console.close()
         preempt.restore()
         wb.finish()
     if rank == 0:

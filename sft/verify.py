@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from common.cli import ConfigError, apply_overrides, run_cli, wants_help
 from common.io import check_sha256sums
 from sft.ckpt_layout import ST_TO_TORCH, TORCH_TO_ST, config_dtype, expected_layout
+from sft.hfconfig import serving_field_problems
 from sft.safetensors_check import SafetensorsFile, read_safetensors, read_tensor_bytes
 
 INDEX = "model.safetensors.index.json"
@@ -209,6 +210,7 @@ def verify_checkpoint(path: str | Path, *, load: bool = True) -> list[str]:
         problems.append(f"{path / 'config.json'}: expected a loadable model config, found {type(exc).__name__}: {exc}")
     if config is not None:
         _check_layout(path, config, config_json, parsed, problems)
+        problems.extend(serving_field_problems(path, config, config_json))
     structural = bool(problems)
     problems.extend(check_sha256sums(path))
     if config is not None:

@@ -64,6 +64,28 @@ def test_sbatch_four_nodes(capsys, tmp_path):
         assert needle in script
 
 
+def test_sbatch_extra_options_and_setup(capsys, tmp_path):
+    """launcher.sbatch adds #SBATCH lines to the header; launcher.setup runs before srun."""
+    setup = "module load cuda/12.4; source /opt/envs/dtsft/bin/activate"
+    out = _dry(capsys, tmp_path, "arm=r2e", "launcher=slurm", "data=synthetic", "nodes=2",
+               "launcher.sbatch=[--qos=high,--constraint=h100,--mem=0,--gres=gpu:8]", f"launcher.setup={setup}")
+    script = _script(out)
+    _check("launch_sbatch_extras.sbatch", script)
+    lines = script.splitlines()
+    header_end = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    for opt in ("--qos=high", "--constraint=h100", "--mem=0", "--gres=gpu:8"):
+        assert lines.index(f"#SBATCH {opt}") < header_end
+    assert lines.index(setup) < next(i for i, line in enumerate(lines) if line.startswith("srun "))
+
+
+@pytest.mark.parametrize("opts,needle", [("[--time=1:00:00]", "use launcher.time="), ("[qos=high]", "not one sbatch option"),
+                                         ("--qos=high", "must be a list")])
+def test_sbatch_extra_options_refused(capsys, tmp_path, opts, needle):
+    assert main(["arm=r2e", "launcher=slurm", "data=synthetic", f"launcher.sbatch={opts}", "dry_run=true",
+                 f"runs_root={tmp_path}"]) == 2
+    assert needle in capsys.readouterr().err
+
+
 def test_sweep_array_dry_run(capsys, tmp_path):
     out = _dry(capsys, tmp_path, "sweep", "arms=[r2e,search,mixed]", "seeds=[0,1,2]", "launcher=slurm",
                "data=synthetic", "nodes=1")

@@ -179,3 +179,24 @@ def test_gradient_equivalence_ranks_and_budgets(tmp_path, data_dir):
         assert other["grads"].keys() == ref["grads"].keys()
         for k, g in ref["grads"].items():
             torch.testing.assert_close(other["grads"][k], g, rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_console_lines_match_metrics(reference):
+    """Rank 0's stdout is a file (not a terminal): one plain `step i/N ...` line per step, whose
+    numbers are metrics.jsonl's to the printed precision; no tqdm `\\r` bar."""
+    from sft.console import parse_line
+
+    log_text = (reference / "rank0.log").read_text()
+    assert "\r" not in log_text
+    lines = [p for p in map(parse_line, log_text.splitlines()) if p]
+    rows = read_metrics(reference)
+    assert [p["step"] for p in lines] == [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    for p, r in zip(lines, rows):
+        assert p["total"] == STEPS and p["skipped"] == r["skipped"]
+        assert abs(p["loss"] - r["loss"]) <= 5e-5
+        assert p["lr"] == pytest.approx(r["lr"], rel=1e-3, abs=1e-12)
+        assert p["grad_norm"] == pytest.approx(r["grad_norm"], rel=1e-3)
+        assert abs(p["tokens_per_s_per_gpu"] - r["tokens_per_s_per_gpu"]) <= 0.5
+        assert p["mfu"] is None and r["mfu"] is None   # CPU: no peak FLOP/s
+        assert abs(p["peak_mem_gb"] - r["peak_mem_gb"]) <= 0.005
+    assert lines[-1]["eta_s"] == 0

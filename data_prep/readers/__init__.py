@@ -1,7 +1,8 @@
 """Source readers: `FORMAT:PATH_OR_HUB_ID` -> canonical records (or quarantined rejections).
 
 FORMAT is one of FORMATS. PATH is a local .jsonl / .json / .parquet file (or a directory of
-them); anything else is a Hugging Face dataset id, optionally `ID#split` (default split `train`).
+them); anything else is a Hugging Face dataset id, optionally `ID@REVISION` (a commit sha, tag or
+branch) and `#split` (default split `train`): `ID@REV#split`.
 Every row read yields exactly one outcome — a record or a rejection with a reason — so the totals
 always add up.
 """
@@ -38,6 +39,7 @@ class Source:
     format: str
     location: str
     split: str = "train"
+    revision: str | None = None   # hub commit (ID@REV); launch pins it at the first launch
 
     @property
     def is_local(self) -> bool:
@@ -53,7 +55,8 @@ class Source:
         """What the cache key / manifest records: local files with sha256, hub ids as given."""
         if self.is_local:
             return {"format": self.format, "files": [{"path": str(f), "sha256": sha256_file(f)} for f in self.files()]}
-        return {"format": self.format, "hub_id": self.location, "split": self.split}
+        pinned = {"revision": self.revision} if self.revision else {}
+        return {"format": self.format, "hub_id": self.location, "split": self.split, **pinned}
 
 
 def parse_source(spec: str) -> Source:
@@ -62,12 +65,16 @@ def parse_source(spec: str) -> Source:
         raise SourceError(f"source {spec!r}: expected FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}")
     if fmt not in PARSERS:
         raise SourceError(f"source {spec!r}: unknown format {fmt!r} (known: {', '.join(FORMATS)})")
-    split = "train"
+    split, revision = "train", None
     if not Path(loc).exists() and "#" in loc:
         loc, split = loc.split("#", 1)
+    if not Path(loc).exists() and "@" in loc:
+        loc, revision = loc.rsplit("@", 1)
+        if not loc or not revision:
+            raise SourceError(f"source {spec!r}: expected HUB_ID@REVISION (a commit sha, tag or branch)")
     if not Path(loc).exists() and (loc.startswith((".", "/")) or Path(loc).suffix in LOCAL_SUFFIXES):
         raise SourceError(f"source {spec!r}: no such file {loc}")
-    return Source(fmt, loc, split)
+    return Source(fmt, loc, split, revision)
 
 
 @dataclass
@@ -90,7 +97,8 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
     if not src.is_local:
         import datasets
 
-        ds = datasets.load_dataset(src.location, split=src.split)
+        pinned = {"revision": src.revision} if src.revision else {}
+        ds = datasets.load_dataset(src.location, split=src.split, **pinned)
         for i, row in enumerate(ds):
             yield f"{src.location}#{src.split}[{i}]", row
         return

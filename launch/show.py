@@ -1,0 +1,44 @@
+"""`launch show <the launch's arguments>`: the composed recipe, each value with the layer that set it.
+
+    launch show arm=r2e model=tiny recipe=my.yaml lr=3e-4
+
+prints one `key = value    # origin` line per key, origin being `recipes/base.yaml`, a group
+recipe (`recipes/model/tiny.yaml`), the user's `recipe=PATH`, or `command line (lr=3e-4)`.
+Values launch fills in later (`run_dir`, `data.dir`) show as in the recipe. Nothing is built or written.
+"""
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from common.cli import flat_keys
+from launch.compose import compose
+
+
+def origin_of(key: str, origins: dict[str, str]) -> str:
+    """The layer that set `key`, or the sub-tree above it (`model.config` set as a whole)."""
+    parts = key.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in origins:
+            return origins[".".join(parts[:i])]
+    return "recipes/base.yaml"
+
+
+def render(argv: list[str]) -> str:
+    composed = compose(argv)
+    cfg = composed.cfg
+    rows = []
+    for key in flat_keys(cfg):
+        value = OmegaConf.select(cfg, key)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        rows.append((f"{key} = {value!r}", origin_of(key, composed.origins)))
+    width = min(max(len(r[0]) for r in rows), 70)
+    choices = " ".join(f"{g}={c}" for g, c in composed.choices.items())
+    lines = [f"# launch show {' '.join(argv)}".rstrip(), f"# {choices}"]
+    lines += [f"{text:<{width}}  # {origin}" for text, origin in rows]
+    return "\n".join(lines)
+
+
+def show_main(argv: list[str]) -> int:
+    print(render(argv))
+    return 0

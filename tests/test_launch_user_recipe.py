@@ -1,0 +1,70 @@
+"""`launch recipe=my.yaml` (the user's own recipe on top of the shipped ones) and `launch show`."""
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from common.cli import flat_keys
+from launch.cli import main
+from launch.compose import compose
+
+BASE = ["arm=r2e", "model=tiny", "data=synthetic"]
+
+
+def _recipe(tmp_path, text):
+    path = tmp_path / "my.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_user_recipe_sets_values_and_command_line_wins(tmp_path):
+    path = _recipe(tmp_path, "train:\n  lr: 3.0e-4\n  warmup_ratio: 0.1\nlogging:\n  tags: [mine]\n")
+    cfg = compose([*BASE, f"recipe={path}"]).cfg
+    assert (cfg.train.lr, cfg.train.warmup_ratio, list(cfg.logging.tags)) == (3.0e-4, 0.1, ["mine"])
+    assert compose(BASE).cfg.train.lr != 3.0e-4   # the file, not the default, set it
+    assert compose([*BASE, f"recipe={path}", "lr=1e-3"]).cfg.train.lr == 1e-3
+
+
+def test_user_recipe_dry_run_writes_its_values(tmp_path, capsys):
+    path = _recipe(tmp_path, "train:\n  lr: 3.0e-4\n")
+    assert main([*BASE, f"recipe={path}", "dry_run=true", f"runs_root={tmp_path / 'runs'}"]) == 0
+    printed = capsys.readouterr().out.split("# command")[0]
+    cfg = OmegaConf.create(printed[printed.index("arm:"):])
+    assert cfg.train.lr == 3.0e-4
+
+
+@pytest.mark.parametrize("text,needles", [
+    ("train:\n  lrr: 3.0e-4\n", ["my.yaml", "'train.lrr'", "Did you mean: train.lr"]),
+    ("trian:\n  lr: 3.0e-4\n", ["my.yaml", "'trian.lr'", "Did you mean: train.lr"]),
+    ("train:\n  lr: -1\n", ["train.lr must be a positive number"]),
+    ("- a\n- b\n", ["must be a YAML mapping"]),
+])
+def test_user_recipe_mistakes(tmp_path, capsys, text, needles):
+    path = _recipe(tmp_path, text)
+    assert main([*BASE, f"recipe={path}", "dry_run=true", f"runs_root={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    for needle in needles:
+        assert needle in err, err
+    assert "Traceback" not in err
+
+
+def test_missing_user_recipe(tmp_path, capsys):
+    assert main([*BASE, f"recipe={tmp_path / 'nope.yaml'}", "dry_run=true"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: recipe={tmp_path / 'nope.yaml'}: no such file"
+
+
+def test_show_prints_each_value_with_its_origin(tmp_path, capsys):
+    path = _recipe(tmp_path, "train:\n  lr: 3.0e-4\n")
+    argv = [*BASE, f"recipe={path}", "steps=5", "logging.group=study1"]
+    assert main(["show", *argv]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split(" = ", 1)[0]: line for line in out.splitlines() if " = " in line and not line.startswith("#")}
+    expect = {"train.lr": f"recipe={path.resolve()}", "train.steps": "command line (steps=5)",
+              "logging.group": "command line (logging.group=study1)", "model.path": "recipes/model/tiny.yaml",
+              "arm": "recipes/arm/r2e.yaml", "seed": "recipes/base.yaml", "data.kind": "recipes/data/synthetic.yaml",
+              "model.config.hidden_size": "recipes/model/tiny.yaml"}
+    for key, origin in expect.items():
+        assert lines[key].endswith(f"# {origin}"), lines[key]
+    cfg = compose(argv).cfg   # every key shown, with the composed value
+    assert list(lines) == flat_keys(cfg)
+    assert lines["train.lr"].split(" = ", 1)[1].split("#")[0].strip() == repr(cfg.train.lr)
