@@ -108,7 +108,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     cfg = config.resolve(data_cfg)
     wanted = _domains(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
-    renderer = ChatRenderer(tok, **_renderer_kwargs(cfg))
+    renderer = ChatRenderer(tok, **renderer_kwargs(cfg))
     key = _cache_key(cfg, arm, seed, tok, tok_name)
     out = Path(out)
     stats = RunStats()
@@ -139,7 +139,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         kept = {}
         n_candidates = sum(len(p) for p in pools.values())
         procs = (num_proc or min(os.cpu_count() or 1, 8)) if n_candidates > 4 * worker.CHUNK else 1
-        processor = worker.Processor(tok, _renderer_kwargs(cfg), procs)
+        processor = worker.Processor(tok, renderer_kwargs(cfg), procs)
         try:
             for dom, quota in wanted.items():
                 kept_rows[dom], kept[dom] = _select(pools[dom], quota, dom, seed, cfg, processor, stats, progress)
@@ -172,7 +172,8 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     return manifest
 
 
-def _renderer_kwargs(cfg: dict) -> dict:
+def renderer_kwargs(cfg: dict) -> dict:
+    """The ChatRenderer settings of a resolved data config."""
     return {"history_reasoning": cfg["history_reasoning"], "epilogue": cfg["epilogue"], "thoughts": cfg["thoughts"]}
 
 
