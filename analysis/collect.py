@@ -6,7 +6,6 @@ Columns: arm, seed, step, bench, metric, value, n. The anchor (the base model wi
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -15,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object
-from common.io import read_jsonl
+from common.io import parse_json_line, read_jsonl
 
 COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
 # The Search-R1 seven, in the order of its Table 2 (general QA, then multi-hop QA).
@@ -111,8 +110,8 @@ def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
     rows = []
     for lineno, line in read_jsonl(path):
         try:
-            obj = json.loads(line)
-        except ValueError:
+            obj = parse_json_line(line)
+        except ValueError:  # JsonLineError: invalid JSON, or nested too deeply to parse
             raise ValueError(f"{path}:{lineno}: not valid JSON") from None
         metrics = obj.get("metrics") if isinstance(obj, dict) else None
         if not isinstance(metrics, dict) or "id" not in obj:

@@ -5,6 +5,8 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -24,11 +26,39 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class JsonLineError(ValueError):
+    """One line that is not a JSON value: `reason` is `bad_unicode` or `malformed_json`."""
+
+    def __init__(self, reason: str, detail: str):
+        self.reason, self.detail = reason, detail
+        super().__init__(detail)
+
+
+def parse_json_line(raw: bytes | str) -> Any:
+    """The JSON value of one line (bytes are decoded as UTF-8); JsonLineError says why not,
+    including invalid UTF-8 and nesting too deep to parse (never a RecursionError)."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+    except UnicodeDecodeError as exc:
+        raise JsonLineError("bad_unicode", f"invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise JsonLineError("malformed_json", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise JsonLineError("malformed_json", "JSON nested too deeply to parse") from None
+
+
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield (line_number, raw_line) for non-blank lines; parsing is the caller's job
-    so that a malformed line can be quarantined with its line number."""
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    so that a malformed line can be quarantined with its line number. A line that is not
+    UTF-8 raises JsonLineError naming `path:line`."""
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise JsonLineError("bad_unicode", f"{path}:{i}: invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
             if line.strip():
                 yield i, line
 
@@ -50,22 +80,71 @@ def write_json(path: str | Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+EXISTING = ("refuse", "aside", "replace")
+
+
+def tmp_name(final: Path) -> Path:
+    """`<final>.tmp-<host>-<pid>`: whose temp dir it is, so a cleaner can tell a dead build from a
+    live one on another node of a shared filesystem."""
+    return final.with_name(f"{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_dead_tmp(final: Path) -> list[Path]:
+    """Remove `<final>.tmp-<this host>-<pid>` dirs whose pid is dead (a killed build's leftovers);
+    other hosts' temp dirs are never touched. Returns what was removed."""
+    prefix = f"{final.name}.tmp-{socket.gethostname()}-"
+    removed = []
+    if not final.parent.is_dir():
+        return removed
+    for p in final.parent.iterdir():
+        # `<final>.tmp-<host>-<pid>`, or a temp dir nested in that name by a writer inside it
+        pid = p.name[len(prefix):].split(".", 1)[0]
+        if p.name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
 @contextmanager
-def atomic_dir(final: str | Path) -> Iterator[Path]:
+def atomic_dir(final: str | Path, *, existing: str = "refuse") -> Iterator[Path]:
     """Yield a temporary sibling directory; rename it to `final` only on success.
 
-    A crash mid-write leaves `<final>.tmp-<pid>`, never a complete-looking `final`.
+    A crash mid-write leaves `<final>.tmp-<host>-<pid>` (cleaned by the next writer on this host
+    once that pid is dead), never a complete-looking `final`. An empty `final` is replaced; a
+    non-empty one by `existing`: "refuse" (FileExistsError), "aside" (`replace_aside`: the
+    meaning of overwrite=true) or "replace" (deleted: only for directories this program owns
+    outright, e.g. a rewritten step checkpoint or a derived index).
     """
+    if existing not in EXISTING:
+        raise ValueError(f"existing={existing!r}: expected one of {EXISTING}")
     final = Path(final)
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    clean_dead_tmp(final)
+    tmp = tmp_name(final)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
         yield tmp
         fsync_dir(tmp)
-        if final.exists():
-            shutil.rmtree(final)
+        if final.is_dir() and not final.is_symlink() and not any(final.iterdir()):
+            final.rmdir()
+        elif final.exists() or final.is_symlink():
+            if existing == "aside":
+                replace_aside(final)
+            elif existing == "replace" and final.is_dir() and not final.is_symlink():
+                shutil.rmtree(final)
+            else:
+                raise FileExistsError(f"{final}: exists; refusing to replace it")
         os.replace(tmp, final)
         fsync_dir(final.parent)
     except BaseException:
@@ -110,42 +189,139 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def write_sha256sums(directory: str | Path) -> Path:
-    """Write `SHA256SUMS` (`sha256sum -c` format) over every file under `directory`."""
+def tree_entries(directory: str | Path) -> tuple[list[str], list[str]]:
+    """(regular files under `directory` as relative posix names, problems): anything else found
+    (a FIFO, device, socket or symlink) is a problem line, never opened or followed."""
     directory = Path(directory)
-    lines = []
-    for p in sorted(directory.rglob("*")):
-        if p.is_file() and p.name != SHA256SUMS:
-            lines.append(f"{sha256_file(p)}  {p.relative_to(directory).as_posix()}\n")
+    files, problems = [], []
+    for root, dirs, names in os.walk(directory, followlinks=False):
+        for name in sorted(dirs + names):
+            p = Path(root) / name
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            rel = p.relative_to(directory).as_posix()
+            if stat.S_ISREG(st.st_mode):
+                files.append(rel)
+            else:
+                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+                problems.append(f"{p}: expected a regular file, found {kind}")
+    return sorted(files), problems
+
+
+def write_sha256sums(directory: str | Path, *, exclude: Iterable[str] = ()) -> Path:
+    """Write `SHA256SUMS` (`sha256sum -c` format) over every file under `directory` but `exclude`."""
+    directory = Path(directory)
+    skip = {SHA256SUMS, *exclude}
+    files, problems = tree_entries(directory)
+    if problems:
+        raise OSError("; ".join(problems))
+    lines = [f"{sha256_file(directory / rel)}  {rel}\n" for rel in files if rel not in skip]
     out = directory / SHA256SUMS
     out.write_text("".join(lines), encoding="utf-8")
     return out
 
 
-def check_sha256sums(directory: str | Path) -> list[str]:
-    """Problems found checking `SHA256SUMS`; empty when every file matches and none is unlisted."""
+def read_sha256sums(directory: str | Path) -> tuple[dict[str, str], list[str]]:
+    """({relative name: digest}, problems) from `directory/SHA256SUMS`. Entries must name regular
+    files inside `directory` (no absolute paths, no `..`, no symlinks on the way): others are
+    problems and are never opened."""
     directory = Path(directory)
     sums = directory / SHA256SUMS
-    if not sums.exists():
-        return [f"{sums}: missing"]
-    problems, listed = [], set()
-    for n, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        st = os.lstat(sums)
+    except FileNotFoundError:
+        return {}, [f"{sums}: missing"]
+    if not stat.S_ISREG(st.st_mode):
+        return {}, [f"{sums}: expected a regular file, found something else"]
+    entries, problems = {}, []
+    try:
+        text = sums.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return {}, [f"{sums}: not UTF-8 text ({exc.reason})"]
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            digest, name = line.split("  ", 1)
-        except ValueError:
-            problems.append(f"{sums}:{n}: malformed line {line!r}")
-            continue
+        digest, sep, name = line.partition("  ")
         name = name.lstrip("*")
-        listed.add(name)
-        path = directory / name
-        if not path.is_file():
-            problems.append(f"{path}: listed in SHA256SUMS but missing")
-        elif sha256_file(path) != digest:
-            problems.append(f"{path}: checksum mismatch (expected {digest[:16]}…, found {sha256_file(path)[:16]}…)")
-    for p in sorted(directory.rglob("*")):
-        rel = p.relative_to(directory).as_posix()
-        if p.is_file() and p.name != SHA256SUMS and rel not in listed:
-            problems.append(f"{p}: present but not listed in SHA256SUMS")
+        if not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) or not name:
+            problems.append(f"{sums}:{n}: malformed line {line[:120]!r}")
+            continue
+        parts = Path(name).parts
+        if Path(name).is_absolute() or ".." in parts:
+            problems.append(f"{sums}:{n}: entry {name[:120]!r} points outside {directory}; not read")
+            continue
+        bad = next((directory.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)
+                    if directory.joinpath(*parts[:i]).is_symlink()), None)
+        if bad is not None:
+            problems.append(f"{sums}:{n}: entry {name!r} goes through the symlink {bad}; not read")
+            continue
+        entries[Path(name).as_posix()] = digest
+    return entries, problems
+
+
+def check_sha256_entry(directory: Path, name: str, digest: str) -> str | None:
+    """The problem with one SHA256SUMS entry (read_sha256sums vetted the name), or None."""
+    path = Path(directory) / name
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path}: listed in SHA256SUMS but missing"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path}: listed in SHA256SUMS but not a regular file; not read"
+    try:
+        found = sha256_file(path)
+    except OSError as exc:
+        return f"{path}: listed in SHA256SUMS but unreadable ({exc.strerror or exc})"
+    if found != digest:
+        return f"{path}: checksum mismatch (expected {digest[:16]}…, found {found[:16]}…)"
+    return None
+
+
+def check_sha256sums(directory: str | Path, *, unlisted_ok: Iterable[str] = ()) -> list[str]:
+    """Problems found checking `SHA256SUMS`; empty when every file matches and none is unlisted.
+    Only regular files inside `directory` are ever opened (see read_sha256sums, tree_entries)."""
+    directory = Path(directory)
+    entries, problems = read_sha256sums(directory)
+    if not entries and problems:
+        return problems
+    for name, digest in entries.items():
+        if (p := check_sha256_entry(directory, name, digest)) is not None:
+            problems.append(p)
+    files, odd = tree_entries(directory)
+    problems.extend(odd)
+    skip = {SHA256SUMS, *unlisted_ok}
+    problems.extend(f"{directory / rel}: present but not listed in SHA256SUMS"
+                    for rel in files if rel not in entries and rel not in skip)
     return problems
+
+
+def check_output_dir(out: str | Path, *, overwrite: bool, marker: str, what: str = "out",
+                     sources: Iterable[str | Path] = ()) -> None:
+    """The rule for every output directory a command replaces: refuse (ConfigError, naming what is
+    in the way) unless `out` is absent, empty, or carries this command's own `marker` file and
+    `overwrite` is true (then `atomic_dir(..., existing="aside")` renames it aside). A path that
+    equals or contains one of `sources` is never an output."""
+    from common.cli import ConfigError
+
+    out = Path(out)
+    target = out.resolve()
+    for src in sources:
+        s = Path(src).resolve()
+        if s == target or s.is_relative_to(target):
+            raise ConfigError(f"{what}: {out} {'is' if s == target else 'contains'} the input {src}; "
+                              "choose an output path outside every input")
+    if not (out.exists() or out.is_symlink()):
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise ConfigError(f"{what}: {out} exists and is not a directory; choose another path")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    if not (out / marker).is_file():
+        raise ConfigError(f"{what}: {out} exists and is not an output of this command (no {marker}; holds {shown}); "
+                          "refusing to replace it: move it away or choose another path")
+    if not overwrite:
+        raise ConfigError(f"{what}: {out} already exists (overwrite=true renames it aside to "
+                          f"{out.name}.replaced-<UTC time> and writes a fresh one)")

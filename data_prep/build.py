@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from common.io import atomic_dir, sha256_file, sha256_text, write_json, write_jsonl
+from common.io import atomic_dir, check_output_dir, sha256_file, sha256_text, write_json, write_jsonl
 from data_prep import arms, config, synthetic, worker
 from data_prep.decontam import Decontaminator, bench_files, bench_of, load_questions
 from data_prep.readers import parse_source, read_source
 from data_prep.render import ChatRenderer
-from data_prep.schema import RecordError
+from data_prep.schema import RecordError, quarantine_detail
 from data_prep.stats import RunStats
 
 FORMAT_VERSION = 1
@@ -39,7 +39,11 @@ def load_tokenizer(tokenizer: Any):
 
     from data_prep.tiny import resolve_tokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_tokenizer(tokenizer)), tokenizer
+    try:
+        return AutoTokenizer.from_pretrained(resolve_tokenizer(tokenizer), trust_remote_code=False), tokenizer
+    except Exception as exc:  # OSError, ValueError, tokenizers' own errors: all mean "not a tokenizer"
+        raise ValueError(f"tokenizer={tokenizer}: cannot load a tokenizer from it "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
 
 
 def tokenizer_identity(tok, name: str) -> dict:
@@ -98,11 +102,13 @@ def _synthetic_sources(cfg: dict, arm: str, seed: int, raw_dir: Path) -> dict[st
 
 
 def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | Path, progress: bool = True,
-              num_proc: int | None = None) -> dict:
+              num_proc: int | None = None, overwrite: bool = False) -> dict:
     """Build the arm's dataset directory at `out`; return the manifest.
 
     `num_proc`: render/tokenize worker processes (default: the CPU count, at most 8; small builds
-    run in-process). The output does not depend on it."""
+    run in-process). The output does not depend on it. An existing `out` is replaced only when it
+    is a data-prep output (has manifest.json) and `overwrite` is true: it is renamed aside
+    (`common.io.replace_aside`), never deleted; a path holding any input is refused."""
     from tqdm import tqdm
 
     cfg = config.resolve(data_cfg)
@@ -111,8 +117,9 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     renderer = ChatRenderer(tok, **renderer_kwargs(cfg))
     key = _cache_key(cfg, arm, seed, tok, tok_name)
     out = Path(out)
+    check_output_dir(out, overwrite=overwrite, marker="manifest.json", sources=_inputs(cfg, tok))
     stats = RunStats()
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, existing="aside") as tmp:
         specs = {d: list(cfg["sources"][d]) for d in wanted}
         if cfg["kind"] == "synthetic":  # generated sources, plus any listed ones (e.g. envs exports)
             for d, generated in _synthetic_sources(cfg, arm, seed, tmp / "raw").items():
@@ -121,17 +128,21 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         if missing:
             raise arms.ArmError(f"arm {arm!r} needs sources.{'/'.join(missing)} (or data=synthetic)")
         pools: dict[str, list[dict]] = {}
+        first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
+        max_bytes = config.max_record_bytes(cfg)
         for dom in wanted:
             pools[dom] = []
             for spec in specs[dom]:
                 src = parse_source(spec)
                 stats.add_source(spec, src, dom, out_dir=tmp, final_dir=out)
                 for o in tqdm(read_source(src, reasoning=cfg["reasoning"]), desc=f"read {src.format}", disable=not progress, leave=False):
+                    problem = o.record and _screen(o.record, dom, max_bytes, first_seen)
                     if o.record is None:
                         stats.reject(spec, o.rejection())
-                    elif o.record["domain"] != dom:
-                        stats.reject(spec, {**o.rejection(), "reason": "wrong_domain", "detail": f"a {o.record['domain']} record listed under sources.{dom}"})
+                    elif problem:
+                        stats.reject(spec, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
                     else:
+                        first_seen[o.record["id"]] = o.where
                         stats.read_ok(spec)
                         pools[dom].append({"spec": spec, "rec": o.record, "where": o.where})
         decon = _decontaminate(cfg, pools, stats)
@@ -184,6 +195,33 @@ def decontam_paths(cfg: dict) -> list[str]:
     if cfg["decontam_bench_root"]:
         paths += [p for p in bench_files(cfg["decontam_bench_root"]) if p not in paths]
     return paths
+
+
+def _screen(rec: dict, dom: str, max_bytes: int, first_seen: dict[str, str]) -> tuple[str, str] | None:
+    """(reason, detail) when a parsed record must not reach rendering, else None: listed under
+    the wrong domain, an id already read from any source, not encodable as UTF-8 (a lone
+    surrogate), or larger than `max_bytes` as JSON."""
+    if rec["domain"] != dom:
+        return "wrong_domain", f"a {rec['domain']} record listed under sources.{dom}"
+    if rec["id"] in first_seen:
+        return "duplicate_id", f"id {rec['id']!r} already read at {first_seen[rec['id']]} (the first is kept)"
+    try:
+        size = len(worker.record_json(rec).encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return "bad_unicode", f"{exc.reason} at character {exc.start} of the record's JSON"
+    except (RecursionError, ValueError) as exc:
+        return "bad_row", quarantine_detail(exc)
+    if size > max_bytes:
+        return "too_large", f"{size} bytes of JSON > max_record_bytes {max_bytes}"
+    return None
+
+
+def _inputs(cfg: dict, tok) -> list[Path]:
+    """Every local path the build reads: an output path must not be or contain one of them."""
+    paths = [Path(parse_source(spec).location) for specs in cfg["sources"].values() for spec in specs]
+    paths += [Path(p) for p in decontam_paths(cfg)]
+    tok_dir = Path(getattr(tok, "name_or_path", "") or "")
+    return [p for p in paths + [tok_dir] if str(p) not in ("", ".") and p.exists()]
 
 
 def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -> dict:

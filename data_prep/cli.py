@@ -6,6 +6,8 @@
               [length_policy=drop|truncate] [history_reasoning=exact|keep_as_rendered|reject]
               [thoughts=reject|drop] [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
               [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)
+              [overwrite=true]  (an existing data-prep output at out= is renamed aside to
+                                 <out>.replaced-<UTC time>; anything else at out= is refused)
     data-prep show DIR [row=K | id=ID]   (one built row, trainable tokens marked, its turns and checks)
 
 history_reasoning=exact (default): every trainable token is what the model generated at that
@@ -25,10 +27,10 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.cli import ConfigError, apply_overrides, require_int, run_cli, wants_help
 from data_prep.config import DATA_DEFAULTS
 
-CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "dry_run": False, "num_proc": None}
+CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "overwrite": False, "dry_run": False, "num_proc": None}
 # Run-level keys launch owns; not data_prep's.
 _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("cache_root", "dir")}
 
@@ -49,6 +51,8 @@ def _main(argv: list[str]) -> int:
     c = OmegaConf.to_container(cfg, resolve=True)
     if not c["out"]:
         raise ConfigError("out=DIR is required")
+    if c["num_proc"] is not None:
+        require_int(c["num_proc"], "num_proc", 1)
     data_cfg = {k: c[k] for k in _DATA_ONLY}
     if c["dry_run"]:
         print(OmegaConf.to_yaml(cfg))
@@ -59,7 +63,7 @@ def _main(argv: list[str]) -> int:
 
     try:
         m = build.build_arm(data_cfg, arm=c["arm"], seed=int(c["seed"]), tokenizer=str(c["tokenizer"]), out=c["out"],
-                              num_proc=c["num_proc"])
+                              num_proc=c["num_proc"], overwrite=bool(c["overwrite"]))
     except build.StrictError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

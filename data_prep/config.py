@@ -13,6 +13,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "thoughts": "reject",                # reject | drop (inexact): thoughts the template cannot render
     "max_seq_len": 32768,
     "length_policy": "drop",             # drop | truncate
+    "max_record_bytes": None,            # a record larger than this (as JSON) is rejected before rendering; null = auto
     "allow_fewer": False,
     "strict": False,
     "decontam": [],
@@ -56,4 +57,20 @@ def resolve(data_cfg: Any) -> dict:
         raise ValueError(f"data.n must be a positive integer, got {cfg['n']!r}")
     if not isinstance(cfg["max_seq_len"], int) or cfg["max_seq_len"] < 16:
         raise ValueError(f"data.max_seq_len must be an integer >= 16, got {cfg['max_seq_len']!r}")
+    if isinstance(cfg["decontam_ngram"], bool) or not isinstance(cfg["decontam_ngram"], int) or cfg["decontam_ngram"] < 1:
+        raise ValueError(f"data.decontam_ngram must be an integer >= 1, got {cfg['decontam_ngram']!r}")
+    mrb = cfg["max_record_bytes"]
+    if mrb is not None and (isinstance(mrb, bool) or not isinstance(mrb, int) or mrb < 1):
+        raise ValueError(f"data.max_record_bytes must be null (auto) or a positive integer, got {mrb!r}")
     return cfg
+
+
+# Bytes of record JSON per token of max_seq_len allowed before rendering (auto max_record_bytes):
+# a token is ~4 bytes of text on average, so 16 leaves room for JSON escapes and the template;
+# under length_policy=truncate a record is meant to be longer than max_seq_len, so 4x that.
+RECORD_BYTES_PER_TOKEN = {"drop": 16, "truncate": 64}
+
+
+def max_record_bytes(cfg: dict) -> int:
+    """The byte cap applied to each record before rendering."""
+    return cfg["max_record_bytes"] or RECORD_BYTES_PER_TOKEN[cfg["length_policy"]] * cfg["max_seq_len"]

@@ -12,13 +12,12 @@ task/question equals them after normalization.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from common.benchmarks import SEARCH7
 from common.cli import ConfigError
-from common.io import read_jsonl, sha256_file
+from common.io import JsonLineError, parse_json_line, read_jsonl, sha256_file
 
 MIN_SHORT_WORDS = 6
 _WORD_RE = re.compile(r"\w+")
@@ -58,9 +57,11 @@ def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]
         files.append({"path": str(path), "sha256": sha256_file(path)})
         for lineno, line in read_jsonl(path):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from exc
+                row = parse_json_line(line)
+            except JsonLineError as exc:
+                raise ValueError(f"{path}:{lineno}: {exc}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, found {type(row).__name__}")
             q = row.get("question") or row.get("Question") or row.get("query")
             if not isinstance(q, str):
                 raise ValueError(f"{path}:{lineno}: no `question` string")

@@ -67,6 +67,13 @@ class RecordError(ValueError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
 
 
+def quarantine_detail(exc: BaseException) -> str:
+    """`Type: first line of the message` (at most 200 characters): the detail of a rejection for
+    an unexpected exception while handling one record."""
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {msg[:200]}"
+
+
 def strip_none(obj: Any) -> Any:
     """Drop None-valued keys recursively (parquet union structs fill absent keys with null)."""
     if isinstance(obj, dict):
@@ -108,19 +115,51 @@ def make_record(
     return rec
 
 
+# What ends a trajectory of each domain (see data_prep.terminators).
+DOMAIN_TERMINATOR = {"code": "finish", "search": "final_answer"}
+
+
+def validate_tools(tools) -> None:
+    """`tools` is a list of OpenAI function specs: {"type": "function", "function": {"name": str,
+    "parameters"?: object}}."""
+    if not isinstance(tools, list):
+        raise RecordError("bad_tools", f"tools is {type(tools).__name__}, expected a list of tool schemas")
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str) or not fn["name"] \
+                or not isinstance(fn.get("parameters", {}), dict):
+            raise RecordError("bad_tools", f"tools[{i}] is not a function schema: {t!r:.120}")
+
+
 def validate_record(rec: dict) -> None:
     """Raise RecordError(reason, detail) if `rec` breaks the contract."""
+    from data_prep.terminators import FINAL_ANSWER_PREFIX, ends_with_finish
+
+    if not isinstance(rec, dict):
+        raise RecordError("bad_row", f"record is {type(rec).__name__}")
     missing = [f for f in FIELDS if f not in rec]
     if missing:
         raise RecordError("missing_field", f"missing {missing}")
+    for key in ("id", "source", "task"):
+        if not isinstance(rec[key], str) or (key != "task" and not rec[key]):
+            raise RecordError("bad_field_type", f"{key} is {type(rec[key]).__name__} {rec[key]!r:.60}, expected a non-empty str")
+    if rec["answer"] is not None and not isinstance(rec["answer"], str):
+        raise RecordError("bad_field_type", f"answer is {type(rec['answer']).__name__}, expected a str or null")
     if rec["domain"] not in DOMAINS:
         raise RecordError("bad_domain", repr(rec["domain"]))
     if rec["terminator"] not in TERMINATORS:
         raise RecordError("bad_terminator", repr(rec["terminator"]))
+    if rec["terminator"] != DOMAIN_TERMINATOR[rec["domain"]]:
+        raise RecordError("bad_terminator", f"a {rec['domain']} record must end with {DOMAIN_TERMINATOR[rec['domain']]!r}, "
+                                            f"found {rec['terminator']!r}")
+    validate_tools(rec["tools"])
     msgs = rec["messages"]
     if not isinstance(msgs, list) or not msgs:
         raise RecordError("empty_conversation")
     for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise RecordError("bad_message", f"message {i} is {type(m).__name__}")
         role = m.get("role")
         if role not in ROLES:
             raise RecordError("unknown_role", f"message {i} has role {role!r}")
@@ -131,14 +170,21 @@ def validate_record(rec: dict) -> None:
         if role == "tool":
             if not isinstance(m.get("tool_call_id"), str) or not isinstance(m.get("name"), str):
                 raise RecordError("bad_tool_message", f"message {i} lacks tool_call_id/name")
-        for c in m.get("tool_calls") or []:
-            fn = c.get("function") or {}
-            if not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
+        calls = m.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise RecordError("unparseable_tool_call", f"message {i}: tool_calls is {type(calls).__name__}")
+        for c in calls:
+            fn = (c.get("function") if isinstance(c, dict) else None) or {}
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), dict):
                 raise RecordError("unparseable_tool_call", f"message {i}: tool call {c!r:.120}")
     if not any(m["role"] == "assistant" for m in msgs):
         raise RecordError("no_assistant_turn")
     if msgs[-1]["role"] != "assistant":
         raise RecordError("does_not_end_with_assistant", f"last role is {msgs[-1]['role']!r}")
+    if rec["domain"] == "code" and not ends_with_finish(msgs):
+        raise RecordError("no_finish_call", "the last assistant turn has no finish/submit call")
+    if rec["domain"] == "search" and FINAL_ANSWER_PREFIX.strip() not in msgs[-1]["content"]:
+        raise RecordError("no_final_answer", f"the last assistant turn has no `{FINAL_ANSWER_PREFIX.strip()}` line")
 
 
 def copy_record(rec: dict) -> dict:

@@ -30,6 +30,8 @@ class RunStats:
     rejections: list[dict] = field(default_factory=list)
 
     def add_source(self, spec, src, domain, out_dir=None, final_dir=None) -> None:
+        if spec in self.sources:  # listed twice: one bookkeeping entry (its records are duplicate_id)
+            return
         ident = src.identity()
         if out_dir is not None:  # generated files live in the temp dir until the atomic rename
             for f in ident.get("files", []):

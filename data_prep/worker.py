@@ -16,7 +16,7 @@ from typing import Iterator
 import numpy as np
 
 from data_prep.render import ChatRenderer, tokenize_rows
-from data_prep.schema import RecordError
+from data_prep.schema import RecordError, quarantine_detail
 
 CHUNK = 16
 
@@ -41,8 +41,17 @@ def _init(tokenizer, renderer_kwargs: dict, single_thread: bool) -> None:
     _STATE["renderer"] = ChatRenderer(tokenizer, **renderer_kwargs)
 
 
+def _fail(exc: BaseException, stage: str) -> tuple:
+    """A rejection for one record: its own RecordError, or any other exception while rendering or
+    tokenizing it (a template error, RecursionError, UnicodeError...) with its type and message."""
+    if isinstance(exc, RecordError):
+        return ("err", exc.reason, exc.detail)
+    return ("err", f"{stage}_error", quarantine_detail(exc))
+
+
 def process_chunk(records: list[dict]) -> list[tuple]:
-    """Per record: ("ok", record-with-epilogue, [Encoded...]) or ("err", reason, detail)."""
+    """Per record: ("ok", record-with-epilogue, [Encoded...]) or ("err", reason, detail). An
+    exception while rendering or tokenizing one record rejects that record only."""
     tok, renderer = _STATE["tok"], _STATE["renderer"]
     results: list = []
     rendered = []
@@ -50,16 +59,26 @@ def process_chunk(records: list[dict]) -> list[tuple]:
         try:
             rendered.append((len(results), rec, renderer.rows(rec)))
             results.append(None)
-        except RecordError as exc:
-            results.append(("err", exc.reason, exc.detail))
-    flat = [row for _, _, rows in rendered for row in rows]
-    encoded = iter(tokenize_rows(tok, flat)) if flat else iter(())
-    for k, rec, rows in rendered:
-        out = []
-        for row in rows:
-            t = next(encoded)
-            out.append(Encoded(row.id, np.asarray(t.input_ids, dtype=np.int32), np.asarray(t.labels, dtype=np.int32),
-                               row.checks, t.retokenized, t.inexact))
+        except Exception as exc:
+            results.append(_fail(exc, "render"))
+    try:  # the whole chunk in one batch; on any failure, record by record to find the bad one
+        flat = [row for _, _, rows in rendered for row in rows]
+        encoded = iter(tokenize_rows(tok, flat)) if flat else iter(())
+        per_record = [[next(encoded) for _ in rows] for _, _, rows in rendered]
+    except Exception:
+        per_record = []
+        for _, _, rows in rendered:
+            try:
+                per_record.append(tokenize_rows(tok, rows))
+            except Exception as exc:
+                per_record.append(exc)
+    for (k, rec, rows), enc in zip(rendered, per_record):
+        if isinstance(enc, BaseException):
+            results[k] = _fail(enc, "tokenize")
+            continue
+        out = [Encoded(row.id, np.asarray(t.input_ids, dtype=np.int32), np.asarray(t.labels, dtype=np.int32),
+                       row.checks, t.retokenized, t.inexact)
+               for row, t in zip(rows, enc)]
         results[k] = ("ok", rec, out)
     return results
 

@@ -34,7 +34,7 @@ def load_tokenizer(path: str):
 
     from data_prep.tiny import resolve_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_tokenizer(path))
+    tok = AutoTokenizer.from_pretrained(resolve_tokenizer(path), trust_remote_code=False)
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -72,7 +72,7 @@ class HFBackend:
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
         torch.manual_seed(seed)
         self.device = torch.device(device)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), trust_remote_code=False).to(self.device).eval()
         self.micro_batch = max(1, int(micro_batch))
         self.stop_ids = stop_token_ids(self.tokenizer, self.model.generation_config)
         self.pad_id = self.tokenizer.pad_token_id
@@ -130,7 +130,7 @@ class VLLMBackend:
         self.llm = LLM(
             model=model_path, tokenizer=tokenizer_path or model_path, max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-            dtype=dtype, seed=seed, enable_prefix_caching=True,
+            dtype=dtype, seed=seed, enable_prefix_caching=True, trust_remote_code=False,
         )
         self.stop_ids = stop_token_ids(self.tokenizer)
         vocab = self.tokenizer.get_vocab()

@@ -16,13 +16,13 @@ the first 500 of `nq/test_seed42_1000.jsonl` exactly Search-R1's 500. N larger t
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.benchmarks import SEARCH7  # noqa: F401  (evals.benches.SEARCH7 is public API)
+from common.io import JsonLineError, parse_json_line, read_jsonl
 OOD_BENCH = "search_plan_ood"
 # FlashRAG_datasets config and split used for each bench when loading from the hub.
 HUB_SPLITS = {
@@ -82,20 +82,23 @@ def bench_file(bench_root: str | Path, bench: str) -> Path | None:
 
 def read_bench_file(path: Path, bench: str) -> list[BenchItem]:
     items, seen = [], set()
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BenchError(f"{where}: invalid JSON ({exc.msg})") from exc
-            item = _parse_row(row, bench, where)
-            if item.id in seen:
-                raise BenchError(f"{where}: duplicate id {item.id!r}")
-            seen.add(item.id)
-            items.append(item)
+    try:
+        lines = list(read_jsonl(path))
+    except JsonLineError as exc:
+        raise BenchError(str(exc)) from None
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    for lineno, line in lines:
+        where = f"{path}:{lineno}"
+        try:
+            row = parse_json_line(line)
+        except JsonLineError as exc:
+            raise BenchError(f"{where}: {exc}") from None
+        item = _parse_row(row, bench, where)
+        if item.id in seen:
+            raise BenchError(f"{where}: duplicate id {item.id!r}")
+        seen.add(item.id)
+        items.append(item)
     if not items:
         raise BenchError(f"{path}: no items")
     return items

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from common.io import atomic_dir, read_jsonl, sha256_text, write_json
+from common.io import JsonLineError, atomic_dir, parse_json_line, read_jsonl, sha256_text, write_json
 
 BM25_PARAMS = {"method": "lucene", "k1": 1.2, "b": 0.75, "stopwords": "en"}
 INDEX_FORMAT = 1
@@ -42,21 +42,28 @@ def load_corpus(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise RetrieverError(f"corpus {path} does not exist")
     docs, seen = [], set()
-    for lineno, raw in read_jsonl(path):
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise RetrieverError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-        if not isinstance(row, dict) or not isinstance(row.get("contents"), str) or "id" not in row:
-            raise RetrieverError(f"{path}:{lineno}: expected {{\"id\", \"contents\": str}}, got keys {sorted(row) if isinstance(row, dict) else type(row).__name__}")
-        doc_id = str(row["id"])
-        if doc_id in seen:
-            raise RetrieverError(f"{path}:{lineno}: duplicate doc id {doc_id!r}")
-        seen.add(doc_id)
-        docs.append({"id": doc_id, "contents": row["contents"]})
+    try:
+        for lineno, raw in read_jsonl(path):  # streamed: a wiki-18 corpus is 14 GB
+            docs.append(_corpus_doc(path, lineno, raw, seen))
+    except JsonLineError as exc:  # a non-UTF-8 line: read_jsonl names path:line
+        raise RetrieverError(str(exc)) from None
     if not docs:
         raise RetrieverError(f"corpus {path} has no documents")
     return docs
+
+
+def _corpus_doc(path: Path, lineno: int, raw: str, seen: set[str]) -> dict:
+    try:
+        row = parse_json_line(raw)
+    except JsonLineError as exc:
+        raise RetrieverError(f"{path}:{lineno}: {exc}") from None
+    if not isinstance(row, dict) or not isinstance(row.get("contents"), str) or "id" not in row:
+        raise RetrieverError(f"{path}:{lineno}: expected {{\"id\", \"contents\": str}}, got keys {sorted(row) if isinstance(row, dict) else type(row).__name__}")
+    doc_id = str(row["id"])
+    if doc_id in seen:
+        raise RetrieverError(f"{path}:{lineno}: duplicate doc id {doc_id!r}")
+    seen.add(doc_id)
+    return {"id": doc_id, "contents": row["contents"]}
 
 
 def default_index_root() -> Path:
@@ -108,7 +115,7 @@ class Bm25Retriever:
         docs = load_corpus(self.corpus_path)
         bm25 = bm25s.BM25(method=BM25_PARAMS["method"], k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
         bm25.index(_tokenize([d["contents"] for d in docs], return_ids=True), show_progress=len(docs) > 100_000)
-        with atomic_dir(self.index_dir) as tmp:
+        with atomic_dir(self.index_dir, existing="replace") as tmp:  # a derived cache keyed by the corpus
             bm25.save(str(tmp), corpus=docs, show_progress=False)
             write_json(tmp / "index_meta.json", {
                 "corpus": str(self.corpus_path.resolve()), "num_docs": len(docs), "params": BM25_PARAMS,

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from omegaconf import OmegaConf
 
 from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.io import parse_json_line
 
 DEFAULTS = {"corpus": None, "port": 8000, "host": "127.0.0.1", "index_dir": None, "max_topk": 100}
 USAGE = """usage: serve-retriever corpus=PATH [port=8000] [index_dir=DIR] [max_topk=100]
@@ -25,8 +26,31 @@ Serve a BM25 index of a wiki-18 style corpus with Search-R1's POST /retrieve API
 The index is built on first use and cached under index_dir (default ~/.cache/dtsft/bm25)."""
 
 
-def _handler(retriever, lock: threading.Lock, max_topk: int):
+# A request body larger than this is refused unread (413); a client silent for longer than
+# SOCKET_TIMEOUT_S is dropped, so a stalled client never holds a server thread for long.
+MAX_BODY_BYTES = 1 << 20
+SOCKET_TIMEOUT_S = 30.0
+
+
+def _parse_request(body: bytes, max_topk: int) -> tuple[list[str], int, bool]:
+    """(queries, topk, return_scores) from a request body; ValueError/TypeError say what is wrong."""
+    req = parse_json_line(body)
+    if not isinstance(req, dict):
+        raise TypeError("expected a JSON object")
+    if "queries" not in req:
+        raise ValueError("missing \"queries\"")
+    queries, topk = req["queries"], req.get("topk", 3)
+    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+        raise TypeError("queries must be a list of strings")
+    if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= max_topk:
+        raise ValueError(f"topk must be an integer in [1, {max_topk}], got {str(topk)[:40]}")
+    return queries, topk, bool(req.get("return_scores", False))
+
+
+def _handler(retriever, lock: threading.Lock, max_topk: int, socket_timeout: float):
     class Handler(BaseHTTPRequestHandler):
+        timeout = socket_timeout  # applied to the connection's socket by StreamRequestHandler
+
         def _send(self, code: int, body: dict) -> None:
             data = json.dumps(body).encode("utf-8")
             self.send_response(code)
@@ -40,17 +64,26 @@ def _handler(retriever, lock: threading.Lock, max_topk: int):
                 return self._send(404, {"error": f"unknown path {self.path}; use POST /retrieve"})
             try:
                 length = int(self.headers.get("Content-Length", 0))
-                req = json.loads(self.rfile.read(length).decode("utf-8"))
-                queries, topk = req["queries"], int(req.get("topk", 3))
-                if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-                    raise ValueError("queries must be a list of strings")
-                if not 1 <= topk <= max_topk:
-                    raise ValueError(f"topk must be in [1, {max_topk}], got {topk}")
-            except (ValueError, KeyError, TypeError) as exc:
+            except ValueError:
+                return self._send(400, {"error": "bad request: Content-Length is not an integer"})
+            if not 0 <= length <= MAX_BODY_BYTES:
+                self.close_connection = True
+                return self._send(413 if length > 0 else 400, {"error": f"bad request: body of {length} bytes (at most {MAX_BODY_BYTES})"})
+            try:
+                body = self.rfile.read(length)
+            except OSError:  # the client stalled past the socket timeout or went away
+                self.close_connection = True
+                return None
+            try:
+                queries, topk, scores = _parse_request(body, max_topk)
+            except (ValueError, TypeError) as exc:  # JsonLineError included: bad UTF-8, bad or too deep JSON
                 return self._send(400, {"error": f"bad request: {exc}"})
-            with lock:  # bm25s retrieval is not documented as thread-safe
-                results = retriever.search(queries, topk)
-            if req.get("return_scores", False):
+            try:
+                with lock:  # bm25s retrieval is not documented as thread-safe
+                    results = retriever.search(queries, topk)
+            except Exception as exc:  # one failed search is this request's 500, never the server's end
+                return self._send(500, {"error": f"retrieval failed: {type(exc).__name__}: {str(exc)[:200]}"})
+            if scores:
                 out = [[{"document": {"id": d["id"], "contents": d["contents"]}, "score": d["score"]} for d in row] for row in results]
             else:
                 out = [[{"id": d["id"], "contents": d["contents"]} for d in row] for row in results]
@@ -62,9 +95,12 @@ def _handler(retriever, lock: threading.Lock, max_topk: int):
     return Handler
 
 
-def make_server(retriever, host: str = "127.0.0.1", port: int = 0, max_topk: int = 100) -> ThreadingHTTPServer:
+def make_server(retriever, host: str = "127.0.0.1", port: int = 0, max_topk: int = 100,
+                socket_timeout: float = SOCKET_TIMEOUT_S) -> ThreadingHTTPServer:
     """An HTTP server over `retriever` (port 0 = an ephemeral port; read it from server_address)."""
-    return ThreadingHTTPServer((host, port), _handler(retriever, threading.Lock(), max_topk))
+    server = ThreadingHTTPServer((host, port), _handler(retriever, threading.Lock(), max_topk, socket_timeout))
+    server.daemon_threads = True
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("corpus=PATH is required (a wiki-18 style jsonl)")
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             raise ConfigError(f"host={cfg.host!r}: serve-retriever only binds loopback")
+        for key in ("port", "max_topk"):
+            if isinstance(cfg[key], bool) or not isinstance(cfg[key], int) or cfg[key] < (0 if key == "port" else 1):
+                raise ConfigError(f"{key}={cfg[key]!r}: expected a {'non-negative' if key == 'port' else 'positive'} integer")
         from evals.retrievers import Bm25Retriever, RetrieverError
 
         try:

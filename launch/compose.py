@@ -191,9 +191,12 @@ def validate(cfg: DictConfig) -> None:
     for key in BOOLS:
         need(isinstance(get(key), bool), key, "true or false")
     need(_is_int(cfg.seed) and cfg.seed >= 0, "seed", "a non-negative integer")
+    need(get("data.max_record_bytes") is None or (_is_int(get("data.max_record_bytes")) and get("data.max_record_bytes") > 0),
+         "data.max_record_bytes", "null (auto) or a positive integer")
     need(isinstance(cfg.runs_root, str) and cfg.runs_root != "", "runs_root", "a directory path")
     need(cfg.run_dir is None or isinstance(cfg.run_dir, str), "run_dir", "null or a directory path")
-    need(isinstance(cfg.resume, str) and cfg.resume != "", "resume", "auto, never or a state directory")
+    need(isinstance(cfg.resume, str) and (cfg.resume in ("auto", "never") or Path(cfg.resume).is_dir()),
+         "resume", "auto, never or an existing state directory")
     for key in ("model.path", "model.tokenizer", "model.name"):
         need(isinstance(get(key), str) and get(key) != "", key, "a non-empty string")
     need(get("model.liger") in ("auto", True, False), "model.liger", "auto, true or false")

@@ -12,7 +12,10 @@ COMPLETE resumable state). The output:
   checked to cover the tokenizer;
 - tokenizer, chat template and generation_config copied, `SHA256SUMS` over every file.
 The output is written to a temporary sibling dir and renamed when complete, then
-checked with verify-checkpoint (`verify=false` skips that).
+checked with verify-checkpoint (`verify=false` skips that). An existing `out` is replaced
+only when it is an earlier export (it has `export_info.json`) and `overwrite=true`: it is
+renamed aside to `<out>.replaced-<UTC time>`, never deleted; anything else in the way, or an
+`out` that is or contains the checkpoint, is refused (exit 2).
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, run_cli, wants_help
-from common.io import atomic_dir, write_json, write_sha256sums
+from common.cli import ConfigError, apply_overrides, require_int, run_cli, wants_help
+from common.io import atomic_dir, check_output_dir, write_json, write_sha256sums
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
 from sft.export_source import (
     ExportError,
@@ -36,6 +39,9 @@ from sft.export_source import (
 )
 from sft.hfconfig import save_config
 
+# Written into every export: what makes a directory this command's output (overwrite=true only
+# ever renames such a directory aside).
+EXPORT_MARKER = "export_info.json"
 DEFAULTS = dict(ckpt=None, out=None, dtype="bf16", max_shard_size="5GB", vocab_size=None,
                 overwrite=False, verify=True, dry_run=False)
 
@@ -66,7 +72,7 @@ def _load_tokenizer(d: Path):
     if not any(TOKENIZER_FILES.match(p.name) for p in d.iterdir()):
         raise ExportError(f"{d}: no tokenizer files (tokenizer.json / vocab.json / *.model); a serving copy must carry its tokenizer")
     try:
-        return AutoTokenizer.from_pretrained(str(d))
+        return AutoTokenizer.from_pretrained(str(d), trust_remote_code=False)
     except Exception as exc:  # tokenizers raise many types for broken files
         raise ExportError(f"{d}: tokenizer does not load ({exc})") from exc
 
@@ -178,26 +184,29 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     if dtype not in EXPORT_DTYPES:
         raise ConfigError(f"dtype: expected one of {sorted(EXPORT_DTYPES)}, found {dtype!r}")
     max_bytes = parse_size(max_shard_size)
+    if vocab_size is not None:
+        vocab_size = require_int(vocab_size, "vocab_size", 1)
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise ConfigError(f"out: {out} already exists (pass overwrite=true to replace it)")
     src: Source = resolve_source(ckpt)
     if out.resolve().is_relative_to(src.path.resolve()):
         raise ConfigError(f"out: {out} is inside the checkpoint being exported ({src.path})")
+    check_output_dir(out, overwrite=overwrite, marker=EXPORT_MARKER, sources=[ckpt, src.path])
     check_source_sums(src)
-    config = AutoConfig.from_pretrained(str(src.hf_dir))
+    config = AutoConfig.from_pretrained(str(src.hf_dir), trust_remote_code=False)
     tokenizer = _load_tokenizer(src.hf_dir)
     target_vocab = int(vocab_size) if vocab_size is not None else int(config.vocab_size)
     sd = load_source_weights(src)
     sd, notes = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tokenizer), where=str(src.path))
     torch_dtype = EXPORT_DTYPES[dtype]
     config.dtype = torch_dtype
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, existing="aside") as tmp:
         save_config(config, tmp)  # first: write_weights copies its file mode
         files = write_weights(sd, tmp, torch_dtype, max_bytes)
         notes += _copy_carry_files(src.hf_dir, tmp, config)
         if getattr(tokenizer, "chat_template", None) is None:
             notes.append(f"{src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
+        write_json(tmp / EXPORT_MARKER, {"source": str(src.path), "kind": src.kind, "step": src.step,
+                                         "dtype": dtype, "vocab_size": target_vocab})
         write_sha256sums(tmp)
     return dict(source=str(src.path), kind=src.kind, step=src.step, out=str(out), dtype=str(torch_dtype),
                 vocab_size=target_vocab, tensors=len(sd), weight_files=files, notes=src.notes + notes)

@@ -6,8 +6,10 @@
   shards of {"model": <HF-named state_dict>, "optim": ...}, `meta.json`, `hf/`
   (config.json + tokenizer files) and a `COMPLETE` marker written last. Only the
   "model" entries are read, without a process group.
-- Run dir (or its `state/`): the latest step whose state is COMPLETE; torn states
-  (no marker: the run was killed while writing) are skipped and reported.
+- Run dir (or its `state/`): the newest step whose state is COMPLETE and verifies
+  (`sft.checkpoint.verify_state`); torn states (no marker: the run was killed while writing)
+  and failing ones are skipped and reported. A state dir is verified the same way before
+  anything in it is read, and its DCP metadata is read through the allow-list.
 """
 from __future__ import annotations
 
@@ -57,36 +59,44 @@ def _dcp_dir(step_dir: Path) -> Path:
 
 
 def _state_source(step_dir: Path, notes: list[str]) -> Source:
-    if not (step_dir / "COMPLETE").exists():
-        raise ExportError(f"{step_dir}: no COMPLETE marker: this state was torn (the run stopped while writing it)")
+    """A state that passes `sft.checkpoint.verify_state` (COMPLETE, SHA256SUMS, meta.json)."""
+    from sft.checkpoint import verify_state
+
+    problems = verify_state(step_dir)
+    if problems:
+        raise ExportError(f"{step_dir}: refusing to export a state that fails its checks:\n  " + "\n  ".join(problems))
     hf_dir = step_dir / "hf"
     if not (hf_dir / "config.json").is_file():
         raise ExportError(f"{hf_dir / 'config.json'}: missing; a state dir must carry hf/ (config + tokenizer) to be exported")
     m = STEP_RE.match(step_dir.name)
     step = int(m.group(1)) if m else None
     meta = step_dir / "meta.json"
-    if meta.is_file():
-        try:
-            step = int(json.loads(meta.read_text(encoding="utf-8")).get("step", step))
-        except (ValueError, TypeError, json.JSONDecodeError) as exc:
-            raise ExportError(f"{meta}: unreadable ({exc})") from exc
+    try:
+        step = int(json.loads(meta.read_text(encoding="utf-8")).get("step", step))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ExportError(f"{meta}: unreadable ({exc})") from exc
     return Source("state", step_dir, hf_dir, _dcp_dir(step_dir), step, notes)
 
 
 def latest_complete_state(state_root: Path) -> tuple[Path, list[str]]:
-    """The highest step-NNNNNN under `state_root` with a COMPLETE marker, plus notes on skipped ones."""
-    steps = sorted(
-        ((int(m.group(1)), p) for p in state_root.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))),
-        reverse=True,
-    )
-    notes = []
-    for _, p in steps:
-        if (p / "COMPLETE").exists():
-            return p, notes
-        notes.append(f"skipped torn state {p} (no COMPLETE marker)")
-    raise ExportError(
-        f"{state_root}: no complete resumable state (found {len(steps)} step dirs, none with a COMPLETE marker)"
-    )
+    """The newest step-NNNNNN under `state_root` that is COMPLETE and verifies, plus notes on
+    each newer one skipped (torn, or failing its SHA256SUMS) and why."""
+    from sft.checkpoint import newest_verified_state
+
+    steps = sorted(((int(m.group(1)), p) for p in state_root.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))),
+                   reverse=True)
+    notes = [f"skipped torn state {p} (no COMPLETE marker)" for _, p in steps if not (p / "COMPLETE").exists()]
+    found, skipped = newest_verified_state(state_root)
+    notes += skipped
+    if found is None:
+        raise ExportError(f"{state_root}: no complete resumable state that verifies (found {len(steps)} step dirs"
+                          + (f": {'; '.join(notes)}" if notes else "") + ")")
+    return found, [n for n in notes if _step_of(n) > int(found.name[5:])]
+
+
+def _step_of(note: str) -> int:
+    m = re.search(r"step-(\d+)", note)
+    return int(m.group(1)) if m else -1
 
 
 def resolve_source(ckpt: str | Path) -> Source:
@@ -109,7 +119,7 @@ def resolve_source(ckpt: str | Path) -> Source:
 
 def check_source_sums(src: Source) -> None:
     """Refuse to export a source whose own SHA256SUMS no longer matches: it is corrupt."""
-    if (src.path / SHA256SUMS).is_file():
+    if src.kind == "hf" and (src.path / SHA256SUMS).is_file():  # a state was verified by _state_source
         problems = check_sha256sums(src.path)
         if problems:
             raise ExportError(f"{src.path}: source checkpoint fails its SHA256SUMS:\n  " + "\n  ".join(problems))
@@ -145,7 +155,9 @@ def load_state_model(dcp_dir: Path) -> dict[str, torch.Tensor]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    reader = dcp.FileSystemReader(str(dcp_dir))
+    from sft.checkpoint import safe_planner, safe_reader
+
+    reader = safe_reader(dcp_dir)  # .metadata through the DCP allow-list, never a plain unpickle
     md = reader.read_metadata()
     # planner_data maps each flattened key to its path in the nested dict saved.
     paths = md.planner_data if isinstance(md.planner_data, dict) else {}
@@ -161,7 +173,7 @@ def load_state_model(dcp_dir: Path) -> dict[str, torch.Tensor]:
         raise ExportError(f"{dcp_dir}: the checkpoint has no 'model' entries (keys: {sorted(md.state_dict_metadata)[:5]}...)")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.distributed.*")
-        dcp.load({"model": sd}, storage_reader=reader, no_dist=True)
+        dcp.load({"model": sd}, storage_reader=reader, planner=safe_planner(), no_dist=True)
     cleaned = {strip_wrapper_prefixes(k): v for k, v in sd.items()}
     if len(cleaned) != len(sd):
         raise ExportError(f"{dcp_dir}: model keys collide after removing FSDP wrapper prefixes")

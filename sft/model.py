@@ -15,6 +15,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from common.cli import ConfigError
 from data_prep.tiny import resolve_tokenizer
 
 from .config import TrainConfig
@@ -25,7 +26,7 @@ log = logging.getLogger("sft.model")
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_tokenizer(name))
+    return AutoTokenizer.from_pretrained(resolve_tokenizer(name), trust_remote_code=False)
 
 
 def select_attn_implementation(requested: str, device: torch.device) -> str:
@@ -36,12 +37,24 @@ def select_attn_implementation(requested: str, device: torch.device) -> str:
         why = "CUDA + flash-attn available" if have_fa else f"device={device.type}, flash-attn {'present' if importlib.util.find_spec('flash_attn') else 'not installed'}"
     else:
         if requested == "flash_attention_2" and not have_fa:
-            from common.cli import ConfigError
-
             raise ConfigError("model.attn_implementation=flash_attention_2 needs CUDA and the flash-attn package")
         choice, why = requested, "requested"
     log.info("attention implementation: %s (%s)", choice, why)
     return choice
+
+
+def check_overrides(base, overrides: dict) -> None:
+    """Each `model.config.KEY` override has the type of the config's own value (an int stays an
+    int, a bool a bool...); otherwise a ConfigError naming the key, before any model work."""
+    for key, value in overrides.items():
+        default = getattr(base, key, None)
+        if default is None or value is None:
+            continue
+        kinds = (bool,) if isinstance(default, bool) else (int,) if isinstance(default, int) else \
+            (int, float) if isinstance(default, float) else (type(default),)
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            raise ConfigError(f"model.config.{key}={value!r}: expected {' or '.join(k.__name__ for k in kinds)} "
+                              f"like the model config's {default!r}")
 
 
 def model_config(cfg: TrainConfig, attn: str):
@@ -51,9 +64,11 @@ def model_config(cfg: TrainConfig, attn: str):
     if cfg.model_path == "tiny":
         from .tiny import tiny_config
 
+        check_overrides(tiny_config(), cfg.model_overrides)
         conf = tiny_config(**cfg.model_overrides)
     else:
-        conf = AutoConfig.from_pretrained(cfg.model_path, **cfg.model_overrides)
+        check_overrides(AutoConfig.from_pretrained(cfg.model_path, trust_remote_code=False), cfg.model_overrides)
+        conf = AutoConfig.from_pretrained(cfg.model_path, trust_remote_code=False, **cfg.model_overrides)
     conf._attn_implementation = attn  # use_cache stays as the source says: evals generate from the checkpoint
     return conf
 
@@ -71,7 +86,7 @@ def build_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device):
         model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32)
         log.info("model: random init of %s (seed %d)", type(model).__name__, cfg.seed)
     else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, config=conf, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, config=conf, dtype=torch.float32, trust_remote_code=False)
         log.info("model: %s loaded from %s", type(model).__name__, cfg.model_path)
     return model
 

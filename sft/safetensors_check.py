@@ -151,6 +151,9 @@ def read_safetensors(path: str | Path) -> SafetensorsFile:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         problems.append(f"{path}: header expected UTF-8 JSON, found invalid data ({exc})")
         return out
+    except RecursionError:
+        problems.append(f"{path}: header expected a flat JSON object of tensors, found nesting too deep to parse")
+        return out
     for name in repeated:
         problems.append(f"{path}: header key expected once, found repeated: {name}")
     if not isinstance(header, dict):

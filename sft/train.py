@@ -192,6 +192,11 @@ def run(cfg: TrainConfig) -> int:
 
     # 3. Resume.
     start, guard = 0, NonFiniteGuard(cfg.max_consecutive_nonfinite)
+    if resume_dir is not None and cfg.resume == "auto":  # the newest state that verifies
+        resume_dir, skipped = ckpt.newest_verified_state(cfg.run_dir / "state")
+        if resume_dir is None:
+            raise ConfigError(f"resume=auto: no state under {cfg.run_dir / 'state'} passes its checks ({'; '.join(skipped)}); "
+                              "move the state dir aside or pass resume=PATH")
     if resume_dir is not None:
         meta = ckpt.load_state(model, optimizer, resume_dir, rank=rank)
         validate_resume_meta(meta, cfg, data, resume_dir)

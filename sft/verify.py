@@ -26,7 +26,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.cli import ConfigError, apply_overrides, run_cli, wants_help
-from common.io import check_sha256sums
+from common.io import check_sha256sums, tree_entries
 from sft.ckpt_layout import ST_TO_TORCH, TORCH_TO_ST, config_dtype, expected_layout
 from sft.hfconfig import serving_field_problems
 from sft.safetensors_check import SafetensorsFile, read_safetensors, read_tensor_bytes
@@ -35,11 +35,12 @@ INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 
 
-def _weight_files(path: Path, problems: list[str]) -> tuple[list[str], dict | None, dict | None]:
-    """(file names to parse, weight_map or None, index metadata or None)."""
+def _weight_files(path: Path, problems: list[str], regular: set[str]) -> tuple[list[str], dict | None, dict | None]:
+    """(file names to parse, weight_map or None, index metadata or None). Only names in `regular`
+    (the dir's regular files, from common.io.tree_entries) are ever opened."""
     index_path = path / INDEX
-    on_disk = sorted(p.name for p in path.glob("*.safetensors"))
-    if not index_path.is_file():
+    on_disk = sorted(n for n in regular if "/" not in n and n.endswith(".safetensors"))
+    if INDEX not in regular:
         if SINGLE not in on_disk:
             problems.append(f"{path}: expected {SINGLE} or {INDEX}, found neither")
             return [], None, None
@@ -53,13 +54,14 @@ def _weight_files(path: Path, problems: list[str]) -> tuple[list[str], dict | No
         meta = meta if isinstance(meta, dict) else {}  # a missing total_size is reported by _check_index
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ValueError("weight_map is not an object of file names")
-    except (ValueError, KeyError, TypeError) as exc:
-        problems.append(f"{index_path}: expected JSON with a weight_map object, found unreadable index ({exc})")
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        problems.append(f"{index_path}: expected JSON with a weight_map object, found unreadable index "
+                        f"({type(exc).__name__}: {str(exc)[:200]})")
         return [], None, None
     counts = Counter(weight_map.values())
     files = []
     for name in sorted(counts):
-        if (path / name).is_file():
+        if name in regular:
             files.append(name)
         else:
             first = next(k for k, v in weight_map.items() if v == name)
@@ -150,7 +152,7 @@ def _check_tokenizer(path: Path, vocab_size: int, problems: list[str]) -> None:
         problems.append(f"{path}: expected tokenizer files (tokenizer.json / vocab.json / tokenizer.model), found none")
         return
     try:
-        n = len(AutoTokenizer.from_pretrained(str(path)))
+        n = len(AutoTokenizer.from_pretrained(str(path), trust_remote_code=False))
     except Exception as exc:  # tokenizers raise many types for broken files
         problems.append(f"{path}: expected the tokenizer to load, found an error ({exc})")
         return
@@ -164,7 +166,8 @@ def _check_load(path: Path, parsed: dict[str, SafetensorsFile], problems: list[s
     from transformers import AutoModelForCausalLM
 
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(str(path), dtype="auto", output_loading_info=True)
+        model, info = AutoModelForCausalLM.from_pretrained(str(path), dtype="auto", output_loading_info=True,
+                                                           trust_remote_code=False, use_safetensors=True)
     except Exception as exc:  # any failure to load is the finding itself
         problems.append(f"{path}: expected transformers to load the model, found {type(exc).__name__}: {exc}")
         return
@@ -188,31 +191,68 @@ def _check_load(path: Path, parsed: dict[str, SafetensorsFile], problems: list[s
                                 f"found different ones")
 
 
+# Weight formats that unpickle (run code) when loaded: never loaded here, always a finding.
+PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def _hostile_entries(path: Path, files: list[str]) -> list[str]:
+    """Findings about what a checkpoint dir must not hold: pickle weight files anywhere in the tree,
+    and a config that asks for remote code (`auto_map`)."""
+    problems = [f"{path / rel}: expected safetensors weights only, found a pickle weight file "
+                f"(loading it can run code); not loaded" for rel in files if rel.lower().endswith(PICKLE_WEIGHTS)]
+    if "config.json" in files:
+        try:
+            conf = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            conf = None  # reported by the config check
+        if isinstance(conf, dict) and conf.get("auto_map"):
+            problems.append(f"{path / 'config.json'}: expected no auto_map, found one naming remote code "
+                            f"({', '.join(map(str, conf['auto_map']))[:120]}); remote code is never run here")
+    return problems
+
+
 def verify_checkpoint(path: str | Path, *, load: bool = True) -> list[str]:
-    """All problems found in the checkpoint dir `path`; empty means it is intact."""
+    """All problems found in the checkpoint dir `path`; empty means it is intact.
+
+    Only regular files inside `path` are opened (FIFOs, devices and symlinks are findings, never
+    read or followed); every safetensors file in the tree (e.g. an RL checkpoint's `adapter/`) is
+    parsed; the tokenizer and transformers load run only on a directory with nothing hostile in
+    it, with trust_remote_code=False."""
     from transformers import AutoConfig
 
     path = Path(path)
-    if not path.is_dir():
-        return [f"{path}: expected a checkpoint directory, found {'a file' if path.exists() else 'nothing'}"]
-    problems: list[str] = []
-    files, weight_map, meta = _weight_files(path, problems)
-    parsed = {name: read_safetensors(path / name) for name in files}
+    if not path.is_dir() or path.is_symlink():
+        what = "a symlink" if path.is_symlink() else "a file" if path.exists() else "nothing"
+        return [f"{path}: expected a checkpoint directory, found {what}"]
+    files, problems = tree_entries(path)
+    hostile = bool(problems)
+    problems += _hostile_entries(path, files)
+    hostile = hostile or bool(problems)
+    regular = set(files)
+    weight_names, weight_map, meta = _weight_files(path, problems, regular)
+    parsed = {name: read_safetensors(path / name) for name in weight_names}
     for pf in parsed.values():
         problems.extend(pf.problems)
+    for rel in files:  # safetensors files in sub-folders (adapter/ ...): header and layout
+        if "/" in rel and rel.endswith(".safetensors"):
+            problems.extend(read_safetensors(path / rel).problems)
     if weight_map is not None:
         _check_index(path, parsed, weight_map, meta, problems)
     config = config_json = None
-    try:
-        config_json = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        config = AutoConfig.from_pretrained(str(path))
-    except Exception as exc:  # missing file, bad JSON, unknown model_type
-        problems.append(f"{path / 'config.json'}: expected a loadable model config, found {type(exc).__name__}: {exc}")
+    if "config.json" not in regular:
+        problems.append(f"{path / 'config.json'}: expected a regular file, found none")
+    elif not hostile:
+        try:
+            config_json = json.loads((path / "config.json").read_text(encoding="utf-8"))
+            config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+        except Exception as exc:  # bad JSON, unknown model_type, deep nesting
+            problems.append(f"{path / 'config.json'}: expected a loadable model config, found {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
     if config is not None:
         _check_layout(path, config, config_json, parsed, problems)
         problems.extend(serving_field_problems(path, config, config_json))
     structural = bool(problems)
-    problems.extend(check_sha256sums(path))
+    problems.extend(p for p in check_sha256sums(path) if p not in problems)
     if config is not None:
         _check_tokenizer(path, int(config.vocab_size), problems)
     if load and config is not None and not structural:

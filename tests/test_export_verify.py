@@ -192,6 +192,9 @@ def _save_state(step_dir, model_dir, step, complete=True, key_prefix=""):
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         shutil.copy(model_dir / name, step_dir / "hf" / name)
     (step_dir / "meta.json").write_text(json.dumps({"step": step}))
+    from sft.checkpoint import write_state_sums
+
+    write_state_sums(step_dir)
     if complete:
         (step_dir / "COMPLETE").write_text("")
 

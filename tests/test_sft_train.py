@@ -145,16 +145,18 @@ def test_resume_after_kill_is_exact(reference, interrupted):
 
 
 def test_state_layout(interrupted):
-    """DCP shards keyed by plain HF names, meta.json, hf/ for export, COMPLETE last."""
-    from torch.distributed.checkpoint import FileSystemReader
-
+    """DCP shards keyed by plain HF names, meta.json, hf/ for export, SHA256SUMS, COMPLETE last."""
     run_dir, _ = interrupted
     states = sorted((run_dir / "state").iterdir())
     assert states and len(states) <= 2  # pruned to the latest two
     d = states[-1]
-    for name in ("COMPLETE", "meta.json", "hf/config.json", "hf/tokenizer_config.json", "rng/rank-00000.pt", "rng/rank-00001.pt"):
+    for name in ("COMPLETE", "SHA256SUMS", "meta.json", "hf/config.json", "hf/tokenizer_config.json",
+                 "rng/rank-00000.safetensors", "rng/rank-00001.safetensors"):
         assert (d / name).exists(), name
-    keys = FileSystemReader(str(d)).read_metadata().state_dict_metadata.keys()
+    from sft.checkpoint import safe_load_dcp_metadata, verify_state
+
+    assert verify_state(d) == []
+    keys = safe_load_dcp_metadata(d / ".metadata").state_dict_metadata.keys()
     assert "model.model.embed_tokens.weight" in keys
     assert not [k for k in keys if "_fsdp_wrapped_module" in k or "_checkpoint_wrapped" in k]
     assert any(k.startswith("optim.state.model.layers.0.") for k in keys)

@@ -8,14 +8,13 @@ always add up.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from common.io import read_jsonl, sha256_file
+from common.io import JsonLineError, parse_json_line, sha256_file
 from data_prep.readers import canonical, openseeker, r2e_gym, search_r1, swe_gym, swe_smith
-from data_prep.schema import RecordError
+from data_prep.schema import RecordError, quarantine_detail
 
 PARSERS = {
     "r2e-gym": r2e_gym.parse,
@@ -104,16 +103,14 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
         return
     for f in src.files():
         if f.suffix == ".jsonl":
-            for lineno, line in read_jsonl(f):
-                try:
-                    yield f"{f}:{lineno}", json.loads(line)
-                except json.JSONDecodeError as exc:
-                    yield f"{f}:{lineno}", RecordError("malformed_json", f"{exc.msg} at column {exc.colno}")
+            with open(f, "rb") as fh:  # decoded line by line: one bad line is one rejection
+                for lineno, raw in enumerate(fh, 1):
+                    if raw.strip():
+                        yield f"{f}:{lineno}", _json_row(raw)
         elif f.suffix == ".json":
-            try:
-                obj = json.loads(f.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                yield f"{f}", RecordError("malformed_json", f"{exc.msg} at line {exc.lineno}")
+            obj = _json_row(f.read_bytes())
+            if isinstance(obj, RecordError):
+                yield f"{f}", obj
                 continue
             rows = obj if isinstance(obj, list) else [obj]
             for i, row in enumerate(rows):
@@ -123,6 +120,14 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
 
             for i, row in enumerate(pq.read_table(f).to_pylist()):
                 yield f"{f}[{i}]", row
+
+
+def _json_row(raw: bytes) -> Any:
+    """A parsed JSON value, or the RecordError saying why these bytes are not one."""
+    try:
+        return parse_json_line(raw)
+    except JsonLineError as exc:
+        return RecordError(exc.reason, exc.detail)
 
 
 def _row_id(src: Source, row: Any, where: str) -> str:
@@ -164,7 +169,7 @@ def read_source(src: Source | str, *, reasoning: str = "reasoning_content") -> I
         except RecordError as exc:
             yield Outcome(rid, label, reason=exc.reason, detail=exc.detail, where=where)
             continue
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:  # shape we didn't anticipate
-            yield Outcome(rid, label, reason="bad_row", detail=f"{type(exc).__name__}: {exc}", where=where)
+        except Exception as exc:  # a shape we did not anticipate, RecursionError, UnicodeError: one record's problem
+            yield Outcome(rid, label, reason="bad_row", detail=quarantine_detail(exc), where=where)
             continue
         yield Outcome(rec["id"], rec["source"], record=rec, where=where)

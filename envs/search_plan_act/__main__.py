@@ -8,7 +8,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.cli import ConfigError, apply_overrides, require_int, run_cli, wants_help
 
 DEFAULTS = {
     "pilot": {"split": "train", "tasks": 200, "seed": 0, "hops": None, "writes": None, "distractors": None},
@@ -30,10 +30,8 @@ def main(argv: list[str]) -> int:
     if cmd == "pilot":
         from .pilot import run_pilot
 
-        if int(cfg.tasks) < 1:
-            raise ConfigError("tasks must be >= 1")
-        knobs = {k: cfg[k] for k in ("hops", "writes", "distractors") if cfg[k] is not None}
-        result = run_pilot(cfg.split, int(cfg.tasks), int(cfg.seed), **knobs)
+        knobs = {k: require_int(cfg[k], k, 0) for k in ("hops", "writes", "distractors") if cfg[k] is not None}
+        result = run_pilot(cfg.split, require_int(cfg.tasks, "tasks", 1), require_int(cfg.seed, "seed", 0), **knobs)
         print(result.table())
         return 0 if result.ok else 1
     if cmd == "export":
@@ -41,12 +39,12 @@ def main(argv: list[str]) -> int:
 
         if not cfg.out:
             raise ConfigError("export needs out=PATH")
-        n = export_trajectories(cfg.out, int(cfg.n), int(cfg.seed), cfg.split)
+        n = export_trajectories(cfg.out, require_int(cfg.n, "n", 1), require_int(cfg.seed, "seed", 0), cfg.split)
         print(f"wrote {n} {cfg.split} trajectories to {cfg.out}")
         return 0
     from .export import episode_record
 
-    print(json.dumps(episode_record(int(cfg.seed), cfg.split)["messages"], indent=1))
+    print(json.dumps(episode_record(require_int(cfg.seed, "seed", 0), cfg.split)["messages"], indent=1))
     return 0
 
 
