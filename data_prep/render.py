@@ -154,14 +154,16 @@ class ChatRenderer:
                     raise RecordError("special_token_in_content", f"message {i} ({m['role']}) contains {hit.group(0)!r}")
 
     def _render_record(self, msgs: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
-        """`render` for a record's messages: a template that refuses them (Llama-3.1 with parallel
-        tool calls, ...) rejects that record, never the build."""
+        """`render` for a record's messages. A template that refuses parallel tool calls (Llama-3.1)
+        rejects that record as `parallel_tool_calls_unsupported`; any other exception the template
+        raises propagates (the build quarantines the record with its type and message)."""
         try:
             return self.render(msgs, tools, add_generation_prompt)
-        except Exception as exc:  # the template is untrusted code: whatever it raises is about this record
-            parallel = any(len(m.get("tool_calls") or []) > 1 for m in msgs)
-            raise RecordError("parallel_tool_calls_unsupported" if parallel else "template_error",
-                              f"the chat template refuses this conversation: {exc}") from None
+        except Exception as exc:
+            if any(len(m.get("tool_calls") or []) > 1 for m in msgs):
+                raise RecordError("parallel_tool_calls_unsupported",
+                                  f"the chat template refuses this conversation's parallel tool calls: {exc}") from None
+            raise
 
     def generations(self, rec: dict) -> list[Turn]:
         """Per assistant turn: the prompt the model saw (`render(messages[:i], add_generation_prompt=True)`)
