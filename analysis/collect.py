@@ -15,13 +15,16 @@ import pandas as pd
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object
 from common.io import parse_json_line, read_jsonl
+from evals.metrics import NON_METRIC_FIELDS, metric_problem
 
 COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
 # The Search-R1 seven, in the order of its Table 2 (general QA, then multi-hop QA).
 GENERAL_QA = ["nq", "triviaqa", "popqa"]
 MULTIHOP_QA = ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 SEARCH_R1_BENCHES = GENERAL_QA + MULTIHOP_QA
-AGENTIC_BENCHES = ["search_plan_ood"]
+# Benches with their own environment, scored by one headline metric (not EM/F1).
+ENV_BENCH_METRIC = {"search_plan_ood": "reward", "babyai": "return"}
+AGENTIC_BENCHES = list(ENV_BENCH_METRIC)
 MEAN_BENCH = "avg"  # pseudo-bench: the unweighted mean over the QA benches (Search-R1's "Avg.")
 # A summary metric whose per-example twin has another name (search_plan_ood's `reward` is the
 # episode's `total`).
@@ -38,18 +41,30 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
-def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[str] | None) -> list[dict]:
+def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[str] | None,
+                 problems: list[str] | None = None, where: Path | str = "summary.json") -> list[dict]:
+    """Tidy rows of one summary.json. Every value is checked against evals' metric registry: a NaN,
+    an inf, an out-of-range value, an unknown metric or a bad `n` is listed in `problems` (file,
+    bench, metric, value) and not written (a bad `n` is written as -1, unknown)."""
+    problems = [] if problems is None else problems
     rows = []
     for bench, metrics in summary.items():
         if benches is not None and bench not in benches:
             continue
         if not isinstance(metrics, dict):
+            problems.append(f"{where}: {bench}: expected an object of metrics, found {metrics!r}")
             continue
         n = metrics.get("n")
+        if (why := metric_problem("n", n)) is not None:
+            problems.append(f"{where}: {bench}.n = {n!r}: {why}; its values are written with n=-1")
+            n = -1
         for metric, value in metrics.items():
-            if metric != "n" and _is_number(value):
-                rows.append(dict(arm=arm, seed=seed, step=step, bench=bench, metric=metric,
-                                 value=float(value), n=int(n) if _is_number(n) else -1))
+            if metric == "n" or metric in NON_METRIC_FIELDS:
+                continue
+            if (why := metric_problem(metric, value)) is not None:
+                problems.append(f"{where}: {bench}.{metric} = {value!r}: {why}; not written")
+                continue
+            rows.append(dict(arm=arm, seed=seed, step=step, bench=bench, metric=metric, value=float(value), n=int(n)))
     return rows
 
 
@@ -60,11 +75,11 @@ def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | 
         for step, d in sorted(run.evals.items()):
             summary = read_json_object(d / "summary.json", problems)
             if summary is not None:
-                rows += summary_rows(run.arm, run.seed, step, summary, benches)
+                rows += summary_rows(run.arm, run.seed, step, summary, benches, problems, d / "summary.json")
     if anchor_eval_dir is not None and (anchor_eval_dir / "summary.json").is_file():
         summary = read_json_object(anchor_eval_dir / "summary.json", problems)
         if summary is not None:
-            rows += summary_rows(ANCHOR_ARM, 0, 0, summary, benches)
+            rows += summary_rows(ANCHOR_ARM, 0, 0, summary, benches, problems, anchor_eval_dir / "summary.json")
     table = pd.DataFrame(rows, columns=COLUMNS)
     table = table.astype({"seed": "int64", "step": "int64", "value": "float64", "n": "int64"})
     table = table.sort_values(["arm", "seed", "step", "bench", "metric"], kind="stable").reset_index(drop=True)
@@ -116,7 +131,10 @@ def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
         metrics = obj.get("metrics") if isinstance(obj, dict) else None
         if not isinstance(metrics, dict) or "id" not in obj:
             raise ValueError(f"{path}:{lineno}: a line needs `id` and a `metrics` object")
-        rows.append({"id": str(obj["id"]), **_behaviour(obj), **{k: float(v) for k, v in metrics.items() if _is_number(v)}})
+        for k, v in metrics.items():
+            if (why := metric_problem(k, v)) is not None:
+                raise ValueError(f"{path}:{lineno}: metric {k} = {v!r}: {why}")
+        rows.append({"id": str(obj["id"]), **_behaviour(obj), **{k: float(v) for k, v in metrics.items()}})
     if not rows:
         return None
     df = pd.DataFrame(rows)

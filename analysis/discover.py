@@ -1,9 +1,13 @@
 """Find runs, their step checkpoints, eval directories and manifests under a runs root.
 
-Layout (DESIGN.md): `<runs_root>/<arm>/seed<seed>/{config.yaml, manifest.json, checkpoints/step-NNNNNN/,
-eval/step-NNNNNN/{<bench>.jsonl, summary.json}, DONE}`. Top-level names starting with `_` or `.`
-(`_data`, `_anchor`) are not arms. Anything unreadable is recorded as a problem on the run, never raised:
-a half-written run must not stop the analysis of the others.
+Layout (DESIGN.md, common.layout): `<runs_root>/<arm>/[<name>/]seed<seed>/{config.yaml, manifest.json,
+checkpoints/step-NNNNNN/, eval/[<profile>/]step-NNNNNN/{<bench>.jsonl, summary.json}, DONE}`. A named variant is
+its own arm, labelled `<arm>/<name>` (never pooled with the unnamed arm); with `profile=` the evaluations
+read are that profile's (`eval/<profile>/`). Top-level names starting with
+`_` or `.` (`_data`, `_anchor`) are not arms; directories renamed aside (`*.replaced-<time>`, by
+resume=never or overwrite=true) are not runs (`replaced_dirs` lists them for the report). Anything
+unreadable is recorded as a problem on the run, never raised: a half-written run must not stop the
+analysis of the others.
 """
 from __future__ import annotations
 
@@ -13,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.layout import SEED_DIR, eval_subdir, is_replaced, variant_label, variant_name_problem
+
 STEP_RE = re.compile(r"^step-(\d+)$")
-SEED_RE = re.compile(r"^seed(\d+)$")
 ANCHOR_ARM = "anchor"
 
 
@@ -33,9 +38,10 @@ class Run:
     manifest: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
+    profile: str | None = None
 
     def eval_dir(self, step: int) -> Path:
-        return self.path / "eval" / step_name(step)
+        return self.path / eval_subdir(self.profile) / step_name(step)
 
     def expected_steps(self) -> list[int]:
         """Steps the run's config says it will checkpoint (save_steps up to the horizon + the final one).
@@ -93,34 +99,62 @@ def _read_config(path: Path, problems: list[str]) -> dict | None:
     return cfg if isinstance(cfg, dict) else None
 
 
-def load_run(path: Path, arm: str, seed: int) -> Run:
-    run = Run(arm=arm, seed=seed, path=path)
+def load_run(path: Path, arm: str, seed: int, profile: str | None = None) -> Run:
+    run = Run(arm=arm, seed=seed, path=path, profile=profile)
     for step, ckpt in _step_dirs(path / "checkpoints").items():
         if (ckpt / "config.json").is_file():
             run.checkpoints[step] = ckpt
         else:
             run.problems.append(f"{ckpt}: no config.json (incomplete checkpoint), ignored")
-    run.evals = {s: d for s, d in _step_dirs(path / "eval").items() if (d / "summary.json").is_file()}
+    run.evals = {s: d for s, d in _step_dirs(path / eval_subdir(profile)).items() if (d / "summary.json").is_file()}
     run.done = (path / "DONE").exists()
     run.manifest = read_json_object(path / "manifest.json", run.problems)
     run.config = _read_config(path / "config.yaml", run.problems)
     return run
 
 
-def discover_runs(runs_root: str | Path) -> list[Run]:
-    """All `<arm>/seed<N>` runs under `runs_root`, sorted by (arm, seed)."""
+def _arm_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(("_", "."))
+            and d.name != ANCHOR_ARM and not is_replaced(d)]
+
+
+def _seed_dirs(parent: Path) -> list[tuple[Path, int]]:
+    return [(d, int(m.group(1))) for d in sorted(parent.iterdir()) if (m := SEED_DIR.match(d.name)) and d.is_dir()]
+
+
+def discover_runs(runs_root: str | Path, profile: str | None = None) -> list[Run]:
+    """All `<arm>/seed<N>` and `<arm>/<name>/seed<N>` runs under `runs_root`, sorted by (arm, seed);
+    a variant's arm is `<arm>/<name>`. `profile` picks which evaluations are read (`eval/<profile>/`)."""
+    runs = []
+    for arm_dir in _arm_dirs(Path(runs_root)):
+        runs += [load_run(d, arm_dir.name, seed, profile) for d, seed in _seed_dirs(arm_dir)]
+        for variant in sorted(arm_dir.iterdir()):
+            if variant.is_dir() and variant_name_problem(variant.name) is None and not SEED_DIR.match(variant.name):
+                label = variant_label(arm_dir.name, variant.name)
+                runs += [load_run(d, label, seed, profile) for d, seed in _seed_dirs(variant)]
+    return sorted(runs, key=lambda r: (r.arm, r.seed))
+
+
+def replaced_dirs(runs_root: str | Path) -> list[Path]:
+    """Run (or arm / variant) directories renamed aside under `runs_root`: kept, never analysed."""
     root = Path(runs_root)
     if not root.is_dir():
         return []
-    runs = []
+    found = []
     for arm_dir in sorted(root.iterdir()):
-        if not arm_dir.is_dir() or arm_dir.name.startswith(("_", ".")) or arm_dir.name == ANCHOR_ARM:
+        if not arm_dir.is_dir() or arm_dir.name.startswith(("_", ".")):
             continue
-        for seed_dir in sorted(arm_dir.iterdir()):
-            m = SEED_RE.match(seed_dir.name)
-            if m and seed_dir.is_dir():
-                runs.append(load_run(seed_dir, arm_dir.name, int(m.group(1))))
-    return sorted(runs, key=lambda r: (r.arm, r.seed))
+        if is_replaced(arm_dir):
+            found.append(arm_dir)
+            continue
+        for child in sorted(arm_dir.iterdir()):
+            if child.is_dir() and is_replaced(child):
+                found.append(child)
+            elif child.is_dir() and not SEED_DIR.match(child.name):
+                found += [d for d in sorted(child.iterdir()) if d.is_dir() and is_replaced(d)]
+    return found
 
 
 def _find_keys(obj: Any, wanted: tuple[str, ...], prefix: str = "") -> dict[str, Any]:

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object, step_name
 from common.cli import ConfigError
+from common.layout import eval_subdir
 from common.io import write_json
 
 Evaluator = Callable[[dict[str, Any]], dict]
@@ -62,8 +63,8 @@ def summary_benches(eval_dir: Path) -> set[str]:
     return {k for k, v in _read_summary_dict(Path(eval_dir)).items() if isinstance(v, dict)}
 
 
-def anchor_eval_dir(anchor_dir: Path) -> Path:
-    return Path(anchor_dir) / "eval" / step_name(0)
+def anchor_eval_dir(anchor_dir: Path, profile: str | None = None) -> Path:
+    return Path(anchor_dir) / eval_subdir(profile) / step_name(0)
 
 
 def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
@@ -78,7 +79,8 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
             f"pass anchor_dir=<another dir> or remove {anchor_dir} to re-evaluate")
 
 
-def plan(runs: list[Run], benches: list[str], anchor: str | None, anchor_dir: Path, prompt: str) -> list[EvalJob]:
+def plan(runs: list[Run], benches: list[str], anchor: str | None, anchor_dir: Path, prompt: str,
+         profile: str | None = None) -> list[EvalJob]:
     jobs = []
     for run in runs:
         for step, ckpt in sorted(run.checkpoints.items()):
@@ -86,7 +88,7 @@ def plan(runs: list[Run], benches: list[str], anchor: str | None, anchor_dir: Pa
             if missing:
                 jobs.append(EvalJob(run.arm, run.seed, step, str(ckpt), run.eval_dir(step), missing, prompt))
     if anchor is not None:
-        out = anchor_eval_dir(anchor_dir)
+        out = anchor_eval_dir(anchor_dir, profile)
         missing = [b for b in benches if b not in summary_benches(out)]
         if missing:
             jobs.append(EvalJob(ANCHOR_ARM, 0, 0, str(anchor), out, missing, ANCHOR_PROMPT))

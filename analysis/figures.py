@@ -2,7 +2,11 @@
 
 Sized for a two-column paper (full text width 7.0 in, one column 3.4 in) with 7-pt text so labels
 stay readable when printed. Colours are Okabe-Ito (colour-blind safe) with a fixed arm -> colour map,
-so an arm has the same colour in every figure of the paper. The anchor is a black dashed line.
+so an arm has the same colour in every figure of the paper. The anchor is a black point at step 0
+(with its interval) and a black dashed line across; a run with its own step-0 evaluation (an RL run,
+whose `checkpoints/step-000000` is the starting model) starts its curve there instead. X ticks sit at
+the checkpoint steps. The caption (under the figure and in `FigureInfo.caption`) says what the bands
+are; a panel whose every value is 0 becomes a one-line note instead of an empty plot.
 Missing points are NaN and drawn as gaps (lines are broken, never interpolated across).
 """
 from __future__ import annotations
@@ -87,6 +91,9 @@ class FigureInfo:
     panels: list[str]  # panel titles, in order
     series: dict[str, list[str]] = field(default_factory=dict)  # panel title -> legend labels drawn
     gaps: dict[str, dict[str, int]] = field(default_factory=dict)  # panel -> arm -> NaN points
+    xticks: dict[str, list[int]] = field(default_factory=dict)  # panel -> the steps ticked
+    notes: dict[str, str] = field(default_factory=dict)  # panel -> the note drawn instead of a plot
+    caption: str = ""
 
 
 def _layout(n: int) -> tuple[int, int, float]:
@@ -97,9 +104,39 @@ def _layout(n: int) -> tuple[int, int, float]:
     return rows, cols, width
 
 
+MAX_TICKS = 8
+BAND_TEXT = {
+    "t": "95% Student-t interval across seeds",
+    "bootstrap": "95% percentile bootstrap over the evaluated items (one seed)",
+}
+
+
+def tick_steps(steps) -> list[int]:
+    """The checkpoint steps, thinned evenly to at most MAX_TICKS (first and last always kept)."""
+    steps = sorted(set(int(s) for s in steps))
+    if len(steps) <= MAX_TICKS:
+        return steps
+    keep = {steps[round(i * (len(steps) - 1) / (MAX_TICKS - 1))] for i in range(MAX_TICKS)}
+    return sorted(keep)
+
+
+def caption_text(methods: set[str], anchor_drawn: bool) -> str:
+    bands = "; ".join(BAND_TEXT[m] for m in ("t", "bootstrap") if m in methods) or "none drawn (no interval available)"
+    parts = [f"Bands: {bands}."]
+    if anchor_drawn:
+        parts.append("Step 0: the anchor (base model, anchor_nudge prompt) for SFT arms; "
+                     "a run's own starting checkpoint (same prompt) where it has a step-0 evaluation.")
+    return " ".join(parts)
+
+
+def _all_zero(values: list[float]) -> bool:
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and all(v == 0 for v in finite)
+
+
 def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dict[str, list[int]],
                 out_stem: Path, suptitle: str | None = None) -> FigureInfo:
-    """Draw metric-vs-step curves (mean over seeds, 95% band) per arm, anchor dashed; save PDF + PNG.
+    """Draw metric-vs-step curves (mean over seeds, 95% band) per arm, the anchor at step 0; save PDF + PNG.
 
     `steps[arm]` is every step the arm should have (checkpointed or expected); missing ones are gaps.
     """
@@ -111,13 +148,23 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
     with plt.rc_context(RC):
         fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
         handles: dict[str, object] = {}
+        methods: set[str] = set()
+        anchor_drawn = False
         for ax, panel in zip(axes.flat, panels):
             drawn: list[str] = []
             info.gaps[panel.title] = {}
-            for arm in sort_arms(arms):
-                c = curve(points, arm, panel.bench, panel.metric, steps.get(arm, []))
-                if c["mean"].notna().sum() == 0:
-                    continue
+            curves = {arm: curve(points, arm, panel.bench, panel.metric, steps.get(arm, [])) for arm in sort_arms(arms)}
+            curves = {arm: c for arm, c in curves.items() if c["mean"].notna().sum() > 0}
+            anchor = anchor_value(points, panel.bench, panel.metric)
+            values = [v for c in curves.values() for v in c["mean"].tolist()] + [anchor.mean]
+            if _all_zero(values):
+                note = f"{panel.title}: every value is 0 ({sum(math.isfinite(v) for v in values)} points)"
+                ax.axis("off")
+                ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, wrap=True)
+                info.notes[panel.title], info.series[panel.title], info.xticks[panel.title] = note, [], []
+                continue
+            ticked: set[int] = set()
+            for arm, c in curves.items():
                 x = c.step.to_numpy(float)
                 (line,) = ax.plot(x, c["mean"].to_numpy(float), marker=markers[arm], color=colours[arm],
                                   label=arm)
@@ -131,10 +178,24 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                 handles.setdefault(arm, line)
                 drawn.append(arm)
                 info.gaps[panel.title][arm] = int(c["mean"].isna().sum())
-            anchor = anchor_value(points, panel.bench, panel.metric)
+                ticked.update(int(s) for s in c.step)
+                methods.update(m for m, has_band in zip(c.method, ok) if has_band)
             if math.isfinite(anchor.mean):
-                handles.setdefault("anchor", ax.axhline(anchor.mean, label="anchor", **ANCHOR_STYLE))
+                ax.axhline(anchor.mean, **ANCHOR_STYLE)
+                err = None
+                if math.isfinite(anchor.lo) and math.isfinite(anchor.hi):
+                    err = [[anchor.mean - anchor.lo], [anchor.hi - anchor.mean]]
+                    methods.add(anchor.method)
+                point = ax.errorbar([0], [anchor.mean], yerr=err, fmt="o", color=OKABE_ITO["black"], capsize=2,
+                                    markersize=3.5, linewidth=0.8, zorder=5)
+                handles.setdefault("anchor", point)
                 drawn.append("anchor")
+                ticked.add(0)
+                anchor_drawn = True
+            if ticked:
+                info.xticks[panel.title] = tick_steps(ticked)
+                ax.set_xticks(info.xticks[panel.title])
+                ax.tick_params(axis="x", labelrotation=45 if len(info.xticks[panel.title]) > 5 else 0)
             if not drawn:
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
             # Every metric is >= 0: keep a flat-at-zero curve at the bottom, not mid-panel.
@@ -149,9 +210,12 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
         for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
         order = [a for a in sort_arms(arms) if a in handles] + (["anchor"] if "anchor" in handles else [])
+        labels = [k if k != "anchor" else "anchor (step 0)" for k in order]
         if order:
-            fig.legend([handles[k] for k in order], order, loc="upper center", ncol=len(order),
+            fig.legend([handles[k] for k in order], labels, loc="upper center", ncol=len(order),
                        frameon=False, bbox_to_anchor=(0.5, 1.0))
+        info.caption = caption_text(methods, anchor_drawn)
+        fig.text(0.5, 0.0, info.caption, ha="center", va="top", fontsize=6, wrap=True)
         if suptitle:
             fig.suptitle(suptitle, y=1.06)
         fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (PANEL_HEIGHT_IN * rows + 0.35)))

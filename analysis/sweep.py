@@ -12,15 +12,17 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.aggregate import Points
-from analysis.collect import (AGENTIC_BENCHES, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
+from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
-from analysis.discover import ANCHOR_ARM, Run, discover_runs
+from analysis.discover import ANCHOR_ARM, Run, discover_runs, replaced_dirs
 from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, default_evaluator,
                                  plan, run_jobs)
 from analysis.figures import FigureInfo, Panel, plot_curves
+from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
 
+DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
 OOD_COMPONENTS = ["outcome", "grounding", "stop"]
 
@@ -29,7 +31,8 @@ BEHAVIOUR = [("mean_tool_calls", "tool calls / episode"), ("format_failure_rate"
 DEFAULTS: dict[str, Any] = {
     "runs_root": "runs",
     "out": "reports",
-    "benches": SEARCH_R1_BENCHES + AGENTIC_BENCHES,
+    "benches": None,  # null -> the profile's benches, or the Search-R1 seven + search_plan_ood
+    "profile": None,  # evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs
     "evaluate": True,
     "anchor": None,  # base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0
     "anchor_dir": None,  # null -> <runs_root>/_anchor
@@ -63,7 +66,7 @@ class AnalysisResult:
 
 
 def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev: EvalReport,
-                    anchor_dir: Path, evaluate: bool) -> list[MissingPoint]:
+                    anchor_eval: Path, evaluate: bool) -> list[MissingPoint]:
     have = set(zip(table.arm, table.seed, table.step, table.bench))
     missing = []
     for run in runs:
@@ -83,7 +86,7 @@ def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev
     for bench in benches:
         if (ANCHOR_ARM, 0, 0, bench) not in have:
             err = ev.failed(ANCHOR_ARM, 0, 0, bench)
-            reason = f"evaluation failed: {err}" if err else f"no anchor result in {anchor_eval_dir(anchor_dir)}"
+            reason = f"evaluation failed: {err}" if err else f"no anchor result in {anchor_eval}"
             missing.append(MissingPoint(ANCHOR_ARM, 0, 0, bench, reason))
     return missing
 
@@ -93,8 +96,7 @@ def _panels(table: pd.DataFrame, qa: list[str], metric: str) -> list[Panel]:
     if len(qa) >= 2:
         panels.append(Panel(MEAN_BENCH, metric, mean_label(qa), metric.upper()))
     for bench in agentic_benches(table.bench):
-        has = set(table.loc[table.bench == bench, "metric"])
-        m = metric if metric in has else "reward"
+        m = ENV_BENCH_METRIC[bench]
         panels.append(Panel(bench, m, f"{bench} ({m})" if m != metric else bench, m))
     return panels
 
@@ -142,21 +144,32 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     """Run the whole analysis; returns None for `dry_run=true` (the plan is printed)."""
     cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
     root, out = Path(cfg.runs_root), Path(cfg.out)
-    benches = list(cfg.benches)
+    profile = cfg.profile or None
+    reference_sizes, benches = {}, list(DEFAULT_BENCHES)
+    if profile:
+        from evals.profiles import load_profile  # recipes/eval/<profile>.yaml (ConfigError when unknown)
+
+        loaded = load_profile(profile)
+        reference_sizes = loaded["reference_sizes"]
+        benches = list(loaded["evaluate"].get("benches") or benches)
+    benches = list(cfg.benches) if cfg.benches else benches
     anchor = None if cfg.anchor in (None, "") else str(cfg.anchor)
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())
     anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else root / "_anchor"
     check_anchor_identity(anchor_dir, anchor)
     eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
-    runs = discover_runs(root)
-    jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt) if cfg.evaluate else []
+    if profile:
+        eval_opts["profile"] = profile
+    anchor_eval = anchor_eval_dir(anchor_dir, profile)
+    runs = discover_runs(root, profile)
+    jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile) if cfg.evaluate else []
     if cfg.dry_run:
         print(describe_plan(runs, jobs, cfg))
         return None
     ev = run_jobs(jobs, evaluator or default_evaluator, eval_opts, anchor_dir) if jobs else EvalReport()
-    runs = discover_runs(root) if jobs else runs
-    collected = collect(runs, anchor_eval_dir(anchor_dir), benches)
+    runs = discover_runs(root, profile) if jobs else runs
+    collected = collect(runs, anchor_eval, benches)
     table = collected.table
     out.mkdir(parents=True, exist_ok=True)
     results = [out / "results.parquet", out / "results.csv"]
@@ -165,7 +178,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
 
     qa = qa_benches(table)
     eval_dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}
-    eval_dirs[(ANCHOR_ARM, 0, 0)] = anchor_eval_dir(anchor_dir)
+    eval_dirs[(ANCHOR_ARM, 0, 0)] = anchor_eval
     points = Points(add_mean_rows(table, qa), eval_dirs, qa, cfg.n_boot, cfg.boot_seed, cfg.conf,
                     problems=list(collected.problems))
     arms = sorted({r.arm for r in runs})
@@ -188,14 +201,22 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
                         (f"paired_{metric}", paired_table(points, arms, cols, metric))):
             result.tables[name] = t
             table_paths[name] = t.write(out / "tables" / name)
-    result.missing = _missing_points(runs, table, benches, ev, anchor_dir, bool(cfg.evaluate))
-    problems = sorted(set(points.problems + [p for r in runs for p in r.problems]))
-    settings = {"runs_root": cfg.runs_root, "benches": benches, "n_boot": cfg.n_boot, "boot_seed": cfg.boot_seed,
+    pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, benches,
+                 n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf)
+    labelled = {f"{r.arm}/seed{r.seed}/{d.name}": d for r in runs for d in r.evals.values()}
+    pp.problems += size_problems({**labelled, f"{ANCHOR_ARM}/{anchor_eval.name}": anchor_eval}, reference_sizes)
+    if pp.rows:
+        result.tables["prepost"] = pp.table()
+        table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
+    result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate))
+    problems = sorted(set(points.problems + pp.problems + [p for r in runs for p in r.problems]))
+    settings = {"runs_root": cfg.runs_root, "profile": profile, "benches": benches, "n_boot": cfg.n_boot,
+                "boot_seed": cfg.boot_seed,
                 "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures)}
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
-                                 settings=settings)
+                                 settings=settings, ignored=replaced_dirs(root))
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.aggregate import Points, anchor_value, best_point, final_point, paired_vs_anchor
-from analysis.collect import AGENTIC_BENCHES, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA
+from analysis.collect import AGENTIC_BENCHES, ENV_BENCH_METRIC, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
 from analysis.stats import Interval
@@ -34,9 +34,10 @@ class Table:
     caption: str
     columns: list[Column]
     rows: list[tuple[str, list[str]]] = field(default_factory=list)  # (row label, cells)
+    row_header: str = "Method"
 
     def to_markdown(self) -> str:
-        head = ["Method"] + [f"{c.label}" for c in self.columns]
+        head = [self.row_header] + [f"{c.label}" for c in self.columns]
         groups = ["", *[c.group for c in self.columns]]
         lines = [f"*{self.caption}*", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         if len({g for g in groups if g}) > 1:
@@ -64,7 +65,7 @@ class Table:
             rules.append(f"\\cmidrule(lr){{{start}-{start + n - 1}}}")
             start += n
         out.append(" ".join(rules))
-        out.append("Method & " + " & ".join(latex_escape(c.label) for c in self.columns) + " \\\\")
+        out.append(latex_escape(self.row_header) + " & " + " & ".join(latex_escape(c.label) for c in self.columns) + " \\\\")
         out.append("\\midrule")
         for label, cells in self.rows:
             out.append(" & ".join([latex_escape(label), *[latex_cell(c) for c in cells]]) + " \\\\")
@@ -81,7 +82,7 @@ class Table:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
                   "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
-                  "±": r"$\pm$", "–": "--", "×": r"$\times$"}
+                  "±": r"$\pm$", "–": "--", "×": r"$\times$", "Δ": r"$\Delta$", "−": "$-$"}
 
 
 def latex_escape(text: str) -> str:
@@ -120,7 +121,8 @@ def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str
     if has_mean:
         cols.append(Column(MEAN_BENCH, metric, "Avg.", "QA"))
     for bench in agentic:
-        cols.append(Column(bench, "reward", f"{bench} (reward)", "Agentic"))
+        m = ENV_BENCH_METRIC[bench]
+        cols.append(Column(bench, m, f"{bench} ({m})", "Agentic"))
     return cols
 
 

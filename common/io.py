@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 SHA256SUMS = "SHA256SUMS"
+REPLACED_MARK = ".replaced-"   # `<path>.replaced-<UTC time>`: an output renamed aside by overwrite=true
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -166,7 +167,7 @@ def replace_aside(path: str | Path) -> Path:
     Nothing is deleted; the caller then writes a fresh output at `path`.
     """
     path = Path(path)
-    base = path.with_name(f"{path.name}.replaced-{utc_stamp()}")
+    base = path.with_name(f"{path.name}{REPLACED_MARK}{utc_stamp()}")
     aside, k = base, 1
     while aside.exists() or aside.is_symlink():
         aside = base.with_name(f"{base.name}.{k}")

@@ -71,6 +71,25 @@ def _assistant_message(reasoning: str, content: str, calls: list[dict], errors: 
     return msg
 
 
+def generate_round(backend, active: list, prompt_of: Callable[[Any], str], *, max_model_len: int,
+                   max_new_tokens: int) -> list[tuple[Any, Any, int]]:
+    """One batched `generate` for every unit in `active` (anything with a `stop_reason`) whose prompt
+    `prompt_of(unit)` still fits `max_model_len`; a unit that no longer fits stops with
+    `context_limit`. Returns (unit, generation, its cap on new tokens) for the others."""
+    batch, prompt_ids, caps = [], [], []
+    for unit in active:
+        ids = backend.encode(prompt_of(unit))
+        room = max_model_len - len(ids)
+        if room <= 0:
+            unit.stop_reason = "context_limit"
+            continue
+        batch.append(unit)
+        prompt_ids.append(ids)
+        caps.append(min(max_new_tokens, room))
+    gens = backend.generate(prompt_ids, caps) if batch else []
+    return list(zip(batch, gens, caps))
+
+
 def run_episodes(
     episodes: list[Episode],
     backend,
@@ -88,19 +107,10 @@ def run_episodes(
     tok = backend.tokenizer
     active = [ep for ep in episodes if ep.stop_reason is None]
     while active:
-        batch, prompt_ids, caps = [], [], []
-        for ep in active:
-            ids = backend.encode(render(tok, ep.messages, ep.tools))
-            room = max_model_len - len(ids)
-            if room <= 0:
-                ep.stop_reason = "context_limit"
-                continue
-            batch.append(ep)
-            prompt_ids.append(ids)
-            caps.append(min(max_new_tokens, room))
-        gens = backend.generate(prompt_ids, caps) if batch else []
+        turn = generate_round(backend, active, lambda ep: render(tok, ep.messages, ep.tools),
+                              max_model_len=max_model_len, max_new_tokens=max_new_tokens)
         pending = []
-        for ep, gen, cap in zip(batch, gens, caps):
+        for ep, gen, cap in turn:
             ep.turns += 1
             ep.generated_tokens += gen.num_tokens
             reasoning, content = split_reasoning(gen.text)
@@ -133,6 +143,6 @@ def run_episodes(
             if is_done(ep):
                 ep.stop_reason = "env_done"
         if on_turn:
-            on_turn(len(batch))
+            on_turn(len(turn))
         active = [ep for ep in active if ep.stop_reason is None]
     return episodes

@@ -24,6 +24,8 @@ from pathlib import Path
 from common.benchmarks import SEARCH7  # noqa: F401  (evals.benches.SEARCH7 is public API)
 from common.io import JsonLineError, parse_json_line, read_jsonl
 OOD_BENCH = "search_plan_ood"
+BABYAI_BENCH = "babyai"
+ENV_BENCHES = (OOD_BENCH, BABYAI_BENCH)  # benches that bring their own environment (no retriever, no file)
 # FlashRAG_datasets config and split used for each bench when loading from the hub.
 HUB_SPLITS = {
     "nq": "test", "triviaqa": "test", "popqa": "test", "bamboogle": "test",

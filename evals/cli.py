@@ -6,18 +6,24 @@ import sys
 from omegaconf import OmegaConf
 
 from common.cli import ConfigError, apply_overrides, run_cli, wants_help
-from evals.config import DEFAULTS, resolve
+from evals.config import DEFAULTS, base_config, resolve
 
 USAGE = """usage: evaluate ckpt=PATH [benches=[nq,triviaqa,popqa,hotpotqa,2wikimultihopqa,musique,bamboogle,search_plan_ood]]
                 [n=500] [seed=42] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH] [retriever_url=URL]
                 [topk=3] [max_turns=8] [max_model_len=16384] [max_new_tokens=4096] [prompt=tool_agent|anchor_nudge]
-                [bench_root=DIR] [out=DIR] [batch_size=64] [micro_batch=16] [dry_run=true]
+                [bench_root=DIR] [out=DIR] [batch_size=64] [micro_batch=16] [overwrite=false] [dry_run=true]
+                [bench_n={musique:0,babyai:50}] [profile=rl_ood] [babyai_max_steps=N] [babyai_max_new_tokens=8192]
 
-n<=0 evaluates every item; Bamboogle has 125, so n=500 takes all of it.
+n<=0 evaluates every item; Bamboogle has 125, so n=500 takes all of it. bench_n gives one bench its
+own n (0 = every item of its file). profile=NAME takes recipes/eval/NAME.yaml's keys (command-line
+keys win) and writes to <run_dir>/eval/NAME/step-NNNNNN. Bench babyai (the text BabyAI game, no
+tools) needs the babyai extra (pip install -e '.[babyai]').
 
 Runs the agent loop (chat template with the search tool, tool calls -> retriever -> tool messages)
 on each bench and writes <out>/<bench>.jsonl (one line per example, full trajectory), <out>/summary.json
-and <out>/meta.json. Re-running resumes: finished example ids are skipped. out defaults to
+and <out>/meta.json. Re-running resumes: finished example ids are skipped. A bench that out already
+holds under another identity (checkpoint content, result-changing keys, n/seed/bench file) is refused
+(exit 2, with the differences) unless overwrite=true, which renames the old results aside. out defaults to
 <run_dir>/eval/step-NNNNNN for a checkpoint at <run_dir>/checkpoints/step-NNNNNN.
 
 All keys (defaults):
@@ -28,19 +34,22 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(USAGE + OmegaConf.to_yaml(OmegaConf.create(DEFAULTS)))
         return 0
-    cfg = resolve(apply_overrides(OmegaConf.create(DEFAULTS), argv))
+    # A profile's keys sit under the command line's: read `profile=` first, build the base from it.
+    profile = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("profile=")), None)
+    cfg = resolve(apply_overrides(base_config(profile or None), argv))
     if cfg.dry_run:
         print(OmegaConf.to_yaml(cfg))
         return 0
     from evals.backends import BackendError
     from evals.benches import BenchError
+    from evals.identity import IdentityError
     from evals.results import ResultsError
     from evals.retrievers import RetrieverError
     from evals.run import evaluate, format_table
 
     try:
         summary = evaluate(cfg)
-    except (BackendError, BenchError, ResultsError, RetrieverError) as exc:
+    except (BackendError, BenchError, IdentityError, ResultsError, RetrieverError) as exc:
         raise ConfigError(str(exc)) from exc
     print(format_table(summary))
     print(f"wrote {cfg.out}/summary.json")

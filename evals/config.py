@@ -7,7 +7,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError
-from evals.benches import OOD_BENCH, SEARCH7
+from common.layout import eval_subdir
+from evals.benches import ENV_BENCHES, OOD_BENCH, SEARCH7
+from evals.profiles import load_profile
 from evals.prompts import PROMPTS
 
 DEFAULTS = {
@@ -15,6 +17,8 @@ DEFAULTS = {
     "tokenizer": None,             # null -> the checkpoint's own tokenizer; `tiny` -> the embedded one
     "benches": [*SEARCH7, OOD_BENCH],
     "n": 500,                      # items per bench (seeded shuffle, first n); <=0 -> all
+    "bench_n": {},                 # per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n
+    "profile": None,               # recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/
     "seed": 42,
     "backend": "hf",               # hf | vllm
     "retriever": "bm25",           # bm25 | http
@@ -41,7 +45,10 @@ DEFAULTS = {
     "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
     "skip_empty_golds": False,     # true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not
                                    # scored against; false (default) = Search-R1's scoring; counted either way
+    "babyai_max_steps": None,      # cap on every babyai episode below its level's limit (the return uses the cap)
+    "babyai_max_new_tokens": 8192,  # one babyai reply (thinking models reason at length before an action)
     "progress": True,
+    "overwrite": False,            # a bench held in out under another identity: rename its results aside, re-evaluate
     "wandb": "auto",               # auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)
     "wandb_group": None,           # group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP
     "dry_run": False,
@@ -50,20 +57,51 @@ DEFAULTS = {
 _STEP_DIR = re.compile(r"^step-\d+$")
 
 
-def default_out(ckpt: str) -> Path | None:
-    """`<run_dir>/eval/step-NNNNNN` for `<run_dir>/checkpoints/step-NNNNNN`, else None."""
+def default_out(ckpt: str, profile: str | None = None) -> Path | None:
+    """`<run_dir>/eval/[<profile>/]step-NNNNNN` for `<run_dir>/checkpoints/step-NNNNNN`, else None."""
     p = Path(ckpt)
     if _STEP_DIR.match(p.name) and p.parent.name == "checkpoints":
-        return p.parent.parent / "eval" / p.name
+        return p.parent.parent / eval_subdir(profile) / p.name
     return None
 
 
-def resolve(cfg: DictConfig | dict) -> DictConfig:
-    """Defaults + `cfg`, checked; unknown keys and bad values are ConfigErrors naming them."""
+def base_config(profile: str | None = None) -> DictConfig:
+    """DEFAULTS with the profile's `evaluate` keys on top (what command-line keys then override)."""
     base = OmegaConf.create(DEFAULTS)
+    if profile:
+        base = OmegaConf.merge(base, load_profile(profile)["evaluate"], {"profile": profile})
+    return base
+
+
+def bench_size(cfg: DictConfig, bench: str) -> int:
+    """The n asked for `bench`: `bench_n[bench]` when given, else `n` (<= 0 means every item)."""
+    return int(cfg.bench_n[bench]) if bench in cfg.bench_n else int(cfg.n)
+
+
+def _bench_n(value) -> dict:
+    """`bench_n` checked; YAML reads the unspaced `{babyai:5}` as the key `babyai:5`, taken here as babyai=5."""
+    if not isinstance(value, DictConfig):
+        raise ConfigError(f"bench_n={value!r}: expected a mapping such as {{musique: 0, babyai: 50}}")
+    out = {}
+    for bench, n in value.items():
+        if n is None and ":" in str(bench):
+            bench, n = str(bench).rsplit(":", 1)
+            n = int(n) if n.strip().lstrip("-").isdigit() else n
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ConfigError(f"bench_n.{bench}={n!r}: expected an integer (0 = every item)")
+        out[str(bench).strip()] = n
+    return out
+
+
+def resolve(cfg: DictConfig | dict) -> DictConfig:
+    """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors."""
+    user = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
+    profile = user.get("profile") if "profile" in user else None
+    base = base_config(profile)
     OmegaConf.set_struct(base, True)
+    OmegaConf.set_struct(base.bench_n, False)  # free-form: bench name -> n
     try:
-        merged = OmegaConf.merge(base, OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg)
+        merged = OmegaConf.merge(base, user)
     except Exception as exc:
         raise ConfigError(f"bad evaluate config: {exc}") from exc
     OmegaConf.set_struct(merged, False)
@@ -83,10 +121,14 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         merged.benches = [merged.benches]
     if not merged.benches:
         raise ConfigError("benches=[...] is empty")
-    for key in ("max_turns", "ood_max_turns", "max_model_len", "max_new_tokens", "topk", "batch_size", "micro_batch"):
+    for key in ("max_turns", "ood_max_turns", "max_model_len", "max_new_tokens", "topk", "batch_size", "micro_batch",
+                "babyai_max_new_tokens"):
         if int(merged[key]) < 1:
             raise ConfigError(f"{key}={merged[key]} must be >= 1")
-    qa = [b for b in merged.benches if b != OOD_BENCH]
+    if merged.babyai_max_steps is not None and int(merged.babyai_max_steps) < 1:
+        raise ConfigError(f"babyai_max_steps={merged.babyai_max_steps} must be >= 1 (or null: the level's limit)")
+    merged.bench_n = _bench_n(merged.bench_n)
+    qa = [b for b in merged.benches if b not in ENV_BENCHES]
     if qa and merged.retriever == "bm25" and not merged.corpus:
         raise ConfigError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")
     if qa and merged.retriever == "bm25" and not Path(merged.corpus).is_file():
@@ -94,7 +136,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise ConfigError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:
-        out = default_out(merged.ckpt)
+        out = default_out(merged.ckpt, merged.profile)
         if out is None:
             raise ConfigError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
         merged.out = str(out)

@@ -2,13 +2,16 @@
 
 `exact_match`, `f1` and `cover_em` take one prediction (None = the model gave no answer, which
 scores 0) and a list of golden answers (the aliases) and return a float in [0, 1]. The per-bench
-aggregation (`bench_means`) and the unweighted mean over benches are plain averages.
+aggregation (`bench_means`) and the unweighted mean over benches are plain averages. `METRICS` is
+the one registry of summary metric names and their ranges (analysis validates against it).
 """
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections import Counter
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -98,3 +101,52 @@ def empty_gold(golden_answers) -> bool:
 def nonempty_golds(golden_answers) -> list[str]:
     """The gold aliases that normalize to something."""
     return [g for g in _golds(golden_answers) if normalize_answer(g)]
+
+
+# ---------------------------------------------------------------- the metric registry
+# Every number a `summary.json` bench entry may carry, with its valid range: what analysis checks
+# each value it reads against (NaN, inf, out of range, wrong type -> a listed problem, never a row).
+# A new metric is registered here, once.
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    lo: float
+    hi: float | None = None     # None: unbounded above
+    integer: bool = False
+    what: str = ""
+
+
+RATE = MetricSpec(0.0, 1.0, what="a rate in [0, 1]")
+COUNT = MetricSpec(0.0, what="a mean count >= 0")
+SIZE = MetricSpec(1, integer=True, what="a positive integer")
+METRICS: dict[str, MetricSpec] = {
+    "em": RATE, "f1": RATE, "cover_em": RATE, "strict_em": RATE, "format_failure_rate": RATE,
+    "reward": RATE, "reward_outcome": RATE, "reward_grounding": RATE, "reward_stop": RATE,
+    "mean_turns": COUNT, "mean_tool_calls": COUNT, "mean_tool_errors": COUNT, "mean_generated_tokens": COUNT,
+    "n": SIZE,
+    # QA benches: items whose gold answers include one that normalizes to nothing (see empty_gold)
+    "empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
+    "skipped_empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
+    # bench babyai (evals.babyai): episode means
+    "return": RATE, "success": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
+}
+# Summary fields that are descriptions or breakdowns, not metrics.
+NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules")
+
+
+def metric_problem(name: str, value) -> str | None:
+    """Why `value` is not a valid `name` (unknown name, not a number, NaN/inf, out of range, not
+    an integer where one is needed), or None when it is valid."""
+    spec = METRICS.get(name)
+    if spec is None:
+        return "not a registered metric (evals.metrics.METRICS)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"not a number ({spec.what})"
+    if not math.isfinite(value):
+        return f"not finite ({spec.what})"
+    if spec.integer and not isinstance(value, int):
+        return f"not an integer ({spec.what})"
+    if value < spec.lo or (spec.hi is not None and value > spec.hi):
+        return f"out of range ({spec.what})"
+    return None

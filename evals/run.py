@@ -1,11 +1,18 @@
 """`evaluate(cfg) -> summary`: score one checkpoint on a list of benches.
 
-For each bench: sample the items (ids saved to `<out>/sampled_ids/<bench>.json`), skip the ids
-already in `<out>/<bench>.jsonl`, run the rest through the agent loop `batch_size` episodes at a
-time (appending each finished batch), then summarize the whole file into `<out>/summary.json`
-(`{bench: {em, f1, cover_em, strict_em, format_failure_rate, n, mean_turns, mean_tool_calls, ...}}`,
-metrics in [0, 1]; search_plan_ood carries `reward` and `reward_<component>`). Run details
-(checkpoint, prompt, backend, n, seed, sampled-id files, the 7-bench mean) go to `<out>/meta.json`.
+For each bench: sample the items (ids saved to `<out>/sampled_ids/<bench>.json`), check that the
+out dir holds that bench under this request's identity (evals.identity; another one is refused
+unless `overwrite=true`, which renames the old outputs aside), skip the ids already in
+`<out>/<bench>.jsonl`, run the rest through the agent loop `batch_size` episodes at a time
+(appending each finished batch, every row carrying the identity digest), then summarize the rows
+into `<out>/summary.json` (`{bench: {em, f1, cover_em, strict_em, format_failure_rate, n, mean_turns,
+mean_tool_calls, ...}}`, metrics in [0, 1]; search_plan_ood carries `reward` and `reward_<component>`).
+summary.json is recomputed from the rows of every complete bench in the out dir, never carried over.
+Run details (checkpoint path, each bench's identity, prompt, backend, n, seed, sampled-id files, the
+7-bench mean) go to `<out>/meta.json`, with `bench_items`: per bench the n asked for (`bench_n`, else
+`n`), the n evaluated, the source, its digest (and the file's item count) and a digest of the sampled
+items. Bench `babyai` (evals.babyai) plays text games instead of the agent loop; its summary carries
+`return`, `success`, `invalid_action_rate`, `mean_steps` and `per_task`.
 """
 from __future__ import annotations
 
@@ -18,11 +25,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from common.io import write_json
-from evals import tasks
+from common.io import replace_aside, sha256_text, write_json
+from evals import babyai, tasks
 from evals.agent import run_episodes
-from evals.benches import OOD_BENCH, SEARCH7, load_bench
-from evals.config import resolve
+from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, load_bench, read_bench_file
+from evals.config import bench_size, resolve
+from evals.identity import IdentityError, bench_identity, check_same, checkpoint_identity, source_digest
 from evals.metrics import unweighted_mean
 from evals.results import QA_KEYS, ResultsError, append_rows, load_done, summarize
 from evals.toolcalls import detect_style
@@ -44,42 +52,144 @@ def _sampled_ids(out: Path, bench: str, source: str, cfg, ids: list[str]) -> Pat
     return path
 
 
-def _bench_parts(bench: str, cfg, retriever):
-    """(items, source, make_episode, execute, is_done, make_row) for one bench."""
+def _bench_items(bench: str, cfg) -> tuple[list, str]:
+    """(sampled items, where they came from) for one bench, with its own n (`bench_n`)."""
+    n, seed = bench_size(cfg, bench), int(cfg.seed)
     if bench == OOD_BENCH:
-        items = tasks.ood_items(cfg.n, int(cfg.seed), cfg.ood_split)
-        return items, f"envs.search_plan_act/{cfg.ood_split}", tasks.ood_episode, tasks.env_tools, tasks.env_done, tasks.ood_row
-    items, source = load_bench(bench, cfg.bench_root, cfg.n, int(cfg.seed))
-    execute = tasks.SearchTools(retriever, int(cfg.topk))
-    make_row = functools.partial(tasks.qa_row, skip_empty_golds=bool(cfg.skip_empty_golds))
-    return items, source, tasks.qa_episode, execute, (lambda ep: False), make_row
+        return tasks.ood_items(n, seed, cfg.ood_split), f"envs.search_plan_act/{cfg.ood_split}"
+    if bench == BABYAI_BENCH:
+        return babyai.items(n, seed), "envs.babyai_text"
+    return load_bench(bench, cfg.bench_root, n, seed)
 
 
-def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path) -> tuple[dict, Path]:
-    items, source, make_episode, execute, is_done, make_row = _bench_parts(bench, cfg, retriever)
-    ids_file = _sampled_ids(out, bench, source, cfg, [it.id for it in items])
-    path = out / f"{bench}.jsonl"
-    done = load_done(path, {it.id for it in items})
-    todo = [it for it in items if it.id not in done]
-    bar = tqdm(total=len(items), initial=len(done), desc=bench, unit="ex", disable=not cfg.progress, dynamic_ncols=True)
-    bs = int(cfg.batch_size)
-    for start in range(0, len(todo), bs):
-        chunk = todo[start:start + bs]
+def bench_items_record(bench: str, cfg, items: list, source: str) -> dict:
+    """What was evaluated: n asked and evaluated, the source (its digest; a file's item count), the items' digest."""
+    content = [[it.id, it.question, it.golden_answers, it.extra] for it in items]
+    record = {"n_requested": bench_size(cfg, bench), "n": len(items), "source": source,
+              "source_digest": source_digest(source),
+              "items_sha256": sha256_text(json.dumps(content, sort_keys=True, default=str))}
+    if Path(source).is_file():
+        record["file_items"] = len(read_bench_file(Path(source), bench))
+    return record
+
+
+def _agent_runner(bench: str, cfg, backend, retriever, style: str):
+    """Run a chunk of items through the tool-calling agent loop; returns their rows."""
+    if bench == OOD_BENCH:
+        make_episode, execute, is_done, make_row = tasks.ood_episode, tasks.env_tools, tasks.env_done, tasks.ood_row
+    else:
+        make_episode, execute = tasks.qa_episode, tasks.SearchTools(retriever, int(cfg.topk))
+        is_done = lambda ep: False  # noqa: E731
+        make_row = functools.partial(tasks.qa_row, skip_empty_golds=bool(cfg.skip_empty_golds))
+
+    def run(chunk):
         episodes = [make_episode(it, cfg.prompt) for it in chunk]
         run_episodes(
             episodes, backend, execute, style=style,
             max_turns=int(cfg.ood_max_turns if bench == OOD_BENCH else cfg.max_turns),
             max_model_len=int(cfg.max_model_len), max_new_tokens=int(cfg.max_new_tokens), is_done=is_done,
         )
-        rows = [make_row(ep, it) for ep, it in zip(episodes, chunk)]
+        return [make_row(ep, it) for ep, it in zip(episodes, chunk)]
+    return run
+
+
+def _babyai_runner(cfg, backend):
+    cap = None if cfg.babyai_max_steps is None else int(cfg.babyai_max_steps)
+    return lambda chunk: babyai.play(chunk, backend, max_steps=cap, max_new_tokens=int(cfg.babyai_max_new_tokens),
+                                     max_model_len=int(cfg.max_model_len))
+
+
+def summarize_bench(bench: str, rows: list[dict]) -> dict:
+    """The summary.json entry of one bench from its rows (babyai has its own metrics)."""
+    if bench == BABYAI_BENCH:
+        return babyai.summarize(rows)
+    return summarize(rows, QA_KEYS if bench != OOD_BENCH else None)
+
+
+def _row_digests(path: Path) -> set:
+    """The identity digests carried by the rows of `path` (None for rows without one)."""
+    digests = set()
+    if path.exists():
+        for line in path.read_bytes().split(b"\n"):
+            if line.strip():
+                try:
+                    digests.add(json.loads(line).get("identity"))
+                except json.JSONDecodeError:
+                    pass  # a torn last line: load_done deals with it
+    return digests
+
+
+def claim_bench(bench: str, out: Path, want: dict, recorded: dict | None, overwrite: bool) -> None:
+    """Make sure `out` holds `bench` under identity `want` only: refuse another one (IdentityError
+    with the diff) or, with overwrite=true, rename its rows and sample aside."""
+    outputs = [out / f"{bench}.jsonl", out / "sampled_ids" / f"{bench}.json"]
+    if not any(p.exists() for p in outputs):
+        return   # out does not hold this bench (whatever meta.json last meant to write)
+    diff = check_same(bench, out, recorded, _row_digests(outputs[0]), want)
+    if not diff:
+        return
+    if not overwrite:
+        raise IdentityError(
+            f"{out} holds {bench} results of another evaluation identity (out dir -> this request):\n  "
+            + "\n  ".join(diff) + f"\nUse another out=, or overwrite=true to rename the old {bench} results aside "
+            f"({bench}.jsonl.replaced-<UTC time>; nothing is deleted) and evaluate again.")
+    for p in outputs:
+        if p.exists():
+            print(f"[evaluate] overwrite=true: {p} renamed to {replace_aside(p).name}")
+
+
+def bench_request(bench: str, cfg, ckpt_id: dict) -> dict:
+    """The identity a bench of this request will have (no model or retriever needed)."""
+    _, source = _bench_items(bench, cfg)
+    return bench_identity(bench, cfg, ckpt_id, n=bench_size(cfg, bench), seed=int(cfg.seed), source=source)
+
+
+def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident: dict,
+              identities: dict) -> tuple[dict, Path, dict]:
+    """Evaluate one bench (already claimed under `ident`); `identities` (bench -> identity,
+    meta.json's) gets this bench's, written to meta.json before the first row."""
+    items, source = _bench_items(bench, cfg)
+    record = bench_items_record(bench, cfg, items, source)
+    identities[bench] = ident
+    meta_path = out / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    write_json(meta_path, {**meta, "identities": identities})
+    ids_file = _sampled_ids(out, bench, source, cfg, [it.id for it in items])
+    path = out / f"{bench}.jsonl"
+    done = load_done(path, {it.id for it in items})
+    todo = [it for it in items if it.id not in done]
+    run = _babyai_runner(cfg, backend) if bench == BABYAI_BENCH else _agent_runner(bench, cfg, backend, retriever, style)
+    bar = tqdm(total=len(items), initial=len(done), desc=bench, unit="ex", disable=not cfg.progress, dynamic_ncols=True)
+    bs = int(cfg.batch_size)
+    for start in range(0, len(todo), bs):
+        rows = [{**row, "identity": ident["fingerprint"]} for row in run(todo[start:start + bs])]
         append_rows(path, rows)
         done.update((r["id"], r) for r in rows)
         bar.update(len(rows))
     bar.close()
-    ordered = [done[it.id] for it in items]
-    summary = summarize(ordered, QA_KEYS if bench != OOD_BENCH else None)
+    summary = summarize_bench(bench, [done[it.id] for it in items])
     summary["source"] = source
-    return summary, ids_file
+    return summary, ids_file, record
+
+
+def _bench_summary_from_rows(out: Path, bench: str, ident: dict | None) -> dict | None:
+    """A bench evaluated by an earlier call, re-summarized from its rows when complete and all of
+    `ident` (rows without a digest when meta.json records none: an out dir from before evaluation
+    identity); None otherwise (then it is not reported)."""
+    ids_path, path = out / "sampled_ids" / f"{bench}.json", out / f"{bench}.jsonl"
+    if not (ids_path.is_file() and path.is_file()):
+        return None
+    sample = json.loads(ids_path.read_text(encoding="utf-8"))
+    try:
+        done = load_done(path, set(sample["ids"]))
+    except ResultsError:
+        return None
+    expected = ident.get("fingerprint") if ident else None
+    if set(done) != set(sample["ids"]) or {r.get("identity") for r in done.values()} != {expected}:
+        return None
+    summary = summarize_bench(bench, [done[i] for i in sample["ids"]])
+    summary["source"] = sample.get("source")
+    return summary
 
 
 def _versions() -> dict:
@@ -95,7 +205,15 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     cfg = resolve(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    qa_benches = [b for b in cfg.benches if b != OOD_BENCH]
+    summary_path, meta_path = out / "summary.json", out / "meta.json"
+    old_meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    identities = dict(old_meta.get("identities") or {})
+    # Identities first: a bench held under another identity is refused before any model is loaded.
+    ckpt_id = checkpoint_identity(str(cfg.ckpt))
+    wanted = {bench: bench_request(bench, cfg, ckpt_id) for bench in cfg.benches}
+    for bench, ident in wanted.items():
+        claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))
+    qa_benches = [b for b in cfg.benches if b not in ENV_BENCHES]
     if backend is None:
         from evals.backends import make_backend
 
@@ -105,16 +223,25 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
 
         retriever = make_retriever(cfg)
     style = cfg.tool_style if cfg.tool_style != "auto" else detect_style(backend.tokenizer.chat_template)
-    summary_path = out / "summary.json"
-    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
-    ids_files = {}
+    # Never trusted from an earlier run: other benches are re-summarized from their own rows.
+    summary = {}
+    held = set(identities) | {p.stem for p in (out / "sampled_ids").glob("*.json")}
+    for bench in sorted(held - set(cfg.benches)):
+        if (s := _bench_summary_from_rows(out, bench, identities.get(bench))) is not None:
+            summary[bench] = s
+    ids_files, records = {}, dict(old_meta.get("bench_items") or {})
     started = time.time()
     for bench in cfg.benches:
-        summary[bench], ids_files[bench] = run_bench(bench, cfg, backend, retriever, style, out)
+        summary[bench], ids_files[bench], records[bench] = run_bench(bench, cfg, backend, retriever, style, out,
+                                                                    wanted[bench], identities)
         write_json(summary_path, summary)  # after every bench, so a crash keeps finished ones
     meta = {
-        "ckpt": str(cfg.ckpt), "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
+        "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities,
+        "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
         "n": cfg.n, "seed": int(cfg.seed), "benches": list(cfg.benches), "tool_style": style,
+        "profile": cfg.profile, "bench_items": {b: r for b, r in records.items() if b in summary},
+        "babyai": ({"max_steps": cfg.babyai_max_steps, "max_new_tokens": int(cfg.babyai_max_new_tokens),
+                    "history": babyai.HISTORY} if BABYAI_BENCH in cfg.benches else None),
         "retriever": cfg.retriever if qa_benches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(p) for b, p in ids_files.items()},
         "search7_mean": {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS},
@@ -124,7 +251,7 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         "config": OmegaConf.to_container(cfg, resolve=True), "versions": _versions(),
         "seconds": round(time.time() - started, 3),
     }
-    write_json(out / "meta.json", meta)
+    write_json(meta_path, meta)
     from evals.wandb_log import log_summary
 
     logged = log_summary(cfg, summary)
@@ -137,7 +264,10 @@ def format_table(summary: dict) -> str:
     """Bench averages x100 and the unweighted 7-bench mean, for the terminal."""
     lines = [f"{'bench':<18}{'n':>6}{'EM':>8}{'F1':>8}{'coverEM':>9}{'strictEM':>10}{'fmtfail':>9}"]
     for bench, s in summary.items():
-        if "em" in s:
+        if "return" in s:
+            lines.append(f"{bench:<18}{s['n']:>6}  return={s['return']:.3f} success={s['success']:.3f} "
+                         f"invalid={s['invalid_action_rate']:.3f} steps={s['mean_steps']:.1f}")
+        elif "em" in s:
             lines.append(f"{bench:<18}{s['n']:>6}{100 * s['em']:>8.1f}{100 * s['f1']:>8.1f}{100 * s['cover_em']:>9.1f}"
                          f"{100 * s['strict_em']:>10.1f}{100 * s['format_failure_rate']:>9.1f}")
         else:

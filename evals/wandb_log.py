@@ -19,9 +19,11 @@ from common.tracking import ID_FILE, init_run, run_spec, run_tags
 from evals.config import default_out
 
 
-def summary_row(summary: dict) -> dict:
-    """{eval/<bench>/<metric>: value} for every numeric metric of every bench."""
-    return {f"eval/{bench}/{k}": v for bench, s in summary.items() for k, v in s.items()
+def summary_row(summary: dict, profile: str | None = None) -> dict:
+    """{eval/[<profile>/]<bench>/<metric>: value} for every numeric metric of every bench (a named
+    evaluation profile keeps its own keys: its sizes differ from the default profile's)."""
+    prefix = f"eval/{profile}" if profile else "eval"
+    return {f"{prefix}/{bench}/{k}": v for bench, s in summary.items() for k, v in s.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
@@ -54,7 +56,7 @@ def log_summary(cfg, summary: dict, env: dict | None = None) -> str | None:
     try:
         run.define_metric("eval/step")
         run.define_metric("eval/*", step_metric="eval/step")
-        row = summary_row(summary)
+        row = summary_row(summary, cfg.get("profile"))
         if step is not None:
             row["eval/step"] = step
         run.log(row)

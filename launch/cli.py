@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from common.cli import flat_keys, run_cli, wants_help
 from launch.compose import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
 
-MAIN_PREFIXES = ("arm", "seed", "runs_root", "run_dir", "resume", "model.", "data.kind", "data.n", "data.epilogue",
+MAIN_PREFIXES = ("arm", "seed", "name", "runs_root", "run_dir", "resume", "model.", "data.kind", "data.n", "data.epilogue",
                  "data.max_seq_len", "data.history_reasoning", "data.thoughts", "data.decontam_bench_root",
                  "data.cache_root", "data.dir", "train.", "logging.wandb", "launcher.")
 
@@ -41,9 +41,11 @@ def help_text() -> str:
         "",
         "Sweeps: `launch sweep arms=[...] seeds=[...] <overrides>` runs every arm x seed (local: one after",
         "another; launcher=slurm: one job array), skipping finished runs.",
-        "Run directory: <runs_root>/<arm>/seed<seed>/ (config.yaml, manifest.json, logs/, metrics.jsonl,",
+        "Run directory: <runs_root>/<arm>/[<name>/]seed<seed>/ (config.yaml, manifest.json, logs/, metrics.jsonl,",
         "checkpoints/step-NNNNNN/, state/). Re-running the same command resumes (resume=auto); a run with",
-        "DONE is reported as finished.",
+        "DONE is reported as finished. A request whose run identity (every result-changing key, the data",
+        "content, the trainer semantics) differs from the run dir's is refused: use name=<variant> for a",
+        "separate run, or resume=never to rename the old run dir aside and start over.",
     ]
     return "\n".join(lines)
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
 from data_prep.render import HISTORY_POLICIES, THOUGHT_POLICIES
+from common.layout import run_dir_path, variant_name_problem
 from launch.slurm import slurm_option_problems
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -195,6 +196,7 @@ def validate(cfg: DictConfig) -> None:
          "data.max_record_bytes", "null (auto) or a positive integer")
     need(isinstance(cfg.runs_root, str) and cfg.runs_root != "", "runs_root", "a directory path")
     need(cfg.run_dir is None or isinstance(cfg.run_dir, str), "run_dir", "null or a directory path")
+    need(variant_name_problem(cfg.name) is None, "name", variant_name_problem(cfg.name) or "")
     need(isinstance(cfg.resume, str) and (cfg.resume in ("auto", "never") or Path(cfg.resume).is_dir()),
          "resume", "auto, never or an existing state directory")
     for key in ("model.path", "model.tokenizer", "model.name"):
@@ -263,10 +265,10 @@ def _check_consistency(cfg: DictConfig, bad: list[str]) -> None:
 
 # ---------------------------------------------------------------- derived values
 def run_dir(cfg: DictConfig) -> Path:
-    """`<runs_root>/<arm>/seed<seed>` unless `run_dir` is set; absolute."""
+    """`<runs_root>/<arm>/[<name>/]seed<seed>` (common.layout) unless `run_dir` is set; absolute."""
     if cfg.run_dir:
         return Path(cfg.run_dir).expanduser().resolve()
-    return (Path(cfg.runs_root).expanduser() / str(cfg.arm) / f"seed{cfg.seed}").resolve()
+    return run_dir_path(cfg.runs_root, cfg.arm, cfg.seed, cfg.name).resolve()
 
 
 def planned_steps(cfg: DictConfig, n_rows: int | None = None) -> int:

@@ -85,7 +85,7 @@ def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None
 
     The child gets its own process group, so a terminal's Ctrl-C reaches launch alone and is
     forwarded exactly once (torchrun treats a second signal during its shutdown as another stop).
-    `pass_fds` lets the child inherit the run directory's lock (see launch.run.lock_run_dir).
+    `pass_fds`: descriptors the child inherits (none by default; the trainer takes its own run-dir lock).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.log"

@@ -87,10 +87,14 @@ def launch_entry(argv: list[str], launcher: dict, data: dict) -> dict:
     }
 
 
-def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: dict, data: dict) -> dict:
+def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: dict, data: dict,
+                   identity: dict | None = None) -> dict:
     """Create `manifest.json` on the first launch; append this launch to `launches` afterwards.
 
-    `data` holds the dataset dir, cache key and the data manifest's fingerprint.
+    `data` holds the dataset dir, cache key and the data manifest's fingerprint; `identity` the run
+    identity (common.fingerprint: fingerprint, keys, trainer_semantics, data_fingerprint), which
+    launch has already checked against the run dir's, so it is (re)recorded as is — a run dir made
+    before identity was recorded gets it on its next launch.
     """
     path = Path(run_dir) / "manifest.json"
     entry = launch_entry(argv, launcher, data)
@@ -110,5 +114,7 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
             "launcher": launcher,
             "launches": [entry],
         }
+    if identity is not None:
+        manifest["identity"] = identity
     write_json(path, manifest)
     return manifest

@@ -1,15 +1,16 @@
 """One run: compose -> (finished? stop) -> hardware check -> data -> run dir -> train or submit.
 
 The order matters: everything that can fail cheaply (bad keys and values, a GPU-only model on a
-CPU machine, resume=never over an existing run) fails before data prep, and data prep finishes
-before the run directory's config.yaml is written, so config.yaml always names a complete dataset.
+CPU machine, a request whose run identity differs from the run dir's, a run dir in use) fails
+before data prep, and data prep finishes before the run directory's config.yaml is written, so
+config.yaml always names a complete dataset. The data half of the identity (the dataset's content
+fingerprint) is compared once the dataset is known.
 """
 from __future__ import annotations
 
-import fcntl
+import json
 import os
 import shlex
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -17,9 +18,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from common import fingerprint, lock
 from common.cli import ConfigError
+from common.io import replace_aside
+from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from launch import cache, local, manifest, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
+from sft.config import TRAINER_SEMANTICS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,6 +37,7 @@ class Prepared:
     run_dir: Path
     nproc: int
     data: cache.CachedData | None = None
+    identity: dict | None = None          # the run identity, complete once the data is known
 
     @property
     def cfg(self) -> DictConfig:
@@ -46,14 +52,83 @@ def has_started(rd: Path) -> bool:
     return any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in ("state", "checkpoints"))
 
 
+def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None) -> dict:
+    """The run identity of `cfg` (common.fingerprint), with the trainer's semantics version and,
+    once the dataset is built, its content fingerprint."""
+    extra = {"trainer_semantics": TRAINER_SEMANTICS}
+    if data_fingerprint is not None:
+        extra["data_fingerprint"] = data_fingerprint
+    return fingerprint.identity(cfg, **extra)
+
+
+def recorded_identity(rd: Path) -> dict | None:
+    """The identity a run dir belongs to: `manifest.json`'s `identity`, or — for a run dir made
+    before identity was recorded — one computed from its `config.yaml` (trainer semantics
+    `LEGACY_TRAINER_SEMANTICS`, data fingerprint from the manifest). None for a fresh dir."""
+    man_path, cfg_path = rd / "manifest.json", rd / "config.yaml"
+    try:
+        man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
+        if isinstance(man.get("identity"), dict):
+            return man["identity"]
+        if not cfg_path.is_file():
+            return None
+        extra = {"trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
+        data_fp = (man.get("data") or {}).get("fingerprint")
+        if data_fp:
+            extra["data_fingerprint"] = data_fp
+        return fingerprint.identity(OmegaConf.load(cfg_path), **extra)
+    except Exception as exc:  # unreadable JSON / YAML: the run dir's identity is unknown, say which file
+        raise ConfigError(f"{rd}: cannot read the run's identity from manifest.json / config.yaml ({exc}); "
+                          "fix or move that run dir, or use name=... / run_dir=... for this run") from None
+
+
+def identity_refusal(rd: Path, cfg: DictConfig, diff: list[str]) -> ConfigError:
+    """The exit-2 message for a request whose fingerprint differs from the run dir's."""
+    where = (f"name=<variant> trains it as a separate run in {Path(cfg.runs_root).expanduser()}/{cfg.arm}/<variant>/"
+             f"seed{cfg.seed}" if not cfg.run_dir else "run_dir=<another dir> trains it as a separate run")
+    why = ("; the code changed what this config means (sft.config.TRAINER_SEMANTICS)"
+           if any(d.startswith("trainer_semantics:") for d in diff) else "")
+    return ConfigError(
+        f"{rd} holds a run of a different configuration{why}; refusing to resume or report it as this one. "
+        "Differences (run dir -> requested):\n  " + "\n  ".join(diff) +
+        f"\nTwo ways out: {where}, or resume=never starts over here (the old run dir is renamed to "
+        f"{rd.name}.replaced-<UTC time> beside it, nothing is deleted).")
+
+
+def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = None) -> dict:
+    """Refuse (ConfigError) a request whose identity differs from the run dir's; return the request's."""
+    want = requested_identity(cfg, data_fingerprint)
+    have = recorded_identity(rd)
+    if have is not None and cfg.resume != "never":
+        diff = fingerprint.fingerprint_diff(have, want)
+        if diff:
+            raise identity_refusal(rd, cfg, diff)
+    return want
+
+
+def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
+    """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (launch pins
+    hub sources into config.yaml on a run's first launch, cache.pin_hub_sources): the form the request
+    is compared in before the data step. No hub access; a source the run never pinned stays as asked."""
+    old = rd / "config.yaml"
+    if cfg.data.dir or not old.is_file():
+        return cfg
+    from data_prep import hub
+
+    previous = OmegaConf.load(old)
+    out = cfg.copy()
+    for domain in list(out.data.sources):
+        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or [])
+        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), before, resolve=lambda _: None)[0]
+    return out
+
+
 def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     """Compose and check everything that doesn't need data; fill the derived config values."""
     composed = compose(argv)
     cfg = composed.cfg
     rd = run_dir(cfg)
-    if cfg.resume == "never" and has_started(rd):
-        raise ConfigError(f"resume=never but {rd} already holds a run (state/ or checkpoints/); "
-                          "use resume=auto to continue it or run_dir=... for a new one")
+    check_identity(rd, with_run_pins(cfg, rd))
     if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
         local.check_hardware(cfg, composed.choices["model"], gpus)
     nproc = local.resolve_nproc(cfg, gpus)
@@ -61,7 +136,7 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     cfg.runs_root = str(Path(cfg.runs_root).expanduser().resolve())
     cfg.launcher.nproc = nproc
     if cfg.logging.name is None:
-        cfg.logging.name = f"{cfg.arm}-s{cfg.seed}"
+        cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
     return Prepared(composed=composed, run_dir=rd, nproc=nproc)
 
 
@@ -71,6 +146,36 @@ def prepare_data(prep: Prepared, **cache_kw) -> cache.CachedData:
     prep.cfg.data.dir = str(data.dir)
     prep.data = data
     return data
+
+
+def prepare_run(prep: Prepared, **cache_kw) -> Path:
+    """Data (cached), then the data half of the identity check, then `config.yaml`; returns its path."""
+    data = prepare_data(prep, **cache_kw)
+    prep.identity = check_identity(prep.run_dir, prep.cfg, data.fingerprint)
+    return write_config(prep)
+
+
+def check_finished_data(prep: Prepared, **cache_kw) -> None:
+    """The data half of the identity for a finished run: same config, but is it the same dataset?
+
+    When the dataset's cache key is the one the run recorded, it is (cheap: no data prep). When it
+    differs (a source file, the tokenizer or data_prep's code changed), the dataset is prepared
+    (cached by its key) and its content fingerprint compared: a data_prep code edit that leaves the
+    data identical is the same run; different data is refused like any other difference."""
+    rd = prep.run_dir
+    have = recorded_identity(rd)
+    if not have or not have.get("data_fingerprint"):
+        return   # nothing recorded to compare with
+    if not prep.cfg.data.dir:   # (an explicit data.dir: prepare_data only reads its manifest)
+        man_path = rd / "manifest.json"
+        man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
+        recorded_key = (man.get("data") or {}).get("cache_key")
+        if recorded_key is not None and recorded_key == cache.dataset_key(with_run_pins(prep.cfg, rd),
+                                                                           prep.composed.data_arm, cache_kw.get("key_fn")):
+            return
+        print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
+    prepare_data(prep, **cache_kw)
+    check_identity(rd, prep.cfg, prep.data.fingerprint)
 
 
 def data_record(data: cache.CachedData) -> dict:
@@ -105,24 +210,28 @@ def _changed_keys(old: DictConfig, new: DictConfig) -> list[str]:
 
 
 def lock_run_dir(rd: Path) -> int:
-    """Take `<run_dir>/.launch.lock` (flock) or fail naming the holder; return the locked fd.
+    """Take `<run_dir>/.launch.lock` for as long as this launch lives, and check (without taking
+    it) that no trainer holds `<run_dir>/.train.lock`; fail naming the holder. Return the fd.
 
-    The fd is handed to torchrun, so the lock is held until the trainer is gone even if launch
-    itself is killed: two trainers never write one run directory at the same time.
+    The trainer owns its lock (sft.train): it is taken by the trainer's rank 0 itself, so it
+    guards a run dir whoever started the trainer (launch, Slurm, or `python -m sft.train`).
     """
-    rd.mkdir(parents=True, exist_ok=True)
-    path = rd / ".launch.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = lock.acquire(rd / LAUNCH_LOCK, "another launch", "wait for it to finish or stop it, then re-run to resume")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = path.read_text(encoding="utf-8").strip() or "unknown"
+        lock.check_free(rd / TRAIN_LOCK, "a running trainer", "wait for it to finish or stop it, then re-run to resume")
+    except BaseException:
         os.close(fd)
-        raise ConfigError(f"{rd} is in use by another launch or its still-running trainer (holder: {holder}); "
-                          "wait for it to finish or stop it, then re-run to resume") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        raise
     return fd
+
+
+def start_over(rd: Path) -> Path | None:
+    """resume=never: rename an existing run dir aside (`<dir>.replaced-<UTC time>`); nothing is deleted."""
+    if not rd.exists() or not any(rd.iterdir()):
+        return None
+    aside = replace_aside(rd)
+    print(f"[launch] resume=never: the previous run in {rd} was renamed to {aside}", flush=True)
+    return aside
 
 
 def describe(prep: Prepared) -> str:
@@ -134,8 +243,10 @@ def describe(prep: Prepared) -> str:
 
 def launch_one(argv: list[str], **cache_kw) -> int:
     """`launch key=value ...` for one run; returns the exit code (the trainer's for local runs)."""
-    prep = resolve(argv)
+    prep = resolve(argv)   # a request of another fingerprint than the run dir's is refused here
     cfg, rd = prep.cfg, prep.run_dir
+    if is_finished(rd) and cfg.resume != "never" and not cfg.launcher.dry_run:
+        check_finished_data(prep, **cache_kw)
     if is_finished(rd) and cfg.resume != "never":
         print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
               f"{', '.join(sorted(p.name for p in (rd / 'checkpoints').glob('step-*'))) or 'none'}")
@@ -143,22 +254,28 @@ def launch_one(argv: list[str], **cache_kw) -> int:
     print(describe(prep))
     if cfg.launcher.dry_run:
         return dry_run(prep, argv)
-    lock = lock_run_dir(rd)
+    if cfg.resume == "never" and rd.exists():
+        held = lock_run_dir(rd)   # never rename a run dir a launch or a trainer is using
+        try:
+            start_over(rd)
+        finally:
+            os.close(held)
+    held = lock_run_dir(rd)
     try:
         if cfg.launcher.kind == "slurm":
             slurm.check_not_queued(rd)
-        prepare_data(prep, **cache_kw)
-        config_path = write_config(prep)
+        prepare_run(prep, **cache_kw)
+        config_path = rd / "config.yaml"
         if cfg.launcher.kind == "slurm":
             return submit_slurm(prep, argv)
         cmd = local.torchrun_command(config_path, prep.nproc)
         launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
         manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher,
-                                data=data_record(prep.data))
+                                data=data_record(prep.data), identity=prep.identity)
         print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-        rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, pass_fds=(lock,))
+        rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO)
     finally:
-        os.close(lock)
+        os.close(held)
     state = "finished" if is_finished(rd) else f"stopped (exit {rc}); re-run the same command to resume"
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc
@@ -174,7 +291,7 @@ def submit_slurm(prep: Prepared, argv: list[str]) -> int:
     launcher = {"kind": "slurm", "nodes": prep.cfg.launcher.nodes, "gpus_per_node": prep.cfg.launcher.gpus_per_node,
                 "script": str(path), "job_id": job}
     manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher,
-                            data=data_record(prep.data))
+                            data=data_record(prep.data), identity=prep.identity)
     print(f"[launch] submitted {path} as Slurm job {job}")
     return 0
 

@@ -13,7 +13,9 @@ Preemption and time limits:
   `DONE` marker and the trainer exited cleanly; `--requeue` also lets Slurm requeue it itself on
   preemption or node failure. Every segment runs the same command on the same config.yaml, whose
   `resume: auto` continues from the latest complete state.
-- a crash (non-zero exit) is not requeued: the job fails with the trainer's exit code.
+- a crash (non-zero exit) is not requeued: the job fails with the trainer's exit code. So is a
+  segment whose trainer finds a state of another run identity (config.yaml or the trainer's
+  semantics changed between segments: the trainer exits 2 before any model work).
 """
 from __future__ import annotations
 

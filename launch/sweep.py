@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 from common.cli import ConfigError, split_dotlist
 from launch import manifest, slurm
 from launch.compose import group_choices
-from launch.run import (REPO, data_record, describe, is_finished, launch_one, lock_run_dir, prepare_data, resolve,
-                        write_config)
+from launch.run import (REPO, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
+                        prepare_run, resolve)
 
 SWEEP_KEYS = ("arms", "seeds")
 
@@ -80,6 +80,8 @@ def _sweep_slurm(argv, runs, preps, **cache_kw) -> int:
     todo = []
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
+            if not prep.cfg.launcher.dry_run:
+                check_finished_data(prep, **cache_kw)
             print(f"[launch] {prep.run_dir} is finished; skipped")
             continue
         print(describe(prep))
@@ -98,8 +100,7 @@ def _sweep_slurm(argv, runs, preps, **cache_kw) -> int:
             lock = lock_run_dir(prep.run_dir)
             try:
                 slurm.check_not_queued(prep.run_dir)
-                prepare_data(prep, **cache_kw)
-                write_config(prep)
+                prepare_run(prep, **cache_kw)
             finally:
                 os.close(lock)
     script = slurm.render_array_script(spec, [str(p.run_dir) for _, p in todo], str(REPO), sys.executable, command)
@@ -114,6 +115,6 @@ def _sweep_slurm(argv, runs, preps, **cache_kw) -> int:
         launcher = {"kind": "slurm", "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node,
                     "script": str(path), "job_id": f"{job}_{i}"}
         manifest.write_manifest(prep.run_dir, argv=run, choices=prep.composed.choices, launcher=launcher,
-                                data=data_record(prep.data))
+                                data=data_record(prep.data), identity=prep.identity)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {job} ({path})")
     return 0

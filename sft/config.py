@@ -170,7 +170,8 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
         raise ConfigError(f"model.liger: expected auto, true or false, got {liger!r}")
     overrides = _get(raw, "model.config") or {}
     arm, seed = _str(raw, "arm"), _int(raw, "seed", minimum=0)
-    name = _get(raw, "logging.name") or f"{arm}-s{seed}"
+    variant = OmegaConf.select(raw, "name", default=None)
+    name = _get(raw, "logging.name") or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}")
 
     cfg = TrainConfig(
         run_dir=Path(str(run_dir)),

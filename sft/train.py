@@ -17,19 +17,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import socket
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from common import fingerprint, lock
 from common.cli import ConfigError, wants_help
+from common.io import replace_aside
+from common.layout import TRAIN_LOCK
 
 from . import checkpoint as ckpt
-from .config import TrainConfig, load_config, save_points, schedule_steps
+from .config import TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
 from .console import StepConsole
 from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, plan_step
 from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
@@ -138,38 +141,135 @@ def clip_grad_norm(model, max_norm: float | None) -> float:
 # ---------------------------------------------------------------- the run
 
 
-def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_dir: Path) -> None:
-    expect = {"n": data.n, "global_batch_size": cfg.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint}
-    for key, want in expect.items():
-        if meta.get(key) != want:
-            raise ConfigError(
-                f"resume: {state_dir}/meta.json has {key}={meta.get(key)!r} but this run has {want!r}; "
-                "resuming would not reproduce the run (use resume=never to start over)"
-            )
+def run_identity(cfg: TrainConfig, data: TrainData) -> dict:
+    """This run's identity (common.fingerprint): its result-changing config keys, the trainer's
+    semantics version and the dataset's content fingerprint. Recorded in every state's meta.json."""
+    return fingerprint.identity(cfg.raw, trainer_semantics=TRAINER_SEMANTICS, data_fingerprint=data.fingerprint)
+
+
+def read_state_meta(state_dir: Path) -> dict:
+    """A state's meta.json, read before any model work (a 50 GB state is not loaded to be refused)."""
+    path = Path(state_dir) / "meta.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"resume: {path} is missing or unreadable ({exc}); not a resumable state") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"resume: {path} is not a JSON object; not a resumable state")
+    return meta
+
+
+def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_dir: Path, want: dict | None = None) -> None:
+    """Refuse to resume a state saved under another identity: every differing key, old -> new.
+
+    States written before identity was recorded carry only n, batch size, seed and the data
+    fingerprint (and were made under `LEGACY_TRAINER_SEMANTICS`); those are checked."""
+    want = run_identity(cfg, data) if want is None else want
+    diff = [f"n: {meta.get('n')!r} -> {data.n!r}"] if meta.get("n") != data.n else []
+    if isinstance(meta.get("identity"), dict):
+        diff += fingerprint.fingerprint_diff(meta["identity"], want)
+    else:
+        legacy = {"global_batch_size": cfg.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
+                  "trainer_semantics": TRAINER_SEMANTICS}
+        recorded = {**{k: meta.get(k) for k in legacy}, "trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
+        diff += [f"{k}: {recorded[k]!r} -> {v!r}" for k, v in legacy.items() if recorded[k] != v]
+    if diff:
+        raise identity_error(f"resume: {state_dir} was saved by a run of a different configuration; resuming it "
+                             "would mix the two", diff)
+
+
+def identity_error(what: str, diff: list[str]) -> ConfigError:
+    return ConfigError(f"{what} (run -> this config):\n  " + "\n  ".join(diff) +
+                       "\nRestore the config, or start over with resume=never (the old outputs are renamed aside), "
+                       "or train it in another run_dir.")
+
+
+def take_run_lock(run_dir: Path, rank: int, world: int) -> int | None:
+    """Rank 0 takes `<run_dir>/.train.lock` (fcntl) for the whole process; every rank learns
+    whether it got it. A second trainer on the run dir — via launch or directly — is refused
+    naming the holder; the kernel releases the lock when the holder dies, however it dies."""
+    fd, err = None, None
+    if rank == 0:
+        try:
+            fd = lock.acquire(run_dir / TRAIN_LOCK, "another trainer", "two trainers would interleave metrics.jsonl "
+                              "and write the same checkpoints; wait for it to finish or stop it, then resume")
+        except ConfigError as exc:
+            err = exc
+    failed = err is not None
+    if world > 1:
+        flag = torch.tensor([float(failed)])
+        dist.all_reduce(flag)
+        failed = flag.item() > 0
+    if err is not None:
+        raise err
+    if failed:
+        raise ConfigError(f"{run_dir}: rank 0 could not take the run-dir lock (see rank 0's error)")
+    return fd
+
+
+def check_done_identity(done: Path, cfg: TrainConfig) -> None:
+    """A finished run is reported as this config's only if DONE's identity says so (the config half:
+    the data is not loaded for it); a DONE written before identity was recorded is taken as is."""
+    try:
+        recorded = json.loads(done.read_text(encoding="utf-8")).get("identity")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, dict):
+        diff = fingerprint.fingerprint_diff(recorded, fingerprint.identity(cfg.raw, trainer_semantics=TRAINER_SEMANTICS))
+        if diff:
+            raise identity_error(f"{done.parent} holds a finished run of a different configuration", diff)
+
+
+# Outputs of a run that resume=never renames aside (never deletes) before starting over.
+RUN_OUTPUTS = ("state", "checkpoints", "eval", "metrics.jsonl", "DONE")
 
 
 def resolve_resume(cfg: TrainConfig) -> Path | None:
+    """The state to resume from, chosen before any model work. With resume=auto: the newest
+    complete state whose meta.json reads (a damaged one is skipped, not a crash loop on every
+    relaunch); its checksums are verified later, collectively, which may fall back further."""
     if cfg.resume == "never":
         return None
     if cfg.resume == "auto":
-        return ckpt.latest_state(cfg.run_dir)
+        for _, d in reversed(ckpt.complete_states(cfg.run_dir / "state")):
+            try:
+                read_state_meta(d)
+            except ConfigError as exc:
+                log.warning("skipped state %s: %s", d.name, exc)
+                continue
+            return d
+        return None
     return Path(cfg.resume)
 
 
-def run(cfg: TrainConfig) -> int:
+def run(cfg: TrainConfig, held: ExitStack) -> int:
+    """Train; resources that must outlive the run's work (the run-dir lock) go on `held`."""
     # 1. Everything that can fail cheaply fails here, before any model work.
     device = pick_device(cfg)
     done = cfg.run_dir / "DONE"
     if done.exists() and cfg.resume != "never":
+        check_done_identity(done, cfg)
         print(f"{done} exists: run already finished (resume=never to retrain)", file=sys.stderr)
         return 0
     data = load_train_data(cfg.data_dir, global_batch_size=cfg.global_batch_size, max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch)
     per_epoch, total = schedule_steps(cfg, data.n)
     saves = set(save_points(cfg, per_epoch, total))
+    identity = run_identity(cfg, data)
     resume_dir = resolve_resume(cfg)
+    if resume_dir is not None:
+        validate_resume_meta(read_state_meta(resume_dir), cfg, data, resume_dir, identity)
 
     rank, world, owns_group = init_distributed(device.type)
     setup_logging(rank)
+    run_lock = take_run_lock(cfg.run_dir, rank, world)
+    if run_lock is not None:
+        held.callback(os.close, run_lock)
+    if cfg.resume == "never" and rank == 0:
+        # A fresh start must leave nothing a later resume=auto would take for this run's progress;
+        # the previous outputs are renamed aside (<path>.replaced-<UTC time>), never deleted.
+        for name in RUN_OUTPUTS:
+            if (cfg.run_dir / name).exists():
+                log.info("resume=never: previous %s renamed to %s", name, replace_aside(cfg.run_dir / name).name)
     if cfg.global_batch_size < world:
         raise ConfigError(f"train.global_batch_size={cfg.global_batch_size} is smaller than the world size {world}")
     attn = select_attn_implementation(cfg.attn_implementation, device)
@@ -193,23 +293,19 @@ def run(cfg: TrainConfig) -> int:
     # 3. Resume.
     start, guard = 0, NonFiniteGuard(cfg.max_consecutive_nonfinite)
     if resume_dir is not None and cfg.resume == "auto":  # the newest state that verifies
-        resume_dir, skipped = ckpt.newest_verified_state(cfg.run_dir / "state")
-        if resume_dir is None:
+        checked, skipped = ckpt.newest_verified_state(cfg.run_dir / "state")
+        if checked is None:
             raise ConfigError(f"resume=auto: no state under {cfg.run_dir / 'state'} passes its checks ({'; '.join(skipped)}); "
                               "move the state dir aside or pass resume=PATH")
+        if checked != resume_dir:  # fell back past the state checked above: check this one's identity too
+            validate_resume_meta(read_state_meta(checked), cfg, data, checked, identity)
+        resume_dir = checked
     if resume_dir is not None:
         meta = ckpt.load_state(model, optimizer, resume_dir, rank=rank)
-        validate_resume_meta(meta, cfg, data, resume_dir)
         scheduler.load_state_dict(meta["scheduler"])
         start, guard.consecutive = meta["step"], meta.get("consecutive_nonfinite", 0)
         log.info("resumed from %s at step %d", resume_dir, start)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.resume == "never" and rank == 0:
-        # A fresh start must leave nothing a later resume=auto would take for this run's progress.
-        done.unlink(missing_ok=True)
-        if (cfg.run_dir / "state").exists():
-            shutil.rmtree(cfg.run_dir / "state")
-            log.info("resume=never: removed the previous run's resumable states")
     metrics = MetricsLog(cfg.run_dir / "metrics.jsonl", start, rank)
     from omegaconf import OmegaConf
 
@@ -228,7 +324,8 @@ def run(cfg: TrainConfig) -> int:
         meta = {"step": step, "epoch": epoch, "step_in_epoch": step - epoch * per_epoch, "n": data.n,
                 "global_batch_size": cfg.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
                 "data_dir": str(cfg.data_dir), "world_size": world, "total_steps": total,
-                "consecutive_nonfinite": guard.consecutive, "scheduler": scheduler.state_dict(), "time": time.time()}
+                "consecutive_nonfinite": guard.consecutive, "scheduler": scheduler.state_dict(), "time": time.time(),
+                "trainer_semantics": TRAINER_SEMANTICS, "identity": identity}
         ckpt.save_state(model, optimizer, run_dir=cfg.run_dir, step=step, meta=meta, hf_writer=hf_files, rank=rank)
 
     # 4. Steps. `step` counts optimizer steps done; batch `step - 1` is consumed by it.
@@ -284,7 +381,8 @@ def run(cfg: TrainConfig) -> int:
         preempt.restore()
         wb.finish()
     if rank == 0:
-        done.write_text(json.dumps({"step": total, "checkpoint": str(cfg.run_dir / "checkpoints" / ckpt.step_name(total))}) + "\n")
+        done.write_text(json.dumps({"step": total, "checkpoint": str(cfg.run_dir / "checkpoints" / ckpt.step_name(total)),
+                                    "identity": identity}) + "\n")
     log.info("training finished: %d steps", total)
     if owns_group:
         dist.barrier()
@@ -295,11 +393,12 @@ def main(config_path: str | Path, overrides: list[str] | None = None) -> int:
     """In-process entry: train from a resolved config file; returns the exit code."""
     cfg = load_config(config_path, overrides)
     owned_before = dist.is_initialized()
-    try:
-        return run(cfg)
-    finally:
-        if not owned_before and dist.is_initialized():
-            dist.destroy_process_group()
+    with ExitStack() as held:
+        try:
+            return run(cfg, held)
+        finally:
+            if not owned_before and dist.is_initialized():
+                dist.destroy_process_group()
 
 
 USAGE = """usage: python -m sft.train <resolved-config.yaml> [key=value ...]

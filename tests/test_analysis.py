@@ -236,3 +236,50 @@ def test_demo_dry_run_prints_the_plan(capsys):
     assert "model=tiny data=synthetic" in plan and "save_tiny_model(runs/demo/_anchor_model, seed=0)" in plan
     assert demo_main(["stepz=3"]) == 2
     assert demo_main(["model=qwen3_4b"]) == 2
+
+
+def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
+    """Run identity in analysis: a named variant is its own arm `<arm>/<name>`; run dirs renamed aside
+    are ignored with a note; NaN / inf / out-of-range values and a non-integer n are listed as
+    problems with file and value, never written to the results table."""
+    import shutil
+
+    from evals.metrics import METRICS, NON_METRIC_FIELDS
+    from evals.results import summarize
+
+    make_run(tree, "r2e/lr5e-4", 0, [10], evaluated={10: _vals(10, 0.5)})
+    shutil.copytree(tree / "r2e" / "seed1", tree / "r2e" / "seed1.replaced-20260101T000000Z")
+    shutil.copytree(tree / "r2e" / "lr5e-4", tree / "r2e" / "lr5e-4.replaced-20260101T000000Z")
+    shutil.copytree(tree / "search", tree / "search.replaced-20260101T000000Z")
+    bad = tree / "search" / "seed0" / "eval" / "step-000010" / "summary.json"
+    text = bad.read_text()
+    summary = json.loads(text)
+    summary["nq"]["em"], summary["nq"]["f1"] = float("nan"), float("inf")
+    summary["hotpotqa"]["em"] = 1.7
+    summary["search_plan_ood"]["n"] = "eight"
+    bad.write_text(json.dumps(summary))   # json writes NaN / Infinity, as a buggy writer would
+    runs = discover_runs(tree)
+    assert [(r.arm, r.seed) for r in runs] == [("r2e", 0), ("r2e", 1), ("r2e/lr5e-4", 0), ("search", 0)]
+
+    out = tmp_path / "rep"
+    res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False,
+                        "n_boot": 50})
+    t = pd.read_csv(out / "results.csv")
+    assert set(t.arm) == {"r2e", "r2e/lr5e-4", "search", "anchor"}
+    assert set(t[t.arm == "r2e"].seed) == {0, 1} and t.value.between(0, 2).all()
+    s10 = t[(t.arm == "search") & (t.step == 10)]
+    assert s10[(s10.bench == "nq") & s10.metric.isin(["em", "f1"])].empty
+    assert s10[(s10.bench == "hotpotqa") & (s10.metric == "em")].empty
+    assert set(s10[s10.bench == "search_plan_ood"].n) == {-1}
+    assert res.table.value.map(lambda v: v == v and abs(v) != float("inf")).all()
+    report = (out / "report.md").read_text()
+    problems = report.split("## Problems reading inputs", 1)[1]
+    for needle in ("nq.em = nan: not finite", "nq.f1 = inf: not finite", "hotpotqa.em = 1.7: out of range",
+                   "search_plan_ood.n = 'eight': not a number"):
+        assert f"{bad}: {needle}" in problems, needle
+    assert "seed1.replaced-20260101T000000Z" in report and "lr5e-4.replaced-20260101T000000Z" in report
+    assert "Ignored (3)" in report and "search.replaced-20260101T000000Z" in report
+    # The registry covers every number the harness writes into a summary.
+    rows = [{"metrics": {"em": 1.0, "f1": 1.0, "cover_em": 1.0, "strict_em": 1.0}, "extract_rule": "none",
+             "num_turns": 1, "num_tool_calls": 0, "num_tool_errors": 0, "generated_tokens": 3, "stop_reason": "answer"}]
+    assert set(summarize(rows)) <= set(METRICS) | set(NON_METRIC_FIELDS)

@@ -56,6 +56,10 @@ def test_analyze_evaluates_tiny_checkpoints_then_nothing(world):
     assert {"em", "f1", "reward"} <= set(t.metric)
     assert res.missing == []
     assert all(p.is_file() for f in res.figures for p in f.paths)
-    assert res.figures[0].series["synthqa"] == ["r2e", "anchor"]
+    em = t[(t.bench == "synthqa") & (t.metric == "em")].value
+    if (em == 0).all():  # the random tiny model scores 0 everywhere: a one-line note, not an empty plot
+        assert res.figures[0].notes["synthqa"].startswith("synthqa: every value is 0")
+    else:
+        assert res.figures[0].series["synthqa"] == ["r2e", "anchor"]
     again = run_analysis(cfg, evaluator=counting)
     assert len(calls) == 3 and again.table.equals(res.table)

@@ -45,6 +45,7 @@ def _cfg(ckpt, out, **kw):
 def test_summary_row():
     assert summary_row(SUMMARY) == {"eval/nq/em": 0.25, "eval/nq/f1": 0.5, "eval/nq/n": 4,
                                     "eval/search_plan_ood/reward": 0.125, "eval/search_plan_ood/n": 2}
+    assert summary_row(SUMMARY, "rl_ood")["eval/rl_ood/nq/em"] == 0.25  # a profile keeps its own keys
 
 
 def test_checkpoint_of_a_run_logs_to_that_run(run_dir):

@@ -12,7 +12,7 @@ from common.cli import ConfigError
 from evals.agent import render
 from evals.backends import Generation
 from evals.benches import load_bench
-from evals.results import ResultsError
+from evals.identity import IdentityError
 from evals.run import evaluate
 from evals.tasks import SearchTools, qa_episode
 
@@ -184,8 +184,104 @@ def test_resume_after_interruption(world, tmp_path, tiny_tokenizer):
 def test_resume_rejects_a_different_sample(world, tmp_path, tiny_tokenizer):
     out = tmp_path / "out"
     evaluate({**world, "out": str(out), "n": 2}, backend=ScriptedBackend(tiny_tokenizer))
-    with pytest.raises(ResultsError, match="different sample"):
+    with pytest.raises(IdentityError, match="bench.n: 2 -> 3"):
         evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
+    meta = json.loads((out / "meta.json").read_text())
+    del meta["identities"]   # an out dir from before evaluation identity: the sample check still holds
+    (out / "meta.json").write_text(json.dumps(meta))
+    rows = [{k: v for k, v in r.items() if k != "identity"} for r in _rows(out)]
+    (out / "synthqa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(IdentityError, match="rows without an identity digest"):
+        evaluate({**world, "out": str(out), "n": 2}, backend=ScriptedBackend(tiny_tokenizer))
+
+
+# ---------------------------------------------------------------- evaluation identity
+
+
+def _model_dir(root, content: str):
+    """A stand-in checkpoint dir (the scripted backend never reads it): files + SHA256SUMS."""
+    from common.io import write_sha256sums
+
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(content)
+    write_sha256sums(root)
+    return str(root)
+
+
+def test_another_checkpoint_into_the_same_out_is_refused_and_overwrite_keeps_the_old_rows(world, tmp_path, tiny_tokenizer,
+                                                                                          monkeypatch):
+    out = tmp_path / "out"
+    first = _model_dir(tmp_path / "m1", '{"a": 1}')
+    evaluate({**world, "ckpt": first, "out": str(out)}, backend=ScriptedBackend(tiny_tokenizer))
+    meta = json.loads((out / "meta.json").read_text())
+    digest = meta["identities"]["synthqa"]["fingerprint"]
+    rows = _rows(out)
+    assert len(rows) == 6 and {r["identity"] for r in rows} == {digest}, "every row carries its identity digest"
+    assert meta["identities"]["synthqa"]["ckpt_path"] == first
+    old_bytes = (out / "synthqa.jsonl").read_bytes()
+
+    second = _model_dir(tmp_path / "m2", '{"a": 2}')
+    backend = ScriptedBackend(tiny_tokenizer, "wrong")
+    with pytest.raises(IdentityError, match=r"checkpoint\.digest: '[0-9a-f]{64}' -> '[0-9a-f]{64}'") as err:
+        evaluate({**world, "ckpt": second, "out": str(out)}, backend=backend)
+    assert "overwrite=true" in str(err.value) and backend.generate_calls == 0
+    import evals.backends
+
+    monkeypatch.setattr(evals.backends, "make_backend", lambda cfg: pytest.fail("model loaded before the refusal"))
+    with pytest.raises(IdentityError):
+        evaluate({**world, "ckpt": second, "out": str(out)})
+    assert (out / "synthqa.jsonl").read_bytes() == old_bytes
+    assert json.loads((out / "summary.json").read_text())["synthqa"]["em"] == 1.0
+
+    s = evaluate({**world, "ckpt": second, "out": str(out), "overwrite": True}, backend=backend)["synthqa"]
+    aside = list(out.glob("synthqa.jsonl.replaced-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == old_bytes, "the old rows are kept aside, not deleted"
+    assert list((out / "sampled_ids").glob("synthqa.json.replaced-*"))
+    new_digest = json.loads((out / "meta.json").read_text())["identities"]["synthqa"]["fingerprint"]
+    assert new_digest != digest and {r["identity"] for r in _rows(out)} == {new_digest} and len(_rows(out)) == 6
+    assert s["em"] == 0.0 and json.loads((out / "summary.json").read_text())["synthqa"]["em"] == 0.0
+
+
+def test_identity_keys_prompt_vs_operational_and_a_moved_checkpoint(world, tmp_path, tiny_tokenizer):
+    import shutil
+
+    out = tmp_path / "out"
+    ckpt = _model_dir(tmp_path / "runs" / "m", '{"a": 1}')
+    evaluate({**world, "ckpt": ckpt, "out": str(out)}, backend=ScriptedBackend(tiny_tokenizer))
+    with pytest.raises(IdentityError, match="evaluate.prompt: 'tool_agent' -> 'anchor_nudge'"):
+        evaluate({**world, "ckpt": ckpt, "out": str(out), "prompt": "anchor_nudge"}, backend=ScriptedBackend(tiny_tokenizer))
+    moved = tmp_path / "moved" / "m"
+    shutil.copytree(ckpt, moved)   # a moved runs tree: same content, another path
+    again = ScriptedBackend(tiny_tokenizer)
+    evaluate({**world, "ckpt": str(moved), "out": str(out), "batch_size": 2, "micro_batch": 1}, backend=again)
+    assert again.generate_calls == 0, "same identity: nothing re-evaluated"
+
+
+def test_summary_is_recomputed_from_the_rows(world, tmp_path, tiny_tokenizer):
+    """summary.json is never carried over: this call's benches and the out dir's other complete
+    benches are summarized from their rows; a bench with no rows is not reported."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(world["bench_root"]) / "synthqa", Path(world["bench_root"]) / "synthqb")
+    out = tmp_path / "out"
+    evaluate({**world, "out": str(out), "n": 3, "benches": ["synthqa", "synthqb"]}, backend=ScriptedBackend(tiny_tokenizer))
+    summary = json.loads((out / "summary.json").read_text())
+    summary["synthqa"]["em"] = summary["synthqb"]["em"] = 0.123
+    summary["ghost"] = {"em": 1.0, "n": 3}
+    (out / "summary.json").write_text(json.dumps(summary))
+    got = evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
+    assert got["synthqa"]["em"] == 1.0 and got["synthqb"]["em"] == 1.0 and got["synthqb"]["n"] == 3
+    assert "ghost" not in got and json.loads((out / "summary.json").read_text()) == got
+    # An out dir from before evaluation identity (rows without digests, no identities in meta.json):
+    # its complete benches are still summarized from their rows, not dropped.
+    meta = json.loads((out / "meta.json").read_text())
+    del meta["identities"]["synthqb"]
+    (out / "meta.json").write_text(json.dumps(meta))
+    rows = [{k: v for k, v in r.items() if k != "identity"} for r in _rows(out, "synthqb")]
+    (out / "synthqb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
+    assert got["synthqb"]["em"] == 1.0 and got["synthqb"]["n"] == 3
 
 
 def test_default_out_inside_a_run(world, tmp_path, tiny_tokenizer):

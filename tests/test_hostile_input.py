@@ -235,6 +235,14 @@ def test_damaged_latest_state_is_skipped_for_the_previous_one(world_of_one, tmp_
     with pytest.raises(ckpt.StateError, match="checksum mismatch"):
         ckpt.load_state(m, opt, d2, rank=0)
     assert ckpt.load_state(m, opt, found, rank=0) == {"step": 1}
+    # The trainer's own choice before any model work skips an unreadable meta.json too
+    # (otherwise every relaunch would exit on the same damaged state).
+    from types import SimpleNamespace
+
+    from sft.train import resolve_resume
+
+    chosen = resolve_resume(SimpleNamespace(resume="auto", run_dir=run))
+    assert chosen == (found if damage == "truncate_meta" else d2)
 
 
 def test_full_disk_while_writing_leaves_no_torn_state(world_of_one, tmp_path, monkeypatch):

@@ -125,11 +125,14 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     assert set(man["packages"]) >= {"python", "torch", "transformers", "datasets"}
     assert man["packages"]["torch"] and man["hardware"]["cpu_count"] >= 1
     assert "commit" in man["git"] and "dirty" in man["git"]
-    # A second launch appends, keeps the original, reuses the data; a changed config is kept aside.
-    assert run.launch_one([*argv, "lr=1e-3"], builder=fake.build, key_fn=fake.key) == 3
+    assert man["identity"]["data_fingerprint"] == "fp-r2e-0-3500" and man["identity"]["keys"]["train.steps"] == 4
+    # A second launch appends, keeps the original, reuses the data; a changed config (a key that may
+    # change on resume) is kept aside.
+    assert run.launch_one([*argv, "state_every=7"], builder=fake.build, key_fn=fake.key) == 3
     man2 = json.loads((rd / "manifest.json").read_text())
     assert len(man2["launches"]) == 2 and man2["created"] == man["created"] and man2["launches"][1]["data"]["reused"]
-    assert len(list(rd.glob("config.*.yaml"))) == 1 and OmegaConf.load(rd / "config.yaml").train.lr == 1e-3
+    assert len(list(rd.glob("config.*.yaml"))) == 1 and OmegaConf.load(rd / "config.yaml").train.state_every == 7
+    assert man2["identity"] == man["identity"]
 
 
 def test_a_run_dir_in_use_is_refused(tmp_path):
@@ -170,12 +173,6 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
             sweep.run_sweep(bad)
 
 
-def test_resume_never_refuses_an_existing_run(tmp_path):
-    from launch import run
-
-    (tmp_path / "r2e" / "seed0" / "checkpoints" / "step-000002").mkdir(parents=True)
-    with pytest.raises(ConfigError, match="resume=never but"):
-        run.launch_one(["model=tiny", "data=synthetic", "resume=never", f"runs_root={tmp_path}"])
 
 
 def test_manifest_git_state_sees_a_dirty_checkout(tmp_path):

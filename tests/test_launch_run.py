@@ -79,6 +79,21 @@ def test_finished_run_is_reported_not_retrained(runs, first_run):
     assert len(list((runs / "r2e" / "seed0" / "logs").glob("train-*.log"))) == 1
 
 
+def test_finished_run_with_another_lr_is_refused_and_a_named_variant_trains(runs, first_run):
+    """Run identity: the finished run is not handed back for another lr; name= trains it separately."""
+    argv, _ = first_run
+    proc = _launch(*argv, "lr=5e-4")
+    assert proc.returncode == 2 and "train.lr: 0.002 -> 0.0005" in proc.stderr, proc.stdout + proc.stderr
+    assert "name=<variant>" in proc.stderr and "resume=never" in proc.stderr and "Traceback" not in proc.stderr
+    assert "not retraining" not in proc.stdout
+    variant = _launch(*argv, "lr=5e-4", "name=lr5e-4")
+    assert variant.returncode == 0, variant.stdout[-3000:] + variant.stderr[-3000:]
+    vd = runs / "r2e" / "lr5e-4" / "seed0"
+    assert (vd / "DONE").is_file() and (vd / "checkpoints" / "step-000004").is_dir()
+    assert json.loads((vd / "manifest.json").read_text())["identity"]["keys"]["train.lr"] == 5e-4
+    assert json.loads((runs / "r2e" / "seed0" / "manifest.json").read_text())["identity"]["keys"]["train.lr"] == 2e-3
+
+
 def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
     data_dirs = [p for p in (runs / "_data").iterdir() if not p.name.startswith(".")]
     rd = runs / "killed"
@@ -96,6 +111,19 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
     assert "reusing cached dataset" in out, out[-3000:]
     assert not (rd / "DONE").exists(), "the run finished before it could be killed"
     assert [p for p in (runs / "_data").iterdir() if not p.name.startswith(".")] == data_dirs
+
+    # Relaunched (or the trainer started directly) with another lr / schedule / steps: refused, exit 2,
+    # before any data or model work; the run is untouched and still resumes with its own config.
+    metrics_before = (rd / "metrics.jsonl").read_bytes()
+    changed = _launch(*argv, "lr=1e-4", "train.lr_schedule=constant", "steps=7")
+    assert changed.returncode == 2, changed.stdout[-2000:] + changed.stderr[-2000:]
+    for line in ("train.lr: 0.002 -> 0.0001", "train.lr_schedule: 'cosine' -> 'constant'", "train.steps: 6 -> 7"):
+        assert line in changed.stderr
+    assert "dataset" not in changed.stdout
+    direct = subprocess.run([sys.executable, "-m", "sft.train", str(rd / "config.yaml"), "train.lr=1e-4"], cwd=REPO,
+                            env=_env(), capture_output=True, text=True, timeout=120)
+    assert direct.returncode == 2 and "train.lr: 0.002 -> 0.0001" in direct.stderr, direct.stderr[-2000:]
+    assert "Traceback" not in direct.stderr and (rd / "metrics.jsonl").read_bytes() == metrics_before
 
     again = _launch(*argv)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
@@ -118,6 +146,11 @@ def test_sigterm_to_launch_stops_the_trainer_with_a_resumable_state(runs, first_
     metrics = rd / "metrics.jsonl"
     try:
         wait_until(lambda: metrics.exists() and metrics.read_text().strip(), proc, "the first training step")
+        # A second trainer started directly beside the live launch is refused by the trainer's own lock.
+        second = subprocess.run([sys.executable, "-m", "sft.train", str(rd / "config.yaml")], cwd=REPO, env=_env(),
+                                capture_output=True, text=True, timeout=120)
+        assert proc.poll() is None, "the launch ended before the second trainer was tried"
+        assert second.returncode == 2 and "in use by another trainer (holder: pid" in second.stderr, second.stderr[-2000:]
         proc.send_signal(signal.SIGTERM)   # launch alone: it must reach the trainer
         out = proc.communicate(timeout=120)[0]
     finally:
@@ -160,6 +193,17 @@ def test_slurm_segment_stops_on_usr1_requeues_and_the_next_segment_resumes(runs,
     assert seg.returncode == 0, out[-3000:]
     assert not (rd / "DONE").exists() and list(rd.glob("state/step-*/COMPLETE")), out[-3000:]
     assert requeued(tmp_path) == ["77"] and "requeueing 77" in out
+
+    # A requeued segment that finds another run identity (config.yaml edited between segments) fails
+    # (the trainer exits 2) and is not requeued; with the config restored the next segment resumes.
+    config = rd / "config.yaml"
+    original = config.read_text()
+    config.write_text(original.replace("lr: 0.002", "lr: 0.0001"))
+    bad = subprocess.run(["bash", str(script)], env=senv, capture_output=True, text=True, timeout=300)
+    config.write_text(original)
+    # (torchrun reports a worker's exit 2 as its own exit 1)
+    assert bad.returncode != 0 and "train.lr: 0.002 -> 0.0001" in bad.stdout + bad.stderr, bad.stdout[-3000:]
+    assert "not requeueing" in bad.stdout and requeued(tmp_path) == ["77"]
 
     again = subprocess.run(["bash", str(script)], env=senv, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

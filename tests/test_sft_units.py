@@ -375,9 +375,31 @@ def test_torn_states_are_ignored(tmp_path):
 def test_resume_refuses_different_data(tmp_path, data_dir):
     cfg = load_config(write_config(tmp_path / "run", data_dir))
     data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=256)
-    meta = {"n": 24, "global_batch_size": 8, "seed": 0, "data_fingerprint": "other"}
-    with pytest.raises(ConfigError, match="data_fingerprint='other'.*'test-fp'"):
+    meta = {"n": 20, "global_batch_size": 8, "seed": 0, "data_fingerprint": "other"}   # a state from before identity
+    with pytest.raises(ConfigError, match="n: 20 -> 24\n  data_fingerprint: 'other' -> 'test-fp'"):
         train.validate_resume_meta(meta, cfg, data, tmp_path)
+
+
+def test_resume_refuses_a_state_of_another_identity_naming_each_key(tmp_path, data_dir):
+    """The state's meta.json carries the run identity; every result-changing key that differs is
+    named old -> new, keys that may change on resume are not."""
+    from omegaconf import OmegaConf
+
+    data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=256)
+    old = load_config(write_config(tmp_path / "run", data_dir))
+    meta = {"n": data.n, "identity": train.run_identity(old, data)}
+    train.validate_resume_meta(meta, old, data, tmp_path)  # same config: accepted
+    same = load_config(tmp_path / "run" / "config.yaml", ["train.state_every=9", "logging.wandb=true", "train.log_every=2"])
+    train.validate_resume_meta(meta, same, data, tmp_path)
+    new = load_config(tmp_path / "run" / "config.yaml", ["train.lr=1e-4", "train.lr_schedule=constant", "train.steps=9"])
+    with pytest.raises(ConfigError) as err:
+        train.validate_resume_meta(meta, new, data, tmp_path)
+    assert str(err.value).splitlines()[1:4] == ["  train.lr: 0.003 -> 0.0001", "  train.lr_schedule: 'cosine' -> 'constant'",
+                                                "  train.steps: 6 -> 9"]
+    monkey = dict(meta, identity=dict(meta["identity"], trainer_semantics=0))
+    with pytest.raises(ConfigError, match="trainer_semantics: 0 -> 1"):
+        train.validate_resume_meta(monkey, old, data, tmp_path)
+    assert OmegaConf.select(old.raw, "train.lr") == 3e-3
 
 
 def test_finished_run_is_not_retrained(tmp_path, data_dir, monkeypatch):
@@ -474,7 +496,8 @@ def test_bf16_precision_writes_bf16_checkpoint(tmp_path, data_dir):
 
 
 def test_resume_never_starts_over(tmp_path, data_dir):
-    """resume=never on a finished run dir: stale states and DONE go, the run trains from step 1."""
+    """resume=never on a finished run dir: stale states and DONE are renamed aside (kept), the run
+    trains from step 1."""
     run_dir = tmp_path / "run"
     cfg = write_config(run_dir, data_dir, steps=1, save_steps=[], activation_checkpointing=False, resume="never")
     stale = run_dir / "state" / "step-000009"
@@ -485,6 +508,8 @@ def test_resume_never_starts_over(tmp_path, data_dir):
     (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 9}) + "\n")
     assert train.cli([str(cfg)]) == 0
     assert not (run_dir / "state").exists()
+    aside = list(run_dir.glob("state.replaced-*/step-000009/COMPLETE"))
+    assert len(aside) == 1 and len(list(run_dir.glob("DONE.replaced-*"))) == 1
     assert [r["step"] for r in read_metrics(run_dir)] == [1]
     assert json.loads((run_dir / "DONE").read_text())["step"] == 1
 

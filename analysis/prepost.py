@@ -1,0 +1,149 @@
+"""The pre-vs-post table (`tables/prepost.md|tex`): each run's value before and after training, per bench.
+
+    pre    RL runs (a run with its own evaluated step 0, i.e. `checkpoints/step-000000` is the starting
+           model): that step-0 evaluation, under the same prompt as the later steps. SFT arms: the
+           anchor (the base model with the `anchor_nudge` prompt).
+    post   the run's final evaluated step, with the paired-bootstrap 95% CI of post − pre over the
+           same item ids.
+    best   the step (> 0) with the highest value, labelled "selected on test": chosen on the very
+           items it is reported on, so optimistic, and given without a CI.
+
+Pairing needs identical item ids (same n, seed and bench file); when pre and post evaluated different
+items (or the recorded bench file digests differ) the CI is not computed and the mismatch is listed as
+a problem, never silently intersected. `size_problems` lists every evaluation whose item count differs
+from its profile's reference size (`recipes/eval/*.yaml`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.collect import ENV_BENCH_METRIC, example_metric
+from analysis.discover import Run, read_json_object
+from analysis.stats import PairedResult, paired_bootstrap
+from analysis.tables import DASH, Column, Table
+
+QA_METRICS = ("em", "f1")
+LABELS = {"em": "EM", "f1": "F1", "reward": "reward", "return": "return"}
+COLUMNS = ["bench", "metric", "pre", "post (final step)", "Δ post − pre [95% CI]", "n",
+           "best (selected on test)"]
+
+
+def bench_metrics(bench: str) -> tuple[str, ...]:
+    return (ENV_BENCH_METRIC[bench],) if bench in ENV_BENCH_METRIC else QA_METRICS
+
+
+@dataclass
+class PrePostRow:
+    run: str
+    bench: str
+    metric: str
+    pre_source: str  # "step 0" | "anchor"
+    pre: float
+    post: float
+    post_step: int
+    paired: PairedResult | None
+    best: float
+    best_step: int
+
+
+@dataclass
+class PrePost:
+    rows: list[PrePostRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def table(self) -> Table:
+        caption = ("Pre vs post training per run. pre: the run's own step-0 evaluation (RL runs: the starting "
+                   "checkpoint, same prompt as later steps) or, for SFT arms, the anchor (base model, "
+                   "anchor_nudge prompt). post: the final evaluated step; Δ with a paired-bootstrap 95% CI "
+                   "over identical item ids. best: the best step, selected on the test items (optimistic, no CI).")
+        table = Table(caption, [Column("", "", c, "") for c in COLUMNS], row_header="Run")
+        for r in self.rows:
+            delta = DASH if r.paired is None else f"{r.paired.delta:+.3f} [{r.paired.lo:+.3f}, {r.paired.hi:+.3f}]"
+            n = DASH if r.paired is None else str(r.paired.n)
+            pre = f"{r.pre:.3f} ({'anchor' if r.pre_source == 'anchor' else 'step 0'})"
+            table.rows.append((r.run, [r.bench, LABELS.get(r.metric, r.metric), pre, f"{r.post:.3f} @{r.post_step}",
+                                       delta, n, f"{r.best:.3f} @{r.best_step}"]))
+        return table
+
+
+def _summary_value(eval_dir: Path, bench: str, metric: str, problems: list[str]) -> float | None:
+    summary = read_json_object(eval_dir / "summary.json", problems) or {}
+    value = (summary.get(bench) or {}).get(metric)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def _summary_n(eval_dir: Path, bench: str) -> int | None:
+    n = ((read_json_object(eval_dir / "summary.json", []) or {}).get(bench) or {}).get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def size_problems(eval_dirs: dict[str, Path], reference_sizes: dict[str, int]) -> list[str]:
+    """One line per (evaluation, bench) whose evaluated n differs from the reference size."""
+    problems = []
+    for label, d in eval_dirs.items():
+        for bench, size in reference_sizes.items():
+            n = _summary_n(d, bench)
+            if n is not None and n != size:
+                problems.append(f"{label} × {bench}: evaluated {n} items, the reference size is {size} ({d})")
+    return problems
+
+
+def _digest(eval_dir: Path, bench: str) -> str | None:
+    record = ((read_json_object(eval_dir / "meta.json", []) or {}).get("bench_items") or {}).get(bench) or {}
+    return record.get("source_digest")
+
+
+def paired_prepost(pre: pd.Series, post: pd.Series, n_boot: int, seed: int, conf: float) -> tuple[PairedResult | None, str | None]:
+    """post − pre over identical item ids (ordered by id), or (None, why) when the id sets differ."""
+    only_pre, only_post = set(pre.index) - set(post.index), set(post.index) - set(pre.index)
+    if only_pre or only_post:
+        return None, (f"item ids differ (pre n={len(pre)}, post n={len(post)}; {len(only_pre)} only in pre, "
+                      f"{len(only_post)} only in post): not paired")
+    ids = sorted(pre.index)
+    return paired_bootstrap(post.loc[ids].to_numpy(float), pre.loc[ids].to_numpy(float), n_boot, seed, conf), None
+
+
+def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, n_boot: int = 2000, seed: int = 0,
+            conf: float = 0.95) -> PrePost:
+    out = PrePost()
+    for run in runs:
+        label = f"{run.arm}/seed{run.seed}"
+        later = sorted(s for s in run.evals if s > 0)
+        if not later:
+            continue
+        own_start = 0 in run.evals
+        pre_dir = run.evals[0] if own_start else anchor_dir
+        if pre_dir is None or not (pre_dir / "summary.json").is_file():
+            out.problems.append(f"{label}: no pre value (no step-0 evaluation and no anchor evaluation)")
+            continue
+        for bench in benches:
+            for metric in bench_metrics(bench):
+                series = {s: _summary_value(run.evals[s], bench, metric, out.problems) for s in later}
+                series = {s: v for s, v in series.items() if v is not None}
+                pre = _summary_value(pre_dir, bench, metric, out.problems)
+                if not series or pre is None:
+                    continue
+                post_step = max(series)
+                best_step = min(series, key=lambda s: (-series[s], s))
+                where = f"{label} × {bench} ({metric})"
+                paired = None
+                pre_ex = example_metric(pre_dir, bench, metric, out.problems)
+                post_ex = example_metric(run.evals[post_step], bench, metric, out.problems)
+                if pre_ex is None or post_ex is None:
+                    out.problems.append(f"{where}: no per-example results to pair, no CI")
+                elif (a := _digest(pre_dir, bench)) and (b := _digest(run.evals[post_step], bench)) and a != b:
+                    out.problems.append(f"{where}: pre and post evaluated different bench files (digests "
+                                        f"{a[:12]} vs {b[:12]}): not paired")
+                else:
+                    paired, why = paired_prepost(pre_ex, post_ex, n_boot, seed, conf)
+                    if why:
+                        out.problems.append(f"{where}: {why}")
+                out.rows.append(PrePostRow(label, bench, metric, "step 0" if own_start else "anchor", pre,
+                                           series[post_step], post_step, paired, series[best_step], best_step))
+    return out
+

@@ -1,0 +1,114 @@
+"""Run identity: one digest of every config key that changes a run's result.
+
+A run directory belongs to one fingerprint. `launch`, the SFT trainer and the RL stage compare the
+requested config with the run directory's record and refuse (with `fingerprint_diff`) instead of
+silently resuming or reporting a run made under another configuration.
+
+What the fingerprint covers: every leaf key of the resolved config (the recipe-named keys of
+`config.yaml`) except
+- `PATH_KEYS`: where things live. The data enters through the dataset manifest's *content*
+  fingerprint (passed as an extra), so moving a runs tree or a data_prep code edit that leaves the
+  dataset identical does not make a run "different";
+- `RESUMABLE_KEYS`: keys that may legitimately change between segments of one run (logging, the
+  state cadence, launcher / Slurm settings, `nproc`: the data order and the loss normalization do
+  not depend on the number of ranks).
+Extras the caller knows (the data content fingerprint, the trainer's semantics version) are part
+of the digest too. The API is config-agnostic: a stage with other keys passes its own `exclude`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+# Where things live, never what they are.
+PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root")
+# May change when a run is resumed or relaunched (a key, or a whole section with everything below it).
+RESUMABLE_KEYS = (
+    "resume",                            # how to start, not what is trained
+    "logging",                           # wandb on/off, project, run name, mode
+    "launcher",                          # local/slurm, nproc, nodes, partition, time, account, dry_run
+    "train.state_every",                 # resumable-state cadence
+    "train.log_every",                   # metrics.jsonl cadence
+    "train.peak_tflops",                 # only the MFU column
+    "train.max_consecutive_nonfinite",   # when to give up; raising it to continue a stopped run is fine
+)
+EXCLUDED_KEYS = PATH_KEYS + RESUMABLE_KEYS
+# Run dirs written before identity was recorded were trained under this trainer semantics version.
+LEGACY_TRAINER_SEMANTICS = 1
+
+
+def _excluded(key: str, exclude: tuple[str, ...]) -> bool:
+    return any(key == e or key.startswith(e + ".") for e in exclude)
+
+
+def _flatten(obj: Mapping, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and len(v) > 0:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = dict(v) if isinstance(v, Mapping) else (list(v) if isinstance(v, (list, tuple)) else v)
+    return out
+
+
+def _plain(cfg) -> Mapping:
+    """A plain dict from a dict or an omegaconf config (resolved)."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a core dependency
+        pass
+    return cfg
+
+
+def identity_keys(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS) -> dict[str, Any]:
+    """`{dotted.key: value}` of every result-changing leaf of `cfg`, sorted by key."""
+    flat = _flatten(_plain(cfg))
+    return {k: flat[k] for k in sorted(flat) if not _excluded(k, exclude)}
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def run_fingerprint(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS, **extra: Any) -> str:
+    """sha256 of the canonical JSON of `identity_keys(cfg)` plus `extra` (e.g. data_fingerprint=,
+    trainer_semantics=)."""
+    return identity(cfg, exclude, **extra)["fingerprint"]
+
+
+def identity(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS, **extra: Any) -> dict[str, Any]:
+    """The record a run dir keeps: `{"fingerprint", "keys", **extra}` (keys: what `fingerprint_diff`
+    compares, so a refusal can name every key that differs)."""
+    keys = identity_keys(cfg, exclude)
+    body = {"keys": keys, **{k: extra[k] for k in sorted(extra)}}
+    digest = hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+    return {"fingerprint": digest, **body}
+
+
+def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
+    """`key: old -> new` for every difference between two identity records (or two `keys` maps).
+
+    Extras compare only where both records have them (a record made before the data was known has
+    no data fingerprint yet).
+    """
+    def split(rec: Mapping) -> tuple[dict, dict]:
+        if "keys" in rec and isinstance(rec["keys"], Mapping):
+            return dict(rec["keys"]), {k: v for k, v in rec.items() if k not in ("keys", "fingerprint")}
+        return dict(rec), {}
+
+    (ok, ox), (nk, nx) = split(old), split(new)
+    absent = "<absent>"
+    lines = [f"{k}: {ok.get(k, absent)!r} -> {nk.get(k, absent)!r}"
+             for k in sorted(set(ok) | set(nk)) if canonical_json(ok.get(k, absent)) != canonical_json(nk.get(k, absent))]
+    lines += [f"{k}: {ox[k]!r} -> {nx[k]!r}" for k in sorted(set(ox) & set(nx)) if ox[k] != nx[k]]
+    return lines
+
+
+def same_identity(old: Mapping, new: Mapping) -> bool:
+    return not fingerprint_diff(old, new)

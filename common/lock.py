@@ -1,0 +1,84 @@
+"""Advisory `fcntl.flock` locks on run-directory files, with messages a user can act on.
+
+A flock belongs to the open file description: the kernel releases it when the holder dies, however
+it dies (kill -9 included), so a stale lock file never blocks anyone. The holder writes
+`pid <pid> on <host>` into the file so a refusal can name it.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+from common.cli import ConfigError
+
+
+class LockHeld(ConfigError):
+    """Another live process holds the lock (the message names it)."""
+
+
+def filesystem_of(path: str | Path) -> str:
+    """`<type> at <mount point>` of the filesystem holding `path` (from /proc/mounts), or 'unknown'."""
+    path = os.path.realpath(path)
+    best = ("", "unknown")
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3:
+                    mount = parts[1].replace("\\040", " ")
+                    inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                    if inside and len(mount) >= len(best[0]):
+                        best = (mount, parts[2])
+    except OSError:
+        pass
+    return f"{best[1]} at {best[0]}" if best[0] else "unknown"
+
+
+def holder(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _flock(fd: int, path: Path, what: str, advice: str) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (BlockingIOError, PermissionError):
+        os.close(fd)
+        raise LockHeld(f"{path.parent} is in use by {what} (holder: {holder(path)})" + (f"; {advice}" if advice else "")) from None
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise ConfigError(f"{path}: the filesystem ({filesystem_of(path.parent)}) does not support flock "
+                              f"({exc.strerror}); put the run directory on a local or flock-capable filesystem "
+                              "(e.g. runs_root=... on local disk, or an NFS mount with locking)") from None
+        raise
+
+
+def acquire(path: str | Path, what: str, advice: str = "") -> int:
+    """Take an exclusive lock on `path` without waiting; return the fd (close it to release).
+
+    Raises LockHeld naming the holder when another process has it; ConfigError naming the
+    filesystem when it has no flock. `what` names the usual holder, `advice` what to do.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _flock(fd, path, what, advice)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    return fd
+
+
+def check_free(path: str | Path, what: str, advice: str = "") -> None:
+    """Raise like `acquire` if `path` is locked now; hold nothing afterwards (a check, not a claim)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _flock(fd, path, what, advice)
+    os.close(fd)

@@ -1,0 +1,121 @@
+"""Evaluation identity, per bench: what produced a bench's rows in an out dir.
+
+identity(bench) = the checkpoint's content digest (its `SHA256SUMS`; a local dir without one gets
+the same sums computed; a hub id: id + resolved revision) + every `evaluate` key except the
+operational ones below + that bench's n, seed and bench-file digest. The checkpoint path is
+recorded beside it but not hashed: moving a runs tree does not invalidate its evals.
+
+`meta.json` records each bench's identity; every `<bench>.jsonl` row carries its digest; an out
+dir holds one identity per bench (another one is refused unless `overwrite=true`, which renames
+the old outputs aside with common.io.replace_aside).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from common import fingerprint
+from common.io import SHA256SUMS, sha256_file, sha256_text
+
+# Keys that change how fast or where an evaluation runs, never its result.
+OPERATIONAL_KEYS = (
+    "backend", "batch_size", "micro_batch", "device", "progress", "index_dir", "retriever_timeout",
+    "retriever_retries", "tensor_parallel_size", "gpu_memory_utilization", "out", "dry_run", "overwrite",
+    "wandb", "wandb_group",
+    "profile",  # a profile only supplies keys, which are in the identity themselves
+)
+# Keys that enter through content identities instead: the checkpoint digest, and per bench its
+# n, seed and file digest (`benches` lists which identities there are; `corpus` is a file; `bench_n`
+# is a bench's own n).
+CONTENT_KEYS = ("ckpt", "benches", "bench_root", "n", "bench_n", "seed", "corpus")
+# Keys that belong to one bench only (they enter no other bench's identity).
+BENCH_KEY_PREFIXES = {"babyai": "babyai_"}
+
+
+class IdentityError(ValueError):
+    """An out dir holds a bench under another identity (the message carries the diff)."""
+
+
+def checkpoint_identity(ckpt: str) -> dict[str, Any]:
+    """Content digest of a model: sha256 of its `SHA256SUMS` text (computed the same way for a
+    local dir without one), or a hub id with the revision the local hub cache / the hub resolves."""
+    path = Path(ckpt)
+    if path.is_dir():
+        sums = path / SHA256SUMS
+        if sums.is_file():
+            return {"kind": "sha256sums", "digest": sha256_file(sums)}
+        lines = [f"{sha256_file(p)}  {p.relative_to(path).as_posix()}\n"
+                 for p in sorted(path.rglob("*")) if p.is_file()]
+        return {"kind": "files", "digest": sha256_text("".join(lines))}
+    if path.is_absolute() or str(ckpt).startswith((".", "~")):   # a local path with no model behind it
+        return {"kind": "missing", "path": str(ckpt)}
+    return {"kind": "hub", "repo": str(ckpt), "revision": hub_revision(str(ckpt))}
+
+
+def hub_revision(repo: str) -> str | None:
+    """The commit a hub id resolves to (local cache first, then the hub); None when unknown."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo, local_files_only=True, allow_patterns=["config.json"])).name
+    except Exception:  # not cached: ask the hub
+        pass
+    try:
+        from huggingface_hub import HfApi
+
+        return HfApi().model_info(repo).sha
+    except Exception:
+        return None
+
+
+def corpus_identity(corpus: str | None) -> dict[str, Any] | None:
+    """A retrieval corpus by file name and size (hashing 14 GB of wiki-18 on every call is too slow;
+    not a content digest)."""
+    if not corpus:
+        return None
+    p = Path(corpus)
+    return {"name": p.name, "size": p.stat().st_size if p.is_file() else None}
+
+
+def source_digest(source: str) -> str:
+    """sha256 of a local bench file; the source string itself for a hub dataset or an environment."""
+    p = Path(source)
+    return sha256_file(p) if p.is_file() else sha256_text(source)
+
+
+def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str) -> dict[str, Any]:
+    """`{"fingerprint", "keys", "ckpt_path"}` for one bench (common.fingerprint's record shape, so
+    `fingerprint_diff` names every differing key)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    conf = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    body = {
+        "checkpoint": ckpt_id,
+        "evaluate": {k: v for k, v in conf.items() if k not in OPERATIONAL_KEYS + CONTENT_KEYS
+                     and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
+        "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
+        "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": source_digest(source)},
+    }
+    record = fingerprint.identity(body, exclude=())
+    return {**record, "ckpt_path": str(conf.get("ckpt"))}
+
+
+def bench_uses_corpus(bench: str) -> bool:
+    from evals.benches import ENV_BENCHES
+
+    return bench not in ENV_BENCHES
+
+
+def check_same(bench: str, out: Path, recorded: dict | None, rows_digests: set, want: dict) -> list[str]:
+    """Differences between what `out` holds for `bench` and `want` (empty: the same identity)."""
+    digest = want["fingerprint"]
+    if recorded is not None and recorded.get("fingerprint") != digest:
+        return fingerprint.fingerprint_diff(recorded, want) or [f"fingerprint: {recorded.get('fingerprint')} -> {digest}"]
+    other = rows_digests - {digest}
+    if other:
+        if None in other:
+            return [f"{out / (bench + '.jsonl')}: rows without an identity digest (written before evaluation "
+                    "identity was recorded)"]
+        return [f"{out / (bench + '.jsonl')}: rows of identity {sorted(map(str, other))[0][:16]}… "
+                f"(this request: {digest[:16]}…)"]
+    return []

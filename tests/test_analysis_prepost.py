@@ -1,0 +1,159 @@
+"""analysis: the pre-vs-post table on a synthetic runs tree (RL runs with their own step 0, an SFT arm
+against the anchor), its paired bootstrap against plain numpy, mismatches and the figure polish."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.discover import discover_runs
+from analysis.prepost import paired_prepost, prepost
+from analysis.sweep import run_analysis
+from common.io import write_json
+
+N_BOOT, SEED = 500, 3
+# Per-example values (10 items each) chosen so every pre/post/best number is known by hand.
+MUSIQUE_EM = {0: [0] * 10, 10: [1, 1, 1, 0, 0, 0, 0, 0, 0, 0], 20: [1, 1, 0, 0, 0, 0, 0, 0, 0, 0]}
+BABYAI_RET = {0: [0.0] * 10, 10: [0.5] + [0.0] * 9, 20: [0.9, 0.5] + [0.0] * 8}
+
+
+def write_bench(eval_dir: Path, bench: str, metric: str, values: list[float], ids=None, digest="f" * 64) -> None:
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    ids = ids or [f"{bench}-{i}" for i in range(len(values))]
+    metrics = {"em": ["em", "f1"], "reward": ["reward"], "return": ["return", "success"]}[metric]
+    lines = [json.dumps({"id": i, "metrics": {m: float(v) for m in metrics}}) for i, v in zip(ids, values)]
+    (eval_dir / f"{bench}.jsonl").write_text("\n".join(lines) + "\n")
+    summary_path, meta_path = eval_dir / "summary.json", eval_dir / "meta.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary[bench] = {m: float(np.mean(values)) for m in metrics} | {"n": len(values)}
+    write_json(summary_path, summary)
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"bench_items": {}}
+    meta["bench_items"][bench] = {"n": len(values), "source_digest": digest}
+    write_json(meta_path, meta)
+
+
+def rl_run(root: Path, rel: str, profile: str | None = "rl_ood") -> Path:
+    run = root / rel
+    sub = Path("eval") / profile if profile else Path("eval")
+    for step in (0, 10, 20):
+        ck = run / "checkpoints" / f"step-{step:06d}"
+        ck.mkdir(parents=True)
+        (ck / "config.json").write_text("{}")
+        write_bench(run / sub / f"step-{step:06d}", "musique", "em", MUSIQUE_EM[step])
+        write_bench(run / sub / f"step-{step:06d}", "babyai", "return", BABYAI_RET[step])
+    return run
+
+
+def _ci(diff) -> tuple[float, float]:
+    """The percentile bootstrap written independently with numpy (same seed and resample count)."""
+    d = np.asarray(diff, float)
+    idx = np.random.default_rng(SEED).integers(0, d.size, size=(N_BOOT, d.size))
+    lo, hi = np.quantile(d[idx].mean(axis=1), [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prepost") / "runs"
+    rl_run(root, "grpo_qa/seed0")
+    rl_run(root, "grpo_babyai/lr1e-6/seed1")  # a name= level
+    sft = root / "search" / "seed0"
+    write_bench(sft / "eval" / "rl_ood" / "step-000050", "musique", "em", [1] * 5 + [0] * 5)
+    write_bench(root / "_anchor" / "eval" / "rl_ood" / "step-000000", "musique", "em", [1] * 2 + [0] * 8)
+    out = root.parent / "reports"
+    res = run_analysis({"runs_root": str(root), "out": str(out), "profile": "rl_ood", "evaluate": False,
+                        "benches": ["musique", "babyai"], "metrics": ["em"], "n_boot": N_BOOT, "boot_seed": SEED})
+    return root, out, res
+
+
+def test_prepost_reproduces_known_values_and_the_numpy_ci(analysed):
+    root, out, res = analysed
+    pp = prepost(discover_runs(root, "rl_ood"), root / "_anchor" / "eval" / "rl_ood" / "step-000000",
+                 ["musique", "babyai"], n_boot=N_BOOT, seed=SEED)
+    rows = {(r.run, r.bench, r.metric): r for r in pp.rows}
+    assert set(rows) == {(run, b, m) for run in ("grpo_qa/seed0", "grpo_babyai/lr1e-6/seed1")
+                         for b, m in (("musique", "em"), ("musique", "f1"), ("babyai", "return"))} | {
+        ("search/seed0", "musique", "em"), ("search/seed0", "musique", "f1")}
+    r = rows[("grpo_qa/seed0", "musique", "em")]
+    assert (r.pre_source, r.pre, r.post, r.post_step, r.best, r.best_step) == ("step 0", 0.0, 0.2, 20, 0.3, 10)
+    diff = np.array(MUSIQUE_EM[20], float) - np.array(MUSIQUE_EM[0], float)
+    assert r.paired.delta == pytest.approx(diff.mean()) and r.paired.n == 10
+    assert (r.paired.lo, r.paired.hi) == pytest.approx(_ci(diff), abs=1e-12)
+    b = rows[("grpo_babyai/lr1e-6/seed1", "babyai", "return")]
+    assert (b.pre, b.post, b.best_step) == (0.0, pytest.approx(0.14), 20)
+    assert (b.paired.lo, b.paired.hi) == pytest.approx(_ci(np.array(BABYAI_RET[20]) - np.array(BABYAI_RET[0])))
+    s = rows[("search/seed0", "musique", "em")]  # an SFT arm: pre is the anchor
+    assert (s.pre_source, s.pre, s.post, s.post_step) == ("anchor", 0.2, 0.5, 50)
+    md = (out / "tables" / "prepost.md").read_text()
+    assert (out / "tables" / "prepost.tex").is_file()
+    assert "selected on test" in md and "0.300 @10" in md and "0.000 (step 0)" in md and "0.200 (anchor)" in md
+    report = (out / "report.md").read_text()
+    assert "grpo_qa/seed0/step-000020 × musique: evaluated 10 items, the reference size is 2417" in report
+    assert "anchor/step-000000 × musique: evaluated 10 items" in report
+    assert "babyai: evaluated 10 items, the reference size is 50" in report
+
+
+def test_degenerate_equal_differences_give_a_zero_width_ci():
+    ids = [f"q{i}" for i in range(20)]
+    pre = pd.Series(np.linspace(0, 0.5, 20), index=ids)
+    paired, why = paired_prepost(pre, pre + 0.25, N_BOOT, SEED, 0.95)
+    assert why is None and paired.lo == pytest.approx(0.25) and paired.hi == pytest.approx(0.25)
+    assert paired.hi - paired.lo == pytest.approx(0.0, abs=1e-12)
+
+
+def test_mismatched_item_ids_are_a_problem_never_intersected(tmp_path):
+    root = tmp_path / "runs"
+    run = rl_run(root, "grpo_qa/seed0", profile=None)
+    post = run / "eval" / "step-000020"
+    write_bench(post, "musique", "em", MUSIQUE_EM[20], ids=[f"musique-{i}" for i in range(5, 15)])
+    pp = prepost(discover_runs(root), None, ["musique"], n_boot=N_BOOT, seed=SEED)
+    em = next(r for r in pp.rows if r.metric == "em")
+    assert em.paired is None and em.post == 0.2  # values still reported, no CI
+    assert any("item ids differ" in p and "5 only in pre, 5 only in post" in p for p in pp.problems)
+    # Same ids but another bench file (digest) is not paired either.
+    write_bench(post, "musique", "em", MUSIQUE_EM[20], digest="0" * 64)
+    pp = prepost(discover_runs(root), None, ["musique"], n_boot=N_BOOT, seed=SEED)
+    assert all(r.paired is None for r in pp.rows) and any("different bench files" in p for p in pp.problems)
+
+
+def test_figures_start_at_step_0_tick_checkpoints_and_note_all_zero_panels(analysed):
+    _, _, res = analysed
+    fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
+    assert "babyai (return)" in fig.panels
+    assert fig.xticks["musique"] == [0, 10, 20, 50]  # the anchor / starting checkpoints at 0, then each checkpoint
+    assert "anchor" in fig.series["musique"]
+    assert "95% percentile bootstrap over the evaluated items" in fig.caption and "Step 0" in fig.caption
+    assert fig.notes == {}  # babyai's returns are not all zero
+    # All-zero panel: only zeros everywhere becomes a one-line note.
+    from analysis.aggregate import Points
+    from analysis.figures import Panel, plot_curves
+    table = pd.DataFrame([dict(arm="a", seed=0, step=s, bench="x", metric="em", value=0.0, n=10) for s in (0, 5)])
+    info = plot_curves(Points(table, {}, []), [Panel("x", "em", "x", "EM")], ["a"], {"a": [0, 5]},
+                       res.out / "figures" / "zero")
+    assert info.notes == {"x": "x: every value is 0 (2 points)"} and info.series["x"] == []
+
+
+def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path):
+    root = tmp_path / "runs"
+    ck = root / "grpo_qa" / "seed0" / "checkpoints" / "step-000000"
+    ck.mkdir(parents=True)
+    (ck / "config.json").write_text("{}")
+    calls = []
+
+    def evaluator(cfg):
+        calls.append(cfg)
+        write_bench(Path(cfg["out"]), "babyai", "return", [0.0] * 50)
+        return json.loads((Path(cfg["out"]) / "summary.json").read_text())
+
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood",
+                        "benches": ["babyai"], "n_boot": 50}, evaluator=evaluator)
+    assert [(c["profile"], c["benches"], c["out"]) for c in calls] == [
+        ("rl_ood", ["babyai"], str(root / "grpo_qa" / "seed0" / "eval" / "rl_ood" / "step-000000"))]
+    assert not (root / "grpo_qa" / "seed0" / "eval" / "step-000000").exists()
+    assert set(res.table.bench) == {"babyai"} and "babyai: evaluated" not in (res.report.read_text())
+    run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood", "benches": ["babyai"],
+                  "n_boot": 50}, evaluator=evaluator)
+    assert len(calls) == 1  # found in eval/rl_ood/: nothing left to evaluate
