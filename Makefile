@@ -28,6 +28,7 @@ test-fast: venv
 # CPU benchmarks (ratios against a named baseline, printed); the GPU scripts are bench/gpu_*.py.
 bench: venv
 	$(BIN)/python bench/bench_data_prep.py
+	$(BIN)/python bench/bench_exact_masks.py
 	$(BIN)/python bench/bench_train.py
 	$(BIN)/python bench/bench_evals.py
 

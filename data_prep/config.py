@@ -9,13 +9,15 @@ DATA_DEFAULTS: dict[str, Any] = {
     "n": 3500,
     "epilogue": True,
     "reasoning": "reasoning_content",    # reasoning_content | content
-    "history_reasoning": "keep_as_rendered",
+    "history_reasoning": "exact",        # exact | keep_as_rendered (inexact) | reject
+    "thoughts": "reject",                # reject | drop (inexact): thoughts the template cannot render
     "max_seq_len": 32768,
     "length_policy": "drop",             # drop | truncate
     "max_record_bytes": None,            # a record larger than this (as JSON) is rejected before rendering; null = auto
     "allow_fewer": False,
     "strict": False,
     "decontam": [],
+    "decontam_bench_root": None,         # dir laid out as ../shared/benchmarks: all 7 benches (the hub recipe sets it)
     "decontam_drop": False,
     "decontam_ngram": 13,
     "sources": {"code": [], "search": []},
@@ -45,10 +47,10 @@ def resolve(data_cfg: Any) -> dict:
     cfg["decontam"] = list(cfg["decontam"] or [])
     cfg["synthetic"] = dict(cfg["synthetic"] or {})
     from data_prep.readers.common import REASONING_MODES
-    from data_prep.render import HISTORY_POLICIES
+    from data_prep.render import HISTORY_POLICIES, THOUGHT_POLICIES
 
     for key, allowed in (("kind", KINDS), ("length_policy", LENGTH_POLICIES),
-                         ("reasoning", REASONING_MODES), ("history_reasoning", HISTORY_POLICIES)):
+                         ("reasoning", REASONING_MODES), ("history_reasoning", HISTORY_POLICIES), ("thoughts", THOUGHT_POLICIES)):
         if cfg[key] not in allowed:
             raise ValueError(f"data.{key}={cfg[key]!r}: expected one of {', '.join(allowed)}")
     if not isinstance(cfg["n"], int) or cfg["n"] < 1:

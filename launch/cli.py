@@ -19,7 +19,8 @@ from launch.compose import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choi
 
 STAGES = ("sft", "grpo")
 MAIN_PREFIXES = ("arm", "seed", "name", "runs_root", "run_dir", "resume", "model.", "data.kind", "data.n", "data.epilogue",
-                 "data.max_seq_len", "data.cache_root", "data.dir", "train.", "logging.wandb", "launcher.")
+                 "data.max_seq_len", "data.history_reasoning", "data.thoughts", "data.decontam_bench_root",
+                 "data.cache_root", "data.dir", "train.", "logging.wandb", "launcher.")
 
 
 def help_text() -> str:
@@ -36,6 +37,10 @@ def help_text() -> str:
         if key.startswith(MAIN_PREFIXES):
             lines.append(f"  {key} = {OmegaConf.select(base, key)!r}")
     lines += [
+        "",
+        "Masks: data.history_reasoning=exact (default) trains every token as the model generated it, in its",
+        "own context; keep_as_rendered and data.thoughts=drop are INEXACT (counted in the dataset manifest).",
+        "data=hub decontaminates against the 7 benches under data.decontam_bench_root (null: off).",
         "",
         "Sweeps: `launch sweep arms=[...] seeds=[...] <overrides>` runs every arm x seed (local: one after",
         "another; launcher=slurm: one job array), skipping finished runs.",

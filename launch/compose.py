@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import ConfigError, KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
+from data_prep.render import HISTORY_POLICIES, THOUGHT_POLICIES
 from common.layout import run_dir_path, variant_name_problem
 from launch.slurm import slurm_option_problems
 
@@ -154,7 +155,8 @@ CHOICES = {
     "model.attn_implementation": ("auto", "sdpa", "eager", "flash_attention_2"),
     "data.kind": ("hub", "synthetic"),
     "data.reasoning": ("reasoning_content", "content"),
-    "data.history_reasoning": ("keep_as_rendered", "per_turn", "reject"),
+    "data.history_reasoning": HISTORY_POLICIES,
+    "data.thoughts": THOUGHT_POLICIES,
     "data.length_policy": ("drop", "truncate"),
     "train.precision": ("auto", "bf16", "fp32"),
     "train.lr_schedule": ("cosine", "linear", "constant"),
@@ -270,7 +272,8 @@ def run_dir(cfg: DictConfig) -> Path:
 
 
 def planned_steps(cfg: DictConfig, n_rows: int | None = None) -> int:
-    """Optimizer steps: `train.steps`, else epochs * floor(rows / global_batch_size)."""
+    """Optimizer steps: `train.steps`, else epochs * floor(trajectories / global_batch_size) (a record
+    split into several rows is one trajectory)."""
     if cfg.train.steps is not None:
         return int(cfg.train.steps)
     rows = cfg.data.n if n_rows is None else n_rows
