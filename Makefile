@@ -17,7 +17,7 @@ $(BIN)/.core: pyproject.toml
 	touch $@
 
 $(BIN)/.installed: $(BIN)/.core
-	$(BIN)/pip install --quiet -e ".[dev,babyai]"
+	$(BIN)/pip install --quiet -e ".[dev,rl,babyai]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -38,6 +38,7 @@ test-fast: venv
 # CPU benchmarks (ratios against a named baseline, printed); the GPU scripts are bench/gpu_*.py.
 bench: venv
 	$(BIN)/python bench/bench_data_prep.py
+	$(BIN)/python bench/bench_exact_masks.py
 	$(BIN)/python bench/bench_train.py
 	$(BIN)/python bench/bench_evals.py
 

@@ -14,7 +14,9 @@ from typing import Any
 
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
 # definition): a run dir's state made under another value is not resumed (run identity).
-TRAINER_SEMANTICS = 1
+# 2: warmup follows transformers' get_*_schedule_with_warmup (step 1 at lr 0; was one step ahead);
+#    a step is global_batch_size trajectories, a record split into several rows being one.
+TRAINER_SEMANTICS = 2
 
 ATTN_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 PRECISIONS = ("auto", "bf16", "fp32")

@@ -3,13 +3,14 @@
 Deterministic given (seed, sources): each domain's pool (in read order) is permuted with a
 seed-derived RNG; the builder takes records from the front of that order until it has kept the
 quota (records rejected later, e.g. too long, are replaced by the next ones). mixed = n/2 code +
-n/2 search, then shuffled with the seed.
+n/2 search, then shuffled with the seed (whole records: a record's rows stay together).
 """
 from __future__ import annotations
 
 import random
 
 from data_prep.errors import DataPrepError
+from data_prep.schema import trajectory_id
 
 ARMS = ("r2e", "search", "mixed")
 
@@ -42,8 +43,15 @@ def check_counts(arm: str, wanted: dict[str, int], kept: dict[str, int], allow_f
 
 
 def interleave(arm: str, by_domain: dict[str, list], seed: int) -> list:
-    """Final row order: a single domain keeps its selection order; mixed is shuffled."""
-    rows = [r for d in sorted(by_domain) for r in by_domain[d]]
+    """Final row order: a single domain keeps its selection order; mixed is shuffled by record,
+    so the rows of a record that needs several stay contiguous (the trainer batches by record)."""
+    groups: list[list] = []
+    for d in sorted(by_domain):
+        for r in by_domain[d]:
+            if groups and trajectory_id(groups[-1][-1]["id"]) == trajectory_id(r["id"]):
+                groups[-1].append(r)
+            else:
+                groups.append([r])
     if arm == "mixed":
-        random.Random(f"{seed}-mixed").shuffle(rows)
-    return rows
+        random.Random(f"{seed}-mixed").shuffle(groups)
+    return [r for g in groups for r in g]

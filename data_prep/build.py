@@ -18,7 +18,7 @@ import numpy as np
 
 from common.io import atomic_dir, check_output_dir, sha256_file, sha256_text, write_json, write_jsonl
 from data_prep import arms, config, synthetic, worker
-from data_prep.decontam import Decontaminator, load_questions
+from data_prep.decontam import Decontaminator, bench_files, bench_of, load_questions
 from data_prep.errors import DataPrepError
 from data_prep.readers import parse_source, read_source
 from data_prep.render import ChatRenderer
@@ -83,7 +83,7 @@ def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
         "tokenizer": tokenizer_identity(tok, name),
         "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k != "sources"},
         "sources": srcs,
-        "decontam": [{"path": p, "sha256": sha256_file(p)} for p in cfg["decontam"]],
+        "decontam": [{"path": p, "sha256": sha256_file(p)} for p in decontam_paths(cfg)],
     }
     return sha256_text(json.dumps(payload, sort_keys=True, default=str))
 
@@ -111,7 +111,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     cfg = config.resolve(data_cfg)
     wanted = arms.quotas(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
-    renderer = ChatRenderer(tok, history_reasoning=cfg["history_reasoning"], epilogue=cfg["epilogue"])
+    renderer = ChatRenderer(tok, **renderer_kwargs(cfg))
     key = _cache_key(cfg, arm, seed, tok, tok_name)
     out = Path(out)
     check_output_dir(out, overwrite=overwrite, marker="manifest.json", sources=_inputs(cfg, tok))
@@ -147,7 +147,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         kept = {}
         n_candidates = sum(len(p) for p in pools.values())
         procs = (num_proc or min(os.cpu_count() or 1, 8)) if n_candidates > 4 * worker.CHUNK else 1
-        processor = worker.Processor(tok, {"history_reasoning": cfg["history_reasoning"], "epilogue": cfg["epilogue"]}, procs)
+        processor = worker.Processor(tok, renderer_kwargs(cfg), procs)
         try:
             for dom, quota in wanted.items():
                 kept_rows[dom], kept[dom] = _select(pools[dom], quota, dom, seed, cfg, processor, stats, progress)
@@ -180,6 +180,20 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     return manifest
 
 
+def renderer_kwargs(cfg: dict) -> dict:
+    """The ChatRenderer settings of a resolved data config."""
+    return {"history_reasoning": cfg["history_reasoning"], "epilogue": cfg["epilogue"], "thoughts": cfg["thoughts"]}
+
+
+def decontam_paths(cfg: dict) -> list[str]:
+    """The evaluation files to decontaminate against: `decontam` plus every bench file under
+    `decontam_bench_root` (missing benches: ConfigError naming the key)."""
+    paths = list(cfg["decontam"])
+    if cfg["decontam_bench_root"]:
+        paths += [p for p in bench_files(cfg["decontam_bench_root"]) if p not in paths]
+    return paths
+
+
 def _screen(rec: dict, dom: str, max_bytes: int, first_seen: dict[str, str]) -> tuple[str, str] | None:
     """(reason, detail) when a parsed record must not reach rendering, else None: listed under
     the wrong domain, an id already read from any source, not encodable as UTF-8 (a lone
@@ -202,16 +216,20 @@ def _screen(rec: dict, dom: str, max_bytes: int, first_seen: dict[str, str]) -> 
 def _inputs(cfg: dict, tok) -> list[Path]:
     """Every local path the build reads: an output path must not be or contain one of them."""
     paths = [Path(parse_source(spec).location) for specs in cfg["sources"].values() for spec in specs]
-    paths += [Path(p) for p in cfg["decontam"]]
+    paths += [Path(p) for p in decontam_paths(cfg)]
     tok_dir = Path(getattr(tok, "name_or_path", "") or "")
     return [p for p in paths + [tok_dir] if str(p) not in ("", ".") and p.exists()]
 
 
 def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -> dict:
-    if not cfg["decontam"]:
-        return {"files": [], "ngram": cfg["decontam_ngram"], "overlapping": {}, "dropped": 0}
-    questions, files = load_questions(cfg["decontam"])
+    paths = decontam_paths(cfg)
+    if not paths:
+        return {"bench_root": None, "files": [], "ngram": cfg["decontam_ngram"], "overlapping": {}, "dropped": 0, "by_bench": {}}
+    questions, files = load_questions(paths)
     dec = Decontaminator(questions, n=cfg["decontam_ngram"])
+    by_bench: dict[str, dict] = {}
+    for qid, _ in questions:
+        by_bench.setdefault(bench_of(qid), {"questions": 0, "records": 0, "dropped": 0})["questions"] += 1
     overlapping, dropped = {}, 0
     for dom, pool in pools.items():
         keep = []
@@ -219,6 +237,9 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
             hits = dec.matches(item["rec"]["task"] or "")
             if hits:
                 overlapping[item["rec"]["id"]] = hits
+                for b in sorted({bench_of(h) for h in hits}):
+                    by_bench[b]["records"] += 1
+                    by_bench[b]["dropped"] += int(cfg["decontam_drop"])
                 if cfg["decontam_drop"]:
                     stats.reject(item["spec"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "decontaminated",
                                                 "detail": f"overlaps {', '.join(hits[:5])}", "where": item["where"]}, was_ok=True)
@@ -226,7 +247,8 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
                     continue
             keep.append(item)
         pools[dom] = keep
-    return {"files": files, "ngram": cfg["decontam_ngram"], "questions": len(questions), "overlapping": overlapping, "dropped": dropped}
+    return {"bench_root": cfg["decontam_bench_root"], "files": files, "ngram": cfg["decontam_ngram"], "questions": len(questions),
+            "overlapping": overlapping, "dropped": dropped, "by_bench": by_bench}
 
 
 def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
@@ -280,13 +302,15 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict) -> dict:
         if cfg["length_policy"] == "drop":
             raise RecordError("too_long", f"{len(ids)} tokens > max_seq_len {cfg['max_seq_len']}")
         ids, labels = ids[: cfg["max_seq_len"]], labels[: cfg["max_seq_len"]]
-    n_train = int((labels != -100).sum())
+    trainable = labels != -100
+    n_train = int(trainable.sum())
     if n_train == 0:
         raise RecordError("no_trainable_tokens", "no assistant token left in the row")
+    n_inexact = int((trainable & enc.inexact[: len(labels)]).sum()) if enc.inexact is not None else 0
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": worker.record_json(rec),
-            "_checks": enc.checks, "_rewritten": enc.rewritten, "_truncated": truncated, "_retokenized": enc.retokenized,
-            "_per_turn": enc.id != rec["id"], "_epilogue": "epilogue" in rec}
+            "_checks": enc.checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
+            "_extra_row": enc.id != rec["id"], "_epilogue": "epilogue" in rec}
 
 
 def _features():

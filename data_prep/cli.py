@@ -2,13 +2,20 @@
 
     data-prep arm=r2e tokenizer=PATH_OR_HUB_ID out=DIR [n=3500] [seed=0] [epilogue=true]
               [data=synthetic] [sources.code=[FORMAT:PATH_OR_HUB_ID,...]] [sources.search=[...]]
-              [decontam=[PATH,...]] [decontam_drop=true] [strict=true] [max_seq_len=32768]
-              [length_policy=drop|truncate] [history_reasoning=keep_as_rendered|per_turn|reject]
-              [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
+              [decontam_bench_root=DIR] [decontam=[PATH,...]] [decontam_drop=true] [strict=true] [max_seq_len=32768]
+              [length_policy=drop|truncate] [history_reasoning=exact|keep_as_rendered|reject]
+              [thoughts=reject|drop] [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
               [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)
               [overwrite=true]  (an existing data-prep output at out= is renamed aside to
                                  <out>.replaced-<UTC time>; anything else at out= is refused)
     data-prep show DIR [row=K | id=ID]   (one built row, trainable tokens marked, its turns and checks)
+
+history_reasoning=exact (default): every trainable token is what the model generated at that
+turn, in the context it saw (turns the template later rewrites are trained in extra rows).
+keep_as_rendered is INEXACT: it trains the single full render as the template rewrites history
+(counted in manifest.json render.trainable_tokens_as_rendered). thoughts=drop is INEXACT too: it
+trains turns whose thought the template cannot render (Llama-3.1) without it; the default rejects
+them (reason thought_before_call / reasoning_not_rendered).
 
 FORMAT: r2e-gym, swe-gym, swe-smith, openseeker, search-r1, canonical. `tokenizer=tiny` is the
 embedded tiny tokenizer. Keys are the `data:` section of recipes/base.yaml plus arm/seed/tokenizer/out.

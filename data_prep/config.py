@@ -12,13 +12,15 @@ DATA_DEFAULTS: dict[str, Any] = {
     "n": 3500,
     "epilogue": True,
     "reasoning": "reasoning_content",    # reasoning_content | content
-    "history_reasoning": "keep_as_rendered",
+    "history_reasoning": "exact",        # exact | keep_as_rendered (inexact) | reject
+    "thoughts": "reject",                # reject | drop (inexact): thoughts the template cannot render
     "max_seq_len": 32768,
     "length_policy": "drop",             # drop | truncate
     "max_record_bytes": None,            # a record larger than this (as JSON) is rejected before rendering; null = auto
     "allow_fewer": False,
     "strict": False,
     "decontam": [],
+    "decontam_bench_root": None,         # dir laid out as ../shared/benchmarks: all 7 benches (the hub recipe sets it)
     "decontam_drop": False,
     "decontam_ngram": 13,
     "sources": {"code": [], "search": []},
@@ -43,10 +45,10 @@ NON_OUTPUT_KEYS = ("cache_root", "dir", "strict")
 def choices() -> dict[str, tuple]:
     """The data keys with a fixed set of values, each list from its owner module."""
     from data_prep.readers.common import REASONING_MODES
-    from data_prep.render import HISTORY_POLICIES
+    from data_prep.render import HISTORY_POLICIES, THOUGHT_POLICIES
 
     return {"kind": KINDS, "length_policy": LENGTH_POLICIES, "reasoning": REASONING_MODES,
-            "history_reasoning": HISTORY_POLICIES}
+            "history_reasoning": HISTORY_POLICIES, "thoughts": THOUGHT_POLICIES}
 
 
 def problems(data_cfg: Any) -> list[str]:

@@ -3,13 +3,20 @@
 Texts are lower-cased and split into word tokens. A training record overlaps an evaluation
 question when they share an n-gram (default 13). Questions shorter than n words are matched as a
 whole (their full word sequence appearing in the training text) when they have at least
-MIN_SHORT_WORDS words — most QA questions are shorter than 13 words and would otherwise never match.
+MIN_SHORT_WORDS words — most QA questions are shorter than 13 words and would otherwise never match;
+shorter ones (a phrase that short occurs by chance in long texts) match when the training record's
+task/question equals them after normalization.
+
+`bench_files(root)`: the files of the seven Search-R1 benches laid out as ../shared/benchmarks
+(`<root>/<bench>/*.jsonl`), what `data.decontam_bench_root` checks against.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from common.benchmarks import SEARCH7
+from common.cli import ConfigError
 from common.io import JsonLineError, parse_json_line, read_jsonl, sha256_file
 
 MIN_SHORT_WORDS = 6
@@ -18,6 +25,26 @@ _WORD_RE = re.compile(r"\w+")
 
 def words(text: str) -> list[str]:
     return _WORD_RE.findall(text.lower())
+
+
+def bench_files(root: str | Path, key: str = "data.decontam_bench_root") -> list[str]:
+    """Every `<root>/<bench>/*.jsonl` of the seven benches; a missing bench is a ConfigError naming `key`."""
+    base = Path(root).expanduser().resolve()
+    files, missing = [], []
+    for bench in SEARCH7:
+        found = sorted((base / bench).glob("*.jsonl")) if (base / bench).is_dir() else []
+        if not found:
+            missing.append(bench)
+        files += [str(f) for f in found]
+    if missing:
+        raise ConfigError(f"{key}={root}: no {base}/<bench>/*.jsonl for {', '.join(missing)} — put the benchmark files "
+                          f"there (layout of ../shared/benchmarks), or set {key}=null to build without decontamination")
+    return files
+
+
+def bench_of(qid: str) -> str:
+    """The bench an evaluation id belongs to (ids are `<bench dir>/<item id>`)."""
+    return qid.split("/", 1)[0]
 
 
 def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]:
@@ -46,9 +73,12 @@ class Decontaminator:
     def __init__(self, questions: list[tuple[str, str]], n: int = 13):
         self.n = n
         self.grams: dict[int, dict[tuple[str, ...], str]] = {}
+        self.exact: dict[tuple[str, ...], list[str]] = {}  # short questions: whole-text equality
         for qid, q in questions:
             w = words(q)
-            if len(w) >= n:
+            if 0 < len(w) < MIN_SHORT_WORDS:
+                self.exact.setdefault(tuple(w), []).append(qid)
+            elif len(w) >= n:
                 table = self.grams.setdefault(n, {})
                 for i in range(len(w) - n + 1):
                     table.setdefault(tuple(w[i:i + n]), qid)
@@ -56,9 +86,10 @@ class Decontaminator:
                 self.grams.setdefault(len(w), {}).setdefault(tuple(w), qid)
 
     def matches(self, text: str) -> list[str]:
-        """Evaluation ids whose n-grams (or whole short question) occur in `text`."""
+        """Evaluation ids whose n-grams (or whole question) occur in `text`, or whose short
+        question (< MIN_SHORT_WORDS words) equals `text` after normalization."""
         w = words(text)
-        hits: set[str] = set()
+        hits: set[str] = set(self.exact.get(tuple(w), ()))
         for k, table in self.grams.items():
             for i in range(len(w) - k + 1):
                 qid = table.get(tuple(w[i:i + k]))

@@ -6,38 +6,45 @@ Thinking-2507, `<|start_header_id|>assistant<|end_header_id|>\\n\\n` for Llama-3
 including the end-of-turn marker (`<|im_end|>` / `<|eot_id|>`). Nothing from system, user or tool
 turns.
 
-Method: the whole conversation is rendered once with the model's own template; assistant spans are
-found as character ranges in that string (the k-th assistant header starts the k-th assistant
-turn, which ends at the first end-of-turn marker after it) and checked against
-`render(messages[:i], add_generation_prompt=True)`, which must be a string prefix of the full render
-(string operations only, no re-tokenization). Tokens are then labelled by their character offsets.
+Method (default `history_reasoning=exact`): for each assistant turn i, its prompt is
+`render(messages[:i], add_generation_prompt=True)` and its generation is `render(messages[:i+1])`
+minus that prompt, through the end-of-turn marker — exactly what the model saw and wrote at that
+turn (for Thinking-2507, a turn without reasoning generates an empty think block `\n</think>\n\n`
+before its content). A row is the render up to some turn; every earlier turn whose prompt +
+generation is a prefix of it is trained there too, so a conversation the template renders
+consistently is one row, and each turn the template later rewrites (Qwen3 drops the reasoning of
+turns before the last real user query, and renders a non-final turn without reasoning without its
+think block) is trained once, in its own row, as the model generated it. Each assistant turn is
+trainable in exactly one row. Tokens are then labelled by their character offsets.
 
-Check outcomes per assistant turn:
-- `ok`: the prefix render plus the generation prompt is a prefix of the full render;
-- `no_gen_suffix`: the context is intact but the turn does not start with the generation prompt's
-  tail (Thinking-2507 renders a non-final turn without reasoning as `<|im_start|>assistant\\n`
-  without `<think>`): trained on what is rendered, counted;
-- `rewritten`: the template rewrote history (Qwen3 drops the reasoning of turns before the last
-  real user query): the turn's own reasoning is missing from its rendered span, or the context
-  before it differs from what the model saw when generating it. Handled by the `history_reasoning` policy:
-  `keep_as_rendered` (train on the full render as is, count), `per_turn` (one row per user query,
-  each rendered as the model saw it, earlier turns masked), `reject` (quarantine the record).
+`keep_as_rendered` (opt-in, inexact) trains the single full render as the template rewrites it and
+counts the turns and tokens that differ from what the model generated; `reject` quarantines records
+that need more than one row. Thoughts a template cannot render (Llama-3.1 drops `content` beside a
+tool call and has no reasoning channel) reject the record (`thought_before_call`,
+`reasoning_not_rendered`) unless `thoughts=drop`, which trains without them and counts them inexact.
 """
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from common.io import sha256_text
 from data_prep.jinja_env import compile_template
-from data_prep.schema import RecordError
+from data_prep.schema import ROW_SEP, RecordError
 from data_prep.terminators import epilogue_text
 
 END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "</s>")
-HISTORY_POLICIES = ("keep_as_rendered", "per_turn", "reject")
+# `exact` (default): every trainable token is what the model generated, in its own context.
+# `keep_as_rendered` (inexact, opt-in): one row, the full render, trained as the template rewrites it.
+# `reject`: quarantine records that need more than one row to be exact.
+HISTORY_POLICIES = ("exact", "keep_as_rendered", "reject")
+# Thoughts a template cannot render (Llama-3.1: content beside a tool call, any reasoning_content):
+# `reject` the record (default) or `drop` them (the turn's tokens are counted inexact).
+THOUGHT_POLICIES = ("reject", "drop")
 _PROBE_Q, _PROBE_A, _PROBE_Q2 = "PROBE-QUESTION-7f3a", "PROBE-ANSWER-7f3a", "PROBE-NEXT-7f3a"
 
 
@@ -54,14 +61,32 @@ class TemplateInfo:
 
 
 @dataclass
+class Turn:
+    """One assistant turn as generated: `prompt` is what the model saw, `gen` what it wrote
+    (through the end-of-turn marker); `tail` is what the template renders after the marker when
+    the turn is the last message; `dropped`: a thought the template cannot render was left out."""
+
+    index: int
+    prompt: str
+    gen: str
+    tail: str
+    dropped: bool = False
+
+
+@dataclass
 class Row:
-    """One rendered training row: text plus trainable character spans."""
+    """One rendered training row: text plus trainable character spans, and per span whether it is
+    exact (the text before it is the turn's prompt, the span its generation)."""
 
     id: str
     text: str
     spans: list[tuple[int, int]]
-    checks: dict[str, int] = field(default_factory=dict)
-    history_rewritten: bool = False
+    exact: list[bool] = field(default_factory=list)
+
+    @property
+    def checks(self) -> dict[str, int]:
+        n_exact = sum(self.exact)
+        return {k: v for k, v in (("exact", n_exact), ("as_rendered", len(self.exact) - n_exact)) if v}
 
 
 def _common_prefix(a: str, b: str) -> str:
@@ -76,9 +101,13 @@ def _common_prefix(a: str, b: str) -> str:
 class ChatRenderer:
     """Renders canonical records with a tokenizer's chat template (or an override template)."""
 
-    def __init__(self, tokenizer, chat_template: str | None = None, history_reasoning: str = "keep_as_rendered", epilogue: bool = True):
+    def __init__(self, tokenizer, chat_template: str | None = None, history_reasoning: str = "exact", epilogue: bool = True,
+                 thoughts: str = "reject"):
         if history_reasoning not in HISTORY_POLICIES:
             raise ValueError(f"history_reasoning must be one of {HISTORY_POLICIES}, got {history_reasoning!r}")
+        if thoughts not in THOUGHT_POLICIES:
+            raise ValueError(f"thoughts must be one of {THOUGHT_POLICIES}, got {thoughts!r}")
+        self.thoughts = thoughts
         self.template = chat_template or tokenizer.chat_template
         if not self.template:
             raise TemplateError(f"tokenizer {tokenizer.name_or_path!r} has no chat template")
@@ -124,53 +153,81 @@ class ChatRenderer:
                 if hit:
                     raise RecordError("special_token_in_content", f"message {i} ({m['role']}) contains {hit.group(0)!r}")
 
-    def _spans(self, text: str, msgs: list[dict], tools: list[dict]) -> tuple[list[tuple[int, int]], list[str]]:
-        """Per assistant turn: (start, end) in `text` and the prefix-check outcome."""
-        info = self.info
-        idx = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
-        spans, checks, pos = [], [], 0
-        tail = info.gen_prompt[len(info.header):]
-        for i in idx:
-            h = text.find(info.header, pos)
-            if h < 0:
-                raise RecordError("template_span_mismatch", f"assistant turn {i} not found in the render")
-            start = h + len(info.header)
-            if tail and text.startswith(tail, start):
-                start += len(tail)
-            e = text.find(info.end_marker, start)
+    def _render_record(self, msgs: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
+        """`render` for a record's messages. A template that refuses parallel tool calls (Llama-3.1)
+        rejects that record as `parallel_tool_calls_unsupported`; any other exception the template
+        raises propagates (the build quarantines the record with its type and message)."""
+        try:
+            return self.render(msgs, tools, add_generation_prompt)
+        except Exception as exc:
+            if any(len(m.get("tool_calls") or []) > 1 for m in msgs):
+                raise RecordError("parallel_tool_calls_unsupported",
+                                  f"the chat template refuses this conversation's parallel tool calls: {exc}") from None
+            raise
+
+    def generations(self, rec: dict) -> list[Turn]:
+        """Per assistant turn: the prompt the model saw (`render(messages[:i], add_generation_prompt=True)`)
+        and what it generated (`render(messages[:i+1])` minus that prompt, through the end-of-turn
+        marker). Thoughts the template cannot render (Llama-3.1 drops `content` beside a tool call and
+        has no reasoning channel) reject the record, or with `thoughts=drop` are left out and the
+        turn counted inexact."""
+        msgs, tools, end = rec["messages"], rec["tools"], self.info.end_marker
+        turns = []
+        for i, m in enumerate(msgs):
+            if m["role"] != "assistant":
+                continue
+            prompt = self._render_record(msgs[:i], tools, add_generation_prompt=True)
+            full = self._render_record(msgs[: i + 1], tools)
+            if not full.startswith(prompt):
+                raise RecordError("template_span_mismatch", f"assistant turn {i}: rendering the turn changes the prompt before it")
+            e = full.find(end, len(prompt))
             if e < 0:
                 raise RecordError("template_span_mismatch", f"assistant turn {i} has no end-of-turn marker")
-            end = e + len(info.end_marker)
-            prefix = self.render(msgs[:i], tools, add_generation_prompt=True)
-            ctx = prefix[: len(prefix) - len(info.gen_prompt)]
-            reasoning = (msgs[i].get("reasoning_content") or "").strip()
-            if reasoning and reasoning not in text[start:end]:
-                checks.append("rewritten")  # the template dropped this turn's own reasoning
-            elif text.startswith(prefix) and start == len(prefix):
-                checks.append("ok")
-            elif text.startswith(ctx + info.header) and h == len(ctx) and prefix.endswith(info.gen_prompt):
-                checks.append("no_gen_suffix")
-            else:
-                checks.append("rewritten")
-            spans.append((start, end))
-            pos = end
-        if text.find(info.header, pos) >= 0:
-            raise RecordError("template_span_mismatch", "more assistant headers rendered than assistant turns")
-        return spans, checks
+            gen = full[len(prompt): e + len(end)]
+            lost = self._unrendered_thought(msgs[: i + 1], tools, full, gen)
+            if lost and self.thoughts == "reject":
+                raise RecordError(lost, f"assistant turn {i}: the chat template does not render its "
+                                  f"{'thought before the tool call' if lost == 'thought_before_call' else 'reasoning'} "
+                                  "(thoughts=drop trains without it, counted inexact)")
+            turns.append(Turn(i, prompt, gen, full[e + len(end):], dropped=bool(lost)))
+        if not turns:
+            raise RecordError("no_assistant_turn", "no assistant turn to train on")
+        return turns
+
+    def _unrendered_thought(self, msgs: list[dict], tools, full: str, gen: str) -> str | None:
+        """Why the last turn's own thought is missing from its render, or None. A thought whose text
+        is absent from the render is lost; a short one that appears (it may occur by chance) is lost
+        if rendering without it changes nothing."""
+        m = msgs[-1]
+        for key, reason, applies in (("content", "thought_before_call", bool(m.get("tool_calls"))),
+                                     ("reasoning_content", "reasoning_not_rendered", True)):
+            text = (m.get(key) or "").strip()
+            if not (text and applies):
+                continue
+            if text not in gen or (
+                    len(text) < 64 and self._render_record([*msgs[:-1], {**m, key: ""}], tools) == full):
+                return reason
+        return None
 
     def rows(self, rec: dict) -> list[Row]:
-        """Rendered rows for one canonical record (raises RecordError to quarantine it)."""
+        """Rendered rows for one canonical record (raises RecordError to quarantine it).
+
+        `exact` (default): each assistant turn is trainable in exactly one row, in which the text
+        before it is its own prompt and its span is its own generation. Rows are the fewest
+        possible: the latest untrained turn heads a row (its prompt + generation), and every
+        earlier untrained turn whose prompt + generation is a prefix of that row is trained there
+        too. A single row when the template never rewrites history (the usual case); one more row
+        per rewritten turn otherwise (Qwen3: a turn before a later user query, or a non-final
+        turn without reasoning)."""
         self.check_content(rec)
-        msgs, tools = rec["messages"], rec["tools"]
-        text = self.render(msgs, tools)
-        spans, checks = self._spans(text, msgs, tools)
-        rewritten = "rewritten" in checks
-        if rewritten and self.history_reasoning == "reject":
-            raise RecordError("history_rewritten", f"{checks.count('rewritten')} assistant turn(s) render differently in the full conversation than when generated")
-        if rewritten and self.history_reasoning == "per_turn":
-            rows = self._per_turn_rows(rec)
+        turns = self.generations(rec)
+        if self.history_reasoning == "keep_as_rendered":
+            rows = [self._as_rendered_row(rec, turns)]
         else:
-            rows = [Row(rec["id"], text, spans, _count(checks), rewritten)]
+            rows = self._exact_rows(rec, turns)
+            if len(rows) > 1 and self.history_reasoning == "reject":
+                raise RecordError("history_rewritten", f"{len(rows) - 1} assistant turn(s) render differently later in the "
+                                  "conversation than when generated (history_reasoning=exact trains them in extra rows)")
         if self.epilogue and rec["domain"] == "code" and rec["terminator"] == "finish":
             epi = epilogue_text(rec.get("task") or "")
             if not epi:
@@ -181,31 +238,52 @@ class ChatRenderer:
             _append_epilogue(rows[-1], epi, self.info.end_marker)
         return rows
 
-    def _per_turn_rows(self, rec: dict) -> list[Row]:
-        msgs, tools = rec["messages"], rec["tools"]
-        users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+    def _exact_rows(self, rec: dict, turns: list[Turn]) -> list[Row]:
+        left = list(range(len(turns)))
+        heads: list[tuple[int, list[int]]] = []
+        while left:
+            h = left[-1]
+            head_text = turns[h].prompt + turns[h].gen
+            members = [k for k in left if head_text.startswith(turns[k].prompt)
+                       and head_text.startswith(turns[k].gen, len(turns[k].prompt))]
+            heads.append((h, members))
+            left = [k for k in left if k not in members]
+        heads.reverse()  # chronological: the final turn (and its epilogue) is in the last row
         rows = []
-        for k, u in enumerate(users):
-            stop = users[k + 1] if k + 1 < len(users) else len(msgs)
-            while stop > u and msgs[stop - 1]["role"] != "assistant":
-                stop -= 1
-            if stop <= u + 1:
-                continue
-            sub = msgs[:stop]
-            text = self.render(sub, tools)
-            spans, checks = self._spans(text, sub, tools)
-            own_asst = [i for i, m in enumerate(sub) if m["role"] == "assistant"]
-            own = [j for j, i in enumerate(own_asst) if i > u]
-            if any(checks[j] == "rewritten" for j in own):
-                raise RecordError("history_rewritten", f"turns after user message {u} still render rewritten")
-            rows.append(Row(f"{rec['id']}#q{k}", text, [spans[j] for j in own], _count([checks[j] for j in own]), True))
-        if not rows:
-            raise RecordError("history_rewritten", "no per-turn rows could be formed")
+        for r, (h, members) in enumerate(heads):
+            t = turns[h]
+            spans = [(len(turns[k].prompt), len(turns[k].prompt) + len(turns[k].gen)) for k in members]
+            rid = rec["id"] if len(heads) == 1 else f"{rec['id']}{ROW_SEP}{r}"
+            # the head's own render (with what the template writes after its end marker, e.g. Qwen3's
+            # newline, as context), so a single-row record is exactly the full render
+            rows.append(Row(rid, t.prompt + t.gen + t.tail, spans, [not turns[k].dropped for k in members]))
         return rows
 
-
-def _count(checks: list[str]) -> dict[str, int]:
-    return {c: checks.count(c) for c in ("ok", "no_gen_suffix", "rewritten") if c in checks}
+    def _as_rendered_row(self, rec: dict, turns: list[Turn]) -> Row:
+        """keep_as_rendered (opt-in, inexact): the whole conversation rendered once, each assistant
+        turn trained as it appears there; a turn is exact only if the text before its span is its
+        prompt and the span its generation."""
+        msgs, info = rec["messages"], self.info
+        text = self._render_record(msgs, rec["tools"])
+        tail = info.gen_prompt[len(info.header):]
+        spans, exact, pos = [], [], 0
+        for t in turns:
+            h = text.find(info.header, pos)
+            if h < 0:
+                raise RecordError("template_span_mismatch", f"assistant turn {t.index} not found in the render")
+            start = h + len(info.header)
+            if tail and text.startswith(tail, start):
+                start += len(tail)
+            e = text.find(info.end_marker, start)
+            if e < 0:
+                raise RecordError("template_span_mismatch", f"assistant turn {t.index} has no end-of-turn marker")
+            end = e + len(info.end_marker)
+            spans.append((start, end))
+            exact.append(not t.dropped and start == len(t.prompt) and text.startswith(t.prompt + t.gen))
+            pos = end
+        if text.find(info.header, pos) >= 0:
+            raise RecordError("template_span_mismatch", "more assistant headers rendered than assistant turns")
+        return Row(rec["id"], text, spans, exact)
 
 
 def _append_epilogue(row: Row, epi: str, end_marker: str) -> None:
@@ -218,67 +296,74 @@ def _append_epilogue(row: Row, epi: str, end_marker: str) -> None:
     row.spans[-1] = (start, end + len(epi))
 
 
-def label_tokens(input_ids: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
-    """Labels aligned with input_ids: the token id inside a trainable span, -100 elsewhere.
-    A token straddling a span boundary means the full-text tokenization differs from
-    prompt + generation tokenization there: quarantined, never guessed."""
-    ids = np.asarray(input_ids, dtype=np.int64)
-    offs = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-    labels = np.full(len(ids), -100, dtype=np.int64)
+class Tokenized(NamedTuple):
+    input_ids: list[int]
+    labels: list[int]            # the token id inside a trainable span, -100 elsewhere
+    retokenized: bool            # cut at a span boundary a token would otherwise cross
+    inexact: np.ndarray | None   # per token: inside an inexact span (None: every span exact)
+
+
+def _straddled(offs: np.ndarray, cuts: list[int]) -> set[int]:
+    """The boundaries in `cuts` that some token crosses (starts before, ends after)."""
+    if not len(offs):
+        return set()
     starts, ends = offs[:, 0], offs[:, 1]
-    for a, b in spans:
-        i0 = int(np.searchsorted(starts, a, side="left"))
-        i1 = int(np.searchsorted(ends, b, side="right"))
-        if (i0 > 0 and ends[i0 - 1] > a) or (i1 < len(ids) and starts[i1] < b):
-            raise RecordError("token_straddles_span_boundary", f"a token crosses the span boundary at chars {a}..{b}")
-        labels[i0:i1] = ids[i0:i1]
-    return labels.tolist()
+    bad = set()
+    for c in cuts:
+        i = int(np.searchsorted(ends, c, side="right"))  # first token ending after c
+        if i < len(starts) and starts[i] < c:
+            bad.add(c)
+    return bad
 
 
-class Straddle(Exception):
-    pass
+def _encode_cut(tokenizer, text: str, cuts: set[int]) -> tuple[list[int], np.ndarray]:
+    """Tokenize `text` in pieces split at `cuts`; offsets refer to `text`."""
+    edges = [0, *sorted(c for c in cuts if 0 < c < len(text)), len(text)]
+    pieces = [text[a:b] for a, b in zip(edges, edges[1:])]
+    ids_list, offs_list = _encode(pieces, tokenizer)
+    ids, offs = [], []
+    for a, pid, poff in zip(edges, ids_list, offs_list):
+        ids.extend(pid)
+        offs.extend((x + a, y + a) for x, y in poff)
+    return ids, np.asarray(offs, dtype=np.int64).reshape(-1, 2)
 
 
-def _segments(row: Row) -> list[tuple[str, bool]]:
-    """The row's text cut at span boundaries: (text, trainable) pieces in order."""
-    out, pos = [], 0
-    for a, b in row.spans:
-        if a > pos:
-            out.append((row.text[pos:a], False))
-        out.append((row.text[a:b], True))
-        pos = b
-    if pos < len(row.text):
-        out.append((row.text[pos:], False))
-    return out
+def _label(row: "Row", ids: list[int], offs: np.ndarray) -> tuple[list[int], np.ndarray | None]:
+    labels = np.full(len(ids), -100, dtype=np.int64)
+    inexact = np.zeros(len(ids), dtype=bool) if not all(row.exact) else None
+    starts = offs[:, 0] if len(offs) else np.zeros(0, dtype=np.int64)
+    arr = np.asarray(ids, dtype=np.int64)
+    for (a, b), ok in zip(row.spans, row.exact):
+        i0, i1 = int(np.searchsorted(starts, a, side="left")), int(np.searchsorted(starts, b, side="left"))
+        labels[i0:i1] = arr[i0:i1]
+        if not ok:
+            inexact[i0:i1] = True
+    return labels.tolist(), inexact
 
 
-def tokenize_rows(tokenizer, rows: list[Row]) -> list[tuple[list[int], list[int], bool]]:
-    """(input_ids, labels, boundary_retokenized) per row.
+def tokenize_rows(tokenizer, rows: list[Row]) -> list[Tokenized]:
+    """Tokens and labels per row.
 
-    The whole render is tokenized once (batched) and labelled by offsets. Where a token straddles
-    a span boundary (e.g. Qwen3's `<think>\\n` prompt followed by a generated `\\n</think>`: the
-    full text merges `\\n\\n` into one token, which the model never emits after the prompt), that
-    row is tokenized piecewise at its span boundaries instead — prompt and generation separately,
-    as at inference — and counted."""
-    ids, offsets = _encode([r.text for r in rows], tokenizer)
-    out: list = [None] * len(rows)
-    redo = []
-    for k, row in enumerate(rows):
-        try:
-            out[k] = (ids[k], label_tokens(ids[k], offsets[k], row.spans), False)
-        except RecordError as exc:
-            if exc.reason != "token_straddles_span_boundary":
-                raise
-            redo.append(k)
-    if redo:
-        pieces = [(k, seg) for k in redo for seg in _segments(rows[k])]
-        piece_ids, _ = _encode([s for _, (s, _) in pieces], tokenizer)
-        acc: dict[int, tuple[list[int], list[int]]] = {k: ([], []) for k in redo}
-        for (k, (_, trainable)), piece in zip(pieces, piece_ids):
-            acc[k][0].extend(piece)
-            acc[k][1].extend(piece if trainable else [-100] * len(piece))
-        for k in redo:
-            out[k] = (acc[k][0], acc[k][1], True)
+    The whole row text is tokenized (batched) and labelled by character offsets. Where a token
+    crosses a span boundary (e.g. Qwen3's `<think>\n` prompt followed by a generated `\n</think>`:
+    the full text merges `\n\n` into one token, which the model never emits after the prompt), the
+    row is tokenized in pieces cut at exactly those boundaries — prompt and generation separately,
+    as at inference — and counted as retokenized."""
+    ids_all, offs_all = _encode([r.text for r in rows], tokenizer)
+    out = []
+    for row, ids, offs in zip(rows, ids_all, offs_all):
+        offs = np.asarray(offs, dtype=np.int64).reshape(-1, 2)
+        bounds = sorted({x for span in row.spans for x in span})
+        cuts = _straddled(offs, bounds)
+        retok = bool(cuts)
+        while cuts:  # cutting may (rarely) make another boundary straddled: cut there too
+            ids, offs = _encode_cut(tokenizer, row.text, cuts)
+            more = _straddled(offs, bounds) - cuts
+            if not more:
+                break
+            cuts |= more
+        labels, inexact = _label(row, ids, offs)
+        out.append(Tokenized(list(ids), labels, retok, inexact))
     return out
 
 

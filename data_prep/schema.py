@@ -25,6 +25,10 @@ Messages:
 Invariants checked by `validate_record` (readers quarantine a record that fails, with the reason):
 content is always a str (never None), tool arguments are dicts, roles are known, there is at least
 one assistant turn and the conversation ends with one.
+
+Dataset rows: a record is one row with the record's id, or — when its chat template rewrites
+earlier turns later in the conversation — several contiguous rows with ids `<id>#row<k>`
+(`trajectory_id` maps a row id back to the record's). The trainer batches by record.
 """
 from __future__ import annotations
 
@@ -166,3 +170,12 @@ def validate_record(rec: dict) -> None:
         raise RecordError("no_finish_call", "the last assistant turn has no finish/submit call")
     if rec["domain"] == "search" and FINAL_ANSWER_PREFIX.strip() not in msgs[-1]["content"]:
         raise RecordError("no_final_answer", f"the last assistant turn has no `{FINAL_ANSWER_PREFIX.strip()}` line")
+
+
+ROW_SEP = "#row"
+
+
+def trajectory_id(row_id: str) -> str:
+    """The id of the record a dataset row came from (`<id>#row<k>` -> `<id>`)."""
+    head, sep, k = row_id.rpartition(ROW_SEP)
+    return head if sep and k.isdigit() else row_id

@@ -80,6 +80,8 @@ def turn_lines(rec: dict, labels: list[int]) -> list[str]:
 
 def row_checks(tok, row: dict, rec: dict, manifest: dict) -> list[tuple[bool, str]]:
     """(ok, what) per check of one stored row."""
+    from data_prep.build import renderer_kwargs
+    from data_prep.config import DATA_DEFAULTS
     from data_prep.render import ChatRenderer, tokenize_rows
     from data_prep.schema import RecordError
 
@@ -99,15 +101,14 @@ def row_checks(tok, row: dict, rec: dict, manifest: dict) -> list[tuple[bool, st
         ok = all(e == eot for e in (ends[:-1] if truncated else ends))
         checks.append((ok, f"every trainable span ends with the end-of-turn token {tok.eos_token!r}"))
     cfg = manifest.get("config", {})
-    renderer = ChatRenderer(tok, history_reasoning=cfg.get("history_reasoning", "keep_as_rendered"),
-                            epilogue=cfg.get("epilogue", True))
+    renderer = ChatRenderer(tok, **renderer_kwargs({**DATA_DEFAULTS, **cfg}))
     try:
         fresh = [r for r in renderer.rows(rec) if r.id == row["id"]]
     except RecordError as exc:  # a record the renderer now refuses: report it, don't crash the viewer
         return checks + [(False, f"a fresh render of the messages fails: {exc}")]
     if len(fresh) != 1:
         return checks + [(False, f"a fresh render of the messages gives no row with id {row['id']!r}")]
-    f_ids, f_labels, retok = tokenize_rows(tok, fresh)[0]
+    f_ids, f_labels, retok, _ = tokenize_rows(tok, fresh)[0]
     n = len(ids)
     same = list(f_ids[:n]) == ids and list(f_labels[:n]) == labels and (truncated or len(f_ids) == n)
     verdicts = ", ".join(f"{k}={v}" for k, v in sorted(fresh[0].checks.items()))

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from data_prep.schema import trajectory_id
+
 
 @dataclass
 class SourceCounts:
@@ -64,6 +66,8 @@ class RunStats:
         srcs = list(self.sources.values())
         n_tok = np.asarray([r["num_tokens"] for r in rows] or [0])
         n_train = np.asarray([r["num_trainable"] for r in rows] or [0])
+        multi = {trajectory_id(r["id"]) for r in rows if r.get("_extra_row")}
+        inexact = sum(int(r.get("_inexact_tokens", 0)) for r in rows)
         checks: Counter = Counter()
         for r in rows:
             checks.update(r.get("_checks", {}))
@@ -87,11 +91,15 @@ class RunStats:
                 "trainable_fraction": float(n_train.sum() / max(1, n_tok.sum())),
             },
             "render": {
-                "assistant_turns_ok": checks.get("ok", 0),
-                "assistant_turns_no_gen_suffix": checks.get("no_gen_suffix", 0),
-                "assistant_turns_history_rewritten": checks.get("rewritten", 0),
-                "rows_history_rewritten": sum(1 for r in rows if r.get("_rewritten")),
-                "per_turn_rows": sum(1 for r in rows if r.get("_per_turn")),
+                # exact: trained in the context the model saw, on what it generated; as_rendered:
+                # what keep_as_rendered / thoughts=drop train instead (0 under the defaults)
+                "assistant_turns_exact": checks.get("exact", 0),
+                "assistant_turns_as_rendered": checks.get("as_rendered", 0),
+                "trainable_tokens_exact": int(n_train.sum()) - inexact,
+                "trainable_tokens_as_rendered": inexact,
+                # records the template rewrites need several rows to stay exact
+                "records_multi_row": len(multi),
+                "extra_rows": sum(1 for r in rows if r.get("_extra_row")) - len(multi),
                 "boundary_retokenized_rows": sum(1 for r in rows if r.get("_retokenized")),
                 "truncated_rows": sum(1 for r in rows if r.get("_truncated")),
                 "epilogue_rows": sum(1 for r in rows if r.get("_epilogue")),

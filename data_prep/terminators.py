@@ -13,7 +13,6 @@ FINISH_TOOLS = ("finish", "submit")
 HEADLINE_MAX_CHARS = 200
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_TITLE_RE = re.compile(r"\*\*Title:\*\*[ \t]*(.+)")
 _TASK_TAG_RE = re.compile(r"<(github_issue|pr_description)>\s*(.*?)\s*</\1>", re.DOTALL)
 
 
@@ -44,19 +43,68 @@ def extract_task(first_user: str) -> str | None:
     return m.group(2) if m else None
 
 
+# Headings of common GitHub issue templates (GitHub's default bug/feature forms, pandas, numpy,
+# matplotlib, xarray, scikit-learn, pydantic, MONAI, ...): never a headline. Compared after
+# lower-casing and stripping markdown marks and a trailing colon.
+TEMPLATE_HEADINGS = frozenset("""
+describe the bug|bug description|describe the issue|issue description|problem description|description|
+bug report|bug|bug summary|summary|problem|issue|details|context|motivation|proposal|feature request|
+to reproduce|steps to reproduce|steps to reproduce the behavior|reproduction|reproducible example|
+minimal reproducible example|minimal complete verifiable example|mvce confirmation|code for reproduction|
+code sample|code sample, a copy-pastable example if possible|code example|example|
+expected behavior|expected behaviour|expected results|expected result|expected output|expected outcome|
+actual behavior|actual behaviour|actual results|actual outcome|current behavior|what happened?|what happened|
+what did you expect to happen?|anything else we need to know?|relevant log output|error message|traceback|
+environment|versions|version information|installed versions|system info|additional context|additional information|
+is your feature request related to a problem? please describe.|describe the solution you'd like|
+describe alternatives you've considered|checklist|pandas version checks|title
+""".replace("\n", "").split("|"))
+TITLE_LOOKAHEAD = 3  # a `**Title:**` line counts only among the first few candidate lines
+
+_COMMENT_RE = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+_CHECKBOX_RE = re.compile(r"^\s*[-*+]\s*\[[ xX]\]")
+_LABEL_RE = re.compile(r"^\*\*([^*]+?)\*\*:?\s*(.*)$")
+
+
+def _heading_key(line: str) -> str:
+    return line.strip().lstrip("#").strip().strip("*_").strip().rstrip(":").strip().lower()
+
+
+def _candidates(task: str):
+    """(line, is_title) for each line that could be a headline, in order: HTML comments, code
+    blocks, `[ISSUE]` markers, task-list checkboxes, template headings and empty labels skipped;
+    markdown heading marks and a template label's `**Label:**` prefix removed."""
+    in_fence = False
+    for raw in _COMMENT_RE.sub("", task).splitlines():
+        if _FENCE_RE.match(raw):
+            in_fence = not in_fence
+            continue
+        line = raw.strip()
+        if in_fence or not line or line in ("[ISSUE]", "[/ISSUE]") or _CHECKBOX_RE.match(line):
+            continue
+        if not line.strip("-=*_#~ "):
+            continue  # a rule or a bare heading mark
+        is_title = False
+        m = _LABEL_RE.match(line)
+        if m and _heading_key(m.group(1)) in TEMPLATE_HEADINGS:
+            is_title = _heading_key(m.group(1)) == "title"
+            line = m.group(2).strip()
+            if not line:
+                continue  # an empty `**Title:**` / `**Description:**`
+        elif _heading_key(line) in TEMPLATE_HEADINGS:
+            continue
+        line = line.lstrip("#").strip()
+        if line:
+            yield line, is_title
+
+
 def headline(task: str, max_chars: int = HEADLINE_MAX_CHARS) -> str:
-    """The issue/PR title: the `**Title:**` line, else the first non-empty line (minus `[ISSUE]`
-    and markdown heading marks), whitespace-collapsed, at most `max_chars` cut at a word boundary."""
-    m = _TITLE_RE.search(task)
-    if m:
-        line = m.group(1)
-    else:
-        line = ""
-        for raw in task.splitlines():
-            cand = raw.strip()
-            if cand and cand not in ("[ISSUE]", "[/ISSUE]"):
-                line = cand.lstrip("#").strip()
-                break
+    """The issue/PR title: a non-empty `**Title:**` among the first few candidate lines, else the
+    first candidate line (see `_candidates`: no comments, code, checkboxes or template headings),
+    whitespace-collapsed, at most `max_chars` cut at a word boundary."""
+    cands = list(_candidates(task))
+    line = next((c for c, is_title in cands[:TITLE_LOOKAHEAD] if is_title), cands[0][0] if cands else "")
     line = collapse_ws(line)
     if len(line) <= max_chars:
         return line

@@ -27,8 +27,8 @@ class Encoded:
     input_ids: np.ndarray
     labels: np.ndarray
     checks: dict
-    rewritten: bool
     retokenized: bool
+    inexact: np.ndarray | None  # per token: inside an inexact (as-rendered) span
 
 
 _STATE: dict = {}
@@ -76,9 +76,9 @@ def process_chunk(records: list[dict]) -> list[tuple]:
         if isinstance(enc, BaseException):
             results[k] = _fail(enc, "tokenize")
             continue
-        out = [Encoded(row.id, np.asarray(ids, dtype=np.int32), np.asarray(labels, dtype=np.int32),
-                       row.checks, row.history_rewritten, retok)
-               for row, (ids, labels, retok) in zip(rows, enc)]
+        out = [Encoded(row.id, np.asarray(t.input_ids, dtype=np.int32), np.asarray(t.labels, dtype=np.int32),
+                       row.checks, t.retokenized, t.inexact)
+               for row, t in zip(rows, enc)]
         results[k] = ("ok", rec, out)
     return results
 

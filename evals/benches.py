@@ -21,9 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.benchmarks import SEARCH7  # noqa: F401  (evals.benches.SEARCH7 is public API)
 from common.io import JsonLineError, parse_json_line, read_jsonl
-
-SEARCH7 = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 OOD_BENCH = "search_plan_ood"
 BABYAI_BENCH = "babyai"
 ENV_BENCHES = (OOD_BENCH, BABYAI_BENCH)  # benches that bring their own environment (no retriever, no file)

@@ -42,6 +42,8 @@ DEFAULTS = {
     "gpu_memory_utilization": 0.9,  # vllm
     "ood_max_turns": 24,           # search_plan_ood needs ~10 tool calls even when done perfectly
     "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
+    "skip_empty_golds": False,     # true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not
+                                   # scored against; false (default) = Search-R1's scoring; counted either way
     "babyai_max_steps": None,      # cap on every babyai episode below its level's limit (the return uses the cap)
     "babyai_max_new_tokens": 8192,  # one babyai reply (thinking models reason at length before an action)
     "progress": True,

@@ -91,6 +91,18 @@ def unweighted_mean(per_bench: dict[str, dict], benches: Sequence[str], key: str
     return mean(per_bench[b][key] for b in benches)
 
 
+def empty_gold(golden_answers) -> bool:
+    """Whether some gold alias normalizes to nothing (NQ has `*`, `---`, `)`): cover-EM then gives
+    any prediction 1, and EM any prediction that normalizes to nothing. Scored as is by default
+    (parity with Search-R1); counted per bench, and `skip_empty_golds=true` drops such aliases."""
+    return any(not normalize_answer(g) for g in _golds(golden_answers))
+
+
+def nonempty_golds(golden_answers) -> list[str]:
+    """The gold aliases that normalize to something."""
+    return [g for g in _golds(golden_answers) if normalize_answer(g)]
+
+
 # ---------------------------------------------------------------- the metric registry
 # Every number a `summary.json` bench entry may carry, with its valid range: what analysis checks
 # each value it reads against (NaN, inf, out of range, wrong type -> a listed problem, never a row).
@@ -113,6 +125,9 @@ METRICS: dict[str, MetricSpec] = {
     "reward": RATE, "reward_outcome": RATE, "reward_grounding": RATE, "reward_stop": RATE,
     "mean_turns": COUNT, "mean_tool_calls": COUNT, "mean_tool_errors": COUNT, "mean_generated_tokens": COUNT,
     "n": SIZE,
+    # QA benches: items whose gold answers include one that normalizes to nothing (see empty_gold)
+    "empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
+    "skipped_empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
     # bench babyai (evals.babyai): episode means
     "return": RATE, "success": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
 }

@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from evals.metrics import mean
+from evals.metrics import empty_gold, mean
 
 QA_KEYS = ("em", "f1", "cover_em", "strict_em")
 
@@ -60,7 +60,11 @@ def append_rows(path: Path, rows: list[dict]) -> None:
 def summarize(rows: list[dict], metric_keys: tuple[str, ...] | None = None) -> dict:
     """Bench-level means in [0, 1] plus counts of stop reasons and extractor rules."""
     keys = metric_keys or (tuple(rows[0]["metrics"]) if rows else QA_KEYS)
-    summary = {k: mean(r["metrics"][k] for r in rows) for k in keys}
+    scored = [r for r in rows if not r.get("skipped_empty_gold")]
+    summary = {k: mean(r["metrics"][k] for r in scored) for k in keys}
+    if metric_keys is not None or "em" in keys:  # QA benches: gold answers that normalize to nothing
+        summary["empty_gold_items"] = sum(empty_gold(r.get("golden_answers") or []) for r in rows)
+        summary["skipped_empty_gold_items"] = len(rows) - len(scored)
     summary.update({
         "format_failure_rate": mean(float(r["extract_rule"] == "none") for r in rows),
         "n": len(rows),

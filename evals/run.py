@@ -16,6 +16,7 @@ items. Bench `babyai` (evals.babyai) plays text games instead of the agent loop;
 """
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import time
@@ -78,7 +79,8 @@ def _agent_runner(bench: str, cfg, backend, retriever, style: str):
         make_episode, execute, is_done, make_row = tasks.ood_episode, tasks.env_tools, tasks.env_done, tasks.ood_row
     else:
         make_episode, execute = tasks.qa_episode, tasks.SearchTools(retriever, int(cfg.topk))
-        is_done, make_row = (lambda ep: False), tasks.qa_row
+        is_done = lambda ep: False  # noqa: E731
+        make_row = functools.partial(tasks.qa_row, skip_empty_golds=bool(cfg.skip_empty_golds))
 
     def run(chunk):
         episodes = [make_episode(it, cfg.prompt) for it in chunk]
@@ -243,6 +245,9 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         "retriever": cfg.retriever if qa_benches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(p) for b, p in ids_files.items()},
         "search7_mean": {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS},
+        # items whose gold answers include one that normalizes to nothing (cover-EM 1 for anything)
+        "empty_gold_items": {b: summary[b]["empty_gold_items"] for b in cfg.benches if "empty_gold_items" in summary.get(b, {})},
+        "skip_empty_golds": bool(cfg.skip_empty_golds),
         "config": OmegaConf.to_container(cfg, resolve=True), "versions": _versions(),
         "seconds": round(time.time() - started, 3),
     }

@@ -12,7 +12,7 @@ import json
 from evals.agent import Episode
 from evals.benches import BenchItem
 from evals.extract import extract_answer, strict_answer
-from evals.metrics import qa_metrics
+from evals.metrics import nonempty_golds, qa_metrics
 from evals.prompts import SEARCH_TOOL, initial_messages
 from evals.retrievers import format_docs
 
@@ -66,9 +66,15 @@ def episode_row(ep: Episode, question: str, golden_answers: list[str], metrics_f
     }
 
 
-def qa_row(ep: Episode, item: BenchItem) -> dict:
-    return episode_row(ep, item.question, item.golden_answers,
-                       lambda answer, rule: qa_metrics(answer, strict_answer(answer, rule), item.golden_answers))
+def qa_row(ep: Episode, item: BenchItem, skip_empty_golds: bool = False) -> dict:
+    """With `skip_empty_golds`, gold aliases that normalize to nothing are not scored against, and
+    an item left without any gold is marked `skipped_empty_gold` (left out of the bench means)."""
+    golds = nonempty_golds(item.golden_answers) if skip_empty_golds else item.golden_answers
+    row = episode_row(ep, item.question, item.golden_answers,
+                      lambda answer, rule: qa_metrics(answer, strict_answer(answer, rule), golds))
+    if skip_empty_golds and not golds:
+        row["skipped_empty_gold"] = True
+    return row
 
 
 # ---- search_plan_ood ---------------------------------------------------------------------------

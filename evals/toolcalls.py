@@ -6,11 +6,20 @@ call costs the model a turn instead of crashing the run.
 
 Styles:
     qwen3   Qwen3 / Hermes: `<tool_call>{"name": …, "arguments": …}</tool_call>`, any number per turn,
-            text allowed before/between/after.
+            text allowed before/between/after; a last `<tool_call>` left open at the end of the text
+            counts when its JSON is complete (as vLLM's hermes parser reads it).
     llama3  Llama-3.1 JSON calls: `{"name": …, "parameters": …}` (or "arguments"), optionally after
             `<|python_tag|>`, ended by `<|eot_id|>`, `<|eom_id|>` or nothing, several per turn
-            (separated by `;` or newlines). Nested braces and braces inside strings are handled by
-            decoding with the JSON parser itself rather than by counting braces.
+            (separated by `;` or newlines). Nested braces, braces inside strings and Llama's special
+            tokens inside strings are handled by decoding with the JSON parser itself.
+
+Never stricter than the serving stack: every completion vLLM's `hermes` (Qwen3) or `llama3_json`
+(Llama-3.1) parser turns into tool calls parses to the same calls here (tests/data/
+vllm_toolcall_cases.json, each case citing the vLLM file and commit it comes from). Deliberately
+more lenient where vLLM gives up on the whole completion: a malformed call beside valid ones keeps
+the valid ones (plus an error for the bad one), a call without arguments gets `{}`, and for
+llama3 a stray `{` or a non-call JSON object elsewhere in the text does not void the calls.
+Never raises: a call nested deeper than MAX_NESTING levels is an error for that call.
 """
 from __future__ import annotations
 
@@ -22,6 +31,42 @@ STYLES = ("qwen3", "llama3")
 _QWEN_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 _LLAMA_MARKERS = ("<|python_tag|>", "<|eot_id|>", "<|eom_id|>")
 _DECODER = json.JSONDecoder()
+MAX_NESTING = 100  # JSON arrays/objects deeper than this are an error, not a RecursionError
+
+
+def _depth_exceeds(text: str, start: int = 0, limit: int = MAX_NESTING) -> bool:
+    """Whether the JSON value at `start` nests arrays/objects deeper than `limit` (strings skipped).
+    Scans until that value closes, so trailing text costs nothing."""
+    depth, i, n = 0, start, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in "]}":
+            depth -= 1
+            if depth <= 0:
+                return False
+        i += 1
+    return False
+
+
+def _loads(text: str):
+    """json.loads with bounded nesting: ValueError (never RecursionError) past MAX_NESTING."""
+    if _depth_exceeds(text, len(text) - len(text.lstrip())):
+        raise ValueError(f"JSON nested deeper than {MAX_NESTING} levels")
+    return json.loads(text)
+
+
+def _raw_decode(text: str, i: int):
+    if _depth_exceeds(text, i):
+        raise ValueError(f"JSON nested deeper than {MAX_NESTING} levels")
+    return _DECODER.raw_decode(text, i)
 
 
 def _as_call(obj, raw: str, args_keys: tuple[str, ...]) -> tuple[dict | None, str | None]:
@@ -40,8 +85,8 @@ def _as_call(obj, raw: str, args_keys: tuple[str, ...]) -> tuple[dict | None, st
         args = {}
     if isinstance(args, str):  # some models emit the arguments as a JSON string
         try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
+            args = _loads(args)
+        except ValueError:
             return None, f"arguments of tool call {name!r} are a string that is not JSON: {args[:200]!r}"
     if not isinstance(args, dict):
         return None, f"arguments of tool call {name!r} must be a JSON object, got {type(args).__name__}"
@@ -52,13 +97,14 @@ def _parse_qwen3(text: str) -> tuple[list[dict], list[str]]:
     calls, errors = [], []
     for m in _QWEN_BLOCK.finditer(text):
         body, closing = m.group(1).strip(), m.group(2)
-        if not closing:
-            errors.append(f"unclosed <tool_call> (no </tool_call>): {body[:200]!r}")
-            continue
         try:
-            obj = json.loads(body)
+            obj = _loads(body)
         except json.JSONDecodeError as exc:
-            errors.append(f"invalid JSON in <tool_call>: {exc.msg} at char {exc.pos}: {body[:200]!r}")
+            where = "in <tool_call>" if closing else "in an unclosed <tool_call> (no </tool_call>)"
+            errors.append(f"invalid JSON {where}: {exc.msg} at char {exc.pos}: {body[:200]!r}")
+            continue
+        except ValueError as exc:
+            errors.append(f"tool call rejected: {exc}: {body[:200]!r}")
             continue
         call, err = _as_call(obj, body, ("arguments", "parameters"))
         if call:
@@ -72,9 +118,15 @@ def _looks_like_call(text: str, i: int) -> bool:
     return re.match(r'\{\s*"name"\s*:', text[i:i + 64]) is not None
 
 
+def _next_break(text: str, i: int) -> int:
+    """Where a broken call ends for error recovery: the next newline or Llama marker."""
+    found = [j for j in (text.find(m, i) for m in ("\n", *_LLAMA_MARKERS)) if j >= 0]
+    return min(found) if found else len(text)
+
+
 def _parse_llama3(text: str) -> tuple[list[dict], list[str]]:
-    for marker in _LLAMA_MARKERS:
-        text = text.replace(marker, "\n")
+    # The markers are not stripped: they can only end a call outside a JSON string, and inside
+    # one (`"query": "what is <|eot_id|>"`) they are part of the argument.
     calls, errors = [], []
     i = 0
     while True:
@@ -82,13 +134,13 @@ def _parse_llama3(text: str) -> tuple[list[dict], list[str]]:
         if i < 0:
             break
         try:
-            obj, end = _DECODER.raw_decode(text, i)
-        except json.JSONDecodeError as exc:
-            if _looks_like_call(text, i):
-                # Skip the rest of this line so the broken call's inner objects aren't misread.
-                nl = text.find("\n", i)
-                errors.append(f"invalid JSON tool call: {exc.msg}: {text[i:(nl if nl > 0 else None)][:200]!r}")
-                i = nl if nl > 0 else len(text)
+            obj, end = _raw_decode(text, i)
+        except ValueError as exc:  # JSONDecodeError, or nested too deeply
+            if _looks_like_call(text, i) or not isinstance(exc, json.JSONDecodeError):
+                # Skip the rest of this call so its inner objects aren't misread as calls.
+                stop = _next_break(text, i)
+                errors.append(f"invalid JSON tool call: {getattr(exc, 'msg', exc)}: {text[i:stop][:200]!r}")
+                i = stop
             else:
                 i += 1
             continue
@@ -124,8 +176,8 @@ def strip_tool_calls(text: str, style: str) -> str:
             out.append(text[i:])
             break
         try:
-            obj, end = _DECODER.raw_decode(text, j)
-        except json.JSONDecodeError:
+            obj, end = _raw_decode(text, j)
+        except ValueError:
             out.append(text[i:j + 1])
             i = j + 1
             continue

@@ -1,9 +1,12 @@
 """Training data: load + validate the dataset dir, per-epoch order, rank split, packing.
 
-The global batch of optimizer step s (0-based) is a pure function of (seed, s, n,
-global_batch_size): epoch = s // steps_per_epoch, and the batch is a contiguous slice of
-that epoch's seeded permutation. So the data position to resume from is just the step
-number, and any world size sees the same global batches.
+The unit of a step is the trajectory (the dataset's record): a record the builder had to split
+into several rows (contiguous rows `<id>#row<k>`, see data_prep.schema.trajectory_id) is one
+trajectory, and its rows are always in the same global batch. The global batch of optimizer
+step s (0-based) is a pure function of (seed, s, n trajectories, global_batch_size): epoch =
+s // steps_per_epoch, and the batch is the rows of a contiguous slice of that epoch's seeded
+permutation of trajectories. So the data position to resume from is just the step number, and
+any world size sees the same global batches.
 
 Within a step every rank takes a share of the global batch (longest-first onto the
 least-loaded rank), packs it best-fit-decreasing into micro-batches of at most
@@ -39,10 +42,35 @@ class TrainData:
     num_trainable: np.ndarray  # predicted tokens per row (labels[1:] != -100)
     fingerprint: str | None
     max_token_id: int
+    starts: np.ndarray = None  # first row of each trajectory (rows of one trajectory are contiguous), + n_rows at the end
+
+    def __post_init__(self):
+        if self.starts is None:
+            self.starts = trajectory_starts(self.ids)
 
     @property
     def n(self) -> int:
+        """Trajectories (the unit of `global_batch_size` and of an epoch)."""
+        return len(self.starts) - 1
+
+    @property
+    def n_rows(self) -> int:
         return len(self.ids)
+
+    def rows_of(self, trajectories) -> np.ndarray:
+        """Row indices of these trajectories, in the given order."""
+        if not len(trajectories):
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.arange(self.starts[t], self.starts[t + 1]) for t in trajectories]).astype(np.int64)
+
+
+def trajectory_starts(ids: list[str]) -> np.ndarray:
+    """Boundaries of the runs of contiguous rows that come from one record."""
+    from data_prep.schema import trajectory_id
+
+    traj = [trajectory_id(i) for i in ids]
+    starts = [k for k in range(len(traj)) if k == 0 or traj[k] != traj[k - 1]]
+    return np.asarray(starts + [len(traj)], dtype=np.int64)
 
 
 def _row_ids(col) -> list[str]:
@@ -66,12 +94,13 @@ def load_train_data(path: str | Path, *, global_batch_size: int, max_tokens_per_
     missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(ds.column_names)})")
-    if len(ds) < global_batch_size:
-        raise DataError(
-            f"{path}: {len(ds)} rows, fewer than train.global_batch_size={global_batch_size} (no full optimizer step)"
-        )
     table = ds.data
     ids = _row_ids(table.column("id"))
+    n_traj = len(trajectory_starts(ids)) - 1
+    if n_traj < global_batch_size:
+        raise DataError(
+            f"{path}: {n_traj} trajectories ({len(ds)} rows), fewer than train.global_batch_size={global_batch_size} (no full optimizer step)"
+        )
     num_tokens, num_trainable = _scan_lengths(path, table, ids, max_tokens_per_micro_batch)
     max_token_id = max(int(pc.max(pc.list_flatten(c)).as_py() or 0) for c in table.column("input_ids").chunks)
     fingerprint = None
@@ -139,7 +168,7 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
 
 
 def global_batch(step: int, *, n: int, global_batch_size: int, seed: int) -> tuple[int, np.ndarray]:
-    """(epoch, row indices) of 0-based optimizer step `step`."""
+    """(epoch, trajectory indices) of 0-based optimizer step `step`."""
     per_epoch = n // global_batch_size
     epoch, pos = divmod(step, per_epoch)
     order = epoch_order(n, seed, epoch)
@@ -249,7 +278,8 @@ class StepPlan:
 
 def plan_step(data: TrainData, step: int, *, rank: int, world: int, global_batch_size: int, seed: int, capacity: int) -> StepPlan:
     """This rank's packed micro-batches for 0-based optimizer step `step`."""
-    epoch, idx = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
+    epoch, traj = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
+    idx = data.rows_of(traj)
     shares = split_across_ranks(idx, data.num_tokens, world)
     bins_per_rank = [pack_best_fit_decreasing(s, data.num_tokens, capacity) for s in shares]
     mine, bins = shares[rank], bins_per_rank[rank]

@@ -28,14 +28,17 @@ def build_optimizer(model, *, lr: float, betas, eps: float, weight_decay: float)
 
 
 def warmup_steps(total: int, ratio: float) -> int:
+    """Warmup steps as transformers' Trainer counts them: ceil(ratio x total)."""
     return math.ceil(ratio * total)
 
 
 def lr_factor(step: int, *, total: int, warmup: int, schedule: str, min_ratio: float) -> float:
-    """Multiplier of the peak LR for 0-based optimizer step `step` (warmup is linear, its
-    first step already non-zero; then cosine/linear decay towards min_ratio, reached one step after the last)."""
+    """Multiplier of the peak LR for 0-based optimizer step `step`: transformers'
+    `get_{cosine,linear,constant}_schedule_with_warmup` lambda (with `min_ratio`, as its
+    `get_cosine_with_min_lr_schedule_with_warmup(min_lr_rate=)`). Wrapped in LambdaLR, optimizer
+    step k (1-based) uses lr_factor(k - 1): step 1 runs at lr 0, as in the reference trainers."""
     if step < warmup:
-        return (step + 1) / warmup
+        return step / warmup
     if schedule == "constant":
         return 1.0
     span = max(1, total - warmup)

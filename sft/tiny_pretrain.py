@@ -115,9 +115,9 @@ def reading_accuracy(model, tok, n: int, seed: int) -> dict[str, float]:
 
 
 def lr_at(step: int, cfg: PretrainConfig) -> float:
-    # The curve of sft.optim.lr_factor(schedule="cosine"), but not that function: its float
-    # expression rounds 5 of the 1600 learning rates differently in the last bit, and the
-    # committed weights were trained with this one.
+    # The committed weights were trained with this curve: sft.optim.lr_factor's cosine before
+    # TRAINER_SEMANTICS 2 (warmup one step ahead of transformers' definition). Kept as it was so
+    # the base stays reproducible; it is not the fine-tuning schedule.
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)

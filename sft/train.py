@@ -277,7 +277,8 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     if data.max_token_id >= conf.vocab_size:
         raise DataError(f"{cfg.data_dir}: token id {data.max_token_id} >= the model's vocab_size {conf.vocab_size} (wrong tokenizer?)")
     tokenizer = load_tokenizer(cfg.model.tokenizer) if rank == 0 else None
-    log.info("data: %d rows from %s; %d steps/epoch, %d steps, world %d, device %s", data.n, cfg.data_dir, per_epoch, total, world, device)
+    log.info("data: %d trajectories (%d rows) from %s; %d steps/epoch, %d steps, world %d, device %s",
+             data.n, data.n_rows, cfg.data_dir, per_epoch, total, world, device)
 
     # 2. Model: rank-0 load, kernels, FSDP.
     dtype = train_dtype(cfg, device)

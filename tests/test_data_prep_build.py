@@ -48,7 +48,8 @@ def test_dataset_contract(mixed):
     for key in ("sources", "counts", "rejected_by_reason", "tokens", "tokenizer", "template", "fingerprint", "cache_key", "config", "seed"):
         assert key in m
     assert m["tokens"]["p50"] > 0 and 0 < m["tokens"]["trainable_fraction"] < 1
-    assert m["render"]["epilogue_rows"] == 6 and m["render"]["assistant_turns_history_rewritten"] == 0
+    assert m["render"]["epilogue_rows"] == 6 and m["render"]["assistant_turns_as_rendered"] == 0
+    assert m["render"]["trainable_tokens_as_rendered"] == 0 and m["render"]["trainable_tokens_exact"] == m["tokens"]["trainable_total"]
     c = m["counts"]
     assert c["kept"] + c["rejected"] + c["not_selected"] == c["read"] and c["kept"] == 12
     assert all(len(s["files"][0]["sha256"]) == 64 for s in m["sources"])
@@ -188,3 +189,117 @@ def test_synthetic_arm_also_reads_listed_sources(tmp_path):
     assert key != build.cache_key(SMALL | {"n": 20}, arm="search", seed=0, tokenizer="tiny")
     export_trajectories(exported, n=5, seed=1)
     assert build.cache_key(cfg, arm="search", seed=0, tokenizer="tiny") != key
+
+
+def _bench_root(tmp_path, skip=()):
+    """A dir laid out as ../shared/benchmarks with one tiny FlashRAG-format file per bench."""
+    from common.benchmarks import SEARCH7
+
+    root = tmp_path / "benchmarks"
+    for k, b in enumerate(SEARCH7):
+        if b in skip:
+            continue
+        (root / b).mkdir(parents=True)
+        qs = [{"id": f"{b}-0", "question": "who wrote hamlet", "golden_answers": ["x"]},
+              {"id": f"{b}-1", "question": f"which river flows through the capital city of country number {k} today", "golden_answers": ["y"]}]
+        (root / b / "test.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
+    return root
+
+
+def _search_source(tmp_path, questions):
+    rows = [{"id": f"r{i}", "question": q, "golden_answers": ["a"],
+             "response": "<think>look</think><search> q </search>\n\n<information>Doc 1(Title: T) x</information>\n\n<answer> a </answer>"}
+            for i, q in enumerate(questions)]
+    src = tmp_path / "r1.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f"search-r1:{src}"
+
+
+def test_decontam_bench_root_counts_per_bench(tmp_path):
+    """All seven benches are checked; report mode lists overlaps per bench; short questions
+    (< 6 words) match on normalized equality only."""
+    root = _bench_root(tmp_path)
+    src = _search_source(tmp_path, ["Who wrote Hamlet?",                                   # equal to the short question
+                                    "who wrote hamlet and the other plays of that era",   # contains it: no match
+                                    "Which river flows through the capital city of country number 3 today?",  # whole 6+ word question
+                                    "what colour is the sky"])
+    cfg = {"sources": {"search": [src]}, "n": 4, "decontam_bench_root": str(root)}
+    m = build.build_arm(cfg, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "a", progress=False)
+    d = m["decontam"]
+    assert d["bench_root"] == str(root) and len(d["files"]) == 7 and d["questions"] == 14
+    assert sorted(d["overlapping"]) == ["r0", "r2"] and m["counts"]["kept"] == 4  # report mode keeps them
+    assert len(d["overlapping"]["r0"]) == 7 and d["overlapping"]["r2"] == ["hotpotqa/hotpotqa-1"]
+    assert d["by_bench"]["hotpotqa"] == {"questions": 2, "records": 2, "dropped": 0}
+    assert d["by_bench"]["nq"] == {"questions": 2, "records": 1, "dropped": 0}
+    m = build.build_arm({**cfg, "decontam_drop": True, "allow_fewer": True}, arm="search", seed=0, tokenizer="tiny",
+                        out=tmp_path / "b", progress=False)
+    assert m["counts"]["kept"] == 2 and m["decontam"]["by_bench"]["hotpotqa"]["dropped"] == 2
+
+
+def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, capsys):
+    root = _bench_root(tmp_path, skip=("bamboogle",))
+    src = _search_source(tmp_path, ["what colour is the sky"])
+    from common.cli import ConfigError
+
+    with pytest.raises(ConfigError, match="data.decontam_bench_root"):
+        build.build_arm({"sources": {"search": [src]}, "n": 1, "decontam_bench_root": str(root)}, arm="search", seed=0,
+                        tokenizer="tiny", out=tmp_path / "x", progress=False)
+    rc = cli_main([f"out={tmp_path / 'y'}", "arm=search", f"sources.search=[{src}]", "n=1", f"decontam_bench_root={root}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "decontam_bench_root" in err and "bamboogle" in err and "Traceback" not in err
+    assert not (tmp_path / "y").exists()
+
+
+def test_study_recipe_decontaminates_synthetic_does_not():
+    from launch.compose import compose
+
+    assert compose([]).cfg.data.decontam_bench_root == "../shared/benchmarks"  # data=hub, the study default
+    assert compose(["data=synthetic"]).cfg.data.decontam_bench_root is None
+
+
+def _rewritten_search_records(n: int) -> list[dict]:
+    """Search records a Qwen3 template rewrites: a middle turn without reasoning and a 'please
+    continue' query — each needs 3 rows to stay exact."""
+    call = lambda i, q: {"type": "function", "id": f"c{i}", "function": {"name": "search", "arguments": {"query": q}}}  # noqa: E731
+    out = []
+    for k in range(n):
+        out.append({"id": f"rw{k}", "source": "canonical-test", "domain": "search", "task": f"question {k}", "answer": "a",
+                    "terminator": "final_answer", "tools": [], "messages": [
+                        {"role": "user", "content": f"question {k}"},
+                        {"role": "assistant", "content": "", "reasoning_content": f"R{k}", "tool_calls": [call(0, "x")]},
+                        {"role": "tool", "content": "doc", "tool_call_id": "c0", "name": "search"},
+                        {"role": "assistant", "content": "", "tool_calls": [call(1, "y")]},
+                        {"role": "tool", "content": "doc2", "tool_call_id": "c1", "name": "search"},
+                        {"role": "assistant", "content": "draft"},
+                        {"role": "user", "content": "Please continue."},
+                        {"role": "assistant", "content": "Final answer: a", "reasoning_content": "done"}]})
+    return out
+
+
+def test_multi_row_records_stay_together_and_are_counted(tmp_path):
+    """Exact default: rewritten records become contiguous rows `<id>#row<k>` (also under mixed's
+    shuffle), each turn trained once; the trainer sees one trajectory per record. keep_as_rendered
+    is one row per record and counts its inexact trainable tokens."""
+    import datasets
+
+    from data_prep.schema import trajectory_id
+    from sft.data import load_train_data
+
+    src = tmp_path / "rw.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in _rewritten_search_records(6)))
+    cfg = {**SMALL, "n": 12, "sources": {"code": [], "search": [f"canonical:{src}"]}, "synthetic": {"n_entities": 40, "search_n": 2}}
+    m = build.build_arm(cfg, arm="mixed", seed=1, tokenizer="tiny", out=tmp_path / "exact", progress=False)
+    ds = datasets.load_from_disk(str(tmp_path / "exact"))
+    ids = ds["id"]
+    multi = sorted({trajectory_id(i) for i in ids if "#row" in i})
+    assert multi and m["render"]["records_multi_row"] == len(multi) and m["render"]["extra_rows"] == 2 * len(multi)
+    assert m["render"]["assistant_turns_as_rendered"] == 0 and m["render"]["trainable_tokens_as_rendered"] == 0
+    for rec in multi:  # contiguous, in order
+        pos = [k for k, i in enumerate(ids) if trajectory_id(i) == rec]
+        assert pos == list(range(pos[0], pos[0] + 3)) and [ids[p] for p in pos] == [f"{rec}#row{j}" for j in range(3)]
+    data = load_train_data(tmp_path / "exact", global_batch_size=2, max_tokens_per_micro_batch=4096)
+    assert data.n == m["counts"]["kept"] == 12 and data.n_rows == 12 + 2 * len(multi)
+    m2 = build.build_arm({**cfg, "history_reasoning": "keep_as_rendered"}, arm="mixed", seed=1, tokenizer="tiny",
+                         out=tmp_path / "keep", progress=False)
+    assert m2["counts"]["rows"] == 12 and m2["render"]["assistant_turns_as_rendered"] == 3 * len(multi)
+    assert 0 < m2["render"]["trainable_tokens_as_rendered"] < m2["tokens"]["trainable_total"]

@@ -135,8 +135,45 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
     assert extract_answer_tag("x <answer>a</answer> y <answer> b </answer>") == ("x <answer>a</answer> y ", "b")
 
 
+HEADLINE_CASES = {
+    # R2E-Gym synthetic issue
+    "r2e": ("[ISSUE]\n**Title:** `np.unique` fails on empty object arrays\n\n**Description:**\nWhen calling ...\n[/ISSUE]",
+            "`np.unique` fails on empty object arrays"),
+    # R2E block whose title is empty: the description's text, never the label itself
+    "r2e_empty_title": ("[ISSUE]\n**Title:** \n\n**Description:**\nImage.resize ignores the reducing_gap argument\n\n"
+                        "**Expected Behavior:**\nx\n[/ISSUE]", "Image.resize ignores the reducing_gap argument"),
+    # GitHub bug-report template: comment, heading, then the text
+    "github_template": ("<!--\nPlease fill the template below.\nThanks for contributing!\n-->\n\n### Describe the bug\n\n"
+                        "SSIMLoss result does not have gradient\n\n### To Reproduce\n```python\nimport torch\n```\n",
+                        "SSIMLoss result does not have gradient"),
+    "comment_line": ("<!-- Please fill the template -->\nGroupBy.first drops categories\n", "GroupBy.first drops categories"),
+    # pandas-style: checkboxes, a code block first, then the description under a template heading
+    "pandas": ("### Pandas version checks\n\n- [X] I have checked that this issue has not already been reported.\n"
+               "- [ ] I have confirmed this bug exists on the main branch.\n\n### Reproducible Example\n\n```python\n"
+               "import pandas as pd\npd.DataFrame().sum()\n```\n\n### Issue Description\n\nDataFrame.sum raises on an empty frame\n",
+               "DataFrame.sum raises on an empty frame"),
+    "code_first": ("```python\n>>> np.linspace(0, 1, 0)\nTraceback ...\n```\nlinspace with num=0 raises instead of returning []\n",
+                   "linspace with num=0 raises instead of returning []"),
+    "old_template": ("#### Code Sample, a copy-pastable example if possible\n\n```python\ns.str.cat()\n```\n"
+                     "#### Problem description\n\nstr.cat ignores na_rep\n", "str.cat ignores na_rep"),
+    # SWE-Gym problem statement: the first line is the title; a **Title:** deep in the body loses
+    "swe_gym": ("SSIMLoss result does not have gradient\n**Describe the bug**\nSSIMLoss result does not have gradient\n\n"
+                "**To Reproduce**\n```\nx\n```\n", "SSIMLoss result does not have gradient"),
+    "deep_title": ("Crash when the config file is empty\n\nSteps:\n1. a\n2. b\n3. c\n\n**Title:** unrelated quoted text\n",
+                   "Crash when the config file is empty"),
+    "title_near_top": ("[ISSUE]\nFixes #123\n**Title:** Use the declared dtype\n", "Use the declared dtype"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADLINE_CASES))
+def test_headlines_on_real_looking_issues(case):
+    text, want = HEADLINE_CASES[case]
+    assert headline(text) == want
+
+
 def test_headline_rules():
     assert headline("[ISSUE]\n**Title:**   Foo   bar\tbaz \n\n**Description:** x") == "Foo bar baz"
+    assert headline("**Title:**\n\n<!-- c -->\n```\ncode\n```\n") == ""  # nothing usable: no_headline
     assert headline("\n\n  # First   line here\nsecond") == "First line here"
     long = "word " * 100
     h = headline(long)
@@ -146,11 +183,62 @@ def test_headline_rules():
 
 def test_parse_xml_calls_and_source_errors():
     thought, calls = parse_xml_calls("think\n\n<function=file_editor>\n  <parameter=command>view</parameter>\n  <parameter=view_range>[1, 5]</parameter>\n</function>")
-    assert thought.strip() == "think" and calls == [("file_editor", {"command": "view", "view_range": [1, 5]})]
+    assert thought.strip() == "think" and calls == [("file_editor", {"command": "view", "view_range": "[1, 5]"})]
     with pytest.raises(SourceError, match="unknown format"):
         parse_source("nope:/x.jsonl")
     with pytest.raises(SourceError, match="no such file"):
         parse_source("r2e-gym:/does/not/exist.jsonl")
+
+
+XML_SYSTEM = """You are a programming agent.
+
+We have access to the following functions:
+
+---- BEGIN FUNCTION #1: file_editor ----
+Description: Edit files
+Parameters:
+  (1) command (string, required): The command.
+  (2) path (string, required): The path.
+  (3) new_str (string, optional): The new text.
+  (4) view_range (array, optional): Lines to view.
+  (5) insert_line (integer, optional): Line number.
+  (6) dry (boolean, optional): Only show.
+---- END FUNCTION #1 ----
+
+---- BEGIN FUNCTION #2: finish ----
+Description: Finish
+Parameters:
+  (1) command (string, required): submit
+---- END FUNCTION #2 ----
+"""
+
+
+def test_xml_parameters_typed_by_declared_schema(tmp_path):
+    """String parameters stay byte-exact (a `new_str` that looks like JSON is not decoded and its
+    whitespace kept); non-string parameters are decoded; parameters of a tool with no declared
+    schema stay strings; CRLF in what the model wrote is kept (only observations are normalised)."""
+    edit = ("Edit it.\n\n<function=file_editor>\n  <parameter=command>str_replace</parameter>\n  <parameter=path>/a.json</parameter>\n"
+            '  <parameter=new_str>{"debug": true,   "level": 1}</parameter>\n  <parameter=view_range>[1, 5]</parameter>\n'
+            "  <parameter=insert_line>7</parameter>\n  <parameter=dry>false</parameter>\n</function>")
+    crlf_edit = "Again.\n\n<function=file_editor>\n  <parameter=command>create</parameter>\n  <parameter=new_str>a\r\nb</parameter>\n</function>"
+    undeclared = "Look.\n\n<function=grep_tool>\n  <parameter=pattern>[1, 2]</parameter>\n  <parameter=n>5</parameter>\n</function>"
+    row = {"id": "x", "messages": [
+        {"role": "system", "content": XML_SYSTEM}, {"role": "user", "content": "<github_issue>\n**Title:** T\n</github_issue>"},
+        {"role": "assistant", "content": edit}, {"role": "user", "content": "ok\r\ndone"},
+        {"role": "assistant", "content": crlf_edit}, {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": undeclared}, {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": "Done.\n\n<function=finish>\n  <parameter=command>submit</parameter>\n</function>"}]}
+    for fmt in ("r2e-gym", "swe-gym", "swe-smith"):
+        p = tmp_path / f"{fmt}.jsonl"
+        p.write_text(json.dumps(row) + "\n")
+        rec = _one(f"{fmt}:{p}")
+        args = [m["tool_calls"][0]["function"]["arguments"] for m in rec["messages"] if m.get("tool_calls")]
+        assert args[0] == {"command": "str_replace", "path": "/a.json", "new_str": '{"debug": true,   "level": 1}',
+                           "view_range": [1, 5], "insert_line": 7, "dry": False}
+        assert args[1]["new_str"] == "a\r\nb"
+        assert args[2] == {"pattern": "[1, 2]", "n": "5"}
+        if fmt != "r2e-gym":  # the readers with CRLF observations normalise tool output only
+            assert rec["messages"][3]["content"] == "ok\ndone"
 
 
 BAD_ROWS = {

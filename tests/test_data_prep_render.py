@@ -16,7 +16,7 @@ from tests.conftest import shared_path
 def _masked(tok, renderer, rec):
     rows = renderer.rows(copy.deepcopy(rec))
     out = []
-    for row, (ids, labels, retok) in zip(rows, tokenize_rows(tok, rows)):
+    for row, (ids, labels, retok, _) in zip(rows, tokenize_rows(tok, rows)):
         assert len(ids) == len(labels)
         if not retok:  # the backend fast path gives exactly the tokenizer's own ids
             assert list(ids) == tok(row.text, add_special_tokens=False)["input_ids"]
@@ -63,7 +63,7 @@ def test_mask_property_thinking_2507(which, tmp_path, request):
         epi = epilogue_text(rec["task"]) if rec["domain"] == "code" else ""
         expected = _expected_generations(rec, epilogue=epi)
         assert tok.decode(trainable) == "".join(expected)
-        assert row.checks == {"ok": len(expected)}
+        assert row.checks == {"exact": len(expected)}
         # nothing from system/user/tool turns is trainable
         for m in rec["messages"]:
             if m["role"] in ("system", "user", "tool") and len(m["content"]) > 20:
@@ -113,22 +113,24 @@ def _swe_gym_record():
 
 
 def test_history_policies_on_real_row(qwen3_tokenizer):
-    """SWE-Gym rows carry 'please continue' user turns: Qwen3 drops earlier reasoning there."""
+    """SWE-Gym rows carry 'please continue' user turns and turns without reasoning: Qwen3 rewrites
+    10 of the 11 turns later in the conversation. exact trains each once, as generated."""
     rec = _swe_gym_record()
-    keep = _masked(qwen3_tokenizer, ChatRenderer(qwen3_tokenizer, history_reasoning="keep_as_rendered"), rec)
-    assert len(keep) == 1 and keep[0][0].history_rewritten and keep[0][0].checks["rewritten"] > 0
+    n_asst = sum(m["role"] == "assistant" for m in rec["messages"])
+    (keep,) = _masked(qwen3_tokenizer, ChatRenderer(qwen3_tokenizer, history_reasoning="keep_as_rendered"), rec)
+    assert keep[0].checks == {"exact": 1, "as_rendered": n_asst - 1}
     with pytest.raises(RecordError) as e:
         ChatRenderer(qwen3_tokenizer, history_reasoning="reject").rows(copy.deepcopy(rec))
     assert e.value.reason == "history_rewritten"
-    per = _masked(qwen3_tokenizer, ChatRenderer(qwen3_tokenizer, history_reasoning="per_turn"), rec)
-    assert len(per) == 3 and [p[0].id.rsplit("#", 1)[1] for p in per] == ["q0", "q1", "q2"]
-    n_asst = sum(m["role"] == "assistant" for m in rec["messages"])
-    assert sum(sum(p[0].checks.values()) for p in per) == n_asst  # every turn trained exactly once
-    for row, trainable, _ in per:
-        assert "rewritten" not in row.checks
+    rows = _masked(qwen3_tokenizer, ChatRenderer(qwen3_tokenizer), rec)
+    assert len(rows) == 7 and [r.id for r, _, _ in rows] == [f"{rec['id']}#row{k}" for k in range(7)]
+    assert sum(r.checks["exact"] for r, _, _ in rows) == n_asst and all("as_rendered" not in r.checks for r, _, _ in rows)
+    for row, trainable, _ in rows:
         text = qwen3_tokenizer.decode(trainable)
         assert text.count("<|im_end|>") == len(row.spans)
         assert "Please continue working" not in text and "OBSERVATION:" not in text
+        for a, _ in row.spans:
+            assert row.text[:a].endswith("<|im_start|>assistant\n<think>\n")
 
 
 def _reasoning_record():
@@ -152,8 +154,9 @@ def test_templates(name, gen, end, qwen3_tokenizer, tmp_path):
     r = ChatRenderer(qwen3_tokenizer, chat_template=template)
     assert r.info.gen_prompt == gen and r.info.end_marker == end
     recs = [x for x in _synthetic_records(tmp_path) if x["domain"] == "search"]
+    r_loop = ChatRenderer(qwen3_tokenizer, chat_template=template, thoughts="drop") if name.startswith("llama") else r
     for rec in recs:
-        (row, trainable, _), = _masked(qwen3_tokenizer, r, rec)
+        (row, trainable, _), = _masked(qwen3_tokenizer, r_loop, rec)
         text = qwen3_tokenizer.decode(trainable)
         n_asst = sum(m["role"] == "assistant" for m in rec["messages"])
         assert text.count(end) == n_asst == len(row.spans)
@@ -161,17 +164,23 @@ def test_templates(name, gen, end, qwen3_tokenizer, tmp_path):
         assert "Doc 1(Title:" not in text and rec["task"] not in text
         for a, b in row.spans:
             assert row.text[a:b].endswith(end)
-    (row, trainable, _), = _masked(qwen3_tokenizer, r, _reasoning_record())
-    text = qwen3_tokenizer.decode(trainable)
+    rec = _reasoning_record()
+    if name == "llama3_1_8b_instruct":  # no reasoning channel: R1 and R2 can't be rendered
+        with pytest.raises(RecordError) as e:
+            r.rows(copy.deepcopy(rec))
+        assert e.value.reason == "reasoning_not_rendered"
+        r = ChatRenderer(qwen3_tokenizer, chat_template=template, thoughts="drop")
+    rows = _masked(qwen3_tokenizer, r, rec)
+    texts = [qwen3_tokenizer.decode(t) for _, t, _ in rows]
     if name == "llama3_1_8b_instruct":
-        assert text == "A1<|eot_id|>Final answer: a<|eot_id|>"
-        assert row.checks == {"rewritten": 2}  # the template has no reasoning channel: R1 and R2 are lost
-    elif name == "qwen3_4b_hybrid":
-        assert text == "A1<|im_end|><think>\nR2\n</think>\n\nFinal answer: a<|im_end|>"
-        assert row.checks == {"ok": 1, "rewritten": 1}  # R1 dropped: it precedes the last user query
+        assert texts == ["A1<|eot_id|>Final answer: a<|eot_id|>"]
+        assert rows[0][0].checks == {"as_rendered": 2}  # counted inexact
+    elif name == "qwen3_4b_hybrid":  # R1 is dropped once Q2 follows: A1 gets its own row
+        assert texts == ["<think>\nR1\n</think>\n\nA1<|im_end|>", "<think>\nR2\n</think>\n\nFinal answer: a<|im_end|>"]
+        assert [x[0].checks for x in rows] == [{"exact": 1}, {"exact": 1}]
     else:
-        assert text == "A1<|im_end|>R2\n</think>\n\nFinal answer: a<|im_end|>"
-        assert row.checks == {"ok": 1, "rewritten": 1}
+        assert texts == ["R1\n</think>\n\nA1<|im_end|>", "R2\n</think>\n\nFinal answer: a<|im_end|>"]
+        assert [x[0].checks for x in rows] == [{"exact": 1}, {"exact": 1}]
 
 
 def test_special_tokens_in_content_rejected(tiny_tokenizer):
@@ -183,17 +192,20 @@ def test_special_tokens_in_content_rejected(tiny_tokenizer):
 
 
 def test_boundary_straddle_is_retokenized(tiny_tokenizer):
-    """Empty final reasoning renders `<think>\\n\\n</think>`: the full-text tokenization merges the
-    prompt's newline with the generated one; that row is tokenized piecewise instead."""
+    """Empty final reasoning renders `<think>\n\n</think>`: the full-text tokenization merges the
+    prompt's newline with the generated one; that row is cut at that boundary only, as at inference."""
     rec = _reasoning_record()
     del rec["messages"][4]["reasoning_content"]
-    r = ChatRenderer(tiny_tokenizer)
-    rows = r.rows(rec)
-    (ids, labels, retok), = tokenize_rows(tiny_tokenizer, rows)
-    assert retok
+    rows = ChatRenderer(tiny_tokenizer).rows(rec)
+    assert len(rows) == 2  # A1 precedes the user query Q2, which rewrites it: its own row
+    (ids0, labels0, retok0, _), (ids, labels, retok, _) = tokenize_rows(tiny_tokenizer, rows)
+    assert not retok0 and retok
+    assert tiny_tokenizer.decode([i for i, l in zip(ids0, labels0) if l != -100]) == "R1\n</think>\n\nA1<|im_end|>"
     trainable = [i for i, l in zip(ids, labels) if l != -100]
-    assert tiny_tokenizer.decode(trainable) == "".join(rows[0].text[a:b] for a, b in rows[0].spans)
-    assert tiny_tokenizer.decode(trainable).endswith("\n</think>\n\nFinal answer: a<|im_end|>")
+    assert tiny_tokenizer.decode(trainable) == "\n</think>\n\nFinal answer: a<|im_end|>"
+    a, _ = rows[1].spans[0]
+    prompt_ids = tiny_tokenizer(rows[1].text[:a], add_special_tokens=False)["input_ids"]
+    assert ids[: len(prompt_ids)] == prompt_ids  # the prompt is tokenized whole, as at inference
 
 
 def test_code_record_without_headline_is_rejected_under_epilogue(tiny_tokenizer):
@@ -209,21 +221,28 @@ def test_code_record_without_headline_is_rejected_under_epilogue(tiny_tokenizer)
 
 
 def test_history_policies_tiny(tiny_tokenizer):
-    """Without ../shared: a 'please continue' user turn makes Qwen3 drop R1 and R2."""
+    """Without ../shared: a 'please continue' user turn makes Qwen3 drop R1 and R2 from the later
+    context, and the middle turn without reasoning renders without its think block."""
     call = {"type": "function", "id": "c0", "function": {"name": "search", "arguments": {"query": "q"}}}
     rec = {"id": "h", "source": "synthetic", "domain": "search", "task": "Q", "answer": "a", "terminator": "final_answer", "tools": [],
            "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
                         {"role": "assistant", "content": "", "reasoning_content": "R1", "tool_calls": [call]},
                         {"role": "tool", "content": "Doc 1(Title: T) t", "tool_call_id": "c0", "name": "search"},
+                        {"role": "assistant", "content": "", "tool_calls": [call]},
+                        {"role": "tool", "content": "Doc 2(Title: U) u", "tool_call_id": "c0", "name": "search"},
                         {"role": "assistant", "content": "draft", "reasoning_content": "R2"},
                         {"role": "user", "content": "Please continue."},
                         {"role": "assistant", "content": "Final answer: a", "reasoning_content": "R3"}]}
-    (keep,) = ChatRenderer(tiny_tokenizer).rows(copy.deepcopy(rec))
-    assert keep.checks == {"rewritten": 2, "ok": 1} and keep.history_rewritten
+    (keep,) = ChatRenderer(tiny_tokenizer, history_reasoning="keep_as_rendered").rows(copy.deepcopy(rec))
+    assert keep.checks == {"as_rendered": 3, "exact": 1}
     with pytest.raises(RecordError):
         ChatRenderer(tiny_tokenizer, history_reasoning="reject").rows(copy.deepcopy(rec))
-    rows = _masked(tiny_tokenizer, ChatRenderer(tiny_tokenizer, history_reasoning="per_turn"), rec)
+    rows = _masked(tiny_tokenizer, ChatRenderer(tiny_tokenizer), rec)
     texts = [tiny_tokenizer.decode(t) for _, t, _ in rows]
-    assert [r.checks for r, _, _ in rows] == [{"ok": 2}, {"ok": 1}]
-    assert "R1" in texts[0] and "R2" in texts[0] and "R3" not in texts[0]
-    assert texts[1] == "R3\n</think>\n\nFinal answer: a<|im_end|>"
+    call_text = '<tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call><|im_end|>'
+    # the turn without reasoning generates an empty think block, which later context doesn't show:
+    # its own row; R1's turn is still shown (with its reasoning) when R2's turn is generated: one
+    # row for both; the final turn after the 'please continue' query: its own row
+    assert texts == ["\n</think>\n\n" + call_text, "R1\n</think>\n\n" + call_text + "R2\n</think>\n\ndraft<|im_end|>",
+                     "R3\n</think>\n\nFinal answer: a<|im_end|>"]
+    assert [r.checks for r, _, _ in rows] == [{"exact": 1}, {"exact": 2}, {"exact": 1}]

@@ -121,6 +121,7 @@ def test_scripted_correct_scores_one(world, tmp_path, tiny_tokenizer):
     assert second.endswith("<|im_start|>assistant\n<think>\n")
     files = json.loads((out / "meta.json").read_text())
     assert files["backend"] == "hf" and files["seed"] == 42 and files["prompt"] == "tool_agent"
+    assert files["empty_gold_items"] == {"synthqa": 0} and files["skip_empty_golds"] is False
     ids = json.loads((out / "sampled_ids" / "synthqa.json").read_text())["ids"]
     assert sorted(ids) == sorted(r["id"] for r in rows)
     assert json.loads((out / "summary.json").read_text())["synthqa"]["em"] == 1.0

@@ -56,14 +56,16 @@ def test_revision_reaches_loader_manifest_and_cache_key(fake_hub, tmp_path):
 
 def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     from data_prep import hub
-    from launch.run import prepare_data, resolve, write_config
+    from launch import manifest as launch_manifest
+    from launch.run import data_record, prepare_data, prepare_run, resolve
 
     asked = []
     monkeypatch.setattr(hub, "resolve_revision", lambda hub_id: asked.append(hub_id) or "sha111")
     argv = ["arm=r2e", "model=tiny", "data=hub", "n=4", "data.sources.code=[r2e-gym:org/ds]", f"runs_root={tmp_path}"]
     prep = resolve(argv)
-    prepare_data(prep, log=lambda msg: None)
-    write_config(prep)
+    prepare_run(prep, log=lambda msg: None)   # as launch does: data, identity, config.yaml, then manifest.json
+    launch_manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher={"kind": "local"},
+                                   data=data_record(prep.data), identity=prep.identity)
     assert asked == ["org/ds"] and fake_hub == [("org/ds", "train", "sha111")]
     saved = OmegaConf.load(prep.run_dir / "config.yaml")
     assert list(saved.data.sources.code) == ["r2e-gym:org/ds@sha111"]

@@ -138,7 +138,9 @@ def test_changed_data_content_is_refused_for_an_unfinished_run(staged):
     (rd / "STOP_EARLY").write_text("")
     assert go() == 0
     man = json.loads((rd / "manifest.json").read_text())
-    man["identity"] = fingerprint.identity(OmegaConf.load(rd / "config.yaml"), trainer_semantics=1,
+    from sft.config import TRAINER_SEMANTICS
+
+    man["identity"] = fingerprint.identity(OmegaConf.load(rd / "config.yaml"), trainer_semantics=TRAINER_SEMANTICS,
                                            data_fingerprint="fp-of-other-data")
     (rd / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(ConfigError, match="data_fingerprint: 'fp-of-other-data' -> 'fp-r2e-0-3500'"):
@@ -146,9 +148,12 @@ def test_changed_data_content_is_refused_for_an_unfinished_run(staged):
     assert len(started) == 1
 
 
-def test_legacy_run_dir_gets_an_identity_from_its_config(staged):
+def test_legacy_run_dir_gets_an_identity_from_its_config(staged, monkeypatch):
     """A run dir made before identity was recorded (no `identity` in manifest.json)."""
+    from launch import run
+
     go, started, _, root = staged
+    monkeypatch.setattr(run, "TRAINER_SEMANTICS", fingerprint.LEGACY_TRAINER_SEMANTICS)  # made by the legacy code
     assert go() == 0
     rd = root / "r2e" / "seed0"
     man = json.loads((rd / "manifest.json").read_text())
@@ -166,6 +171,7 @@ def test_trainer_semantics_bump_is_refused_with_its_reason(staged, monkeypatch):
     from launch import run
 
     go, started, _, _ = staged
+    monkeypatch.setattr(run, "TRAINER_SEMANTICS", 1)
     assert go() == 0
     monkeypatch.setattr(run, "TRAINER_SEMANTICS", 2)
     with pytest.raises(ConfigError, match=r"code changed what this config means.*\n.*trainer_semantics: 1 -> 2"):

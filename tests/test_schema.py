@@ -125,7 +125,7 @@ def test_launch_and_sft_both_read_the_one_schema(base_cfg, monkeypatch):
 
 def test_a_run_configured_before_the_schema_keeps_its_fingerprint():
     """tests/data/pre_schema_*: the resolved config and identity recorded by the code before issue 18
-    (launch's compose + common.fingerprint at main f64a8d6). The same request composes to the same
+    (launch compose + common.fingerprint at main 2c5b919). The same request composes to the same
     config today, and both launch's and the trainer's identity of it are the recorded one, so a run
     dir made then is resumed, not refused."""
     recorded = json.loads((DATA / "pre_schema_identity.json").read_text())

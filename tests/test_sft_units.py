@@ -13,6 +13,7 @@ import torch
 from common.cli import ConfigError
 from sft import train
 from sft.checkpoint import COMPLETE, complete_states, latest_state, prune_states
+from common.schema import TRAINER_SEMANTICS
 from sft.config import load_config, save_points, schedule_steps
 from sft.data import (
     DataError, collate, epoch_order, global_batch, load_train_data, pack_best_fit_decreasing, plan_step, split_across_ranks,
@@ -30,9 +31,31 @@ def data_dir(tmp_path_factory):
 # ---------------------------------------------------------------- packing and the loss
 
 
-def test_packed_forward_equals_unpacked_per_token_loss(data_dir):
+def _packed_vs_hf_reference(model, rows) -> None:
+    """Raises AssertionError unless the packed micro-batch's per-token losses equal plain HF:
+    `model(input_ids=one sequence, labels=its labels)` (HF shifts the labels itself)."""
+    packed = collate(rows)
+    with torch.no_grad():
+        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False).logits[0]
+        ours = torch.nn.functional.cross_entropy(logits, packed.shift_labels[0], reduction="sum", ignore_index=-100)
+        ref_sum, ref_n = 0.0, 0
+        for ids, labels in rows:
+            lab = torch.as_tensor(labels, dtype=torch.long)[None]
+            n = int((lab[0, 1:] != -100).sum())
+            ref_sum += model(input_ids=torch.as_tensor(ids, dtype=torch.long)[None], labels=lab, use_cache=False).loss.item() * n
+            ref_n += n
+        assert packed.num_trainable == ref_n
+        assert ours.item() == pytest.approx(ref_sum, rel=1e-5)
+        # and the model's own loss with shift_labels + num_items_in_batch is the exact sum / N
+        loss = model(input_ids=packed.input_ids, position_ids=packed.position_ids, labels=packed.labels,
+                     shift_labels=packed.shift_labels, num_items_in_batch=packed.num_trainable, use_cache=False).loss
+        assert loss.item() == pytest.approx(ref_sum / ref_n, rel=1e-5)
+
+
+def test_packed_forward_equals_unpacked_per_token_loss(data_dir, monkeypatch):
     from transformers import AutoModelForCausalLM
 
+    import sft.data
     from common.tiny import tiny_config
 
     torch.manual_seed(0)
@@ -45,20 +68,58 @@ def test_packed_forward_equals_unpacked_per_token_loss(data_dir):
     # the last position of each sequence predicts nothing (no leak into the next sequence)
     ends = np.cumsum(packed.seq_lens) - 1
     assert (packed.shift_labels[0, ends] == -100).all()
+    _packed_vs_hf_reference(model, rows)
+    # the check can fail: without the label shift (or shifting across sequences) it does
+    monkeypatch.setattr(sft.data, "shift_per_sequence", lambda labels: np.asarray(labels).copy())
+    with pytest.raises(AssertionError):
+        _packed_vs_hf_reference(model, rows)
 
-    def per_token(mb):
-        with torch.no_grad():
-            logits = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False).logits[0]
-        return torch.nn.functional.cross_entropy(logits, mb.shift_labels[0], reduction="none", ignore_index=-100)
+    def across(labels):  # one shift over the packed row would leak into the next sequence; emulate per row
+        out = np.asarray(labels).copy()
+        out[:-1] = out[1:]
+        return out  # the last label is kept: it predicts the next sequence's first position
+    monkeypatch.setattr(sft.data, "shift_per_sequence", across)
+    with pytest.raises(AssertionError):
+        _packed_vs_hf_reference(model, rows)
 
-    separate = torch.cat([per_token(collate([r])) for r in rows])
-    together = per_token(packed)
-    torch.testing.assert_close(together, separate, rtol=1e-5, atol=1e-5)
-    # and the model's own loss with shift_labels + num_items_in_batch is the exact sum / N
-    with torch.no_grad():
-        loss = model(input_ids=packed.input_ids, position_ids=packed.position_ids, labels=packed.labels,
-                     shift_labels=packed.shift_labels, num_items_in_batch=packed.num_trainable, use_cache=False).loss
-    assert loss.item() == pytest.approx(separate.sum().item() / packed.num_trainable, rel=1e-5)
+
+def test_trainer_gradient_equals_plain_hf_reference(tmp_path, tiny_model_dir):
+    """The trainer's gradient for one global batch (records split into several rows included)
+    equals plain HF per-sequence cross-entropy summed over the batch's sequences / its trainable
+    tokens, computed here with transformers and torch only."""
+    import datasets
+    from transformers import AutoModelForCausalLM
+
+    from sft_grad_worker import global_batch_grads
+
+    src = make_dataset_dir(tmp_path / "src", n=24)
+    ds = datasets.load_from_disk(str(src))
+    out = tmp_path / "multi"
+    ds.remove_columns("id").add_column("id", _multi_row_ids(len(ds))).save_to_disk(str(out))
+    (out / "manifest.json").write_text(json.dumps({"fingerprint": "m"}))
+    cfg = write_config(tmp_path / "run", out, **{"model.path": str(tiny_model_dir), "model.init": "pretrained",
+                                                   "global_batch_size": 4, "max_tokens_per_micro_batch": 200})
+    got = global_batch_grads(cfg, [200])[200]
+    data = load_train_data(out, global_batch_size=4, max_tokens_per_micro_batch=200)
+    rows = plan_step(data, 0, rank=0, world=1, global_batch_size=4, seed=0, capacity=200).indices
+    assert len(rows) > 4  # split records: more sequences than trajectories
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32, attn_implementation="sdpa")
+    model.train()
+    total, n_total = 0.0, 0
+    for i in rows:
+        ids = torch.as_tensor(data.ds[int(i)]["input_ids"], dtype=torch.long)[None]
+        lab = torch.as_tensor(data.ds[int(i)]["labels"], dtype=torch.long)[None]
+        n = int((lab[0, 1:] != -100).sum())
+        total = total + model(input_ids=ids, labels=lab, use_cache=False).loss * n
+        n_total += n
+    (total / n_total).backward()
+    assert got["n_trainable"] == n_total and got["loss"] == pytest.approx((total / n_total).item(), rel=1e-5)
+    strip = lambda k: k.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")  # noqa: E731
+    mine = {strip(k): g for k, g in got["grads"].items()}
+    ref = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    assert mine.keys() == ref.keys()
+    for k, g in ref.items():
+        torch.testing.assert_close(mine[k], g, rtol=1e-5, atol=1e-7, msg=k)
 
 
 def test_best_fit_decreasing_and_rank_split():
@@ -83,6 +144,65 @@ def test_epoch_order_and_global_batches_deterministic():
     seen = np.concatenate([global_batch(s, n=50, global_batch_size=16, seed=1)[1] for s in range(3)])
     assert len(set(seen.tolist())) == 48  # floor(50/16)=3 steps per epoch, no repeats
     assert global_batch(3, n=50, global_batch_size=16, seed=1)[0] == 1
+
+
+def _multi_row_ids(n_rows: int) -> list[str]:
+    """Row ids where every third record was split into two or three rows (`<id>#row<k>`)."""
+    ids, r = [], 0
+    while len(ids) < n_rows:
+        k = (2 if r % 6 == 0 else 3) if r % 3 == 0 else 1
+        ids += [f"rec{r}#row{j}" for j in range(k)] if k > 1 else [f"rec{r}"]
+        r += 1
+    return ids[:n_rows]
+
+
+def test_a_step_is_global_batch_size_trajectories():
+    """3500 records, some split into several rows, still give 218 steps/epoch; each step holds
+    whole records (all their rows) and an epoch covers every row exactly once."""
+    from sft.data import TrainData
+
+    ids = []
+    for r in range(3500):
+        k = 1 + (r % 3 == 0) + (r % 6 == 0)
+        ids += [f"rec{r}#row{j}" for j in range(k)] if k > 1 else [f"rec{r}"]
+    assert len(ids) > 3500 * 1.4
+    data = TrainData(Path("x"), None, ids, np.ones(len(ids)), np.ones(len(ids)), None, 0)
+    assert data.n == 3500 and data.n_rows == len(ids)
+    cfg = type("C", (), {"train": type("T", (), {"global_batch_size": 16, "steps": None, "epochs": 2})})
+    assert schedule_steps(cfg, data.n) == (218, 436)
+    seen = []
+    for step in range(218):
+        _, traj = global_batch(step, n=data.n, global_batch_size=16, seed=0)
+        rows = data.rows_of(traj)
+        recs = {ids[i].split("#")[0] for i in rows}
+        assert len(recs) == 16  # 16 trajectories, with every row of each
+        assert sorted(rows.tolist()) == sorted(i for i, x in enumerate(ids) if x.split("#")[0] in recs)
+        seen += rows.tolist()
+    leftover = 3500 - 218 * 16
+    assert len(seen) == len(set(seen)) and len(set(seen)) <= len(ids)
+    assert len({ids[i].split("#")[0] for i in seen}) == 3500 - leftover
+
+
+def test_multi_row_trajectories_share_one_loss_denominator(tmp_path):
+    """Rows of one record in a step across ranks: the loss denominator is every trainable token
+    of the step's trajectories (all their rows)."""
+    import datasets
+
+    src = make_dataset_dir(tmp_path / "src", n=40)
+    ds = datasets.load_from_disk(str(src))
+    ids = _multi_row_ids(len(ds))
+    out = tmp_path / "multi"
+    ds.remove_columns("id").add_column("id", ids).save_to_disk(str(out))
+    (out / "manifest.json").write_text(json.dumps({"fingerprint": "m"}))
+    data = load_train_data(out, global_batch_size=4, max_tokens_per_micro_batch=128)
+    assert data.n_rows == 40 and data.n == len({i.split("#")[0] for i in ids})
+    for step in range(data.n // 4):
+        plans = [plan_step(data, step, rank=r, world=3, global_batch_size=4, seed=0, capacity=128) for r in range(3)]
+        rows = sorted(i for p in plans for i in p.indices)
+        recs = {ids[i].split("#")[0] for i in rows}
+        assert len(recs) == 4 and rows == [i for i, x in enumerate(ids) if x.split("#")[0] in recs]
+        assert all(p.global_trainable == int(data.num_trainable[rows].sum()) for p in plans)
+        assert sum(p.num_trainable for p in plans) == plans[0].global_trainable
 
 
 def test_plan_step_covers_global_batch_across_ranks(data_dir):
@@ -167,8 +287,41 @@ def test_schedule_and_save_points(tmp_path, data_dir):
     assert save_points(cfg, 218, 436) == [50, 100, 218, 436]
     assert warmup_steps(218, 0.03) == 7  # 6.54 rounded up
     f = [lr_factor(s, total=218, warmup=7, schedule="cosine", min_ratio=0.0) for s in range(218)]
-    assert f[0] == pytest.approx(1 / 7) and f[6] == 1.0 and f[7] == 1.0
+    assert f[0] == 0.0 and f[1] == pytest.approx(1 / 7) and f[7] == 1.0 and f[8] < 1.0  # peak once
     assert all(a >= b for a, b in zip(f[7:], f[8:])) and 0 < f[-1] < 1e-3
+
+
+def _lrs_used(make_scheduler, total: int) -> list[float]:
+    """The lr each optimizer step runs with (read before that step's scheduler.step())."""
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-5)
+    sched = make_scheduler(opt)
+    used = []
+    for _ in range(total):
+        used.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return used
+
+
+@pytest.mark.parametrize("total", [218, 436])
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
+def test_schedule_equals_transformers(total, schedule):
+    """The oracle is transformers' own scheduler with the Trainer's warmup count ceil(0.03 x total)."""
+    import transformers
+
+    from sft.optim import build_scheduler
+
+    warm = math.ceil(0.03 * total)
+    hf_make = {"cosine": transformers.get_cosine_schedule_with_warmup, "linear": transformers.get_linear_schedule_with_warmup,
+               "constant": lambda o, w, t: transformers.get_constant_schedule_with_warmup(o, w)}[schedule]
+    ours = _lrs_used(lambda o: build_scheduler(o, total=total, warmup_ratio=0.03, schedule=schedule, min_ratio=0.0), total)
+    ref = _lrs_used(lambda o: hf_make(o, warm, total), total)
+    assert ours == pytest.approx(ref, rel=1e-12, abs=1e-18)
+    assert ours[0] == 0.0 and ours[warm] == 1e-5
+    if schedule == "cosine":  # the min-lr variant too
+        ours = _lrs_used(lambda o: build_scheduler(o, total=total, warmup_ratio=0.03, schedule="cosine", min_ratio=0.1), total)
+        ref = _lrs_used(lambda o: transformers.get_cosine_with_min_lr_schedule_with_warmup(o, warm, total, min_lr_rate=0.1), total)
+        assert ours == pytest.approx(ref, rel=1e-12, abs=1e-18)
 
 
 # ---------------------------------------------------------------- guards, resume bookkeeping
@@ -245,7 +398,7 @@ def test_resume_refuses_a_state_of_another_identity_naming_each_key(tmp_path, da
     assert str(err.value).splitlines()[1:4] == ["  train.lr: 0.003 -> 0.0001", "  train.lr_schedule: 'cosine' -> 'constant'",
                                                 "  train.steps: 6 -> 9"]
     monkey = dict(meta, identity=dict(meta["identity"], trainer_semantics=0))
-    with pytest.raises(ConfigError, match="trainer_semantics: 0 -> 1"):
+    with pytest.raises(ConfigError, match=f"trainer_semantics: 0 -> {TRAINER_SEMANTICS}"):
         train.validate_resume_meta(monkey, old, data, tmp_path)
     assert OmegaConf.select(old.raw, "train.lr") == 3e-3
 

@@ -1,7 +1,9 @@
 """Shared finishing step of the code-trajectory readers (R2E-Gym, SWE-Gym, SWE-smith)."""
 from __future__ import annotations
 
-from data_prep.readers.common import message_list, merge_tools, tools_from_system_prompt, trim_after_finish
+from data_prep.readers.common import (
+    convert_xml_messages, message_list, merge_tools, tools_from_system_prompt, trim_after_finish, type_xml_arguments,
+)
 from data_prep.schema import RecordError, make_record
 from data_prep.terminators import ends_with_finish, extract_task
 
@@ -12,6 +14,13 @@ def split_system_tools(messages: list[dict]) -> tuple[list[dict], list[dict]]:
         prompt, specs = tools_from_system_prompt(messages[0]["content"])
         return [{"role": "system", "content": prompt}, *messages[1:]], specs
     return messages, []
+
+
+def xml_messages(raw: list, *, reasoning: str, crlf: bool = False) -> tuple[list[dict], list[dict]]:
+    """Text-form (`<function=...>`) conversation -> (canonical messages, tool specs from the
+    system prompt), call parameters typed by those specs."""
+    msgs, specs = split_system_tools(convert_xml_messages(raw, reasoning=reasoning, crlf=crlf))
+    return type_xml_arguments(msgs, specs), specs
 
 
 def code_record(rid: str, source: str, messages: list[dict], tools: list[dict]) -> dict:

@@ -32,18 +32,43 @@ def thought_message(thought: str, reasoning: str) -> dict:
     return msg
 
 
-def _param_value(raw: str) -> Any:
-    """XML parameter text -> value. OpenHands wraps multi-line values in newlines (one stripped
-    each side); JSON arrays/objects (e.g. `view_range`) are parsed, everything else stays a str."""
+def _param_value(raw: str) -> str:
+    """XML parameter text -> its string value. OpenHands wraps multi-line values in newlines (one
+    stripped each side); nothing else is touched (typing happens against the tool's schema, see
+    `type_xml_arguments`)."""
     val = raw[1:] if raw.startswith("\n") else raw
-    val = val[:-1] if val.endswith("\n") else val
-    s = val.strip()
-    if s[:1] in "[{" and s[-1:] in "]}":
-        try:
-            return json.loads(s)
-        except json.JSONDecodeError:
-            pass
-    return val
+    return val[:-1] if val.endswith("\n") else val
+
+
+_DECODED_TYPES = {"integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
+
+
+def _declared_type(spec: dict | None, param: str) -> str | None:
+    prop = (((spec or {}).get("parameters") or {}).get("properties") or {}).get(param) or {}
+    t = prop.get("type")
+    return t if isinstance(t, str) else None
+
+
+def type_xml_arguments(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """Type XML-text call parameters by the tool's declared schema: a parameter declared as a
+    non-string JSON type (integer, number, boolean, array, object) is JSON-decoded when its text
+    decodes to that type; string parameters and parameters with no declared schema stay the
+    byte-exact text the model wrote (a `new_str` that looks like JSON stays that text)."""
+    specs = {t["function"]["name"]: t["function"] for t in tools if isinstance(t.get("function"), dict)}
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            fn = c["function"]
+            for k, v in list(fn["arguments"].items()):
+                want = _declared_type(specs.get(fn["name"]), k)
+                if want not in _DECODED_TYPES or not isinstance(v, str):
+                    continue
+                try:
+                    val = json.loads(v)
+                except json.JSONDecodeError:
+                    continue  # kept as written; the template renders it as a string
+                if isinstance(val, _DECODED_TYPES[want]) and not (want != "boolean" and isinstance(val, bool)):
+                    fn["arguments"][k] = val
+    return messages
 
 
 def parse_xml_calls(text: str) -> tuple[str, list[tuple[str, dict]]]:
@@ -89,7 +114,9 @@ def convert_xml_messages(
 ) -> list[dict]:
     """Text-form agent conversation (calls as `<function=...>` XML, observations as user turns)
     -> canonical messages. A user turn right after an assistant call is that call's observation
-    (role `tool`); any other user turn stays a user turn (e.g. "please continue" nudges)."""
+    (role `tool`); any other user turn stays a user turn (e.g. "please continue" nudges).
+    Call parameters come back as strings: type them with `type_xml_arguments` once the tools'
+    schemas are known. `crlf`: CRLF line ends of observations become LF."""
     if not isinstance(messages, list) or not messages:
         raise RecordError("empty_conversation")
     out: list[dict] = []
@@ -100,7 +127,7 @@ def convert_xml_messages(
             raise RecordError("bad_message", f"message {i} is {type(m).__name__}")
         role = m.get("role")
         content = require_str(m.get("content"), f"message {i} ({role})")
-        if crlf:
+        if crlf and role != "assistant":  # tool output; what the model wrote stays byte-exact
             content = content.replace("\r\n", "\n")
         if role == "system":
             out.append({"role": "system", "content": content})

@@ -2,12 +2,11 @@
 turns, the problem statement in `<github_issue>` of the first user turn."""
 from __future__ import annotations
 
-from data_prep.readers.code import code_record, row_messages, split_system_tools
-from data_prep.readers.common import convert_xml_messages
+from data_prep.readers.code import code_record, row_messages, xml_messages
 
 SOURCE = "r2e-gym"
 
 
 def parse(row: dict, *, rid: str, reasoning: str) -> dict:
-    msgs, specs = split_system_tools(convert_xml_messages(row_messages(row), reasoning=reasoning))
+    msgs, specs = xml_messages(row_messages(row), reasoning=reasoning)
     return code_record(rid, SOURCE, msgs, specs)

@@ -5,8 +5,8 @@
   a `tools` column whose parquet union structs carry nulls (stripped)."""
 from __future__ import annotations
 
-from data_prep.readers.code import code_record, is_native, row_messages, split_system_tools
-from data_prep.readers.common import convert_native_messages, convert_xml_messages
+from data_prep.readers.code import code_record, is_native, row_messages, xml_messages
+from data_prep.readers.common import convert_native_messages
 from data_prep.schema import strip_none
 
 SOURCE = "swe-gym"
@@ -17,5 +17,5 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
     if is_native(raw):
         msgs = convert_native_messages(raw, reasoning=reasoning)
         return code_record(rid, SOURCE, msgs, strip_none(row.get("tools") or []))
-    msgs, specs = split_system_tools(convert_xml_messages(raw, reasoning=reasoning, crlf=True))
+    msgs, specs = xml_messages(raw, reasoning=reasoning, crlf=True)
     return code_record(rid, SOURCE, msgs, specs)

@@ -3,8 +3,8 @@ with CRLF tool output, `<function=submit>` at the end) and the `tool` split (nat
 `messages` stored as a JSON string, no tool schemas: they are inferred from the calls)."""
 from __future__ import annotations
 
-from data_prep.readers.code import code_record, is_native, row_messages, split_system_tools
-from data_prep.readers.common import convert_native_messages, convert_xml_messages
+from data_prep.readers.code import code_record, is_native, row_messages, xml_messages
+from data_prep.readers.common import convert_native_messages
 
 SOURCE = "swe-smith"
 
@@ -17,5 +17,5 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
             if m["role"] == "tool":
                 m["content"] = m["content"].replace("\r\n", "\n")
         return code_record(rid, SOURCE, msgs, [])
-    msgs, specs = split_system_tools(convert_xml_messages(raw, reasoning=reasoning, crlf=True))
+    msgs, specs = xml_messages(raw, reasoning=reasoning, crlf=True)
     return code_record(rid, SOURCE, msgs, specs)
