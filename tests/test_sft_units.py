@@ -13,7 +13,7 @@ import torch
 from common.cli import ConfigError
 from sft import train
 from sft.checkpoint import COMPLETE, complete_states, latest_state, prune_states
-from sft.config import load_config, save_points, schedule_steps
+from sft.config import TRAINER_SEMANTICS, load_config, save_points, schedule_steps
 from sft.data import (
     DataError, collate, epoch_order, global_batch, load_train_data, pack_best_fit_decreasing, plan_step, split_across_ranks,
 )
@@ -397,7 +397,7 @@ def test_resume_refuses_a_state_of_another_identity_naming_each_key(tmp_path, da
     assert str(err.value).splitlines()[1:4] == ["  train.lr: 0.003 -> 0.0001", "  train.lr_schedule: 'cosine' -> 'constant'",
                                                 "  train.steps: 6 -> 9"]
     monkey = dict(meta, identity=dict(meta["identity"], trainer_semantics=0))
-    with pytest.raises(ConfigError, match="trainer_semantics: 0 -> 1"):
+    with pytest.raises(ConfigError, match=f"trainer_semantics: 0 -> {TRAINER_SEMANTICS}"):
         train.validate_resume_meta(monkey, old, data, tmp_path)
     assert OmegaConf.select(old.raw, "train.lr") == 3e-3
 
