@@ -11,7 +11,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[dev,babyai]"
+	$(BIN)/pip install --quiet -e ".[dev,rl,babyai]"
 	touch $@
 
 venv: $(BIN)/.installed

@@ -5,6 +5,8 @@
     launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...
     launch show arm=r2e model=tiny [recipe=my.yaml] ...   # the composed recipe, each value's origin
     launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
+    launch stage=grpo task=spa|qa [model=...] [model.path=<SFT checkpoint> name=...] steps=250 ...
+           (GRPO with LoRA, rl/; the default stage is sft)
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import flat_keys, run_cli, wants_help
+from common.cli import ConfigError, flat_keys, run_cli, wants_help
 from launch.compose import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
 
+STAGES = ("sft", "grpo")
 MAIN_PREFIXES = ("arm", "seed", "name", "runs_root", "run_dir", "resume", "model.", "data.kind", "data.n", "data.epilogue",
                  "data.max_seq_len", "data.history_reasoning", "data.thoughts", "data.decontam_bench_root",
                  "data.cache_root", "data.dir", "train.", "logging.wandb", "launcher.")
@@ -50,10 +53,31 @@ def help_text() -> str:
     return "\n".join(lines)
 
 
+def _stage(argv: list[str]) -> tuple[str, list[str]]:
+    """(`stage=` value, argv without it); the default stage is sft, so SFT commands are unchanged."""
+    stage, rest = "sft", []
+    for tok in argv:
+        key, _, value = tok.partition("=")
+        if key.strip() == "stage" and "=" in tok:
+            stage = value.strip()
+        else:
+            rest.append(tok)
+    if stage not in STAGES:
+        raise ConfigError(f"stage={stage!r} is not a stage; choices: {', '.join(STAGES)}")
+    return stage, rest
+
+
 def launch_main(argv: list[str]) -> int:
     if wants_help(argv):
         print(help_text())
         return 0
+    stage, argv = _stage(argv)
+    if stage == "grpo":
+        if argv and argv[0] in ("sweep", "show"):
+            raise ConfigError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
+        from rl.launch import launch_grpo
+
+        return launch_grpo(argv)
     if argv and argv[0] == "show":
         from launch.show import show_main
 

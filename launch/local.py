@@ -57,12 +57,14 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
         raise ConfigError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
 
 
-def torchrun_command(config_path: str | Path, nproc: int, python: str = sys.executable) -> list[str]:
-    """The single-node torchrun command; `--standalone` picks a free rendezvous port."""
+def torchrun_command(config_path: str | Path, nproc: int, python: str = sys.executable,
+                     module: str = "sft.train") -> list[str]:
+    """The single-node torchrun command; `--standalone` picks a free rendezvous port.
+    `module` is the trainer (`sft.train`, or `rl.train` for stage=grpo)."""
     return [
         python, "-m", "torch.distributed.run",
         "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
-        "-m", "sft.train", str(config_path),
+        "-m", module, str(config_path),
     ]
 
 

@@ -269,13 +269,24 @@ def launch_one(argv: list[str], **cache_kw) -> int:
         if cfg.launcher.kind == "slurm":
             return submit_slurm(prep, argv)
         cmd = local.torchrun_command(config_path, prep.nproc)
-        launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
-        manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher,
-                                data=data_record(prep.data), identity=prep.identity)
-        print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-        rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO)
+        rc, log = train_here(prep, argv, cmd, data_record(prep.data))
     finally:
         os.close(held)
+    return report_end(rd, rc, log)
+
+
+def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> tuple[int, Path]:
+    """Record this launch (and the run identity) in manifest.json, then run the trainer command here;
+    (exit code, log file). Shared by the SFT and GRPO (rl.launch) local paths."""
+    rd = prep.run_dir
+    launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
+    manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
+                            identity=prep.identity)
+    print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
+    return local.run_logged(cmd, rd / "logs", cwd=REPO)
+
+
+def report_end(rd: Path, rc: int, log: Path) -> int:
     state = "finished" if is_finished(rd) else f"stopped (exit {rc}); re-run the same command to resume"
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc

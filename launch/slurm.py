@@ -99,13 +99,14 @@ def _header(spec: SlurmSpec, command: str) -> list[str]:
     return lines
 
 
-def _body(spec: SlurmSpec, repo: str, python: str) -> list[str]:
-    """Everything after `RUN_DIR` is set: one segment of the run, then requeue or finish."""
+def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") -> list[str]:
+    """Everything after `RUN_DIR` is set: one segment of the run, then requeue or finish.
+    `module` is the trainer torchrun starts (`sft.train`, or `rl.train` for stage=grpo)."""
     node_cmd = (
         "trap \"\" USR1; exec \"$0\" -m torch.distributed.run"
         f" --nnodes={spec.nodes} --nproc_per_node={spec.nproc_per_node}"
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
-        " -m sft.train \"$2\""
+        f" -m {module} \"$2\""
     )
     # Environment scripts (conda activate, module load) often read unset variables: not under `set -u`.
     setup = ["set +u  # launcher.setup", *spec.setup.strip().splitlines(), "set -u  # end of launcher.setup"] \
@@ -136,9 +137,10 @@ def _body(spec: SlurmSpec, repo: str, python: str) -> list[str]:
     ]
 
 
-def render_run_script(spec: SlurmSpec, run_dir: str, repo: str, python: str, command: str) -> str:
+def render_run_script(spec: SlurmSpec, run_dir: str, repo: str, python: str, command: str,
+                      module: str = "sft.train") -> str:
     lines = _header(spec, command) + ["", "set -uo pipefail", f"RUN_DIR={shlex.quote(run_dir)}"]
-    return "\n".join(lines + _body(spec, repo, python)) + "\n"
+    return "\n".join(lines + _body(spec, repo, python, module)) + "\n"
 
 
 def render_array_script(spec: SlurmSpec, run_dirs: list[str], repo: str, python: str, command: str) -> str:

@@ -1,0 +1,119 @@
+"""The chat side of GRPO under TRL 1.16: a training template TRL accepts, and the tool-call parser.
+
+Why a training template. TRL's multi-turn loop builds each next prompt by concatenating token ids
+(prompt + generated completion + the rendered tool turn), and it refuses a template that is not
+*prefix-preserving* (an earlier turn must render the same once more messages follow) unless it is one
+of the templates it knows how to patch. The Qwen3 templates (Qwen3-4B-Thinking-2507's, the hybrid
+Qwen3-4B's, and the tiny models', which is the Thinking-2507 one) are not prefix-preserving: the
+`<think>…</think>` block of an assistant turn after the last user query is rendered when the turn is
+the last message or has reasoning, and dropped otherwise. TRL knows the hybrid template but patches
+it into a different rendering; it does not know the Thinking-2507 one and raises.
+
+`training_template` makes that one condition unconditional: every assistant turn after the last user
+query renders its think block. For every conversation whose assistant turns carry reasoning (what a
+rollout of a thinking model produces: the generation prompt opens `<think>`), the training template
+renders byte for byte what the model's own template renders (tests/test_rl_units.py checks every
+prompt TRL builds over 20+ episodes). The one case they differ is an assistant turn with *empty*
+reasoning that is not the last message: the own template drops its (empty) think block, the training
+template keeps it — which is what the model actually generated and what TRL's token concatenation
+holds. The training template only lives on the tokenizer object the trainer uses; checkpoints copy the
+original tokenizer files (rl.checkpoint), so they keep the model's own template.
+
+Why our parser. TRL parses completions with `tokenizer.parse_response` and a pattern per known
+template; an unknown template raises, and TRL's Llama-3.1 pattern needs the call's closing brace
+right before the end-of-turn token (a model that continues, or ends a call with `<|eom_id|>`, is
+silently read as a final answer). `install` binds `parse_response` to `evals.toolcalls` — the parser
+evals uses, one implementation — so training and evaluation read a completion the same way.
+A completion whose call markup does not parse ends the rollout (TRL treats a turn without calls as
+final); the errors are kept on the message under `tool_call_errors` and counted in metrics.jsonl,
+never dropped silently.
+"""
+from __future__ import annotations
+
+import types
+
+from evals.agent import split_reasoning
+from evals.toolcalls import detect_style, parse_tool_calls, strip_tool_calls
+
+# (the own template's text, its training-side replacement). Applied only when present.
+_QWEN3_THINK_CONDITION = "{%- if loop.last or (not loop.last and reasoning_content) %}"
+PATCHES = ((_QWEN3_THINK_CONDITION, "{%- if true %}"),)
+
+# Tokens that end a generated turn; stripped before parsing (the template re-adds its own).
+_END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+
+
+class TemplateError(ValueError):
+    """The model's chat template can't be used for multi-turn GRPO (the message says why)."""
+
+
+def training_template(own: str) -> str:
+    """The training-side template for the model's own template `own` (unchanged if no patch applies)."""
+    out = own
+    for old, new in PATCHES:
+        out = out.replace(old, new)
+    return out
+
+
+def check_template(tokenizer, template: str) -> None:
+    """TRL's own acceptance checks, run on `template`: tool calls render, prefixes are preserved."""
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+
+    saved = tokenizer.chat_template
+    tokenizer.chat_template = template
+    try:
+        if not supports_tool_calling(tokenizer):
+            raise TemplateError("the chat template cannot render a tool-calling conversation "
+                                "(user -> assistant with tool_calls -> tool), which GRPO with tools needs")
+        if not is_chat_template_prefix_preserving(tokenizer):
+            raise TemplateError("the chat template is not prefix-preserving and rl.chat has no patch for it "
+                                "(add one to rl.chat.PATCHES and a parity test)")
+    finally:
+        tokenizer.chat_template = saved
+
+
+def parse_completion(text: str, style: str) -> dict:
+    """One generated assistant turn (decoded with special tokens) as a chat message:
+    {"role", "content", ["reasoning_content"], ["tool_calls"], ["tool_call_errors"]}."""
+    text = text.rstrip()
+    changed = True
+    while changed:
+        changed = False
+        for marker in _END_MARKERS:
+            if text.endswith(marker):
+                text, changed = text[: -len(marker)].rstrip(), True
+    msg: dict = {"role": "assistant"}
+    if style == "qwen3" and "</think>" in text:
+        msg["reasoning_content"], text = split_reasoning(text)
+    calls, errors = parse_tool_calls(text, style)
+    if calls and not errors:
+        msg["content"] = strip_tool_calls(text, style)
+        msg["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                             for c in calls]
+    else:
+        msg["content"] = text.strip()
+        if errors:
+            msg["tool_call_errors"] = errors
+    return msg
+
+
+def install(tokenizer) -> dict:
+    """Prepare `tokenizer` (the trainer's copy) for TRL: training template + our parser.
+    Returns {"style", "own_template", "training_template", "patched"}."""
+    own = tokenizer.chat_template
+    if isinstance(own, dict):
+        own = own.get("default")
+    if not isinstance(own, str) or not own:
+        raise TemplateError("the tokenizer has no chat template")
+    style = detect_style(own)
+    train = training_template(own)
+    check_template(tokenizer, train)
+    tokenizer.chat_template = train
+
+    def parse_response(self, ids, prefix=None, tools=None):  # the signature TRL calls
+        return parse_completion(self.decode(list(ids), skip_special_tokens=False), style)
+
+    tokenizer.parse_response = types.MethodType(parse_response, tokenizer)
+    # TRL only looks up its own pattern when neither attribute is set; this marks ours as in place.
+    tokenizer.response_template = {"parser": f"evals.toolcalls:{style}"}
+    return {"style": style, "own_template": own, "training_template": train, "patched": train != own}

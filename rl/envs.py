@@ -1,0 +1,132 @@
+"""The two GRPO tasks as TRL environments, their reward functions and their training-row streams.
+
+TRL 1.16 (`GRPOTrainer.__init__`, `_generate_and_score_completions`) lists the environment's tools
+with `inspect.getmembers(type(env), predicate=inspect.isfunction)`: every public *function on the
+class* except `reset` and `get_reward`; when the class defines `get_reward`, TRL adds it as a reward
+(weight 1, named after the class). Before 1.15 it listed the bound methods of the *instance*, which
+would also expose `SearchPlanActEnv`'s Python API; the pin in pyproject.toml (`trl==1.16.0`) and
+tests/test_rl_units.py keep that out.
+
+    spa  `envs.search_plan_act.SearchPlanActEnv` itself: exactly its five tools; reward = the env's
+         total (`get_reward`), each component (outcome / grounding / stop) logged as a zero-weight
+         reward. Rows: train-split task seeds from the stream `grpo-train`, offset by 2**31 so they
+         can never equal an SFT-export or eval seed (those are drawn from range(2**31)).
+    qa   `QaEnv`: one `search` tool over an evals retriever (BM25 over a wiki-18 corpus or
+         `serve-retriever`), rendered to the model exactly as `data_prep.schema.SEARCH_TOOL`.
+         Reward = EM of the `evals.extract` answer of the last assistant turn under
+         `evals.metrics` (F1 logged at weight 0). Rows: a FlashRAG-format question file.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from envs.search_plan_act import SearchPlanActEnv
+from envs.search_plan_act.goals import episode_seeds
+from evals.benches import read_bench_file
+from evals.extract import extract_answer
+from evals.metrics import exact_match, f1
+from evals.prompts import initial_messages
+from evals.retrievers import format_docs
+
+TASKS = ("spa", "qa")
+SPA_SEED_OFFSET = 2**31
+SPA_STREAM = "grpo-train"
+SPA_COMPONENTS = ("outcome", "grounding", "stop")
+QA_PROMPT = "tool_agent"
+
+
+# ---------------------------------------------------------------- spa
+
+
+def spa_rows(seed: int, start: int, n: int, split: str = "train") -> list[dict]:
+    """Rows `start .. start+n-1` of the run's task stream (resuming continues the same stream)."""
+    seeds = episode_seeds(seed, start + n, SPA_STREAM)[start:]
+    prompt = initial_messages(QA_PROMPT, "", task="ood")  # evals' search_plan_ood prompt; reset appends the task
+    return [{"prompt": prompt, "seed": SPA_SEED_OFFSET + s, "split": split} for s in seeds]
+
+
+def _component(name: str) -> Callable:
+    def reward(environments=None, **_) -> list[float]:
+        return [float(env.reward_components()[name]) for env in environments]
+
+    reward.__name__ = name
+    return reward
+
+
+def spa_reward_funcs() -> tuple[list[Callable], list[float]]:
+    """The logged components at weight 0; TRL adds `SearchPlanActEnv.get_reward` (the total) at weight 1."""
+    return [_component(c) for c in SPA_COMPONENTS], [0.0] * len(SPA_COMPONENTS)
+
+
+# ---------------------------------------------------------------- qa
+
+
+class QaEnv:
+    """A `search` tool over a retriever. Use `qa_env_factory` (TRL calls the factory with no args)."""
+
+    retriever = None
+    topk = 3
+
+    def reset(self, **row):
+        """Start an episode; the question is already in the row's prompt, so nothing is appended."""
+        self.queries: list[str] = []
+
+    def search(self, query: str):
+        """Search the document corpus. Returns the top documents as lines `Doc i(Title: T) text`.
+
+        Args:
+            query: The search query.
+        """
+        if not isinstance(query, str) or not query.strip():
+            return "Error: search needs a non-empty string argument \"query\"."
+        self.queries.append(query)
+        return format_docs(self.retriever.search([query], self.topk)[0])
+
+
+def qa_env_factory(retriever, topk: int) -> type:
+    """A QaEnv subclass bound to `retriever` (the class is the factory TRL calls)."""
+    return type("QaEnv", (QaEnv,), {"retriever": retriever, "topk": int(topk)})
+
+
+def final_content(completion: list[dict]) -> str:
+    """The content of the rollout's last assistant turn (where evals reads the answer)."""
+    for msg in reversed(completion):
+        if msg.get("role") == "assistant":
+            return msg.get("content") or ""
+    return ""
+
+
+def _qa_metric(name: str, metric: Callable) -> Callable:
+    def reward(completions, golden_answers, **_) -> list[float]:
+        return [metric(extract_answer(final_content(c))[0], g) for c, g in zip(completions, golden_answers)]
+
+    reward.__name__ = name
+    return reward
+
+
+def qa_reward_funcs() -> tuple[list[Callable], list[float]]:
+    """EM (weight 1, the reward) and F1 (weight 0, logged), both from evals.metrics."""
+    return [_qa_metric("em", exact_match), _qa_metric("f1", f1)], [1.0, 0.0]
+
+
+def qa_rows(path: str, start: int, n: int) -> list[dict]:
+    """Rows `start .. start+n-1` of the question file, cycling (epochs) when the file runs out."""
+    items = read_bench_file(path, "train")
+    rows = []
+    for k in range(start, start + n):
+        it = items[k % len(items)]
+        rows.append({"prompt": initial_messages(QA_PROMPT, it.question), "golden_answers": list(it.golden_answers),
+                     "id": it.id})
+    return rows
+
+
+def environment_for(task: str, *, retriever=None, topk: int = 3) -> type:
+    if task == "spa":
+        return SearchPlanActEnv
+    if task == "qa":
+        return qa_env_factory(retriever, topk)
+    raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+
+
+def reward_funcs_for(task: str) -> tuple[list[Callable], list[float]]:
+    return spa_reward_funcs() if task == "spa" else qa_reward_funcs()

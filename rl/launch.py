@@ -1,0 +1,115 @@
+"""`launch stage=grpo task=spa|qa model=<recipe> ...`: the GRPO run, with SFT's launchers.
+
+Same order as an SFT launch (launch.run): compose and check everything cheap first (keys, values, a
+GPU-only model on a CPU machine, resume=never over a started run, the adversarial pilot for
+task=spa), then lock the run directory, write config.yaml and manifest.json, and start
+`torchrun ... -m rl.train <run_dir>/config.yaml` here or submit the same sbatch script SFT uses
+(its trainer module switched to rl.train). There is no dataset to build: the environment is the data.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from omegaconf import OmegaConf
+
+from launch import local, manifest, run, slurm
+from launch.run import REPO, Prepared, is_finished, lock_run_dir, write_config
+from rl.config import compose_grpo, parent_run, planned_saves, run_dir
+
+MODULE = "rl.train"
+
+
+def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
+    """Compose, refuse a request whose run identity (common.fingerprint over every config key:
+    task, LoRA, GRPO settings, env split) differs from the run dir's, check the hardware, fill the
+    derived values."""
+    composed = compose_grpo(argv)
+    cfg = composed.cfg
+    rd = run_dir(cfg)
+    identity = run.check_identity(rd, cfg)
+    if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
+        local.check_hardware(cfg, composed.choices["model"], gpus)
+    nproc = local.resolve_nproc(cfg, gpus)
+    cfg.run_dir = str(rd)
+    cfg.runs_root = str(os.path.abspath(os.path.expanduser(str(cfg.runs_root))))
+    cfg.launcher.nproc = nproc
+    if cfg.logging.name is None:
+        cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
+    prep = Prepared(composed=composed, run_dir=rd, nproc=nproc)
+    prep.identity = identity
+    return prep
+
+
+def sbatch_script(prep: Prepared, argv: list[str]) -> str:
+    cfg = prep.cfg
+    spec = slurm.spec_from_config(cfg, job_name=f"dtsft-{cfg.logging.name}",
+                                  output=str(prep.run_dir / "logs" / "slurm-%j.out"), nproc=prep.nproc)
+    return slurm.render_run_script(spec, str(prep.run_dir), str(REPO), sys.executable,
+                                   shlex.join(["launch", "stage=grpo", *argv]), module=MODULE)
+
+
+def pilot_refusal(cfg) -> str | None:
+    if cfg.task != "spa":
+        return None
+    from rl.train import pilot_guard
+
+    return pilot_guard(cfg)
+
+
+def start_record(cfg) -> dict:
+    """What the run starts from (manifest `data` entry): the model and, for an SFT start, its run."""
+    return {"task": str(cfg.task), "start_model": str(cfg.model.path), "parent": parent_run(str(cfg.model.path))}
+
+
+def launch_grpo(argv: list[str]) -> int:
+    prep = resolve(argv)
+    cfg, rd = prep.cfg, prep.run_dir
+    if is_finished(rd) and cfg.resume != "never":
+        print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
+              f"{', '.join(sorted(p.name for p in (rd / 'checkpoints').glob('step-*'))) or 'none'}")
+        return 0
+    print(f"[launch] stage=grpo {prep.composed.choices} -> {rd}\n"
+          f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
+          f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)")
+    if cfg.launcher.dry_run:
+        print("# resolved config.yaml")
+        print(OmegaConf.to_yaml(cfg))
+        print("# local command (launcher=local)")
+        print(shlex.join(local.torchrun_command(rd / "config.yaml", prep.nproc, module=MODULE)))
+        print(f"# Slurm script (launcher=slurm; {rd / 'launch.sbatch'}, not written: dry_run=true)")
+        print(sbatch_script(prep, argv))
+        return 0
+    table = pilot_refusal(cfg)
+    if table:
+        print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
+              f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)
+        return 2
+    if cfg.resume == "never" and rd.exists():
+        held = lock_run_dir(rd)  # never rename a run dir a launch or a trainer is using
+        try:
+            run.start_over(rd)
+        finally:
+            os.close(held)
+    held = lock_run_dir(rd)
+    try:
+        if cfg.launcher.kind == "slurm":
+            slurm.check_not_queued(rd)
+        config_path = write_config(prep)
+        if cfg.launcher.kind == "slurm":
+            path = rd / "launch.sbatch"
+            path.write_text(sbatch_script(prep, argv), encoding="utf-8")
+            (rd / "logs").mkdir(exist_ok=True)
+            job = slurm.submit(path)
+            launcher = {"kind": "slurm", "nodes": cfg.launcher.nodes, "gpus_per_node": cfg.launcher.gpus_per_node,
+                        "script": str(path), "job_id": job}
+            manifest.write_manifest(rd, argv=["stage=grpo", *argv], choices=prep.composed.choices, launcher=launcher,
+                                    data=start_record(cfg), identity=prep.identity)
+            print(f"[launch] submitted {path} as Slurm job {job}")
+            return 0
+        cmd = local.torchrun_command(config_path, prep.nproc, module=MODULE)
+        rc, log = run.train_here(prep, ["stage=grpo", *argv], cmd, start_record(cfg))
+    finally:
+        os.close(held)
+    return run.report_end(rd, rc, log)

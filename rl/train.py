@@ -1,0 +1,428 @@
+"""The GRPO trainer: `python -m rl.train <run_dir>/config.yaml`, started by launch under torchrun.
+
+TRL's GRPOTrainer (a transformers Trainer) does generation, the multi-turn tool loop over the
+environment, rewards, the GRPO loss and the LoRA update; it runs on `accelerate`'s process state,
+which under torchrun picks up RANK/WORLD_SIZE itself (no `accelerate launch`). This module adds what
+a run directory needs around it:
+
+1. `checkpoints/step-000000`: the starting model (rl.checkpoint), from which training loads;
+2. the adversarial pilot guard (task=spa): a reward that a scripted hack can farm within the
+   required margin of genuine play is refused (exit 2, the pilot table);
+3. LoRA (r, alpha, the seven projections) on the policy; TRL's tool-calling loop with the
+   training-side chat template and the evals tool-call parser (rl.chat);
+4. per step: `metrics.jsonl` (loss, lr, reward and each component, tool calls per rollout, tool
+   failures, completion length, KL when beta > 0, tokens/s), `rollouts/step-NNNNNN.jsonl` (sampled
+   transcripts with rewards), merged checkpoints at the save steps, resumable `state/`;
+5. SIGTERM / SIGUSR1: state at the next step boundary, exit 0; the next launch continues at the next
+   step (bitwise reproduction is not expected: sampling RNG differs across a resume boundary in
+   multi-process runs, and generation is sampled);
+6. `DONE` after the final step.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from common import fingerprint
+from common.io import check_sha256sums, write_json
+from rl import chat, checkpoint as rlck
+from rl.config import planned_saves
+from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
+from sft.checkpoint import PreemptionFlag, step_name
+from sft.metrics import MetricsLog, Wandb
+from sft.train import identity_error, take_run_lock
+
+log = logging.getLogger("rl.train")
+
+
+def load_config(path: str | Path) -> DictConfig:
+    return OmegaConf.load(path)
+
+
+def on_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def training_dtype(cfg: DictConfig) -> torch.dtype:
+    p = cfg.train.precision
+    if p == "auto":
+        p = "bf16" if on_gpu() else "fp32"
+    return torch.bfloat16 if p == "bf16" else torch.float32
+
+
+def use_vllm(cfg: DictConfig) -> bool:
+    import importlib.util
+
+    v = cfg.grpo.use_vllm
+    if v == "auto":
+        return on_gpu() and importlib.util.find_spec("vllm") is not None
+    return bool(v)
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def prompts_per_step(cfg: DictConfig) -> int:
+    return int(cfg.grpo.completions_per_step) // int(cfg.grpo.num_generations)
+
+
+def rows(cfg: DictConfig, start_step: int, steps: int) -> list[dict]:
+    """The training rows of steps start_step+1 .. start_step+steps (one generation batch per step)."""
+    k = prompts_per_step(cfg)
+    if cfg.task == "spa":
+        return spa_rows(int(cfg.seed), start_step * k, steps * k, split=str(cfg.grpo.split))
+    return qa_rows(str(cfg.grpo.prompts_file), start_step * k, steps * k)
+
+
+def pilot_guard(cfg: DictConfig) -> str | None:
+    """None when the reward passes the adversarial pilot on the training split, else the table."""
+    from envs.search_plan_act import run_pilot
+
+    res = run_pilot(split=str(cfg.grpo.split), tasks=int(cfg.grpo.pilot_tasks), seed=int(cfg.seed), progress=False)
+    return None if res.ok else res.table()
+
+
+def make_retriever(cfg: DictConfig):
+    from evals.retrievers import make_retriever as _make
+
+    return _make(OmegaConf.create({"retriever": cfg.grpo.retriever, "corpus": cfg.grpo.corpus, "index_dir": None,
+                                   "retriever_url": cfg.grpo.retriever_url, "retriever_timeout": 30.0,
+                                   "retriever_retries": 3}))
+
+
+def grpo_args(cfg: DictConfig, rd: Path, steps: int):
+    from trl import GRPOConfig
+
+    g, t = cfg.grpo, cfg.train
+    per_device = int(g.completions_per_step) // (world_size() * int(g.grad_accum))
+    if per_device * world_size() * int(g.grad_accum) != int(g.completions_per_step):
+        raise ValueError(f"grpo.completions_per_step={g.completions_per_step} is not divisible by "
+                         f"world size {world_size()} x grpo.grad_accum={g.grad_accum}")
+    vllm = use_vllm(cfg)
+    return GRPOConfig(
+        output_dir=str(rd / "trl"), use_cpu=not on_gpu(), bf16=training_dtype(cfg) == torch.bfloat16,
+        max_steps=steps, per_device_train_batch_size=per_device, gradient_accumulation_steps=int(g.grad_accum),
+        num_generations=int(g.num_generations), max_completion_length=int(g.max_completion_length),
+        max_tool_calling_iterations=int(g.max_turns), temperature=float(g.temperature), beta=float(g.beta),
+        loss_type=str(g.loss_type), learning_rate=float(t.lr), lr_scheduler_type="constant", warmup_steps=0,
+        adam_beta1=float(t.betas[0]), adam_beta2=float(t.betas[1]), adam_epsilon=float(t.eps),
+        weight_decay=float(t.weight_decay), max_grad_norm=float(t.grad_clip) if t.grad_clip else 0.0,
+        gradient_checkpointing=bool(t.activation_checkpointing), shuffle_dataset=False, seed=int(cfg.seed),
+        logging_steps=1, save_strategy="no", report_to=[],  # metrics.jsonl + wandb through sft.metrics
+        use_vllm=vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=float(g.vllm_gpu_memory_utilization),
+        disable_tqdm=True,
+    )
+
+
+def lora_config(cfg: DictConfig):
+    from peft import LoraConfig
+
+    alpha = float(cfg.lora.alpha)
+    return LoraConfig(r=int(cfg.lora.r), lora_alpha=int(alpha) if alpha.is_integer() else alpha,
+                      lora_dropout=float(cfg.lora.dropout), target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
+
+
+def wandb_spec(cfg: DictConfig):
+    """The run's wandb spec (common.tracking): `logging.name`, tagged arm/seed/model/stage=grpo."""
+    if not cfg.logging.wandb:
+        return None
+    from common.tracking import run_spec, run_tags
+
+    return run_spec(OmegaConf.to_container(cfg.logging, resolve=True), name=str(cfg.logging.name),
+                    runs_root=str(cfg.runs_root),
+                    tags=run_tags(arm=str(cfg.arm), seed=int(cfg.seed), model=str(cfg.model.name), stage="grpo"))
+
+
+def run_identity(cfg: DictConfig) -> dict:
+    """The run identity (common.fingerprint over every result-changing key of config.yaml: task,
+    LoRA, GRPO settings, env split, model, seed), as launch computes it for the run dir."""
+    from common import fingerprint
+    from sft.config import TRAINER_SEMANTICS
+
+    return fingerprint.identity(cfg, trainer_semantics=TRAINER_SEMANTICS)
+
+
+def _trainer_class():
+    from trl import GRPOTrainer
+
+    class DtsftGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer that keeps a sample of each step's rollouts (transcripts + rewards) for auditing."""
+
+        rollouts_logged = 0
+        last_rollouts: tuple = ()
+        last_parse_failures = 0
+        last_tool_errors = 0.0
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            n, rank = len(prompts), self.accelerator.process_index
+            local = rewards[rank * n:(rank + 1) * n].tolist()  # gathered in process order
+            weights = self.reward_weights.tolist()
+            out = []
+            for i in range(min(n, self.rollouts_logged)):
+                row = {k: v for k, v in inputs[i].items() if k != "prompt"}
+                per = dict(zip(self.reward_func_names, local[i]))
+                entry = {"row": row, "reward": sum(w * v for w, v in zip(weights, local[i]) if not math.isnan(v)),
+                         "rewards": per, "messages": list(prompts[i]) + list(completions[i])}
+                if self.environments is not None and hasattr(self.environments[i], "transcript"):
+                    entry["tool_calls"] = self.environments[i].transcript()
+                out.append(json.loads(json.dumps(entry, default=str)))
+            self.last_rollouts = out
+            self.last_parse_failures = sum(1 for c in completions for m in c if m.get("tool_call_errors"))
+            # Tools answer a bad call with an "Error: ..." string (they never raise), so TRL's failure
+            # count misses them; this counts them per rollout.
+            self.last_tool_errors = sum(1 for c in completions for m in c if m.get("role") == "tool"
+                                        and str(m.get("content", "")).startswith(("Error", "{'error'"))) / max(1, n)
+            return rewards
+
+    return DtsftGRPOTrainer
+
+
+class Run:
+    """Everything one training segment needs: config, run dir, step offset, trainer."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.rd = Path(cfg.run_dir)
+        self.total = int(cfg.train.steps)
+        self.saves = set(planned_saves(cfg))
+        self.start_dir = self.rd / "checkpoints" / step_name(0)
+        self.dtype = training_dtype(cfg)
+        self.flag = PreemptionFlag()
+        self.start_step = 0
+        self.trainer = None
+        self.template: dict = {}
+        self.identity = run_identity(cfg)
+
+    # ---- setup ---------------------------------------------------------------------------------
+
+    def build(self):
+        from accelerate import PartialState
+        from peft import get_peft_model, set_peft_model_state_dict
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        cfg, rd = self.cfg, self.rd
+        # torchrun's process group, as the Trainer's Accelerator (use_cpu on a CPU machine) will see it;
+        # without cpu=True accelerate reports every CPU rank as a single main process.
+        state = PartialState(cpu=not on_gpu())
+        rd.mkdir(parents=True, exist_ok=True)
+        # The trainer's own run-dir lock (rank 0, whole process), as sft.train takes it.
+        self._lock = take_run_lock(rd, state.process_index, state.num_processes)
+        if state.is_main_process and not (self.start_dir / "SHA256SUMS").is_file():
+            from sft.tiny import resolve_model_path
+
+            info = rlck.write_start_checkpoint(resolve_model_path(str(cfg.model.path)), self.start_dir)
+            log.info("starting model copied to %s (%s)", self.start_dir, info)
+        state.wait_for_everyone()
+        problems = check_sha256sums(self.start_dir)  # verified before anything in it is loaded
+        if problems:
+            raise rlck.CheckpointError(f"{self.start_dir} fails its checksums: {problems[0]}")
+        resume = rlck.resume_dir(rd, str(cfg.resume))
+        st = rlck.load_state(resume) if resume else None
+        if st and isinstance(st["meta"].get("identity"), dict):
+            diff = fingerprint.fingerprint_diff(st["meta"]["identity"], self.identity)
+            if diff:
+                raise identity_error(f"resume: {resume} was saved by a run of a different configuration; resuming "
+                                     "it would mix the two", diff)
+        self.start_step = int(st["meta"]["step"]) if st else 0
+        steps = self.total - self.start_step
+        if steps <= 0:
+            return None
+        tok = AutoTokenizer.from_pretrained(str(self.start_dir))
+        self.template = chat.install(tok)
+        from sft.model import select_attn_implementation
+
+        attn = select_attn_implementation(str(cfg.model.attn_implementation), state.device)
+        model = AutoModelForCausalLM.from_pretrained(str(self.start_dir), dtype=self.dtype, attn_implementation=attn)
+        model = get_peft_model(model, lora_config(cfg))
+        if st:
+            set_peft_model_state_dict(model, st["adapter"])
+        retriever = make_retriever(cfg) if cfg.task == "qa" else None
+        funcs, weights = reward_funcs_for(cfg.task)
+        from datasets import Dataset
+
+        args = grpo_args(cfg, rd, steps)
+        args.reward_weights = weights
+        cls = _trainer_class()
+        trainer = cls(model=model, processing_class=tok, args=args, reward_funcs=funcs,
+                      train_dataset=Dataset.from_list(rows(cfg, self.start_step, steps)),
+                      environment_factory=environment_for(cfg.task, retriever=retriever, topk=int(cfg.grpo.topk)))
+        trainer.rollouts_logged = int(cfg.grpo.rollouts_logged)
+        if st:
+            trainer.create_optimizer()
+            trainer.optimizer.load_state_dict(st["optimizer"])
+            if not rlck.restore_rng(resume, trainer.accelerator.process_index):  # after the Trainer's set_seed
+                log.warning("%s has no RNG for rank %d (world size changed?): RNG not restored", resume,
+                            trainer.accelerator.process_index)
+        trainer.add_callback(_Callback(self))
+        self.trainer = trainer
+        rank = trainer.accelerator.process_index
+        # sft.metrics' writers: rows past the resumed step are dropped (they are redone), wandb
+        # resumes the run's id and is offline without an API key.
+        self.metrics = MetricsLog(rd / "metrics.jsonl", self.start_step, rank)
+        self.wandb = Wandb(enabled=bool(cfg.logging.wandb), rank=rank, run_dir=rd, spec=wandb_spec(cfg),
+                           config=OmegaConf.to_container(cfg, resolve=True))
+        return trainer
+
+    # ---- per step ------------------------------------------------------------------------------
+
+    def step_end(self, local_step: int) -> bool:
+        """Write the step's outputs; True when training must stop (preemption)."""
+        tr = self.trainer
+        step = self.start_step + local_step
+        main = tr.accelerator.is_main_process
+        if main and tr.last_rollouts:
+            (self.rd / "rollouts").mkdir(exist_ok=True)
+            with open(self.rd / "rollouts" / f"{step_name(step)}.jsonl", "w", encoding="utf-8") as f:
+                for r in tr.last_rollouts:
+                    f.write(json.dumps({"step": step, **r}, ensure_ascii=False) + "\n")
+        model = tr.accelerator.unwrap_model(tr.model)
+        if step in self.saves and main:
+            rlck.save_merged_checkpoint(model, start_dir=self.start_dir,
+                                        out=self.rd / "checkpoints" / step_name(step), dtype=self.dtype)
+        stop = self._agree(self.flag.set)
+        if stop or step % int(self.cfg.train.state_every) == 0 or step == self.total:  # every rank: per-rank RNG
+            from peft import get_peft_model_state_dict
+
+            rlck.save_state(self.rd, step, adapter=get_peft_model_state_dict(model), optimizer=tr.optimizer,
+                            meta={"identity": self.identity, "rows_consumed": step * prompts_per_step(self.cfg),
+                                  "seed": int(self.cfg.seed),
+                                  "num_input_tokens_seen": int(tr.state.num_input_tokens_seen)},
+                            rank=tr.accelerator.process_index, barrier=tr.accelerator.wait_for_everyone)
+        tr.accelerator.wait_for_everyone()
+        return stop
+
+    def finish(self) -> None:
+        """`DONE` once the final step's checkpoint, state and metrics line are all written."""
+        tr = self.trainer
+        if tr.accelerator.is_main_process and self.start_step + tr.state.global_step == self.total:
+            write_json(self.rd / "DONE", {"step": self.total, "identity": self.identity,
+                                          "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+    def _agree(self, flag: bool) -> bool:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            t = torch.tensor([1.0 if flag else 0.0], device=self.trainer.accelerator.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return bool(t.item())
+        return flag
+
+    def log_metrics(self, logs: dict, local_step: int, state: dict) -> None:
+        if "loss" not in logs or not self.trainer.accelerator.is_main_process:
+            return
+        step = self.start_step + local_step
+        now = time.time()
+        tokens = float(logs.get("num_tokens", 0.0))
+        dt = now - state.get("t", now)
+        row = {"step": step, "loss": logs.get("loss"), "lr": logs.get("learning_rate"), "reward": logs.get("reward"),
+               "reward_std": logs.get("reward_std")}
+        for key, v in logs.items():
+            if key.startswith("rewards/") and key.endswith("/mean"):
+                name = key[len("rewards/"):-len("/mean")]
+                row["reward_total" if name == "SearchPlanActEnv" else f"reward_{name}"] = v
+        row["tool_calls_per_rollout"] = logs.get("tools/call_frequency")
+        row["tool_failures"] = logs.get("tools/failure_frequency")
+        row["tool_errors_per_rollout"] = self.trainer.last_tool_errors
+        row["tool_parse_failures"] = self.trainer.last_parse_failures
+        row["completion_length"] = logs.get("completions/mean_length")
+        if float(self.cfg.grpo.beta) > 0:
+            row["kl"] = logs.get("kl")
+        row["grad_norm"] = logs.get("grad_norm")
+        row["tokens_per_s"] = (tokens - state.get("tokens", 0.0)) / dt if dt > 0 and "t" in state else None
+        state.update(t=now, tokens=tokens)
+        self.metrics.write(row)
+        self.wandb.log(row, step)
+
+
+def _Callback(run: Run):
+    from transformers import TrainerCallback
+
+    class Cb(TrainerCallback):
+        def __init__(self):
+            self.log_state = {"t": time.time()}
+
+        def on_step_end(self, args, state, control, **kw):
+            if run.step_end(state.global_step):
+                control.should_training_stop = True
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            run.log_metrics(logs or {}, state.global_step, self.log_state)
+
+    return Cb()
+
+
+def run(cfg: DictConfig, *, before_train=None) -> int:
+    """One training segment. `before_train(trainer)` runs just before `trainer.train()` (tests use it
+    to replace the generation function with a scripted policy)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    rd = Path(cfg.run_dir)
+    if (rd / "DONE").is_file():
+        recorded = json.loads((rd / "DONE").read_text(encoding="utf-8")).get("identity")
+        diff = fingerprint.fingerprint_diff(recorded, run_identity(cfg)) if isinstance(recorded, dict) else []
+        if diff:
+            raise identity_error(f"{rd} holds a finished run of a different configuration", diff)
+        print(f"[rl.train] {rd} is finished (DONE)")
+        return 0
+    if cfg.task == "spa":
+        table = pilot_guard(cfg)
+        if table:
+            print(f"[rl.train] refusing to train: a reward hack comes within the required margin of genuine play\n{table}",
+                  file=sys.stderr)
+            return 2
+    r = Run(cfg)
+    r.flag.install()
+    try:
+        trainer = r.build()
+        if trainer is None:
+            print(f"[rl.train] {rd}: already at step {r.start_step} of {r.total}")
+            return 0
+        if trainer.accelerator.is_main_process:
+            print(f"[rl.train] {'resuming at' if r.start_step else 'starting'} step {r.start_step + 1} of {r.total} "
+                  f"(template {'patched' if r.template.get('patched') else 'unchanged'}, parser "
+                  f"{r.template.get('style')}, {trainer.accelerator.num_processes} process(es))", flush=True)
+        if before_train is not None:
+            before_train(trainer)
+        trainer.train()
+        r.finish()
+    finally:
+        r.flag.restore()
+        if getattr(r, "_lock", None) is not None:
+            os.close(r._lock)  # the run-dir lock (the process exit would release it too)
+        if r.trainer is not None:
+            r.wandb.finish()
+        scratch = rd / "trl"  # TRL's output_dir: nothing is saved there (save_strategy="no")
+        if scratch.is_dir() and not any(scratch.iterdir()):
+            scratch.rmdir()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m rl.train <run_dir>/config.yaml", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from common.cli import ConfigError
+    from evals.benches import BenchError
+    from evals.retrievers import RetrieverError
+
+    try:
+        return run(load_config(argv[0]))
+    except (ConfigError, chat.TemplateError, BenchError, RetrieverError) as exc:  # ConfigError: also State/CheckpointError
+        print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

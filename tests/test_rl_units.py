@@ -1,0 +1,459 @@
+"""rl/ units on CPU: the tools TRL exposes, the training template's parity with the model's own
+template over the prompts TRL really builds, the tool-call parser (Llama-3.1 table), the LoRA merge,
+the state contract, the GRPO config and `launch stage=grpo ... dry_run=true`."""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from envs.search_plan_act import TOOL_NAMES, SearchPlanActEnv, tool_schemas
+from rl import chat
+from tests.rl_helpers import ScriptedPolicy
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+TINY_BASE = ROOT / "sft" / "tiny_base"
+OWN_TEMPLATE = (TINY_BASE / "chat_template.jinja").read_text(encoding="utf-8")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny model on a shared CPU: more threads only contend
+    yield
+    torch.set_num_threads(threads)
+
+
+def _tok():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TINY_BASE))
+
+
+def _cfg(tmp_path, *extra):
+    from rl.config import compose_grpo, run_dir
+
+    cfg = compose_grpo(["task=spa", "model=tiny_base", f"runs_root={tmp_path}", *extra]).cfg
+    cfg.run_dir = str(run_dir(cfg))
+    return cfg
+
+
+# ---------------------------------------------------------------- tools under the pinned TRL
+
+
+def test_pinned_trl_and_exactly_five_tools():
+    import trl
+
+    pin = re.search(r'"trl==([0-9.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert trl.__version__ == pin == "1.16.0"
+    # TRL 1.16's own listing (GRPOTrainer.__init__): public functions on the class, minus reset/get_reward.
+    listed = [n for n, _ in inspect.getmembers(SearchPlanActEnv, predicate=inspect.isfunction)
+              if n not in ("reset", "get_reward") and not n.startswith("_")]
+    assert sorted(listed) == sorted(TOOL_NAMES)
+    # What TRL <= 1.14 listed (the instance's bound public methods) would also expose the Python API.
+    old = [n for n, m in inspect.getmembers(SearchPlanActEnv(), predicate=inspect.ismethod)
+           if n not in ("reset", "get_reward") and not n.startswith("_")]
+    assert {"call_tool", "reward_components", "transcript"} <= set(old)
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    """A real GRPOTrainer for task=spa on the tiny base (24 prompts x 2 completions per batch)."""
+    from rl import train as rt
+
+    cfg = _cfg(tmp_path_factory.mktemp("rlu"), "grpo.completions_per_step=48", "grpo.max_turns=12",
+               "grpo.max_completion_length=2048", "steps=1")
+    run = rt.Run(cfg)
+    return run.build(), run, cfg
+
+
+def test_trainer_exposes_the_five_tools_and_env_reward(trainer):
+    tr = trainer[0]
+    assert sorted(t.__name__ for t in tr.tools) == sorted(TOOL_NAMES)
+    assert tr.reward_func_names == ["outcome", "grounding", "stop", "SearchPlanActEnv"]
+    assert tr.reward_weights.tolist() == [0.0, 0.0, 0.0, 1.0]
+    # The tool block TRL renders from the methods is the envs' published schema (= SFT data, evals).
+    from transformers.utils import get_json_schema
+
+    assert [get_json_schema(t) for t in sorted(tr.tools, key=lambda t: t.__name__)] == tool_schemas()
+
+
+def test_qa_env_exposes_only_the_canonical_search_tool():
+    from transformers.utils import get_json_schema
+
+    from data_prep.schema import SEARCH_TOOL
+    from rl.envs import qa_env_factory
+
+    cls = qa_env_factory(retriever=None, topk=3)
+    tools = [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+             if n not in ("reset", "get_reward") and not n.startswith("_")]
+    assert tools == ["search"]
+    assert get_json_schema(cls.search) == SEARCH_TOOL
+
+
+# ---------------------------------------------------------------- the training template
+
+
+def test_trl_refuses_the_own_template_and_accepts_the_training_one():
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
+    tok = _tok()
+    assert tok.chat_template == OWN_TEMPLATE
+    assert not is_chat_template_prefix_preserving(tok)
+    with pytest.raises(ValueError, match="not training-compatible"):
+        get_training_chat_template(tok)
+    info = chat.install(tok)
+    assert info["patched"] and info["own_template"] == OWN_TEMPLATE
+    assert is_chat_template_prefix_preserving(tok)
+
+
+def test_shared_reference_templates_get_an_accepted_training_template():
+    from tests.conftest import shared_path
+
+    for name in ("qwen3_4b_thinking_2507.jinja", "qwen3_4b_hybrid.jinja"):
+        own = shared_path("fixtures", "chat_templates", name).read_text(encoding="utf-8")
+        tok = _tok()  # Qwen3 special tokens: TRL's token-level checks are meaningful here
+        tok.chat_template = own
+        chat.check_template(tok, chat.training_template(own))  # raises where TRL would refuse
+    # Llama-3.1's template needs no patch: it already renders earlier turns unchanged (checked on
+    # text; TRL's token-level check needs the gated Llama tokenizer, not available offline).
+    own = shared_path("fixtures", "chat_templates", "llama3_1_8b_instruct.jinja").read_text(encoding="utf-8")
+    assert chat.training_template(own) == own
+    tok = _tok()
+    tok.chat_template = own
+    call = {"type": "function", "function": {"name": "search", "arguments": {"query": "q"}}}
+    m1 = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    m2 = m1 + [{"role": "tool", "name": "search", "content": "r"}]
+    a = tok.apply_chat_template(m1, tokenize=False)
+    assert tok.apply_chat_template(m2, tokenize=False, add_generation_prompt=True).startswith(a)
+
+
+def _conversation(policy, task_prompt: str, turn: int) -> list[dict]:
+    """The messages of a replaying rollout before its `turn`-th assistant turn, with the tool
+    responses a fresh environment gives to the genuine calls."""
+    from evals.prompts import initial_messages
+
+    steps = policy.plans[task_prompt]
+    env = SearchPlanActEnv()
+    env.reset(seed=policy.seed_of[task_prompt], split="train")
+    msgs = initial_messages("tool_agent", task_prompt, task="ood")
+    for st in steps[:turn]:
+        response = env.call_tool(st.name, dict(st.arguments))
+        msgs.append({"role": "assistant", "reasoning_content": st.note, "content": "",
+                     "tool_calls": [{"type": "function", "function": {"name": st.name, "arguments": dict(st.arguments)}}]})
+        msgs.append({"role": "tool", "name": st.name, "content": response})
+    return msgs
+
+
+def test_every_prompt_trl_builds_equals_the_own_template_render(trainer):
+    """24 episodes through TRL's real multi-turn loop (generation scripted): every prompt TRL hands
+    to generation, as token ids, equals the model's own template rendering the conversation so far."""
+    from rl import train as rt
+
+    tr, _, cfg = trainer
+    own_tok = _tok()  # untouched: the model's own template
+    batch = rt.rows(cfg, 0, 1)
+    assert len(batch) == 24
+    policy = ScriptedPolicy(tr.processing_class, [r["seed"] for r in batch])
+    tr._generate_single_turn = policy
+    inputs = [r for r in batch for _ in range(2)]
+    tr.model.train()
+    tr._generate_and_score_completions(inputs)
+    assert len(policy.prompts_seen) > 48  # first turns plus every replayed tool turn
+    checked = 0
+    for ids in policy.prompts_seen:
+        text = own_tok.decode(ids, skip_special_tokens=False)
+        task_prompt = next(p for p in policy.plans if p in text)
+        turn = text.count("<|im_start|>assistant") - 1
+        msgs = _conversation(policy, task_prompt, turn)
+        own_ids = own_tok.apply_chat_template(msgs, tools=tool_schemas(), add_generation_prompt=True,
+                                              tokenize=True, return_dict=False)
+        assert list(ids) == list(own_ids), f"turn {turn}: TRL's prompt differs from the own template"
+        checked += 1
+    assert checked == len(policy.prompts_seen)
+
+
+# ---------------------------------------------------------------- tool-call parsing
+
+
+LLAMA_CASES = [
+    ("single call",
+     '{"name": "search", "parameters": {"query": "Ada Lovelace"}}<|eot_id|>',
+     [("search", {"query": "Ada Lovelace"})]),
+    ("multi-parameter, ended by eom",
+     '<|python_tag|>{"name": "update_record", "parameters": {"record_id": "P-1001", "field": "owner", "value": "T-2"}}<|eom_id|>',
+     [("update_record", {"record_id": "P-1001", "field": "owner", "value": "T-2"})]),
+    ("nested objects and braces inside strings",
+     '{"name": "search", "parameters": {"query": "a } b {", "filter": {"year": {"gte": 1990}}}}<|eom_id|>',
+     [("search", {"query": "a } b {", "filter": {"year": {"gte": 1990}}})]),
+    ("trailing text after the call",
+     '{"name": "finish", "parameters": {"answer": "42"}} I am done now.<|eot_id|>',
+     [("finish", {"answer": "42"})]),
+    ("two calls",
+     '{"name": "read_record", "parameters": {"record_id": "P-1"}}; {"name": "read_record", "parameters": {"record_id": "P-2"}}<|eom_id|>',
+     [("read_record", {"record_id": "P-1"}), ("read_record", {"record_id": "P-2"})]),
+]
+
+
+@pytest.mark.parametrize("label, text, expected", LLAMA_CASES, ids=[c[0] for c in LLAMA_CASES])
+def test_llama31_parser_table(label, text, expected):
+    msg = chat.parse_completion(text, "llama3")
+    got = [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls", [])]
+    assert got == expected, label
+    assert "tool_call_errors" not in msg
+
+
+def test_published_lookbehind_workaround_misparses_what_ours_reads():
+    # The workaround pattern ends a call at the first `}` followed by `}`: nested objects break it.
+    text = LLAMA_CASES[2][1]
+    m = re.search(r"(\{.*?(?<=\})\}\s*)", text, re.DOTALL)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(m.group(1))
+    assert chat.parse_completion(text, "llama3")["tool_calls"][0]["function"]["arguments"]["filter"] == {"year": {"gte": 1990}}
+
+
+def test_qwen3_completion_parse_and_failures_are_kept():
+    msg = chat.parse_completion('Look it up.\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call><|im_end|>', "qwen3")
+    assert msg["reasoning_content"] == "Look it up." and msg["content"] == ""
+    assert msg["tool_calls"] == [{"type": "function", "function": {"name": "search", "arguments": {"query": "x"}}}]
+    bad = chat.parse_completion('Hm.\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": }\n</tool_call><|im_end|>', "qwen3")
+    assert "tool_calls" not in bad and bad["tool_call_errors"] and "invalid JSON" in bad["tool_call_errors"][0]
+
+
+def test_installed_parser_is_what_trl_calls():
+    from trl.chat_template_utils import parse_response
+
+    tok = _tok()
+    chat.install(tok)
+    text = 'ok\n</think>\n\n<tool_call>\n{"name": "finish", "arguments": {"answer": "A-1"}}\n</tool_call><|im_end|>'
+    ids = tok.encode(text, add_special_tokens=False)
+    out = parse_response(tok, ids, prefix=[1, 2], tools=[])
+    assert out["tool_calls"][0]["function"] == {"name": "finish", "arguments": {"answer": "A-1"}}
+
+
+# ---------------------------------------------------------------- merge and state
+
+
+@pytest.fixture(scope="module")
+def start_dir(tmp_path_factory):
+    from rl.checkpoint import write_start_checkpoint
+
+    out = tmp_path_factory.mktemp("start") / "step-000000"
+    info = write_start_checkpoint(str(TINY_BASE), out)
+    assert info["files"] == len([p for p in TINY_BASE.iterdir() if p.is_file()])
+    return out
+
+
+def test_start_checkpoint_is_a_verified_copy(start_dir):
+    from sft.verify import verify_checkpoint
+
+    assert verify_checkpoint(start_dir) == []
+    assert (start_dir / "model.safetensors").read_bytes() == (TINY_BASE / "model.safetensors").read_bytes()
+
+
+def test_merge_matches_unmerged_logits_and_keeps_the_base_layout(start_dir, tmp_path):
+    from peft import get_peft_model
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from rl.checkpoint import save_merged_checkpoint
+    from rl.train import lora_config
+    from sft.verify import verify_checkpoint
+
+    cfg = _cfg(tmp_path)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(start_dir), dtype=torch.float32), lora_config(cfg))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)  # a real, non-zero update
+    out = save_merged_checkpoint(model, start_dir=start_dir, out=tmp_path / "step-000001", dtype=torch.float32)
+    assert verify_checkpoint(out) == []
+    ids = torch.randint(0, 4000, (2, 48), generator=g)
+    model.eval()
+    merged = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(str(start_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        lu, lm, lb = model(input_ids=ids).logits, merged(input_ids=ids).logits, base(input_ids=ids).logits
+    assert (lu - lm).abs().max().item() < 1e-4
+    assert (lu - lb).abs().max().item() > 1e-2  # the adapter changes the model: the check can fail
+    keys = lambda d: set(safe_open(str(d / "model.safetensors"), "pt").keys())  # noqa: E731
+    assert keys(out) == keys(start_dir) and not any("lora" in k for k in keys(out))
+    assert merged.lm_head.weight.data_ptr() == merged.model.embed_tokens.weight.data_ptr()
+    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert adapter["r"] == 32 and adapter["lora_alpha"] == 64
+    assert sorted(adapter["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    assert (out / "chat_template.jinja").read_text(encoding="utf-8") == OWN_TEMPLATE
+    assert "response_template" not in json.loads((out / "tokenizer_config.json").read_text())
+
+
+def test_state_roundtrip_without_pickle_and_verified_before_load(tmp_path):
+    from rl.checkpoint import StateError, load_state, restore_rng, resume_dir, save_state
+
+    lin = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
+    lin(torch.randn(2, 4)).sum().backward()
+    opt.step()
+
+    def save(step):
+        return save_state(tmp_path, step, adapter={"w": lin.weight.detach()}, optimizer=opt,
+                          meta={"rows_consumed": 2 * step}, rank=0, barrier=lambda: None)
+
+    d2 = save(2)
+    torch.manual_seed(7)
+    d3 = save(3)
+    after_save = torch.rand(3)
+    assert resume_dir(tmp_path, "auto") == d3 and (d3 / "COMPLETE").is_file()
+    files = [p for p in d3.rglob("*") if p.is_file() and p.name not in ("SHA256SUMS", "COMPLETE")]
+    assert {p.suffix for p in files} == {".safetensors", ".json"}  # nothing that would need unpickling
+    st = load_state(d3)
+    assert st["meta"]["step"] == 3 and st["meta"]["rows_consumed"] == 6
+    opt2 = torch.optim.AdamW(lin.parameters(), lr=1e-3)
+    opt2.load_state_dict(st["optimizer"])
+    a, b = opt.state_dict(), opt2.state_dict()
+    assert torch.equal(a["state"][0]["exp_avg"], b["state"][0]["exp_avg"]) and a["param_groups"] == b["param_groups"]
+    torch.manual_seed(123)
+    assert restore_rng(d3, 0) and not restore_rng(d3, 1)
+    assert torch.equal(torch.rand(3), after_save)  # the RNG continues where the saved run was
+    # A damaged newest state is refused on load and skipped by resume=auto for the previous one.
+    raw = bytearray((d3 / "adapter.safetensors").read_bytes())
+    raw[-1] ^= 1
+    (d3 / "adapter.safetensors").write_bytes(bytes(raw))
+    with pytest.raises(StateError, match="adapter.safetensors"):
+        load_state(d3)
+    assert resume_dir(tmp_path, "auto") == d2
+
+
+# ---------------------------------------------------------------- config, launch, pilot guard
+
+
+def test_grpo_config_reference_values_and_run_dir(tmp_path):
+    from rl.config import compose_grpo, run_dir
+
+    cfg = compose_grpo(["task=spa", "model=qwen3_4b_thinking_2507", f"runs_root={tmp_path}"]).cfg
+    assert (cfg.lora.r, cfg.lora.alpha, cfg.train.steps, cfg.grpo.completions_per_step) == (32, 64, 250, 32)
+    assert list(cfg.lora.target_modules) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    assert list(cfg.train.save_steps) == [50, 100, 150, 200] and cfg.stage == "grpo" and cfg.arm == "grpo_spa"
+    assert "data" not in cfg and "epochs" not in cfg.train
+    assert run_dir(cfg) == (tmp_path / "grpo_spa" / "seed0").resolve()
+    named = compose_grpo(["task=spa", "model=tiny_base", "name=v1", "seed=3", f"runs_root={tmp_path}"]).cfg
+    assert run_dir(named) == (tmp_path / "grpo_spa" / "v1" / "seed3").resolve()
+
+
+def test_grpo_config_errors(tmp_path):
+    from common.cli import ConfigError
+    from rl.config import compose_grpo
+
+    with pytest.raises(ConfigError, match="Did you mean: grpo.temperature"):
+        compose_grpo(["grpo.temprature=0.7"])
+    with pytest.raises(ConfigError, match="set name=<variant>"):
+        ckpt = tmp_path / "sft_run" / "checkpoints" / "step-000100"
+        ckpt.mkdir(parents=True)
+        (ckpt / "SHA256SUMS").write_text("")
+        compose_grpo(["model=tiny_base", f"model.path={ckpt}"])
+    with pytest.raises(ConfigError, match="multiple of grpo.num_generations"):
+        compose_grpo(["model=tiny_base", "grpo.completions_per_step=5"])
+    with pytest.raises(ConfigError, match="launcher.nproc must be auto or a positive integer"):
+        compose_grpo(["model=tiny_base", "nproc=abc"])
+    with pytest.raises(ConfigError, match="needs grpo.prompts_file"):
+        compose_grpo(["task=qa", "model=tiny_base"])
+
+
+def test_launch_grpo_dry_run_prints_config_torchrun_and_slurm(tmp_path, capsys):
+    from launch.cli import main
+
+    assert main(["stage=grpo", "task=spa", "model=tiny_base", "steps=2", "save_steps=[1,2]",
+                 f"runs_root={tmp_path}", "dry_run=true"]) == 0
+    out = capsys.readouterr().out
+    assert "stage: grpo" in out and "lora:" in out and "r: 32" in out
+    assert re.search(r"torch\.distributed\.run .*-m rl\.train .*grpo_spa/seed0/config\.yaml", out)
+    assert "#SBATCH --signal=USR1@120" in out and "-m rl.train" in out
+    assert not (tmp_path / "grpo_spa").exists()
+    assert main(["stage=grpo", "model=tiny_base", "grpo.lora_r=4", "dry_run=true"]) == 2
+    assert "Did you mean" in capsys.readouterr().err
+    assert main(["stage=rl", "dry_run=true"]) == 2
+
+
+def test_pilot_guard_refuses_a_hackable_reward(tmp_path, monkeypatch, capsys):
+    from envs.search_plan_act import pilot
+    from rl import train as rt
+
+    cfg = _cfg(tmp_path, "grpo.pilot_tasks=3")
+    assert rt.pilot_guard(cfg) is None  # the real reward passes
+    monkeypatch.setattr(pilot, "MIN_MARGIN", 0.99)  # as if a hack came within the margin
+    assert rt.run(cfg) == 2
+    err = capsys.readouterr().err
+    assert "refusing to train" in err and "early_finisher" in err
+    assert not Path(cfg.run_dir).exists()
+
+
+def test_qa_task_rewards_em_through_trl_and_the_evals_retriever(tmp_path, monkeypatch):
+    """task=qa offline: the synthetic synthqa world + BM25; TRL's real tool loop calls the `search`
+    tool (evals' retriever and passage format) and scores EM/F1 with evals.metrics."""
+    from data_prep.synthetic import write_synthetic_bench
+    from rl import train as rt
+    from tests.rl_helpers import QaScriptedPolicy
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bench = write_synthetic_bench(tmp_path / "world", seed=0, n=20)
+    cfg = _cfg(tmp_path, "task=qa", f"grpo.prompts_file={bench['test']}", f"grpo.corpus={bench['corpus']}",
+               "grpo.completions_per_step=8", "steps=1")
+    run = rt.Run(cfg)
+    tr = run.build()
+    assert [t.__name__ for t in tr.tools] == ["search"] and tr.reward_func_names == ["em", "f1"]
+    batch = rt.rows(cfg, 0, 1)
+    policy = QaScriptedPolicy(tr.processing_class, batch)
+    tr._generate_single_turn = policy
+    tr.model.train()
+    tr._generate_and_score_completions([r for r in batch for _ in range(2)])
+    assert len(tr.last_rollouts) == 4
+    assert tr.last_tool_errors == 0.5  # one error answer in each of the 2 giving-up rollouts, over 4
+    for i, ro in enumerate(tr.last_rollouts):
+        assert ro["rewards"]["em"] == (1.0 if i % 2 == 0 else 0.0)
+        assert ro["rewards"]["f1"] == ro["rewards"]["em"]
+        if i % 2 == 0:
+            tool = [m for m in ro["messages"] if m["role"] == "tool"]
+            assert len(tool) == 1 and tool[0]["content"].startswith("Doc 1(Title: ")
+
+
+def test_tampered_starting_copy_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    import logging
+
+    from omegaconf import OmegaConf
+
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: None)  # no handler on pytest's captured stderr
+
+    from rl import train as rt
+    from rl.checkpoint import write_start_checkpoint
+
+    cfg = _cfg(tmp_path, "grpo.pilot_tasks=3")
+    start = Path(cfg.run_dir) / "checkpoints" / "step-000000"
+    write_start_checkpoint(str(TINY_BASE), start)
+    cfg_path = Path(cfg.run_dir) / "config.yaml"
+    OmegaConf.save(cfg, cfg_path)
+    (start / "config.json").unlink()  # hard links: replace, never edit the committed base in place
+    (start / "config.json").write_text((TINY_BASE / "config.json").read_text().replace('"hidden_act": "silu"', '"hidden_act": "gelu"'))
+    assert rt.main([str(cfg_path)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "config.json: checksum mismatch" in err
+
+
+def test_sft_start_needs_a_name_and_the_manifest_names_the_parent(tmp_path):
+    from rl.config import compose_grpo, run_dir
+    from rl.launch import start_record
+
+    ckpt = tmp_path / "search" / "seed0" / "checkpoints" / "step-000100"
+    ckpt.mkdir(parents=True)
+    (ckpt / "SHA256SUMS").write_text("")
+    cfg = compose_grpo(["task=spa", "model=tiny_base", f"model.path={ckpt}", "name=from_search_s100",
+                        f"runs_root={tmp_path}"]).cfg
+    assert run_dir(cfg) == (tmp_path / "grpo_spa" / "from_search_s100" / "seed0").resolve()
+    rec = start_record(cfg)
+    assert rec["parent"] == {"run_dir": str((tmp_path / "search" / "seed0").resolve()), "checkpoint": str(ckpt.resolve())}
+    assert start_record(compose_grpo(["model=tiny_base"]).cfg)["parent"] is None
