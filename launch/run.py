@@ -229,7 +229,11 @@ def start_over(rd: Path) -> Path | None:
     """resume=never: rename an existing run dir aside (`<dir>.replaced-<UTC time>`); nothing is deleted."""
     if not rd.exists() or not any(rd.iterdir()):
         return None
-    aside = replace_aside(rd)
+    held = lock_run_dir(rd)  # never rename a run dir a launch or a trainer is using
+    try:
+        aside = replace_aside(rd)
+    finally:
+        os.close(held)
     print(f"[launch] resume=never: the previous run in {rd} was renamed to {aside}", flush=True)
     return aside
 
@@ -254,12 +258,8 @@ def launch_one(argv: list[str], **cache_kw) -> int:
     print(describe(prep))
     if cfg.launcher.dry_run:
         return dry_run(prep, argv)
-    if cfg.resume == "never" and rd.exists():
-        held = lock_run_dir(rd)   # never rename a run dir a launch or a trainer is using
-        try:
-            start_over(rd)
-        finally:
-            os.close(held)
+    if cfg.resume == "never":
+        start_over(rd)
     held = lock_run_dir(rd)
     try:
         if cfg.launcher.kind == "slurm":

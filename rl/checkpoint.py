@@ -27,10 +27,8 @@ import torch
 
 from common import layout
 from common.cli import ConfigError
-from common.io import SHA256SUMS, atomic_dir, check_sha256sums, fsync_dir, write_json, write_sha256sums
-from sft.checkpoint import (COMPLETE, KEEP_STATES, STATE_META, StateError, newest_verified_state, prune_states,
-                            read_rng, remove_torn_states, rng_file, step_name, tied_output_keys, verify_state,
-                            write_rng, write_state_sums)
+from common.io import SHA256SUMS, atomic_dir, check_sha256sums, write_json, write_sha256sums
+from sft.checkpoint import (STATE_META, commit_state, StateError, newest_verified_state, read_rng, rng_file, tied_output_keys, verify_state)
 from sft.hfconfig import save_config
 
 # Files of a model dir that are not weights/config: copied from step-000000 into every checkpoint.
@@ -155,35 +153,14 @@ def save_state(run_dir: Path, step: int, *, adapter: dict, optimizer, meta: dict
     then on rank 0 the adapter, optimizer and meta.json, SHA256SUMS, and COMPLETE last."""
     from safetensors.torch import save_file
 
-    state_root = layout.states_dir(run_dir)
-    d = state_root / step_name(step)
-    if rank == 0:
-        remove_torn_states(state_root)
-        if d.exists():  # an earlier state at this very step (e.g. one that failed its checks)
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
-    barrier()
-    try:
-        write_rng(rng_file(d, rank))
-        barrier()
-        if rank == 0:
-            save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(d / ADAPTER))
-            opt_tensors, opt_meta = _optimizer_to_files(optimizer)
-            save_file(opt_tensors, str(d / OPTIMIZER))
-            write_json(d / OPTIMIZER_META, opt_meta)
-            write_json(d / STATE_META, {**meta, "step": step})
-            write_state_sums(d)
-            fsync_dir(d)
-            (d / COMPLETE).write_text(f"{step}\n", encoding="utf-8")
-            fsync_dir(d)
-    except BaseException:
-        if rank == 0 and not (d / COMPLETE).is_file():
-            shutil.rmtree(d, ignore_errors=True)
-        raise
-    if rank == 0:
-        prune_states(state_root, keep=KEEP_STATES)
-    barrier()
-    return d
+    def main(d: Path) -> None:
+        save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(d / ADAPTER))
+        opt_tensors, opt_meta = _optimizer_to_files(optimizer)
+        save_file(opt_tensors, str(d / OPTIMIZER))
+        write_json(d / OPTIMIZER_META, opt_meta)
+
+    return commit_state(run_dir, step, meta={**meta, "step": step}, rank=rank, barrier=barrier,
+                        write_each_rank=lambda d: None, write_main=main)
 
 
 def resume_dir(run_dir: Path, resume: str) -> Path | None:

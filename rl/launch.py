@@ -87,12 +87,8 @@ def launch_grpo(argv: list[str]) -> int:
         print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
               f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)
         return 2
-    if cfg.resume == "never" and rd.exists():
-        held = lock_run_dir(rd)  # never rename a run dir a launch or a trainer is using
-        try:
-            run.start_over(rd)
-        finally:
-            os.close(held)
+    if cfg.resume == "never":
+        run.start_over(rd)
     held = lock_run_dir(rd)
     try:
         if cfg.launcher.kind == "slurm":

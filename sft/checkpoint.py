@@ -328,20 +328,33 @@ def save_state(model, optimizer, *, run_dir: Path, step: int, meta: dict, hf_wri
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
+    def shards(d: Path) -> None:
+        msd, osd = get_state_dict(model, optimizer)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(d))
+
+    return commit_state(run_dir, step, meta=meta, rank=rank, barrier=_barrier, write_each_rank=shards,
+                        write_main=lambda d: hf_writer(d / "hf"))
+
+
+def commit_state(run_dir: Path, step: int, *, meta: dict, rank: int, barrier, write_each_rank, write_main) -> Path:
+    """The state contract's writer, shared by the SFT and RL trainers (every rank calls it):
+    torn states and an earlier dir at this step removed, `write_each_rank(d)` and each rank's RNG,
+    then on rank 0 `write_main(d)`, meta.json, SHA256SUMS, and COMPLETE last. A failed write
+    removes its own torn dir; older states are pruned to KEEP_STATES."""
     state_root = layout.states_dir(run_dir)
     d = state_root / step_name(step)
     if rank == 0:
         remove_torn_states(state_root)
         if d.exists():  # an earlier state at this very step (e.g. one that failed its checks)
             shutil.rmtree(d)
-    _barrier()
+        d.mkdir(parents=True)
+    barrier()
     try:
-        msd, osd = get_state_dict(model, optimizer)
-        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(d))
+        write_each_rank(d)
         write_rng(rng_file(d, rank))
-        _barrier()
+        barrier()
         if rank == 0:
-            hf_writer(d / "hf")
+            write_main(d)
             write_json(d / STATE_META, meta)
             write_state_sums(d)
             _fsync_tree(d)
@@ -354,7 +367,7 @@ def save_state(model, optimizer, *, run_dir: Path, step: int, meta: dict, hf_wri
     if rank == 0:
         prune_states(state_root, keep=KEEP_STATES)
         log.info("resumable state written: %s", d)
-    _barrier()
+    barrier()
     return d
 
 
