@@ -16,6 +16,7 @@ import pandas as pd
 from analysis.discover import ANCHOR_ARM, Run, read_json_object
 from common.io import parse_json_line, read_jsonl
 from evals.metrics import NON_METRIC_FIELDS, metric_problem
+from analysis.errors import AnalysisError
 
 COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
 # The Search-R1 seven, in the order of its Table 2 (general QA, then multi-hop QA).
@@ -127,20 +128,20 @@ def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
         try:
             obj = parse_json_line(line)
         except ValueError:  # JsonLineError: invalid JSON, or nested too deeply to parse
-            raise ValueError(f"{path}:{lineno}: not valid JSON") from None
+            raise AnalysisError(f"{path}:{lineno}: not valid JSON") from None
         metrics = obj.get("metrics") if isinstance(obj, dict) else None
         if not isinstance(metrics, dict) or "id" not in obj:
-            raise ValueError(f"{path}:{lineno}: a line needs `id` and a `metrics` object")
+            raise AnalysisError(f"{path}:{lineno}: a line needs `id` and a `metrics` object")
         for k, v in metrics.items():
             if (why := metric_problem(k, v)) is not None:
-                raise ValueError(f"{path}:{lineno}: metric {k} = {v!r}: {why}")
+                raise AnalysisError(f"{path}:{lineno}: metric {k} = {v!r}: {why}")
         rows.append({"id": str(obj["id"]), **_behaviour(obj), **{k: float(v) for k, v in metrics.items()}})
     if not rows:
         return None
     df = pd.DataFrame(rows)
     if df.id.duplicated().any():
         dup = df.id[df.id.duplicated()].iloc[0]
-        raise ValueError(f"{path}: example id {dup!r} appears more than once")
+        raise AnalysisError(f"{path}: example id {dup!r} appears more than once")
     return df.set_index("id")
 
 

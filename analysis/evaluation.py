@@ -16,8 +16,8 @@ from tqdm import tqdm
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object, step_name
 from common import layout
-from common.cli import ConfigError
 from common.io import write_json
+from analysis.errors import AnalysisError
 
 Evaluator = Callable[[dict[str, Any]], dict]
 ANCHOR_PROMPT = "anchor_nudge"
@@ -74,7 +74,7 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
         return
     recorded = (read_json_object(meta, []) or {}).get("model")
     if recorded != str(anchor):
-        raise ConfigError(
+        raise AnalysisError(
             f"{meta} records anchor {recorded!r} but anchor={anchor!r} was given; "
             f"pass anchor_dir=<another dir> or remove {anchor_dir} to re-evaluate")
 

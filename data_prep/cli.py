@@ -27,8 +27,9 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, require_int, run_cli, wants_help
+from common.cli import apply_overrides, require_int, run_cli, wants_help
 from data_prep.config import DATA_DEFAULTS
+from data_prep.errors import DataPrepError
 
 CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "overwrite": False, "dry_run": False, "num_proc": None}
 # Run-level keys launch owns; not data_prep's.
@@ -50,7 +51,7 @@ def _main(argv: list[str]) -> int:
     cfg = apply_overrides(base, argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))
     c = OmegaConf.to_container(cfg, resolve=True)
     if not c["out"]:
-        raise ConfigError("out=DIR is required")
+        raise DataPrepError("out=DIR is required")
     if c["num_proc"] is not None:
         require_int(c["num_proc"], "num_proc", 1)
     data_cfg = {k: c[k] for k in _DATA_ONLY}
@@ -68,7 +69,7 @@ def _main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except (ArmError, SourceError, ValueError, FileNotFoundError) as exc:
-        raise ConfigError(str(exc)) from exc
+        raise DataPrepError(str(exc)) from exc
     print(json.dumps({"out": c["out"], "counts": m["counts"], "rejected_by_reason": m["rejected_by_reason"],
                       "tokens": m["tokens"], "fingerprint": m["fingerprint"]}, indent=2))
     return 0

@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 
 from common.benchmarks import SEARCH7
-from common.cli import ConfigError
 from common.io import JsonLineError, parse_json_line, read_jsonl, sha256_file
+from data_prep.errors import DataPrepError
 
 MIN_SHORT_WORDS = 6
 _WORD_RE = re.compile(r"\w+")
@@ -37,7 +37,7 @@ def bench_files(root: str | Path, key: str = "data.decontam_bench_root") -> list
             missing.append(bench)
         files += [str(f) for f in found]
     if missing:
-        raise ConfigError(f"{key}={root}: no {base}/<bench>/*.jsonl for {', '.join(missing)} — put the benchmark files "
+        raise DataPrepError(f"{key}={root}: no {base}/<bench>/*.jsonl for {', '.join(missing)} — put the benchmark files "
                           f"there (layout of ../shared/benchmarks), or set {key}=null to build without decontamination")
     return files
 
@@ -59,12 +59,12 @@ def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]
             try:
                 row = parse_json_line(line)
             except JsonLineError as exc:
-                raise ValueError(f"{path}:{lineno}: {exc}") from None
+                raise DataPrepError(f"{path}:{lineno}: {exc}") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, found {type(row).__name__}")
+                raise DataPrepError(f"{path}:{lineno}: expected a JSON object, found {type(row).__name__}")
             q = row.get("question") or row.get("Question") or row.get("query")
             if not isinstance(q, str):
-                raise ValueError(f"{path}:{lineno}: no `question` string")
+                raise DataPrepError(f"{path}:{lineno}: no `question` string")
             out.append((f"{path.parent.name}/{row.get('id', row.get('idx', lineno))}", q))
     return out, files
 

@@ -36,6 +36,7 @@ from common.io import sha256_text
 from data_prep.jinja_env import compile_template
 from data_prep.schema import ROW_SEP, RecordError
 from data_prep.terminators import epilogue_text
+from data_prep.errors import DataPrepError
 
 END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "</s>")
 # `exact` (default): every trainable token is what the model generated, in its own context.
@@ -48,7 +49,7 @@ THOUGHT_POLICIES = ("reject", "drop")
 _PROBE_Q, _PROBE_A, _PROBE_Q2 = "PROBE-QUESTION-7f3a", "PROBE-ANSWER-7f3a", "PROBE-NEXT-7f3a"
 
 
-class TemplateError(ValueError):
+class TemplateError(DataPrepError):
     """A chat template whose turn structure can't be derived."""
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides
+from common.cli import apply_overrides
+from data_prep.errors import DataPrepError
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
 OPEN, CLOSE = "[[", "]]"
@@ -121,27 +122,27 @@ def row_checks(tok, row: dict, rec: dict, manifest: dict) -> list[tuple[bool, st
 
 def _pick(ds, row, rid) -> int:
     if (row is None) == (rid is None):
-        raise ConfigError("data-prep show needs exactly one of row=K or id=ID")
+        raise DataPrepError("data-prep show needs exactly one of row=K or id=ID")
     if rid is not None:
         ids = ds["id"]
         if str(rid) not in ids:
-            raise ConfigError(f"id={rid}: no such row in the dataset")
+            raise DataPrepError(f"id={rid}: no such row in the dataset")
         return ids.index(str(rid))
     if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(ds):
-        raise ConfigError(f"row={row!r}: expected an index in 0..{len(ds) - 1}")
+        raise DataPrepError(f"row={row!r}: expected an index in 0..{len(ds) - 1}")
     return row
 
 
 def show_main(argv: list[str], stream=None) -> int:
     stream = sys.stdout if stream is None else stream
     if not argv or "=" in argv[0]:
-        raise ConfigError("usage: data-prep show DIR [row=K | id=ID] [tokenizer=NAME] [color=auto|true|false]")
+        raise DataPrepError("usage: data-prep show DIR [row=K | id=ID] [tokenizer=NAME] [color=auto|true|false]")
     ds_dir = Path(argv[0])
     c = OmegaConf.to_container(apply_overrides(OmegaConf.create(KEYS), argv[1:]), resolve=True)
     if not (ds_dir / "manifest.json").is_file():
-        raise ConfigError(f"{ds_dir}: not a data-prep output (no manifest.json)")
+        raise DataPrepError(f"{ds_dir}: not a data-prep output (no manifest.json)")
     if c["color"] not in ("auto", True, False):
-        raise ConfigError(f"color must be auto, true or false, got {c['color']!r}")
+        raise DataPrepError(f"color must be auto, true or false, got {c['color']!r}")
     manifest = json.loads((ds_dir / "manifest.json").read_text(encoding="utf-8"))
     import datasets
 

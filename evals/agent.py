@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from evals.extract import extract_answer
+from evals.extract import extract_answer, split_reasoning
 from evals.toolcalls import parse_tool_calls, strip_tool_calls
 
 # Rules strong enough to end an episode even when the same turn also calls tools.
@@ -41,14 +41,6 @@ class Episode:
     stop_reason: str | None = None
     final_content: str = ""
     extra: dict = field(default_factory=dict)
-
-
-def split_reasoning(text: str) -> tuple[str, str]:
-    """(reasoning_content, content) as the Qwen3 templates split an assistant message."""
-    if "</think>" not in text:
-        return "", text.strip()
-    reasoning = text.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-    return reasoning.strip(), text.split("</think>")[-1].lstrip("\n").strip()
 
 
 def render(tokenizer, messages: list[dict], tools: list[dict]) -> str:

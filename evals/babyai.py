@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from evals.agent import generate_round, render, split_reasoning
-from evals.benches import BenchError, BenchItem
+from common.benchmarks import BenchError, BenchItem
+from evals.agent import generate_round, render
+from evals.extract import split_reasoning
 from evals.metrics import mean
 
 HISTORY = 16  # BALROG's history length (observations/actions shown before the current one)

@@ -1,10 +1,8 @@
 """Benchmark loaders: local files under `bench_root` first, the FlashRAG hub datasets otherwise.
 
 Layout (as in ../shared/benchmarks): `<bench_root>/<bench>/*.jsonl`, one file per bench (a `test*`
-file wins over `dev*` when there are several). Two row formats are read:
-
-    FlashRAG     {"id", "question", "golden_answers": [str, ...]}
-    R1-Searcher  {"idx", "question", "answer"}  -> id f"{bench}_dev_{idx}", golden_answers [answer]
+file wins over `dev*` when there are several), in the row formats of `common.benchmarks` (FlashRAG
+or R1-Searcher; `read_bench_file` is defined there, since rl reads QA files of the same format).
 
 Any other `<bench_root>/<name>/` in FlashRAG format works too (e.g. the synthetic `synthqa`).
 
@@ -18,11 +16,11 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.benchmarks import SEARCH7  # noqa: F401  (evals.benches.SEARCH7 is public API)
-from common.io import JsonLineError, parse_json_line, read_jsonl
+# the bench file format (BenchItem, read_bench_file, BenchError) is common's: rl reads QA files too
+from common.benchmarks import SEARCH7, BenchError, BenchItem, parse_bench_row, read_bench_file  # noqa: F401  (evals.benches API)
+
 OOD_BENCH = "search_plan_ood"
 BABYAI_BENCH = "babyai"
 ENV_BENCHES = (OOD_BENCH, BABYAI_BENCH)  # benches that bring their own environment (no retriever, no file)
@@ -32,39 +30,6 @@ HUB_SPLITS = {
     "hotpotqa": "dev", "2wikimultihopqa": "dev", "musique": "dev",
 }
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
-
-
-class BenchError(ValueError):
-    """A bench that can't be loaded: missing, ambiguous or malformed (the message names the file)."""
-
-
-@dataclass
-class BenchItem:
-    id: str
-    question: str
-    golden_answers: list[str]
-    extra: dict = field(default_factory=dict)
-
-
-def _parse_row(row, bench: str, where: str) -> BenchItem:
-    if not isinstance(row, dict):
-        raise BenchError(f"{where}: expected a JSON object")
-    question = row.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise BenchError(f"{where}: missing or empty \"question\"")
-    if "golden_answers" in row:
-        golds = row["golden_answers"]
-        golds = [golds] if isinstance(golds, str) else golds
-        if "id" not in row:
-            raise BenchError(f"{where}: FlashRAG row without \"id\"")
-        item_id = str(row["id"])
-    elif "answer" in row and "idx" in row:
-        golds, item_id = [row["answer"]], f"{bench}_dev_{row['idx']}"
-    else:
-        raise BenchError(f"{where}: unknown format (need id/question/golden_answers or idx/question/answer), keys {sorted(row)}")
-    if not isinstance(golds, list) or not golds or not all(isinstance(g, str) for g in golds):
-        raise BenchError(f"{where}: golden answers must be a non-empty list of strings, got {golds!r}")
-    return BenchItem(item_id, question.strip(), list(golds))
 
 
 def bench_file(bench_root: str | Path, bench: str) -> Path | None:
@@ -80,30 +45,6 @@ def bench_file(bench_root: str | Path, bench: str) -> Path | None:
     if len(files) > 1:
         raise BenchError(f"{d}: several candidate files {[f.name for f in files]}; keep one")
     return files[0] if files else None
-
-
-def read_bench_file(path: Path, bench: str) -> list[BenchItem]:
-    items, seen = [], set()
-    try:
-        lines = list(read_jsonl(path))
-    except JsonLineError as exc:
-        raise BenchError(str(exc)) from None
-    except OSError as exc:
-        raise BenchError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    for lineno, line in lines:
-        where = f"{path}:{lineno}"
-        try:
-            row = parse_json_line(line)
-        except JsonLineError as exc:
-            raise BenchError(f"{where}: {exc}") from None
-        item = _parse_row(row, bench, where)
-        if item.id in seen:
-            raise BenchError(f"{where}: duplicate id {item.id!r}")
-        seen.add(item.id)
-        items.append(item)
-    if not items:
-        raise BenchError(f"{path}: no items")
-    return items
 
 
 def is_presampled(path: Path, seed: int) -> bool:
@@ -130,7 +71,7 @@ def _load_hub(bench: str) -> list[BenchItem]:
             f"could not load {bench} from the hub ({HUB_REPO}, split {HUB_SPLITS[bench]}): {exc}. "
             f"Pass bench_root=DIR with {bench}/<file>.jsonl (see ../shared/benchmarks)."
         ) from exc
-    return [_parse_row(dict(row), bench, f"{HUB_REPO}/{bench}[{i}]") for i, row in enumerate(ds)]
+    return [parse_bench_row(dict(row), bench, f"{HUB_REPO}/{bench}[{i}]") for i, row in enumerate(ds)]
 
 
 def load_bench(bench: str, bench_root: str | Path | None, n: int | None, seed: int) -> tuple[list[BenchItem], str]:

@@ -5,8 +5,9 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.cli import apply_overrides, run_cli, wants_help
 from evals.config import DEFAULTS, base_config, resolve
+from evals.errors import EvalError
 
 USAGE = """usage: evaluate ckpt=PATH [benches=[nq,triviaqa,popqa,hotpotqa,2wikimultihopqa,musique,bamboogle,search_plan_ood]]
                 [n=500] [seed=42] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH] [retriever_url=URL]
@@ -41,16 +42,13 @@ def _main(argv: list[str]) -> int:
         print(OmegaConf.to_yaml(cfg))
         return 0
     from evals.backends import BackendError
-    from evals.benches import BenchError
-    from evals.identity import IdentityError
-    from evals.results import ResultsError
     from evals.retrievers import RetrieverError
     from evals.run import evaluate, format_table
 
     try:
         summary = evaluate(cfg)
-    except (BackendError, BenchError, IdentityError, ResultsError, RetrieverError) as exc:
-        raise ConfigError(str(exc)) from exc
+    except (BackendError, RetrieverError) as exc:  # runtime failures (a backend, a retriever server): one line too
+        raise EvalError(str(exc)) from exc
     print(format_table(summary))
     print(f"wrote {cfg.out}/summary.json")
     return 0

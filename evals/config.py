@@ -6,10 +6,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common import layout
-from common.cli import ConfigError
 from evals.benches import ENV_BENCHES, OOD_BENCH, SEARCH7
 from evals.profiles import load_profile
-from evals.prompts import PROMPTS
+from common.prompts import PROMPTS
+from evals.errors import EvalError
 
 DEFAULTS = {
     "ckpt": None,                  # HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)
@@ -78,14 +78,14 @@ def bench_size(cfg: DictConfig, bench: str) -> int:
 def _bench_n(value) -> dict:
     """`bench_n` checked; YAML reads the unspaced `{babyai:5}` as the key `babyai:5`, taken here as babyai=5."""
     if not isinstance(value, DictConfig):
-        raise ConfigError(f"bench_n={value!r}: expected a mapping such as {{musique: 0, babyai: 50}}")
+        raise EvalError(f"bench_n={value!r}: expected a mapping such as {{musique: 0, babyai: 50}}")
     out = {}
     for bench, n in value.items():
         if n is None and ":" in str(bench):
             bench, n = str(bench).rsplit(":", 1)
             n = int(n) if n.strip().lstrip("-").isdigit() else n
         if isinstance(n, bool) or not isinstance(n, int):
-            raise ConfigError(f"bench_n.{bench}={n!r}: expected an integer (0 = every item)")
+            raise EvalError(f"bench_n.{bench}={n!r}: expected an integer (0 = every item)")
         out[str(bench).strip()] = n
     return out
 
@@ -100,41 +100,41 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     try:
         merged = OmegaConf.merge(base, user)
     except Exception as exc:
-        raise ConfigError(f"bad evaluate config: {exc}") from exc
+        raise EvalError(f"bad evaluate config: {exc}") from exc
     OmegaConf.set_struct(merged, False)
     if not merged.ckpt:
-        raise ConfigError("ckpt=PATH is required (a Hugging Face model directory)")
+        raise EvalError("ckpt=PATH is required (a Hugging Face model directory)")
     if merged.prompt not in PROMPTS:
-        raise ConfigError(f"prompt={merged.prompt!r}: expected one of {', '.join(PROMPTS)}")
+        raise EvalError(f"prompt={merged.prompt!r}: expected one of {', '.join(PROMPTS)}")
     if merged.backend not in ("hf", "vllm"):
-        raise ConfigError(f"backend={merged.backend!r}: expected hf or vllm")
+        raise EvalError(f"backend={merged.backend!r}: expected hf or vllm")
     if merged.retriever not in ("bm25", "http"):
-        raise ConfigError(f"retriever={merged.retriever!r}: expected bm25 or http")
+        raise EvalError(f"retriever={merged.retriever!r}: expected bm25 or http")
     if merged.wandb not in ("auto", True, False):
-        raise ConfigError(f"wandb={merged.wandb!r}: expected auto, true or false")
+        raise EvalError(f"wandb={merged.wandb!r}: expected auto, true or false")
     if merged.tool_style not in ("auto", "qwen3", "llama3"):
-        raise ConfigError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
+        raise EvalError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
     if isinstance(merged.benches, str):
         merged.benches = [merged.benches]
     if not merged.benches:
-        raise ConfigError("benches=[...] is empty")
+        raise EvalError("benches=[...] is empty")
     for key in ("max_turns", "ood_max_turns", "max_model_len", "max_new_tokens", "topk", "batch_size", "micro_batch",
                 "babyai_max_new_tokens"):
         if int(merged[key]) < 1:
-            raise ConfigError(f"{key}={merged[key]} must be >= 1")
+            raise EvalError(f"{key}={merged[key]} must be >= 1")
     if merged.babyai_max_steps is not None and int(merged.babyai_max_steps) < 1:
-        raise ConfigError(f"babyai_max_steps={merged.babyai_max_steps} must be >= 1 (or null: the level's limit)")
+        raise EvalError(f"babyai_max_steps={merged.babyai_max_steps} must be >= 1 (or null: the level's limit)")
     merged.bench_n = _bench_n(merged.bench_n)
     qa = [b for b in merged.benches if b not in ENV_BENCHES]
     if qa and merged.retriever == "bm25" and not merged.corpus:
-        raise ConfigError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")
+        raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")
     if qa and merged.retriever == "bm25" and not Path(merged.corpus).is_file():
-        raise ConfigError(f"corpus={merged.corpus}: no such file")
+        raise EvalError(f"corpus={merged.corpus}: no such file")
     if qa and merged.retriever == "http" and not merged.retriever_url:
-        raise ConfigError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
+        raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:
         out = default_out(merged.ckpt, merged.profile)
         if out is None:
-            raise ConfigError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
+            raise EvalError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
         merged.out = str(out)
     return merged

@@ -1,4 +1,5 @@
-"""Answer extraction: a fixed cascade whose firing rule is reported for every example.
+"""Answer extraction: a fixed cascade whose firing rule is reported for every example (and
+`split_reasoning`, the `</think>` split of a generated turn, which rl uses too).
 
     final_answer         `Final answer:` (last occurrence, case-insensitive) up to the end of its line
     answer_tag           the last closed `<answer>…</answer>`
@@ -81,3 +82,11 @@ def extract_answer(text: str | None) -> tuple[str | None, str]:
 def strict_answer(answer: str | None, rule: str) -> str | None:
     """The prediction `strict_em` scores: only a `Final answer:` counts."""
     return answer if rule == STRICT_RULE else None
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """(reasoning_content, content) as the Qwen3 templates split an assistant message."""
+    if "</think>" not in text:
+        return "", text.strip()
+    reasoning = text.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+    return reasoning.strip(), text.split("</think>")[-1].lstrip("\n").strip()

@@ -16,6 +16,7 @@ from typing import Any
 
 from common import fingerprint
 from common.io import SHA256SUMS, sha256_file, sha256_text
+from evals.errors import EvalError
 
 # Keys that change how fast or where an evaluation runs, never its result.
 OPERATIONAL_KEYS = (
@@ -32,7 +33,7 @@ CONTENT_KEYS = ("ckpt", "benches", "bench_root", "n", "bench_n", "seed", "corpus
 BENCH_KEY_PREFIXES = {"babyai": "babyai_"}
 
 
-class IdentityError(ValueError):
+class IdentityError(EvalError):
     """An out dir holds a bench under another identity (the message carries the diff)."""
 
 

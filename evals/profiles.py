@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError
+from evals.errors import EvalError
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "recipes" / "eval"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
@@ -25,12 +25,12 @@ def profile_names() -> list[str]:
 def load_profile(name: str) -> dict:
     """`{"evaluate": {...}, "reference_sizes": {...}}` for profile `name` (ConfigError when unknown)."""
     if not isinstance(name, str) or not _NAME.match(name) or not (PROFILES_DIR / f"{name}.yaml").is_file():
-        raise ConfigError(f"profile={name!r}: no {PROFILES_DIR}/{name}.yaml; known profiles: {', '.join(profile_names())}")
+        raise EvalError(f"profile={name!r}: no {PROFILES_DIR}/{name}.yaml; known profiles: {', '.join(profile_names())}")
     path = PROFILES_DIR / f"{name}.yaml"
     data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     if not isinstance(data, dict) or set(data) - {"evaluate", "reference_sizes"}:
-        raise ConfigError(f"{path}: expected only the sections `evaluate` and `reference_sizes`")
+        raise EvalError(f"{path}: expected only the sections `evaluate` and `reference_sizes`")
     sizes = data.get("reference_sizes") or {}
     if not all(isinstance(v, int) and v > 0 for v in sizes.values()):
-        raise ConfigError(f"{path}: reference_sizes must map bench names to positive integers")
+        raise EvalError(f"{path}: reference_sizes must map bench names to positive integers")
     return {"evaluate": data.get("evaluate") or {}, "reference_sizes": dict(sizes)}

@@ -12,12 +12,13 @@ from collections import Counter
 from pathlib import Path
 
 from evals.metrics import empty_gold, mean
+from evals.errors import EvalError
 
 QA_KEYS = ("em", "f1", "cover_em", "strict_em")
 
 
-class ResultsError(ValueError):
-    pass
+class ResultsError(EvalError):
+    """A results file (`<bench>.jsonl`) that can't be resumed from: the message names file and line."""
 
 
 def load_done(path: Path, valid_ids: set[str]) -> dict[str, dict]:

@@ -16,8 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.cli import apply_overrides, run_cli, wants_help
 from common.io import parse_json_line
+from evals.errors import EvalError
 
 DEFAULTS = {"corpus": None, "port": 8000, "host": "127.0.0.1", "index_dir": None, "max_topk": 100}
 USAGE = """usage: serve-retriever corpus=PATH [port=8000] [index_dir=DIR] [max_topk=100]
@@ -110,18 +111,18 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
         if not cfg.corpus:
-            raise ConfigError("corpus=PATH is required (a wiki-18 style jsonl)")
+            raise EvalError("corpus=PATH is required (a wiki-18 style jsonl)")
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
-            raise ConfigError(f"host={cfg.host!r}: serve-retriever only binds loopback")
+            raise EvalError(f"host={cfg.host!r}: serve-retriever only binds loopback")
         for key in ("port", "max_topk"):
             if isinstance(cfg[key], bool) or not isinstance(cfg[key], int) or cfg[key] < (0 if key == "port" else 1):
-                raise ConfigError(f"{key}={cfg[key]!r}: expected a {'non-negative' if key == 'port' else 'positive'} integer")
+                raise EvalError(f"{key}={cfg[key]!r}: expected a {'non-negative' if key == 'port' else 'positive'} integer")
         from evals.retrievers import Bm25Retriever, RetrieverError
 
         try:
             retriever = Bm25Retriever(cfg.corpus, cfg.index_dir)
         except RetrieverError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise EvalError(str(exc)) from exc
         server = make_server(retriever, cfg.host, int(cfg.port), int(cfg.max_topk))
         host, port = server.server_address[:2]
         print(f"serving {retriever.num_docs} docs from {cfg.corpus} at http://{host}:{port}/retrieve", flush=True)

@@ -13,7 +13,8 @@ from evals.agent import Episode
 from evals.benches import BenchItem
 from evals.extract import extract_answer, strict_answer
 from evals.metrics import nonempty_golds, qa_metrics
-from evals.prompts import SEARCH_TOOL, initial_messages
+from common.prompts import initial_messages
+from common.tools import SEARCH_TOOL
 from evals.retrievers import format_docs
 
 

@@ -20,9 +20,9 @@ from typing import Callable, Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from common import layout
-from common.cli import ConfigError
 from common.io import JsonLineError, atomic_dir
 from data_prep.errors import DataPrepError
+from launch.errors import LaunchError
 
 Builder = Callable[..., dict]   # build_arm(data_cfg, *, arm, seed, tokenizer, out) -> manifest
 KeyFn = Callable[..., str]      # cache_key(data_cfg, *, arm, seed, tokenizer) -> hex digest
@@ -72,9 +72,9 @@ def read_manifest(data_dir: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{data_dir}: not a data_prep dataset directory ({MANIFEST} missing)") from None
+        raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({MANIFEST} missing)") from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: unreadable manifest ({exc})") from exc
+        raise LaunchError(f"{path}: unreadable manifest ({exc})") from exc
 
 
 @contextmanager
@@ -102,7 +102,7 @@ def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable
         try:
             pinned, how = hub.pin_specs(list(cfg.data.sources[domain]), before)
         except OSError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise LaunchError(str(exc)) from exc
         for spec, note in how.items():
             log(f"[launch] data.sources.{domain}: {spec} -> {note}")
         cfg.data.sources[domain] = pinned
@@ -135,12 +135,12 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
                 # data_prep's bad-input errors (unknown source, too few records, strict=true
                 # rejections) become one clear message; anything else is a bug: keep its traceback.
                 if isinstance(exc, (DataPrepError, JsonLineError)):
-                    raise ConfigError(f"data prep for arm {data_arm!r} failed: {exc}") from exc
+                    raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}") from exc
                 if isinstance(exc, OSError):  # hub unreachable, missing file, disk full
                     hint = (" (data.kind=hub needs the Hugging Face Hub or a warm HF cache; data=synthetic "
                             "runs offline)" if cfg.data.kind == "hub" else "")
-                    raise ConfigError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
+                    raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
                 raise
             if not (tmp / MANIFEST).is_file():
-                raise ConfigError(f"data_prep wrote no {MANIFEST} into {tmp}; refusing to cache it")
+                raise LaunchError(f"data_prep wrote no {MANIFEST} into {tmp}; refusing to cache it")
     return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=False)

@@ -14,8 +14,9 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, flat_keys, run_cli, wants_help
+from common.cli import flat_keys, run_cli, wants_help
 from launch.compose import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
+from launch.errors import LaunchError
 
 STAGES = ("sft", "grpo")
 MAIN_PREFIXES = ("arm", "seed", "name", "runs_root", "run_dir", "resume", "model.", "data.kind", "data.n", "data.epilogue",
@@ -63,8 +64,30 @@ def _stage(argv: list[str]) -> tuple[str, list[str]]:
         else:
             rest.append(tok)
     if stage not in STAGES:
-        raise ConfigError(f"stage={stage!r} is not a stage; choices: {', '.join(STAGES)}")
+        raise LaunchError(f"stage={stage!r} is not a stage; choices: {', '.join(STAGES)}")
     return stage, rest
+
+
+def run_grpo(argv: list[str]) -> int:
+    """`launch stage=grpo ...` is `python -m rl.launch ...` in a child process: rl is a later stage
+    than launch (it builds on launch's launchers), so launch hands over at a process boundary instead
+    of importing it. The child's exit status is returned; SIGTERM and SIGUSR1 sent to this process are
+    passed on (SIGINT from a terminal reaches the child directly, being in the same process group)."""
+    import os
+    import signal
+    import subprocess
+
+    from launch.run import REPO
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.Popen([sys.executable, "-m", "rl.launch", *argv], env=env)
+    relay = {sig: signal.signal(sig, lambda signum, frame: proc.send_signal(signum)) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    relay[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return proc.wait()
+    finally:
+        for sig, old in relay.items():
+            signal.signal(sig, old)
 
 
 def launch_main(argv: list[str]) -> int:
@@ -74,10 +97,8 @@ def launch_main(argv: list[str]) -> int:
     stage, argv = _stage(argv)
     if stage == "grpo":
         if argv and argv[0] in ("sweep", "show"):
-            raise ConfigError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
-        from rl.launch import launch_grpo
-
-        return launch_grpo(argv)
+            raise LaunchError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
+        return run_grpo(argv)
     if argv and argv[0] == "show":
         from launch.show import show_main
 

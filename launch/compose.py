@@ -19,13 +19,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import ConfigError, KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
+from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
 from common.layout import run_dir_path, variant_name_problem
 from common import schema
 from common.plan import planned
 from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
+from launch.errors import LaunchError
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 GROUPS = ("arm", "model", "data", "launcher")
@@ -77,10 +78,10 @@ def load_recipe(group: str, name: str, recipes: Path = RECIPES) -> DictConfig:
     path = recipes / group / f"{name}.yaml"
     if not path.is_file():
         choices = group_choices(group, recipes)
-        raise ConfigError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})")
+        raise LaunchError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})")
     cfg = OmegaConf.load(path)
     if not isinstance(cfg, DictConfig):
-        raise ConfigError(f"{path}: a recipe must be a YAML mapping")
+        raise LaunchError(f"{path}: a recipe must be a YAML mapping")
     return cfg
 
 
@@ -102,7 +103,7 @@ def _check_recipe_keys(recipe: DictConfig, base: DictConfig, where: str) -> None
     for key in flat_keys(recipe):
         if key in known:
             continue
-        raise ConfigError(f"{where}: key {key!r} is not in recipes/base.yaml (recipes may only set keys the base "
+        raise LaunchError(f"{where}: key {key!r} is not in recipes/base.yaml (recipes may only set keys the base "
                           f"defines).{did_you_mean(key, sorted(known.leaves))}")
 
 
@@ -110,13 +111,13 @@ def load_user_recipe(path_text: str) -> tuple[Path, DictConfig]:
     """`recipe=PATH`: the user's own recipe file (relative to the current directory)."""
     path = Path(path_text).expanduser()
     if not path.is_file():
-        raise ConfigError(f"recipe={path_text}: no such file")
+        raise LaunchError(f"recipe={path_text}: no such file")
     try:
         cfg = OmegaConf.load(path)
     except Exception as exc:  # YAML syntax errors come in several types
-        raise ConfigError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
+        raise LaunchError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
     if not isinstance(cfg, DictConfig):
-        raise ConfigError(f"recipe={path_text}: a recipe must be a YAML mapping")
+        raise LaunchError(f"recipe={path_text}: a recipe must be a YAML mapping")
     return path.resolve(), cfg
 
 
@@ -197,7 +198,7 @@ def validate(cfg: DictConfig) -> None:
     if not bad:
         _check_consistency(cfg, bad)
     if bad:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(bad))
+        raise LaunchError("invalid config:\n  " + "\n  ".join(bad))
 
 
 def _check_consistency(cfg: DictConfig, bad: list[str]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from common.cli import ConfigError
+from launch.errors import LaunchError
 
 
 def cuda_device_count() -> int:
@@ -47,14 +47,14 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
     """A GPU-only model recipe on a machine without CUDA fails here, before any data prep."""
     gpus = cuda_device_count() if gpus is None else gpus
     if cfg.model.gpu_only and gpus == 0:
-        raise ConfigError(
+        raise LaunchError(
             f"model={model_choice} is GPU-only (model.gpu_only=true) and this machine has no CUDA GPU. "
             "For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
             "or launcher=slurm to submit to GPU nodes."
         )
     nproc = cfg.launcher.nproc
     if gpus > 0 and nproc != "auto" and int(nproc) > gpus:
-        raise ConfigError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
+        raise LaunchError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
 
 
 def torchrun_command(config_path: str | Path, nproc: int, python: str = sys.executable,

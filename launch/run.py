@@ -25,6 +25,7 @@ from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
 from launch import cache, local, manifest, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
+from launch.errors import LaunchError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,7 +79,7 @@ def recorded_identity(rd: Path) -> dict | None:
             extra["data_fingerprint"] = data_fp
         return fingerprint.identity(OmegaConf.load(cfg_path), **extra)
     except Exception as exc:  # unreadable JSON / YAML: the run dir's identity is unknown, say which file
-        raise ConfigError(f"{rd}: cannot read the run's identity from manifest.json / config.yaml ({exc}); "
+        raise LaunchError(f"{rd}: cannot read the run's identity from manifest.json / config.yaml ({exc}); "
                           "fix or move that run dir, or use name=... / run_dir=... for this run") from None
 
 

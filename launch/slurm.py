@@ -27,7 +27,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from common.cli import ConfigError
+from launch.errors import LaunchError
 
 RDZV_PORT = 29500
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them (partition,
@@ -175,7 +175,7 @@ def check_not_queued(run_dir: Path) -> None:
     launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
     jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
     if jobs and (state := job_state(jobs[-1])) is not None:
-        raise ConfigError(f"{run_dir} is already {state} as Slurm job {jobs[-1]}; it resumes by itself when "
+        raise LaunchError(f"{run_dir} is already {state} as Slurm job {jobs[-1]}; it resumes by itself when "
                           f"requeued (scancel {jobs[-1]} first to resubmit)")
 
 
@@ -183,9 +183,9 @@ def submit(script: Path) -> str:
     """`sbatch --parsable SCRIPT`; return the job id."""
     sbatch = shutil.which("sbatch")
     if sbatch is None:
-        raise ConfigError(f"sbatch not found on PATH; the script is written at {script} "
+        raise LaunchError(f"sbatch not found on PATH; the script is written at {script} "
                           "(use dry_run=true to only print it)")
     out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
     if out.returncode != 0:
-        raise ConfigError(f"sbatch {script} failed (exit {out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+        raise LaunchError(f"sbatch {script} failed (exit {out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
     return out.stdout.strip().split(";", 1)[0]

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, split_dotlist
+from common.cli import split_dotlist
 from launch import manifest, slurm
 from launch.compose import group_choices
 from launch.run import (REPO, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
                         prepare_run, resolve)
+from launch.errors import LaunchError
 
 SWEEP_KEYS = ("arms", "seeds")
 
@@ -34,20 +35,20 @@ def parse_sweep(argv: list[str]) -> tuple[list[str], list[int], list[str]]:
                 arms = [str(a) for a in items]
             else:
                 if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in items):
-                    raise ConfigError(f"seeds must be a list of non-negative integers, got {value!r}")
+                    raise LaunchError(f"seeds must be a list of non-negative integers, got {value!r}")
                 seeds = [int(s) for s in items]
         elif key in ("arm", "seed", "run_dir"):
-            raise ConfigError(f"{key}= is set per run by the sweep; use arms=[...] / seeds=[...] instead")
+            raise LaunchError(f"{key}= is set per run by the sweep; use arms=[...] / seeds=[...] instead")
         else:
             rest.append(tok)
     valid = group_choices("arm")
     if not arms:
-        raise ConfigError(f"sweep needs arms=[...] (choices: {', '.join(valid)})")
+        raise LaunchError(f"sweep needs arms=[...] (choices: {', '.join(valid)})")
     unknown = [a for a in arms if a not in valid]
     if unknown:
-        raise ConfigError(f"unknown arm(s) {unknown}; choices: {', '.join(valid)}")
+        raise LaunchError(f"unknown arm(s) {unknown}; choices: {', '.join(valid)}")
     if not seeds:
-        raise ConfigError("seeds=[] is empty")
+        raise LaunchError("seeds=[] is empty")
     return arms, seeds, rest
 
 

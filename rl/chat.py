@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import types
 
-from evals.agent import split_reasoning
+from evals.extract import split_reasoning
 from evals.toolcalls import detect_style, parse_tool_calls, strip_tool_calls
+from rl.errors import RlError
 
 # (the own template's text, its training-side replacement). Applied only when present.
 _QWEN3_THINK_CONDITION = "{%- if loop.last or (not loop.last and reasoning_content) %}"
@@ -43,7 +44,7 @@ PATCHES = ((_QWEN3_THINK_CONDITION, "{%- if true %}"),)
 _END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
 
 
-class TemplateError(ValueError):
+class TemplateError(RlError):
     """The model's chat template can't be used for multi-turn GRPO (the message says why)."""
 
 

@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 from common import layout
-from common.cli import ConfigError
 from common.io import SHA256SUMS, atomic_dir, check_sha256sums, write_json, write_sha256sums
 from sft.checkpoint import (STATE_META, commit_state, StateError, newest_verified_state, read_rng, rng_file, tied_output_keys, verify_state)
 from sft.hfconfig import save_config
+from rl.errors import RlError
 
 # Files of a model dir that are not weights/config: copied from step-000000 into every checkpoint.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -37,7 +37,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
                    "tokenizer.model", "generation_config.json")
 
 
-class CheckpointError(ConfigError):
+class CheckpointError(RlError):
     """A starting model that can't be used (the message names the file and why; exit 2)."""
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import ConfigError, apply_overrides, split_dotlist
+from common.cli import apply_overrides, split_dotlist
 from common import schema
 from common.plan import save_points
 from launch.compose import ALIASES, CHOICES, RECIPES, STRING_KEYS, Composed, load_recipe
+from rl.errors import RlError
 
 GRPO = RECIPES / "grpo"
 SELECTORS = {"task": "spa", "model": "qwen3_4b_thinking_2507", "launcher": "local"}
@@ -37,13 +38,13 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
             choices["task"] = value.strip()
             rest.append(tok)
         elif key == "arm":
-            raise ConfigError("arm= is not a GRPO key: the arm of a GRPO run is grpo_<task> (use task=spa|qa)")
+            raise RlError("arm= is not a GRPO key: the arm of a GRPO run is grpo_<task> (use task=spa|qa)")
         elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null":
             rest.append(f"{key}='{value}'")
         else:
             rest.append(tok)
     if choices["task"] not in ("spa", "qa"):
-        raise ConfigError(f"task={choices['task']!r}: choices are spa, qa")
+        raise RlError(f"task={choices['task']!r}: choices are spa, qa")
     cfg = OmegaConf.load(recipes / "base.yaml")
     cfg.pop("data")
     layers = [OmegaConf.load(recipes / "grpo" / "base.yaml"), OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml"),
@@ -57,7 +58,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
         layer.pop("data", None)  # model recipes size SFT data; not used here
         cfg = OmegaConf.merge(cfg, layer)
     if cfg.model.init != "pretrained":
-        raise ConfigError(f"model={choices['model']} is a random init (model.init={cfg.model.init}); GRPO starts "
+        raise RlError(f"model={choices['model']} is a random init (model.init={cfg.model.init}); GRPO starts "
                           "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
     # Only the keys GRPO reads stay, so config.yaml (and the run fingerprint over it) holds no
     # SFT-only knob that changes nothing here, and setting one is an unknown-key error.
@@ -133,7 +134,7 @@ def validate(cfg: DictConfig) -> None:
         bad.append(f"model.path={cfg.model.path} is a checkpoint of an earlier run: set name=<variant> "
                    "(e.g. name=from_search_s100) so the GRPO run gets its own directory")
     if bad:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(bad))
+        raise RlError("invalid config:\n  " + "\n  ".join(bad))
 
 
 def is_sft_checkpoint(path: str) -> bool:

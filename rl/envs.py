@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from common.benchmarks import read_bench_file
+from common.prompts import initial_messages
 from envs.search_plan_act import SearchPlanActEnv
 from envs.search_plan_act.goals import episode_seeds
-from evals.benches import read_bench_file
 from evals.extract import extract_answer
 from evals.metrics import exact_match, f1
-from evals.prompts import initial_messages
 from evals.retrievers import format_docs
 
 TASKS = ("spa", "qa")

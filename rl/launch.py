@@ -15,6 +15,7 @@ import sys
 from omegaconf import OmegaConf
 
 from common import layout
+from common.cli import run_cli
 from launch import local, manifest, run, slurm
 from launch.run import REPO, Prepared, is_finished, lock_run_dir, write_config
 from rl.config import compose_grpo, parent_run, planned_saves, run_dir
@@ -110,3 +111,12 @@ def launch_grpo(argv: list[str]) -> int:
     finally:
         os.close(held)
     return run.report_end(rd, rc, log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rl.launch ...` (what `launch stage=grpo ...` runs)."""
+    return run_cli(launch_grpo, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -414,12 +414,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from common.cli import ConfigError
-    from evals.benches import BenchError
     from evals.retrievers import RetrieverError
 
     try:
         return run(load_config(argv[0]))
-    except (ConfigError, chat.TemplateError, BenchError, RetrieverError) as exc:  # ConfigError: also State/CheckpointError
+    except (ConfigError, RetrieverError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
         print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
         return 2
 

@@ -31,7 +31,6 @@ import torch
 import torch.distributed as dist
 
 from common import layout
-from common.cli import ConfigError
 from common.io import (
     SHA256SUMS,
     atomic_dir,
@@ -44,6 +43,7 @@ from common.io import (
 )
 from common.layout import COMPLETE, STATE_META, step_name  # noqa: F401  (the trainer names its dirs with these)
 from sft.hfconfig import save_config
+from sft.errors import SftError
 
 log = logging.getLogger("sft.checkpoint")
 KEEP_STATES = 2  # older complete states are pruned; a 4B model + AdamW is ~50 GB each
@@ -171,7 +171,7 @@ def read_rng(path: Path) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
-class StateError(ConfigError):
+class StateError(SftError):
     """A state directory that must not be loaded; the message says which file and why (exit 2)."""
 
 

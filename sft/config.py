@@ -13,12 +13,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common import schema
-from common.cli import ConfigError, apply_overrides
+from common.cli import apply_overrides
 from common.plan import save_points as plan_save_points
 from common.plan import schedule
 # The trainer's keys and what they may be are common.schema's (launch checks with the same rule).
 from common.schema import TRAINER_SEMANTICS  # noqa: F401  (sft.train reads it from here)
 from common.tiny import resolve_model_path
+from sft.errors import SftError
 
 
 @dataclass
@@ -40,20 +41,20 @@ class TrainConfig:
 def _get(cfg: DictConfig, key: str):
     node = OmegaConf.select(cfg, key, throw_on_missing=False, default="__absent__")
     if node == "__absent__":
-        raise ConfigError(f"{key}: missing from the resolved config")
+        raise SftError(f"{key}: missing from the resolved config")
     return node
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
+        raise SftError(f"{path}: config file not found")
     try:
         raw = OmegaConf.load(path)
     except Exception as exc:
-        raise ConfigError(f"{path}: not a valid YAML config ({exc})") from exc
+        raise SftError(f"{path}: not a valid YAML config ({exc})") from exc
     if not isinstance(raw, DictConfig):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise SftError(f"{path}: expected a mapping at the top level")
     raw = apply_overrides(raw, overrides or [], open_prefixes=("model.config.",))
     return from_dictconfig(raw)
 
@@ -62,10 +63,10 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
     """Validate and flatten; every failure names the offending key."""
     run_dir = _get(raw, "run_dir")
     if not run_dir:
-        raise ConfigError("run_dir: must be set in the resolved config (launch fills it)")
+        raise SftError("run_dir: must be set in the resolved config (launch fills it)")
     data_dir = _get(raw, "data.dir")
     if not data_dir:
-        raise ConfigError("data.dir: must be set in the resolved config (launch fills it from the data cache)")
+        raise SftError("data.dir: must be set in the resolved config (launch fills it from the data cache)")
     resume = _get(raw, "resume")
     if resume in (None, False):
         resume = "never"
@@ -73,7 +74,7 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
 
     bad = schema.problems(raw)
     if bad:
-        raise ConfigError(bad[0] if len(bad) == 1 else "invalid config:\n  " + "\n  ".join(bad))
+        raise SftError(bad[0] if len(bad) == 1 else "invalid config:\n  " + "\n  ".join(bad))
     g = lambda key: _get(raw, key)  # noqa: E731  (validated above)
     arm, seed = g("arm"), g("seed")
     variant = OmegaConf.select(raw, "name", default=None)
@@ -83,7 +84,7 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
     cfg = TrainConfig(run_dir=Path(str(run_dir)), data_dir=Path(str(data_dir)), arm=arm, seed=seed, resume=resume,
                       model=model, train=train, logging=logging, raw=raw)
     if cfg.resume not in ("auto", "never") and not Path(cfg.resume).is_dir():
-        raise ConfigError(f"resume: {cfg.resume!r} is neither auto, never nor an existing state directory")
+        raise SftError(f"resume: {cfg.resume!r} is neither auto, never nor an existing state directory")
     return cfg
 
 

@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.cli import ConfigError
+from sft.errors import SftError
 
 REQUIRED_COLUMNS = ("id", "source", "domain", "input_ids", "labels", "num_tokens", "num_trainable", "messages")
 IGNORE = -100
 
 
-class DataError(ConfigError):
+class DataError(SftError):
     """The dataset directory cannot be trained on; the message names the file and row."""
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, require_int, run_cli, wants_help
+from common.cli import apply_overrides, require_int, run_cli, wants_help
 from common.io import atomic_dir, check_output_dir, write_json, write_sha256sums
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
 from sft.export_source import (
@@ -38,6 +38,7 @@ from sft.export_source import (
     resolve_source,
 )
 from sft.hfconfig import save_config
+from sft.errors import SftError
 
 # Written into every export: what makes a directory this command's output (overwrite=true only
 # ever renames such a directory aside).
@@ -62,7 +63,7 @@ def parse_size(value) -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
     unit = m.group(2).upper() if m else None
     if not m or unit not in _SIZE_UNITS or float(m.group(1)) * _SIZE_UNITS[unit] < 1:
-        raise ConfigError(f"max_shard_size: expected a size like 5GB, 500MiB or 1000000, found {value!r}")
+        raise SftError(f"max_shard_size: expected a size like 5GB, 500MiB or 1000000, found {value!r}")
     return int(float(m.group(1)) * _SIZE_UNITS[unit])
 
 
@@ -182,14 +183,14 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     from transformers import AutoConfig
 
     if dtype not in EXPORT_DTYPES:
-        raise ConfigError(f"dtype: expected one of {sorted(EXPORT_DTYPES)}, found {dtype!r}")
+        raise SftError(f"dtype: expected one of {sorted(EXPORT_DTYPES)}, found {dtype!r}")
     max_bytes = parse_size(max_shard_size)
     if vocab_size is not None:
         vocab_size = require_int(vocab_size, "vocab_size", 1)
     out = Path(out)
     src: Source = resolve_source(ckpt)
     if out.resolve().is_relative_to(src.path.resolve()):
-        raise ConfigError(f"out: {out} is inside the checkpoint being exported ({src.path})")
+        raise SftError(f"out: {out} is inside the checkpoint being exported ({src.path})")
     check_output_dir(out, overwrite=overwrite, marker=EXPORT_MARKER, sources=[ckpt, src.path])
     check_source_sums(src)
     config = AutoConfig.from_pretrained(str(src.hf_dir), trust_remote_code=False)
@@ -222,7 +223,7 @@ def _main(argv: list[str]) -> int:
         return 0
     cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv)
     if not cfg.ckpt or not cfg.out:
-        raise ConfigError("ckpt=PATH and out=PATH are required (see --help)")
+        raise SftError("ckpt=PATH and out=PATH are required (see --help)")
     try:
         if cfg.dry_run:
             src = resolve_source(cfg.ckpt)

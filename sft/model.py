@@ -15,10 +15,10 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from common.cli import ConfigError
 from common.tiny import resolve_tokenizer
 
 from .config import TrainConfig
+from sft.errors import SftError
 
 log = logging.getLogger("sft.model")
 
@@ -38,7 +38,7 @@ def select_attn_implementation(requested: str, device: torch.device) -> str:
         why = "CUDA + flash-attn available" if have_fa else f"device={device.type}, flash-attn {fa_state}"
     else:
         if requested == "flash_attention_2" and not have_fa:
-            raise ConfigError("model.attn_implementation=flash_attention_2 needs CUDA and the flash-attn package")
+            raise SftError("model.attn_implementation=flash_attention_2 needs CUDA and the flash-attn package")
         choice, why = requested, "requested"
     log.info("attention implementation: %s (%s)", choice, why)
     return choice
@@ -54,7 +54,7 @@ def check_overrides(base, overrides: dict) -> None:
         kinds = (bool,) if isinstance(default, bool) else (int,) if isinstance(default, int) else \
             (int, float) if isinstance(default, float) else (type(default),)
         if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-            raise ConfigError(f"model.config.{key}={value!r}: expected {' or '.join(k.__name__ for k in kinds)} "
+            raise SftError(f"model.config.{key}={value!r}: expected {' or '.join(k.__name__ for k in kinds)} "
                               f"like the model config's {default!r}")
 
 
@@ -111,9 +111,8 @@ def apply_liger(model, setting: str, device: torch.device) -> list[str]:
         return []
     if device.type != "cuda":
         if setting == "true":
-            from common.cli import ConfigError
 
-            raise ConfigError("model.liger=true needs CUDA (Liger's kernels are Triton GPU kernels)")
+            raise SftError("model.liger=true needs CUDA (Liger's kernels are Triton GPU kernels)")
         log.info("liger: skipped on %s (Triton kernels need CUDA)", device.type)
         return []
     model_type = model.config.model_type
@@ -121,17 +120,15 @@ def apply_liger(model, setting: str, device: torch.device) -> list[str]:
         import liger_kernel.transformers as lk
     except ImportError:
         if setting == "true":
-            from common.cli import ConfigError
 
-            raise ConfigError("model.liger=true but liger-kernel is not installed")
+            raise SftError("model.liger=true but liger-kernel is not installed")
         log.info("liger: skipped (liger-kernel not installed)")
         return []
     fn = getattr(lk, f"apply_liger_kernel_to_{model_type}", None)
     if fn is None:
         if setting == "true":
-            from common.cli import ConfigError
 
-            raise ConfigError(f"model.liger=true but Liger has no kernels for model_type {model_type!r}")
+            raise SftError(f"model.liger=true but Liger has no kernels for model_type {model_type!r}")
         log.info("liger: skipped (no Liger kernels for %s)", model_type)
         return []
     fn(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True, model=model)

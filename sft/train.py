@@ -38,6 +38,7 @@ from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_
 from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
 from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
 from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
+from sft.errors import SftError
 
 log = logging.getLogger("sft.train")
 EXIT_NONFINITE = 3
@@ -75,7 +76,7 @@ def pick_device(cfg: TrainConfig) -> torch.device:
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     if cfg.model.gpu_only:
-        raise ConfigError("model.gpu_only=true but CUDA is not available (set model.gpu_only=false for a CPU run)")
+        raise SftError("model.gpu_only=true but CUDA is not available (set model.gpu_only=false for a CPU run)")
     return torch.device("cpu")
 
 
@@ -153,9 +154,9 @@ def read_state_meta(state_dir: Path) -> dict:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"resume: {path} is missing or unreadable ({exc}); not a resumable state") from None
+        raise SftError(f"resume: {path} is missing or unreadable ({exc}); not a resumable state") from None
     if not isinstance(meta, dict):
-        raise ConfigError(f"resume: {path} is not a JSON object; not a resumable state")
+        raise SftError(f"resume: {path} is not a JSON object; not a resumable state")
     return meta
 
 
@@ -203,7 +204,7 @@ def take_run_lock(run_dir: Path, rank: int, world: int) -> int | None:
     if err is not None:
         raise err
     if failed:
-        raise ConfigError(f"{run_dir}: rank 0 could not take the run-dir lock (see rank 0's error)")
+        raise SftError(f"{run_dir}: rank 0 could not take the run-dir lock (see rank 0's error)")
     return fd
 
 
@@ -271,7 +272,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
             if (cfg.run_dir / name).exists():
                 log.info("resume=never: previous %s renamed to %s", name, replace_aside(cfg.run_dir / name).name)
     if cfg.train.global_batch_size < world:
-        raise ConfigError(f"train.global_batch_size={cfg.train.global_batch_size} is smaller than the world size {world}")
+        raise SftError(f"train.global_batch_size={cfg.train.global_batch_size} is smaller than the world size {world}")
     attn = select_attn_implementation(cfg.model.attn_implementation, device)
     conf = model_config(cfg, attn)
     if data.max_token_id >= conf.vocab_size:
@@ -295,7 +296,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     if resume_dir is not None and cfg.resume == "auto":  # the newest state that verifies
         checked, skipped = ckpt.newest_verified_state(layout.states_dir(cfg.run_dir))
         if checked is None:
-            raise ConfigError(f"resume=auto: no state under {layout.states_dir(cfg.run_dir)} passes its checks ({'; '.join(skipped)}); "
+            raise SftError(f"resume=auto: no state under {layout.states_dir(cfg.run_dir)} passes its checks ({'; '.join(skipped)}); "
                               "move the state dir aside or pass resume=PATH")
         if checked != resume_dir:  # fell back past the state checked above: check this one's identity too
             validate_resume_meta(read_state_meta(checked), cfg, data, checked, identity)

@@ -25,11 +25,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.cli import apply_overrides, run_cli, wants_help
 from common.io import check_sha256sums, tree_entries
 from sft.ckpt_layout import ST_TO_TORCH, TORCH_TO_ST, config_dtype, expected_layout
 from sft.hfconfig import serving_field_problems
 from sft.safetensors_check import SafetensorsFile, read_safetensors, read_tensor_bytes
+from sft.errors import SftError
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -282,11 +283,11 @@ def _main(argv: list[str]) -> int:
         return 0
     positional = [a for a in argv if "=" not in a]
     if len(positional) > 1:
-        raise ConfigError(f"expected one checkpoint PATH, found {len(positional)}: {positional}")
+        raise SftError(f"expected one checkpoint PATH, found {len(positional)}: {positional}")
     cfg = apply_overrides(OmegaConf.create(dict(path=None, load=True)), [a for a in argv if "=" in a])
     path = positional[0] if positional else cfg.path
     if not path:
-        raise ConfigError("expected a checkpoint PATH (verify-checkpoint PATH, or path=PATH)")
+        raise SftError("expected a checkpoint PATH (verify-checkpoint PATH, or path=PATH)")
     return report(path, load=bool(cfg.load))
 
 

@@ -158,7 +158,8 @@ def test_detect_style_from_templates():
 
 
 def test_prompt_variants():
-    from evals.prompts import SEARCH_TOOL, initial_messages, system_prompt
+    from common.prompts import initial_messages, system_prompt
+    from common.tools import SEARCH_TOOL
 
     assert "Final answer:" not in system_prompt("tool_agent")
     assert system_prompt("anchor_nudge").startswith(system_prompt("tool_agent"))

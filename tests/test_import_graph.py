@@ -118,23 +118,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# Known edges against the DAG, each a hand-off (issue 15's rl stage, landed with them); listed so that
-# no new one slips in, and checked to still exist so that the list shrinks as they are fixed.
-KNOWN = {
-    "launch.cli imports rl.launch": "stage=grpo dispatched in-process; a process boundary (python -m rl.launch) would not import rl",
-    "rl.chat imports evals.agent": "rl renders its episodes with the evaluation agent loop",
-    "rl.envs imports evals.benches": "rl reads the QA bench files through evals' bench loader",
-    "rl.envs imports evals.prompts": "rl starts its episodes from evals' prompts",
-    "rl.train imports evals.benches": "rl reads the QA bench files through evals' bench loader",
-}
-
-
 def test_stages_form_the_documented_dag():
     graph = import_graph(ROOT)
     assert {"common.cli", "sft.train", "launch.cli", "evals.run", "analysis.sweep", "demo.run"} <= set(graph)
     found = violations(graph)
-    assert [v for v in found if v.split(":")[0] not in KNOWN] == []
-    assert sorted(k for k in KNOWN if not any(v.startswith(k + ":") for v in found)) == [], "fixed: remove from KNOWN"
+    assert found == []
 
 
 def test_no_import_cycles():

@@ -137,7 +137,7 @@ def test_shared_reference_templates_get_an_accepted_training_template():
 def _conversation(policy, task_prompt: str, turn: int) -> list[dict]:
     """The messages of a replaying rollout before its `turn`-th assistant turn, with the tool
     responses a fresh environment gives to the genuine calls."""
-    from evals.prompts import initial_messages
+    from common.prompts import initial_messages
 
     steps = policy.plans[task_prompt]
     env = SearchPlanActEnv()
@@ -365,18 +365,18 @@ def test_grpo_config_errors(tmp_path):
         compose_grpo(["task=qa", "model=tiny_base"])
 
 
-def test_launch_grpo_dry_run_prints_config_torchrun_and_slurm(tmp_path, capsys):
+def test_launch_grpo_dry_run_prints_config_torchrun_and_slurm(tmp_path, capfd):
     from launch.cli import main
 
     assert main(["stage=grpo", "task=spa", "model=tiny_base", "steps=2", "save_steps=[1,2]",
                  f"runs_root={tmp_path}", "dry_run=true"]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "stage: grpo" in out and "lora:" in out and "r: 32" in out
     assert re.search(r"torch\.distributed\.run .*-m rl\.train .*grpo_spa/seed0/config\.yaml", out)
     assert "#SBATCH --signal=USR1@120" in out and "-m rl.train" in out
     assert not (tmp_path / "grpo_spa").exists()
     assert main(["stage=grpo", "model=tiny_base", "grpo.lora_r=4", "dry_run=true"]) == 2
-    assert "Did you mean" in capsys.readouterr().err
+    assert "Did you mean" in capfd.readouterr().err
     assert main(["stage=rl", "dry_run=true"]) == 2
 
 

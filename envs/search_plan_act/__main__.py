@@ -8,7 +8,8 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import ConfigError, apply_overrides, require_int, run_cli, wants_help
+from common.cli import apply_overrides, require_int, run_cli, wants_help
+from envs.errors import EnvsError
 
 DEFAULTS = {
     "pilot": {"split": "train", "tasks": 200, "seed": 0, "hops": None, "writes": None, "distractors": None},
@@ -21,12 +22,12 @@ def main(argv: list[str]) -> int:
     if not argv or wants_help(argv) or argv[0] not in DEFAULTS:
         print(__doc__)
         if argv and not wants_help(argv):
-            raise ConfigError(f"unknown command {argv[0]!r}; expected one of {list(DEFAULTS)}")
+            raise EnvsError(f"unknown command {argv[0]!r}; expected one of {list(DEFAULTS)}")
         return 0
     cmd, rest = argv[0], argv[1:]
     cfg = apply_overrides(OmegaConf.create(DEFAULTS[cmd]), rest)
     if cfg.get("split") not in ("train", "ood"):
-        raise ConfigError(f"split must be train or ood, got {cfg.split!r}")
+        raise EnvsError(f"split must be train or ood, got {cfg.split!r}")
     if cmd == "pilot":
         from .pilot import run_pilot
 
@@ -38,7 +39,7 @@ def main(argv: list[str]) -> int:
         from .export import export_trajectories
 
         if not cfg.out:
-            raise ConfigError("export needs out=PATH")
+            raise EnvsError("export needs out=PATH")
         n = export_trajectories(cfg.out, require_int(cfg.n, "n", 1), require_int(cfg.seed, "seed", 0), cfg.split)
         print(f"wrote {n} {cfg.split} trajectories to {cfg.out}")
         return 0

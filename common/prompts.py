@@ -1,5 +1,6 @@
-"""Prompt variants. The tools themselves reach the model through its chat template (`tools=`),
-so a prompt here is only the system message + the first user message.
+"""Prompt variants, shared by evaluation and RL training (rl starts its episodes from the same
+prompts). The tools themselves reach the model through its chat template (`tools=`), so a prompt
+here is only the system message + the first user message.
 
     tool_agent    (default) a tool-using assistant; says nothing about the answer format, so the
                   answer terminator a model uses is whatever its training taught it.
@@ -7,8 +8,6 @@ so a prompt here is only the system message + the first user message.
                   anchor row (the base model told the format it is scored on).
 """
 from __future__ import annotations
-
-from common.tools import SEARCH_TOOL  # noqa: F401  (the one search tool every stage uses)
 
 PROMPTS = ("tool_agent", "anchor_nudge")
 
