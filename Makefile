@@ -40,6 +40,7 @@ bench: venv
 	$(BIN)/python bench/bench_data_prep.py
 	$(BIN)/python bench/bench_exact_masks.py
 	$(BIN)/python bench/bench_train.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/bench_packing.py
 	$(BIN)/python bench/bench_evals.py
 
 # GPU acceptance run (README "GPU acceptance run"): the GPU machine's own python, no venv;

@@ -9,10 +9,14 @@ permutation of trajectories. So the data position to resume from is just the ste
 any world size sees the same global batches.
 
 Within a step every rank takes a share of the global batch (longest-first onto the
-least-loaded rank), packs it best-fit-decreasing into micro-batches of at most
-`max_tokens_per_micro_batch` tokens, one row per micro-batch, with position_ids
-restarting at 0 at each sequence start and no attention mask (the model derives the
-per-sequence causal mask from the position_ids).
+least-loaded rank). With a varlen attention kernel (flash_attention_2: `packs(attn)`) it packs
+the share best-fit-decreasing into micro-batches of at most `max_tokens_per_micro_batch` tokens,
+one row per micro-batch, with position_ids restarting at 0 at each sequence start and no
+attention mask (the kernel keeps the sequences apart by their position_ids). Under sdpa or
+eager a pack would be attended through a dense [T, T] block-diagonal mask, quadratic in the
+whole pack and off the fused causal kernels (3x the time of the same rows one by one, measured
+on CPU: bench/bench_packing.py), so there every row is its own micro-batch. Both give the same
+loss and gradients: the loss is a sum over predicted tokens divided by the global batch's count.
 """
 from __future__ import annotations
 
@@ -186,6 +190,20 @@ def split_across_ranks(indices, lengths, world: int) -> list[list[int]]:
     return shares
 
 
+def packs(attn_implementation: str) -> bool:
+    """Whether micro-batches hold several sequences: only with a varlen kernel (see the module doc)."""
+    return attn_implementation == "flash_attention_2"
+
+
+def one_per_bin(indices, lengths, capacity: int) -> list[list[int]]:
+    """Every row its own micro-batch, longest first (the order best-fit decreasing visits them)."""
+    order = sorted((int(x) for x in indices), key=lambda i: (-int(lengths[i]), i))
+    for i in order:
+        if int(lengths[i]) > capacity:
+            raise ValueError(f"row {i} has {int(lengths[i])} tokens > micro-batch capacity {capacity}")
+    return [[i] for i in order]
+
+
 def pack_best_fit_decreasing(indices, lengths, capacity: int) -> list[list[int]]:
     """Bins of row indices, each holding at most `capacity` tokens, by best-fit decreasing."""
     bins: list[list[int]] = []
@@ -276,12 +294,15 @@ class StepPlan:
         return sum(mb.num_trainable for mb in self.micro_batches)
 
 
-def plan_step(data: TrainData, step: int, *, rank: int, world: int, global_batch_size: int, seed: int, capacity: int) -> StepPlan:
-    """This rank's packed micro-batches for 0-based optimizer step `step`."""
+def plan_step(data: TrainData, step: int, *, rank: int, world: int, global_batch_size: int, seed: int, capacity: int,
+              pack: bool = True) -> StepPlan:
+    """This rank's micro-batches for 0-based optimizer step `step`: packed (`pack`, see `packs`) or
+    one row each."""
     epoch, traj = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
     idx = data.rows_of(traj)
     shares = split_across_ranks(idx, data.num_tokens, world)
-    bins_per_rank = [pack_best_fit_decreasing(s, data.num_tokens, capacity) for s in shares]
+    binning = pack_best_fit_decreasing if pack else one_per_bin
+    bins_per_rank = [binning(s, data.num_tokens, capacity) for s in shares]
     mine, bins = shares[rank], bins_per_rank[rank]
     fetched = data.ds[sorted(mine)] if mine else {"input_ids": [], "labels": []}
     by_row = {i: (fetched["input_ids"][k], fetched["labels"][k]) for k, i in enumerate(sorted(mine))}

@@ -2,8 +2,9 @@
 
 `python tests/sft_grad_worker.py CONFIG OUT CAP [CAP ...]` under 2 ranks, or
 `global_batch_grads(...)` in-process for a world of one: for each micro-batch token
-budget CAP, zero the grads, run sft.train.forward_backward on step 0's global batch and
-record the full (unsharded) gradients and the loss.
+budget CAP (`<n>`: packed; `<n>u`: one sequence per micro-batch, as under sdpa), zero the
+grads, run sft.train.forward_backward on step 0's global batch and record the full
+(unsharded) gradients and the loss.
 """
 from __future__ import annotations
 
@@ -27,19 +28,22 @@ def global_batch_grads(config_path, capacities) -> dict:
     device = torch.device("cpu")
     rank, world, owns = train.init_distributed("cpu")
     try:
-        data = load_train_data(cfg.data_dir, global_batch_size=cfg.train.global_batch_size, max_tokens_per_micro_batch=max(capacities))
+        budgets = {str(c): int(str(c).rstrip("u")) for c in capacities}
+        data = load_train_data(cfg.data_dir, global_batch_size=cfg.train.global_batch_size, max_tokens_per_micro_batch=max(budgets.values()))
         conf = model_config(cfg, "sdpa")
         model, _ = train.prepare_model(cfg, conf, rank=rank, device=device, dtype=torch.float32)
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         out = {}
-        for cap in capacities:
+        for cap, budget in budgets.items():
             model.zero_grad(set_to_none=True)
-            plan = plan_step(data, 0, rank=rank, world=world, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed, capacity=cap)
+            plan = plan_step(data, 0, rank=rank, world=world, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed,
+                             capacity=budget, pack=not cap.endswith("u"))
             loss, n_train, _, _ = train.forward_backward(model, plan, device=device, world=world)
             with FSDP.summon_full_params(model, with_grads=True):
                 grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-            out[cap] = {"loss": loss, "n_trainable": n_train, "n_micro": len(plan.micro_batches), "grads": grads}
+            out[cap] = {"loss": loss, "n_trainable": n_train, "n_micro": len(plan.micro_batches), "grads": grads,
+                        "rows_per_micro": max(len(mb.seq_lens) for mb in plan.micro_batches)}
         return out
     finally:
         if owns:
@@ -48,6 +52,6 @@ def global_batch_grads(config_path, capacities) -> dict:
 
 if __name__ == "__main__":
     config, dest, *caps = sys.argv[1:]
-    result = global_batch_grads(config, [int(c) for c in caps])
+    result = global_batch_grads(config, caps)
     if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now; torchrun-style env says who we are
         torch.save(result, dest)

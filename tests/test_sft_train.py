@@ -165,17 +165,22 @@ def test_state_layout(interrupted):
 
 
 def test_gradient_equivalence_ranks_and_budgets(tmp_path, data_dir):
-    """One global batch: same gradient for 1 vs 2 ranks and for 256- vs 100-token micro-batches."""
+    """One global batch: same gradient for 1 vs 2 ranks, for 256- vs 100-token packed micro-batches
+    and for one sequence per micro-batch (what the trainer does under sdpa: sft.data.packs); with 2
+    ranks the unpacked shares differ in row count, so this also runs the dummy passes that keep the
+    FSDP ranks in step."""
     from sft_grad_worker import global_batch_grads
 
     cfg = write_config(tmp_path / "grad", data_dir)
-    one = global_batch_grads(cfg, [256, 100])
-    codes = wait_all(launch(["tests/sft_grad_worker.py", str(cfg), str(tmp_path / "g2.pt"), "256", "100"], 2, tmp_path))
+    caps = ["256", "100", "256u"]
+    one = global_batch_grads(cfg, caps)
+    codes = wait_all(launch(["tests/sft_grad_worker.py", str(cfg), str(tmp_path / "g2.pt"), *caps], 2, tmp_path))
     assert codes == [0, 0], (tmp_path / "rank0.log").read_text()[-3000:]
     two = torch.load(tmp_path / "g2.pt")
-    ref = one[256]
-    assert one[100]["n_micro"] > ref["n_micro"]  # the smaller budget really splits differently
-    for other in (one[100], two[256], two[100]):
+    ref = one["256"]
+    assert one["100"]["n_micro"] > ref["n_micro"]  # the smaller budget really splits differently
+    assert ref["rows_per_micro"] > 1 and one["256u"]["rows_per_micro"] == 1  # packed vs one sequence each
+    for other in (one["100"], one["256u"], two["256"], two["100"], two["256u"]):
         assert other["n_trainable"] == ref["n_trainable"]
         assert other["loss"] == pytest.approx(ref["loss"], rel=1e-6)
         assert other["grads"].keys() == ref["grads"].keys()

@@ -99,7 +99,7 @@ def test_trainer_gradient_equals_plain_hf_reference(tmp_path, tiny_model_dir):
     (out / "manifest.json").write_text(json.dumps({"fingerprint": "m"}))
     cfg = write_config(tmp_path / "run", out, **{"model.path": str(tiny_model_dir), "model.init": "pretrained",
                                                    "global_batch_size": 4, "max_tokens_per_micro_batch": 200})
-    got = global_batch_grads(cfg, [200])[200]
+    got = global_batch_grads(cfg, ["200"])["200"]
     data = load_train_data(out, global_batch_size=4, max_tokens_per_micro_batch=200)
     rows = plan_step(data, 0, rank=0, world=1, global_batch_size=4, seed=0, capacity=200).indices
     assert len(rows) > 4  # split records: more sequences than trajectories
@@ -120,6 +120,22 @@ def test_trainer_gradient_equals_plain_hf_reference(tmp_path, tiny_model_dir):
     assert mine.keys() == ref.keys()
     for k, g in ref.items():
         torch.testing.assert_close(mine[k], g, rtol=1e-5, atol=1e-7, msg=k)
+
+
+def test_micro_batches_pack_only_under_a_varlen_kernel(data_dir):
+    """flash_attention_2 packs; sdpa and eager give every row its own micro-batch (longest first),
+    over the same rows and with the same capacity check."""
+    from sft.data import one_per_bin, packs
+
+    assert packs("flash_attention_2") and not packs("sdpa") and not packs("eager")
+    data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=256)
+    packed = plan_step(data, 0, rank=0, world=1, global_batch_size=8, seed=0, capacity=256)
+    single = plan_step(data, 0, rank=0, world=1, global_batch_size=8, seed=0, capacity=256, pack=False)
+    assert sorted(packed.indices) == sorted(single.indices) and single.num_trainable == packed.num_trainable
+    assert len(packed.micro_batches) < len(single.micro_batches) == len(single.indices)
+    assert [mb.num_tokens for mb in single.micro_batches] == sorted((int(data.num_tokens[i]) for i in single.indices), reverse=True)
+    with pytest.raises(ValueError, match="row 1 has 7 tokens > micro-batch capacity 6"):
+        one_per_bin([0, 1], [3, 7], 6)
 
 
 def test_best_fit_decreasing_and_rank_split():
