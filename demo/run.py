@@ -37,8 +37,8 @@ DEFAULTS = {
     # tiny: the same architecture from a random init (the anchor is then that init).
     "model": "tiny_base",
     "seeds": [0],
-    # model=tiny_base trains 4 trajectories per step: the search arm calls search and answers by step
-    # ~100 and its synthqa EM keeps rising to step 200 (measured; README).
+    # model=tiny_base trains 4 trajectories per step: the search arm calls search and answers from
+    # step ~150 (synthqa EM 0.85 at 150 and 200; measured, README).
     "steps": 200,
     "save_steps": [50, 100, 150],  # the final step is always saved too
     "n": 1000,  # trajectories built per arm (steps x 4 are used)
@@ -53,7 +53,8 @@ DEFAULTS = {
     # search_plan_act train-split episodes (envs exporter) added to the search pool, so the search and
     # mixed arms see the tool-plan-finish loop that `search_plan_ood` scores (its OOD split never
     # shares templates with train). 0 (default) disables: measured with 300 on the tiny base, the
-    # search_plan_ood reward stays 0 at step 200 and the search arm's synthqa EM drops (0.775 -> 0.675).
+    # search_plan_ood reward stays 0 at step 200 and the search arm's synthqa EM drops (0.775 -> 0.675,
+    # measured on an earlier version; README).
     "envs_episodes": 0,
     "bench_n": 60,  # held-out synthqa questions written
     "eval_n": 40,  # examples per bench per checkpoint
