@@ -25,11 +25,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from common.io import replace_aside, sha256_text, write_json
+from common.io import check_sha256sums, replace_aside, sha256_text, write_json
 from evals import babyai, tasks
 from evals.agent import run_episodes
 from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, load_bench, read_bench_file
 from evals.config import bench_size, resolve
+from evals.errors import EvalError
 from evals.identity import IdentityError, bench_identity, check_same, checkpoint_identity, source_digest
 from evals.metrics import unweighted_mean
 from evals.results import QA_KEYS, ResultsError, append_rows, load_done, summarize
@@ -199,6 +200,18 @@ def _versions() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
+def check_checkpoint_files(ckpt: str, ckpt_id: dict) -> None:
+    """A checkpoint that carries `SHA256SUMS` (every one the trainers write) is evaluated only when
+    each file matches it and none is unlisted: its identity is the digest of that list, so a file
+    changed or added after the fact would be scored under the identity of the model it no longer is."""
+    if ckpt_id.get("kind") != "sha256sums":
+        return
+    problems = check_sha256sums(ckpt)
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise EvalError(f"{ckpt}: refusing to evaluate: its files do not match its SHA256SUMS: {'; '.join(problems[:3])}{more}")
+
+
 def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     """Evaluate `cfg.ckpt` on `cfg.benches`; returns the summary dict also written to summary.json.
     `backend` / `retriever` may be passed in (tests, a caller that keeps a model loaded)."""
@@ -210,6 +223,7 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     identities = dict(old_meta.get("identities") or {})
     # Identities first: a bench held under another identity is refused before any model is loaded.
     ckpt_id = checkpoint_identity(str(cfg.ckpt))
+    check_checkpoint_files(str(cfg.ckpt), ckpt_id)
     wanted = {bench: bench_request(bench, cfg, ckpt_id) for bench in cfg.benches}
     for bench, ident in wanted.items():
         claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))

@@ -248,3 +248,37 @@ def test_serve_retriever_cli_subprocess(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_checkpoint_that_fails_its_sha256sums_is_not_evaluated(tmp_path, tiny_model_dir):
+    """A checkpoint with SHA256SUMS (as the trainers write them) is scored only when its files match:
+    a changed weight file or an added file is refused naming the file, before any model is loaded
+    and without writing results under the digest of the model it no longer is."""
+    import shutil
+
+    from common.io import write_sha256sums
+    from evals.errors import EvalError
+
+    ckpt = tmp_path / "step-000050"
+    shutil.copytree(tiny_model_dir, ckpt)
+    write_sha256sums(ckpt)
+    corpus, bench_root = make_world(tmp_path, n=2)
+    cfg = {"ckpt": str(ckpt), "benches": ["synthqa"], "n": 2, "bench_root": str(bench_root), "corpus": str(corpus),
+           "index_dir": str(tmp_path / "idx"), **TINY}
+    evaluate({**cfg, "out": str(tmp_path / "ok")})  # intact: evaluated
+    _check_files(tmp_path / "ok", "synthqa", 2)
+
+    weights = ckpt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(EvalError, match=r"refusing to evaluate: its files do not match its SHA256SUMS: .*model\.safetensors"):
+        evaluate({**cfg, "out": str(tmp_path / "changed")})
+    assert not (tmp_path / "changed" / "summary.json").exists()
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    (ckpt / "extra.bin").write_bytes(b"x")
+    with pytest.raises(EvalError, match=r"extra\.bin: present but not listed in SHA256SUMS"):
+        evaluate({**cfg, "out": str(tmp_path / "added")})
+    assert cli_main([f"{k}={v}" for k, v in {**cfg, "out": str(tmp_path / "cli")}.items() if k != "benches"]
+                    + ["benches=[synthqa]"]) == 2
