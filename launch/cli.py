@@ -84,7 +84,8 @@ def run_grpo(argv: list[str]) -> int:
     relay = {sig: signal.signal(sig, lambda signum, frame: proc.send_signal(signum)) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     relay[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        return proc.wait()
+        rc = proc.wait()
+        return 128 - rc if rc < 0 else rc  # killed by signal N: the shell's 128 + N
     finally:
         for sig, old in relay.items():
             signal.signal(sig, old)
