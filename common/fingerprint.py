@@ -91,11 +91,23 @@ def identity(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS, **extra: Any) -> dic
     return {"fingerprint": digest, **body}
 
 
+def _by_value(v: Any) -> Any:
+    """`v` with every int (not bool) as a float: `lr=1` and `lr: 1.0` are one setting."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, list, tuple, Mapping)):
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, Mapping):
+        return {k: _by_value(x) for k, x in v.items()}
+    return [_by_value(x) for x in v]
+
+
 def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
     """`key: old -> new` for every difference between two identity records (or two `keys` maps).
 
-    Extras compare only where both records have them (a record made before the data was known has
-    no data fingerprint yet).
+    Values compare by value, so an int and the equal float (`lr=1` on the command line, `1.0` in a
+    recipe) are no difference. Extras compare only where both records have them (a record made
+    before the data was known has no data fingerprint yet).
     """
     def split(rec: Mapping) -> tuple[dict, dict]:
         if "keys" in rec and isinstance(rec["keys"], Mapping):
@@ -105,7 +117,7 @@ def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
     (ok, ox), (nk, nx) = split(old), split(new)
     absent = "<absent>"
     lines = [f"{k}: {ok.get(k, absent)!r} -> {nk.get(k, absent)!r}"
-             for k in sorted(set(ok) | set(nk)) if canonical_json(ok.get(k, absent)) != canonical_json(nk.get(k, absent))]
+             for k in sorted(set(ok) | set(nk)) if canonical_json(_by_value(ok.get(k, absent))) != canonical_json(_by_value(nk.get(k, absent)))]
     lines += [f"{k}: {ox[k]!r} -> {nx[k]!r}" for k in sorted(set(ox) & set(nx)) if ox[k] != nx[k]]
     return lines
 

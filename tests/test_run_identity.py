@@ -56,6 +56,15 @@ def test_fingerprint_diff_names_each_key_old_to_new():
     assert fingerprint.fingerprint_diff(old, old) == []
 
 
+def test_an_int_and_the_equal_float_are_one_setting():
+    """`weight_decay=0` on the command line is the recipe's `0.0`; a bool is never a number."""
+    old = fingerprint.identity({"train": {"weight_decay": 0.0, "grad_clip": 1.0, "betas": [0.9, 1.0]}, "flag": True})
+    same = fingerprint.identity({"train": {"weight_decay": 0, "grad_clip": 1, "betas": [0.9, 1]}, "flag": True})
+    assert fingerprint.fingerprint_diff(old, same) == [] and fingerprint.same_identity(old, same)
+    other = fingerprint.identity({"train": {"weight_decay": 0.1, "grad_clip": 1.0, "betas": [0.9, 1.0]}, "flag": 1})
+    assert fingerprint.fingerprint_diff(old, other) == ["flag: True -> 1", "train.weight_decay: 0.0 -> 0.1"]
+
+
 # ---------------------------------------------------------------- launch against a run dir
 
 
@@ -102,6 +111,15 @@ def test_finished_run_with_changed_lr_is_refused_and_name_trains_a_variant(stage
     # Both still report as finished with their own request.
     assert go() == 0 and go("lr=5e-4", "name=lr5e-4") == 0 and len(started) == 2
     assert json.loads((rd / "manifest.json").read_text())["identity"]["keys"]["train.lr"] == 2e-3
+
+
+def test_relaunch_with_an_int_for_a_recipe_float_is_the_same_run(staged, capsys):
+    go, started, _, root = staged
+    assert go() == 0 and len(started) == 1
+    assert go("train.weight_decay=0", "train.grad_clip=1") == 0 and len(started) == 1  # finished: not retrained
+    assert "not retraining" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match=r"train.weight_decay: 0.0 -> 0.1"):
+        go("train.weight_decay=0.1")
 
 
 def test_unfinished_run_with_changed_schedule_is_refused_before_data_prep(staged):
