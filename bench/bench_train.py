@@ -6,12 +6,14 @@ Same copy-task data, same tiny model (fp32, sdpa, activation checkpointing off e
 only the loop differs). The machine is shared and noisy, so comparisons are interleaved:
   loop overhead - in one process, step by step alternately: the trainer's step (sft.data.plan_step,
              FSDP-wrapped model, sft.train.forward_backward, clip, AdamW, schedule, metrics
-             row) and a bare forward+backward+clip+AdamW on the *identical* packed
-             micro-batches (unwrapped model, batches prebuilt); overhead = raw/trainer - 1.
+             row) and a bare forward+backward+clip+AdamW on the *identical* micro-batches
+             (the trainer's under sdpa: packs of at most 512 tokens; unwrapped model, batches prebuilt);
+             overhead = raw/trainer - 1.
   vs HF      - whole runs, alternately, best of --repeats: `python -m sft.train` in-process
              (tokens/s from its metrics.jsonl step times) and transformers `Trainer` with
-             `DataCollatorWithFlattening` (padding-free, the same 32 sequences per step,
-             timed per step by a callback, data loading not counted).
+             `DataCollatorWithFlattening` (padding-free: the 32 sequences of a step packed into
+             one row, which sdpa attends through a block mask; timed per step by a callback,
+             data loading not counted).
 The first 3 steps of every run are warm-up and not timed.
 """
 from __future__ import annotations
@@ -47,7 +49,7 @@ def interleaved_overhead(cfg_path: Path, steps: int) -> tuple[float, float]:
 
     from sft import train
     from sft.config import load_config
-    from sft.data import load_train_data, plan_step
+    from sft.data import load_train_data, pack_budget, plan_step
     from sft.metrics import step_flops
     from sft.model import matmul_params, model_config
     from sft.optim import NonFiniteGuard, build_optimizer, build_scheduler
@@ -56,7 +58,9 @@ def interleaved_overhead(cfg_path: Path, steps: int) -> tuple[float, float]:
     dev = torch.device("cpu")
     _, world, owns = train.init_distributed("cpu")
     data = load_train_data(cfg.data_dir, global_batch_size=cfg.train.global_batch_size, max_tokens_per_micro_batch=cfg.train.max_tokens_per_micro_batch)
-    plan_kw = dict(rank=0, world=1, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed, capacity=cfg.train.max_tokens_per_micro_batch)
+    # the trainer's own micro-batches under sdpa (sft.data.pack_budget), for both loops
+    cap = cfg.train.max_tokens_per_micro_batch
+    plan_kw = dict(rank=0, world=1, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed, capacity=cap, budget=pack_budget("sdpa", cap))
     conf = model_config(cfg, "sdpa")
     model, _ = train.prepare_model(cfg, conf, rank=0, device=dev, dtype=torch.float32)
     opt = build_optimizer(model, lr=cfg.train.lr, betas=cfg.train.betas, eps=cfg.train.eps, weight_decay=cfg.train.weight_decay)

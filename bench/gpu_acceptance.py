@@ -349,9 +349,9 @@ class _Rows:
         return {"input_ids": [self.rows[i][0] for i in idx], "labels": [self.rows[i][1] for i in idx]}
 
 
-def step_plan(rows, *, rank: int, world: int, capacity: int, pack: bool = True):
-    """The trainer's own plan (sft.data.plan_step: rank split, best-fit packing or one row per
-    micro-batch, collate) of one global batch holding exactly `rows`."""
+def step_plan(rows, *, rank: int, world: int, capacity: int, budget: int | None = None):
+    """The trainer's own plan (sft.data.plan_step: rank split, best-fit packing within `budget`,
+    collate) of one global batch holding exactly `rows`."""
     import numpy as np
 
     from sft.data import TrainData, collate, plan_step
@@ -360,7 +360,7 @@ def step_plan(rows, *, rank: int, world: int, capacity: int, pack: bool = True):
                      np.array([len(r[0]) for r in rows], dtype=np.int64),
                      np.array([collate([r]).num_trainable for r in rows], dtype=np.int64),
                      None, int(max(r[0].max() for r in rows)))
-    return plan_step(data, 0, rank=rank, world=world, global_batch_size=len(rows), seed=0, capacity=capacity, pack=pack)
+    return plan_step(data, 0, rank=rank, world=world, global_batch_size=len(rows), seed=0, capacity=capacity, budget=budget)
 
 
 def grads(model) -> dict:
@@ -659,7 +659,7 @@ def check_speed(ctx: Ctx, res: Result) -> None:
     import torch
 
     from sft import train
-    from sft.data import packs
+    from sft.data import pack_budget
     from sft.metrics import lookup_peak_tflops, peak_memory_gb, step_flops
     from sft.model import matmul_params
     from sft.optim import NonFiniteGuard, build_optimizer, build_scheduler
@@ -673,8 +673,8 @@ def check_speed(ctx: Ctx, res: Result) -> None:
         lengths.append(int(rng.integers(lo, hi + 1)))
     lengths.append(max(2, budget - sum(lengths)))
     attn = attn_choice(ctx.device)
-    # as the trainer: packed under flash_attention_2, one sequence per micro-batch under sdpa (sft.data.packs)
-    plan = step_plan(synthetic_rows(rng, lengths, conf.vocab_size), rank=0, world=1, capacity=a.tokens, pack=packs(attn))
+    # as the trainer: packs of up to a.tokens under flash_attention_2, of at most 512 under sdpa (sft.data.pack_budget)
+    plan = step_plan(synthetic_rows(rng, lengths, conf.vocab_size), rank=0, world=1, capacity=a.tokens, budget=pack_budget(attn, a.tokens))
     n_matmul, peak = matmul_params(conf), lookup_peak_tflops(ctx.device, a.peak_tflops)
     flops = step_flops(n_matmul, conf, plan.seq_lens)
     res.measure("setup", {"layers": conf.num_hidden_layers, "attn": attn, "activation_checkpointing": True,

@@ -9,14 +9,17 @@ permutation of trajectories. So the data position to resume from is just the ste
 any world size sees the same global batches.
 
 Within a step every rank takes a share of the global batch (longest-first onto the
-least-loaded rank). With a varlen attention kernel (flash_attention_2: `packs(attn)`) it packs
-the share best-fit-decreasing into micro-batches of at most `max_tokens_per_micro_batch` tokens,
-one row per micro-batch, with position_ids restarting at 0 at each sequence start and no
-attention mask (the kernel keeps the sequences apart by their position_ids). Under sdpa or
-eager a pack would be attended through a dense [T, T] block-diagonal mask, quadratic in the
-whole pack and off the fused causal kernels (3x the time of the same rows one by one, measured
-on CPU: bench/bench_packing.py), so there every row is its own micro-batch. Both give the same
-loss and gradients: the loss is a sum over predicted tokens divided by the global batch's count.
+least-loaded rank) and packs it best-fit-decreasing into micro-batches, one row per
+micro-batch, with position_ids restarting at 0 at each sequence start and no attention mask
+(the model keeps the sequences apart by their position_ids). How many tokens a micro-batch may
+pack depends on the attention kernel (`pack_budget`): up to `max_tokens_per_micro_batch` with a
+varlen kernel (flash_attention_2); under sdpa or eager, where a pack is attended through a dense
+[T, T] block-diagonal mask (quadratic in the whole pack, off the fused causal kernel), at most
+SDPA_PACK_TOKENS, and a longer sequence is a micro-batch of its own. Measured on CPU, tiny model,
+1 thread (bench/bench_packing.py): 64-token sequences run 1.6x faster in 512-token packs than one by
+one, while ~650-token sequences run slower in pairs and 4096-token packs of ~1.2k-token sequences
+2.3x slower than one by one. Every budget gives the same loss and gradients: the loss is a sum over
+predicted tokens divided by the global batch's count.
 """
 from __future__ import annotations
 
@@ -190,28 +193,29 @@ def split_across_ranks(indices, lengths, world: int) -> list[list[int]]:
     return shares
 
 
-def packs(attn_implementation: str) -> bool:
-    """Whether micro-batches hold several sequences: only with a varlen kernel (see the module doc)."""
-    return attn_implementation == "flash_attention_2"
+# Under sdpa/eager a micro-batch packs at most this many tokens (see the module doc; measured).
+SDPA_PACK_TOKENS = 512
 
 
-def one_per_bin(indices, lengths, capacity: int) -> list[list[int]]:
-    """Every row its own micro-batch, longest first (the order best-fit decreasing visits them)."""
-    order = sorted((int(x) for x in indices), key=lambda i: (-int(lengths[i]), i))
-    for i in order:
-        if int(lengths[i]) > capacity:
-            raise ValueError(f"row {i} has {int(lengths[i])} tokens > micro-batch capacity {capacity}")
-    return [[i] for i in order]
+def pack_budget(attn_implementation: str, capacity: int) -> int:
+    """Tokens one micro-batch may pack: `capacity` with a varlen kernel, else at most SDPA_PACK_TOKENS."""
+    return capacity if attn_implementation == "flash_attention_2" else min(capacity, SDPA_PACK_TOKENS)
 
 
-def pack_best_fit_decreasing(indices, lengths, capacity: int) -> list[list[int]]:
-    """Bins of row indices, each holding at most `capacity` tokens, by best-fit decreasing."""
+def pack_best_fit_decreasing(indices, lengths, capacity: int, budget: int | None = None) -> list[list[int]]:
+    """Bins of row indices by best-fit decreasing, each holding at most `budget` tokens (default
+    `capacity`); a row longer than `budget` (never longer than `capacity`) is a bin of its own."""
+    budget = capacity if budget is None else min(budget, capacity)
     bins: list[list[int]] = []
     free: list[int] = []
     for i in sorted((int(x) for x in indices), key=lambda i: (-int(lengths[i]), i)):
         size = int(lengths[i])
         if size > capacity:
             raise ValueError(f"row {i} has {size} tokens > micro-batch capacity {capacity}")
+        if size > budget:
+            bins.append([i])
+            free.append(0)
+            continue
         fits = [b for b in range(len(bins)) if free[b] >= size]
         if fits:
             b = min(fits, key=lambda b: (free[b], b))
@@ -219,7 +223,7 @@ def pack_best_fit_decreasing(indices, lengths, capacity: int) -> list[list[int]]
             free[b] -= size
         else:
             bins.append([i])
-            free.append(capacity - size)
+            free.append(budget - size)
     return bins
 
 
@@ -295,14 +299,13 @@ class StepPlan:
 
 
 def plan_step(data: TrainData, step: int, *, rank: int, world: int, global_batch_size: int, seed: int, capacity: int,
-              pack: bool = True) -> StepPlan:
-    """This rank's micro-batches for 0-based optimizer step `step`: packed (`pack`, see `packs`) or
-    one row each."""
+              budget: int | None = None) -> StepPlan:
+    """This rank's micro-batches for 0-based optimizer step `step`, each packing at most `budget`
+    tokens (default `capacity`; the trainer passes `pack_budget(attn, capacity)`)."""
     epoch, traj = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
     idx = data.rows_of(traj)
     shares = split_across_ranks(idx, data.num_tokens, world)
-    binning = pack_best_fit_decreasing if pack else one_per_bin
-    bins_per_rank = [binning(s, data.num_tokens, capacity) for s in shares]
+    bins_per_rank = [pack_best_fit_decreasing(s, data.num_tokens, capacity, budget) for s in shares]
     mine, bins = shares[rank], bins_per_rank[rank]
     fetched = data.ds[sorted(mine)] if mine else {"input_ids": [], "labels": []}
     by_row = {i: (fetched["input_ids"][k], fetched["labels"][k]) for k, i in enumerate(sorted(mine))}

@@ -34,7 +34,7 @@ from common.layout import TRAIN_LOCK
 from . import checkpoint as ckpt
 from .config import TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
 from .console import StepConsole
-from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, packs, plan_step
+from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, pack_budget, plan_step
 from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
 from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
 from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
@@ -274,9 +274,9 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     if cfg.train.global_batch_size < world:
         raise SftError(f"train.global_batch_size={cfg.train.global_batch_size} is smaller than the world size {world}")
     attn = select_attn_implementation(cfg.model.attn_implementation, device)
-    pack = packs(attn)
-    log.info("micro-batches: %s", f"packed up to {cfg.train.max_tokens_per_micro_batch} tokens ({attn} is varlen)" if pack
-             else f"one sequence each ({attn} would attend over a pack through a dense mask)")
+    budget = pack_budget(attn, cfg.train.max_tokens_per_micro_batch)
+    log.info("micro-batches: packed up to %d tokens%s", budget, "" if budget == cfg.train.max_tokens_per_micro_batch else
+             f" ({attn} attends over a pack through a dense mask; a longer sequence is a micro-batch of its own)")
     conf = model_config(cfg, attn)
     if data.max_token_id >= conf.vocab_size:
         raise DataError(f"{cfg.data_dir}: token id {data.max_token_id} >= the model's vocab_size {conf.vocab_size} (wrong tokenizer?)")
@@ -341,7 +341,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
                 torch.cuda.reset_peak_memory_stats(device)
             t0 = time.perf_counter()
             plan = plan_step(data, step - 1, rank=rank, world=world, global_batch_size=cfg.train.global_batch_size,
-                             seed=cfg.seed, capacity=cfg.train.max_tokens_per_micro_batch, pack=pack)
+                             seed=cfg.seed, capacity=cfg.train.max_tokens_per_micro_batch, budget=budget)
             epoch, t_data = plan.epoch, time.perf_counter() - t0
             loss, n_train, n_tok, stop = forward_backward(model, plan, device=device, world=world, liger_active=bool(liger), stop=preempt.set)
             grad_norm = clip_grad_norm(model, cfg.train.grad_clip)

@@ -2,7 +2,7 @@
 
 `python tests/sft_grad_worker.py CONFIG OUT CAP [CAP ...]` under 2 ranks, or
 `global_batch_grads(...)` in-process for a world of one: for each micro-batch token
-budget CAP (`<n>`: packed; `<n>u`: one sequence per micro-batch, as under sdpa), zero the
+budget CAP (`<n>`: packed; `<n>u`: one sequence per micro-batch, a pack budget of 1 token), zero the
 grads, run sft.train.forward_backward on step 0's global batch and record the full
 (unsharded) gradients and the loss.
 """
@@ -38,7 +38,7 @@ def global_batch_grads(config_path, capacities) -> dict:
         for cap, budget in budgets.items():
             model.zero_grad(set_to_none=True)
             plan = plan_step(data, 0, rank=rank, world=world, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed,
-                             capacity=budget, pack=not cap.endswith("u"))
+                             capacity=budget, budget=1 if cap.endswith("u") else None)
             loss, n_train, _, _ = train.forward_backward(model, plan, device=device, world=world)
             with FSDP.summon_full_params(model, with_grads=True):
                 grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}

@@ -166,7 +166,8 @@ def test_state_layout(interrupted):
 
 def test_gradient_equivalence_ranks_and_budgets(tmp_path, data_dir):
     """One global batch: same gradient for 1 vs 2 ranks, for 256- vs 100-token packed micro-batches
-    and for one sequence per micro-batch (what the trainer does under sdpa: sft.data.packs); with 2
+    and for one sequence per micro-batch (what the trainer does under sdpa for sequences longer than
+    sft.data.SDPA_PACK_TOKENS); with 2
     ranks the unpacked shares differ in row count, so this also runs the dummy passes that keep the
     FSDP ranks in step."""
     from sft_grad_worker import global_batch_grads

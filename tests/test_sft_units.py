@@ -122,20 +122,25 @@ def test_trainer_gradient_equals_plain_hf_reference(tmp_path, tiny_model_dir):
         torch.testing.assert_close(mine[k], g, rtol=1e-5, atol=1e-7, msg=k)
 
 
-def test_micro_batches_pack_only_under_a_varlen_kernel(data_dir):
-    """flash_attention_2 packs; sdpa and eager give every row its own micro-batch (longest first),
-    over the same rows and with the same capacity check."""
-    from sft.data import one_per_bin, packs
+def test_pack_budget_follows_the_attention_kernel(data_dir):
+    """flash_attention_2 packs up to the capacity; sdpa and eager at most SDPA_PACK_TOKENS, a longer
+    row alone; over the same rows, with the same capacity check."""
+    from sft.data import SDPA_PACK_TOKENS, pack_budget
 
-    assert packs("flash_attention_2") and not packs("sdpa") and not packs("eager")
+    assert pack_budget("flash_attention_2", 4096) == 4096
+    assert pack_budget("sdpa", 4096) == pack_budget("eager", 4096) == SDPA_PACK_TOKENS == 512
+    assert pack_budget("sdpa", 256) == 256
+    # rows of 600, 300, 200, 100 and 50 tokens, capacity 4096, budget 512: 600 alone, the rest best-fit
+    assert pack_best_fit_decreasing(range(5), [600, 300, 200, 100, 50], 4096, 512) == [[0], [1, 2], [3, 4]]
+    assert pack_best_fit_decreasing(range(5), [600, 300, 200, 100, 50], 4096) == [[0, 1, 2, 3, 4]]
+    with pytest.raises(ValueError, match="row 1 has 7000 tokens > micro-batch capacity 4096"):
+        pack_best_fit_decreasing([0, 1], [3, 7000], 4096, 512)
     data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=256)
     packed = plan_step(data, 0, rank=0, world=1, global_batch_size=8, seed=0, capacity=256)
-    single = plan_step(data, 0, rank=0, world=1, global_batch_size=8, seed=0, capacity=256, pack=False)
+    single = plan_step(data, 0, rank=0, world=1, global_batch_size=8, seed=0, capacity=256, budget=1)
     assert sorted(packed.indices) == sorted(single.indices) and single.num_trainable == packed.num_trainable
     assert len(packed.micro_batches) < len(single.micro_batches) == len(single.indices)
     assert [mb.num_tokens for mb in single.micro_batches] == sorted((int(data.num_tokens[i]) for i in single.indices), reverse=True)
-    with pytest.raises(ValueError, match="row 1 has 7 tokens > micro-batch capacity 6"):
-        one_per_bin([0, 1], [3, 7], 6)
 
 
 def test_best_fit_decreasing_and_rank_split():
