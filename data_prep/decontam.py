@@ -38,7 +38,7 @@ def bench_files(root: str | Path, key: str = "data.decontam_bench_root") -> list
         files += [str(f) for f in found]
     if missing:
         raise DataPrepError(f"{key}={root}: no {base}/<bench>/*.jsonl for {', '.join(missing)} — put the benchmark files "
-                          f"there (layout of ../shared/benchmarks), or set {key}=null to build without decontamination")
+                            f"there (layout of ../shared/benchmarks), or set {key}=null to build without decontamination")
     return files
 
 

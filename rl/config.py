@@ -59,7 +59,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
         cfg = OmegaConf.merge(cfg, layer)
     if cfg.model.init != "pretrained":
         raise RlError(f"model={choices['model']} is a random init (model.init={cfg.model.init}); GRPO starts "
-                          "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
+                      "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
     # Only the keys GRPO reads stay, so config.yaml (and the run fingerprint over it) holds no
     # SFT-only knob that changes nothing here, and setting one is an unknown-key error.
     cfg.train = {k: cfg.train[k] for k in TRAIN_KEYS}

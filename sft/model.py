@@ -55,7 +55,7 @@ def check_overrides(base, overrides: dict) -> None:
             (int, float) if isinstance(default, float) else (type(default),)
         if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
             raise SftError(f"model.config.{key}={value!r}: expected {' or '.join(k.__name__ for k in kinds)} "
-                              f"like the model config's {default!r}")
+                           f"like the model config's {default!r}")
 
 
 def model_config(cfg: TrainConfig, attn: str):
@@ -111,7 +111,6 @@ def apply_liger(model, setting: str, device: torch.device) -> list[str]:
         return []
     if device.type != "cuda":
         if setting == "true":
-
             raise SftError("model.liger=true needs CUDA (Liger's kernels are Triton GPU kernels)")
         log.info("liger: skipped on %s (Triton kernels need CUDA)", device.type)
         return []
@@ -120,14 +119,12 @@ def apply_liger(model, setting: str, device: torch.device) -> list[str]:
         import liger_kernel.transformers as lk
     except ImportError:
         if setting == "true":
-
             raise SftError("model.liger=true but liger-kernel is not installed")
         log.info("liger: skipped (liger-kernel not installed)")
         return []
     fn = getattr(lk, f"apply_liger_kernel_to_{model_type}", None)
     if fn is None:
         if setting == "true":
-
             raise SftError(f"model.liger=true but Liger has no kernels for model_type {model_type!r}")
         log.info("liger: skipped (no Liger kernels for %s)", model_type)
         return []

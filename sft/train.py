@@ -300,7 +300,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         checked, skipped = ckpt.newest_verified_state(layout.states_dir(cfg.run_dir))
         if checked is None:
             raise SftError(f"resume=auto: no state under {layout.states_dir(cfg.run_dir)} passes its checks ({'; '.join(skipped)}); "
-                              "move the state dir aside or pass resume=PATH")
+                           "move the state dir aside or pass resume=PATH")
         if checked != resume_dir:  # fell back past the state checked above: check this one's identity too
             validate_resume_meta(read_state_meta(checked), cfg, data, checked, identity)
         resume_dir = checked
