@@ -149,10 +149,6 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 # The trainer's keys (model / train / logging, arm, seed) are checked by common.schema and the data
 # keys by data_prep.config.problems: the rules the trainer and data_prep read them with. Below: launch's own.
 CHOICES = {"launcher.kind": ("local", "slurm")}

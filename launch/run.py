@@ -19,8 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common import fingerprint, layout, lock
-from common.cli import ConfigError
-from common.io import replace_aside
+from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
 from launch import cache, local, manifest, slurm
@@ -83,13 +82,13 @@ def recorded_identity(rd: Path) -> dict | None:
                           "fix or move that run dir, or use name=... / run_dir=... for this run") from None
 
 
-def identity_refusal(rd: Path, cfg: DictConfig, diff: list[str]) -> ConfigError:
+def identity_refusal(rd: Path, cfg: DictConfig, diff: list[str]) -> LaunchError:
     """The exit-2 message for a request whose fingerprint differs from the run dir's."""
     where = (f"name=<variant> trains it as a separate run in {Path(cfg.runs_root).expanduser()}/{cfg.arm}/<variant>/"
              f"seed{cfg.seed}" if not cfg.run_dir else "run_dir=<another dir> trains it as a separate run")
     why = ("; the code changed what this config means (common.schema.TRAINER_SEMANTICS)"
            if any(d.startswith("trainer_semantics:") for d in diff) else "")
-    return ConfigError(
+    return LaunchError(
         f"{rd} holds a run of a different configuration{why}; refusing to resume or report it as this one. "
         "Differences (run dir -> requested):\n  " + "\n  ".join(diff) +
         f"\nTwo ways out: {where}, or resume=never starts over here (the old run dir is renamed to "
@@ -97,7 +96,7 @@ def identity_refusal(rd: Path, cfg: DictConfig, diff: list[str]) -> ConfigError:
 
 
 def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = None) -> dict:
-    """Refuse (ConfigError) a request whose identity differs from the run dir's; return the request's."""
+    """Refuse (LaunchError) a request whose identity differs from the run dir's; return the request's."""
     want = requested_identity(cfg, data_fingerprint)
     have = recorded_identity(rd)
     if have is not None and cfg.resume != "never":
@@ -227,9 +226,12 @@ def lock_run_dir(rd: Path) -> int:
 
 
 def start_over(rd: Path) -> Path | None:
-    """resume=never: rename an existing run dir aside (`<dir>.replaced-<UTC time>`); nothing is deleted."""
-    if not rd.exists() or not any(rd.iterdir()):
+    """resume=never: rename an existing run dir aside (`<dir>.replaced-<UTC time>`); nothing is deleted.
+    Only a run dir (one holding config.yaml) is renamed: `run_dir=` pointing at any other non-empty
+    directory is refused (common.io.check_output_dir's rule)."""
+    if not rd.exists() or not any(p.name not in (LAUNCH_LOCK, TRAIN_LOCK) for p in rd.iterdir()):
         return None
+    check_output_dir(rd, overwrite=True, marker=layout.CONFIG, what="run_dir")
     held = lock_run_dir(rd)  # never rename a run dir a launch or a trainer is using
     try:
         aside = replace_aside(rd)

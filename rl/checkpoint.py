@@ -178,12 +178,12 @@ def resume_dir(run_dir: Path, resume: str) -> Path | None:
     return d
 
 
-def load_state(d: Path) -> dict:
-    """Verify (StateError naming the file and reason), then read: {"meta", "adapter", "optimizer"}.
-    Collective under a process group (verify_state)."""
+def load_state(d: Path, *, verified: bool = False) -> dict:
+    """Verify (StateError naming the file and reason; `verified`: resume_dir just did), then read:
+    {"meta", "adapter", "optimizer"}. Collective under a process group (verify_state)."""
     from safetensors.torch import load_file
 
-    problems = verify_state(Path(d))
+    problems = [] if verified else verify_state(Path(d))
     if problems:
         raise StateError(f"{d}: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
     return {

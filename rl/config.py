@@ -16,17 +16,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import apply_overrides, split_dotlist
 from common import schema
+from common.layout import variant_name_problem
 from common.plan import save_points
 from launch.compose import ALIASES, CHOICES, RECIPES, STRING_KEYS, Composed, load_recipe
 from rl.errors import RlError
 
-GRPO = RECIPES / "grpo"
 SELECTORS = {"task": "spa", "model": "qwen3_4b_thinking_2507", "launcher": "local"}
 RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
 TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "betas", "eps", "weight_decay", "grad_clip",
               "activation_checkpointing", "precision")
 MODEL_KEYS = ("name", "path", "gpu_only", "attn_implementation")  # the tokenizer is the starting model's
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
@@ -87,7 +86,7 @@ def validate(cfg: DictConfig) -> None:
             bad.append(f"{key} must be {what}, got {OmegaConf.select(cfg, key)!r}")
 
     need(cfg.task in ("spa", "qa"), "task", "spa or qa")
-    need(cfg.name is None or (isinstance(cfg.name, str) and cfg.name and "/" not in cfg.name), "name", "null or a name without '/'")
+    need(variant_name_problem(cfg.name) is None, "name", variant_name_problem(cfg.name) or "")
     need(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed", "a non-negative integer")
     need(_pos_int(t.steps), "train.steps", "a positive integer")
     need(t.save_steps is not None and all(_pos_int(s) for s in t.save_steps), "train.save_steps", "a list of positive integers")

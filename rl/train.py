@@ -227,7 +227,7 @@ class Run:
         if problems:
             raise rlck.CheckpointError(f"{self.start_dir} fails its checksums: {problems[0]}")
         resume = rlck.resume_dir(rd, str(cfg.resume))
-        st = rlck.load_state(resume) if resume else None
+        st = rlck.load_state(resume, verified=str(cfg.resume) == "auto") if resume else None  # auto: resume_dir verified it
         if st and isinstance(st["meta"].get("identity"), dict):
             diff = fingerprint.fingerprint_diff(st["meta"]["identity"], self.identity)
             if diff:

@@ -425,14 +425,15 @@ def newest_verified_state(state_root: Path) -> tuple[Path | None, list[str]]:
     return None, notes
 
 
-def load_state(model, optimizer, d: Path, *, rank: int) -> dict:
-    """Verify `d` (StateError if it fails), restore model + optimizer shards and this rank's RNG;
-    returns meta.json. Nothing in `d` is unpickled outside the DCP metadata allow-list."""
+def load_state(model, optimizer, d: Path, *, rank: int, verified: bool = False) -> dict:
+    """Verify `d` (StateError if it fails; `verified`: the caller just did, with verify_state or
+    newest_verified_state), restore model + optimizer shards and this rank's RNG; returns meta.json.
+    Nothing in `d` is unpickled outside the DCP metadata allow-list."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     d = Path(d)
-    problems = verify_state(d)
+    problems = [] if verified else verify_state(d)
     if problems:
         raise StateError(f"{d}: refusing to resume from a state that fails its checks: " + "; ".join(problems[:5]))
     msd, osd = get_state_dict(model, optimizer)

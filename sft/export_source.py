@@ -56,11 +56,12 @@ def _dcp_dir(step_dir: Path) -> Path:
     return found[0]
 
 
-def _state_source(step_dir: Path, notes: list[str]) -> Source:
-    """A state that passes `sft.checkpoint.verify_state` (COMPLETE, SHA256SUMS, meta.json)."""
+def _state_source(step_dir: Path, notes: list[str], verified: bool = False) -> Source:
+    """A state that passes `sft.checkpoint.verify_state` (COMPLETE, SHA256SUMS, meta.json);
+    `verified`: latest_complete_state just checked it."""
     from sft.checkpoint import verify_state
 
-    problems = verify_state(step_dir)
+    problems = [] if verified else verify_state(step_dir)
     if problems:
         raise ExportError(f"{step_dir}: refusing to export a state that fails its checks:\n  " + "\n  ".join(problems))
     hf_dir = step_dir / "hf"
@@ -102,7 +103,7 @@ def resolve_source(ckpt: str | Path) -> Source:
     for root in (layout.states_dir(p), p):
         if layout.step_dirs(root):
             step_dir, notes = latest_complete_state(root)
-            return _state_source(step_dir, notes)
+            return _state_source(step_dir, notes, verified=True)
     raise ExportError(
         f"{p}: not a checkpoint: expected an HF model dir (config.json + model.safetensors[.index.json]), "
         f"a state dir (COMPLETE, meta.json, hf/, DCP shards) or a run dir with state/step-NNNNNN/"

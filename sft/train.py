@@ -179,8 +179,8 @@ def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_di
                              "would mix the two", diff)
 
 
-def identity_error(what: str, diff: list[str]) -> ConfigError:
-    return ConfigError(f"{what} (run -> this config):\n  " + "\n  ".join(diff) +
+def identity_error(what: str, diff: list[str]) -> SftError:
+    return SftError(f"{what} (run -> this config):\n  " + "\n  ".join(diff) +
                        "\nRestore the config, or start over with resume=never (the old outputs are renamed aside), "
                        "or train it in another run_dir.")
 
@@ -228,17 +228,24 @@ RUN_OUTPUTS = (layout.STATES, layout.CHECKPOINTS, layout.EVAL, layout.METRICS, l
 def resolve_resume(cfg: TrainConfig) -> Path | None:
     """The state to resume from, chosen before any model work. With resume=auto: the newest
     complete state whose meta.json reads (a damaged one is skipped, not a crash loop on every
-    relaunch); its checksums are verified later, collectively, which may fall back further."""
+    relaunch); its checksums are verified later, collectively, which may fall back further.
+    Complete states none of whose meta.json reads are refused (exit 2), as are states none of which
+    verifies: never a silent start from step 0 over a run's progress."""
     if cfg.resume == "never":
         return None
     if cfg.resume == "auto":
+        skipped = []
         for _, d in reversed(ckpt.complete_states(layout.states_dir(cfg.run_dir))):
             try:
                 read_state_meta(d)
             except ConfigError as exc:
                 log.warning("skipped state %s: %s", d.name, exc)
+                skipped.append(f"{d.name}: {exc}")
                 continue
             return d
+        if skipped:
+            raise SftError(f"resume=auto: no state under {layout.states_dir(cfg.run_dir)} has a readable meta.json "
+                           f"({'; '.join(skipped)}); move the state dir aside or pass resume=PATH")
         return None
     return Path(cfg.resume)
 
@@ -265,12 +272,6 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     run_lock = take_run_lock(cfg.run_dir, rank, world)
     if run_lock is not None:
         held.callback(os.close, run_lock)
-    if cfg.resume == "never" and rank == 0:
-        # A fresh start must leave nothing a later resume=auto would take for this run's progress;
-        # the previous outputs are renamed aside (<path>.replaced-<UTC time>), never deleted.
-        for name in RUN_OUTPUTS:
-            if (cfg.run_dir / name).exists():
-                log.info("resume=never: previous %s renamed to %s", name, replace_aside(cfg.run_dir / name).name)
     if cfg.train.global_batch_size < world:
         raise SftError(f"train.global_batch_size={cfg.train.global_batch_size} is smaller than the world size {world}")
     attn = select_attn_implementation(cfg.model.attn_implementation, device)
@@ -280,6 +281,12 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     conf = model_config(cfg, attn)
     if data.max_token_id >= conf.vocab_size:
         raise DataError(f"{cfg.data_dir}: token id {data.max_token_id} >= the model's vocab_size {conf.vocab_size} (wrong tokenizer?)")
+    if cfg.resume == "never" and rank == 0:  # after every cheap check: a refused start moves nothing
+        # A fresh start must leave nothing a later resume=auto would take for this run's progress;
+        # the previous outputs are renamed aside (<path>.replaced-<UTC time>), never deleted.
+        for name in RUN_OUTPUTS:
+            if (cfg.run_dir / name).exists():
+                log.info("resume=never: previous %s renamed to %s", name, replace_aside(cfg.run_dir / name).name)
     tokenizer = load_tokenizer(cfg.model.tokenizer) if rank == 0 else None
     log.info("data: %d trajectories (%d rows) from %s; %d steps/epoch, %d steps, world %d, device %s",
              data.n, data.n_rows, cfg.data_dir, per_epoch, total, world, device)
@@ -305,7 +312,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
             validate_resume_meta(read_state_meta(checked), cfg, data, checked, identity)
         resume_dir = checked
     if resume_dir is not None:
-        meta = ckpt.load_state(model, optimizer, resume_dir, rank=rank)
+        meta = ckpt.load_state(model, optimizer, resume_dir, rank=rank, verified=cfg.resume == "auto")
         scheduler.load_state_dict(meta["scheduler"])
         start, guard.consecutive = meta["step"], meta.get("consecutive_nonfinite", 0)
         log.info("resumed from %s at step %d", resume_dir, start)

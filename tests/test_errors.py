@@ -40,13 +40,15 @@ def error_classes(stage: str) -> list[tuple[str, str]]:
 
 
 def bare_config_error_raises(stage: str, root: Path = ROOT) -> list[str]:
+    """Every `ConfigError(...)` the stage builds (raised or returned for a caller to raise) and every
+    `raise ConfigError`; catching it (`except ConfigError`) is fine."""
     found = []
     for path in stage_files(stage, root):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            if isinstance(node, ast.Raise) and node.exc is not None:
-                call = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-                if isinstance(call, ast.Name) and call.id == "ConfigError":
-                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+            made = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ConfigError"
+            raised = isinstance(node, ast.Raise) and isinstance(node.exc, ast.Name) and node.exc.id == "ConfigError"
+            if made or raised:
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
     return found
 
 
@@ -86,8 +88,10 @@ def test_the_checks_catch_what_they_guard(tmp_path):
     stage's own type is not."""
     stage = tmp_path / "fake"
     stage.mkdir()
-    (stage / "a.py").write_text("def f():\n    raise ConfigError('x')\n\n\ndef g():\n    raise FakeError('y')\n")
-    assert bare_config_error_raises("fake", tmp_path) == ["fake/a.py:2"]
+    (stage / "a.py").write_text("def f():\n    raise ConfigError('x')\n\n\ndef g():\n    raise FakeError('y')\n\n\n"
+                                "def h():\n    return ConfigError('z')\n\n\ndef k():\n    try:\n        f()\n"
+                                "    except ConfigError:\n        pass\n")
+    assert bare_config_error_raises("fake", tmp_path) == ["fake/a.py:2", "fake/a.py:10"]
 
 
 def test_callers_match_types_not_names():

@@ -243,6 +243,12 @@ def test_damaged_latest_state_is_skipped_for_the_previous_one(world_of_one, tmp_
 
     chosen = resolve_resume(SimpleNamespace(resume="auto", run_dir=run))
     assert chosen == (found if damage == "truncate_meta" else d2)
+    if damage == "truncate_meta":  # every meta.json unreadable: refused, never a silent start from step 0
+        (found / "meta.json").write_text("")
+        from sft.errors import SftError
+
+        with pytest.raises(SftError, match="no state under .* has a readable meta.json .*step-000002.*step-000001"):
+            resolve_resume(SimpleNamespace(resume="auto", run_dir=run))
 
 
 def test_full_disk_while_writing_leaves_no_torn_state(world_of_one, tmp_path, monkeypatch):

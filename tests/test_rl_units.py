@@ -361,6 +361,9 @@ def test_grpo_config_errors(tmp_path):
         compose_grpo(["model=tiny_base", "grpo.completions_per_step=5"])
     with pytest.raises(ConfigError, match="launcher.nproc must be auto or a positive integer"):
         compose_grpo(["model=tiny_base", "nproc=abc"])
+    for name in ("..", "seed3", "x.replaced-1", "a/b"):  # the SFT rule (common.layout.variant_name_problem)
+        with pytest.raises(ConfigError, match="name must be"):
+            compose_grpo(["model=tiny_base", f"name={name}"])
     with pytest.raises(ConfigError, match="needs grpo.prompts_file"):
         compose_grpo(["task=qa", "model=tiny_base"])
 

@@ -149,6 +149,19 @@ def test_resume_never_renames_the_old_run_aside(staged):
     assert go("lr=5e-4") == 0 and len(started) == 2, "the new run is finished under the new identity"
 
 
+def test_resume_never_renames_only_a_run_dir(staged):
+    """`run_dir=` at a directory that is not a run dir (no config.yaml): resume=never refuses and
+    moves nothing; a dir holding only lock files counts as empty."""
+    go, started, _, root = staged
+    mine = root / "my_project"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not an output of this command .*no config.yaml.*notes.txt"):
+        go(f"run_dir={mine}", "resume=never")
+    assert (mine / "notes.txt").read_text() == "mine" and sorted(p.name for p in root.iterdir()) == ["my_project"]
+    assert started == []
+
+
 def test_changed_data_content_is_refused_for_an_unfinished_run(staged):
     go, started, fake, root = staged
     rd = root / "r2e" / "seed0"

@@ -536,6 +536,18 @@ def test_resume_never_starts_over(tmp_path, data_dir):
     assert json.loads((run_dir / "DONE").read_text())["step"] == 1
 
 
+def test_resume_never_refused_by_a_cheap_check_moves_nothing(tmp_path, data_dir):
+    """A resume=never start that a check refuses (here flash-attn on CPU) leaves the run's outputs
+    where they were: they are renamed aside only once the start is going ahead."""
+    run_dir = tmp_path / "run"
+    cfg = write_config(run_dir, data_dir, steps=1, save_steps=[], resume="never", **{"model.attn_implementation": "flash_attention_2"})
+    (run_dir / "DONE").write_text("{}")
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 9}) + "\n")
+    assert train.cli([str(cfg)]) == 2
+    assert (run_dir / "DONE").read_text() == "{}" and (run_dir / "metrics.jsonl").is_file()
+    assert not list(run_dir.glob("*.replaced-*"))
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
 def test_preemption_signals_set_the_flag(sig):
     import os
