@@ -27,9 +27,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+from sft.data import SDPA_PACK_TOKENS  # noqa: E402
+
 WARMUP = 2
 CAPACITY = 4096
-BUDGETS = (CAPACITY, 512, 1)
+BUDGETS = (CAPACITY, SDPA_PACK_TOKENS, 1)
 
 
 def measure(cfg_path: Path, steps: int) -> tuple[dict, float, int]:
@@ -94,7 +96,8 @@ def main() -> int:
         base = tps[CAPACITY]
         print(f"{name}")
         for b in BUDGETS:
-            label = {CAPACITY: "baseline: pack to the capacity", 512: "pack <= 512 (the trainer)", 1: "one sequence each"}[b]
+            label = {CAPACITY: "baseline: pack to the capacity", SDPA_PACK_TOKENS: f"pack <= {SDPA_PACK_TOKENS} (the trainer)",
+                     1: "one sequence each"}[b]
             print(f"  budget {b:>4} {label:<31} up to {rows[b]:>2} per micro-batch: {tps[b]:7.0f} tokens/s  {tps[b] / base:.2f}x")
         print(f"  largest relative loss difference between budgets: {worst:.1e}")
     return 0

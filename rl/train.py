@@ -145,7 +145,6 @@ def wandb_spec(cfg: DictConfig):
 def run_identity(cfg: DictConfig) -> dict:
     """The run identity (common.fingerprint over every result-changing key of config.yaml: task,
     LoRA, GRPO settings, env split, model, seed), as launch computes it for the run dir."""
-    from common import fingerprint
     from common.schema import TRAINER_SEMANTICS
 
     return fingerprint.identity(cfg, trainer_semantics=TRAINER_SEMANTICS)

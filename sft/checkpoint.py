@@ -376,13 +376,9 @@ def _fsync_tree(d: Path) -> None:
         fsync_dir(sub)
 
 
-def _step_dirs(state_root: Path) -> list[tuple[int, Path]]:
-    return layout.step_dirs(state_root)
-
-
 def complete_states(state_root: Path) -> list[tuple[int, Path]]:
     out = layout.complete_states(state_root)
-    for _, d in _step_dirs(state_root):
+    for _, d in layout.step_dirs(state_root):
         if not layout.is_complete_state(d):
             log.warning("ignoring torn state %s (no %s marker)", d, COMPLETE)
     return out
@@ -390,7 +386,7 @@ def complete_states(state_root: Path) -> list[tuple[int, Path]]:
 
 def remove_torn_states(state_root: Path) -> None:
     """Remove step dirs without COMPLETE: this trainer's own interrupted writes."""
-    for _, d in _step_dirs(state_root):
+    for _, d in layout.step_dirs(state_root):
         if not (d / COMPLETE).is_file():
             shutil.rmtree(d, ignore_errors=True)
             log.warning("removed torn state %s (no %s marker)", d, COMPLETE)
@@ -402,7 +398,7 @@ def prune_states(state_root: Path, keep: int) -> None:
     for _, d in states[:-keep]:
         shutil.rmtree(d, ignore_errors=True)
     newest = states[-1][0] if states else -1
-    for step, d in _step_dirs(state_root):
+    for step, d in layout.step_dirs(state_root):
         if step < newest and not (d / COMPLETE).is_file():
             shutil.rmtree(d, ignore_errors=True)
 

@@ -187,8 +187,6 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
             sweep.run_sweep(bad)
 
 
-
-
 def test_manifest_git_state_sees_a_dirty_checkout(tmp_path):
     import subprocess
 
