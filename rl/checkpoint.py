@@ -42,7 +42,12 @@ class CheckpointError(RlError):
 
 
 def _link_or_copy(src: Path, dst: Path) -> str:
+    """Weights are hard-linked when the filesystem allows (no copy of a multi-GB file); every other
+    file is copied, so editing the run's config or chat template never edits the user's source."""
     dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.suffix != ".safetensors":
+        shutil.copy2(src, dst)
+        return "copy"
     try:
         os.link(src, dst)
         return "link"

@@ -255,6 +255,9 @@ def test_start_checkpoint_is_a_verified_copy(start_dir):
 
     assert verify_checkpoint(start_dir) == []
     assert (start_dir / "model.safetensors").read_bytes() == (TINY_BASE / "model.safetensors").read_bytes()
+    # only the weights may share the source's inode (hard link); the small files are copies
+    for name in ("config.json", "tokenizer.json", "chat_template.jinja"):
+        assert not (start_dir / name).samefile(TINY_BASE / name), name
 
 
 def test_merge_matches_unmerged_logits_and_keeps_the_base_layout(start_dir, tmp_path):
