@@ -271,7 +271,8 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
                     stats.reject(item["spec"], _rej(item, res[1], res[2]), was_ok=True)
                 else:
                     try:
-                        out_rows = [_finish_row(res[1], enc, cfg) for enc in res[2]]
+                        messages = worker.record_json(res[1])  # once per record, however many rows it makes
+                        out_rows = [_finish_row(res[1], enc, cfg, messages) for enc in res[2]]
                     except RecordError as exc:
                         stats.reject(item["spec"], _rej(item, exc.reason, exc.detail), was_ok=True)
                         continue
@@ -295,7 +296,7 @@ def _rej(item: dict, reason: str, detail: str) -> dict:
     return {"id": rec["id"], "source": rec["source"], "reason": reason, "detail": detail, "where": item["where"]}
 
 
-def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict) -> dict:
+def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict, messages: str) -> dict:
     ids, labels = enc.input_ids, enc.labels
     truncated = len(ids) > cfg["max_seq_len"]
     if truncated:
@@ -308,7 +309,7 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict) -> dict:
         raise RecordError("no_trainable_tokens", "no assistant token left in the row")
     n_inexact = int((trainable & enc.inexact[: len(labels)]).sum()) if enc.inexact is not None else 0
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
-            "num_tokens": len(ids), "num_trainable": n_train, "messages": worker.record_json(rec),
+            "num_tokens": len(ids), "num_trainable": n_train, "messages": messages,
             "_checks": enc.checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
             "_extra_row": enc.id != rec["id"], "_epilogue": "epilogue" in rec}
 
