@@ -80,6 +80,15 @@ def bench_key(name: str, mode: str = DEFAULT_MODE) -> str:
     return name if mode == DEFAULT_MODE else f"{name}@{mode}"
 
 
+def bench_label(key: str, env_benches=()) -> str:
+    """A table header naming the context mode: `musique@given` -> `musique (given)`, `nq` -> `nq (open)`;
+    a bench in `env_benches` (its own environment, no mode) as it is."""
+    if key in env_benches:
+        return key
+    name, mode = parse_bench_key(key)
+    return f"{name} ({mode})"
+
+
 def canonical_bench_key(key: str) -> str:
     """`musique@open` -> `musique`: one name per (bench, mode)."""
     return bench_key(*parse_bench_key(key))

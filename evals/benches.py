@@ -173,7 +173,14 @@ def _load_hub_context(bench: str, mode: str) -> tuple[list[BenchItem], str]:
     return items, f"hub:{src.repo}/{what}@{revision}"
 
 
-def load_bench(key: str, bench_root: str | Path | None, n: int | None, seed: int) -> tuple[list[BenchItem], str, int]:
+def load_bench(key: str, bench_root: str | Path | None, n: int | None, seed: int) -> tuple[list[BenchItem], str]:
+    """(sampled items, where they came from) for QA bench `key` (`NAME[@MODE]`)."""
+    items, source, _ = load_bench_counted(key, bench_root, n, seed)
+    return items, source
+
+
+def load_bench_counted(key: str, bench_root: str | Path | None, n: int | None,
+                       seed: int) -> tuple[list[BenchItem], str, int]:
     """(sampled items, where they came from, unanswerable items left out) for QA bench `key`
     (`NAME[@MODE]`); items without paragraphs are refused for modes item/given."""
     bench, mode = parse_bench_key(key)

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from common.io import check_sha256sums, replace_aside, sha256_text, write_json
 from evals import babyai, tasks
 from evals.agent import run_episodes
-from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, load_bench, read_bench_file
+from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, load_bench_counted, read_bench_file
 from common.benchmarks import parse_bench_key
 from evals.config import bench_size, resolve, uses_retriever
 from evals.errors import EvalError
@@ -63,7 +63,7 @@ def _bench_items(bench: str, cfg) -> tuple[list, str, int]:
         return tasks.ood_items(n, seed, cfg.ood_split), f"envs.search_plan_act/{cfg.ood_split}", 0
     if bench == BABYAI_BENCH:
         return babyai.items(n, seed), "envs.babyai_text", 0
-    return load_bench(bench, cfg.bench_root, n, seed)
+    return load_bench_counted(bench, cfg.bench_root, n, seed)
 
 
 def bench_items_record(bench: str, cfg, items: list, source: str, unanswerable: int = 0) -> dict:

@@ -234,7 +234,7 @@ def test_hub_context_source_names_its_revision(monkeypatch):
         load_bench("musique@given", None, 4, 42)
     monkeypatch.setitem(benches.HUB_CONTEXT, "musique", benches.HubSource("dgslibisey/MuSiQue", "x", 20,
                                                                           file="musique_ans_v1.0_dev.jsonl"))
-    items, source, excluded = load_bench("musique@given", None, 4, 42)
+    items, source = load_bench("musique@given", None, 4, 42)
     assert source == "hub:dgslibisey/MuSiQue/musique_ans_v1.0_dev.jsonl@" + "a" * 40 and len(items) == 4
     monkeypatch.setattr(benches, "dataset_revision", lambda repo, rev: "b" * 40)
     assert source_digest(load_bench("musique@given", None, 4, 42)[1]) != source_digest(source)
@@ -254,3 +254,57 @@ def test_done_when_tiny_base_on_cpu(tmp_path, mode):
         assert len(rows) == 4 and summary[key]["n"] == 4
         first_user = rows[0]["messages"][1]["content"]
         assert ("Paragraph 1: " in first_user) == (mode == "given")
+
+
+def test_tables_key_columns_by_bench_and_mode():
+    import pandas as pd
+
+    from analysis.collect import COLUMNS, qa_benches
+    from analysis.tables import table_columns
+
+    rows = [dict(arm="a", seed=0, step=0, bench=b, metric="em", value=0.5, n=4)
+            for b in ("musique@given", "nq", "musique", "musique@item", "hotpotqa@given", "synthqa")]
+    qa = qa_benches(pd.DataFrame(rows, columns=COLUMNS))
+    assert qa == ["nq", "hotpotqa@given", "musique", "musique@item", "musique@given", "synthqa"]
+    cols = table_columns(qa, False, [], "em")
+    assert [c.bench for c in cols] == qa  # one column per (bench, mode)
+    assert [c.label for c in cols] == ["nq (open)", "hotpotqa (given)", "musique (open)", "musique (item)",
+                                       "musique (given)", "synthqa (open)"]
+    assert [c.group for c in cols] == ["General QA"] + ["Multi-Hop QA"] * 4 + ["QA"]
+
+
+def test_profiles_use_given_with_reference_sizes():
+    from evals.profiles import load_profile
+
+    rl = load_profile("rl_ood")
+    assert rl["evaluate"]["benches"] == ["musique@given", "2wikimultihopqa@given", "search_plan_ood", "babyai"]
+    assert rl["reference_sizes"] == {"musique@given": 2417, "2wikimultihopqa@given": 12576, "search_plan_ood": 100,
+                                     "babyai": 50}
+    mh = load_profile("multihop_qa")
+    assert mh["evaluate"]["benches"] == ["hotpotqa@given", "musique@given", "2wikimultihopqa@given"]
+    assert mh["reference_sizes"] == {"hotpotqa@given": 7405, "musique@given": 2417, "2wikimultihopqa@given": 12576}
+    from evals.benches import HUB_CONTEXT
+
+    assert {b: HUB_CONTEXT[b].rows for b in HUB_CONTEXT} == {"musique": 2417, "2wikimultihopqa": 12576, "hotpotqa": 7405}
+
+
+def test_grpo_qa_task_takes_the_same_context_modes(tmp_path):
+    from rl.envs import environment_for, qa_rows
+
+    path = shared_path(CTX, FILES["musique"])
+    items = read_bench_file(path, "musique")
+    given = qa_rows(str(path), 0, 3, "given")
+    for row, it in zip(given, items):
+        assert row["prompt"] == qa_episode(it, "tool_agent", mode="given").messages and "paragraphs" not in row
+        assert row["golden_answers"] == it.golden_answers
+    assert environment_for("qa", qa_mode="given") is None  # no tools: the paragraphs are in the prompt
+    item = qa_rows(str(path), 0, 2, "item")
+    assert item[0]["prompt"] == qa_episode(items[0], "tool_agent", mode="item").messages
+    env = environment_for("qa", topk=2, qa_mode="item")()
+    for row, it in zip(item, items):
+        env.reset(**row)
+        target = next(p for p in it.paragraphs if p.is_supporting)
+        assert env.search(target.text).startswith(f'Doc 1(Title: "{target.title}") {target.text}\n')
+        assert env.search(target.text).count("Doc ") >= 2
+    with pytest.raises(BenchError, match="only the supporting paragraphs"):
+        qa_rows(str(shared_path(CTX, "variants", "musique_flashrag_dev_11_transcribed.jsonl")), 0, 2, "item")
