@@ -109,7 +109,7 @@ def test_mismatched_item_ids_are_a_problem_never_intersected(tmp_path):
     root = tmp_path / "runs"
     run = rl_run(root, "grpo_qa/seed0", profile=None)
     post = run / "eval" / "step-000020"
-    write_bench(post, "musique@given", "em", MUSIQUE_EM[20], ids=[f"musique-{i}" for i in range(5, 15)])
+    write_bench(post, "musique@given", "em", MUSIQUE_EM[20], ids=[f"musique@given-{i}" for i in range(5, 15)])
     pp = prepost(discover_runs(root), None, ["musique@given"], n_boot=N_BOOT, seed=SEED)
     em = next(r for r in pp.rows if r.metric == "em")
     assert em.paired is None and em.post == 0.2  # values still reported, no CI
