@@ -13,6 +13,10 @@ Run details (checkpoint path, each bench's identity, prompt, backend, n, seed, s
 `n`), the n evaluated, the source, its digest (and the file's item count) and a digest of the sampled
 items. Bench `babyai` (evals.babyai) plays text games instead of the agent loop; its summary carries
 `return`, `success`, `invalid_action_rate`, `mean_steps` and `per_task`.
+
+`<bench>` is the bench's name with its context mode where that is not the default
+(`musique@given.jsonl`, summary key `musique@given`; evals.benches); a QA bench's summary and
+`bench_items` entry carry `unanswerable_excluded` (items with `answerable: false` left out).
 """
 from __future__ import annotations
 

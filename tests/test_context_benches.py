@@ -308,3 +308,45 @@ def test_grpo_qa_task_takes_the_same_context_modes(tmp_path):
         assert env.search(target.text).count("Doc ") >= 2
     with pytest.raises(BenchError, match="only the supporting paragraphs"):
         qa_rows(str(shared_path(CTX, "variants", "musique_flashrag_dev_11_transcribed.jsonl")), 0, 2, "item")
+
+
+@pytest.mark.parametrize("mode", ["item", "given"])
+def test_grpo_qa_modes_through_trl(tmp_path, monkeypatch, mode):
+    """TRL's real rollout loop with a scripted policy: `item` searches the row's own paragraphs
+    (no corpus), `given` has no tools and the paragraphs in the prompt; EM against the aliases."""
+    from rl import train as rt
+    from tests.rl_helpers import _Scripted, call_text
+    from tests.test_rl_units import _cfg
+
+    path = shared_path(CTX, FILES["musique"])
+    items = {it.question: it for it in read_bench_file(path, "musique")}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cfg = _cfg(tmp_path, "task=qa", f"grpo.prompts_file={path}", f"grpo.qa_mode={mode}",
+               "grpo.completions_per_step=4", "grpo.num_generations=2", "grpo.topk=1", "steps=1")
+    tr = rt.Run(cfg).build()
+    assert [t.__name__ for t in tr.tools] == (["search"] if mode == "item" else [])
+
+    class Policy(_Scripted):
+        def completion(self, text, i, turn):
+            it = next(it for q, it in items.items() if q in text)
+            support = next(p for p in it.paragraphs if p.is_supporting)
+            if mode == "item" and turn == 0:
+                return call_text("Look it up.", "search", {"query": support.text})
+            answer = it.golden_answers[-1] if i % 2 == 0 else "not this"
+            return f"Done.\n</think>\n\nFinal answer: {answer}<|im_end|>"
+
+    batch = rt.rows(cfg, 0, 1)
+    tr._generate_single_turn = Policy(tr.processing_class)
+    tr.model.train()
+    tr._generate_and_score_completions([r for r in batch for _ in range(2)])
+    assert [ro["rewards"]["em"] for ro in tr.last_rollouts] == [1.0, 0.0, 1.0, 0.0]
+    for ro in tr.last_rollouts:
+        it = next(it for q, it in items.items() if any(q in (m.get("content") or "") for m in ro["messages"]))
+        tool = [m["content"] for m in ro["messages"] if m["role"] == "tool"]
+        if mode == "given":
+            assert tool == [] and "Paragraph 20: " in json.dumps(ro["messages"])
+        else:
+            support = next(p for p in it.paragraphs if p.is_supporting)
+            assert len(tool) == 1 and tool[0].startswith(f'Doc 1(Title: "{support.title}") {support.text}\n')
+            own = [f'(Title: "{p.title}") {p.text}\n' for p in it.paragraphs]
+            assert sum(tool[0].count(o) for o in own) == 1 and tool[0].count("Doc ") == 1
