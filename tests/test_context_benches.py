@@ -33,10 +33,14 @@ def raw_paragraphs(row: dict) -> list[tuple[str, str]]:
     return [(t, " ".join(s.strip() for s in sents if s.strip())) for t, sents in row["context"]]
 
 
-@pytest.mark.parametrize("bench", sorted(FILES))
-def test_readers_keep_every_paragraph_in_order_and_the_golds(bench):
-    rows = raw_rows(FILES[bench])
-    items = read_bench_file(shared_path(CTX, FILES[bench]), bench)
+VARIANTS = {"musique": "variants/musique_ans_dev_fixture_2.jsonl",
+            "2wikimultihopqa": "variants/2wiki_dev_hipporag2_2_reserialized.jsonl"}
+
+
+@pytest.mark.parametrize("bench,rel", sorted(FILES.items()) + sorted(VARIANTS.items()))
+def test_readers_keep_every_paragraph_in_order_and_the_golds(bench, rel):
+    rows = raw_rows(rel)
+    items = read_bench_file(shared_path(CTX, rel), bench)
     assert [it.id for it in items] == [str(r.get("id", r.get("_id"))) for r in rows]
     for row, it in zip(rows, items):
         assert [(p.title, p.text) for p in it.paragraphs] == raw_paragraphs(row)
@@ -46,6 +50,8 @@ def test_readers_keep_every_paragraph_in_order_and_the_golds(bench):
         else:
             titles = {f[0] for f in row["supporting_facts"]}
             assert {p.title for p in it.paragraphs if p.is_supporting} == titles & {t for t, _ in row["context"]}
+    if rel in VARIANTS.values():
+        return
     if bench == "musique":
         assert all(len(it.paragraphs) == 20 for it in items)
         aliased = next(it for it in items if len(it.golden_answers) > 1)
@@ -53,7 +59,7 @@ def test_readers_keep_every_paragraph_in_order_and_the_golds(bench):
     if bench == "hotpotqa":
         assert sorted(len(it.paragraphs) for it in items)[0] == 2  # the 2-paragraph row is kept as it is
         assert {"yes", "no"} <= {it.golden_answers[0] for it in items}
-        raw = shared_path(CTX, FILES[bench]).read_text(encoding="utf-8")
+        raw = shared_path(CTX, rel).read_text(encoding="utf-8")
         assert "\\/" in raw and not any("\\/" in p.text for it in items for p in it.paragraphs)
 
 
@@ -238,6 +244,17 @@ def test_hub_context_source_names_its_revision(monkeypatch):
     assert source == "hub:dgslibisey/MuSiQue/musique_ans_v1.0_dev.jsonl@" + "a" * 40 and len(items) == 4
     monkeypatch.setattr(benches, "dataset_revision", lambda repo, rev: "b" * 40)
     assert source_digest(load_bench("musique@given", None, 4, 42)[1]) != source_digest(source)
+    # the FlashRAG rows of the open mode name their revision too
+    import datasets
+
+    seen = {}
+
+    def fake_load(repo, name, split, revision):
+        seen.update(repo=repo, revision=revision)
+        return [{"id": "a", "question": "q?", "golden_answers": ["x"]}]
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    _, open_source = load_bench("musique", None, 1, 42)
+    assert open_source == "hub:RUC-NLPIR/FlashRAG_datasets/musique/dev@" + "b" * 40 and seen["revision"] == "b" * 40
 
 
 @pytest.mark.parametrize("mode", ["given", "item"])
