@@ -129,10 +129,11 @@ METRICS: dict[str, MetricSpec] = {
     "empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
     "skipped_empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
     # bench babyai (evals.babyai): episode means
-    "return": RATE, "success": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
+    "return": RATE, "success": RATE, "progression": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
+    "samples": SIZE,
 }
 # Summary fields that are descriptions or breakdowns, not metrics.
-NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules")
+NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules", "return_ci95")
 
 
 def metric_problem(name: str, value) -> str | None:

@@ -77,3 +77,14 @@ def test_episode_replay(k):
         assert (obs, reward, env.terminated or env.truncated) == (shown, ref["reward"], ref["done"]), f"step {t}"
         assert done == (t == len(ep["steps"]) - 1), f"step {t}"
     assert (env.steps, env.episode_return, env.progression) == (ep["num_steps"], ep["episode_return"], ep["progression"])
+
+
+def test_evaluate_defaults_are_balrogs():
+    """The bench's history window and decoding defaults are BALROG's (its config.yaml, via the protocol data)."""
+    from envs.babyai_text import PROTOCOL
+    from evals.babyai import HISTORY
+    from evals.config import DEFAULTS
+
+    assert HISTORY == PROTOCOL["max_text_history"] == 16
+    assert (DEFAULTS["babyai_temperature"], DEFAULTS["babyai_max_new_tokens"]) == (PROTOCOL["temperature"], PROTOCOL["max_tokens"])
+    assert PROTOCOL["instruction_role"] == "user" and PROTOCOL["num_dists"] == 0
