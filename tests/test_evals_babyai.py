@@ -252,3 +252,7 @@ def test_a_bench_identity_holds_its_own_n_and_keys_only(tmp_path):
     assert ident("synthqa") == ident("synthqa", bench_n={"babyai": 5}, babyai_max_steps=4, profile="rl_ood")
     assert ident("synthqa") != ident("synthqa", bench_n={"synthqa": 0})
     assert ident("babyai") != ident("babyai", babyai_max_steps=4) != ident("babyai", bench_n={"babyai": 5})
+    # Sampled rows are the backend's (its sampler); greedy rows are not, and the QA benches never are.
+    assert ident("babyai") != ident("babyai", backend="vllm")
+    assert ident("babyai", babyai_temperature=0) == ident("babyai", babyai_temperature=0, backend="vllm")
+    assert ident("synthqa") == ident("synthqa", backend="vllm")
