@@ -3,17 +3,13 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import OmegaConf
-
 from common.cli import apply_overrides, run_cli, wants_help
 
 HELP = """\
 analyze: transfer curves, tables and a report from a sweep of runs.
 
   analyze runs_root=runs [benches=[nq,...,search_plan_ood]] [evaluate=true] [anchor=PATH_OR_HUB_ID]
-          [anchor_dir=<runs_root>/_anchor] [out=reports] [metrics=[em,f1]] [n_boot=2000] [boot_seed=0]
-          [profile=rl_ood] [dry_run=false] [wandb=auto|true|false] [n=..] [seed=..] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH]
-          [retriever_url=URL] [topk=..] [bench_root=DIR] [max_turns=..] [max_model_len=..] [eval.KEY=..]
+          [key=value ...]   (every key and its default below; eval.KEY=V: any other evaluate key)
 
 Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench without a result
 (and the anchor once, with prompt=anchor_nudge, as step 0), then writes to `out`:
@@ -25,7 +21,7 @@ Every analysis with a run's step-0 (or anchor) and later evaluations writes tabl
 Evaluation keys (n, seed, backend, ...) go to the evals harness;
 eval.KEY=VALUE passes any other harness key.
 
-Defaults:
+Keys (key=default  description):
 """
 
 
@@ -34,10 +30,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from analysis.sweep import ALIASES, default_config, run_analysis
+    from analysis.sweep import ALIASES, KEYS, default_config, run_analysis
+    from common import keydoc
 
     if wants_help(argv):
-        print(HELP + OmegaConf.to_yaml(default_config()))
+        print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",))
     result = run_analysis(cfg)
