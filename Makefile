@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # A pinned CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo lint test test-fast bench gpu-check gpu-wheels clean
+.PHONY: venv demo docs lint test test-fast bench gpu-check gpu-wheels clean
 
 # .core: what the demo needs (the project and its core dependencies); .installed: + the [dev] extra
 # (pytest, trl for the TRL adapter tests, ruff) for `make test`.
@@ -17,7 +17,7 @@ $(BIN)/.core: pyproject.toml
 	touch $@
 
 $(BIN)/.installed: $(BIN)/.core
-	$(BIN)/pip install --quiet -e ".[dev,rl,babyai]"
+	$(BIN)/pip install --quiet -e ".[dev,rl,babyai,docs]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -29,7 +29,12 @@ demo: $(BIN)/.core
 lint: venv
 	$(BIN)/ruff check .
 
-test: venv lint
+# the documentation site (mkdocs.yml, docs/) into the git-ignored site/; --strict: a broken link or a page
+# missing from the nav fails
+docs: venv
+	$(BIN)/mkdocs build --strict --quiet --site-dir site
+
+test: venv lint docs
 	$(BIN)/python -m pytest -q tests
 
 test-fast: venv
