@@ -74,11 +74,22 @@ def _load_hub(bench: str) -> list[BenchItem]:
     return [parse_bench_row(dict(row), bench, f"{HUB_REPO}/{bench}[{i}]") for i, row in enumerate(ds)]
 
 
-def load_bench(bench: str, bench_root: str | Path | None, n: int | None, seed: int) -> tuple[list[BenchItem], str]:
-    """(sampled items, where they came from) for a QA bench."""
+def bench_source(bench: str, bench_root: str | Path | None) -> str:
+    """Where a QA bench's items come from: its file under `bench_root`, else `hub:<repo>/<bench>/<split>`."""
     path = bench_file(bench_root, bench) if bench_root else None
     if path is not None:
-        return sample(read_bench_file(path, bench), n, seed, is_presampled(path, seed)), str(path)
+        return str(path)
     if bench_root and bench not in HUB_SPLITS:
         raise BenchError(f"no {Path(bench_root) / bench}/*.jsonl for bench {bench!r}")
-    return sample(_load_hub(bench), n, seed, presampled=False), f"hub:{HUB_REPO}/{bench}/{HUB_SPLITS[bench]}"
+    if bench not in HUB_SPLITS:
+        raise BenchError(f"bench {bench!r} is not on the hub ({HUB_REPO}); put it under bench_root=DIR/{bench}/")
+    return f"hub:{HUB_REPO}/{bench}/{HUB_SPLITS[bench]}"
+
+
+def load_bench(bench: str, bench_root: str | Path | None, n: int | None, seed: int) -> tuple[list[BenchItem], str]:
+    """(sampled items, where they came from) for a QA bench."""
+    source = bench_source(bench, bench_root)
+    if not source.startswith("hub:"):
+        path = Path(source)
+        return sample(read_bench_file(path, bench), n, seed, is_presampled(path, seed)), source
+    return sample(_load_hub(bench), n, seed, presampled=False), source

@@ -136,24 +136,29 @@ def test_figures_start_at_step_0_tick_checkpoints_and_note_all_zero_panels(analy
     assert info.notes == {"x": "x: every value is 0 (2 points)"} and info.series["x"] == []
 
 
-def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path):
+def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path, tiny_tokenizer):
+    pytest.importorskip("minigrid")
+    from evals.run import evaluate
+    from tests.test_evals_babyai import Replies
+
     root = tmp_path / "runs"
     ck = root / "grpo_qa" / "seed0" / "checkpoints" / "step-000000"
     ck.mkdir(parents=True)
     (ck / "config.json").write_text("{}")
     calls = []
 
-    def evaluator(cfg):
+    def evaluator(cfg):  # the real harness, with a backend that always turns left
         calls.append(cfg)
-        write_bench(Path(cfg["out"]), "babyai", "return", [0.0] * 50)
-        return json.loads((Path(cfg["out"]) / "summary.json").read_text())
+        return evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left"))
 
-    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood",
-                        "benches": ["babyai"], "n_boot": 50}, evaluator=evaluator)
+    cfg = {"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood", "benches": ["babyai"],
+           "n_boot": 50, "eval": {"babyai_max_steps": 1, "progress": False}}
+    res = run_analysis(cfg, evaluator=evaluator)
     assert [(c["profile"], c["benches"], c["out"]) for c in calls] == [
         ("rl_ood", ["babyai"], str(root / "grpo_qa" / "seed0" / "eval" / "rl_ood" / "step-000000"))]
     assert not (root / "grpo_qa" / "seed0" / "eval" / "step-000000").exists()
     assert set(res.table.bench) == {"babyai"} and "babyai: evaluated" not in (res.report.read_text())
-    run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood", "benches": ["babyai"],
-                  "n_boot": 50}, evaluator=evaluator)
-    assert len(calls) == 1  # found in eval/rl_ood/: nothing left to evaluate
+    run_analysis(cfg, evaluator=evaluator)
+    assert len(calls) == 1  # found in eval/rl_ood/ under this identity: nothing left to evaluate
+    run_analysis({**cfg, "eval": {"babyai_max_steps": 2, "progress": False}}, evaluator=evaluator)
+    assert len(calls) == 2 and calls[-1]["overwrite"] is True  # another cap: another identity, re-evaluated
