@@ -18,6 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.cli import apply_overrides
+from common.io import read_json_object
 from data_prep.errors import DataPrepError
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
@@ -143,11 +144,9 @@ def read_dataset_manifest(ds_dir: Path) -> dict:
     if not path.is_file():
         raise DataPrepError(f"{ds_dir}: not a data-prep output (no manifest.json)")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataPrepError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(manifest, dict):
-        raise DataPrepError(f"{path}: not a JSON object (a dataset manifest is one)")
+        manifest = read_json_object(path)
+    except ValueError as exc:
+        raise DataPrepError(str(exc)) from exc
     if not all((ds_dir / name).is_file() for name in DATASET_FILES):
         data = manifest.get("data")
         where = f"; its dataset is {data['dir']}" if isinstance(data, dict) and isinstance(data.get("dir"), str) else ""

@@ -25,7 +25,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from common.io import check_sha256sums, replace_aside, sha256_text, write_json
+from common.io import check_sha256sums, read_json_object, replace_aside, sha256_text, write_json
 from evals import babyai, tasks
 from evals.agent import run_episodes
 from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, bench_source, load_bench, read_bench_file
@@ -160,12 +160,9 @@ def _read_meta(out: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EvalError(f"{path}: not valid JSON ({exc}); move it aside to evaluate into {out}") from exc
-    if not isinstance(meta, dict):
-        raise EvalError(f"{path}: not a JSON object; move it aside to evaluate into {out}")
-    return meta
+        return read_json_object(path)
+    except ValueError as exc:
+        raise EvalError(f"{exc}; move it aside to evaluate into {out}") from exc
 
 
 def to_evaluate(cfg) -> dict[str, list[str]]:

@@ -115,7 +115,7 @@ def test_refuses_what_is_not_a_built_dataset_in_one_line(built, tmp_path, capsys
     (run / "manifest.json").write_text(json.dumps({"git": {"commit": "abc"}, "data": {"dir": str(ds_dir)}}))
     (run / "config.yaml").write_text("arm: search\n")
     cases = {"run dir": (run, "not a built dataset")}
-    for name, text, needle in (("notjson", "{not json", "not valid JSON"), ("list", "[1, 2]", "not a JSON object"),
+    for name, text, needle in (("notjson", "{not json", "unreadable JSON"), ("list", "[1, 2]", "expected a JSON object"),
                                ("notok", json.dumps({"config": {}}), "tokenizer"),
                                ("badtok", json.dumps({"tokenizer": "tiny", "config": {}}), "tokenizer"),
                                ("badcfg", json.dumps({"tokenizer": {"name": "tiny"}, "config": [1]}), "config")):
