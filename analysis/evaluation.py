@@ -59,9 +59,12 @@ def harness(evaluator=None) -> Harness:
     in place of its `evaluate`."""
     if isinstance(evaluator, Harness):
         return evaluator
+    own = {name: getattr(evaluator, name, None) for name in ("pending", "check")}
+    if evaluator is not None and all(own.values()):   # a whole stand-in: evals is not even imported
+        return Harness(evaluate=evaluator, **own)
     evaluate, to_evaluate, resolve = _evals()
-    return Harness(evaluate=evaluator or evaluate, pending=getattr(evaluator, "pending", to_evaluate),
-                   check=getattr(evaluator, "check", resolve))
+    return Harness(evaluate=evaluator or evaluate, pending=own["pending"] or to_evaluate,
+                   check=own["check"] or resolve)
 
 
 @dataclass
@@ -121,11 +124,13 @@ def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]) ->
 
 
 def _pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any]) -> EvalJob | None:
-    """`job` cut to the benches not yet evaluated under its identity (None: nothing to do)."""
+    """`job` cut to the benches not yet evaluated under its identity (None: nothing to do). An out dir
+    the harness cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, and
+    that checkpoint becomes a listed gap, not the end of the sweep."""
     try:
         pending = h.pending(job.config(eval_opts))
-    except ConfigError as exc:
-        raise AnalysisError(f"{job.label}: {exc}") from exc
+    except ConfigError:
+        return job
     if not pending:
         return None
     job.benches = [b for b in job.benches if b in pending]

@@ -9,7 +9,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from common import layout
 from common.cli import did_you_mean
 from common.schema import Number
-from evals.benches import ENV_BENCHES, HUB_SPLITS, OOD_BENCH, SEARCH7
+from evals.benches import ENV_BENCHES, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
@@ -186,6 +186,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     for bench in merged.benches:
         if why := bench_name_problem(bench, merged.bench_root):
             raise EvalError(f"benches: {why}")
+        if bench not in ENV_BENCHES:
+            bench_source(bench, merged.bench_root)   # a missing or ambiguous bench file: BenchError, up front
     merged.bench_n = _bench_n(merged.bench_n, merged.bench_root)
     qa = [b for b in merged.benches if b not in ENV_BENCHES]
     if qa and merged.retriever == "bm25" and not merged.corpus:

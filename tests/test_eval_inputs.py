@@ -146,3 +146,26 @@ def test_analyze_never_merges_back_a_bench_evaluate_dropped(tmp_path, tiny_token
     assert calls[-1]["benches"] == ["babyai"] and "overwrite" not in calls[-1]
     assert json.loads((out / "summary.json").read_text())["babyai"]["n"] == 2
     assert len((out / "babyai.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_corrupt_meta_json_is_that_checkpoints_gap_not_the_end_of_the_sweep(tmp_path, tiny_tokenizer):
+    pytest.importorskip("minigrid")
+    from analysis.sweep import run_analysis
+    from evals.run import evaluate
+    from tests.test_evals_babyai import Replies
+
+    runs = tmp_path / "runs"
+    for step in (1, 2):
+        ck = runs / "r2e" / "seed0" / "checkpoints" / f"step-{step:06d}"
+        ck.mkdir(parents=True)
+        (ck / "config.json").write_text("{}")
+    bad = runs / "r2e" / "seed0" / "eval" / "step-000001"
+    bad.mkdir(parents=True)
+    (bad / "meta.json").write_text("{torn")
+    res = run_analysis({"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"], "n_boot": 20,
+                        "eval": {"bench_n": {"babyai": 1}, "babyai_max_steps": 1, "progress": False}},
+                       evaluator=lambda cfg: evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left")))
+    [failure] = res.evaluated.failures
+    assert failure.job.step == 1 and "meta.json: unreadable JSON" in failure.error
+    assert (bad / "meta.json").read_text() == "{torn"   # the user's file is left as it is
+    assert json.loads((runs / "r2e" / "seed0" / "eval" / "step-000002" / "summary.json").read_text())["babyai"]["n"] == 1
