@@ -230,10 +230,10 @@ def _bench_summary_from_rows(out: Path, bench: str, ident: dict | None) -> dict 
     ids_path, path = out / "sampled_ids" / f"{bench}.json", out / f"{bench}.jsonl"
     if not (ids_path.is_file() and path.is_file()):
         return None
-    sample = json.loads(ids_path.read_text(encoding="utf-8"))
     try:
+        sample = read_json_object(ids_path)
         done = load_done(path, set(sample["ids"]))
-    except ResultsError:
+    except (ValueError, KeyError, TypeError):   # a torn sample or rows file (ResultsError too): not held
         return None
     expected = ident.get("fingerprint") if ident else None
     if set(done) != set(sample["ids"]) or {r.get("identity") for r in done.values()} != {expected}:
