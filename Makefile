@@ -32,7 +32,7 @@ lint: venv
 # the documentation site (mkdocs.yml, docs/) into the git-ignored site/; --strict: a broken link or a page
 # missing from the nav fails
 docs: venv
-	$(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 test: venv lint docs
 	$(BIN)/python -m pytest -q tests
