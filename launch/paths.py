@@ -5,9 +5,10 @@
 - A path in a shipped recipe (`recipes/**`, e.g. data/hub.yaml's `decontam_bench_root:
   ../shared/benchmarks`) is relative to the repository, wherever `launch` runs.
 - Output locations (`runs_root`, `run_dir`, `data.cache_root`) are always the caller's, the
-  base.yaml default `runs` included.
+  base.yaml default `runs` included; launch makes them absolute when it resolves the run dir
+  (`launch.run.resolve`, `rl.launch.resolve`).
 
-Each path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a
+Each input path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a
 Slurm script carry absolute paths and the trainer (which runs with the repository as its working
 directory) reads exactly the files the user meant. Values that are not local paths stay as given:
 `auto` / `never` for `resume`, the embedded model names (`tiny`, `tiny-base`), a hub id `ORG/NAME`
@@ -28,17 +29,13 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
 
 # key -> kind. "path": a file or directory; "paths": a list of them; "model": a model/tokenizer path
-# or hub id; "sources": FORMAT:PATH_OR_HUB_ID specs; "state": auto | never | a state directory;
-# "output": an output location (always the caller's directory).
+# or hub id; "sources": FORMAT:PATH_OR_HUB_ID specs; "state": auto | never | a state directory.
 SFT_KEYS = {
-    "runs_root": "output", "run_dir": "output", "data.cache_root": "output", "resume": "state",
-    "model.path": "model", "model.tokenizer": "model", "data.dir": "path", "data.decontam_bench_root": "path",
-    "data.decontam": "paths", "data.sources.code": "sources", "data.sources.search": "sources",
+    "resume": "state", "model.path": "model", "model.tokenizer": "model", "data.dir": "path",
+    "data.decontam_bench_root": "path", "data.decontam": "paths", "data.sources.code": "sources",
+    "data.sources.search": "sources",
 }
-GRPO_KEYS = {
-    "runs_root": "output", "run_dir": "output", "resume": "state", "model.path": "model",
-    "grpo.prompts_file": "path", "grpo.corpus": "path",
-}
+GRPO_KEYS = {"resume": "state", "model.path": "model", "grpo.prompts_file": "path", "grpo.corpus": "path"}
 
 
 def _abs(value: str, base: Path) -> str:
@@ -101,7 +98,7 @@ def make_absolute(cfg: DictConfig, keys: dict[str, str], origins: dict[str, str]
         value = OmegaConf.select(cfg, key, default=None)
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value, resolve=True)
-        shipped = origin_of(key, origins).startswith(SHIPPED) and kind != "output"
+        shipped = origin_of(key, origins).startswith(SHIPPED)
         new = absolute(kind, value, REPO if shipped else cwd, shipped)
         if new != value:
             OmegaConf.update(cfg, key, new, merge=False)

@@ -135,6 +135,8 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     nproc = local.resolve_nproc(cfg, gpus)
     cfg.run_dir = str(rd)
     cfg.runs_root = str(Path(cfg.runs_root).expanduser().resolve())
+    if cfg.data.cache_root:   # an output location: the caller's directory (launch.paths)
+        cfg.data.cache_root = str(Path(cfg.data.cache_root).expanduser().resolve())
     cfg.launcher.nproc = nproc
     if cfg.logging.name is None:
         cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
