@@ -6,7 +6,7 @@
     launch show arm=r2e model=tiny [recipe=my.yaml] ...   # the composed recipe, each value's origin
     launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
     launch stage=grpo task=spa|qa [model=...] [model.path=<SFT checkpoint> name=...] steps=250 ...
-           (GRPO with LoRA, rl/; the default stage is sft)
+           (GRPO with LoRA, rl/; the default stage is sft; `launch stage=grpo --help` lists its keys)
 """
 from __future__ import annotations
 
@@ -92,11 +92,11 @@ def run_grpo(argv: list[str]) -> int:
 
 
 def launch_main(argv: list[str]) -> int:
-    if wants_help(argv):
+    stage, argv = _stage(argv)
+    if wants_help(argv) and stage == "sft":
         print(help_text())
         return 0
-    stage, argv = _stage(argv)
-    if stage == "grpo":
+    if stage == "grpo":   # (--help too: GRPO's own keys, from rl.launch)
         if argv and argv[0] in ("sweep", "show"):
             raise LaunchError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
         return run_grpo(argv)
