@@ -255,7 +255,8 @@ def input_digests(cfg: DictConfig) -> dict[str, str]:
     a relaunch on a changed file is a different configuration, whatever its path."""
     from common.fingerprint import file_digest
 
-    keys = ["grpo.prompts_file"] + (["grpo.corpus"] if cfg.grpo.retriever == "bm25" else []) if cfg.task == "qa" else []
+    searches = cfg.grpo.retriever == "bm25" and cfg.grpo.qa_mode == "open"  # item / given read no corpus
+    keys = ["grpo.prompts_file"] + (["grpo.corpus"] if searches else []) if cfg.task == "qa" else []
     out = {}
     for key in keys:
         path = OmegaConf.select(cfg, key)
