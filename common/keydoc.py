@@ -92,8 +92,11 @@ def yaml_comments(text: str) -> dict[str, str]:
 
 def from_yaml(path: Path, drop: tuple[str, ...] = ()) -> list[Key]:
     """The leaf keys of recipe `path` (minus those under `drop` prefixes), with defaults and line comments."""
-    cfg = OmegaConf.load(path)
-    docs = yaml_comments(Path(path).read_text(encoding="utf-8"))
+    return from_config(OmegaConf.load(path), yaml_comments(Path(path).read_text(encoding="utf-8")), drop)
+
+
+def from_config(cfg, docs: dict[str, str], drop: tuple[str, ...] = ()) -> list[Key]:
+    """The leaf keys of a composed config (minus those under `drop` prefixes), described by `docs`."""
     keys = []
     for name in flat_keys(cfg):
         if name.startswith(drop) or name.startswith("_"):

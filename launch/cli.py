@@ -6,7 +6,7 @@
     launch show arm=r2e model=tiny [recipe=my.yaml] ...   # the composed recipe, each value's origin
     launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
     launch stage=grpo task=spa|qa [model=...] [model.path=<SFT checkpoint> name=...] steps=250 ...
-           (GRPO with LoRA, rl/; the default stage is sft)
+           (GRPO with LoRA, rl/; the default stage is sft; `launch stage=grpo --help` lists its keys)
 """
 from __future__ import annotations
 
@@ -27,11 +27,6 @@ def sft_keys() -> list[keydoc.Key]:
     return keydoc.from_yaml(RECIPES / "base.yaml")
 
 
-def grpo_keys() -> list[keydoc.Key]:
-    """The keys recipes/grpo/base.yaml adds or changes for stage=grpo."""
-    return keydoc.from_yaml(RECIPES / "grpo" / "base.yaml")
-
-
 def help_text() -> str:
     base = OmegaConf.load(RECIPES / "base.yaml")
     lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on base.yaml):"]
@@ -43,8 +38,7 @@ def help_text() -> str:
         lines.append(f"  {short:<14} -> {full} (default {OmegaConf.select(base, full)!r})")
     lines += ["", "Keys (recipes/base.yaml: key=default  description; the group recipes may change a default):",
               keydoc.help_table(sft_keys())]
-    lines += ["", "GRPO keys (stage=grpo: recipes/grpo/base.yaml on top of base.yaml, whose data section is dropped):",
-              keydoc.help_table(grpo_keys())]
+    lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
     lines += [
         "",
         "Masks: data.history_reasoning=exact (default) trains every token as the model generated it, in its",
@@ -100,11 +94,11 @@ def run_grpo(argv: list[str]) -> int:
 
 
 def launch_main(argv: list[str]) -> int:
-    if wants_help(argv):
+    stage, argv = _stage(argv)
+    if wants_help(argv) and stage == "sft":
         print(help_text())
         return 0
-    stage, argv = _stage(argv)
-    if stage == "grpo":
+    if stage == "grpo":   # (--help too: GRPO's own keys, from rl.launch)
         if argv and argv[0] in ("sweep", "show"):
             raise LaunchError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
         return run_grpo(argv)

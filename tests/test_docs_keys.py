@@ -59,7 +59,7 @@ def test_fresh_check_catches_a_changed_default(tmp_path, monkeypatch):
 
 CLIS = {
     "launch.md": ["-m", "launch.cli"],
-    "grpo.md": ["-m", "launch.cli"],
+    "grpo.md": ["-m", "launch.cli", "stage=grpo"],
     "data-prep.md": ["-m", "data_prep.cli"],
     "evaluate.md": ["-m", "evals.cli"],
     "analyze.md": ["-m", "analysis.cli"],

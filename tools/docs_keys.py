@@ -23,13 +23,14 @@ def pages() -> dict[str, str]:
     from data_prep.cli import keys as data_prep_keys
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
-    from launch.cli import grpo_keys, sft_keys
+    from launch.cli import sft_keys
+    from rl.launch import grpo_keys
     from sft.export import KEYS as EXPORT
     from sft.verify import KEYS as VERIFY
 
     sources = {
         "launch": ("launch (SFT)", "recipes/base.yaml (each key's line comment)", sft_keys()),
-        "grpo": ("launch stage=grpo", "recipes/grpo/base.yaml, on top of recipes/base.yaml without its data section", grpo_keys()),
+        "grpo": ("launch stage=grpo", "the composed GRPO recipe (task=spa, the default model) and its recipes' line comments", grpo_keys()),
         "data-prep": ("data-prep", "data_prep/cli.py KEYS + the data section of recipes/base.yaml", data_prep_keys()),
         "evaluate": ("evaluate", "evals/config.py KEYS", keydoc.from_table(EVALUATE)),
         "analyze": ("analyze", "analysis/sweep.py KEYS", keydoc.from_table(ANALYZE)),

@@ -1,6 +1,7 @@
 """Freeze the README's command lines (every line of its fenced code blocks) into tests/data/readme_lines.json.
 
-    python tools/readme_lines.py    # add the README's current code-block lines to the fixture (none removed)
+    python tools/readme_lines.py [README]   # add the code-block lines of README (default README.md) to the fixture
+                                            # (none removed; after a merge: `git show main:README.md > /tmp/r.md`)
 
 tests/test_docs_blocks.py checks that each frozen line still appears in README.md or a docs/ page,
 or is listed under "dropped" in the fixture with the reason it was dropped.
@@ -29,9 +30,9 @@ def code_lines(text: str) -> list[str]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     data = json.loads(FIXTURE.read_text(encoding="utf-8")) if FIXTURE.is_file() else {"lines": [], "dropped": {}}
-    new = [x for x in code_lines((ROOT / "README.md").read_text(encoding="utf-8")) if x not in data["lines"]]
+    new = [x for x in code_lines(Path(argv[0] if argv else ROOT / "README.md").read_text(encoding="utf-8")) if x not in data["lines"]]
     data["lines"] += new
     FIXTURE.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{len(new)} new line(s); {len(data['lines'])} frozen")
@@ -39,4 +40,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
