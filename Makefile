@@ -29,10 +29,10 @@ demo: $(BIN)/.core
 lint: venv
 	$(BIN)/ruff check .
 
-# the documentation site (mkdocs.yml, docs/) into the git-ignored site/; --strict: a broken link or a page
-# missing from the nav fails
+# the documentation site (mkdocs.yml, docs/) into the git-ignored site/; --strict: a broken link or anchor,
+# or a page missing from the nav, fails (never add --quiet: it hides the warnings --strict counts)
 docs: venv
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test: venv lint docs
 	$(BIN)/python -m pytest -q tests
