@@ -43,7 +43,9 @@ DEFAULTS = {
     "device": "auto",
     "dtype": "auto",
     "tensor_parallel_size": 1,     # vllm
-    "gpu_memory_utilization": 0.9,  # vllm
+    "gpu_memory_utilization": "auto",  # vllm: auto = 0.9 on CUDA; on CPU the KV cache is sized instead (evals.backends)
+    "enforce_eager": "auto",       # vllm: auto = true on CPU, false on CUDA (CUDA graphs)
+    "prefix_caching": True,        # vllm
     "ood_max_turns": 24,           # search_plan_ood needs ~10 tool calls even when done perfectly
     "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
     "skip_empty_golds": False,     # true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not
@@ -205,6 +207,13 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"retriever={merged.retriever!r}: expected bm25 or http")
     if merged.wandb not in ("auto", True, False):
         raise EvalError(f"wandb={merged.wandb!r}: expected auto, true or false")
+    if merged.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise EvalError(f"dtype={merged.dtype!r}: expected auto, float32, bfloat16 or float16")
+    if merged.enforce_eager not in ("auto", True, False):
+        raise EvalError(f"enforce_eager={merged.enforce_eager!r}: expected auto, true or false")
+    gmu = merged.gpu_memory_utilization
+    if gmu != "auto" and (isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1):
+        raise EvalError(f"gpu_memory_utilization={gmu!r}: expected auto or a fraction in (0, 1]")
     if merged.tool_style not in ("auto", "qwen3", "llama3"):
         raise EvalError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
     if isinstance(merged.benches, str):
