@@ -115,13 +115,13 @@ NUMBERS = {
     "retriever_retries": Number(lo=0, integer=True),
     "topk": _COUNT, "max_turns": _COUNT, "ood_max_turns": _COUNT, "max_model_len": _COUNT,
     "max_new_tokens": _COUNT, "batch_size": _COUNT, "micro_batch": _COUNT, "tensor_parallel_size": _COUNT,
-    "gpu_memory_utilization": Number(lo=0, hi=1, lo_open=True),
+    "gpu_memory_utilization": Number(lo=0, hi=1, lo_open=True, words=("auto",)),
     "babyai_max_steps": Number(lo=1, integer=True, null=True),   # null: the level's own limit
     "babyai_max_new_tokens": _COUNT,
     "babyai_temperature": Number(lo=0),          # 0: greedy
     "babyai_samples": _COUNT,
 }
-BOOLS = ("skip_empty_golds", "progress", "overwrite", "dry_run")
+BOOLS = ("skip_empty_golds", "progress", "overwrite", "dry_run", "prefix_caching")
 OPTIONAL_PATHS = ("tokenizer", "corpus", "index_dir", "retriever_url", "bench_root", "out", "wandb_group", "profile")
 BENCH_N = Number(lo=0, integer=True)         # 0 = every item of the bench
 
