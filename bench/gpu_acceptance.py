@@ -27,9 +27,11 @@ process-wide patching of transformers' Qwen3 module cannot leak into a later "of
            same model (loop overhead as a ratio): tokens/s/GPU, MFU (sft.metrics.step_flops
            over sft.metrics.PEAK_TFLOPS), peak memory.
   vllm     the small Qwen3 (tiny tokenizer) written by the project's checkpoint writer, loaded
-           by vLLM: greedy generations vs HF generate (agreements counted, not required: bf16
-           kernels diverge on a random model's near-ties), and `evaluate` backend=vllm on 8
-           synthqa items with BM25 whose rows and summary have the hf backend's schema.
+           by vLLM (on CUDA, or vLLM's CPU build in --smoke: wherever vLLM is importable):
+           greedy generations vs HF generate, and `evaluate` backend=vllm on 8 synthqa items
+           with BM25 whose rows and summary have the hf backend's schema. In fp32 (--smoke, CPU)
+           generations and rows must be identical; in bf16 the agreements are counted, not
+           required (bf16 kernels diverge on a random model's near-ties).
 
 Tolerances are written into the report next to every measured difference. Exit status 1 when
 any correctness comparison fails or a check crashes, 2 for a usage error, else 0.
@@ -138,10 +140,8 @@ def environment(smoke: bool) -> dict:
 def parent_skip(name: str, smoke: bool, env: dict) -> str | None:
     """Why a whole check cannot run here (parts of checks skip inside, with their own reasons)."""
     if name == "vllm":
-        if smoke or not env["gpus"]:
-            return "needs CUDA (vLLM has no CPU path here)"
         if not env["packages"]["vllm"]:
-            return "vLLM is not installed (its own environment: pip install -e '.[serve]'; run --only=vllm there)"
+            return "vLLM is not installed (its own environment: `make venv-vllm`, vLLM's CPU build on a CPU host; run --only=vllm there)"
     return None
 
 
@@ -782,8 +782,10 @@ def check_vllm(ctx: Ctx, res: Result) -> None:
     dist.destroy_process_group()  # vLLM sets up its own
     free(ctx.device)
 
-    hf = HFBackend(str(path), device=str(ctx.device), dtype="bfloat16")
-    vl = VLLMBackend(str(path), max_model_len=2048, gpu_memory_utilization=0.3, dtype="bfloat16")
+    dtype = {"fp32": "float32", "bf16": "bfloat16"}[ctx.dtype_name]
+    exact = ctx.dtype_name == "fp32"  # fp32: the two engines must agree token for token
+    hf = HFBackend(str(path), device=str(ctx.device), dtype=dtype)
+    vl = VLLMBackend(str(path), max_model_len=2048, gpu_memory_utilization=0.3 if ctx.device.type == "cuda" else "auto", dtype=dtype)
     questions = ["Who founded the city of Varn?", "What is the capital of Osk?", "Name three rivers.",
                  "When was the bridge built?", "Where does the author live?", "What is 2 + 2?"]
     prompts = [hf.encode(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False))
@@ -793,6 +795,8 @@ def check_vllm(ctx: Ctx, res: Result) -> None:
     same = sum(x.text == y.text for x, y in zip(a, b))
     prefix = [len(os.path.commonprefix([x.text, y.text])) for x, y in zip(a, b)]
     res.measure("greedy generations identical (hf generate vs vLLM)", f"{same}/{len(prompts)}")
+    if exact:
+        res.compare("fp32: greedy generations differing, hf generate vs vLLM (count)", len(prompts) - same, 0)
     res.measure("common prefix, characters (per prompt)", prefix)
     res.compare("vLLM generations with no text and no token (count)", sum(g.num_tokens == 0 for g in b), 0)
 
@@ -814,6 +818,11 @@ def check_vllm(ctx: Ctx, res: Result) -> None:
     res.compare("evaluate backend=vllm: summary keys differing from backend=hf's (count)", len(set(summaries["vllm"]) ^ set(summaries["hf"])), 0)
     res.measure("evaluate predictions identical (hf vs vllm)",
                 f"{sum(x['prediction'] == y['prediction'] for x, y in zip(rows['hf'], rows['vllm']))}/{len(rows['vllm'])}")
+    if exact:  # the whole row but its identity digest (vLLM's engine settings are in the identity)
+        differ = sum({k: v for k, v in x.items() if k != "identity"} != {k: v for k, v in y.items() if k != "identity"}
+                     for x, y in zip(rows["hf"], rows["vllm"]))
+        res.compare("fp32: evaluate rows differing, backend=hf vs backend=vllm (count)", differ, 0)
+    vl.close()
 
 
 # ---------------------------------------------------------------- child entry

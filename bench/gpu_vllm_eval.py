@@ -1,4 +1,4 @@
-"""GPU check + speed of the vLLM backend on one bench (needs CUDA and `pip install -e .[serve]`).
+"""Speed of the vLLM backend on one bench, on a GPU (in .venv-vllm: `make venv-vllm`).
 
 Runs `evaluate` with backend=vllm on one bench and prints examples/s; with `compare_hf=true` it
 also runs the hf backend on the same items and prints the ratio (baseline: hf) and how many
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
         try:
             import vllm  # noqa: F401
         except ImportError:
-            print("vLLM is not installed: pip install -e '.[serve]' (its own environment) on a CUDA machine", file=sys.stderr)
+            print("vLLM is not installed: its own environment, `make venv-vllm` (then .venv-vllm/bin/python bench/gpu_vllm_eval.py ...)", file=sys.stderr)
             return 2
         from evals.run import evaluate
 

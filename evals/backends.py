@@ -13,11 +13,28 @@ of the returned text.
     hf    transformers `generate`, left-padded micro-batches (sorted by length to waste less on
           padding); runs on CPU.
     vllm  `LLM.generate` with per-prompt SamplingParams, `max_model_len` and tensor parallelism;
-          an optional extra (`pip install -e .[serve]`, in its own environment), imported only when selected.
+          in its own environment (`make venv-vllm`: vLLM's CPU build on a CPU host, the [serve]
+          extra on a CUDA one), imported only when selected. The engine is a separate process
+          that vLLM spawns: build it only under `if __name__ == "__main__":` or from a console
+          entry point (`evaluate`), never at import time.
+
+Host defaults (`engine_settings`, recorded resolved in the evaluation identity):
+    dtype=auto      hf: bf16 on CUDA, fp32 on CPU. vllm: on CPU the checkpoint's own dtype (vLLM-CPU
+                    itself would run an fp32 checkpoint in bf16); on CUDA bf16 for an fp32 checkpoint.
+    enforce_eager   vllm, auto: true on CPU (no compiled graphs), false on CUDA (CUDA graphs).
+    prefix_caching  vllm: true (reuses the KV of shared prompt prefixes; changes rounding, not results' meaning).
+    gpu_memory_utilization=auto   CUDA: 0.9 of the GPU. CPU: vLLM reads it as the fraction of *host RAM*
+                    to reserve and refuses to start when that much is not free, so instead the KV cache
+                    is sized explicitly: VLLM_CPU_KVCACHE_SPACE GiB (default 1), which starts beside a
+                    trainer on a 24 GB box.
+    On CPU the engine runs in the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0 unless set).
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
 
@@ -59,6 +76,66 @@ def stop_token_ids(tok, generation_config=None) -> list[int]:
     if eos is not None:
         ids.update([eos] if isinstance(eos, int) else eos)
     return sorted(ids)
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+CPU_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE when unset
+
+
+def on_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def checkpoint_dtype(ckpt: str) -> str | None:
+    """The dtype a local checkpoint's config.json declares (`dtype`, or v4's `torch_dtype`); None when unknown."""
+    cfg = Path(ckpt) / "config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        conf = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    d = conf.get("dtype") or conf.get("torch_dtype")
+    return d if d in DTYPES else None
+
+
+def engine_settings(conf) -> dict:
+    """The engine settings that change results, resolved for this host without loading a model:
+    `dtype` for both backends; for vllm also `enforce_eager` and `prefix_caching`."""
+    backend, dtype, cuda = conf.get("backend", "hf"), conf.get("dtype", "auto"), on_cuda()
+    device = conf.get("device", "auto")
+    if dtype == "auto":
+        if backend == "hf":
+            gpu = device.startswith("cuda") if device != "auto" else cuda
+            dtype = "bfloat16" if gpu else "float32"
+        else:
+            ck = checkpoint_dtype(str(conf.get("ckpt")))
+            if cuda:
+                dtype = ck if ck in ("bfloat16", "float16") else "bfloat16"
+            else:
+                dtype = ck or "float32"
+    if dtype not in DTYPES:
+        raise BackendError(f"dtype={dtype!r}: expected auto, {', '.join(DTYPES)}")
+    out = {"dtype": dtype}
+    if backend == "vllm":
+        eager = conf.get("enforce_eager", "auto")
+        out["enforce_eager"] = (not cuda) if eager == "auto" else bool(eager)
+        out["prefix_caching"] = bool(conf.get("prefix_caching", True))
+    return out
+
+
+def cpu_kv_cache_bytes() -> int:
+    """The KV cache a CPU engine gets: VLLM_CPU_KVCACHE_SPACE GiB, CPU_KV_CACHE_GIB when unset."""
+    raw = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or str(CPU_KV_CACHE_GIB)
+    try:
+        gib = float(raw)
+    except ValueError:
+        raise BackendError(f"VLLM_CPU_KVCACHE_SPACE={raw!r}: expected a number of GiB") from None
+    if gib <= 0:
+        raise BackendError(f"VLLM_CPU_KVCACHE_SPACE={raw!r}: expected a positive number of GiB")
+    return int(gib * (1 << 30))
 
 
 def check_sampling(n: int, temperature: float, seeds) -> list[int] | None:
@@ -109,8 +186,7 @@ class HFBackend:
         self.tokenizer = load_tokenizer(tokenizer_path or model_path)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        if dtype == "auto":
-            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        dtype = engine_settings({"backend": "hf", "dtype": dtype, "device": device})["dtype"]
         torch.manual_seed(seed)
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), trust_remote_code=False).to(self.device).eval()
@@ -164,20 +240,37 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, model_path: str, tokenizer_path: str | None = None, *, max_model_len: int,
-                 tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 dtype: str = "auto", seed: int = 0):
+                 tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
+                 dtype: str = "auto", seed: int = 0, enforce_eager: bool | str = "auto", prefix_caching: bool = True):
         try:
             from vllm import LLM
         except ImportError as exc:
             raise BackendError(
-                "backend=vllm needs vLLM (pip install -e '.[serve]', in its own environment); use backend=hf otherwise"
+                "backend=vllm needs vLLM: its own environment (`make venv-vllm`, then .venv-vllm/bin/evaluate); "
+                "use backend=hf otherwise"
             ) from exc
+        from common.tiny import resolve_tokenizer
+
         self.tokenizer = load_tokenizer(tokenizer_path or model_path)
         self.seed = seed
+        self.settings = engine_settings({"backend": "vllm", "dtype": dtype, "ckpt": model_path,
+                                         "enforce_eager": enforce_eager, "prefix_caching": prefix_caching})
+        if not on_cuda():
+            # In-process engine on CPU: vLLM's default spawns an engine and a worker process, each
+            # re-importing vLLM (~30 s apiece on a busy 2-core box); VLLM_ENABLE_V1_MULTIPROCESSING=1 restores it.
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        memory = {}
+        if on_cuda():
+            memory["gpu_memory_utilization"] = 0.9 if gpu_memory_utilization == "auto" else float(gpu_memory_utilization)
+        elif gpu_memory_utilization == "auto":
+            memory["kv_cache_memory_bytes"] = cpu_kv_cache_bytes()  # bypasses vLLM-CPU's host-RAM fraction check
+        else:
+            memory["gpu_memory_utilization"] = float(gpu_memory_utilization)
         self.llm = LLM(
-            model=model_path, tokenizer=tokenizer_path or model_path, max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-            dtype=dtype, seed=seed, enable_prefix_caching=True, trust_remote_code=False,
+            model=model_path, tokenizer=resolve_tokenizer(tokenizer_path or model_path), max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size, dtype=self.settings["dtype"], seed=seed,
+            enforce_eager=self.settings["enforce_eager"], enable_prefix_caching=self.settings["prefix_caching"],
+            trust_remote_code=False, **memory,
         )
         self.stop_ids = stop_token_ids(self.tokenizer)
         vocab = self.tokenizer.get_vocab()
@@ -211,6 +304,12 @@ class VLLMBackend:
             out.append(Generation(text, reason, len(o.token_ids)))
         return out
 
+    def close(self) -> None:
+        """Shut the engine process down now (a normal exit, not "engine core exited unexpectedly")."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+
 
 def make_backend(cfg):
     model = cfg.ckpt
@@ -221,6 +320,7 @@ def make_backend(cfg):
         if cfg.backend == "hf":
             return HFBackend(model, tok, micro_batch=cfg.micro_batch, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
         return VLLMBackend(model, tok, max_model_len=cfg.max_model_len, tensor_parallel_size=cfg.tensor_parallel_size,
-                           gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, seed=cfg.seed)
+                           gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, seed=cfg.seed,
+                           enforce_eager=cfg.enforce_eager, prefix_caching=cfg.prefix_caching)
     except (OSError, ValueError) as exc:  # transformers' "not a model dir / no such repo" errors
         raise BackendError(f"cannot load model {model!r} with backend={cfg.backend}: {exc}") from exc

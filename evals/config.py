@@ -41,9 +41,11 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "batch_size": (64, "episodes advanced in lockstep (and written) together"),
     "micro_batch": (16, "hf backend: sequences per generate call"),
     "device": ("auto", "auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu"),
-    "dtype": ("auto", "auto (bfloat16 on GPU, float32 on CPU) | a torch dtype name: bfloat16, float16, float32"),
+    "dtype": ("auto", "auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16"),
     "tensor_parallel_size": (1, "vllm: GPUs one model is split over"),
-    "gpu_memory_utilization": (0.9, "vllm: fraction of GPU memory vLLM may take"),
+    "gpu_memory_utilization": ("auto", "vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the KV cache is sized instead (evals.backends)"),
+    "enforce_eager": ("auto", "vllm: auto = true on CPU, false on CUDA (CUDA graphs)"),
+    "prefix_caching": (True, "vllm: reuse the KV cache of shared prompt prefixes"),
     "ood_max_turns": (24, "search_plan_ood needs ~10 tool calls even when done perfectly"),
     "ood_split": ("ood", "search_plan_ood environment split (envs: train | ood)"),
     "skip_empty_golds": (False, ("true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not scored against; "
@@ -115,13 +117,13 @@ NUMBERS = {
     "retriever_retries": Number(lo=0, integer=True),
     "topk": _COUNT, "max_turns": _COUNT, "ood_max_turns": _COUNT, "max_model_len": _COUNT,
     "max_new_tokens": _COUNT, "batch_size": _COUNT, "micro_batch": _COUNT, "tensor_parallel_size": _COUNT,
-    "gpu_memory_utilization": Number(lo=0, hi=1, lo_open=True),
+    "gpu_memory_utilization": Number(lo=0, hi=1, lo_open=True, words=("auto",)),
     "babyai_max_steps": Number(lo=1, integer=True, null=True),   # null: the level's own limit
     "babyai_max_new_tokens": _COUNT,
     "babyai_temperature": Number(lo=0),          # 0: greedy
     "babyai_samples": _COUNT,
 }
-BOOLS = ("skip_empty_golds", "progress", "overwrite", "dry_run")
+BOOLS = ("skip_empty_golds", "progress", "overwrite", "dry_run", "prefix_caching")
 OPTIONAL_PATHS = ("tokenizer", "corpus", "index_dir", "retriever_url", "bench_root", "out", "wandb_group", "profile")
 BENCH_N = Number(lo=0, integer=True)         # 0 = every item of the bench
 
@@ -207,6 +209,13 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"retriever={merged.retriever!r}: expected bm25 or http")
     if merged.wandb not in ("auto", True, False):
         raise EvalError(f"wandb={merged.wandb!r}: expected auto, true or false")
+    if merged.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise EvalError(f"dtype={merged.dtype!r}: expected auto, float32, bfloat16 or float16")
+    if merged.enforce_eager not in ("auto", True, False):
+        raise EvalError(f"enforce_eager={merged.enforce_eager!r}: expected auto, true or false")
+    gmu = merged.gpu_memory_utilization
+    if gmu != "auto" and (isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1):
+        raise EvalError(f"gpu_memory_utilization={gmu!r}: expected auto or a fraction in (0, 1]")
     if merged.tool_style not in ("auto", "qwen3", "llama3"):
         raise EvalError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
     if isinstance(merged.benches, str):

@@ -2,8 +2,9 @@
 
 identity(bench) = the checkpoint's content digest (its `SHA256SUMS`; a local dir without one gets
 the same sums computed; a hub id: id + resolved revision) + every `evaluate` key except the
-operational ones below + that bench's n, seed and bench-file digest (+ the backend for a bench
-that samples: babyai at babyai_temperature > 0). The checkpoint path is
+operational ones below (the engine settings resolved for the host: dtype, and for vLLM enforce_eager
+and prefix caching) + that bench's n, seed and bench-file digest (+ the backend for a bench that
+samples: babyai at babyai_temperature > 0). The checkpoint path is
 recorded beside it but not hashed: moving a runs tree does not invalidate its evals.
 
 `meta.json` records each bench's identity; every `<bench>.jsonl` row carries its digest; an out
@@ -26,6 +27,8 @@ OPERATIONAL_KEYS = (
     "wandb", "wandb_group",
     "profile",  # a profile only supplies keys, which are in the identity themselves
 )
+# Keys that enter resolved, through evals.backends.engine_settings (the vLLM ones only for backend=vllm).
+ENGINE_KEYS = ("dtype", "enforce_eager", "prefix_caching")
 # Keys that enter through content identities instead: the checkpoint digest, and per bench its
 # n, seed and file digest (`benches` lists which identities there are; `corpus` is a file; `bench_n`
 # is a bench's own n).
@@ -90,11 +93,15 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str)
     `fingerprint_diff` names every differing key)."""
     from omegaconf import DictConfig, OmegaConf
 
+    from evals.backends import engine_settings
+
     conf = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     body = {
         "checkpoint": ckpt_id,
-        "evaluate": {k: v for k, v in conf.items() if k not in OPERATIONAL_KEYS + CONTENT_KEYS
-                     and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
+        # the engine settings as this host resolves them (dtype=auto is fp32 or bf16 by host and backend)
+        "evaluate": {**{k: v for k, v in conf.items() if k not in OPERATIONAL_KEYS + CONTENT_KEYS + ENGINE_KEYS
+                        and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
+                     **engine_settings(conf)},
         "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
         "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": source_digest(source)},
     }

@@ -282,7 +282,18 @@ def check_checkpoint_files(ckpt: str, ckpt_id: dict) -> None:
 
 def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     """Evaluate `cfg.ckpt` on `cfg.benches`; returns the summary dict also written to summary.json.
-    `backend` / `retriever` may be passed in (tests, a caller that keeps a model loaded)."""
+    `backend` / `retriever` may be passed in (tests, a caller that keeps a model loaded); a backend
+    built here is closed here, on any exit (vLLM: its engine process shut down, not left to die)."""
+    owned: list = []
+    try:
+        return _evaluate(cfg, backend, retriever, owned)
+    finally:
+        for b in owned:
+            if hasattr(b, "close"):
+                b.close()
+
+
+def _evaluate(cfg, backend, retriever, owned: list) -> dict:
     cfg = resolve(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -300,6 +311,7 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         from evals.backends import make_backend
 
         backend = make_backend(cfg)
+        owned.append(backend)
     if retriever is None and searches:
         from evals.retrievers import make_retriever
 

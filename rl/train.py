@@ -261,6 +261,7 @@ class Run:
         self.flag = PreemptionFlag()
         self.start_step = 0
         self.trainer = None
+        self.guard = None  # rl.vllm_cpu.LogprobGuard when generation runs on vLLM
         self.template: dict = {}
         self.identity = run_identity(cfg)
         self.retriever: CountingRetriever | None = None
@@ -316,10 +317,19 @@ class Run:
         args = grpo_args(cfg, rd, steps)
         args.reward_weights = weights
         cls = _trainer_class()
-        trainer = cls(model=model, processing_class=tok, args=args, reward_funcs=funcs,
-                      train_dataset=Dataset.from_list(rows(cfg, self.start_step, steps)),
-                      environment_factory=environment_for(cfg.task, retriever=retriever, topk=int(cfg.grpo.topk),
-                                                          qa_mode=str(cfg.grpo.qa_mode)))
+        import contextlib
+
+        from rl import vllm_cpu
+
+        cpu_vllm = args.use_vllm and vllm_cpu.on_cpu_vllm()  # the CPU adapter (rl.vllm_cpu), only there
+        with vllm_cpu.engine_in(self.dtype) if cpu_vllm else contextlib.nullcontext():
+            trainer = cls(model=model, processing_class=tok, args=args, reward_funcs=funcs,
+                          train_dataset=Dataset.from_list(rows(cfg, self.start_step, steps)),
+                          environment_factory=environment_for(cfg.task, retriever=retriever, topk=int(cfg.grpo.topk),
+                                                              qa_mode=str(cfg.grpo.qa_mode)))
+        if cpu_vllm:
+            vllm_cpu.install(trainer)
+        self.guard = vllm_cpu.LogprobGuard(strict=cpu_vllm and self.dtype == torch.float32) if args.use_vllm else None
         trainer.rollouts_logged = int(cfg.grpo.rollouts_logged)
         if st:
             trainer.create_optimizer()
@@ -418,10 +428,15 @@ class Run:
         if float(self.cfg.grpo.beta) > 0:
             row["kl"] = logs.get("kl")
         row["grad_norm"] = logs.get("grad_norm")
+        if self.guard is not None:  # generation (vLLM) vs training weights, over the sampled tokens
+            row["vllm_logprob_diff_mean"] = logs.get("sampling/sampling_logp_difference/mean")
+            row["vllm_logprob_diff_max"] = logs.get("sampling/sampling_logp_difference/max")
         row["tokens_per_s"] = (tokens - state.get("tokens", 0.0)) / dt if dt > 0 and "t" in state else None
         state.update(t=now, tokens=tokens)
         self.metrics.write(row)
         self.wandb.log(row, step)
+        if self.guard is not None:
+            self.guard.check(step, row["vllm_logprob_diff_mean"], row["vllm_logprob_diff_max"])
 
 
 def _Callback(run: Run):

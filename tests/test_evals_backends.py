@@ -65,3 +65,51 @@ def test_sampling_arguments_are_checked(tiny_model_dir):
         backend.generate(prompts, [4, 4], temperature=1.0, seeds=[1])
     with pytest.raises(BackendError, match="temperature"):
         backend.generate(prompts, [4, 4], temperature=-1.0, seeds=[1, 2])
+
+
+def test_engine_settings_resolve_auto_per_host(tmp_path, monkeypatch):
+    import json
+
+    import evals.backends as b
+
+    fp32, bf16 = tmp_path / "fp32", tmp_path / "bf16"
+    for d, dt in ((fp32, "float32"), (bf16, "bfloat16")):
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"dtype": dt}))
+    monkeypatch.setattr(b, "on_cuda", lambda: False)
+    assert b.engine_settings({"backend": "hf", "dtype": "auto", "ckpt": str(bf16)}) == {"dtype": "float32"}
+    # vLLM-CPU would run an fp32 checkpoint in bf16: the checkpoint's own dtype is asked for instead
+    assert b.engine_settings({"backend": "vllm", "dtype": "auto", "ckpt": str(fp32)}) == \
+        {"dtype": "float32", "enforce_eager": True, "prefix_caching": True}
+    assert b.engine_settings({"backend": "vllm", "dtype": "auto", "ckpt": str(bf16), "prefix_caching": False})["dtype"] == "bfloat16"
+    monkeypatch.setattr(b, "on_cuda", lambda: True)
+    assert b.engine_settings({"backend": "hf", "dtype": "auto", "ckpt": str(fp32)}) == {"dtype": "bfloat16"}
+    assert b.engine_settings({"backend": "hf", "dtype": "auto", "device": "cpu", "ckpt": str(fp32)}) == {"dtype": "float32"}
+    assert b.engine_settings({"backend": "vllm", "dtype": "auto", "ckpt": str(fp32)}) == \
+        {"dtype": "bfloat16", "enforce_eager": False, "prefix_caching": True}
+    assert b.engine_settings({"backend": "vllm", "dtype": "float32", "ckpt": str(fp32), "enforce_eager": True})["enforce_eager"] is True
+
+
+def test_identity_records_the_resolved_engine_settings(tmp_path, monkeypatch):
+    import evals.backends as b
+    from evals.config import resolve
+    from evals.identity import bench_identity
+
+    monkeypatch.setattr(b, "on_cuda", lambda: False)
+    bench = tmp_path / "b.jsonl"
+    bench.write_text("{}\n")
+
+    def ident(**kw):
+        cfg = resolve({"ckpt": str(tmp_path), "benches": ["search_plan_ood"], "out": str(tmp_path / "o"), **kw})
+        return bench_identity("search_plan_ood", cfg, {"kind": "files", "digest": "x"}, n=2, seed=1, source=str(bench))
+
+    auto, fp32, bf16 = ident(), ident(dtype="float32"), ident(dtype="bfloat16")
+    assert auto["keys"]["evaluate.dtype"] == "float32" and auto["fingerprint"] == fp32["fingerprint"]
+    assert bf16["fingerprint"] != fp32["fingerprint"]
+    # hf: the vLLM-only settings are not recorded (they change nothing there)
+    assert "evaluate.enforce_eager" not in auto["keys"] and ident(enforce_eager=False)["fingerprint"] == auto["fingerprint"]
+    v = ident(backend="vllm")
+    assert {k: v["keys"][f"evaluate.{k}"] for k in ("dtype", "enforce_eager", "prefix_caching")} == \
+        {"dtype": "float32", "enforce_eager": True, "prefix_caching": True}
+    assert ident(backend="vllm", enforce_eager=False)["fingerprint"] != v["fingerprint"]
+    assert ident(backend="vllm", prefix_caching=False)["fingerprint"] != v["fingerprint"]

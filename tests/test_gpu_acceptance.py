@@ -33,7 +33,7 @@ def test_smoke_run_reports_every_check(tmp_path):
         c = checks[name]
         assert c["status"] == "pass", c
         assert c["comparisons"] and all(c_["ok"] and isinstance(c_["measured"], float) and c_["tolerance"] for c_ in c["comparisons"])
-    assert checks["vllm"]["status"] == "skip" and "CUDA" in checks["vllm"]["reason"]
+    assert checks["vllm"]["status"] == "skip" and "not installed" in checks["vllm"]["reason"]  # the vLLM tier runs it
     # what needs CUDA is skipped with a reason; the rest reports numbers
     assert "flash-attn" in checks["packing"]["skipped_parts"]["flash_attention_2"]
     assert "CUDA" in checks["liger"]["skipped_parts"]["liger on vs off"]
@@ -111,3 +111,17 @@ def test_result_fails_on_nan_and_on_a_control_without_difference():
     res = ga.Result("x", "fp32")
     res.compare("control", 0.0, 1e-5, above=True)
     assert res.d["status"] == "fail" and res.d["comparisons"][0]["tolerance"] == "> 1e-05"
+
+
+@pytest.mark.vllm
+def test_smoke_vllm_check_measures_on_cpu(tmp_path):
+    """In the vLLM environment the vllm check runs on CPU (fp32): measured values, not a skip."""
+    proc, report = _run(tmp_path, "--only", "vllm")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    c = report["checks"]["vllm"]
+    assert c["status"] == "pass", c
+    assert c["measured"]["greedy generations identical (hf generate vs vLLM)"] == "6/6"
+    whats = {x["what"]: x["measured"] for x in c["comparisons"]}
+    assert whats["fp32: greedy generations differing, hf generate vs vLLM (count)"] == 0.0
+    assert whats["fp32: evaluate rows differing, backend=hf vs backend=vllm (count)"] == 0.0
+    assert not c["skipped_parts"], c["skipped_parts"]

@@ -1,0 +1,55 @@
+"""The vLLM tier: `evaluate backend=vllm` (vLLM's CPU build, fp32, greedy) writes the rows
+`backend=hf` writes, message for message, on a bamboogle sample, a search_plan_ood sample and a
+short babyai run. The engine runs in a subprocess (`python -m evals.cli`: vLLM spawns its engine
+process, which needs the `__main__` guard)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, shared_path
+
+pytestmark = pytest.mark.vllm
+
+BENCHES = ("bamboogle", "search_plan_ood", "babyai")
+
+
+def run_evaluate(out: Path, backend: str, bench_root: Path) -> subprocess.CompletedProcess:
+    args = [f"ckpt={ROOT / 'common' / 'tiny_base'}", f"benches=[{','.join(BENCHES)}]", "n=4",
+            "bench_n={search_plan_ood: 2, babyai: 1}", "babyai_max_steps=4", "ood_max_turns=4", "max_turns=3",
+            f"bench_root={bench_root}", f"corpus={bench_root / 'corpus' / 'wiki18_example_10.jsonl'}",
+            f"index_dir={out.parent / 'idx'}", "max_model_len=4096", "max_new_tokens=64", "babyai_max_new_tokens=64",
+            "dtype=float32", f"backend={backend}", "progress=false", "wandb=false", f"out={out}"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1"}  # one thread each: on a busy 2-core box OpenMP's spinning threads cost more than they bring
+    return subprocess.run([sys.executable, "-m", "evals.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def rows(out: Path, bench: str) -> list[dict]:
+    # the identity digest differs (vLLM's engine settings are part of it); everything else must not
+    return [{k: v for k, v in json.loads(line).items() if k != "identity"} for line in open(out / f"{bench}.jsonl")]
+
+
+def test_evaluate_vllm_rows_equal_hf_rows(tmp_path):
+    bench_root = shared_path("benchmarks")
+    outs = {}
+    for backend in ("vllm", "hf"):
+        outs[backend] = tmp_path / backend
+        r = run_evaluate(outs[backend], backend, bench_root)
+        assert r.returncode == 0, f"backend={backend}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+        if backend == "vllm":
+            assert "exited unexpectedly" not in r.stderr, r.stderr[-3000:]  # the engine was shut down, not killed
+    for bench in BENCHES:
+        hf, vl = rows(outs["hf"], bench), rows(outs["vllm"], bench)
+        assert len(hf) == len(vl) > 0, bench
+        for a, b in zip(hf, vl):
+            assert a == b, f"{bench} item {a.get('id')}: backend=vllm wrote another row than backend=hf"
+    meta = json.loads((outs["vllm"] / "meta.json").read_text())
+    keys = meta["identities"]["bamboogle"]["keys"]
+    assert (keys["evaluate.dtype"], keys["evaluate.enforce_eager"]) == ("float32", True)

@@ -1,0 +1,60 @@
+"""The vLLM tier's rules, as pytest applies them with this project's conftest and pytest options:
+a vllm-marked test is deselected in the main suite, runs with `-m vllm`, and there a skip fails."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES = '''
+import pytest
+
+@pytest.mark.vllm
+def test_engine():
+    pass
+
+@pytest.mark.vllm
+def test_engine_missing():
+    pytest.importorskip("no_such_module_dtsft")
+
+def test_plain():
+    pass
+'''
+
+
+def _pytest(tmp_path: Path, *args: str, tier: bool = False) -> subprocess.CompletedProcess:
+    opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    markers = "\n".join(f"    {m}" for m in opts["markers"])
+    (tmp_path / "pytest.ini").write_text(f"[pytest]\naddopts = {opts['addopts']}\nmarkers =\n{markers}\n")
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_cases.py").write_text(CASES)
+    env = {k: v for k, v in os.environ.items() if k != "DTSFT_VLLM_TIER"}
+    if tier:
+        env["DTSFT_VLLM_TIER"] = "1"
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_main_suite_deselects_vllm_tests(tmp_path):
+    r = _pytest(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passed, 2 deselected" in r.stdout
+
+
+def test_vllm_tier_counts_a_skip_as_a_failure(tmp_path):
+    r = _pytest(tmp_path, "-m", "vllm", tier=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "1 failed, 1 passed, 1 deselected" in r.stdout
+    assert "vllm-tier test skipped" in r.stdout and "no_such_module_dtsft" in r.stdout
+    # outside the tier (a developer running `-m vllm` by hand) a skip stays a skip
+    r = _pytest(tmp_path, "-m", "vllm")
+    assert r.returncode == 0 and "1 passed, 1 skipped" in r.stdout, r.stdout
+
+
+def test_vllm_tier_with_no_test_fails(tmp_path):
+    r = _pytest(tmp_path, "-m", "vllm", "-k", "nothing_matches", tier=True)
+    assert r.returncode == 5  # .ci/run runs under `set -e`: exit 5 ("no tests ran") fails CI
