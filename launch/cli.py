@@ -7,6 +7,8 @@
     launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
     launch stage=grpo task=spa|qa [model=...] [model.path=<SFT checkpoint> name=...] steps=250 ...
            (GRPO with LoRA, rl/; the default stage is sft)
+    launch study=NAME [VAR=value] [STAGE:key=value] [key=value] [dry_run=true]
+           (a reference study's stages in order, recipes/study/NAME.yaml; launch/study.py)
 """
 from __future__ import annotations
 
@@ -95,6 +97,10 @@ def launch_main(argv: list[str]) -> int:
     if wants_help(argv):
         print(help_text())
         return 0
+    if any(tok.partition("=")[0].strip() == "study" for tok in argv):
+        from launch.study import run_study
+
+        return run_study(argv)
     stage, argv = _stage(argv)
     if stage == "grpo":
         if argv and argv[0] in ("sweep", "show"):
