@@ -17,6 +17,7 @@ from analysis.discover import ANCHOR_ARM, Run, read_json_object
 from common.io import parse_json_line, read_jsonl
 from evals.metrics import NON_METRIC_FIELDS, metric_problem
 from analysis.errors import AnalysisError
+from common.benchmarks import CONTEXT_MODES, BenchError, bench_label, parse_bench_key
 
 COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
 # The Search-R1 seven, in the order of its Table 2 (general QA, then multi-hop QA).
@@ -88,9 +89,26 @@ def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | 
 
 
 def qa_benches(table: pd.DataFrame) -> list[str]:
-    """QA benches present (those with EM), Search-R1's seven first in their table order."""
+    """QA benches present (those with EM; `bench@mode` keys), Search-R1's seven first in their table
+    order, each bench's context modes together (open, item, given)."""
     present = set(table.loc[table.metric == "em", "bench"]) - set(AGENTIC_BENCHES) - {MEAN_BENCH}
-    return [b for b in SEARCH_R1_BENCHES if b in present] + sorted(present - set(SEARCH_R1_BENCHES))
+
+    def order(key: str):
+        try:
+            name, mode = parse_bench_key(key)
+        except BenchError:  # not a bench@mode name: after the others, as it is
+            return len(SEARCH_R1_BENCHES) + 1, key, 0
+        rank = SEARCH_R1_BENCHES.index(name) if name in SEARCH_R1_BENCHES else len(SEARCH_R1_BENCHES)
+        return rank, name, CONTEXT_MODES.index(mode)
+    return sorted(present, key=order)
+
+
+def qa_label(key: str) -> str:
+    """A column header naming the bench's context mode (`musique (given)`); agentic benches as they are."""
+    try:
+        return bench_label(key, AGENTIC_BENCHES)
+    except BenchError:
+        return key
 
 
 def add_mean_rows(table: pd.DataFrame, benches: list[str]) -> pd.DataFrame:

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import ENV_BENCH_METRIC, example_metric
+from analysis.collect import ENV_BENCH_METRIC, example_metric, qa_label
 from analysis.discover import Run, read_json_object
 from analysis.stats import PairedResult, paired_bootstrap
 from analysis.tables import DASH, Column, Table
 
 QA_METRICS = ("em", "f1")
 LABELS = {"em": "EM", "f1": "F1", "reward": "reward", "return": "return"}
-COLUMNS = ["bench", "metric", "pre", "post (final step)", "Δ post − pre [95% CI]", "n",
+COLUMNS = ["bench (context mode)", "metric", "pre", "post (final step)", "Δ post − pre [95% CI]", "n",
            "best (selected on test)"]
 
 
@@ -65,7 +65,7 @@ class PrePost:
             delta = DASH if r.paired is None else f"{r.paired.delta:+.3f} [{r.paired.lo:+.3f}, {r.paired.hi:+.3f}]"
             n = DASH if r.paired is None else str(r.paired.n)
             pre = f"{r.pre:.3f} ({'anchor' if r.pre_source == 'anchor' else 'step 0'})"
-            table.rows.append((r.run, [r.bench, LABELS.get(r.metric, r.metric), pre, f"{r.post:.3f} @{r.post_step}",
+            table.rows.append((r.run, [qa_label(r.bench), LABELS.get(r.metric, r.metric), pre, f"{r.post:.3f} @{r.post_step}",
                                        delta, n, f"{r.best:.3f} @{r.best_step}"]))
         return table
 

@@ -20,7 +20,9 @@ from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_a
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
+from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
+from common.benchmarks import BenchError, canonical_bench_key
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
@@ -154,6 +156,10 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         reference_sizes = loaded["reference_sizes"]
         benches = list(loaded["evaluate"].get("benches") or benches)
     benches = list(cfg.benches) if cfg.benches else benches
+    try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
+        benches = [canonical_bench_key(str(b)) for b in benches]
+    except BenchError as exc:
+        raise AnalysisError(f"benches: {exc}") from None
     anchor = None if cfg.anchor in (None, "") else str(cfg.anchor)
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())

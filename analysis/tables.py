@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.aggregate import Points, anchor_value, best_point, final_point, paired_vs_anchor
-from analysis.collect import AGENTIC_BENCHES, ENV_BENCH_METRIC, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA
+from analysis.collect import AGENTIC_BENCHES, ENV_BENCH_METRIC, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA, qa_label
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
 from analysis.stats import Interval
@@ -115,9 +115,10 @@ def fmt_interval(iv: Interval | None, step: int | None = None) -> str:
 
 def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str) -> list[Column]:
     cols = []
-    for bench in qa:
-        group = "General QA" if bench in GENERAL_QA else "Multi-Hop QA" if bench in MULTIHOP_QA else "QA"
-        cols.append(Column(bench, metric, bench, group))
+    for bench in qa:  # keyed by `bench@mode`: two context modes of one bench never share a column
+        name = bench.partition("@")[0]
+        group = "General QA" if name in GENERAL_QA else "Multi-Hop QA" if name in MULTIHOP_QA else "QA"
+        cols.append(Column(bench, metric, qa_label(bench), group))
     if has_mean:
         cols.append(Column(MEAN_BENCH, metric, "Avg.", "QA"))
     for bench in agentic:

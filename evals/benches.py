@@ -6,6 +6,16 @@ or R1-Searcher; `read_bench_file` is defined there, since rl reads QA files of t
 
 Any other `<bench_root>/<name>/` in FlashRAG format works too (e.g. the synthetic `synthqa`).
 
+A bench is named `NAME[@MODE]` (`common.benchmarks.parse_bench_key`): plain `musique` is context
+mode `open` (FlashRAG's hub rows, search over a corpus); `musique@item` / `musique@given` read the
+same `<bench_root>/musique/` file, which must then carry each item's paragraphs (the original
+dev-set formats; anything else is refused naming the file), or, without bench_root, the original
+dev sets from the hub (`HUB_CONTEXT`). Items with `answerable: false` (MuSiQue-Full) are left out
+before sampling, and counted (`unanswerable_excluded` in the summary and meta.json).
+
+A hub bench's source names the dataset revision it was read at (`...@<commit>`), so the revision
+is part of the bench's identity (evals.identity hashes the source string of a non-file source).
+
 Sampling N: a seeded shuffle of the whole split, first N (`random.Random(seed).shuffle`, as the
 upstream subsampler). Files that already *are* such a sample are kept in order and cut to N:
 `*_seed<seed>_<N>.jsonl` (same seed) and R1-Searcher's `*r1searcher*` dev samples; this makes
@@ -14,12 +24,15 @@ the first 500 of `nq/test_seed42_1000.jsonl` exactly Search-R1's 500. N larger t
 """
 from __future__ import annotations
 
+import json
 import random
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 # the bench file format (BenchItem, read_bench_file, BenchError) is common's: rl reads QA files too
-from common.benchmarks import SEARCH7, BenchError, BenchItem, parse_bench_row, read_bench_file  # noqa: F401  (evals.benches API)
+from common.benchmarks import (SEARCH7, BenchError, BenchItem, check_context_mode, parse_bench_key,  # noqa: F401
+                               parse_bench_row, parse_bench_rows, read_bench_file)
 
 OOD_BENCH = "search_plan_ood"
 BABYAI_BENCH = "babyai"
@@ -30,6 +43,32 @@ HUB_SPLITS = {
     "hotpotqa": "dev", "2wikimultihopqa": "dev", "musique": "dev",
 }
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """An original-format dev set on the hub (context modes item/given): a file of the dataset repo
+    (`file`) or a `datasets` config/split; `revision` pins the commit; `rows` the item count it must have."""
+    repo: str
+    revision: str | None
+    rows: int
+    file: str | None = None
+    config: str | None = None
+    split: str | None = None
+
+
+# Chosen here without hub access: names, revisions and row counts are NOT verified on this machine
+# (a count that differs on load is an error, so a wrong pin cannot pass silently).
+HUB_CONTEXT = {
+    # MuSiQue-Ans v1.0 dev in the original format (20 paragraphs per item), not FlashRAG's.
+    "musique": HubSource("dgslibisey/MuSiQue", "c8f4f8c", 2417, file="musique_ans_v1.0_dev.jsonl"),
+    # 2WikiMultihopQA dev.json (a JSON array of the original rows, 10 paragraphs each).
+    "2wikimultihopqa": HubSource("kamelliao/2wikimultihopqa", "f4f0d7e4ae275d9281e90c46c93e66d6cdda3674", 12576,
+                                 file="data/dev.json"),
+    # HotpotQA distractor dev (the hub's layout of hotpot_dev_distractor_v1.json); no pin chosen: the
+    # commit it resolves to is recorded in the source (and so the identity).
+    "hotpotqa": HubSource("hotpotqa/hotpot_qa", None, 7405, config="distractor", split="validation"),
+}
 
 
 def bench_file(bench_root: str | Path, bench: str) -> Path | None:
@@ -59,26 +98,100 @@ def sample(items: list[BenchItem], n: int | None, seed: int, presampled: bool) -
     return items if not n or n < 0 else items[:n]
 
 
-def _load_hub(bench: str) -> list[BenchItem]:
+def dataset_revision(repo: str, revision: str | None) -> str:
+    """The commit `revision` (None: the default branch) of a hub dataset resolves to: a full commit
+    as is, else the local hub cache's snapshot, else the hub's answer."""
+    if revision and re.fullmatch(r"[0-9a-f]{40}", revision):
+        return revision
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo, repo_type="dataset", revision=revision, local_files_only=True,
+                                      allow_patterns=["README.md"])).name
+    except Exception:  # not cached: ask the hub
+        pass
+    from huggingface_hub import HfApi
+
+    sha = HfApi().dataset_info(repo, revision=revision).sha
+    if not sha:
+        raise BenchError(f"the hub did not say which commit {repo}@{revision or 'main'} is")
+    return sha
+
+
+def _load_hub(bench: str) -> tuple[list[BenchItem], str]:
     if bench not in HUB_SPLITS:
         raise BenchError(f"bench {bench!r} is not on the hub ({HUB_REPO}); put it under bench_root=DIR/{bench}/")
     try:
         from datasets import load_dataset
 
-        ds = load_dataset(HUB_REPO, bench, split=HUB_SPLITS[bench])
+        revision = dataset_revision(HUB_REPO, None)
+        ds = load_dataset(HUB_REPO, bench, split=HUB_SPLITS[bench], revision=revision)
     except Exception as exc:  # offline, gated, renamed: say what to do instead
         raise BenchError(
             f"could not load {bench} from the hub ({HUB_REPO}, split {HUB_SPLITS[bench]}): {exc}. "
             f"Pass bench_root=DIR with {bench}/<file>.jsonl (see ../shared/benchmarks)."
         ) from exc
-    return [parse_bench_row(dict(row), bench, f"{HUB_REPO}/{bench}[{i}]") for i, row in enumerate(ds)]
+    items = [parse_bench_row(dict(row), bench, f"{HUB_REPO}/{bench}[{i}]") for i, row in enumerate(ds)]
+    return items, f"hub:{HUB_REPO}/{bench}/{HUB_SPLITS[bench]}@{revision}"
 
 
-def load_bench(bench: str, bench_root: str | Path | None, n: int | None, seed: int) -> tuple[list[BenchItem], str]:
-    """(sampled items, where they came from) for a QA bench."""
+def _load_hub_context(bench: str, mode: str) -> tuple[list[BenchItem], str]:
+    """An original-format dev set (its paragraphs kept) from `HUB_CONTEXT`."""
+    src = HUB_CONTEXT.get(bench)
+    if src is None:
+        raise BenchError(f"bench {bench!r} has no original-format dev set on the hub for context mode {mode!r}; "
+                         f"put it under bench_root=DIR/{bench}/ (see ../shared/benchmarks-context)")
+    what = src.file or f"{src.config}/{src.split}"
+    try:
+        revision = dataset_revision(src.repo, src.revision)
+        if src.file:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(src.repo, src.file, repo_type="dataset", revision=revision))
+            if path.suffix == ".jsonl":
+                items = read_bench_file(path, bench)
+            else:
+                rows = json.loads(path.read_text(encoding="utf-8"))
+                items = parse_bench_rows(((f"{src.repo}/{src.file}[{i}]", r) for i, r in enumerate(rows)), bench,
+                                         f"{src.repo}/{src.file}")
+        else:
+            from datasets import load_dataset
+
+            ds = load_dataset(src.repo, src.config, split=src.split, revision=revision)
+            items = parse_bench_rows(((f"{src.repo}/{what}[{i}]", dict(r)) for i, r in enumerate(ds)), bench,
+                                     f"{src.repo}/{what}")
+    except BenchError:
+        raise
+    except Exception as exc:  # offline, renamed, a pin that does not resolve
+        raise BenchError(
+            f"could not load {bench}@{mode} from the hub ({src.repo} {what} @ {src.revision or 'main'}): {exc}. "
+            f"Pass bench_root=DIR with {bench}/<file>.jsonl in the original format (see ../shared/benchmarks-context)."
+        ) from exc
+    if len(items) != src.rows:
+        raise BenchError(f"{src.repo} {what} @ {revision}: {len(items)} rows, expected {src.rows}; not the dev set "
+                         f"the reference sizes name (pass bench_root=DIR with the file you mean)")
+    return items, f"hub:{src.repo}/{what}@{revision}"
+
+
+def load_bench(key: str, bench_root: str | Path | None, n: int | None, seed: int) -> tuple[list[BenchItem], str]:
+    """(sampled items, where they came from) for QA bench `key` (`NAME[@MODE]`)."""
+    items, source, _ = load_bench_counted(key, bench_root, n, seed)
+    return items, source
+
+
+def load_bench_counted(key: str, bench_root: str | Path | None, n: int | None,
+                       seed: int) -> tuple[list[BenchItem], str, int]:
+    """(sampled items, where they came from, unanswerable items left out) for QA bench `key`
+    (`NAME[@MODE]`); items without paragraphs are refused for modes item/given."""
+    bench, mode = parse_bench_key(key)
     path = bench_file(bench_root, bench) if bench_root else None
     if path is not None:
-        return sample(read_bench_file(path, bench), n, seed, is_presampled(path, seed)), str(path)
-    if bench_root and bench not in HUB_SPLITS:
-        raise BenchError(f"no {Path(bench_root) / bench}/*.jsonl for bench {bench!r}")
-    return sample(_load_hub(bench), n, seed, presampled=False), f"hub:{HUB_REPO}/{bench}/{HUB_SPLITS[bench]}"
+        items, source, presampled = read_bench_file(path, bench), str(path), is_presampled(path, seed)
+    elif bench_root and bench not in (HUB_SPLITS if mode == "open" else HUB_CONTEXT):
+        raise BenchError(f"no {Path(bench_root) / bench}/*.jsonl for bench {key!r}")
+    else:
+        items, source = _load_hub(bench) if mode == "open" else _load_hub_context(bench, mode)
+        presampled = False
+    check_context_mode(items, mode, source)
+    answerable = [it for it in items if it.answerable]
+    return sample(answerable, n, seed, presampled), source, len(items) - len(answerable)

@@ -6,6 +6,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common import layout
+from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from evals.benches import ENV_BENCHES, OOD_BENCH, SEARCH7
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
@@ -14,7 +15,7 @@ from evals.errors import EvalError
 DEFAULTS = {
     "ckpt": None,                  # HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)
     "tokenizer": None,             # null -> the checkpoint's own tokenizer; `tiny` -> the embedded one
-    "benches": [*SEARCH7, OOD_BENCH],
+    "benches": [*SEARCH7, OOD_BENCH],   # NAME[@MODE], MODE open (default) | item | given, e.g. musique@given
     "n": 500,                      # items per bench (seeded shuffle, first n); <=0 -> all
     "bench_n": {},                 # per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n
     "profile": None,               # recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/
@@ -75,6 +76,28 @@ def bench_size(cfg: DictConfig, bench: str) -> int:
     return int(cfg.bench_n[bench]) if bench in cfg.bench_n else int(cfg.n)
 
 
+def uses_retriever(bench: str) -> bool:
+    """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
+    return bench not in ENV_BENCHES and parse_bench_key(bench)[1] == "open"
+
+
+def _benches(value) -> list[str]:
+    """`benches` as canonical keys (`musique@open` -> `musique`), each once; env benches take no mode."""
+    keys = []
+    for raw in [value] if isinstance(value, str) else list(value):
+        try:
+            key = canonical_bench_key(str(raw))
+        except BenchError as exc:
+            raise EvalError(str(exc)) from None
+        if parse_bench_key(key)[0] in ENV_BENCHES and key not in ENV_BENCHES:
+            raise EvalError(f"bench {raw!r}: {parse_bench_key(key)[0]} brings its own environment and has no "
+                            "context mode")
+        if key in keys:
+            raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
+        keys.append(key)
+    return keys
+
+
 def _bench_n(value) -> dict:
     """`bench_n` checked; YAML reads the unspaced `{babyai:5}` as the key `babyai:5`, taken here as babyai=5."""
     if not isinstance(value, DictConfig):
@@ -86,7 +109,10 @@ def _bench_n(value) -> dict:
             n = int(n) if n.strip().lstrip("-").isdigit() else n
         if isinstance(n, bool) or not isinstance(n, int):
             raise EvalError(f"bench_n.{bench}={n!r}: expected an integer (0 = every item)")
-        out[str(bench).strip()] = n
+        try:
+            out[canonical_bench_key(str(bench))] = n
+        except BenchError as exc:
+            raise EvalError(f"bench_n: {exc}") from None
     return out
 
 
@@ -114,10 +140,9 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"wandb={merged.wandb!r}: expected auto, true or false")
     if merged.tool_style not in ("auto", "qwen3", "llama3"):
         raise EvalError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
-    if isinstance(merged.benches, str):
-        merged.benches = [merged.benches]
     if not merged.benches:
         raise EvalError("benches=[...] is empty")
+    merged.benches = _benches(merged.benches)
     for key in ("max_turns", "ood_max_turns", "max_model_len", "max_new_tokens", "topk", "batch_size", "micro_batch",
                 "babyai_max_new_tokens"):
         if int(merged[key]) < 1:
@@ -125,7 +150,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     if merged.babyai_max_steps is not None and int(merged.babyai_max_steps) < 1:
         raise EvalError(f"babyai_max_steps={merged.babyai_max_steps} must be >= 1 (or null: the level's limit)")
     merged.bench_n = _bench_n(merged.bench_n)
-    qa = [b for b in merged.benches if b not in ENV_BENCHES]
+    qa = [b for b in merged.benches if uses_retriever(b)]
     if qa and merged.retriever == "bm25" and not merged.corpus:
         raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")
     if qa and merged.retriever == "bm25" and not Path(merged.corpus).is_file():

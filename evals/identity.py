@@ -102,9 +102,9 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str)
 
 
 def bench_uses_corpus(bench: str) -> bool:
-    from evals.benches import ENV_BENCHES
+    from evals.config import uses_retriever  # QA benches in context mode open (item/given search no corpus)
 
-    return bench not in ENV_BENCHES
+    return uses_retriever(bench)
 
 
 def check_same(bench: str, out: Path, recorded: dict | None, rows_digests: set, want: dict) -> list[str]:

@@ -128,6 +128,8 @@ METRICS: dict[str, MetricSpec] = {
     # QA benches: items whose gold answers include one that normalizes to nothing (see empty_gold)
     "empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
     "skipped_empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
+    # QA benches: items with `answerable: false` (MuSiQue-Full) left out before sampling
+    "unanswerable_excluded": MetricSpec(0, integer=True, what="a count of items >= 0"),
     # bench babyai (evals.babyai): episode means
     "return": RATE, "success": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
 }

@@ -6,6 +6,10 @@ the models saw in training.
 
 The BM25 index is built once per (corpus file, parameters) and cached on disk; later runs (and
 `serve-retriever`) memory-map it.
+
+`ItemRetriever` is context mode `item`'s: BM25 (same parameters) over one bench item's own
+paragraphs, built in memory per item, its docs shaped like wiki-18's (`"Title"\ntext`), so the
+search tool's responses look the same as over a corpus but hold only that item's evidence.
 """
 from __future__ import annotations
 
@@ -132,6 +136,36 @@ class Bm25Retriever:
             [{"id": str(d["id"]), "contents": d["contents"], "score": float(s)} for d, s in zip(row_d, row_s)]
             for row_d, row_s in zip(docs, scores)
         ]
+
+
+class ItemRetriever:
+    """BM25 over one item's paragraphs (objects with `title`/`text`, or such dicts); doc ids are the
+    paragraphs' 0-based positions. Ties keep the dataset's order."""
+
+    def __init__(self, paragraphs):
+        import bm25s
+
+        def get(p, key):
+            return p[key] if isinstance(p, dict) else getattr(p, key)
+
+        self.docs = [{"id": str(k), "contents": f'"{get(p, "title")}"\n{get(p, "text")}'}
+                     for k, p in enumerate(paragraphs)]
+        if not self.docs:
+            raise RetrieverError("context mode item: the item has no paragraphs to search")
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
+        self.bm25 = bm25s.BM25(method=BM25_PARAMS["method"], k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
+        self.bm25.index(_tokenize([d["contents"] for d in self.docs], return_ids=True), show_progress=False)
+
+    def search(self, queries: list[str], topk: int) -> list[list[dict]]:
+        import numpy as np
+
+        out = []
+        for query in queries:
+            tokens = _tokenize([query], return_ids=False)[0]
+            scores = self.bm25.get_scores(tokens) if tokens else np.zeros(len(self.docs))
+            order = sorted(range(len(self.docs)), key=lambda k: (-float(scores[k]), k))[:topk]
+            out.append([{**self.docs[k], "score": float(scores[k])} for k in order])
+        return out
 
 
 class HttpRetriever:

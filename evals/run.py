@@ -13,6 +13,10 @@ Run details (checkpoint path, each bench's identity, prompt, backend, n, seed, s
 `n`), the n evaluated, the source, its digest (and the file's item count) and a digest of the sampled
 items. Bench `babyai` (evals.babyai) plays text games instead of the agent loop; its summary carries
 `return`, `success`, `invalid_action_rate`, `mean_steps` and `per_task`.
+
+`<bench>` is the bench's name with its context mode where that is not the default
+(`musique@given.jsonl`, summary key `musique@given`; evals.benches); a QA bench's summary and
+`bench_items` entry carry `unanswerable_excluded` (items with `answerable: false` left out).
 """
 from __future__ import annotations
 
@@ -28,8 +32,9 @@ from tqdm import tqdm
 from common.io import check_sha256sums, replace_aside, sha256_text, write_json
 from evals import babyai, tasks
 from evals.agent import run_episodes
-from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, load_bench, read_bench_file
-from evals.config import bench_size, resolve
+from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, load_bench_counted, read_bench_file
+from common.benchmarks import parse_bench_key
+from evals.config import bench_size, resolve, uses_retriever
 from evals.errors import EvalError
 from evals.identity import IdentityError, bench_identity, check_same, checkpoint_identity, source_digest
 from evals.metrics import unweighted_mean
@@ -37,7 +42,7 @@ from evals.results import QA_KEYS, ResultsError, append_rows, load_done, summari
 from evals.toolcalls import detect_style
 
 
-def _sampled_ids(out: Path, bench: str, source: str, cfg, ids: list[str]) -> Path:
+def _sampled_ids(out: Path, bench: str, source: str, cfg, ids: list[str], unanswerable: int = 0) -> Path:
     """Store the sample; a resumed run must be evaluating the very same ids."""
     path = out / "sampled_ids" / f"{bench}.json"
     if path.exists():
@@ -49,24 +54,30 @@ def _sampled_ids(out: Path, bench: str, source: str, cfg, ids: list[str]) -> Pat
             )
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, {"bench": bench, "source": source, "seed": int(cfg.seed), "n": len(ids), "ids": ids})
+        write_json(path, {"bench": bench, "source": source, "seed": int(cfg.seed), "n": len(ids), "ids": ids,
+                          "unanswerable_excluded": unanswerable})
     return path
 
 
-def _bench_items(bench: str, cfg) -> tuple[list, str]:
-    """(sampled items, where they came from) for one bench, with its own n (`bench_n`)."""
+def _bench_items(bench: str, cfg) -> tuple[list, str, int]:
+    """(sampled items, where they came from, unanswerable items left out) for one bench, with its
+    own n (`bench_n`)."""
     n, seed = bench_size(cfg, bench), int(cfg.seed)
     if bench == OOD_BENCH:
-        return tasks.ood_items(n, seed, cfg.ood_split), f"envs.search_plan_act/{cfg.ood_split}"
+        return tasks.ood_items(n, seed, cfg.ood_split), f"envs.search_plan_act/{cfg.ood_split}", 0
     if bench == BABYAI_BENCH:
-        return babyai.items(n, seed), "envs.babyai_text"
-    return load_bench(bench, cfg.bench_root, n, seed)
+        return babyai.items(n, seed), "envs.babyai_text", 0
+    return load_bench_counted(bench, cfg.bench_root, n, seed)
 
 
-def bench_items_record(bench: str, cfg, items: list, source: str) -> dict:
-    """What was evaluated: n asked and evaluated, the source (its digest; a file's item count), the items' digest."""
+def bench_items_record(bench: str, cfg, items: list, source: str, unanswerable: int = 0) -> dict:
+    """What was evaluated: n asked and evaluated, the source (its digest; a file's item count), the
+    items' digest (paragraphs included), the unanswerable items left out."""
     content = [[it.id, it.question, it.golden_answers, it.extra] for it in items]
+    if any(getattr(it, "paragraphs", None) for it in items):
+        content = [[*c, [[p.title, p.text] for p in it.paragraphs or []]] for c, it in zip(content, items)]
     record = {"n_requested": bench_size(cfg, bench), "n": len(items), "source": source,
+              "unanswerable_excluded": unanswerable,
               "source_digest": source_digest(source),
               "items_sha256": sha256_text(json.dumps(content, sort_keys=True, default=str))}
     if Path(source).is_file():
@@ -79,7 +90,9 @@ def _agent_runner(bench: str, cfg, backend, retriever, style: str):
     if bench == OOD_BENCH:
         make_episode, execute, is_done, make_row = tasks.ood_episode, tasks.env_tools, tasks.env_done, tasks.ood_row
     else:
-        make_episode, execute = tasks.qa_episode, tasks.SearchTools(retriever, int(cfg.topk))
+        mode = parse_bench_key(bench)[1]
+        make_episode = functools.partial(tasks.qa_episode, mode=mode)
+        execute = tasks.SearchTools(retriever if mode == "open" else None, int(cfg.topk))
         is_done = lambda ep: False  # noqa: E731
         make_row = functools.partial(tasks.qa_row, skip_empty_golds=bool(cfg.skip_empty_golds))
 
@@ -141,7 +154,7 @@ def claim_bench(bench: str, out: Path, want: dict, recorded: dict | None, overwr
 
 def bench_request(bench: str, cfg, ckpt_id: dict) -> dict:
     """The identity a bench of this request will have (no model or retriever needed)."""
-    _, source = _bench_items(bench, cfg)
+    _, source, _ = _bench_items(bench, cfg)
     return bench_identity(bench, cfg, ckpt_id, n=bench_size(cfg, bench), seed=int(cfg.seed), source=source)
 
 
@@ -149,13 +162,13 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident:
               identities: dict) -> tuple[dict, Path, dict]:
     """Evaluate one bench (already claimed under `ident`); `identities` (bench -> identity,
     meta.json's) gets this bench's, written to meta.json before the first row."""
-    items, source = _bench_items(bench, cfg)
-    record = bench_items_record(bench, cfg, items, source)
+    items, source, unanswerable = _bench_items(bench, cfg)
+    record = bench_items_record(bench, cfg, items, source, unanswerable)
     identities[bench] = ident
     meta_path = out / "meta.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
     write_json(meta_path, {**meta, "identities": identities})
-    ids_file = _sampled_ids(out, bench, source, cfg, [it.id for it in items])
+    ids_file = _sampled_ids(out, bench, source, cfg, [it.id for it in items], unanswerable)
     path = out / f"{bench}.jsonl"
     done = load_done(path, {it.id for it in items})
     todo = [it for it in items if it.id not in done]
@@ -170,6 +183,8 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident:
     bar.close()
     summary = summarize_bench(bench, [done[it.id] for it in items])
     summary["source"] = source
+    if bench not in ENV_BENCHES:
+        summary["unanswerable_excluded"] = unanswerable
     return summary, ids_file, record
 
 
@@ -190,6 +205,8 @@ def _bench_summary_from_rows(out: Path, bench: str, ident: dict | None) -> dict 
         return None
     summary = summarize_bench(bench, [done[i] for i in sample["ids"]])
     summary["source"] = sample.get("source")
+    if "unanswerable_excluded" in sample:
+        summary["unanswerable_excluded"] = sample["unanswerable_excluded"]
     return summary
 
 
@@ -227,12 +244,12 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     wanted = {bench: bench_request(bench, cfg, ckpt_id) for bench in cfg.benches}
     for bench, ident in wanted.items():
         claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))
-    qa_benches = [b for b in cfg.benches if b not in ENV_BENCHES]
+    searches = any(uses_retriever(b) for b in cfg.benches)
     if backend is None:
         from evals.backends import make_backend
 
         backend = make_backend(cfg)
-    if retriever is None and qa_benches:
+    if retriever is None and searches:
         from evals.retrievers import make_retriever
 
         retriever = make_retriever(cfg)
@@ -256,7 +273,7 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         "profile": cfg.profile, "bench_items": {b: r for b, r in records.items() if b in summary},
         "babyai": ({"max_steps": cfg.babyai_max_steps, "max_new_tokens": int(cfg.babyai_max_new_tokens),
                     "history": babyai.HISTORY} if BABYAI_BENCH in cfg.benches else None),
-        "retriever": cfg.retriever if qa_benches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
+        "retriever": cfg.retriever if searches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(p) for b, p in ids_files.items()},
         "search7_mean": {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS},
         # items whose gold answers include one that normalizes to nothing (cover-EM 1 for anything)
@@ -276,19 +293,20 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
 
 def format_table(summary: dict) -> str:
     """Bench averages x100 and the unweighted 7-bench mean, for the terminal."""
-    lines = [f"{'bench':<18}{'n':>6}{'EM':>8}{'F1':>8}{'coverEM':>9}{'strictEM':>10}{'fmtfail':>9}"]
+    w = max([18, *(len(b) + 2 for b in summary)])
+    lines = [f"{'bench':<{w}}{'n':>6}{'EM':>8}{'F1':>8}{'coverEM':>9}{'strictEM':>10}{'fmtfail':>9}"]
     for bench, s in summary.items():
         if "return" in s:
-            lines.append(f"{bench:<18}{s['n']:>6}  return={s['return']:.3f} success={s['success']:.3f} "
+            lines.append(f"{bench:<{w}}{s['n']:>6}  return={s['return']:.3f} success={s['success']:.3f} "
                          f"invalid={s['invalid_action_rate']:.3f} steps={s['mean_steps']:.1f}")
         elif "em" in s:
-            lines.append(f"{bench:<18}{s['n']:>6}{100 * s['em']:>8.1f}{100 * s['f1']:>8.1f}{100 * s['cover_em']:>9.1f}"
+            lines.append(f"{bench:<{w}}{s['n']:>6}{100 * s['em']:>8.1f}{100 * s['f1']:>8.1f}{100 * s['cover_em']:>9.1f}"
                          f"{100 * s['strict_em']:>10.1f}{100 * s['format_failure_rate']:>9.1f}")
         else:
             comps = " ".join(f"{k}={v:.3f}" for k, v in s.items() if k.startswith("reward"))
-            lines.append(f"{bench:<18}{s['n']:>6}  {comps}")
+            lines.append(f"{bench:<{w}}{s['n']:>6}  {comps}")
     means = {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS}
     if means["em"] is not None:
-        lines.append(f"{'7-bench mean':<18}{'':>6}{100 * means['em']:>8.1f}{100 * means['f1']:>8.1f}"
+        lines.append(f"{'7-bench mean':<{w}}{'':>6}{100 * means['em']:>8.1f}{100 * means['f1']:>8.1f}"
                      f"{100 * means['cover_em']:>9.1f}{100 * means['strict_em']:>10.1f}")
     return "\n".join(lines)

@@ -1,7 +1,11 @@
 """How each kind of bench becomes episodes, tools and per-example metrics.
 
     QA benches       question -> user message; the `search` tool runs the retriever (all calls of
-                     a turn in one batched query); scored by EM/F1/cover-EM/strict-EM
+                     a turn in one batched query); scored by EM/F1/cover-EM/strict-EM against every
+                     gold alias. Context mode `item` (`musique@item`): the same tool, but over only
+                     the item's own paragraphs (evals.retrievers.ItemRetriever, one per episode);
+                     `given`: every paragraph in the first user message
+                     (common.prompts.given_context_message) and no tools.
     search_plan_ood  envs.search_plan_act: one environment per episode, its own tools; scored by
                      the environment's reward components
 """
@@ -13,9 +17,9 @@ from evals.agent import Episode
 from evals.benches import BenchItem
 from evals.extract import extract_answer, strict_answer
 from evals.metrics import nonempty_golds, qa_metrics
-from common.prompts import initial_messages
+from common.prompts import given_context_message, initial_messages
 from common.tools import SEARCH_TOOL
-from evals.retrievers import format_docs
+from evals.retrievers import ItemRetriever, format_docs
 
 
 class SearchTools:
@@ -27,6 +31,11 @@ class SearchTools:
         self.retriever, self.topk = retriever, topk
 
     def __call__(self, batch: list[tuple[Episode, list[dict]]]) -> list[list[str]]:
+        if self.retriever is None:  # context mode item: each episode searches its own paragraphs
+            return [self._answer([(ep, calls)], ep.state)[0] for ep, calls in batch]
+        return self._answer(batch, self.retriever)
+
+    def _answer(self, batch: list[tuple[Episode, list[dict]]], retriever) -> list[list[str]]:
         out: list[list[str]] = [[""] * len(calls) for _, calls in batch]
         queries, where = [], []
         for b, (_, calls) in enumerate(batch):
@@ -39,13 +48,18 @@ class SearchTools:
                 else:
                     queries.append(query)
                     where.append((b, c))
-        for (b, c), docs in zip(where, self.retriever.search(queries, self.topk) if queries else []):
+        for (b, c), docs in zip(where, retriever.search(queries, self.topk) if queries else []):
             out[b][c] = format_docs(docs)
         return out
 
 
-def qa_episode(item: BenchItem, prompt: str) -> Episode:
-    return Episode(item.id, initial_messages(prompt, item.question), list(SearchTools.tools))
+def qa_episode(item: BenchItem, prompt: str, mode: str = "open") -> Episode:
+    """An episode of QA item `item` in context mode `mode` (open | item | given)."""
+    if mode == "given":
+        return Episode(item.id, initial_messages(prompt, given_context_message(item.question, item.paragraphs),
+                                                 task="given"), [])
+    state = ItemRetriever(item.paragraphs) if mode == "item" else None
+    return Episode(item.id, initial_messages(prompt, item.question), list(SearchTools.tools), state=state)
 
 
 def episode_row(ep: Episode, question: str, golden_answers: list[str], metrics_fn) -> dict:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import apply_overrides, split_dotlist
 from common import schema
+from common.benchmarks import CONTEXT_MODES
 from common.layout import variant_name_problem
 from common.plan import save_points
 from launch.compose import ALIASES, CHOICES, RECIPES, STRING_KEYS, Composed, load_recipe
@@ -105,6 +106,7 @@ def validate(cfg: DictConfig) -> None:
     need(g.use_vllm in ("auto", True, False), "grpo.use_vllm", "auto, true or false")
     need(g.split in ("train", "ood"), "grpo.split", "train or ood")
     need(g.retriever in ("bm25", "http"), "grpo.retriever", "bm25 or http")
+    need(g.qa_mode in CONTEXT_MODES, "grpo.qa_mode", f"one of {', '.join(CONTEXT_MODES)} (evals' context modes)")
     lc = cfg.launcher
     need(lc.nproc == "auto" or _pos_int(lc.nproc), "launcher.nproc", "auto or a positive integer")
     need(_pos_int(lc.nodes) and (lc.kind == "slurm" or lc.nodes == 1), "launcher.nodes",
@@ -125,9 +127,10 @@ def validate(cfg: DictConfig) -> None:
     if cfg.task == "qa" and not bad:
         if not g.prompts_file:
             bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
-        if g.retriever == "bm25" and not g.corpus:
+        searches = g.qa_mode == "open"  # item / given use the rows' own paragraphs, no retriever
+        if searches and g.retriever == "bm25" and not g.corpus:
             bad.append("task=qa with grpo.retriever=bm25 needs grpo.corpus=PATH (a wiki-18 style jsonl)")
-        if g.retriever == "http" and not g.retriever_url:
+        if searches and g.retriever == "http" and not g.retriever_url:
             bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
     if is_sft_checkpoint(cfg.model.path) and not cfg.name:
         bad.append(f"model.path={cfg.model.path} is a checkpoint of an earlier run: set name=<variant> "

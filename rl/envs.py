@@ -14,19 +14,24 @@ tests/test_rl_units.py keep that out.
     qa   `QaEnv`: one `search` tool over an evals retriever (BM25 over a wiki-18 corpus or
          `serve-retriever`), rendered to the model exactly as `data_prep.schema.SEARCH_TOOL`.
          Reward = EM of the `evals.extract` answer of the last assistant turn under
-         `evals.metrics` (F1 logged at weight 0). Rows: a FlashRAG-format question file.
+         `evals.metrics` against every gold alias (F1 logged at weight 0). Rows: a question file
+         of the bench format (`common.benchmarks`). `grpo.qa_mode` takes evals' context modes, so
+         training matches evaluation: `open` the corpus retriever; `item` the search tool over the
+         row's own paragraphs (evals.retrievers.ItemRetriever, built in `reset` from the row's
+         `paragraphs` column); `given` the paragraphs in the prompt (common.prompts) and no
+         environment (no tools). Rows with `answerable: false` are left out.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from common.benchmarks import read_bench_file
-from common.prompts import initial_messages
+from common.benchmarks import check_context_mode, read_bench_file
+from common.prompts import given_context_message, initial_messages
 from envs.search_plan_act import SearchPlanActEnv
 from envs.search_plan_act.goals import episode_seeds
 from evals.extract import extract_answer
 from evals.metrics import exact_match, f1
-from evals.retrievers import format_docs
+from evals.retrievers import ItemRetriever, format_docs
 
 TASKS = ("spa", "qa")
 SPA_SEED_OFFSET = 2**31
@@ -66,10 +71,13 @@ class QaEnv:
 
     retriever = None
     topk = 3
+    per_item = False  # context mode item: search only the row's own paragraphs
 
     def reset(self, **row):
         """Start an episode; the question is already in the row's prompt, so nothing is appended."""
         self.queries: list[str] = []
+        if self.per_item:
+            self.retriever = ItemRetriever(row["paragraphs"])
 
     def search(self, query: str):
         """Search the document corpus. Returns the top documents as lines `Doc i(Title: T) text`.
@@ -83,9 +91,10 @@ class QaEnv:
         return format_docs(self.retriever.search([query], self.topk)[0])
 
 
-def qa_env_factory(retriever, topk: int) -> type:
-    """A QaEnv subclass bound to `retriever` (the class is the factory TRL calls)."""
-    return type("QaEnv", (QaEnv,), {"retriever": retriever, "topk": int(topk)})
+def qa_env_factory(retriever, topk: int, per_item: bool = False) -> type:
+    """A QaEnv subclass bound to `retriever`, or searching each row's paragraphs with `per_item`
+    (the class is the factory TRL calls)."""
+    return type("QaEnv", (QaEnv,), {"retriever": retriever, "topk": int(topk), "per_item": bool(per_item)})
 
 
 def final_content(completion: list[dict]) -> str:
@@ -109,22 +118,32 @@ def qa_reward_funcs() -> tuple[list[Callable], list[float]]:
     return [_qa_metric("em", exact_match), _qa_metric("f1", f1)], [1.0, 0.0]
 
 
-def qa_rows(path: str, start: int, n: int) -> list[dict]:
-    """Rows `start .. start+n-1` of the question file, cycling (epochs) when the file runs out."""
+def qa_rows(path: str, start: int, n: int, mode: str = "open") -> list[dict]:
+    """Rows `start .. start+n-1` of the question file in context mode `mode`, cycling (epochs)
+    when the file runs out."""
     items = read_bench_file(path, "train")
+    check_context_mode(items, mode, str(path))
+    items = [it for it in items if it.answerable]
     rows = []
     for k in range(start, start + n):
         it = items[k % len(items)]
-        rows.append({"prompt": initial_messages(QA_PROMPT, it.question), "golden_answers": list(it.golden_answers),
-                     "id": it.id})
+        if mode == "given":
+            prompt = initial_messages(QA_PROMPT, given_context_message(it.question, it.paragraphs), task="given")
+        else:
+            prompt = initial_messages(QA_PROMPT, it.question)
+        row = {"prompt": prompt, "golden_answers": list(it.golden_answers), "id": it.id}
+        if mode == "item":
+            row["paragraphs"] = [{"title": p.title, "text": p.text} for p in it.paragraphs]
+        rows.append(row)
     return rows
 
 
-def environment_for(task: str, *, retriever=None, topk: int = 3) -> type:
+def environment_for(task: str, *, retriever=None, topk: int = 3, qa_mode: str = "open") -> type | None:
+    """The TRL environment class of `task` (None for qa in context mode given: no tools)."""
     if task == "spa":
         return SearchPlanActEnv
     if task == "qa":
-        return qa_env_factory(retriever, topk)
+        return None if qa_mode == "given" else qa_env_factory(retriever, topk, per_item=qa_mode == "item")
     raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
 
 

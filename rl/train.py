@@ -80,7 +80,7 @@ def rows(cfg: DictConfig, start_step: int, steps: int) -> list[dict]:
     k = prompts_per_step(cfg)
     if cfg.task == "spa":
         return spa_rows(int(cfg.seed), start_step * k, steps * k, split=str(cfg.grpo.split))
-    return qa_rows(str(cfg.grpo.prompts_file), start_step * k, steps * k)
+    return qa_rows(str(cfg.grpo.prompts_file), start_step * k, steps * k, str(cfg.grpo.qa_mode))
 
 
 def pilot_guard(cfg: DictConfig) -> str | None:
@@ -245,7 +245,7 @@ class Run:
         model = get_peft_model(model, lora_config(cfg))
         if st:
             set_peft_model_state_dict(model, st["adapter"])
-        retriever = make_retriever(cfg) if cfg.task == "qa" else None
+        retriever = make_retriever(cfg) if cfg.task == "qa" and cfg.grpo.qa_mode == "open" else None
         funcs, weights = reward_funcs_for(cfg.task)
         from datasets import Dataset
 
@@ -254,7 +254,8 @@ class Run:
         cls = _trainer_class()
         trainer = cls(model=model, processing_class=tok, args=args, reward_funcs=funcs,
                       train_dataset=Dataset.from_list(rows(cfg, self.start_step, steps)),
-                      environment_factory=environment_for(cfg.task, retriever=retriever, topk=int(cfg.grpo.topk)))
+                      environment_factory=environment_for(cfg.task, retriever=retriever, topk=int(cfg.grpo.topk),
+                                                          qa_mode=str(cfg.grpo.qa_mode)))
         trainer.rollouts_logged = int(cfg.grpo.rollouts_logged)
         if st:
             trainer.create_optimizer()

@@ -42,7 +42,7 @@ def rl_run(root: Path, rel: str, profile: str | None = "rl_ood") -> Path:
         ck = run / "checkpoints" / f"step-{step:06d}"
         ck.mkdir(parents=True)
         (ck / "config.json").write_text("{}")
-        write_bench(run / sub / f"step-{step:06d}", "musique", "em", MUSIQUE_EM[step])
+        write_bench(run / sub / f"step-{step:06d}", "musique@given", "em", MUSIQUE_EM[step])
         write_bench(run / sub / f"step-{step:06d}", "babyai", "return", BABYAI_RET[step])
     return run
 
@@ -61,23 +61,23 @@ def analysed(tmp_path_factory):
     rl_run(root, "grpo_qa/seed0")
     rl_run(root, "grpo_babyai/lr1e-6/seed1")  # a name= level
     sft = root / "search" / "seed0"
-    write_bench(sft / "eval" / "rl_ood" / "step-000050", "musique", "em", [1] * 5 + [0] * 5)
-    write_bench(root / "_anchor" / "eval" / "rl_ood" / "step-000000", "musique", "em", [1] * 2 + [0] * 8)
+    write_bench(sft / "eval" / "rl_ood" / "step-000050", "musique@given", "em", [1] * 5 + [0] * 5)
+    write_bench(root / "_anchor" / "eval" / "rl_ood" / "step-000000", "musique@given", "em", [1] * 2 + [0] * 8)
     out = root.parent / "reports"
     res = run_analysis({"runs_root": str(root), "out": str(out), "profile": "rl_ood", "evaluate": False,
-                        "benches": ["musique", "babyai"], "metrics": ["em"], "n_boot": N_BOOT, "boot_seed": SEED})
+                        "benches": ["musique@given", "babyai"], "metrics": ["em"], "n_boot": N_BOOT, "boot_seed": SEED})
     return root, out, res
 
 
 def test_prepost_reproduces_known_values_and_the_numpy_ci(analysed):
     root, out, res = analysed
     pp = prepost(discover_runs(root, "rl_ood"), root / "_anchor" / "eval" / "rl_ood" / "step-000000",
-                 ["musique", "babyai"], n_boot=N_BOOT, seed=SEED)
+                 ["musique@given", "babyai"], n_boot=N_BOOT, seed=SEED)
     rows = {(r.run, r.bench, r.metric): r for r in pp.rows}
     assert set(rows) == {(run, b, m) for run in ("grpo_qa/seed0", "grpo_babyai/lr1e-6/seed1")
-                         for b, m in (("musique", "em"), ("musique", "f1"), ("babyai", "return"))} | {
-        ("search/seed0", "musique", "em"), ("search/seed0", "musique", "f1")}
-    r = rows[("grpo_qa/seed0", "musique", "em")]
+                         for b, m in (("musique@given", "em"), ("musique@given", "f1"), ("babyai", "return"))} | {
+        ("search/seed0", "musique@given", "em"), ("search/seed0", "musique@given", "f1")}
+    r = rows[("grpo_qa/seed0", "musique@given", "em")]
     assert (r.pre_source, r.pre, r.post, r.post_step, r.best, r.best_step) == ("step 0", 0.0, 0.2, 20, 0.3, 10)
     diff = np.array(MUSIQUE_EM[20], float) - np.array(MUSIQUE_EM[0], float)
     assert r.paired.delta == pytest.approx(diff.mean()) and r.paired.n == 10
@@ -85,14 +85,15 @@ def test_prepost_reproduces_known_values_and_the_numpy_ci(analysed):
     b = rows[("grpo_babyai/lr1e-6/seed1", "babyai", "return")]
     assert (b.pre, b.post, b.best_step) == (0.0, pytest.approx(0.14), 20)
     assert (b.paired.lo, b.paired.hi) == pytest.approx(_ci(np.array(BABYAI_RET[20]) - np.array(BABYAI_RET[0])))
-    s = rows[("search/seed0", "musique", "em")]  # an SFT arm: pre is the anchor
+    s = rows[("search/seed0", "musique@given", "em")]  # an SFT arm: pre is the anchor
     assert (s.pre_source, s.pre, s.post, s.post_step) == ("anchor", 0.2, 0.5, 50)
     md = (out / "tables" / "prepost.md").read_text()
     assert (out / "tables" / "prepost.tex").is_file()
+    assert "| bench (context mode) |" in md and "| musique (given) |" in md  # the mode is named
     assert "selected on test" in md and "0.300 @10" in md and "0.000 (step 0)" in md and "0.200 (anchor)" in md
     report = (out / "report.md").read_text()
-    assert "grpo_qa/seed0/step-000020 × musique: evaluated 10 items, the reference size is 2417" in report
-    assert "anchor/step-000000 × musique: evaluated 10 items" in report
+    assert "grpo_qa/seed0/step-000020 × musique@given: evaluated 10 items, the reference size is 2417" in report
+    assert "anchor/step-000000 × musique@given: evaluated 10 items" in report
     assert "babyai: evaluated 10 items, the reference size is 50" in report
 
 
@@ -108,14 +109,14 @@ def test_mismatched_item_ids_are_a_problem_never_intersected(tmp_path):
     root = tmp_path / "runs"
     run = rl_run(root, "grpo_qa/seed0", profile=None)
     post = run / "eval" / "step-000020"
-    write_bench(post, "musique", "em", MUSIQUE_EM[20], ids=[f"musique-{i}" for i in range(5, 15)])
-    pp = prepost(discover_runs(root), None, ["musique"], n_boot=N_BOOT, seed=SEED)
+    write_bench(post, "musique@given", "em", MUSIQUE_EM[20], ids=[f"musique@given-{i}" for i in range(5, 15)])
+    pp = prepost(discover_runs(root), None, ["musique@given"], n_boot=N_BOOT, seed=SEED)
     em = next(r for r in pp.rows if r.metric == "em")
     assert em.paired is None and em.post == 0.2  # values still reported, no CI
     assert any("item ids differ" in p and "5 only in pre, 5 only in post" in p for p in pp.problems)
     # Same ids but another bench file (digest) is not paired either.
-    write_bench(post, "musique", "em", MUSIQUE_EM[20], digest="0" * 64)
-    pp = prepost(discover_runs(root), None, ["musique"], n_boot=N_BOOT, seed=SEED)
+    write_bench(post, "musique@given", "em", MUSIQUE_EM[20], digest="0" * 64)
+    pp = prepost(discover_runs(root), None, ["musique@given"], n_boot=N_BOOT, seed=SEED)
     assert all(r.paired is None for r in pp.rows) and any("different bench files" in p for p in pp.problems)
 
 
@@ -123,8 +124,8 @@ def test_figures_start_at_step_0_tick_checkpoints_and_note_all_zero_panels(analy
     _, _, res = analysed
     fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
     assert "babyai (return)" in fig.panels
-    assert fig.xticks["musique"] == [0, 10, 20, 50]  # the anchor / starting checkpoints at 0, then each checkpoint
-    assert "anchor" in fig.series["musique"]
+    assert fig.xticks["musique@given"] == [0, 10, 20, 50]  # the anchor / starting checkpoints at 0, then each checkpoint
+    assert "anchor" in fig.series["musique@given"]
     assert "95% percentile bootstrap over the evaluated items" in fig.caption and "Step 0" in fig.caption
     assert fig.notes == {}  # babyai's returns are not all zero
     # All-zero panel: only zeros everywhere becomes a one-line note.

@@ -131,8 +131,8 @@ def test_profiles_set_benches_sizes_and_their_own_out_dir(tmp_path, capsys):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("{}\n")
     cfg = resolve({"ckpt": str(ckpt), "profile": "rl_ood", "corpus": str(corpus)})
-    assert list(cfg.benches) == ["musique", "2wikimultihopqa", "search_plan_ood", "babyai"]
-    assert dict(cfg.bench_n) == {"musique": 0, "2wikimultihopqa": 0, "search_plan_ood": 100, "babyai": 50}
+    assert list(cfg.benches) == ["musique@given", "2wikimultihopqa@given", "search_plan_ood", "babyai"]
+    assert dict(cfg.bench_n) == {"musique@given": 0, "2wikimultihopqa@given": 0, "search_plan_ood": 100, "babyai": 50}
     assert cfg.out == str(tmp_path / "run" / "eval" / "rl_ood" / "step-000010")
     assert resolve({"ckpt": str(ckpt), "benches": ["babyai"]}).out == str(tmp_path / "run" / "eval" / "step-000010")
     assert default_out(str(ckpt)) == tmp_path / "run" / "eval" / "step-000010"
@@ -141,7 +141,7 @@ def test_profiles_set_benches_sizes_and_their_own_out_dir(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "babyai: 5" in shown and "search_plan_ood: 100" in shown and "rl_ood/step-000010" in shown
     assert cli_main([f"ckpt={ckpt}", "profile=nope", "dry_run=true"]) == 2
-    assert "known profiles: rl_ood" in capsys.readouterr().err
+    assert "known profiles: multihop_qa, rl_ood" in capsys.readouterr().err
     assert cli_main([f"ckpt={ckpt}", "bench_n={babyai:x}", "dry_run=true"]) == 2
     assert "bench_n.babyai" in capsys.readouterr().err
 
