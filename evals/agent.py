@@ -64,10 +64,12 @@ def _assistant_message(reasoning: str, content: str, calls: list[dict], errors: 
 
 
 def generate_round(backend, active: list, prompt_of: Callable[[Any], str], *, max_model_len: int,
-                   max_new_tokens: int) -> list[tuple[Any, Any, int]]:
+                   max_new_tokens: int, temperature: float = 0.0,
+                   seed_of: Callable[[Any], int] | None = None) -> list[tuple[Any, Any, int]]:
     """One batched `generate` for every unit in `active` (anything with a `stop_reason`) whose prompt
     `prompt_of(unit)` still fits `max_model_len`; a unit that no longer fits stops with
-    `context_limit`. Returns (unit, generation, its cap on new tokens) for the others."""
+    `context_limit`. Returns (unit, generation, its cap on new tokens) for the others. With
+    `temperature > 0` each unit samples with its own seed, `seed_of(unit)`; else decoding is greedy."""
     batch, prompt_ids, caps = [], [], []
     for unit in active:
         ids = backend.encode(prompt_of(unit))
@@ -78,7 +80,12 @@ def generate_round(backend, active: list, prompt_of: Callable[[Any], str], *, ma
         batch.append(unit)
         prompt_ids.append(ids)
         caps.append(min(max_new_tokens, room))
-    gens = backend.generate(prompt_ids, caps) if batch else []
+    if not batch:
+        gens = []
+    elif temperature > 0:
+        gens = backend.generate(prompt_ids, caps, temperature=temperature, seeds=[seed_of(u) for u in batch])
+    else:
+        gens = backend.generate(prompt_ids, caps)
     return list(zip(batch, gens, caps))
 
 

@@ -1,24 +1,34 @@
-"""Bench `babyai`: the model plays envs.babyai_text through its own chat template (no tools).
+"""Bench `babyai`: the model plays envs.babyai_text under BALROG's protocol (its `naive` agent).
 
-One step = one fresh prompt: a system message with the rules and the six actions, and a user
-message with the instruction, the last `HISTORY` (observation, action) pairs and the current
-observation. The reply's action is read by `parse_action`:
+Per step the model gets BALROG's messages (envs.babyai_text.prompt: the instruction prompt as a
+user message, up to 16 past observations as `Observation:` user messages with the model's past
+filtered replies as assistant messages, then `Current Observation:` and the closing instruction),
+rendered by its own chat template. The reply is read as a vLLM server with a reasoning parser
+returns it to BALROG's OpenAI client: the content after the template's reasoning block
+(evals.extract.split_reasoning: the text after the last `</think>`, or all of it when there is
+none), then BALROG's rule (`filter_reply`: stripped, only letters, whitespace and colons kept, an
+exact case-sensitive match with one of the six actions); anything else executes `go forward` and
+the next observation starts with BALROG's notice.
 
-    last_line     the last non-empty line of the reply (after any `</think>`), stripped of markup,
-                  quotes, a trailing full stop and an `Action:`-style label, is one of the six
-    last_mention  otherwise the action string that occurs last anywhere in the reply
-    none          no action string at all: an invalid action (the environment does `go forward`
-                  and says so in the next observation; it is counted)
+Decoding is BALROG's default: temperature 1.0 (`babyai_temperature`; 0 = greedy), at most 8192 new
+tokens (`babyai_max_new_tokens`). Sampling never depends on the batch: request (episode, sample,
+step) samples with its own seed, `request_seed` of the item id, its level seed, the sample index
+and the step, so another batch size, a resumed run or another checkpoint draws the same random
+numbers for the same step. `babyai_samples=k` plays every episode k times with k independent
+streams (rows `<id>_sNN`; k=1 keeps the plain ids).
 
-Episodes end on success, at the step limit (the level's, or `babyai_max_steps` when lower) or when
-the prompt no longer fits `max_model_len` (`context_limit`, scored as a failure). Per-episode
-metrics: `return` (1 − 0.9·steps/limit on success, else 0), `success`, `invalid_action_rate`
-(invalid / steps); the summary averages them over episodes and adds `mean_steps` and a per-task
-breakdown. Decoding is greedy (the backend's), so a rerun plays the same games.
+Episodes end as BALROG's loop does (success, the level's step limit, or `babyai_max_steps` steps,
+which does not change the reward scale), or when the prompt no longer fits `max_model_len`
+(`context_limit`, a failure). Per row: `return` (the sum of minigrid's rewards, 1 − 0.9·steps/limit
+on success), `success`, `progression` (BALROG's: 1 once a reward was earned), `invalid_action_rate`
+(invalid / steps), and the transcript: per step the messages sent, the raw reply, its content, the
+filtered reply, the executed action, the observation, reward and done. The summary averages them
+over rows, adds a 95% percentile bootstrap interval of the mean return over episodes
+(`return_ci95`; an episode's samples are averaged first), `mean_steps` and a per-task breakdown.
 """
 from __future__ import annotations
 
-import re
+import hashlib
 from collections import Counter
 
 from common.benchmarks import BenchError, BenchItem
@@ -26,10 +36,9 @@ from evals.agent import generate_round, render
 from evals.extract import split_reasoning
 from evals.metrics import mean
 
-HISTORY = 16  # BALROG's history length (observations/actions shown before the current one)
-METRICS = ("return", "success", "invalid_action_rate")
-_LABEL = re.compile(r"^(?:final\s+answer|next\s+action|action|answer)\s*[:\-]\s*", re.I)
-_STRIP = " \t*`'\"_.!>#[]()"
+HISTORY = 16  # BALROG's max_text_history (checked against its protocol data in tests)
+METRICS = ("return", "success", "progression", "invalid_action_rate")
+BOOT_N, BOOT_SEED = 2000, 0
 
 
 def _env():
@@ -42,50 +51,22 @@ def _env():
     return babyai_text
 
 
-def parse_action(reply: str, actions) -> tuple[str | None, str]:
-    """(action, rule) from one reply's content (`rule` is last_line | last_mention | none)."""
-    lines = [ln for ln in reply.splitlines() if ln.strip()]
-    if lines:
-        last = _LABEL.sub("", lines[-1].strip().strip(_STRIP)).strip(_STRIP).lower()
-        last = " ".join(last.split())
-        if last in actions:
-            return last, "last_line"
-    low = " ".join(reply.lower().split())
-    best, where = None, -1
-    for action in actions:
-        for m in re.finditer(rf"(?<![a-z]){re.escape(action)}(?![a-z])", low):
-            if m.end() > where:
-                best, where = action, m.end()
-    return (best, "last_mention") if best else (None, "none")
-
-
-def system_prompt(actions) -> str:
-    return (
-        "You are playing a text game in a grid world. You get an instruction to carry out, then at each "
-        "step a description of what you see, relative to you (left/right and forward, in steps), and "
-        "what you carry. Walls and closed doors block the way; you pick up or toggle the object right "
-        "in front of you and drop what you carry there.\n"
-        f"Available actions: {', '.join(actions)}.\n"
-        "You may think first, but end your reply with exactly one action on its own line."
-    )
-
-
-def step_messages(instruction: str, history: list[tuple[str, str]], observation: str, actions) -> list[dict]:
-    parts = [f"Instruction: {instruction}", ""]
-    if history:
-        parts.append(f"Previous steps (oldest first, at most {HISTORY}):")
-        for obs, act in history[-HISTORY:]:
-            parts += [f"Observation:\n{obs}", f"Action: {act}"]
-        parts.append("")
-    parts += [f"Current observation:\n{observation}", "", "What is your next action?"]
-    return [{"role": "system", "content": system_prompt(actions)}, {"role": "user", "content": "\n".join(parts)}]
-
-
-def items(n: int | None, seed: int) -> list[BenchItem]:
-    """The fixed episodes (n <= 0: the reference 50)."""
+def items(n: int | None, seed: int, samples: int = 1) -> list[BenchItem]:
+    """The fixed episodes (n <= 0: the reference 50), each `samples` times."""
     bt = _env()
     rows = bt.make_eval_items(n if n and n > 0 else bt.EVAL_SIZE, seed)
-    return [BenchItem(r["id"], "", [], extra=dict(r)) for r in rows]
+    out = []
+    for r in rows:
+        for k in range(int(samples)):
+            rid = r["id"] if samples == 1 else f"{r['id']}_s{k:02d}"
+            out.append(BenchItem(rid, "", [], extra={**r, "episode": r["id"], "sample": k}))
+    return out
+
+
+def request_seed(episode: str, level_seed: int, sample: int, step: int) -> int:
+    """The sampling seed of one request: a function of the episode and the step only."""
+    digest = hashlib.sha256(f"babyai|{episode}|{level_seed}|{sample}|{step}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
 
 
 class _Game:
@@ -93,48 +74,67 @@ class _Game:
         bt = _env()
         self.item, self.env = item, bt.BabyAITextEnv(max_steps=max_steps)
         self.observation = self.env.reset(seed=item.extra["seed"], task=item.extra["task"])
-        self.history: list[tuple[str, str]] = []
+        self.history = bt.History(self.env.instruction)
+        self.previous: str | None = None  # the last filtered reply (BALROG's prev_action)
+        self.messages: list[dict] = []
         self.transcript: list[dict] = []
         self.stop_reason: str | None = None
         self.generated_tokens = 0
 
+    def next_prompt(self) -> None:
+        if self.previous is not None:
+            self.history.add_reply(self.previous)
+        self.history.add_observation(self.observation)
+        self.messages = self.history.messages()
 
-def play(chunk: list[BenchItem], backend, *, max_steps: int | None, max_new_tokens: int, max_model_len: int) -> list[dict]:
+    def seed(self) -> int:
+        x = self.item.extra
+        return request_seed(x.get("episode", self.item.id), x["seed"], x.get("sample", 0), self.env.steps)
+
+
+def play(chunk: list[BenchItem], backend, *, max_steps: int | None, max_new_tokens: int, max_model_len: int,
+         temperature: float = 0.0) -> list[dict]:
     """Play `chunk`'s episodes in lockstep (one batched generate per step); one row per episode."""
-    actions = _env().ACTIONS
+    bt = _env()
     games = [_Game(it, max_steps) for it in chunk]
     active = list(games)
-    def prompt_of(g: _Game) -> str:
-        return render(backend.tokenizer, step_messages(g.env.instruction, g.history, g.observation, actions), [])
-
     while active:
-        for g, gen, _ in generate_round(backend, active, prompt_of, max_model_len=max_model_len,
-                                        max_new_tokens=max_new_tokens):
+        for g in active:
+            g.next_prompt()
+        for g, gen, _ in generate_round(backend, active, lambda g: render(backend.tokenizer, g.messages, []),
+                                        max_model_len=max_model_len, max_new_tokens=max_new_tokens,
+                                        temperature=temperature, seed_of=_Game.seed):
             g.generated_tokens += gen.num_tokens
             _, content = split_reasoning(gen.text)
-            action, rule = parse_action(content, actions)
-            sent = action if action else (content.strip().splitlines() or [""])[-1][:80]
-            before = g.observation
-            g.observation, _, done = g.env.step(sent)
-            g.history.append((before, action or sent))
-            g.transcript.append({"observation": before, "reply": gen.text, "finish_reason": gen.finish_reason,
-                                 "action": action, "rule": rule})
+            filtered = bt.filter_reply(content)
+            seed = g.seed() if temperature > 0 else None
+            g.observation, reward, done = g.env.step(filtered)
+            g.previous = filtered
+            g.transcript.append({
+                "messages": g.messages, "reply": gen.text, "finish_reason": gen.finish_reason, "seed": seed,
+                "content": content, "filtered": filtered, "valid": filtered in bt.ACTIONS,
+                "action": filtered if filtered in bt.ACTIONS else bt.FALLBACK_ACTION,
+                "observation": g.observation, "reward": reward, "done": done,
+            })
             if done:
                 g.stop_reason = "success" if g.env.success else "step_limit"
         active = [g for g in active if g.stop_reason is None]
-    return [_row(g) for g in games]
+    return [_row(g, temperature, max_new_tokens) for g in games]
 
 
-def _row(g: _Game) -> dict:
+def _row(g: _Game, temperature: float, max_new_tokens: int) -> dict:
     env, steps = g.env, g.env.steps
+    x = g.item.extra
     return {
-        "id": g.item.id, "task": env.task, "seed": env.seed, "instruction": env.instruction,
-        "transcript": g.transcript, "final_observation": g.observation,
-        "actions": [t["action"] or _env().FALLBACK_ACTION for t in g.transcript],
-        "invalid_actions": env.invalid_actions, "steps": steps, "limit": env.limit,
-        "success": bool(env.success), "return": float(env.episode_return), "stop_reason": g.stop_reason,
-        "action_rules": dict(Counter(t["rule"] for t in g.transcript)), "generated_tokens": g.generated_tokens,
+        "id": g.item.id, "episode": x.get("episode", g.item.id), "sample": x.get("sample", 0),
+        "task": env.task, "seed": env.seed, "instruction": env.instruction,
+        "transcript": g.transcript, "actions": [t["action"] for t in g.transcript],
+        "invalid_actions": env.invalid_actions, "steps": steps, "limit": env.limit, "level_limit": env.level_limit,
+        "success": bool(env.success), "return": float(env.episode_return), "progression": float(env.progression),
+        "stop_reason": g.stop_reason, "generated_tokens": g.generated_tokens,
+        "decoding": {"temperature": float(temperature), "max_new_tokens": int(max_new_tokens)},
         "metrics": {"return": float(env.episode_return), "success": float(env.success),
+                    "progression": float(env.progression),
                     "invalid_action_rate": env.invalid_actions / steps if steps else 0.0},
     }
 
@@ -145,12 +145,29 @@ def _means(rows: list[dict]) -> dict:
     return out
 
 
+def bootstrap_interval(values: list[float], n_boot: int = BOOT_N, seed: int = BOOT_SEED) -> list[float]:
+    """95% percentile bootstrap interval of the mean of `values` (seeded: the same values, the same interval)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return [0.0, 0.0]
+    idx = np.random.default_rng(seed).integers(0, x.size, size=(n_boot, x.size))
+    lo, hi = np.quantile(x[idx].mean(axis=1), [0.025, 0.975])
+    return [float(lo), float(hi)]
+
+
 def summarize(rows: list[dict]) -> dict:
-    """Bench means (`return`, `success`, `invalid_action_rate` in [0, 1]), `mean_steps`, per task."""
+    """Bench means (`return`, `success`, `progression`, `invalid_action_rate` in [0, 1]), `return_ci95`
+    over episodes, `mean_steps`, `samples` per episode, per task."""
     summary = _means(rows)
+    episodes: dict[str, list[float]] = {}
+    for r in rows:
+        episodes.setdefault(r.get("episode", r["id"]), []).append(r["metrics"]["return"])
+    summary["return_ci95"] = bootstrap_interval([sum(v) / len(v) for v in episodes.values()])
+    summary["samples"] = max(len(v) for v in episodes.values()) if episodes else 0
     tasks = sorted({r["task"] for r in rows}, key=[r["task"] for r in rows].index)
     summary["per_task"] = {t: _means([r for r in rows if r["task"] == t]) for t in tasks}
     summary["stop_reasons"] = dict(sorted(Counter(r["stop_reason"] for r in rows).items()))
-    summary["action_rules"] = dict(sorted(sum((Counter(r["action_rules"]) for r in rows), Counter()).items()))
     summary["mean_generated_tokens"] = mean(r["generated_tokens"] for r in rows)
     return summary

@@ -1,8 +1,12 @@
-"""Generation backends behind one interface: `generate(prompt_ids, caps) -> [Generation]`.
+"""Generation backends behind one interface:
+`generate(prompt_ids, caps, *, temperature=0.0, seeds=None) -> [Generation]`.
 
 Prompts arrive already rendered by the chat template and tokenized (the agent loop needs the
 token count anyway, for the context limit), each with its own cap on new tokens. Decoding is
-greedy so an evaluation is deterministic. Generation stops at end-of-turn (`<|im_end|>` for
+greedy by default so an evaluation is deterministic. With `temperature > 0` each request samples
+from softmax(logits / temperature) with its own seed (`seeds`, one int per request): a request's
+random stream depends only on its seed, never on which other requests share its batch, their
+order or the micro-batch size. Generation stops at end-of-turn (`<|im_end|>` for
 Qwen3, `<|eot_id|>`/`<|eom_id|>` for Llama-3.1, the tokenizer's eos); the stop token is not part
 of the returned text.
 
@@ -57,6 +61,43 @@ def stop_token_ids(tok, generation_config=None) -> list[int]:
     return sorted(ids)
 
 
+def check_sampling(n: int, temperature: float, seeds) -> list[int] | None:
+    """The per-request sampling arguments, checked: None for greedy, else one seed per request."""
+    if temperature < 0:
+        raise BackendError(f"temperature={temperature}: expected 0 (greedy) or a positive number")
+    if temperature == 0:
+        return None
+    if seeds is None:
+        raise BackendError(f"temperature={temperature} needs seeds (one int per request): a request's random stream is its own seed's")
+    seeds = [int(s) for s in seeds]
+    if len(seeds) != n:
+        raise BackendError(f"{n} prompts but {len(seeds)} seeds: sampling takes one seed per request")
+    return seeds
+
+
+class _RowSampler:
+    """A transformers logits processor that draws each row's next token with that row's own
+    torch.Generator and leaves only it finite, so greedy decoding inside `generate` picks it (the
+    cache, padding and stopping stay transformers'). Each row draws once per step from its own
+    stream, so what it samples does not depend on the other rows."""
+
+    def __init__(self, seeds: list[int], temperature: float, device):
+        import torch
+
+        self.temperature = float(temperature)
+        self.gens = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        picked = torch.full_like(scores, float("-inf"))
+        for row, gen in enumerate(self.gens):
+            tok = torch.multinomial(probs[row], 1, generator=gen)
+            picked[row, tok] = 0.0
+        return picked
+
+
 class HFBackend:
     name = "hf"
 
@@ -88,9 +129,12 @@ class HFBackend:
         ids = ids[:cap]
         return Generation(self.tokenizer.decode(ids, skip_special_tokens=False), "length", len(ids))
 
-    def generate(self, prompt_ids: list[list[int]], caps: list[int]) -> list[Generation]:
+    def generate(self, prompt_ids: list[list[int]], caps: list[int], *, temperature: float = 0.0,
+                 seeds: list[int] | None = None) -> list[Generation]:
         import torch
+        from transformers import LogitsProcessorList
 
+        seeds = check_sampling(len(prompt_ids), temperature, seeds)
         order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
         out: list[Generation | None] = [None] * len(prompt_ids)
         for start in range(0, len(order), self.micro_batch):
@@ -102,11 +146,14 @@ class HFBackend:
                 p = prompt_ids[i]
                 ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
                 mask[row, width - len(p):] = 1
+            extra = {}
+            if seeds is not None:
+                extra["logits_processor"] = LogitsProcessorList([_RowSampler([seeds[i] for i in chunk], temperature, self.device)])
             with torch.inference_mode():
                 gen = self.model.generate(
                     input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                     max_new_tokens=max(caps[i] for i in chunk), do_sample=False,
-                    eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
+                    eos_token_id=self.stop_ids, pad_token_id=self.pad_id, **extra,
                 )
             for row, i in enumerate(chunk):
                 out[i] = self._finish(gen[row, width:].tolist(), caps[i])
@@ -141,13 +188,15 @@ class VLLMBackend:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def generate(self, prompt_ids: list[list[int]], caps: list[int]) -> list[Generation]:
+    def generate(self, prompt_ids: list[list[int]], caps: list[int], *, temperature: float = 0.0,
+                 seeds: list[int] | None = None) -> list[Generation]:
         from vllm import SamplingParams
 
+        seeds = check_sampling(len(prompt_ids), temperature, seeds)
         params = [
-            SamplingParams(temperature=0.0, max_tokens=cap, stop=self.stop_strings, stop_token_ids=self.stop_ids,
-                           skip_special_tokens=False, seed=self.seed)
-            for cap in caps
+            SamplingParams(temperature=float(temperature), max_tokens=cap, stop=self.stop_strings, stop_token_ids=self.stop_ids,
+                           skip_special_tokens=False, seed=self.seed if seeds is None else seeds[i])
+            for i, cap in enumerate(caps)
         ]
         prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
         results = self.llm.generate(prompts, params, use_tqdm=False)

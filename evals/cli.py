@@ -14,11 +14,13 @@ USAGE = """usage: evaluate ckpt=PATH [benches=[nq,triviaqa,popqa,hotpotqa,2wikim
                 [topk=3] [max_turns=8] [max_model_len=16384] [max_new_tokens=4096] [prompt=tool_agent|anchor_nudge]
                 [bench_root=DIR] [out=DIR] [batch_size=64] [micro_batch=16] [overwrite=false] [dry_run=true]
                 [bench_n={musique:0,babyai:50}] [profile=rl_ood|multihop_qa] [babyai_max_steps=N] [babyai_max_new_tokens=8192]
+                [babyai_temperature=1.0] [babyai_samples=1]
 
 n<=0 evaluates every item; Bamboogle has 125, so n=500 takes all of it. bench_n gives one bench its
 own n (0 = every item of its file). profile=NAME takes recipes/eval/NAME.yaml's keys (command-line
-keys win) and writes to <run_dir>/eval/NAME/step-NNNNNN. Bench babyai (the text BabyAI game, no
-tools) needs the babyai extra (pip install -e '.[babyai]'). A QA bench takes a context mode as
+keys win) and writes to <run_dir>/eval/NAME/step-NNNNNN. Bench babyai (the text BabyAI game under
+BALROG's protocol, no tools; samples at temperature 1.0 by default, 0 = greedy) needs the babyai
+extra (pip install -e '.[babyai]'). A QA bench takes a context mode as
 NAME@MODE: open (default, plain NAME: search over corpus=), item (search over only the item's own
 paragraphs) or given (the paragraphs in the prompt, no tools), e.g. benches=[musique@given]; item and
 given need the original MuSiQue/2Wiki/HotpotQA rows (bench_root=../shared/benchmarks-context, or the hub).

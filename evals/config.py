@@ -45,8 +45,10 @@ DEFAULTS = {
     "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
     "skip_empty_golds": False,     # true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not
                                    # scored against; false (default) = Search-R1's scoring; counted either way
-    "babyai_max_steps": None,      # cap on every babyai episode below its level's limit (the return uses the cap)
-    "babyai_max_new_tokens": 8192,  # one babyai reply (thinking models reason at length before an action)
+    "babyai_max_steps": None,      # BALROG's max_steps_per_episode: ends an episode early (the reward scale stays the level's)
+    "babyai_max_new_tokens": 8192,  # one babyai reply (BALROG's max_tokens; thinking models reason at length)
+    "babyai_temperature": 1.0,     # BALROG's default sampling temperature; 0 -> greedy
+    "babyai_samples": 1,           # plays of each babyai episode, each with its own random streams
     "progress": True,
     "overwrite": False,            # a bench held in out under another identity: rename its results aside, re-evaluate
     "wandb": "auto",               # auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)
@@ -147,6 +149,10 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
                 "babyai_max_new_tokens"):
         if int(merged[key]) < 1:
             raise EvalError(f"{key}={merged[key]} must be >= 1")
+    if float(merged.babyai_temperature) < 0:
+        raise EvalError(f"babyai_temperature={merged.babyai_temperature} must be >= 0 (0: greedy)")
+    if int(merged.babyai_samples) < 1:
+        raise EvalError(f"babyai_samples={merged.babyai_samples} must be >= 1")
     if merged.babyai_max_steps is not None and int(merged.babyai_max_steps) < 1:
         raise EvalError(f"babyai_max_steps={merged.babyai_max_steps} must be >= 1 (or null: the level's limit)")
     merged.bench_n = _bench_n(merged.bench_n)

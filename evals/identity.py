@@ -2,7 +2,8 @@
 
 identity(bench) = the checkpoint's content digest (its `SHA256SUMS`; a local dir without one gets
 the same sums computed; a hub id: id + resolved revision) + every `evaluate` key except the
-operational ones below + that bench's n, seed and bench-file digest. The checkpoint path is
+operational ones below + that bench's n, seed and bench-file digest (+ the backend for a bench
+that samples: babyai at babyai_temperature > 0). The checkpoint path is
 recorded beside it but not hashed: moving a runs tree does not invalidate its evals.
 
 `meta.json` records each bench's identity; every `<bench>.jsonl` row carries its digest; an out
@@ -97,6 +98,8 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str)
         "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
         "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": source_digest(source)},
     }
+    if bench in BENCH_KEY_PREFIXES and float(conf.get(f"{BENCH_KEY_PREFIXES[bench]}temperature") or 0) > 0:
+        body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     record = fingerprint.identity(body, exclude=())
     return {**record, "ckpt_path": str(conf.get("ckpt"))}
 

@@ -131,10 +131,11 @@ METRICS: dict[str, MetricSpec] = {
     # QA benches: items with `answerable: false` (MuSiQue-Full) left out before sampling
     "unanswerable_excluded": MetricSpec(0, integer=True, what="a count of items >= 0"),
     # bench babyai (evals.babyai): episode means
-    "return": RATE, "success": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
+    "return": RATE, "success": RATE, "progression": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
+    "samples": SIZE,
 }
 # Summary fields that are descriptions or breakdowns, not metrics.
-NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules")
+NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules", "return_ci95")
 
 
 def metric_problem(name: str, value) -> str | None:

@@ -11,8 +11,9 @@ summary.json is recomputed from the rows of every complete bench in the out dir,
 Run details (checkpoint path, each bench's identity, prompt, backend, n, seed, sampled-id files, the
 7-bench mean) go to `<out>/meta.json`, with `bench_items`: per bench the n asked for (`bench_n`, else
 `n`), the n evaluated, the source, its digest (and the file's item count) and a digest of the sampled
-items. Bench `babyai` (evals.babyai) plays text games instead of the agent loop; its summary carries
-`return`, `success`, `invalid_action_rate`, `mean_steps` and `per_task`.
+items. Bench `babyai` (evals.babyai) plays text games under BALROG's protocol instead of the agent
+loop; its summary carries `return` (with `return_ci95`), `success`, `progression`,
+`invalid_action_rate`, `mean_steps` and `per_task`.
 
 `<bench>` is the bench's name with its context mode where that is not the default
 (`musique@given.jsonl`, summary key `musique@given`; evals.benches); a QA bench's summary and
@@ -66,7 +67,7 @@ def _bench_items(bench: str, cfg) -> tuple[list, str, int]:
     if bench == OOD_BENCH:
         return tasks.ood_items(n, seed, cfg.ood_split), f"envs.search_plan_act/{cfg.ood_split}", 0
     if bench == BABYAI_BENCH:
-        return babyai.items(n, seed), "envs.babyai_text", 0
+        return babyai.items(n, seed, int(cfg.babyai_samples)), "envs.babyai_text", 0
     return load_bench_counted(bench, cfg.bench_root, n, seed)
 
 
@@ -110,7 +111,7 @@ def _agent_runner(bench: str, cfg, backend, retriever, style: str):
 def _babyai_runner(cfg, backend):
     cap = None if cfg.babyai_max_steps is None else int(cfg.babyai_max_steps)
     return lambda chunk: babyai.play(chunk, backend, max_steps=cap, max_new_tokens=int(cfg.babyai_max_new_tokens),
-                                     max_model_len=int(cfg.max_model_len))
+                                     max_model_len=int(cfg.max_model_len), temperature=float(cfg.babyai_temperature))
 
 
 def summarize_bench(bench: str, rows: list[dict]) -> dict:
@@ -272,6 +273,7 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         "n": cfg.n, "seed": int(cfg.seed), "benches": list(cfg.benches), "tool_style": style,
         "profile": cfg.profile, "bench_items": {b: r for b, r in records.items() if b in summary},
         "babyai": ({"max_steps": cfg.babyai_max_steps, "max_new_tokens": int(cfg.babyai_max_new_tokens),
+                    "temperature": float(cfg.babyai_temperature), "samples": int(cfg.babyai_samples),
                     "history": babyai.HISTORY} if BABYAI_BENCH in cfg.benches else None),
         "retriever": cfg.retriever if searches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(p) for b, p in ids_files.items()},

@@ -15,8 +15,16 @@ DIRS = [(0, -1), (1, 0), (0, 1), (-1, 0)]  # N, E, S, W (clockwise)
 INTERIOR = 6  # the room's floor is 6x6 (an 8x8 room with its walls): level knowledge, not grid access
 WALL = re.compile(r"^a wall (\d+) steps? (forward|left|right)$")
 OBJ = re.compile(r"^a (?:(open|closed|locked) )?(\w+) (ball|box|key|door) (.+)$")
-CARRY = re.compile(r"^You carry a (\w+) (ball|box|key)\.$")
-INSTR = re.compile(r"^(go to|pick up|open|put) the (\w+) (\w+)(?: next to the (\w+) (\w+))?(?:, then go to the (\w+) (\w+))?$")
+CARRY = re.compile(r"^You carry a (\w+) (ball|box|key)$")
+_THING = r"(?:the|a) (?:(\w+) )?(ball|box|key|door)"
+INSTRS = [  # BALROG's missions: (pattern, kind, which groups are a, which are b)
+    (re.compile(rf"^go to {_THING}$"), "goto"),
+    (re.compile(rf"^pick up {_THING}$"), "pickup"),
+    (re.compile(rf"^open {_THING}$"), "open"),
+    (re.compile(rf"^put {_THING} next to {_THING}$"), "putnext"),
+    (re.compile(rf"^pick up {_THING}, then go to {_THING}$"), "seq"),
+    (re.compile(rf"^go to {_THING} after you pick up {_THING}$"), "seq_after"),
+]
 
 
 def _offset(text: str) -> tuple[int, int]:
@@ -31,16 +39,18 @@ def _offset(text: str) -> tuple[int, int]:
 
 class Oracle:
     def __init__(self, instruction: str):
-        m = INSTR.match(instruction)
-        if not m:
+        for pattern, kind in INSTRS:
+            if m := pattern.match(instruction):
+                break
+        else:
             raise ValueError(f"oracle cannot read instruction {instruction!r}")
-        verb, c1, k1, nc, nk, sc, sk = m.groups()
-        self.a = (c1, k1)
-        self.kind = {"go to": "goto", "pick up": "pickup", "open": "open", "put": "putnext"}[verb]
-        if sc:
-            self.kind, self.b = "seq", (sc, sk)
-        elif nc:
-            self.b = (nc, nk)
+        g = m.groups()
+        self.kind, self.a, self.b = kind, g[0:2], g[2:4] or None
+        if kind == "seq_after":  # "go to B after you pick up A"
+            self.kind, self.a, self.b = "seq", g[2:4], g[0:2]
+        self.door = None
+        if kind == "open":  # BALROG's open: the door is locked and its key lies in the agent's room
+            self.door, self.a = self.a, (self.a[0], "key")
         self.pos, self.h = (0, 0), 0
         self.objects: dict[tuple[str, str], tuple[int, int]] = {}
         self.bounds: dict[int, int] = {}  # absolute direction -> coordinate of that wall line
@@ -67,7 +77,7 @@ class Oracle:
 
     def interesting(self, c: tuple[int, int]) -> bool:
         """A cell the target may be on: the floor, or (for a door) the wall ring minus corners."""
-        if self.kind != "open":
+        if self.kind != "open" or not self.picked_a:
             return self.inside(c)
         b = self.bounds
         if len(b) < 4:
@@ -98,8 +108,15 @@ class Oracle:
                 del self.objects[key]  # moved or picked up
         self.objects.update(visible)
         self.seen |= view
-        if self.carrying == self.a:
+        if self.carrying and self._match(self.a, self.carrying):
             self.picked_a = True
+
+    @staticmethod
+    def _match(spec, key) -> bool:
+        return spec[1] == key[1] and spec[0] in (None, key[0])
+
+    def _find(self, spec):
+        return next((k for k in self.objects if self._match(spec, k)), None)
 
     # ---- planning ---------------------------------------------------------------------------
     def free(self, c) -> bool:
@@ -137,8 +154,9 @@ class Oracle:
         path = self._plan(lambda pos, h: any(self.interesting(c) and c not in self.seen for c in self.cone(pos, h)))
         return path[0] if path else "turn left"
 
-    def _reach_then(self, target, final: str) -> str:
-        if target not in self.objects:
+    def _reach_then(self, spec, final: str) -> str:
+        target = self._find(spec)
+        if target is None:
             return self._explore()
         if self._front(self.pos, self.h) == self.objects[target]:
             return final
@@ -151,14 +169,18 @@ class Oracle:
         if self.kind == "pickup":
             return self._reach_then(self.a, "pick up")
         if self.kind == "open":
-            return self._reach_then(self.a, "toggle")
-        if self.carrying != self.a and not (self.kind == "seq" and self.picked_a):
+            if not self.picked_a:
+                return self._reach_then(self.a, "pick up")
+            return self._reach_then(self.door, "toggle")
+        holding_a = self.carrying is not None and self._match(self.a, self.carrying)
+        if not holding_a and not (self.kind == "seq" and self.picked_a):
             return self._reach_then(self.a, "pick up")
         if self.kind == "seq":
             return self._reach_then(self.b, "turn left")
-        if self.b not in self.objects:
+        b = self._find(self.b)
+        if b is None:
             return self._explore()
-        bx, by = self.objects[self.b]
+        bx, by = self.objects[b]
         spots = {(bx + dx, by + dy) for dx, dy in DIRS}
         spots = {c for c in spots if self.free(c) and c != self.pos}
         if self._front(self.pos, self.h) in spots:

@@ -1,4 +1,5 @@
-"""evaluate: bench babyai (action parser, the tiny model end to end, resume), per-bench n, profiles."""
+"""evaluate: bench babyai (BALROG's reply rule and messages, per-request sampling, the tiny model end to end,
+resume), per-bench n, profiles."""
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +8,6 @@ import json
 import pytest
 
 from evals.backends import Generation
-from evals.babyai import parse_action
 from evals.cli import main as cli_main
 from evals.config import default_out, resolve
 from evals.run import evaluate
@@ -15,73 +15,133 @@ from tests.test_evals_loop import ScriptedBackend, make_world
 
 ACTIONS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
 
-PARSER_TABLE = [
-    ("go forward", "go forward", "last_line"),
-    ("The ball is ahead.\nturn left", "turn left", "last_line"),
-    ("I will pick up the key.\n\n**Action:** Pick up.", "pick up", "last_line"),
-    ("Final answer: toggle", "toggle", "last_line"),
-    ("`drop`", "drop", "last_line"),
-    ('"turn right"', "turn right", "last_line"),
-    ("  TURN   LEFT  \n", "turn left", "last_line"),
-    ("I should go forward, then turn right. Let me turn right now.", "turn right", "last_mention"),
-    ("Turning would waste time; I go forward and then I'll see.", "go forward", "last_mention"),
-    ("pick up\nThat is my move.", "pick up", "last_mention"),
-    ("I'll move ahead.", None, "none"),
-    ("", None, "none"),
-    ("dropped it already", None, "none"),  # 'drop' only as part of another word
-    ("turn leftwards", None, "none"),
+# (model output, the action executed): BALROG's rule on the content after the reasoning block.
+REPLY_TABLE = [
+    ("go forward", "go forward"),
+    ("<think>\nThe key is ahead.\n</think>\n\nturn left", "turn left"),
+    ("  turn right\n", "turn right"),
+    ("go forward.", "go forward"),       # punctuation is filtered out
+    ("**pick up**", "pick up"),
+    ("Go forward", None),                # case-sensitive
+    ("go forward:", None),               # colons are kept
+    ("Action: toggle", None),
+    ("I will turn left", None),
+    ("jump", None),
+    ("", None),
+    ("<think>\nturn left</think>", None),  # an empty content: the reasoning is not read
 ]
 
 
-@pytest.mark.parametrize("reply,action,rule", PARSER_TABLE)
-def test_action_parser_table(reply, action, rule):
-    assert parse_action(reply, ACTIONS) == (action, rule)
+@pytest.mark.parametrize("reply,action", REPLY_TABLE)
+def test_reply_rule_table(reply, action):
+    pytest.importorskip("minigrid")
+    from envs.babyai_text import filter_reply
+    from evals.extract import split_reasoning
+
+    filtered = filter_reply(split_reasoning(reply)[1])
+    assert (filtered if filtered in ACTIONS else None) == action
 
 
 class Replies:
-    """A backend that gives one fixed reply to every prompt and counts what it was asked."""
+    """A backend that gives one fixed reply to every prompt and keeps what it was asked."""
 
     name = "scripted"
 
-    def __init__(self, tokenizer, reply: str):
-        self.tokenizer, self.reply, self.calls, self.prompts = tokenizer, reply, 0, []
+    def __init__(self, tokenizer, reply: str, fail_after: int | None = None):
+        self.tokenizer, self.reply, self.calls, self.prompts, self.seeds = tokenizer, reply, 0, [], []
+        self.fail_after = fail_after
 
     def encode(self, text):
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def generate(self, prompt_ids, caps):
+    def generate(self, prompt_ids, caps, *, temperature=0.0, seeds=None):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise RuntimeError("interrupted")
         self.calls += 1
         self.prompts += [self.tokenizer.decode(p) for p in prompt_ids]
+        self.seeds.append((temperature, seeds))
         return [Generation(self.reply, "stop", 3) for _ in prompt_ids]
+
+
+def _rows(path):
+    return [json.loads(line) for line in open(path)]
 
 
 def test_scripted_replies_score_as_the_rules_say(tmp_path, tiny_tokenizer):
     pytest.importorskip("minigrid")
+    from envs.babyai_text import PROTOCOL
+
     spin = Replies(tiny_tokenizer, "<think>\nhm\n</think>\n\nturn left")
     s = evaluate({"ckpt": "m", "benches": ["babyai"], "bench_n": {"babyai": 5}, "babyai_max_steps": 3,
                   "out": str(tmp_path / "a"), "progress": False}, backend=spin)["babyai"]
     assert (s["return"], s["success"], s["invalid_action_rate"], s["mean_steps"], s["n"]) == (0.0, 0.0, 0.0, 3.0, 5)
+    assert s["return_ci95"] == [0.0, 0.0] and s["samples"] == 1 and s["progression"] == 0.0
     assert s["stop_reasons"] == {"step_limit": 5} and set(s["per_task"]) == {
         "goto", "pickup", "open", "putnext", "pick_up_seq_go_to"}
     from evals.metrics import METRICS, NON_METRIC_FIELDS, metric_problem
     assert set(s) <= set(METRICS) | set(NON_METRIC_FIELDS)  # every babyai summary number is registered
     assert all(metric_problem(k, v) is None for k, v in s.items() if k not in NON_METRIC_FIELDS)
     assert spin.calls == 3  # five games in lockstep: one batched generate per step
-    first = spin.prompts[0]
-    assert "Instruction: go to the" in first and "Current observation:\na wall" in first and "turn left" in first
-    assert "Previous steps" in spin.prompts[-1] and "Action: turn left" in spin.prompts[-1]
+    assert all(t == 1.0 and len(seeds) == 5 for t, seeds in spin.seeds)  # BALROG's temperature, a seed per request
+    rows = _rows(tmp_path / "a" / "babyai.jsonl")
+    steps = rows[0]["transcript"]
+    roles = [[m["role"] for m in t["messages"]] for t in steps]
+    assert roles == [["user", "user"], ["user", "user", "assistant", "user"],
+                     ["user", "user", "assistant", "user", "assistant", "user"]]
+    first = steps[0]["messages"]
+    assert first[0]["content"].startswith(PROTOCOL["instruction_before_mission"] + rows[0]["instruction"])
+    assert first[1]["content"].startswith("Current Observation:\na wall") and first[1]["content"].endswith(
+        PROTOCOL["closing_instruction"])
+    assert steps[2]["messages"][2] == {"role": "assistant", "content": "turn left"}  # the filtered reply only
+    assert [(t["filtered"], t["action"], t["valid"]) for t in steps] == [("turn left", "turn left", True)] * 3
+    assert PROTOCOL["closing_instruction"] in spin.prompts[0] and "PLAY!" in spin.prompts[0]
     junk = Replies(tiny_tokenizer, "I am not sure what to do.")
     s = evaluate({"ckpt": "m", "benches": ["babyai"], "bench_n": {"babyai": 5}, "babyai_max_steps": 2,
-                  "out": str(tmp_path / "b"), "progress": False}, backend=junk)["babyai"]
-    assert s["invalid_action_rate"] == 1.0 and s["action_rules"] == {"none": 10}
-    rows = [json.loads(line) for line in open(tmp_path / "b" / "babyai.jsonl")]
+                  "babyai_temperature": 0, "out": str(tmp_path / "b"), "progress": False}, backend=junk)["babyai"]
+    assert s["invalid_action_rate"] == 1.0 and all(seeds is None for _, seeds in junk.seeds)  # greedy
+    rows = _rows(tmp_path / "b" / "babyai.jsonl")
     assert rows[0]["actions"] == ["go forward", "go forward"] and rows[0]["invalid_actions"] == 2
-    assert "is not a valid action" in junk.prompts[-1]  # the feedback line reaches the model
+    assert rows[0]["transcript"][0]["filtered"] == "I am not sure what to do"
+    assert "Defaulted to action: go forward" in junk.prompts[-1]  # BALROG's notice reaches the model
     from evals.babyai import items
     assert len(items(0, 0)) == 50 and [it.id for it in items(5, 0)] == [r["id"] for r in rows]
 
 
-ROW_KEYS = {"id", "task", "seed", "transcript", "actions", "invalid_actions", "steps", "success", "return", "metrics"}
+def test_sampling_seeds_depend_on_episode_and_step_only(tmp_path, tiny_tokenizer):
+    """Per-request seeds are the same whatever the batch size, across a resume, and differ per sample."""
+    pytest.importorskip("minigrid")
+    from evals.babyai import request_seed
+
+    base = {"ckpt": "m", "benches": ["babyai"], "bench_n": {"babyai": 4}, "babyai_max_steps": 3, "progress": False}
+    one = Replies(tiny_tokenizer, "turn left")
+    evaluate({**base, "out": str(tmp_path / "one"), "batch_size": 1}, backend=one)
+    four = Replies(tiny_tokenizer, "turn left")
+    evaluate({**base, "out": str(tmp_path / "four"), "batch_size": 4}, backend=four)
+    assert _rows(tmp_path / "one" / "babyai.jsonl") == _rows(tmp_path / "four" / "babyai.jsonl")
+    assert sorted(s for _, seeds in one.seeds for s in seeds) == sorted(s for _, seeds in four.seeds for s in seeds)
+    row = _rows(tmp_path / "one" / "babyai.jsonl")[0]
+    assert [t["seed"] for t in row["transcript"]] == [request_seed(row["id"], row["seed"], 0, k) for k in range(3)]
+    k2 = Replies(tiny_tokenizer, "turn left")
+    s = evaluate({**base, "out": str(tmp_path / "k2"), "babyai_samples": 2}, backend=k2)["babyai"]
+    rows = _rows(tmp_path / "k2" / "babyai.jsonl")
+    assert s["n"] == 8 and s["samples"] == 2 and [r["id"] for r in rows[:2]] == ["babyai_0000_goto_s00", "babyai_0000_goto_s01"]
+    assert rows[0]["transcript"][0]["seed"] != rows[1]["transcript"][0]["seed"]
+
+
+def test_return_interval_is_a_seeded_bootstrap_over_episodes():
+    from evals.babyai import bootstrap_interval, summarize
+
+    vals = [0.0] * 45 + [0.9] * 5
+    lo, hi = bootstrap_interval(vals)
+    assert lo < 0.09 < hi and bootstrap_interval(vals) == [lo, hi] and 0.0 <= lo and hi <= 0.9
+    rows = [{"id": f"e{i}_s{k}", "episode": f"e{i}", "task": "goto", "stop_reason": "success", "steps": 1,
+             "generated_tokens": 1, "metrics": {"return": float(i % 2 == k), "success": 0.0, "progression": 0.0,
+                                                 "invalid_action_rate": 0.0}} for i in range(10) for k in range(2)]
+    assert summarize(rows)["return_ci95"] == [0.5, 0.5]  # each episode averages to 0.5 over its two samples
+
+
+ROW_KEYS = {"id", "task", "seed", "transcript", "actions", "invalid_actions", "steps", "success", "return", "metrics",
+            "progression", "decoding"}
 
 
 @pytest.mark.slow
@@ -89,22 +149,53 @@ def test_tiny_model_plays_babyai_and_a_rerun_evaluates_nothing(tmp_path, tiny_mo
     pytest.importorskip("minigrid")
     out = tmp_path / "out"
     argv = [f"ckpt={tiny_model_dir}", f"out={out}", "benches=[babyai]", "bench_n={babyai:5}", "babyai_max_steps=4",
-            "babyai_max_new_tokens=32", "progress=false", "micro_batch=8"]
+            "babyai_max_new_tokens=32", "progress=false", "micro_batch=8", "batch_size=8"]
     assert cli_main(argv) == 0
-    rows = [json.loads(line) for line in open(out / "babyai.jsonl")]
+    rows = _rows(out / "babyai.jsonl")
     assert len(rows) == 5 and all(ROW_KEYS <= set(r) for r in rows)
     assert all(1 <= r["steps"] <= 4 and len(r["transcript"]) == r["steps"] == len(r["actions"]) for r in rows)
+    assert all(t["messages"][0]["role"] == "user" and t["messages"][-1]["content"].startswith("Current Observation:")
+               for r in rows for t in r["transcript"])
     s = json.loads((out / "summary.json").read_text())["babyai"]
     assert s["n"] == 5 and all(0.0 <= s[k] <= 1.0 for k in ("return", "success", "invalid_action_rate"))
     assert 1.0 <= s["mean_steps"] <= 4.0 and sum(t["n"] for t in s["per_task"].values()) == 5
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["babyai"] == {"max_steps": 4, "max_new_tokens": 32, "history": 16}
+    assert meta["babyai"] == {"max_steps": 4, "max_new_tokens": 32, "temperature": 1.0, "samples": 1, "history": 16}
     assert meta["bench_items"]["babyai"]["n"] == 5 and meta["bench_items"]["babyai"]["n_requested"] == 5
     before = (out / "babyai.jsonl").read_bytes()
     never = Replies(tiny_tokenizer, "x")
     evaluate({"ckpt": str(tiny_model_dir), "out": str(out), "benches": ["babyai"], "bench_n": {"babyai": 5},
               "babyai_max_steps": 4, "babyai_max_new_tokens": 32, "progress": False}, backend=never)
     assert never.calls == 0 and (out / "babyai.jsonl").read_bytes() == before
+    # Sampling (temperature 1.0) does not depend on the batch: a run in batches of 2, interrupted
+    # after its first batch and resumed in batches of 1 (one sequence per generate), writes the rows
+    # of a run in one batch of 3 (smaller games here: the tiny model is slow on a shared CPU).
+    from evals.backends import HFBackend
+
+    cfg = {"ckpt": str(tiny_model_dir), "benches": ["babyai"], "bench_n": {"babyai": 3}, "babyai_max_steps": 2,
+           "babyai_max_new_tokens": 8, "progress": False}
+    evaluate({**cfg, "out": str(tmp_path / "three"), "batch_size": 3}, backend=HFBackend(str(tiny_model_dir), micro_batch=3))
+    rows = _rows(tmp_path / "three" / "babyai.jsonl")
+    hf = HFBackend(str(tiny_model_dir), micro_batch=1)
+
+    class Interrupted:
+        def __init__(self, inner, calls):
+            self.inner, self.calls, self.tokenizer, self.name = inner, calls, inner.tokenizer, inner.name
+
+        def encode(self, text):
+            return self.inner.encode(text)
+
+        def generate(self, *a, **kw):
+            if self.calls == 0:
+                raise KeyboardInterrupt
+            self.calls -= 1
+            return self.inner.generate(*a, **kw)
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate({**cfg, "out": str(tmp_path / "resumed"), "batch_size": 2}, backend=Interrupted(hf, 3))
+    assert len(_rows(tmp_path / "resumed" / "babyai.jsonl")) == 2  # the first batch of two was written
+    evaluate({**cfg, "out": str(tmp_path / "resumed"), "batch_size": 1}, backend=hf)
+    assert _rows(tmp_path / "resumed" / "babyai.jsonl") == rows
 
 
 def test_bench_n_zero_takes_every_item_of_a_custom_bench(tmp_path, tiny_tokenizer):
@@ -161,3 +252,7 @@ def test_a_bench_identity_holds_its_own_n_and_keys_only(tmp_path):
     assert ident("synthqa") == ident("synthqa", bench_n={"babyai": 5}, babyai_max_steps=4, profile="rl_ood")
     assert ident("synthqa") != ident("synthqa", bench_n={"synthqa": 0})
     assert ident("babyai") != ident("babyai", babyai_max_steps=4) != ident("babyai", bench_n={"babyai": 5})
+    # Sampled rows are the backend's (its sampler); greedy rows are not, and the QA benches never are.
+    assert ident("babyai") != ident("babyai", backend="vllm")
+    assert ident("babyai", babyai_temperature=0) == ident("babyai", babyai_temperature=0, backend="vllm")
+    assert ident("synthqa") == ident("synthqa", backend="vllm")

@@ -1,4 +1,4 @@
-"""`BabyAITextEnv`: a seeded text game over one `TextLevel` (see the package docstring for the rules)."""
+"""`BabyAITextEnv`: one BALROG BabyAI level as a text game (see the package docstring for the rules)."""
 from __future__ import annotations
 
 import contextlib
@@ -7,29 +7,29 @@ import random
 
 from envs.babyai_text.describe import describe_view
 from envs.babyai_text.levels import STEP_LIMITS, TASKS, TextLevel
+from envs.babyai_text.prompt import ACTIONS, FALLBACK_ACTION, INVALID_NOTICE
 
-ACTIONS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
-FALLBACK_ACTION = "go forward"
 EVAL_SIZE = 50  # BALROG's BabyAI evaluation: 10 episodes for each of the 5 families
-# minigrid's action indices for our six strings (its `done` action is not offered, as in BALROG).
-_MINIGRID_ACTION = {"turn left": 0, "turn right": 1, "go forward": 2, "pick up": 3, "drop": 4, "toggle": 5}
+# minigrid's action indices for the six strings (its `done` action is not offered, as in BALROG).
+_MINIGRID_ACTION = {name: i for i, name in enumerate(ACTIONS)}
 
 
 def episode_return(success: bool, steps: int, limit: int) -> float:
-    """1 − 0.9·steps/limit on success (BabyAI's reward; BALROG reports it as the return), else 0."""
+    """1 − 0.9·steps/limit on success (minigrid's reward, which BALROG sums into the return), else 0."""
     return 1.0 - 0.9 * steps / limit if success else 0.0
 
 
-def invalid_feedback(action_text: str) -> str:
-    return f"Your last action {action_text!r} is not a valid action; you did '{FALLBACK_ACTION}' instead."
-
-
 class BabyAITextEnv:
-    """`reset(seed=, task=) -> observation`, `step(action_text) -> (observation, reward, done)`.
+    """`reset(seed=, task=) -> observation`, `step(action) -> (observation, reward, done)`.
 
-    `max_steps` (optional) caps every episode below the level's own limit; the return then uses the
-    capped limit. After `done`, `success`, `steps`, `invalid_actions` and `episode_return` hold the
-    outcome. `instruction` is the task sentence (shown to the player before any observation).
+    `action` is the reply as BALROG reads it (`prompt.filter_reply`); anything but one of the six
+    exact action strings executes `go forward` and the observation then starts with BALROG's notice.
+    `reward` is minigrid's for that step; the return is their sum. `done` is BALROG's: the level
+    terminated (success) or hit its step limit (truncated), or `max_steps` (BALROG's
+    `max_steps_per_episode`, optional) steps were played; a cap does not change the reward scale,
+    which stays the level's limit, as in BALROG. After each step `terminated`, `truncated`,
+    `success`, `steps`, `invalid_actions`, `episode_return` and `progression` (BALROG's: 1 once a
+    reward was earned) hold the outcome. `instruction` is the mission sentence.
     """
 
     def __init__(self, max_steps: int | None = None):
@@ -46,40 +46,40 @@ class BabyAITextEnv:
         if task not in TASKS:
             raise ValueError(f"unknown BabyAI task {task!r}; expected one of {', '.join(TASKS)}")
         self._level = TextLevel(task)
-        self.limit = STEP_LIMITS[task] if self.max_steps is None else min(STEP_LIMITS[task], self.max_steps)
         with contextlib.redirect_stdout(io.StringIO()):  # minigrid prints each rejected layout
             self._level.reset(seed=int(seed))
         if self._level.max_steps != STEP_LIMITS[task]:
             raise RuntimeError(f"minigrid's step limit {self._level.max_steps} != documented {STEP_LIMITS[task]}")
-        self._level.max_steps = self.limit  # minigrid truncates and scores with the same limit
+        self.level_limit = self._level.max_steps
+        self.limit = self.level_limit if self.max_steps is None else min(self.level_limit, self.max_steps)
         self.task, self.seed = task, int(seed)
         self.instruction = self._level.mission
         self.steps = self.invalid_actions = 0
-        self.success = self.done = False
-        self.episode_return = 0.0
+        self.success = self.done = self.terminated = self.truncated = False
+        self.episode_return = self.progression = 0.0
         return self.observation()
 
-    def observation(self, feedback: str | None = None) -> str:
+    def observation(self) -> str:
         lv = self._level
-        lines = describe_view(lv.gen_obs()["image"], lv.carrying)
-        return "\n".join(([feedback] if feedback else []) + lines)
+        return "\n".join(describe_view(lv.gen_obs()["image"], lv.carrying))
 
-    def step(self, action_text: str | None) -> tuple[str, float, bool]:
+    def step(self, action: str | None) -> tuple[str, float, bool]:
         if self._level is None or self.done:
             raise RuntimeError("step() before reset() or after the episode ended")
-        action = (action_text or "").strip().lower()
-        feedback = None
-        if action not in _MINIGRID_ACTION:
+        valid = action in _MINIGRID_ACTION
+        if not valid:
             self.invalid_actions += 1
-            feedback = invalid_feedback(action_text or "")
-            action = FALLBACK_ACTION
-        _, mg_reward, terminated, truncated, _ = self._level.step(_MINIGRID_ACTION[action])
+        _, reward, terminated, truncated, _ = self._level.step(_MINIGRID_ACTION[action if valid else FALLBACK_ACTION])
         self.steps += 1
-        self.success = bool(terminated and mg_reward > 0)
-        self.done = bool(terminated or truncated or self.steps >= self.limit)
-        reward = episode_return(self.success, self.steps, self.limit)
-        self.episode_return = reward
-        return self.observation(feedback), reward, self.done
+        reward = float(reward)
+        self.episode_return += reward
+        if reward > 0:
+            self.progression = 1.0
+        self.terminated, self.truncated = bool(terminated), bool(truncated)
+        self.success = self.terminated and reward > 0
+        self.done = self.terminated or self.truncated or self.steps >= self.limit
+        text = self.observation()
+        return (text if valid else INVALID_NOTICE + text), reward, self.done
 
 
 def item_seed(seed: int, index: int) -> int:
