@@ -15,8 +15,10 @@ analyze: transfer curves, tables and a report from a sweep of runs.
           [profile=rl_ood] [study=NAME|FILE] [dry_run=false] [wandb=auto|true|false] [n=..] [seed=..] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH]
           [retriever_url=URL] [topk=..] [bench_root=DIR] [max_turns=..] [max_model_len=..] [eval.KEY=..]
 
-Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench without a result
-(and the anchor once, with prompt=anchor_nudge, as step 0), then writes to `out`:
+Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench not yet evaluated
+under the evaluation identity asked for (checkpoint content + settings; a result of another identity is
+re-evaluated, the old one renamed aside), and the anchor once (prompt=anchor_nudge, as step 0); bad
+evaluation settings are refused before anything runs. Then writes to `out`:
 results.parquet/.csv (tidy: arm, seed, step, bench, metric, value, n), figures/*.pdf|png,
 tables/*.md|tex and report.md (with provenance and every missing point).
 evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)

@@ -11,12 +11,11 @@ analysis of the others.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import layout
+from common import io, layout
 from common.layout import SEED_DIR, is_replaced, step_name, variant_label, variant_name_problem  # noqa: F401
 from common.plan import planned
 
@@ -65,14 +64,10 @@ def read_json_object(path: Path, problems: list[str]) -> dict | None:
     if not path.exists():
         return None
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{path}: unreadable JSON ({exc})")
+        return io.read_json_object(path)
+    except ValueError as exc:
+        problems.append(str(exc))
         return None
-    if not isinstance(obj, dict):
-        problems.append(f"{path}: expected a JSON object, found {type(obj).__name__}")
-        return None
-    return obj
 
 
 def _read_config(path: Path, problems: list[str]) -> dict | None:

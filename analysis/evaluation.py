@@ -1,9 +1,17 @@
-"""Incremental evaluation: every (checkpoint × bench) without a summary entry, plus the anchor once.
+"""Incremental evaluation: every (checkpoint × bench) not yet evaluated under the identity asked for,
+plus the anchor once.
 
-The evals harness is reached only through its Python API `evals.run.evaluate(cfg) -> summary`
-(injected here as `evaluator`, so tests can count calls). One call per checkpoint with just its
-missing benches; afterwards `summary.json` holds the union of old and new benches, so a second
-sweep finds nothing to do. A failing call is recorded (and shown as gaps in the report), never raised.
+The evals harness is reached only through its Python API (`Harness`: `evals.run.evaluate(cfg) ->
+summary`, `evals.run.to_evaluate(cfg)`, `evals.config.resolve(cfg)`; tests inject their own, e.g. to
+count calls). "Already evaluated" is decided by evaluation identity, never by a bench name in
+`summary.json`: a bench is done when the out dir holds it, complete, under the identity this request
+has (checkpoint content digest + every result-changing setting + n, seed, bench file). A bench held
+under another identity (the checkpoint's weights changed, another cap, ...) is re-evaluated with
+`overwrite=true` (evaluate renames the old results aside; the differences are printed). One call per
+checkpoint with just its pending benches; `summary.json` is what the harness writes (analysis never
+writes it, so an entry evaluate dropped never comes back). A failing call is recorded (and shown as
+gaps in the report), never raised; a bad evaluation setting is refused before any work
+(`check_settings`).
 """
 from __future__ import annotations
 
@@ -16,11 +24,47 @@ from tqdm import tqdm
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object, step_name
 from common import layout
+from common.cli import ConfigError
 from common.io import write_json
 from analysis.errors import AnalysisError
 
 Evaluator = Callable[[dict[str, Any]], dict]
 ANCHOR_PROMPT = "anchor_nudge"
+# Stands in for the checkpoint when the settings are checked before any checkpoint is looked at.
+_ANY_CKPT = "<checkpoint>"
+
+
+@dataclass
+class Harness:
+    """What analyze needs from the evals harness: `evaluate(cfg) -> summary`; `pending(cfg) -> {bench:
+    differences}` (the benches `evaluate(cfg)` has left to do, by identity; no model loaded); `check(cfg)`
+    raises a ConfigError for a request evaluate would refuse."""
+
+    evaluate: Evaluator
+    pending: Callable[[dict[str, Any]], dict[str, list[str]]]
+    check: Callable[[dict[str, Any]], Any]
+
+
+def _evals():
+    try:
+        from evals.config import resolve
+        from evals.run import evaluate, to_evaluate
+    except ImportError as exc:
+        raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
+    return evaluate, to_evaluate, resolve
+
+
+def harness(evaluator=None) -> Harness:
+    """The evals harness, with `evaluator` (a callable, or an object that also has `pending` / `check`)
+    in place of its `evaluate`."""
+    if isinstance(evaluator, Harness):
+        return evaluator
+    own = {name: getattr(evaluator, name, None) for name in ("pending", "check")}
+    if evaluator is not None and all(own.values()):   # a whole stand-in: evals is not even imported
+        return Harness(evaluate=evaluator, **own)
+    evaluate, to_evaluate, resolve = _evals()
+    return Harness(evaluate=evaluator or evaluate, pending=own["pending"] or to_evaluate,
+                   check=own["check"] or resolve)
 
 
 @dataclass
@@ -32,10 +76,17 @@ class EvalJob:
     out: Path
     benches: list[str]
     prompt: str
+    # bench -> how the identity it is held under differs from the one asked for (re-evaluated aside)
+    stale: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return f"{self.arm}/seed{self.seed}/{step_name(self.step)}"
+
+    def config(self, eval_opts: dict[str, Any]) -> dict[str, Any]:
+        cfg = {**eval_opts, "ckpt": self.ckpt, "benches": list(self.benches), "out": str(self.out),
+               "prompt": self.prompt}
+        return {**cfg, "overwrite": True} if self.stale else cfg
 
 
 @dataclass
@@ -59,8 +110,32 @@ class EvalReport:
 
 
 def summary_benches(eval_dir: Path) -> set[str]:
-    """Benches already in `<eval_dir>/summary.json` (empty when absent or unreadable: then re-evaluate)."""
+    """Benches in `<eval_dir>/summary.json` (empty when absent or unreadable)."""
     return {k for k, v in _read_summary_dict(Path(eval_dir)).items() if isinstance(v, dict)}
+
+
+def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]) -> None:
+    """Refuse, before any work, what every evaluate call of this analysis would refuse (a bad value,
+    an unknown key or bench, a missing corpus): one AnalysisError naming it."""
+    try:
+        h.check({**eval_opts, "ckpt": _ANY_CKPT, "benches": list(benches), "out": _ANY_CKPT})
+    except ConfigError as exc:
+        raise AnalysisError(f"evaluation settings (eval.KEY=...): {exc}") from exc
+
+
+def _pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any]) -> EvalJob | None:
+    """`job` cut to the benches not yet evaluated under its identity (None: nothing to do). An out dir
+    the harness cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, and
+    that checkpoint becomes a listed gap, not the end of the sweep."""
+    try:
+        pending = h.pending(job.config(eval_opts))
+    except ConfigError:
+        return job
+    if not pending:
+        return None
+    job.benches = [b for b in job.benches if b in pending]
+    job.stale = {b: diff for b, diff in pending.items() if diff}
+    return job
 
 
 def anchor_eval_dir(anchor_dir: Path, profile: str | None = None) -> Path:
@@ -80,52 +155,42 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
 
 
 def plan(runs: list[Run], benches: list[str], anchor: str | None, anchor_dir: Path, prompt: str,
-         profile: str | None = None) -> list[EvalJob]:
+         profile: str | None = None, *, h: Harness, eval_opts: dict[str, Any]) -> list[EvalJob]:
+    """One job per checkpoint (and the anchor) with the benches it has left, by evaluation identity."""
     jobs = []
     for run in runs:
         for step, ckpt in sorted(run.checkpoints.items()):
-            missing = [b for b in benches if b not in summary_benches(run.eval_dir(step))]
-            if missing:
-                jobs.append(EvalJob(run.arm, run.seed, step, str(ckpt), run.eval_dir(step), missing, prompt))
+            job = EvalJob(run.arm, run.seed, step, str(ckpt), run.eval_dir(step), list(benches), prompt)
+            if (job := _pending(h, job, eval_opts)) is not None:
+                jobs.append(job)
     if anchor is not None:
-        out = anchor_eval_dir(anchor_dir, profile)
-        missing = [b for b in benches if b not in summary_benches(out)]
-        if missing:
-            jobs.append(EvalJob(ANCHOR_ARM, 0, 0, str(anchor), out, missing, ANCHOR_PROMPT))
+        job = EvalJob(ANCHOR_ARM, 0, 0, str(anchor), anchor_eval_dir(anchor_dir, profile), list(benches), ANCHOR_PROMPT)
+        if (job := _pending(h, job, eval_opts)) is not None:
+            jobs.append(job)
     return jobs
-
-
-def _merge_summary(out: Path, before: dict, returned: Any) -> dict:
-    """Old benches + whatever the harness wrote + what it returned, written back atomically."""
-    merged = {**before, **_read_summary_dict(out)}
-    if isinstance(returned, dict):
-        merged.update({k: v for k, v in returned.items() if isinstance(v, dict)})
-    if merged:
-        write_json(out / "summary.json", merged)
-    return merged
 
 
 def _read_summary_dict(out: Path) -> dict:
     return read_json_object(out / "summary.json", []) or {}
 
 
-def run_jobs(jobs: list[EvalJob], evaluator: Evaluator, eval_opts: dict[str, Any], anchor_dir: Path) -> EvalReport:
+def run_jobs(jobs: list[EvalJob], h: Harness, eval_opts: dict[str, Any], anchor_dir: Path) -> EvalReport:
     report = EvalReport(jobs=list(jobs))
     for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs):
         job.out.mkdir(parents=True, exist_ok=True)
         if job.arm == ANCHOR_ARM:
             write_json(Path(anchor_dir) / "anchor.json", {"model": job.ckpt, "prompt": job.prompt})
-        before = _read_summary_dict(job.out)
-        cfg = {**eval_opts, "ckpt": job.ckpt, "benches": list(job.benches), "out": str(job.out), "prompt": job.prompt}
+        for bench, diff in job.stale.items():
+            print(f"[analyze] {job.label} × {bench}: {job.out} holds it under another evaluation identity "
+                  f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
         try:
-            returned = evaluator(cfg)
+            h.evaluate(job.config(eval_opts))
         except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
             last = traceback.format_exception_only(type(exc), exc)[-1].strip()
             report.failures.append(EvalFailure(job, list(job.benches), last))
-            _merge_summary(job.out, before, None)
             continue
-        merged = _merge_summary(job.out, before, returned)
-        absent = [b for b in job.benches if not isinstance(merged.get(b), dict)]
+        written = summary_benches(job.out)  # what the harness wrote is the whole truth
+        absent = [b for b in job.benches if b not in written]
         if absent:
             report.failures.append(EvalFailure(job, absent, "the harness returned no summary for it"))
     return report
@@ -133,8 +198,4 @@ def run_jobs(jobs: list[EvalJob], evaluator: Evaluator, eval_opts: dict[str, Any
 
 def default_evaluator(cfg: dict[str, Any]) -> dict:
     """The evals harness's Python API (imported lazily: aggregation alone must not need it)."""
-    try:
-        from evals.run import evaluate
-    except ImportError as exc:
-        raise RuntimeError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
-    return evaluate(cfg)
+    return _evals()[0](cfg)

@@ -8,10 +8,14 @@
     best   the step (> 0) with the highest value, labelled "selected on test": chosen on the very
            items it is reported on, so optimistic, and given without a CI.
 
-Pairing needs identical item ids (same n, seed and bench file); when pre and post evaluated different
-items (or the recorded bench file digests differ) the CI is not computed and the mismatch is listed as
-a problem, never silently intersected. `size_problems` lists every evaluation whose item count differs
-from its profile's reference size (`recipes/eval/*.yaml`).
+Pairing needs the same evaluation: the two evaluations' recorded identities (meta.json, evals.identity)
+are compared key by key, and every difference other than the expected ones (`EXPECTED_DIFFERENCES`:
+an RL run's pre and post differ only in the checkpoint; an SFT arm's pre is the anchor, so the
+checkpoint and prompt=anchor_nudge differ by design) is listed as a problem and the pair gets no CI;
+so does a pair without a recorded identity. Then identical item ids are required; when pre and post
+evaluated different items the CI is not computed and the mismatch is listed as a problem, never
+silently intersected. `size_problems` lists every evaluation whose item count differs from its
+profile's reference size (`recipes/eval/*.yaml`).
 """
 from __future__ import annotations
 
@@ -25,11 +29,30 @@ from analysis.collect import ENV_BENCH_METRIC, example_metric, qa_label
 from analysis.discover import Run, read_json_object
 from analysis.stats import PairedResult, paired_bootstrap
 from analysis.tables import DASH, Column, Table
+from common.fingerprint import fingerprint_diff
 
 QA_METRICS = ("em", "f1")
 LABELS = {"em": "EM", "f1": "F1", "reward": "reward", "return": "return"}
 COLUMNS = ["bench (context mode)", "metric", "pre", "post (final step)", "Δ post − pre [95% CI]", "n",
            "best (selected on test)"]
+
+
+# The evaluation-identity keys (prefixes of evals.identity's flat keys) in which pre and post differ by
+# design, per kind of pre: any other difference makes the pair incomparable (a problem, no CI).
+EXPECTED_DIFFERENCES = {
+    "step 0": ("checkpoint.",),                       # an RL run: its starting checkpoint, same settings
+    "anchor": ("checkpoint.", "evaluate.prompt"),     # an SFT arm: the base model, prompt=anchor_nudge
+}
+
+
+def unexpected_differences(pre: dict, post: dict, pre_source: str) -> list[str]:
+    """`key: pre -> post` for every identity key (flat `keys` maps) that differs beyond the expected ones."""
+    expected = EXPECTED_DIFFERENCES[pre_source]
+
+    def kept(keys: dict) -> dict:
+        return {k: v for k, v in keys.items() if not k.startswith(expected)}
+
+    return fingerprint_diff(kept(pre), kept(post))
 
 
 def bench_metrics(bench: str) -> tuple[str, ...]:
@@ -93,9 +116,23 @@ def size_problems(eval_dirs: dict[str, Path], reference_sizes: dict[str, int]) -
     return problems
 
 
-def _digest(eval_dir: Path, bench: str) -> str | None:
-    record = ((read_json_object(eval_dir / "meta.json", []) or {}).get("bench_items") or {}).get(bench) or {}
-    return record.get("source_digest")
+def _identity_keys(eval_dir: Path, bench: str) -> dict | None:
+    """The flat identity keys meta.json records for `bench` (None when it records none)."""
+    record = ((read_json_object(eval_dir / "meta.json", []) or {}).get("identities") or {}).get(bench)
+    keys = record.get("keys") if isinstance(record, dict) else None
+    return keys if isinstance(keys, dict) else None
+
+
+def identity_problem(pre_dir: Path, post_dir: Path, bench: str, pre_source: str) -> str | None:
+    """Why pre and post of `bench` are not one evaluation of two checkpoints (None when they are)."""
+    pre, post = _identity_keys(pre_dir, bench), _identity_keys(post_dir, bench)
+    if pre is None or post is None:
+        where = ", ".join(str(d / "meta.json") for d, k in ((pre_dir, pre), (post_dir, post)) if k is None)
+        return f"no recorded evaluation identity ({where}): not paired"
+    diff = unexpected_differences(pre, post, pre_source)
+    if diff:
+        return f"pre and post were evaluated under different settings ({'; '.join(diff)}): not paired"
+    return None
 
 
 def paired_prepost(pre: pd.Series, post: pd.Series, n_boot: int, seed: int, conf: float) -> tuple[PairedResult | None, str | None]:
@@ -131,19 +168,19 @@ def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, n_b
                 post_step = max(series)
                 best_step = min(series, key=lambda s: (-series[s], s))
                 where = f"{label} × {bench} ({metric})"
+                source = "step 0" if own_start else "anchor"
                 paired = None
                 pre_ex = example_metric(pre_dir, bench, metric, out.problems)
                 post_ex = example_metric(run.evals[post_step], bench, metric, out.problems)
                 if pre_ex is None or post_ex is None:
                     out.problems.append(f"{where}: no per-example results to pair, no CI")
-                elif (a := _digest(pre_dir, bench)) and (b := _digest(run.evals[post_step], bench)) and a != b:
-                    out.problems.append(f"{where}: pre and post evaluated different bench files (digests "
-                                        f"{a[:12]} vs {b[:12]}): not paired")
+                elif why := identity_problem(pre_dir, run.evals[post_step], bench, source):
+                    out.problems.append(f"{where}: {why}")
                 else:
                     paired, why = paired_prepost(pre_ex, post_ex, n_boot, seed, conf)
                     if why:
                         out.problems.append(f"{where}: {why}")
-                out.rows.append(PrePostRow(label, bench, metric, "step 0" if own_start else "anchor", pre,
+                out.rows.append(PrePostRow(label, bench, metric, source, pre,
                                            series[post_step], post_step, paired, series[best_step], best_step))
     return out
 

@@ -15,8 +15,8 @@ from analysis.aggregate import Points
 from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
 from analysis.discover import ANCHOR_ARM, Run, discover_runs, replaced_dirs
-from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, default_evaluator,
-                                 plan, run_jobs)
+from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, check_settings,
+                                 harness, plan, run_jobs)
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
@@ -138,7 +138,10 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
               f"{'' if r.done else ' (not finished)'}" for r in runs]
     lines.append(f"evaluations to run: {len(jobs)}")
-    lines += [f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}" for j in jobs]
+    for j in jobs:
+        lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")
+        lines += [f"    {b}: held under another evaluation identity ({'; '.join(d)}): re-evaluated, the old "
+                  "results renamed aside" for b, d in j.stale.items()]
     lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md}}")
     return "\n".join(lines)
 
@@ -174,12 +177,15 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
         study = load_study(str(cfg.study))
+    h = harness(evaluator) if cfg.evaluate else None
+    if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
+        check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
     runs = discover_runs(root, profile)
-    jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile) if cfg.evaluate else []
+    jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
     if cfg.dry_run:
         print(describe_plan(runs, jobs, cfg))
         return None
-    ev = run_jobs(jobs, evaluator or default_evaluator, eval_opts, anchor_dir) if jobs else EvalReport()
+    ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
     runs = discover_runs(root, profile) if jobs else runs
     collected = collect(runs, anchor_eval, benches)
     table = collected.table

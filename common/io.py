@@ -73,6 +73,18 @@ def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
+def read_json_object(path: str | Path) -> dict:
+    """The JSON object in `path`; a ValueError naming the file and why when it does not read (or
+    holds another JSON value). Callers raise their stage's error with the message."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{path}: unreadable JSON ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {type(obj).__name__}")
+    return obj
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """Write JSON atomically (temp file + rename) so readers never see half a file."""
     path = Path(path)

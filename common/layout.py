@@ -8,9 +8,11 @@ unnamed arm. Directories renamed aside by `resume=never` / `overwrite=true`
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
-from common.io import REPLACED_MARK
+from common.io import REPLACED_MARK, SHA256SUMS, atomic_dir, replace_aside
 
 # The trainer's run-dir lock (fcntl, held by the training process's rank 0 for its whole life; SFT and
 # RL trainers take it, launch only checks it) and launch's own lock.
@@ -118,3 +120,52 @@ def complete_states(state_root: str | Path) -> list[tuple[int, Path]]:
 def latest_complete_state(state_root: str | Path) -> Path | None:
     states = complete_states(state_root)
     return states[-1][1] if states else None
+
+
+# ---------------------------------------------------------------- a checkpoint is never deleted
+class _Unchanged(Exception):
+    """The redone step wrote exactly the files the existing checkpoint holds."""
+
+
+def step_eval_dirs(run_dir: str | Path, step: int) -> list[Path]:
+    """Every evaluation of one step: `eval/step-NNNNNN` and each profile's `eval/<profile>/step-NNNNNN`."""
+    root = Path(run_dir) / EVAL
+    if not root.is_dir():
+        return []
+    subdirs = [root] + sorted(d for d in root.iterdir()
+                              if d.is_dir() and not d.is_symlink() and parse_step(d.name) is None and not is_replaced(d))
+    return [d / step_name(step) for d in subdirs if (d / step_name(step)).exists()]
+
+
+def set_aside_checkpoint(ckpt: str | Path) -> list[tuple[Path, Path]]:
+    """Rename a checkpoint dir aside (common.io.replace_aside) and, for `<run_dir>/checkpoints/step-NNNNNN`,
+    every evaluation of that step first (they belong to the weights being set aside); returns (old, new)."""
+    ckpt = Path(ckpt)
+    step = parse_step(ckpt.name)
+    evals = step_eval_dirs(ckpt.parent.parent, step) if step is not None and ckpt.parent.name == CHECKPOINTS else []
+    return [(d, replace_aside(d)) for d in [*evals, ckpt]]
+
+
+@contextmanager
+def new_checkpoint(out: str | Path, report: Callable[[str], object] = print) -> Iterator[Path]:
+    """Write the checkpoint dir `out` in a temp dir (common.io.atomic_dir) that the caller fills.
+
+    A checkpoint is never deleted once written. When `out` is already there (a redone step: a crash
+    between a checkpoint and its state, then a relaunch), a new one with the same SHA256SUMS leaves
+    the old dir (and its evaluations) as they are; any other replaces it only after the old
+    checkpoint and every `eval/[<profile>/]step-NNNNNN` of its step are renamed aside
+    (`<dir>.replaced-<UTC time>`), each move reported through `report`.
+    """
+    out = Path(out)
+    try:
+        with atomic_dir(out) as tmp:
+            yield tmp
+            if out.is_dir() and not out.is_symlink() and any(out.iterdir()):
+                old, new = out / SHA256SUMS, tmp / SHA256SUMS
+                if old.is_file() and new.is_file() and old.read_bytes() == new.read_bytes():
+                    raise _Unchanged
+                for was, now in set_aside_checkpoint(out):
+                    report(f"redone step: {was} renamed to {now.name} (a checkpoint, or an evaluation of one, "
+                           "is never deleted)")
+    except _Unchanged:
+        report(f"redone step: {out} holds the same files (SHA256SUMS); kept as it is")

@@ -18,10 +18,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.cli import apply_overrides
+from common.io import read_json_object
 from data_prep.errors import DataPrepError
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
 OPEN, CLOSE = "[[", "]]"
+# What datasets.save_to_disk writes beside the data files, and the columns a built row has.
+DATASET_FILES = ("dataset_info.json", "state.json")
+COLUMNS = ("id", "source", "domain", "input_ids", "labels", "num_tokens", "num_trainable", "messages")
 KEYS = {"row": None, "id": None, "tokenizer": None, "color": "auto"}
 
 
@@ -133,22 +137,49 @@ def _pick(ds, row, rid) -> int:
     return row
 
 
+def read_dataset_manifest(ds_dir: Path) -> dict:
+    """The manifest of a built dataset dir, or a DataPrepError naming the dir and why it is not one
+    (no manifest; a run dir, whose manifest.json is the run's; a manifest that does not read)."""
+    path = ds_dir / "manifest.json"
+    if not path.is_file():
+        raise DataPrepError(f"{ds_dir}: not a data-prep output (no manifest.json)")
+    try:
+        manifest = read_json_object(path)
+    except ValueError as exc:
+        raise DataPrepError(str(exc)) from exc
+    if not all((ds_dir / name).is_file() for name in DATASET_FILES):
+        data = manifest.get("data")
+        where = f"; its dataset is {data['dir']}" if isinstance(data, dict) and isinstance(data.get("dir"), str) else ""
+        raise DataPrepError(f"{ds_dir}: not a built dataset (no {' or '.join(DATASET_FILES)} of datasets.save_to_disk; "
+                            f"a run dir?{where})")
+    tok = manifest.get("tokenizer")
+    if not (isinstance(tok, dict) and isinstance(tok.get("name"), str) and tok["name"]):
+        raise DataPrepError(f"{path}: `tokenizer` must be an object with a `name` (got {tok!r})")
+    if not isinstance(manifest.get("config", {}), dict):
+        raise DataPrepError(f"{path}: `config` must be an object (got {manifest['config']!r})")
+    return manifest
+
+
 def show_main(argv: list[str], stream=None) -> int:
     stream = sys.stdout if stream is None else stream
     if not argv or "=" in argv[0]:
         raise DataPrepError("usage: data-prep show DIR [row=K | id=ID] [tokenizer=NAME] [color=auto|true|false]")
     ds_dir = Path(argv[0])
     c = OmegaConf.to_container(apply_overrides(OmegaConf.create(KEYS), argv[1:]), resolve=True)
-    if not (ds_dir / "manifest.json").is_file():
-        raise DataPrepError(f"{ds_dir}: not a data-prep output (no manifest.json)")
     if c["color"] not in ("auto", True, False):
         raise DataPrepError(f"color must be auto, true or false, got {c['color']!r}")
-    manifest = json.loads((ds_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_dataset_manifest(ds_dir)
     import datasets
 
     from data_prep.build import load_tokenizer
 
-    ds = datasets.load_from_disk(str(ds_dir))
+    try:
+        ds = datasets.load_from_disk(str(ds_dir))
+    except Exception as exc:  # a torn or foreign save_to_disk dir: one line naming it
+        raise DataPrepError(f"{ds_dir}: the dataset does not load ({type(exc).__name__}: {exc})") from exc
+    missing = [col for col in COLUMNS if col not in ds.column_names]
+    if missing:
+        raise DataPrepError(f"{ds_dir}: not a data-prep dataset (no column {', '.join(missing)})")
     k = _pick(ds, c["row"], c["id"])
     row = ds[k]
     tok, _ = load_tokenizer(str(c["tokenizer"] or manifest["tokenizer"]["name"]))

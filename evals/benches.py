@@ -173,6 +173,36 @@ def _load_hub_context(bench: str, mode: str) -> tuple[list[BenchItem], str]:
     return items, f"hub:{src.repo}/{what}@{revision}"
 
 
+def bench_source(key: str, bench_root: str | Path | None, *, resolve: bool = True) -> str:
+    """Where QA bench `key` (`NAME[@MODE]`) comes from, without loading it: its file under `bench_root`,
+    else its hub source (`hub:<repo>/<what>@<commit>`, the string the loader records; `resolve=False`
+    leaves the commit off and asks nothing of the hub: the up-front check that the bench exists)."""
+    bench, mode = parse_bench_key(key)
+    path = bench_file(bench_root, bench) if bench_root else None
+    if path is not None:
+        return str(path)
+    hub = HUB_SPLITS if mode == "open" else HUB_CONTEXT
+    if bench not in hub:
+        if bench_root:
+            raise BenchError(f"no {Path(bench_root) / bench}/*.jsonl for bench {key!r}")
+        where = f"on the hub ({HUB_REPO})" if mode == "open" else f"on the hub in an original format for context mode {mode!r}"
+        raise BenchError(f"bench {bench!r} is not {where}; put it under bench_root=DIR/{bench}/")
+    if mode == "open":
+        repo, what, pin = HUB_REPO, f"{bench}/{HUB_SPLITS[bench]}", None
+    else:
+        src = HUB_CONTEXT[bench]
+        repo, what, pin = src.repo, src.file or f"{src.config}/{src.split}", src.revision
+    if not resolve:
+        return f"hub:{repo}/{what}"
+    try:
+        return f"hub:{repo}/{what}@{dataset_revision(repo, pin)}"
+    except BenchError:
+        raise
+    except Exception as exc:  # offline: the identity of a hub bench needs its commit
+        raise BenchError(f"cannot resolve the hub commit of {key} ({repo} @ {pin or 'main'}): {exc}. "
+                         f"Pass bench_root=DIR with {bench}/<file>.jsonl.") from exc
+
+
 def load_bench(key: str, bench_root: str | Path | None, n: int | None, seed: int) -> tuple[list[BenchItem], str]:
     """(sampled items, where they came from) for QA bench `key` (`NAME[@MODE]`)."""
     items, source, _ = load_bench_counted(key, bench_root, n, seed)

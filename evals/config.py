@@ -1,13 +1,16 @@
 """The `evaluate` configuration: defaults, validation and the default output directory."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from common import layout
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
-from evals.benches import ENV_BENCHES, OOD_BENCH, SEARCH7
+from common.cli import did_you_mean
+from common.schema import Number
+from evals.benches import ENV_BENCHES, HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
@@ -100,7 +103,47 @@ def _benches(value) -> list[str]:
     return keys
 
 
-def _bench_n(value) -> dict:
+# What each evaluate key may be (common.schema's rules): counts are integers (2.5, `true` or text are
+# refused, never truncated), caps are >= 1, flags are true/false.
+_COUNT = Number(lo=1, integer=True)
+NUMBERS = {
+    "n": Number(integer=True),                  # <= 0: every item
+    "seed": Number(lo=0, integer=True),
+    "retriever_timeout": Number(lo=0, lo_open=True),
+    "retriever_retries": Number(lo=0, integer=True),
+    "topk": _COUNT, "max_turns": _COUNT, "ood_max_turns": _COUNT, "max_model_len": _COUNT,
+    "max_new_tokens": _COUNT, "batch_size": _COUNT, "micro_batch": _COUNT, "tensor_parallel_size": _COUNT,
+    "gpu_memory_utilization": Number(lo=0, hi=1, lo_open=True),
+    "babyai_max_steps": Number(lo=1, integer=True, null=True),   # null: the level's own limit
+    "babyai_max_new_tokens": _COUNT,
+    "babyai_temperature": Number(lo=0),          # 0: greedy
+    "babyai_samples": _COUNT,
+}
+BOOLS = ("skip_empty_golds", "progress", "overwrite", "dry_run")
+OPTIONAL_PATHS = ("tokenizer", "corpus", "index_dir", "retriever_url", "bench_root", "out", "wandb_group", "profile")
+BENCH_N = Number(lo=0, integer=True)         # 0 = every item of the bench
+
+
+def known_benches(bench_root) -> list[str]:
+    """Every bench name evaluate can load: the environments, the hub's and each dir under `bench_root`."""
+    names = {*ENV_BENCHES, *HUB_SPLITS, *HUB_CONTEXT}
+    if bench_root and Path(bench_root).is_dir():
+        names |= {d.name for d in Path(bench_root).iterdir() if d.is_dir()}
+    return sorted(names)
+
+
+def bench_name_problem(name, bench_root) -> str | None:
+    """Why `name` (`NAME[@MODE]`) names no bench (with the nearest names), or None."""
+    if not isinstance(name, str) or not name:
+        return f"{name!r} is not a bench name"
+    known = known_benches(bench_root)
+    if parse_bench_key(name)[0] in known:
+        return None
+    where = f" (no {Path(bench_root) / name}/)" if bench_root else " (and no bench_root=DIR holds it)"
+    return f"unknown bench {name!r}{where}.{did_you_mean(name, known)}"
+
+
+def _bench_n(value, bench_root) -> dict:
     """`bench_n` checked; YAML reads the unspaced `{babyai:5}` as the key `babyai:5`, taken here as babyai=5."""
     if not isinstance(value, DictConfig):
         raise EvalError(f"bench_n={value!r}: expected a mapping such as {{musique: 0, babyai: 50}}")
@@ -109,12 +152,31 @@ def _bench_n(value) -> dict:
         if n is None and ":" in str(bench):
             bench, n = str(bench).rsplit(":", 1)
             n = int(n) if n.strip().lstrip("-").isdigit() else n
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise EvalError(f"bench_n.{bench}={n!r}: expected an integer (0 = every item)")
+        bench = str(bench).strip()
+        if not BENCH_N.ok(n):
+            raise EvalError(f"bench_n.{bench}={n!r}: expected an integer >= 0 (0 = every item)")
         try:
-            out[canonical_bench_key(str(bench))] = n
+            key = canonical_bench_key(bench)
         except BenchError as exc:
             raise EvalError(f"bench_n: {exc}") from None
+        if why := bench_name_problem(key, bench_root):
+            raise EvalError(f"bench_n.{bench}: {why}")
+        out[key] = n
+    return out
+
+
+def value_problems(cfg: DictConfig) -> list[str]:
+    """One line per evaluate key whose value it cannot be (type, range, integer caps)."""
+    out = []
+    for key, rule in NUMBERS.items():
+        if not rule.ok(cfg[key]):
+            out.append(f"{key}={cfg[key]!r}: expected {rule.describe()}")
+    for key in BOOLS:
+        if not isinstance(cfg[key], bool):
+            out.append(f"{key}={cfg[key]!r}: expected true or false")
+    for key in OPTIONAL_PATHS:
+        if cfg[key] is not None and not isinstance(cfg[key], (str, os.PathLike)):
+            out.append(f"{key}={cfg[key]!r}: expected a string (or null)")
     return out
 
 
@@ -125,6 +187,9 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     base = base_config(profile)
     OmegaConf.set_struct(base, True)
     OmegaConf.set_struct(base.bench_n, False)  # free-form: bench name -> n
+    for key in user:
+        if key not in base:
+            raise EvalError(f"unknown evaluate key {key!r}.{did_you_mean(str(key), list(base))}")
     try:
         merged = OmegaConf.merge(base, user)
     except Exception as exc:
@@ -142,20 +207,20 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"wandb={merged.wandb!r}: expected auto, true or false")
     if merged.tool_style not in ("auto", "qwen3", "llama3"):
         raise EvalError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
-    if not merged.benches:
-        raise EvalError("benches=[...] is empty")
+    if isinstance(merged.benches, str):
+        merged.benches = [merged.benches]
+    if not isinstance(merged.benches, ListConfig) or not merged.benches:
+        raise EvalError(f"benches={merged.benches!r}: expected a non-empty list such as [nq,babyai]")
+    problems = value_problems(merged)
+    if problems:
+        raise EvalError("; ".join(problems))
     merged.benches = _benches(merged.benches)
-    for key in ("max_turns", "ood_max_turns", "max_model_len", "max_new_tokens", "topk", "batch_size", "micro_batch",
-                "babyai_max_new_tokens"):
-        if int(merged[key]) < 1:
-            raise EvalError(f"{key}={merged[key]} must be >= 1")
-    if float(merged.babyai_temperature) < 0:
-        raise EvalError(f"babyai_temperature={merged.babyai_temperature} must be >= 0 (0: greedy)")
-    if int(merged.babyai_samples) < 1:
-        raise EvalError(f"babyai_samples={merged.babyai_samples} must be >= 1")
-    if merged.babyai_max_steps is not None and int(merged.babyai_max_steps) < 1:
-        raise EvalError(f"babyai_max_steps={merged.babyai_max_steps} must be >= 1 (or null: the level's limit)")
-    merged.bench_n = _bench_n(merged.bench_n)
+    for bench in merged.benches:
+        if why := bench_name_problem(bench, merged.bench_root):
+            raise EvalError(f"benches: {why}")
+        if bench not in ENV_BENCHES:  # a missing or ambiguous bench file: BenchError, up front (no hub call)
+            bench_source(bench, merged.bench_root, resolve=False)
+    merged.bench_n = _bench_n(merged.bench_n, merged.bench_root)
     qa = [b for b in merged.benches if uses_retriever(b)]
     if qa and merged.retriever == "bm25" and not merged.corpus:
         raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")

@@ -30,14 +30,15 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from common.io import check_sha256sums, replace_aside, sha256_text, write_json
+from common.io import check_sha256sums, read_json_object, replace_aside, sha256_text, write_json
 from evals import babyai, tasks
 from evals.agent import run_episodes
-from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, load_bench_counted, read_bench_file
+from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, bench_source, load_bench_counted, read_bench_file
 from common.benchmarks import parse_bench_key
 from evals.config import bench_size, resolve, uses_retriever
 from evals.errors import EvalError
-from evals.identity import IdentityError, bench_identity, check_same, checkpoint_identity, source_digest
+from evals.identity import (BENCH_KEY_PREFIXES, IdentityError, bench_identity, check_same, checkpoint_identity,
+                            source_digest)
 from evals.metrics import unweighted_mean
 from evals.results import QA_KEYS, ResultsError, append_rows, load_done, summarize
 from evals.toolcalls import detect_style
@@ -60,14 +61,23 @@ def _sampled_ids(out: Path, bench: str, source: str, cfg, ids: list[str], unansw
     return path
 
 
+def _bench_source(bench: str, cfg) -> str:
+    """Where a bench's items come from (a file, a hub dataset at its commit, an environment), without loading them."""
+    if bench == OOD_BENCH:
+        return f"envs.search_plan_act/{cfg.ood_split}"
+    if bench == BABYAI_BENCH:
+        return "envs.babyai_text"
+    return bench_source(bench, cfg.bench_root)
+
+
 def _bench_items(bench: str, cfg) -> tuple[list, str, int]:
     """(sampled items, where they came from, unanswerable items left out) for one bench, with its
     own n (`bench_n`)."""
     n, seed = bench_size(cfg, bench), int(cfg.seed)
     if bench == OOD_BENCH:
-        return tasks.ood_items(n, seed, cfg.ood_split), f"envs.search_plan_act/{cfg.ood_split}", 0
+        return tasks.ood_items(n, seed, cfg.ood_split), _bench_source(bench, cfg), 0
     if bench == BABYAI_BENCH:
-        return babyai.items(n, seed, int(cfg.babyai_samples)), "envs.babyai_text", 0
+        return babyai.items(n, seed, int(cfg.babyai_samples)), _bench_source(bench, cfg), 0
     return load_bench_counted(bench, cfg.bench_root, n, seed)
 
 
@@ -154,9 +164,51 @@ def claim_bench(bench: str, out: Path, want: dict, recorded: dict | None, overwr
 
 
 def bench_request(bench: str, cfg, ckpt_id: dict) -> dict:
-    """The identity a bench of this request will have (no model or retriever needed)."""
-    _, source, _ = _bench_items(bench, cfg)
-    return bench_identity(bench, cfg, ckpt_id, n=bench_size(cfg, bench), seed=int(cfg.seed), source=source)
+    """The identity a bench of this request will have (no model, retriever or item needed)."""
+    return bench_identity(bench, cfg, ckpt_id, n=bench_size(cfg, bench), seed=int(cfg.seed),
+                          source=_bench_source(bench, cfg))
+
+
+def _read_meta(out: Path) -> dict:
+    path = out / "meta.json"
+    if not path.exists():
+        return {}
+    try:
+        return read_json_object(path)
+    except ValueError as exc:
+        raise EvalError(f"{exc}; move it aside to evaluate into {out}") from exc
+
+
+def to_evaluate(cfg) -> dict[str, list[str]]:
+    """What `evaluate(cfg)` has left to do, decided by evaluation identity (no model is loaded): each
+    requested bench that `out` does not hold complete (every sampled row, a summary entry) under this
+    request's identity -> the differences from the identity it holds (then only overwrite=true
+    re-evaluates it; empty when out holds none of it, or an unfinished part under this identity)."""
+    cfg = resolve(cfg)
+    out = Path(cfg.out)
+    identities = _read_meta(out).get("identities") or {}
+    summary = _read_summary(out)
+    ckpt_id = checkpoint_identity(str(cfg.ckpt))
+    pending = {}
+    for bench in cfg.benches:
+        want = bench_request(bench, cfg, ckpt_id)
+        recorded = identities.get(bench)
+        if (isinstance(summary.get(bench), dict) and isinstance(recorded, dict)
+                and recorded.get("fingerprint") == want["fingerprint"]
+                and _bench_summary_from_rows(out, bench, want) is not None):
+            continue
+        path = out / f"{bench}.jsonl"
+        pending[bench] = check_same(bench, out, recorded, _row_digests(path), want) if path.exists() else []
+    return pending
+
+
+def _read_summary(out: Path) -> dict:
+    path = out / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}   # rewritten from the rows by the next evaluate
+    return summary if isinstance(summary, dict) else {}
 
 
 def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident: dict,
@@ -166,9 +218,7 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident:
     items, source, unanswerable = _bench_items(bench, cfg)
     record = bench_items_record(bench, cfg, items, source, unanswerable)
     identities[bench] = ident
-    meta_path = out / "meta.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
-    write_json(meta_path, {**meta, "identities": identities})
+    write_json(out / "meta.json", {**_read_meta(out), "identities": identities})
     ids_file = _sampled_ids(out, bench, source, cfg, [it.id for it in items], unanswerable)
     path = out / f"{bench}.jsonl"
     done = load_done(path, {it.id for it in items})
@@ -196,10 +246,10 @@ def _bench_summary_from_rows(out: Path, bench: str, ident: dict | None) -> dict 
     ids_path, path = out / "sampled_ids" / f"{bench}.json", out / f"{bench}.jsonl"
     if not (ids_path.is_file() and path.is_file()):
         return None
-    sample = json.loads(ids_path.read_text(encoding="utf-8"))
     try:
+        sample = read_json_object(ids_path)
         done = load_done(path, set(sample["ids"]))
-    except ResultsError:
+    except (ValueError, KeyError, TypeError):   # a torn sample or rows file (ResultsError too): not held
         return None
     expected = ident.get("fingerprint") if ident else None
     if set(done) != set(sample["ids"]) or {r.get("identity") for r in done.values()} != {expected}:
@@ -237,7 +287,7 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     summary_path, meta_path = out / "summary.json", out / "meta.json"
-    old_meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    old_meta = _read_meta(out)
     identities = dict(old_meta.get("identities") or {})
     # Identities first: a bench held under another identity is refused before any model is loaded.
     ckpt_id = checkpoint_identity(str(cfg.ckpt))
@@ -267,6 +317,16 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         summary[bench], ids_files[bench], records[bench] = run_bench(bench, cfg, backend, retriever, style, out,
                                                                     wanted[bench], identities)
         write_json(summary_path, summary)  # after every bench, so a crash keeps finished ones
+    # Per-bench records of the benches this call did not evaluate are kept from the call that did
+    # (so a later call with another bench never resets, e.g., babyai's cap), for the benches still held.
+    kept = [b for b in summary if b not in cfg.benches]
+    config = OmegaConf.to_container(cfg, resolve=True)
+    old_config = old_meta.get("config") if isinstance(old_meta.get("config"), dict) else {}
+    for bench, prefix in BENCH_KEY_PREFIXES.items():
+        if bench in kept:
+            config.update({k: v for k, v in old_config.items() if k.startswith(prefix)})
+    old_ids = old_meta.get("sampled_ids") if isinstance(old_meta.get("sampled_ids"), dict) else {}
+    old_empty = old_meta.get("empty_gold_items") if isinstance(old_meta.get("empty_gold_items"), dict) else {}
     meta = {
         "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities,
         "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
@@ -274,14 +334,17 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         "profile": cfg.profile, "bench_items": {b: r for b, r in records.items() if b in summary},
         "babyai": ({"max_steps": cfg.babyai_max_steps, "max_new_tokens": int(cfg.babyai_max_new_tokens),
                     "temperature": float(cfg.babyai_temperature), "samples": int(cfg.babyai_samples),
-                    "history": babyai.HISTORY} if BABYAI_BENCH in cfg.benches else None),
+                    "history": babyai.HISTORY} if BABYAI_BENCH in cfg.benches
+                   else old_meta.get("babyai") if BABYAI_BENCH in kept else None),
         "retriever": cfg.retriever if searches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
-        "sampled_ids": {b: str(p) for b, p in ids_files.items()},
+        "sampled_ids": {**{b: p for b, p in old_ids.items() if b in kept}, **{b: str(p) for b, p in ids_files.items()}},
         "search7_mean": {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS},
         # items whose gold answers include one that normalizes to nothing (cover-EM 1 for anything)
-        "empty_gold_items": {b: summary[b]["empty_gold_items"] for b in cfg.benches if "empty_gold_items" in summary.get(b, {})},
+        "empty_gold_items": {**{b: v for b, v in old_empty.items() if b in kept},
+                             **{b: summary[b]["empty_gold_items"] for b in cfg.benches
+                                if "empty_gold_items" in summary.get(b, {})}},
         "skip_empty_golds": bool(cfg.skip_empty_golds),
-        "config": OmegaConf.to_container(cfg, resolve=True), "versions": _versions(),
+        "config": config, "versions": _versions(),
         "seconds": round(time.time() - started, 3),
     }
     write_json(meta_path, meta)

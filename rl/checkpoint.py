@@ -9,7 +9,9 @@
     step-000000 with PEFT (`merge_and_unload`), then cast to the training dtype and saved in the base
     layout (tied output embedding stored once, no LoRA keys); the original tokenizer files and chat
     template and the generation config are copied from step-000000; `adapter/` holds the raw PEFT
-    adapter; SHA256SUMS over everything. Written in a temp dir and renamed (common.io.atomic_dir).
+    adapter; SHA256SUMS over everything. Written in a temp dir and renamed (common.io.atomic_dir);
+    a redone step never deletes the old one: it and its evaluations are renamed aside unless the
+    same files were written (common.layout.new_checkpoint).
 `state/step-NNNNNN/`  what resuming needs, stored without pickle: `adapter.safetensors` (the LoRA
     tensors by PEFT name), `optimizer.safetensors` + `optimizer.json` (AdamW moments per parameter
     index, and the param groups), `rng/rank-NNNNN.safetensors` (each rank's RNG), `meta.json` (step,
@@ -19,6 +21,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -30,6 +33,8 @@ from common.io import SHA256SUMS, atomic_dir, check_sha256sums, write_json, writ
 from sft.checkpoint import (STATE_META, commit_state, StateError, newest_verified_state, read_rng, rng_file, tied_output_keys, verify_state)
 from sft.hfconfig import save_config
 from rl.errors import RlError
+
+log = logging.getLogger("rl.checkpoint")
 
 # Files of a model dir that are not weights/config: copied from step-000000 into every checkpoint.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -106,7 +111,7 @@ def merged_state_dict(start_dir: Path, adapter_dir: Path, dtype: torch.dtype):
 def save_merged_checkpoint(peft_model, *, start_dir: Path, out: Path, dtype: torch.dtype) -> Path:
     """`checkpoints/step-NNNNNN`: merged weights + original tokenizer/template + generation_config + adapter/."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_dir(out, existing="replace") as tmp:  # this run's own step dir, rewritten after a resume
+    with layout.new_checkpoint(out, report=log.warning) as tmp:  # a redone step sets the old one aside
         peft_model.save_pretrained(str(tmp / layout.ADAPTER))
         merged, sd = merged_state_dict(start_dir, tmp / layout.ADAPTER, dtype)
         merged.save_pretrained(str(tmp), state_dict=sd, safe_serialization=True)

@@ -3,7 +3,9 @@
 HF checkpoint `<run_dir>/checkpoints/step-NNNNNN/`: full state dict gathered to rank 0,
 cast to the training dtype, `save_pretrained` + tokenizer/chat template + generation
 config + SHA256SUMS, written into a temp dir and renamed (common.io.atomic_dir), so a
-crash never leaves a complete-looking directory.
+crash never leaves a complete-looking directory. A checkpoint is never deleted: a redone step (a
+crash between a checkpoint and its state) renames the old one and its evaluations aside unless it
+wrote the same files (common.layout.new_checkpoint).
 
 Resumable state `<run_dir>/state/step-NNNNNN/`: torch.distributed.checkpoint shards of
 {"model", "optim"} keyed by plain HF names (get_state_dict strips the FSDP/checkpoint
@@ -33,7 +35,6 @@ import torch.distributed as dist
 from common import layout
 from common.io import (
     SHA256SUMS,
-    atomic_dir,
     check_sha256_entry,
     fsync_dir,
     read_sha256sums,
@@ -77,7 +78,7 @@ def save_hf_checkpoint(model, *, out: Path, dtype: torch.dtype, tokenizer, gener
         for key in tied_output_keys(hf_model):
             sd.pop(key, None)  # stored once, as the input embedding; from_pretrained re-ties it
         out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_dir(out, existing="replace") as tmp:  # this run's own step dir, rewritten after a resume
+        with layout.new_checkpoint(out, report=log.warning) as tmp:  # a redone step sets the old one aside
             hf_model.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
             # save_pretrained declares the dtype of the live (fp32 master) parameters; the
             # tensors written are in the training dtype, so config.json must say that.

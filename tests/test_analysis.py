@@ -140,7 +140,9 @@ def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path):
 
 
 class FakeEvaluator:
-    """Writes what the harness would (only the requested benches) and counts calls."""
+    """Writes what the harness would (the requested benches added to the ones the out dir holds) and
+    counts calls; `pending` stands in for the harness's identity rule (a bench it wrote is done) and
+    `check` accepts every setting (the real rule and check: tests/test_eval_inputs.py)."""
 
     def __init__(self, fail_on=None):
         self.calls, self.fail_on = [], fail_on
@@ -150,8 +152,19 @@ class FakeEvaluator:
         if self.fail_on and self.fail_on in cfg["ckpt"]:
             raise RuntimeError("CUDA out of memory (simulated)")
         from pathlib import Path
-        write_eval(Path(cfg["out"]), {b: 0.5 for b in cfg["benches"]})
-        return json.loads((Path(cfg["out"]) / "summary.json").read_text())
+        out = Path(cfg["out"])
+        held = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+        write_eval(out, {b: 0.5 for b in cfg["benches"]})
+        summary = {**held, **json.loads((out / "summary.json").read_text())}
+        (out / "summary.json").write_text(json.dumps(summary))
+        return summary
+
+    def pending(self, cfg):
+        from pathlib import Path
+        return {b: [] for b in cfg["benches"] if b not in summary_benches(Path(cfg["out"]))}
+
+    def check(self, cfg):
+        return cfg
 
 
 def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
@@ -165,7 +178,7 @@ def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
     assert jobs == [("base-model", ("nq", "hotpotqa"), "anchor_nudge"), ("step-000010", ("hotpotqa",), "tool_agent"),
                     ("step-000020", ("nq", "hotpotqa"), "tool_agent")]
     assert all(c["n"] == 10 and c["backend"] == "hf" for c in ev.calls)
-    # The old nq result survived the harness rewriting summary.json with only hotpotqa.
+    # The old nq result is still held (the harness keeps what it holds; analysis never writes summary.json).
     assert summary_benches(root / "r2e" / "seed0" / "eval" / "step-000010") == {"nq", "hotpotqa"}
     assert res.missing == []
     ev2 = FakeEvaluator()
@@ -197,11 +210,20 @@ def test_failed_evaluation_is_listed_and_retried(tmp_path):
 def test_cli_help_dry_run_and_errors(tree, tmp_path, capsys):
     assert analyze_main(["--help"]) == 0
     assert "runs_root" in capsys.readouterr().out
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "0", "contents": "x"}\n')
+    bench_root = tmp_path / "benches"  # local bench files: a hub bench's identity needs the hub's commit
+    for bench in ("nq", "triviaqa"):
+        (bench_root / bench).mkdir(parents=True)
+        (bench_root / bench / "test.jsonl").write_text("".join(
+            json.dumps({"id": f"{bench}-{i}", "question": f"q{i}?", "golden_answers": ["a"]}) + "\n" for i in range(5)))
     assert analyze_main([f"runs_root={tree}", "anchor=base", f"out={tmp_path / 'o'}", "dry_run=true",
-                         "benches=[nq,triviaqa]", "n=5"]) == 0
+                         "benches=[nq,triviaqa]", "n=5", f"corpus={corpus}", f"bench_root={bench_root}"]) == 0
     plan = capsys.readouterr().out
-    assert "evaluations to run: 7" in plan and "r2e/seed0/step-000010: ['triviaqa']" in plan
-    assert "anchor/seed0/step-000000: ['triviaqa'] (prompt=anchor_nudge)" in plan
+    # The synthetic results carry no evaluation identity: held under none, so they are re-evaluated (aside).
+    assert "evaluations to run: 7" in plan and "r2e/seed0/step-000010: ['nq', 'triviaqa']" in plan
+    assert "    nq: held under another evaluation identity (" in plan and "rows without an identity digest" in plan
+    assert "anchor/seed0/step-000000: ['nq', 'triviaqa'] (prompt=anchor_nudge)" in plan
     assert not (tmp_path / "o").exists()
     assert analyze_main(["runs_rot=x"]) == 2
     assert "Did you mean: runs_root" in capsys.readouterr().err

@@ -61,5 +61,9 @@ def test_analyze_evaluates_tiny_checkpoints_then_nothing(world):
         assert res.figures[0].notes["synthqa"].startswith("synthqa: every value is 0")
     else:
         assert res.figures[0].series["synthqa"] == ["r2e", "anchor"]
+    # pre = the anchor, evaluated through the same harness: only checkpoint and prompt differ (expected).
+    report = res.report.read_text()
+    assert "under different settings" not in report and "no recorded evaluation identity" not in report
+    assert "tables/prepost" in report and " [" in (root / "reports" / "tables" / "prepost.md").read_text()
     again = run_analysis(cfg, evaluator=counting)
     assert len(calls) == 3 and again.table.equals(res.table)

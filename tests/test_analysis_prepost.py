@@ -20,7 +20,17 @@ MUSIQUE_EM = {0: [0] * 10, 10: [1, 1, 1, 0, 0, 0, 0, 0, 0, 0], 20: [1, 1, 0, 0, 
 BABYAI_RET = {0: [0.0] * 10, 10: [0.5] + [0.0] * 9, 20: [0.9, 0.5] + [0.0] * 8}
 
 
-def write_bench(eval_dir: Path, bench: str, metric: str, values: list[float], ids=None, digest="f" * 64) -> None:
+def bench_identity(eval_dir: Path, bench: str, n: int, digest: str, settings: dict) -> dict:
+    """The identity record evaluate writes (evals.identity) for `bench` of the checkpoint beside `eval_dir`."""
+    from evals.config import DEFAULTS
+    from evals.identity import bench_identity as evals_identity
+
+    ckpt = {"kind": "sha256sums", "digest": f"weights of {eval_dir.parent.parent.name}/{eval_dir.name}"}
+    return evals_identity(bench, {**DEFAULTS, "ckpt": str(eval_dir), **settings}, ckpt, n=n, seed=42, source=digest)
+
+
+def write_bench(eval_dir: Path, bench: str, metric: str, values: list[float], ids=None, digest="f" * 64,
+                settings: dict | None = None) -> None:
     eval_dir.mkdir(parents=True, exist_ok=True)
     ids = ids or [f"{bench}-{i}" for i in range(len(values))]
     metrics = {"em": ["em", "f1"], "reward": ["reward"], "return": ["return", "success"]}[metric]
@@ -30,8 +40,9 @@ def write_bench(eval_dir: Path, bench: str, metric: str, values: list[float], id
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary[bench] = {m: float(np.mean(values)) for m in metrics} | {"n": len(values)}
     write_json(summary_path, summary)
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"bench_items": {}}
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"bench_items": {}, "identities": {}}
     meta["bench_items"][bench] = {"n": len(values), "source_digest": digest}
+    meta["identities"][bench] = bench_identity(eval_dir, bench, len(values), digest, settings or {})
     write_json(meta_path, meta)
 
 
@@ -62,7 +73,8 @@ def analysed(tmp_path_factory):
     rl_run(root, "grpo_babyai/lr1e-6/seed1")  # a name= level
     sft = root / "search" / "seed0"
     write_bench(sft / "eval" / "rl_ood" / "step-000050", "musique@given", "em", [1] * 5 + [0] * 5)
-    write_bench(root / "_anchor" / "eval" / "rl_ood" / "step-000000", "musique@given", "em", [1] * 2 + [0] * 8)
+    write_bench(root / "_anchor" / "eval" / "rl_ood" / "step-000000", "musique@given", "em", [1] * 2 + [0] * 8,
+                settings={"prompt": "anchor_nudge"})  # the anchor's prompt: an expected difference
     out = root.parent / "reports"
     res = run_analysis({"runs_root": str(root), "out": str(out), "profile": "rl_ood", "evaluate": False,
                         "benches": ["musique@given", "babyai"], "metrics": ["em"], "n_boot": N_BOOT, "boot_seed": SEED})
@@ -117,7 +129,48 @@ def test_mismatched_item_ids_are_a_problem_never_intersected(tmp_path):
     # Same ids but another bench file (digest) is not paired either.
     write_bench(post, "musique@given", "em", MUSIQUE_EM[20], digest="0" * 64)
     pp = prepost(discover_runs(root), None, ["musique@given"], n_boot=N_BOOT, seed=SEED)
-    assert all(r.paired is None for r in pp.rows) and any("different bench files" in p for p in pp.problems)
+    assert all(r.paired is None for r in pp.rows)
+    assert any("different settings (bench.source_digest: " in p for p in pp.problems)
+
+
+@pytest.mark.parametrize("settings,needle", [
+    ({"babyai_max_steps": 4}, "evaluate.babyai_max_steps: None -> 4"),
+    ({"prompt": "anchor_nudge"}, "evaluate.prompt: 'tool_agent' -> 'anchor_nudge'"),
+    ({"max_turns": 3}, "evaluate.max_turns: 8 -> 3"),
+])
+def test_pre_and_post_under_other_settings_are_a_problem_without_ci(tmp_path, settings, needle):
+    """The defect: step 0 with one cap, the final step with another gave "+0.000 [+0.000, +0.000]" and no
+    problem. An RL run's pre and post may differ only in the checkpoint."""
+    root = tmp_path / "runs"
+    run = rl_run(root, "grpo_babyai/seed0", profile=None)
+    write_bench(run / "eval" / "step-000020", "babyai", "return", BABYAI_RET[20], settings=settings)
+    pp = prepost(discover_runs(root), None, ["babyai"], n_boot=N_BOOT, seed=SEED)
+    [row] = pp.rows
+    assert row.paired is None and row.post == pytest.approx(0.14)   # the values are still shown, no CI
+    [problem] = [p for p in pp.problems if "babyai" in p]
+    assert "grpo_babyai/seed0 × babyai (return): pre and post were evaluated under different settings" in problem
+    assert needle in problem and "checkpoint" not in problem
+    # Without a recorded identity there is nothing to compare: not paired either.
+    meta = run / "eval" / "step-000000" / "meta.json"
+    meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "identities"}))
+    write_bench(run / "eval" / "step-000020", "babyai", "return", BABYAI_RET[20])
+    pp = prepost(discover_runs(root), None, ["babyai"], n_boot=N_BOOT, seed=SEED)
+    assert pp.rows[0].paired is None and any("no recorded evaluation identity" in p for p in pp.problems)
+
+
+def test_an_sft_arm_against_the_anchor_may_differ_in_checkpoint_and_prompt_only(tmp_path):
+    from analysis.prepost import EXPECTED_DIFFERENCES
+
+    assert EXPECTED_DIFFERENCES == {"step 0": ("checkpoint.",), "anchor": ("checkpoint.", "evaluate.prompt")}
+    root = tmp_path / "runs"
+    anchor = root / "_anchor" / "eval" / "step-000000"
+    write_bench(anchor, "musique", "em", [1] * 2 + [0] * 8, settings={"prompt": "anchor_nudge"})
+    write_bench(root / "search" / "seed0" / "eval" / "step-000050", "musique", "em", [1] * 5 + [0] * 5)
+    pp = prepost(discover_runs(root), anchor, ["musique"], n_boot=N_BOOT, seed=SEED)
+    assert all(r.paired is not None for r in pp.rows) and pp.problems == []
+    write_bench(anchor, "musique", "em", [1] * 2 + [0] * 8, settings={"prompt": "anchor_nudge", "topk": 5})
+    pp = prepost(discover_runs(root), anchor, ["musique"], n_boot=N_BOOT, seed=SEED)
+    assert all(r.paired is None for r in pp.rows) and any("evaluate.topk: 5 -> 3" in p for p in pp.problems)
 
 
 def test_figures_start_at_step_0_tick_checkpoints_and_note_all_zero_panels(analysed):
@@ -137,24 +190,29 @@ def test_figures_start_at_step_0_tick_checkpoints_and_note_all_zero_panels(analy
     assert info.notes == {"x": "x: every value is 0 (2 points)"} and info.series["x"] == []
 
 
-def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path):
+def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path, tiny_tokenizer):
+    pytest.importorskip("minigrid")
+    from evals.run import evaluate
+    from tests.test_evals_babyai import Replies
+
     root = tmp_path / "runs"
     ck = root / "grpo_qa" / "seed0" / "checkpoints" / "step-000000"
     ck.mkdir(parents=True)
     (ck / "config.json").write_text("{}")
     calls = []
 
-    def evaluator(cfg):
+    def evaluator(cfg):  # the real harness, with a backend that always turns left
         calls.append(cfg)
-        write_bench(Path(cfg["out"]), "babyai", "return", [0.0] * 50)
-        return json.loads((Path(cfg["out"]) / "summary.json").read_text())
+        return evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left"))
 
-    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood",
-                        "benches": ["babyai"], "n_boot": 50}, evaluator=evaluator)
+    cfg = {"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood", "benches": ["babyai"],
+           "n_boot": 50, "eval": {"babyai_max_steps": 1, "progress": False}}
+    res = run_analysis(cfg, evaluator=evaluator)
     assert [(c["profile"], c["benches"], c["out"]) for c in calls] == [
         ("rl_ood", ["babyai"], str(root / "grpo_qa" / "seed0" / "eval" / "rl_ood" / "step-000000"))]
     assert not (root / "grpo_qa" / "seed0" / "eval" / "step-000000").exists()
     assert set(res.table.bench) == {"babyai"} and "babyai: evaluated" not in (res.report.read_text())
-    run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood", "benches": ["babyai"],
-                  "n_boot": 50}, evaluator=evaluator)
-    assert len(calls) == 1  # found in eval/rl_ood/: nothing left to evaluate
+    run_analysis(cfg, evaluator=evaluator)
+    assert len(calls) == 1  # found in eval/rl_ood/ under this identity: nothing left to evaluate
+    run_analysis({**cfg, "eval": {"babyai_max_steps": 2, "progress": False}}, evaluator=evaluator)
+    assert len(calls) == 2 and calls[-1]["overwrite"] is True  # another cap: another identity, re-evaluated

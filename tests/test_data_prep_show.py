@@ -105,3 +105,26 @@ def test_usage_mistakes(built, capsys):
         assert needle in capsys.readouterr().err
     assert cli_main(["show", str(ds_dir.parent / "missing"), "row=0"]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_refuses_what_is_not_a_built_dataset_in_one_line(built, tmp_path, capsys):
+    """A run dir (it has a manifest.json too) and corrupt manifests: one line each, exit 2, no traceback."""
+    ds_dir = built[0]
+    run = tmp_path / "runs" / "search" / "seed0"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"git": {"commit": "abc"}, "data": {"dir": str(ds_dir)}}))
+    (run / "config.yaml").write_text("arm: search\n")
+    cases = {"run dir": (run, "not a built dataset")}
+    for name, text, needle in (("notjson", "{not json", "unreadable JSON"), ("list", "[1, 2]", "expected a JSON object"),
+                               ("notok", json.dumps({"config": {}}), "tokenizer"),
+                               ("badtok", json.dumps({"tokenizer": "tiny", "config": {}}), "tokenizer"),
+                               ("badcfg", json.dumps({"tokenizer": {"name": "tiny"}, "config": [1]}), "config")):
+        d = tmp_path / name
+        shutil.copytree(ds_dir, d)
+        (d / "manifest.json").write_text(text)
+        cases[name] = (d, needle)
+    for name, (d, needle) in cases.items():
+        assert cli_main(["show", str(d), "row=0"]) == 2, name
+        err = capsys.readouterr().err
+        assert needle in err and str(d) in err and len(err.strip().splitlines()) == 1, (name, err)
+    assert f"its dataset is {ds_dir}" in (lambda: (cli_main(["show", str(run), "row=0"]), capsys.readouterr().err))()[1]

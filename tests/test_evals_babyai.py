@@ -211,7 +211,7 @@ def test_bench_n_zero_takes_every_item_of_a_custom_bench(tmp_path, tiny_tokenize
     assert record["source_digest"] == hashlib.sha256(path.read_bytes()).hexdigest()
     # The global n still applies to benches without their own entry.
     out2 = tmp_path / "out2"
-    evaluate({"ckpt": "m", "benches": ["synthqa"], "n": 3, "bench_n": {"other": 0}, "bench_root": str(bench_root),
+    evaluate({"ckpt": "m", "benches": ["synthqa"], "n": 3, "bench_n": {"nq": 0}, "bench_root": str(bench_root),
               "corpus": str(corpus), "index_dir": str(tmp_path / "idx"), "out": str(out2), "progress": False},
              backend=ScriptedBackend(tiny_tokenizer))
     assert json.loads((out2 / "summary.json").read_text())["synthqa"]["n"] == 3

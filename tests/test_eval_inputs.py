@@ -1,0 +1,172 @@
+"""Issue 23: every evaluate / analyze key is checked (type, range, integer caps, bench names) before any
+work starts, also under dry_run; meta.json keeps every bench's identity across later calls; analyze
+never merges back a summary entry that evaluate dropped."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.cli import main as analyze_main
+from evals.cli import main as evaluate_main
+
+BAD_VALUES = [
+    ("babyai_max_steps=abc", "babyai_max_steps"),
+    ("babyai_max_steps=2.5", "babyai_max_steps"),
+    ("babyai_max_steps=true", "babyai_max_steps"),
+    ("babyai_max_steps=0", "babyai_max_steps"),
+    ("babyai_max_new_tokens=abc", "babyai_max_new_tokens"),
+    ("max_turns=abc", "max_turns"),
+    ("max_turns=2.0", "max_turns"),
+    ("n=abc", "n="),
+    ("n=1.5", "n="),
+    ("seed=abc", "seed"),
+    ("seed=true", "seed"),
+    ("topk=0", "topk"),
+    ("retriever_timeout=abc", "retriever_timeout"),
+    ("retriever_retries=-1", "retriever_retries"),
+    ("gpu_memory_utilization=1.5", "gpu_memory_utilization"),
+    ("progress=maybe", "progress"),
+    ("overwrite=1", "overwrite"),
+    ("skip_empty_golds=abc", "skip_empty_golds"),
+    ("bench_n={babyia:5}", "Did you mean: babyai"),
+    ("bench_n={babyai:-3}", "bench_n.babyai"),
+    ("bench_n={babyai:2.5}", "bench_n.babyai"),
+    ("benches=[babyia]", "Did you mean: babyai"),
+    ("benches=[babyai,3]", "benches"),
+]
+
+
+@pytest.mark.parametrize("arg,needle", BAD_VALUES, ids=[a for a, _ in BAD_VALUES])
+def test_evaluate_refuses_each_bad_value_in_one_line_even_dry(tmp_path, capsys, arg, needle):
+    argv = [f"ckpt={tmp_path / 'm'}", f"out={tmp_path / 'o'}", "benches=[babyai]", arg, "dry_run=true"]
+    assert evaluate_main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_evaluate_accepts_the_documented_forms(tmp_path, capsys):
+    argv = [f"ckpt={tmp_path / 'm'}", f"out={tmp_path / 'o'}", "benches=[babyai,search_plan_ood]",
+            "bench_n={babyai:5,search_plan_ood:0}", "babyai_max_steps=4", "n=-1", "seed=0", "dry_run=true"]
+    assert evaluate_main(argv) == 0, capsys.readouterr().err
+    shown = capsys.readouterr().out
+    assert "babyai_max_steps: 4" in shown and "babyai: 5" in shown
+
+
+@pytest.fixture
+def one_run(tmp_path):
+    ck = tmp_path / "runs" / "grpo_qa" / "seed0" / "checkpoints" / "step-000001"
+    ck.mkdir(parents=True)
+    (ck / "config.json").write_text("{}")
+    return tmp_path / "runs"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["eval.babyai_max_steps=0"], "babyai_max_steps"),
+    (["eval.babyai_max_steps=abc"], "babyai_max_steps"),
+    (["benches=[babyia]"], "Did you mean: babyai"),
+    (["eval.bench_n={babyia:5}"], "Did you mean: babyai"),
+    (["eval.max_turns=abc"], "max_turns"),
+    (["n=abc"], "n="),
+    (["eval.nope=1"], "nope"),
+])
+@pytest.mark.parametrize("dry", [True, False])
+def test_analyze_refuses_bad_eval_keys_up_front(one_run, tmp_path, capsys, args, needle, dry):
+    argv = [f"runs_root={one_run}", f"out={tmp_path / 'rep'}", "benches=[babyai]", *args, f"dry_run={str(dry).lower()}"]
+    assert analyze_main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "rep").exists()
+    assert not (one_run / "grpo_qa" / "seed0" / "eval").exists()  # nothing evaluated, nothing written
+
+
+# ---------------------------------------------------------------- meta.json and summary.json across calls
+
+
+def _world(tmp_path):
+    from tests.test_evals_loop import make_world
+
+    corpus, bench_root = make_world(tmp_path, n=3)
+    return {"progress": False, "bench_root": str(bench_root), "corpus": str(corpus), "index_dir": str(tmp_path / "idx")}
+
+
+def test_meta_keeps_every_benchs_identity_across_later_calls(tmp_path, tiny_tokenizer):
+    pytest.importorskip("minigrid")
+    from evals.run import evaluate
+    from tests.test_evals_babyai import Replies
+    from tests.test_evals_loop import ScriptedBackend
+
+    out = tmp_path / "o"
+    common = {**_world(tmp_path), "ckpt": "m", "out": str(out)}
+    evaluate({**common, "benches": ["babyai"], "bench_n": {"babyai": 2}, "babyai_max_steps": 2},
+             backend=Replies(tiny_tokenizer, "turn left"))
+    first = json.loads((out / "meta.json").read_text())
+    evaluate({**common, "benches": ["synthqa"], "n": 2}, backend=ScriptedBackend(tiny_tokenizer))
+    meta = json.loads((out / "meta.json").read_text())
+    assert set(json.loads((out / "summary.json").read_text())) == {"babyai", "synthqa"}
+    assert meta["babyai"] == first["babyai"] == {"max_steps": 2, "max_new_tokens": 8192, "temperature": 1.0, "samples": 1,
+                                               "history": 16}
+    assert meta["config"]["babyai_max_steps"] == 2
+    assert meta["identities"]["babyai"] == first["identities"]["babyai"]
+    assert set(meta["identities"]) == set(meta["bench_items"]) == set(meta["sampled_ids"]) == {"babyai", "synthqa"}
+
+
+def test_analyze_never_merges_back_a_bench_evaluate_dropped(tmp_path, tiny_tokenizer):
+    pytest.importorskip("minigrid")
+    from analysis.sweep import run_analysis
+    from evals.run import evaluate
+    from tests.test_evals_babyai import Replies
+    from tests.test_evals_loop import ScriptedBackend
+
+    runs = tmp_path / "runs"
+    ck = runs / "r2e" / "seed0" / "checkpoints" / "step-000001"
+    ck.mkdir(parents=True)
+    (ck / "config.json").write_text("{}")
+    out = runs / "r2e" / "seed0" / "eval" / "step-000001"
+    opts = _world(tmp_path)
+    evaluate({**opts, "ckpt": str(ck), "benches": ["babyai"], "bench_n": {"babyai": 2}, "babyai_max_steps": 2},
+             backend=Replies(tiny_tokenizer, "turn left"))
+    rows = (out / "babyai.jsonl").read_text().splitlines()
+    (out / "babyai.jsonl").write_text(rows[0] + "\n")  # 1 of its 2 rows: the bench is incomplete
+    calls = []
+
+    def evaluator(cfg):
+        calls.append(cfg)
+        backend = Replies(tiny_tokenizer, "turn left") if "babyai" in cfg["benches"] else ScriptedBackend(tiny_tokenizer)
+        return evaluate(cfg, backend=backend)
+
+    cfg = {"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["synthqa"], "n_boot": 20,
+           "eval": {**opts, "n": 2}}
+    run_analysis(cfg, evaluator=evaluator)
+    summary = json.loads((out / "summary.json").read_text())
+    assert "babyai" not in summary and summary["synthqa"]["n"] == 2   # dropped by evaluate: stays dropped
+    # Asked for, the incomplete bench is pending under its own identity: resumed (its missing row only).
+    run_analysis({**cfg, "benches": ["babyai"], "eval": {**opts, "bench_n": {"babyai": 2}, "babyai_max_steps": 2}},
+                 evaluator=evaluator)
+    assert calls[-1]["benches"] == ["babyai"] and "overwrite" not in calls[-1]
+    assert json.loads((out / "summary.json").read_text())["babyai"]["n"] == 2
+    assert len((out / "babyai.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_corrupt_meta_json_is_that_checkpoints_gap_not_the_end_of_the_sweep(tmp_path, tiny_tokenizer):
+    pytest.importorskip("minigrid")
+    from analysis.sweep import run_analysis
+    from evals.run import evaluate
+    from tests.test_evals_babyai import Replies
+
+    runs = tmp_path / "runs"
+    for step in (1, 2):
+        ck = runs / "r2e" / "seed0" / "checkpoints" / f"step-{step:06d}"
+        ck.mkdir(parents=True)
+        (ck / "config.json").write_text("{}")
+    bad = runs / "r2e" / "seed0" / "eval" / "step-000001"
+    bad.mkdir(parents=True)
+    (bad / "meta.json").write_text("{torn")
+    res = run_analysis({"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"], "n_boot": 20,
+                        "eval": {"bench_n": {"babyai": 1}, "babyai_max_steps": 1, "progress": False}},
+                       evaluator=lambda cfg: evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left")))
+    [failure] = res.evaluated.failures
+    assert failure.job.step == 1 and "meta.json: unreadable JSON" in failure.error
+    assert (bad / "meta.json").read_text() == "{torn"   # the user's file is left as it is
+    assert json.loads((runs / "r2e" / "seed0" / "eval" / "step-000002" / "summary.json").read_text())["babyai"]["n"] == 1
