@@ -7,8 +7,9 @@ silently resuming or reporting a run made under another configuration.
 What the fingerprint covers: every leaf key of the resolved config (the recipe-named keys of
 `config.yaml`) except
 - `PATH_KEYS`: where things live. The data enters through the dataset manifest's *content*
-  fingerprint (passed as an extra), so moving a runs tree or a data_prep code edit that leaves the
-  dataset identical does not make a run "different";
+  fingerprint and a GRPO run's prompts file and corpus through their sha256 (`file_digest`; passed
+  as extras), so moving a runs tree or an input file, or a data_prep code edit that leaves the
+  dataset identical, does not make a run "different", and a changed file does;
 - `RESUMABLE_KEYS`: keys that may legitimately change between segments of one run (logging, the
   state cadence, launcher / Slurm settings, `nproc`: the data order and the loss normalization do
   not depend on the number of ranks).
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 # Where things live, never what they are.
-PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root")
+PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "grpo.prompts_file", "grpo.corpus")
 # May change when a run is resumed or relaunched (a key, or a whole section with everything below it).
 RESUMABLE_KEYS = (
     "resume",                            # how to start, not what is trained
@@ -33,6 +36,9 @@ RESUMABLE_KEYS = (
     "train.log_every",                   # metrics.jsonl cadence
     "train.peak_tflops",                 # only the MFU column
     "train.max_consecutive_nonfinite",   # when to give up; raising it to continue a stopped run is fine
+    "grpo.retriever_timeout",            # how long to wait for the retriever, not what it returns
+    "grpo.retriever_retries",
+    "grpo.max_search_failure_rate",      # when to give up (as max_consecutive_nonfinite)
 )
 EXCLUDED_KEYS = PATH_KEYS + RESUMABLE_KEYS
 # Run dirs written before identity was recorded were trained under this trainer semantics version.
@@ -124,3 +130,37 @@ def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
 
 def same_identity(old: Mapping, new: Mapping) -> bool:
     return not fingerprint_diff(old, new)
+
+
+# ---------------------------------------------------------------- input files by content
+def digest_cache_dir() -> Path:
+    """Where file digests are cached: `$XDG_CACHE_HOME/dtsft/digests` (default ~/.cache/dtsft/digests)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dtsft" / "digests"
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's content, computed once per (real path, size, mtime) and cached on disk
+    (`digest_cache_dir`): a 14 GB wiki-18 corpus is hashed once, and any edit (which changes the size
+    or the mtime) is hashed again. An unwritable cache only costs the hashing."""
+    from common.io import sha256_file
+
+    real = Path(path).expanduser().resolve()
+    st = real.stat()
+    key = canonical_json({"path": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    entry = digest_cache_dir() / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}.json"
+    try:
+        cached = json.loads(entry.read_text(encoding="utf-8"))
+        if cached.get("key") == key and isinstance(cached.get("sha256"), str):
+            return cached["sha256"]
+    except (OSError, ValueError):
+        pass
+    digest = sha256_file(real)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f"{entry.name}.tmp-{os.getpid()}")
+        tmp.write_text(canonical_json({"key": key, "sha256": digest}), encoding="utf-8")
+        tmp.replace(entry)
+    except OSError:
+        pass
+    return digest

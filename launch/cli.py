@@ -6,7 +6,7 @@
     launch show arm=r2e model=tiny [recipe=my.yaml] ...   # the composed recipe, each value's origin
     launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
     launch stage=grpo task=spa|qa [model=...] [model.path=<SFT checkpoint> name=...] steps=250 ...
-           (GRPO with LoRA, rl/; the default stage is sft)
+           (GRPO with LoRA, rl/; the default stage is sft; `launch stage=grpo --help` lists its keys)
     launch study=NAME [VAR=value] [STAGE:key=value] [key=value] [dry_run=true]
            (a reference study's stages in order, recipes/study/NAME.yaml; launch/study.py)
 """
@@ -94,15 +94,15 @@ def run_grpo(argv: list[str]) -> int:
 
 
 def launch_main(argv: list[str]) -> int:
-    if wants_help(argv):
-        print(help_text())
-        return 0
     if any(tok.partition("=")[0].strip() == "study" for tok in argv):
         from launch.study import run_study
 
         return run_study(argv)
     stage, argv = _stage(argv)
-    if stage == "grpo":
+    if wants_help(argv) and stage == "sft":
+        print(help_text())
+        return 0
+    if stage == "grpo":   # (--help too: GRPO's own keys, from rl.launch)
         if argv and argv[0] in ("sweep", "show"):
             raise LaunchError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
         return run_grpo(argv)

@@ -27,6 +27,7 @@ from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
+from launch.paths import SFT_KEYS, make_absolute
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 GROUPS = ("arm", "model", "data", "launcher")
@@ -54,6 +55,10 @@ ALIASES = {
 STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.setup")
 # Free-form sub-trees: any key below them is accepted (model config overrides, generator knobs).
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
+# What a shipped recipe's `_launch:` section may say (anything else is an error naming the key).
+LAUNCH_META_KEYS = ("data_arm",)
+# Keys the command line's selectors decide; a user recipe setting one would silently beat them.
+SELECTOR_KEYS = ("arm",)
 
 
 @dataclass
@@ -121,25 +126,68 @@ def load_user_recipe(path_text: str) -> tuple[Path, DictConfig]:
     return path.resolve(), cfg
 
 
+def launch_meta(recipe: DictConfig, where: str, user: bool) -> dict:
+    """Pop and check a recipe's `_launch:` section (internal to the shipped recipes)."""
+    if "_launch" not in recipe:
+        return {}
+    if user:
+        raise LaunchError(f"{where}: `_launch` is internal to the shipped recipes (it picks e.g. the data arm of "
+                          "arm=r2e_v5); a user recipe cannot set it: choose the arm with arm=... on the command line")
+    section = recipe.pop("_launch")
+    meta = resolved_container(section, where) if isinstance(section, DictConfig) else None
+    if not isinstance(meta, dict):
+        raise LaunchError(f"{where}: `_launch` must be a mapping with keys {', '.join(LAUNCH_META_KEYS)}")
+    for key in meta:
+        if key not in LAUNCH_META_KEYS:
+            raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
+                              f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
+    return meta
+
+
+def check_user_recipe(recipe: DictConfig, where: str, selectors: tuple[str, ...] = SELECTOR_KEYS) -> None:
+    """A user recipe must not set what the command line's selectors decide (arm=, task=, stage=)."""
+    for key in selectors:
+        if key in recipe:
+            raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
+                              f"decides; remove it from the file and pass {key}=... on the command line")
+
+
+def resolved_container(cfg, where: str):
+    """`cfg` as plain containers with every `${...}` interpolation resolved; a bad one is one line."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception as exc:  # omegaconf's InterpolationKeyError, InterpolationResolutionError, ...
+        raise LaunchError(f"{where}: bad interpolation ({str(exc).splitlines()[0]})") from None
+
+
+def resolve_interpolations(cfg: DictConfig) -> DictConfig:
+    """The composed config with its `${...}` interpolations replaced by their values (one-line error)."""
+    return OmegaConf.create(resolved_container(cfg, "the composed config (recipes and key=value overrides)"))
+
+
 def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
     base = OmegaConf.load(recipes / "base.yaml")
     cfg, meta = base, {}
     origins = dict.fromkeys(flat_keys(base), "recipes/base.yaml")
-    layers = [(f"recipes/{group}/{choices[group]}.yaml", load_recipe(group, choices[group], recipes)) for group in GROUPS]
+    layers = [(f"recipes/{group}/{choices[group]}.yaml", load_recipe(group, choices[group], recipes), False)
+              for group in GROUPS]
     if choices.get(USER_RECIPE):
         path, user = load_user_recipe(choices[USER_RECIPE])
         choices[USER_RECIPE] = str(path)
-        layers.append((f"recipe={path}", user))
-    for where, recipe in layers:
-        if "_launch" in recipe:
-            meta.update(OmegaConf.to_container(recipe.pop("_launch"), resolve=True))
+        layers.append((f"recipe={path}", user, True))
+    for where, recipe, is_user in layers:
+        meta.update(launch_meta(recipe, where, is_user))
+        if is_user:
+            check_user_recipe(recipe, where)
         _check_recipe_keys(recipe, base, where)
         cfg = OmegaConf.merge(cfg, recipe)
         origins.update(dict.fromkeys(flat_keys(recipe), where))
     cfg = apply_overrides(cfg, rest, aliases=ALIASES, open_prefixes=OPEN_PREFIXES)
     origins.update({ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
+    cfg = resolve_interpolations(cfg)
+    make_absolute(cfg, SFT_KEYS, origins)
     validate(cfg)
     return Composed(cfg=cfg, choices=choices, meta=meta, argv=list(argv), origins=origins)
 

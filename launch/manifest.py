@@ -99,6 +99,11 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     """
     path = Path(run_dir) / "manifest.json"
     entry = launch_entry(argv, launcher, data)
+    recipes = dict(choices)
+    if choices.get("recipe"):   # the user's recipe file by content (its values are in config.yaml too)
+        from common.fingerprint import file_digest
+
+        entry["recipe_sha256"] = recipes["recipe_sha256"] = file_digest(choices["recipe"])
     if path.is_file():
         manifest = json.loads(path.read_text(encoding="utf-8"))
         manifest.setdefault("launches", []).append(entry)
@@ -107,7 +112,7 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
             "run_dir": str(run_dir),
             "created": entry["time"],
             "command": entry["command"],
-            "recipes": dict(choices),
+            "recipes": recipes,
             "git": entry["git"],
             "packages": package_versions(),
             "hardware": hardware(),
@@ -121,5 +126,6 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     if study is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
         entry["study"] = study
         manifest.setdefault("study", study)
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, manifest)
     return manifest

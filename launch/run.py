@@ -95,9 +95,10 @@ def identity_refusal(rd: Path, cfg: DictConfig, diff: list[str]) -> LaunchError:
         f"{rd.name}.replaced-<UTC time> beside it, nothing is deleted).")
 
 
-def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = None) -> dict:
-    """Refuse (LaunchError) a request whose identity differs from the run dir's; return the request's."""
-    want = requested_identity(cfg, data_fingerprint)
+def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = None, want: dict | None = None) -> dict:
+    """Refuse (LaunchError) a request whose identity (`want`, default `requested_identity`) differs
+    from the run dir's; return the request's."""
+    want = want or requested_identity(cfg, data_fingerprint)
     have = recorded_identity(rd)
     if have is not None and cfg.resume != "never":
         diff = fingerprint.fingerprint_diff(have, want)
@@ -134,6 +135,8 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     nproc = local.resolve_nproc(cfg, gpus)
     cfg.run_dir = str(rd)
     cfg.runs_root = str(Path(cfg.runs_root).expanduser().resolve())
+    if cfg.data.cache_root:   # an output location: the caller's directory (launch.paths)
+        cfg.data.cache_root = str(Path(cfg.data.cache_root).expanduser().resolve())
     cfg.launcher.nproc = nproc
     if cfg.logging.name is None:
         cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
@@ -289,10 +292,34 @@ def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> t
     return local.run_logged(cmd, rd / "logs", cwd=REPO)
 
 
-def report_end(rd: Path, rc: int, log: Path) -> int:
-    state = "finished" if is_finished(rd) else f"stopped (exit {rc}); re-run the same command to resume"
+def report_end(rd: Path, rc: int, log: Path, since: float | None = None) -> int:
+    """The closing line of a local launch; the exit code (a refusal the trainer recorded in
+    `logs/trainer-exit.json` since `since` is printed as its one line, with the trainer's code).
+    "re-run to resume" is said only when a resumable state exists."""
+    refusal = trainer_refusal(rd, since)
+    if refusal is not None:
+        rc = refusal[0]
+        print(f"error: {refusal[1]}", file=sys.stderr, flush=True)
+    if is_finished(rd):
+        state = "finished"
+    elif layout.latest_complete_state(layout.states_dir(rd)) is not None:
+        state = f"stopped (exit {rc}); re-run the same command to resume"
+    else:
+        state = f"stopped (exit {rc}) before any resumable state was written"
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc
+
+
+def trainer_refusal(rd: Path, since: float | None) -> tuple[int, str] | None:
+    """(exit code, message) of a refusal the trainer recorded during this launch, else None."""
+    path = rd / layout.LOGS / layout.TRAINER_EXIT
+    try:
+        if since is not None and path.stat().st_mtime < since:
+            return None
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        return int(rec["code"]), str(rec["error"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def submit_slurm(prep: Prepared, argv: list[str]) -> int:

@@ -12,15 +12,7 @@ from omegaconf import OmegaConf
 
 from common.cli import flat_keys
 from launch.compose import compose
-
-
-def origin_of(key: str, origins: dict[str, str]) -> str:
-    """The layer that set `key`, or the sub-tree above it (`model.config` set as a whole)."""
-    parts = key.split(".")
-    for i in range(len(parts), 0, -1):
-        if ".".join(parts[:i]) in origins:
-            return origins[".".join(parts[:i])]
-    return "recipes/base.yaml"
+from launch.paths import origin_of
 
 
 def render(argv: list[str]) -> str:

@@ -1,7 +1,7 @@
 """GRPO checkpoints and resumable state.
 
 `checkpoints/step-000000/`  the starting model as a real directory: every file of a local start
-    (hard links where the filesystem allows, else copies) or a hub model saved with
+    copied (a reflink where the filesystem offers one; never a hard link) or a hub model saved with
     `save_pretrained`, plus its own SHA256SUMS. A local start that carries SHA256SUMS (an SFT
     checkpoint) is verified first. Training loads the model from this directory, so the step-0
     evaluation is exactly the model GRPO started from.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -46,23 +45,25 @@ class CheckpointError(RlError):
     """A starting model that can't be used (the message names the file and why; exit 2)."""
 
 
-def _link_or_copy(src: Path, dst: Path) -> str:
-    """Weights are hard-linked when the filesystem allows (no copy of a multi-GB file); every other
-    file is copied, so editing the run's config or chat template never edits the user's source."""
+def _copy(src: Path, dst: Path) -> str:
+    """A copy of the user's file: a reflink (copy-on-write clone, no data copied) where the filesystem
+    offers one, else a plain copy. Never a hard link: writing into the run's step-000000 must never
+    write into the user's source model."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if src.suffix != ".safetensors":
-        shutil.copy2(src, dst)
-        return "copy"
     try:
-        os.link(src, dst)
-        return "link"
-    except OSError:
+        import fcntl
+
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            fcntl.ioctl(fout.fileno(), 0x40049409, fin.fileno())   # FICLONE
+        shutil.copystat(src, dst)
+        return "reflink"
+    except (OSError, ImportError):
         shutil.copy2(src, dst)
         return "copy"
 
 
 def write_start_checkpoint(model_path: str, out: Path) -> dict:
-    """`checkpoints/step-000000` from a local model dir or a hub id; returns {"source", "files", "linked"}."""
+    """`checkpoints/step-000000` from a local model dir or a hub id; returns {"source", "files", "reflinked"}."""
     src = Path(model_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
@@ -74,12 +75,12 @@ def write_start_checkpoint(model_path: str, out: Path) -> dict:
                        if p.is_file() and p.name != SHA256SUMS and ".tmp-" not in p.relative_to(src).as_posix())
         if not files:
             raise CheckpointError(f"starting model {src} has no files")
-        linked = 0
+        reflinked = 0
         with atomic_dir(out) as tmp:
             for p in files:
-                linked += _link_or_copy(p, tmp / p.relative_to(src)) == "link"
+                reflinked += _copy(p, tmp / p.relative_to(src)) == "reflink"
             write_sha256sums(tmp)
-        return {"source": str(src.resolve()), "files": len(files), "linked": linked}
+        return {"source": str(src.resolve()), "files": len(files), "reflinked": reflinked}
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     with atomic_dir(out) as tmp:  # a hub id: the snapshot as transformers saves it (not verified offline)
@@ -92,7 +93,7 @@ def write_start_checkpoint(model_path: str, out: Path) -> dict:
         except (OSError, ValueError):
             pass
         write_sha256sums(tmp)
-    return {"source": model_path, "files": None, "linked": 0}
+    return {"source": model_path, "files": None, "reflinked": 0}
 
 
 def merged_state_dict(start_dir: Path, adapter_dir: Path, dtype: torch.dtype):

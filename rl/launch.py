@@ -11,29 +11,56 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import time
 
 from omegaconf import OmegaConf
 
 from common import layout
-from common.cli import run_cli
+from common.cli import flat_keys, run_cli, wants_help
 from launch import local, manifest, run, slurm
 from launch.run import REPO, Prepared, is_finished, lock_run_dir, write_config
-from rl.config import compose_grpo, parent_run, planned_saves, run_dir
+from rl.config import RL_ALIASES, SELECTORS, compose_grpo, parent_run, planned_saves, run_dir, run_identity, world_problem
+from rl.errors import RlError
 
 MODULE = "rl.train"
+
+USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]
+(also: python -m rl.launch ...)
+
+GRPO with LoRA (rl/): composition recipes/base.yaml (its data section dropped) <- grpo/base.yaml <-
+grpo/task/<task>.yaml <- model/<model>.yaml <- grpo/model/<model>.yaml <- launcher/<launcher>.yaml <-
+recipe=FILE (your own; it may not set task/arm/stage) <- key=value. The run dir is
+<runs_root>/grpo_<task>/[<name>/]seed<seed>; an SFT checkpoint as model.path needs name=<variant>.
+Paths you give (model.path, grpo.prompts_file, grpo.corpus, resume=PATH, recipe=) are relative to this
+directory and recorded absolute; the prompts file and corpus enter the run identity by content."""
+
+
+def help_text(argv: list[str]) -> str:
+    """GRPO's own keys and defaults (for the task= / model= / launcher= given in argv, else the defaults)."""
+    sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
+    cfg = compose_grpo(sel).cfg
+    chosen = " ".join(sel) or " ".join(f"{k}={v}" for k, v in SELECTORS.items())
+    lines = [USAGE, "", f"Keys and their defaults for {chosen} (any key: key.sub=value):"]
+    lines += [f"  {k} = {OmegaConf.select(cfg, k)!r}" for k in flat_keys(cfg) if k not in ("arm", "stage")]
+    lines += ["", "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())]
+    return "\n".join(lines)
 
 
 def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     """Compose, refuse a request whose run identity (common.fingerprint over every config key:
-    task, LoRA, GRPO settings, env split) differs from the run dir's, check the hardware, fill the
-    derived values."""
+    task, LoRA, GRPO settings, env split; the input files by content) differs from the run dir's,
+    check the hardware and the world size, fill the derived values."""
     composed = compose_grpo(argv)
     cfg = composed.cfg
     rd = run_dir(cfg)
-    identity = run.check_identity(rd, cfg)
+    identity = run.check_identity(rd, cfg, want=run_identity(cfg))
     if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
         local.check_hardware(cfg, composed.choices["model"], gpus)
     nproc = local.resolve_nproc(cfg, gpus)
+    world = nproc * (int(cfg.launcher.nodes) if cfg.launcher.kind == "slurm" else 1)
+    problem = world_problem(cfg, world)
+    if problem:
+        raise RlError(f"invalid config:\n  {problem}")
     cfg.run_dir = str(rd)
     cfg.runs_root = str(os.path.abspath(os.path.expanduser(str(cfg.runs_root))))
     cfg.launcher.nproc = nproc
@@ -83,6 +110,9 @@ def launch_grpo(argv: list[str]) -> int:
         print(f"# Slurm script (launcher=slurm; {rd / 'launch.sbatch'}, not written: dry_run=true)")
         print(sbatch_script(prep, argv))
         return 0
+    from rl.train import preflight
+
+    preflight(cfg, probe_retriever=cfg.launcher.kind == "local")  # what the trainer would refuse at start
     table = pilot_refusal(cfg)
     if table:
         print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
@@ -107,15 +137,23 @@ def launch_grpo(argv: list[str]) -> int:
             print(f"[launch] submitted {path} as Slurm job {job}")
             return 0
         cmd = local.torchrun_command(config_path, prep.nproc, module=MODULE)
+        started = time.time()
         rc, log = run.train_here(prep, ["stage=grpo", *argv], cmd, start_record(cfg))
     finally:
         os.close(held)
-    return run.report_end(rd, rc, log)
+    return run.report_end(rd, rc, log, since=started)
+
+
+def cli(argv: list[str]) -> int:
+    if wants_help(argv):
+        print(help_text([a for a in argv if "=" in a]))
+        return 0
+    return launch_grpo(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m rl.launch ...` (what `launch stage=grpo ...` runs)."""
-    return run_cli(launch_grpo, argv)
+    return run_cli(cli, argv)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ from omegaconf import DictConfig, OmegaConf
 from common import fingerprint, layout
 from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
-from rl.config import planned_saves
+from rl.config import planned_saves, run_identity, validate, world_problem
+from rl.errors import RlError
 from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
 from sft.checkpoint import PreemptionFlag, step_name
 from sft.metrics import MetricsLog, Wandb
@@ -91,12 +92,81 @@ def pilot_guard(cfg: DictConfig) -> str | None:
     return None if res.ok else res.table()
 
 
-def make_retriever(cfg: DictConfig):
-    from evals.retrievers import make_retriever as _make
+class SearchFailureError(RlError):
+    """Too many of a step's searches failed (a dead or overloaded retriever): the run stops (exit 2)."""
 
-    return _make(OmegaConf.create({"retriever": cfg.grpo.retriever, "corpus": cfg.grpo.corpus, "index_dir": None,
-                                   "retriever_url": cfg.grpo.retriever_url, "retriever_timeout": 30.0,
-                                   "retriever_retries": 3}))
+
+class CountingRetriever:
+    """The run's retriever, counting searches and failed searches (a failure still reaches the policy
+    as TRL's tool error, and is counted against `grpo.max_search_failure_rate` at the step's end)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.searches = 0
+        self.failures = 0
+        self.last_error = ""
+
+    def search(self, queries: list[str], topk: int) -> list[list[dict]]:
+        self.searches += 1
+        try:
+            return self.inner.search(queries, topk)
+        except Exception as exc:
+            self.failures += 1
+            self.last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise
+
+    def take(self) -> tuple[int, int, str]:
+        """(searches, failures, last error) since the last call; the counters restart."""
+        out = (self.searches, self.failures, self.last_error)
+        self.searches, self.failures, self.last_error = 0, 0, ""
+        return out
+
+
+def make_retriever(cfg: DictConfig, probe: bool = True) -> CountingRetriever:
+    """The qa retriever (grpo.retriever, .corpus / .retriever_url, .retriever_timeout, .retriever_retries);
+    `probe`: one search first, so an unreachable server is a start-up error (RetrieverError, exit 2)."""
+    from evals.retrievers import RetrieverError, make_retriever as _make
+
+    inner = _make(OmegaConf.create({"retriever": cfg.grpo.retriever, "corpus": cfg.grpo.corpus, "index_dir": None,
+                                    "retriever_url": cfg.grpo.retriever_url,
+                                    "retriever_timeout": float(cfg.grpo.retriever_timeout),
+                                    "retriever_retries": int(cfg.grpo.retriever_retries)}))
+    if probe:
+        try:
+            inner.search(["retriever start-up check"], 1)
+        except RetrieverError as exc:  # a bad input (exit 2, one line), not a crash
+            raise RlError(f"grpo.retriever={cfg.grpo.retriever}: the retriever does not answer at start: {exc}") from None
+    return CountingRetriever(inner)
+
+
+def check_search_failures(step: int, searches: int, failures: int, rate: float, last: str) -> None:
+    """SearchFailureError when more than `rate` of the step's `searches` failed (all ranks' counts)."""
+    if searches and failures / searches > rate:
+        raise SearchFailureError(
+            f"step {step}: {failures} of {searches} searches failed ({failures / searches:.0%} > "
+            f"grpo.max_search_failure_rate={rate:g}); the policy would be rewarded on error messages. "
+            f"Last error: {last or 'see the log'}. Fix the retriever, then re-run to resume from the last state")
+
+
+def preflight(cfg: DictConfig, probe_retriever: bool = True) -> None:
+    """Everything the trainer refuses before training, in the trainer's own words: the config
+    (rl.config.problems, the schema launch checks too), the run dir's `rollouts` and `step-000000`,
+    the prompts file, and (`probe_retriever`) a qa retriever that does not answer. RlError / BenchError /
+    RetrieverError: exit 2, one line. Launch calls it before it writes a run dir."""
+    validate(cfg)
+    rd = Path(cfg.run_dir)
+    rollouts, start = rd / layout.ROLLOUTS, layout.checkpoint_dir(rd, 0)
+    if rollouts.exists() and not rollouts.is_dir():
+        raise RlError(f"{rollouts} is a file, not the run's rollouts directory; move it aside")
+    if start.exists() and not (start / "SHA256SUMS").is_file():
+        raise RlError(f"{start} exists without SHA256SUMS: it is not a starting-model copy this trainer wrote "
+                      "(or its copy was torn); move it aside and re-run")
+    if cfg.task == "qa":
+        from rl.envs import qa_rows
+
+        qa_rows(str(cfg.grpo.prompts_file), 0, 1)  # a bad prompts file: BenchError naming file:line
+        if probe_retriever and cfg.grpo.qa_mode == "open" and cfg.grpo.retriever == "http":
+            make_retriever(cfg)
 
 
 def grpo_args(cfg: DictConfig, rd: Path, steps: int):
@@ -140,14 +210,6 @@ def wandb_spec(cfg: DictConfig):
     return run_spec(OmegaConf.to_container(cfg.logging, resolve=True), name=str(cfg.logging.name),
                     runs_root=str(cfg.runs_root),
                     tags=run_tags(arm=str(cfg.arm), seed=int(cfg.seed), model=str(cfg.model.name), stage="grpo"))
-
-
-def run_identity(cfg: DictConfig) -> dict:
-    """The run identity (common.fingerprint over every result-changing key of config.yaml: task,
-    LoRA, GRPO settings, env split, model, seed), as launch computes it for the run dir."""
-    from common.schema import TRAINER_SEMANTICS
-
-    return fingerprint.identity(cfg, trainer_semantics=TRAINER_SEMANTICS)
 
 
 def _trainer_class():
@@ -201,6 +263,8 @@ class Run:
         self.trainer = None
         self.template: dict = {}
         self.identity = run_identity(cfg)
+        self.retriever: CountingRetriever | None = None
+        self.search_counts: tuple[int, int] = (0, 0)   # the last step's (searches, failures), all ranks
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -245,7 +309,7 @@ class Run:
         model = get_peft_model(model, lora_config(cfg))
         if st:
             set_peft_model_state_dict(model, st["adapter"])
-        retriever = make_retriever(cfg) if cfg.task == "qa" and cfg.grpo.qa_mode == "open" else None
+        self.retriever = retriever = make_retriever(cfg) if cfg.task == "qa" and cfg.grpo.qa_mode == "open" else None
         funcs, weights = reward_funcs_for(cfg.task)
         from datasets import Dataset
 
@@ -280,6 +344,7 @@ class Run:
         tr = self.trainer
         step = self.start_step + local_step
         main = tr.accelerator.is_main_process
+        self._check_searches(step)   # before anything of this step is kept
         if main and tr.last_rollouts:
             (self.rd / layout.ROLLOUTS).mkdir(exist_ok=True)
             with open(self.rd / layout.ROLLOUTS / f"{step_name(step)}.jsonl", "w", encoding="utf-8") as f:
@@ -308,6 +373,19 @@ class Run:
             write_json(self.rd / layout.DONE, {"step": self.total, "identity": self.identity,
                                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
+    def _check_searches(self, step: int) -> None:
+        if self.retriever is None:
+            return
+        searches, failures, last = self.retriever.take()
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            t = torch.tensor([float(searches), float(failures)], device=self.trainer.accelerator.device)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            searches, failures = int(t[0].item()), int(t[1].item())
+        self.search_counts = (searches, failures)
+        check_search_failures(step, searches, failures, float(self.cfg.grpo.max_search_failure_rate), last)
+
     def _agree(self, flag: bool) -> bool:
         import torch.distributed as dist
 
@@ -334,6 +412,8 @@ class Run:
         row["tool_failures"] = logs.get("tools/failure_frequency")
         row["tool_errors_per_rollout"] = self.trainer.last_tool_errors
         row["tool_parse_failures"] = self.trainer.last_parse_failures
+        if self.retriever is not None:
+            row["searches"], row["search_failures"] = self.search_counts
         row["completion_length"] = logs.get("completions/mean_length")
         if float(self.cfg.grpo.beta) > 0:
             row["kl"] = logs.get("kl")
@@ -366,6 +446,10 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
     """One training segment. `before_train(trainer)` runs just before `trainer.train()` (tests use it
     to replace the generation function with a scripted policy)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    validate(cfg)   # the schema launch checked with: a hand-edited config.yaml is refused the same way
+    problem = world_problem(cfg, world_size())
+    if problem:
+        raise RlError(f"invalid config:\n  {problem}")
     rd = Path(cfg.run_dir)
     if (rd / layout.DONE).is_file():
         recorded = json.loads((rd / layout.DONE).read_text(encoding="utf-8")).get("identity")
@@ -374,6 +458,7 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
             raise identity_error(f"{rd} holds a finished run of a different configuration", diff)
         print(f"[rl.train] {rd} is finished (DONE)")
         return 0
+    preflight(cfg, probe_retriever=False)   # (the retriever is probed when it is built)
     if cfg.task == "spa":
         table = pilot_guard(cfg)
         if table:
@@ -401,10 +486,59 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
             os.close(r._lock)  # the run-dir lock (the process exit would release it too)
         if r.trainer is not None:
             r.wandb.finish()
+            stop_helper_threads(r.trainer)
         scratch = rd / "trl"  # TRL's output_dir: nothing is saved there (save_strategy="no")
         if scratch.is_dir() and not any(scratch.iterdir()):
             scratch.rmdir()
     return 0
+
+
+def stop_helper_threads(trainer) -> None:
+    """Stop the helper threads a segment leaves behind — TRL's asyncio loop (async tools or rewards)
+    and tqdm's monitor (started by the first progress bar) — so none is alive at interpreter exit."""
+    import threading
+
+    thread, loop = getattr(trainer, "async_loop_thread", None), getattr(trainer, "async_loop", None)
+    if thread is not None and loop is not None:
+        from trl.trainer.utils import shutdown_event_loop_in_daemon
+
+        shutdown_event_loop_in_daemon(thread, loop)
+    try:
+        from tqdm._monitor import TMonitor
+    except ImportError:  # pragma: no cover - tqdm comes with transformers
+        return
+    for t in threading.enumerate():
+        if isinstance(t, TMonitor):
+            t.exit()   # sets its stop event and joins it
+
+
+def close_process_group(clean: bool) -> None:
+    """Destroy the torch.distributed process group (accelerate's PartialState made it from
+    torchrun's environment) before the interpreter exits. Left alive, gloo's and the TCP store's
+    C++ threads are torn down by static destructors at exit, which can abort the process
+    ("terminate called without an active exception", SIGABRT) after a finished run. `clean`: every
+    rank got here normally, so a barrier first keeps one rank from leaving while another still talks."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if clean:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def write_refusal(cfg_path: str, code: int, message: str) -> None:
+    """Rank 0 records a refusal in `<run_dir>/logs/trainer-exit.json`, so launch can report it as
+    one line with this exit code (torchrun itself turns any worker failure into exit 1)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    try:
+        rd = OmegaConf.load(cfg_path).run_dir
+        if rd:
+            (Path(str(rd)) / layout.LOGS).mkdir(parents=True, exist_ok=True)
+            write_json(Path(str(rd)) / layout.LOGS / layout.TRAINER_EXIT, {"code": code, "error": message})
+    except Exception:  # noqa: BLE001 - an unreadable config: the message is on stderr all the same
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -416,11 +550,22 @@ def main(argv: list[str] | None = None) -> int:
     from common.cli import ConfigError
     from evals.retrievers import RetrieverError
 
+    clean = False
     try:
-        return run(load_config(argv[0]))
+        try:
+            cfg = load_config(argv[0])
+        except Exception as exc:  # noqa: BLE001 - YAML errors come in several types
+            raise RlError(f"{argv[0]}: not a readable config ({str(exc).splitlines()[0] if str(exc) else exc})") from None
+        rc = run(cfg)
+        clean = True
+        return rc
     except (ConfigError, RetrieverError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
+        message = " ".join(str(exc).split("\n  ")) if "\n" in str(exc) else str(exc)
         print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
+        write_refusal(argv[0], 2, message)
         return 2
+    finally:
+        close_process_group(clean)
 
 
 if __name__ == "__main__":

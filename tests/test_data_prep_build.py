@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -253,7 +254,9 @@ def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, caps
 def test_study_recipe_decontaminates_synthetic_does_not():
     from launch.compose import compose
 
-    assert compose([]).cfg.data.decontam_bench_root == "../shared/benchmarks"  # data=hub, the study default
+    # data=hub, the study default: the shipped recipe's ../shared/benchmarks, against the repository (launch.paths)
+    repo = Path(__file__).resolve().parents[1]
+    assert compose([]).cfg.data.decontam_bench_root == os.path.normpath(repo / ".." / "shared" / "benchmarks")
     assert compose(["data=synthetic"]).cfg.data.decontam_bench_root is None
 
 

@@ -255,8 +255,8 @@ def test_start_checkpoint_is_a_verified_copy(start_dir):
 
     assert verify_checkpoint(start_dir) == []
     assert (start_dir / "model.safetensors").read_bytes() == (TINY_BASE / "model.safetensors").read_bytes()
-    # only the weights may share the source's inode (hard link); the small files are copies
-    for name in ("config.json", "tokenizer.json", "chat_template.jinja"):
+    # every file is a copy (or reflink), never a hard link: writing into the run never writes the source
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "chat_template.jinja"):
         assert not (start_dir / name).samefile(TINY_BASE / name), name
 
 
@@ -443,7 +443,6 @@ def test_tampered_starting_copy_is_refused_before_loading(tmp_path, capsys, monk
     write_start_checkpoint(str(TINY_BASE), start)
     cfg_path = Path(cfg.run_dir) / "config.yaml"
     OmegaConf.save(cfg, cfg_path)
-    (start / "config.json").unlink()  # hard links: replace, never edit the committed base in place
     (start / "config.json").write_text((TINY_BASE / "config.json").read_text().replace('"hidden_act": "silu"', '"hidden_act": "gelu"'))
     assert rt.main([str(cfg_path)]) == 2
     err = capsys.readouterr().err

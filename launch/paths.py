@@ -1,0 +1,104 @@
+"""One rule for the file and directory paths a run's config names (README, "Paths").
+
+- A path the user gives — on the command line or in their own `recipe=FILE` — is relative to the
+  directory `launch` runs in.
+- A path in a shipped recipe (`recipes/**`, e.g. data/hub.yaml's `decontam_bench_root:
+  ../shared/benchmarks`) is relative to the repository, wherever `launch` runs.
+- Output locations (`runs_root`, `run_dir`, `data.cache_root`) are always the caller's, the
+  base.yaml default `runs` included; launch makes them absolute when it resolves the run dir
+  (`launch.run.resolve`, `rl.launch.resolve`).
+
+Each input path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a
+Slurm script carry absolute paths and the trainer (which runs with the repository as its working
+directory) reads exactly the files the user meant. Values that are not local paths stay as given:
+`auto` / `never` for `resume`, the embedded model names (`tiny`, `tiny-base`), a hub id `ORG/NAME`
+that names no local directory, a hub data source.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = "recipes/"                 # the origin label of a shipped recipe layer (launch.compose)
+EMBEDDED_NAMES = ("tiny", "tiny-base")   # common.tiny: resolved by name, never a directory here
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
+
+# key -> kind. "path": a file or directory; "paths": a list of them; "model": a model/tokenizer path
+# or hub id; "sources": FORMAT:PATH_OR_HUB_ID specs; "state": auto | never | a state directory.
+SFT_KEYS = {
+    "resume": "state", "model.path": "model", "model.tokenizer": "model", "data.dir": "path",
+    "data.decontam_bench_root": "path", "data.decontam": "paths", "data.sources.code": "sources",
+    "data.sources.search": "sources",
+}
+GRPO_KEYS = {"resume": "state", "model.path": "model", "grpo.prompts_file": "path", "grpo.corpus": "path"}
+
+
+def _abs(value: str, base: Path) -> str:
+    p = Path(os.path.expanduser(value))
+    return os.path.normpath(p if p.is_absolute() else base / p)
+
+
+def _model(value: str, base: Path, shipped: bool) -> str:
+    if value in EMBEDDED_NAMES or value.startswith(("http://", "https://")):
+        return value
+    expanded = os.path.expanduser(value)
+    if os.path.isabs(expanded) or (base / expanded).exists():
+        return _abs(value, base)
+    if shipped or HUB_ID.fullmatch(value):
+        return value   # a hub id (a shipped recipe names only hub ids and embedded models)
+    return _abs(value, base)   # a local name that does not exist: refused later as a missing path, not a repo dir
+
+
+def _source(spec: str, base: Path) -> str:
+    fmt, sep, loc = str(spec).partition(":")
+    if not sep or not loc:
+        return spec   # malformed: launch.compose.validate names it
+    expanded = os.path.expanduser(loc)
+    local = (os.path.isabs(expanded) or (base / expanded).exists() or loc.startswith(".")
+             or loc.endswith(LOCAL_SUFFIXES))
+    return f"{fmt}:{_abs(loc, base)}" if local else spec
+
+
+def absolute(kind: str, value, base: Path, shipped: bool = False):
+    """`value` of a key of `kind` with its local paths absolute against `base` (see the module doc)."""
+    if value is None or value == "" or isinstance(value, bool):
+        return value
+    if kind in ("paths", "sources"):
+        if isinstance(value, (str, int, float)):
+            return value   # not a list: validation names it
+        one = _source if kind == "sources" else (lambda v, b: _abs(v, b) if isinstance(v, str) else v)
+        return [one(v, base) if isinstance(v, str) else v for v in value]
+    if not isinstance(value, str):
+        return value
+    if kind == "state" and value in ("auto", "never"):
+        return value
+    if kind == "model":
+        return _model(value, base, shipped)
+    return _abs(value, base)
+
+
+def origin_of(key: str, origins: dict[str, str]) -> str:
+    """The layer that set `key`, or the sub-tree above it (`model.config` set as a whole)."""
+    parts = key.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in origins:
+            return origins[".".join(parts[:i])]
+    return f"{SHIPPED}base.yaml"
+
+
+def make_absolute(cfg: DictConfig, keys: dict[str, str], origins: dict[str, str], cwd: Path | None = None) -> None:
+    """Rewrite every path key of `cfg` (in place) absolute by the rule of the layer that set it."""
+    cwd = Path(cwd or os.getcwd())
+    for key, kind in keys.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        shipped = origin_of(key, origins).startswith(SHIPPED)
+        new = absolute(kind, value, REPO if shipped else cwd, shipped)
+        if new != value:
+            OmegaConf.update(cfg, key, new, merge=False)
