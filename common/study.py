@@ -35,6 +35,20 @@ from omegaconf.errors import OmegaConfBaseException
 
 from common.cli import ConfigError, did_you_mean
 from common.io import sha256_file
+from common.layout import step_name
+
+# `${step:N}` in a study file: the step directory name of step N (step-000100), spelled by common.layout.
+def _register_step_resolver() -> None:
+    import inspect
+
+    register = OmegaConf.register_resolver
+    if "replace" not in inspect.signature(register).parameters:  # omegaconf < 2.4: the old call is deprecated
+        register = OmegaConf.register_new_resolver
+    if not OmegaConf.has_resolver("step"):
+        register("step", lambda n: step_name(int(n)))
+
+
+_register_step_resolver()
 
 STUDY_DIR = Path(__file__).resolve().parents[1] / "recipes" / "study"
 

@@ -31,13 +31,13 @@ def _stage_outputs(out: str) -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2]))
 
 
-def _yaml_value(text: str, section: str, key: str) -> str:
-    """`key:` inside the first top-level `section:` block of a printed YAML config."""
-    m = re.search(rf"^{section}:\n((?:[ -].*\n)+)", text, flags=re.M)
-    assert m, f"no `{section}:` section in:\n{text[:2000]}"
-    k = re.search(rf"^  {re.escape(key)}: (.*)$", m.group(1), flags=re.M)
-    assert k, f"no {section}.{key} in:\n{m.group(1)}"
-    return k.group(1).strip()
+def _resolved(text: str) -> dict:
+    """The `# resolved config.yaml` block a GRPO dry run prints, parsed."""
+    import yaml
+
+    m = re.search(r"^# resolved config.yaml\n(.*?)^# local command", text, flags=re.M | re.S)
+    assert m, f"no resolved config in:\n{text[:2000]}"
+    return yaml.safe_load(m.group(1))
 
 
 def test_the_five_reference_studies_are_shipped_and_load():
@@ -86,13 +86,14 @@ def dry_runs(tmp_path_factory):
     from sft.tiny import save_tiny_model
 
     cwd = tmp_path_factory.mktemp("studies")
-    slots = {"qwen3_4b_multihop_sft_grpo": [], "browsecomp_worker_export": []}
-    for name in ("traj.jsonl", "questions.jsonl", "corpus.jsonl"):
+    slots = {"dual_terminator_sft": ["corpus=corpus.jsonl"]}
+    for name in ("traj.jsonl", "questions.jsonl"):
         (cwd / name).write_text("")
+    (cwd / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
     slots["qwen3_4b_multihop_sft_grpo"] = ["hotpotqa_trajectories=canonical:traj.jsonl", "hotpotqa_questions=questions.jsonl",
                                           "corpus=corpus.jsonl"]
     save_tiny_model(cwd / "ckpt", seed=0, vocab_size=4160)
-    slots["browsecomp_worker_export"] = ["checkpoint=ckpt", f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}", "vocab_size=4096"]
+    slots["browsecomp_worker_export"] = ["checkpoint=ckpt", f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}"]
     out = {}
     for name in STUDIES:
         proc = _launch(cwd, f"study={name}", "launcher=slurm", "dry_run=true", *slots.get(name, []))
@@ -105,39 +106,39 @@ def dry_runs(tmp_path_factory):
                                                    ("llama3_1_8b_spa_grpo", "meta-llama/Llama-3.1-8B-Instruct", 4)])
 def test_grpo_study_plan(dry_runs, name, model_path, gpus):
     train = dry_runs[name]["train"]
-    assert _yaml_value(train, "model", "path") == model_path
+    cfg = _resolved(train)
+    assert cfg["model"]["path"] == model_path and cfg["launcher"]["gpus_per_node"] == gpus
     assert f"#SBATCH --gpus-per-node={gpus}" in train and f"--nproc_per_node={gpus}" in train
-    assert _yaml_value(train, "train", "steps") == "250"
-    assert _yaml_value(train, "grpo", "completions_per_step") == "32"
-    assert _yaml_value(train, "grpo", "use_vllm") in ("auto", "true")
-    assert _yaml_value(train, "lora", "r") == "32" and _yaml_value(train, "lora", "alpha") == "64"
-    assert _yaml_value(train, "train", "save_steps").startswith(("[50, 100, 150, 200]", "- 50")) or "- 50" in train
+    assert cfg["train"]["steps"] == 250 and cfg["train"]["save_steps"] == [50, 100, 150, 200]
+    assert cfg["grpo"]["completions_per_step"] == 32 and cfg["grpo"]["use_vllm"] in ("auto", True)
+    assert (cfg["lora"]["r"], cfg["lora"]["alpha"]) == (32, 64)
     assert "profile=rl_ood" in dry_runs[name]["report"]
 
 
 def test_dual_terminator_study_plan(dry_runs):
     train, report = dry_runs["dual_terminator_sft"]["train"], dry_runs["dual_terminator_sft"]["report"]
-    assert "Qwen/Qwen3-4B-Thinking-2507" in train
+    assert train.count("'model': 'qwen3_4b_thinking_2507'") == 9
+    # 218 = floor(3500 / 16): n=3500 at batch 16; r2e one epoch, search and mixed two (436)
+    assert train.count("218 optimizer steps (for n=3500), checkpoints at [50, 100, 150, 200, 218]\n") == 3
+    assert train.count("436 optimizer steps (for n=3500), checkpoints at [50, 100, 150, 200, 218, 436]\n") == 6
     assert "#SBATCH --gpus-per-node=8" in train and "#SBATCH --array=0-8" in train  # 3 arms x 3 seeds
     for arm in ("r2e", "search", "mixed"):
         for seed in (0, 1, 2):
             assert f"{arm}/seed{seed}" in train
-    assert "global_batch_size: 16" in train and "lr: 1.0e-05" in train
     assert "profile=search_r1_7bench" in report and "anchor=Qwen/Qwen3-4B-Thinking-2507" in report
 
 
 def test_multihop_and_export_study_plans(dry_runs):
     mh = dry_runs["qwen3_4b_multihop_sft_grpo"]
-    assert _yaml_value(mh["sft"], "model", "path") == "Qwen/Qwen3-4B"
-    assert _yaml_value(mh["sft"], "train", "lr") == "0.0001" and _yaml_value(mh["sft"], "train", "global_batch_size") == "128"
+    assert "Qwen/Qwen3-4B" in mh["sft"] and "lr: 0.0001" in mh["sft"] and "global_batch_size: 128" in mh["sft"]
     assert "checkpoints/step-000100" in mh["grpo"] and "profile=multihop_qa" in mh["report"]
     export = dry_runs["browsecomp_worker_export"]["export"]
-    assert "vocab_size: 4096" in export and "tiny_tokenizer" in export
+    assert "vocab_size: 151936" in export and "tokenizer from " in export and "tiny_tokenizer" in export
 
 
 def test_a_missing_data_slot_is_named(tmp_path):
     proc = _launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo")
-    assert proc.returncode == 2 and "set hotpotqa_trajectories=..." in proc.stderr
+    assert proc.returncode == 2 and "hotpotqa_trajectories=..." in proc.stderr and "data slots" in proc.stderr
     proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "reprot:eval.n=2", "dry_run=true")
     assert proc.returncode == 2 and "Did you mean: report" in proc.stderr
 
