@@ -178,7 +178,8 @@ def test_dual_terminator_study_runs_on_cpu(tmp_path):
     shared = ROOT.parent / "shared" / "benchmarks"
     if not shared.is_dir():
         pytest.skip(f"needs {shared}")
-    proc = _launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *study.cpu_smoke, timeout=1500)
+    smoke = [t.replace("../shared", str(ROOT.parent / "shared")) for t in study.cpu_smoke]  # written for the repo root
+    proc = _launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
     assert "0.344" in ref and "0.302" in ref
