@@ -12,7 +12,7 @@ analyze: transfer curves, tables and a report from a sweep of runs.
 
   analyze runs_root=runs [benches=[nq,...,search_plan_ood]] [evaluate=true] [anchor=PATH_OR_HUB_ID]
           [anchor_dir=<runs_root>/_anchor] [out=reports] [metrics=[em,f1]] [n_boot=2000] [boot_seed=0]
-          [profile=rl_ood] [dry_run=false] [wandb=auto|true|false] [n=..] [seed=..] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH]
+          [profile=rl_ood] [study=NAME|FILE] [dry_run=false] [wandb=auto|true|false] [n=..] [seed=..] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH]
           [retriever_url=URL] [topk=..] [bench_root=DIR] [max_turns=..] [max_model_len=..] [eval.KEY=..]
 
 Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench not yet evaluated
@@ -24,6 +24,8 @@ tables/*.md|tex and report.md (with provenance and every missing point).
 evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
 eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
 Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
+study=NAME (recipes/study/NAME.yaml, or a path) adds tables/reference.md|tex: the study's published
+numbers, labelled "reported", beside the values measured here (never part of a CI).
 Evaluation keys (n, seed, backend, ...) go to the evals harness;
 eval.KEY=VALUE passes any other harness key.
 

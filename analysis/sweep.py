@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "boot_seed": 0,
     "conf": 0.95,
     "dry_run": False,
+    "study": None,  # a study file (name or path): its reference_results shown beside ours (tables/reference.*)
     "wandb": "auto",  # the results table to the study's wandb group (analysis.wandb_log); auto: when online
     # Passed to the evals harness as its own config keys; null means "the harness's default".
     "eval": {"n": None, "seed": None, "backend": None, "retriever": None, "corpus": None,
@@ -171,6 +172,11 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if profile:
         eval_opts["profile"] = profile
     anchor_eval = anchor_eval_dir(anchor_dir, profile)
+    study = None
+    if cfg.study:
+        from common.study import load_study  # a bad study file is a one-line error before any evaluation
+
+        study = load_study(str(cfg.study))
     h = harness(evaluator) if cfg.evaluate else None
     if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
         check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
@@ -220,9 +226,15 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if pp.rows:
         result.tables["prepost"] = pp.table()
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
+    if study is not None and study.reference_results:
+        from analysis.reference import reference_table
+
+        result.tables["reference"] = reference_table(study, add_mean_rows(table, qa))
+        table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate))
     problems = sorted(set(points.problems + pp.problems + [p for r in runs for p in r.problems]))
     settings = {"runs_root": cfg.runs_root, "profile": profile, "benches": benches, "n_boot": cfg.n_boot,
+                **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),
                 "boot_seed": cfg.boot_seed,
                 "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures)}
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
