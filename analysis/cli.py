@@ -20,6 +20,8 @@ tables/*.md|tex and report.md (with provenance and every missing point).
 evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
 eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
 Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
+study=NAME (recipes/study/NAME.yaml, or a path) adds tables/reference.md|tex: the study's published
+numbers, labelled "reported", beside the values measured here (never part of a CI).
 Evaluation keys (n, seed, backend, ...) go to the evals harness;
 eval.KEY=VALUE passes any other harness key.
 

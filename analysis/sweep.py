@@ -44,6 +44,7 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "boot_seed": (0, "seed of the bootstrap"),
     "conf": (0.95, "confidence level of the intervals"),
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
+    "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
     # Passed to the evals harness as its own config keys (also as plain n=, seed=, ...); null: the harness's default.
     "eval.n": (None, "evaluate's n (items per bench)"),
@@ -181,6 +182,11 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if profile:
         eval_opts["profile"] = profile
     anchor_eval = anchor_eval_dir(anchor_dir, profile)
+    study = None
+    if cfg.study:
+        from common.study import load_study  # a bad study file is a one-line error before any evaluation
+
+        study = load_study(str(cfg.study))
     h = harness(evaluator) if cfg.evaluate else None
     if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
         check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
@@ -230,9 +236,15 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if pp.rows:
         result.tables["prepost"] = pp.table()
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
+    if study is not None and study.reference_results:
+        from analysis.reference import reference_table
+
+        result.tables["reference"] = reference_table(study, add_mean_rows(table, qa))
+        table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate))
     problems = sorted(set(points.problems + pp.problems + [p for r in runs for p in r.problems]))
     settings = {"runs_root": cfg.runs_root, "profile": profile, "benches": benches, "n_boot": cfg.n_boot,
+                **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),
                 "boot_seed": cfg.boot_seed,
                 "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures)}
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,

@@ -82,7 +82,7 @@ class Table:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
                   "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
-                  "±": r"$\pm$", "–": "--", "×": r"$\times$", "Δ": r"$\Delta$", "−": "$-$"}
+                  "±": r"$\pm$", "–": "--", "→": r"$\rightarrow$", "×": r"$\times$", "Δ": r"$\Delta$", "−": "$-$"}
 
 
 def latex_escape(text: str) -> str:

@@ -7,6 +7,8 @@
     launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
     launch stage=grpo task=spa|qa [model=...] [model.path=<SFT checkpoint> name=...] steps=250 ...
            (GRPO with LoRA, rl/; the default stage is sft; `launch stage=grpo --help` lists its keys)
+    launch study=NAME [VAR=value] [STAGE:key=value] [key=value] [dry_run=true]
+           (a reference study's stages in order, recipes/study/NAME.yaml; launch/study.py)
 """
 from __future__ import annotations
 
@@ -94,6 +96,10 @@ def run_grpo(argv: list[str]) -> int:
 
 
 def launch_main(argv: list[str]) -> int:
+    if any(tok.partition("=")[0].strip() == "study" for tok in argv):
+        from launch.study import run_study
+
+        return run_study(argv)
     stage, argv = _stage(argv)
     if wants_help(argv) and stage == "sft":
         print(help_text())

@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from common.io import write_json
+from common.study import study_from_env
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "accelerate", "safetensors", "omegaconf",
@@ -121,6 +122,10 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
         }
     if identity is not None:
         manifest["identity"] = identity
+    study = study_from_env()
+    if study is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
+        entry["study"] = study
+        manifest.setdefault("study", study)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, manifest)
     return manifest

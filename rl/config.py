@@ -25,7 +25,7 @@ from launch.errors import LaunchError
 from launch.paths import GRPO_KEYS, make_absolute
 from rl.errors import RlError
 
-SELECTORS = {"task": "spa", "model": "qwen3_4b_thinking_2507", "launcher": "local"}
+SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
 RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
 TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "betas", "eps", "weight_decay", "grad_clip",
               "activation_checkpointing", "precision")
@@ -44,11 +44,33 @@ def _shipped_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]
               (f"recipes/grpo/task/{choices['task']}.yaml",
                OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
               (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes))]
+    layers.append((f"recipes/launcher/{choices['launcher']}.yaml", load_recipe("launcher", choices["launcher"], recipes)))
+    # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
+    # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
     rl_model = recipes / "grpo" / "model" / f"{choices['model']}.yaml"
     if rl_model.is_file():
         layers.append((f"recipes/grpo/model/{choices['model']}.yaml", OmegaConf.load(rl_model)))
-    layers.append((f"recipes/launcher/{choices['launcher']}.yaml", load_recipe("launcher", choices["launcher"], recipes)))
     return layers
+
+
+def recipe_gpus(composed: Composed, recipes: Path = RECIPES) -> tuple[int, str] | None:
+    """(GPUs, recipe file) when the model's GRPO recipe states the reference's GPU count."""
+    path = recipes / "grpo" / "model" / f"{composed.choices['model']}.yaml"
+    gpus = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
+    return (int(gpus), f"recipes/grpo/model/{path.name}") if gpus is not None else None
+
+
+def hardware_note(composed: Composed, world: int) -> str | None:
+    """What a launch says when its world size is not the recipe's GPU count, and how the batch is kept."""
+    stated = recipe_gpus(composed)
+    if stated is None or stated[0] == world:
+        return None
+    g = composed.cfg.grpo
+    per_device = int(g.completions_per_step) // (world * int(g.grad_accum))
+    return (f"{stated[1]} states {stated[0]} GPUs (the reference's); this run has {world} process(es) "
+            f"(launcher.gpus_per_node / nproc / nodes). The effective batch is kept: grpo.completions_per_step="
+            f"{g.completions_per_step} completions per optimizer step = {per_device} per process x {world} "
+            f"process(es) x grpo.grad_accum={g.grad_accum}; the group size (num_generations={g.num_generations}) is unchanged")
 
 
 def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:

@@ -20,7 +20,7 @@ from common.cli import run_cli, wants_help
 from launch import local, manifest, run, slurm
 from launch.compose import RECIPES
 from launch.run import REPO, Prepared, is_finished, lock_run_dir, write_config
-from rl.config import RL_ALIASES, SELECTORS, compose_grpo, parent_run, planned_saves, run_dir, run_identity, world_problem
+from rl.config import RL_ALIASES, SELECTORS, compose_grpo, hardware_note, parent_run, planned_saves, run_dir, run_identity, world_problem
 from rl.errors import RlError
 
 MODULE = "rl.train"
@@ -113,6 +113,9 @@ def launch_grpo(argv: list[str]) -> int:
     print(f"[launch] stage=grpo {prep.composed.choices} -> {rd}\n"
           f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
           f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)")
+    note = hardware_note(prep.composed, prep.nproc * (int(cfg.launcher.nodes) if cfg.launcher.kind == "slurm" else 1))
+    if note:
+        print(f"[launch] note: {note}")
     if cfg.launcher.dry_run:
         print("# resolved config.yaml")
         print(OmegaConf.to_yaml(cfg))

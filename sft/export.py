@@ -11,6 +11,10 @@ COMPLETE resumable state). The output:
   trimmed from every vocab-sized tensor, `config.vocab_size` set to match, and
   checked to cover the tokenizer;
 - tokenizer, chat template and generation_config copied, `SHA256SUMS` over every file.
+  `tokenizer=DIR|HUB_ID@REV` takes the tokenizer files and chat template from that directory
+  or pinned hub revision instead of the source's (e.g. a serving stack pinned to the base
+  model's tokenizer); it must fit the trimmed embedding (its length <= the exported
+  vocab_size, else exit 2), and its origin and file digests go into `export_info.json`.
 The output is written to a temporary sibling dir and renamed when complete, then
 checked with verify-checkpoint (`verify=false` skips that). An existing `out` is replaced
 only when it is an earlier export (it has `export_info.json`) and `overwrite=true`: it is
@@ -22,6 +26,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,7 +34,7 @@ from omegaconf import OmegaConf
 
 from common import keydoc
 from common.cli import apply_overrides, require_int, run_cli, wants_help
-from common.io import atomic_dir, check_output_dir, write_json, write_sha256sums
+from common.io import atomic_dir, check_output_dir, sha256_file, write_json, write_sha256sums
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
 from sft.export_source import (
     ExportError,
@@ -50,18 +55,21 @@ KEYS = {  # key: (default, description): `export-checkpoint --help` and docs/key
     "dtype": ("bf16", "bf16 | fp16 | fp32: the dtype of the exported weights"),
     "max_shard_size": ("5GB", "shard the safetensors above this size (B, KB, MB, GB, TB; KiB, MiB, GiB)"),
     "vocab_size": (None, "trim padded vocabulary rows beyond this; null -> config.vocab_size"),
+    "tokenizer": (None, "DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)"),
     "overwrite": (False, "true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>"),
     "verify": (True, "run verify-checkpoint on the result"),
     "dry_run": (False, "true: print the config and the resolved source, write nothing"),
 }
 DEFAULTS = keydoc.defaults(KEYS)
 
-# Tokenizer / chat template / generation files carried over verbatim. An allowlist, so
-# optimizer states or training leftovers in a checkpoint dir never reach the serving copy.
-CARRY_FILES = re.compile(
+# Tokenizer / chat template / generation files carried over verbatim. Allowlists, so
+# optimizer states or training leftovers in a checkpoint dir never reach the serving copy;
+# `tokenizer=` replaces the TOKENIZER_CARRY files, the generation config stays the source's.
+TOKENIZER_CARRY = re.compile(
     r"^(tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt"
-    r"|chat_template\.(jinja|json)|generation_config\.json|.*\.model)$"
+    r"|chat_template\.(jinja|json)|.*\.model)$"
 )
+CARRY_FILES = re.compile(rf"^(generation_config\.json|{TOKENIZER_CARRY.pattern[1:-1]})$")
 TOKENIZER_FILES = re.compile(r"^(tokenizer\.json|tokenizer\.model|vocab\.(json|txt)|.*\.model)$")
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -174,11 +182,51 @@ def write_weights(sd: dict[str, torch.Tensor], out: Path, dtype: torch.dtype, ma
     return names
 
 
-def _copy_carry_files(src: Path, out: Path, config) -> list[str]:
+@dataclass(frozen=True)
+class TokenizerOverride:
+    """`tokenizer=`: where its files come from (`dir`) and what the export records of it."""
+    spec: str
+    dir: Path
+    revision: str | None
+
+    def files(self) -> list[Path]:
+        return [p for p in sorted(self.dir.iterdir()) if p.is_file() and TOKENIZER_CARRY.match(p.name)]
+
+
+def _checked(t: TokenizerOverride) -> TokenizerOverride:
+    if not any(TOKENIZER_FILES.match(p.name) for p in t.files()):
+        raise SftError(f"tokenizer: {t.spec} ({t.dir}) has no tokenizer files (tokenizer.json / vocab.json / *.model)")
+    return t
+
+
+def resolve_tokenizer(spec: str) -> TokenizerOverride:
+    """A local tokenizer dir, or `HUB_ID@REV` fetched (tokenizer files only) from the hub at that revision."""
+    spec = str(spec)
+    if Path(spec).is_dir():
+        return _checked(TokenizerOverride(spec, Path(spec).resolve(), None))
+    repo, sep, rev = spec.partition("@")
+    if not sep or not repo or not rev:
+        what = "a file" if Path(spec).exists() else "no such directory"
+        raise SftError(f"tokenizer: {spec!r} is {what}; expected a tokenizer directory or a pinned hub id HUB_ID@REV")
+    from huggingface_hub import snapshot_download
+
+    try:
+        local = snapshot_download(repo_id=repo, revision=rev, allow_patterns=[
+            "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "chat_template.*", "*.model"])
+    except Exception as exc:  # offline, unknown repo or revision: the hub library raises many types
+        raise SftError(f"tokenizer: cannot fetch {repo} at revision {rev} from the hub ({type(exc).__name__}: {exc})") from exc
+    return _checked(TokenizerOverride(spec, Path(local), rev))
+
+
+def _copy_carry_files(src: Path, out: Path, config, tokenizer: TokenizerOverride | None = None) -> list[str]:
     notes = []
     for p in sorted(src.iterdir()):
-        if p.is_file() and CARRY_FILES.match(p.name):
+        if p.is_file() and CARRY_FILES.match(p.name) and not (tokenizer and TOKENIZER_CARRY.match(p.name)):
             shutil.copy2(p, out / p.name)
+    if tokenizer is not None:
+        for p in tokenizer.files():
+            shutil.copy2(p, out / p.name)
+        notes.append(f"tokenizer files from {tokenizer.spec} ({', '.join(p.name for p in tokenizer.files())}), not from {src}")
     if not (out / "generation_config.json").exists():
         from transformers import GenerationConfig
 
@@ -188,7 +236,7 @@ def _copy_carry_files(src: Path, out: Path, config) -> list[str]:
 
 
 def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", vocab_size: int | None = None,
-                      overwrite: bool = False) -> dict:
+                      tokenizer: str | None = None, overwrite: bool = False) -> dict:
     """Export `ckpt` to `out`; returns a summary (source, step, files, notes)."""
     from transformers import AutoConfig
 
@@ -204,20 +252,27 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     check_output_dir(out, overwrite=overwrite, marker=EXPORT_MARKER, sources=[ckpt, src.path])
     check_source_sums(src)
     config = AutoConfig.from_pretrained(str(src.hf_dir), trust_remote_code=False)
-    tokenizer = _load_tokenizer(src.hf_dir)
+    override = resolve_tokenizer(tokenizer) if tokenizer is not None else None
+    tok = _load_tokenizer(override.dir if override else src.hf_dir)
     target_vocab = int(vocab_size) if vocab_size is not None else int(config.vocab_size)
+    if override is not None and len(tok) > target_vocab:
+        raise SftError(f"tokenizer: {override.spec} has {len(tok)} tokens, more than the exported embedding's "
+                       f"{target_vocab} rows (vocab_size); its ids beyond {target_vocab - 1} would have no embedding")
     sd = load_source_weights(src)
-    sd, notes = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tokenizer), where=str(src.path))
+    sd, notes = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tok), where=str(src.path))
     torch_dtype = EXPORT_DTYPES[dtype]
     config.dtype = torch_dtype
     with atomic_dir(out, existing="aside") as tmp:
         save_config(config, tmp)  # first: write_weights copies its file mode
         files = write_weights(sd, tmp, torch_dtype, max_bytes)
-        notes += _copy_carry_files(src.hf_dir, tmp, config)
-        if getattr(tokenizer, "chat_template", None) is None:
-            notes.append(f"{src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
-        write_json(tmp / EXPORT_MARKER, {"source": str(src.path), "kind": src.kind, "step": src.step,
-                                         "dtype": dtype, "vocab_size": target_vocab})
+        notes += _copy_carry_files(src.hf_dir, tmp, config, override)
+        if getattr(tok, "chat_template", None) is None:
+            notes.append(f"{override.dir if override else src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
+        info = {"source": str(src.path), "kind": src.kind, "step": src.step, "dtype": dtype, "vocab_size": target_vocab}
+        if override is not None:
+            info["tokenizer"] = {"spec": override.spec, "path": str(override.dir), "revision": override.revision,
+                                 "tokens": len(tok), "files": {p.name: sha256_file(p) for p in override.files()}}
+        write_json(tmp / EXPORT_MARKER, info)
         write_sha256sums(tmp)
     return dict(source=str(src.path), kind=src.kind, step=src.step, out=str(out), dtype=str(torch_dtype),
                 vocab_size=target_vocab, tensors=len(sd), weight_files=files, notes=src.notes + notes)
@@ -238,10 +293,11 @@ def _main(argv: list[str]) -> int:
         if cfg.dry_run:
             src = resolve_source(cfg.ckpt)
             print(OmegaConf.to_yaml(cfg), end="")
-            print(f"source: {src.kind} {src.path} (step {src.step}); config and tokenizer from {src.hf_dir}")
+            tok_from = resolve_tokenizer(cfg.tokenizer).dir if cfg.tokenizer is not None else src.hf_dir
+            print(f"source: {src.kind} {src.path} (step {src.step}); config from {src.hf_dir}, tokenizer from {tok_from}")
             return 0
         summary = export_checkpoint(cfg.ckpt, cfg.out, dtype=cfg.dtype, max_shard_size=cfg.max_shard_size,
-                                    vocab_size=cfg.vocab_size, overwrite=cfg.overwrite)
+                                    vocab_size=cfg.vocab_size, tokenizer=cfg.tokenizer, overwrite=cfg.overwrite)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -412,3 +412,70 @@ def test_trainer_state_exports_to_the_checkpoint_weights(trainer_run, tmp_path):
     # CPU training is fp32, so the state and the same step's checkpoint hold the same numbers.
     same_step = trainer_run / "checkpoints" / f"step-{summary['step']:06d}"
     assert torch.equal(logits(tmp_path / "out"), logits(same_step))
+
+
+def _tokenizer_dir(tmp_path, template: str):
+    """The embedded tokenizer with its own chat template: a tokenizer the source checkpoint does not carry."""
+    tok = shutil.copytree(ROOT / "common" / "tiny_tokenizer", tmp_path / "pinned_tok")
+    (tok / "chat_template.jinja").write_text(template)
+    return tok
+
+
+def test_export_tokenizer_override_writes_the_given_tokenizer(padded_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = _tokenizer_dir(tmp_path, "{% for m in messages %}<<{{ m['role'] }}>>{{ m['content'] }}{% endfor %}")
+    out = tmp_path / "out"
+    summary = export_checkpoint(padded_dir, out, dtype="fp32", vocab_size=4096, tokenizer=str(tok))
+    assert any("tokenizer files from" in n for n in summary["notes"])
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (out / name).read_bytes() == (tok / name).read_bytes()
+    assert (out / "generation_config.json").read_bytes() == (padded_dir / "generation_config.json").read_bytes()
+    rendered = AutoTokenizer.from_pretrained(str(out)).apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert rendered == "<<user>>hi"
+    info = json.loads((out / "export_info.json").read_text())["tokenizer"]
+    assert info["spec"] == str(tok) and info["revision"] is None and info["tokens"] <= 4096
+    assert sorted(info["files"]) == ["chat_template.jinja", "tokenizer.json", "tokenizer_config.json"]
+    assert verify_checkpoint(out) == []
+
+
+def test_export_tokenizer_from_a_pinned_hub_revision(padded_dir, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    tok = _tokenizer_dir(tmp_path, "{{ messages[0]['content'] }}")
+    calls = []
+
+    def snapshot_download(repo_id, revision=None, allow_patterns=None, **kw):  # the network boundary
+        calls.append((repo_id, revision))
+        return str(tok)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    out = tmp_path / "out"
+    export_checkpoint(padded_dir, out, dtype="fp32", vocab_size=4096, tokenizer="Qwen/Qwen3-4B@abc123")
+    assert calls == [("Qwen/Qwen3-4B", "abc123")]
+    assert (out / "chat_template.jinja").read_bytes() == (tok / "chat_template.jinja").read_bytes()
+    assert json.loads((out / "export_info.json").read_text())["tokenizer"]["revision"] == "abc123"
+
+
+def test_export_tokenizer_that_does_not_fit_the_embedding_is_refused(padded_dir, tmp_path, capsys):
+    from tests.conftest import shared_path
+
+    big = shared_path("fixtures", "qwen3_tokenizer")  # 151k tokens against 4096 rows
+    out = tmp_path / "out"
+    assert export_main([f"ckpt={padded_dir}", f"out={out}", "vocab_size=4096", f"tokenizer={big}"]) == 2
+    err = capsys.readouterr().err
+    assert "more than the exported embedding's 4096 rows" in err and not out.exists()
+    for bad in (str(tmp_path / "nope"), "Qwen/Qwen3-4B"):  # neither a dir nor a pinned hub id
+        assert export_main([f"ckpt={padded_dir}", f"out={out}", f"tokenizer={bad}"]) == 2
+        assert "HUB_ID@REV" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert export_main([f"ckpt={padded_dir}", f"out={out}", f"tokenizer={empty}"]) == 2
+    assert "has no tokenizer files" in capsys.readouterr().err and not out.exists()
+
+
+def test_verify_reports_the_tensor_count(exported_fp32, capsys):
+    from sft.verify import report
+
+    assert report(exported_fp32) == 0
+    assert "46 tensors" in capsys.readouterr().out

@@ -18,6 +18,13 @@
                 required write, or after spraying writes); minus 0.25 per tool call after finish
                 (including a second finish), floored at 0.
     total     = 0.5 * outcome + 0.2 * grounding + 0.3 * stop          (in [0, 1])
+
+The weights are this project's design choice ([chosen]), not a reference's: the references name
+search_plan_act and its mean-reward metric but publish no weights. The reason for these: finishing
+the task (outcome) carries half the reward; stopping cleanly (stop) outweighs grounding because an
+agent that never calls finish, or keeps calling tools after it, is unusable however well grounded its
+writes are; grounding is kept non-zero so a lucky guess scores below an evidenced answer. The hack
+ceilings below are derived from these weights: change one and the pilot's bounds must be re-derived.
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import re
 
 from .spec import UNSET
 
-WEIGHTS = {"outcome": 0.5, "grounding": 0.2, "stop": 0.3}
+WEIGHTS = {"outcome": 0.5, "grounding": 0.2, "stop": 0.3}  # [chosen] by this project, see the module doc
 POST_FINISH_PENALTY = 0.25
 
 # Ceilings on each scripted hack's mean total (checked by the pilot over >= 200 tasks per split),
