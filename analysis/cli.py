@@ -3,17 +3,13 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import OmegaConf
-
 from common.cli import apply_overrides, run_cli, wants_help
 
 HELP = """\
 analyze: transfer curves, tables and a report from a sweep of runs.
 
   analyze runs_root=runs [benches=[nq,...,search_plan_ood]] [evaluate=true] [anchor=PATH_OR_HUB_ID]
-          [anchor_dir=<runs_root>/_anchor] [out=reports] [metrics=[em,f1]] [n_boot=2000] [boot_seed=0]
-          [profile=rl_ood] [study=NAME|FILE] [dry_run=false] [wandb=auto|true|false] [n=..] [seed=..] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH]
-          [retriever_url=URL] [topk=..] [bench_root=DIR] [max_turns=..] [max_model_len=..] [eval.KEY=..]
+          [key=value ...]   (every key and its default below; eval.KEY=V: any other evaluate key)
 
 Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench not yet evaluated
 under the evaluation identity asked for (checkpoint content + settings; a result of another identity is
@@ -29,7 +25,7 @@ numbers, labelled "reported", beside the values measured here (never part of a C
 Evaluation keys (n, seed, backend, ...) go to the evals harness;
 eval.KEY=VALUE passes any other harness key.
 
-Defaults:
+Keys (key=default  description):
 """
 
 
@@ -38,10 +34,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from analysis.sweep import ALIASES, default_config, run_analysis
+    from analysis.sweep import ALIASES, KEYS, default_config, run_analysis
+    from common import keydoc
 
     if wants_help(argv):
-        print(HELP + OmegaConf.to_yaml(default_config()))
+        print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",))
     result = run_analysis(cfg)

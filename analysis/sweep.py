@@ -22,6 +22,7 @@ from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
+from common import keydoc
 from common.benchmarks import BenchError, canonical_bench_key
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
@@ -30,26 +31,35 @@ OOD_COMPONENTS = ["outcome", "grounding", "stop"]
 
 BEHAVIOUR = [("mean_tool_calls", "tool calls / episode"), ("format_failure_rate", "no answer found")]
 
-DEFAULTS: dict[str, Any] = {
-    "runs_root": "runs",
-    "out": "reports",
-    "benches": None,  # null -> the profile's benches, or the Search-R1 seven + search_plan_ood
-    "profile": None,  # evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs
-    "evaluate": True,
-    "anchor": None,  # base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0
-    "anchor_dir": None,  # null -> <runs_root>/_anchor
-    "metrics": ["em", "f1"],
-    "n_boot": 2000,
-    "boot_seed": 0,
-    "conf": 0.95,
-    "dry_run": False,
-    "study": None,  # a study file (name or path): its reference_results shown beside ours (tables/reference.*)
-    "wandb": "auto",  # the results table to the study's wandb group (analysis.wandb_log); auto: when online
-    # Passed to the evals harness as its own config keys; null means "the harness's default".
-    "eval": {"n": None, "seed": None, "backend": None, "retriever": None, "corpus": None,
-             "retriever_url": None, "topk": None, "bench_root": None, "max_turns": None,
-             "max_model_len": None, "prompt": "tool_agent"},
+KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --help` and docs/keys/analyze.md
+    "runs_root": ("runs", "the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/"),
+    "out": ("reports", "where results, figures, tables and report.md go"),
+    "benches": (None, "null -> the profile's benches, or the Search-R1 seven + search_plan_ood"),
+    "profile": (None, "evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
+    "evaluate": (True, "false: only aggregate the evaluations already on disk"),
+    "anchor": (None, "base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
+    "anchor_dir": (None, "null -> <runs_root>/_anchor"),
+    "metrics": (["em", "f1"], "QA metrics tabulated and plotted"),
+    "n_boot": (2000, "bootstrap resamples of the confidence intervals"),
+    "boot_seed": (0, "seed of the bootstrap"),
+    "conf": (0.95, "confidence level of the intervals"),
+    "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
+    "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
+    "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
+    # Passed to the evals harness as its own config keys (also as plain n=, seed=, ...); null: the harness's default.
+    "eval.n": (None, "evaluate's n (items per bench)"),
+    "eval.seed": (None, "evaluate's seed"),
+    "eval.backend": (None, "evaluate's backend: hf | vllm"),
+    "eval.retriever": (None, "evaluate's retriever: bm25 | http"),
+    "eval.corpus": (None, "evaluate's corpus (retriever=bm25)"),
+    "eval.retriever_url": (None, "evaluate's retriever_url (retriever=http)"),
+    "eval.topk": (None, "evaluate's topk"),
+    "eval.bench_root": (None, "evaluate's bench_root"),
+    "eval.max_turns": (None, "evaluate's max_turns"),
+    "eval.max_model_len": (None, "evaluate's max_model_len"),
+    "eval.prompt": ("tool_agent", "evaluate's prompt for the runs' checkpoints (the anchor takes anchor_nudge)"),
 }
+DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
 ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
 
 

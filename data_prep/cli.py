@@ -1,13 +1,7 @@
 """`data-prep`: build one arm's tokenized, loss-masked dataset.
 
-    data-prep arm=r2e tokenizer=PATH_OR_HUB_ID out=DIR [n=3500] [seed=0] [epilogue=true]
-              [data=synthetic] [sources.code=[FORMAT:PATH_OR_HUB_ID,...]] [sources.search=[...]]
-              [decontam_bench_root=DIR] [decontam=[PATH,...]] [decontam_drop=true] [strict=true] [max_seq_len=32768]
-              [length_policy=drop|truncate] [history_reasoning=exact|keep_as_rendered|reject]
-              [thoughts=reject|drop] [reasoning=reasoning_content|content] [allow_fewer=true] [synthetic.KNOB=V] [dry_run=true]
-              [num_proc=N]   (render/tokenize worker processes; default the CPU count; never changes the output)
-              [overwrite=true]  (an existing data-prep output at out= is renamed aside to
-                                 <out>.replaced-<UTC time>; anything else at out= is refused)
+    data-prep arm=r2e tokenizer=PATH_OR_HUB_ID out=DIR [key=value ...]   (every key and its default below;
+              data=synthetic is kind=synthetic; synthetic.KNOB=V sets a generator knob)
     data-prep show DIR [row=K | id=ID]   (one built row, trainable tokens marked, its turns and checks)
 
 history_reasoning=exact (default): every trainable token is what the model generated at that
@@ -24,16 +18,36 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from common import keydoc
 from common.cli import apply_overrides, require_int, run_cli, wants_help
 from data_prep.config import DATA_DEFAULTS
 from data_prep.errors import DataPrepError
 
-CLI_KEYS = {"arm": "r2e", "seed": 0, "tokenizer": "tiny", "out": None, "overwrite": False, "dry_run": False, "num_proc": None}
+KEYS = {  # data-prep's own keys: (default, description); the data keys are recipes/base.yaml's `data:` section
+    "arm": ("r2e", "r2e | search | mixed | r2e_v5: which sources and mix"),
+    "seed": (0, "record sampling and order"),
+    "tokenizer": ("tiny", "hub id or local dir of the tokenizer + chat template; tiny: the embedded tiny tokenizer"),
+    "out": (None, "output directory (required): the dataset and its manifest.json; anything else there is refused"),
+    "overwrite": (False, "true: an earlier data-prep output at out is renamed aside to <out>.replaced-<UTC time>"),
+    "dry_run": (False, "true: print the resolved config and exit"),
+    "num_proc": (None, "render/tokenize worker processes; null -> the CPU count (never changes the output)"),
+}
+CLI_KEYS = keydoc.defaults(KEYS)
 # Run-level keys launch owns; not data_prep's.
-_DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in ("cache_root", "dir")}
+LAUNCH_ONLY = ("cache_root", "dir")
+_DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in LAUNCH_ONLY}
+BASE_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "base.yaml"
+
+
+def keys() -> list[keydoc.Key]:
+    """Every data-prep key with its default and description (--help and docs/keys/data-prep.md)."""
+    data = [keydoc.Key(k.name.removeprefix("data."), k.default, k.doc) for k in keydoc.from_yaml(BASE_RECIPE)
+            if k.name.startswith("data.") and k.name.removeprefix("data.") not in LAUNCH_ONLY]
+    return keydoc.from_table(KEYS) + data
 
 
 def _main(argv: list[str]) -> int:
@@ -45,7 +59,7 @@ def _main(argv: list[str]) -> int:
             return 0
         return show_main(argv[1:])
     if wants_help(argv):
-        print(__doc__)
+        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keys()))
         return 0
     base = OmegaConf.create({**CLI_KEYS, **_DATA_ONLY})
     cfg = apply_overrides(base, argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))

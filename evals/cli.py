@@ -5,16 +5,12 @@ import sys
 
 from omegaconf import OmegaConf
 
+from common import keydoc
 from common.cli import apply_overrides, run_cli, wants_help
-from evals.config import DEFAULTS, base_config, resolve
+from evals.config import KEYS, base_config, resolve
 from evals.errors import EvalError
 
-USAGE = """usage: evaluate ckpt=PATH [benches=[nq,triviaqa,popqa,hotpotqa,2wikimultihopqa,musique,bamboogle,search_plan_ood]]
-                [n=500] [seed=42] [backend=hf|vllm] [retriever=bm25|http] [corpus=PATH] [retriever_url=URL]
-                [topk=3] [max_turns=8] [max_model_len=16384] [max_new_tokens=4096] [prompt=tool_agent|anchor_nudge]
-                [bench_root=DIR] [out=DIR] [batch_size=64] [micro_batch=16] [overwrite=false] [dry_run=true]
-                [bench_n={musique:0,babyai:50}] [profile=rl_ood|multihop_qa] [babyai_max_steps=N] [babyai_max_new_tokens=8192]
-                [babyai_temperature=1.0] [babyai_samples=1]
+USAGE = """usage: evaluate ckpt=PATH [key=value ...]   (every key and its default below)
 
 n<=0 evaluates every item; Bamboogle has 125, so n=500 takes all of it. bench_n gives one bench its
 own n (0 = every item of its file). profile=NAME takes recipes/eval/NAME.yaml's keys (command-line
@@ -32,13 +28,13 @@ holds under another identity (checkpoint content, result-changing keys, n/seed/b
 (exit 2, with the differences) unless overwrite=true, which renames the old results aside. out defaults to
 <run_dir>/eval/step-NNNNNN for a checkpoint at <run_dir>/checkpoints/step-NNNNNN.
 
-All keys (defaults):
+Keys (key=default  description):
 """
 
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(USAGE + OmegaConf.to_yaml(OmegaConf.create(DEFAULTS)))
+        print(USAGE + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     # A profile's keys sit under the command line's: read `profile=` first, build the base from it.
     profile = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("profile=")), None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from common import layout
+from common import keydoc, layout
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
 from common.schema import Number
@@ -15,51 +15,53 @@ from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
 
-DEFAULTS = {
-    "ckpt": None,                  # HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)
-    "tokenizer": None,             # null -> the checkpoint's own tokenizer; `tiny` -> the embedded one
-    "benches": [*SEARCH7, OOD_BENCH],   # NAME[@MODE], MODE open (default) | item | given, e.g. musique@given
-    "n": 500,                      # items per bench (seeded shuffle, first n); <=0 -> all
-    "bench_n": {},                 # per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n
-    "profile": None,               # recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/
-    "seed": 42,
-    "backend": "hf",               # hf | vllm
-    "retriever": "bm25",           # bm25 | http
-    "corpus": None,                # wiki-18 style jsonl for retriever=bm25
-    "index_dir": None,             # BM25 index cache root; null -> ~/.cache/dtsft/bm25
-    "retriever_url": None,         # http://HOST:PORT/retrieve for retriever=http
-    "retriever_timeout": 30.0,
-    "retriever_retries": 3,
-    "topk": 3,
-    "max_turns": 8,                # assistant turns per episode
-    "max_model_len": 16384,        # prompt + generation tokens; beyond -> stop reason context_limit
-    "max_new_tokens": 4096,        # per assistant turn
-    "prompt": "tool_agent",        # tool_agent | anchor_nudge
-    "tool_style": "auto",          # auto (from the chat template) | qwen3 | llama3
-    "bench_root": None,            # dir with <bench>/*.jsonl; null -> FlashRAG hub datasets
-    "out": None,                   # null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run
-    "batch_size": 64,              # episodes advanced in lockstep (and written) together
-    "micro_batch": 16,             # hf backend: sequences per generate call
-    "device": "auto",
-    "dtype": "auto",
-    "tensor_parallel_size": 1,     # vllm
-    "gpu_memory_utilization": "auto",  # vllm: auto = 0.9 on CUDA; on CPU the KV cache is sized instead (evals.backends)
-    "enforce_eager": "auto",       # vllm: auto = true on CPU, false on CUDA (CUDA graphs)
-    "prefix_caching": True,        # vllm
-    "ood_max_turns": 24,           # search_plan_ood needs ~10 tool calls even when done perfectly
-    "ood_split": "ood",            # search_plan_ood environment split (envs: train | ood)
-    "skip_empty_golds": False,     # true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not
-                                   # scored against; false (default) = Search-R1's scoring; counted either way
-    "babyai_max_steps": None,      # BALROG's max_steps_per_episode: ends an episode early (the reward scale stays the level's)
-    "babyai_max_new_tokens": 8192,  # one babyai reply (BALROG's max_tokens; thinking models reason at length)
-    "babyai_temperature": 1.0,     # BALROG's default sampling temperature; 0 -> greedy
-    "babyai_samples": 1,           # plays of each babyai episode, each with its own random streams
-    "progress": True,
-    "overwrite": False,            # a bench held in out under another identity: rename its results aside, re-evaluate
-    "wandb": "auto",               # auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)
-    "wandb_group": None,           # group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP
-    "dry_run": False,
+KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluate.md are rendered from it
+    "ckpt": (None, "HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)"),
+    "tokenizer": (None, "null -> the checkpoint's own tokenizer; `tiny` -> the embedded one"),
+    "benches": ([*SEARCH7, OOD_BENCH], "NAME[@MODE], MODE open (default) | item | given, e.g. musique@given"),
+    "n": (500, "items per bench (seeded shuffle, first n); <=0 -> all"),
+    "bench_n": ({}, "per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n"),
+    "profile": (None, "recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/"),
+    "seed": (42, "seed of the item shuffle (which n items) and of sampling"),
+    "backend": ("hf", "hf | vllm"),
+    "retriever": ("bm25", "bm25 | http"),
+    "corpus": (None, "wiki-18 style jsonl for retriever=bm25"),
+    "index_dir": (None, "BM25 index cache root; null -> ~/.cache/dtsft/bm25"),
+    "retriever_url": (None, "http://HOST:PORT/retrieve for retriever=http"),
+    "retriever_timeout": (30.0, "seconds per retriever=http request"),
+    "retriever_retries": (3, "retries of a failed retriever=http request"),
+    "topk": (3, "documents returned per search call"),
+    "max_turns": (8, "assistant turns per episode"),
+    "max_model_len": (16384, "prompt + generation tokens; beyond -> stop reason context_limit"),
+    "max_new_tokens": (4096, "per assistant turn"),
+    "prompt": ("tool_agent", "tool_agent | anchor_nudge"),
+    "tool_style": ("auto", "auto (from the chat template) | qwen3 | llama3"),
+    "bench_root": (None, "dir with <bench>/*.jsonl; null -> FlashRAG hub datasets"),
+    "out": (None, "null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run"),
+    "batch_size": (64, "episodes advanced in lockstep (and written) together"),
+    "micro_batch": (16, "hf backend: sequences per generate call"),
+    "device": ("auto", "auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu"),
+    "dtype": ("auto", "auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16"),
+    "tensor_parallel_size": (1, "vllm: GPUs one model is split over"),
+    "gpu_memory_utilization": ("auto", "vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the KV cache is sized instead (evals.backends)"),
+    "enforce_eager": ("auto", "vllm: auto = true on CPU, false on CUDA (CUDA graphs)"),
+    "prefix_caching": (True, "vllm: reuse the KV cache of shared prompt prefixes"),
+    "ood_max_turns": (24, "search_plan_ood needs ~10 tool calls even when done perfectly"),
+    "ood_split": ("ood", "search_plan_ood environment split (envs: train | ood)"),
+    "skip_empty_golds": (False, ("true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not scored against; "
+                                  "false (default) = Search-R1's scoring; counted either way")),
+    "babyai_max_steps": (None, "BALROG's max_steps_per_episode: ends an episode early (the reward scale stays the level's)"),
+    "babyai_max_new_tokens": (8192, "one babyai reply (BALROG's max_tokens; thinking models reason at length)"),
+    "babyai_temperature": (1.0, "BALROG's default sampling temperature; 0 -> greedy"),
+    "babyai_samples": (1, "plays of each babyai episode, each with its own random streams"),
+    "progress": (True, "a progress bar on stderr"),
+    "overwrite": (False, "a bench held in out under another identity: rename its results aside, re-evaluate"),
+    "wandb": ("auto", "auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)"),
+    "wandb_group": (None, "group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP"),
+    "dry_run": (False, "true: print the resolved config and exit; evaluate nothing"),
 }
+DEFAULTS = keydoc.defaults(KEYS)
+
 
 def default_out(ckpt: str, profile: str | None = None) -> Path | None:
     """`<run_dir>/eval/[<profile>/]step-NNNNNN` for `<run_dir>/checkpoints/step-NNNNNN`, else None."""

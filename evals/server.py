@@ -16,12 +16,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import OmegaConf
 
+from common import keydoc
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import parse_json_line
 from evals.errors import EvalError
 
-DEFAULTS = {"corpus": None, "port": 8000, "host": "127.0.0.1", "index_dir": None, "max_topk": 100}
-USAGE = """usage: serve-retriever corpus=PATH [port=8000] [index_dir=DIR] [max_topk=100]
+KEYS = {  # key: (default, description): `serve-retriever --help` and docs/keys/serve-retriever.md
+    "corpus": (None, "wiki-18 style jsonl corpus to index (required)"),
+    "port": (8000, "TCP port (0: an ephemeral one)"),
+    "host": ("127.0.0.1", "loopback only: 127.0.0.1 | localhost | ::1"),
+    "index_dir": (None, "BM25 index cache root; null -> ~/.cache/dtsft/bm25"),
+    "max_topk": (100, "largest topk a request may ask for"),
+}
+DEFAULTS = keydoc.defaults(KEYS)
+USAGE = """usage: serve-retriever corpus=PATH [key=value ...]
 
 Serve a BM25 index of a wiki-18 style corpus with Search-R1's POST /retrieve API on 127.0.0.1.
 The index is built on first use and cached under index_dir (default ~/.cache/dtsft/bm25)."""
@@ -107,7 +115,7 @@ def make_server(retriever, host: str = "127.0.0.1", port: int = 0, max_topk: int
 def main(argv: list[str] | None = None) -> int:
     def _main(args: list[str]) -> int:
         if wants_help(args):
-            print(USAGE)
+            print(USAGE + "\n\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
             return 0
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
         if not cfg.corpus:

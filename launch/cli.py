@@ -16,14 +16,17 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common.cli import flat_keys, run_cli, wants_help
+from common import keydoc
+from common.cli import run_cli, wants_help
 from launch.compose import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
 from launch.errors import LaunchError
 
 STAGES = ("sft", "grpo")
-MAIN_PREFIXES = ("arm", "seed", "name", "runs_root", "run_dir", "resume", "model.", "data.kind", "data.n", "data.epilogue",
-                 "data.max_seq_len", "data.history_reasoning", "data.thoughts", "data.decontam_bench_root",
-                 "data.cache_root", "data.dir", "train.", "logging.wandb", "launcher.")
+
+
+def sft_keys() -> list[keydoc.Key]:
+    """Every recipe key of an SFT launch, its base.yaml default and the comment on its line."""
+    return keydoc.from_yaml(RECIPES / "base.yaml")
 
 
 def help_text() -> str:
@@ -35,10 +38,9 @@ def help_text() -> str:
     lines += ["", "Top-level shortcuts:"]
     for short, full in ALIASES.items():
         lines.append(f"  {short:<14} -> {full} (default {OmegaConf.select(base, full)!r})")
-    lines += ["", "Main keys (base.yaml defaults; recipes may change them; any key: key.sub=value):"]
-    for key in flat_keys(base):
-        if key.startswith(MAIN_PREFIXES):
-            lines.append(f"  {key} = {OmegaConf.select(base, key)!r}")
+    lines += ["", "Keys (recipes/base.yaml: key=default  description; the group recipes may change a default):",
+              keydoc.help_table(sft_keys())]
+    lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
     lines += [
         "",
         "Masks: data.history_reasoning=exact (default) trains every token as the model generated it, in its",

@@ -15,9 +15,10 @@ import time
 
 from omegaconf import OmegaConf
 
-from common import layout
-from common.cli import flat_keys, run_cli, wants_help
+from common import keydoc, layout
+from common.cli import run_cli, wants_help
 from launch import local, manifest, run, slurm
+from launch.compose import RECIPES
 from launch.run import REPO, Prepared, is_finished, lock_run_dir, write_config
 from rl.config import RL_ALIASES, SELECTORS, compose_grpo, hardware_note, parent_run, planned_saves, run_dir, run_identity, world_problem
 from rl.errors import RlError
@@ -35,13 +36,23 @@ Paths you give (model.path, grpo.prompts_file, grpo.corpus, resume=PATH, recipe=
 directory and recorded absolute; the prompts file and corpus enter the run identity by content."""
 
 
-def help_text(argv: list[str]) -> str:
-    """GRPO's own keys and defaults (for the task= / model= / launcher= given in argv, else the defaults)."""
+def grpo_keys(argv: list[str] = ()) -> list[keydoc.Key]:
+    """Every GRPO key, its default as composed for the task= / model= / launcher= in argv (else the defaults)
+    and its description: the comment on its line in the recipes, the GRPO recipe's over base.yaml's."""
     sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
-    cfg = compose_grpo(sel).cfg
+    composed = compose_grpo(sel)
+    docs = {}
+    for path in (RECIPES / "base.yaml", RECIPES / "grpo" / "base.yaml", RECIPES / "grpo" / "task" / f"{composed.cfg.task}.yaml"):
+        docs.update(keydoc.yaml_comments(path.read_text(encoding="utf-8")))
+    return [k for k in keydoc.from_config(composed.cfg, docs) if k.name not in ("arm", "stage")]
+
+
+def help_text(argv: list[str]) -> str:
+    """GRPO's own keys, defaults and descriptions (for the task= / model= / launcher= given in argv, else the defaults)."""
+    sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
     chosen = " ".join(sel) or " ".join(f"{k}={v}" for k, v in SELECTORS.items())
-    lines = [USAGE, "", f"Keys and their defaults for {chosen} (any key: key.sub=value):"]
-    lines += [f"  {k} = {OmegaConf.select(cfg, k)!r}" for k in flat_keys(cfg) if k not in ("arm", "stage")]
+    lines = [USAGE, "", f"Keys for {chosen} (key=default  description; any key: key.sub=value):",
+             keydoc.help_table(grpo_keys(sel))]
     lines += ["", "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())]
     return "\n".join(lines)
 

@@ -1,7 +1,6 @@
 """export-checkpoint: a training checkpoint -> a serving copy transformers and vLLM load as is.
 
-    export-checkpoint ckpt=PATH out=PATH [dtype=bf16] [max_shard_size=5GB] [vocab_size=N]
-                      [tokenizer=DIR|HUB_ID@REV]
+    export-checkpoint ckpt=PATH out=PATH [key=value ...]   (every key and its default below)
 
 The input is a step checkpoint (HF model dir) or a run / state dir (its latest
 COMPLETE resumable state). The output:
@@ -33,6 +32,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from common import keydoc
 from common.cli import apply_overrides, require_int, run_cli, wants_help
 from common.io import atomic_dir, check_output_dir, sha256_file, write_json, write_sha256sums
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
@@ -49,8 +49,18 @@ from sft.errors import SftError
 # Written into every export: what makes a directory this command's output (overwrite=true only
 # ever renames such a directory aside).
 EXPORT_MARKER = "export_info.json"
-DEFAULTS = dict(ckpt=None, out=None, dtype="bf16", max_shard_size="5GB", vocab_size=None, tokenizer=None,
-                overwrite=False, verify=True, dry_run=False)
+KEYS = {  # key: (default, description): `export-checkpoint --help` and docs/keys/export-checkpoint.md
+    "ckpt": (None, "a step checkpoint (HF model dir), or a run / state dir (its latest COMPLETE resumable state)"),
+    "out": (None, "the serving copy's directory (written to a temporary sibling, renamed when complete)"),
+    "dtype": ("bf16", "bf16 | fp16 | fp32: the dtype of the exported weights"),
+    "max_shard_size": ("5GB", "shard the safetensors above this size (B, KB, MB, GB, TB; KiB, MiB, GiB)"),
+    "vocab_size": (None, "trim padded vocabulary rows beyond this; null -> config.vocab_size"),
+    "tokenizer": (None, "DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)"),
+    "overwrite": (False, "true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>"),
+    "verify": (True, "run verify-checkpoint on the result"),
+    "dry_run": (False, "true: print the config and the resolved source, write nothing"),
+}
+DEFAULTS = keydoc.defaults(KEYS)
 
 # Tokenizer / chat template / generation files carried over verbatim. Allowlists, so
 # optimizer states or training leftovers in a checkpoint dir never reach the serving copy;
@@ -274,7 +284,7 @@ def export_main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(__doc__)
+        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv)
     if not cfg.ckpt or not cfg.out:

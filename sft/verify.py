@@ -1,6 +1,6 @@
 """verify-checkpoint: prove a Hugging Face checkpoint dir is intact and loads as what it claims.
 
-    verify-checkpoint PATH [load=true]
+    verify-checkpoint PATH [key=value ...]   (the keys below)
 
 Checks, printing one line per problem (file, tensor, expected, found):
 1. every safetensors file's header and layout, parsed here without the safetensors
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from common import keydoc
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import check_sha256sums, tree_entries
 from sft.ckpt_layout import ST_TO_TORCH, TORCH_TO_ST, config_dtype, expected_layout
@@ -282,14 +283,20 @@ def verify_main(argv: list[str] | None = None) -> int:
     return run_cli(_main, argv)
 
 
+KEYS = {  # key: (default, description): `verify-checkpoint --help` and docs/keys/verify-checkpoint.md
+    "path": (None, "the checkpoint directory (also as the one positional argument)"),
+    "load": (True, "false: skip check 6 (loading the model with transformers)"),
+}
+
+
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(__doc__)
+        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     positional = [a for a in argv if "=" not in a]
     if len(positional) > 1:
         raise SftError(f"expected one checkpoint PATH, found {len(positional)}: {positional}")
-    cfg = apply_overrides(OmegaConf.create(dict(path=None, load=True)), [a for a in argv if "=" in a])
+    cfg = apply_overrides(OmegaConf.create(keydoc.defaults(KEYS)), [a for a in argv if "=" in a])
     path = positional[0] if positional else cfg.path
     if not path:
         raise SftError("expected a checkpoint PATH (verify-checkpoint PATH, or path=PATH)")

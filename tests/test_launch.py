@@ -126,7 +126,7 @@ def test_cli_help_and_exit_codes(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     for needle in ("arm=  mixed | r2e | r2e_v5 | search", "model=", "tiny", "data=  hub | synthetic",
-                   "launcher=  local | slurm", "steps          -> train.steps", "train.lr = 1e-05", "sweep"):
+                   "launcher=  local | slurm", "steps          -> train.steps", "train.lr=1e-05", "sweep"):
         assert needle in out
     assert help_text() in out
     assert main(["arm=r2e", "stpes=3"]) == 2

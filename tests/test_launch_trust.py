@@ -297,12 +297,12 @@ def test_grpo_help_shows_grpo_keys(capfd):
     out = subprocess.run([sys.executable, "-m", "rl.launch", "--help"], cwd="/", env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "grpo.loss_type = 'dapo'" in out.stdout and "train.steps = 250" in out.stdout
-    assert "lora.r = 32" in out.stdout and "train.epochs" not in out.stdout and "data.n" not in out.stdout
+    assert "grpo.loss_type=dapo " in out.stdout and "train.steps=250 " in out.stdout
+    assert "lora.r=32 " in out.stdout and "train.epochs" not in out.stdout and "data.n" not in out.stdout
     capfd.readouterr()
     assert main(["stage=grpo", "--help"]) == 0   # launch hands --help to rl.launch (a child process)
     shown = capfd.readouterr().out
-    assert "grpo.max_search_failure_rate = 0.1" in shown and "state_every 25" not in shown
+    assert "grpo.max_search_failure_rate=0.1 " in shown and "state_every 25" not in shown
 
 
 # ---------------------------------------------------------------- + the clean exit
