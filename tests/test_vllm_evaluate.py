@@ -24,6 +24,7 @@ def run_evaluate(out: Path, backend: str, bench_root: Path) -> subprocess.Comple
             "bench_n={search_plan_ood: 2, babyai: 1}", "babyai_max_steps=4", "ood_max_turns=4", "max_turns=3",
             f"bench_root={bench_root}", f"corpus={bench_root / 'corpus' / 'wiki18_example_10.jsonl'}",
             f"index_dir={out.parent / 'idx'}", "max_model_len=4096", "max_new_tokens=64", "babyai_max_new_tokens=64",
+            "babyai_temperature=0",  # greedy: sampled babyai rows are the backend's own (the two samplers differ)
             "dtype=float32", f"backend={backend}", "progress=false", "wandb=false", f"out={out}"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), "HF_HUB_OFFLINE": "1",
            "OMP_NUM_THREADS": "1"}  # one thread each: on a busy 2-core box OpenMP's spinning threads cost more than they bring
