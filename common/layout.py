@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from common.io import REPLACED_MARK, SHA256SUMS, atomic_dir, replace_aside
+from common.io import REPLACED_MARK, SHA256SUMS, atomic_dir, replace_aside, write_json
 
 # The trainer's run-dir lock (fcntl, held by the training process's rank 0 for its whole life; SFT and
 # RL trainers take it, launch only checks it) and launch's own lock.
@@ -66,6 +66,25 @@ TRAINER_EXIT = "trainer-exit.json"   # logs/<this>: {"code", "error"} of a train
 COMPLETE = "COMPLETE"            # written last into a state dir: the state is whole
 STATE_META = "meta.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def record_refusal(config_path: str | Path, code: int, message: str) -> None:
+    """A trainer's rank 0 records why it refused to run in `<run_dir>/logs/trainer-exit.json`
+    (run_dir read from its config file), so launch can report it as one line with this exit code:
+    torchrun turns any worker failure into its own exit 1. Best effort: the message is on stderr anyway."""
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    try:
+        from omegaconf import OmegaConf
+
+        rd = OmegaConf.load(str(config_path)).get("run_dir")
+        if rd:
+            (Path(str(rd)) / LOGS).mkdir(parents=True, exist_ok=True)
+            write_json(Path(str(rd)) / LOGS / TRAINER_EXIT, {"code": int(code), "error": message})
+    except Exception:  # noqa: BLE001 - an unreadable config or run dir
+        pass
 
 
 def step_name(step: int) -> str:

@@ -275,10 +275,11 @@ def launch_one(argv: list[str], **cache_kw) -> int:
         if cfg.launcher.kind == "slurm":
             return submit_slurm(prep, argv)
         cmd = local.torchrun_command(config_path, prep.nproc)
+        started = time.time()
         rc, log = train_here(prep, argv, cmd, data_record(prep.data))
     finally:
         os.close(held)
-    return report_end(rd, rc, log)
+    return report_end(rd, rc, log, since=started)
 
 
 def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> tuple[int, Path]:

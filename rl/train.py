@@ -542,20 +542,6 @@ def close_process_group(clean: bool) -> None:
     dist.destroy_process_group()
 
 
-def write_refusal(cfg_path: str, code: int, message: str) -> None:
-    """Rank 0 records a refusal in `<run_dir>/logs/trainer-exit.json`, so launch can report it as
-    one line with this exit code (torchrun itself turns any worker failure into exit 1)."""
-    if int(os.environ.get("RANK", "0")) != 0:
-        return
-    try:
-        rd = OmegaConf.load(cfg_path).run_dir
-        if rd:
-            (Path(str(rd)) / layout.LOGS).mkdir(parents=True, exist_ok=True)
-            write_json(Path(str(rd)) / layout.LOGS / layout.TRAINER_EXIT, {"code": code, "error": message})
-    except Exception:  # noqa: BLE001 - an unreadable config: the message is on stderr all the same
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -577,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RetrieverError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
         message = " ".join(str(exc).split("\n  ")) if "\n" in str(exc) else str(exc)
         print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
-        write_refusal(argv[0], 2, message)
+        layout.record_refusal(argv[0], 2, message)
         return 2
     finally:
         close_process_group(clean)

@@ -427,12 +427,11 @@ def cli(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     try:
         return main(argv[0], argv[1:])
-    except ConfigError as exc:
+    except (ConfigError, NonFiniteError) as exc:
+        code = EXIT_NONFINITE if isinstance(exc, NonFiniteError) else 2
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except NonFiniteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_NONFINITE
+        layout.record_refusal(argv[0], code, " ".join(str(exc).split("\n  ")))
+        return code
 
 
 if __name__ == "__main__":

@@ -294,6 +294,13 @@ def test_cli_fails_before_model_work(tmp_path, data_dir, capsys, monkeypatch):
     monkeypatch.setattr(train, "prepare_model", lambda *a, **k: pytest.fail("model built despite a bad config"))
     assert train.cli([str(cfg), "model.gpu_only=true"]) == 2
     assert "model.gpu_only=true but CUDA is not available" in capsys.readouterr().err
+    # the refusal is recorded for launch, which reports it as one line with exit 2 (torchrun says 1)
+    from launch.run import report_end
+
+    rd = cfg.parent
+    assert json.loads((rd / "logs" / "trainer-exit.json").read_text())["code"] == 2
+    assert report_end(rd, 1, rd / "logs" / "x.log", since=0) == 2
+    assert "model.gpu_only=true but CUDA is not available" in capsys.readouterr().err
     assert train.cli([str(cfg), f"data.dir={tmp_path}/missing"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert train.cli([str(tmp_path / "none.yaml")]) == 2
