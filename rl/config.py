@@ -27,8 +27,8 @@ from rl.errors import RlError
 
 SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
 RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
-TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "betas", "eps", "weight_decay", "grad_clip",
-              "activation_checkpointing", "precision")
+TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "warmup_ratio", "min_lr_ratio", "betas", "eps",
+              "weight_decay", "grad_clip", "activation_checkpointing", "precision")
 MODEL_KEYS = ("name", "path", "gpu_only", "attn_implementation")  # the tokenizer is the starting model's
 # TRL 1.16's GRPO losses that need no setting this config does not expose (luspo needs sequence-level
 # importance sampling, vespo a vLLM correction setting).
@@ -142,6 +142,7 @@ def _pos_int(v) -> bool:
 
 # The trainer's keys that common.schema already rules on (the same rule as SFT's).
 SCHEMA_KEYS = ("seed", "model.path", "model.gpu_only", "model.attn_implementation", "train.lr",
+               "train.lr_schedule", "train.warmup_ratio", "train.min_lr_ratio",
                "train.betas", "train.eps", "train.weight_decay", "train.grad_clip", "train.state_every",
                "train.save_steps", "train.activation_checkpointing", "train.precision", "logging.wandb",
                "logging.mode", "logging.project", "logging.entity", "logging.group", "logging.name", "logging.tags")
@@ -170,7 +171,6 @@ def problems(cfg: DictConfig) -> list[str]:
     need(cfg.task in ("spa", "qa"), "task", "spa or qa")
     need(variant_name_problem(cfg.name) is None, "name", variant_name_problem(cfg.name) or "")
     need(_pos_int(t.steps), "train.steps", "a positive integer")
-    need(t.lr_schedule == "constant", "train.lr_schedule", "constant for GRPO (resume restores no scheduler state)")
     for key in ("completions_per_step", "num_generations", "max_completion_length", "max_turns", "grad_accum",
                 "topk", "rollouts_logged", "pilot_tasks"):
         need(_pos_int(g[key]), f"grpo.{key}", "a positive integer")
