@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
-from common import schema
+from common import schema, thinking
 from common.benchmarks import CONTEXT_MODES
 from common.layout import variant_name_problem
 from common.plan import save_points
@@ -181,6 +181,8 @@ def problems(cfg: DictConfig) -> list[str]:
     need(_num(g.beta) and g.beta >= 0, "grpo.beta", "a number >= 0")
     need(_num(g.temperature) and g.temperature > 0, "grpo.temperature", "a positive number")
     need(g.loss_type in LOSS_TYPES, "grpo.loss_type", f"one of {', '.join(LOSS_TYPES)}")
+    need(thinking.value_problem(g.enable_thinking, "grpo.enable_thinking") is None, "grpo.enable_thinking",
+         "auto, true or false")
     need(g.use_vllm in ("auto", True, False), "grpo.use_vllm", "auto, true or false")
     need(_num(g.vllm_gpu_memory_utilization) and 0 < g.vllm_gpu_memory_utilization <= 1,
          "grpo.vllm_gpu_memory_utilization", "a number in (0, 1]")

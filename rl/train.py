@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from common import fingerprint, layout
+from common import fingerprint, layout, thinking
 from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
 from rl.config import planned_saves, run_identity, validate, world_problem
@@ -192,7 +192,7 @@ def grpo_args(cfg: DictConfig, rd: Path, steps: int):
         gradient_checkpointing=bool(t.activation_checkpointing), shuffle_dataset=False, seed=int(cfg.seed),
         logging_steps=1, save_strategy="no", report_to=[],  # metrics.jsonl + wandb through sft.metrics
         use_vllm=vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=float(g.vllm_gpu_memory_utilization),
-        disable_tqdm=True,
+        disable_tqdm=True, chat_template_kwargs=thinking.template_kwargs(g.enable_thinking),  # every render TRL does
     )
 
 
@@ -340,7 +340,7 @@ class Run:
         if steps <= 0:
             return None
         tok = AutoTokenizer.from_pretrained(str(self.start_dir))
-        self.template = chat.install(tok)
+        self.template = chat.install(tok, enable_thinking=cfg.grpo.enable_thinking, where=str(cfg.model.path))
         from sft.model import select_attn_implementation
 
         attn = select_attn_implementation(str(cfg.model.attn_implementation), state.device)

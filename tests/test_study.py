@@ -113,6 +113,11 @@ def test_grpo_study_plan(dry_runs, name, model_path, gpus):
     assert cfg["grpo"]["completions_per_step"] == 32 and cfg["grpo"]["use_vllm"] in ("auto", True)
     assert (cfg["lora"]["r"], cfg["lora"]["alpha"]) == (32, 64)
     assert "profile=rl_ood" in dry_runs[name]["report"]
+    # The hybrid Qwen3-4B's thinking switch is explicit ([chosen]) in training and in its evaluation;
+    # Llama's template does not read it (auto: nothing passed).
+    hybrid = model_path == "Qwen/Qwen3-4B"
+    assert cfg["grpo"]["enable_thinking"] == (True if hybrid else "auto")
+    assert ("eval.enable_thinking=true" in dry_runs[name]["report"]) == hybrid
 
 
 def test_dual_terminator_study_plan(dry_runs):
@@ -132,6 +137,7 @@ def test_multihop_and_export_study_plans(dry_runs):
     mh = dry_runs["qwen3_4b_multihop_sft_grpo"]
     assert "Qwen/Qwen3-4B" in mh["sft"] and "lr: 0.0001" in mh["sft"] and "global_batch_size: 128" in mh["sft"]
     assert "checkpoints/step-000100" in mh["grpo"] and "profile=multihop_qa" in mh["report"]
+    assert _resolved(mh["grpo"])["grpo"]["enable_thinking"] is True and "eval.enable_thinking=true" in mh["report"]
     export = dry_runs["browsecomp_worker_export"]["export"]
     assert "vocab_size: 151936" in export and "tokenizer from " in export and "tiny_tokenizer" in export
 
