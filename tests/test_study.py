@@ -187,7 +187,8 @@ def test_dual_terminator_study_runs_on_cpu(tmp_path):
     shared = ROOT.parent / "shared" / "benchmarks"
     if not shared.is_dir():
         pytest.skip(f"needs {shared}")
-    smoke = [t.replace("../shared", str(ROOT.parent / "shared")) for t in study.cpu_smoke]  # written for the repo root
+    smoke = [t.replace("../shared", str(ROOT.parent / "shared")).replace("=docs/", f"={ROOT / 'docs'}/")
+             for t in study.cpu_smoke]  # written for the repo root
     proc = _launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
