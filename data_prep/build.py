@@ -150,7 +150,18 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         processor = worker.Processor(tok, renderer_kwargs(cfg), procs)
         try:
             for dom, quota in wanted.items():
-                kept_rows[dom], kept[dom] = _select(pools[dom], quota, dom, seed, cfg, processor, stats, progress)
+                parts = arms.source_quotas(dom, quota, [parse_source(sp).share for sp in specs[dom]], specs[dom])
+                if parts is None:  # pooled: one seeded order over every source's records
+                    kept_rows[dom], kept[dom] = _select(pools[dom], quota, dom, seed, cfg, processor, stats, progress)
+                    continue
+                rows_d, kept[dom] = [], 0
+                for i, (sp, part) in enumerate(zip(specs[dom], parts)):  # each ~SHARE source: its own part
+                    sub = [it for it in pools[dom] if it["spec"] == sp]
+                    r, k = _select(sub, part, f"{dom}:{i}", seed, cfg, processor, stats, progress)
+                    arms.check_counts(arm, {f"{dom} from {sp}": part}, {f"{dom} from {sp}": k}, cfg["allow_fewer"])
+                    rows_d += r
+                    kept[dom] += k
+                kept_rows[dom] = arms.shuffle_records(rows_d, f"{seed}-{dom}-shares")
         finally:
             processor.close()
         arms.check_counts(arm, wanted, kept, cfg["allow_fewer"])

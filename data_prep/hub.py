@@ -42,7 +42,8 @@ def resolve_revision(hub_id: str) -> str:
 def spec_of(src: Source) -> str:
     rev = f"@{src.revision}" if src.revision else ""
     split = f"#{src.split}" if src.split != "train" else ""
-    return f"{src.format}:{src.location}{rev}{split}"
+    share = f"~{src.share!r}" if src.share is not None else ""
+    return f"{src.format}:{src.location}{rev}{split}{share}"
 
 
 def pin_specs(specs: list[str], previous: list[str] = (), resolve=None) -> tuple[list[str], dict]:
@@ -64,7 +65,7 @@ def pin_specs(specs: list[str], previous: list[str] = (), resolve=None) -> tuple
         origin = "from the run's config.yaml" if rev else "resolved on the hub"
         if rev is None:
             rev = resolve(src.location)
-        pinned = spec_of(Source(src.format, src.location, src.split, rev))
+        pinned = spec_of(Source(src.format, src.location, src.split, rev, src.share))
         out.append(pinned)
         how[spec] = f"{pinned} ({origin})"
     return out, how

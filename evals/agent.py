@@ -43,8 +43,10 @@ class Episode:
     extra: dict = field(default_factory=dict)
 
 
-def render(tokenizer, messages: list[dict], tools: list[dict]) -> str:
-    return tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False)
+def render(tokenizer, messages: list[dict], tools: list[dict], template_kwargs: dict | None = None) -> str:
+    """The next prompt (`template_kwargs`: extra chat-template arguments, e.g. enable_thinking)."""
+    return tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                                         **(template_kwargs or {}))
 
 
 def _assistant_message(reasoning: str, content: str, calls: list[dict], errors: list[str], style: str, turn: int) -> dict:
@@ -100,13 +102,14 @@ def run_episodes(
     max_new_tokens: int,
     is_done: Callable[[Episode], bool] = lambda ep: False,
     on_turn: Callable[[int], None] | None = None,
+    template_kwargs: dict | None = None,
 ) -> list[Episode]:
     """Run `episodes` to completion in lockstep. `execute` maps (episode, calls) pairs to one
     response string per call; `is_done` lets an environment end an episode after a tool round."""
     tok = backend.tokenizer
     active = [ep for ep in episodes if ep.stop_reason is None]
     while active:
-        turn = generate_round(backend, active, lambda ep: render(tok, ep.messages, ep.tools),
+        turn = generate_round(backend, active, lambda ep: render(tok, ep.messages, ep.tools, template_kwargs),
                               max_model_len=max_model_len, max_new_tokens=max_new_tokens)
         pending = []
         for ep, gen, cap in turn:

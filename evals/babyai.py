@@ -93,7 +93,7 @@ class _Game:
 
 
 def play(chunk: list[BenchItem], backend, *, max_steps: int | None, max_new_tokens: int, max_model_len: int,
-         temperature: float = 0.0) -> list[dict]:
+         temperature: float = 0.0, template_kwargs: dict | None = None) -> list[dict]:
     """Play `chunk`'s episodes in lockstep (one batched generate per step); one row per episode."""
     bt = _env()
     games = [_Game(it, max_steps) for it in chunk]
@@ -101,7 +101,7 @@ def play(chunk: list[BenchItem], backend, *, max_steps: int | None, max_new_toke
     while active:
         for g in active:
             g.next_prompt()
-        for g, gen, _ in generate_round(backend, active, lambda g: render(backend.tokenizer, g.messages, []),
+        for g, gen, _ in generate_round(backend, active, lambda g: render(backend.tokenizer, g.messages, [], template_kwargs),
                                         max_model_len=max_model_len, max_new_tokens=max_new_tokens,
                                         temperature=temperature, seed_of=_Game.seed):
             g.generated_tokens += gen.num_tokens

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from common import keydoc, layout
+from common import keydoc, layout, thinking
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
 from common.schema import Number
@@ -36,6 +36,7 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "max_new_tokens": (4096, "per assistant turn"),
     "prompt": ("tool_agent", "tool_agent | anchor_nudge"),
     "tool_style": ("auto", "auto (from the chat template) | qwen3 | llama3"),
+    "enable_thinking": ("auto", "hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false"),
     "bench_root": (None, "dir with <bench>/*.jsonl; null -> FlashRAG hub datasets"),
     "out": (None, "null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run"),
     "batch_size": (64, "episodes advanced in lockstep (and written) together"),
@@ -216,6 +217,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     gmu = merged.gpu_memory_utilization
     if gmu != "auto" and (isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1):
         raise EvalError(f"gpu_memory_utilization={gmu!r}: expected auto or a fraction in (0, 1]")
+    if thinking.value_problem(merged.enable_thinking, "enable_thinking"):
+        raise EvalError(thinking.value_problem(merged.enable_thinking, "enable_thinking"))
     if merged.tool_style not in ("auto", "qwen3", "llama3"):
         raise EvalError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
     if isinstance(merged.benches, str):

@@ -107,6 +107,8 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str)
     }
     if bench in BENCH_KEY_PREFIXES and float(conf.get(f"{BENCH_KEY_PREFIXES[bench]}temperature") or 0) > 0:
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
+    if body["evaluate"].get("enable_thinking") == "auto":  # nothing passed: the identity of before the key
+        del body["evaluate"]["enable_thinking"]
     record = fingerprint.identity(body, exclude=())
     return {**record, "ckpt_path": str(conf.get("ckpt"))}
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from common import thinking
 from common.io import check_sha256sums, read_json_object, replace_aside, sha256_text, write_json
 from evals import babyai, tasks
 from evals.agent import run_episodes
@@ -113,6 +114,7 @@ def _agent_runner(bench: str, cfg, backend, retriever, style: str):
             episodes, backend, execute, style=style,
             max_turns=int(cfg.ood_max_turns if bench == OOD_BENCH else cfg.max_turns),
             max_model_len=int(cfg.max_model_len), max_new_tokens=int(cfg.max_new_tokens), is_done=is_done,
+            template_kwargs=thinking.template_kwargs(cfg.enable_thinking),
         )
         return [make_row(ep, it) for ep, it in zip(episodes, chunk)]
     return run
@@ -121,7 +123,8 @@ def _agent_runner(bench: str, cfg, backend, retriever, style: str):
 def _babyai_runner(cfg, backend):
     cap = None if cfg.babyai_max_steps is None else int(cfg.babyai_max_steps)
     return lambda chunk: babyai.play(chunk, backend, max_steps=cap, max_new_tokens=int(cfg.babyai_max_new_tokens),
-                                     max_model_len=int(cfg.max_model_len), temperature=float(cfg.babyai_temperature))
+                                     max_model_len=int(cfg.max_model_len), temperature=float(cfg.babyai_temperature),
+                                     template_kwargs=thinking.template_kwargs(cfg.enable_thinking))
 
 
 def summarize_bench(bench: str, rows: list[dict]) -> dict:
@@ -316,6 +319,9 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
         from evals.retrievers import make_retriever
 
         retriever = make_retriever(cfg)
+    problem = thinking.template_problem(cfg.enable_thinking, backend.tokenizer.chat_template, "enable_thinking", str(cfg.ckpt))
+    if problem:
+        raise EvalError(problem)
     style = cfg.tool_style if cfg.tool_style != "auto" else detect_style(backend.tokenizer.chat_template)
     # Never trusted from an earlier run: other benches are re-summarized from their own rows.
     summary = {}

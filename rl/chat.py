@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import types
 
+from common import thinking
 from evals.extract import split_reasoning
 from evals.toolcalls import detect_style, parse_tool_calls, strip_tool_calls
 from rl.errors import RlError
@@ -98,14 +99,18 @@ def parse_completion(text: str, style: str) -> dict:
     return msg
 
 
-def install(tokenizer) -> dict:
-    """Prepare `tokenizer` (the trainer's copy) for TRL: training template + our parser.
-    Returns {"style", "own_template", "training_template", "patched"}."""
+def install(tokenizer, enable_thinking="auto", where: str = "the model") -> dict:
+    """Prepare `tokenizer` (the trainer's copy) for TRL: training template + our parser; `enable_thinking`
+    (grpo.enable_thinking, passed to every render by TRL's chat_template_kwargs) must be one the
+    template reads (common.thinking). Returns {"style", "own_template", "training_template", "patched"}."""
     own = tokenizer.chat_template
     if isinstance(own, dict):
         own = own.get("default")
     if not isinstance(own, str) or not own:
         raise TemplateError("the tokenizer has no chat template")
+    problem = thinking.template_problem(enable_thinking, own, "grpo.enable_thinking", where)
+    if problem:
+        raise TemplateError(problem)
     style = detect_style(own)
     train = training_template(own)
     check_template(tokenizer, train)

@@ -15,7 +15,7 @@
 `state/step-NNNNNN/`  what resuming needs, stored without pickle: `adapter.safetensors` (the LoRA
     tensors by PEFT name), `optimizer.safetensors` + `optimizer.json` (AdamW moments per parameter
     index, and the param groups), `rng/rank-NNNNN.safetensors` (each rank's RNG), `meta.json` (step,
-    rows consumed), then SHA256SUMS, then COMPLETE (last) — sft.checkpoint's state contract, whose
+    rows consumed, the lr scheduler's state), then SHA256SUMS, then COMPLETE (last) — sft.checkpoint's state contract, whose
     helpers it uses; loading verifies every checksum first.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
-from common import schema
+from common import schema, thinking
 from common.benchmarks import CONTEXT_MODES
 from common.layout import variant_name_problem
 from common.plan import save_points
@@ -27,8 +27,8 @@ from rl.errors import RlError
 
 SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
 RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
-TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "betas", "eps", "weight_decay", "grad_clip",
-              "activation_checkpointing", "precision")
+TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "warmup_ratio", "min_lr_ratio", "betas", "eps",
+              "weight_decay", "grad_clip", "activation_checkpointing", "precision")
 MODEL_KEYS = ("name", "path", "gpu_only", "attn_implementation")  # the tokenizer is the starting model's
 # TRL 1.16's GRPO losses that need no setting this config does not expose (luspo needs sequence-level
 # importance sampling, vespo a vLLM correction setting).
@@ -142,6 +142,7 @@ def _pos_int(v) -> bool:
 
 # The trainer's keys that common.schema already rules on (the same rule as SFT's).
 SCHEMA_KEYS = ("seed", "model.path", "model.gpu_only", "model.attn_implementation", "train.lr",
+               "train.lr_schedule", "train.warmup_ratio", "train.min_lr_ratio",
                "train.betas", "train.eps", "train.weight_decay", "train.grad_clip", "train.state_every",
                "train.save_steps", "train.activation_checkpointing", "train.precision", "logging.wandb",
                "logging.mode", "logging.project", "logging.entity", "logging.group", "logging.name", "logging.tags")
@@ -170,7 +171,6 @@ def problems(cfg: DictConfig) -> list[str]:
     need(cfg.task in ("spa", "qa"), "task", "spa or qa")
     need(variant_name_problem(cfg.name) is None, "name", variant_name_problem(cfg.name) or "")
     need(_pos_int(t.steps), "train.steps", "a positive integer")
-    need(t.lr_schedule == "constant", "train.lr_schedule", "constant for GRPO (resume restores no scheduler state)")
     for key in ("completions_per_step", "num_generations", "max_completion_length", "max_turns", "grad_accum",
                 "topk", "rollouts_logged", "pilot_tasks"):
         need(_pos_int(g[key]), f"grpo.{key}", "a positive integer")
@@ -181,6 +181,8 @@ def problems(cfg: DictConfig) -> list[str]:
     need(_num(g.beta) and g.beta >= 0, "grpo.beta", "a number >= 0")
     need(_num(g.temperature) and g.temperature > 0, "grpo.temperature", "a positive number")
     need(g.loss_type in LOSS_TYPES, "grpo.loss_type", f"one of {', '.join(LOSS_TYPES)}")
+    need(thinking.value_problem(g.enable_thinking, "grpo.enable_thinking") is None, "grpo.enable_thinking",
+         "auto, true or false")
     need(g.use_vllm in ("auto", True, False), "grpo.use_vllm", "auto, true or false")
     need(_num(g.vllm_gpu_memory_utilization) and 0 < g.vllm_gpu_memory_utilization <= 1,
          "grpo.vllm_gpu_memory_utilization", "a number in (0, 1]")

@@ -14,7 +14,8 @@ a run directory needs around it:
    failures, completion length, KL when beta > 0, tokens/s), `rollouts/step-NNNNNN.jsonl` (sampled
    transcripts with rewards), merged checkpoints at the save steps, resumable `state/`;
 5. SIGTERM / SIGUSR1: state at the next step boundary, exit 0; the next launch continues at the next
-   step (bitwise reproduction is not expected: sampling RNG differs across a resume boundary in
+   step, the lr schedule (train.lr_schedule over all train.steps, `run_scheduler`) from its saved
+   state (bitwise reproduction is not expected: sampling RNG differs across a resume boundary in
    multi-process runs, and generation is sampled);
 6. `DONE` after the final step.
 """
@@ -31,7 +32,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from common import fingerprint, layout
+from common import fingerprint, layout, thinking
 from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
 from rl.config import planned_saves, run_identity, validate, world_problem
@@ -183,14 +184,44 @@ def grpo_args(cfg: DictConfig, rd: Path, steps: int):
         max_steps=steps, per_device_train_batch_size=per_device, gradient_accumulation_steps=int(g.grad_accum),
         num_generations=int(g.num_generations), max_completion_length=int(g.max_completion_length),
         max_tool_calling_iterations=int(g.max_turns), temperature=float(g.temperature), beta=float(g.beta),
+        # The schedule TRL would build from these spans only this segment's steps; the trainer's
+        # create_scheduler builds the run's own instead (run_scheduler), so these two are not read.
         loss_type=str(g.loss_type), learning_rate=float(t.lr), lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=float(t.betas[0]), adam_beta2=float(t.betas[1]), adam_epsilon=float(t.eps),
         weight_decay=float(t.weight_decay), max_grad_norm=float(t.grad_clip) if t.grad_clip else 0.0,
         gradient_checkpointing=bool(t.activation_checkpointing), shuffle_dataset=False, seed=int(cfg.seed),
         logging_steps=1, save_strategy="no", report_to=[],  # metrics.jsonl + wandb through sft.metrics
         use_vllm=vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=float(g.vllm_gpu_memory_utilization),
-        disable_tqdm=True,
+        disable_tqdm=True, chat_template_kwargs=thinking.template_kwargs(g.enable_thinking),  # every render TRL does
     )
+
+
+def run_scheduler(cfg: DictConfig, optimizer, saved: dict | None, step: int):
+    """The run's lr schedule over all `train.steps` (train.lr_schedule / warmup_ratio / min_lr_ratio,
+    sft.optim's LambdaLR, the SFT trainer's), at `step`: `saved` is the scheduler state of the state
+    being resumed (meta.json "scheduler"), so optimizer step `step + 1` runs at the uninterrupted
+    run's lr. A state without one is refused unless the schedule is flat (constant, no warmup)."""
+    from sft.checkpoint import StateError
+    from sft.optim import build_scheduler
+
+    t = cfg.train
+    sched = build_scheduler(optimizer, total=int(t.steps), warmup_ratio=float(t.warmup_ratio),
+                            schedule=str(t.lr_schedule), min_ratio=float(t.min_lr_ratio))
+    if step == 0:
+        return sched
+    if saved is None:
+        if t.lr_schedule == "constant" and float(t.warmup_ratio) == 0:
+            return sched  # every step's lr is train.lr: nothing to restore
+        raise StateError(f"resume at step {step}: the state has no scheduler state (written before GRPO schedules "
+                         f"were resumable), so train.lr_schedule={t.lr_schedule} cannot continue exactly; resume=never "
+                         "starts over")
+    if saved.get("last_epoch") != step:
+        raise StateError(f"resume at step {step}: the state's scheduler is at step {saved.get('last_epoch')!r}")
+    sched.load_state_dict(dict(saved))
+    # The LambdaLR constructor set the groups' lr to step 1's; the next step runs at the saved one.
+    for group, lr in zip(optimizer.param_groups, sched.get_last_lr()):
+        group["lr"] = lr
+    return sched
 
 
 def lora_config(cfg: DictConfig):
@@ -219,9 +250,16 @@ def _trainer_class():
         """GRPOTrainer that keeps a sample of each step's rollouts (transcripts + rewards) for auditing."""
 
         rollouts_logged = 0
+        schedule = None   # optimizer -> the run's lr scheduler (Run.build); None: TRL's from the args
         last_rollouts: tuple = ()
         last_parse_failures = 0
         last_tool_errors = 0.0
+
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            if self.lr_scheduler is None and self.schedule is not None:
+                self.lr_scheduler = self.schedule(optimizer if optimizer is not None else self.optimizer)
+                self._created_lr_scheduler = True  # rebuilt by a later train() call, as the Trainer's own
+            return super().create_scheduler(num_training_steps, optimizer)
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -302,11 +340,14 @@ class Run:
         if steps <= 0:
             return None
         tok = AutoTokenizer.from_pretrained(str(self.start_dir))
-        self.template = chat.install(tok)
+        self.template = chat.install(tok, enable_thinking=cfg.grpo.enable_thinking, where=str(cfg.model.path))
         from sft.model import select_attn_implementation
 
         attn = select_attn_implementation(str(cfg.model.attn_implementation), state.device)
         model = AutoModelForCausalLM.from_pretrained(str(self.start_dir), dtype=self.dtype, attn_implementation=attn)
+        from transformers import set_seed
+
+        set_seed(int(cfg.seed))  # LoRA's A init draws from the global RNG: the seed's, not the process history's
         model = get_peft_model(model, lora_config(cfg))
         if st:
             set_peft_model_state_dict(model, st["adapter"])
@@ -331,6 +372,8 @@ class Run:
             vllm_cpu.install(trainer)
         self.guard = vllm_cpu.LogprobGuard(strict=cpu_vllm and self.dtype == torch.float32) if args.use_vllm else None
         trainer.rollouts_logged = int(cfg.grpo.rollouts_logged)
+        saved_schedule = st["meta"].get("scheduler") if st else None
+        trainer.schedule = lambda opt: run_scheduler(cfg, opt, saved_schedule, self.start_step)
         if st:
             trainer.create_optimizer()
             trainer.optimizer.load_state_dict(st["optimizer"])
@@ -370,7 +413,7 @@ class Run:
 
             rlck.save_state(self.rd, step, adapter=get_peft_model_state_dict(model), optimizer=tr.optimizer,
                             meta={"identity": self.identity, "rows_consumed": step * prompts_per_step(self.cfg),
-                                  "seed": int(self.cfg.seed),
+                                  "seed": int(self.cfg.seed), "scheduler": tr.lr_scheduler.state_dict(),
                                   "num_input_tokens_seen": int(tr.state.num_input_tokens_seen)},
                             rank=tr.accelerator.process_index, barrier=tr.accelerator.wait_for_everyone)
         tr.accelerator.wait_for_everyone()

@@ -462,3 +462,45 @@ def test_sft_start_needs_a_name_and_the_manifest_names_the_parent(tmp_path):
     rec = start_record(cfg)
     assert rec["parent"] == {"run_dir": str((tmp_path / "search" / "seed0").resolve()), "checkpoint": str(ckpt.resolve())}
     assert start_record(compose_grpo(["model=tiny_base"]).cfg)["parent"] is None
+
+
+def test_grpo_schedule_keys_and_scheduler_restore_refusals(tmp_path):
+    """train.lr_schedule / warmup_ratio / min_lr_ratio are the SFT keys with the SFT rule; a resumed
+    scheduler continues from the saved state (JSON, through meta.json), and a state that cannot
+    continue the schedule exactly is refused."""
+    import transformers
+
+    from common.cli import ConfigError
+    from rl.config import compose_grpo
+    from rl.train import run_scheduler
+    from sft.checkpoint import StateError
+
+    with pytest.raises(ConfigError, match="train.lr_schedule must be one of cosine, linear, constant"):
+        compose_grpo(["model=tiny_base", "train.lr_schedule=cosin"])
+    with pytest.raises(ConfigError, match="train.warmup_ratio"):
+        compose_grpo(["model=tiny_base", "train.warmup_ratio=1.5"])
+    cfg = compose_grpo(["model=tiny_base", "steps=10", "train.lr_schedule=cosine", "train.warmup_ratio=0.2",
+                        "lr=1e-3", f"runs_root={tmp_path}"]).cfg
+
+    def opt():
+        return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+
+    ref_opt = opt()
+    ref = transformers.get_cosine_schedule_with_warmup(ref_opt, 2, 10)
+    first = opt()
+    ours = run_scheduler(cfg, first, None, 0)
+    for _ in range(4):
+        first.step(), ours.step(), ref_opt.step(), ref.step()
+    saved = json.loads(json.dumps(ours.state_dict()))   # as meta.json holds it
+    resumed_opt = opt()
+    resumed_opt.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    resumed = run_scheduler(cfg, resumed_opt, saved, 4)
+    for _ in range(6):  # steps 5..10 at transformers' lr
+        assert resumed_opt.param_groups[0]["lr"] == pytest.approx(ref_opt.param_groups[0]["lr"], rel=1e-12)
+        resumed_opt.step(), resumed.step(), ref_opt.step(), ref.step()
+    with pytest.raises(StateError, match="no scheduler state"):
+        run_scheduler(cfg, opt(), None, 4)
+    with pytest.raises(StateError, match="scheduler is at step 4"):
+        run_scheduler(cfg, opt(), saved, 5)
+    flat = compose_grpo(["model=tiny_base", "steps=10", f"runs_root={tmp_path}"]).cfg  # constant, no warmup
+    assert run_scheduler(flat, opt(), None, 4).get_last_lr() == [1e-3]  # every step at the optimizer's lr

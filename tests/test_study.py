@@ -86,7 +86,7 @@ def dry_runs(tmp_path_factory):
     from sft.tiny import save_tiny_model
 
     cwd = tmp_path_factory.mktemp("studies")
-    slots = {"dual_terminator_sft": ["corpus=corpus.jsonl"]}
+    slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]}
     for name in ("traj.jsonl", "questions.jsonl"):
         (cwd / name).write_text("")
     (cwd / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
@@ -113,6 +113,11 @@ def test_grpo_study_plan(dry_runs, name, model_path, gpus):
     assert cfg["grpo"]["completions_per_step"] == 32 and cfg["grpo"]["use_vllm"] in ("auto", True)
     assert (cfg["lora"]["r"], cfg["lora"]["alpha"]) == (32, 64)
     assert "profile=rl_ood" in dry_runs[name]["report"]
+    # The hybrid Qwen3-4B's thinking switch is explicit ([chosen]) in training and in its evaluation;
+    # Llama's template does not read it (auto: nothing passed).
+    hybrid = model_path == "Qwen/Qwen3-4B"
+    assert cfg["grpo"]["enable_thinking"] == (True if hybrid else "auto")
+    assert ("eval.enable_thinking=true" in dry_runs[name]["report"]) == hybrid
 
 
 def test_dual_terminator_study_plan(dry_runs):
@@ -126,12 +131,16 @@ def test_dual_terminator_study_plan(dry_runs):
         for seed in (0, 1, 2):
             assert f"{arm}/seed{seed}" in train
     assert "profile=search_r1_7bench" in report and "anchor=Qwen/Qwen3-4B-Thinking-2507" in report
+    # The search arm: OpenSeeker + the NQ-style slot, half of the arm's rows each ([chosen], data-prep's ~SHARE).
+    nq = ROOT / "docs" / "examples" / "nq_rollouts_example.jsonl"
+    assert f"'data.sources.search=[openseeker:PolarSeeker/OpenSeeker-v1-Data~0.5,search-r1:{nq}~0.5]'" in train
 
 
 def test_multihop_and_export_study_plans(dry_runs):
     mh = dry_runs["qwen3_4b_multihop_sft_grpo"]
     assert "Qwen/Qwen3-4B" in mh["sft"] and "lr: 0.0001" in mh["sft"] and "global_batch_size: 128" in mh["sft"]
     assert "checkpoints/step-000100" in mh["grpo"] and "profile=multihop_qa" in mh["report"]
+    assert _resolved(mh["grpo"])["grpo"]["enable_thinking"] is True and "eval.enable_thinking=true" in mh["report"]
     export = dry_runs["browsecomp_worker_export"]["export"]
     assert "vocab_size: 151936" in export and "tokenizer from " in export and "tiny_tokenizer" in export
 
@@ -178,7 +187,8 @@ def test_dual_terminator_study_runs_on_cpu(tmp_path):
     shared = ROOT.parent / "shared" / "benchmarks"
     if not shared.is_dir():
         pytest.skip(f"needs {shared}")
-    smoke = [t.replace("../shared", str(ROOT.parent / "shared")) for t in study.cpu_smoke]  # written for the repo root
+    smoke = [t.replace("../shared", str(ROOT.parent / "shared")).replace("=docs/", f"={ROOT / 'docs'}/")
+             for t in study.cpu_smoke]  # written for the repo root
     proc = _launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()

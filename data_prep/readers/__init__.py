@@ -2,7 +2,9 @@
 
 FORMAT is one of FORMATS. PATH is a local .jsonl / .json / .parquet file (or a directory of
 them); anything else is a Hugging Face dataset id, optionally `ID@REVISION` (a commit sha, tag or
-branch) and `#split` (default split `train`): `ID@REV#split`.
+branch) and `#split` (default split `train`): `ID@REV#split`. A trailing `~SHARE` (a fraction in
+(0, 1]) fixes the share of its domain's quota that this source supplies (data_prep.build): either
+every source of a domain has one (summing to 1) or none has (the sources are pooled).
 Every row read yields exactly one outcome — a record or a rejection with a reason — so the totals
 always add up.
 """
@@ -40,6 +42,7 @@ class Source:
     location: str
     split: str = "train"
     revision: str | None = None   # hub commit (ID@REV); launch pins it at the first launch
+    share: float | None = None    # `~SHARE`: this source's fraction of its domain's quota; None: pooled
 
     @property
     def is_local(self) -> bool:
@@ -53,10 +56,12 @@ class Source:
 
     def identity(self) -> dict:
         """What the cache key / manifest records: local files with sha256, hub ids as given."""
+        share = {"share": self.share} if self.share is not None else {}
         if self.is_local:
-            return {"format": self.format, "files": [{"path": str(f), "sha256": sha256_file(f)} for f in self.files()]}
+            return {"format": self.format, "files": [{"path": str(f), "sha256": sha256_file(f)} for f in self.files()],
+                    **share}
         pinned = {"revision": self.revision} if self.revision else {}
-        return {"format": self.format, "hub_id": self.location, "split": self.split, **pinned}
+        return {"format": self.format, "hub_id": self.location, "split": self.split, **pinned, **share}
 
 
 def parse_source(spec: str) -> Source:
@@ -65,7 +70,15 @@ def parse_source(spec: str) -> Source:
         raise SourceError(f"source {spec!r}: expected FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}")
     if fmt not in PARSERS:
         raise SourceError(f"source {spec!r}: unknown format {fmt!r} (known: {', '.join(FORMATS)})")
-    split, revision = "train", None
+    split, revision, share = "train", None, None
+    if not Path(loc).exists() and "~" in loc:
+        loc, _, raw = loc.rpartition("~")
+        try:
+            share = float(raw)
+        except ValueError:
+            share = None
+        if not loc or share is None or not 0 < share <= 1:
+            raise SourceError(f"source {spec!r}: expected SOURCE~SHARE with SHARE a fraction in (0, 1], got {raw!r}")
     if not Path(loc).exists() and "#" in loc:
         loc, split = loc.split("#", 1)
     if not Path(loc).exists() and "@" in loc:
@@ -74,7 +87,7 @@ def parse_source(spec: str) -> Source:
             raise SourceError(f"source {spec!r}: expected HUB_ID@REVISION (a commit sha, tag or branch)")
     if not Path(loc).exists() and (loc.startswith((".", "/")) or Path(loc).suffix in LOCAL_SUFFIXES):
         raise SourceError(f"source {spec!r}: no such file {loc}")
-    return Source(fmt, loc, split, revision)
+    return Source(fmt, loc, split, revision, share)
 
 
 @dataclass
