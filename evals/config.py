@@ -43,6 +43,8 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "device": ("auto", "auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu"),
     "dtype": ("auto", "auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16"),
     "tensor_parallel_size": (1, "vllm: GPUs one model is split over"),
+    "data_parallel": (1, "engine processes, one per GPU (x tensor_parallel_size), each a shard of the items; rows merged in item order (evals.parallel)"),
+    "shard": (None, "internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ..."),
     "gpu_memory_utilization": ("auto", "vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the KV cache is sized instead (evals.backends)"),
     "enforce_eager": ("auto", "vllm: auto = true on CPU, false on CUDA (CUDA graphs)"),
     "prefix_caching": (True, "vllm: reuse the KV cache of shared prompt prefixes"),
@@ -117,6 +119,7 @@ NUMBERS = {
     "retriever_retries": Number(lo=0, integer=True),
     "topk": _COUNT, "max_turns": _COUNT, "ood_max_turns": _COUNT, "max_model_len": _COUNT,
     "max_new_tokens": _COUNT, "batch_size": _COUNT, "micro_batch": _COUNT, "tensor_parallel_size": _COUNT,
+    "data_parallel": _COUNT,
     "gpu_memory_utilization": Number(lo=0, hi=1, lo_open=True, words=("auto",)),
     "babyai_max_steps": Number(lo=1, integer=True, null=True),   # null: the level's own limit
     "babyai_max_new_tokens": _COUNT,
@@ -225,6 +228,9 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     problems = value_problems(merged)
     if problems:
         raise EvalError("; ".join(problems))
+    from evals.parallel import parse_shard
+
+    parse_shard(merged.shard)
     merged.benches = _benches(merged.benches)
     for bench in merged.benches:
         if why := bench_name_problem(bench, merged.bench_root):

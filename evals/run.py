@@ -40,6 +40,7 @@ from evals.errors import EvalError
 from evals.identity import (BENCH_KEY_PREFIXES, IdentityError, bench_identity, check_same, checkpoint_identity,
                             source_digest)
 from evals.metrics import unweighted_mean
+from evals.parallel import shard_items
 from evals.results import QA_KEYS, ResultsError, append_rows, load_done, summarize
 from evals.toolcalls import detect_style
 
@@ -216,6 +217,7 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident:
     """Evaluate one bench (already claimed under `ident`); `identities` (bench -> identity,
     meta.json's) gets this bench's, written to meta.json before the first row."""
     items, source, unanswerable = _bench_items(bench, cfg)
+    items = shard_items(items, cfg.shard)   # data_parallel=N: this process's share (evals.parallel)
     record = bench_items_record(bench, cfg, items, source, unanswerable)
     identities[bench] = ident
     write_json(out / "meta.json", {**_read_meta(out), "identities": identities})
@@ -284,6 +286,10 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     """Evaluate `cfg.ckpt` on `cfg.benches`; returns the summary dict also written to summary.json.
     `backend` / `retriever` may be passed in (tests, a caller that keeps a model loaded); a backend
     built here is closed here, on any exit (vLLM: its engine process shut down, not left to die)."""
+    if backend is None and int((cfg := resolve(cfg)).data_parallel) > 1:   # N engine processes (evals.parallel)
+        from evals.parallel import evaluate_parallel
+
+        return evaluate_parallel(cfg)
     owned: list = []
     try:
         return _evaluate(cfg, backend, retriever, owned)
