@@ -19,6 +19,7 @@ scripts run.
 """
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -95,11 +96,12 @@ def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, array_job: str = "
             '${SLURM_JOB_NODELIST:-this host}"',
             f'exec {q(py)} -m analysis.slurm task {q(str(plan))} "$SLURM_ARRAY_TASK_ID"']
     command = "analyze launcher=slurm (the evaluations)"
-    eval_script = render_command_script(spec, repo, command, task)
+    here = os.getcwd()   # the request's relative paths (runs_root, out, corpus) are relative to it
+    eval_script = render_command_script(spec, here, command, task, repo=repo)
     agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, output=str(plan / "slurm-aggregate-%j.out"),
                 dependency=f"afterany:{array_job}")
-    agg_script = render_command_script(agg, repo, "analyze launcher=slurm (the aggregation)",
-                                       [f"exec {q(py)} -m analysis.slurm aggregate {q(str(plan))}"])
+    agg_script = render_command_script(agg, here, "analyze launcher=slurm (the aggregation)",
+                                       [f"exec {q(py)} -m analysis.slurm aggregate {q(str(plan))}"], repo=repo)
     return eval_script, agg_script
 
 

@@ -167,11 +167,24 @@ def _setup_lines(spec: SlurmSpec) -> list[str]:
         if spec.setup else []
 
 
-def render_command_script(spec: SlurmSpec, repo: str, command: str, lines: list[str]) -> str:
-    """A job (or job array) that runs `lines` (shell) in the repository on one node: an evaluation
-    array task, an aggregation, a stage of a study. No srun: the batch step is the one task."""
-    head = _header(spec, command) + ["", "set -uo pipefail", f"cd {shlex.quote(repo)}", "export PYTHONUNBUFFERED=1"]
+def render_command_script(spec: SlurmSpec, workdir: str, command: str, lines: list[str], repo: str | None = None) -> str:
+    """A job (or job array) that runs `lines` (shell) in `workdir` (where the submitting command ran:
+    its relative paths stay valid) on one node, the project importable from `repo`: an evaluation array
+    task, an aggregation, a stage of a study. No srun: the batch step is the one task."""
+    head = _header(spec, command) + ["", "set -uo pipefail", f"cd {shlex.quote(workdir)}", "export PYTHONUNBUFFERED=1"]
+    if repo:
+        head.append(f"export PYTHONPATH={shlex.quote(repo)}${{PYTHONPATH:+:$PYTHONPATH}}")
     return "\n".join(head + _setup_lines(spec) + list(lines)) + "\n"
+
+
+def render_stage_script(spec: SlurmSpec, workdir: str, repo: str, command: str, argv: list[str],
+                        env: dict[str, str]) -> str:
+    """A job that runs one command line `argv` with `env` exported: a study's evaluate / analyze / export
+    stage, or the job that plans a sweep's evaluation array once its training is done. Its own
+    submissions (an analyze's evaluation array) wait for nothing more: the job started after its dependency."""
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines += [f"unset {AFTER_ENV}", f"exec {shlex.join(argv)}"]
+    return render_command_script(spec, workdir, command, lines, repo=repo)
 
 
 def job_state(job_id: str) -> str | None:
