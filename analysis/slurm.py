@@ -14,8 +14,8 @@ the evaluation identity), before anything is submitted. Then, under `<out>/_slur
   out of time) is listed as a gap in the report, as a failed local evaluation is.
 `dry_run=true` prints the plan and both scripts and writes nothing.
 
-`python -m analysis.slurm task PLAN_DIR I` / `python -m analysis.slurm aggregate PLAN_DIR` are what the
-scripts run.
+`python -m analysis.slurm_jobs task PLAN_DIR I` / `python -m analysis.slurm_jobs aggregate PLAN_DIR` are
+what the scripts run.
 """
 from __future__ import annotations
 
@@ -94,14 +94,14 @@ def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, array_job: str = "
     task = [*listing,
             'echo "[analyze] evaluation task $SLURM_ARRAY_TASK_ID (segment ${SLURM_RESTART_COUNT:-0}) on '
             '${SLURM_JOB_NODELIST:-this host}"',
-            f'exec {q(py)} -m analysis.slurm task {q(str(plan))} "$SLURM_ARRAY_TASK_ID"']
+            f'exec {q(py)} -m analysis.slurm_jobs task {q(str(plan))} "$SLURM_ARRAY_TASK_ID"']
     command = "analyze launcher=slurm (the evaluations)"
     here = os.getcwd()   # the request's relative paths (runs_root, out, corpus) are relative to it
     eval_script = render_command_script(spec, here, command, task, repo=repo)
     agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, output=str(plan / "slurm-aggregate-%j.out"),
                 dependency=f"afterany:{array_job}")
     agg_script = render_command_script(agg, here, "analyze launcher=slurm (the aggregation)",
-                                       [f"exec {q(py)} -m analysis.slurm aggregate {q(str(plan))}"], repo=repo)
+                                       [f"exec {q(py)} -m analysis.slurm_jobs aggregate {q(str(plan))}"], repo=repo)
     return eval_script, agg_script
 
 
@@ -179,32 +179,3 @@ def tasks_report(tasks_file: Path) -> EvalReport:
             continue
         report.failures += [EvalFailure(job, list(f["benches"]), str(f["error"])) for f in outcome.get("failures", [])]
     return report
-
-
-def aggregate(plan: Path) -> int:
-    from analysis.cli import print_result
-    from analysis.sweep import run_analysis
-
-    path = Path(plan) / CONFIG
-    if not path.is_file():
-        raise AnalysisError(f"{path}: no such file (the plan dir of an `analyze launcher=slurm` submission)")
-    return print_result(run_analysis(OmegaConf.load(path)))
-
-
-def _main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "task" and argv[2].isdigit():
-        return run_task(Path(argv[1]), int(argv[2]))
-    if len(argv) == 2 and argv[0] == "aggregate":
-        return aggregate(Path(argv[1]))
-    raise AnalysisError("usage: python -m analysis.slurm task PLAN_DIR INDEX | aggregate PLAN_DIR")
-
-
-def main(argv: list[str] | None = None) -> int:
-    from common.cli import run_cli
-
-    return run_cli(_main, sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-

@@ -172,6 +172,22 @@ def _bench_n(value, bench_root) -> dict:
     return out
 
 
+def parse_shard(value) -> tuple[int, int] | None:
+    """`shard=I/N` as (I, N), None when unset; a malformed value is an EvalError."""
+    if value is None:
+        return None
+    i, sep, n = str(value).partition("/")
+    if not (sep and i.strip().isdigit() and n.strip().isdigit() and 0 <= int(i) < int(n)):
+        raise EvalError(f"shard={value!r}: expected I/N with 0 <= I < N (set by data_parallel=N for its processes, evals.parallel)")
+    return int(i), int(n)
+
+
+def shard_items(items: list, shard) -> list:
+    """The items of shard `shard` (`I/N`): positions I, I+N, ... (all items when shard is unset)."""
+    parsed = parse_shard(shard)
+    return items if parsed is None else items[parsed[0]::parsed[1]]
+
+
 def value_problems(cfg: DictConfig) -> list[str]:
     """One line per evaluate key whose value it cannot be (type, range, integer caps)."""
     out = []
@@ -228,8 +244,6 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     problems = value_problems(merged)
     if problems:
         raise EvalError("; ".join(problems))
-    from evals.parallel import parse_shard
-
     parse_shard(merged.shard)
     merged.benches = _benches(merged.benches)
     for bench in merged.benches:

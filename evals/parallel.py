@@ -1,9 +1,10 @@
 """`evaluate ... data_parallel=N`: N engine processes (one per GPU, or per `tensor_parallel_size` GPUs
 with backend=vllm), each evaluating one shard of every bench's items; the rows merged in item order.
 
-Shard i of N takes the items at positions i, i+N, i+2N, ... of each bench's sample (the sample a
-single process evaluates; `shard=i/N`, set here only). Each shard is a child process
-(`python -m evals.parallel <out>/_shards/shard-i-of-N/request.yaml`) with CUDA_VISIBLE_DEVICES set to
+`evals.run.evaluate` drives the steps below (this module never imports it). Shard i of N takes the
+items at positions i, i+N, i+2N, ... of each bench's sample (the sample a single process evaluates;
+`shard=i/N`, evals.config.shard_items). Each shard is a child process
+(`python -m evals.shard_worker <out>/_shards/shard-i-of-N/request.yaml`) with CUDA_VISIBLE_DEVICES set to
 its own GPUs (on a host without CUDA the N processes share it) evaluating into its own directory
 `<out>/_shards/shard-i-of-N/`, so a killed shard resumes from its own rows. When every shard has
 finished, the shards' rows are appended in item order to `<out>/<bench>.jsonl` (rows out already
@@ -18,7 +19,6 @@ refused (or, with overwrite=true, renamed aside) before any model work, as with 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,22 +28,6 @@ from omegaconf import DictConfig, OmegaConf
 from evals.errors import EvalError
 
 SHARDS = "_shards"
-
-
-def parse_shard(value) -> tuple[int, int] | None:
-    """`shard=I/N` as (I, N), None when unset; a malformed value is an EvalError."""
-    if value is None:
-        return None
-    i, sep, n = str(value).partition("/")
-    if not (sep and i.strip().isdigit() and n.strip().isdigit() and 0 <= int(i) < int(n)):
-        raise EvalError(f"shard={value!r}: expected I/N with 0 <= I < N (set by data_parallel=N, not by hand)")
-    return int(i), int(n)
-
-
-def shard_items(items: list, shard) -> list:
-    """The items of shard `shard` (`I/N`): positions I, I+N, ... (all items when shard is unset)."""
-    parsed = parse_shard(shard)
-    return items if parsed is None else items[parsed[0]::parsed[1]]
 
 
 def _visible_gpus() -> list[str]:
@@ -80,7 +64,7 @@ def shard_dir(out: Path, i: int, n: int) -> Path:
     return Path(out) / SHARDS / f"shard-{i}-of-{n}"
 
 
-class _RowsOnly:
+class RowsOnly:
     """The backend of the final, merging evaluate: every row is on disk, so nothing is generated;
     only the tokenizer's chat template is read (the tool-call style recorded in meta.json)."""
 
@@ -93,19 +77,7 @@ class _RowsOnly:
         raise EvalError("internal: a row is missing after merging the shards (nothing may be generated here)")
 
 
-def _claim(cfg: DictConfig) -> None:
-    """The identity checks evaluate makes in `out`, before any shard starts."""
-    from evals.run import _read_meta, bench_request, check_checkpoint_files, checkpoint_identity, claim_bench
-
-    out = Path(cfg.out)
-    identities = _read_meta(out).get("identities") or {}
-    ckpt_id = checkpoint_identity(str(cfg.ckpt))
-    check_checkpoint_files(str(cfg.ckpt), ckpt_id)
-    for bench in cfg.benches:
-        claim_bench(bench, out, bench_request(bench, cfg, ckpt_id), identities.get(bench), bool(cfg.overwrite))
-
-
-def _run_shards(cfg: DictConfig, groups: list[str | None]) -> None:
+def run_shards(cfg: DictConfig, groups: list[str | None]) -> None:
     repo = Path(__file__).resolve().parents[1]
     n = len(groups)
     procs = []
@@ -120,7 +92,7 @@ def _run_shards(cfg: DictConfig, groups: list[str | None]) -> None:
             if gpus is not None:
                 env["CUDA_VISIBLE_DEVICES"] = gpus
             log = open(d / "log.txt", "a", encoding="utf-8")
-            procs.append((i, d, subprocess.Popen([sys.executable, "-m", "evals.parallel", str(d / "request.yaml")],
+            procs.append((i, d, subprocess.Popen([sys.executable, "-m", "evals.shard_worker", str(d / "request.yaml")],
                                                  stdout=log, stderr=subprocess.STDOUT, env=env), log))
             print(f"[evaluate] shard {i}/{n} (pid {procs[-1][2].pid}, GPUs {gpus or 'none: this host'}) -> {d}",
                   flush=True)
@@ -141,7 +113,7 @@ def _run_shards(cfg: DictConfig, groups: list[str | None]) -> None:
             log.close()
 
 
-def _merge(cfg: DictConfig, n: int) -> None:
+def merge(cfg: DictConfig, n: int) -> None:
     """Append the shards' rows to out's, in item order (ids out already holds are kept as they are)."""
     from evals.results import append_rows, load_done
 
@@ -164,42 +136,16 @@ def _merge(cfg: DictConfig, n: int) -> None:
         append_rows(path, [rows[i] for i in order if i not in held])
 
 
-def evaluate_parallel(cfg: DictConfig) -> dict:
-    """`evaluate` with data_parallel=N > 1 (cfg resolved): shards, merge, the ordinary summary."""
-    from evals.run import evaluate, to_evaluate
-
-    n = int(cfg.data_parallel)
-    groups = device_groups(cfg)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _claim(cfg)
-    single = OmegaConf.merge(cfg, {"data_parallel": 1})
-    if to_evaluate(single):
-        _run_shards(cfg, groups)
-        _merge(cfg, n)
-    summary = evaluate(single, backend=_RowsOnly(cfg), retriever=_Unused())
-    if (out / SHARDS).is_dir():
-        shutil.rmtree(out / SHARDS)
-    return summary
-
-
-class _Unused:
+class Unused:
     """The retriever of the final, merging evaluate: every row is on disk, so nothing is searched."""
 
     def search(self, *args, **kwargs):
         raise EvalError("internal: a search after merging the shards (nothing may be evaluated here)")
 
 
-def _main(argv: list[str]) -> int:
-    if len(argv) != 1 or not Path(argv[0]).is_file():
-        raise EvalError("usage: python -m evals.parallel SHARD_DIR/request.yaml (started by data_parallel=N)")
-    from evals.run import evaluate
+def remove_shards(out: Path) -> None:
+    """The shards' scratch dirs, once their rows are in out (and summarized there)."""
+    import shutil
 
-    evaluate(OmegaConf.load(argv[0]))
-    return 0
-
-
-if __name__ == "__main__":
-    from common.cli import run_cli
-
-    sys.exit(run_cli(_main, sys.argv[1:]))
+    if (Path(out) / SHARDS).is_dir():
+        shutil.rmtree(Path(out) / SHARDS)

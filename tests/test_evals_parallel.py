@@ -46,27 +46,12 @@ def _same(a: Path, b: Path) -> None:
         assert meta_a[key] == meta_b[key], key
 
 
-@pytest.fixture(scope="module")
-def single(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dp") / "dp1"
-    _evaluate(out)
-    return out
-
-
-def test_two_shards_write_the_rows_of_one_process(single, tmp_path):
+@pytest.mark.slow
+def test_two_shards_killed_and_resumed_write_the_rows_of_one_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")   # N torch processes on a few shared cores
+    single = tmp_path / "dp1"
+    _evaluate(single)
     out = tmp_path / "dp2"
-    _evaluate(out, data_parallel=2)
-    _same(single, out)
-    assert not (out / "_shards").exists(), "the shards' rows are in out; their scratch dirs are gone"
-    from evals.run import to_evaluate
-
-    assert to_evaluate({"ckpt": str(ROOT / "common" / "tiny_base"), "out": str(out), "benches": ["search_plan_ood"],
-                        "bench_n": {"search_plan_ood": 3}, "max_turns": 2, "ood_max_turns": 2, "max_model_len": 2048,
-                        "max_new_tokens": 16, "dtype": "float32"}) == {}, "data_parallel=1 finds nothing left to do"
-
-
-def test_a_killed_shard_resumes_to_the_same_rows(single, tmp_path):
-    out = tmp_path / "killed"
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled")
     proc = subprocess.Popen([sys.executable, "-m", "evals.cli", *_args(out, data_parallel=2, batch_size=1)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -85,5 +70,11 @@ def test_a_killed_shard_resumes_to_the_same_rows(single, tmp_path):
     rest = proc.communicate(timeout=300)[0]
     assert proc.returncode == 2 and "shard 1/2 exited -9" in rest, rest[-3000:]
     assert not (out / "summary.json").exists()
-    _evaluate(out, data_parallel=2, batch_size=1)   # the same command again
+    _evaluate(out, data_parallel=2, batch_size=1)   # the same command again: each shard resumes from its rows
     _same(single, out)
+    assert not (out / "_shards").exists(), "the shards' rows are in out; their scratch dirs are gone"
+    from evals.run import to_evaluate
+
+    assert to_evaluate({"ckpt": str(ROOT / "common" / "tiny_base"), "out": str(out), "benches": ["search_plan_ood"],
+                        "bench_n": {"search_plan_ood": 3}, "max_turns": 2, "ood_max_turns": 2, "max_model_len": 2048,
+                        "max_new_tokens": 16, "dtype": "float32"}) == {}, "data_parallel=1 finds nothing left to do"
