@@ -49,8 +49,8 @@ def check_launcher(cfg: DictConfig) -> None:
         raise AnalysisError(f"launcher={cfg.launcher!r}: expected local or slurm")
     s = cfg.slurm
     gpus, k = s.gpus_per_task, s.concurrency
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-        raise AnalysisError(f"slurm.gpus_per_task={gpus!r}: expected an integer >= 0")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+        raise AnalysisError(f"slurm.gpus_per_task={gpus!r}: expected an integer >= 0, or null (from eval.data_parallel)")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise AnalysisError(f"slurm.concurrency={k!r}: expected an integer >= 1 (array tasks at once), or null")
     problems = slurm_option_problems(list(s.sbatch) if s.sbatch is not None else None)
@@ -78,7 +78,17 @@ def _job(entry: dict) -> EvalJob:
                    list(entry["benches"]), entry["prompt"])
 
 
-def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, array_job: str = "<eval array job id>") -> tuple[str, str]:
+def task_gpus(cfg: DictConfig, eval_opts: dict[str, Any]) -> int:
+    """GPUs of one array task: slurm.gpus_per_task, else what evaluate's engines take (data_parallel engines of
+    tensor_parallel_size GPUs each with backend=vllm, one each with hf)."""
+    if cfg.slurm.gpus_per_task is not None:
+        return int(cfg.slurm.gpus_per_task)
+    tp = int(eval_opts.get("tensor_parallel_size") or 1) if eval_opts.get("backend") == "vllm" else 1
+    return int(eval_opts.get("data_parallel") or 1) * tp
+
+
+def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, gpus: int,
+            array_job: str = "<eval array job id>") -> tuple[str, str]:
     """(the evaluation array's sbatch script, the aggregation job's) for `jobs`."""
     from launch.slurm import render_command_script
 
@@ -87,7 +97,7 @@ def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, array_job: str = "
     k = cfg.slurm.concurrency
     array = f"0-{len(jobs) - 1}" + (f"%{k}" if k else "")
     dep = cfg.slurm.after
-    spec = _spec(cfg, job_name="dtsft-eval", gpus_per_node=int(cfg.slurm.gpus_per_task),
+    spec = _spec(cfg, job_name="dtsft-eval", gpus_per_node=gpus,
                  output=str(plan / "slurm-%A_%a.out"), array=array,
                  **({"dependency": str(dep)} if dep else {}))
     listing = [f"# task {i}: {j.label} {j.benches} <- {j.ckpt}" for i, j in enumerate(jobs)]
@@ -110,8 +120,9 @@ def submit_analysis(cfg: DictConfig, jobs: list[EvalJob], eval_opts: dict[str, A
     from launch.slurm import submit
 
     plan = (Path(cfg.out) / "_slurm" / time.strftime("analyze-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    gpus = task_gpus(cfg, eval_opts)
     if cfg.dry_run:
-        eval_script, agg_script = scripts(cfg, jobs, plan)
+        eval_script, agg_script = scripts(cfg, jobs, plan, gpus)
         print(f"# {plan / 'eval.sbatch'} (not written: dry_run=true): {len(jobs)} array task(s)\n{eval_script}")
         print(f"# {plan / 'aggregate.sbatch'} (not written: dry_run=true)\n{agg_script}")
         return
@@ -120,10 +131,10 @@ def submit_analysis(cfg: DictConfig, jobs: list[EvalJob], eval_opts: dict[str, A
                               "tasks": [_job_record(j) for j in jobs]})
     agg_cfg = OmegaConf.merge(cfg, {"launcher": "local", "eval_tasks": str(plan / TASKS), "dry_run": False})
     (plan / CONFIG).write_text(OmegaConf.to_yaml(agg_cfg), encoding="utf-8")
-    eval_script, _ = scripts(cfg, jobs, plan)
+    eval_script, _ = scripts(cfg, jobs, plan, gpus)
     (plan / "eval.sbatch").write_text(eval_script, encoding="utf-8")
     array = submit(plan / "eval.sbatch")
-    _, agg_script = scripts(cfg, jobs, plan, array_job=array)
+    _, agg_script = scripts(cfg, jobs, plan, gpus, array_job=array)
     (plan / "aggregate.sbatch").write_text(agg_script, encoding="utf-8")
     agg = submit(plan / "aggregate.sbatch")
     print(f"[analyze] submitted {len(jobs)} evaluation(s) as Slurm job array {array} and the aggregation as "

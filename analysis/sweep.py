@@ -46,7 +46,8 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
     "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
-    "slurm.gpus_per_task": (1, "launcher=slurm: GPUs per array task (a node's count with eval.data_parallel=N)"),
+    "slurm.gpus_per_task": (None, "launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
+                                  "with backend=vllm), 1 by default"),
     "slurm.concurrency": (None, "launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap"),
     "slurm.partition": (None, "launcher=slurm: --partition (null: the cluster's default)"),
     "slurm.time": (None, "launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)"),

@@ -58,6 +58,10 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     # A chained submission (launch sweep/study): the array waits for the training job.
     assert main(argv + ["slurm.after=afterok:4242"]) == 0
     assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["dependency"] == "afterok:4242"
+    # One node per checkpoint: evaluate's data_parallel=8 engines take 8 GPUs per task unless told otherwise.
+    node = [a for a in argv if not a.startswith("slurm.gpus_per_task")] + ["eval.data_parallel=8"]
+    assert main(node) == 0
+    assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["gpus-per-node"] == "8"
     # A bad setting is one line, before anything is planned.
     assert main(argv[:-1] + ["slurm.concurrency=0"]) == 2
     assert "slurm.concurrency=0" in capsys.readouterr().err
