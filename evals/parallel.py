@@ -86,7 +86,7 @@ def run_shards(cfg: DictConfig, groups: list[str | None]) -> None:
             d = shard_dir(cfg.out, i, n)
             d.mkdir(parents=True, exist_ok=True)
             request = OmegaConf.merge(cfg, {"out": str(d), "shard": f"{i}/{n}", "data_parallel": 1, "wandb": False,
-                                            "progress": False, "overwrite": False})
+                                            "progress": False})
             (d / "request.yaml").write_text(OmegaConf.to_yaml(request), encoding="utf-8")
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p))
             if gpus is not None:
@@ -115,6 +115,7 @@ def run_shards(cfg: DictConfig, groups: list[str | None]) -> None:
 
 def merge(cfg: DictConfig, n: int) -> None:
     """Append the shards' rows to out's, in item order (ids out already holds are kept as they are)."""
+    from common.io import read_json_object
     from evals.results import append_rows, load_done
 
     out = Path(cfg.out)
@@ -122,7 +123,10 @@ def merge(cfg: DictConfig, n: int) -> None:
         shard_ids, shard_rows = [], []
         for i in range(n):
             d = shard_dir(out, i, n)
-            sample = OmegaConf.to_container(OmegaConf.load(d / "sampled_ids" / f"{bench}.json"))
+            try:
+                sample = read_json_object(d / "sampled_ids" / f"{bench}.json")
+            except (OSError, ValueError) as exc:
+                raise EvalError(f"data_parallel: shard {i}/{n} holds no sample of {bench} ({exc}); re-running resumes it") from exc
             shard_ids.append(list(sample["ids"]))
             shard_rows.append(load_done(d / f"{bench}.jsonl", set(sample["ids"])))
         order = [shard_ids[k % n][k // n] for k in range(sum(len(ids) for ids in shard_ids))]
