@@ -22,12 +22,13 @@ from omegaconf import OmegaConf
 
 from common.cli import split_dotlist
 from launch import manifest, slurm
-from launch.compose import RECIPES, group_choices
+from launch.compose import group_choices
 from launch.run import (REPO, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
                         prepare_run, resolve)
 from launch.errors import LaunchError
 
 SWEEP_KEYS = ("arms", "seeds")
+EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
 
 
 def parse_sweep(argv: list[str]) -> tuple[list[str], list[int], list[str]]:
@@ -72,8 +73,8 @@ def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str]]:
             profile = value.strip() or None
         else:
             rest.append(tok)
-    if profile is not None and not (RECIPES / "eval" / f"{profile}.yaml").is_file():
-        names = sorted(p.stem for p in (RECIPES / "eval").glob("*.yaml"))
+    if profile is not None and not (EVAL_PROFILES / f"{profile}.yaml").is_file():
+        names = sorted(p.stem for p in EVAL_PROFILES.glob("*.yaml"))
         raise LaunchError(f"eval_profile={profile}: no recipes/eval/{profile}.yaml; profiles: {', '.join(names)}")
     return profile, rest
 
