@@ -20,6 +20,9 @@ tables/*.md|tex and report.md (with provenance and every missing point).
 evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
 eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
 Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
+launcher=slurm evaluates on a Slurm cluster instead: one array task per checkpoint still to evaluate
+(slurm.gpus_per_task GPUs each, at most slurm.concurrency at once, requeue-safe), then an aggregation job
+(afterany) that writes the report, failed tasks listed as gaps (analysis/slurm.py; docs/how-to/slurm.md).
 study=NAME (recipes/study/NAME.yaml, or a path) adds tables/reference.md|tex: the study's published
 numbers, labelled "reported", beside the values measured here (never part of a CI).
 Evaluation keys (n, seed, backend, ...) go to the evals harness;
@@ -41,7 +44,11 @@ def _main(argv: list[str]) -> int:
         print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",))
-    result = run_analysis(cfg)
+    return print_result(run_analysis(cfg))
+
+
+def print_result(result) -> int:
+    """The closing line of an analysis (nothing for a dry run or a Slurm submission: they print their own)."""
     if result is None:
         return 0
     print(f"wrote {result.report} ({len(result.table)} result rows, {len(result.figures)} figures, "

@@ -174,25 +174,29 @@ def _read_summary_dict(out: Path) -> dict:
     return read_json_object(out / "summary.json", []) or {}
 
 
+def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Path) -> list[EvalFailure]:
+    """Evaluate one checkpoint's pending benches; what failed (an exception, a bench the harness
+    wrote no summary for) is returned, never raised."""
+    job.out.mkdir(parents=True, exist_ok=True)
+    if job.arm == ANCHOR_ARM:
+        write_json(Path(anchor_dir) / "anchor.json", {"model": job.ckpt, "prompt": job.prompt})
+    for bench, diff in job.stale.items():
+        print(f"[analyze] {job.label} × {bench}: {job.out} holds it under another evaluation identity "
+              f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
+    try:
+        h.evaluate(job.config(eval_opts))
+    except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return [EvalFailure(job, list(job.benches), last)]
+    written = summary_benches(job.out)  # what the harness wrote is the whole truth
+    absent = [b for b in job.benches if b not in written]
+    return [EvalFailure(job, absent, "the harness returned no summary for it")] if absent else []
+
+
 def run_jobs(jobs: list[EvalJob], h: Harness, eval_opts: dict[str, Any], anchor_dir: Path) -> EvalReport:
     report = EvalReport(jobs=list(jobs))
     for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs):
-        job.out.mkdir(parents=True, exist_ok=True)
-        if job.arm == ANCHOR_ARM:
-            write_json(Path(anchor_dir) / "anchor.json", {"model": job.ckpt, "prompt": job.prompt})
-        for bench, diff in job.stale.items():
-            print(f"[analyze] {job.label} × {bench}: {job.out} holds it under another evaluation identity "
-                  f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
-        try:
-            h.evaluate(job.config(eval_opts))
-        except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
-            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            report.failures.append(EvalFailure(job, list(job.benches), last))
-            continue
-        written = summary_benches(job.out)  # what the harness wrote is the whole truth
-        absent = [b for b in job.benches if b not in written]
-        if absent:
-            report.failures.append(EvalFailure(job, absent, "the harness returned no summary for it"))
+        report.failures += run_job(job, h, eval_opts, anchor_dir)
     return report
 
 

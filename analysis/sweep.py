@@ -45,6 +45,18 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "conf": (0.95, "confidence level of the intervals"),
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
     "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
+    "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
+    "slurm.gpus_per_task": (None, "launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
+                                  "with backend=vllm), 1 by default"),
+    "slurm.concurrency": (None, "launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap"),
+    "slurm.partition": (None, "launcher=slurm: --partition (null: the cluster's default)"),
+    "slurm.time": (None, "launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)"),
+    "slurm.account": (None, "launcher=slurm: --account"),
+    "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--qos=high]"),
+    "slurm.setup": (None, "launcher=slurm: shell run before each job's command (module load, activate)"),
+    "slurm.after": (None, "launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)"),
+    "eval_tasks": (None, "set by the aggregation job: the tasks.json of a Slurm evaluation array; evaluate nothing, "
+                         "report its failed tasks as gaps"),
     "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
     # Passed to the evals harness as its own config keys (also as plain n=, seed=, ...); null: the harness's default.
     "eval.n": (None, "evaluate's n (items per bench)"),
@@ -187,15 +199,26 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
         study = load_study(str(cfg.study))
-    h = harness(evaluator) if cfg.evaluate else None
+    from analysis.slurm import check_launcher, submit_analysis, tasks_report
+
+    check_launcher(cfg)
+    h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
         check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
     runs = discover_runs(root, profile)
     jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
     if cfg.dry_run:
         print(describe_plan(runs, jobs, cfg))
+    if cfg.launcher == "slurm" and jobs:   # the evaluations go to a job array; its aggregation job writes the report
+        submit_analysis(cfg, jobs, eval_opts, anchor_dir)
         return None
-    ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
+    if cfg.dry_run:
+        return None
+    if cfg.eval_tasks:   # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
+        ev = tasks_report(Path(cfg.eval_tasks))
+        jobs = ev.jobs
+    else:
+        ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
     runs = discover_runs(root, profile) if jobs else runs
     collected = collect(runs, anchor_eval, benches)
     table = collected.table

@@ -44,6 +44,8 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "device": ("auto", "auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu"),
     "dtype": ("auto", "auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16"),
     "tensor_parallel_size": (1, "vllm: GPUs one model is split over"),
+    "data_parallel": (1, "engine processes, one per GPU (x tensor_parallel_size), each a shard of the items; rows merged in item order (evals.parallel)"),
+    "shard": (None, "internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ..."),
     "gpu_memory_utilization": ("auto", "vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the KV cache is sized instead (evals.backends)"),
     "enforce_eager": ("auto", "vllm: auto = true on CPU, false on CUDA (CUDA graphs)"),
     "prefix_caching": (True, "vllm: reuse the KV cache of shared prompt prefixes"),
@@ -118,6 +120,7 @@ NUMBERS = {
     "retriever_retries": Number(lo=0, integer=True),
     "topk": _COUNT, "max_turns": _COUNT, "ood_max_turns": _COUNT, "max_model_len": _COUNT,
     "max_new_tokens": _COUNT, "batch_size": _COUNT, "micro_batch": _COUNT, "tensor_parallel_size": _COUNT,
+    "data_parallel": _COUNT,
     "gpu_memory_utilization": Number(lo=0, hi=1, lo_open=True, words=("auto",)),
     "babyai_max_steps": Number(lo=1, integer=True, null=True),   # null: the level's own limit
     "babyai_max_new_tokens": _COUNT,
@@ -168,6 +171,22 @@ def _bench_n(value, bench_root) -> dict:
             raise EvalError(f"bench_n.{bench}: {why}")
         out[key] = n
     return out
+
+
+def parse_shard(value) -> tuple[int, int] | None:
+    """`shard=I/N` as (I, N), None when unset; a malformed value is an EvalError."""
+    if value is None:
+        return None
+    i, sep, n = str(value).partition("/")
+    if not (sep and i.strip().isdigit() and n.strip().isdigit() and 0 <= int(i) < int(n)):
+        raise EvalError(f"shard={value!r}: expected I/N with 0 <= I < N (set by data_parallel=N for its processes, evals.parallel)")
+    return int(i), int(n)
+
+
+def shard_items(items: list, shard) -> list:
+    """The items of shard `shard` (`I/N`): positions I, I+N, ... (all items when shard is unset)."""
+    parsed = parse_shard(shard)
+    return items if parsed is None else items[parsed[0]::parsed[1]]
 
 
 def value_problems(cfg: DictConfig) -> list[str]:
@@ -228,6 +247,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     problems = value_problems(merged)
     if problems:
         raise EvalError("; ".join(problems))
+    parse_shard(merged.shard)
     merged.benches = _benches(merged.benches)
     for bench in merged.benches:
         if why := bench_name_problem(bench, merged.bench_root):

@@ -24,7 +24,7 @@ from evals.errors import EvalError
 OPERATIONAL_KEYS = (
     "backend", "batch_size", "micro_batch", "device", "progress", "index_dir", "retriever_timeout",
     "retriever_retries", "tensor_parallel_size", "gpu_memory_utilization", "out", "dry_run", "overwrite",
-    "wandb", "wandb_group",
+    "wandb", "wandb_group", "data_parallel", "shard",
     "profile",  # a profile only supplies keys, which are in the identity themselves
 )
 # Keys that enter resolved, through evals.backends.engine_settings (the vLLM ones only for backend=vllm).

@@ -36,7 +36,7 @@ from evals import babyai, tasks
 from evals.agent import run_episodes
 from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, bench_source, load_bench_counted, read_bench_file
 from common.benchmarks import parse_bench_key
-from evals.config import bench_size, resolve, uses_retriever
+from evals.config import bench_size, resolve, shard_items, uses_retriever
 from evals.errors import EvalError
 from evals.identity import (BENCH_KEY_PREFIXES, IdentityError, bench_identity, check_same, checkpoint_identity,
                             source_digest)
@@ -219,6 +219,7 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident:
     """Evaluate one bench (already claimed under `ident`); `identities` (bench -> identity,
     meta.json's) gets this bench's, written to meta.json before the first row."""
     items, source, unanswerable = _bench_items(bench, cfg)
+    items = shard_items(items, cfg.shard)   # data_parallel=N: this process's share (evals.parallel)
     record = bench_items_record(bench, cfg, items, source, unanswerable)
     identities[bench] = ident
     write_json(out / "meta.json", {**_read_meta(out), "identities": identities})
@@ -287,6 +288,8 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     """Evaluate `cfg.ckpt` on `cfg.benches`; returns the summary dict also written to summary.json.
     `backend` / `retriever` may be passed in (tests, a caller that keeps a model loaded); a backend
     built here is closed here, on any exit (vLLM: its engine process shut down, not left to die)."""
+    if backend is None and int((cfg := resolve(cfg)).data_parallel) > 1:   # N engine processes (evals.parallel)
+        return _evaluate_sharded(cfg)
     owned: list = []
     try:
         return _evaluate(cfg, backend, retriever, owned)
@@ -294,6 +297,28 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
         for b in owned:
             if hasattr(b, "close"):
                 b.close()
+
+
+def _evaluate_sharded(cfg) -> dict:
+    """data_parallel=N: identities claimed in out first, the shards run and merged in item order, then
+    the ordinary evaluate on out with every row present (evals.parallel)."""
+    from evals import parallel
+
+    groups = parallel.device_groups(cfg)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    identities = _read_meta(out).get("identities") or {}
+    ckpt_id = checkpoint_identity(str(cfg.ckpt))
+    check_checkpoint_files(str(cfg.ckpt), ckpt_id)
+    for bench in cfg.benches:
+        claim_bench(bench, out, bench_request(bench, cfg, ckpt_id), identities.get(bench), bool(cfg.overwrite))
+    single = OmegaConf.merge(cfg, {"data_parallel": 1})
+    if to_evaluate(single):
+        parallel.run_shards(cfg, groups)
+        parallel.merge(cfg, len(groups))
+    summary = evaluate(single, backend=parallel.RowsOnly(cfg), retriever=parallel.Unused())
+    parallel.remove_shards(out)
+    return summary
 
 
 def _evaluate(cfg, backend, retriever, owned: list) -> dict:

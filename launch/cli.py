@@ -2,7 +2,7 @@
 
     launch arm=r2e steps=218 [model=...] [data=hub|synthetic] [seed=0] [nproc=N]
            [launcher=local|slurm] [dry_run=true] [runs_root=runs] [key.sub=value ...]
-    launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...
+    launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 [eval_profile=PROFILE] ...
     launch show arm=r2e model=tiny [recipe=my.yaml] ...   # the composed recipe, each value's origin
     launch arm=r2e recipe=path/to/my.yaml ...             # your own recipe file, merged after the groups
     launch stage=grpo task=spa|qa [model=...] [model.path=<SFT checkpoint> name=...] steps=250 ...
@@ -48,7 +48,9 @@ def help_text() -> str:
         "data=hub decontaminates against the 7 benches under data.decontam_bench_root (null: off).",
         "",
         "Sweeps: `launch sweep arms=[...] seeds=[...] <overrides>` runs every arm x seed (local: one after",
-        "another; launcher=slurm: one job array), skipping finished runs.",
+        "another; launcher=slurm: one job array), skipping finished runs. eval_profile=PROFILE evaluates the",
+        "checkpoints afterwards with analyze profile=PROFILE (launcher=slurm: a job after the array, afterok,",
+        "that submits one evaluation array task per checkpoint and the report job; launch/sweep.py).",
         "Run directory: <runs_root>/<arm>/[<name>/]seed<seed>/ (config.yaml, manifest.json, logs/, metrics.jsonl,",
         "checkpoints/step-NNNNNN/, state/). Re-running the same command resumes (resume=auto); a run with",
         "DONE is reported as finished. A request whose run identity (every result-changing key, the data",

@@ -19,10 +19,11 @@ Preemption and time limits:
 """
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -30,10 +31,15 @@ from omegaconf import DictConfig
 from launch.errors import LaunchError
 
 RDZV_PORT = 29500
+# `launch study=NAME launcher=slurm` runs each stage's command with these set: every job a stage
+# submits waits for AFTER_ENV (an sbatch dependency, e.g. afterok:101:102) and appends its id to the
+# file JOBS_ENV names, so the next stage can wait for it.
+AFTER_ENV = "DTSFT_SLURM_AFTER"
+JOBS_ENV = "DTSFT_SLURM_JOBS"
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them (partition,
 # time and account have their own keys).
 OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal", "requeue", "open-mode", "output",
-               "array", "partition", "time", "account")
+               "array", "partition", "time", "account", "dependency")
 
 
 def slurm_option_problems(options) -> list[str]:
@@ -65,6 +71,10 @@ class SlurmSpec:
     array: str | None = None  # e.g. "0-8" for a sweep
     extra: tuple[str, ...] = ()   # launcher.sbatch: further #SBATCH options
     setup: str | None = None      # launcher.setup: shell run before srun
+    # e.g. afterok:4242 (null: none); by default what a `launch study` stage is told to wait for
+    dependency: str | None = field(default_factory=lambda: os.environ.get(AFTER_ENV) or None)
+    exclusive: bool = True        # the whole node (training); evaluation tasks share a node
+    signal: bool = True           # --signal=USR1@120: the trainers save and stop before the time limit
 
 
 def spec_from_config(cfg: DictConfig, job_name: str, output: str, nproc: int, array: str | None = None) -> SlurmSpec:
@@ -84,15 +94,15 @@ def _header(spec: SlurmSpec, command: str) -> list[str]:
         f"#SBATCH --job-name={spec.job_name}",
         f"#SBATCH --nodes={spec.nodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={spec.gpus_per_node}",
-        "#SBATCH --exclusive",
-        "#SBATCH --signal=USR1@120",
+        *([f"#SBATCH --gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
+        *(["#SBATCH --exclusive"] if spec.exclusive else []),
+        *(["#SBATCH --signal=USR1@120"] if spec.signal else []),
         "#SBATCH --requeue",
         "#SBATCH --open-mode=append",
         f"#SBATCH --output={spec.output}",
     ]
     for flag, value in (("partition", spec.partition), ("time", spec.time), ("account", spec.account),
-                        ("array", spec.array)):
+                        ("array", spec.array), ("dependency", spec.dependency)):
         if value is not None:
             lines.append(f"#SBATCH --{flag}={value}")
     lines += [f"#SBATCH {opt}" for opt in spec.extra]
@@ -108,9 +118,7 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
         f" -m {module} \"$2\""
     )
-    # Environment scripts (conda activate, module load) often read unset variables: not under `set -u`.
-    setup = ["set +u  # launcher.setup", *spec.setup.strip().splitlines(), "set -u  # end of launcher.setup"] \
-        if spec.setup else []
+    setup = _setup_lines(spec)
     return [
         f"cd {shlex.quote(repo)}",
         "export PYTHONUNBUFFERED=1",
@@ -153,6 +161,32 @@ def render_array_script(spec: SlurmSpec, run_dirs: list[str], repo: str, python:
     return "\n".join(lines + _body(spec, repo, python)) + "\n"
 
 
+def _setup_lines(spec: SlurmSpec) -> list[str]:
+    # Environment scripts (conda activate, module load) often read unset variables: not under `set -u`.
+    return ["set +u  # launcher.setup", *spec.setup.strip().splitlines(), "set -u  # end of launcher.setup"] \
+        if spec.setup else []
+
+
+def render_command_script(spec: SlurmSpec, workdir: str, command: str, lines: list[str], repo: str | None = None) -> str:
+    """A job (or job array) that runs `lines` (shell) in `workdir` (where the submitting command ran:
+    its relative paths stay valid) on one node, the project importable from `repo`: an evaluation array
+    task, an aggregation, a stage of a study. No srun: the batch step is the one task."""
+    head = _header(spec, command) + ["", "set -uo pipefail", f"cd {shlex.quote(workdir)}", "export PYTHONUNBUFFERED=1"]
+    if repo:
+        head.append(f"export PYTHONPATH={shlex.quote(repo)}${{PYTHONPATH:+:$PYTHONPATH}}")
+    return "\n".join(head + _setup_lines(spec) + list(lines)) + "\n"
+
+
+def render_stage_script(spec: SlurmSpec, workdir: str, repo: str, command: str, argv: list[str],
+                        env: dict[str, str]) -> str:
+    """A job that runs one command line `argv` with `env` exported: a study's evaluate / analyze / export
+    stage, or the job that plans a sweep's evaluation array once its training is done. Its own
+    submissions (an analyze's evaluation array) wait for nothing more: the job started after its dependency."""
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines += [f"unset {AFTER_ENV}", f"exec {shlex.join(argv)}"]
+    return render_command_script(spec, workdir, command, lines, repo=repo)
+
+
 def job_state(job_id: str) -> str | None:
     """The job's state from squeue (PENDING, RUNNING, ...), or None when squeue is absent or the
     job is no longer known (finished, purged)."""
@@ -180,7 +214,7 @@ def check_not_queued(run_dir: Path) -> None:
 
 
 def submit(script: Path) -> str:
-    """`sbatch --parsable SCRIPT`; return the job id."""
+    """`sbatch --parsable SCRIPT`; return the job id (also appended to the file $DTSFT_SLURM_JOBS names)."""
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise LaunchError(f"sbatch not found on PATH; the script is written at {script} "
@@ -188,4 +222,8 @@ def submit(script: Path) -> str:
     out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
     if out.returncode != 0:
         raise LaunchError(f"sbatch {script} failed (exit {out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
-    return out.stdout.strip().split(";", 1)[0]
+    job = out.stdout.strip().split(";", 1)[0]
+    if os.environ.get(JOBS_ENV):
+        with open(os.environ[JOBS_ENV], "a", encoding="utf-8") as fh:
+            fh.write(job + "\n")
+    return job

@@ -12,6 +12,16 @@ so the report shows the study's reference results beside the measured values. Th
 fails stops the study with its exit status; every stage is idempotent (runs resume, analyze evaluates
 only what is missing), so the same command continues the study. Each child gets DTSFT_STUDY (the
 study's name, file and digest), which run manifests record.
+
+`launcher=slurm` submits the whole study instead, each stage's jobs depending on the previous
+stage's (`--dependency=afterok:...`): a training stage's own launcher submits its jobs (told the
+dependency through $DTSFT_SLURM_AFTER; their ids come back through $DTSFT_SLURM_JOBS); an analyze,
+evaluate or export stage becomes one job running its command (analyze with `launcher=slurm`, so when
+it runs it fans the evaluations out as an array, one task per checkpoint still to evaluate, and
+submits the aggregation after it: analysis/slurm.py). Scripts, logs and each stage's job ids go to
+`<runs_root>/_slurm/study-<UTC time>/`; the job ids and one command to watch them are printed.
+`dry_run=true` prints every script (dependencies on not yet submitted jobs shown as
+`afterok:<job ids of stage NAME>`) and each stage's own dry run.
 """
 from __future__ import annotations
 
@@ -20,6 +30,8 @@ import os
 import shlex
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from common.cli import did_you_mean, split_dotlist
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
@@ -84,6 +96,7 @@ def stage_command(study: Study, stage, extra: list[str]) -> list[str]:
 
 def run_study(argv: list[str]) -> int:
     study, extra, dry_run = parse_study_argv(argv)
+    on_slurm = any(tok.replace(" ", "") in ("launcher=slurm", "launcher.kind=slurm") for tok in argv)
     if study.unset() and not dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
                           f"(the study's data slots; see {study.path})")
@@ -93,6 +106,8 @@ def run_study(argv: list[str]) -> int:
 
     env = dict(os.environ, **{STUDY_ENV: json.dumps(study.identity())})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    if on_slurm:
+        return _submit_study(study, extra, dry_run, env, argv)
     for i, stage in enumerate(study.stages, 1):
         cmd = stage_command(study, stage, extra[stage.name])
         print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}", flush=True)
@@ -106,4 +121,98 @@ def run_study(argv: list[str]) -> int:
                   f"(finished work is kept and skipped)", file=sys.stderr)
             return rc
     print(f"\nstudy {study.name}: {'dry run done' if dry_run else 'all stages done'}")
+    return 0
+
+
+# Sbatch options of the stage jobs taken from the command line's training keys (the same cluster account).
+_STAGE_JOB_KEYS = {"partition": "partition", "launcher.partition": "partition", "account": "account",
+                   "launcher.account": "account", "launcher.setup": "setup"}
+
+
+def _stage_job_options(tokens: list[str]) -> dict:
+    opts = {}
+    for tok in tokens:
+        key, _, value = tok.partition("=")
+        if key.strip() in _STAGE_JOB_KEYS and value.strip() not in ("", "null"):
+            opts[_STAGE_JOB_KEYS[key.strip()]] = value.strip()
+    return opts
+
+
+def _stage_gpus(stage, args: list[str]) -> int:
+    """GPUs of a stage's own job: an evaluate stage's engines (data_parallel x tensor_parallel_size); an
+    analyze job only plans and submits (its array tasks get their GPUs), an export needs none."""
+    if stage.run != "evaluate":
+        return 0
+    kv = dict(a.split("=", 1) for a in args if "=" in a)
+    try:
+        return int(kv.get("data_parallel", 1)) * int(kv.get("tensor_parallel_size", 1))
+    except ValueError:
+        raise LaunchError(f"stage {stage.name}: data_parallel / tensor_parallel_size must be integers") from None
+
+
+def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env: dict, argv: list[str]) -> int:
+    from launch import slurm
+    from launch.run import REPO
+
+    base = study.vars.get("runs_root") or study.vars.get("out") or "runs"
+    ledger = (Path(str(base)) / "_slurm" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    if not dry_run:
+        ledger.mkdir(parents=True, exist_ok=True)
+    shared = [t for t in argv if ":" not in t.partition("=")[0]]
+    options = _stage_job_options(shared)
+    after, submitted = None, {}
+    for i, stage in enumerate(study.stages, 1):
+        cmd = stage_command(study, stage, extra[stage.name])
+        if stage.run == "analyze":
+            cmd.append("launcher=slurm")   # its evaluations: a job array, then the aggregation
+        print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}"
+              f"\n[study] waits for: {after or 'nothing'}", flush=True)
+        if study.unset(stage):
+            print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
+            continue
+        jobs_file = ledger / f"{stage.name}.jobs"
+        stage_env = {k: v for k, v in env.items() if k != slurm.AFTER_ENV}
+        stage_env[slurm.JOBS_ENV] = str(jobs_file)
+        if after:
+            stage_env[slurm.AFTER_ENV] = after
+        if stage.run in TRAINING_RUNS or dry_run:   # a training launcher submits its own jobs; a dry run shows each stage's plan
+            rc = subprocess.run(cmd, env=stage_env).returncode
+            if rc != 0:
+                rc = 128 - rc if rc < 0 else rc
+                print(f"study {study.name}: stage {stage.name} failed (exit {rc}); nothing after it was submitted",
+                      file=sys.stderr)
+                return rc
+        if stage.run not in TRAINING_RUNS:
+            job_argv = [a for a in cmd if a.replace(" ", "") != "dry_run=true"]
+            spec = slurm.SlurmSpec(job_name=f"dtsft-{study.name}-{stage.name}", nodes=1,
+                                   gpus_per_node=_stage_gpus(stage, job_argv), nproc_per_node=1,
+                                   output=str(ledger / f"{stage.name}-%j.out"), exclusive=False, signal=False,
+                                   dependency=after, partition=options.get("partition"),
+                                   account=options.get("account"), setup=options.get("setup"))
+            job_env = {key: stage_env[key] for key in (STUDY_ENV, slurm.JOBS_ENV)}
+            script = slurm.render_stage_script(spec, os.getcwd(), str(REPO), f"launch study={study.name} (stage {stage.name})",
+                                               job_argv, job_env)
+            path = ledger / f"{stage.name}.sbatch"
+            if dry_run:
+                print(f"# {path} (not written: dry_run=true)\n{script}", flush=True)
+            else:
+                path.write_text(script, encoding="utf-8")
+                with open(jobs_file, "a", encoding="utf-8") as fh:
+                    fh.write(slurm.submit(path) + "\n")
+        ids = jobs_file.read_text().split() if jobs_file.is_file() else []
+        if dry_run:
+            ids = [f"<job ids of stage {stage.name}>"]
+        if ids:
+            submitted[stage.name] = ids
+            after = "afterok:" + ":".join(ids)
+        print(f"[study] stage {stage.name}: " + (f"Slurm job(s) {', '.join(ids)}" if ids else "nothing submitted (done)"),
+              flush=True)
+    every = [j for ids in submitted.values() for j in ids]
+    if dry_run:
+        print(f"\nstudy {study.name}: dry run done (launcher=slurm: {len(submitted)} stage(s) would be submitted)")
+        return 0
+    print(f"\nstudy {study.name}: submitted " + "; ".join(f"{k}: {', '.join(v)}" for k, v in submitted.items())
+          + f"\n  scripts, logs and job ids: {ledger}"
+          + (f"\n  watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})" if every else "")
+          + "\n  an analyze job appends its evaluation array's and aggregation's ids to its <stage>.jobs file when it runs")
     return 0

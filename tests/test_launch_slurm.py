@@ -201,3 +201,34 @@ def test_sweep_array_task_picks_its_run_and_requeues_itself(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"trained {dirs[1]}/config.yaml" in proc.stdout
     assert requeued_jobs(tmp_path) == ["5_1"]
+
+
+# ------------------------------------------------------------------ sweep eval_profile=: the evaluation after the training
+def _sbatch_opts(script: str) -> dict[str, str]:
+    return dict(line[len("#SBATCH --"):].split("=", 1) for line in script.splitlines()
+                if line.startswith("#SBATCH --") and "=" in line)
+
+
+def test_sweep_eval_profile_waits_for_the_training_array(capsys, tmp_path, monkeypatch):
+    out = _dry(capsys, tmp_path, "sweep", "arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic",
+               "eval_profile=search_r1_7bench")
+    scripts = re.split(r"^# \S+ \(not written: dry_run=true\)$", out, flags=re.M)
+    train, evaluate = scripts[-2], scripts[-1]
+    assert "#SBATCH --array=0-1" in train and "dependency" not in _sbatch_opts(train)
+    opts = _sbatch_opts(evaluate)
+    assert opts["dependency"] == "afterok:<sweep array job id>" and "gpus-per-node" not in opts
+    assert re.search(r"^exec \S+ -m analysis\.cli runs_root=<RUNS> profile=search_r1_7bench \S+ launcher=slurm$",
+                     evaluate, flags=re.M)
+    assert main(["sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", "eval_profile=nope", "dry_run=true",
+                 f"runs_root={tmp_path}"]) == 2
+    assert "no recipes/eval/nope.yaml" in capsys.readouterr().err
+    # Submitted (stand-in sbatch answering 4242): the evaluation job waits for that array.
+    from launch.sweep import run_sweep
+
+    record = _fake_sbatch(tmp_path, monkeypatch)
+    rc = run_sweep(["arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic", "eval_profile=search_r1_7bench",
+                    f"runs_root={tmp_path / 'runs'}"], builder=_build, key_fn=lambda cfg, **kw: "k" + str(kw["seed"]))
+    assert rc == 0
+    sweep_script, eval_script = (Path(line.split()[-1]) for line in record.read_text().splitlines())
+    assert sweep_script.name == "sweep.sbatch" and _sbatch_opts(eval_script.read_text())["dependency"] == "afterok:4242"
+    assert "squeue -j 4242,4242" in capsys.readouterr().out

@@ -193,3 +193,56 @@ def test_dual_terminator_study_runs_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
     assert "0.344" in ref and "0.302" in ref
+
+
+def _opts(script: str) -> dict[str, str]:
+    return dict(line[len("#SBATCH --"):].split("=", 1) for line in script.splitlines()
+                if line.startswith("#SBATCH --") and "=" in line)
+
+
+def test_slurm_study_dry_run_chains_every_stage(dry_runs):
+    """launch study=NAME launcher=slurm dry_run=true: each stage's scripts wait for the previous stage's jobs."""
+    mh = dry_runs["qwen3_4b_multihop_sft_grpo"]
+    assert "dependency" not in _opts(mh["sft"]) and "[study] waits for: nothing" in mh["sft"]
+    assert _opts(mh["grpo"])["dependency"] == "afterok:<job ids of stage sft>"
+    report = mh["report"][mh["report"].index("report.sbatch (not written"):]
+    opts = _opts(report)
+    assert opts["dependency"] == "afterok:<job ids of stage grpo>" and "gpus-per-node" not in opts
+    assert re.search(r"^exec \S+ -m analysis\.cli .*profile=multihop_qa .*launcher=slurm$", report, flags=re.M)
+    assert "DTSFT_STUDY=" in report and "dry_run" not in report.split("exec ", 1)[1]
+    # The dual-terminator report: what is to evaluate now (the anchor) as a one-task array, then the aggregation.
+    dual = dry_runs["dual_terminator_sft"]
+    assert _opts(dual["train"])["array"] == "0-8" and "dependency" not in _opts(dual["train"])
+    eval_part = dual["report"][dual["report"].index("eval.sbatch (not written"):dual["report"].index("aggregate.sbatch")]
+    assert _opts(eval_part)["array"] == "0-0" and _opts(eval_part)["gpus-per-node"] == "1"
+    assert "# task 0: anchor/seed0/step-000000" in eval_part
+
+
+def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
+    """With a stand-in sbatch: the train stage's job, then the report job waiting for it (afterok); the report
+    job, run here as Slurm would, submits the evaluation array (one task per checkpoint) and the aggregation."""
+    from sft.tiny import save_tiny_model
+
+    bin_dir, record = tmp_path / "bin", tmp_path / "submitted.txt"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nfor last; do :; done\necho "$last" >> {record}\n'
+                                    f'echo $((5000 + $(wc -l < {record})))\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "model=tiny_base", "gpus_per_node=1",
+                   "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]",
+                   "report:eval.bench_n={search_plan_ood:2}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    train, report = (Path(p) for p in record.read_text().split())
+    assert train.name == "launch.sbatch" and "dependency" not in _opts(train.read_text())
+    assert _opts(report.read_text())["dependency"] == "afterok:5001"
+    assert "watch: squeue -j 5001,5002" in proc.stdout
+    for step in (0, 2):   # the training "ran": two checkpoints to evaluate
+        save_tiny_model(tmp_path / "runs" / "grpo_spa" / "seed0" / "checkpoints" / f"step-{step:06d}", seed=step)
+    env = dict(os.environ, SLURM_JOB_ID="5002", DTSFT_SLURM_AFTER="afterok:5001", WANDB_MODE="disabled")
+    job = subprocess.run(["bash", str(report)], env=env, capture_output=True, text=True, timeout=300)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    evaluation, aggregation = (Path(p) for p in record.read_text().split()[2:])
+    assert _opts(evaluation.read_text())["array"] == "0-1" and "dependency" not in _opts(evaluation.read_text())
+    assert _opts(aggregation.read_text())["dependency"] == "afterany:5003"
+    assert (report.parent / "report.jobs").read_text().split() == ["5002", "5003", "5004"]

@@ -1,0 +1,173 @@
+"""`analyze launcher=slurm`: one array task per checkpoint still to evaluate (by evaluation identity), then
+an aggregation job after the array. The dry run's scripts are checked line by line; a stand-in sbatch
+records the submissions and the array tasks then run on this machine (as Slurm would run them, one
+process per task), and the aggregate equals a sequential `analyze` of the same runs."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.cli import main
+from analysis.sweep import run_analysis
+from test_analysis import FakeEvaluator
+from test_analysis_helpers import make_run
+
+
+def _sbatch_lines(script: str) -> dict[str, str]:
+    return dict(line[len("#SBATCH --"):].split("=", 1) for line in script.splitlines()
+                if line.startswith("#SBATCH --") and "=" in line)
+
+
+def _scripts(out: str) -> tuple[str, str]:
+    parts = re.split(r"^# \S+/(eval|aggregate)\.sbatch \(not written: dry_run=true\).*$", out, flags=re.M)
+    found = dict(zip(parts[1::2], parts[2::2]))
+    return found["eval"].strip() + "\n", found["aggregate"].strip() + "\n"
+
+
+def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(tmp_path, capsys, monkeypatch):
+    import analysis.evaluation as ev_mod
+
+    root, out = tmp_path / "runs", tmp_path / "rep"
+    make_run(root, "r2e", 0, [10, 20, 30], evaluated={10: {"nq": 0.2}})   # step 10 is already evaluated
+    make_run(root, "search", 1, [10])
+    fake = FakeEvaluator()
+    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "slurm.gpus_per_task=1",
+            "slurm.concurrency=2", "slurm.time=02:00:00", "slurm.sbatch=[--qos=eval]", "dry_run=true"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    eval_script, agg_script = _scripts(text)
+    opts = _sbatch_lines(eval_script)
+    # 3 checkpoints still to evaluate (r2e 20, 30; search 10), at most 2 at once, one GPU each, requeue-safe
+    assert opts["array"] == "0-2%2" and opts["gpus-per-node"] == "1" and opts["nodes"] == "1"
+    assert "#SBATCH --requeue" in eval_script and opts["time"] == "02:00:00" and "#SBATCH --qos=eval" in eval_script
+    assert "--exclusive" not in eval_script and "dependency" not in opts
+    assert re.findall(r"^# task (\d): (\S+)", eval_script, flags=re.M) == [
+        ("0", "r2e/seed0/step-000020"), ("1", "r2e/seed0/step-000030"), ("2", "search/seed1/step-000010")]
+    assert re.search(r'-m analysis\.slurm_jobs task \S+ "\$SLURM_ARRAY_TASK_ID"$', eval_script, flags=re.M)
+    agg = _sbatch_lines(agg_script)
+    assert agg["dependency"] == "afterany:<eval array job id>" and "gpus-per-node" not in agg and "array" not in agg
+    assert re.search(r"-m analysis\.slurm_jobs aggregate \S+$", agg_script, flags=re.M)
+    assert not fake.calls and not out.exists(), "a dry run evaluates and writes nothing"
+    # A chained submission (launch sweep/study): the array waits for the training job.
+    assert main(argv + ["slurm.after=afterok:4242"]) == 0
+    assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["dependency"] == "afterok:4242"
+    # One node per checkpoint: evaluate's data_parallel=8 engines take 8 GPUs per task unless told otherwise.
+    node = [a for a in argv if not a.startswith("slurm.gpus_per_task")] + ["eval.data_parallel=8"]
+    assert main(node) == 0
+    assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["gpus-per-node"] == "8"
+    # A bad setting is one line, before anything is planned.
+    assert main(argv[:-1] + ["slurm.concurrency=0"]) == 2
+    assert "slurm.concurrency=0" in capsys.readouterr().err
+
+
+def _fake_sbatch(tmp_path: Path) -> tuple[dict, Path]:
+    """sbatch on PATH: records the script it is given and answers job ids 5001, 5002, ..."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "submitted.txt"
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nfor last; do :; done\necho "$last" >> {record}\n'
+                                    f'echo $((5000 + $(wc -l < {record})))\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    return dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"), record
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    from sft.tiny import save_tiny_model
+
+    root = tmp_path_factory.mktemp("slurm_eval")
+    runs = root / "runs"
+    for step in (1, 2):
+        save_tiny_model(runs / "r2e" / "seed0" / "checkpoints" / f"step-{step:06d}", seed=step)
+    return root, runs
+
+
+def _cfg(runs: Path, out: Path) -> dict:
+    return {"runs_root": str(runs), "out": str(out), "benches": ["search_plan_ood"], "n_boot": 50,
+            "eval": {"bench_n": {"search_plan_ood": 2}, "ood_max_turns": 2, "max_model_len": 1024,
+                     "max_new_tokens": 8, "dtype": "float32", "progress": False}}
+
+
+def _argv(cfg: dict) -> list[str]:
+    eval_keys = [f"eval.{k}={v}" for k, v in cfg["eval"].items() if k != "bench_n"]
+    return [f"runs_root={cfg['runs_root']}", f"out={cfg['out']}", "benches=[search_plan_ood]", "n_boot=50",
+            "eval.bench_n={search_plan_ood:2}", *eval_keys]
+
+
+@pytest.mark.slow
+def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_runs, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("envs.search_plan_act")
+    root, runs = tiny_runs
+    seq_runs, arr_runs = tmp_path / "seq", tmp_path / "arr"
+    shutil.copytree(runs, seq_runs)
+    shutil.copytree(runs, arr_runs)
+    sequential = run_analysis(_cfg(seq_runs, tmp_path / "seq_rep"))
+    assert not sequential.evaluated.failures and len(sequential.evaluated.jobs) == 2
+
+    env, record = _fake_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    cfg = _cfg(arr_runs, tmp_path / "arr_rep")
+    assert main(_argv(cfg) + ["launcher=slurm"]) == 0
+    said = capsys.readouterr().out
+    assert "squeue -j 5001,5002" in said
+    eval_sbatch, agg_sbatch = [Path(p) for p in record.read_text().split()]
+    assert _sbatch_lines(eval_sbatch.read_text())["array"] == "0-1"
+    assert _sbatch_lines(agg_sbatch.read_text())["dependency"] == "afterany:5001"
+    assert not (tmp_path / "arr_rep" / "report.md").exists(), "the report is the aggregation job's"
+
+    def task(i: int) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(eval_sbatch)], env=dict(env, SLURM_ARRAY_JOB_ID="5001", OMP_NUM_THREADS="1",
+                              SLURM_ARRAY_TASK_ID=str(i), WANDB_MODE="disabled"),
+                              capture_output=True, text=True, timeout=300)
+
+    for i in (0, 1):
+        proc = task(i)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = (arr_runs / "r2e" / "seed0" / "eval" / "step-000001" / "search_plan_ood.jsonl").read_bytes()
+    from analysis.slurm import run_task
+
+    assert run_task(eval_sbatch.parent, 0) == 0   # requeued after it finished: nothing left by identity, exit 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert (arr_runs / "r2e" / "seed0" / "eval" / "step-000001" / "search_plan_ood.jsonl").read_bytes() == rows
+    proc = subprocess.run(["bash", str(agg_sbatch)], env=dict(env, SLURM_JOB_ID="5002", WANDB_MODE="disabled"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "evaluated 2 checkpoint(s), 0 failed" in proc.stdout
+    got = pd.read_csv(tmp_path / "arr_rep" / "results.csv")
+    want = pd.read_csv(tmp_path / "seq_rep" / "results.csv")
+    assert len(want) > 0
+    pd.testing.assert_frame_equal(got, want)
+    for step in (1, 2):  # the very rows, not only the aggregate
+        a, s = (r / "r2e" / "seed0" / "eval" / f"step-{step:06d}" / "search_plan_ood.jsonl" for r in (arr_runs, seq_runs))
+        assert a.read_text() == s.read_text()
+
+
+def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
+    import analysis.evaluation as ev_mod
+
+    root, out = tmp_path / "runs", tmp_path / "rep"
+    make_run(root, "r2e", 0, [10, 20])
+    fake = FakeEvaluator(fail_on="step-000020")
+    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    env, record = _fake_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50"]) == 0
+    plan = Path(record.read_text().split()[0]).parent
+    from analysis.slurm import run_task
+    from analysis.slurm_jobs import aggregate
+
+    assert run_task(plan, 0, evaluator=fake) == 0
+    assert run_task(plan, 1, evaluator=fake) == 1           # the simulated out-of-memory: exit 1, outcome kept
+    assert aggregate(plan) == 0
+    report = (out / "report.md").read_text()
+    assert "r2e" in report and "CUDA out of memory (simulated)" in report
+    (plan / "outcome-1.json").unlink()                        # killed before it wrote an outcome
+    assert aggregate(plan) == 0
+    assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
