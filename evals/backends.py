@@ -420,10 +420,19 @@ class AsyncVLLMBackend(VLLMBackend):
         return list(self.run(batch()))
 
     def close(self) -> None:
+        """Stop the engine's output handler on its loop, shut the engine core down, close the loop."""
+        import asyncio
+
         llm, self.llm = getattr(self, "llm", None), None
+        loop = getattr(self, "loop", None)
+        if loop is not None and not loop.is_closed():
+            tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         if llm is not None:
             llm.shutdown()
-        loop = getattr(self, "loop", None)
         if loop is not None and not loop.is_closed():
             loop.close()
 
