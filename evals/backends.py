@@ -17,6 +17,9 @@ of the returned text.
           extra on a CUDA one), imported only when selected. The engine is a separate process
           that vLLM spawns: build it only under `if __name__ == "__main__":` or from a console
           entry point (`evaluate`), never at import time.
+    vllm, driver=async   `AsyncVLLMBackend`: vLLM's AsyncLLM, one request at a time
+          (`await generate_one(ids, cap, temperature=, seed=)`, the same SamplingParams), for the
+          asynchronous driver (evals.scheduler); it counts vLLM's prefix-cache hits.
 
 Host defaults (`engine_settings`, recorded resolved in the evaluation identity):
     dtype=auto      hf: bf16 on CUDA, fp32 on CPU. vllm: on CPU the checkpoint's own dtype (vLLM-CPU
@@ -397,7 +400,11 @@ class AsyncVLLMBackend(VLLMBackend):
             raise BackendError(f"temperature={temperature}: expected 0 (greedy) or a positive number")
         if temperature > 0 and seed is None:
             raise BackendError(f"temperature={temperature} needs a seed: a request's random stream is its own seed's")
-        params = self.sampling_params(cap, temperature, seed if temperature > 0 else None, **extra)
+        from vllm.sampling_params import RequestOutputKind
+
+        # the final output only (as LLM.generate does): no per-token wake-up of this coroutine
+        params = self.sampling_params(cap, temperature, seed if temperature > 0 else None,
+                                      output_kind=RequestOutputKind.FINAL_ONLY, **extra)
         self._next_id += 1
         final = None
         async for out in self.llm.generate({"prompt_token_ids": list(ids)}, params, f"dtsft-{self._next_id}"):
@@ -431,6 +438,7 @@ class AsyncVLLMBackend(VLLMBackend):
                 t.cancel()
             if tasks:
                 loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_default_executor())   # the tool batches' threads
         if llm is not None:
             llm.shutdown()
         if loop is not None and not loop.is_closed():

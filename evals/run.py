@@ -3,8 +3,10 @@
 For each bench: sample the items (ids saved to `<out>/sampled_ids/<bench>.json`), check that the
 out dir holds that bench under this request's identity (evals.identity; another one is refused
 unless `overwrite=true`, which renames the old outputs aside), skip the ids already in
-`<out>/<bench>.jsonl`, run the rest through the agent loop `batch_size` episodes at a time
-(appending each finished batch, every row carrying the identity digest), then summarize the rows
+`<out>/<bench>.jsonl`, run the rest (`BenchWork.todo`) through a driver — lockstep: `batch_size`
+episodes at a time, appending each finished batch; async (evals.scheduler): every bench pooled
+through one engine, each row appended as its episode finishes —, every row carrying the identity
+digest, then summarize the rows (in item order, whatever order they finished in)
 into `<out>/summary.json` (`{bench: {em, f1, cover_em, strict_em, format_failure_rate, n, mean_turns,
 mean_tool_calls, ...}}`, metrics in [0, 1]; search_plan_ood carries `reward` and `reward_<component>`).
 summary.json is recomputed from the rows of every complete bench in the out dir, never carried over.
@@ -468,7 +470,7 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
     old_empty = old_meta.get("empty_gold_items") if isinstance(old_meta.get("empty_gold_items"), dict) else {}
     meta = {
         "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities,
-        "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
+        "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend, "driver": driver,
         "n": cfg.n, "seed": int(cfg.seed), "benches": list(cfg.benches), "tool_style": style,
         "profile": cfg.profile, "bench_items": {b: r for b, r in records.items() if b in summary},
         "babyai": ({"max_steps": cfg.babyai_max_steps, "max_new_tokens": int(cfg.babyai_max_new_tokens),

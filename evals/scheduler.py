@@ -139,7 +139,8 @@ async def run_async(jobs: Iterable[Job], engine, *, max_in_flight: int, max_mode
     number of episodes played. `max_model_len`/`max_new_tokens` may be per job (a callable)."""
     queue = iter(jobs)
     own = executor is None
-    executor = executor or ThreadPoolExecutor(max_workers=4, thread_name_prefix="dtsft-render")
+    # one thread: a tokenizer is not guaranteed thread-safe, and it only has to keep up with the engine
+    executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="dtsft-render")
     per = lambda v, job: v(job) if callable(v) else v  # noqa: E731
     played = 0
 
