@@ -32,7 +32,7 @@ import hashlib
 from collections import Counter
 
 from common.benchmarks import BenchError, BenchItem
-from evals.agent import generate_round, render
+from evals.agent import render, run_lockstep
 from evals.extract import split_reasoning
 from evals.metrics import mean
 
@@ -92,34 +92,60 @@ class _Game:
         return request_seed(x.get("episode", self.item.id), x["seed"], x.get("sample", 0), self.env.steps)
 
 
+class GameSteps:
+    """The step functions of a BabyAI game (evals.agent's steps interface; no tool round: the
+    action is executed as the reply is read)."""
+
+    def __init__(self, tokenizer, *, max_steps: int | None, max_new_tokens: int, temperature: float = 0.0,
+                 template_kwargs: dict | None = None):
+        self.tokenizer, self.max_steps, self.max_new_tokens = tokenizer, max_steps, max_new_tokens
+        self.temperature, self.template_kwargs = float(temperature), template_kwargs
+
+    def start(self, item: BenchItem) -> _Game:
+        return _Game(item, self.max_steps)
+
+    def turn_prompt(self, g: _Game) -> str:
+        g.next_prompt()
+        return render(self.tokenizer, g.messages, [], self.template_kwargs)
+
+    def sampling(self, g: _Game) -> tuple[float, int | None]:
+        return (self.temperature, g.seed()) if self.temperature > 0 else (0.0, None)
+
+    def on_generation(self, g: _Game, gen, cap: int) -> None:
+        bt = _env()
+        g.generated_tokens += gen.num_tokens
+        _, content = split_reasoning(gen.text)
+        filtered = bt.filter_reply(content)
+        seed = g.seed() if self.temperature > 0 else None
+        g.observation, reward, done = g.env.step(filtered)
+        g.previous = filtered
+        g.transcript.append({
+            "messages": g.messages, "reply": gen.text, "finish_reason": gen.finish_reason, "seed": seed,
+            "content": content, "filtered": filtered, "valid": filtered in bt.ACTIONS,
+            "action": filtered if filtered in bt.ACTIONS else bt.FALLBACK_ACTION,
+            "observation": g.observation, "reward": reward, "done": done,
+        })
+        if done:
+            g.stop_reason = "success" if g.env.success else "step_limit"
+        return None
+
+    def tool_batch(self, g: _Game, work):
+        raise AssertionError("a BabyAI game has no tool round")
+
+    execute = on_tools = tool_batch
+
+    def row(self, g: _Game) -> dict:
+        return _row(g, self.temperature, self.max_new_tokens)
+
+
 def play(chunk: list[BenchItem], backend, *, max_steps: int | None, max_new_tokens: int, max_model_len: int,
          temperature: float = 0.0, template_kwargs: dict | None = None) -> list[dict]:
     """Play `chunk`'s episodes in lockstep (one batched generate per step); one row per episode."""
-    bt = _env()
-    games = [_Game(it, max_steps) for it in chunk]
-    active = list(games)
-    while active:
-        for g in active:
-            g.next_prompt()
-        for g, gen, _ in generate_round(backend, active, lambda g: render(backend.tokenizer, g.messages, [], template_kwargs),
-                                        max_model_len=max_model_len, max_new_tokens=max_new_tokens,
-                                        temperature=temperature, seed_of=_Game.seed):
-            g.generated_tokens += gen.num_tokens
-            _, content = split_reasoning(gen.text)
-            filtered = bt.filter_reply(content)
-            seed = g.seed() if temperature > 0 else None
-            g.observation, reward, done = g.env.step(filtered)
-            g.previous = filtered
-            g.transcript.append({
-                "messages": g.messages, "reply": gen.text, "finish_reason": gen.finish_reason, "seed": seed,
-                "content": content, "filtered": filtered, "valid": filtered in bt.ACTIONS,
-                "action": filtered if filtered in bt.ACTIONS else bt.FALLBACK_ACTION,
-                "observation": g.observation, "reward": reward, "done": done,
-            })
-            if done:
-                g.stop_reason = "success" if g.env.success else "step_limit"
-        active = [g for g in active if g.stop_reason is None]
-    return [_row(g, temperature, max_new_tokens) for g in games]
+    steps = GameSteps(backend.tokenizer, max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
+                      template_kwargs=template_kwargs)
+    games = run_lockstep([steps.start(it) for it in chunk], backend, steps, max_model_len=max_model_len,
+                         max_new_tokens=max_new_tokens)
+    return [steps.row(g) for g in games]
 
 
 def _row(g: _Game, temperature: float, max_new_tokens: int) -> dict:

@@ -17,6 +17,9 @@ of the returned text.
           extra on a CUDA one), imported only when selected. The engine is a separate process
           that vLLM spawns: build it only under `if __name__ == "__main__":` or from a console
           entry point (`evaluate`), never at import time.
+    vllm, driver=async   `AsyncVLLMBackend`: vLLM's AsyncLLM, one request at a time
+          (`await generate_one(ids, cap, temperature=, seed=)`, the same SamplingParams), for the
+          asynchronous driver (evals.scheduler); it counts vLLM's prefix-cache hits.
 
 Host defaults (`engine_settings`, recorded resolved in the evaluation identity):
     dtype=auto      hf: bf16 on CUDA, fp32 on CPU. vllm: on CPU the checkpoint's own dtype (vLLM-CPU
@@ -249,12 +252,25 @@ class VLLMBackend:
                 "backend=vllm needs vLLM: its own environment (`make venv-vllm`, then .venv-vllm/bin/evaluate); "
                 "use backend=hf otherwise"
             ) from exc
-        from common.tiny import resolve_tokenizer
+        self._setup(model_path, tokenizer_path, seed, dtype, enforce_eager, prefix_caching)
+        self.llm = LLM(**self.engine_kwargs(model_path, tokenizer_path, max_model_len, tensor_parallel_size,
+                                            gpu_memory_utilization))
 
+    def _setup(self, model_path, tokenizer_path, seed, dtype, enforce_eager, prefix_caching) -> None:
         self.tokenizer = load_tokenizer(tokenizer_path or model_path)
         self.seed = seed
         self.settings = engine_settings({"backend": "vllm", "dtype": dtype, "ckpt": model_path,
                                          "enforce_eager": enforce_eager, "prefix_caching": prefix_caching})
+        self.stop_ids = stop_token_ids(self.tokenizer)
+        vocab = self.tokenizer.get_vocab()
+        # Stop strings as well as ids: a stop id only works when the marker is generated as its
+        # single added token; the string also catches it spelled out in ordinary tokens.
+        self.stop_strings = [t for t in END_OF_TURN_TOKENS if t in vocab]
+
+    def engine_kwargs(self, model_path, tokenizer_path, max_model_len, tensor_parallel_size, gpu_memory_utilization) -> dict:
+        """The engine arguments (LLM's and AsyncEngineArgs' alike) for this host."""
+        from common.tiny import resolve_tokenizer
+
         if not on_cuda():
             # In-process engine on CPU: vLLM's default spawns an engine and a worker process, each
             # re-importing vLLM (~30 s apiece on a busy 2-core box); VLLM_ENABLE_V1_MULTIPROCESSING=1 restores it.
@@ -266,43 +282,39 @@ class VLLMBackend:
             memory["kv_cache_memory_bytes"] = cpu_kv_cache_bytes()  # bypasses vLLM-CPU's host-RAM fraction check
         else:
             memory["gpu_memory_utilization"] = float(gpu_memory_utilization)
-        self.llm = LLM(
+        return dict(
             model=model_path, tokenizer=resolve_tokenizer(tokenizer_path or model_path), max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size, dtype=self.settings["dtype"], seed=seed,
+            tensor_parallel_size=tensor_parallel_size, dtype=self.settings["dtype"], seed=self.seed,
             enforce_eager=self.settings["enforce_eager"], enable_prefix_caching=self.settings["prefix_caching"],
             trust_remote_code=False, **memory,
         )
-        self.stop_ids = stop_token_ids(self.tokenizer)
-        vocab = self.tokenizer.get_vocab()
-        # Stop strings as well as ids: a stop id only works when the marker is generated as its
-        # single added token; the string also catches it spelled out in ordinary tokens.
-        self.stop_strings = [t for t in END_OF_TURN_TOKENS if t in vocab]
+
+    def sampling_params(self, cap: int, temperature: float, seed: int | None, **extra):
+        """One request's SamplingParams (greedy: the engine seed, which greedy decoding never reads)."""
+        from vllm import SamplingParams
+
+        return SamplingParams(temperature=float(temperature), max_tokens=cap, stop=self.stop_strings,
+                              stop_token_ids=self.stop_ids, skip_special_tokens=False,
+                              seed=self.seed if seed is None else int(seed), **extra)
+
+    @staticmethod
+    def to_generation(o) -> Generation:
+        text = o.text
+        for t in END_OF_TURN_TOKENS:  # vLLM omits stop tokens from text; be sure
+            if text.endswith(t):
+                text = text[: -len(t)]
+        return Generation(text, "stop" if o.finish_reason == "stop" else "length", len(o.token_ids))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def generate(self, prompt_ids: list[list[int]], caps: list[int], *, temperature: float = 0.0,
                  seeds: list[int] | None = None) -> list[Generation]:
-        from vllm import SamplingParams
-
         seeds = check_sampling(len(prompt_ids), temperature, seeds)
-        params = [
-            SamplingParams(temperature=float(temperature), max_tokens=cap, stop=self.stop_strings, stop_token_ids=self.stop_ids,
-                           skip_special_tokens=False, seed=self.seed if seeds is None else seeds[i])
-            for i, cap in enumerate(caps)
-        ]
+        params = [self.sampling_params(cap, temperature, None if seeds is None else seeds[i]) for i, cap in enumerate(caps)]
         prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
         results = self.llm.generate(prompts, params, use_tqdm=False)
-        out = []
-        for res in results:
-            o = res.outputs[0]
-            text = o.text
-            for t in END_OF_TURN_TOKENS:  # vLLM omits stop tokens from text; be sure
-                if text.endswith(t):
-                    text = text[: -len(t)]
-            reason = "stop" if o.finish_reason == "stop" else "length"
-            out.append(Generation(text, reason, len(o.token_ids)))
-        return out
+        return [self.to_generation(res.outputs[0]) for res in results]
 
     def close(self) -> None:
         """Shut the engine process down now (a normal exit, not "engine core exited unexpectedly")."""
@@ -311,7 +323,130 @@ class VLLMBackend:
             llm.llm_engine.engine_core.shutdown()
 
 
-def make_backend(cfg):
+class PrefixCacheCounter:
+    """Adds up vLLM's prefix-cache statistics (prompt tokens looked up, tokens found cached) over
+    an engine's life: `hit_rate` = hits / queries."""
+
+    def __init__(self):
+        self.queries = self.hits = self.requests = 0
+
+    def factory(self):
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        counter = self
+
+        class _Logger(StatLoggerBase):
+            def __init__(self, vllm_config, engine_index: int = 0):
+                pass
+
+            def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
+                stats = getattr(scheduler_stats, "prefix_cache_stats", None)
+                if stats is not None:
+                    counter.queries += int(stats.queries)
+                    counter.hits += int(stats.hits)
+                    counter.requests += int(stats.requests)
+
+            def log_engine_initialized(self):
+                pass
+        return _Logger
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+
+class AsyncVLLMBackend(VLLMBackend):
+    """vLLM's AsyncLLM for the asynchronous driver (evals.scheduler): `await generate_one(ids, cap,
+    temperature=, seed=)` per request, token-id prompts, each request's SamplingParams exactly as
+    VLLMBackend.generate builds them (the same greedy seed, the same per-request sampling seeds).
+    The engine keeps one event loop of its own (`run(coro)`): AsyncLLM's output handler is bound
+    to the loop of its first request. `prefix_cache` counts vLLM's prefix-cache hits."""
+
+    def __init__(self, model_path: str, tokenizer_path: str | None = None, *, max_model_len: int,
+                 tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
+                 dtype: str = "auto", seed: int = 0, enforce_eager: bool | str = "auto", prefix_caching: bool = True):
+        import asyncio
+
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise BackendError(
+                "backend=vllm needs vLLM: its own environment (`make venv-vllm`, then .venv-vllm/bin/evaluate); "
+                "use backend=hf otherwise"
+            ) from exc
+        self._setup(model_path, tokenizer_path, seed, dtype, enforce_eager, prefix_caching)
+        self.max_model_len = int(max_model_len)
+        self.prefix_cache = PrefixCacheCounter()
+        args = AsyncEngineArgs(**self.engine_kwargs(model_path, tokenizer_path, max_model_len, tensor_parallel_size,
+                                                    gpu_memory_utilization), disable_log_stats=False)
+        self.loop = asyncio.new_event_loop()
+        self.llm = AsyncLLM.from_engine_args(args, stat_loggers=[self.prefix_cache.factory()])
+        self._next_id = 0
+
+    def run(self, coro):
+        """Run `coro` to completion on the engine's own event loop."""
+        return self.loop.run_until_complete(coro)
+
+    def kv_capacity(self) -> tuple[int, int]:
+        """(tokens the KV cache holds, sequences the scheduler runs at once)."""
+        conf = self.llm.vllm_config
+        blocks = int(conf.cache_config.num_gpu_blocks or 0)
+        return blocks * int(conf.cache_config.block_size), int(conf.scheduler_config.max_num_seqs)
+
+    async def generate_one(self, ids: list[int], cap: int, *, temperature: float = 0.0, seed: int | None = None,
+                           **extra) -> Generation:
+        if temperature < 0:
+            raise BackendError(f"temperature={temperature}: expected 0 (greedy) or a positive number")
+        if temperature > 0 and seed is None:
+            raise BackendError(f"temperature={temperature} needs a seed: a request's random stream is its own seed's")
+        from vllm.sampling_params import RequestOutputKind
+
+        # the final output only (as LLM.generate does): no per-token wake-up of this coroutine
+        params = self.sampling_params(cap, temperature, seed if temperature > 0 else None,
+                                      output_kind=RequestOutputKind.FINAL_ONLY, **extra)
+        self._next_id += 1
+        final = None
+        async for out in self.llm.generate({"prompt_token_ids": list(ids)}, params, f"dtsft-{self._next_id}"):
+            final = out
+        return self.to_generation(final.outputs[0])
+
+    async def reset_prefix_cache(self) -> None:
+        await self.llm.reset_prefix_cache()
+
+    def generate(self, prompt_ids, caps, *, temperature: float = 0.0, seeds=None) -> list[Generation]:
+        """A batch at once (the lockstep driver over the async engine): every request submitted together."""
+        import asyncio
+
+        seeds = check_sampling(len(prompt_ids), temperature, seeds)
+
+        async def batch():
+            return await asyncio.gather(*(self.generate_one(ids, cap, temperature=temperature,
+                                                            seed=None if seeds is None else seeds[i])
+                                          for i, (ids, cap) in enumerate(zip(prompt_ids, caps))))
+        return list(self.run(batch()))
+
+    def close(self) -> None:
+        """Stop the engine's output handler on its loop, shut the engine core down, close the loop."""
+        import asyncio
+
+        llm, self.llm = getattr(self, "llm", None), None
+        loop = getattr(self, "loop", None)
+        if loop is not None and not loop.is_closed():
+            tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_default_executor())   # the tool batches' threads
+        if llm is not None:
+            llm.shutdown()
+        if loop is not None and not loop.is_closed():
+            loop.close()
+
+
+def make_backend(cfg, *, asynchronous: bool = False):
+    """The configured backend; `asynchronous`: vLLM's AsyncLLM (AsyncVLLMBackend) for the async driver."""
     model = cfg.ckpt
     tok = cfg.get("tokenizer") or None
     if cfg.backend not in ("hf", "vllm"):
@@ -319,7 +454,8 @@ def make_backend(cfg):
     try:
         if cfg.backend == "hf":
             return HFBackend(model, tok, micro_batch=cfg.micro_batch, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
-        return VLLMBackend(model, tok, max_model_len=cfg.max_model_len, tensor_parallel_size=cfg.tensor_parallel_size,
+        cls = AsyncVLLMBackend if asynchronous else VLLMBackend
+        return cls(model, tok, max_model_len=cfg.max_model_len, tensor_parallel_size=cfg.tensor_parallel_size,
                            gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, seed=cfg.seed,
                            enforce_eager=cfg.enforce_eager, prefix_caching=cfg.prefix_caching)
     except (OSError, ValueError) as exc:  # transformers' "not a model dir / no such repo" errors

@@ -41,6 +41,12 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "out": (None, "null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run"),
     "batch_size": (64, "episodes advanced in lockstep (and written) together"),
     "micro_batch": (16, "hf backend: sequences per generate call"),
+    "driver": ("auto", "auto (async for backend=vllm, lockstep for hf) | lockstep (batch_size episodes per batched "
+                       "generate) | async (one coroutine per episode over vLLM's AsyncLLM, every bench pooled)"),
+    "max_in_flight": ("auto", "driver=async: episodes in play at once; auto = min(2 x the engine's max_num_seqs, "
+                              "4 x KV-cache tokens / max_model_len), at least 1"),
+    "tool_batch_window_ms": (5.0, "driver=async: tool calls arriving within this many ms go to one retriever call"),
+    "tool_batch_size": (64, "driver=async: a tool batch goes out at once when this many calls wait"),
     "device": ("auto", "auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu"),
     "dtype": ("auto", "auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16"),
     "tensor_parallel_size": (1, "vllm: GPUs one model is split over"),
@@ -126,6 +132,9 @@ NUMBERS = {
     "babyai_max_new_tokens": _COUNT,
     "babyai_temperature": Number(lo=0),          # 0: greedy
     "babyai_samples": _COUNT,
+    "max_in_flight": Number(lo=1, integer=True, words=("auto",)),
+    "tool_batch_window_ms": Number(lo=0),
+    "tool_batch_size": _COUNT,
 }
 BOOLS = ("skip_empty_golds", "progress", "overwrite", "dry_run", "prefix_caching")
 OPTIONAL_PATHS = ("tokenizer", "corpus", "index_dir", "retriever_url", "bench_root", "out", "wandb_group", "profile")
@@ -238,6 +247,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"gpu_memory_utilization={gmu!r}: expected auto or a fraction in (0, 1]")
     if thinking.value_problem(merged.enable_thinking, "enable_thinking"):
         raise EvalError(thinking.value_problem(merged.enable_thinking, "enable_thinking"))
+    if merged.driver not in ("auto", "lockstep", "async"):
+        raise EvalError(f"driver={merged.driver!r}: expected auto, lockstep or async")
     if merged.tool_style not in ("auto", "qwen3", "llama3"):
         raise EvalError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
     if isinstance(merged.benches, str):

@@ -25,6 +25,8 @@ OPERATIONAL_KEYS = (
     "backend", "batch_size", "micro_batch", "device", "progress", "index_dir", "retriever_timeout",
     "retriever_retries", "tensor_parallel_size", "gpu_memory_utilization", "out", "dry_run", "overwrite",
     "wandb", "wandb_group", "data_parallel", "shard",
+    # the scheduling of episodes: a turn depends only on its own prompt and seed (evals.scheduler)
+    "driver", "max_in_flight", "tool_batch_window_ms", "tool_batch_size",
     "profile",  # a profile only supplies keys, which are in the identity themselves
 )
 # Keys that enter resolved, through evals.backends.engine_settings (the vLLM ones only for backend=vllm).

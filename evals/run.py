@@ -3,8 +3,10 @@
 For each bench: sample the items (ids saved to `<out>/sampled_ids/<bench>.json`), check that the
 out dir holds that bench under this request's identity (evals.identity; another one is refused
 unless `overwrite=true`, which renames the old outputs aside), skip the ids already in
-`<out>/<bench>.jsonl`, run the rest through the agent loop `batch_size` episodes at a time
-(appending each finished batch, every row carrying the identity digest), then summarize the rows
+`<out>/<bench>.jsonl`, run the rest (`BenchWork.todo`) through a driver — lockstep: `batch_size`
+episodes at a time, appending each finished batch; async (evals.scheduler): every bench pooled
+through one engine, each row appended as its episode finishes —, every row carrying the identity
+digest, then summarize the rows (in item order, whatever order they finished in)
 into `<out>/summary.json` (`{bench: {em, f1, cover_em, strict_em, format_failure_rate, n, mean_turns,
 mean_tool_calls, ...}}`, metrics in [0, 1]; search_plan_ood carries `reward` and `reward_<component>`).
 summary.json is recomputed from the rows of every complete bench in the out dir, never carried over.
@@ -21,6 +23,8 @@ loop; its summary carries `return` (with `return_ci95`), `success`, `progression
 """
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import json
 import platform
@@ -33,7 +37,7 @@ from tqdm import tqdm
 from common import thinking
 from common.io import check_sha256sums, read_json_object, replace_aside, sha256_text, write_json
 from evals import babyai, tasks
-from evals.agent import run_episodes
+from evals.agent import AgentSteps, run_lockstep
 from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, bench_source, load_bench_counted, read_bench_file
 from common.benchmarks import parse_bench_key
 from evals.config import bench_size, resolve, shard_items, uses_retriever
@@ -97,8 +101,22 @@ def bench_items_record(bench: str, cfg, items: list, source: str, unanswerable: 
     return record
 
 
-def _agent_runner(bench: str, cfg, backend, retriever, style: str):
-    """Run a chunk of items through the tool-calling agent loop; returns their rows."""
+class BenchRunner:
+    """How one bench's items are played: its step functions (evals.agent's interface), how an item
+    becomes a unit of play and a finished unit its row, and its cap on new tokens per turn."""
+
+    def __init__(self, steps, start, row, max_new_tokens: int):
+        self.steps, self.start, self.row, self.max_new_tokens = steps, start, row, int(max_new_tokens)
+
+
+def bench_runner(bench: str, cfg, tokenizer, retriever, style: str) -> BenchRunner:
+    """The runner of `bench`: BabyAI games, or tool-calling episodes (QA benches, search_plan_ood)."""
+    kwargs = thinking.template_kwargs(cfg.enable_thinking)
+    if bench == BABYAI_BENCH:
+        cap = None if cfg.babyai_max_steps is None else int(cfg.babyai_max_steps)
+        steps = babyai.GameSteps(tokenizer, max_steps=cap, max_new_tokens=int(cfg.babyai_max_new_tokens),
+                                 temperature=float(cfg.babyai_temperature), template_kwargs=kwargs)
+        return BenchRunner(steps, steps.start, lambda g, it: steps.row(g), int(cfg.babyai_max_new_tokens))
     if bench == OOD_BENCH:
         make_episode, execute, is_done, make_row = tasks.ood_episode, tasks.env_tools, tasks.env_done, tasks.ood_row
     else:
@@ -107,24 +125,16 @@ def _agent_runner(bench: str, cfg, backend, retriever, style: str):
         execute = tasks.SearchTools(retriever if mode == "open" else None, int(cfg.topk))
         is_done = lambda ep: False  # noqa: E731
         make_row = functools.partial(tasks.qa_row, skip_empty_golds=bool(cfg.skip_empty_golds))
-
-    def run(chunk):
-        episodes = [make_episode(it, cfg.prompt) for it in chunk]
-        run_episodes(
-            episodes, backend, execute, style=style,
-            max_turns=int(cfg.ood_max_turns if bench == OOD_BENCH else cfg.max_turns),
-            max_model_len=int(cfg.max_model_len), max_new_tokens=int(cfg.max_new_tokens), is_done=is_done,
-            template_kwargs=thinking.template_kwargs(cfg.enable_thinking),
-        )
-        return [make_row(ep, it) for ep, it in zip(episodes, chunk)]
-    return run
+    steps = AgentSteps(tokenizer, execute, style=style, max_new_tokens=int(cfg.max_new_tokens), is_done=is_done,
+                       max_turns=int(cfg.ood_max_turns if bench == OOD_BENCH else cfg.max_turns), template_kwargs=kwargs)
+    return BenchRunner(steps, lambda it: make_episode(it, cfg.prompt), make_row, int(cfg.max_new_tokens))
 
 
-def _babyai_runner(cfg, backend):
-    cap = None if cfg.babyai_max_steps is None else int(cfg.babyai_max_steps)
-    return lambda chunk: babyai.play(chunk, backend, max_steps=cap, max_new_tokens=int(cfg.babyai_max_new_tokens),
-                                     max_model_len=int(cfg.max_model_len), temperature=float(cfg.babyai_temperature),
-                                     template_kwargs=thinking.template_kwargs(cfg.enable_thinking))
+def run_chunk(runner: BenchRunner, chunk: list, backend, max_model_len: int) -> list[dict]:
+    """Play `chunk`'s items in lockstep (evals.agent.run_lockstep); their rows in item order."""
+    units = run_lockstep([runner.start(it) for it in chunk], backend, runner.steps, max_model_len=max_model_len,
+                         max_new_tokens=runner.max_new_tokens)
+    return [runner.row(u, it) for u, it in zip(units, chunk)]
 
 
 def summarize_bench(bench: str, rows: list[dict]) -> dict:
@@ -214,10 +224,25 @@ def _read_summary(out: Path) -> dict:
     return summary if isinstance(summary, dict) else {}
 
 
-def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident: dict,
-              identities: dict) -> tuple[dict, Path, dict]:
-    """Evaluate one bench (already claimed under `ident`); `identities` (bench -> identity,
-    meta.json's) gets this bench's, written to meta.json before the first row."""
+@dataclasses.dataclass
+class BenchWork:
+    """One bench of a request, claimed and sampled: its items, the rows already done (id -> row),
+    the items still to play (`todo`, in item order: a selection of it, e.g. a shard, is a filter)."""
+    bench: str
+    ident: dict
+    items: list
+    source: str
+    unanswerable: int
+    record: dict
+    ids_file: Path
+    path: Path
+    done: dict
+    todo: list
+
+
+def prepare_bench(bench: str, cfg, out: Path, ident: dict, identities: dict) -> BenchWork:
+    """Sample one bench (already claimed under `ident`) and find what is left of it; `identities`
+    (bench -> identity, meta.json's) gets this bench's, written to meta.json before the first row."""
     items, source, unanswerable = _bench_items(bench, cfg)
     items = shard_items(items, cfg.shard)   # data_parallel=N: this process's share (evals.parallel)
     record = bench_items_record(bench, cfg, items, source, unanswerable)
@@ -227,20 +252,98 @@ def run_bench(bench: str, cfg, backend, retriever, style: str, out: Path, ident:
     path = out / f"{bench}.jsonl"
     done = load_done(path, {it.id for it in items})
     todo = [it for it in items if it.id not in done]
-    run = _babyai_runner(cfg, backend) if bench == BABYAI_BENCH else _agent_runner(bench, cfg, backend, retriever, style)
-    bar = tqdm(total=len(items), initial=len(done), desc=bench, unit="ex", disable=not cfg.progress, dynamic_ncols=True)
+    return BenchWork(bench, ident, items, source, unanswerable, record, ids_file, path, done, todo)
+
+
+def record_rows(work: BenchWork, rows: list[dict]) -> None:
+    """Append finished rows (each with the identity digest) to the bench's jsonl, as they finish."""
+    rows = [{**row, "identity": work.ident["fingerprint"]} for row in rows]
+    append_rows(work.path, rows)
+    work.done.update((r["id"], r) for r in rows)
+
+
+def bench_summary(work: BenchWork) -> dict:
+    """The summary entry of a bench whose every item has a row (rows in item order, whatever order they finished in)."""
+    summary = summarize_bench(work.bench, [work.done[it.id] for it in work.items])
+    summary["source"] = work.source
+    if work.bench not in ENV_BENCHES:
+        summary["unanswerable_excluded"] = work.unanswerable
+    return summary
+
+
+def run_bench(work: BenchWork, cfg, backend, runner: BenchRunner) -> None:
+    """The lockstep driver: `batch_size` items at a time, each finished batch appended."""
+    bar = tqdm(total=len(work.items), initial=len(work.done), desc=work.bench, unit="ex", disable=not cfg.progress,
+               dynamic_ncols=True)
     bs = int(cfg.batch_size)
-    for start in range(0, len(todo), bs):
-        rows = [{**row, "identity": ident["fingerprint"]} for row in run(todo[start:start + bs])]
-        append_rows(path, rows)
-        done.update((r["id"], r) for r in rows)
+    for start in range(0, len(work.todo), bs):
+        rows = run_chunk(runner, work.todo[start:start + bs], backend, int(cfg.max_model_len))
+        record_rows(work, rows)
         bar.update(len(rows))
     bar.close()
-    summary = summarize_bench(bench, [done[it.id] for it in items])
-    summary["source"] = source
-    if bench not in ENV_BENCHES:
-        summary["unanswerable_excluded"] = unanswerable
-    return summary, ids_file, record
+
+
+def run_pooled(works: list[BenchWork], runners: dict, cfg, engine, on_complete) -> None:
+    """The asynchronous driver (evals.scheduler): every bench's remaining items through one engine,
+    one coroutine per episode, at most `max_in_flight` in play; each row appended as its episode
+    finishes; `on_complete(work)` once a bench has all its rows."""
+    from evals import scheduler
+
+    cap = resolve_in_flight(cfg, engine)
+    left = {w.bench: len(w.todo) for w in works}
+    bar = tqdm(total=sum(len(w.items) for w in works), initial=sum(len(w.done) for w in works), desc="evaluate",
+               unit="ex", disable=not cfg.progress, dynamic_ncols=True)
+    tool_batchers = {}
+
+    def job(work: BenchWork, item):
+        runner = runners[work.bench]
+
+        def finish(unit) -> None:
+            record_rows(work, [runner.row(unit, item)])
+            bar.update(1)
+            left[work.bench] -= 1
+            if left[work.bench] == 0:
+                on_complete(work)
+        return scheduler.Job(runner.steps, lambda: runner.start(item), finish, tool_batchers[work.bench])
+
+    for w in works:
+        tool_batchers[w.bench] = scheduler.ToolBatcher(runners[w.bench].steps.execute,
+                                                       window_ms=float(cfg.tool_batch_window_ms),
+                                                       max_queries=int(cfg.tool_batch_size))
+    jobs = [job(w, it) for w in works for it in w.todo]
+    cap_of = {id(r.steps): r.max_new_tokens for r in runners.values()}
+    coro = scheduler.run_async(jobs, engine, max_in_flight=cap, max_model_len=int(cfg.max_model_len),
+                               max_new_tokens=lambda j: cap_of[id(j.steps)])
+    try:
+        (engine.run if hasattr(engine, "run") else asyncio.run)(coro)   # an engine with its own loop runs it there
+    finally:
+        bar.close()
+
+
+def resolve_in_flight(cfg, engine) -> int:
+    """`max_in_flight`: N as given, or auto (evals.scheduler.auto_in_flight of the engine's KV
+    capacity and max_model_len; `batch_size` for an engine that reports no capacity)."""
+    from evals import scheduler
+
+    if cfg.max_in_flight != "auto":
+        return int(cfg.max_in_flight)
+    if not hasattr(engine, "kv_capacity"):
+        return int(cfg.batch_size)
+    kv_tokens, max_seqs = engine.kv_capacity()
+    return scheduler.auto_in_flight(kv_tokens, int(cfg.max_model_len), max_seqs)
+
+
+def resolve_driver(cfg, backend) -> str:
+    """`driver`: auto -> async for backend=vllm (or a passed-in async engine), lockstep otherwise."""
+    is_async = hasattr(backend, "generate_one") if backend is not None else cfg.backend == "vllm"
+    if cfg.driver == "auto":
+        return "async" if is_async else "lockstep"
+    if cfg.driver == "async" and not is_async:
+        raise EvalError("driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); "
+                        "backend=hf runs driver=lockstep")
+    if cfg.driver == "lockstep" and backend is not None and not hasattr(backend, "generate"):
+        raise EvalError("driver=lockstep needs a batched generate; this engine only generates asynchronously")
+    return str(cfg.driver)
 
 
 def _bench_summary_from_rows(out: Path, bench: str, ident: dict | None) -> dict | None:
@@ -335,10 +438,11 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
     for bench, ident in wanted.items():
         claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))
     searches = any(uses_retriever(b) for b in cfg.benches)
+    driver = resolve_driver(cfg, backend)
     if backend is None:
         from evals.backends import make_backend
 
-        backend = make_backend(cfg)
+        backend = make_backend(cfg, asynchronous=driver == "async")
         owned.append(backend)
     if retriever is None and searches:
         from evals.retrievers import make_retriever
@@ -356,10 +460,25 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
             summary[bench] = s
     ids_files, records = {}, dict(old_meta.get("bench_items") or {})
     started = time.time()
-    for bench in cfg.benches:
-        summary[bench], ids_files[bench], records[bench] = run_bench(bench, cfg, backend, retriever, style, out,
-                                                                    wanted[bench], identities)
+    runners = {bench: bench_runner(bench, cfg, backend.tokenizer, retriever, style) for bench in cfg.benches}
+
+    def complete(work: BenchWork) -> None:
+        summary[work.bench], ids_files[work.bench], records[work.bench] = bench_summary(work), work.ids_file, work.record
         write_json(summary_path, summary)  # after every bench, so a crash keeps finished ones
+
+    if driver == "lockstep":
+        for bench in cfg.benches:
+            work = prepare_bench(bench, cfg, out, wanted[bench], identities)
+            run_bench(work, cfg, backend, runners[bench])
+            complete(work)
+    else:   # every bench of the checkpoint pooled through one engine
+        works = [prepare_bench(bench, cfg, out, wanted[bench], identities) for bench in cfg.benches]
+        for work in works:
+            if not work.todo:
+                complete(work)
+        run_pooled([w for w in works if w.todo], runners, cfg, backend, complete)
+        summary = {**{b: summary[b] for b in summary if b not in cfg.benches}, **{b: summary[b] for b in cfg.benches}}
+        write_json(summary_path, summary)
     # Per-bench records of the benches this call did not evaluate are kept from the call that did
     # (so a later call with another bench never resets, e.g., babyai's cap), for the benches still held.
     kept = [b for b in summary if b not in cfg.benches]
@@ -372,7 +491,7 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
     old_empty = old_meta.get("empty_gold_items") if isinstance(old_meta.get("empty_gold_items"), dict) else {}
     meta = {
         "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities,
-        "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend,
+        "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend, "driver": driver,
         "n": cfg.n, "seed": int(cfg.seed), "benches": list(cfg.benches), "tool_style": style,
         "profile": cfg.profile, "bench_items": {b: r for b, r in records.items() if b in summary},
         "babyai": ({"max_steps": cfg.babyai_max_steps, "max_new_tokens": int(cfg.babyai_max_new_tokens),

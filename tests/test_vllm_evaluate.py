@@ -33,8 +33,10 @@ def run_evaluate(out: Path, backend: str, bench_root: Path, *extra: str) -> subp
 
 
 def rows(out: Path, bench: str) -> list[dict]:
-    # the identity digest differs (vLLM's engine settings are part of it); everything else must not
-    return [{k: v for k, v in json.loads(line).items() if k != "identity"} for line in open(out / f"{bench}.jsonl")]
+    # the identity digest differs (vLLM's engine settings are part of it); everything else must not.
+    # By id: backend=vllm runs the async driver, which appends rows in the order episodes finish.
+    return sorted(({k: v for k, v in json.loads(line).items() if k != "identity"} for line in open(out / f"{bench}.jsonl")),
+                  key=lambda r: r["id"])
 
 
 @pytest.fixture(scope="module")
