@@ -62,7 +62,8 @@ EVAL = "eval"
 ROLLOUTS = "rollouts"
 ADAPTER = "adapter"
 LOGS = "logs"
-TRAINER_EXIT = "trainer-exit.json"   # logs/<this>: {"code", "error"} of a trainer's refusal, read by launch
+TRAINER_EXIT = "trainer-exit.json"   # logs/<this>: {"code", "error", "launch"} of a trainer's refusal, read by launch
+LAUNCH_ID_ENV = "DTSFT_LAUNCH_ID"    # set by launch for its trainer: the "launch" a refusal is recorded under
 COMPLETE = "COMPLETE"            # written last into a state dir: the state is whole
 STATE_META = "meta.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -82,7 +83,8 @@ def record_refusal(config_path: str | Path, code: int, message: str) -> None:
         rd = OmegaConf.load(str(config_path)).get("run_dir")
         if rd:
             (Path(str(rd)) / LOGS).mkdir(parents=True, exist_ok=True)
-            write_json(Path(str(rd)) / LOGS / TRAINER_EXIT, {"code": int(code), "error": message})
+            write_json(Path(str(rd)) / LOGS / TRAINER_EXIT,
+                       {"code": int(code), "error": message, "launch": os.environ.get(LAUNCH_ID_ENV)})
     except Exception:  # noqa: BLE001 - an unreadable config or run dir
         pass
 

@@ -13,6 +13,7 @@ import os
 import shlex
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,29 +276,32 @@ def launch_one(argv: list[str], **cache_kw) -> int:
         if cfg.launcher.kind == "slurm":
             return submit_slurm(prep, argv)
         cmd = local.torchrun_command(config_path, prep.nproc)
-        started = time.time()
-        rc, log = train_here(prep, argv, cmd, data_record(prep.data))
+        rc, log, launch_id = train_here(prep, argv, cmd, data_record(prep.data))
     finally:
         os.close(held)
-    return report_end(rd, rc, log, since=started)
+    return report_end(rd, rc, log, launch_id)
 
 
-def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> tuple[int, Path]:
+def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> tuple[int, Path, str]:
     """Record this launch (and the run identity) in manifest.json, then run the trainer command here;
-    (exit code, log file). Shared by the SFT and GRPO (rl.launch) local paths."""
+    (exit code, log file, this launch's id: the trainer tags a refusal it records with it, so another
+    process's refusal in the same run dir is never taken for this one's). Shared by the SFT and GRPO
+    (rl.launch) local paths."""
     rd = prep.run_dir
     launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
     manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
                             identity=prep.identity)
     print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-    return local.run_logged(cmd, rd / "logs", cwd=REPO)
+    launch_id = uuid.uuid4().hex
+    rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id})
+    return rc, log, launch_id
 
 
-def report_end(rd: Path, rc: int, log: Path, since: float | None = None) -> int:
-    """The closing line of a local launch; the exit code (a refusal the trainer recorded in
-    `logs/trainer-exit.json` since `since` is printed as its one line, with the trainer's code).
-    "re-run to resume" is said only when a resumable state exists."""
-    refusal = trainer_refusal(rd, since)
+def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None) -> int:
+    """The closing line of a local launch; the exit code (a failed trainer's refusal recorded in
+    `logs/trainer-exit.json` under `launch_id` — None: by a trainer run outside launch — is printed
+    as its one line, with the trainer's code). "re-run to resume" is said only when a resumable state exists."""
+    refusal = trainer_refusal(rd, launch_id) if rc != 0 else None
     if refusal is not None:
         rc = refusal[0]
         print(f"error: {refusal[1]}", file=sys.stderr, flush=True)
@@ -311,15 +315,15 @@ def report_end(rd: Path, rc: int, log: Path, since: float | None = None) -> int:
     return rc
 
 
-def trainer_refusal(rd: Path, since: float | None) -> tuple[int, str] | None:
-    """(exit code, message) of a refusal the trainer recorded during this launch, else None."""
+def trainer_refusal(rd: Path, launch_id: str | None) -> tuple[int, str] | None:
+    """(exit code, message) of the refusal recorded by the trainer of launch `launch_id`, else None."""
     path = rd / layout.LOGS / layout.TRAINER_EXIT
     try:
-        if since is not None and path.stat().st_mtime < since:
-            return None
         rec = json.loads(path.read_text(encoding="utf-8"))
+        if rec.get("launch") != launch_id:
+            return None
         return int(rec["code"]), str(rec["error"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

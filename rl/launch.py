@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import time
 
 from omegaconf import OmegaConf
 
@@ -151,11 +150,10 @@ def launch_grpo(argv: list[str]) -> int:
             print(f"[launch] submitted {path} as Slurm job {job}")
             return 0
         cmd = local.torchrun_command(config_path, prep.nproc, module=MODULE)
-        started = time.time()
-        rc, log = run.train_here(prep, ["stage=grpo", *argv], cmd, start_record(cfg))
+        rc, log, launch_id = run.train_here(prep, ["stage=grpo", *argv], cmd, start_record(cfg))
     finally:
         os.close(held)
-    return run.report_end(rd, rc, log, since=started)
+    return run.report_end(rd, rc, log, launch_id)
 
 
 def cli(argv: list[str]) -> int:

@@ -179,9 +179,27 @@ def test_trainer_refuses_a_hand_edited_config_in_one_line_and_records_it(W, caps
     err = capsys.readouterr().err
     assert err.startswith("error:") and needle in err
     # launch reports the trainer's refusal as one line with the trainer's exit code (torchrun says 1)
-    assert report_end(rd, 1, rd / "logs" / "x.log", since=0) == 2
+    assert report_end(rd, 1, rd / "logs" / "x.log") == 2
     out = capsys.readouterr()
     assert needle in out.err and "re-run" not in out.out
+
+
+def test_a_refusal_is_reported_only_by_the_launch_whose_trainer_recorded_it(tmp_path, capsys, monkeypatch):
+    # A second trainer refused on the run dir (e.g. "in use by another trainer") records its refusal
+    # there too; the launch that holds the run (another id, or a trainer that stopped cleanly) must not take it.
+    from common import layout
+    from launch.run import report_end
+
+    rd = tmp_path / "rd"
+    (rd / "config.yaml").parent.mkdir(parents=True)
+    (rd / "config.yaml").write_text(f"run_dir: {rd}\n")
+    monkeypatch.setenv(layout.LAUNCH_ID_ENV, "other")
+    layout.record_refusal(rd / "config.yaml", 2, "in use by another trainer")
+    assert report_end(rd, 1, rd / "x.log", "mine") == 1
+    assert report_end(rd, 0, rd / "x.log", "other") == 0
+    assert "in use" not in capsys.readouterr().err
+    assert report_end(rd, 1, rd / "x.log", "other") == 2
+    assert "in use by another trainer" in capsys.readouterr().err
 
 
 def test_re_run_to_resume_only_when_a_state_exists(tmp_path, capsys):

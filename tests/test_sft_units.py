@@ -299,7 +299,7 @@ def test_cli_fails_before_model_work(tmp_path, data_dir, capsys, monkeypatch):
 
     rd = cfg.parent
     assert json.loads((rd / "logs" / "trainer-exit.json").read_text())["code"] == 2
-    assert report_end(rd, 1, rd / "logs" / "x.log", since=0) == 2
+    assert report_end(rd, 1, rd / "logs" / "x.log") == 2
     assert "model.gpu_only=true but CUDA is not available" in capsys.readouterr().err
     assert train.cli([str(cfg), f"data.dir={tmp_path}/missing"]) == 2
     assert "does not exist" in capsys.readouterr().err
