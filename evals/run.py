@@ -49,9 +49,8 @@ from evals.results import QA_KEYS, ResultsError, append_rows, load_done, summari
 from evals.toolcalls import detect_style
 
 
-def _sampled_ids(out: Path, bench: str, source: str, cfg, ids: list[str], unanswerable: int = 0) -> Path:
-    """Store the sample; a resumed run must be evaluating the very same ids."""
-    path = out / "sampled_ids" / f"{bench}.json"
+def _check_sample(path: Path, bench: str, ids: list[str]) -> None:
+    """A resumed run must be evaluating the very same ids as the sample `path` holds (if any)."""
     if path.exists():
         old = json.loads(path.read_text(encoding="utf-8"))
         if old["ids"] != ids:
@@ -59,11 +58,13 @@ def _sampled_ids(out: Path, bench: str, source: str, cfg, ids: list[str], unansw
                 f"{path}: this out dir was started with a different sample of {bench} "
                 f"(n={old['n']}, seed={old['seed']}, source={old['source']}); use a fresh out="
             )
-    else:
+
+
+def _write_sample(path: Path, bench: str, source: str, cfg, ids: list[str], unanswerable: int = 0) -> None:
+    if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, {"bench": bench, "source": source, "seed": int(cfg.seed), "n": len(ids), "ids": ids,
                           "unanswerable_excluded": unanswerable})
-    return path
 
 
 def _bench_source(bench: str, cfg) -> str:
@@ -240,19 +241,26 @@ class BenchWork:
     todo: list
 
 
-def prepare_bench(bench: str, cfg, out: Path, ident: dict, identities: dict) -> BenchWork:
-    """Sample one bench (already claimed under `ident`) and find what is left of it; `identities`
-    (bench -> identity, meta.json's) gets this bench's, written to meta.json before the first row."""
+def prepare_bench(bench: str, cfg, out: Path, ident: dict) -> BenchWork:
+    """Sample one bench (already claimed under `ident`) and find what is left of it; reads only
+    (a request that fails before `start_bench`, e.g. on loading its model, leaves out as it was)."""
     items, source, unanswerable = _bench_items(bench, cfg)
     items = shard_items(items, cfg.shard)   # data_parallel=N: this process's share (evals.parallel)
     record = bench_items_record(bench, cfg, items, source, unanswerable)
-    identities[bench] = ident
-    write_json(out / "meta.json", {**_read_meta(out), "identities": identities})
-    ids_file = _sampled_ids(out, bench, source, cfg, [it.id for it in items], unanswerable)
+    ids_file = out / "sampled_ids" / f"{bench}.json"
+    _check_sample(ids_file, bench, [it.id for it in items])
     path = out / f"{bench}.jsonl"
     done = load_done(path, {it.id for it in items})
     todo = [it for it in items if it.id not in done]
     return BenchWork(bench, ident, items, source, unanswerable, record, ids_file, path, done, todo)
+
+
+def start_bench(work: BenchWork, cfg, out: Path, identities: dict) -> None:
+    """Record the bench's identity (`identities`, bench -> identity: meta.json's) and its sample in
+    out, before its first row."""
+    identities[work.bench] = work.ident
+    write_json(out / "meta.json", {**_read_meta(out), "identities": identities})
+    _write_sample(work.ids_file, work.bench, work.source, cfg, [it.id for it in work.items], work.unanswerable)
 
 
 def record_rows(work: BenchWork, rows: list[dict]) -> None:
@@ -439,12 +447,18 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
         claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))
     searches = any(uses_retriever(b) for b in cfg.benches)
     driver = resolve_driver(cfg, backend)
+    # Sampled and matched with the rows out holds before anything is loaded: with nothing left to
+    # play (a rerun, a requeued Slurm task, a data_parallel shard with no items) no model is loaded
+    # and no retriever built: the summary is rewritten from the rows, only the tokenizer is read.
+    works = [prepare_bench(bench, cfg, out, wanted[bench]) for bench in cfg.benches]
+    playing = [w for w in works if w.todo]
     if backend is None:
+        from evals import parallel
         from evals.backends import make_backend
 
-        backend = make_backend(cfg, asynchronous=driver == "async")
+        backend = make_backend(cfg, asynchronous=driver == "async") if playing else parallel.RowsOnly(cfg)
         owned.append(backend)
-    if retriever is None and searches:
+    if retriever is None and any(uses_retriever(w.bench) for w in playing):
         from evals.retrievers import make_retriever
 
         retriever = make_retriever(cfg)
@@ -458,6 +472,8 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
     for bench in sorted(held - set(cfg.benches)):
         if (s := _bench_summary_from_rows(out, bench, identities.get(bench))) is not None:
             summary[bench] = s
+    for work in works:
+        start_bench(work, cfg, out, identities)
     ids_files, records = {}, dict(old_meta.get("bench_items") or {})
     started = time.time()
     runners = {bench: bench_runner(bench, cfg, backend.tokenizer, retriever, style) for bench in cfg.benches}
@@ -467,16 +483,15 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
         write_json(summary_path, summary)  # after every bench, so a crash keeps finished ones
 
     if driver == "lockstep":
-        for bench in cfg.benches:
-            work = prepare_bench(bench, cfg, out, wanted[bench], identities)
-            run_bench(work, cfg, backend, runners[bench])
+        for work in works:
+            run_bench(work, cfg, backend, runners[work.bench])
             complete(work)
     else:   # every bench of the checkpoint pooled through one engine
-        works = [prepare_bench(bench, cfg, out, wanted[bench], identities) for bench in cfg.benches]
         for work in works:
             if not work.todo:
                 complete(work)
-        run_pooled([w for w in works if w.todo], runners, cfg, backend, complete)
+        if playing:
+            run_pooled(playing, runners, cfg, backend, complete)
         summary = {**{b: summary[b] for b in summary if b not in cfg.benches}, **{b: summary[b] for b in cfg.benches}}
         write_json(summary_path, summary)
     # Per-bench records of the benches this call did not evaluate are kept from the call that did

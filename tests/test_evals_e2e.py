@@ -47,6 +47,29 @@ def test_tiny_model_on_generated_bench(tmp_path, tiny_model_dir):
     assert (out / "synthqa.jsonl").read_bytes() == (tmp_path / "out2" / "synthqa.jsonl").read_bytes()
 
 
+def test_a_rerun_with_nothing_left_loads_no_model_and_builds_no_retriever(tmp_path, tiny_model_dir, monkeypatch):
+    """Every row on disk (a rerun, a requeued Slurm task, a data_parallel shard with no items): the
+    summary comes back from the rows, and neither the model nor the retriever (a BM25 index build)
+    is touched."""
+    import evals.backends
+    import evals.retrievers
+
+    corpus, bench_root = make_world(tmp_path, n=3)
+    out = tmp_path / "out"
+    cfg = {"ckpt": str(tiny_model_dir), "benches": ["synthqa"], "n": 3, "bench_root": str(bench_root),
+           "corpus": str(corpus), "index_dir": str(tmp_path / "idx"), "out": str(out), **TINY}
+    first = evaluate(cfg)
+    rows = (out / "synthqa.jsonl").read_bytes()
+    (out / "summary.json").unlink()   # even the summary gone: rewritten from the rows
+    monkeypatch.setattr(evals.backends, "make_backend", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(evals.retrievers, "make_retriever", lambda *a, **k: pytest.fail("a retriever was built"))
+    assert evaluate(cfg) == first
+    assert (out / "synthqa.jsonl").read_bytes() == rows
+    assert json.loads((out / "meta.json").read_text())["tool_style"] == "qwen3"
+    # an empty shard (shard 3 of 4 of 3 items holds none) plays nothing either
+    assert evaluate({**cfg, "out": str(tmp_path / "shard"), "shard": "3/4"})["synthqa"]["n"] == 0
+
+
 def test_tiny_model_on_shared_benchmarks(tmp_path, tiny_model_dir):
     root = shared_path("benchmarks")
     out = tmp_path / "out"
