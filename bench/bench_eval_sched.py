@@ -14,16 +14,19 @@ far (what the chat template does) and vLLM's prefix cache may reuse it. Greedy, 
     async          the project's driver (evals.scheduler.run_async): in-flight cap (max_in_flight,
                    default evals.scheduler.auto_in_flight of the engine's KV capacity), tool calls
                    micro-batched (evals.scheduler.ToolBatcher), prompts prepared off the event loop
-    saturated      the same turns (the prompts the async run sent) as independent requests all at
-                   once: no turn dependency, the engine's ceiling
+    saturated      the same turns (each turn's prompt, generated tokens stood in by a constant token)
+                   as independent requests all at once: no turn dependency, the engine's ceiling
 
 All modes run on one AsyncLLM engine (evals.backends.AsyncVLLMBackend), its prefix cache reset
-before each. Prints each mode's tokens, seconds, tok/s and vLLM prefix-cache hit rate, then the
-last line exactly `async/lockstep64 A async/lockstep_all B efficiency C` (efficiency = async /
-saturated).
+before each. Timings on a small shared machine swing by tens of percent from one run to the next,
+so every mode runs `repeats` times, interleaved (repeat r starts with the r-th mode, so no mode is
+always first or last), and the ratios are of the medians. Prints every run's tokens, seconds,
+tok/s, vLLM prefix-cache hit rate and this process's CPU seconds (the driver's own cost: the engine
+runs in its own processes), each mode's median, then the last line exactly
+`async/lockstep64 A async/lockstep_all B efficiency C` (efficiency = async / saturated).
 
     VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python bench/bench_eval_sched.py [episodes=256] [max_in_flight=auto]
-        [modes=lockstep64,lockstep_all,coroutine,async,saturated] [seed=0]
+        [modes=lockstep64,lockstep_all,coroutine,async,saturated] [seed=0] [repeats=3]
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import asyncio
 import math
 import os
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -175,7 +179,7 @@ async def saturated(engine: Forced, turns) -> None:
 
 
 def _args(argv):
-    cfg = {"episodes": "256", "max_in_flight": "auto", "modes": ",".join(MODES), "seed": "0"}
+    cfg = {"episodes": "256", "max_in_flight": "auto", "modes": ",".join(MODES), "seed": "0", "repeats": "3"}
     for tok in argv:
         k, v = tok.split("=", 1)
         if k not in cfg:
@@ -184,64 +188,96 @@ def _args(argv):
     modes = cfg["modes"].split(",")
     if bad := [m for m in modes if m not in MODES]:
         raise SystemExit(f"unknown modes {bad}; modes: {', '.join(MODES)}")
-    return int(cfg["episodes"]), cfg["max_in_flight"], modes, int(cfg["seed"])
+    if int(cfg["repeats"]) < 1:
+        raise SystemExit(f"repeats={cfg['repeats']}: expected an integer >= 1")
+    return int(cfg["episodes"]), cfg["max_in_flight"], modes, int(cfg["seed"]), int(cfg["repeats"])
 
 
-def main(argv=None) -> int:
-    episodes, in_flight, modes, seed = _args(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+def measure(backend, *, episodes: int = 256, modes=MODES, repeats: int = 3, seed: int = 0,
+            max_in_flight: int | str = "auto", log=print) -> dict[str, list[float]]:
+    """Every mode's generated tokens/s, `repeats` times interleaved, on `backend` (an
+    evals.backends.AsyncVLLMBackend; bench/gpu_acceptance.py measures a GPU engine with this)."""
     from evals import scheduler
-    from evals.backends import AsyncVLLMBackend
 
     specs = workload(episodes, seed)
     n_turns, n_tokens = sum(len(s["lengths"]) for s in specs), sum(sum(s["lengths"]) for s in specs)
-    root = Path(__file__).resolve().parents[1]
-    backend = AsyncVLLMBackend(str(root / "common" / "tiny_base"), max_model_len=MAX_MODEL_LEN, dtype="float32", seed=0)
     kv_tokens, max_seqs = backend.kv_capacity()
-    cap = scheduler.auto_in_flight(kv_tokens, MAX_MODEL_LEN, max_seqs) if in_flight == "auto" else int(in_flight)
-    print(f"workload: {episodes} episodes, {n_turns} turns, {n_tokens} tokens; engine KV {kv_tokens} tokens, "
-          f"max_num_seqs {max_seqs}; async max_in_flight {cap}", flush=True)
-    rates: dict[str, float] = {}
-    async_turns: list = []
+    cap = (scheduler.auto_in_flight(kv_tokens, MAX_MODEL_LEN, max_seqs) if max_in_flight == "auto"
+           else int(max_in_flight))
+    log(f"workload: {episodes} episodes, {n_turns} turns, {n_tokens} tokens; engine KV {kv_tokens} tokens, "
+        f"max_num_seqs {max_seqs}; async max_in_flight {cap}")
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    turns = list(_replay(specs))
+
+    async def one(mode: str, r: int) -> None:
+        await backend.reset_prefix_cache()
+        engine = Forced(backend)
+        q0, h0 = backend.prefix_cache.queries, backend.prefix_cache.hits
+        t0, c0 = time.perf_counter(), time.process_time()
+        if mode == "lockstep64":
+            await lockstep(engine, specs, 64)
+        elif mode == "lockstep_all":
+            await lockstep(engine, specs, len(specs))
+        elif mode == "coroutine":
+            await coroutines(engine, specs)
+        elif mode == "async":
+            await project_driver(engine, specs, cap)
+        else:
+            await saturated(engine, turns)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        await asyncio.sleep(1.2)   # the stat loggers report once a step; let the last ones land
+        q, h = backend.prefix_cache.queries - q0, backend.prefix_cache.hits - h0
+        rates[mode].append(engine.tokens / dt)
+        log(f"[{r + 1}/{repeats}] {mode:<13} {engine.requests:>5} requests {engine.tokens:>7} tokens {dt:>7.2f} s "
+            f"{engine.tokens / dt:>8.1f} tok/s  prefix-cache hit rate {h / q if q else 0.0:.3f}  "
+            f"this process's CPU {cpu:.1f} s")
 
     async def run_all():
-        engine = Forced(backend)
-        await saturated(engine, [(specs[0]["prompt"], 8)] * 8)   # warm-up
-        for mode in modes:
-            await backend.reset_prefix_cache()
-            engine = Forced(backend)
-            q0, h0 = backend.prefix_cache.queries, backend.prefix_cache.hits
-            t0 = time.perf_counter()
-            if mode == "lockstep64":
-                await lockstep(engine, specs, 64)
-            elif mode == "lockstep_all":
-                await lockstep(engine, specs, len(specs))
-            elif mode == "coroutine":
-                await coroutines(engine, specs)
-            elif mode == "async":
-                await project_driver(engine, specs, cap)
-                async_turns.extend(engine.sent)
-            else:
-                await saturated(engine, async_turns or [t for t in _replay(specs)])
-            dt = time.perf_counter() - t0
-            await asyncio.sleep(1.2)   # the stat loggers report once a step; let the last ones land
-            q, h = backend.prefix_cache.queries - q0, backend.prefix_cache.hits - h0
-            rates[mode] = engine.tokens / dt
-            print(f"{mode:<13} {engine.requests:>5} requests {engine.tokens:>7} tokens {dt:>8.2f} s "
-                  f"{rates[mode]:>9.1f} tok/s  prefix-cache hit rate {h / q if q else 0.0:.3f}", flush=True)
+        await saturated(Forced(backend), turns[:64])   # warm-up: the engine's first steps are slow
+        for r in range(repeats):   # each repeat starts one mode later: no mode always runs first or last
+            for k in range(len(modes)):
+                await one(modes[(k + r) % len(modes)], r)
+    backend.run(run_all())
+    return rates
+
+
+def ratios(med: dict[str, float]) -> list[str]:
+    """The summary lines of the medians; the issue's line (`async/lockstep64 ...`) last."""
+    lines = []
+    if {"coroutine", "lockstep_all", "saturated", "async"} <= set(med):
+        lines.append(f"coroutine/lockstep_all {med['coroutine'] / med['lockstep_all']:.2f} "
+                     f"async/coroutine {med['async'] / med['coroutine']:.2f} "
+                     f"coroutine efficiency {med['coroutine'] / med['saturated']:.2f}")
+    if {"async", "lockstep64", "lockstep_all", "saturated"} <= set(med):
+        lines.append(f"async/lockstep64 {med['async'] / med['lockstep64']:.2f} "
+                     f"async/lockstep_all {med['async'] / med['lockstep_all']:.2f} "
+                     f"efficiency {med['async'] / med['saturated']:.2f}")
+    return lines
+
+
+def main(argv=None) -> int:
+    episodes, in_flight, modes, seed, repeats = _args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from evals.backends import AsyncVLLMBackend
+
+    root = Path(__file__).resolve().parents[1]
+    backend = AsyncVLLMBackend(str(root / "common" / "tiny_base"), max_model_len=MAX_MODEL_LEN, dtype="float32", seed=0)
     try:
-        backend.run(run_all())
+        rates = measure(backend, episodes=episodes, modes=modes, repeats=repeats, seed=seed, max_in_flight=in_flight,
+                        log=lambda line: print(line, flush=True))
     finally:
         backend.close()
-    if {"async", "lockstep64", "lockstep_all", "saturated"} <= set(rates):
-        print(f"async/lockstep64 {rates['async'] / rates['lockstep64']:.2f} "
-              f"async/lockstep_all {rates['async'] / rates['lockstep_all']:.2f} "
-              f"efficiency {rates['async'] / rates['saturated']:.2f}")
+    med = {m: statistics.median(v) for m, v in rates.items()}
+    for m in modes:
+        print(f"{m:<13} median {med[m]:8.1f} tok/s over {repeats} (" + ", ".join(f"{v:.0f}" for v in rates[m]) + ")")
+    for line in ratios(med):
+        print(line)
     return 0
 
 
 def _replay(specs):
-    """Without an async run first: the turns' prompts with stand-in generated tokens (same lengths)."""
+    """The saturated mode's requests: every turn's prompt as the episode would send it, generated
+    tokens stood in by a constant token (the same lengths, so the same work as the other modes)."""
     for s in specs:
         ids = list(s["prompt"])
         for k, n in enumerate(s["lengths"]):

@@ -27,11 +27,14 @@ process-wide patching of transformers' Qwen3 module cannot leak into a later "of
            same model (loop overhead as a ratio): tokens/s/GPU, MFU (sft.metrics.step_flops
            over sft.metrics.PEAK_TFLOPS), peak memory.
   vllm     the small Qwen3 (tiny tokenizer) written by the project's checkpoint writer, loaded
-           by vLLM (on CUDA, or vLLM's CPU build in --smoke: wherever vLLM is importable):
-           greedy generations vs HF generate, and `evaluate` backend=vllm on 8 synthqa items
-           with BM25 whose rows and summary have the hf backend's schema. In fp32 (--smoke, CPU)
-           generations and rows must be identical; in bf16 the agreements are counted, not
-           required (bf16 kernels diverge on a random model's near-ties).
+           by vLLM's AsyncLLM, the engine `evaluate backend=vllm` builds (on CUDA, or vLLM's CPU
+           build in --smoke: wherever vLLM is importable): greedy generations vs HF generate, and
+           `evaluate` on 8 synthqa items with BM25 under both drivers (async, lockstep) whose rows
+           and summary have the hf backend's schema. In fp32 (--smoke, CPU) generations and rows
+           must be identical (hf, async, lockstep); in bf16 the agreements are counted, not
+           required (bf16 kernels diverge on a random model's near-ties). Then episode scheduling
+           on that engine, measured: bench/bench_eval_sched.py's workload once (256 episodes;
+           --smoke 16), generated tok/s per mode and the ratios.
 
 Tolerances are written into the report next to every measured difference. Exit status 1 when
 any correctness comparison fails or a check crashes, 2 for a usage error, else 0.
@@ -761,9 +764,7 @@ def check_speed(ctx: Ctx, res: Result) -> None:
 def check_vllm(ctx: Ctx, res: Result) -> None:
     import torch.distributed as dist
 
-    from data_prep.synthetic import write_synthetic_bench
-    from evals.backends import HFBackend, VLLMBackend
-    from evals.run import evaluate
+    from evals.backends import AsyncVLLMBackend, HFBackend
     from sft import checkpoint as ckpt
     from sft import train
     from sft.model import load_tokenizer
@@ -785,7 +786,20 @@ def check_vllm(ctx: Ctx, res: Result) -> None:
     dtype = {"fp32": "float32", "bf16": "bfloat16"}[ctx.dtype_name]
     exact = ctx.dtype_name == "fp32"  # fp32: the two engines must agree token for token
     hf = HFBackend(str(path), device=str(ctx.device), dtype=dtype)
-    vl = VLLMBackend(str(path), max_model_len=2048, gpu_memory_utilization=0.3 if ctx.device.type == "cuda" else "auto", dtype=dtype)
+    # the engine `evaluate backend=vllm` builds (vLLM's AsyncLLM, the async driver), also driven in lockstep
+    vl = AsyncVLLMBackend(str(path), max_model_len=2048, gpu_memory_utilization=0.3 if ctx.device.type == "cuda" else "auto",
+                          dtype=dtype)
+    try:
+        _vllm_parts(ctx, res, tmp, path, tok, hf, vl, exact)
+        _scheduling(ctx, res, vl)
+    finally:
+        vl.close()
+
+
+def _vllm_parts(ctx: Ctx, res: Result, tmp: Path, path: Path, tok, hf, vl, exact: bool) -> None:
+    from data_prep.synthetic import write_synthetic_bench
+    from evals.run import evaluate
+
     questions = ["Who founded the city of Varn?", "What is the capital of Osk?", "Name three rivers.",
                  "When was the bridge built?", "Where does the author live?", "What is 2 + 2?"]
     prompts = [hf.encode(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False))
@@ -807,10 +821,13 @@ def check_vllm(ctx: Ctx, res: Result) -> None:
     common = {"ckpt": str(path), "benches": ["synthqa"], "n": 8, "bench_root": str(tmp / "bench"), "corpus": world["corpus"],
               "index_dir": str(tmp / "idx"), "max_new_tokens": 64, "max_turns": 2, "max_model_len": 2048, "progress": False}
     rows, summaries = {}, {}
-    for name, backend in (("hf", hf), ("vllm", vl)):
-        out = tmp / f"eval_{name}"
-        summaries[name] = evaluate({**common, "backend": name, "out": str(out)}, backend=backend)["synthqa"]
-        rows[name] = [json.loads(line) for line in (out / "synthqa.jsonl").read_text(encoding="utf-8").splitlines()]
+    for name, backend, driver in (("hf", hf, "lockstep"), ("vllm", vl, "async"), ("vllm lockstep", vl, "lockstep")):
+        out = tmp / f"eval_{name.replace(' ', '_')}"
+        summaries[name] = evaluate({**common, "backend": name.split()[0], "driver": driver, "out": str(out)},
+                                   backend=backend)["synthqa"]
+        # by id: the async driver appends each row as its episode finishes
+        rows[name] = sorted((json.loads(line) for line in (out / "synthqa.jsonl").read_text(encoding="utf-8").splitlines()),
+                            key=lambda r: r["id"])
     res.compare("evaluate backend=vllm: rows written for 8 items, missing (count)", abs(8 - len(rows["vllm"])), 0)
     keys = {name: sorted({k for r in rs for k in r}) for name, rs in rows.items()}
     res.compare("evaluate backend=vllm: row keys differing from backend=hf's (count)", len(set(keys["vllm"]) ^ set(keys["hf"])), 0)
@@ -818,11 +835,28 @@ def check_vllm(ctx: Ctx, res: Result) -> None:
     res.compare("evaluate backend=vllm: summary keys differing from backend=hf's (count)", len(set(summaries["vllm"]) ^ set(summaries["hf"])), 0)
     res.measure("evaluate predictions identical (hf vs vllm)",
                 f"{sum(x['prediction'] == y['prediction'] for x, y in zip(rows['hf'], rows['vllm']))}/{len(rows['vllm'])}")
-    if exact:  # the whole row but its identity digest (vLLM's engine settings are in the identity)
-        differ = sum({k: v for k, v in x.items() if k != "identity"} != {k: v for k, v in y.items() if k != "identity"}
-                     for x, y in zip(rows["hf"], rows["vllm"]))
-        res.compare("fp32: evaluate rows differing, backend=hf vs backend=vllm (count)", differ, 0)
-    vl.close()
+
+    def differing(a, b) -> int:   # whole rows but their identity digests (the engine settings are in the identity)
+        return sum({k: v for k, v in x.items() if k != "identity"} != {k: v for k, v in y.items() if k != "identity"}
+                   for x, y in zip(a, b))
+    async_vs_lockstep = differing(rows["vllm"], rows["vllm lockstep"])
+    res.measure("evaluate rows differing, driver=async vs driver=lockstep on one vLLM engine (count)", async_vs_lockstep)
+    if exact:
+        res.compare("fp32: evaluate rows differing, backend=hf vs backend=vllm (count)", differing(rows["hf"], rows["vllm"]), 0)
+        res.compare("fp32: evaluate rows differing, driver=async vs driver=lockstep (count)", async_vs_lockstep, 0)
+
+
+def _scheduling(ctx: Ctx, res: Result, vl) -> None:
+    """Episode scheduling on this engine: bench/bench_eval_sched.py's workload, once (smoke: 16 episodes)."""
+    from bench import bench_eval_sched as sched
+
+    episodes = 16 if ctx.smoke else 256
+    modes = ("lockstep_all", "async", "saturated") if ctx.smoke else ("lockstep64", "lockstep_all", "coroutine", "async", "saturated")
+    rates = sched.measure(vl, episodes=episodes, modes=modes, repeats=1, log=lambda line: print(line, flush=True))
+    med = {m: v[0] for m, v in rates.items()}
+    res.measure(f"episode scheduling, {episodes} episodes: generated tok/s", {m: round(v, 1) for m, v in med.items()})
+    res.measure("episode scheduling: ratios", sched.ratios(med) or
+                [f"async/lockstep_all {med['async'] / med['lockstep_all']:.2f} efficiency {med['async'] / med['saturated']:.2f}"])
 
 
 # ---------------------------------------------------------------- child entry

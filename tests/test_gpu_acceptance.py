@@ -124,4 +124,7 @@ def test_smoke_vllm_check_measures_on_cpu(tmp_path):
     whats = {x["what"]: x["measured"] for x in c["comparisons"]}
     assert whats["fp32: greedy generations differing, hf generate vs vLLM (count)"] == 0.0
     assert whats["fp32: evaluate rows differing, backend=hf vs backend=vllm (count)"] == 0.0
+    assert whats["fp32: evaluate rows differing, driver=async vs driver=lockstep (count)"] == 0.0
+    rates = c["measured"]["episode scheduling, 16 episodes: generated tok/s"]
+    assert set(rates) == {"lockstep_all", "async", "saturated"} and all(v > 0 for v in rates.values())
     assert not c["skipped_parts"], c["skipped_parts"]
