@@ -19,12 +19,16 @@ what the scripts run.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import shutil
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -35,6 +39,9 @@ from common.io import read_json_object, write_json
 TASKS = "tasks.json"
 CONFIG = "analyze.yaml"
 LAUNCHERS = ("local", "slurm")
+# Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
+# the task's python (the script execs it): it stops, keeps its rows and requeues itself (evaluate_segment).
+WARNING = "B:USR1@120"
 
 
 def _outcome(plan: Path, index: int) -> Path:
@@ -65,7 +72,7 @@ def _spec(cfg: DictConfig, **kw):
     s = cfg.slurm
     opt = {k: None if s[k] is None else str(s[k]) for k in ("partition", "time", "account")}
     return SlurmSpec(nodes=1, nproc_per_node=1, extra=tuple(s.sbatch or ()), setup=s.setup, exclusive=False,
-                     signal=False, **opt, **kw)
+                     **opt, **kw)
 
 
 def _job_record(job: EvalJob) -> dict[str, Any]:
@@ -97,7 +104,7 @@ def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, gpus: int,
     k = cfg.slurm.concurrency
     array = f"0-{len(jobs) - 1}" + (f"%{k}" if k else "")
     dep = cfg.slurm.after
-    spec = _spec(cfg, job_name="dtsft-eval", gpus_per_node=gpus,
+    spec = _spec(cfg, job_name="dtsft-eval", gpus_per_node=gpus, signal=WARNING,
                  output=str(plan / "slurm-%A_%a.out"), array=array,
                  **({"dependency": str(dep)} if dep else {}))
     listing = [f"# task {i}: {j.label} {j.benches} <- {j.ckpt}" for i, j in enumerate(jobs)]
@@ -108,7 +115,7 @@ def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, gpus: int,
     command = "analyze launcher=slurm (the evaluations)"
     here = os.getcwd()   # the request's relative paths (runs_root, out, corpus) are relative to it
     eval_script = render_command_script(spec, here, command, task, repo=repo)
-    agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, output=str(plan / "slurm-aggregate-%j.out"),
+    agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, signal=False, output=str(plan / "slurm-aggregate-%j.out"),
                 dependency=f"afterany:{array_job}")
     agg_script = render_command_script(agg, here, "analyze launcher=slurm (the aggregation)",
                                        [f"exec {q(py)} -m analysis.slurm_jobs aggregate {q(str(plan))}"], repo=repo)
@@ -152,24 +159,113 @@ def _read_plan(plan: Path) -> dict:
         raise AnalysisError(f"{plan / TASKS}: not a readable evaluation plan ({exc})") from exc
 
 
+class TimeLimitWarning(KeyboardInterrupt):
+    """Slurm's warning before the time limit (SIGUSR1, `--signal=B:USR1@120`): stop the evaluation now.
+    A KeyboardInterrupt, so that it passes every `except Exception` (run_job's included) and the async
+    driver re-raises it as itself; the rows already appended stay, and evaluate resumes from them."""
+
+
+@contextlib.contextmanager
+def _stopped_by_the_warning():
+    def stop(signum, frame):
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # one stop; a second warning must not break the wind-down
+        raise TimeLimitWarning()
+
+    old = signal.signal(signal.SIGUSR1, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+
+
+def _rows(jobs: list[EvalJob]) -> int:
+    """Rows held in the jobs' eval dirs (every `<bench>.jsonl`): what a segment adds is its progress."""
+    return sum(path.read_bytes().count(b"\n") for j in jobs for path in Path(j.out).glob("*.jsonl"))
+
+
+def _job_ref() -> str | None:
+    """This job as scontrol names it (`<array>_<task>` for an array task), or None outside Slurm."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID") or None
+
+
+def _requeue(ref: str | None) -> str | None:
+    """`scontrol requeue REF`; None when done, else why not."""
+    if ref is None:
+        return "not a Slurm job (no SLURM_JOB_ID), so nothing to requeue"
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return "scontrol not found on PATH"
+    proc = subprocess.run([scontrol, "requeue", ref], capture_output=True, text=True)
+    return None if proc.returncode == 0 else \
+        f"scontrol requeue {ref} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
+
+
+def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict[str, Any],
+                     anchor_dir: Path) -> tuple[str, list[EvalJob], list[EvalFailure]]:
+    """One Slurm segment of an evaluation task: the jobs `todo()` plans (by identity), one after another.
+    Returns (status, the jobs planned, failures); status is done (nothing was left), evaluated, failed
+    (a real error: in the failures), or requeued: Slurm's time-limit warning stopped it with work left
+    after rows were written in this segment, and the task requeued itself (its next segment plans again
+    and resumes). Warned with work left but no progress in the segment, it is not requeued again: that
+    is a failure saying so (raise slurm.time)."""
+    jobs: list[EvalJob] = []
+    failures: list[EvalFailure] = []
+    before = 0
+    try:
+        with _stopped_by_the_warning():
+            jobs = todo()
+            if not jobs:
+                print(f"[analyze] {what}: every bench is already evaluated under this identity; nothing to do",
+                      flush=True)
+                return "done", jobs, failures
+            before = _rows(jobs)
+            for job in jobs:
+                failures += run_job(job, h, opts, anchor_dir)
+    except TimeLimitWarning:
+        left = todo()
+        pending = sum(len(j.benches) for j in left)
+        if not left:
+            print(f"[analyze] {what}: the time-limit warning came after the work was done", flush=True)
+        elif _rows(jobs) > before or pending < sum(len(j.benches) for j in jobs):
+            ref = _job_ref()
+            why = _requeue(ref)
+            if why is None:
+                print(f"[analyze] {what}: stopped by the time-limit warning with {pending} bench(es) of "
+                      f"{len(left)} checkpoint(s) left ({_rows(jobs) - before} row(s) written in this segment, "
+                      f"kept); requeueing {ref}", flush=True)
+                return "requeued", jobs, []
+            error = f"stopped by the time-limit warning with {pending} bench(es) left; could not requeue: {why}"
+            failures = [EvalFailure(j, list(j.benches), error) for j in left]
+        else:
+            error = ("stopped by the time-limit warning with no progress in this segment (no row written); "
+                     "not requeued again: raise slurm.time (or lower eval.batch_size) and run analyze again")
+            failures = [EvalFailure(j, list(j.benches), error) for j in left]
+    for f in failures:
+        print(f"[analyze] {f.job.label} {f.benches}: {f.error}", file=sys.stderr, flush=True)
+    return ("failed" if failures else "evaluated"), jobs, failures
+
+
 def run_task(plan: Path, index: int, evaluator=None) -> int:
-    """Array task `index`: evaluate its checkpoint's benches still pending (by identity); 0 when done."""
+    """Array task `index`: evaluate its checkpoint's benches still pending (by identity); 0 when done,
+    or when stopped at the time limit and requeued (evaluate_segment)."""
     plan = Path(plan)
     data = _read_plan(plan)
     if not 0 <= index < len(data["tasks"]):
         raise AnalysisError(f"{plan / TASKS}: no task {index} (it lists {len(data['tasks'])})")
-    job, opts = _job(data["tasks"][index]), data["eval_opts"]
+    entry, opts = data["tasks"][index], data["eval_opts"]
     h = harness(evaluator)
-    todo = _pending(h, job, opts)
-    if todo is None:
-        print(f"[analyze] {job.label}: every bench is already evaluated under this identity; nothing to do", flush=True)
-        write_json(_outcome(plan, index), {"label": job.label, "status": "done", "failures": []})
+
+    def todo() -> list[EvalJob]:
+        job = _pending(h, _job(entry), opts)
+        return [job] if job is not None else []
+
+    label = _job(entry).label
+    status, _, failures = evaluate_segment(label, todo, h, opts, Path(data["anchor_dir"]))
+    if status == "requeued":   # the next segment writes the outcome
         return 0
-    failures = run_job(todo, h, opts, Path(data["anchor_dir"]))
-    write_json(_outcome(plan, index), {"label": job.label, "status": "failed" if failures else "evaluated",
+    write_json(_outcome(plan, index), {"label": label, "status": status,
                                        "failures": [{"benches": f.benches, "error": f.error} for f in failures]})
-    for f in failures:
-        print(f"[analyze] {job.label} {f.benches}: {f.error}", file=sys.stderr, flush=True)
     return 1 if failures else 0
 
 

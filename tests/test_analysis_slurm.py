@@ -4,9 +4,11 @@ records the submissions and the array tasks then run on this machine (as Slurm w
 process per task), and the aggregate equals a sequential `analyze` of the same runs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -17,6 +19,22 @@ from analysis.cli import main
 from analysis.sweep import run_analysis
 from test_analysis import FakeEvaluator
 from test_analysis_helpers import make_run
+from launch_helpers import fake_cluster
+from launch_helpers import requeued as requeued_jobs
+
+
+@contextlib.contextmanager
+def _usr1_must_be_handled():
+    """SIGUSR1 in this process: a task that installs no handler of its own fails the test (instead of
+    the default action, which kills pytest)."""
+    def unhandled(signum, frame):
+        raise AssertionError("SIGUSR1 (Slurm's time-limit warning) reached no handler of the evaluation task")
+
+    old = signal.signal(signal.SIGUSR1, unhandled)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, old)
 
 
 def _sbatch_lines(script: str) -> dict[str, str]:
@@ -48,6 +66,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert opts["array"] == "0-2%2" and opts["gpus-per-node"] == "1" and opts["nodes"] == "1"
     assert "#SBATCH --requeue" in eval_script and opts["time"] == "02:00:00" and "#SBATCH --qos=eval" in eval_script
     assert "--exclusive" not in eval_script and "dependency" not in opts
+    # The time-limit warning goes to the batch shell (the task's python, exec'd): it stops and requeues itself.
+    assert opts["signal"] == "B:USR1@120"
     assert re.findall(r"^# task (\d): (\S+)", eval_script, flags=re.M) == [
         ("0", "r2e/seed0/step-000020"), ("1", "r2e/seed0/step-000030"), ("2", "search/seed1/step-000010")]
     assert re.search(r'-m analysis\.slurm_jobs task \S+ "\$SLURM_ARRAY_TASK_ID"$', eval_script, flags=re.M)
@@ -92,7 +112,7 @@ def tiny_runs(tmp_path_factory):
 def _cfg(runs: Path, out: Path) -> dict:
     return {"runs_root": str(runs), "out": str(out), "benches": ["search_plan_ood"], "n_boot": 50,
             "eval": {"bench_n": {"search_plan_ood": 2}, "ood_max_turns": 2, "max_model_len": 1024,
-                     "max_new_tokens": 8, "dtype": "float32", "progress": False}}
+                     "max_new_tokens": 8, "dtype": "float32", "progress": False, "batch_size": 1}}
 
 
 def _argv(cfg: dict) -> list[str]:
@@ -127,6 +147,32 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
                               SLURM_ARRAY_TASK_ID=str(i), WANDB_MODE="disabled"),
                               capture_output=True, text=True, timeout=300)
 
+    # Task 0's first segment gets Slurm's time-limit warning (SIGUSR1) after its first row: it stops, the row
+    # stays, it requeues itself (fake scontrol) and writes no outcome; the requeued segment finishes the rest.
+    import evals.run as evals_run
+    from analysis.slurm import run_task
+
+    cluster = fake_cluster(tmp_path, "exit 0\n")
+    monkeypatch.setenv("PATH", f"{Path(cluster['PATH'].split(os.pathsep)[0])}{os.pathsep}{env['PATH']}")
+    monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "5001")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    real_append = evals_run.append_rows
+
+    def append_then_warned(path, rows):
+        real_append(path, rows)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    monkeypatch.setattr(evals_run, "append_rows", append_then_warned)
+    with _usr1_must_be_handled():
+        assert run_task(eval_sbatch.parent, 0) == 0
+    monkeypatch.setattr(evals_run, "append_rows", real_append)
+    assert requeued_jobs(tmp_path) == ["5001_0"]
+    said = capsys.readouterr().out
+    assert "requeueing 5001_0" in said, said
+    step1 = arr_runs / "r2e" / "seed0" / "eval" / "step-000001"
+    assert len((step1 / "search_plan_ood.jsonl").read_text().splitlines()) == 1
+    assert not (eval_sbatch.parent / "outcome-0.json").exists()
     for i in (0, 1):
         proc = task(i)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -171,3 +217,55 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     (plan / "outcome-1.json").unlink()                        # killed before it wrote an outcome
     assert aggregate(plan) == 0
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
+
+
+def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
+    """The time-limit warning (SIGUSR1) mid-evaluation: with rows written this segment and benches still
+    pending the task requeues itself; warned again with nothing written it is not requeued (a failed
+    outcome saying why, exit 1); warned once its work is complete it just finishes."""
+    import json
+
+    import analysis.evaluation as ev_mod
+    from analysis.slurm import run_task
+
+    root, out = tmp_path / "runs", tmp_path / "rep"
+    make_run(root, "r2e", 0, [10])
+    fake = FakeEvaluator()
+    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    env, record = _fake_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", fake_cluster(tmp_path, "exit 0\n")["PATH"].split(os.pathsep)[0] + os.pathsep + env["PATH"])
+    monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "6001")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    assert main([f"runs_root={root}", f"out={out}", "benches=[nq,hotpotqa]", "launcher=slurm", "n_boot=50"]) == 0
+    plan = Path(record.read_text().split()[0]).parent
+    eval_dir = root / "r2e" / "seed0" / "eval" / "step-000010"
+
+    def warned(write_rows: bool):
+        def evaluate(cfg):
+            if write_rows:   # one row of the first bench, then the warning
+                eval_dir.mkdir(parents=True, exist_ok=True)
+                (eval_dir / f"{cfg['benches'][0]}.jsonl").write_text('{"id": 0}\n')
+            os.kill(os.getpid(), signal.SIGUSR1)
+            raise AssertionError("the warning did not stop the evaluation")
+        evaluate.pending, evaluate.check = fake.pending, fake.check
+        return evaluate
+
+    with _usr1_must_be_handled():
+        assert run_task(plan, 0, evaluator=warned(True)) == 0
+        assert requeued_jobs(tmp_path) == ["6001_0"] and not (plan / "outcome-0.json").exists()
+        assert run_task(plan, 0, evaluator=warned(False)) == 1           # a segment with no progress
+    assert requeued_jobs(tmp_path) == ["6001_0"], "a segment that wrote nothing must not requeue again"
+    outcome = json.loads((plan / "outcome-0.json").read_text())
+    assert outcome["status"] == "failed" and "no progress" in outcome["failures"][0]["error"]
+    assert "not requeued" in capsys.readouterr().err
+    # Warned after the work completed (the harness holds every bench): done, exit 0, no requeue.
+    def done_then_warned(cfg):
+        fake(cfg)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return {}
+    done_then_warned.pending, done_then_warned.check = fake.pending, fake.check
+    with _usr1_must_be_handled():
+        assert run_task(plan, 0, evaluator=done_then_warned) == 0
+    assert requeued_jobs(tmp_path) == ["6001_0"]
+    assert json.loads((plan / "outcome-0.json").read_text())["status"] == "evaluated"
