@@ -37,6 +37,7 @@ from analysis.evaluation import EvalFailure, EvalJob, EvalReport, _pending, harn
 from common.io import read_json_object, write_json
 
 TASKS = "tasks.json"
+RUNS = "runs.json"   # slurm.runs: one evaluation job per run
 CONFIG = "analyze.yaml"
 LAUNCHERS = ("local", "slurm")
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
@@ -60,19 +61,31 @@ def check_launcher(cfg: DictConfig) -> None:
         raise AnalysisError(f"slurm.gpus_per_task={gpus!r}: expected an integer >= 0, or null (from eval.data_parallel)")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise AnalysisError(f"slurm.concurrency={k!r}: expected an integer >= 1 (array tasks at once), or null")
+    runs, after = s.runs, s.runs_after
+    if runs is not None and (isinstance(runs, (str, int)) or not all(isinstance(r, str) and r for r in runs)):
+        raise AnalysisError(f"slurm.runs={runs!r}: expected a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")
+    if after is not None:
+        if runs is None:
+            raise AnalysisError("slurm.runs_after is given without slurm.runs (one dependency per run dir)")
+        if isinstance(after, (str, int)) or len(after) != len(runs) or \
+                not all(a is None or (isinstance(a, str) and a.strip() == a and a) for a in after):
+            raise AnalysisError(f"slurm.runs_after={after!r}: expected one sbatch dependency (e.g. afterok:5001_0) "
+                                f"or null per run of slurm.runs ({len(runs)})")
+    if runs is not None and not cfg.evaluate:
+        raise AnalysisError("slurm.runs evaluates each run in its own job: not with evaluate=false")
     problems = slurm_option_problems(list(s.sbatch) if s.sbatch is not None else None)
     if problems:
         raise AnalysisError("; ".join(p.replace("launcher.sbatch", "slurm.sbatch").replace("launcher.", "slurm.")
                                       for p in problems))
 
 
-def _spec(cfg: DictConfig, **kw):
+def _spec(cfg: DictConfig, more: tuple[str, ...] = (), **kw):
     from launch.slurm import SlurmSpec
 
     s = cfg.slurm
     opt = {k: None if s[k] is None else str(s[k]) for k in ("partition", "time", "account")}
-    return SlurmSpec(nodes=1, nproc_per_node=1, extra=tuple(s.sbatch or ()), setup=s.setup, exclusive=False,
-                     **opt, **kw)
+    return SlurmSpec(nodes=1, nproc_per_node=1, extra=(*tuple(s.sbatch or ()), *more), setup=s.setup,
+                     exclusive=False, **opt, **kw)
 
 
 def _job_record(job: EvalJob) -> dict[str, Any]:
@@ -147,6 +160,161 @@ def submit_analysis(cfg: DictConfig, jobs: list[EvalJob], eval_opts: dict[str, A
     print(f"[analyze] submitted {len(jobs)} evaluation(s) as Slurm job array {array} and the aggregation as "
           f"job {agg} (afterany:{array}); plan and logs in {plan}\n"
           f"[analyze] watch: squeue -j {array},{agg}   (when done: sacct -j {array},{agg})", flush=True)
+
+
+def _entry_name(index: int, entry: dict) -> str:
+    return f"run {index} ({entry['run']})" if entry.get("run") else f"the anchor ({entry['anchor']})"
+
+
+def _run_script(cfg: DictConfig, plan: Path, index: int, entry: dict, gpus: int) -> str:
+    """The job that evaluates one run (or the anchor): it plans the run's checkpoints when it starts."""
+    from launch.slurm import render_command_script
+
+    py, q = sys.executable, shlex.quote
+    after = entry["after"]
+    # A dependency that can never be met (its training task failed) cancels the job, so that the
+    # aggregation (afterany) still runs and lists the run as a gap instead of waiting forever.
+    spec = _spec(cfg, job_name="dtsft-eval-run", gpus_per_node=gpus, signal=WARNING,
+                 output=str(plan / f"slurm-run-{index}-%j.out"), more=("--kill-on-invalid-dep=yes",) if after else (),
+                 **({"dependency": after} if after else {}))
+    lines = [f"# {_entry_name(index, entry)}: its checkpoints when this job starts, by evaluation identity",
+             f'echo "[analyze] evaluation of {_entry_name(index, entry)} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
+             '${SLURM_JOB_NODELIST:-this host}"',
+             f"exec {q(py)} -m analysis.slurm_jobs run {q(str(plan))} {index}"]
+    return render_command_script(spec, os.getcwd(), "analyze launcher=slurm slurm.runs=... (one run's evaluation)",
+                                 lines, repo=str(Path(__file__).resolve().parents[1]))
+
+
+def _aggregate_script(cfg: DictConfig, plan: Path, after: str) -> str:
+    from launch.slurm import render_command_script
+
+    agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, signal=False, output=str(plan / "slurm-aggregate-%j.out"),
+                dependency=after)
+    return render_command_script(agg, os.getcwd(), "analyze launcher=slurm (the aggregation)",
+                                 [f"exec {shlex.quote(sys.executable)} -m analysis.slurm_jobs aggregate "
+                                  f"{shlex.quote(str(plan))}"], repo=str(Path(__file__).resolve().parents[1]))
+
+
+def submit_runs(cfg: DictConfig, eval_opts: dict[str, Any], benches: list[str], anchor: str | None,
+                anchor_dir: Path, profile: str | None) -> None:
+    """`slurm.runs`: one evaluation job per run dir (each after its own dependency: its training task),
+    the anchor's (when `anchor=` is given) after nothing more, then the aggregation after all of them
+    (afterany). Nothing is planned here: a run's checkpoints appear while it trains, so each job plans
+    its own when it starts. dry_run: print the scripts only."""
+    from launch.slurm import submit
+
+    plan = (Path(cfg.out) / "_slurm" / time.strftime("runs-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    after = list(cfg.slurm.runs_after) if cfg.slurm.runs_after is not None else [None] * len(cfg.slurm.runs)
+    entries = [{"run": str(Path(r).resolve()), "after": a} for r, a in zip(cfg.slurm.runs, after)]
+    if anchor is not None:
+        entries.append({"anchor": anchor, "after": None})
+    gpus = task_gpus(cfg, eval_opts)
+    if cfg.dry_run:
+        for i, e in enumerate(entries):
+            print(f"# {plan / f'run-{i}.sbatch'} (not written: dry_run=true): {_entry_name(i, e)}, after "
+                  f"{e['after'] or 'nothing'}\n{_run_script(cfg, plan, i, e, gpus)}")
+        waits = ":".join(f"<evaluation job of run {i}>" for i in range(len(entries)))
+        print(f"# {plan / 'aggregate.sbatch'} (not written: dry_run=true)\n{_aggregate_script(cfg, plan, 'afterany:' + waits)}")
+        return
+    plan.mkdir(parents=True, exist_ok=True)
+    write_json(plan / RUNS, {"eval_opts": eval_opts, "anchor_dir": str(anchor_dir), "runs_root": str(cfg.runs_root),
+                             "profile": profile, "benches": list(benches), "prompt": cfg.eval.prompt, "runs": entries})
+    agg_cfg = OmegaConf.merge(cfg, {"launcher": "local", "eval_tasks": str(plan / RUNS), "dry_run": False,
+                                    "slurm": {"runs": None, "runs_after": None}})
+    (plan / CONFIG).write_text(OmegaConf.to_yaml(agg_cfg), encoding="utf-8")
+    ids = []
+    for i, e in enumerate(entries):
+        path = plan / f"run-{i}.sbatch"
+        path.write_text(_run_script(cfg, plan, i, e, gpus), encoding="utf-8")
+        ids.append(submit(path))
+    (plan / "aggregate.sbatch").write_text(_aggregate_script(cfg, plan, "afterany:" + ":".join(ids)), encoding="utf-8")
+    agg = submit(plan / "aggregate.sbatch")
+    print("[analyze] submitted one evaluation job per run: " + ", ".join(
+              f"{job} ({_entry_name(i, e)}, after {e['after'] or 'nothing'})" for i, (job, e) in enumerate(zip(ids, entries)))
+          + f"; the aggregation as job {agg} (afterany:{':'.join(ids)}); plan and logs in {plan}\n"
+          f"[analyze] watch: squeue -j {','.join([*ids, agg])}   (when done: sacct -j {','.join([*ids, agg])})", flush=True)
+
+
+def _read_runs(plan: Path) -> dict:
+    try:
+        data = read_json_object(plan / RUNS)
+        if not isinstance(data.get("runs"), list):
+            raise ValueError(f"{plan / RUNS}: no `runs` list")
+        return data
+    except (OSError, ValueError) as exc:
+        raise AnalysisError(f"{plan / RUNS}: not a readable per-run evaluation plan ({exc})") from exc
+
+
+def _entry_runs(data: dict, entry: dict) -> list:
+    """The run of a per-run entry as discovered now (empty before it wrote anything discoverable)."""
+    from analysis.discover import discover_runs
+
+    want = Path(entry["run"])
+    return [r for r in discover_runs(Path(data["runs_root"]), data["profile"]) if Path(r.path).resolve() == want]
+
+
+def _entry_jobs(data: dict, entry: dict, h, opts: dict[str, Any]) -> list[EvalJob]:
+    """The evaluations an entry has left, by identity (h.pending)."""
+    from analysis.evaluation import plan as plan_evaluations
+
+    runs = [] if entry.get("anchor") else _entry_runs(data, entry)
+    return plan_evaluations(runs, data["benches"], entry.get("anchor"), Path(data["anchor_dir"]), data["prompt"],
+                            data["profile"], h=h, eval_opts=opts)
+
+
+def _run_outcome(plan: Path, index: int) -> Path:
+    return plan / f"outcome-run-{index}.json"
+
+
+def run_run(plan: Path, index: int, evaluator=None) -> int:
+    """Per-run job `index`: evaluate what the run's checkpoints (or the anchor) have left, by identity;
+    0 when done or requeued at the time limit (evaluate_segment), 1 when an evaluation failed."""
+    plan = Path(plan)
+    data = _read_runs(plan)
+    if not 0 <= index < len(data["runs"]):
+        raise AnalysisError(f"{plan / RUNS}: no run {index} (it lists {len(data['runs'])})")
+    entry, opts = data["runs"][index], data["eval_opts"]
+    h = harness(evaluator)
+    name = _entry_name(index, entry)
+    status, jobs, failures = evaluate_segment(name, lambda: _entry_jobs(data, entry, h, opts), h, opts,
+                                              Path(data["anchor_dir"]))
+    if status == "requeued":   # the next segment writes the outcome
+        return 0
+    write_json(_run_outcome(plan, index), {
+        "name": name, "status": status, "jobs": [_job_record(j) for j in jobs],
+        "failures": [{"job": _job_record(f.job), "benches": f.benches, "error": f.error} for f in failures]})
+    return 1 if failures else 0
+
+
+def _runs_report(plan: Path) -> EvalReport:
+    """The per-run jobs' evaluations; a job that wrote no outcome (cancelled because its training task
+    failed, killed, out of time) makes every checkpoint of its run now on disk a failure saying so."""
+    from analysis.evaluation import ANCHOR_PROMPT, anchor_eval_dir
+    from analysis.discover import ANCHOR_ARM
+
+    data = _read_runs(plan)
+    report = EvalReport()
+    for i, entry in enumerate(data["runs"]):
+        try:
+            outcome = read_json_object(_run_outcome(plan, i))
+        except (OSError, ValueError):
+            if entry.get("anchor"):
+                jobs = [EvalJob(ANCHOR_ARM, 0, 0, entry["anchor"], anchor_eval_dir(Path(data["anchor_dir"]), data["profile"]),
+                                list(data["benches"]), ANCHOR_PROMPT)]
+            else:
+                jobs = [EvalJob(r.arm, r.seed, step, str(ckpt), r.eval_dir(step), list(data["benches"]), data["prompt"])
+                        for r in _entry_runs(data, entry) for step, ckpt in sorted(r.checkpoints.items())]
+            why = (f"{_entry_name(i, entry).split(' (')[0]}'s evaluation job wrote no outcome (cancelled because its "
+                   f"dependency {entry['after']} failed, i.e. its training did not finish, or killed, out of time, not "
+                   f"run; see {plan}/slurm-run-{i}-*.out)" if entry["after"] else
+                   f"{_entry_name(i, entry).split(' (')[0]}'s evaluation job wrote no outcome (killed, out of time or "
+                   f"not run; see {plan}/slurm-run-{i}-*.out)")
+            report.failures += [EvalFailure(j, list(j.benches), why) for j in jobs]
+            continue
+        report.jobs += [_job(r) for r in outcome.get("jobs", [])]
+        report.failures += [EvalFailure(_job(f["job"]), list(f["benches"]), str(f["error"]))
+                            for f in outcome.get("failures", [])]
+    return report
 
 
 def _read_plan(plan: Path) -> dict:
@@ -273,6 +441,8 @@ def tasks_report(tasks_file: Path) -> EvalReport:
     """The array's evaluations as a local analyze would have reported them: a task that failed, or
     wrote no outcome (killed, out of time, never ran), is a failure of its benches."""
     plan = Path(tasks_file).parent
+    if Path(tasks_file).name == RUNS:
+        return _runs_report(plan)
     data = _read_plan(plan)
     report = EvalReport(jobs=[_job(e) for e in data["tasks"]])
     for i, job in enumerate(report.jobs):

@@ -269,3 +269,99 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
         assert run_task(plan, 0, evaluator=done_then_warned) == 0
     assert requeued_jobs(tmp_path) == ["6001_0"]
     assert json.loads((plan / "outcome-0.json").read_text())["status"] == "evaluated"
+
+
+# ------------------------------------------------------------------ one evaluation job per run (launch sweep)
+def _dependency(script: str) -> str | None:
+    return _sbatch_lines(script).get("dependency")
+
+
+def _stand_in_slurm(record: Path, task_ok: dict[str, bool], run_job) -> dict[str, str]:
+    """A stand-in for slurmctld over the scripts the fake sbatch recorded (job ids 5001, 5002, ... in order):
+    `task_ok` says how each training array task ended ("<array>_<i>": True = exit 0). A job starts when its
+    dependency is met: afterok on a task that failed can never be met, and with --kill-on-invalid-dep=yes the
+    job is cancelled (without it: pending forever); afterany needs every listed job terminated. `run_job(path)`
+    runs a started job (its exit code). Returns each job id's final state."""
+    scripts = {str(5001 + i): Path(p) for i, p in enumerate(record.read_text().split())}
+    state = {ref: ("COMPLETED" if ok else "FAILED") for ref, ok in task_ok.items()}
+    for _ in range(len(scripts) + 1):
+        for job, path in scripts.items():
+            if job in state:
+                continue
+            text = path.read_text()
+            dep = _dependency(text)
+            kind, _, ids = (dep or "afterany:").partition(":")
+            ids = [i for i in ids.split(":") if i]
+            if kind == "afterok" and any(state.get(i) in ("FAILED", "CANCELLED") for i in ids):
+                if "#SBATCH --kill-on-invalid-dep=yes" in text:
+                    state[job] = "CANCELLED"
+                continue
+            if kind == "afterok" and not all(state.get(i) == "COMPLETED" for i in ids):
+                continue
+            if kind == "afterany" and not all(i in state for i in ids):
+                continue
+            assert kind in ("afterok", "afterany"), dep
+            state[job] = "COMPLETED" if run_job(path) == 0 else "FAILED"
+    return {job: state.get(job, "PENDING") for job in scripts}
+
+
+def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, monkeypatch, capsys):
+    """slurm.runs (what `launch sweep eval_profile=` passes): each run's evaluation waits for its own
+    training task (afterok:<array>_<i>), the aggregation for every evaluation (afterany). Training task 1
+    fails: its evaluation is cancelled, run 0's is not held back, and the report lists run 1's checkpoint
+    as a gap."""
+    import analysis.evaluation as ev_mod
+    from analysis.slurm import run_run
+    from analysis.slurm_jobs import aggregate
+
+    root, out = tmp_path / "runs", tmp_path / "rep"
+    fake = FakeEvaluator()
+    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    env, record = _fake_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    dirs = [root / "r2e" / "seed0", root / "r2e" / "seed1"]
+    argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50", "slurm.time=01:00:00",
+            f"slurm.runs=[{dirs[0]},{dirs[1]}]", "slurm.runs_after=[afterok:4000_0,afterok:4000_1]"]
+    assert main(argv + ["dry_run=true"]) == 0
+    dry = capsys.readouterr().out
+    assert not out.exists() and not fake.calls, "a dry run writes and evaluates nothing"
+    heads = re.findall(r"^# (\S+) \(not written: dry_run=true\)", dry, flags=re.M)
+    assert [Path(h).name for h in heads] == ["run-0.sbatch", "run-1.sbatch", "aggregate.sbatch"]
+    bodies = re.split(r"^# \S+ \(not written: dry_run=true\).*$", dry, flags=re.M)[1:]
+    assert [_dependency(b) for b in bodies] == ["afterok:4000_0", "afterok:4000_1",
+                                                "afterany:<evaluation job of run 0>:<evaluation job of run 1>"]
+    # Checkpoints appear only while training runs: at submission there are none, nothing is planned yet.
+    assert main(argv) == 0
+    said = capsys.readouterr().out
+    assert "squeue -j 5001,5002,5003" in said
+    run0, run1, agg = (Path(p) for p in record.read_text().split())
+    for i, script in enumerate((run0, run1)):
+        opts = _sbatch_lines(script.read_text())
+        assert opts["dependency"] == f"afterok:4000_{i}" and opts["kill-on-invalid-dep"] == "yes"
+        assert opts["signal"] == "B:USR1@120" and opts["gpus-per-node"] == "1" and opts["time"] == "01:00:00"
+        assert "array" not in opts and "#SBATCH --requeue" in script.read_text()
+    assert _dependency(agg.read_text()) == "afterany:5001:5002"
+    # Training: run 0 writes two checkpoints and succeeds; run 1 writes one, then fails.
+    make_run(root, "r2e", 0, [10, 20])
+    make_run(root, "r2e", 1, [10])
+    plan = run0.parent
+
+    def run_job(path: Path) -> int:
+        command = path.read_text().strip().splitlines()[-1].split()
+        assert command[:4] == ["exec", command[1], "-m", "analysis.slurm_jobs"] and Path(command[-2]) == plan \
+            if command[4] == "run" else Path(command[-1]) == plan, command
+        return run_run(plan, int(command[-1].strip('"')), evaluator=fake) if command[4] == "run" else aggregate(plan)
+
+    states = _stand_in_slurm(record, {"4000_0": True, "4000_1": False}, run_job)
+    assert states == {"5001": "COMPLETED", "5002": "CANCELLED", "5003": "COMPLETED"}
+    assert sorted(Path(c["ckpt"]).name for c in fake.calls) == ["step-000010", "step-000020"]
+    assert all("seed0" in c["ckpt"] for c in fake.calls), "run 1's evaluation never ran"
+    report = (out / "report.md").read_text()
+    table = pd.read_csv(out / "results.csv")
+    assert sorted(set(zip(table.seed, table.step))) == [(0, 10), (0, 20)]
+    gap = [line for line in report.splitlines() if line.startswith("- r2e/seed1/step-000010 × nq: ")]
+    assert len(gap) == 1 and "evaluation failed" in gap[0] and "run 1's evaluation job wrote no outcome" in gap[0], report
+    assert not [line for line in report.splitlines() if line.startswith("- r2e/seed0/")], report
+    # The same run job again (requeued, or resubmitted): nothing left by identity, nothing evaluated.
+    calls = len(fake.calls)
+    assert run_run(plan, 0, evaluator=fake) == 0 and len(fake.calls) == calls
