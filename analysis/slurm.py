@@ -62,7 +62,7 @@ def check_launcher(cfg: DictConfig) -> None:
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise AnalysisError(f"slurm.concurrency={k!r}: expected an integer >= 1 (array tasks at once), or null")
     runs, after = s.runs, s.runs_after
-    if runs is not None and (isinstance(runs, (str, int)) or not all(isinstance(r, str) and r for r in runs)):
+    if runs is not None and (isinstance(runs, (str, int)) or not runs or not all(isinstance(r, str) and r for r in runs)):
         raise AnalysisError(f"slurm.runs={runs!r}: expected a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")
     if after is not None:
         if runs is None:
@@ -347,8 +347,9 @@ def _stopped_by_the_warning():
 
 
 def _rows(jobs: list[EvalJob]) -> int:
-    """Rows held in the jobs' eval dirs (every `<bench>.jsonl`): what a segment adds is its progress."""
-    return sum(path.read_bytes().count(b"\n") for j in jobs for path in Path(j.out).glob("*.jsonl"))
+    """Rows held in the jobs' eval dirs (every `<bench>.jsonl`, data_parallel's shard dirs included): what a
+    segment adds is its progress."""
+    return sum(path.read_bytes().count(b"\n") for j in jobs for path in Path(j.out).rglob("*.jsonl"))
 
 
 def _job_ref() -> str | None:
@@ -397,11 +398,11 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
             print(f"[analyze] {what}: the time-limit warning came after the work was done", flush=True)
         elif _rows(jobs) > before or pending < sum(len(j.benches) for j in jobs):
             ref = _job_ref()
+            print(f"[analyze] {what}: stopped by the time-limit warning with {pending} bench(es) of "
+                  f"{len(left)} checkpoint(s) left ({_rows(jobs) - before} row(s) written in this segment, "
+                  f"kept); requeueing {ref}", flush=True)
             why = _requeue(ref)
             if why is None:
-                print(f"[analyze] {what}: stopped by the time-limit warning with {pending} bench(es) of "
-                      f"{len(left)} checkpoint(s) left ({_rows(jobs) - before} row(s) written in this segment, "
-                      f"kept); requeueing {ref}", flush=True)
                 return "requeued", jobs, []
             error = f"stopped by the time-limit warning with {pending} bench(es) left; could not requeue: {why}"
             failures = [EvalFailure(j, list(j.benches), error) for j in left]

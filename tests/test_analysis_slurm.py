@@ -330,6 +330,9 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     bodies = re.split(r"^# \S+ \(not written: dry_run=true\).*$", dry, flags=re.M)[1:]
     assert [_dependency(b) for b in bodies] == ["afterok:4000_0", "afterok:4000_1",
                                                 "afterany:<evaluation job of run 0>:<evaluation job of run 1>"]
+    # One dependency per run, or a one-line refusal before anything is written.
+    assert main(argv[:-1] + ["slurm.runs_after=[afterok:4000_0]", "dry_run=true"]) == 2
+    assert "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs (2)" in capsys.readouterr().err
     # Checkpoints appear only while training runs: at submission there are none, nothing is planned yet.
     assert main(argv) == 0
     said = capsys.readouterr().out
