@@ -8,14 +8,24 @@ the evaluation identity), before anything is submitted. Then, under `<out>/_slur
 - `eval.sbatch`: a job array, task i evaluates entry i (`--array=0-(N-1)[%K]`, `slurm.gpus_per_task` GPUs
   each, `--requeue`). A task first asks the harness what is left by identity: a requeued task, or one
   whose work another job finished, exits 0 without loading a model; an interrupted one resumes from
-  its rows (evaluate skips finished ids). Each task writes `outcome-<i>.json`; a failed one exits 1;
+  its rows (evaluate skips finished ids). Each task writes `outcome-<i>.json`; a failed one exits 1.
+  `--signal=B:USR1@120`: warned before its time limit, a task stops (its rows stay) and requeues itself
+  (`scontrol requeue`) when benches are left and this segment wrote rows; with no progress it is not
+  requeued again but fails, saying so (`evaluate_segment`);
 - `aggregate.sbatch`: `--dependency=afterany:<array>`, runs the analysis on `analyze.yaml` (this
   request, `eval_tasks=` set): it evaluates nothing, and a task that failed or wrote no outcome (killed,
   out of time) is listed as a gap in the report, as a failed local evaluation is.
 `dry_run=true` prints the plan and both scripts and writes nothing.
 
-`python -m analysis.slurm_jobs task PLAN_DIR I` / `python -m analysis.slurm_jobs aggregate PLAN_DIR` are
-what the scripts run.
+`slurm.runs=[DIR,...]` (+ `slurm.runs_after=[DEP,...]`, what `launch sweep eval_profile=` passes): one job
+per run instead, each after its own dependency (`afterok:<training array>_<i>`, `--kill-on-invalid-dep=yes`
+so that a failed training cancels it), planning that run's checkpoints when it starts (they do not exist
+at submission), then the aggregation after all of them (`afterany`); a run whose job wrote no outcome
+has its checkpoints listed as gaps. Plan dir `<out>/_slurm/runs-<UTC time>/` (`runs.json`, `run-<i>.sbatch`,
+`outcome-run-<i>.json`).
+
+`python -m analysis.slurm_jobs task PLAN_DIR I` / `run PLAN_DIR I` / `aggregate PLAN_DIR` are what the
+scripts run.
 """
 from __future__ import annotations
 
