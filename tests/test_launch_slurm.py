@@ -260,3 +260,15 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
         "afterok:5001_0", "afterok:5001_1", "afterany:5002:5003"]
     assert f"run 1 ({runs.resolve()}/r2e/seed1)" in e1.read_text()
     assert "squeue -j 5002,5003,5004" in said
+
+
+def test_analyze_keys_reach_the_sweeps_analysis_and_need_a_profile():
+    from launch.errors import LaunchError
+    from launch.sweep import analyze_command, split_eval_profile
+
+    profile, analyze, rest = split_eval_profile(["arms=[r2e]", "eval_profile=rl_ood", "analyze.eval.corpus=/d/w.jsonl",
+                                                 "analyze.slurm.time=04:00:00", "steps=2"])
+    assert (profile, analyze, rest) == ("rl_ood", ["eval.corpus=/d/w.jsonl", "slurm.time=04:00:00"], ["arms=[r2e]", "steps=2"])
+    assert analyze_command("runs", profile, analyze)[-2:] == analyze   # locally too: after the last run
+    with pytest.raises(LaunchError, match="give eval_profile=PROFILE"):
+        split_eval_profile(["arms=[r2e]", "analyze.eval.n=5"])
