@@ -21,8 +21,10 @@ evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.ya
 eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
 Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
 launcher=slurm evaluates on a Slurm cluster instead: one array task per checkpoint still to evaluate
-(slurm.gpus_per_task GPUs each, at most slurm.concurrency at once, requeue-safe), then an aggregation job
-(afterany) that writes the report, failed tasks listed as gaps (analysis/slurm.py; docs/how-to/slurm.md).
+(slurm.gpus_per_task GPUs each, at most slurm.concurrency at once, requeue-safe; warned before the time
+limit, a task stops and requeues itself while it makes progress), then an aggregation job (afterany) that
+writes the report, failed tasks listed as gaps; slurm.runs=[DIR,...]: one job per run instead, each after
+its slurm.runs_after dependency (analysis/slurm.py; docs/how-to/slurm.md).
 study=NAME (recipes/study/NAME.yaml, or a path) adds tables/reference.md|tex: the study's published
 numbers, labelled "reported", beside the values measured here (never part of a CI).
 Evaluation keys (n, seed, backend, ...) go to the evals harness;

@@ -1,6 +1,7 @@
 """What the sbatch scripts of `analyze launcher=slurm` run (analysis/slurm.py):
 
     python -m analysis.slurm_jobs task PLAN_DIR INDEX     # one array task: evaluate one checkpoint's pending benches
+    python -m analysis.slurm_jobs run PLAN_DIR INDEX      # one run's job (slurm.runs): evaluate its checkpoints
     python -m analysis.slurm_jobs aggregate PLAN_DIR      # the aggregation job: the analysis on PLAN_DIR/analyze.yaml
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from omegaconf import OmegaConf
 
 from analysis.cli import print_result
 from analysis.errors import AnalysisError
-from analysis.slurm import CONFIG, run_task
+from analysis.slurm import CONFIG, run_run, run_task
 from analysis.sweep import run_analysis
 
 
@@ -26,9 +27,12 @@ def aggregate(plan: Path) -> int:
 def _main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "task" and argv[2].isdigit():
         return run_task(Path(argv[1]), int(argv[2]))
+    if len(argv) == 3 and argv[0] == "run" and argv[2].isdigit():
+        return run_run(Path(argv[1]), int(argv[2]))
     if len(argv) == 2 and argv[0] == "aggregate":
         return aggregate(Path(argv[1]))
-    raise AnalysisError("usage: python -m analysis.slurm_jobs task PLAN_DIR INDEX | aggregate PLAN_DIR")
+    raise AnalysisError("usage: python -m analysis.slurm_jobs task PLAN_DIR INDEX | run PLAN_DIR INDEX | "
+                        "aggregate PLAN_DIR")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,6 +55,10 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--qos=high]"),
     "slurm.setup": (None, "launcher=slurm: shell run before each job's command (module load, activate)"),
     "slurm.after": (None, "launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)"),
+    "slurm.runs": (None, "launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
+                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)"),
+    "slurm.runs_after": (None, "with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
+                               "training array 5001; null: none); one that can never be met cancels the job"),
     "eval_tasks": (None, "set by the aggregation job: the tasks.json of a Slurm evaluation array; evaluate nothing, "
                          "report its failed tasks as gaps"),
     "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
@@ -199,12 +203,15 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
         study = load_study(str(cfg.study))
-    from analysis.slurm import check_launcher, submit_analysis, tasks_report
+    from analysis.slurm import check_launcher, submit_analysis, submit_runs, tasks_report
 
     check_launcher(cfg)
     h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
         check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
+    if cfg.launcher == "slurm" and cfg.slurm.runs is not None and not cfg.eval_tasks:
+        submit_runs(cfg, eval_opts, benches, anchor, anchor_dir, profile)   # each run's job plans its own checkpoints
+        return None
     runs = discover_runs(root, profile)
     jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
     if cfg.dry_run:

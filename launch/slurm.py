@@ -74,7 +74,9 @@ class SlurmSpec:
     # e.g. afterok:4242 (null: none); by default what a `launch study` stage is told to wait for
     dependency: str | None = field(default_factory=lambda: os.environ.get(AFTER_ENV) or None)
     exclusive: bool = True        # the whole node (training); evaluation tasks share a node
-    signal: bool = True           # --signal=USR1@120: the trainers save and stop before the time limit
+    # True: --signal=USR1@120 (the trainers save and stop before the time limit); a string: that --signal
+    # value (an evaluation task: B:USR1@120, to the batch shell, which is the task's python)
+    signal: bool | str = True
 
 
 def spec_from_config(cfg: DictConfig, job_name: str, output: str, nproc: int, array: str | None = None) -> SlurmSpec:
@@ -96,7 +98,7 @@ def _header(spec: SlurmSpec, command: str) -> list[str]:
         "#SBATCH --ntasks-per-node=1",
         *([f"#SBATCH --gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
         *(["#SBATCH --exclusive"] if spec.exclusive else []),
-        *(["#SBATCH --signal=USR1@120"] if spec.signal else []),
+        *([f"#SBATCH --signal={spec.signal if isinstance(spec.signal, str) else 'USR1@120'}"] if spec.signal else []),
         "#SBATCH --requeue",
         "#SBATCH --open-mode=append",
         f"#SBATCH --output={spec.output}",

@@ -4,11 +4,16 @@ Locally the runs go one after another (each is a normal `launch`, so finished ru
 and interrupted ones resume). On Slurm every unfinished run gets its data and run directory
 prepared here, then one job array trains them all: task i runs run i's config.yaml.
 
-`eval_profile=PROFILE` (recipes/eval/PROFILE.yaml) evaluates the sweep's checkpoints afterwards with
-`analyze runs_root=... profile=PROFILE`: locally once every run has finished; on Slurm as a job that
-waits for the training array (`--dependency=afterok:<array>`) and then runs `analyze ... launcher=slurm`,
-which submits one evaluation array task per checkpoint still to evaluate and the aggregation after it.
-launch never imports the analysis: the job (or the local child process) runs `python -m analysis.cli`.
+`eval_profile=PROFILE` (recipes/eval/PROFILE.yaml) evaluates the sweep's checkpoints with
+`analyze runs_root=... profile=PROFILE` (`analyze.KEY=VALUE` adds KEY=VALUE to it, e.g.
+`analyze.eval.corpus=wiki.jsonl analyze.slurm.time=04:00:00`): locally once every run has finished. On
+Slurm each training task i gets its own evaluation job, `--dependency=afterok:<array>_<i>` (cancelled when
+that task fails: `--kill-on-invalid-dep=yes`), that evaluates that run's checkpoints when it starts, and
+one aggregation job after all of them (`afterany`) writes the report, a run whose evaluation never ran
+listed as gaps: one failed training run no longer holds back the others' evaluation (analysis/slurm.py,
+`slurm.runs`). The analysis submits those jobs right after the training array (its settings are checked,
+by its dry run, before anything is submitted); with every run finished it submits one array task per
+checkpoint still to evaluate instead. launch never imports the analysis: it runs `python -m analysis.cli`.
 """
 from __future__ import annotations
 
@@ -64,32 +69,52 @@ def combos(argv: list[str]) -> list[list[str]]:
     return [[f"arm={a}", f"seed={s}", *rest] for a in arms for s in seeds]
 
 
-def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(`eval_profile=` value or None, argv without it); an unknown profile is a LaunchError."""
-    profile, rest = None, []
+ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
+
+
+def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str], list[str]]:
+    """(`eval_profile=` value or None, the `analyze.KEY=VALUE` tokens as KEY=VALUE, the rest of argv);
+    an unknown profile, or analyze.* without a profile, is a LaunchError."""
+    profile, analyze, rest = None, [], []
     for tok in argv:
         key, sep, value = tok.partition("=")
         if sep and key.strip() == "eval_profile":
             profile = value.strip() or None
+        elif sep and key.strip().startswith(ANALYZE):
+            analyze.append(f"{key.strip()[len(ANALYZE):]}={value}")
         else:
             rest.append(tok)
     if profile is not None and not (EVAL_PROFILES / f"{profile}.yaml").is_file():
         names = sorted(p.stem for p in EVAL_PROFILES.glob("*.yaml"))
         raise LaunchError(f"eval_profile={profile}: no recipes/eval/{profile}.yaml; profiles: {', '.join(names)}")
-    return profile, rest
+    if analyze and profile is None:
+        raise LaunchError(f"{ANALYZE}KEY=VALUE ({', '.join(analyze)}) sets the sweep's evaluation: give eval_profile=PROFILE")
+    return profile, analyze, rest
 
 
-def analyze_command(runs_root: str, profile: str, slurm_fanout: bool) -> list[str]:
+def analyze_command(runs_root: str, profile: str, extra: list[str] = ()) -> list[str]:
     return [sys.executable, "-m", "analysis.cli", f"runs_root={runs_root}", f"profile={profile}",
-            f"out={Path(runs_root) / '_reports' / profile}", *(["launcher=slurm"] if slurm_fanout else [])]
+            f"out={Path(runs_root) / '_reports' / profile}", *extra]
+
+
+def _child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+
+
+def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
+    """The analysis as a child process (launch imports no analysis); its exit status (a signal: 128 + N)."""
+    import subprocess
+
+    proc = subprocess.run(cmd, env=_child_env(), **({"stdout": subprocess.DEVNULL} if quiet else {}))
+    return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:
-    profile, argv = split_eval_profile(argv)
+    profile, analyze, argv = split_eval_profile(argv)
     runs = combos(argv)
     preps = [resolve(run) for run in runs]   # every combination's keys and values checked up front
     if preps[0].cfg.launcher.kind == "slurm":
-        return _sweep_slurm(argv, runs, preps, profile=profile, **cache_kw)
+        return _sweep_slurm(argv, runs, preps, profile=profile, analyze=analyze, **cache_kw)
     failed = []
     for i, run in enumerate(runs, 1):
         print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
@@ -103,61 +128,68 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
         return 1
     print(f"[launch] sweep: all {len(runs)} runs finished")
     if profile and not preps[0].cfg.launcher.dry_run:
-        import subprocess
-
-        cmd = analyze_command(str(preps[0].cfg.runs_root), profile, slurm_fanout=False)
+        cmd = analyze_command(str(preps[0].cfg.runs_root), profile, analyze)
         print(f"[launch] sweep: evaluating with profile {profile}: {shlex.join(['analyze', *cmd[3:]])}", flush=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-        rc = subprocess.run(cmd, env=env).returncode
-        return 128 - rc if rc < 0 else rc
+        return _run_analyze(cmd)
     return 0
 
 
-def _submit_evaluation(first, root: Path, profile: str, array_job: str | None, dry: bool) -> None:
-    """The job that, once the training array has succeeded, plans and submits the sweep's evaluation."""
-    after = f"afterok:{array_job}" if array_job else None
-    spec = slurm.SlurmSpec(job_name="dtsft-sweep-eval", nodes=1, gpus_per_node=0, nproc_per_node=1,
-                           output=str(root / "evaluate-%j.out"), exclusive=False, signal=False,
-                           partition=None if first.cfg.launcher.partition is None else str(first.cfg.launcher.partition),
-                           account=None if first.cfg.launcher.account is None else str(first.cfg.launcher.account),
-                           setup=first.cfg.launcher.get("setup"), **({"dependency": after} if after else {}))
-    cmd = analyze_command(str(first.cfg.runs_root), profile, slurm_fanout=True)
-    env = {k: os.environ[k] for k in (slurm.JOBS_ENV,) if os.environ.get(k)}
-    script = slurm.render_stage_script(spec, os.getcwd(), str(REPO), f"launch sweep eval_profile={profile} (evaluation)",
-                                       cmd, env)
-    path = root / "evaluate.sbatch"
-    if dry:
-        print(f"# {path} (not written: dry_run=true)\n{script}")
-        return
-    root.mkdir(parents=True, exist_ok=True)
-    path.write_text(script, encoding="utf-8")
-    job = slurm.submit(path)
-    print(f"[launch] submitted the evaluation (profile {profile}) as Slurm job {job}"
-          + (f", after the training array {array_job} succeeds" if array_job else "")
-          + f"; watch: squeue -j {','.join(j for j in (array_job, job) if j)}")
+def _quoted_list(items: list[str | None]) -> str:
+    """A list for the dotlist (`[a,b]`), each item quoted: paths and dependencies reach the analysis as written."""
+    def one(x):
+        return "null" if x is None else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "[" + ",".join(one(x) for x in items) + "]"
 
 
-def _sweep_slurm(argv, runs, preps, profile: str | None = None, **cache_kw) -> int:
-    todo = []
+def evaluation_command(first, profile: str, analyze: list[str], runs: list[tuple[str, str | None]] | None,
+                       dry: bool) -> list[str]:
+    """`analyze ... launcher=slurm` for the sweep: with `runs` ((run dir, dependency) pairs) one evaluation
+    job per run, each after its training task, then the aggregation (analysis/slurm.py `slurm.runs`);
+    without, one array task per checkpoint still to evaluate. The training launcher's partition,
+    account and setup go to those jobs; `analyze.KEY=VALUE` tokens last, so they win."""
+    lc = first.cfg.launcher
+    same = [f"slurm.{k}={_quoted_list([lc.get(k)])[1:-1]}" for k in ("partition", "account", "setup")
+            if lc.get(k) is not None]
+    chain = [f"slurm.runs={_quoted_list([r for r, _ in runs])}",
+             f"slurm.runs_after={_quoted_list([a for _, a in runs])}"] if runs else []
+    return analyze_command(str(first.cfg.runs_root), profile,
+                           ["launcher=slurm", *same, *chain, *analyze, *(["dry_run=true"] if dry else [])])
+
+
+def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[str] = (), **cache_kw) -> int:
+    todo, finished = [], []
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
             if not prep.cfg.launcher.dry_run:
                 check_finished_data(prep, **cache_kw)
             print(f"[launch] {prep.run_dir} is finished; skipped")
+            finished.append(str(prep.run_dir))
             continue
         print(describe(prep))
         todo.append((run, prep))
     root = Path(preps[0].cfg.runs_root) / "_sweeps" / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
     if not todo:
-        print("[launch] sweep: every run is finished; nothing to train")
-        if profile:
-            _submit_evaluation(preps[0], root, profile, None, bool(preps[0].cfg.launcher.dry_run))
+        print("[launch] sweep: every run is finished; nothing to train", flush=True)
+        if profile:   # what is left to evaluate: one array task per checkpoint, then the aggregation
+            return _run_analyze(evaluation_command(preps[0], profile, analyze, None, bool(preps[0].cfg.launcher.dry_run)))
         return 0
     first = todo[0][1]
+
+    def chained(array_job: str, dry: bool) -> list[str]:
+        # run i waits for training task i only; a finished run (nothing to train) waits for nothing
+        pairs = [(str(p.run_dir), f"afterok:{array_job}_{i}") for i, (_, p) in enumerate(todo)]
+        return evaluation_command(first, profile, analyze, pairs + [(d, None) for d in finished], dry)
+
     spec = slurm.spec_from_config(first.cfg, job_name="dtsft-sweep", output=str(root / "slurm-%A_%a.out"),
                                   nproc=first.nproc)
     command = shlex.join(["launch", "sweep", *argv])
     dry = bool(first.cfg.launcher.dry_run)
+    if profile and not dry:   # the evaluation's settings, checked before anything is submitted (its dry run)
+        rc = _run_analyze(chained("<sweep array job id>", True), quiet=True)
+        if rc != 0:
+            print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
+                  "nothing submitted", file=sys.stderr, flush=True)
+            return rc
     if not dry:
         for _, prep in todo:
             lock = lock_run_dir(prep.run_dir)
@@ -168,10 +200,8 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, **cache_kw) -> i
                 os.close(lock)
     script = slurm.render_array_script(spec, [str(p.run_dir) for _, p in todo], str(REPO), sys.executable, command)
     if dry:
-        print(f"# {root / 'sweep.sbatch'} (not written: dry_run=true)\n{script}")
-        if profile:
-            _submit_evaluation(first, root, profile, "<sweep array job id>", dry)
-        return 0
+        print(f"# {root / 'sweep.sbatch'} (not written: dry_run=true)\n{script}", flush=True)
+        return _run_analyze(chained("<sweep array job id>", True)) if profile else 0
     root.mkdir(parents=True, exist_ok=True)
     path = root / "sweep.sbatch"
     path.write_text(script, encoding="utf-8")
@@ -181,7 +211,11 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, **cache_kw) -> i
                     "script": str(path), "job_id": f"{job}_{i}"}
         manifest.write_manifest(prep.run_dir, argv=run, choices=prep.composed.choices, launcher=launcher,
                                 data=data_record(prep.data), identity=prep.identity)
-    print(f"[launch] submitted {len(todo)} runs as Slurm job array {job} ({path})")
+    print(f"[launch] submitted {len(todo)} runs as Slurm job array {job} ({path})", flush=True)
     if profile:
-        _submit_evaluation(first, root, profile, job, dry)
+        rc = _run_analyze(chained(job, False))
+        if rc != 0:
+            print(f"[launch] sweep: the training array {job} is submitted, its evaluation failed to submit (exit {rc}, "
+                  f"above); run: {shlex.join(['analyze', *chained(job, False)[3:]])}", file=sys.stderr, flush=True)
+        return rc
     return 0

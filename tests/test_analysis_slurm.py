@@ -4,9 +4,11 @@ records the submissions and the array tasks then run on this machine (as Slurm w
 process per task), and the aggregate equals a sequential `analyze` of the same runs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -17,6 +19,22 @@ from analysis.cli import main
 from analysis.sweep import run_analysis
 from test_analysis import FakeEvaluator
 from test_analysis_helpers import make_run
+from launch_helpers import fake_cluster
+from launch_helpers import requeued as requeued_jobs
+
+
+@contextlib.contextmanager
+def _usr1_must_be_handled():
+    """SIGUSR1 in this process: a task that installs no handler of its own fails the test (instead of
+    the default action, which kills pytest)."""
+    def unhandled(signum, frame):
+        raise AssertionError("SIGUSR1 (Slurm's time-limit warning) reached no handler of the evaluation task")
+
+    old = signal.signal(signal.SIGUSR1, unhandled)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, old)
 
 
 def _sbatch_lines(script: str) -> dict[str, str]:
@@ -48,6 +66,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert opts["array"] == "0-2%2" and opts["gpus-per-node"] == "1" and opts["nodes"] == "1"
     assert "#SBATCH --requeue" in eval_script and opts["time"] == "02:00:00" and "#SBATCH --qos=eval" in eval_script
     assert "--exclusive" not in eval_script and "dependency" not in opts
+    # The time-limit warning goes to the batch shell (the task's python, exec'd): it stops and requeues itself.
+    assert opts["signal"] == "B:USR1@120"
     assert re.findall(r"^# task (\d): (\S+)", eval_script, flags=re.M) == [
         ("0", "r2e/seed0/step-000020"), ("1", "r2e/seed0/step-000030"), ("2", "search/seed1/step-000010")]
     assert re.search(r'-m analysis\.slurm_jobs task \S+ "\$SLURM_ARRAY_TASK_ID"$', eval_script, flags=re.M)
@@ -92,7 +112,7 @@ def tiny_runs(tmp_path_factory):
 def _cfg(runs: Path, out: Path) -> dict:
     return {"runs_root": str(runs), "out": str(out), "benches": ["search_plan_ood"], "n_boot": 50,
             "eval": {"bench_n": {"search_plan_ood": 2}, "ood_max_turns": 2, "max_model_len": 1024,
-                     "max_new_tokens": 8, "dtype": "float32", "progress": False}}
+                     "max_new_tokens": 8, "dtype": "float32", "progress": False, "batch_size": 1}}
 
 
 def _argv(cfg: dict) -> list[str]:
@@ -127,6 +147,32 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
                               SLURM_ARRAY_TASK_ID=str(i), WANDB_MODE="disabled"),
                               capture_output=True, text=True, timeout=300)
 
+    # Task 0's first segment gets Slurm's time-limit warning (SIGUSR1) after its first row: it stops, the row
+    # stays, it requeues itself (fake scontrol) and writes no outcome; the requeued segment finishes the rest.
+    import evals.run as evals_run
+    from analysis.slurm import run_task
+
+    cluster = fake_cluster(tmp_path, "exit 0\n")
+    monkeypatch.setenv("PATH", f"{Path(cluster['PATH'].split(os.pathsep)[0])}{os.pathsep}{env['PATH']}")
+    monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "5001")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    real_append = evals_run.append_rows
+
+    def append_then_warned(path, rows):
+        real_append(path, rows)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    monkeypatch.setattr(evals_run, "append_rows", append_then_warned)
+    with _usr1_must_be_handled():
+        assert run_task(eval_sbatch.parent, 0) == 0
+    monkeypatch.setattr(evals_run, "append_rows", real_append)
+    assert requeued_jobs(tmp_path) == ["5001_0"]
+    said = capsys.readouterr().out
+    assert "requeueing 5001_0" in said, said
+    step1 = arr_runs / "r2e" / "seed0" / "eval" / "step-000001"
+    assert len((step1 / "search_plan_ood.jsonl").read_text().splitlines()) == 1
+    assert not (eval_sbatch.parent / "outcome-0.json").exists()
     for i in (0, 1):
         proc = task(i)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -171,3 +217,154 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     (plan / "outcome-1.json").unlink()                        # killed before it wrote an outcome
     assert aggregate(plan) == 0
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
+
+
+def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
+    """The time-limit warning (SIGUSR1) mid-evaluation: with rows written this segment and benches still
+    pending the task requeues itself; warned again with nothing written it is not requeued (a failed
+    outcome saying why, exit 1); warned once its work is complete it just finishes."""
+    import json
+
+    import analysis.evaluation as ev_mod
+    from analysis.slurm import run_task
+
+    root, out = tmp_path / "runs", tmp_path / "rep"
+    make_run(root, "r2e", 0, [10])
+    fake = FakeEvaluator()
+    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    env, record = _fake_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", fake_cluster(tmp_path, "exit 0\n")["PATH"].split(os.pathsep)[0] + os.pathsep + env["PATH"])
+    monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "6001")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    assert main([f"runs_root={root}", f"out={out}", "benches=[nq,hotpotqa]", "launcher=slurm", "n_boot=50"]) == 0
+    plan = Path(record.read_text().split()[0]).parent
+    eval_dir = root / "r2e" / "seed0" / "eval" / "step-000010"
+
+    def warned(write_rows: bool):
+        def evaluate(cfg):
+            if write_rows:   # one row of the first bench, then the warning
+                eval_dir.mkdir(parents=True, exist_ok=True)
+                (eval_dir / f"{cfg['benches'][0]}.jsonl").write_text('{"id": 0}\n')
+            os.kill(os.getpid(), signal.SIGUSR1)
+            raise AssertionError("the warning did not stop the evaluation")
+        evaluate.pending, evaluate.check = fake.pending, fake.check
+        return evaluate
+
+    with _usr1_must_be_handled():
+        assert run_task(plan, 0, evaluator=warned(True)) == 0
+        assert requeued_jobs(tmp_path) == ["6001_0"] and not (plan / "outcome-0.json").exists()
+        assert run_task(plan, 0, evaluator=warned(False)) == 1           # a segment with no progress
+    assert requeued_jobs(tmp_path) == ["6001_0"], "a segment that wrote nothing must not requeue again"
+    outcome = json.loads((plan / "outcome-0.json").read_text())
+    assert outcome["status"] == "failed" and "no progress" in outcome["failures"][0]["error"]
+    assert "not requeued" in capsys.readouterr().err
+    # Warned after the work completed (the harness holds every bench): done, exit 0, no requeue.
+    def done_then_warned(cfg):
+        fake(cfg)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return {}
+    done_then_warned.pending, done_then_warned.check = fake.pending, fake.check
+    with _usr1_must_be_handled():
+        assert run_task(plan, 0, evaluator=done_then_warned) == 0
+    assert requeued_jobs(tmp_path) == ["6001_0"]
+    assert json.loads((plan / "outcome-0.json").read_text())["status"] == "evaluated"
+
+
+# ------------------------------------------------------------------ one evaluation job per run (launch sweep)
+def _dependency(script: str) -> str | None:
+    return _sbatch_lines(script).get("dependency")
+
+
+def _stand_in_slurm(record: Path, task_ok: dict[str, bool], run_job) -> dict[str, str]:
+    """A stand-in for slurmctld over the scripts the fake sbatch recorded (job ids 5001, 5002, ... in order):
+    `task_ok` says how each training array task ended ("<array>_<i>": True = exit 0). A job starts when its
+    dependency is met: afterok on a task that failed can never be met, and with --kill-on-invalid-dep=yes the
+    job is cancelled (without it: pending forever); afterany needs every listed job terminated. `run_job(path)`
+    runs a started job (its exit code). Returns each job id's final state."""
+    scripts = {str(5001 + i): Path(p) for i, p in enumerate(record.read_text().split())}
+    state = {ref: ("COMPLETED" if ok else "FAILED") for ref, ok in task_ok.items()}
+    for _ in range(len(scripts) + 1):
+        for job, path in scripts.items():
+            if job in state:
+                continue
+            text = path.read_text()
+            dep = _dependency(text)
+            kind, _, ids = (dep or "afterany:").partition(":")
+            ids = [i for i in ids.split(":") if i]
+            if kind == "afterok" and any(state.get(i) in ("FAILED", "CANCELLED") for i in ids):
+                if "#SBATCH --kill-on-invalid-dep=yes" in text:
+                    state[job] = "CANCELLED"
+                continue
+            if kind == "afterok" and not all(state.get(i) == "COMPLETED" for i in ids):
+                continue
+            if kind == "afterany" and not all(i in state for i in ids):
+                continue
+            assert kind in ("afterok", "afterany"), dep
+            state[job] = "COMPLETED" if run_job(path) == 0 else "FAILED"
+    return {job: state.get(job, "PENDING") for job in scripts}
+
+
+def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, monkeypatch, capsys):
+    """slurm.runs (what `launch sweep eval_profile=` passes): each run's evaluation waits for its own
+    training task (afterok:<array>_<i>), the aggregation for every evaluation (afterany). Training task 1
+    fails: its evaluation is cancelled, run 0's is not held back, and the report lists run 1's checkpoint
+    as a gap."""
+    import analysis.evaluation as ev_mod
+    from analysis.slurm import run_run
+    from analysis.slurm_jobs import aggregate
+
+    root, out = tmp_path / "runs", tmp_path / "rep"
+    fake = FakeEvaluator()
+    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    env, record = _fake_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    dirs = [root / "r2e" / "seed0", root / "r2e" / "seed1"]
+    argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50", "slurm.time=01:00:00",
+            f"slurm.runs=[{dirs[0]},{dirs[1]}]", "slurm.runs_after=[afterok:4000_0,afterok:4000_1]"]
+    assert main(argv + ["dry_run=true"]) == 0
+    dry = capsys.readouterr().out
+    assert not out.exists() and not fake.calls, "a dry run writes and evaluates nothing"
+    heads = re.findall(r"^# (\S+) \(not written: dry_run=true\)", dry, flags=re.M)
+    assert [Path(h).name for h in heads] == ["run-0.sbatch", "run-1.sbatch", "aggregate.sbatch"]
+    bodies = re.split(r"^# \S+ \(not written: dry_run=true\).*$", dry, flags=re.M)[1:]
+    assert [_dependency(b) for b in bodies] == ["afterok:4000_0", "afterok:4000_1",
+                                                "afterany:<evaluation job of run 0>:<evaluation job of run 1>"]
+    # One dependency per run, or a one-line refusal before anything is written.
+    assert main(argv[:-1] + ["slurm.runs_after=[afterok:4000_0]", "dry_run=true"]) == 2
+    assert "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs (2)" in capsys.readouterr().err
+    # Checkpoints appear only while training runs: at submission there are none, nothing is planned yet.
+    assert main(argv) == 0
+    said = capsys.readouterr().out
+    assert "squeue -j 5001,5002,5003" in said
+    run0, run1, agg = (Path(p) for p in record.read_text().split())
+    for i, script in enumerate((run0, run1)):
+        opts = _sbatch_lines(script.read_text())
+        assert opts["dependency"] == f"afterok:4000_{i}" and opts["kill-on-invalid-dep"] == "yes"
+        assert opts["signal"] == "B:USR1@120" and opts["gpus-per-node"] == "1" and opts["time"] == "01:00:00"
+        assert "array" not in opts and "#SBATCH --requeue" in script.read_text()
+    assert _dependency(agg.read_text()) == "afterany:5001:5002"
+    # Training: run 0 writes two checkpoints and succeeds; run 1 writes one, then fails.
+    make_run(root, "r2e", 0, [10, 20])
+    make_run(root, "r2e", 1, [10])
+    plan = run0.parent
+
+    def run_job(path: Path) -> int:
+        command = path.read_text().strip().splitlines()[-1].split()
+        assert command[:4] == ["exec", command[1], "-m", "analysis.slurm_jobs"] and Path(command[-2]) == plan \
+            if command[4] == "run" else Path(command[-1]) == plan, command
+        return run_run(plan, int(command[-1].strip('"')), evaluator=fake) if command[4] == "run" else aggregate(plan)
+
+    states = _stand_in_slurm(record, {"4000_0": True, "4000_1": False}, run_job)
+    assert states == {"5001": "COMPLETED", "5002": "CANCELLED", "5003": "COMPLETED"}
+    assert sorted(Path(c["ckpt"]).name for c in fake.calls) == ["step-000010", "step-000020"]
+    assert all("seed0" in c["ckpt"] for c in fake.calls), "run 1's evaluation never ran"
+    report = (out / "report.md").read_text()
+    table = pd.read_csv(out / "results.csv")
+    assert sorted(set(zip(table.seed, table.step))) == [(0, 10), (0, 20)]
+    gap = [line for line in report.splitlines() if line.startswith("- r2e/seed1/step-000010 × nq: ")]
+    assert len(gap) == 1 and "evaluation failed" in gap[0] and "run 1's evaluation job wrote no outcome" in gap[0], report
+    assert not [line for line in report.splitlines() if line.startswith("- r2e/seed0/")], report
+    # The same run job again (requeued, or resubmitted): nothing left by identity, nothing evaluated.
+    calls = len(fake.calls)
+    assert run_run(plan, 0, evaluator=fake) == 0 and len(fake.calls) == calls

@@ -209,26 +209,66 @@ def _sbatch_opts(script: str) -> dict[str, str]:
                 if line.startswith("#SBATCH --") and "=" in line)
 
 
-def test_sweep_eval_profile_waits_for_the_training_array(capsys, tmp_path, monkeypatch):
-    out = _dry(capsys, tmp_path, "sweep", "arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic",
-               "eval_profile=search_r1_7bench")
-    scripts = re.split(r"^# \S+ \(not written: dry_run=true\)$", out, flags=re.M)
-    train, evaluate = scripts[-2], scripts[-1]
+def _counting_sbatch(tmp_path: Path, monkeypatch) -> Path:
+    """sbatch on PATH recording each script it is given, answering job ids 5001, 5002, ..."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    record = tmp_path / "submitted.txt"
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nfor last; do :; done\necho "$last" >> {record}\n'
+                                    f'echo $((5000 + $(wc -l < {record})))\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(capfd, tmp_path, monkeypatch):
+    """Each training array task i gets its own evaluation job (afterok:<array>_<i>, cancelled if that task
+    fails), then one aggregation after all of them (afterany): one failed training run no longer holds back
+    the others' evaluation. `analyze.KEY=VALUE` goes to the analysis."""
+    argv = ["sweep", "arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic", "eval_profile=rl_ood",
+            "analyze.slurm.time=02:00:00"]
+    out = _dry(capfd, tmp_path, *argv)
+    heads = re.findall(r"^# (\S+) \(not written: dry_run=true\)", out, flags=re.M)
+    assert [Path(h).name for h in heads] == ["sweep.sbatch", "run-0.sbatch", "run-1.sbatch", "aggregate.sbatch"]
+    train, run0, run1, agg = re.split(r"^# \S+ \(not written: dry_run=true\).*$", out, flags=re.M)[1:]
     assert "#SBATCH --array=0-1" in train and "dependency" not in _sbatch_opts(train)
-    opts = _sbatch_opts(evaluate)
-    assert opts["dependency"] == "afterok:<sweep array job id>" and "gpus-per-node" not in opts
-    assert re.search(r"^exec \S+ -m analysis\.cli runs_root=<RUNS> profile=search_r1_7bench \S+ launcher=slurm$",
-                     evaluate, flags=re.M)
+    for i, script in enumerate((run0, run1)):
+        opts = _sbatch_opts(script)
+        assert opts["dependency"] == f"afterok:<sweep array job id>_{i}" and opts["kill-on-invalid-dep"] == "yes"
+        assert opts["time"] == "02:00:00" and opts["gpus-per-node"] == "1" and opts["signal"] == "B:USR1@120"
+        assert f"run {i} (<RUNS>/r2e/seed{i})" in script
+        assert re.search(rf"^exec \S+ -m analysis\.slurm_jobs run \S+ {i}$", script, flags=re.M)
+    assert _sbatch_opts(agg)["dependency"] == "afterany:<evaluation job of run 0>:<evaluation job of run 1>"
+    assert not (tmp_path / "_reports").exists()
     assert main(["sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", "eval_profile=nope", "dry_run=true",
                  f"runs_root={tmp_path}"]) == 2
-    assert "no recipes/eval/nope.yaml" in capsys.readouterr().err
-    # Submitted (stand-in sbatch answering 4242): the evaluation job waits for that array.
+    assert "no recipes/eval/nope.yaml" in capfd.readouterr().err
+    # Submitted (stand-in sbatch: 5001, 5002, ...): the array, then one job per run, then the aggregation.
     from launch.sweep import run_sweep
 
-    record = _fake_sbatch(tmp_path, monkeypatch)
-    rc = run_sweep(["arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic", "eval_profile=search_r1_7bench",
-                    f"runs_root={tmp_path / 'runs'}"], builder=_build, key_fn=lambda cfg, **kw: "k" + str(kw["seed"]))
-    assert rc == 0
-    sweep_script, eval_script = (Path(line.split()[-1]) for line in record.read_text().splitlines())
-    assert sweep_script.name == "sweep.sbatch" and _sbatch_opts(eval_script.read_text())["dependency"] == "afterok:4242"
-    assert "squeue -j 4242,4242" in capsys.readouterr().out
+    record = _counting_sbatch(tmp_path, monkeypatch)
+    runs = tmp_path / "runs"
+    kw = dict(builder=_build, key_fn=lambda cfg, **k: "k" + str(k["seed"]))
+    # A bad analysis setting is refused before anything is submitted.
+    assert run_sweep([*argv[1:], "analyze.slurm.concurrency=0", f"runs_root={runs}"], **kw) == 2
+    assert "slurm.concurrency=0" in capfd.readouterr().err and not record.exists()
+    assert run_sweep([*argv[1:], f"runs_root={runs}"], **kw) == 0
+    said = capfd.readouterr().out
+    sweep, e0, e1, aggregate = (Path(line) for line in record.read_text().split())
+    assert sweep.name == "sweep.sbatch" and "Slurm job array 5001" in said
+    assert [_sbatch_opts(p.read_text())["dependency"] for p in (e0, e1, aggregate)] == [
+        "afterok:5001_0", "afterok:5001_1", "afterany:5002:5003"]
+    assert f"run 1 ({runs.resolve()}/r2e/seed1)" in e1.read_text()
+    assert "squeue -j 5002,5003,5004" in said
+
+
+def test_analyze_keys_reach_the_sweeps_analysis_and_need_a_profile():
+    from launch.errors import LaunchError
+    from launch.sweep import analyze_command, split_eval_profile
+
+    profile, analyze, rest = split_eval_profile(["arms=[r2e]", "eval_profile=rl_ood", "analyze.eval.corpus=/d/w.jsonl",
+                                                 "analyze.slurm.time=04:00:00", "steps=2"])
+    assert (profile, analyze, rest) == ("rl_ood", ["eval.corpus=/d/w.jsonl", "slurm.time=04:00:00"], ["arms=[r2e]", "steps=2"])
+    assert analyze_command("runs", profile, analyze)[-2:] == analyze   # locally too: after the last run
+    with pytest.raises(LaunchError, match="give eval_profile=PROFILE"):
+        split_eval_profile(["arms=[r2e]", "analyze.eval.n=5"])
