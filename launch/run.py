@@ -26,6 +26,7 @@ from common.schema import TRAINER_SEMANTICS
 from launch import cache, local, manifest, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
 from launch.errors import LaunchError
+from launch.refusal import trainer_refusal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -313,18 +314,6 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None) -> in
         state = f"stopped (exit {rc}) before any resumable state was written"
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc
-
-
-def trainer_refusal(rd: Path, launch_id: str | None) -> tuple[int, str] | None:
-    """(exit code, message) of the refusal recorded by the trainer of launch `launch_id`, else None."""
-    path = rd / layout.LOGS / layout.TRAINER_EXIT
-    try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
-        if rec.get("launch") != launch_id:
-            return None
-        return int(rec["code"]), str(rec["error"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
 
 
 def submit_slurm(prep: Prepared, argv: list[str]) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from common.layout import LAUNCH_ID_ENV
 from launch.errors import LaunchError
 
 RDZV_PORT = 29500
@@ -130,6 +131,8 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f"RDZV_PORT=${{DTSFT_RDZV_PORT:-{RDZV_PORT}}}",
+        # the id a trainer's refusal is recorded under (common.layout.record_refusal): this segment's
+        f'export {LAUNCH_ID_ENV}="slurm-$JOB_REF-${{SLURM_RESTART_COUNT:-0}}"',
         'echo "[launch] segment ${SLURM_RESTART_COUNT:-0} of $RUN_DIR on $SLURM_JOB_NODELIST'
         ' (rendezvous $HEAD_NODE:$RDZV_PORT)"',
         f"srun --nodes={spec.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
@@ -141,6 +144,12 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         '  echo "[launch] stopped before the end (time limit / preemption): requeueing $JOB_REF"',
         '  scontrol requeue "$JOB_REF"',
         "  exit 0",
+        "fi",
+        # torchrun exits 1 whatever its trainer's code: a refusal recorded by this segment's trainer
+        # is reported as its one line, with the trainer's own code (2, or 3 for non-finite gradients)
+        f'if refusal=$({shlex.quote(python)} -m launch.refusal "$RUN_DIR" "${LAUNCH_ID_ENV}"); then',
+        "  rc=${refusal%%$'\\t'*}",
+        "  echo \"error: ${refusal#*$'\\t'}\" >&2",
         "fi",
         'echo "[launch] trainer failed with exit code $rc; not requeueing"',
         "exit $rc",

@@ -201,8 +201,9 @@ def test_slurm_segment_stops_on_usr1_requeues_and_the_next_segment_resumes(runs,
     config.write_text(original.replace("lr: 0.002", "lr: 0.0001"))
     bad = subprocess.run(["bash", str(script)], env=senv, capture_output=True, text=True, timeout=300)
     config.write_text(original)
-    # (torchrun reports a worker's exit 2 as its own exit 1)
-    assert bad.returncode != 0 and "train.lr: 0.002 -> 0.0001" in bad.stdout + bad.stderr, bad.stdout[-3000:]
+    # torchrun reports a worker's exit 2 as its own exit 1; the segment exits with the trainer's 2 (its refusal)
+    assert bad.returncode == 2 and "train.lr: 0.002 -> 0.0001" in bad.stdout + bad.stderr, bad.stdout[-3000:]
+    assert "error: " in bad.stderr and "train.lr: 0.002 -> 0.0001" in bad.stderr.split("error: ")[-1]
     assert "not requeueing" in bad.stdout and requeued(tmp_path) == ["77"]
 
     again = subprocess.run(["bash", str(script)], env=senv, capture_output=True, text=True, timeout=300)

@@ -165,11 +165,18 @@ def _script_for(run_dirs: list[Path], array: bool = False) -> str:
     return slurm.render_run_script(spec, str(run_dirs[0]), str(REPO), sys.executable, "launch")
 
 
+REFUSE = ('mkdir -p "$RUN_LOGS"; printf \'{{"code": 2, "error": "train.lr=-1: expected\\\\na number > 0", '
+          '"launch": "%s"}}\' "{launch}" > "$RUN_LOGS/trainer-exit.json"; exit 1\n')
+
+
 @pytest.mark.parametrize("srun_body, done_before, rc, requeued", [
     ("exit 0\n", False, 0, ["77"]),                       # stopped early (USR1 / preemption): requeue
     ('touch "$RUN_MARK"; exit 0\n', False, 0, []),        # finished in this segment: no requeue
     ("exit 3\n", False, 3, []),                           # crashed: fail, no requeue loop
     ("echo should-not-run; exit 9\n", True, 0, []),       # already finished: srun never runs
+    # a trainer that refused (as torchrun reports it: exit 1): the segment exits with the trainer's code
+    (REFUSE.format(launch="$DTSFT_LAUNCH_ID"), False, 2, []),
+    (REFUSE.format(launch="slurm-76-0"), False, 1, []),   # another segment's refusal: not this one's code
 ])
 def test_sbatch_script_requeues_only_an_unfinished_clean_stop(tmp_path, srun_body, done_before, rc, requeued):
     import subprocess
@@ -181,11 +188,15 @@ def test_sbatch_script_requeues_only_an_unfinished_clean_stop(tmp_path, srun_bod
     script = tmp_path / "launch.sbatch"
     script.write_text(_script_for([rd]))
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    env = dict(fake_cluster(tmp_path, srun_body), RUN_MARK=str(rd / "DONE"))
+    env = dict(fake_cluster(tmp_path, srun_body), RUN_MARK=str(rd / "DONE"), RUN_LOGS=str(rd / "logs"))
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == rc, proc.stdout + proc.stderr
     assert requeued_jobs(tmp_path) == requeued
     assert "should-not-run" not in proc.stdout
+    refused = "error: train.lr=-1: expected a number > 0" in proc.stderr
+    assert refused == (rc == 2), proc.stderr
+    if rc == 2:
+        assert "slurm-77-0" in (rd / "logs" / "trainer-exit.json").read_text()   # this segment's id
 
 
 def test_sweep_array_task_picks_its_run_and_requeues_itself(tmp_path):

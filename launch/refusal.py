@@ -1,0 +1,47 @@
+"""A trainer's refusal, as its launch reports it.
+
+A trainer that refuses to run (bad config, a held run dir, non-finite gradients, ...) records its exit
+code and one-line reason in `<run_dir>/logs/trainer-exit.json` under its launch's id
+(`common.layout.record_refusal`, `DTSFT_LAUNCH_ID`), because torchrun turns any worker failure into its
+own exit 1. A local launch reads it back (launch.run.report_end); a Slurm segment runs
+
+    python -m launch.refusal RUN_DIR LAUNCH_ID
+
+after srun: it prints `CODE<TAB>MESSAGE` and exits 0 when the trainer of that launch recorded a
+refusal, else exits 1 with nothing printed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from common import layout
+
+
+def trainer_refusal(rd: Path, launch_id: str | None) -> tuple[int, str] | None:
+    """(exit code, message) of the refusal recorded by the trainer of launch `launch_id`, else None."""
+    path = Path(rd) / layout.LOGS / layout.TRAINER_EXIT
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        if rec.get("launch") != launch_id:
+            return None
+        return int(rec["code"]), str(rec["error"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m launch.refusal RUN_DIR LAUNCH_ID", file=sys.stderr)
+        return 2
+    refusal = trainer_refusal(Path(argv[0]), argv[1])
+    if refusal is None:
+        return 1
+    code, message = refusal
+    print(f"{code}\t{' '.join(message.split())}")   # one line, whatever the message held
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
