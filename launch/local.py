@@ -1,4 +1,5 @@
-"""The local launcher: `torchrun --standalone --nproc_per_node N -m sft.train <run_dir>/config.yaml`.
+"""The local launcher: `torchrun --standalone --nproc_per_node N -m sft.train <run_dir>/config.yaml`
+(torchrun as `python -m launch.torchrun`: a failed worker in one line, with its own exit code).
 
 The trainer's stdout and stderr pass through to this terminal and are also written, as they
 arrive, to `<run_dir>/logs/train-<UTC time>.log` (one file per launch, so a resumed run keeps
@@ -59,10 +60,10 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
 
 def torchrun_command(config_path: str | Path, nproc: int, python: str = sys.executable,
                      module: str = "sft.train") -> list[str]:
-    """The single-node torchrun command; `--standalone` picks a free rendezvous port.
+    """The single-node torchrun command (launch.torchrun); `--standalone` picks a free rendezvous port.
     `module` is the trainer (`sft.train`, or `rl.train` for stage=grpo)."""
     return [
-        python, "-m", "torch.distributed.run",
+        python, "-m", "launch.torchrun",
         "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
         "-m", module, str(config_path),
     ]

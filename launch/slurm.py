@@ -116,7 +116,7 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
     """Everything after `RUN_DIR` is set: one segment of the run, then requeue or finish.
     `module` is the trainer torchrun starts (`sft.train`, or `rl.train` for stage=grpo)."""
     node_cmd = (
-        "trap \"\" USR1; exec \"$0\" -m torch.distributed.run"
+        "trap \"\" USR1; exec \"$0\" -m launch.torchrun"
         f" --nnodes={spec.nodes} --nproc_per_node={spec.nproc_per_node}"
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
         f" -m {module} \"$2\""
@@ -145,8 +145,8 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         '  scontrol requeue "$JOB_REF"',
         "  exit 0",
         "fi",
-        # torchrun exits 1 whatever its trainer's code: a refusal recorded by this segment's trainer
-        # is reported as its one line, with the trainer's own code (2, or 3 for non-finite gradients)
+        # a refusal recorded by this segment's trainer: its one line, with the trainer's own code (2, or 3
+        # for non-finite gradients; launch.torchrun passes a worker's code on, torch's own torchrun exits 1)
         f'if refusal=$({shlex.quote(python)} -m launch.refusal "$RUN_DIR" "${LAUNCH_ID_ENV}"); then',
         "  rc=${refusal%%$'\\t'*}",
         "  echo \"error: ${refusal#*$'\\t'}\" >&2",
