@@ -378,7 +378,7 @@ def test_launch_grpo_dry_run_prints_config_torchrun_and_slurm(tmp_path, capfd):
                  f"runs_root={tmp_path}", "dry_run=true"]) == 0
     out = capfd.readouterr().out
     assert "stage: grpo" in out and "lora:" in out and "r: 32" in out
-    assert re.search(r"torch\.distributed\.run .*-m rl\.train .*grpo_spa/seed0/config\.yaml", out)
+    assert re.search(r"launch\.torchrun .*-m rl\.train .*grpo_spa/seed0/config\.yaml", out)
     assert "#SBATCH --signal=USR1@120" in out and "-m rl.train" in out
     assert not (tmp_path / "grpo_spa").exists()
     assert main(["stage=grpo", "model=tiny_base", "grpo.lora_r=4", "dry_run=true"]) == 2
