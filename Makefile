@@ -60,15 +60,22 @@ lint: venv
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# Both cores: pytest-xdist, one test file per worker at a time (--dist loadfile keeps a module's
+# fixtures built once); tests/shared_guard.py fails any test that writes into an artefact others read.
+PYTEST_WORKERS ?= 2
+XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
+
 test: venv lint docs
-	$(BIN)/python -m pytest -q tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q tests $(XDIST) $(PYTEST_ARGS)
 
 # The vLLM tier (tests marked `vllm`) in the vLLM environment; `.ci/run` runs it after `make test`.
 test-vllm: venv-vllm
 	DTSFT_VLLM_TIER=1 $(VLLM_BIN)/python -m pytest -q tests -m vllm --durations=10
 
-test-fast: venv
-	$(BIN)/python -m pytest -q tests -m "not slow"
+# The developer's loop (<= 5 min here): lint + every test not marked slow; the slow ones (multi-process
+# trainers, end-to-end studies, the install and docs blocks) run in `make test`.
+test-fast: venv lint
+	$(BIN)/python -m pytest -q tests $(XDIST) -m "not slow and not vllm" $(PYTEST_ARGS)
 
 # CPU benchmarks (ratios against a named baseline, printed); the GPU scripts are bench/gpu_*.py.
 bench: venv

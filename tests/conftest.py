@@ -13,6 +13,9 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The read-only guard: a test that writes into an artefact other tests read in place is an error.
+pytest_plugins = ["tests.shared_guard"]
+
 
 def shared_path(*parts: str) -> Path:
     """Path under ../shared, or skip the test naming what is missing."""
@@ -39,10 +42,11 @@ def tiny_tokenizer():
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
+def tiny_model_dir(tmp_path_factory, shared_artefacts):
+    """One random tiny model for the whole session: read-only (the guard checks every test that uses it)."""
     from sft.tiny import save_tiny_model
 
-    return save_tiny_model(tmp_path_factory.mktemp("tiny_model") / "model", seed=0)
+    return shared_artefacts.register(save_tiny_model(tmp_path_factory.mktemp("tiny_model") / "model", seed=0), "tiny_model_dir")
 
 
 # The vLLM tier (`make test-vllm` sets DTSFT_VLLM_TIER=1): a vllm-marked test that skips (vLLM or a
