@@ -31,6 +31,8 @@ class Points:
     boot_seed: int = 0
     conf: float = 0.95
     problems: list[str] = field(default_factory=list)
+    # (arm, seed, step, bench) -> why evaluate gave it no score (analysis.collect.Collected.nulls)
+    nulls: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
     # Figures and tables ask for the same cells; each bootstrap is computed once.
     _intervals: dict[tuple, Interval] = field(default_factory=dict, repr=False)
 
@@ -39,6 +41,15 @@ class Points:
         t = self.table
         sel = t[(t.arm == arm) & (t.step == step) & (t.bench == bench) & (t.metric == metric)]
         return sel.set_index("seed")["value"].sort_index()
+
+    def no_score(self, arm: str, bench: str) -> str | None:
+        """Why `arm` has no score of `bench` where evaluate gave it none (its latest such point; for
+        `avg`, the first averaged bench without one), else None."""
+        if bench == MEAN_BENCH:
+            held = next((b for b in self.qa if self.no_score(arm, b)), None)
+            return None if held is None else f"no mean: {held} has no score"
+        hits = sorted((step, seed, why) for (a, seed, step, b), why in self.nulls.items() if (a, b) == (arm, bench))
+        return f"no score: {hits[-1][2]}" if hits else None
 
     def examples(self, arm: str, seed: int, step: int, bench: str, metric: str) -> pd.Series | None:
         d = self.eval_dirs.get((arm, seed, step))

@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object
 from common.io import parse_json_line, read_jsonl
-from evals.metrics import NON_METRIC_FIELDS, metric_problem
+from evals.metrics import NON_METRIC_FIELDS, NULL_REASON, metric_problem
 from analysis.errors import AnalysisError
 from common.benchmarks import CONTEXT_MODES, BenchError, bench_label, parse_bench_key
 
@@ -37,6 +37,8 @@ EXAMPLE_ALIASES = {"reward": "total"}
 class Collected:
     table: pd.DataFrame
     problems: list[str] = field(default_factory=list)
+    # (arm, seed, step, bench) -> why evaluate gave it no score (its metrics null: means over no items)
+    nulls: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
 
 
 def _is_number(v) -> bool:
@@ -44,10 +46,13 @@ def _is_number(v) -> bool:
 
 
 def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[str] | None,
-                 problems: list[str] | None = None, where: Path | str = "summary.json") -> list[dict]:
+                 problems: list[str] | None = None, where: Path | str = "summary.json",
+                 nulls: dict | None = None) -> list[dict]:
     """Tidy rows of one summary.json. Every value is checked against evals' metric registry: a NaN,
     an inf, an out-of-range value, an unknown metric or a bad `n` is listed in `problems` (file,
-    bench, metric, value) and not written (a bad `n` is written as -1, unknown)."""
+    bench, metric, value) and not written (a bad `n` is written as -1, unknown). A bench whose means
+    evaluate left null with a reason (`null_reason`: no items to score; then n may be 0) writes no
+    row for them: the reason goes to `nulls`."""
     problems = [] if problems is None else problems
     rows = []
     for bench, metrics in summary.items():
@@ -56,12 +61,15 @@ def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[st
         if not isinstance(metrics, dict):
             problems.append(f"{where}: {bench}: expected an object of metrics, found {metrics!r}")
             continue
+        reason = metrics.get(NULL_REASON) if isinstance(metrics.get(NULL_REASON), str) else None
+        if reason and nulls is not None:
+            nulls[(arm, seed, step, bench)] = reason
         n = metrics.get("n")
-        if (why := metric_problem("n", n)) is not None:
+        if (why := metric_problem("n", n)) is not None and not (reason and n == 0):
             problems.append(f"{where}: {bench}.n = {n!r}: {why}; its values are written with n=-1")
             n = -1
         for metric, value in metrics.items():
-            if metric == "n" or metric in NON_METRIC_FIELDS:
+            if metric == "n" or metric in NON_METRIC_FIELDS or (reason and value is None):
                 continue
             if (why := metric_problem(metric, value)) is not None:
                 problems.append(f"{where}: {bench}.{metric} = {value!r}: {why}; not written")
@@ -72,26 +80,27 @@ def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[st
 
 def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | None = None) -> Collected:
     """Tidy table over every run's eval summaries (plus the anchor's); problems are listed, not raised."""
-    rows, problems = [], []
+    rows, problems, nulls = [], [], {}
     for run in runs:
         for step, d in sorted(run.evals.items()):
             summary = read_json_object(d / "summary.json", problems)
             if summary is not None:
-                rows += summary_rows(run.arm, run.seed, step, summary, benches, problems, d / "summary.json")
+                rows += summary_rows(run.arm, run.seed, step, summary, benches, problems, d / "summary.json", nulls)
     if anchor_eval_dir is not None and (anchor_eval_dir / "summary.json").is_file():
         summary = read_json_object(anchor_eval_dir / "summary.json", problems)
         if summary is not None:
-            rows += summary_rows(ANCHOR_ARM, 0, 0, summary, benches, problems, anchor_eval_dir / "summary.json")
+            rows += summary_rows(ANCHOR_ARM, 0, 0, summary, benches, problems, anchor_eval_dir / "summary.json", nulls)
     table = pd.DataFrame(rows, columns=COLUMNS)
     table = table.astype({"seed": "int64", "step": "int64", "value": "float64", "n": "int64"})
     table = table.sort_values(["arm", "seed", "step", "bench", "metric"], kind="stable").reset_index(drop=True)
-    return Collected(table, problems)
+    return Collected(table, problems, nulls)
 
 
-def qa_benches(table: pd.DataFrame) -> list[str]:
-    """QA benches present (those with EM; `bench@mode` keys), Search-R1's seven first in their table
-    order, each bench's context modes together (open, item, given)."""
-    present = set(table.loc[table.metric == "em", "bench"]) - set(AGENTIC_BENCHES) - {MEAN_BENCH}
+def qa_benches(table: pd.DataFrame, also=()) -> list[str]:
+    """QA benches present (those with EM; `bench@mode` keys; plus `also`, e.g. benches held with null
+    scores), Search-R1's seven first in their table order, each bench's context modes together (open,
+    item, given)."""
+    present = (set(table.loc[table.metric == "em", "bench"]) | set(also)) - set(AGENTIC_BENCHES) - {MEAN_BENCH}
 
     def order(key: str):
         try:

@@ -43,15 +43,25 @@ class Harness:
     evaluate: Evaluator
     pending: Callable[[dict[str, Any]], dict[str, list[str]]]
     check: Callable[[dict[str, Any]], Any]
+    # `template(cfg) -> why not | None`: a setting one checkpoint's chat template cannot take (evals:
+    # enable_thinking on a template that ignores it); None: not checked (a stand-in without one)
+    template: Callable[[dict[str, Any]], str | None] | None = None
 
 
 def _evals():
     try:
-        from evals.config import resolve
+        from evals.config import resolve_request
         from evals.run import evaluate, to_evaluate
     except ImportError as exc:
         raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
-    return evaluate, to_evaluate, resolve
+    return evaluate, to_evaluate, resolve_request
+
+
+def _template_problem(cfg: dict[str, Any]) -> str | None:
+    from evals.config import resolve
+    from evals.run import thinking_problem
+
+    return thinking_problem(resolve(cfg))
 
 
 def harness(evaluator=None) -> Harness:
@@ -61,10 +71,28 @@ def harness(evaluator=None) -> Harness:
         return evaluator
     own = {name: getattr(evaluator, name, None) for name in ("pending", "check")}
     if evaluator is not None and all(own.values()):   # a whole stand-in: evals is not even imported
-        return Harness(evaluate=evaluator, **own)
+        return Harness(evaluate=evaluator, **own, template=getattr(evaluator, "template", None))
     evaluate, to_evaluate, resolve = _evals()
     return Harness(evaluate=evaluator or evaluate, pending=own["pending"] or to_evaluate,
-                   check=own["check"] or resolve)
+                   check=own["check"] or resolve, template=_template_problem)
+
+
+def check_templates(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any]) -> None:
+    """Refuse, before any evaluation (also under dry_run), a setting a planned checkpoint's chat template
+    cannot take (every evaluate of it would fail after loading): one AnalysisError naming the checkpoints."""
+    if h.template is None:
+        return
+    problems = []
+    for job in jobs:
+        try:
+            why = h.template(job.config(eval_opts))
+        except (ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
+            why = None
+        if why:
+            problems.append(why)
+    if problems:
+        more = f" (and {len(problems) - 1} more checkpoint(s))" if len(problems) > 1 else ""
+        raise AnalysisError(f"evaluation settings (eval.KEY=...): {problems[0]}{more}")
 
 
 @dataclass

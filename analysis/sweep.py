@@ -16,7 +16,7 @@ from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, a
                               mean_label, qa_benches)
 from analysis.discover import ANCHOR_ARM, Run, discover_runs, replaced_dirs
 from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, check_settings,
-                                 harness, plan, run_jobs)
+                                 check_templates, harness, plan, run_jobs)
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
@@ -95,15 +95,18 @@ class AnalysisResult:
 
 
 def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev: EvalReport,
-                    anchor_eval: Path, evaluate: bool) -> list[MissingPoint]:
+                    anchor_eval: Path, evaluate: bool, nulls: dict | None = None) -> list[MissingPoint]:
     have = set(zip(table.arm, table.seed, table.step, table.bench))
+    nulls = nulls or {}
     missing = []
     for run in runs:
         for step in run.steps:
             for bench in benches:
-                if (run.arm, run.seed, step, bench) in have:
+                if (run.arm, run.seed, step, bench) in have and (run.arm, run.seed, step, bench) not in nulls:
                     continue
-                if step not in run.checkpoints and step not in run.evals:
+                if why := nulls.get((run.arm, run.seed, step, bench)):
+                    reason = f"no score: {why}"
+                elif step not in run.checkpoints and step not in run.evals:
                     reason = "checkpoint missing although the run is done" if run.done else "not checkpointed yet (run still training)"
                 elif err := ev.failed(run.arm, run.seed, step, bench):
                     reason = f"evaluation failed: {err}"
@@ -113,9 +116,11 @@ def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev
                     reason = "not evaluated (evaluate=false)" if not evaluate else "no result"
                 missing.append(MissingPoint(run.arm, run.seed, step, bench, reason))
     for bench in benches:
-        if (ANCHOR_ARM, 0, 0, bench) not in have:
+        if (ANCHOR_ARM, 0, 0, bench) not in have or (ANCHOR_ARM, 0, 0, bench) in nulls:
             err = ev.failed(ANCHOR_ARM, 0, 0, bench)
-            reason = f"evaluation failed: {err}" if err else f"no anchor result in {anchor_eval}"
+            why = nulls.get((ANCHOR_ARM, 0, 0, bench))
+            reason = (f"no score: {why}" if why else f"evaluation failed: {err}" if err
+                      else f"no anchor result in {anchor_eval}")
             missing.append(MissingPoint(ANCHOR_ARM, 0, 0, bench, reason))
     return missing
 
@@ -214,6 +219,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         return None
     runs = discover_runs(root, profile)
     jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
+    if h is not None:
+        check_templates(h, jobs, eval_opts)
     if cfg.dry_run:
         print(describe_plan(runs, jobs, cfg))
     if cfg.launcher == "slurm" and jobs:   # the evaluations go to a job array; its aggregation job writes the report
@@ -234,11 +241,11 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     table.to_parquet(results[0], index=False)
     table.to_csv(results[1], index=False)
 
-    qa = qa_benches(table)
+    qa = qa_benches(table, also=[b for (_, _, _, b) in collected.nulls])
     eval_dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}
     eval_dirs[(ANCHOR_ARM, 0, 0)] = anchor_eval
     points = Points(add_mean_rows(table, qa), eval_dirs, qa, cfg.n_boot, cfg.boot_seed, cfg.conf,
-                    problems=list(collected.problems))
+                    problems=list(collected.problems), nulls=collected.nulls)
     arms = sorted({r.arm for r in runs})
     steps = _arm_steps(runs)
     result = AnalysisResult(out=out, table=table, evaluated=ev)
@@ -271,7 +278,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
 
         result.tables["reference"] = reference_table(study, add_mean_rows(table, qa))
         table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
-    result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate))
+    result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
     problems = sorted(set(points.problems + pp.problems + [p for r in runs for p in r.problems]))
     settings = {"runs_root": cfg.runs_root, "profile": profile, "benches": benches, "n_boot": cfg.n_boot,
                 **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),

@@ -127,6 +127,12 @@ def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str
     return cols
 
 
+def gap(points: Points, arm: str, bench: str) -> str:
+    """The cell of a point without a value: a dash, with the reason where evaluate gave it no score."""
+    why = points.no_score(arm, bench)
+    return f"{DASH} ({why})" if why else DASH
+
+
 def main_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
     caption = (f"{metric.upper()} of the anchor and of each arm's final and best checkpoint "
                "(mean over seeds ±95% half-width: t across seeds, or bootstrap over examples for one seed, "
@@ -134,17 +140,21 @@ def main_table(points: Points, arms: list[str], columns: list[Column], metric: s
                "@step: the checkpoint; best is chosen on the evaluation set and is optimistic)")
     table = Table(caption, columns)
     if any(math.isfinite(anchor_value(points, c.bench, c.metric).mean) for c in columns):
-        table.rows.append(("anchor (base, nudge prompt)",
-                           [fmt_interval(anchor_value(points, c.bench, c.metric)) for c in columns]))
+        anchor = [anchor_value(points, c.bench, c.metric) for c in columns]
+        table.rows.append(("anchor (base, nudge prompt)", [fmt_interval(iv) if math.isfinite(iv.mean)
+                                                           else gap(points, ANCHOR_ARM, c.bench)
+                                                           for iv, c in zip(anchor, columns)]))
     for arm in sort_arms(arms):
         finals = [final_point(points, arm, c.bench, c.metric) for c in columns]
         steps = sorted({s for f in finals if f for s in f.steps})
         # Seeds still training can sit at different final steps: show the range then.
         span = "" if not steps else f", step {steps[0]}" if len(steps) == 1 else f", steps {steps[0]}–{steps[-1]}"
         label = f"{arm} (final{span})"
-        table.rows.append((label, [fmt_interval(f.interval) if f else DASH for f in finals]))
+        table.rows.append((label, [fmt_interval(f.interval) if f else gap(points, arm, c.bench)
+                                   for f, c in zip(finals, columns)]))
         bests = [best_point(points, arm, c.bench, c.metric) for c in columns]
-        table.rows.append((f"{arm} (best)", [fmt_interval(b.interval, b.steps[0]) if b else DASH for b in bests]))
+        table.rows.append((f"{arm} (best)", [fmt_interval(b.interval, b.steps[0]) if b else gap(points, arm, c.bench)
+                                             for b, c in zip(bests, columns)]))
     return table
 
 

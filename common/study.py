@@ -154,22 +154,58 @@ def study_path(spec: str) -> Path:
     return shipped
 
 
+def _last_line(node) -> int:
+    """The last line (0-based) holding part of a YAML node: a flow collection ends at its bracket, a
+    block one with its last child, a block scalar (`|`) on the line before its end mark."""
+    import yaml
+
+    if isinstance(node, yaml.ScalarNode):
+        end = node.end_mark
+        return end.line - 1 if end.column == 0 and end.line > node.start_mark.line else end.line
+    if node.flow_style or not node.value:
+        return node.end_mark.line
+    children = node.value if isinstance(node, yaml.SequenceNode) else [n for kv in node.value for n in kv]
+    return max(_last_line(c) for c in children)
+
+
 def _unmarked_arg_lines(path: Path) -> list[str]:
-    """Argument lines of `stages:` (indented `key: value` under an `args:`) without a source mark."""
-    bad, in_args, args_indent = [], False, 0
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        stripped = raw.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        indent = len(raw) - len(raw.lstrip())
-        if in_args and indent <= args_indent:
-            in_args = False
-        if stripped.startswith("args:") or stripped.startswith("- args:"):
-            in_args, args_indent = True, indent
-            continue
-        if in_args and not any(m in raw for m in SOURCE_MARKS):
-            bad.append(f"line {lineno}: {stripped}")
-    return bad
+    """The stage argument lines without a source mark. Each argument of a stage's `args:` mapping,
+    block or flow style (`- {name: ..., run: ..., args: {task: spa, ...}}`), spans the lines from its
+    key to the end of its value; each of them holding more than a comment needs a mark, and two
+    arguments on one line are refused (one mark cannot say where each comes from)."""
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return []   # not readable YAML: load_study names the error
+    lines = text.splitlines()
+
+    def value_of(node, key: str):
+        if isinstance(node, yaml.MappingNode):
+            return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+        return None
+
+    stages = value_of(root, "stages")
+    bad: dict[int, str] = {}
+    for stage in stages.value if isinstance(stages, yaml.SequenceNode) else []:
+        args = value_of(stage, "args")
+        if not isinstance(args, yaml.MappingNode):
+            continue   # not a mapping: load_study names it
+        keys_on: dict[int, list[str]] = {}
+        for key, value in args.value:
+            first = key.start_mark.line
+            keys_on.setdefault(first, []).append(str(key.value))
+            for i in range(first, max(first, _last_line(value)) + 1):
+                stripped = lines[i].strip()
+                if stripped and not stripped.startswith("#") and not any(m in lines[i] for m in SOURCE_MARKS):
+                    bad.setdefault(i, f"line {i + 1}: {stripped}")
+        for i, keys in keys_on.items():
+            if len(keys) > 1 and i not in bad:
+                bad[i] = (f"line {i + 1}: {len(keys)} arguments ({', '.join(keys)}) share one line, and one mark "
+                          "cannot say where each comes from: put each on its own line")
+    return [bad[i] for i in sorted(bad)]
 
 
 def _number(v, where: str, *, integer: bool = False):

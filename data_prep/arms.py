@@ -37,14 +37,22 @@ def candidate_order(pool_size: int, seed: int, domain: str) -> list[int]:
     return order
 
 
-def source_quotas(dom: str, quota: int, shares: list[float | None], specs: list[str]) -> list[int] | None:
+def source_quotas(dom: str, quota: int, shares: list[float | None], specs: list[str],
+                  names: list | None = None) -> list[int] | None:
     """Each source's part of `quota` when the domain's sources carry `~SHARE`s (None when none does):
-    floor(share x quota), the rest one each to the largest remainders (ties: the earlier source)."""
+    floor(share x quota), the rest one each to the largest remainders (ties: the earlier source).
+    `names`: what each spec reads (two equal names are one source, whose records are read once, so a
+    second part could only re-select the first's: refused)."""
     if all(s is None for s in shares):
         return None
     if any(s is None for s in shares):
         bare = [sp for sp, s in zip(specs, shares) if s is None]
         raise ArmError(f"sources.{dom}: every source needs a ~SHARE once one has one; none on {', '.join(bare)}")
+    for i, name in enumerate(names or []):
+        if name in names[:i]:
+            first = specs[names.index(name)]
+            raise ArmError(f"sources.{dom}: {first} and {specs[i]} name one source, whose records are read once: "
+                           "with ~SHAREs list each source once (its shares summed)")
     if abs(sum(shares) - 1) > 1e-6:
         raise ArmError(f"sources.{dom}: the ~SHAREs sum to {sum(shares):g}, not 1 ({', '.join(specs)})")
     exact = [s * quota for s in shares]

@@ -124,6 +124,9 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         missing = [d for d in wanted if not specs.get(d)]
         if missing:
             raise arms.ArmError(f"arm {arm!r} needs sources.{'/'.join(missing)} (or data=synthetic)")
+        for dom, quota in wanted.items():   # the ~SHAREs checked before any record is read
+            srcs = [parse_source(sp) for sp in specs[dom]]
+            arms.source_quotas(dom, quota, [s.share for s in srcs], specs[dom], [s.reads() for s in srcs])
         pools: dict[str, list[dict]] = {}
         first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
         max_bytes = config.max_record_bytes(cfg)

@@ -35,6 +35,7 @@ from common.benchmarks import BenchError, BenchItem
 from evals.agent import render, run_lockstep
 from evals.extract import split_reasoning
 from evals.metrics import mean
+from evals.results import null_means
 
 HISTORY = 16  # BALROG's max_text_history (checked against its protocol data in tests)
 METRICS = ("return", "success", "progression", "invalid_action_rate")
@@ -196,4 +197,7 @@ def summarize(rows: list[dict]) -> dict:
     summary["per_task"] = {t: _means([r for r in rows if r["task"] == t]) for t in tasks}
     summary["stop_reasons"] = dict(sorted(Counter(r["stop_reason"] for r in rows).items()))
     summary["mean_generated_tokens"] = mean(r["generated_tokens"] for r in rows)
+    if not rows:   # a mean over zero episodes is no number (evals.results.null_means)
+        return null_means(summary, [*METRICS, "mean_steps", "mean_generated_tokens", "return_ci95", "samples"],
+                          "no items to score")
     return summary

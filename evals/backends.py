@@ -16,7 +16,8 @@ of the returned text.
           in its own environment (`make venv-vllm`: vLLM's CPU build on a CPU host, the [serve]
           extra on a CUDA one), imported only when selected. The engine is a separate process
           that vLLM spawns: build it only under `if __name__ == "__main__":` or from a console
-          entry point (`evaluate`), never at import time.
+          entry point (`evaluate`), never at import time. If this process dies without shutting
+          the engine down (SIGKILL, the OOM killer), a watcher stops its processes (evals.reaper).
     vllm, driver=async   `AsyncVLLMBackend`: vLLM's AsyncLLM, one request at a time
           (`await generate_one(ids, cap, temperature=, seed=)`, the same SamplingParams), for the
           asynchronous driver (evals.scheduler); it counts vLLM's prefix-cache hits.
@@ -257,6 +258,8 @@ class VLLMBackend:
                                             gpu_memory_utilization))
 
     def _setup(self, model_path, tokenizer_path, seed, dtype, enforce_eager, prefix_caching) -> None:
+        from evals import reaper
+
         self.tokenizer = load_tokenizer(tokenizer_path or model_path)
         self.seed = seed
         self.settings = engine_settings({"backend": "vllm", "dtype": dtype, "ckpt": model_path,
@@ -266,6 +269,9 @@ class VLLMBackend:
         # Stop strings as well as ids: a stop id only works when the marker is generated as its
         # single added token; the string also catches it spelled out in ordinary tokens.
         self.stop_strings = [t for t in END_OF_TURN_TOKENS if t in vocab]
+        # Started before the engine: its processes are stopped if this one dies without shutting them
+        # down (SIGKILL, the OOM killer; evals.reaper), from the moment the engine starts loading.
+        self._guard = reaper.guard()
 
     def engine_kwargs(self, model_path, tokenizer_path, max_model_len, tensor_parallel_size, gpu_memory_utilization) -> dict:
         """The engine arguments (LLM's and AsyncEngineArgs' alike) for this host."""
@@ -321,6 +327,12 @@ class VLLMBackend:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+        self._stop_guard()
+
+    def _stop_guard(self) -> None:
+        guard, self._guard = getattr(self, "_guard", None), None
+        if guard is not None:
+            guard.stop()
 
 
 class PrefixCacheCounter:
@@ -441,6 +453,7 @@ class AsyncVLLMBackend(VLLMBackend):
             loop.run_until_complete(loop.shutdown_default_executor())   # the tool batches' threads
         if llm is not None:
             llm.shutdown()
+        self._stop_guard()
         if loop is not None and not loop.is_closed():
             loop.close()
 

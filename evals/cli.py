@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from common import keydoc
 from common.cli import apply_overrides, run_cli, wants_help
-from evals.config import KEYS, base_config, resolve
+from evals.config import KEYS, base_config, resolve_request
 from evals.errors import EvalError
 
 USAGE = """usage: evaluate ckpt=PATH [key=value ...]   (every key and its default below)
@@ -38,7 +38,7 @@ def _main(argv: list[str]) -> int:
         return 0
     # A profile's keys sit under the command line's: read `profile=` first, build the base from it.
     profile = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("profile=")), None)
-    cfg = resolve(apply_overrides(base_config(profile or None), argv))
+    cfg = resolve_request(apply_overrides(base_config(profile or None), argv))
     if cfg.dry_run:
         print(OmegaConf.to_yaml(cfg))
         return 0

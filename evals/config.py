@@ -182,6 +182,24 @@ def _bench_n(value, bench_root) -> dict:
     return out
 
 
+def _run_bench_n(profile_n, user_n, benches: list[str], bench_root) -> dict:
+    """The `bench_n` of the benches being run: the profile's entries for those (its others go with the
+    benches the command line left out), the caller's on top; a caller's entry for a bench not being
+    run is refused (it would size nothing). An entry equal to the profile's is the profile's (a config
+    built on the profile's keys carries them all)."""
+    profile_n = _bench_n(profile_n, bench_root)
+    own = {k: v for k, v in (_bench_n(user_n, bench_root) if user_n is not None else {}).items()
+           if profile_n.get(k) != v}
+    for key in own:
+        if key not in benches:
+            name = parse_bench_key(key)[0]
+            modes = [b for b in benches if parse_bench_key(b)[0] == name]
+            hint = f" (a bench_n key names the bench with its context mode: {', '.join(modes)})" if modes else ""
+            raise EvalError(f"bench_n.{key}: {key} is not being run (benches: {', '.join(benches)}), so this entry "
+                            f"would size nothing{hint}")
+    return {**{k: v for k, v in profile_n.items() if k in benches}, **own}
+
+
 def parse_shard(value) -> tuple[int, int] | None:
     """`shard=I/N` as (I, N), None when unset; a malformed value is an EvalError."""
     if value is None:
@@ -211,6 +229,24 @@ def value_problems(cfg: DictConfig) -> list[str]:
         if cfg[key] is not None and not isinstance(cfg[key], (str, os.PathLike)):
             out.append(f"{key}={cfg[key]!r}: expected a string (or null)")
     return out
+
+
+def engine_problem(cfg: DictConfig) -> str | None:
+    """Why a resolved request cannot build its own engine (None when it can): driver=async needs vLLM's
+    AsyncLLM. (A caller passing its own engine is checked against that engine: evals.run.resolve_driver.)"""
+    if cfg.driver == "async" and cfg.backend != "vllm":
+        return (f"driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); backend={cfg.backend} "
+                "runs driver=lockstep (or driver=auto)")
+    return None
+
+
+def resolve_request(cfg: DictConfig | dict) -> DictConfig:
+    """`resolve`, plus what a request that builds its own engine (the command line, analyze) is refused
+    for before any work: `engine_problem`."""
+    merged = resolve(cfg)
+    if why := engine_problem(merged):
+        raise EvalError(why)
+    return merged
 
 
 def resolve(cfg: DictConfig | dict) -> DictConfig:
@@ -265,7 +301,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
             raise EvalError(f"benches: {why}")
         if bench not in ENV_BENCHES:  # a missing or ambiguous bench file: BenchError, up front (no hub call)
             bench_source(bench, merged.bench_root, resolve=False)
-    merged.bench_n = _bench_n(merged.bench_n, merged.bench_root)
+    merged.bench_n = _run_bench_n(base.bench_n, user.bench_n if "bench_n" in user else None, merged.benches,
+                                  merged.bench_root)
     qa = [b for b in merged.benches if uses_retriever(b)]
     if qa and merged.retriever == "bm25" and not merged.corpus:
         raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")

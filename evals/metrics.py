@@ -86,8 +86,8 @@ def mean(values: Iterable[float]) -> float:
 
 def unweighted_mean(per_bench: dict[str, dict], benches: Sequence[str], key: str) -> float | None:
     """Mean of `key` over `benches` (each bench counts once); None unless every bench is present."""
-    if not benches or any(b not in per_bench or key not in per_bench[b] for b in benches):
-        return None
+    if not benches or any(b not in per_bench or per_bench[b].get(key) is None for b in benches):
+        return None   # a bench without the value (or with a null one, a mean over no items) is a gap
     return mean(per_bench[b][key] for b in benches)
 
 
@@ -134,8 +134,10 @@ METRICS: dict[str, MetricSpec] = {
     "return": RATE, "success": RATE, "progression": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
     "samples": SIZE,
 }
+# Why a bench's means are null in its summary: each is over zero items, which is no number (never 0.0).
+NULL_REASON = "null_reason"
 # Summary fields that are descriptions or breakdowns, not metrics.
-NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules", "return_ci95")
+NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules", "return_ci95", NULL_REASON)
 
 
 def metric_problem(name: str, value) -> str | None:

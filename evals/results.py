@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from evals.metrics import empty_gold, mean
+from evals.metrics import NULL_REASON, empty_gold, mean
 from evals.errors import EvalError
 
 QA_KEYS = ("em", "f1", "cover_em", "strict_em")
@@ -58,8 +58,19 @@ def append_rows(path: Path, rows: list[dict]) -> None:
         os.fsync(f.fileno())
 
 
+MEAN_FIELDS = ("format_failure_rate", "mean_turns", "mean_tool_calls", "mean_tool_errors", "mean_generated_tokens")
+
+
+def null_means(summary: dict, keys, reason: str) -> dict:
+    """`summary` with the means `keys` null and `reason` recorded under NULL_REASON."""
+    summary.update({k: None for k in keys if k in summary})
+    summary[NULL_REASON] = reason
+    return summary
+
+
 def summarize(rows: list[dict], metric_keys: tuple[str, ...] | None = None) -> dict:
-    """Bench-level means in [0, 1] plus counts of stop reasons and extractor rules."""
+    """Bench-level means in [0, 1] plus counts of stop reasons and extractor rules. A mean over zero
+    items (no rows; every item skipped for its empty golds) is null, with the reason (NULL_REASON)."""
     keys = metric_keys or (tuple(rows[0]["metrics"]) if rows else QA_KEYS)
     scored = [r for r in rows if not r.get("skipped_empty_gold")]
     summary = {k: mean(r["metrics"][k] for r in scored) for k in keys}
@@ -76,4 +87,9 @@ def summarize(rows: list[dict], metric_keys: tuple[str, ...] | None = None) -> d
         "stop_reasons": dict(sorted(Counter(r["stop_reason"] for r in rows).items())),
         "extract_rules": dict(sorted(Counter(r["extract_rule"] for r in rows).items())),
     })
+    if not rows:
+        return null_means(summary, [*keys, *MEAN_FIELDS], "no items to score")
+    if not scored:
+        return null_means(summary, keys, f"no item scored: the gold answers of all {len(rows)} items normalize "
+                                         "to nothing and skip_empty_golds=true")
     return summary

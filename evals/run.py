@@ -40,11 +40,11 @@ from evals import babyai, tasks
 from evals.agent import AgentSteps, run_lockstep
 from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, bench_source, load_bench_counted, read_bench_file
 from common.benchmarks import parse_bench_key
-from evals.config import bench_size, resolve, shard_items, uses_retriever
+from evals.config import bench_size, resolve, resolve_request, shard_items, uses_retriever
 from evals.errors import EvalError
 from evals.identity import (BENCH_KEY_PREFIXES, IdentityError, bench_identity, check_same, checkpoint_identity,
                             source_digest)
-from evals.metrics import unweighted_mean
+from evals.metrics import NULL_REASON, unweighted_mean
 from evals.results import QA_KEYS, ResultsError, append_rows, load_done, summarize
 from evals.toolcalls import detect_style
 
@@ -273,9 +273,18 @@ def record_rows(work: BenchWork, rows: list[dict]) -> None:
 def bench_summary(work: BenchWork) -> dict:
     """The summary entry of a bench whose every item has a row (rows in item order, whatever order they finished in)."""
     summary = summarize_bench(work.bench, [work.done[it.id] for it in work.items])
-    summary["source"] = work.source
-    if work.bench not in ENV_BENCHES:
-        summary["unanswerable_excluded"] = work.unanswerable
+    return described(summary, work.source, None if work.bench in ENV_BENCHES else work.unanswerable)
+
+
+def described(summary: dict, source, unanswerable: int | None) -> dict:
+    """A bench's summary entry with its source and unanswerable items left out (QA benches); an empty
+    sample's null metrics say where the items went."""
+    summary["source"] = source
+    if unanswerable is not None:
+        summary["unanswerable_excluded"] = unanswerable
+    if summary["n"] == 0:
+        left = f"; {unanswerable} items with answerable: false left out" if unanswerable else ""
+        summary[NULL_REASON] = f"no items to score: the sample of {source} is empty{left}"
     return summary
 
 
@@ -370,10 +379,7 @@ def _bench_summary_from_rows(out: Path, bench: str, ident: dict | None) -> dict 
     if set(done) != set(sample["ids"]) or {r.get("identity") for r in done.values()} != {expected}:
         return None
     summary = summarize_bench(bench, [done[i] for i in sample["ids"]])
-    summary["source"] = sample.get("source")
-    if "unanswerable_excluded" in sample:
-        summary["unanswerable_excluded"] = sample["unanswerable_excluded"]
-    return summary
+    return described(summary, sample.get("source"), sample.get("unanswerable_excluded"))
 
 
 def _versions() -> dict:
@@ -381,6 +387,18 @@ def _versions() -> dict:
     import transformers
 
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def thinking_problem(cfg, tokenizer=None) -> str | None:
+    """Why `enable_thinking` (true/false) cannot apply to the checkpoint's chat template (common.thinking:
+    one that never reads it), or None; reads the tokenizer only (`tokenizer`, else cfg's), never a model."""
+    if cfg.enable_thinking == "auto":
+        return None
+    if tokenizer is None:
+        from evals.backends import load_tokenizer
+
+        tokenizer = load_tokenizer(str(cfg.tokenizer or cfg.ckpt))
+    return thinking.template_problem(cfg.enable_thinking, tokenizer.chat_template, "enable_thinking", str(cfg.ckpt))
 
 
 def check_checkpoint_files(ckpt: str, ckpt_id: dict) -> None:
@@ -399,8 +417,12 @@ def evaluate(cfg, *, backend=None, retriever=None) -> dict:
     """Evaluate `cfg.ckpt` on `cfg.benches`; returns the summary dict also written to summary.json.
     `backend` / `retriever` may be passed in (tests, a caller that keeps a model loaded); a backend
     built here is closed here, on any exit (vLLM: its engine process shut down, not left to die)."""
-    if backend is None and int((cfg := resolve(cfg)).data_parallel) > 1:   # N engine processes (evals.parallel)
-        return _evaluate_sharded(cfg)
+    if backend is None:   # refused before any shard, model or row: an engine it cannot build, a switch its template ignores
+        cfg = resolve_request(cfg)
+        if problem := thinking_problem(cfg):
+            raise EvalError(problem)
+        if int(cfg.data_parallel) > 1:   # N engine processes (evals.parallel)
+            return _evaluate_sharded(cfg)
     owned: list = []
     try:
         return _evaluate(cfg, backend, retriever, owned)
@@ -447,6 +469,8 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
         claim_bench(bench, out, ident, identities.get(bench), bool(cfg.overwrite))
     searches = any(uses_retriever(b) for b in cfg.benches)
     driver = resolve_driver(cfg, backend)
+    if backend is not None and (problem := thinking_problem(cfg, backend.tokenizer)):   # evaluate() checked its own
+        raise EvalError(problem)
     # Sampled and matched with the rows out holds before anything is loaded: with nothing left to
     # play (a rerun, a requeued Slurm task, a data_parallel shard with no items) no model is loaded
     # and no retriever built: the summary is rewritten from the rows, only the tokenizer is read.
@@ -462,9 +486,6 @@ def _evaluate(cfg, backend, retriever, owned: list) -> dict:
         from evals.retrievers import make_retriever
 
         retriever = make_retriever(cfg)
-    problem = thinking.template_problem(cfg.enable_thinking, backend.tokenizer.chat_template, "enable_thinking", str(cfg.ckpt))
-    if problem:
-        raise EvalError(problem)
     style = cfg.tool_style if cfg.tool_style != "auto" else detect_style(backend.tokenizer.chat_template)
     # Never trusted from an earlier run: other benches are re-summarized from their own rows.
     summary = {}
@@ -538,7 +559,9 @@ def format_table(summary: dict) -> str:
     w = max([18, *(len(b) + 2 for b in summary)])
     lines = [f"{'bench':<{w}}{'n':>6}{'EM':>8}{'F1':>8}{'coverEM':>9}{'strictEM':>10}{'fmtfail':>9}"]
     for bench, s in summary.items():
-        if "return" in s:
+        if s.get(NULL_REASON):
+            lines.append(f"{bench:<{w}}{s['n']:>6}  no score: {s[NULL_REASON]}")
+        elif "return" in s:
             lines.append(f"{bench:<{w}}{s['n']:>6}  return={s['return']:.3f} success={s['success']:.3f} "
                          f"invalid={s['invalid_action_rate']:.3f} steps={s['mean_steps']:.1f}")
         elif "em" in s:

@@ -29,7 +29,8 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
 
 # key -> kind. "path": a file or directory; "paths": a list of them; "model": a model/tokenizer path
-# or hub id; "sources": FORMAT:PATH_OR_HUB_ID specs; "state": auto | never | a state directory.
+# or hub id; "sources": FORMAT:PATH_OR_HUB_ID[~SHARE] specs (the share kept as given); "state": auto | never | a
+# state directory.
 SFT_KEYS = {
     "resume": "state", "model.path": "model", "model.tokenizer": "model", "data.dir": "path",
     "data.decontam_bench_root": "path", "data.decontam": "paths", "data.sources.code": "sources",
@@ -58,10 +59,13 @@ def _source(spec: str, base: Path) -> str:
     fmt, sep, loc = str(spec).partition(":")
     if not sep or not loc:
         return spec   # malformed: launch.compose.validate names it
+    share, cut = "", loc.rfind("~")
+    if cut > 0 and "/" not in loc[cut:] and not (base / os.path.expanduser(loc)).exists():
+        loc, share = loc[:cut], loc[cut:]   # data-prep's SOURCE~SHARE: the path is what comes before it
     expanded = os.path.expanduser(loc)
     local = (os.path.isabs(expanded) or (base / expanded).exists() or loc.startswith(".")
              or loc.endswith(LOCAL_SUFFIXES))
-    return f"{fmt}:{_abs(loc, base)}" if local else spec
+    return f"{fmt}:{_abs(loc, base)}{share}" if local else spec
 
 
 def absolute(kind: str, value, base: Path, shipped: bool = False):

@@ -305,3 +305,37 @@ def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
     rows = [{"metrics": {"em": 1.0, "f1": 1.0, "cover_em": 1.0, "strict_em": 1.0}, "extract_rule": "none",
              "num_turns": 1, "num_tool_calls": 0, "num_tool_errors": 0, "generated_tokens": 3, "stop_reason": "answer"}]
     assert set(summarize(rows)) <= set(METRICS) | set(NON_METRIC_FIELDS)
+
+
+def test_a_null_metric_is_a_gap_with_its_reason_not_a_problem(tmp_path):
+    """A bench evaluate scored over zero items (`em: null`, `n: 0`, `null_reason`) is no row of the
+    results table and no input problem: its table cell and its missing point say why."""
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10], evaluated={10: {"nq": 0.4, "musique@given": 0.5}})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.2, "musique@given": 0.3})
+    path = root / "r2e" / "seed0" / "eval" / "step-000010" / "summary.json"
+    summary = json.loads(path.read_text())
+    reason = "no items to score: the sample of br/mq/dev.jsonl is empty; 3 items with answerable: false left out"
+    summary["musique@given"] = {"em": None, "f1": None, "cover_em": None, "strict_em": None, "format_failure_rate": None,
+                                "n": 0, "mean_turns": None, "mean_tool_calls": None, "unanswerable_excluded": 3,
+                                "null_reason": reason}
+    path.write_text(json.dumps(summary))
+    (path.parent / "musique@given.jsonl").write_text("")
+    out = tmp_path / "rep"
+    res = run_analysis({"runs_root": str(root), "out": str(out), "benches": ["nq", "musique@given"],
+                        "evaluate": False, "n_boot": 50})
+    t = res.table
+    r2e = t[(t.arm == "r2e") & (t.bench == "musique@given")]
+    assert r2e[r2e.metric.isin(["em", "f1", "format_failure_rate"])].empty   # never 0.0
+    report = (out / "report.md").read_text()
+    assert "musique@given." not in report and "musique@given.n" not in report, report   # no input problem
+    assert f"r2e/seed0/step-000010 × musique@given: no score: {reason}" in report
+    main = (out / "tables" / "main_em.md").read_text()
+    row = next(line for line in main.splitlines() if line.startswith("| r2e (final"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    header = next(line for line in main.splitlines() if line.startswith("| Method"))
+    col = [c.strip() for c in header.strip("|").split("|")].index("musique (given)")
+    assert cells[col] == f"– (no score: {reason})", row
+    assert cells[col + 1] == "– (no mean: musique@given has no score)", row   # a gap, not a mean over fewer benches
+    anchor = next(line for line in main.splitlines() if line.startswith("| anchor"))
+    assert "–" not in anchor   # the anchor has both benches: its mean is there

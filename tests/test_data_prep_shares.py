@@ -89,3 +89,33 @@ def test_share_suffix_errors(tmp_path):
     assert parse_source(f"{r1}~0.25").share == 0.25 and parse_source(r1).share is None
     pinned, _ = pin_specs(["openseeker:Org/Data~0.5"], resolve=lambda hub_id: "abc123")
     assert pinned == ["openseeker:Org/Data@abc123~0.5"] and parse_source(pinned[0]).share == 0.5
+
+
+def test_one_source_listed_twice_with_shares_is_refused_before_reading(tmp_path, monkeypatch):
+    """`[X~0.5, X~0.5]` (or X under two spellings): its records are read once, so the second part could
+    only re-select the first's: refused, naming both, before any record is read (without shares the
+    duplicate's records are `duplicate_id` rejections, as before)."""
+    import os
+
+    import pytest
+
+    from data_prep import readers
+    from data_prep.arms import ArmError
+
+    r1, can = _sources(tmp_path, 4, 4)
+    path = r1.split(":", 1)[1]
+    monkeypatch.chdir(tmp_path)
+    rel = f"search-r1:./{os.path.relpath(path, tmp_path)}"
+    reads = []
+    real = build.read_source
+    monkeypatch.setattr(build, "read_source", lambda *a, **k: reads.append(a) or real(*a, **k))
+    for twice in ([f"{r1}~0.5", f"{r1}~0.5"], [f"{r1}~0.25", f"{can}~0.5", f"{rel}~0.25"]):
+        spec = r"search-r1:\S*nq_rollouts.jsonl~0\.\d+"
+        with pytest.raises(ArmError, match=rf"sources.search: {spec} and {spec} name one source"):
+            build.build_arm({"kind": "hub", "n": 4, "sources": {"search": twice}}, arm="search", seed=0,
+                            tokenizer="tiny", out=tmp_path / "x", progress=False)
+        assert reads == [] and not (tmp_path / "x").exists()
+    assert readers.parse_source(f"{r1}~0.5").share == 0.5
+    m = build.build_arm({"kind": "hub", "n": 2, "sources": {"search": [r1, r1]}}, arm="search", seed=0,
+                        tokenizer="tiny", out=tmp_path / "y", progress=False)
+    assert m["counts"]["kept"] == 2

@@ -54,6 +54,34 @@ def test_evaluate_accepts_the_documented_forms(tmp_path, capsys):
     assert "babyai_max_steps: 4" in shown and "babyai: 5" in shown
 
 
+def test_a_bench_n_entry_for_a_bench_not_being_run_is_refused(tmp_path, capsys):
+    """`bench_n` sizes the benches being run: an entry for another bench (or for another context mode
+    of one) is refused before any work, never ignored; a profile's entries go with its benches."""
+    from evals.config import resolve
+
+    root = tmp_path / "br"
+    (root / "mq_huge").mkdir(parents=True)
+    (root / "mq_huge" / "dev.jsonl").write_text(json.dumps(
+        {"id": "a", "question": "q?", "answer": "x", "answer_aliases": [], "answerable": True,
+         "paragraphs": [{"idx": 0, "title": "T", "paragraph_text": "p", "is_supporting": True}]}) + "\n")
+    base = [f"ckpt={tmp_path / 'm'}", f"out={tmp_path / 'o'}", f"bench_root={root}", "dry_run=true"]
+    for args, needle in ((["benches=[mq_huge@given]", "bench_n={mq_huge:3}", "n=5"], "mq_huge@given"),
+                         (["benches=[babyai]", "bench_n={bamboogle:1}"], "benches: babyai")):
+        assert evaluate_main([*base, *args]) == 2
+        err = capsys.readouterr().err
+        assert "bench_n." in err and "is not being run" in err and needle in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    cfg = resolve({"ckpt": "m", "out": "o", "bench_root": str(root), "benches": ["mq_huge@given"], "n": 5,
+                   "bench_n": {"mq_huge@given": 3}})
+    assert dict(cfg.bench_n) == {"mq_huge@given": 3}
+    # a profile's bench_n entries for the benches the command line leaves out go with them
+    cfg = resolve({"ckpt": "m", "out": "o", "profile": "rl_ood", "benches": ["babyai"]})
+    assert dict(cfg.bench_n) == {"babyai": 50} and dict(resolve(cfg).bench_n) == {"babyai": 50}
+    assert evaluate_main([*base, "profile=rl_ood", "benches=[babyai]", "bench_n.babyai=4"]) == 0, capsys.readouterr().err
+    shown = capsys.readouterr().out
+    assert "babyai: 4" in shown and "musique@given: 0" not in shown
+
+
 @pytest.fixture
 def one_run(tmp_path):
     ck = tmp_path / "runs" / "grpo_qa" / "seed0" / "checkpoints" / "step-000001"
@@ -170,3 +198,55 @@ def test_a_corrupt_meta_json_is_that_checkpoints_gap_not_the_end_of_the_sweep(tm
     assert failure.job.step == 1 and "meta.json: unreadable JSON" in failure.error
     assert (bad / "meta.json").read_text() == "{torn"   # the user's file is left as it is
     assert json.loads((runs / "r2e" / "seed0" / "eval" / "step-000002" / "summary.json").read_text())["babyai"]["n"] == 1
+
+
+@pytest.fixture
+def tiny_base_run(tmp_path):
+    """A run whose one checkpoint is the tiny base (its chat template never reads enable_thinking)."""
+    import shutil
+
+    from tests.conftest import ROOT
+
+    runs = tmp_path / "runs"
+    shutil.copytree(ROOT / "common" / "tiny_base", runs / "grpo_spa" / "seed0" / "checkpoints" / "step-000001")
+    return runs
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_enable_thinking_on_a_template_that_ignores_it_is_refused_before_any_model_loads(
+        tiny_base_run, tmp_path, capsys, monkeypatch, dry):
+    """analyze eval.enable_thinking=true|false on checkpoints whose template ignores the switch: refused
+    while planning (also under dry_run), not "2 failed" with exit 0; evaluate refuses it before loading."""
+    import evals.backends
+
+    monkeypatch.setattr(evals.backends, "make_backend", lambda *a, **k: pytest.fail("a model was loaded"))
+    argv = [f"runs_root={tiny_base_run}", f"out={tmp_path / 'rep'}", "benches=[search_plan_ood]", "eval.n=1",
+            "eval.enable_thinking=false", f"dry_run={str(dry).lower()}"]
+    assert analyze_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "does not read enable_thinking" in err and "step-000001" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tiny_base_run / "grpo_spa" / "seed0" / "eval").exists() and not (tmp_path / "rep").exists()
+    ckpt = tiny_base_run / "grpo_spa" / "seed0" / "checkpoints" / "step-000001"
+    assert evaluate_main([f"ckpt={ckpt}", f"out={tmp_path / 'o'}", "benches=[search_plan_ood]", "n=1",
+                          "enable_thinking=true", "progress=false"]) == 2
+    assert "does not read enable_thinking" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "meta.json").exists()
+
+
+def test_driver_async_with_backend_hf_is_refused_up_front(tmp_path, capsys):
+    """driver=async needs vLLM's AsyncLLM: with backend=hf it is refused by the dry run and, with
+    data_parallel=2, before any shard starts (not once both shards failed)."""
+    from tests.conftest import ROOT
+
+    base = [f"ckpt={ROOT / 'common' / 'tiny_base'}", f"out={tmp_path / 'o'}", "benches=[search_plan_ood]", "n=2",
+            "driver=async", "progress=false"]
+    for extra in (["dry_run=true"], ["data_parallel=2"], []):
+        assert evaluate_main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "driver=async needs" in err and "backend=vllm" in err and "Re-running" not in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    runs = tmp_path / "runs"
+    (runs / "grpo_spa" / "seed0" / "checkpoints" / "step-000001").mkdir(parents=True)
+    assert analyze_main([f"runs_root={runs}", f"out={tmp_path / 'rep'}", "benches=[search_plan_ood]",
+                         "eval.driver=async", "dry_run=true"]) == 2
+    assert "driver=async needs" in capsys.readouterr().err

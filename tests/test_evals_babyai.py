@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from common.cli import ConfigError
 from evals.backends import Generation
 from evals.cli import main as cli_main
 from evals.config import default_out, resolve
@@ -209,11 +210,14 @@ def test_bench_n_zero_takes_every_item_of_a_custom_bench(tmp_path, tiny_tokenize
     path = bench_root / "synthqa" / "test.jsonl"
     assert record["n"] == record["file_items"] == 7 and record["n_requested"] == 0
     assert record["source_digest"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    # The global n still applies to benches without their own entry.
+    # The global n still applies to benches without their own entry; an entry for a bench not being
+    # run sizes nothing and is refused.
     out2 = tmp_path / "out2"
-    evaluate({"ckpt": "m", "benches": ["synthqa"], "n": 3, "bench_n": {"nq": 0}, "bench_root": str(bench_root),
-              "corpus": str(corpus), "index_dir": str(tmp_path / "idx"), "out": str(out2), "progress": False},
-             backend=ScriptedBackend(tiny_tokenizer))
+    cfg = {"ckpt": "m", "benches": ["synthqa"], "n": 3, "bench_root": str(bench_root),
+           "corpus": str(corpus), "index_dir": str(tmp_path / "idx"), "out": str(out2), "progress": False}
+    with pytest.raises(ConfigError, match="bench_n.nq: nq is not being run"):
+        evaluate({**cfg, "bench_n": {"nq": 0}}, backend=ScriptedBackend(tiny_tokenizer))
+    evaluate(cfg, backend=ScriptedBackend(tiny_tokenizer))
     assert json.loads((out2 / "summary.json").read_text())["synthqa"]["n"] == 3
 
 

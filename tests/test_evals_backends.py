@@ -113,3 +113,53 @@ def test_identity_records_the_resolved_engine_settings(tmp_path, monkeypatch):
         {"dtype": "float32", "enforce_eager": True, "prefix_caching": True}
     assert ident(backend="vllm", enforce_eager=False)["fingerprint"] != v["fingerprint"]
     assert ident(backend="vllm", prefix_caching=False)["fingerprint"] != v["fingerprint"]
+
+
+def test_the_reaper_stops_an_engine_left_by_a_killed_parent(tmp_path):
+    """evals.reaper without vLLM: a parent guards, starts an engine stand-in (with a child of its own) and
+    is SIGKILLed: the watcher stops both and exits; a guard stopped normally leaves the processes alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from evals.reaper import descendants, start_time
+    from tests.conftest import ROOT
+
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "from evals import reaper\n"
+        "g = reaper.guard()\n"
+        "sleeper = 'import subprocess, sys, time; subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\"]); time.sleep(600)'\n"
+        "e = subprocess.Popen([sys.executable, '-c', sleeper])\n"
+        "print(e.pid, flush=True)\n"
+        "if sys.argv[1] == 'stop':\n"
+        "    time.sleep(1.5)\n"
+        "    g.stop()\n"
+        "    print('stopped', flush=True)\n"
+        "time.sleep(600)\n")
+    for mode in ("kill", "stop"):
+        parent = subprocess.Popen([sys.executable, "-c", parent_code, mode], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        engine = int(parent.stdout.readline())
+        deadline = time.monotonic() + 20
+        while len(descendants(engine)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.2)   # the watcher has noted the engine and its child
+        held = {p: start_time(p) for p in descendants(parent.pid)}
+        assert engine in held and len(held) >= 3, held   # the watcher, the engine and the engine's child
+        if mode == "stop":
+            assert parent.stdout.readline().strip() == "stopped"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + (20 if mode == "kill" else 2)   # stop: given the time the watcher would take
+        while time.monotonic() < deadline and any(start_time(p) == t for p, t in held.items()):
+            time.sleep(0.2)
+        left = {p for p, t in held.items() if start_time(p) == t}
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        if mode == "kill":
+            assert not left, f"left running after the parent's SIGKILL: {left}"
+        else:   # the guard was stopped (the engine shut down normally): nothing is signalled
+            assert engine in left

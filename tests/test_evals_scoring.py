@@ -230,3 +230,53 @@ def test_empty_golds_counted_and_skippable():
     s = summarize(skip, ("em", "f1", "cover_em", "strict_em"))
     assert [r.get("skipped_empty_gold", False) for r in skip] == [True, False, False]
     assert s["cover_em"] == 0.0 and s["empty_gold_items"] == 2 and s["skipped_empty_gold_items"] == 1 and s["n"] == 3
+
+
+def _unanswerable_bench(root, name: str, k: int) -> None:
+    """A MuSiQue-style bench file of `k` rows, every one `answerable: false` (left out before sampling)."""
+    import json
+
+    (root / name).mkdir(parents=True)
+    rows = [{"id": f"u{i}", "question": f"q{i}?", "answer": "a", "answer_aliases": [], "answerable": False,
+             "paragraphs": [{"idx": 0, "title": "T", "paragraph_text": "text", "is_supporting": True}]}
+            for i in range(k)]
+    (root / name / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("n", [2, 0])
+@pytest.mark.parametrize("mode", ["given", "item"])
+def test_a_bench_with_no_items_scores_null_with_a_reason_not_zero(tmp_path, capsys, mode, n):
+    """A mean over zero items is no number: null with n 0 and the reason, never EM 0.0 (in summary.json,
+    the terminal table and the 7-bench mean)."""
+    import json
+
+    from evals.cli import main as evaluate_main
+    from tests.conftest import ROOT
+
+    _unanswerable_bench(tmp_path / "br", "mq_unans", 3)
+    out = tmp_path / "o"
+    assert evaluate_main([f"ckpt={ROOT / 'common' / 'tiny_base'}", f"benches=[mq_unans@{mode}]",
+                          f"bench_root={tmp_path / 'br'}", f"n={n}", f"out={out}", "progress=false"]) == 0
+    s = json.loads((out / "summary.json").read_text())[f"mq_unans@{mode}"]
+    assert s["n"] == 0 and s["unanswerable_excluded"] == 3
+    for key in ("em", "f1", "cover_em", "strict_em", "format_failure_rate", "mean_turns", "mean_tool_calls"):
+        assert s[key] is None, (key, s)
+    assert "no items" in s["null_reason"] and "3 items with answerable: false" in s["null_reason"]
+    assert f"mq_unans@{mode}" in capsys.readouterr().out
+
+
+def test_every_item_skipped_scores_null_not_zero():
+    from evals.agent import Episode
+    from evals.benches import BenchItem
+    from evals.metrics import METRICS, NON_METRIC_FIELDS, unweighted_mean
+    from evals.results import summarize
+    from evals.tasks import qa_row
+
+    items = [BenchItem("a", "q", ["*"]), BenchItem("b", "q", ["---"])]
+    ep = lambda i: Episode(i, [], [], final_content="Final answer: Lyon", stop_reason="answer")  # noqa: E731
+    s = summarize([qa_row(ep(it.id), it, skip_empty_golds=True) for it in items], ("em", "f1", "cover_em", "strict_em"))
+    assert s["n"] == 2 and s["skipped_empty_gold_items"] == 2
+    assert s["em"] is None and s["cover_em"] is None and "skip_empty_golds" in s["null_reason"]
+    assert s["format_failure_rate"] == 0.0   # a mean over the 2 items played, a number
+    assert set(s) <= set(METRICS) | set(NON_METRIC_FIELDS)
+    assert unweighted_mean({"nq": s, "hotpotqa": {"em": 0.5}}, ["nq", "hotpotqa"], "em") is None

@@ -68,3 +68,20 @@ def test_show_prints_each_value_with_its_origin(tmp_path, capsys):
     cfg = compose(argv).cfg   # every key shown, with the composed value
     assert list(lines) == flat_keys(cfg)
     assert lines["train.lr"].split(" = ", 1)[1].split("#")[0].strip() == repr(cfg.train.lr)
+
+
+@pytest.mark.parametrize("share", ["", "~1", "~0.5"])
+def test_a_source_with_a_share_is_made_absolute_like_one_without(tmp_path, monkeypatch, share):
+    """A local source given relative to where launch runs is recorded absolute, its `~SHARE` kept:
+    the trainer runs elsewhere and must read the very file meant."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "nq.jsonl").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    other = "search-r1:data/nq.jsonl~0.5," if share == "~0.5" else ""
+    cfg = compose(["arm=search", "model=tiny_base", "data=hub",
+                   f"data.sources.search=[{other}search-r1:data/nq.jsonl{share}]"]).cfg
+    want = f"search-r1:{tmp_path / 'data' / 'nq.jsonl'}{share}"
+    assert list(cfg.data.sources.search)[-1] == want
+    # a hub id keeps its share and is not made a path
+    cfg = compose(["arm=search", "model=tiny_base", "data=hub", "data.sources.search=[openseeker:Org/Data~1]"]).cfg
+    assert list(cfg.data.sources.search) == ["openseeker:Org/Data~1"]

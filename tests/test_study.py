@@ -231,7 +231,8 @@ def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "model=tiny_base", "gpus_per_node=1",
                    "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]",
-                   "report:eval.bench_n={search_plan_ood:2}")
+                   "report:eval.bench_n={search_plan_ood:2}",
+                   "report:eval.enable_thinking=auto")   # the tiny base's template ignores the switch (refused)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     train, report = (Path(p) for p in record.read_text().split())
     assert train.name == "launch.sbatch" and "dependency" not in _opts(train.read_text())
@@ -246,3 +247,39 @@ def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
     assert _opts(evaluation.read_text())["array"] == "0-1" and "dependency" not in _opts(evaluation.read_text())
     assert _opts(aggregation.read_text())["dependency"] == "afterany:5003"
     assert (report.parent / "report.jobs").read_text().split() == ["5002", "5003", "5004"]
+
+
+_BLOCK_TRAIN = """  - name: train
+    run: grpo
+    args:
+      task: spa                        # [ref] search_plan_act
+      model: qwen3_4b                  # [ref] Qwen/Qwen3-4B, the hybrid model
+      grpo.enable_thinking: true       # [chosen] not stated by the reference: the hybrid's thinking mode (its default), explicit
+      runs_root: ${vars.runs_root}     # [chosen] one directory per study
+"""
+
+
+def test_flow_style_args_are_held_to_the_source_marks_like_block_style(tmp_path):
+    """`- {name: ..., run: ..., args: {...}}` (the docstring's own form): each argument needs its own
+    [ref]/[chosen] mark on its line, as in block style; one mark cannot speak for two arguments."""
+    src = (ROOT / "recipes" / "study" / "qwen3_4b_spa_grpo.yaml").read_text()
+    assert _BLOCK_TRAIN in src
+    path = tmp_path / "qwen3_4b_spa_grpo.yaml"
+    one_line = ('  - {name: train, run: grpo, args: {task: spa, model: qwen3_4b, grpo.enable_thinking: true, '
+                'runs_root: "${vars.runs_root}"}}\n')
+    path.write_text(src.replace(_BLOCK_TRAIN, one_line))
+    with pytest.raises(StudyError, match=r"unmarked: line 15: .*task: spa"):
+        load_study(str(path))
+    path.write_text(src.replace(_BLOCK_TRAIN, one_line.rstrip("\n") + "  # [ref] all of them\n"))
+    with pytest.raises(StudyError, match=r"line 15: 4 arguments \(task, model, grpo.enable_thinking, runs_root\) share"):
+        load_study(str(path))
+    marked = ("  - {name: train, run: grpo, args: {\n"
+              "      task: spa,                        # [ref] search_plan_act\n"
+              "      model: qwen3_4b,                  # [ref] Qwen/Qwen3-4B, the hybrid model\n"
+              "      grpo.enable_thinking: true,       # [chosen] the hybrid's thinking mode, explicit\n"
+              '      runs_root: "${vars.runs_root}"}}  # [chosen] one directory per study\n')
+    path.write_text(src.replace(_BLOCK_TRAIN, marked))
+    assert load_study(str(path)).stages[0].args == load_study("qwen3_4b_spa_grpo").stages[0].args
+    path.write_text(src.replace(_BLOCK_TRAIN, marked.replace("  # [ref] Qwen/Qwen3-4B, the hybrid model", "")))
+    with pytest.raises(StudyError, match=r"unmarked: line 17: model: qwen3_4b,$"):
+        load_study(str(path))

@@ -10,6 +10,7 @@ always add up.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -47,6 +48,11 @@ class Source:
     @property
     def is_local(self) -> bool:
         return Path(self.location).exists()
+
+    def reads(self) -> tuple:
+        """What the source reads, however it was spelled (a local path resolved; its share aside)."""
+        where = os.path.realpath(self.location) if self.is_local else self.location
+        return self.format, where, self.split, self.revision
 
     def files(self) -> list[Path]:
         p = Path(self.location)
