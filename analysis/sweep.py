@@ -24,6 +24,7 @@ from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
 from common import keydoc
 from common.benchmarks import BenchError, canonical_bench_key
+from common.tiny import resolve_model_path
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
@@ -189,7 +190,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         benches = [canonical_bench_key(str(b)) for b in benches]
     except BenchError as exc:
         raise AnalysisError(f"benches: {exc}") from None
-    anchor = None if cfg.anchor in (None, "") else str(cfg.anchor)
+    anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())
     anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else root / "_anchor"

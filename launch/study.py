@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.cli import did_you_mean, split_dotlist
+from common.cli import did_you_mean, parse_switch, split_dotlist
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
 from launch.errors import LaunchError
 
@@ -41,7 +41,10 @@ ALL_STAGES = ("dry_run",)  # plain keys that go to every stage, not just the tra
 
 
 def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool]:
-    """(study with the command line's variables, each stage's extra tokens, dry_run)."""
+    """(study with the command line's variables, each stage's extra tokens, dry_run).
+
+    `${vars.X}` in a variable or a stage's token is the study's variable X; `dry_run` is read by
+    common.cli.parse_switch (the rule of every stage) and goes to every stage, never to one."""
     spec, rest = None, []
     for tok in argv:
         key, _, value = tok.partition("=")
@@ -60,14 +63,18 @@ def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool
         if not sep or not head.strip():
             raise LaunchError(f"expected key=value or STAGE:key=value, found {tok!r}")
         if ":" in head:
+            if head.partition(":")[2].strip() in ALL_STAGES:
+                raise LaunchError(f"{tok}: {head.partition(':')[2].strip()} goes to every stage; give it without "
+                                  f"a stage ({head.partition(':')[2].strip()}=...)")
             targeted.append(tok)
             continue
         (key, value), = split_dotlist([tok])
-        if key in names_of_vars:
-            variables[key] = OmegaConf.from_dotlist([f"v={value}"]).v if value else None
+        if key in names_of_vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
+            variables[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)["v"] \
+                if value else None
             continue
         if key == "dry_run":
-            dry_run = str(value).strip().lower() in ("1", "true", "yes")
+            dry_run = parse_switch(value, "dry_run")
         shared.append(tok)
     study = load_study(spec, variables=variables)
     names = [s.name for s in study.stages]
@@ -76,14 +83,24 @@ def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool
         key = tok.partition("=")[0].strip()
         for s in study.stages:
             if key in ALL_STAGES or s.run in TRAINING_RUNS:
-                extra[s.name].append(tok)
+                extra[s.name].append(study.substitute(tok, tok))
     for tok in targeted:
         stage, _, kv = tok.partition(":")
         if stage not in extra:
             raise LaunchError(f"{tok}: {stage!r} is not a stage of study {study.name} (stages: {', '.join(names)})."
                               f"{did_you_mean(stage, names)}")
-        extra[stage].append(kv)
+        extra[stage].append(study.substitute(kv, tok))
     return study, extra, dry_run
+
+
+def _launcher(tokens: list[str]) -> str | None:
+    """The launcher a training stage's tokens ask for (the last `launcher=` / `launcher.kind=` wins)."""
+    kind = None
+    for tok in tokens:
+        key, sep, value = tok.partition("=")
+        if sep and key.strip() in ("launcher", "launcher.kind"):
+            kind = value.strip()
+    return kind
 
 
 def stage_command(study: Study, stage, extra: list[str]) -> list[str]:
@@ -94,18 +111,42 @@ def stage_command(study: Study, stage, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", module, *lead, *args]
 
 
+def _check_stages(study: Study, stages: list, extra: dict[str, list[str]], env: dict, on_slurm: bool) -> int:
+    """Each of `stages`' settings checked by its own dry run (its output not shown, its refusal is)
+    before the study starts anything: a typo in a later stage's key stops the study up front."""
+    for stage in stages:
+        cmd = stage_command(study, stage, extra[stage.name]) + (["launcher=slurm"] if on_slurm and stage.run == "analyze" else [])
+        rc = subprocess.run([*cmd, "dry_run=true"], env=env, stdout=subprocess.DEVNULL).returncode
+        if rc != 0:
+            rc = 128 - rc if rc < 0 else rc
+            print(f"study {study.name}: stage {stage.name} refuses its settings (exit {rc}, above; its dry run: "
+                  f"{shlex.join(['python', *cmd[1:], 'dry_run=true'])}); nothing started", file=sys.stderr, flush=True)
+            return rc
+    return 0
+
+
 def run_study(argv: list[str]) -> int:
     study, extra, dry_run = parse_study_argv(argv)
-    on_slurm = any(tok.replace(" ", "") in ("launcher=slurm", "launcher.kind=slurm") for tok in argv)
+    # Slurm when any training stage is sent there (`launcher=slurm` for all of them, or `train:launcher=slurm`):
+    # the stages after it must wait for its jobs, not run at once on untrained runs.
+    on_slurm = any(_launcher(s.argv(extra[s.name])) == "slurm" for s in study.stages if s.run in TRAINING_RUNS) \
+        or _launcher([t for t in argv if ":" not in t.partition("=")[0]]) == "slurm"
     if study.unset() and not dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
                           f"(the study's data slots; see {study.path})")
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
-          f"  reference hardware: {study.hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}")
+          f"  reference hardware: {study.hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}",
+          flush=True)
     from launch.run import REPO
 
     env = dict(os.environ, **{STUDY_ENV: json.dumps(study.identity())})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    if not dry_run:   # a dry run shows each stage's own dry run anyway
+        # the first stage checks its own keys before it does anything, unless it is a job submitted as it is
+        first_checks_itself = study.stages[0].run in TRAINING_RUNS or not on_slurm
+        rc = _check_stages(study, study.stages[1 if first_checks_itself else 0:], extra, env, on_slurm)
+        if rc != 0:
+            return rc
     if on_slurm:
         return _submit_study(study, extra, dry_run, env, argv)
     for i, stage in enumerate(study.stages, 1):
@@ -150,16 +191,25 @@ def _stage_gpus(stage, args: list[str]) -> int:
         raise LaunchError(f"stage {stage.name}: data_parallel / tensor_parallel_size must be integers") from None
 
 
+def _ledger_root(study: Study) -> Path:
+    """Where `_slurm/` (the study's scripts, logs, job ids) goes: under the study's runs_root, else beside
+    (never inside) its `out`, which a stage (an export) must find holding only what it wrote."""
+    if study.vars.get("runs_root"):
+        return Path(str(study.vars["runs_root"]))
+    if study.vars.get("out"):
+        return Path(str(study.vars["out"])).parent
+    return Path(".")
+
+
 def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env: dict, argv: list[str]) -> int:
     from launch import slurm
     from launch.run import REPO
 
-    base = study.vars.get("runs_root") or study.vars.get("out") or "runs"
-    ledger = (Path(str(base)) / "_slurm" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    ledger = (_ledger_root(study) / "_slurm" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     if not dry_run:
         ledger.mkdir(parents=True, exist_ok=True)
     shared = [t for t in argv if ":" not in t.partition("=")[0]]
-    options = _stage_job_options(shared)
+    options = _stage_job_options(shared + [t for s in study.stages if s.run in TRAINING_RUNS for t in extra[s.name]])
     after, submitted = None, {}
     for i, stage in enumerate(study.stages, 1):
         cmd = stage_command(study, stage, extra[stage.name])
@@ -167,8 +217,10 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
             cmd.append("launcher=slurm")   # its evaluations: a job array, then the aggregation
         print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}"
               f"\n[study] waits for: {after or 'nothing'}", flush=True)
-        if study.unset(stage):
+        if study.unset(stage):   # (a dry run only): its jobs are still what the next stage waits for
             print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
+            submitted[stage.name] = [f"<job ids of stage {stage.name}>"]
+            after = "afterok:" + submitted[stage.name][0]
             continue
         jobs_file = ledger / f"{stage.name}.jobs"
         stage_env = {k: v for k, v in env.items() if k != slurm.AFTER_ENV}
@@ -183,7 +235,7 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
                       file=sys.stderr)
                 return rc
         if stage.run not in TRAINING_RUNS:
-            job_argv = [a for a in cmd if a.replace(" ", "") != "dry_run=true"]
+            job_argv = [a for a in cmd if a.partition("=")[0].strip() not in ALL_STAGES]   # the job runs for real
             spec = slurm.SlurmSpec(job_name=f"dtsft-{study.name}-{stage.name}", nodes=1,
                                    gpus_per_node=_stage_gpus(stage, job_argv), nproc_per_node=1,
                                    output=str(ledger / f"{stage.name}-%j.out"), exclusive=False, signal=False,
