@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.aggregate import Points
 from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
-from analysis.discover import ANCHOR_ARM, Run, discover_runs, replaced_dirs
+from analysis.discover import ANCHOR_ARM, Run, discover_runs, read_json_object, replaced_dirs
 from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, check_settings,
                                  harness, plan, run_jobs)
 from analysis.figures import FigureInfo, Panel, plot_curves
@@ -270,7 +270,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if study is not None and study.reference_results:
         from analysis.reference import reference_table
 
-        result.tables["reference"] = reference_table(study, add_mean_rows(table, qa))
+        given = None if cfg.anchor in (None, "") else str(cfg.anchor)   # as spelled; else the one anchor_dir holds
+        anchor_model = given or (read_json_object(anchor_dir / "anchor.json", []) or {}).get("model")
+        result.tables["reference"] = reference_table(study, add_mean_rows(table, qa), runs, anchor_model)
         table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate))
     problems = sorted(set(points.problems + pp.problems + [p for r in runs for p in r.problems]))

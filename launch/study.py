@@ -5,7 +5,11 @@
 - `VAR=value` sets one of the study's `vars:` (runs_root, data slots, ...);
 - `STAGE:key=value` goes to that stage only (e.g. `report:eval.n=2`);
 - any other `key=value` goes to every training stage (run: sft, sweep, grpo), e.g. `model=tiny_base`,
-  `launcher=slurm`; `dry_run=true` goes to every stage.
+  `launcher=slurm`; `dry_run=true` goes to every stage (read by common.cli.parse_switch, the rule of
+  every command: true/false, 1/0, yes/no, on/off), never to one;
+- `${vars.X}` in any value is the study's variable X (`'reports=${vars.runs_root}/rep'`).
+Before the first stage starts, every later stage's settings are checked by its own dry run (output
+hidden, refusal shown): a typo in `report:eval.nn=2` stops the study before any training.
 Each stage runs as a child process through its command's module (`python -m launch.cli | evals.cli |
 analysis.cli | sft.export`), so launch imports no later stage; an analyze stage is given `study=<file>`
 so the report shows the study's reference results beside the measured values. The first stage that
@@ -13,15 +17,17 @@ fails stops the study with its exit status; every stage is idempotent (runs resu
 only what is missing), so the same command continues the study. Each child gets DTSFT_STUDY (the
 study's name, file and digest), which run manifests record.
 
-`launcher=slurm` submits the whole study instead, each stage's jobs depending on the previous
+`launcher=slurm` (or any training stage sent to Slurm: `train:launcher=slurm`) submits the whole
+study instead, each stage's jobs depending on the previous
 stage's (`--dependency=afterok:...`): a training stage's own launcher submits its jobs (told the
 dependency through $DTSFT_SLURM_AFTER; their ids come back through $DTSFT_SLURM_JOBS); an analyze,
 evaluate or export stage becomes one job running its command (analyze with `launcher=slurm`, so when
 it runs it fans the evaluations out as an array, one task per checkpoint still to evaluate, and
 submits the aggregation after it: analysis/slurm.py). Scripts, logs and each stage's job ids go to
-`<runs_root>/_slurm/study-<UTC time>/`; the job ids and one command to watch them are printed.
-`dry_run=true` prints every script (dependencies on not yet submitted jobs shown as
-`afterok:<job ids of stage NAME>`) and each stage's own dry run.
+`<runs_root>/_slurm/study-<UTC time>/` (without a `runs_root` variable: beside the study's `out`, never
+inside it); the job ids and one command to watch them are printed. `dry_run=true` prints every script
+(dependencies on not yet submitted jobs, an unresolved stage's too, shown as `afterok:<job ids of stage
+NAME>`) and each stage's own dry run, and submits and writes nothing.
 """
 from __future__ import annotations
 

@@ -167,7 +167,8 @@ def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
     ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
     assert "0.000 → 0.019" in ref and "Reported by the reference" in ref
     row = next(line for line in ref.splitlines() if "| search_plan_ood |" in line)
-    assert re.search(r"\d\.\d{3} → \d\.\d{3} @2", row), row  # the measured pre -> post beside the reported one
+    # tiny_base after 2 steps on 2 items is not what the reference measured: said, not paired (issue 34)
+    assert row.rstrip().endswith("| not comparable: tiny_base, n=2 |"), row
     assert f"sha256 {study.sha256[:12]}" in (tmp_path / "rep" / "report.md").read_text()
     before = _tables(tmp_path / "rep")
     edited = tmp_path / "qwen3_4b_spa_grpo.yaml"
@@ -193,6 +194,10 @@ def test_dual_terminator_study_runs_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
     assert "0.344" in ref and "0.302" in ref
+    # the smoke's anchor (tiny-base) loads and is evaluated; beside the published anchor it is said not comparable
+    assert "evaluation failed" not in (tmp_path / "rep" / "report.md").read_text()
+    anchor = next(line for line in ref.splitlines() if "(anchor) | avg | em |" in line)
+    assert anchor.rstrip().endswith("| not comparable: tiny-base, 1 of 7 benches, n=2 |"), anchor
 
 
 def _opts(script: str) -> dict[str, str]:
@@ -285,6 +290,19 @@ def _measured_cells(root: Path, study: str, profile: str, anchor: str | None) ->
     return cells
 
 
+def _reference_cells(root: Path, study: str, profile: str, anchor: str | None) -> dict[tuple[str, str, str], str]:
+    """The same cells from analysis.reference directly (no figures: the quick way for further cases)."""
+    from analysis.collect import add_mean_rows, collect, qa_benches
+    from analysis.discover import discover_runs
+    from analysis.evaluation import anchor_eval_dir
+    from analysis.reference import reference_table
+
+    runs = discover_runs(root, profile)
+    table = collect(runs, anchor_eval_dir(root / "_anchor", profile)).table
+    t = reference_table(load_study(study), add_mean_rows(table, qa_benches(table)), runs, anchor)
+    return {(system, bench, metric): measured for system, (bench, metric, _, _, measured) in t.rows}
+
+
 def _study_run(root: Path, arm: str, model: tuple[str, str], evals: dict[int, dict[str, int]], profile: str,
                value: float = 0.4) -> None:
     from common import layout
@@ -300,6 +318,7 @@ def _study_run(root: Path, arm: str, model: tuple[str, str], evals: dict[int, di
 def test_the_reference_table_shows_a_measured_value_only_beside_a_comparable_one(tmp_path):
     """Issue 34 item 1: model, bench set, n per bench and metric must all be the published value's."""
     from analysis.evaluation import anchor_eval_dir
+    from analysis.tables import DASH
 
     sft, ref = "dual-terminator SFT (r2e arm, step 100)", "base + Final answer: nudge (anchor)"
     small = tmp_path / "small"   # the cpu smoke: tiny_base, 2 of the 7 benches, n=2
@@ -311,14 +330,19 @@ def test_the_reference_table_shows_a_measured_value_only_beside_a_comparable_one
     full = tmp_path / "full"     # the reference's model, the seven benches at their reference sizes
     _study_run(full, "r2e", ("qwen3_4b_thinking_2507", "Qwen/Qwen3-4B-Thinking-2507"), {100: SEVEN_SIZES},
                "search_r1_7bench")
-    _eval_at(anchor_eval_dir(full / "_anchor", "search_r1_7bench"), SEVEN_SIZES, 0.3)
-    cells = _measured_cells(full, "dual_terminator_sft", "search_r1_7bench", "Qwen/Qwen3-4B-Thinking-2507")
-    assert cells[(sft, "avg", "em")].startswith("0.400 (") and cells[(ref, "avg", "em")].startswith("0.300 (")
+    _eval_at(anchor_eval_dir(full / "_anchor", "search_r1_7bench"), SEVEN_SIZES, 0.2)
+    cells = _reference_cells(full, "dual_terminator_sft", "search_r1_7bench", "Qwen/Qwen3-4B-Thinking-2507")
+    assert cells[(sft, "avg", "em")] == "0.400 (each bench at its reference n, 1 seed(s))"
+    assert cells[(ref, "avg", "f1")] == "0.200 (each bench at its reference n, 1 seed(s))"
+    _study_run(full, "search", ("qwen3_4b_thinking_2507", "Qwen/Qwen3-4B-Thinking-2507"), {100: SEVEN_SIZES},
+               "search_r1_7bench")   # (another arm changes nothing) and the anchor given as another model:
+    cells = _reference_cells(full, "dual_terminator_sft", "search_r1_7bench", "Qwen/Qwen3-4B")
+    assert cells[(ref, "avg", "em")] == "not comparable: Qwen/Qwen3-4B" and cells[(sft, "avg", "em")].startswith("0.400")
     grpo = tmp_path / "grpo"     # pre -> post: the same rules at both ends
     _study_run(grpo, "grpo_spa", ("tiny_base", "tiny-base"), {0: {"musique@given": 2}, 2: {"musique@given": 2}}, "rl_ood")
     cells = _measured_cells(grpo, "qwen3_4b_spa_grpo", "rl_ood", None)
     assert cells[("Qwen3-4B GRPO search_plan_act", "musique@given", "em")] == "not comparable: tiny_base, n=2"
-    assert cells[("Qwen3-4B GRPO search_plan_act", "babyai", "return")] == "—"   # no such point
+    assert cells[("Qwen3-4B GRPO search_plan_act", "babyai", "return")] == DASH   # no such point
 
 
 def test_a_training_stage_sent_to_slurm_submits_the_whole_study(tmp_path, monkeypatch):
@@ -349,12 +373,11 @@ def test_dry_run_is_read_by_one_rule(spelling, value):
 
 
 def test_a_study_dry_run_in_any_spelling_submits_and_writes_nothing(tmp_path, monkeypatch):
-    """Issue 34 item 3: `dry_run=on` (or 1) on Slurm prints the plan; sbatch is never called, no ledger written."""
+    """Issue 34 item 3: `dry_run=on` on Slurm prints the plan; sbatch is never called, no ledger written."""
     record = _stand_in_sbatch(tmp_path, monkeypatch)
-    for spelling in ("on", "1"):
-        proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", f"dry_run={spelling}", "runs_root=runs")
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert "dry run done" in proc.stdout and "Slurm job(s) 50" not in proc.stdout
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "dry_run=on", "runs_root=runs")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "dry run done" in proc.stdout and "Slurm job(s) 50" not in proc.stdout
     assert not record.exists() and not (tmp_path / "runs").exists()
     proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "dry_run=maybe", "runs_root=runs")
     assert proc.returncode == 2 and "dry_run=maybe: expected true or false" in proc.stderr and "== stage" not in proc.stdout
