@@ -87,9 +87,12 @@ def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool
     extra = {s.name: [] for s in study.stages}
     for tok in shared:
         key = tok.partition("=")[0].strip()
-        for s in study.stages:
-            if key in ALL_STAGES or s.run in TRAINING_RUNS:
-                extra[s.name].append(study.substitute(tok, tok))
+        takers = [s for s in study.stages if key in ALL_STAGES or s.run in TRAINING_RUNS]
+        if not takers and key not in (*_STAGE_JOB_KEYS, "launcher", "launcher.kind"):   # those: the stage jobs' options
+            raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has no "
+                              f"training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
+        for s in takers:
+            extra[s.name].append(study.substitute(tok, tok))
     for tok in targeted:
         stage, _, kv = tok.partition(":")
         if stage not in extra:

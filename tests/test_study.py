@@ -418,6 +418,17 @@ def test_a_stage_key_typo_is_refused_before_the_first_stage(tmp_path, monkeypatc
     assert not record.exists() and not (tmp_path / "runs").exists()
 
 
+def test_a_plain_key_no_stage_takes_is_refused():
+    """Issue 34 item 6: a study without training stages (the export) has nowhere for `fooo=1` to go."""
+    from launch.errors import LaunchError
+    from launch.study import parse_study_argv
+
+    argv = ["study=browsecomp_worker_export", "checkpoint=ckpt", "tokenizer=tok"]
+    with pytest.raises(LaunchError, match=r"fooo=1: .*no training stage.*give it to a stage: export:fooo=1"):
+        parse_study_argv([*argv, "fooo=1"])
+    assert parse_study_argv([*argv, "launcher=slurm", "partition=gpu", "dry_run=on"])[2] is True
+
+
 def test_a_study_variable_may_refer_to_another(tmp_path):
     """Issue 34 item 11: `${vars.X}` on the command line resolves against the study's variables."""
     proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=r", "reports=${vars.runs_root}/rep", "dry_run=true")
