@@ -21,7 +21,8 @@ from analysis.collect import AGENTIC_BENCHES, MEAN_BENCH
 from analysis.discover import ANCHOR_ARM, Run
 from analysis.tables import DASH, Column, Table
 from common.benchmarks import canonical_bench_key
-from common.study import ReferenceResult, Study
+from common.cli import ConfigError
+from common.study import TRAINING_RUNS, ReferenceResult, Study, StudyError
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,13 @@ def expected(study: Study) -> Expected:
     models: dict[str, str | None] = {}
     benches, sizes = [], {}
     for stage in study.stages:
-        if stage.run in ("sft", "sweep", "grpo"):
+        if stage.run in TRAINING_RUNS:
+            try:
+                model = _stage_model(stage)
+            except ConfigError as exc:   # a model recipe the study names that does not exist
+                raise StudyError(f"{study.path}: stage {stage.name}: {exc}") from None
             for arm in _stage_arms(stage):
-                models.setdefault(arm, _stage_model(stage))
+                models.setdefault(arm, model)
         elif stage.run == "analyze":
             if stage.args.get("anchor") is not None:
                 models.setdefault(ANCHOR_ARM, str(stage.args["anchor"]))

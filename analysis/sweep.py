@@ -203,7 +203,10 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if cfg.study:
         from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
+        from analysis.reference import expected
+
         study = load_study(str(cfg.study))
+        expected(study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
     from analysis.slurm import check_launcher, submit_analysis, submit_runs, tasks_report
 
     check_launcher(cfg)

@@ -138,8 +138,12 @@ def run_study(argv: list[str]) -> int:
     study, extra, dry_run = parse_study_argv(argv)
     # Slurm when any training stage is sent there (`launcher=slurm` for all of them, or `train:launcher=slurm`):
     # the stages after it must wait for its jobs, not run at once on untrained runs.
-    on_slurm = any(_launcher(s.argv(extra[s.name])) == "slurm" for s in study.stages if s.run in TRAINING_RUNS) \
-        or _launcher([t for t in argv if ":" not in t.partition("=")[0]]) == "slurm"
+    kinds = {s.name: _launcher(s.argv(extra[s.name])) or "local" for s in study.stages if s.run in TRAINING_RUNS}
+    on_slurm = "slurm" in kinds.values() or _launcher([t for t in argv if ":" not in t.partition("=")[0]]) == "slurm"
+    if on_slurm and set(kinds.values()) != {"slurm"} and kinds:   # a local one would run at once, not after the jobs
+        raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == 'slurm')} "
+                          f"go to Slurm but {', '.join(k for k, v in kinds.items() if v != 'slurm')} would run here, "
+                          "not after their jobs: give launcher=slurm (every training stage) or target each stage")
     if study.unset() and not dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
                           f"(the study's data slots; see {study.path})")

@@ -354,6 +354,8 @@ def test_a_training_stage_sent_to_slurm_submits_the_whole_study(tmp_path, monkey
     assert "all stages done" not in proc.stdout and not (tmp_path / "rep").exists()
     train, report = (Path(p) for p in record.read_text().split())
     assert train.name == "launch.sbatch" and _opts(report.read_text())["dependency"] == "afterok:5001"
+    proc = _launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "sft:launcher=slurm", "dry_run=true")
+    assert proc.returncode == 2 and "training stages sft go to Slurm but grpo would run here" in proc.stderr
 
 
 @pytest.mark.parametrize("spelling,value", [("true", True), ("False", False), ("1", True), ("0", False), ("YES", True),
