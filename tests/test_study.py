@@ -304,11 +304,11 @@ def _reference_cells(root: Path, study: str, profile: str, anchor: str | None) -
 
 
 def _study_run(root: Path, arm: str, model: tuple[str, str], evals: dict[int, dict[str, int]], profile: str,
-               value: float = 0.4) -> None:
+               value: float = 0.4, seed: int = 0) -> None:
     from common import layout
     from test_analysis_helpers import make_run
 
-    run = make_run(root, arm, 0, sorted(evals))
+    run = make_run(root, arm, seed, sorted(evals))
     with open(run / "config.yaml", "a", encoding="utf-8") as fh:
         fh.write(f"model:\n  name: {model[0]}\n  path: {model[1]}\n")
     for step, sizes in evals.items():
@@ -338,6 +338,10 @@ def test_the_reference_table_shows_a_measured_value_only_beside_a_comparable_one
                "search_r1_7bench")   # (another arm changes nothing) and the anchor given as another model:
     cells = _reference_cells(full, "dual_terminator_sft", "search_r1_7bench", "Qwen/Qwen3-4B")
     assert cells[(ref, "avg", "em")] == "not comparable: Qwen/Qwen3-4B" and cells[(sft, "avg", "em")].startswith("0.400")
+    _study_run(full, "r2e", ("qwen3_4b_thinking_2507", "Qwen/Qwen3-4B-Thinking-2507"),
+               {100: {b: n for b, n in SEVEN_SIZES.items() if b != "popqa"}}, "search_r1_7bench", seed=1)
+    cells = _reference_cells(full, "dual_terminator_sft", "search_r1_7bench", "Qwen/Qwen3-4B-Thinking-2507")
+    assert cells[(sft, "avg", "em")] == "not comparable: 6 of 7 benches"   # seed 1 lacks popqa
     grpo = tmp_path / "grpo"     # pre -> post: the same rules at both ends
     _study_run(grpo, "grpo_spa", ("tiny_base", "tiny-base"), {0: {"musique@given": 2}, 2: {"musique@given": 2}}, "rl_ood")
     cells = _measured_cells(grpo, "qwen3_4b_spa_grpo", "rl_ood", None)
