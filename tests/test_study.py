@@ -472,6 +472,8 @@ def test_the_smoke_anchor_name_loads_in_evaluate_and_analyze(tmp_path):
         def check(self, cfg):
             return cfg
 
+    (tmp_path / "runs" / "_anchor").mkdir(parents=True)   # recorded by an earlier analyze as the name itself
+    (tmp_path / "runs" / "_anchor" / "anchor.json").write_text('{"model": "tiny-base", "prompt": "anchor_nudge"}')
     run_analysis({"runs_root": str(tmp_path / "runs"), "out": str(tmp_path / "rep"), "anchor": "tiny-base",
                   "benches": ["search_plan_ood"]}, evaluator=Recorder())
     assert Recorder.ckpts == [str(TINY_BASE_DIR)]
