@@ -94,15 +94,15 @@ def apply_overrides(
     aliases = aliases or {}
     known = KeySpace(base, open_prefixes)
     cfg = base.copy()
-    for key, value in split_dotlist(argv):
-        key = aliases.get(key, key)
+    for given, value in split_dotlist(argv):
+        key = aliases.get(given, given)
         if key not in known:
             shown = sorted(known.leaves | set(aliases))
             raise ConfigError(
                 f"unknown key {key!r}.{did_you_mean(key, shown)}\nValid keys: {', '.join(shown)}"
             )
         if key.rsplit(".", 1)[-1] in SWITCHES:
-            value = str(parse_switch(value, key)).lower()
+            value = str(parse_switch(value, given)).lower()
         try:
             parsed = OmegaConf.from_dotlist([f"{key}={value}"])
             cfg = OmegaConf.merge(cfg, parsed)
