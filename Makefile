@@ -70,7 +70,7 @@ test: venv lint docs
 
 # The vLLM tier (tests marked `vllm`) in the vLLM environment; `.ci/run` runs it after `make test`.
 test-vllm: venv-vllm
-	DTSFT_VLLM_TIER=1 $(VLLM_BIN)/python -m pytest -q tests -m vllm --durations=10
+	DTSFT_VLLM_TIER=1 $(VLLM_BIN)/python -m pytest -q tests -m vllm $(XDIST) --durations=10
 
 # The developer's loop (<= 5 min here): lint + every test not marked slow; the slow ones (multi-process
 # trainers, end-to-end studies, the install and docs blocks) run in `make test`.
