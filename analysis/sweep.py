@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
-from common import keydoc
+from common import datafetch, keydoc
 from common.benchmarks import BenchError, canonical_bench_key
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
@@ -218,7 +219,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         submit_runs(cfg, eval_opts, benches, anchor, anchor_dir, profile)   # each run's job plans its own checkpoints
         return None
     runs = discover_runs(root, profile)
-    jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
+    with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
+        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
     if h is not None:
         check_templates(h, jobs, eval_opts)
     if cfg.dry_run:

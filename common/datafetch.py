@@ -15,6 +15,8 @@ elements of a JSON array, one per line.
 - `prefill(src, names)`: copies from a directory laid out as a bench_root (`<bench>/<file>`) or as
   the cache, checked the same way (air-gapped clusters).
 - `fetch-data [NAME ...] [from=DIR]`: the command line (`main`).
+- `no_network()`: a block of planning code (a dry run) in which hub lookups answer from the local hub
+  cache only, so a plan never waits on an unreachable hub.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import shutil
 import sys
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +100,20 @@ TABLE = {f.name: f for f in (
     DataFile("2wikimultihopqa:dev_context_20", "benchmarks-context/2wikimultihopqa/dev_context_20.jsonl", *_MIGRES,
              "data/wikihop.json", "f2c267da3b0141748509f472fa9ed3a8a9742ed60931b6b1a8e7b58cc18ec3c3", ("lines", 20)),
 )}
+
+
+@contextmanager
+def no_network():
+    """Hub lookups inside the block answer from the local cache or fail at once (huggingface_hub's
+    offline mode, read per request): what planning code wraps the hub calls it shares with real runs in."""
+    from huggingface_hub import constants
+
+    was = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = was
 
 
 def data_root() -> Path:

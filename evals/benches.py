@@ -224,10 +224,10 @@ def _missing(bench_root, key: str) -> BenchError:
     return BenchError(f"bench_root={bench_root} does not hold bench {key!r}: looked for {d}/*.jsonl; {held}")
 
 
-def bench_source(key: str, bench_root: str | Path | None, *, resolve: bool = True, sets=None) -> str:
+def bench_source(key: str, bench_root: str | Path | None, *, resolve: bool = True, sets=None, fetch: bool = True) -> str:
     """Where QA bench `key` (`NAME[@MODE]`) comes from, without loading it: its file under `bench_root`,
-    else its named set's cached file (fetched first; `resolve=False` fetches nothing and returns the
-    set's name when it is not cached), or its hub source (`hub:<repo>/<what>@<commit>`, the string the
+    else its named set's cached file (fetched first; `fetch=False`: its place in the cache, present or
+    not; `resolve=False` fetches nothing and returns the set's name when it is not cached), or its hub source (`hub:<repo>/<what>@<commit>`, the string the
     loader records; `resolve=False` leaves the commit off and asks nothing of the hub)."""
     bench, mode = parse_bench_key(key)
     if bench_root:
@@ -237,6 +237,8 @@ def bench_source(key: str, bench_root: str | Path | None, *, resolve: bool = Tru
         return str(path)
     name = bench_set(key, None, sets)
     if name in datafetch.TABLE:
+        if not fetch:
+            return str(datafetch.local_path(name))
         return str(datafetch.path(name) if resolve else (datafetch.cached(name) or name))
     if mode == "open":
         repo, what, pin = HUB_REPO, f"{bench}/{HUB_SPLITS[bench]}", None

@@ -108,7 +108,9 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
                         and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
                      **engine_settings(conf)},
         "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
-        "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": source_digest(source)},
+        # a named set's file digest is its pinned one (the file is checked against it when fetched)
+        "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": datafetch.TABLE[item_set].sha256
+                  if item_set in datafetch.TABLE else source_digest(source)},
     }
     if item_set is not None:
         body["bench"]["set"] = {"name": item_set, "source": datafetch.TABLE[item_set].source()

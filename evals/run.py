@@ -74,7 +74,7 @@ def _bench_source(bench: str, cfg) -> str:
         return f"envs.search_plan_act/{cfg.ood_split}"
     if bench == BABYAI_BENCH:
         return "envs.babyai_text"
-    return bench_source(bench, cfg.bench_root, sets=cfg.get("sets"))
+    return bench_source(bench, cfg.bench_root, sets=cfg.get("sets"), fetch=False)   # its identity needs no download
 
 
 def _bench_items(bench: str, cfg) -> tuple[list, str, int]:

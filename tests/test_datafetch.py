@@ -173,3 +173,38 @@ def test_fetch_data_refuses_bad_input(tmp_path):
     proc = _cli("nq:seed42_1000", f"from={bad.parent}", cache=cache)
     assert proc.returncode == 2 and "no " in proc.stderr and "nq/test_seed42_1000.jsonl" in proc.stderr
     assert "nq:seed42_1000" in _cli("--help", cache=cache).stdout
+
+
+def test_a_dry_run_never_waits_on_the_network(tmp_path):
+    """HF_HUB_OFFLINE unset and the hub and data endpoints a loopback port that accepts and never answers:
+    a launch dry run of data=hub (tokenizer from the hub, decontamination sets) ends at once, saying in one
+    line what it could not check, and downloads nothing."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)   # connections queue in the backlog; nothing ever reads or answers
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT=url, DTSFT_DATA_ENDPOINT=url, DTSFT_DATA=str(tmp_path / "cache"),
+               HF_HOME=str(tmp_path / "hf"), WANDB_MODE="disabled")
+    try:
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "launch.cli", "arm=r2e", "model=qwen3_4b_thinking_2507", "data=hub",
+                               f"runs_root={tmp_path / 'runs'}", "dry_run=true"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        took = time.monotonic() - start
+        # analyze's plan: the anchor's identity and each bench's named set, neither fetched
+        plan = subprocess.run([sys.executable, "-m", "analysis.cli", f"runs_root={tmp_path / 'runs'}", "profile=search_r1_7bench",
+                               "anchor=Qwen/Qwen3-4B-Thinking-2507", "corpus=corpus:wiki18_example_10",
+                               f"out={tmp_path / 'rep'}", "dry_run=true"], env=env, capture_output=True, text=True, timeout=120)
+        took_plan = time.monotonic() - start - took
+    finally:
+        silent.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert took < 60, f"a dry run took {took:.0f} s"
+    assert "dataset cache key not computable here: tokenizer=Qwen/Qwen3-4B-Thinking-2507" in proc.stdout
+    assert plan.returncode == 0 and "evaluations to run: 1" in plan.stdout, plan.stderr[-2000:]
+    assert took_plan < 60, f"analyze's dry run took {took_plan:.0f} s"
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists() and not (tmp_path / "rep").exists()
