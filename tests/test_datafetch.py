@@ -3,6 +3,7 @@ bounded, stopping by itself) or pre-filled from ../shared, checked against the r
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -208,3 +209,29 @@ def test_a_dry_run_never_waits_on_the_network(tmp_path):
     assert plan.returncode == 0 and "evaluations to run: 1" in plan.stdout, plan.stderr[-2000:]
     assert took_plan < 60, f"analyze's dry run took {took_plan:.0f} s"
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists() and not (tmp_path / "rep").exists()
+
+
+def test_a_bench_identity_names_its_set_without_fetching_it(tmp_path, cache):
+    """evaluate's identity of a bench read from a named set: the set's name, pinned source and digest, computed
+    with nothing cached (planning fetches nothing); another set of the same bench is another identity."""
+    from evals.config import resolve
+    from evals.run import bench_request
+
+    base = {"ckpt": "tiny", "out": str(tmp_path / "out"), "benches": ["nq"], "corpus": "corpus:wiki18_example_10"}
+    ckpt = {"kind": "stand-in"}
+    default = bench_request("nq", resolve(base), ckpt)
+    body = json.dumps(default["keys"])
+    f = datafetch.TABLE["nq:seed42_1000"]
+    assert "nq:seed42_1000" in body and f.source() in body and f.sha256 in body
+    other = bench_request("nq", resolve({**base, "sets": {"nq": "nq:flashrag_quickstart_17"}}), ckpt)
+    assert other["fingerprint"] != default["fingerprint"]
+    assert datafetch.cached("nq:seed42_1000") is None and datafetch.cached("corpus:wiki18_example_10") is None
+
+
+def test_a_bench_root_without_the_bench_names_what_it_looked_for(tmp_path):
+    from evals.benches import BenchError, load_bench
+
+    (tmp_path / "musique").mkdir()
+    (tmp_path / "musique" / "dev.json").write_text("[]")
+    with pytest.raises(BenchError, match=r"does not hold bench 'musique': looked for .*musique/\*\.jsonl; it holds \['dev.json'\]"):
+        load_bench("musique", tmp_path, 5, 42)
