@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import ConfigError, did_you_mean, split_dotlist, wants_help
-from common.io import sha256_file
+from common.io import clean_dead_tmp, sha256_file, tmp_name
 
 GITHUB = "https://raw.githubusercontent.com"
 HUB = "https://huggingface.co"
@@ -182,7 +182,9 @@ def _take(raw: bytes, take: tuple[str, int] | None, where: str) -> bytes:
 
 
 def _tmp(final: Path) -> Path:
-    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    """This process's temporary file for `final`; a killed process's (this host, pid dead) is removed first."""
+    clean_dead_tmp(final)
+    return tmp_name(final)
 
 
 def _commit(tmp: Path, f: DataFile, where: str) -> Path:
@@ -281,13 +283,12 @@ def main(argv: list[str] | None = None) -> int:
             entry(n)
         if "from" in opts:
             done = prefill(opts["from"], names or None)
-            how = "copied"
+            for n, p in done.items():
+                print(f"{n:34s} copied     {p}")
         else:
-            done, how = {}, "ok"
             for n in names or list(TABLE):
-                done[n] = path(n)
-        for n, p in done.items():
-            print(f"{n:34s} {how:7s} {p}")
+                how = "cached" if cached(n) else "downloaded"
+                print(f"{n:34s} {how:10s} {path(n)}")
         return 0
     except DataError as exc:
         print(f"fetch-data: {exc}", file=sys.stderr)

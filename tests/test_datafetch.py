@@ -111,6 +111,25 @@ def test_an_interrupted_download_leaves_no_partial_file(cache, monkeypatch):
     assert cache_files(cache) == []
 
 
+def test_a_killed_downloads_leftover_goes_with_the_next_download(cache, monkeypatch):
+    """SIGKILL mid-download leaves `<file>.tmp-<host>-<pid>` (never read as the file); the next download
+    on this host removes it once that pid is dead."""
+    from common.io import tmp_name
+
+    body = shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    final = cache / BAMBOOGLE
+    final.parent.mkdir(parents=True)
+    leftover = tmp_name(final).with_name(tmp_name(final).name.rsplit("-", 1)[0] + f"-{dead.pid}")
+    leftover.write_bytes(body[:100])
+    assert datafetch.cached("bamboogle:test") is None
+    with Loopback({url_path("bamboogle:test"): body}) as srv:
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
+        datafetch.path("bamboogle:test")
+    assert cache_files(cache) == [BAMBOOGLE]
+
+
 def test_prefixes_of_a_source_keep_its_bytes(cache, monkeypatch):
     """`take`: the first N lines of a longer file; the first N elements of a (truncated) JSON array."""
     musique = shared_path("benchmarks-context", "musique", "dev_ans_paragraphs_20.jsonl").read_bytes()
