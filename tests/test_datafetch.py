@@ -254,3 +254,12 @@ def test_a_bench_root_without_the_bench_names_what_it_looked_for(tmp_path):
     (tmp_path / "musique" / "dev.json").write_text("[]")
     with pytest.raises(BenchError, match=r"does not hold bench 'musique': looked for .*musique/\*\.jsonl; it holds \['dev.json'\]"):
         load_bench("musique", tmp_path, 5, 42)
+
+
+def test_no_user_path_names_shared():
+    """No code path, recipe, study file or user doc needs ../shared (the tests and bench/ may read it)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(["git", "grep", "-n", r"\.\./shared", "--", ".", ":!tests", ":!bench"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
