@@ -148,7 +148,8 @@ def cached(name: str) -> Path | None:
         return None
     actual = sha256_file(p)
     if actual != entry(name).sha256:
-        raise _mismatch(f"{p} (cached)", entry(name), actual) from None
+        raise DataError(f"{_mismatch(str(p), entry(name), actual)} (a cached file changed since it was checked: move it "
+                        f"aside and run `fetch-data {name}` again)") from None
     return p
 
 

@@ -100,6 +100,11 @@ def test_a_corrupted_download_is_refused_naming_both_digests(cache, monkeypatch)
     msg = str(err.value)
     assert datafetch.TABLE["bamboogle:test"].sha256 in msg and hashlib.sha256(body).hexdigest() in msg
     assert srv.url in msg and cache_files(cache) == []
+    (cache / BAMBOOGLE).parent.mkdir(parents=True)
+    (cache / BAMBOOGLE).write_bytes(bytes(body))   # a cached file changed afterwards: refused, kept, never re-fetched over
+    with pytest.raises(datafetch.DataError, match=r"changed since it was checked: move it aside and run `fetch-data bamboogle:test`"):
+        datafetch.path("bamboogle:test")
+    assert (cache / BAMBOOGLE).read_bytes() == bytes(body)
 
 
 def test_an_interrupted_download_leaves_no_partial_file(cache, monkeypatch):
