@@ -100,7 +100,7 @@ def test_a_corrupted_download_is_refused_naming_both_digests(cache, monkeypatch)
     msg = str(err.value)
     assert datafetch.TABLE["bamboogle:test"].sha256 in msg and hashlib.sha256(body).hexdigest() in msg
     assert srv.url in msg and cache_files(cache) == []
-    (cache / BAMBOOGLE).parent.mkdir(parents=True)
+    (cache / BAMBOOGLE).parent.mkdir(parents=True, exist_ok=True)   # the failed download made the dir
     (cache / BAMBOOGLE).write_bytes(bytes(body))   # a cached file changed afterwards: refused, kept, never re-fetched over
     with pytest.raises(datafetch.DataError, match=r"changed since it was checked: move it aside and run `fetch-data bamboogle:test`"):
         datafetch.path("bamboogle:test")
