@@ -262,8 +262,8 @@ USAGE = """usage: fetch-data [NAME ...] [from=DIR]
 
 Downloads each named reference file (none named: every one) from its pinned public source into the
 cache $DTSFT_DATA (now {root}), checked against its sha256; a file already cached is not downloaded
-again. from=DIR copies them from DIR instead (laid out as a bench_root: DIR/<bench>/<file>), checked
-the same way. Sources: $DTSFT_DATA_ENDPOINT (GitHub raw files), $HF_ENDPOINT (hub files).
+again. from=DIR copies them from DIR instead (laid out as a bench_root, DIR/<bench>/<file>, or as the
+cache, DIR/<collection>/<bench>/<file>), checked the same way. Sources: $DTSFT_DATA_ENDPOINT (GitHub raw files), $HF_ENDPOINT (hub files).
 
 Names:
 {names}"""
