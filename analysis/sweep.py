@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
-from common import keydoc
+from common import datafetch, keydoc
 from common.benchmarks import BenchError, canonical_bench_key
 from common.tiny import resolve_model_path
 
@@ -71,7 +72,8 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "eval.corpus": (None, "evaluate's corpus (retriever=bm25)"),
     "eval.retriever_url": (None, "evaluate's retriever_url (retriever=http)"),
     "eval.topk": (None, "evaluate's topk"),
-    "eval.bench_root": (None, "evaluate's bench_root"),
+    "eval.bench_root": (None, "evaluate's bench_root (your own files)"),
+    "eval.sets": (None, "evaluate's sets: per-bench named item set, e.g. {nq: 'nq:hub'} (docs/data.md)"),
     "eval.max_turns": (None, "evaluate's max_turns"),
     "eval.max_model_len": (None, "evaluate's max_model_len"),
     "eval.prompt": ("tool_agent", "evaluate's prompt for the runs' checkpoints (the anchor takes anchor_nudge)"),
@@ -222,7 +224,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         submit_runs(cfg, eval_opts, benches, anchor, anchor_dir, profile)   # each run's job plans its own checkpoints
         return None
     runs = discover_runs(root, profile)
-    jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
+    with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
+        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
     if h is not None:
         check_templates(h, jobs, eval_opts)
     if cfg.dry_run:

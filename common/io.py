@@ -113,8 +113,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_dead_tmp(final: Path) -> list[Path]:
-    """Remove `<final>.tmp-<this host>-<pid>` dirs whose pid is dead (a killed build's leftovers);
-    other hosts' temp dirs are never touched. Returns what was removed."""
+    """Remove `<final>.tmp-<this host>-<pid>` dirs (or files: a killed download's) whose pid is dead (a
+    killed build's leftovers); other hosts' temp dirs are never touched. Returns what was removed."""
     prefix = f"{final.name}.tmp-{socket.gethostname()}-"
     removed = []
     if not final.parent.is_dir():
@@ -123,7 +123,10 @@ def clean_dead_tmp(final: Path) -> list[Path]:
         # `<final>.tmp-<host>-<pid>`, or a temp dir nested in that name by a writer inside it
         pid = p.name[len(prefix):].split(".", 1)[0]
         if p.name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True)
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
             removed.append(p)
     return removed
 

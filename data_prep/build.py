@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from common import datafetch
 from common.io import atomic_dir, check_output_dir, sha256_file, sha256_text, write_json, write_jsonl
 from data_prep import arms, config, synthetic, worker
 from data_prep.decontam import Decontaminator, bench_files, bench_of, load_questions
@@ -83,7 +84,9 @@ def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
         "tokenizer": tokenizer_identity(tok, name),
         "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k != "sources"},
         "sources": srcs,
-        "decontam": [{"path": p, "sha256": sha256_file(p)} for p in decontam_paths(cfg)],
+        # named sets by their pinned digest: planning (a dry run's fingerprint) never downloads
+        "decontam": [{"path": p, "sha256": sha256_file(p)} for p in decontam_paths(cfg, sets=False)]
+        + [{"name": n, "sha256": datafetch.TABLE[n].sha256} for n in cfg["decontam_sets"]],
     }
     return sha256_text(json.dumps(payload, sort_keys=True, default=str))
 
@@ -199,12 +202,15 @@ def renderer_kwargs(cfg: dict) -> dict:
     return {"history_reasoning": cfg["history_reasoning"], "epilogue": cfg["epilogue"], "thoughts": cfg["thoughts"]}
 
 
-def decontam_paths(cfg: dict) -> list[str]:
-    """The evaluation files to decontaminate against: `decontam` plus every bench file under
-    `decontam_bench_root` (missing benches: ConfigError naming the key)."""
+def decontam_paths(cfg: dict, *, sets: bool = True) -> list[str]:
+    """The evaluation files to decontaminate against: `decontam`, every bench file under
+    `decontam_bench_root` (missing benches: ConfigError naming the key) and, with `sets`, the cached
+    files of `decontam_sets` (fetched first when not cached)."""
     paths = list(cfg["decontam"])
     if cfg["decontam_bench_root"]:
         paths += [p for p in bench_files(cfg["decontam_bench_root"]) if p not in paths]
+    if sets:
+        paths += [p for p in (str(datafetch.path(n)) for n in cfg["decontam_sets"]) if p not in paths]
     return paths
 
 
@@ -238,7 +244,7 @@ def _inputs(cfg: dict, tok) -> list[Path]:
 def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -> dict:
     paths = decontam_paths(cfg)
     if not paths:
-        return {"bench_root": None, "files": [], "ngram": cfg["decontam_ngram"], "overlapping": {}, "dropped": 0, "by_bench": {}}
+        return {"bench_root": None, "sets": [], "files": [], "ngram": cfg["decontam_ngram"], "overlapping": {}, "dropped": 0, "by_bench": {}}
     questions, files = load_questions(paths)
     dec = Decontaminator(questions, n=cfg["decontam_ngram"])
     by_bench: dict[str, dict] = {}
@@ -261,7 +267,7 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
                     continue
             keep.append(item)
         pools[dom] = keep
-    return {"bench_root": cfg["decontam_bench_root"], "files": files, "ngram": cfg["decontam_ngram"], "questions": len(questions),
+    return {"bench_root": cfg["decontam_bench_root"], "sets": cfg["decontam_sets"], "files": files, "ngram": cfg["decontam_ngram"], "questions": len(questions),
             "overlapping": overlapping, "dropped": dropped, "by_bench": by_bench}
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from common import datafetch
+from common.cli import did_you_mean
 from common.schema import Number
 from data_prep.errors import DataPrepError
 
@@ -20,7 +22,8 @@ DATA_DEFAULTS: dict[str, Any] = {
     "allow_fewer": False,
     "strict": False,
     "decontam": [],
-    "decontam_bench_root": None,         # dir laid out as ../shared/benchmarks: all 7 benches (the hub recipe sets it)
+    "decontam_bench_root": None,         # your own dir laid out as <bench>/*.jsonl: all 7 benches
+    "decontam_sets": [],                 # named item sets (common.datafetch, fetched on first use; the hub recipe sets the 7)
     "decontam_drop": False,
     "decontam_ngram": 13,
     "sources": {"code": [], "search": []},
@@ -67,6 +70,12 @@ def problems(data_cfg: Any) -> list[str]:
         if not rule.ok(cfg[key]):
             out.append(f"data.{key} must be {rule.describe()}, got {cfg[key]!r}")
     out += [f"data.{key} must be true or false, got {cfg[key]!r}" for key in BOOLS if not isinstance(cfg[key], bool)]
+    sets = cfg["decontam_sets"]
+    if not isinstance(sets, (list, tuple)) or not all(isinstance(n, str) for n in sets):
+        out.append(f"data.decontam_sets must be a list of data names such as [nq:seed42_1000], got {sets!r}")
+    else:
+        out += [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
+                for n in sets if not datafetch.is_name(n)]
     return out
 
 
@@ -84,6 +93,7 @@ def resolve(data_cfg: Any) -> dict:
     cfg["sources"] = {"code": list((cfg["sources"] or {}).get("code") or []),
                       "search": list((cfg["sources"] or {}).get("search") or [])}
     cfg["decontam"] = list(cfg["decontam"] or [])
+    cfg["decontam_sets"] = list(cfg["decontam_sets"] or [])
     cfg["synthetic"] = dict(cfg["synthetic"] or {})
     return cfg
 

@@ -7,8 +7,9 @@ MIN_SHORT_WORDS words — most QA questions are shorter than 13 words and would 
 shorter ones (a phrase that short occurs by chance in long texts) match when the training record's
 task/question equals them after normalization.
 
-`bench_files(root)`: the files of the seven Search-R1 benches laid out as ../shared/benchmarks
-(`<root>/<bench>/*.jsonl`), what `data.decontam_bench_root` checks against.
+`bench_files(root)`: the files of the seven Search-R1 benches laid out as a bench_root
+(`<root>/<bench>/*.jsonl`), what `data.decontam_bench_root` checks against (the named sets of
+`data.decontam_sets` are files of the data cache, common.datafetch).
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def bench_files(root: str | Path, key: str = "data.decontam_bench_root") -> list
         files += [str(f) for f in found]
     if missing:
         raise DataPrepError(f"{key}={root}: no {base}/<bench>/*.jsonl for {', '.join(missing)} — put the benchmark files "
-                            f"there (layout of ../shared/benchmarks), or set {key}=null to build without decontamination")
+                            f"there (one <bench>/<file>.jsonl each), name the reference sets instead (data.decontam_sets), "
+                            f"or set {key}=null to build without decontamination")
     return files
 
 

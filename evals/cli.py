@@ -19,7 +19,9 @@ BALROG's protocol, no tools; samples at temperature 1.0 by default, 0 = greedy) 
 extra (pip install -e '.[babyai]'). A QA bench takes a context mode as
 NAME@MODE: open (default, plain NAME: search over corpus=), item (search over only the item's own
 paragraphs) or given (the paragraphs in the prompt, no tools), e.g. benches=[musique@given]; item and
-given need the original MuSiQue/2Wiki/HotpotQA rows (bench_root=../shared/benchmarks-context, or the hub).
+given need the original MuSiQue/2Wiki/HotpotQA rows (the hub sets NAME:hub, the fetched samples, or bench_root=DIR).
+Without bench_root each bench reads a named item set (sets=, else its default: the reference files, fetched
+into $DTSFT_DATA on first use; `fetch-data --help` lists them); bench_root=DIR reads your own files instead.
 
 Runs the agent loop (chat template with the search tool, tool calls -> retriever -> tool messages)
 on each bench and writes <out>/<bench>.jsonl (one line per example, full trajectory), <out>/summary.json

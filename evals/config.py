@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from common import keydoc, layout, thinking
+from common import datafetch, keydoc, layout, thinking
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
 from common.schema import Number
@@ -26,7 +26,7 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "seed": (42, "seed of the item shuffle (which n items) and of sampling"),
     "backend": ("hf", "hf | vllm"),
     "retriever": ("bm25", "bm25 | http"),
-    "corpus": (None, "wiki-18 style jsonl for retriever=bm25"),
+    "corpus": (None, "wiki-18 style jsonl for retriever=bm25, or a fetched corpus by name (corpus:wiki18_example_10)"),
     "index_dir": (None, "BM25 index cache root; null -> ~/.cache/dtsft/bm25"),
     "retriever_url": (None, "http://HOST:PORT/retrieve for retriever=http"),
     "retriever_timeout": (30.0, "seconds per retriever=http request"),
@@ -38,7 +38,9 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "prompt": ("tool_agent", "tool_agent | anchor_nudge"),
     "tool_style": ("auto", "auto (from the chat template) | qwen3 | llama3"),
     "enable_thinking": ("auto", "hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false"),
-    "bench_root": (None, "dir with <bench>/*.jsonl; null -> FlashRAG hub datasets"),
+    "sets": ({}, "per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub'}; a bench "
+                 "not named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; `fetch-data --help`)"),
+    "bench_root": (None, "your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets"),
     "out": (None, "null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run"),
     "batch_size": (64, "episodes advanced in lockstep (and written) together"),
     "micro_batch": (16, "hf backend: sequences per generate call"),
@@ -201,6 +203,29 @@ def _run_bench_n(profile_n, user_n, benches: list[str], bench_root) -> dict:
     return {**{k: v for k, v in profile_n.items() if k in benches}, **own}
 
 
+def _run_sets(profile_sets, user_sets, benches: list[str]) -> dict:
+    """The `sets` of the benches being run: the profile's for those, the caller's on top (a caller's
+    entry for a bench not being run is refused: it would select nothing)."""
+    out = {}
+    for origin, value in (("profile", profile_sets), ("caller", user_sets)):
+        if value is None:
+            continue
+        if not isinstance(value, DictConfig):
+            raise EvalError(f"sets={value!r}: expected a mapping such as {{nq: 'nq:seed42_1000'}}")
+        for bench, name in value.items():
+            try:
+                key = canonical_bench_key(str(bench).strip())
+            except BenchError as exc:
+                raise EvalError(f"sets: {exc}") from None
+            if key not in benches:
+                if origin == "caller" and (profile_sets is None or profile_sets.get(bench) != name):
+                    raise EvalError(f"sets.{bench}: {key} is not being run (benches: {', '.join(benches)}), so this "
+                                    "entry would select nothing")
+                continue
+            out[key] = str(name)
+    return out
+
+
 def parse_shard(value) -> tuple[int, int] | None:
     """`shard=I/N` as (I, N), None when unset; a malformed value is an EvalError."""
     if value is None:
@@ -257,6 +282,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     base = base_config(profile)
     OmegaConf.set_struct(base, True)
     OmegaConf.set_struct(base.bench_n, False)  # free-form: bench name -> n
+    OmegaConf.set_struct(base.sets, False)     # free-form: bench name -> item set
     for key in user:
         if key not in base:
             raise EvalError(f"unknown evaluate key {key!r}.{did_you_mean(str(key), list(base))}")
@@ -298,17 +324,18 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError("; ".join(problems))
     parse_shard(merged.shard)
     merged.benches = _benches(merged.benches)
+    merged.sets = _run_sets(base.sets, user.sets if "sets" in user else None, merged.benches)
     for bench in merged.benches:
         if why := bench_name_problem(bench, merged.bench_root):
             raise EvalError(f"benches: {why}")
-        if bench not in ENV_BENCHES:  # a missing or ambiguous bench file: BenchError, up front (no hub call)
-            bench_source(bench, merged.bench_root, resolve=False)
+        if bench not in ENV_BENCHES:  # a missing or ambiguous bench file, an unknown set: up front (no network)
+            bench_source(bench, merged.bench_root, resolve=False, sets=merged.sets)
     merged.bench_n = _run_bench_n(base.bench_n, user.bench_n if "bench_n" in user else None, merged.benches,
                                   merged.bench_root)
     qa = [b for b in merged.benches if uses_retriever(b)]
     if qa and merged.retriever == "bm25" and not merged.corpus:
         raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")
-    if qa and merged.retriever == "bm25" and not Path(merged.corpus).is_file():
+    if qa and merged.retriever == "bm25" and not datafetch.is_name(merged.corpus) and not Path(merged.corpus).is_file():
         raise EvalError(f"corpus={merged.corpus}: no such file")
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")

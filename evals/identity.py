@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import fingerprint
+from common import datafetch, fingerprint
 from common.io import SHA256SUMS, sha256_file, sha256_text
 from evals.errors import EvalError
 
@@ -33,8 +33,8 @@ OPERATIONAL_KEYS = (
 ENGINE_KEYS = ("dtype", "enforce_eager", "prefix_caching")
 # Keys that enter through content identities instead: the checkpoint digest, and per bench its
 # n, seed and file digest (`benches` lists which identities there are; `corpus` is a file; `bench_n`
-# is a bench's own n).
-CONTENT_KEYS = ("ckpt", "benches", "bench_root", "n", "bench_n", "seed", "corpus")
+# is a bench's own n; `sets` names each bench's item set, recorded with its source).
+CONTENT_KEYS = ("ckpt", "benches", "bench_root", "sets", "n", "bench_n", "seed", "corpus")
 # Keys that belong to one bench only (they enter no other bench's identity).
 BENCH_KEY_PREFIXES = {"babyai": "babyai_"}
 
@@ -77,9 +77,11 @@ def hub_revision(repo: str) -> str | None:
 
 def corpus_identity(corpus: str | None) -> dict[str, Any] | None:
     """A retrieval corpus by file name and size (hashing 14 GB of wiki-18 on every call is too slow;
-    not a content digest)."""
+    not a content digest); a fetched corpus by its name and pinned digest."""
     if not corpus:
         return None
+    if datafetch.is_name(corpus):
+        return {"name": corpus, "sha256": datafetch.TABLE[corpus].sha256}
     p = Path(corpus)
     return {"name": p.name, "size": p.stat().st_size if p.is_file() else None}
 
@@ -90,9 +92,10 @@ def source_digest(source: str) -> str:
     return sha256_file(p) if p.is_file() else sha256_text(source)
 
 
-def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str) -> dict[str, Any]:
+def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
+                   item_set: str | None = None) -> dict[str, Any]:
     """`{"fingerprint", "keys", "ckpt_path"}` for one bench (common.fingerprint's record shape, so
-    `fingerprint_diff` names every differing key)."""
+    `fingerprint_diff` names every differing key); a named item set adds its name and pinned source."""
     from omegaconf import DictConfig, OmegaConf
 
     from evals.backends import engine_settings
@@ -105,8 +108,13 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str)
                         and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
                      **engine_settings(conf)},
         "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
-        "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": source_digest(source)},
+        # a named set's file digest is its pinned one (the file is checked against it when fetched)
+        "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": datafetch.TABLE[item_set].sha256
+                  if item_set in datafetch.TABLE else source_digest(source)},
     }
+    if item_set is not None:
+        body["bench"]["set"] = {"name": item_set, "source": datafetch.TABLE[item_set].source()
+                                if item_set in datafetch.TABLE else source}
     if bench in BENCH_KEY_PREFIXES and float(conf.get(f"{BENCH_KEY_PREFIXES[bench]}temperature") or 0) > 0:
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     if body["evaluate"].get("enable_thinking") == "auto":  # nothing passed: the identity of before the key

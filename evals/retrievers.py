@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from common import datafetch
 from common.io import JsonLineError, atomic_dir, parse_json_line, read_jsonl, sha256_text, write_json
 
 BM25_PARAMS = {"method": "lucene", "k1": 1.2, "b": 0.75, "stopwords": "en"}
@@ -221,7 +222,8 @@ def make_retriever(cfg) -> Bm25Retriever | HttpRetriever:
     if kind == "bm25":
         if not cfg.corpus:
             raise RetrieverError("retriever=bm25 needs corpus=PATH (a wiki-18 style jsonl)")
-        return Bm25Retriever(cfg.corpus, cfg.get("index_dir"))
+        corpus = datafetch.path(cfg.corpus) if datafetch.is_name(cfg.corpus) else cfg.corpus   # fetched on first use
+        return Bm25Retriever(corpus, cfg.get("index_dir"))
     if kind == "http":
         return HttpRetriever(cfg.retriever_url, timeout=cfg.retriever_timeout, retries=cfg.retriever_retries)
     raise RetrieverError(f"unknown retriever {kind!r}; expected bm25 or http")

@@ -38,7 +38,8 @@ from common import thinking
 from common.io import check_sha256sums, read_json_object, replace_aside, sha256_text, write_json
 from evals import babyai, tasks
 from evals.agent import AgentSteps, run_lockstep
-from evals.benches import BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, bench_source, load_bench_counted, read_bench_file
+from evals.benches import (BABYAI_BENCH, ENV_BENCHES, OOD_BENCH, SEARCH7, bench_set, bench_source, load_bench_counted,
+                           read_bench_file)
 from common.benchmarks import parse_bench_key
 from evals.config import bench_size, resolve, resolve_request, shard_items, uses_retriever
 from evals.errors import EvalError
@@ -73,7 +74,7 @@ def _bench_source(bench: str, cfg) -> str:
         return f"envs.search_plan_act/{cfg.ood_split}"
     if bench == BABYAI_BENCH:
         return "envs.babyai_text"
-    return bench_source(bench, cfg.bench_root)
+    return bench_source(bench, cfg.bench_root, sets=cfg.get("sets"), fetch=False)   # its identity needs no download
 
 
 def _bench_items(bench: str, cfg) -> tuple[list, str, int]:
@@ -84,7 +85,7 @@ def _bench_items(bench: str, cfg) -> tuple[list, str, int]:
         return tasks.ood_items(n, seed, cfg.ood_split), _bench_source(bench, cfg), 0
     if bench == BABYAI_BENCH:
         return babyai.items(n, seed, int(cfg.babyai_samples)), _bench_source(bench, cfg), 0
-    return load_bench_counted(bench, cfg.bench_root, n, seed)
+    return load_bench_counted(bench, cfg.bench_root, n, seed, cfg.get("sets"))
 
 
 def bench_items_record(bench: str, cfg, items: list, source: str, unanswerable: int = 0) -> dict:
@@ -180,7 +181,8 @@ def claim_bench(bench: str, out: Path, want: dict, recorded: dict | None, overwr
 def bench_request(bench: str, cfg, ckpt_id: dict) -> dict:
     """The identity a bench of this request will have (no model, retriever or item needed)."""
     return bench_identity(bench, cfg, ckpt_id, n=bench_size(cfg, bench), seed=int(cfg.seed),
-                          source=_bench_source(bench, cfg))
+                          source=_bench_source(bench, cfg),
+                          item_set=None if bench in ENV_BENCHES else bench_set(bench, cfg.bench_root, cfg.get("sets")))
 
 
 def _read_meta(out: Path) -> dict:

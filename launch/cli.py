@@ -45,7 +45,7 @@ def help_text() -> str:
         "",
         "Masks: data.history_reasoning=exact (default) trains every token as the model generated it, in its",
         "own context; keep_as_rendered and data.thoughts=drop are INEXACT (counted in the dataset manifest).",
-        "data=hub decontaminates against the 7 benches under data.decontam_bench_root (null: off).",
+        "data=hub decontaminates against the 7 benches' reference item sets, data.decontam_sets ([]: off).",
         "",
         "Sweeps: `launch sweep arms=[...] seeds=[...] <overrides>` runs every arm x seed (local: one after",
         "another; launcher=slurm: one job array), skipping finished runs. eval_profile=PROFILE evaluates the",

@@ -2,8 +2,8 @@
 
 - A path the user gives — on the command line or in their own `recipe=FILE` — is relative to the
   directory `launch` runs in.
-- A path in a shipped recipe (`recipes/**`, e.g. data/hub.yaml's `decontam_bench_root:
-  ../shared/benchmarks`) is relative to the repository, wherever `launch` runs.
+- A path in a shipped recipe (`recipes/**`, e.g. a study's `nq_rollouts=docs/examples/...`) is
+  relative to the repository, wherever `launch` runs.
 - Output locations (`runs_root`, `run_dir`, `data.cache_root`) are always the caller's, the
   base.yaml default `runs` included; launch makes them absolute when it resolves the run dir
   (`launch.run.resolve`, `rl.launch.resolve`).

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common import fingerprint, layout, lock
+from common import datafetch, fingerprint, layout, lock
 from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
@@ -343,10 +343,11 @@ def dry_run(prep: Prepared, argv: list[str]) -> int:
     """Print the resolved config and the command that would run; build and write nothing."""
     cfg = prep.cfg
     try:
-        key = cache.dataset_key(cfg, prep.composed.data_arm) if not cfg.data.dir else None
+        with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
+            key = cache.dataset_key(cfg, prep.composed.data_arm) if not cfg.data.dir else None
         if key:
             cfg.data.dir = str(cache.cache_root(cfg) / key)
-    except Exception as exc:  # the key may need data_prep or local source files
+    except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
         print(f"[launch] (dataset cache key not computable here: {exc})")
     print("# resolved config.yaml")
     print(OmegaConf.to_yaml(cfg))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ SHARED = Path(os.environ.get("DTSFT_SHARED", ROOT.parent / "shared"))
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The data cache (common.datafetch): a fresh one per session, and no download leaves this machine (a
+# test that needs a cached file pre-fills it from ../shared or serves it on a loopback port).
+os.environ["DTSFT_DATA"] = tempfile.mkdtemp(prefix="dtsft-data-")
+os.environ.setdefault("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
 
 # The read-only guard: a test that writes into an artefact other tests read in place is an error.
 pytest_plugins = ["tests.shared_guard"]

@@ -253,7 +253,7 @@ def test_hub_context_source_names_its_revision(monkeypatch):
         seen.update(repo=repo, revision=revision)
         return [{"id": "a", "question": "q?", "golden_answers": ["x"]}]
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    _, open_source = load_bench("musique", None, 1, 42)
+    _, open_source = load_bench("musique", None, 1, 42, {"musique": "musique:hub"})   # the hub only when named
     assert open_source == "hub:RUC-NLPIR/FlashRAG_datasets/musique/dev@" + "b" * 40 and seen["revision"] == "b" * 40
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -254,10 +253,33 @@ def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, caps
 def test_study_recipe_decontaminates_synthetic_does_not():
     from launch.compose import compose
 
-    # data=hub, the study default: the shipped recipe's ../shared/benchmarks, against the repository (launch.paths)
-    repo = Path(__file__).resolve().parents[1]
-    assert compose([]).cfg.data.decontam_bench_root == os.path.normpath(repo / ".." / "shared" / "benchmarks")
-    assert compose(["data=synthetic"]).cfg.data.decontam_bench_root is None
+    # data=hub, the study default: the seven benches' reference item sets, by name (the cache evaluate reads)
+    from common.benchmarks import SEARCH7
+    from evals.benches import DEFAULT_SETS
+
+    assert list(compose([]).cfg.data.decontam_sets) == [DEFAULT_SETS[b] for b in SEARCH7]
+    assert compose([]).cfg.data.decontam_bench_root is None
+    assert list(compose(["data=synthetic"]).cfg.data.decontam_sets) == []
+
+
+def test_decontam_sets_read_the_data_cache(tmp_path, monkeypatch):
+    """decontam_sets: the named sets' cached files (pre-filled here from ../shared), the same files
+    evaluate reads; an unknown name is refused up front with the nearest one."""
+    from common import datafetch
+    from data_prep.config import problems
+    from tests.conftest import shared_path
+
+    monkeypatch.setenv("DTSFT_DATA", str(tmp_path / "cache"))
+    datafetch.prefill(shared_path("benchmarks"), ["bamboogle:test", "hotpotqa:r1searcher_500"])
+    hotpot = json.loads(datafetch.cached("hotpotqa:r1searcher_500").read_text().splitlines()[0])
+    src = _search_source(tmp_path, [hotpot["question"], "what colour is the sky"])
+    cfg = {"sources": {"search": [src]}, "n": 2, "decontam_sets": ["bamboogle:test", "hotpotqa:r1searcher_500"]}
+    m = build.build_arm(cfg, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "a", progress=False)
+    d = m["decontam"]
+    assert d["sets"] == cfg["decontam_sets"] and d["questions"] == 625 and list(d["overlapping"]) == ["r0"]
+    assert [f["path"] for f in d["files"]] == [str(datafetch.cached(n)) for n in cfg["decontam_sets"]]
+    assert problems({"decontam_sets": ["bamboogle:tset"]}) == [
+        "data.decontam_sets: unknown data name 'bamboogle:tset'. Did you mean: bamboogle:test?"]
 
 
 def _rewritten_search_records(n: int) -> list[dict]:

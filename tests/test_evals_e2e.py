@@ -210,7 +210,7 @@ def test_bench_loader_formats_and_errors(tmp_path):
     (tmp_path / "mybench" / "test_other.jsonl").write_text("")
     with pytest.raises(BenchError, match="several candidate files"):
         load_bench("mybench", tmp_path, 4, 42)
-    with pytest.raises(BenchError, match="no .*nobench"):
+    with pytest.raises(BenchError, match="does not hold bench 'nobench': looked for .*nobench/"):
         load_bench("nobench", tmp_path, 4, 42)
 
 
@@ -235,15 +235,17 @@ def test_hf_backend_left_padding_and_end_of_turn(tiny_model_dir):
     assert (g.text, g.finish_reason) == ("Final answer: yes", "length")
 
 
-def test_hub_fallback_fails_clearly_offline(monkeypatch):
+def test_hub_sets_fail_clearly_offline(monkeypatch):
     from evals.benches import BenchError, load_bench
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(BenchError, match=r"could not load nq from the hub .*Pass bench_root=DIR"):
-        load_bench("nq", None, 5, 42)
-    with pytest.raises(BenchError, match="not on the hub"):
+    with pytest.raises(BenchError, match=r"could not load nq from the hub .*Name a fetched set instead"):
+        load_bench("nq", None, 5, 42, {"nq": "nq:hub"})
+    with pytest.raises(BenchError, match="'synthqa' has no default item set"):
         load_bench("synthqa", None, 5, 42)
+    with pytest.raises(BenchError, match=r"not an item set of nq .*Did you mean: nq:seed42_1000"):
+        load_bench("nq", None, 5, 42, {"nq": "nq:seed42_100"})
 
 
 def test_serve_retriever_cli_subprocess(tmp_path):

@@ -59,6 +59,11 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     from launch import manifest as launch_manifest
     from launch.run import data_record, prepare_data, prepare_run, resolve
 
+    from common import datafetch
+    from tests.conftest import shared_path
+
+    monkeypatch.setenv("DTSFT_DATA", str(tmp_path / "data"))   # data=hub decontaminates against the cached sets
+    datafetch.prefill(shared_path("benchmarks"))
     asked = []
     monkeypatch.setattr(hub, "resolve_revision", lambda hub_id: asked.append(hub_id) or "sha111")
     argv = ["arm=r2e", "model=tiny", "data=hub", "n=4", "data.sources.code=[r2e-gym:org/ds]", f"runs_root={tmp_path}"]

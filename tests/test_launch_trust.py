@@ -85,8 +85,16 @@ def test_sft_paths_user_against_cwd_shipped_against_the_repo(W):
                    "data.sources.code=[r2e-gym:c.jsonl]"]).cfg
     assert cfg.model.path == str(W / "mymodel") and cfg.resume == str(W / "st")
     assert list(cfg.data.sources.code) == [f"r2e-gym:{W / 'c.jsonl'}"]
-    # recipes/data/hub.yaml's `decontam_bench_root: ../shared/benchmarks` is the repository's
-    assert cfg.data.decontam_bench_root == os.path.normpath(ROOT / ".." / "shared" / "benchmarks")
+    # data=hub names its decontamination sets (no path); a path a shipped recipe sets is the repository's
+    assert cfg.data.decontam_bench_root is None and "nq:seed42_1000" in cfg.data.decontam_sets
+    from omegaconf import OmegaConf
+
+    from launch.paths import SFT_KEYS, make_absolute
+
+    shipped = OmegaConf.create({"data": {"decontam_bench_root": "../elsewhere/benchmarks"}})
+    make_absolute(shipped, {"data.decontam_bench_root": SFT_KEYS["data.decontam_bench_root"]},
+                  {"data.decontam_bench_root": "recipes/data/some.yaml"})
+    assert shipped.data.decontam_bench_root == os.path.normpath(ROOT / ".." / "elsewhere" / "benchmarks")
     assert cfg.model.tokenizer == "tiny"
     assert compose(["arm=r2e", "model=tiny", "data=hub", "data.decontam_bench_root=bench"]).cfg.data.decontam_bench_root \
         == str(W / "bench")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from common.study import StudyError, load_study, study_names
-from tests.conftest import ROOT
+from tests.conftest import ROOT, shared_path
 
 STUDIES = ("browsecomp_worker_export", "dual_terminator_sft", "llama3_1_8b_spa_grpo", "qwen3_4b_multihop_sft_grpo",
            "qwen3_4b_spa_grpo")
@@ -183,21 +183,42 @@ def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
 
 
 @pytest.mark.slow
-def test_dual_terminator_study_runs_on_cpu(tmp_path):
+def test_dual_terminator_study_runs_on_cpu(tmp_path, monkeypatch):
+    """cpu_smoke end to end from a data cache pre-filled by `fetch-data from=DIR` (its keys name no ../shared,
+    it runs where no ../shared is, and no download can happen: the endpoint is a closed loopback port): the
+    report has no failed evaluation, and each checkpoint's evaluated ids are the first n of the cached file's
+    seeded sample (what bench_root= gives on the same file)."""
+    from common import datafetch
+    from evals.benches import is_presampled, read_bench_file, sample
+
     study = load_study("dual_terminator_sft")
-    shared = ROOT.parent / "shared" / "benchmarks"
-    if not shared.is_dir():
-        pytest.skip(f"needs {shared}")
-    smoke = [t.replace("../shared", str(ROOT.parent / "shared")).replace("=docs/", f"={ROOT / 'docs'}/")
-             for t in study.cpu_smoke]  # written for the repo root
-    proc = _launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, timeout=1500)
+    assert not [t for t in study.cpu_smoke if "../shared" in t]
+    cache = tmp_path / "data"
+    monkeypatch.setenv("DTSFT_DATA", str(cache))
+    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
+    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    assert fill.returncode == 0, fill.stderr
+    work = tmp_path / "clone" / "work"   # no ../shared beside it
+    work.mkdir(parents=True)
+    smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke]  # written for the repo root
+    proc = _launch(work, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
+    ref = (work / "rep" / "tables" / "reference.md").read_text()
     assert "0.344" in ref and "0.302" in ref
+    report = (work / "rep" / "report.md").read_text()
+    assert "`failed=0`" in report and "evaluation failed" not in report, report
     # the smoke's anchor (tiny-base) loads and is evaluated; beside the published anchor it is said not comparable
-    assert "evaluation failed" not in (tmp_path / "rep" / "report.md").read_text()
     anchor = next(line for line in ref.splitlines() if "(anchor) | avg | em |" in line)
     assert anchor.rstrip().endswith("| not comparable: tiny-base, 1 of 7 benches, n=2 |"), anchor
+    path = datafetch.cached("bamboogle:test")
+    want = [it.id for it in sample(read_bench_file(path, "bamboogle"), 2, 42, is_presampled(path, 42))]
+    rows = sorted(work.rglob("eval/search_r1_7bench/step-*/bamboogle.jsonl"))
+    assert len(rows) == 2, rows   # the anchor's step 0 and the r2e arm's last checkpoint
+    for f in rows:
+        assert [json.loads(line)["id"] for line in f.read_text().splitlines()] == want, f
+        meta = json.loads((f.parent / "meta.json").read_text())
+        assert json.dumps(meta).count("bamboogle:test") >= 1 and datafetch.TABLE["bamboogle:test"].source() in json.dumps(meta)
 
 
 def _opts(script: str) -> dict[str, str]:

@@ -1,0 +1,300 @@
+"""Data the project fetches: named reference files from pinned public sources, checksummed, cached.
+
+Each name in `TABLE` (`nq:seed42_1000`, `musique:ans_dev_20`, `corpus:wiki18_example_10`, ...) is one
+file of a public repository at a pinned commit, read as a plain file URL (GitHub's raw files at
+`$DTSFT_DATA_ENDPOINT`, default https://raw.githubusercontent.com; a hub file at
+`$HF_ENDPOINT/datasets/<repo>/resolve/<commit>/<path>`, the same downloader), checked against the
+sha256 kept here and stored in the cache `$DTSFT_DATA` (default ~/.cache/dtsft) as
+`<collection>/<bench>/<file>`: `$DTSFT_DATA/benchmarks` is laid out as a `bench_root`. A file that
+is a prefix of its source (`take`) keeps the source's bytes: its first N lines, or the first N
+elements of a JSON array, one per line.
+
+- `path(name)`: the cached, checked file; downloaded on first use (a temporary file renamed into
+  place only once its digest matches: an interrupted or corrupted download leaves nothing).
+- `cached(name)`: the cached file or None, never the network (what planning code asks).
+- `prefill(src, names)`: copies from a directory laid out as a bench_root (`<bench>/<file>`) or as
+  the cache, checked the same way (air-gapped clusters).
+- `fetch-data [NAME ...] [from=DIR]`: the command line (`main`).
+- `no_network()`: a block of planning code (a dry run) in which hub lookups answer from the local hub
+  cache only, so a plan never waits on an unreachable hub.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import sys
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.cli import ConfigError, did_you_mean, split_dotlist, wants_help
+from common.io import clean_dead_tmp, sha256_file, tmp_name
+
+GITHUB = "https://raw.githubusercontent.com"
+HUB = "https://huggingface.co"
+TIMEOUT_S = 60.0
+
+
+class DataError(ConfigError):
+    """A named file that is unknown, cannot be fetched, or does not match its digest."""
+
+
+@dataclass(frozen=True)
+class DataFile:
+    name: str                        # BENCH:VARIANT
+    rel: str                         # <collection>/<bench>/<file> in the cache
+    repo: str                        # owner/name (GitHub), or a hub dataset id when host="hub"
+    commit: str
+    src: str                         # the file's path in the repository
+    sha256: str                      # of the cached file (after `take`)
+    take: tuple[str, int] | None = None   # ("lines", N) | ("json_array", N): a prefix of the source
+    host: str = "github"
+
+    def url(self) -> str:
+        if self.host == "hub":
+            base = os.environ.get("HF_ENDPOINT") or HUB
+            return f"{base.rstrip('/')}/datasets/{self.repo}/resolve/{self.commit}/{self.src}"
+        base = os.environ.get("DTSFT_DATA_ENDPOINT") or GITHUB
+        return f"{base.rstrip('/')}/{self.repo}/{self.commit}/{self.src}"
+
+    def source(self) -> str:
+        """`<repo>@<commit>:<path>` (+ the prefix taken): where the file comes from, as recorded."""
+        cut = f" [{self.take[0]} {self.take[1]}]" if self.take else ""
+        return f"{self.host}:{self.repo}@{self.commit}:{self.src}{cut}"
+
+
+_ROS = ("GaurisankarJ/reason_over_search", "45495b576c768f0d5996789e2db29eaa285a3c54")
+_R1S = ("RUCAIBox/R1-Searcher", "631167cbb3c2464f805730e3e364a690f5b136d4")
+_MIGRES = ("AdelWang/MIGRES", "a261f2b30ad5ff31e21c1c5fdc1763de738c1958")
+# The reference files (provenance and sampling: docs/reference/data.md). Digests checked against the sources.
+TABLE = {f.name: f for f in (
+    DataFile("nq:seed42_1000", "benchmarks/nq/test_seed42_1000.jsonl", *_ROS, "data_subsample/nq/test.jsonl",
+             "a95e3864de49e0339b433a5235451895d98cfa38d0bc4e8013dc2b1439b569be"),
+    DataFile("triviaqa:seed42_1000", "benchmarks/triviaqa/test_seed42_1000.jsonl", *_ROS, "data_subsample/triviaqa/test.jsonl",
+             "4a46971e676400b102885b4690f26014cbfed71d6d9785f134b22182170e58e3"),
+    DataFile("popqa:seed42_1000", "benchmarks/popqa/test_seed42_1000.jsonl", *_ROS, "data_subsample/popqa/test.jsonl",
+             "849ee23a02b395acb68dddbb7789ab86dd9e818765ed804696eab4760f042aea"),
+    DataFile("bamboogle:test", "benchmarks/bamboogle/test.jsonl", *_ROS, "data_subsample/bamboogle/test.jsonl",
+             "c9703dae6bb1ceb9e2df77be45da28cb12aa040d2f471507890a461296968f3f"),
+    DataFile("hotpotqa:r1searcher_500", "benchmarks/hotpotqa/dev_r1searcher_500.jsonl", *_R1S,
+             "data/eval_set/hotpotqa_500.jsonl", "bf8a42f6e1abcaaaf050cf3c7ffa50231102dd1c021b77ab01eeac95fad04bea"),
+    DataFile("2wikimultihopqa:r1searcher_500", "benchmarks/2wikimultihopqa/dev_r1searcher_500.jsonl", *_R1S,
+             "data/eval_set/2wiki_500.jsonl", "0fb19dee8acbf146d60c699443b1164038727f9597f30f4894bab2da253b2f1a"),
+    DataFile("musique:r1searcher_500", "benchmarks/musique/dev_r1searcher_500.jsonl", *_R1S,
+             "data/eval_set/musique_500.jsonl", "d1342802b9b9850e44a946031de4557722427783c92421178d729dd6e113b50d"),
+    DataFile("corpus:wiki18_example_10", "benchmarks/corpus/wiki18_example_10.jsonl", "PeterGriffinJin/Search-R1",
+             "a14dc3a4ffc6fe88c1e95038d9738e21ba3f7a06", "example/corpus.jsonl",
+             "68b4ff871e19da6e63610517f5af253f118cce301b4d90a6ae007d0a86976491"),
+    DataFile("nq:flashrag_quickstart_17", "benchmarks/fixtures/flashrag_quickstart_nq_test_17.jsonl", "RUC-NLPIR/FlashRAG",
+             "1ee524901aa3daf009f97b7a31e7a1b58eee8206", "examples/quick_start/dataset/nq/test.jsonl",
+             "805b1349d4bda37fb81c55067918bb4fd0565154cb0fe0956077479799f49f50"),
+    DataFile("hotpotqa:distractor_dev_30", "benchmarks-context/hotpotqa/dev_distractor_30.jsonl", "Rakin061/hotpot",
+             "077eab2e2b7c8e81a7d7baaea8d22f4f13f9ad3f", "hotpot_dev_distractor_v1.json",
+             "f63db2fb64556880dc6bc182ce5f61b52b642c997ec51e584e4d7bfc9f3f8c4b", ("json_array", 30)),
+    DataFile("musique:ans_dev_20", "benchmarks-context/musique/dev_ans_paragraphs_20.jsonl", *_MIGRES, "data/musique.json",
+             "3dbed990de58f2984de3127ce5a9ffad20552056d1b0d379b43cc7504afb855e", ("lines", 20)),
+    DataFile("2wikimultihopqa:dev_context_20", "benchmarks-context/2wikimultihopqa/dev_context_20.jsonl", *_MIGRES,
+             "data/wikihop.json", "f2c267da3b0141748509f472fa9ed3a8a9742ed60931b6b1a8e7b58cc18ec3c3", ("lines", 20)),
+)}
+
+
+@contextmanager
+def no_network():
+    """Hub lookups inside the block answer from the local cache or fail at once (huggingface_hub's
+    offline mode, read per request): what planning code wraps the hub calls it shares with real runs in."""
+    from huggingface_hub import constants
+
+    was = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = was
+
+
+def data_root() -> Path:
+    """The cache: `$DTSFT_DATA`, default ~/.cache/dtsft."""
+    return Path(os.path.expanduser(os.environ.get("DTSFT_DATA") or "~/.cache/dtsft"))
+
+
+def entry(name: str) -> DataFile:
+    """The table entry of `name`; an unknown name is a DataError with the nearest names."""
+    if name not in TABLE:
+        raise DataError(f"unknown data name {name!r}.{did_you_mean(str(name), TABLE)} Known: {', '.join(TABLE)}")
+    return TABLE[name]
+
+
+def is_name(value) -> bool:
+    return isinstance(value, str) and value in TABLE
+
+
+def local_path(name: str) -> Path:
+    """Where `name` lives in the cache (present or not)."""
+    return data_root() / entry(name).rel
+
+
+def _mismatch(what: str, f: DataFile, actual: str) -> DataError:
+    return DataError(f"{what}: sha256 {actual}, expected {f.sha256} for {f.name} ({f.source()}); not used")
+
+
+def cached(name: str) -> Path | None:
+    """The cached file of `name` when present (its digest checked), else None; never the network."""
+    p = local_path(name)
+    if not p.is_file():
+        return None
+    actual = sha256_file(p)
+    if actual != entry(name).sha256:
+        raise DataError(f"{_mismatch(str(p), entry(name), actual)} (a cached file changed since it was checked: move it "
+                        f"aside and run `fetch-data {name}` again)") from None
+    return p
+
+
+def path(name: str) -> Path:
+    """The cached, checked file of `name`, downloaded first when it is not cached."""
+    return cached(name) or _download(entry(name))
+
+
+def _take(raw: bytes, take: tuple[str, int] | None, where: str) -> bytes:
+    """The prefix of a source file a table entry keeps (bytes as in the source)."""
+    if take is None:
+        return raw
+    kind, n = take
+    if kind == "lines":
+        lines = raw.split(b"\n", n)
+        if len(lines) <= n:
+            raise DataError(f"{where}: {len(lines) - 1} complete lines, the table takes the first {n}")
+        return b"\n".join(lines[:n]) + b"\n"
+    text, dec, out = raw.decode("utf-8"), json.JSONDecoder(), []
+    i = text.find("[") + 1
+    try:
+        while len(out) < n:
+            while text[i] in " ,\r\n\t":
+                i += 1
+            _, end = dec.raw_decode(text, i)
+            out.append(text[i:end])
+            i = end
+    except (IndexError, ValueError) as exc:
+        raise DataError(f"{where}: not a JSON array of at least {n} elements ({exc})") from None
+    return ("\n".join(out) + "\n").encode("utf-8")
+
+
+def _tmp(final: Path) -> Path:
+    """This process's temporary file for `final`; a killed process's (this host, pid dead) is removed first."""
+    clean_dead_tmp(final)
+    return tmp_name(final)
+
+
+def _commit(tmp: Path, f: DataFile, where: str) -> Path:
+    """Rename the written `tmp` into place as `f`'s cached file once its digest matches."""
+    actual = sha256_file(tmp)
+    if actual != f.sha256:
+        raise _mismatch(where, f, actual)
+    final = data_root() / f.rel
+    os.replace(tmp, final)
+    return final
+
+
+def _download(f: DataFile) -> Path:
+    """Stream `f`'s URL into a temporary file beside its cached place, cut it to `take`, check it, rename
+    it into place; on any failure the temporary file goes and nothing is cached."""
+    url = f.url()
+    final = data_root() / f.rel
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(final)
+    timeout = float(os.environ.get("DTSFT_DATA_TIMEOUT") or TIMEOUT_S)
+    try:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:
+                declared, got = resp.headers.get("Content-Length"), 0
+                while chunk := resp.read(1 << 20):
+                    out.write(chunk)
+                    got += len(chunk)
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            raise DataError(f"could not download {f.name} from {url}: {exc!r}. Offline? Pre-fill the cache "
+                            f"{data_root()} with `fetch-data from=DIR` (DIR laid out as <bench>/<file>)") from None
+        if declared is not None and got != int(declared):
+            raise DataError(f"download of {f.name} from {url} interrupted: {got} of {declared} bytes; nothing cached")
+        if f.take:
+            tmp.write_bytes(_take(tmp.read_bytes(), f.take, url))
+        return _commit(tmp, f, url)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _copy_in(f: DataFile, found: Path) -> Path:
+    final = data_root() / f.rel
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(final)
+    try:
+        shutil.copyfile(found, tmp)
+        return _commit(tmp, f, str(found))
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def prefill(src: str | Path, names: list[str] | None = None) -> dict[str, Path]:
+    """Copy the named files (None: every table file found) from `src`, laid out as a bench_root
+    (`<bench>/<file>`) or as the cache (`<collection>/<bench>/<file>`), each checked."""
+    src = Path(src).expanduser()
+    if not src.is_dir():
+        raise DataError(f"from={src}: no such directory")
+    wanted = [entry(n) for n in names] if names else list(TABLE.values())
+    done = {}
+    for f in wanted:
+        candidates = [src / f.rel, src / f.rel.split("/", 1)[1]]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            if names:
+                raise DataError(f"from={src}: no {candidates[1]} (nor {candidates[0]}) for {f.name}")
+            continue
+        done[f.name] = cached(f.name) or _copy_in(f, found)
+    if not done:
+        raise DataError(f"from={src}: none of the known files is there (looked for <bench>/<file> as in "
+                        f"{', '.join(f.rel.split('/', 1)[1] for f in wanted[:3])}, ...)")
+    return done
+
+
+USAGE = """usage: fetch-data [NAME ...] [from=DIR]
+
+Downloads each named reference file (none named: every one) from its pinned public source into the
+cache $DTSFT_DATA (now {root}), checked against its sha256; a file already cached is not downloaded
+again. from=DIR copies them from DIR instead (laid out as a bench_root, DIR/<bench>/<file>, or as the
+cache, DIR/<collection>/<bench>/<file>), checked the same way. Sources: $DTSFT_DATA_ENDPOINT (GitHub raw files), $HF_ENDPOINT (hub files).
+
+Names:
+{names}"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if wants_help(argv):
+        print(USAGE.format(root=data_root(), names="\n".join(f"  {n:34s} {f.source()}" for n, f in TABLE.items())))
+        return 0
+    try:
+        names = [a for a in argv if "=" not in a]
+        opts = dict(split_dotlist([a for a in argv if "=" in a]))
+        if set(opts) - {"from"}:
+            bad = sorted(set(opts) - {"from"})[0]
+            raise DataError(f"unknown key {bad!r}.{did_you_mean(bad, ['from'])} fetch-data takes NAME ... [from=DIR]")
+        for n in names:
+            entry(n)
+        if "from" in opts:
+            done = prefill(opts["from"], names or None)
+            for n, p in done.items():
+                print(f"{n:34s} copied     {p}")
+        else:
+            for n in names or list(TABLE):
+                how = "cached" if cached(n) else "downloaded"
+                print(f"{n:34s} {how:10s} {path(n)}")
+        return 0
+    except DataError as exc:
+        print(f"fetch-data: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""common.datafetch: named reference files, downloaded from a loopback HTTP server (127.0.0.1 only,
+bounded, stopping by itself) or pre-filled from ../shared, checked against the repository's table."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from common import datafetch
+from conftest import ROOT, shared_path
+
+BAMBOOGLE = "benchmarks/bamboogle/test.jsonl"
+
+
+class Loopback:
+    """Serves `files` (URL path -> bytes) on 127.0.0.1; a path in `cut` is declared whole but sent
+    half, then the connection closes (an interrupted download). Stops after `life_s` in any case."""
+
+    def __init__(self, files: dict[str, bytes], cut: set[str] = frozenset(), life_s: float = 60.0):
+        self.files, self.cut, self.requests = files, set(cut), []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                owner.requests.append(self.path)
+                body = owner.files.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2] if self.path in owner.cut else body)
+                if self.path in owner.cut:
+                    self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.timeout = 1.0
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        self.timer = threading.Timer(life_s, self.server.shutdown)
+        self.timer.daemon = True
+
+    def __enter__(self):
+        self.thread.start()
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.timer.cancel()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def url_path(name: str) -> str:
+    f = datafetch.TABLE[name]
+    return f"/{f.repo}/{f.commit}/{f.src}"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DTSFT_DATA", str(tmp_path / "cache"))
+    monkeypatch.setenv("DTSFT_DATA_TIMEOUT", "10")
+    return tmp_path / "cache"
+
+
+def cache_files(cache: Path) -> list[str]:
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file()) if cache.exists() else []
+
+
+def test_a_download_is_checked_cached_and_not_repeated(cache, monkeypatch):
+    body = shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes()
+    with Loopback({url_path("bamboogle:test"): body}) as srv:
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
+        assert datafetch.cached("bamboogle:test") is None and srv.requests == []  # asking is not fetching
+        p = datafetch.path("bamboogle:test")
+        assert p == cache / BAMBOOGLE and p.read_bytes() == body
+        assert datafetch.path("bamboogle:test") == p and datafetch.cached("bamboogle:test") == p
+        assert srv.requests == [url_path("bamboogle:test")]  # the second run downloads nothing
+    assert cache_files(cache) == [BAMBOOGLE]
+
+
+def test_a_corrupted_download_is_refused_naming_both_digests(cache, monkeypatch):
+    body = bytearray(shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes())
+    body[100] ^= 1
+    with Loopback({url_path("bamboogle:test"): bytes(body)}) as srv:
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
+        with pytest.raises(datafetch.DataError) as err:
+            datafetch.path("bamboogle:test")
+    msg = str(err.value)
+    assert datafetch.TABLE["bamboogle:test"].sha256 in msg and hashlib.sha256(body).hexdigest() in msg
+    assert srv.url in msg and cache_files(cache) == []
+    (cache / BAMBOOGLE).parent.mkdir(parents=True, exist_ok=True)   # the failed download made the dir
+    (cache / BAMBOOGLE).write_bytes(bytes(body))   # a cached file changed afterwards: refused, kept, never re-fetched over
+    with pytest.raises(datafetch.DataError, match=r"changed since it was checked: move it aside and run `fetch-data bamboogle:test`"):
+        datafetch.path("bamboogle:test")
+    assert (cache / BAMBOOGLE).read_bytes() == bytes(body)
+
+
+def test_an_interrupted_download_leaves_no_partial_file(cache, monkeypatch):
+    body = shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes()
+    with Loopback({url_path("bamboogle:test"): body}, cut={url_path("bamboogle:test")}) as srv:
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
+        with pytest.raises(datafetch.DataError, match=r"interrupted: \d+ of \d+ bytes"):
+            datafetch.path("bamboogle:test")
+    assert cache_files(cache) == []
+
+
+def test_a_killed_downloads_leftover_goes_with_the_next_download(cache, monkeypatch):
+    """SIGKILL mid-download leaves `<file>.tmp-<host>-<pid>` (never read as the file); the next download
+    on this host removes it once that pid is dead."""
+    from common.io import tmp_name
+
+    body = shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    final = cache / BAMBOOGLE
+    final.parent.mkdir(parents=True)
+    leftover = tmp_name(final).with_name(tmp_name(final).name.rsplit("-", 1)[0] + f"-{dead.pid}")
+    leftover.write_bytes(body[:100])
+    assert datafetch.cached("bamboogle:test") is None
+    with Loopback({url_path("bamboogle:test"): body}) as srv:
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
+        datafetch.path("bamboogle:test")
+    assert cache_files(cache) == [BAMBOOGLE]
+
+
+def test_prefixes_of_a_source_keep_its_bytes(cache, monkeypatch):
+    """`take`: the first N lines of a longer file; the first N elements of a (truncated) JSON array."""
+    musique = shared_path("benchmarks-context", "musique", "dev_ans_paragraphs_20.jsonl").read_bytes()
+    hotpot = shared_path("benchmarks-context", "hotpotqa", "dev_distractor_30.jsonl").read_bytes().decode()
+    array = "[" + ", ".join(hotpot.splitlines()) + ', {"_id": "cut-off'   # as committed upstream: a truncated prefix
+    files = {url_path("musique:ans_dev_20"): musique + b'{"id": "another row"}\n',
+             url_path("hotpotqa:distractor_dev_30"): array.encode()}
+    with Loopback(files) as srv:
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
+        assert datafetch.path("musique:ans_dev_20").read_bytes() == musique
+        assert datafetch.path("hotpotqa:distractor_dev_30").read_text() == hotpot
+
+
+def test_hub_files_use_the_same_downloader(cache, monkeypatch):
+    body = shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes()
+    f = datafetch.DataFile("bamboogle:hub_copy", "benchmarks/bamboogle/test.jsonl", "org/data", "c" * 40, "test.jsonl",
+                           datafetch.TABLE["bamboogle:test"].sha256, host="hub")
+    monkeypatch.setitem(datafetch.TABLE, f.name, f)
+    with Loopback({f"/datasets/org/data/resolve/{'c' * 40}/test.jsonl": body}) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        assert datafetch.path(f.name).read_bytes() == body
+
+
+def test_offline_says_how_to_prefill(cache, monkeypatch):
+    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")   # nothing listens there
+    with pytest.raises(datafetch.DataError, match=r"could not download nq:seed42_1000 .*fetch-data from=DIR"):
+        datafetch.path("nq:seed42_1000")
+
+
+def _cli(*args, cache):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DTSFT_DATA=str(cache), DTSFT_DATA_ENDPOINT="http://127.0.0.1:9")
+    return subprocess.run([sys.executable, "-m", "common.datafetch", *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_fetch_data_from_a_directory_prefills_the_cache(tmp_path):
+    shared, cache = shared_path("benchmarks"), tmp_path / "cache"
+    proc = _cli(f"from={shared}", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 9   # every benchmarks/ file of the table
+    proc = _cli("musique:ans_dev_20", f"from={shared.parent / 'benchmarks-context'}", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    for f in datafetch.TABLE.values():
+        if f.name != "hotpotqa:distractor_dev_30" and f.name != "2wikimultihopqa:dev_context_20":
+            assert hashlib.sha256((cache / f.rel).read_bytes()).hexdigest() == f.sha256
+    again = _cli(cache=cache)   # everything cached but two, which are not reachable: the error names it
+    assert again.returncode == 2 and "could not download hotpotqa:distractor_dev_30" in again.stderr
+    assert _cli("musique:ans_dev_20", "nq:seed42_1000", cache=cache).returncode == 0   # cached: no network
+
+
+def test_fetch_data_refuses_bad_input(tmp_path):
+    cache = tmp_path / "cache"
+    proc = _cli("nq:seed42_100", cache=cache)
+    assert proc.returncode == 2 and "unknown data name 'nq:seed42_100'" in proc.stderr and "nq:seed42_1000" in proc.stderr
+    assert _cli("form=x", cache=cache).stderr.count("Did you mean: from") == 1
+    bad = tmp_path / "mine" / "bamboogle"
+    bad.mkdir(parents=True)
+    (bad / "test.jsonl").write_text('{"id": "x", "question": "q", "golden_answers": ["a"]}\n')
+    proc = _cli("bamboogle:test", f"from={bad.parent}", cache=cache)
+    assert proc.returncode == 2 and "expected c9703dae6bb1ceb9" in proc.stderr and cache_files(cache) == []
+    proc = _cli("nq:seed42_1000", f"from={bad.parent}", cache=cache)
+    assert proc.returncode == 2 and "no " in proc.stderr and "nq/test_seed42_1000.jsonl" in proc.stderr
+    assert "nq:seed42_1000" in _cli("--help", cache=cache).stdout
+
+
+def test_a_dry_run_never_waits_on_the_network(tmp_path):
+    """HF_HUB_OFFLINE unset and the hub and data endpoints a loopback port that accepts and never answers:
+    a launch dry run of data=hub (tokenizer from the hub, decontamination sets) ends at once, saying in one
+    line what it could not check, and downloads nothing."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)   # connections queue in the backlog; nothing ever reads or answers
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT=url, DTSFT_DATA_ENDPOINT=url, DTSFT_DATA=str(tmp_path / "cache"),
+               HF_HOME=str(tmp_path / "hf"), WANDB_MODE="disabled")
+    try:
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "launch.cli", "arm=r2e", "model=qwen3_4b_thinking_2507", "data=hub",
+                               f"runs_root={tmp_path / 'runs'}", "dry_run=true"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        took = time.monotonic() - start
+        # analyze's plan: the anchor's identity and each bench's named set, neither fetched
+        plan = subprocess.run([sys.executable, "-m", "analysis.cli", f"runs_root={tmp_path / 'runs'}", "profile=search_r1_7bench",
+                               "anchor=Qwen/Qwen3-4B-Thinking-2507", "corpus=corpus:wiki18_example_10",
+                               f"out={tmp_path / 'rep'}", "dry_run=true"], env=env, capture_output=True, text=True, timeout=120)
+        took_plan = time.monotonic() - start - took
+    finally:
+        silent.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert took < 60, f"a dry run took {took:.0f} s"
+    assert "dataset cache key not computable here: tokenizer=Qwen/Qwen3-4B-Thinking-2507" in proc.stdout
+    assert plan.returncode == 0 and "evaluations to run: 1" in plan.stdout, plan.stderr[-2000:]
+    assert took_plan < 60, f"analyze's dry run took {took_plan:.0f} s"
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists() and not (tmp_path / "rep").exists()
+
+
+def test_a_bench_identity_names_its_set_without_fetching_it(tmp_path, cache):
+    """evaluate's identity of a bench read from a named set: the set's name, pinned source and digest, computed
+    with nothing cached (planning fetches nothing); another set of the same bench is another identity."""
+    from evals.config import resolve
+    from evals.run import bench_request
+
+    base = {"ckpt": "tiny", "out": str(tmp_path / "out"), "benches": ["nq"], "corpus": "corpus:wiki18_example_10"}
+    ckpt = {"kind": "stand-in"}
+    default = bench_request("nq", resolve(base), ckpt)
+    body = json.dumps(default["keys"])
+    f = datafetch.TABLE["nq:seed42_1000"]
+    assert "nq:seed42_1000" in body and f.source() in body and f.sha256 in body
+    other = bench_request("nq", resolve({**base, "sets": {"nq": "nq:flashrag_quickstart_17"}}), ckpt)
+    assert other["fingerprint"] != default["fingerprint"]
+    assert datafetch.cached("nq:seed42_1000") is None and datafetch.cached("corpus:wiki18_example_10") is None
+
+
+def test_a_bench_root_without_the_bench_names_what_it_looked_for(tmp_path):
+    from evals.benches import BenchError, load_bench
+
+    (tmp_path / "musique").mkdir()
+    (tmp_path / "musique" / "dev.json").write_text("[]")
+    with pytest.raises(BenchError, match=r"does not hold bench 'musique': looked for .*musique/\*\.jsonl; it holds \['dev.json'\]"):
+        load_bench("musique", tmp_path, 5, 42)
+
+
+def test_no_user_path_names_shared():
+    """No code path, recipe, study file or user doc needs ../shared (the tests and bench/ may read it)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(["git", "grep", "-n", r"\.\./shared", "--", ".", ":!tests", ":!bench"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
