@@ -98,3 +98,19 @@ def test_every_study_says_what_it_does_not_reproduce():
         lines = study.differences()
         assert lines[-len(study.notes):] == study.notes
         assert all(f"{k} = " in ln for (k, _, _), ln in zip(study.chosen, lines))
+
+
+def test_the_docs_differences_tables_are_what_the_studies_generate():
+    """docs/studies.md includes docs/keys/studies.md, generated from the marks and notes (never stale)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import docs_keys
+
+    assert '--8<-- "docs/keys/studies.md"' in (ROOT / "docs" / "studies.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "keys" / "studies.md").read_text(encoding="utf-8")
+    assert page == docs_keys.studies_page()
+    for name in study_names():
+        study = load_study(name)
+        section = page.split(f"### `{name}`\n", 1)[1].split("\n### ", 1)[0]
+        assert section.count("\n| `") == len(study.chosen) and section.count("\n- ") == len(study.notes), name
