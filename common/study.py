@@ -10,7 +10,8 @@ recipes shared by several studies mark their values the same way):
                                             published text and contains the value (`value_in_quote`)
     [chosen: <reason>]                      this project's value, with the reason in a few words
 
-A bare mark (without its reference and quote, or its reason) is refused, naming the file and the line.
+A bare mark (without its reference and quote, or its reason) is refused, naming the file and the line;
+a mark sits on its setting's line, a quote holds no `"` and a reason no `]`.
 Beside the stages: the hardware the reference assumed, `reference_results` (the published numbers, shown
 beside ours by `analyze study=NAME`, never mixed into a measured cell or a CI), `notes` (what the study
 does not reproduce, and why) and `cpu_smoke` (the overrides that run the whole study on one CPU with the
