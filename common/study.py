@@ -2,11 +2,21 @@
 
 A study file names its stages in order and, for each, the command it runs and that command's own
 `key=value` arguments; it names recipes (model=, arm=, profile=) and never restates their values.
-Every argument line carries its source in a comment: `[ref]` (stated by the reference system) or
-`[chosen]` (this project's, with a one-line reason). Beside the stages: the hardware the reference
-assumed, `reference_results` (the published numbers, shown beside ours by `analyze study=NAME`,
-never mixed into a measured cell or a CI) and `cpu_smoke` (the overrides that run the whole study on
-one CPU with the tiny model: what the tests run).
+Every argument line carries its source in a comment, in the one mark grammar (`MARK_GRAMMAR`, below;
+recipes shared by several studies mark their values the same way):
+
+    [ref: <reference> "<verbatim quote>"]   the value is stated by the reference: <reference> is a short
+                                            name of `REFERENCES`, the quote is copied verbatim from its
+                                            published text and contains the value (`value_in_quote`)
+    [chosen: <reason>]                      this project's value, with the reason in a few words
+
+A bare mark (without its reference and quote, or its reason) is refused, naming the file and the line;
+a mark sits on its setting's line, a quote holds no `"` and a reason no `]`.
+Beside the stages: the hardware the reference assumed, `reference_results` (the published numbers, shown
+beside ours by `analyze study=NAME`, never mixed into a measured cell or a CI), `notes` (what the study
+does not reproduce, and why) and `cpu_smoke` (the overrides that run the whole study on one CPU with the
+tiny model: what the tests run). Every `[chosen: ...]` mark and every note is a "differs from the
+reference" line (`Study.differences`), printed by `launch study=NAME` and tabled in docs/studies.md.
 
     study: NAME                      # = the file's stem
     title: ...
@@ -18,6 +28,7 @@ one CPU with the tiny model: what the tests run).
       - {name: report, run: analyze, args: {runs_root: "${vars.runs_root}", profile: rl_ood, ...}}
     reference_results:
       - {system: ..., bench: musique, metric: em, n: 2417, pre: 0.316, post: 0.316}
+    notes: ["what it does not reproduce, and why", ...]
     cpu_smoke: [model=tiny_base, "train:steps=2", ...]
 
 This module owns the format (read, validate, resolve); `launch study=NAME` runs it and `analyze
@@ -65,7 +76,30 @@ RUNNERS = {
 TRAINING_RUNS = ("sft", "sweep", "grpo")
 TOP_KEYS = ("study", "title", "reference", "hardware", "vars", "stages", "reference_results", "cpu_smoke", "notes")
 RESULT_KEYS = ("system", "bench", "metric", "n", "value", "pre", "post", "note", "arm", "step")
-SOURCE_MARKS = ("[ref]", "[chosen]")
+# The published reference descriptions a `[ref: NAME "quote"]` mark cites: short name -> the stem of the
+# file holding its verbatim text (the tests check every quote against those texts; no code path reads them).
+REFERENCES = {
+    "spa-qwen3": "000_22b5f0c70c8f1d9b",        # Qwen3-4B GRPO on search_plan_act
+    "browsecomp": "001_c801f41fe641ead1",       # Qwen3-4B BrowseComp worker RL checkpoint 129 (its export)
+    "spa-llama": "002_4ccbda37e769810e",        # Llama-3.1-8B-Instruct GRPO on search_plan_act
+    "dual-terminator": "003_cb6b241bff573a7e",  # dual-terminator SFT of Qwen3-4B-Thinking-2507
+    "multihop": "004_6d4cea1d81f9c1b7",         # Qwen3-4B multi-hop QA, SFT then GRPO
+}
+MARK_GRAMMAR = '[ref: <reference> "<verbatim quote>"] or [chosen: <reason>]'
+_MARK = re.compile(r'\[ref:[ \t]*(?P<ref>[\w-]+)[ \t]+"(?P<quote>[^"]+)"[ \t]*\]'
+                   r"|\[chosen:[ \t]*(?P<reason>[^\]]*[^\]\s])[ \t]*\]")
+_MARK_START = re.compile(r"\[(?:ref|chosen)\b")
+# "The quote contains the value", where the value's own spelling is not the reference's: a model recipe
+# alias (model: qwen3_4b) is its recipe's model.path (recipes/model/NAME.yaml); these few are the rest,
+# keyed by (setting's last key, value as `format_value` writes it).
+SPELLINGS = {
+    ("task", "spa"): "search_plan_act",
+    ("task", "qa"): "multi-hop question answering",
+    ("profile", "search_r1_7bench"): "Search-R1 7-bench",
+    ("target_modules", "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"): "all attention+MLP projections",
+    ("use_vllm", "auto"): "vLLM colocate",   # auto: vLLM colocate wherever there is a GPU
+}
+_NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 STUDY_ENV = "DTSFT_STUDY"  # set by `launch study=` for its stages: JSON {name, path, sha256}, recorded in run manifests
 _VAR_REF = re.compile(r"\$\{vars\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -112,6 +146,13 @@ class Study:
     reference_results: list[ReferenceResult]
     vars: dict = field(default_factory=dict)
     cpu_smoke: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)     # what the study does not reproduce, and why
+    chosen: list[tuple] = field(default_factory=list)  # (setting, value, reason) of each [chosen: ...] mark
+
+    def differences(self) -> list[str]:
+        """The study's "differs from the reference" lines: each `[chosen: ...]` setting with its reason,
+        then each note."""
+        return [f"{key} = {format_value(value)}: {reason}" for key, value, reason in self.chosen] + list(self.notes)
 
     def unset(self, stage: Stage | None = None) -> list[str]:
         """Variables still null that `stage` (or any stage) needs: the data slots a user must fill."""
@@ -177,43 +218,173 @@ def _last_line(node) -> int:
     return max(_last_line(c) for c in children)
 
 
+@dataclass(frozen=True)
+class Mark:
+    """One source mark (`MARK_GRAMMAR`) on line `line` (1-based) of a file."""
+    line: int
+    kind: str                    # "ref" | "chosen"
+    text: str                    # the verbatim quote (ref) or the reason (chosen)
+    reference: str | None = None  # ref: a key of REFERENCES
+
+
+@dataclass(frozen=True)
+class MarkedSetting:
+    """A setting of a YAML file and the marks on the lines it spans (its key's line to its value's end)."""
+    key: str       # dotted (train.save_steps); a study's stage argument is STAGE:key (train:task)
+    value: object  # as YAML reads it, unresolved (${vars.X} kept)
+    marks: tuple[Mark, ...]
+
+
+def line_marks(text: str, where: str, line: int) -> list[Mark]:
+    """The marks on one line of file `where`; anything opening like a mark (`[ref`, `[chosen`) that is not
+    one of the grammar, or a `[ref: NAME ...]` naming no reference, is refused with the file and line."""
+    marks, end = [], 0
+    for start in _MARK_START.finditer(text):
+        if start.start() < end:
+            continue   # inside the quote or reason of a mark already read
+        m = _MARK.match(text, start.start())
+        if m is None:
+            close = text.find("]", start.start())
+            shown = text[start.start():close + 1 if close >= 0 else None].strip()
+            raise StudyError(f"{where}:{line}: {shown!r} is not a source mark: write {MARK_GRAMMAR} (a bare "
+                             "[ref] or [chosen] says neither which reference states the value nor why it was chosen)")
+        if m.group("ref") is not None and m.group("ref") not in REFERENCES:
+            raise StudyError(f"{where}:{line}: [ref: {m.group('ref')} ...] names no reference; references: "
+                             f"{', '.join(REFERENCES)}.{did_you_mean(m.group('ref'), REFERENCES)}")
+        marks.append(Mark(line=line, kind="ref", text=m.group("quote"), reference=m.group("ref")) if m.group("ref")
+                     else Mark(line=line, kind="chosen", text=m.group("reason")))
+        end = m.end()
+    return marks
+
+
+def _compose(path: Path):
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    try:
+        return text, yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return text, None   # not readable YAML: load_study names the error
+
+
+def _value_of(node, key: str):
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+    return None
+
+
+def _settings(root) -> list[tuple[str, int, int, object]]:
+    """(key, first line, last line, value node) of every setting: each entry of a block mapping whose value
+    is not itself a block mapping, and each argument of a study's stages (block or flow style)."""
+    import yaml
+
+    out = []
+
+    def walk(node, prefix: str) -> None:
+        for k, v in node.value:
+            key = f"{prefix}{k.value}"
+            if key == "stages" and isinstance(v, yaml.SequenceNode):
+                for stage in v.value:
+                    name, args = _value_of(stage, "name"), _value_of(stage, "args")
+                    for ak, av in args.value if isinstance(args, yaml.MappingNode) else []:
+                        out.append((f"{getattr(name, 'value', '?')}:{ak.value}", ak.start_mark.line, _last_line(av), av))
+            elif isinstance(v, yaml.MappingNode) and not v.flow_style and v.value:
+                walk(v, f"{key}.")
+            else:
+                out.append((key, k.start_mark.line, _last_line(v), v))
+
+    if isinstance(root, yaml.MappingNode):
+        walk(root, "")
+    return out
+
+
+def file_marks(path: Path) -> list[MarkedSetting]:
+    """Every marked setting of a YAML file (a study or a recipe), in file order. A mark goes with the
+    setting whose key is on its line, else with the one whose value spans it; a malformed mark, or one on
+    a line holding no setting (a mark in prose says nothing checkable), is refused naming file and line."""
+    import yaml
+
+    text, root = _compose(path)
+    lines = text.splitlines()
+    settings = _settings(root)
+    found: dict[int, list[Mark]] = {}
+    for i, line in enumerate(lines):
+        marks = line_marks(line, str(path), i + 1)
+        if not marks:
+            continue
+        owner = next((s for s in settings if s[1] == i), None) or next((s for s in settings if s[1] <= i <= s[2]), None)
+        if owner is None:
+            raise StudyError(f"{path}:{i + 1}: a source mark on a line that holds no setting; marks go on the "
+                             f"setting's own line ({MARK_GRAMMAR})")
+        found.setdefault(settings.index(owner), []).extend(marks)
+    out = []
+    for n in sorted(found):
+        key, _, _, node = settings[n]
+        loader = yaml.SafeLoader("")
+        try:
+            value = loader.construct_document(node)
+        finally:
+            loader.dispose()
+        out.append(MarkedSetting(key=key, value=value, marks=tuple(found[n])))
+    return out
+
+
+def quote_found(quote: str, reference_text: str) -> bool:
+    """Whether `quote` is verbatim in `reference_text`, whitespace (runs of spaces, tabs, newlines) aside."""
+    return " ".join(quote.split()) in " ".join(reference_text.split())
+
+
+def value_in_quote(key: str, value, quote: str) -> bool:
+    """Whether `quote` states `value` (of setting `key`). A value built from study variables (`${vars.X}`:
+    a slot the user fills, or a path the study wires) is not checked, only its quote; a list or mapping:
+    each of its values; a number: a number in the quote equal to it (1e-4 = 1.0e-4 = 0.0001; r=32;
+    4x); a string: itself as a whole word, case aside, or its `SPELLINGS` entry, or for `model`, its
+    recipe's model.path."""
+    shown = format_value(value)
+    if "${" in shown:
+        return True
+    name = key.rpartition(":")[2].rpartition(".")[2]
+    if (name, shown) in SPELLINGS:
+        return _spelled(SPELLINGS[name, shown], quote)
+    if isinstance(value, dict):
+        return all(value_in_quote(key, v, quote) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(value_in_quote(key, v, quote) for v in value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return any(float(t) == float(value) for t in _NUMBER.findall(quote))
+    spellings = [shown]
+    recipe = STUDY_DIR.parent / "model" / f"{shown}.yaml"
+    if name == "model" and recipe.is_file():
+        spellings.append(str(OmegaConf.load(recipe).model.path))
+    return any(_spelled(s, quote) for s in spellings)
+
+
+def _spelled(word: str, quote: str) -> bool:
+    """`word` in `quote`, case aside, as a whole word (Qwen/Qwen3-4B is not in Qwen/Qwen3-4B-Thinking-2507)."""
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", quote, flags=re.I) is not None
+
+
 def _unmarked_arg_lines(path: Path) -> list[str]:
     """The stage argument lines without a source mark. Each argument of a stage's `args:` mapping,
     block or flow style (`- {name: ..., run: ..., args: {task: spa, ...}}`), spans the lines from its
     key to the end of its value; each of them holding more than a comment needs a mark, and two
     arguments on one line are refused (one mark cannot say where each comes from)."""
-    import yaml
-
-    text = path.read_text(encoding="utf-8")
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return []   # not readable YAML: load_study names the error
+    text, root = _compose(path)
     lines = text.splitlines()
-
-    def value_of(node, key: str):
-        if isinstance(node, yaml.MappingNode):
-            return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
-        return None
-
-    stages = value_of(root, "stages")
     bad: dict[int, str] = {}
-    for stage in stages.value if isinstance(stages, yaml.SequenceNode) else []:
-        args = value_of(stage, "args")
-        if not isinstance(args, yaml.MappingNode):
-            continue   # not a mapping: load_study names it
-        keys_on: dict[int, list[str]] = {}
-        for key, value in args.value:
-            first = key.start_mark.line
-            keys_on.setdefault(first, []).append(str(key.value))
-            for i in range(first, max(first, _last_line(value)) + 1):
-                stripped = lines[i].strip()
-                if stripped and not stripped.startswith("#") and not any(m in lines[i] for m in SOURCE_MARKS):
-                    bad.setdefault(i, f"line {i + 1}: {stripped}")
-        for i, keys in keys_on.items():
-            if len(keys) > 1 and i not in bad:
-                bad[i] = (f"line {i + 1}: {len(keys)} arguments ({', '.join(keys)}) share one line, and one mark "
-                          "cannot say where each comes from: put each on its own line")
+    keys_on: dict[int, list[str]] = {}
+    for key, first, last, _ in (s for s in _settings(root) if ":" in s[0]):
+        keys_on.setdefault(first, []).append(key.partition(":")[2])
+        for i in range(first, max(first, last) + 1):
+            stripped = lines[i].strip()
+            if stripped and not stripped.startswith("#") and not _MARK.search(lines[i]):
+                bad.setdefault(i, f"line {i + 1}: {stripped}")
+    for i, keys in keys_on.items():
+        if len(keys) > 1 and i not in bad:
+            bad[i] = (f"line {i + 1}: {len(keys)} arguments ({', '.join(keys)}) share one line, and one mark "
+                      "cannot say where each comes from: put each on its own line")
     return [bad[i] for i in sorted(bad)]
 
 
@@ -287,9 +458,10 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         raise StudyError(f"{where}: unknown key {unknown[0]!r}; keys: {', '.join(TOP_KEYS)}.{did_you_mean(unknown[0], TOP_KEYS)}")
     if cfg.get("study") != path.stem:
         raise StudyError(f"{where}: `study:` must name the file ({path.stem!r}), found {cfg.get('study')!r}")
+    marked = file_marks(path)   # a malformed mark: refused here, naming its line
     unmarked = _unmarked_arg_lines(path)
     if unmarked:
-        raise StudyError(f"{where}: every stage argument says where its value comes from ({' or '.join(SOURCE_MARKS)} "
+        raise StudyError(f"{where}: every stage argument says where its value comes from ({MARK_GRAMMAR} "
                          f"in a comment); unmarked: {'; '.join(unmarked[:3])}")
     for key, value in (variables or {}).items():
         if key not in (cfg.get("vars") or {}):
@@ -327,7 +499,12 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
     smoke = plain.get("cpu_smoke") or []
     if not isinstance(smoke, (list, ListConfig)) or not all(isinstance(t, str) and "=" in t for t in smoke):
         raise StudyError(f"{where}: `cpu_smoke:` must be a list of key=value overrides")
+    notes = plain.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(t, str) and t.strip() for t in notes):
+        raise StudyError(f"{where}: `notes:` must be a list of sentences (what the study does not reproduce, and why)")
+    chosen = [(m.key, m.value, k.text) for m in marked for k in m.marks if k.kind == "chosen"]
     return Study(name=path.stem, path=path, sha256=sha256_file(path), title=str(plain.get("title") or path.stem),
                  reference=str(plain.get("reference") or ""), hardware=hardware, stages=stages,
                  reference_results=_reference_results(plain.get("reference_results"), where),
-                 vars=dict(plain.get("vars") or {}), cpu_smoke=list(smoke))
+                 vars=dict(plain.get("vars") or {}), cpu_smoke=list(smoke), notes=[" ".join(t.split()) for t in notes],
+                 chosen=chosen)

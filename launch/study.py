@@ -28,6 +28,8 @@ submits the aggregation after it: analysis/slurm.py). Scripts, logs and each sta
 inside it); the job ids and one command to watch them are printed. `dry_run=true` prints every script
 (dependencies on not yet submitted jobs, an unresolved stage's too, shown as `afterok:<job ids of stage
 NAME>`) and each stage's own dry run, and submits and writes nothing.
+Before anything runs, launch prints the study's "differs from the reference" lines (`Study.differences`:
+every `[chosen: ...]` setting with its reason, then every note).
 """
 from __future__ import annotations
 
@@ -150,6 +152,8 @@ def run_study(argv: list[str]) -> int:
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
           f"  reference hardware: {study.hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}",
           flush=True)
+    print(f"  differs from the reference ({len(study.differences())}: each chosen setting, then what is not reproduced):\n"
+          + "".join(f"    - {line}\n" for line in study.differences()), end="", flush=True)
     from launch.run import REPO
 
     env = dict(os.environ, **{STUDY_ENV: json.dumps(study.identity())})

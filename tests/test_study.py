@@ -50,7 +50,9 @@ def test_the_five_reference_studies_are_shipped_and_load():
 def test_an_unmarked_argument_and_a_bad_stage_are_refused(tmp_path):
     src = (ROOT / "recipes" / "study" / "qwen3_4b_spa_grpo.yaml").read_text()
     bad = tmp_path / "qwen3_4b_spa_grpo.yaml"
-    bad.write_text(src.replace("      task: spa                        # [ref] search_plan_act", "      task: spa"))
+    unmarked = re.sub(r"(?m)^(      task: spa) +# .*$", r"\1", src)
+    assert unmarked != src
+    bad.write_text(unmarked)
     with pytest.raises(StudyError, match=r"unmarked: line \d+: task: spa"):
         load_study(str(bad))
     bad.write_text(src.replace("run: grpo", "run: grop"))
@@ -90,8 +92,7 @@ def dry_runs(tmp_path_factory):
     for name in ("traj.jsonl", "questions.jsonl"):
         (cwd / name).write_text("")
     (cwd / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
-    slots["qwen3_4b_multihop_sft_grpo"] = ["hotpotqa_trajectories=canonical:traj.jsonl", "hotpotqa_questions=questions.jsonl",
-                                          "corpus=corpus.jsonl"]
+    slots["qwen3_4b_multihop_sft_grpo"] = ["hotpotqa_trajectories=canonical:traj.jsonl", "hotpotqa_questions=questions.jsonl"]
     save_tiny_model(cwd / "ckpt", seed=0, vocab_size=4160)
     slots["browsecomp_worker_export"] = ["checkpoint=ckpt", f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}"]
     out = {}
@@ -99,6 +100,7 @@ def dry_runs(tmp_path_factory):
         proc = _launch(cwd, f"study={name}", "launcher=slurm", "dry_run=true", *slots.get(name, []))
         assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         out[name] = _stage_outputs(proc.stdout)
+        out[name]["(before the stages)"] = proc.stdout.split("\n== stage ", 1)[0]
     return out
 
 
@@ -141,8 +143,20 @@ def test_multihop_and_export_study_plans(dry_runs):
     assert "Qwen/Qwen3-4B" in mh["sft"] and "lr: 0.0001" in mh["sft"] and "global_batch_size: 128" in mh["sft"]
     assert "checkpoints/step-000100" in mh["grpo"] and "profile=multihop_qa" in mh["report"]
     assert _resolved(mh["grpo"])["grpo"]["enable_thinking"] is True and "eval.enable_thinking=true" in mh["report"]
+    # Trained in the setting it is judged in (profile multihop_qa: @given), on the GPUs its `hardware` says.
+    assert _resolved(mh["grpo"])["grpo"]["qa_mode"] == "given"
+    gpus = load_study("qwen3_4b_multihop_sft_grpo").hardware["gpus"]
+    assert gpus == 4 and f"#SBATCH --gpus-per-node={gpus}" in mh["sft"] and f"#SBATCH --gpus-per-node={gpus}" in mh["grpo"]
     export = dry_runs["browsecomp_worker_export"]["export"]
     assert "vocab_size: 151936" in export and "tokenizer from " in export and "tiny_tokenizer" in export
+
+
+def test_every_dry_run_prints_what_differs_from_the_reference(dry_runs):
+    """Each `[chosen: ...]` setting with its reason and each note, before the stages run."""
+    for name in STUDIES:
+        head, study = dry_runs[name]["(before the stages)"], load_study(name)
+        assert f"differs from the reference ({len(study.differences())}:" in head, name
+        assert study.notes and all(f"    - {line}\n" in head for line in study.differences()), name
 
 
 def test_a_missing_data_slot_is_named(tmp_path):
@@ -284,16 +298,16 @@ def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
 _BLOCK_TRAIN = """  - name: train
     run: grpo
     args:
-      task: spa                        # [ref] search_plan_act
-      model: qwen3_4b                  # [ref] Qwen/Qwen3-4B, the hybrid model
-      grpo.enable_thinking: true       # [chosen] not stated by the reference: the hybrid's thinking mode (its default), explicit
-      runs_root: ${vars.runs_root}     # [chosen] one directory per study
+      task: spa                        # [ref: spa-qwen3 "on search_plan_act"]
+      model: qwen3_4b                  # [ref: spa-qwen3 "Full-weight checkpoint (LoRA merged) of Qwen/Qwen3-4B"] the hybrid model
+      grpo.enable_thinking: true       # [chosen: not stated by the reference: the hybrid's thinking mode (its default), explicit]
+      runs_root: ${vars.runs_root}     # [chosen: one directory per study]
 """
 
 
 def test_flow_style_args_are_held_to_the_source_marks_like_block_style(tmp_path):
     """`- {name: ..., run: ..., args: {...}}` (the docstring's own form): each argument needs its own
-    [ref]/[chosen] mark on its line, as in block style; one mark cannot speak for two arguments."""
+    source mark on its line, as in block style; one mark cannot speak for two arguments."""
     src = (ROOT / "recipes" / "study" / "qwen3_4b_spa_grpo.yaml").read_text()
     assert _BLOCK_TRAIN in src
     path = tmp_path / "qwen3_4b_spa_grpo.yaml"
@@ -302,17 +316,17 @@ def test_flow_style_args_are_held_to_the_source_marks_like_block_style(tmp_path)
     path.write_text(src.replace(_BLOCK_TRAIN, one_line))
     with pytest.raises(StudyError, match=r"unmarked: line 15: .*task: spa"):
         load_study(str(path))
-    path.write_text(src.replace(_BLOCK_TRAIN, one_line.rstrip("\n") + "  # [ref] all of them\n"))
+    path.write_text(src.replace(_BLOCK_TRAIN, one_line.rstrip("\n") + "  # [chosen: all of them]\n"))
     with pytest.raises(StudyError, match=r"line 15: 4 arguments \(task, model, grpo.enable_thinking, runs_root\) share"):
         load_study(str(path))
     marked = ("  - {name: train, run: grpo, args: {\n"
-              "      task: spa,                        # [ref] search_plan_act\n"
-              "      model: qwen3_4b,                  # [ref] Qwen/Qwen3-4B, the hybrid model\n"
-              "      grpo.enable_thinking: true,       # [chosen] the hybrid's thinking mode, explicit\n"
-              '      runs_root: "${vars.runs_root}"}}  # [chosen] one directory per study\n')
+              "      task: spa,                        # [ref: spa-qwen3 \"on search_plan_act\"]\n"
+              "      model: qwen3_4b,                  # [ref: spa-qwen3 \"of Qwen/Qwen3-4B\"] the hybrid model\n"
+              "      grpo.enable_thinking: true,       # [chosen: the hybrid's thinking mode, explicit]\n"
+              '      runs_root: "${vars.runs_root}"}}  # [chosen: one directory per study]\n')
     path.write_text(src.replace(_BLOCK_TRAIN, marked))
     assert load_study(str(path)).stages[0].args == load_study("qwen3_4b_spa_grpo").stages[0].args
-    path.write_text(src.replace(_BLOCK_TRAIN, marked.replace("  # [ref] Qwen/Qwen3-4B, the hybrid model", "")))
+    path.write_text(src.replace(_BLOCK_TRAIN, marked.replace("  # [ref: spa-qwen3 \"of Qwen/Qwen3-4B\"] the hybrid model", "")))
     with pytest.raises(StudyError, match=r"unmarked: line 17: model: qwen3_4b,$"):
         load_study(str(path))
 
