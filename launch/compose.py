@@ -23,36 +23,17 @@ from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split
 from common.layout import run_dir_path, variant_name_problem
 from common import schema
 from common.plan import planned
+from common.recipes import ALIASES, CHOICES, RECIPES, STRING_KEYS
 from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
 from launch.paths import SFT_KEYS, make_absolute
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 GROUPS = ("arm", "model", "data", "launcher")
 USER_RECIPE = "recipe"   # recipe=PATH: the user's own file, merged after the groups
 DEFAULT_CHOICES = {"arm": "r2e", "model": "qwen3_4b_thinking_2507", "data": "hub", "launcher": "local"}
 
-# Everyday top-level names -> the full key they set.
-ALIASES = {
-    "steps": "train.steps",
-    "epochs": "train.epochs",
-    "n": "data.n",
-    "save_steps": "train.save_steps",
-    "state_every": "train.state_every",
-    "lr": "train.lr",
-    "nproc": "launcher.nproc",
-    "dry_run": "launcher.dry_run",
-    "nodes": "launcher.nodes",
-    "gpus_per_node": "launcher.gpus_per_node",
-    "partition": "launcher.partition",
-    "time": "launcher.time",
-    "account": "launcher.account",
-}
-# Values kept verbatim as strings: YAML would read `time=24:00:00` as the base-60 integer 86400,
-# which Slurm would take as minutes.
-STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.setup")
 # Free-form sub-trees: any key below them is accepted (model config overrides, generator knobs).
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
 # What a shipped recipe's `_launch:` section may say (anything else is an error naming the key).
@@ -198,8 +179,8 @@ def _is_int(v) -> bool:
 
 
 # The trainer's keys (model / train / logging, arm, seed) are checked by common.schema and the data
-# keys by data_prep.config.problems: the rules the trainer and data_prep read them with. Below: launch's own.
-CHOICES = {"launcher.kind": ("local", "slurm")}
+# keys by data_prep.config.problems: the rules the trainer and data_prep read them with. Below: launch's own
+# (launcher.kind's choices: common.recipes.CHOICES).
 POSITIVE_INTS = ("launcher.nodes", "launcher.gpus_per_node")
 BOOLS = ("launcher.dry_run",)
 

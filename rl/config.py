@@ -19,14 +19,14 @@ from common import schema, thinking
 from common.benchmarks import CONTEXT_MODES
 from common.layout import variant_name_problem
 from common.plan import save_points
-from launch.compose import (ALIASES, CHOICES, RECIPES, STRING_KEYS, USER_RECIPE, Composed, check_user_recipe,
-                            load_recipe, load_user_recipe, resolve_interpolations)
+from common.recipes import ALIASES, CHOICES, RECIPES, RL_ALIASES, STRING_KEYS
+from launch.compose import (USER_RECIPE, Composed, check_user_recipe, load_recipe, load_user_recipe,
+                            resolve_interpolations)
 from launch.errors import LaunchError
 from launch.paths import GRPO_KEYS, make_absolute
 from rl.errors import RlError
 
 SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
-RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
 TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "warmup_ratio", "min_lr_ratio", "betas", "eps",
               "weight_decay", "grad_clip", "activation_checkpointing", "precision")
 MODEL_KEYS = ("name", "path", "gpu_only", "attn_implementation")  # the tokenizer is the starting model's

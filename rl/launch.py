@@ -17,9 +17,9 @@ from omegaconf import OmegaConf
 from common import keydoc, layout
 from common.cli import run_cli, wants_help
 from launch import local, manifest, run, slurm
-from launch.compose import RECIPES
+from common.recipes import RECIPES, RL_ALIASES
 from launch.run import REPO, Prepared, is_finished, lock_run_dir, write_config
-from rl.config import RL_ALIASES, SELECTORS, compose_grpo, hardware_note, parent_run, planned_saves, run_dir, run_identity, world_problem
+from rl.config import SELECTORS, compose_grpo, hardware_note, parent_run, planned_saves, run_dir, run_identity, world_problem
 from rl.errors import RlError
 
 MODULE = "rl.train"

@@ -1,0 +1,33 @@
+"""The recipe vocabulary both launches and both trainers' config checks share: where the shipped
+recipes live (`RECIPES`), the everyday top-level shortcuts of the command line (`ALIASES`; GRPO's
+subset `RL_ALIASES`), the keys kept verbatim as strings (`STRING_KEYS`) and the launcher's choices
+(`CHOICES`). launch.compose composes SFT and GRPO configs with it; rl.config validates with it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+# Everyday top-level names -> the full key they set.
+ALIASES = {
+    "steps": "train.steps",
+    "epochs": "train.epochs",
+    "n": "data.n",
+    "save_steps": "train.save_steps",
+    "state_every": "train.state_every",
+    "lr": "train.lr",
+    "nproc": "launcher.nproc",
+    "dry_run": "launcher.dry_run",
+    "nodes": "launcher.nodes",
+    "gpus_per_node": "launcher.gpus_per_node",
+    "partition": "launcher.partition",
+    "time": "launcher.time",
+    "account": "launcher.account",
+}
+# Values kept verbatim as strings: YAML would read `time=24:00:00` as the base-60 integer 86400,
+# which Slurm would take as minutes.
+STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.setup")
+# GRPO has no data section and no epochs: those shortcuts are not GRPO keys.
+RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
+CHOICES = {"launcher.kind": ("local", "slurm")}
