@@ -26,6 +26,7 @@ from analysis.discover import ANCHOR_ARM, Run, read_json_object, step_name
 from common import layout
 from common.cli import ConfigError
 from common.io import write_json
+from common.tiny import resolve_model_path
 from analysis.errors import AnalysisError
 
 Evaluator = Callable[[dict[str, Any]], dict]
@@ -176,7 +177,8 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
     if anchor is None or not meta.exists():
         return
     recorded = (read_json_object(meta, []) or {}).get("model")
-    if recorded != str(anchor):
+    if recorded != str(anchor) and not (isinstance(recorded, str) and resolve_model_path(recorded) == str(anchor)):
+        # (an embedded name recorded before analyze resolved it, `tiny-base`, is its directory)
         raise AnalysisError(
             f"{meta} records anchor {recorded!r} but anchor={anchor!r} was given; "
             f"pass anchor_dir=<another dir> or remove {anchor_dir} to re-evaluate")

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.aggregate import Points
 from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
-from analysis.discover import ANCHOR_ARM, Run, discover_runs, replaced_dirs
+from analysis.discover import ANCHOR_ARM, Run, discover_runs, read_json_object, replaced_dirs
 from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, check_settings,
                                  check_templates, harness, plan, run_jobs)
 from analysis.figures import FigureInfo, Panel, plot_curves
@@ -24,6 +24,7 @@ from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
 from common import keydoc
 from common.benchmarks import BenchError, canonical_bench_key
+from common.tiny import resolve_model_path
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
@@ -194,7 +195,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         benches = [canonical_bench_key(str(b)) for b in benches]
     except BenchError as exc:
         raise AnalysisError(f"benches: {exc}") from None
-    anchor = None if cfg.anchor in (None, "") else str(cfg.anchor)
+    anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())
     anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else root / "_anchor"
@@ -207,7 +208,10 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if cfg.study:
         from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
+        from analysis.reference import expected
+
         study = load_study(str(cfg.study))
+        expected(study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
     from analysis.slurm import check_launcher, submit_analysis, submit_runs, tasks_report
 
     check_launcher(cfg)
@@ -276,7 +280,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if study is not None and study.reference_results:
         from analysis.reference import reference_table
 
-        result.tables["reference"] = reference_table(study, add_mean_rows(table, qa))
+        given = None if cfg.anchor in (None, "") else str(cfg.anchor)   # as spelled; else the one anchor_dir holds
+        anchor_model = given or (read_json_object(anchor_dir / "anchor.json", []) or {}).get("model")
+        result.tables["reference"] = reference_table(study, add_mean_rows(table, qa), runs, anchor_model)
         table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
     problems = sorted(set(points.problems + pp.problems + [p for r in runs for p in r.problems]))

@@ -64,6 +64,22 @@ def split_dotlist(argv: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+SWITCH_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+SWITCHES = ("dry_run",)   # keys (the last part of a dotted key: launch's launcher.dry_run) read by parse_switch
+
+
+def parse_switch(value, key: str) -> bool:
+    """A true/false switch as every command reads it (`dry_run`): true/false, 1/0, yes/no, on/off in any
+    case (a bool is itself); anything else is a ConfigError naming `key`, so a misspelt switch never
+    silently means one thing to one command and another to the next."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().strip("'\"").lower()
+    if word not in SWITCH_WORDS:
+        raise ConfigError(f"{key}={value}: expected true or false (also 1/0, yes/no, on/off)")
+    return SWITCH_WORDS[word]
+
+
 def apply_overrides(
     base: DictConfig,
     argv: list[str],
@@ -78,13 +94,15 @@ def apply_overrides(
     aliases = aliases or {}
     known = KeySpace(base, open_prefixes)
     cfg = base.copy()
-    for key, value in split_dotlist(argv):
-        key = aliases.get(key, key)
+    for given, value in split_dotlist(argv):
+        key = aliases.get(given, given)
         if key not in known:
             shown = sorted(known.leaves | set(aliases))
             raise ConfigError(
                 f"unknown key {key!r}.{did_you_mean(key, shown)}\nValid keys: {', '.join(shown)}"
             )
+        if key.rsplit(".", 1)[-1] in SWITCHES:
+            value = str(parse_switch(value, given)).lower()
         try:
             parsed = OmegaConf.from_dotlist([f"{key}={value}"])
             cfg = OmegaConf.merge(cfg, parsed)

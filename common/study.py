@@ -122,6 +122,15 @@ class Study:
         """What a run manifest and a report record of the study that made them."""
         return {"name": self.name, "path": str(self.path), "sha256": self.sha256}
 
+    def substitute(self, text: str, where: str) -> str:
+        """`text` (a command-line token) with each `${vars.X}` replaced by the study's value of X."""
+        def value(m: re.Match) -> str:
+            if m.group(1) not in self.vars:
+                raise StudyError(f"{where}: no study variable {m.group(1)!r}; variables: {', '.join(self.vars) or 'none'}."
+                                 f"{did_you_mean(m.group(1), self.vars)}")
+            return format_value(self.vars[m.group(1)])
+        return _VAR_REF.sub(value, text)
+
 
 def format_value(v) -> str:
     """A Python value as an omegaconf dotlist value (`[a,b]`, `{k:v}`, `null`, `true`)."""
@@ -290,7 +299,7 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
     raw_stages = OmegaConf.to_container(cfg, resolve=False).get("stages") or []
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as exc:
+    except (OmegaConfBaseException, RecursionError) as exc:   # RecursionError: a variable that names itself
         raise StudyError(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
     stages_raw = plain.get("stages")
     if not isinstance(stages_raw, list) or not stages_raw:

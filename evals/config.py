@@ -10,6 +10,7 @@ from common import keydoc, layout, thinking
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
 from common.schema import Number
+from common.tiny import resolve_model_path
 from evals.benches import ENV_BENCHES, HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
@@ -266,6 +267,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     OmegaConf.set_struct(merged, False)
     if not merged.ckpt:
         raise EvalError("ckpt=PATH is required (a Hugging Face model directory)")
+    merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
     if merged.prompt not in PROMPTS:
         raise EvalError(f"prompt={merged.prompt!r}: expected one of {', '.join(PROMPTS)}")
     if merged.backend not in ("hf", "vllm"):

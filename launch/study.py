@@ -5,7 +5,11 @@
 - `VAR=value` sets one of the study's `vars:` (runs_root, data slots, ...);
 - `STAGE:key=value` goes to that stage only (e.g. `report:eval.n=2`);
 - any other `key=value` goes to every training stage (run: sft, sweep, grpo), e.g. `model=tiny_base`,
-  `launcher=slurm`; `dry_run=true` goes to every stage.
+  `launcher=slurm`; `dry_run=true` goes to every stage (read by common.cli.parse_switch, the rule of
+  every command: true/false, 1/0, yes/no, on/off), never to one;
+- `${vars.X}` in any value is the study's variable X (`'reports=${vars.runs_root}/rep'`).
+Before the first stage starts, every later stage's settings are checked by its own dry run (output
+hidden, refusal shown): a typo in `report:eval.nn=2` stops the study before any training.
 Each stage runs as a child process through its command's module (`python -m launch.cli | evals.cli |
 analysis.cli | sft.export`), so launch imports no later stage; an analyze stage is given `study=<file>`
 so the report shows the study's reference results beside the measured values. The first stage that
@@ -13,15 +17,17 @@ fails stops the study with its exit status; every stage is idempotent (runs resu
 only what is missing), so the same command continues the study. Each child gets DTSFT_STUDY (the
 study's name, file and digest), which run manifests record.
 
-`launcher=slurm` submits the whole study instead, each stage's jobs depending on the previous
+`launcher=slurm` (or any training stage sent to Slurm: `train:launcher=slurm`) submits the whole
+study instead, each stage's jobs depending on the previous
 stage's (`--dependency=afterok:...`): a training stage's own launcher submits its jobs (told the
 dependency through $DTSFT_SLURM_AFTER; their ids come back through $DTSFT_SLURM_JOBS); an analyze,
 evaluate or export stage becomes one job running its command (analyze with `launcher=slurm`, so when
 it runs it fans the evaluations out as an array, one task per checkpoint still to evaluate, and
 submits the aggregation after it: analysis/slurm.py). Scripts, logs and each stage's job ids go to
-`<runs_root>/_slurm/study-<UTC time>/`; the job ids and one command to watch them are printed.
-`dry_run=true` prints every script (dependencies on not yet submitted jobs shown as
-`afterok:<job ids of stage NAME>`) and each stage's own dry run.
+`<runs_root>/_slurm/study-<UTC time>/` (without a `runs_root` variable: beside the study's `out`, never
+inside it); the job ids and one command to watch them are printed. `dry_run=true` prints every script
+(dependencies on not yet submitted jobs, an unresolved stage's too, shown as `afterok:<job ids of stage
+NAME>`) and each stage's own dry run, and submits and writes nothing.
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.cli import did_you_mean, split_dotlist
+from common.cli import did_you_mean, parse_switch, split_dotlist
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
 from launch.errors import LaunchError
 
@@ -41,7 +47,10 @@ ALL_STAGES = ("dry_run",)  # plain keys that go to every stage, not just the tra
 
 
 def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool]:
-    """(study with the command line's variables, each stage's extra tokens, dry_run)."""
+    """(study with the command line's variables, each stage's extra tokens, dry_run).
+
+    `${vars.X}` in a variable or a stage's token is the study's variable X; `dry_run` is read by
+    common.cli.parse_switch (the rule of every stage) and goes to every stage, never to one."""
     spec, rest = None, []
     for tok in argv:
         key, _, value = tok.partition("=")
@@ -60,30 +69,47 @@ def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool
         if not sep or not head.strip():
             raise LaunchError(f"expected key=value or STAGE:key=value, found {tok!r}")
         if ":" in head:
+            if head.partition(":")[2].strip() in ALL_STAGES:
+                raise LaunchError(f"{tok}: {head.partition(':')[2].strip()} goes to every stage; give it without "
+                                  f"a stage ({head.partition(':')[2].strip()}=...)")
             targeted.append(tok)
             continue
         (key, value), = split_dotlist([tok])
-        if key in names_of_vars:
-            variables[key] = OmegaConf.from_dotlist([f"v={value}"]).v if value else None
+        if key in names_of_vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
+            variables[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)["v"] \
+                if value else None
             continue
         if key == "dry_run":
-            dry_run = str(value).strip().lower() in ("1", "true", "yes")
+            dry_run = parse_switch(value, "dry_run")
         shared.append(tok)
     study = load_study(spec, variables=variables)
     names = [s.name for s in study.stages]
     extra = {s.name: [] for s in study.stages}
     for tok in shared:
         key = tok.partition("=")[0].strip()
-        for s in study.stages:
-            if key in ALL_STAGES or s.run in TRAINING_RUNS:
-                extra[s.name].append(tok)
+        takers = [s for s in study.stages if key in ALL_STAGES or s.run in TRAINING_RUNS]
+        if not takers and key not in (*_STAGE_JOB_KEYS, "launcher", "launcher.kind"):   # those: the stage jobs' options
+            raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has no "
+                              f"training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
+        for s in takers:
+            extra[s.name].append(study.substitute(tok, tok))
     for tok in targeted:
         stage, _, kv = tok.partition(":")
         if stage not in extra:
             raise LaunchError(f"{tok}: {stage!r} is not a stage of study {study.name} (stages: {', '.join(names)})."
                               f"{did_you_mean(stage, names)}")
-        extra[stage].append(kv)
+        extra[stage].append(study.substitute(kv, tok))
     return study, extra, dry_run
+
+
+def _launcher(tokens: list[str]) -> str | None:
+    """The launcher a training stage's tokens ask for (the last `launcher=` / `launcher.kind=` wins)."""
+    kind = None
+    for tok in tokens:
+        key, sep, value = tok.partition("=")
+        if sep and key.strip() in ("launcher", "launcher.kind"):
+            kind = value.strip()
+    return kind
 
 
 def stage_command(study: Study, stage, extra: list[str]) -> list[str]:
@@ -94,18 +120,46 @@ def stage_command(study: Study, stage, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", module, *lead, *args]
 
 
+def _check_stages(study: Study, stages: list, extra: dict[str, list[str]], env: dict, on_slurm: bool) -> int:
+    """Each of `stages`' settings checked by its own dry run (its output not shown, its refusal is)
+    before the study starts anything: a typo in a later stage's key stops the study up front."""
+    for stage in stages:
+        cmd = stage_command(study, stage, extra[stage.name]) + (["launcher=slurm"] if on_slurm and stage.run == "analyze" else [])
+        rc = subprocess.run([*cmd, "dry_run=true"], env=env, stdout=subprocess.DEVNULL).returncode
+        if rc != 0:
+            rc = 128 - rc if rc < 0 else rc
+            print(f"study {study.name}: stage {stage.name} refuses its settings (exit {rc}, above; its dry run: "
+                  f"{shlex.join(['python', *cmd[1:], 'dry_run=true'])}); nothing started", file=sys.stderr, flush=True)
+            return rc
+    return 0
+
+
 def run_study(argv: list[str]) -> int:
     study, extra, dry_run = parse_study_argv(argv)
-    on_slurm = any(tok.replace(" ", "") in ("launcher=slurm", "launcher.kind=slurm") for tok in argv)
+    # Slurm when any training stage is sent there (`launcher=slurm` for all of them, or `train:launcher=slurm`):
+    # the stages after it must wait for its jobs, not run at once on untrained runs.
+    kinds = {s.name: _launcher(s.argv(extra[s.name])) or "local" for s in study.stages if s.run in TRAINING_RUNS}
+    on_slurm = "slurm" in kinds.values() or _launcher([t for t in argv if ":" not in t.partition("=")[0]]) == "slurm"
+    if on_slurm and set(kinds.values()) != {"slurm"} and kinds:   # a local one would run at once, not after the jobs
+        raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == 'slurm')} "
+                          f"go to Slurm but {', '.join(k for k, v in kinds.items() if v != 'slurm')} would run here, "
+                          "not after their jobs: give launcher=slurm (every training stage) or target each stage")
     if study.unset() and not dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
                           f"(the study's data slots; see {study.path})")
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
-          f"  reference hardware: {study.hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}")
+          f"  reference hardware: {study.hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}",
+          flush=True)
     from launch.run import REPO
 
     env = dict(os.environ, **{STUDY_ENV: json.dumps(study.identity())})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    if not dry_run:   # a dry run shows each stage's own dry run anyway
+        # the first stage checks its own keys before it does anything, unless it is a job submitted as it is
+        first_checks_itself = study.stages[0].run in TRAINING_RUNS or not on_slurm
+        rc = _check_stages(study, study.stages[1 if first_checks_itself else 0:], extra, env, on_slurm)
+        if rc != 0:
+            return rc
     if on_slurm:
         return _submit_study(study, extra, dry_run, env, argv)
     for i, stage in enumerate(study.stages, 1):
@@ -150,16 +204,25 @@ def _stage_gpus(stage, args: list[str]) -> int:
         raise LaunchError(f"stage {stage.name}: data_parallel / tensor_parallel_size must be integers") from None
 
 
+def _ledger_root(study: Study) -> Path:
+    """Where `_slurm/` (the study's scripts, logs, job ids) goes: under the study's runs_root, else beside
+    (never inside) its `out`, which a stage (an export) must find holding only what it wrote."""
+    if study.vars.get("runs_root"):
+        return Path(str(study.vars["runs_root"]))
+    if study.vars.get("out"):
+        return Path(str(study.vars["out"])).parent
+    return Path(".")
+
+
 def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env: dict, argv: list[str]) -> int:
     from launch import slurm
     from launch.run import REPO
 
-    base = study.vars.get("runs_root") or study.vars.get("out") or "runs"
-    ledger = (Path(str(base)) / "_slurm" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    ledger = (_ledger_root(study) / "_slurm" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     if not dry_run:
         ledger.mkdir(parents=True, exist_ok=True)
     shared = [t for t in argv if ":" not in t.partition("=")[0]]
-    options = _stage_job_options(shared)
+    options = _stage_job_options(shared + [t for s in study.stages if s.run in TRAINING_RUNS for t in extra[s.name]])
     after, submitted = None, {}
     for i, stage in enumerate(study.stages, 1):
         cmd = stage_command(study, stage, extra[stage.name])
@@ -167,8 +230,10 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
             cmd.append("launcher=slurm")   # its evaluations: a job array, then the aggregation
         print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}"
               f"\n[study] waits for: {after or 'nothing'}", flush=True)
-        if study.unset(stage):
+        if study.unset(stage):   # (a dry run only): its jobs are still what the next stage waits for
             print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
+            submitted[stage.name] = [f"<job ids of stage {stage.name}>"]
+            after = "afterok:" + submitted[stage.name][0]
             continue
         jobs_file = ledger / f"{stage.name}.jobs"
         stage_env = {k: v for k, v in env.items() if k != slurm.AFTER_ENV}
@@ -183,7 +248,7 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
                       file=sys.stderr)
                 return rc
         if stage.run not in TRAINING_RUNS:
-            job_argv = [a for a in cmd if a.replace(" ", "") != "dry_run=true"]
+            job_argv = [a for a in cmd if a.partition("=")[0].strip() not in ALL_STAGES]   # the job runs for real
             spec = slurm.SlurmSpec(job_name=f"dtsft-{study.name}-{stage.name}", nodes=1,
                                    gpus_per_node=_stage_gpus(stage, job_argv), nproc_per_node=1,
                                    output=str(ledger / f"{stage.name}-%j.out"), exclusive=False, signal=False,

@@ -115,6 +115,14 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     preps = [resolve(run) for run in runs]   # every combination's keys and values checked up front
     if preps[0].cfg.launcher.kind == "slurm":
         return _sweep_slurm(argv, runs, preps, profile=profile, analyze=analyze, **cache_kw)
+    dry = bool(preps[0].cfg.launcher.dry_run)
+    evaluation = analyze_command(str(preps[0].cfg.runs_root), profile, analyze) if profile else None
+    if evaluation:   # the evaluation's settings, checked by its dry run before the first run trains
+        rc = _run_analyze([*evaluation, "dry_run=true"], quiet=True)
+        if rc != 0:
+            print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
+                  "nothing trained", file=sys.stderr, flush=True)
+            return rc
     failed = []
     for i, run in enumerate(runs, 1):
         print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
@@ -126,11 +134,14 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     if failed:
         print("[launch] sweep: failed runs: " + "; ".join(f"{' '.join(r)} (exit {rc})" for r, rc in failed))
         return 1
+    if dry:
+        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing written"
+              + (f"; then: {shlex.join(['analyze', *evaluation[3:]])}" if evaluation else ""))
+        return 0
     print(f"[launch] sweep: all {len(runs)} runs finished")
-    if profile and not preps[0].cfg.launcher.dry_run:
-        cmd = analyze_command(str(preps[0].cfg.runs_root), profile, analyze)
-        print(f"[launch] sweep: evaluating with profile {profile}: {shlex.join(['analyze', *cmd[3:]])}", flush=True)
-        return _run_analyze(cmd)
+    if evaluation:
+        print(f"[launch] sweep: evaluating with profile {profile}: {shlex.join(['analyze', *evaluation[3:]])}", flush=True)
+        return _run_analyze(evaluation)
     return 0
 
 

@@ -205,3 +205,21 @@ def test_manifest_git_state_sees_a_dirty_checkout(tmp_path):
     assert git_state(tmp_path / "nowhere")["commit"] is None
     write_manifest(tmp_path, argv=["x=1"], choices={}, launcher={}, data={})
     assert json.loads((tmp_path / "manifest.json").read_text())["command"] == "launch x=1"
+
+
+def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(tmp_path, monkeypatch, capfd):
+    """Issue 34 items 6 and 14: a typo in `analyze.*` stops the sweep before its first run (also in a dry
+    run); a dry run says it planned the runs, not that they finished."""
+    from launch import local, sweep
+
+    fake, ran = FakeDataPrep(), []
+    monkeypatch.setattr(local, "run_logged", lambda cmd, *a, **k: ran.append(cmd) or (0, tmp_path / "train.log"))
+    argv = ["arms=[r2e]", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}", "eval_profile=rl_ood"]
+    for extra in ([], ["dry_run=true"]):
+        assert sweep.run_sweep([*argv, "analyze.eval.nn=2", *extra], builder=fake.build, key_fn=fake.key) == 2
+        assert "unknown evaluate key 'nn'" in capfd.readouterr().err
+        assert ran == [] and fake.builds == [] and not (tmp_path / "r2e").exists()
+    assert sweep.run_sweep([*argv, "dry_run=true"], builder=fake.build, key_fn=fake.key) == 0
+    out = capfd.readouterr().out
+    assert "runs finished" not in out and "[launch] sweep: dry run: 1 run(s) planned, nothing written" in out
+    assert ran == [] and not (tmp_path / "r2e").exists() and not (tmp_path / "_reports").exists()

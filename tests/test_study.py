@@ -167,7 +167,8 @@ def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
     ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
     assert "0.000 → 0.019" in ref and "Reported by the reference" in ref
     row = next(line for line in ref.splitlines() if "| search_plan_ood |" in line)
-    assert re.search(r"\d\.\d{3} → \d\.\d{3} @2", row), row  # the measured pre -> post beside the reported one
+    # tiny_base after 2 steps on 2 items is not what the reference measured: said, not paired (issue 34)
+    assert row.rstrip().endswith("| not comparable: tiny_base, n=2 |"), row
     assert f"sha256 {study.sha256[:12]}" in (tmp_path / "rep" / "report.md").read_text()
     before = _tables(tmp_path / "rep")
     edited = tmp_path / "qwen3_4b_spa_grpo.yaml"
@@ -193,6 +194,10 @@ def test_dual_terminator_study_runs_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
     assert "0.344" in ref and "0.302" in ref
+    # the smoke's anchor (tiny-base) loads and is evaluated; beside the published anchor it is said not comparable
+    assert "evaluation failed" not in (tmp_path / "rep" / "report.md").read_text()
+    anchor = next(line for line in ref.splitlines() if "(anchor) | avg | em |" in line)
+    assert anchor.rstrip().endswith("| not comparable: tiny-base, 1 of 7 benches, n=2 |"), anchor
 
 
 def _opts(script: str) -> dict[str, str]:
@@ -218,17 +223,23 @@ def test_slurm_study_dry_run_chains_every_stage(dry_runs):
     assert "# task 0: anchor/seed0/step-000000" in eval_part
 
 
-def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
-    """With a stand-in sbatch: the train stage's job, then the report job waiting for it (afterok); the report
-    job, run here as Slurm would, submits the evaluation array (one task per checkpoint) and the aggregation."""
-    from sft.tiny import save_tiny_model
-
+def _stand_in_sbatch(tmp_path: Path, monkeypatch) -> Path:
+    """An `sbatch` first on PATH that records each script it is given (one per line) and answers 5001, 5002, ..."""
     bin_dir, record = tmp_path / "bin", tmp_path / "submitted.txt"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text(f'#!/bin/sh\nfor last; do :; done\necho "$last" >> {record}\n'
                                     f'echo $((5000 + $(wc -l < {record})))\n')
     (bin_dir / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
+    """With a stand-in sbatch: the train stage's job, then the report job waiting for it (afterok); the report
+    job, run here as Slurm would, submits the evaluation array (one task per checkpoint) and the aggregation."""
+    from sft.tiny import save_tiny_model
+
+    record = _stand_in_sbatch(tmp_path, monkeypatch)
     proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "model=tiny_base", "gpus_per_node=1",
                    "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]",
                    "report:eval.bench_n={search_plan_ood:2}",
@@ -283,3 +294,233 @@ def test_flow_style_args_are_held_to_the_source_marks_like_block_style(tmp_path)
     path.write_text(src.replace(_BLOCK_TRAIN, marked.replace("  # [ref] Qwen/Qwen3-4B, the hybrid model", "")))
     with pytest.raises(StudyError, match=r"unmarked: line 17: model: qwen3_4b,$"):
         load_study(str(path))
+
+
+# ---- issue 34 (Trust IV): the study surfaces never act on, or show, something the user did not ask for
+
+SEVEN_SIZES = {"nq": 500, "triviaqa": 500, "popqa": 500, "hotpotqa": 500, "2wikimultihopqa": 500, "musique": 500,
+               "bamboogle": 125}
+
+
+def _eval_at(eval_dir: Path, sizes: dict[str, int], value: float) -> None:
+    """summary.json + per-example files, each bench with its own n."""
+    from test_analysis_helpers import write_eval
+
+    summary = {}
+    for bench, n in sizes.items():
+        write_eval(eval_dir, {bench: value}, n=n)
+        summary.update(json.loads((eval_dir / "summary.json").read_text()))
+    (eval_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def _measured_cells(root: Path, study: str, profile: str, anchor: str | None) -> dict[tuple[str, str], str]:
+    """(bench, metric) -> the reference table's "Measured here" cell, from `analyze evaluate=false study=...`."""
+    from analysis.sweep import run_analysis
+
+    run_analysis({"runs_root": str(root), "out": str(root / "rep"), "profile": profile, "evaluate": False,
+                  "anchor": anchor, "study": study, "n_boot": 20})
+    cells = {}
+    for line in (root / "rep" / "tables" / "reference.md").read_text().splitlines()[2:]:
+        parts = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(parts) == 6:
+            cells[(parts[0], parts[1], parts[2])] = parts[5]
+    return cells
+
+
+def _reference_cells(root: Path, study: str, profile: str, anchor: str | None) -> dict[tuple[str, str, str], str]:
+    """The same cells from analysis.reference directly (no figures: the quick way for further cases)."""
+    from analysis.collect import add_mean_rows, collect, qa_benches
+    from analysis.discover import discover_runs
+    from analysis.evaluation import anchor_eval_dir
+    from analysis.reference import reference_table
+
+    runs = discover_runs(root, profile)
+    table = collect(runs, anchor_eval_dir(root / "_anchor", profile)).table
+    t = reference_table(load_study(study), add_mean_rows(table, qa_benches(table)), runs, anchor)
+    return {(system, bench, metric): measured for system, (bench, metric, _, _, measured) in t.rows}
+
+
+def _study_run(root: Path, arm: str, model: tuple[str, str], evals: dict[int, dict[str, int]], profile: str,
+               value: float = 0.4, seed: int = 0) -> None:
+    from common import layout
+    from test_analysis_helpers import make_run
+
+    run = make_run(root, arm, seed, sorted(evals))
+    with open(run / "config.yaml", "a", encoding="utf-8") as fh:
+        fh.write(f"model:\n  name: {model[0]}\n  path: {model[1]}\n")
+    for step, sizes in evals.items():
+        _eval_at(layout.eval_dir(run, step, profile), sizes, value)
+
+
+def test_the_reference_table_shows_a_measured_value_only_beside_a_comparable_one(tmp_path):
+    """Issue 34 item 1: model, bench set, n per bench and metric must all be the published value's."""
+    from analysis.evaluation import anchor_eval_dir
+    from analysis.tables import DASH
+
+    sft, ref = "dual-terminator SFT (r2e arm, step 100)", "base + Final answer: nudge (anchor)"
+    small = tmp_path / "small"   # the cpu smoke: tiny_base, 2 of the 7 benches, n=2
+    _study_run(small, "r2e", ("tiny_base", "tiny-base"), {100: {"bamboogle": 2, "nq": 2}}, "search_r1_7bench")
+    _eval_at(anchor_eval_dir(small / "_anchor", "search_r1_7bench"), {"bamboogle": 2, "nq": 2}, 0.5)
+    cells = _measured_cells(small, "dual_terminator_sft", "search_r1_7bench", "tiny-base")
+    assert cells[(sft, "avg", "em")] == "not comparable: tiny_base, 2 of 7 benches, n=2"
+    assert cells[(ref, "avg", "f1")] == "not comparable: tiny-base, 2 of 7 benches, n=2"
+    full = tmp_path / "full"     # the reference's model, the seven benches at their reference sizes
+    _study_run(full, "r2e", ("qwen3_4b_thinking_2507", "Qwen/Qwen3-4B-Thinking-2507"), {100: SEVEN_SIZES},
+               "search_r1_7bench")
+    _eval_at(anchor_eval_dir(full / "_anchor", "search_r1_7bench"), SEVEN_SIZES, 0.2)
+    cells = _reference_cells(full, "dual_terminator_sft", "search_r1_7bench", "Qwen/Qwen3-4B-Thinking-2507")
+    assert cells[(sft, "avg", "em")] == "0.400 (each bench at its reference n, 1 seed(s))"
+    assert cells[(ref, "avg", "f1")] == "0.200 (each bench at its reference n, 1 seed(s))"
+    _study_run(full, "search", ("qwen3_4b_thinking_2507", "Qwen/Qwen3-4B-Thinking-2507"), {100: SEVEN_SIZES},
+               "search_r1_7bench")   # (another arm changes nothing) and the anchor given as another model:
+    cells = _reference_cells(full, "dual_terminator_sft", "search_r1_7bench", "Qwen/Qwen3-4B")
+    assert cells[(ref, "avg", "em")] == "not comparable: Qwen/Qwen3-4B" and cells[(sft, "avg", "em")].startswith("0.400")
+    _study_run(full, "r2e", ("qwen3_4b_thinking_2507", "Qwen/Qwen3-4B-Thinking-2507"),
+               {100: {b: n for b, n in SEVEN_SIZES.items() if b != "popqa"}}, "search_r1_7bench", seed=1)
+    cells = _reference_cells(full, "dual_terminator_sft", "search_r1_7bench", "Qwen/Qwen3-4B-Thinking-2507")
+    assert cells[(sft, "avg", "em")] == "not comparable: 6 of 7 benches"   # seed 1 lacks popqa
+    grpo = tmp_path / "grpo"     # pre -> post: the same rules at both ends
+    _study_run(grpo, "grpo_spa", ("tiny_base", "tiny-base"), {0: {"musique@given": 2}, 2: {"musique@given": 2}}, "rl_ood")
+    cells = _measured_cells(grpo, "qwen3_4b_spa_grpo", "rl_ood", None)
+    assert cells[("Qwen3-4B GRPO search_plan_act", "musique@given", "em")] == "not comparable: tiny_base, n=2"
+    assert cells[("Qwen3-4B GRPO search_plan_act", "babyai", "return")] == DASH   # no such point
+
+
+def test_a_training_stage_sent_to_slurm_submits_the_whole_study(tmp_path, monkeypatch):
+    """Issue 34 item 2: `train:launcher=slurm` makes the study a Slurm one; the report waits for training."""
+    record = _stand_in_sbatch(tmp_path, monkeypatch)
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "model=tiny_base", "train:launcher=slurm",
+                   "train:gpus_per_node=1", "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "all stages done" not in proc.stdout and not (tmp_path / "rep").exists()
+    train, report = (Path(p) for p in record.read_text().split())
+    assert train.name == "launch.sbatch" and _opts(report.read_text())["dependency"] == "afterok:5001"
+    proc = _launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "sft:launcher=slurm", "dry_run=true")
+    assert proc.returncode == 2 and "training stages sft go to Slurm but grpo would run here" in proc.stderr
+
+
+@pytest.mark.parametrize("spelling,value", [("true", True), ("False", False), ("1", True), ("0", False), ("YES", True),
+                                            ("no", False), ("On", True), ("off", False)])
+def test_dry_run_is_read_by_one_rule(spelling, value):
+    """Issue 34 item 3: one parser for every command's dry_run (and launch's launcher.dry_run)."""
+    from omegaconf import OmegaConf
+
+    from common.cli import ConfigError, apply_overrides, parse_switch
+
+    assert parse_switch(spelling, "dry_run") is value
+    cfg = apply_overrides(OmegaConf.create({"dry_run": False, "launcher": {"dry_run": False}}),
+                          [f"dry_run={spelling}", f"launcher.dry_run={spelling}"])
+    assert cfg.dry_run is value and cfg.launcher.dry_run is value
+    with pytest.raises(ConfigError, match=r"dry_run=maybe: expected true or false \(also 1/0, yes/no, on/off\)"):
+        apply_overrides(OmegaConf.create({"dry_run": False}), ["dry_run=maybe"])
+
+
+def test_a_study_dry_run_in_any_spelling_submits_and_writes_nothing(tmp_path, monkeypatch):
+    """Issue 34 item 3: `dry_run=on` on Slurm prints the plan; sbatch is never called, no ledger written."""
+    record = _stand_in_sbatch(tmp_path, monkeypatch)
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "dry_run=on", "runs_root=runs")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "dry run done" in proc.stdout and "Slurm job(s) 50" not in proc.stdout
+    assert not record.exists() and not (tmp_path / "runs").exists()
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "dry_run=maybe", "runs_root=runs")
+    assert proc.returncode == 2 and "dry_run=maybe: expected true or false" in proc.stderr and "== stage" not in proc.stdout
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "train:dry_run=true", "runs_root=runs")
+    assert proc.returncode == 2 and "goes to every stage" in proc.stderr and not (tmp_path / "runs").exists()
+
+
+def test_the_export_study_on_slurm_keeps_its_ledger_out_of_the_export(tmp_path, monkeypatch):
+    """Issue 34 item 4: the submitted export job finds its `out` free and writes the export."""
+    from sft.tiny import save_tiny_model
+
+    record = _stand_in_sbatch(tmp_path, monkeypatch)
+    save_tiny_model(tmp_path / "ckpt", seed=0, vocab_size=4160)
+    proc = _launch(tmp_path, "study=browsecomp_worker_export", "checkpoint=ckpt", "export:vocab_size=4096",
+                   f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}", "launcher=slurm")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    script = Path(record.read_text().split()[0])
+    out = tmp_path / "exports" / "browsecomp_worker"
+    assert out.resolve() not in script.resolve().parents and not out.exists()
+    job = subprocess.run(["bash", str(script)], env=dict(os.environ, SLURM_JOB_ID="5001"), capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    assert (out / "export_info.json").is_file() and (out / "model.safetensors").is_file()
+
+
+def test_a_stage_key_typo_is_refused_before_the_first_stage(tmp_path, monkeypatch):
+    """Issue 34 item 6: `report:eval.nn=2` stops the study before training starts, locally and on Slurm."""
+    (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
+    argv = ["study=dual_terminator_sft", "model=tiny_base", "data=synthetic", "train:seeds=[0]", "train:arms=[r2e]",
+            "train:steps=1", "train:data.n=4", "train:logging.wandb=false", "corpus=corpus.jsonl", "runs_root=runs",
+            f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}", "report:eval.nn=2"]
+    proc = _launch(tmp_path, *argv)
+    assert proc.returncode == 2 and "unknown evaluate key 'nn'. Did you mean: n?" in proc.stderr, proc.stderr[-3000:]
+    assert "== stage 1/2" not in proc.stdout and not (tmp_path / "runs").exists()
+    record = _stand_in_sbatch(tmp_path, monkeypatch)
+    proc = _launch(tmp_path, *argv, "launcher=slurm")
+    assert proc.returncode == 2 and "unknown evaluate key 'nn'" in proc.stderr, proc.stderr[-3000:]
+    assert not record.exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_plain_key_no_stage_takes_is_refused():
+    """Issue 34 item 6: a study without training stages (the export) has nowhere for `fooo=1` to go."""
+    from launch.errors import LaunchError
+    from launch.study import parse_study_argv
+
+    argv = ["study=browsecomp_worker_export", "checkpoint=ckpt", "tokenizer=tok"]
+    with pytest.raises(LaunchError, match=r"fooo=1: .*no training stage.*give it to a stage: export:fooo=1"):
+        parse_study_argv([*argv, "fooo=1"])
+    assert parse_study_argv([*argv, "launcher=slurm", "partition=gpu", "dry_run=on"])[2] is True
+
+
+def test_a_study_variable_may_refer_to_another(tmp_path):
+    """Issue 34 item 11: `${vars.X}` on the command line resolves against the study's variables."""
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=r", "reports=${vars.runs_root}/rep",
+                   "report:out=${vars.reports}2", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = _stage_outputs(proc.stdout)["report"]   # the study's out=${vars.reports}, then the command line's
+    assert " out=r/rep " in report and " out=r/rep2 " in report
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "report:out=${vars.nope}/x", "dry_run=true")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "report:out=${vars.nope}/x: no study variable 'nope'" in proc.stderr and "Did you mean" not in proc.stderr
+
+
+def test_the_smoke_anchor_name_loads_in_evaluate_and_analyze(tmp_path):
+    """Issue 34 item 13: `tiny-base` (launch's embedded model name) is a model evaluate and analyze can load."""
+    from analysis.sweep import run_analysis
+    from common.tiny import TINY_BASE_DIR
+    from evals.backends import make_backend
+    from evals.config import resolve
+
+    cfg = resolve({"ckpt": "tiny-base", "benches": ["search_plan_ood"], "out": str(tmp_path / "e"), "dtype": "float32"})
+    assert cfg.ckpt == str(TINY_BASE_DIR)
+    assert make_backend(cfg).tokenizer is not None
+
+    class Recorder:   # the anchor's evaluation, recorded instead of run
+        ckpts = []
+
+        def __call__(self, cfg):
+            self.ckpts.append(cfg["ckpt"])
+            raise RuntimeError("recorded")
+
+        def pending(self, cfg):
+            return {b: [] for b in cfg["benches"]}
+
+        def check(self, cfg):
+            return cfg
+
+    (tmp_path / "runs" / "_anchor").mkdir(parents=True)   # recorded by an earlier analyze as the name itself
+    (tmp_path / "runs" / "_anchor" / "anchor.json").write_text('{"model": "tiny-base", "prompt": "anchor_nudge"}')
+    run_analysis({"runs_root": str(tmp_path / "runs"), "out": str(tmp_path / "rep"), "anchor": "tiny-base",
+                  "benches": ["search_plan_ood"]}, evaluator=Recorder())
+    assert Recorder.ckpts == [str(TINY_BASE_DIR)]
+
+
+def test_a_slurm_dry_run_with_an_unset_slot_still_chains_the_later_stages(tmp_path):
+    """Issue 34 item 14: the stage after an unresolved one waits for it in the printed scripts."""
+    proc = _launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "launcher=slurm", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stages = _stage_outputs(proc.stdout)
+    assert "[study] waits for: afterok:<job ids of stage sft>" in stages["grpo"]
+    assert "[study] waits for: afterok:<job ids of stage grpo>" in stages["report"]
+    assert _opts(stages["report"][stages["report"].index("report.sbatch (not written"):])["dependency"] == \
+        "afterok:<job ids of stage grpo>"

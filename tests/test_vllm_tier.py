@@ -33,6 +33,7 @@ def _pytest(tmp_path: Path, *args: str, tier: bool = False) -> subprocess.Comple
     (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
     (tmp_path / "test_cases.py").write_text(CASES)
     env = {k: v for k, v in os.environ.items() if k != "DTSFT_VLLM_TIER"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])  # the conftest's plugin, tests.shared_guard
     if tier:
         env["DTSFT_VLLM_TIER"] = "1"
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=tmp_path,
