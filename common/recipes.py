@@ -1,13 +1,21 @@
-"""The recipe vocabulary both launches and both trainers' config checks share: where the shipped
-recipes live (`RECIPES`), the everyday top-level shortcuts of the command line (`ALIASES`; GRPO's
-subset `RL_ALIASES`), the keys kept verbatim as strings (`STRING_KEYS`) and the launcher's choices
-(`CHOICES`). launch.compose composes SFT and GRPO configs with it; rl.config validates with it.
+"""The recipe vocabulary both launches, both trainers' config checks and the analysis share: where the
+shipped recipes live (`RECIPES`), their groups and default choices (`GROUPS`, `DEFAULT_CHOICES`;
+`group_choices`, `load_recipe`), the everyday top-level shortcuts of the command line (`ALIASES`;
+GRPO's subset `RL_ALIASES`), the keys kept verbatim as strings (`STRING_KEYS`) and the launcher's
+choices (`CHOICES`). launch.compose composes SFT and GRPO configs with it; rl.config validates with
+it; analysis.reference reads a study's model recipes through it.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+
+from common.cli import ConfigError
+
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+GROUPS = ("arm", "model", "data", "launcher")
+DEFAULT_CHOICES = {"arm": "r2e", "model": "qwen3_4b_thinking_2507", "data": "hub", "launcher": "local"}
 
 # Everyday top-level names -> the full key they set.
 ALIASES = {
@@ -31,3 +39,18 @@ STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launc
 # GRPO has no data section and no epochs: those shortcuts are not GRPO keys.
 RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
 CHOICES = {"launcher.kind": ("local", "slurm")}
+
+
+def group_choices(group: str, recipes: Path = RECIPES) -> list[str]:
+    return sorted(p.stem for p in (recipes / group).glob("*.yaml"))
+
+
+def load_recipe(group: str, name: str, recipes: Path = RECIPES) -> DictConfig:
+    path = recipes / group / f"{name}.yaml"
+    if not path.is_file():
+        choices = group_choices(group, recipes)
+        raise ConfigError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})")
+    cfg = OmegaConf.load(path)
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{path}: a recipe must be a YAML mapping")
+    return cfg

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from common import keydoc
 from common.cli import run_cli, wants_help
-from launch.compose import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
+from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
 from launch import grpo
 from launch.errors import LaunchError
 from launch.grpo import GRPO

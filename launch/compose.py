@@ -30,7 +30,7 @@ from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split
 from common.layout import run_dir_path, variant_name_problem
 from common import schema
 from common.plan import planned
-from common.recipes import ALIASES, CHOICES, RECIPES, RL_ALIASES, STRING_KEYS
+from common.recipes import ALIASES, CHOICES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
@@ -39,9 +39,7 @@ from launch.paths import GRPO_KEYS, SFT_KEYS, make_absolute
 from rl import config as rl_config
 from rl.errors import RlError
 
-GROUPS = ("arm", "model", "data", "launcher")
 USER_RECIPE = "recipe"   # recipe=PATH: the user's own file, merged after the groups
-DEFAULT_CHOICES = {"arm": "r2e", "model": "qwen3_4b_thinking_2507", "data": "hub", "launcher": "local"}
 
 # Free-form sub-trees: any key below them is accepted (model config overrides, generator knobs).
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
@@ -66,21 +64,6 @@ class Composed:
     def data_arm(self) -> str:
         """The data_prep arm to build (r2e_v5 trains on r2e data without the epilogue)."""
         return str(self.meta.get("data_arm") or self.cfg.arm)
-
-
-def group_choices(group: str, recipes: Path = RECIPES) -> list[str]:
-    return sorted(p.stem for p in (recipes / group).glob("*.yaml"))
-
-
-def load_recipe(group: str, name: str, recipes: Path = RECIPES) -> DictConfig:
-    path = recipes / group / f"{name}.yaml"
-    if not path.is_file():
-        choices = group_choices(group, recipes)
-        raise LaunchError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})")
-    cfg = OmegaConf.load(path)
-    if not isinstance(cfg, DictConfig):
-        raise LaunchError(f"{path}: a recipe must be a YAML mapping")
-    return cfg
 
 
 def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,

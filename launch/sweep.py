@@ -26,8 +26,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.cli import split_dotlist
+from common.recipes import group_choices
 from launch import manifest, slurm
-from launch.compose import group_choices
 from launch.run import (REPO, SFT, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
                         prepare_run, resolve)
 from launch.errors import LaunchError

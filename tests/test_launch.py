@@ -6,7 +6,8 @@ from omegaconf import OmegaConf
 
 from common.cli import ConfigError
 from launch.cli import help_text, main
-from launch.compose import RECIPES, compose, group_choices, planned_saves, planned_steps, run_dir
+from common.recipes import group_choices
+from launch.compose import RECIPES, compose, planned_saves, planned_steps, run_dir
 
 
 def test_default_composition_is_the_study():
