@@ -34,7 +34,7 @@ class Expected:
 
 
 def _stage_arms(stage) -> list[str]:
-    from launch.compose import DEFAULT_CHOICES
+    from common.recipes import DEFAULT_CHOICES
 
     if stage.run == "sweep":
         arms = stage.args.get("arms") or []
@@ -46,7 +46,7 @@ def _stage_arms(stage) -> list[str]:
 
 def _stage_model(stage) -> str | None:
     """The model path a training stage trains: its `model.path`, else its model recipe's."""
-    from launch.compose import DEFAULT_CHOICES, load_recipe
+    from common.recipes import DEFAULT_CHOICES, load_recipe
 
     if stage.args.get("model.path") is not None:
         return str(stage.args["model.path"])

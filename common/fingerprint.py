@@ -132,6 +132,14 @@ def same_identity(old: Mapping, new: Mapping) -> bool:
     return not fingerprint_diff(old, new)
 
 
+def identity_error(what: str, diff: list[str], error: type[Exception]) -> Exception:
+    """A trainer's refusal of a state or finished run of another identity (sft.train, rl.train): `what`,
+    the differences (run -> this config, `fingerprint_diff`) and the ways out, as the trainer's own error type."""
+    return error(f"{what} (run -> this config):\n  " + "\n  ".join(diff) +
+                 "\nRestore the config, or start over with resume=never (the old outputs are renamed aside), "
+                 "or train it in another run_dir.")
+
+
 # ---------------------------------------------------------------- input files by content
 def digest_cache_dir() -> Path:
     """Where file digests are cached: `$XDG_CACHE_HOME/dtsft/digests` (default ~/.cache/dtsft/digests)."""

@@ -2,7 +2,8 @@
 
 A flock belongs to the open file description: the kernel releases it when the holder dies, however
 it dies (kill -9 included), so a stale lock file never blocks anyone. The holder writes
-`pid <pid> on <host>` into the file so a refusal can name it.
+`pid <pid> on <host>` into the file so a refusal can name it. `take_run_lock` is the trainers' run lock
+(`<run_dir>/.train.lock`), one rule for SFT and GRPO.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import socket
 from pathlib import Path
 
 from common.cli import ConfigError
+from common.layout import TRAIN_LOCK
 
 
 class LockHeld(ConfigError):
@@ -82,3 +84,30 @@ def check_free(path: str | Path, what: str, advice: str = "") -> None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     _flock(fd, path, what, advice)
     os.close(fd)
+
+
+def take_run_lock(run_dir: Path, rank: int, world: int, error: type[Exception]) -> int | None:
+    """The trainers' run lock (sft.train, rl.train): rank 0 takes `<run_dir>/.train.lock` (fcntl) for
+    the whole process; every rank learns whether it got it (an all-reduce when `world` > 1; `error`, the
+    trainer's own type, on the ranks that did not try). A second trainer on the run dir — via launch or
+    directly — is refused naming the holder; the kernel releases the lock when the holder dies, however it dies."""
+    fd, err = None, None
+    if rank == 0:
+        try:
+            fd = acquire(Path(run_dir) / TRAIN_LOCK, "another trainer", "two trainers would interleave metrics.jsonl "
+                         "and write the same checkpoints; wait for it to finish or stop it, then resume")
+        except ConfigError as exc:
+            err = exc
+    failed = err is not None
+    if world > 1:
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([float(failed)])
+        dist.all_reduce(flag)
+        failed = flag.item() > 0
+    if err is not None:
+        raise err
+    if failed:
+        raise error(f"{run_dir}: rank 0 could not take the run-dir lock (see rank 0's error)")
+    return fd

@@ -1,4 +1,5 @@
-"""Weights & Biases, the way its users expect it to behave (shared by sft, evals and analysis).
+"""Weights & Biases, the way its users expect it to behave (shared by sft, rl, evals and analysis), and
+the trainers' metrics log (`MetricsLog`: `<run_dir>/metrics.jsonl`) and wandb run (`Wandb`), one for SFT and GRPO.
 
 Mode precedence (`resolve_mode`):
 1. `logging.mode` set to anything but `auto` (online | offline | disabled) — the recipe or
@@ -17,6 +18,8 @@ lands in one group. Tags: arm, seed, model, stage, plus `logging.tags`.
 """
 from __future__ import annotations
 
+import json
+import logging
 import netrc
 import os
 from dataclasses import dataclass, field
@@ -24,6 +27,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from common.cli import ConfigError
+
+log = logging.getLogger("common.tracking")
 
 MODES = ("online", "offline", "disabled")
 # WANDB_MODE spellings wandb itself accepts, mapped to the three modes.
@@ -136,3 +141,53 @@ def init_run(spec: RunSpec, *, run_dir: Path, config: dict | None = None, run_id
         name=spec.name, id=run_id, resume="allow", dir=str(run_dir), mode=spec.mode, config=config,
         settings=wandb.Settings(console="auto", x_disable_stats=False),
     )
+
+
+class MetricsLog:
+    """Append-only metrics.jsonl on rank 0; on resume, rows past the resumed step are dropped
+    so the file reads as one uninterrupted run."""
+
+    def __init__(self, path: Path, resume_step: int, rank: int):
+        self.path, self.rank = path, rank
+        if rank != 0:
+            return
+        kept = []
+        if resume_step > 0 and path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    if json.loads(line).get("step", 0) <= resume_step:
+                        kept.append(line)
+                except json.JSONDecodeError:
+                    log.warning("%s: dropping unreadable line %r", path, line[:80])
+        tmp = path.with_name(path.name + ".tmp")  # atomic: a kill here must not lose the kept rows
+        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def write(self, row: dict) -> None:
+        if self.rank == 0:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+
+
+class Wandb:
+    """Rank 0 only; mode, project, group and tags by `common.tracking` (the wandb user's
+    precedence: explicit logging.mode > WANDB_MODE > logged in -> online, else offline);
+    resumes the same run id from `<run_dir>/wandb_id`."""
+
+    def __init__(self, *, enabled: bool, rank: int, run_dir: Path, spec, config: dict):
+        self.run = None
+        if not enabled or rank != 0:
+            return
+        self.run = init_run(spec, run_dir=run_dir, config=config)
+        log.info("wandb: %s (%s), project %s, group %s, run %s%s", spec.mode, spec.why, spec.project, spec.group,
+                 spec.name, f" ({self.run.id})" if self.run is not None else "")
+
+    def log(self, row: dict, step: int) -> None:
+        if self.run is not None:
+            self.run.log({k: v for k, v in row.items() if v is not None and k != "step"}, step=step)
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None

@@ -18,10 +18,14 @@ from omegaconf import OmegaConf
 
 from common import keydoc
 from common.cli import run_cli, wants_help
-from launch.compose import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
+from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
+from launch import grpo
 from launch.errors import LaunchError
+from launch.grpo import GRPO
+from launch.run import SFT, launch_one
 
-STAGES = ("sft", "grpo")
+# stage= -> the trainer launch.run.launch_one starts (sft, the default: launch.run; grpo: launch.grpo)
+TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 
 
 def sft_keys() -> list[keydoc.Key]:
@@ -70,32 +74,9 @@ def _stage(argv: list[str]) -> tuple[str, list[str]]:
             stage = value.strip()
         else:
             rest.append(tok)
-    if stage not in STAGES:
-        raise LaunchError(f"stage={stage!r} is not a stage; choices: {', '.join(STAGES)}")
+    if stage not in TRAINERS:
+        raise LaunchError(f"stage={stage!r} is not a stage; choices: {', '.join(TRAINERS)}")
     return stage, rest
-
-
-def run_grpo(argv: list[str]) -> int:
-    """`launch stage=grpo ...` is `python -m rl.launch ...` in a child process: rl is a later stage
-    than launch (it builds on launch's launchers), so launch hands over at a process boundary instead
-    of importing it. The child's exit status is returned; SIGTERM and SIGUSR1 sent to this process are
-    passed on (SIGINT from a terminal reaches the child directly, being in the same process group)."""
-    import os
-    import signal
-    import subprocess
-
-    from launch.run import REPO
-
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.Popen([sys.executable, "-m", "rl.launch", *argv], env=env)
-    relay = {sig: signal.signal(sig, lambda signum, frame: proc.send_signal(signum)) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    relay[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        rc = proc.wait()
-        return 128 - rc if rc < 0 else rc  # killed by signal N: the shell's 128 + N
-    finally:
-        for sig, old in relay.items():
-            signal.signal(sig, old)
 
 
 def launch_main(argv: list[str]) -> int:
@@ -104,13 +85,11 @@ def launch_main(argv: list[str]) -> int:
 
         return run_study(argv)
     stage, argv = _stage(argv)
-    if wants_help(argv) and stage == "sft":
-        print(help_text())
+    if stage == "grpo" and argv and argv[0] in ("sweep", "show"):
+        raise LaunchError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
+    if wants_help(argv):   # each trainer's own keys
+        print(help_text() if stage == "sft" else grpo.help_text(argv))
         return 0
-    if stage == "grpo":   # (--help too: GRPO's own keys, from rl.launch)
-        if argv and argv[0] in ("sweep", "show"):
-            raise LaunchError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
-        return run_grpo(argv)
     if argv and argv[0] == "show":
         from launch.show import show_main
 
@@ -119,9 +98,7 @@ def launch_main(argv: list[str]) -> int:
         from launch.sweep import run_sweep
 
         return run_sweep(argv[1:])
-    from launch.run import launch_one
-
-    return launch_one(argv)
+    return launch_one(TRAINERS[stage], argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,16 @@
-"""Recipe composition: base.yaml <- arm <- model <- data <- launcher recipes <- key=value overrides.
+"""Recipe composition, for both trainers.
 
+SFT (`compose`): base.yaml <- arm <- model <- data <- launcher recipes <- key=value overrides.
 Group selectors (`arm=`, `model=`, `data=`, `launcher=`) pick a file under `recipes/<group>/`;
 everything else is an omegaconf dotlist override checked against the keys the recipes define
 (unknown key -> the valid keys and a "did you mean"). `validate` then checks every value the
 stages rely on, so a bad value fails here, before any data prep or GPU work.
+
+GRPO (`compose_grpo`, `launch stage=grpo`): recipes/base.yaml (its `data` section dropped) <-
+grpo/base.yaml <- grpo/task/<task>.yaml <- model/<model>.yaml <- launcher/<launcher>.yaml <-
+grpo/model/<model>.yaml (if any) <- key=value; selectors `task=` `model=` `launcher=`; `arm` is
+`grpo_<task>`; only the keys the GRPO trainer reads stay, and rl.config.validate (its trainer's one
+schema) checks the values. Both read the command line through one `split_selectors`.
 
 `recipe=path/to/my.yaml` merges the user's own file on top of the launcher recipe (before the
 `key=value` overrides), checked like the shipped recipes. `Composed.origins` records which layer set
@@ -23,42 +30,26 @@ from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split
 from common.layout import run_dir_path, variant_name_problem
 from common import schema
 from common.plan import planned
+from common.recipes import ALIASES, CHOICES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
-from launch.paths import SFT_KEYS, make_absolute
+from launch.paths import GRPO_KEYS, SFT_KEYS, make_absolute
+from rl import config as rl_config
+from rl.errors import RlError
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-GROUPS = ("arm", "model", "data", "launcher")
 USER_RECIPE = "recipe"   # recipe=PATH: the user's own file, merged after the groups
-DEFAULT_CHOICES = {"arm": "r2e", "model": "qwen3_4b_thinking_2507", "data": "hub", "launcher": "local"}
 
-# Everyday top-level names -> the full key they set.
-ALIASES = {
-    "steps": "train.steps",
-    "epochs": "train.epochs",
-    "n": "data.n",
-    "save_steps": "train.save_steps",
-    "state_every": "train.state_every",
-    "lr": "train.lr",
-    "nproc": "launcher.nproc",
-    "dry_run": "launcher.dry_run",
-    "nodes": "launcher.nodes",
-    "gpus_per_node": "launcher.gpus_per_node",
-    "partition": "launcher.partition",
-    "time": "launcher.time",
-    "account": "launcher.account",
-}
-# Values kept verbatim as strings: YAML would read `time=24:00:00` as the base-60 integer 86400,
-# which Slurm would take as minutes.
-STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.setup")
 # Free-form sub-trees: any key below them is accepted (model config overrides, generator knobs).
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
 # What a shipped recipe's `_launch:` section may say (anything else is an error naming the key).
 LAUNCH_META_KEYS = ("data_arm",)
 # Keys the command line's selectors decide; a user recipe setting one would silently beat them.
 SELECTOR_KEYS = ("arm",)
+GRPO_SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
+# Keys a GRPO user recipe may not set: the command line's selectors (task=) and what they derive (arm, stage).
+GRPO_SELECTOR_KEYS = ("task", "arm", "stage")
 
 
 @dataclass
@@ -75,27 +66,17 @@ class Composed:
         return str(self.meta.get("data_arm") or self.cfg.arm)
 
 
-def group_choices(group: str, recipes: Path = RECIPES) -> list[str]:
-    return sorted(p.stem for p in (recipes / group).glob("*.yaml"))
-
-
-def load_recipe(group: str, name: str, recipes: Path = RECIPES) -> DictConfig:
-    path = recipes / group / f"{name}.yaml"
-    if not path.is_file():
-        choices = group_choices(group, recipes)
-        raise LaunchError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})")
-    cfg = OmegaConf.load(path)
-    if not isinstance(cfg, DictConfig):
-        raise LaunchError(f"{path}: a recipe must be a YAML mapping")
-    return cfg
-
-
-def split_selectors(argv: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Pull `arm=`, `model=`, `data=`, `launcher=` out of argv; return (choices, the rest)."""
-    choices, rest = dict(DEFAULT_CHOICES), []
+def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
+                    config_keys: tuple[str, ...] = ()) -> tuple[dict[str, str], list[str]]:
+    """Pull the selectors (the keys of `defaults`: `arm=`, `model=`, `data=`, `launcher=`; GRPO's
+    `task=`, `model=`, `launcher=`) and `recipe=` out of argv; return (choices, the rest). A selector in
+    `config_keys` is a config key too (GRPO's task=) and stays in the rest as well."""
+    choices, rest = dict(defaults), []
     for tok, (key, value) in zip(argv, split_dotlist(argv)):
-        if key in GROUPS or key == USER_RECIPE:
+        if key in defaults or key == USER_RECIPE:
             choices[key] = value.strip()
+            if key in config_keys:
+                rest.append(tok)
         elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null":
             rest.append(f"{key}='{value}'")
         else:
@@ -192,14 +173,81 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     return Composed(cfg=cfg, choices=choices, meta=meta, argv=list(argv), origins=origins)
 
 
+# ---------------------------------------------------------------- GRPO
+def _grpo_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]]:
+    base = OmegaConf.load(recipes / "base.yaml")
+    base.pop("data")
+    layers = [("recipes/base.yaml", base), ("recipes/grpo/base.yaml", OmegaConf.load(recipes / "grpo" / "base.yaml")),
+              (f"recipes/grpo/task/{choices['task']}.yaml",
+               OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
+              (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes))]
+    layers.append((f"recipes/launcher/{choices['launcher']}.yaml", load_recipe("launcher", choices["launcher"], recipes)))
+    # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
+    # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
+    rl_model = recipes / "grpo" / "model" / f"{choices['model']}.yaml"
+    if rl_model.is_file():
+        layers.append((f"recipes/grpo/model/{choices['model']}.yaml", OmegaConf.load(rl_model)))
+    return layers
+
+
+def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
+    """The GRPO config of `argv` (selectors task= model= launcher= recipe=, then key=value), validated."""
+    for key, value in split_dotlist(argv):
+        if key == "stage" and value.strip() != "grpo":
+            raise RlError(f"stage={value.strip()}: this is the GRPO launcher (stage=grpo); SFT is `launch arm=...`")
+        if key == "arm":
+            raise RlError("arm= is not a GRPO key: the arm of a GRPO run is grpo_<task> (use task=spa|qa)")
+    choices, rest = split_selectors([tok for tok, (key, _) in zip(argv, split_dotlist(argv)) if key != "stage"],
+                                    GRPO_SELECTORS, config_keys=("task",))
+    if choices["task"] not in ("spa", "qa"):
+        raise RlError(f"task={choices['task']!r}: choices are spa, qa")
+    cfg, origins = OmegaConf.create(), {}
+    for where, layer in _grpo_layers(choices, recipes):
+        layer.pop("_launch", None)  # an SFT model recipe's launch hints; nothing of them applies to GRPO
+        layer.pop("data", None)  # model recipes size SFT data; not used here
+        cfg = OmegaConf.merge(cfg, layer)
+        origins.update(dict.fromkeys(flat_keys(layer), where))
+    if cfg.model.init != "pretrained":
+        raise RlError(f"model={choices['model']} is a random init (model.init={cfg.model.init}); GRPO starts "
+                      "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
+    # Only the keys GRPO reads stay, so config.yaml (and the run fingerprint over it) holds no
+    # SFT-only knob that changes nothing here, and setting one is an unknown-key error.
+    cfg.train = {k: cfg.train[k] for k in rl_config.TRAIN_KEYS}
+    cfg.model = {k: cfg.model[k] for k in rl_config.MODEL_KEYS}
+    if choices.get(USER_RECIPE):
+        path, user = load_user_recipe(choices[USER_RECIPE])
+        choices[USER_RECIPE] = str(path)
+        where = f"recipe={path}"
+        if "_launch" in user:
+            raise RlError(f"{where}: `_launch` is internal to the shipped SFT recipes; nothing of it applies to GRPO")
+        check_user_recipe(user, where, GRPO_SELECTOR_KEYS)
+        known = KeySpace(cfg)
+        for key in flat_keys(user):
+            if key not in known:
+                raise RlError(f"{where}: key {key!r} is not a GRPO key (stage=grpo reads only the keys "
+                              f"`launch stage=grpo --help` lists).{did_you_mean(key, sorted(known.leaves))}")
+        cfg = OmegaConf.merge(cfg, user)
+        origins.update(dict.fromkeys(flat_keys(user), where))
+    cfg = apply_overrides(cfg, rest, aliases=RL_ALIASES, open_prefixes=())
+    origins.update({RL_ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
+    try:
+        cfg = resolve_interpolations(cfg)
+    except LaunchError as exc:
+        raise RlError(str(exc)) from None
+    make_absolute(cfg, GRPO_KEYS, origins)
+    cfg.arm = f"grpo_{cfg.task}"
+    rl_config.validate(cfg)
+    return Composed(cfg=cfg, choices=choices, argv=list(argv), origins=origins)
+
+
 # ---------------------------------------------------------------- validation
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
 # The trainer's keys (model / train / logging, arm, seed) are checked by common.schema and the data
-# keys by data_prep.config.problems: the rules the trainer and data_prep read them with. Below: launch's own.
-CHOICES = {"launcher.kind": ("local", "slurm")}
+# keys by data_prep.config.problems: the rules the trainer and data_prep read them with. Below: launch's own
+# (launcher.kind's choices: common.recipes.CHOICES).
 POSITIVE_INTS = ("launcher.nodes", "launcher.gpus_per_node")
 BOOLS = ("launcher.dry_run",)
 

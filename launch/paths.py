@@ -6,7 +6,7 @@
   relative to the repository, wherever `launch` runs.
 - Output locations (`runs_root`, `run_dir`, `data.cache_root`) are always the caller's, the
   base.yaml default `runs` included; launch makes them absolute when it resolves the run dir
-  (`launch.run.resolve`, `rl.launch.resolve`).
+  (`launch.run.resolve`, `launch.grpo.resolve`).
 
 Each input path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a
 Slurm script carry absolute paths and the trainer (which runs with the repository as its working

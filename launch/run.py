@@ -1,4 +1,9 @@
-"""One run: compose -> (finished? stop) -> hardware check -> data -> run dir -> train or submit.
+"""One run of a trainer: compose -> (finished? stop) -> hardware check -> data -> run dir -> train or submit.
+
+`launch_one(trainer, argv)` is that path for every trainer of the table (`Trainer`: SFT's here,
+GRPO's in launch.grpo; the table itself, by `stage=`, in launch.cli): each entry says how a request
+is composed and resolved (its run identity), what it prints, what it refuses before any work
+(preflight), what it prepares under the run-dir lock and which module torchrun runs.
 
 The order matters: everything that can fail cheaply (bad keys and values, a GPU-only model on a
 CPU machine, a request whose run identity differs from the run dir's, a run dir in use) fails
@@ -14,6 +19,7 @@ import shlex
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +50,43 @@ class Prepared:
     @property
     def cfg(self) -> DictConfig:
         return self.composed.cfg
+
+
+def _no_preflight(prep: Prepared) -> int | None:
+    return None
+
+
+def _nothing_to_check(prep: Prepared, **cache_kw) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """One kind of training job of launch's table: how `launch_one` resolves, shows, checks, prepares
+    and starts it.
+
+    resolve(argv) -> Prepared     compose, refuse another run identity, check the hardware, fill the
+                                  derived values: everything cheap, before any lock or work
+    describe(prep) -> str         the plan's lines; dry_run(prep, argv) prints what would run
+    preflight(prep) -> int|None   what the trainer would refuse at start; an exit code stops the launch
+    prepare(prep, **cache_kw)     under the run-dir lock: the run's inputs and config.yaml; returns the
+                                  manifest's `data` record (SFT: the dataset; GRPO: the starting model)
+    check_finished(prep, ...)     a finished run's input half of the identity (SFT: its dataset)
+    module                        what torchrun runs: `python -m <module> <run_dir>/config.yaml`
+    """
+
+    stage: str
+    module: str
+    resolve: Callable[[list[str]], Prepared]
+    describe: Callable[[Prepared], str]
+    dry_run: Callable[[Prepared, list[str]], int]
+    prepare: Callable[..., dict]
+    preflight: Callable[[Prepared], int | None] = _no_preflight
+    check_finished: Callable[..., None] = _nothing_to_check
+
+    def command_argv(self, argv: list[str]) -> list[str]:
+        """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
+        return list(argv) if self.stage == "sft" else [f"stage={self.stage}", *argv]
 
 
 def is_finished(rd: Path) -> bool:
@@ -132,17 +175,30 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     cfg = composed.cfg
     rd = run_dir(cfg)
     check_identity(rd, with_run_pins(cfg, rd))
-    if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
-        local.check_hardware(cfg, composed.choices["model"], gpus)
-    nproc = local.resolve_nproc(cfg, gpus)
-    cfg.run_dir = str(rd)
+    nproc = local_nproc(composed, gpus)
     cfg.runs_root = str(Path(cfg.runs_root).expanduser().resolve())
     if cfg.data.cache_root:   # an output location: the caller's directory (launch.paths)
         cfg.data.cache_root = str(Path(cfg.data.cache_root).expanduser().resolve())
+    fill_derived(cfg, rd, nproc)
+    return Prepared(composed=composed, run_dir=rd, nproc=nproc)
+
+
+def local_nproc(composed: Composed, gpus: int | None = None) -> int:
+    """Processes per node (launch.local.resolve_nproc), after refusing a GPU-only model on a machine
+    without CUDA for a local run that would train (a dry run only notes it)."""
+    cfg = composed.cfg
+    if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
+        local.check_hardware(cfg, composed.choices["model"], gpus)
+    return local.resolve_nproc(cfg, gpus)
+
+
+def fill_derived(cfg: DictConfig, rd: Path, nproc: int) -> None:
+    """The values launch derives into config.yaml for every trainer: the run dir, the processes per
+    node and, unless set, the logging name `<arm>[-<name>]-s<seed>`."""
+    cfg.run_dir = str(rd)
     cfg.launcher.nproc = nproc
     if cfg.logging.name is None:
         cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
-    return Prepared(composed=composed, run_dir=rd, nproc=nproc)
 
 
 def prepare_data(prep: Prepared, **cache_kw) -> cache.CachedData:
@@ -253,31 +309,34 @@ def describe(prep: Prepared) -> str:
             f"[launch] {planned_steps(cfg)} optimizer steps (for n={cfg.data.n}), checkpoints at {saves}")
 
 
-def launch_one(argv: list[str], **cache_kw) -> int:
-    """`launch key=value ...` for one run; returns the exit code (the trainer's for local runs)."""
-    prep = resolve(argv)   # a request of another fingerprint than the run dir's is refused here
+def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
+    """`launch [stage=...] key=value ...` for one run of `trainer`; returns the exit code (the trainer's
+    for local runs). `cache_kw` reach SFT's data step (launch.cache: a stand-in builder in tests)."""
+    prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
     cfg, rd = prep.cfg, prep.run_dir
-    if is_finished(rd) and cfg.resume != "never" and not cfg.launcher.dry_run:
-        check_finished_data(prep, **cache_kw)
     if is_finished(rd) and cfg.resume != "never":
+        if not cfg.launcher.dry_run:
+            trainer.check_finished(prep, **cache_kw)
         print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
               f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
         return 0
-    print(describe(prep))
+    print(trainer.describe(prep))
     if cfg.launcher.dry_run:
-        return dry_run(prep, argv)
+        return trainer.dry_run(prep, argv)
+    refused = trainer.preflight(prep)
+    if refused is not None:
+        return refused
     if cfg.resume == "never":
         start_over(rd)
     held = lock_run_dir(rd)
     try:
         if cfg.launcher.kind == "slurm":
             slurm.check_not_queued(rd)
-        prepare_run(prep, **cache_kw)
-        config_path = rd / layout.CONFIG
+        data = trainer.prepare(prep, **cache_kw)
         if cfg.launcher.kind == "slurm":
-            return submit_slurm(prep, argv)
-        cmd = local.torchrun_command(config_path, prep.nproc)
-        rc, log, launch_id = train_here(prep, argv, cmd, data_record(prep.data))
+            return submit_slurm(trainer, prep, argv, data)
+        cmd = local.torchrun_command(rd / layout.CONFIG, prep.nproc, module=trainer.module)
+        rc, log, launch_id = train_here(prep, trainer.command_argv(argv), cmd, data)
     finally:
         os.close(held)
     return report_end(rd, rc, log, launch_id)
@@ -286,8 +345,7 @@ def launch_one(argv: list[str], **cache_kw) -> int:
 def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> tuple[int, Path, str]:
     """Record this launch (and the run identity) in manifest.json, then run the trainer command here;
     (exit code, log file, this launch's id: the trainer tags a refusal it records with it, so another
-    process's refusal in the same run dir is never taken for this one's). Shared by the SFT and GRPO
-    (rl.launch) local paths."""
+    process's refusal in the same run dir is never taken for this one's)."""
     rd = prep.run_dir
     launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
     manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
@@ -316,27 +374,29 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None) -> in
     return rc
 
 
-def submit_slurm(prep: Prepared, argv: list[str]) -> int:
+def submit_slurm(trainer: Trainer, prep: Prepared, argv: list[str], data: dict) -> int:
     rd = prep.run_dir
-    script = render_sbatch(prep, argv)
+    script = render_sbatch(trainer, prep, argv)
     path = rd / "launch.sbatch"
     path.write_text(script, encoding="utf-8")
     (rd / "logs").mkdir(exist_ok=True)
     job = slurm.submit(path)
     launcher = {"kind": "slurm", "nodes": prep.cfg.launcher.nodes, "gpus_per_node": prep.cfg.launcher.gpus_per_node,
                 "script": str(path), "job_id": job}
-    manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher,
-                            data=data_record(prep.data), identity=prep.identity)
+    manifest.write_manifest(rd, argv=trainer.command_argv(argv), choices=prep.composed.choices, launcher=launcher,
+                            data=data, identity=prep.identity)
     print(f"[launch] submitted {path} as Slurm job {job}")
     return 0
 
 
-def render_sbatch(prep: Prepared, argv: list[str], repo: str | None = None, python: str | None = None) -> str:
+def render_sbatch(trainer: Trainer, prep: Prepared, argv: list[str]) -> str:
+    """The run's sbatch script: each segment re-runs this launch command on the allocation (it resumes)
+    and torchruns `trainer.module`."""
     cfg = prep.cfg
     spec = slurm.spec_from_config(cfg, job_name=f"dtsft-{cfg.logging.name}",
                                   output=str(prep.run_dir / "logs" / "slurm-%j.out"), nproc=prep.nproc)
-    return slurm.render_run_script(spec, str(prep.run_dir), repo or str(REPO), python or sys.executable,
-                                   shlex.join(["launch", *argv]))
+    return slurm.render_run_script(spec, str(prep.run_dir), str(REPO), sys.executable,
+                                   shlex.join(["launch", *trainer.command_argv(argv)]), module=trainer.module)
 
 
 def dry_run(prep: Prepared, argv: list[str]) -> int:
@@ -354,11 +414,22 @@ def dry_run(prep: Prepared, argv: list[str]) -> int:
     config_path = prep.run_dir / layout.CONFIG
     if cfg.launcher.kind == "slurm":
         print(f"# {prep.run_dir / 'launch.sbatch'} (not written: dry_run=true)")
-        print(render_sbatch(prep, argv))
+        print(render_sbatch(SFT, prep, argv))
     else:
         if cfg.model.gpu_only and local.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
         print("# command")
-        print(shlex.join(local.torchrun_command(config_path, prep.nproc)))
+        print(shlex.join(local.torchrun_command(config_path, prep.nproc, module=SFT.module)))
     return 0
+
+
+def prepare_sft(prep: Prepared, **cache_kw) -> dict:
+    """Under the run-dir lock: the dataset (cached), the data half of the identity, config.yaml; the
+    manifest's `data` record."""
+    prepare_run(prep, **cache_kw)
+    return data_record(prep.data)
+
+
+SFT = Trainer(stage="sft", module="sft.train", resolve=resolve, describe=describe, dry_run=dry_run,
+              prepare=prepare_sft, check_finished=check_finished_data)

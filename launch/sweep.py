@@ -26,9 +26,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.cli import split_dotlist
+from common.recipes import group_choices
 from launch import manifest, slurm
-from launch.compose import group_choices
-from launch.run import (REPO, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
+from launch.run import (REPO, SFT, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
                         prepare_run, resolve)
 from launch.errors import LaunchError
 
@@ -126,7 +126,7 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     failed = []
     for i, run in enumerate(runs, 1):
         print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
-        rc = launch_one(run, **cache_kw)
+        rc = launch_one(SFT, run, **cache_kw)
         if rc != 0:
             failed.append((run[:2], rc))
             if rc in (130, 143):   # interrupted: stop the sweep, don't start the next run

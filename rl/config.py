@@ -1,12 +1,9 @@
-"""The `stage=grpo` config: composition, validation and the run directory.
-
-    recipes/base.yaml <- recipes/grpo/base.yaml <- recipes/grpo/task/<task>.yaml
-        <- recipes/model/<model>.yaml <- recipes/grpo/model/<model>.yaml (if any)
-        <- recipes/launcher/<launcher>.yaml <- key=value overrides
-
-The SFT `data` section does not apply and is dropped; `arm` is `grpo_<task>`. Every key (task,
-LoRA, GRPO settings, env split) is in the resolved `config.yaml`, the trainer's only input.
-Unknown keys are errors with a "did you mean" (common.cli); bad values fail here, before any work.
+"""The `stage=grpo` config the GRPO trainer reads: its keys, its validation (`problems`, one schema for
+launch and rl.train), its run directory and its run identity. launch composes it
+(launch.compose.compose_grpo: the recipes, the selectors task= model= launcher= recipe= and the
+key=value overrides) and checks it with `validate` before any work; rl.train reads the resolved
+`config.yaml` through the same check. Every key (task, LoRA, GRPO settings, env split) is in that
+file, the trainer's only input.
 """
 from __future__ import annotations
 
@@ -14,122 +11,19 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
 from common import schema, thinking
 from common.benchmarks import CONTEXT_MODES
 from common.layout import variant_name_problem
 from common.plan import save_points
-from launch.compose import (ALIASES, CHOICES, RECIPES, STRING_KEYS, USER_RECIPE, Composed, check_user_recipe,
-                            load_recipe, load_user_recipe, resolve_interpolations)
-from launch.errors import LaunchError
-from launch.paths import GRPO_KEYS, make_absolute
+from common.recipes import CHOICES
 from rl.errors import RlError
 
-SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
-RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
 TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "warmup_ratio", "min_lr_ratio", "betas", "eps",
               "weight_decay", "grad_clip", "activation_checkpointing", "precision")
 MODEL_KEYS = ("name", "path", "gpu_only", "attn_implementation")  # the tokenizer is the starting model's
 # TRL 1.16's GRPO losses that need no setting this config does not expose (luspo needs sequence-level
 # importance sampling, vespo a vLLM correction setting).
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
-# Keys a user recipe may not set: the command line's selectors (task=) and what they derive (arm, stage).
-RL_SELECTOR_KEYS = ("task", "arm", "stage")
-
-
-def _shipped_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]]:
-    base = OmegaConf.load(recipes / "base.yaml")
-    base.pop("data")
-    layers = [("recipes/base.yaml", base), ("recipes/grpo/base.yaml", OmegaConf.load(recipes / "grpo" / "base.yaml")),
-              (f"recipes/grpo/task/{choices['task']}.yaml",
-               OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
-              (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes))]
-    layers.append((f"recipes/launcher/{choices['launcher']}.yaml", load_recipe("launcher", choices["launcher"], recipes)))
-    # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
-    # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
-    rl_model = recipes / "grpo" / "model" / f"{choices['model']}.yaml"
-    if rl_model.is_file():
-        layers.append((f"recipes/grpo/model/{choices['model']}.yaml", OmegaConf.load(rl_model)))
-    return layers
-
-
-def recipe_gpus(composed: Composed, recipes: Path = RECIPES) -> tuple[int, str] | None:
-    """(GPUs, recipe file) when the model's GRPO recipe states the reference's GPU count."""
-    path = recipes / "grpo" / "model" / f"{composed.choices['model']}.yaml"
-    gpus = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
-    return (int(gpus), f"recipes/grpo/model/{path.name}") if gpus is not None else None
-
-
-def hardware_note(composed: Composed, world: int) -> str | None:
-    """What a launch says when its world size is not the recipe's GPU count, and how the batch is kept."""
-    stated = recipe_gpus(composed)
-    if stated is None or stated[0] == world:
-        return None
-    g = composed.cfg.grpo
-    per_device = int(g.completions_per_step) // (world * int(g.grad_accum))
-    return (f"{stated[1]} states {stated[0]} GPUs (the reference's); this run has {world} process(es) "
-            f"(launcher.gpus_per_node / nproc / nodes). The effective batch is kept: grpo.completions_per_step="
-            f"{g.completions_per_step} completions per optimizer step = {per_device} per process x {world} "
-            f"process(es) x grpo.grad_accum={g.grad_accum}; the group size (num_generations={g.num_generations}) is unchanged")
-
-
-def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
-    """The GRPO config of `argv` (selectors task= model= launcher= recipe=, then key=value), validated."""
-    choices, rest = dict(SELECTORS), []
-    for tok, (key, value) in zip(argv, split_dotlist(argv)):
-        if key in ("model", "launcher", USER_RECIPE):
-            choices[key] = value.strip()
-        elif key == "task":
-            choices["task"] = value.strip()
-            rest.append(tok)
-        elif key == "stage":
-            if value.strip() != "grpo":
-                raise RlError(f"stage={value.strip()}: this is the GRPO launcher (stage=grpo); SFT is `launch arm=...`")
-        elif key == "arm":
-            raise RlError("arm= is not a GRPO key: the arm of a GRPO run is grpo_<task> (use task=spa|qa)")
-        elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null":
-            rest.append(f"{key}='{value}'")
-        else:
-            rest.append(tok)
-    if choices["task"] not in ("spa", "qa"):
-        raise RlError(f"task={choices['task']!r}: choices are spa, qa")
-    cfg, origins = OmegaConf.create(), {}
-    for where, layer in _shipped_layers(choices, recipes):
-        layer.pop("_launch", None)  # an SFT model recipe's launch hints; nothing of them applies to GRPO
-        layer.pop("data", None)  # model recipes size SFT data; not used here
-        cfg = OmegaConf.merge(cfg, layer)
-        origins.update(dict.fromkeys(flat_keys(layer), where))
-    if cfg.model.init != "pretrained":
-        raise RlError(f"model={choices['model']} is a random init (model.init={cfg.model.init}); GRPO starts "
-                      "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
-    # Only the keys GRPO reads stay, so config.yaml (and the run fingerprint over it) holds no
-    # SFT-only knob that changes nothing here, and setting one is an unknown-key error.
-    cfg.train = {k: cfg.train[k] for k in TRAIN_KEYS}
-    cfg.model = {k: cfg.model[k] for k in MODEL_KEYS}
-    if choices.get(USER_RECIPE):
-        path, user = load_user_recipe(choices[USER_RECIPE])
-        choices[USER_RECIPE] = str(path)
-        where = f"recipe={path}"
-        if "_launch" in user:
-            raise RlError(f"{where}: `_launch` is internal to the shipped SFT recipes; nothing of it applies to GRPO")
-        check_user_recipe(user, where, RL_SELECTOR_KEYS)
-        known = KeySpace(cfg)
-        for key in flat_keys(user):
-            if key not in known:
-                raise RlError(f"{where}: key {key!r} is not a GRPO key (stage=grpo reads only the keys "
-                              f"`launch stage=grpo --help` lists).{did_you_mean(key, sorted(known.leaves))}")
-        cfg = OmegaConf.merge(cfg, user)
-        origins.update(dict.fromkeys(flat_keys(user), where))
-    cfg = apply_overrides(cfg, rest, aliases=RL_ALIASES, open_prefixes=())
-    origins.update({RL_ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
-    try:
-        cfg = resolve_interpolations(cfg)
-    except LaunchError as exc:
-        raise RlError(str(exc)) from None
-    make_absolute(cfg, GRPO_KEYS, origins)
-    cfg.arm = f"grpo_{cfg.task}"
-    validate(cfg)
-    return Composed(cfg=cfg, choices=choices, argv=list(argv), origins=origins)
 
 
 def _num(v) -> bool:

@@ -32,15 +32,15 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from common import fingerprint, layout, thinking
+from common import fingerprint, layout, lock, thinking
 from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
 from rl.config import planned_saves, run_identity, validate, world_problem
 from rl.errors import RlError
 from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
-from sft.checkpoint import PreemptionFlag, step_name
-from sft.metrics import MetricsLog, Wandb
-from sft.train import identity_error, take_run_lock
+from common.preempt import PreemptionFlag
+from common.tracking import MetricsLog, Wandb
+from sft.checkpoint import step_name
 
 log = logging.getLogger("rl.train")
 
@@ -318,7 +318,7 @@ class Run:
         state = PartialState(cpu=not on_gpu())
         rd.mkdir(parents=True, exist_ok=True)
         # The trainer's own run-dir lock (rank 0, whole process), as sft.train takes it.
-        self._lock = take_run_lock(rd, state.process_index, state.num_processes)
+        self._lock = lock.take_run_lock(rd, state.process_index, state.num_processes, RlError)
         if state.is_main_process and not (self.start_dir / "SHA256SUMS").is_file():
             from common.tiny import resolve_model_path
 
@@ -333,8 +333,8 @@ class Run:
         if st and isinstance(st["meta"].get("identity"), dict):
             diff = fingerprint.fingerprint_diff(st["meta"]["identity"], self.identity)
             if diff:
-                raise identity_error(f"resume: {resume} was saved by a run of a different configuration; resuming "
-                                     "it would mix the two", diff)
+                raise fingerprint.identity_error(f"resume: {resume} was saved by a run of a different configuration; "
+                                                 "resuming it would mix the two", diff, RlError)
         self.start_step = int(st["meta"]["step"]) if st else 0
         steps = self.total - self.start_step
         if steps <= 0:
@@ -513,7 +513,7 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         recorded = json.loads((rd / layout.DONE).read_text(encoding="utf-8")).get("identity")
         diff = fingerprint.fingerprint_diff(recorded, run_identity(cfg)) if isinstance(recorded, dict) else []
         if diff:
-            raise identity_error(f"{rd} holds a finished run of a different configuration", diff)
+            raise fingerprint.identity_error(f"{rd} holds a finished run of a different configuration", diff, RlError)
         print(f"[rl.train] {rd} is finished (DONE)")
         return 0
     preflight(cfg, probe_retriever=False)   # (the retriever is probed when it is built)

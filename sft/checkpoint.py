@@ -23,7 +23,6 @@ import os
 import pickle
 import random
 import shutil
-import signal
 import time
 import warnings
 from pathlib import Path
@@ -450,36 +449,3 @@ def load_state(model, optimizer, d: Path, *, rank: int, verified: bool = False) 
     else:
         log.warning("%s missing (world size changed?): RNG not restored", rng)
     return json.loads((d / STATE_META).read_text(encoding="utf-8"))
-
-
-# ---------------------------------------------------------------- preemption
-
-
-class PreemptionFlag:
-    """SIGTERM / SIGUSR1 set a flag; the loop saves state at the next step boundary and exits.
-
-    The handler only flips a bool (safe at any point); ranks agree on stopping through an
-    all-reduce in the loop, so a signal delivered to one rank stops all at the same step.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous = {}
-
-    def install(self) -> "PreemptionFlag":
-        for s in self.SIGNALS:
-            self._previous[s] = signal.signal(s, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-
-    def restore(self) -> None:
-        for s, h in self._previous.items():
-            signal.signal(s, h)
-
-    @property
-    def set(self) -> bool:
-        return self.signum is not None

@@ -1,4 +1,4 @@
-"""metrics.jsonl, MFU and wandb (mode by common.tracking).
+"""MFU and the SFT trainer's wandb run spec (metrics.jsonl and the wandb run: common.tracking).
 
 MFU counts the model FLOPs of a training step (forward + backward = 3x forward):
 6 * N per token for the matmul parameters, plus causal self-attention, whose
@@ -9,11 +9,8 @@ model FLOPs).
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import resource
-from pathlib import Path
 
 import torch
 
@@ -56,58 +53,6 @@ def peak_memory_gb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
-
-
-class MetricsLog:
-    """Append-only metrics.jsonl on rank 0; on resume, rows past the resumed step are dropped
-    so the file reads as one uninterrupted run."""
-
-    def __init__(self, path: Path, resume_step: int, rank: int):
-        self.path, self.rank = path, rank
-        if rank != 0:
-            return
-        kept = []
-        if resume_step > 0 and path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    if json.loads(line).get("step", 0) <= resume_step:
-                        kept.append(line)
-                except json.JSONDecodeError:
-                    log.warning("%s: dropping unreadable line %r", path, line[:80])
-        tmp = path.with_name(path.name + ".tmp")  # atomic: a kill here must not lose the kept rows
-        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
-        os.replace(tmp, path)
-
-    def write(self, row: dict) -> None:
-        if self.rank == 0:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
-                f.flush()
-
-
-class Wandb:
-    """Rank 0 only; mode, project, group and tags by `common.tracking` (the wandb user's
-    precedence: explicit logging.mode > WANDB_MODE > logged in -> online, else offline);
-    resumes the same run id from `<run_dir>/wandb_id`."""
-
-    def __init__(self, *, enabled: bool, rank: int, run_dir: Path, spec, config: dict):
-        self.run = None
-        if not enabled or rank != 0:
-            return
-        from common.tracking import init_run
-
-        self.run = init_run(spec, run_dir=run_dir, config=config)
-        log.info("wandb: %s (%s), project %s, group %s, run %s%s", spec.mode, spec.why, spec.project, spec.group,
-                 spec.name, f" ({self.run.id})" if self.run is not None else "")
-
-    def log(self, row: dict, step: int) -> None:
-        if self.run is not None:
-            self.run.log({k: v for k, v in row.items() if v is not None and k != "step"}, step=step)
-
-    def finish(self) -> None:
-        if self.run is not None:
-            self.run.finish()
-            self.run = None
 
 
 def wandb_spec(cfg):

@@ -29,13 +29,14 @@ import torch.distributed as dist
 from common import fingerprint, layout, lock
 from common.cli import ConfigError, wants_help
 from common.io import replace_aside
-from common.layout import TRAIN_LOCK
+from common.preempt import PreemptionFlag
+from common.tracking import MetricsLog, Wandb
 
 from . import checkpoint as ckpt
 from .config import TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
 from .console import StepConsole
 from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, pack_budget, plan_step
-from .metrics import MetricsLog, Wandb, lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
+from .metrics import lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
 from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
 from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
 from sft.errors import SftError
@@ -175,37 +176,8 @@ def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_di
         recorded = {**{k: meta.get(k) for k in legacy}, "trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
         diff += [f"{k}: {recorded[k]!r} -> {v!r}" for k, v in legacy.items() if recorded[k] != v]
     if diff:
-        raise identity_error(f"resume: {state_dir} was saved by a run of a different configuration; resuming it "
-                             "would mix the two", diff)
-
-
-def identity_error(what: str, diff: list[str]) -> SftError:
-    return SftError(f"{what} (run -> this config):\n  " + "\n  ".join(diff) +
-                       "\nRestore the config, or start over with resume=never (the old outputs are renamed aside), "
-                       "or train it in another run_dir.")
-
-
-def take_run_lock(run_dir: Path, rank: int, world: int) -> int | None:
-    """Rank 0 takes `<run_dir>/.train.lock` (fcntl) for the whole process; every rank learns
-    whether it got it. A second trainer on the run dir — via launch or directly — is refused
-    naming the holder; the kernel releases the lock when the holder dies, however it dies."""
-    fd, err = None, None
-    if rank == 0:
-        try:
-            fd = lock.acquire(run_dir / TRAIN_LOCK, "another trainer", "two trainers would interleave metrics.jsonl "
-                              "and write the same checkpoints; wait for it to finish or stop it, then resume")
-        except ConfigError as exc:
-            err = exc
-    failed = err is not None
-    if world > 1:
-        flag = torch.tensor([float(failed)])
-        dist.all_reduce(flag)
-        failed = flag.item() > 0
-    if err is not None:
-        raise err
-    if failed:
-        raise SftError(f"{run_dir}: rank 0 could not take the run-dir lock (see rank 0's error)")
-    return fd
+        raise fingerprint.identity_error(f"resume: {state_dir} was saved by a run of a different configuration; resuming it "
+                             "would mix the two", diff, SftError)
 
 
 def check_done_identity(done: Path, cfg: TrainConfig) -> None:
@@ -218,7 +190,7 @@ def check_done_identity(done: Path, cfg: TrainConfig) -> None:
     if isinstance(recorded, dict):
         diff = fingerprint.fingerprint_diff(recorded, fingerprint.identity(cfg.raw, trainer_semantics=TRAINER_SEMANTICS))
         if diff:
-            raise identity_error(f"{done.parent} holds a finished run of a different configuration", diff)
+            raise fingerprint.identity_error(f"{done.parent} holds a finished run of a different configuration", diff, SftError)
 
 
 # Outputs of a run that resume=never renames aside (never deletes) before starting over.
@@ -269,7 +241,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
 
     rank, world, owns_group = init_distributed(device.type)
     setup_logging(rank)
-    run_lock = take_run_lock(cfg.run_dir, rank, world)
+    run_lock = lock.take_run_lock(cfg.run_dir, rank, world, SftError)
     if run_lock is not None:
         held.callback(os.close, run_lock)
     if cfg.train.global_batch_size < world:
@@ -323,7 +295,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     wb = Wandb(enabled=cfg.logging.wandb, rank=rank, run_dir=cfg.run_dir, spec=wandb_spec(cfg),
                config=OmegaConf.to_container(cfg.raw, resolve=True))
     peak_tf = lookup_peak_tflops(device, cfg.train.peak_tflops)
-    preempt = ckpt.PreemptionFlag().install()
+    preempt = PreemptionFlag().install()
 
     def hf_files(out: Path) -> None:  # what export needs to rebuild the model from a state
         out.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,12 @@
-"""The stage map of DESIGN.md as an import graph: common -> data_prep -> sft/launch/envs -> evals -> rl
--> analysis, read from the source with `ast` (every import, also those inside functions).
+"""The stage map of DESIGN.md as an import graph: common -> data_prep -> sft/envs -> evals -> rl ->
+launch -> analysis, read from the source with `ast` (every import, also those inside functions).
 
-- a stage imports only stages of a lower level (sft, launch and envs are one level: none imports
-  another); rl may use evals' public API only (`evals.toolcalls`, `evals.metrics`, `evals.extract`,
+- a stage imports only stages of a lower level (sft and envs are one level: neither imports the
+  other); rl may use evals' public API only (`evals.toolcalls`, `evals.metrics`, `evals.extract`,
   `evals.retrievers`); nothing imports analysis;
+- launch is above every trainer stage (it starts SFT and GRPO in-process: launch.run.launch_one over its
+  table of trainers): no module of sft/, envs/, evals/ or rl/ imports launch. (DESIGN.md puts launch
+  above analysis too; analysis' evaluation-job planning still imports launch.slurm: issue 35.)
 - no import cycle between modules;
 - the drivers: `demo/` may import any stage and nothing imports it; `bench/` imports library code
   only, never the tests.
@@ -14,7 +17,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LEVELS = {"common": 0, "data_prep": 1, "sft": 2, "launch": 2, "envs": 2, "evals": 3, "rl": 4, "analysis": 5}
+LEVELS = {"common": 0, "data_prep": 1, "sft": 2, "envs": 2, "evals": 3, "rl": 4, "launch": 5, "analysis": 6}
 RL_MAY_USE = ("evals.toolcalls", "evals.metrics", "evals.extract", "evals.retrievers")
 DRIVERS = ("demo", "bench")
 PACKAGES = (*LEVELS, *DRIVERS, "tests")
@@ -125,6 +128,16 @@ def test_stages_form_the_documented_dag():
     assert found == []
 
 
+def test_launch_is_above_every_trainer_stage():
+    graph = import_graph(ROOT)
+    assert {"launch.run", "launch.grpo", "rl.config", "rl.train"} <= set(graph)
+    below = ("common", "data_prep", "sft", "envs", "evals", "rl")
+    assert all(LEVELS["launch"] > LEVELS[stage] for stage in below)
+    assert sorted(f"{m} imports {d}" for m, deps in graph.items() if m.split(".")[0] in below
+                  for d in deps if d.split(".")[0] == "launch") == []
+    assert "rl.config" in graph["launch.compose"] and "launch.run" in graph["launch.grpo"]   # launch starts GRPO itself
+
+
 def test_no_import_cycles():
     assert cycles(import_graph(ROOT)) == []
 
@@ -134,7 +147,7 @@ def test_the_checks_catch_what_they_guard():
     graph = {
         "evals.retrievers": {"evals.server"}, "evals.server": {"evals.retrievers"},   # a cycle
         "bench.bench_train": {"tests.sft_helpers", "sft.train"},                      # a bench importing tests
-        "sft.model": {"data_prep.tiny", "launch.compose"},                            # same level
+        "sft.model": {"data_prep.tiny", "launch.compose"},                            # a later stage
         "evals.run": {"analysis.discover"},                                           # importing analysis
         "rl.train": {"evals.metrics", "evals.run"},                                   # outside evals' public API
         "analysis.sweep": {"demo.run"},                                               # importing the driver

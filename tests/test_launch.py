@@ -6,7 +6,8 @@ from omegaconf import OmegaConf
 
 from common.cli import ConfigError
 from launch.cli import help_text, main
-from launch.compose import RECIPES, compose, group_choices, planned_saves, planned_steps, run_dir
+from common.recipes import group_choices
+from launch.compose import RECIPES, compose, planned_saves, planned_steps, run_dir
 
 
 def test_default_composition_is_the_study():
@@ -139,6 +140,6 @@ def test_gpu_only_model_fails_before_data_prep_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(local, "cuda_device_count", lambda: 0)
     called = []
     with pytest.raises(ConfigError, match="use model=tiny"):
-        run.launch_one(["arm=r2e", f"runs_root={tmp_path}"], builder=lambda *a, **k: called.append(1),
+        run.launch_one(run.SFT, ["arm=r2e", f"runs_root={tmp_path}"], builder=lambda *a, **k: called.append(1),
                        key_fn=lambda *a, **k: "k")
     assert not called and not (tmp_path / "r2e").exists()

@@ -125,7 +125,7 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     monkeypatch.setattr(local, "run_logged", fake_run)
     monkeypatch.setattr(local, "cuda_device_count", lambda: 0)   # the CPU path, also on a GPU machine
     argv = ["arm=r2e_v5", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}"]
-    assert run.launch_one(argv, builder=fake.build, key_fn=fake.key) == 3, "exit code mirrors training"
+    assert run.launch_one(run.SFT, argv, builder=fake.build, key_fn=fake.key) == 3, "exit code mirrors training"
     rd = tmp_path / "r2e_v5" / "seed0"
     cfg = OmegaConf.load(rd / "config.yaml")
     assert cfg.run_dir == str(rd.resolve()) and Path(cfg.data.dir).parent == (tmp_path / "_data").resolve()
@@ -142,7 +142,7 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     assert man["identity"]["data_fingerprint"] == "fp-r2e-0-3500" and man["identity"]["keys"]["train.steps"] == 4
     # A second launch appends, keeps the original, reuses the data; a changed config (a key that may
     # change on resume) is kept aside.
-    assert run.launch_one([*argv, "state_every=7"], builder=fake.build, key_fn=fake.key) == 3
+    assert run.launch_one(run.SFT, [*argv, "state_every=7"], builder=fake.build, key_fn=fake.key) == 3
     man2 = json.loads((rd / "manifest.json").read_text())
     assert len(man2["launches"]) == 2 and man2["created"] == man["created"] and man2["launches"][1]["data"]["reused"]
     assert len(list(rd.glob("config.*.yaml"))) == 1 and OmegaConf.load(rd / "config.yaml").train.state_every == 7
@@ -155,7 +155,7 @@ def test_a_run_dir_in_use_is_refused(tmp_path):
     fd = run.lock_run_dir(tmp_path / "r2e" / "seed0")
     try:
         with pytest.raises(ConfigError, match=f"in use by another launch.*pid {__import__('os').getpid()}"):
-            run.launch_one(["model=tiny", "data=synthetic", f"runs_root={tmp_path}"],
+            run.launch_one(run.SFT, ["model=tiny", "data=synthetic", f"runs_root={tmp_path}"],
                            builder=FakeDataPrep().build, key_fn=FakeDataPrep().key)
     finally:
         __import__("os").close(fd)

@@ -113,12 +113,12 @@ def test_slurm_submission_writes_script_config_and_manifest(tmp_path, monkeypatc
 
     from common.cli import ConfigError
 
-    from launch.run import launch_one
+    from launch.run import SFT, launch_one
 
     record = _fake_sbatch(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
     argv = ["arm=search", "launcher=slurm", "nodes=4", "data=synthetic", f"runs_root={runs}"]
-    rc = launch_one(argv, builder=_build, key_fn=lambda cfg, **kw: "k" + str(kw["seed"]))
+    rc = launch_one(SFT, argv, builder=_build, key_fn=lambda cfg, **kw: "k" + str(kw["seed"]))
     assert rc == 0
     rd = runs / "search" / "seed0"
     script = (rd / "launch.sbatch").read_text()
@@ -132,19 +132,19 @@ def test_slurm_submission_writes_script_config_and_manifest(tmp_path, monkeypatc
     squeue.write_text('#!/bin/sh\n[ "$5" = 4242 ] && echo PENDING\nexit 0\n')
     squeue.chmod(0o755)
     with pytest.raises(ConfigError, match="already PENDING as Slurm job 4242"):
-        launch_one(argv, builder=_build, key_fn=lambda cfg, **kw: "k0")
+        launch_one(SFT, argv, builder=_build, key_fn=lambda cfg, **kw: "k0")
     (rd / "DONE").write_text("")
-    assert launch_one(argv, builder=_build, key_fn=lambda cfg, **kw: "k0") == 0
+    assert launch_one(SFT, argv, builder=_build, key_fn=lambda cfg, **kw: "k0") == 0
     assert len(record.read_text().splitlines()) == 1, "a finished run must not be submitted again"
 
 
 def test_sbatch_missing_is_a_clear_error(tmp_path, monkeypatch):
     from common.cli import ConfigError
-    from launch.run import launch_one
+    from launch.run import SFT, launch_one
 
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="sbatch not found on PATH"):
-        launch_one(["launcher=slurm", "data=synthetic", f"runs_root={tmp_path}"], builder=_build,
+        launch_one(SFT, ["launcher=slurm", "data=synthetic", f"runs_root={tmp_path}"], builder=_build,
                    key_fn=lambda cfg, **kw: "k")
 
 

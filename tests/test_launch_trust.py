@@ -54,8 +54,8 @@ QA = ["task=qa", "model=tiny_base", "steps=1", "runs_root=RQ", "grpo.prompts_fil
 
 # ---------------------------------------------------------------- 1. one path rule
 def test_grpo_user_paths_resolve_against_the_callers_directory(W):
-    from rl.config import compose_grpo
-    from rl.launch import resolve, start_record
+    from launch.compose import compose_grpo
+    from launch.grpo import resolve, start_record
 
     (W / "st").mkdir()
     cfg = compose_grpo([*QA, "model.path=mymodel", "resume=st", "name=v"]).cfg
@@ -69,7 +69,7 @@ def test_grpo_user_paths_resolve_against_the_callers_directory(W):
 
 
 def test_grpo_user_recipe_paths_resolve_against_the_callers_directory(W):
-    from rl.config import compose_grpo
+    from launch.compose import compose_grpo
 
     (W / "sub").mkdir()
     (W / "sub" / "my.yaml").write_text("grpo:\n  prompts_file: q.jsonl\n  temperature: 0.7\n")
@@ -103,7 +103,7 @@ def test_sft_paths_user_against_cwd_shipped_against_the_repo(W):
 # ---------------------------------------------------------------- 2. input files by content
 def test_grpo_qa_relaunch_on_a_changed_prompts_file_or_corpus_is_refused(W, monkeypatch):
     from common import io as cio
-    from rl import launch as rlaunch
+    from launch import grpo as rlaunch
     from rl.config import run_identity
 
     prep = rlaunch.resolve(QA)
@@ -160,7 +160,7 @@ def test_start_checkpoint_never_writes_through_to_the_users_model(tmp_path):
     ("seed=true", "seed"), ("grpo.prompts_file=nope.jsonl", "nope.jsonl"), ("grpo.grad_accum=3", "grpo.grad_accum"),
 ])
 def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, needle):
-    from rl.launch import main
+    from launch.grpo import main
 
     argv = [*QA, bad] + (["nproc=3"] if "grad_accum" in bad else [])
     assert main(argv) == 2
@@ -176,7 +176,7 @@ def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, 
 def test_trainer_refuses_a_hand_edited_config_in_one_line_and_records_it(W, capsys, key, value, needle):
     from launch.run import report_end
     from rl import train as rt
-    from rl.launch import resolve
+    from launch.grpo import resolve
 
     cfg = resolve(QA).cfg
     OmegaConf.update(cfg, key, value, merge=False)
@@ -227,7 +227,7 @@ def test_re_run_to_resume_only_when_a_state_exists(tmp_path, capsys):
 @pytest.mark.parametrize("what", ["rollouts_file", "start_without_sums"])
 def test_run_dir_oddities_are_one_line_errors(W, capsys, what):
     from rl import train as rt
-    from rl.launch import resolve
+    from launch.grpo import resolve
 
     cfg = resolve([*QA[1:4], "task=spa", "grpo.pilot_tasks=3"]).cfg
     rd = Path(cfg.run_dir)
@@ -245,7 +245,7 @@ def test_run_dir_oddities_are_one_line_errors(W, capsys, what):
 
 # ---------------------------------------------------------------- 5. retriever
 def test_dead_retriever_is_a_start_up_error(W, capsys):
-    from rl.launch import main
+    from launch.grpo import main
 
     argv = [*QA[:5], "grpo.retriever=http", "grpo.retriever_url=http://127.0.0.1:9/retrieve",
             "grpo.retriever_retries=0", "grpo.retriever_timeout=2"]
@@ -308,7 +308,7 @@ def test_unknown_internal_launch_key_is_an_error(tmp_path):
 
 
 def test_grpo_user_recipe_cannot_set_task(W):
-    from rl.config import compose_grpo
+    from launch.compose import compose_grpo
 
     (W / "t.yaml").write_text("task: qa\n")
     with pytest.raises(ConfigError, match="sets task"):
@@ -320,13 +320,13 @@ def test_grpo_help_shows_grpo_keys(capfd):
     from launch.cli import main
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-m", "rl.launch", "--help"], cwd="/", env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "launch.grpo", "--help"], cwd="/", env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "grpo.loss_type=dapo " in out.stdout and "train.steps=250 " in out.stdout
     assert "lora.r=32 " in out.stdout and "train.epochs" not in out.stdout and "data.n" not in out.stdout
     capfd.readouterr()
-    assert main(["stage=grpo", "--help"]) == 0   # launch hands --help to rl.launch (a child process)
+    assert main(["stage=grpo", "--help"]) == 0   # launch hands --help to launch.grpo
     shown = capfd.readouterr().out
     assert "grpo.max_search_failure_rate=0.1 " in shown and "state_every 25" not in shown
 
@@ -337,7 +337,8 @@ import json, os, sys, threading
 import torch.distributed as dist
 from omegaconf import OmegaConf
 from rl import train as rt
-from rl.config import compose_grpo, run_dir
+from launch.compose import compose_grpo
+from rl.config import run_dir
 
 cfg = compose_grpo(["task=spa", "model=tiny_base", "steps=1", f"runs_root={sys.argv[1]}", "grpo.max_completion_length=16",
                     "grpo.pilot_tasks=3"]).cfg

@@ -140,7 +140,8 @@ def _hybrid_model(tmp_path) -> Path:
 
 
 def _cfg(tmp_path, *extra):
-    from rl.config import compose_grpo, run_dir
+    from launch.compose import compose_grpo
+    from rl.config import run_dir
 
     cfg = compose_grpo(["task=spa", "model=tiny_base", f"runs_root={tmp_path}", "steps=1", "name=t",
                         "grpo.completions_per_step=4", "grpo.num_generations=2", *extra]).cfg
@@ -186,7 +187,7 @@ def test_grpo_rollout_prompts_are_the_hybrid_template_with_the_switch(tmp_path):
 
 def test_grpo_refuses_the_switch_on_a_template_that_ignores_it_and_qwen3_4b_sets_it(tmp_path):
     from rl import chat
-    from rl.config import compose_grpo
+    from launch.compose import compose_grpo
 
     for name in ("qwen3_4b_thinking_2507.jinja", "llama3_1_8b_instruct.jinja"):
         with pytest.raises(ConfigError, match="grpo.enable_thinking=true: the chat template of M does not read"):

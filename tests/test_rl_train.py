@@ -32,7 +32,8 @@ def _lora_b(trainer) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="session")
 def grpo_run(tmp_path_factory):
     from rl import train as rt
-    from rl.config import compose_grpo, run_dir
+    from launch.compose import compose_grpo
+    from rl.config import run_dir
 
     root = tmp_path_factory.mktemp("grpo")
     cfg = compose_grpo(["task=spa", "model=tiny_base", "steps=2", "save_steps=[1,2]", f"runs_root={root}",

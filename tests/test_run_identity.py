@@ -88,7 +88,7 @@ def staged(tmp_path, monkeypatch):
     monkeypatch.setattr(local, "cuda_device_count", lambda: 0)
 
     def go(*argv):
-        return run.launch_one([*BASE, f"runs_root={tmp_path}", *argv], builder=fake.build, key_fn=fake.key)
+        return run.launch_one(run.SFT, [*BASE, f"runs_root={tmp_path}", *argv], builder=fake.build, key_fn=fake.key)
 
     return go, started, fake, tmp_path
 
@@ -327,7 +327,7 @@ def test_finished_run_with_same_config_but_other_data_is_refused(staged, capsys)
     data = VersionedData()
 
     def go(*argv):
-        return run.launch_one([*BASE, f"runs_root={root}", *argv], builder=data.build, key_fn=data.key)
+        return run.launch_one(run.SFT, [*BASE, f"runs_root={root}", *argv], builder=data.build, key_fn=data.key)
 
     assert go() == 0 and len(data.builds) == 1
     assert go() == 0 and len(data.builds) == 1, "same cache key: reported without data prep"

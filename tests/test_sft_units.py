@@ -18,7 +18,8 @@ from sft.config import load_config, save_points, schedule_steps
 from sft.data import (
     DataError, collate, epoch_order, global_batch, load_train_data, pack_best_fit_decreasing, plan_step, split_across_ranks,
 )
-from sft.metrics import MetricsLog, lookup_peak_tflops, step_flops
+from common.tracking import MetricsLog
+from sft.metrics import lookup_peak_tflops, step_flops
 from sft.optim import NonFiniteError, NonFiniteGuard, lr_factor, warmup_steps
 from sft_helpers import make_dataset_dir, read_metrics, write_config
 
@@ -560,7 +561,7 @@ def test_preemption_signals_set_the_flag(sig):
     import os
     import signal
 
-    from sft.checkpoint import PreemptionFlag
+    from common.preempt import PreemptionFlag
 
     before = signal.getsignal(getattr(signal, sig))
     flag = PreemptionFlag().install()

@@ -27,7 +27,7 @@ def pages() -> dict[str, str]:
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
     from launch.cli import sft_keys
-    from rl.launch import grpo_keys
+    from launch.grpo import grpo_keys
     from sft.export import KEYS as EXPORT
     from sft.verify import KEYS as VERIFY
 

@@ -1,0 +1,173 @@
+"""`launch stage=grpo task=spa|qa model=<recipe> ...`: the GRPO trainer's entry in launch's table of
+trainers (`GRPO`, started by launch.run.launch_one like SFT's).
+
+What is GRPO's own: composition (launch.compose.compose_grpo) and the run identity of rl.config
+(the input files by content), the world-size check, the plan it prints, a dry run that shows both
+the local command and the Slurm script, and a preflight: what rl.train would refuse at start (a
+retriever that does not answer) and, for task=spa, the adversarial pilot. There is no dataset to
+build: the environment is the data; the manifest records the starting model instead.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from omegaconf import OmegaConf
+
+from common import keydoc, layout
+from common.cli import run_cli, wants_help
+from common.recipes import RECIPES, RL_ALIASES
+from launch import local, run
+from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
+from rl.config import parent_run, planned_saves, run_dir, run_identity, world_problem
+from rl.errors import RlError
+
+USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]
+(also: python -m launch.grpo ...)
+
+GRPO with LoRA (rl/): composition recipes/base.yaml (its data section dropped) <- grpo/base.yaml <-
+grpo/task/<task>.yaml <- model/<model>.yaml <- grpo/model/<model>.yaml <- launcher/<launcher>.yaml <-
+recipe=FILE (your own; it may not set task/arm/stage) <- key=value. The run dir is
+<runs_root>/grpo_<task>/[<name>/]seed<seed>; an SFT checkpoint as model.path needs name=<variant>.
+Paths you give (model.path, grpo.prompts_file, grpo.corpus, resume=PATH, recipe=) are relative to this
+directory and recorded absolute; the prompts file and corpus enter the run identity by content."""
+
+
+def grpo_keys(argv: list[str] = ()) -> list[keydoc.Key]:
+    """Every GRPO key, its default as composed for the task= / model= / launcher= in argv (else the defaults)
+    and its description: the comment on its line in the recipes, the GRPO recipe's over base.yaml's."""
+    sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
+    composed = compose_grpo(sel)
+    docs = {}
+    for path in (RECIPES / "base.yaml", RECIPES / "grpo" / "base.yaml", RECIPES / "grpo" / "task" / f"{composed.cfg.task}.yaml"):
+        docs.update(keydoc.yaml_comments(path.read_text(encoding="utf-8")))
+    return [k for k in keydoc.from_config(composed.cfg, docs) if k.name not in ("arm", "stage")]
+
+
+def help_text(argv: list[str]) -> str:
+    """GRPO's own keys, defaults and descriptions (for the task= / model= / launcher= given in argv, else the defaults)."""
+    sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
+    chosen = " ".join(sel) or " ".join(f"{k}={v}" for k, v in GRPO_SELECTORS.items())
+    lines = [USAGE, "", f"Keys for {chosen} (key=default  description; any key: key.sub=value):",
+             keydoc.help_table(grpo_keys(sel))]
+    lines += ["", "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())]
+    return "\n".join(lines)
+
+
+def recipe_gpus(composed: Composed) -> tuple[int, str] | None:
+    """(GPUs, recipe file) when the model's GRPO recipe states the reference's GPU count."""
+    path = RECIPES / "grpo" / "model" / f"{composed.choices['model']}.yaml"
+    gpus = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
+    return (int(gpus), f"recipes/grpo/model/{path.name}") if gpus is not None else None
+
+
+def hardware_note(composed: Composed, world: int) -> str | None:
+    """What a launch says when its world size is not the recipe's GPU count, and how the batch is kept."""
+    stated = recipe_gpus(composed)
+    if stated is None or stated[0] == world:
+        return None
+    g = composed.cfg.grpo
+    per_device = int(g.completions_per_step) // (world * int(g.grad_accum))
+    return (f"{stated[1]} states {stated[0]} GPUs (the reference's); this run has {world} process(es) "
+            f"(launcher.gpus_per_node / nproc / nodes). The effective batch is kept: grpo.completions_per_step="
+            f"{g.completions_per_step} completions per optimizer step = {per_device} per process x {world} "
+            f"process(es) x grpo.grad_accum={g.grad_accum}; the group size (num_generations={g.num_generations}) is unchanged")
+
+
+def world_size(cfg, nproc: int) -> int:
+    return nproc * (int(cfg.launcher.nodes) if cfg.launcher.kind == "slurm" else 1)
+
+
+def resolve(argv: list[str], gpus: int | None = None) -> run.Prepared:
+    """Compose, refuse a request whose run identity (common.fingerprint over every config key:
+    task, LoRA, GRPO settings, env split; the input files by content) differs from the run dir's,
+    check the hardware and the world size, fill the derived values."""
+    composed = compose_grpo(argv)
+    cfg = composed.cfg
+    rd = run_dir(cfg)
+    identity = run.check_identity(rd, cfg, want=run_identity(cfg))
+    nproc = run.local_nproc(composed, gpus)
+    problem = world_problem(cfg, world_size(cfg, nproc))
+    if problem:
+        raise RlError(f"invalid config:\n  {problem}")
+    cfg.runs_root = str(os.path.abspath(os.path.expanduser(str(cfg.runs_root))))
+    run.fill_derived(cfg, rd, nproc)
+    return run.Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
+
+
+def describe(prep: run.Prepared) -> str:
+    cfg = prep.cfg
+    lines = [f"[launch] stage=grpo {prep.composed.choices} -> {prep.run_dir}",
+             f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
+             f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)"]
+    note = hardware_note(prep.composed, world_size(cfg, prep.nproc))
+    if note:
+        lines.append(f"[launch] note: {note}")
+    return "\n".join(lines)
+
+
+def dry_run(prep: run.Prepared, argv: list[str]) -> int:
+    """The resolved config, the local command and the Slurm script; nothing written."""
+    rd = prep.run_dir
+    print("# resolved config.yaml")
+    print(OmegaConf.to_yaml(prep.cfg))
+    print("# local command (launcher=local)")
+    print(shlex.join(local.torchrun_command(rd / layout.CONFIG, prep.nproc, module=GRPO.module)))
+    print(f"# Slurm script (launcher=slurm; {rd / 'launch.sbatch'}, not written: dry_run=true)")
+    print(run.render_sbatch(GRPO, prep, argv))
+    return 0
+
+
+def pilot_refusal(cfg) -> str | None:
+    if cfg.task != "spa":
+        return None
+    from rl.train import pilot_guard
+
+    return pilot_guard(cfg)
+
+
+def preflight(prep: run.Prepared) -> int | None:
+    """What the trainer would refuse at start (rl.train.preflight), then task=spa's adversarial pilot:
+    exit 2 when a reward hack comes within the required margin of genuine play."""
+    from rl.train import preflight as trainer_preflight
+
+    cfg = prep.cfg
+    trainer_preflight(cfg, probe_retriever=cfg.launcher.kind == "local")
+    table = pilot_refusal(cfg)
+    if table:
+        print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
+              f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)
+        return 2
+    return None
+
+
+def start_record(cfg) -> dict:
+    """What the run starts from (manifest `data` entry): the model and, for an SFT start, its run."""
+    return {"task": str(cfg.task), "start_model": str(cfg.model.path), "parent": parent_run(str(cfg.model.path))}
+
+
+def prepare(prep: run.Prepared, **_cache_kw) -> dict:
+    """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""
+    run.write_config(prep)
+    return start_record(prep.cfg)
+
+
+GRPO = run.Trainer(stage="grpo", module="rl.train", resolve=resolve, describe=describe, dry_run=dry_run,
+                   prepare=prepare, preflight=preflight)
+
+
+def cli(argv: list[str]) -> int:
+    if wants_help(argv):
+        print(help_text([a for a in argv if "=" in a]))
+        return 0
+    return run.launch_one(GRPO, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m launch.grpo ...` (what `launch stage=grpo ...` runs)."""
+    return run_cli(cli, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
