@@ -72,10 +72,23 @@ def _plain(cfg) -> Mapping:
     return cfg
 
 
+# Keys added after run dirs were first written, each with the value that means "as before": at that
+# value a key is left out of the identity, so a run dir written before the key existed keeps its
+# fingerprint and resumes (any other value is a real change and counts).
+LATER_KEYS: dict[str, Any] = {
+    "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
+}
+
+
+def _as_before(key: str, value: Any) -> bool:
+    return key in LATER_KEYS and canonical_json(_by_value(value)) == canonical_json(_by_value(LATER_KEYS[key]))
+
+
 def identity_keys(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS) -> dict[str, Any]:
-    """`{dotted.key: value}` of every result-changing leaf of `cfg`, sorted by key."""
+    """`{dotted.key: value}` of every result-changing leaf of `cfg`, sorted by key (a `LATER_KEYS` key
+    at its as-before value left out)."""
     flat = _flatten(_plain(cfg))
-    return {k: flat[k] for k in sorted(flat) if not _excluded(k, exclude)}
+    return {k: flat[k] for k in sorted(flat) if not _excluded(k, exclude) and not _as_before(k, flat[k])}
 
 
 def canonical_json(obj: Any) -> str:
