@@ -80,3 +80,13 @@ def test_browser_tier_counts_a_skip_as_a_failure(tmp_path):
     assert r.returncode == 0 and "1 passed, 1 skipped" in r.stdout, r.stdout
     r = _pytest(tmp_path, "-m", "vllm", tier=True, tier_env="DTSFT_BROWSER_TIER")
     assert r.returncode == 0 and "1 passed, 1 skipped" in r.stdout, r.stdout
+
+
+def test_ci_runs_the_browser_tier_where_a_skip_fails():
+    """.ci/run runs `make test-browser` as a timed tier (target 180 s), and that target sets the tier's switch."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "\ntier browser make test-browser\n" in ci and "[browser]=180" in ci
+    make = (ROOT / "Makefile").read_text()
+    recipe = make[make.index("\ntest-browser:"):].split("\n\n")[0]
+    assert "DTSFT_BROWSER_TIER=1" in recipe and "-m browser" in recipe and "SE_OFFLINE=true" in recipe
+    assert "apt-get install" in recipe and ".[browser]" in recipe
