@@ -3,6 +3,7 @@ shard per eval dir × bench, transcripts in CHUNK-row chunks, stale shards remov
 and the paired counts the page computes from the list shards against the report's paired ΔEM."""
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -27,6 +28,9 @@ def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("html_unit")
     write_study(root / "runs")
     write_json(root / "runs" / "r2e" / "seed0" / "manifest.json", {"git": {"commit": PAYLOAD, "dirty": False}})
+    ckpt = root / "runs" / "search" / "seed0" / "checkpoints" / "step-000020"   # a checkpoint not evaluated: missing points
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text("{}")
     res = run_analysis({"runs_root": str(root / "runs"), "out": str(root / "reports"), "benches": BENCHES,
                         "evaluate": False, "n_boot": 100, "wandb": False})
     return root, res
@@ -57,8 +61,10 @@ def test_page_and_shards_hold_the_payload_only_as_data(study):
     for f in data.iterdir():
         assert "<" not in f.read_text(encoding="utf-8"), f
     assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', page)) == len(res.figures)
-    for name in ("main_em", "paired_em"):
+    for name in ("main_em", "main_f1", "paired_em", "paired_f1", "prepost"):
         assert f'id="table-{name}"' in page
+    assert len(res.missing) == 3 and f"Missing points ({len(res.missing)})" in page
+    assert all(f"<li>{html.escape(m.line())}</li>" in page for m in res.missing)
 
 
 def test_one_list_shard_per_eval_dir_and_bench_with_the_rows_own_values(study):
