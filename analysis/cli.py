@@ -16,7 +16,8 @@ under the evaluation identity asked for (checkpoint content + settings; a result
 re-evaluated, the old one renamed aside), and the anchor once (prompt=anchor_nudge, as step 0); bad
 evaluation settings are refused before anything runs. Then writes to `out`:
 results.parquet/.csv (tidy: arm, seed, step, bench, metric, value, n), figures/*.pdf|png,
-tables/*.md|tex and report.md (with provenance and every missing point).
+tables/*.md|tex, report.md (with provenance and every missing point) and report.html (the same, plus
+every trajectory and a paired view of two checkpoints; its data in report_data/, loaded on demand from disk).
 evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
 eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
 Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.

@@ -95,6 +95,7 @@ class AnalysisResult:
     missing: list[MissingPoint] = field(default_factory=list)
     evaluated: EvalReport = field(default_factory=EvalReport)
     report: Path | None = None
+    html: Path | None = None  # report.html (analysis.html), next to report.md
 
 
 def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev: EvalReport,
@@ -176,7 +177,7 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
         lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")
         lines += [f"    {b}: held under another evaluation identity ({'; '.join(d)}): re-evaluated, the old "
                   "results renamed aside" for b, d in j.stale.items()]
-    lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md}}")
+    lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md, report.html, report_data/}}")
     return "\n".join(lines)
 
 
@@ -297,6 +298,11 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
                                  settings=settings, ignored=replaced_dirs(root))
+    from analysis.html import write_html
+
+    result.html = write_html(out, runs=runs, figures=result.figures, tables=result.tables, missing=result.missing,
+                             problems=problems, settings=settings, benches=benches,
+                             anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None)
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)

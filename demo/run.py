@@ -243,6 +243,8 @@ def run_demo(cfg) -> int:
     print(f"[demo] report: {result.report}; figure: {curves}; table: {Path(cfg.out) / 'tables' / 'main_em.md'}")
     if result.missing:
         print(f"[demo] {len(result.missing)} missing point(s), listed in the report")
+    if result.html is not None:   # last: the page to open (figures, tables, every trajectory)
+        print(f"[demo] open in a browser: {result.html.resolve()}")
     return 0 if rc_ok(result) else 1
 
 

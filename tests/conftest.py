@@ -54,13 +54,21 @@ def tiny_model_dir(tmp_path_factory, shared_artefacts):
     return shared_artefacts.register(save_tiny_model(tmp_path_factory.mktemp("tiny_model") / "model", seed=0), "tiny_model_dir")
 
 
-# The vLLM tier (`make test-vllm` sets DTSFT_VLLM_TIER=1): a vllm-marked test that skips (vLLM or a
+# The tiers where a skip fails: the vLLM tier (`make test-vllm` sets DTSFT_VLLM_TIER=1) and the browser tier
+# (`make test-browser` sets DTSFT_BROWSER_TIER=1). A test of the tier's marker that skips (vLLM, chromium or a
 # fixture missing, a broken import) is reported as a failure, never passes as "skipped".
+SKIP_FAILS = {"vllm": ("DTSFT_VLLM_TIER", "vLLM"), "browser": ("DTSFT_BROWSER_TIER", "browser")}
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and os.environ.get("DTSFT_VLLM_TIER") == "1" and item.get_closest_marker("vllm") is not None:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"vllm-tier test skipped, which the vLLM tier counts as a failure: {reason}"
+    if not report.skipped:
+        return
+    for marker, (env, tier) in SKIP_FAILS.items():
+        if os.environ.get(env) == "1" and item.get_closest_marker(marker) is not None:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            report.outcome = "failed"
+            report.longrepr = f"{marker}-tier test skipped, which the {tier} tier counts as a failure: {reason}"
+            return

@@ -1,5 +1,6 @@
-"""The vLLM tier's rules, as pytest applies them with this project's conftest and pytest options:
-a vllm-marked test is deselected in the main suite, runs with `-m vllm`, and there a skip fails."""
+"""The vLLM and browser tiers' rules, as pytest applies them with this project's conftest and pytest options:
+a vllm- or browser-marked test is deselected in the main suite, runs with `-m vllm` / `-m browser`, and there
+(DTSFT_VLLM_TIER=1 / DTSFT_BROWSER_TIER=1) a skip fails."""
 from __future__ import annotations
 
 import os
@@ -21,21 +22,29 @@ def test_engine():
 def test_engine_missing():
     pytest.importorskip("no_such_module_dtsft")
 
+@pytest.mark.browser
+def test_page():
+    pass
+
+@pytest.mark.browser
+def test_page_missing():
+    pytest.importorskip("no_such_module_dtsft")
+
 def test_plain():
     pass
 '''
 
 
-def _pytest(tmp_path: Path, *args: str, tier: bool = False) -> subprocess.CompletedProcess:
+def _pytest(tmp_path: Path, *args: str, tier: bool = False, tier_env: str = "DTSFT_VLLM_TIER") -> subprocess.CompletedProcess:
     opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     markers = "\n".join(f"    {m}" for m in opts["markers"])
     (tmp_path / "pytest.ini").write_text(f"[pytest]\naddopts = {opts['addopts']}\nmarkers =\n{markers}\n")
     (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
     (tmp_path / "test_cases.py").write_text(CASES)
-    env = {k: v for k, v in os.environ.items() if k != "DTSFT_VLLM_TIER"}
+    env = {k: v for k, v in os.environ.items() if k not in ("DTSFT_VLLM_TIER", "DTSFT_BROWSER_TIER")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])  # the conftest's plugin, tests.shared_guard
     if tier:
-        env["DTSFT_VLLM_TIER"] = "1"
+        env[tier_env] = "1"
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
 
@@ -43,13 +52,13 @@ def _pytest(tmp_path: Path, *args: str, tier: bool = False) -> subprocess.Comple
 def test_main_suite_deselects_vllm_tests(tmp_path):
     r = _pytest(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "1 passed, 2 deselected" in r.stdout
+    assert "1 passed, 4 deselected" in r.stdout
 
 
 def test_vllm_tier_counts_a_skip_as_a_failure(tmp_path):
     r = _pytest(tmp_path, "-m", "vllm", tier=True)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "1 failed, 1 passed, 1 deselected" in r.stdout
+    assert "1 failed, 1 passed, 3 deselected" in r.stdout
     assert "vllm-tier test skipped" in r.stdout and "no_such_module_dtsft" in r.stdout
     # outside the tier (a developer running `-m vllm` by hand) a skip stays a skip
     r = _pytest(tmp_path, "-m", "vllm")
@@ -59,3 +68,25 @@ def test_vllm_tier_counts_a_skip_as_a_failure(tmp_path):
 def test_vllm_tier_with_no_test_fails(tmp_path):
     r = _pytest(tmp_path, "-m", "vllm", "-k", "nothing_matches", tier=True)
     assert r.returncode == 5  # .ci/run runs under `set -e`: exit 5 ("no tests ran") fails CI
+
+
+def test_browser_tier_counts_a_skip_as_a_failure(tmp_path):
+    r = _pytest(tmp_path, "-m", "browser", tier=True, tier_env="DTSFT_BROWSER_TIER")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "1 failed, 1 passed, 3 deselected" in r.stdout
+    assert "browser-tier test skipped" in r.stdout and "no_such_module_dtsft" in r.stdout
+    # the vLLM tier's switch does not turn a browser test's skip into a failure, nor the other way round
+    r = _pytest(tmp_path, "-m", "browser", tier=True)
+    assert r.returncode == 0 and "1 passed, 1 skipped" in r.stdout, r.stdout
+    r = _pytest(tmp_path, "-m", "vllm", tier=True, tier_env="DTSFT_BROWSER_TIER")
+    assert r.returncode == 0 and "1 passed, 1 skipped" in r.stdout, r.stdout
+
+
+def test_ci_runs_the_browser_tier_where_a_skip_fails():
+    """.ci/run runs `make test-browser` as a timed tier (target 180 s), and that target sets the tier's switch."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "\ntier browser make test-browser\n" in ci and "[browser]=180" in ci
+    make = (ROOT / "Makefile").read_text()
+    recipe = make[make.index("\ntest-browser:"):].split("\n\n")[0]
+    assert "DTSFT_BROWSER_TIER=1" in recipe and "-m browser" in recipe and "SE_OFFLINE=true" in recipe
+    assert "apt-get install" in recipe and ".[browser]" in recipe

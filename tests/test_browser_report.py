@@ -1,0 +1,174 @@
+"""report.html in a real browser (the `browser` tier, `make test-browser`): Debian's chromium + chromium-driver,
+headless, driven by Selenium (`SE_OFFLINE=true`: no driver or browser download), every host name resolved to
+nowhere and the performance log checked, so the page must work from file:// with no request leaving it.
+
+The study (tests/report_html_rows.py) goes through the real `analyze` writer; what the page shows is compared
+with the rows' own texts and counts, and a row's `<script>` / `<img onerror>` must render as text and run nothing."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from report_html_rows import BENCHES, PAYLOAD, XSS_ID, rows_of, write_study
+
+pytestmark = pytest.mark.browser
+
+CHROMEDRIVER = "/usr/bin/chromedriver"
+SHOTS = Path(os.environ.get("DTSFT_BROWSER_SHOTS", "/tmp/browser_shots"))
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    from analysis.sweep import run_analysis
+
+    root = tmp_path_factory.mktemp("html_study")
+    write_study(root / "runs")
+    res = run_analysis({"runs_root": str(root / "runs"), "out": str(root / "reports"), "benches": BENCHES,
+                        "evaluate": False, "n_boot": 100, "wandb": False})
+    return root, res
+
+
+@pytest.fixture(scope="module")
+def driver():
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    if not Path(CHROMEDRIVER).exists():
+        pytest.skip(f"{CHROMEDRIVER} missing: apt-get install chromium chromium-driver (make test-browser does)")
+    os.environ["SE_OFFLINE"] = "true"
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000",
+                '--host-resolver-rules=MAP * ~NOTFOUND', "--disable-background-networking", "--no-first-run"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    yield d
+    d.quit()
+
+
+def requests_made(driver) -> list[str]:
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent":
+            urls.append(msg["params"]["request"]["url"])
+    return urls
+
+
+def assert_nothing_left(driver) -> None:
+    """Every request the page made was for a file next to it (the page, its shards) or inline data (the figures)."""
+    urls = requests_made(driver)
+    assert any(u.endswith(".js") and "/report_data/" in u for u in urls), urls  # the log does record the shard loads
+    assert all(u.startswith(("file://", "data:")) for u in urls), [u for u in urls if not u.startswith(("file://", "data:"))]
+
+
+def shot(driver, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.png"
+    driver.save_screenshot(str(path))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, SHOTS / path.name)
+    return path
+
+
+def wait(driver, cond, timeout=10):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(lambda d: cond(d))
+
+
+def select(driver, element_id: str, value: str) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("id", element_id)).select_by_value(value)
+
+
+def test_browse_an_item_and_its_transcript(study, driver, tmp_path):
+    root, res = study
+    driver.get(res.html.resolve().as_uri())
+    wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    by = "id"
+    assert "Missing points (0)" in driver.find_element(by, "report").text
+    assert len(driver.find_elements("css selector", "figure img")) == len(res.figures) >= 3
+    driver.find_element(by, "tab-browse").click()
+    select(driver, "browse-bench", "nq")
+    select(driver, "browse-run", "r2e/seed0")
+    select(driver, "browse-step", "20")
+    rows = rows_of(root / "runs" / "r2e" / "seed0" / "eval" / "step-000020", "nq")
+    status = driver.find_element(by, "browse-status")
+    wait(driver, lambda d: status.get_attribute("data-n") == str(len(rows)) and "step 20" in status.text)
+    assert f"{sum(r['metrics']['em'] for r in rows):.0f} right by em" in status.text
+    listed = driver.find_elements("css selector", "#item-list tbody tr")
+    assert [tr.get_attribute("data-id") for tr in listed] == [r["id"] for r in rows]
+    # the payload row: its question shows as text in the list, and opening it runs nothing
+    xss = next(r for r in rows if r["id"] == XSS_ID)
+    tr = driver.find_element("css selector", f'#item-list tr[data-id="{XSS_ID}"]')
+    assert PAYLOAD in tr.text
+    tr.click()
+    box = driver.find_element(by, "transcript")
+    wait(driver, lambda d: XSS_ID in box.text)
+    assert driver.execute_script("return typeof window.__pwned") == "undefined"
+    assert driver.find_elements("css selector", "#transcript img, #transcript script, #item-list img") == []
+    assert box.find_element("css selector", ".final-answer").text == xss["prediction"]
+    assert box.find_element("css selector", ".golds").text == " | ".join(xss["golden_answers"])
+    msgs = box.find_elements("css selector", ".msg")
+    assert len(msgs) == len(xss["messages"])
+    assert PAYLOAD in msgs[-1].find_element("css selector", ".content").text
+    assert "search" in msgs[2].find_element("css selector", ".call").text and "book 3 author" in msgs[2].text
+    assert PAYLOAD in msgs[3].text  # the tool response
+    reasoning = msgs[-1].find_element("css selector", "details")
+    assert reasoning.get_attribute("open") is None  # folded
+    shot(driver, tmp_path, "browser_transcript_xss_row")
+    # BabyAI: the game's steps, actions and the goal
+    select(driver, "browse-bench", "babyai")
+    wait(driver, lambda d: "babyai" in status.text and status.get_attribute("data-n") == "8")
+    driver.find_element("css selector", '#item-list tr[data-id="babyai-1"]').click()
+    wait(driver, lambda d: "babyai-1" in box.text)
+    game = rows_of(root / "runs" / "r2e" / "seed0" / "eval" / "step-000020", "babyai")[1]
+    assert box.find_element("css selector", ".final-answer").text == " ".join(game["actions"])
+    assert "goal: go to the red ball (1)" in box.text and "Current Observation: step 1" in box.text
+    assert driver.execute_script("return typeof window.__pwned") == "undefined"
+    assert_nothing_left(driver)
+
+
+@pytest.mark.parametrize("bench", ["nq", "search_plan_ood"])
+def test_paired_view_counts_and_first_difference(study, driver, tmp_path, bench):
+    root, res = study
+    driver.get(res.html.resolve().as_uri())
+    wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    driver.find_element("id", "tab-paired").click()
+    select(driver, "pair-bench", bench)
+    select(driver, "pair-a-run", "r2e/seed0")
+    select(driver, "pair-a-step", "20")
+    select(driver, "pair-b-run", "anchor")
+    metric = "em" if bench == "nq" else "reward_outcome"
+    a = {r["id"]: r["metrics"][metric] for r in rows_of(root / "runs" / "r2e" / "seed0" / "eval" / "step-000020", bench)}
+    b = {r["id"]: r["metrics"][metric] for r in rows_of(root / "runs" / "_anchor" / "eval" / "step-000000", bench)}
+    a_only = [i for i in a if a[i] == 1 and b[i] == 0]
+    b_only = [i for i in a if a[i] == 0 and b[i] == 1]
+    assert a_only and b_only  # the study is built so that both filters show something
+    summary = driver.find_element("id", "pair-summary")
+    wait(driver, lambda d: summary.get_attribute("data-n") == str(len(a)) and "anchor" in summary.text)
+    assert summary.get_attribute("data-a-only") == str(len(a_only))
+    assert summary.get_attribute("data-b-only") == str(len(b_only))
+    delta = sum(a[i] - b[i] for i in a) / len(a)  # the paired Δ over the rows' own scores
+    assert float(summary.get_attribute("data-delta")) == pytest.approx(delta)
+    assert f"{delta:+.3f}" in summary.text
+    for value, ids in (("a_only", a_only), ("b_only", b_only)):
+        select(driver, "pair-filter", value)
+        shown = driver.find_elements("css selector", "#pair-list tbody tr")
+        assert [tr.get_attribute("data-id") for tr in shown] == ids
+    select(driver, "pair-filter", "a_only")
+    driver.find_element("css selector", f'#pair-list tr[data-id="{a_only[0]}"]').click()
+    note = driver.find_element("id", "pair-diff")
+    wait(driver, lambda d: note.get_attribute("data-turn") not in (None, ""))
+    # QA: the first turns (the same search) agree, the answers differ; search_plan_ood: the finish call (turn 2)
+    assert note.get_attribute("data-turn") == "2"
+    marked = driver.find_elements("css selector", "#pair-view .msg.first-diff")
+    assert len(marked) == 2 and all(m.get_attribute("data-turn") == "2" for m in marked)
+    assert a_only[0] in driver.find_element("id", "pair-a").text and "anchor" in driver.find_element("id", "pair-b").text
+    assert driver.execute_script("return typeof window.__pwned") == "undefined"
+    shot(driver, tmp_path, f"browser_paired_{bench}")
+    assert_nothing_left(driver)
