@@ -79,10 +79,10 @@ test-browser: venv
 	$(BIN)/pip install --quiet -e ".[browser]"
 	DTSFT_BROWSER_TIER=1 SE_OFFLINE=true $(BIN)/python -m pytest -q tests -m browser --durations=5
 
-# The developer's loop (<= 5 min here): lint + every test not marked slow; the slow ones (multi-process
-# trainers, end-to-end studies, the install and docs blocks) run in `make test`.
+# The developer's loop (<= 5 min on an idle 2-core box): lint + every test not marked slow; the slow ones
+# (trainers run for real, end-to-end studies, the install, the GPU acceptance smoke) run in `make test`.
 test-fast: venv lint
-	$(BIN)/python -m pytest -q tests $(XDIST) -m "not slow and not vllm" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q tests $(XDIST) -m "not slow and not vllm and not browser" $(PYTEST_ARGS)
 
 # CPU benchmarks (ratios against a named baseline, printed); the GPU scripts are bench/gpu_*.py.
 bench: venv
