@@ -90,12 +90,9 @@ def check_launcher(cfg: DictConfig) -> None:
 
 
 def _spec(cfg: DictConfig, more: tuple[str, ...] = (), **kw):
-    from launch.slurm import SlurmSpec
+    from launch.slurm import Cluster, SlurmSpec
 
-    s = cfg.slurm
-    opt = {k: None if s[k] is None else str(s[k]) for k in ("partition", "time", "account")}
-    return SlurmSpec(nodes=1, nproc_per_node=1, extra=(*tuple(s.sbatch or ()), *more), setup=s.setup,
-                     exclusive=False, **opt, **kw)
+    return SlurmSpec.of(Cluster.of(cfg.slurm), more, nodes=1, nproc_per_node=1, exclusive=False, **kw)
 
 
 def _job_record(job: EvalJob) -> dict[str, Any]:

@@ -54,7 +54,8 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "slurm.partition": (None, "launcher=slurm: --partition (null: the cluster's default)"),
     "slurm.time": (None, "launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)"),
     "slurm.account": (None, "launcher=slurm: --account"),
-    "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--qos=high]"),
+    "slurm.qos": (None, "launcher=slurm: --qos"),
+    "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--constraint=h100]"),
     "slurm.setup": (None, "launcher=slurm: shell run before each job's command (module load, activate)"),
     "slurm.after": (None, "launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)"),
     "slurm.runs": (None, "launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "

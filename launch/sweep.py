@@ -145,24 +145,15 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     return 0
 
 
-def _quoted_list(items: list[str | None]) -> str:
-    """A list for the dotlist (`[a,b]`), each item quoted: paths and dependencies reach the analysis as written."""
-    def one(x):
-        return "null" if x is None else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return "[" + ",".join(one(x) for x in items) + "]"
-
-
 def evaluation_command(first, profile: str, analyze: list[str], runs: list[tuple[str, str | None]] | None,
                        dry: bool) -> list[str]:
     """`analyze ... launcher=slurm` for the sweep: with `runs` ((run dir, dependency) pairs) one evaluation
     job per run, each after its training task, then the aggregation (analysis/slurm.py `slurm.runs`);
-    without, one array task per checkpoint still to evaluate. The training launcher's partition,
-    account and setup go to those jobs; `analyze.KEY=VALUE` tokens last, so they win."""
-    lc = first.cfg.launcher
-    same = [f"slurm.{k}={_quoted_list([lc.get(k)])[1:-1]}" for k in ("partition", "account", "setup")
-            if lc.get(k) is not None]
-    chain = [f"slurm.runs={_quoted_list([r for r, _ in runs])}",
-             f"slurm.runs_after={_quoted_list([a for _, a in runs])}"] if runs else []
+    without, one array task per checkpoint still to evaluate. The training launcher's cluster settings
+    (slurm.CLUSTER_KEYS) go to those jobs; `analyze.KEY=VALUE` tokens last, so they win (analyze.slurm.time=...)."""
+    same = slurm.Cluster.of(first.cfg.launcher).tokens("slurm.")
+    chain = [f"slurm.runs={slurm.dotlist_value([r for r, _ in runs])}",
+             f"slurm.runs_after={slurm.dotlist_value([a for _, a in runs])}"] if runs else []
     return analyze_command(str(first.cfg.runs_root), profile,
                            ["launcher=slurm", *same, *chain, *analyze, *(["dry_run=true"] if dry else [])])
 

@@ -65,10 +65,10 @@ def test_sbatch_four_nodes(capsys, tmp_path):
 
 
 def test_sbatch_extra_options_and_setup(capsys, tmp_path):
-    """launcher.sbatch adds #SBATCH lines to the header; launcher.setup runs before srun."""
+    """launcher.sbatch adds #SBATCH lines to the header (qos= has its own key); launcher.setup runs before srun."""
     setup = "module load cuda/12.4; source /opt/envs/dtsft/bin/activate"
     out = _dry(capsys, tmp_path, "arm=r2e", "launcher=slurm", "data=synthetic", "nodes=2",
-               "launcher.sbatch=[--qos=high,--constraint=h100,--mem=0,--gres=gpu:8]", f"launcher.setup={setup}")
+               "qos=high", "launcher.sbatch=[--constraint=h100,--mem=0,--gres=gpu:8]", f"launcher.setup={setup}")
     script = _script(out)
     _check("launch_sbatch_extras.sbatch", script)
     lines = script.splitlines()
@@ -283,3 +283,35 @@ def test_analyze_keys_reach_the_sweeps_analysis_and_need_a_profile():
     assert analyze_command("runs", profile, analyze)[-2:] == analyze   # locally too: after the last run
     with pytest.raises(LaunchError, match="give eval_profile=PROFILE"):
         split_eval_profile(["arms=[r2e]", "analyze.eval.n=5"])
+
+
+CLUSTER = ("account=A", "partition=P", "qos=Q", "time=01:00:00", "launcher.sbatch=[--constraint=h100]")
+CLUSTER_LINES = ("#SBATCH --account=A", "#SBATCH --partition=P", "#SBATCH --qos=Q", "#SBATCH --constraint=h100")
+
+
+def _scripts(out: str) -> list[str]:
+    """The header (its #SBATCH lines) of every sbatch script a dry run prints."""
+    return re.findall(r"^#!/bin/bash\n((?:#.*\n)+)", out, flags=re.M)
+
+
+def test_one_set_of_cluster_settings_reaches_every_job_of_a_sweep(capfd, tmp_path):
+    """Issue 38: partition, account, qos, time and the extra #SBATCH lines reach the training array, each
+    run's evaluation job and the aggregation; `analyze.slurm.time=` overrides the time of the evaluation's."""
+    out = _dry(capfd, tmp_path, "sweep", "arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic",
+               "eval_profile=rl_ood", *CLUSTER)
+    scripts = _scripts(out)
+    assert len(scripts) == 4   # the training array, two runs' evaluation jobs, the aggregation
+    for script in scripts:
+        assert all(line in script.splitlines() for line in (*CLUSTER_LINES, "#SBATCH --time=01:00:00")), script
+    out = _dry(capfd, tmp_path, "sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", "eval_profile=rl_ood",
+               *CLUSTER, "analyze.slurm.time=04:00:00", "analyze.slurm.qos=low")
+    train, *evaluation = _scripts(out)
+    assert _sbatch_opts(train)["time"] == "01:00:00" and _sbatch_opts(train)["qos"] == "Q"
+    assert [(_sbatch_opts(s)["time"], _sbatch_opts(s)["qos"], _sbatch_opts(s)["account"]) for s in evaluation] == \
+        [("04:00:00", "low", "A")] * 2
+
+
+def test_qos_has_its_own_key_not_an_sbatch_line(capfd, tmp_path):
+    assert main(["arm=r2e", "launcher=slurm", "data=synthetic", "launcher.sbatch=[--qos=high]", "dry_run=true",
+                 f"runs_root={tmp_path}"]) == 2
+    assert "'--qos=high' is set by launch itself; use launcher.qos=" in capfd.readouterr().err

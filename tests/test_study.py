@@ -559,3 +559,28 @@ def test_a_slurm_dry_run_with_an_unset_slot_still_chains_the_later_stages(tmp_pa
     assert "[study] waits for: afterok:<job ids of stage grpo>" in stages["report"]
     assert _opts(stages["report"][stages["report"].index("report.sbatch (not written"):])["dependency"] == \
         "afterok:<job ids of stage grpo>"
+
+
+def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
+    """Issue 38: one set of cluster settings (partition, account, qos, time, an extra #SBATCH line) reaches
+    every job a study submits (the training array, the evaluation array, the aggregation, the report job);
+    `report:slurm.time=` overrides the report stage's."""
+    (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
+    slots = ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]
+    cluster = ["account=A", "partition=P", "qos=Q", "time=01:00:00", "launcher.sbatch=[--constraint=h100]"]
+    want = ["#SBATCH --account=A", "#SBATCH --partition=P", "#SBATCH --qos=Q", "#SBATCH --constraint=h100"]
+
+    def scripts(*argv):
+        proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", *cluster, *slots, *argv, "dry_run=true")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return {m.group(1): m.group(2) for m in re.finditer(r"^# \S+/([\w.-]+\.sbatch) \(not written.*\n(#!/bin/bash\n(?:#.*\n)+)",
+                                                            proc.stdout, flags=re.M)}
+
+    seen = scripts()
+    assert sorted(seen) == ["aggregate.sbatch", "eval.sbatch", "report.sbatch", "sweep.sbatch"]
+    for name, head in seen.items():
+        assert all(line in head.splitlines() for line in (*want, "#SBATCH --time=01:00:00")), f"{name}:\n{head}"
+    seen = scripts("report:slurm.time=03:00:00")
+    assert {name: _opts(head)["time"] for name, head in seen.items()} == {
+        "sweep.sbatch": "01:00:00", "eval.sbatch": "03:00:00", "aggregate.sbatch": "03:00:00", "report.sbatch": "03:00:00"}
+    assert all(_opts(head)["qos"] == "Q" for head in seen.values())
