@@ -41,7 +41,9 @@ import sys
 import time
 from pathlib import Path
 
+from common import interpreter
 from common.cli import did_you_mean, parse_switch, split_dotlist
+from common.interpreter import KINDS
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
 from launch.errors import LaunchError
 
@@ -90,7 +92,7 @@ def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool
     for tok in shared:
         key = tok.partition("=")[0].strip()
         takers = [s for s in study.stages if key in ALL_STAGES or s.run in TRAINING_RUNS]
-        if not takers and key not in (*_STAGE_JOB_KEYS, "launcher", "launcher.kind"):   # those: the stage jobs' settings
+        if not takers and key not in (*_STAGE_JOB_KEYS, *_PYTHON_KEYS, "launcher", "launcher.kind"):   # those: the jobs' settings
             raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has no "
                               f"training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
         for s in takers:
@@ -114,12 +116,60 @@ def _launcher(tokens: list[str]) -> str | None:
     return kind
 
 
+# The interpreter kind (common.interpreter) of a stage that is itself a job: a training stage is a launch
+# command (its launcher starts the training jobs in `python.sft=` / `python.grpo=`), run by this interpreter.
+STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
+_PYTHON_KEYS = tuple(f"python.{k}" for k in KINDS)
+
+
+def _python_tokens(tokens: list[str]) -> list[str]:
+    return [t for t in tokens if t.partition("=")[0].strip().startswith("python.")]
+
+
+def stage_python(stage, extra: list[str]) -> str | None:
+    """The interpreter a non-training stage's command runs: its `python.<kind>=` (the last), None: this one."""
+    kind = STAGE_PYTHON.get(stage.run)
+    named = [t.partition("=")[2].strip() for t in _python_tokens(extra) if t.partition("=")[0].strip() == f"python.{kind}"]
+    return interpreter.named({kind: named[-1]}, kind) if kind and named else None
+
+
 def stage_command(study: Study, stage, extra: list[str]) -> list[str]:
+    """The stage's command line, in its interpreter; an analyze keeps `python.eval=` (for its own jobs),
+    an evaluate or export has no such key."""
     module, lead = RUNNERS[stage.run]
+    python = stage_python(stage, extra) if stage.run in STAGE_PYTHON else None
+    if stage.run in STAGE_PYTHON:
+        keep = "python.eval" if stage.run == "analyze" else None
+        extra = [t for t in extra if t not in _python_tokens(extra) or t.partition("=")[0].strip() == keep]
     args = stage.argv(extra)
     if stage.run == "analyze" and not any(a.startswith("study=") for a in args):
         args.append(f"study={study.path}")
-    return [sys.executable, "-m", module, *lead, *args]
+    return [python or sys.executable, "-m", module, *lead, *args]
+
+
+def _route_python(study: Study, extra: dict[str, list[str]], argv: list[str]) -> None:
+    """`python.<kind>=` on the command line reaches every stage (a training stage has the keys; each other
+    stage runs in its kind's interpreter: STAGE_PYTHON), before the stage's own (`STAGE:python.eval=` wins);
+    each named interpreter is asked for what its stage needs before anything starts (LaunchError)."""
+    from launch.sweep import check_eval_python
+
+    shared = _python_tokens([t for t in argv if ":" not in t.partition("=")[0]])
+    for stage in study.stages:
+        if stage.run in TRAINING_RUNS:
+            continue
+        for tok in _python_tokens(extra[stage.name]):
+            key = tok.partition("=")[0].strip()
+            if key not in _PYTHON_KEYS:
+                raise LaunchError(f"{stage.name}:{tok}: {key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
+                                  f"{did_you_mean(key, list(_PYTHON_KEYS))}")
+        extra[stage.name] = shared + extra[stage.name]
+        python = stage_python(stage, extra[stage.name])
+        if python is None:
+            continue
+        if STAGE_PYTHON[stage.run] == "eval":
+            check_eval_python(python, stage.argv(extra[stage.name]))
+        elif why := interpreter.check("sft", python, {"torch": "export", "safetensors": "export", "omegaconf": "the config"}):
+            raise LaunchError(why)
 
 
 def _check_stages(study: Study, stages: list, extra: dict[str, list[str]], env: dict, on_slurm: bool) -> int:
@@ -150,6 +200,7 @@ def run_study(argv: list[str]) -> int:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
                           f"(the study's data slots; see {study.path})")
     own = _route_cluster(study, extra, argv) if on_slurm else {}
+    _route_python(study, extra, argv)
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
           f"  reference hardware: {study.hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}",
           flush=True)

@@ -86,6 +86,15 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     # A bad setting is one line, before anything is planned.
     assert main(argv[:-1] + ["slurm.concurrency=0"]) == 2
     assert "slurm.concurrency=0" in capsys.readouterr().err
+    # python.eval=PATH: every task and the aggregation exec it; asked first for vllm with backend=vllm.
+    from launch_helpers import named_interpreter
+
+    ev = named_interpreter(tmp_path / "eval-env" / "python")
+    assert main(argv + [f"python.eval={ev}"]) == 0
+    eval_script, agg_script = _scripts(capsys.readouterr().out)
+    assert [re.findall(r"^exec (\S+) -m analysis\.slurm_jobs", s, flags=re.M) for s in (eval_script, agg_script)] == [[str(ev)]] * 2
+    assert main(argv + [f"python.eval={ev}", "eval.backend=vllm"]) == 2
+    assert f"python.eval={ev} lacks vllm (backend=vllm)" in capsys.readouterr().err
 
 
 def _fake_sbatch(tmp_path: Path) -> tuple[dict, Path]:

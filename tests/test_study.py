@@ -584,3 +584,60 @@ def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
     assert {name: _opts(head)["time"] for name, head in seen.items()} == {
         "sweep.sbatch": "01:00:00", "eval.sbatch": "03:00:00", "aggregate.sbatch": "03:00:00", "report.sbatch": "03:00:00"}
     assert all(_opts(head)["qos"] == "Q" for head in seen.values())
+
+
+def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch):
+    """Issue 38: with python.eval=PATH the evaluation array, the aggregation and the report stage's own job
+    exec it; python.eval=/usr/bin/python3 (no vllm, not even the project's requirements) is refused before
+    anything is submitted: one line, exit 2."""
+    from launch_helpers import named_interpreter
+
+    ev = named_interpreter(tmp_path / "eval-env" / "bin" / "python")
+    (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
+    slots = ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]
+    # (this environment has no vllm: the study's backend=vllm would be refused in it, as below)
+    proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", f"python.eval={ev}", *slots,
+                   "report:eval.backend=hf", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = _stage_outputs(proc.stdout)["report"]
+    execs = re.findall(r"^exec (\S+) -m (\S+)", report, flags=re.M)
+    assert execs == [(str(ev), "analysis.slurm_jobs"), (str(ev), "analysis.slurm_jobs"), (str(ev), "analysis.cli")]
+    record = _stand_in_sbatch(tmp_path, monkeypatch)
+    proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: python.eval=/usr/bin/python3 lacks ") and "torch (evaluation)" in proc.stderr
+    assert "vllm (backend=vllm)" in proc.stderr
+    assert not record.exists() and not (tmp_path / "runs").exists()
+
+
+def test_every_studys_evaluation_generates_through_vllm_and_its_cpu_smoke_on_hf(dry_runs):
+    """Issue 38: each evaluation's resolved config (the analyze dry run's) says backend: vllm, [ref] in the two
+    search_plan_act studies, [chosen] in the others; a cpu_smoke list keeps a backend that runs on a CPU."""
+    import yaml
+
+    for name in ("qwen3_4b_spa_grpo", "llama3_1_8b_spa_grpo", "dual_terminator_sft", "qwen3_4b_multihop_sft_grpo"):
+        report = dry_runs[name]["report"]
+        m = re.search(r"^# resolved evaluate config of every evaluation.*\n((?:[ \w'\-@].*\n)+)", report, flags=re.M)
+        assert m, f"{name}: no resolved evaluate config in\n{report[:3000]}"
+        assert yaml.safe_load(m.group(1))["backend"] == "vllm", name
+        study = load_study(name)
+        chosen = any(d.startswith("report:eval.backend = vllm: ") for d in study.differences())
+        assert chosen == (name not in ("qwen3_4b_spa_grpo", "llama3_1_8b_spa_grpo")), name   # else [ref]
+        assert not study.cpu_smoke or "report:eval.backend=hf" in study.cpu_smoke, name
+
+
+def test_a_local_study_runs_its_evaluation_stage_in_python_eval(tmp_path):
+    """Issue 38: locally (no Slurm) too, the analyze stage's command runs in python.eval= (a dry run: each
+    stage's own dry run, in the interpreter named for its kind); the training stage's launch runs here."""
+    from launch_helpers import named_interpreter
+
+    record = tmp_path / "ran.txt"
+    ev = named_interpreter(tmp_path / "eval-env" / "bin" / "python", record)
+    (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
+    proc = _launch(tmp_path, "study=dual_terminator_sft", f"python.eval={ev}", "report:eval.backend=hf",
+                   "corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
+                   "dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]   # not the find_spec asks
+    assert [line.split()[:2] for line in ran] == [["-m", "analysis.cli"]], ran
+    assert f"python.eval={ev}" in ran[0] and "runs_root=runs/dual_terminator_sft" in ran[0]
