@@ -196,6 +196,16 @@ def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
     assert "0.500 → 0.900" in after["tables/reference.md"].decode()
 
 
+def _prefilled_data_cache(cache: Path, monkeypatch) -> None:
+    """$DTSFT_DATA filled by `fetch-data from=DIR` (the tests' benchmark files); no download can happen (the
+    endpoint is a closed loopback port)."""
+    monkeypatch.setenv("DTSFT_DATA", str(cache))
+    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
+    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    assert fill.returncode == 0, fill.stderr
+
+
 @pytest.mark.slow
 def test_dual_terminator_study_runs_on_cpu(tmp_path, monkeypatch):
     """cpu_smoke end to end from a data cache pre-filled by `fetch-data from=DIR` (its keys name no ../shared,
@@ -207,12 +217,7 @@ def test_dual_terminator_study_runs_on_cpu(tmp_path, monkeypatch):
 
     study = load_study("dual_terminator_sft")
     assert not [t for t in study.cpu_smoke if "../shared" in t]
-    cache = tmp_path / "data"
-    monkeypatch.setenv("DTSFT_DATA", str(cache))
-    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
-    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
-    assert fill.returncode == 0, fill.stderr
+    _prefilled_data_cache(tmp_path / "data", monkeypatch)
     work = tmp_path / "clone" / "work"   # no ../shared beside it
     work.mkdir(parents=True)
     smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke]  # written for the repo root
@@ -652,12 +657,7 @@ def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypat
     from launch_helpers import named_interpreter
 
     study = load_study("dual_terminator_sft")
-    cache = tmp_path / "data"
-    monkeypatch.setenv("DTSFT_DATA", str(cache))
-    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
-    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
-    assert fill.returncode == 0, fill.stderr
+    _prefilled_data_cache(tmp_path / "data", monkeypatch)
     record = tmp_path / "ran.txt"
     ev = named_interpreter(tmp_path / "vllm-env" / "bin" / "python", record)
     smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke if t != "report:eval.backend=hf"]
@@ -671,3 +671,21 @@ def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypat
     for meta in metas:
         assert json.loads(meta.read_text())["backend"] == "vllm", meta
     assert "`failed=0`" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
+    """An export (or evaluate) stage's job: the command line's cluster settings, then its `STAGE:slurm.<key>=`
+    (taken out of its command, which has no such key); a misspelt one is refused naming the keys."""
+    from launch.errors import LaunchError
+    from launch.slurm import Cluster
+    from launch.study import _route_cluster, parse_study_argv
+
+    argv = ["study=browsecomp_worker_export", "checkpoint=c", "tokenizer=t", "launcher=slurm", "qos=Q", "partition=P",
+            "launcher.sbatch=[--mem=0]", "export:slurm.time=01:00:00", "export:slurm.partition=cpu"]
+    study, extra, _ = parse_study_argv(argv)
+    assert _route_cluster(study, extra, argv) == {"export": Cluster(partition="cpu", qos="Q", time="01:00:00",
+                                                                    sbatch=("--mem=0",))}
+    assert not [t for t in extra["export"] if t.startswith("slurm.")]
+    bad = [*argv[:-1], "export:slurm.qoss=low"]
+    with pytest.raises(LaunchError, match=r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"):
+        _route_cluster(*parse_study_argv(bad)[:2], bad)
