@@ -143,11 +143,12 @@ def summary_benches(eval_dir: Path) -> set[str]:
     return {k for k, v in _read_summary_dict(Path(eval_dir)).items() if isinstance(v, dict)}
 
 
-def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]) -> None:
+def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]):
     """Refuse, before any work, what every evaluate call of this analysis would refuse (a bad value,
-    an unknown key or bench, a missing corpus): one AnalysisError naming it."""
+    an unknown key or bench, a missing corpus): one AnalysisError naming it. Returns the evaluate config
+    every evaluation of it resolves to (its ckpt and out: `<checkpoint>`), as the harness resolves it."""
     try:
-        h.check({**eval_opts, "ckpt": _ANY_CKPT, "benches": list(benches), "out": _ANY_CKPT})
+        return h.check({**eval_opts, "ckpt": _ANY_CKPT, "benches": list(benches), "out": _ANY_CKPT})
     except ConfigError as exc:
         raise AnalysisError(f"evaluation settings (eval.KEY=...): {exc}") from exc
 

@@ -90,12 +90,16 @@ def check_launcher(cfg: DictConfig) -> None:
 
 
 def _spec(cfg: DictConfig, more: tuple[str, ...] = (), **kw):
-    from launch.slurm import SlurmSpec
+    from launch.slurm import Cluster, SlurmSpec
 
-    s = cfg.slurm
-    opt = {k: None if s[k] is None else str(s[k]) for k in ("partition", "time", "account")}
-    return SlurmSpec(nodes=1, nproc_per_node=1, extra=(*tuple(s.sbatch or ()), *more), setup=s.setup,
-                     exclusive=False, **opt, **kw)
+    return SlurmSpec.of(Cluster.of(cfg.slurm), more, nodes=1, nproc_per_node=1, exclusive=False, **kw)
+
+
+def _python(cfg: DictConfig) -> str:
+    """The interpreter every evaluation and aggregation job execs: `python.eval=`, else this one."""
+    from common.interpreter import interpreter
+
+    return interpreter(cfg.python, "eval")
 
 
 def _job_record(job: EvalJob) -> dict[str, Any]:
@@ -123,7 +127,7 @@ def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, gpus: int,
     from launch.slurm import render_command_script
 
     repo = str(Path(__file__).resolve().parents[1])
-    py, q = sys.executable, shlex.quote
+    py, q = _python(cfg), shlex.quote
     k = cfg.slurm.concurrency
     array = f"0-{len(jobs) - 1}" + (f"%{k}" if k else "")
     dep = cfg.slurm.after
@@ -157,7 +161,7 @@ def submit_analysis(cfg: DictConfig, jobs: list[EvalJob], eval_opts: dict[str, A
         print(f"# {plan / 'aggregate.sbatch'} (not written: dry_run=true)\n{agg_script}")
         return
     plan.mkdir(parents=True, exist_ok=True)
-    write_json(plan / TASKS, {"eval_opts": eval_opts, "anchor_dir": str(anchor_dir),
+    write_json(plan / TASKS, {"eval_opts": eval_opts, "anchor_dir": str(anchor_dir), "python": _python(cfg),
                               "tasks": [_job_record(j) for j in jobs]})
     agg_cfg = OmegaConf.merge(cfg, {"launcher": "local", "eval_tasks": str(plan / TASKS), "dry_run": False})
     (plan / CONFIG).write_text(OmegaConf.to_yaml(agg_cfg), encoding="utf-8")
@@ -180,7 +184,7 @@ def _run_script(cfg: DictConfig, plan: Path, index: int, entry: dict, gpus: int)
     """The job that evaluates one run (or the anchor): it plans the run's checkpoints when it starts."""
     from launch.slurm import render_command_script
 
-    py, q = sys.executable, shlex.quote
+    py, q = _python(cfg), shlex.quote
     after = entry["after"]
     # A dependency that can never be met (its training task failed) cancels the job, so that the
     # aggregation (afterany) still runs and lists the run as a gap instead of waiting forever.
@@ -201,7 +205,7 @@ def _aggregate_script(cfg: DictConfig, plan: Path, after: str) -> str:
     agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, signal=False, output=str(plan / "slurm-aggregate-%j.out"),
                 dependency=after)
     return render_command_script(agg, os.getcwd(), "analyze launcher=slurm (the aggregation)",
-                                 [f"exec {shlex.quote(sys.executable)} -m analysis.slurm_jobs aggregate "
+                                 [f"exec {shlex.quote(_python(cfg))} -m analysis.slurm_jobs aggregate "
                                   f"{shlex.quote(str(plan))}"], repo=str(Path(__file__).resolve().parents[1]))
 
 
@@ -227,7 +231,8 @@ def submit_runs(cfg: DictConfig, eval_opts: dict[str, Any], benches: list[str], 
         print(f"# {plan / 'aggregate.sbatch'} (not written: dry_run=true)\n{_aggregate_script(cfg, plan, 'afterany:' + waits)}")
         return
     plan.mkdir(parents=True, exist_ok=True)
-    write_json(plan / RUNS, {"eval_opts": eval_opts, "anchor_dir": str(anchor_dir), "runs_root": str(cfg.runs_root),
+    write_json(plan / RUNS, {"eval_opts": eval_opts, "anchor_dir": str(anchor_dir), "python": _python(cfg),
+                             "runs_root": str(cfg.runs_root),
                              "profile": profile, "benches": list(benches), "prompt": cfg.eval.prompt, "runs": entries})
     agg_cfg = OmegaConf.merge(cfg, {"launcher": "local", "eval_tasks": str(plan / RUNS), "dry_run": False,
                                     "slurm": {"runs": None, "runs_after": None}})

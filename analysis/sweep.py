@@ -54,8 +54,11 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "slurm.partition": (None, "launcher=slurm: --partition (null: the cluster's default)"),
     "slurm.time": (None, "launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)"),
     "slurm.account": (None, "launcher=slurm: --account"),
-    "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--qos=high]"),
+    "slurm.qos": (None, "launcher=slurm: --qos"),
+    "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--constraint=h100]"),
     "slurm.setup": (None, "launcher=slurm: shell run before each job's command (module load, activate)"),
+    "python.eval": (None, "the interpreter of the evaluation and aggregation jobs (launcher=slurm), asked first for what "
+                          "they need (vllm for backend=vllm); null: this one"),
     "slurm.after": (None, "launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)"),
     "slurm.runs": (None, "launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                          "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)"),
@@ -181,6 +184,23 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
+def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
+    """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
+    from common import interpreter
+
+    python = interpreter.named(cfg.python, "eval")
+    if python is None:
+        return
+    backend = eval_opts.get("backend")
+    if backend is None and profile:
+        from evals.profiles import load_profile
+
+        backend = load_profile(profile)["evaluate"].get("backend")
+    why = interpreter.check("eval", python, interpreter.eval_needs(backend))
+    if why:
+        raise AnalysisError(why)
+
+
 def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> AnalysisResult | None:
     """Run the whole analysis; returns None for `dry_run=true` (the plan is printed)."""
     cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
@@ -218,9 +238,11 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     from analysis.slurm import check_launcher, submit_analysis, submit_runs, tasks_report
 
     check_launcher(cfg)
+    check_python(cfg, eval_opts, profile)
     h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
+    resolved = None
     if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
-        check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
+        resolved = check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
     if cfg.launcher == "slurm" and cfg.slurm.runs is not None and not cfg.eval_tasks:
         submit_runs(cfg, eval_opts, benches, anchor, anchor_dir, profile)   # each run's job plans its own checkpoints
         return None
@@ -231,6 +253,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         check_templates(h, jobs, eval_opts)
     if cfg.dry_run:
         print(describe_plan(runs, jobs, cfg))
+        if isinstance(resolved, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
+            print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
+                  + OmegaConf.to_yaml(resolved).rstrip())
     if cfg.launcher == "slurm" and jobs:   # the evaluations go to a job array; its aggregation job writes the report
         submit_analysis(cfg, jobs, eval_opts, anchor_dir)
         return None

@@ -32,6 +32,7 @@ RESUMABLE_KEYS = (
     "resume",                            # how to start, not what is trained
     "logging",                           # wandb on/off, project, run name, mode
     "launcher",                          # local/slurm, nproc, nodes, partition, time, account, dry_run
+    "python",                            # which interpreter runs each kind of job (manifests record them)
     "train.state_every",                 # resumable-state cadence
     "train.log_every",                   # metrics.jsonl cadence
     "train.peak_tflops",                 # only the MFU column

@@ -32,10 +32,11 @@ ALIASES = {
     "partition": "launcher.partition",
     "time": "launcher.time",
     "account": "launcher.account",
+    "qos": "launcher.qos",
 }
 # Values kept verbatim as strings: YAML would read `time=24:00:00` as the base-60 integer 86400,
 # which Slurm would take as minutes.
-STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.setup")
+STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.qos", "launcher.setup")
 # GRPO has no data section and no epochs: those shortcuts are not GRPO keys.
 RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
 CHOICES = {"launcher.kind": ("local", "slurm")}

@@ -98,6 +98,7 @@ SPELLINGS = {
     ("profile", "search_r1_7bench"): "Search-R1 7-bench",
     ("target_modules", "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"): "all attention+MLP projections",
     ("use_vllm", "auto"): "vLLM colocate",   # auto: vLLM colocate wherever there is a GPU
+    ("backend", "vllm"): "vLLM-accelerated generation",   # evaluate's generation engine
 }
 _NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 STUDY_ENV = "DTSFT_STUDY"  # set by `launch study=` for its stages: JSON {name, path, sha256}, recorded in run manifests

@@ -277,7 +277,7 @@ def validate(cfg: DictConfig) -> None:
     need(isinstance(get("model.name"), str) and get("model.name") != "", "model.name", "a non-empty string")
     nproc = get("launcher.nproc")
     need(nproc == "auto" or (_is_int(nproc) and nproc > 0), "launcher.nproc", "auto or a positive integer")
-    for key in ("launcher.partition", "launcher.time", "launcher.account"):
+    for key in ("launcher.partition", "launcher.time", "launcher.account", "launcher.qos"):
         need(get(key) is None or isinstance(get(key), (str, int)), key, "null or a string")
     need(get("launcher.setup") is None or isinstance(get("launcher.setup"), str), "launcher.setup",
          "null or a shell snippet")

@@ -15,10 +15,10 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common import keydoc, layout
+from common import interpreter, keydoc
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
-from launch import local, run
+from launch import run
 from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
 from rl.config import parent_run, planned_saves, run_dir, run_identity, world_problem
 from rl.errors import RlError
@@ -113,7 +113,7 @@ def dry_run(prep: run.Prepared, argv: list[str]) -> int:
     print("# resolved config.yaml")
     print(OmegaConf.to_yaml(prep.cfg))
     print("# local command (launcher=local)")
-    print(shlex.join(local.torchrun_command(rd / layout.CONFIG, prep.nproc, module=GRPO.module)))
+    print(shlex.join(GRPO.command(prep)))
     print(f"# Slurm script (launcher=slurm; {rd / 'launch.sbatch'}, not written: dry_run=true)")
     print(run.render_sbatch(GRPO, prep, argv))
     return 0
@@ -154,7 +154,7 @@ def prepare(prep: run.Prepared, **_cache_kw) -> dict:
 
 
 GRPO = run.Trainer(stage="grpo", module="rl.train", resolve=resolve, describe=describe, dry_run=dry_run,
-                   prepare=prepare, preflight=preflight)
+                   prepare=prepare, needs=interpreter.grpo_needs, preflight=preflight)
 
 
 def cli(argv: list[str]) -> int:

@@ -74,13 +74,16 @@ def hardware() -> dict:
     return info
 
 
-def launch_entry(argv: list[str], launcher: dict, data: dict) -> dict:
+def launch_entry(argv: list[str], launcher: dict, data: dict, python: dict | None = None) -> dict:
+    """This launch as recorded: `python` is the launch's own interpreter, `interpreters` each job kind's
+    (`python.sft=` / `python.grpo=` / `python.eval=`, common.interpreter)."""
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": shlex.join(["launch", *argv]),
         "argv": list(argv),
         "cwd": os.getcwd(),
         "python": sys.executable,
+        "interpreters": dict(python or {}),
         "git": git_state(),
         "hostname": socket.gethostname(),
         "launcher": launcher,
@@ -89,7 +92,7 @@ def launch_entry(argv: list[str], launcher: dict, data: dict) -> dict:
 
 
 def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: dict, data: dict,
-                   identity: dict | None = None) -> dict:
+                   identity: dict | None = None, python: dict | None = None) -> dict:
     """Create `manifest.json` on the first launch; append this launch to `launches` afterwards.
 
     `data` holds the dataset dir, cache key and the data manifest's fingerprint; `identity` the run
@@ -98,7 +101,7 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     before identity was recorded gets it on its next launch.
     """
     path = Path(run_dir) / "manifest.json"
-    entry = launch_entry(argv, launcher, data)
+    entry = launch_entry(argv, launcher, data, python)
     recipes = dict(choices)
     if choices.get("recipe"):   # the user's recipe file by content (its values are in config.yaml too)
         from common.fingerprint import file_digest

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common import datafetch, fingerprint, layout, lock
+from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
@@ -72,7 +72,9 @@ class Trainer:
     prepare(prep, **cache_kw)     under the run-dir lock: the run's inputs and config.yaml; returns the
                                   manifest's `data` record (SFT: the dataset; GRPO: the starting model)
     check_finished(prep, ...)     a finished run's input half of the identity (SFT: its dataset)
-    module                        what torchrun runs: `python -m <module> <run_dir>/config.yaml`
+    module                        what torchrun runs: `python -m <module> <run_dir>/config.yaml`, the
+                                  interpreter `python.<stage>=` names (common.interpreter)
+    needs(cfg) -> {module: why}   what that interpreter must hold (asked before anything starts)
     """
 
     stage: str
@@ -81,12 +83,29 @@ class Trainer:
     describe: Callable[[Prepared], str]
     dry_run: Callable[[Prepared, list[str]], int]
     prepare: Callable[..., dict]
+    needs: Callable[[DictConfig], dict[str, str]]
     preflight: Callable[[Prepared], int | None] = _no_preflight
     check_finished: Callable[..., None] = _nothing_to_check
 
     def command_argv(self, argv: list[str]) -> list[str]:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
         return list(argv) if self.stage == "sft" else [f"stage={self.stage}", *argv]
+
+    def python(self, prep: Prepared) -> str:
+        """The interpreter this trainer's jobs run (`python.<stage>=`, else the one running launch)."""
+        return interpreter.interpreter(prep.cfg.get("python"), self.stage)
+
+    def command(self, prep: Prepared) -> list[str]:
+        """The local torchrun command of the run, in its interpreter."""
+        return local.torchrun_command(prep.run_dir / layout.CONFIG, prep.nproc, python=self.python(prep),
+                                      module=self.module)
+
+    def check_python(self, prep: Prepared) -> None:
+        """Refuse (LaunchError, one line) a named interpreter lacking what the run needs."""
+        if interpreter.named(prep.cfg.get("python"), self.stage) is not None:
+            why = interpreter.check(self.stage, self.python(prep), self.needs(prep.cfg))
+            if why:
+                raise LaunchError(why)
 
 
 def is_finished(rd: Path) -> bool:
@@ -321,6 +340,7 @@ def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
               f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
         return 0
     print(trainer.describe(prep))
+    trainer.check_python(prep)   # before anything is started or submitted (a dry run says so too)
     if cfg.launcher.dry_run:
         return trainer.dry_run(prep, argv)
     refused = trainer.preflight(prep)
@@ -335,7 +355,7 @@ def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
         data = trainer.prepare(prep, **cache_kw)
         if cfg.launcher.kind == "slurm":
             return submit_slurm(trainer, prep, argv, data)
-        cmd = local.torchrun_command(rd / layout.CONFIG, prep.nproc, module=trainer.module)
+        cmd = trainer.command(prep)
         rc, log, launch_id = train_here(prep, trainer.command_argv(argv), cmd, data)
     finally:
         os.close(held)
@@ -349,7 +369,7 @@ def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> t
     rd = prep.run_dir
     launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
     manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
-                            identity=prep.identity)
+                            identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
     print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
     launch_id = uuid.uuid4().hex
     rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id})
@@ -384,7 +404,7 @@ def submit_slurm(trainer: Trainer, prep: Prepared, argv: list[str], data: dict) 
     launcher = {"kind": "slurm", "nodes": prep.cfg.launcher.nodes, "gpus_per_node": prep.cfg.launcher.gpus_per_node,
                 "script": str(path), "job_id": job}
     manifest.write_manifest(rd, argv=trainer.command_argv(argv), choices=prep.composed.choices, launcher=launcher,
-                            data=data, identity=prep.identity)
+                            data=data, identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
     print(f"[launch] submitted {path} as Slurm job {job}")
     return 0
 
@@ -395,7 +415,7 @@ def render_sbatch(trainer: Trainer, prep: Prepared, argv: list[str]) -> str:
     cfg = prep.cfg
     spec = slurm.spec_from_config(cfg, job_name=f"dtsft-{cfg.logging.name}",
                                   output=str(prep.run_dir / "logs" / "slurm-%j.out"), nproc=prep.nproc)
-    return slurm.render_run_script(spec, str(prep.run_dir), str(REPO), sys.executable,
+    return slurm.render_run_script(spec, str(prep.run_dir), str(REPO), trainer.python(prep),
                                    shlex.join(["launch", *trainer.command_argv(argv)]), module=trainer.module)
 
 
@@ -411,7 +431,6 @@ def dry_run(prep: Prepared, argv: list[str]) -> int:
         print(f"[launch] (dataset cache key not computable here: {exc})")
     print("# resolved config.yaml")
     print(OmegaConf.to_yaml(cfg))
-    config_path = prep.run_dir / layout.CONFIG
     if cfg.launcher.kind == "slurm":
         print(f"# {prep.run_dir / 'launch.sbatch'} (not written: dry_run=true)")
         print(render_sbatch(SFT, prep, argv))
@@ -420,7 +439,7 @@ def dry_run(prep: Prepared, argv: list[str]) -> int:
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
         print("# command")
-        print(shlex.join(local.torchrun_command(config_path, prep.nproc, module=SFT.module)))
+        print(shlex.join(SFT.command(prep)))
     return 0
 
 
@@ -432,4 +451,4 @@ def prepare_sft(prep: Prepared, **cache_kw) -> dict:
 
 
 SFT = Trainer(stage="sft", module="sft.train", resolve=resolve, describe=describe, dry_run=dry_run,
-              prepare=prepare_sft, check_finished=check_finished_data)
+              prepare=prepare_sft, needs=interpreter.sft_needs, check_finished=check_finished_data)

@@ -23,7 +23,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -37,10 +37,14 @@ RDZV_PORT = 29500
 # file JOBS_ENV names, so the next stage can wait for it.
 AFTER_ENV = "DTSFT_SLURM_AFTER"
 JOBS_ENV = "DTSFT_SLURM_JOBS"
-# Options the generated script sets itself; `launcher.sbatch` may not repeat them (partition,
-# time and account have their own keys).
+# The cluster settings every job a study or sweep submits carries: training arrays, per-run evaluation jobs,
+# evaluation arrays, the aggregation, a study's stage jobs (`launcher.<key>` of training, `slurm.<key>` of analyze).
+CLUSTER_KEYS = ("partition", "account", "qos", "time", "sbatch", "setup")
+# The ones that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
+CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
+# Options the generated script sets itself; `launcher.sbatch` may not repeat them.
 OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal", "requeue", "open-mode", "output",
-               "array", "partition", "time", "account", "dependency")
+               "array", "dependency", *CLUSTER_OPTIONS)
 
 
 def slurm_option_problems(options) -> list[str]:
@@ -54,9 +58,43 @@ def slurm_option_problems(options) -> list[str]:
             continue
         name = opt.lstrip("-").split("=", 1)[0]
         if name in OWN_OPTIONS:
-            key = f"launcher.{name}" if name in ("partition", "time", "account") else None
+            key = f"launcher.{name}" if name in CLUSTER_OPTIONS else None
             bad.append(f"launcher.sbatch: {opt!r} is set by launch itself" + (f"; use {key}=" if key else ""))
     return bad
+
+
+def dotlist_value(x) -> str:
+    """One value for the dotlist as written (each item of a list quoted: options and paths arrive verbatim)."""
+    if isinstance(x, (list, tuple)):
+        return "[" + ",".join(dotlist_value(i) for i in x) + "]"
+    return "null" if x is None else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster settings (CLUSTER_KEYS) of a job: null / empty = the cluster's defaults."""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None
+    sbatch: tuple[str, ...] = ()
+    setup: str | None = None
+
+    @classmethod
+    def of(cls, section) -> "Cluster":
+        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
+        get = (lambda k: section.get(k)) if hasattr(section, "get") else (lambda k: getattr(section, k, None))
+        one = {k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS}
+        return cls(**one, sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
+
+    def over(self, **changes) -> "Cluster":
+        """This one with `changes` (the non-null ones) on top: a stage's own settings."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def tokens(self, prefix: str) -> list[str]:
+        """`PREFIX<key>=value` for each setting made: what hands them to another command (analyze's `slurm.`)."""
+        return [f"{prefix}{k}={dotlist_value(list(v) if k == 'sbatch' else v)}"
+                for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 
 @dataclass
@@ -69,6 +107,7 @@ class SlurmSpec:
     partition: str | None = None
     time: str | None = None
     account: str | None = None
+    qos: str | None = None
     array: str | None = None  # e.g. "0-8" for a sweep
     extra: tuple[str, ...] = ()   # launcher.sbatch: further #SBATCH options
     setup: str | None = None      # launcher.setup: shell run before srun
@@ -80,14 +119,17 @@ class SlurmSpec:
     signal: bool | str = True
 
 
+    @classmethod
+    def of(cls, cluster: Cluster, more: tuple[str, ...] = (), **kw) -> "SlurmSpec":
+        """A job with `cluster`'s settings (its sbatch lines, then `more`): how every job kind gets them."""
+        return cls(partition=cluster.partition, time=cluster.time, account=cluster.account, qos=cluster.qos,
+                   extra=(*cluster.sbatch, *more), setup=cluster.setup, **kw)
+
+
 def spec_from_config(cfg: DictConfig, job_name: str, output: str, nproc: int, array: str | None = None) -> SlurmSpec:
     lc = cfg.launcher
-    return SlurmSpec(job_name=job_name, nodes=int(lc.nodes), gpus_per_node=int(lc.gpus_per_node),
-                     nproc_per_node=nproc, output=output,
-                     partition=None if lc.partition is None else str(lc.partition),
-                     time=None if lc.time is None else str(lc.time),
-                     account=None if lc.account is None else str(lc.account), array=array,
-                     extra=tuple(lc.get("sbatch") or ()), setup=lc.get("setup"))
+    return SlurmSpec.of(Cluster.of(lc), job_name=job_name, nodes=int(lc.nodes), gpus_per_node=int(lc.gpus_per_node),
+                        nproc_per_node=nproc, output=output, array=array)
 
 
 def _header(spec: SlurmSpec, command: str) -> list[str]:
@@ -105,7 +147,7 @@ def _header(spec: SlurmSpec, command: str) -> list[str]:
         f"#SBATCH --output={spec.output}",
     ]
     for flag, value in (("partition", spec.partition), ("time", spec.time), ("account", spec.account),
-                        ("array", spec.array), ("dependency", spec.dependency)):
+                        ("qos", spec.qos), ("array", spec.array), ("dependency", spec.dependency)):
         if value is not None:
             lines.append(f"#SBATCH --{flag}={value}")
     lines += [f"#SBATCH {opt}" for opt in spec.extra]

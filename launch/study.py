@@ -41,7 +41,9 @@ import sys
 import time
 from pathlib import Path
 
+from common import interpreter
 from common.cli import did_you_mean, parse_switch, split_dotlist
+from common.interpreter import KINDS
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
 from launch.errors import LaunchError
 
@@ -90,7 +92,7 @@ def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool
     for tok in shared:
         key = tok.partition("=")[0].strip()
         takers = [s for s in study.stages if key in ALL_STAGES or s.run in TRAINING_RUNS]
-        if not takers and key not in (*_STAGE_JOB_KEYS, "launcher", "launcher.kind"):   # those: the stage jobs' options
+        if not takers and key not in (*_STAGE_JOB_KEYS, *_PYTHON_KEYS, "launcher", "launcher.kind"):   # those: the jobs' settings
             raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has no "
                               f"training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
         for s in takers:
@@ -114,12 +116,60 @@ def _launcher(tokens: list[str]) -> str | None:
     return kind
 
 
+# The interpreter kind (common.interpreter) of a stage that is itself a job: a training stage is a launch
+# command (its launcher starts the training jobs in `python.sft=` / `python.grpo=`), run by this interpreter.
+STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
+_PYTHON_KEYS = tuple(f"python.{k}" for k in KINDS)
+
+
+def _python_tokens(tokens: list[str]) -> list[str]:
+    return [t for t in tokens if t.partition("=")[0].strip().startswith("python.")]
+
+
+def stage_python(stage, extra: list[str]) -> str | None:
+    """The interpreter a non-training stage's command runs: its `python.<kind>=` (the last), None: this one."""
+    kind = STAGE_PYTHON.get(stage.run)
+    named = [t.partition("=")[2].strip() for t in _python_tokens(extra) if t.partition("=")[0].strip() == f"python.{kind}"]
+    return interpreter.named({kind: named[-1]}, kind) if kind and named else None
+
+
 def stage_command(study: Study, stage, extra: list[str]) -> list[str]:
+    """The stage's command line, in its interpreter; an analyze keeps `python.eval=` (for its own jobs),
+    an evaluate or export has no such key."""
     module, lead = RUNNERS[stage.run]
+    python = stage_python(stage, extra) if stage.run in STAGE_PYTHON else None
+    if stage.run in STAGE_PYTHON:
+        keep = "python.eval" if stage.run == "analyze" else None
+        extra = [t for t in extra if t not in _python_tokens(extra) or t.partition("=")[0].strip() == keep]
     args = stage.argv(extra)
     if stage.run == "analyze" and not any(a.startswith("study=") for a in args):
         args.append(f"study={study.path}")
-    return [sys.executable, "-m", module, *lead, *args]
+    return [python or sys.executable, "-m", module, *lead, *args]
+
+
+def _route_python(study: Study, extra: dict[str, list[str]], argv: list[str]) -> None:
+    """`python.<kind>=` on the command line reaches every stage (a training stage has the keys; each other
+    stage runs in its kind's interpreter: STAGE_PYTHON), before the stage's own (`STAGE:python.eval=` wins);
+    each named interpreter is asked for what its stage needs before anything starts (LaunchError)."""
+    from launch.sweep import check_eval_python
+
+    shared = _python_tokens([t for t in argv if ":" not in t.partition("=")[0]])
+    for stage in study.stages:
+        if stage.run in TRAINING_RUNS:
+            continue
+        for tok in _python_tokens(extra[stage.name]):
+            key = tok.partition("=")[0].strip()
+            if key not in _PYTHON_KEYS:
+                raise LaunchError(f"{stage.name}:{tok}: {key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
+                                  f"{did_you_mean(key, list(_PYTHON_KEYS))}")
+        extra[stage.name] = shared + extra[stage.name]
+        python = stage_python(stage, extra[stage.name])
+        if python is None:
+            continue
+        if STAGE_PYTHON[stage.run] == "eval":
+            check_eval_python(python, stage.argv(extra[stage.name]))
+        elif why := interpreter.check("sft", python, {"torch": "export", "safetensors": "export", "omegaconf": "the config"}):
+            raise LaunchError(why)
 
 
 def _check_stages(study: Study, stages: list, extra: dict[str, list[str]], env: dict, on_slurm: bool) -> int:
@@ -149,6 +199,8 @@ def run_study(argv: list[str]) -> int:
     if study.unset() and not dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
                           f"(the study's data slots; see {study.path})")
+    own = _route_cluster(study, extra, argv) if on_slurm else {}
+    _route_python(study, extra, argv)
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
           f"  reference hardware: {study.hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}",
           flush=True)
@@ -165,7 +217,7 @@ def run_study(argv: list[str]) -> int:
         if rc != 0:
             return rc
     if on_slurm:
-        return _submit_study(study, extra, dry_run, env, argv)
+        return _submit_study(study, extra, dry_run, env, own)
     for i, stage in enumerate(study.stages, 1):
         cmd = stage_command(study, stage, extra[stage.name])
         print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}", flush=True)
@@ -182,18 +234,34 @@ def run_study(argv: list[str]) -> int:
     return 0
 
 
-# Sbatch options of the stage jobs taken from the command line's training keys (the same cluster account).
-_STAGE_JOB_KEYS = {"partition": "partition", "launcher.partition": "partition", "account": "account",
-                   "launcher.account": "account", "launcher.setup": "setup"}
+def _cluster_keys() -> dict[str, str]:
+    """The command line's cluster settings (`launcher.<key>` and its shortcuts: partition=, time=, ...) -> key."""
+    from common.recipes import ALIASES
+    from launch.slurm import CLUSTER_KEYS
+
+    keys = {f"launcher.{k}": k for k in CLUSTER_KEYS}
+    return {**keys, **{short: keys[full] for short, full in ALIASES.items() if full in keys}}
 
 
-def _stage_job_options(tokens: list[str]) -> dict:
-    opts = {}
+_STAGE_JOB_KEYS = _cluster_keys()   # plain keys that also set the stage jobs' cluster settings
+
+
+def cluster_from_tokens(tokens: list[str], keys: dict[str, str], base=None):
+    """`base` (launch.slurm.Cluster) with the settings `tokens` make (their `keys`; the last one wins)."""
+    from omegaconf import OmegaConf
+
+    from launch.slurm import Cluster
+
+    made = {}
     for tok in tokens:
         key, _, value = tok.partition("=")
-        if key.strip() in _STAGE_JOB_KEYS and value.strip() not in ("", "null"):
-            opts[_STAGE_JOB_KEYS[key.strip()]] = value.strip()
-    return opts
+        if key.strip() not in keys:
+            continue
+        name, value = keys[key.strip()], value.strip()
+        parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"] \
+            if name == "sbatch" or value[:1] in ("'", '"') or value == "null" else value
+        made[name] = tuple(parsed or ()) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
+    return (base or Cluster()).over(**made)
 
 
 def _stage_gpus(stage, args: list[str]) -> int:
@@ -218,15 +286,44 @@ def _ledger_root(study: Study) -> Path:
     return Path(".")
 
 
-def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env: dict, argv: list[str]) -> int:
+def _route_cluster(study: Study, extra: dict[str, list[str]], argv: list[str]) -> dict:
+    """One set of cluster settings for every job of a Slurm study: the command line's (`partition=`,
+    `account=`, `qos=`, `time=`, `launcher.sbatch=`, `launcher.setup=`, also given to a training stage) reach
+    each analyze stage as its `slurm.<key>=` (its evaluation jobs and aggregation), before the stage's own
+    tokens, so that `STAGE:slurm.<key>=` overrides them. Returns each non-training stage's job settings
+    (launch.slurm.Cluster): those, then the stage's own `slurm.<key>=` (taken out of an evaluate or export
+    stage's command, which has no such key)."""
+    from launch.slurm import CLUSTER_KEYS
+
+    shared = [t for t in argv if ":" not in t.partition("=")[0]]
+    cluster = cluster_from_tokens(shared + [t for s in study.stages if s.run in TRAINING_RUNS for t in extra[s.name]],
+                                  _STAGE_JOB_KEYS)
+    own_keys = {f"slurm.{k}": k for k in CLUSTER_KEYS}
+    jobs = {}
+    for stage in study.stages:
+        if stage.run in TRAINING_RUNS:
+            continue
+        mine = [t for t in extra[stage.name] if t.partition("=")[0].strip().startswith("slurm.")]
+        if stage.run == "analyze":
+            extra[stage.name] = cluster.tokens("slurm.") + extra[stage.name]
+        else:
+            for tok in mine:
+                key = tok.partition("=")[0].strip()
+                if key not in own_keys:
+                    raise LaunchError(f"{stage.name}:{tok}: {key} is not a cluster setting of the stage's job "
+                                      f"({', '.join(own_keys)}).{did_you_mean(key, list(own_keys))}")
+            extra[stage.name] = [t for t in extra[stage.name] if t not in mine]
+        jobs[stage.name] = cluster_from_tokens(mine, own_keys, cluster)
+    return jobs
+
+
+def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env: dict, own: dict) -> int:
     from launch import slurm
     from launch.run import REPO
 
     ledger = (_ledger_root(study) / "_slurm" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     if not dry_run:
         ledger.mkdir(parents=True, exist_ok=True)
-    shared = [t for t in argv if ":" not in t.partition("=")[0]]
-    options = _stage_job_options(shared + [t for s in study.stages if s.run in TRAINING_RUNS for t in extra[s.name]])
     after, submitted = None, {}
     for i, stage in enumerate(study.stages, 1):
         cmd = stage_command(study, stage, extra[stage.name])
@@ -253,11 +350,10 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
                 return rc
         if stage.run not in TRAINING_RUNS:
             job_argv = [a for a in cmd if a.partition("=")[0].strip() not in ALL_STAGES]   # the job runs for real
-            spec = slurm.SlurmSpec(job_name=f"dtsft-{study.name}-{stage.name}", nodes=1,
-                                   gpus_per_node=_stage_gpus(stage, job_argv), nproc_per_node=1,
-                                   output=str(ledger / f"{stage.name}-%j.out"), exclusive=False, signal=False,
-                                   dependency=after, partition=options.get("partition"),
-                                   account=options.get("account"), setup=options.get("setup"))
+            spec = slurm.SlurmSpec.of(own[stage.name], job_name=f"dtsft-{study.name}-{stage.name}", nodes=1,
+                                      gpus_per_node=_stage_gpus(stage, job_argv), nproc_per_node=1,
+                                      output=str(ledger / f"{stage.name}-%j.out"), exclusive=False, signal=False,
+                                      dependency=after)
             job_env = {key: stage_env[key] for key in (STUDY_ENV, slurm.JOBS_ENV)}
             script = slurm.render_stage_script(spec, os.getcwd(), str(REPO), f"launch study={study.name} (stage {stage.name})",
                                                job_argv, job_env)

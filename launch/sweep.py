@@ -25,6 +25,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
 from launch import manifest, slurm
@@ -92,9 +93,34 @@ def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str], list[str
     return profile, analyze, rest
 
 
-def analyze_command(runs_root: str, profile: str, extra: list[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "analysis.cli", f"runs_root={runs_root}", f"profile={profile}",
-            f"out={Path(runs_root) / '_reports' / profile}", *extra]
+def analyze_command(runs_root: str, profile: str, extra: list[str] = (), python: str | None = None) -> list[str]:
+    """The sweep's analysis, run by the evaluation interpreter (`python.eval=`, given on to its jobs)."""
+    return [python or sys.executable, "-m", "analysis.cli", f"runs_root={runs_root}", f"profile={profile}",
+            f"out={Path(runs_root) / '_reports' / profile}", *([f"python.eval={python}"] if python else []), *extra]
+
+
+def _last(tokens: list[str], *keys: str) -> str | None:
+    found = None
+    for tok in tokens:
+        key, sep, value = tok.partition("=")
+        if sep and key.strip() in keys:
+            found = value.strip()
+    return found
+
+
+def check_eval_python(python: str | None, tokens: list[str]) -> None:
+    """Refuse (LaunchError, one line) a named evaluation interpreter lacking what the analyze / evaluate
+    command `tokens` needs (vllm for backend=vllm, from its tokens or its profile), before it is run
+    (an interpreter without the project's requirements could not even refuse by itself)."""
+    if python is None:
+        return
+    backend = _last(tokens, "backend", "eval.backend")
+    profile = _last(tokens, "profile")
+    if backend is None and profile and (EVAL_PROFILES / f"{profile}.yaml").is_file():
+        backend = OmegaConf.select(OmegaConf.load(EVAL_PROFILES / f"{profile}.yaml"), "evaluate.backend")
+    why = interpreter.check("eval", python, interpreter.eval_needs(backend))
+    if why:
+        raise LaunchError(why)
 
 
 def _child_env() -> dict[str, str]:
@@ -116,8 +142,10 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     if preps[0].cfg.launcher.kind == "slurm":
         return _sweep_slurm(argv, runs, preps, profile=profile, analyze=analyze, **cache_kw)
     dry = bool(preps[0].cfg.launcher.dry_run)
-    evaluation = analyze_command(str(preps[0].cfg.runs_root), profile, analyze) if profile else None
+    python = interpreter.named(preps[0].cfg.get("python"), "eval")
+    evaluation = analyze_command(str(preps[0].cfg.runs_root), profile, analyze, python) if profile else None
     if evaluation:   # the evaluation's settings, checked by its dry run before the first run trains
+        check_eval_python(python, evaluation[3:])
         rc = _run_analyze([*evaluation, "dry_run=true"], quiet=True)
         if rc != 0:
             print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
@@ -145,26 +173,18 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     return 0
 
 
-def _quoted_list(items: list[str | None]) -> str:
-    """A list for the dotlist (`[a,b]`), each item quoted: paths and dependencies reach the analysis as written."""
-    def one(x):
-        return "null" if x is None else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return "[" + ",".join(one(x) for x in items) + "]"
-
-
 def evaluation_command(first, profile: str, analyze: list[str], runs: list[tuple[str, str | None]] | None,
                        dry: bool) -> list[str]:
     """`analyze ... launcher=slurm` for the sweep: with `runs` ((run dir, dependency) pairs) one evaluation
     job per run, each after its training task, then the aggregation (analysis/slurm.py `slurm.runs`);
-    without, one array task per checkpoint still to evaluate. The training launcher's partition,
-    account and setup go to those jobs; `analyze.KEY=VALUE` tokens last, so they win."""
-    lc = first.cfg.launcher
-    same = [f"slurm.{k}={_quoted_list([lc.get(k)])[1:-1]}" for k in ("partition", "account", "setup")
-            if lc.get(k) is not None]
-    chain = [f"slurm.runs={_quoted_list([r for r, _ in runs])}",
-             f"slurm.runs_after={_quoted_list([a for _, a in runs])}"] if runs else []
+    without, one array task per checkpoint still to evaluate. The training launcher's cluster settings
+    (slurm.CLUSTER_KEYS) go to those jobs; `analyze.KEY=VALUE` tokens last, so they win (analyze.slurm.time=...)."""
+    same = slurm.Cluster.of(first.cfg.launcher).tokens("slurm.")
+    chain = [f"slurm.runs={slurm.dotlist_value([r for r, _ in runs])}",
+             f"slurm.runs_after={slurm.dotlist_value([a for _, a in runs])}"] if runs else []
     return analyze_command(str(first.cfg.runs_root), profile,
-                           ["launcher=slurm", *same, *chain, *analyze, *(["dry_run=true"] if dry else [])])
+                           ["launcher=slurm", *same, *chain, *analyze, *(["dry_run=true"] if dry else [])],
+                           interpreter.named(first.cfg.get("python"), "eval"))
 
 
 def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[str] = (), **cache_kw) -> int:
@@ -178,6 +198,11 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
             continue
         print(describe(prep))
         todo.append((run, prep))
+    for _, prep in todo:   # every named interpreter asked before anything is submitted
+        SFT.check_python(prep)
+    if profile:
+        check_eval_python(interpreter.named(preps[0].cfg.get("python"), "eval"),
+                          evaluation_command(preps[0], profile, analyze, None, True)[3:])
     root = Path(preps[0].cfg.runs_root) / "_sweeps" / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
     if not todo:
         print("[launch] sweep: every run is finished; nothing to train", flush=True)
@@ -209,7 +234,7 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
                 prepare_run(prep, **cache_kw)
             finally:
                 os.close(lock)
-    script = slurm.render_array_script(spec, [str(p.run_dir) for _, p in todo], str(REPO), sys.executable, command)
+    script = slurm.render_array_script(spec, [str(p.run_dir) for _, p in todo], str(REPO), SFT.python(first), command)
     if dry:
         print(f"# {root / 'sweep.sbatch'} (not written: dry_run=true)\n{script}", flush=True)
         return _run_analyze(chained("<sweep array job id>", True)) if profile else 0
@@ -221,7 +246,8 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
         launcher = {"kind": "slurm", "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node,
                     "script": str(path), "job_id": f"{job}_{i}"}
         manifest.write_manifest(prep.run_dir, argv=run, choices=prep.composed.choices, launcher=launcher,
-                                data=data_record(prep.data), identity=prep.identity)
+                                data=data_record(prep.data), identity=prep.identity,
+                                python=interpreter.interpreters(prep.cfg.get("python")))
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {job} ({path})", flush=True)
     if profile:
         rc = _run_analyze(chained(job, False))

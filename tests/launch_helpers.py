@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +14,16 @@ esac
 """
 # Runs the step's command on this machine: drop srun's own --options, exec the rest.
 SRUN_EXEC = 'while [ $# -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done\nexec "$@"\n'
+
+
+def named_interpreter(path: Path, record: Path | None = None) -> Path:
+    """An interpreter at its own path (`python.eval=PATH` in tests): a script exec'ing this one, so that
+    every job that runs it is seen by its path; with `record`, each command line it runs is appended there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = f'echo "$*" >> "{record}"\n' if record else ""
+    path.write_text(f'#!/bin/sh\n{log}exec {sys.executable} "$@"\n')
+    path.chmod(0o755)
+    return path
 
 
 def fake_cluster(root: Path, srun_body: str) -> dict:

@@ -57,14 +57,15 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     fake = FakeEvaluator()
     monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
     argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "slurm.gpus_per_task=1",
-            "slurm.concurrency=2", "slurm.time=02:00:00", "slurm.sbatch=[--qos=eval]", "dry_run=true"]
+            "slurm.concurrency=2", "slurm.time=02:00:00", "slurm.qos=eval", "slurm.sbatch=[--constraint=a100]", "dry_run=true"]
     assert main(argv) == 0
     text = capsys.readouterr().out
     eval_script, agg_script = _scripts(text)
     opts = _sbatch_lines(eval_script)
     # 3 checkpoints still to evaluate (r2e 20, 30; search 10), at most 2 at once, one GPU each, requeue-safe
     assert opts["array"] == "0-2%2" and opts["gpus-per-node"] == "1" and opts["nodes"] == "1"
-    assert "#SBATCH --requeue" in eval_script and opts["time"] == "02:00:00" and "#SBATCH --qos=eval" in eval_script
+    assert "#SBATCH --requeue" in eval_script and opts["time"] == "02:00:00" and opts["qos"] == "eval"
+    assert "#SBATCH --constraint=a100" in eval_script
     assert "--exclusive" not in eval_script and "dependency" not in opts
     # The time-limit warning goes to the batch shell (the task's python, exec'd): it stops and requeues itself.
     assert opts["signal"] == "B:USR1@120"
@@ -85,6 +86,15 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     # A bad setting is one line, before anything is planned.
     assert main(argv[:-1] + ["slurm.concurrency=0"]) == 2
     assert "slurm.concurrency=0" in capsys.readouterr().err
+    # python.eval=PATH: every task and the aggregation exec it; asked first for vllm with backend=vllm.
+    from launch_helpers import named_interpreter
+
+    ev = named_interpreter(tmp_path / "eval-env" / "python")
+    assert main(argv + [f"python.eval={ev}"]) == 0
+    eval_script, agg_script = _scripts(capsys.readouterr().out)
+    assert [re.findall(r"^exec (\S+) -m analysis\.slurm_jobs", s, flags=re.M) for s in (eval_script, agg_script)] == [[str(ev)]] * 2
+    assert main(argv + [f"python.eval={ev}", "eval.backend=vllm"]) == 2
+    assert f"python.eval={ev} lacks vllm (backend=vllm)" in capsys.readouterr().err
 
 
 def _fake_sbatch(tmp_path: Path) -> tuple[dict, Path]:

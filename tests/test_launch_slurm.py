@@ -65,10 +65,10 @@ def test_sbatch_four_nodes(capsys, tmp_path):
 
 
 def test_sbatch_extra_options_and_setup(capsys, tmp_path):
-    """launcher.sbatch adds #SBATCH lines to the header; launcher.setup runs before srun."""
+    """launcher.sbatch adds #SBATCH lines to the header (qos= has its own key); launcher.setup runs before srun."""
     setup = "module load cuda/12.4; source /opt/envs/dtsft/bin/activate"
     out = _dry(capsys, tmp_path, "arm=r2e", "launcher=slurm", "data=synthetic", "nodes=2",
-               "launcher.sbatch=[--qos=high,--constraint=h100,--mem=0,--gres=gpu:8]", f"launcher.setup={setup}")
+               "qos=high", "launcher.sbatch=[--constraint=h100,--mem=0,--gres=gpu:8]", f"launcher.setup={setup}")
     script = _script(out)
     _check("launch_sbatch_extras.sbatch", script)
     lines = script.splitlines()
@@ -283,3 +283,81 @@ def test_analyze_keys_reach_the_sweeps_analysis_and_need_a_profile():
     assert analyze_command("runs", profile, analyze)[-2:] == analyze   # locally too: after the last run
     with pytest.raises(LaunchError, match="give eval_profile=PROFILE"):
         split_eval_profile(["arms=[r2e]", "analyze.eval.n=5"])
+
+
+CLUSTER = ("account=A", "partition=P", "qos=Q", "time=01:00:00", "launcher.sbatch=[--constraint=h100]")
+CLUSTER_LINES = ("#SBATCH --account=A", "#SBATCH --partition=P", "#SBATCH --qos=Q", "#SBATCH --constraint=h100")
+
+
+def _scripts(out: str) -> list[str]:
+    """The header (its #SBATCH lines) of every sbatch script a dry run prints."""
+    return re.findall(r"^#!/bin/bash\n((?:#.*\n)+)", out, flags=re.M)
+
+
+def test_one_set_of_cluster_settings_reaches_every_job_of_a_sweep(capfd, tmp_path):
+    """Issue 38: partition, account, qos, time and the extra #SBATCH lines reach the training array, each
+    run's evaluation job and the aggregation; `analyze.slurm.time=` overrides the time of the evaluation's."""
+    out = _dry(capfd, tmp_path, "sweep", "arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic",
+               "eval_profile=rl_ood", *CLUSTER)
+    scripts = _scripts(out)
+    assert len(scripts) == 4   # the training array, two runs' evaluation jobs, the aggregation
+    for script in scripts:
+        assert all(line in script.splitlines() for line in (*CLUSTER_LINES, "#SBATCH --time=01:00:00")), script
+    out = _dry(capfd, tmp_path, "sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", "eval_profile=rl_ood",
+               *CLUSTER, "analyze.slurm.time=04:00:00", "analyze.slurm.qos=low")
+    train, *evaluation = _scripts(out)
+    assert _sbatch_opts(train)["time"] == "01:00:00" and _sbatch_opts(train)["qos"] == "Q"
+    assert [(_sbatch_opts(s)["time"], _sbatch_opts(s)["qos"], _sbatch_opts(s)["account"]) for s in evaluation] == \
+        [("04:00:00", "low", "A")] * 2
+
+
+def test_qos_has_its_own_key_not_an_sbatch_line(capfd, tmp_path):
+    assert main(["arm=r2e", "launcher=slurm", "data=synthetic", "launcher.sbatch=[--qos=high]", "dry_run=true",
+                 f"runs_root={tmp_path}"]) == 2
+    assert "'--qos=high' is set by launch itself; use launcher.qos=" in capfd.readouterr().err
+
+
+def test_each_job_of_a_sweep_runs_the_interpreter_named_for_its_kind(capfd, tmp_path, monkeypatch):
+    """Issue 38: python.sft= runs the training array, python.eval= each run's evaluation job and the aggregation
+    (and the analysis that submits them); both are recorded in the runs' manifests."""
+    import json
+
+    from launch.sweep import run_sweep
+    from launch_helpers import named_interpreter
+
+    sft, ev = named_interpreter(tmp_path / "train-env" / "python"), named_interpreter(tmp_path / "eval-env" / "python")
+    argv = ["arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic", "eval_profile=rl_ood",
+            f"python.sft={sft}", f"python.eval={ev}"]
+    out = _dry(capfd, tmp_path, "sweep", *argv)
+    train, run0, run1, agg = re.split(r"^# \S+ \(not written: dry_run=true\).*$", out, flags=re.M)[1:]
+    shown = {p: str(p).replace(str(tmp_path.resolve()), "<RUNS>") for p in (sft, ev)}   # as _dry prints paths
+    assert f"  {shown[sft]} \"$HEAD_NODE:$RDZV_PORT\" \"$RUN_DIR/config.yaml\"" in train
+    for script in (run0, run1, agg):
+        assert re.search(rf"^exec {re.escape(shown[ev])} -m analysis\.slurm_jobs (run|aggregate) ", script, flags=re.M)
+    record = _counting_sbatch(tmp_path, monkeypatch)
+    runs = tmp_path / "runs"
+    assert run_sweep([*argv, f"runs_root={runs}"], builder=_build, key_fn=lambda cfg, **k: "k" + str(k["seed"])) == 0
+    assert len(record.read_text().split()) == 4
+    launch = json.loads((runs / "r2e" / "seed1" / "manifest.json").read_text())["launches"][-1]
+    assert launch["interpreters"] == {"sft": str(sft), "grpo": sys.executable, "eval": str(ev)}
+    plan = json.loads(next((runs / "_reports" / "rl_ood" / "_slurm").glob("runs-*/runs.json")).read_text())
+    assert plan["python"] == str(ev)
+
+
+def test_a_named_interpreter_without_what_its_jobs_need_is_refused_before_anything(capfd, tmp_path, monkeypatch):
+    """python.eval= without vllm for backend=vllm, python.sft= without flash-attn when asked for: one line,
+    exit 2, nothing submitted."""
+    from launch_helpers import named_interpreter
+
+    record = _counting_sbatch(tmp_path, monkeypatch)
+    here = named_interpreter(tmp_path / "env" / "python")   # this environment: no vllm, no flash-attn here
+    base = ["sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", f"runs_root={tmp_path / 'runs'}"]
+    assert main([*base, "eval_profile=rl_ood", "analyze.eval.backend=vllm", f"python.eval={here}"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert err == f"error: python.eval={here} lacks vllm (backend=vllm): name an environment that has it (python.eval=.../bin/python)"
+    assert main([*base, "model.attn_implementation=flash_attention_2", f"python.sft={here}"]) == 2
+    assert "lacks flash_attn (model.attn_implementation=flash_attention_2)" in capfd.readouterr().err
+    assert main(["arm=r2e", "launcher=slurm", "data=synthetic", f"runs_root={tmp_path / 'runs'}",
+                 "python.sft=/nonexistent/bin/python"]) == 2
+    assert "python.sft=/nonexistent/bin/python could not be run" in capfd.readouterr().err
+    assert not record.exists() and not (tmp_path / "runs").exists()

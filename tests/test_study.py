@@ -196,6 +196,16 @@ def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
     assert "0.500 → 0.900" in after["tables/reference.md"].decode()
 
 
+def _prefilled_data_cache(cache: Path, monkeypatch) -> None:
+    """$DTSFT_DATA filled by `fetch-data from=DIR` (the tests' benchmark files); no download can happen (the
+    endpoint is a closed loopback port)."""
+    monkeypatch.setenv("DTSFT_DATA", str(cache))
+    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
+    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    assert fill.returncode == 0, fill.stderr
+
+
 @pytest.mark.slow
 def test_dual_terminator_study_runs_on_cpu(tmp_path, monkeypatch):
     """cpu_smoke end to end from a data cache pre-filled by `fetch-data from=DIR` (its keys name no ../shared,
@@ -207,12 +217,7 @@ def test_dual_terminator_study_runs_on_cpu(tmp_path, monkeypatch):
 
     study = load_study("dual_terminator_sft")
     assert not [t for t in study.cpu_smoke if "../shared" in t]
-    cache = tmp_path / "data"
-    monkeypatch.setenv("DTSFT_DATA", str(cache))
-    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
-    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
-    assert fill.returncode == 0, fill.stderr
+    _prefilled_data_cache(tmp_path / "data", monkeypatch)
     work = tmp_path / "clone" / "work"   # no ../shared beside it
     work.mkdir(parents=True)
     smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke]  # written for the repo root
@@ -559,3 +564,128 @@ def test_a_slurm_dry_run_with_an_unset_slot_still_chains_the_later_stages(tmp_pa
     assert "[study] waits for: afterok:<job ids of stage grpo>" in stages["report"]
     assert _opts(stages["report"][stages["report"].index("report.sbatch (not written"):])["dependency"] == \
         "afterok:<job ids of stage grpo>"
+
+
+def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
+    """Issue 38: one set of cluster settings (partition, account, qos, time, an extra #SBATCH line) reaches
+    every job a study submits (the training array, the evaluation array, the aggregation, the report job);
+    `report:slurm.time=` overrides the report stage's."""
+    (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
+    slots = ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]
+    cluster = ["account=A", "partition=P", "qos=Q", "time=01:00:00", "launcher.sbatch=[--constraint=h100]"]
+    want = ["#SBATCH --account=A", "#SBATCH --partition=P", "#SBATCH --qos=Q", "#SBATCH --constraint=h100"]
+
+    def scripts(*argv):
+        proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", *cluster, *slots, *argv, "dry_run=true")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return {m.group(1): m.group(2) for m in re.finditer(r"^# \S+/([\w.-]+\.sbatch) \(not written.*\n(#!/bin/bash\n(?:#.*\n)+)",
+                                                            proc.stdout, flags=re.M)}
+
+    seen = scripts()
+    assert sorted(seen) == ["aggregate.sbatch", "eval.sbatch", "report.sbatch", "sweep.sbatch"]
+    for name, head in seen.items():
+        assert all(line in head.splitlines() for line in (*want, "#SBATCH --time=01:00:00")), f"{name}:\n{head}"
+    seen = scripts("report:slurm.time=03:00:00")
+    assert {name: _opts(head)["time"] for name, head in seen.items()} == {
+        "sweep.sbatch": "01:00:00", "eval.sbatch": "03:00:00", "aggregate.sbatch": "03:00:00", "report.sbatch": "03:00:00"}
+    assert all(_opts(head)["qos"] == "Q" for head in seen.values())
+
+
+def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch):
+    """Issue 38: with python.eval=PATH the evaluation array, the aggregation and the report stage's own job
+    exec it; python.eval=/usr/bin/python3 (no vllm, not even the project's requirements) is refused before
+    anything is submitted: one line, exit 2."""
+    from launch_helpers import named_interpreter
+
+    ev = named_interpreter(tmp_path / "eval-env" / "bin" / "python")
+    (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
+    slots = ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]
+    # (this environment has no vllm: the study's backend=vllm would be refused in it, as below)
+    proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", f"python.eval={ev}", *slots,
+                   "report:eval.backend=hf", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = _stage_outputs(proc.stdout)["report"]
+    execs = re.findall(r"^exec (\S+) -m (\S+)", report, flags=re.M)
+    assert execs == [(str(ev), "analysis.slurm_jobs"), (str(ev), "analysis.slurm_jobs"), (str(ev), "analysis.cli")]
+    record = _stand_in_sbatch(tmp_path, monkeypatch)
+    proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: python.eval=/usr/bin/python3 lacks ") and "torch (evaluation)" in proc.stderr
+    assert "vllm (backend=vllm)" in proc.stderr
+    assert not record.exists() and not (tmp_path / "runs").exists()
+
+
+def test_every_studys_evaluation_generates_through_vllm_and_its_cpu_smoke_on_hf(dry_runs):
+    """Issue 38: each evaluation's resolved config (the analyze dry run's) says backend: vllm, [ref] in the two
+    search_plan_act studies, [chosen] in the others; a cpu_smoke list keeps a backend that runs on a CPU."""
+    import yaml
+
+    for name in ("qwen3_4b_spa_grpo", "llama3_1_8b_spa_grpo", "dual_terminator_sft", "qwen3_4b_multihop_sft_grpo"):
+        report = dry_runs[name]["report"]
+        m = re.search(r"^# resolved evaluate config of every evaluation.*\n((?:[ \w'\-@].*\n)+)", report, flags=re.M)
+        assert m, f"{name}: no resolved evaluate config in\n{report[:3000]}"
+        assert yaml.safe_load(m.group(1))["backend"] == "vllm", name
+        study = load_study(name)
+        chosen = any(d.startswith("report:eval.backend = vllm: ") for d in study.differences())
+        assert chosen == (name not in ("qwen3_4b_spa_grpo", "llama3_1_8b_spa_grpo")), name   # else [ref]
+        assert not study.cpu_smoke or "report:eval.backend=hf" in study.cpu_smoke, name
+
+
+def test_a_local_study_runs_its_evaluation_stage_in_python_eval(tmp_path):
+    """Issue 38: locally (no Slurm) too, the analyze stage's command runs in python.eval= (a dry run: each
+    stage's own dry run, in the interpreter named for its kind); the training stage's launch runs here."""
+    from launch_helpers import named_interpreter
+
+    record = tmp_path / "ran.txt"
+    ev = named_interpreter(tmp_path / "eval-env" / "bin" / "python", record)
+    (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
+    proc = _launch(tmp_path, "study=dual_terminator_sft", f"python.eval={ev}", "report:eval.backend=hf",
+                   "corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
+                   "dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]   # not the find_spec asks
+    assert [line.split()[:2] for line in ran] == [["-m", "analysis.cli"]], ran
+    assert f"python.eval={ev}" in ran[0] and "runs_root=runs/dual_terminator_sft" in ran[0]
+
+
+@pytest.mark.vllm
+def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypatch):
+    """Issue 38 (the vLLM tier: this interpreter has vLLM's CPU build): the dual-terminator smoke run here with
+    python.eval= naming an interpreter of this vLLM environment and the study's own backend (vllm): the
+    analyze stage runs in it and every evaluation it writes was generated by vLLM."""
+    pytest.importorskip("vllm")
+    from launch_helpers import named_interpreter
+
+    study = load_study("dual_terminator_sft")
+    _prefilled_data_cache(tmp_path / "data", monkeypatch)
+    record = tmp_path / "ran.txt"
+    ev = named_interpreter(tmp_path / "vllm-env" / "bin" / "python", record)
+    smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke if t != "report:eval.backend=hf"]
+    proc = _launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, f"python.eval={ev}",
+                   timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]
+    assert [line.split()[:2] for line in ran] == [["-m", "analysis.cli"]] * 2, ran   # its check, then its run
+    metas = sorted(tmp_path.rglob("eval/search_r1_7bench/step-*/meta.json"))
+    assert len(metas) == 2   # the anchor's step 0 and the r2e arm's last checkpoint
+    for meta in metas:
+        assert json.loads(meta.read_text())["backend"] == "vllm", meta
+    assert "`failed=0`" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
+    """An export (or evaluate) stage's job: the command line's cluster settings, then its `STAGE:slurm.<key>=`
+    (taken out of its command, which has no such key); a misspelt one is refused naming the keys."""
+    from launch.errors import LaunchError
+    from launch.slurm import Cluster
+    from launch.study import _route_cluster, parse_study_argv
+
+    argv = ["study=browsecomp_worker_export", "checkpoint=c", "tokenizer=t", "launcher=slurm", "qos=Q", "partition=P",
+            "launcher.sbatch=[--mem=0]", "export:slurm.time=01:00:00", "export:slurm.partition=cpu"]
+    study, extra, _ = parse_study_argv(argv)
+    assert _route_cluster(study, extra, argv) == {"export": Cluster(partition="cpu", qos="Q", time="01:00:00",
+                                                                    sbatch=("--mem=0",))}
+    assert not [t for t in extra["export"] if t.startswith("slurm.")]
+    bad = [*argv[:-1], "export:slurm.qoss=low"]
+    with pytest.raises(LaunchError, match=r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"):
+        _route_cluster(*parse_study_argv(bad)[:2], bad)

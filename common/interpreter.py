@@ -1,0 +1,90 @@
+"""The interpreter each kind of job runs, and asking it for what its jobs need.
+
+`python.sft=PATH` (SFT training), `python.grpo=PATH` (GRPO training), `python.eval=PATH` (evaluation and
+analysis: evaluation tasks, aggregations, a study's analyze / evaluate stage): training (CUDA torch +
+flash-attn) and vLLM (its own torch) live in separate environments, so each job kind names its own.
+null: the interpreter running the command (`sys.executable`).
+
+Before anything is submitted or started, each interpreter named is asked, by a subprocess of that
+interpreter running `importlib.util.find_spec` (no import, no GPU), whether it holds the modules its jobs
+need (`sft_needs`, `grpo_needs`, `eval_needs`); a missing one is refused in one line (`check`).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+KINDS = ("sft", "grpo", "eval")
+_ASK = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
+
+
+def named(section, kind: str) -> str | None:
+    """The interpreter `python.<kind>` names in a config's `python` section (a mapping; None: not named)."""
+    value = None if section is None else section.get(kind)
+    if value in (None, ""):
+        return None
+    # a relative path is the one from here (jobs start elsewhere); a bare name is looked up on PATH
+    return os.path.abspath(str(value)) if os.sep in str(value) else str(value)
+
+
+def interpreter(section, kind: str) -> str:
+    """The interpreter `kind`'s jobs run: the one named, else this one."""
+    return named(section, kind) or sys.executable
+
+
+def interpreters(section) -> dict[str, str]:
+    """Every kind's interpreter, as manifests record them."""
+    return {kind: interpreter(section, kind) for kind in KINDS}
+
+
+@functools.lru_cache(maxsize=None)
+def missing_modules(python: str, modules: tuple[str, ...]) -> tuple[str, ...] | str:
+    """The modules of `modules` that `python` cannot find, or why it could not be asked (a string)."""
+    try:
+        proc = subprocess.run([python, "-c", _ASK, *modules], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not be run ({exc.__class__.__name__}: {exc})"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"could not be asked for its modules (exit {proc.returncode}: {last})"
+    return tuple(proc.stdout.split())
+
+
+def check(kind: str, python: str, needs: dict[str, str]) -> str | None:
+    """None when `python` holds every module of `needs` (module -> what needs it), else the one line refusing it."""
+    found = missing_modules(python, tuple(needs))
+    if isinstance(found, str):
+        return f"python.{kind}={python} {found}"
+    if found:
+        return (f"python.{kind}={python} lacks {', '.join(f'{m} ({needs[m]})' for m in found)}: name an environment "
+                f"that has {'it' if len(found) == 1 else 'them'} (python.{kind}=.../bin/python)")
+    return None
+
+
+def sft_needs(cfg) -> dict[str, str]:
+    """What an SFT run's interpreter must hold: torch and transformers, flash-attn / liger when asked for."""
+    needs = {"torch": "training", "transformers": "training", "omegaconf": "the config"}
+    if cfg.model.get("attn_implementation") == "flash_attention_2":
+        needs["flash_attn"] = "model.attn_implementation=flash_attention_2"
+    if cfg.model.get("liger") is True:
+        needs["liger_kernel"] = "model.liger=true"
+    return needs
+
+
+def grpo_needs(cfg) -> dict[str, str]:
+    """What a GRPO run's interpreter must hold: SFT's, peft (LoRA), vllm for vLLM colocate generation."""
+    needs = {**sft_needs(cfg), "peft": "LoRA"}
+    if cfg.grpo.get("use_vllm") is True:
+        needs["vllm"] = "grpo.use_vllm=true"
+    return needs
+
+
+def eval_needs(backend: str | None) -> dict[str, str]:
+    """What an evaluation / analysis job's interpreter must hold: vllm for backend=vllm."""
+    needs = {"omegaconf": "the config", "torch": "evaluation", "transformers": "evaluation",
+             "pandas": "the report"}
+    if backend == "vllm":
+        needs["vllm"] = "backend=vllm"
+    return needs
