@@ -18,6 +18,7 @@ from pathlib import Path
 from analysis.discover import discover_runs
 from analysis.html import DATA_DIR, write_html
 from common.io import write_json
+from common import layout
 
 WORDS = ("the of and a to in is was for on with as by at from his her that which an be this were are it "
          "river city born album film party war king team league county school company village island").split()
@@ -46,7 +47,7 @@ def generate(root: Path, checkpoints: int, benches: list[str], rows: int) -> Non
     arms = ["r2e", "search", "mixed", "single"]
     for k in range(checkpoints):
         arm, step = arms[k % len(arms)], 100 * (k // len(arms) + 1)
-        d = root / arm / "seed0" / "eval" / f"step-{step:06d}"
+        d = layout.run_dir_path(root, arm, 0) / layout.EVAL / layout.step_name(step)
         d.mkdir(parents=True, exist_ok=True)
         for bench in benches:
             (d / f"{bench}.jsonl").write_text("".join(json.dumps(row(rng, bench, i, step)) + "\n" for i in range(rows)))
