@@ -11,7 +11,7 @@
 Before the first stage starts, every later stage's settings are checked by its own dry run (output
 hidden, refusal shown): a typo in `report:eval.nn=2` stops the study before any training.
 Each stage runs as a child process through its command's module (`python -m launch.cli | evals.cli |
-analysis.cli | sft.export`), so launch imports no later stage; an analyze stage is given `study=<file>`
+launch.analyze | sft.export`), so launch imports no later stage; an analyze stage is given `study=<file>`
 so the report shows the study's reference results beside the measured values. The first stage that
 fails stops the study with its exit status; every stage is idempotent (runs resume, analyze evaluates
 only what is missing), so the same command continues the study. Each child gets DTSFT_STUDY (the
@@ -23,7 +23,7 @@ stage's (`--dependency=afterok:...`): a training stage's own launcher submits it
 dependency through $DTSFT_SLURM_AFTER; their ids come back through $DTSFT_SLURM_JOBS); an analyze,
 evaluate or export stage becomes one job running its command (analyze with `launcher=slurm`, so when
 it runs it fans the evaluations out as an array, one task per checkpoint still to evaluate, and
-submits the aggregation after it: analysis/slurm.py). Scripts, logs and each stage's job ids go to
+submits the aggregation after it: launch/eval_slurm.py). Scripts, logs and each stage's job ids go to
 `<runs_root>/_slurm/study-<UTC time>/` (without a `runs_root` variable: beside the study's `out`, never
 inside it); the job ids and one command to watch them are printed. `dry_run=true` prints every script
 (dependencies on not yet submitted jobs, an unresolved stage's too, shown as `afterok:<job ids of stage
