@@ -13,7 +13,8 @@ one aggregation job after all of them (`afterany`) writes the report, a run whos
 listed as gaps: one failed training run no longer holds back the others' evaluation (launch/eval_slurm.py,
 `slurm.runs`). The analysis submits those jobs right after the training array (its settings are checked,
 by its dry run, before anything is submitted); with every run finished it submits one array task per
-checkpoint still to evaluate instead. launch never imports the analysis: it runs `python -m launch.analyze`.
+checkpoint still to evaluate instead. The analysis runs in this process (launch.analyze.main), or as a
+child process `python -m launch.analyze` when its interpreter is another (`python.eval=`).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
-from launch import manifest, slurm
+from launch import inprocess, manifest, slurm
 from launch.run import (REPO, SFT, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
                         prepare_run, resolve)
 from launch.errors import LaunchError
@@ -128,11 +129,13 @@ def _child_env() -> dict[str, str]:
 
 
 def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
-    """The analysis as a child process (launch imports no analysis); its exit status (a signal: 128 + N)."""
-    import subprocess
+    """The analysis (analyze_command): in this process when its interpreter is this one, else a child process
+    (`python.eval=`); its exit status either way (a signal: 128 + N)."""
+    if cmd[0] == sys.executable and cmd[1:3] == ["-m", "launch.analyze"]:
+        from launch.analyze import main
 
-    proc = subprocess.run(cmd, env=_child_env(), **({"stdout": subprocess.DEVNULL} if quiet else {}))
-    return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
+        return inprocess.run_main(main, cmd[3:], quiet=quiet)
+    return inprocess.run_child(cmd, env=_child_env(), quiet=quiet)
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:
