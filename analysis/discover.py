@@ -175,3 +175,8 @@ def provenance(manifest: dict | None) -> dict[str, Any]:
             seen.add(ident)
             out[key] = found[key]
     return out
+
+
+def anchor_eval_dir(anchor_dir: Path, profile: str | None = None) -> Path:
+    """Where the anchor's evaluations are (step 0 under `anchor_dir`, in the profile's eval dir)."""
+    return layout.eval_dir(anchor_dir, 0, profile)

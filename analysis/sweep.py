@@ -1,93 +1,32 @@
-"""The `analyze` pipeline: discover -> evaluate what is new -> tidy table -> curves, tables, report.
+"""The report half of `analyze`: evaluations on disk -> tidy table -> curves, tables, report.
 
-`run_analysis(cfg, evaluator=None)` is the Python API behind the `analyze` console script.
+`write_analysis(cfg, runs=..., jobs=..., ev=..., ...)` reads the eval dirs and writes the report; what to
+evaluate, and evaluating it (here or as Slurm jobs), is launch's (`launch.analyze.run_analysis(cfg,
+evaluator=None)`, the Python API behind the `analyze` console script), which calls it last.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from analysis.aggregate import Points
 from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
-from analysis.discover import ANCHOR_ARM, Run, discover_runs, read_json_object, replaced_dirs
-from analysis.evaluation import (EvalReport, Evaluator, anchor_eval_dir, check_anchor_identity, check_settings,
-                                 check_templates, harness, plan, run_jobs)
+from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
-from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
-from common import datafetch, keydoc
-from common.benchmarks import BenchError, canonical_bench_key
-from common.tiny import resolve_model_path
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
 OOD_COMPONENTS = ["outcome", "grounding", "stop"]
 
 BEHAVIOUR = [("mean_tool_calls", "tool calls / episode"), ("format_failure_rate", "no answer found")]
-
-KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --help` and docs/keys/analyze.md
-    "runs_root": ("runs", "the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/"),
-    "out": ("reports", "where results, figures, tables and report.md go"),
-    "benches": (None, "null -> the profile's benches, or the Search-R1 seven + search_plan_ood"),
-    "profile": (None, "evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
-    "evaluate": (True, "false: only aggregate the evaluations already on disk"),
-    "anchor": (None, "base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
-    "anchor_dir": (None, "null -> <runs_root>/_anchor"),
-    "metrics": (["em", "f1"], "QA metrics tabulated and plotted"),
-    "n_boot": (2000, "bootstrap resamples of the confidence intervals"),
-    "boot_seed": (0, "seed of the bootstrap"),
-    "conf": (0.95, "confidence level of the intervals"),
-    "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
-    "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
-    "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
-    "slurm.gpus_per_task": (None, "launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
-                                  "with backend=vllm), 1 by default"),
-    "slurm.concurrency": (None, "launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap"),
-    "slurm.partition": (None, "launcher=slurm: --partition (null: the cluster's default)"),
-    "slurm.time": (None, "launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)"),
-    "slurm.account": (None, "launcher=slurm: --account"),
-    "slurm.qos": (None, "launcher=slurm: --qos"),
-    "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--constraint=h100]"),
-    "slurm.setup": (None, "launcher=slurm: shell run before each job's command (module load, activate)"),
-    "python.eval": (None, "the interpreter of the evaluation and aggregation jobs (launcher=slurm), asked first for what "
-                          "they need (vllm for backend=vllm); null: this one"),
-    "slurm.after": (None, "launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)"),
-    "slurm.runs": (None, "launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
-                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)"),
-    "slurm.runs_after": (None, "with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
-                               "training array 5001; null: none); one that can never be met cancels the job"),
-    "eval_tasks": (None, "set by the aggregation job: the tasks.json of a Slurm evaluation array; evaluate nothing, "
-                         "report its failed tasks as gaps"),
-    "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
-    # Passed to the evals harness as its own config keys (also as plain n=, seed=, ...); null: the harness's default.
-    "eval.n": (None, "evaluate's n (items per bench)"),
-    "eval.seed": (None, "evaluate's seed"),
-    "eval.backend": (None, "evaluate's backend: hf | vllm"),
-    "eval.retriever": (None, "evaluate's retriever: bm25 | http"),
-    "eval.corpus": (None, "evaluate's corpus (retriever=bm25)"),
-    "eval.retriever_url": (None, "evaluate's retriever_url (retriever=http)"),
-    "eval.topk": (None, "evaluate's topk"),
-    "eval.bench_root": (None, "evaluate's bench_root (your own files)"),
-    "eval.sets": (None, "evaluate's sets: per-bench named item set, e.g. {nq: 'nq:hub'} (docs/data.md)"),
-    "eval.max_turns": (None, "evaluate's max_turns"),
-    "eval.max_model_len": (None, "evaluate's max_model_len"),
-    "eval.prompt": ("tool_agent", "evaluate's prompt for the runs' checkpoints (the anchor takes anchor_nudge)"),
-}
-DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
-ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
-
-
-def default_config() -> DictConfig:
-    return OmegaConf.create(DEFAULTS)
-
 
 @dataclass
 class AnalysisResult:
@@ -96,12 +35,12 @@ class AnalysisResult:
     figures: list[FigureInfo] = field(default_factory=list)
     tables: dict[str, Table] = field(default_factory=dict)
     missing: list[MissingPoint] = field(default_factory=list)
-    evaluated: EvalReport = field(default_factory=EvalReport)
+    evaluated: Any = None   # the evaluations' outcomes (launch.evaluation.EvalReport: jobs, failures)
     report: Path | None = None
     html: Path | None = None  # report.html (analysis.html), next to report.md
 
 
-def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev: EvalReport,
+def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev,
                     anchor_eval: Path, evaluate: bool, nulls: dict | None = None) -> list[MissingPoint]:
     have = set(zip(table.arm, table.seed, table.step, table.bench))
     nulls = nulls or {}
@@ -171,101 +110,13 @@ def _arm_steps(runs: list[Run]) -> dict[str, list[int]]:
     return {a: sorted(s) for a, s in steps.items()}
 
 
-def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
-    lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
-    lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
-              f"{'' if r.done else ' (not finished)'}" for r in runs]
-    lines.append(f"evaluations to run: {len(jobs)}")
-    for j in jobs:
-        lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")
-        lines += [f"    {b}: held under another evaluation identity ({'; '.join(d)}): re-evaluated, the old "
-                  "results renamed aside" for b, d in j.stale.items()]
-    lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md, report.html, report_data/}}")
-    return "\n".join(lines)
-
-
-def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
-    """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
-    from common import interpreter
-
-    python = interpreter.named(cfg.python, "eval")
-    if python is None:
-        return
-    backend = eval_opts.get("backend")
-    if backend is None and profile:
-        from evals.profiles import load_profile
-
-        backend = load_profile(profile)["evaluate"].get("backend")
-    why = interpreter.check("eval", python, interpreter.eval_needs(backend))
-    if why:
-        raise AnalysisError(why)
-
-
-def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> AnalysisResult | None:
-    """Run the whole analysis; returns None for `dry_run=true` (the plan is printed)."""
-    cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
+def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches: list[str], anchor: str | None,
+                   anchor_dir: Path, profile: str | None, reference_sizes: dict, study=None) -> AnalysisResult:
+    """The report of an analysis whose evaluations are done: `runs` as discovered before them, `jobs` the
+    evaluations run now (or by a Slurm array) and `ev` their outcomes (launch.evaluation.EvalReport: its
+    failures are listed as gaps); `cfg` is the `analyze` config (launch.analyze), already resolved."""
     root, out = Path(cfg.runs_root), Path(cfg.out)
-    profile = cfg.profile or None
-    reference_sizes, benches = {}, list(DEFAULT_BENCHES)
-    if profile:
-        from evals.profiles import load_profile  # recipes/eval/<profile>.yaml (ConfigError when unknown)
-
-        loaded = load_profile(profile)
-        reference_sizes = loaded["reference_sizes"]
-        benches = list(loaded["evaluate"].get("benches") or benches)
-    benches = list(cfg.benches) if cfg.benches else benches
-    try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
-        benches = [canonical_bench_key(str(b)) for b in benches]
-    except BenchError as exc:
-        raise AnalysisError(f"benches: {exc}") from None
-    anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
-    if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
-        anchor = str(Path(anchor).resolve())
-    anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else root / "_anchor"
-    check_anchor_identity(anchor_dir, anchor)
-    eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
-    if profile:
-        eval_opts["profile"] = profile
     anchor_eval = anchor_eval_dir(anchor_dir, profile)
-    study = None
-    if cfg.study:
-        from common.study import load_study  # a bad study file is a one-line error before any evaluation
-
-        from analysis.reference import expected
-
-        study = load_study(str(cfg.study))
-        expected(study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
-    from analysis.slurm import check_launcher, submit_analysis, submit_runs, tasks_report
-
-    check_launcher(cfg)
-    check_python(cfg, eval_opts, profile)
-    h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
-    resolved = None
-    if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
-        resolved = check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
-    if cfg.launcher == "slurm" and cfg.slurm.runs is not None and not cfg.eval_tasks:
-        submit_runs(cfg, eval_opts, benches, anchor, anchor_dir, profile)   # each run's job plans its own checkpoints
-        return None
-    runs = discover_runs(root, profile)
-    with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
-        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
-    if h is not None:
-        check_templates(h, jobs, eval_opts)
-    if cfg.dry_run:
-        print(describe_plan(runs, jobs, cfg))
-        if isinstance(resolved, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
-            print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
-                  + OmegaConf.to_yaml(resolved).rstrip())
-    if cfg.launcher == "slurm" and jobs:   # the evaluations go to a job array; its aggregation job writes the report
-        submit_analysis(cfg, jobs, eval_opts, anchor_dir)
-        return None
-    if cfg.dry_run:
-        return None
-    if cfg.eval_tasks:   # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
-        ev = tasks_report(Path(cfg.eval_tasks))
-        jobs = ev.jobs
-    else:
-        ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
     runs = discover_runs(root, profile) if jobs else runs
     collected = collect(runs, anchor_eval, benches)
     table = collected.table

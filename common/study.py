@@ -70,7 +70,7 @@ RUNNERS = {
     "sweep": ("launch.cli", ("sweep",)),
     "grpo": ("launch.cli", ("stage=grpo",)),
     "evaluate": ("evals.cli", ()),
-    "analyze": ("analysis.cli", ()),
+    "analyze": ("launch.analyze", ()),
     "export": ("sft.export", ()),
 }
 TRAINING_RUNS = ("sft", "sweep", "grpo")

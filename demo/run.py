@@ -230,7 +230,7 @@ def run_demo(cfg) -> int:
 
     if cfg.model == "tiny":  # tiny_base's anchor is the committed base itself
         _phase("anchor model", timings, save_random_init_anchor)
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
 
     result = _phase("evaluate + analyze", timings, lambda: run_analysis(analyze_config(cfg)))
     curves = Path(cfg.out) / "figures" / "curves_em.png"

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
 from omegaconf import OmegaConf
 
@@ -79,25 +81,59 @@ def _stage(argv: list[str]) -> tuple[str, list[str]]:
     return stage, rest
 
 
-def launch_main(argv: list[str]) -> int:
-    if any(tok.partition("=")[0].strip() == "study" for tok in argv):
-        from launch.study import run_study
+@dataclass(frozen=True)
+class Command:
+    """One `launch` command (as vLLM's CLI_COMMANDS, torchtune's `tune run`): its name, its help line and
+    what runs it on the rest of the command line. Without a command, `launch` starts one training run."""
 
-        return run_study(argv)
+    name: str
+    help: str
+    run: Callable[[list[str]], int]
+
+
+def _study(argv: list[str]) -> int:
+    from launch.study import run_study
+
+    return run_study(argv, main)
+
+
+def _show(argv: list[str]) -> int:
+    from launch.show import show_main
+
+    return show_main(argv)
+
+
+def _sweep(argv: list[str]) -> int:
+    from launch.sweep import run_sweep
+
+    return run_sweep(argv)
+
+
+# `launch NAME ...`: a subcommand, the first token (SFT arms only: the GRPO stage has none)
+COMMANDS = {c.name: c for c in (
+    Command("show", "the composed recipe, each value's origin (launch/show.py)", _show),
+    Command("sweep", "every arm x seed, then its evaluation with eval_profile= (launch/sweep.py)", _sweep),
+)}
+# `launch KEY=VALUE ...`: a command chosen by a key anywhere on the line; it gets the whole command line
+KEYED = {c.name: c for c in (
+    Command("study", "a reference study's stages in order, recipes/study/NAME.yaml (launch/study.py)", _study),
+)}
+
+
+def launch_main(argv: list[str]) -> int:
+    keys = {tok.partition("=")[0].strip() for tok in argv}
+    for name, command in KEYED.items():
+        if name in keys:
+            return command.run(argv)
     stage, argv = _stage(argv)
-    if stage == "grpo" and argv and argv[0] in ("sweep", "show"):
+    command = COMMANDS.get(argv[0]) if argv else None
+    if stage == "grpo" and command is not None:
         raise LaunchError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")
     if wants_help(argv):   # each trainer's own keys
         print(help_text() if stage == "sft" else grpo.help_text(argv))
         return 0
-    if argv and argv[0] == "show":
-        from launch.show import show_main
-
-        return show_main(argv[1:])
-    if argv and argv[0] == "sweep":
-        from launch.sweep import run_sweep
-
-        return run_sweep(argv[1:])
+    if command is not None:
+        return command.run(argv[1:])
     return launch_one(TRAINERS[stage], argv)
 
 

@@ -10,12 +10,15 @@
 - `${vars.X}` in any value is the study's variable X (`'reports=${vars.runs_root}/rep'`).
 Before the first stage starts, every later stage's settings are checked by its own dry run (output
 hidden, refusal shown): a typo in `report:eval.nn=2` stops the study before any training.
-Each stage runs as a child process through its command's module (`python -m launch.cli | evals.cli |
-analysis.cli | sft.export`), so launch imports no later stage; an analyze stage is given `study=<file>`
+Each stage runs in this process through its command's `main` (launch, evaluate, analyze, export-checkpoint:
+launch/inprocess.py, nothing of one stage left for the next: environment, working directory, logging), or
+as a child process (`python -m evals.cli | launch.analyze | sft.export`) when its interpreter is another
+(`python.eval=`, `python.sft=`); an analyze stage is given `study=<file>`
 so the report shows the study's reference results beside the measured values. The first stage that
 fails stops the study with its exit status; every stage is idempotent (runs resume, analyze evaluates
 only what is missing), so the same command continues the study. Each child gets DTSFT_STUDY (the
-study's name, file and digest), which run manifests record.
+study's name, file and digest), which run manifests record (an in-process stage: in its environment
+for the call).
 
 `launcher=slurm` (or any training stage sent to Slurm: `train:launcher=slurm`) submits the whole
 study instead, each stage's jobs depending on the previous
@@ -23,7 +26,7 @@ stage's (`--dependency=afterok:...`): a training stage's own launcher submits it
 dependency through $DTSFT_SLURM_AFTER; their ids come back through $DTSFT_SLURM_JOBS); an analyze,
 evaluate or export stage becomes one job running its command (analyze with `launcher=slurm`, so when
 it runs it fans the evaluations out as an array, one task per checkpoint still to evaluate, and
-submits the aggregation after it: analysis/slurm.py). Scripts, logs and each stage's job ids go to
+submits the aggregation after it: launch/eval_slurm.py). Scripts, logs and each stage's job ids go to
 `<runs_root>/_slurm/study-<UTC time>/` (without a `runs_root` variable: beside the study's `out`, never
 inside it); the job ids and one command to watch them are printed. `dry_run=true` prints every script
 (dependencies on not yet submitted jobs, an unresolved stage's too, shown as `afterok:<job ids of stage
@@ -36,16 +39,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from common import interpreter
 from common.cli import did_you_mean, parse_switch, split_dotlist
 from common.interpreter import KINDS
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
 from launch.errors import LaunchError
+from launch.inprocess import run_child, run_main
 
 ALL_STAGES = ("dry_run",)  # plain keys that go to every stage, not just the training ones
 
@@ -172,21 +176,46 @@ def _route_python(study: Study, extra: dict[str, list[str]], argv: list[str]) ->
             raise LaunchError(why)
 
 
-def _check_stages(study: Study, stages: list, extra: dict[str, list[str]], env: dict, on_slurm: bool) -> int:
+def _stage_main(module: str, launch: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+    """The `main(argv)` of a stage's command module (common.study.RUNNERS), as its console script runs it."""
+    if module == "launch.cli":
+        return launch
+    if module == "launch.analyze":
+        from launch.analyze import main
+        return main
+    if module == "evals.cli":
+        from evals.cli import main
+        return main
+    if module == "sft.export":
+        from sft.export import export_main
+        return export_main
+    raise LaunchError(f"no stage command module {module!r}")
+
+
+def run_stage(cmd: list[str], env: dict, launch: Callable[[list[str]], int], quiet: bool = False) -> int:
+    """A stage's command (stage_command): in this process with `env` when its interpreter is this one, else a
+    child process; its exit status either way."""
+    if cmd[0] == sys.executable and cmd[1] == "-m":
+        return run_main(_stage_main(cmd[2], launch), cmd[3:], env=env, quiet=quiet)
+    return run_child(cmd, env=env, quiet=quiet)
+
+
+def _check_stages(study: Study, stages: list, extra: dict[str, list[str]], env: dict, on_slurm: bool,
+                  launch: Callable[[list[str]], int]) -> int:
     """Each of `stages`' settings checked by its own dry run (its output not shown, its refusal is)
     before the study starts anything: a typo in a later stage's key stops the study up front."""
     for stage in stages:
         cmd = stage_command(study, stage, extra[stage.name]) + (["launcher=slurm"] if on_slurm and stage.run == "analyze" else [])
-        rc = subprocess.run([*cmd, "dry_run=true"], env=env, stdout=subprocess.DEVNULL).returncode
+        rc = run_stage([*cmd, "dry_run=true"], env, launch, quiet=True)
         if rc != 0:
-            rc = 128 - rc if rc < 0 else rc
             print(f"study {study.name}: stage {stage.name} refuses its settings (exit {rc}, above; its dry run: "
                   f"{shlex.join(['python', *cmd[1:], 'dry_run=true'])}); nothing started", file=sys.stderr, flush=True)
             return rc
     return 0
 
 
-def run_study(argv: list[str]) -> int:
+def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
+    """The study's stages; `launch` is the `launch` command's main (launch.cli), what a training stage runs."""
     study, extra, dry_run = parse_study_argv(argv)
     # Slurm when any training stage is sent there (`launcher=slurm` for all of them, or `train:launcher=slurm`):
     # the stages after it must wait for its jobs, not run at once on untrained runs.
@@ -213,20 +242,19 @@ def run_study(argv: list[str]) -> int:
     if not dry_run:   # a dry run shows each stage's own dry run anyway
         # the first stage checks its own keys before it does anything, unless it is a job submitted as it is
         first_checks_itself = study.stages[0].run in TRAINING_RUNS or not on_slurm
-        rc = _check_stages(study, study.stages[1 if first_checks_itself else 0:], extra, env, on_slurm)
+        rc = _check_stages(study, study.stages[1 if first_checks_itself else 0:], extra, env, on_slurm, launch)
         if rc != 0:
             return rc
     if on_slurm:
-        return _submit_study(study, extra, dry_run, env, own)
+        return _submit_study(study, extra, dry_run, env, own, launch)
     for i, stage in enumerate(study.stages, 1):
         cmd = stage_command(study, stage, extra[stage.name])
         print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}", flush=True)
         if study.unset(stage):
             print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
             continue
-        rc = subprocess.run(cmd, env=env).returncode
+        rc = run_stage(cmd, env, launch)
         if rc != 0:
-            rc = 128 - rc if rc < 0 else rc
             print(f"study {study.name}: stage {stage.name} failed (exit {rc}); the same command continues the study "
                   f"(finished work is kept and skipped)", file=sys.stderr)
             return rc
@@ -317,7 +345,8 @@ def _route_cluster(study: Study, extra: dict[str, list[str]], argv: list[str]) -
     return jobs
 
 
-def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env: dict, own: dict) -> int:
+def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env: dict, own: dict,
+                  launch: Callable[[list[str]], int]) -> int:
     from launch import slurm
     from launch.run import REPO
 
@@ -342,9 +371,8 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
         if after:
             stage_env[slurm.AFTER_ENV] = after
         if stage.run in TRAINING_RUNS or dry_run:   # a training launcher submits its own jobs; a dry run shows each stage's plan
-            rc = subprocess.run(cmd, env=stage_env).returncode
+            rc = run_stage(cmd, stage_env, launch)
             if rc != 0:
-                rc = 128 - rc if rc < 0 else rc
                 print(f"study {study.name}: stage {stage.name} failed (exit {rc}); nothing after it was submitted",
                       file=sys.stderr)
                 return rc

@@ -10,10 +10,11 @@ prepared here, then one job array trains them all: task i runs run i's config.ya
 Slurm each training task i gets its own evaluation job, `--dependency=afterok:<array>_<i>` (cancelled when
 that task fails: `--kill-on-invalid-dep=yes`), that evaluates that run's checkpoints when it starts, and
 one aggregation job after all of them (`afterany`) writes the report, a run whose evaluation never ran
-listed as gaps: one failed training run no longer holds back the others' evaluation (analysis/slurm.py,
+listed as gaps: one failed training run no longer holds back the others' evaluation (launch/eval_slurm.py,
 `slurm.runs`). The analysis submits those jobs right after the training array (its settings are checked,
 by its dry run, before anything is submitted); with every run finished it submits one array task per
-checkpoint still to evaluate instead. launch never imports the analysis: it runs `python -m analysis.cli`.
+checkpoint still to evaluate instead. The analysis runs in this process (launch.analyze.main), or as a
+child process `python -m launch.analyze` when its interpreter is another (`python.eval=`).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
-from launch import manifest, slurm
+from launch import inprocess, manifest, slurm
 from launch.run import (REPO, SFT, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
                         prepare_run, resolve)
 from launch.errors import LaunchError
@@ -95,7 +96,7 @@ def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str], list[str
 
 def analyze_command(runs_root: str, profile: str, extra: list[str] = (), python: str | None = None) -> list[str]:
     """The sweep's analysis, run by the evaluation interpreter (`python.eval=`, given on to its jobs)."""
-    return [python or sys.executable, "-m", "analysis.cli", f"runs_root={runs_root}", f"profile={profile}",
+    return [python or sys.executable, "-m", "launch.analyze", f"runs_root={runs_root}", f"profile={profile}",
             f"out={Path(runs_root) / '_reports' / profile}", *([f"python.eval={python}"] if python else []), *extra]
 
 
@@ -128,11 +129,13 @@ def _child_env() -> dict[str, str]:
 
 
 def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
-    """The analysis as a child process (launch imports no analysis); its exit status (a signal: 128 + N)."""
-    import subprocess
+    """The analysis (analyze_command): in this process when its interpreter is this one, else a child process
+    (`python.eval=`); its exit status either way (a signal: 128 + N)."""
+    if cmd[0] == sys.executable and cmd[1:3] == ["-m", "launch.analyze"]:
+        from launch.analyze import main
 
-    proc = subprocess.run(cmd, env=_child_env(), **({"stdout": subprocess.DEVNULL} if quiet else {}))
-    return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
+        return inprocess.run_main(main, cmd[3:], quiet=quiet)
+    return inprocess.run_child(cmd, env=_child_env(), quiet=quiet)
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:
@@ -176,7 +179,7 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
 def evaluation_command(first, profile: str, analyze: list[str], runs: list[tuple[str, str | None]] | None,
                        dry: bool) -> list[str]:
     """`analyze ... launcher=slurm` for the sweep: with `runs` ((run dir, dependency) pairs) one evaluation
-    job per run, each after its training task, then the aggregation (analysis/slurm.py `slurm.runs`);
+    job per run, each after its training task, then the aggregation (launch/eval_slurm.py `slurm.runs`);
     without, one array task per checkpoint still to evaluate. The training launcher's cluster settings
     (slurm.CLUSTER_KEYS) go to those jobs; `analyze.KEY=VALUE` tokens last, so they win (analyze.slurm.time=...)."""
     same = slurm.Cluster.of(first.cfg.launcher).tokens("slurm.")

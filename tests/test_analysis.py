@@ -7,11 +7,11 @@ import pytest
 from test_analysis_helpers import make_run, write_eval
 
 from analysis.aggregate import Points, best_point, final_point, paired_vs_anchor
-from analysis.cli import main as analyze_main
+from launch.analyze import main as analyze_main
 from analysis.collect import add_mean_rows, collect
 from analysis.discover import discover_runs, provenance
-from analysis.evaluation import summary_benches
-from analysis.sweep import run_analysis
+from launch.evaluation import summary_benches
+from launch.analyze import run_analysis
 from analysis.tables import latex_cell, latex_escape
 from common.cli import ConfigError
 

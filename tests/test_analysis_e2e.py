@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from analysis.evaluation import default_evaluator
-from analysis.sweep import run_analysis
+from launch.evaluation import default_evaluator
+from launch.analyze import run_analysis
 from common.io import write_jsonl
 
 pytest.importorskip("evals.run", reason="needs the evals harness (evals.run.evaluate)")

@@ -23,7 +23,7 @@ def shard(path) -> object:
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
 
     root = tmp_path_factory.mktemp("html_unit")
     write_study(root / "runs")

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.discover import discover_runs
 from analysis.prepost import paired_prepost, prepost
-from analysis.sweep import run_analysis
+from launch.analyze import run_analysis
 from common.io import write_json
 
 N_BOOT, SEED = 500, 3

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.cli import main
-from analysis.sweep import run_analysis
+from launch.analyze import main
+from launch.analyze import run_analysis
 from test_analysis import FakeEvaluator
 from test_analysis_helpers import make_run
 from launch_helpers import fake_cluster
@@ -49,7 +49,7 @@ def _scripts(out: str) -> tuple[str, str]:
 
 
 def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(tmp_path, capsys, monkeypatch):
-    import analysis.evaluation as ev_mod
+    import launch.evaluation as ev_mod
 
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10, 20, 30], evaluated={10: {"nq": 0.2}})   # step 10 is already evaluated
@@ -71,10 +71,10 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert opts["signal"] == "B:USR1@120"
     assert re.findall(r"^# task (\d): (\S+)", eval_script, flags=re.M) == [
         ("0", "r2e/seed0/step-000020"), ("1", "r2e/seed0/step-000030"), ("2", "search/seed1/step-000010")]
-    assert re.search(r'-m analysis\.slurm_jobs task \S+ "\$SLURM_ARRAY_TASK_ID"$', eval_script, flags=re.M)
+    assert re.search(r'-m launch\.eval_jobs task \S+ "\$SLURM_ARRAY_TASK_ID"$', eval_script, flags=re.M)
     agg = _sbatch_lines(agg_script)
     assert agg["dependency"] == "afterany:<eval array job id>" and "gpus-per-node" not in agg and "array" not in agg
-    assert re.search(r"-m analysis\.slurm_jobs aggregate \S+$", agg_script, flags=re.M)
+    assert re.search(r"-m launch\.eval_jobs aggregate \S+$", agg_script, flags=re.M)
     assert not fake.calls and not out.exists(), "a dry run evaluates and writes nothing"
     # A chained submission (launch sweep/study): the array waits for the training job.
     assert main(argv + ["slurm.after=afterok:4242"]) == 0
@@ -92,7 +92,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     ev = named_interpreter(tmp_path / "eval-env" / "python")
     assert main(argv + [f"python.eval={ev}"]) == 0
     eval_script, agg_script = _scripts(capsys.readouterr().out)
-    assert [re.findall(r"^exec (\S+) -m analysis\.slurm_jobs", s, flags=re.M) for s in (eval_script, agg_script)] == [[str(ev)]] * 2
+    assert [re.findall(r"^exec (\S+) -m launch\.eval_jobs", s, flags=re.M) for s in (eval_script, agg_script)] == [[str(ev)]] * 2
     assert main(argv + [f"python.eval={ev}", "eval.backend=vllm"]) == 2
     assert f"python.eval={ev} lacks vllm (backend=vllm)" in capsys.readouterr().err
 
@@ -160,7 +160,7 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
     # Task 0's first segment gets Slurm's time-limit warning (SIGUSR1) after its first row: it stops, the row
     # stays, it requeues itself (fake scontrol) and writes no outcome; the requeued segment finishes the rest.
     import evals.run as evals_run
-    from analysis.slurm import run_task
+    from launch.eval_slurm import run_task
 
     cluster = fake_cluster(tmp_path, "exit 0\n")
     monkeypatch.setenv("PATH", f"{Path(cluster['PATH'].split(os.pathsep)[0])}{os.pathsep}{env['PATH']}")
@@ -187,7 +187,7 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
         proc = task(i)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     rows = (arr_runs / "r2e" / "seed0" / "eval" / "step-000001" / "search_plan_ood.jsonl").read_bytes()
-    from analysis.slurm import run_task
+    from launch.eval_slurm import run_task
 
     assert run_task(eval_sbatch.parent, 0) == 0   # requeued after it finished: nothing left by identity, exit 0
     assert "nothing to do" in capsys.readouterr().out
@@ -206,7 +206,7 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
 
 
 def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
-    import analysis.evaluation as ev_mod
+    import launch.evaluation as ev_mod
 
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10, 20])
@@ -216,8 +216,8 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", env["PATH"])
     assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50"]) == 0
     plan = Path(record.read_text().split()[0]).parent
-    from analysis.slurm import run_task
-    from analysis.slurm_jobs import aggregate
+    from launch.eval_slurm import run_task
+    from launch.eval_jobs import aggregate
 
     assert run_task(plan, 0, evaluator=fake) == 0
     assert run_task(plan, 1, evaluator=fake) == 1           # the simulated out-of-memory: exit 1, outcome kept
@@ -235,8 +235,8 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
     outcome saying why, exit 1); warned once its work is complete it just finishes."""
     import json
 
-    import analysis.evaluation as ev_mod
-    from analysis.slurm import run_task
+    import launch.evaluation as ev_mod
+    from launch.eval_slurm import run_task
 
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10])
@@ -320,9 +320,9 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     training task (afterok:<array>_<i>), the aggregation for every evaluation (afterany). Training task 1
     fails: its evaluation is cancelled, run 0's is not held back, and the report lists run 1's checkpoint
     as a gap."""
-    import analysis.evaluation as ev_mod
-    from analysis.slurm import run_run
-    from analysis.slurm_jobs import aggregate
+    import launch.evaluation as ev_mod
+    from launch.eval_slurm import run_run
+    from launch.eval_jobs import aggregate
 
     root, out = tmp_path / "runs", tmp_path / "rep"
     fake = FakeEvaluator()
@@ -361,7 +361,7 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
 
     def run_job(path: Path) -> int:
         command = path.read_text().strip().splitlines()[-1].split()
-        assert command[:4] == ["exec", command[1], "-m", "analysis.slurm_jobs"] and Path(command[-2]) == plan \
+        assert command[:4] == ["exec", command[1], "-m", "launch.eval_jobs"] and Path(command[-2]) == plan \
             if command[4] == "run" else Path(command[-1]) == plan, command
         return run_run(plan, int(command[-1].strip('"')), evaluator=fake) if command[4] == "run" else aggregate(plan)
 

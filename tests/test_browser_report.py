@@ -22,7 +22,7 @@ SHOTS = Path(os.environ.get("DTSFT_BROWSER_SHOTS", "/tmp/browser_shots"))
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
 
     root = tmp_path_factory.mktemp("html_study")
     write_study(root / "runs")

@@ -221,7 +221,7 @@ def test_a_dry_run_never_waits_on_the_network(tmp_path):
                               timeout=120)
         took = time.monotonic() - start
         # analyze's plan: the anchor's identity and each bench's named set, neither fetched
-        plan = subprocess.run([sys.executable, "-m", "analysis.cli", f"runs_root={tmp_path / 'runs'}", "profile=search_r1_7bench",
+        plan = subprocess.run([sys.executable, "-m", "launch.analyze", f"runs_root={tmp_path / 'runs'}", "profile=search_r1_7bench",
                                "anchor=Qwen/Qwen3-4B-Thinking-2507", "corpus=corpus:wiki18_example_10",
                                f"out={tmp_path / 'rep'}", "dry_run=true"], env=env, capture_output=True, text=True, timeout=120)
         took_plan = time.monotonic() - start - took

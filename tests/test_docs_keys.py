@@ -62,7 +62,7 @@ CLIS = {
     "grpo.md": ["-m", "launch.cli", "stage=grpo"],
     "data-prep.md": ["-m", "data_prep.cli"],
     "evaluate.md": ["-m", "evals.cli"],
-    "analyze.md": ["-m", "analysis.cli"],
+    "analyze.md": ["-m", "launch.analyze"],
     "export-checkpoint.md": ["-c", "import sys; from sft.export import export_main; sys.exit(export_main())"],
     "verify-checkpoint.md": ["-c", "import sys; from sft.verify import verify_main; sys.exit(verify_main())"],
     "serve-retriever.md": ["-c", "import sys; from evals.server import main; sys.exit(main())"],

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from analysis.cli import main as analyze_main
+from launch.analyze import main as analyze_main
 from evals.cli import main as evaluate_main
 
 BAD_VALUES = [
@@ -142,7 +142,7 @@ def test_meta_keeps_every_benchs_identity_across_later_calls(tmp_path, tiny_toke
 
 def test_analyze_never_merges_back_a_bench_evaluate_dropped(tmp_path, tiny_tokenizer):
     pytest.importorskip("minigrid")
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
     from evals.run import evaluate
     from tests.test_evals_babyai import Replies
     from tests.test_evals_loop import ScriptedBackend
@@ -179,7 +179,7 @@ def test_analyze_never_merges_back_a_bench_evaluate_dropped(tmp_path, tiny_token
 
 def test_a_corrupt_meta_json_is_that_checkpoints_gap_not_the_end_of_the_sweep(tmp_path, tiny_tokenizer):
     pytest.importorskip("minigrid")
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
     from evals.run import evaluate
     from tests.test_evals_babyai import Replies
 

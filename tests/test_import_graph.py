@@ -1,12 +1,12 @@
 """The stage map of DESIGN.md as an import graph: common -> data_prep -> sft/envs -> evals -> rl ->
-launch -> analysis, read from the source with `ast` (every import, also those inside functions).
+analysis -> launch, read from the source with `ast` (every import, also those inside functions).
 
 - a stage imports only stages of a lower level (sft and envs are one level: neither imports the
   other); rl may use evals' public API only (`evals.toolcalls`, `evals.metrics`, `evals.extract`,
-  `evals.retrievers`); nothing imports analysis;
-- launch is above every trainer stage (it starts SFT and GRPO in-process: launch.run.launch_one over its
-  table of trainers): no module of sft/, envs/, evals/ or rl/ imports launch. (DESIGN.md puts launch
-  above analysis too; analysis' evaluation-job planning still imports launch.slurm: issue 35.)
+  `evals.retrievers`); nothing but launch imports analysis;
+- launch is the top floor, above every stage (it starts SFT and GRPO in-process: launch.run.launch_one
+  over its table of trainers; it plans, runs and submits the evaluations of `analyze`, whose report
+  analysis writes): no module of another stage imports launch.
 - no import cycle between modules;
 - the drivers: `demo/` may import any stage and nothing imports it; `bench/` imports library code
   only, never the tests.
@@ -17,7 +17,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LEVELS = {"common": 0, "data_prep": 1, "sft": 2, "envs": 2, "evals": 3, "rl": 4, "launch": 5, "analysis": 6}
+LEVELS = {"common": 0, "data_prep": 1, "sft": 2, "envs": 2, "evals": 3, "rl": 4, "analysis": 5, "launch": 6}
 RL_MAY_USE = ("evals.toolcalls", "evals.metrics", "evals.extract", "evals.retrievers")
 DRIVERS = ("demo", "bench")
 PACKAGES = (*LEVELS, *DRIVERS, "tests")
@@ -128,14 +128,25 @@ def test_stages_form_the_documented_dag():
     assert found == []
 
 
-def test_launch_is_above_every_trainer_stage():
+def test_launch_is_above_every_stage():
     graph = import_graph(ROOT)
-    assert {"launch.run", "launch.grpo", "rl.config", "rl.train"} <= set(graph)
-    below = ("common", "data_prep", "sft", "envs", "evals", "rl")
-    assert all(LEVELS["launch"] > LEVELS[stage] for stage in below)
+    assert {"launch.run", "launch.grpo", "rl.config", "rl.train", "launch.analyze", "analysis.sweep"} <= set(graph)
+    below = ("common", "data_prep", "sft", "envs", "evals", "rl", "analysis")
+    assert all(LEVELS["launch"] > LEVELS[stage] for stage in below) and max(LEVELS, key=LEVELS.get) == "launch"
     assert sorted(f"{m} imports {d}" for m, deps in graph.items() if m.split(".")[0] in below
                   for d in deps if d.split(".")[0] == "launch") == []
     assert "rl.config" in graph["launch.compose"] and "launch.run" in graph["launch.grpo"]   # launch starts GRPO itself
+
+
+def test_only_launch_imports_analysis():
+    """analysis only reads eval dirs and writes reports: launch (the `analyze` command: launch.analyze plans and
+    runs the evaluations, then calls analysis' report writer) is the one stage above it that imports it."""
+    graph = import_graph(ROOT)
+    assert "analysis.sweep" in graph["launch.analyze"]
+    importers = {m.split(".")[0] for m, deps in graph.items() if any(d.split(".")[0] == "analysis" for d in deps)}
+    assert importers - {"analysis"} <= {"launch", *DRIVERS, "tests"}
+    # the evaluation jobs are launch's: analysis holds no planning, submission or requeue of them
+    assert not {"analysis.evaluation", "analysis.slurm", "analysis.slurm_jobs", "analysis.cli"} & set(graph)
 
 
 def test_no_import_cycles():

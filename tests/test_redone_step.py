@@ -126,7 +126,7 @@ def test_analyze_re_evaluates_a_checkpoint_whose_weights_changed(tmp_path, tiny_
     """The defect: new weights at step 2 (SHA256SUMS changed) while eval/step-000002 still held the
     old weights' results; analyze said 'evaluated 0 checkpoint(s)' and reported the deleted model."""
     pytest.importorskip("minigrid")
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
     from evals.run import evaluate
     from tests.test_evals_babyai import Replies
 

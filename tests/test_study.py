@@ -188,7 +188,7 @@ def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
     edited = tmp_path / "qwen3_4b_spa_grpo.yaml"
     edited.write_text(study.path.read_text().replace("pre: 0.000, post: 0.019", "pre: 0.500, post: 0.900"))
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled")
-    subprocess.run([sys.executable, "-m", "analysis.cli", "runs_root=runs", "out=rep", "profile=rl_ood", "evaluate=false",
+    subprocess.run([sys.executable, "-m", "launch.analyze", "runs_root=runs", "out=rep", "profile=rl_ood", "evaluate=false",
                     "benches=[search_plan_ood]", f"study={edited}"], cwd=tmp_path, env=env, check=True, capture_output=True)
     after = _tables(tmp_path / "rep")
     changed = sorted(k for k in before if before[k] != after.get(k))
@@ -253,7 +253,7 @@ def test_slurm_study_dry_run_chains_every_stage(dry_runs):
     report = mh["report"][mh["report"].index("report.sbatch (not written"):]
     opts = _opts(report)
     assert opts["dependency"] == "afterok:<job ids of stage grpo>" and "gpus-per-node" not in opts
-    assert re.search(r"^exec \S+ -m analysis\.cli .*profile=multihop_qa .*launcher=slurm$", report, flags=re.M)
+    assert re.search(r"^exec \S+ -m launch\.analyze .*profile=multihop_qa .*launcher=slurm$", report, flags=re.M)
     assert "DTSFT_STUDY=" in report and "dry_run" not in report.split("exec ", 1)[1]
     # The dual-terminator report: what is to evaluate now (the anchor) as a one-task array, then the aggregation.
     dual = dry_runs["dual_terminator_sft"]
@@ -355,7 +355,7 @@ def _eval_at(eval_dir: Path, sizes: dict[str, int], value: float) -> None:
 
 def _measured_cells(root: Path, study: str, profile: str, anchor: str | None) -> dict[tuple[str, str], str]:
     """(bench, metric) -> the reference table's "Measured here" cell, from `analyze evaluate=false study=...`."""
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
 
     run_analysis({"runs_root": str(root), "out": str(root / "rep"), "profile": profile, "evaluate": False,
                   "anchor": anchor, "study": study, "n_boot": 20})
@@ -371,7 +371,7 @@ def _reference_cells(root: Path, study: str, profile: str, anchor: str | None) -
     """The same cells from analysis.reference directly (no figures: the quick way for further cases)."""
     from analysis.collect import add_mean_rows, collect, qa_benches
     from analysis.discover import discover_runs
-    from analysis.evaluation import anchor_eval_dir
+    from analysis.discover import anchor_eval_dir
     from analysis.reference import reference_table
 
     runs = discover_runs(root, profile)
@@ -394,7 +394,7 @@ def _study_run(root: Path, arm: str, model: tuple[str, str], evals: dict[int, di
 
 def test_the_reference_table_shows_a_measured_value_only_beside_a_comparable_one(tmp_path):
     """Issue 34 item 1: model, bench set, n per bench and metric must all be the published value's."""
-    from analysis.evaluation import anchor_eval_dir
+    from analysis.discover import anchor_eval_dir
     from analysis.tables import DASH
 
     sft, ref = "dual-terminator SFT (r2e arm, step 100)", "base + Final answer: nudge (anchor)"
@@ -526,7 +526,7 @@ def test_a_study_variable_may_refer_to_another(tmp_path):
 
 def test_the_smoke_anchor_name_loads_in_evaluate_and_analyze(tmp_path):
     """Issue 34 item 13: `tiny-base` (launch's embedded model name) is a model evaluate and analyze can load."""
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
     from common.tiny import TINY_BASE_DIR
     from evals.backends import make_backend
     from evals.config import resolve
@@ -606,7 +606,7 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = _stage_outputs(proc.stdout)["report"]
     execs = re.findall(r"^exec (\S+) -m (\S+)", report, flags=re.M)
-    assert execs == [(str(ev), "analysis.slurm_jobs"), (str(ev), "analysis.slurm_jobs"), (str(ev), "analysis.cli")]
+    assert execs == [(str(ev), "launch.eval_jobs"), (str(ev), "launch.eval_jobs"), (str(ev), "launch.analyze")]
     record = _stand_in_sbatch(tmp_path, monkeypatch)
     proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -644,7 +644,7 @@ def test_a_local_study_runs_its_evaluation_stage_in_python_eval(tmp_path):
                    "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]   # not the find_spec asks
-    assert [line.split()[:2] for line in ran] == [["-m", "analysis.cli"]], ran
+    assert [line.split()[:2] for line in ran] == [["-m", "launch.analyze"]], ran
     assert f"python.eval={ev}" in ran[0] and "runs_root=runs/dual_terminator_sft" in ran[0]
 
 
@@ -665,7 +665,7 @@ def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypat
                    timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]
-    assert [line.split()[:2] for line in ran] == [["-m", "analysis.cli"]] * 2, ran   # its check, then its run
+    assert [line.split()[:2] for line in ran] == [["-m", "launch.analyze"]] * 2, ran   # its check, then its run
     metas = sorted(tmp_path.rglob("eval/search_r1_7bench/step-*/meta.json"))
     assert len(metas) == 2   # the anchor's step 0 and the r2e arm's last checkpoint
     for meta in metas:

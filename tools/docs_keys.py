@@ -21,11 +21,11 @@ OUT = ROOT / "docs" / "keys"
 def pages() -> dict[str, str]:
     """file name -> page text."""
     sys.path.insert(0, str(ROOT))
-    from analysis.sweep import KEYS as ANALYZE
     from common import keydoc
     from data_prep.cli import keys as data_prep_keys
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
+    from launch.analyze import KEYS as ANALYZE
     from launch.cli import sft_keys
     from launch.grpo import grpo_keys
     from sft.export import KEYS as EXPORT
@@ -36,7 +36,7 @@ def pages() -> dict[str, str]:
         "grpo": ("launch stage=grpo", "the composed GRPO recipe (task=spa, the default model) and its recipes' line comments", grpo_keys()),
         "data-prep": ("data-prep", "data_prep/cli.py KEYS + the data section of recipes/base.yaml", data_prep_keys()),
         "evaluate": ("evaluate", "evals/config.py KEYS", keydoc.from_table(EVALUATE)),
-        "analyze": ("analyze", "analysis/sweep.py KEYS", keydoc.from_table(ANALYZE)),
+        "analyze": ("analyze", "launch/analyze.py KEYS", keydoc.from_table(ANALYZE)),
         "export-checkpoint": ("export-checkpoint", "sft/export.py KEYS", keydoc.from_table(EXPORT)),
         "verify-checkpoint": ("verify-checkpoint", "sft/verify.py KEYS", keydoc.from_table(VERIFY)),
         "serve-retriever": ("serve-retriever", "evals/server.py KEYS", keydoc.from_table(SERVER)),

@@ -2,7 +2,7 @@
 
     analyze runs_root=runs profile=P launcher=slurm [slurm.gpus_per_task=1] [slurm.concurrency=K] ...
 
-What is still to evaluate is decided here exactly as a local analyze decides it (`analysis.evaluation.plan`:
+What is still to evaluate is decided here exactly as a local analyze decides it (`launch.evaluation.plan`:
 the evaluation identity), before anything is submitted. Then, under `<out>/_slurm/analyze-<UTC time>/`:
 - `tasks.json`: one entry per checkpoint (and the anchor) with its pending benches;
 - `eval.sbatch`: a job array, task i evaluates entry i (`--array=0-(N-1)[%K]`, `slurm.gpus_per_task` GPUs
@@ -24,7 +24,7 @@ at submission), then the aggregation after all of them (`afterany`); a run whose
 has its checkpoints listed as gaps. Plan dir `<out>/_slurm/runs-<UTC time>/` (`runs.json`, `run-<i>.sbatch`,
 `outcome-run-<i>.json`).
 
-`python -m analysis.slurm_jobs task PLAN_DIR I` / `run PLAN_DIR I` / `aggregate PLAN_DIR` are what the
+`python -m launch.eval_jobs task PLAN_DIR I` / `run PLAN_DIR I` / `aggregate PLAN_DIR` are what the
 scripts run.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.errors import AnalysisError
-from analysis.evaluation import EvalFailure, EvalJob, EvalReport, _pending, harness, run_job
+from launch.evaluation import EvalFailure, EvalJob, EvalReport, _pending, harness, run_job
 from common.io import read_json_object, write_json
 
 TASKS = "tasks.json"
@@ -138,14 +138,14 @@ def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, gpus: int,
     task = [*listing,
             'echo "[analyze] evaluation task $SLURM_ARRAY_TASK_ID (segment ${SLURM_RESTART_COUNT:-0}) on '
             '${SLURM_JOB_NODELIST:-this host}"',
-            f'exec {q(py)} -m analysis.slurm_jobs task {q(str(plan))} "$SLURM_ARRAY_TASK_ID"']
+            f'exec {q(py)} -m launch.eval_jobs task {q(str(plan))} "$SLURM_ARRAY_TASK_ID"']
     command = "analyze launcher=slurm (the evaluations)"
     here = os.getcwd()   # the request's relative paths (runs_root, out, corpus) are relative to it
     eval_script = render_command_script(spec, here, command, task, repo=repo)
     agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, signal=False, output=str(plan / "slurm-aggregate-%j.out"),
                 dependency=f"afterany:{array_job}")
     agg_script = render_command_script(agg, here, "analyze launcher=slurm (the aggregation)",
-                                       [f"exec {q(py)} -m analysis.slurm_jobs aggregate {q(str(plan))}"], repo=repo)
+                                       [f"exec {q(py)} -m launch.eval_jobs aggregate {q(str(plan))}"], repo=repo)
     return eval_script, agg_script
 
 
@@ -194,7 +194,7 @@ def _run_script(cfg: DictConfig, plan: Path, index: int, entry: dict, gpus: int)
     lines = [f"# {_entry_name(index, entry)}: its checkpoints when this job starts, by evaluation identity",
              f'echo "[analyze] evaluation of {_entry_name(index, entry)} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
              '${SLURM_JOB_NODELIST:-this host}"',
-             f"exec {q(py)} -m analysis.slurm_jobs run {q(str(plan))} {index}"]
+             f"exec {q(py)} -m launch.eval_jobs run {q(str(plan))} {index}"]
     return render_command_script(spec, os.getcwd(), "analyze launcher=slurm slurm.runs=... (one run's evaluation)",
                                  lines, repo=str(Path(__file__).resolve().parents[1]))
 
@@ -205,7 +205,7 @@ def _aggregate_script(cfg: DictConfig, plan: Path, after: str) -> str:
     agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, signal=False, output=str(plan / "slurm-aggregate-%j.out"),
                 dependency=after)
     return render_command_script(agg, os.getcwd(), "analyze launcher=slurm (the aggregation)",
-                                 [f"exec {shlex.quote(_python(cfg))} -m analysis.slurm_jobs aggregate "
+                                 [f"exec {shlex.quote(_python(cfg))} -m launch.eval_jobs aggregate "
                                   f"{shlex.quote(str(plan))}"], repo=str(Path(__file__).resolve().parents[1]))
 
 
@@ -270,7 +270,7 @@ def _entry_runs(data: dict, entry: dict) -> list:
 
 def _entry_jobs(data: dict, entry: dict, h, opts: dict[str, Any]) -> list[EvalJob]:
     """The evaluations an entry has left, by identity (h.pending)."""
-    from analysis.evaluation import plan as plan_evaluations
+    from launch.evaluation import plan as plan_evaluations
 
     runs = [] if entry.get("anchor") else _entry_runs(data, entry)
     return plan_evaluations(runs, data["benches"], entry.get("anchor"), Path(data["anchor_dir"]), data["prompt"],
@@ -304,8 +304,8 @@ def run_run(plan: Path, index: int, evaluator=None) -> int:
 def _runs_report(plan: Path) -> EvalReport:
     """The per-run jobs' evaluations; a job that wrote no outcome (cancelled because its training task
     failed, killed, out of time) makes every checkpoint of its run now on disk a failure saying so."""
-    from analysis.evaluation import ANCHOR_PROMPT, anchor_eval_dir
-    from analysis.discover import ANCHOR_ARM
+    from analysis.discover import ANCHOR_ARM, anchor_eval_dir
+    from launch.evaluation import ANCHOR_PROMPT
 
     data = _read_runs(plan)
     report = EvalReport()

@@ -1,8 +1,8 @@
-"""What the sbatch scripts of `analyze launcher=slurm` run (analysis/slurm.py):
+"""What the sbatch scripts of `analyze launcher=slurm` run (launch/eval_slurm.py):
 
-    python -m analysis.slurm_jobs task PLAN_DIR INDEX     # one array task: evaluate one checkpoint's pending benches
-    python -m analysis.slurm_jobs run PLAN_DIR INDEX      # one run's job (slurm.runs): evaluate its checkpoints
-    python -m analysis.slurm_jobs aggregate PLAN_DIR      # the aggregation job: the analysis on PLAN_DIR/analyze.yaml
+    python -m launch.eval_jobs task PLAN_DIR INDEX     # one array task: evaluate one checkpoint's pending benches
+    python -m launch.eval_jobs run PLAN_DIR INDEX      # one run's job (slurm.runs): evaluate its checkpoints
+    python -m launch.eval_jobs aggregate PLAN_DIR      # the aggregation job: the analysis on PLAN_DIR/analyze.yaml
 """
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from analysis.cli import print_result
 from analysis.errors import AnalysisError
-from analysis.slurm import CONFIG, run_run, run_task
-from analysis.sweep import run_analysis
+from launch.analyze import print_result, run_analysis
+from launch.eval_slurm import CONFIG, run_run, run_task
 
 
 def aggregate(plan: Path) -> int:
@@ -31,7 +30,7 @@ def _main(argv: list[str]) -> int:
         return run_run(Path(argv[1]), int(argv[2]))
     if len(argv) == 2 and argv[0] == "aggregate":
         return aggregate(Path(argv[1]))
-    raise AnalysisError("usage: python -m analysis.slurm_jobs task PLAN_DIR INDEX | run PLAN_DIR INDEX | "
+    raise AnalysisError("usage: python -m launch.eval_jobs task PLAN_DIR INDEX | run PLAN_DIR INDEX | "
                         "aggregate PLAN_DIR")
 
 

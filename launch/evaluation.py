@@ -1,5 +1,5 @@
-"""Incremental evaluation: every (checkpoint × bench) not yet evaluated under the identity asked for,
-plus the anchor once.
+"""Incremental evaluation (`analyze`'s planning half): every (checkpoint × bench) not yet evaluated under
+the identity asked for, plus the anchor once.
 
 The evals harness is reached only through its Python API (`Harness`: `evals.run.evaluate(cfg) ->
 summary`, `evals.run.to_evaluate(cfg)`, `evals.config.resolve(cfg)`; tests inject their own, e.g. to
@@ -22,8 +22,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from analysis.discover import ANCHOR_ARM, Run, read_json_object, step_name
-from common import layout
+from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, read_json_object, step_name
 from common.cli import ConfigError
 from common.io import write_json
 from common.tiny import resolve_model_path
@@ -166,10 +165,6 @@ def _pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any]) -> EvalJob | N
     job.benches = [b for b in job.benches if b in pending]
     job.stale = {b: diff for b, diff in pending.items() if diff}
     return job
-
-
-def anchor_eval_dir(anchor_dir: Path, profile: str | None = None) -> Path:
-    return layout.eval_dir(anchor_dir, 0, profile)
 
 
 def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:

@@ -1,0 +1,232 @@
+"""`analyze runs_root=runs [benches=[...]] [evaluate=true] [anchor=PATH_OR_HUB_ID] [out=reports] ...`
+
+launch's half of an analysis: what is left to evaluate (launch.evaluation, by evaluation identity), run
+here or submitted as Slurm jobs (launch.eval_slurm); the report is analysis.sweep.write_analysis's.
+`run_analysis(cfg, evaluator=None)` is the Python API behind the `analyze` console script.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from analysis.discover import Run, discover_runs
+from analysis.errors import AnalysisError
+from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, write_analysis
+from common import datafetch, interpreter, keydoc
+from common.benchmarks import BenchError, canonical_bench_key
+from common.cli import apply_overrides, run_cli, wants_help
+from common.tiny import resolve_model_path
+from launch.eval_slurm import check_launcher, submit_analysis, submit_runs, tasks_report
+from launch.evaluation import (EvalReport, Evaluator, check_anchor_identity, check_settings, check_templates, harness,
+                               plan, run_jobs)
+
+KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --help` and docs/keys/analyze.md
+    "runs_root": ("runs", "the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/"),
+    "out": ("reports", "where results, figures, tables and report.md go"),
+    "benches": (None, "null -> the profile's benches, or the Search-R1 seven + search_plan_ood"),
+    "profile": (None, "evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
+    "evaluate": (True, "false: only aggregate the evaluations already on disk"),
+    "anchor": (None, "base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
+    "anchor_dir": (None, "null -> <runs_root>/_anchor"),
+    "metrics": (["em", "f1"], "QA metrics tabulated and plotted"),
+    "n_boot": (2000, "bootstrap resamples of the confidence intervals"),
+    "boot_seed": (0, "seed of the bootstrap"),
+    "conf": (0.95, "confidence level of the intervals"),
+    "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
+    "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
+    "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
+    "slurm.gpus_per_task": (None, "launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
+                                  "with backend=vllm), 1 by default"),
+    "slurm.concurrency": (None, "launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap"),
+    "slurm.partition": (None, "launcher=slurm: --partition (null: the cluster's default)"),
+    "slurm.time": (None, "launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)"),
+    "slurm.account": (None, "launcher=slurm: --account"),
+    "slurm.qos": (None, "launcher=slurm: --qos"),
+    "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--constraint=h100]"),
+    "slurm.setup": (None, "launcher=slurm: shell run before each job's command (module load, activate)"),
+    "python.eval": (None, "the interpreter of the evaluation and aggregation jobs (launcher=slurm), asked first for what "
+                          "they need (vllm for backend=vllm); null: this one"),
+    "slurm.after": (None, "launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)"),
+    "slurm.runs": (None, "launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
+                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)"),
+    "slurm.runs_after": (None, "with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
+                               "training array 5001; null: none); one that can never be met cancels the job"),
+    "eval_tasks": (None, "set by the aggregation job: the tasks.json of a Slurm evaluation array; evaluate nothing, "
+                         "report its failed tasks as gaps"),
+    "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
+    # Passed to the evals harness as its own config keys (also as plain n=, seed=, ...); null: the harness's default.
+    "eval.n": (None, "evaluate's n (items per bench)"),
+    "eval.seed": (None, "evaluate's seed"),
+    "eval.backend": (None, "evaluate's backend: hf | vllm"),
+    "eval.retriever": (None, "evaluate's retriever: bm25 | http"),
+    "eval.corpus": (None, "evaluate's corpus (retriever=bm25)"),
+    "eval.retriever_url": (None, "evaluate's retriever_url (retriever=http)"),
+    "eval.topk": (None, "evaluate's topk"),
+    "eval.bench_root": (None, "evaluate's bench_root (your own files)"),
+    "eval.sets": (None, "evaluate's sets: per-bench named item set, e.g. {nq: 'nq:hub'} (docs/data.md)"),
+    "eval.max_turns": (None, "evaluate's max_turns"),
+    "eval.max_model_len": (None, "evaluate's max_model_len"),
+    "eval.prompt": ("tool_agent", "evaluate's prompt for the runs' checkpoints (the anchor takes anchor_nudge)"),
+}
+DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
+ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
+
+
+def default_config() -> DictConfig:
+    return OmegaConf.create(DEFAULTS)
+
+
+HELP = """\
+analyze: transfer curves, tables and a report from a sweep of runs.
+
+  analyze runs_root=runs [benches=[nq,...,search_plan_ood]] [evaluate=true] [anchor=PATH_OR_HUB_ID]
+          [key=value ...]   (every key and its default below; eval.KEY=V: any other evaluate key)
+
+Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench not yet evaluated
+under the evaluation identity asked for (checkpoint content + settings; a result of another identity is
+re-evaluated, the old one renamed aside), and the anchor once (prompt=anchor_nudge, as step 0); bad
+evaluation settings are refused before anything runs. Then writes to `out`:
+results.parquet/.csv (tidy: arm, seed, step, bench, metric, value, n), figures/*.pdf|png,
+tables/*.md|tex, report.md (with provenance and every missing point) and report.html (the same, plus
+every trajectory and a paired view of two checkpoints; its data in report_data/, loaded on demand from disk).
+evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
+eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
+Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
+launcher=slurm evaluates on a Slurm cluster instead: one array task per checkpoint still to evaluate
+(slurm.gpus_per_task GPUs each, at most slurm.concurrency at once, requeue-safe; warned before the time
+limit, a task stops and requeues itself while it makes progress), then an aggregation job (afterany) that
+writes the report, failed tasks listed as gaps; slurm.runs=[DIR,...]: one job per run instead, each after
+its slurm.runs_after dependency (launch/eval_slurm.py; docs/how-to/slurm.md).
+study=NAME (recipes/study/NAME.yaml, or a path) adds tables/reference.md|tex: the study's published
+numbers, labelled "reported", beside the values measured here (never part of a CI).
+Evaluation keys (n, seed, backend, ...) go to the evals harness;
+eval.KEY=VALUE passes any other harness key.
+
+Keys (key=default  description):
+"""
+
+
+def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
+    lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
+    lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
+              f"{'' if r.done else ' (not finished)'}" for r in runs]
+    lines.append(f"evaluations to run: {len(jobs)}")
+    for j in jobs:
+        lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")
+        lines += [f"    {b}: held under another evaluation identity ({'; '.join(d)}): re-evaluated, the old "
+                  "results renamed aside" for b, d in j.stale.items()]
+    lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md, report.html, report_data/}}")
+    return "\n".join(lines)
+
+
+def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
+    """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
+    python = interpreter.named(cfg.python, "eval")
+    if python is None:
+        return
+    backend = eval_opts.get("backend")
+    if backend is None and profile:
+        from evals.profiles import load_profile
+
+        backend = load_profile(profile)["evaluate"].get("backend")
+    why = interpreter.check("eval", python, interpreter.eval_needs(backend))
+    if why:
+        raise AnalysisError(why)
+
+
+def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> AnalysisResult | None:
+    """Run the whole analysis: plan and run (or submit) the evaluations, then write the report
+    (analysis.sweep.write_analysis); returns None for `dry_run=true` (the plan is printed) or a Slurm
+    submission."""
+    cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
+    root = Path(cfg.runs_root)
+    profile = cfg.profile or None
+    reference_sizes, benches = {}, list(DEFAULT_BENCHES)
+    if profile:
+        from evals.profiles import load_profile  # recipes/eval/<profile>.yaml (ConfigError when unknown)
+
+        loaded = load_profile(profile)
+        reference_sizes = loaded["reference_sizes"]
+        benches = list(loaded["evaluate"].get("benches") or benches)
+    benches = list(cfg.benches) if cfg.benches else benches
+    try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
+        benches = [canonical_bench_key(str(b)) for b in benches]
+    except BenchError as exc:
+        raise AnalysisError(f"benches: {exc}") from None
+    anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
+    if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
+        anchor = str(Path(anchor).resolve())
+    anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else root / "_anchor"
+    check_anchor_identity(anchor_dir, anchor)
+    eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
+    if profile:
+        eval_opts["profile"] = profile
+    study = None
+    if cfg.study:
+        from common.study import load_study  # a bad study file is a one-line error before any evaluation
+
+        from analysis.reference import expected
+
+        study = load_study(str(cfg.study))
+        expected(study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
+    check_launcher(cfg)
+    check_python(cfg, eval_opts, profile)
+    h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
+    resolved = None
+    if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
+        resolved = check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
+    if cfg.launcher == "slurm" and cfg.slurm.runs is not None and not cfg.eval_tasks:
+        submit_runs(cfg, eval_opts, benches, anchor, anchor_dir, profile)   # each run's job plans its own checkpoints
+        return None
+    runs = discover_runs(root, profile)
+    with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
+        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
+    if h is not None:
+        check_templates(h, jobs, eval_opts)
+    if cfg.dry_run:
+        print(describe_plan(runs, jobs, cfg))
+        if isinstance(resolved, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
+            print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
+                  + OmegaConf.to_yaml(resolved).rstrip())
+    if cfg.launcher == "slurm" and jobs:   # the evaluations go to a job array; its aggregation job writes the report
+        submit_analysis(cfg, jobs, eval_opts, anchor_dir)
+        return None
+    if cfg.dry_run:
+        return None
+    if cfg.eval_tasks:   # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
+        ev = tasks_report(Path(cfg.eval_tasks))
+        jobs = ev.jobs
+    else:
+        ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
+    return write_analysis(cfg, runs=runs, jobs=jobs, ev=ev, benches=benches, anchor=anchor, anchor_dir=anchor_dir,
+                          profile=profile, reference_sizes=reference_sizes, study=study)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    if wants_help(argv):
+        print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
+        return 0
+    cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",))
+    return print_result(run_analysis(cfg))
+
+
+def print_result(result) -> int:
+    """The closing line of an analysis (nothing for a dry run or a Slurm submission: they print their own)."""
+    if result is None:
+        return 0
+    print(f"wrote {result.report} ({len(result.table)} result rows, {len(result.figures)} figures, "
+          f"{len(result.tables)} tables; evaluated {len(result.evaluated.jobs)} checkpoint(s), "
+          f"{len(result.evaluated.failures)} failed; {len(result.missing)} missing point(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

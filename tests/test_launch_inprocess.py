@@ -1,0 +1,88 @@
+"""Stages called in-process by sweeps and studies (launch/inprocess.py): the same exit status and messages,
+nothing left behind for the next stage; a stage whose interpreter is another stays a child process."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.cli import ConfigError, run_cli
+from launch import inprocess, study, sweep
+
+
+def _messy_stage(tmp_path: Path, code):
+    """A stage's main that leaves state behind: an env var, another cwd, a root logging handler and level."""
+    made = {}
+
+    def main(argv: list[str]) -> int:
+        made["argv"] = argv
+        os.environ["DTSFT_TEST_LEAK"] = "1"
+        os.environ.pop("DTSFT_TEST_KEEP", None)
+        os.chdir(tmp_path)
+        made["handler"] = logging.FileHandler(tmp_path / "stage.log")
+        logging.getLogger().addHandler(made["handler"])
+        logging.getLogger().setLevel(logging.DEBUG)
+        logging.getLogger("dtsft.test.stage").addHandler(logging.NullHandler())
+        print("stage output")
+        if isinstance(code, BaseException):
+            raise code
+        return code
+
+    return main, made
+
+
+@pytest.mark.parametrize("code, status", [(0, 0), (3, 3), (SystemExit(2), 2), (SystemExit(None), 0),
+                                          (SystemExit("bad thing"), 1), (RuntimeError("boom"), 1)])
+def test_a_stage_in_process_leaves_nothing_behind_and_keeps_its_status(tmp_path, monkeypatch, capsys, code, status):
+    monkeypatch.setenv("DTSFT_TEST_KEEP", "kept")
+    cwd, root = os.getcwd(), logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    main, made = _messy_stage(tmp_path, code)
+    assert inprocess.run_main(main, ["a=1"], env=dict(os.environ, DTSFT_STUDY_TEST="x"), quiet=True) == status
+    assert made["argv"] == ["a=1"]
+    assert "DTSFT_TEST_LEAK" not in os.environ and os.environ["DTSFT_TEST_KEEP"] == "kept"
+    assert "DTSFT_STUDY_TEST" not in os.environ
+    assert os.getcwd() == cwd
+    assert root.handlers == handlers and root.level == level and made["handler"].stream is None   # closed
+    assert logging.getLogger("dtsft.test.stage").handlers == []
+    out, err = capsys.readouterr()
+    assert "stage output" not in out   # quiet: its stdout hidden
+    assert ("bad thing" in err) == (status == 1 and isinstance(code, SystemExit))
+    assert ("RuntimeError: boom" in err) == isinstance(code, RuntimeError)
+
+
+def test_a_refusal_in_process_is_the_same_one_line_and_exit_2(capsys):
+    def refuses(argv):
+        raise ConfigError("eval.nn: not a key of evaluate (did you mean eval.n?)")
+
+    assert inprocess.run_main(lambda argv: run_cli(refuses, argv), []) == 2
+    assert capsys.readouterr().err == "error: eval.nn: not a key of evaluate (did you mean eval.n?)\n"
+
+
+def test_a_stage_in_another_interpreter_stays_a_child_process(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(study, "run_child", lambda cmd, env, quiet=False: calls.append(("child", cmd)) or 0)
+    monkeypatch.setattr(study, "run_main", lambda main, argv, env, quiet=False: calls.append(("here", main, argv)) or 0)
+    launch = object()
+    assert study.run_stage([sys.executable, "-m", "launch.cli", "sweep", "arms=[r2e]"], {}, launch) == 0
+    other = str(tmp_path / "eval-env" / "bin" / "python")
+    assert study.run_stage([other, "-m", "launch.analyze", "runs_root=r"], {}, launch) == 0
+    from launch.analyze import main as analyze_main
+
+    assert study.run_stage([sys.executable, "-m", "launch.analyze", "runs_root=r"], {}, launch) == 0
+    assert calls == [("here", launch, ["sweep", "arms=[r2e]"]), ("child", [other, "-m", "launch.analyze", "runs_root=r"]),
+                     ("here", analyze_main, ["runs_root=r"])]
+
+
+def test_the_sweeps_analysis_runs_in_process_unless_its_interpreter_is_another(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(inprocess, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd[0])) or 5)
+    monkeypatch.setattr(inprocess, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
+    assert sweep._run_analyze(sweep.analyze_command("runs", "rl_ood"), quiet=True) == 0
+    other = str(tmp_path / "python")
+    assert sweep._run_analyze(sweep.analyze_command("runs", "rl_ood", python=other)) == 5
+    assert calls == [("here", ["runs_root=runs", "profile=rl_ood", f"out={Path('runs') / '_reports' / 'rl_ood'}"]),
+                     ("child", other)]
