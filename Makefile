@@ -1,4 +1,4 @@
-# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+# On a fresh machine `make demo` (the CPU demo) and `make test` (the main test tier) set everything up.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -16,8 +16,8 @@ VLLM_CPU_TRANSFORMERS ?= transformers>=5.16.1,<5.20
 
 .PHONY: venv venv-vllm demo docs lint test test-fast test-vllm test-browser bench gpu-check gpu-wheels clean
 
-# .core: what the demo needs (the project and its core dependencies); .installed: + the [dev] extra
-# (pytest, trl for the TRL adapter tests, ruff) for `make test`.
+# .core: what the demo needs (the project and its core dependencies); .installed: + the [dev,rl,babyai,docs]
+# extras (pytest, ruff; trl for the TRL adapter tests; minigrid; mkdocs) for `make test`.
 $(BIN)/.core: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -56,9 +56,13 @@ lint: venv
 	$(BIN)/ruff check .
 
 # the documentation site (mkdocs.yml, docs/) into the git-ignored site/; --strict: a broken link or anchor,
-# or a page missing from the nav, fails (never add --quiet: it hides the warnings --strict counts)
+# or a page missing from the nav, fails (never add --quiet: it hides the warnings --strict counts); then
+# tools/check_site.py: every fenced block rendered as code (runnable ones included), no literal fence marker, no
+# insider word in the prose; and the generated pages (key tables, the pipeline diagram) fresh
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	$(BIN)/python tools/check_site.py site=site docs=docs
+	$(BIN)/python tools/pipeline_diagram.py --check
 
 # Both cores: pytest-xdist, one test file per worker at a time (--dist loadfile keeps a module's
 # fixtures built once); tests/shared_guard.py fails any test that writes into an artefact others read.

@@ -1,8 +1,10 @@
 """The docs' own commands, run from their text: the one place README/docs commands are tested.
 
-- Every fenced block whose info string is `bash cpu` in README.md or docs/**/*.md is executed, the
-  blocks of one page in order in one scratch directory (a later block may read what an earlier one
-  wrote), with bash -euo pipefail and a timeout: a renamed key or a changed default fails here.
+- Every runnable block in README.md or docs/**/*.md (a plain ```bash fence on the line right after the
+  marker `<!-- runnable: cpu -->`, which renders as code on the site and on GitHub and is hidden there) is
+  executed, the blocks of one page in order in one scratch directory (a later block may read what an
+  earlier one wrote), with bash -euo pipefail and a timeout: a renamed key or a changed default fails here.
+  tools/check_site.py (run by `make docs`) checks that each of them renders as code on the built site.
 - Every line of the README's code blocks as frozen before the docs move (tests/data/readme_lines.json)
   still appears in the README or a docs page, or is listed as dropped with its reason.
 """
@@ -19,12 +21,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-BLOCK = re.compile(r"^```bash cpu[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+MARKER = "<!-- runnable: cpu -->"
+BLOCK = re.compile(r"^<!-- runnable: cpu -->[ \t]*\n```bash[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 TIMEOUT_S = 300
 
 
 def cpu_blocks(text: str) -> list[tuple[int, str]]:
-    """(line number, body) of each ```bash cpu block."""
+    """(line number of the marker, body) of each runnable block."""
     return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in BLOCK.finditer(text)]
 
 
@@ -53,7 +56,7 @@ def test_cpu_blocks_run(page, tmp_path):
 
 def test_a_block_with_a_renamed_key_fails(tmp_path):
     """The runner reports a broken command: one key renamed in an otherwise good block."""
-    text = "```bash cpu\ndata-prep arm=mixed tokenizer=tiny out=m data=synthetic nn=8\n```\n"
+    text = f"{MARKER}\n```bash\ndata-prep arm=mixed tokenizer=tiny out=m data=synthetic nn=8\n```\n"
     [(line, body)] = cpu_blocks(text)
     proc = run_block(body, tmp_path)
     assert line == 1 and proc.returncode == 2 and "unknown key 'nn'" in proc.stderr
