@@ -68,6 +68,13 @@ def texts() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print("usage: python tools/format_examples.py [--check]: writes the dataset-format examples docs/formats.md shows; --check only reports whether the files are fresh (exit 1 when stale)")
+        return 0
+    unknown = [a for a in argv if a != "--check"]
+    if unknown:
+        print(f"tools/format_examples.py: unknown argument(s) {' '.join(unknown)} (expected --check or nothing)", file=sys.stderr)
+        return 2
     want = texts()
     if "--check" in argv:
         stale = [n for n, t in want.items() if not (OUT / n).is_file() or (OUT / n).read_text(encoding="utf-8") != t]
