@@ -69,7 +69,8 @@ def texts() -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print("usage: python tools/format_examples.py [--check]: writes the dataset-format examples docs/formats.md shows; --check only reports whether the files are fresh (exit 1 when stale)")
+        print("usage: python tools/format_examples.py [--check]: writes the dataset-format examples docs/formats.md shows"
+              "; --check only reports whether the files are fresh (exit 1 when stale)")
         return 0
     unknown = [a for a in argv if a != "--check"]
     if unknown:

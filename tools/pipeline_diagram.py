@@ -95,7 +95,8 @@ def page(root: Path = ROOT) -> str:
 
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print("usage: python tools/pipeline_diagram.py [--check]: writes docs/pipeline.md from the code's imports; --check only reports whether the files are fresh (exit 1 when stale)")
+        print("usage: python tools/pipeline_diagram.py [--check]: writes docs/pipeline.md from the code's imports"
+              "; --check only reports whether the files are fresh (exit 1 when stale)")
         return 0
     unknown = [a for a in argv if a != "--check"]
     if unknown:
