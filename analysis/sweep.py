@@ -13,6 +13,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.aggregate import Points
+from analysis.axes import build_axis, check_axis
 from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
 from analysis.discover import ANCHOR_ARM, Run, discover_runs, read_json_object, replaced_dirs
@@ -45,6 +46,19 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "n_boot": (2000, "bootstrap resamples of the confidence intervals"),
     "boot_seed": (0, "seed of the bootstrap"),
     "conf": (0.95, "confidence level of the intervals"),
+    "power.pilot": (None, "a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
+                          "items needed for power.power at power.effect and the design's minimum detectable effect, "
+                          "then exit (analysis/power.py states the variance model)"),
+    "power.effect": (0.042, "the target effect (difference to the anchor in the metric's units)"),
+    "power.power": (0.8, "the target power"),
+    "power.alpha": (0.05, "the two-sided test level"),
+    "power.metric": ("em", "the per-item metric the power is for"),
+    "power.seed_sd": (0.0, "the seed SD assumed when the pilot has one seed (it cannot be estimated from it)"),
+    "power.max_seeds": (10, "the items needed are listed for 1..max_seeds seeds"),
+    "power.design_items": (None, "the current design's items per bench (null: the pilot's)"),
+    "power.design_seeds": (None, "the current design's seeds (null: the pilot's)"),
+    "axis": ("step", "x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
+                     "read exactly from the runs' metrics.jsonl; analysis/axes.py)"),
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
     "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
@@ -99,6 +113,7 @@ class AnalysisResult:
     evaluated: EvalReport = field(default_factory=EvalReport)
     report: Path | None = None
     html: Path | None = None  # report.html (analysis.html), next to report.md
+    problems: list[str] = field(default_factory=list)  # read problems found after collecting (behaviour)
 
 
 def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev: EvalReport,
@@ -184,6 +199,50 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
+def power_report(cfg: DictConfig, benches: list[str] | None, profile: str | None) -> str:
+    """`analyze power.pilot=...`: the design-power answer (analysis.power), printed."""
+    from analysis import power
+
+    p = cfg.power
+    for key, value, ok in (("power.power", p.power, 0 < p.power < 1), ("power.alpha", p.alpha, 0 < p.alpha < 1),
+                           ("power.effect", p.effect, p.effect != 0), ("power.max_seeds", p.max_seeds, p.max_seeds >= 1),
+                           ("power.seed_sd", p.seed_sd, p.seed_sd >= 0)):
+        if not ok:
+            raise AnalysisError(f"{key}={value}: out of range")
+    pilots = power.read_pilots(Path(p.pilot), benches, str(p.metric), profile,
+                               Path(cfg.anchor_dir) if cfg.anchor_dir else None)
+    return power.report(pilots, effect=float(p.effect), target=float(p.power), alpha=float(p.alpha),
+                        seed_sd=float(p.seed_sd), max_seeds=int(p.max_seeds), items=p.design_items, seeds=p.design_seeds)
+
+
+def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], anchor_eval: Path, qa: list[str],
+                  out: Path) -> None:
+    """The behaviour decomposition's tables (decomposition, stages), figure and per-checkpoint CSV."""
+    from analysis import behaviour
+
+    have_anchor = (anchor_eval / "summary.json").is_file()
+    dec = behaviour.decompose_runs(runs, anchor_eval if have_anchor else None, qa)
+    anchor, ids = {}, {}
+    for bench in qa if have_anchor else []:
+        try:
+            b = behaviour.bench_behaviour(anchor_eval, bench)
+        except AnalysisError as exc:
+            dec.problems.append(str(exc))
+            continue
+        if b is not None:
+            anchor[bench], ids[bench] = b, behaviour.identity_label(anchor_eval, bench)
+    result.problems += dec.problems
+    if not dec.points and not anchor:
+        return
+    main, stages = behaviour.decomposition_tables(dec, anchor, ids)
+    for name, t in (("decomposition", main), ("behaviour_stages", stages)):
+        result.tables[name] = t
+        table_paths[name] = t.write(out / "tables" / name)
+    table_paths["decomposition"].append(behaviour.write_csv(dec, out / "tables" / "decomposition_points.csv"))
+    if dec.points:
+        result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition"))
+
+
 def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
     """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
     from common import interpreter
@@ -238,6 +297,10 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     from analysis.slurm import check_launcher, submit_analysis, submit_runs, tasks_report
 
     check_launcher(cfg)
+    check_axis(str(cfg.axis))
+    if cfg.power.pilot:
+        print(power_report(cfg, benches if cfg.benches else None, profile))
+        return None
     check_python(cfg, eval_opts, profile)
     h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     resolved = None
@@ -282,16 +345,20 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     arms = sorted({r.arm for r in runs})
     steps = _arm_steps(runs)
     result = AnalysisResult(out=out, table=table, evaluated=ev)
+    axis = build_axis(str(cfg.axis), runs)
+    result.problems += axis.problems
     for metric in cfg.metrics:
         panels = _panels(table, qa, metric)
         if panels:
-            result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / f"curves_{metric}"))
+            result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / f"curves_{metric}",
+                                              axis=axis))
     if "search_plan_ood" in agentic_benches(table.bench):
         panels = _ood_panels(table)
-        result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / "search_plan_ood_components"))
+        result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / "search_plan_ood_components",
+                                          axis=axis))
     behaviour = _behaviour_panels(table, qa)
     if behaviour:
-        result.figures.append(plot_curves(points, behaviour, arms, steps, out / "figures" / "behaviour"))
+        result.figures.append(plot_curves(points, behaviour, arms, steps, out / "figures" / "behaviour", axis=axis))
     table_paths: dict[str, list[Path]] = {}
     for metric in cfg.metrics:
         cols = table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), metric)
@@ -306,6 +373,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if pp.rows:
         result.tables["prepost"] = pp.table()
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
+    if qa:  # format vs capability (analysis.behaviour): the rows evaluate wrote, per checkpoint and bench
+        add_behaviour(result, table_paths, runs, anchor_eval, qa, out)
     if study is not None and study.reference_results:
         from analysis.reference import reference_table
 
@@ -314,11 +383,12 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         result.tables["reference"] = reference_table(study, add_mean_rows(table, qa), runs, anchor_model)
         table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
-    problems = sorted(set(points.problems + pp.problems + [p for r in runs for p in r.problems]))
+    problems = sorted(set(points.problems + pp.problems + result.problems + [p for r in runs for p in r.problems]))
     settings = {"runs_root": cfg.runs_root, "profile": profile, "benches": benches, "n_boot": cfg.n_boot,
                 **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),
                 "boot_seed": cfg.boot_seed,
-                "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures)}
+                "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures),
+                "axis": cfg.axis if cfg.axis == "step" else f"{cfg.axis} ({axis.label}, from metrics.jsonl)"}
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
