@@ -5,6 +5,8 @@ import math
 import pytest
 from test_analysis_helpers import make_run, write_eval
 
+from analysis.axes import build_axis
+from analysis.discover import discover_runs
 from analysis.sweep import run_analysis
 
 
@@ -26,19 +28,30 @@ def _tree(tmp_path):
     return root
 
 
-@pytest.mark.parametrize("axis,key", [("tokens", "tokens_seen"), ("trainable_tokens", "trainable_tokens_seen"),
-                                      ("examples", "examples_seen")])
-def test_a_compute_axis_draws_each_checkpoint_at_its_metrics_counter(tmp_path, axis, key):
+def _rows(root, arm):
+    return {json.loads(line)["step"]: json.loads(line) for line in (root / arm / "seed0" / "metrics.jsonl").read_text().splitlines()}
+
+
+def test_a_tokens_seen_figure_draws_each_checkpoint_at_its_metrics_counter(tmp_path):
     root = _tree(tmp_path)
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False,
-                        "n_boot": 50, "axis": axis, "metrics": ["em"]})
+                        "n_boot": 50, "axis": "tokens", "metrics": ["em"]})
     fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
     for arm in ("r2e", "search"):
-        rows = {json.loads(line)["step"]: json.loads(line) for line in
-                (root / arm / "seed0" / "metrics.jsonl").read_text().splitlines()}
-        assert fig.x["nq"][arm] == [float(rows[2][key]), float(rows[4][key])]
-    assert fig.xlabel.endswith("seen") and f"`{key}`" in fig.caption
-    assert f"axis={axis} (" in (tmp_path / "o" / "report.md").read_text()
+        rows = _rows(root, arm)
+        assert fig.x["nq"][arm] == [float(rows[2]["tokens_seen"]), float(rows[4]["tokens_seen"])]
+    assert fig.xlabel == "tokens seen" and "`tokens_seen`" in fig.caption
+    assert "axis=tokens (" in (tmp_path / "o" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("axis,key", [("trainable_tokens", "trainable_tokens_seen"), ("examples", "examples_seen")])
+def test_every_compute_axis_reads_its_own_counter(tmp_path, axis, key):
+    root = _tree(tmp_path)
+    a = build_axis(axis, discover_runs(root))
+    for arm in ("r2e", "search"):
+        rows = _rows(root, arm)
+        assert [a.x(arm, s) for s in (0, 2, 4)] == [0.0, float(rows[2][key]), float(rows[4][key])]
+    assert a.problems == []
 
 
 def test_the_step_axis_is_the_default_and_a_missing_counter_is_a_gap(tmp_path, capsys):
