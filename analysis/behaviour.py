@@ -45,6 +45,14 @@ FAILURE_KINDS = ("tool_call_parse_error", "tool_call_refused", "no_call_no_answe
 _RAW_FINISH = re.compile(r"\"name\"\s*:\s*\"(?:finish|submit)\"")
 
 
+class MissingField(AnalysisError):
+    """Rows without a field the decomposition needs (not rows today's evaluate writes): not decomposed."""
+
+    def __init__(self, message: str, key: str):
+        super().__init__(message)
+        self.key = key
+
+
 @dataclass(frozen=True)
 class Episode:
     """What the decomposition needs of one `<bench>.jsonl` row: its id and EM, the extraction rule and stop
@@ -84,7 +92,7 @@ def episode(row: dict, where: str) -> Episode:
     """One row read; a row missing a field the decomposition needs is an error naming it."""
     for key in ("id", "extract_rule", "stop_reason", "num_tool_errors", "metrics"):
         if key not in row:
-            raise AnalysisError(f"{where}: row has no `{key}` (needed by the behaviour decomposition)")
+            raise MissingField(f"{where}: row has no `{key}` (needed by the behaviour decomposition)", key)
     em = row["metrics"].get("em") if isinstance(row["metrics"], dict) else None
     if not isinstance(em, (int, float)) or isinstance(em, bool) or not math.isfinite(em):
         raise AnalysisError(f"{where}: row {row['id']!r} has no numeric metrics.em")
@@ -231,6 +239,7 @@ class Decomposed:
 
     points: list[Point] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # "who × bench" -> why it was not decomposed
 
     def finals(self) -> list[Point]:
         """Each run × bench at its final evaluated step."""
@@ -253,6 +262,20 @@ def identity_label(eval_dir: Path, bench: str) -> str:
     return str(fp)[:10] if fp else UNRECORDED
 
 
+def load_behaviour(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> Behaviour | None:
+    """`bench_behaviour`, with what it can't read recorded on `dec`: rows lacking a field the decomposition
+    needs under `skipped` (shown beside the table), anything else wrong under `problems`."""
+    from analysis.collect import qa_label
+
+    try:
+        return bench_behaviour(eval_dir, bench)
+    except MissingField as exc:
+        dec.skipped[f"{who} × {qa_label(bench)}"] = f"rows without `{exc.key}` (an older evaluate's?)"
+    except AnalysisError as exc:
+        dec.problems.append(str(exc))
+    return None
+
+
 def decompose_runs(runs, anchor_dir: Path | None, benches: list[str]) -> Decomposed:
     """Every evaluated step (> 0) of every run × QA bench against its pre evaluation (an RL run's own step
     0, else the anchor). A pair whose recorded identities differ beyond the design (analysis.prepost's rule)
@@ -263,13 +286,9 @@ def decompose_runs(runs, anchor_dir: Path | None, benches: list[str]) -> Decompo
     out = Decomposed()
     cache: dict[tuple[Path, str], Behaviour | None] = {}
 
-    def load(d: Path, bench: str) -> Behaviour | None:
+    def load(d: Path, bench: str, who: str) -> Behaviour | None:
         if (d, bench) not in cache:
-            try:
-                cache[(d, bench)] = bench_behaviour(d, bench)
-            except AnalysisError as exc:
-                out.problems.append(str(exc))
-                cache[(d, bench)] = None
+            cache[(d, bench)] = load_behaviour(d, bench, who, out)
         return cache[(d, bench)]
 
     for run in runs:
@@ -278,10 +297,11 @@ def decompose_runs(runs, anchor_dir: Path | None, benches: list[str]) -> Decompo
         pre_dir = run.evals[0] if own_start else anchor_dir
         source = "step 0" if own_start else "anchor"
         for bench in benches:
-            if pre_dir is None or (pre := load(pre_dir, bench)) is None or math.isnan(pre.em):
+            if pre_dir is None or (pre := load(pre_dir, bench, "anchor" if source == "anchor" else label)) is None \
+                    or math.isnan(pre.em):
                 continue
             for step in sorted(s for s in run.evals if s > 0):
-                if (b := load(run.evals[step], bench)) is None or math.isnan(b.em):
+                if (b := load(run.evals[step], bench, label)) is None or math.isnan(b.em):
                     continue
                 ident = identity_label(run.evals[step], bench)
                 recorded = ident != UNRECORDED and identity_label(pre_dir, bench) != UNRECORDED
@@ -321,6 +341,8 @@ def decomposition_tables(dec: Decomposed, anchor: dict[str, Behaviour], anchor_i
                "identity: ΔEM = Δp·EM₀|ok + p₁·ΔEM|ok + Δ[(1−p)·EM|¬ok], p = share of well-formed episodes with "
                "an extractable answer; pre is the anchor (SFT arms) or the run's own step 0 (RL). Rates of the "
                "post checkpoint; the three parts add up to ΔEM exactly (analysis/behaviour.py).")
+    if dec.skipped:
+        caption += " Not decomposed: " + "; ".join(f"{k}: {v}" for k, v in sorted(dec.skipped.items())) + "."
     main = Table(caption, [Column("", "", c, "") for c in DECOMPOSITION_COLUMNS], row_header="Run")
     stages = Table("Extraction stage that fired (evals/extract.py RULES), stop reason and format failures by kind "
                    "(an episode may have several), per evaluation; counts of episodes.",

@@ -224,15 +224,10 @@ def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], an
     dec = behaviour.decompose_runs(runs, anchor_eval if have_anchor else None, qa)
     anchor, ids = {}, {}
     for bench in qa if have_anchor else []:
-        try:
-            b = behaviour.bench_behaviour(anchor_eval, bench)
-        except AnalysisError as exc:
-            dec.problems.append(str(exc))
-            continue
-        if b is not None:
+        if (b := behaviour.load_behaviour(anchor_eval, bench, "anchor", dec)) is not None:
             anchor[bench], ids[bench] = b, behaviour.identity_label(anchor_eval, bench)
     result.problems += dec.problems
-    if not dec.points and not anchor:
+    if not dec.points and not anchor and not dec.skipped:
         return
     main, stages = behaviour.decomposition_tables(dec, anchor, ids)
     for name, t in (("decomposition", main), ("behaviour_stages", stages)):
