@@ -15,7 +15,8 @@ import pandas as pd
 
 from analysis.collect import MEAN_BENCH, example_metric
 from analysis.discover import ANCHOR_ARM
-from analysis.stats import Interval, PairedResult, bootstrap_means, paired_bootstrap, t_interval
+from analysis.stats import (Band, Interval, PairedResult, bonferroni_band, bootstrap_means, paired_bootstrap,
+                            simultaneous_band, t_interval)
 
 NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, 0, "point")
 
@@ -84,6 +85,28 @@ class Points:
         alpha = (1 - self.conf) / 2
         lo, hi = np.quantile(boot, [alpha, 1 - alpha])
         return Interval(mean, float(lo), float(hi), 1, "bootstrap")
+
+
+    def simultaneous(self, arm: str, bench: str, metric: str, steps: list[int]) -> tuple[list[int], Band] | None:
+        """The simultaneous band over the arm's evaluated `steps` (analysis.stats): one seed, the max-t
+        bootstrap over the items every step shares (None unless every step evaluated the same ids);
+        the same >= 2 seeds at every step, the Bonferroni t band. None for the QA mean or < 2 steps."""
+        if bench == MEAN_BENCH:
+            return None
+        have = [(s, self.values(arm, s, bench, metric)) for s in steps]
+        have = [(s, v) for s, v in have if not v.empty]
+        if len(have) < 2 or len({tuple(v.index) for _, v in have}) != 1:
+            return None
+        done = [s for s, _ in have]
+        seeds = list(have[0][1].index)
+        if len(seeds) >= 2:
+            return done, bonferroni_band(np.array([v.to_numpy(float) for _, v in have]).T, self.conf)
+        per_step = [self.examples(arm, int(seeds[0]), s, bench, metric) for s in done]
+        if any(e is None or e.empty for e in per_step) or len({frozenset(e.index) for e in per_step}) != 1:
+            return None
+        ids = sorted(per_step[0].index)
+        x = np.array([e.loc[ids].to_numpy(float) for e in per_step]).T
+        return done, simultaneous_band(x, self.n_boot, self.boot_seed, self.conf)
 
 
 def metric_rows(table: pd.DataFrame, bench: str, metric: str) -> pd.DataFrame:

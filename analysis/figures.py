@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis.aggregate import Points, anchor_value, curve  # noqa: E402
+from analysis.axes import Axis  # noqa: E402
 
 OKABE_ITO = {
     "black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "bluish_green": "#009E73",
@@ -92,6 +93,9 @@ class FigureInfo:
     series: dict[str, list[str]] = field(default_factory=dict)  # panel title -> legend labels drawn
     gaps: dict[str, dict[str, int]] = field(default_factory=dict)  # panel -> arm -> NaN points
     xticks: dict[str, list[int]] = field(default_factory=dict)  # panel -> the steps ticked
+    x: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # panel -> arm -> the x drawn per step
+    xlabel: str = "step"
+    bands: dict[str, dict[str, str]] = field(default_factory=dict)  # panel -> arm -> simultaneous band drawn
     notes: dict[str, str] = field(default_factory=dict)  # panel -> the note drawn instead of a plot
     caption: str = ""
 
@@ -123,6 +127,11 @@ def tick_steps(steps) -> list[int]:
 def caption_text(methods: set[str], anchor_drawn: bool) -> str:
     bands = "; ".join(BAND_TEXT[m] for m in ("t", "bootstrap") if m in methods) or "none drawn (no interval available)"
     parts = [f"Bands: {bands}."]
+    joint = next((m for m in methods if m.startswith("simultaneous: ")), None)
+    if joint:
+        parts.append(f"Dotted: a simultaneous 95% band over the steps of each curve ({joint.split(': ', 1)[1]}; "
+                     "max-t bootstrap over the items for one seed, Bonferroni t across seeds), which covers the "
+                     "whole curve at once.")
     if anchor_drawn:
         parts.append("Step 0: the anchor (base model, anchor_nudge prompt) for SFT arms; "
                      "a run's own starting checkpoint (same prompt) where it has a step-0 evaluation.")
@@ -135,15 +144,17 @@ def _all_zero(values: list[float]) -> bool:
 
 
 def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dict[str, list[int]],
-                out_stem: Path, suptitle: str | None = None) -> FigureInfo:
+                out_stem: Path, suptitle: str | None = None, axis: Axis | None = None) -> FigureInfo:
     """Draw metric-vs-step curves (mean over seeds, 95% band) per arm, the anchor at step 0; save PDF + PNG.
 
     `steps[arm]` is every step the arm should have (checkpointed or expected); missing ones are gaps.
+    `axis` (analysis.axes): x is the step (default) or what training consumed by it (tokens seen, ...).
     """
+    axis = axis or Axis()
     out_stem = Path(out_stem)
     out_stem.parent.mkdir(parents=True, exist_ok=True)
     colours, markers = arm_colours(arms), arm_markers(arms)
-    info = FigureInfo(paths=[], panels=[p.title for p in panels])
+    info = FigureInfo(paths=[], panels=[p.title for p in panels], xlabel=axis.label)
     rows, cols, width = _layout(max(1, len(panels)))
     with plt.rc_context(RC):
         fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
@@ -164,17 +175,28 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                 info.notes[panel.title], info.series[panel.title], info.xticks[panel.title] = note, [], []
                 continue
             ticked: set[int] = set()
+            info.x[panel.title] = {}
             for arm, c in curves.items():
-                x = c.step.to_numpy(float)
+                x = np.array([axis.x(arm, int(s)) for s in c.step], dtype=float)
+                info.x[panel.title][arm] = x.tolist()
                 (line,) = ax.plot(x, c["mean"].to_numpy(float), marker=markers[arm], color=colours[arm],
                                   label=arm)
                 lo, hi = c.lo.to_numpy(float), c.hi.to_numpy(float)
                 if bounded(panel.metric):  # a t band can leave [0, 1]: clipped for display only
                     lo, hi = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
-                ok = np.isfinite(lo) & np.isfinite(hi)
+                ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(x)
                 if ok.any():
                     ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), where=ok,
                                     color=colours[arm], alpha=0.2, linewidth=0)
+                band = points.simultaneous(arm, panel.bench, panel.metric, [int(v) for v in c.step])
+                if band is not None:  # dotted: simultaneous over the steps, beside the per-step band
+                    bx = np.array([axis.x(arm, s) for s in band[0]], dtype=float)
+                    blo, bhi = band[1].lo, band[1].hi
+                    if bounded(panel.metric):
+                        blo, bhi = np.clip(blo, 0, 1), np.clip(bhi, 0, 1)
+                    for edge in (blo, bhi):
+                        ax.plot(bx, edge, linestyle=":", linewidth=0.8, color=colours[arm])
+                    info.bands.setdefault(panel.title, {})[arm] = band[1].method
                 handles.setdefault(arm, line)
                 drawn.append(arm)
                 info.gaps[panel.title][arm] = int(c["mean"].isna().sum())
@@ -192,7 +214,7 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                 drawn.append("anchor")
                 ticked.add(0)
                 anchor_drawn = True
-            if ticked:
+            if ticked and axis.name == "step":
                 info.xticks[panel.title] = tick_steps(ticked)
                 ax.set_xticks(info.xticks[panel.title])
                 ax.tick_params(axis="x", labelrotation=45 if len(info.xticks[panel.title]) > 5 else 0)
@@ -203,7 +225,7 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
             top = min(max(top, 0.1), 1.02) if bounded(panel.metric) else max(top, 0.1)
             ax.set_ylim(max(bottom, -0.02 * top), top)
             ax.set_title(panel.title)
-            ax.set_xlabel("step")
+            ax.set_xlabel(axis.label)
             ax.set_ylabel(panel.ylabel)
             ax.grid(True, linewidth=0.3, alpha=0.5)
             info.series[panel.title] = drawn
@@ -214,14 +236,22 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
         if order:
             fig.legend([handles[k] for k in order], labels, loc="upper center", ncol=len(order),
                        frameon=False, bbox_to_anchor=(0.5, 1.0))
-        info.caption = caption_text(methods, anchor_drawn)
-        fig.text(0.5, 0.0, info.caption, ha="center", va="top", fontsize=6, wrap=True)
+        simultaneous = sorted({m for arms_ in info.bands.values() for m in arms_.values()})
+        if simultaneous:
+            methods.add("simultaneous: " + " / ".join(simultaneous))
+        info.caption = caption_text(methods, anchor_drawn) + ("" if axis.name == "step" else " " + axis.caption())
         if suptitle:
             fig.suptitle(suptitle, y=1.06)
-        fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (PANEL_HEIGHT_IN * rows + 0.35)))
-        for ext, kw in (("pdf", {}), ("png", {"dpi": 300})):
-            path = out_stem.with_suffix(f".{ext}")
-            fig.savefig(path, **kw)
-            info.paths.append(path)
-        plt.close(fig)
+        save_figure(fig, info, out_stem, rows)
     return info
+
+
+def save_figure(fig, info: FigureInfo, out_stem: Path, rows: int) -> None:
+    """The caption under the figure, then PDF + PNG (300 dpi) at `out_stem` (listed in `info.paths`)."""
+    fig.text(0.5, 0.0, info.caption, ha="center", va="top", fontsize=6, wrap=True)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (PANEL_HEIGHT_IN * rows + 0.35)))
+    for ext, kw in (("pdf", {}), ("png", {"dpi": 300})):
+        path = out_stem.with_suffix(f".{ext}")
+        fig.savefig(path, **kw)
+        info.paths.append(path)
+    plt.close(fig)

@@ -14,6 +14,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from analysis.aggregate import Points
+from analysis.axes import build_axis
 from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
@@ -38,6 +39,7 @@ class AnalysisResult:
     evaluated: Any = None   # the evaluations' outcomes (launch.evaluation.EvalReport: jobs, failures)
     report: Path | None = None
     html: Path | None = None  # report.html (analysis.html), next to report.md
+    problems: list[str] = field(default_factory=list)  # read problems found after collecting (behaviour)
 
 
 def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev,
@@ -110,6 +112,29 @@ def _arm_steps(runs: list[Run]) -> dict[str, list[int]]:
     return {a: sorted(s) for a, s in steps.items()}
 
 
+def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], anchor_eval: Path, qa: list[str],
+                  out: Path) -> None:
+    """The behaviour decomposition's tables (decomposition, stages), figure and per-checkpoint CSV."""
+    from analysis import behaviour
+
+    have_anchor = (anchor_eval / "summary.json").is_file()
+    dec = behaviour.decompose_runs(runs, anchor_eval if have_anchor else None, qa)
+    anchor, ids = {}, {}
+    for bench in qa if have_anchor else []:
+        if (b := behaviour.load_behaviour(anchor_eval, bench, "anchor", dec)) is not None:
+            anchor[bench], ids[bench] = b, behaviour.identity_label(anchor_eval, bench)
+    result.problems += dec.problems
+    if not dec.points and not anchor and not dec.skipped:
+        return
+    main, stages = behaviour.decomposition_tables(dec, anchor, ids)
+    for name, t in (("decomposition", main), ("behaviour_stages", stages)):
+        result.tables[name] = t
+        table_paths[name] = t.write(out / "tables" / name)
+    table_paths["decomposition"].append(behaviour.write_csv(dec, out / "tables" / "decomposition_points.csv"))
+    if dec.points:
+        result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition"))
+
+
 def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches: list[str], anchor: str | None,
                    anchor_dir: Path, profile: str | None, reference_sizes: dict, study=None) -> AnalysisResult:
     """The report of an analysis whose evaluations are done: `runs` as discovered before them, `jobs` the
@@ -133,16 +158,20 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     arms = sorted({r.arm for r in runs})
     steps = _arm_steps(runs)
     result = AnalysisResult(out=out, table=table, evaluated=ev)
+    axis = build_axis(str(cfg.axis), runs)
+    result.problems += axis.problems
     for metric in cfg.metrics:
         panels = _panels(table, qa, metric)
         if panels:
-            result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / f"curves_{metric}"))
+            result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / f"curves_{metric}",
+                                              axis=axis))
     if "search_plan_ood" in agentic_benches(table.bench):
         panels = _ood_panels(table)
-        result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / "search_plan_ood_components"))
+        result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / "search_plan_ood_components",
+                                          axis=axis))
     behaviour = _behaviour_panels(table, qa)
     if behaviour:
-        result.figures.append(plot_curves(points, behaviour, arms, steps, out / "figures" / "behaviour"))
+        result.figures.append(plot_curves(points, behaviour, arms, steps, out / "figures" / "behaviour", axis=axis))
     table_paths: dict[str, list[Path]] = {}
     for metric in cfg.metrics:
         cols = table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), metric)
@@ -157,6 +186,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     if pp.rows:
         result.tables["prepost"] = pp.table()
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
+    if qa:  # format vs capability (analysis.behaviour): the rows evaluate wrote, per checkpoint and bench
+        add_behaviour(result, table_paths, runs, anchor_eval, qa, out)
     if study is not None and study.reference_results:
         from analysis.reference import reference_table
 
@@ -165,11 +196,12 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         result.tables["reference"] = reference_table(study, add_mean_rows(table, qa), runs, anchor_model)
         table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
-    problems = sorted(set(points.problems + pp.problems + [p for r in runs for p in r.problems]))
+    problems = sorted(set(points.problems + pp.problems + result.problems + [p for r in runs for p in r.problems]))
     settings = {"runs_root": cfg.runs_root, "profile": profile, "benches": benches, "n_boot": cfg.n_boot,
                 **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),
                 "boot_seed": cfg.boot_seed,
-                "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures)}
+                "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures),
+                "axis": cfg.axis if cfg.axis == "step" else f"{cfg.axis} ({axis.label}, from metrics.jsonl)"}
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,

@@ -353,19 +353,33 @@ def tokenize_rows(tokenizer, rows: list[Row]) -> list[Tokenized]:
     ids_all, offs_all = _encode([r.text for r in rows], tokenizer)
     out = []
     for row, ids, offs in zip(rows, ids_all, offs_all):
-        offs = np.asarray(offs, dtype=np.int64).reshape(-1, 2)
-        bounds = sorted({x for span in row.spans for x in span})
-        cuts = _straddled(offs, bounds)
-        retok = bool(cuts)
-        while cuts:  # cutting may (rarely) make another boundary straddled: cut there too
-            ids, offs = _encode_cut(tokenizer, row.text, cuts)
-            more = _straddled(offs, bounds) - cuts
-            if not more:
-                break
-            cuts |= more
+        ids, offs, retok = _cut_at_spans(tokenizer, row, ids, offs)
         labels, inexact = _label(row, ids, offs)
         out.append(Tokenized(list(ids), labels, retok, inexact))
     return out
+
+
+def _cut_at_spans(tokenizer, row: Row, ids, offs) -> tuple[list[int], np.ndarray, bool]:
+    """(ids, char offsets, retokenized) of `row.text`, re-encoded in pieces where a token crosses a span boundary."""
+    offs = np.asarray(offs, dtype=np.int64).reshape(-1, 2)
+    bounds = sorted({x for span in row.spans for x in span})
+    cuts = _straddled(offs, bounds)
+    retok = bool(cuts)
+    while cuts:  # cutting may (rarely) make another boundary straddled: cut there too
+        ids, offs = _encode_cut(tokenizer, row.text, cuts)
+        more = _straddled(offs, bounds) - cuts
+        if not more:
+            break
+        cuts |= more
+    return list(ids), offs, retok
+
+
+def token_offsets(tokenizer, row: Row) -> tuple[list[int], np.ndarray]:
+    """The token ids `tokenize_rows` gives `row` and each token's (start, end) character offsets in
+    `row.text` (for labelling tokens by what part of a message they come from)."""
+    (ids,), (offs,) = _encode([row.text], tokenizer)
+    ids, offs, _ = _cut_at_spans(tokenizer, row, ids, offs)
+    return ids, offs
 
 
 def _encode(texts: list[str], tokenizer) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from analysis.axes import check_axis
 from analysis.discover import Run, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, write_analysis
@@ -36,6 +37,19 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "n_boot": (2000, "bootstrap resamples of the confidence intervals"),
     "boot_seed": (0, "seed of the bootstrap"),
     "conf": (0.95, "confidence level of the intervals"),
+    "power.pilot": (None, "a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
+                          "items needed for power.power at power.effect and the design's minimum detectable effect, "
+                          "then exit (analysis/power.py states the variance model)"),
+    "power.effect": (0.042, "the target effect (difference to the anchor in the metric's units)"),
+    "power.power": (0.8, "the target power"),
+    "power.alpha": (0.05, "the two-sided test level"),
+    "power.metric": ("em", "the per-item metric the power is for"),
+    "power.seed_sd": (0.0, "the seed SD assumed when the pilot has one seed (it cannot be estimated from it)"),
+    "power.max_seeds": (10, "the items needed are listed for 1..max_seeds seeds"),
+    "power.design_items": (None, "the current design's items per bench (null: the pilot's)"),
+    "power.design_seeds": (None, "the current design's seeds (null: the pilot's)"),
+    "axis": ("step", "x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
+                     "read exactly from the runs' metrics.jsonl; analysis/axes.py)"),
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
     "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
@@ -123,6 +137,22 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
+def power_report(cfg: DictConfig, benches: list[str] | None, profile: str | None) -> str:
+    """`analyze power.pilot=...`: the design-power answer (analysis.power), printed."""
+    from analysis import power
+
+    p = cfg.power
+    for key, value, ok in (("power.power", p.power, 0 < p.power < 1), ("power.alpha", p.alpha, 0 < p.alpha < 1),
+                           ("power.effect", p.effect, p.effect != 0), ("power.max_seeds", p.max_seeds, p.max_seeds >= 1),
+                           ("power.seed_sd", p.seed_sd, p.seed_sd >= 0)):
+        if not ok:
+            raise AnalysisError(f"{key}={value}: out of range")
+    pilots = power.read_pilots(Path(p.pilot), benches, str(p.metric), profile,
+                               Path(cfg.anchor_dir) if cfg.anchor_dir else None)
+    return power.report(pilots, effect=float(p.effect), target=float(p.power), alpha=float(p.alpha),
+                        seed_sd=float(p.seed_sd), max_seeds=int(p.max_seeds), items=p.design_items, seeds=p.design_seeds)
+
+
 def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
     """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
     python = interpreter.named(cfg.python, "eval")
@@ -174,6 +204,10 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         study = load_study(str(cfg.study))
         expected(study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
     check_launcher(cfg)
+    check_axis(str(cfg.axis))
+    if cfg.power.pilot:
+        print(power_report(cfg, benches if cfg.benches else None, profile))
+        return None
     check_python(cfg, eval_opts, profile)
     h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     resolved = None

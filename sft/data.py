@@ -182,6 +182,23 @@ def global_batch(step: int, *, n: int, global_batch_size: int, seed: int) -> tup
     return epoch, order[pos * global_batch_size:(pos + 1) * global_batch_size]
 
 
+SEEN_KEYS = ("examples_seen", "rows_seen", "tokens_seen", "trainable_tokens_seen")
+
+
+def seen_before(data: TrainData, steps: int, *, global_batch_size: int, seed: int) -> dict[str, int]:
+    """What optimizer steps 1..`steps` consumed in all (`SEEN_KEYS`: trajectories, rows, tokens and
+    trainable tokens), from the same deterministic batches the trainer draws: exact, on any world size."""
+    seen = dict.fromkeys(SEEN_KEYS, 0)
+    for step in range(steps):
+        _, traj = global_batch(step, n=data.n, global_batch_size=global_batch_size, seed=seed)
+        idx = data.rows_of(traj)
+        seen["examples_seen"] += len(traj)
+        seen["rows_seen"] += len(idx)
+        seen["tokens_seen"] += int(data.num_tokens[idx].sum())
+        seen["trainable_tokens_seen"] += int(data.num_trainable[idx].sum())
+    return seen
+
+
 def split_across_ranks(indices, lengths, world: int) -> list[list[int]]:
     """Longest-first onto the rank with the fewest tokens so far (ties: fewer rows, lower rank)."""
     shares: list[list[int]] = [[] for _ in range(world)]

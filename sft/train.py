@@ -35,7 +35,8 @@ from common.tracking import MetricsLog, Wandb
 from . import checkpoint as ckpt
 from .config import TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
 from .console import StepConsole
-from .data import DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, pack_budget, plan_step
+from .data import (DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, pack_budget, plan_step,
+                   seen_before)
 from .metrics import lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
 from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
 from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
@@ -101,6 +102,13 @@ def prepare_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device, dt
     return model, liger
 
 
+def micro_batch_loss(model, mb, num_items_in_batch):
+    """The model output whose `.loss` is the training loss of one packed micro-batch: the sum of its
+    token losses (targets `mb.shift_labels`) divided by `num_items_in_batch`."""
+    return model(input_ids=mb.input_ids, position_ids=mb.position_ids, labels=mb.labels, shift_labels=mb.shift_labels,
+                 num_items_in_batch=num_items_in_batch, use_cache=False)
+
+
 def forward_backward(model, plan: StepPlan, *, device, world: int, liger_active: bool = False, stop: bool = False):
     """Run every micro-batch of this rank's share of a global batch, accumulating gradients.
 
@@ -114,14 +122,7 @@ def forward_backward(model, plan: StepPlan, *, device, world: int, liger_active:
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     for i in range(plan.n_micro):
         mb = (plan.micro_batches[i] if i < len(plan.micro_batches) else dummy_micro_batch()).to(device)
-        out = model(
-            input_ids=mb.input_ids,
-            position_ids=mb.position_ids,
-            labels=mb.labels,
-            shift_labels=mb.shift_labels,
-            num_items_in_batch=n_global,
-            use_cache=False,
-        )
+        out = micro_batch_loss(model, mb, n_global)
         if liger_active and out.logits is not None:
             raise RuntimeError("Liger fused linear cross-entropy is not active: the model materialized logits")
         (out.loss * world).backward()
@@ -312,6 +313,8 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         ckpt.save_state(model, optimizer, run_dir=cfg.run_dir, step=step, meta=meta, hf_writer=hf_files, rank=rank)
 
     # 4. Steps. `step` counts optimizer steps done; batch `step - 1` is consumed by it.
+    # Cumulative counters (the compute axes of analysis): a resumed run recounts its earlier batches.
+    seen = seen_before(data, start, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed)
     console = StepConsole(total=total, start=start, rank=rank, desc=f"sft {cfg.logging.name}")
     epoch = start // per_epoch if per_epoch else 0
     try:
@@ -338,15 +341,17 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
                 torch.cuda.synchronize(device)
             dt = time.perf_counter() - t0
             flops = step_flops(n_matmul, conf, plan.seq_lens)
+            for key, add in zip(seen, (cfg.train.global_batch_size, len(plan.seq_lens), n_tok, n_train)):
+                seen[key] += add
             row = {
                 "step": step, "epoch": epoch, "loss": loss, "lr": lr, "grad_norm": grad_norm, "skipped": not applied,
                 "tokens": n_tok, "trainable_tokens": n_train,
                 "tokens_per_s_per_gpu": n_tok / dt / world, "trainable_tokens_per_s_per_gpu": n_train / dt / world,
                 "mfu": (flops / dt / world / (peak_tf * 1e12)) if peak_tf else None,
-                "step_time_s": dt, "data_wait_s": t_data, "peak_mem_gb": peak_memory_gb(device),
+                "step_time_s": dt, "data_wait_s": t_data, "peak_mem_gb": peak_memory_gb(device), **seen,
             }
             logged = step % cfg.train.log_every == 0 or step == total
-            if logged:
+            if logged or step in saves:  # a checkpoint's row is always there (its compute axes)
                 metrics.write(row)
                 wb.log(row, step)
             console.step(row, logged)

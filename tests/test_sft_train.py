@@ -144,6 +144,21 @@ def test_resume_after_kill_is_exact(reference, interrupted):
         (reference / "checkpoints/step-000003/model.safetensors").read_bytes()
 
 
+def test_cumulative_counters_are_exact_and_survive_resumes(reference, interrupted, data_dir):
+    """examples/rows/tokens/trainable tokens seen: the running sums of the per-step counts, the same in
+    the SIGTERMed, killed and resumed run as in the uninterrupted one (the compute axes of analyze)."""
+    from sft.data import SEEN_KEYS, load_train_data, seen_before
+
+    ref, got = read_metrics(reference), read_metrics(interrupted[0])
+    tokens = trainable = 0
+    for r in ref:
+        tokens, trainable = tokens + r["tokens"], trainable + r["trainable_tokens"]
+        assert (r["tokens_seen"], r["trainable_tokens_seen"], r["examples_seen"]) == (tokens, trainable, 8 * r["step"])
+    assert [[r[k] for k in SEEN_KEYS] for r in got] == [[r[k] for k in SEEN_KEYS] for r in ref]
+    data = load_train_data(data_dir, global_batch_size=8, max_tokens_per_micro_batch=256)
+    assert seen_before(data, STEPS, global_batch_size=8, seed=0) == {k: ref[-1][k] for k in SEEN_KEYS}
+
+
 def test_state_layout(interrupted):
     """DCP shards keyed by plain HF names, meta.json, hf/ for export, SHA256SUMS, COMPLETE last."""
     run_dir, _ = interrupted

@@ -1,0 +1,113 @@
+"""Design power against seeded simulations, and the simultaneous band's coverage under the null."""
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+from test_analysis_helpers import make_run, write_eval
+
+from analysis import power
+from analysis.stats import max_t_critical, resample_weights, simultaneous_band
+from launch.analyze import run_analysis
+
+STUDIES = 4000
+
+
+def _simulated_power(rng, c: power.Components, effect: float, items: int, seeds: int, alpha: float = 0.05) -> float:
+    """Studies drawn from the variance model itself (Gaussian components), each tested with its true SE."""
+    u = rng.normal(0, math.sqrt(c.item), size=(STUDIES, items, 1))
+    v = rng.normal(0, math.sqrt(c.seed), size=(STUDIES, 1, seeds))
+    w = rng.normal(0, math.sqrt(c.resid), size=(STUDIES, items, seeds))
+    dbar = (effect + u + v + w).mean(axis=(1, 2))
+    se = math.sqrt(c.item / items + c.seed / seeds + c.resid / (items * seeds))
+    return float((np.abs(dbar) / se > norm.isf(alpha / 2)).mean())
+
+
+@pytest.mark.parametrize("items,seeds,effect", [(200, 3, 0.04), (120, 2, 0.06), (300, 1, 0.05)])
+def test_analytic_power_matches_a_seeded_simulation(items, seeds, effect):
+    c = power.Components(item=0.09, seed=0.0004, resid=0.06, how="given")
+    rng = np.random.default_rng(items * 31 + seeds)
+    analytic = power.power(effect, math.sqrt(c.var(items, seeds)))
+    assert 0.2 < analytic < 0.95  # a design in the interesting range, not one saturated at 0 or 1
+    assert abs(analytic - _simulated_power(rng, c, effect, items, seeds)) <= 0.02
+
+
+def test_the_items_needed_reach_the_target_power_in_simulation():
+    c = power.Components(item=0.09, seed=0.0004, resid=0.06, how="given")
+    n = power.items_needed(c, 0.05, 3)
+    assert n is not None and power.power(0.05, math.sqrt(c.var(n, 3))) >= 0.8 > power.power(0.05, math.sqrt(c.var(n - 1, 3)))
+    assert abs(_simulated_power(np.random.default_rng(5), c, 0.05, n, 3) - 0.8) <= 0.02
+    # the seed part alone caps what items can buy: 1 seed with σ²_seed 0.0004 never reaches 0.0125 at 80%
+    assert power.items_needed(c, 0.0125, 1) is None
+    mde = power.mde(c, n, 3)
+    assert power.power(mde, math.sqrt(c.var(n, 3))) == pytest.approx(0.8, abs=1e-6)
+
+
+def test_the_anova_recovers_the_components_of_a_large_pilot():
+    rng = np.random.default_rng(0)
+    items, seeds = 4000, 40
+    d = (0.03 + rng.normal(0, 0.3, (items, 1)) + rng.normal(0, 0.05, (1, seeds))
+         + rng.normal(0, 0.2, (items, seeds)))
+    c = power.estimate(d)
+    assert c.item == pytest.approx(0.09, rel=0.06) and c.resid == pytest.approx(0.04, rel=0.03)
+    assert c.seed == pytest.approx(0.0025, rel=0.5)
+
+
+def test_analyze_power_prints_the_design_from_a_pilot_runs_root(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed, value in ((0, 0.5), (1, 0.6)):
+        make_run(root, "r2e", seed, [10], evaluated={10: {"nq": value}})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.3})
+    assert run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "evaluate": False,
+                         "power": {"pilot": str(root), "effect": 0.1}}) is None
+    text = capsys.readouterr().out
+    assert "r2e − anchor × nq: 10 items × 2 seed(s), observed Δ +0.2500" in text
+    assert "minimum detectable effect" in text and "1 seed(s):" in text and "10 seed(s):" in text
+    assert not (tmp_path / "o").exists()  # a power calculation writes nothing
+    write_eval(tmp_path / "one", {"nq": 0.4})  # one evaluation: the anchor alone
+    run_analysis({"evaluate": False, "power": {"pilot": str(tmp_path / "one"), "seed_sd": 0.01}})
+    text = capsys.readouterr().out
+    assert "× nq: 10 items × 1 seed(s)" in text and "σ²_item = 2·Var(y)" in text
+
+
+def test_analyze_power_refuses_a_missing_pilot_in_one_line(tmp_path, capsys):
+    from launch.analyze import main
+
+    assert main([f"power.pilot={tmp_path / 'nope'}", "evaluate=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "power.pilot=" in err[0] and "no such directory" in err[0]
+
+
+def test_simultaneous_band_covers_the_null_while_per_step_intervals_do_not():
+    """2,000 null studies: 200 items × 8 steps of 0/1 scores sharing item difficulty (a latent-threshold
+    model whose true per-step means are known in closed form). The max-t band covers every step at
+    once >= 93% of the time; per-step 95% intervals all cover far less often."""
+    rng = np.random.default_rng(11)
+    studies, items, steps, sd_item = 2000, 200, 8, 0.7
+    cuts = np.linspace(-0.6, 0.1, steps)
+    truth = norm.cdf(cuts / math.sqrt(1 + sd_item ** 2))
+    latent = rng.normal(0, sd_item, (studies, items, 1)) + rng.normal(0, 1, (studies, items, steps))
+    scores = (latent < cuts).astype(float)
+    crit, sd = max_t_critical(scores, resample_weights(items, 500, seed=3))
+    mean = scores.mean(axis=1)
+    simultaneous = (np.abs(mean - truth) <= crit[:, None] * sd).all(axis=1).mean()
+    per_step_each = np.abs(mean - truth) <= norm.isf(0.025) * sd
+    assert simultaneous >= 0.93
+    assert per_step_each.mean() == pytest.approx(0.95, abs=0.015)  # each step's own interval is fine
+    assert per_step_each.all(axis=1).mean() < 0.85  # jointly they are not
+    assert np.median(crit) > norm.isf(0.025)
+
+
+def test_simultaneous_band_is_seeded_and_wider_than_each_step():
+    x = (np.random.default_rng(0).random((80, 5)) < 0.4).astype(float)
+    a, b = simultaneous_band(x, 400, seed=1), simultaneous_band(x, 400, seed=1)
+    assert np.array_equal(a.lo, b.lo) and a.critical > 1.96
+    assert np.all(a.hi - a.lo > 2 * 1.96 * x.std(axis=0, ddof=1) / math.sqrt(80) * 0.9)
+
+
+def test_power_keys_are_documented():
+    from analysis.sweep import KEYS
+
+    assert {"power.pilot", "power.effect", "power.seed_sd", "axis"} <= set(KEYS)
+    assert json.dumps(KEYS["power.effect"])  # plain values, so docs/keys renders them
