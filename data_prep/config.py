@@ -74,7 +74,7 @@ def problems(data_cfg: Any) -> list[str]:
     if not isinstance(sets, (list, tuple)) or not all(isinstance(n, str) for n in sets):
         out.append(f"data.decontam_sets must be a list of data names such as [nq:seed42_1000], got {sets!r}")
     else:
-        out += [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.names())}"
+        out += [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
                 for n in sets if not datafetch.is_name(n)]
     return out
 
