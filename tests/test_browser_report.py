@@ -174,9 +174,10 @@ def test_paired_view_counts_and_first_difference(study, driver, tmp_path, bench)
     assert_nothing_left(driver)
 
 
-# ---- the demo's own report.html (`python -m demo` with a smaller config: the same driver, phases and analysis
-# as `make demo`, two arms x two seeds, 4 training steps with a checkpoint at 2, 6 synthqa items per checkpoint)
-DEMO_ARGS = ["arms=[r2e,search]", "seeds=[0,1]", "steps=4", "save_steps=[2]", "n=16", "bench_n=12", "eval_n=6",
+# ---- the demo's own report.html: `python -m demo` with a smaller config (docs/stages/analyze.md): the same
+# driver, phases and analysis as `make demo` (arms r2e and search, the tiny base, synthqa + search_plan_ood, the
+# anchor), with two seeds, 2 training steps (checkpoints 1 and 2) and 4 items per bench and checkpoint
+DEMO_ARGS = ["arms=[r2e,search]", "seeds=[0,1]", "steps=2", "save_steps=[1]", "n=8", "bench_n=8", "eval_n=4",
              "max_turns=2", "max_new_tokens=24", "n_boot=200"]
 
 
@@ -191,7 +192,7 @@ def demo(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-m", "demo", *DEMO_ARGS, f"runs_root={root / 'runs'}", f"out={root / 'reports'}"],
-                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=170)
+                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     page = root / "reports" / "report.html"
@@ -215,10 +216,10 @@ def test_the_demos_report_browse_pair_and_filter(demo, driver, tmp_path):
     driver.find_element("id", "tab-browse").click()
     select(driver, "browse-bench", "synthqa")
     select(driver, "browse-run", "r2e/seed1")
-    select(driver, "browse-step", "4")
-    rows = eval_rows(root, "r2e/seed1", 4)
+    select(driver, "browse-step", "2")
+    rows = eval_rows(root, "r2e/seed1", 2)
     status = driver.find_element("id", "browse-status")
-    wait(driver, lambda d: status.get_attribute("data-n") == str(len(rows)) == "6" and "r2e/seed1 · step 4" in status.text)
+    wait(driver, lambda d: status.get_attribute("data-n") == str(len(rows)) == "4" and "r2e/seed1 · step 2" in status.text)
     assert f"{sum(r['metrics']['em'] for r in rows):.0f} right by em" in status.text
     assert [tr.get_attribute("data-id") for tr in driver.find_elements("css selector", "#item-list tbody tr")] == [r["id"] for r in rows]
     row = rows[2]
@@ -234,12 +235,12 @@ def test_the_demos_report_browse_pair_and_filter(demo, driver, tmp_path):
     driver.find_element("id", "tab-paired").click()
     select(driver, "pair-bench", "synthqa")
     select(driver, "pair-a-run", "search/seed0")
-    select(driver, "pair-a-step", "4")
+    select(driver, "pair-a-step", "2")
     select(driver, "pair-b-run", "anchor")
-    a = {r["id"]: r["metrics"]["em"] for r in eval_rows(root, "search/seed0", 4)}
+    a = {r["id"]: r["metrics"]["em"] for r in eval_rows(root, "search/seed0", 2)}
     b = {r["id"]: r["metrics"]["em"] for r in eval_rows(root, "anchor", 0)}
     summary = driver.find_element("id", "pair-summary")
-    wait(driver, lambda d: summary.get_attribute("data-n") == str(len(a)) and "search/seed0 · step 4" in summary.text)
+    wait(driver, lambda d: summary.get_attribute("data-n") == str(len(a)) and "search/seed0 · step 2" in summary.text)
     a_only = [i for i in a if a[i] > b[i]]
     b_only = [i for i in a if a[i] < b[i]]
     assert (summary.get_attribute("data-a-only"), summary.get_attribute("data-b-only")) == (str(len(a_only)), str(len(b_only)))
@@ -257,9 +258,9 @@ def test_the_demos_report_browse_pair_and_filter(demo, driver, tmp_path):
     # the two-seed arm at its final steps: per item the seeds' EM averaged, as the report's paired table
     select(driver, "pair-a-run", "r2e/seed-mean")
     select(driver, "pair-a-step", "final")
-    seeds = [{r["id"]: r["metrics"]["em"] for r in eval_rows(root, f"r2e/seed{s}", 4)} for s in (0, 1)]
+    seeds = [{r["id"]: r["metrics"]["em"] for r in eval_rows(root, f"r2e/seed{s}", 2)} for s in (0, 1)]
     ids = [i for i in seeds[0] if i in seeds[1] and i in b]
-    wait(driver, lambda d: "r2e/seed-mean · step final (4, 4)" in summary.text)
+    wait(driver, lambda d: "r2e/seed-mean · step final (2, 2)" in summary.text)
     delta = sum((seeds[0][i] + seeds[1][i]) / 2 - b[i] for i in ids) / len(ids)
     assert summary.get_attribute("data-n") == str(len(ids))
     assert float(summary.get_attribute("data-delta")) == pytest.approx(delta)
