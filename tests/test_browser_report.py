@@ -271,3 +271,64 @@ def test_the_demos_report_browse_pair_and_filter(demo, driver, tmp_path):
     shot(driver, tmp_path, "demo_paired_r2e_seed_mean")
     assert driver.execute_script("return typeof window.__pwned") == "undefined"
     assert_nothing_left(driver)
+
+
+@pytest.fixture(scope="module")
+def two_seed_study(tmp_path_factory):
+    """The generated study plus a second `search` seed whose items differ from the first's."""
+    from report_html_rows import write_eval_dir
+    from test_analysis_helpers import make_run
+
+    from analysis.sweep import run_analysis
+
+    root = tmp_path_factory.mktemp("html_two_seeds")
+    write_study(root / "runs")
+    run = make_run(root / "runs", "search", 1, [10])
+    write_eval_dir(run / "eval" / "step-000010", "search1", 10)   # another arm name: another right/wrong pattern
+    res = run_analysis({"runs_root": str(root / "runs"), "out": str(root / "reports"), "benches": BENCHES,
+                        "evaluate": False, "n_boot": 100, "wandb": False})
+    return root, res
+
+
+def test_paired_seed_mean_equals_the_reports_paired_delta(two_seed_study, driver, tmp_path):
+    """A two-seed arm paired with the anchor at its final steps: per item the seeds' EM averaged (0, 0.5 or 1),
+    the items higher in A / in B and their margins; Δ = the report's paired_em cell, not one seed's Δ."""
+    root, res = two_seed_study
+    driver.get(res.html.resolve().as_uri())
+    wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    driver.find_element("id", "tab-paired").click()
+    select(driver, "pair-bench", "nq")
+    runs = [o.get_attribute("value") for o in driver.find_elements("css selector", "#pair-a-run option")]
+    assert runs == ["anchor", "r2e/seed0", "search/seed0", "search/seed1", "search/seed-mean"]   # one seed: no mean
+    select(driver, "pair-a-run", "search/seed-mean")
+    assert [o.get_attribute("value") for o in driver.find_elements("css selector", "#pair-a-step option")] == ["10", "final"]
+    select(driver, "pair-a-step", "final")
+    select(driver, "pair-b-run", "anchor")
+    summary = driver.find_element("id", "pair-summary")
+    wait(driver, lambda d: "search/seed-mean · step final (10, 10)" in summary.text and "anchor" in summary.text)
+    ev = root / "runs" / "search"
+    seeds = [{r["id"]: r["metrics"]["em"] for r in rows_of(ev / f"seed{s}" / "eval" / "step-000010", "nq")} for s in (0, 1)]
+    b = {r["id"]: r["metrics"]["em"] for r in rows_of(root / "runs" / "_anchor" / "eval" / "step-000000", "nq")}
+    a = {i: (seeds[0][i] + seeds[1][i]) / 2 for i in seeds[0]}
+    assert sorted(set(a.values())) == [0.0, 0.5, 1.0]   # the seeds disagree on some items
+    higher_a = [i for i in a if a[i] > b[i]]
+    higher_b = [i for i in a if a[i] < b[i]]
+    delta = sum(a[i] - b[i] for i in a) / len(a)
+    assert summary.get_attribute("data-n") == str(len(a))
+    assert (summary.get_attribute("data-a-only"), summary.get_attribute("data-b-only")) == (str(len(higher_a)), str(len(higher_b)))
+    assert float(summary.get_attribute("data-a-gain")) - float(summary.get_attribute("data-b-gain")) == pytest.approx(delta * len(a))
+    assert float(summary.get_attribute("data-delta")) == pytest.approx(delta)
+    table = res.tables["paired_em"]
+    col = next(k for k, c in enumerate(table.columns) if c.bench == "nq")
+    cell = dict(table.rows)["search"][col]
+    assert cell.startswith(f"{delta:+.3f} [") and cell.endswith(f"n={len(a)}")   # the report's own paired ΔEM
+    one_seed = sum(seeds[0][i] - b[i] for i in a) / len(a)
+    assert one_seed != pytest.approx(delta)   # what the per-seed view showed before: not the report's number
+    assert f"= {delta:+.3f}" in summary.text
+    select(driver, "pair-filter", "a_only")
+    assert [tr.get_attribute("data-id") for tr in driver.find_elements("css selector", "#pair-list tbody tr")] == higher_a
+    driver.find_element("css selector", f'#pair-list tr[data-id="{higher_a[0]}"]').click()
+    wait(driver, lambda d: higher_a[0] in d.find_element("id", "pair-a").text)
+    assert "search/seed0" in driver.find_element("id", "pair-a").text   # the first seed's transcript
+    shot(driver, tmp_path, "browser_paired_seed_mean")
+    assert_nothing_left(driver)

@@ -59,6 +59,17 @@
     return e;
   }
 
+  // v to 3 decimals as Python's format(v, ".3f") writes it (the report's tables): an exact tie, which for a double
+  // is v = odd/16, rounds half to even; toFixed rounds it up
+  function fixed3(v) {
+    const j = v * 16;
+    if (Number.isInteger(j) && j % 2 !== 0) {
+      const m = Math.floor(Math.abs(v) * 1000);
+      return (v < 0 ? "-" : "") + ((m % 2 === 0 ? m : m + 1) / 1000).toFixed(3);
+    }
+    return v.toFixed(3);
+  }
+
   function fmt(v) {
     if (v === null || v === undefined) return "–";
     if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(3);
@@ -81,13 +92,13 @@
     return [...new Set(ENTRIES.filter((e) => e.bench === bench && e.arm === arm && e.run !== "anchor").map((e) => e.seed))].sort((a, b) => a - b);
   }
   function runsOf(bench, withMeans) {
-    const out = [];
+    const out = [], means = [];
     for (const e of ENTRIES) {
       if (e.bench !== bench) continue;
       if (!out.includes(e.run)) out.push(e.run);
-      if (withMeans && e.run !== "anchor" && seedsOf(bench, e.arm).length > 1 && !out.includes(e.arm + MEAN)) out.push(e.arm + MEAN);
+      if (withMeans && e.run !== "anchor" && seedsOf(bench, e.arm).length > 1 && !means.includes(e.arm + MEAN)) means.push(e.arm + MEAN);
     }
-    return out;
+    return out.concat(means);
   }
   function stepsOf(bench, run) {
     if (run.endsWith(MEAN)) {
@@ -245,7 +256,7 @@
     const binary = pairs.every((p) => [0, 1].includes(p.a.ok) && [0, 1].includes(p.b.ok));
     const metric = INDEX.correct[ea.bench];
     const delta = n ? (aGain - bGain) / n : null;
-    const num = (v) => (Number.isInteger(v) ? String(v) : v.toFixed(3));
+    const num = (v) => (Number.isInteger(v) ? String(v) : fixed3(v));
     summary.dataset.n = String(n);
     summary.dataset.aOnly = String(aHigher.length);
     summary.dataset.bOnly = String(bHigher.length);
@@ -256,7 +267,7 @@
       "Higher (" + metric + ", the fraction of seeds right) in A: " + aHigher.length + " items, by " + num(aGain) + " in all; higher in B: " +
       bHigher.length + " items, by " + num(bGain);
     summary.textContent = n + " paired items (A: " + title(ea) + "; B: " + title(eb) + "). " + sides + "; paired Δ" + metric + " = (" +
-      num(aGain) + " − " + num(bGain) + ")/" + n + " = " + (delta === null ? "–" : (delta >= 0 ? "+" : "") + delta.toFixed(3));
+      num(aGain) + " − " + num(bGain) + ")/" + n + " = " + (delta === null ? "–" : (delta >= 0 ? "+" : "") + fixed3(delta));
     renderPairs();
   }
   const FILTERS = {
