@@ -10,11 +10,17 @@ is a prefix of its source (`take`) keeps the source's bytes: its first N lines, 
 elements of a JSON array, one per line.
 
 - `path(name)`: the cached, checked file; downloaded on first use (a temporary file renamed into
-  place only once its digest matches: an interrupted or corrupted download leaves nothing).
+  place only once its digest matches: an interrupted or corrupted download leaves nothing, not even
+  the directories it made).
 - `cached(name)`: the cached file or None, never the network (what planning code asks).
 - `prefill(src, names)`: copies from a directory laid out as a bench_root (`<bench>/<file>`) or as
   the cache, checked the same way (air-gapped clusters).
 - `fetch-data [NAME ...] [from=DIR]`: the command line (`main`).
+- `UNPINNED`: the hub sets (`<bench>:hub`, `musique:hub_ans_dev`, ...), written without hub access, so
+  no commit or sha256 was measured for them. They are never downloaded: `path` refuses them saying how to
+  pre-fill one (`fetch-data NAME from=DIR`, the user's copy, whose sha256 is measured then and kept
+  beside it as `<file>.sha256`; from then on checked against that) or to pass `bench_root=DIR`.
+  Once both are filled in, such an entry downloads like any other.
 - `no_network()`: a block of planning code (a dry run) in which hub lookups answer from the local hub
   cache only, so a plan never waits on an unreachable hub.
 """
@@ -48,11 +54,16 @@ class DataFile:
     name: str                        # BENCH:VARIANT
     rel: str                         # <collection>/<bench>/<file> in the cache
     repo: str                        # owner/name (GitHub), or a hub dataset id when host="hub"
-    commit: str
-    src: str                         # the file's path in the repository
-    sha256: str                      # of the cached file (after `take`)
+    commit: str | None               # None: not measured (see `measured`)
+    src: str | None                  # the file's path in the repository (None: not known here)
+    sha256: str | None               # of the cached file (after `take`); None: not measured
     take: tuple[str, int] | None = None   # ("lines", N) | ("json_array", N): a prefix of the source
     host: str = "github"
+
+    @property
+    def measured(self) -> bool:
+        """Pinned commit, path and digest all known: the entry can be downloaded and checked."""
+        return bool(self.commit and self.src and self.sha256)
 
     def url(self) -> str:
         if self.host == "hub":
@@ -64,7 +75,7 @@ class DataFile:
     def source(self) -> str:
         """`<repo>@<commit>:<path>` (+ the prefix taken): where the file comes from, as recorded."""
         cut = f" [{self.take[0]} {self.take[1]}]" if self.take else ""
-        return f"{self.host}:{self.repo}@{self.commit}:{self.src}{cut}"
+        return f"{self.host}:{self.repo}@{self.commit or 'unpinned'}:{self.src or '(path unknown)'}{cut}"
 
 
 _ROS = ("GaurisankarJ/reason_over_search", "45495b576c768f0d5996789e2db29eaa285a3c54")
@@ -100,6 +111,24 @@ TABLE = {f.name: f for f in (
     DataFile("2wikimultihopqa:dev_context_20", "benchmarks-context/2wikimultihopqa/dev_context_20.jsonl", *_MIGRES,
              "data/wikihop.json", "f2c267da3b0141748509f472fa9ed3a8a9742ed60931b6b1a8e7b58cc18ec3c3", ("lines", 20)),
 )}
+# The hub sets: full splits, not the reference samples, read only when named (evals.benches). No hub access
+# where this was written: their commits and digests are NOT measured (None), so `path` refuses them until the
+# user pre-fills one (`fetch-data NAME from=DIR`). An entry whose commit and sha256 get measured moves to TABLE.
+UNPINNED = {f.name: f for f in (
+    *(DataFile(f"{b}:hub", f"hub/{b}/flashrag_{split}.jsonl", "RUC-NLPIR/FlashRAG_datasets", None, f"{b}/{split}.jsonl",
+               None, host="hub") for b, split in (("nq", "test"), ("triviaqa", "test"), ("popqa", "test"),
+                                                  ("bamboogle", "test"), ("hotpotqa", "dev"), ("2wikimultihopqa", "dev"),
+                                                  ("musique", "dev"))),
+    # the original-format dev sets, each question with its paragraphs (context modes item/given)
+    DataFile("musique:hub_ans_dev", "hub/musique/musique_ans_v1.0_dev.jsonl", "dgslibisey/MuSiQue", None,
+             "musique_ans_v1.0_dev.jsonl", None, host="hub"),
+    DataFile("2wikimultihopqa:hub_dev", "hub/2wikimultihopqa/dev.jsonl", "kamelliao/2wikimultihopqa", None,
+             "data/dev.json", None, ("json_array", 12576), host="hub"),
+    # the hub's copy is parquet shards (no path known here): pre-filled only, one array element of
+    # hotpot_dev_distractor_v1.json per line (the layout of hotpotqa:distractor_dev_30)
+    DataFile("hotpotqa:hub_distractor_dev", "hub/hotpotqa/dev_distractor.jsonl", "hotpotqa/hotpot_qa", None, None, None,
+             host="hub"),
+)}
 
 
 @contextmanager
@@ -121,15 +150,22 @@ def data_root() -> Path:
     return Path(os.path.expanduser(os.environ.get("DTSFT_DATA") or "~/.cache/dtsft"))
 
 
+def names() -> list[str]:
+    """Every known name: the pinned files (TABLE), then the unpinned ones (UNPINNED)."""
+    return list(TABLE) + [n for n in UNPINNED if n not in TABLE]
+
+
 def entry(name: str) -> DataFile:
-    """The table entry of `name`; an unknown name is a DataError with the nearest names."""
-    if name not in TABLE:
-        raise DataError(f"unknown data name {name!r}.{did_you_mean(str(name), TABLE)} Known: {', '.join(TABLE)}")
-    return TABLE[name]
+    """The entry of `name` (TABLE first, then UNPINNED); an unknown name is a DataError with the nearest names."""
+    if name in TABLE:
+        return TABLE[name]
+    if name in UNPINNED:
+        return UNPINNED[name]
+    raise DataError(f"unknown data name {name!r}.{did_you_mean(str(name), names())} Known: {', '.join(names())}")
 
 
 def is_name(value) -> bool:
-    return isinstance(value, str) and value in TABLE
+    return isinstance(value, str) and (value in TABLE or value in UNPINNED)
 
 
 def local_path(name: str) -> Path:
@@ -137,8 +173,31 @@ def local_path(name: str) -> Path:
     return data_root() / entry(name).rel
 
 
-def _mismatch(what: str, f: DataFile, actual: str) -> DataError:
-    return DataError(f"{what}: sha256 {actual}, expected {f.sha256} for {f.name} ({f.source()}); not used")
+def _mismatch(what: str, f: DataFile, actual: str, expected: str | None = None) -> DataError:
+    return DataError(f"{what}: sha256 {actual}, expected {expected or f.sha256} for {f.name} ({f.source()}); not used")
+
+
+def _recorded(p: Path) -> Path:
+    """Beside an unmeasured entry's cached file: the sha256 measured when it was pre-filled."""
+    return p.with_name(p.name + ".sha256")
+
+
+def digest(name: str) -> str | None:
+    """The sha256 `name`'s file is checked against: the table's, else (an unmeasured entry) the one
+    recorded when it was pre-filled, else None (unmeasured and not pre-filled)."""
+    f = entry(name)
+    if f.sha256:
+        return f.sha256
+    rec = _recorded(local_path(name))
+    return rec.read_text(encoding="utf-8").split()[0] if rec.is_file() and rec.read_text(encoding="utf-8").strip() else None
+
+
+def _unmeasured(f: DataFile) -> DataError:
+    bench = f.name.split(":", 1)[0]
+    return DataError(f"{f.name} ({f.source()}) has no measured commit and sha256 (common.datafetch.UNPINNED), so it is "
+                     f"never downloaded: pre-fill it from your copy with `fetch-data {f.name} from=DIR` "
+                     f"(DIR/{f.rel.split('/', 1)[1]}; its sha256 is recorded then) or pass bench_root=DIR with "
+                     f"{bench}/<file>.jsonl")
 
 
 def cached(name: str) -> Path | None:
@@ -146,16 +205,26 @@ def cached(name: str) -> Path | None:
     p = local_path(name)
     if not p.is_file():
         return None
+    expected = digest(name)
+    if expected is None:   # an unmeasured entry's file put there by hand: nothing to check it against
+        raise _unmeasured(entry(name))
     actual = sha256_file(p)
-    if actual != entry(name).sha256:
-        raise DataError(f"{_mismatch(str(p), entry(name), actual)} (a cached file changed since it was checked: move it "
-                        f"aside and run `fetch-data {name}` again)") from None
+    if actual != expected:
+        raise DataError(f"{_mismatch(str(p), entry(name), actual, expected)} (a cached file changed since it was checked: "
+                        f"move it aside and run `fetch-data {name}` again)") from None
     return p
 
 
 def path(name: str) -> Path:
-    """The cached, checked file of `name`, downloaded first when it is not cached."""
-    return cached(name) or _download(entry(name))
+    """The cached, checked file of `name`, downloaded first when it is not cached (an unmeasured entry
+    is refused: nothing to pin or check a download against)."""
+    f = entry(name)
+    found = cached(name)
+    if found:
+        return found
+    if not f.measured:
+        raise _unmeasured(f)
+    return _download(f)
 
 
 def _take(raw: bytes, take: tuple[str, int] | None, where: str) -> bytes:
@@ -182,6 +251,25 @@ def _take(raw: bytes, take: tuple[str, int] | None, where: str) -> bytes:
     return ("\n".join(out) + "\n").encode("utf-8")
 
 
+def _make_parents(final: Path) -> list[Path]:
+    """Create `final`'s missing parent directories; the ones made, deepest first."""
+    made, d = [], final.parent
+    while not d.exists():
+        made.append(d)
+        d = d.parent
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def _remove_made(made: list[Path]) -> None:
+    """After a failed download: remove the directories it made, those still empty (deepest first)."""
+    for d in made:
+        try:
+            d.rmdir()
+        except OSError:   # something else was put there meanwhile: kept
+            return
+
+
 def _tmp(final: Path) -> Path:
     """This process's temporary file for `final`; a killed process's (this host, pid dead) is removed first."""
     clean_dead_tmp(final)
@@ -203,9 +291,10 @@ def _download(f: DataFile) -> Path:
     it into place; on any failure the temporary file goes and nothing is cached."""
     url = f.url()
     final = data_root() / f.rel
-    final.parent.mkdir(parents=True, exist_ok=True)
+    made = _make_parents(final)
     tmp = _tmp(final)
     timeout = float(os.environ.get("DTSFT_DATA_TIMEOUT") or TIMEOUT_S)
+    ok = False
     try:
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:
@@ -220,25 +309,48 @@ def _download(f: DataFile) -> Path:
             raise DataError(f"download of {f.name} from {url} interrupted: {got} of {declared} bytes; nothing cached")
         if f.take:
             tmp.write_bytes(_take(tmp.read_bytes(), f.take, url))
-        return _commit(tmp, f, url)
+        done = _commit(tmp, f, url)
+        ok = True
+        return done
     finally:
         tmp.unlink(missing_ok=True)
+        if not ok:
+            _remove_made(made)
 
 
 def _copy_in(f: DataFile, found: Path) -> Path:
+    """Copy `found` into `f`'s place, checked against the table's digest; an unmeasured entry's copy is
+    taken as the user's and its digest recorded beside it (what later reads are checked against)."""
     final = data_root() / f.rel
-    final.parent.mkdir(parents=True, exist_ok=True)
+    made = _make_parents(final)
     tmp = _tmp(final)
+    ok = False
     try:
         shutil.copyfile(found, tmp)
-        return _commit(tmp, f, str(found))
+        if f.sha256:
+            done = _commit(tmp, f, str(found))
+        else:
+            rec = _recorded(final)
+            rec_tmp = tmp_name(rec)
+            try:
+                rec_tmp.write_text(f"{sha256_file(tmp)}  from={found}\n", encoding="utf-8")
+                os.replace(rec_tmp, rec)
+            finally:
+                rec_tmp.unlink(missing_ok=True)
+            os.replace(tmp, final)
+            done = final
+        ok = True
+        return done
     finally:
         tmp.unlink(missing_ok=True)
+        if not ok:
+            _remove_made(made)
 
 
 def prefill(src: str | Path, names: list[str] | None = None) -> dict[str, Path]:
-    """Copy the named files (None: every table file found) from `src`, laid out as a bench_root
-    (`<bench>/<file>`) or as the cache (`<collection>/<bench>/<file>`), each checked."""
+    """Copy the named files (None: every TABLE file found) from `src`, laid out as a bench_root
+    (`<bench>/<file>`) or as the cache (`<collection>/<bench>/<file>`), each checked (an unpinned
+    entry, copied only when named, against the digest measured now and recorded beside it)."""
     src = Path(src).expanduser()
     if not src.is_dir():
         raise DataError(f"from={src}: no such directory")
@@ -251,7 +363,7 @@ def prefill(src: str | Path, names: list[str] | None = None) -> dict[str, Path]:
             if names:
                 raise DataError(f"from={src}: no {candidates[1]} (nor {candidates[0]}) for {f.name}")
             continue
-        done[f.name] = cached(f.name) or _copy_in(f, found)
+        done[f.name] = (cached(f.name) if f.measured else None) or _copy_in(f, found)
     if not done:
         raise DataError(f"from={src}: none of the known files is there (looked for <bench>/<file> as in "
                         f"{', '.join(f.rel.split('/', 1)[1] for f in wanted[:3])}, ...)")
@@ -260,10 +372,13 @@ def prefill(src: str | Path, names: list[str] | None = None) -> dict[str, Path]:
 
 USAGE = """usage: fetch-data [NAME ...] [from=DIR]
 
-Downloads each named reference file (none named: every one) from its pinned public source into the
-cache $DTSFT_DATA (now {root}), checked against its sha256; a file already cached is not downloaded
-again. from=DIR copies them from DIR instead (laid out as a bench_root, DIR/<bench>/<file>, or as the
-cache, DIR/<collection>/<bench>/<file>), checked the same way. Sources: $DTSFT_DATA_ENDPOINT (GitHub raw files), $HF_ENDPOINT (hub files).
+Downloads each named reference file (none named: every measured one) from its pinned public source
+into the cache $DTSFT_DATA (now {root}), checked against its sha256; a file already cached is not
+downloaded again. from=DIR copies them from DIR instead (laid out as a bench_root, DIR/<bench>/<file>,
+or as the cache, DIR/<collection>/<bench>/<file>), checked the same way. Sources: $DTSFT_DATA_ENDPOINT
+(GitHub raw files), $HF_ENDPOINT (hub files, <endpoint>/datasets/<repo>/resolve/<commit>/<path>).
+An "unpinned" name has no measured commit and sha256 here: never downloaded; `fetch-data NAME
+from=DIR` takes your copy and records its sha256 beside it (later reads are checked against that).
 
 Names:
 {names}"""
@@ -272,24 +387,27 @@ Names:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if wants_help(argv):
-        print(USAGE.format(root=data_root(), names="\n".join(f"  {n:34s} {f.source()}" for n, f in TABLE.items())))
+        print(USAGE.format(root=data_root(), names="\n".join(f"  {n:34s} {entry(n).source()}" for n in names())))
         return 0
     try:
-        names = [a for a in argv if "=" not in a]
+        wanted = [a for a in argv if "=" not in a]
         opts = dict(split_dotlist([a for a in argv if "=" in a]))
         if set(opts) - {"from"}:
             bad = sorted(set(opts) - {"from"})[0]
             raise DataError(f"unknown key {bad!r}.{did_you_mean(bad, ['from'])} fetch-data takes NAME ... [from=DIR]")
-        for n in names:
+        for n in wanted:
             entry(n)
         if "from" in opts:
-            done = prefill(opts["from"], names or None)
+            done = prefill(opts["from"], wanted or None)
             for n, p in done.items():
                 print(f"{n:34s} copied     {p}")
         else:
-            for n in names or list(TABLE):
+            for n in wanted or list(TABLE):
                 how = "cached" if cached(n) else "downloaded"
                 print(f"{n:34s} {how:10s} {path(n)}")
+            if not wanted:
+                print(f"not downloaded (unpinned: `fetch-data NAME from=DIR`): "
+                      f"{', '.join(n for n in UNPINNED if n not in TABLE)}")
         return 0
     except DataError as exc:
         print(f"fetch-data: {exc}", file=sys.stderr)

@@ -86,7 +86,7 @@ def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
         "sources": srcs,
         # named sets by their pinned digest: planning (a dry run's fingerprint) never downloads
         "decontam": [{"path": p, "sha256": sha256_file(p)} for p in decontam_paths(cfg, sets=False)]
-        + [{"name": n, "sha256": datafetch.TABLE[n].sha256} for n in cfg["decontam_sets"]],
+        + [{"name": n, "sha256": datafetch.digest(n)} for n in cfg["decontam_sets"]],
     }
     return sha256_text(json.dumps(payload, sort_keys=True, default=str))
 

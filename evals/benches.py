@@ -3,8 +3,11 @@
 Named item sets (`bench_set`): without `bench_root`, each bench reads the set `sets` names for it,
 else its `DEFAULT_SETS` entry: a reference file the project fetches (`common.datafetch`:
 `nq:seed42_1000`, `hotpotqa:r1searcher_500`, ..., downloaded and checked on first use, then read
-from the cache `$DTSFT_DATA`), or a hub set `<bench>:hub` (FlashRAG's split in context mode open,
-the original-format dev set in modes item/given). The hub is read only when a hub set is named.
+from the cache `$DTSFT_DATA`), or a hub set: `<bench>:hub` (FlashRAG's split), or the original-format
+dev sets of `HUB_CONTEXT` (`musique:hub_ans_dev`, ...; the defaults of modes item/given). The hub is
+read only when a hub set is named, and through the same downloader and cache (a hub set is a file of
+`common.datafetch`; one whose commit and sha256 are not measured, `UNPINNED`, is refused until the
+user pre-fills it with `fetch-data NAME from=DIR`).
 
 `bench_root=DIR` (a user's own files): `<bench_root>/<bench>/*.jsonl`, one file per bench (a `test*`
 file wins over `dev*` when there are several), in the row formats of `common.benchmarks` (FlashRAG
@@ -17,11 +20,11 @@ A bench is named `NAME[@MODE]` (`common.benchmarks.parse_bench_key`): plain `mus
 mode `open` (FlashRAG's hub rows, search over a corpus); `musique@item` / `musique@given` read the
 same `<bench_root>/musique/` file, which must then carry each item's paragraphs (the original
 dev-set formats; anything else is refused naming the file), or the original dev sets from the
-hub (`HUB_CONTEXT`, the sets `<bench>:hub`). Items with `answerable: false` (MuSiQue-Full) are left out
+hub (`HUB_CONTEXT`). Items with `answerable: false` (MuSiQue-Full) are left out
 before sampling, and counted (`unanswerable_excluded` in the summary and meta.json).
 
-A hub bench's source names the dataset revision it was read at (`...@<commit>`), so the revision
-is part of the bench's identity (evals.identity hashes the source string of a non-file source).
+A named set's identity is its name, pinned source and digest (`datafetch.digest`: the table's, or
+for a pre-filled unpinned hub set the one measured when it was pre-filled).
 
 Sampling N: a seeded shuffle of the whole split, first N (`random.Random(seed).shuffle`, as the
 upstream subsampler). Files that already *are* such a sample are kept in order and cut to N:
@@ -31,7 +34,6 @@ the first 500 of `nq/test_seed42_1000.jsonl` exactly Search-R1's 500. N larger t
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
@@ -46,7 +48,7 @@ from common.benchmarks import (SEARCH7, BenchError, BenchItem, check_context_mod
 OOD_BENCH = "search_plan_ood"
 BABYAI_BENCH = "babyai"
 ENV_BENCHES = (OOD_BENCH, BABYAI_BENCH)  # benches that bring their own environment (no retriever, no file)
-# FlashRAG_datasets config and split used for each bench when loading from the hub.
+# FlashRAG_datasets split of each bench: the hub set `<bench>:hub` (common.datafetch, <bench>/<split>.jsonl).
 HUB_SPLITS = {
     "nq": "test", "triviaqa": "test", "popqa": "test", "bamboogle": "test",
     "hotpotqa": "dev", "2wikimultihopqa": "dev", "musique": "dev",
@@ -55,46 +57,38 @@ HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
 
 
 @dataclass(frozen=True)
-class HubSource:
-    """An original-format dev set on the hub (context modes item/given): a file of the dataset repo
-    (`file`) or a `datasets` config/split; `revision` pins the commit; `rows` the item count it must have."""
-    repo: str
-    revision: str | None
+class HubContext:
+    """An original-format dev set on the hub (context modes item/given): its `common.datafetch` name and
+    the item count it must have (a file with another count is refused: not the dev set the reference
+    sizes name)."""
+    name: str
     rows: int
-    file: str | None = None
-    config: str | None = None
-    split: str | None = None
 
 
-# Chosen here without hub access: names, revisions and row counts are NOT verified on this machine
-# (a count that differs on load is an error, so a wrong pin cannot pass silently).
+# Each a hub file of common.datafetch (fetched through the one downloader); their commits and digests
+# are NOT measured (datafetch.UNPINNED: no hub access): until they are, each is pre-filled by the user.
 HUB_CONTEXT = {
-    # MuSiQue-Ans v1.0 dev in the original format (20 paragraphs per item), not FlashRAG's.
-    "musique": HubSource("dgslibisey/MuSiQue", "c8f4f8c", 2417, file="musique_ans_v1.0_dev.jsonl"),
-    # 2WikiMultihopQA dev.json (a JSON array of the original rows, 10 paragraphs each).
-    "2wikimultihopqa": HubSource("kamelliao/2wikimultihopqa", "f4f0d7e4ae275d9281e90c46c93e66d6cdda3674", 12576,
-                                 file="data/dev.json"),
-    # HotpotQA distractor dev (the hub's layout of hotpot_dev_distractor_v1.json); no pin chosen: the
-    # commit it resolves to is recorded in the source (and so the identity).
-    "hotpotqa": HubSource("hotpotqa/hotpot_qa", None, 7405, config="distractor", split="validation"),
+    "musique": HubContext("musique:hub_ans_dev", 2417),               # MuSiQue-Ans v1.0 dev, 20 paragraphs each
+    "2wikimultihopqa": HubContext("2wikimultihopqa:hub_dev", 12576),  # 2WikiMultihopQA dev.json, 10 each
+    "hotpotqa": HubContext("hotpotqa:hub_distractor_dev", 7405),      # HotpotQA distractor dev, 10 each
 }
 
 
-HUB_SET = "hub"   # the set `<bench>:hub`: the hub's rows (HUB_SPLITS in mode open, HUB_CONTEXT in item/given)
+HUB_SET = "hub"   # the set `<bench>:hub`: FlashRAG's split (HUB_SPLITS) of the bench
 # The set each bench reads when none is named (`sets`) and no bench_root is given.
 DEFAULT_SETS = {
     "nq": "nq:seed42_1000", "triviaqa": "triviaqa:seed42_1000", "popqa": "popqa:seed42_1000",
     "bamboogle": "bamboogle:test", "hotpotqa": "hotpotqa:r1searcher_500",
     "2wikimultihopqa": "2wikimultihopqa:r1searcher_500", "musique": "musique:r1searcher_500",
-    **{f"{b}@{m}": f"{b}:{HUB_SET}" for b in HUB_CONTEXT for m in ("item", "given")},
+    **{f"{b}@{m}": src.name for b, src in HUB_CONTEXT.items() for m in ("item", "given")},
 }
 
 
 def set_names(key: str) -> list[str]:
-    """The item sets bench `key` (`NAME[@MODE]`) can read: the fetched files of its bench, its hub set."""
-    bench, mode = parse_bench_key(key)
-    hub = HUB_SPLITS if mode == "open" else HUB_CONTEXT
-    return [n for n in datafetch.TABLE if n.split(":", 1)[0] == bench] + ([f"{bench}:{HUB_SET}"] if bench in hub else [])
+    """The item sets bench `key` (`NAME[@MODE]`) can read: the fetched files of its bench (its hub sets
+    among them)."""
+    bench = parse_bench_key(key)[0]
+    return [n for n in datafetch.names() if n.split(":", 1)[0] == bench]
 
 
 def bench_set(key: str, bench_root, sets=None) -> str | None:
@@ -140,82 +134,6 @@ def sample(items: list[BenchItem], n: int | None, seed: int, presampled: bool) -
     return items if not n or n < 0 else items[:n]
 
 
-def dataset_revision(repo: str, revision: str | None) -> str:
-    """The commit `revision` (None: the default branch) of a hub dataset resolves to: a full commit
-    as is, else the local hub cache's snapshot, else the hub's answer."""
-    if revision and re.fullmatch(r"[0-9a-f]{40}", revision):
-        return revision
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(repo, repo_type="dataset", revision=revision, local_files_only=True,
-                                      allow_patterns=["README.md"])).name
-    except Exception:  # not cached: ask the hub
-        pass
-    from huggingface_hub import HfApi
-
-    sha = HfApi().dataset_info(repo, revision=revision).sha
-    if not sha:
-        raise BenchError(f"the hub did not say which commit {repo}@{revision or 'main'} is")
-    return sha
-
-
-def _load_hub(bench: str) -> tuple[list[BenchItem], str]:
-    if bench not in HUB_SPLITS:
-        raise BenchError(f"bench {bench!r} is not on the hub ({HUB_REPO}); put it under bench_root=DIR/{bench}/")
-    try:
-        from datasets import load_dataset
-
-        revision = dataset_revision(HUB_REPO, None)
-        ds = load_dataset(HUB_REPO, bench, split=HUB_SPLITS[bench], revision=revision)
-    except Exception as exc:  # offline, gated, renamed: say what to do instead
-        raise BenchError(
-            f"could not load {bench} from the hub ({HUB_REPO}, split {HUB_SPLITS[bench]}): {exc}. "
-            f"Name a fetched set instead (sets={{{bench}: NAME}}, `fetch-data --help` lists them) or pass "
-            f"bench_root=DIR with {bench}/<file>.jsonl."
-        ) from exc
-    items = [parse_bench_row(dict(row), bench, f"{HUB_REPO}/{bench}[{i}]") for i, row in enumerate(ds)]
-    return items, f"hub:{HUB_REPO}/{bench}/{HUB_SPLITS[bench]}@{revision}"
-
-
-def _load_hub_context(bench: str, mode: str) -> tuple[list[BenchItem], str]:
-    """An original-format dev set (its paragraphs kept) from `HUB_CONTEXT`."""
-    src = HUB_CONTEXT.get(bench)
-    if src is None:
-        raise BenchError(f"bench {bench!r} has no original-format dev set on the hub for context mode {mode!r}; "
-                         f"put it under bench_root=DIR/{bench}/ in an original format")
-    what = src.file or f"{src.config}/{src.split}"
-    try:
-        revision = dataset_revision(src.repo, src.revision)
-        if src.file:
-            from huggingface_hub import hf_hub_download
-
-            path = Path(hf_hub_download(src.repo, src.file, repo_type="dataset", revision=revision))
-            if path.suffix == ".jsonl":
-                items = read_bench_file(path, bench)
-            else:
-                rows = json.loads(path.read_text(encoding="utf-8"))
-                items = parse_bench_rows(((f"{src.repo}/{src.file}[{i}]", r) for i, r in enumerate(rows)), bench,
-                                         f"{src.repo}/{src.file}")
-        else:
-            from datasets import load_dataset
-
-            ds = load_dataset(src.repo, src.config, split=src.split, revision=revision)
-            items = parse_bench_rows(((f"{src.repo}/{what}[{i}]", dict(r)) for i, r in enumerate(ds)), bench,
-                                     f"{src.repo}/{what}")
-    except BenchError:
-        raise
-    except Exception as exc:  # offline, renamed, a pin that does not resolve
-        raise BenchError(
-            f"could not load {bench}@{mode} from the hub ({src.repo} {what} @ {src.revision or 'main'}): {exc}. "
-            f"Pass bench_root=DIR with {bench}/<file>.jsonl in the original format (`fetch-data --help` lists samples)."
-        ) from exc
-    if len(items) != src.rows:
-        raise BenchError(f"{src.repo} {what} @ {revision}: {len(items)} rows, expected {src.rows}; not the dev set "
-                         f"the reference sizes name (pass bench_root=DIR with the file you mean)")
-    return items, f"hub:{src.repo}/{what}@{revision}"
-
-
 def _missing(bench_root, key: str) -> BenchError:
     bench = parse_bench_key(key)[0]
     d = Path(bench_root) / bench
@@ -227,33 +145,17 @@ def _missing(bench_root, key: str) -> BenchError:
 def bench_source(key: str, bench_root: str | Path | None, *, resolve: bool = True, sets=None, fetch: bool = True) -> str:
     """Where QA bench `key` (`NAME[@MODE]`) comes from, without loading it: its file under `bench_root`,
     else its named set's cached file (fetched first; `fetch=False`: its place in the cache, present or
-    not; `resolve=False` fetches nothing and returns the set's name when it is not cached), or its hub source (`hub:<repo>/<what>@<commit>`, the string the
-    loader records; `resolve=False` leaves the commit off and asks nothing of the hub)."""
-    bench, mode = parse_bench_key(key)
+    not; `resolve=False` fetches nothing and returns the set's name when it is not cached)."""
+    bench = parse_bench_key(key)[0]
     if bench_root:
         path = bench_file(bench_root, bench)
         if path is None:
             raise _missing(bench_root, key)
         return str(path)
     name = bench_set(key, None, sets)
-    if name in datafetch.TABLE:
-        if not fetch:
-            return str(datafetch.local_path(name))
-        return str(datafetch.path(name) if resolve else (datafetch.cached(name) or name))
-    if mode == "open":
-        repo, what, pin = HUB_REPO, f"{bench}/{HUB_SPLITS[bench]}", None
-    else:
-        src = HUB_CONTEXT[bench]
-        repo, what, pin = src.repo, src.file or f"{src.config}/{src.split}", src.revision
-    if not resolve:
-        return f"hub:{repo}/{what}"
-    try:
-        return f"hub:{repo}/{what}@{dataset_revision(repo, pin)}"
-    except BenchError:
-        raise
-    except Exception as exc:  # offline: the identity of a hub bench needs its commit
-        raise BenchError(f"cannot resolve the hub commit of {key} ({repo} @ {pin or 'main'}): {exc}. "
-                         f"Name a fetched set (sets={{{key}: NAME}}) or pass bench_root=DIR with {bench}/<file>.jsonl.") from exc
+    if not fetch:
+        return str(datafetch.local_path(name))
+    return str(datafetch.path(name) if resolve else (datafetch.cached(name) or name))
 
 
 def load_bench(key: str, bench_root: str | Path | None, n: int | None, seed: int, sets=None) -> tuple[list[BenchItem], str]:
@@ -269,12 +171,18 @@ def load_bench_counted(key: str, bench_root: str | Path | None, n: int | None,
     paragraphs are refused for modes item/given."""
     bench, mode = parse_bench_key(key)
     name = bench_set(key, bench_root, sets)
-    if name is None or name in datafetch.TABLE:
+    try:
         path = Path(bench_source(key, bench_root, sets=sets))
-        items, source, presampled = read_bench_file(path, bench), str(path), is_presampled(path, seed)
-    else:
-        items, source = _load_hub(bench) if mode == "open" else _load_hub_context(bench, mode)
-        presampled = False
+    except datafetch.DataError as exc:   # a hub set not pinned here (or offline): say what to do instead
+        if name is None or datafetch.entry(name).host != "hub" or datafetch.local_path(name).is_file():
+            raise   # not a hub set, or one cached that changed: the data error as it is
+        raise BenchError(f"could not load {bench} from the hub ({name}): {exc}. Name a fetched set instead "
+                         f"(sets={{{key}: NAME}}, `fetch-data --help` lists them)") from None
+    items, source, presampled = read_bench_file(path, bench), str(path), is_presampled(path, seed)
+    hub = HUB_CONTEXT.get(bench)
+    if hub is not None and name == hub.name and len(items) != hub.rows:
+        raise BenchError(f"{source} ({name}): {len(items)} rows, expected {hub.rows}; not the dev set the reference "
+                         f"sizes name (pass bench_root=DIR with the file you mean)")
     check_context_mode(items, mode, source)
     answerable = [it for it in items if it.answerable]
     return sample(answerable, n, seed, presampled), source, len(items) - len(answerable)

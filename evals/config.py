@@ -38,7 +38,7 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "prompt": ("tool_agent", "tool_agent | anchor_nudge"),
     "tool_style": ("auto", "auto (from the chat template) | qwen3 | llama3"),
     "enable_thinking": ("auto", "hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false"),
-    "sets": ({}, "per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub'}; a bench "
+    "sets": ({}, "per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a bench "
                  "not named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; `fetch-data --help`)"),
     "bench_root": (None, "your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets"),
     "out": (None, "null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run"),

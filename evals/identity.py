@@ -81,7 +81,7 @@ def corpus_identity(corpus: str | None) -> dict[str, Any] | None:
     if not corpus:
         return None
     if datafetch.is_name(corpus):
-        return {"name": corpus, "sha256": datafetch.TABLE[corpus].sha256}
+        return {"name": corpus, "sha256": datafetch.digest(corpus)}
     p = Path(corpus)
     return {"name": p.name, "size": p.stat().st_size if p.is_file() else None}
 
@@ -108,13 +108,14 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
                         and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
                      **engine_settings(conf)},
         "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
-        # a named set's file digest is its pinned one (the file is checked against it when fetched)
-        "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": datafetch.TABLE[item_set].sha256
-                  if item_set in datafetch.TABLE else source_digest(source)},
+        # a named set's file digest is its pinned one (the file is checked against it when fetched), or
+        # for an unpinned hub set the one measured when the user pre-filled it
+        "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": datafetch.digest(item_set)
+                  if datafetch.is_name(item_set) else source_digest(source)},
     }
     if item_set is not None:
-        body["bench"]["set"] = {"name": item_set, "source": datafetch.TABLE[item_set].source()
-                                if item_set in datafetch.TABLE else source}
+        body["bench"]["set"] = {"name": item_set, "source": datafetch.entry(item_set).source()
+                                if datafetch.is_name(item_set) else source}
     if bench in BENCH_KEY_PREFIXES and float(conf.get(f"{BENCH_KEY_PREFIXES[bench]}temperature") or 0) > 0:
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     if body["evaluate"].get("enable_thinking") == "auto":  # nothing passed: the identity of before the key

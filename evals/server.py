@@ -1,4 +1,4 @@
-"""`serve-retriever corpus=PATH [port=8000] [index_dir=DIR]`: one BM25 index shared over HTTP.
+"""`serve-retriever corpus=PATH|NAME [port=8000] [index_dir=DIR]`: one BM25 index shared over HTTP.
 
 Speaks Search-R1's retrieval API on 127.0.0.1 (loopback only: put a tunnel or proxy in front to
 share it across a cluster deliberately):
@@ -16,20 +16,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import OmegaConf
 
-from common import keydoc
+from common import datafetch, keydoc
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import parse_json_line
 from evals.errors import EvalError
 
 KEYS = {  # key: (default, description): `serve-retriever --help` and docs/keys/serve-retriever.md
-    "corpus": (None, "wiki-18 style jsonl corpus to index (required)"),
+    "corpus": (None, "wiki-18 style jsonl corpus to index (required): a path, or a fetched corpus's name "
+                     "(corpus:wiki18_example_10; from the data cache, downloaded on first use)"),
     "port": (8000, "TCP port (0: an ephemeral one)"),
     "host": ("127.0.0.1", "loopback only: 127.0.0.1 | localhost | ::1"),
     "index_dir": (None, "BM25 index cache root; null -> ~/.cache/dtsft/bm25"),
     "max_topk": (100, "largest topk a request may ask for"),
 }
 DEFAULTS = keydoc.defaults(KEYS)
-USAGE = """usage: serve-retriever corpus=PATH [key=value ...]
+USAGE = """usage: serve-retriever corpus=PATH|NAME [key=value ...]
 
 Serve a BM25 index of a wiki-18 style corpus with Search-R1's POST /retrieve API on 127.0.0.1.
 The index is built on first use and cached under index_dir (default ~/.cache/dtsft/bm25)."""
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
         if not cfg.corpus:
-            raise EvalError("corpus=PATH is required (a wiki-18 style jsonl)")
+            raise EvalError("corpus=PATH is required (a wiki-18 style jsonl, or a fetched corpus's name)")
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             raise EvalError(f"host={cfg.host!r}: serve-retriever only binds loopback")
         for key in ("port", "max_topk"):
@@ -127,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
                 raise EvalError(f"{key}={cfg[key]!r}: expected a {'non-negative' if key == 'port' else 'positive'} integer")
         from evals.retrievers import Bm25Retriever, RetrieverError
 
+        # a name is read through the data cache (checked, fetched on first use), as evaluate's corpus= is
+        named = datafetch.is_name(cfg.corpus) or str(cfg.corpus).startswith("corpus:")   # a mistyped name: did you mean
+        corpus = datafetch.path(str(cfg.corpus)) if named else cfg.corpus
         try:
-            retriever = Bm25Retriever(cfg.corpus, cfg.index_dir)
+            retriever = Bm25Retriever(corpus, cfg.index_dir)
         except RetrieverError as exc:
             raise EvalError(str(exc)) from exc
         server = make_server(retriever, cfg.host, int(cfg.port), int(cfg.max_topk))
         host, port = server.server_address[:2]
-        print(f"serving {retriever.num_docs} docs from {cfg.corpus} at http://{host}:{port}/retrieve", flush=True)
+        print(f"serving {retriever.num_docs} docs from {corpus} at http://{host}:{port}/retrieve", flush=True)
         try:
             server.serve_forever()
         except KeyboardInterrupt:

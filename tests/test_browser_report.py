@@ -172,3 +172,163 @@ def test_paired_view_counts_and_first_difference(study, driver, tmp_path, bench)
     assert driver.execute_script("return typeof window.__pwned") == "undefined"
     shot(driver, tmp_path, f"browser_paired_{bench}")
     assert_nothing_left(driver)
+
+
+# ---- the demo's own report.html: `python -m demo` with a smaller config (docs/stages/analyze.md): the same
+# driver, phases and analysis as `make demo` (arms r2e and search, the tiny base, synthqa + search_plan_ood, the
+# anchor), with two seeds, 2 training steps (checkpoints 1 and 2) and 4 items per bench and checkpoint
+DEMO_ARGS = ["arms=[r2e,search]", "seeds=[0,1]", "steps=2", "save_steps=[1]", "n=8", "bench_n=8", "eval_n=4",
+             "max_turns=2", "max_new_tokens=24", "n_boot=200"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """`python -m demo` with DEMO_ARGS, as a user runs it; its last line names the page to open."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    root = tmp_path_factory.mktemp("demo")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "demo", *DEMO_ARGS, f"runs_root={root / 'runs'}", f"out={root / 'reports'}"],
+                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    page = root / "reports" / "report.html"
+    assert last == f"[demo] open in a browser: {page.resolve()}" and page.is_file()
+    return root, page
+
+
+def eval_rows(root: Path, run: str, step: int, bench: str = "synthqa") -> list[dict]:
+    from common import layout
+
+    d = root / "runs" / ("_anchor" if run == "anchor" else run) / "eval" / layout.step_name(step)
+    return rows_of(d, bench)
+
+
+def test_the_demos_report_browse_pair_and_filter(demo, driver, tmp_path):
+    """The demo's page: an item's transcript as its row holds it; the paired view's counts and filter equal the
+    rows' own; for a two-seed arm at its final steps the paired ΔEM equals the report's `paired_em` cell."""
+    root, page = demo
+    driver.get(page.resolve().as_uri())
+    wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    driver.find_element("id", "tab-browse").click()
+    select(driver, "browse-bench", "synthqa")
+    select(driver, "browse-run", "r2e/seed1")
+    select(driver, "browse-step", "2")
+    rows = eval_rows(root, "r2e/seed1", 2)
+    status = driver.find_element("id", "browse-status")
+    wait(driver, lambda d: status.get_attribute("data-n") == str(len(rows)) == "4" and "r2e/seed1 · step 2" in status.text)
+    assert f"{sum(r['metrics']['em'] for r in rows):.0f} right by em" in status.text
+    assert [tr.get_attribute("data-id") for tr in driver.find_elements("css selector", "#item-list tbody tr")] == [r["id"] for r in rows]
+    row = rows[2]
+    driver.find_element("css selector", f'#item-list tr[data-id="{row["id"]}"]').click()
+    box = driver.find_element("id", "transcript")
+    wait(driver, lambda d: row["id"] in box.text)
+    assert box.find_element("css selector", ".final-answer").text == (row["prediction"] or "(none)")
+    assert box.find_element("css selector", ".golds").text == " | ".join(row["golden_answers"])
+    assert len(box.find_elements("css selector", ".msg")) == len(row["messages"])
+    assert box.find_element("css selector", ".question").text == row["question"]
+    shot(driver, tmp_path, "demo_transcript")
+
+    driver.find_element("id", "tab-paired").click()
+    select(driver, "pair-bench", "synthqa")
+    select(driver, "pair-a-run", "search/seed0")
+    select(driver, "pair-a-step", "2")
+    select(driver, "pair-b-run", "anchor")
+    a = {r["id"]: r["metrics"]["em"] for r in eval_rows(root, "search/seed0", 2)}
+    b = {r["id"]: r["metrics"]["em"] for r in eval_rows(root, "anchor", 0)}
+    summary = driver.find_element("id", "pair-summary")
+    wait(driver, lambda d: summary.get_attribute("data-n") == str(len(a)) and "search/seed0 · step 2" in summary.text)
+    a_only = [i for i in a if a[i] > b[i]]
+    b_only = [i for i in a if a[i] < b[i]]
+    assert (summary.get_attribute("data-a-only"), summary.get_attribute("data-b-only")) == (str(len(a_only)), str(len(b_only)))
+    assert float(summary.get_attribute("data-delta")) == pytest.approx(sum(a[i] - b[i] for i in a) / len(a))
+    for value, ids in (("a_only", a_only), ("b_only", b_only), ("all", list(a))):
+        select(driver, "pair-filter", value)
+        assert [tr.get_attribute("data-id") for tr in driver.find_elements("css selector", "#pair-list tbody tr")] == ids
+    first = driver.find_element("css selector", "#pair-list tbody tr")
+    first.click()
+    note = driver.find_element("id", "pair-diff")
+    wait(driver, lambda d: note.get_attribute("data-turn") not in (None, ""))
+    assert first.get_attribute("data-id") in driver.find_element("id", "pair-a").text
+    shot(driver, tmp_path, "demo_paired_search_seed0")
+
+    # the two-seed arm at its final steps: per item the seeds' EM averaged, as the report's paired table
+    select(driver, "pair-a-run", "r2e/seed-mean")
+    select(driver, "pair-a-step", "final")
+    seeds = [{r["id"]: r["metrics"]["em"] for r in eval_rows(root, f"r2e/seed{s}", 2)} for s in (0, 1)]
+    ids = [i for i in seeds[0] if i in seeds[1] and i in b]
+    wait(driver, lambda d: "r2e/seed-mean · step final (2, 2)" in summary.text)
+    delta = sum((seeds[0][i] + seeds[1][i]) / 2 - b[i] for i in ids) / len(ids)
+    assert summary.get_attribute("data-n") == str(len(ids))
+    assert float(summary.get_attribute("data-delta")) == pytest.approx(delta)
+    md = (root / "reports" / "tables" / "paired_em.md").read_text()
+    cell = next(line for line in md.splitlines() if line.startswith("| r2e "))
+    assert f"{delta:+.3f} [" in cell and f"n={len(ids)}" in cell   # the report's own number
+    assert f"= {delta:+.3f}" in summary.text
+    shot(driver, tmp_path, "demo_paired_r2e_seed_mean")
+    assert driver.execute_script("return typeof window.__pwned") == "undefined"
+    assert_nothing_left(driver)
+
+
+@pytest.fixture(scope="module")
+def two_seed_study(tmp_path_factory):
+    """The generated study plus a second `search` seed whose items differ from the first's."""
+    from report_html_rows import write_eval_dir
+    from test_analysis_helpers import make_run
+
+    from analysis.sweep import run_analysis
+
+    root = tmp_path_factory.mktemp("html_two_seeds")
+    write_study(root / "runs")
+    run = make_run(root / "runs", "search", 1, [10])
+    write_eval_dir(run / "eval" / "step-000010", "search1", 10)   # another arm name: another right/wrong pattern
+    res = run_analysis({"runs_root": str(root / "runs"), "out": str(root / "reports"), "benches": BENCHES,
+                        "evaluate": False, "n_boot": 100, "wandb": False})
+    return root, res
+
+
+def test_paired_seed_mean_equals_the_reports_paired_delta(two_seed_study, driver, tmp_path):
+    """A two-seed arm paired with the anchor at its final steps: per item the seeds' EM averaged (0, 0.5 or 1),
+    the items higher in A / in B and their margins; Δ = the report's paired_em cell, not one seed's Δ."""
+    root, res = two_seed_study
+    driver.get(res.html.resolve().as_uri())
+    wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    driver.find_element("id", "tab-paired").click()
+    select(driver, "pair-bench", "nq")
+    runs = [o.get_attribute("value") for o in driver.find_elements("css selector", "#pair-a-run option")]
+    assert runs == ["anchor", "r2e/seed0", "search/seed0", "search/seed1", "search/seed-mean"]   # one seed: no mean
+    select(driver, "pair-a-run", "search/seed-mean")
+    assert [o.get_attribute("value") for o in driver.find_elements("css selector", "#pair-a-step option")] == ["10", "final"]
+    select(driver, "pair-a-step", "final")
+    select(driver, "pair-b-run", "anchor")
+    summary = driver.find_element("id", "pair-summary")
+    wait(driver, lambda d: "search/seed-mean · step final (10, 10)" in summary.text and "anchor" in summary.text)
+    ev = root / "runs" / "search"
+    seeds = [{r["id"]: r["metrics"]["em"] for r in rows_of(ev / f"seed{s}" / "eval" / "step-000010", "nq")} for s in (0, 1)]
+    b = {r["id"]: r["metrics"]["em"] for r in rows_of(root / "runs" / "_anchor" / "eval" / "step-000000", "nq")}
+    a = {i: (seeds[0][i] + seeds[1][i]) / 2 for i in seeds[0]}
+    assert sorted(set(a.values())) == [0.0, 0.5, 1.0]   # the seeds disagree on some items
+    higher_a = [i for i in a if a[i] > b[i]]
+    higher_b = [i for i in a if a[i] < b[i]]
+    delta = sum(a[i] - b[i] for i in a) / len(a)
+    assert summary.get_attribute("data-n") == str(len(a))
+    assert (summary.get_attribute("data-a-only"), summary.get_attribute("data-b-only")) == (str(len(higher_a)), str(len(higher_b)))
+    assert float(summary.get_attribute("data-a-gain")) - float(summary.get_attribute("data-b-gain")) == pytest.approx(delta * len(a))
+    assert float(summary.get_attribute("data-delta")) == pytest.approx(delta)
+    table = res.tables["paired_em"]
+    col = next(k for k, c in enumerate(table.columns) if c.bench == "nq")
+    cell = dict(table.rows)["search"][col]
+    assert cell.startswith(f"{delta:+.3f} [") and cell.endswith(f"n={len(a)}")   # the report's own paired ΔEM
+    one_seed = sum(seeds[0][i] - b[i] for i in a) / len(a)
+    assert one_seed != pytest.approx(delta)   # what the per-seed view showed before: not the report's number
+    assert f"= {delta:+.3f}" in summary.text
+    select(driver, "pair-filter", "a_only")
+    assert [tr.get_attribute("data-id") for tr in driver.find_elements("css selector", "#pair-list tbody tr")] == higher_a
+    driver.find_element("css selector", f'#pair-list tr[data-id="{higher_a[0]}"]').click()
+    wait(driver, lambda d: higher_a[0] in d.find_element("id", "pair-a").text)
+    assert "search/seed0" in driver.find_element("id", "pair-a").text   # the first seed's transcript
+    shot(driver, tmp_path, "browser_paired_seed_mean")
+    assert_nothing_left(driver)

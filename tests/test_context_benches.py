@@ -227,36 +227,6 @@ def test_modes_in_config(tmp_path):
         resolve({"ckpt": "x", "out": "o", "benches": ["musique@given", "musique@given"]})
 
 
-def test_hub_context_source_names_its_revision(monkeypatch):
-    import huggingface_hub
-
-    from evals import benches
-    from evals.identity import source_digest
-
-    path = shared_path(CTX, FILES["musique"])
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **kw: str(path))
-    monkeypatch.setattr(benches, "dataset_revision", lambda repo, rev: "a" * 40)
-    with pytest.raises(BenchError, match=r"20 rows, expected 2417"):
-        load_bench("musique@given", None, 4, 42)
-    monkeypatch.setitem(benches.HUB_CONTEXT, "musique", benches.HubSource("dgslibisey/MuSiQue", "x", 20,
-                                                                          file="musique_ans_v1.0_dev.jsonl"))
-    items, source = load_bench("musique@given", None, 4, 42)
-    assert source == "hub:dgslibisey/MuSiQue/musique_ans_v1.0_dev.jsonl@" + "a" * 40 and len(items) == 4
-    monkeypatch.setattr(benches, "dataset_revision", lambda repo, rev: "b" * 40)
-    assert source_digest(load_bench("musique@given", None, 4, 42)[1]) != source_digest(source)
-    # the FlashRAG rows of the open mode name their revision too
-    import datasets
-
-    seen = {}
-
-    def fake_load(repo, name, split, revision):
-        seen.update(repo=repo, revision=revision)
-        return [{"id": "a", "question": "q?", "golden_answers": ["x"]}]
-    monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    _, open_source = load_bench("musique", None, 1, 42, {"musique": "musique:hub"})   # the hub only when named
-    assert open_source == "hub:RUC-NLPIR/FlashRAG_datasets/musique/dev@" + "b" * 40 and seen["revision"] == "b" * 40
-
-
 @pytest.mark.parametrize("mode", ["given", "item"])
 def test_done_when_tiny_base_on_cpu(tmp_path, mode):
     root = shared_path(CTX)

@@ -2,6 +2,7 @@
 bounded, stopping by itself) or pre-filled from ../shared, checked against the repository's table."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -100,7 +101,7 @@ def test_a_corrupted_download_is_refused_naming_both_digests(cache, monkeypatch)
     msg = str(err.value)
     assert datafetch.TABLE["bamboogle:test"].sha256 in msg and hashlib.sha256(body).hexdigest() in msg
     assert srv.url in msg and cache_files(cache) == []
-    (cache / BAMBOOGLE).parent.mkdir(parents=True, exist_ok=True)   # the failed download made the dir
+    (cache / BAMBOOGLE).parent.mkdir(parents=True, exist_ok=True)
     (cache / BAMBOOGLE).write_bytes(bytes(body))   # a cached file changed afterwards: refused, kept, never re-fetched over
     with pytest.raises(datafetch.DataError, match=r"changed since it was checked: move it aside and run `fetch-data bamboogle:test`"):
         datafetch.path("bamboogle:test")
@@ -114,6 +115,32 @@ def test_an_interrupted_download_leaves_no_partial_file(cache, monkeypatch):
         with pytest.raises(datafetch.DataError, match=r"interrupted: \d+ of \d+ bytes"):
             datafetch.path("bamboogle:test")
     assert cache_files(cache) == []
+
+
+def tree(root: Path) -> list[str]:
+    """Every file and directory under `root` (root itself included when it exists)."""
+    return sorted(["."] + [str(p.relative_to(root)) for p in root.rglob("*")]) if root.exists() else []
+
+
+@pytest.mark.parametrize("failure", ["corrupted", "interrupted", "unreachable"])
+def test_a_failed_download_leaves_nothing_behind(cache, monkeypatch, failure):
+    """No file and no directory that was not there before: a fresh cache stays absent; in a cache that
+    exists, the directories the download made go and the ones that were there stay."""
+    body = bytearray(shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes())
+    if failure == "corrupted":
+        body[100] ^= 1
+    cut = {url_path("bamboogle:test")} if failure == "interrupted" else set()
+    with Loopback({url_path("bamboogle:test"): bytes(body)}, cut=cut) as srv:
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url if failure != "unreachable" else "http://127.0.0.1:9")
+        with pytest.raises(datafetch.DataError):
+            datafetch.path("bamboogle:test")
+        assert not cache.exists()
+        (cache / "benchmarks" / "nq").mkdir(parents=True)   # a cache in use: its directories are kept
+        (cache / "benchmarks" / "nq" / "notes.txt").write_text("mine")
+        before = tree(cache)
+        with pytest.raises(datafetch.DataError):
+            datafetch.path("bamboogle:test")
+        assert tree(cache) == before == [".", "benchmarks", "benchmarks/nq", "benchmarks/nq/notes.txt"]
 
 
 def test_a_killed_downloads_leftover_goes_with_the_next_download(cache, monkeypatch):
@@ -156,6 +183,127 @@ def test_hub_files_use_the_same_downloader(cache, monkeypatch):
     with Loopback({f"/datasets/org/data/resolve/{'c' * 40}/test.jsonl": body}) as srv:
         monkeypatch.setenv("HF_ENDPOINT", srv.url)
         assert datafetch.path(f.name).read_bytes() == body
+
+
+def _pinned(name: str, body: bytes, commit: str = "c" * 40, **changes) -> datafetch.DataFile:
+    """`name`'s table entry as it reads once its commit and digest are measured (the real ones are not: no hub access)."""
+    return dataclasses.replace(datafetch.entry(name), commit=commit, sha256=hashlib.sha256(body).hexdigest(), **changes)
+
+
+def test_a_hub_set_is_fetched_by_the_one_downloader_once_pinned(cache, monkeypatch):
+    """`nq:hub` (FlashRAG's nq test split) with a pinned commit and digest: evaluate's loader fetches it from
+    $HF_ENDPOINT/datasets/<repo>/resolve/<commit>/<path> into the cache, once; its identity names the commit."""
+    from evals.benches import HUB_REPO, HUB_SPLITS, load_bench
+    from evals.config import resolve
+    from evals.run import bench_request
+
+    assert {b: (datafetch.UNPINNED[f"{b}:hub"].repo, datafetch.UNPINNED[f"{b}:hub"].src) for b in HUB_SPLITS} == {
+        b: (HUB_REPO, f"{b}/{split}.jsonl") for b, split in HUB_SPLITS.items()}   # the table's hub sets are the loader's
+    body = shared_path("benchmarks", "fixtures", "flashrag_quickstart_nq_test_17.jsonl").read_bytes()
+    f = _pinned("nq:hub", body)
+    monkeypatch.setitem(datafetch.TABLE, f.name, f)
+    url = f"/datasets/RUC-NLPIR/FlashRAG_datasets/resolve/{'c' * 40}/nq/test.jsonl"
+    with Loopback({url: body}) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        items, source = load_bench("nq", None, 5, 42, {"nq": "nq:hub"})
+        again, _ = load_bench("nq", None, 5, 42, {"nq": "nq:hub"})
+        assert srv.requests == [url]   # the second load downloads nothing
+    assert source == str(cache / "hub/nq/flashrag_test.jsonl") and len(items) == 5 and again == items
+    rows = [json.loads(x) for x in body.decode().splitlines()]
+    assert {it.id for it in items} <= {str(r["id"]) for r in rows}
+    base = {"ckpt": "tiny", "out": str(cache / "o"), "benches": ["nq"], "corpus": "corpus:wiki18_example_10",
+            "sets": {"nq": "nq:hub"}}
+    keys = json.dumps(bench_request("nq", resolve(base), {"kind": "stand-in"})["keys"])
+    assert f"hub:RUC-NLPIR/FlashRAG_datasets@{'c' * 40}:nq/test.jsonl" in keys and f.sha256 in keys
+
+
+def test_a_hub_dev_set_array_becomes_lines_through_the_downloader(cache, monkeypatch):
+    """2Wiki's dev.json is one JSON array: kept as one element per line (`take`), read in mode given."""
+    from evals import benches
+
+    lines = shared_path("benchmarks-context", "2wikimultihopqa", "dev_context_20.jsonl").read_bytes()
+    array = b"[" + b", ".join(lines.splitlines()) + b"]"
+    f = _pinned("2wikimultihopqa:hub_dev", lines, take=("json_array", 20))
+    monkeypatch.setitem(datafetch.TABLE, f.name, f)
+    monkeypatch.setitem(benches.HUB_CONTEXT, "2wikimultihopqa", benches.HubContext(f.name, 20))
+    url = f"/datasets/kamelliao/2wikimultihopqa/resolve/{'c' * 40}/data/dev.json"
+    with Loopback({url: array}) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        items, _ = benches.load_bench("2wikimultihopqa@given", None, 4, 42)   # the default set of mode given
+    assert srv.requests == [url] and len(items) == 4 and all(it.paragraphs for it in items)
+    assert (cache / f.rel).read_bytes() == lines
+
+
+def test_an_unpinned_hub_set_is_refused_until_prefilled(cache, monkeypatch, tmp_path):
+    """The table holds no measured commit/digest for the hub sets: loading one asks nothing of the network and
+    says in one line how to pre-fill it; `fetch-data NAME from=DIR` then takes the user's copy, records its
+    digest (the identity names it) and checks later reads against it."""
+    from evals import benches
+
+    with Loopback({}) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        with pytest.raises(benches.BenchError) as err:
+            benches.load_bench("musique@given", None, 4, 42)
+        assert srv.requests == []
+    msg = str(err.value)
+    assert "\n" not in msg and "has no measured commit and sha256" in msg
+    assert "`fetch-data musique:hub_ans_dev from=DIR` (DIR/musique/musique_ans_v1.0_dev.jsonl" in msg
+    assert "bench_root=DIR with musique/<file>.jsonl" in msg and cache_files(cache) == []
+    sample = shared_path("benchmarks-context", "musique", "dev_ans_paragraphs_20.jsonl").read_bytes()
+    mine = tmp_path / "mine" / "musique"
+    mine.mkdir(parents=True)
+    (mine / "musique_ans_v1.0_dev.jsonl").write_bytes(sample)
+    with pytest.raises(datafetch.DataError, match="none of the known files"):   # unpinned: taken only when named
+        datafetch.prefill(mine.parent)
+    proc = _cli("musique:hub_ans_dev", f"from={mine.parent}", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    digest = hashlib.sha256(sample).hexdigest()
+    assert datafetch.digest("musique:hub_ans_dev") == digest
+    with pytest.raises(benches.BenchError, match=r"20 rows, expected 2417; not the dev set"):   # the full dev set's count
+        benches.load_bench("musique@given", None, 4, 42)
+    monkeypatch.setitem(benches.HUB_CONTEXT, "musique", benches.HubContext("musique:hub_ans_dev", 20))
+    items, source = benches.load_bench("musique@given", None, 4, 42)
+    assert len(items) == 4 and source == str(cache / "hub/musique/musique_ans_v1.0_dev.jsonl")
+    from evals.config import resolve
+    from evals.run import bench_request
+
+    keys = json.dumps(bench_request("musique@given", resolve({"ckpt": "t", "out": str(tmp_path / "o"),
+                                                               "benches": ["musique@given"]}), {"kind": "x"})["keys"])
+    assert digest in keys and "hub:dgslibisey/MuSiQue@unpinned:musique_ans_v1.0_dev.jsonl" in keys
+    Path(source).write_bytes(sample.replace(b"a", b"b", 1))   # changed after it was recorded: refused
+    with pytest.raises(datafetch.DataError, match=r"changed since it was checked"):
+        benches.load_bench("musique@given", None, 4, 42)
+
+
+def test_serve_retriever_takes_a_corpus_name_through_the_cache(cache, tmp_path):
+    """`serve-retriever corpus=corpus:wiki18_example_10`: fetched into the data cache (checked) and served;
+    a mistyped name is a one-line error naming the nearest."""
+    import re
+
+    from evals.retrievers import HttpRetriever
+
+    body = shared_path("benchmarks", "corpus", "wiki18_example_10.jsonl").read_bytes()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DTSFT_DATA=str(cache), OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "evals.server", "port=0", f"index_dir={tmp_path / 'idx'}"]
+    bad = subprocess.run(argv + ["corpus=corpus:wiki18_example_1"], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown data name 'corpus:wiki18_example_1'" in bad.stderr
+    assert "corpus:wiki18_example_10" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    with Loopback({url_path("corpus:wiki18_example_10"): body}) as srv:
+        env["DTSFT_DATA_ENDPOINT"] = srv.url
+        proc = subprocess.Popen(argv + ["corpus=corpus:wiki18_example_10"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+        try:
+            line = proc.stdout.readline()
+            m = re.search(r"serving (\d+) docs from (\S+) at (http://127\.0\.0\.1:\d+/retrieve)", line)
+            assert m, f"server did not start: {line!r}"
+            assert m.group(1) == "10" and m.group(2) == str(cache / "benchmarks/corpus/wiki18_example_10.jsonl")
+            docs = HttpRetriever(m.group(3), timeout=10, retries=2, backoff=0.2).search(["the"], 2)
+            assert len(docs) == 1 and len(docs[0]) == 2
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        assert srv.requests == [url_path("corpus:wiki18_example_10")]
+    assert cache_files(cache) == ["benchmarks/corpus/wiki18_example_10.jsonl"]
 
 
 def test_offline_says_how_to_prefill(cache, monkeypatch):

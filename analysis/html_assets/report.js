@@ -59,6 +59,17 @@
     return e;
   }
 
+  // v to 3 decimals as Python's format(v, ".3f") writes it (the report's tables): an exact tie, which for a double
+  // is v = odd/16, rounds half to even; toFixed rounds it up
+  function fixed3(v) {
+    const j = v * 16;
+    if (Number.isInteger(j) && j % 2 !== 0) {
+      const m = Math.floor(Math.abs(v) * 1000);
+      return (v < 0 ? "-" : "") + ((m % 2 === 0 ? m : m + 1) / 1000).toFixed(3);
+    }
+    return v.toFixed(3);
+  }
+
   function fmt(v) {
     if (v === null || v === undefined) return "–";
     if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(3);
@@ -73,16 +84,53 @@
   for (const b of document.querySelectorAll("nav button")) b.addEventListener("click", () => show(b.dataset.tab));
 
   // ---- the index
-  function runsOf(bench) {
-    const out = [];
-    for (const e of ENTRIES) if (e.bench === bench && !out.includes(e.run)) out.push(e.run);
-    return out;
+  // A seed-mean run ("<arm>/seed-mean", paired view only) stands for every seed of an arm with two or more:
+  // at step "final" each seed's last evaluated step, as the report's paired table takes them; per item the
+  // seeds' scores averaged, over the ids every seed has (what analysis.aggregate.paired_vs_anchor pairs).
+  const MEAN = "/seed-mean";
+  function seedsOf(bench, arm) {
+    return [...new Set(ENTRIES.filter((e) => e.bench === bench && e.arm === arm && e.run !== "anchor").map((e) => e.seed))].sort((a, b) => a - b);
+  }
+  function runsOf(bench, withMeans) {
+    const out = [], means = [];
+    for (const e of ENTRIES) {
+      if (e.bench !== bench) continue;
+      if (!out.includes(e.run)) out.push(e.run);
+      if (withMeans && e.run !== "anchor" && seedsOf(bench, e.arm).length > 1 && !means.includes(e.arm + MEAN)) means.push(e.arm + MEAN);
+    }
+    return out.concat(means);
   }
   function stepsOf(bench, run) {
+    if (run.endsWith(MEAN)) {
+      const arm = run.slice(0, -MEAN.length), seeds = seedsOf(bench, arm);
+      const shared = [...new Set(ENTRIES.filter((e) => e.bench === bench && e.arm === arm).map((e) => e.step))]
+        .filter((s) => seeds.every((sd) => ENTRIES.some((e) => e.bench === bench && e.arm === arm && e.seed === sd && e.step === s)));
+      return [...shared.sort((a, b) => a - b), "final"];
+    }
     return ENTRIES.filter((e) => e.bench === bench && e.run === run).map((e) => e.step).sort((a, b) => a - b);
   }
   function entryOf(bench, run, step) {
+    if (run.endsWith(MEAN)) {
+      const arm = run.slice(0, -MEAN.length);
+      const parts = seedsOf(bench, arm).map((sd) => {
+        const mine = ENTRIES.filter((e) => e.bench === bench && e.arm === arm && e.seed === sd);
+        return step === "final" ? mine.reduce((m, e) => (!m || e.step > m.step ? e : m), null) : mine.find((e) => e.step === Number(step));
+      });
+      if (!parts.length || parts.some((x) => !x)) return null;
+      return { key: null, arm, bench, run, step: step === "final" ? "final (" + parts.map((x) => x.step).join(", ") + ")" : Number(step), parts };
+    }
     return ENTRIES.find((e) => e.bench === bench && e.run === run && e.step === Number(step)) || null;
+  }
+  function mean(xs) { return xs.some((x) => x === null || x === undefined) ? null : xs.reduce((a, b) => a + Number(b), 0) / xs.length; }
+  async function loadEntry(e) {
+    if (!e.parts) return load(e.key);
+    const lists = await Promise.all(e.parts.map((x) => load(x.key)));
+    const maps = lists.map((l) => new Map(l.map((x) => [x.id, x])));
+    return lists[0].filter((x) => maps.every((m) => m.has(x.id))).map((x) => {
+      const each = maps.map((m) => m.get(x.id)), m = {};
+      for (const k of Object.keys(x.m)) m[k] = typeof x.m[k] === "number" ? mean(each.map((y) => y.m[k])) : x.m[k];
+      return { ...x, m, ok: mean(each.map((y) => y.ok)), seeds: each };
+    });
   }
   function fill(select, values, fallback) {
     const keep = select.value;
@@ -124,6 +172,7 @@
   }
 
   async function transcriptOf(e, item) {
+    if (e.parts) return transcriptOf(e.parts[0], item.seeds[0]);   // a seed mean: its first seed's transcript
     const chunk = await load(e.key + "_t" + item.c);
     return chunk.find((x) => x.id === item.id);
   }
@@ -177,11 +226,11 @@
   let pairToken = 0, pairs = [], pairEntries = null;
   function pairControls(level) {
     if (level <= 0) fill(pb, INDEX.benches);
-    const runs = runsOf(pb.value);
-    const trained = runs.filter((r) => r !== "anchor");
+    const runs = runsOf(pb.value, true);
+    const trained = runs.filter((r) => r !== "anchor" && !r.endsWith(MEAN));
     if (level <= 1) fill(par, runs, trained.length ? trained[trained.length - 1] : runs[0]);
     if (level <= 1) fill(pbr, runs, runs.includes("anchor") ? "anchor" : runs[0]);
-    if (level <= 2) { const st = stepsOf(pb.value, par.value); fill(pas, st, st[st.length - 1]); }
+    if (level <= 2) { const st = stepsOf(pb.value, par.value); fill(pas, st, st[st.length - 1]); }   // a seed mean: "final"
     if (level <= 2) { const st = stepsOf(pb.value, pbr.value); fill(pbs, st, st[0]); }
     loadPairs();
   }
@@ -194,29 +243,37 @@
     const token = ++pairToken;
     summary.textContent = "loading …";
     let A, B;
-    try { [A, B] = await Promise.all([load(ea.key), load(eb.key)]); } catch (err) { summary.textContent = String(err); return; }
+    try { [A, B] = await Promise.all([loadEntry(ea), loadEntry(eb)]); } catch (err) { summary.textContent = String(err); return; }
     if (token !== pairToken) return;
     const byId = new Map(B.map((x) => [x.id, x]));
     pairs = A.filter((x) => byId.has(x.id) && x.ok !== null && byId.get(x.id).ok !== null).map((x) => ({ a: x, b: byId.get(x.id) }));
     pairEntries = [ea, eb];
     const n = pairs.length;
-    const aOnly = pairs.filter((p) => p.a.ok === 1 && p.b.ok === 0).length;
-    const bOnly = pairs.filter((p) => p.a.ok === 0 && p.b.ok === 1).length;
+    // per item "right" is 0/1, or for a seed mean the fraction of seeds right: A-only / B-only are the items
+    // higher in A / in B, and their summed margins give the paired Δ (for 0/1 the margins are the counts)
+    const aHigher = pairs.filter(FILTERS.a_only), bHigher = pairs.filter(FILTERS.b_only);
+    const aGain = aHigher.reduce((s, p) => s + p.a.ok - p.b.ok, 0), bGain = bHigher.reduce((s, p) => s + p.b.ok - p.a.ok, 0);
+    const binary = pairs.every((p) => [0, 1].includes(p.a.ok) && [0, 1].includes(p.b.ok));
     const metric = INDEX.correct[ea.bench];
-    const delta = n ? (aOnly - bOnly) / n : null;
+    const delta = n ? (aGain - bGain) / n : null;
+    const num = (v) => (Number.isInteger(v) ? String(v) : fixed3(v));
     summary.dataset.n = String(n);
-    summary.dataset.aOnly = String(aOnly);
-    summary.dataset.bOnly = String(bOnly);
+    summary.dataset.aOnly = String(aHigher.length);
+    summary.dataset.bOnly = String(bHigher.length);
+    summary.dataset.aGain = String(aGain);
+    summary.dataset.bGain = String(bGain);
     summary.dataset.delta = delta === null ? "" : String(delta);
-    summary.textContent = n + " paired items (A: " + title(ea) + "; B: " + title(eb) + "). Right (" + metric + ") in A, wrong in B: " +
-      aOnly + "; right in B, wrong in A: " + bOnly + "; paired Δ" + metric + " = (" + aOnly + " − " + bOnly + ")/" + n + " = " +
-      (delta === null ? "–" : (delta >= 0 ? "+" : "") + delta.toFixed(3));
+    const sides = binary ? "Right (" + metric + ") in A, wrong in B: " + aHigher.length + "; right in B, wrong in A: " + bHigher.length :
+      "Higher (" + metric + ", the fraction of seeds right) in A: " + aHigher.length + " items, by " + num(aGain) + " in all; higher in B: " +
+      bHigher.length + " items, by " + num(bGain);
+    summary.textContent = n + " paired items (A: " + title(ea) + "; B: " + title(eb) + "). " + sides + "; paired Δ" + metric + " = (" +
+      num(aGain) + " − " + num(bGain) + ")/" + n + " = " + (delta === null ? "–" : (delta >= 0 ? "+" : "") + fixed3(delta));
     renderPairs();
   }
   const FILTERS = {
     all: () => true,
-    a_only: (p) => p.a.ok === 1 && p.b.ok === 0,
-    b_only: (p) => p.a.ok === 0 && p.b.ok === 1,
+    a_only: (p) => p.a.ok > p.b.ok,   // 0/1: right in A, wrong in B
+    b_only: (p) => p.a.ok < p.b.ok,
     both: (p) => p.a.ok === 1 && p.b.ok === 1,
     neither: (p) => p.a.ok === 0 && p.b.ok === 0,
   };
@@ -235,8 +292,8 @@
     table.tBodies[0].append(...shown.map((p) => {
       const tr = el("tr", { "data-id": p.a.id },
         el("td", { class: "item-id", text: p.a.id }), el("td", { text: p.a.q }),
-        el("td", { class: p.a.ok ? "ok" : "wrong", text: fmt(p.a.m[metric]) }),
-        el("td", { class: p.b.ok ? "ok" : "wrong", text: fmt(p.b.m[metric]) }),
+        el("td", { class: p.a.ok === 1 ? "ok" : p.a.ok === 0 ? "wrong" : "partial", text: fmt(p.a.m[metric]) }),
+        el("td", { class: p.b.ok === 1 ? "ok" : p.b.ok === 0 ? "wrong" : "partial", text: fmt(p.b.m[metric]) }),
         el("td", { text: fmt(p.a.turns) }), el("td", { text: fmt(p.b.turns) }));
       tr.addEventListener("click", () => openPair(p, tr));
       return tr;
@@ -260,8 +317,8 @@
     note.dataset.turn = String(turn);
     note.textContent = turn ? "The first assistant turn whose text or tool calls differ: turn " + turn + " (marked)." :
       "Every assistant turn is the same under A and B.";
-    renderTranscript($("pair-a"), ta, ea, turn);
-    renderTranscript($("pair-b"), tb, eb, turn);
+    renderTranscript($("pair-a"), ta, ea.parts ? ea.parts[0] : ea, turn);   // a seed mean: its first seed's run
+    renderTranscript($("pair-b"), tb, eb.parts ? eb.parts[0] : eb, turn);
   }
   pb.addEventListener("change", () => pairControls(1));
   par.addEventListener("change", () => pairControls(2));
