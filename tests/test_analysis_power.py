@@ -107,7 +107,7 @@ def test_simultaneous_band_is_seeded_and_wider_than_each_step():
 
 
 def test_power_keys_are_documented():
-    from analysis.sweep import KEYS
+    from launch.analyze import KEYS
 
     assert {"power.pilot", "power.effect", "power.seed_sd", "axis"} <= set(KEYS)
     assert json.dumps(KEYS["power.effect"])  # plain values, so docs/keys renders them

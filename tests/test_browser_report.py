@@ -279,7 +279,7 @@ def two_seed_study(tmp_path_factory):
     from report_html_rows import write_eval_dir
     from test_analysis_helpers import make_run
 
-    from analysis.sweep import run_analysis
+    from launch.analyze import run_analysis
 
     root = tmp_path_factory.mktemp("html_two_seeds")
     write_study(root / "runs")
