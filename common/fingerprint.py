@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 # Where things live, never what they are.
-PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "grpo.prompts_file", "grpo.corpus")
+PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "grpo.prompts_file", "grpo.corpus",
+             "grpo.index")
 # May change when a run is resumed or relaunched (a key, or a whole section with everything below it).
 RESUMABLE_KEYS = (
     "resume",                            # how to start, not what is trained
@@ -78,6 +79,10 @@ def _plain(cfg) -> Mapping:
 # fingerprint and resumes (any other value is a real change and counts).
 LATER_KEYS: dict[str, Any] = {
     "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
+    # issue 40: grpo.retriever=e5's settings (a run with another retriever keeps its identity)
+    "grpo.encoder": "intfloat/e5-base-v2",
+    "grpo.index": None,
+    "grpo.encoder_device": "cpu",
 }
 
 

@@ -1,4 +1,5 @@
-"""Retrievers behind the `search` tool: local BM25 (bm25s) or a Search-R1-compatible HTTP server.
+"""Retrievers behind the `search` tool: local BM25 (bm25s), dense E5 over a faiss index as Search-R1
+retrieves (evals.dense, `retriever=e5`), or a Search-R1-compatible HTTP server.
 
 Both return, per query, a list of `{"id", "contents", "score"}` docs; `format_docs` renders them the
 way Search-R1 does (`Doc 1(Title: "T") text`, the wiki-18 title keeps its quotes), which is what
@@ -217,14 +218,24 @@ class HttpRetriever:
         return out
 
 
-def make_retriever(cfg) -> Bm25Retriever | HttpRetriever:
+def make_retriever(cfg):
+    """The retriever `cfg` names: bm25 (corpus, index_dir), e5 (corpus, encoder, index, encoder_device,
+    index_dir: evals.dense.E5Retriever) or http (retriever_url, retriever_timeout, retriever_retries)."""
     kind = cfg.retriever
-    if kind == "bm25":
+    if kind in ("bm25", "e5"):
         if not cfg.corpus:
-            raise RetrieverError("retriever=bm25 needs corpus=PATH (a wiki-18 style jsonl)")
+            raise RetrieverError(f"retriever={kind} needs corpus=PATH (a wiki-18 style jsonl)")
         corpus = datafetch.path(cfg.corpus) if datafetch.is_name(cfg.corpus) else cfg.corpus   # fetched on first use
-        return Bm25Retriever(corpus, cfg.get("index_dir"))
+        if kind == "bm25":
+            return Bm25Retriever(corpus, cfg.get("index_dir"))
+        from evals.dense import DEFAULT_ENCODER, DenseError, E5Retriever
+
+        try:
+            return E5Retriever(corpus, encoder=cfg.get("encoder") or DEFAULT_ENCODER, index=cfg.get("index"),
+                               index_dir=cfg.get("index_dir"), device=cfg.get("encoder_device") or "cpu")
+        except DenseError as exc:
+            raise RetrieverError(str(exc)) from None
     if kind == "http":
         return HttpRetriever(cfg.retriever_url, timeout=cfg.retriever_timeout, retries=cfg.retriever_retries)
-    raise RetrieverError(f"unknown retriever {kind!r}; expected bm25 or http")
+    raise RetrieverError(f"unknown retriever {kind!r}; expected bm25, e5 or http")
 
