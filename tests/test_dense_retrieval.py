@@ -4,6 +4,7 @@ for a tiny config-built encoder, a small corpus and 26 queries. The project's in
 and top-k ids must be theirs; the index is memory-mapped, never copied per process."""
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from pathlib import Path
@@ -120,8 +121,6 @@ def test_a_mismatched_index_or_encoder_is_refused(tmp_path, built):
 
 
 def test_evaluate_takes_retriever_e5_with_encoder_and_index_in_the_identity(tmp_path, capsys):
-    import hashlib
-
     from evals.cli import main
     from evals.config import resolve
     from evals.errors import EvalError
@@ -148,3 +147,55 @@ def test_evaluate_takes_retriever_e5_with_encoder_and_index_in_the_identity(tmp_
         resolve({**base, "retriever": "e5", "index": str(tmp_path / "missing.index")})
     with pytest.raises(EvalError, match="retriever='e5s'.*Did you mean: e5"):
         resolve({**base, "retriever": "e5s"})
+
+
+def test_grpo_search_tool_over_retriever_e5(tmp_path, monkeypatch):
+    """GRPO's qa search tool (grpo.retriever=e5): the same passages, the index in the run identity by content."""
+    from launch.compose import compose_grpo
+    from rl.config import problems, run_identity
+    from rl.envs import qa_env_factory
+    from rl.train import make_retriever
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "q0", "question": QUERIES[0], "golden_answers": ["x"]}) + "\n")
+    argv = ["task=qa", "model=tiny_base", "steps=1", "runs_root=R", "grpo.prompts_file=q.jsonl", f"grpo.corpus={CORPUS}",
+            "grpo.retriever=e5", f"grpo.encoder={ENCODER}", f"grpo.index={DATA / 'e5_Flat.index'}"]
+    cfg = compose_grpo(argv).cfg
+    assert problems(cfg) == []
+    retriever = make_retriever(cfg)   # probes it with one search, as a run's start does
+    assert [d["id"] for d in retriever.search(QUERIES[:2], 3)[1]] == THEIRS["k3"]["ids"][1]
+    env = qa_env_factory(retriever, 3)()
+    env.reset(prompt=[{"role": "user", "content": QUERIES[1]}])
+    shown = env.search(QUERIES[1])
+    first = json.loads(CORPUS.read_text().splitlines()[int(THEIRS["k3"]["ids"][1][0])])["contents"]
+    assert shown.startswith(f"Doc 1(Title: {first.splitlines()[0]}) ")
+    ident = run_identity(cfg)
+    assert ident["inputs"]["grpo.index"] == hashlib.sha256((DATA / "e5_Flat.index").read_bytes()).hexdigest()
+    bm25 = compose_grpo([a for a in argv if not a.startswith(("grpo.retriever", "grpo.encoder", "grpo.index"))]).cfg
+    assert "grpo.index" not in run_identity(bm25)["inputs"] and not any(k.startswith("grpo.encoder")
+                                                                        for k in run_identity(bm25)["keys"])
+    cfg.grpo.index = str(tmp_path / "missing.index")
+    assert problems(cfg) == [f"grpo.index={tmp_path / 'missing.index'}: no such file (a faiss index; null builds one "
+                             "from the corpus)"]
+
+
+def test_the_dual_terminator_study_evaluates_with_retriever_e5(tmp_path):
+    """`launch study=dual_terminator_sft dry_run=true` with its data slots: the report stage's evaluation
+    settings resolve to Search-R1's retriever (e5, its encoder, the index slot's file)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "corpus.jsonl").write_text(CORPUS.read_text())
+    (tmp_path / "e5_Flat.index").write_bytes((DATA / "e5_Flat.index").read_bytes())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "launch.cli", "study=dual_terminator_sft", "dry_run=true",
+                           "corpus=corpus.jsonl", "index=e5_Flat.index",
+                           f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = proc.stdout.split("== stage 2/2: report", 1)[1]
+    resolved = report.split("# resolved evaluate config", 1)[1]
+    for line in ("retriever: e5", "corpus: corpus.jsonl", "encoder: intfloat/e5-base-v2", "index: e5_Flat.index"):
+        assert f"\n{line}\n" in resolved, resolved
