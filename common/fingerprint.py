@@ -79,6 +79,9 @@ def _plain(cfg) -> Mapping:
 # fingerprint and resumes (any other value is a real change and counts).
 LATER_KEYS: dict[str, Any] = {
     "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
+}
+# The same for a GRPO run's config (rl.config.run_identity).
+GRPO_LATER_KEYS: dict[str, Any] = {
     # issue 40: grpo.retriever=e5's settings (a run with another retriever keeps its identity)
     "grpo.encoder": "intfloat/e5-base-v2",
     "grpo.index": None,
@@ -87,7 +90,8 @@ LATER_KEYS: dict[str, Any] = {
 
 
 def _as_before(key: str, value: Any) -> bool:
-    return key in LATER_KEYS and canonical_json(_by_value(value)) == canonical_json(_by_value(LATER_KEYS[key]))
+    later = {**LATER_KEYS, **GRPO_LATER_KEYS}   # disjoint: no SFT config has a grpo section
+    return key in later and canonical_json(_by_value(value)) == canonical_json(_by_value(later[key]))
 
 
 def identity_keys(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS) -> dict[str, Any]:

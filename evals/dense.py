@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from common.io import atomic_dir, sha256_text, write_json
+from evals.corpus import RetrieverError, corpus_doc
 
 DEFAULT_ENCODER = "intfloat/e5-base-v2"
 QUERY_PREFIX = "query: "       # retrieval_server.py: when the retriever name contains "e5"
@@ -34,7 +35,7 @@ OFFSETS_FILE = "offsets.npy"
 CACHE_FORMAT = 1
 
 
-class DenseError(RuntimeError):
+class DenseError(RetrieverError):
     """A dense retriever that cannot be set up (missing faiss, a bad index or corpus)."""
 
 
@@ -87,6 +88,20 @@ class E5Encoder:
         self.model.eval().to(self.device)
         if self.device.startswith("cuda"):   # Search-R1 serves and builds in fp16 on its GPUs
             self.model = self.model.to(torch.float16)
+
+    def digest(self) -> str:
+        """sha256 of what the vectors depend on: the weights (names, dtypes, bytes) and the tokenizer."""
+        import hashlib
+
+        import torch
+
+        h = hashlib.sha256()
+        for name, t in sorted(self.model.state_dict().items()):
+            h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        h.update((backend.to_str() if backend is not None else repr(sorted(self.tokenizer.get_vocab().items()))).encode())
+        return h.hexdigest()
 
     def encode(self, texts: list[str], is_query: bool) -> "np.ndarray":  # noqa: F821
         import numpy as np
@@ -146,8 +161,6 @@ def corpus_offsets(corpus: str | Path, root: str | Path | None = None):
     cached under `root/offsets/<key>/`; each line is checked like a BM25 corpus line."""
     import numpy as np
 
-    from evals.retrievers import RetrieverError, _corpus_doc
-
     corpus = Path(corpus)
     if not corpus.is_file():
         raise DenseError(f"corpus {corpus} does not exist")
@@ -158,7 +171,7 @@ def corpus_offsets(corpus: str | Path, root: str | Path | None = None):
             for lineno, raw in enumerate(f, 1):
                 if raw.strip():
                     try:
-                        _corpus_doc(corpus, lineno, raw.decode("utf-8"), seen)
+                        corpus_doc(corpus, lineno, raw.decode("utf-8"), seen)
                     except (RetrieverError, UnicodeDecodeError) as exc:
                         raise DenseError(str(exc) if isinstance(exc, RetrieverError)
                                          else f"{corpus}:{lineno}: not UTF-8") from None
@@ -228,9 +241,7 @@ class E5Retriever:
                              f"{self.encoder.model.config.hidden_size}: another encoder built it")
 
     def _built_index(self, root: Path, encoder: str) -> Path:
-        from evals.identity import checkpoint_identity
-
-        key = _cache_key({**_corpus_key(self.corpus_path), "encoder": checkpoint_identity(encoder),
+        key = _cache_key({**_corpus_key(self.corpus_path), "encoder": self.encoder.digest(),
                           "max_length": MAX_LENGTH, "format": CACHE_FORMAT})
         where = root / "built" / key
         if not (where / INDEX_FILE).is_file():

@@ -148,12 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             retriever = make_retriever(cfg)
             if cfg.faiss_gpu:
-                from evals.dense import DenseError, index_to_gpus
+                from evals.dense import index_to_gpus
 
-                try:
-                    retriever.index = index_to_gpus(retriever.index)
-                except DenseError as exc:
-                    raise RetrieverError(str(exc)) from None
+                retriever.index = index_to_gpus(retriever.index)
         except RetrieverError as exc:
             raise EvalError(str(exc)) from exc
         server = make_server(retriever, cfg.host, int(cfg.port), int(cfg.max_topk))
