@@ -135,8 +135,14 @@ def test_dual_terminator_study_plan(dry_runs):
             assert f"{arm}/seed{seed}" in train
     assert "profile=search_r1_7bench" in report and "anchor=Qwen/Qwen3-4B-Thinking-2507" in report
     # Search-R1's dense retrieval ([ref]: the reference's SR1 pipeline serves e5) over the index slot's file
-    # (analyze's dry run checked these settings as evaluate resolves them: tests/test_dense_retrieval.py prints them)
+    # Search-R1's dense retrieval ([ref]: the reference's SR1 pipeline serves e5) over the index slot's file,
+    # as analyze's dry run resolves every evaluation's config
+    import yaml
+
     assert "eval.retriever=e5 eval.index=e5_Flat.index" in report
+    m = re.search(r"^# resolved evaluate config of every evaluation.*\n((?:[ \w'\-@].*\n)+)", report, flags=re.M)
+    resolved = yaml.safe_load(m.group(1))
+    assert (resolved["retriever"], resolved["encoder"], resolved["index"]) == ("e5", "intfloat/e5-base-v2", "e5_Flat.index")
     # The search arm: OpenSeeker + the NQ-style slot, half of the arm's rows each ([chosen], data-prep's ~SHARE).
     nq = ROOT / "docs" / "examples" / "nq_rollouts_example.jsonl"
     assert f"'data.sources.search=[openseeker:PolarSeeker/OpenSeeker-v1-Data~0.5,search-r1:{nq}~0.5]'" in train
