@@ -349,6 +349,13 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
             raise EvalError("retriever=e5 needs encoder=MODEL (an HF model dir or hub id, e.g. intfloat/e5-base-v2)")
         if merged.index is not None and not Path(merged.index).is_file():
             raise EvalError(f"index={merged.index}: no such file (a faiss index; null builds one from the corpus)")
+        from evals.dense import BUILD_MAX_BYTES
+
+        corpus_file = None if datafetch.is_name(merged.corpus) else Path(merged.corpus)
+        if merged.index is None and corpus_file is not None and corpus_file.stat().st_size > BUILD_MAX_BYTES:
+            raise EvalError(f"retriever=e5 index=null would build an index over corpus={merged.corpus} "
+                            f"({corpus_file.stat().st_size / 2**30:.1f} GiB): pass index=FILE (Search-R1's "
+                            "e5_Flat.index for wiki-18)")
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:

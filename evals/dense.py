@@ -30,6 +30,7 @@ PASSAGE_PREFIX = "passage: "   # index_builder.py: retrieval_method "e5"
 MAX_LENGTH = 256               # build_index.sh --max_length; retrieval_server.py retrieval_query_max_length
 BUILD_BATCH = 64               # passages per encoder call when building
 BUILD_LIMIT = 1_000_000        # passages: a larger corpus's index is built once with Search-R1's index_builder.py
+BUILD_MAX_BYTES = 1 << 30      # a corpus file larger than this is refused up front for index=null (wiki-18: 14 GB)
 INDEX_FILE = "e5_Flat.index"
 OFFSETS_FILE = "offsets.npy"
 CACHE_FORMAT = 1

@@ -120,7 +120,7 @@ def test_a_mismatched_index_or_encoder_is_refused(tmp_path, built):
         E5Retriever(CORPUS, encoder=str(tmp_path / "nowhere"), index_dir=tmp_path / "idx")
 
 
-def test_evaluate_takes_retriever_e5_with_encoder_and_index_in_the_identity(tmp_path, capsys):
+def test_evaluate_takes_retriever_e5_with_encoder_and_index_in_the_identity(tmp_path, capsys, monkeypatch):
     from evals.cli import main
     from evals.config import resolve
     from evals.errors import EvalError
@@ -147,6 +147,12 @@ def test_evaluate_takes_retriever_e5_with_encoder_and_index_in_the_identity(tmp_
         resolve({**base, "retriever": "e5", "index": str(tmp_path / "missing.index")})
     with pytest.raises(EvalError, match="retriever='e5s'.*Did you mean: e5"):
         resolve({**base, "retriever": "e5s"})
+    import evals.dense
+
+    monkeypatch.setattr(evals.dense, "BUILD_MAX_BYTES", CORPUS.stat().st_size - 1)   # as wiki-18 is to the real limit
+    with pytest.raises(EvalError, match=r"index=null would build an index over corpus=.*corpus.jsonl .*pass index=FILE"):
+        resolve({**base, "retriever": "e5"})
+    assert resolve({**base, "retriever": "e5", "index": str(DATA / "e5_Flat.index")}).index == str(DATA / "e5_Flat.index")
 
 
 def test_grpo_search_tool_over_retriever_e5(tmp_path, monkeypatch):

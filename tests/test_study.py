@@ -89,7 +89,7 @@ def dry_runs(tmp_path_factory):
 
     cwd = tmp_path_factory.mktemp("studies")
     slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
-                                     "index=e5_Flat.index"]}
+                                     "report:eval.index=e5_Flat.index"]}
     for name in ("traj.jsonl", "questions.jsonl", "e5_Flat.index"):
         (cwd / name).write_text("")
     (cwd / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
@@ -139,7 +139,7 @@ def test_dual_terminator_study_plan(dry_runs):
     # as analyze's dry run resolves every evaluation's config
     import yaml
 
-    assert "eval.retriever=e5 eval.index=e5_Flat.index" in report
+    assert "eval.retriever=e5" in report and "eval.index=e5_Flat.index" in report
     m = re.search(r"^# resolved evaluate config of every evaluation.*\n((?:[ \w'\-@].*\n)+)", report, flags=re.M)
     resolved = yaml.safe_load(m.group(1))
     assert (resolved["retriever"], resolved["encoder"], resolved["index"]) == ("e5", "intfloat/e5-base-v2", "e5_Flat.index")
