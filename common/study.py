@@ -99,6 +99,9 @@ SPELLINGS = {
     ("target_modules", "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"): "all attention+MLP projections",
     ("use_vllm", "auto"): "vLLM colocate",   # auto: vLLM colocate wherever there is a GPU
     ("backend", "vllm"): "vLLM-accelerated generation",   # evaluate's generation engine
+    # the reference points to Search-R1's evaluation pipeline, whose retrieval_launch.sh serves
+    # retriever_name=e5 (PeterGriffinJin/Search-R1 a14dc3a; evals.dense): the retriever the quote names
+    ("retriever", "e5"): "SR1 7-bench eval pipeline",
 }
 _NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 STUDY_ENV = "DTSFT_STUDY"  # set by `launch study=` for its stages: JSON {name, path, sha256}, recorded in run manifests

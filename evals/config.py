@@ -25,9 +25,13 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "profile": (None, "recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/"),
     "seed": (42, "seed of the item shuffle (which n items) and of sampling"),
     "backend": ("hf", "hf | vllm"),
-    "retriever": ("bm25", "bm25 | http"),
-    "corpus": (None, "wiki-18 style jsonl for retriever=bm25, or a fetched corpus by name (corpus:wiki18_example_10)"),
-    "index_dir": (None, "BM25 index cache root; null -> ~/.cache/dtsft/bm25"),
+    "retriever": ("bm25", "bm25 | e5 (dense, as Search-R1: evals.dense) | http"),
+    "corpus": (None, "wiki-18 style jsonl for retriever=bm25 or e5, or a fetched corpus by name (corpus:wiki18_example_10)"),
+    "encoder": ("intfloat/e5-base-v2", "retriever=e5: the E5 encoder, an HF model dir or hub id"),
+    "index": (None, "retriever=e5: a faiss IndexFlatIP file whose row i is corpus line i (Search-R1's "
+                    "e5_Flat.index), memory-mapped; null -> built from the corpus (small corpora) under index_dir"),
+    "encoder_device": ("cpu", "retriever=e5: where the encoder runs: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)"),
+    "index_dir": (None, "retriever index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)"),
     "retriever_url": (None, "http://HOST:PORT/retrieve for retriever=http"),
     "retriever_timeout": (30.0, "seconds per retriever=http request"),
     "retriever_retries": (3, "retries of a failed retriever=http request"),
@@ -73,6 +77,9 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "dry_run": (False, "true: print the resolved config and exit; evaluate nothing"),
 }
 DEFAULTS = keydoc.defaults(KEYS)
+
+
+RETRIEVERS = ("bm25", "e5", "http")
 
 
 def default_out(ckpt: str, profile: str | None = None) -> Path | None:
@@ -140,7 +147,7 @@ NUMBERS = {
     "tool_batch_size": _COUNT,
 }
 BOOLS = ("skip_empty_golds", "progress", "overwrite", "dry_run", "prefix_caching")
-OPTIONAL_PATHS = ("tokenizer", "corpus", "index_dir", "retriever_url", "bench_root", "out", "wandb_group", "profile")
+OPTIONAL_PATHS = ("tokenizer", "corpus", "index", "encoder", "index_dir", "retriever_url", "bench_root", "out", "wandb_group", "profile")
 BENCH_N = Number(lo=0, integer=True)         # 0 = every item of the bench
 
 
@@ -298,8 +305,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"prompt={merged.prompt!r}: expected one of {', '.join(PROMPTS)}")
     if merged.backend not in ("hf", "vllm"):
         raise EvalError(f"backend={merged.backend!r}: expected hf or vllm")
-    if merged.retriever not in ("bm25", "http"):
-        raise EvalError(f"retriever={merged.retriever!r}: expected bm25 or http")
+    if merged.retriever not in RETRIEVERS:
+        raise EvalError(f"retriever={merged.retriever!r}: expected bm25, e5 or http.{did_you_mean(str(merged.retriever), RETRIEVERS)}")
     if merged.wandb not in ("auto", True, False):
         raise EvalError(f"wandb={merged.wandb!r}: expected auto, true or false")
     if merged.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -333,10 +340,22 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     merged.bench_n = _run_bench_n(base.bench_n, user.bench_n if "bench_n" in user else None, merged.benches,
                                   merged.bench_root)
     qa = [b for b in merged.benches if uses_retriever(b)]
-    if qa and merged.retriever == "bm25" and not merged.corpus:
-        raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25) or retriever=http retriever_url=URL")
-    if qa and merged.retriever == "bm25" and not datafetch.is_name(merged.corpus) and not Path(merged.corpus).is_file():
+    if qa and merged.retriever in ("bm25", "e5") and not merged.corpus:
+        raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25, e5) or retriever=http retriever_url=URL")
+    if qa and merged.retriever in ("bm25", "e5") and not datafetch.is_name(merged.corpus) and not Path(merged.corpus).is_file():
         raise EvalError(f"corpus={merged.corpus}: no such file")
+    if qa and merged.retriever == "e5":
+        if not merged.encoder:
+            raise EvalError("retriever=e5 needs encoder=MODEL (an HF model dir or hub id, e.g. intfloat/e5-base-v2)")
+        if merged.index is not None and not Path(merged.index).is_file():
+            raise EvalError(f"index={merged.index}: no such file (a faiss index; null builds one from the corpus)")
+        from evals.dense import BUILD_MAX_BYTES
+
+        corpus_file = None if datafetch.is_name(merged.corpus) else Path(merged.corpus)
+        if merged.index is None and corpus_file is not None and corpus_file.stat().st_size > BUILD_MAX_BYTES:
+            raise EvalError(f"retriever=e5 index=null would build an index over corpus={merged.corpus} "
+                            f"({corpus_file.stat().st_size / 2**30:.1f} GiB): pass index=FILE (Search-R1's "
+                            "e5_Flat.index for wiki-18)")
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:

@@ -28,13 +28,14 @@ OPERATIONAL_KEYS = (
     # the scheduling of episodes: a turn depends only on its own prompt and seed (evals.scheduler)
     "driver", "max_in_flight", "tool_batch_window_ms", "tool_batch_size",
     "profile",  # a profile only supplies keys, which are in the identity themselves
+    "encoder_device",  # retriever=e5: enters resolved, as the encoder's dtype (retrieval_identity)
 )
 # Keys that enter resolved, through evals.backends.engine_settings (the vLLM ones only for backend=vllm).
 ENGINE_KEYS = ("dtype", "enforce_eager", "prefix_caching")
 # Keys that enter through content identities instead: the checkpoint digest, and per bench its
 # n, seed and file digest (`benches` lists which identities there are; `corpus` is a file; `bench_n`
 # is a bench's own n; `sets` names each bench's item set, recorded with its source).
-CONTENT_KEYS = ("ckpt", "benches", "bench_root", "sets", "n", "bench_n", "seed", "corpus")
+CONTENT_KEYS = ("ckpt", "benches", "bench_root", "sets", "n", "bench_n", "seed", "corpus", "encoder", "index")
 # Keys that belong to one bench only (they enter no other bench's identity).
 BENCH_KEY_PREFIXES = {"babyai": "babyai_"}
 
@@ -86,6 +87,24 @@ def corpus_identity(corpus: str | None) -> dict[str, Any] | None:
     return {"name": p.name, "size": p.stat().st_size if p.is_file() else None}
 
 
+def retrieval_identity(conf: dict) -> dict[str, Any] | None:
+    """retriever=e5: the encoder's content identity (as a checkpoint's), the index file's sha256 (cached
+    per file, common.fingerprint.file_digest) or that it is built from the corpus, and the encoding
+    settings (evals.dense); None for the other retrievers (their identity is the corpus, or a URL)."""
+    if conf.get("retriever") != "e5":
+        return None
+    from evals.dense import MAX_LENGTH, PASSAGE_PREFIX, QUERY_PREFIX, encoder_dtype
+
+    index = conf.get("index")
+    return {
+        "encoder": checkpoint_identity(str(conf.get("encoder"))),
+        "index": {"built_from": "corpus"} if index is None else
+                 {"name": Path(index).name, "sha256": fingerprint.file_digest(index) if Path(index).is_file() else None},
+        "encoder_dtype": encoder_dtype(str(conf.get("encoder_device") or "cpu")),
+        "max_length": MAX_LENGTH, "prefixes": [QUERY_PREFIX, PASSAGE_PREFIX],
+    }
+
+
 def source_digest(source: str) -> str:
     """sha256 of a local bench file; the source string itself for a hub dataset or an environment."""
     p = Path(source)
@@ -113,6 +132,8 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
         "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": datafetch.digest(item_set)
                   if datafetch.is_name(item_set) else source_digest(source)},
     }
+    if bench_uses_corpus(bench) and (retrieval := retrieval_identity(conf)) is not None:
+        body["retrieval"] = retrieval   # only for retriever=e5: a bm25 or http bench's identity is as before
     if item_set is not None:
         body["bench"]["set"] = {"name": item_set, "source": datafetch.entry(item_set).source()
                                 if datafetch.is_name(item_set) else source}

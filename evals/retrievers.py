@@ -1,4 +1,5 @@
-"""Retrievers behind the `search` tool: local BM25 (bm25s) or a Search-R1-compatible HTTP server.
+"""Retrievers behind the `search` tool: local BM25 (bm25s), dense E5 over a faiss index as Search-R1
+retrieves (evals.dense, `retriever=e5`), or a Search-R1-compatible HTTP server.
 
 Both return, per query, a list of `{"id", "contents", "score"}` docs; `format_docs` renders them the
 way Search-R1 does (`Doc 1(Title: "T") text`, the wiki-18 title keeps its quotes), which is what
@@ -22,14 +23,11 @@ import urllib.request
 from pathlib import Path
 
 from common import datafetch
-from common.io import JsonLineError, atomic_dir, parse_json_line, read_jsonl, sha256_text, write_json
+from common.io import JsonLineError, atomic_dir, read_jsonl, sha256_text, write_json
+from evals.corpus import RetrieverError, corpus_doc as _corpus_doc
 
 BM25_PARAMS = {"method": "lucene", "k1": 1.2, "b": 0.75, "stopwords": "en"}
 INDEX_FORMAT = 1
-
-
-class RetrieverError(RuntimeError):
-    """The retriever can't serve (unreachable server, bad corpus, bad response)."""
 
 
 def format_docs(docs: list[dict]) -> str:
@@ -55,21 +53,6 @@ def load_corpus(path: str | Path) -> list[dict]:
     if not docs:
         raise RetrieverError(f"corpus {path} has no documents")
     return docs
-
-
-def _corpus_doc(path: Path, lineno: int, raw: str, seen: set[str]) -> dict:
-    try:
-        row = parse_json_line(raw)
-    except JsonLineError as exc:
-        raise RetrieverError(f"{path}:{lineno}: {exc}") from None
-    if not isinstance(row, dict) or not isinstance(row.get("contents"), str) or "id" not in row:
-        got = sorted(row) if isinstance(row, dict) else type(row).__name__
-        raise RetrieverError(f"{path}:{lineno}: expected {{\"id\", \"contents\": str}}, got keys {got}")
-    doc_id = str(row["id"])
-    if doc_id in seen:
-        raise RetrieverError(f"{path}:{lineno}: duplicate doc id {doc_id!r}")
-    seen.add(doc_id)
-    return {"id": doc_id, "contents": row["contents"]}
 
 
 def default_index_root() -> Path:
@@ -217,14 +200,21 @@ class HttpRetriever:
         return out
 
 
-def make_retriever(cfg) -> Bm25Retriever | HttpRetriever:
+def make_retriever(cfg):
+    """The retriever `cfg` names: bm25 (corpus, index_dir), e5 (corpus, encoder, index, encoder_device,
+    index_dir: evals.dense.E5Retriever) or http (retriever_url, retriever_timeout, retriever_retries)."""
     kind = cfg.retriever
-    if kind == "bm25":
+    if kind in ("bm25", "e5"):
         if not cfg.corpus:
-            raise RetrieverError("retriever=bm25 needs corpus=PATH (a wiki-18 style jsonl)")
+            raise RetrieverError(f"retriever={kind} needs corpus=PATH (a wiki-18 style jsonl)")
         corpus = datafetch.path(cfg.corpus) if datafetch.is_name(cfg.corpus) else cfg.corpus   # fetched on first use
-        return Bm25Retriever(corpus, cfg.get("index_dir"))
+        if kind == "bm25":
+            return Bm25Retriever(corpus, cfg.get("index_dir"))
+        from evals.dense import DEFAULT_ENCODER, E5Retriever
+
+        return E5Retriever(corpus, encoder=cfg.get("encoder") or DEFAULT_ENCODER, index=cfg.get("index"),
+                           index_dir=cfg.get("index_dir"), device=cfg.get("encoder_device") or "cpu")
     if kind == "http":
         return HttpRetriever(cfg.retriever_url, timeout=cfg.retriever_timeout, retries=cfg.retriever_retries)
-    raise RetrieverError(f"unknown retriever {kind!r}; expected bm25 or http")
+    raise RetrieverError(f"unknown retriever {kind!r}; expected bm25, e5 or http")
 

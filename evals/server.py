@@ -1,4 +1,9 @@
-"""`serve-retriever corpus=PATH|NAME [port=8000] [index_dir=DIR]`: one BM25 index shared over HTTP.
+"""`serve-retriever corpus=PATH|NAME [retriever=bm25|e5] [port=8000] [index_dir=DIR]`: one retriever shared over HTTP.
+
+retriever=bm25 serves a BM25 index of the corpus; retriever=e5 serves Search-R1's dense retrieval
+(evals.dense: an E5 encoder over a faiss flat index, `index=` Search-R1's e5_Flat.index or null to
+build one from the corpus), one copy per node for every evaluation and GRPO job that points
+`retriever=http retriever_url=` at it. `faiss_gpu=true` moves the index onto the GPUs (faiss-gpu).
 
 Speaks Search-R1's retrieval API on 127.0.0.1 (loopback only: put a tunnel or proxy in front to
 share it across a cluster deliberately):
@@ -24,16 +29,23 @@ from evals.errors import EvalError
 KEYS = {  # key: (default, description): `serve-retriever --help` and docs/keys/serve-retriever.md
     "corpus": (None, "wiki-18 style jsonl corpus to index (required): a path, or a fetched corpus's name "
                      "(corpus:wiki18_example_10; from the data cache, downloaded on first use)"),
+    "retriever": ("bm25", "bm25 | e5 (dense, as Search-R1: evals.dense)"),
+    "encoder": ("intfloat/e5-base-v2", "retriever=e5: the E5 encoder, an HF model dir or hub id"),
+    "index": (None, "retriever=e5: a faiss IndexFlatIP file, row i = corpus line i (Search-R1's e5_Flat.index), "
+                    "memory-mapped; null -> built from the corpus under index_dir"),
+    "encoder_device": ("cpu", "retriever=e5: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)"),
+    "faiss_gpu": (False, "retriever=e5: search on every visible GPU (needs a faiss build with GPU support)"),
     "port": (8000, "TCP port (0: an ephemeral one)"),
     "host": ("127.0.0.1", "loopback only: 127.0.0.1 | localhost | ::1"),
-    "index_dir": (None, "BM25 index cache root; null -> ~/.cache/dtsft/bm25"),
+    "index_dir": (None, "index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)"),
     "max_topk": (100, "largest topk a request may ask for"),
 }
 DEFAULTS = keydoc.defaults(KEYS)
 USAGE = """usage: serve-retriever corpus=PATH|NAME [key=value ...]
 
-Serve a BM25 index of a wiki-18 style corpus with Search-R1's POST /retrieve API on 127.0.0.1.
-The index is built on first use and cached under index_dir (default ~/.cache/dtsft/bm25)."""
+Serve a wiki-18 style corpus with Search-R1's POST /retrieve API on 127.0.0.1: BM25 (retriever=bm25,
+the index built on first use and cached under index_dir) or Search-R1's dense E5 retrieval
+(retriever=e5 encoder=MODEL index=e5_Flat.index; index=null builds one from the corpus)."""
 
 
 # A request body larger than this is refused unread (413); a client silent for longer than
@@ -89,7 +101,7 @@ def _handler(retriever, lock: threading.Lock, max_topk: int, socket_timeout: flo
             except (ValueError, TypeError) as exc:  # JsonLineError included: bad UTF-8, bad or too deep JSON
                 return self._send(400, {"error": f"bad request: {exc}"})
             try:
-                with lock:  # bm25s retrieval is not documented as thread-safe
+                with lock:  # bm25s retrieval is not documented as thread-safe (nor is one torch encoder)
                     results = retriever.search(queries, topk)
             except Exception as exc:  # one failed search is this request's 500, never the server's end
                 return self._send(500, {"error": f"retrieval failed: {type(exc).__name__}: {str(exc)[:200]}"})
@@ -126,13 +138,24 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("port", "max_topk"):
             if isinstance(cfg[key], bool) or not isinstance(cfg[key], int) or cfg[key] < (0 if key == "port" else 1):
                 raise EvalError(f"{key}={cfg[key]!r}: expected a {'non-negative' if key == 'port' else 'positive'} integer")
-        from evals.retrievers import Bm25Retriever, RetrieverError
+        if cfg.retriever not in ("bm25", "e5"):
+            raise EvalError(f"retriever={cfg.retriever!r}: expected bm25 or e5")
+        if not isinstance(cfg.faiss_gpu, bool):
+            raise EvalError(f"faiss_gpu={cfg.faiss_gpu!r}: expected true or false")
+        if cfg.faiss_gpu and cfg.retriever != "e5":
+            raise EvalError("faiss_gpu=true is for retriever=e5 (a faiss index)")
+        from evals.retrievers import RetrieverError, make_retriever
 
         # a name is read through the data cache (checked, fetched on first use), as evaluate's corpus= is
         named = datafetch.is_name(cfg.corpus) or str(cfg.corpus).startswith("corpus:")   # a mistyped name: did you mean
         corpus = datafetch.path(str(cfg.corpus)) if named else cfg.corpus
         try:
-            retriever = Bm25Retriever(corpus, cfg.index_dir)
+            cfg.corpus = str(corpus)
+            retriever = make_retriever(cfg)
+            if cfg.faiss_gpu:
+                from evals.dense import index_to_gpus
+
+                retriever.index = index_to_gpus(retriever.index)
         except RetrieverError as exc:
             raise EvalError(str(exc)) from exc
         server = make_server(retriever, cfg.host, int(cfg.port), int(cfg.max_topk))

@@ -36,7 +36,8 @@ SFT_KEYS = {
     "data.decontam_bench_root": "path", "data.decontam": "paths", "data.sources.code": "sources",
     "data.sources.search": "sources",
 }
-GRPO_KEYS = {"resume": "state", "model.path": "model", "grpo.prompts_file": "path", "grpo.corpus": "path"}
+GRPO_KEYS = {"resume": "state", "model.path": "model", "grpo.prompts_file": "path", "grpo.corpus": "path",
+             "grpo.index": "path", "grpo.encoder": "model"}
 
 
 def _abs(value: str, base: Path) -> str:

@@ -81,7 +81,7 @@ def problems(cfg: DictConfig) -> list[str]:
     need(_num(g.vllm_gpu_memory_utilization) and 0 < g.vllm_gpu_memory_utilization <= 1,
          "grpo.vllm_gpu_memory_utilization", "a number in (0, 1]")
     need(g.split in ("train", "ood"), "grpo.split", "train or ood")
-    need(g.retriever in ("bm25", "http"), "grpo.retriever", "bm25 or http")
+    need(g.retriever in ("bm25", "e5", "http"), "grpo.retriever", "bm25, e5 or http")
     need(g.qa_mode in CONTEXT_MODES, "grpo.qa_mode", f"one of {', '.join(CONTEXT_MODES)} (evals' context modes)")
     need(_num(g.retriever_timeout) and g.retriever_timeout > 0, "grpo.retriever_timeout", "a positive number of seconds")
     need(isinstance(g.retriever_retries, int) and not isinstance(g.retriever_retries, bool) and g.retriever_retries >= 0,
@@ -109,10 +109,14 @@ def problems(cfg: DictConfig) -> list[str]:
         elif not Path(str(g.prompts_file)).is_file():
             bad.append(f"grpo.prompts_file={g.prompts_file}: no such file")
         searches = g.qa_mode == "open"  # item / given use the rows' own paragraphs, no retriever
-        if searches and g.retriever == "bm25" and not g.corpus:
-            bad.append("task=qa with grpo.retriever=bm25 needs grpo.corpus=PATH (a wiki-18 style jsonl)")
-        elif searches and g.retriever == "bm25" and not Path(str(g.corpus)).is_file():
+        if searches and g.retriever in ("bm25", "e5") and not g.corpus:
+            bad.append(f"task=qa with grpo.retriever={g.retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)")
+        elif searches and g.retriever in ("bm25", "e5") and not Path(str(g.corpus)).is_file():
             bad.append(f"grpo.corpus={g.corpus}: no such file")
+        if searches and g.retriever == "e5" and not g.get("encoder"):
+            bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
+        if searches and g.retriever == "e5" and g.get("index") is not None and not Path(str(g.index)).is_file():
+            bad.append(f"grpo.index={g.index}: no such file (a faiss index; null builds one from the corpus)")
         if searches and g.retriever == "http" and not g.retriever_url:
             bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
     if not bad and is_sft_checkpoint(cfg.model.path) and not cfg.name:
@@ -168,13 +172,15 @@ def planned_saves(cfg: DictConfig) -> list[int]:
 
 
 def input_digests(cfg: DictConfig) -> dict[str, str]:
-    """{key: sha256} of every input file the run reads (task=qa: the prompts file, and the corpus a
-    bm25 retriever indexes), through common.fingerprint's cached digest: part of the run identity, so
+    """{key: sha256} of every input file the run reads (task=qa: the prompts file, the corpus a bm25 or
+    e5 retriever searches and an e5 retriever's index file), through common.fingerprint's cached digest: part of the run identity, so
     a relaunch on a changed file is a different configuration, whatever its path."""
     from common.fingerprint import file_digest
 
-    searches = cfg.grpo.retriever == "bm25" and cfg.grpo.qa_mode == "open"  # item / given read no corpus
-    keys = ["grpo.prompts_file"] + (["grpo.corpus"] if searches else []) if cfg.task == "qa" else []
+    searches = cfg.grpo.retriever in ("bm25", "e5") and cfg.grpo.qa_mode == "open"  # item / given read no corpus
+    dense = searches and cfg.grpo.retriever == "e5" and cfg.grpo.get("index") is not None
+    keys = ["grpo.prompts_file"] + (["grpo.corpus"] if searches else []) + (["grpo.index"] if dense else []) \
+        if cfg.task == "qa" else []
     out = {}
     for key in keys:
         path = OmegaConf.select(cfg, key)

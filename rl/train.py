@@ -124,11 +124,14 @@ class CountingRetriever:
 
 
 def make_retriever(cfg: DictConfig, probe: bool = True) -> CountingRetriever:
-    """The qa retriever (grpo.retriever, .corpus / .retriever_url, .retriever_timeout, .retriever_retries);
+    """The qa retriever (grpo.retriever, .corpus, .encoder / .index / .encoder_device (e5) / .retriever_url,
+    .retriever_timeout, .retriever_retries);
     `probe`: one search first, so an unreachable server is a start-up error (RetrieverError, exit 2)."""
     from evals.retrievers import RetrieverError, make_retriever as _make
 
     inner = _make(OmegaConf.create({"retriever": cfg.grpo.retriever, "corpus": cfg.grpo.corpus, "index_dir": None,
+                                    "encoder": cfg.grpo.get("encoder"), "index": cfg.grpo.get("index"),
+                                    "encoder_device": cfg.grpo.get("encoder_device") or "cpu",
                                     "retriever_url": cfg.grpo.retriever_url,
                                     "retriever_timeout": float(cfg.grpo.retriever_timeout),
                                     "retriever_retries": int(cfg.grpo.retriever_retries)}))

@@ -88,8 +88,9 @@ def dry_runs(tmp_path_factory):
     from sft.tiny import save_tiny_model
 
     cwd = tmp_path_factory.mktemp("studies")
-    slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]}
-    for name in ("traj.jsonl", "questions.jsonl"):
+    slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
+                                     "report:eval.index=e5_Flat.index"]}
+    for name in ("traj.jsonl", "questions.jsonl", "e5_Flat.index"):
         (cwd / name).write_text("")
     (cwd / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
     slots["qwen3_4b_multihop_sft_grpo"] = ["hotpotqa_trajectories=canonical:traj.jsonl", "hotpotqa_questions=questions.jsonl"]
@@ -133,6 +134,15 @@ def test_dual_terminator_study_plan(dry_runs):
         for seed in (0, 1, 2):
             assert f"{arm}/seed{seed}" in train
     assert "profile=search_r1_7bench" in report and "anchor=Qwen/Qwen3-4B-Thinking-2507" in report
+    # Search-R1's dense retrieval ([ref]: the reference's SR1 pipeline serves e5) over the index slot's file
+    # Search-R1's dense retrieval ([ref]: the reference's SR1 pipeline serves e5) over the index slot's file,
+    # as analyze's dry run resolves every evaluation's config
+    import yaml
+
+    assert "eval.retriever=e5" in report and "eval.index=e5_Flat.index" in report
+    m = re.search(r"^# resolved evaluate config of every evaluation.*\n((?:[ \w'\-@].*\n)+)", report, flags=re.M)
+    resolved = yaml.safe_load(m.group(1))
+    assert (resolved["retriever"], resolved["encoder"], resolved["index"]) == ("e5", "intfloat/e5-base-v2", "e5_Flat.index")
     # The search arm: OpenSeeker + the NQ-style slot, half of the arm's rows each ([chosen], data-prep's ~SHARE).
     nq = ROOT / "docs" / "examples" / "nq_rollouts_example.jsonl"
     assert f"'data.sources.search=[openseeker:PolarSeeker/OpenSeeker-v1-Data~0.5,search-r1:{nq}~0.5]'" in train
