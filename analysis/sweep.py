@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.aggregate import Points
 from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
@@ -22,8 +22,9 @@ from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
 from analysis.errors import AnalysisError
-from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
+from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common import datafetch, keydoc
+from common.cli import did_you_mean
 from common.benchmarks import BenchError, canonical_bench_key
 from common.tiny import resolve_model_path
 
@@ -46,6 +47,8 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "boot_seed": (0, "seed of the bootstrap"),
     "conf": (0.95, "confidence level of the intervals"),
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
+    "compare": ([], "pairs of arms compared step by step, e.g. [[r2e, r2e_v5]]: per step both were evaluated at, "
+                    "A − B paired over the same examples and seeds (tables/compare_<A>_vs_<B>_<metric>.*)"),
     "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
     "slurm.gpus_per_task": (None, "launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
@@ -87,6 +90,18 @@ ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
 
 def default_config() -> DictConfig:
     return OmegaConf.create(DEFAULTS)
+
+
+def compare_pairs(value) -> list[tuple[str, str]]:
+    """`compare=` as (A, B) pairs; AnalysisError (one line) for anything but a list of two different arm names."""
+    pairs = []
+    for i, pair in enumerate(OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value or []):
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) and x for x in pair)
+                and pair[0] != pair[1]):
+            raise AnalysisError(f"compare[{i}]={pair!r}: expected a pair of two different arm names, "
+                                "e.g. compare=[[r2e,r2e_v5]]")
+        pairs.append((pair[0], pair[1]))
+    return pairs
 
 
 @dataclass
@@ -239,6 +254,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
 
     check_launcher(cfg)
     check_python(cfg, eval_opts, profile)
+    pairs = compare_pairs(cfg.compare)
     h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     resolved = None
     if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
@@ -299,6 +315,14 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
                         (f"paired_{metric}", paired_table(points, arms, cols, metric))):
             result.tables[name] = t
             table_paths[name] = t.write(out / "tables" / name)
+        for a, b in pairs:
+            for arm in (a, b):
+                if arm not in arms and metric == cfg.metrics[0]:
+                    points.problems.append(f"compare: no run of arm {arm!r} under {root} (arms: {', '.join(arms) or 'none'})"
+                                           f".{did_you_mean(arm, arms)}")
+            name = f"compare_{a}_vs_{b}_{metric}"
+            result.tables[name] = compare_table(points, a, b, cols, metric)
+            table_paths[name] = result.tables[name].write(out / "tables" / name)
     pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, benches,
                  n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf)
     labelled = {f"{r.arm}/seed{r.seed}/{d.name}": d for r in runs for d in r.evals.values()}

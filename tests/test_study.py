@@ -174,7 +174,8 @@ def _tables(reports: Path) -> dict[str, bytes]:
 @pytest.mark.slow
 def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
     study = load_study("qwen3_4b_spa_grpo")
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=runs", "reports=rep", *study.cpu_smoke, timeout=1200)
+    smoke = [t.replace("=.venv", f"={ROOT}/.venv") for t in study.cpu_smoke]  # written for the repo root (make venv-trl)
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=runs", "reports=rep", *smoke, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     manifest = json.loads((tmp_path / "runs" / "grpo_spa" / "seed0" / "manifest.json").read_text())
     assert manifest["study"]["sha256"] == study.sha256
