@@ -308,7 +308,7 @@ _BLOCK_TRAIN = """  - name: train
       model: qwen3_4b                  # [ref: spa-qwen3 "Full-weight checkpoint (LoRA merged) of Qwen/Qwen3-4B"] the hybrid model
       grpo.enable_thinking: true       # [chosen: not stated by the reference: the hybrid's thinking mode (its default), explicit]
       runs_root: ${vars.runs_root}     # [chosen: one directory per study]
-      grpo.trl: 1.9.2                  # [ref: spa-qwen3 "GRPO via TRL 1.9.2 + vLLM colocate generation"] the job refuses another trl: python.grpo=.venv-trl1.9.2/bin/python (`make venv-trl`)
+      grpo.trl: 1.9.2                  # [ref: spa-qwen3 "GRPO via TRL 1.9.2 + vLLM colocate generation"] python.grpo=.venv-trl1.9.2/bin/python (make venv-trl)
 """
 
 
