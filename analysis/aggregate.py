@@ -191,3 +191,61 @@ def paired_vs_anchor(points: Points, arm: str, bench: str, metric: str) -> Paire
     res = paired_bootstrap(arm_scores.loc[ids].to_numpy(), anchor.loc[ids].to_numpy(),
                            points.n_boot, points.boot_seed, points.conf)
     return Paired(res, sorted(set(last.step.astype(int))), total - len(ids))
+
+
+@dataclass
+class ArmsPaired:
+    """Arm `a` minus arm `b` at one step: per-example differences over the seeds both evaluated there."""
+
+    result: PairedResult
+    seeds: list[int]
+    dropped: int  # examples not evaluated in every shared seed of both arms
+
+
+def _seed_differences(points: Points, a: str, b: str, step: int, bench: str, metric: str,
+                      seeds: list[int]) -> tuple[pd.Series, int] | None:
+    """Per example id: mean over `seeds` of a's score minus b's (seed s of a beside seed s of b)."""
+    diffs, ids_all = [], None
+    for seed in seeds:
+        ea = points.examples(a, seed, step, bench, metric)
+        eb = points.examples(b, seed, step, bench, metric)
+        if ea is None or eb is None:
+            return None
+        union = ea.index.union(eb.index)
+        ids_all = union if ids_all is None else ids_all.union(union)
+        shared = ea.index.intersection(eb.index)
+        diffs.append(ea.loc[shared] - eb.loc[shared])
+    mean = pd.concat(diffs, axis=1, join="inner").mean(axis=1)
+    return mean, len(ids_all) - len(mean)
+
+
+def paired_arms(points: Points, a: str, b: str, step: int, bench: str, metric: str) -> ArmsPaired | None:
+    """`a` − `b` at `step`, paired over the same examples and the same seeds (seed s of one arm beside
+    seed s of the other: the same data order and initialization), the per-example difference averaged
+    over those seeds, with a paired-bootstrap CI over examples. For the QA mean (`avg`) each bench's
+    differences are resampled on their own and the bench means averaged (a stratified bootstrap).
+    None when no seed evaluated `step` in both arms or a seed's per-example file is missing."""
+    seeds = sorted(set(points.values(a, step, bench, metric).index) & set(points.values(b, step, bench, metric).index))
+    if not seeds:
+        return None
+    if bench != MEAN_BENCH:
+        found = _seed_differences(points, a, b, step, bench, metric, seeds)
+        if found is None or found[0].empty:
+            return None
+        d, dropped = found
+        res = paired_bootstrap(d.to_numpy(), np.zeros(len(d)), points.n_boot, points.boot_seed, points.conf)
+        return ArmsPaired(res, seeds, dropped)
+    deltas, boots, n, dropped = [], [], 0, 0
+    for qa_bench in points.qa:
+        found = _seed_differences(points, a, b, step, qa_bench, metric, seeds)
+        if found is None or found[0].dropna().empty:
+            return None
+        d = found[0].dropna().to_numpy()
+        deltas.append(float(d.mean()))
+        boots.append(bootstrap_means(d, points.n_boot, points.boot_seed))
+        n, dropped = n + d.size, dropped + found[1]
+    boot = np.mean(boots, axis=0)
+    alpha = (1 - points.conf) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    return ArmsPaired(PairedResult(float(np.mean(deltas)), float(lo), float(hi), n, float((boot <= 0).mean())),
+                      seeds, dropped)

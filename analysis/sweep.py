@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.aggregate import Points
 from analysis.axes import build_axis
@@ -21,13 +21,27 @@ from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, r
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
-from analysis.tables import Table, agentic_benches, main_table, paired_table, table_columns
+from analysis.errors import AnalysisError
+from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
+from common.cli import did_you_mean
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
 OOD_COMPONENTS = ["outcome", "grounding", "stop"]
 
 BEHAVIOUR = [("mean_tool_calls", "tool calls / episode"), ("format_failure_rate", "no answer found")]
+
+def compare_pairs(value) -> list[tuple[str, str]]:
+    """`compare=` as (A, B) pairs; AnalysisError (one line) for anything but a list of two different arm names."""
+    pairs = []
+    for i, pair in enumerate(OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value or []):
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) and x for x in pair)
+                and pair[0] != pair[1]):
+            raise AnalysisError(f"compare[{i}]={pair!r}: expected a pair of two different arm names, "
+                                "e.g. compare=[[r2e,r2e_v5]]")
+        pairs.append((pair[0], pair[1]))
+    return pairs
+
 
 @dataclass
 class AnalysisResult:
@@ -142,6 +156,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     failures are listed as gaps); `cfg` is the `analyze` config (launch.analyze), already resolved."""
     root, out = Path(cfg.runs_root), Path(cfg.out)
     anchor_eval = anchor_eval_dir(anchor_dir, profile)
+    pairs = compare_pairs(cfg.compare)
     runs = discover_runs(root, profile) if jobs else runs
     collected = collect(runs, anchor_eval, benches)
     table = collected.table
@@ -179,6 +194,14 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                         (f"paired_{metric}", paired_table(points, arms, cols, metric))):
             result.tables[name] = t
             table_paths[name] = t.write(out / "tables" / name)
+        for a, b in pairs:
+            for arm in (a, b):
+                if arm not in arms and metric == cfg.metrics[0]:
+                    points.problems.append(f"compare: no run of arm {arm!r} under {root} (arms: {', '.join(arms) or 'none'})"
+                                           f".{did_you_mean(arm, arms)}")
+            name = f"compare_{a}_vs_{b}_{metric}"
+            result.tables[name] = compare_table(points, a, b, cols, metric)
+            table_paths[name] = result.tables[name].write(out / "tables" / name)
     pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, benches,
                  n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf)
     labelled = {f"{r.arm}/seed{r.seed}/{d.name}": d for r in runs for d in r.evals.values()}

@@ -5,6 +5,8 @@ as LaTeX (booktabs) and Markdown.
   the evaluation set, hence optimistic; the caption says so). Cells are mean with the 95% half-width.
 - paired: per arm (final checkpoint) × bench, the difference to the anchor over the same examples
   with its paired-bootstrap 95% CI.
+- compare (analyze's `compare=[[A, B]]`): per step both arms were evaluated at × bench, A − B over the
+  same examples and seeds with its paired-bootstrap 95% CI.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.aggregate import Points, anchor_value, best_point, final_point, paired_vs_anchor
+from analysis.aggregate import Points, anchor_value, best_point, final_point, paired_arms, paired_vs_anchor
 from analysis.collect import AGENTIC_BENCHES, ENV_BENCH_METRIC, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA, qa_label
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
@@ -173,6 +175,32 @@ def paired_table(points: Points, arms: list[str], columns: list[Column], metric:
                 r = p.result
                 cells.append(f"{r.delta:+.3f} [{r.lo:+.3f},{r.hi:+.3f}] n={r.n}")
         table.rows.append((arm, cells))
+    return table
+
+
+def compare_table(points: Points, a: str, b: str, columns: list[Column], metric: str) -> Table:
+    """One row per step evaluated in both arms: `a` − `b` per bench (aggregate.paired_arms)."""
+    caption = (f"{metric.upper()} of {a} minus {b} at each step both were evaluated at, paired over the same examples "
+               "and the same seeds (seed s of one arm beside seed s of the other; per-example differences averaged "
+               "over those seeds), with the 95% paired-bootstrap CI over examples (Avg.: each bench resampled on "
+               "its own); n: paired examples")
+    table = Table(caption, columns, row_header="Step")
+    t = points.table
+    steps = sorted(set(t[t.arm == a].step.astype(int)) & set(t[t.arm == b].step.astype(int)))
+    for step in steps:
+        cells, seeds = [], set()
+        for c in columns:
+            p = paired_arms(points, a, b, step, c.bench, c.metric)
+            if p is None or not math.isfinite(p.result.delta):
+                cells.append(DASH)
+                continue
+            r = p.result
+            seeds.update(p.seeds)
+            cells.append(f"{r.delta:+.3f} [{r.lo:+.3f},{r.hi:+.3f}] n={r.n}")
+        label = f"{step} (seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, sorted(seeds))) or DASH})"
+        table.rows.append((label, cells))
+    if not steps:
+        table.rows.append((DASH, [f"{DASH} (no step evaluated in both {a} and {b})"] + [DASH] * (len(columns) - 1)))
     return table
 
 

@@ -52,6 +52,18 @@ def missing_modules(python: str, modules: tuple[str, ...]) -> tuple[str, ...] | 
     return tuple(proc.stdout.split())
 
 
+@functools.lru_cache(maxsize=None)
+def package_version(python: str, name: str) -> str | None:
+    """The installed release of distribution `name` in `python` (None: not installed, or `python` not runnable)."""
+    ask = ("import importlib.metadata as m, sys\ntry: print(m.version(sys.argv[1]))\n"
+           "except m.PackageNotFoundError: pass")
+    try:
+        proc = subprocess.run([python, "-c", ask, name], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
 def check(kind: str, python: str, needs: dict[str, str]) -> str | None:
     """None when `python` holds every module of `needs` (module -> what needs it), else the one line refusing it."""
     found = missing_modules(python, tuple(needs))

@@ -62,6 +62,7 @@ def _register_step_resolver() -> None:
 _register_step_resolver()
 
 STUDY_DIR = Path(__file__).resolve().parents[1] / "recipes" / "study"
+VARIANTS = "variants"   # recipes/study/variants/: study variants (variant_names)
 
 # run kind -> (python module, leading arguments): every stage runs as `python -m MODULE ...` in a
 # child process (the console entry points' modules), so launch imports no later stage.
@@ -191,7 +192,14 @@ def format_value(v) -> str:
 
 
 def study_names() -> list[str]:
+    """The shipped reference studies (recipes/study/NAME.yaml), one per reference system."""
     return sorted(p.stem for p in STUDY_DIR.glob("*.yaml"))
+
+
+def variant_names() -> list[str]:
+    """The shipped study variants (recipes/study/variants/NAME.yaml): this project's own comparisons beside a
+    reference study (e.g. dual_terminator_vs_v5), run by name as the studies are."""
+    return sorted(p.stem for p in (STUDY_DIR / VARIANTS).glob("*.yaml"))
 
 
 def study_path(spec: str) -> Path:
@@ -202,9 +210,11 @@ def study_path(spec: str) -> Path:
             raise StudyError(f"study={spec}: no such study file")
         return p.resolve()
     shipped = STUDY_DIR / f"{spec}.yaml"
+    if not shipped.is_file() and spec in variant_names():
+        shipped = STUDY_DIR / VARIANTS / f"{spec}.yaml"
     if not shipped.is_file():
-        raise StudyError(f"study={spec}: no such study; shipped studies: {', '.join(study_names())}."
-                         f"{did_you_mean(spec, study_names())}")
+        names = study_names() + variant_names()
+        raise StudyError(f"study={spec}: no such study; shipped studies: {', '.join(names)}.{did_you_mean(spec, names)}")
     return shipped
 
 

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.axes import check_axis
 from analysis.discover import Run, discover_runs
 from analysis.errors import AnalysisError
-from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, write_analysis
+from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc
 from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import apply_overrides, run_cli, wants_help
@@ -51,6 +51,8 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "axis": ("step", "x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
                      "read exactly from the runs' metrics.jsonl; analysis/axes.py)"),
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
+    "compare": ([], "pairs of arms compared step by step, e.g. [[r2e, r2e_v5]]: per step both were evaluated at, "
+                    "A − B paired over the same examples and seeds (tables/compare_<A>_vs_<B>_<metric>.*)"),
     "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
     "slurm.gpus_per_task": (None, "launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
@@ -211,6 +213,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         print(power_report(cfg, benches if cfg.benches else None, profile))
         return None
     check_python(cfg, eval_opts, profile)
+    compare_pairs(cfg.compare)   # a malformed pair: one line before any work
     h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     resolved = None
     if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run

@@ -106,6 +106,13 @@ class Trainer:
             why = interpreter.check(self.stage, self.python(prep), self.needs(prep.cfg))
             if why:
                 raise LaunchError(why)
+            want = prep.cfg.grpo.get("trl") if self.stage == "grpo" else None
+            if want is not None:   # a pinned TRL (grpo.trl): the named interpreter must hold that release
+                from rl.config import trl_problem
+
+                why = trl_problem(want, interpreter.package_version(self.python(prep), "trl"), self.python(prep))
+                if why:
+                    raise LaunchError(f"python.grpo: {why}")
 
 
 def is_finished(rd: Path) -> bool:

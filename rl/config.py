@@ -7,6 +7,9 @@ file, the trainer's only input.
 """
 from __future__ import annotations
 
+import re
+import sys
+from importlib import metadata
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -24,6 +27,27 @@ MODEL_KEYS = ("name", "path", "gpu_only", "attn_implementation")  # the tokenize
 # TRL 1.16's GRPO losses that need no setting this config does not expose (luspo needs sequence-level
 # importance sampling, vespo a vLLM correction setting).
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
+
+
+# grpo.trl: a release number as pip spells it (1.9.2, 1.16.0, 1.17.0rc1)
+TRL_VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?")
+
+
+def installed_trl() -> str | None:
+    """The trl release this interpreter imports (None: not installed)."""
+    try:
+        return metadata.version("trl")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def trl_problem(want, have: str | None, python: str = sys.executable) -> str | None:
+    """Why a run pinned to `grpo.trl=want` cannot train in `python` (whose trl is `have`), or None."""
+    if want in (None, "") or str(want) == have:
+        return None
+    return (f"grpo.trl={want}: {python} has {'trl ' + have if have else 'no trl'}; train in an environment holding "
+            f"trl {want}: python.grpo=.venv-trl{want}/bin/python (`make venv-trl TRL_REF={want}` builds it beside "
+            "the project's .venv), or grpo.trl=null for the installed one")
 
 
 def _num(v) -> bool:
@@ -78,6 +102,9 @@ def problems(cfg: DictConfig) -> list[str]:
     need(thinking.value_problem(g.enable_thinking, "grpo.enable_thinking") is None, "grpo.enable_thinking",
          "auto, true or false")
     need(g.use_vllm in ("auto", True, False), "grpo.use_vllm", "auto, true or false")
+    trl = g.get("trl")   # absent from a config.yaml written before the key: the installed trl, as then
+    need(trl is None or (isinstance(trl, str) and TRL_VERSION.fullmatch(trl) is not None), "grpo.trl",
+         "null or a trl release such as 1.9.2 (three parts: 1.16 reads as a number)")
     need(_num(g.vllm_gpu_memory_utilization) and 0 < g.vllm_gpu_memory_utilization <= 1,
          "grpo.vllm_gpu_memory_utilization", "a number in (0, 1]")
     need(g.split in ("train", "ood"), "grpo.split", "train or ood")

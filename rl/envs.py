@@ -4,8 +4,8 @@ TRL 1.16 (`GRPOTrainer.__init__`, `_generate_and_score_completions`) lists the e
 with `inspect.getmembers(type(env), predicate=inspect.isfunction)`: every public *function on the
 class* except `reset` and `get_reward`; when the class defines `get_reward`, TRL adds it as a reward
 (weight 1, named after the class). Before 1.15 it listed the bound methods of the *instance*, which
-would also expose `SearchPlanActEnv`'s Python API; the pin in pyproject.toml (`trl==1.16.0`) and
-tests/test_rl_units.py keep that out.
+would also expose `SearchPlanActEnv`'s Python API; under such a TRL (the search_plan_act references' 1.9.2,
+`grpo.trl`) the trainer gets `tools_only(SearchPlanActEnv)`, which hides that API from the listing.
 
     spa  `envs.search_plan_act.SearchPlanActEnv` itself: exactly its five tools; reward = the env's
          total (`get_reward`), each component (outcome / grounding / stop) logged as a zero-weight
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from common.benchmarks import check_context_mode, read_bench_file
 from common.prompts import given_context_message, initial_messages
 from envs.search_plan_act import SearchPlanActEnv
+from envs.search_plan_act.env import not_a_tool
 from envs.search_plan_act.goals import episode_seeds
 from evals.extract import extract_answer
 from evals.metrics import exact_match, f1
@@ -138,10 +139,37 @@ def qa_rows(path: str, start: int, n: int, mode: str = "open") -> list[dict]:
     return rows
 
 
-def environment_for(task: str, *, retriever=None, topk: int = 3, qa_mode: str = "open") -> type | None:
-    """The TRL environment class of `task` (None for qa in context mode given: no tools)."""
+def lists_instance_methods(trl_version: str | None) -> bool:
+    """True for a TRL that lists an environment's tools as the public bound methods of an instance (before
+    1.15; the search_plan_act references' 1.9.2), False for one that lists the class's functions (1.16)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return trl_version is not None and Version(trl_version) < Version("1.15")
+    except InvalidVersion:
+        return False
+
+
+def tools_only(cls: type) -> type:
+    """`cls` for a TRL that lists instance methods: the Python API wrapped in `not_a_tool` (`call_tool`,
+    `reward_components`, `transcript`) binds as a method, so such a TRL would offer it to the model as tools.
+    This subclass leaves those names out of `dir()` (what `inspect.getmembers` reads; they stay callable) and
+    keeps the class's name, which TRL's environment-reward column is named after."""
+    hidden = frozenset(n for n, v in vars(cls).items() if isinstance(v, not_a_tool))
+
+    def __dir__(self):
+        return [n for n in object.__dir__(self) if n not in hidden]
+
+    return type(cls.__name__, (cls,), {"__dir__": __dir__, "__doc__": cls.__doc__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
+
+
+def environment_for(task: str, *, retriever=None, topk: int = 3, qa_mode: str = "open",
+                    trl_version: str | None = None) -> type | None:
+    """The TRL environment class of `task` (None for qa in context mode given: no tools); `trl_version`: the
+    TRL it is given to (an older one gets `tools_only(SearchPlanActEnv)`)."""
     if task == "spa":
-        return SearchPlanActEnv
+        return tools_only(SearchPlanActEnv) if lists_instance_methods(trl_version) else SearchPlanActEnv
     if task == "qa":
         return None if qa_mode == "given" else qa_env_factory(retriever, topk, per_item=qa_mode == "item")
     raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")

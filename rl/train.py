@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from common import fingerprint, layout, lock, thinking
 from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
-from rl.config import planned_saves, run_identity, validate, world_problem
+from rl.config import installed_trl, planned_saves, run_identity, trl_problem, validate, world_problem
 from rl.errors import RlError
 from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
 from common.preempt import PreemptionFlag
@@ -366,11 +366,13 @@ class Run:
         from rl import vllm_cpu
 
         cpu_vllm = args.use_vllm and vllm_cpu.on_cpu_vllm()  # the CPU adapter (rl.vllm_cpu), only there
+        if cpu_vllm:
+            vllm_cpu.check_trl()
         with vllm_cpu.engine_in(self.dtype) if cpu_vllm else contextlib.nullcontext():
             trainer = cls(model=model, processing_class=tok, args=args, reward_funcs=funcs,
                           train_dataset=Dataset.from_list(rows(cfg, self.start_step, steps)),
                           environment_factory=environment_for(cfg.task, retriever=retriever, topk=int(cfg.grpo.topk),
-                                                              qa_mode=str(cfg.grpo.qa_mode)))
+                                                              qa_mode=str(cfg.grpo.qa_mode), trl_version=installed_trl()))
         if cpu_vllm:
             vllm_cpu.install(trainer)
         self.guard = vllm_cpu.LogprobGuard(strict=cpu_vllm and self.dtype == torch.float32) if args.use_vllm else None
@@ -426,7 +428,7 @@ class Run:
         """`DONE` once the final step's checkpoint, state and metrics line are all written."""
         tr = self.trainer
         if tr.accelerator.is_main_process and self.start_step + tr.state.global_step == self.total:
-            write_json(self.rd / layout.DONE, {"step": self.total, "identity": self.identity,
+            write_json(self.rd / layout.DONE, {"step": self.total, "identity": self.identity, "trl": installed_trl(),
                                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
     def _check_searches(self, step: int) -> None:
@@ -511,6 +513,9 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
     problem = world_problem(cfg, world_size())
     if problem:
         raise RlError(f"invalid config:\n  {problem}")
+    problem = trl_problem(cfg.grpo.get("trl"), installed_trl())   # a pinned TRL: never trained under another
+    if problem:
+        raise RlError(problem)
     rd = Path(cfg.run_dir)
     if (rd / layout.DONE).is_file():
         recorded = json.loads((rd / layout.DONE).read_text(encoding="utf-8")).get("identity")
@@ -536,7 +541,7 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         if trainer.accelerator.is_main_process:
             print(f"[rl.train] {'resuming at' if r.start_step else 'starting'} step {r.start_step + 1} of {r.total} "
                   f"(template {'patched' if r.template.get('patched') else 'unchanged'}, parser "
-                  f"{r.template.get('style')}, {trainer.accelerator.num_processes} process(es))", flush=True)
+                  f"{r.template.get('style')}, {trainer.accelerator.num_processes} process(es), trl {installed_trl()})", flush=True)
         if before_train is not None:
             before_train(trainer)
         trainer.train()

@@ -75,6 +75,19 @@ def engine_in(dtype):
         vg.LLM = original
 
 
+def check_trl() -> None:
+    """RlError unless the installed TRL has the weight iterator `sync_weights` feeds vLLM's reload with
+    (`VLLMGeneration._iter_named_params`: TRL 1.16 has it, 1.9.2 pushes each weight itself and has not)."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    from rl.config import installed_trl
+
+    if not hasattr(VLLMGeneration, "_iter_named_params"):
+        raise RlError(f"vLLM colocate generation on CPU needs TRL's VLLMGeneration._iter_named_params, which trl "
+                      f"{installed_trl()} lacks (rl/vllm_cpu.py is written against trl 1.16): grpo.use_vllm=false "
+                      "(HF generation) with this trl")
+
+
 def sync_weights(gen) -> None:
     """`VLLMGeneration.sync_weights` for colocate on CPU: the trainer's weights (LoRA merged) into
     the engine through vLLM's in-place reload (which repacks), then the prefix cache reset."""

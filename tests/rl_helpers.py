@@ -39,7 +39,8 @@ class _Scripted:
         self.tok = tokenizer
         self.prompts_seen: list[list[int]] = []
 
-    def __call__(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def __call__(self, prompt_ids, images, multimodal_fields, num_generations=None, has_tool_images=False):
+        # TRL 1.16 passes num_generations (and has_tool_images); 1.9.2 (tests/test_trl_reference.py) neither
         out = []
         for i, ids in enumerate(prompt_ids):
             self.prompts_seen.append(list(ids))

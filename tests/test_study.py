@@ -184,7 +184,8 @@ def _tables(reports: Path) -> dict[str, bytes]:
 @pytest.mark.slow
 def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
     study = load_study("qwen3_4b_spa_grpo")
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=runs", "reports=rep", *study.cpu_smoke, timeout=1200)
+    smoke = [t.replace("=.venv", f"={ROOT}/.venv") for t in study.cpu_smoke]  # written for the repo root (make venv-trl)
+    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=runs", "reports=rep", *smoke, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     manifest = json.loads((tmp_path / "runs" / "grpo_spa" / "seed0" / "manifest.json").read_text())
     assert manifest["study"]["sha256"] == study.sha256
@@ -317,6 +318,7 @@ _BLOCK_TRAIN = """  - name: train
       model: qwen3_4b                  # [ref: spa-qwen3 "Full-weight checkpoint (LoRA merged) of Qwen/Qwen3-4B"] the hybrid model
       grpo.enable_thinking: true       # [chosen: not stated by the reference: the hybrid's thinking mode (its default), explicit]
       runs_root: ${vars.runs_root}     # [chosen: one directory per study]
+      grpo.trl: 1.9.2                  # [ref: spa-qwen3 "GRPO via TRL 1.9.2 + vLLM colocate generation"] python.grpo=.venv-trl1.9.2/bin/python (make venv-trl)
 """
 
 
@@ -338,6 +340,7 @@ def test_flow_style_args_are_held_to_the_source_marks_like_block_style(tmp_path)
               "      task: spa,                        # [ref: spa-qwen3 \"on search_plan_act\"]\n"
               "      model: qwen3_4b,                  # [ref: spa-qwen3 \"of Qwen/Qwen3-4B\"] the hybrid model\n"
               "      grpo.enable_thinking: true,       # [chosen: the hybrid's thinking mode, explicit]\n"
+              "      grpo.trl: 1.9.2,                  # [ref: spa-qwen3 \"GRPO via TRL 1.9.2 + vLLM colocate generation\"]\n"
               '      runs_root: "${vars.runs_root}"}}  # [chosen: one directory per study]\n')
     path.write_text(src.replace(_BLOCK_TRAIN, marked))
     assert load_study(str(path)).stages[0].args == load_study("qwen3_4b_spa_grpo").stages[0].args
