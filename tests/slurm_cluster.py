@@ -35,6 +35,10 @@ class ClusterError(RuntimeError):
     pass
 
 
+def free_port() -> int:
+    return _free_ports(1)[0]
+
+
 def _free_ports(n: int) -> list[int]:
     socks = []
     try:

@@ -21,22 +21,25 @@ pytestmark = pytest.mark.slurm
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from tests.slurm_cluster import SlurmCluster
+    from tests.slurm_cluster import SlurmCluster, free_port
 
     if os.geteuid() != 0:
         pytest.skip("the test cluster needs root (slurmd starts each job as its user)")
     c = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    old = os.environ.get("SLURM_CONF")
+    # the trainers' c10d rendezvous port too (sbatch passes the environment on): another run's jobs may use 29500
+    env = dict(c.env(), DTSFT_RDZV_PORT=str(free_port()))
+    old = {k: os.environ.get(k) for k in env}
     try:
         c.up()
-        os.environ.update(c.env())
+        os.environ.update(env)
         yield c
     finally:
         c.down()
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _env(**more) -> dict[str, str]:
