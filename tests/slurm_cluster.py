@@ -130,6 +130,8 @@ class SlurmCluster:
             "MpiDefault=none",
             "ReturnToService=2",
             "SchedulerType=sched/backfill",
+            # the main scheduling loop every 2 s (60 by default): a requeued job is started again soon after
+            # its cred_expire wait, not up to a minute later
             "SchedulerParameters=bf_interval=1,sched_interval=2,sched_min_interval=0",
             "KillWait=5",
             "MinJobAge=600",
