@@ -225,10 +225,10 @@ def test_a_failed_training_task_cancels_its_runs_evaluation_and_the_report_lists
     plan = next((tmp_path / "rep" / "_slurm").glob("runs-*"))
     runs = json.loads((plan / "runs.json").read_text())["runs"]
     assert [Path(r["run"]).name for r in runs] == ["seed0", "seed1"], runs
-    ended = {r["JobId"]: r["JobState"] for r in records(cluster)}
-    ids = re.findall(r"(\d+) \((?:run|the anchor)", out)
-    assert len(ids) == 2, out[-3000:]
-    assert ended.get(ids[0]) == "COMPLETED" and ended.get(ids[1]) == "CANCELLED", (ended, _log(logs))
+    # the per-run evaluation jobs, in submission order (run 0's first), as Slurm recorded their end
+    evals = sorted((int(r["JobId"]), r["JobState"]) for r in records(cluster)
+                   if r.get("Name") == "dtsft-eval-run" and r.get("WorkDir") == str(tmp_path))
+    assert [state for _, state in evals] == ["COMPLETED", "CANCELLED"], (evals, out[-2000:], _log(logs))
     assert (plan / "outcome-run-0.json").is_file() and not (plan / "outcome-run-1.json").exists()
     report = (tmp_path / "rep" / "report.md").read_text()
     gap = report[report.index("## Missing points"):] if "## Missing points" in report else ""
@@ -260,7 +260,8 @@ def test_an_evaluation_task_warned_of_its_time_limit_requeues_itself_and_loses_n
     (tmp_path / "runs").mkdir()
     n = 6
     out = _ok(_cli(tmp_path, "analysis.cli", "runs_root=runs", "out=rep", "profile=search_r1_7bench", "anchor=tiny-base",
-                   *[t.replace("eval.n=2", f"eval.n={n}") for t in SMOKE_EVAL], "launcher=slurm", **data_cache))
+                   *[t.replace("eval.n=2", f"eval.n={n}") for t in SMOKE_EVAL], "eval.batch_size=1",   # a row at a time
+                   "launcher=slurm", **data_cache))
     array = _job_id(out, r"Slurm job array (\d+)")
     rows = lambda: sorted((tmp_path / "rep").rglob("bamboogle.jsonl"))  # noqa: E731
     _wait_for(lambda: rows() and rows()[0].read_text().count("\n") >= 1, "first evaluated row")
