@@ -263,7 +263,7 @@ def test_an_evaluation_task_warned_of_its_time_limit_requeues_itself_and_loses_n
                    *[t.replace("eval.n=2", f"eval.n={n}") for t in SMOKE_EVAL], "eval.batch_size=1",   # a row at a time
                    "launcher=slurm", **data_cache))
     array = _job_id(out, r"Slurm job array (\d+)")
-    rows = lambda: sorted((tmp_path / "rep").rglob("bamboogle.jsonl"))  # noqa: E731
+    rows = lambda: sorted((tmp_path / "runs").rglob("bamboogle.jsonl"))  # noqa: E731   (the anchor: runs/_anchor)
     _wait_for(lambda: rows() and rows()[0].read_text().count("\n") >= 1, "first evaluated row")
     sig = subprocess.run(["scancel", "--signal=USR1", "--batch", f"{array}_0"], capture_output=True, text=True)
     assert sig.returncode == 0, sig.stderr
