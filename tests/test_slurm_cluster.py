@@ -85,6 +85,13 @@ def records(cluster) -> list[dict[str, str]]:
     return out
 
 
+def missing_points(report: str) -> str:
+    """The report's "Missing points" section (empty when it has none)."""
+    if "## Missing points" not in report:
+        return ""
+    return report[report.index("## Missing points"):].split("\n## ", 1)[0]
+
+
 def _log(paths) -> str:
     return "\n".join(f"--- {p}\n{Path(p).read_text(errors='replace')[-3000:]}" for p in paths)
 
@@ -231,8 +238,8 @@ def test_a_failed_training_task_cancels_its_runs_evaluation_and_the_report_lists
     assert [state for _, state in evals] == ["COMPLETED", "CANCELLED"], (evals, out[-2000:], _log(logs))
     assert (plan / "outcome-run-0.json").is_file() and not (plan / "outcome-run-1.json").exists()
     report = (tmp_path / "rep" / "report.md").read_text()
-    gap = report[report.index("## Missing points"):] if "## Missing points" in report else ""
-    assert "r2e/seed1" in gap and "r2e/seed0" not in gap, report
+    gap = missing_points(report)
+    assert "r2e/seed1/" in gap and "r2e/seed0/" not in gap, report
     assert list((tmp_path / "runs" / "r2e" / "seed0" / "eval").rglob("bamboogle.jsonl"))
 
 
@@ -250,7 +257,7 @@ def test_a_study_whose_training_failed_still_reports_and_lists_the_run_as_a_gap(
     assert ended.get(train[0]) == "FAILED" and ended.get(report_job[0]) == "COMPLETED", (ended, _log(logs))
     assert "afterany:" in (ledger / "report.sbatch").read_text()
     report = (tmp_path / "rep" / "report.md").read_text()
-    assert "## Missing points" in report and "r2e/seed1" in report[report.index("## Missing points"):], report
+    assert "r2e/seed1/" in missing_points(report), report
 
 
 def test_an_evaluation_task_warned_of_its_time_limit_requeues_itself_and_loses_no_row(cluster, data_cache, tmp_path):
