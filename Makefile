@@ -24,7 +24,7 @@ TRL_VENV ?= .venv-trl$(TRL_REF)
 # needs it with transformers >= 5.13); pure Python, and the project's own parser never calls it.
 TRL_JMESPATH ?= jmespath==1.1.0
 
-.PHONY: venv venv-vllm venv-trl demo docs lint test test-fast test-vllm test-browser bench gpu-check gpu-wheels clean
+.PHONY: venv venv-vllm venv-trl demo docs lint test test-fast test-vllm test-browser test-slurm bench gpu-check gpu-wheels clean
 
 # .core: what the demo needs (the project and its core dependencies); .installed: + the [dev,rl,babyai,docs]
 # extras (pytest, ruff; trl for the TRL adapter tests; minigrid; mkdocs) for `make test`.
@@ -104,10 +104,17 @@ test-browser: venv
 	$(BIN)/pip install --quiet -e ".[browser]"
 	DTSFT_BROWSER_TIER=1 SE_OFFLINE=true $(BIN)/python -m pytest -q tests -m browser --durations=5
 
+# The Slurm tier (tests marked `slurm`): jobs on a private one-node Slurm cluster that the tests bring up and
+# tear down (tests/slurm_cluster.py: its own slurm.conf, ports, munge key and socket under a temp dir; root).
+# Debian's slurm-wlm and munge are installed from apt when missing. A skip fails; so does "no tests ran".
+test-slurm: venv
+	@command -v slurmctld >/dev/null && command -v munged >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge; }
+	DTSFT_SLURM_TIER=1 $(BIN)/python -m pytest -q tests -m slurm -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
+
 # The developer's loop (<= 5 min on an idle 2-core box): lint + every test not marked slow; the slow ones
 # (trainers run for real, end-to-end studies, the install, the GPU acceptance smoke) run in `make test`.
 test-fast: venv lint
-	$(BIN)/python -m pytest -q tests $(XDIST) -m "not slow and not vllm and not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q tests $(XDIST) -m "not slow and not vllm and not browser and not slurm" $(PYTEST_ARGS)
 
 # CPU benchmarks (ratios against a named baseline, printed); the GPU scripts are bench/gpu_*.py.
 bench: venv

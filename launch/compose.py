@@ -248,7 +248,9 @@ def _is_int(v) -> bool:
 # The trainer's keys (model / train / logging, arm, seed) are checked by common.schema and the data
 # keys by data_prep.config.problems: the rules the trainer and data_prep read them with. Below: launch's own
 # (launcher.kind's choices: common.recipes.CHOICES).
-POSITIVE_INTS = ("launcher.nodes", "launcher.gpus_per_node")
+POSITIVE_INTS = ("launcher.nodes",)
+# 0 GPUs per node: a CPU-only partition (the job asks for no GPU; one trainer process per node)
+NON_NEGATIVE_INTS = ("launcher.gpus_per_node",)
 BOOLS = ("launcher.dry_run",)
 
 
@@ -267,6 +269,8 @@ def validate(cfg: DictConfig) -> None:
         need(get(key) in allowed, key, f"one of {', '.join(allowed)}")
     for key in POSITIVE_INTS:
         need(_is_int(get(key)) and get(key) > 0, key, "a positive integer")
+    for key in NON_NEGATIVE_INTS:
+        need(_is_int(get(key)) and get(key) >= 0, key, "an integer >= 0 (0: a CPU-only partition)")
     for key in BOOLS:
         need(isinstance(get(key), bool), key, "true or false")
     need(isinstance(cfg.runs_root, str) and cfg.runs_root != "", "runs_root", "a directory path")

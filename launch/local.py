@@ -33,13 +33,13 @@ def cuda_device_count() -> int:
 def resolve_nproc(cfg: DictConfig, gpus: int | None = None) -> int:
     """Processes per node: `launcher.nproc`, or auto = the GPUs here (gloo: 1 process on CPU).
 
-    On Slurm, auto means `launcher.gpus_per_node`.
+    On Slurm, auto means `launcher.gpus_per_node` (1 process on a CPU-only partition: gpus_per_node=0).
     """
     nproc = cfg.launcher.nproc
     if nproc != "auto":
         return int(nproc)
     if cfg.launcher.kind == "slurm":
-        return int(cfg.launcher.gpus_per_node)
+        return int(cfg.launcher.gpus_per_node) or 1
     gpus = cuda_device_count() if gpus is None else gpus
     return gpus if gpus > 0 else 1
 

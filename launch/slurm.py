@@ -1,14 +1,17 @@
 """The Slurm launcher: an sbatch script per run (or one job array per sweep), submitted with sbatch.
 
 Each node runs one torchrun (`srun --ntasks-per-node=1`) that joins a c10d rendezvous on the
-first node's hostname (port 29500, or $DTSFT_RDZV_PORT) and starts `gpus_per_node` trainer processes.
+first node's address (its NodeAddr; port 29500, or $DTSFT_RDZV_PORT) and starts `gpus_per_node` trainer processes.
 
 Preemption and time limits:
 - `--signal=USR1@120`: 120 s before the time limit Slurm sends SIGUSR1 to the job step's
   processes; the trainer saves a resumable state at the next step boundary and exits 0.
   torchrun itself is started with SIGUSR1 ignored (`trap "" USR1` before `exec`), because its
   default action would kill torchrun before the workers finish saving; the workers install their
-  own handler, which overrides the inherited "ignore".
+  own handler, which overrides the inherited "ignore". A SIGUSR1 sent to the batch shell instead
+  (`scancel --signal=USR1 --batch`, a preemption notice) is passed to srun, which forwards it to the
+  same processes: the shell traps it and keeps waiting (untrapped, bash would die of it and the job
+  would fail, trainers killed, as a real Slurm showed).
 - after srun returns, the script requeues the job (`scontrol requeue`) when the run has no
   `DONE` marker and the trainer exited cleanly; `--requeue` also lets Slurm requeue it itself on
   preemption or node failure. Every segment runs the same command on the same config.yaml, whose
@@ -172,15 +175,26 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        # the rendezvous host: the node's address (NodeAddr), which is its name only where the cluster names
+        # its nodes by hostname (a node named otherwise is not resolvable: torchrun's store would time out)
+        "HEAD_ADDR=$(scontrol -o show node \"$HEAD_NODE\" 2>/dev/null | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
+        'HEAD_NODE=${HEAD_ADDR:-$HEAD_NODE}',
         f"RDZV_PORT=${{DTSFT_RDZV_PORT:-{RDZV_PORT}}}",
         # the id a trainer's refusal is recorded under (common.layout.record_refusal): this segment's
         f'export {LAUNCH_ID_ENV}="slurm-$JOB_REF-${{SLURM_RESTART_COUNT:-0}}"',
         'echo "[launch] segment ${SLURM_RESTART_COUNT:-0} of $RUN_DIR on $SLURM_JOB_NODELIST'
         ' (rendezvous $HEAD_NODE:$RDZV_PORT)"',
+        # SIGUSR1 to the batch shell (`scancel --signal=USR1 --batch`, a preemption notice) would end bash and
+        # the job with it: the shell passes it to srun, which forwards it to the trainers, and waits on.
+        "trap 'echo \"[launch] SIGUSR1 to the batch shell: passed to the trainers (save and stop)\"; "
+        "kill -USR1 \"$srun_pid\" 2>/dev/null' USR1",
         f"srun --nodes={spec.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
         f"  bash -c {shlex.quote(node_cmd)} \\",
-        f'  {shlex.quote(python)} "$HEAD_NODE:$RDZV_PORT" "$RUN_DIR/config.yaml"',
-        "rc=$?",
+        f'  {shlex.quote(python)} "$HEAD_NODE:$RDZV_PORT" "$RUN_DIR/config.yaml" &',
+        "srun_pid=$!",
+        # a trapped signal ends `wait` early (status > 128) while srun runs on: wait again
+        'while wait "$srun_pid"; rc=$?; [ $rc -gt 128 ] && kill -0 "$srun_pid" 2>/dev/null; do :; done',
+        "trap - USR1",
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR finished"; exit 0; fi',
         "if [ $rc -eq 0 ]; then",
         '  echo "[launch] stopped before the end (time limit / preemption): requeueing $JOB_REF"',

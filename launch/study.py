@@ -22,7 +22,8 @@ for the call).
 
 `launcher=slurm` (or any training stage sent to Slurm: `train:launcher=slurm`) submits the whole
 study instead, each stage's jobs depending on the previous
-stage's (`--dependency=afterok:...`): a training stage's own launcher submits its jobs (told the
+stage's (`--dependency=afterok:...`; an analyze stage `afterany:...`: it runs however the training tasks
+ended and lists a failed run as a gap, where afterok would leave it pending forever): a training stage's own launcher submits its jobs (told the
 dependency through $DTSFT_SLURM_AFTER; their ids come back through $DTSFT_SLURM_JOBS); an analyze,
 evaluate or export stage becomes one job running its command (analyze with `launcher=slurm`, so when
 it runs it fans the evaluations out as an array, one task per checkpoint still to evaluate, and
@@ -353,8 +354,13 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
     ledger = (_ledger_root(study) / "_slurm" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     if not dry_run:
         ledger.mkdir(parents=True, exist_ok=True)
-    after, submitted = None, {}
+    waits, submitted = [], {}
     for i, stage in enumerate(study.stages, 1):
+        # What this stage waits for: the last stage that submitted jobs. An analyze stage runs once they have
+        # ended, however they ended (afterany), and lists a run whose training failed as a gap (afterok would
+        # leave it pending forever); any other stage needs them to have succeeded (afterok): a training stage
+        # after another, an export of a model that must exist.
+        after = (("afterany:" if stage.run == "analyze" else "afterok:") + ":".join(waits)) if waits else None
         cmd = stage_command(study, stage, extra[stage.name])
         if stage.run == "analyze":
             cmd.append("launcher=slurm")   # its evaluations: a job array, then the aggregation
@@ -362,8 +368,7 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
               f"\n[study] waits for: {after or 'nothing'}", flush=True)
         if study.unset(stage):   # (a dry run only): its jobs are still what the next stage waits for
             print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
-            submitted[stage.name] = [f"<job ids of stage {stage.name}>"]
-            after = "afterok:" + submitted[stage.name][0]
+            submitted[stage.name] = waits = [f"<job ids of stage {stage.name}>"]
             continue
         jobs_file = ledger / f"{stage.name}.jobs"
         stage_env = {k: v for k, v in env.items() if k != slurm.AFTER_ENV}
@@ -396,8 +401,7 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
         if dry_run:
             ids = [f"<job ids of stage {stage.name}>"]
         if ids:
-            submitted[stage.name] = ids
-            after = "afterok:" + ":".join(ids)
+            submitted[stage.name] = waits = ids
         print(f"[study] stage {stage.name}: " + (f"Slurm job(s) {', '.join(ids)}" if ids else "nothing submitted (done)"),
               flush=True)
     every = [j for ids in submitted.values() for j in ids]

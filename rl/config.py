@@ -119,7 +119,8 @@ def problems(cfg: DictConfig) -> list[str]:
     need(lc.nproc == "auto" or _pos_int(lc.nproc), "launcher.nproc", "auto or a positive integer")
     need(_pos_int(lc.nodes) and (lc.kind == "slurm" or lc.nodes == 1), "launcher.nodes",
          "1 with launcher=local, a positive integer with launcher=slurm")
-    need(_pos_int(lc.gpus_per_node), "launcher.gpus_per_node", "a positive integer")
+    need(_pos_int(lc.gpus_per_node) or lc.gpus_per_node == 0 and not isinstance(lc.gpus_per_node, bool),
+         "launcher.gpus_per_node", "an integer >= 0 (0: a CPU-only partition)")
     need(isinstance(lc.dry_run, bool), "launcher.dry_run", "true or false")
     need(lc.kind in CHOICES["launcher.kind"], "launcher.kind", f"one of {', '.join(CHOICES['launcher.kind'])}")
     resume = cfg.resume

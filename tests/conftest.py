@@ -54,10 +54,12 @@ def tiny_model_dir(tmp_path_factory, shared_artefacts):
     return shared_artefacts.register(save_tiny_model(tmp_path_factory.mktemp("tiny_model") / "model", seed=0), "tiny_model_dir")
 
 
-# The tiers where a skip fails: the vLLM tier (`make test-vllm` sets DTSFT_VLLM_TIER=1) and the browser tier
-# (`make test-browser` sets DTSFT_BROWSER_TIER=1). A test of the tier's marker that skips (vLLM, chromium or a
-# fixture missing, a broken import) is reported as a failure, never passes as "skipped".
-SKIP_FAILS = {"vllm": ("DTSFT_VLLM_TIER", "vLLM"), "browser": ("DTSFT_BROWSER_TIER", "browser")}
+# The tiers where a skip fails: the vLLM tier (`make test-vllm` sets DTSFT_VLLM_TIER=1), the browser tier
+# (`make test-browser` sets DTSFT_BROWSER_TIER=1) and the Slurm tier (`make test-slurm`: DTSFT_SLURM_TIER=1). A
+# test of the tier's marker that skips (vLLM, chromium, Slurm or a fixture missing, a broken import) is reported
+# as a failure, never passes as "skipped".
+SKIP_FAILS = {"vllm": ("DTSFT_VLLM_TIER", "vLLM"), "browser": ("DTSFT_BROWSER_TIER", "browser"),
+              "slurm": ("DTSFT_SLURM_TIER", "Slurm")}
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 FAKE_SCONTROL = """#!/bin/sh
 case "$1" in
   show) echo localhost ;;
+  -o) echo "NodeName=$4 Arch=x86_64 CoresPerSocket=1 NodeAddr=127.0.0.1 NodeHostName=localhost" ;;   # -o show node N
   requeue) echo "$2" >> "$FAKE_CLUSTER/requeued.txt" ;;
 esac
 """

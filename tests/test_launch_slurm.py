@@ -52,6 +52,15 @@ def test_sbatch_one_node(capsys, tmp_path):
     _check("launch_sbatch_1node.sbatch", _script(out))
 
 
+def test_a_cpu_only_partition_gets_a_job_without_gpus(capsys, tmp_path):
+    """gpus_per_node=0: a CPU job (no --gpus-per-node line, one trainer process per node); below 0 is refused."""
+    script = _script(_dry(capsys, tmp_path, "arm=r2e", "launcher=slurm", "data=synthetic", "model=tiny", "gpus_per_node=0"))
+    assert "--gpus-per-node" not in script and "--nproc_per_node=1 " in script, script
+    assert main(["arm=r2e", "launcher=slurm", "data=synthetic", "model=tiny", "gpus_per_node=-1", "dry_run=true",
+                 f"runs_root={tmp_path}"]) == 2
+    assert "launcher.gpus_per_node must be an integer >= 0" in capsys.readouterr().err
+
+
 def test_sbatch_four_nodes(capsys, tmp_path):
     out = _dry(capsys, tmp_path, "arm=mixed", "seed=1", "launcher=slurm", "data=synthetic", "nodes=4",
                "gpus_per_node=8", "partition=gpu", "time=24:00:00", "account=proj42")

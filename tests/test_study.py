@@ -263,7 +263,7 @@ def test_slurm_study_dry_run_chains_every_stage(dry_runs):
     assert _opts(mh["grpo"])["dependency"] == "afterok:<job ids of stage sft>"
     report = mh["report"][mh["report"].index("report.sbatch (not written"):]
     opts = _opts(report)
-    assert opts["dependency"] == "afterok:<job ids of stage grpo>" and "gpus-per-node" not in opts
+    assert opts["dependency"] == "afterany:<job ids of stage grpo>" and "gpus-per-node" not in opts
     assert re.search(r"^exec \S+ -m launch\.analyze .*profile=multihop_qa .*launcher=slurm$", report, flags=re.M)
     assert "DTSFT_STUDY=" in report and "dry_run" not in report.split("exec ", 1)[1]
     # The dual-terminator report: what is to evaluate now (the anchor) as a one-task array, then the aggregation.
@@ -286,7 +286,7 @@ def _stand_in_sbatch(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
-    """With a stand-in sbatch: the train stage's job, then the report job waiting for it (afterok); the report
+    """With a stand-in sbatch: the train stage's job, then the report job waiting for it (afterany: it reports a failed run as a gap); the report
     job, run here as Slurm would, submits the evaluation array (one task per checkpoint) and the aggregation."""
     from sft.tiny import save_tiny_model
 
@@ -298,7 +298,7 @@ def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     train, report = (Path(p) for p in record.read_text().split())
     assert train.name == "launch.sbatch" and "dependency" not in _opts(train.read_text())
-    assert _opts(report.read_text())["dependency"] == "afterok:5001"
+    assert _opts(report.read_text())["dependency"] == "afterany:5001"
     assert "watch: squeue -j 5001,5002" in proc.stdout
     for step in (0, 2):   # the training "ran": two checkpoints to evaluate
         save_tiny_model(tmp_path / "runs" / "grpo_spa" / "seed0" / "checkpoints" / f"step-{step:06d}", seed=step)
@@ -447,7 +447,7 @@ def test_a_training_stage_sent_to_slurm_submits_the_whole_study(tmp_path, monkey
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "all stages done" not in proc.stdout and not (tmp_path / "rep").exists()
     train, report = (Path(p) for p in record.read_text().split())
-    assert train.name == "launch.sbatch" and _opts(report.read_text())["dependency"] == "afterok:5001"
+    assert train.name == "launch.sbatch" and _opts(report.read_text())["dependency"] == "afterany:5001"
     proc = _launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "sft:launcher=slurm", "dry_run=true")
     assert proc.returncode == 2 and "training stages sft go to Slurm but grpo would run here" in proc.stderr
 
@@ -574,9 +574,9 @@ def test_a_slurm_dry_run_with_an_unset_slot_still_chains_the_later_stages(tmp_pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     stages = _stage_outputs(proc.stdout)
     assert "[study] waits for: afterok:<job ids of stage sft>" in stages["grpo"]
-    assert "[study] waits for: afterok:<job ids of stage grpo>" in stages["report"]
+    assert "[study] waits for: afterany:<job ids of stage grpo>" in stages["report"]
     assert _opts(stages["report"][stages["report"].index("report.sbatch (not written"):])["dependency"] == \
-        "afterok:<job ids of stage grpo>"
+        "afterany:<job ids of stage grpo>"
 
 
 def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):

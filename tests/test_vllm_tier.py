@@ -35,13 +35,14 @@ def test_plain():
 '''
 
 
-def _pytest(tmp_path: Path, *args: str, tier: bool = False, tier_env: str = "DTSFT_VLLM_TIER") -> subprocess.CompletedProcess:
+def _pytest(tmp_path: Path, *args: str, tier: bool = False, tier_env: str = "DTSFT_VLLM_TIER",
+            cases: str = CASES) -> subprocess.CompletedProcess:
     opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     markers = "\n".join(f"    {m}" for m in opts["markers"])
     (tmp_path / "pytest.ini").write_text(f"[pytest]\naddopts = {opts['addopts']}\nmarkers =\n{markers}\n")
     (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
-    (tmp_path / "test_cases.py").write_text(CASES)
-    env = {k: v for k, v in os.environ.items() if k not in ("DTSFT_VLLM_TIER", "DTSFT_BROWSER_TIER")}
+    (tmp_path / "test_cases.py").write_text(cases)
+    env = {k: v for k, v in os.environ.items() if k not in ("DTSFT_VLLM_TIER", "DTSFT_BROWSER_TIER", "DTSFT_SLURM_TIER")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])  # the conftest's plugin, tests.shared_guard
     if tier:
         env[tier_env] = "1"
@@ -90,3 +91,34 @@ def test_ci_runs_the_browser_tier_where_a_skip_fails():
     recipe = make[make.index("\ntest-browser:"):].split("\n\n")[0]
     assert "DTSFT_BROWSER_TIER=1" in recipe and "-m browser" in recipe and "SE_OFFLINE=true" in recipe
     assert "apt-get install" in recipe and ".[browser]" in recipe
+
+
+SLURM_CASES = '''
+import pytest
+
+@pytest.mark.slurm
+def test_cluster():
+    pass
+
+@pytest.mark.slurm
+def test_cluster_missing():
+    pytest.skip("no slurmctld")
+
+def test_plain():
+    pass
+'''
+
+
+def test_slurm_tier_deselected_in_the_main_suite_and_a_skip_fails_there(tmp_path):
+    r = _pytest(tmp_path, cases=SLURM_CASES)
+    assert r.returncode == 0 and "1 passed, 2 deselected" in r.stdout, r.stdout + r.stderr
+    r = _pytest(tmp_path, "-m", "slurm", tier=True, tier_env="DTSFT_SLURM_TIER", cases=SLURM_CASES)
+    assert r.returncode == 1 and "1 failed, 1 passed, 1 deselected" in r.stdout, r.stdout
+    assert "slurm-tier test skipped" in r.stdout and "no slurmctld" in r.stdout
+    r = _pytest(tmp_path, "-m", "slurm", "-k", "nothing_matches", tier=True, tier_env="DTSFT_SLURM_TIER", cases=SLURM_CASES)
+    assert r.returncode == 5
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "\ntier slurm make test-slurm\n" in ci and "[slurm]=360" in ci
+    make = (ROOT / "Makefile").read_text()
+    recipe = make[make.index("\ntest-slurm:"):].split("\n\n")[0]
+    assert "DTSFT_SLURM_TIER=1" in recipe and "-m slurm" in recipe and "apt-get install" in recipe and "slurm-wlm munge" in recipe

@@ -1,0 +1,299 @@
+"""The Slurm tier (`make test-slurm`): the project's Slurm paths against a real scheduler, a private one-node
+cluster (tests/slurm_cluster.py) brought up for this module and torn down after it. Every test drives the
+command lines (`launch`, `analyze`) as a user would, with SLURM_CONF pointing at the private cluster, and
+waits for the cluster's queue to empty; Slurm's own records (jobcomp/filetxt) say how each job ended."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from tests.slurm_cluster import SlurmCluster, free_port
+
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster needs root (slurmd starts each job as its user)")
+    c = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    # the trainers' c10d rendezvous port too (sbatch passes the environment on): another run's jobs may use 29500
+    env = dict(c.env(), DTSFT_RDZV_PORT=str(free_port()))
+    old = {k: os.environ.get(k) for k in env}
+    try:
+        c.up()
+        os.environ.update(env)
+        yield c
+    finally:
+        c.down()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# How long a test waits for its jobs: long enough for a box shared with other work (the tier's wall time, not
+# this, is what .ci/run holds to its target); a job that hangs still fails the test.
+PATIENCE = 1800
+
+
+def _env(**more) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", **more)
+
+
+def _cli(cwd: Path, module: str, *argv: str, timeout: int = PATIENCE, **env) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=cwd, env=_env(**env), capture_output=True,
+                          text=True, timeout=timeout)
+    return proc
+
+
+def _ok(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+def settle(cluster, timeout: float = PATIENCE, logs: Path | None = None) -> None:
+    """Wait until the cluster's queue is empty (every job submitted so far ended)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not cluster.alive():
+            pytest.fail(f"the test cluster stopped:\n{cluster.log_tail()}")
+        if not cluster.jobs():
+            return
+        time.sleep(1)
+    left = cluster.jobs()
+    text = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-2000:]}" for p in sorted((logs or cluster.root).rglob("*.out")))
+    pytest.fail(f"jobs still queued after {timeout:.0f} s: {left}\n{text}")
+
+
+def records(cluster) -> list[dict[str, str]]:
+    """Slurm's completion records (JobCompType=jobcomp/filetxt), one dict per ended job segment."""
+    path = cluster.root / "jobcomp.txt"
+    out = []
+    for line in (path.read_text().splitlines() if path.is_file() else []):
+        out.append(dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line)))
+    return out
+
+
+def missing_points(report: str) -> str:
+    """The report's "Missing points" section (empty when it has none)."""
+    if "## Missing points" not in report:
+        return ""
+    return report[report.index("## Missing points"):].split("\n## ", 1)[0]
+
+
+def _log(paths) -> str:
+    return "\n".join(f"--- {p}\n{Path(p).read_text(errors='replace')[-3000:]}" for p in paths)
+
+
+def _tables(reports: Path) -> dict[str, bytes]:
+    return {p.relative_to(reports).as_posix(): p.read_bytes() for p in sorted(reports.rglob("*"))
+            if p.is_file() and p.suffix in (".md", ".tex", ".csv") and p.name != "report.md"}
+
+
+def _smoke() -> list[str]:
+    from common.study import load_study
+
+    return [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in load_study("dual_terminator_sft").cpu_smoke]
+
+
+@pytest.fixture(scope="module")
+def data_cache(tmp_path_factory):
+    """$DTSFT_DATA pre-filled by `fetch-data from=DIR` (tests/test_study.py's way); nothing is downloaded."""
+    from tests.conftest import shared_path
+
+    cache = tmp_path_factory.mktemp("data")
+    env = {"DTSFT_DATA": str(cache), "DTSFT_DATA_ENDPOINT": "http://127.0.0.1:9"}
+    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
+                          env=_env(**env), capture_output=True, text=True, timeout=120)
+    assert fill.returncode == 0, fill.stderr
+    return env
+
+
+def test_the_dual_terminator_smoke_on_slurm_equals_the_local_one(cluster, data_cache, tmp_path):
+    """cpu_smoke with launcher=slurm (gpus_per_node=0: CPU jobs) end to end: the training array, the report
+    job, its evaluation array and aggregation, all run by Slurm; the tables equal the same smoke run locally
+    (run here meanwhile)."""
+    on_slurm, local = tmp_path / "slurm", tmp_path / "local"
+    on_slurm.mkdir()
+    local.mkdir()
+    argv = ["study=dual_terminator_sft", "runs_root=runs", "reports=rep", *_smoke()]
+    here = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], cwd=local, env=_env(**data_cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = _ok(_cli(on_slurm, "launch.cli", *argv, "launcher=slurm", "gpus_per_node=0", **data_cache))
+        assert "launcher=slurm" not in out or "submitted" in out
+        settle(cluster, PATIENCE, on_slurm)
+    finally:
+        text, _ = here.communicate(timeout=PATIENCE)
+    assert here.returncode == 0, text[-4000:]
+    ledger = next((on_slurm / "runs" / "_slurm").glob("study-*"))
+    logs = sorted(on_slurm.rglob("*.out"))
+    ended = {r["JobId"]: r for r in records(cluster)}
+    train_ids = (ledger / "train.jobs").read_text().split()
+    report_ids = (ledger / "report.jobs").read_text().split()   # the report job, its array, its aggregation
+    assert len(report_ids) == 3, _log(logs)
+    for job in train_ids + report_ids:
+        assert ended[job]["JobState"] == "COMPLETED", (job, ended.get(job), _log(logs))
+    script = (ledger / "train.sbatch") if (ledger / "train.sbatch").exists() else None
+    assert script is None   # a training stage's own launcher writes its script, under the run root
+    sweep = next((on_slurm / "runs").rglob("sweep.sbatch")).read_text()
+    assert "--gpus-per-node" not in sweep and "--nproc_per_node=1" in sweep   # a CPU-only job: one process
+    assert (on_slurm / "rep" / "report.md").is_file(), _log(logs)
+    report = (on_slurm / "rep" / "report.md").read_text()
+    assert "`failed=0`" in report and "evaluation failed" not in report, report
+    got, want = _tables(on_slurm / "rep"), _tables(local / "rep")
+    assert want and sorted(got) == sorted(want)
+    assert [k for k in want if got[k] != want[k]] == [], {k: (got[k].decode()[:800], want[k].decode()[:800]) for k in want if got[k] != want[k]}
+
+
+def _wait_for(cond, what: str, timeout: float = PATIENCE) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"no {what} after {timeout:.0f} s")
+
+
+def _job_id(out: str, pattern: str) -> str:
+    m = re.search(pattern, out)
+    assert m, out[-3000:]
+    return m.group(1)
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+TRAIN = ["arm=r2e", "model=tiny", "data=synthetic", "steps=6", "state_every=100", "save_steps=[6]", "nproc=1",
+         "logging.wandb=false", "n=24", "data.synthetic.code_turns=[1,2]", "data.synthetic.long_fraction=0.0",
+         "data.synthetic.n_entities=20", "data.synthetic.code_obs_lines=[1,3]"]
+
+
+def test_a_training_task_sent_usr1_stops_is_requeued_and_ends_on_the_uninterrupted_bytes(cluster, tmp_path):
+    """`scancel --signal=USR1 --batch` mid-training (a preemption notice to the batch shell): the trainers save a
+    resumable state and stop, the script requeues the job, Slurm starts it again and it resumes to the end; its
+    last checkpoint is byte for byte the one an uninterrupted local run of the same settings writes."""
+    here = subprocess.Popen([sys.executable, "-m", "launch.cli", *TRAIN, f"runs_root={tmp_path / 'local'}"],
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = _ok(_cli(tmp_path, "launch.cli", *TRAIN, f"runs_root={tmp_path / 'slurm'}", "launcher=slurm",
+                       "gpus_per_node=0"))
+        job = _job_id(out, r"Slurm job (\d+)")
+        rd = tmp_path / "slurm" / "r2e" / "seed0"
+        metrics = rd / "metrics.jsonl"
+        _wait_for(lambda: metrics.exists() and metrics.read_text().strip(), "first training step under Slurm")
+        sig = subprocess.run(["scancel", "--signal=USR1", "--batch", job], capture_output=True, text=True)
+        assert sig.returncode == 0, sig.stderr
+        settle(cluster, PATIENCE, rd)
+    finally:
+        text, _ = here.communicate(timeout=PATIENCE)
+    assert here.returncode == 0, text[-3000:]
+    log = "".join(p.read_text() for p in rd.rglob("*.out"))
+    assert "SIGUSR1 to the batch shell" in log and f"requeueing {job}" in log and "segment 1 of" in log, log[-4000:]
+    assert "resumed from" in log, log[-4000:]
+    ends = [r for r in records(cluster) if r["JobId"] == job]
+    assert [r["JobState"] for r in ends][-1] == "COMPLETED", ends
+    assert (rd / "DONE").is_file() and list(rd.glob("state/step-*/COMPLETE"))
+    ckpt = "checkpoints/step-000006"
+    got, want = _files(rd / ckpt), _files(tmp_path / "local" / "r2e" / "seed0" / ckpt)
+    assert want and sorted(got) == sorted(want)
+    assert [k for k in want if got[k] != want[k]] == []
+
+
+# A training task that fails: the batch script's setup (launcher.setup, run before srun) exits 3 for seed 1
+# (RUN_DIR is the task's run dir; the evaluation jobs, which get the same setup, have none).
+FAIL_SEED1 = 'launcher.setup=case "$RUN_DIR" in */seed1) echo planted training failure; exit 3;; esac'
+SMOKE_EVAL = ["benches=[bamboogle]", "eval.n=2", "eval.max_new_tokens=32", "eval.max_model_len=4096", "eval.dtype=float32",
+              "eval.backend=hf", "corpus=corpus:wiki18_example_10"]
+
+
+def test_a_failed_training_task_cancels_its_runs_evaluation_and_the_report_lists_it_as_a_gap(cluster, data_cache, tmp_path):
+    """A sweep with eval_profile= on Slurm, seed 1's training task failing: Slurm cancels that run's evaluation job
+    (afterok on its task, --kill-on-invalid-dep), seed 0's is evaluated, the aggregation (afterany) runs and
+    its report lists seed 1 as a gap."""
+    out = _ok(_cli(tmp_path, "launch.cli", "sweep", "arms=[r2e]", "seeds=[0,1]", "model=tiny_base", "data=synthetic",
+                   "data.n=8", "steps=2", "logging.wandb=false", "launcher=slurm", "gpus_per_node=0", FAIL_SEED1,
+                   "eval_profile=search_r1_7bench", "analyze.out=rep", *[f"analyze.{t}" for t in SMOKE_EVAL],
+                   **data_cache))
+    settle(cluster, PATIENCE, tmp_path)
+    logs = sorted(tmp_path.rglob("*.out"))
+    plan = next((tmp_path / "rep" / "_slurm").glob("runs-*"))
+    runs = json.loads((plan / "runs.json").read_text())["runs"]
+    assert [Path(r["run"]).name for r in runs] == ["seed0", "seed1"], runs
+    # the per-run evaluation jobs, in submission order (run 0's first), as Slurm recorded their end
+    evals = sorted((int(r["JobId"]), r["JobState"]) for r in records(cluster)
+                   if r.get("Name") == "dtsft-eval-run" and r.get("WorkDir") == str(tmp_path))
+    assert [state for _, state in evals] == ["COMPLETED", "CANCELLED"], (evals, out[-2000:], _log(logs))
+    assert (plan / "outcome-run-0.json").is_file() and not (plan / "outcome-run-1.json").exists()
+    report = (tmp_path / "rep" / "report.md").read_text()
+    gap = missing_points(report)
+    assert "r2e/seed1/" in gap and "r2e/seed0/" not in gap, report
+    assert list((tmp_path / "runs" / "r2e" / "seed0" / "eval").rglob("bamboogle.jsonl"))
+
+
+def test_a_study_whose_training_failed_still_reports_and_lists_the_run_as_a_gap(cluster, data_cache, tmp_path):
+    """A Slurm study whose only training task fails: the report stage (afterany, not afterok: it would pend
+    forever) still runs, evaluates the anchor and lists the failed run as a gap."""
+    smoke = [t.replace("train:seeds=[0]", "train:seeds=[1]") for t in _smoke()]
+    _ok(_cli(tmp_path, "launch.cli", "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke,
+             "launcher=slurm", "gpus_per_node=0", FAIL_SEED1, **data_cache))
+    settle(cluster, PATIENCE, tmp_path)
+    ledger = next((tmp_path / "runs" / "_slurm").glob("study-*"))
+    logs = sorted(tmp_path.rglob("*.out"))
+    ended = {r["JobId"]: r["JobState"] for r in records(cluster)}
+    train, report_job = (ledger / "train.jobs").read_text().split(), (ledger / "report.jobs").read_text().split()
+    assert ended.get(train[0]) == "FAILED" and ended.get(report_job[0]) == "COMPLETED", (ended, _log(logs))
+    assert "afterany:" in (ledger / "report.sbatch").read_text()
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "r2e/seed1/" in missing_points(report), report
+
+
+def test_an_evaluation_task_warned_of_its_time_limit_requeues_itself_and_loses_no_row(cluster, data_cache, tmp_path):
+    """The time-limit warning (what --signal=B:USR1@120 sends: SIGUSR1 to the batch shell, which is the task's
+    python) mid-evaluation: the task stops, keeps its rows, requeues itself; its next segment evaluates the rest.
+    Every item once: no row lost, none duplicated; the report has no failed evaluation."""
+    (tmp_path / "runs").mkdir()
+    n = 6
+    out = _ok(_cli(tmp_path, "launch.analyze", "runs_root=runs", "out=rep", "profile=search_r1_7bench", "anchor=tiny-base",
+                   *[t.replace("eval.n=2", f"eval.n={n}") for t in SMOKE_EVAL], "eval.batch_size=1",   # a row at a time
+                   "launcher=slurm", **data_cache))
+    array = _job_id(out, r"Slurm job array (\d+)")
+    rows = lambda: sorted((tmp_path / "runs").rglob("bamboogle.jsonl"))  # noqa: E731   (the anchor: runs/_anchor)
+    _wait_for(lambda: rows() and rows()[0].read_text().count("\n") >= 1, "first evaluated row")
+    sig = subprocess.run(["scancel", "--signal=USR1", "--batch", f"{array}_0"], capture_output=True, text=True)
+    assert sig.returncode == 0, sig.stderr
+    settle(cluster, PATIENCE, tmp_path)
+    logs = sorted((tmp_path / "rep").rglob("*.out"))
+    log = _log(logs)
+    assert "stopped by the time-limit warning" in log and f"requeueing {array}_0" in log, log
+    assert "segment 1" in log, log
+    ids = [json.loads(line)["id"] for line in rows()[0].read_text().splitlines()]
+    assert len(ids) == n and len(set(ids)) == n, ids
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "`failed=0`" in report and "evaluation failed" not in report, report
+
+
+def test_a_grpo_stage_runs_under_slurm(cluster, tmp_path):
+    """The smallest GRPO launch (tiny base, one step) submitted to Slurm on a CPU-only job and finished there."""
+    out = _ok(_cli(tmp_path, "launch.cli", "stage=grpo", "task=spa", "model=tiny_base", "steps=1", f"runs_root={tmp_path}",
+                   "grpo.max_completion_length=32", "grpo.pilot_tasks=3", "logging.wandb=false", "launcher=slurm",
+                   "gpus_per_node=0"))
+    job = _job_id(out, r"Slurm job (\d+)")
+    rd = tmp_path / "grpo_spa" / "seed0"
+    settle(cluster, PATIENCE, rd)
+    ended = {r["JobId"]: r["JobState"] for r in records(cluster)}
+    assert ended.get(job) == "COMPLETED", (ended, _log(sorted(rd.rglob("*.out"))))
+    assert (rd / "DONE").is_file() and (rd / "checkpoints" / "step-000001" / "SHA256SUMS").is_file()
+    assert "-m rl.train" in (rd / "launch.sbatch").read_text()
