@@ -79,7 +79,6 @@ def _plain(cfg) -> Mapping:
 # fingerprint and resumes (any other value is a real change and counts).
 LATER_KEYS: dict[str, Any] = {
     "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
-    "grpo.trl": None,           # issue 41: the trl release a GRPO run is pinned to (null: the interpreter's, as before)
 }
 # The same for a GRPO run's config (rl.config.run_identity).
 GRPO_LATER_KEYS: dict[str, Any] = {
@@ -87,6 +86,7 @@ GRPO_LATER_KEYS: dict[str, Any] = {
     "grpo.encoder": "intfloat/e5-base-v2",
     "grpo.index": None,
     "grpo.encoder_device": "cpu",
+    "grpo.trl": None,   # issue 41: the trl release a GRPO run is pinned to (null: the interpreter's, as before)
 }
 
 

@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evals.errors import EvalError
+
 SPAN_KINDS = ("reasoning", "assistant_text", "final_answer", "tool_name", "tool_arguments", "finish_call", "template")
 FINISH_TOOLS = ("finish", "submit")
 _FINAL_LINE = re.compile(r"final answer\s*:[^\n]*", re.IGNORECASE)
 _TEMPLATE = SPAN_KINDS.index("template")
 
 
-class SpanError(ValueError):
+class SpanError(EvalError):
     """A message field that cannot be found in its rendered turn (the kinds would be guesses)."""
 
 
