@@ -13,7 +13,7 @@ far (what the chat template does) and vLLM's prefix cache may reuse it. Greedy, 
     coroutine      one plain coroutine per episode, no cap, each its own tool call
     async          the project's driver (evals.scheduler.run_async): in-flight cap (max_in_flight,
                    default evals.scheduler.auto_in_flight of the engine's KV capacity), tool calls
-                   micro-batched (evals.scheduler.ToolBatcher), prompts prepared off the event loop
+                   micro-batched (evals.engine.ToolBatcher), prompts prepared off the event loop
     saturated      the same turns (each turn's prompt, generated tokens stood in by a constant token)
                    as independent requests all at once: no turn dependency, the engine's ceiling
 
@@ -41,6 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from evals.engine import Engine, ToolBatcher  # noqa: E402
+
 TOOL_S = 0.020
 SYSTEM, QUESTION, RESPONSE = 96, 24, 24
 MAX_MODEL_LEN = 2048
@@ -60,7 +62,7 @@ def workload(episodes: int, seed: int) -> list[dict]:
     return out
 
 
-class Forced:
+class Forced(Engine):
     """Requests with a forced length on the AsyncLLM of `backend`; counts generated tokens."""
 
     def __init__(self, backend, final_only: bool = True):
@@ -106,35 +108,27 @@ class _Episode:
 
 
 class Steps:
-    """The workload as evals.agent step functions, for the project's driver."""
+    """The workload as an episode (`play`) and its tool round (`execute`), for the project's driver."""
 
     def __init__(self, engine: Forced):
         self.engine = engine
 
-    def turn_prompt(self, ep: _Episode):
-        self.engine.lengths[tuple(ep.ids)] = ep.spec["lengths"][ep.turn]
-        return ep.ids
-
-    def sampling(self, ep):
-        return 0.0, None
-
-    def on_generation(self, ep: _Episode, gen, cap):
-        ep.ids = ep.ids + gen.token_ids
-        ep.turn += 1
-        if ep.turn >= len(ep.spec["lengths"]):
-            ep.stop_reason = "answer"
-            return None
-        return ["search"]
-
-    def tool_batch(self, ep, work):
-        return work
+    async def play(self, ep: _Episode, table) -> _Episode:
+        while ep.stop_reason is None:
+            self.engine.lengths[tuple(ep.ids)] = ep.spec["lengths"][ep.turn]
+            gen = await table.engine.generate_one(ep.ids, 256)
+            ep.ids = ep.ids + gen.token_ids
+            ep.turn += 1
+            if ep.turn >= len(ep.spec["lengths"]):
+                ep.stop_reason = "answer"
+            else:
+                await table.tools.submit(ep, ["search"])
+                ep.ids = ep.ids + ep.spec["responses"][ep.turn - 1]
+        return ep
 
     def execute(self, batch):
         time.sleep(TOOL_S)   # one retriever round trip for the whole batch
         return [["ok"] for _ in batch]
-
-    def on_tools(self, ep: _Episode, work, responses):
-        ep.ids = ep.ids + ep.spec["responses"][ep.turn - 1]
 
 
 async def lockstep(engine: Forced, specs, chunk: int) -> None:
@@ -169,9 +163,9 @@ async def project_driver(engine: Forced, specs, cap: int) -> None:
     from evals import scheduler
 
     steps = Steps(engine)
-    tools = scheduler.ToolBatcher(steps.execute, window_ms=2.0, max_queries=256)
-    jobs = [scheduler.Job(steps, (lambda s=s: _Episode(s)), lambda ep: None, tools) for s in specs]
-    await scheduler.run_async(jobs, engine, max_in_flight=cap, max_model_len=MAX_MODEL_LEN, max_new_tokens=256)
+    tools = ToolBatcher(steps.execute, window_ms=2.0, max_queries=256)
+    jobs = [scheduler.Job((lambda s=s: _Episode(s)), steps.play, lambda ep: None, tools) for s in specs]
+    await scheduler.run_async(jobs, engine, max_in_flight=cap, max_model_len=MAX_MODEL_LEN)
 
 
 async def saturated(engine: Forced, turns) -> None:

@@ -123,10 +123,6 @@ def defaults(table: dict[str, tuple[Any, str]]) -> dict[str, Any]:
     return out
 
 
-def undocumented(keys: list[Key]) -> list[str]:
-    return [k.name for k in keys if not k.doc.strip()]
-
-
 def help_table(keys: list[Key], indent: str = "  ") -> str:
     """`key = default  description` lines, aligned, for a CLI's --help."""
     left = [f"{k.name}={shown(k.default)}" for k in keys]

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from dataclasses import dataclass
 
 from common.benchmarks import BenchError, BenchItem
-from evals.agent import render, run_lockstep
 from evals.extract import split_reasoning
 from evals.metrics import mean
+from evals.scheduler import Episodes
 from evals.results import null_means
 
 HISTORY = 16  # BALROG's max_text_history (checked against its protocol data in tests)
@@ -93,31 +94,42 @@ class _Game:
         return request_seed(x.get("episode", self.item.id), x["seed"], x.get("sample", 0), self.env.steps)
 
 
-class GameSteps:
-    """The step functions of a BabyAI game (evals.agent's steps interface; no tool round: the
-    action is executed as the reply is read)."""
+@dataclass
+class GameRules:
+    """How a bench's BabyAI games are played: the step cap, decoding, chat-template arguments."""
+    max_steps: int | None
+    max_new_tokens: int
+    temperature: float = 0.0
+    template_kwargs: dict | None = None
 
-    def __init__(self, tokenizer, *, max_steps: int | None, max_new_tokens: int, temperature: float = 0.0,
-                 template_kwargs: dict | None = None):
-        self.tokenizer, self.max_steps, self.max_new_tokens = tokenizer, max_steps, max_new_tokens
-        self.temperature, self.template_kwargs = float(temperature), template_kwargs
-
-    def start(self, item: BenchItem) -> _Game:
+    def start(self, item: BenchItem) -> "_Game":
         return _Game(item, self.max_steps)
 
-    def turn_prompt(self, g: _Game) -> str:
+    def row(self, g: "_Game") -> dict:
+        return _row(g, self.temperature, self.max_new_tokens)
+
+    def episodes(self) -> Episodes:
+        """How the registry plays these games (evals.scheduler.Episodes; no tool round)."""
+        return Episodes(start=self.start, play=lambda g, table: play_game(g, table, self),
+                        row=lambda g, item: self.row(g))
+
+
+async def play_game(g: _Game, table, rules: GameRules) -> _Game:
+    """Play one BabyAI game to its end on `table` (evals.scheduler.Table): per step BALROG's messages,
+    one generation (sampled with the step's own seed, or greedy), the filtered reply executed."""
+    bt = _env()
+    while g.stop_reason is None:
         g.next_prompt()
-        return render(self.tokenizer, g.messages, [], self.template_kwargs)
-
-    def sampling(self, g: _Game) -> tuple[float, int | None]:
-        return (self.temperature, g.seed()) if self.temperature > 0 else (0.0, None)
-
-    def on_generation(self, g: _Game, gen, cap: int) -> None:
-        bt = _env()
+        seed = g.seed() if rules.temperature > 0 else None
+        turn = await table.generate(g, g.messages, [], max_new_tokens=rules.max_new_tokens,
+                                    template_kwargs=rules.template_kwargs,
+                                    temperature=rules.temperature if seed is not None else 0.0, seed=seed)
+        if turn is None:   # context_limit
+            break
+        gen = turn[0]
         g.generated_tokens += gen.num_tokens
         _, content = split_reasoning(gen.text)
         filtered = bt.filter_reply(content)
-        seed = g.seed() if self.temperature > 0 else None
         g.observation, reward, done = g.env.step(filtered)
         g.previous = filtered
         g.transcript.append({
@@ -128,25 +140,7 @@ class GameSteps:
         })
         if done:
             g.stop_reason = "success" if g.env.success else "step_limit"
-        return None
-
-    def tool_batch(self, g: _Game, work):
-        raise AssertionError("a BabyAI game has no tool round")
-
-    execute = on_tools = tool_batch
-
-    def row(self, g: _Game) -> dict:
-        return _row(g, self.temperature, self.max_new_tokens)
-
-
-def play(chunk: list[BenchItem], backend, *, max_steps: int | None, max_new_tokens: int, max_model_len: int,
-         temperature: float = 0.0, template_kwargs: dict | None = None) -> list[dict]:
-    """Play `chunk`'s episodes in lockstep (one batched generate per step); one row per episode."""
-    steps = GameSteps(backend.tokenizer, max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
-                      template_kwargs=template_kwargs)
-    games = run_lockstep([steps.start(it) for it in chunk], backend, steps, max_model_len=max_model_len,
-                         max_new_tokens=max_new_tokens)
-    return [steps.row(g) for g in games]
+    return g
 
 
 def _row(g: _Game, temperature: float, max_new_tokens: int) -> dict:

@@ -40,7 +40,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+from evals.engine import Engine
+from evals.toolcalls import END_OF_TURN_TOKENS
 
 
 class BackendError(RuntimeError):
@@ -202,6 +203,9 @@ class HFBackend:
         # The chat template already wrote every special token (BOS included for Llama).
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def close(self) -> None:
+        """Nothing to shut down: the model lives in this process."""
+
     def _finish(self, ids: list[int], cap: int) -> Generation:
         for pos, t in enumerate(ids[:cap]):
             if t in self.stop_ids:
@@ -241,27 +245,25 @@ class HFBackend:
 
 
 class VLLMBackend:
+    """vLLM's offline `LLM`: one batched `generate` (the lockstep adapter's backend, evals.engine.Lockstep)."""
+
     name = "vllm"
 
     def __init__(self, model_path: str, tokenizer_path: str | None = None, *, max_model_len: int,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  dtype: str = "auto", seed: int = 0, enforce_eager: bool | str = "auto", prefix_caching: bool = True):
+        from evals import reaper
+
         try:
-            from vllm import LLM
+            engine_class = self._engine_class()
         except ImportError as exc:
             raise BackendError(
                 "backend=vllm needs vLLM: its own environment (`make venv-vllm`, then .venv-vllm/bin/evaluate); "
                 "use backend=hf otherwise"
             ) from exc
-        self._setup(model_path, tokenizer_path, seed, dtype, enforce_eager, prefix_caching)
-        self.llm = LLM(**self.engine_kwargs(model_path, tokenizer_path, max_model_len, tensor_parallel_size,
-                                            gpu_memory_utilization))
-
-    def _setup(self, model_path, tokenizer_path, seed, dtype, enforce_eager, prefix_caching) -> None:
-        from evals import reaper
-
         self.tokenizer = load_tokenizer(tokenizer_path or model_path)
         self.seed = seed
+        self.max_model_len = int(max_model_len)
         self.settings = engine_settings({"backend": "vllm", "dtype": dtype, "ckpt": model_path,
                                          "enforce_eager": enforce_eager, "prefix_caching": prefix_caching})
         self.stop_ids = stop_token_ids(self.tokenizer)
@@ -272,6 +274,17 @@ class VLLMBackend:
         # Started before the engine: its processes are stopped if this one dies without shutting them
         # down (SIGKILL, the OOM killer; evals.reaper), from the moment the engine starts loading.
         self._guard = reaper.guard()
+        self._start(engine_class, self.engine_kwargs(model_path, tokenizer_path, max_model_len, tensor_parallel_size,
+                                                     gpu_memory_utilization))
+
+    @staticmethod
+    def _engine_class():
+        from vllm import LLM
+
+        return LLM
+
+    def _start(self, engine_class, kwargs: dict) -> None:
+        self.llm = engine_class(**kwargs)
 
     def engine_kwargs(self, model_path, tokenizer_path, max_model_len, tensor_parallel_size, gpu_memory_utilization) -> dict:
         """The engine arguments (LLM's and AsyncEngineArgs' alike) for this host."""
@@ -367,40 +380,35 @@ class PrefixCacheCounter:
         return self.hits / self.queries if self.queries else 0.0
 
 
-class AsyncVLLMBackend(VLLMBackend):
+class AsyncVLLMBackend(VLLMBackend, Engine):
     """vLLM's AsyncLLM for the asynchronous driver (evals.scheduler): `await generate_one(ids, cap,
     temperature=, seed=)` per request, token-id prompts, each request's SamplingParams exactly as
     VLLMBackend.generate builds them (the same greedy seed, the same per-request sampling seeds).
     The engine keeps one event loop of its own (`run(coro)`): AsyncLLM's output handler is bound
     to the loop of its first request. `prefix_cache` counts vLLM's prefix-cache hits."""
 
-    def __init__(self, model_path: str, tokenizer_path: str | None = None, *, max_model_len: int,
-                 tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
-                 dtype: str = "auto", seed: int = 0, enforce_eager: bool | str = "auto", prefix_caching: bool = True):
+    @staticmethod
+    def _engine_class():
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM
+
+    def _start(self, engine_class, kwargs: dict) -> None:
         import asyncio
 
-        try:
-            from vllm.engine.arg_utils import AsyncEngineArgs
-            from vllm.v1.engine.async_llm import AsyncLLM
-        except ImportError as exc:
-            raise BackendError(
-                "backend=vllm needs vLLM: its own environment (`make venv-vllm`, then .venv-vllm/bin/evaluate); "
-                "use backend=hf otherwise"
-            ) from exc
-        self._setup(model_path, tokenizer_path, seed, dtype, enforce_eager, prefix_caching)
-        self.max_model_len = int(max_model_len)
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
         self.prefix_cache = PrefixCacheCounter()
-        args = AsyncEngineArgs(**self.engine_kwargs(model_path, tokenizer_path, max_model_len, tensor_parallel_size,
-                                                    gpu_memory_utilization), disable_log_stats=False)
         self.loop = asyncio.new_event_loop()
-        self.llm = AsyncLLM.from_engine_args(args, stat_loggers=[self.prefix_cache.factory()])
+        self.llm = engine_class.from_engine_args(AsyncEngineArgs(**kwargs, disable_log_stats=False),
+                                                 stat_loggers=[self.prefix_cache.factory()])
         self._next_id = 0
 
     def run(self, coro):
         """Run `coro` to completion on the engine's own event loop."""
         return self.loop.run_until_complete(coro)
 
-    def kv_capacity(self) -> tuple[int, int]:
+    def kv_capacity(self) -> tuple[int, int] | None:
         """(tokens the KV cache holds, sequences the scheduler runs at once)."""
         conf = self.llm.vllm_config
         blocks = int(conf.cache_config.num_gpu_blocks or 0)

@@ -11,13 +11,15 @@ finished, the shards' rows are appended in item order to `<out>/<bench>.jsonl` (
 holds are kept), then the ordinary evaluate runs on `out` with every row present: summary.json,
 meta.json and the evaluation identity are exactly those of `data_parallel=1` (data_parallel and
 shard are operational keys: no row depends on them), and no model is loaded for it. The shard
-directories are removed after that (their rows are in out).
+directories are removed after that (their rows are in out). The weights are hashed once, by the
+parent: each shard reads the checkpoint identity it was given (`checkpoint_identity.json`).
 
 Identities are checked in `out` before any shard starts: a bench held under another identity is
 refused (or, with overwrite=true, renamed aside) before any model work, as with one process.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from evals.errors import EvalError
 
 SHARDS = "_shards"
+CHECKPOINT_IDENTITY = "checkpoint_identity.json"   # the parent's, so a shard does not hash the weights again
 
 
 def _visible_gpus() -> list[str]:
@@ -76,8 +79,13 @@ class RowsOnly:
     def generate(self, *args, **kwargs):
         raise EvalError("internal: a row is missing after merging the shards (nothing may be generated here)")
 
+    def close(self) -> None:
+        """Nothing to shut down: no model was loaded."""
 
-def run_shards(cfg: DictConfig, groups: list[str | None]) -> None:
+
+def run_shards(cfg: DictConfig, groups: list[str | None], ckpt_id: dict) -> None:
+    """Run the N shards, each in its own process with its GPUs; `ckpt_id` (the checkpoint's identity,
+    hashed once by the parent) goes to each as `checkpoint_identity.json` beside its request."""
     repo = Path(__file__).resolve().parents[1]
     n = len(groups)
     procs = []
@@ -88,6 +96,7 @@ def run_shards(cfg: DictConfig, groups: list[str | None]) -> None:
             request = OmegaConf.merge(cfg, {"out": str(d), "shard": f"{i}/{n}", "data_parallel": 1, "wandb": False,
                                             "progress": False})
             (d / "request.yaml").write_text(OmegaConf.to_yaml(request), encoding="utf-8")
+            (d / CHECKPOINT_IDENTITY).write_text(json.dumps(ckpt_id), encoding="utf-8")
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p))
             if gpus is not None:
                 env["CUDA_VISIBLE_DEVICES"] = gpus

@@ -193,3 +193,47 @@ def detect_style(chat_template: str | None) -> str:
     if chat_template and "<|start_header_id|>" in chat_template and "<tool_call>" not in chat_template:
         return "llama3"
     return "qwen3"
+
+
+# Tokens that end a generated turn: generation stops at them (evals.backends) and they are never
+# part of a message's text (the chat template writes its own).
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+
+
+def strip_end_of_turn(text: str) -> str:
+    """`text` without the end-of-turn tokens (and the whitespace before them) it ends with."""
+    while True:
+        trimmed = text.rstrip()
+        marker = next((t for t in END_OF_TURN_TOKENS if trimmed.endswith(t)), None)
+        if marker is None:
+            return text
+        text = trimmed[: -len(marker)]
+
+
+def generation_message(text: str, style: str, turn: int | None = None) -> tuple[dict, list[dict], list[str]]:
+    """The one rule, for evaluation and GRPO alike, that turns a generated assistant turn (decoded
+    with special tokens) into a chat message; returns (message, the calls it asks for, parse errors).
+
+    End-of-turn tokens are dropped; the text is split at the last `</think>` into `reasoning_content`
+    (always set, "" without a think block) and `content` the way the Qwen3 templates do; calls are
+    parsed from `content`. The calls are stored structurally (`tool_calls`, the markup removed from
+    `content`; ids `call_<turn>_<k>` when `turn` is given) only when the turn parsed cleanly and the
+    template can render them — Llama-3.1's renders one call per message —; otherwise `content` keeps
+    the raw text, so the model always sees what it wrote, and `tool_call_errors` says why."""
+    from evals.extract import split_reasoning
+
+    reasoning, content = split_reasoning(strip_end_of_turn(text))
+    calls, errors = parse_tool_calls(content, style)
+    msg: dict = {"role": "assistant", "reasoning_content": reasoning}
+    if calls and not errors and (style != "llama3" or len(calls) == 1):
+        msg["content"] = strip_tool_calls(content, style)
+        msg["tool_calls"] = [{"type": "function", **({"id": f"call_{turn}_{k}"} if turn is not None else {}),
+                              "function": {"name": c["name"], "arguments": c["arguments"]}} for k, c in enumerate(calls)]
+        return msg, calls, errors
+    msg["content"] = content
+    if errors:
+        msg["tool_call_errors"] = list(errors)
+    elif len(calls) > 1:
+        msg["tool_call_errors"] = [f"{len(calls)} tool calls in one turn kept as text: the {style} chat template "
+                                   "renders one call per assistant message"]
+    return msg, calls, errors

@@ -24,26 +24,23 @@ template; an unknown template raises, and TRL's Llama-3.1 pattern needs the call
 right before the end-of-turn token (a model that continues, or ends a call with `<|eom_id|>`, is
 silently read as a final answer). `install` binds `parse_response` to `evals.toolcalls` — the parser
 evals uses, one implementation — so training and evaluation read a completion the same way.
-A completion whose call markup does not parse ends the rollout (TRL treats a turn without calls as
-final); the errors are kept on the message under `tool_call_errors` and counted in metrics.jsonl,
-never dropped silently.
+A completion is read into a message by evaluation's own rule (evals.toolcalls.generation_message).
+A completion whose call markup does not parse, or that makes several Llama-3.1 calls in one turn
+(its template renders one per message), ends the rollout (TRL treats a turn without calls as final);
+the reason is kept on the message under `tool_call_errors` and counted in metrics.jsonl, never
+dropped silently.
 """
 from __future__ import annotations
 
 import types
 
 from common import thinking
-from evals.extract import split_reasoning
-from evals.toolcalls import detect_style, parse_tool_calls, strip_tool_calls
+from evals.toolcalls import detect_style, generation_message
 from rl.errors import RlError
 
 # (the own template's text, its training-side replacement). Applied only when present.
 _QWEN3_THINK_CONDITION = "{%- if loop.last or (not loop.last and reasoning_content) %}"
 PATCHES = ((_QWEN3_THINK_CONDITION, "{%- if true %}"),)
-
-# Tokens that end a generated turn; stripped before parsing (the template re-adds its own).
-_END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
-
 
 class TemplateError(RlError):
     """The model's chat template can't be used for multi-turn GRPO (the message says why)."""
@@ -75,28 +72,10 @@ def check_template(tokenizer, template: str) -> None:
 
 
 def parse_completion(text: str, style: str) -> dict:
-    """One generated assistant turn (decoded with special tokens) as a chat message:
-    {"role", "content", ["reasoning_content"], ["tool_calls"], ["tool_call_errors"]}."""
-    text = text.rstrip()
-    changed = True
-    while changed:
-        changed = False
-        for marker in _END_MARKERS:
-            if text.endswith(marker):
-                text, changed = text[: -len(marker)].rstrip(), True
-    msg: dict = {"role": "assistant"}
-    if style == "qwen3" and "</think>" in text:
-        msg["reasoning_content"], text = split_reasoning(text)
-    calls, errors = parse_tool_calls(text, style)
-    if calls and not errors:
-        msg["content"] = strip_tool_calls(text, style)
-        msg["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                             for c in calls]
-    else:
-        msg["content"] = text.strip()
-        if errors:
-            msg["tool_call_errors"] = errors
-    return msg
+    """One generated assistant turn (decoded with special tokens) as a chat message, by the rule
+    evaluation uses (evals.toolcalls.generation_message): {"role", "reasoning_content", "content",
+    ["tool_calls"], ["tool_call_errors"]}."""
+    return generation_message(text, style)[0]
 
 
 def install(tokenizer, enable_thinking="auto", where: str = "the model") -> dict:

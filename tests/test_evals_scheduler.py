@@ -21,6 +21,7 @@ import pytest
 
 from evals import scheduler
 from evals.backends import Generation
+from evals.engine import Engine, ToolBatcher
 from evals.run import evaluate
 from tests.test_evals_loop import make_world
 
@@ -75,7 +76,7 @@ class BatchedScripted(Policy):
                 for i, (ids, cap) in enumerate(zip(prompt_ids, caps))]
 
 
-class ScrambledAsync(Policy):
+class ScrambledAsync(Policy, Engine):
     """The async twin: requests wait until the driver has submitted what it can (no new request
     for `quiet` seconds, or `fill()` requests outstanding), then one outstanding request, picked
     by a seeded rng, completes. Records the most requests outstanding at once; with `fill` it also
@@ -189,27 +190,18 @@ class _CountingSteps:
     def __init__(self, turns):
         self.turns = turns
 
-    def turn_prompt(self, u):
-        return f"{u.id}|{u.turn}"
-
-    def sampling(self, u):
-        return 0.0, None
-
-    def on_generation(self, u, gen, cap):
-        u.turn += 1
-        if u.turn >= self.turns[u.id]:
-            u.stop_reason = "answer"
-            return None
-        return ["call"]
-
-    def tool_batch(self, u, work):
-        return work
+    async def play(self, u, table):
+        while u.stop_reason is None:
+            await table.engine.generate_one(table.engine.encode(f"{u.id}|{u.turn}"), 64)
+            u.turn += 1
+            if u.turn >= self.turns[u.id]:
+                u.stop_reason = "answer"
+            else:
+                assert await table.tools.submit(u, ["call"]) == ["ok"]
+        return u
 
     def execute(self, batch):
         return [["ok"] * len(calls) for _, calls in batch]
-
-    def on_tools(self, u, work, responses):
-        assert responses == ["ok"]
 
 
 class _Tok:
@@ -228,9 +220,9 @@ def test_the_cap_holds_and_the_engine_never_idles_while_an_episode_is_runnable(c
     engine = ScrambledAsync(_Tok(), order_seed=cap, fill=lambda: min(cap, n - len(finished)))
     engine.reply = lambda ids, c, t=0.0, s=None: Generation("x", "stop", 1 + _h(tuple(ids)) % 50)
     steps = _CountingSteps(turns)
-    tools = scheduler.ToolBatcher(steps.execute, window_ms=0, max_queries=8)
-    jobs = [scheduler.Job(steps, (lambda i=i: _Unit(i)), lambda u: finished.append(u.id), tools) for i in range(n)]
-    played = asyncio.run(scheduler.run_async(jobs, engine, max_in_flight=cap, max_model_len=10**6, max_new_tokens=64))
+    tools = ToolBatcher(steps.execute, window_ms=0, max_queries=8)
+    jobs = [scheduler.Job((lambda i=i: _Unit(i)), steps.play, lambda u: finished.append(u.id), tools) for i in range(n)]
+    played = asyncio.run(scheduler.run_async(jobs, engine, max_in_flight=cap, max_model_len=10**6))
     assert played == n and sorted(finished) == list(range(n))
     assert engine.completed == sum(turns)
     assert engine.max_outstanding == min(cap, n)   # the cap is reached and never exceeded
@@ -258,14 +250,14 @@ def test_the_tool_batcher_makes_at_most_ceil_queries_over_k_plus_windows_calls()
 
     rng = random.Random(0)
     # all at once: size flushes only (+ the remainder's window)
-    b = scheduler.ToolBatcher(execute, window_ms=50, max_queries=8)
+    b = ToolBatcher(execute, window_ms=50, max_queries=8)
     asyncio.run(go(b, [(0.0, [f"q{j}" for j in range(1 + u % 3)]) for u in range(60)]))
     q = sum(1 + u % 3 for u in range(60))
     assert b.queries == q == sum(len(qs) for batch in calls for _, qs in batch)
     assert len(calls) <= math.ceil(q / 8) + b.windows and b.windows <= 1
     # spread over time: windows expire too
     calls.clear()
-    b = scheduler.ToolBatcher(execute, window_ms=5, max_queries=8)
+    b = ToolBatcher(execute, window_ms=5, max_queries=8)
     t0 = time.monotonic()
     asyncio.run(go(b, [(rng.random() * 0.1, ["q"]) for _ in range(80)]))
     elapsed = time.monotonic() - t0

@@ -19,13 +19,16 @@ PLAY = """
 import json, sys
 from evals import babyai
 from evals.backends import VLLMBackend
+from evals.engine import Lockstep
+from evals.scheduler import play_items
 
 if __name__ == "__main__":
     backend = VLLMBackend(sys.argv[1], max_model_len=4096, dtype="float32")
     items = babyai.items(2, 0, samples=2)
-    kw = dict(max_steps=3, max_new_tokens=24, max_model_len=4096, temperature=1.0)
-    together = babyai.play(items, backend, **kw)
-    alone = [row for it in items for row in babyai.play([it], backend, **kw)]
+    games = babyai.GameRules(max_steps=3, max_new_tokens=24, temperature=1.0).episodes()
+    engine = Lockstep(backend)
+    together = play_items(items, games, engine, max_model_len=4096)
+    alone = [row for it in items for row in play_items([it], games, engine, max_model_len=4096)]
     backend.close()
     print(json.dumps({"together": together, "alone": alone}))
 """

@@ -1,0 +1,188 @@
+"""The eval store: everything `evaluate` keeps in an out dir goes through `EvalStore`, as a checkpoint
+manager owns a checkpoint folder.
+
+    <out>/<bench>.jsonl               the rows, one per item, each carrying its identity digest
+    <out>/sampled_ids/<bench>.json    the sampled ids of the bench (with its source, seed, n)
+    <out>/summary.json                per bench, recomputed from the rows of every complete bench
+    <out>/meta.json                   the run's details and each bench's evaluation identity
+
+An out dir holds one identity per bench (evals.identity): `claim` refuses another one, or with
+overwrite renames the old outputs aside (nothing is deleted). A bench's entries of meta.json
+(`bench_items`, `sampled_ids`, `empty_gold_items`, its kind's block, its own config keys) are
+written by the call that evaluated it and kept by later calls that evaluate other benches.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from common.io import read_json_object, replace_aside, write_json
+from evals.errors import EvalError
+from evals.identity import BENCH_KEY_PREFIXES, IdentityError, check_same
+from evals.registry import KINDS, kind_of
+from evals.results import ResultsError, append_rows, load_done
+
+# meta.json entries keyed by bench, kept for the benches a later call does not evaluate
+PER_BENCH_META = ("bench_items", "sampled_ids", "empty_gold_items")
+
+
+class EvalStore:
+    """The out dir of an evaluation (see the module doc)."""
+
+    def __init__(self, out):
+        self.out = Path(out)
+
+    def rows_path(self, bench: str) -> Path:
+        return self.out / f"{bench}.jsonl"
+
+    def sample_path(self, bench: str) -> Path:
+        return self.out / "sampled_ids" / f"{bench}.json"
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def meta(self) -> dict:
+        path = self.out / "meta.json"
+        if not path.exists():
+            return {}
+        try:
+            return read_json_object(path)
+        except ValueError as exc:
+            raise EvalError(f"{exc}; move it aside to evaluate into {self.out}") from exc
+
+    def identities(self) -> dict:
+        return dict(self.meta().get("identities") or {})
+
+    def summary(self) -> dict:
+        """summary.json as written (empty when absent or torn: it is rewritten from the rows)."""
+        path = self.out / "summary.json"
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return {}
+        return summary if isinstance(summary, dict) else {}
+
+    def benches(self) -> set[str]:
+        """The benches the out dir holds: an identity in meta.json, or a sample."""
+        return set(self.identities()) | {p.stem for p in (self.out / "sampled_ids").glob("*.json")}
+
+    def row_digests(self, bench: str) -> set:
+        """The identity digests carried by a bench's rows (None for rows without one)."""
+        digests, path = set(), self.rows_path(bench)
+        if path.exists():
+            for line in path.read_bytes().split(b"\n"):
+                if line.strip():
+                    try:
+                        digests.add(json.loads(line).get("identity"))
+                    except json.JSONDecodeError:
+                        pass  # a torn last line: load_done deals with it
+        return digests
+
+    def differences(self, bench: str, recorded: dict | None, want: dict) -> list[str]:
+        """How the identity the out dir holds `bench` under differs from `want` (empty: none, or no rows)."""
+        if not self.rows_path(bench).exists():
+            return []
+        return check_same(bench, self.out, recorded, self.row_digests(bench), want)
+
+    def done(self, bench: str, ids) -> dict:
+        """The rows held of the items `ids` (id -> row)."""
+        return load_done(self.rows_path(bench), set(ids))
+
+    def complete_summary(self, bench: str, ident: dict | None) -> dict | None:
+        """A bench's summary entry from its rows when it is complete and all of `ident` (rows without
+        a digest when `ident` is None: an out dir from before evaluation identity); None otherwise."""
+        ids_path, path = self.sample_path(bench), self.rows_path(bench)
+        if not (ids_path.is_file() and path.is_file()):
+            return None
+        try:
+            sample = read_json_object(ids_path)
+            done = load_done(path, set(sample["ids"]))
+        except (ValueError, KeyError, TypeError):   # a torn sample or rows file (ResultsError too): not held
+            return None
+        expected = ident.get("fingerprint") if ident else None
+        if set(done) != set(sample["ids"]) or {r.get("identity") for r in done.values()} != {expected}:
+            return None
+        summary = kind_of(bench).summarize([done[i] for i in sample["ids"]])
+        return described(summary, sample.get("source"), sample.get("unanswerable_excluded"))
+
+    # ---- writing -----------------------------------------------------------------------------
+
+    def claim(self, bench: str, want: dict, recorded: dict | None, overwrite: bool) -> None:
+        """Make sure the out dir holds `bench` under identity `want` only: refuse another one
+        (IdentityError with the diff) or, with overwrite=true, rename its rows and sample aside."""
+        outputs = [self.rows_path(bench), self.sample_path(bench)]
+        if not any(p.exists() for p in outputs):
+            return   # the out dir does not hold this bench (whatever meta.json last meant to write)
+        diff = check_same(bench, self.out, recorded, self.row_digests(bench), want)
+        if not diff:
+            return
+        if not overwrite:
+            raise IdentityError(
+                f"{self.out} holds {bench} results of another evaluation identity (out dir -> this request):\n  "
+                + "\n  ".join(diff) + f"\nUse another out=, or overwrite=true to rename the old {bench} results aside "
+                f"({bench}.jsonl.replaced-<UTC time>; nothing is deleted) and evaluate again.")
+        for p in outputs:
+            if p.exists():
+                print(f"[evaluate] overwrite=true: {p} renamed to {replace_aside(p).name}")
+
+    def check_sample(self, bench: str, ids: list[str]) -> None:
+        """A resumed bench must be evaluating the very same ids as its sample (if any)."""
+        path = self.sample_path(bench)
+        if path.exists():
+            old = json.loads(path.read_text(encoding="utf-8"))
+            if old["ids"] != ids:
+                raise ResultsError(
+                    f"{path}: this out dir was started with a different sample of {bench} "
+                    f"(n={old['n']}, seed={old['seed']}, source={old['source']}); use a fresh out=")
+
+    def start(self, bench: str, ident: dict, sample: dict, identities: dict) -> None:
+        """Record a bench's identity (into `identities`, meta.json's) and its sample, before its first row."""
+        path = self.sample_path(bench)
+        identities[bench] = ident
+        write_json(self.out / "meta.json", {**self.meta(), "identities": identities})
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, sample)
+
+    def append(self, bench: str, ident: dict, rows: list[dict]) -> list[dict]:
+        """Append finished rows, each with the identity digest; returns them as written."""
+        rows = [{**row, "identity": ident["fingerprint"]} for row in rows]
+        append_rows(self.rows_path(bench), rows)
+        return rows
+
+    def write_summary(self, summary: dict) -> None:
+        write_json(self.out / "summary.json", summary)
+
+    def write_meta(self, meta: dict, cfg, *, kept: list[str], old: dict) -> None:
+        """Write meta.json: `meta` as this call (resolved config `cfg`) describes it, its per-bench
+        entries for the benches it evaluated; the entries of the benches it `kept` (held, not
+        evaluated) come from `old`, the meta.json it started from: their per-bench entries, their
+        kind's block, their own config keys."""
+        from omegaconf import OmegaConf
+
+        for key in PER_BENCH_META:
+            carried = old.get(key) if isinstance(old.get(key), dict) else {}
+            meta[key] = {**{b: v for b, v in carried.items() if b in kept}, **(meta.get(key) or {})}
+        for name, kind in KINDS.items():   # a kind's own block: this call's, else the kept one's
+            if kind.meta is not None:
+                meta[name] = kind.meta(cfg) if name in cfg.benches else old.get(name) if name in kept else None
+        config = OmegaConf.to_container(cfg, resolve=True)
+        old_config = old.get("config") if isinstance(old.get("config"), dict) else {}
+        for bench, prefix in BENCH_KEY_PREFIXES.items():
+            if bench in kept:
+                config.update({k: v for k, v in old_config.items() if k.startswith(prefix)})
+        meta["config"] = config
+        write_json(self.out / "meta.json", meta)
+
+
+def described(summary: dict, source, unanswerable: int | None) -> dict:
+    """A bench's summary entry with its source and unanswerable items left out (QA benches); an empty
+    sample's null metrics say where the items went."""
+    from evals.metrics import NULL_REASON
+
+    summary["source"] = source
+    if unanswerable is not None:
+        summary["unanswerable_excluded"] = unanswerable
+    if summary["n"] == 0:
+        left = f"; {unanswerable} items with answerable: false left out" if unanswerable else ""
+        summary[NULL_REASON] = f"no items to score: the sample of {source} is empty{left}"
+    return summary
