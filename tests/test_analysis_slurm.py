@@ -159,7 +159,7 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
 
     # Task 0's first segment gets Slurm's time-limit warning (SIGUSR1) after its first row: it stops, the row
     # stays, it requeues itself (fake scontrol) and writes no outcome; the requeued segment finishes the rest.
-    import evals.run as evals_run
+    import evals.store as evals_store   # the eval store appends every row (evals.store.EvalStore)
     from launch.eval_slurm import run_task
 
     cluster = fake_cluster(tmp_path, "exit 0\n")
@@ -167,16 +167,16 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
     monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "5001")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
-    real_append = evals_run.append_rows
+    real_append = evals_store.append_rows
 
     def append_then_warned(path, rows):
         real_append(path, rows)
         os.kill(os.getpid(), signal.SIGUSR1)
 
-    monkeypatch.setattr(evals_run, "append_rows", append_then_warned)
+    monkeypatch.setattr(evals_store, "append_rows", append_then_warned)
     with _usr1_must_be_handled():
         assert run_task(eval_sbatch.parent, 0) == 0
-    monkeypatch.setattr(evals_run, "append_rows", real_append)
+    monkeypatch.setattr(evals_store, "append_rows", real_append)
     assert requeued_jobs(tmp_path) == ["5001_0"]
     said = capsys.readouterr().out
     assert "requeueing 5001_0" in said, said
