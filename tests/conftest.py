@@ -13,6 +13,15 @@ SHARED = Path(os.environ.get("DTSFT_SHARED", ROOT.parent / "shared"))
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist the cores are shared among the workers: each worker (and every trainer, evaluate or CLI it
+# starts, which inherit the variables) gets cores/workers intra-op threads, not all of them. N workers x all
+# cores oversubscribes the machine, and OpenMP's spinning threads then slow every test several-fold. Set before
+# anything imports torch; a value the caller exported wins.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, _THREADS)
 # The data cache (common.datafetch): a fresh one per session, and no download leaves this machine (a
 # test that needs a cached file pre-fills it from ../shared or serves it on a loopback port).
 os.environ["DTSFT_DATA"] = tempfile.mkdtemp(prefix="dtsft-data-")

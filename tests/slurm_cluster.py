@@ -75,6 +75,7 @@ class SlurmCluster:
         self.conf = self.root / "slurm.conf"
         self.node = "dtsftnode"
         self.cpus = os.cpu_count() or 1
+        self._procs: dict[str, subprocess.Popen] = {}  # the daemons this process started (liveness by poll)
 
     # -- the files --------------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -149,6 +150,7 @@ class SlurmCluster:
         log = open(self.root / "log" / f"{name}.out", "ab")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=dict(os.environ, **self.env()))
+        self._procs[name] = proc
         with open(self.root / "pids", "a", encoding="utf-8") as fh:
             fh.write(f"{name} {proc.pid}\n")
 
@@ -186,17 +188,30 @@ class SlurmCluster:
             return {}
         return {name: int(pid) for name, pid in (line.split() for line in path.read_text().splitlines() if line.strip())}
 
-    def _ours(self, name: str, pid: int) -> bool:
-        """`pid` is still the daemon this cluster started (its cmdline names this cluster's files)."""
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            return False
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] if Path(f"/proc/{pid}/stat").exists() else "X"
-        return name in cmd and str(self.root) in cmd and state != "Z"
+    def _ours(self, name: str, pid: int, settle: float = 5.0) -> bool:
+        """`pid` is still the daemon this cluster started (its cmdline names this cluster's files). A process
+        that has just been exec'd shows an empty cmdline until the kernel has set up its arguments (Popen
+        returns before that: the close-on-exec pipe it waits on closes first); on a loaded machine that window
+        is long enough to be read, so an empty cmdline is read again for up to `settle` seconds."""
+        end = time.monotonic() + settle
+        while True:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+            except OSError:
+                return False
+            if cmd or state == "Z" or time.monotonic() >= end:
+                return name in cmd and str(self.root) in cmd and state != "Z"
+            time.sleep(0.05)
+
+    def _exited(self, name: str, pid: int) -> bool:
+        proc = self._procs.get(name)
+        if proc is not None and proc.pid == pid:  # started here: its exit status says it
+            return proc.poll() is not None
+        return not self._ours(name, pid)
 
     def _check_alive(self) -> None:
-        dead = [n for n, p in self.pids().items() if not self._ours(n, p)]
+        dead = [n for n, p in self.pids().items() if self._exited(n, p)]
         if dead:
             raise ClusterError(f"the test cluster in {self.root}: {', '.join(dead)} exited; logs: {self.root}/log\n"
                                + self.log_tail())
