@@ -24,7 +24,7 @@ from pathlib import Path
 from common.io import atomic_dir, sha256_text, write_json
 from evals.corpus import RetrieverError, corpus_doc
 
-DEFAULT_ENCODER = "intfloat/e5-base-v2"
+DEFAULT_ENCODER = "encoder:e5-base-v2"   # intfloat/e5-base-v2, fetched by name (common.datafetch)
 QUERY_PREFIX = "query: "       # retrieval_server.py: when the retriever name contains "e5"
 PASSAGE_PREFIX = "passage: "   # index_builder.py: retrieval_method "e5"
 MAX_LENGTH = 256               # build_index.sh --max_length; retrieval_server.py retrieval_query_max_length
