@@ -208,3 +208,30 @@ def test_unpinned_dense_artefacts_are_refused_until_prefilled(cache, monkeypatch
     with pytest.raises(datafetch.DataError, match=r"changed since it was checked"):
         make_retriever(e5_config())
     assert (model / "config.json").read_text() == "{}"
+
+
+def test_grpo_takes_the_names_too(cache, monkeypatch, tmp_path):
+    """grpo.retriever=e5 with grpo.corpus/encoder/index names: kept as names (not made paths of the launch
+    directory), no "no such file" problem, the index and corpus in the run identity by their recorded digests;
+    a mistyped name is one problem line with the nearest name."""
+    from launch.compose import compose_grpo
+    from rl.config import problems, run_identity
+
+    monkeypatch.setitem(datafetch.UNPINNED, "encoder:e5-base-v2",
+                        dataclasses.replace(datafetch.UNPINNED["encoder:e5-base-v2"], parts=ENCODER_FILES))
+    datafetch.prefill(ENCODER, ["encoder:e5-base-v2"])
+    datafetch.prefill(INDEX, ["index:wiki18_e5_flat"])
+    datafetch.prefill(CORPUS, ["corpus:wiki18"])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "q0", "question": QUERIES[0], "golden_answers": ["x"]}) + "\n")
+    argv = ["task=qa", "model=tiny_base", "steps=1", "runs_root=R", "grpo.prompts_file=q.jsonl", "grpo.corpus=corpus:wiki18",
+            "grpo.retriever=e5", "grpo.encoder=encoder:e5-base-v2", "grpo.index=index:wiki18_e5_flat"]
+    cfg = compose_grpo(argv).cfg
+    assert (cfg.grpo.corpus, cfg.grpo.encoder, cfg.grpo.index) == ("corpus:wiki18", "encoder:e5-base-v2", "index:wiki18_e5_flat")
+    assert problems(cfg) == []
+    inputs = run_identity(cfg)["inputs"]
+    assert (inputs["grpo.index"], inputs["grpo.corpus"]) == (hashlib.sha256(INDEX.read_bytes()).hexdigest(),
+                                                             hashlib.sha256(CORPUS.read_bytes()).hexdigest())
+    cfg.grpo.index = "index:wiki18_flat"
+    assert problems(cfg) == ["grpo.index=index:wiki18_flat: unknown data name. Did you mean: index:wiki18_e5_flat? "
+                             "Known: index:wiki18_e5_flat"]
