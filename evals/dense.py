@@ -21,6 +21,7 @@ import json
 import os
 from pathlib import Path
 
+from common import datafetch
 from common.io import atomic_dir, sha256_text, write_json
 from evals.corpus import RetrieverError, corpus_doc
 
@@ -216,11 +217,21 @@ class CorpusLines:
         return {"id": str(row["id"]), "contents": row["contents"]}
 
 
+def fetched(key: str, value, kind: str):
+    """`value` as given, or for a fetch-data name (`encoder:e5-base-v2`, `index:wiki18_e5_flat`,
+    `corpus:wiki18`) the path of its cached, checked copy (common.datafetch: fetched on first use, an
+    unpinned one refused until pre-filled; a mistyped name: did you mean)."""
+    return str(datafetch.path(value)) if datafetch.named(key, value, kind) else value
+
+
 class E5Retriever:
-    """Search-R1's DenseRetriever: encode the queries, search the flat index, read the passages."""
+    """Search-R1's DenseRetriever: encode the queries, search the flat index, read the passages. The
+    corpus, encoder and index may be fetch-data names (`fetched`)."""
 
     def __init__(self, corpus: str | Path, encoder: str = DEFAULT_ENCODER, index: str | Path | None = None,
                  index_dir: str | Path | None = None, device: str = "cpu"):
+        corpus, encoder = fetched("corpus", str(corpus), "corpus"), fetched("encoder", encoder, "encoder")
+        index = fetched("index", index if index is None else str(index), "index")
         self.corpus_path = Path(corpus)
         if not self.corpus_path.is_file():
             raise DenseError(f"corpus {self.corpus_path} does not exist (pass corpus=PATH)")

@@ -212,11 +212,7 @@ def make_retriever(cfg):
             return Bm25Retriever(corpus, cfg.get("index_dir"))
         from evals.dense import DEFAULT_ENCODER, E5Retriever
 
-        # a fetched encoder (a model dir) or index by name: from the data cache, checked (datafetch)
-        encoder, index = cfg.get("encoder") or DEFAULT_ENCODER, cfg.get("index")
-        encoder = str(datafetch.path(encoder)) if datafetch.named("encoder", encoder, "encoder") else encoder
-        index = str(datafetch.path(index)) if datafetch.named("index", index, "index") else index
-        return E5Retriever(corpus, encoder=encoder, index=index,
+        return E5Retriever(corpus, encoder=cfg.get("encoder") or DEFAULT_ENCODER, index=cfg.get("index"),
                            index_dir=cfg.get("index_dir"), device=cfg.get("encoder_device") or "cpu")
     if kind == "http":
         return HttpRetriever(cfg.retriever_url, timeout=cfg.retriever_timeout, retries=cfg.retriever_retries)
