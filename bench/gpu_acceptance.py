@@ -910,39 +910,58 @@ def check_dense(ctx: Ctx, res: Result) -> None:
     res.measure("query vectors max abs diff, device vs CPU", q_diff)
     res.measure("passage vectors max abs diff, CPU vs Search-R1's", float(np.abs(cpu_p - np.load(DENSE_DATA / "index_vectors.npy")).max()))
 
-    cpu_index = faiss.IndexFlatIP(cpu_p.shape[1])
-    cpu_index.add(cpu_p)
-    dev_index = faiss.IndexFlatIP(dev_p.shape[1])
-    dev_index.add(dev_p)
-    if dev == "cuda" and hasattr(faiss, "GpuMultipleClonerOptions") and faiss.get_num_gpus() > 0:
-        dev_index, search = dense.index_to_gpus(dev_index), "faiss-GPU (fp16, sharded: Search-R1's --faiss_gpu)"
+    def flat(vecs):
+        index = faiss.IndexFlatIP(vecs.shape[1])
+        index.add(vecs)
+        return index
+
+    gpu_search = dev == "cuda" and hasattr(faiss, "GpuMultipleClonerOptions") and faiss.get_num_gpus() > 0
+    if gpu_search:
+        search = "faiss-GPU (fp16, sharded: Search-R1's --faiss_gpu)"
     else:
         search = "faiss-cpu" + ("" if dev == "cpu" else " (this faiss has no GPU support: the GPU search is not checked)")
         if dev == "cuda":
             res.skip("faiss-GPU search", "this faiss build has no GPU support or sees no GPU (faiss-gpu, e.g. conda's)")
+
+    def device_index(vecs):
+        return dense.index_to_gpus(flat(vecs)) if gpu_search else flat(vecs)
+
     res.measure("search", search)
     print(f"dense: searching with {search}", flush=True)
-    # the score error a query-passage inner product can carry: |dq| + |dp| (unit vectors), both measured
-    bound = float(np.linalg.norm(dev_p - cpu_p, axis=1).max() + np.linalg.norm(dev_q - cpu_q, axis=1).max())
-    if search.startswith("faiss-GPU"):
-        bound += 2.0 ** -10   # fp16 rounding of both unit vectors on the GPU (2^-11 relative each, fp32 sums)
+    # the score error an inner product of unit vectors can carry: fp16 storage on the GPU (2^-11 relative per
+    # vector, fp32 sums), and for the encoder |dq| + |dp| (both measured)
+    search_err = 2.0 ** -10 if gpu_search else 0.0
+    bound = search_err + float(np.linalg.norm(dev_p - cpu_p, axis=1).max() + np.linalg.norm(dev_q - cpu_q, axis=1).max())
+    cpu_index, same_vectors, dev_index = flat(cpu_p), device_index(cpu_p), device_index(dev_p)
     exact = dev == "cpu"
     for k in (1, 3):
-        cs, ci = cpu_index.search(cpu_q, k + 1)
-        ds, di = dev_index.search(dev_q, k)
-        cs, ci, di = np.asarray(cs), np.asarray(ci), np.asarray(di)
-        differ = (ci[:, :k] != di).any(axis=1)
-        res.measure(f"top-{k} ids equal, device vs CPU (queries)", f"{int((~differ).sum())}/{len(queries)}")
+        cs, ci = (np.asarray(x) for x in cpu_index.search(cpu_q, k + 1))   # the CPU path, one past k for the margins
         res.compare(f"top-{k} ids of the CPU path differing from Search-R1's server's (count)",
                     sum(list(map(str, row[:k])) != want for row, want in zip(ci, theirs[f'k{k}']['ids'])), 0)
+        # the search alone: the device's index over the CPU path's own vectors
+        _, si = same_vectors.search(cpu_q, k)
+        differ = (ci[:, :k] != np.asarray(si)).any(axis=1)
+        clear = _margins_ok(cs, k, search_err)
+        res.measure(f"top-{k} ids equal, device search vs CPU search on the same vectors (queries)",
+                    f"{int((~differ).sum())}/{len(queries)} ({int(clear.sum())} outside fp16 near ties)")
+        res.compare(f"top-{k} ids differing, device search vs CPU search on the same vectors, outside near ties (count)",
+                    int((differ & clear).sum()), 0)
+        # the whole device path: its encoder's vectors, its search
+        ds, di = (np.asarray(x) for x in dev_index.search(dev_q, k))
+        differ = (ci[:, :k] != di).any(axis=1)
+        res.measure(f"top-{k} ids equal, device vs CPU (queries)", f"{int((~differ).sum())}/{len(queries)}")
         if exact:
             res.compare(f"top-{k} ids differing, device vs CPU path (count)", int(differ.sum()), 0)
             res.compare(f"top-{k} scores max abs diff, device vs CPU path", float(np.abs(ds - cs[:, :k]).max()), 1e-5)
         else:
             clear = _margins_ok(cs, k, bound)
-            res.measure(f"top-{k} near ties (CPU score margins within 2 x {bound:.2g}; not compared)", int((~clear).sum()))
-            res.compare(f"top-{k} ids differing where the CPU margins exceed the score error (count)",
-                        int((differ & clear).sum()), 0)
+            res.measure(f"top-{k} near ties of the device path (CPU score gaps within 2 x {bound:.2g}; not compared by id)",
+                        int((~clear).sum()))
+            res.compare(f"top-{k} ids differing, device vs CPU path, outside near ties (count)", int((differ & clear).sum()), 0)
+            # every id the device path returns is a top-k one within the score error (CPU scores of its ids)
+            mine = np.einsum("qd,qkd->qk", cpu_q, cpu_p[di])
+            res.compare(f"top-{k} device ids scoring below the CPU k-th score by more than 2 x the error (count)",
+                        int((mine < cs[:, k - 1:k] - 2 * bound).any(axis=1).sum()), 0)
 
 
 # ---------------------------------------------------------------- child entry
