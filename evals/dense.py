@@ -217,11 +217,13 @@ class CorpusLines:
         return {"id": str(row["id"]), "contents": row["contents"]}
 
 
-def fetched(key: str, value, kind: str):
-    """`value` as given, or for a fetch-data name (`encoder:e5-base-v2`, `index:wiki18_e5_flat`,
-    `corpus:wiki18`) the path of its cached, checked copy (common.datafetch: fetched on first use, an
-    unpinned one refused until pre-filled; a mistyped name: did you mean)."""
-    return str(datafetch.path(value)) if datafetch.named(key, value, kind) else value
+def fetched(**given) -> dict:
+    """{key: value as given, or for a fetch-data name (`corpus:wiki18`, `encoder:e5-base-v2`,
+    `index:wiki18_e5_flat`; key = the name's kind) the path of its cached, checked copy}: every name's
+    spelling checked first (a mistyped one: did you mean), then each read through common.datafetch
+    (fetched on first use; an unpinned one refused until pre-filled)."""
+    named = {key: datafetch.named(key, value, key) for key, value in given.items()}
+    return {key: str(datafetch.path(value)) if named[key] else value for key, value in given.items()}
 
 
 class E5Retriever:
@@ -230,8 +232,8 @@ class E5Retriever:
 
     def __init__(self, corpus: str | Path, encoder: str = DEFAULT_ENCODER, index: str | Path | None = None,
                  index_dir: str | Path | None = None, device: str = "cpu"):
-        corpus, encoder = fetched("corpus", str(corpus), "corpus"), fetched("encoder", encoder, "encoder")
-        index = fetched("index", index if index is None else str(index), "index")
+        got = fetched(corpus=str(corpus), encoder=encoder, index=index if index is None else str(index))
+        corpus, encoder, index = got["corpus"], got["encoder"], got["index"]
         self.corpus_path = Path(corpus)
         if not self.corpus_path.is_file():
             raise DenseError(f"corpus {self.corpus_path} does not exist (pass corpus=PATH)")

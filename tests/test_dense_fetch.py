@@ -235,3 +235,16 @@ def test_grpo_takes_the_names_too(cache, monkeypatch, tmp_path):
     cfg.grpo.index = "index:wiki18_flat"
     assert problems(cfg) == ["grpo.index=index:wiki18_flat: unknown data name. Did you mean: index:wiki18_e5_flat? "
                              "Known: index:wiki18_e5_flat"]
+
+
+def test_serve_retriever_refuses_a_mistyped_or_unfilled_name_in_one_line(tmp_path):
+    """serve-retriever retriever=e5 over the names: a mistyped index is exit 2 with the nearest name; the
+    unpinned encoder, not pre-filled, is exit 2 saying how to pre-fill it; nothing is written to the cache."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DTSFT_DATA=str(tmp_path / "cache"), HF_ENDPOINT="http://127.0.0.1:9",
+               XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    argv = [sys.executable, "-m", "evals.server", "port=0", "retriever=e5", f"corpus={CORPUS}"]
+    for extra, want in ((["index=index:wiki18_e5"], "Did you mean: index:wiki18_e5_flat?"),
+                        (["index=index:wiki18_e5_flat"], "`fetch-data encoder:e5-base-v2 from=DIR`")):
+        proc = subprocess.run(argv + extra, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and want in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "cache").exists()
