@@ -35,6 +35,12 @@ process-wide patching of transformers' Qwen3 module cannot leak into a later "of
            required (bf16 kernels diverge on a random model's near-ties). Then episode scheduling
            on that engine, measured: bench/bench_eval_sched.py's workload once (256 episodes;
            --smoke 16), generated tok/s per mode and the ratios.
+  dense    retriever=e5 (evals.dense) on the committed Search-R1 oracle (tests/data/search_r1_e5: a tiny
+           encoder, 120 passages, 24 queries): the index built with the encoder on the device (CUDA: fp16,
+           as Search-R1), searched with faiss-GPU when this faiss has it (else faiss-cpu, said), against
+           the CPU path (fp32 encoder, faiss-cpu) on the same inputs: top-1/top-3 ids equal (on CUDA:
+           wherever the CPU scores' margins exceed the measured score error; near ties counted), vector
+           max abs diff printed, and both against Search-R1's own vectors and ids.
 
 Tolerances are written into the report next to every measured difference. Exit status 1 when
 any correctness comparison fails or a check crashes, 2 for a usage error, else 0.
@@ -73,7 +79,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CHECKS = ("packing", "liger", "fsdp", "speed", "vllm")
+CHECKS = ("packing", "liger", "fsdp", "speed", "vllm", "dense")
 
 # Qwen3-4B(-Thinking-2507)'s architecture (its config.json), so no hub access is needed.
 QWEN3_4B = dict(
@@ -142,6 +148,8 @@ def environment(smoke: bool) -> dict:
 
 def parent_skip(name: str, smoke: bool, env: dict) -> str | None:
     """Why a whole check cannot run here (parts of checks skip inside, with their own reasons)."""
+    if name == "dense" and importlib.util.find_spec("faiss") is None:
+        return "faiss is not installed (pip install -e '.[dense]': faiss-cpu; faiss-gpu for the GPU search)"
     if name == "vllm":
         if not env["packages"]["vllm"]:
             return "vLLM is not installed (its own environment: `make venv-vllm`, vLLM's CPU build on a CPU host; run --only=vllm there)"
@@ -859,10 +867,108 @@ def _scheduling(ctx: Ctx, res: Result, vl) -> None:
                 [f"async/lockstep_all {med['async'] / med['lockstep_all']:.2f} efficiency {med['async'] / med['saturated']:.2f}"])
 
 
+# ---------------------------------------------------------------- 6. dense retrieval (retriever=e5)
+
+DENSE_DATA = ROOT / "tests" / "data" / "search_r1_e5"   # Search-R1's own outputs (tools/search_r1_reference)
+
+
+def _margins_ok(scores, k: int, bound: float):
+    """Per query: whether each of the first k+1 CPU scores is more than 2 * bound from its neighbour (an
+    order a score error of `bound` cannot change)."""
+    import numpy as np
+
+    gaps = -np.diff(scores[:, : k + 1], axis=1)
+    return (gaps > 2 * bound).all(axis=1)
+
+
+def check_dense(ctx: Ctx, res: Result) -> None:
+    import faiss
+    import numpy as np
+
+    from evals import dense
+
+    corpus, encoder = DENSE_DATA / "corpus.jsonl", str(DENSE_DATA / "encoder")
+    queries = json.loads((DENSE_DATA / "queries.json").read_text(encoding="utf-8"))
+    theirs = json.loads((DENSE_DATA / "topk.json").read_text(encoding="utf-8"))
+    docs = dense.CorpusLines(corpus, dense.corpus_offsets(corpus, Path(tempfile.mkdtemp(prefix="dense_check_"))))
+    passages = [docs.doc(i)["contents"] for i in range(len(docs))]
+
+    def vectors(device: str):
+        enc = dense.E5Encoder(encoder, device)
+        p = np.concatenate([enc.encode(passages[s:s + dense.BUILD_BATCH], is_query=False)
+                            for s in range(0, len(passages), dense.BUILD_BATCH)])
+        return p, enc.encode(queries, is_query=True), dense.encoder_dtype(device)
+
+    cpu_p, cpu_q, _ = vectors("cpu")
+    dev = "cuda" if ctx.device.type == "cuda" else "cpu"
+    dev_p, dev_q, dev_dtype = vectors(dev)
+    res.measure("encoder", f"{dev} ({dev_dtype}) vs cpu (float32)")
+    p_diff, q_diff = float(np.abs(dev_p - cpu_p).max()), float(np.abs(dev_q - cpu_q).max())
+    print(f"dense: passage vectors max abs diff {p_diff:.3g}, query vectors {q_diff:.3g} ({dev} {dev_dtype} vs cpu fp32)",
+          flush=True)
+    res.measure("passage vectors max abs diff, device vs CPU", p_diff)
+    res.measure("query vectors max abs diff, device vs CPU", q_diff)
+    res.measure("passage vectors max abs diff, CPU vs Search-R1's", float(np.abs(cpu_p - np.load(DENSE_DATA / "index_vectors.npy")).max()))
+
+    def flat(vecs):
+        index = faiss.IndexFlatIP(vecs.shape[1])
+        index.add(vecs)
+        return index
+
+    gpu_search = dev == "cuda" and hasattr(faiss, "GpuMultipleClonerOptions") and faiss.get_num_gpus() > 0
+    if gpu_search:
+        search = "faiss-GPU (fp16, sharded: Search-R1's --faiss_gpu)"
+    else:
+        search = "faiss-cpu" + ("" if dev == "cpu" else " (this faiss has no GPU support: the GPU search is not checked)")
+        if dev == "cuda":
+            res.skip("faiss-GPU search", "this faiss build has no GPU support or sees no GPU (faiss-gpu, e.g. conda's)")
+
+    def device_index(vecs):
+        return dense.index_to_gpus(flat(vecs)) if gpu_search else flat(vecs)
+
+    res.measure("search", search)
+    print(f"dense: searching with {search}", flush=True)
+    # the score error an inner product of unit vectors can carry: fp16 storage on the GPU (2^-11 relative per
+    # vector, fp32 sums), and for the encoder |dq| + |dp| (both measured)
+    search_err = 2.0 ** -10 if gpu_search else 0.0
+    bound = search_err + float(np.linalg.norm(dev_p - cpu_p, axis=1).max() + np.linalg.norm(dev_q - cpu_q, axis=1).max())
+    cpu_index, same_vectors, dev_index = flat(cpu_p), device_index(cpu_p), device_index(dev_p)
+    exact = dev == "cpu"
+    for k in (1, 3):
+        cs, ci = (np.asarray(x) for x in cpu_index.search(cpu_q, k + 1))   # the CPU path, one past k for the margins
+        res.compare(f"top-{k} ids of the CPU path differing from Search-R1's server's (count)",
+                    sum(list(map(str, row[:k])) != want for row, want in zip(ci, theirs[f'k{k}']['ids'])), 0)
+        # the search alone: the device's index over the CPU path's own vectors
+        _, si = same_vectors.search(cpu_q, k)
+        differ = (ci[:, :k] != np.asarray(si)).any(axis=1)
+        clear = _margins_ok(cs, k, search_err)
+        res.measure(f"top-{k} ids equal, device search vs CPU search on the same vectors (queries)",
+                    f"{int((~differ).sum())}/{len(queries)} ({int(clear.sum())} outside fp16 near ties)")
+        res.compare(f"top-{k} ids differing, device search vs CPU search on the same vectors, outside near ties (count)",
+                    int((differ & clear).sum()), 0)
+        # the whole device path: its encoder's vectors, its search
+        ds, di = (np.asarray(x) for x in dev_index.search(dev_q, k))
+        differ = (ci[:, :k] != di).any(axis=1)
+        res.measure(f"top-{k} ids equal, device vs CPU (queries)", f"{int((~differ).sum())}/{len(queries)}")
+        if exact:
+            res.compare(f"top-{k} ids differing, device vs CPU path (count)", int(differ.sum()), 0)
+            res.compare(f"top-{k} scores max abs diff, device vs CPU path", float(np.abs(ds - cs[:, :k]).max()), 1e-5)
+        else:
+            clear = _margins_ok(cs, k, bound)
+            res.measure(f"top-{k} near ties of the device path (CPU score gaps within 2 x {bound:.2g}; not compared by id)",
+                        int((~clear).sum()))
+            res.compare(f"top-{k} ids differing, device vs CPU path, outside near ties (count)", int((differ & clear).sum()), 0)
+            # every id the device path returns is a top-k one within the score error (CPU scores of its ids)
+            mine = np.einsum("qd,qkd->qk", cpu_q, cpu_p[di])
+            res.compare(f"top-{k} device ids scoring below the CPU k-th score by more than 2 x the error (count)",
+                        int((mine < cs[:, k - 1:k] - 2 * bound).any(axis=1).sum()), 0)
+
+
 # ---------------------------------------------------------------- child entry
 
 
-CHECK_FUNCS = {"packing": check_packing, "liger": check_liger, "fsdp": check_fsdp, "speed": check_speed, "vllm": check_vllm}
+CHECK_FUNCS = {"packing": check_packing, "liger": check_liger, "fsdp": check_fsdp, "speed": check_speed, "vllm": check_vllm,
+               "dense": check_dense}
 
 
 def child_main(args) -> int:

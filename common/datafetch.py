@@ -21,6 +21,14 @@ elements of a JSON array, one per line.
   pre-fill one (`fetch-data NAME from=DIR`, the user's copy, whose sha256 is measured then and kept
   beside it as `<file>.sha256`; from then on checked against that) or to pass `bench_root=DIR`.
   Once both are filled in, such an entry downloads like any other.
+- Artefacts beyond one file (dense retrieval's, `retriever=e5`): an entry whose `kind` is "dir" is a
+  directory (a model: `encoder:e5-base-v2`) made of its `parts`, each fetched by the same downloader,
+  with a `SHA256SUMS` written over them; its digest is that file's sha256 (what
+  `evals.identity.checkpoint_identity` computes for a model dir). A "file" entry with `parts` is their
+  concatenation in order (Search-R1's `e5_Flat.index` is published as `part_aa` + `part_ab`); `gunzip`
+  keeps a gzip source decompressed (wiki-18.jsonl.gz). A cached file of 1 GiB or more is checked through
+  common.fingerprint.file_digest (hashed again only when its size or mtime changes: the 61 GiB index is
+  not re-read by every process that opens it).
 - `no_network()`: a block of planning code (a dry run) in which hub lookups answer from the local hub
   cache only, so a plan never waits on an unreachable hub.
 """
@@ -33,16 +41,18 @@ import shutil
 import sys
 import urllib.error
 import urllib.request
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import ConfigError, did_you_mean, split_dotlist, wants_help
-from common.io import clean_dead_tmp, sha256_file, tmp_name
+from common.io import SHA256SUMS, check_sha256sums, clean_dead_tmp, sha256_file, tmp_name, write_sha256sums
 
 GITHUB = "https://raw.githubusercontent.com"
 HUB = "https://huggingface.co"
 TIMEOUT_S = 60.0
+BIG_FILE = 1 << 30   # bytes: a cached file this large is checked by its stat-keyed digest (common.fingerprint)
 
 
 class DataError(ConfigError):
@@ -51,31 +61,44 @@ class DataError(ConfigError):
 
 @dataclass(frozen=True)
 class DataFile:
-    name: str                        # BENCH:VARIANT
-    rel: str                         # <collection>/<bench>/<file> in the cache
-    repo: str                        # owner/name (GitHub), or a hub dataset id when host="hub"
+    name: str                        # KIND:VARIANT (a bench, corpus, encoder or index)
+    rel: str                         # <collection>/<bench>/<file> (or <dir>) in the cache
+    repo: str                        # owner/name (GitHub), or a hub dataset / model id (host "hub" / "hub_model")
     commit: str | None               # None: not measured (see `measured`)
-    src: str | None                  # the file's path in the repository (None: not known here)
-    sha256: str | None               # of the cached file (after `take`); None: not measured
+    src: str | None                  # the file's path in the repository, or the folder of `parts` ("": its root)
+    sha256: str | None               # of the cached file (after `take`), or of a dir's SHA256SUMS; None: not measured
     take: tuple[str, int] | None = None   # ("lines", N) | ("json_array", N): a prefix of the source
-    host: str = "github"
+    host: str = "github"             # github | hub (a hub dataset) | hub_model (a hub model repo)
+    kind: str = "file"               # file | dir (a directory of `parts`, with SHA256SUMS)
+    parts: tuple[str, ...] = ()      # under `src`: a dir's files; a file's pieces, concatenated in order
+    gunzip: bool = False             # the source is gzip: the cache holds it decompressed
+    alt: str | None = None           # what a user may pass instead of pre-filling (said when refused)
 
     @property
     def measured(self) -> bool:
         """Pinned commit, path and digest all known: the entry can be downloaded and checked."""
-        return bool(self.commit and self.src and self.sha256)
+        return bool(self.commit and self.src is not None and self.sha256)
 
-    def url(self) -> str:
+    def url(self, part: str | None = None) -> str:
+        path = "/".join(x for x in (self.src, part) if x)
         if self.host == "hub":
             base = os.environ.get("HF_ENDPOINT") or HUB
-            return f"{base.rstrip('/')}/datasets/{self.repo}/resolve/{self.commit}/{self.src}"
+            return f"{base.rstrip('/')}/datasets/{self.repo}/resolve/{self.commit}/{path}"
+        if self.host == "hub_model":
+            base = os.environ.get("HF_ENDPOINT") or HUB
+            return f"{base.rstrip('/')}/{self.repo}/resolve/{self.commit}/{path}"
         base = os.environ.get("DTSFT_DATA_ENDPOINT") or GITHUB
-        return f"{base.rstrip('/')}/{self.repo}/{self.commit}/{self.src}"
+        return f"{base.rstrip('/')}/{self.repo}/{self.commit}/{path}"
 
     def source(self) -> str:
         """`<repo>@<commit>:<path>` (+ the prefix taken): where the file comes from, as recorded."""
         cut = f" [{self.take[0]} {self.take[1]}]" if self.take else ""
-        return f"{self.host}:{self.repo}@{self.commit or 'unpinned'}:{self.src or '(path unknown)'}{cut}"
+        where = self.src if self.src is not None else "(path unknown)"
+        if self.parts:
+            where = f"{where.rstrip('/') + '/' if where else ''}{{{','.join(self.parts)}}}"
+            cut += " [concatenated]" if self.kind == "file" and len(self.parts) > 1 else ""
+        cut += " [gunzip]" if self.gunzip else ""
+        return f"{self.host}:{self.repo}@{self.commit or 'unpinned'}:{where}{cut}"
 
 
 _ROS = ("GaurisankarJ/reason_over_search", "45495b576c768f0d5996789e2db29eaa285a3c54")
@@ -128,6 +151,17 @@ UNPINNED = {f.name: f for f in (
     # hotpot_dev_distractor_v1.json per line (the layout of hotpotqa:distractor_dev_30)
     DataFile("hotpotqa:hub_distractor_dev", "hub/hotpotqa/dev_distractor.jsonl", "hotpotqa/hotpot_qa", None, None, None,
              host="hub"),
+    # Search-R1's dense retrieval (evals.dense, retriever=e5), as its README and retrieval_launch.sh fetch it
+    # (scripts/download.py at a14dc3a: the index's two parts, `cat part_*`; wiki-18.jsonl.gz, `gzip -d`;
+    # the encoder by hub id). The model's safetensors weights, never its pickled pytorch_model.bin.
+    DataFile("encoder:e5-base-v2", "models/intfloat/e5-base-v2", "intfloat/e5-base-v2", None, "", None, host="hub_model",
+             kind="dir", parts=("config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json",
+                                "tokenizer_config.json", "vocab.txt"),
+             alt="pass encoder=intfloat/e5-base-v2 (the hub's copy through transformers' cache, not checked here)"),
+    DataFile("index:wiki18_e5_flat", "hub/wiki18/e5_Flat.index", "PeterJinGo/wiki-18-e5-index", None, "", None,
+             host="hub", parts=("part_aa", "part_ab"), alt="pass index=FILE"),
+    DataFile("corpus:wiki18", "hub/wiki18/wiki-18.jsonl", "PeterJinGo/wiki-18-corpus", None, "wiki-18.jsonl.gz", None,
+             host="hub", gunzip=True, alt="pass corpus=FILE"),
 )}
 
 
@@ -168,6 +202,25 @@ def is_name(value) -> bool:
     return isinstance(value, str) and (value in TABLE or value in UNPINNED)
 
 
+def named(key: str, value, kind: str) -> bool:
+    """Whether `value`, given for `key`, names a fetched `kind` entry (`kind:...`: corpus, encoder, index).
+    A value meant as one but unknown is a DataError with the nearest names: `kind:...` that is no
+    existing path, or (no `/`, so no hub id either) a near miss such as encoder=e5-base-v2. Else False:
+    a path or hub id, the caller's to check."""
+    if not isinstance(value, str) or not value:
+        return False
+    if is_name(value):
+        return True
+    if os.path.exists(os.path.expanduser(value)):
+        return False
+    known = [n for n in names() if n.startswith(kind + ":")]
+    if value.startswith(kind + ":"):
+        raise DataError(f"{key}={value}: unknown data name.{did_you_mean(value, known)} Known: {', '.join(known)}")
+    if "/" not in value and (hint := did_you_mean(f"{kind}:{value}", known)):
+        raise DataError(f"{key}={value}: no such path, no hub id (owner/name) and no data name.{hint}")
+    return False
+
+
 def local_path(name: str) -> Path:
     """Where `name` lives in the cache (present or not)."""
     return data_root() / entry(name).rel
@@ -193,31 +246,52 @@ def digest(name: str) -> str | None:
 
 
 def _unmeasured(f: DataFile) -> DataError:
-    bench = f.name.split(":", 1)[0]
+    where = (f"your copy of the directory, holding {', '.join(f.parts)}" if f.kind == "dir"
+             else f"DIR/{f.rel.split('/', 1)[1]}, or from=FILE")
+    alt = f.alt or f"pass bench_root=DIR with {f.name.split(':', 1)[0]}/<file>.jsonl"
     return DataError(f"{f.name} ({f.source()}) has no measured commit and sha256 (common.datafetch.UNPINNED), so it is "
-                     f"never downloaded: pre-fill it from your copy with `fetch-data {f.name} from=DIR` "
-                     f"(DIR/{f.rel.split('/', 1)[1]}; its sha256 is recorded then) or pass bench_root=DIR with "
-                     f"{bench}/<file>.jsonl")
+                     f"never downloaded: pre-fill it from your copy with `fetch-data {f.name} from=DIR` ({where}; its "
+                     f"sha256 is recorded then) or {alt}")
+
+
+def _file_digest(p: Path) -> str:
+    """sha256 of a cached file: read whole, or for a file of BIG_FILE bytes or more through the stat-keyed
+    digest cache (common.fingerprint.file_digest: hashed again whenever its size or mtime changes)."""
+    if p.stat().st_size >= BIG_FILE:
+        from common.fingerprint import file_digest
+
+        return file_digest(p)
+    return sha256_file(p)
+
+
+def _present(f: DataFile, p: Path) -> bool:
+    return p.is_dir() if f.kind == "dir" else p.is_file()
 
 
 def cached(name: str) -> Path | None:
-    """The cached file of `name` when present (its digest checked), else None; never the network."""
-    p = local_path(name)
-    if not p.is_file():
+    """The cached file (or directory) of `name` when present (its digest checked), else None; never the network."""
+    f, p = entry(name), local_path(name)
+    if not _present(f, p):
         return None
     expected = digest(name)
     if expected is None:   # an unmeasured entry's file put there by hand: nothing to check it against
-        raise _unmeasured(entry(name))
-    actual = sha256_file(p)
+        raise _unmeasured(f)
+    if f.kind == "dir":
+        problems = check_sha256sums(p)
+        actual = sha256_file(p / SHA256SUMS) if (p / SHA256SUMS).is_file() else "(no SHA256SUMS)"
+        if problems and actual == expected:
+            actual = f"{actual} but {problems[0]}"
+    else:
+        actual = _file_digest(p)
     if actual != expected:
-        raise DataError(f"{_mismatch(str(p), entry(name), actual, expected)} (a cached file changed since it was checked: "
+        raise DataError(f"{_mismatch(str(p), f, actual, expected)} (a cached file changed since it was checked: "
                         f"move it aside and run `fetch-data {name}` again)") from None
     return p
 
 
 def path(name: str) -> Path:
-    """The cached, checked file of `name`, downloaded first when it is not cached (an unmeasured entry
-    is refused: nothing to pin or check a download against)."""
+    """The cached, checked file (or directory) of `name`, downloaded first when it is not cached (an
+    unmeasured entry is refused: nothing to pin or check a download against)."""
     f = entry(name)
     found = cached(name)
     if found:
@@ -276,92 +350,156 @@ def _tmp(final: Path) -> Path:
     return tmp_name(final)
 
 
+def _tree_digest(d: Path) -> str:
+    """Write `SHA256SUMS` over the files of `d`; its sha256 (a directory entry's digest)."""
+    return sha256_file(write_sha256sums(d))
+
+
 def _commit(tmp: Path, f: DataFile, where: str) -> Path:
-    """Rename the written `tmp` into place as `f`'s cached file once its digest matches."""
-    actual = sha256_file(tmp)
+    """Rename the written `tmp` (file or directory) into place as `f`'s cached copy once its digest matches."""
+    actual = _tree_digest(tmp) if f.kind == "dir" else sha256_file(tmp)
     if actual != f.sha256:
         raise _mismatch(where, f, actual)
-    final = data_root() / f.rel
+    return _into_place(tmp, data_root() / f.rel)
+
+
+def _into_place(tmp: Path, final: Path) -> Path:
+    """os.replace, also over an earlier copy of a directory entry (the cache's own, moved away then removed)."""
+    old = None
+    if final.is_dir() and not final.is_symlink():
+        old = final.with_name(f"{tmp.name}.old")
+        os.replace(final, old)
     os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return final
 
 
+def _drop(tmp: Path) -> None:
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.unlink(missing_ok=True)
+
+
+def _fetch(f: DataFile, url: str, out, timeout: float) -> None:
+    """Stream `url` into the open file `out` (decompressed when `f.gunzip`); a short or failed read is a DataError."""
+    dec = zlib.decompressobj(16 + zlib.MAX_WBITS) if f.gunzip else None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            declared, got = resp.headers.get("Content-Length"), 0
+            while chunk := resp.read(1 << 20):
+                got += len(chunk)
+                out.write(dec.decompress(chunk) if dec else chunk)
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise DataError(f"could not download {f.name} from {url}: {exc!r}. Offline? Pre-fill the cache "
+                        f"{data_root()} with `fetch-data from=DIR` (DIR laid out as <bench>/<file>)") from None
+    except zlib.error as exc:
+        raise DataError(f"download of {f.name} from {url}: not gzip data ({exc}); nothing cached") from None
+    if declared is not None and got != int(declared):
+        raise DataError(f"download of {f.name} from {url} interrupted: {got} of {declared} bytes; nothing cached")
+    if dec is not None:
+        out.write(dec.flush())
+        if not dec.eof:
+            raise DataError(f"download of {f.name} from {url}: the gzip stream ends early; nothing cached")
+
+
 def _download(f: DataFile) -> Path:
-    """Stream `f`'s URL into a temporary file beside its cached place, cut it to `take`, check it, rename
-    it into place; on any failure the temporary file goes and nothing is cached."""
-    url = f.url()
+    """Stream `f`'s URL(s) into a temporary file (or directory) beside its cached place, cut it to `take`,
+    check it, rename it into place; on any failure the temporary copy goes and nothing is cached."""
     final = data_root() / f.rel
     made = _make_parents(final)
     tmp = _tmp(final)
     timeout = float(os.environ.get("DTSFT_DATA_TIMEOUT") or TIMEOUT_S)
     ok = False
     try:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:
-                declared, got = resp.headers.get("Content-Length"), 0
-                while chunk := resp.read(1 << 20):
-                    out.write(chunk)
-                    got += len(chunk)
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise DataError(f"could not download {f.name} from {url}: {exc!r}. Offline? Pre-fill the cache "
-                            f"{data_root()} with `fetch-data from=DIR` (DIR laid out as <bench>/<file>)") from None
-        if declared is not None and got != int(declared):
-            raise DataError(f"download of {f.name} from {url} interrupted: {got} of {declared} bytes; nothing cached")
-        if f.take:
-            tmp.write_bytes(_take(tmp.read_bytes(), f.take, url))
-        done = _commit(tmp, f, url)
+        if f.kind == "dir":
+            tmp.mkdir()
+            for part in f.parts:
+                (tmp / part).parent.mkdir(parents=True, exist_ok=True)
+                with open(tmp / part, "wb") as out:
+                    _fetch(f, f.url(part), out, timeout)
+        else:
+            with open(tmp, "wb") as out:
+                for part in f.parts or (None,):
+                    _fetch(f, f.url(part), out, timeout)
+            if f.take:
+                tmp.write_bytes(_take(tmp.read_bytes(), f.take, f.url()))
+        done = _commit(tmp, f, f.url(f.parts[0] if len(f.parts) == 1 else None))
         ok = True
         return done
     finally:
-        tmp.unlink(missing_ok=True)
+        _drop(tmp)
         if not ok:
             _remove_made(made)
 
 
 def _copy_in(f: DataFile, found: Path) -> Path:
-    """Copy `found` into `f`'s place, checked against the table's digest; an unmeasured entry's copy is
-    taken as the user's and its digest recorded beside it (what later reads are checked against)."""
+    """Copy `found` (a file, or a directory holding a dir entry's parts) into `f`'s place, checked against
+    the table's digest; an unmeasured entry's copy is taken as the user's and its digest recorded beside
+    it (what later reads are checked against)."""
     final = data_root() / f.rel
     made = _make_parents(final)
     tmp = _tmp(final)
     ok = False
     try:
-        shutil.copyfile(found, tmp)
+        if f.kind == "dir":
+            tmp.mkdir()
+            for part in f.parts:
+                (tmp / part).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(found / part, tmp / part)
+        else:
+            shutil.copyfile(found, tmp)
         if f.sha256:
             done = _commit(tmp, f, str(found))
         else:
             rec = _recorded(final)
             rec_tmp = tmp_name(rec)
             try:
-                rec_tmp.write_text(f"{sha256_file(tmp)}  from={found}\n", encoding="utf-8")
+                rec_tmp.write_text(f"{_tree_digest(tmp) if f.kind == 'dir' else sha256_file(tmp)}  from={found}\n",
+                                   encoding="utf-8")
                 os.replace(rec_tmp, rec)
             finally:
                 rec_tmp.unlink(missing_ok=True)
-            os.replace(tmp, final)
-            done = final
+            done = _into_place(tmp, final)
         ok = True
         return done
     finally:
-        tmp.unlink(missing_ok=True)
+        _drop(tmp)
         if not ok:
             _remove_made(made)
+
+
+def _holds(f: DataFile, c: Path) -> bool:
+    """Whether `c` is a copy of `f`: a file, or a directory holding every one of a dir entry's parts."""
+    return c.is_dir() and all((c / part).is_file() for part in f.parts) if f.kind == "dir" else c.is_file()
 
 
 def prefill(src: str | Path, names: list[str] | None = None) -> dict[str, Path]:
     """Copy the named files (None: every TABLE file found) from `src`, laid out as a bench_root
     (`<bench>/<file>`) or as the cache (`<collection>/<bench>/<file>`), each checked (an unpinned
-    entry, copied only when named, against the digest measured now and recorded beside it)."""
+    entry, copied only when named, against the digest measured now and recorded beside it). A named
+    entry is also found as `src/<its file name>`, or is `src` itself: one file entry's file (from=FILE),
+    a dir entry's directory (a model dir holding its parts)."""
     src = Path(src).expanduser()
+    if src.is_file():
+        if not names or len(names) != 1 or entry(names[0]).kind != "file":
+            raise DataError(f"from={src} is a file: name the one file entry it is a copy of (fetch-data NAME from=FILE)")
+        f = entry(names[0])
+        return {f.name: (cached(f.name) if f.measured else None) or _copy_in(f, src)}
     if not src.is_dir():
-        raise DataError(f"from={src}: no such directory")
+        raise DataError(f"from={src}: no such file or directory")
     wanted = [entry(n) for n in names] if names else list(TABLE.values())
     done = {}
     for f in wanted:
         candidates = [src / f.rel, src / f.rel.split("/", 1)[1]]
-        found = next((c for c in candidates if c.is_file()), None)
+        if names:   # named: also DIR/<file> (Search-R1's save_path), and a directory entry's own dir
+            candidates += [src] if f.kind == "dir" else [src / Path(f.rel).name]
+        found = next((c for c in candidates if _holds(f, c)), None)
         if found is None:
             if names:
-                raise DataError(f"from={src}: no {candidates[1]} (nor {candidates[0]}) for {f.name}")
+                what = f"{', '.join(f.parts)} in any of" if f.kind == "dir" else "file at any of"
+                raise DataError(f"from={src}: no {what} {', '.join(str(c) for c in dict.fromkeys(candidates))} for {f.name}")
             continue
         done[f.name] = (cached(f.name) if f.measured else None) or _copy_in(f, found)
     if not done:
@@ -370,13 +508,16 @@ def prefill(src: str | Path, names: list[str] | None = None) -> dict[str, Path]:
     return done
 
 
-USAGE = """usage: fetch-data [NAME ...] [from=DIR]
+USAGE = """usage: fetch-data [NAME ...] [from=DIR|FILE]
 
 Downloads each named reference file (none named: every measured one) from its pinned public source
 into the cache $DTSFT_DATA (now {root}), checked against its sha256; a file already cached is not
 downloaded again. from=DIR copies them from DIR instead (laid out as a bench_root, DIR/<bench>/<file>,
-or as the cache, DIR/<collection>/<bench>/<file>), checked the same way. Sources: $DTSFT_DATA_ENDPOINT
-(GitHub raw files), $HF_ENDPOINT (hub files, <endpoint>/datasets/<repo>/resolve/<commit>/<path>).
+or as the cache, DIR/<collection>/<bench>/<file>, or holding the named file: DIR/<file>; a model
+directory itself for a directory entry), or from=FILE (one named file), checked the same way.
+Sources: $DTSFT_DATA_ENDPOINT
+(GitHub raw files), $HF_ENDPOINT (hub files, <endpoint>/datasets/<repo>/resolve/<commit>/<path>;
+a model's, <endpoint>/<repo>/resolve/<commit>/<path>).
 An "unpinned" name has no measured commit and sha256 here: never downloaded; `fetch-data NAME
 from=DIR` takes your copy and records its sha256 beside it (later reads are checked against that).
 

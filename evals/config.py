@@ -27,9 +27,11 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "backend": ("hf", "hf | vllm"),
     "retriever": ("bm25", "bm25 | e5 (dense, as Search-R1: evals.dense) | http"),
     "corpus": (None, "wiki-18 style jsonl for retriever=bm25 or e5, or a fetched corpus by name (corpus:wiki18_example_10)"),
-    "encoder": ("intfloat/e5-base-v2", "retriever=e5: the E5 encoder, an HF model dir or hub id"),
-    "index": (None, "retriever=e5: a faiss IndexFlatIP file whose row i is corpus line i (Search-R1's "
-                    "e5_Flat.index), memory-mapped; null -> built from the corpus (small corpora) under index_dir"),
+    "encoder": ("encoder:e5-base-v2", "retriever=e5: the E5 encoder: a fetched name (encoder:e5-base-v2, "
+                                         "from the data cache: fetch-data), an HF model dir or hub id"),
+    "index": (None, "retriever=e5: a faiss IndexFlatIP whose row i is corpus line i: a fetched name (index:wiki18_e5_flat, "
+                    "Search-R1's e5_Flat.index of corpus:wiki18) or a file, memory-mapped; null -> built from the corpus "
+                    "(small corpora) under index_dir"),
     "encoder_device": ("cpu", "retriever=e5: where the encoder runs: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)"),
     "index_dir": (None, "retriever index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)"),
     "retriever_url": (None, "http://HOST:PORT/retrieve for retriever=http"),
@@ -346,8 +348,13 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"corpus={merged.corpus}: no such file")
     if qa and merged.retriever == "e5":
         if not merged.encoder:
-            raise EvalError("retriever=e5 needs encoder=MODEL (an HF model dir or hub id, e.g. intfloat/e5-base-v2)")
-        if merged.index is not None and not Path(merged.index).is_file():
+            raise EvalError("retriever=e5 needs encoder=MODEL (encoder:e5-base-v2, an HF model dir or hub id)")
+        try:   # a fetched name is checked when used (the cache); a mistyped one: did you mean
+            index_named = datafetch.named("index", merged.index, "index")
+            datafetch.named("encoder", merged.encoder, "encoder")
+        except datafetch.DataError as exc:
+            raise EvalError(str(exc)) from None
+        if merged.index is not None and not index_named and not Path(merged.index).is_file():
             raise EvalError(f"index={merged.index}: no such file (a faiss index; null builds one from the corpus)")
         from evals.dense import BUILD_MAX_BYTES
 

@@ -21,10 +21,11 @@ import json
 import os
 from pathlib import Path
 
+from common import datafetch
 from common.io import atomic_dir, sha256_text, write_json
 from evals.corpus import RetrieverError, corpus_doc
 
-DEFAULT_ENCODER = "intfloat/e5-base-v2"
+DEFAULT_ENCODER = "encoder:e5-base-v2"   # intfloat/e5-base-v2, fetched by name (common.datafetch)
 QUERY_PREFIX = "query: "       # retrieval_server.py: when the retriever name contains "e5"
 PASSAGE_PREFIX = "passage: "   # index_builder.py: retrieval_method "e5"
 MAX_LENGTH = 256               # build_index.sh --max_length; retrieval_server.py retrieval_query_max_length
@@ -216,11 +217,23 @@ class CorpusLines:
         return {"id": str(row["id"]), "contents": row["contents"]}
 
 
+def fetched(**given) -> dict:
+    """{key: value as given, or for a fetch-data name (`corpus:wiki18`, `encoder:e5-base-v2`,
+    `index:wiki18_e5_flat`; key = the name's kind) the path of its cached, checked copy}: every name's
+    spelling checked first (a mistyped one: did you mean), then each read through common.datafetch
+    (fetched on first use; an unpinned one refused until pre-filled)."""
+    named = {key: datafetch.named(key, value, key) for key, value in given.items()}
+    return {key: str(datafetch.path(value)) if named[key] else value for key, value in given.items()}
+
+
 class E5Retriever:
-    """Search-R1's DenseRetriever: encode the queries, search the flat index, read the passages."""
+    """Search-R1's DenseRetriever: encode the queries, search the flat index, read the passages. The
+    corpus, encoder and index may be fetch-data names (`fetched`)."""
 
     def __init__(self, corpus: str | Path, encoder: str = DEFAULT_ENCODER, index: str | Path | None = None,
                  index_dir: str | Path | None = None, device: str = "cpu"):
+        got = fetched(corpus=str(corpus), encoder=encoder, index=index if index is None else str(index))
+        corpus, encoder, index = got["corpus"], got["encoder"], got["index"]
         self.corpus_path = Path(corpus)
         if not self.corpus_path.is_file():
             raise DenseError(f"corpus {self.corpus_path} does not exist (pass corpus=PATH)")

@@ -95,11 +95,20 @@ def retrieval_identity(conf: dict) -> dict[str, Any] | None:
         return None
     from evals.dense import MAX_LENGTH, PASSAGE_PREFIX, QUERY_PREFIX, encoder_dtype
 
-    index = conf.get("index")
+    index, encoder = conf.get("index"), str(conf.get("encoder"))
+    if datafetch.is_name(encoder):   # a fetched model dir: its SHA256SUMS digest, as checkpoint_identity of that dir
+        enc = {"kind": "sha256sums", "digest": datafetch.digest(encoder)}
+    else:
+        enc = checkpoint_identity(encoder)
+    if index is None:
+        idx = {"built_from": "corpus"}
+    elif datafetch.is_name(index):   # pinned, or measured when pre-filled; never read here (planning fetches nothing)
+        idx = {"name": Path(datafetch.entry(index).rel).name, "sha256": datafetch.digest(index)}
+    else:
+        idx = {"name": Path(index).name, "sha256": fingerprint.file_digest(index) if Path(index).is_file() else None}
     return {
-        "encoder": checkpoint_identity(str(conf.get("encoder"))),
-        "index": {"built_from": "corpus"} if index is None else
-                 {"name": Path(index).name, "sha256": fingerprint.file_digest(index) if Path(index).is_file() else None},
+        "encoder": enc,
+        "index": idx,
         "encoder_dtype": encoder_dtype(str(conf.get("encoder_device") or "cpu")),
         "max_length": MAX_LENGTH, "prefixes": [QUERY_PREFIX, PASSAGE_PREFIX],
     }

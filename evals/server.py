@@ -30,9 +30,10 @@ KEYS = {  # key: (default, description): `serve-retriever --help` and docs/keys/
     "corpus": (None, "wiki-18 style jsonl corpus to index (required): a path, or a fetched corpus's name "
                      "(corpus:wiki18_example_10; from the data cache, downloaded on first use)"),
     "retriever": ("bm25", "bm25 | e5 (dense, as Search-R1: evals.dense)"),
-    "encoder": ("intfloat/e5-base-v2", "retriever=e5: the E5 encoder, an HF model dir or hub id"),
-    "index": (None, "retriever=e5: a faiss IndexFlatIP file, row i = corpus line i (Search-R1's e5_Flat.index), "
-                    "memory-mapped; null -> built from the corpus under index_dir"),
+    "encoder": ("encoder:e5-base-v2", "retriever=e5: the E5 encoder: a fetched name (encoder:e5-base-v2, "
+                                         "from the data cache: fetch-data), an HF model dir or hub id"),
+    "index": (None, "retriever=e5: a faiss IndexFlatIP, row i = corpus line i: a fetched name (index:wiki18_e5_flat, "
+                    "Search-R1's e5_Flat.index) or a file, memory-mapped; null -> built from the corpus under index_dir"),
     "encoder_device": ("cpu", "retriever=e5: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)"),
     "faiss_gpu": (False, "retriever=e5: search on every visible GPU (needs a faiss build with GPU support)"),
     "port": (8000, "TCP port (0: an ephemeral one)"),
@@ -45,7 +46,8 @@ USAGE = """usage: serve-retriever corpus=PATH|NAME [key=value ...]
 
 Serve a wiki-18 style corpus with Search-R1's POST /retrieve API on 127.0.0.1: BM25 (retriever=bm25,
 the index built on first use and cached under index_dir) or Search-R1's dense E5 retrieval
-(retriever=e5 encoder=MODEL index=e5_Flat.index; index=null builds one from the corpus)."""
+(retriever=e5 encoder=encoder:e5-base-v2 index=index:wiki18_e5_flat corpus=corpus:wiki18, fetched by name
+into the data cache, or your files; index=null builds one from the corpus)."""
 
 
 # A request body larger than this is refused unread (413); a client silent for longer than

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from common import datafetch
+
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = "recipes/"                 # the origin label of a shipped recipe layer (launch.compose)
 EMBEDDED_NAMES = ("tiny", "tiny-base")   # common.tiny: resolved by name, never a directory here
@@ -80,6 +82,8 @@ def absolute(kind: str, value, base: Path, shipped: bool = False):
         return [one(v, base) if isinstance(v, str) else v for v in value]
     if not isinstance(value, str):
         return value
+    if datafetch.is_name(value) and not (base / os.path.expanduser(value)).exists():
+        return value   # a fetch-data name (corpus:wiki18, index:wiki18_e5_flat, encoder:e5-base-v2): read through the cache
     if kind == "state" and value in ("auto", "never"):
         return value
     if kind == "model":

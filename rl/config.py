@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common import schema, thinking
+from common import datafetch, schema, thinking
 from common.benchmarks import CONTEXT_MODES
 from common.layout import variant_name_problem
 from common.plan import save_points
@@ -139,11 +139,15 @@ def problems(cfg: DictConfig) -> list[str]:
         searches = g.qa_mode == "open"  # item / given use the rows' own paragraphs, no retriever
         if searches and g.retriever in ("bm25", "e5") and not g.corpus:
             bad.append(f"task=qa with grpo.retriever={g.retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)")
-        elif searches and g.retriever in ("bm25", "e5") and not Path(str(g.corpus)).is_file():
+        elif searches and g.retriever in ("bm25", "e5") and not _named("grpo.corpus", g.corpus, "corpus", bad) \
+                and not Path(str(g.corpus)).is_file():
             bad.append(f"grpo.corpus={g.corpus}: no such file")
         if searches and g.retriever == "e5" and not g.get("encoder"):
             bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
-        if searches and g.retriever == "e5" and g.get("index") is not None and not Path(str(g.index)).is_file():
+        if searches and g.retriever == "e5":
+            _named("grpo.encoder", g.get("encoder"), "encoder", bad)
+        if searches and g.retriever == "e5" and g.get("index") is not None and not _named("grpo.index", g.index, "index", bad) \
+                and not Path(str(g.index)).is_file():
             bad.append(f"grpo.index={g.index}: no such file (a faiss index; null builds one from the corpus)")
         if searches and g.retriever == "http" and not g.retriever_url:
             bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
@@ -199,6 +203,16 @@ def planned_saves(cfg: DictConfig) -> list[int]:
     return save_points(save_steps=cfg.train.save_steps, save_epoch_ends=False, per_epoch=0, total=int(cfg.train.steps))
 
 
+def _named(key: str, value, kind: str, bad: list[str]) -> bool:
+    """Whether `value` is a fetch-data name (read through the data cache); a mistyped one is added to `bad`
+    (with the nearest names) and counts as named, so no second "no such file" line follows."""
+    try:
+        return datafetch.named(key, value, kind)
+    except datafetch.DataError as exc:
+        bad.append(str(exc))
+        return True
+
+
 def input_digests(cfg: DictConfig) -> dict[str, str]:
     """{key: sha256} of every input file the run reads (task=qa: the prompts file, the corpus a bm25 or
     e5 retriever searches and an e5 retriever's index file), through common.fingerprint's cached digest: part of the run identity, so
@@ -212,6 +226,9 @@ def input_digests(cfg: DictConfig) -> dict[str, str]:
     out = {}
     for key in keys:
         path = OmegaConf.select(cfg, key)
+        if datafetch.is_name(path):   # a fetched file: its pinned digest, or the one recorded when pre-filled
+            out[key] = datafetch.digest(path)
+            continue
         try:
             out[key] = file_digest(str(path))
         except OSError as exc:

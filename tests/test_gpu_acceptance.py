@@ -46,6 +46,15 @@ def test_smoke_run_reports_every_check(tmp_path):
     assert speed["measured"]["trainer step, liger off"]["tokens_per_s_per_gpu"] > 0
     assert speed["measured"]["trainer step, liger off"]["mfu"] is None and "MFU" in speed["skipped_parts"]
     assert report["tolerances"] == ga.TOLERANCES["fp32"] and "step_flops" in report["flop_formula"]
+    # dense retrieval without CUDA: the CPU fallback (encoder on the CPU, faiss-cpu, said), against the CPU path
+    # and Search-R1's own ids and vectors (tests/data/search_r1_e5)
+    dense = checks["dense"]
+    assert dense["status"] == "pass", dense
+    assert dense["measured"]["search"] == "faiss-cpu" and dense["measured"]["encoder"] == "cpu (float32) vs cpu (float32)"
+    assert dense["measured"]["top-3 ids equal, device vs CPU (queries)"] == "24/24"
+    assert dense["measured"]["passage vectors max abs diff, CPU vs Search-R1's"] <= 1e-5
+    assert {"top-1 ids differing, device vs CPU path (count)", "top-3 ids of the CPU path differing from Search-R1's "
+            "server's (count)"} <= {c["what"] for c in dense["comparisons"]}
     assert "PASS  packing" in proc.stdout and "SKIP  vllm" in proc.stdout  # the readable summary
 
 
@@ -128,3 +137,28 @@ def test_smoke_vllm_check_measures_on_cpu(tmp_path):
     rates = c["measured"]["episode scheduling, 16 episodes: generated tok/s"]
     assert set(rates) == {"lockstep_all", "async", "saturated"} and all(v > 0 for v in rates.values())
     assert not c["skipped_parts"], c["skipped_parts"]
+
+
+def test_dense_check_catches_a_device_path_that_differs(monkeypatch):
+    """The dense check's comparison can fail: the device path's queries encoded without their `query: `
+    prefix (the CPU path's with it) change its top-k ids. (Its passing run, on the CPU with faiss-cpu: the
+    smoke test above.)"""
+    pytest.importorskip("faiss")
+    from evals import dense
+
+    real = dense.E5Encoder.encode
+    queries_encoded = []
+
+    def second_path_differs(self, texts, is_query):   # the CPU path encodes its queries first, the device path second
+        if is_query:
+            queries_encoded.append(1)
+        monkeypatch.setattr(dense, "QUERY_PREFIX", "" if len(queries_encoded) == 2 and is_query else "query: ")
+        return real(self, texts, is_query)
+
+    monkeypatch.setattr(dense.E5Encoder, "encode", second_path_differs)
+    res = ga.Result("dense", "fp32")
+    ga.check_dense(_ctx(), res)
+    failed = {c["what"] for c in res.d["comparisons"] if not c["ok"]}
+    assert res.d["status"] == "fail" and "top-3 ids differing, device vs CPU path (count)" in failed
+    assert "top-3 ids of the CPU path differing from Search-R1's server's (count)" not in failed   # the CPU path is right
+    assert res.d["measured"]["query vectors max abs diff, device vs CPU"] > 0

@@ -142,7 +142,8 @@ def test_dual_terminator_study_plan(dry_runs):
     assert "eval.retriever=e5" in report and "eval.index=e5_Flat.index" in report
     m = re.search(r"^# resolved evaluate config of every evaluation.*\n((?:[ \w'\-@].*\n)+)", report, flags=re.M)
     resolved = yaml.safe_load(m.group(1))
-    assert (resolved["retriever"], resolved["encoder"], resolved["index"]) == ("e5", "intfloat/e5-base-v2", "e5_Flat.index")
+    # the encoder by its data name (intfloat/e5-base-v2 through the data cache, common.datafetch)
+    assert (resolved["retriever"], resolved["encoder"], resolved["index"]) == ("e5", "encoder:e5-base-v2", "e5_Flat.index")
     # The search arm: OpenSeeker + the NQ-style slot, half of the arm's rows each ([chosen], data-prep's ~SHARE).
     nq = ROOT / "docs" / "examples" / "nq_rollouts_example.jsonl"
     assert f"'data.sources.search=[openseeker:PolarSeeker/OpenSeeker-v1-Data~0.5,search-r1:{nq}~0.5]'" in train
