@@ -1,28 +1,22 @@
 """Study files (recipes/study/*.yaml, common.study) and `launch study=NAME`: each reference study's plan
 checked from its dry run's resolved configs and sbatch lines, the published numbers recorded as the
-references state them, and two studies run end to end on CPU with the tiny model."""
+references state them, (their end-to-end CPU runs: test_study_cpu.py)."""
 from __future__ import annotations
 
 import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from common.study import StudyError, load_study, study_names
-from tests.conftest import ROOT, shared_path
+from tests.conftest import ROOT
+from tests.study_helpers import launch, prefilled_data_cache
 
 STUDIES = ("browsecomp_worker_export", "dual_terminator_sft", "llama3_1_8b_spa_grpo", "qwen3_4b_multihop_sft_grpo",
            "qwen3_4b_spa_grpo")
-
-
-def _launch(cwd: Path, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled")
-    return subprocess.run([sys.executable, "-m", "launch.cli", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def _stage_outputs(out: str) -> dict[str, str]:
@@ -98,7 +92,7 @@ def dry_runs(tmp_path_factory):
     slots["browsecomp_worker_export"] = ["checkpoint=ckpt", f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}"]
     out = {}
     for name in STUDIES:
-        proc = _launch(cwd, f"study={name}", "launcher=slurm", "dry_run=true", *slots.get(name, []))
+        proc = launch(cwd, f"study={name}", "launcher=slurm", "dry_run=true", *slots.get(name, []))
         assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         out[name] = _stage_outputs(proc.stdout)
         out[name]["(before the stages)"] = proc.stdout.split("\n== stage ", 1)[0]
@@ -171,85 +165,10 @@ def test_every_dry_run_prints_what_differs_from_the_reference(dry_runs):
 
 
 def test_a_missing_data_slot_is_named(tmp_path):
-    proc = _launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo")
+    proc = launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo")
     assert proc.returncode == 2 and "hotpotqa_trajectories=..." in proc.stderr and "data slots" in proc.stderr
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "reprot:eval.n=2", "dry_run=true")
+    proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "reprot:eval.n=2", "dry_run=true")
     assert proc.returncode == 2 and "Did you mean: report" in proc.stderr
-
-
-def _tables(reports: Path) -> dict[str, bytes]:
-    return {p.relative_to(reports).as_posix(): p.read_bytes() for p in sorted(reports.rglob("*"))
-            if p.is_file() and p.suffix in (".md", ".tex", ".csv") and p.name != "report.md"}
-
-
-@pytest.mark.slow
-def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
-    study = load_study("qwen3_4b_spa_grpo")
-    smoke = [t.replace("=.venv", f"={ROOT}/.venv") for t in study.cpu_smoke]  # written for the repo root (make venv-trl)
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=runs", "reports=rep", *smoke, timeout=1200)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    manifest = json.loads((tmp_path / "runs" / "grpo_spa" / "seed0" / "manifest.json").read_text())
-    assert manifest["study"]["sha256"] == study.sha256
-    ref = (tmp_path / "rep" / "tables" / "reference.md").read_text()
-    assert "0.000 → 0.019" in ref and "Reported by the reference" in ref
-    row = next(line for line in ref.splitlines() if "| search_plan_ood |" in line)
-    # tiny_base after 2 steps on 2 items is not what the reference measured: said, not paired (issue 34)
-    assert row.rstrip().endswith("| not comparable: tiny_base, n=2 |"), row
-    assert f"sha256 {study.sha256[:12]}" in (tmp_path / "rep" / "report.md").read_text()
-    before = _tables(tmp_path / "rep")
-    edited = tmp_path / "qwen3_4b_spa_grpo.yaml"
-    edited.write_text(study.path.read_text().replace("pre: 0.000, post: 0.019", "pre: 0.500, post: 0.900"))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled")
-    subprocess.run([sys.executable, "-m", "launch.analyze", "runs_root=runs", "out=rep", "profile=rl_ood", "evaluate=false",
-                    "benches=[search_plan_ood]", f"study={edited}"], cwd=tmp_path, env=env, check=True, capture_output=True)
-    after = _tables(tmp_path / "rep")
-    changed = sorted(k for k in before if before[k] != after.get(k))
-    assert changed == ["tables/reference.md", "tables/reference.tex"]
-    assert "0.500 → 0.900" in after["tables/reference.md"].decode()
-
-
-def _prefilled_data_cache(cache: Path, monkeypatch) -> None:
-    """$DTSFT_DATA filled by `fetch-data from=DIR` (the tests' benchmark files); no download can happen (the
-    endpoint is a closed loopback port)."""
-    monkeypatch.setenv("DTSFT_DATA", str(cache))
-    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
-    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
-    assert fill.returncode == 0, fill.stderr
-
-
-@pytest.mark.slow
-def test_dual_terminator_study_runs_on_cpu(tmp_path, monkeypatch):
-    """cpu_smoke end to end from a data cache pre-filled by `fetch-data from=DIR` (its keys name no ../shared,
-    it runs where no ../shared is, and no download can happen: the endpoint is a closed loopback port): the
-    report has no failed evaluation, and each checkpoint's evaluated ids are the first n of the cached file's
-    seeded sample (what bench_root= gives on the same file)."""
-    from common import datafetch
-    from evals.benches import is_presampled, read_bench_file, sample
-
-    study = load_study("dual_terminator_sft")
-    assert not [t for t in study.cpu_smoke if "../shared" in t]
-    _prefilled_data_cache(tmp_path / "data", monkeypatch)
-    work = tmp_path / "clone" / "work"   # no ../shared beside it
-    work.mkdir(parents=True)
-    smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke]  # written for the repo root
-    proc = _launch(work, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    ref = (work / "rep" / "tables" / "reference.md").read_text()
-    assert "0.344" in ref and "0.302" in ref
-    report = (work / "rep" / "report.md").read_text()
-    assert "`failed=0`" in report and "evaluation failed" not in report, report
-    # the smoke's anchor (tiny-base) loads and is evaluated; beside the published anchor it is said not comparable
-    anchor = next(line for line in ref.splitlines() if "(anchor) | avg | em |" in line)
-    assert anchor.rstrip().endswith("| not comparable: tiny-base, 1 of 7 benches, n=2 |"), anchor
-    path = datafetch.cached("bamboogle:test")
-    want = [it.id for it in sample(read_bench_file(path, "bamboogle"), 2, 42, is_presampled(path, 42))]
-    rows = sorted(work.rglob("eval/search_r1_7bench/step-*/bamboogle.jsonl"))
-    assert len(rows) == 2, rows   # the anchor's step 0 and the r2e arm's last checkpoint
-    for f in rows:
-        assert [json.loads(line)["id"] for line in f.read_text().splitlines()] == want, f
-        meta = json.loads((f.parent / "meta.json").read_text())
-        assert json.dumps(meta).count("bamboogle:test") >= 1 and datafetch.TABLE["bamboogle:test"].source() in json.dumps(meta)
 
 
 def _opts(script: str) -> dict[str, str]:
@@ -292,7 +211,7 @@ def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
     from sft.tiny import save_tiny_model
 
     record = _stand_in_sbatch(tmp_path, monkeypatch)
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "model=tiny_base", "gpus_per_node=1",
+    proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "model=tiny_base", "gpus_per_node=1",
                    "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]",
                    "report:eval.bench_n={search_plan_ood:2}",
                    "report:eval.enable_thinking=auto")   # the tiny base's template ignores the switch (refused)
@@ -443,13 +362,13 @@ def test_the_reference_table_shows_a_measured_value_only_beside_a_comparable_one
 def test_a_training_stage_sent_to_slurm_submits_the_whole_study(tmp_path, monkeypatch):
     """Issue 34 item 2: `train:launcher=slurm` makes the study a Slurm one; the report waits for training."""
     record = _stand_in_sbatch(tmp_path, monkeypatch)
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "model=tiny_base", "train:launcher=slurm",
+    proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "model=tiny_base", "train:launcher=slurm",
                    "train:gpus_per_node=1", "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "all stages done" not in proc.stdout and not (tmp_path / "rep").exists()
     train, report = (Path(p) for p in record.read_text().split())
     assert train.name == "launch.sbatch" and _opts(report.read_text())["dependency"] == "afterany:5001"
-    proc = _launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "sft:launcher=slurm", "dry_run=true")
+    proc = launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "sft:launcher=slurm", "dry_run=true")
     assert proc.returncode == 2 and "training stages sft go to Slurm but grpo would run here" in proc.stderr
 
 
@@ -472,13 +391,13 @@ def test_dry_run_is_read_by_one_rule(spelling, value):
 def test_a_study_dry_run_in_any_spelling_submits_and_writes_nothing(tmp_path, monkeypatch):
     """Issue 34 item 3: `dry_run=on` on Slurm prints the plan; sbatch is never called, no ledger written."""
     record = _stand_in_sbatch(tmp_path, monkeypatch)
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "dry_run=on", "runs_root=runs")
+    proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "dry_run=on", "runs_root=runs")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "dry run done" in proc.stdout and "Slurm job(s) 50" not in proc.stdout
     assert not record.exists() and not (tmp_path / "runs").exists()
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "dry_run=maybe", "runs_root=runs")
+    proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "dry_run=maybe", "runs_root=runs")
     assert proc.returncode == 2 and "dry_run=maybe: expected true or false" in proc.stderr and "== stage" not in proc.stdout
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "train:dry_run=true", "runs_root=runs")
+    proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "train:dry_run=true", "runs_root=runs")
     assert proc.returncode == 2 and "goes to every stage" in proc.stderr and not (tmp_path / "runs").exists()
 
 
@@ -488,7 +407,7 @@ def test_the_export_study_on_slurm_keeps_its_ledger_out_of_the_export(tmp_path, 
 
     record = _stand_in_sbatch(tmp_path, monkeypatch)
     save_tiny_model(tmp_path / "ckpt", seed=0, vocab_size=4160)
-    proc = _launch(tmp_path, "study=browsecomp_worker_export", "checkpoint=ckpt", "export:vocab_size=4096",
+    proc = launch(tmp_path, "study=browsecomp_worker_export", "checkpoint=ckpt", "export:vocab_size=4096",
                    f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}", "launcher=slurm")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     script = Path(record.read_text().split()[0])
@@ -506,11 +425,11 @@ def test_a_stage_key_typo_is_refused_before_the_first_stage(tmp_path, monkeypatc
     argv = ["study=dual_terminator_sft", "model=tiny_base", "data=synthetic", "train:seeds=[0]", "train:arms=[r2e]",
             "train:steps=1", "train:data.n=4", "train:logging.wandb=false", "corpus=corpus.jsonl", "runs_root=runs",
             f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}", "report:eval.nn=2"]
-    proc = _launch(tmp_path, *argv)
+    proc = launch(tmp_path, *argv)
     assert proc.returncode == 2 and "unknown evaluate key 'nn'. Did you mean: n?" in proc.stderr, proc.stderr[-3000:]
     assert "== stage 1/2" not in proc.stdout and not (tmp_path / "runs").exists()
     record = _stand_in_sbatch(tmp_path, monkeypatch)
-    proc = _launch(tmp_path, *argv, "launcher=slurm")
+    proc = launch(tmp_path, *argv, "launcher=slurm")
     assert proc.returncode == 2 and "unknown evaluate key 'nn'" in proc.stderr, proc.stderr[-3000:]
     assert not record.exists() and not (tmp_path / "runs").exists()
 
@@ -528,12 +447,12 @@ def test_a_plain_key_no_stage_takes_is_refused():
 
 def test_a_study_variable_may_refer_to_another(tmp_path):
     """Issue 34 item 11: `${vars.X}` on the command line resolves against the study's variables."""
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=r", "reports=${vars.runs_root}/rep",
+    proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=r", "reports=${vars.runs_root}/rep",
                    "report:out=${vars.reports}2", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = _stage_outputs(proc.stdout)["report"]   # the study's out=${vars.reports}, then the command line's
     assert " out=r/rep " in report and " out=r/rep2 " in report
-    proc = _launch(tmp_path, "study=qwen3_4b_spa_grpo", "report:out=${vars.nope}/x", "dry_run=true")
+    proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "report:out=${vars.nope}/x", "dry_run=true")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "report:out=${vars.nope}/x: no study variable 'nope'" in proc.stderr and "Did you mean" not in proc.stderr
 
@@ -571,7 +490,7 @@ def test_the_smoke_anchor_name_loads_in_evaluate_and_analyze(tmp_path):
 
 def test_a_slurm_dry_run_with_an_unset_slot_still_chains_the_later_stages(tmp_path):
     """Issue 34 item 14: the stage after an unresolved one waits for it in the printed scripts."""
-    proc = _launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "launcher=slurm", "dry_run=true")
+    proc = launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "launcher=slurm", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     stages = _stage_outputs(proc.stdout)
     assert "[study] waits for: afterok:<job ids of stage sft>" in stages["grpo"]
@@ -590,7 +509,7 @@ def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
     want = ["#SBATCH --account=A", "#SBATCH --partition=P", "#SBATCH --qos=Q", "#SBATCH --constraint=h100"]
 
     def scripts(*argv):
-        proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", *cluster, *slots, *argv, "dry_run=true")
+        proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", *cluster, *slots, *argv, "dry_run=true")
         assert proc.returncode == 0, proc.stderr[-3000:]
         return {m.group(1): m.group(2) for m in re.finditer(r"^# \S+/([\w.-]+\.sbatch) \(not written.*\n(#!/bin/bash\n(?:#.*\n)+)",
                                                             proc.stdout, flags=re.M)}
@@ -615,14 +534,14 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
     (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
     slots = ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]
     # (this environment has no vllm: the study's backend=vllm would be refused in it, as below)
-    proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", f"python.eval={ev}", *slots,
+    proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", f"python.eval={ev}", *slots,
                    "report:eval.backend=hf", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = _stage_outputs(proc.stdout)["report"]
     execs = re.findall(r"^exec (\S+) -m (\S+)", report, flags=re.M)
     assert execs == [(str(ev), "launch.eval_jobs"), (str(ev), "launch.eval_jobs"), (str(ev), "launch.analyze")]
     record = _stand_in_sbatch(tmp_path, monkeypatch)
-    proc = _launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
+    proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("error: python.eval=/usr/bin/python3 lacks ") and "torch (evaluation)" in proc.stderr
     assert "vllm (backend=vllm)" in proc.stderr
@@ -653,7 +572,7 @@ def test_a_local_study_runs_its_evaluation_stage_in_python_eval(tmp_path):
     record = tmp_path / "ran.txt"
     ev = named_interpreter(tmp_path / "eval-env" / "bin" / "python", record)
     (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
-    proc = _launch(tmp_path, "study=dual_terminator_sft", f"python.eval={ev}", "report:eval.backend=hf",
+    proc = launch(tmp_path, "study=dual_terminator_sft", f"python.eval={ev}", "report:eval.backend=hf",
                    "corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
                    "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -671,11 +590,11 @@ def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypat
     from launch_helpers import named_interpreter
 
     study = load_study("dual_terminator_sft")
-    _prefilled_data_cache(tmp_path / "data", monkeypatch)
+    prefilled_data_cache(tmp_path / "data", monkeypatch)
     record = tmp_path / "ran.txt"
     ev = named_interpreter(tmp_path / "vllm-env" / "bin" / "python", record)
     smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke if t != "report:eval.backend=hf"]
-    proc = _launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, f"python.eval={ev}",
+    proc = launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, f"python.eval={ev}",
                    timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
+from tests.study_helpers import prefilled_data_cache
 
 BENCHES = ("nq", "hotpotqa")
 
@@ -113,20 +114,6 @@ def test_the_variant_loads_with_both_arms_on_the_same_seeds_and_is_listed_apart(
     assert any("compare" in line for line in study.differences())
 
 
-def _prefilled_data_cache(cache: Path, monkeypatch) -> None:
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import shared_path
-
-    monkeypatch.setenv("DTSFT_DATA", str(cache))
-    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
-    fill = subprocess.run([sys.executable, "-m", "common.datafetch", f"from={shared_path('benchmarks')}"],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
-    assert fill.returncode == 0, fill.stderr
-
-
 @pytest.mark.slow
 def test_the_variant_cpu_smoke_reports_r2e_against_r2e_v5(tmp_path, monkeypatch):
     """cpu_smoke end to end (both arms, same seed, 2 steps each; the anchor and both final checkpoints judged)
@@ -139,7 +126,7 @@ def test_the_variant_cpu_smoke_reports_r2e_against_r2e_v5(tmp_path, monkeypatch)
     from common.study import load_study
 
     study = load_study("dual_terminator_vs_v5")
-    _prefilled_data_cache(tmp_path / "data", monkeypatch)
+    prefilled_data_cache(tmp_path / "data", monkeypatch)
     work = tmp_path / "work"
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled")
