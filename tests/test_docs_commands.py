@@ -21,7 +21,9 @@ asks an environment for its modules only looks them up; tests/test_launch_slurm.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import os
 import re
 import shlex
@@ -253,11 +255,10 @@ def scratch(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return work, env
 
 
-@pytest.mark.parametrize("block", _dry_run_blocks(), ids=lambda b: b.where)
-def test_dry_run_examples_run_and_write_nothing(block, scratch, monkeypatch, capsys, checkout_status):
-    work, env = scratch[0], dict(scratch[1])
-    monkeypatch.chdir(work)
-    before = files_under(work.parent)
+def dry_run(block: Block, work: Path, env: dict[str, str]) -> None:
+    """Each command of a dry-run block, in order, from `work`; an AssertionError naming the page, line and what
+    went wrong for a command that fails, does not name its keys in its help, or writes under `work.parent`."""
+    env, before = dict(env), files_under(work.parent)
     for line, cmd in block.commands:
         where = f"{block.page.relative_to(ROOT)}:{line}"
         text = re.sub(r"(?<=[=\s,\[])/data/", f"{work}/data/", cmd.replace("$PWD", str(work)))
@@ -272,15 +273,41 @@ def test_dry_run_examples_run_and_write_nothing(block, scratch, monkeypatch, cap
             continue
         name, args = program(words)
         argv, named = dry_argv(name, args)
-        capsys.readouterr()
-        rc = run_main(entry(name), argv, env=env)
-        out, err = capsys.readouterr()
-        tail = "\n".join((out + err).strip().splitlines()[-6:])
+        out, err = io.StringIO(), io.StringIO()
+        cwd = os.getcwd()
+        os.chdir(work)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = run_main(entry(name), argv, env=env)
+        finally:
+            os.chdir(cwd)
+        said = out.getvalue() + err.getvalue()
+        tail = "\n".join(said.strip().splitlines()[-6:])
         assert rc == 0, f"{where}: `{name} {' '.join(argv)}` exited {rc}\n{tail}"
-        missing = [w for w in named if not re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", out + err)]
+        missing = [w for w in named if not re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", said)]
         assert not missing, f"{where}: {name} --help does not name {missing}"
         wrote = sorted(set(files_under(work.parent)) ^ set(before))
         assert not wrote, f"{where}: the dry run wrote {wrote}"
+
+
+@pytest.mark.parametrize("block", _dry_run_blocks(), ids=lambda b: b.where)
+def test_dry_run_examples_run_and_write_nothing(block, scratch, checkout_status):
+    dry_run(block, *scratch)
+
+
+def test_a_failing_or_writing_or_misnamed_dry_run_is_reported(scratch):
+    work, env = scratch
+    page = ROOT / "docs" / "p.md"
+    with pytest.raises(AssertionError, match=r"docs/p.md:3: `launch arm=r2e model=tiny stepz=3 dry_run=true` exited 2"):
+        dry_run(Block(page, 2, "bash", DRY_RUN, [(3, "launch arm=r2e model=tiny stepz=3")]), work, env)
+    with pytest.raises(AssertionError, match=r"docs/p.md:4: verify-checkpoint --help does not name \['laod'\]"):
+        dry_run(Block(page, 2, "bash", DRY_RUN, [(4, "verify-checkpoint exports/x laod=false")]), work, env)
+    try:   # dry_run=false given: a real export, which the check sees
+        with pytest.raises(AssertionError, match=r"docs/p.md:5: the dry run wrote .*'work/exp "):
+            dry_run(Block(page, 2, "bash", DRY_RUN, [(5, f"export-checkpoint ckpt={CHECKPOINTS[0]} out=exp dry_run=false")]),
+                    work, env)
+    finally:
+        shutil.rmtree(work / "exp", ignore_errors=True)
 
 
 def test_the_dry_run_argv():
