@@ -209,12 +209,12 @@ def _dry_run_blocks() -> list[Block]:
 
 @pytest.fixture(scope="module")
 def checkout_status():
-    def status() -> str:
-        return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
-                              capture_output=True, text=True).stdout
-    if not (ROOT / ".git").exists():
-        yield None
-        return
+    """The checkout is as it was after the dry runs: git's status, and its top-level entries (runs/, reports/ and
+    the like are git-ignored, so a dry run writing one there would not show in the status)."""
+    def status() -> tuple[str, list[str]]:
+        git = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                             capture_output=True, text=True).stdout if (ROOT / ".git").exists() else ""
+        return git, sorted(p.name for p in ROOT.iterdir() if p.name not in ("__pycache__", ".pytest_cache"))
     before = status()
     yield before
     assert status() == before, "a dry run wrote into the checkout"
