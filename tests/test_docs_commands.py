@@ -38,9 +38,9 @@ import pytest
 
 from launch.inprocess import run_main
 
+from tests.test_docs_blocks import PAGES, cpu_blocks   # the runner of the runnable blocks
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_docs_blocks import PAGES, cpu_blocks  # noqa: E402  (the runner of the runnable blocks)
 
 RUNNABLE, DRY_RUN = "<!-- runnable: cpu -->", "<!-- dry-run -->"
 NOT_RUN = re.compile(r"^<!-- not-run:(?P<why>.*)-->$")
