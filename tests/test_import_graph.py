@@ -1,5 +1,6 @@
 """The stage map of DESIGN.md as an import graph: common -> data_prep -> sft/envs -> evals -> rl ->
-analysis -> launch, read from the source with `ast` (every import, also those inside functions).
+analysis -> launch, read from the source with `ast` (every import, also those inside functions; the reader is
+tools/import_graph.py, which tools/pipeline_diagram.py draws docs/pipeline.md from).
 
 - a stage imports only stages of a lower level (sft and envs are one level: neither imports the
   other); rl may use evals' public API only (`evals.toolcalls`, `evals.metrics`, `evals.extract`,
@@ -13,53 +14,12 @@ analysis -> launch, read from the source with `ast` (every import, also those in
 """
 from __future__ import annotations
 
-import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LEVELS = {"common": 0, "data_prep": 1, "sft": 2, "envs": 2, "evals": 3, "rl": 4, "analysis": 5, "launch": 6}
-RL_MAY_USE = ("evals.toolcalls", "evals.metrics", "evals.extract", "evals.retrievers")
-DRIVERS = ("demo", "bench")
-PACKAGES = (*LEVELS, *DRIVERS, "tests")
-
-
-def module_name(path: Path, root: Path) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def imports_of(path: Path, module: str) -> set[str]:
-    """Every module `path` imports (absolute names; relative imports resolved), ours or not."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            out.add(prefix)
-            # `from pkg import mod` imports the module pkg.mod when there is one
-            out.update(f"{prefix}.{a.name}" for a in node.names)
-    return out
-
-
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """module -> the project modules it imports (only names that are modules of the checkout)."""
-    files = {module_name(p, root): p for pkg in PACKAGES if (root / pkg).is_dir()
-             for p in sorted((root / pkg).rglob("*.py"))}
-    # the tests' helper modules are also importable by their bare names (`sys.path += [tests/]`)
-    bare = {m.removeprefix("tests."): m for m in files if m.startswith("tests.") and m.count(".") == 1}
-    graph = {}
-    for mod, path in files.items():
-        names = {m if m in files else bare.get(m.split(".")[0], m) for m in imports_of(path, mod)}
-        graph[mod] = {m for m in names if m in files and m != mod}
-    return graph
+sys.path.insert(0, str(ROOT / "tools"))
+from import_graph import DRIVERS, LEVELS, RL_MAY_USE, import_graph  # noqa: E402  (the reader, shared with tools/pipeline_diagram.py)
 
 
 def violations(graph: dict[str, set[str]]) -> list[str]:

@@ -3,15 +3,17 @@
     python tools/pipeline_diagram.py            # (re)write the page
     python tools/pipeline_diagram.py --check    # exit 1 when the page differs from what the code gives now
 
-The import graph is the one tests/test_import_graph.py reads (every import of every module, `ast`), folded to
-packages; the levels are that test's; the commands are pyproject.toml's [project.scripts].
+The import graph and the stage levels are tools/import_graph.py's (the reader tests/test_import_graph.py checks
+the stage map on: every import of every module, `ast`), folded to packages; the commands are pyproject.toml's
+[project.scripts].
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tomllib
 from pathlib import Path
+
+import import_graph as g   # tools/import_graph.py: this file's folder is on sys.path, run as a script or imported
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "pipeline.md"
@@ -27,17 +29,9 @@ WHAT = {"common": "what every stage shares: run-dir layout, config schema, locks
         "bench": "benchmarks: library code only"}
 
 
-def _graph_module():
-    spec = importlib.util.spec_from_file_location("_import_graph", ROOT / "tests" / "test_import_graph.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def package_edges(root: Path = ROOT) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """(package -> level, package -> {imported package: how many of its modules import that one}), from the
     source."""
-    g = _graph_module()
     edges: dict[str, dict[str, int]] = {p: {} for p in (*g.LEVELS, *g.DRIVERS)}
     for module, imported in g.import_graph(root).items():
         src = module.split(".")[0]
