@@ -91,19 +91,28 @@ def trained(built):
     return runs
 
 
-def test_tf_bench_rows_are_the_trainers_loss_on_each_heldout_record(built, trained):
+@pytest.fixture(scope="module")
+def analysed(built, trained, tmp_path_factory):
+    """analyze over the trained run with the teacher-forced benches: evaluates its two checkpoints."""
+    from launch.analyze import run_analysis
+
+    rep = tmp_path_factory.mktemp("rep")
+    res = run_analysis({"runs_root": str(trained), "out": str(rep), "benches": ["tf_code", "tf_search"],
+                        "n_boot": 20, "eval": {"heldout": str(built["heldout"]), "progress": False}})
+    return res, rep
+
+
+def test_tf_bench_rows_are_the_trainers_loss_on_each_heldout_record(built, trained, analysed):
     import datasets
     from transformers import AutoModelForCausalLM
 
     from data_prep.schema import trajectory_id
-    from evals.run import evaluate
     from sft.data import collate
     from sft.train import micro_batch_loss
 
     ckpt = trained / "mixed" / "seed0" / "checkpoints" / "step-000002"
-    out = built["root"] / "eval"
-    summary = evaluate({"ckpt": str(ckpt), "benches": ["tf_code", "tf_search"], "heldout": str(built["heldout"]),
-                        "out": str(out), "progress": False, "wandb": False})
+    out = trained / "mixed" / "seed0" / "eval" / "step-000002"   # evaluate's rows, written by analyze
+    summary = json.loads((out / "summary.json").read_text())
     model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).eval()
     ds = datasets.load_from_disk(str(built["heldout"]))
     oracle: dict[str, tuple[float, int]] = {}
@@ -152,13 +161,12 @@ def test_tf_benches_refuse_vllm_and_a_missing_heldout(built, run_ckpt):
         resolve({"ckpt": str(run_ckpt), "benches": ["tf_search"]})
 
 
-def test_the_curves_values_are_the_rows_own_at_every_checkpoint(built, trained, tmp_path):
-    from launch.analyze import run_analysis
+def test_the_curves_values_are_the_rows_own_at_every_checkpoint(trained, analysed):
+    import pandas as pd
 
-    res = run_analysis({"runs_root": str(trained), "out": str(tmp_path / "rep"), "benches": ["tf_code", "tf_search"],
-                        "n_boot": 20, "eval": {"heldout": str(built["heldout"]), "progress": False}})
+    res, rep = analysed
     points = {(r.arm, r.seed, r.step, r.bench, r.span): r.loss
-              for r in __import__("pandas").read_csv(tmp_path / "rep" / "tables" / "teacher_forced_points.csv").itertuples()}
+              for r in pd.read_csv(rep / "tables" / "teacher_forced_points.csv").itertuples()}
     checked = 0
     for step in (1, 2):
         d = trained / "mixed" / "seed0" / "eval" / f"step-{step:06d}"
@@ -180,6 +188,6 @@ def test_the_curves_values_are_the_rows_own_at_every_checkpoint(built, trained, 
     fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
     assert any(t.startswith("tf_code [") and t.endswith(": all") for t in fig.panels)
     assert all(fig.series[t] == ["mixed/seed0"] for t in fig.panels)
-    report = (tmp_path / "rep" / "report.md").read_text()
+    report = (rep / "report.md").read_text()
     assert "### teacher_forced" in report and "figures/teacher_forced.png" in report
-    assert "teacher_forced" in (tmp_path / "rep" / "report.html").read_text()
+    assert "teacher_forced" in (rep / "report.html").read_text()
