@@ -102,7 +102,8 @@ def plot_tf(curves: TFCurves, out_stem: Path, axis):
     Returns analysis.figures.FigureInfo."""
     import matplotlib.pyplot as plt
 
-    from analysis.figures import ANCHOR_STYLE, PANEL_HEIGHT_IN, RC, FigureInfo, _layout, arm_colours, save_figure, sort_arms
+    from analysis.figures import (ANCHOR_STYLE, PANEL_HEIGHT_IN, RC, FigureInfo, _layout, arm_colours, save_figure,
+                                  sort_arms, tick_steps)
 
     runs = [p for p in curves.points if p.arm != ANCHOR_ARM]
     groups = sorted({(p.bench, p.heldout) for p in curves.points})
@@ -136,6 +137,9 @@ def plot_tf(curves: TFCurves, out_stem: Path, axis):
             if anchor:
                 ax.axhline(anchor[0].loss[span], **ANCHOR_STYLE, label="anchor")
                 info.series[title].append("anchor")
+            if axis.name == "step":   # ticks at the checkpoints
+                info.xticks[title] = tick_steps(sorted({p.step for p in here if p.arm != ANCHOR_ARM}))
+                ax.set_xticks(info.xticks[title])
             ax.set_title(title)
             ax.set_xlabel(axis.label)
             ax.set_ylabel("loss / token")

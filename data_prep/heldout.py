@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.io import SHA256SUMS, check_sha256sums, read_json_object, sha256_text
+from common.layout import COMPLETE  # written last, as into a state dir
 from data_prep.errors import DataPrepError
 from data_prep.schema import DOMAINS, FIELDS, trajectory_id
 
-COMPLETE = "COMPLETE"
 KIND = "heldout"
 # not part of a record's content: what it is called and where it was read
 NOT_CONTENT = ("id", "source")

@@ -72,7 +72,8 @@ DEFAULTS = {
     "copy_figures_to": None,  # also copy the PNG figures into this dir (the README's figures)
     "dry_run": False,
 }
-BENCHES = ["synthqa", "search_plan_ood", "tf_code", "tf_search"]
+BENCHES = ["synthqa", "search_plan_ood"]
+TF_BENCHES = ["tf_code", "tf_search"]   # teacher-forced losses on the held-out split (every checkpoint)
 
 
 def _list(xs) -> str:
@@ -94,10 +95,11 @@ def synthetic_knobs(cfg) -> dict:
 
 def write_heldout(cfg) -> Path:
     """The held-out split, written once (data_prep.heldout); an existing one is kept as it is."""
+    from data_prep import heldout
     from data_prep.build import build_heldout
 
     path = heldout_path(cfg)
-    if not (path / "COMPLETE").is_file():
+    if not (path / heldout.COMPLETE).is_file():
         build_heldout({"kind": "synthetic", "synthetic": synthetic_knobs(cfg)}, n=int(cfg.heldout_n),
                       domains=["code", "search"], seed=int(cfg.heldout_seed), tokenizer="tiny", out=path,
                       progress=False, num_proc=1)
@@ -190,7 +192,7 @@ def analyze_config(cfg) -> dict:
     root = Path(cfg.runs_root)
     bench = root / "_bench"
     return {
-        "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES, "anchor": str(anchor_path(cfg)),
+        "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES + TF_BENCHES, "anchor": str(anchor_path(cfg)),
         "n_boot": int(cfg.n_boot),
         "eval": {"n": int(cfg.eval_n), "corpus": str(bench / "corpus.jsonl"), "bench_root": str(bench),
                  "max_turns": int(cfg.max_turns), "max_model_len": int(cfg.max_model_len),
@@ -217,6 +219,7 @@ def describe(cfg) -> str:
         (f"  3. anchor: {a['anchor']} (the committed pretrained tiny base)" if cfg.model == "tiny_base" else
          f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the random init of step 0)"),
         f"  4. analyze runs_root={a['runs_root']} benches={_list(BENCHES)} anchor={a['anchor']} out={a['out']} {ev}",
+        f"     and the teacher-forced benches {_list(TF_BENCHES)} on the held-out split (eval.heldout above)",
     ])
 
 
