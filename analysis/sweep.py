@@ -24,6 +24,7 @@ from analysis.report import MissingPoint, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common.cli import did_you_mean
+from evals.benches import TF_BENCHES
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
@@ -149,6 +150,21 @@ def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], an
         result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition"))
 
 
+def add_teacher_forced(result: AnalysisResult, table_paths: dict, table: pd.DataFrame, eval_dirs: dict, axis,
+                       out: Path) -> None:
+    """The teacher-forced curves (analysis.tf_curves): a figure, a table and the points as CSV."""
+    from analysis import tf_curves
+
+    curves = tf_curves.collect_tf(table, eval_dirs)
+    result.problems += curves.problems
+    if not curves.points:
+        return
+    result.tables["teacher_forced"] = tf_curves.tf_table(curves)
+    table_paths["teacher_forced"] = result.tables["teacher_forced"].write(out / "tables" / "teacher_forced")
+    table_paths["teacher_forced"].append(tf_curves.write_points(curves, out / "tables" / "teacher_forced_points.csv"))
+    result.figures.append(tf_curves.plot_tf(curves, out / "figures" / "teacher_forced", axis))
+
+
 def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches: list[str], anchor: str | None,
                    anchor_dir: Path, profile: str | None, reference_sizes: dict, study=None) -> AnalysisResult:
     """The report of an analysis whose evaluations are done: `runs` as discovered before them, `jobs` the
@@ -202,7 +218,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
             name = f"compare_{a}_vs_{b}_{metric}"
             result.tables[name] = compare_table(points, a, b, cols, metric)
             table_paths[name] = result.tables[name].write(out / "tables" / name)
-    pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, benches,
+    episodic = [b for b in benches if b not in TF_BENCHES]   # benches with episodes (transcripts, EM pre/post)
+    pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, episodic,
                  n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf)
     labelled = {f"{r.arm}/seed{r.seed}/{d.name}": d for r in runs for d in r.evals.values()}
     pp.problems += size_problems({**labelled, f"{ANCHOR_ARM}/{anchor_eval.name}": anchor_eval}, reference_sizes)
@@ -211,6 +228,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
     if qa:  # format vs capability (analysis.behaviour): the rows evaluate wrote, per checkpoint and bench
         add_behaviour(result, table_paths, runs, anchor_eval, qa, out)
+    if any(b in TF_BENCHES for b in benches):   # teacher-forced losses on the held-out sets, per span kind
+        add_teacher_forced(result, table_paths, table, eval_dirs, axis, out)
     if study is not None and study.reference_results:
         from analysis.reference import reference_table
 
@@ -232,7 +251,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     from analysis.html import write_html
 
     result.html = write_html(out, runs=runs, figures=result.figures, tables=result.tables, missing=result.missing,
-                             problems=problems, settings=settings, benches=benches,
+                             problems=problems, settings=settings, benches=episodic,
                              anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None)
     from analysis.wandb_log import log_results
 

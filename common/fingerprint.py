@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 # Where things live, never what they are.
-PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "grpo.prompts_file", "grpo.corpus",
+PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "data.heldout", "grpo.prompts_file", "grpo.corpus",
              "grpo.index")
 # May change when a run is resumed or relaunched (a key, or a whole section with everything below it).
 RESUMABLE_KEYS = (
@@ -79,6 +79,9 @@ def _plain(cfg) -> Mapping:
 # fingerprint and resumes (any other value is a real change and counts).
 LATER_KEYS: dict[str, Any] = {
     "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
+    # issue 42: a held-out split the arm leaves out (null: none, as before); a path, so also in PATH_KEYS:
+    # what it changes enters through the dataset's content fingerprint
+    "data.heldout": None,
 }
 # The same for a GRPO run's config (rl.config.run_identity).
 GRPO_LATER_KEYS: dict[str, Any] = {

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from common import datafetch
-from common.io import atomic_dir, check_output_dir, sha256_file, sha256_text, write_json, write_jsonl
-from data_prep import arms, config, synthetic, worker
+from common.io import atomic_dir, check_output_dir, sha256_file, sha256_text, write_json, write_jsonl, write_sha256sums
+from data_prep import arms, config, heldout, synthetic, worker
 from data_prep.decontam import Decontaminator, bench_files, bench_of, load_questions
 from data_prep.errors import DataPrepError
 from data_prep.readers import parse_source, read_source
@@ -82,7 +82,9 @@ def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
     payload = {
         "format": FORMAT_VERSION, "code": _code_hash(), "arm": arm, "seed": seed,
         "tokenizer": tokenizer_identity(tok, name),
-        "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k != "sources"},
+        "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k not in ("sources", "heldout")},
+        # the held-out set by its content (a moved dir is the same set)
+        "heldout": heldout.load(cfg["heldout"]).fingerprint if cfg["heldout"] else None,
         "sources": srcs,
         # named sets by their pinned digest: planning (a dry run's fingerprint) never downloads
         "decontam": [{"path": p, "sha256": sha256_file(p)} for p in decontam_paths(cfg, sets=False)]
@@ -109,8 +111,6 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     run in-process). The output does not depend on it. An existing `out` is replaced only when it
     is a data-prep output (has manifest.json) and `overwrite` is true: it is renamed aside
     (`common.io.replace_aside`), never deleted; a path holding any input is refused."""
-    from tqdm import tqdm
-
     cfg = config.resolve(data_cfg)
     wanted = arms.quotas(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
@@ -130,25 +130,10 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         for dom, quota in wanted.items():   # the ~SHAREs checked before any record is read
             srcs = [parse_source(sp) for sp in specs[dom]]
             arms.source_quotas(dom, quota, [s.share for s in srcs], specs[dom], [s.reads() for s in srcs])
-        pools: dict[str, list[dict]] = {}
-        first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
-        max_bytes = config.max_record_bytes(cfg)
-        for dom in wanted:
-            pools[dom] = []
-            for spec in specs[dom]:
-                src = parse_source(spec)
-                stats.add_source(spec, src, dom, out_dir=tmp, final_dir=out)
-                for o in tqdm(read_source(src, reasoning=cfg["reasoning"]), desc=f"read {src.format}", disable=not progress, leave=False):
-                    problem = o.record and _screen(o.record, dom, max_bytes, first_seen)
-                    if o.record is None:
-                        stats.reject(spec, o.rejection())
-                    elif problem:
-                        stats.reject(spec, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
-                    else:
-                        first_seen[o.record["id"]] = o.where
-                        stats.read_ok(spec)
-                        pools[dom].append({"spec": spec, "rec": o.record, "where": o.where})
+        pools = _read_pools(cfg, specs, wanted, stats, tmp, out, progress)
         decon = _decontaminate(cfg, pools, stats)
+        held = heldout.load(cfg["heldout"]) if cfg["heldout"] else None
+        held_out = heldout.excluded(pools, held, stats) if held else 0
         kept_rows: dict[str, list[dict]] = {}
         kept = {}
         n_candidates = sum(len(p) for p in pools.values())
@@ -190,10 +175,93 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
                          "end_of_turn": renderer.info.end_marker, "chat_template_sha256": renderer.info.template_hash},
             **summary,
             "decontam": decon,
+            "heldout": None if held is None else {"dir": str(held.dir), "fingerprint": held.fingerprint, "excluded": held_out},
             "fingerprint": fingerprint,
             "cache_key": key,
         }
         write_json(tmp / "manifest.json", manifest)
+    return manifest
+
+
+def _read_pools(cfg: dict, specs: dict, wanted, stats: RunStats, tmp: Path, out: Path, progress: bool) -> dict[str, list[dict]]:
+    """Each wanted domain's candidate records, screened (`_screen`), in read order."""
+    from tqdm import tqdm
+
+    pools: dict[str, list[dict]] = {}
+    first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
+    max_bytes = config.max_record_bytes(cfg)
+    for dom in wanted:
+        pools[dom] = []
+        for spec in specs[dom]:
+            src = parse_source(spec)
+            stats.add_source(spec, src, dom, out_dir=tmp, final_dir=out)
+            for o in tqdm(read_source(src, reasoning=cfg["reasoning"]), desc=f"read {src.format}", disable=not progress, leave=False):
+                problem = o.record and _screen(o.record, dom, max_bytes, first_seen)
+                if o.record is None:
+                    stats.reject(spec, o.rejection())
+                elif problem:
+                    stats.reject(spec, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
+                else:
+                    first_seen[o.record["id"]] = o.where
+                    stats.read_ok(spec)
+                    pools[dom].append({"spec": spec, "rec": o.record, "where": o.where})
+    return pools
+
+
+def build_heldout(data_cfg: Any, *, n: int, domains, seed: int, tokenizer: Any, out: str | Path, progress: bool = True,
+                  num_proc: int | None = None, overwrite: bool = False) -> dict:
+    """Write the held-out split at `out` (data_prep.heldout): per domain the first `n` records of a
+    seeded order (`seed`; data=synthetic generates its sources with it) that render as training
+    would; return its manifest."""
+    cfg = config.resolve(data_cfg)
+    if cfg["heldout"]:
+        raise DataPrepError("heldout=DIR names a held-out set to exclude from an arm; a held-out split is built without it")
+    wanted = {d: int(n) for d in heldout.check_domains(domains)}
+    tok, tok_name = load_tokenizer(tokenizer)
+    renderer = ChatRenderer(tok, **renderer_kwargs(cfg))
+    out = Path(out)
+    check_output_dir(out, overwrite=overwrite, marker="manifest.json", sources=_inputs(cfg, tok))
+    stats = RunStats()
+    with atomic_dir(out, existing="aside") as tmp:
+        specs = {d: list(cfg["sources"][d]) for d in wanted}
+        if cfg["kind"] == "synthetic":
+            scfg = synthetic.config_from(cfg["synthetic"])
+            margin = {d: q + q // 10 + 2 for d, q in wanted.items()}
+            generated = synthetic.write_sources(tmp / "raw", seed=seed, code_n=margin.get("code", 0),
+                                                search_n=margin.get("search", 0), cfg=scfg)
+            for d in wanted:
+                specs[d][:0] = generated[d]
+        missing = [d for d in wanted if not specs.get(d)]
+        if missing:
+            raise arms.ArmError(f"the held-out split needs sources.{'/'.join(missing)} (or data=synthetic)")
+        pools = _read_pools(cfg, specs, wanted, stats, tmp, out, progress)
+        decon = _decontaminate(cfg, pools, stats)
+        processor = worker.Processor(tok, renderer_kwargs(cfg), num_proc or 1)
+        by_dom, kept = {}, {}
+        try:
+            for dom, quota in wanted.items():
+                by_dom[dom], kept[dom] = _select(pools[dom], quota, f"heldout-{dom}", seed, cfg, processor, stats, progress)
+        finally:
+            processor.close()
+        arms.check_counts("heldout", wanted, kept, cfg["allow_fewer"])
+        rows = [r for dom in wanted for r in by_dom[dom]]
+        stats.check_totals()
+        digests = heldout.record_digests(rows)
+        summary = stats.summary(rows)
+        fingerprint = _fingerprint(rows)
+        _to_dataset(rows).save_to_disk(str(tmp))
+        write_jsonl(tmp / "rejected.jsonl", stats.rejections)
+        manifest = {
+            "kind": heldout.KIND, "n": int(n), "domains": list(wanted), "seed": int(seed), "config": cfg,
+            "tokenizer": tokenizer_identity(tok, tok_name),
+            "template": {"generation_prompt": renderer.info.gen_prompt, "assistant_header": renderer.info.header,
+                         "end_of_turn": renderer.info.end_marker, "chat_template_sha256": renderer.info.template_hash},
+            **summary, "render_settings": renderer_kwargs(cfg), "decontam": decon,
+            "digests": digests, "fingerprint": heldout.digests_fingerprint(digests), "rows_fingerprint": fingerprint,
+        }
+        write_json(tmp / "manifest.json", manifest)
+        write_sha256sums(tmp)
+        (tmp / heldout.COMPLETE).write_text("", encoding="utf-8")
     return manifest
 
 
@@ -236,7 +304,7 @@ def _screen(rec: dict, dom: str, max_bytes: int, first_seen: dict[str, str]) -> 
 def _inputs(cfg: dict, tok) -> list[Path]:
     """Every local path the build reads: an output path must not be or contain one of them."""
     paths = [Path(parse_source(spec).location) for specs in cfg["sources"].values() for spec in specs]
-    paths += [Path(p) for p in decontam_paths(cfg)]
+    paths += [Path(p) for p in decontam_paths(cfg)] + ([Path(cfg["heldout"])] if cfg["heldout"] else [])
     tok_dir = Path(getattr(tok, "name_or_path", "") or "")
     return [p for p in paths + [tok_dir] if str(p) not in ("", ".") and p.exists()]
 

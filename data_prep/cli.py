@@ -3,6 +3,10 @@
     data-prep arm=r2e tokenizer=PATH_OR_HUB_ID out=DIR [key=value ...]   (every key and its default below;
               data=synthetic is kind=synthetic; synthetic.KNOB=V sets a generator knob)
     data-prep show DIR [row=K | id=ID]   (one built row, trainable tokens marked, its turns and checks)
+    data-prep heldout n=N domains=[code,search] seed=S tokenizer=T out=DIR [data keys]   (the held-out split:
+              per domain n gold trajectories no arm built with data.heldout=DIR trains on; `data-prep heldout --help`)
+    data-prep check-heldout heldout=DIR train=[DIR,...]   (exit 2, naming the record and both files, when a
+              training dataset holds the content of a held-out record)
 
 history_reasoning=exact (default): every trainable token is what the model generated at that
 turn, in the context it saw (turns the template later rewrites are trained in extra rows).
@@ -37,6 +41,20 @@ KEYS = {  # data-prep's own keys: (default, description); the data keys are reci
     "num_proc": (None, "render/tokenize worker processes; null -> the CPU count (never changes the output)"),
 }
 CLI_KEYS = keydoc.defaults(KEYS)
+HELDOUT_KEYS = {  # `data-prep heldout`: these, then the data keys (but n and heldout)
+    "n": (50, "records held out per domain"),
+    "domains": (["code", "search"], "the domains held out"),
+    "seed": (1000, "the held-out order (data=synthetic: the generator's seed; keep it apart from the arms' seeds)"),
+    "tokenizer": KEYS["tokenizer"],
+    "out": (None, "output directory (required): the held-out dataset, manifest.json (content digests), SHA256SUMS, COMPLETE"),
+    "overwrite": KEYS["overwrite"],
+    "dry_run": KEYS["dry_run"],
+    "num_proc": KEYS["num_proc"],
+}
+CHECK_KEYS = {
+    "heldout": (None, "a `data-prep heldout` dir (required)"),
+    "train": ([], "training dataset dirs (an arm's data-prep out, a run's data dir)"),
+}
 # Run-level keys launch owns; not data_prep's.
 LAUNCH_ONLY = ("cache_root", "dir")
 _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in LAUNCH_ONLY}
@@ -58,6 +76,10 @@ def _main(argv: list[str]) -> int:
             print(show_doc)
             return 0
         return show_main(argv[1:])
+    if argv and argv[0] == "heldout":
+        return heldout_main(argv[1:])
+    if argv and argv[0] == "check-heldout":
+        return check_main(argv[1:])
     if wants_help(argv):
         print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keys()))
         return 0
@@ -86,6 +108,63 @@ def _main(argv: list[str]) -> int:
         raise DataPrepError(str(exc)) from exc
     print(json.dumps({"out": c["out"], "counts": m["counts"], "rejected_by_reason": m["rejected_by_reason"],
                       "tokens": m["tokens"], "fingerprint": m["fingerprint"]}, indent=2))
+    return 0
+
+
+def heldout_main(argv: list[str]) -> int:
+    """`data-prep heldout`: write the held-out split (data_prep.heldout)."""
+    from data_prep import heldout
+
+    data_only = {k: v for k, v in _DATA_ONLY.items() if k not in ("n", "heldout")}
+    if wants_help(argv):
+        print(heldout.__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(HELDOUT_KEYS))
+              + "\nand the data keys of `data-prep --help` (but n and heldout)")
+        return 0
+    base = OmegaConf.create({**keydoc.defaults(HELDOUT_KEYS), **data_only})
+    cfg = apply_overrides(base, argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))
+    c = OmegaConf.to_container(cfg, resolve=True)
+    if not c["out"]:
+        raise DataPrepError("out=DIR is required")
+    require_int(c["n"], "n", 1)
+    require_int(c["seed"], "seed", 0)
+    if c["num_proc"] is not None:
+        require_int(c["num_proc"], "num_proc", 1)
+    domains = heldout.check_domains(c["domains"])
+    if c["dry_run"]:
+        print(OmegaConf.to_yaml(cfg))
+        return 0
+    from data_prep import build
+    from data_prep.arms import ArmError
+    from data_prep.readers import SourceError
+
+    try:
+        m = build.build_heldout({k: c[k] for k in data_only}, n=int(c["n"]), domains=domains, seed=int(c["seed"]),
+                                tokenizer=str(c["tokenizer"]), out=c["out"], num_proc=c["num_proc"],
+                                overwrite=bool(c["overwrite"]))
+    except (ArmError, SourceError, ValueError, FileNotFoundError) as exc:
+        raise DataPrepError(str(exc)) from exc
+    print(json.dumps({"out": c["out"], "records": {d: len(v) for d, v in m["digests"].items()},
+                      "fingerprint": m["fingerprint"]}, indent=2))
+    return 0
+
+
+def check_main(argv: list[str]) -> int:
+    """`data-prep check-heldout heldout=DIR train=[DIR,...]`: refuse (exit 2) held-out content in training data."""
+    from data_prep import heldout
+
+    if wants_help(argv):
+        print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(CHECK_KEYS)))
+        return 0
+    c = OmegaConf.to_container(apply_overrides(OmegaConf.create(keydoc.defaults(CHECK_KEYS)), argv), resolve=True)
+    if not c["heldout"]:
+        raise DataPrepError("heldout=DIR is required")
+    trains = [c["train"]] if isinstance(c["train"], str) else list(c["train"] or [])
+    if not trains:
+        raise DataPrepError("train=[DIR,...] is required: the training datasets to check")
+    held = heldout.load(c["heldout"])
+    for t in trains:
+        n = heldout.check_disjoint(held, t)
+        print(f"{t}: {n} records, none held out in {held.dir}")
     return 0
 
 

@@ -28,6 +28,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "decontam_ngram": 13,
     "sources": {"code": [], "search": []},
     "synthetic": {},
+    "heldout": None,                     # a `data-prep heldout` dir: its records' content never trains (data_prep.heldout)
     "cache_root": None,
     "dir": None,
 }

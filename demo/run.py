@@ -6,14 +6,19 @@
    on a 2-core machine three 1-thread runs side by side finish well before three 2-thread runs in a
    row (a 1.3M-parameter model does not keep two threads busy). Each run's output goes to
    `<runs_root>/_logs/<arm>-seed<S>.log`; `parallel=1` is the plain `launch sweep` in this process.
+0. `data_prep.build.build_heldout`: the held-out split (`heldout_n` gold trajectories per domain, generated
+   with `heldout_seed` from the same world), written once to `<runs_root>/_heldout`; every arm is built with
+   `data.heldout=` it, so no arm trains on a held-out trajectory, and every checkpoint is scored on it
+   by the teacher-forced benches `tf_code` / `tf_search` (the loss per span kind; analysis.tf_curves).
 2. `data_prep.synthetic.write_synthetic_bench`: a QA bench (`synthqa`, held-out questions with golden
    answers) over a corpus generated from the same world as the training data, retrieved with BM25.
 3. The anchor, evaluated with `prompt=anchor_nudge`: the base every arm starts from. For
    `model=tiny_base` (default) that is the committed pretrained tiny base (`common/tiny_base/`); for
    `model=tiny` the step-0 random init (the trainer seeds it with the run seed, so
    `save_tiny_model(seed=seeds[0])` is the very same weights).
-4. `analyze benches=[synthqa,search_plan_ood] ...`: every checkpoint evaluated, transfer curves,
-   tables and report.md into `out` (default reports/).
+4. `analyze benches=[synthqa,search_plan_ood,tf_code,tf_search] ...`: every checkpoint evaluated, transfer
+   curves, the format-vs-capability decomposition, the teacher-forced curves, tables and report.md into
+   `out` (default reports/).
 
 Every phase is incremental (finished runs are skipped, evaluated checkpoints are not re-evaluated),
 so re-running after an interruption continues. `dry_run=true` prints the plan and runs nothing.
@@ -56,6 +61,8 @@ DEFAULTS = {
     # search_plan_ood reward stays 0 at step 200 and the search arm's synthqa EM drops (0.775 -> 0.675,
     # measured on an earlier version; README).
     "envs_episodes": 0,
+    "heldout_n": 4,  # held-out gold trajectories per domain (the teacher-forced benches tf_code, tf_search)
+    "heldout_seed": 1000,  # their generator seed: apart from the arms' seeds
     "bench_n": 60,  # held-out synthqa questions written
     "eval_n": 40,  # examples per bench per checkpoint
     "max_turns": 4,
@@ -66,6 +73,7 @@ DEFAULTS = {
     "dry_run": False,
 }
 BENCHES = ["synthqa", "search_plan_ood"]
+TF_BENCHES = ["tf_code", "tf_search"]   # teacher-forced losses on the held-out split (every checkpoint)
 
 
 def _list(xs) -> str:
@@ -76,8 +84,31 @@ def envs_export_path(cfg) -> Path:
     return Path(cfg.runs_root) / "_envs" / f"search_plan_act_train_{int(cfg.envs_episodes)}.jsonl"
 
 
+def heldout_path(cfg) -> Path:
+    return Path(cfg.runs_root) / "_heldout"
+
+
+def synthetic_knobs(cfg) -> dict:
+    """The data.synthetic knobs of every arm (and of the held-out split: the same world)."""
+    return {"world_seed": int(cfg.world_seed), "search_extra": list(cfg.search_extra)}
+
+
+def write_heldout(cfg) -> Path:
+    """The held-out split, written once (data_prep.heldout); an existing one is kept as it is."""
+    from data_prep import heldout
+    from data_prep.build import build_heldout
+
+    path = heldout_path(cfg)
+    if not (path / heldout.COMPLETE).is_file():
+        build_heldout({"kind": "synthetic", "synthetic": synthetic_knobs(cfg)}, n=int(cfg.heldout_n),
+                      domains=["code", "search"], seed=int(cfg.heldout_seed), tokenizer="tiny", out=path,
+                      progress=False, num_proc=1)
+    return path
+
+
 def launch_argv(cfg) -> list[str]:
     extra = [f"data.sources.search=[canonical:{envs_export_path(cfg)}]"] if cfg.envs_episodes else []
+    extra.append(f"data.heldout={heldout_path(cfg)}")
     return ["sweep", f"arms={_list(cfg.arms)}", f"seeds={_list(cfg.seeds)}", f"model={cfg.model}", "data=synthetic",
             f"steps={cfg.steps}", f"save_steps={_list(cfg.save_steps)}", f"n={cfg.n}", f"runs_root={cfg.runs_root}",
             f"data.synthetic.world_seed={cfg.world_seed}", f"data.synthetic.search_extra={_list(cfg.search_extra)}", *extra, *[str(a) for a in cfg.launch_args]]
@@ -161,11 +192,12 @@ def analyze_config(cfg) -> dict:
     root = Path(cfg.runs_root)
     bench = root / "_bench"
     return {
-        "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES, "anchor": str(anchor_path(cfg)),
+        "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES + TF_BENCHES, "anchor": str(anchor_path(cfg)),
         "n_boot": int(cfg.n_boot),
         "eval": {"n": int(cfg.eval_n), "corpus": str(bench / "corpus.jsonl"), "bench_root": str(bench),
                  "max_turns": int(cfg.max_turns), "max_model_len": int(cfg.max_model_len),
-                 "max_new_tokens": int(cfg.max_new_tokens), "index_dir": str(bench / "bm25_index")},
+                 "max_new_tokens": int(cfg.max_new_tokens), "index_dir": str(bench / "bm25_index"),
+                 "heldout": str(heldout_path(cfg))},
     }
 
 
@@ -176,6 +208,8 @@ def describe(cfg) -> str:
         "demo plan:",
         *([f"  0. envs export: {int(cfg.envs_episodes)} search_plan_act train episodes -> {envs_export_path(cfg)}"]
           if cfg.envs_episodes and cfg.train else []),
+        f"  0. held-out split: build_heldout(n={int(cfg.heldout_n)} per domain, seed={int(cfg.heldout_seed)}) -> "
+        f"{heldout_path(cfg)}",
         f"  1. launch {' '.join(launch_argv(cfg))}" + ("" if cfg.train else "   (skipped: train=false)")
         + ("" if cfg.parallel == 1 or not cfg.train else
            f"\n     as {len(run_argvs(cfg))} single-threaded `launch arm=A seed=S ...` processes, "
@@ -185,6 +219,7 @@ def describe(cfg) -> str:
         (f"  3. anchor: {a['anchor']} (the committed pretrained tiny base)" if cfg.model == "tiny_base" else
          f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the random init of step 0)"),
         f"  4. analyze runs_root={a['runs_root']} benches={_list(BENCHES)} anchor={a['anchor']} out={a['out']} {ev}",
+        f"     and the teacher-forced benches {_list(TF_BENCHES)} on the held-out split (eval.heldout above)",
     ])
 
 
@@ -200,6 +235,7 @@ def _phase(name: str, timings: dict, fn):
 def run_demo(cfg) -> int:
     root = Path(cfg.runs_root)
     timings: dict[str, float] = {}
+    _phase("held-out split", timings, lambda: write_heldout(cfg))   # before training: the arms leave it out
     if cfg.train:
         from launch.cli import main as launch_main
 

@@ -47,7 +47,9 @@ from common.benchmarks import (SEARCH7, BenchError, BenchItem, check_context_mod
 
 OOD_BENCH = "search_plan_ood"
 BABYAI_BENCH = "babyai"
-ENV_BENCHES = (OOD_BENCH, BABYAI_BENCH)  # benches that bring their own environment (no retriever, no file)
+TF_BENCHES = ("tf_code", "tf_search")   # teacher-forced losses on a held-out set (evals.teacher_forced)
+# benches that bring their own environment or items (no retriever, no bench file, no context mode)
+ENV_BENCHES = (OOD_BENCH, BABYAI_BENCH, *TF_BENCHES)
 # FlashRAG_datasets split of each bench: the hub set `<bench>:hub` (common.datafetch, <bench>/<split>.jsonl).
 HUB_SPLITS = {
     "nq": "test", "triviaqa": "test", "popqa": "test", "bamboogle": "test",

@@ -11,7 +11,7 @@ from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
 from common.schema import Number
 from common.tiny import resolve_model_path
-from evals.benches import ENV_BENCHES, HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
+from evals.benches import ENV_BENCHES, HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, TF_BENCHES, bench_source
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
@@ -47,6 +47,7 @@ KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluat
     "sets": ({}, "per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a bench "
                  "not named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; `fetch-data --help`)"),
     "bench_root": (None, "your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets"),
+    "heldout": (None, "benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir"),
     "out": (None, "null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run"),
     "batch_size": (64, "episodes advanced in lockstep (and written) together"),
     "micro_batch": (16, "hf backend: sequences per generate call"),
@@ -339,6 +340,14 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
             raise EvalError(f"benches: {why}")
         if bench not in ENV_BENCHES:  # a missing or ambiguous bench file, an unknown set: up front (no network)
             bench_source(bench, merged.bench_root, resolve=False, sets=merged.sets)
+    if tf := [b for b in merged.benches if b in TF_BENCHES]:
+        if merged.backend != "hf":
+            raise EvalError(f"benches {tf} are teacher-forced losses (the model's logits): backend=hf only, not "
+                            f"backend={merged.backend}; evaluate them in a call of their own")
+        if not merged.heldout:
+            raise EvalError(f"benches {tf} need heldout=DIR (a `data-prep heldout` dir)")
+        if not Path(merged.heldout).is_dir():
+            raise EvalError(f"heldout={merged.heldout}: no such directory")
     merged.bench_n = _run_bench_n(base.bench_n, user.bench_n if "bench_n" in user else None, merged.benches,
                                   merged.bench_root)
     qa = [b for b in merged.benches if uses_retriever(b)]

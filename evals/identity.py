@@ -34,8 +34,9 @@ OPERATIONAL_KEYS = (
 ENGINE_KEYS = ("dtype", "enforce_eager", "prefix_caching")
 # Keys that enter through content identities instead: the checkpoint digest, and per bench its
 # n, seed and file digest (`benches` lists which identities there are; `corpus` is a file; `bench_n`
-# is a bench's own n; `sets` names each bench's item set, recorded with its source).
-CONTENT_KEYS = ("ckpt", "benches", "bench_root", "sets", "n", "bench_n", "seed", "corpus", "encoder", "index")
+# is a bench's own n; `sets` names each bench's item set, recorded with its source; `heldout` is a
+# teacher-forced bench's source, its manifest's digest).
+CONTENT_KEYS = ("ckpt", "benches", "bench_root", "sets", "n", "bench_n", "seed", "corpus", "encoder", "index", "heldout")
 # Keys that belong to one bench only (they enter no other bench's identity).
 BENCH_KEY_PREFIXES = {"babyai": "babyai_"}
 

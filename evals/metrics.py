@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from evals.teacher_forced import SPAN_KINDS
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)  # ASCII punctuation only, as in the SQuAD script
 # F1's special answers: token overlap is meaningless for them, so a mismatch scores 0.
@@ -133,6 +135,12 @@ METRICS: dict[str, MetricSpec] = {
     # bench babyai (evals.babyai): episode means
     "return": RATE, "success": RATE, "progression": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
     "samples": SIZE,
+    # the teacher-forced benches (evals.teacher_forced): mean loss per token, overall and per span kind,
+    # and the token counts they are over
+    "loss": MetricSpec(0.0, what="a mean token loss >= 0"),
+    "tokens": MetricSpec(0, integer=True, what="a count of tokens >= 0"),
+    **{f"loss_{k}": MetricSpec(0.0, what="a mean token loss >= 0") for k in SPAN_KINDS},
+    **{f"tokens_{k}": MetricSpec(0, integer=True, what="a count of tokens >= 0") for k in SPAN_KINDS},
 }
 # Why a bench's means are null in its summary: each is over zero items, which is no number (never 0.0).
 NULL_REASON = "null_reason"

@@ -8,6 +8,10 @@ anything about how it is evaluated.
     search_plan_ood  envs.search_plan_act: an environment per episode and its own tools; reward components
     babyai           envs.babyai_text under BALROG's protocol (evals.babyai.play_game); return, success,
                      progression; its decoding settings as a `babyai` block of meta.json
+    teacher_forced   `tf_code`, `tf_search` (evals.teacher_forced): no episode; the checkpoint's token loss
+                     on the held-out gold trajectories of one domain (evaluate's `heldout=DIR`), rendered
+                     and masked as in training, by span kind; HF backend only; a `teacher_forced` block
+                     of meta.json (the held-out set's fingerprint, its render settings)
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from typing import Any, Callable
 
 from common import thinking
 from common.benchmarks import parse_bench_key
-from evals import babyai, tasks
+from evals import babyai, tasks, teacher_forced
 from evals.agent import AgentRules, play_agent
 from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_source, load_bench_counted
 from evals.config import bench_size
@@ -31,7 +35,8 @@ class BenchKind:
     cfg) -> (items, source, unanswerable left out)`; `episodes(bench, cfg, tokenizer, retriever, style)`;
     `summarize(rows)`; `item_set(bench, cfg)`: the named item set it reads (None: an environment);
     `counts_unanswerable`: its summary says how many unanswerable items were left out; `meta(cfg)`:
-    its own block of meta.json (under the kind's name), if any."""
+    its own block of meta.json (under the kind's name), if any; `scores`: its items are scored by the
+    model's own logits (`evals.teacher_forced.score`), not played as episodes."""
     name: str
     source: Callable[[str, Any], str]
     items: Callable[[str, Any], tuple[list, str, int]]
@@ -40,6 +45,7 @@ class BenchKind:
     item_set: Callable[[str, Any], str | None]
     counts_unanswerable: bool
     meta: Callable[[Any], dict] | None = None
+    scores: bool = False
 
 
 def _qa_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
@@ -101,7 +107,23 @@ BABYAI = BenchKind(
     counts_unanswerable=False,
     meta=_babyai_meta,
 )
-KINDS = {kind.name: kind for kind in (SEARCH_PLAN_OOD, BABYAI)}   # any other bench is a QA bench
+def _no_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
+    raise AssertionError(f"{bench} is scored, not played (evals.teacher_forced.score)")
+
+
+TEACHER_FORCED = BenchKind(
+    "teacher_forced",
+    source=lambda bench, cfg: teacher_forced.source(cfg),
+    items=lambda bench, cfg: teacher_forced.items(bench, cfg, bench_size(cfg, bench), int(cfg.seed)),
+    episodes=_no_episodes,
+    summarize=teacher_forced.summarize,
+    item_set=lambda bench, cfg: None,
+    counts_unanswerable=False,
+    meta=teacher_forced.meta,
+    scores=True,
+)
+# bench name -> kind; any other bench is a QA bench
+KINDS = {kind.name: kind for kind in (SEARCH_PLAN_OOD, BABYAI)} | dict.fromkeys(teacher_forced.BENCHES, TEACHER_FORCED)
 
 
 def kind_of(bench: str) -> BenchKind:

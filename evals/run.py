@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from common import thinking
 from common.io import check_sha256sums, sha256_text
-from evals import scheduler
+from evals import scheduler, teacher_forced
 from evals.benches import SEARCH7, read_bench_file
 from evals.config import bench_size, resolve, resolve_request, shard_items, uses_retriever
 from evals.engine import Engine, Lockstep
@@ -63,7 +63,7 @@ def bench_items_record(bench: str, cfg, items: list, source: str, unanswerable: 
               "unanswerable_excluded": unanswerable,
               "source_digest": source_digest(source),
               "items_sha256": sha256_text(json.dumps(content, sort_keys=True, default=str))}
-    if Path(source).is_file():
+    if Path(source).is_file() and not kind_of(bench).scores:
         record["file_items"] = len(read_bench_file(Path(source), bench))
     return record
 
@@ -171,6 +171,20 @@ def play_pooled(works: list[BenchWork], episodes: dict[str, Episodes], cfg, engi
         engine.run(scheduler.run_async(jobs, engine, max_in_flight=cap, max_model_len=int(cfg.max_model_len)))
     finally:
         bar.close()
+
+
+def score_teacher_forced(work: BenchWork, cfg, backend, store: EvalStore) -> None:
+    """A teacher-forced bench: each remaining held-out record's span losses at the checkpoint
+    (evals.teacher_forced.score), rendered with the held-out set's own render settings, appended in order."""
+    if not work.todo:
+        return
+    render = teacher_forced.meta(cfg)["render"]
+    bar = tqdm(total=len(work.items), initial=len(work.done), desc=work.bench, unit="rec", disable=not cfg.progress,
+               dynamic_ncols=True)
+    for row in teacher_forced.score(work.todo, backend.model, backend.tokenizer, render):
+        _record(work, store, [row])
+        bar.update(1)
+    bar.close()
 
 
 def _tool_batcher(engine: Engine, episodes: Episodes, cfg):
@@ -305,6 +319,8 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
     # and no retriever built: the summary is rewritten from the rows, only the tokenizer is read.
     works = [prepare_bench(bench, cfg, store, wanted[bench]) for bench in cfg.benches]
     playing = [w for w in works if w.todo]
+    if any(kind_of(b).scores for b in cfg.benches):   # held-out records the checkpoint trained on: refused
+        teacher_forced.check_training_data(cfg)
     if backend is None:
         from evals import parallel
         from evals.backends import make_backend
@@ -327,22 +343,32 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
                                              "unanswerable_excluded": work.unanswerable}, identities)
     records: dict = {}
     started = time.time()
-    episodes = {bench: kind_of(bench).episodes(bench, cfg, backend.tokenizer, retriever, style) for bench in cfg.benches}
+    episodes = {bench: kind_of(bench).episodes(bench, cfg, backend.tokenizer, retriever, style) for bench in cfg.benches
+                if not kind_of(bench).scores}
+    scored = [w for w in works if kind_of(w.bench).scores]
+    tf_names = {w.bench for w in scored}
+    if any(w.todo for w in scored) and not hasattr(backend, "model"):
+        raise EvalError(f"benches {', '.join(w.bench for w in scored)} are teacher-forced losses: they need the model's "
+                        "logits, backend=hf (evaluate them in a call of their own)")
 
     def complete(work: BenchWork) -> None:
         summary[work.bench], records[work.bench] = bench_summary(work), work.record
         store.write_summary(summary)  # after every bench, so a crash keeps finished ones
 
+    for work in scored:   # no episodes: the model's own losses on held-out records
+        score_teacher_forced(work, cfg, backend, store)
+        complete(work)
     if driver == "lockstep":
         engine = Lockstep(backend)
         for work in works:
-            play_lockstep(work, cfg, engine, episodes[work.bench], store)
-            complete(work)
+            if work.bench not in tf_names:
+                play_lockstep(work, cfg, engine, episodes[work.bench], store)
+                complete(work)
     else:   # every bench of the checkpoint pooled through one engine
         for work in works:
-            if not work.todo:
+            if not work.todo and work.bench not in tf_names:
                 complete(work)
-        if playing:
+        if playing := [w for w in playing if w.bench not in tf_names]:
             play_pooled(playing, episodes, cfg, backend, store, complete)
         summary = {**{b: summary[b] for b in summary if b not in cfg.benches}, **{b: summary[b] for b in cfg.benches}}
         store.write_summary(summary)
@@ -381,6 +407,8 @@ def format_table(summary: dict) -> str:
         elif "return" in s:
             lines.append(f"{bench:<{w}}{s['n']:>6}  return={s['return']:.3f} success={s['success']:.3f} "
                          f"invalid={s['invalid_action_rate']:.3f} steps={s['mean_steps']:.1f}")
+        elif "tokens" in s and "em" not in s:   # a teacher-forced bench
+            lines.append(f"{bench:<{w}}{s['n']:>6}  loss/token={s.get('loss', float('nan')):.4f} over {s['tokens']} tokens")
         elif "em" in s:
             lines.append(f"{bench:<{w}}{s['n']:>6}{100 * s['em']:>8.1f}{100 * s['f1']:>8.1f}{100 * s['cover_em']:>9.1f}"
                          f"{100 * s['strict_em']:>10.1f}{100 * s['format_failure_rate']:>9.1f}")

@@ -162,9 +162,11 @@ class EvalStore:
         for key in PER_BENCH_META:
             carried = old.get(key) if isinstance(old.get(key), dict) else {}
             meta[key] = {**{b: v for b, v in carried.items() if b in kept}, **(meta.get(key) or {})}
-        for name, kind in KINDS.items():   # a kind's own block: this call's, else the kept one's
+        for kind in {id(k): k for k in KINDS.values()}.values():   # a kind's own block: this call's, else the kept one's
             if kind.meta is not None:
-                meta[name] = kind.meta(cfg) if name in cfg.benches else old.get(name) if name in kept else None
+                mine = [b for b, k in KINDS.items() if k is kind]
+                meta[kind.name] = (kind.meta(cfg) if any(b in cfg.benches for b in mine)
+                                   else old.get(kind.name) if any(b in kept for b in mine) else None)
         config = OmegaConf.to_container(cfg, resolve=True)
         old_config = old.get("config") if isinstance(old.get("config"), dict) else {}
         for bench, prefix in BENCH_KEY_PREFIXES.items():

@@ -118,14 +118,16 @@ def per_token_losses(model, input_ids: np.ndarray, labels: np.ndarray) -> np.nda
 
     from sft.data import shift_per_sequence
 
-    ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64)).unsqueeze(0)
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64)).unsqueeze(0).to(device)
     target = torch.as_tensor(shift_per_sequence(np.asarray(labels, dtype=np.int64)))
     with torch.no_grad():
-        logits = model(input_ids=ids, position_ids=torch.arange(ids.shape[1]).unsqueeze(0), use_cache=False).logits[0]
-        loss = torch.nn.functional.cross_entropy(logits.float(), target, ignore_index=-100, reduction="none")
+        positions = torch.arange(ids.shape[1], device=device).unsqueeze(0)
+        logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0]
+        loss = torch.nn.functional.cross_entropy(logits.float(), target.to(device), ignore_index=-100, reduction="none")
     out = np.full(len(labels), np.nan)
     keep = target.numpy() != -100
-    out[1:][keep[:-1]] = loss.double().numpy()[:-1][keep[:-1]]  # target t is token t + 1
+    out[1:][keep[:-1]] = loss.double().cpu().numpy()[:-1][keep[:-1]]  # target t is token t + 1
     return out
 
 
@@ -176,3 +178,126 @@ def record_losses(model, tokenizer, renderer, rec: dict) -> SpanLosses:
             out.loss[kind] += float(losses[j])
             out.tokens[kind] += 1
     return out
+
+
+# ---------------------------------------------------------------- the teacher-forced benches
+# `tf_<domain>`: the loss at a checkpoint on the held-out gold trajectories of one domain
+# (data_prep.heldout; evaluate's `heldout=DIR`), by span kind. HF backend only (it needs the logits).
+BENCHES = {"tf_code": "code", "tf_search": "search"}
+
+
+@dataclass(frozen=True)
+class HeldoutItem:
+    """One held-out record as an evaluation item: `id`, the canonical `record`, its content `digest`.
+    `question` / `golden_answers` / `extra` are what evaluate's item digest reads of any item."""
+    id: str
+    record: dict
+    digest: str
+
+    @property
+    def question(self) -> str:
+        return str(self.record.get("task") or "")
+
+    @property
+    def golden_answers(self) -> list:
+        return [self.record["answer"]] if self.record.get("answer") is not None else []
+
+    @property
+    def extra(self) -> dict:
+        return {"digest": self.digest}
+
+
+def source(cfg) -> str:
+    """A teacher-forced bench's source: the held-out dir's manifest (its digest is the bench's identity)."""
+    from pathlib import Path
+
+    if not cfg.get("heldout"):
+        raise EvalError("the teacher-forced benches (tf_code, tf_search) need heldout=DIR (a `data-prep heldout` dir)")
+    return str(Path(cfg.heldout) / "manifest.json")
+
+
+def items(bench: str, cfg, n: int | None, seed: int) -> tuple[list[HeldoutItem], str, int]:
+    """The held-out records of the bench's domain (a verified held-out dir): a seeded shuffle, first n."""
+    import random
+
+    from data_prep import heldout
+    from data_prep.errors import DataPrepError
+
+    try:
+        held = heldout.load(cfg.heldout)
+        recs = held.records(BENCHES[bench])
+    except DataPrepError as exc:
+        raise EvalError(str(exc)) from None
+    digests = held.digests[BENCHES[bench]]
+    out = [HeldoutItem(str(r["id"]), r, digests[str(r["id"])]) for r in recs]
+    random.Random(seed).shuffle(out)
+    return (out if not n or n < 0 else out[:n]), source(cfg), 0
+
+
+def meta(cfg) -> dict:
+    """meta.json's `teacher_forced` block: the held-out set and how its records are rendered."""
+    from data_prep import heldout
+
+    held = heldout.load(cfg.heldout)
+    man = held.manifest
+    return {"heldout": str(held.dir), "fingerprint": held.fingerprint, "seed": man.get("seed"),
+            "records": {d: len(v) for d, v in held.digests.items()}, "render": man.get("render_settings"),
+            "template": man.get("template"), "tokenizer": (man.get("tokenizer") or {}).get("name"),
+            "span_kinds": list(SPAN_KINDS)}
+
+
+def check_training_data(cfg) -> str | None:
+    """Refuse (data_prep's HeldoutError, as an EvalError) a checkpoint whose run manifest names training
+    data that holds a held-out record; returns the training dir checked (None: the checkpoint is not
+    in a run dir, or its manifest names no data dir)."""
+    from pathlib import Path
+
+    from common import layout
+    from common.io import read_json_object
+    from data_prep import heldout
+    from data_prep.errors import DataPrepError
+
+    ckpt = Path(str(cfg.ckpt))
+    man_path = ckpt.parent.parent / layout.MANIFEST
+    if ckpt.parent.name != layout.CHECKPOINTS or not man_path.is_file():
+        return None
+    try:
+        data_dir = (read_json_object(man_path).get("data") or {}).get("dir")
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
+    if not data_dir:
+        return None
+    try:
+        heldout.check_disjoint(heldout.load(cfg.heldout), data_dir)
+    except DataPrepError as exc:
+        raise EvalError(f"{exc} (the training data of {man_path})") from None
+    return str(data_dir)
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per span kind the mean loss per token over every record's tokens (`loss_<kind>`, only for kinds
+    with tokens) and their count (`tokens_<kind>`); `loss`/`tokens` over all kinds; n = records."""
+    total = SpanLosses()
+    for r in rows:
+        total.add(SpanLosses(dict(r["loss"]), dict(r["tokens"])))
+    out: dict = {"n": len(rows)}
+    means = total.means()
+    if total.n:
+        out["loss"] = means["all"]
+    out["tokens"] = total.n
+    for k in SPAN_KINDS:
+        if total.tokens[k]:
+            out[f"loss_{k}"] = means[k]
+        out[f"tokens_{k}"] = total.tokens[k]
+    return out
+
+
+def score(work_items: list[HeldoutItem], model, tokenizer, render: dict):
+    """One row per held-out record (in order): per span kind its loss sum and token count, and the totals."""
+    from data_prep.render import ChatRenderer
+
+    renderer = ChatRenderer(tokenizer, **render)
+    for item in work_items:
+        spans = record_losses(model, tokenizer, renderer, item.record)
+        yield {"id": item.id, "digest": item.digest, "domain": item.record.get("domain"),
+               "loss": spans.loss, "tokens": spans.tokens, "total_loss": spans.total, "total_tokens": spans.n}

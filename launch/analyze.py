@@ -86,6 +86,7 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "eval.topk": (None, "evaluate's topk"),
     "eval.bench_root": (None, "evaluate's bench_root (your own files)"),
     "eval.sets": (None, "evaluate's sets: per-bench named item set, e.g. {nq: 'nq:hub'} (docs/data.md)"),
+    "eval.heldout": (None, "evaluate's heldout: a `data-prep heldout` dir, for benches tf_code / tf_search (teacher-forced curves)"),
     "eval.max_turns": (None, "evaluate's max_turns"),
     "eval.max_model_len": (None, "evaluate's max_model_len"),
     "eval.prompt": ("tool_agent", "evaluate's prompt for the runs' checkpoints (the anchor takes anchor_nudge)"),
