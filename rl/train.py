@@ -612,6 +612,9 @@ def main(argv: list[str] | None = None) -> int:
             raise RlError(f"{argv[0]}: not a readable config ({str(exc).splitlines()[0] if str(exc) else exc})") from None
         rc = run(cfg)
         clean = True
+        if rc != 0:   # the pilot guard's refusal (its table is on stderr)
+            layout.record_trainer_failure(argv[0], "refused to train: a reward hack comes within the required margin "
+                                          "of genuine play (the pilot guard; its table is in the log)", "rl.train", rc)
         return rc
     except (ConfigError, RetrieverError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
         message = " ".join(str(exc).split("\n  ")) if "\n" in str(exc) else str(exc)

@@ -173,3 +173,22 @@ def test_a_local_launch_records_a_trainer_killed_outright(tmp_path):
     layout.record_end(rd, layout.FAILED, "RuntimeError: boom", "sft.train", launch="L2")
     report_end(rd, 1, log, "L2")
     assert layout.end_record(rd)["reason"] == "RuntimeError: boom"
+
+
+def test_the_grpo_trainer_records_its_pilot_guard_refusal(tmp_path, monkeypatch):
+    """rl.train's refusal without an exception (the pilot guard: a reward hack within the margin) is recorded too."""
+    from omegaconf import OmegaConf
+
+    from envs.search_plan_act import pilot
+    from launch.compose import compose_grpo
+    from rl import train as rt
+    from rl.config import run_dir
+
+    cfg = compose_grpo(["task=spa", "model=tiny_base", f"runs_root={tmp_path}", "grpo.pilot_tasks=3"]).cfg
+    cfg.run_dir = str(run_dir(cfg))
+    Path(cfg.run_dir).mkdir(parents=True)
+    OmegaConf.save(cfg, Path(cfg.run_dir) / "config.yaml")
+    monkeypatch.setattr(pilot, "MIN_MARGIN", 0.99)   # as if a hack came within the margin
+    assert rt.main([str(Path(cfg.run_dir) / "config.yaml")]) == 2
+    rec = layout.end_record(cfg.run_dir)
+    assert rec["state"] == "failed" and "the pilot guard" in rec["reason"] and rec["by"] == "rl.train", rec
