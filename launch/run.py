@@ -395,8 +395,9 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None) -> in
     if refusal is not None:
         rc = refusal[0]
         print(f"error: {refusal[1]}", file=sys.stderr, flush=True)
-    if rc != 0 and not is_finished(rd):
-        # the trainer's own FAILED record (this launch's) says more; else one here (an OOM kill, SIGKILL, ...)
+    if rc != 0 and refusal is None and not is_finished(rd):
+        # the trainer's own FAILED record (this launch's) says more; else one here (an OOM kill, SIGKILL, ...).
+        # A refusal wrote its own (none when another trainer holds the run: that one has not failed).
         rec = layout.end_record(rd)
         if not (rec and rec["state"] == "failed" and rec.get("launch") == launch_id):
             killed = f" (killed by {signal.Signals(-rc).name}: out of memory, or killed)" if rc < 0 and -rc in _SIGNALS else ""

@@ -212,12 +212,12 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         # a refusal recorded by this segment's trainer: its one line, with the trainer's own code (2, or 3
         # for non-finite gradients; launch.torchrun passes a worker's code on, torch's own torchrun exits 1)
         f'if refusal=$({shlex.quote(python)} -m launch.refusal "$RUN_DIR" "${LAUNCH_ID_ENV}"); then',
-        "  rc=${refusal%%$'\\t'*}",
+        "  rc=${refusal%%$'\\t'*} ENDED=1   # its own FAILED record says why (none: another trainer holds the run)",
         "  echo \"error: ${refusal#*$'\\t'}\" >&2",
         "fi",
         'echo "[launch] trainer failed with exit code $rc; not requeueing"',
         # the trainer's own FAILED record (this segment's) says more; else this one (an OOM kill, SIGKILL, ...)
-        f'if grep -qsF "\\"launch\\": \\"${LAUNCH_ID_ENV}\\"" "$RUN_DIR/FAILED"; then ENDED=1; else',
+        f'if [ -n "$ENDED" ] || grep -qsF "\\"launch\\": \\"${LAUNCH_ID_ENV}\\"" "$RUN_DIR/FAILED"; then ENDED=1; else',
         '  why="the training step exited with code $rc"',
         '  [ $rc -gt 128 ] && why="$why (killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128))):'
         ' out of memory, or killed)"',

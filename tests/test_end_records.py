@@ -30,6 +30,9 @@ def _script(rd: Path, setup: str = "") -> str:
 # what the trainer writes for its own exception (common.layout.record_end under $DTSFT_LAUNCH_ID)
 TRAINER_FAILED = ('printf \'{"state": "failed", "reason": "RuntimeError: boom", "by": "sft.train", '
                   '"launch": "%s"}\' "$DTSFT_LAUNCH_ID" > "$RUN_DIR_/FAILED"; exit 1\n')
+# a refusal because another trainer holds the run (launch.refusal's record, no FAILED): that run has not failed
+HELD = ('mkdir -p "$RUN_DIR_/logs"; printf \'{"code": 2, "error": "run is in use by another trainer", "launch": "%s"}\' '
+        '"$DTSFT_LAUNCH_ID" > "$RUN_DIR_/logs/trainer-exit.json"; exit 1\n')
 SCONTROL_NO_REQUEUE = '#!/bin/sh\ncase "$1" in requeue) echo "Requested operation is disabled" >&2; exit 1 ;; esac\n'
 
 
@@ -45,6 +48,7 @@ SCONTROL_NO_REQUEUE = '#!/bin/sh\ncase "$1" in requeue) echo "Requested operatio
     ("stopped early", "exit 0\n", "", 0, "REQUEUED", "requeued to resume"),
     ("requeue refused", "exit 0\n", "", 0, "FAILED", "and scontrol requeue 77 failed"),
     ("finished", 'touch "$RUN_DIR_/DONE"; exit 0\n', "", 0, None, None),
+    ("held by another trainer", HELD, "", 2, None, None),
 ])
 def test_the_batch_script_records_how_a_segment_ended(tmp_path, case, srun_body, setup, rc, record, reason):
     rd = tmp_path / "run"
@@ -173,6 +177,13 @@ def test_a_local_launch_records_a_trainer_killed_outright(tmp_path):
     layout.record_end(rd, layout.FAILED, "RuntimeError: boom", "sft.train", launch="L2")
     report_end(rd, 1, log, "L2")
     assert layout.end_record(rd)["reason"] == "RuntimeError: boom"
+    # a refusal because another trainer holds the run: not a failure of the run (the trainer wrote no FAILED)
+    layout.clear_end(rd)
+    (rd / "logs").mkdir()
+    (rd / "logs" / layout.TRAINER_EXIT).write_text(json.dumps({"code": 2, "error": "in use by another trainer",
+                                                               "launch": "L3"}))
+    assert report_end(rd, 1, log, "L3") == 2
+    assert layout.end_record(rd) is None
 
 
 def test_the_grpo_trainer_records_its_pilot_guard_refusal(tmp_path, monkeypatch):
