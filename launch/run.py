@@ -400,7 +400,8 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None) -> in
         # A refusal wrote its own (none when another trainer holds the run: that one has not failed).
         rec = layout.end_record(rd)
         if not (rec and rec["state"] == "failed" and rec.get("launch") == launch_id):
-            killed = f" (killed by {signal.Signals(-rc).name}: out of memory, or killed)" if rc < 0 and -rc in _SIGNALS else ""
+            killed = (f" (killed by {signal.Signals(-rc).name}{': out of memory?' if -rc == signal.SIGKILL else ''})"
+                      if rc < 0 and -rc in _SIGNALS else "")
             layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
                               "launch (local)", launch=launch_id, code=rc)
     if is_finished(rd):

@@ -219,8 +219,9 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         # the trainer's own FAILED record (this segment's) says more; else this one (an OOM kill, SIGKILL, ...)
         f'if [ -n "$ENDED" ] || grep -qsF "\\"launch\\": \\"${LAUNCH_ID_ENV}\\"" "$RUN_DIR/FAILED"; then ENDED=1; else',
         '  why="the training step exited with code $rc"',
-        '  [ $rc -gt 128 ] && why="$why (killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128))):'
-        ' out of memory, or killed)"',
+        '  [ $rc -gt 128 ] && why="$why (killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))"',
+        '  [ $rc -eq 137 ] && why="$why: out of memory?"   # SIGKILL: what the OOM killer sends',
+        '  [ $rc -gt 128 ] && why="$why)"',
         '  end_record FAILED "$why"',
         "fi",
         "exit $rc",

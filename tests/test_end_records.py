@@ -83,7 +83,7 @@ def test_analyze_tells_a_failed_run_from_one_still_training_and_one_requeued(tmp
     for arm in ("failed", "requeued", "training"):
         make_run(root, arm, 0, [10], evaluated={10: {"nq": 0.5}}, horizon=20, save_steps=[10, 20], done=False)
     layout.record_end(root / "failed" / "seed0", layout.FAILED, "the training step exited with code 137\n(killed by "
-                      "SIGKILL: out of memory, or killed)", "slurm batch script")
+                      "SIGKILL: out of memory?)", "slurm batch script")
     layout.record_end(root / "requeued" / "seed0", layout.REQUEUED, "stopped before the end; Slurm job 5_1 requeued "
                       "to resume", "slurm batch script")
     write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.1})
@@ -92,7 +92,7 @@ def test_analyze_tells_a_failed_run_from_one_still_training_and_one_requeued(tmp
     lines = [m.line() for m in res.missing]
     assert lines == [
         "failed/seed0/step-000020 × nq: failed: the training step exited with code 137 (killed by SIGKILL: out of "
-        "memory, or killed)",
+        "memory?)",
         "requeued/seed0/step-000020 × nq: requeued: stopped before the end; Slurm job 5_1 requeued to resume",
         "training/seed0/step-000020 × nq: not checkpointed yet (run still training)"]
     report = (out / "report.md").read_text()
