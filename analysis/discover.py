@@ -30,6 +30,8 @@ class Run:
     checkpoints: dict[int, Path] = field(default_factory=dict)  # complete checkpoints only
     evals: dict[int, Path] = field(default_factory=dict)  # eval dirs holding a summary.json
     done: bool = False
+    # how the run's last segment ended short of DONE (common.layout FAILED / REQUEUED: "state", "reason", ...)
+    end: dict[str, Any] | None = None
     manifest: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
@@ -48,6 +50,20 @@ class Run:
             return planned(self.config)[1]
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
             return []
+
+    def status(self) -> str:
+        """done, failed, requeued or not finished (still training, or not started)."""
+        return "done" if self.done else self.end["state"] if self.end else "not finished"
+
+    def not_checkpointed(self) -> str:
+        """Why a step this run is expected to checkpoint has no checkpoint yet."""
+        if self.done:
+            return "checkpoint missing although the run is done"
+        if self.end and self.end["state"] == "failed":
+            return f"failed: {self.end.get('reason') or 'no reason recorded'}"
+        if self.end:
+            return f"requeued: {self.end.get('reason') or 'waiting to resume'}"
+        return "not checkpointed yet (run still training)"
 
     @property
     def steps(self) -> list[int]:
@@ -92,6 +108,10 @@ def load_run(path: Path, arm: str, seed: int, profile: str | None = None) -> Run
             run.problems.append(f"{ckpt}: no config.json (incomplete checkpoint), ignored")
     run.evals = {s: d for s, d in _step_dirs(path / layout.eval_subdir(profile)).items() if (d / "summary.json").is_file()}
     run.done = (path / layout.DONE).exists()
+    for name in layout.END_RECORDS if not run.done else ():
+        if (rec := read_json_object(path / name, run.problems)) is not None:
+            run.end = {**rec, "state": name.lower()}
+            break
     run.manifest = read_json_object(path / "manifest.json", run.problems)
     run.config = _read_config(path / layout.CONFIG, run.problems)
     return run

@@ -211,7 +211,7 @@ def _runs_html(runs: list[Run]) -> str:
     for r in runs:
         prov = provenance(r.manifest)
         prov_text = "<br>".join(f"<code>{_e(k)}</code>: <code>{_e(v)}</code>" for k, v in prov.items()) or "no manifest.json"
-        rows.append(f"<tr><td>{_e(r.arm)}</td><td>{r.seed}</td><td>{'done' if r.done else 'not finished'}</td>"
+        rows.append(f"<tr><td>{_e(r.arm)}</td><td>{r.seed}</td><td>{_e(r.status())}</td>"
                     f"<td>{_e(', '.join(str(s) for s in sorted(r.checkpoints)) or 'none')}</td>"
                     f"<td>{_e(', '.join(str(s) for s in sorted(r.evals)) or 'none')}</td><td>{prov_text}</td></tr>")
     return ("<table><thead><tr><th>arm</th><th>seed</th><th>status</th><th>checkpoints</th><th>evaluated</th>"

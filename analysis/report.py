@@ -31,7 +31,7 @@ def _run_rows(runs: list[Run]) -> list[str]:
     for r in runs:
         prov = provenance(r.manifest)
         prov_text = "<br>".join(f"`{k}`: `{v}`" for k, v in prov.items()) if prov else "no manifest.json"
-        status = "done" if r.done else "not finished"
+        status = r.status()
         ckpts = ", ".join(str(s) for s in sorted(r.checkpoints)) or "none"
         evals = ", ".join(str(s) for s in sorted(r.evals)) or "none"
         lines.append(f"| {r.arm} | {r.seed} | {status} | {ckpts} | {evals} | {prov_text} |")

@@ -70,7 +70,7 @@ def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev
                 if why := nulls.get((run.arm, run.seed, step, bench)):
                     reason = f"no score: {why}"
                 elif step not in run.checkpoints and step not in run.evals:
-                    reason = "checkpoint missing although the run is done" if run.done else "not checkpointed yet (run still training)"
+                    reason = run.not_checkpointed()
                 elif err := ev.failed(run.arm, run.seed, step, bench):
                     reason = f"evaluation failed: {err}"
                 elif step not in run.checkpoints:

@@ -51,7 +51,8 @@ def is_replaced(path: str | Path) -> bool:
 # ---------------------------------------------------------------- inside a run dir
 # `config.yaml` (resolved), `manifest.json`, `metrics.jsonl`, `checkpoints/step-NNNNNN/` (an RL
 # checkpoint also holds `adapter/`), `state/step-NNNNNN/` (resumable: `SHA256SUMS`, `meta.json`, then
-# `COMPLETE` last), `rollouts/` (RL), `eval/[<profile>/]step-NNNNNN/`, and `DONE` when training finished.
+# `COMPLETE` last), `rollouts/` (RL), `eval/[<profile>/]step-NNNNNN/`, and `DONE` when training finished;
+# `FAILED` or `REQUEUED` (an end record: how the last segment ended short of DONE) while it is not.
 CONFIG = "config.yaml"
 MANIFEST = "manifest.json"       # also the name of a dataset dir's manifest (data_prep)
 METRICS = "metrics.jsonl"
@@ -64,6 +65,14 @@ ADAPTER = "adapter"
 LOGS = "logs"
 TRAINER_EXIT = "trainer-exit.json"   # logs/<this>: {"code", "error", "launch"} of a trainer's refusal, read by launch
 LAUNCH_ID_ENV = "DTSFT_LAUNCH_ID"    # set by launch for its trainer: the "launch" a refusal is recorded under
+# End records (JSON: "state", "reason", "by", "launch", "job", "time"): why a run has no DONE. `FAILED`: the
+# trainer raised (written by its rank 0) or its job ended non-zero / was killed (written by the Slurm batch
+# script or a local launch: an OOM kill or SIGKILL leaves Python no chance). `REQUEUED`: a Slurm segment
+# stopped at a preemption / time-limit warning and its job was requeued. A segment or trainer that starts
+# removes both; at most one is there.
+FAILED = "FAILED"
+REQUEUED = "REQUEUED"
+END_RECORDS = (FAILED, REQUEUED)
 COMPLETE = "COMPLETE"            # written last into a state dir: the state is whole
 STATE_META = "meta.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -85,6 +94,61 @@ def record_refusal(config_path: str | Path, code: int, message: str) -> None:
             (Path(str(rd)) / LOGS).mkdir(parents=True, exist_ok=True)
             write_json(Path(str(rd)) / LOGS / TRAINER_EXIT,
                        {"code": int(code), "error": message, "launch": os.environ.get(LAUNCH_ID_ENV)})
+    except Exception:  # noqa: BLE001 - an unreadable config or run dir
+        pass
+
+
+def record_end(run_dir: str | Path, name: str, reason: str, by: str, **more) -> None:
+    """Write the end record `name` (FAILED or REQUEUED) into `run_dir` atomically, removing the other one.
+    `launch` is this process's launch id ($DTSFT_LAUNCH_ID), `more` adds keys (e.g. code=)."""
+    import os
+    import time
+
+    if name not in END_RECORDS:
+        raise ValueError(f"end record {name!r}: expected one of {', '.join(END_RECORDS)}")
+    rd = Path(run_dir)
+    write_json(rd / name, {"state": name.lower(), "reason": " ".join(str(reason).split()), "by": by,
+                           "launch": os.environ.get(LAUNCH_ID_ENV), **more,
+                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    for other in END_RECORDS:
+        if other != name:
+            (rd / other).unlink(missing_ok=True)
+
+
+def clear_end(run_dir: str | Path) -> None:
+    """A run (segment) starts again: its stale end records go."""
+    for name in END_RECORDS:
+        (Path(run_dir) / name).unlink(missing_ok=True)
+
+
+def end_record(run_dir: str | Path) -> dict | None:
+    """The run's end record (FAILED before REQUEUED; its "state" key says which), None when it has none or
+    it does not read as a JSON object (analysis.discover reads it with a problem recorded instead)."""
+    import json
+
+    for name in END_RECORDS:
+        try:
+            rec = json.loads((Path(run_dir) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict):
+            return {**rec, "state": name.lower()}
+    return None
+
+
+def record_trainer_failure(config_path: str | Path, reason: str, by: str, code: int | None = None) -> None:
+    """A trainer's rank 0 records that it ended with an error: `FAILED` in the run dir its config names.
+    Best effort (the error is on stderr anyway): an unreadable config or run dir records nothing."""
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    try:
+        from omegaconf import OmegaConf
+
+        rd = OmegaConf.load(str(config_path)).get("run_dir")
+        if rd and Path(str(rd)).is_dir():
+            record_end(Path(str(rd)), FAILED, reason, by, **({"code": int(code)} if code is not None else {}))
     except Exception:  # noqa: BLE001 - an unreadable config or run dir
         pass
 

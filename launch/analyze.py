@@ -132,7 +132,7 @@ Keys (key=default  description):
 def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
     lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
-              f"{'' if r.done else ' (not finished)'}" for r in runs]
+              f"{'' if r.done else f' ({r.status()})'}" for r in runs]
     lines.append(f"evaluations to run: {len(jobs)}")
     for j in jobs:
         lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 import uuid
@@ -383,6 +384,9 @@ def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> t
     return rc, log, launch_id
 
 
+_SIGNALS = {int(s) for s in signal.Signals}
+
+
 def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None) -> int:
     """The closing line of a local launch; the exit code (a failed trainer's refusal recorded in
     `logs/trainer-exit.json` under `launch_id` — None: by a trainer run outside launch — is printed
@@ -391,6 +395,15 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None) -> in
     if refusal is not None:
         rc = refusal[0]
         print(f"error: {refusal[1]}", file=sys.stderr, flush=True)
+    if rc != 0 and refusal is None and not is_finished(rd):
+        # the trainer's own FAILED record (this launch's) says more; else one here (an OOM kill, SIGKILL, ...).
+        # A refusal wrote its own (none when another trainer holds the run: that one has not failed).
+        rec = layout.end_record(rd)
+        if not (rec and rec["state"] == "failed" and rec.get("launch") == launch_id):
+            killed = (f" (killed by {signal.Signals(-rc).name}{': out of memory?' if -rc == signal.SIGKILL else ''})"
+                      if rc < 0 and -rc in _SIGNALS else "")
+            layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
+                              "launch (local)", launch=launch_id, code=rc)
     if is_finished(rd):
         state = "finished"
     elif layout.latest_complete_state(layout.states_dir(rd)) is not None:

@@ -19,6 +19,10 @@ Preemption and time limits:
 - a crash (non-zero exit) is not requeued: the job fails with the trainer's exit code. So is a
   segment whose trainer finds a state of another run identity (config.yaml or the trainer's
   semantics changed between segments: the trainer exits 2 before any model work).
+- how a segment ended short of `DONE` is recorded in the run dir for analyze (common.layout end records):
+  `REQUEUED` before the requeue; `FAILED` when the step exits non-zero or is killed (OOM, SIGKILL: no
+  Python ran to say so) or `launcher.setup` ends the job, unless the trainer recorded its own error for
+  this segment. A segment removes an earlier segment's record when it starts.
 """
 from __future__ import annotations
 
@@ -170,9 +174,12 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
     return [
         f"cd {shlex.quote(repo)}",
         "export PYTHONUNBUFFERED=1",
-        *setup,
         "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
+        # the id a trainer's refusal and failure are recorded under (common.layout): this segment's
+        f'export {LAUNCH_ID_ENV}="slurm-$JOB_REF-${{SLURM_RESTART_COUNT:-0}}"',
+        *_end_record_lines(),
+        *setup,
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         # the rendezvous host: the node's address (NodeAddr), which is its name only where the cluster names
@@ -180,12 +187,11 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         "HEAD_ADDR=$(scontrol -o show node \"$HEAD_NODE\" 2>/dev/null | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
         'HEAD_NODE=${HEAD_ADDR:-$HEAD_NODE}',
         f"RDZV_PORT=${{DTSFT_RDZV_PORT:-{RDZV_PORT}}}",
-        # the id a trainer's refusal is recorded under (common.layout.record_refusal): this segment's
-        f'export {LAUNCH_ID_ENV}="slurm-$JOB_REF-${{SLURM_RESTART_COUNT:-0}}"',
         'echo "[launch] segment ${SLURM_RESTART_COUNT:-0} of $RUN_DIR on $SLURM_JOB_NODELIST'
         ' (rendezvous $HEAD_NODE:$RDZV_PORT)"',
         # SIGUSR1 to the batch shell (`scancel --signal=USR1 --batch`, a preemption notice) would end bash and
         # the job with it: the shell passes it to srun, which forwards it to the trainers, and waits on.
+        "PHASE=training",
         "trap 'echo \"[launch] SIGUSR1 to the batch shell: passed to the trainers (save and stop)\"; "
         "kill -USR1 \"$srun_pid\" 2>/dev/null' USR1",
         f"srun --nodes={spec.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
@@ -198,17 +204,53 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR finished"; exit 0; fi',
         "if [ $rc -eq 0 ]; then",
         '  echo "[launch] stopped before the end (time limit / preemption): requeueing $JOB_REF"',
-        '  scontrol requeue "$JOB_REF"',
+        '  end_record REQUEUED "stopped before the end (time limit or preemption); Slurm job $JOB_REF requeued to resume"',
+        '  scontrol requeue "$JOB_REF" || end_record FAILED "stopped before the end (time limit or preemption) and '
+        'scontrol requeue $JOB_REF failed; resubmit to resume"',
         "  exit 0",
         "fi",
         # a refusal recorded by this segment's trainer: its one line, with the trainer's own code (2, or 3
         # for non-finite gradients; launch.torchrun passes a worker's code on, torch's own torchrun exits 1)
         f'if refusal=$({shlex.quote(python)} -m launch.refusal "$RUN_DIR" "${LAUNCH_ID_ENV}"); then',
-        "  rc=${refusal%%$'\\t'*}",
+        "  rc=${refusal%%$'\\t'*} ENDED=1   # its own FAILED record says why (none: another trainer holds the run)",
         "  echo \"error: ${refusal#*$'\\t'}\" >&2",
         "fi",
         'echo "[launch] trainer failed with exit code $rc; not requeueing"',
+        # the trainer's own FAILED record (this segment's) says more; else this one (an OOM kill, SIGKILL, ...)
+        f'if [ -n "$ENDED" ] || grep -qsF "\\"launch\\": \\"${LAUNCH_ID_ENV}\\"" "$RUN_DIR/FAILED"; then ENDED=1; else',
+        '  why="the training step exited with code $rc"',
+        '  [ $rc -gt 128 ] && why="$why (killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))"',
+        '  [ $rc -eq 137 ] && why="$why: out of memory?"   # SIGKILL: what the OOM killer sends',
+        '  [ $rc -gt 128 ] && why="$why)"',
+        '  end_record FAILED "$why"',
+        "fi",
         "exit $rc",
+    ]
+
+
+def _end_record_lines() -> list[str]:
+    """The batch script's end records (common.layout FAILED / REQUEUED, JSON, written atomically): how this
+    segment ended short of DONE, for analyze. The ones of an earlier segment go first; an EXIT trap records a
+    segment that ended otherwise (launcher.setup exiting, the batch shell killed) unless one was written."""
+    return [
+        'rm -f "$RUN_DIR/FAILED" "$RUN_DIR/REQUEUED"   # an earlier segment\'s end record: this one runs',
+        "ENDED= PHASE=setup",
+        "end_record() {  # NAME REASON: $RUN_DIR/NAME (the other one removed)",
+        '  local tmp="$RUN_DIR/.$1.tmp-$$" other=FAILED',
+        '  [ "$1" = FAILED ] && other=REQUEUED',
+        """  printf '{\\n  "state": "%s",\\n  "reason": "%s",\\n  "by": "slurm batch script",\\n  "launch": "%s",\\n"""
+        """  "job": "%s",\\n  "time": "%s"\\n}\\n' "${1,,}" "$2" "$""" + LAUNCH_ID_ENV
+        + """" "$JOB_REF" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \\""",
+        '    > "$tmp" && mv -f "$tmp" "$RUN_DIR/$1" && rm -f "$RUN_DIR/$other"',
+        "  ENDED=1",
+        "}",
+        "on_exit() {",
+        "  local rc=$?",
+        '  [ -n "$ENDED" ] || [ -f "$RUN_DIR/DONE" ] && return',
+        '  if [ "$PHASE" = setup ]; then end_record FAILED "the job ended (exit $rc) before training started (in launcher.setup?)"',
+        '  else end_record FAILED "the batch shell was ended during training (scancel, the time limit or a node failure)"; fi',
+        "}",
+        "trap on_exit EXIT",
     ]
 
 

@@ -322,6 +322,8 @@ class Run:
         rd.mkdir(parents=True, exist_ok=True)
         # The trainer's own run-dir lock (rank 0, whole process), as sft.train takes it.
         self._lock = lock.take_run_lock(rd, state.process_index, state.num_processes, RlError)
+        if self._lock is not None:
+            layout.clear_end(rd)   # this run trains again: a FAILED / REQUEUED of an earlier segment is stale
         if state.is_main_process and not (self.start_dir / "SHA256SUMS").is_file():
             from common.tiny import resolve_model_path
 
@@ -610,12 +612,20 @@ def main(argv: list[str] | None = None) -> int:
             raise RlError(f"{argv[0]}: not a readable config ({str(exc).splitlines()[0] if str(exc) else exc})") from None
         rc = run(cfg)
         clean = True
+        if rc != 0:   # the pilot guard's refusal (its table is on stderr)
+            layout.record_trainer_failure(argv[0], "refused to train: a reward hack comes within the required margin "
+                                          "of genuine play (the pilot guard; its table is in the log)", "rl.train", rc)
         return rc
     except (ConfigError, RetrieverError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
         message = " ".join(str(exc).split("\n  ")) if "\n" in str(exc) else str(exc)
         print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
         layout.record_refusal(argv[0], 2, message)
+        if not isinstance(exc, lock.LockHeld):   # another trainer holds the run: it has not failed
+            layout.record_trainer_failure(argv[0], message, "rl.train", 2)
         return 2
+    except Exception as exc:   # a crash: recorded (FAILED), then the traceback as usual
+        layout.record_trainer_failure(argv[0], f"{type(exc).__name__}: {exc}", "rl.train")
+        raise
     finally:
         close_process_group(clean)
 

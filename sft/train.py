@@ -245,6 +245,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     run_lock = lock.take_run_lock(cfg.run_dir, rank, world, SftError)
     if run_lock is not None:
         held.callback(os.close, run_lock)
+        layout.clear_end(cfg.run_dir)   # this run trains again: a FAILED / REQUEUED of an earlier segment is stale
     if cfg.train.global_batch_size < world:
         raise SftError(f"train.global_batch_size={cfg.train.global_batch_size} is smaller than the world size {world}")
     attn = select_attn_implementation(cfg.model.attn_implementation, device)
@@ -407,8 +408,14 @@ def cli(argv: list[str] | None = None) -> int:
     except (ConfigError, NonFiniteError) as exc:
         code = EXIT_NONFINITE if isinstance(exc, NonFiniteError) else 2
         print(f"error: {exc}", file=sys.stderr)
-        layout.record_refusal(argv[0], code, " ".join(str(exc).split("\n  ")))
+        message = " ".join(str(exc).split("\n  "))
+        layout.record_refusal(argv[0], code, message)
+        if not isinstance(exc, lock.LockHeld):   # another trainer holds the run: it has not failed
+            layout.record_trainer_failure(argv[0], message, "sft.train", code)
         return code
+    except Exception as exc:   # a crash: recorded (FAILED), then the traceback as usual
+        layout.record_trainer_failure(argv[0], f"{type(exc).__name__}: {exc}", "sft.train")
+        raise
 
 
 if __name__ == "__main__":

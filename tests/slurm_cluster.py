@@ -75,7 +75,7 @@ class SlurmCluster:
         self.conf = self.root / "slurm.conf"
         self.node = "dtsftnode"
         self.cpus = os.cpu_count() or 1
-        self._procs: dict[str, subprocess.Popen] = {}  # the daemons this process started (liveness by poll)
+        self._procs: dict[str, subprocess.Popen] = {}   # the daemons this process started (`up`)
 
     # -- the files --------------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -188,37 +188,39 @@ class SlurmCluster:
             return {}
         return {name: int(pid) for name, pid in (line.split() for line in path.read_text().splitlines() if line.strip())}
 
-    def _ours(self, name: str, pid: int, settle: float = 5.0) -> bool:
-        """`pid` is still the daemon this cluster started (its cmdline names this cluster's files). A process
-        that has just been exec'd shows an empty cmdline until the kernel has set up its arguments (Popen
-        returns before that: the close-on-exec pipe it waits on closes first); on a loaded machine that window
-        is long enough to be read, so an empty cmdline is read again for up to `settle` seconds."""
-        end = time.monotonic() + settle
+    def _ours(self, name: str, pid: int) -> bool:
+        """`pid` is still the daemon this cluster started (its cmdline names this cluster's files).
+
+        A process in the middle of an exec shows an empty cmdline for a moment (the vfork parent, Popen, is
+        woken before the new program's arguments are mapped; slurmd also re-executes itself): that is
+        read again, for up to 2 s, before the answer is no."""
+        end = time.monotonic() + 2
         while True:
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
                 state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
             except OSError:
                 return False
-            if cmd or state == "Z" or time.monotonic() >= end:
+            if cmd or state == "Z" or time.monotonic() > end:
                 return name in cmd and str(self.root) in cmd and state != "Z"
             time.sleep(0.05)
 
-    def _exited(self, name: str, pid: int) -> bool:
+    def _running(self, name: str, pid: int) -> bool:
+        """The daemon still runs: for one this process started, its Popen says so (no /proc reading)."""
         proc = self._procs.get(name)
-        if proc is not None and proc.pid == pid:  # started here: its exit status says it
-            return proc.poll() is not None
-        return not self._ours(name, pid)
+        if proc is not None and proc.pid == pid:
+            return proc.poll() is None
+        return self._ours(name, pid)
 
     def _check_alive(self) -> None:
-        dead = [n for n, p in self.pids().items() if self._exited(n, p)]
+        dead = [n for n, p in self.pids().items() if not self._running(n, p)]
         if dead:
             raise ClusterError(f"the test cluster in {self.root}: {', '.join(dead)} exited; logs: {self.root}/log\n"
                                + self.log_tail())
 
     def alive(self) -> bool:
         pids = self.pids()
-        return bool(pids) and all(self._ours(n, p) for n, p in pids.items())
+        return bool(pids) and all(self._running(n, p) for n, p in pids.items())
 
     def log_tail(self, lines: int = 15) -> str:
         out = []
@@ -238,16 +240,16 @@ class SlurmCluster:
                 time.sleep(0.5)
         for name in reversed(DAEMONS):
             pid = pids.get(name)
-            if pid is None or not self._ours(name, pid):
+            if pid is None or not self._running(name, pid):
                 continue
             os.kill(pid, signal.SIGTERM)
             end = time.monotonic() + 15
-            while time.monotonic() < end and self._ours(name, pid):
+            while time.monotonic() < end and self._running(name, pid):
                 time.sleep(0.2)
-            if self._ours(name, pid):
+            if self._running(name, pid):
                 os.kill(pid, signal.SIGKILL)
             try:
-                os.waitpid(pid, 0)
+                self._procs[name].wait() if name in self._procs else os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
 

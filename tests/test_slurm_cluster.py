@@ -215,6 +215,9 @@ def test_a_training_task_sent_usr1_stops_is_requeued_and_ends_on_the_uninterrupt
 # A training task that fails: the batch script's setup (launcher.setup, run before srun) exits 3 for seed 1
 # (RUN_DIR is the task's run dir; the evaluation jobs, which get the same setup, have none).
 FAIL_SEED1 = 'launcher.setup=case "$RUN_DIR" in */seed1) echo planted training failure; exit 3;; esac'
+# A training step killed where Python cannot say so (as the OOM killer's SIGKILL would): seed 1's processes get
+# a 4 s CPU-time limit (srun passes the batch shell's limits on to the step), so the kernel kills them by signal.
+KILL_SEED1 = 'launcher.setup=case "$RUN_DIR" in */seed1) echo planted CPU-time limit; ulimit -c 0; ulimit -t 4;; esac'
 SMOKE_EVAL = ["benches=[bamboogle]", "eval.n=2", "eval.max_new_tokens=32", "eval.max_model_len=4096", "eval.dtype=float32",
               "eval.backend=hf", "corpus=corpus:wiki18_example_10"]
 
@@ -240,15 +243,18 @@ def test_a_failed_training_task_cancels_its_runs_evaluation_and_the_report_lists
     report = (tmp_path / "rep" / "report.md").read_text()
     gap = missing_points(report)
     assert "r2e/seed1/" in gap and "r2e/seed0/" not in gap, report
+    # why: the batch script's FAILED record (launcher.setup ended the job), not "still training"
+    assert "failed: the job ended (exit 3) before training started" in gap and "still training" not in gap, gap
     assert list((tmp_path / "runs" / "r2e" / "seed0" / "eval").rglob("bamboogle.jsonl"))
 
 
 def test_a_study_whose_training_failed_still_reports_and_lists_the_run_as_a_gap(cluster, data_cache, tmp_path):
-    """A Slurm study whose only training task fails: the report stage (afterany, not afterok: it would pend
-    forever) still runs, evaluates the anchor and lists the failed run as a gap."""
+    """A Slurm study whose only training task is killed by a signal mid-step (no Python left to record it): the
+    report stage (afterany, not afterok: it would pend forever) still runs, evaluates the anchor and lists the
+    failed run as a gap, with the batch script's reason (the step's exit code and signal)."""
     smoke = [t.replace("train:seeds=[0]", "train:seeds=[1]") for t in _smoke()]
     _ok(_cli(tmp_path, "launch.cli", "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke,
-             "launcher=slurm", "gpus_per_node=0", FAIL_SEED1, **data_cache))
+             "launcher=slurm", "gpus_per_node=0", KILL_SEED1, **data_cache))
     settle(cluster, PATIENCE, tmp_path)
     ledger = next((tmp_path / "runs" / "_slurm").glob("study-*"))
     logs = sorted(tmp_path.rglob("*.out"))
@@ -257,7 +263,10 @@ def test_a_study_whose_training_failed_still_reports_and_lists_the_run_as_a_gap(
     assert ended.get(train[0]) == "FAILED" and ended.get(report_job[0]) == "COMPLETED", (ended, _log(logs))
     assert "afterany:" in (ledger / "report.sbatch").read_text()
     report = (tmp_path / "rep" / "report.md").read_text()
-    assert "r2e/seed1/" in missing_points(report), report
+    gap = missing_points(report)
+    assert "r2e/seed1/" in gap, report
+    assert re.search(r"r2e/seed1/\S+ × \w+: failed: the training step exited with code \d+ \(killed by SIG", gap), \
+        (gap, _log(logs))
 
 
 def test_an_evaluation_task_warned_of_its_time_limit_requeues_itself_and_loses_no_row(cluster, data_cache, tmp_path):
