@@ -107,9 +107,12 @@ test-browser: venv
 # The Slurm tier (tests marked `slurm`): jobs on a private one-node Slurm cluster that the tests bring up and
 # tear down (tests/slurm_cluster.py: its own slurm.conf, ports, munge key and socket under a temp dir; root).
 # Debian's slurm-wlm and munge are installed from apt when missing. A skip fails; so does "no tests ran".
+# The cluster fixture is per module and per worker: `-n 2 --dist load` gives each worker its own cluster (their
+# own names, ports, munge sockets and state dirs), so the tier's jobs, mostly waiting on the scheduler, overlap.
+SLURM_WORKERS ?= 2
 test-slurm: venv
 	@command -v slurmctld >/dev/null && command -v munged >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge; }
-	DTSFT_SLURM_TIER=1 $(BIN)/python -m pytest -q tests -m slurm -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
+	DTSFT_SLURM_TIER=1 $(BIN)/python -m pytest -q tests -m slurm -p no:cacheprovider $(if $(filter-out 0 1,$(SLURM_WORKERS)),-n $(SLURM_WORKERS) --dist load) --durations=10 $(PYTEST_ARGS)
 
 # The developer's loop (<= 5 min on an idle 2-core box): lint + every test not marked slow; the slow ones
 # (trainers run for real, end-to-end studies, the install, the GPU acceptance smoke) run in `make test`.
