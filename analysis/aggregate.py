@@ -16,7 +16,7 @@ import pandas as pd
 from analysis.collect import MEAN_BENCH, example_metric
 from analysis.discover import ANCHOR_ARM
 from analysis.stats import (Band, Interval, PairedResult, bonferroni_band, bootstrap_means, paired_bootstrap,
-                            simultaneous_band, t_interval)
+                            percentile_limits, simultaneous_band, t_interval)
 
 NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, 0, "point")
 
@@ -82,9 +82,8 @@ class Points:
         boot = self._boot_one_seed(arm, int(vals.index[0]), step, bench, metric)
         if boot is None:
             return Interval(mean, math.nan, math.nan, 1, "point")
-        alpha = (1 - self.conf) / 2
-        lo, hi = np.quantile(boot, [alpha, 1 - alpha])
-        return Interval(mean, float(lo), float(hi), 1, "bootstrap")
+        lo, hi = percentile_limits(boot, self.conf)
+        return Interval(mean, lo, hi, 1, "bootstrap")
 
 
     def simultaneous(self, arm: str, bench: str, metric: str, steps: list[int]) -> tuple[list[int], Band] | None:
@@ -245,7 +244,6 @@ def paired_arms(points: Points, a: str, b: str, step: int, bench: str, metric: s
         boots.append(bootstrap_means(d, points.n_boot, points.boot_seed))
         n, dropped = n + d.size, dropped + found[1]
     boot = np.mean(boots, axis=0)
-    alpha = (1 - points.conf) / 2
-    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
-    return ArmsPaired(PairedResult(float(np.mean(deltas)), float(lo), float(hi), n, float((boot <= 0).mean())),
+    lo, hi = percentile_limits(boot, points.conf)
+    return ArmsPaired(PairedResult(float(np.mean(deltas)), lo, hi, n, float((boot <= 0).mean())),
                       seeds, dropped)

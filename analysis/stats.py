@@ -83,19 +83,11 @@ def bootstrap_means(values, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
     return out
 
 
-def _percentiles(boot: np.ndarray, conf: float) -> tuple[float, float]:
+def percentile_limits(boot: np.ndarray, conf: float) -> tuple[float, float]:
+    """The percentile interval's limits (lo, hi) at confidence `conf` of bootstrap draws `boot`."""
     alpha = (1 - conf) / 2
     lo, hi = np.quantile(boot, [alpha, 1 - alpha])
     return float(lo), float(hi)
-
-
-def bootstrap_ci(values, n_boot: int = 2000, seed: int = 0, conf: float = 0.95) -> Interval:
-    """Percentile bootstrap CI of the mean over examples."""
-    x = _clean(values)
-    if x.size == 0:
-        return Interval(math.nan, math.nan, math.nan, 0, "point")
-    lo, hi = _percentiles(bootstrap_means(x, n_boot, seed), conf)
-    return Interval(float(x.mean()), lo, hi, int(x.size), "bootstrap")
 
 
 def paired_bootstrap(a, b, n_boot: int = 2000, seed: int = 0, conf: float = 0.95) -> PairedResult:
@@ -109,7 +101,7 @@ def paired_bootstrap(a, b, n_boot: int = 2000, seed: int = 0, conf: float = 0.95
     if d.size == 0:
         return PairedResult(math.nan, math.nan, math.nan, 0, math.nan)
     boot = bootstrap_means(d, n_boot, seed)
-    lo, hi = _percentiles(boot, conf)
+    lo, hi = percentile_limits(boot, conf)
     return PairedResult(float(d.mean()), lo, hi, int(d.size), float((boot <= 0).mean()))
 
 

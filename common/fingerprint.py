@@ -109,12 +109,6 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def run_fingerprint(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS, **extra: Any) -> str:
-    """sha256 of the canonical JSON of `identity_keys(cfg)` plus `extra` (e.g. data_fingerprint=,
-    trainer_semantics=)."""
-    return identity(cfg, exclude, **extra)["fingerprint"]
-
-
 def identity(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS, **extra: Any) -> dict[str, Any]:
     """The record a run dir keeps: `{"fingerprint", "keys", **extra}` (keys: what `fingerprint_diff`
     compares, so a refusal can name every key that differs)."""
@@ -153,10 +147,6 @@ def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
              for k in sorted(set(ok) | set(nk)) if canonical_json(_by_value(ok.get(k, absent))) != canonical_json(_by_value(nk.get(k, absent)))]
     lines += [f"{k}: {ox[k]!r} -> {nx[k]!r}" for k in sorted(set(ox) & set(nx)) if ox[k] != nx[k]]
     return lines
-
-
-def same_identity(old: Mapping, new: Mapping) -> bool:
-    return not fingerprint_diff(old, new)
 
 
 def identity_error(what: str, diff: list[str], error: type[Exception]) -> Exception:

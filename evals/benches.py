@@ -160,14 +160,8 @@ def bench_source(key: str, bench_root: str | Path | None, *, resolve: bool = Tru
     return str(datafetch.path(name) if resolve else (datafetch.cached(name) or name))
 
 
-def load_bench(key: str, bench_root: str | Path | None, n: int | None, seed: int, sets=None) -> tuple[list[BenchItem], str]:
-    """(sampled items, where they came from) for QA bench `key` (`NAME[@MODE]`)."""
-    items, source, _ = load_bench_counted(key, bench_root, n, seed, sets)
-    return items, source
-
-
-def load_bench_counted(key: str, bench_root: str | Path | None, n: int | None,
-                       seed: int, sets=None) -> tuple[list[BenchItem], str, int]:
+def load_bench(key: str, bench_root: str | Path | None, n: int | None,
+               seed: int, sets=None) -> tuple[list[BenchItem], str, int]:
     """(sampled items, where they came from, unanswerable items left out) for QA bench `key`
     (`NAME[@MODE]`): a file under `bench_root`, else its named set (`bench_set`); items without
     paragraphs are refused for modes item/given."""

@@ -23,7 +23,7 @@ from common import thinking
 from common.benchmarks import parse_bench_key
 from evals import babyai, tasks, teacher_forced
 from evals.agent import AgentRules, play_agent
-from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_source, load_bench_counted
+from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_source, load_bench
 from evals.config import bench_size
 from evals.results import QA_KEYS, summarize
 from evals.scheduler import Episodes
@@ -79,7 +79,7 @@ def _babyai_meta(cfg) -> dict:
 QA = BenchKind(
     "qa",
     source=lambda bench, cfg: bench_source(bench, cfg.bench_root, sets=cfg.get("sets"), fetch=False),
-    items=lambda bench, cfg: load_bench_counted(bench, cfg.bench_root, bench_size(cfg, bench), int(cfg.seed),
+    items=lambda bench, cfg: load_bench(bench, cfg.bench_root, bench_size(cfg, bench), int(cfg.seed),
                                                 cfg.get("sets")),
     episodes=_qa_episodes,
     summarize=lambda rows: summarize(rows, QA_KEYS),

@@ -403,11 +403,6 @@ def prune_states(state_root: Path, keep: int) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def latest_state(run_dir: Path) -> Path | None:
-    states = complete_states(layout.states_dir(run_dir))
-    return states[-1][1] if states else None
-
-
 def newest_verified_state(state_root: Path) -> tuple[Path | None, list[str]]:
     """(the newest complete state that verifies, notes on each newer one skipped and why).
     Collective when a process group is up (every rank gets the same answer)."""

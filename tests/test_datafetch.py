@@ -205,8 +205,8 @@ def test_a_hub_set_is_fetched_by_the_one_downloader_once_pinned(cache, monkeypat
     url = f"/datasets/RUC-NLPIR/FlashRAG_datasets/resolve/{'c' * 40}/nq/test.jsonl"
     with Loopback({url: body}) as srv:
         monkeypatch.setenv("HF_ENDPOINT", srv.url)
-        items, source = load_bench("nq", None, 5, 42, {"nq": "nq:hub"})
-        again, _ = load_bench("nq", None, 5, 42, {"nq": "nq:hub"})
+        items, source, _ = load_bench("nq", None, 5, 42, {"nq": "nq:hub"})
+        again, _, _ = load_bench("nq", None, 5, 42, {"nq": "nq:hub"})
         assert srv.requests == [url]   # the second load downloads nothing
     assert source == str(cache / "hub/nq/flashrag_test.jsonl") and len(items) == 5 and again == items
     rows = [json.loads(x) for x in body.decode().splitlines()]

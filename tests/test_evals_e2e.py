@@ -175,9 +175,9 @@ def test_reads_data_prep_synthetic_bench(tmp_path):
     from evals.benches import load_bench
 
     paths = write_synthetic_bench(tmp_path, seed=0, n=5)
-    items, source = load_bench("synthqa", tmp_path, 3, 42)
+    items, source, _ = load_bench("synthqa", tmp_path, 3, 42)
     assert len(items) == 3 and source.endswith("synthqa/test.jsonl") and all(it.golden_answers for it in items)
-    again, _ = load_bench("synthqa", tmp_path, 3, 42)
+    again, _, _ = load_bench("synthqa", tmp_path, 3, 42)
     assert [it.id for it in again] == [it.id for it in items]  # seeded shuffle is deterministic
     assert [it.id for it in load_bench("synthqa", tmp_path, 5, 7)[0]] != [it.id for it in load_bench("synthqa", tmp_path, 5, 42)[0]]
     docs = Bm25Retriever(paths["corpus"], tmp_path / "idx").search([items[0].question], 3)[0]
@@ -190,7 +190,7 @@ def test_bench_loader_formats_and_errors(tmp_path):
     (tmp_path / "hotpotqa").mkdir()
     (tmp_path / "hotpotqa" / "dev_r1searcher_500.jsonl").write_text(
         "".join(json.dumps({"idx": i, "question": f"q{i}?", "answer": f"a{i}", "gen_text_store": ""}) + "\n" for i in (5, 3, 9)))
-    items, _ = load_bench("hotpotqa", tmp_path, 2, 42)
+    items, _, _ = load_bench("hotpotqa", tmp_path, 2, 42)
     assert [(it.id, it.golden_answers) for it in items] == [("hotpotqa_dev_5", ["a5"]), ("hotpotqa_dev_3", ["a3"])]
     (tmp_path / "mybench").mkdir()
     f = tmp_path / "mybench" / "test.jsonl"

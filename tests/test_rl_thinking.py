@@ -72,7 +72,7 @@ def _expected(world, template: str, **kwargs) -> list[str]:
     from evals.tasks import SearchTools, qa_episode
 
     tok = _tok(template)
-    items, _ = load_bench("synthqa", world["bench_root"], None, 0)
+    items, _, _ = load_bench("synthqa", world["bench_root"], None, 0)
     return sorted(tok.apply_chat_template(qa_episode(it, "tool_agent").messages, tools=SearchTools.tools,
                                           add_generation_prompt=True, tokenize=False, **kwargs) for it in items)
 

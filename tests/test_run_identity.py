@@ -29,7 +29,7 @@ def test_fingerprint_covers_result_keys_and_excludes_paths_and_resumable_keys():
     from launch.compose import compose
 
     cfg = compose(BASE).cfg
-    fp = fingerprint.run_fingerprint(cfg, trainer_semantics=1)
+    fp = fingerprint.identity(cfg, trainer_semantics=1)["fingerprint"]
     keys = fingerprint.identity_keys(cfg)
     for key in ("train.lr", "train.lr_schedule", "train.steps", "train.warmup_ratio", "train.betas", "seed",
                 "model.path", "data.n", "train.precision", "train.grad_clip", "train.weight_decay"):
@@ -39,13 +39,13 @@ def test_fingerprint_covers_result_keys_and_excludes_paths_and_resumable_keys():
         assert key not in keys, key
     moved = compose([*BASE, "runs_root=/elsewhere", "data.cache_root=/c", "state_every=3", "nproc=2",
                      "logging.wandb=false", "name=v2"]).cfg
-    assert fingerprint.run_fingerprint(moved, trainer_semantics=1) == fp
+    assert fingerprint.identity(moved, trainer_semantics=1)["fingerprint"] == fp
     for change in ("lr=5e-4", "train.lr_schedule=constant", "steps=5", "seed=1", "train.betas=[0.9,0.95]",
                    "data.synthetic.n_entities=7"):
         other = compose([*BASE, change]).cfg
-        assert fingerprint.run_fingerprint(other, trainer_semantics=1) != fp, change
-    assert fingerprint.run_fingerprint(cfg, trainer_semantics=2) != fp
-    assert fingerprint.run_fingerprint(cfg, trainer_semantics=1, data_fingerprint="x") != fp
+        assert fingerprint.identity(other, trainer_semantics=1)["fingerprint"] != fp, change
+    assert fingerprint.identity(cfg, trainer_semantics=2)["fingerprint"] != fp
+    assert fingerprint.identity(cfg, trainer_semantics=1, data_fingerprint="x")["fingerprint"] != fp
 
 
 def test_fingerprint_diff_names_each_key_old_to_new():
@@ -60,7 +60,7 @@ def test_an_int_and_the_equal_float_are_one_setting():
     """`weight_decay=0` on the command line is the recipe's `0.0`; a bool is never a number."""
     old = fingerprint.identity({"train": {"weight_decay": 0.0, "grad_clip": 1.0, "betas": [0.9, 1.0]}, "flag": True})
     same = fingerprint.identity({"train": {"weight_decay": 0, "grad_clip": 1, "betas": [0.9, 1]}, "flag": True})
-    assert fingerprint.fingerprint_diff(old, same) == [] and fingerprint.same_identity(old, same)
+    assert fingerprint.fingerprint_diff(old, same) == []
     other = fingerprint.identity({"train": {"weight_decay": 0.1, "grad_clip": 1.0, "betas": [0.9, 1.0]}, "flag": 1})
     assert fingerprint.fingerprint_diff(old, other) == ["flag: True -> 1", "train.weight_decay: 0.0 -> 0.1"]
 

@@ -12,7 +12,7 @@ import torch
 
 from common.cli import ConfigError
 from sft import train
-from sft.checkpoint import COMPLETE, complete_states, latest_state, prune_states
+from sft.checkpoint import COMPLETE, complete_states, prune_states
 from common.schema import TRAINER_SEMANTICS
 from sft.config import load_config, save_points, schedule_steps
 from sft.data import (
@@ -396,7 +396,7 @@ def test_torn_states_are_ignored(tmp_path):
         if complete:
             (d / COMPLETE).write_text(f"{step}\n")
     assert [s for s, _ in complete_states(root)] == [2, 4]
-    assert latest_state(tmp_path).name == "step-000004"
+    assert complete_states(root)[-1][1].name == "step-000004"
     (root / "step-000003").mkdir()  # torn, older than the newest complete state
     prune_states(root, keep=1)
     assert sorted(p.name for p in root.iterdir()) == ["step-000004", "step-000006"]

@@ -73,7 +73,7 @@ def test_the_trl_key_is_a_release_and_enters_the_identity_only_when_set(tmp_path
     unset, pinned = _cfg(tmp_path), _cfg(tmp_path, "grpo.trl=1.9.2")
     old = fingerprint._plain(unset)
     old["grpo"].pop("trl")   # a config.yaml written before the key
-    assert fingerprint.run_fingerprint(old) == fingerprint.run_fingerprint(unset) != fingerprint.run_fingerprint(pinned)
+    assert fingerprint.identity(old)["fingerprint"] == fingerprint.identity(unset)["fingerprint"] != fingerprint.identity(pinned)["fingerprint"]
 
 
 def test_a_run_pinned_to_another_trl_is_refused_before_it_writes_anything(tmp_path):
