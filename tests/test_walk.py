@@ -179,6 +179,19 @@ def test_unresolved_calls_are_counted_and_listed(tmp_path, capsys):
     assert "unresolved x1: launch/a.py:5 json.dumps(...)" in out and "unresolved calls: 3" in out
 
 
+
+def test_a_nested_function_is_part_of_its_outer_function(tmp_path):
+    root = checkout(tmp_path, {"common/u.py": "def f(v): pass\n", "launch/a.py": """
+        from common.u import f
+
+        def start(x):
+            def inner(v):
+                f(x)          # a closure: the outer function's call
+            inner(x)          # no step of its own, and not unresolved
+        """})
+    steps, w = tour(root, "launch/a.py:start:x")
+    assert steps == ["launch/a.py:start", "common/u.py:f", "<- launch/a.py:start"] and w.unresolved == []
+
 ROOMS = {
     "common/u.py": "def f(v): pass\n",
     "evals/e.py": "from common.u import f\nfrom evals.e2 import other\n\ndef mid(v):\n    f(v)\n    other(v)\n",

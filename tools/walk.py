@@ -8,7 +8,8 @@ tools/import_graph.py's. The definitions (the tool's contract):
 
 - Taint. In a function, the tainted names are the followed parameters plus every local name bound (=, op=, for,
   with, comprehension, :=, tuple unpacking) from an expression that mentions a tainted name; flow-insensitive (to a
-  fixpoint over the whole body, nested functions included).
+  fixpoint over the whole body). A function defined inside another is part of it: its calls are the outer
+  function's calls (a closure sees the tainted names), and a call to it is no step of its own.
 - Follow. A call whose arguments (positional, keyword, *args, **kwargs) mention a tainted name is followed when its
   callee resolves to a function, method or class (its __init__) of this checkout: bare names (module-level defs,
   `from x import f`, `import x as y; y.f`, `from pkg import mod; mod.f`, relative imports, re-exports, imports
@@ -245,8 +246,10 @@ class Index:
             node, path = self.defn(fn), self.files[fn[0]]
             local = imports(node.body, package_of(path, fn[0]), nested=True)
             reached, out = tainted(node, set(names)), []
+            inner = [[n.name] for n in ast.walk(node) if isinstance(n, DEFS) and n is not node]
             for call in sorted((c for c in ast.walk(node) if isinstance(c, ast.Call)), key=lambda c: (c.lineno, c.col_offset)):
-                if any(mentions(arg, reached) for arg in [*call.args, *(k.value for k in call.keywords)]):
+                args = [*call.args, *(k.value for k in call.keywords)]
+                if dotted(call.func) not in inner and any(mentions(arg, reached) for arg in args):
                     site = f"{self.where(fn, call.lineno)} {ast.unparse(call.func)}(...)"
                     callee = self.resolve(call, fn, local)
                     out.append((site, callee and (callee[0], bind(call, self.defn(callee[0]), callee[1], reached))))
