@@ -195,14 +195,18 @@ class Index:
             return ("class", mod, name)
         if name in m.defs:
             return ("func", mod, name)
-        return self.lookup(m.aliases.get(name, f"{mod}.{name}"), depth + 1)   # a re-export, or a submodule
+        if name in m.aliases:   # a re-export
+            return self.lookup(m.aliases[name], depth + 1)
+        return ("module", f"{mod}.{name}") if f"{mod}.{name}" in self.files else None
 
     def thing(self, parts: list[str], mod: str, local: dict[str, str]) -> tuple | None:
         """What the chain of names `parts` is in module `mod` (the imports `local` to a function first)."""
         m = self.module(mod)
         head, *rest = parts
-        found = self.lookup(local[head]) if head in local else self.member(mod, head) if (
-            head in m.classes or head in m.defs or head in m.aliases) else None
+        if head in local or head in m.aliases and not (head in m.classes or head in m.defs):
+            found = self.lookup(local.get(head) or m.aliases[head])
+        else:
+            found = self.member(mod, head) if head in m.classes or head in m.defs else None
         for attr in rest:
             if found and found[0] == "module":
                 found = self.member(found[1], attr)
@@ -341,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tools/walk.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("spec", metavar="FILE:FUNC:PARAM")
-    ap.add_argument("--rooms", choices=("folders", "files"), default="folders")
+    ap.add_argument("--rooms", choices=("folders", "files"), default="folders", help="what a room is (default: folders)")
     ap.add_argument("--show", action="store_true", help="print the tour, the unresolved calls and what entered each room")
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout to read (default: this one)")
     ap.add_argument("--cap", type=int, default=10_000, help="the most call sites followed (default 10000)")
