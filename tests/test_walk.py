@@ -222,6 +222,17 @@ def test_entries_by_file_and_climbs_by_the_files_folder(tmp_path):
     assert w.climbs == 2   # evals/e2.py -> evals/e.py is one floor
 
 
+
+def test_a_folder_passed_through_is_left_out_of_the_counts(tmp_path, capsys):
+    root = checkout(tmp_path, ROOMS)
+    _, w = tour(root, "launch/a.py:start:x", through=("common",))
+    # evals -> common -> evals stays in evals: one entry fewer there, and the climb common -> evals is gone
+    assert w.entries == {"launch": 3, "evals": 1, "tools": 1} and w.climbs == 1
+    assert walk_tool.main(["launch/a.py:start:x", "--root", str(root), "--through", "common", "--show"]) == 0
+    out = capsys.readouterr().out
+    assert "(rooms: folders; through common)" in out and "[enters common]" not in out
+    assert "<- launch/a.py:start   [enters launch]" in out
+
 @pytest.mark.parametrize("spec, message", [
     ("launch/a.py:strat:x", "launch/a.py: no function 'strat' (did you mean start?)"),
     ("launch/a.py:start:xx", "launch/a.py:start: no parameter 'xx' (did you mean x?)"),

@@ -24,7 +24,9 @@ tools/import_graph.py's. The definitions (the tool's contract):
 - Rooms: the top-level folders (--rooms folders) or the files (--rooms files). A room's entries: the steps where
   the room changes to it (the start room is entered once). Climbs back up: steps to a room on a higher floor than
   the step before (floors: import_graph.LEVELS, common 0 ... launch 6; a file has its folder's floor; a step to or
-  from a room without a floor, such as tools, demo or bench, is no climb).
+  from a room without a floor, such as tools, demo or bench, is no climb). --through FOLDER (e.g. common, the
+  library every stage calls): the steps into that folder's functions are left out of the counts, so the walk stays
+  in the room before them.
 """
 from __future__ import annotations
 
@@ -62,11 +64,13 @@ class Step:
     depth: int
     site: str | None = None   # "file:line callee(...)": the call this step enters, or returns from (None: the start)
     back: bool = False   # a return
+    enters: str | None = None   # the room this step enters, if it changes room
 
 
 @dataclass
 class Walk:
     rooms: str
+    through: tuple[str, ...] = ()
     tour: list[Step] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
     recursion: list[str] = field(default_factory=list)
@@ -261,8 +265,8 @@ class Index:
         return self.calls_memo[key]
 
 
-def walk(spec: str, root: Path = ROOT, rooms: str = "folders", cap: int = 10_000) -> tuple[Walk, Index]:
-    index, out = Index(root), Walk(rooms)
+def walk(spec: str, root: Path = ROOT, rooms: str = "folders", cap: int = 10_000, through: tuple[str, ...] = ()) -> tuple[Walk, Index]:
+    index, out = Index(root), Walk(rooms, through)
     start, params = parse_spec(index, spec)
     followed = 0
 
@@ -288,7 +292,10 @@ def walk(spec: str, root: Path = ROOT, rooms: str = "folders", cap: int = 10_000
     before, floor_before = None, None
     for step in out.tour:
         room, floor = index.room(step.fn, rooms), LEVELS.get(step.fn[0].split(".")[0])
+        if step.fn[0].split(".")[0] in through and before is not None:
+            continue
         if room != before:
+            step.enters = room
             out.entries[room] += 1
             out.climbs += floor is not None and floor_before is not None and floor > floor_before
             why = "start" if before is None else f"back from {step.site}" if step.back else f"call {step.site}"
@@ -321,15 +328,12 @@ def did_you_mean(word: str, choices) -> str:
 
 
 def report(w: Walk, index: Index, spec: str, show: bool) -> str:
-    lines = [f"walk {spec} (rooms: {w.rooms})"]
+    lines = [f"walk {spec} (rooms: {w.rooms}{''.join(f'; through {t}' for t in w.through)})"]
     if show:
-        before = None
         for step in w.tour:
-            room = index.room(step.fn, w.rooms)
             arrow = "<-" if step.back else "->" if step.site else "  "
-            lines.append(f"  {'  ' * step.depth}{arrow} {index.where(step.fn)}" + (f"   [enters {room}]" if room != before else "")
+            lines.append(f"  {'  ' * step.depth}{arrow} {index.where(step.fn)}" + (f"   [enters {step.enters}]" if step.enters else "")
                          + (f"   (from {step.site})" if step.site and not step.back else ""))
-            before = room
         lines += [f"  unresolved x{n}: {s}" for s, n in Counter(w.unresolved).items()]
         lines += [f"  not re-expanded (on the stack) x{n}: {s}" for s, n in Counter(w.recursion).items()]
     for room, n in sorted(w.entries.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -347,11 +351,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("spec", metavar="FILE:FUNC:PARAM")
     ap.add_argument("--rooms", choices=("folders", "files"), default="folders", help="what a room is (default: folders)")
     ap.add_argument("--show", action="store_true", help="print the tour, the unresolved calls and what entered each room")
+    ap.add_argument("--through", action="append", default=[], choices=ROOMS, metavar="FOLDER",
+                    help="a folder the walk passes through: a step into it stays in the room before (repeatable)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout to read (default: this one)")
     ap.add_argument("--cap", type=int, default=10_000, help="the most call sites followed (default 10000)")
     args = ap.parse_args(argv)
     try:
-        w, index = walk(args.spec, args.root, args.rooms, args.cap)
+        w, index = walk(args.spec, args.root, args.rooms, args.cap, tuple(args.through))
     except WalkError as e:
         print(f"walk: {e}", file=sys.stderr)
         return 2
