@@ -238,9 +238,10 @@ def test_a_folder_passed_through_is_left_out_of_the_counts(tmp_path, capsys):
     ("launch/a.py:start:xx", "launch/a.py:start: no parameter 'xx' (did you mean x?)"),
     ("launch/b.py:start:x", "launch/b.py: no such Python file in a room folder"),
     ("launch/a.py", "launch/a.py: expected FILE:FUNC:PARAM"),
+    ("launch/bad.py:start:x", "launch/bad.py: cannot be read as Python: "),
 ])
 def test_a_spec_naming_nothing_exits_2(tmp_path, capsys, spec, message):
-    root = checkout(tmp_path, ROOMS)
+    root = checkout(tmp_path, {**ROOMS, "launch/bad.py": "def start(x):\n    return (\n"})
     assert walk_tool.main([spec, "--root", str(root)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"walk: {message}") and err.count("\n") == 1

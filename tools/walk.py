@@ -173,7 +173,10 @@ class Index:
     def module(self, name: str) -> Module | None:
         if name not in self.parsed and name in self.files:
             path = self.files[name]
-            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            except (SyntaxError, UnicodeDecodeError) as e:
+                raise WalkError(f"{path.relative_to(self.root)}: cannot be read as Python: {e}") from None
             defs = {n.name: n for n in tree.body if isinstance(n, DEFS)}
             classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
             defs.update({f"{c.name}.{m.name}": m for c in classes.values() for m in c.body if isinstance(m, DEFS)})
