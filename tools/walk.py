@@ -1,7 +1,7 @@
 """Follow one piece of data, a function's parameter, through the calls it is passed to; count how often the walk
 enters each room and how often it climbs back up.
 
-    python3 tools/walk.py FILE:FUNC:PARAM [--rooms folders|files] [--show] [--root DIR] [--cap N]
+    python3 tools/walk.py FILE:FUNC:PARAM [--rooms folders|files] [--through FOLDER] [--show] [--root DIR] [--cap N]
 
 FUNC may be `Class.method`. Static (`ast`), standard library only; module names and floors are
 tools/import_graph.py's. The definitions (the tool's contract):
@@ -52,7 +52,6 @@ class WalkError(Exception):
 
 @dataclass
 class Module:
-    path: Path
     defs: dict[str, ast.FunctionDef]   # qualname -> def
     classes: dict[str, ast.ClassDef]
     aliases: dict[str, str]   # module-level imports: local name -> absolute dotted name
@@ -180,7 +179,7 @@ class Index:
             defs = {n.name: n for n in tree.body if isinstance(n, DEFS)}
             classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
             defs.update({f"{c.name}.{m.name}": m for c in classes.values() for m in c.body if isinstance(m, DEFS)})
-            self.parsed[name] = Module(path, defs, classes, imports(tree.body, package_of(path, name), nested=False))
+            self.parsed[name] = Module(defs, classes, imports(tree.body, package_of(path, name), nested=False))
         return self.parsed.get(name)
 
     def where(self, fn: Fn, line: int | None = None) -> str:
