@@ -22,19 +22,28 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+def package_of(path: Path, module: str) -> str:
+    """The package a module's relative imports start from."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def import_prefix(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a `from ... import` reads from (relative imports resolved against `package`)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(path: Path, module: str) -> set[str]:
     """Every module `path` imports (absolute names; relative imports resolved), ours or not."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = package_of(path, module)
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
+            prefix = import_prefix(node, package)
             out.add(prefix)
             # `from pkg import mod` imports the module pkg.mod when there is one
             out.update(f"{prefix}.{a.name}" for a in node.names)
