@@ -229,7 +229,7 @@ def test_a_hub_dev_set_array_becomes_lines_through_the_downloader(cache, monkeyp
     url = f"/datasets/kamelliao/2wikimultihopqa/resolve/{'c' * 40}/data/dev.json"
     with Loopback({url: array}) as srv:
         monkeypatch.setenv("HF_ENDPOINT", srv.url)
-        items, _ = benches.load_bench("2wikimultihopqa@given", None, 4, 42)   # the default set of mode given
+        items, _, _ = benches.load_bench("2wikimultihopqa@given", None, 4, 42)   # the default set of mode given
     assert srv.requests == [url] and len(items) == 4 and all(it.paragraphs for it in items)
     assert (cache / f.rel).read_bytes() == lines
 
@@ -262,7 +262,7 @@ def test_an_unpinned_hub_set_is_refused_until_prefilled(cache, monkeypatch, tmp_
     with pytest.raises(benches.BenchError, match=r"20 rows, expected 2417; not the dev set"):   # the full dev set's count
         benches.load_bench("musique@given", None, 4, 42)
     monkeypatch.setitem(benches.HUB_CONTEXT, "musique", benches.HubContext("musique:hub_ans_dev", 20))
-    items, source = benches.load_bench("musique@given", None, 4, 42)
+    items, source, _ = benches.load_bench("musique@given", None, 4, 42)
     assert len(items) == 4 and source == str(cache / "hub/musique/musique_ans_v1.0_dev.jsonl")
     from evals.config import resolve
     from evals.run import bench_request
