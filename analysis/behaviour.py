@@ -24,7 +24,9 @@ an identity (exact, no approximation): format is what the change in the share of
 extractable answers is worth at the pre model's accuracy on them; capability is the change in
 accuracy given the format, weighted by the post model's share. The rest is usually ~0 (an episode
 without an extractable answer scores EM 0) and is reported so the three parts add up to ΔEM exactly.
-When the pre evaluation has no ok row, EM₀|ok is undefined and so is the split (reported as such).
+When the pre evaluation has no ok row, EM₀|ok is undefined and so is the split (reported as such); the
+run's later checkpoints are then also split against its first checkpoint that has an ok row (pre "step N":
+what changed after the run first produced the format), beside the undefined row, never in its place.
 """
 from __future__ import annotations
 
@@ -242,11 +244,12 @@ class Decomposed:
     skipped: dict[str, str] = field(default_factory=dict)  # "who × bench" -> why it was not decomposed
 
     def finals(self) -> list[Point]:
-        """Each run × bench at its final evaluated step."""
-        last: dict[tuple[str, str], Point] = {}
+        """Each run × bench × pre evaluation at its final evaluated step."""
+        last: dict[tuple[str, str, str], Point] = {}
         for p in self.points:
-            if (p.run, p.bench) not in last or p.step > last[(p.run, p.bench)].step:
-                last[(p.run, p.bench)] = p
+            key = (p.run, p.bench, p.pre_source)
+            if key not in last or p.step > last[key].step:
+                last[key] = p
         return list(last.values())
 
 
@@ -278,9 +281,10 @@ def load_behaviour(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> Beh
 
 def decompose_runs(runs, anchor_dir: Path | None, benches: list[str]) -> Decomposed:
     """Every evaluated step (> 0) of every run × QA bench against its pre evaluation (an RL run's own step
-    0, else the anchor). A pair whose recorded identities differ beyond the design (analysis.prepost's rule)
-    or that evaluated another number of items is listed as a problem and not split; a pair without recorded
-    identities is split and labelled `unrecorded`."""
+    0, else the anchor); where that pre has no ok row (the split undefined), also every later step against
+    the run's first checkpoint with one (pre "step N"). A pair whose recorded identities differ beyond the
+    design (analysis.prepost's rule) or that evaluated another number of items is listed as a problem and not
+    split; a pair without recorded identities is split and labelled `unrecorded`."""
     from analysis.prepost import identity_problem
 
     out = Decomposed()
@@ -291,28 +295,40 @@ def decompose_runs(runs, anchor_dir: Path | None, benches: list[str]) -> Decompo
             cache[(d, bench)] = load_behaviour(d, bench, who, out)
         return cache[(d, bench)]
 
+    def split_against(run, label: str, bench: str, pre_dir: Path, pre: Behaviour, source: str, steps: list[int]):
+        for step in steps:
+            if (b := load(run.evals[step], bench, label)) is None or math.isnan(b.em):
+                continue
+            ident = identity_label(run.evals[step], bench)
+            recorded = ident != UNRECORDED and identity_label(pre_dir, bench) != UNRECORDED
+            rule = "anchor" if source == "anchor" else "step 0"   # a run's own checkpoints differ only in the weights
+            if recorded and (why := identity_problem(pre_dir, run.evals[step], bench, rule)):
+                out.problems.append(f"behaviour: {label} step {step} × {bench}: {why}")
+                continue
+            if b.n != pre.n:
+                out.problems.append(f"behaviour: {label} step {step} × {bench}: {b.n} items vs {pre.n} in the "
+                                    f"{source} evaluation: not split")
+                continue
+            out.points.append(Point(run.arm, run.seed, step, bench, ident, source, b, pre, decompose(pre, b)))
+
     for run in runs:
         label = f"{run.arm}/seed{run.seed}"
         own_start = 0 in run.evals
         pre_dir = run.evals[0] if own_start else anchor_dir
         source = "step 0" if own_start else "anchor"
+        steps = sorted(s for s in run.evals if s > 0)
         for bench in benches:
             if pre_dir is None or (pre := load(pre_dir, bench, "anchor" if source == "anchor" else label)) is None \
                     or math.isnan(pre.em):
                 continue
-            for step in sorted(s for s in run.evals if s > 0):
-                if (b := load(run.evals[step], bench, label)) is None or math.isnan(b.em):
-                    continue
-                ident = identity_label(run.evals[step], bench)
-                recorded = ident != UNRECORDED and identity_label(pre_dir, bench) != UNRECORDED
-                if recorded and (why := identity_problem(pre_dir, run.evals[step], bench, source)):
-                    out.problems.append(f"behaviour: {label} step {step} × {bench}: {why}")
-                    continue
-                if b.n != pre.n:
-                    out.problems.append(f"behaviour: {label} step {step} × {bench}: {b.n} items vs {pre.n} in the "
-                                        f"{source} evaluation: not split")
-                    continue
-                out.points.append(Point(run.arm, run.seed, step, bench, ident, source, b, pre, decompose(pre, b)))
+            split_against(run, label, bench, pre_dir, pre, source, steps)
+            if pre.p_ok > 0:
+                continue
+            first = next((s for s in steps if (b := load(run.evals[s], bench, label)) is not None
+                          and not math.isnan(b.em) and b.p_ok > 0), None)
+            if first is not None:
+                split_against(run, label, bench, run.evals[first], cache[(run.evals[first], bench)], f"step {first}",
+                              [s for s in steps if s > first])
     return out
 
 
@@ -339,8 +355,9 @@ def decomposition_tables(dec: Decomposed, anchor: dict[str, Behaviour], anchor_i
 
     caption = ("Format vs capability at each run's final checkpoint, per QA bench (context mode) and evaluation "
                "identity: ΔEM = Δp·EM₀|ok + p₁·ΔEM|ok + Δ[(1−p)·EM|¬ok], p = share of well-formed episodes with "
-               "an extractable answer; pre is the anchor (SFT arms) or the run's own step 0 (RL). Rates of the "
-               "post checkpoint; the three parts add up to ΔEM exactly (analysis/behaviour.py).")
+               "an extractable answer; pre is the anchor (SFT arms) or the run's own step 0 (RL), and where that pre has "
+               "no ok episode (split undefined) also the run's first checkpoint with one (pre: step N). Rates of "
+               "the post checkpoint; the three parts add up to ΔEM exactly (analysis/behaviour.py).")
     if dec.skipped:
         caption += " Not decomposed: " + "; ".join(f"{k}: {v}" for k, v in sorted(dec.skipped.items())) + "."
     main = Table(caption, [Column("", "", c, "") for c in DECOMPOSITION_COLUMNS], row_header="Run")
@@ -350,7 +367,8 @@ def decomposition_tables(dec: Decomposed, anchor: dict[str, Behaviour], anchor_i
     for bench, b in anchor.items():
         stages.rows.append(("anchor", [qa_label(bench), anchor_identity.get(bench, "unrecorded"), str(b.n),
                                        _counts(b.rules), _counts(b.stops), _counts(b.failures)]))
-    for p in sorted(dec.finals(), key=lambda p: (p.arm, p.seed, p.bench)):
+    staged = set()
+    for p in sorted(dec.finals(), key=lambda p: (p.arm, p.seed, p.bench, p.pre_source.startswith("step "), p.pre_source)):
         b, s = p.b, p.split
         share = _f(s.format_share) if math.isfinite(s.format_share) else "–"
         main.rows.append((f"{p.run} @{p.step} (pre: {p.pre_source})", [
@@ -358,8 +376,10 @@ def decomposition_tables(dec: Decomposed, anchor: dict[str, Behaviour], anchor_i
             f"{b.searches:.2f}", _f(b.finish_call), f"{_f(p.pre.p_ok)}→{_f(b.p_ok)}", f"{_f(p.pre.em_ok)}→{_f(b.em_ok)}",
             _f(s.delta, True), _f(s.format, True) if s.why_undefined is None else f"– ({s.why_undefined})",
             _f(s.capability, True), _f(s.rest, True), share]))
-        stages.rows.append((f"{p.run} @{p.step}", [qa_label(p.bench), p.identity, str(b.n), _counts(b.rules),
-                                                  _counts(b.stops), _counts(b.failures)]))
+        if (p.run, p.bench, p.step) not in staged:   # one row per evaluation, whichever pre it was split against
+            staged.add((p.run, p.bench, p.step))
+            stages.rows.append((f"{p.run} @{p.step}", [qa_label(p.bench), p.identity, str(b.n), _counts(b.rules),
+                                                      _counts(b.stops), _counts(b.failures)]))
     return main, stages
 
 
@@ -387,6 +407,11 @@ def write_csv(dec: Decomposed, path: Path) -> Path:
 PARTS = (("format", "format (Δp·EM₀|ok)"), ("capability", "capability (p₁·ΔEM|ok)"), ("rest", "rest"))
 
 
+def _bar(p: Point) -> str:
+    """A bar of the figure: the arm, or the arm and its later pre where the first one left the split undefined."""
+    return p.arm if p.pre_source in ("anchor", "step 0") else f"{p.arm}\n(from {p.pre_source})"
+
+
 def plot_decomposition(dec: Decomposed, out_stem: Path):
     """One panel per QA bench: per arm (mean over seeds at each seed's final step) stacked bars of the
     format, capability and rest parts, with ΔEM as a black diamond. Returns analysis.figures.FigureInfo."""
@@ -408,9 +433,9 @@ def plot_decomposition(dec: Decomposed, out_stem: Path):
         fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
         for ax, bench, title in zip(axes.flat, benches, titles):
             here = [p for p in finals if p.bench == bench]
-            arms = sort_arms({p.arm for p in here})
+            arms = sort_arms({_bar(p) for p in here})
             x = np.arange(len(arms))
-            mean = {k: np.array([np.mean([getattr(p.split, k) for p in here if p.arm == a]) for a in arms])
+            mean = {k: np.array([np.mean([getattr(p.split, k) for p in here if _bar(p) == a]) for a in arms])
                     for k in ("format", "capability", "rest", "delta")}
             pos, neg = np.zeros(len(arms)), np.zeros(len(arms))
             for key, label in PARTS:
@@ -434,7 +459,8 @@ def plot_decomposition(dec: Decomposed, out_stem: Path):
         if handles:
             fig.legend(handles, labels, loc="upper center", ncol=len(labels), frameon=False, bbox_to_anchor=(0.5, 1.0))
         info.caption = ("ΔEM from each arm's pre evaluation at its final checkpoint (mean over seeds), split into "
-                        "format, capability and rest (ΔEM = Δp·EM₀|ok + p₁·ΔEM|ok + Δ[(1−p)·EM|¬ok]); panel "
-                        "titles: bench (context mode) [evaluation identity].")
+                        "format, capability and rest (ΔEM = Δp·EM₀|ok + p₁·ΔEM|ok + Δ[(1−p)·EM|¬ok]); \"from step "
+                        "N\": against the run's first checkpoint with a well-formed, extractable answer, where its "
+                        "pre had none; panel titles: bench (context mode) [evaluation identity].")
         save_figure(fig, info, out_stem, rows)
     return info

@@ -136,3 +136,26 @@ def test_a_pair_evaluated_under_other_settings_is_not_split(tmp_path):
                         "n_boot": 50, "metrics": ["em"]})
     assert res.tables["decomposition"].rows == []
     assert "evaluated under different settings (evaluate.n: 100 -> 7)" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_an_undefined_split_is_also_made_from_the_runs_first_well_formed_checkpoint(tmp_path):
+    """Anchor with no ok episode: the anchor row stays (undefined, with its reason) and a second row splits the
+    final checkpoint against the run's first checkpoint that has one. Step 10: p 0.5, EM|ok 0.2 (EM 0.10);
+    step 20: p 0.6, EM|ok 0.6 (EM 0.36): ΔEM 0.26 = format 0.1 x 0.2 = 0.02 + capability 0.6 x 0.4 = 0.24."""
+    root = tmp_path / "runs"
+    run = make_run(root, "r2e", 0, [5, 10, 20])
+    _write(root / "_anchor" / "eval" / "step-000000", _rows(0, 0), fingerprint="anchorfp000")
+    _write(run / "eval" / "step-000005", _rows(0, 0), fingerprint="armfp00000")
+    _write(run / "eval" / "step-000010", _rows(50, 10), fingerprint="armfp00001")
+    _write(run / "eval" / "step-000020", _rows(60, 36), fingerprint="armfp00002")
+    res = run_analysis({"runs_root": str(tmp_path / "runs"), "out": str(tmp_path / "rep"), "benches": ["nq"],
+                        "evaluate": False, "n_boot": 50, "metrics": ["em"]})
+    rows = res.tables["decomposition"].rows
+    assert [label for label, _ in rows] == ["r2e/seed0 @20 (pre: anchor)", "r2e/seed0 @20 (pre: step 10)"]
+    assert rows[0][1][10].startswith("– (the pre evaluation has no well-formed")
+    assert rows[1][1][7:13] == ["0.500→0.600", "0.200→0.600", "+0.260", "+0.020", "+0.240", "+0.000"]
+    assert [label for label, _ in res.tables["behaviour_stages"].rows] == ["anchor", "r2e/seed0 @20"]
+    points = (tmp_path / "rep" / "tables" / "decomposition_points.csv").read_text().splitlines()
+    assert len(points) == 1 + 3 + 1   # every step against the anchor, and step 20 against step 10
+    figure = next(f for f in res.figures if f.paths[0].stem == "decomposition")
+    assert list(figure.series.values()) == [["r2e\n(from step 10)"]]   # only the defined split is drawn
