@@ -445,6 +445,9 @@ def plot_decomposition(dec: Decomposed, out_stem: Path):
                 pos, neg = pos + np.clip(v, 0, None), neg + np.clip(v, None, 0)
             ax.scatter(x, mean["delta"], marker="D", color=OKABE_ITO["black"], zorder=5, s=10, label="ΔEM")
             ax.axhline(0, color="0.5", linewidth=0.5)
+            top, bottom = max(pos.max(), mean["delta"].max(), 0.0), min(neg.min(), mean["delta"].min(), 0.0)
+            pad = 0.12 * ((top - bottom) or 1.0)   # room beyond the tallest bar for its ΔEM marker
+            ax.set_ylim(bottom - (pad if bottom < 0 else 0.0), top + pad)
             ax.set_xticks(x, arms)
             ax.set_title(title)
             ax.set_ylabel("ΔEM vs pre")
