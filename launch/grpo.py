@@ -20,8 +20,7 @@ from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import run
 from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
-from rl.config import parent_run, planned_saves, run_dir, run_identity, world_problem
-from rl.errors import RlError
+from rl.config import parent_run, placement, planned_saves
 
 USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]
 (also: python -m launch.grpo ...)
@@ -85,12 +84,9 @@ def resolve(argv: list[str], gpus: int | None = None) -> run.Prepared:
     check the hardware and the world size, fill the derived values."""
     composed = compose_grpo(argv)
     cfg = composed.cfg
-    rd = run_dir(cfg)
-    identity = run.check_identity(rd, cfg, want=run_identity(cfg))
     nproc = run.local_nproc(composed, gpus)
-    problem = world_problem(cfg, world_size(cfg, nproc))
-    if problem:
-        raise RlError(f"invalid config:\n  {problem}")
+    rd, want = placement(cfg, world_size(cfg, nproc))
+    identity = run.check_identity(rd, cfg, want=want)
     cfg.runs_root = str(os.path.abspath(os.path.expanduser(str(cfg.runs_root))))
     run.fill_derived(cfg, rd, nproc)
     return run.Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
@@ -119,22 +115,13 @@ def dry_run(prep: run.Prepared, argv: list[str]) -> int:
     return 0
 
 
-def pilot_refusal(cfg) -> str | None:
-    if cfg.task != "spa":
-        return None
-    from rl.train import pilot_guard
-
-    return pilot_guard(cfg)
-
-
 def preflight(prep: run.Prepared) -> int | None:
-    """What the trainer would refuse at start (rl.train.preflight), then task=spa's adversarial pilot:
+    """What the trainer would refuse at start, task=spa's adversarial pilot included (rl.train.preflight):
     exit 2 when a reward hack comes within the required margin of genuine play."""
     from rl.train import preflight as trainer_preflight
 
     cfg = prep.cfg
-    trainer_preflight(cfg, probe_retriever=cfg.launcher.kind == "local")
-    table = pilot_refusal(cfg)
+    table = trainer_preflight(cfg, probe_retriever=cfg.launcher.kind == "local")
     if table:
         print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
               f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)

@@ -198,6 +198,16 @@ def run_dir(cfg: DictConfig) -> Path:
     return Path(cfg.runs_root).expanduser().joinpath(*parts).resolve()
 
 
+def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
+    """Where a composed, validated GRPO config runs on `world` processes and what it is: its run dir and
+    run identity (launch's one call into rl before it checks the run dir). RlError when the processes
+    cannot split one step's completions evenly (world_problem)."""
+    problem = world_problem(cfg, world)
+    if problem:
+        raise RlError(f"invalid config:\n  {problem}")
+    return run_dir(cfg), run_identity(cfg)
+
+
 def planned_saves(cfg: DictConfig) -> list[int]:
     """GRPO checkpoint steps (no epochs): common.plan's rule over `train.steps`."""
     return save_points(save_steps=cfg.train.save_steps, save_epoch_ends=False, per_epoch=0, total=int(cfg.train.steps))

@@ -152,11 +152,13 @@ def check_search_failures(step: int, searches: int, failures: int, rate: float, 
             f"Last error: {last or 'see the log'}. Fix the retriever, then re-run to resume from the last state")
 
 
-def preflight(cfg: DictConfig, probe_retriever: bool = True) -> None:
+def preflight(cfg: DictConfig, probe_retriever: bool = True) -> str | None:
     """Everything the trainer refuses before training, in the trainer's own words: the config
     (rl.config.problems, the schema launch checks too), the run dir's `rollouts` and `step-000000`,
-    the prompts file, and (`probe_retriever`) a qa retriever that does not answer. RlError / BenchError /
-    RetrieverError: exit 2, one line. Launch calls it before it writes a run dir."""
+    the prompts file, and (`probe_retriever`) a qa retriever that does not answer: RlError / BenchError /
+    RetrieverError, exit 2, one line. Then task=spa's adversarial pilot (pilot_guard): its table when a
+    reward hack comes within the required margin of genuine play, else None. Launch calls it before it
+    writes a run dir; the trainer again at start."""
     validate(cfg)
     rd = Path(cfg.run_dir)
     rollouts, start = rd / layout.ROLLOUTS, layout.checkpoint_dir(rd, 0)
@@ -171,6 +173,7 @@ def preflight(cfg: DictConfig, probe_retriever: bool = True) -> None:
         qa_rows(str(cfg.grpo.prompts_file), 0, 1)  # a bad prompts file: BenchError naming file:line
         if probe_retriever and cfg.grpo.qa_mode == "open" and cfg.grpo.retriever == "http":
             make_retriever(cfg)
+    return pilot_guard(cfg) if cfg.task == "spa" else None
 
 
 def grpo_args(cfg: DictConfig, rd: Path, steps: int):
@@ -526,13 +529,11 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
             raise fingerprint.identity_error(f"{rd} holds a finished run of a different configuration", diff, RlError)
         print(f"[rl.train] {rd} is finished (DONE)")
         return 0
-    preflight(cfg, probe_retriever=False)   # (the retriever is probed when it is built)
-    if cfg.task == "spa":
-        table = pilot_guard(cfg)
-        if table:
-            print(f"[rl.train] refusing to train: a reward hack comes within the required margin of genuine play\n{table}",
-                  file=sys.stderr)
-            return 2
+    table = preflight(cfg, probe_retriever=False)   # (the retriever is probed when it is built)
+    if table:
+        print(f"[rl.train] refusing to train: a reward hack comes within the required margin of genuine play\n{table}",
+              file=sys.stderr)
+        return 2
     r = Run(cfg)
     r.flag.install()
     try:

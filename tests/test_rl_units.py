@@ -406,6 +406,18 @@ def test_pilot_guard_refuses_a_hackable_reward(tmp_path, monkeypatch, capsys):
     assert not Path(cfg.run_dir).exists()
 
 
+def test_launch_refuses_a_hackable_reward_before_writing_the_run_dir(tmp_path, monkeypatch, capsys):
+    """launch stage=grpo task=spa runs the trainer's preflight, the pilot included, and stops with exit 2."""
+    from envs.search_plan_act import pilot
+    from launch.grpo import main
+
+    monkeypatch.setattr(pilot, "MIN_MARGIN", 0.99)  # as if a hack came within the margin
+    assert main(["task=spa", "model=tiny_base", "grpo.pilot_tasks=3", f"runs_root={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "error: refusing to train task=spa" in err and "adversarial pilot, 3 tasks" in err and "early_finisher" in err
+    assert not (tmp_path / "grpo_spa").exists()
+
+
 def test_qa_task_rewards_em_through_trl_and_the_evals_retriever(tmp_path, monkeypatch):
     """task=qa offline: the synthetic synthqa world + BM25; TRL's real tool loop calls the `search`
     tool (evals' retriever and passage format) and scores EM/F1 with evals.metrics."""
