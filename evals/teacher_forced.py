@@ -4,19 +4,10 @@ A record (data-prep's canonical record, the `messages` column of a dataset) is r
 exactly as in training (`data_prep.render.ChatRenderer.rows` + `tokenize_rows`), each token with its
 span kind (data_prep.spans: SPAN_KINDS, `SpanTokenizer`); here each trainable token gets the
 per-token cross-entropy the trainer sums (fp32 logits; `sft.train.micro_batch_loss` is that sum
-divided by the trainable-token count), summed per kind. The kinds, defined from the record's
-message fields:
-
-    reasoning        the assistant turn's `reasoning_content`
-    assistant_text   its `content`, except a `Final answer:` line
-    final_answer     a `Final answer: …` line of the content, and the dual-terminator epilogue
-    tool_name        a tool call's function name (not finish/submit)
-    tool_arguments   that call's arguments (the JSON object the template renders)
-    finish_call      the name and arguments of a `finish`/`submit` call
-    template         everything else the model generates: think/tool-call tags, the end-of-turn marker
-
-A token takes the kind of its first non-space character (its first character when it is all space).
-The kinds partition the trainable tokens, so the span totals add up to the record's total loss.
+divided by the trainable-token count), summed per kind. The kinds (data_prep.spans: `reasoning`,
+`assistant_text`, `final_answer`, `tool_name`, `tool_arguments`, `finish_call`, `template`) are defined
+from the record's message fields; a token takes the kind of its first non-space character. They
+partition the trainable tokens, so the span totals add up to the record's total loss.
 
 The benches `tf_code` / `tf_search` score a held-out set (data_prep.heldout) that evaluate opens once
 per call (`open_heldout`, the registry's `opens`): its items, its meta.json block and the rendering
