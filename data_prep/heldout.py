@@ -178,8 +178,8 @@ def check_disjoint(held: Heldout, train_dir: str | Path) -> int:
         seen.add(tid)
         dg = content_digest(json.loads(msg))
         if dg in hit:
-            raise TrainingDataError(f"held-out record {hit[dg]!r} ({held.manifest_path}) is training record {tid!r} ({where}): "
-                               f"the same content (digest {dg[:12]}), so its loss is not held out")
+            raise TrainingDataError(f"held-out record {hit[dg]!r} ({held.manifest_path}) is training record {tid!r} "
+                                    f"({where}): the same content (digest {dg[:12]}), so its loss is not held out")
     return len(seen)
 
 

@@ -24,9 +24,9 @@ from typing import NamedTuple
 import numpy as np
 
 from data_prep.errors import DataPrepError
+from data_prep.terminators import FINISH_TOOLS   # the calls that end an episode: `finish_call`
 
 SPAN_KINDS = ("reasoning", "assistant_text", "final_answer", "tool_name", "tool_arguments", "finish_call", "template")
-FINISH_TOOLS = ("finish", "submit")
 _FINAL_LINE = re.compile(r"final answer\s*:[^\n]*", re.IGNORECASE)
 _TEMPLATE = SPAN_KINDS.index("template")
 
