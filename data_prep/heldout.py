@@ -14,8 +14,10 @@ A record's *content digest* is the sha256 of its canonical JSON (sorted keys) wi
 whatever they are called. An arm built with `data.heldout=DIR` drops every candidate whose digest is
 held out before selecting its quota (rejected, reason `heldout`, so read = kept + rejected +
 not_selected still holds), and `check_disjoint` refuses a training dataset that holds one (a
-DataPrepError: exit 2, naming the record ids and both files); `evaluate` runs that check too when
-it scores a held-out set at a checkpoint whose run manifest names its training data.
+DataPrepError: exit 2, naming the record ids and both files). `evaluate` opens the set it scores once
+per call (`open_verified`: loaded, verified and, at a checkpoint whose run manifest names its training
+data, checked disjoint from that data), then reads its records, digests and manifest from the one
+`Heldout`, and renders each record as training did (`Heldout.span_tokenizer`, data_prep.spans).
 """
 from __future__ import annotations
 
@@ -35,6 +37,11 @@ NOT_CONTENT = ("id", "source")
 
 class HeldoutError(DataPrepError):
     """A held-out dir that is not one (torn, changed, not data-prep's), or held-out content in training data."""
+
+
+class TrainingDataError(HeldoutError):
+    """Training data checked against a held-out set (`check_disjoint`) that is no dataset dir, or holds
+    the content of a held-out record."""
 
 
 def content_digest(rec: dict) -> str:
@@ -65,6 +72,18 @@ class Heldout:
     @property
     def fingerprint(self) -> str:
         return self.manifest["fingerprint"]
+
+    @property
+    def render_settings(self) -> dict:
+        """How its records were rendered (data_prep.render.ChatRenderer's keyword arguments)."""
+        return dict(self.manifest.get("render_settings") or {})
+
+    def span_tokenizer(self, tokenizer):
+        """Renders and tokenizes this set's records as training did (its render settings), each token
+        with its span kind: a data_prep.spans.SpanTokenizer (called with a record)."""
+        from data_prep.spans import SpanTokenizer
+
+        return SpanTokenizer(tokenizer, **self.render_settings)
 
     def by_digest(self) -> dict[str, str]:
         """content digest -> held-out record id."""
@@ -129,16 +148,27 @@ def excluded(pools: dict[str, list[dict]], held: Heldout, stats) -> int:
     return dropped
 
 
+def open_verified(path: str | Path, train_dir: str | Path | None = None) -> Heldout:
+    """The held-out dir at `path`, loaded and verified (`load`) and, given the training dataset
+    `train_dir` of what is to be scored on it, checked disjoint from it (`check_disjoint`: a
+    TrainingDataError); what `evaluate` opens once per call."""
+    held = load(path)
+    if train_dir is not None:
+        check_disjoint(held, train_dir)
+    return held
+
+
 def check_disjoint(held: Heldout, train_dir: str | Path) -> int:
-    """Refuse (HeldoutError, exit 2) when training dataset `train_dir` holds the content of a held-out
-    record, naming both ids and both files; returns the number of training records checked."""
+    """Refuse (TrainingDataError, a HeldoutError: exit 2) when training dataset `train_dir` holds the
+    content of a held-out record, naming both ids and both files; returns the number of training
+    records checked."""
     import datasets
 
     train_dir = Path(train_dir)
     try:
         ds = datasets.load_from_disk(str(train_dir))
     except (FileNotFoundError, ValueError) as exc:
-        raise HeldoutError(f"{train_dir}: not a dataset dir ({exc})") from None
+        raise TrainingDataError(f"{train_dir}: not a dataset dir ({exc})") from None
     where = ds.cache_files[0]["filename"] if ds.cache_files else str(train_dir)
     hit, seen = held.by_digest(), set()
     for rid, msg in zip(ds["id"], ds["messages"]):
@@ -148,8 +178,8 @@ def check_disjoint(held: Heldout, train_dir: str | Path) -> int:
         seen.add(tid)
         dg = content_digest(json.loads(msg))
         if dg in hit:
-            raise HeldoutError(f"held-out record {hit[dg]!r} ({held.manifest_path}) is training record {tid!r} ({where}): "
-                               f"the same content (digest {dg[:12]}), so its loss is not held out")
+            raise TrainingDataError(f"held-out record {hit[dg]!r} ({held.manifest_path}) is training record {tid!r} "
+                                    f"({where}): the same content (digest {dg[:12]}), so its loss is not held out")
     return len(seen)
 
 

@@ -11,7 +11,8 @@ anything about how it is evaluated.
     teacher_forced   `tf_code`, `tf_search` (evals.teacher_forced): no episode; the checkpoint's token loss
                      on the held-out gold trajectories of one domain (evaluate's `heldout=DIR`), rendered
                      and masked as in training, by span kind; HF backend only; a `teacher_forced` block
-                     of meta.json (the held-out set's fingerprint, its render settings)
+                     of meta.json (the held-out set's fingerprint, its render settings). The held-out
+                     set is opened once per call (`opens`) and its items and block read from it.
 """
 from __future__ import annotations
 
@@ -31,21 +32,24 @@ from evals.scheduler import Episodes
 
 @dataclass(frozen=True)
 class BenchKind:
-    """One kind of bench. `source(bench, cfg)`: where its items come from (no download); `items(bench,
-    cfg) -> (items, source, unanswerable left out)`; `episodes(bench, cfg, tokenizer, retriever, style)`;
-    `summarize(rows)`; `item_set(bench, cfg)`: the named item set it reads (None: an environment);
-    `counts_unanswerable`: its summary says how many unanswerable items were left out; `meta(cfg)`:
-    its own block of meta.json (under the kind's name), if any; `scores`: its items are scored by the
-    model's own logits (`evals.teacher_forced.score`), not played as episodes."""
+    """One kind of bench. `source(bench, cfg)`: where its items come from (no download); `opens(cfg)`:
+    what its items are read from, opened once per evaluate call (verified, checked) for every bench of
+    the kind, if anything (`opened` below, else None); `items(bench, cfg, opened) -> (items, source,
+    unanswerable left out)`; `episodes(bench, cfg, tokenizer, retriever, style)`; `summarize(rows)`;
+    `item_set(bench, cfg)`: the named item set it reads (None: an environment); `counts_unanswerable`:
+    its summary says how many unanswerable items were left out; `meta(cfg, opened)`: its own block of
+    meta.json (under the kind's name), if any; `scores`: its items are scored by the model's own
+    logits (`evals.teacher_forced.score`, over what `opens` opened), not played as episodes."""
     name: str
     source: Callable[[str, Any], str]
-    items: Callable[[str, Any], tuple[list, str, int]]
+    items: Callable[[str, Any, Any], tuple[list, str, int]]
     episodes: Callable[[str, Any, Any, Any, str], Episodes]
     summarize: Callable[[list[dict]], dict]
     item_set: Callable[[str, Any], str | None]
     counts_unanswerable: bool
-    meta: Callable[[Any], dict] | None = None
+    meta: Callable[[Any, Any], dict] | None = None
     scores: bool = False
+    opens: Callable[[Any], Any] | None = None
 
 
 def _qa_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
@@ -79,8 +83,8 @@ def _babyai_meta(cfg) -> dict:
 QA = BenchKind(
     "qa",
     source=lambda bench, cfg: bench_source(bench, cfg.bench_root, sets=cfg.get("sets"), fetch=False),
-    items=lambda bench, cfg: load_bench(bench, cfg.bench_root, bench_size(cfg, bench), int(cfg.seed),
-                                                cfg.get("sets")),
+    items=lambda bench, cfg, opened: load_bench(bench, cfg.bench_root, bench_size(cfg, bench), int(cfg.seed),
+                                                 cfg.get("sets")),
     episodes=_qa_episodes,
     summarize=lambda rows: summarize(rows, QA_KEYS),
     item_set=lambda bench, cfg: bench_set(bench, cfg.bench_root, cfg.get("sets")),
@@ -89,8 +93,8 @@ QA = BenchKind(
 SEARCH_PLAN_OOD = BenchKind(
     OOD_BENCH,
     source=lambda bench, cfg: f"envs.search_plan_act/{cfg.ood_split}",
-    items=lambda bench, cfg: (tasks.ood_items(bench_size(cfg, bench), int(cfg.seed), cfg.ood_split),
-                              f"envs.search_plan_act/{cfg.ood_split}", 0),
+    items=lambda bench, cfg, opened: (tasks.ood_items(bench_size(cfg, bench), int(cfg.seed), cfg.ood_split),
+                                      f"envs.search_plan_act/{cfg.ood_split}", 0),
     episodes=_ood_episodes,
     summarize=lambda rows: summarize(rows, None),
     item_set=lambda bench, cfg: None,
@@ -99,13 +103,13 @@ SEARCH_PLAN_OOD = BenchKind(
 BABYAI = BenchKind(
     BABYAI_BENCH,
     source=lambda bench, cfg: "envs.babyai_text",
-    items=lambda bench, cfg: (babyai.items(bench_size(cfg, bench), int(cfg.seed), int(cfg.babyai_samples)),
-                              "envs.babyai_text", 0),
+    items=lambda bench, cfg, opened: (babyai.items(bench_size(cfg, bench), int(cfg.seed), int(cfg.babyai_samples)),
+                                      "envs.babyai_text", 0),
     episodes=_babyai_episodes,
     summarize=babyai.summarize,
     item_set=lambda bench, cfg: None,
     counts_unanswerable=False,
-    meta=_babyai_meta,
+    meta=lambda cfg, opened: _babyai_meta(cfg),
 )
 def _no_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
     raise AssertionError(f"{bench} is scored, not played (evals.teacher_forced.score)")
@@ -114,13 +118,14 @@ def _no_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
 TEACHER_FORCED = BenchKind(
     "teacher_forced",
     source=lambda bench, cfg: teacher_forced.source(cfg),
-    items=lambda bench, cfg: teacher_forced.items(bench, cfg, bench_size(cfg, bench), int(cfg.seed)),
+    items=lambda bench, cfg, held: teacher_forced.items(bench, held, bench_size(cfg, bench), int(cfg.seed)),
     episodes=_no_episodes,
     summarize=teacher_forced.summarize,
     item_set=lambda bench, cfg: None,
     counts_unanswerable=False,
-    meta=teacher_forced.meta,
+    meta=lambda cfg, held: teacher_forced.meta(held),
     scores=True,
+    opens=teacher_forced.open_heldout,
 )
 # bench name -> kind; any other bench is a QA bench
 KINDS = {kind.name: kind for kind in (SEARCH_PLAN_OOD, BABYAI)} | dict.fromkeys(teacher_forced.BENCHES, TEACHER_FORCED)

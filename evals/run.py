@@ -112,10 +112,20 @@ class BenchWork:
     todo: list
 
 
-def prepare_bench(bench: str, cfg, store: EvalStore, ident: dict) -> BenchWork:
-    """Sample one bench (already claimed under `ident`) and find what is left of it; reads only
-    (a request that fails before `store.start`, e.g. on loading its model, leaves out as it was)."""
-    items, source, unanswerable = kind_of(bench).items(bench, cfg)
+def open_sources(cfg) -> dict:
+    """What each kind of the requested benches reads its items from, opened once per call (the
+    registry's `opens`: the held-out set, verified and checked against the checkpoint's training
+    data): kind name -> what it opened (kinds without one left out)."""
+    kinds = {kind_of(b).name: kind_of(b) for b in cfg.benches}
+    return {name: kind.opens(cfg) for name, kind in kinds.items() if kind.opens is not None}
+
+
+def prepare_bench(bench: str, cfg, store: EvalStore, ident: dict, opened: dict) -> BenchWork:
+    """Sample one bench (already claimed under `ident`; `opened`: open_sources') and find what is left
+    of it; reads only (a request that fails before `store.start`, e.g. on loading its model, leaves
+    out as it was)."""
+    kind = kind_of(bench)
+    items, source, unanswerable = kind.items(bench, cfg, opened.get(kind.name))
     items = shard_items(items, cfg.shard)   # data_parallel=N: this process's share (evals.parallel)
     record = bench_items_record(bench, cfg, items, source, unanswerable)
     store.check_sample(bench, [it.id for it in items])
@@ -173,15 +183,15 @@ def play_pooled(works: list[BenchWork], episodes: dict[str, Episodes], cfg, engi
         bar.close()
 
 
-def score_teacher_forced(work: BenchWork, cfg, backend, store: EvalStore) -> None:
-    """A teacher-forced bench: each remaining held-out record's span losses at the checkpoint
-    (evals.teacher_forced.score), rendered with the held-out set's own render settings, appended in order."""
+def score_teacher_forced(work: BenchWork, held, cfg, backend, store: EvalStore) -> None:
+    """A teacher-forced bench: each remaining record of the opened held-out set `held` scored at the
+    checkpoint (evals.teacher_forced.score: span losses, rendered with the set's own render settings),
+    appended in order."""
     if not work.todo:
         return
-    render = teacher_forced.meta(cfg)["render"]
     bar = tqdm(total=len(work.items), initial=len(work.done), desc=work.bench, unit="rec", disable=not cfg.progress,
                dynamic_ncols=True)
-    for row in teacher_forced.score(work.todo, backend.model, backend.tokenizer, render):
+    for row in teacher_forced.score(work.todo, backend.model, backend.tokenizer, held):
         _record(work, store, [row])
         bar.update(1)
     bar.close()
@@ -317,10 +327,11 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
     # Sampled and matched with the rows out holds before anything is loaded: with nothing left to
     # play (a rerun, a requeued Slurm task, a data_parallel shard with no items) no model is loaded
     # and no retriever built: the summary is rewritten from the rows, only the tokenizer is read.
-    works = [prepare_bench(bench, cfg, store, wanted[bench]) for bench in cfg.benches]
+    # Each kind's item source opened once (the held-out set: verified, and refused when the
+    # checkpoint trained on one of its records), then every bench sampled from it.
+    opened = open_sources(cfg)
+    works = [prepare_bench(bench, cfg, store, wanted[bench], opened) for bench in cfg.benches]
     playing = [w for w in works if w.todo]
-    if any(kind_of(b).scores for b in cfg.benches):   # held-out records the checkpoint trained on: refused
-        teacher_forced.check_training_data(cfg)
     if backend is None:
         from evals import parallel
         from evals.backends import make_backend
@@ -356,7 +367,7 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
         store.write_summary(summary)  # after every bench, so a crash keeps finished ones
 
     for work in scored:   # no episodes: the model's own losses on held-out records
-        score_teacher_forced(work, cfg, backend, store)
+        score_teacher_forced(work, opened[kind_of(work.bench).name], cfg, backend, store)
         complete(work)
     if driver == "lockstep":
         engine = Lockstep(backend)
@@ -388,7 +399,7 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
         "config": None, "versions": _versions(),
         "seconds": round(time.time() - started, 3),
     }
-    store.write_meta(meta, cfg, kept=kept, old=old_meta)
+    store.write_meta(meta, cfg, kept=kept, old=old_meta, opened=opened)
     from evals.wandb_log import log_summary
 
     logged = log_summary(cfg, summary)

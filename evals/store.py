@@ -152,11 +152,12 @@ class EvalStore:
     def write_summary(self, summary: dict) -> None:
         write_json(self.out / "summary.json", summary)
 
-    def write_meta(self, meta: dict, cfg, *, kept: list[str], old: dict) -> None:
+    def write_meta(self, meta: dict, cfg, *, kept: list[str], old: dict, opened: dict) -> None:
         """Write meta.json: `meta` as this call (resolved config `cfg`) describes it, its per-bench
-        entries for the benches it evaluated; the entries of the benches it `kept` (held, not
-        evaluated) come from `old`, the meta.json it started from: their per-bench entries, their
-        kind's block, their own config keys."""
+        entries for the benches it evaluated, each of their kinds' block (from what the kind opened
+        for this call, `opened`: kind name -> evals.run.open_sources'); the entries of the benches it
+        `kept` (held, not evaluated) come from `old`, the meta.json it started from: their per-bench
+        entries, their kind's block, their own config keys."""
         from omegaconf import OmegaConf
 
         for key in PER_BENCH_META:
@@ -165,7 +166,7 @@ class EvalStore:
         for kind in {id(k): k for k in KINDS.values()}.values():   # a kind's own block: this call's, else the kept one's
             if kind.meta is not None:
                 mine = [b for b, k in KINDS.items() if k is kind]
-                meta[kind.name] = (kind.meta(cfg) if any(b in cfg.benches for b in mine)
+                meta[kind.name] = (kind.meta(cfg, opened.get(kind.name)) if any(b in cfg.benches for b in mine)
                                    else old.get(kind.name) if any(b in kept for b in mine) else None)
         config = OmegaConf.to_container(cfg, resolve=True)
         old_config = old.get("config") if isinstance(old.get("config"), dict) else {}

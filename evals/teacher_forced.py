@@ -1,114 +1,27 @@
 """Teacher-forced loss on gold trajectories, split by what each trained token is part of.
 
 A record (data-prep's canonical record, the `messages` column of a dataset) is rendered and masked
-exactly as in training (`data_prep.render.ChatRenderer.rows` + `tokenize_rows`); each trainable token
-gets the per-token cross-entropy the trainer sums (fp32 logits; `sft.train.micro_batch_loss` is that
-sum divided by the trainable-token count) and a span kind, defined from the record's message fields:
+exactly as in training (`data_prep.render.ChatRenderer.rows` + `tokenize_rows`), each token with its
+span kind (data_prep.spans: SPAN_KINDS, `SpanTokenizer`); here each trainable token gets the
+per-token cross-entropy the trainer sums (fp32 logits; `sft.train.micro_batch_loss` is that sum
+divided by the trainable-token count), summed per kind. The kinds (data_prep.spans: `reasoning`,
+`assistant_text`, `final_answer`, `tool_name`, `tool_arguments`, `finish_call`, `template`) are defined
+from the record's message fields; a token takes the kind of its first non-space character. They
+partition the trainable tokens, so the span totals add up to the record's total loss.
 
-    reasoning        the assistant turn's `reasoning_content`
-    assistant_text   its `content`, except a `Final answer:` line
-    final_answer     a `Final answer: …` line of the content, and the dual-terminator epilogue
-    tool_name        a tool call's function name (not finish/submit)
-    tool_arguments   that call's arguments (the JSON object the template renders)
-    finish_call      the name and arguments of a `finish`/`submit` call
-    template         everything else the model generates: think/tool-call tags, the end-of-turn marker
-
-A token takes the kind of its first non-space character (its first character when it is all space).
-The kinds partition the trainable tokens, so the span totals add up to the record's total loss.
+The benches `tf_code` / `tf_search` score a held-out set (data_prep.heldout) that evaluate opens once
+per call (`open_heldout`, the registry's `opens`): its items, its meta.json block and the rendering
+of its records all come from that one verified `Heldout`.
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.labels import IGNORE, shift_per_sequence
+from data_prep.spans import SPAN_KINDS
 from evals.errors import EvalError
-
-SPAN_KINDS = ("reasoning", "assistant_text", "final_answer", "tool_name", "tool_arguments", "finish_call", "template")
-FINISH_TOOLS = ("finish", "submit")
-_FINAL_LINE = re.compile(r"final answer\s*:[^\n]*", re.IGNORECASE)
-_TEMPLATE = SPAN_KINDS.index("template")
-
-
-class SpanError(EvalError):
-    """A message field that cannot be found in its rendered turn (the kinds would be guesses)."""
-
-
-def _label_turn(kinds: np.ndarray, text: str, start: int, end: int, msg: dict, epilogue: str | None) -> None:
-    """Label the characters of one assistant turn's generation `text[start:end]` from its message fields."""
-    cur = start
-
-    def find(piece: str, what: str) -> int:
-        at = text.find(piece, cur, end)
-        if at < 0:
-            raise SpanError(f"{what} {piece[:40]!r} not found in its rendered turn")
-        return at
-
-    reasoning = (msg.get("reasoning_content") or "").strip()
-    if reasoning:
-        at = find(reasoning, "reasoning_content")
-        kinds[at:at + len(reasoning)] = SPAN_KINDS.index("reasoning")
-        cur = at + len(reasoning)
-    content = (msg.get("content") or "").strip()
-    if content:
-        at = find(content, "content")
-        kinds[at:at + len(content)] = SPAN_KINDS.index("assistant_text")
-        for m in _FINAL_LINE.finditer(content):
-            kinds[at + m.start():at + m.end()] = SPAN_KINDS.index("final_answer")
-        cur = at + len(content)
-    for call in msg.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        name = str(fn.get("name", ""))
-        finish = name in FINISH_TOOLS
-        at = find(name, "tool-call name")
-        kinds[at:at + len(name)] = SPAN_KINDS.index("finish_call" if finish else "tool_name")
-        cur = at + len(name)
-        brace = text.find("{", cur, end)
-        if brace >= 0:  # the arguments: the JSON value the template renders after the name
-            try:
-                _, stop = json.JSONDecoder().raw_decode(text, brace)
-            except json.JSONDecodeError:
-                raise SpanError(f"tool call {name!r}: its arguments are not a JSON object in the rendered turn") from None
-            kinds[brace:stop] = SPAN_KINDS.index("finish_call" if finish else "tool_arguments")
-            cur = stop
-    if epilogue:
-        at = find(epilogue.strip(), "epilogue")
-        kinds[at:at + len(epilogue.strip())] = SPAN_KINDS.index("final_answer")
-
-
-def char_kinds(renderer, rec: dict):
-    """[(row, per-character kind index)] for a canonical record, its rows as training renders them."""
-    rec = json.loads(json.dumps(rec))  # rows() records the epilogue on the record: work on a copy
-    rows = renderer.rows(rec)
-    turns = renderer.generations(rec)
-    msgs = rec["messages"]
-    out = []
-    for r, row in enumerate(rows):
-        kinds = np.full(len(row.text), -1, dtype=np.int64)  # -1: not trainable
-        for s, (a, b) in enumerate(row.spans):
-            kinds[a:b] = _TEMPLATE
-            # exact rows: a span starts where its own turn's prompt ends (prompts grow, so one turn fits)
-            turn = next((t for t in turns if len(t.prompt) == a and row.text.startswith(t.prompt)), None)
-            if turn is None:
-                raise SpanError(f"record {rec.get('id')!r}: row {r} span {s} matches no assistant turn's generation")
-            last = r == len(rows) - 1 and s == len(row.spans) - 1
-            _label_turn(kinds, row.text, a, b, msgs[turn.index], rec.get("epilogue") if last else None)
-        out.append((row, kinds))
-    return out
-
-
-def token_kinds(kinds: np.ndarray, text: str, offsets: np.ndarray) -> np.ndarray:
-    """Per token: the kind of its first non-space character (its first character if all space)."""
-    out = np.full(len(offsets), -1, dtype=np.int64)
-    for k, (a, b) in enumerate(offsets):
-        if a >= b:
-            continue
-        piece = text[a:b]
-        lead = len(piece) - len(piece.lstrip())
-        out[k] = kinds[a + lead] if lead < len(piece) else kinds[a]
-    return out
 
 
 def per_token_losses(model, input_ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -116,17 +29,15 @@ def per_token_losses(model, input_ids: np.ndarray, labels: np.ndarray) -> np.nda
     it: logits at position t (fp32) predict labels[t + 1]."""
     import torch
 
-    from sft.data import shift_per_sequence
-
     device = next(model.parameters()).device
     ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64)).unsqueeze(0).to(device)
     target = torch.as_tensor(shift_per_sequence(np.asarray(labels, dtype=np.int64)))
     with torch.no_grad():
         positions = torch.arange(ids.shape[1], device=device).unsqueeze(0)
         logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0]
-        loss = torch.nn.functional.cross_entropy(logits.float(), target.to(device), ignore_index=-100, reduction="none")
+        loss = torch.nn.functional.cross_entropy(logits.float(), target.to(device), ignore_index=IGNORE, reduction="none")
     out = np.full(len(labels), np.nan)
-    keep = target.numpy() != -100
+    keep = target.numpy() != IGNORE
     out[1:][keep[:-1]] = loss.double().cpu().numpy()[:-1][keep[:-1]]  # target t is token t + 1
     return out
 
@@ -158,23 +69,16 @@ class SpanLosses:
         return out
 
 
-def record_losses(model, tokenizer, renderer, rec: dict) -> SpanLosses:
-    """Teacher-forced losses of one canonical record, by span kind, over every row training makes of it."""
-    from data_prep.render import token_offsets, tokenize_rows
-
+def record_losses(model, rows) -> SpanLosses:
+    """Teacher-forced losses of one canonical record, by span kind, over every row training makes of
+    it: `rows`, the record's data_prep.spans.SpanRow list (`SpanTokenizer(tokenizer, ...)(record)`)."""
     out = SpanLosses()
-    for row, kinds in char_kinds(renderer, rec):
-        (tok,) = tokenize_rows(tokenizer, [row])
-        ids, offsets = token_offsets(tokenizer, row)
-        if list(ids) != list(tok.input_ids):
-            raise SpanError(f"record {rec.get('id')!r}: token offsets disagree with the training tokens")
-        labels = np.asarray(tok.labels, dtype=np.int64)
-        losses = per_token_losses(model, np.asarray(ids), labels)
-        per_token = token_kinds(kinds, row.text, offsets)
-        for j in np.flatnonzero(labels != -100):
+    for row in rows:
+        losses = per_token_losses(model, row.input_ids, row.labels)
+        for j in np.flatnonzero(row.labels != IGNORE):
             if j == 0:
                 continue  # the first token is never a target (nothing predicts it)
-            kind = SPAN_KINDS[per_token[j]] if per_token[j] >= 0 else "template"
+            kind = SPAN_KINDS[row.kinds[j]] if row.kinds[j] >= 0 else "template"
             out.loss[kind] += float(losses[j])
             out.tokens[kind] += 1
     return out
@@ -207,55 +111,26 @@ class HeldoutItem:
         return {"digest": self.digest}
 
 
-def source(cfg) -> str:
-    """A teacher-forced bench's source: the held-out dir's manifest (its digest is the bench's identity)."""
+def _heldout_dir(cfg):
     from pathlib import Path
 
     if not cfg.get("heldout"):
         raise EvalError("the teacher-forced benches (tf_code, tf_search) need heldout=DIR (a `data-prep heldout` dir)")
-    return str(Path(cfg.heldout) / "manifest.json")
+    return Path(cfg.heldout)
 
 
-def items(bench: str, cfg, n: int | None, seed: int) -> tuple[list[HeldoutItem], str, int]:
-    """The held-out records of the bench's domain (a verified held-out dir): a seeded shuffle, first n."""
-    import random
-
-    from data_prep import heldout
-    from data_prep.errors import DataPrepError
-
-    try:
-        held = heldout.load(cfg.heldout)
-        recs = held.records(BENCHES[bench])
-    except DataPrepError as exc:
-        raise EvalError(str(exc)) from None
-    digests = held.digests[BENCHES[bench]]
-    out = [HeldoutItem(str(r["id"]), r, digests[str(r["id"])]) for r in recs]
-    random.Random(seed).shuffle(out)
-    return (out if not n or n < 0 else out[:n]), source(cfg), 0
+def source(cfg) -> str:
+    """A teacher-forced bench's source: the held-out dir's manifest (its digest is the bench's identity)."""
+    return str(_heldout_dir(cfg) / "manifest.json")
 
 
-def meta(cfg) -> dict:
-    """meta.json's `teacher_forced` block: the held-out set and how its records are rendered."""
-    from data_prep import heldout
-
-    held = heldout.load(cfg.heldout)
-    man = held.manifest
-    return {"heldout": str(held.dir), "fingerprint": held.fingerprint, "seed": man.get("seed"),
-            "records": {d: len(v) for d, v in held.digests.items()}, "render": man.get("render_settings"),
-            "template": man.get("template"), "tokenizer": (man.get("tokenizer") or {}).get("name"),
-            "span_kinds": list(SPAN_KINDS)}
-
-
-def check_training_data(cfg) -> str | None:
-    """Refuse (data_prep's HeldoutError, as an EvalError) a checkpoint whose run manifest names training
-    data that holds a held-out record; returns the training dir checked (None: the checkpoint is not
-    in a run dir, or its manifest names no data dir)."""
+def training_data(cfg) -> tuple[str, str] | None:
+    """(training data dir, the run manifest naming it) of the checkpoint evaluated; None when the
+    checkpoint is not in a run dir, or its manifest names no data dir."""
     from pathlib import Path
 
     from common import layout
     from common.io import read_json_object
-    from data_prep import heldout
-    from data_prep.errors import DataPrepError
 
     ckpt = Path(str(cfg.ckpt))
     man_path = ckpt.parent.parent / layout.MANIFEST
@@ -265,13 +140,49 @@ def check_training_data(cfg) -> str | None:
         data_dir = (read_json_object(man_path).get("data") or {}).get("dir")
     except ValueError as exc:
         raise EvalError(str(exc)) from None
-    if not data_dir:
-        return None
+    return (str(data_dir), str(man_path)) if data_dir else None
+
+
+def open_heldout(cfg):
+    """The held-out set of this evaluation (`heldout=DIR`), opened once per evaluate call
+    (data_prep.heldout.open_verified): loaded and verified, and refused when the checkpoint's run
+    manifest names training data that holds one of its records (data_prep's error, as an EvalError
+    naming that manifest)."""
+    from data_prep import heldout
+    from data_prep.errors import DataPrepError
+
+    path, trained_on = _heldout_dir(cfg), training_data(cfg)
     try:
-        heldout.check_disjoint(heldout.load(cfg.heldout), data_dir)
+        return heldout.open_verified(path, trained_on[0] if trained_on else None)
+    except heldout.TrainingDataError as exc:
+        raise EvalError(f"{exc} (the training data of {trained_on[1]})") from None
     except DataPrepError as exc:
-        raise EvalError(f"{exc} (the training data of {man_path})") from None
-    return str(data_dir)
+        raise EvalError(str(exc)) from None
+
+
+def items(bench: str, held, n: int | None, seed: int) -> tuple[list[HeldoutItem], str, int]:
+    """The records of the bench's domain in the opened held-out set `held`: a seeded shuffle, first n."""
+    import random
+
+    from data_prep.errors import DataPrepError
+
+    try:
+        recs = held.records(BENCHES[bench])
+    except DataPrepError as exc:
+        raise EvalError(str(exc)) from None
+    digests = held.digests[BENCHES[bench]]
+    out = [HeldoutItem(str(r["id"]), r, digests[str(r["id"])]) for r in recs]
+    random.Random(seed).shuffle(out)
+    return (out if not n or n < 0 else out[:n]), str(held.manifest_path), 0
+
+
+def meta(held) -> dict:
+    """meta.json's `teacher_forced` block: the opened held-out set and how its records are rendered."""
+    man = held.manifest
+    return {"heldout": str(held.dir), "fingerprint": held.fingerprint, "seed": man.get("seed"),
+            "records": {d: len(v) for d, v in held.digests.items()}, "render": man.get("render_settings"),
+            "template": man.get("template"), "tokenizer": (man.get("tokenizer") or {}).get("name"),
+            "span_kinds": list(SPAN_KINDS)}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -292,12 +203,20 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def score(work_items: list[HeldoutItem], model, tokenizer, render: dict):
-    """One row per held-out record (in order): per span kind its loss sum and token count, and the totals."""
-    from data_prep.render import ChatRenderer
+def score(work_items: list[HeldoutItem], model, tokenizer, held):
+    """One row per held-out record (in order): per span kind its loss sum and token count, and the
+    totals; each record rendered and tokenized with the opened set's own render settings."""
+    from data_prep.errors import DataPrepError
 
-    renderer = ChatRenderer(tokenizer, **render)
+    try:
+        span_rows = held.span_tokenizer(tokenizer)
+    except DataPrepError as exc:
+        raise EvalError(str(exc)) from None
     for item in work_items:
-        spans = record_losses(model, tokenizer, renderer, item.record)
+        try:
+            rows = span_rows(item.record)
+        except DataPrepError as exc:   # a message field not found in its rendered turn (data_prep.spans.SpanError)
+            raise EvalError(str(exc)) from None
+        spans = record_losses(model, rows)
         yield {"id": item.id, "digest": item.digest, "domain": item.record.get("domain"),
                "loss": spans.loss, "tokens": spans.tokens, "total_loss": spans.total, "total_tokens": spans.n}

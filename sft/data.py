@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.labels import IGNORE, shift_per_sequence  # the shift per packed sequence (collate)
 from sft.errors import SftError
 
 REQUIRED_COLUMNS = ("id", "source", "domain", "input_ids", "labels", "num_tokens", "num_trainable", "messages")
-IGNORE = -100
 
 
 class DataError(SftError):
@@ -266,14 +266,6 @@ class MicroBatch:
     def to(self, device) -> "MicroBatch":
         mv = {k: getattr(self, k).to(device, non_blocking=True) for k in ("input_ids", "position_ids", "labels", "shift_labels")}
         return MicroBatch(**mv, seq_lens=self.seq_lens, num_trainable=self.num_trainable, dummy=self.dummy)
-
-
-def shift_per_sequence(labels: np.ndarray) -> np.ndarray:
-    """labels[1:] + [-100]: the shift done per sequence, so the last token of one packed
-    sequence never predicts the first token of the next."""
-    out = np.full_like(labels, IGNORE)
-    out[:-1] = labels[1:]
-    return out
 
 
 def collate(rows: list[tuple[np.ndarray, np.ndarray]]) -> MicroBatch:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from data_prep.render import ChatRenderer
-from evals.teacher_forced import SPAN_KINDS, char_kinds, record_losses
+from data_prep.spans import SPAN_KINDS, SpanTokenizer, char_kinds
+from evals.teacher_forced import record_losses
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +38,14 @@ def test_span_losses_add_up_to_the_trainers_loss_on_the_same_record(dataset, mod
 
     from data_prep.schema import ROW_SEP
 
-    renderer = ChatRenderer(tiny_tokenizer)
+    span_rows = SpanTokenizer(tiny_tokenizer)   # rendered and tokenized as data-prep does for training
     records: dict[str, list[dict]] = {}
     for row in dataset:  # a record the template rewrites is trained in several rows: all of them
         records.setdefault(row["id"].split(ROW_SEP)[0], []).append(row)
     seen_domains, seen_kinds = set(), set()
     for rows in records.values():
         rec = json.loads(rows[0]["messages"])
-        spans = record_losses(model, tiny_tokenizer, renderer, rec)
+        spans = record_losses(model, span_rows(rec))
         loss_sum, n = 0.0, 0
         for row in rows:
             mb = collate([(np.asarray(row["input_ids"]), np.asarray(row["labels"]))])

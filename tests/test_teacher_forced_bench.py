@@ -152,6 +152,26 @@ def test_evaluate_refuses_a_checkpoint_trained_on_heldout_records(built, run_ckp
         (run / "manifest.json").write_text(json.dumps({"data": {"dir": str(built["clean"])}}))
 
 
+def test_evaluate_opens_the_heldout_set_once(built, run_ckpt, tmp_path, monkeypatch):
+    """One evaluate call over both teacher-forced benches loads and verifies the held-out dir once, and
+    checks the checkpoint's training data against it once: items, rows and meta.json read that one set."""
+    from data_prep import heldout
+    from evals.run import evaluate
+
+    calls = dict.fromkeys(("load", "check_disjoint"), 0)
+    for name in calls:
+        def counted(*args, _name=name, _real=getattr(heldout, name), **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(heldout, name, counted)
+    summary = evaluate({"ckpt": str(run_ckpt), "benches": ["tf_code", "tf_search"], "heldout": str(built["heldout"]),
+                        "n": 1, "out": str(tmp_path / "e"), "progress": False, "wandb": False})
+    assert calls == {"load": 1, "check_disjoint": 1}
+    assert summary["tf_code"]["n"] == summary["tf_search"]["n"] == 1
+    meta = json.loads((tmp_path / "e" / "meta.json").read_text())
+    assert meta["teacher_forced"]["fingerprint"] == heldout.load(built["heldout"]).fingerprint
+
+
 def test_tf_benches_refuse_vllm_and_a_missing_heldout(built, run_ckpt):
     from evals.config import resolve
     from evals.errors import EvalError
