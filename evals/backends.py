@@ -182,6 +182,7 @@ class _RowSampler:
 
 class HFBackend:
     name = "hf"
+    logits = True   # its model's logits are at hand: the teacher-forced benches score with them
 
     def __init__(self, model_path: str, tokenizer_path: str | None = None, *, micro_batch: int = 16,
                  device: str = "auto", dtype: str = "auto", seed: int = 0):
@@ -248,6 +249,7 @@ class VLLMBackend:
     """vLLM's offline `LLM`: one batched `generate` (the lockstep adapter's backend, evals.engine.Lockstep)."""
 
     name = "vllm"
+    logits = False
 
     def __init__(self, model_path: str, tokenizer_path: str | None = None, *, max_model_len: int,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",

@@ -358,7 +358,7 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
                 if not kind_of(bench).scores}
     scored = [w for w in works if kind_of(w.bench).scores]
     tf_names = {w.bench for w in scored}
-    if any(w.todo for w in scored) and not hasattr(backend, "model"):
+    if any(w.todo for w in scored) and not backend.logits:
         raise EvalError(f"benches {', '.join(w.bench for w in scored)} are teacher-forced losses: they need the model's "
                         "logits, backend=hf (evaluate them in a call of their own)")
 
