@@ -122,36 +122,3 @@ def test_slurm_tier_deselected_in_the_main_suite_and_a_skip_fails_there(tmp_path
     make = (ROOT / "Makefile").read_text()
     recipe = make[make.index("\ntest-slurm:"):].split("\n\n")[0]
     assert "DTSFT_SLURM_TIER=1" in recipe and "-m slurm" in recipe and "apt-get install" in recipe and "slurm-wlm munge" in recipe
-
-
-FAKE_MAKE = """#!/bin/bash
-echo "$*" >> "$MAKE_LOG"
-case "$1" in venv-vllm) sleep 1; exit "$VLLM_ENV_RC";; esac
-"""
-
-
-def _ci_with_fake_make(tmp_path, vllm_env_rc: int) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """.ci/run in a scratch checkout with a `make` that records its targets (and fails venv-vllm with the given code)."""
-    (tmp_path / ".ci").mkdir(exist_ok=True)
-    (tmp_path / ".ci" / "run").write_text((ROOT / ".ci" / "run").read_text())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "make").write_text(FAKE_MAKE)
-    (bin_dir / "make").chmod(0o755)
-    log = tmp_path / f"make-{vllm_env_rc}.log"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MAKE_LOG": str(log), "VLLM_ENV_RC": str(vllm_env_rc)}
-    r = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
-    return r, log.read_text().splitlines()
-
-
-def test_ci_builds_the_vllm_environment_beside_the_main_tier_and_a_failed_build_fails(tmp_path):
-    r, made = _ci_with_fake_make(tmp_path, 0)
-    assert r.returncode == 0, r.stdout + r.stderr
-    targets = [m.split()[0] for m in made]
-    assert targets[0] == "venv" and targets[-3:] == ["test-vllm", "test-browser", "test-slurm"], made
-    assert set(targets[1:3]) == {"venv-vllm", "test"}, made   # started together, once .venv is built
-    assert "=== .venv-vllm built beside the main tier in " in r.stdout and "=== tier wall times: main " in r.stdout
-    r, made = _ci_with_fake_make(tmp_path, 3)
-    assert r.returncode == 3, r.stdout + r.stderr
-    assert "the vLLM environment failed to build (make venv-vllm: exit 3)" in r.stdout
-    assert not {"test-vllm", "test-browser", "test-slurm"} & {m.split()[0] for m in made}, made
