@@ -556,10 +556,18 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         if r.trainer is not None:
             r.wandb.finish()
             stop_helper_threads(r.trainer)
-        scratch = rd / "trl"  # TRL's output_dir: nothing is saved there (save_strategy="no")
+        remove_empty_scratch(rd / "trl")   # TRL's output_dir: nothing is saved there (save_strategy="no")
+    return 0
+
+
+def remove_empty_scratch(scratch: Path) -> None:
+    """Remove `scratch` if it is an empty directory. Each rank of a multi-process run calls this on
+    its way out, so the other rank may have removed it first; a directory that holds something is kept."""
+    try:
         if scratch.is_dir() and not any(scratch.iterdir()):
             scratch.rmdir()
-    return 0
+    except FileNotFoundError:   # the other rank got there first
+        pass
 
 
 def stop_helper_threads(trainer) -> None:

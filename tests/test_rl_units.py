@@ -524,3 +524,34 @@ def test_grpo_schedule_keys_and_scheduler_restore_refusals(tmp_path):
         run_scheduler(cfg, opt(), saved, 5)
     flat = compose_grpo(["model=tiny_base", "steps=10", f"runs_root={tmp_path}"]).cfg  # constant, no warmup
     assert run_scheduler(flat, opt(), None, 4).get_last_lr() == [1e-3]  # every step at the optimizer's lr
+
+
+def test_the_empty_trl_scratch_dir_is_removed_once_whichever_rank_gets_there_first(tmp_path, monkeypatch):
+    """Every rank of a multi-process run removes TRL's empty output_dir on its way out; a rank that
+    finds it gone (the other rank removed it between its check and its rmdir) goes on. Seen once in
+    a fresh-clone CI run: rank 1's rmdir raised FileNotFoundError and the two-rank launch failed."""
+    from rl.train import remove_empty_scratch
+
+    scratch = tmp_path / "trl"
+    scratch.mkdir()
+    real_iterdir = Path.iterdir
+
+    def the_other_rank_wins(self):
+        entries = list(real_iterdir(self))
+        if self == scratch and scratch.is_dir():
+            scratch.rmdir()   # the other rank, between this rank's look and its rmdir
+        return iter(entries)
+
+    monkeypatch.setattr(Path, "iterdir", the_other_rank_wins)
+    remove_empty_scratch(scratch)
+    assert not scratch.exists()
+    monkeypatch.undo()
+
+    scratch.mkdir()
+    remove_empty_scratch(scratch)          # the plain case: empty, removed
+    assert not scratch.exists()
+    remove_empty_scratch(scratch)          # gone already: nothing to do
+    scratch.mkdir()
+    (scratch / "kept.txt").write_text("x")
+    remove_empty_scratch(scratch)          # something was saved there: kept
+    assert (scratch / "kept.txt").read_text() == "x"
