@@ -100,10 +100,14 @@ def reap(marked: dict[int, str], grace_s: float = GRACE_S) -> None:
 
 def watch(parent: int) -> None:
     """Note `parent`'s descendants (but this watcher) every POLL_S until `parent` is gone (this watcher
-    reparented), then reap the last ones noted."""
+    reparented), then reap the last ones noted. A scan counts only if `parent` still lived after it: the
+    kernel reparents all its children at once when it dies, so a scan that overlapped its death finds none."""
     marked: dict[int, str] = {}
-    while os.getppid() == parent:
-        marked = {p: t for p in descendants(parent) - {os.getpid()} if (t := start_time(p)) is not None}
+    while True:
+        seen = {p: t for p in descendants(parent) - {os.getpid()} if (t := start_time(p)) is not None}
+        if os.getppid() != parent:
+            break
+        marked = seen
         time.sleep(POLL_S)
     reap(marked)
 

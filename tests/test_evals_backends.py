@@ -163,3 +163,29 @@ def test_the_reaper_stops_an_engine_left_by_a_killed_parent(tmp_path):
             assert not left, f"left running after the parent's SIGKILL: {left}"
         else:   # the guard was stopped (the engine shut down normally): nothing is signalled
             assert engine in left
+
+
+def test_the_reaper_keeps_its_last_full_scan_when_the_parent_dies_during_a_scan(monkeypatch):
+    """The parent is SIGKILLed while the watcher reads /proc: its children are reparented at once, so that
+    scan finds none of them. The watcher must reap the last scan taken while the parent lived, not the
+    empty one (seen in a fresh-clone CI run: an engine left running 60 s after evaluate was killed)."""
+    from evals import reaper
+
+    parent, state = 4242, {"alive": True, "scans": 0}
+    engine = {777: "12345"}
+
+    def scan(pid):
+        state["scans"] += 1
+        if state["scans"] == 2:        # the parent dies mid-scan: its children now hang below init
+            state["alive"] = False
+            return set()
+        return set(engine)
+
+    reaped = []
+    monkeypatch.setattr(reaper.os, "getppid", lambda: parent if state["alive"] else 1)
+    monkeypatch.setattr(reaper, "descendants", scan)
+    monkeypatch.setattr(reaper, "start_time", lambda p: engine.get(p))
+    monkeypatch.setattr(reaper.time, "sleep", lambda s: None)
+    monkeypatch.setattr(reaper, "reap", lambda marked: reaped.append(dict(marked)))
+    reaper.watch(parent)
+    assert reaped == [engine]
