@@ -1,8 +1,11 @@
 """Shared pytest fixtures. `../shared` is optional: tests that need it skip with the reason."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -22,9 +25,24 @@ if _WORKERS > 1:
     _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, _THREADS)
-# The data cache (common.datafetch): a fresh one per session, and no download leaves this machine (a
-# test that needs a cached file pre-fills it from ../shared or serves it on a loopback port).
-os.environ["DTSFT_DATA"] = tempfile.mkdtemp(prefix="dtsft-data-")
+# Every cache a test run fills is this session's own, never the developer's ~/.cache: the data cache
+# (common.datafetch, $DTSFT_DATA) and $XDG_CACHE_HOME (the BM25 and e5 indexes, the file-digest cache, and what
+# matplotlib, wandb and the HF libraries keep there), in one temp dir the process that made it removes at exit
+# (trainers, CLIs and Slurm jobs the tests start inherit the variables). vLLM's own cache stays where vLLM keeps it
+# ($VLLM_CACHE_ROOT, default ~/.cache/vllm: facts about a model class it would otherwise work out in a
+# subprocess for every engine). No download leaves this machine: a test that needs a cached file pre-fills it
+# from ../shared or serves it on a loopback port. pytest_sessionfinish fails a run that wrote into the
+# developer's ~/.cache/dtsft anyway.
+_STARTED = time.time()
+# (the caller's cache, kept for xdist's workers, which start with this process's variables)
+_USER_CACHE = Path(os.environ.setdefault("DTSFT_TESTS_USER_CACHE", os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")))
+USER_PROJECT_CACHE = _USER_CACHE / "dtsft"
+_SESSION_TMP = tempfile.mkdtemp(prefix="dtsft-tests-")
+atexit.register(shutil.rmtree, _SESSION_TMP, ignore_errors=True)
+os.environ.setdefault("VLLM_CACHE_ROOT", str(_USER_CACHE / "vllm"))
+os.environ["XDG_CACHE_HOME"] = os.path.join(_SESSION_TMP, "cache")
+os.environ["DTSFT_DATA"] = os.path.join(_SESSION_TMP, "data")
+os.makedirs(os.environ["DTSFT_DATA"])
 os.environ.setdefault("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
 
 # The read-only guard: a test that writes into an artefact other tests read in place is an error.
@@ -83,3 +101,27 @@ def pytest_runtest_makereport(item, call):
             report.outcome = "failed"
             report.longrepr = f"{marker}-tier test skipped, which the {tier} tier counts as a failure: {reason}"
             return
+
+
+def written_since(root: Path, since: float) -> list[Path]:
+    """Files and dirs under `root` created or changed (ctime: a copy that keeps the source's mtime counts too)
+    at or after `since`."""
+    if not root.exists():
+        return []
+    return sorted(p for p in [root, *root.rglob("*")] if p.lstat().st_ctime >= since)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run (this process; under xdist, the controller, after its workers) left the developer's
+    ~/.cache/dtsft as it was, or it fails naming what it wrote there."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    wrote = written_since(USER_PROJECT_CACHE, _STARTED)
+    if wrote:
+        shown = "\n  ".join(map(str, wrote[:20])) + (f"\n  ... and {len(wrote) - 20} more" if len(wrote) > 20 else "")
+        tw = session.config.get_terminal_writer()
+        tw.line()
+        tw.line(
+            f"error: the test run wrote into the developer's cache {USER_PROJECT_CACHE} (a test's caches are the "
+            f"session's $XDG_CACHE_HOME and $DTSFT_DATA, tests/conftest.py):\n  {shown}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
