@@ -770,15 +770,19 @@ def check_speed(ctx: Ctx, res: Result) -> None:
 
 
 def check_vllm(ctx: Ctx, res: Result) -> None:
+    with tempfile.TemporaryDirectory(prefix="vllm_check_") as tmp:   # the checkpoint and the evaluations, removed after
+        _check_vllm(ctx, res, Path(tmp))
+
+
+def _check_vllm(ctx: Ctx, res: Result, tmp: Path) -> None:
     import torch.distributed as dist
 
+    from common.tiny import TINY_CONFIG
     from evals.backends import AsyncVLLMBackend, HFBackend
     from sft import checkpoint as ckpt
     from sft import train
     from sft.model import load_tokenizer
-    from common.tiny import TINY_CONFIG
 
-    tmp = Path(tempfile.mkdtemp(prefix="vllm_check_"))
     conf = small_config(ctx.smoke, vocab=TINY_CONFIG["vocab_size"])  # the tiny tokenizer's vocabulary
     tok = load_tokenizer("tiny")
     train.init_distributed(ctx.device.type)
@@ -890,8 +894,9 @@ def check_dense(ctx: Ctx, res: Result) -> None:
     corpus, encoder = DENSE_DATA / "corpus.jsonl", str(DENSE_DATA / "encoder")
     queries = json.loads((DENSE_DATA / "queries.json").read_text(encoding="utf-8"))
     theirs = json.loads((DENSE_DATA / "topk.json").read_text(encoding="utf-8"))
-    docs = dense.CorpusLines(corpus, dense.corpus_offsets(corpus, Path(tempfile.mkdtemp(prefix="dense_check_"))))
-    passages = [docs.doc(i)["contents"] for i in range(len(docs))]
+    with tempfile.TemporaryDirectory(prefix="dense_check_") as scratch:   # the corpus's line offsets, this check's own
+        docs = dense.CorpusLines(corpus, dense.corpus_offsets(corpus, Path(scratch)))
+        passages = [docs.doc(i)["contents"] for i in range(len(docs))]
 
     def vectors(device: str):
         enc = dense.E5Encoder(encoder, device)

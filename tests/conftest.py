@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import atexit
+import getpass
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -33,16 +35,26 @@ if _WORKERS > 1:
 # subprocess for every engine). No download leaves this machine: a test that needs a cached file pre-fills it
 # from ../shared or serves it on a loopback port. pytest_sessionfinish fails a run that wrote into the
 # developer's ~/.cache/dtsft anyway.
+# The temp dir ($TMPDIR, tempfile's) is the session's too: what a test run's processes make there and never
+# remove (torchrun's empty torchelastic_* log dirs, vLLM's IPC sockets, chromium's profiles) goes with it, not into
+# the machine's /tmp. pytest's own tmp_path dirs stay under the caller's temp dir (PYTEST_DEBUG_TEMPROOT), kept the
+# way pytest keeps them, and short enough for the Slurm tests' munge socket; so does the cache of the kernels
+# torch's inductor compiles for vLLM's sampler (its default, /tmp/torchinductor_<user>: a cache, like vLLM's).
 _STARTED = time.time()
-# (the caller's cache, kept for xdist's workers, which start with this process's variables)
+# (the caller's cache and temp dir, kept for xdist's workers, which start with this process's variables)
 _USER_CACHE = Path(os.environ.setdefault("DTSFT_TESTS_USER_CACHE", os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")))
+_USER_TMP = os.environ.setdefault("DTSFT_TESTS_USER_TMP", tempfile.gettempdir())
 USER_PROJECT_CACHE = _USER_CACHE / "dtsft"
-_SESSION_TMP = tempfile.mkdtemp(prefix="dtsft-tests-")
+_SESSION_TMP = tempfile.mkdtemp(prefix="dtsft-tests-", dir=_USER_TMP)
 atexit.register(shutil.rmtree, _SESSION_TMP, ignore_errors=True)
 os.environ.setdefault("VLLM_CACHE_ROOT", str(_USER_CACHE / "vllm"))
 os.environ["XDG_CACHE_HOME"] = os.path.join(_SESSION_TMP, "cache")
 os.environ["DTSFT_DATA"] = os.path.join(_SESSION_TMP, "data")
 os.makedirs(os.environ["DTSFT_DATA"])
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", _USER_TMP)
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_USER_TMP, "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())))
+os.environ["TMPDIR"] = tempfile.tempdir = os.path.join(_SESSION_TMP, "tmp")
+os.makedirs(tempfile.tempdir)
 os.environ.setdefault("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
 
 # The read-only guard: a test that writes into an artefact other tests read in place is an error.

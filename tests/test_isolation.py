@@ -1,0 +1,23 @@
+"""A test run keeps its temp files and caches in a dir of its own (tests/conftest.py), for itself and every
+process it starts, and pytest's tmp_path outside it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def test_the_session_dir_holds_the_temp_dir_and_caches_of_the_tests_and_of_what_they_start(tmp_path):
+    session = Path(os.environ["DTSFT_DATA"]).parent
+    assert session.name.startswith("dtsft-tests-") and session.parent == Path(os.environ["DTSFT_TESTS_USER_TMP"])
+    probe = ("import json, os, tempfile; print(json.dumps([tempfile.gettempdir(), tempfile.mkdtemp(prefix='torchelastic_'),"
+             " os.environ['XDG_CACHE_HOME'], os.environ['DTSFT_DATA']]))")
+    child = json.loads(subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout)
+    for where in [tempfile.gettempdir(), tempfile.mkdtemp(), *child]:
+        assert Path(where).is_relative_to(session), where
+    # pytest's own dirs stay where pytest keeps them (and short: the Slurm tests put a munge socket there)
+    assert not tmp_path.is_relative_to(session)
+    assert tmp_path.is_relative_to(Path(os.environ["DTSFT_TESTS_USER_TMP"]))
