@@ -61,10 +61,18 @@ def _install(env, conf: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def _version(env, *where: str) -> str:
+    """The installed release: its dist-info, and its module's text (read, not imported: a cached .pyc of the other
+    release, same size, could stand in for it)."""
     _, venv, _, base = env
-    code = "import sys; sys.path[:0] = sys.argv[1:]; import dtsft_tinypkg; print(dtsft_tinypkg.VERSION)"
-    return subprocess.run([str(venv / "bin" / "python"), "-c", code, *where], env=base, capture_output=True,
-                          text=True, check=True).stdout.strip()
+    code = ("import sys, importlib.metadata as m, pathlib\n"
+            "dists = list(m.distributions(name='dtsft-tinypkg', path=sys.argv[1:] or sys.path))\n"
+            "assert len(dists) == 1, [d._path for d in dists]\n"
+            "print(dists[0].version, dists[0].locate_file('dtsft_tinypkg.py').read_text().strip())")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code, *where], env=base, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    version, text = out.stdout.split(" ", 1)
+    assert text.strip() == f"VERSION = {version!r}", out.stdout
+    return version
 
 
 def test_the_installer_uses_pips_links_and_constraints(env):
@@ -86,7 +94,7 @@ def test_the_installer_uses_pips_links_and_constraints(env):
                           "dtsft-tinypkg"], capture_output=True, text=True,
                          env=base | {"PIP_CONFIG_FILE": str(conf), "PIP_CONSTRAINT": str(tmp / "newer.txt")})
     assert out.returncode == 0, out.stdout + out.stderr
-    assert _version(env) == "1.0"
+    assert _version(env) == "1.0", out.stdout + out.stderr
 
 
 def test_the_installer_installs_into_a_target_folder(env):
