@@ -36,7 +36,9 @@ def test_a_failed_worker_is_one_line_with_its_own_exit_code(tmp_path, body, code
 
 def test_a_clean_run_is_torchruns(tmp_path):
     script = tmp_path / "worker.py"
-    script.write_text('import os\nprint("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])\n')
+    # one write per line: print() of several pieces under PYTHONUNBUFFERED writes each piece on its own, and two
+    # ranks' pieces can interleave on the shared pipe ('rankrank 0 of 2', a fresh-clone run at fa2d65d)
+    script.write_text('import os\nos.write(1, f"rank {os.environ[\'RANK\']} of {os.environ[\'WORLD_SIZE\']}\\n".encode())\n')
     ours = _torchrun("launch.torchrun", script, nproc=2)
     assert ours.returncode == 0, ours.stderr
     assert sorted(s for s in ours.stdout.splitlines() if s.startswith("rank")) == ["rank 0 of 2", "rank 1 of 2"]
