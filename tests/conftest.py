@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import atexit
 import getpass
+import importlib.util
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +69,13 @@ def shared_path(*parts: str) -> Path:
     if not p.exists():
         pytest.skip(f"needs {p} (the ../shared fixtures are not present on this machine)")
     return p
+
+
+def installed_or_skip(module: str) -> None:
+    """Skip unless `module` is installed, without importing it (pytest.importorskip imports it): for a test
+    that only uses it in a subprocess. Importing vLLM costs a pytest worker ~15 s of CPU."""
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed in the environment of {sys.executable}")
 
 
 @pytest.fixture(scope="session")

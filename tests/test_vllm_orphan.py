@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evals.reaper import descendants, start_time
-from tests.conftest import ROOT
+from tests.conftest import ROOT, installed_or_skip
 
 pytestmark = pytest.mark.vllm
 
@@ -32,7 +32,7 @@ def _name(pid: int) -> str:
 
 
 def test_sigkill_of_evaluate_leaves_no_engine_process(tmp_path):
-    pytest.importorskip("vllm")
+    installed_or_skip("vllm")
     # search_plan_ood: enough episodes (64, up to 24 turns each) that the engine is busy when evaluate is killed
     args = [f"ckpt={ROOT / 'common' / 'tiny_base'}", "benches=[search_plan_ood]", "n=64", "max_model_len=4096",
             "max_new_tokens=256", "dtype=float32", "backend=vllm", "progress=false", "wandb=false",

@@ -122,3 +122,17 @@ def test_slurm_tier_deselected_in_the_main_suite_and_a_skip_fails_there(tmp_path
     make = (ROOT / "Makefile").read_text()
     recipe = make[make.index("\ntest-slurm:"):].split("\n\n")[0]
     assert "DTSFT_SLURM_TIER=1" in recipe and "-m slurm" in recipe and "apt-get install" in recipe and "slurm-wlm munge" in recipe
+
+
+def test_installed_or_skip_skips_a_missing_module_and_imports_none():
+    """The vLLM tests that only use vLLM in a subprocess check for it with installed_or_skip: a skip (a failure
+    in the tier) when it is missing, and no import in the pytest worker when it is there."""
+    import pytest
+
+    from tests.conftest import installed_or_skip
+
+    with pytest.raises(pytest.skip.Exception, match="no_such_module_dtsft is not installed"):
+        installed_or_skip("no_such_module_dtsft")
+    sys.modules.pop("colorsys", None)
+    installed_or_skip("colorsys")
+    assert "colorsys" not in sys.modules
