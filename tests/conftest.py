@@ -31,8 +31,8 @@ if _WORKERS > 1:
         os.environ.setdefault(_var, _THREADS)
 # Every cache a test run fills is this session's own, never the developer's ~/.cache: the data cache
 # (common.datafetch, $DTSFT_DATA) and $XDG_CACHE_HOME (the BM25 and e5 indexes, the file-digest cache, and what
-# matplotlib, wandb and the HF libraries keep there), in one temp dir the process that made it removes at exit
-# (trainers, CLIs and Slurm jobs the tests start inherit the variables). vLLM's own cache stays where vLLM keeps it
+# matplotlib and the HF libraries keep there; wandb's: $WANDB_CACHE_DIR, $WANDB_DATA_DIR), in one temp dir the
+# process that made it removes at exit (trainers, CLIs and Slurm jobs the tests start inherit the variables). vLLM's own cache stays where vLLM keeps it
 # ($VLLM_CACHE_ROOT, default ~/.cache/vllm: facts about a model class it would otherwise work out in a
 # subprocess for every engine). No download leaves this machine: a test that needs a cached file pre-fills it
 # from ../shared or serves it on a loopback port. pytest_sessionfinish fails a run that wrote into the
@@ -51,6 +51,10 @@ _SESSION_TMP = tempfile.mkdtemp(prefix="dtsft-tests-", dir=_USER_TMP)
 atexit.register(shutil.rmtree, _SESSION_TMP, ignore_errors=True)
 os.environ.setdefault("VLLM_CACHE_ROOT", str(_USER_CACHE / "vllm"))
 os.environ["XDG_CACHE_HOME"] = os.path.join(_SESSION_TMP, "cache")
+# wandb's system monitor keeps its debug logs in $WANDB_CACHE_DIR, else ~/.cache/wandb (not $XDG_CACHE_HOME); its
+# artefact staging is $WANDB_DATA_DIR, else ~/.local/share/wandb
+os.environ["WANDB_CACHE_DIR"] = os.path.join(_SESSION_TMP, "cache", "wandb")
+os.environ["WANDB_DATA_DIR"] = os.path.join(_SESSION_TMP, "data-wandb")
 os.environ["DTSFT_DATA"] = os.path.join(_SESSION_TMP, "data")
 os.makedirs(os.environ["DTSFT_DATA"])
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", _USER_TMP)

@@ -17,7 +17,9 @@ from report_html_rows import BENCHES, PAYLOAD, XSS_ID, rows_of, write_study
 pytestmark = pytest.mark.browser
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SHOTS = Path(os.environ.get("DTSFT_BROWSER_SHOTS", "/tmp/browser_shots"))
+# Each test's screenshots are in its tmp_path (pytest keeps the last three runs' dirs); DTSFT_BROWSER_SHOTS=DIR
+# also copies them into DIR.
+SHOTS = Path(os.environ["DTSFT_BROWSER_SHOTS"]) if os.environ.get("DTSFT_BROWSER_SHOTS") else None
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,14 @@ def study(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def driver():
+def chromium_config(tmp_path_factory) -> Path:
+    """Chromium's $XDG_CONFIG_HOME: its crash-report store goes there, not into the developer's ~/.config/chromium
+    (chromedriver gives it a temp profile, but the crash reports follow the default profile's dir)."""
+    return tmp_path_factory.mktemp("chromium-config")
+
+
+@pytest.fixture(scope="module")
+def driver(chromium_config):
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -44,7 +53,8 @@ def driver():
                 '--host-resolver-rules=MAP * ~NOTFOUND', "--disable-background-networking", "--no-first-run"):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    d = webdriver.Chrome(service=Service(CHROMEDRIVER, env={**os.environ, "XDG_CONFIG_HOME": str(chromium_config)}),
+                         options=opts)
     yield d
     d.quit()
 
@@ -68,8 +78,9 @@ def assert_nothing_left(driver) -> None:
 def shot(driver, tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}.png"
     driver.save_screenshot(str(path))
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, SHOTS / path.name)
+    if SHOTS is not None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, SHOTS / path.name)
     return path
 
 
@@ -83,6 +94,12 @@ def select(driver, element_id: str, value: str) -> None:
     from selenium.webdriver.support.ui import Select
 
     Select(driver.find_element("id", element_id)).select_by_value(value)
+
+
+def test_chromium_keeps_its_files_out_of_the_developers_config(driver, chromium_config):
+    """Chromium started (its crash-report store is made at start) and wrote under the test's config dir."""
+    assert driver.execute_script("return navigator.userAgent").find("Chrome") >= 0
+    assert (chromium_config / "chromium").is_dir(), sorted(map(str, chromium_config.rglob("*")))
 
 
 def test_browse_an_item_and_its_transcript(study, driver, tmp_path):
