@@ -165,14 +165,16 @@ def digest_cache_dir() -> Path:
 
 
 def file_digest(path: str | Path) -> str:
-    """sha256 of a file's content, computed once per (real path, size, mtime) and cached on disk
-    (`digest_cache_dir`): a 14 GB wiki-18 corpus is hashed once, and any edit (which changes the size
-    or the mtime) is hashed again. An unwritable cache only costs the hashing."""
+    """sha256 of a file's content, computed once per (real path, size, mtime, inode, ctime) and cached on
+    disk (`digest_cache_dir`): a 14 GB wiki-18 corpus is hashed once, and any edit is hashed again — one
+    that keeps the size and resets the mtime (`touch -d`) still moves the ctime, and a file replaced by
+    another has another inode. An unwritable cache only costs the hashing."""
     from common.io import sha256_file
 
     real = Path(path).expanduser().resolve()
     st = real.stat()
-    key = canonical_json({"path": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    key = canonical_json({"path": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino,
+                          "ctime_ns": st.st_ctime_ns})
     entry = digest_cache_dir() / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}.json"
     try:
         cached = json.loads(entry.read_text(encoding="utf-8"))

@@ -22,29 +22,53 @@ BAMBOOGLE = "benchmarks/bamboogle/test.jsonl"
 
 class Loopback:
     """Serves `files` (URL path -> bytes) on 127.0.0.1; a path in `cut` is declared whole but sent
-    half, then the connection closes (an interrupted download). Stops after `life_s` in any case."""
+    half, then the connection closes (an interrupted download). With `ranges`, a `Range: bytes=N-` request
+    is answered 206 from byte N (Content-Range); without, Range is ignored (200, the whole file). A path in
+    `redirect` answers 302 to another path (a hub's LFS redirect). Stops after `life_s` in any case."""
 
-    def __init__(self, files: dict[str, bytes], cut: set[str] = frozenset(), life_s: float = 60.0):
-        self.files, self.cut, self.requests = files, set(cut), []
+    def __init__(self, files: dict[str, bytes], cut: set[str] = frozenset(), life_s: float = 60.0,
+                 ranges: bool = False, redirect: dict[str, str] | None = None):
+        self.files, self.cut, self.requests, self.ranges = files, set(cut), [], []
+        self.redirect = redirect or {}
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 owner.requests.append(self.path)
+                owner.ranges.append(self.headers.get("Range"))
+                if self.path in owner.redirect:
+                    self.send_response(302)
+                    self.send_header("Location", owner.redirect[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 body = owner.files.get(self.path)
                 if body is None:
                     self.send_error(404)
                     return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
+                first = 0
+                asked = self.headers.get("Range")
+                if ranges and asked and asked.startswith("bytes=") and asked.endswith("-"):
+                    first = int(asked[6:-1])
+                    if first >= len(body):
+                        self.send_error(416)
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {first}-{len(body) - 1}/{len(body)}")
+                else:
+                    self.send_response(200)
+                rest = body[first:]
+                self.send_header("Content-Length", str(len(rest)))
                 self.end_headers()
-                self.wfile.write(body[: len(body) // 2] if self.path in owner.cut else body)
+                self.wfile.write(rest[: len(rest) // 2] if self.path in owner.cut else rest)
                 if self.path in owner.cut:
+                    owner.cut.discard(self.path) if owner.cut_once else None
                     self.close_connection = True
 
             def log_message(self, *args):
                 pass
 
+        self.cut_once = False
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.timeout = 1.0
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -108,12 +132,59 @@ def test_a_corrupted_download_is_refused_naming_both_digests(cache, monkeypatch)
     assert (cache / BAMBOOGLE).read_bytes() == bytes(body)
 
 
-def test_an_interrupted_download_leaves_no_partial_file(cache, monkeypatch):
+def test_an_interrupted_download_is_never_served_and_the_next_run_resumes_it(cache, monkeypatch):
+    """A connection cut mid-file (every time, by a server that ignores Range): retried, then stopped with what
+    arrived kept in `<file>.download/` (never at the file's place, never served); the next run asks for the
+    rest only (Range), and the file is whole and checked."""
     body = shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes()
-    with Loopback({url_path("bamboogle:test"): body}, cut={url_path("bamboogle:test")}) as srv:
+    u = url_path("bamboogle:test")
+    with Loopback({u: body}, cut={u}) as srv:
         monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
-        with pytest.raises(datafetch.DataError, match=r"interrupted: \d+ of \d+ bytes"):
+        with pytest.raises(datafetch.Interrupted, match=r"interrupted: \d+ of \d+ bytes, kept in .*run it again to resume"):
             datafetch.path("bamboogle:test")
+        assert len(srv.requests) == 1 + datafetch.RETRIES and datafetch.cached("bamboogle:test") is None
+    kept = cache / (BAMBOOGLE + ".download") / "test.jsonl"
+    assert cache_files(cache) == [str(kept.relative_to(cache))] and 0 < kept.stat().st_size < len(body)
+    have = kept.stat().st_size
+    with Loopback({u: body}, ranges=True) as srv:
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
+        assert datafetch.path("bamboogle:test").read_bytes() == body
+        assert srv.ranges == [f"bytes={have}-"]   # only the rest was asked for
+    assert cache_files(cache) == [BAMBOOGLE]
+
+
+def test_a_cut_connection_resumes_within_the_run(cache, monkeypatch):
+    """A server that honours Range and cuts the first response: the same run asks for the rest and finishes."""
+    body = shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes()
+    u = url_path("bamboogle:test")
+    with Loopback({u: body}, cut={u}, ranges=True) as srv:
+        srv.cut_once = True
+        monkeypatch.setenv("DTSFT_DATA_ENDPOINT", srv.url)
+        assert datafetch.path("bamboogle:test").read_bytes() == body
+        assert srv.ranges[0] is None and srv.ranges[1] == f"bytes={len(body) // 2}-" and len(srv.requests) == 2
+    assert cache_files(cache) == [BAMBOOGLE]
+
+
+def test_an_lfs_redirect_is_followed_and_a_wrong_size_refused(cache, monkeypatch):
+    """The hub answers a resolve URL with a redirect to the LFS store: followed (a resumed request keeps its
+    Range); a part whose size is not the pinned one is refused before it is served, naming both sizes."""
+    body = shared_path("benchmarks", "bamboogle", "test.jsonl").read_bytes()
+    f = dataclasses.replace(datafetch.LARGE["bamboogle:hub"], commit="c" * 40,
+                            pins=(datafetch.Pin("test.jsonl", hashlib.sha256(body).hexdigest(), len(body)),))
+    monkeypatch.setitem(datafetch.LARGE, f.name, f)
+    resolve = f"/datasets/{f.repo}/resolve/{'c' * 40}/bamboogle/test.jsonl"
+    with Loopback({"/lfs/blob": body}, cut={"/lfs/blob"}, ranges=True, redirect={resolve: "/lfs/blob"}) as srv:
+        srv.cut_once = True
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        assert datafetch.path(f.name).read_bytes() == body
+        assert srv.requests == [resolve, "/lfs/blob", resolve, "/lfs/blob"] and srv.ranges[3] == f"bytes={len(body) // 2}-"
+    (cache / f.rel).unlink()
+    wrong = dataclasses.replace(f, pins=(datafetch.Pin("test.jsonl", None, len(body) + 1),), sha256=None)
+    monkeypatch.setitem(datafetch.LARGE, f.name, wrong)
+    with Loopback({resolve: body}) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        with pytest.raises(datafetch.DataError, match=rf"{len(body)} bytes, expected {len(body) + 1} "):
+            datafetch.path(f.name)
     assert cache_files(cache) == []
 
 
@@ -122,7 +193,7 @@ def tree(root: Path) -> list[str]:
     return sorted(["."] + [str(p.relative_to(root)) for p in root.rglob("*")]) if root.exists() else []
 
 
-@pytest.mark.parametrize("failure", ["corrupted", "interrupted", "unreachable"])
+@pytest.mark.parametrize("failure", ["corrupted", "unreachable"])
 def test_a_failed_download_leaves_nothing_behind(cache, monkeypatch, failure):
     """No file and no directory that was not there before: a fresh cache stays absent; in a cache that
     exists, the directories the download made go and the ones that were there stay."""
@@ -197,7 +268,7 @@ def test_a_hub_set_is_fetched_by_the_one_downloader_once_pinned(cache, monkeypat
     from evals.config import resolve
     from evals.run import bench_request
 
-    assert {b: (datafetch.UNPINNED[f"{b}:hub"].repo, datafetch.UNPINNED[f"{b}:hub"].src) for b in HUB_SPLITS} == {
+    assert {b: (datafetch.LARGE[f"{b}:hub"].repo, datafetch.LARGE[f"{b}:hub"].src) for b in HUB_SPLITS} == {
         b: (HUB_REPO, f"{b}/{split}.jsonl") for b, split in HUB_SPLITS.items()}   # the table's hub sets are the loader's
     body = shared_path("benchmarks", "fixtures", "flashrag_quickstart_nq_test_17.jsonl").read_bytes()
     f = _pinned("nq:hub", body)
@@ -235,44 +306,44 @@ def test_a_hub_dev_set_array_becomes_lines_through_the_downloader(cache, monkeyp
 
 
 def test_an_unpinned_hub_set_is_refused_until_prefilled(cache, monkeypatch, tmp_path):
-    """The table holds no measured commit/digest for the hub sets: loading one asks nothing of the network and
-    says in one line how to pre-fill it; `fetch-data NAME from=DIR` then takes the user's copy, records its
-    digest (the identity names it) and checks later reads against it."""
+    """An entry with no public commit (2Wiki's dev.json): loading it asks nothing of the network and says in one
+    line why and how to pre-fill it; `fetch-data NAME from=DIR` then takes the user's copy, records its digest
+    (the identity names it) and checks later reads against it."""
     from evals import benches
 
     with Loopback({}) as srv:
         monkeypatch.setenv("HF_ENDPOINT", srv.url)
         with pytest.raises(benches.BenchError) as err:
-            benches.load_bench("musique@given", None, 4, 42)
+            benches.load_bench("2wikimultihopqa@given", None, 4, 42)
         assert srv.requests == []
     msg = str(err.value)
-    assert "\n" not in msg and "has no measured commit and sha256" in msg
-    assert "`fetch-data musique:hub_ans_dev from=DIR` (DIR/musique/musique_ans_v1.0_dev.jsonl" in msg
-    assert "bench_root=DIR with musique/<file>.jsonl" in msg and cache_files(cache) == []
-    sample = shared_path("benchmarks-context", "musique", "dev_ans_paragraphs_20.jsonl").read_bytes()
-    mine = tmp_path / "mine" / "musique"
+    assert "\n" not in msg and "has no pinned commit (no public record pins a commit of kamelliao" in msg
+    assert "`fetch-data 2wikimultihopqa:hub_dev from=DIR` (DIR/2wikimultihopqa/dev.jsonl" in msg
+    assert "bench_root=DIR with 2wikimultihopqa/<file>.jsonl" in msg and cache_files(cache) == []
+    sample = shared_path("benchmarks-context", "2wikimultihopqa", "dev_context_20.jsonl").read_bytes()
+    mine = tmp_path / "mine" / "2wikimultihopqa"
     mine.mkdir(parents=True)
-    (mine / "musique_ans_v1.0_dev.jsonl").write_bytes(sample)
+    (mine / "dev.jsonl").write_bytes(sample)
     with pytest.raises(datafetch.DataError, match="none of the known files"):   # unpinned: taken only when named
         datafetch.prefill(mine.parent)
-    proc = _cli("musique:hub_ans_dev", f"from={mine.parent}", cache=cache)
+    proc = _cli("2wikimultihopqa:hub_dev", f"from={mine.parent}", cache=cache)
     assert proc.returncode == 0, proc.stderr
     digest = hashlib.sha256(sample).hexdigest()
-    assert datafetch.digest("musique:hub_ans_dev") == digest
-    with pytest.raises(benches.BenchError, match=r"20 rows, expected 2417; not the dev set"):   # the full dev set's count
-        benches.load_bench("musique@given", None, 4, 42)
-    monkeypatch.setitem(benches.HUB_CONTEXT, "musique", benches.HubContext("musique:hub_ans_dev", 20))
-    items, source, _ = benches.load_bench("musique@given", None, 4, 42)
-    assert len(items) == 4 and source == str(cache / "hub/musique/musique_ans_v1.0_dev.jsonl")
+    assert datafetch.digest("2wikimultihopqa:hub_dev") == digest and "recorded, not checked" in proc.stderr
+    with pytest.raises(benches.BenchError, match=r"20 rows, expected 12576; not the dev set"):   # the full dev set's count
+        benches.load_bench("2wikimultihopqa@given", None, 4, 42)
+    monkeypatch.setitem(benches.HUB_CONTEXT, "2wikimultihopqa", benches.HubContext("2wikimultihopqa:hub_dev", 20))
+    items, source, _ = benches.load_bench("2wikimultihopqa@given", None, 4, 42)
+    assert len(items) == 4 and source == str(cache / "hub/2wikimultihopqa/dev.jsonl")
     from evals.config import resolve
     from evals.run import bench_request
 
-    keys = json.dumps(bench_request("musique@given", resolve({"ckpt": "t", "out": str(tmp_path / "o"),
-                                                               "benches": ["musique@given"]}), {"kind": "x"})["keys"])
-    assert digest in keys and "hub:dgslibisey/MuSiQue@unpinned:musique_ans_v1.0_dev.jsonl" in keys
+    keys = json.dumps(bench_request("2wikimultihopqa@given", resolve({"ckpt": "t", "out": str(tmp_path / "o"),
+                                    "benches": ["2wikimultihopqa@given"]}), {"kind": "x"})["keys"])
+    assert digest in keys and "hub:kamelliao/2wikimultihopqa@unpinned:data/dev.json" in keys
     Path(source).write_bytes(sample.replace(b"a", b"b", 1))   # changed after it was recorded: refused
     with pytest.raises(datafetch.DataError, match=r"changed since it was checked"):
-        benches.load_bench("musique@given", None, 4, 42)
+        benches.load_bench("2wikimultihopqa@given", None, 4, 42)
 
 
 def test_serve_retriever_takes_a_corpus_name_through_the_cache(cache, tmp_path):
@@ -308,7 +379,7 @@ def test_serve_retriever_takes_a_corpus_name_through_the_cache(cache, tmp_path):
 
 def test_offline_says_how_to_prefill(cache, monkeypatch):
     monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")   # nothing listens there
-    with pytest.raises(datafetch.DataError, match=r"could not download nq:seed42_1000 .*fetch-data from=DIR"):
+    with pytest.raises(datafetch.DataError, match=r"could not download nq:seed42_1000 .*fetch-data nq:seed42_1000 from=DIR"):
         datafetch.path("nq:seed42_1000")
 
 

@@ -6,13 +6,14 @@ and resolved by `retriever=e5` through the cache. The files served are the commi
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -42,11 +43,24 @@ def sums_digest(files: dict[str, bytes]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def pin(monkeypatch, name: str, digest: str, **changes) -> datafetch.DataFile:
-    """`name`'s entry as it reads once measured (the real commits/digests are not: no hub access here)."""
-    f = dataclasses.replace(datafetch.entry(name), commit=C, sha256=digest, **changes)
+def pin(monkeypatch, name: str, digest: str | None, **changes) -> datafetch.DataFile:
+    """`name`'s entry at commit C with the test's files (the real parts are 40 GiB: their pins do not apply)."""
+    f = dataclasses.replace(datafetch.entry(name), commit=C, sha256=digest, **{"pins": (), **changes})
     monkeypatch.setitem(datafetch.TABLE, name, f)
     return f
+
+
+MEMBER = datafetch.LARGE["corpus:wiki18"].member
+
+
+def tar_gz(corpus: bytes) -> bytes:
+    """wiki-18.jsonl.gz as published: a gzipped tar holding the corpus as MEMBER."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        info = tarfile.TarInfo(MEMBER)
+        info.size, info.mtime = len(corpus), 0
+        tf.addfile(info, io.BytesIO(corpus))
+    return buf.getvalue()
 
 
 def served(index_body: bytes | None = None, corpus_body: bytes | None = None, encoder: dict | None = None):
@@ -56,7 +70,7 @@ def served(index_body: bytes | None = None, corpus_body: bytes | None = None, en
     files = {f"/datasets/PeterJinGo/wiki-18-e5-index/resolve/{C}/part_aa": index_body[:half],
              f"/datasets/PeterJinGo/wiki-18-e5-index/resolve/{C}/part_ab": index_body[half:],
              f"/datasets/PeterJinGo/wiki-18-corpus/resolve/{C}/wiki-18.jsonl.gz":
-                 gzip.compress(CORPUS.read_bytes() if corpus_body is None else corpus_body, mtime=0)}
+                 tar_gz(CORPUS.read_bytes() if corpus_body is None else corpus_body)}
     for n, b in (encoder or {n: (ENCODER / n).read_bytes() for n in ENCODER_FILES}).items():
         files[f"/intfloat/e5-base-v2/resolve/{C}/{n}"] = b
     return files
@@ -129,15 +143,21 @@ def test_a_wrong_digest_is_refused_and_leaves_nothing_behind(cache, monkeypatch,
     assert not cache.exists()   # no file, no directory, no temporary copy
 
 
-def test_an_interrupted_part_leaves_nothing_behind(cache, monkeypatch):
+def test_an_interrupted_part_is_kept_apart_and_resumed(cache, monkeypatch):
     pin_all(monkeypatch)
     files = served()
     cut = f"/intfloat/e5-base-v2/resolve/{C}/model.safetensors"
     with Loopback(files, cut={cut}) as srv:
         monkeypatch.setenv("HF_ENDPOINT", srv.url)
-        with pytest.raises(datafetch.DataError, match=r"interrupted: \d+ of \d+ bytes"):
+        with pytest.raises(datafetch.Interrupted, match=r"interrupted: \d+ of \d+ bytes"):
             datafetch.path("encoder:e5-base-v2")
-    assert not cache.exists()
+    model = cache / "models/intfloat/e5-base-v2"
+    assert not model.exists() and (model.parent / "e5-base-v2.download" / "model.safetensors").is_file()
+    with Loopback(files, ranges=True) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        assert datafetch.path("encoder:e5-base-v2") == model
+        assert [r for r in srv.ranges if r] and cut in srv.requests
+    assert not (model.parent / "e5-base-v2.download").exists()
 
 
 def _cli(*args, cache, cwd=None):
@@ -146,68 +166,59 @@ def _cli(*args, cache, cwd=None):
                           timeout=60, cwd=cwd)
 
 
-def test_unpinned_dense_artefacts_are_refused_until_prefilled(cache, monkeypatch, tmp_path):
-    """The three entries carry no commit or sha256: never downloaded, one line saying how to pre-fill; then
-    `fetch-data NAME from=DIR|FILE` records each copy's digest, `retriever=e5` resolves the names through
-    the cache (Search-R1's ids again) and the identity names those digests; a mistyped name: did you mean."""
-    from evals.config import resolve
-    from evals.errors import EvalError
-    from evals.identity import bench_identity
-    from evals.retrievers import make_retriever
-
-    for name in ("encoder:e5-base-v2", "index:wiki18_e5_flat", "corpus:wiki18"):
-        assert not datafetch.entry(name).measured and name in datafetch.UNPINNED
-    with Loopback({}) as srv:
-        monkeypatch.setenv("HF_ENDPOINT", srv.url)
-        with pytest.raises(datafetch.DataError) as err:
-            make_retriever(e5_config(corpus=str(CORPUS)))
-        assert srv.requests == []
-    msg = str(err.value)
-    assert "\n" not in msg and "encoder:e5-base-v2 (hub_model:intfloat/e5-base-v2@unpinned:{config.json," in msg
-    assert "has no measured commit and sha256" in msg and "`fetch-data encoder:e5-base-v2 from=DIR`" in msg
-    assert "or pass encoder=intfloat/e5-base-v2" in msg
-    with pytest.raises(datafetch.DataError, match=r"`fetch-data index:wiki18_e5_flat from=DIR` \(DIR/wiki18/e5_Flat.index, "
-                                                  r"or from=FILE; .* or pass index=FILE"):
-        datafetch.path("index:wiki18_e5_flat")
-
-    # the encoder: a model dir (in-process: the entry lists the tiny encoder's files, not e5-base-v2's six)
-    monkeypatch.setitem(datafetch.UNPINNED, "encoder:e5-base-v2",
-                        dataclasses.replace(datafetch.UNPINNED["encoder:e5-base-v2"], parts=ENCODER_FILES))
-    mine = tmp_path / "my-e5"
-    shutil.copytree(ENCODER, mine)
-    (mine / "pytorch_model.bin").write_bytes(b"not copied: not a part")
-    assert datafetch.main(["encoder:e5-base-v2", f"from={mine}"]) == 0
+def test_search_r1s_raw_download_fills_the_cache_part_by_part(cache, monkeypatch, tmp_path, capfd):
+    """`fetch-data NAME from=DIR` with DIR as Search-R1's download leaves it (the index's part_aa + part_ab before
+    `cat`, wiki-18.jsonl.gz before gunzip, the model dir): each part checked against its pin, the cached file
+    built from them; no public digest of the cached file, so it is recorded (one line) and checked afterwards;
+    a part that is not the pinned one is refused naming both digests."""
+    index, corpus = INDEX.read_bytes(), CORPUS.read_bytes()
+    half = len(index) // 2
+    raw = tmp_path / "save_path"
+    raw.mkdir()
+    (raw / "part_aa").write_bytes(index[:half])
+    (raw / "part_ab").write_bytes(index[half:])
+    (raw / "wiki-18.jsonl.gz").write_bytes(tar_gz(corpus))
+    sha = {n: hashlib.sha256((raw / n).read_bytes()).hexdigest() for n in ("part_aa", "part_ab", "wiki-18.jsonl.gz")}
+    for name, parts in (("index:wiki18_e5_flat", ("part_aa", "part_ab")), ("corpus:wiki18", ("wiki-18.jsonl.gz",))):
+        pin(monkeypatch, name, None, pins=tuple(datafetch.Pin(n, sha[n], (raw / n).stat().st_size) for n in parts))
+    pin(monkeypatch, "encoder:e5-base-v2", None, parts=ENCODER_FILES)
+    before = sorted(p.name for p in raw.iterdir())
+    for name, src in (("index:wiki18_e5_flat", raw), ("corpus:wiki18", raw), ("encoder:e5-base-v2", ENCODER)):
+        rc, err = datafetch.main([name, f"from={src}"]), capfd.readouterr().err   # in-process: the test's pins
+        assert rc == 0 and "recorded, not checked" in err, err
+    assert sorted(p.name for p in raw.iterdir()) == before   # the user's files: read, never changed
+    assert (cache / "hub/wiki18/e5_Flat.index").read_bytes() == index
+    assert (cache / "hub/wiki18/wiki-18.jsonl").read_bytes() == corpus
+    assert datafetch.digest("index:wiki18_e5_flat") == hashlib.sha256(index).hexdigest()
     model = cache / "models/intfloat/e5-base-v2"
     assert sorted(p.name for p in model.iterdir()) == sorted((*ENCODER_FILES, "SHA256SUMS"))
-    enc_digest = sums_digest({n: (ENCODER / n).read_bytes() for n in ENCODER_FILES})
-    assert datafetch.digest("encoder:e5-base-v2") == enc_digest
-    # the index from=FILE and the corpus from Search-R1's save_path (DIR/wiki-18.jsonl), by the command line
-    proc = _cli("index:wiki18_e5_flat", f"from={INDEX}", cache=cache)
-    assert proc.returncode == 0, proc.stderr
-    save_path = tmp_path / "save_path"
-    save_path.mkdir()
-    shutil.copyfile(CORPUS, save_path / "wiki-18.jsonl")
-    proc = _cli("corpus:wiki18", f"from={save_path}", cache=cache)
-    assert proc.returncode == 0, proc.stderr
-    bad = _cli("index:wiki18_e5_flat", "corpus:wiki18", f"from={INDEX}", cache=cache)
-    assert bad.returncode == 2 and "is a file: name the one file entry" in bad.stderr
-    assert datafetch.digest("index:wiki18_e5_flat") == hashlib.sha256(INDEX.read_bytes()).hexdigest()
+    bad = tmp_path / "bad"
+    shutil.copytree(raw, bad)
+    (bad / "part_ab").write_bytes(index[half:-1] + bytes([index[-1] ^ 1]))
+    (cache / "hub/wiki18/e5_Flat.index").unlink()
+    rc, err = datafetch.main(["index:wiki18_e5_flat", f"from={bad}"]), capfd.readouterr().err
+    actual = hashlib.sha256((bad / "part_ab").read_bytes()).hexdigest()
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert f"sha256 {actual}, expected {sha['part_ab']} for index:wiki18_e5_flat part part_ab" in err
+    proc = _cli("index:wiki18_e5_flat", f"from={raw}", cache=cache)   # the real pins: the test's parts are refused
+    assert proc.returncode == 2 and "15382 bytes, expected 42949672960 for index:wiki18_e5_flat part part_aa" in proc.stderr
+    assert not (cache / "hub/wiki18/e5_Flat.index").exists()
 
-    retriever = make_retriever(e5_config())
-    assert [[d["id"] for d in row] for row in retriever.search(QUERIES, 3)] == THEIRS["k3"]["ids"]
-    base = {"ckpt": "tiny", "benches": ["nq"], "out": str(tmp_path / "o"), "corpus": "corpus:wiki18", "retriever": "e5"}
-    keys = bench_identity("nq", resolve({**base, "index": "index:wiki18_e5_flat"}), {"kind": "x"}, n=2, seed=42,
-                          source="x")["keys"]   # the default encoder is the name
-    assert (keys["retrieval.encoder.digest"], keys["retrieval.index.sha256"]) == \
-        (enc_digest, hashlib.sha256(INDEX.read_bytes()).hexdigest())
-    with pytest.raises(EvalError, match=r"encoder=e5-base-v2: no such path, no hub id .*Did you mean: encoder:e5-base-v2\?"):
-        resolve({**base, "encoder": "e5-base-v2"})
-    with pytest.raises(EvalError, match=r"index=index:wiki18_e5: unknown data name\. Did you mean: index:wiki18_e5_flat\?"):
-        resolve({**base, "index": "index:wiki18_e5"})
-    (model / "config.json").write_text("{}")   # changed after it was recorded: refused, kept
+
+def test_a_pinned_commit_without_a_public_digest_is_recorded_once_and_then_checked(cache, monkeypatch, capfd):
+    """The corpus at its pinned commit, no public digest of the cached file: the first download records it
+    (one console line: recorded, not checked); the next use is checked against it, and a changed file is refused."""
+    cor = pin(monkeypatch, "corpus:wiki18", None)
+    with Loopback(served()) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        p = datafetch.path("corpus:wiki18")
+    err = capfd.readouterr().err
+    assert err.count("recorded, not checked") == 1 and p.read_bytes() == CORPUS.read_bytes()
+    assert datafetch.digest("corpus:wiki18") == hashlib.sha256(CORPUS.read_bytes()).hexdigest()
+    assert datafetch.path("corpus:wiki18") == p and "recorded" not in capfd.readouterr().err
+    p.write_bytes(CORPUS.read_bytes().replace(b"a", b"b", 1))
     with pytest.raises(datafetch.DataError, match=r"changed since it was checked"):
-        make_retriever(e5_config())
-    assert (model / "config.json").read_text() == "{}"
+        datafetch.path(cor.name)
 
 
 def test_grpo_takes_the_names_too(cache, monkeypatch, tmp_path):
@@ -217,8 +228,9 @@ def test_grpo_takes_the_names_too(cache, monkeypatch, tmp_path):
     from launch.compose import compose_grpo
     from rl.config import problems, run_identity
 
-    monkeypatch.setitem(datafetch.UNPINNED, "encoder:e5-base-v2",
-                        dataclasses.replace(datafetch.UNPINNED["encoder:e5-base-v2"], parts=ENCODER_FILES))
+    for name in ("index:wiki18_e5_flat", "corpus:wiki18"):
+        pin(monkeypatch, name, None)
+    pin(monkeypatch, "encoder:e5-base-v2", None, parts=ENCODER_FILES)
     datafetch.prefill(ENCODER, ["encoder:e5-base-v2"])
     datafetch.prefill(INDEX, ["index:wiki18_e5_flat"])
     datafetch.prefill(CORPUS, ["corpus:wiki18"])
