@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -487,3 +488,136 @@ def test_no_user_path_names_shared():
     proc = subprocess.run(["git", "grep", "-n", r"\.\./shared", "--", ".", ":!tests", ":!bench"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+
+
+# --- trust V (#62.3, .8, .12) and the from=DIR layouts (#63.3) ---
+
+ENCODER = ROOT / "tests" / "data" / "search_r1_e5" / "encoder"
+
+
+def _tiny_encoder_entry(monkeypatch) -> datafetch.DataFile:
+    """encoder:e5-base-v2 listing the committed tiny encoder's files (the real entry lists e5-base-v2's six)."""
+    f = dataclasses.replace(datafetch.entry("encoder:e5-base-v2"), parts=tuple(sorted(p.name for p in ENCODER.iterdir())),
+                            pins=(), sha256=None)
+    monkeypatch.setitem(datafetch.TABLE, f.name, f)   # TABLE is looked at first
+    return f
+
+
+def _tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_from_the_entrys_own_place_verifies_it_there_and_deletes_nothing(cache, monkeypatch, capfd):
+    """`fetch-data encoder:e5-base-v2 from=$DTSFT_DATA/models/intfloat/e5-base-v2` — the directory the refusal tells
+    users to fill — holding the parts and more (README.md, onnx/model.onnx, pytorch_model.bin): checked where it
+    is, its digest recorded; every file kept byte for byte, only a SHA256SUMS over the parts added."""
+    f = _tiny_encoder_entry(monkeypatch)
+    model = cache / f.rel
+    shutil.copytree(ENCODER, model)
+    (model / "README.md").write_text("mine")
+    (model / "onnx").mkdir()
+    (model / "onnx" / "model.onnx").write_bytes(b"onnx")
+    (model / "pytorch_model.bin").write_bytes(b"pickle")
+    before = _tree_bytes(model)
+    assert datafetch.main([f.name, f"from={model}"]) == 0
+    out = capfd.readouterr()
+    assert "verified in place" in out.out and "recorded, not checked" in out.err
+    after = _tree_bytes(model)
+    assert {k: v for k, v in after.items() if k != "SHA256SUMS"} == before
+    assert sorted(after["SHA256SUMS"].decode().split()[1::2]) == sorted(f.parts)
+    assert datafetch.cached(f.name) == model and datafetch.digest(f.name) == hashlib.sha256(after["SHA256SUMS"]).hexdigest()
+    assert datafetch.main([f.name, f"from={model}"]) == 0 and _tree_bytes(model) == after   # again: checked, nothing changes
+    (model / "config.json").write_text("{}")   # the user's part changed: refused in one line, nothing changed
+    mine = _tree_bytes(model)
+    assert datafetch.main([f.name, f"from={model}"]) == 2 and _tree_bytes(model) == mine
+    assert len(capfd.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_refill_with_a_different_copy_renames_the_old_one_aside(cache, tmp_path, capfd):
+    """An unpinned entry filled twice from two different copies: the second is taken, the first (and its record)
+    renamed aside as `.replaced-<UTC>`, nothing deleted."""
+    sample = shared_path("benchmarks-context", "2wikimultihopqa", "dev_context_20.jsonl").read_bytes()
+    first, second = tmp_path / "a" / "2wikimultihopqa", tmp_path / "b" / "2wikimultihopqa"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    (first / "dev.jsonl").write_bytes(sample)
+    (second / "dev.jsonl").write_bytes(sample.splitlines(keepends=True)[0])
+    assert datafetch.main(["2wikimultihopqa:hub_dev", f"from={first.parent}"]) == 0
+    assert datafetch.main(["2wikimultihopqa:hub_dev", f"from={second.parent}"]) == 0
+    d = cache / "hub/2wikimultihopqa"
+    aside = sorted(p.name for p in d.iterdir() if ".replaced-" in p.name)
+    assert len(aside) == 2 and (d / aside[0]).read_bytes() == sample   # dev.jsonl.replaced-*, dev.jsonl.sha256.replaced-*
+    assert (d / "dev.jsonl").read_bytes() == (second / "dev.jsonl").read_bytes()
+    assert datafetch.digest("2wikimultihopqa:hub_dev") == hashlib.sha256((second / "dev.jsonl").read_bytes()).hexdigest()
+
+
+def test_a_symlinked_cache_entry_is_set_aside_never_followed_or_deleted(cache, tmp_path, monkeypatch, capfd):
+    """The entry's place is a symlink to the user's directory: the checked copy goes in its place, the link is
+    renamed aside, the directory it pointed to is untouched, and the record is written only with the entry in place."""
+    f = _tiny_encoder_entry(monkeypatch)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    model = cache / f.rel
+    model.parent.mkdir(parents=True)
+    model.symlink_to(theirs, target_is_directory=True)
+    assert datafetch.main([f.name, f"from={ENCODER}"]) == 0, capfd.readouterr().err
+    assert not model.is_symlink() and datafetch.cached(f.name) == model
+    assert _tree_bytes(theirs) == {"notes.txt": b"mine"}
+    assert [p.name for p in model.parent.iterdir() if p.is_symlink()][0].startswith("e5-base-v2.replaced-")
+
+
+def _unwritable(tmp_path: Path) -> Path:
+    """A cache directory this process cannot write in (root ignores mode bits: then a sysfs directory)."""
+    if os.geteuid() != 0:
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o555)
+        return d
+    return Path("/sys/kernel/dtsft-cache")
+
+
+@pytest.mark.parametrize("case", ["DTSFT_DATA is a file", "read-only cache"])
+def test_a_cache_that_cannot_be_written_is_one_line(tmp_path, case):
+    shared = shared_path("benchmarks")
+    root = tmp_path / "afile" if case == "DTSFT_DATA is a file" else _unwritable(tmp_path)
+    if case == "DTSFT_DATA is a file":
+        root.write_text("not a directory")
+    for argv in (["bamboogle:test", f"from={shared}"], ["bamboogle:test"]):
+        proc = _cli(*argv, cache=root)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr and str(root) in proc.stderr
+    if case == "DTSFT_DATA is a file":
+        assert root.read_text() == "not a directory"
+
+
+def test_a_big_cached_file_edited_in_place_is_refused(cache, monkeypatch, tmp_path):
+    """A cached file over BIG_FILE is checked through the stat-keyed digest cache: an in-place edit that keeps the
+    size and puts the mtime back is still seen (the key has the inode and the ctime too)."""
+    monkeypatch.setattr(datafetch, "BIG_FILE", 1)   # every file is "big" here
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    datafetch.prefill(shared_path("benchmarks"), ["bamboogle:test"])
+    p = datafetch.cached("bamboogle:test")
+    st = p.stat()
+    body = bytearray(p.read_bytes())
+    body[10] ^= 1
+    with open(p, "r+b") as out:   # same inode, same size
+        out.write(bytes(body))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert p.stat().st_size == st.st_size and p.stat().st_mtime_ns == st.st_mtime_ns
+    with pytest.raises(datafetch.DataError, match="changed since it was checked"):
+        datafetch.cached("bamboogle:test")
+
+
+def test_from_dir_in_the_upstream_repositorys_layout(cache, tmp_path):
+    """DIR as a clone of the source repository: `data_subsample/bamboogle/test.jsonl` (reason_over_search's path)
+    and `data/musique.json` (MIGRES's, whose first 20 lines the entry keeps) fill the cache, checked."""
+    clone = tmp_path / "clone"
+    (clone / "data_subsample" / "bamboogle").mkdir(parents=True)
+    shutil.copyfile(shared_path("benchmarks", "bamboogle", "test.jsonl"), clone / "data_subsample/bamboogle/test.jsonl")
+    musique = shared_path("benchmarks-context", "musique", "dev_ans_paragraphs_20.jsonl").read_bytes()
+    (clone / "data").mkdir()
+    (clone / "data" / "musique.json").write_bytes(musique + b'{"id": "row 21"}\n')
+    assert set(datafetch.prefill(clone)) == {"bamboogle:test", "musique:ans_dev_20"}   # unnamed: the TABLE files found
+    assert datafetch.cached("musique:ans_dev_20").read_bytes() == musique
+    assert cache_files(cache) == sorted([BAMBOOGLE, datafetch.TABLE["musique:ans_dev_20"].rel])
