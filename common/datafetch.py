@@ -643,6 +643,8 @@ def _get(f: DataFile, url: str, dest: Path, size: int | None, timeout: float) ->
                                 f"({f.source()}); nothing cached")
             return
         except urllib.error.HTTPError as exc:
+            if exc.code == 416 and have and (exc.headers.get("Content-Range") or "").endswith(f"/{have}"):
+                return   # what is kept is the whole file already
             if exc.code == 416 and have and not restarted:   # what is kept is not a prefix the server knows
                 dest.unlink()
                 restarted = True
@@ -699,19 +701,18 @@ def _download(f: DataFile) -> Path:
                 try:
                     _check_part(f, part, dest, url)
                 except DataError:
-                    dest.unlink()
+                    dest.unlink()   # a part that is not the pinned one is never kept
                     raise
                 paths.append(dest)
             where = f.part_url(f.source_parts()[0]) if len(f.source_parts()) == 1 else f.url()
-            done = _build(f, paths, True, where, f"downloaded from {f.source()}")
+            try:
+                done = _build(f, paths, True, where, f"downloaded from {f.source()}")
+            except DataError:   # the parts make a file that is not the entry's: none of them is kept
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
             ok = True
             return done
-    except Interrupted:
-        raise
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    finally:
+    finally:   # any other failure (or an interrupt) keeps the checked or partial parts for the next run
         if ok:
             shutil.rmtree(stage, ignore_errors=True)
         elif stage.is_dir():

@@ -260,3 +260,26 @@ def test_serve_retriever_refuses_a_mistyped_or_unfilled_name_in_one_line(tmp_pat
         proc = subprocess.run(argv + extra, env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and want in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_part_already_downloaded_is_not_fetched_again(cache, monkeypatch):
+    """The index's part_aa arrives, part_ab fails (404): part_aa is kept (checked against its pin); the next run
+    asks for part_ab only, and the index is their concatenation."""
+    index = INDEX.read_bytes()
+    half = len(index) // 2
+    parts = {"part_aa": index[:half], "part_ab": index[half:]}
+    pin(monkeypatch, "index:wiki18_e5_flat", None,
+        pins=tuple(datafetch.Pin(n, hashlib.sha256(b).hexdigest(), len(b)) for n, b in parts.items()))
+    files = {k: v for k, v in served().items() if "wiki-18-e5-index" in k}
+    only_aa = {k: v for k, v in files.items() if k.endswith("part_aa")}
+    with Loopback(only_aa) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        with pytest.raises(datafetch.DataError, match=r"could not download index:wiki18_e5_flat .*part_ab: HTTP 404"):
+            datafetch.path("index:wiki18_e5_flat")
+    stage = cache / "hub/wiki18/e5_Flat.index.download"
+    assert sorted(p.name for p in stage.iterdir()) == ["part_aa"] and not (cache / "hub/wiki18/e5_Flat.index").exists()
+    with Loopback(files, ranges=True) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        assert datafetch.path("index:wiki18_e5_flat").read_bytes() == index
+        assert [r.rsplit("/", 1)[1] for r in srv.requests] == ["part_ab"]
+    assert not stage.exists()
