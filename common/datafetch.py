@@ -803,11 +803,18 @@ def _fill(f: DataFile, paths: list[Path], raw: bool, src: Path) -> tuple[Path, s
             _check_part(f, part, p, str(p))
     made = _make_parents(final)
     try:
-        where = str(paths[0]) if len(paths) == 1 else f"{paths[0].parent}/{{{','.join(p.name for p in paths)}}}"
+        where = _shown(paths)
         return _build(f, sources, raw, where, f"from={src}"), "copied"
     except BaseException:
         _remove_made(made)
         raise
+
+
+def _shown(paths: list[Path]) -> str:
+    """One candidate as said in a message: a path, or `DIR/{a,b}` for parts side by side."""
+    if len(paths) == 1:
+        return str(paths[0])
+    return f"{os.path.commonpath([str(p) for p in paths])}/{{{','.join(p.name for p in paths)}}}"
 
 
 @_one_line
@@ -838,7 +845,7 @@ def fill(src: str | Path, names: list[str] | None = None) -> dict[str, tuple[Pat
         found = next(((paths, raw) for paths, raw in cands if _holds(f, paths, raw)), None)
         if found is None:
             if names:
-                looked = ", ".join(dict.fromkeys(" + ".join(str(p) for p in paths) for paths, _ in cands))
+                looked = ", ".join(dict.fromkeys(_shown(paths) for paths, _ in cands))
                 what = f"{', '.join(f.parts)} in any of" if f.kind == "dir" else "file at any of"
                 raise DataError(f"from={src}: no {what} {looked} for {f.name}")
             continue
