@@ -621,3 +621,26 @@ def test_from_dir_in_the_upstream_repositorys_layout(cache, tmp_path):
     assert set(datafetch.prefill(clone)) == {"bamboogle:test", "musique:ans_dev_20"}   # unnamed: the TABLE files found
     assert datafetch.cached("musique:ans_dev_20").read_bytes() == musique
     assert cache_files(cache) == sorted([BAMBOOGLE, datafetch.TABLE["musique:ans_dev_20"].rel])
+
+
+def test_an_official_url_is_a_source_checked_by_its_published_digest(cache, monkeypatch, capfd):
+    """HotpotQA's dev file from its authors' URL (outside GitHub and the hub): the downloaded file is checked
+    against the published sha256 and size, kept one array element per line (its digest recorded, not checked);
+    a file that is not the published one is refused naming both digests, nothing cached."""
+    lines = shared_path("benchmarks-context", "hotpotqa", "dev_distractor_30.jsonl").read_bytes()
+    array = b"[" + b", ".join(lines.splitlines()) + b"]"
+    with Loopback({"/datasets/hotpot/dev.json": array, "/bad.json": array.replace(b"a", b"b", 1)}) as srv:
+        real = datafetch.entry("hotpotqa:hub_distractor_dev")
+        assert real.host == "url" and real.pin(real.source_parts()[0]).size == 46_320_117
+        f = dataclasses.replace(real, src=f"{srv.url}/datasets/hotpot/dev.json", take=("json_array", 30),
+                                pins=(datafetch.Pin("dev.json", hashlib.sha256(array).hexdigest(), len(array)),))
+        monkeypatch.setitem(datafetch.LARGE, f.name, f)
+        assert datafetch.path(f.name).read_bytes() == lines and "recorded, not checked" in capfd.readouterr().err
+        (cache / f.rel).unlink()
+        (cache / (f.rel + ".sha256")).unlink()
+        bad = dataclasses.replace(f, src=f"{srv.url}/bad.json", pins=(datafetch.Pin("bad.json", f.pins[0].sha256),))
+        monkeypatch.setitem(datafetch.LARGE, f.name, bad)
+        with pytest.raises(datafetch.DataError) as err:
+            datafetch.path(f.name)
+    assert f"expected {f.pins[0].sha256} for hotpotqa:hub_distractor_dev part bad.json" in str(err.value)
+    assert hashlib.sha256(array.replace(b"a", b"b", 1)).hexdigest() in str(err.value) and cache_files(cache) == []
