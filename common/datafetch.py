@@ -198,7 +198,7 @@ LARGE = {f.name: f for f in (
                             ("hotpotqa", "dev", None), ("2wikimultihopqa", "dev", None))),
     DataFile("musique:hub", "hub/musique/flashrag_dev.jsonl", _FR, _FR_MUSIQUE_AT, "musique/dev.jsonl", None, host="hub",
              cite=f"{_FR}@{_FR_MUSIQUE_AT}: the hub's commit page of that revision, which shows musique/dev.jsonl as a "
-                  "Git LFS pointer (cited by issue 63); its oid is not copied here, so the digest is recorded at first "
+                  "Git LFS pointer; its oid is not copied here, so the digest is recorded at first "
                   "download"),
     # the original-format dev sets, each question with its paragraphs (context modes item/given)
     DataFile("musique:hub_ans_dev", "hub/musique/musique_ans_v1.0_dev.jsonl", "dgslibisey/MuSiQue",
