@@ -50,12 +50,40 @@ def parse_json_line(raw: bytes | str) -> Any:
         raise JsonLineError("malformed_json", "JSON nested too deeply to parse") from None
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
+TORN_LINE = "torn_line"   # JsonLineError.reason of a torn last line (torn_line_problem)
+
+
+def torn_line_problem(raw: bytes) -> str | None:
+    """The one rule for a torn last line of a jsonl file, shared by every reader: `raw`, the bytes
+    after the file's last newline (a writer killed mid-line leaves no newline), is torn when it is
+    not one whole JSON value in UTF-8, whether the cut fell between ASCII bytes or inside a multibyte
+    character. Returns why (for the reader's one line), or None when it is whole (or blank)."""
+    if not raw.strip():
+        return None
+    try:
+        parse_json_line(raw)
+    except JsonLineError as exc:
+        return f"no newline at the end and {exc.detail}: cut mid-write"
+    return None
+
+
+def read_jsonl(path: str | Path, *, torn: str | None = None) -> Iterator[tuple[int, str]]:
     """Yield (line_number, raw_line) for non-blank lines; parsing is the caller's job
     so that a malformed line can be quarantined with its line number. A line that is not
-    UTF-8 raises JsonLineError naming `path:line`."""
+    UTF-8 raises JsonLineError naming `path:line`.
+
+    `torn` applies the torn-last-line rule (torn_line_problem) to the file's last line when it has no
+    newline: "error" raises JsonLineError (reason TORN_LINE) naming `path:line`, the same for an ASCII
+    cut and a cut inside a UTF-8 character; "skip" leaves it out (a resuming writer's rule: the caller
+    says so); None (the default) yields it like any other line."""
+    if torn not in (None, "error", "skip"):
+        raise ValueError(f"torn={torn!r}: expected None, 'error' or 'skip'")
     with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
+            if torn is not None and not raw.endswith(b"\n") and (why := torn_line_problem(raw)) is not None:
+                if torn == "skip":
+                    return
+                raise JsonLineError(TORN_LINE, f"{path}:{i}: torn last line ({why})")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -1,0 +1,131 @@
+"""evals under hostile conditions (issue Trust V): one evaluation per out dir (a second is refused,
+naming the holder; duplicate rows an older pair left behind are dropped, the first kept, and kept aside),
+a torn last line — cut between ASCII bytes or inside a UTF-8 character — dropped on resume with a warning."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+
+from common import lock
+from evals.run import evaluate
+from tests.conftest import ROOT
+from tests.test_evals_loop import ScriptedBackend, make_world
+
+
+@pytest.fixture()
+def world(tmp_path):
+    corpus, bench_root = make_world(tmp_path)
+    return {"corpus": str(corpus), "bench_root": str(bench_root), "index_dir": str(tmp_path / "idx"),
+            "ckpt": str(tmp_path / "model"), "benches": ["synthqa"], "n": 6, "progress": False}
+
+
+def _eval_lock() -> str:
+    from evals.store import EVAL_LOCK
+
+    return EVAL_LOCK
+
+
+def _lines(out, bench="synthqa") -> list[bytes]:
+    return (out / f"{bench}.jsonl").read_bytes().splitlines(keepends=True)
+
+
+class Held(ScriptedBackend):
+    """An evaluation in flight: its first generate call waits until the test lets it go."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
+        self.inside, self.go = threading.Event(), threading.Event()
+
+    def generate(self, prompt_ids, caps):
+        self.inside.set()
+        assert self.go.wait(60), "the test never let the first evaluation go"
+        return super().generate(prompt_ids, caps)
+
+
+def test_a_second_evaluation_of_one_out_dir_is_refused_at_once_naming_the_holder(world, tmp_path, tiny_tokenizer,
+                                                                                capsys):
+    from evals.cli import main
+
+    out = tmp_path / "out"
+    cfg = {**world, "out": str(out)}
+    first, failed = Held(tiny_tokenizer), []
+
+    def run_first():
+        try:
+            evaluate(cfg, backend=first)
+        except BaseException as exc:  # noqa: BLE001 (reported by the test below)
+            failed.append(exc)
+
+    thread = threading.Thread(target=run_first)
+    thread.start()
+    try:
+        assert first.inside.wait(60), failed
+        second = ScriptedBackend(tiny_tokenizer)
+        with pytest.raises(lock.LockHeld, match=rf"{out} is in use by another evaluate \(holder: pid {os.getpid()} on "):
+            evaluate(cfg, backend=second)
+        assert second.generate_calls == 0
+        # the command line: one line, exit 2, before any model is loaded
+        argv = [f"ckpt={ROOT / 'common' / 'tiny_base'}", "benches=[synthqa]", f"bench_root={world['bench_root']}",
+                f"corpus={world['corpus']}", f"index_dir={world['index_dir']}", f"out={out}", "n=6",
+                "progress=false", "wandb=false"]
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"in use by another evaluate (holder: pid {os.getpid()} on " in err[0], err
+    finally:
+        first.go.set()
+        thread.join(60)
+    assert not failed, failed
+    assert len(_lines(out)) == 6
+    lock.check_free(out / _eval_lock(), "x")   # released with the evaluation's end
+    again = ScriptedBackend(tiny_tokenizer)
+    evaluate(cfg, backend=again)
+    assert again.generate_calls == 0 and len(_lines(out)) == 6
+
+
+def test_duplicate_rows_from_two_evaluations_are_dropped_keeping_the_first_and_kept_aside(world, tmp_path,
+                                                                                        tiny_tokenizer, capsys):
+    out = tmp_path / "out"
+    cfg = {**world, "out": str(out)}
+    before = evaluate(cfg, backend=ScriptedBackend(tiny_tokenizer))
+    rows = _lines(out)
+    second = [json.dumps({**json.loads(r), "generated_tokens": 99}).encode() + b"\n" for r in rows]
+    (out / "synthqa.jsonl").write_bytes(b"".join(rows + second))   # what two evaluations appending together left
+    capsys.readouterr()
+    backend = ScriptedBackend(tiny_tokenizer)
+    assert evaluate(cfg, backend=backend) == before and backend.generate_calls == 0
+    assert _lines(out) == rows, "the first row of each id is kept, in place"
+    aside = list(out.glob("synthqa.jsonl.duplicates-*"))
+    assert len(aside) == 1 and aside[0].read_bytes().splitlines(keepends=True) == second, "nothing is lost"
+    err = capsys.readouterr().err
+    assert f"{out / 'synthqa.jsonl'}: 6 duplicate row(s) dropped" in err and aside[0].name in err, err
+    from evals.run import to_evaluate
+
+    assert to_evaluate({**cfg, "ckpt": cfg["ckpt"]}) == {}
+
+
+@pytest.mark.parametrize("cut", ["ascii", "utf8"])
+def test_a_torn_last_line_is_dropped_on_resume_with_a_warning_wherever_the_cut_fell(world, tmp_path, tiny_tokenizer,
+                                                                                    capsys, cut):
+    out = tmp_path / "out"
+    cfg = {**world, "out": str(out), "batch_size": 2}
+    with pytest.raises(KeyboardInterrupt):   # as a Slurm task's time-limit warning stops it
+        evaluate(cfg, backend=ScriptedBackend(tiny_tokenizer, fail_at=3))
+    lock.check_free(out / _eval_lock(), "x")   # the next segment (this process, or a requeued one) can take it
+    kept = _lines(out)
+    assert len(kept) == 2
+    line = json.dumps({"id": "q5", "question": "Où est Zürich ?"}, ensure_ascii=False).encode()
+    at = line.index("ü".encode()) + (1 if cut == "utf8" else -1)   # inside the two bytes of ü, or just before it
+    with open(out / "synthqa.jsonl", "ab") as f:
+        f.write(line[:at])
+    capsys.readouterr()
+    backend = ScriptedBackend(tiny_tokenizer)
+    s = evaluate(cfg, backend=backend)["synthqa"]
+    assert backend.episodes_generated == 2 * 4 and s["n"] == 6 and s["em"] == 1.0
+    rows = _lines(out)
+    assert rows[:2] == kept and len({json.loads(r)["id"] for r in rows}) == 6 == len(rows)
+    err = capsys.readouterr().err
+    assert f"{out / 'synthqa.jsonl'}:3: torn last line dropped (no newline at the end and invalid " in err, err
