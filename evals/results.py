@@ -46,7 +46,7 @@ def load_done(path: Path, valid_ids: set[str], *, repair: bool = False) -> dict[
         try:
             row = parse_json_line(line)
         except JsonLineError as exc:
-            raise ResultsError(f"{path}:{i}: corrupt line in the middle of the file ({exc.detail}); "
+            raise ResultsError(f"{path}:{i}: corrupt row ({exc.detail}); "
                                "delete the file to re-run this bench") from None
         if not isinstance(row, dict):
             raise ResultsError(f"{path}:{i}: a row must be a JSON object, found {type(row).__name__}; "
@@ -88,9 +88,18 @@ def _unused(path: Path) -> Path:
 
 
 def append_rows(path: Path, rows: list[dict]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    """Append `rows`, one JSON line each, flushed and fsynced; every row is encoded before any is
+    written, so a row that is not text (a lone surrogate) is refused (ResultsError naming it), never a
+    half-written line."""
+    lines = []
+    for row in rows:
+        try:
+            lines.append((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ResultsError(f"{path}: row {ascii(row.get('id'))} not written: it holds a lone surrogate "
+                               f"(U+{ord(exc.object[exc.start]):04X}), which is not text") from None
+    with open(path, "ab") as f:
+        f.write(b"".join(lines))
         f.flush()
         os.fsync(f.fileno())
 

@@ -129,3 +129,42 @@ def test_a_torn_last_line_is_dropped_on_resume_with_a_warning_wherever_the_cut_f
     assert rows[:2] == kept and len({json.loads(r)["id"] for r in rows}) == 6 == len(rows)
     err = capsys.readouterr().err
     assert f"{out / 'synthqa.jsonl'}:3: torn last line dropped (no newline at the end and invalid " in err, err
+
+
+class SurrogateCaller(ScriptedBackend):
+    """A model whose first tool call escapes a lone surrogate in its query (`"\\ud800"`), then answers."""
+
+    def _policy(self, prompt: str) -> str:
+        if "<tool_response>" not in prompt:
+            return 'I will search.</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": "x\\ud800"}}\n</tool_call>'
+        return "Done.</think>\n\nFinal answer: none"
+
+
+def test_a_lone_surrogate_in_an_item_a_tool_call_or_a_row_is_one_line_never_a_traceback(world, tmp_path,
+                                                                                        tiny_tokenizer):
+    from analysis.html import read_rows
+    from common.cli import ConfigError
+    from evals.results import ResultsError
+
+    bench = tmp_path / "bench" / "synthqa" / "test.jsonl"
+    good = bench.read_bytes()
+    with open(bench, "ab") as f:
+        f.write(b'{"id": "q6", "question": "Where is \\udc80?", "golden_answers": ["x"]}\n')
+    with pytest.raises(ConfigError, match=rf"^{bench}:7: a lone surrogate \(U\+DC80\)"):   # the item reader
+        evaluate({**world, "out": str(tmp_path / "a"), "n": 7}, backend=ScriptedBackend(tiny_tokenizer))
+    bench.write_bytes(good)
+    out = tmp_path / "b"
+    cfg = {**world, "out": str(out), "n": 2}
+    s = evaluate(cfg, backend=SurrogateCaller(tiny_tokenizer))["synthqa"]   # the model's call: a tool error
+    assert s["n"] == 2 and s["mean_tool_errors"] == 1.0
+    rows = [json.loads(line) for line in _lines(out)]
+    assert rows[0]["messages"][3]["content"].startswith("Error: tool call 'search' rejected: a lone surrogate (U+D800)")
+    # a row holding one (written by another tool): refused on resume, and left out of the report, in one line each
+    text = (out / "synthqa.jsonl").read_text(encoding="utf-8").replace("Done.", "Done\\udfff.", 1)
+    (out / "synthqa.jsonl").write_text(text, encoding="utf-8")
+    with pytest.raises(ResultsError, match=rf"^{out / 'synthqa.jsonl'}:1: corrupt row \(a lone surrogate \(U\+DFFF\)"):
+        evaluate(cfg, backend=ScriptedBackend(tiny_tokenizer))
+    problems: list[str] = []
+    assert len(read_rows(out / "synthqa.jsonl", problems)) == 1
+    assert problems == [f"{out / 'synthqa.jsonl'}:1: not shown in report.html (a lone surrogate (U+DFFF) at character 4 "
+                        "of the string 'Done\\udfff.': not text)"], problems

@@ -458,6 +458,8 @@ def test_verify_flags_each_hostile_directory_without_hanging(clean_export, tmp_p
 @pytest.mark.parametrize("content,needle", [
     (b'{"id": "1", "question": "q", "golden_answers": ["a\xff"]}\n', "invalid UTF-8"),
     (b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    (b'{"id": "1", "question": "why \\ud800?", "golden_answers": ["a"]}\n', r"lone surrogate \(U\+D800\)"),
+    (b'{"id": "1", "question": "q", "golden_answers": ["\\udc01"]}\n', r"lone surrogate \(U\+DC01\)"),
 ])
 def test_bench_file_errors_name_file_and_line(tmp_path, content, needle):
     from evals.benches import BenchError, read_bench_file
