@@ -168,3 +168,106 @@ def test_a_lone_surrogate_in_an_item_a_tool_call_or_a_row_is_one_line_never_a_tr
     assert len(read_rows(out / "synthqa.jsonl", problems)) == 1
     assert problems == [f"{out / 'synthqa.jsonl'}:1: not shown in report.html (a lone surrogate (U+DFFF) at character 4 "
                         "of the string 'Done\\udfff.': not text)"], problems
+
+
+# ---------------------------------------------------------------- serve-retriever: bounded work, a real backlog
+
+
+WORDS = ("alder", "birch", "cedar", "damson", "elm")
+
+
+@pytest.fixture()
+def bm25(tmp_path):
+    from evals.retrievers import Bm25Retriever
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "contents": f"Title {w}\nthe river {w} flows"}) + "\n"
+                              for i, w in enumerate(WORDS)))
+    return Bm25Retriever(corpus, tmp_path / "idx")
+
+
+def _post(url: str, payload: dict):
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST"),
+                                    timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_serve_retriever_caps_queries_and_queries_times_topk_and_the_client_splits_its_batch(bm25):
+    from evals.retrievers import MAX_QUERIES, HttpRetriever
+    from evals.server import make_server
+
+    server = make_server(bm25, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+    try:
+        code, body = _post(url, {"queries": [""] * (MAX_QUERIES + 1), "topk": 1})   # 800 KB of "" was 200 000 queries
+        assert code == 413 and f"at most max_queries={MAX_QUERIES}" in body["error"], body
+        code, body = _post(url, {"queries": ["river"] * 101, "topk": 100})
+        assert code == 413 and "101 queries x topk 100 = 10100 passages" in body["error"], body
+        assert "at most max_results=10000" in body["error"]
+        code, body = _post(url, {"queries": ["river"] * 100, "topk": 100})
+        assert code == 200 and len(body["result"]) == 100
+        # evaluate's and GRPO's client: a batch over the caps goes out in requests within them
+        queries = [WORDS[i % 5] for i in range(2 * MAX_QUERIES + 3)]
+        got = HttpRetriever(url, timeout=30, retries=0).search(queries, 3)
+        assert [row[0]["id"] for row in got] == [str(i % 5) for i in range(len(queries))]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_serve_retriever_queues_64_clients_connecting_while_it_is_busy(bm25):
+    """64 clients connect while the server accepts no one (what a burst finds when every server thread is
+    busy): the kernel must queue all 64 (Python's default backlog of 5 left the rest to be reset), then each
+    is answered. The server's accept loop starts only once every client's handshake is done (or has failed)."""
+    import select
+    import socket
+
+    from evals.server import make_server
+
+    server = make_server(bm25, port=0)
+    clients = []
+    try:
+        for _ in range(64):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(server.server_address[:2])
+            clients.append(c)
+        pending, deadline = set(clients), 10
+        while pending and deadline > 0:   # loopback handshakes complete at once when the backlog has room
+            _, ready, _ = select.select([], list(pending), [], 1.0)
+            pending -= set(ready)
+            deadline -= 1
+        server.socket.setblocking(False)
+        accepted = []
+        while True:
+            try:
+                accepted.append(server.socket.accept())
+            except BlockingIOError:
+                break
+        assert len(accepted) == 64, f"the kernel queued {len(accepted)} of 64 connections"
+        server.socket.setblocking(True)
+        for conn, addr in accepted:
+            conn.setblocking(True)
+            server.process_request(conn, addr)   # a handler thread each, as serve_forever would
+        body = json.dumps({"queries": ["damson"], "topk": 1}).encode()
+        for c in clients:
+            c.setblocking(True)
+            c.settimeout(30)
+            c.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(body), body))
+        for c in clients:
+            data = b""
+            while chunk := c.recv(65536):
+                data += chunk
+            assert data.startswith(b"HTTP/1.0 200") and json.loads(data.split(b"\r\n\r\n", 1)[1])["result"][0][0]["id"] == "3"
+    finally:
+        for c in clients:
+            c.close()
+        server.server_close()
