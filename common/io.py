@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -35,27 +36,81 @@ class JsonLineError(ValueError):
         super().__init__(detail)
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")   # `\ud800`..`\udfff` in JSON text: maybe a lone surrogate
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """Why `value` (a parsed JSON value) is not text: the first string (or key) holding a lone UTF-16
+    surrogate (JSON's `\\ud800` without its pair, which no UTF-8 file or tokenizer takes), or None."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"a lone surrogate (U+{ord(v[exc.start]):04X}) at character {exc.start} of the string {v[:40]!r}: not text"
+    return None
+
+
 def parse_json_line(raw: bytes | str) -> Any:
     """The JSON value of one line (bytes are decoded as UTF-8); JsonLineError says why not,
-    including invalid UTF-8 and nesting too deep to parse (never a RecursionError)."""
+    including invalid UTF-8, a lone surrogate escaped in a string (`"\\ud800"`: not text, reason
+    `bad_unicode`) and nesting too deep to parse (never a RecursionError)."""
     try:
         text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
     except UnicodeDecodeError as exc:
         raise JsonLineError("bad_unicode", f"invalid UTF-8 at byte {exc.start} ({exc.reason})") from None
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise JsonLineError("malformed_json", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:
         raise JsonLineError("malformed_json", "JSON nested too deeply to parse") from None
+    if _SURROGATE_ESCAPE.search(text) and (why := lone_surrogate(value)) is not None:
+        raise JsonLineError("bad_unicode", why)
+    return value
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
+TORN_LINE = "torn_line"   # JsonLineError.reason of a torn last line (torn_line_problem)
+
+
+def torn_line_problem(raw: bytes) -> str | None:
+    """The one rule for a torn last line of a jsonl file, shared by every reader: `raw`, the bytes
+    after the file's last newline (a writer killed mid-line leaves no newline), is torn when it is
+    not one whole JSON value in UTF-8, whether the cut fell between ASCII bytes or inside a multibyte
+    character. Returns why (for the reader's one line), or None when it is whole (or blank)."""
+    if not raw.strip():
+        return None
+    try:
+        parse_json_line(raw)
+    except JsonLineError as exc:
+        return f"no newline at the end and {exc.detail}: cut mid-write"
+    return None
+
+
+def read_jsonl(path: str | Path, *, torn: str | None = None) -> Iterator[tuple[int, str]]:
     """Yield (line_number, raw_line) for non-blank lines; parsing is the caller's job
     so that a malformed line can be quarantined with its line number. A line that is not
-    UTF-8 raises JsonLineError naming `path:line`."""
+    UTF-8 raises JsonLineError naming `path:line`.
+
+    `torn` applies the torn-last-line rule (torn_line_problem) to the file's last line when it has no
+    newline: "error" raises JsonLineError (reason TORN_LINE) naming `path:line`, the same for an ASCII
+    cut and a cut inside a UTF-8 character; "skip" leaves it out (a resuming writer's rule: the caller
+    says so); None (the default) yields it like any other line."""
+    if torn not in (None, "error", "skip"):
+        raise ValueError(f"torn={torn!r}: expected None, 'error' or 'skip'")
     with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
+            if torn is not None and not raw.endswith(b"\n") and (why := torn_line_problem(raw)) is not None:
+                if torn == "skip":
+                    return
+                raise JsonLineError(TORN_LINE, f"{path}:{i}: torn last line ({why})")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

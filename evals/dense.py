@@ -12,6 +12,9 @@
   ~61 GiB). `serve-retriever retriever=e5` serves one per node over HTTP.
   With `index=null` the project builds the index from the corpus (`build_index`; cached under the
   index root, keyed by the corpus file and the encoder's content) — for small corpora.
+- Checked at start: the index file's header and size (before faiss reads it), then CHECK_ROWS passages
+  re-encoded and compared with their stored rows (`check_rows`, cosine >= MIN_COSINE: an fp16-built
+  index passes, another encoder or a reordered corpus is refused naming the first row that differs).
 - Passages are read from the corpus jsonl by byte offset (an offsets table built once per corpus
   file, cached beside the index and memory-mapped too), never the whole corpus in memory.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from pathlib import Path
 
 from common import datafetch
@@ -35,6 +39,12 @@ BUILD_MAX_BYTES = 1 << 30      # a corpus file larger than this is refused up fr
 INDEX_FILE = "e5_Flat.index"
 OFFSETS_FILE = "offsets.npy"
 CACHE_FORMAT = 1
+# At start, CHECK_ROWS corpus passages are re-encoded and compared with their index rows (check_rows): a
+# cosine of at least MIN_COSINE passes. An index built in fp16 (Search-R1's, on its GPUs) read by an fp32
+# encoder stays above 0.999 (0.9997 measured on the test encoder); another encoder, or the neighbouring
+# passage of a reordered corpus, falls well below (0.96 at most on the test corpus).
+CHECK_ROWS = 8
+MIN_COSINE = 0.99
 
 
 class DenseError(RetrieverError):
@@ -121,12 +131,43 @@ class E5Encoder:
         return pooled.float().cpu().numpy().astype(np.float32, order="C")
 
 
+# faiss's file layout of an IndexFlatIP (faiss/impl/index_write.cpp): fourcc "IxFI", d (int32), ntotal (int64),
+# two int64 placeholders, is_trained (uint8), metric_type (int32; 0 = inner product), the number of floats in
+# the codes (uint64), then ntotal x d float32. Checked before faiss reads it: faiss trusts these fields (a
+# file cut at 28-31 bytes crashed the process with SIGSEGV).
+_FLAT_IP = struct.Struct("<4siqqqBiQ")
+
+
+def check_index_file(path: Path) -> tuple[int, int]:
+    """(d, ntotal) of a faiss IndexFlatIP file whose header reads and whose size is exactly what the
+    header says; DenseError naming the file and what is wrong otherwise (nothing else is read)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(_FLAT_IP.size)
+    if len(head) < _FLAT_IP.size:
+        raise DenseError(f"index {path}: {size} bytes, shorter than a faiss IndexFlatIP header ({_FLAT_IP.size} bytes): "
+                         "truncated, or not a faiss index")
+    fourcc, d, ntotal, _, _, trained, metric, floats = _FLAT_IP.unpack(head)
+    if fourcc != b"IxFI":
+        raise DenseError(f"index {path}: starts with {fourcc!r}, not a faiss IndexFlatIP (b'IxFI'; Search-R1's "
+                         "e5_Flat.index is one)")
+    if not 0 < d <= 1 << 16 or ntotal < 0 or trained > 1 or metric != 0 or floats != d * ntotal:
+        raise DenseError(f"index {path}: a damaged IndexFlatIP header (d={d}, ntotal={ntotal}, metric={metric}, "
+                         f"{floats} floats stored)")
+    if size != _FLAT_IP.size + 4 * floats:
+        raise DenseError(f"index {path}: {size} bytes, but its header says {ntotal} vectors of dimension {d} "
+                         f"({_FLAT_IP.size + 4 * floats} bytes): truncated or appended to")
+    return d, ntotal
+
+
 def read_index(path: str | Path):
-    """A faiss index from disk, memory-mapped (flat codes in place: no copy in this process's heap)."""
+    """A faiss index from disk, memory-mapped (flat codes in place: no copy in this process's heap),
+    after its header and size are checked (check_index_file)."""
     faiss = _faiss()
     path = Path(path)
     if not path.is_file():
         raise DenseError(f"index {path} does not exist")
+    check_index_file(path)
     try:
         index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
     except RuntimeError as exc:
@@ -201,6 +242,32 @@ def build_index(docs: "CorpusLines", encoder: E5Encoder, out: str | Path, batch:
     return Path(out)
 
 
+def check_rows(index, docs: "CorpusLines", encoder: E5Encoder, index_path: Path, encoder_name: str) -> None:
+    """Re-encode CHECK_ROWS passages spread over the corpus (first and last included) as the index was
+    built (`passage: ` + contents, evals.dense) and compare each with its stored row: a cosine below
+    MIN_COSINE is a DenseError naming the first row that differs. Catches an index built by another
+    encoder of the same width, or a corpus reordered (or replaced) with the same number of lines; a
+    swap of two rows that are not checked goes unseen."""
+    import numpy as np
+
+    n = len(docs)
+    rows = sorted({round(k * (n - 1) / (CHECK_ROWS - 1)) for k in range(CHECK_ROWS)}) if n else []
+    if not rows:
+        return
+    stored = np.stack([np.asarray(index.reconstruct(i), dtype=np.float32) for i in rows])
+    fresh = encoder.encode([docs.doc(i)["contents"] for i in rows], is_query=False)
+    norms = np.linalg.norm(stored, axis=1) * np.linalg.norm(fresh, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cosine = (stored * fresh).sum(axis=1) / norms
+    for i, c in zip(rows, cosine):
+        if not c >= MIN_COSINE:   # nan (a zero row) included
+            raise DenseError(
+                f"index {index_path} row {i} is not passage {i} of corpus {docs.path} (id {docs.doc(i)['id']!r}) as "
+                f"encoder {encoder_name} encodes it: cosine {c:.3f} < {MIN_COSINE} (rows checked: "
+                f"{', '.join(map(str, rows))}); the index was built by another encoder or from another order of "
+                "this corpus")
+
+
 class CorpusLines:
     """Corpus line i as `{"id", "contents"}`, read by its byte offset."""
 
@@ -238,6 +305,8 @@ class E5Retriever:
         if not self.corpus_path.is_file():
             raise DenseError(f"corpus {self.corpus_path} does not exist (pass corpus=PATH)")
         _faiss()
+        if index is not None and Path(index).is_file():   # a damaged index is refused before the encoder loads
+            check_index_file(Path(index))
         root = Path(index_dir) if index_dir else default_index_root()
         self.encoder = E5Encoder(encoder, device)
         self.built = False
@@ -253,6 +322,7 @@ class E5Retriever:
         if self.index.d != self.encoder.model.config.hidden_size:
             raise DenseError(f"index {self.index_path} has dimension {self.index.d}, encoder {encoder} "
                              f"{self.encoder.model.config.hidden_size}: another encoder built it")
+        check_rows(self.index, self.docs, self.encoder, self.index_path, encoder)
 
     def _built_index(self, root: Path, encoder: str) -> Path:
         key = _cache_key({**_corpus_key(self.corpus_path), "encoder": self.encoder.digest(),

@@ -137,7 +137,7 @@ def merge(cfg: DictConfig, n: int) -> None:
             except (OSError, ValueError) as exc:
                 raise EvalError(f"data_parallel: shard {i}/{n} holds no sample of {bench} ({exc}); re-running resumes it") from exc
             shard_ids.append(list(sample["ids"]))
-            shard_rows.append(load_done(d / f"{bench}.jsonl", set(sample["ids"])))
+            shard_rows.append(load_done(d / f"{bench}.jsonl", set(sample["ids"]), repair=True))
         order = [shard_ids[k % n][k // n] for k in range(sum(len(ids) for ids in shard_ids))]
         rows = {i: r for part in shard_rows for i, r in part.items()}
         missing = [i for i in order if i not in rows]
@@ -145,7 +145,7 @@ def merge(cfg: DictConfig, n: int) -> None:
             raise EvalError(f"data_parallel: the shards hold no row for {len(missing)} {bench} item(s) (e.g. "
                             f"{missing[0]}); re-running resumes them")
         path = out / f"{bench}.jsonl"
-        held = load_done(path, set(order))
+        held = load_done(path, set(order), repair=True)
         append_rows(path, [rows[i] for i in order if i not in held])
 
 

@@ -1,16 +1,19 @@
 """Per-example result files and their summaries.
 
 `<out>/<bench>.jsonl` is appended one finished batch at a time (flushed and fsynced), so an
-interruption loses at most the batch in flight; a torn last line (killed mid-write) is dropped
-on resume and those examples run again.
+interruption loses at most the batch in flight; a torn last line (killed mid-write, wherever the
+cut fell, inside a UTF-8 character too) is dropped on resume, with a warning, and those examples run
+again. One evaluation at a time writes an out dir (evals.store.EvalStore.lock).
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
+from common.io import JsonLineError, parse_json_line, torn_line_problem, utc_stamp
 from evals.metrics import NULL_REASON, empty_gold, mean
 from evals.errors import EvalError
 
@@ -21,27 +24,53 @@ class ResultsError(EvalError):
     """A results file (`<bench>.jsonl`) that can't be resumed from: the message names file and line."""
 
 
-def load_done(path: Path, valid_ids: set[str]) -> dict[str, dict]:
-    """Finished rows by id; repairs a torn final line, rejects anything else that's wrong."""
+def load_done(path: Path, valid_ids: set[str], *, repair: bool = False) -> dict[str, dict]:
+    """Finished rows by id. A torn last line (common.io.torn_line_problem: no newline and not whole
+    JSON, cut between ASCII bytes or inside a UTF-8 character) is left out: its item runs again. A
+    second row of an id already read (two evaluations appended to one out dir) is left out: the first
+    row of each id is the one kept. With `repair` (the evaluation that holds the out dir, resuming) both
+    are said on stderr and the file is rewritten without them, the duplicates moved to
+    `<bench>.jsonl.duplicates-<UTC time>` (nothing is lost). Anything else wrong (a corrupt line before
+    the last, a row that is not an object, an id not in this sample) is a ResultsError naming file and line."""
     if not path.exists():
         return {}
     raw = path.read_bytes()
     lines = raw.split(b"\n")
-    done, keep = {}, []
+    torn = torn_line_problem(lines[-1])   # the bytes after the last newline
+    if torn is not None:
+        lines = lines[:-1]
+    done, keep, dupes = {}, [], []
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines):  # the last write was interrupted (no trailing newline)
-                break
-            raise ResultsError(f"{path}:{i}: corrupt line in the middle of the file; delete the file to re-run this bench")
+            row = parse_json_line(line)
+        except JsonLineError as exc:
+            raise ResultsError(f"{path}:{i}: corrupt row ({exc.detail}); "
+                               "delete the file to re-run this bench") from None
+        if not isinstance(row, dict):
+            raise ResultsError(f"{path}:{i}: a row must be a JSON object, found {type(row).__name__}; "
+                               "delete the file to re-run this bench")
         rid = row.get("id")
-        if rid not in valid_ids:
+        if not isinstance(rid, str) or rid not in valid_ids:
             raise ResultsError(f"{path}:{i}: id {rid!r} is not in this run's sample (different n/seed/bench?); use a fresh out=")
+        if rid in done:
+            dupes.append((i, rid, line))
+            continue
         done[rid] = row
         keep.append(line)
+    if not repair:
+        return done
+    if torn is not None:
+        print(f"[evaluate] {path}:{len(lines) + 1}: torn last line dropped ({torn}); its item runs again",
+              file=sys.stderr, flush=True)
+    if dupes:
+        aside = _unused(path.with_name(f"{path.name}.duplicates-{utc_stamp()}"))
+        aside.write_bytes(b"".join(line + b"\n" for _, _, line in dupes))
+        i, rid, _ = dupes[0]
+        print(f"[evaluate] {path}: {len(dupes)} duplicate row(s) dropped (a second row of an id already held, first "
+              f"{rid!r} at line {i}: two evaluations wrote into this out dir); the first row of each id is kept, "
+              f"the others moved to {aside.name}", file=sys.stderr, flush=True)
     repaired = b"".join(line + b"\n" for line in keep)
     if repaired != raw:
         tmp = path.with_name(path.name + ".tmp")
@@ -50,10 +79,27 @@ def load_done(path: Path, valid_ids: set[str]) -> dict[str, dict]:
     return done
 
 
+def _unused(path: Path) -> Path:
+    """`path`, or `path.N` for the first N that does not exist."""
+    k, found = 1, path
+    while found.exists():
+        found, k = path.with_name(f"{path.name}.{k}"), k + 1
+    return found
+
+
 def append_rows(path: Path, rows: list[dict]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    """Append `rows`, one JSON line each, flushed and fsynced; every row is encoded before any is
+    written, so a row that is not text (a lone surrogate) is refused (ResultsError naming it), never a
+    half-written line."""
+    lines = []
+    for row in rows:
+        try:
+            lines.append((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ResultsError(f"{path}: row {ascii(row.get('id'))} not written: it holds a lone surrogate "
+                               f"(U+{ord(exc.object[exc.start]):04X}), which is not text") from None
+    with open(path, "ab") as f:
+        f.write(b"".join(lines))
         f.flush()
         os.fsync(f.fileno())
 

@@ -152,6 +152,12 @@ class ItemRetriever:
         return out
 
 
+# serve-retriever's caps on one request (evals.server's defaults, keys max_queries and max_results): a
+# client splits a larger batch into requests that fit them
+MAX_QUERIES = 512
+MAX_RESULTS = 10_000
+
+
 class HttpRetriever:
     """Client of a Search-R1 retrieval server: `POST /retrieve {"queries", "topk", "return_scores"}`."""
 
@@ -183,9 +189,16 @@ class HttpRetriever:
         )
 
     def search(self, queries: list[str], topk: int) -> list[list[dict]]:
+        """The top `topk` passages of each query, in requests within serve-retriever's caps
+        (MAX_QUERIES queries, MAX_RESULTS = queries x topk passages each)."""
+        queries = list(queries)
+        step = max(1, min(MAX_QUERIES, MAX_RESULTS // max(1, int(topk))))
+        return [row for s in range(0, len(queries), step) for row in self._search(queries[s:s + step], topk)]
+
+    def _search(self, queries: list[str], topk: int) -> list[list[dict]]:
         if not queries:
             return []
-        body = self._post({"queries": list(queries), "topk": topk, "return_scores": True})
+        body = self._post({"queries": queries, "topk": topk, "return_scores": True})
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
             raise RetrieverError(f"retriever {self.url} returned a malformed response: {str(body)[:300]}")

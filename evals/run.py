@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -269,21 +270,30 @@ def evaluate(cfg, *, backend=None, retriever=None, ckpt_id: dict | None = None) 
     evals.engine.Engine, or a batched backend played in lockstep; a backend built here is closed
     here, on any exit (vLLM: its engine process shut down, not left to die). `ckpt_id`: the
     checkpoint's identity when the caller has it (a data_parallel shard), so the weights are hashed
-    once per evaluation. The config is resolved once, here."""
+    once per evaluation. The config is resolved once, here.
+
+    One evaluation writes an out dir at a time: its lock (EvalStore.lock) is taken here, once, for the
+    whole call (data_parallel's shards each hold their own shard dir's; the final merge runs in this
+    call) and released on any exit, so the next segment of a stopped Slurm task, in this process or a
+    requeued one, takes it; a second evaluation of the out dir is refused at once, naming the holder."""
     if backend is None:   # refused before any shard, model or row: an engine it cannot build, a switch its template ignores
         cfg = resolve_request(cfg)
         if problem := thinking_problem(cfg):
             raise EvalError(problem)
-        if int(cfg.data_parallel) > 1:   # N engine processes (evals.parallel)
-            return _evaluate_sharded(cfg)
     else:
         cfg = resolve(cfg)
-    owned: list = []
+    held = EvalStore(cfg.out).lock()
     try:
-        return _evaluate(cfg, backend, retriever, owned, ckpt_id)
+        if backend is None and int(cfg.data_parallel) > 1:   # N engine processes (evals.parallel)
+            return _evaluate_sharded(cfg)
+        owned: list = []
+        try:
+            return _evaluate(cfg, backend, retriever, owned, ckpt_id)
+        finally:
+            for b in owned:
+                b.close()
     finally:
-        for b in owned:
-            b.close()
+        os.close(held)
 
 
 def _evaluate_sharded(cfg) -> dict:

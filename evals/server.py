@@ -25,6 +25,7 @@ from common import datafetch, keydoc
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import parse_json_line
 from evals.errors import EvalError
+from evals.retrievers import MAX_QUERIES, MAX_RESULTS
 
 KEYS = {  # key: (default, description): `serve-retriever --help` and docs/keys/serve-retriever.md
     "corpus": (None, "wiki-18 style jsonl corpus to index (required): a path, or a fetched corpus's name "
@@ -40,6 +41,9 @@ KEYS = {  # key: (default, description): `serve-retriever --help` and docs/keys/
     "host": ("127.0.0.1", "loopback only: 127.0.0.1 | localhost | ::1"),
     "index_dir": (None, "index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)"),
     "max_topk": (100, "largest topk a request may ask for"),
+    "max_queries": (MAX_QUERIES, "most queries one request may carry (more: 413; evaluate's and GRPO's client "
+                                 "splits a larger batch at the default)"),
+    "max_results": (MAX_RESULTS, "most passages one request may ask for, queries x topk (more: 413)"),
 }
 DEFAULTS = keydoc.defaults(KEYS)
 USAGE = """usage: serve-retriever corpus=PATH|NAME [key=value ...]
@@ -51,13 +55,24 @@ into the data cache, or your files; index=null builds one from the corpus)."""
 
 
 # A request body larger than this is refused unread (413); a client silent for longer than
-# SOCKET_TIMEOUT_S is dropped, so a stalled client never holds a server thread for long.
+# SOCKET_TIMEOUT_S is dropped, so a stalled client never holds a server thread for long. The body cap
+# bounds bytes, not work: max_queries and max_results (queries x topk) bound what one request may ask.
 MAX_BODY_BYTES = 1 << 20
 SOCKET_TIMEOUT_S = 30.0
+# The listen backlog: connections the kernel queues while the server is busy accepting others. Sized for
+# the documented concurrency (docs/stages/evaluate.md): 256 clients connecting at once (e.g. 32 GRPO or
+# evaluation processes per node with 8 requests in flight each); Python's default of 5 reset clients at 64.
+BACKLOG = 256
 
 
-def _parse_request(body: bytes, max_topk: int) -> tuple[list[str], int, bool]:
-    """(queries, topk, return_scores) from a request body; ValueError/TypeError say what is wrong."""
+class TooLarge(ValueError):
+    """A well-formed request asking for more than the server's caps allow (413)."""
+
+
+def _parse_request(body: bytes, max_topk: int, max_queries: int = MAX_QUERIES,
+                   max_results: int = MAX_RESULTS) -> tuple[list[str], int, bool]:
+    """(queries, topk, return_scores) from a request body; ValueError/TypeError say what is wrong,
+    TooLarge what exceeds a cap."""
     req = parse_json_line(body)
     if not isinstance(req, dict):
         raise TypeError("expected a JSON object")
@@ -68,10 +83,16 @@ def _parse_request(body: bytes, max_topk: int) -> tuple[list[str], int, bool]:
         raise TypeError("queries must be a list of strings")
     if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= max_topk:
         raise ValueError(f"topk must be an integer in [1, {max_topk}], got {str(topk)[:40]}")
+    if len(queries) > max_queries:
+        raise TooLarge(f"{len(queries)} queries in one request (at most max_queries={max_queries}); split the batch")
+    if len(queries) * topk > max_results:
+        raise TooLarge(f"{len(queries)} queries x topk {topk} = {len(queries) * topk} passages in one request "
+                       f"(at most max_results={max_results}); split the batch or lower topk")
     return queries, topk, bool(req.get("return_scores", False))
 
 
-def _handler(retriever, lock: threading.Lock, max_topk: int, socket_timeout: float):
+def _handler(retriever, lock: threading.Lock, max_topk: int, socket_timeout: float, max_queries: int = MAX_QUERIES,
+             max_results: int = MAX_RESULTS):
     class Handler(BaseHTTPRequestHandler):
         timeout = socket_timeout  # applied to the connection's socket by StreamRequestHandler
 
@@ -99,7 +120,9 @@ def _handler(retriever, lock: threading.Lock, max_topk: int, socket_timeout: flo
                 self.close_connection = True
                 return None
             try:
-                queries, topk, scores = _parse_request(body, max_topk)
+                queries, topk, scores = _parse_request(body, max_topk, max_queries, max_results)
+            except TooLarge as exc:
+                return self._send(413, {"error": f"request too large: {exc}"})
             except (ValueError, TypeError) as exc:  # JsonLineError included: bad UTF-8, bad or too deep JSON
                 return self._send(400, {"error": f"bad request: {exc}"})
             try:
@@ -119,12 +142,17 @@ def _handler(retriever, lock: threading.Lock, max_topk: int, socket_timeout: flo
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = BACKLOG   # listen(): socketserver's default is 5
+    daemon_threads = True
+
+
 def make_server(retriever, host: str = "127.0.0.1", port: int = 0, max_topk: int = 100,
-                socket_timeout: float = SOCKET_TIMEOUT_S) -> ThreadingHTTPServer:
+                socket_timeout: float = SOCKET_TIMEOUT_S, max_queries: int = MAX_QUERIES,
+                max_results: int = MAX_RESULTS) -> ThreadingHTTPServer:
     """An HTTP server over `retriever` (port 0 = an ephemeral port; read it from server_address)."""
-    server = ThreadingHTTPServer((host, port), _handler(retriever, threading.Lock(), max_topk, socket_timeout))
-    server.daemon_threads = True
-    return server
+    return _Server((host, port), _handler(retriever, threading.Lock(), max_topk, socket_timeout, max_queries,
+                                          max_results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             raise EvalError("corpus=PATH is required (a wiki-18 style jsonl, or a fetched corpus's name)")
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             raise EvalError(f"host={cfg.host!r}: serve-retriever only binds loopback")
-        for key in ("port", "max_topk"):
+        for key in ("port", "max_topk", "max_queries", "max_results"):
             if isinstance(cfg[key], bool) or not isinstance(cfg[key], int) or cfg[key] < (0 if key == "port" else 1):
                 raise EvalError(f"{key}={cfg[key]!r}: expected a {'non-negative' if key == 'port' else 'positive'} integer")
         if cfg.retriever not in ("bm25", "e5"):
@@ -160,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 retriever.index = index_to_gpus(retriever.index)
         except RetrieverError as exc:
             raise EvalError(str(exc)) from exc
-        server = make_server(retriever, cfg.host, int(cfg.port), int(cfg.max_topk))
+        server = make_server(retriever, cfg.host, int(cfg.port), int(cfg.max_topk), max_queries=int(cfg.max_queries),
+                             max_results=int(cfg.max_results))
         host, port = server.server_address[:2]
         print(f"serving {retriever.num_docs} docs from {corpus} at http://{host}:{port}/retrieve", flush=True)
         try:

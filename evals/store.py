@@ -5,6 +5,7 @@ manager owns a checkpoint folder.
     <out>/sampled_ids/<bench>.json    the sampled ids of the bench (with its source, seed, n)
     <out>/summary.json                per bench, recomputed from the rows of every complete bench
     <out>/meta.json                   the run's details and each bench's evaluation identity
+    <out>/.evaluate.lock              held (flock) by the one evaluation writing the out dir
 
 An out dir holds one identity per bench (evals.identity): `claim` refuses another one, or with
 overwrite renames the old outputs aside (nothing is deleted). A bench's entries of meta.json
@@ -16,12 +17,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common.io import read_json_object, replace_aside, write_json
+from common import lock
+from common.io import JsonLineError, parse_json_line, read_json_object, replace_aside, write_json
 from evals.errors import EvalError
 from evals.identity import BENCH_KEY_PREFIXES, IdentityError, check_same
 from evals.registry import KINDS, kind_of
 from evals.results import ResultsError, append_rows, load_done
 
+EVAL_LOCK = ".evaluate.lock"   # held by the one evaluation writing the out dir (EvalStore.lock)
 # meta.json entries keyed by bench, kept for the benches a later call does not evaluate
 PER_BENCH_META = ("bench_items", "sampled_ids", "empty_gold_items")
 
@@ -72,9 +75,11 @@ class EvalStore:
             for line in path.read_bytes().split(b"\n"):
                 if line.strip():
                     try:
-                        digests.add(json.loads(line).get("identity"))
-                    except json.JSONDecodeError:
-                        pass  # a torn last line: load_done deals with it
+                        row = parse_json_line(line)
+                    except JsonLineError:
+                        continue  # a torn last line (load_done drops it) or a corrupt one (load_done refuses it)
+                    if isinstance(row, dict) and isinstance(row.get("identity"), (str, type(None))):
+                        digests.add(row.get("identity"))
         return digests
 
     def differences(self, bench: str, recorded: dict | None, want: dict) -> list[str]:
@@ -84,8 +89,9 @@ class EvalStore:
         return check_same(bench, self.out, recorded, self.row_digests(bench), want)
 
     def done(self, bench: str, ids) -> dict:
-        """The rows held of the items `ids` (id -> row)."""
-        return load_done(self.rows_path(bench), set(ids))
+        """The rows held of the items `ids` (id -> row); a torn last line or duplicate rows are dropped
+        from the file, saying so (load_done's repair: only the evaluation holding the out dir's lock calls this)."""
+        return load_done(self.rows_path(bench), set(ids), repair=True)
 
     def complete_summary(self, bench: str, ident: dict | None) -> dict | None:
         """A bench's summary entry from its rows when it is complete and all of `ident` (rows without
@@ -105,6 +111,14 @@ class EvalStore:
         return described(summary, sample.get("source"), sample.get("unanswerable_excluded"))
 
     # ---- writing -----------------------------------------------------------------------------
+
+    def lock(self) -> int:
+        """Take the out dir's lock (`<out>/.evaluate.lock`, common.lock: the trainers' kind, released by
+        the kernel however the holder ends) for one evaluation; returns the fd to close. Another live
+        evaluation holding it: LockHeld (exit 2) naming it, before anything is read or written."""
+        return lock.acquire(self.out / EVAL_LOCK, "another evaluate",
+                            "two evaluations of one out dir would write every row twice; wait for it to finish or "
+                            "stop it (a rerun resumes from its rows), or use another out=")
 
     def claim(self, bench: str, want: dict, recorded: dict | None, overwrite: bool) -> None:
         """Make sure the out dir holds `bench` under identity `want` only: refuse another one

@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import re
 
+from common.io import lone_surrogate
+
 STYLES = ("qwen3", "llama3")
 
 _QWEN_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
@@ -90,6 +92,8 @@ def _as_call(obj, raw: str, args_keys: tuple[str, ...]) -> tuple[dict | None, st
             return None, f"arguments of tool call {name!r} are a string that is not JSON: {args[:200]!r}"
     if not isinstance(args, dict):
         return None, f"arguments of tool call {name!r} must be a JSON object, got {type(args).__name__}"
+    if (why := lone_surrogate([name, args])) is not None:   # `"\ud800"` alone: no tokenizer or UTF-8 row takes it
+        return None, f"tool call {name[:80]!r} rejected: {why}"   # repr: the surrogate escaped
     return {"name": name, "arguments": args}, None
 
 

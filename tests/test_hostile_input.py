@@ -458,6 +458,8 @@ def test_verify_flags_each_hostile_directory_without_hanging(clean_export, tmp_p
 @pytest.mark.parametrize("content,needle", [
     (b'{"id": "1", "question": "q", "golden_answers": ["a\xff"]}\n', "invalid UTF-8"),
     (b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    (b'{"id": "1", "question": "why \\ud800?", "golden_answers": ["a"]}\n', r"lone surrogate \(U\+D800\)"),
+    (b'{"id": "1", "question": "q", "golden_answers": ["\\udc01"]}\n', r"lone surrogate \(U\+DC01\)"),
 ])
 def test_bench_file_errors_name_file_and_line(tmp_path, content, needle):
     from evals.benches import BenchError, read_bench_file
@@ -612,3 +614,24 @@ def test_state_check_split_over_ranks_agrees_when_one_rank_finds_the_damage(worl
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert any(str(victim) in p and "checksum mismatch" in p for p in r1)
     assert r0 and not any(str(victim) in p for p in r0) and "found by other ranks" in r0[-1]
+
+
+@pytest.mark.parametrize("tail", [b'{"id": "q9", "quest', '{"id": "q9", "q": "Zü'.encode()[:-1]],
+                         ids=["ascii", "utf8"])
+def test_one_torn_last_line_rule_for_every_jsonl_reader(tmp_path, tail):
+    """common.io.read_jsonl(torn=...): a last line with no newline that is not whole JSON is torn, the same
+    whether the cut fell between ASCII bytes or inside a UTF-8 character; a whole one is a line."""
+    from common.io import TORN_LINE, JsonLineError, read_jsonl
+
+    f = tmp_path / "rows.jsonl"
+    f.write_bytes(b'{"id": "a"}\n\n{"id": "b"}\n' + tail)
+    with pytest.raises(JsonLineError, match=rf"^{f}:4: torn last line \(no newline at the end and invalid ") as info:
+        list(read_jsonl(f, torn="error"))
+    assert info.value.reason == TORN_LINE
+    assert [n for n, _ in read_jsonl(f, torn="skip")] == [1, 3]
+    f.write_bytes(b'{"id": "a"}\n{"id": "b"}')   # whole, without its newline: a line like any other
+    assert [n for n, _ in read_jsonl(f, torn="error")] == [1, 2]
+    f.write_bytes(b'{"id": "\xc3"}\n{"id": "b"}\n')   # a bad line that is not the last: never "torn"
+    with pytest.raises(JsonLineError, match=rf"^{f}:1: invalid UTF-8") as info:
+        list(read_jsonl(f, torn="skip"))
+    assert info.value.reason == "bad_unicode"
