@@ -130,7 +130,7 @@ class Points:
             m = self.matrix(arm, seed_steps, b, metric)
             if m is None:
                 return None
-            strata.append([Term(arm, 1.0, m.to_numpy(float))])
+            strata.append([Term(arm, 1.0, m.to_numpy(float), random_seeds=arm != ANCHOR_ARM)])   # greedy: no seed
             binary = binary and is_binary(m.to_numpy(float))
         return estimate(strata, self.conf, binary=binary and bench != MEAN_BENCH, level=level)
 

@@ -152,11 +152,13 @@ def main_table(points: Points, arms: list[str], columns: list[Column], metric: s
     caption = (f"{metric.upper()} of the anchor and of each arm's final and best checkpoint "
                "(mean over seeds ±95% half-width, its larger side, of the crossed items × seeds interval: "
                "covers items and seeds with >= 2 seeds, items only with one seed (seed variance unknown) "
-               "and for the anchor; every cell's n and coverage are in intervals.csv; "
-               "@step: the checkpoint; best is chosen on the evaluation set and is optimistic)")
+               "and for the anchor; @step: the checkpoint; best is chosen on the evaluation set and is "
+               "optimistic; each cell's bounds, coverage and n are in intervals.csv)")
     table = Table(caption, columns)
+    seen: dict[str, dict[str, set[str]]] = {}   # column -> row kind -> "n items × seeds, covers"
     if any(math.isfinite(anchor_value(points, c.bench, c.metric).mean) for c in columns):
         anchor = [anchor_value(points, c.bench, c.metric) for c in columns]
+        _note_n(seen, columns, anchor, "anchor")
         table.rows.append(("anchor (base, nudge prompt)", [fmt_interval(iv) if math.isfinite(iv.mean)
                                                            else gap(points, ANCHOR_ARM, c.bench)
                                                            for iv, c in zip(anchor, columns)]))
@@ -166,12 +168,25 @@ def main_table(points: Points, arms: list[str], columns: list[Column], metric: s
         # Seeds still training can sit at different final steps: show the range then.
         span = "" if not steps else f", step {steps[0]}" if len(steps) == 1 else f", steps {steps[0]}–{steps[-1]}"
         label = f"{arm} (final{span})"
+        _note_n(seen, columns, [f.interval if f else None for f in finals], arm)
         table.rows.append((label, [fmt_interval(f.interval) if f else gap(points, arm, c.bench)
                                    for f, c in zip(finals, columns)]))
         bests = [best_point(points, arm, c.bench, c.metric) for c in columns]
         table.rows.append((f"{arm} (best)", [fmt_interval(b.interval, b.steps[0]) if b else gap(points, arm, c.bench)
                                              for b, c in zip(bests, columns)]))
+    if seen:
+        table.caption = table.caption[:-1] + "; n: " + "; ".join(
+            f"{label}: " + ", ".join(f"{who} {' / '.join(sorted(ns))}" for who, ns in rows.items())
+            for label, rows in seen.items()) + ")"
     return table
+
+
+def _note_n(seen: dict, columns: list[Column], intervals: list, who: str) -> None:
+    """Record each cell's n and coverage for the caption (`500×3 items+seeds`)."""
+    for c, iv in zip(columns, intervals):
+        if iv is not None and math.isfinite(iv.mean) and iv.n_items:
+            n = f"{iv.n_items}" + (f"×{iv.n_seeds}" if iv.n_seeds else "") + f" {iv.covers}"
+            seen.setdefault(c.label, {}).setdefault(who, set()).add(n)
 
 
 def paired_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:

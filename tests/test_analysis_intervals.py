@@ -106,10 +106,11 @@ def _points(tmp_path: Path, cells: dict, keys: dict | None = None):
 
 def _oracle_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """A − B (items × seeds each) by hand: the item part s²(d)/n (df n − 1) plus each arm's seed part, the
-    spread of its seed means over S (df S − 1), and a t on Satterthwaite's df."""
+    spread of its seed means over S (df S − 1; none for one column: the anchor), a t on Satterthwaite's df."""
     n = a.shape[0]
     d = a.mean(axis=1) - b.mean(axis=1)
-    terms = [(d.var(ddof=1) / n, n - 1)] + [(y.mean(axis=0).var(ddof=1) / y.shape[1], y.shape[1] - 1) for y in (a, b)]
+    terms = [(d.var(ddof=1) / n, n - 1)] + [(y.mean(axis=0).var(ddof=1) / y.shape[1], y.shape[1] - 1)
+                                            for y in (a, b) if y.shape[1] > 1]
     var = sum(v for v, _ in terms)
     df = var ** 2 / sum(v ** 2 / f for v, f in terms)
     half = student_t.isf(0.025, df) * np.sqrt(var)
@@ -117,8 +118,8 @@ def _oracle_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 def test_compare_is_the_crossed_model_and_lists_the_items_it_dropped(tmp_path):
-    from analysis.aggregate import paired_arms
-    from analysis.tables import Column, compare_table
+    from analysis.aggregate import paired_arms, paired_vs_anchor
+    from analysis.tables import Column, compare_table, main_table
 
     rng = np.random.default_rng(3)
     ids = [f"q{i}" for i in range(40)]
@@ -127,7 +128,16 @@ def test_compare_is_the_crossed_model_and_lists_the_items_it_dropped(tmp_path):
     cells = {("A", s, 10): dict(zip(ids, a[:, s])) for s in range(3)}
     dropped = {"q3", "q17", "q39"}
     cells.update({("B", s, 10): {i: v for i, v in zip(ids, b[:, s]) if i not in dropped} for s in range(2)})
+    anchor = (rng.random(40) < 0.3).astype(float)
+    cells[("anchor", 0, 0)] = dict(zip(ids, anchor))
     points = _points(tmp_path, cells)
+    vs = paired_vs_anchor(points, "A", "nq", "em")   # the greedy anchor: one column, no seed part
+    assert (vs.result.lo, vs.result.hi) == pytest.approx(_oracle_interval(a, anchor[:, None]), abs=1e-9)
+    assert (vs.result.covers, vs.result.n_seeds, vs.dropped) == ("items+seeds", "3", 0)
+    base = points.interval("anchor", 0, "nq", "em")
+    assert (base.covers, base.note) == ("items", "")
+    caption = main_table(points, ["A", "B"], [Column("nq", "em", "nq", "QA")], "em").caption
+    assert caption.endswith("n: nq: anchor 40 items, A 40×3 items+seeds, B 37×2 items+seeds)")
     got = paired_arms(points, "A", "B", 10, "nq", "em")
     keep = [k for k, i in enumerate(ids) if i not in dropped]
     lo, hi = _oracle_interval(a[keep], b[keep])
