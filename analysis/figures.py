@@ -134,7 +134,8 @@ def _kinds_text(kinds: set[tuple[str, str, int, str]]) -> str:
     """`t on Satterthwaite df, covers items and seeds both random (n = 500 items × 3 seeds)` per kind drawn."""
     by: dict[tuple[str, str], list[str]] = {}
     for method, covers, n, seeds in sorted(kinds):
-        by.setdefault((method, covers), []).append(f"{n} items" + (f" × {seeds} seeds" if seeds else ""))
+        by.setdefault((method, covers), []).append(f"{n} items" + (f" × {seeds} seed{'' if seeds == '1' else 's'}"
+                                                                    if seeds else ""))
     return "; ".join(f"{BAND_TEXT.get(m, m)}, covers {COVERS_WORDS.get(c, c)} (n = {', '.join(sorted(set(ns)))})"
                      for (m, c), ns in by.items())
 

@@ -82,11 +82,6 @@ class Estimate:
     def n(self) -> int:
         return self.n_items
 
-    def label(self) -> str:
-        """`covers items+seeds, n=500 items × 3 seeds` (the caption words of one interval)."""
-        seeds = f" × {self.n_seeds} seeds" if self.n_seeds else ""
-        return f"covers {self.covers}, n={self.n_items} items{seeds}"
-
 
 def t_ppf(p, df) -> np.ndarray:
     from scipy.stats import t
