@@ -180,7 +180,16 @@ def estimate(strata: list[list[Term]], conf: float, *, weights: list[float] | No
         why = "one item: no item variance" if parts.n_items < 2 * len(strata) else "no variance"
         return Estimate(mean, math.nan, math.nan, math.nan, math.nan, parts.n_items, seeds, COVERS_NONE, "point",
                         why)
-    lo, hi = limits(parts, conf if level is None else level, binary)
+    level = conf if level is None else level
+    terms = [t for stratum in strata for t in stratum]
+    if float(parts.var) == 0 and len(terms) >= 2 and is_binary(*(t.scores for t in terms)):
+        # 0/1 scores that never differ: no discordant item among n (per stratum), so |Δ| is at most the
+        # exact (Clopper–Pearson) upper limit of a rate with 0 events in n, 1 − ((1 − level)/2)^(1/n)
+        u = sum((w if weights else 1 / len(strata)) * (1 - ((1 - level) / 2) ** (1 / np.shape(st[0].scores)[-2]))
+                for w, st in zip(weights or [None] * len(strata), strata))
+        return Estimate(mean, mean - u, mean + u, 0.0, math.nan, parts.n_items, seeds, covers, "zero discordant",
+                        note or "no item differs: the exact bound of 0 discordant items")
+    lo, hi = limits(parts, level, binary)
     return Estimate(mean, float(lo), float(hi), float(np.sqrt(max(float(parts.var), 0.0))), float(parts.df),
                     parts.n_items, seeds, covers, "crossed wilson" if binary else "crossed t", note)
 

@@ -192,3 +192,18 @@ def test_one_item_one_seed_band_is_a_labelled_gap(tmp_path):
     assert points.interval("A", 20, "nq", "em").covers == "none"
     info = plot_curves(points, [Panel("nq", "em", "nq", "EM")], ["A"], {"A": [10, 20]}, tmp_path / "fig")
     assert "No simultaneous band: A, nq: one item: no item variance." in info.caption
+
+
+def test_a_contrast_of_scores_that_never_differ_is_not_a_point():
+    """Arm and anchor both 0 on all 50 items (a failing base, an arm that learnt nothing): no discordant
+    item, so |Δ| is bounded by the exact upper limit of a rate with 0 events in 50 (scipy's beta quantile),
+    never a zero-width interval."""
+    from scipy.stats import beta
+
+    from analysis.variance import estimate
+
+    zeros = np.zeros((50, 1))
+    got = estimate([[Term("A", 1.0, zeros), Term("anchor", -1.0, zeros, random_seeds=False)]], 0.95)
+    u = beta.ppf(0.975, 1, 50)
+    assert (got.mean, got.lo, got.hi, got.method) == pytest.approx((0.0, -u, u, "zero discordant"))
+    assert got.covers == "items" and "seed variance unknown" in got.note
