@@ -19,7 +19,7 @@ from analysis.aggregate import Points, anchor_value, best_point, final_point, pa
 from analysis.collect import AGENTIC_BENCHES, ENV_BENCH_METRIC, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA, qa_label
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
-from analysis.variance import COVERS_BOTH, Estimate
+from analysis.variance import COVERS_BOTH, COVERS_NONE, Estimate
 
 DASH = "–"
 
@@ -185,7 +185,8 @@ def _note_n(seen: dict, columns: list[Column], intervals: list, who: str) -> Non
     """Record each cell's n and coverage for the caption (`500×3 items+seeds`)."""
     for c, iv in zip(columns, intervals):
         if iv is not None and math.isfinite(iv.mean) and iv.n_items:
-            n = f"{iv.n_items}" + (f"×{iv.n_seeds}" if iv.n_seeds else "") + f" {iv.covers}"
+            n = f"{iv.n_items}" + (f"×{iv.n_seeds}" if iv.n_seeds else "")
+            n += f" {iv.covers}" if iv.covers != COVERS_NONE else " (no interval)"
             seen.setdefault(c.label, {}).setdefault(who, set()).add(n)
 
 
