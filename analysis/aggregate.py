@@ -1,8 +1,11 @@
 """From the tidy table to plotted/tabulated numbers: curves with 95% bands, final/best points, paired deltas.
 
-The rule for every interval (stats.py): >= 2 seeds -> t-interval across seeds; one seed -> bootstrap over
-the examples of that eval (for the QA mean: each bench resampled on its own, then averaged, i.e. a
-stratified bootstrap); no per-example file -> a bare point.
+Every interval comes from one variance model (analysis.variance): items and seeds both random and
+crossed, the anchor without seed variance, the estimate's variance from the two-way mean squares and a
+t on Satterthwaite df (Wilson's interval on the effective n for one arm's 0/1 score). One seed: the
+interval covers the items only and says so. No per-example file: a t across seed means (covers seeds,
+the items taken as fixed) for >= 2 seeds, else a bare point. Each interval computed is also recorded in
+`Points.records` (written as intervals.csv beside results.csv: its bounds, what it covers and its n).
 """
 from __future__ import annotations
 
@@ -14,11 +17,45 @@ import numpy as np
 import pandas as pd
 
 from analysis.collect import MEAN_BENCH, example_metric
-from analysis.discover import ANCHOR_ARM
-from analysis.stats import (Band, Interval, PairedResult, bonferroni_band, bootstrap_means, paired_bootstrap,
-                            percentile_limits, simultaneous_band, t_interval)
+from analysis.discover import ANCHOR_ARM, read_json_object
+from analysis.stats import t_quantile
+from analysis.variance import (COVERS_NONE, COVERS_SEEDS, Estimate, Term, estimate, is_binary)
 
-NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, 0, "point")
+NAN_INTERVAL = Estimate(math.nan, math.nan, math.nan, math.nan, math.nan, 0, "", COVERS_NONE, "point")
+# A band over K steps: each step's interval at the Bonferroni level 1 − α/(2K).
+INTERVAL_COLUMNS = ["kind", "arm", "vs", "step", "bench", "metric", "estimate", "lo", "hi", "conf", "covers",
+                    "n_items", "n_seeds", "df", "method", "note"]
+
+
+def seed_t(values: np.ndarray, conf: float, n_items: int = 0) -> Estimate:
+    """No per-item file: a t interval across the seed means (covers seeds, items taken as fixed)."""
+    x = np.asarray(values, float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return NAN_INTERVAL
+    mean = float(x.mean())
+    if x.size == 1:
+        return Estimate(mean, math.nan, math.nan, math.nan, math.nan, n_items, "1", COVERS_NONE, "point",
+                        "one seed and no per-item file")
+    se = float(x.std(ddof=1)) / math.sqrt(x.size)
+    half = t_quantile((1 + conf) / 2, x.size - 1) * se
+    return Estimate(mean, mean - half, mean + half, se, float(x.size - 1), n_items, str(x.size), COVERS_SEEDS,
+                    "seed t", "no per-item file: items taken as fixed")
+
+
+@dataclass
+class Band:
+    """A band over the steps of a curve: per-step means and limits, with what it covers."""
+
+    steps: list[int]
+    mean: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    level: float       # each step's confidence level (Bonferroni)
+    method: str
+    covers: str
+    n_items: int
+    n_seeds: str
 
 
 @dataclass
@@ -34,8 +71,24 @@ class Points:
     problems: list[str] = field(default_factory=list)
     # (arm, seed, step, bench) -> why evaluate gave it no score (analysis.collect.Collected.nulls)
     nulls: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
-    # Figures and tables ask for the same cells; each bootstrap is computed once.
-    _intervals: dict[tuple, Interval] = field(default_factory=dict, repr=False)
+    # Every interval computed, as a row of intervals.csv (INTERVAL_COLUMNS).
+    records: dict[tuple, dict] = field(default_factory=dict)
+    # (arm, bench, metric) -> why no simultaneous band is drawn (a labelled gap)
+    band_gaps: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    # Figures and tables ask for the same cells; each interval is computed once.
+    _intervals: dict[tuple, Estimate] = field(default_factory=dict, repr=False)
+
+    def record(self, kind: str, arm: str, vs: str, step, bench: str, metric: str, e: Estimate,
+               conf: float | None = None) -> Estimate:
+        row = dict(kind=kind, arm=arm, vs=vs, step=step, bench=bench, metric=metric, estimate=e.mean, lo=e.lo,
+                   hi=e.hi, conf=self.conf if conf is None else conf, covers=e.covers, n_items=e.n_items,
+                   n_seeds=e.n_seeds, df=e.df, method=e.method, note=e.note)
+        self.records[(kind, arm, vs, str(step), bench, metric)] = row
+        return e
+
+    def intervals_frame(self) -> pd.DataFrame:
+        rows = [self.records[k] for k in sorted(self.records)]
+        return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
 
     def values(self, arm: str, step: int, bench: str, metric: str) -> pd.Series:
         """Seed -> value at one step."""
@@ -56,56 +109,74 @@ class Points:
         d = self.eval_dirs.get((arm, seed, step))
         return None if d is None else example_metric(d, bench, metric, self.problems)
 
-    def _boot_one_seed(self, arm: str, seed: int, step: int, bench: str, metric: str) -> np.ndarray | None:
-        benches = self.qa if bench == MEAN_BENCH else [bench]
-        boots = []
-        for b in benches:
-            ex = self.examples(arm, seed, step, b, metric)
+    def matrix(self, arm: str, seed_steps: list[tuple[int, int]], bench: str, metric: str) -> pd.DataFrame | None:
+        """Items × seeds: each (seed, step)'s per-item scores, over the ids every one of them has (None
+        when one has no per-item file)."""
+        cols = []
+        for seed, step in seed_steps:
+            ex = self.examples(arm, seed, step, bench, metric)
             if ex is None or ex.empty:
                 return None
-            boots.append(bootstrap_means(ex.to_numpy(), self.n_boot, self.boot_seed))
-        return np.mean(boots, axis=0)
+            cols.append(ex.rename(seed))
+        m = pd.concat(cols, axis=1, join="inner")
+        return m.loc[sorted(m.index)] if not m.empty else None
 
-    def interval(self, arm: str, step: int, bench: str, metric: str) -> Interval:
+    def arm_estimate(self, arm: str, seed_steps: list[tuple[int, int]], bench: str, metric: str,
+                     level: float | None = None) -> Estimate | None:
+        """One arm's score (the stratified mean of the QA benches for `avg`) under the crossed model, or None
+        when a per-item file is missing."""
+        strata, binary = [], True
+        for b in (self.qa if bench == MEAN_BENCH else [bench]):
+            m = self.matrix(arm, seed_steps, b, metric)
+            if m is None:
+                return None
+            strata.append([Term(arm, 1.0, m.to_numpy(float), random_seeds=arm != ANCHOR_ARM)])   # greedy: no seed
+            binary = binary and is_binary(m.to_numpy(float))
+        return estimate(strata, self.conf, binary=binary and bench != MEAN_BENCH, level=level)
+
+    def interval(self, arm: str, step: int, bench: str, metric: str) -> Estimate:
         key = (arm, step, bench, metric)
         if key not in self._intervals:
-            self._intervals[key] = self._interval(arm, step, bench, metric)
+            self._intervals[key] = self.record("curve", arm, "", step, bench, metric,
+                                               self._interval(arm, step, bench, metric))
         return self._intervals[key]
 
-    def _interval(self, arm: str, step: int, bench: str, metric: str) -> Interval:
+    def _interval(self, arm: str, step: int, bench: str, metric: str) -> Estimate:
         vals = self.values(arm, step, bench, metric)
         if vals.empty:
             return NAN_INTERVAL
-        if len(vals) >= 2:
-            return t_interval(vals.to_numpy(), self.conf)
-        mean = float(vals.iloc[0])
-        boot = self._boot_one_seed(arm, int(vals.index[0]), step, bench, metric)
-        if boot is None:
-            return Interval(mean, math.nan, math.nan, 1, "point")
-        lo, hi = percentile_limits(boot, self.conf)
-        return Interval(mean, lo, hi, 1, "bootstrap")
+        got = self.arm_estimate(arm, [(int(s), step) for s in vals.index], bench, metric)
+        return got if got is not None else seed_t(vals.to_numpy(float), self.conf)
 
-
-    def simultaneous(self, arm: str, bench: str, metric: str, steps: list[int]) -> tuple[list[int], Band] | None:
-        """The simultaneous band over the arm's evaluated `steps` (analysis.stats): one seed, the max-t
-        bootstrap over the items every step shares (None unless every step evaluated the same ids);
-        the same >= 2 seeds at every step, the Bonferroni t band. None for the QA mean or < 2 steps."""
+    def simultaneous(self, arm: str, bench: str, metric: str, steps: list[int]) -> Band | None:
+        """The simultaneous band over the arm's evaluated `steps`: each step's crossed-model interval at the
+        Bonferroni level 1 − α/(2K), over the seeds that evaluated every step. None for the QA mean or
+        < 2 steps; a step without an interval (one item and one seed, no per-item file) leaves no band
+        and its reason in `band_gaps`."""
         if bench == MEAN_BENCH:
             return None
         have = [(s, self.values(arm, s, bench, metric)) for s in steps]
         have = [(s, v) for s, v in have if not v.empty]
-        if len(have) < 2 or len({tuple(v.index) for _, v in have}) != 1:
+        if len(have) < 2:
             return None
         done = [s for s, _ in have]
-        seeds = list(have[0][1].index)
-        if len(seeds) >= 2:
-            return done, bonferroni_band(np.array([v.to_numpy(float) for _, v in have]).T, self.conf)
-        per_step = [self.examples(arm, int(seeds[0]), s, bench, metric) for s in done]
-        if any(e is None or e.empty for e in per_step) or len({frozenset(e.index) for e in per_step}) != 1:
+        seeds = sorted(set.intersection(*(set(v.index) for _, v in have)))
+        if not seeds:
+            self.band_gaps[(arm, bench, metric)] = "no seed evaluated every step"
             return None
-        ids = sorted(per_step[0].index)
-        x = np.array([e.loc[ids].to_numpy(float) for e in per_step]).T
-        return done, simultaneous_band(x, self.n_boot, self.boot_seed, self.conf)
+        level = 1 - (1 - self.conf) / len(done)
+        per_step = [self.arm_estimate(arm, [(int(sd), s) for sd in seeds], bench, metric, level=level) for s in done]
+        missing = next((e for e in per_step if e is None or e.covers == COVERS_NONE), False)
+        if missing is not False:
+            why = "no per-item file" if missing is None else missing.note
+            self.band_gaps[(arm, bench, metric)] = why
+            return None
+        band = Band(done, np.array([e.mean for e in per_step]), np.array([e.lo for e in per_step]),
+                    np.array([e.hi for e in per_step]), level, per_step[0].method, per_step[0].covers,
+                    min(e.n_items for e in per_step), per_step[0].n_seeds)
+        for s, e in zip(done, per_step):
+            self.record("band", arm, "", s, bench, metric, e, conf=level)
+        return band
 
 
 def metric_rows(table: pd.DataFrame, bench: str, metric: str) -> pd.DataFrame:
@@ -117,31 +188,44 @@ def curve(points: Points, arm: str, bench: str, metric: str, steps: list[int]) -
     rows = []
     for step in steps:
         iv = points.interval(arm, step, bench, metric)
-        rows.append(dict(step=step, mean=iv.mean, lo=iv.lo, hi=iv.hi, n=iv.n, method=iv.method))
-    return pd.DataFrame(rows, columns=["step", "mean", "lo", "hi", "n", "method"])
+        rows.append(dict(step=step, mean=iv.mean, lo=iv.lo, hi=iv.hi, n=iv.n_items, n_seeds=iv.n_seeds,
+                         method=iv.method, covers=iv.covers))
+    return pd.DataFrame(rows, columns=["step", "mean", "lo", "hi", "n", "n_seeds", "method", "covers"])
 
 
-def anchor_value(points: Points, bench: str, metric: str) -> Interval:
+def anchor_value(points: Points, bench: str, metric: str) -> Estimate:
     return points.interval(ANCHOR_ARM, 0, bench, metric)
 
 
 @dataclass
 class Selected:
-    interval: Interval
+    interval: Estimate
     steps: list[int]  # the step(s) the value comes from (one per seed for "final")
 
 
-def final_point(points: Points, arm: str, bench: str, metric: str) -> Selected | None:
-    """Each seed's last evaluated step, aggregated across seeds (bootstrap when one seed)."""
+def _final_steps(points: Points, arm: str, bench: str, metric: str) -> list[tuple[int, int]]:
+    """(seed, its last evaluated step) of `arm` for `bench`/`metric`."""
     rows = metric_rows(points.table, bench, metric)
     rows = rows[rows.arm == arm]
     if rows.empty:
-        return None
+        return []
     last = rows.loc[rows.groupby("seed").step.idxmax()]
-    steps = sorted(set(last.step.astype(int)))
-    if len(last) >= 2:
-        return Selected(t_interval(last.value.to_numpy(), points.conf), steps)
-    return Selected(points.interval(arm, steps[0], bench, metric), steps)
+    return [(int(s), int(t)) for s, t in zip(last.seed, last.step)]
+
+
+def final_point(points: Points, arm: str, bench: str, metric: str) -> Selected | None:
+    """Each seed's last evaluated step, its seeds and items under the crossed model."""
+    last = _final_steps(points, arm, bench, metric)
+    if not last:
+        return None
+    steps = sorted({t for _, t in last})
+    if len(steps) == 1:
+        return Selected(points.interval(arm, steps[0], bench, metric), steps)
+    got = points.arm_estimate(arm, last, bench, metric)
+    if got is None:
+        vals = [points.values(arm, t, bench, metric).get(s, math.nan) for s, t in last]
+        got = seed_t(np.array(vals, float), points.conf)
+    return Selected(points.record("final", arm, "", "/".join(map(str, steps)), bench, metric, got), steps)
 
 
 def best_point(points: Points, arm: str, bench: str, metric: str) -> Selected | None:
@@ -157,93 +241,101 @@ def best_point(points: Points, arm: str, bench: str, metric: str) -> Selected | 
 
 @dataclass
 class Paired:
-    result: PairedResult
+    result: Estimate
     steps: list[int]
-    dropped: int  # examples not shared by every seed and the anchor
+    dropped: int  # items not evaluated by every seed and the anchor (left out of the pairing)
+    dropped_ids: list[str] = field(default_factory=list)
+
+
+def _series_ids(series: list[pd.Series]) -> set:
+    return set().union(*(set(s.index) for s in series)) if series else set()
 
 
 def paired_vs_anchor(points: Points, arm: str, bench: str, metric: str) -> Paired | None:
-    """Final checkpoint of `arm` minus the anchor, paired over shared example ids.
-
-    With several seeds the arm's per-example score is its mean over seeds (each seed's final step),
-    so the bootstrap resamples examples, the unit the anchor shares with the arm.
-    """
+    """Final checkpoint of `arm` (each seed's last step) minus the anchor over the item ids both have,
+    under the crossed model: items random and shared, the arm's seeds random, the anchor seedless."""
     if bench == MEAN_BENCH:
         return None
     anchor = points.examples(ANCHOR_ARM, 0, 0, bench, metric)
-    rows = metric_rows(points.table, bench, metric)
-    rows = rows[rows.arm == arm]
-    if anchor is None or rows.empty:
+    last = _final_steps(points, arm, bench, metric)
+    if anchor is None or anchor.empty or not last:
         return None
-    last = rows.loc[rows.groupby("seed").step.idxmax()]
-    per_seed = []
-    for seed, step in zip(last.seed.astype(int), last.step.astype(int)):
-        ex = points.examples(arm, seed, step, bench, metric)
-        if ex is None:
-            return None
-        per_seed.append(ex)
-    arm_scores = pd.concat(per_seed, axis=1, join="inner").mean(axis=1)
-    ids = arm_scores.index.intersection(anchor.index)
-    total = len(arm_scores.index.union(anchor.index))
-    if len(ids) == 0:
+    per_seed = [points.examples(arm, s, t, bench, metric) for s, t in last]
+    if any(e is None or e.empty for e in per_seed):
         return None
-    res = paired_bootstrap(arm_scores.loc[ids].to_numpy(), anchor.loc[ids].to_numpy(),
-                           points.n_boot, points.boot_seed, points.conf)
-    return Paired(res, sorted(set(last.step.astype(int))), total - len(ids))
+    m = pd.concat([e.rename(s) for e, (s, _) in zip(per_seed, last)], axis=1, join="inner")
+    ids = sorted(m.index.intersection(anchor.index))
+    dropped = sorted(map(str, _series_ids(per_seed + [anchor]) - set(ids)))
+    if not ids:
+        return None
+    terms = [Term(arm, 1.0, m.loc[ids].to_numpy(float)),
+             Term(ANCHOR_ARM, -1.0, anchor.loc[ids].to_numpy(float)[:, None], random_seeds=False)]
+    steps = sorted({t for _, t in last})
+    est = estimate([terms], points.conf)
+    points.record("vs_anchor", arm, ANCHOR_ARM, "/".join(map(str, steps)), bench, metric, est)
+    return Paired(est, steps, len(dropped), dropped)
 
 
 @dataclass
 class ArmsPaired:
-    """Arm `a` minus arm `b` at one step: per-example differences over the seeds both evaluated there."""
+    """Arm `a` minus arm `b` at one step over the items both evaluated (every seed of each arm)."""
 
-    result: PairedResult
+    result: Estimate
     seeds: list[int]
-    dropped: int  # examples not evaluated in every shared seed of both arms
-
-
-def _seed_differences(points: Points, a: str, b: str, step: int, bench: str, metric: str,
-                      seeds: list[int]) -> tuple[pd.Series, int] | None:
-    """Per example id: mean over `seeds` of a's score minus b's (seed s of a beside seed s of b)."""
-    diffs, ids_all = [], None
-    for seed in seeds:
-        ea = points.examples(a, seed, step, bench, metric)
-        eb = points.examples(b, seed, step, bench, metric)
-        if ea is None or eb is None:
-            return None
-        union = ea.index.union(eb.index)
-        ids_all = union if ids_all is None else ids_all.union(union)
-        shared = ea.index.intersection(eb.index)
-        diffs.append(ea.loc[shared] - eb.loc[shared])
-    mean = pd.concat(diffs, axis=1, join="inner").mean(axis=1)
-    return mean, len(ids_all) - len(mean)
+    dropped: int  # items left out: not evaluated by every seed of both arms
+    dropped_ids: list[str] = field(default_factory=list)
 
 
 def paired_arms(points: Points, a: str, b: str, step: int, bench: str, metric: str) -> ArmsPaired | None:
-    """`a` − `b` at `step`, paired over the same examples and the same seeds (seed s of one arm beside
-    seed s of the other: the same data order and initialization), the per-example difference averaged
-    over those seeds, with a paired-bootstrap CI over examples. For the QA mean (`avg`) each bench's
-    differences are resampled on their own and the bench means averaged (a stratified bootstrap).
-    None when no seed evaluated `step` in both arms or a seed's per-example file is missing."""
-    seeds = sorted(set(points.values(a, step, bench, metric).index) & set(points.values(b, step, bench, metric).index))
-    if not seeds:
+    """`a` − `b` at `step` under the crossed model: the same items (ids every seed of both arms evaluated),
+    each arm's seeds drawn on their own (seed s of a is not paired with seed s of b), so the interval
+    covers items and both arms' seeds ("items" only when an arm has one seed). For the QA mean (`avg`)
+    the benches are strata of equal weight. None when an arm has no seed at `step` or a per-item file is
+    missing."""
+    seeds = {arm: sorted(int(s) for s in points.values(arm, step, bench, metric).index) for arm in (a, b)}
+    if not seeds[a] or not seeds[b]:
         return None
-    if bench != MEAN_BENCH:
-        found = _seed_differences(points, a, b, step, bench, metric, seeds)
-        if found is None or found[0].empty:
+    strata, dropped = [], []
+    for qa_bench in (points.qa if bench == MEAN_BENCH else [bench]):
+        per = {arm: [points.examples(arm, s, step, qa_bench, metric) for s in seeds[arm]] for arm in (a, b)}
+        if any(e is None or e.empty for es in per.values() for e in es):
             return None
-        d, dropped = found
-        res = paired_bootstrap(d.to_numpy(), np.zeros(len(d)), points.n_boot, points.boot_seed, points.conf)
-        return ArmsPaired(res, seeds, dropped)
-    deltas, boots, n, dropped = [], [], 0, 0
-    for qa_bench in points.qa:
-        found = _seed_differences(points, a, b, step, qa_bench, metric, seeds)
-        if found is None or found[0].dropna().empty:
+        ma, mb = (pd.concat([e.rename(s) for e, s in zip(per[arm], seeds[arm])], axis=1, join="inner") for arm in (a, b))
+        ids = sorted(ma.index.intersection(mb.index))
+        if not ids:
             return None
-        d = found[0].dropna().to_numpy()
-        deltas.append(float(d.mean()))
-        boots.append(bootstrap_means(d, points.n_boot, points.boot_seed))
-        n, dropped = n + d.size, dropped + found[1]
-    boot = np.mean(boots, axis=0)
-    lo, hi = percentile_limits(boot, points.conf)
-    return ArmsPaired(PairedResult(float(np.mean(deltas)), lo, hi, n, float((boot <= 0).mean())),
-                      seeds, dropped)
+        prefix = f"{qa_bench}:" if bench == MEAN_BENCH else ""
+        dropped += [prefix + str(i) for i in sorted(map(str, _series_ids(per[a] + per[b]) - set(ids)))]
+        strata.append([Term(a, 1.0, ma.loc[ids].to_numpy(float)), Term(b, -1.0, mb.loc[ids].to_numpy(float))])
+    est = estimate(strata, points.conf)
+    points.record("compare", a, b, step, bench, metric, est)
+    return ArmsPaired(est, sorted(set(seeds[a]) | set(seeds[b])), len(dropped), dropped)
+
+
+# Identity keys in which two arms' evaluations differ by design (the checkpoint evaluated).
+CHECKPOINT_KEYS = ("checkpoint.",)
+
+
+def _settings(eval_dir: Path, bench: str) -> dict | None:
+    """The result-changing settings meta.json records for `bench` (its identity keys but the checkpoint's)."""
+    record = ((read_json_object(eval_dir / "meta.json", []) or {}).get("identities") or {}).get(bench)
+    keys = record.get("keys") if isinstance(record, dict) else None
+    return {k: v for k, v in keys.items() if not k.startswith(CHECKPOINT_KEYS)} if isinstance(keys, dict) else None
+
+
+def settings_differences(points: Points, a: str, b: str, benches: list[str]) -> list[str]:
+    """`bench: key: A's value -> B's value` for each result-changing setting in which an evaluation of `a`
+    differs from one of `b` (meta.json identities; evaluations that record none are not compared)."""
+    from common.fingerprint import fingerprint_diff
+
+    out: list[str] = []
+    for bench in benches:
+        found = {arm: [k for (x, _, _), d in sorted(points.eval_dirs.items()) if x == arm
+                       if (k := _settings(d, bench)) is not None] for arm in (a, b)}
+        if found[a] and found[b]:
+            seen = set()
+            for ka in found[a]:
+                for kb in found[b]:
+                    seen.update(fingerprint_diff(ka, kb))
+            out += [f"{bench}: {d}" for d in sorted(seen)]
+    return out

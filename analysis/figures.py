@@ -110,8 +110,14 @@ def _layout(n: int) -> tuple[int, int, float]:
 
 MAX_TICKS = 8
 BAND_TEXT = {
-    "t": "95% Student-t interval across seeds",
-    "bootstrap": "95% percentile bootstrap over the evaluated items (one seed)",
+    "crossed t": "t on Satterthwaite df",
+    "crossed wilson": "Wilson's score interval on the effective n (a 0/1 score)",
+    "seed t": "Student-t across seed means (no per-item file: items taken as fixed)",
+}
+COVERS_WORDS = {
+    "items+seeds": "items and seeds both random",
+    "items": "items only (one seed: seed variance unknown)",
+    "seeds": "seeds only",
 }
 
 
@@ -124,16 +130,31 @@ def tick_steps(steps) -> list[int]:
     return sorted(keep)
 
 
-def caption_text(methods: set[str], anchor_drawn: bool) -> str:
-    bands = "; ".join(BAND_TEXT[m] for m in ("t", "bootstrap") if m in methods) or "none drawn (no interval available)"
-    parts = [f"Bands: {bands}."]
-    joint = next((m for m in methods if m.startswith("simultaneous: ")), None)
-    if joint:
-        parts.append(f"Dotted: a simultaneous 95% band over the steps of each curve ({joint.split(': ', 1)[1]}; "
-                     "max-t bootstrap over the items for one seed, Bonferroni t across seeds), which covers the "
-                     "whole curve at once.")
+def _kinds_text(kinds: set[tuple[str, str, int, str]]) -> str:
+    """`t on Satterthwaite df, covers items and seeds both random (n = 500 items × 3 seeds)` per kind drawn."""
+    by: dict[tuple[str, str], list[str]] = {}
+    for method, covers, n, seeds in sorted(kinds):
+        by.setdefault((method, covers), []).append(f"{n} items" + (f" × {seeds} seed{'' if seeds == '1' else 's'}"
+                                                                    if seeds else ""))
+    return "; ".join(f"{BAND_TEXT.get(m, m)}, covers {COVERS_WORDS.get(c, c)} (n = {', '.join(sorted(set(ns)))})"
+                     for (m, c), ns in by.items())
+
+
+def caption_text(kinds: set[tuple[str, str, int, str]], anchor_drawn: bool,
+                 bands: set[tuple[str, str, int, str]] = frozenset(), gaps: list[str] = ()) -> str:
+    """The figure's caption: what each shaded interval and each dotted band covers, and its n.
+    `kinds`/`bands`: (method, covers, n items, seeds) of what was drawn; `gaps`: bands not drawn, why."""
+    shaded = _kinds_text(kinds) or "none drawn (no interval available)"
+    parts = [f"Shaded: the 95% interval of each step's expected score over the item and seed populations "
+             f"(crossed items × seeds model): {shaded}."]
+    if bands:
+        parts.append("Dotted: a simultaneous 95% band over the steps of each curve (each step at the Bonferroni "
+                     "level 1 − 0.05/K; it covers the whole curve of expected scores at once): "
+                     f"{_kinds_text(bands)}.")
+    if gaps:
+        parts.append("No simultaneous band: " + "; ".join(gaps) + ".")
     if anchor_drawn:
-        parts.append("Step 0: the anchor (base model, anchor_nudge prompt) for SFT arms; "
+        parts.append("Step 0: the anchor (base model, anchor_nudge prompt; greedy, so items only) for SFT arms; "
                      "a run's own starting checkpoint (same prompt) where it has a step-0 evaluation.")
     return " ".join(parts)
 
@@ -159,7 +180,9 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
     with plt.rc_context(RC):
         fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
         handles: dict[str, object] = {}
-        methods: set[str] = set()
+        kinds: set[tuple[str, str, int, str]] = set()
+        band_kinds: set[tuple[str, str, int, str]] = set()
+        gaps: list[str] = []
         anchor_drawn = False
         for ax, panel in zip(axes.flat, panels):
             drawn: list[str] = []
@@ -189,25 +212,29 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                     ax.fill_between(x, np.where(ok, lo, np.nan), np.where(ok, hi, np.nan), where=ok,
                                     color=colours[arm], alpha=0.2, linewidth=0)
                 band = points.simultaneous(arm, panel.bench, panel.metric, [int(v) for v in c.step])
+                if (arm, panel.bench, panel.metric) in points.band_gaps:
+                    gaps.append(f"{arm}, {panel.title}: {points.band_gaps[(arm, panel.bench, panel.metric)]}")
                 if band is not None:  # dotted: simultaneous over the steps, beside the per-step band
-                    bx = np.array([axis.x(arm, s) for s in band[0]], dtype=float)
-                    blo, bhi = band[1].lo, band[1].hi
+                    bx = np.array([axis.x(arm, s) for s in band.steps], dtype=float)
+                    blo, bhi = band.lo, band.hi
                     if bounded(panel.metric):
                         blo, bhi = np.clip(blo, 0, 1), np.clip(bhi, 0, 1)
                     for edge in (blo, bhi):
                         ax.plot(bx, edge, linestyle=":", linewidth=0.8, color=colours[arm])
-                    info.bands.setdefault(panel.title, {})[arm] = band[1].method
+                    info.bands.setdefault(panel.title, {})[arm] = band.method
+                    band_kinds.add((band.method, band.covers, band.n_items, band.n_seeds))
                 handles.setdefault(arm, line)
                 drawn.append(arm)
                 info.gaps[panel.title][arm] = int(c["mean"].isna().sum())
                 ticked.update(int(s) for s in c.step)
-                methods.update(m for m, has_band in zip(c.method, ok) if has_band)
+                kinds.update((m, cv, int(n), sd) for m, cv, n, sd, has_band
+                             in zip(c.method, c.covers, c.n, c.n_seeds, ok) if has_band)
             if math.isfinite(anchor.mean):
                 ax.axhline(anchor.mean, **ANCHOR_STYLE)
                 err = None
                 if math.isfinite(anchor.lo) and math.isfinite(anchor.hi):
                     err = [[anchor.mean - anchor.lo], [anchor.hi - anchor.mean]]
-                    methods.add(anchor.method)
+                    kinds.add((anchor.method, anchor.covers, anchor.n_items, anchor.n_seeds))
                 point = ax.errorbar([0], [anchor.mean], yerr=err, fmt="o", color=OKABE_ITO["black"], capsize=2,
                                     markersize=3.5, linewidth=0.8, zorder=5)
                 handles.setdefault("anchor", point)
@@ -236,10 +263,7 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
         if order:
             fig.legend([handles[k] for k in order], labels, loc="upper center", ncol=len(order),
                        frameon=False, bbox_to_anchor=(0.5, 1.0))
-        simultaneous = sorted({m for arms_ in info.bands.values() for m in arms_.values()})
-        if simultaneous:
-            methods.add("simultaneous: " + " / ".join(simultaneous))
-        info.caption = caption_text(methods, anchor_drawn) + ("" if axis.name == "step" else " " + axis.caption())
+        info.caption = caption_text(kinds, anchor_drawn, band_kinds, gaps) + ("" if axis.name == "step" else " " + axis.caption())
         if suptitle:
             fig.suptitle(suptitle, y=1.06)
         save_figure(fig, info, out_stem, rows)

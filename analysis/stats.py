@@ -1,17 +1,10 @@
-"""Uncertainty for the transfer curves and tables: t-intervals across seeds, bootstraps over examples.
-
-- Across seeds (>= 2): a Student-t interval on the seed means (seeds are the unit of replication).
-- One seed: a percentile bootstrap over the bench's examples (the only variance left to show).
-- Arm vs anchor: a paired bootstrap over the same example ids (the per-example difference is resampled,
-  so the example difficulty that both share cancels out).
+"""Interval primitives: t quantiles and t-intervals, seeded bootstraps over examples, the paired bootstrap.
 
 All bootstraps are seeded and vectorized (one index matrix per chunk), so results are reproducible
 and fast at 500 examples × 10k resamples. Quantiles come from scipy.stats.
 
-- Simultaneous bands across the steps of a curve (`simultaneous_band`): one seed, a max-statistic
-  bootstrap (items resampled once per replicate for every step, the 95% quantile of the largest
-  studentized deviation over steps sets one critical value for all of them); several seeds, the
-  per-step t interval at the Bonferroni level 1 − α/(2K) over K steps (too few seeds to bootstrap).
+The report's own intervals (curves, bands, arm vs anchor, arm vs arm) come from analysis.variance, the one
+crossed items × seeds model; these primitives remain for the pre/post table and the tests.
 """
 from __future__ import annotations
 
@@ -103,60 +96,3 @@ def paired_bootstrap(a, b, n_boot: int = 2000, seed: int = 0, conf: float = 0.95
     boot = bootstrap_means(d, n_boot, seed)
     lo, hi = percentile_limits(boot, conf)
     return PairedResult(float(d.mean()), lo, hi, int(d.size), float((boot <= 0).mean()))
-
-
-@dataclass(frozen=True)
-class Band:
-    """A band over the K steps of a curve: per-step means and limits, and the critical value used."""
-
-    mean: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
-    critical: float
-    method: str  # "max-t bootstrap" | "bonferroni t"
-
-
-def resample_weights(n_items: int, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, n_items) multinomial counts: replicate b takes item i `w[b, i]` times (seeded)."""
-    rng = np.random.default_rng(seed)
-    return rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=n_boot).astype(float)
-
-
-def max_t_critical(scores: np.ndarray, weights: np.ndarray, conf: float = 0.95) -> np.ndarray:
-    """The max-statistic critical value of each study in `scores` (..., items, steps) under the bootstrap
-    replicates `weights` (B, items): the `conf` quantile over replicates of max over steps of
-    |θ*ₖ − θ̂ₖ| / sd*ₖ (steps whose replicates do not vary are left out of the max). Vectorized over the
-    leading axes, so a simulation of thousands of studies is one einsum."""
-    scores = np.asarray(scores, dtype=float)
-    n = scores.shape[-2]
-    theta = scores.mean(axis=-2)                                        # (..., K)
-    boot = np.moveaxis(np.tensordot(weights, scores, axes=([1], [-2])), 0, -2) / n   # (..., B, K), one BLAS call
-    sd = boot.std(axis=-2, ddof=1)                                      # (..., K)
-    dev = np.abs(boot - theta[..., None, :])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(sd[..., None, :] > 0, dev / sd[..., None, :], 0.0)
-    return np.quantile(z.max(axis=-1), conf, axis=-1), sd
-
-
-def simultaneous_band(scores, n_boot: int = 2000, seed: int = 0, conf: float = 0.95) -> Band:
-    """One seed: the max-t bootstrap band over the steps of `scores` (items × steps, the same items at
-    every step): θ̂ₖ ± c·sd*ₖ, c the `conf` quantile of the largest studentized deviation over steps."""
-    x = np.asarray(scores, dtype=float)
-    if x.ndim != 2 or x.shape[0] < 2 or not np.isfinite(x).all():
-        raise ValueError(f"simultaneous_band needs a finite items × steps array with >= 2 items, got shape {x.shape}")
-    crit, sd = max_t_critical(x, resample_weights(x.shape[0], n_boot, seed), conf)
-    mean = x.mean(axis=0)
-    return Band(mean, mean - crit * sd, mean + crit * sd, float(crit), "max-t bootstrap")
-
-
-def bonferroni_band(seed_values, conf: float = 0.95) -> Band:
-    """Several seeds: per step the t interval across seeds at level 1 − (1 − conf)/K (`seed_values`:
-    seeds × steps)."""
-    x = np.asarray(seed_values, dtype=float)
-    if x.ndim != 2 or x.shape[0] < 2:
-        raise ValueError(f"bonferroni_band needs seeds × steps with >= 2 seeds, got shape {x.shape}")
-    k = x.shape[1]
-    crit = t_quantile(1 - (1 - conf) / (2 * k), x.shape[0] - 1)
-    mean = x.mean(axis=0)
-    half = crit * x.std(axis=0, ddof=1) / math.sqrt(x.shape[0])
-    return Band(mean, mean - half, mean + half, float(crit), "bonferroni t")

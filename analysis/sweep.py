@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.aggregate import Points
+from analysis.aggregate import Points, settings_differences
 from analysis.axes import build_axis
 from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
@@ -165,6 +165,20 @@ def add_teacher_forced(result: AnalysisResult, table_paths: dict, table: pd.Data
     result.figures.append(tf_curves.plot_tf(curves, out / "figures" / "teacher_forced", axis))
 
 
+def check_compare_settings(points: Points, pairs: list[tuple[str, str]], benches: list[str],
+                           allow: bool) -> dict[tuple[str, str], str]:
+    """Refuse (AnalysisError, exit 2) a compared pair whose evaluations differ in a result-changing setting
+    (meta.json identities, the checkpoint aside) unless `allow`; the caption's word on each pair's settings."""
+    notes = {}
+    for a, b in pairs:
+        diff = settings_differences(points, a, b, benches)
+        if diff and not allow:
+            raise AnalysisError(f"compare=[[{a},{b}]]: the arms were evaluated under different settings "
+                                f"({'; '.join(diff)}); compare_allow_settings=true compares them anyway")
+        notes[(a, b)] = f"evaluated under different settings (allowed): {'; '.join(diff)}" if diff else ""
+    return notes
+
+
 def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches: list[str], anchor: str | None,
                    anchor_dir: Path, profile: str | None, reference_sizes: dict, study=None) -> AnalysisResult:
     """The report of an analysis whose evaluations are done: `runs` as discovered before them, `jobs` the
@@ -188,6 +202,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                     problems=list(collected.problems), nulls=collected.nulls)
     arms = sorted({r.arm for r in runs})
     steps = _arm_steps(runs)
+    settings_note = check_compare_settings(points, pairs, benches, bool(cfg.get("compare_allow_settings", False)))
     result = AnalysisResult(out=out, table=table, evaluated=ev)
     axis = build_axis(str(cfg.axis), runs)
     result.problems += axis.problems
@@ -216,7 +231,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                     points.problems.append(f"compare: no run of arm {arm!r} under {root} (arms: {', '.join(arms) or 'none'})"
                                            f".{did_you_mean(arm, arms)}")
             name = f"compare_{a}_vs_{b}_{metric}"
-            result.tables[name] = compare_table(points, a, b, cols, metric)
+            result.tables[name] = compare_table(points, a, b, cols, metric, settings_note.get((a, b), ""))
             table_paths[name] = result.tables[name].write(out / "tables" / name)
     episodic = [b for b in benches if b not in TF_BENCHES]   # benches with episodes (transcripts, EM pre/post)
     pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, episodic,
@@ -237,6 +252,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         anchor_model = given or (read_json_object(anchor_dir / "anchor.json", []) or {}).get("model")
         result.tables["reference"] = reference_table(study, add_mean_rows(table, qa), runs, anchor_model)
         table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
+    intervals = out / "intervals.csv"   # every interval drawn or tabulated: bounds, what it covers, n
+    points.intervals_frame().to_csv(intervals, index=False)
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
     problems = sorted(set(points.problems + pp.problems + result.problems + [p for r in runs for p in r.problems]))
     settings = {"runs_root": cfg.runs_root, "profile": profile, "benches": benches, "n_boot": cfg.n_boot,
@@ -247,7 +264,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
-                                 settings=settings, ignored=replaced_dirs(root))
+                                 settings=settings, ignored=replaced_dirs(root), intervals=intervals)
     from analysis.html import write_html
 
     result.html = write_html(out, runs=runs, figures=result.figures, tables=result.tables, missing=result.missing,

@@ -3,10 +3,11 @@ as LaTeX (booktabs) and Markdown.
 
 - main: the anchor, then per arm its final checkpoint and its best checkpoint (best is selected on
   the evaluation set, hence optimistic; the caption says so). Cells are mean with the 95% half-width.
-- paired: per arm (final checkpoint) × bench, the difference to the anchor over the same examples
-  with its paired-bootstrap 95% CI.
+- paired: per arm (final checkpoint) × bench, the difference to the anchor over the same items.
 - compare (analyze's `compare=[[A, B]]`): per step both arms were evaluated at × bench, A − B over the
-  same examples and seeds with its paired-bootstrap 95% CI.
+  same items, each arm's seeds independent.
+Every interval is the crossed items × seeds model's (analysis.variance); each cell says what it covers
+(`items+seeds`, or `items` where an arm has one seed and its seed variance is unknown) and its n.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from analysis.aggregate import Points, anchor_value, best_point, final_point, pa
 from analysis.collect import AGENTIC_BENCHES, ENV_BENCH_METRIC, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA, qa_label
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
-from analysis.stats import Interval
+from analysis.variance import COVERS_BOTH, COVERS_NONE, Estimate
 
 DASH = "–"
 
@@ -104,7 +105,7 @@ def latex_cell(cell: str) -> str:
     return body + "$" + (f"_{{\\pm{sub}}}" if sub else "") + (f"^{{\\mathrm{{{sup}}}}}" if sup else "") + "$"
 
 
-def fmt_interval(iv: Interval | None, step: int | None = None) -> str:
+def fmt_interval(iv: Estimate | None, step: int | None = None) -> str:
     if iv is None or not math.isfinite(iv.mean):
         return DASH
     text = f"{iv.mean:.3f}"
@@ -129,6 +130,18 @@ def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str
     return cols
 
 
+def fmt_delta(e: Estimate) -> str:
+    """`+0.030 [-0.010,+0.070] n=500×3 items+seeds` (n: items × seeds per arm; what the interval covers)."""
+    n = f"n={e.n_items}" + (f"×{e.n_seeds}" if e.n_seeds else "")
+    if not (math.isfinite(e.lo) and math.isfinite(e.hi)):
+        return f"{e.mean:+.3f} {n} (no interval: {e.note or 'no variance'})"
+    return f"{e.mean:+.3f} [{e.lo:+.3f},{e.hi:+.3f}] {n} {e.covers}"
+
+
+COVERS_TEXT = (f"covers: {COVERS_BOTH} = items and seeds both random (the population of items and of "
+               "training seeds); items = items only, where an arm has one seed (its seed variance is unknown)")
+
+
 def gap(points: Points, arm: str, bench: str) -> str:
     """The cell of a point without a value: a dash, with the reason where evaluate gave it no score."""
     why = points.no_score(arm, bench)
@@ -137,12 +150,15 @@ def gap(points: Points, arm: str, bench: str) -> str:
 
 def main_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
     caption = (f"{metric.upper()} of the anchor and of each arm's final and best checkpoint "
-               "(mean over seeds ±95% half-width: t across seeds, or bootstrap over examples for one seed, "
-               "its larger side; "
-               "@step: the checkpoint; best is chosen on the evaluation set and is optimistic)")
+               "(mean over seeds ±95% half-width, its larger side, of the crossed items × seeds interval: "
+               "covers items and seeds with >= 2 seeds, items only with one seed (seed variance unknown) "
+               "and for the anchor; @step: the checkpoint; best is chosen on the evaluation set and is "
+               "optimistic; each cell's bounds, coverage and n are in intervals.csv)")
     table = Table(caption, columns)
+    seen: dict[str, dict[str, set[str]]] = {}   # column -> row kind -> "n items × seeds, covers"
     if any(math.isfinite(anchor_value(points, c.bench, c.metric).mean) for c in columns):
         anchor = [anchor_value(points, c.bench, c.metric) for c in columns]
+        _note_n(seen, columns, anchor, "anchor")
         table.rows.append(("anchor (base, nudge prompt)", [fmt_interval(iv) if math.isfinite(iv.mean)
                                                            else gap(points, ANCHOR_ARM, c.bench)
                                                            for iv, c in zip(anchor, columns)]))
@@ -152,17 +168,32 @@ def main_table(points: Points, arms: list[str], columns: list[Column], metric: s
         # Seeds still training can sit at different final steps: show the range then.
         span = "" if not steps else f", step {steps[0]}" if len(steps) == 1 else f", steps {steps[0]}–{steps[-1]}"
         label = f"{arm} (final{span})"
+        _note_n(seen, columns, [f.interval if f else None for f in finals], arm)
         table.rows.append((label, [fmt_interval(f.interval) if f else gap(points, arm, c.bench)
                                    for f, c in zip(finals, columns)]))
         bests = [best_point(points, arm, c.bench, c.metric) for c in columns]
         table.rows.append((f"{arm} (best)", [fmt_interval(b.interval, b.steps[0]) if b else gap(points, arm, c.bench)
                                              for b, c in zip(bests, columns)]))
+    if seen:
+        table.caption = table.caption[:-1] + "; n: " + "; ".join(
+            f"{label}: " + ", ".join(f"{who} {' / '.join(sorted(ns))}" for who, ns in rows.items())
+            for label, rows in seen.items()) + ")"
     return table
 
 
+def _note_n(seen: dict, columns: list[Column], intervals: list, who: str) -> None:
+    """Record each cell's n and coverage for the caption (`500×3 items+seeds`)."""
+    for c, iv in zip(columns, intervals):
+        if iv is not None and math.isfinite(iv.mean) and iv.n_items:
+            n = f"{iv.n_items}" + (f"×{iv.n_seeds}" if iv.n_seeds else "")
+            n += f" {iv.covers}" if iv.covers != COVERS_NONE else " (no interval)"
+            seen.setdefault(c.label, {}).setdefault(who, set()).add(n)
+
+
 def paired_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
-    caption = (f"{metric.upper()} difference to the anchor at each arm's final checkpoint, paired over the same "
-               "examples (per-example scores averaged over seeds), with the 95% paired-bootstrap CI")
+    caption = (f"{metric.upper()} difference to the anchor at each arm's final checkpoint over the same items, "
+               f"with the {points.conf:.0%} interval of the crossed model (t on Satterthwaite df; the anchor has no "
+               "seed variance); n = items × the arm's seeds; " + COVERS_TEXT)
     cols = [c for c in columns if c.bench != MEAN_BENCH]
     table = Table(caption, cols)
     for arm in sort_arms(a for a in arms if a != ANCHOR_ARM):
@@ -172,21 +203,23 @@ def paired_table(points: Points, arms: list[str], columns: list[Column], metric:
             if p is None or not math.isfinite(p.result.delta):
                 cells.append(DASH)
             else:
-                r = p.result
-                cells.append(f"{r.delta:+.3f} [{r.lo:+.3f},{r.hi:+.3f}] n={r.n}")
+                cells.append(fmt_delta(p.result) + (f" ({p.dropped} items dropped)" if p.dropped else ""))
         table.rows.append((arm, cells))
     return table
 
 
-def compare_table(points: Points, a: str, b: str, columns: list[Column], metric: str) -> Table:
-    """One row per step evaluated in both arms: `a` − `b` per bench (aggregate.paired_arms)."""
-    caption = (f"{metric.upper()} of {a} minus {b} at each step both were evaluated at, paired over the same examples "
-               "and the same seeds (seed s of one arm beside seed s of the other; per-example differences averaged "
-               "over those seeds), with the 95% paired-bootstrap CI over examples (Avg.: each bench resampled on "
-               "its own); n: paired examples")
+def compare_table(points: Points, a: str, b: str, columns: list[Column], metric: str, settings: str = "") -> Table:
+    """One row per step evaluated in both arms: `a` − `b` per bench (aggregate.paired_arms); then one row
+    per bench listing the item ids the intersection dropped (count and ids). `settings`: the caption's
+    word on the arms' evaluation settings (differences allowed by compare_allow_settings=true)."""
+    caption = (f"{metric.upper()} of {a} minus {b} at each step both were evaluated at, over the items both "
+               f"evaluated, with the {points.conf:.0%} interval of the crossed model (items shared, each arm's seeds "
+               "independent; t on Satterthwaite df; Avg.: the benches as equal-weight strata); "
+               f"n = items × seeds of {a}/{b}; " + COVERS_TEXT + (f"; {settings}" if settings else ""))
     table = Table(caption, columns, row_header="Step")
     t = points.table
     steps = sorted(set(t[t.arm == a].step.astype(int)) & set(t[t.arm == b].step.astype(int)))
+    dropped: dict[str, set[str]] = {}
     for step in steps:
         cells, seeds = [], set()
         for c in columns:
@@ -194,13 +227,18 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
             if p is None or not math.isfinite(p.result.delta):
                 cells.append(DASH)
                 continue
-            r = p.result
             seeds.update(p.seeds)
-            cells.append(f"{r.delta:+.3f} [{r.lo:+.3f},{r.hi:+.3f}] n={r.n}")
+            if c.bench != MEAN_BENCH:
+                dropped.setdefault(c.label, set()).update(p.dropped_ids)
+            cells.append(fmt_delta(p.result) + (f" ({p.dropped} dropped)" if p.dropped else ""))
         label = f"{step} (seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, sorted(seeds))) or DASH})"
         table.rows.append((label, cells))
     if not steps:
         table.rows.append((DASH, [f"{DASH} (no step evaluated in both {a} and {b})"] + [DASH] * (len(columns) - 1)))
+    for label, ids in dropped.items():
+        if ids:
+            cells = [f"{len(ids)} dropped: {', '.join(sorted(ids))}" if c.label == label else "" for c in columns]
+            table.rows.append(("items not in both", cells))
     return table
 
 

@@ -52,7 +52,10 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
                      "read exactly from the runs' metrics.jsonl; analysis/axes.py)"),
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
     "compare": ([], "pairs of arms compared step by step, e.g. [[r2e, r2e_v5]]: per step both were evaluated at, "
-                    "A − B paired over the same examples and seeds (tables/compare_<A>_vs_<B>_<metric>.*)"),
+                    "A − B over the items both evaluated, its interval covering items and each arm's seeds ('items' "
+                    "only where an arm has one seed) (tables/compare_<A>_vs_<B>_<metric>.*)"),
+    "compare_allow_settings": (False, "true: compare arms evaluated under different result-changing settings "
+                                      "(refused otherwise, naming the setting)"),
     "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
     "slurm.gpus_per_task": (None, "launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "

@@ -74,12 +74,13 @@ def _points(tree):
 
 def test_final_best_and_paired_points(tree):
     p = _points(tree)
-    final = final_point(p, "r2e", "nq", "em")  # seeds at step 20: 0.1, 0.2 -> t interval across 2 seeds
-    assert final.steps == [20] and final.interval.method == "t"
-    assert final.interval.mean == pytest.approx(0.15)
-    assert final.interval.hi - 0.15 == pytest.approx(12.7062047 * 0.0707107 / 2 ** 0.5, abs=1e-5)
-    one = final_point(p, "search", "nq", "em")  # one seed: bootstrap over its 10 examples
-    assert one.interval.method == "bootstrap" and one.steps == [10] and one.interval.lo < 0.4 < one.interval.hi
+    final = final_point(p, "r2e", "nq", "em")  # seeds at step 20: 0.1, 0.2 over 10 shared items, 0/1 scores
+    assert final.steps == [20] and (final.interval.method, final.interval.covers) == ("crossed wilson", "items+seeds")
+    assert final.interval.mean == pytest.approx(0.15) and final.interval.lo < 0.15 < final.interval.hi
+    assert (final.interval.n_items, final.interval.n_seeds) == (10, "2")
+    one = final_point(p, "search", "nq", "em")  # one seed: items only, seed variance unknown
+    assert (one.interval.covers, one.steps) == ("items", [10]) and one.interval.lo < 0.4 < one.interval.hi
+    assert "seed variance unknown" in one.interval.note
     assert best_point(p, "r2e", "hotpotqa", "em").steps == [10]  # flat curve: earliest step wins the tie
     paired = paired_vs_anchor(p, "search", "nq", "em")  # 4/10 vs 1/10 correct, same ids
     assert paired.result.delta == pytest.approx(0.3) and paired.result.n == 10 and paired.dropped == 0
@@ -111,13 +112,21 @@ def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     for name in ("main_em", "main_f1", "paired_em", "paired_f1"):
         assert (out / "tables" / f"{name}.md").is_file() and (out / "tables" / f"{name}.tex").is_file()
     md = (out / "tables" / "main_em.md").read_text()
-    assert "| r2e (final, step 20) | 0.150 ±0.635 |" in md and "anchor (base, nudge prompt)" in md
+    # r2e nq at step 20: seeds right on items {0} and {0, 1} of 10. Item part s²(d)/n = (1.025/9)/10, seed part
+    # s²(0.1, 0.2)/2 = 0.0025, V = 0.013889, Satterthwaite df 9.34 (t 2.250); Wilson on n_eff = 0.1275/V = 9.18:
+    # [0.028, 0.521], the larger side 0.371.
+    assert "| r2e (final, step 20) | 0.150 ±0.371 |" in md and "anchor (base, nudge prompt)" in md
     assert "search (best)" in md and "@10" in md
     tex = (out / "tables" / "main_em.tex").read_text()
     assert "\\multicolumn{1}{c}{General QA}" in tex and "\\multicolumn{1}{c}{Multi-Hop QA}" in tex
-    assert "0.150$_{\\pm0.635}$" in tex and "\\toprule" in tex
-    assert "+0.300 [" in (out / "tables" / "paired_em.md").read_text()
+    assert "0.150$_{\\pm0.371}$" in tex and "\\toprule" in tex
+    assert "+0.300 [-0.046,+0.646] n=10×1 items |" in (out / "tables" / "paired_em.md").read_text()
     report = (out / "report.md").read_text()
+    intervals = pd.read_csv(out / "intervals.csv")
+    row = intervals[(intervals.kind == "vs_anchor") & (intervals.arm == "r2e") & (intervals.bench == "nq")
+                    & (intervals.metric == "em")].iloc[0]
+    assert (row.covers, row.n_items, row.n_seeds) == ("items+seeds", 10, 2) and row.lo < row.estimate < row.hi
+    assert "[`intervals.csv`](intervals.csv)" in report
     assert "![curves_em](figures/curves_em.png)" in report and "tables/main_em.tex" in report
     assert "`git.commit`: `abc1`" in report and "`data.fingerprint`: `fp-search`" in report
     lines = [m.line() for m in res.missing]

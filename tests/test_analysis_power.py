@@ -8,7 +8,6 @@ from scipy.stats import norm
 from test_analysis_helpers import make_run, write_eval
 
 from analysis import power
-from analysis.stats import max_t_critical, resample_weights, simultaneous_band
 from launch.analyze import run_analysis
 
 STUDIES = 4000
@@ -77,33 +76,6 @@ def test_analyze_power_refuses_a_missing_pilot_in_one_line(tmp_path, capsys):
     assert main([f"power.pilot={tmp_path / 'nope'}", "evaluate=false"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "power.pilot=" in err[0] and "no such directory" in err[0]
-
-
-def test_simultaneous_band_covers_the_null_while_per_step_intervals_do_not():
-    """2,000 null studies: 200 items × 8 steps of 0/1 scores sharing item difficulty (a latent-threshold
-    model whose true per-step means are known in closed form). The max-t band covers every step at
-    once >= 93% of the time; per-step 95% intervals all cover far less often."""
-    rng = np.random.default_rng(11)
-    studies, items, steps, sd_item = 2000, 200, 8, 0.7
-    cuts = np.linspace(-0.6, 0.1, steps)
-    truth = norm.cdf(cuts / math.sqrt(1 + sd_item ** 2))
-    latent = rng.normal(0, sd_item, (studies, items, 1)) + rng.normal(0, 1, (studies, items, steps))
-    scores = (latent < cuts).astype(float)
-    crit, sd = max_t_critical(scores, resample_weights(items, 500, seed=3))
-    mean = scores.mean(axis=1)
-    simultaneous = (np.abs(mean - truth) <= crit[:, None] * sd).all(axis=1).mean()
-    per_step_each = np.abs(mean - truth) <= norm.isf(0.025) * sd
-    assert simultaneous >= 0.93
-    assert per_step_each.mean() == pytest.approx(0.95, abs=0.015)  # each step's own interval is fine
-    assert per_step_each.all(axis=1).mean() < 0.85  # jointly they are not
-    assert np.median(crit) > norm.isf(0.025)
-
-
-def test_simultaneous_band_is_seeded_and_wider_than_each_step():
-    x = (np.random.default_rng(0).random((80, 5)) < 0.4).astype(float)
-    a, b = simultaneous_band(x, 400, seed=1), simultaneous_band(x, 400, seed=1)
-    assert np.array_equal(a.lo, b.lo) and a.critical > 1.96
-    assert np.all(a.hi - a.lo > 2 * 1.96 * x.std(axis=0, ddof=1) / math.sqrt(80) * 0.9)
 
 
 def test_power_keys_are_documented():

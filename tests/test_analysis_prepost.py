@@ -179,7 +179,7 @@ def test_figures_start_at_step_0_tick_checkpoints_and_note_all_zero_panels(analy
     assert "babyai (return)" in fig.panels
     assert fig.xticks["musique@given"] == [0, 10, 20, 50]  # the anchor / starting checkpoints at 0, then each checkpoint
     assert "anchor" in fig.series["musique@given"]
-    assert "95% percentile bootstrap over the evaluated items" in fig.caption and "Step 0" in fig.caption
+    assert "covers items only (one seed: seed variance unknown)" in fig.caption and "Step 0" in fig.caption
     assert fig.notes == {}  # babyai's returns are not all zero
     # All-zero panel: only zeros everywhere becomes a one-line note.
     from analysis.aggregate import Points

@@ -1,5 +1,5 @@
 """The single- vs dual-terminator comparison (issue 41): `analyze compare=[[A, B]]`'s table (A − B per step,
-paired over the same examples and seeds) against a numpy oracle, and the study variant that trains r2e_v5
+over the same examples, each arm's seeds its own) against a numpy oracle, and the study variant that trains r2e_v5
 beside r2e (recipes/study/variants/dual_terminator_vs_v5.yaml): it loads like a study, and its cpu_smoke runs
 end to end to a report with the r2e vs r2e_v5 table."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import t as student_t
 
 from tests.conftest import ROOT
 from tests.study_helpers import prefilled_data_cache
@@ -45,7 +46,7 @@ def _points(tmp_path: Path, cells: dict[tuple[str, int, int], dict[str, np.ndarr
     return Points(add_mean_rows(table, list(BENCHES)), dirs, list(BENCHES), n_boot=n_boot)
 
 
-def test_compare_table_is_the_paired_difference_per_step_over_the_seeds_both_arms_have(tmp_path):
+def test_compare_table_is_the_difference_per_step_over_each_arms_seeds(tmp_path):
     from analysis.collect import MEAN_BENCH
     from analysis.tables import Column, compare_table
 
@@ -57,7 +58,7 @@ def test_compare_table_is_the_paired_difference_per_step_over_the_seeds_both_arm
     for (seed, step, b), v in base.items():
         cells.setdefault(("r2e_v5", seed, step), {})[b] = v
         cells.setdefault(("r2e", seed, step), {})[b] = v + shift[b]   # every example of every seed: exactly +shift
-    # step 100: r2e_v5 seed 1 was never evaluated, so r2e's seed 1 (far off) must not enter the step's pair
+    # step 100: r2e_v5 seed 1 was never evaluated; each arm's seeds are its own draws, so r2e's seed 1 enters
     del cells[("r2e_v5", 1, 100)]
     cells[("r2e", 1, 100)] = {b: np.ones(n) for b in BENCHES}
     cells[("r2e", 0, 218)] = {b: np.ones(n) for b in BENCHES}   # only r2e trained to 218: no row
@@ -65,21 +66,21 @@ def test_compare_table_is_the_paired_difference_per_step_over_the_seeds_both_arm
     cols = [Column(b, "em", b, "QA") for b in BENCHES] + [Column(MEAN_BENCH, "em", "Avg.", "QA")]
     table = compare_table(points, "r2e", "r2e_v5", cols, "em")
 
-    assert [label for label, _ in table.rows] == ["50 (seeds 0, 1)", "100 (seed 0)"]
-    oracle = {b: float(np.mean(cells[("r2e", 0, 100)][b] - cells[("r2e_v5", 0, 100)][b])) for b in BENCHES}
-    assert oracle == pytest.approx(shift)
-    for _, row in table.rows:
-        got = [re.fullmatch(r"([+-]\d\.\d{3}) \[([+-]\d\.\d{3}),([+-]\d\.\d{3})\] n=(\d+)", c).groups() for c in row]
-        # the per-example difference is the same everywhere: paired, the interval has no width (unpaired, it would)
-        for (delta, lo, hi, count), want in zip(got, [shift["nq"], shift["hotpotqa"], np.mean(list(shift.values()))]):
-            assert float(delta) == pytest.approx(want, abs=1e-3) and lo == delta == hi, row
+    assert [label for label, _ in table.rows] == ["50 (seeds 0, 1)", "100 (seeds 0, 1)"]
+    at_100 = {b: float(np.mean([cells[("r2e", s, 100)][b].mean() for s in (0, 1)]) - cells[("r2e_v5", 0, 100)][b].mean())
+              for b in BENCHES}
+    pattern = r"([+-]\d\.\d{3}) \[([+-]\d\.\d{3}),([+-]\d\.\d{3})\] n=(\d+)×(\S+) (\S+)"
+    for (_, row), want, seeds in zip(table.rows, [shift, at_100], ["2/2", "2/1"]):
+        got = [re.fullmatch(pattern, c).groups() for c in row]
+        for (delta, lo, hi, count, n_seeds, covers), w in zip(got, [want["nq"], want["hotpotqa"], np.mean(list(want.values()))]):
+            assert float(delta) == pytest.approx(w, abs=1e-3) and float(lo) <= float(delta) <= float(hi), row
+            assert n_seeds == seeds and covers == ("items+seeds" if seeds == "2/2" else "items")
         assert [int(g[3]) for g in got] == [n, n, 2 * n]
 
 
 def test_compare_interval_covers_the_oracle_and_a_bad_pair_is_one_line(tmp_path):
     from analysis.aggregate import paired_arms
     from analysis.errors import AnalysisError
-    from analysis.stats import paired_bootstrap
     from analysis.sweep import compare_pairs
 
     rng = np.random.default_rng(3)
@@ -89,8 +90,10 @@ def test_compare_interval_covers_the_oracle_and_a_bad_pair_is_one_line(tmp_path)
     got = paired_arms(points, "r2e", "r2e_v5", 50, "nq", "em")
     assert got.seeds == [0] and got.dropped == 0
     assert got.result.delta == pytest.approx(float(np.mean(a - b)))
-    same = paired_bootstrap(a, b, points.n_boot, points.boot_seed, points.conf)   # one seed: the anchor table's rule
-    assert (got.result.lo, got.result.hi) == pytest.approx((same.lo, same.hi))
+    d = a - b   # one seed each: the items-only interval, a paired t over the items
+    half = student_t.isf(0.025, n - 1) * d.std(ddof=1) / np.sqrt(n)
+    assert (got.result.lo, got.result.hi) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert got.result.covers == "items"
     assert got.result.lo <= got.result.delta <= got.result.hi and got.result.lo < got.result.hi
     assert compare_pairs([["r2e", "r2e_v5"]]) == [("r2e", "r2e_v5")]
     for bad in ([["r2e"]], [["r2e", "r2e"]], ["r2e"], [["r2e", 3]]):
@@ -139,6 +142,6 @@ def test_the_variant_cpu_smoke_reports_r2e_against_r2e_v5(tmp_path, monkeypatch)
     table = (work / "rep" / "tables" / "compare_r2e_vs_r2e_v5_em.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| 2 (seed 0) |")]
     assert len(rows) == 1, table
-    assert re.fullmatch(r"\| 2 \(seed 0\) \| [+-]\d\.\d{3} \[[+-]\d\.\d{3},[+-]\d\.\d{3}\] n=2 \|", rows[0].rstrip()), rows
+    assert re.fullmatch(r"\| 2 \(seed 0\) \| [+-]\d\.\d{3} \[[+-]\d\.\d{3},[+-]\d\.\d{3}\] n=2×1/1 items \|", rows[0].rstrip()), rows
     report = (work / "rep" / "report.md").read_text()
     assert "### compare_r2e_vs_r2e_v5_em" in report and "`failed=0`" in report

@@ -1,0 +1,209 @@
+"""Every interval the report prints covers what it claims (issue 61): small versions of the simulation study
+(bench/bench_coverage.py), each against this file's own numpy simulation with known truth, and the report
+paths around them (the one-item gap, compare's settings refusal and dropped ids).
+
+Simulations: logit item difficulty, item-specific gains, seed effects on the logit scale, Bernoulli scores.
+Replicates are stated per test (no bootstrap: the crossed model has a closed form, so n_boot plays no part)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import expit, logit
+from scipy.stats import norm
+from scipy.stats import t as student_t
+
+from analysis.variance import Term, crossed_parts, limits
+
+
+def _arm(rng, difficulty, gain_sd: float, seed_em_sd: float, seeds: int) -> np.ndarray:
+    """(replicates, items, seeds) 0/1 scores: item difficulty + an item-specific gain + a seed effect whose SD
+    on the EM scale is `seed_em_sd` (its logit SD divided by the mean p(1 − p))."""
+    gain = rng.normal(0, gain_sd, size=difficulty.shape)
+    p = expit(difficulty + gain)
+    seed_logit = seed_em_sd / (p * (1 - p)).mean(axis=1, keepdims=True)
+    effect = rng.normal(0, 1, size=(difficulty.shape[0], 1, seeds)) * seed_logit
+    return (rng.random((difficulty.shape[0], difficulty.shape[1], seeds)) < expit(difficulty + gain + effect)).astype(float)
+
+
+def test_compare_type_one_error_at_three_seeds_covers_seed_variance():
+    """1,000 null studies of A − B at 3 seeds × 500 items, σ_seed = 3.4 EM points per arm, items drawn anew
+    each study (A and B: the same difficulty, independent gains of the same law, so the population
+    difference is 0). The crossed interval rejects ≤ 7.5% with a median width ≤ 1.5× the oracle's
+    (±1.96 × the estimate's SD across studies); the items-only interval (per-item differences averaged
+    over seeds, t over items: the rule before issue 61) rejects far more often."""
+    rng = np.random.default_rng(61)
+    studies, items, seeds = 1000, 500, 3
+    difficulty = rng.normal(logit(0.3), 1.5, size=(studies, items, 1))
+    a = _arm(rng, difficulty, 0.8, 0.034, seeds)
+    b = _arm(rng, difficulty, 0.8, 0.034, seeds)
+    parts = crossed_parts([[Term("A", 1.0, a), Term("B", -1.0, b)]])
+    lo, hi = limits(parts, 0.95)
+    rejects = float(((lo > 0) | (hi < 0)).mean())
+    oracle_width = 2 * norm.isf(0.025) * parts.est.std()
+    assert rejects <= 0.075, rejects
+    assert np.median(hi - lo) <= 1.5 * oracle_width, (np.median(hi - lo), oracle_width)
+    assert set(parts.seeds.values()) == {3}
+    d = (a - b).mean(axis=2)   # items only: what the seed means hide
+    half = student_t.isf(0.025, items - 1) * d.std(axis=1, ddof=1) / np.sqrt(items)
+    assert (np.abs(d.mean(axis=1)) > half).mean() > 0.15
+
+
+def test_one_seed_band_keeps_its_coverage_at_one_percent():
+    """1,000 studies of one seed × 200 items × 8 steps sharing item difficulty, the first step's EM ≈ 1%
+    (truth: the population mean per step, from 400,000 items of the same law). The band (each step's
+    interval at the Bonferroni level, Wilson on the effective n) covers every step at once >= 90%, with
+    a mean width <= 1.5× the oracle band's (true per-step SD × the 95% quantile of the largest |z| over
+    steps); the t band at the same level does not keep its coverage."""
+    rng = np.random.default_rng(8)
+    studies, items, steps, item_sd = 1000, 200, 8, 1.0
+    centre = np.linspace(logit(0.008), logit(0.3), steps)
+    truth = expit(centre + rng.normal(0, item_sd, size=(400_000, 1))).mean(axis=0)
+    assert truth[0] == pytest.approx(0.01, abs=0.004)
+    difficulty = rng.normal(0, item_sd, size=(studies, items, 1))
+    scores = (rng.random((studies, items, steps)) < expit(centre + difficulty)).astype(float)
+    per_step = np.moveaxis(scores, 2, 1)[..., None]            # (studies, steps, items, 1 seed)
+    parts = crossed_parts([[Term("A", 1.0, per_step)]])
+    level = 1 - 0.05 / steps
+    lo, hi = limits(parts, level, binary=True)
+    covered = ((lo <= truth) & (truth <= hi)).all(axis=1).mean()
+    sd = parts.est.std(axis=0)
+    oracle_crit = np.quantile((np.abs(parts.est - truth) / sd).max(axis=1), 0.95)
+    assert covered >= 0.90, covered
+    assert np.median((hi - lo).mean(axis=1)) <= 1.5 * (2 * oracle_crit * sd).mean()
+    t_lo, t_hi = limits(parts, level, binary=False)
+    assert ((t_lo <= truth) & (truth <= t_hi)).all(axis=1).mean() < 0.90
+
+
+# ---- the report's paths: per-item eval dirs written here ----
+
+def _write(eval_dir: Path, bench: str, scores: dict[str, float], keys: dict | None = None) -> None:
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    (eval_dir / f"{bench}.jsonl").write_text(
+        "".join(json.dumps({"id": i, "metrics": {"em": float(v)}}) + "\n" for i, v in scores.items()))
+    if keys is not None:
+        (eval_dir / "meta.json").write_text(json.dumps({"identities": {bench: {"keys": keys}}}))
+
+
+def _points(tmp_path: Path, cells: dict, keys: dict | None = None):
+    """Points over (arm, seed, step) -> {id: score} for bench nq (meta.json identities from `keys[arm]`)."""
+    from analysis.aggregate import Points
+    from analysis.collect import COLUMNS
+
+    rows, dirs = [], {}
+    for (arm, seed, step), scores in cells.items():
+        d = tmp_path / arm / f"seed{seed}" / f"step-{step:06d}"
+        dirs[(arm, seed, step)] = d
+        _write(d, "nq", scores, None if keys is None else {**keys[arm], "checkpoint.sha256": f"{arm}{seed}{step}"})
+        rows.append({**{c: None for c in COLUMNS}, "arm": arm, "seed": seed, "step": step, "bench": "nq",
+                     "metric": "em", "value": float(np.mean(list(scores.values()))), "n": len(scores)})
+    table = pd.DataFrame(rows, columns=COLUMNS).astype({"seed": "int64", "step": "int64", "value": "float64"})
+    return Points(table, dirs, ["nq"])
+
+
+def _oracle_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """A − B (items × seeds each) by hand: the item part s²(d)/n (df n − 1) plus each arm's seed part, the
+    spread of its seed means over S (df S − 1; none for one column: the anchor), a t on Satterthwaite's df."""
+    n = a.shape[0]
+    d = a.mean(axis=1) - b.mean(axis=1)
+    terms = [(d.var(ddof=1) / n, n - 1)] + [(y.mean(axis=0).var(ddof=1) / y.shape[1], y.shape[1] - 1)
+                                            for y in (a, b) if y.shape[1] > 1]
+    var = sum(v for v, _ in terms)
+    df = var ** 2 / sum(v ** 2 / f for v, f in terms)
+    half = student_t.isf(0.025, df) * np.sqrt(var)
+    return d.mean() - half, d.mean() + half
+
+
+def test_compare_is_the_crossed_model_and_lists_the_items_it_dropped(tmp_path):
+    from analysis.aggregate import paired_arms, paired_vs_anchor
+    from analysis.tables import Column, compare_table, main_table
+
+    rng = np.random.default_rng(3)
+    ids = [f"q{i}" for i in range(40)]
+    a = (rng.random((40, 3)) < np.linspace(0.2, 0.8, 3)).astype(float)   # three very different seeds
+    b = (rng.random((40, 2)) < 0.4).astype(float)
+    cells = {("A", s, 10): dict(zip(ids, a[:, s])) for s in range(3)}
+    dropped = {"q3", "q17", "q39"}
+    cells.update({("B", s, 10): {i: v for i, v in zip(ids, b[:, s]) if i not in dropped} for s in range(2)})
+    anchor = (rng.random(40) < 0.3).astype(float)
+    cells[("anchor", 0, 0)] = dict(zip(ids, anchor))
+    points = _points(tmp_path, cells)
+    vs = paired_vs_anchor(points, "A", "nq", "em")   # the greedy anchor: one column, no seed part
+    assert (vs.result.lo, vs.result.hi) == pytest.approx(_oracle_interval(a, anchor[:, None]), abs=1e-9)
+    assert (vs.result.covers, vs.result.n_seeds, vs.dropped) == ("items+seeds", "3", 0)
+    base = points.interval("anchor", 0, "nq", "em")
+    assert (base.covers, base.note) == ("items", "")
+    caption = main_table(points, ["A", "B"], [Column("nq", "em", "nq", "QA")], "em").caption
+    assert caption.endswith("n: nq: anchor 40 items, A 40×3 items+seeds, B 37×2 items+seeds)")
+    got = paired_arms(points, "A", "B", 10, "nq", "em")
+    keep = [k for k, i in enumerate(ids) if i not in dropped]
+    lo, hi = _oracle_interval(a[keep], b[keep])
+    assert (got.result.lo, got.result.hi) == pytest.approx((lo, hi), abs=1e-9)
+    assert (got.result.covers, got.result.n_items, got.result.n_seeds) == ("items+seeds", 37, "3/2")
+    assert got.dropped_ids == sorted(dropped)
+    table = compare_table(points, "A", "B", [Column("nq", "em", "nq", "QA")], "em")
+    assert table.rows[0][1][0].endswith("n=37×3/2 items+seeds (3 dropped)")
+    assert table.rows[-1] == ("items not in both", ["3 dropped: q17, q3, q39"])
+    one = paired_arms(_points(tmp_path / "one", {("A", 0, 10): dict(zip(ids, a[:, 0])),
+                                                 ("B", 0, 10): dict(zip(ids, b[:, 0]))}), "A", "B", 10, "nq", "em")
+    assert one.result.covers == "items" and "seed variance unknown" in one.result.note
+
+
+def test_compare_refuses_arms_evaluated_under_different_settings(tmp_path, capsys):
+    from analysis.sweep import check_compare_settings
+    from launch.analyze import main as analyze_main
+
+    ids = {f"q{i}": float(i % 2) for i in range(6)}
+    cells = {(arm, 0, 10): ids for arm in ("r2e", "r2e_v5")}
+    keys = {"r2e": {"evaluate.max_turns": 4, "bench.n": 6}, "r2e_v5": {"evaluate.max_turns": 8, "bench.n": 6}}
+    points = _points(tmp_path / "p", cells, keys)
+    with pytest.raises(Exception, match=r"evaluate\.max_turns: 4 -> 8.*compare_allow_settings=true"):
+        check_compare_settings(points, [("r2e", "r2e_v5")], ["nq"], allow=False)
+    note = check_compare_settings(points, [("r2e", "r2e_v5")], ["nq"], allow=True)
+    assert "evaluate.max_turns: 4 -> 8" in note[("r2e", "r2e_v5")]
+    same = _points(tmp_path / "s", cells, {"r2e": keys["r2e"], "r2e_v5": keys["r2e"]})
+    assert check_compare_settings(same, [("r2e", "r2e_v5")], ["nq"], allow=False) == {("r2e", "r2e_v5"): ""}
+    # the command line: exit 2, one line naming the key, before any figure is drawn
+    root = tmp_path / "runs"
+    for arm in ("r2e", "r2e_v5"):
+        run = root / arm / "seed0"
+        (run / "checkpoints" / "step-000010").mkdir(parents=True)
+        (run / "checkpoints" / "step-000010" / "config.json").write_text("{}")
+        (run / "config.yaml").write_text("arm: x\nseed: 0\ntrain:\n  steps: 10\n  save_steps: [10]\n")
+        _write(run / "eval" / "step-000010", "nq", ids, {**keys[arm], "checkpoint.sha256": arm})
+        (run / "eval" / "step-000010" / "summary.json").write_text(json.dumps({"nq": {"em": 0.5, "n": 6}}))
+    rc = analyze_main([f"runs_root={root}", f"out={tmp_path / 'out'}", "benches=[nq]", "evaluate=false",
+                       "compare=[[r2e,r2e_v5]]"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "evaluate.max_turns" in err[0] and "compare_allow_settings" in err[0]
+    assert not (tmp_path / "out" / "figures").exists()
+
+
+def test_one_item_one_seed_band_is_a_labelled_gap(tmp_path):
+    """A one-seed run of a one-item bench at 2 steps: no band (no item variance), a gap the caption names."""
+    from analysis.figures import Panel, plot_curves
+
+    points = _points(tmp_path, {("A", 0, 10): {"q0": 0.0}, ("A", 0, 20): {"q0": 1.0}})
+    assert points.simultaneous("A", "nq", "em", [10, 20]) is None
+    assert points.band_gaps[("A", "nq", "em")] == "one item: no item variance"
+    assert points.interval("A", 20, "nq", "em").covers == "none"
+    info = plot_curves(points, [Panel("nq", "em", "nq", "EM")], ["A"], {"A": [10, 20]}, tmp_path / "fig")
+    assert "No simultaneous band: A, nq: one item: no item variance." in info.caption
+
+
+def test_a_contrast_of_scores_that_never_differ_is_not_a_point():
+    """Arm and anchor both 0 on all 50 items (a failing base, an arm that learnt nothing): no discordant
+    item, so |Δ| is bounded by the exact upper limit of a rate with 0 events in 50 (scipy's beta quantile),
+    never a zero-width interval."""
+    from scipy.stats import beta
+
+    from analysis.variance import estimate
+
+    zeros = np.zeros((50, 1))
+    got = estimate([[Term("A", 1.0, zeros), Term("anchor", -1.0, zeros, random_seeds=False)]], 0.95)
+    u = beta.ppf(0.975, 1, 50)
+    assert (got.mean, got.lo, got.hi, got.method) == pytest.approx((0.0, -u, u, "zero discordant"))
+    assert got.covers == "items" and "seed variance unknown" in got.note
