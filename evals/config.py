@@ -1,6 +1,7 @@
 """The `evaluate` configuration: defaults, validation and the default output directory."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -276,6 +277,36 @@ def engine_problem(cfg: DictConfig) -> str | None:
         return (f"driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); backend={cfg.backend} "
                 "runs driver=lockstep (or driver=auto)")
     return None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An evaluate config resolved once (resolve_request / for_checkpoint) and its checkpoint's identity
+    (evals.identity.checkpoint_identity; None: not computed yet): what a caller that resolved the request
+    passes down. evals.run's `evaluate` and `to_evaluate` take it as it is, resolving nothing again."""
+
+    cfg: DictConfig
+    ckpt_id: dict | None = None
+
+
+def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str], prompt: str,
+                   overwrite: bool | None = None) -> DictConfig:
+    """The resolved config of one checkpoint's evaluation, made from `settings` (a config resolve_request
+    resolved for every evaluation of an analysis, its ckpt and out stand-ins) without resolving again:
+    its ckpt, out, prompt and overwrite (None: the settings'), and `benches` (among the settings' own) with
+    their bench_n and sets. Every value was checked when `settings` was resolved; the prompt is checked here."""
+    unknown = [b for b in benches if b not in settings.benches]
+    if unknown:
+        raise EvalError(f"benches {unknown}: not among the resolved settings' ({', '.join(settings.benches)})")
+    if why := KEYS["prompt"].problem("prompt", prompt):
+        raise EvalError(why)
+    cfg = settings.copy()
+    cfg.ckpt, cfg.out, cfg.prompt = resolve_model_path(str(ckpt)), str(out), prompt
+    cfg.overwrite = bool(settings.overwrite if overwrite is None else overwrite)
+    cfg.benches = list(benches)
+    cfg.bench_n = {b: n for b, n in settings.bench_n.items() if b in benches}
+    cfg.sets = {b: name for b, name in settings.sets.items() if b in benches}
+    return cfg
 
 
 def resolve_request(cfg: DictConfig | dict) -> DictConfig:

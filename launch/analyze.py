@@ -217,7 +217,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         return None
     runs = discover_runs(root, profile)
     with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
-        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
+        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts,
+                    settings=resolved if isinstance(resolved, DictConfig) else None) if h else []
     if h is not None:
         check_templates(h, jobs, eval_opts)
     if cfg.dry_run:
