@@ -32,8 +32,11 @@ def flat_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
 
 def did_you_mean(key: str, valid: Iterable[str]) -> str:
     valid = list(valid)
-    # Match the full key, and the last component against the last components.
-    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
+    # A key given without its section (max_new_tokens for eval.max_new_tokens) is that key; else match the
+    # full key, and the last component against the last components.
+    leaf = key.rsplit(".", 1)[-1]
+    close = [v for v in valid if v != key and v.rsplit(".", 1)[-1] == leaf][:3]
+    close = close or difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
     if not close:
         tails = {v.rsplit(".", 1)[-1]: v for v in valid}
         close = [tails[t] for t in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails), n=3, cutoff=0.6)]
@@ -85,11 +88,13 @@ def apply_overrides(
     argv: list[str],
     aliases: dict[str, str] | None = None,
     open_prefixes: tuple[str, ...] = (),
+    suggest: Iterable[str] = (),
 ) -> DictConfig:
     """Apply dotlist overrides to `base`, rejecting keys `base` doesn't have.
 
     `aliases` maps short top-level names to their full key (e.g. `lr` -> `train.lr`).
-    Keys under `open_prefixes` (e.g. free-form `model.config.`) may be new.
+    Keys under `open_prefixes` (e.g. free-form `model.config.`) may be new; `suggest`: further keys an
+    unknown one may be a misspelling of (the keys of an open section that another command defines).
     """
     aliases = aliases or {}
     known = KeySpace(base, open_prefixes)
@@ -99,7 +104,7 @@ def apply_overrides(
         if key not in known:
             shown = sorted(known.leaves | set(aliases))
             raise ConfigError(
-                f"unknown key {key!r}.{did_you_mean(key, shown)}\nValid keys: {', '.join(shown)}"
+                f"unknown key {key!r}.{did_you_mean(key, [*shown, *suggest])}\nValid keys: {', '.join(shown)}"
             )
         if key.rsplit(".", 1)[-1] in SWITCHES:
             value = str(parse_switch(value, given)).lower()

@@ -3,8 +3,9 @@
 Two kinds of definition, one shape:
 - a recipe YAML file (recipes/base.yaml, recipes/grpo/base.yaml): a key's description is the comment
   on its line, continued on comment-only lines whose `#` sits in the same column;
-- a Python table `{dotted.key: (default, description)}` in a stage's config module (`defaults` turns
-  it into the nested defaults dict the CLI parses against).
+- a Python table `{dotted.key: (default, description)}` in a stage's config module, or
+  `{dotted.key: Field}` (common.fields: the default and help of a typed field); `defaults` turns either
+  into the nested defaults dict the CLI parses against.
 
 Both give a list of `Key`; each CLI's `--help` prints `help_table(keys)` and the docs' key reference
 pages are `markdown_table(keys)` (tools/docs_keys.py writes them; a test checks they are fresh).
@@ -107,14 +108,20 @@ def from_config(cfg, docs: dict[str, str], drop: tuple[str, ...] = ()) -> list[K
     return keys
 
 
-def from_table(table: dict[str, tuple[Any, str]]) -> list[Key]:
-    return [Key(name, default, doc) for name, (default, doc) in table.items()]
+def _entry(entry) -> tuple[Any, str]:
+    """(default, description) of a table entry: a pair, or a common.fields Field / Passed."""
+    return entry if isinstance(entry, tuple) else (entry.default, entry.help)
 
 
-def defaults(table: dict[str, tuple[Any, str]]) -> dict[str, Any]:
-    """The nested defaults dict of a `{dotted.key: (default, description)}` table."""
+def from_table(table: dict[str, Any]) -> list[Key]:
+    return [Key(name, *_entry(entry)) for name, entry in table.items()]
+
+
+def defaults(table: dict[str, Any]) -> dict[str, Any]:
+    """The nested defaults dict of a `{dotted.key: (default, description) or Field}` table."""
     out: dict[str, Any] = {}
-    for name, (default, _) in table.items():
+    for name, entry in table.items():
+        default = _entry(entry)[0]
         node = out
         *parents, leaf = name.split(".")
         for p in parents:

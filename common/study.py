@@ -119,6 +119,11 @@ class Stage:
     run: str
     args: dict
     uses: tuple[str, ...] = ()   # the study variables its arguments refer to
+    arg_uses: dict = field(default_factory=dict)   # argument -> the study variables its value refers to
+
+    def argv_without(self, variables) -> list[str]:
+        """`argv()` less the arguments whose value refers to one of `variables` (data slots not filled yet)."""
+        return [f"{k}={format_value(v)}" for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(variables)]
 
     def argv(self, extra: list[str] = ()) -> list[str]:
         """The stage's command-line tokens (after the runner's leading ones), `extra` last so it wins."""
@@ -505,8 +510,10 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         if not isinstance(args, dict):
             raise StudyError(f"{w} ({s['name']}): args must be a mapping of key: value")
         raw = raw_stages[i] if i < len(raw_stages) else {}
-        uses = tuple(dict.fromkeys(_VAR_REF.findall(str(raw.get("args") if isinstance(raw, dict) else ""))))
-        stages.append(Stage(name=s["name"], run=s["run"], args=args, uses=uses))
+        raw_args = raw.get("args") if isinstance(raw, dict) else None
+        uses = tuple(dict.fromkeys(_VAR_REF.findall(str(raw_args or ""))))
+        arg_uses = {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()} if isinstance(raw_args, dict) else {}
+        stages.append(Stage(name=s["name"], run=s["run"], args=args, uses=uses, arg_uses=arg_uses))
     hardware = plain.get("hardware") or {}
     if not isinstance(hardware, dict) or not isinstance(hardware.get("gpus"), int):
         raise StudyError(f"{where}: `hardware:` must give `gpus:` (an integer) and the GPU kind")

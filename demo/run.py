@@ -25,6 +25,7 @@ so re-running after an interruption continues. `dry_run=true` prints the plan an
 """
 from __future__ import annotations
 
+import shlex
 import shutil
 import sys
 import time
@@ -203,7 +204,7 @@ def analyze_config(cfg) -> dict:
 
 def describe(cfg) -> str:
     a = analyze_config(cfg)
-    ev = " ".join(f"{k}={v}" for k, v in a["eval"].items())
+    ev = " ".join(f"eval.{k}={shlex.quote(str(v))}" for k, v in a["eval"].items())   # as analyze reads them
     return "\n".join([
         "demo plan:",
         *([f"  0. envs export: {int(cfg.envs_episodes)} search_plan_act train episodes -> {envs_export_path(cfg)}"]
@@ -218,8 +219,9 @@ def describe(cfg) -> str:
         " -> corpus.jsonl + synthqa/test.jsonl",
         (f"  3. anchor: {a['anchor']} (the committed pretrained tiny base)" if cfg.model == "tiny_base" else
          f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the random init of step 0)"),
-        f"  4. analyze runs_root={a['runs_root']} benches={_list(BENCHES)} anchor={a['anchor']} out={a['out']} {ev}",
-        f"     and the teacher-forced benches {_list(TF_BENCHES)} on the held-out split (eval.heldout above)",
+        f"  4. analyze runs_root={shlex.quote(a['runs_root'])} benches={_list(a['benches'])} "
+        f"anchor={shlex.quote(a['anchor'])} out={shlex.quote(a['out'])} n_boot={a['n_boot']} {ev}",
+        f"     (the teacher-forced benches {_list(TF_BENCHES)} on the held-out split: eval.heldout)",
     ])
 
 

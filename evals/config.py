@@ -1,14 +1,15 @@
 """The `evaluate` configuration: defaults, validation and the default output directory."""
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from common import datafetch, keydoc, layout, thinking
+from common import datafetch, fields, keydoc, layout, thinking
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
+from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Field
 from common.schema import Number
 from common.tiny import resolve_model_path
 from evals.benches import ENV_BENCHES, HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, TF_BENCHES, bench_source
@@ -16,73 +17,107 @@ from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
 
-KEYS = {  # key: (default, description): `evaluate --help` and docs/keys/evaluate.md are rendered from it
-    "ckpt": (None, "HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)"),
-    "tokenizer": (None, "null -> the checkpoint's own tokenizer; `tiny` -> the embedded one"),
-    "benches": ([*SEARCH7, OOD_BENCH], "NAME[@MODE], MODE open (default) | item | given, e.g. musique@given"),
-    "n": (500, "items per bench (seeded shuffle, first n); <=0 -> all"),
-    "bench_n": ({}, "per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n"),
-    "profile": (None, "recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/"),
-    "seed": (42, "seed of the item shuffle (which n items) and of sampling"),
-    "backend": ("hf", "hf | vllm"),
-    "retriever": ("bm25", "bm25 | e5 (dense, as Search-R1: evals.dense) | http"),
-    "corpus": (None, "wiki-18 style jsonl for retriever=bm25 or e5, or a fetched corpus by name (corpus:wiki18_example_10)"),
-    "encoder": ("encoder:e5-base-v2", "retriever=e5: the E5 encoder: a fetched name (encoder:e5-base-v2, "
-                                         "from the data cache: fetch-data), an HF model dir or hub id"),
-    "index": (None, "retriever=e5: a faiss IndexFlatIP whose row i is corpus line i: a fetched name (index:wiki18_e5_flat, "
-                    "Search-R1's e5_Flat.index of corpus:wiki18) or a file, memory-mapped; null -> built from the corpus "
-                    "(small corpora) under index_dir"),
-    "encoder_device": ("cpu", "retriever=e5: where the encoder runs: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)"),
-    "index_dir": (None, "retriever index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)"),
-    "retriever_url": (None, "http://HOST:PORT/retrieve for retriever=http"),
-    "retriever_timeout": (30.0, "seconds per retriever=http request"),
-    "retriever_retries": (3, "retries of a failed retriever=http request"),
-    "topk": (3, "documents returned per search call"),
-    "max_turns": (8, "assistant turns per episode"),
-    "max_model_len": (16384, "prompt + generation tokens; beyond -> stop reason context_limit"),
-    "max_new_tokens": (4096, "per assistant turn"),
-    "prompt": ("tool_agent", "tool_agent | anchor_nudge"),
-    "tool_style": ("auto", "auto (from the chat template) | qwen3 | llama3"),
-    "enable_thinking": ("auto", "hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false"),
-    "sets": ({}, "per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a bench "
-                 "not named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; `fetch-data --help`)"),
-    "bench_root": (None, "your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets"),
-    "heldout": (None, "benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir"),
-    "out": (None, "null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run"),
-    "batch_size": (64, "episodes advanced in lockstep (and written) together"),
-    "micro_batch": (16, "hf backend: sequences per generate call"),
-    "driver": ("auto", "auto (async for backend=vllm, lockstep for hf) | lockstep (batch_size episodes per batched "
-                       "generate) | async (one coroutine per episode over vLLM's AsyncLLM, every bench pooled)"),
-    "max_in_flight": ("auto", "driver=async: episodes in play at once; auto = min(2 x the engine's max_num_seqs, "
-                              "4 x KV-cache tokens / max_model_len), at least 1"),
-    "tool_batch_window_ms": (5.0, "driver=async: tool calls arriving within this many ms go to one retriever call"),
-    "tool_batch_size": (64, "driver=async: a tool batch goes out at once when this many calls wait"),
-    "device": ("auto", "auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu"),
-    "dtype": ("auto", "auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16"),
-    "tensor_parallel_size": (1, "vllm: GPUs one model is split over"),
-    "data_parallel": (1, "engine processes, one per GPU (x tensor_parallel_size), each a shard of the items; rows merged in item order (evals.parallel)"),
-    "shard": (None, "internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ..."),
-    "gpu_memory_utilization": ("auto", "vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the KV cache is sized instead (evals.backends)"),
-    "enforce_eager": ("auto", "vllm: auto = true on CPU, false on CUDA (CUDA graphs)"),
-    "prefix_caching": (True, "vllm: reuse the KV cache of shared prompt prefixes"),
-    "ood_max_turns": (24, "search_plan_ood needs ~10 tool calls even when done perfectly"),
-    "ood_split": ("ood", "search_plan_ood environment split (envs: train | ood)"),
-    "skip_empty_golds": (False, ("true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not scored against; "
-                                  "false (default) = Search-R1's scoring; counted either way")),
-    "babyai_max_steps": (None, "BALROG's max_steps_per_episode: ends an episode early (the reward scale stays the level's)"),
-    "babyai_max_new_tokens": (8192, "one babyai reply (BALROG's max_tokens; thinking models reason at length)"),
-    "babyai_temperature": (1.0, "BALROG's default sampling temperature; 0 -> greedy"),
-    "babyai_samples": (1, "plays of each babyai episode, each with its own random streams"),
-    "progress": (True, "a progress bar on stderr"),
-    "overwrite": (False, "a bench held in out under another identity: rename its results aside, re-evaluate"),
-    "wandb": ("auto", "auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)"),
-    "wandb_group": (None, "group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP"),
-    "dry_run": (False, "true: print the resolved config and exit; evaluate nothing"),
+RETRIEVERS = ("bm25", "e5", "http")
+
+# Every evaluate key, defined once (common.fields): default, rule, help (`evaluate --help` and
+# docs/keys/evaluate.md) and roles: what enters the evaluation identity as it is (IDENTITY), through the
+# content digest of what it names (CONTENT: evals.identity), through the engine settings the host resolves
+# (ENGINE); a key with none of them is operational (how fast or where, never what). Counts are integers
+# (2.5, `true` or text are refused, never truncated), caps are >= 1, flags are true/false.
+_ID, _CONTENT, _ENGINE = (IDENTITY,), (CONTENT,), (ENGINE,)
+_PATH_ID, _PATH_CONTENT, _PATH = (IDENTITY, PATH), (CONTENT, PATH), (PATH,)
+
+
+def _count(help: str, default, roles=_ID, **more) -> Field:
+    return fields.number(help, default, roles, lo=1, integer=True, **more)
+
+
+def _thinking(key: str, value) -> str | None:
+    return thinking.value_problem(value, key)
+
+
+KEYS: dict[str, Field] = {
+    "ckpt": fields.field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
+    "tokenizer": fields.text("null -> the checkpoint's own tokenizer; `tiny` -> the embedded one", roles=_PATH_ID),
+    "benches": fields.field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH],
+                            _CONTENT),
+    "n": fields.number("items per bench (seeded shuffle, first n); <=0 -> all", 500, _CONTENT, integer=True),
+    "bench_n": fields.field("per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n", {}, _CONTENT),
+    "profile": fields.text("recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/"),
+    "seed": fields.number("seed of the item shuffle (which n items) and of sampling", 42, _CONTENT, lo=0, integer=True),
+    "backend": fields.choice("hf | vllm", "hf", ("hf", "vllm")),
+    "retriever": fields.choice("bm25 | e5 (dense, as Search-R1: evals.dense) | http", "bm25", RETRIEVERS, _ID, hint=True),
+    "corpus": fields.text("wiki-18 style jsonl for retriever=bm25 or e5, or a fetched corpus by name (corpus:wiki18_example_10)",
+                          roles=_PATH_CONTENT),
+    "encoder": fields.text("retriever=e5: the E5 encoder: a fetched name (encoder:e5-base-v2, from the data cache: "
+                           "fetch-data), an HF model dir or hub id", "encoder:e5-base-v2", _PATH_CONTENT),
+    "index": fields.text("retriever=e5: a faiss IndexFlatIP whose row i is corpus line i: a fetched name "
+                         "(index:wiki18_e5_flat, Search-R1's e5_Flat.index of corpus:wiki18) or a file, memory-mapped; "
+                         "null -> built from the corpus (small corpora) under index_dir", roles=_PATH_CONTENT),
+    "encoder_device": fields.field("retriever=e5: where the encoder runs: cpu | auto | cuda | cuda:N (fp16 on CUDA, as "
+                                   "Search-R1)", "cpu"),   # enters the identity as the encoder's dtype (evals.identity)
+    "index_dir": fields.text("retriever index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)",
+                             roles=_PATH),
+    "retriever_url": fields.text("http://HOST:PORT/retrieve for retriever=http", roles=_ID),
+    "retriever_timeout": fields.number("seconds per retriever=http request", 30.0, lo=0, lo_open=True),
+    "retriever_retries": fields.number("retries of a failed retriever=http request", 3, lo=0, integer=True),
+    "topk": _count("documents returned per search call", 3),
+    "max_turns": _count("assistant turns per episode", 8),
+    "max_model_len": _count("prompt + generation tokens; beyond -> stop reason context_limit", 16384),
+    "max_new_tokens": _count("per assistant turn", 4096),
+    "prompt": fields.choice("tool_agent | anchor_nudge", "tool_agent", PROMPTS, _ID),
+    "tool_style": fields.choice("auto (from the chat template) | qwen3 | llama3", "auto", ("auto", "qwen3", "llama3"), _ID),
+    "enable_thinking": fields.field("hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false",
+                                    "auto", _ID, fields.Check(_thinking)),
+    "sets": fields.field("per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a "
+                         "bench not named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; "
+                         "`fetch-data --help`)", {}, _CONTENT),
+    "bench_root": fields.text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets",
+                              roles=_PATH_CONTENT),
+    "heldout": fields.field("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` "
+                            "dir", None, _PATH_CONTENT),
+    "out": fields.text("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", roles=_PATH),
+    "batch_size": _count("episodes advanced in lockstep (and written) together", 64, ()),
+    "micro_batch": _count("hf backend: sequences per generate call", 16, ()),
+    "driver": fields.choice("auto (async for backend=vllm, lockstep for hf) | lockstep (batch_size episodes per batched "
+                            "generate) | async (one coroutine per episode over vLLM's AsyncLLM, every bench pooled)", "auto",
+                            ("auto", "lockstep", "async")),
+    "max_in_flight": fields.number("driver=async: episodes in play at once; auto = min(2 x the engine's max_num_seqs, "
+                                   "4 x KV-cache tokens / max_model_len), at least 1", "auto", lo=1, integer=True,
+                                   words=("auto",)),
+    "tool_batch_window_ms": fields.number("driver=async: tool calls arriving within this many ms go to one retriever "
+                                          "call", 5.0, lo=0),
+    "tool_batch_size": _count("driver=async: a tool batch goes out at once when this many calls wait", 64, ()),
+    "device": fields.field("auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu", "auto"),
+    "dtype": fields.choice("auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | "
+                           "float16", "auto", ("auto", "float32", "bfloat16", "float16"), _ENGINE),
+    "tensor_parallel_size": _count("vllm: GPUs one model is split over", 1, ()),
+    "data_parallel": _count("engine processes, one per GPU (x tensor_parallel_size), each a shard of the items; rows "
+                            "merged in item order (evals.parallel)", 1, ()),
+    "shard": fields.field("internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ...", None),
+    "gpu_memory_utilization": fields.number("vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the "
+                                            "KV cache is sized instead (evals.backends)", "auto", lo=0, hi=1,
+                                            lo_open=True, words=("auto",)),
+    "enforce_eager": fields.choice("vllm: auto = true on CPU, false on CUDA (CUDA graphs)", "auto", ("auto", True, False),
+                                   _ENGINE),
+    "prefix_caching": fields.flag("vllm: reuse the KV cache of shared prompt prefixes", True, _ENGINE),
+    "ood_max_turns": _count("search_plan_ood needs ~10 tool calls even when done perfectly", 24),
+    "ood_split": fields.field("search_plan_ood environment split (envs: train | ood)", "ood", _ID),
+    "skip_empty_golds": fields.flag("true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not scored "
+                                    "against; false (default) = Search-R1's scoring; counted either way", False, _ID),
+    "babyai_max_steps": fields.number("BALROG's max_steps_per_episode: ends an episode early (the reward scale stays the "
+                                      "level's)", None, _ID, lo=1, integer=True, null=True),   # null: the level's own
+    "babyai_max_new_tokens": _count("one babyai reply (BALROG's max_tokens; thinking models reason at length)", 8192),
+    "babyai_temperature": fields.number("BALROG's default sampling temperature; 0 -> greedy", 1.0, _ID, lo=0),
+    "babyai_samples": _count("plays of each babyai episode, each with its own random streams", 1),
+    "progress": fields.flag("a progress bar on stderr", True),
+    "overwrite": fields.flag("a bench held in out under another identity: rename its results aside, re-evaluate", False),
+    "wandb": fields.choice("auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)", "auto",
+                           ("auto", True, False)),
+    "wandb_group": fields.text("group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP"),
+    "dry_run": fields.flag("true: print the resolved config and exit; evaluate nothing", False),
 }
 DEFAULTS = keydoc.defaults(KEYS)
-
-
-RETRIEVERS = ("bm25", "e5", "http")
 
 
 def default_out(ckpt: str, profile: str | None = None) -> Path | None:
@@ -129,28 +164,6 @@ def _benches(value) -> list[str]:
     return keys
 
 
-# What each evaluate key may be (common.schema's rules): counts are integers (2.5, `true` or text are
-# refused, never truncated), caps are >= 1, flags are true/false.
-_COUNT = Number(lo=1, integer=True)
-NUMBERS = {
-    "n": Number(integer=True),                  # <= 0: every item
-    "seed": Number(lo=0, integer=True),
-    "retriever_timeout": Number(lo=0, lo_open=True),
-    "retriever_retries": Number(lo=0, integer=True),
-    "topk": _COUNT, "max_turns": _COUNT, "ood_max_turns": _COUNT, "max_model_len": _COUNT,
-    "max_new_tokens": _COUNT, "batch_size": _COUNT, "micro_batch": _COUNT, "tensor_parallel_size": _COUNT,
-    "data_parallel": _COUNT,
-    "gpu_memory_utilization": Number(lo=0, hi=1, lo_open=True, words=("auto",)),
-    "babyai_max_steps": Number(lo=1, integer=True, null=True),   # null: the level's own limit
-    "babyai_max_new_tokens": _COUNT,
-    "babyai_temperature": Number(lo=0),          # 0: greedy
-    "babyai_samples": _COUNT,
-    "max_in_flight": Number(lo=1, integer=True, words=("auto",)),
-    "tool_batch_window_ms": Number(lo=0),
-    "tool_batch_size": _COUNT,
-}
-BOOLS = ("skip_empty_golds", "progress", "overwrite", "dry_run", "prefix_caching")
-OPTIONAL_PATHS = ("tokenizer", "corpus", "index", "encoder", "index_dir", "retriever_url", "bench_root", "out", "wandb_group", "profile")
 BENCH_N = Number(lo=0, integer=True)         # 0 = every item of the bench
 
 
@@ -253,18 +266,8 @@ def shard_items(items: list, shard) -> list:
 
 
 def value_problems(cfg: DictConfig) -> list[str]:
-    """One line per evaluate key whose value it cannot be (type, range, integer caps)."""
-    out = []
-    for key, rule in NUMBERS.items():
-        if not rule.ok(cfg[key]):
-            out.append(f"{key}={cfg[key]!r}: expected {rule.describe()}")
-    for key in BOOLS:
-        if not isinstance(cfg[key], bool):
-            out.append(f"{key}={cfg[key]!r}: expected true or false")
-    for key in OPTIONAL_PATHS:
-        if cfg[key] is not None and not isinstance(cfg[key], (str, os.PathLike)):
-            out.append(f"{key}={cfg[key]!r}: expected a string (or null)")
-    return out
+    """One line per evaluate key whose value breaks its field's rule (type, range, choices)."""
+    return fields.problems(KEYS, cfg)
 
 
 def engine_problem(cfg: DictConfig) -> str | None:
@@ -274,6 +277,36 @@ def engine_problem(cfg: DictConfig) -> str | None:
         return (f"driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); backend={cfg.backend} "
                 "runs driver=lockstep (or driver=auto)")
     return None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An evaluate config resolved once (resolve_request / for_checkpoint) and its checkpoint's identity
+    (evals.identity.checkpoint_identity; None: not computed yet): what a caller that resolved the request
+    passes down. evals.run's `evaluate` and `to_evaluate` take it as it is, resolving nothing again."""
+
+    cfg: DictConfig
+    ckpt_id: dict | None = None
+
+
+def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str], prompt: str,
+                   overwrite: bool | None = None) -> DictConfig:
+    """The resolved config of one checkpoint's evaluation, made from `settings` (a config resolve_request
+    resolved for every evaluation of an analysis, its ckpt and out stand-ins) without resolving again:
+    its ckpt, out, prompt and overwrite (None: the settings'), and `benches` (among the settings' own) with
+    their bench_n and sets. Every value was checked when `settings` was resolved; the prompt is checked here."""
+    unknown = [b for b in benches if b not in settings.benches]
+    if unknown:
+        raise EvalError(f"benches {unknown}: not among the resolved settings' ({', '.join(settings.benches)})")
+    if why := KEYS["prompt"].problem("prompt", prompt):
+        raise EvalError(why)
+    cfg = settings.copy()
+    cfg.ckpt, cfg.out, cfg.prompt = resolve_model_path(str(ckpt)), str(out), prompt
+    cfg.overwrite = bool(settings.overwrite if overwrite is None else overwrite)
+    cfg.benches = list(benches)
+    cfg.bench_n = {b: n for b, n in settings.bench_n.items() if b in benches}
+    cfg.sets = {b: name for b, name in settings.sets.items() if b in benches}
+    return cfg
 
 
 def resolve_request(cfg: DictConfig | dict) -> DictConfig:
@@ -304,27 +337,6 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     if not merged.ckpt:
         raise EvalError("ckpt=PATH is required (a Hugging Face model directory)")
     merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
-    if merged.prompt not in PROMPTS:
-        raise EvalError(f"prompt={merged.prompt!r}: expected one of {', '.join(PROMPTS)}")
-    if merged.backend not in ("hf", "vllm"):
-        raise EvalError(f"backend={merged.backend!r}: expected hf or vllm")
-    if merged.retriever not in RETRIEVERS:
-        raise EvalError(f"retriever={merged.retriever!r}: expected bm25, e5 or http.{did_you_mean(str(merged.retriever), RETRIEVERS)}")
-    if merged.wandb not in ("auto", True, False):
-        raise EvalError(f"wandb={merged.wandb!r}: expected auto, true or false")
-    if merged.dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise EvalError(f"dtype={merged.dtype!r}: expected auto, float32, bfloat16 or float16")
-    if merged.enforce_eager not in ("auto", True, False):
-        raise EvalError(f"enforce_eager={merged.enforce_eager!r}: expected auto, true or false")
-    gmu = merged.gpu_memory_utilization
-    if gmu != "auto" and (isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1):
-        raise EvalError(f"gpu_memory_utilization={gmu!r}: expected auto or a fraction in (0, 1]")
-    if thinking.value_problem(merged.enable_thinking, "enable_thinking"):
-        raise EvalError(thinking.value_problem(merged.enable_thinking, "enable_thinking"))
-    if merged.driver not in ("auto", "lockstep", "async"):
-        raise EvalError(f"driver={merged.driver!r}: expected auto, lockstep or async")
-    if merged.tool_style not in ("auto", "qwen3", "llama3"):
-        raise EvalError(f"tool_style={merged.tool_style!r}: expected auto, qwen3 or llama3")
     if isinstance(merged.benches, str):
         merged.benches = [merged.benches]
     if not isinstance(merged.benches, ListConfig) or not merged.benches:

@@ -17,26 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from common import datafetch, fingerprint
+from common.fields import IDENTITY
 from common.io import SHA256SUMS, sha256_file, sha256_text
 from evals.errors import EvalError
 
-# Keys that change how fast or where an evaluation runs, never its result.
-OPERATIONAL_KEYS = (
-    "backend", "batch_size", "micro_batch", "device", "progress", "index_dir", "retriever_timeout",
-    "retriever_retries", "tensor_parallel_size", "gpu_memory_utilization", "out", "dry_run", "overwrite",
-    "wandb", "wandb_group", "data_parallel", "shard",
-    # the scheduling of episodes: a turn depends only on its own prompt and seed (evals.scheduler)
-    "driver", "max_in_flight", "tool_batch_window_ms", "tool_batch_size",
-    "profile",  # a profile only supplies keys, which are in the identity themselves
-    "encoder_device",  # retriever=e5: enters resolved, as the encoder's dtype (retrieval_identity)
-)
-# Keys that enter resolved, through evals.backends.engine_settings (the vLLM ones only for backend=vllm).
-ENGINE_KEYS = ("dtype", "enforce_eager", "prefix_caching")
-# Keys that enter through content identities instead: the checkpoint digest, and per bench its
-# n, seed and file digest (`benches` lists which identities there are; `corpus` is a file; `bench_n`
-# is a bench's own n; `sets` names each bench's item set, recorded with its source; `heldout` is a
-# teacher-forced bench's source, its manifest's digest).
-CONTENT_KEYS = ("ckpt", "benches", "bench_root", "sets", "n", "bench_n", "seed", "corpus", "encoder", "index", "heldout")
+# Which evaluate keys enter the `evaluate` part of the identity as they are: those with the IDENTITY role
+# (evals.config.KEYS). The others are operational (how fast or where, never the result), enter through the
+# engine settings resolved for the host (ENGINE: evals.backends.engine_settings, the vLLM ones only for
+# backend=vllm), or through content identities (CONTENT: the checkpoint digest, and per bench its n, seed
+# and file digest; `corpus` is a file, `sets` names each bench's item set, recorded with its source,
+# `heldout` is a teacher-forced bench's source, its manifest's digest).
+
 # Keys that belong to one bench only (they enter no other bench's identity).
 BENCH_KEY_PREFIXES = {"babyai": "babyai_"}
 
@@ -128,12 +119,15 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     from omegaconf import DictConfig, OmegaConf
 
     from evals.backends import engine_settings
+    from evals.config import KEYS
+
+    not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
 
     conf = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     body = {
         "checkpoint": ckpt_id,
         # the engine settings as this host resolves them (dtype=auto is fp32 or bf16 by host and backend)
-        "evaluate": {**{k: v for k, v in conf.items() if k not in OPERATIONAL_KEYS + CONTENT_KEYS + ENGINE_KEYS
+        "evaluate": {**{k: v for k, v in conf.items() if k not in not_as_is
                         and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
                      **engine_settings(conf)},
         "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,

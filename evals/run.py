@@ -42,7 +42,8 @@ from common import thinking
 from common.io import check_sha256sums, sha256_text
 from evals import scheduler, teacher_forced
 from evals.benches import SEARCH7, read_bench_file
-from evals.config import bench_size, resolve, resolve_request, shard_items, uses_retriever
+from evals.config import (Resolved, bench_size, engine_problem, resolve, resolve_request, shard_items,
+                          uses_retriever)
 from evals.engine import Engine, Lockstep
 from evals.errors import EvalError
 from evals.identity import bench_identity, checkpoint_identity, source_digest
@@ -80,9 +81,13 @@ def to_evaluate(cfg) -> dict[str, list[str]]:
     """What `evaluate(cfg)` has left to do, decided by evaluation identity (no model is loaded): each
     requested bench that `out` does not hold complete (every sampled row, a summary entry) under this
     request's identity -> the differences from the identity it holds (then only overwrite=true
-    re-evaluates it; empty when out holds none of it, or an unfinished part under this identity)."""
-    cfg = resolve(cfg)
-    ckpt_id = checkpoint_identity(str(cfg.ckpt))
+    re-evaluates it; empty when out holds none of it, or an unfinished part under this identity).
+    A `Resolved` request is taken as it is (its identity computed once, kept in it for `evaluate`)."""
+    if isinstance(cfg, Resolved):
+        cfg, ckpt_id = cfg.cfg, cfg.ckpt_id or checkpoint_identity(str(cfg.cfg.ckpt))
+    else:
+        cfg = resolve(cfg)
+        ckpt_id = checkpoint_identity(str(cfg.ckpt))
     return _left_to_evaluate(cfg, EvalStore(cfg.out), {b: bench_request(b, cfg, ckpt_id) for b in cfg.benches})
 
 
@@ -270,22 +275,30 @@ def evaluate(cfg, *, backend=None, retriever=None, ckpt_id: dict | None = None) 
     evals.engine.Engine, or a batched backend played in lockstep; a backend built here is closed
     here, on any exit (vLLM: its engine process shut down, not left to die). `ckpt_id`: the
     checkpoint's identity when the caller has it (a data_parallel shard), so the weights are hashed
-    once per evaluation. The config is resolved once, here.
+    once per evaluation. The config is resolved once, here, unless it comes resolved (a `Resolved`:
+    resolve_request's, with the checkpoint's identity when known).
 
     One evaluation writes an out dir at a time: its lock (EvalStore.lock) is taken here, once, for the
     whole call (data_parallel's shards each hold their own shard dir's; the final merge runs in this
     call) and released on any exit, so the next segment of a stopped Slurm task, in this process or a
     requeued one, takes it; a second evaluation of the out dir is refused at once, naming the holder."""
+    given = isinstance(cfg, Resolved)
+    if given:
+        cfg, ckpt_id = cfg.cfg, ckpt_id or cfg.ckpt_id
     if backend is None:   # refused before any shard, model or row: an engine it cannot build, a switch its template ignores
-        cfg = resolve_request(cfg)
+        if given:
+            if why := engine_problem(cfg):
+                raise EvalError(why)
+        else:
+            cfg = resolve_request(cfg)
         if problem := thinking_problem(cfg):
             raise EvalError(problem)
-    else:
+    elif not given:
         cfg = resolve(cfg)
     held = EvalStore(cfg.out).lock()
     try:
         if backend is None and int(cfg.data_parallel) > 1:   # N engine processes (evals.parallel)
-            return _evaluate_sharded(cfg)
+            return _evaluate_sharded(cfg, ckpt_id)
         owned: list = []
         try:
             return _evaluate(cfg, backend, retriever, owned, ckpt_id)
@@ -296,7 +309,7 @@ def evaluate(cfg, *, backend=None, retriever=None, ckpt_id: dict | None = None) 
         os.close(held)
 
 
-def _evaluate_sharded(cfg) -> dict:
+def _evaluate_sharded(cfg, ckpt_id: dict | None = None) -> dict:
     """data_parallel=N: identities claimed in out first, the shards run and merged in item order, then
     the ordinary evaluate on out with every row present (evals.parallel)."""
     from evals import parallel
@@ -305,7 +318,7 @@ def _evaluate_sharded(cfg) -> dict:
     store = EvalStore(cfg.out)
     store.out.mkdir(parents=True, exist_ok=True)
     identities = store.identities()
-    ckpt_id = checkpoint_identity(str(cfg.ckpt))
+    ckpt_id = ckpt_id or checkpoint_identity(str(cfg.ckpt))
     check_checkpoint_files(str(cfg.ckpt), ckpt_id)
     wanted = {bench: bench_request(bench, cfg, ckpt_id) for bench in cfg.benches}
     for bench in cfg.benches:

@@ -19,13 +19,15 @@ from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc
 from common.benchmarks import BenchError, canonical_bench_key
-from common.cli import apply_overrides, run_cli, wants_help
+from common.cli import ConfigError, apply_overrides, did_you_mean, run_cli, wants_help
+from common.fields import Passed
 from common.tiny import resolve_model_path
+from evals.config import KEYS as EVALUATE
 from launch.eval_slurm import check_launcher, submit_analysis, submit_runs, tasks_report
 from launch.evaluation import (EvalReport, Evaluator, check_anchor_identity, check_settings, check_templates, harness,
                                plan, run_jobs)
 
-KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --help` and docs/keys/analyze.md
+KEYS: dict[str, Any] = {  # key: (default, description) or Field: `analyze --help` and docs/keys/analyze.md
     "runs_root": ("runs", "the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/"),
     "out": ("reports", "where results, figures, tables and report.md go"),
     "benches": (None, "null -> the profile's benches, or the Search-R1 seven + search_plan_ood"),
@@ -77,23 +79,14 @@ KEYS: dict[str, tuple[Any, str]] = {  # key: (default, description): `analyze --
     "eval_tasks": (None, "set by the aggregation job: the tasks.json of a Slurm evaluation array; evaluate nothing, "
                          "report its failed tasks as gaps"),
     "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
-    # Passed to the evals harness as its own config keys (also as plain n=, seed=, ...); null: the harness's default.
-    "eval.n": (None, "evaluate's n (items per bench)"),
-    "eval.seed": (None, "evaluate's seed"),
-    "eval.backend": (None, "evaluate's backend: hf | vllm"),
-    "eval.retriever": (None, "evaluate's retriever: bm25 | e5 | http"),
-    "eval.corpus": (None, "evaluate's corpus (retriever=bm25 or e5)"),
-    "eval.encoder": (None, "evaluate's encoder (retriever=e5)"),
-    "eval.index": (None, "evaluate's index (retriever=e5): a faiss flat index file, memory-mapped"),
-    "eval.retriever_url": (None, "evaluate's retriever_url (retriever=http)"),
-    "eval.topk": (None, "evaluate's topk"),
-    "eval.bench_root": (None, "evaluate's bench_root (your own files)"),
-    "eval.sets": (None, "evaluate's sets: per-bench named item set, e.g. {nq: 'nq:hub'} (docs/data.md)"),
-    "eval.heldout": (None, "evaluate's heldout: a `data-prep heldout` dir, for benches tf_code / tf_search (teacher-forced curves)"),
-    "eval.max_turns": (None, "evaluate's max_turns"),
-    "eval.max_model_len": (None, "evaluate's max_model_len"),
-    "eval.prompt": ("tool_agent", "evaluate's prompt for the runs' checkpoints (the anchor takes anchor_nudge)"),
 }
+# evaluate's own fields (evals.config.KEYS, the same objects), passed to each evaluation when set (also as
+# plain n=, seed=, ...); unset: evaluate's default, or the profile's value. Any other evaluate key: eval.KEY=V.
+PASSED_EVAL = ("n", "seed", "backend", "retriever", "corpus", "encoder", "index", "retriever_url", "topk", "bench_root",
+               "sets", "heldout", "max_turns", "max_model_len")
+KEYS.update({f"eval.{k}": Passed(EVALUATE[k], "evaluate") for k in PASSED_EVAL})
+KEYS["eval.prompt"] = Passed(EVALUATE["prompt"], "evaluate", default=EVALUATE["prompt"].default,
+                             note="the runs' checkpoints' (the anchor takes anchor_nudge)")
 DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
 ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
 
@@ -227,7 +220,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         return None
     runs = discover_runs(root, profile)
     with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
-        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts) if h else []
+        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts,
+                    settings=resolved if isinstance(resolved, DictConfig) else None) if h else []
     if h is not None:
         check_templates(h, jobs, eval_opts)
     if cfg.dry_run:
@@ -257,8 +251,17 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
-    cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",))
-    return print_result(run_analysis(cfg))
+    return print_result(run_analysis(parse_argv(argv)))
+
+
+def parse_argv(argv: list[str]) -> DictConfig:
+    """analyze's `key=value` command line, each key checked (ConfigError: one line, with a did-you-mean)."""
+    every_eval = [f"eval.{k}" for k in EVALUATE]
+    cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=every_eval)
+    for key in cfg.eval:   # eval.KEY: any evaluate key (evals.config.KEYS), refused here when it is none
+        if key not in EVALUATE:
+            raise ConfigError(f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}")
+    return cfg
 
 
 def print_result(result) -> int:

@@ -46,6 +46,9 @@ class Harness:
     # `template(cfg) -> why not | None`: a setting one checkpoint's chat template cannot take (evals:
     # enable_thinking on a template that ignores it); None: not checked (a stand-in without one)
     template: Callable[[dict[str, Any]], str | None] | None = None
+    # which of pending / evaluate / template take the request as an evals.config.Resolved (the real
+    # harness's: each checkpoint's config resolved once, with its identity) rather than a dict (a stand-in's)
+    resolved: frozenset = frozenset()
 
 
 def _evals():
@@ -57,11 +60,11 @@ def _evals():
     return evaluate, to_evaluate, resolve_request
 
 
-def _template_problem(cfg: dict[str, Any]) -> str | None:
-    from evals.config import resolve
+def _template_problem(cfg) -> str | None:
+    from evals.config import Resolved, resolve
     from evals.run import thinking_problem
 
-    return thinking_problem(resolve(cfg))
+    return thinking_problem(cfg.cfg if isinstance(cfg, Resolved) else resolve(cfg))
 
 
 def harness(evaluator=None) -> Harness:
@@ -73,8 +76,14 @@ def harness(evaluator=None) -> Harness:
     if evaluator is not None and all(own.values()):   # a whole stand-in: evals is not even imported
         return Harness(evaluate=evaluator, **own, template=getattr(evaluator, "template", None))
     evaluate, to_evaluate, resolve = _evals()
+    real = {"template"} | ({"pending"} if own["pending"] is None else set()) | ({"evaluate"} if evaluator is None else set())
     return Harness(evaluate=evaluator or evaluate, pending=own["pending"] or to_evaluate,
-                   check=own["check"] or resolve, template=_template_problem)
+                   check=own["check"] or resolve, template=_template_problem, resolved=frozenset(real))
+
+
+def _request(h: Harness, use: str, job: "EvalJob", eval_opts: dict[str, Any]):
+    """What `h.<use>` is given for `job`: its resolved request (planned once) or, for a stand-in, the dict."""
+    return job.request if use in h.resolved and job.request is not None else job.config(eval_opts)
 
 
 def check_templates(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any]) -> None:
@@ -85,7 +94,7 @@ def check_templates(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any]) 
     problems = []
     for job in jobs:
         try:
-            why = h.template(job.config(eval_opts))
+            why = h.template(_request(h, "template", job, eval_opts))
         except (ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
             why = None
         if why:
@@ -106,6 +115,9 @@ class EvalJob:
     prompt: str
     # bench -> how the identity it is held under differs from the one asked for (re-evaluated aside)
     stale: dict[str, list[str]] = field(default_factory=dict)
+    # the real harness's request (evals.config.Resolved: this evaluation's config, resolved once from the
+    # analysis's settings, and the checkpoint's identity); None: a stand-in's, given job.config(...)
+    request: Any = field(default=None, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -152,18 +164,30 @@ def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]):
         raise AnalysisError(f"evaluation settings (eval.KEY=...): {exc}") from exc
 
 
-def _pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any]) -> EvalJob | None:
+def _pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any], settings=None) -> EvalJob | None:
     """`job` cut to the benches not yet evaluated under its identity (None: nothing to do). An out dir
     the harness cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, and
-    that checkpoint becomes a listed gap, not the end of the sweep."""
+    that checkpoint becomes a listed gap, not the end of the sweep. With the analysis's resolved
+    `settings` (check_settings) and the real harness, the job's config is made from them once and its
+    checkpoint's identity computed once (job.request), for pending, its template check and evaluate."""
+    planned = settings is not None and "pending" in h.resolved
     try:
-        pending = h.pending(job.config(eval_opts))
+        if planned:
+            from evals.config import Resolved, for_checkpoint
+            from evals.identity import checkpoint_identity
+
+            cfg = for_checkpoint(settings, job.ckpt, str(job.out), job.benches, job.prompt)
+            job.request = Resolved(cfg, checkpoint_identity(str(cfg.ckpt)))
+        pending = h.pending(job.request if planned else job.config(eval_opts))
     except ConfigError:
         return job
     if not pending:
         return None
     job.benches = [b for b in job.benches if b in pending]
     job.stale = {b: diff for b, diff in pending.items() if diff}
+    if planned:   # what evaluate runs: the benches left, overwrite when one is held under another identity
+        job.request = Resolved(for_checkpoint(settings, job.ckpt, str(job.out), job.benches, job.prompt,
+                                              overwrite=True if job.stale else None), job.request.ckpt_id)
     return job
 
 
@@ -181,17 +205,18 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
 
 
 def plan(runs: list[Run], benches: list[str], anchor: str | None, anchor_dir: Path, prompt: str,
-         profile: str | None = None, *, h: Harness, eval_opts: dict[str, Any]) -> list[EvalJob]:
-    """One job per checkpoint (and the anchor) with the benches it has left, by evaluation identity."""
+         profile: str | None = None, *, h: Harness, eval_opts: dict[str, Any], settings=None) -> list[EvalJob]:
+    """One job per checkpoint (and the anchor) with the benches it has left, by evaluation identity;
+    `settings`: the analysis's resolved evaluate config (check_settings), each job's made from it."""
     jobs = []
     for run in runs:
         for step, ckpt in sorted(run.checkpoints.items()):
             job = EvalJob(run.arm, run.seed, step, str(ckpt), run.eval_dir(step), list(benches), prompt)
-            if (job := _pending(h, job, eval_opts)) is not None:
+            if (job := _pending(h, job, eval_opts, settings)) is not None:
                 jobs.append(job)
     if anchor is not None:
         job = EvalJob(ANCHOR_ARM, 0, 0, str(anchor), anchor_eval_dir(anchor_dir, profile), list(benches), ANCHOR_PROMPT)
-        if (job := _pending(h, job, eval_opts)) is not None:
+        if (job := _pending(h, job, eval_opts, settings)) is not None:
             jobs.append(job)
     return jobs
 
@@ -210,7 +235,7 @@ def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Pat
         print(f"[analyze] {job.label} × {bench}: {job.out} holds it under another evaluation identity "
               f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
     try:
-        h.evaluate(job.config(eval_opts))
+        h.evaluate(_request(h, "evaluate", job, eval_opts))
     except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return [EvalFailure(job, list(job.benches), last)]

@@ -7,7 +7,11 @@
 - any other `key=value` goes to every training stage (run: sft, sweep, grpo), e.g. `model=tiny_base`,
   `launcher=slurm`; `dry_run=true` goes to every stage (read by common.cli.parse_switch, the rule of
   every command: true/false, 1/0, yes/no, on/off), never to one;
-- `${vars.X}` in any value is the study's variable X (`'reports=${vars.runs_root}/rep'`).
+- `${vars.X}` in any value is the study's variable X (`'reports=${vars.runs_root}/rep'`);
+- `smoke=true`: the study file's `cpu_smoke` overrides first (the command line's after them win); a study
+  without any refuses it.
+A dry run shows a stage whose data slots are not filled as unresolved, after checking every key it is
+given as its command would (`check_unfilled_stage`): an unknown key exits 2 there too.
 Before the first stage starts, every later stage's settings are checked by its own dry run (output
 hidden, refusal shown): a typo in `report:eval.nn=2` stops the study before any training.
 Each stage runs in this process through its command's `main` (launch, evaluate, analyze, export-checkpoint:
@@ -46,7 +50,7 @@ from pathlib import Path
 from typing import Callable
 
 from common import interpreter
-from common.cli import did_you_mean, parse_switch, split_dotlist
+from common.cli import ConfigError, did_you_mean, parse_switch, split_dotlist
 from common.interpreter import KINDS
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
 from launch.errors import LaunchError
@@ -70,6 +74,16 @@ def parse_study_argv(argv: list[str]) -> tuple[Study, dict[str, list[str]], bool
     if not spec:
         raise LaunchError("study=NAME is required (recipes/study/NAME.yaml, or a path to a study file)")
     from omegaconf import OmegaConf
+
+    smoke = [t for t in rest if t.partition("=")[0].strip() == "smoke"]
+    if smoke:   # the study file's cpu_smoke overrides first, the command line's after them (they win)
+        rest = [t for t in rest if t not in smoke]
+        if parse_switch(smoke[-1].partition("=")[2], "smoke"):
+            overrides = load_study(spec).cpu_smoke
+            if not overrides:
+                raise LaunchError(f"smoke=true: study {spec} has no cpu_smoke overrides (its file's `cpu_smoke:` is "
+                                  "empty): it has no run on one CPU to offer")
+            rest = [*overrides, *rest]
 
     names_of_vars = study_variables(spec)
     variables, targeted, shared, dry_run = {}, [], [], False
@@ -193,6 +207,45 @@ def _stage_main(module: str, launch: Callable[[list[str]], int]) -> Callable[[li
     raise LaunchError(f"no stage command module {module!r}")
 
 
+def check_unfilled_stage(study: Study, stage, extra: list[str]) -> None:
+    """A stage whose data slots are not filled yet (a dry run cannot resolve it): every key it is given,
+    the study's and the command line's, checked as its command checks them (the arguments holding an
+    unfilled slot left out); LaunchError naming the stage and the key. A value refused there is not: with
+    its slots left out the stage is incomplete (grpo task=qa without its prompts file); it is checked once
+    they are filled."""
+    from omegaconf import OmegaConf
+
+    from common.cli import apply_overrides
+
+    args = [t for t in stage.argv_without(study.unset(stage)) + list(extra)
+            if t.partition("=")[0].strip() not in ALL_STAGES and not t.partition("=")[0].strip().startswith("python.")]
+    try:
+        if stage.run in ("sft", "sweep"):
+            from launch.compose import compose
+            from launch.sweep import combos, split_eval_profile
+
+            compose(combos(split_eval_profile(args)[2])[0] if stage.run == "sweep" else args)
+        elif stage.run == "grpo":
+            from launch.compose import compose_grpo
+
+            compose_grpo(args)
+        elif stage.run == "analyze":
+            from launch.analyze import parse_argv
+
+            parse_argv(args)
+        elif stage.run == "evaluate":
+            from evals.config import base_config
+
+            apply_overrides(base_config(), args)
+        else:
+            from sft.export import DEFAULTS
+
+            apply_overrides(OmegaConf.create(DEFAULTS), args)
+    except ConfigError as exc:
+        if "unknown key" in str(exc) or "unknown evaluate key" in str(exc):
+            raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: {exc}".splitlines()[0]) from None
+
+
 def run_stage(cmd: list[str], env: dict, launch: Callable[[list[str]], int], quiet: bool = False) -> int:
     """A stage's command (stage_command): in this process with `env` when its interpreter is this one, else a
     child process; its exit status either way."""
@@ -252,6 +305,7 @@ def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
         cmd = stage_command(study, stage, extra[stage.name])
         print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}", flush=True)
         if study.unset(stage):
+            check_unfilled_stage(study, stage, extra[stage.name])
             print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
             continue
         rc = run_stage(cmd, env, launch)
@@ -367,6 +421,7 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
         print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}"
               f"\n[study] waits for: {after or 'nothing'}", flush=True)
         if study.unset(stage):   # (a dry run only): its jobs are still what the next stage waits for
+            check_unfilled_stage(study, stage, extra[stage.name])
             print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
             submitted[stage.name] = waits = [f"<job ids of stage {stage.name}>"]
             continue

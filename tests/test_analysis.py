@@ -260,7 +260,7 @@ def test_demo_dry_run_prints_the_plan(capsys):
     assert demo_main(["dry_run=true", "arms=[r2e,search]", "steps=8", "save_steps=[4]"]) == 0
     plan = capsys.readouterr().out
     assert "launch sweep arms=[r2e,search] seeds=[0] model=tiny_base data=synthetic steps=8 save_steps=[4]" in plan
-    assert "analyze runs_root=runs/demo benches=[synthqa,search_plan_ood]" in plan
+    assert "analyze runs_root=runs/demo benches=[synthqa,search_plan_ood,tf_code,tf_search]" in plan
     assert "common/tiny_base (the committed pretrained tiny base)" in plan
     assert demo_main(["dry_run=true", "model=tiny"]) == 0
     plan = capsys.readouterr().out

@@ -1,0 +1,44 @@
+"""A study's dry run checks every key it is given against every stage, also a stage whose data slots are
+not filled yet (issue #62 item 10), and `smoke=true` runs the study file's own cpu_smoke overrides
+(issue #65 item 5); dry runs only, in-process."""
+from __future__ import annotations
+
+import pytest
+
+from launch.cli import main
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    return tmp_path
+
+
+def test_an_unknown_key_for_a_stage_with_an_unfilled_slot_is_refused(here, capsys):
+    # train (the sweep) waits for nq_rollouts=...: its keys are checked all the same
+    assert main(["study=dual_terminator_sft", "smokez=true", "dry_run=true"]) == 2
+    err = capsys.readouterr().err
+    assert "stage train" in err and "'smokez'" in err
+    assert main(["study=qwen3_4b_multihop_sft_grpo", "grpo:grpo.temperatur=0.5", "dry_run=true"]) == 2
+    assert "stage grpo" in capsys.readouterr().err
+    # the same dry runs without the typos: the unfilled slots are named, nothing refused
+    assert main(["study=qwen3_4b_multihop_sft_grpo", "dry_run=true"]) == 0
+    assert capsys.readouterr().out.count("(not resolved: set hotpotqa_") == 2
+    assert not any(here.iterdir())
+
+
+def test_smoke_runs_the_studys_cpu_smoke_overrides(here, capsys):
+    from common.study import load_study
+
+    assert main(["study=dual_terminator_sft", "smoke=true", "report:eval.n=3", "dry_run=true"]) == 0
+    out = capsys.readouterr().out
+    smoke = load_study("dual_terminator_sft").cpu_smoke
+    assert "model=tiny_base" in smoke and "train:steps=2" in smoke and "report:eval.n=2" in smoke
+    train, report = out.split("== stage 2/2")
+    assert "$ python -m launch.cli sweep " in train and " model=tiny_base " in train and " steps=2 " in train
+    assert "[launch] sweep run 1/1: arm=r2e seed=0" in train   # train:seeds=[0] train:arms=[r2e]
+    assert " eval.n=2 " in report and report.index(" eval.n=2 ") < report.index(" eval.n=3 ")   # the command line's last
+    assert not any(here.iterdir())
+    assert main(["study=browsecomp_worker_export", "smoke=true", "dry_run=true"]) == 2
+    assert "browsecomp_worker_export has no cpu_smoke overrides" in capsys.readouterr().err
