@@ -589,7 +589,7 @@ def _export_section(export: Path, s: Subject) -> list[str]:
     info = _json(export / EXPORT_INFO, miss, "export record") or {}
     entries, _ = read_sha256sums(export)
     entries.pop(CARD, None)
-    lines = [f"- source: {text(info.get('kind'))} {text(info.get('source'), 300)} (step {text(info.get('step'))}); "
+    lines = [f"- source: {text(info.get('kind'))} {text(info.get('source'), 300)} (step {text(info.get('step') if info.get('step') is not None else s.step)}); "
              f"source digest {s.digest.get('digest')} ({s.digest.get('kind')})",
              f"- export digest {export_digest(entries)} (sha256 of the SHA256SUMS lines of every file but {CARD})",
              f"- dtype {text(info.get('dtype'))}, vocab_size {text(info.get('vocab_size'))}, "
@@ -602,7 +602,8 @@ def _export_section(export: Path, s: Subject) -> list[str]:
     if isinstance(tok, dict):
         files = tok.get("files") if isinstance(tok.get("files"), dict) else {}
         lines.append(f"- tokenizer restored from {text(tok.get('spec'), 300)} (revision {text(tok.get('revision'))}, "
-                     f"{text(tok.get('tokens'))} tokens): " + "; ".join(f"{text(k)} {text(v)}" for k, v in sorted(files.items())))
+                     f"{text(tok.get('tokens'))} tokens), its files' sha256:")
+        lines += [f"  - {text(k)} {text(v)}" for k, v in sorted(files.items())]
     else:
         lines.append("- tokenizer: the source checkpoint's own")
     lines += [f"- {text(m, 300)}" for m in miss]

@@ -61,8 +61,12 @@ def _results(report: Path, points: dict, extra: dict | None = None) -> None:
 
 @pytest.fixture
 def tree(tmp_path):
-    """runs/search/seed0 (SFT, checkpoints of stand-in files at steps 2 and 4), runs/r2e/seed0, a
-    dataset manifest, evaluation records of step 4 and the report's results.csv."""
+    return build_tree(tmp_path)
+
+
+def build_tree(tmp_path: Path, model: Path | None = None):
+    """runs/search/seed0 (SFT, checkpoints of stand-in files at steps 2 and 4, or `model` at step 4),
+    runs/r2e/seed0, a dataset manifest, evaluation records of step 4 and the report's results.csv."""
     runs = tmp_path / "runs"
     run = runs / "search" / "seed0"
     data = runs / "_data" / "abc"
@@ -73,7 +77,7 @@ def tree(tmp_path):
                     {"spec": "search-r1:/data/sr1.jsonl", "domain": "search", "read": 23, "kept": 19, "rejected": 0}],
         "counts": {"rows": 40, "rows_by_domain": {"search": 40}}, "tokens": {"total": 33940, "trainable_total": 5170}})
     _checkpoint(run / "checkpoints" / "step-000002")
-    final = _checkpoint(run / "checkpoints" / "step-000004")
+    final = _checkpoint(run / "checkpoints" / "step-000004", model)
     (run / "config.yaml").write_text(yaml.safe_dump({
         "arm": "search", "seed": 0, "runs_root": str(runs), "name": None, "run_dir": str(run),
         "model": {"name": "qwen3_4b", "path": "Qwen/Qwen3-4B", "tokenizer": "Qwen/Qwen3-4B", "license": "apache-2.0",
@@ -195,3 +199,62 @@ def test_hostile_fields_cannot_break_the_front_matter_or_inject_html(tree):
     assert len(re.findall(r"(?m)^---$", text)) == 2   # the front matter's own two markers only
     assert "<" not in body and "\n---\n" not in body
     assert "\\*\\*x\\*\\*\\|y" in body and "(10" in body   # escaped, and its length stated where cut
+
+
+def test_export_carries_its_card_and_still_verifies(tmp_path):
+    """export-checkpoint report= study=: README.md in the export (listed in SHA256SUMS, verify-checkpoint
+    passes), the source's and the export's digests, tensor keys, rows trimmed, the restored tokenizer."""
+    import shutil
+
+    from common.io import read_sha256sums, sha256_file
+    from sft.export import export_main
+    from sft.tiny import save_tiny_model
+    from sft.verify import verify_checkpoint
+    from tests.conftest import ROOT
+
+    padded = save_tiny_model(tmp_path / "padded", seed=1, vocab_size=4160)
+    final, report = build_tree(tmp_path, padded)
+    tok = shutil.copytree(ROOT / "common" / "tiny_tokenizer", tmp_path / "pinned_tok")
+    out = tmp_path / "export"
+    assert export_main([f"ckpt={final}", f"out={out}", "dtype=fp32", "vocab_size=4096", f"tokenizer={tok}",
+                        f"report={report}", "study=browsecomp_worker_export", "verify=false"]) == 0
+    assert verify_checkpoint(out) == []
+    sums, problems = read_sha256sums(out)
+    assert not problems and sums["README.md"] == sha256_file(out / "README.md")
+    text = (out / "README.md").read_text()
+    assert index_matches(text, _csv_rows(report))
+    body = ModelCard(text).text
+    info = json.loads((out / "export_info.json").read_text())
+    from safetensors import safe_open
+
+    with safe_open(str(out / "model.safetensors"), "pt") as fh:
+        assert info["tensors"] == len(list(fh.keys())) and info["trimmed"]
+    for fact in (f"source digest {dir_identity(final)['digest']}", f"tensor keys {info['tensors']}",
+                 "trimmed 64 padded vocab rows from model.embed\\_tokens.weight (4160 -&gt; 4096)",
+                 f"tokenizer.json {sha256_file(tok / 'tokenizer.json')}", "The RL training is not reproduced",
+                 "| model.safetensors |", 'from_pretrained(".")'):
+        assert fact in body, fact
+    assert "| README.md |" not in body   # never its own digest
+    digest = re.search(r"export digest ([0-9a-f]{64})", body).group(1)
+    lines = (out / "SHA256SUMS").read_text().splitlines()
+    from common.io import sha256_text
+
+    assert digest == sha256_text("".join(f"{x}\n" for x in lines if not x.endswith("  README.md")))
+    # a report dir without results.csv is refused before any work (exit 2, one line)
+    assert export_main([f"ckpt={final}", f"out={tmp_path / 'x'}", f"report={tmp_path}"]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, capsys):
+    from launch.analyze import main
+
+    final, report = tree
+    runs = final.parents[3]
+    argv = [f"runs_root={runs}", f"out={report}", "evaluate=false", "benches=[synthqa,search_plan_ood]", "n_boot=10",
+            "cards=true", "wandb=false"]
+    assert main(argv) == 0
+    # search/seed0's final step 4 is evaluated; r2e/seed0's final checkpoint is not: no card for it
+    assert sorted(p.name for p in (report / "cards").iterdir()) == ["search-s0-step4.md"]
+    text = (report / "cards" / "search-s0-step4.md").read_text()
+    assert index_matches(text, _csv_rows(report))   # results.csv as analyze wrote it now
+    assert len(_csv_rows(report)) == 3
