@@ -258,3 +258,20 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
     text = (report / "cards" / "search-s0-step4.md").read_text()
     assert index_matches(text, _csv_rows(report))   # results.csv as analyze wrote it now
     assert len(_csv_rows(report)) == 3
+
+
+def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
+    final, report = tree
+    run = final.parents[1]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg.update(stage="grpo", task="spa", grpo={"completions_per_step": 32, "num_generations": 8, "split": "train"},
+               lora={"r": 32, "alpha": 64})
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    write_json(run / "DONE", {"step": 4, "trl": "1.9.2"})
+    pre = {"synthqa": {"em": 0.5, "f1": 0.6, "n": 40}, "search_plan_ood": {"reward": 0.25, "n": 40}}
+    _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 0): pre, ("search", 0, 4): FINAL})
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    for fact in ("A GRPO checkpoint", "| LoRA r / alpha | 32 / 64 |", "| TRL | 1.9.2 |", "| pre-RL (step 0) |",
+                 "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
+                 "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
+        assert fact in body, fact
