@@ -155,6 +155,27 @@ def read_results(report: Path) -> tuple[list[str], dict[tuple[str, int, int], li
     return extra, out
 
 
+INTERVALS = "intervals.csv"   # analyze's every interval: kind, arm, vs, step, bench, metric, estimate, lo, hi, conf, covers, ...
+INTERVAL_NEEDS = ("kind", "arm", "step", "bench", "metric", "lo", "hi")
+
+
+def read_intervals(report: Path) -> tuple[dict[tuple[str, str, str, str, str], dict], str | None]:
+    """The rows of `<report>/intervals.csv` by (kind, arm, step, bench, metric), and why none are read (absent,
+    or lacking a column) or None."""
+    path = report / INTERVALS
+    if not path.is_file():
+        return {}, None
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            lacking = [c for c in INTERVAL_NEEDS if c not in (reader.fieldnames or [])]
+            if lacking:
+                return {}, f"{path} has no column {', '.join(lacking)}: its intervals are not shown"
+            return {(r["kind"], r["arm"], r["step"], r["bench"], r["metric"]): r for r in reader}, None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise CardError(f"{path}: unreadable ({exc})") from None
+
+
 @dataclass
 class EvalRecord:
     dir: Path
@@ -277,6 +298,8 @@ class Shown:
     row: Row
     record: EvalRecord
     ref: Row | None
+    curve: dict | None = None      # intervals.csv: this arm at this step (over its seeds and items)
+    vs_anchor: dict | None = None  # intervals.csv: this arm's final checkpoint minus the anchor
 
 
 @dataclass
@@ -286,6 +309,8 @@ class Evaluation:
     left_out: list[str] = field(default_factory=list)
     ref_name: str = ""
     note: str | None = None     # why nothing is shown (not evaluated, no report)
+    intervals: bool = False     # the report has an intervals.csv
+    interval_note: str | None = None
 
 
 def evaluation(s: Subject, report: Path | None) -> Evaluation:
@@ -297,6 +322,8 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
         ev.note = f"not evaluated: no results.csv in {report}"
         return ev
     ev.extra, table = read_results(report)
+    intervals, ev.interval_note = read_intervals(report)
+    ev.intervals = bool(intervals)
     if s.label is None or s.step is None:
         ev.note = "not evaluated: the checkpoint is not a run's, so no report row can name it"
         return ev
@@ -313,7 +340,9 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
         holding = [rec for rec in records if rec.holds(row)]
         match = next((rec for rec in holding if rec.digest(row.bench) == mine), None)
         if match is not None:
-            ev.shown.append(Shown(row, match, by_key.get((row.bench, row.metric))))
+            at = (s.label, str(s.step), row.bench, row.metric)
+            ev.shown.append(Shown(row, match, by_key.get((row.bench, row.metric)), intervals.get(("curve", *at)),
+                                  intervals.get(("vs_anchor", *at))))
         elif holding:
             rec = holding[0]
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
@@ -336,6 +365,24 @@ def _interval_pair(extra: list[str]) -> tuple[str, str] | None:
     return None
 
 
+def _finite(v) -> bool:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return False
+    return f == f and abs(f) != float("inf")
+
+
+def _interval_cell(r: dict | None) -> str:
+    if r is None:
+        return "-"
+    if not (_finite(r.get("lo")) and _finite(r.get("hi"))):
+        return f"none ({text(r.get('note') or r.get('covers') or 'no interval', 80)})"
+    est = f"{number(float(r['estimate']))} " if _finite(r.get("estimate")) else ""
+    return (f"{est}\\[{number(float(r['lo']))}, {number(float(r['hi']))}\\] {text(r.get('conf', ''), 10)} "
+            f"({text(r.get('covers', ''), 80)})")
+
+
 def findings(ev: Evaluation) -> str:
     """A paragraph of counts and differences, from the numbers shown only."""
     paired = [x for x in ev.shown if x.ref is not None]
@@ -351,6 +398,15 @@ def findings(ev: Evaluation) -> str:
     parts = [f"Against the {ev.ref_name}, {len(diffs)} (bench, metric) pairs compared: higher on {up}, "
              f"lower on {down}, equal on {same}; the largest difference is {d:+.4f} "
              f"({text(x.row.bench)} {text(x.row.metric)})."]
+    vs = [x.vs_anchor for x in ev.shown if x.vs_anchor is not None]
+    bounds = [(float(v["lo"]), float(v["hi"])) for v in vs if _finite(v.get("lo")) and _finite(v.get("hi"))]
+    if bounds:
+        above = sum(lo > 0 for lo, _ in bounds)
+        below = sum(hi < 0 for _, hi in bounds)
+        conf = {v.get("conf") for v in vs} - {None, ""}
+        parts.append(f"The report's interval of the difference to the anchor ({text(', '.join(sorted(conf)) or 'its level')}) "
+                     f"lies above 0 on {above} of {len(bounds)}, below 0 on {below}, and includes 0 on "
+                     f"{len(bounds) - above - below}.")
     pair = _interval_pair(ev.extra)
     if pair:
         lo, hi = pair
@@ -523,16 +579,23 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
     if ev.note:
         return [text(ev.note, 400) + "."]
     lines = []
+    if ev.intervals:
+        lines.append(f"Intervals from the report's {INTERVALS}, as it prints them (estimate \\[lo, hi\\], level, what "
+                     "each covers): this arm at this step, and its final checkpoint minus the anchor.")
     if ev.extra:
         lines.append("Interval columns from the report's results.csv: " + ", ".join(text(c) for c in ev.extra) + ".")
-    else:
-        lines.append("No interval in the report (results.csv has no interval columns).")
-    cols = ["bench", "metric", "value", "n", ev.ref_name, "difference", *[text(c) for c in ev.extra]]
+    if not ev.intervals and not ev.extra:
+        lines.append(f"No interval in the report (no {INTERVALS}, and results.csv has no interval columns).")
+    if ev.interval_note:
+        lines.append(text(ev.interval_note, 400) + ".")
+    icols = ["interval", "minus anchor, interval"] if ev.intervals else []
+    cols = ["bench", "metric", "value", "n", ev.ref_name, "difference", *icols, *[text(c) for c in ev.extra]]
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for x in ev.shown:
         ref = number(x.ref.value) if x.ref else "not in the report"
         diff = f"{x.row.value - x.ref.value:+.4f}" if x.ref else "-"
-        cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff,
+        icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor)] if ev.intervals else []
+        cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff, *icells,
                  *[text(x.row.extra.get(c, "")) for c in ev.extra]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Per bench, the evaluation that produced these values (its identity and the settings that change a result):", ""]

@@ -275,3 +275,27 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
                  "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
                  "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
         assert fact in body, fact
+
+
+def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
+    """analyze's intervals.csv (one row per interval: kind, arm, vs, step, bench, metric, estimate, lo, hi, conf,
+    covers, ...): this arm at this step, and its final checkpoint minus the anchor; other rows are not used."""
+    final, report = tree
+    cols = ["kind", "arm", "vs", "step", "bench", "metric", "estimate", "lo", "hi", "conf", "covers", "n_items",
+            "n_seeds", "df", "method", "note"]
+    rows = [("curve", "search", "", "4", "synthqa", "em", 0.55, 0.4, 0.7),
+            ("curve", "search", "", "2", "synthqa", "f1", 0.9, 0.8, 1.0),          # another step: not this card's
+            ("vs_anchor", "search", "anchor", "4", "synthqa", "em", 0.35, 0.2, 0.5),
+            ("vs_anchor", "search", "anchor", "4", "synthqa", "f1", 0.3, -0.05, 0.6),
+            ("vs_anchor", "search", "anchor", "4", "search_plan_ood", "reward", 0.25, 0.1, 0.4),
+            ("vs_anchor", "r2e", "anchor", "4", "synthqa", "em", -0.2, -0.3, -0.1)]   # another arm
+    with open(report / "intervals.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for k, arm, vs, step, bench, metric, est, lo, hi in rows:
+            w.writerow([k, arm, vs, step, bench, metric, est, lo, hi, 0.95, "items", 40, 1, "", "bootstrap", ""])
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    assert "| synthqa | em | 0.55 | 40 | 0.2 | +0.3500 | 0.55 \\[0.4, 0.7\\] 0.95 (items) | 0.35 \\[0.2, 0.5\\] 0.95 (items) |" in body
+    assert "| synthqa | f1 | 0.6125 | 40 | 0.31 | +0.3025 | - | 0.3 \\[-0.05, 0.6\\] 0.95 (items) |" in body
+    assert "lies above 0 on 2 of 3, below 0 on 0, and includes 0 on 1" in body
+    assert "No interval in the report" not in body
