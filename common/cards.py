@@ -620,7 +620,6 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
 def _usage(where: str) -> list[str]:
     lit = py_str(where)
     sh = where if re.fullmatch(r"[A-Za-z0-9._/@:-]+", where) else "'" + where.replace("'", "'\\''") + "'"
-    sh = sh.replace("`", "")
     head = (["Run these from inside this directory, or put its path or the hub repo id it is published under in "
              "place of `.` (export\\-checkpoint repo\\_id=ID writes the id here).", ""] if where == "." else [])
     return head + ["With transformers:", "",

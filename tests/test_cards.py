@@ -299,3 +299,29 @@ def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
     assert "| synthqa | f1 | 0.6125 | 40 | 0.31 | +0.3025 | - | 0.3 \\[-0.05, 0.6\\] 0.95 (items) |" in body
     assert "lies above 0 on 2 of 3, below 0 on 0, and includes 0 on 1" in body
     assert "No interval in the report" not in body
+
+
+def test_a_hostile_variant_name_is_escaped_in_the_card_and_its_file_name(tree):
+    final, report = tree
+    bad = "v<img src=x onerror=alert(1)>*[x](y)*|`z`"
+    run = final.parents[1]
+    moved = run.parent / bad / "seed0"
+    moved.parent.mkdir()
+    run.rename(moved)
+    final = moved / "checkpoints" / final.name
+    _eval_dir = moved / "eval" / "step-000004"
+    assert _eval_dir.is_dir()
+    _results(report, {("anchor", 0, 0): ANCHOR, (f"search/{bad}", 0, 4): FINAL})
+    [path] = write_report_cards(report, [(f"search/{bad}", 0, final)])
+    assert re.fullmatch(r"[A-Za-z0-9._-]+\.md", path.name)
+    text = path.read_text()
+    card = ModelCard(text)
+    assert card.data.tags[-1] == "search-v-img-src-x-onerror-alert-1-x-y-z"   # a tag of safe characters
+    assert card.data.to_dict()["model-index"][0]["name"] == f"search-{bad}-s0-step4"
+    assert index_matches(text, _csv_rows(report, arm=f"search/{bad}"))
+    prose = re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1$", "", card.text)   # code blocks show the path as it is
+    assert "<" not in prose and "`z`" not in prose
+    # the snippets load the very path: a Python literal with escapes, a shell word in a fence it cannot close
+    literal = re.search(r"AutoTokenizer.from_pretrained\((\"[^\n]*\")\)", card.text).group(1)
+    assert "<" not in literal and eval(literal) == str(final)   # noqa: S307 - the card's own Python literal
+    assert f"vllm serve '{final}' --port 8000\n```\n" in card.text
