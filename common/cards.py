@@ -524,12 +524,18 @@ def _recipe(s: Subject) -> list[str]:
         ("precision", _get(c, "train.precision"), "config.yaml train.precision"),
         ("attention", _get(c, "model.attn_implementation"), "config.yaml model.attn_implementation"),
         ("Liger kernels", _get(c, "model.liger"), "config.yaml model.liger"),
-        ("world size", _get(m, "launcher.nproc"), "manifest.json launcher.nproc"),
+        ("world size", _world(c, m), "manifest.json launcher.nproc (processes per node) x config.yaml launcher.nodes"),
         ("hardware", _hardware(m), "manifest.json hardware"),
         ("torch / transformers", f"{_get(m, 'packages.torch')} / {_get(m, 'packages.transformers')}"
          if m else None, "manifest.json packages"),
     ]
     return _kv_table(rows)
+
+
+def _world(c: dict | None, m: dict | None) -> int | None:
+    nproc, nodes = _get(m, "launcher.nproc"), _get(c, "launcher.nodes", 1)
+    ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (nproc, nodes))
+    return nproc * nodes if ok else None
 
 
 def _hardware(m: dict | None) -> str | None:

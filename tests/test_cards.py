@@ -133,7 +133,7 @@ def test_card_parses_and_its_model_index_is_the_report(tree):
     dropped = "---\n" + yaml.safe_dump(fm) + "---\n" + text.split("---\n", 2)[2]
     assert not index_matches(dropped, expected)
     body = card.text
-    for fact in ("seed 0, step 4", "33940", "openseeker", "c0ffee", "launch arm=search seed=0 steps=4", "+0.35",
+    for fact in ("seed 0, step 4", "| world size | 1 |", "33940", "openseeker", "c0ffee", "launch arm=search seed=0 steps=4", "+0.35",
                  "No interval in the report", "fp-synthqa", "max\\_model\\_len=2048", "search (this checkpoint's run) | 0 | 2, 4",
                  "| r2e | 0 | 4 |", "| config.json | 2 |", dir_identity(final)["digest"], "No study file given"):
         assert fact in body, fact
