@@ -42,7 +42,9 @@ RESUMABLE_KEYS = (
     "grpo.retriever_retries",
     "grpo.max_search_failure_rate",      # when to give up (as max_consecutive_nonfinite)
 )
-EXCLUDED_KEYS = PATH_KEYS + RESUMABLE_KEYS
+# What a run is described as, never what it trains (the model card's licence).
+DESCRIPTIVE_KEYS = ("model.license",)
+EXCLUDED_KEYS = PATH_KEYS + RESUMABLE_KEYS + DESCRIPTIVE_KEYS
 # Run dirs written before identity was recorded were trained under this trainer semantics version.
 LEGACY_TRAINER_SEMANTICS = 1
 

@@ -142,9 +142,14 @@ def read_json_object(path: str | Path) -> dict:
 
 def write_json(path: str | Path, obj: Any) -> None:
     """Write JSON atomically (temp file + rename) so readers never see half a file."""
+    write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write UTF-8 text atomically (temp file + rename)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -291,6 +296,17 @@ def write_sha256sums(directory: str | Path, *, exclude: Iterable[str] = ()) -> P
     out = directory / SHA256SUMS
     out.write_text("".join(lines), encoding="utf-8")
     return out
+
+
+def dir_identity(path: str | Path) -> dict[str, str]:
+    """A model dir's content digest, as every evaluation records it: sha256 of its `SHA256SUMS`
+    ("sha256sums"), or of the same lines computed over its files when it has none ("files")."""
+    path = Path(path)
+    sums = path / SHA256SUMS
+    if sums.is_file():
+        return {"kind": "sha256sums", "digest": sha256_file(sums)}
+    lines = [f"{sha256_file(p)}  {p.relative_to(path).as_posix()}\n" for p in sorted(path.rglob("*")) if p.is_file()]
+    return {"kind": "files", "digest": sha256_text("".join(lines))}
 
 
 def read_sha256sums(directory: str | Path) -> tuple[dict[str, str], list[str]]:

@@ -109,6 +109,9 @@ ABSENT = object()
 
 def check(key: str, v: Any) -> str | None:
     """Why `v` cannot be the value of trainer key `key` (one line naming it), or None when it can."""
+    if key == "model.license":   # issue 64; a config written before it has none (no licence stated)
+        ok = v is ABSENT or v is None or (isinstance(v, str) and v.strip() != "")
+        return None if ok else f"model.license must be null or a licence id (e.g. apache-2.0), got {v!r}"
     if v is ABSENT:
         return f"{key}: missing from the config"
     if key in NUMBERS:
@@ -138,7 +141,7 @@ def check(key: str, v: Any) -> str | None:
     raise KeyError(f"{key} is not a trainer key of common.schema")
 
 
-KEYS = (*STRINGS, *NUMBERS, *CHOICES, *BOOLS, *OPTIONAL_STRINGS, "train.betas", "train.save_steps", "logging.tags")
+KEYS = (*STRINGS, *NUMBERS, *CHOICES, *BOOLS, *OPTIONAL_STRINGS, "model.license", "train.betas", "train.save_steps", "logging.tags")
 
 
 def _select(cfg, key: str):

@@ -194,7 +194,7 @@ def analyze_config(cfg) -> dict:
     bench = root / "_bench"
     return {
         "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES + TF_BENCHES, "anchor": str(anchor_path(cfg)),
-        "n_boot": int(cfg.n_boot),
+        "n_boot": int(cfg.n_boot), "cards": True,   # reports/cards/: a model card per final checkpoint
         "eval": {"n": int(cfg.eval_n), "corpus": str(bench / "corpus.jsonl"), "bench_root": str(bench),
                  "max_turns": int(cfg.max_turns), "max_model_len": int(cfg.max_model_len),
                  "max_new_tokens": int(cfg.max_new_tokens), "index_dir": str(bench / "bm25_index"),

@@ -18,7 +18,7 @@ from typing import Any
 
 from common import datafetch, fingerprint
 from common.fields import IDENTITY
-from common.io import SHA256SUMS, sha256_file, sha256_text
+from common.io import dir_identity, sha256_file, sha256_text
 from evals.errors import EvalError
 
 # Which evaluate keys enter the `evaluate` part of the identity as they are: those with the IDENTITY role
@@ -41,12 +41,7 @@ def checkpoint_identity(ckpt: str) -> dict[str, Any]:
     local dir without one), or a hub id with the revision the local hub cache / the hub resolves."""
     path = Path(ckpt)
     if path.is_dir():
-        sums = path / SHA256SUMS
-        if sums.is_file():
-            return {"kind": "sha256sums", "digest": sha256_file(sums)}
-        lines = [f"{sha256_file(p)}  {p.relative_to(path).as_posix()}\n"
-                 for p in sorted(path.rglob("*")) if p.is_file()]
-        return {"kind": "files", "digest": sha256_text("".join(lines))}
+        return dir_identity(path)
     if path.is_absolute() or str(ckpt).startswith((".", "~")):   # a local path with no model behind it
         return {"kind": "missing", "path": str(ckpt)}
     return {"kind": "hub", "repo": str(ckpt), "revision": hub_revision(str(ckpt))}

@@ -78,6 +78,7 @@ KEYS: dict[str, Any] = {  # key: (default, description) or Field: `analyze --hel
                                "training array 5001; null: none); one that can never be met cancels the job"),
     "eval_tasks": (None, "set by the aggregation job: the tasks.json of a Slurm evaluation array; evaluate nothing, "
                          "report its failed tasks as gaps"),
+    "cards": (False, "true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)"),
     "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
 }
 # evaluate's own fields (evals.config.KEYS, the same objects), passed to each evaluation when set (also as
@@ -239,8 +240,13 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         jobs = ev.jobs
     else:
         ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
-    return write_analysis(cfg, runs=runs, jobs=jobs, ev=ev, benches=benches, anchor=anchor, anchor_dir=anchor_dir,
-                          profile=profile, reference_sizes=reference_sizes, study=study)
+    result = write_analysis(cfg, runs=runs, jobs=jobs, ev=ev, benches=benches, anchor=anchor, anchor_dir=anchor_dir,
+                            profile=profile, reference_sizes=reference_sizes, study=study)
+    if cfg.cards:
+        from launch.cards import report_cards
+
+        report_cards(cfg, profile)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

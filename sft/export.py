@@ -34,7 +34,8 @@ from omegaconf import OmegaConf
 
 from common import keydoc
 from common.cli import apply_overrides, require_int, run_cli, wants_help
-from common.io import atomic_dir, check_output_dir, sha256_file, write_json, write_sha256sums
+from common.io import (SHA256SUMS, atomic_dir, check_output_dir, read_sha256sums, sha256_file, write_json,
+                       write_sha256sums)
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
 from sft.export_source import (
     ExportError,
@@ -56,6 +57,9 @@ KEYS = {  # key: (default, description): `export-checkpoint --help` and docs/key
     "max_shard_size": ("5GB", "shard the safetensors above this size (B, KB, MB, GB, TB; KiB, MiB, GiB)"),
     "vocab_size": (None, "trim padded vocabulary rows beyond this; null -> config.vocab_size"),
     "tokenizer": (None, "DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)"),
+    "report": (None, "analyze's out dir: the card shows its results of this checkpoint (null: the card says not evaluated)"),
+    "study": (None, "a study file (name or path): the card lists its notes (what is not reproduced)"),
+    "repo_id": (None, "the hub repo the export is published as: the card's snippets load it (null: from this directory)"),
     "overwrite": (False, "true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>"),
     "verify": (True, "run verify-checkpoint on the result"),
     "dry_run": (False, "true: print the config and the resolved source, write nothing"),
@@ -235,8 +239,24 @@ def _copy_carry_files(src: Path, out: Path, config, tokenizer: TokenizerOverride
     return notes
 
 
+def write_card(source: Path, out: Path, *, report=None, study=None, repo_id: str | None = None) -> None:
+    """The export's README.md (common.cards), then its line added to SHA256SUMS (the other files were
+    hashed once, before the card that lists their digests)."""
+    from common.cards import CARD, CardError, checkpoint_card
+
+    try:
+        card = checkpoint_card(source, report=report, study=study, export=out, repo_id=repo_id)
+    except CardError as exc:
+        raise SftError(f"report: {exc}") from None
+    (out / CARD).write_text(card, encoding="utf-8")
+    entries, _ = read_sha256sums(out)
+    entries[CARD] = sha256_file(out / CARD)
+    (out / SHA256SUMS).write_text("".join(f"{d}  {n}\n" for n, d in sorted(entries.items())), encoding="utf-8")
+
+
 def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", vocab_size: int | None = None,
-                      tokenizer: str | None = None, overwrite: bool = False) -> dict:
+                      tokenizer: str | None = None, overwrite: bool = False, report=None, study=None,
+                      repo_id: str | None = None) -> dict:
     """Export `ckpt` to `out`; returns a summary (source, step, files, notes)."""
     from transformers import AutoConfig
 
@@ -251,6 +271,9 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
         raise SftError(f"out: {out} is inside the checkpoint being exported ({src.path})")
     check_output_dir(out, overwrite=overwrite, marker=EXPORT_MARKER, sources=[ckpt, src.path])
     check_source_sums(src)
+    from common.cards import check_inputs
+
+    check_inputs(report, study)
     config = AutoConfig.from_pretrained(str(src.hf_dir), trust_remote_code=False)
     override = resolve_tokenizer(tokenizer) if tokenizer is not None else None
     tok = _load_tokenizer(override.dir if override else src.hf_dir)
@@ -268,12 +291,14 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
         notes += _copy_carry_files(src.hf_dir, tmp, config, override)
         if getattr(tok, "chat_template", None) is None:
             notes.append(f"{override.dir if override else src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
-        info = {"source": str(src.path), "kind": src.kind, "step": src.step, "dtype": dtype, "vocab_size": target_vocab}
+        info = {"source": str(src.path), "kind": src.kind, "step": src.step, "dtype": dtype, "vocab_size": target_vocab,
+                "tensors": len(sd), "trimmed": [n for n in notes if n.startswith("trimmed ")]}
         if override is not None:
             info["tokenizer"] = {"spec": override.spec, "path": str(override.dir), "revision": override.revision,
                                  "tokens": len(tok), "files": {p.name: sha256_file(p) for p in override.files()}}
         write_json(tmp / EXPORT_MARKER, info)
         write_sha256sums(tmp)
+        write_card(src.path, tmp, report=report, study=study, repo_id=repo_id)
     return dict(source=str(src.path), kind=src.kind, step=src.step, out=str(out), dtype=str(torch_dtype),
                 vocab_size=target_vocab, tensors=len(sd), weight_files=files, notes=src.notes + notes)
 
@@ -297,7 +322,8 @@ def _main(argv: list[str]) -> int:
             print(f"source: {src.kind} {src.path} (step {src.step}); config from {src.hf_dir}, tokenizer from {tok_from}")
             return 0
         summary = export_checkpoint(cfg.ckpt, cfg.out, dtype=cfg.dtype, max_shard_size=cfg.max_shard_size,
-                                    vocab_size=cfg.vocab_size, tokenizer=cfg.tokenizer, overwrite=cfg.overwrite)
+                                    vocab_size=cfg.vocab_size, tokenizer=cfg.tokenizer, overwrite=cfg.overwrite,
+                                    report=cfg.report, study=cfg.study, repo_id=cfg.repo_id)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

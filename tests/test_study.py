@@ -417,6 +417,8 @@ def test_the_export_study_on_slurm_keeps_its_ledger_out_of_the_export(tmp_path, 
                          text=True, timeout=300)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     assert (out / "export_info.json").is_file() and (out / "model.safetensors").is_file()
+    card = (out / "README.md").read_text()   # issue 64: its card, with the study's notes, listed in SHA256SUMS
+    assert "The RL training is not reproduced" in card and "  README.md" in (out / "SHA256SUMS").read_text()
 
 
 def test_a_stage_key_typo_is_refused_before_the_first_stage(tmp_path, monkeypatch):

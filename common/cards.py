@@ -1,0 +1,761 @@
+"""Model cards: one Hugging Face README.md per checkpoint, written from the run's own records.
+
+`checkpoint_card(ckpt, report=..., study=..., export=..., repo_id=...)` returns the card's text and is a
+pure function of files on disk (the same files give byte-identical cards). It reads:
+
+- the checkpoint dir (`<run_dir>/checkpoints/step-NNNNNN`, a state `<run_dir>/state/step-NNNNNN`, or any
+  model dir): its content digest, computed as the evaluations record it (common.io.dir_identity);
+- the run dir above it: `config.yaml` (recipe), `manifest.json` (commit, command, hardware, packages),
+  `DONE` (a GRPO run's TRL version), the dataset manifest `<data.dir>/manifest.json` (sources, counts);
+  the runs root (every arm / seed / step: the sister checkpoints);
+- the report dir (`analyze`'s out): `results.csv` (every column past arm..n is an interval column the
+  report printed, shown as it is), and each result's evaluation record `<run_dir>/eval/[<profile>/]
+  step-NNNNNN/{summary,meta}.json`: a result is shown only when an evaluation of this very checkpoint
+  (its recorded checkpoint digest equals the checkpoint's) holds that value; any other is left out and
+  named;
+- an export dir (export-checkpoint's out): `export_info.json` and `SHA256SUMS`;
+- a study file: its `notes` (what is not reproduced).
+
+Missing inputs are stated in the card ("not evaluated", "no dataset manifest"), never filled in.
+Every value from a record is escaped: in the YAML front matter by the YAML dumper (double-quoted
+scalars), in the Markdown body as text (HTML entities, Markdown punctuation backslash-escaped,
+one line, long values cut with their length stated).
+"""
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import layout
+from common.cli import ConfigError
+from common.io import dir_identity, read_sha256sums
+
+CARD = "README.md"
+CARDS_DIR = "cards"
+RESULT_COLUMNS = ("arm", "seed", "step", "bench", "metric", "value", "n")
+ANCHOR_ARM = "anchor"
+EXPORT_INFO = "export_info.json"
+MAX_TEXT = 200  # characters of one record value shown in the body (the full length is stated)
+# Evaluation settings that change a result, as meta.json's config names them.
+RESULT_SETTINGS = ("backend", "retriever", "topk", "max_model_len", "max_turns", "max_new_tokens", "prompt",
+                   "enable_thinking", "tool_style", "seed")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")   # emphasis, code, links / images, table cells, strike
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_TAG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class CardError(ConfigError):
+    """A record the card needs is unreadable (the message names the file and why)."""
+
+
+# ---------------------------------------------------------------- escaping
+def text(value: Any, limit: int = MAX_TEXT) -> str:
+    """A record value as Markdown text: one line, HTML-escaped, Markdown punctuation escaped, cut at `limit`."""
+    s = " ".join(str(value).split())
+    cut = f"… ({len(s)} characters)" if len(s) > limit else ""
+    s = html.escape(s[:limit], quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", s) + cut
+
+
+def fenced(body: str, lang: str = "") -> str:
+    """A fenced code block no backtick run inside `body` can close."""
+    runs = [len(m) for m in re.findall(r"`+", body)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return f"{fence}{lang}\n{body}\n{fence}"
+
+
+def py_str(value: str) -> str:
+    """A Python string literal (JSON's escaping is valid Python) with no backtick or angle bracket in it."""
+    return json.dumps(str(value)).replace("`", "\\u0060").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def tag(value: Any) -> str:
+    return _TAG_BAD.sub("-", str(value)).strip("-")[:64] or "unnamed"
+
+
+def number(v: float) -> str:
+    return f"{v:.4f}".rstrip("0").rstrip(".") if v == v and abs(v) < 1e6 and v != int(v) else f"{v:g}"
+
+
+# ---------------------------------------------------------------- reading records
+def _json(path: Path, missing: list[str], what: str) -> dict | None:
+    if not path.is_file():
+        missing.append(f"no {what} ({path})")
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CardError(f"{path}: unreadable {what} ({exc})") from None
+    if not isinstance(obj, dict):
+        raise CardError(f"{path}: {what} is not a JSON object")
+    return obj
+
+
+def _yaml(path: Path, missing: list[str], what: str) -> dict | None:
+    if not path.is_file():
+        missing.append(f"no {what} ({path})")
+        return None
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        obj = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except (OSError, UnicodeDecodeError, OmegaConfBaseException, ValueError) as exc:
+        raise CardError(f"{path}: unreadable {what} ({exc})") from None
+    if not isinstance(obj, dict):
+        raise CardError(f"{path}: {what} is not a mapping")
+    return obj
+
+
+def _get(d: dict | None, dotted: str, default=None):
+    node: Any = d
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+@dataclass
+class Row:
+    bench: str
+    metric: str
+    value: float
+    n: int
+    extra: dict[str, str]
+
+
+def read_results(report: Path) -> tuple[list[str], dict[tuple[str, int, int], list[Row]]]:
+    """(interval column names, rows by (arm, seed, step)) of `<report>/results.csv`."""
+    path = report / "results.csv"
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            lacking = [c for c in RESULT_COLUMNS if c not in header]
+            if lacking:
+                raise CardError(f"{path}: no column {', '.join(lacking)} (expected {', '.join(RESULT_COLUMNS)}, ...)")
+            extra = [c for c in header if c not in RESULT_COLUMNS]
+            out: dict[tuple[str, int, int], list[Row]] = {}
+            for i, r in enumerate(reader, 2):
+                try:
+                    key = (r["arm"], int(r["seed"]), int(r["step"]))
+                    row = Row(r["bench"], r["metric"], float(r["value"]), int(float(r["n"])),
+                              {c: r.get(c) or "" for c in extra})
+                except (TypeError, ValueError) as exc:
+                    raise CardError(f"{path}:{i}: unreadable row ({exc})") from None
+                out.setdefault(key, []).append(row)
+    except OSError as exc:
+        raise CardError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    return extra, out
+
+
+INTERVALS = "intervals.csv"   # analyze's every interval: kind, arm, vs, step, bench, metric, estimate, lo, hi, conf, covers, ...
+INTERVAL_NEEDS = ("kind", "arm", "step", "bench", "metric", "lo", "hi")
+
+
+def read_intervals(report: Path) -> tuple[dict[tuple[str, str, str, str, str], dict], str | None]:
+    """The rows of `<report>/intervals.csv` by (kind, arm, step, bench, metric), and why none are read (absent,
+    or lacking a column) or None."""
+    path = report / INTERVALS
+    if not path.is_file():
+        return {}, None
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            lacking = [c for c in INTERVAL_NEEDS if c not in (reader.fieldnames or [])]
+            if lacking:
+                return {}, f"{path} has no column {', '.join(lacking)}: its intervals are not shown"
+            return {(r["kind"], r["arm"], r["step"], r["bench"], r["metric"]): r for r in reader}, None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise CardError(f"{path}: unreadable ({exc})") from None
+
+
+@dataclass
+class EvalRecord:
+    dir: Path
+    summary: dict
+    meta: dict
+
+    def digest(self, bench: str) -> str | None:
+        ident = _get(self.meta, "identities", {}).get(bench) if isinstance(self.meta.get("identities"), dict) else None
+        got = _get(ident, "keys", {}).get("checkpoint.digest") if isinstance(_get(ident, "keys"), dict) else None
+        return got or _get(self.meta, "checkpoint_identity.digest")
+
+    def holds(self, row: Row) -> bool:
+        got = self.summary.get(row.bench)
+        if not isinstance(got, dict):
+            return False
+        v = got.get(row.metric)
+        return (isinstance(v, (int, float)) and not isinstance(v, bool) and float(v) == row.value
+                and got.get("n") == row.n)
+
+
+def eval_records(run_dir: Path, step: int) -> list[EvalRecord]:
+    out = []
+    for d in layout.step_eval_dirs(run_dir, step):
+        try:
+            summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+            meta = json.loads((d / "meta.json").read_text(encoding="utf-8")) if (d / "meta.json").is_file() else {}
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue   # a torn evaluation holds no result the card can vouch for
+        if isinstance(summary, dict) and isinstance(meta, dict):
+            out.append(EvalRecord(d, summary, meta))
+    return out
+
+
+# ---------------------------------------------------------------- what the card is about
+@dataclass
+class Subject:
+    ckpt: Path
+    step: int | None
+    run_dir: Path | None
+    runs_root: Path | None
+    label: str | None            # the arm as the report names it (arm or arm/name)
+    seed: int | None
+    config: dict | None
+    manifest: dict | None
+    done: dict | None
+    dataset: dict | None
+    digest: dict
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def grpo(self) -> bool:
+        return _get(self.config, "stage") == "grpo"
+
+    @property
+    def name(self) -> str:
+        if self.label is None:
+            return self.ckpt.name
+        return f"{self.label.replace('/', '-')}-s{self.seed}-step{self.step}"
+
+
+def subject(ckpt: Path) -> Subject:
+    ckpt = Path(ckpt)
+    missing: list[str] = []
+    step = layout.parse_step(ckpt.name)
+    run_dir = ckpt.parent.parent if ckpt.parent.name in (layout.CHECKPOINTS, layout.STATES) and step is not None else None
+    if run_dir is not None and not (run_dir / layout.CONFIG).is_file():
+        run_dir = None
+    if run_dir is None:
+        missing.append(f"no run records: {ckpt} is not a checkpoint of a run dir (<run_dir>/checkpoints/step-NNNNNN)")
+        return Subject(ckpt, step, None, None, None, None, None, None, None, None, dir_identity(ckpt), missing)
+    config = _yaml(run_dir / layout.CONFIG, missing, "run config")
+    manifest = _json(run_dir / layout.MANIFEST, missing, "run manifest")
+    done = None
+    if (run_dir / layout.DONE).is_file():
+        try:
+            done = json.loads((run_dir / layout.DONE).read_text(encoding="utf-8") or "{}")
+        except (OSError, UnicodeDecodeError, ValueError):
+            done = None
+        done = done if isinstance(done, dict) else {}
+    data_dir = _get(config, "data.dir") or _get(manifest, "data.dir")
+    dataset = None
+    if _get(config, "stage") != "grpo":
+        if data_dir:
+            dataset = _json(Path(str(data_dir)) / layout.MANIFEST, missing, "dataset manifest")
+        else:
+            missing.append("no dataset manifest (the run config names no data.dir)")
+    runs_root = Path(str(_get(config, "runs_root"))) if _get(config, "runs_root") else None
+    seed_m = layout.SEED_DIR.match(run_dir.name)
+    seed = int(seed_m.group(1)) if seed_m else _get(config, "seed")
+    label = None
+    if runs_root is not None:
+        try:
+            label = "/".join(run_dir.resolve().relative_to(runs_root.resolve()).parts[:-1]) or None
+        except ValueError:
+            label = None
+    if label is None:
+        label = layout.variant_label(str(_get(config, "arm", run_dir.parent.name)), _get(config, "name"))
+        runs_root = run_dir.parent.parent if not _get(config, "name") else run_dir.parent.parent.parent
+    return Subject(ckpt, step, run_dir, runs_root, label, seed, config, manifest, done, dataset, dir_identity(ckpt), missing)
+
+
+def sisters(runs_root: Path) -> list[tuple[str, int, list[int]]]:
+    """(arm label, seed, checkpoint steps) of every run under `runs_root`."""
+    out = []
+    if not runs_root.is_dir():
+        return out
+    for seed_dir in sorted([*runs_root.glob("*/seed*"), *runs_root.glob("*/*/seed*")]):
+        m = layout.SEED_DIR.match(seed_dir.name)
+        rel = seed_dir.relative_to(runs_root).parts
+        if not m or not seed_dir.is_dir() or any(p.startswith(("_", ".")) or layout.is_replaced(p) for p in rel):
+            continue
+        steps = [s for s, d in layout.step_dirs(layout.checkpoints_dir(seed_dir)) if not layout.is_replaced(d)]
+        out.append(("/".join(rel[:-1]), int(m.group(1)), steps))
+    return sorted(out)
+
+
+# ---------------------------------------------------------------- the evaluation section's facts
+@dataclass
+class Shown:
+    row: Row
+    record: EvalRecord
+    ref: Row | None
+    curve: dict | None = None      # intervals.csv: this arm at this step (over its seeds and items)
+    vs_anchor: dict | None = None  # intervals.csv: this arm's final checkpoint minus the anchor
+
+
+@dataclass
+class Evaluation:
+    extra: list[str] = field(default_factory=list)
+    shown: list[Shown] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    ref_name: str = ""
+    note: str | None = None     # why nothing is shown (not evaluated, no report)
+    intervals: bool = False     # the report has an intervals.csv
+    interval_note: str | None = None
+
+
+def evaluation(s: Subject, report: Path | None) -> Evaluation:
+    ev = Evaluation()
+    if report is None:
+        ev.note = "not evaluated: no report given (analyze's out dir: results.csv)"
+        return ev
+    if not (report / "results.csv").is_file():
+        ev.note = f"not evaluated: no results.csv in {report}"
+        return ev
+    ev.extra, table = read_results(report)
+    intervals, ev.interval_note = read_intervals(report)
+    ev.intervals = bool(intervals)
+    if s.label is None or s.step is None:
+        ev.note = "not evaluated: the checkpoint is not a run's, so no report row can name it"
+        return ev
+    rows = table.get((s.label, int(s.seed), int(s.step)), [])
+    if not rows:
+        ev.note = f"not evaluated: results.csv has no row for {s.label} seed {s.seed} step {s.step}"
+        return ev
+    pre = table.get((s.label, int(s.seed), 0)) if s.grpo and s.step != 0 else None
+    refs, ev.ref_name = (pre, "pre-RL (step 0)") if pre else (table.get((ANCHOR_ARM, 0, 0), []), "anchor")
+    by_key = {(r.bench, r.metric): r for r in refs or []}
+    records = eval_records(s.run_dir, s.step) if s.run_dir else []
+    mine = s.digest.get("digest")
+    for row in rows:
+        holding = [rec for rec in records if rec.holds(row)]
+        match = next((rec for rec in holding if rec.digest(row.bench) == mine), None)
+        if match is not None:
+            at = (s.label, str(s.step), row.bench, row.metric)
+            ev.shown.append(Shown(row, match, by_key.get((row.bench, row.metric)), intervals.get(("curve", *at)),
+                                  intervals.get(("vs_anchor", *at))))
+        elif holding:
+            rec = holding[0]
+            ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
+                               f"({rec.dir}) recorded checkpoint digest {str(rec.digest(row.bench))[:16]}…, "
+                               f"not this checkpoint's {str(mine)[:16]}…")
+        else:
+            ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: no evaluation record of step "
+                               f"{s.step} under {s.run_dir} holds this value")
+    return ev
+
+
+def _interval_pair(extra: list[str]) -> tuple[str, str] | None:
+    """Two interval columns naming a lower and an upper bound (…lo/…hi, …low/…high, …lower/…upper)."""
+    for lo_s, hi_s in (("lo", "hi"), ("low", "high"), ("lower", "upper")):
+        for c in extra:
+            if c.endswith(lo_s):
+                hi = c[: len(c) - len(lo_s)] + hi_s
+                if hi in extra:
+                    return c, hi
+    return None
+
+
+def _finite(v) -> bool:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return False
+    return f == f and abs(f) != float("inf")
+
+
+def _interval_cell(r: dict | None) -> str:
+    if r is None:
+        return "-"
+    if not (_finite(r.get("lo")) and _finite(r.get("hi"))):
+        return f"none ({text(r.get('note') or r.get('covers') or 'no interval', 80)})"
+    est = f"{number(float(r['estimate']))} " if _finite(r.get("estimate")) else ""
+    return (f"{est}\\[{number(float(r['lo']))}, {number(float(r['hi']))}\\] {text(r.get('conf', ''), 10)} "
+            f"({text(r.get('covers', ''), 80)})")
+
+
+def findings(ev: Evaluation) -> str:
+    """A paragraph of counts and differences, from the numbers shown only."""
+    paired = [x for x in ev.shown if x.ref is not None]
+    if not ev.shown:
+        return "No finding: no result of this checkpoint is shown."
+    if not paired:
+        return f"{len(ev.shown)} result(s) shown; no {ev.ref_name} value to compare them with in the report."
+    diffs = [(x.row.value - x.ref.value, x) for x in paired]
+    up = sum(d > 0 for d, _ in diffs)
+    down = sum(d < 0 for d, _ in diffs)
+    same = len(diffs) - up - down
+    d, x = max(diffs, key=lambda t: (abs(t[0]), t[1].row.bench, t[1].row.metric))
+    parts = [f"Against the {ev.ref_name}, {len(diffs)} (bench, metric) pairs compared: higher on {up}, "
+             f"lower on {down}, equal on {same}; the largest difference is {d:+.4f} "
+             f"({text(x.row.bench)} {text(x.row.metric)})."]
+    vs = [x.vs_anchor for x in ev.shown if x.vs_anchor is not None]
+    bounds = [(float(v["lo"]), float(v["hi"])) for v in vs if _finite(v.get("lo")) and _finite(v.get("hi"))]
+    if bounds:
+        above = sum(lo > 0 for lo, _ in bounds)
+        below = sum(hi < 0 for _, hi in bounds)
+        conf = {v.get("conf") for v in vs} - {None, ""}
+        parts.append(f"The report's interval of the difference to the anchor ({text(', '.join(sorted(conf)) or 'its level')}) "
+                     f"lies above 0 on {above} of {len(bounds)}, below 0 on {below}, and includes 0 on "
+                     f"{len(bounds) - above - below}.")
+    pair = _interval_pair(ev.extra)
+    if pair:
+        lo, hi = pair
+        inside, counted = 0, 0
+        for _, x in diffs:
+            try:
+                a, b = float(x.row.extra[lo]), float(x.row.extra[hi])
+            except (KeyError, ValueError):
+                continue
+            counted += 1
+            inside += a <= x.ref.value <= b
+        if counted:
+            parts.append(f"The {ev.ref_name}'s value lies within this checkpoint's interval "
+                         f"({text(lo)}, {text(hi)}) on {inside} of {counted}.")
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------- the card
+def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
+    import yaml
+
+    base = str(_get(s.config, "model.path") or "")
+    meta: dict[str, Any] = {}
+    if _HUB_ID.match(base) and not s.grpo:
+        meta["base_model"] = base
+    elif s.grpo:
+        base_id = _get(s.config, "model.tokenizer")
+        if isinstance(base_id, str) and _HUB_ID.match(base_id):
+            meta["base_model"] = base_id
+    meta["library_name"] = "transformers"
+    meta["pipeline_tag"] = "text-generation"
+    tags = ["dtsft", "grpo" if s.grpo else "sft"]
+    if s.label:
+        tags.append(tag(s.label))
+    meta["tags"] = tags
+    datasets = sorted({spec for src in (_get(s.dataset, "sources") or []) if isinstance(src, dict)
+                       for spec in [_hub_dataset(str(src.get("spec", "")))] if spec})
+    if datasets:
+        meta["datasets"] = datasets
+    lic = _get(s.config, "model.license")
+    if isinstance(lic, str) and lic:
+        meta["license"] = lic
+    if ev.shown:
+        # one result per (bench, n), its metrics listed: the grouping huggingface_hub writes, which it reads
+        # back as one evaluation result per (bench, metric)
+        results: list[dict] = []
+        for x in ev.shown:
+            if not results or results[-1]["dataset"]["name"] != x.row.bench or results[-1]["dataset"]["args"]["n"] != x.row.n:
+                results.append({"task": {"type": "text-generation"},
+                                "dataset": {"name": x.row.bench, "type": x.row.bench, "args": {"n": x.row.n}},
+                                "metrics": []})
+            results[-1]["metrics"].append({"type": x.row.metric, "value": x.row.value, "name": x.row.metric})
+        meta["model-index"] = [{"name": name, "results": results}]
+    dumped = yaml.dump(meta, Dumper=_dumper(), sort_keys=False, allow_unicode=False, width=1 << 30)
+    return f"---\n{dumped}---\n"
+
+
+def _dumper():
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        """Strings on one line: any string with a character outside printable ASCII, or a YAML indicator at
+        its start, is double-quoted (escapes for line breaks and control characters), so no record value
+        can end the front matter (`---`) or start a key of its own."""
+
+    def str_style(dumper, value: str):
+        plain = (re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._/@+-]*", value) is not None and not value.endswith(" ")
+                 and dumper.resolve(yaml.ScalarNode, value, (True, False)) == "tag:yaml.org,2002:str")
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=None if plain else '"')
+
+    Dumper.add_representer(str, str_style)
+    return Dumper
+
+
+def _hub_dataset(spec: str) -> str | None:
+    """A dataset source's hub id (`FORMAT:HUB_ID[@REV][#split]`), None for a local file."""
+    _, _, rest = spec.partition(":")
+    rest = rest.split("#")[0].split("@")[0]
+    return rest if _HUB_ID.match(rest) and not Path(rest).exists() else None
+
+
+def _kv_table(rows: list[tuple[str, Any, str]]) -> list[str]:
+    out = ["| setting | value | from |", "|---|---|---|"]
+    out += [f"| {k} | {text(v) if v is not None else 'not recorded'} | {src} |" for k, v, src in rows]
+    return out
+
+
+def _recipe(s: Subject) -> list[str]:
+    c, m = s.config, s.manifest
+    if c is None:
+        return ["Not stated: no run config (config.yaml) for this checkpoint."]
+    rows: list[tuple[str, Any, str]] = [
+        ("base model", _get(c, "model.path"), "config.yaml model.path"),
+        ("base model revision", None, "no revision is recorded by the run"),
+        ("model recipe", _get(m, "recipes.model"), "manifest.json recipes.model"),
+        ("license", _get(c, "model.license"), "config.yaml model.license"),
+        ("optimizer", "AdamW (betas {}, eps {})".format(_get(c, "train.betas"), _get(c, "train.eps")), "config.yaml train"),
+        ("learning rate", _get(c, "train.lr"), "config.yaml train.lr"),
+        ("schedule", _get(c, "train.lr_schedule"), "config.yaml train.lr_schedule"),
+        ("warmup ratio", _get(c, "train.warmup_ratio"), "config.yaml train.warmup_ratio"),
+        ("weight decay", _get(c, "train.weight_decay"), "config.yaml train.weight_decay"),
+        ("grad clip", _get(c, "train.grad_clip"), "config.yaml train.grad_clip"),
+    ]
+    if s.grpo:
+        rows += [("completions per step", _get(c, "grpo.completions_per_step"), "config.yaml grpo.completions_per_step"),
+                 ("group size", _get(c, "grpo.num_generations"), "config.yaml grpo.num_generations"),
+                 ("LoRA r / alpha", f"{_get(c, 'lora.r')} / {_get(c, 'lora.alpha')}", "config.yaml lora"),
+                 ("TRL", (s.done or {}).get("trl") or _get(m, "packages.trl") or _get(c, "grpo.trl"),
+                  "DONE trl (else manifest.json packages.trl, else config.yaml grpo.trl)")]
+    else:
+        rows.append(("global batch", _get(c, "train.global_batch_size"), "config.yaml train.global_batch_size"))
+    rows += [
+        ("steps", _get(c, "train.steps"), "config.yaml train.steps"),
+        ("saves", _get(c, "train.save_steps"), "config.yaml train.save_steps (the final step is always saved)"),
+        ("precision", _get(c, "train.precision"), "config.yaml train.precision"),
+        ("attention", _get(c, "model.attn_implementation"), "config.yaml model.attn_implementation"),
+        ("Liger kernels", _get(c, "model.liger"), "config.yaml model.liger"),
+        ("world size", _world(c, m), "manifest.json launcher.nproc (processes per node) x config.yaml launcher.nodes"),
+        ("hardware", _hardware(m), "manifest.json hardware"),
+        ("torch / transformers", f"{_get(m, 'packages.torch')} / {_get(m, 'packages.transformers')}"
+         if m else None, "manifest.json packages"),
+    ]
+    return _kv_table(rows)
+
+
+def _world(c: dict | None, m: dict | None) -> int | None:
+    nproc, nodes = _get(m, "launcher.nproc"), _get(c, "launcher.nodes", 1)
+    ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (nproc, nodes))
+    return nproc * nodes if ok else None
+
+
+def _hardware(m: dict | None) -> str | None:
+    hw = _get(m, "hardware")
+    if not isinstance(hw, dict):
+        return None
+    gpus = hw.get("gpus") or []
+    names = sorted({str(g.get("name", g)) if isinstance(g, dict) else str(g) for g in gpus})
+    return f"{len(gpus)} GPU(s) {', '.join(names)}" if gpus else f"CPU only ({hw.get('cpu_count')} cores)"
+
+
+def _data(s: Subject) -> list[str]:
+    if s.grpo:
+        return [f"GRPO task: {text(_get(s.config, 'task'))} (the environment is the data; split "
+                f"{text(_get(s.config, 'grpo.split'))}; prompts file {text(_get(s.config, 'grpo.prompts_file'))})."]
+    d = s.dataset
+    if d is None:
+        return ["No dataset manifest: the data's sources and counts are not stated."]
+    epi = _get(s.config, "data.epilogue", _get(d, "config.epilogue"))
+    lines = [f"- arm {text(d.get('arm'))}, {text(_get(d, 'counts.rows'))} rows built of n = {text(d.get('n'))} asked "
+             f"(kind {text(_get(d, 'config.kind'))}); by domain: {text(_get(d, 'counts.rows_by_domain'))}",
+             f"- terminator: data.epilogue = {text(epi)} (true: a `Final answer:` epilogue after the finish call, "
+             "the dual terminator; false: the single terminator)",
+             f"- tokens: {text(_get(d, 'tokens.total'))} in all, {text(_get(d, 'tokens.trainable_total'))} trainable",
+             "", "| source | domain | read | kept | rejected |", "|---|---|---|---|---|"]
+    for src in _get(d, "sources") or []:
+        if isinstance(src, dict):
+            lines.append(f"| {text(src.get('spec'), 120)} | {text(src.get('domain'))} | {text(src.get('read'))} | "
+                         f"{text(src.get('kept'))} | {text(src.get('rejected'))} |")
+    return lines
+
+
+def _sisters(s: Subject) -> list[str]:
+    if s.runs_root is None:
+        return ["No runs root: no sister checkpoints listed."]
+    found = sisters(s.runs_root)
+    if not found:
+        return [f"No runs under {text(s.runs_root)}."]
+    lines = ["| arm | seed | steps |", "|---|---|---|"]
+    for label, seed, steps in found:
+        mark = " (this checkpoint's run)" if label == s.label and seed == s.seed else ""
+        lines.append(f"| {text(label)}{mark} | {seed} | {', '.join(map(str, steps)) or 'none'} |")
+    return lines
+
+
+def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
+    if ev.note:
+        return [text(ev.note, 400) + "."]
+    lines = []
+    if ev.intervals:
+        lines.append(f"Intervals from the report's {INTERVALS}, as it prints them (estimate \\[lo, hi\\], level, what "
+                     "each covers): this arm at this step, and its final checkpoint minus the anchor.")
+    if ev.extra:
+        lines.append("Interval columns from the report's results.csv: " + ", ".join(text(c) for c in ev.extra) + ".")
+    if not ev.intervals and not ev.extra:
+        lines.append(f"No interval in the report (no {INTERVALS}, and results.csv has no interval columns).")
+    if ev.interval_note:
+        lines.append(text(ev.interval_note, 400) + ".")
+    icols = ["interval", "minus anchor, interval"] if ev.intervals else []
+    cols = ["bench", "metric", "value", "n", ev.ref_name, "difference", *icols, *[text(c) for c in ev.extra]]
+    lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for x in ev.shown:
+        ref = number(x.ref.value) if x.ref else "not in the report"
+        diff = f"{x.row.value - x.ref.value:+.4f}" if x.ref else "-"
+        icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor)] if ev.intervals else []
+        cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff, *icells,
+                 *[text(x.row.extra.get(c, "")) for c in ev.extra]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Per bench, the evaluation that produced these values (its identity and the settings that change a result):", ""]
+    seen = set()
+    for x in ev.shown:
+        key = (x.row.bench, str(x.record.dir))
+        if key in seen:
+            continue
+        seen.add(key)
+        ident = _get(x.record.meta, "identities", {}).get(x.row.bench, {}) if isinstance(x.record.meta.get("identities"), dict) else {}
+        cfg = x.record.meta.get("config") if isinstance(x.record.meta.get("config"), dict) else {}
+        settings = ", ".join(f"{k}={cfg[k]}" for k in RESULT_SETTINGS if k in cfg)
+        mode = x.row.bench.partition("@")[2] or "as the bench defines"
+        lines.append(f"- {text(x.row.bench)}: identity {text(_get(ident, 'fingerprint'))}, context mode {text(mode)}, "
+                     f"{text(settings, 400)}; record {text(x.record.dir.relative_to(s.run_dir), 120)}")
+    if ev.left_out:
+        lines += ["", "Left out (not a result of this checkpoint as far as the records show):", ""]
+        lines += [f"- {text(w, 400)}" for w in ev.left_out]
+    return lines
+
+
+def _usage(where: str) -> list[str]:
+    lit = py_str(where)
+    sh = where if re.fullmatch(r"[A-Za-z0-9._/@:-]+", where) else "'" + where.replace("'", "'\\''") + "'"
+    head = (["Run these from inside this directory, or put its path or the hub repo id it is published under in "
+             "place of `.` (export\\-checkpoint repo\\_id=ID writes the id here).", ""] if where == "." else [])
+    return head + ["With transformers:", "",
+            fenced("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+                   f"tok = AutoTokenizer.from_pretrained({lit})\n"
+                   f"model = AutoModelForCausalLM.from_pretrained({lit}, dtype=\"auto\")", "python"),
+            "", "With vLLM (an OpenAI-compatible server):", "",
+            fenced(f"vllm serve {sh} --port 8000", "bash")]
+
+
+def _files(s: Subject, export: Path | None) -> list[str]:
+    where = export if export is not None else s.ckpt
+    entries, problems = read_sha256sums(where)
+    entries.pop(CARD, None)
+    if not entries:
+        return [f"No SHA256SUMS in {text(where)}: no file digests stated."]
+    lines = ["| file | bytes | sha256 |", "|---|---|---|"]
+    for name, digest in sorted(entries.items()):
+        p = where / name
+        size = p.stat().st_size if p.is_file() else "missing"
+        lines.append(f"| {text(name)} | {size} | {digest} |")
+    if problems:
+        lines += [""] + [f"- {text(p, 300)}" for p in problems]
+    return lines
+
+
+def _export_section(export: Path, s: Subject) -> list[str]:
+    miss: list[str] = []
+    info = _json(export / EXPORT_INFO, miss, "export record") or {}
+    entries, _ = read_sha256sums(export)
+    entries.pop(CARD, None)
+    lines = [f"- source: {text(info.get('kind'))} {text(info.get('source'), 300)} (step {text(info.get('step') if info.get('step') is not None else s.step)}); "
+             f"source digest {s.digest.get('digest')} ({s.digest.get('kind')})",
+             f"- export digest {export_digest(entries)} (sha256 of the SHA256SUMS lines of every file but {CARD})",
+             f"- dtype {text(info.get('dtype'))}, vocab_size {text(info.get('vocab_size'))}, "
+             f"tensor keys {text(info.get('tensors', 'not recorded'))}"]
+    for note in info.get("trimmed") or []:
+        lines.append(f"- rows trimmed: {text(note, 300)}")
+    if not info.get("trimmed"):
+        lines.append("- rows trimmed: none recorded")
+    tok = info.get("tokenizer")
+    if isinstance(tok, dict):
+        files = tok.get("files") if isinstance(tok.get("files"), dict) else {}
+        lines.append(f"- tokenizer restored from {text(tok.get('spec'), 300)} (revision {text(tok.get('revision'))}, "
+                     f"{text(tok.get('tokens'))} tokens), its files' sha256:")
+        lines += [f"  - {text(k)} {text(v)}" for k, v in sorted(files.items())]
+    else:
+        lines.append("- tokenizer: the source checkpoint's own")
+    lines += [f"- {text(m, 300)}" for m in miss]
+    return lines
+
+
+def export_digest(entries: dict[str, str]) -> str:
+    from common.io import sha256_text
+
+    return sha256_text("".join(f"{d}  {n}\n" for n, d in sorted(entries.items()) if n != CARD))
+
+
+def check_inputs(report: str | Path | None, study: str | Path | None) -> None:
+    """Refuse a report dir without results.csv or an unreadable study file before any work."""
+    if report is not None and not (Path(report) / "results.csv").is_file():
+        raise CardError(f"report: {report} has no results.csv (expected analyze's out dir)")
+    if study is not None:
+        from common.study import load_study
+
+        load_study(str(study))
+
+
+def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study: str | Path | None = None,
+                    export: str | Path | None = None, repo_id: str | None = None) -> str:
+    """The README.md text of `ckpt` (module doc); `export`: the export dir the card goes into."""
+    s = subject(Path(ckpt))
+    export = Path(export) if export is not None else None
+    ev = evaluation(s, Path(report) if report is not None else None)
+    name = repo_id or s.name
+    # an export's card names no path of this machine: it loads from its own directory, or the hub repo
+    where = repo_id or ("." if export is not None else str(s.ckpt))
+    stage = "GRPO" if s.grpo else "SFT" if s.config is not None else "unknown stage"
+    out = [_front_matter(s, ev, name), f"# {text(name)}", ""]
+    out += ["## What it is", ""]
+    if s.label is not None:
+        out.append(f"{'An' if stage == 'SFT' else 'A'} {stage} checkpoint of dtsft: arm {text(s.label)}, seed {s.seed}, step {s.step} of "
+                   f"{text(_get(s.config, 'train.steps'))}, trained from {text(_get(s.config, 'model.path'))}.")
+    else:
+        out.append(f"A model directory ({text(s.ckpt)}) with no run records.")
+    out.append(f"Checkpoint digest: {s.digest.get('digest')} ({s.digest.get('kind')}; the digest every evaluation records).")
+    if export is not None:
+        out += ["", "## Serving export", ""] + _export_section(export, s)
+    out += ["", "## Training recipe", ""] + _recipe(s)
+    out += ["", "## Data", ""] + _data(s)
+    out += ["", "## Sister checkpoints", ""] + _sisters(s)
+    out += ["", "## Evaluation", ""] + _evaluation(s, ev)
+    out += ["", "## Findings", "", findings(ev)]
+    out += ["", "## How to use", ""] + _usage(where)
+    out += ["", "## Files", ""] + _files(s, export)
+    out += ["", "## Provenance", ""]
+    m = s.manifest
+    if m is not None:
+        out += [f"- commit {text(_get(m, 'git.commit'))} (dirty: {text(_get(m, 'git.dirty'))})",
+                f"- command: {text(_get(m, 'command'), 1000)}"]
+    out += [f"- {text(w, 400)}" for w in s.missing] or []
+    if m is None and not s.missing:
+        out.append("- no run manifest")
+    out += ["", "## Not reproduced", ""]
+    if study is not None:
+        from common.study import load_study
+
+        st = load_study(str(study))
+        out += [f"Study {text(st.name)}:", ""] + ([f"- {text(n, 2000)}" for n in st.notes] or ["- the study file lists no notes"])
+    else:
+        out.append("No study file given: nothing is stated about what is not reproduced.")
+    return "\n".join(out) + "\n"
+
+
+def card_name(label: str, seed: int, step: int) -> str:
+    return f"{tag(label.replace('/', '-'))}-s{seed}-step{step}.md"
+
+
+def write_report_cards(report: str | Path, finals: list[tuple[str, int, Path]], *,
+                       study: str | Path | None = None) -> list[Path]:
+    """`analyze cards=true`: `<report>/cards/<arm>-s<seed>-step<N>.md` for every (label, seed, final
+    checkpoint dir) given; returns the paths written."""
+    from common.io import write_text_atomic
+
+    report = Path(report)
+    written = []
+    for label, seed, ckpt in finals:
+        step = layout.parse_step(Path(ckpt).name)
+        path = report / CARDS_DIR / card_name(label, seed, int(step))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, checkpoint_card(ckpt, report=report, study=study))
+        written.append(path)
+    return written

@@ -1,0 +1,327 @@
+"""Model cards (common.cards): huggingface_hub is the oracle of the card's metadata and its model-index;
+the run tree is built from files (a real tiny model as the final checkpoint, evaluation records as
+evaluate writes them), no training."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from common.cards import checkpoint_card, write_report_cards
+from common.io import dir_identity, write_json, write_sha256sums
+
+huggingface_hub = pytest.importorskip("huggingface_hub")
+from huggingface_hub import ModelCard  # noqa: E402
+from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results  # noqa: E402
+
+FINAL = {"synthqa": {"em": 0.55, "f1": 0.6125, "n": 40}, "search_plan_ood": {"reward": 0.25, "n": 40}}
+ANCHOR = {"synthqa": {"em": 0.2, "f1": 0.31, "n": 40}, "search_plan_ood": {"reward": 0.0, "n": 40}}
+
+
+def _checkpoint(d: Path, tiny: Path | None = None) -> Path:
+    import shutil
+
+    if tiny is not None:
+        shutil.copytree(tiny, d)
+    else:
+        d.mkdir(parents=True)
+        (d / "config.json").write_text("{}")
+    write_sha256sums(d)
+    return d
+
+
+def _eval(run: Path, step: int, summary: dict, digest: str) -> None:
+    d = run / "eval" / f"step-{step:06d}"
+    d.mkdir(parents=True)
+    write_json(d / "summary.json", summary)
+    write_json(d / "meta.json", {
+        "checkpoint_identity": {"kind": "sha256sums", "digest": digest},
+        "identities": {b: {"fingerprint": f"fp-{b}", "keys": {"checkpoint.digest": digest}} for b in summary},
+        "config": {"backend": "hf", "retriever": "bm25", "topk": 3, "max_model_len": 2048, "prompt": "tool_agent"}})
+
+
+def _results(report: Path, points: dict, extra: dict | None = None) -> None:
+    """results.csv as analyze writes it (arm, seed, step, bench, metric, value, n), plus `extra` columns."""
+    report.mkdir(parents=True, exist_ok=True)
+    cols = ["arm", "seed", "step", "bench", "metric", "value", "n", *(extra or {})]
+    with open(report / "results.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for (arm, seed, step), summary in points.items():
+            for bench, metrics in summary.items():
+                for metric, value in metrics.items():
+                    if metric != "n":
+                        w.writerow([arm, seed, step, bench, metric, value, metrics["n"],
+                                    *[f(arm, bench, metric, value) for f in (extra or {}).values()]])
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return build_tree(tmp_path)
+
+
+def build_tree(tmp_path: Path, model: Path | None = None):
+    """runs/search/seed0 (SFT, checkpoints of stand-in files at steps 2 and 4, or `model` at step 4),
+    runs/r2e/seed0, a dataset manifest, evaluation records of step 4 and the report's results.csv."""
+    runs = tmp_path / "runs"
+    run = runs / "search" / "seed0"
+    data = runs / "_data" / "abc"
+    data.mkdir(parents=True)
+    write_json(data / "manifest.json", {
+        "arm": "search", "seed": 0, "n": 40, "config": {"kind": "synthetic", "epilogue": True},
+        "sources": [{"spec": "openseeker:OpenSeeker/traj@v1", "domain": "search", "read": 23, "kept": 21, "rejected": 0},
+                    {"spec": "search-r1:/data/sr1.jsonl", "domain": "search", "read": 23, "kept": 19, "rejected": 0}],
+        "counts": {"rows": 40, "rows_by_domain": {"search": 40}}, "tokens": {"total": 33940, "trainable_total": 5170}})
+    _checkpoint(run / "checkpoints" / "step-000002")
+    final = _checkpoint(run / "checkpoints" / "step-000004", model)
+    (run / "config.yaml").write_text(yaml.safe_dump({
+        "arm": "search", "seed": 0, "runs_root": str(runs), "name": None, "run_dir": str(run),
+        "model": {"name": "qwen3_4b", "path": "Qwen/Qwen3-4B", "tokenizer": "Qwen/Qwen3-4B", "license": "apache-2.0",
+                  "attn_implementation": "sdpa", "liger": False},
+        "data": {"kind": "synthetic", "n": 40, "epilogue": True, "dir": str(data)},
+        "train": {"global_batch_size": 4, "lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
+                  "lr_schedule": "cosine", "warmup_ratio": 0.03, "grad_clip": 1.0, "steps": 4, "save_steps": [2],
+                  "precision": "fp32"}}))
+    write_json(run / "manifest.json", {"command": "launch arm=search seed=0 steps=4", "git": {"commit": "c0ffee", "dirty": False},
+                                       "recipes": {"model": "qwen3_4b"}, "launcher": {"nproc": 1},
+                                       "hardware": {"cpu_count": 2, "gpus": []},
+                                       "packages": {"torch": "2.x", "transformers": "5.x"}})
+    _checkpoint(runs / "r2e" / "seed0" / "checkpoints" / "step-000004")
+    _eval(run, 4, FINAL, dir_identity(final)["digest"])
+    report = tmp_path / "reports"
+    _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 2): FINAL, ("search", 0, 4): FINAL})
+    return final, report
+
+
+def _csv_rows(report: Path, arm="search", seed=0, step=4) -> dict:
+    with open(report / "results.csv", newline="") as fh:
+        return {(r["bench"], r["metric"]): (float(r["value"]), int(r["n"])) for r in csv.DictReader(fh)
+                if (r["arm"], int(r["seed"]), int(r["step"])) == (arm, seed, step)}
+
+
+def index_matches(card_text: str, expected: dict) -> bool:
+    """huggingface_hub's reading of the card's model-index: one result per (bench, metric) of `expected`,
+    each with its value and n, and nothing else."""
+    data = ModelCard(card_text).data
+    got = [((r.dataset_type, r.metric_type), (r.metric_value, (r.dataset_args or {}).get("n")))
+           for r in data.eval_results or []]
+    return len(got) == len(dict(got)) and dict(got) == expected
+
+
+def test_card_parses_and_its_model_index_is_the_report(tree):
+    final, report = tree
+    text = checkpoint_card(final, report=report)
+    card = ModelCard(text)
+    assert card.data.base_model == "Qwen/Qwen3-4B" and card.data.license == "apache-2.0"
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-generation"
+    assert card.data.datasets == ["OpenSeeker/traj"]   # the hub source; a local file is no dataset id
+    expected = _csv_rows(report)
+    assert len(expected) == 3 and index_matches(text, expected)
+    # the library's own writer gives back the same model-index
+    name, results = model_index_to_eval_results(card.data.to_dict()["model-index"])
+    assert eval_results_to_model_index(name, results) == yaml.safe_load(text.split("---")[1])["model-index"]
+    # the check is sensitive: one value perturbed, or one entry dropped, no longer matches
+    perturbed = text.replace("value: 0.6125", "value: 0.6126")
+    assert perturbed != text and not index_matches(perturbed, expected)
+    assert not index_matches(text, {**expected, ("search_plan_ood", "reward_stop"): (0.25, 40)})
+    fm = yaml.safe_load(text.split("---")[1])
+    fm["model-index"][0]["results"].pop()
+    dropped = "---\n" + yaml.safe_dump(fm) + "---\n" + text.split("---\n", 2)[2]
+    assert not index_matches(dropped, expected)
+    body = card.text
+    for fact in ("seed 0, step 4", "| world size | 1 |", "33940", "openseeker", "c0ffee", "launch arm=search seed=0 steps=4", "+0.35",
+                 "No interval in the report", "fp-synthqa", "max\\_model\\_len=2048", "search (this checkpoint's run) | 0 | 2, 4",
+                 "| r2e | 0 | 4 |", "| config.json | 2 |", dir_identity(final)["digest"], "No study file given"):
+        assert fact in body, fact
+
+
+def test_rerun_is_byte_identical(tree):
+    final, report = tree
+    finals = [("search", 0, final)]
+    first = [p.read_bytes() for p in write_report_cards(report, finals)]
+    again = write_report_cards(report, finals)
+    assert [p.name for p in again] == ["search-s0-step4.md"]
+    assert [p.read_bytes() for p in again] == first
+
+
+def test_a_result_of_another_checkpoint_is_left_out_and_named(tree):
+    final, report = tree
+    meta_path = final.parent.parent / "eval" / "step-000004" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["identities"]["search_plan_ood"]["keys"]["checkpoint.digest"] = "f" * 64
+    write_json(meta_path, meta)
+    text = checkpoint_card(final, report=report)
+    expected = {k: v for k, v in _csv_rows(report).items() if k[0] != "search_plan_ood"}
+    assert index_matches(text, expected)
+    assert "search\\_plan\\_ood reward = 0.25: its evaluation" in text and "ffffffffffffffff…" in text
+    # a value in results.csv that no evaluation record holds is left out too
+    _results(report, {("search", 0, 4): {"synthqa": {"em": 0.9, "f1": 0.6125, "n": 40}}})
+    text = checkpoint_card(final, report=report)
+    assert index_matches(text, {("synthqa", "f1"): (0.6125, 40)})
+    assert "synthqa em = 0.9: no evaluation record of step 4" in text
+
+
+def test_interval_columns_are_shown_and_read(tree):
+    final, report = tree
+    _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 4): FINAL},
+             extra={"ci_lo": lambda a, b, m, v: round(v - 0.4, 4), "ci_hi": lambda a, b, m, v: round(v + 0.05, 4)})
+    text = checkpoint_card(final, report=report)
+    assert "ci\\_lo" in text and "No interval in the report" not in text
+    # anchor within [v - 0.4, v + 0.05] for em (0.2 in [0.15, 0.6]) and f1 (0.31 in [0.2125, 0.6625]), not reward (0 < -0.15? no: in)
+    assert "lies within this checkpoint's interval (ci\\_lo, ci\\_hi) on 3 of 3" in text
+
+
+HOSTILE = "<script>alert(1)</script>**x**|y\n---\nlicense: evil\n[link](javascript:x) " + "A" * 10_000
+
+
+def test_hostile_fields_cannot_break_the_front_matter_or_inject_html(tree):
+    final, report = tree
+    summary = {HOSTILE: {"em": 0.5, "n": 40}, "synthqa": {"em": 0.55, "n": 40}}
+    run = final.parent.parent
+    (run / "eval" / "step-000004" / "summary.json").unlink()
+    (run / "eval" / "step-000004" / "meta.json").unlink()
+    (run / "eval" / "step-000004").rmdir()
+    _eval(run, 4, summary, dir_identity(final)["digest"])
+    _results(report, {("search", 0, 4): summary})
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["model"]["path"] = HOSTILE
+    del cfg["model"]["license"]
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    text = checkpoint_card(final, report=report)
+    card = ModelCard(text)
+    assert card.data.to_dict().get("license") is None   # no key of the record's making
+    assert index_matches(text, {(HOSTILE, "em"): (0.5, 40), ("synthqa", "em"): (0.55, 40)})
+    front, body = text.split("\n---\n", 1)
+    assert len(re.findall(r"(?m)^---$", text)) == 2   # the front matter's own two markers only
+    assert "<" not in body and "\n---\n" not in body
+    assert "\\*\\*x\\*\\*\\|y" in body and "(10" in body   # escaped, and its length stated where cut
+
+
+def test_export_carries_its_card_and_still_verifies(tmp_path):
+    """export-checkpoint report= study=: README.md in the export (listed in SHA256SUMS, verify-checkpoint
+    passes), the source's and the export's digests, tensor keys, rows trimmed, the restored tokenizer."""
+    import shutil
+
+    from common.io import read_sha256sums, sha256_file
+    from sft.export import export_main
+    from sft.tiny import save_tiny_model
+    from sft.verify import verify_checkpoint
+    from tests.conftest import ROOT
+
+    padded = save_tiny_model(tmp_path / "padded", seed=1, vocab_size=4160)
+    final, report = build_tree(tmp_path, padded)
+    tok = shutil.copytree(ROOT / "common" / "tiny_tokenizer", tmp_path / "pinned_tok")
+    out = tmp_path / "export"
+    assert export_main([f"ckpt={final}", f"out={out}", "dtype=fp32", "vocab_size=4096", f"tokenizer={tok}",
+                        f"report={report}", "study=browsecomp_worker_export", "verify=false"]) == 0
+    assert verify_checkpoint(out) == []
+    sums, problems = read_sha256sums(out)
+    assert not problems and sums["README.md"] == sha256_file(out / "README.md")
+    text = (out / "README.md").read_text()
+    assert index_matches(text, _csv_rows(report))
+    body = ModelCard(text).text
+    info = json.loads((out / "export_info.json").read_text())
+    from safetensors import safe_open
+
+    with safe_open(str(out / "model.safetensors"), "pt") as fh:
+        assert info["tensors"] == len(list(fh.keys())) and info["trimmed"]
+    for fact in (f"source digest {dir_identity(final)['digest']}", f"tensor keys {info['tensors']}",
+                 "trimmed 64 padded vocab rows from model.embed\\_tokens.weight (4160 -&gt; 4096)",
+                 f"tokenizer.json {sha256_file(tok / 'tokenizer.json')}", "The RL training is not reproduced",
+                 "| model.safetensors |", 'from_pretrained(".")'):
+        assert fact in body, fact
+    assert "| README.md |" not in body   # never its own digest
+    digest = re.search(r"export digest ([0-9a-f]{64})", body).group(1)
+    lines = (out / "SHA256SUMS").read_text().splitlines()
+    from common.io import sha256_text
+
+    assert digest == sha256_text("".join(f"{x}\n" for x in lines if not x.endswith("  README.md")))
+    # a report dir without results.csv is refused before any work (exit 2, one line)
+    assert export_main([f"ckpt={final}", f"out={tmp_path / 'x'}", f"report={tmp_path}"]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, capsys):
+    from launch.analyze import main
+
+    final, report = tree
+    runs = final.parents[3]
+    argv = [f"runs_root={runs}", f"out={report}", "evaluate=false", "benches=[synthqa,search_plan_ood]", "n_boot=10",
+            "cards=true", "wandb=false"]
+    assert main(argv) == 0
+    # search/seed0's final step 4 is evaluated; r2e/seed0's final checkpoint is not: no card for it
+    assert sorted(p.name for p in (report / "cards").iterdir()) == ["search-s0-step4.md"]
+    text = (report / "cards" / "search-s0-step4.md").read_text()
+    assert index_matches(text, _csv_rows(report))   # results.csv as analyze wrote it now
+    assert len(_csv_rows(report)) == 3
+
+
+def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
+    final, report = tree
+    run = final.parents[1]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg.update(stage="grpo", task="spa", grpo={"completions_per_step": 32, "num_generations": 8, "split": "train"},
+               lora={"r": 32, "alpha": 64})
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    write_json(run / "DONE", {"step": 4, "trl": "1.9.2"})
+    pre = {"synthqa": {"em": 0.5, "f1": 0.6, "n": 40}, "search_plan_ood": {"reward": 0.25, "n": 40}}
+    _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 0): pre, ("search", 0, 4): FINAL})
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    for fact in ("A GRPO checkpoint", "| LoRA r / alpha | 32 / 64 |", "| TRL | 1.9.2 |", "| pre-RL (step 0) |",
+                 "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
+                 "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
+        assert fact in body, fact
+
+
+def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
+    """analyze's intervals.csv (one row per interval: kind, arm, vs, step, bench, metric, estimate, lo, hi, conf,
+    covers, ...): this arm at this step, and its final checkpoint minus the anchor; other rows are not used."""
+    final, report = tree
+    cols = ["kind", "arm", "vs", "step", "bench", "metric", "estimate", "lo", "hi", "conf", "covers", "n_items",
+            "n_seeds", "df", "method", "note"]
+    rows = [("curve", "search", "", "4", "synthqa", "em", 0.55, 0.4, 0.7),
+            ("curve", "search", "", "2", "synthqa", "f1", 0.9, 0.8, 1.0),          # another step: not this card's
+            ("vs_anchor", "search", "anchor", "4", "synthqa", "em", 0.35, 0.2, 0.5),
+            ("vs_anchor", "search", "anchor", "4", "synthqa", "f1", 0.3, -0.05, 0.6),
+            ("vs_anchor", "search", "anchor", "4", "search_plan_ood", "reward", 0.25, 0.1, 0.4),
+            ("vs_anchor", "r2e", "anchor", "4", "synthqa", "em", -0.2, -0.3, -0.1)]   # another arm
+    with open(report / "intervals.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for k, arm, vs, step, bench, metric, est, lo, hi in rows:
+            w.writerow([k, arm, vs, step, bench, metric, est, lo, hi, 0.95, "items", 40, 1, "", "bootstrap", ""])
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    assert "| synthqa | em | 0.55 | 40 | 0.2 | +0.3500 | 0.55 \\[0.4, 0.7\\] 0.95 (items) | 0.35 \\[0.2, 0.5\\] 0.95 (items) |" in body
+    assert "| synthqa | f1 | 0.6125 | 40 | 0.31 | +0.3025 | - | 0.3 \\[-0.05, 0.6\\] 0.95 (items) |" in body
+    assert "lies above 0 on 2 of 3, below 0 on 0, and includes 0 on 1" in body
+    assert "No interval in the report" not in body
+
+
+def test_a_hostile_variant_name_is_escaped_in_the_card_and_its_file_name(tree):
+    final, report = tree
+    bad = "v<img src=x onerror=alert(1)>*[x](y)*|`z`"
+    run = final.parents[1]
+    moved = run.parent / bad / "seed0"
+    moved.parent.mkdir()
+    run.rename(moved)
+    final = moved / "checkpoints" / final.name
+    _eval_dir = moved / "eval" / "step-000004"
+    assert _eval_dir.is_dir()
+    _results(report, {("anchor", 0, 0): ANCHOR, (f"search/{bad}", 0, 4): FINAL})
+    [path] = write_report_cards(report, [(f"search/{bad}", 0, final)])
+    assert re.fullmatch(r"[A-Za-z0-9._-]+\.md", path.name)
+    text = path.read_text()
+    card = ModelCard(text)
+    assert card.data.tags[-1] == "search-v-img-src-x-onerror-alert-1-x-y-z"   # a tag of safe characters
+    assert card.data.to_dict()["model-index"][0]["name"] == f"search-{bad}-s0-step4"
+    assert index_matches(text, _csv_rows(report, arm=f"search/{bad}"))
+    prose = re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1$", "", card.text)   # code blocks show the path as it is
+    assert "<" not in prose and "`z`" not in prose
+    # the snippets load the very path: a Python literal with escapes, a shell word in a fence it cannot close
+    literal = re.search(r"AutoTokenizer.from_pretrained\((\"[^\n]*\")\)", card.text).group(1)
+    assert "<" not in literal and eval(literal) == str(final)   # noqa: S307 - the card's own Python literal
+    assert f"vllm serve '{final}' --port 8000\n```\n" in card.text
