@@ -468,6 +468,8 @@ def _group_transitions(groups: dict, out: Decomposed, n_boot: int, boot_seed: in
                                                      f"seed {seed}: against seed {first[0]}'s items: {why}"))
             else:
                 kept.append(m)
+        if not kept:
+            continue
         ident = (", ".join(dict.fromkeys(m[3] for m in kept)) + " → " + ", ".join(dict.fromkeys(m[4] for m in kept)))
         out.transitions.append(TransitionRow(arm, step, bench, source, ident,
                                              transition_split([m[:3] for m in kept], n_boot, boot_seed, conf)))
