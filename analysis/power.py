@@ -284,7 +284,7 @@ def report(pilots: list[Pilot], *, effect: float, target: float, alpha: float, s
                                "measures it)")
             else:
                 listing.append(f"{s} seed(s): {n} items" if n is not None else
-                               f"{s} seed(s): unreachable (σ²_seed/S at its upper limit too large)")
+                               f"{s} seed(s): unreachable (σ²_seed/S at its upper limit, with the t on the design's df)")
         best = recommend(c, effect, max_seeds, target, alpha)
         lines += [head + ("" if p.one_evaluation else f", observed Δ {p.scores.mean():+.4f}"),
                   f"  σ_item {math.sqrt(c.item):.4f}, {seed_line}, σ_resid {math.sqrt(c.resid):.4f} ({c.how})",
