@@ -27,6 +27,30 @@ without an extractable answer scores EM 0) and is reported so the three parts ad
 When the pre evaluation has no ok row, EM₀|ok is undefined and so is the split (reported as such); the
 run's later checkpoints are then also split against its first checkpoint that has an ok row (pre "step N":
 what changed after the run first produced the format), beside the undefined row, never in its place.
+
+That aggregate split is one convention among several (format valued at the pre model's accuracy,
+the interaction p·EM|ok term given to capability) and it is confounded by selection: when the newly
+well-formed episodes are harder items than the old ones, EM|ok falls although no item was lost, and the
+split reports a capability loss (and a format share above 1). The **transition table** is the split that
+cannot flip sign that way. Each item (per seed) is in one of four states before and after:
+
+    W1 well-formed right   W0 well-formed wrong   M1 malformed right   M0 malformed wrong
+
+(well-formed: `ok` above, a well-formed episode with an extractable answer; right: EM ≥ 0.5). ΔEM is
+the exact sum over the 16 transitions of (EM₁ − EM₀) / (items × seeds), grouped into
+
+    well-formed before, now right     W0 → W1   (capability gained)
+    newly well-formed and right       M0 → W1   (format gained)
+    well-formed before, now wrong     W1 → W0   (capability lost)
+    right before, now malformed       W1 → M0   (format lost)
+    rest                              every other transition (answers outside the format, partial EM)
+
+net format = the 2nd + 4th, net capability = the 1st + 3rd. A transition only counts where the same item
+changed, so an item the model answers before and after is never a loss whatever else changed. Each part
+has an interval (`part_intervals`, the seam where a fuller variance model plugs in): today a percentile
+bootstrap over items (an item's seeds resampled together), which covers item sampling only, not seed
+variance. Pairs whose item ids differ (even with the same count), whose recorded evaluation settings
+differ beyond the design, or whose identity is not recorded are refused, the reason shown in the table.
 """
 from __future__ import annotations
 
@@ -213,6 +237,138 @@ def decompose(pre: Behaviour, post: Behaviour) -> Decomposition:
     return Decomposition(delta, fmt, cap, _not_ok_mass(post) - _not_ok_mass(pre))
 
 
+# ---- the item-paired transition table -----------------------------------------------------------------------
+
+STATES = ("W1", "W0", "M1", "M0")
+STATE_NAMES = {"W1": "well-formed right", "W0": "well-formed wrong", "M1": "malformed right",
+               "M0": "malformed wrong"}
+# The parts of ΔEM (key, label): transitions (pre state, post state) each part sums; "rest" is every other one.
+TRANSITION_PARTS = (
+    ("capability_gain", "well-formed before, now right", (("W0", "W1"),)),
+    ("format_gain", "newly well-formed and right", (("M0", "W1"),)),
+    ("capability_loss", "well-formed before, now wrong", (("W1", "W0"),)),
+    ("format_loss", "right before, now malformed", (("W1", "M0"),)),
+)
+PART_KEYS = ("delta", "capability_gain", "format_gain", "capability_loss", "format_loss", "rest", "net_format",
+             "net_capability")
+ITEMS_ONLY = "items (bootstrap over items, an item's seeds together; seed variance not included)"
+
+
+def state(e: Episode) -> str:
+    """W/M: well-formed with an extractable answer (`ok`) or not; 1/0: right (EM ≥ 0.5) or not."""
+    return ("W" if e.ok else "M") + ("1" if e.em >= 0.5 else "0")
+
+
+def part_of(pre_state: str, post_state: str) -> str:
+    return next((key for key, _, moves in TRANSITION_PARTS if (pre_state, post_state) in moves), "rest")
+
+
+@dataclass
+class TransitionSplit:
+    """One (arm, step, bench, pre): the 4 × 4 transition counts and contributions summed over its seeds'
+    items, each part of ΔEM with its interval (`parts[key] = (estimate, lo, hi)`) and what it covers."""
+
+    n_items: int
+    seeds: tuple[int, ...]
+    pre_em: float
+    post_em: float
+    counts: dict[tuple[str, str], int]
+    contributions: dict[tuple[str, str], float]
+    parts: dict[str, tuple[float, float, float]]
+    covers: str
+
+    @property
+    def delta(self) -> float:
+        return self.parts["delta"][0]
+
+
+def ids_problem(pre: list[Episode], post: list[Episode]) -> str | None:
+    """Why two evaluations of a bench are not over the same items (None when they are): the id sets differ,
+    even with the same count, or an id repeats."""
+    a, b = [e.id for e in pre], [e.id for e in post]
+    if len(set(a)) != len(a) or len(set(b)) != len(b):
+        return "an item id repeats within one evaluation: not paired"
+    only_pre, only_post = set(a) - set(b), set(b) - set(a)
+    if only_pre or only_post:
+        return (f"item ids differ (pre n={len(a)}, post n={len(b)}; {len(only_pre)} only in pre, {len(only_post)} "
+                f"only in post, e.g. {sorted(only_pre or only_post)[0]!r}): not paired")
+    return None
+
+
+def part_intervals(contrib, n_boot: int = 2000, seed: int = 0, conf: float = 0.95) -> tuple[dict, str]:
+    """The interval of each part from per-item contributions `contrib` (items × seeds × parts, each cell the
+    item-seed's EM change if it falls in the part, else 0; a part's estimate is the mean over items and seeds).
+
+    The seam for the study's variance model: today a seeded percentile bootstrap over items, an item's seeds
+    resampled together (covers item sampling; seed variance is not in it). Returns ({part index: (est, lo,
+    hi)}, what the interval covers)."""
+    import numpy as np
+
+    from analysis.stats import percentile_limits, resample_weights
+
+    c = np.asarray(contrib, dtype=float)
+    per_item = c.mean(axis=1)                      # items × parts
+    est = per_item.mean(axis=0)
+    weights = resample_weights(per_item.shape[0], n_boot, seed)
+    boot = weights @ per_item / per_item.shape[0]  # n_boot × parts
+    out = {}
+    for k in range(c.shape[2]):
+        lo, hi = percentile_limits(boot[:, k], conf)
+        out[k] = (float(est[k]), lo, hi)
+    return out, ITEMS_ONLY
+
+
+def transition_split(pairs: list[tuple[int, list[Episode], list[Episode]]], n_boot: int = 2000, seed: int = 0,
+                     conf: float = 0.95) -> TransitionSplit:
+    """The transition table of (seed, pre episodes, post episodes) pairs over one item set (`ids_problem` of
+    every pair and of the seeds among themselves None: checked by the caller). ΔEM is the exact sum of the
+    contributions: Σ over items × seeds of (EM₁ − EM₀) / (items × seeds)."""
+    import numpy as np
+
+    ids = sorted(e.id for e in pairs[0][2])
+    index = {i: k for k, i in enumerate(ids)}
+    n, n_seeds = len(ids), len(pairs)
+    contrib = np.zeros((n, n_seeds, len(PART_KEYS)))
+    counts: Counter = Counter()
+    sums: dict[tuple[str, str], float] = {}
+    pre_em = post_em = 0.0
+    for s, (_, pre, post) in enumerate(pairs):
+        before = {e.id: e for e in pre}
+        for e in post:
+            b = before[e.id]
+            move = (state(b), state(e))
+            d = e.em - b.em
+            counts[move] += 1
+            sums[move] = sums.get(move, 0.0) + d / (n * n_seeds)
+            k = index[e.id]
+            part = part_of(*move)
+            contrib[k, s, PART_KEYS.index("delta")] = d
+            contrib[k, s, PART_KEYS.index(part)] = d
+            if part in ("format_gain", "format_loss"):
+                contrib[k, s, PART_KEYS.index("net_format")] = d
+            elif part in ("capability_gain", "capability_loss"):
+                contrib[k, s, PART_KEYS.index("net_capability")] = d
+            pre_em += b.em / (n * n_seeds)
+            post_em += e.em / (n * n_seeds)
+    limits, covers = part_intervals(contrib, n_boot, seed, conf)
+    return TransitionSplit(n, tuple(sd for sd, _, _ in pairs), pre_em, post_em,
+                           {m: counts[m] for m in sorted(counts)}, {m: sums[m] for m in sorted(sums)},
+                           {key: limits[k] for k, key in enumerate(PART_KEYS)}, covers)
+
+
+@dataclass
+class TransitionRow:
+    """One arm × step × bench against one pre ("anchor" | "step 0" | "step N"): its split, or why refused."""
+
+    arm: str
+    step: int
+    bench: str
+    pre_source: str
+    identity: str                  # "<pre fingerprint> → <post fingerprint>"
+    split: TransitionSplit | None
+    refused: str | None = None
+
+
 # ---- per run: the final checkpoint against its pre evaluation, as a table, a figure and a CSV -------------
 
 @dataclass
@@ -237,11 +393,12 @@ class Point:
 
 @dataclass
 class Decomposed:
-    """Every split point of an analysis, and what could not be split (and why)."""
+    """Every split point of an analysis, the transition rows, and what could not be split (and why)."""
 
     points: list[Point] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # "who × bench" -> why it was not decomposed
+    transitions: list[TransitionRow] = field(default_factory=list)
 
     def finals(self) -> list[Point]:
         """Each run × bench × pre evaluation at its final evaluated step."""
@@ -251,6 +408,16 @@ class Decomposed:
             if key not in last or p.step > last[key].step:
                 last[key] = p
         return list(last.values())
+
+    def final_transitions(self) -> list[TransitionRow]:
+        """Each arm × bench × pre at its final step with a split, and every refused row."""
+        last: dict[tuple[str, str, str], TransitionRow] = {}
+        for r in self.transitions:
+            key = (r.arm, r.bench, r.pre_source)
+            if r.split is not None and (key not in last or r.step > last[key].step):
+                last[key] = r
+        return sorted(list(last.values()) + [r for r in self.transitions if r.split is None],
+                      key=lambda r: (r.arm, r.bench, r.step, r.split is None, r.refused or ""))
 
 
 UNRECORDED = "unrecorded"
@@ -265,13 +432,17 @@ def identity_label(eval_dir: Path, bench: str) -> str:
     return str(fp)[:10] if fp else UNRECORDED
 
 
-def load_behaviour(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> Behaviour | None:
-    """`bench_behaviour`, with what it can't read recorded on `dec`: rows lacking a field the decomposition
-    needs under `skipped` (shown beside the table), anything else wrong under `problems`."""
+def load_episodes(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> list[Episode] | None:
+    """The bench's episodes in one eval dir (None: no rows file, no rows, or unreadable), with what can't be
+    read recorded on `dec`: rows lacking a field the decomposition needs under `skipped` (shown beside the
+    table), anything else wrong under `problems`."""
     from analysis.collect import qa_label
 
+    path = Path(eval_dir) / f"{bench}.jsonl"
+    if not path.is_file():
+        return None
     try:
-        return bench_behaviour(eval_dir, bench)
+        return read_episodes(path) or None
     except MissingField as exc:
         dec.skipped[f"{who} × {qa_label(bench)}"] = f"rows without `{exc.key}` (an older evaluate's?)"
     except AnalysisError as exc:
@@ -279,37 +450,70 @@ def load_behaviour(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> Beh
     return None
 
 
-def decompose_runs(runs, anchor_dir: Path | None, benches: list[str]) -> Decomposed:
+def load_behaviour(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> Behaviour | None:
+    """`bench_behaviour`, with what it can't read recorded on `dec` (`load_episodes`)."""
+    episodes = load_episodes(eval_dir, bench, who, dec)
+    return behaviour(episodes) if episodes else None
+
+
+def _group_transitions(groups: dict, out: Decomposed, n_boot: int, boot_seed: int, conf: float) -> None:
+    """One transition row per (arm, step, bench, pre) over its seeds that share the first seed's item ids."""
+    for (arm, step, bench, source), members in sorted(groups.items(), key=lambda kv: kv[0]):
+        first, kept = members[0], []
+        for m in members:
+            seed, pre_eps, post_eps, pre_ident, ident = m
+            why = ids_problem(first[2], post_eps)
+            if why:
+                out.transitions.append(TransitionRow(arm, step, bench, source, f"{pre_ident} → {ident}", None,
+                                                     f"seed {seed}: against seed {first[0]}'s items: {why}"))
+            else:
+                kept.append(m)
+        if not kept:
+            continue
+        ident = (", ".join(dict.fromkeys(m[3] for m in kept)) + " → " + ", ".join(dict.fromkeys(m[4] for m in kept)))
+        out.transitions.append(TransitionRow(arm, step, bench, source, ident,
+                                             transition_split([m[:3] for m in kept], n_boot, boot_seed, conf)))
+
+
+def decompose_runs(runs, anchor_dir: Path | None, benches: list[str], *, n_boot: int = 2000, boot_seed: int = 0,
+                   conf: float = 0.95) -> Decomposed:
     """Every evaluated step (> 0) of every run × QA bench against its pre evaluation (an RL run's own step
-    0, else the anchor); where that pre has no ok row (the split undefined), also every later step against
-    the run's first checkpoint with one (pre "step N"). A pair whose recorded identities differ beyond the
-    design (analysis.prepost's rule) or that evaluated another number of items is listed as a problem and not
-    split; a pair without recorded identities is split and labelled `unrecorded`."""
+    0, else the anchor): the aggregate split per run (`points`) and the transition table per arm × step
+    (`transitions`, the seeds pooled); where that pre has no ok row (the aggregate split undefined), also
+    every later step against the run's first checkpoint with one (pre "step N", aggregate only). A pair
+    without a recorded identity, whose recorded identities differ beyond the design (analysis.prepost's
+    rule) or whose item ids differ is refused: listed as a problem and as a refused transition row."""
     from analysis.prepost import identity_problem
 
     out = Decomposed()
-    cache: dict[tuple[Path, str], Behaviour | None] = {}
+    cache: dict[tuple[Path, str], list[Episode] | None] = {}
+    groups: dict[tuple[str, int, str, str], list] = {}
 
-    def load(d: Path, bench: str, who: str) -> Behaviour | None:
+    def load(d: Path, bench: str, who: str) -> list[Episode] | None:
         if (d, bench) not in cache:
-            cache[(d, bench)] = load_behaviour(d, bench, who, out)
+            cache[(d, bench)] = load_episodes(d, bench, who, out)
         return cache[(d, bench)]
 
-    def split_against(run, label: str, bench: str, pre_dir: Path, pre: Behaviour, source: str, steps: list[int]):
+    def split_against(run, label: str, bench: str, pre_dir: Path, pre_eps: list[Episode], source: str,
+                      steps: list[int]):
+        pre = behaviour(pre_eps)
         for step in steps:
-            if (b := load(run.evals[step], bench, label)) is None or math.isnan(b.em):
+            if (post_eps := load(run.evals[step], bench, label)) is None:
                 continue
-            ident = identity_label(run.evals[step], bench)
-            recorded = ident != UNRECORDED and identity_label(pre_dir, bench) != UNRECORDED
+            b = behaviour(post_eps)
+            ident, pre_ident = identity_label(run.evals[step], bench), identity_label(pre_dir, bench)
             rule = "anchor" if source == "anchor" else "step 0"   # a run's own checkpoints differ only in the weights
-            if recorded and (why := identity_problem(pre_dir, run.evals[step], bench, rule)):
+            why = identity_problem(pre_dir, run.evals[step], bench, rule) or ids_problem(pre_eps, post_eps)
+            if why:
                 out.problems.append(f"behaviour: {label} step {step} × {bench}: {why}")
-                continue
-            if b.n != pre.n:
-                out.problems.append(f"behaviour: {label} step {step} × {bench}: {b.n} items vs {pre.n} in the "
-                                    f"{source} evaluation: not split")
+                if source in ("anchor", "step 0"):
+                    out.transitions.append(TransitionRow(run.arm, step, bench, source, f"{pre_ident} → {ident}", None,
+                                                         f"seed {run.seed}: {why}"))
                 continue
             out.points.append(Point(run.arm, run.seed, step, bench, ident, source, b, pre, decompose(pre, b)))
+            if source in ("anchor", "step 0"):
+                groups.setdefault((run.arm, step, bench, source), []).append(
+                    (run.seed, pre_eps, post_eps, pre_ident, ident))
 
     for run in runs:
         label = f"{run.arm}/seed{run.seed}"
@@ -318,17 +522,17 @@ def decompose_runs(runs, anchor_dir: Path | None, benches: list[str]) -> Decompo
         source = "step 0" if own_start else "anchor"
         steps = sorted(s for s in run.evals if s > 0)
         for bench in benches:
-            if pre_dir is None or (pre := load(pre_dir, bench, "anchor" if source == "anchor" else label)) is None \
-                    or math.isnan(pre.em):
+            if pre_dir is None or (pre_eps := load(pre_dir, bench, "anchor" if source == "anchor" else label)) is None:
                 continue
-            split_against(run, label, bench, pre_dir, pre, source, steps)
-            if pre.p_ok > 0:
+            split_against(run, label, bench, pre_dir, pre_eps, source, steps)
+            if behaviour(pre_eps).p_ok > 0:
                 continue
-            first = next((s for s in steps if (b := load(run.evals[s], bench, label)) is not None
-                          and not math.isnan(b.em) and b.p_ok > 0), None)
+            first = next((s for s in steps if (e := load(run.evals[s], bench, label)) is not None
+                          and behaviour(e).p_ok > 0), None)
             if first is not None:
                 split_against(run, label, bench, run.evals[first], cache[(run.evals[first], bench)], f"step {first}",
                               [s for s in steps if s > first])
+    _group_transitions(groups, out, n_boot, boot_seed, conf)
     return out
 
 
@@ -353,11 +557,15 @@ def decomposition_tables(dec: Decomposed, anchor: dict[str, Behaviour], anchor_i
     from analysis.collect import qa_label
     from analysis.tables import Column, Table
 
-    caption = ("Format vs capability at each run's final checkpoint, per QA bench (context mode) and evaluation "
-               "identity: ΔEM = Δp·EM₀|ok + p₁·ΔEM|ok + Δ[(1−p)·EM|¬ok], p = share of well-formed episodes with "
-               "an extractable answer; pre is the anchor (SFT arms) or the run's own step 0 (RL), and where that pre has "
-               "no ok episode (split undefined) also the run's first checkpoint with one (pre: step N). Rates of "
-               "the post checkpoint; the three parts add up to ΔEM exactly (analysis/behaviour.py).")
+    caption = ("Aggregate format vs capability split at each run's final checkpoint, per QA bench (context mode) and "
+               "evaluation identity: ΔEM = Δp·EM₀|ok + p₁·ΔEM|ok + Δ[(1−p)·EM|¬ok], p = share of well-formed "
+               "episodes with an extractable answer; pre is the anchor (SFT arms) or the run's own step 0 (RL), and "
+               "where that pre has no ok episode (split undefined) also the run's first checkpoint with one (pre: "
+               "step N). Rates of the post checkpoint; the three parts add up to ΔEM exactly (analysis/behaviour.py). "
+               "Convention: format valued at the pre model's EM|ok, the interaction given to capability. Caveat: "
+               "not item-paired, so confounded by selection (newly well-formed episodes on harder items read as a "
+               "capability loss, a format share above 1); the transition table is the item-paired split. No "
+               "interval.")
     if dec.skipped:
         caption += " Not decomposed: " + "; ".join(f"{k}: {v}" for k, v in sorted(dec.skipped.items())) + "."
     main = Table(caption, [Column("", "", c, "") for c in DECOMPOSITION_COLUMNS], row_header="Run")
@@ -383,6 +591,80 @@ def decomposition_tables(dec: Decomposed, anchor: dict[str, Behaviour], anchor_i
     return main, stages
 
 
+TRANSITION_COLUMNS = ["bench (context mode)", "identity (pre → post)", "seeds × items", "EM pre→post", "ΔEM",
+                      *(label for _, label, _ in TRANSITION_PARTS), "rest", "net format", "net capability",
+                      "interval covers"]
+
+
+def _part_cell(split: TransitionSplit, key: str, count: int | None = None) -> str:
+    est, lo, hi = split.parts[key]
+    return f"{est:+.3f} [{lo:+.3f}, {hi:+.3f}]" + ("" if count is None else f" ({count})")
+
+
+def transition_table(dec: Decomposed, conf: float = 0.95):
+    """The item-paired transition table: per arm × bench × pre at the final step (seeds pooled), ΔEM and its
+    parts with their intervals and the number of item-seed transitions in each; refused pairs with the
+    reason."""
+    from analysis.collect import qa_label
+    from analysis.tables import Column, Table
+
+    caption = ("Item-paired transitions at each arm's final checkpoint, per QA bench (context mode): every item "
+               "(per seed) goes from {well-formed right, well-formed wrong, malformed right, malformed wrong} "
+               "before to one of them after (well-formed: a well-formed episode with an extractable answer; right: "
+               "EM ≥ 0.5); ΔEM is the exact sum of the parts, each Σ(EM₁ − EM₀)/(items × seeds) over its "
+               "transitions: well-formed before, now right (W0→W1); newly well-formed and right (M0→W1); "
+               "well-formed before, now wrong (W1→W0); right before, now malformed (W1→M0); rest (every other "
+               "transition: answers outside the format). Net format = M0→W1 + W1→M0, net capability = W0→W1 + "
+               f"W1→W0. In brackets the {conf:.0%} interval (covers item sampling: a bootstrap over items, an "
+               "item's seeds together; seed variance is not in it), in parentheses the number of item-seed "
+               "transitions. pre: the anchor (SFT arms) or the run's own step 0 (RL). A refused pair (item ids or "
+               "recorded settings differ, or no recorded identity) is shown with the reason, never split.")
+    table = Table(caption, [Column("", "", c, "") for c in TRANSITION_COLUMNS], row_header="Arm")
+    for r in dec.final_transitions():
+        label = f"{r.arm} @{r.step} (pre: {r.pre_source})"
+        if r.split is None:
+            table.rows.append((label, [qa_label(r.bench), r.identity] + [DASH_CELL] * 3
+                               + [f"refused: {r.refused}"] + [DASH_CELL] * (len(TRANSITION_COLUMNS) - 6)))
+            continue
+        sp = r.split
+        counts = {key: sum(sp.counts.get(m, 0) for m in moves) for key, _, moves in TRANSITION_PARTS}
+        moving = sum(c for (a, b), c in sp.counts.items() if part_of(a, b) == "rest" and a[1] != b[1])
+        table.rows.append((label, [
+            qa_label(r.bench), r.identity, f"{len(sp.seeds)} × {sp.n_items}", f"{sp.pre_em:.3f}→{sp.post_em:.3f}",
+            _part_cell(sp, "delta"), *(_part_cell(sp, key, counts[key]) for key, _, _ in TRANSITION_PARTS),
+            _part_cell(sp, "rest", moving), _part_cell(sp, "net_format"), _part_cell(sp, "net_capability"),
+            "items only"]))
+    return table
+
+
+DASH_CELL = "–"
+TRANSITION_CSV = ["arm", "step", "bench", "pre_source", "identity", "seeds", "n_items", "pre_em", "post_em",
+                  *(f"{k}{suffix}" for k in PART_KEYS for suffix in ("", "_lo", "_hi")), "interval_covers",
+                  *(f"n_{a}_{b}" for a in STATES for b in STATES), *(f"em_{a}_{b}" for a in STATES for b in STATES),
+                  "refused"]
+
+
+def write_transitions_csv(dec: Decomposed, path: Path) -> Path:
+    """Every arm × step × bench × pre (not only the final ones): parts with limits, the 16 transition counts
+    and contributions, or the refusal."""
+    import pandas as pd
+
+    rows = []
+    for r in dec.transitions:
+        sp = r.split
+        if sp is None:
+            rows.append([r.arm, r.step, r.bench, r.pre_source, r.identity] + [None] * (len(TRANSITION_CSV) - 6)
+                        + [r.refused])
+            continue
+        rows.append([r.arm, r.step, r.bench, r.pre_source, r.identity, " ".join(map(str, sp.seeds)), sp.n_items,
+                     sp.pre_em, sp.post_em, *(v for k in PART_KEYS for v in sp.parts[k]), sp.covers,
+                     *(sp.counts.get((a, b), 0) for a in STATES for b in STATES),
+                     *(sp.contributions.get((a, b), 0.0) for a in STATES for b in STATES), None])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=TRANSITION_CSV).to_csv(path, index=False)
+    return path
+
+
 CSV_COLUMNS = ["arm", "seed", "step", "bench", "identity", "pre_source", "n", "em", "p_ok", "em_ok", "em_not_ok",
                "well_formed", "extractable", "search_before_answer", "searches", "finish_call", "pre_em", "pre_p_ok",
                "pre_em_ok", "delta_em", "format", "capability", "rest", "rules", "stops", "failures"]
@@ -404,51 +686,50 @@ def write_csv(dec: Decomposed, path: Path) -> Path:
     return path
 
 
-PARTS = (("format", "format (Δp·EM₀|ok)"), ("capability", "capability (p₁·ΔEM|ok)"), ("rest", "rest"))
-
-
-def _bar(p: Point) -> str:
-    """A bar of the figure: the arm, or the arm and its later pre where the first one left the split undefined."""
-    return p.arm if p.pre_source in ("anchor", "step 0") else f"{p.arm}\n(from {p.pre_source})"
+PARTS = (("net_format", "net format (M0→W1 + W1→M0)"), ("net_capability", "net capability (W0→W1 + W1→W0)"),
+         ("rest", "rest"))
 
 
 def plot_decomposition(dec: Decomposed, out_stem: Path):
-    """One panel per QA bench: per arm (mean over seeds at each seed's final step) stacked bars of the
-    format, capability and rest parts, with ΔEM as a black diamond. Returns analysis.figures.FigureInfo."""
+    """One panel per QA bench: per arm (its seeds pooled, at its final step) stacked bars of the transition
+    table's net format, net capability and rest, with ΔEM as a black diamond and its interval. Returns
+    analysis.figures.FigureInfo."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     from analysis.collect import qa_label
     from analysis.figures import OKABE_ITO, PANEL_HEIGHT_IN, RC, FigureInfo, _layout, save_figure, sort_arms
 
-    finals = [p for p in dec.finals() if p.split.why_undefined is None]
-    benches = list(dict.fromkeys(p.bench for p in sorted(finals, key=lambda p: p.bench)))
+    finals = [r for r in dec.final_transitions() if r.split is not None]
+    benches = list(dict.fromkeys(r.bench for r in sorted(finals, key=lambda r: r.bench)))
     out_stem = Path(out_stem)
     out_stem.parent.mkdir(parents=True, exist_ok=True)
-    titles = [f"{qa_label(b)} [{next(p.identity for p in finals if p.bench == b)}]" for b in benches]
+    titles = [qa_label(b) for b in benches]
     info = FigureInfo(paths=[], panels=titles)
-    colours = {"format": OKABE_ITO["orange"], "capability": OKABE_ITO["blue"], "rest": OKABE_ITO["yellow"]}
+    colours = {"net_format": OKABE_ITO["orange"], "net_capability": OKABE_ITO["blue"], "rest": OKABE_ITO["yellow"]}
     rows, cols, width = _layout(max(1, len(benches)))
     with plt.rc_context(RC):
         fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
         for ax, bench, title in zip(axes.flat, benches, titles):
-            here = [p for p in finals if p.bench == bench]
-            arms = sort_arms({_bar(p) for p in here})
+            here = {r.arm: r for r in finals if r.bench == bench}
+            arms = sort_arms(set(here))
             x = np.arange(len(arms))
-            mean = {k: np.array([np.mean([getattr(p.split, k) for p in here if _bar(p) == a]) for a in arms])
-                    for k in ("format", "capability", "rest", "delta")}
+            part = {k: np.array([here[a].split.parts[k][0] for a in arms]) for k in (*dict(PARTS), "delta")}
+            lo = np.array([here[a].split.parts["delta"][1] for a in arms])
+            hi = np.array([here[a].split.parts["delta"][2] for a in arms])
             pos, neg = np.zeros(len(arms)), np.zeros(len(arms))
             for key, label in PARTS:
-                v = mean[key]
+                v = part[key]
                 base = np.where(v >= 0, pos, neg)
                 ax.bar(x, v, bottom=base, color=colours[key], label=label, width=0.6)
                 pos, neg = pos + np.clip(v, 0, None), neg + np.clip(v, None, 0)
-            ax.scatter(x, mean["delta"], marker="D", color=OKABE_ITO["black"], zorder=5, s=10, label="ΔEM")
+            ax.errorbar(x, part["delta"], yerr=[part["delta"] - lo, hi - part["delta"]], fmt="D",
+                        color=OKABE_ITO["black"], zorder=5, markersize=3, capsize=2, linewidth=0.8, label="ΔEM")
             ax.axhline(0, color="0.5", linewidth=0.5)
-            top, bottom = max(pos.max(), mean["delta"].max(), 0.0), min(neg.min(), mean["delta"].min(), 0.0)
+            top, bottom = max(pos.max(), hi.max(), 0.0), min(neg.min(), lo.min(), 0.0)
             pad = 0.12 * ((top - bottom) or 1.0)   # room beyond the tallest bar for its ΔEM marker
             ax.set_ylim(bottom - (pad if bottom < 0 else 0.0), top + pad)
-            ax.set_xticks(x, arms)
+            ax.set_xticks(x, [f"{a}\n@{here[a].step}" for a in arms])
             ax.set_title(title)
             ax.set_ylabel("ΔEM vs pre")
             info.series[title] = arms
@@ -457,13 +738,14 @@ def plot_decomposition(dec: Decomposed, out_stem: Path):
         if not benches:
             axes.flat[0].set_visible(True)
             axes.flat[0].axis("off")
-            axes.flat[0].text(0.5, 0.5, "no QA bench with a defined split", ha="center", va="center")
+            axes.flat[0].text(0.5, 0.5, "no QA bench with an item-paired split", ha="center", va="center")
         handles, labels = axes.flat[0].get_legend_handles_labels()
         if handles:
             fig.legend(handles, labels, loc="upper center", ncol=len(labels), frameon=False, bbox_to_anchor=(0.5, 1.0))
-        info.caption = ("ΔEM from each arm's pre evaluation at its final checkpoint (mean over seeds), split into "
-                        "format, capability and rest (ΔEM = Δp·EM₀|ok + p₁·ΔEM|ok + Δ[(1−p)·EM|¬ok]); \"from step "
-                        "N\": against the run's first checkpoint with a well-formed, extractable answer, where its "
-                        "pre had none; panel titles: bench (context mode) [evaluation identity].")
+        info.caption = ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
+                        "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
+                        "(newly well-formed and right, minus right before and now malformed), net capability "
+                        "(well-formed before and now right, minus well-formed before and now wrong) and the rest; "
+                        "the diamond is ΔEM with its 95% interval over items (seed variance not included).")
         save_figure(fig, info, out_stem, rows)
     return info

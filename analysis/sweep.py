@@ -128,25 +128,28 @@ def _arm_steps(runs: list[Run]) -> dict[str, list[int]]:
 
 
 def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], anchor_eval: Path, qa: list[str],
-                  out: Path) -> None:
-    """The behaviour decomposition's tables (decomposition, stages), figure and per-checkpoint CSV."""
+                  out: Path, *, n_boot: int = 2000, boot_seed: int = 0, conf: float = 0.95) -> None:
+    """The behaviour decomposition's tables (transitions, decomposition, stages), figure and per-checkpoint CSVs."""
     from analysis import behaviour
 
     have_anchor = (anchor_eval / "summary.json").is_file()
-    dec = behaviour.decompose_runs(runs, anchor_eval if have_anchor else None, qa)
+    dec = behaviour.decompose_runs(runs, anchor_eval if have_anchor else None, qa, n_boot=n_boot,
+                                   boot_seed=boot_seed, conf=conf)
     anchor, ids = {}, {}
     for bench in qa if have_anchor else []:
         if (b := behaviour.load_behaviour(anchor_eval, bench, "anchor", dec)) is not None:
             anchor[bench], ids[bench] = b, behaviour.identity_label(anchor_eval, bench)
     result.problems += dec.problems
-    if not dec.points and not anchor and not dec.skipped:
+    if not dec.points and not anchor and not dec.skipped and not dec.transitions:
         return
     main, stages = behaviour.decomposition_tables(dec, anchor, ids)
-    for name, t in (("decomposition", main), ("behaviour_stages", stages)):
+    for name, t in (("transitions", behaviour.transition_table(dec, conf)), ("decomposition", main),
+                    ("behaviour_stages", stages)):
         result.tables[name] = t
         table_paths[name] = t.write(out / "tables" / name)
+    table_paths["transitions"].append(behaviour.write_transitions_csv(dec, out / "tables" / "transitions.csv"))
     table_paths["decomposition"].append(behaviour.write_csv(dec, out / "tables" / "decomposition_points.csv"))
-    if dec.points:
+    if dec.transitions:
         result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition"))
 
 
@@ -242,7 +245,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         result.tables["prepost"] = pp.table()
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
     if qa:  # format vs capability (analysis.behaviour): the rows evaluate wrote, per checkpoint and bench
-        add_behaviour(result, table_paths, runs, anchor_eval, qa, out)
+        add_behaviour(result, table_paths, runs, anchor_eval, qa, out, n_boot=cfg.n_boot, boot_seed=cfg.boot_seed,
+                      conf=cfg.conf)
     if any(b in TF_BENCHES for b in benches):   # teacher-forced losses on the held-out sets, per span kind
         add_teacher_forced(result, table_paths, table, eval_dirs, axis, out)
     if study is not None and study.reference_results:

@@ -5,7 +5,9 @@ import math
 import pytest
 from test_analysis_helpers import make_run
 
-from analysis.behaviour import bench_behaviour, decompose
+import numpy as np
+
+from analysis.behaviour import bench_behaviour, decompose, read_episodes, transition_split
 from launch.analyze import run_analysis
 from common.io import write_json
 
@@ -158,4 +160,128 @@ def test_an_undefined_split_is_also_made_from_the_runs_first_well_formed_checkpo
     points = (tmp_path / "rep" / "tables" / "decomposition_points.csv").read_text().splitlines()
     assert len(points) == 1 + 3 + 1   # every step against the anchor, and step 20 against step 10
     figure = next(f for f in res.figures if f.paths[0].stem == "decomposition")
-    assert list(figure.series.values()) == [["r2e\n(from step 10)"]]   # only the defined split is drawn
+    assert list(figure.series.values()) == [["r2e"]]   # the item-paired split against the anchor: always defined
+
+
+# ---- the item-paired transition table, against a numpy oracle ---------------------------------------------
+
+def _item_rows(ok, right, prefix="q") -> list[dict]:
+    """One row per item i: well-formed with an extractable answer where ok[i] (else no answer), EM right[i]."""
+    return [_row(i, ok=bool(o), em=float(r)) | {"id": f"{prefix}{i}"} for i, (o, r) in enumerate(zip(ok, right))]
+
+
+def _oracle(pre_ok, pre_em, post_ok, post_em) -> dict:
+    """The transition parts by plain numpy masks (items × seeds arrays; right = EM 1)."""
+    pre_ok, pre_em, post_ok, post_em = (np.atleast_2d(np.asarray(x, float).T).T for x in (pre_ok, pre_em, post_ok, post_em))
+    d = post_em - pre_em
+    w0, w1, m0 = (pre_ok == 1) & (pre_em == 0), (pre_ok == 1) & (pre_em == 1), (pre_ok == 0) & (pre_em == 0)
+    to_w1, to_w0, to_m0 = (post_ok == 1) & (post_em == 1), (post_ok == 1) & (post_em == 0), (post_ok == 0) & (post_em == 0)
+    parts = {"capability_gain": w0 & to_w1, "format_gain": m0 & to_w1, "capability_loss": w1 & to_w0,
+             "format_loss": w1 & to_m0}
+    out = {k: float((d * m).mean()) for k, m in parts.items()}
+    out["rest"] = float((d * ~np.any(list(parts.values()), axis=0)).mean())
+    out["delta"] = float(d.mean())
+    return out
+
+
+def _split(tmp_path, pre_rows, post_rows, n_boot=400):
+    _write(tmp_path / "pre", pre_rows)
+    _write(tmp_path / "post", post_rows)
+    pre, post = read_episodes(tmp_path / "pre" / "nq.jsonl"), read_episodes(tmp_path / "post" / "nq.jsonl")
+    return transition_split([(0, pre, post)], n_boot=n_boot, seed=1), pre, post
+
+
+def test_a_format_fix_on_hard_items_is_no_capability_loss(tmp_path):
+    """The selection case: the model knows the same items before and after (45 of 50 easy, well-formed items;
+    20 of 50 hard ones it answered malformed before); only the format on the hard items is fixed. The aggregate
+    split reads capability −0.25 (format share 2.25); the transition table: no capability change at all."""
+    pre_ok = [1] * 50 + [0] * 50
+    knows = [1] * 45 + [0] * 5 + [1] * 20 + [0] * 30
+    pre_em = [k * o for k, o in zip(knows, pre_ok)]
+    post_ok, post_em = [1] * 100, knows
+    sp, pre, post = _split(tmp_path, _item_rows(pre_ok, pre_em), _item_rows(post_ok, post_em))
+    oracle = _oracle(pre_ok, pre_em, post_ok, post_em)
+    assert decompose(bench_behaviour(tmp_path / "pre", "nq"), bench_behaviour(tmp_path / "post", "nq")).capability \
+        == pytest.approx(-0.25)   # the aggregate split's selection artefact, kept only with its caveat
+    for key, value in oracle.items():
+        assert sp.parts[key][0] == pytest.approx(value, abs=1e-12)
+    assert sp.parts["net_capability"][0] >= -0.02 and sp.parts["net_capability"][2] >= 0
+    assert sp.parts["net_format"][0] == pytest.approx(0.20) and sp.delta == pytest.approx(0.20)
+    assert sum(sp.parts[k][0] for k in ("capability_gain", "format_gain", "capability_loss", "format_loss", "rest")) \
+        == pytest.approx(sp.delta, abs=1e-12)
+    assert sp.counts[("M0", "W1")] == 20 and sp.counts[("M0", "W0")] == 30 and sp.counts[("W1", "W1")] == 45
+    lo, hi = sp.parts["format_gain"][1:]
+    assert lo < 0.2 < hi and hi - lo < 0.2   # an interval around the estimate, not everything
+
+
+def test_format_only_and_capability_only_changes_land_in_their_own_part(tmp_path):
+    # format only: 40 -> 80 well-formed; the old 40 unchanged (20 right), the newly well-formed 40 right half the time
+    pre_ok, pre_em = [1] * 40 + [0] * 60, [1] * 20 + [0] * 80
+    post_ok, post_em = [1] * 80 + [0] * 20, [1] * 20 + [0] * 20 + [1] * 20 + [0] * 40
+    sp, _, _ = _split(tmp_path / "f", _item_rows(pre_ok, pre_em), _item_rows(post_ok, post_em))
+    assert sp.delta == pytest.approx(0.2) == pytest.approx(_oracle(pre_ok, pre_em, post_ok, post_em)["delta"])
+    assert sp.parts["net_format"][0] / sp.delta >= 0.95 and abs(sp.parts["net_capability"][0] / sp.delta) <= 0.05
+    # capability only: the same 60 well-formed before and after, 18 -> 36 of them right
+    sp, _, _ = _split(tmp_path / "c", _rows(60, 18), _rows(60, 36))
+    assert sp.parts["net_capability"][0] / sp.delta >= 0.95 and abs(sp.parts["net_format"][0] / sp.delta) <= 0.05
+
+
+def test_random_pairs_over_seeds_match_the_oracle_exactly(tmp_path):
+    rng = np.random.default_rng(3)
+    n, seeds = 60, 3
+    pre_ok, pre_em = rng.random(n) < 0.5, rng.random(n) < 0.4
+    post_ok, post_em = rng.random((n, seeds)) < 0.7, rng.random((n, seeds)) < 0.5
+    _write(tmp_path / "pre", _item_rows(pre_ok, pre_em))
+    pairs = []
+    for s in range(seeds):
+        _write(tmp_path / f"post{s}", _item_rows(post_ok[:, s], post_em[:, s])[::-1])   # another row order
+        pairs.append((s, read_episodes(tmp_path / "pre" / "nq.jsonl"), read_episodes(tmp_path / f"post{s}" / "nq.jsonl")))
+    sp = transition_split(pairs, n_boot=200, seed=0)
+    oracle = _oracle(np.repeat(pre_ok[:, None], seeds, 1), np.repeat(pre_em[:, None], seeds, 1), post_ok, post_em)
+    for key, value in oracle.items():
+        assert sp.parts[key][0] == pytest.approx(value, abs=1e-12)
+    assert sum(sp.counts.values()) == n * seeds and sp.seeds == (0, 1, 2)
+    assert transition_split(pairs, n_boot=200, seed=0).parts == sp.parts   # seeded
+
+
+def _add_bench(eval_dir, rows, bench):
+    """Another bench's rows and summary in an eval dir, its identity not recorded in meta.json."""
+    (eval_dir / f"{bench}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = json.loads((eval_dir / "summary.json").read_text())
+    summary[bench] = summary["nq"] | {"em": sum(r["metrics"]["em"] for r in rows) / len(rows)}
+    write_json(eval_dir / "summary.json", summary)
+
+
+def test_the_transition_table_refuses_other_items_and_unrecorded_pre_and_shows_intervals(tmp_path):
+    """One report, three pairs against the anchor: search × nq paired (split, with intervals); r2e × nq over
+    other item ids with the same count (refused); r2e × triviaqa whose anchor records no identity (refused,
+    and not labelled with the post's identity)."""
+    root = tmp_path / "runs"
+    anchor = root / "_anchor" / "eval" / "step-000000"
+    r2e, search = make_run(root, "r2e", 0, [10]), make_run(root, "search", 0, [10])
+    _write(anchor, _rows(40, 20), fingerprint="anchorfp000")
+    _add_bench(anchor, _rows(40, 20), "triviaqa")
+    _write(search / "eval" / "step-000010", _rows(60, 30), fingerprint="searchfp01")
+    _write(r2e / "eval" / "step-000010", [r | {"id": f"other{i}"} for i, r in enumerate(_rows(60, 30))],
+           fingerprint="armfp00001")
+    _add_bench(r2e / "eval" / "step-000010", _rows(60, 30), "triviaqa")
+    meta = json.loads((r2e / "eval" / "step-000010" / "meta.json").read_text())
+    meta["identities"]["triviaqa"] = {"fingerprint": "armtqa0001", "keys": {"evaluate.n": N}}
+    write_json(r2e / "eval" / "step-000010" / "meta.json", meta)
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq", "triviaqa"],
+                        "evaluate": False, "n_boot": 50, "metrics": ["em"]})
+    rows = {(label, cells[0]): cells for label, cells in res.tables["transitions"].rows}
+    assert set(rows) == {("r2e @10 (pre: anchor)", "nq (open)"), ("r2e @10 (pre: anchor)", "triviaqa (open)"),
+                         ("search @10 (pre: anchor)", "nq (open)")}
+    ids = rows[("r2e @10 (pre: anchor)", "nq (open)")]
+    assert any(c.startswith("refused: seed 0: item ids differ (pre n=100, post n=100; 100 only in pre") for c in ids)
+    unrecorded = rows[("r2e @10 (pre: anchor)", "triviaqa (open)")]
+    assert unrecorded[1] == "unrecorded → armtqa0001"
+    assert any("refused: seed 0: no recorded evaluation identity" in c for c in unrecorded)
+    assert [label for label, _ in res.tables["decomposition"].rows] == ["search/seed0 @10 (pre: anchor)"]
+    cells = rows[("search @10 (pre: anchor)", "nq (open)")]
+    assert cells[1:4] == ["anchorfp00 → searchfp01", "1 × 100", "0.200→0.300"]
+    assert cells[4].startswith("+0.100 [") and cells[-1] == "items only"
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "### transitions" in report and "newly well-formed and right" in report and "item ids differ" in report
+    assert len((tmp_path / "rep" / "tables" / "transitions.csv").read_text().splitlines()) == 4

@@ -34,13 +34,16 @@ def test_analytic_power_matches_a_seeded_simulation(items, seeds, effect):
 
 def test_the_items_needed_reach_the_target_power_in_simulation():
     c = power.Components(item=0.09, seed=0.0004, resid=0.06, how="given")
-    n = power.items_needed(c, 0.05, 3)
-    assert n is not None and power.power(0.05, math.sqrt(c.var(n, 3))) >= 0.8 > power.power(0.05, math.sqrt(c.var(n - 1, 3)))
-    assert abs(_simulated_power(np.random.default_rng(5), c, 0.05, n, 3) - 0.8) <= 0.02
+    n = power.items_needed(c, 0.05, 5)
+    assert n is not None and power.design_power(c, 0.05, n, 5) >= 0.8 > power.design_power(c, 0.05, n - 1, 5)
+    # the t on the design's df asks for more than the z with a known variance would: the z power is above target
+    assert _simulated_power(np.random.default_rng(5), c, 0.05, n, 5) >= 0.8 - 0.02
+    # at 3 seeds the seed mean square dominates, the design's t has ~2 df and the target is out of reach
+    assert power.items_needed(c, 0.05, 3) is None
     # the seed part alone caps what items can buy: 1 seed with σ²_seed 0.0004 never reaches 0.0125 at 80%
     assert power.items_needed(c, 0.0125, 1) is None
-    mde = power.mde(c, n, 3)
-    assert power.power(mde, math.sqrt(c.var(n, 3))) == pytest.approx(0.8, abs=1e-6)
+    mde = power.mde(c, n, 5)
+    assert power.design_power(c, mde, n, 5) == pytest.approx(0.8, abs=1e-6)
 
 
 def test_the_anova_recovers_the_components_of_a_large_pilot():
@@ -68,6 +71,64 @@ def test_analyze_power_prints_the_design_from_a_pilot_runs_root(tmp_path, capsys
     run_analysis({"evaluate": False, "power": {"pilot": str(tmp_path / "one"), "seed_sd": 0.01}})
     text = capsys.readouterr().out
     assert "× nq: 10 items × 1 seed(s)" in text and "σ²_item = 2·Var(y)" in text
+
+
+POWER_PILOTS, POWER_ITEMS, POWER_SEEDS = 20, 500, 3
+TRUTH = {"item": 0.3 ** 2, "seed": 0.01 ** 2, "resid": 0.4 ** 2}   # σ_seed one EM point
+EFFECT, MAX_SEEDS = 0.05, 30
+
+
+def _true_power(items: int, seeds: int) -> float:
+    """The oracle: the two-sided 5% z test with the true variance of the known model."""
+    se = math.sqrt(TRUTH["item"] / items + TRUTH["seed"] / seeds + TRUTH["resid"] / (items * seeds))
+    z = norm.isf(0.025)
+    return float(norm.sf(z - EFFECT / se) + norm.cdf(-z - EFFECT / se))
+
+
+def _true_items(seeds: int) -> int:
+    """The fewest items with true power >= 0.8 at `seeds` seeds (bisection on the closed form)."""
+    lo, hi = 2, 10 ** 8
+    assert _true_power(hi, seeds) >= 0.8
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _true_power(mid, seeds) >= 0.8 else (mid + 1, hi)
+    return lo
+
+
+def test_recommended_designs_reach_their_power_across_pilots_without_asking_for_far_too_much():
+    """20 pilots of 3 seeds × 500 items drawn from one known crossed model (σ_item 0.3, σ_seed 0.01, σ_resid
+    0.4, Δ 0.05). The recommended design (fewest seeds × items reaching 80% at the seed variance's upper limit,
+    <= 30 seeds) has true power >= 0.75 in >= 80% of the pilots (no recommendation counts as a miss), and its
+    items are at most 2× the true requirement at its number of seeds in the median (none: infinitely many).
+    Today's z test on the point estimate recommends 1-seed designs whenever σ_seed comes out 0."""
+    rng = np.random.default_rng(0)
+    reached, ratios = 0, []
+    for _ in range(POWER_PILOTS):
+        d = (EFFECT + rng.normal(0, math.sqrt(TRUTH["item"]), (POWER_ITEMS, 1))
+             + rng.normal(0, math.sqrt(TRUTH["seed"]), (1, POWER_SEEDS))
+             + rng.normal(0, math.sqrt(TRUTH["resid"]), (POWER_ITEMS, POWER_SEEDS)))
+        design = power.recommend(power.estimate(d), EFFECT, MAX_SEEDS)
+        if design is None:
+            ratios.append(math.inf)
+            continue
+        seeds, items = design
+        reached += _true_power(items, seeds) >= 0.75
+        ratios.append(items / _true_items(seeds))
+    assert reached >= 0.8 * POWER_PILOTS
+    assert np.median(ratios) <= 2.0
+
+
+def test_a_pilot_without_variance_is_refused_never_power_one(tmp_path, capsys):
+    from launch.analyze import main
+
+    with pytest.raises(ValueError, match="without variance"):
+        power.power(0.042, 0.0)
+    with pytest.raises(power.NoVariance):
+        power.from_one_evaluation(np.zeros(50))
+    write_eval(tmp_path / "zero", {"nq": 0.0}, n=50)   # a base model that fails every item
+    assert main([f"power.pilot={tmp_path / 'zero'}", "evaluate=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "every item scored 0: no variance" in err[0] and "1.000" not in err[0]
 
 
 def test_analyze_power_refuses_a_missing_pilot_in_one_line(tmp_path, capsys):
