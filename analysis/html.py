@@ -225,8 +225,9 @@ def _list_html(items: list[str], empty: str, list_id: str) -> str:
 
 
 def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missing: list, problems: list[str],
-               settings: dict, benches: list[str], anchor_eval: Path | None) -> Path:
-    """`<out>/report.html` + `<out>/report_data/` (the trajectories of every eval dir, sharded)."""
+               settings: dict, benches: list[str], anchor_eval: Path | None, partial: str | None = None) -> Path:
+    """`<out>/report.html` + `<out>/report_data/` (the trajectories of every eval dir, sharded); `partial`
+    (some expected point failed to evaluate) heads the report."""
     out = Path(out)
     problems = list(problems)
     entries = write_shards(out / DATA_DIR, eval_dirs(runs, anchor_eval), benches, problems)
@@ -237,7 +238,7 @@ def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missi
              "headline": {b: ENV_BENCH_METRIC.get(b, "em") for b in bench_names}}
     settings_html = ", ".join(f"<code>{_e(k)}={_e(v)}</code>" for k, v in settings.items())
     parts = [
-        '<section id="report" class="tab">',
+        '<section id="report" class="tab">', f'<p id="partial"><b>{_e(partial)}</b></p>' if partial else "",
         "<h2>Results</h2>", "".join(_table_html(n, t) for n, t in tables.items() if n.startswith("main")),
         "<h2>Figures</h2>", "".join(_figure_html(f) for f in figures),
         "<h2>Paired, pre/post and reference tables</h2>",

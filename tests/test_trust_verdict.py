@@ -36,3 +36,127 @@ def test_a_python_interpreter_answers_the_probe_with_its_missing_modules():
     interpreter.missing_modules.cache_clear()
     assert interpreter.missing_modules(sys.executable, ("json", "no_such_module_62")) == ("no_such_module_62",)
     assert interpreter.check("eval", sys.executable, {"json": "x"}) is None
+
+
+# ------------------------------------------------------------------ analyze's exit status is its verdict
+FACTS = [("Lomira", "capital", "Velsk"), ("Tandor", "river", "Ossa")]
+
+
+def _tiny_study(root):
+    from common.io import write_jsonl
+    from sft.tiny import save_tiny_model
+
+    (root / "benches" / "synthqa").mkdir(parents=True)
+    write_jsonl(root / "corpus.jsonl", ({"id": str(i), "contents": f'"{n}"\nThe {a} of {n} is {v}.'}
+                                        for i, (n, a, v) in enumerate(FACTS)))
+    write_jsonl(root / "benches" / "synthqa" / "test.jsonl", ({"id": f"q{i}", "question": f"What is the {a} of {n}?",
+                                                               "golden_answers": [v]} for i, (n, a, v) in enumerate(FACTS)))
+    run = root / "runs" / "r2e" / "seed0"
+    save_tiny_model(run / "checkpoints" / "step-000001", seed=1)
+    (run / "DONE").write_text("")
+    return [f"runs_root={root / 'runs'}", f"out={root / 'rep'}", "benches=[synthqa]", "n_boot=20", "n=2",
+            f"eval.corpus={root / 'corpus.jsonl'}", f"eval.bench_root={root / 'benches'}", "eval.max_turns=1",
+            "eval.max_model_len=512", "eval.max_new_tokens=4", "eval.progress=false", f"eval.index_dir={root / 'idx'}"]
+
+
+@pytest.mark.slow
+def test_a_failed_re_evaluation_is_a_gap_and_fails_analyze(tmp_path, capfd):
+    """Issue 62, item 1: re-evaluated under other settings that fail (backend=vllm where vLLM is missing), the
+    old summary stayed while its rows were renamed aside, the report plotted it, "0 missing point(s)", exit 0.
+    Now the summary goes aside with its rows, the point is a gap whose reason is on the console, the report's
+    first line says PARTIAL and analyze exits 4 (0 with allow_failed=true)."""
+    import json
+
+    pytest.importorskip("evals.run")
+    if interpreter.missing_modules(sys.executable, ("vllm",)) == ():
+        pytest.skip("vLLM is installed here: backend=vllm would not fail")
+    argv = _tiny_study(tmp_path)
+    eval_dir = tmp_path / "runs" / "r2e" / "seed0" / "eval" / "step-000001"
+    assert analyze_main(argv) == 0
+    assert "synthqa" in json.loads((eval_dir / "summary.json").read_text())
+    capfd.readouterr()
+    assert analyze_main([*argv, "eval.backend=vllm"]) == 4
+    out, err = capfd.readouterr()
+    [line] = [x for x in err.splitlines() if x.startswith("evaluation failed for")]
+    assert line.startswith("evaluation failed for 1 point(s) (r2e/seed0/step 1 × synthqa): ") and "vllm" in line.lower()
+    assert "error: 1 expected point(s) failed to evaluate" in err
+    assert "synthqa" not in json.loads((eval_dir / "summary.json").read_text())   # no summary outlives its rows
+    assert list(eval_dir.glob("summary.json.replaced-*")) and list(eval_dir.glob("synthqa.jsonl.replaced-*"))
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert report.splitlines()[0] == "# Transfer-curve report: PARTIAL: 1 expected point(s) failed to evaluate " \
+                                     "(listed under Missing points)"
+    assert "r2e/seed0/step-000001 × synthqa: evaluation failed: " in report
+    assert 'id="partial"' in (tmp_path / "rep" / "report.html").read_text()
+    results = (tmp_path / "rep" / "results.csv").read_text().splitlines()
+    assert results == ["arm,seed,step,bench,metric,value,n"]
+    assert analyze_main([*argv, "eval.backend=vllm", "allow_failed=true"]) == 0
+    assert "evaluation failed for 1 point(s)" in capfd.readouterr().err
+
+
+def test_analyze_with_nothing_to_analyze_exits_2(tmp_path, capfd):
+    """Issue 62, item 9: a runs_root that does not exist wrote an empty report, exit 0."""
+    missing = tmp_path / "nope"
+    assert analyze_main([f"runs_root={missing}", "evaluate=false", f"out={tmp_path / 'rep'}"]) == 2
+    assert capfd.readouterr().err == f"error: runs_root={missing}: no such directory and no anchor=: nothing to analyze\n"
+    (tmp_path / "empty").mkdir()
+    assert analyze_main([f"runs_root={tmp_path / 'empty'}", "evaluate=false", f"out={tmp_path / 'rep'}"]) == 2
+    assert "no runs in it" in capfd.readouterr().err
+    assert not (tmp_path / "rep").exists()
+    assert analyze_main([f"runs_root={missing}", "evaluate=false", "dry_run=true"]) == 0
+
+
+def test_a_point_whose_evaluation_failed_is_a_gap_whatever_its_eval_dir_holds(tmp_path, capsys):
+    """The analysis half of item 1, without a model: an evaluation that fails leaves an old summary on disk;
+    the point is not reported (a gap naming the failure), the command's verdict is 4, the reasons grouped."""
+    from test_analysis_helpers import make_run
+
+    from launch.analyze import print_result, run_analysis
+
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10, 20], evaluated={10: {"nq": 0.8}, 20: {"nq": 0.6}})
+
+    def failing(cfg):
+        raise RuntimeError("No module named 'vllm'")
+    failing.pending = lambda cfg: {"nq": ["backend: hf -> vllm"]}   # held under another evaluation identity
+    failing.check = lambda cfg: cfg
+    cfg = {"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq"], "n_boot": 20}
+    res = run_analysis(cfg, evaluator=failing)
+    assert res.table.empty, res.table                     # 0.8 and 0.6 are another identity's numbers
+    assert [m.line() for m in res.missing if m.arm == "r2e"] == [
+        f"r2e/seed0/step-{s:06d} × nq: evaluation failed: RuntimeError: No module named 'vllm'" for s in (10, 20)]
+    assert (tmp_path / "rep" / "report.md").read_text().startswith(
+        "# Transfer-curve report: PARTIAL: 2 expected point(s) failed to evaluate")
+    capsys.readouterr()
+    assert print_result(res) == 4
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["evaluation failed for 2 point(s) (r2e/seed0/step 10 × nq, r2e/seed0/step 20 × nq): "
+                   "RuntimeError: No module named 'vllm'",
+                   "error: 2 expected point(s) failed to evaluate; the report is marked PARTIAL "
+                   "(allow_failed=true accepts it: exit 0)"]
+    assert print_result(run_analysis({**cfg, "allow_failed": True}, evaluator=failing)) == 0
+    # evaluate=false reports what is on disk, as it is
+    assert len(run_analysis({**cfg, "evaluate": False}).table) > 0
+
+
+def test_an_evaluation_renaming_a_bench_aside_takes_it_out_of_summary_and_meta(tmp_path, capsys):
+    """evals.store.EvalStore.claim(overwrite=true) renamed the rows aside but left the bench in summary.json and
+    meta.json: an evaluation failing after it left a summary whose rows were gone (issue 62, item 1)."""
+    import json
+
+    from common.io import write_json
+    from evals.store import EvalStore
+
+    out = tmp_path / "eval"
+    store = EvalStore(out)
+    (out / "sampled_ids").mkdir(parents=True)
+    write_json(store.sample_path("nq"), {"ids": ["a"]})
+    store.rows_path("nq").write_text('{"id": "a", "identity": "old"}\n')
+    write_json(out / "summary.json", {"nq": {"em": 1.0, "n": 1}, "hotpotqa": {"em": 0.5, "n": 1}})
+    write_json(out / "meta.json", {"identities": {"nq": {"fingerprint": "old"}, "hotpotqa": {"fingerprint": "h"}}})
+    store.claim("nq", {"fingerprint": "new"}, {"fingerprint": "old"}, overwrite=True)
+    assert json.loads((out / "summary.json").read_text()) == {"hotpotqa": {"em": 0.5, "n": 1}}
+    assert json.loads((out / "meta.json").read_text()) == {"identities": {"hotpotqa": {"fingerprint": "h"}}}
+    [summary_aside] = out.glob("summary.json.replaced-*")
+    assert json.loads(summary_aside.read_text())["nq"] == {"em": 1.0, "n": 1}    # nothing is deleted
+    assert list(out.glob("meta.json.replaced-*")) and list(out.glob("nq.jsonl.replaced-*"))
+    assert not store.rows_path("nq").exists()
