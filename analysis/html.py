@@ -22,9 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from analysis.collect import ENV_BENCH_METRIC
+from analysis.collect import ENV_BENCH_METRIC, json_rows, row_problem
 from analysis.discover import ANCHOR_ARM, Run, provenance
-from common.io import parse_json_line, read_jsonl
 
 ASSETS = Path(__file__).with_name("html_assets")
 DATA_DIR = "report_data"
@@ -131,17 +130,14 @@ def list_item(bench: str, row: dict, chunk: int) -> dict:
 
 def read_rows(path: Path, problems: list[str]) -> list[dict]:
     rows = []
-    for lineno, line in read_jsonl(path):
-        try:
-            obj = parse_json_line(line)
-        except ValueError as exc:
-            problems.append(f"{path}:{lineno}: not shown in report.html ({exc})")
-            continue
-        if isinstance(obj, dict) and "id" in obj:
-            rows.append(obj)
+    for lineno, obj, why in json_rows(path):
+        why = why or row_problem(obj) or (None if "id" in obj else "a row needs an `id`")
+        if why:
+            problems.append(f"{path}:{lineno}: not shown in report.html ({why})")
         else:
-            problems.append(f"{path}:{lineno}: not shown in report.html (a row needs an `id`)")
+            rows.append(obj)
     return rows
+
 
 
 def _write_shard(path: Path, key: str, data: Any) -> int:

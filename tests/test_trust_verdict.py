@@ -3,6 +3,7 @@ one only if it answers a Python probe; analyze's exit status is the analysis' ve
 eval dir's rows report a torn or mistyped row in one line."""
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -160,3 +161,59 @@ def test_an_evaluation_renaming_a_bench_aside_takes_it_out_of_summary_and_meta(t
     assert json.loads(summary_aside.read_text())["nq"] == {"em": 1.0, "n": 1}    # nothing is deleted
     assert list(out.glob("meta.json.replaced-*")) and list(out.glob("nq.jsonl.replaced-*"))
     assert not store.rows_path("nq").exists()
+
+
+# ------------------------------------------------------------------ readers of eval rows: one line per bad row
+GOOD_ROW = (b'{"id": "a", "metrics": {"em": 1.0}, "extract_rule": "final_answer", "stop_reason": "answer", '
+            b'"num_tool_errors": 0, "num_tool_calls": 1}\n')
+
+
+@pytest.mark.parametrize("case, tail, said", [
+    ("torn mid-UTF-8", '{"id": "x", "question": "caf\u00e9'.encode()[:-1], "a torn last line (no newline at its end"),
+    ("torn ASCII", b'{"id": "x", "metr', "a torn last line (no newline at its end"),
+    ("non-numeric metric", b'{"id": "x", "metrics": {"em": "high"}}\n', "metric em = 'high': not a number"),
+    ("non-dict function", b'{"id": "x", "metrics": {"em": 1}, "extract_rule": "none", "stop_reason": "answer", '
+                          b'"num_tool_errors": 0, "messages": [{"role": "assistant", "tool_calls": '
+                          b'[{"function": "search"}]}]}\n', "a tool call's `function` is str, not an object"),
+    ("non-numeric count", b'{"id": "x", "metrics": {"em": 1}, "num_tool_calls": "two"}\n',
+     "num_tool_calls = 'two': not a number"),
+])
+def test_a_bad_eval_row_is_one_line_naming_file_and_line(tmp_path, case, tail, said):
+    """Issue 62, items 5 and 8: a torn last line (a JsonLineError traceback when cut inside a character), a
+    non-numeric metric or a non-dict `function` (html.list_item / html._calls tracebacks) in an eval jsonl:
+    each reader of the rows names the file and line in one line (report.html's and behaviour's: the bad row;
+    the bootstraps': a bad line of the per-item metrics), none raises anything else."""
+    from analysis.behaviour import read_episodes
+    from analysis.collect import example_metric
+    from analysis.errors import AnalysisError
+    from analysis.html import read_rows
+
+    rows = tmp_path / "nq.jsonl"
+    rows.write_bytes(GOOD_ROW + tail)
+    problems = []
+    assert [r["id"] for r in read_rows(rows, problems)] == ["a"]
+    assert len(problems) == 1 and problems[0].startswith(f"{rows}:2: not shown in report.html ({said}"), problems
+    with pytest.raises(AnalysisError, match=f"^{re.escape(str(rows))}:2: .*{re.escape(said)}"):
+        read_episodes(rows)
+    problems = []
+    example_metric(tmp_path, "nq", "em", problems)
+    assert all(p.startswith(f"{rows}:2: ") for p in problems)
+
+
+def test_analyze_names_a_row_torn_inside_a_character_and_still_reports(tmp_path, capfd):
+    """The probe's case: the last row of an eval jsonl cut inside a multibyte character made analyze end in a
+    JsonLineError traceback, no report."""
+    import html
+
+    from test_analysis_helpers import make_run
+
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10], evaluated={10: {"nq": 0.5}})
+    rows = root / "r2e" / "seed0" / "eval" / "step-000010" / "nq.jsonl"
+    rows.write_bytes(rows.read_bytes() + '{"id": "x", "question": "caf\u00e9'.encode()[:-1])
+    assert analyze_main([f"runs_root={root}", "evaluate=false", "benches=[nq]", f"out={tmp_path / 'rep'}",
+                         "n_boot=10"]) == 0
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err + out
+    page = html.unescape((tmp_path / "rep" / "report.html").read_text())
+    assert f"<li>{rows}:11: not shown in report.html (a torn last line (no newline at its end" in page
