@@ -217,3 +217,17 @@ def test_analyze_names_a_row_torn_inside_a_character_and_still_reports(tmp_path,
     assert "Traceback" not in err + out
     page = html.unescape((tmp_path / "rep" / "report.html").read_text())
     assert f"<li>{rows}:11: not shown in report.html (a torn last line (no newline at its end" in page
+
+
+# ------------------------------------------------------------------ report.html over http
+def test_report_html_policy_allows_its_own_shards_over_http_and_nothing_else():
+    """Issue 62, item 12: `script-src 'unsafe-inline' file:` blocked report_data/*.js when the page was served
+    over http; the page's own origin ('self') now loads them, no other host can (the browser tier opens it
+    from a loopback http server: tests/test_browser_report.py)."""
+    from analysis.html import ASSETS
+
+    page = (ASSETS / "report.html").read_text()
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    policy = {d.split()[0]: d.split()[1:] for d in csp.split("; ")}
+    assert policy["default-src"] == ["'none'"]
+    assert set(policy["script-src"]) == {"'unsafe-inline'", "'self'", "file:"}
