@@ -231,3 +231,69 @@ def test_report_html_policy_allows_its_own_shards_over_http_and_nothing_else():
     policy = {d.split()[0]: d.split()[1:] for d in csp.split("; ")}
     assert policy["default-src"] == ["'none'"]
     assert set(policy["script-src"]) == {"'unsafe-inline'", "'self'", "file:"}
+
+
+# ------------------------------------------------------------------ a job that exits 0 without its completion record
+def _resumable_state(rd):
+    state = rd / "state" / "step-000001"
+    state.mkdir(parents=True)
+    (state / "meta.json").write_text("{}")
+    (state / "COMPLETE").write_text("")
+
+
+def test_a_trainer_exiting_0_without_done_or_state_failed_and_one_stopped_by_sigterm_is_stopped(tmp_path, capfd):
+    """Issue 62, items 2 and 9: a trainer that exits 0 having written nothing ("stopped (exit 0) before any
+    resumable state was written", exit 0, no FAILED) failed: FAILED, exit 1; one stopped by SIGTERM with its
+    state saved gets a STOPPED record, which analyze reports as such (it said "run still training")."""
+    from test_analysis_helpers import make_run
+
+    from analysis.discover import load_run
+    from common import layout
+    from launch.run import report_end
+
+    rd = tmp_path / "rd"
+    rd.mkdir()
+    assert report_end(rd, 0, rd / "x.log", "L1") == 1
+    err = capfd.readouterr().err
+    assert err.startswith("error: the trainer exited 0 without writing DONE or a resumable state") and err.count("\n") == 1
+    assert layout.end_record(rd)["state"] == "failed"
+    run = make_run(tmp_path / "runs", "r2e", 0, [1], horizon=2, save_steps=[1, 2], done=False)
+    _resumable_state(run)
+    assert report_end(run, 0, run / "x.log", "L2", stopped_by="SIGTERM") == 0
+    assert "re-run the same command to resume" in capfd.readouterr().out
+    rec = layout.end_record(run)
+    assert rec["state"] == "stopped" and rec["reason"].startswith("stopped by SIGTERM with its state saved")
+    loaded = load_run(run, "r2e", 0)
+    assert loaded.status() == "stopped"
+    assert loaded.not_checkpointed().startswith("stopped: stopped by SIGTERM") and "still training" not in loaded.not_checkpointed()
+
+
+def test_a_signal_forwarded_to_the_trainer_is_recorded(tmp_path):
+    """launch.local.run_logged names the signals it forwarded (report_end's `stopped_by`); the child is told it
+    is ready by a file it writes once its handler is installed: the signal never arrives before."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from launch.local import run_logged
+
+    ready = tmp_path / "ready"
+    child = ("import pathlib, signal, sys, time\n"
+             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+             f"pathlib.Path({str(ready)!r}).write_text('1')\n"
+             "time.sleep(60)\nsys.exit(5)\n")
+
+    default = signal.getsignal(signal.SIGTERM)
+
+    def stop_when_ready():   # the child's handler and launch's forwarding both in place: then the signal
+        while not ready.exists() or signal.getsignal(signal.SIGTERM) is default:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    stops: list[str] = []
+    t = threading.Thread(target=stop_when_ready, daemon=True)
+    t.start()
+    rc, _ = run_logged([sys.executable, "-c", child], tmp_path / "logs", cwd=tmp_path, stops=stops)
+    t.join(timeout=5)
+    assert (rc, stops) == (0, ["SIGTERM"])
