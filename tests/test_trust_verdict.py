@@ -60,7 +60,6 @@ def _tiny_study(root):
             "eval.max_model_len=512", "eval.max_new_tokens=4", "eval.progress=false", f"eval.index_dir={root / 'idx'}"]
 
 
-@pytest.mark.slow
 def test_a_failed_re_evaluation_is_a_gap_and_fails_analyze(tmp_path, capfd):
     """Issue 62, item 1: re-evaluated under other settings that fail (backend=vllm where vLLM is missing), the
     old summary stayed while its rows were renamed aside, the report plotted it, "0 missing point(s)", exit 0.
