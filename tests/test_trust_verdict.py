@@ -296,3 +296,22 @@ def test_a_signal_forwarded_to_the_trainer_is_recorded(tmp_path):
     rc, _ = run_logged([sys.executable, "-c", child], tmp_path / "logs", cwd=tmp_path, stops=stops)
     t.join(timeout=5)
     assert (rc, stops) == (0, ["SIGTERM"])
+
+
+def test_a_study_stage_that_exits_0_without_its_completion_record_fails(tmp_path, capfd, monkeypatch):
+    """Issue 62, item 2: an export stage whose interpreter exits 0 having written nothing ("all stages done",
+    exit 0): the stage failed, its missing export_info.json named, the study exits 1."""
+    from pathlib import Path
+
+    python = tmp_path / "env" / "python"   # a Python, except that its `-m sft.export` does nothing
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\n[ "$2" = "sft.export" ] && exit 0\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    tokenizer = Path(__file__).resolve().parents[1] / "common" / "tiny_tokenizer"
+    assert launch_main(["study=browsecomp_worker_export", "checkpoint=ckpt", f"tokenizer={tokenizer}",
+                        f"python.sft={python}"]) == 1
+    err = capfd.readouterr().err
+    assert (f"error: study browsecomp_worker_export: stage export exited 0 but wrote no "
+            f"{Path('exports/browsecomp_worker/export_info.json')} (its completion record)") in err
+    assert "all stages done" not in err
