@@ -114,6 +114,8 @@ evaluation settings are refused before anything runs. Then writes to `out`:
 results.parquet/.csv (tidy: arm, seed, step, bench, metric, value, n), figures/*.pdf|png,
 tables/*.md|tex, report.md (with provenance and every missing point) and report.html (the same, plus
 every trajectory and a paired view of two checkpoints; its data in report_data/, loaded on demand from disk).
+A checkpoint × bench whose evaluation fails is a gap (never an older result of it): the report's first line
+says PARTIAL, each reason goes to stderr and analyze exits 4 (allow_failed=true: 0).
 evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
 eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
 Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
