@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.errors import AnalysisError
-from common.io import parse_json_line, read_jsonl
+from analysis.collect import json_rows, row_problem
 
 # Stop reasons of a turn that was not a call or an answer (evals.agent's stop reasons).
 MALFORMED_STOPS = ("no_answer", "length", "context_limit")
@@ -147,13 +147,11 @@ def episode(row: dict, where: str) -> Episode:
 
 def read_episodes(path: Path) -> list[Episode]:
     out = []
-    for lineno, line in read_jsonl(path):
-        try:
-            row = parse_json_line(line)
-        except ValueError:
-            raise AnalysisError(f"{path}:{lineno}: not valid JSON") from None
-        if not isinstance(row, dict):
-            raise AnalysisError(f"{path}:{lineno}: a row must be a JSON object")
+    for lineno, row, why in json_rows(path):
+        if why:
+            raise AnalysisError(f"{path}:{lineno}: not valid JSON ({why})")
+        if why := row_problem(row):
+            raise AnalysisError(f"{path}:{lineno}: {why}")
         if row.get("skipped_empty_gold"):  # left out of the bench's means by evaluate: left out here too
             continue
         out.append(episode(row, f"{path}:{lineno}"))

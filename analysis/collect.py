@@ -10,11 +10,12 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Iterator
 
 import pandas as pd
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object
-from common.io import parse_json_line, read_jsonl
+from common.io import JsonLineError, parse_json_line
 from evals.metrics import NON_METRIC_FIELDS, NULL_REASON, metric_problem
 from analysis.errors import AnalysisError
 from common.benchmarks import CONTEXT_MODES, BenchError, bench_label, parse_bench_key
@@ -40,6 +41,51 @@ class Collected:
     # (arm, seed, step, bench) -> why evaluate gave it no score (its metrics null: means over no items)
     nulls: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
 
+
+COUNT_FIELDS = ("num_turns", "num_tool_calls", "num_tool_errors", "generated_tokens")
+TORN = "a torn last line (no newline at its end: a write cut short)"
+
+
+def json_rows(path: str | Path) -> Iterator[tuple[int, Any, str | None]]:
+    """(line number, value, None) for each non-blank line of a jsonl, or (line number, None, why) for one that
+    is not JSON (invalid UTF-8 or JSON; a last line without its newline that does not parse is torn, whether
+    the cut fell between ASCII characters or inside a multibyte one). Every analysis reader of eval rows
+    reads them so: none raises on a bad line, each names it."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield lineno, parse_json_line(raw), None
+            except JsonLineError as exc:
+                yield lineno, None, TORN if not raw.endswith(b"\n") else str(exc)
+
+
+def row_problem(obj: Any) -> str | None:
+    """Why an eval row's fields are not of their types (None: they are): `metrics` an object of numbers (or
+    nulls), the counts numbers, `messages` a list whose tool calls' `function` is an object."""
+    if not isinstance(obj, dict):
+        return "a row must be a JSON object"
+    for key in COUNT_FIELDS:
+        if obj.get(key) is not None and not _is_number(obj[key]):
+            return f"{key} = {str(obj[key])[:40]!r}: not a number"
+    metrics = obj.get("metrics", {})
+    if not isinstance(metrics, dict):
+        return f"`metrics` is {type(metrics).__name__}, not an object"
+    for k, v in metrics.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"metric {k} = {str(v)[:40]!r}: not a number"   # (NaN / inf: the metric registry's to judge)
+    messages = obj.get("messages", [])
+    if messages is not None and not isinstance(messages, list):
+        return f"`messages` is {type(messages).__name__}, not a list"
+    for m in messages or []:
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        if calls is not None and not isinstance(calls, list):
+            return "`tool_calls` is not a list"
+        for c in calls or []:
+            if isinstance(c, dict) and "function" in c and not isinstance(c["function"], dict):
+                return f"a tool call's `function` is {type(c['function']).__name__}, not an object"
+    return None
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
@@ -151,11 +197,9 @@ def _behaviour(row: dict) -> dict[str, float]:
 @lru_cache(maxsize=512)
 def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
     rows = []
-    for lineno, line in read_jsonl(path):
-        try:
-            obj = parse_json_line(line)
-        except ValueError:  # JsonLineError: invalid JSON, or nested too deeply to parse
-            raise AnalysisError(f"{path}:{lineno}: not valid JSON") from None
+    for lineno, obj, why in json_rows(path):
+        if why:
+            raise AnalysisError(f"{path}:{lineno}: not valid JSON ({why})")
         metrics = obj.get("metrics") if isinstance(obj, dict) else None
         if not isinstance(metrics, dict) or "id" not in obj:
             raise AnalysisError(f"{path}:{lineno}: a line needs `id` and a `metrics` object")

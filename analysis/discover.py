@@ -61,6 +61,8 @@ class Run:
             return "checkpoint missing although the run is done"
         if self.end and self.end["state"] == "failed":
             return f"failed: {self.end.get('reason') or 'no reason recorded'}"
+        if self.end and self.end["state"] == "stopped":
+            return f"stopped: {self.end.get('reason') or 'resumable'}"
         if self.end:
             return f"requeued: {self.end.get('reason') or 'waiting to resume'}"
         return "not checkpointed yet (run still training)"

@@ -22,9 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from analysis.collect import ENV_BENCH_METRIC
+from analysis.collect import ENV_BENCH_METRIC, json_rows, row_problem
 from analysis.discover import ANCHOR_ARM, Run, provenance
-from common.io import parse_json_line, read_jsonl
 
 ASSETS = Path(__file__).with_name("html_assets")
 DATA_DIR = "report_data"
@@ -131,17 +130,14 @@ def list_item(bench: str, row: dict, chunk: int) -> dict:
 
 def read_rows(path: Path, problems: list[str]) -> list[dict]:
     rows = []
-    for lineno, line in read_jsonl(path):
-        try:
-            obj = parse_json_line(line)
-        except ValueError as exc:
-            problems.append(f"{path}:{lineno}: not shown in report.html ({exc})")
-            continue
-        if isinstance(obj, dict) and "id" in obj:
-            rows.append(obj)
+    for lineno, obj, why in json_rows(path):
+        why = why or row_problem(obj) or (None if "id" in obj else "a row needs an `id`")
+        if why:
+            problems.append(f"{path}:{lineno}: not shown in report.html ({why})")
         else:
-            problems.append(f"{path}:{lineno}: not shown in report.html (a row needs an `id`)")
+            rows.append(obj)
     return rows
+
 
 
 def _write_shard(path: Path, key: str, data: Any) -> int:
@@ -225,8 +221,9 @@ def _list_html(items: list[str], empty: str, list_id: str) -> str:
 
 
 def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missing: list, problems: list[str],
-               settings: dict, benches: list[str], anchor_eval: Path | None) -> Path:
-    """`<out>/report.html` + `<out>/report_data/` (the trajectories of every eval dir, sharded)."""
+               settings: dict, benches: list[str], anchor_eval: Path | None, partial: str | None = None) -> Path:
+    """`<out>/report.html` + `<out>/report_data/` (the trajectories of every eval dir, sharded); `partial`
+    (some expected point failed to evaluate) heads the report."""
     out = Path(out)
     problems = list(problems)
     entries = write_shards(out / DATA_DIR, eval_dirs(runs, anchor_eval), benches, problems)
@@ -237,7 +234,7 @@ def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missi
              "headline": {b: ENV_BENCH_METRIC.get(b, "em") for b in bench_names}}
     settings_html = ", ".join(f"<code>{_e(k)}={_e(v)}</code>" for k, v in settings.items())
     parts = [
-        '<section id="report" class="tab">',
+        '<section id="report" class="tab">', f'<p id="partial"><b>{_e(partial)}</b></p>' if partial else "",
         "<h2>Results</h2>", "".join(_table_html(n, t) for n, t in tables.items() if n.startswith("main")),
         "<h2>Figures</h2>", "".join(_figure_html(f) for f in figures),
         "<h2>Paired, pre/post and reference tables</h2>",

@@ -30,6 +30,7 @@ DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
 OOD_COMPONENTS = ["outcome", "grounding", "stop"]
 
+FAILED_PREFIX = "evaluation failed: "   # a missing point's reason when its evaluation failed now
 BEHAVIOUR = [("mean_tool_calls", "tool calls / episode"), ("format_failure_rate", "no answer found")]
 
 def compare_pairs(value) -> list[tuple[str, str]]:
@@ -55,6 +56,15 @@ class AnalysisResult:
     report: Path | None = None
     html: Path | None = None  # report.html (analysis.html), next to report.md
     problems: list[str] = field(default_factory=list)  # read problems found after collecting (behaviour)
+    allow_failed: bool = False   # `analyze allow_failed=true`: points that failed to evaluate do not fail the command
+
+    def failed_groups(self) -> dict[str, list[MissingPoint]]:
+        """The points that failed to evaluate, grouped by reason."""
+        groups: dict[str, list[MissingPoint]] = {}
+        for m in self.missing:
+            if m.reason.startswith(FAILED_PREFIX):
+                groups.setdefault(m.reason[len(FAILED_PREFIX):], []).append(m)
+        return groups
 
 
 def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev,
@@ -65,27 +75,42 @@ def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev
     for run in runs:
         for step in run.steps:
             for bench in benches:
-                if (run.arm, run.seed, step, bench) in have and (run.arm, run.seed, step, bench) not in nulls:
+                err = ev.failed(run.arm, run.seed, step, bench)   # a failed evaluation: a gap, whatever is on disk
+                if (run.arm, run.seed, step, bench) in have and (run.arm, run.seed, step, bench) not in nulls and not err:
                     continue
-                if why := nulls.get((run.arm, run.seed, step, bench)):
-                    reason = f"no score: {why}"
-                elif step not in run.checkpoints and step not in run.evals:
+                if step not in run.checkpoints and step not in run.evals:
                     reason = run.not_checkpointed()
-                elif err := ev.failed(run.arm, run.seed, step, bench):
-                    reason = f"evaluation failed: {err}"
+                elif err:
+                    reason = f"{FAILED_PREFIX}{err}"
+                elif why := nulls.get((run.arm, run.seed, step, bench)):
+                    reason = f"no score: {why}"
                 elif step not in run.checkpoints:
                     reason = "no checkpoint to evaluate and no result"
                 else:
                     reason = "not evaluated (evaluate=false)" if not evaluate else "no result"
                 missing.append(MissingPoint(run.arm, run.seed, step, bench, reason))
     for bench in benches:
-        if (ANCHOR_ARM, 0, 0, bench) not in have or (ANCHOR_ARM, 0, 0, bench) in nulls:
-            err = ev.failed(ANCHOR_ARM, 0, 0, bench)
+        err = ev.failed(ANCHOR_ARM, 0, 0, bench)
+        if (ANCHOR_ARM, 0, 0, bench) not in have or (ANCHOR_ARM, 0, 0, bench) in nulls or err:
             why = nulls.get((ANCHOR_ARM, 0, 0, bench))
-            reason = (f"no score: {why}" if why else f"evaluation failed: {err}" if err
+            reason = (f"{FAILED_PREFIX}{err}" if err else f"no score: {why}" if why
                       else f"no anchor result in {anchor_eval}")
             missing.append(MissingPoint(ANCHOR_ARM, 0, 0, bench, reason))
     return missing
+
+
+def without_failed(table: pd.DataFrame, ev) -> pd.DataFrame:
+    """`table` less the points whose evaluation failed now: what their eval dir holds is not this analysis' result."""
+    if not ev.failures or table.empty:
+        return table
+    keep = [ev.failed(a, s, t, b) is None for a, s, t, b in zip(table.arm, table.seed, table.step, table.bench)]
+    return table[keep].reset_index(drop=True)
+
+
+def partial_line(result: "AnalysisResult") -> str | None:
+    """The report's first line when any expected point failed to evaluate (None: none did)."""
+    failed = [m for ms in result.failed_groups().values() for m in ms]
+    return f"PARTIAL: {len(failed)} expected point(s) failed to evaluate (listed under Missing points)" if failed else None
 
 
 def _panels(table: pd.DataFrame, qa: list[str], metric: str) -> list[Panel]:
@@ -192,7 +217,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     pairs = compare_pairs(cfg.compare)
     runs = discover_runs(root, profile) if jobs else runs
     collected = collect(runs, anchor_eval, benches)
-    table = collected.table
+    table = collected.table = without_failed(collected.table, ev)
     out.mkdir(parents=True, exist_ok=True)
     results = [out / "results.parquet", out / "results.csv"]
     table.to_parquet(results[0], index=False)
@@ -206,7 +231,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     arms = sorted({r.arm for r in runs})
     steps = _arm_steps(runs)
     settings_note = check_compare_settings(points, pairs, benches, bool(cfg.get("compare_allow_settings", False)))
-    result = AnalysisResult(out=out, table=table, evaluated=ev)
+    result = AnalysisResult(out=out, table=table, evaluated=ev, allow_failed=bool(cfg.get("allow_failed")))
     axis = build_axis(str(cfg.axis), runs)
     result.problems += axis.problems
     for metric in cfg.metrics:
@@ -268,12 +293,14 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
-                                 settings=settings, ignored=replaced_dirs(root), intervals=intervals)
+                                 settings=settings, ignored=replaced_dirs(root), intervals=intervals,
+                                 partial=partial_line(result))
     from analysis.html import write_html
 
     result.html = write_html(out, runs=runs, figures=result.figures, tables=result.tables, missing=result.missing,
                              problems=problems, settings=settings, benches=episodic,
-                             anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None)
+                             anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None,
+                             partial=partial_line(result))
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)

@@ -7,17 +7,26 @@ null: the interpreter running the command (`sys.executable`).
 
 Before anything is submitted or started, each interpreter named is asked, by a subprocess of that
 interpreter running `importlib.util.find_spec` (no import, no GPU), whether it holds the modules its jobs
-need (`sft_needs`, `grpo_needs`, `eval_needs`); a missing one is refused in one line (`check`).
+need (`sft_needs`, `grpo_needs`, `eval_needs`); a missing one is refused in one line (`check`). The answer
+must be a Python's: one JSON line carrying a sentinel the probe computes (so a program that merely exits 0,
+`/bin/true`, or echoes its arguments, `/bin/echo`, is refused), its version (Python 3.11 or later) and the
+missing modules.
 """
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
 
 KINDS = ("sft", "grpo", "eval")
-_ASK = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
+# The sentinel is computed, not written out: a program echoing its arguments never prints it.
+SENTINEL = "dtsft-interpreter-probe"
+_ASK = ("import importlib.util, json, sys; print(json.dumps({'probe': 'dtsft-' + 'interpreter-probe', "
+        "'version': list(sys.version_info[:3]), "
+        "'missing': [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]}))")
+MIN_VERSION = (3, 11)
 
 
 def named(section, kind: str) -> str | None:
@@ -49,7 +58,27 @@ def missing_modules(python: str, modules: tuple[str, ...]) -> tuple[str, ...] | 
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return f"could not be asked for its modules (exit {proc.returncode}: {last})"
-    return tuple(proc.stdout.split())
+    return _answer(proc.stdout, modules)
+
+
+def _answer(stdout: str, modules: tuple[str, ...]) -> tuple[str, ...] | str:
+    """The missing modules the probe's last line reports, or why that line is no Python's answer."""
+    last = (stdout.strip().splitlines() or [""])[-1]
+    try:
+        answer = json.loads(last)
+    except ValueError:
+        answer = None
+    if not (isinstance(answer, dict) and answer.get("probe") == SENTINEL):
+        shown = repr(last[:80]) if last else "nothing"
+        return f"is not a Python interpreter: it exited 0 but answered the probe with {shown}"
+    version, missing = answer.get("version"), answer.get("missing")
+    if not (isinstance(version, list) and len(version) == 3 and all(isinstance(v, int) for v in version)
+            and isinstance(missing, list) and set(missing) <= set(modules)):
+        return f"answered the probe with a malformed line {last[:80]!r}"
+    if tuple(version[:2]) < MIN_VERSION:
+        return (f"is Python {'.'.join(map(str, version))}; dtsft needs "
+                f"{'.'.join(map(str, MIN_VERSION))} or later")
+    return tuple(missing)
 
 
 @functools.lru_cache(maxsize=None)

@@ -68,11 +68,13 @@ LAUNCH_ID_ENV = "DTSFT_LAUNCH_ID"    # set by launch for its trainer: the "launc
 # End records (JSON: "state", "reason", "by", "launch", "job", "time"): why a run has no DONE. `FAILED`: the
 # trainer raised (written by its rank 0) or its job ended non-zero / was killed (written by the Slurm batch
 # script or a local launch: an OOM kill or SIGKILL leaves Python no chance). `REQUEUED`: a Slurm segment
-# stopped at a preemption / time-limit warning and its job was requeued. A segment or trainer that starts
-# removes both; at most one is there.
+# stopped at a preemption / time-limit warning and its job was requeued. `STOPPED`: a local launch's trainer
+# stopped at a signal (SIGTERM, Ctrl-C) with its state saved: resumable. A segment or trainer that starts
+# removes them; at most one is there.
 FAILED = "FAILED"
 REQUEUED = "REQUEUED"
-END_RECORDS = (FAILED, REQUEUED)
+STOPPED = "STOPPED"
+END_RECORDS = (FAILED, REQUEUED, STOPPED)
 COMPLETE = "COMPLETE"            # written last into a state dir: the state is whole
 STATE_META = "meta.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")

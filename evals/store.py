@@ -137,6 +137,18 @@ class EvalStore:
         for p in outputs:
             if p.exists():
                 print(f"[evaluate] overwrite=true: {p} renamed to {replace_aside(p).name}")
+        self.forget(bench)
+
+    def forget(self, bench: str) -> None:
+        """Its rows renamed aside, `bench` leaves summary.json and meta.json's identities too (each file renamed
+        aside first, then written without it): an evaluation failing after this leaves no summary of rows gone."""
+        for name, held in (("summary.json", self.summary()), ("meta.json", self.meta())):
+            entries = held if name == "summary.json" else held.get("identities")
+            if isinstance(entries, dict) and bench in entries:
+                del entries[bench]
+                path = self.out / name
+                print(f"[evaluate] overwrite=true: {path} renamed to {replace_aside(path).name}, rewritten without {bench}")
+                write_json(path, held)
 
     def check_sample(self, bench: str, ids: list[str]) -> None:
         """A resumed bench must be evaluating the very same ids as its sample (if any)."""

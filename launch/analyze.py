@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.axes import check_axis
-from analysis.discover import Run, discover_runs
+from analysis.discover import Run, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc
@@ -52,6 +52,8 @@ KEYS: dict[str, Any] = {  # key: (default, description) or Field: `analyze --hel
     "power.design_seeds": (None, "the current design's seeds (null: the pilot's)"),
     "axis": ("step", "x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
                      "read exactly from the runs' metrics.jsonl; analysis/axes.py)"),
+    "allow_failed": (False, "true: an analysis some of whose expected points failed to evaluate exits 0 (its report, "
+                            "marked PARTIAL in its first line, lists them); false: it exits 4"),
     "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
     "compare": ([], "pairs of arms compared step by step, e.g. [[r2e, r2e_v5]]: per step both were evaluated at, "
                     "A − B over the items both evaluated, its interval covering items and each arm's seeds ('items' "
@@ -109,6 +111,8 @@ evaluation settings are refused before anything runs. Then writes to `out`:
 results.parquet/.csv (tidy: arm, seed, step, bench, metric, value, n), figures/*.pdf|png,
 tables/*.md|tex, report.md (with provenance and every missing point) and report.html (the same, plus
 every trajectory and a paired view of two checkpoints; its data in report_data/, loaded on demand from disk).
+A checkpoint × bench whose evaluation fails is a gap (never an older result of it): the report's first line
+says PARTIAL, each reason goes to stderr and analyze exits 4 (allow_failed=true: 0).
 evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
 eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
 Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
@@ -220,6 +224,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
         submit_runs(cfg, eval_opts, benches, anchor, anchor_dir, profile)   # each run's job plans its own checkpoints
         return None
     runs = discover_runs(root, profile)
+    if not runs and anchor is None and not cfg.dry_run and not anchor_eval_dir(anchor_dir, profile).is_dir():
+        raise AnalysisError(f"runs_root={root}: " + ("no such directory" if not root.is_dir() else
+                            "no runs in it (<arm>/[<name>/]seed<N>/)") + " and no anchor=: nothing to analyze")
     with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
         jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts,
                     settings=resolved if isinstance(resolved, DictConfig) else None) if h else []
@@ -270,13 +277,28 @@ def parse_argv(argv: list[str]) -> DictConfig:
     return cfg
 
 
+EXIT_FAILED = 4   # some expected point failed to evaluate (docs/troubleshooting.md's exit codes)
+
+
 def print_result(result) -> int:
-    """The closing line of an analysis (nothing for a dry run or a Slurm submission: they print their own)."""
+    """The closing line of an analysis (nothing for a dry run or a Slurm submission: they print their own) and
+    its verdict: EXIT_FAILED when an expected point failed to evaluate (each reason on stderr, one line per
+    reason), unless `allow_failed=true`."""
     if result is None:
         return 0
     print(f"wrote {result.report} ({len(result.table)} result rows, {len(result.figures)} figures, "
           f"{len(result.tables)} tables; evaluated {len(result.evaluated.jobs)} checkpoint(s), "
           f"{len(result.evaluated.failures)} failed; {len(result.missing)} missing point(s))")
+    groups = result.failed_groups()
+    for reason, points in groups.items():
+        shown = ", ".join(f"{m.arm}/seed{m.seed}/step {m.step} × {m.bench}" for m in points[:3])
+        more = f" and {len(points) - 3} more" if len(points) > 3 else ""
+        print(f"evaluation failed for {len(points)} point(s) ({shown}{more}): {' '.join(reason.split())}",
+              file=sys.stderr)
+    if groups and not result.allow_failed:
+        print(f"error: {sum(map(len, groups.values()))} expected point(s) failed to evaluate; the report is marked "
+              "PARTIAL (allow_failed=true accepts it: exit 0)", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 

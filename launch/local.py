@@ -83,12 +83,13 @@ def _pump(src, sinks: list, lock: threading.Lock) -> None:
 
 
 def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None,
-               pass_fds: tuple[int, ...] = ()) -> tuple[int, Path]:
+               pass_fds: tuple[int, ...] = (), stops: list[str] | None = None) -> tuple[int, Path]:
     """Run `cmd`, tee its stdout/stderr into `<log_dir>/train-<time>.log`; return (exit code, log).
 
     The child gets its own process group, so a terminal's Ctrl-C reaches launch alone and is
     forwarded exactly once (torchrun treats a second signal during its shutdown as another stop).
     `pass_fds`: descriptors the child inherits (none by default; the trainer takes its own run-dir lock).
+    `stops`: the name of each signal forwarded to the trainer is appended there.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.log"
@@ -101,7 +102,7 @@ def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 process_group=0, pass_fds=pass_fds)
-        forward = _install_forwarding(proc)
+        forward = _install_forwarding(proc, stops)
         lock = threading.Lock()
         threads = [
             threading.Thread(target=_pump, args=(proc.stdout, [sys.stdout.buffer, log], lock), daemon=True),
@@ -131,7 +132,7 @@ def child_pids(pid: int) -> list[int]:
     return out
 
 
-def _install_forwarding(proc: subprocess.Popen):
+def _install_forwarding(proc: subprocess.Popen, stops: list[str] | None = None):
     """While the trainer runs, send launch's SIGTERM / SIGINT / SIGUSR1 to the trainer processes.
 
     They go straight to torchrun's workers (SIGINT as SIGTERM): the trainer saves a resumable state
@@ -147,6 +148,8 @@ def _install_forwarding(proc: subprocess.Popen):
     def handler(signum, _frame):
         if proc.poll() is not None:
             return
+        if stops is not None:
+            stops.append(signal.Signals(signum).name)
         targets = child_pids(proc.pid) or [proc.pid]
         print(f"[launch] signal {signal.Signals(signum).name}: asking the trainer to save its state and stop",
               file=sys.stderr, flush=True)

@@ -364,13 +364,15 @@ def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
         if cfg.launcher.kind == "slurm":
             return submit_slurm(trainer, prep, argv, data)
         cmd = trainer.command(prep)
-        rc, log, launch_id = train_here(prep, trainer.command_argv(argv), cmd, data)
+        stops: list[str] = []
+        rc, log, launch_id = train_here(prep, trainer.command_argv(argv), cmd, data, stops)
     finally:
         os.close(held)
-    return report_end(rd, rc, log, launch_id)
+    return report_end(rd, rc, log, launch_id, stopped_by=stops[0] if stops else None)
 
 
-def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> tuple[int, Path, str]:
+def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict,
+               stops: list[str] | None = None) -> tuple[int, Path, str]:
     """Record this launch (and the run identity) in manifest.json, then run the trainer command here;
     (exit code, log file, this launch's id: the trainer tags a refusal it records with it, so another
     process's refusal in the same run dir is never taken for this one's)."""
@@ -380,17 +382,32 @@ def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict) -> t
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
     print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
     launch_id = uuid.uuid4().hex
-    rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id})
+    rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id},
+                               stops=stops)
     return rc, log, launch_id
 
 
 _SIGNALS = {int(s) for s in signal.Signals}
 
 
-def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None) -> int:
+def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopped_by: str | None = None) -> int:
     """The closing line of a local launch; the exit code (a failed trainer's refusal recorded in
     `logs/trainer-exit.json` under `launch_id` — None: by a trainer run outside launch — is printed
-    as its one line, with the trainer's code). "re-run to resume" is said only when a resumable state exists."""
+    as its one line, with the trainer's code). "re-run to resume" is said only when a resumable state exists.
+    A trainer that exits 0 without DONE stopped at a signal (`stopped_by`: the one launch forwarded) with its
+    state saved (a STOPPED record, exit 0); without a resumable state it did not do its work: a FAILED
+    record, exit 1."""
+    resumable = layout.latest_complete_state(layout.states_dir(rd)) is not None
+    if rc == 0 and not is_finished(rd):
+        if resumable:   # (a signal sent to the trainer itself, not through launch: no `stopped_by`)
+            layout.record_end(rd, layout.STOPPED, f"stopped{f' by {stopped_by}' if stopped_by else ''} with its "
+                              "state saved: re-run the same command to resume", "launch (local)", launch=launch_id)
+        elif trainer_refusal(rd, launch_id) is None:
+            print(f"error: the trainer exited 0 without writing {layout.DONE} or a resumable state"
+                  f"{f' after {stopped_by}' if stopped_by else ''} (see its log {log})", file=sys.stderr, flush=True)
+            layout.record_end(rd, layout.FAILED, "the trainer exited 0 without writing DONE or a resumable state",
+                              "launch (local)", launch=launch_id, code=0)
+            rc = 1
     refusal = trainer_refusal(rd, launch_id) if rc != 0 else None
     if refusal is not None:
         rc = refusal[0]

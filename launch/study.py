@@ -309,12 +309,29 @@ def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
             print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
             continue
         rc = run_stage(cmd, env, launch)
+        if rc == 0 and (why := _not_completed(stage, cmd)):   # exit 0 is not the work done: its record is
+            print(f"error: study {study.name}: stage {stage.name} exited 0 but {why}", file=sys.stderr)
+            rc = 1
         if rc != 0:
             print(f"study {study.name}: stage {stage.name} failed (exit {rc}); the same command continues the study "
                   f"(finished work is kept and skipped)", file=sys.stderr)
             return rc
     print(f"\nstudy {study.name}: {'dry run done' if dry_run else 'all stages done'}")
     return 0
+
+
+# a stage's completion record in its out= dir (a training stage's is each run's DONE, checked by launch itself)
+COMPLETION = {"export": "export_info.json", "evaluate": "summary.json"}
+
+
+def _not_completed(stage, cmd: list[str]) -> str | None:
+    """Why a stage that exited 0 did not complete (its completion record missing), None when it did or
+    its out= is not on its command line."""
+    outs = [t.partition("=")[2] for t in cmd[3:] if t.startswith("out=")]
+    if stage.run not in COMPLETION or not outs:
+        return None
+    path = Path(outs[-1]) / COMPLETION[stage.run]
+    return None if path.is_file() else f"wrote no {path} (its completion record)"
 
 
 def _cluster_keys() -> dict[str, str]:

@@ -144,8 +144,10 @@ def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path):
     assert res.figures[0].series["nq"] == ["mixed"]
     report = (tmp_path / "o" / "report.md").read_text()
     assert "nq.jsonl:1: not valid JSON" in report  # the bad per-example file is named, the point still plotted
-    empty = run_analysis({"runs_root": str(tmp_path / "nothing"), "out": str(tmp_path / "o2"), "evaluate": False})
-    assert empty.table.empty and (tmp_path / "o2" / "report.md").is_file()
+    # no runs and no anchor: nothing to analyze, refused (issue 62: an empty report, exit 0, before)
+    with pytest.raises(ConfigError, match="no such directory and no anchor=: nothing to analyze"):
+        run_analysis({"runs_root": str(tmp_path / "nothing"), "out": str(tmp_path / "o2"), "evaluate": False})
+    assert not (tmp_path / "o2").exists()
 
 
 class FakeEvaluator:

@@ -221,11 +221,11 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
 
     assert run_task(plan, 0, evaluator=fake) == 0
     assert run_task(plan, 1, evaluator=fake) == 1           # the simulated out-of-memory: exit 1, outcome kept
-    assert aggregate(plan) == 0
+    assert aggregate(plan) == 4                              # the report written, the job FAILED (issue 62)
     report = (out / "report.md").read_text()
     assert "r2e" in report and "CUDA out of memory (simulated)" in report
     (plan / "outcome-1.json").unlink()                        # killed before it wrote an outcome
-    assert aggregate(plan) == 0
+    assert aggregate(plan) == 4
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
 
 
@@ -366,7 +366,8 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
         return run_run(plan, int(command[-1].strip('"')), evaluator=fake) if command[4] == "run" else aggregate(plan)
 
     states = _stand_in_slurm(record, {"4000_0": True, "4000_1": False}, run_job)
-    assert states == {"5001": "COMPLETED", "5002": "CANCELLED", "5003": "COMPLETED"}
+    # the aggregation writes the report with run 1 as a gap and fails (exit 4): the study did not complete
+    assert states == {"5001": "COMPLETED", "5002": "CANCELLED", "5003": "FAILED"}
     assert sorted(Path(c["ckpt"]).name for c in fake.calls) == ["step-000010", "step-000020"]
     assert all("seed0" in c["ckpt"] for c in fake.calls), "run 1's evaluation never ran"
     report = (out / "report.md").read_text()

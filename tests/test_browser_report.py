@@ -150,6 +150,37 @@ def test_browse_an_item_and_its_transcript(study, driver, tmp_path):
     assert_nothing_left(driver)
 
 
+def test_the_report_served_over_http_loads_its_shards(study, driver, tmp_path):
+    """Issue 62, item 12: served by a loopback http server (python -m http.server's handler), the page loads its
+    report_data/*.js from its own origin (its policy blocked them when it allowed only file:)."""
+    import functools
+    import http.server
+    import threading
+
+    root, res = study
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(res.html.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        driver.get(f"{base}/report.html")
+        wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+        driver.find_element("id", "tab-browse").click()
+        select(driver, "browse-bench", "nq")
+        select(driver, "browse-run", "r2e/seed0")
+        select(driver, "browse-step", "20")
+        rows = rows_of(root / "runs" / "r2e" / "seed0" / "eval" / "step-000020", "nq")
+        status = driver.find_element("id", "browse-status")
+        wait(driver, lambda d: status.get_attribute("data-n") == str(len(rows)) and "step 20" in status.text)
+        urls = requests_made(driver)
+        assert any(u.startswith(f"{base}/report_data/") and u.endswith(".js") for u in urls), urls
+        assert all(u.startswith((base, "data:")) for u in urls), urls
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.parametrize("bench", ["nq", "search_plan_ood"])
 def test_paired_view_counts_and_first_difference(study, driver, tmp_path, bench):
     root, res = study

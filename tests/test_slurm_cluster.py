@@ -269,18 +269,62 @@ def test_a_study_whose_training_failed_still_reports_and_lists_the_run_as_a_gap(
         (gap, _log(logs))
 
 
+HOLD_RUNNER = """\
+import runpy, sys, time
+from pathlib import Path
+
+import evals.results as results
+
+HOLD = Path({hold!r})
+_append = results.append_rows
+
+
+def append_rows(path, rows):
+    _append(path, rows)
+    if HOLD.exists():   # once: the segment after the requeue runs through
+        HOLD.unlink()
+        HOLD.with_name("held").write_text(str(path))
+        end = time.monotonic() + 600
+        while time.monotonic() < end:   # the warning (SIGUSR1 -> TimeLimitWarning) ends this wait
+            time.sleep(0.1)
+
+
+results.append_rows = append_rows   # before evals.store imports it
+module = sys.argv[1]
+sys.argv = [module, *sys.argv[2:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def _holding_interpreter(d: Path) -> tuple[Path, Path]:
+    """`python.eval=` for the evaluation jobs: this Python, whose `-m launch.eval_jobs` waits after the first
+    row it appends while `<d>/hold` exists, until the time-limit warning stops it (`<d>/held` says it waits)."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "hold_runner.py").write_text(HOLD_RUNNER.format(hold=str(d / "hold")))
+    wrapper = d / "python"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = "launch.eval_jobs" ]; then shift; '
+                       f'exec {sys.executable} {d / "hold_runner.py"} "$@"; fi\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    (d / "hold").write_text("")
+    return wrapper, d / "held"
+
+
 def test_an_evaluation_task_warned_of_its_time_limit_requeues_itself_and_loses_no_row(cluster, data_cache, tmp_path):
     """The time-limit warning (what --signal=B:USR1@120 sends: SIGUSR1 to the batch shell, which is the task's
     python) mid-evaluation: the task stops, keeps its rows, requeues itself; its next segment evaluates the rest.
-    Every item once: no row lost, none duplicated; the report has no failed evaluation."""
+    Every item once: no row lost, none duplicated; the report has no failed evaluation. The task waits after its
+    first row until the warning arrives (python.eval= runs it so), so the warning always finds it mid-evaluation
+    (it once came after a fast evaluation had finished: nothing was stopped)."""
     (tmp_path / "runs").mkdir()
     n = 6
+    python, held = _holding_interpreter(tmp_path / "hold")
     out = _ok(_cli(tmp_path, "launch.analyze", "runs_root=runs", "out=rep", "profile=search_r1_7bench", "anchor=tiny-base",
                    *[t.replace("eval.n=2", f"eval.n={n}") for t in SMOKE_EVAL], "eval.batch_size=1",   # a row at a time
-                   "launcher=slurm", **data_cache))
+                   f"python.eval={python}", "launcher=slurm", **data_cache))
     array = _job_id(out, r"Slurm job array (\d+)")
     rows = lambda: sorted((tmp_path / "runs").rglob("bamboogle.jsonl"))  # noqa: E731   (the anchor: runs/_anchor)
-    _wait_for(lambda: rows() and rows()[0].read_text().count("\n") >= 1, "first evaluated row")
+    _wait_for(held.exists, "task waiting after its first row")
+    assert rows() and rows()[0].read_text().count("\n") == 1
     sig = subprocess.run(["scancel", "--signal=USR1", "--batch", f"{array}_0"], capture_output=True, text=True)
     assert sig.returncode == 0, sig.stderr
     settle(cluster, PATIENCE, tmp_path)
@@ -292,6 +336,28 @@ def test_an_evaluation_task_warned_of_its_time_limit_requeues_itself_and_loses_n
     assert len(ids) == n and len(set(ids)) == n, ids
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "`failed=0`" in report and "evaluation failed" not in report, report
+
+
+def test_an_analysis_whose_evaluation_fails_ends_failed(cluster, data_cache, tmp_path):
+    """Issue 62: the evaluation task fails (backend=vllm where vLLM is not installed), so the aggregation job
+    writes the report with the gap marked PARTIAL and exits 4: Slurm records it FAILED (it said COMPLETED)."""
+    from common import interpreter
+
+    if interpreter.missing_modules(sys.executable, ("vllm",)) == ():
+        pytest.skip("vLLM is installed here: backend=vllm would not fail")
+    (tmp_path / "runs").mkdir()
+    out = _ok(_cli(tmp_path, "launch.analyze", "runs_root=runs", "out=rep", "profile=search_r1_7bench", "anchor=tiny-base",
+                   *SMOKE_EVAL, "eval.backend=vllm", "launcher=slurm", **data_cache))
+    array = _job_id(out, r"Slurm job array (\d+)")
+    settle(cluster, PATIENCE, tmp_path)
+    ended = {r["JobId"]: r["JobState"] for r in records(cluster) if r.get("WorkDir") == str(tmp_path)}
+    names = {r["JobId"]: r.get("Name") for r in records(cluster) if r.get("WorkDir") == str(tmp_path)}
+    agg = [j for j, name in names.items() if name == "dtsft-analyze"]
+    logs = _log(sorted((tmp_path / "rep").rglob("*.out")))
+    assert len(agg) == 1 and ended[agg[0]] == "FAILED", (ended, names, array, logs)
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert report.splitlines()[0].startswith("# Transfer-curve report: PARTIAL: "), report
+    assert "evaluation failed" in missing_points(report), report
 
 
 def test_a_grpo_stage_runs_under_slurm(cluster, tmp_path):
