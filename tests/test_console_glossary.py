@@ -71,6 +71,24 @@ def test_evaluate_console_table_has_a_legend_and_every_column_in_the_glossary():
     assert not missing, f"console names docs/glossary.md does not define: {missing}"
 
 
+def test_grpo_progress_names_are_in_the_glossary(capsys):
+    from rl.train import Progress
+
+    progress = Progress(total=2, main=True)
+    progress.step_begins()
+    progress.round_begins()
+    progress.generated(0.5, 40)
+    progress.env_s, progress.rewards = 0.25, [1.0, 0.0, 0.5, 0.5]
+    progress.round_ends(0)
+    progress.step_line(1, {"loss": 0.01, "grad_norm": 0.5, "lr": 1e-5, "reward": 0.5}, progress.step_ends())
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["[grpo] round 1 (step 1/2)", "[grpo] step 1/2"]
+    assert "reward_mean=0.500 reward_std=0.354" in lines[0] and "tokens=40 tokens/s=80.0" in lines[0]
+    names = {n for line in lines for n in re.findall(r"([\w/]+)=", line)} | {"round", "step"}
+    missing = sorted(names - glossary_columns())
+    assert not missing, f"GRPO progress names docs/glossary.md does not define: {missing}"
+
+
 @pytest.fixture
 def fast_figures(monkeypatch):
     """Figures are drawn but not rendered to PDF/PNG (the slow part); the tables are what is checked here."""
