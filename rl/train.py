@@ -207,7 +207,7 @@ def grpo_args(cfg: DictConfig, rd: Path, steps: int):
 
 # A model below this many parameters gets one CPU thread per process: its matmuls are too small to split, the
 # threads only wait on each other (and spin, on a machine busy with other work). The tiny base's documented GRPO
-# run: 29 s on one thread against 38 s on two on the idle 2-core box (docs/benchmarks.md).
+# run on the idle 2-core box: 29 s with OMP_NUM_THREADS=1 (docs/benchmarks.md), 38 s with torch's default of two.
 SMALL_MODEL_PARAMS = 50_000_000
 
 

@@ -92,11 +92,22 @@ def test_the_commands_need_the_documented_activation_and_nothing_else(tmp_path):
     assert active.returncode == 0 and active.stdout.count(str(ROOT / ".venv" / "bin")) == 4, active.stderr
 
 
+def first_command_end(text: str) -> int:
+    """Where the page's first code block that runs a project command ends (the page's end if none does)."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    words = re.compile(r"^\s*(?:" + "|".join(map(re.escape, scripts)) + r"|python -m)\b", re.M)
+    for m in re.finditer(r"^```bash[ \t]*\n(.*?)^```", text, re.M | re.S):
+        if words.search(m.group(1)):
+            return m.end()
+    return len(text)
+
+
 @pytest.mark.parametrize("page", COMMAND_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_each_page_says_how_to_activate_before_its_first_command(page):
     text = page.read_text(encoding="utf-8")
-    first_block = text.find("```bash")
-    head = text if first_block < 0 else text[:text.index("```", first_block + 3)]
+    head = text[:first_command_end(text)]
     line = activation_line()
     assert line in head, f"{page.relative_to(ROOT)}: `{line}` is not before its first command"
 
