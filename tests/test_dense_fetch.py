@@ -99,7 +99,7 @@ def test_pinned_dense_artefacts_download_once_and_retrieve_as_search_r1(cache, m
     for r in (retriever, again):
         for k in (1, 3):
             assert [[d["id"] for d in row] for row in r.search(QUERIES, k)] == THEIRS[f"k{k}"]["ids"]
-    keys = bench_identity("nq", resolve({"ckpt": "tiny", "benches": ["nq"], "out": str(cache.parent / "o"),
+    keys = bench_identity("nq", resolve({"ckpt": "tiny_base", "benches": ["nq"], "out": str(cache.parent / "o"),
                                          "corpus": "corpus:wiki18", "retriever": "e5", "encoder": "encoder:e5-base-v2",
                                          "index": "index:wiki18_e5_flat"}),
                           {"kind": "x"}, n=2, seed=42, source="x")["keys"]
@@ -195,7 +195,7 @@ def test_unpinned_dense_artefacts_are_refused_until_prefilled(cache, monkeypatch
 
     retriever = make_retriever(e5_config())
     assert [[d["id"] for d in row] for row in retriever.search(QUERIES, 3)] == THEIRS["k3"]["ids"]
-    base = {"ckpt": "tiny", "benches": ["nq"], "out": str(tmp_path / "o"), "corpus": "corpus:wiki18", "retriever": "e5"}
+    base = {"ckpt": "tiny_base", "benches": ["nq"], "out": str(tmp_path / "o"), "corpus": "corpus:wiki18", "retriever": "e5"}
     keys = bench_identity("nq", resolve({**base, "index": "index:wiki18_e5_flat"}), {"kind": "x"}, n=2, seed=42,
                           source="x")["keys"]   # the default encoder is the name
     assert (keys["retrieval.encoder.digest"], keys["retrieval.index.sha256"]) == \

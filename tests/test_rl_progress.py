@@ -28,6 +28,7 @@ def test_thread_rule():
     assert cpu_threads(16, 1, SMALL_MODEL_PARAMS - 1) == 1   # a small model: one thread
 
 
+@pytest.mark.slow   # ~28 s of CPU alone, most of it importing TRL and building the trainer
 def test_one_grpo_step_on_cpu_sets_threads_prints_numbers_and_no_idle_warnings(tmp_path, monkeypatch, capsys):
     from trl import GRPOTrainer
 
