@@ -231,6 +231,16 @@ def local_world_size() -> int:
     return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))   # torchrun's processes on this machine
 
 
+def completion_tokens(generated) -> int:
+    """Tokens in what TRL's `_generate_single_turn` returned: (completion id lists, ...) in TRL 1.16; 0 for a
+    shape this does not know (another TRL release), so the count never stops a run."""
+    ids = generated[0] if isinstance(generated, tuple) and generated else generated
+    try:
+        return sum(len(x) for x in ids)
+    except TypeError:
+        return 0
+
+
 class Progress:
     """The console while GRPO runs (main process): a line per generation round and per optimizer step, numbers
     only (docs/glossary.md, "Columns"). The trainer class feeds it the round's generation and environment time."""
@@ -358,7 +368,7 @@ def _trainer_class():
             t0 = time.perf_counter()
             out = super()._generate_single_turn(*args, **kwargs)
             if self.progress is not None:
-                self.progress.generated(time.perf_counter() - t0, sum(len(ids) for ids in out[0]))
+                self.progress.generated(time.perf_counter() - t0, completion_tokens(out))
             return out
 
         def _tool_call_loop(self, *args, **kwargs):

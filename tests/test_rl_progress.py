@@ -28,6 +28,13 @@ def test_thread_rule():
     assert cpu_threads(16, 1, SMALL_MODEL_PARAMS - 1) == 1   # a small model: one thread
 
 
+def test_completion_tokens_counts_trl_s_output_and_never_raises():
+    from rl.train import completion_tokens
+
+    assert completion_tokens(([[1, 2], [3]], None)) == 3     # TRL 1.16: (completion id lists, logprobs)
+    assert completion_tokens((None, None)) == 0 and completion_tokens(7) == 0
+
+
 @pytest.mark.slow   # ~28 s of CPU alone, most of it importing TRL and building the trainer
 def test_one_grpo_step_on_cpu_sets_threads_prints_numbers_and_no_idle_warnings(tmp_path, monkeypatch, capsys):
     from trl import GRPOTrainer
