@@ -460,7 +460,7 @@ class Run:
             from common.tiny import resolve_model_path
 
             info = rlck.write_start_checkpoint(resolve_model_path(str(cfg.model.path)), self.start_dir)
-            log.info("starting model copied to %s (%s)", self.start_dir, info)
+            log.info("starting model copied to %s (%s)", self.start_dir, " ".join(f"{k}={v}" for k, v in info.items()))
         state.wait_for_everyone()
         problems = check_sha256sums(self.start_dir)  # verified before anything in it is loaded
         if problems:
