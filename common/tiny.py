@@ -8,7 +8,10 @@ produce them stay in their stages (`data_prep.tiny.build`, `sft.tiny.save_tiny_m
 """
 from __future__ import annotations
 
+import difflib
 import functools
+import os
+import sys
 from pathlib import Path
 
 from common.cli import ConfigError
@@ -17,7 +20,13 @@ TOKENIZER_DIR = Path(__file__).with_name("tiny_tokenizer")
 VOCAB_SIZE = 4096
 # The committed pretrained tiny base (`model=tiny_base`, made by `python -m sft.tiny_pretrain`).
 TINY_BASE_DIR = Path(__file__).with_name("tiny_base")
-EMBEDDED_MODELS = {"tiny-base": TINY_BASE_DIR}
+# The model aliases, one spelling each: `tiny_base` has weights; `tiny` is the tiny architecture initialised at
+# random by the trainer (sft.model), so there is nothing to load from it.
+EMBEDDED_MODELS = {"tiny_base": TINY_BASE_DIR}
+RANDOM_MODEL = "tiny"
+ALIASES = (*EMBEDDED_MODELS, RANDOM_MODEL)
+# An older spelling, read as the alias with a note (run configs written before keep resolving).
+OLD_SPELLINGS = {"tiny-base": "tiny_base"}
 
 # ~1.3M parameters: big enough to learn the synthetic tasks in a few hundred CPU steps.
 TINY_CONFIG = dict(
@@ -44,15 +53,38 @@ def resolve_tokenizer(name: str) -> str:
     return tiny_tokenizer_path() if name == "tiny" else name
 
 
-def resolve_model_path(name: str) -> str:
-    """A model path or hub id as the trainer loads it: `tiny-base` is the embedded pretrained dir."""
-    if name not in EMBEDDED_MODELS:
-        return name
-    path = EMBEDDED_MODELS[name]
-    if not (path / "model.safetensors").is_file():
-        raise ConfigError(f"model.path={name}: {path}/model.safetensors is missing "
-                          "(it is committed; rebuild it with `python -m sft.tiny_pretrain`)")
-    return str(path)
+@functools.lru_cache(maxsize=None)
+def _note_old_spelling(name: str) -> None:
+    print(f"note: model {name} is read as {OLD_SPELLINGS[name]} (did you mean {OLD_SPELLINGS[name]}? "
+          "the one spelling of that alias)", file=sys.stderr)
+
+
+def resolve_model_path(name: str, *, random_ok: bool = False) -> str:
+    """A model path or hub id as a stage loads it, resolved here without any network call: `tiny_base` is
+    the embedded pretrained dir; `tiny` (random init, no weights) stays `tiny` where the caller initialises
+    it (`random_ok`, the SFT trainer) and is refused elsewhere; a name that is no local path and is close to
+    an alias is refused with a "did you mean" before anything asks the hub for it."""
+    name = str(name)
+    if name in OLD_SPELLINGS:
+        _note_old_spelling(name)
+        name = OLD_SPELLINGS[name]
+    if name == RANDOM_MODEL:
+        if random_ok:
+            return name
+        raise ConfigError(f"model {name}: the tiny architecture initialised at random has no weights to load; "
+                          f"did you mean {next(iter(EMBEDDED_MODELS))} (the pretrained tiny base)?")
+    if name in EMBEDDED_MODELS:
+        path = EMBEDDED_MODELS[name]
+        if not (path / "model.safetensors").is_file():
+            raise ConfigError(f"model {name}: {path}/model.safetensors is missing "
+                              "(it is committed; rebuild it with `python -m sft.tiny_pretrain`)")
+        return str(path)
+    if "/" not in name and os.sep not in name and not Path(os.path.expanduser(name)).exists():
+        close = difflib.get_close_matches(name.lower(), [*EMBEDDED_MODELS, *OLD_SPELLINGS], n=1, cutoff=0.75)
+        if close:
+            alias = OLD_SPELLINGS.get(close[0], close[0])
+            raise ConfigError(f"model {name}: no such local directory or embedded model; did you mean {alias}?")
+    return name
 
 
 @functools.lru_cache(maxsize=1)

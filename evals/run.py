@@ -453,4 +453,9 @@ def format_table(summary: dict) -> str:
     if means["em"] is not None:
         lines.append(f"{'7-bench mean':<{w}}{'':>6}{100 * means['em']:>8.1f}{100 * means['f1']:>8.1f}"
                      f"{100 * means['cover_em']:>9.1f}{100 * means['strict_em']:>10.1f}")
-    return "\n".join(lines)
+    return "\n".join([*lines, TABLE_LEGEND])
+
+
+# The one line under the table that says what its short column names mean (docs/glossary.md, "Columns").
+TABLE_LEGEND = ("(per cent of items: EM exact match, F1 token overlap, coverEM a gold answer inside the prediction, "
+                "strictEM exact match of a `Final answer:` line only, fmtfail no answer extracted; docs/glossary.md)")

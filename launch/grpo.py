@@ -94,7 +94,7 @@ def resolve(argv: list[str], gpus: int | None = None) -> run.Prepared:
 
 def describe(prep: run.Prepared) -> str:
     cfg = prep.cfg
-    lines = [f"[launch] stage=grpo {prep.composed.choices} -> {prep.run_dir}",
+    lines = [f"[launch] stage=grpo {run.choices_line(prep.composed.choices)} -> {prep.run_dir}",
              f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
              f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)"]
     note = hardware_note(prep.composed, world_size(cfg, prep.nproc))

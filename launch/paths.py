@@ -11,7 +11,7 @@
 Each input path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a
 Slurm script carry absolute paths and the trainer (which runs with the repository as its working
 directory) reads exactly the files the user meant. Values that are not local paths stay as given:
-`auto` / `never` for `resume`, the embedded model names (`tiny`, `tiny-base`), a hub id `ORG/NAME`
+`auto` / `never` for `resume`, the embedded model names (`tiny`, `tiny_base`), a hub id `ORG/NAME`
 that names no local directory, a hub data source.
 """
 from __future__ import annotations
@@ -23,10 +23,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch
+from common.tiny import ALIASES, OLD_SPELLINGS
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = "recipes/"                 # the origin label of a shipped recipe layer (launch.compose)
-EMBEDDED_NAMES = ("tiny", "tiny-base")   # common.tiny: resolved by name, never a directory here
+EMBEDDED_NAMES = (*ALIASES, *OLD_SPELLINGS)   # common.tiny: resolved by name, never a directory here
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
 

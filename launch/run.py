@@ -329,10 +329,15 @@ def start_over(rd: Path) -> Path | None:
     return aside
 
 
+def choices_line(choices: dict) -> str:
+    """The recipes a run was composed from, as the `key=value` words that choose them."""
+    return " ".join(f"{k}={v}" for k, v in choices.items())
+
+
 def describe(prep: Prepared) -> str:
     cfg = prep.cfg
     saves = planned_saves(cfg)
-    return (f"[launch] {prep.composed.choices} -> {prep.run_dir}\n"
+    return (f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n"
             f"[launch] {planned_steps(cfg)} optimizer steps (for n={cfg.data.n}), checkpoints at {saves}")
 
 

@@ -20,9 +20,11 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -96,13 +98,24 @@ def write_start_checkpoint(model_path: str, out: Path) -> dict:
     return {"source": model_path, "files": None, "reflinked": 0}
 
 
+@contextlib.contextmanager
+def peft_reading_old_flag():
+    """Around a peft or TRL call that reads transformers' deprecated `is_gradient_checkpointing` (peft_model.py,
+    trl/models/utils.py): that FutureWarning is for their authors, nothing this project or a user calls; scoped to
+    the call, every other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def merged_state_dict(start_dir: Path, adapter_dir: Path, dtype: torch.dtype):
     """(merged model, state dict in `dtype` without the tied output key): PEFT merge in fp32, then cast."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(str(start_dir), dtype=torch.float32)
-    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    with peft_reading_old_flag():
+        merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     sd = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in merged.state_dict().items()}
     for key in tied_output_keys(merged):
         sd.pop(key, None)

@@ -195,11 +195,104 @@ def grpo_args(cfg: DictConfig, rd: Path, steps: int):
         loss_type=str(g.loss_type), learning_rate=float(t.lr), lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=float(t.betas[0]), adam_beta2=float(t.betas[1]), adam_epsilon=float(t.eps),
         weight_decay=float(t.weight_decay), max_grad_norm=float(t.grad_clip) if t.grad_clip else 0.0,
-        gradient_checkpointing=bool(t.activation_checkpointing), shuffle_dataset=False, seed=int(cfg.seed),
+        activation_checkpointing=bool(t.activation_checkpointing), shuffle_dataset=False, seed=int(cfg.seed),
         logging_steps=1, save_strategy="no", report_to=[],  # metrics.jsonl + wandb through sft.metrics
+        # Every LoRA parameter takes part in every forward pass: DDP need not search for unused ones (transformers
+        # would turn the search on without activation checkpointing, and DDP then warns that it found none).
+        ddp_find_unused_parameters=False,
         use_vllm=vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=float(g.vllm_gpu_memory_utilization),
         disable_tqdm=True, chat_template_kwargs=thinking.template_kwargs(g.enable_thinking),  # every render TRL does
     )
+
+
+# A model below this many parameters gets one CPU thread per process: its matmuls are too small to split, the
+# threads only wait on each other (and spin, on a machine busy with other work). The tiny base's documented GRPO
+# run on the idle 2-core box: 29 s with OMP_NUM_THREADS=1 (docs/benchmarks.md), 38 s with torch's default of two.
+SMALL_MODEL_PARAMS = 50_000_000
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a cgroup or `taskset` narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+def cpu_threads(cpus: int, local_world: int, params: int | None) -> int:
+    """Intra-op threads of one CPU trainer process: one for a small model (SMALL_MODEL_PARAMS), else its share of
+    the machine's CPUs among the `local_world` trainer processes on it."""
+    if params is not None and params < SMALL_MODEL_PARAMS:
+        return 1
+    return max(1, cpus // max(1, local_world))
+
+
+def local_world_size() -> int:
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))   # torchrun's processes on this machine
+
+
+def completion_tokens(generated) -> int:
+    """Tokens in what TRL's `_generate_single_turn` returned: (completion id lists, ...) in TRL 1.16; 0 for a
+    shape this does not know (another TRL release), so the count never stops a run."""
+    ids = generated[0] if isinstance(generated, tuple) and generated else generated
+    try:
+        return sum(len(x) for x in ids)
+    except TypeError:
+        return 0
+
+
+class Progress:
+    """The console while GRPO runs (main process): a line per generation round and per optimizer step, numbers
+    only (docs/glossary.md, "Columns"). The trainer class feeds it the round's generation and environment time."""
+
+    def __init__(self, total: int, main: bool):
+        self.total, self.main = total, main
+        self.rounds = 0
+        self.gen_s = self.env_s = self.round_s = 0.0
+        self.tokens = 0
+        self.rewards: list[float] = []
+        self._round_t0 = self._step_t0 = time.perf_counter()
+
+    def generated(self, seconds: float, tokens: int) -> None:
+        self.gen_s += seconds
+        self.tokens += tokens
+
+    def round_begins(self) -> None:
+        self.gen_s = self.env_s = 0.0
+        self.tokens, self.rewards = 0, []
+        self._round_t0 = time.perf_counter()
+
+    def round_ends(self, steps_done: int) -> None:
+        took = time.perf_counter() - self._round_t0
+        self.round_s += took
+        self.rounds += 1
+        if not self.main:
+            return
+        n = len(self.rewards)
+        mean = sum(self.rewards) / n if n else math.nan
+        std = math.sqrt(sum((r - mean) ** 2 for r in self.rewards) / n) if n else math.nan
+        print(f"[grpo] round {self.rounds} (step {steps_done + 1}/{self.total}): completions={n} "
+              f"reward_mean={mean:.3f} reward_std={std:.3f} gen_s={self.gen_s:.2f} env_s={self.env_s:.2f} "
+              f"score_s={max(0.0, took - self.gen_s - self.env_s):.2f} tokens={self.tokens} "
+              f"tokens/s={self.tokens / self.gen_s if self.gen_s > 0 else 0.0:.1f}", flush=True)
+
+    def step_begins(self) -> None:
+        self._step_t0, self.round_s = time.perf_counter(), 0.0
+
+    def step_ends(self) -> float:
+        return time.perf_counter() - self._step_t0
+
+    def step_line(self, step: int, row: dict, step_s: float) -> None:
+        if not self.main:
+            return
+
+        def num(key, fmt):
+            v = row.get(key)
+            return format(float(v), fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "nan"
+
+        print(f"[grpo] step {step}/{self.total}: loss={num('loss', '.4f')} grad_norm={num('grad_norm', '.4f')} "
+              f"lr={num('lr', '.3g')} reward={num('reward', '.3f')} step_s={step_s:.2f} "
+              f"train_s={max(0.0, step_s - self.round_s):.2f}", flush=True)
 
 
 def run_scheduler(cfg: DictConfig, optimizer, saved: dict | None, step: int):
@@ -267,8 +360,42 @@ def _trainer_class():
                 self._created_lr_scheduler = True  # rebuilt by a later train() call, as the Trainer's own
             return super().create_scheduler(num_training_steps, optimizer)
 
+        # Where a generation round's time goes (rl.train.Progress prints it): generating tokens, the environment
+        # (tool calls, outside the generation inside TRL's tool loop, and the reward functions).
+        progress = None
+
+        def _generate_single_turn(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            out = super()._generate_single_turn(*args, **kwargs)
+            if self.progress is not None:
+                self.progress.generated(time.perf_counter() - t0, completion_tokens(out))
+            return out
+
+        def _tool_call_loop(self, *args, **kwargs):
+            t0, gen0 = time.perf_counter(), self.progress.gen_s if self.progress is not None else 0.0
+            try:
+                return super()._tool_call_loop(*args, **kwargs)
+            finally:
+                if self.progress is not None:   # the loop's own time less the generation inside it: the tools
+                    self.progress.env_s += time.perf_counter() - t0 - (self.progress.gen_s - gen0)
+
+        def _generate_and_score_completions(self, inputs):
+            if self.progress is not None:
+                self.progress.round_begins()
+            with rlck.peft_reading_old_flag():
+                out = super()._generate_and_score_completions(inputs)
+            if self.progress is not None:
+                self.progress.round_ends(self.state.global_step)
+            return out
+
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            t0 = time.perf_counter()
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            if self.progress is not None:
+                self.progress.env_s += time.perf_counter() - t0
+                weights = self.reward_weights.tolist()
+                self.progress.rewards = [sum(w * v for w, v in zip(weights, r) if not math.isnan(v))
+                                         for r in rewards.tolist()]   # every process's completions (gathered)
             n, rank = len(prompts), self.accelerator.process_index
             local = rewards[rank * n:(rank + 1) * n].tolist()  # gathered in process order
             weights = self.reward_weights.tolist()
@@ -305,6 +432,8 @@ class Run:
         self.flag = PreemptionFlag()
         self.start_step = 0
         self.trainer = None
+        self.threads: int | None = None   # CPU threads per process (build sets them on a CPU)
+        self.progress: Progress | None = None
         self.guard = None  # rl.vllm_cpu.LogprobGuard when generation runs on vLLM
         self.template: dict = {}
         self.identity = run_identity(cfg)
@@ -331,7 +460,7 @@ class Run:
             from common.tiny import resolve_model_path
 
             info = rlck.write_start_checkpoint(resolve_model_path(str(cfg.model.path)), self.start_dir)
-            log.info("starting model copied to %s (%s)", self.start_dir, info)
+            log.info("starting model copied to %s (%s)", self.start_dir, " ".join(f"{k}={v}" for k, v in info.items()))
         state.wait_for_everyone()
         problems = check_sha256sums(self.start_dir)  # verified before anything in it is loaded
         if problems:
@@ -356,7 +485,11 @@ class Run:
         from transformers import set_seed
 
         set_seed(int(cfg.seed))  # LoRA's A init draws from the global RNG: the seed's, not the process history's
-        model = get_peft_model(model, lora_config(cfg))
+        if not on_gpu():
+            self.threads = cpu_threads(available_cpus(), local_world_size(), model.num_parameters())
+            torch.set_num_threads(self.threads)
+        with rlck.peft_reading_old_flag():
+            model = get_peft_model(model, lora_config(cfg))
         if st:
             set_peft_model_state_dict(model, st["adapter"])
         self.retriever = retriever = make_retriever(cfg) if cfg.task == "qa" and cfg.grpo.qa_mode == "open" else None
@@ -390,6 +523,10 @@ class Run:
             if not rlck.restore_rng(resume, trainer.accelerator.process_index):  # after the Trainer's set_seed
                 log.warning("%s has no RNG for rank %d (world size changed?): RNG not restored", resume,
                             trainer.accelerator.process_index)
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)   # its raw log dicts: Progress prints the steps instead
+        trainer.progress = self.progress = Progress(self.total, trainer.accelerator.is_main_process)
         trainer.add_callback(_Callback(self))
         self.trainer = trainer
         rank = trainer.accelerator.process_index
@@ -488,6 +625,7 @@ class Run:
         state.update(t=now, tokens=tokens)
         self.metrics.write(row)
         self.wandb.log(row, step)
+        self.progress.step_line(step, row, state.get("step_s", math.nan))
         if self.guard is not None:
             self.guard.check(step, row["vllm_logprob_diff_mean"], row["vllm_logprob_diff_max"])
 
@@ -499,7 +637,11 @@ def _Callback(run: Run):
         def __init__(self):
             self.log_state = {"t": time.time()}
 
+        def on_step_begin(self, args, state, control, **kw):
+            run.progress.step_begins()
+
         def on_step_end(self, args, state, control, **kw):
+            self.log_state["step_s"] = run.progress.step_ends()   # before the step's checkpoint and state are written
             if run.step_end(state.global_step):
                 control.should_training_stop = True
             return control
@@ -534,6 +676,10 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         print(f"[rl.train] refusing to train: a reward hack comes within the required margin of genuine play\n{table}",
               file=sys.stderr)
         return 2
+    if not on_gpu():
+        # The trainer sets its CPU threads itself (Run.build, once the model's size is known); set here, before
+        # accelerate's PartialState, the variable tells accelerate not to pick a count of its own.
+        os.environ["OMP_NUM_THREADS"] = str(cpu_threads(available_cpus(), local_world_size(), None))
     r = Run(cfg)
     r.flag.install()
     try:
@@ -544,7 +690,8 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
         if trainer.accelerator.is_main_process:
             print(f"[rl.train] {'resuming at' if r.start_step else 'starting'} step {r.start_step + 1} of {r.total} "
                   f"(template {'patched' if r.template.get('patched') else 'unchanged'}, parser "
-                  f"{r.template.get('style')}, {trainer.accelerator.num_processes} process(es), trl {installed_trl()})", flush=True)
+                  f"{r.template.get('style')}, {trainer.accelerator.num_processes} process(es), "
+                  f"{f'{r.threads} CPU thread(s) each, ' if r.threads else ''}trl {installed_trl()})", flush=True)
         if before_train is not None:
             before_train(trainer)
         trainer.train()

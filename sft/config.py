@@ -79,7 +79,7 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
     arm, seed = g("arm"), g("seed")
     variant = OmegaConf.select(raw, "name", default=None)
     model, train, logging = schema.read_sections(raw)
-    model = dataclasses.replace(model, path=resolve_model_path(model.path))
+    model = dataclasses.replace(model, path=resolve_model_path(model.path, random_ok=True))
     logging = dataclasses.replace(logging, name=str(logging.name or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}")))
     cfg = TrainConfig(run_dir=Path(str(run_dir)), data_dir=Path(str(data_dir)), arm=arm, seed=seed, resume=resume,
                       model=model, train=train, logging=logging, raw=raw)

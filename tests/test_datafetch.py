@@ -283,7 +283,7 @@ def test_a_hub_set_is_fetched_by_the_one_downloader_once_pinned(cache, monkeypat
     assert source == str(cache / "hub/nq/flashrag_test.jsonl") and len(items) == 5 and again == items
     rows = [json.loads(x) for x in body.decode().splitlines()]
     assert {it.id for it in items} <= {str(r["id"]) for r in rows}
-    base = {"ckpt": "tiny", "out": str(cache / "o"), "benches": ["nq"], "corpus": "corpus:wiki18_example_10",
+    base = {"ckpt": "tiny_base", "out": str(cache / "o"), "benches": ["nq"], "corpus": "corpus:wiki18_example_10",
             "sets": {"nq": "nq:hub"}}
     keys = json.dumps(bench_request("nq", resolve(base), {"kind": "stand-in"})["keys"])
     assert f"hub:RUC-NLPIR/FlashRAG_datasets@{'c' * 40}:nq/test.jsonl" in keys and f.sha256 in keys
@@ -461,7 +461,7 @@ def test_a_bench_identity_names_its_set_without_fetching_it(tmp_path, cache):
     from evals.config import resolve
     from evals.run import bench_request
 
-    base = {"ckpt": "tiny", "out": str(tmp_path / "out"), "benches": ["nq"], "corpus": "corpus:wiki18_example_10"}
+    base = {"ckpt": "tiny_base", "out": str(tmp_path / "out"), "benches": ["nq"], "corpus": "corpus:wiki18_example_10"}
     ckpt = {"kind": "stand-in"}
     default = bench_request("nq", resolve(base), ckpt)
     body = json.dumps(default["keys"])

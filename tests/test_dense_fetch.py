@@ -113,7 +113,7 @@ def test_pinned_dense_artefacts_download_once_and_retrieve_as_search_r1(cache, m
     for r in (retriever, again):
         for k in (1, 3):
             assert [[d["id"] for d in row] for row in r.search(QUERIES, k)] == THEIRS[f"k{k}"]["ids"]
-    keys = bench_identity("nq", resolve({"ckpt": "tiny", "benches": ["nq"], "out": str(cache.parent / "o"),
+    keys = bench_identity("nq", resolve({"ckpt": "tiny_base", "benches": ["nq"], "out": str(cache.parent / "o"),
                                          "corpus": "corpus:wiki18", "retriever": "e5", "encoder": "encoder:e5-base-v2",
                                          "index": "index:wiki18_e5_flat"}),
                           {"kind": "x"}, n=2, seed=42, source="x")["keys"]

@@ -4,6 +4,9 @@
   marker `<!-- runnable: cpu -->`, which renders as code on the site and on GitHub and is hidden there) is
   executed, the blocks of one page in order in one scratch directory (a later block may read what an
   earlier one wrote), with bash -euo pipefail and a timeout: a renamed key or a changed default fails here.
+  Each runs as a reader's shell would: the venv's bin directory taken off PATH, then the README's own
+  activation line (`. .venv/bin/activate`) run in the repository, so a page whose commands need more than
+  that line fails here; every page that runs commands says that line before its first command.
   tools/check_site.py (run by `make docs`) checks that each of them renders as code on the built site.
 - Every line of the README's code blocks as frozen before the docs move (tests/data/readme_lines.json)
   still appears in the README or a docs page, or is listed as dropped with its reason.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +35,34 @@ def cpu_blocks(text: str) -> list[tuple[int, str]]:
     return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in BLOCK.finditer(text)]
 
 
-def run_block(body: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-               WANDB_MODE="disabled", PYTHONPATH=str(ROOT))
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+# The one line README.md's set-up gives to put the commands on PATH (`make venv` prints it too).
+ACTIVATE = re.compile(r"^(\. \.venv/bin/activate)(?=\s|$)", re.M)
+# The pages a newcomer follows: each says the activation line before its first command.
+COMMAND_PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", *sorted((ROOT / "docs" / "how-to").glob("*.md"))]
+
+
+def activation_line() -> str:
+    m = ACTIVATE.search((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert m, "README.md's set-up gives no line that activates .venv"
+    return m.group(1)
+
+
+def reader_env() -> dict:
+    """This environment as a shell that activated nothing: no venv on PATH, no VIRTUAL_ENV, no PYTHONPATH."""
+    venvs = {os.path.realpath(sys.prefix), os.path.realpath(ROOT / ".venv")}
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not any(os.path.realpath(d).startswith(v + os.sep) for v in venvs)]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    return dict(env, PATH=os.pathsep.join(path), WANDB_MODE="disabled")
+
+
+def run_block(body: str, cwd: Path, activate: str | None = None) -> subprocess.CompletedProcess:
+    """`body` in bash -euo pipefail in `cwd`, after the documented activation line ran in the repository
+    (`activate=""`: none)."""
+    activate = activation_line() if activate is None else activate
+    script = f"cd {shlex.quote(str(ROOT))}\n{activate}\ncd {shlex.quote(str(cwd))}\n{body}"
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=reader_env(), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
 
 
 def _pages_with_blocks() -> list[Path]:
@@ -52,6 +79,37 @@ def test_cpu_blocks_run(page, tmp_path):
         proc = run_block(body, tmp_path)
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
         assert proc.returncode == 0, f"{page.relative_to(ROOT)}:{line}: exit {proc.returncode}\n" + "\n".join(tail)
+
+
+def test_the_commands_need_the_documented_activation_and_nothing_else(tmp_path):
+    """Issue 65 item 1: a shell that activated nothing finds no `launch`; after README's line it does."""
+    if not (ROOT / ".venv" / "bin" / "activate").is_file() or \
+            os.path.realpath(sys.prefix) != os.path.realpath(ROOT / ".venv"):
+        pytest.skip(f"the tests run outside {ROOT / '.venv'} (the environment README's set-up makes)")
+    bare = run_block("command -v launch", tmp_path, activate="")
+    assert bare.returncode != 0, f"launch found without activation: {bare.stdout}"
+    active = run_block("command -v launch data-prep evaluate analyze", tmp_path)
+    assert active.returncode == 0 and active.stdout.count(str(ROOT / ".venv" / "bin")) == 4, active.stderr
+
+
+def first_command_end(text: str) -> int:
+    """Where the page's first code block that runs a project command ends (the page's end if none does)."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    words = re.compile(r"^\s*(?:" + "|".join(map(re.escape, scripts)) + r"|python -m)\b", re.M)
+    for m in re.finditer(r"^```bash[ \t]*\n(.*?)^```", text, re.M | re.S):
+        if words.search(m.group(1)):
+            return m.end()
+    return len(text)
+
+
+@pytest.mark.parametrize("page", COMMAND_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_page_says_how_to_activate_before_its_first_command(page):
+    text = page.read_text(encoding="utf-8")
+    head = text[:first_command_end(text)]
+    line = activation_line()
+    assert line in head, f"{page.relative_to(ROOT)}: `{line}` is not before its first command"
 
 
 def test_a_block_with_a_renamed_key_fails(tmp_path):

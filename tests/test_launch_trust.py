@@ -64,7 +64,7 @@ def test_grpo_user_paths_resolve_against_the_callers_directory(W):
     prep = resolve([*QA, "model.path=mymodel"])
     assert prep.cfg.runs_root == str(W / "RQ") and start_record(prep.cfg)["start_model"] == str(W / "mymodel")
     # the embedded model and a hub id stay names
-    assert compose_grpo(QA).cfg.model.path == "tiny-base"
+    assert compose_grpo(QA).cfg.model.path == "tiny_base"
     assert compose_grpo([*QA, "model.path=Qwen/Qwen3-4B"]).cfg.model.path == "Qwen/Qwen3-4B"
 
 

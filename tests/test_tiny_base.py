@@ -81,6 +81,6 @@ def test_model_tiny_base_recipe_resolves_to_the_committed_dir(tmp_path):
     from sft.config import from_dictconfig
 
     cfg = compose(["model=tiny_base"]).cfg
-    assert cfg.model.path == "tiny-base" and cfg.model.init == "pretrained"
+    assert cfg.model.path == "tiny_base" and cfg.model.init == "pretrained"
     cfg.run_dir, cfg.data.dir = str(tmp_path / "run"), str(tmp_path / "data")
     assert from_dictconfig(cfg).model.path == str(TINY_BASE_DIR)

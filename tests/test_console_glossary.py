@@ -1,0 +1,138 @@
+"""Issue 65 item 7: console output reads like a report.
+
+Every column heading and short name the printers emit (evaluate's console table, the tables of report.md) is
+defined in docs/glossary.md's "Columns" table: the headings are collected by running the printers on
+synthetic results, never by reading prose. The console table says what its abbreviations mean under it, and
+launch prints the recipes it composed as `key=value`, never as a Python dict.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from test_analysis_helpers import make_run
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_NAMES = ("nq", "bamboogle", "search_plan_ood", "babyai", "tf_heldout")
+MODES = ("open", "item", "given")
+
+
+def glossary_columns() -> set[str]:
+    text = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
+    section = text.split("## Columns the console and the report print", 1)[1]
+    names: set[str] = set()
+    for line in section.splitlines():
+        m = re.match(r"^\| (`.+?`) \|", line.replace("\\|", "\x00"))
+        if m:
+            names.update(n.replace("\x00", "|") for n in re.findall(r"`([^`]+)`", m.group(1)))
+    return names
+
+
+def normalise(heading: str) -> str:
+    """A heading with a bench's name or a context mode in it, as the glossary writes it."""
+    heading = heading.strip()
+    for b in BENCH_NAMES:
+        if heading.startswith(b + " ("):
+            heading = "<bench>" + heading[len(b):]
+    for m in MODES:
+        heading = heading.replace(f"({m})", "(<context mode>)")
+    return re.sub(r"^reward_\w+$", "reward_<component>", heading)
+
+
+def console_names(text: str) -> set[str]:
+    """The console table's headings (first line), row labels that are no bench, and the `name=` of each row."""
+    lines = text.splitlines()
+    names = set(lines[0].split())
+    for line in lines[1:]:
+        if line.startswith("7-bench mean"):
+            names.add("7-bench mean")
+        names.update(re.findall(r"([\w/]+)=", line))
+    return names
+
+
+def test_evaluate_console_table_has_a_legend_and_every_column_in_the_glossary():
+    from evals.run import format_table
+
+    qa = {"em": 0.5, "f1": 0.6, "cover_em": 0.7, "strict_em": 0.4, "format_failure_rate": 0.1, "n": 10}
+    summary = {**{b: dict(qa) for b in ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique",
+                                         "bamboogle")},
+               "babyai": {"n": 4, "return": 0.5, "success": 0.5, "invalid_action_rate": 0.1, "mean_steps": 12.0},
+               "tf_heldout": {"n": 3, "tokens": 120, "loss": 2.5},
+               "search_plan_ood": {"n": 5, "reward": 0.4, "reward_outcome": 0.5, "reward_grounding": 1.0}}
+    text = format_table(summary)
+    legend = text.splitlines()[-1]
+    for abbrev in ("coverEM", "strictEM", "fmtfail"):
+        assert abbrev in legend
+    names = {normalise(n) for n in console_names(text.rsplit("\n", 1)[0])}
+    assert names >= {"coverEM", "strictEM", "fmtfail", "return", "loss/token", "reward_<component>", "7-bench mean"}
+    missing = sorted(names - glossary_columns())
+    assert not missing, f"console names docs/glossary.md does not define: {missing}"
+
+
+def test_grpo_progress_names_are_in_the_glossary(capsys):
+    from rl.train import Progress
+
+    progress = Progress(total=2, main=True)
+    progress.step_begins()
+    progress.round_begins()
+    progress.generated(0.5, 40)
+    progress.env_s, progress.rewards = 0.25, [1.0, 0.0, 0.5, 0.5]
+    progress.round_ends(0)
+    progress.step_line(1, {"loss": 0.01, "grad_norm": 0.5, "lr": 1e-5, "reward": 0.5}, progress.step_ends())
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["[grpo] round 1 (step 1/2)", "[grpo] step 1/2"]
+    assert "reward_mean=0.500 reward_std=0.354" in lines[0] and "tokens=40 tokens/s=80.0" in lines[0]
+    names = {n for line in lines for n in re.findall(r"([\w/]+)=", line)} | {"round", "step"}
+    missing = sorted(names - glossary_columns())
+    assert not missing, f"GRPO progress names docs/glossary.md does not define: {missing}"
+
+
+@pytest.fixture
+def fast_figures(monkeypatch):
+    """Figures are drawn but not rendered to PDF/PNG (the slow part); the tables are what is checked here."""
+    import matplotlib.pyplot as plt
+
+    import analysis.figures
+
+    def save(fig, info, out_stem, rows):
+        for ext in ("pdf", "png"):
+            out_stem.with_suffix(f".{ext}").write_bytes(b"")
+            info.paths.append(out_stem.with_suffix(f".{ext}"))
+        plt.close(fig)
+
+    monkeypatch.setattr(analysis.figures, "save_figure", save)
+
+
+def test_every_report_column_is_in_the_glossary(tmp_path, fast_figures):
+    from launch.analyze import run_analysis
+
+    values = {"nq": 0.3, "bamboogle": 0.2, "search_plan_ood": 0.5}
+    for arm, gain in (("r2e", 0.1), ("search", 0.4)):
+        make_run(tmp_path / "runs", arm, 0, [0, 10], evaluated={0: values, 10: {b: v + gain for b, v in values.items()}})
+    run_analysis({"runs_root": str(tmp_path / "runs"), "out": str(tmp_path / "out"), "evaluate": False})
+    lines = (tmp_path / "out" / "report.md").read_text(encoding="utf-8").splitlines()
+    headings = set()
+    for head, rule in zip(lines, lines[1:]):
+        if head.startswith("|") and re.fullmatch(r"\|(-+\|)+", rule.replace(" ", "").replace(":", "")):
+            # cells split at " | ": a heading such as `EM|ok` holds a bare `|` (analysis.tables does not escape it)
+            headings.update(normalise(c) for c in head.strip("| ").split(" | "))
+    headings.discard("")
+    assert {"Method", "well-formed", "ΔEM", "provenance", "<bench> (<context mode>)"} <= headings
+    missing = sorted(headings - glossary_columns())
+    assert not missing, f"report.md headings docs/glossary.md does not define: {missing}"
+
+
+def test_launch_prints_its_recipes_as_key_value(tmp_path, monkeypatch):
+    from launch import grpo, run
+
+    from launch.compose import compose, compose_grpo
+
+    monkeypatch.chdir(tmp_path)
+    composed = compose(["arm=search", "model=tiny", "data=synthetic"])   # as run.resolve composes it, data not built
+    sft = run.describe(run.Prepared(composed=composed, run_dir=tmp_path / "r", nproc=1)).splitlines()[0]
+    composed = compose_grpo(["stage=grpo", "task=spa", "model=tiny_base"])
+    rl = grpo.describe(run.Prepared(composed=composed, run_dir=tmp_path / "g", nproc=1)).splitlines()[0]
+    assert sft.startswith("[launch] arm=search model=tiny data=synthetic launcher=local -> "), sft
+    assert rl.startswith("[launch] stage=grpo task=spa model=tiny_base launcher=local -> "), rl
