@@ -220,7 +220,8 @@ def describe(cfg) -> str:
         (f"  3. anchor: {a['anchor']} (the committed pretrained tiny base)" if cfg.model == "tiny_base" else
          f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the random init of step 0)"),
         f"  4. analyze runs_root={shlex.quote(a['runs_root'])} benches={_list(a['benches'])} "
-        f"anchor={shlex.quote(a['anchor'])} out={shlex.quote(a['out'])} n_boot={a['n_boot']} {ev}",
+        f"anchor={shlex.quote(a['anchor'])} out={shlex.quote(a['out'])} n_boot={a['n_boot']} "
+        f"cards={str(a['cards']).lower()} {ev}",
         f"     (the teacher-forced benches {_list(TF_BENCHES)} on the held-out split: eval.heldout)",
     ])
 

@@ -19,10 +19,11 @@ from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc
 from common.benchmarks import BenchError, canonical_bench_key
-from common.cli import ConfigError, apply_overrides, did_you_mean, run_cli, wants_help
+from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
 from common.fields import Passed
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
+from launch.errors import LaunchError
 from launch.eval_slurm import check_launcher, submit_analysis, submit_runs, tasks_report
 from launch.evaluation import (EvalReport, Evaluator, check_anchor_identity, check_settings, check_templates, harness,
                                plan, run_jobs)
@@ -268,12 +269,12 @@ def _main(argv: list[str]) -> int:
 
 
 def parse_argv(argv: list[str]) -> DictConfig:
-    """analyze's `key=value` command line, each key checked (ConfigError: one line, with a did-you-mean)."""
+    """analyze's `key=value` command line, each key checked (LaunchError: one line, with a did-you-mean)."""
     every_eval = [f"eval.{k}" for k in EVALUATE]
     cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=every_eval)
     for key in cfg.eval:   # eval.KEY: any evaluate key (evals.config.KEYS), refused here when it is none
         if key not in EVALUATE:
-            raise ConfigError(f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}")
+            raise LaunchError(f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}")
     return cfg
 
 
