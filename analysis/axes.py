@@ -5,8 +5,9 @@ step; a resumed run recounts its earlier batches, so the counters are exact acro
 
 Arms at equal steps are not equal compute (a code-agent trajectory is several times longer than a search
 one), so `axis=tokens` or `axis=trainable_tokens` puts them side by side at equal tokens seen. Seeds of one
-arm draw different batches: the x of an arm's point is the mean over its seeds of their counters at that
-step (identical to each seed's own value when there is one seed). Step 0 (the anchor, an RL run's start)
+arm draw different batches: the x of an arm's point (a mean over seeds) is the mean over its seeds of their
+counters at that step (identical to each seed's own value when there is one seed); a line drawn per seed
+(the teacher-forced curves) sits at that seed's own counters. Step 0 (the anchor, an RL run's start)
 is x = 0. A checkpoint whose step has no counter in metrics.jsonl is a gap, listed as a problem.
 """
 from __future__ import annotations
@@ -68,18 +69,24 @@ class Axis:
     def label(self) -> str:
         return AXES[self.name][1]
 
-    def x(self, arm: str, step: int) -> float:
+    def x(self, arm: str, step: int, seed: int | None = None) -> float:
+        """The arm's x at `step` (the mean over its seeds), or with `seed` that seed's own counter (a line
+        drawn per seed sits at what that seed consumed)."""
         if self.name == "step" or step == 0:
             return float(step)
         seeds = self.counters.get(arm, {})
+        if seed is not None:
+            value = seeds.get(seed, {}).get(step)
+            return float(value) if value is not None else math.nan
         values = [c[step] for c in seeds.values() if step in c]
         return float(sum(values) / len(values)) if values and len(values) == len(seeds) else math.nan
 
-    def caption(self) -> str:
+    def caption(self, per_seed: bool = False) -> str:
         if self.name == "step":
             return "x: optimizer step."
-        return (f"x: {self.label} by each checkpoint (metrics.jsonl `{AXES[self.name][0]}`, cumulative, exact; "
-                "the mean over an arm's seeds where they differ).")
+        where = ("each seed's line at its own counter" if per_seed
+                 else "the mean over an arm's seeds where they differ")
+        return f"x: {self.label} by each checkpoint (metrics.jsonl `{AXES[self.name][0]}`, cumulative, exact; {where})."
 
 
 def build_axis(name: str, runs) -> Axis:

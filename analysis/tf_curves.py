@@ -6,7 +6,7 @@ per span kind), which evaluate computes from the bench's rows (per record: each 
 count; the mean is the sum over records of the loss over the sum of the tokens). A panel is one bench ×
 held-out set (its fingerprint, from the eval dir's meta.json) × span kind, so curves on different held-out
 sets are never drawn as one; lines are arm (colour) × seed (line style), the anchor a dashed line. The
-x-axis is analyze's `axis` (analysis.axes). The table lists every point with its evaluation identity.
+x-axis is analyze's `axis` (analysis.axes), each seed's line at its own counters. The table lists every point with its evaluation identity.
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def plot_tf(curves: TFCurves, out_stem: Path, axis):
                     if not pts:
                         continue
                     label = f"{arm}/seed{seed}"
-                    xs = [axis.x(arm, p.step) for p in pts]
+                    xs = [axis.x(arm, p.step, seed) for p in pts]
                     ax.plot(xs, [p.loss[span] for p in pts], color=colours[arm], marker="o",
                             linestyle=SEED_STYLES[seeds.index(seed) % len(SEED_STYLES)], label=label)
                     info.series[title].append(label)
@@ -151,6 +151,6 @@ def plot_tf(curves: TFCurves, out_stem: Path, axis):
                        bbox_to_anchor=(0.5, 1.0))
         info.caption = ("Teacher-forced loss per token on held-out gold trajectories (tf_code: code agents, tf_search: "
                         "search agents) at each checkpoint, per span kind; colour = arm, line style = seed, dashed = "
-                        "anchor; panel titles: bench [held-out set fingerprint]: span. " + axis.caption())
+                        "anchor; panel titles: bench [held-out set fingerprint]: span. " + axis.caption(per_seed=True))
         save_figure(fig, info, out_stem, rows)
     return info

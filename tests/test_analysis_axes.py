@@ -70,3 +70,26 @@ def test_the_step_axis_is_the_default_and_a_missing_counter_is_a_gap(tmp_path, c
 
     assert main([f"runs_root={root}", "evaluate=false", "axis=token"]) == 2
     assert "axis=token: not one of step, examples, tokens, trainable_tokens (did you mean tokens?)" in capsys.readouterr().err
+
+
+def test_each_seeds_teacher_forced_line_is_drawn_at_its_own_tokens_seen(tmp_path):
+    """Two seeds of one arm see different tokens per step (different batches): each seed's teacher-forced line
+    sits at that seed's own counters, not at the arm's mean (the oracle: the metrics.jsonl rows written here)."""
+    from test_analysis_helpers import write_json
+
+    root = tmp_path / "runs"
+    per_step = {0: 500, 1: 1300}   # seed -> tokens per step
+    for seed, tok in per_step.items():
+        run = make_run(root, "r2e", seed, [2, 4])
+        _metrics(run, [{"step": s, "tokens_seen": tok * s} for s in (1, 2, 3, 4)])
+        for s in (2, 4):
+            d = run / "eval" / f"step-{s:06d}"
+            d.mkdir(parents=True)
+            write_json(d / "summary.json", {"tf_code": {"loss": 2.0 - 0.1 * s - 0.05 * seed, "tokens": 100, "n": 4}})
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["tf_code"],
+                        "evaluate": False, "n_boot": 20, "axis": "tokens"})
+    fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
+    xs = fig.x[next(t for t in fig.x if t.endswith(": all"))]
+    for seed, tok in per_step.items():
+        assert xs[f"r2e/seed{seed}"] == [2.0 * tok, 4.0 * tok]
+    assert "its own" in fig.caption
