@@ -47,9 +47,10 @@ the exact sum over the 16 transitions of (EM₁ − EM₀) / (items × seeds), g
 
 net format = the 2nd + 4th, net capability = the 1st + 3rd. A transition only counts where the same item
 changed, so an item the model answers before and after is never a loss whatever else changed. Each part
-has an interval (`part_intervals`, the seam where a fuller variance model plugs in): today a percentile
-bootstrap over items (an item's seeds resampled together), which covers item sampling only, not seed
-variance. Pairs whose item ids differ (even with the same count), whose recorded evaluation settings
+has an interval (`part_intervals`) from the report's one variance model (analysis.variance): a part is
+the mean over items × seeds of a per-(item, seed) contribution, so with ≥ 2 seeds its interval is the
+crossed items × seeds t interval (covers items and seeds), with one seed the item term alone (covers
+items only: seed variance unknown). Pairs whose item ids differ (even with the same count), whose recorded evaluation settings
 differ beyond the design, or whose identity is not recorded are refused, the reason shown in the table.
 """
 from __future__ import annotations
@@ -249,7 +250,6 @@ TRANSITION_PARTS = (
 )
 PART_KEYS = ("delta", "capability_gain", "format_gain", "capability_loss", "format_loss", "rest", "net_format",
              "net_capability")
-ITEMS_ONLY = "items (bootstrap over items, an item's seeds together; seed variance not included)"
 
 
 def state(e: Episode) -> str:
@@ -293,31 +293,26 @@ def ids_problem(pre: list[Episode], post: list[Episode]) -> str | None:
     return None
 
 
-def part_intervals(contrib, n_boot: int = 2000, seed: int = 0, conf: float = 0.95) -> tuple[dict, str]:
-    """The interval of each part from per-item contributions `contrib` (items × seeds × parts, each cell the
-    item-seed's EM change if it falls in the part, else 0; a part's estimate is the mean over items and seeds).
-
-    The seam for the study's variance model: today a seeded percentile bootstrap over items, an item's seeds
-    resampled together (covers item sampling; seed variance is not in it). Returns ({part index: (est, lo,
-    hi)}, what the interval covers)."""
+def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str]:
+    """Each part's interval under the report's one variance model (analysis.variance): a part is the mean over
+    items × seeds of a per-(item, seed) contribution, so with ≥ 2 seeds it is the crossed items × seeds
+    model's t interval on Satterthwaite df (covers items and seeds); with one seed the item term alone
+    (covers items only: seed variance unknown). Returns ({part index: (est, lo, hi)}, what it covers)."""
     import numpy as np
 
-    from analysis.stats import percentile_limits, resample_weights
+    from analysis.variance import COVERS_BOTH, COVERS_ITEMS, Term, crossed_parts, limits
 
-    c = np.asarray(contrib, dtype=float)
-    per_item = c.mean(axis=1)                      # items × parts
-    est = per_item.mean(axis=0)
-    weights = resample_weights(per_item.shape[0], n_boot, seed)
-    boot = weights @ per_item / per_item.shape[0]  # n_boot × parts
-    out = {}
-    for k in range(c.shape[2]):
-        lo, hi = percentile_limits(boot[:, k], conf)
-        out[k] = (float(est[k]), lo, hi)
-    return out, ITEMS_ONLY
+    c = np.moveaxis(np.asarray(contrib, dtype=float), 2, 0)   # parts × items × seeds
+    parts = crossed_parts([[Term("post − pre", 1.0, c)]])
+    if c.shape[1] < 2:   # one item: no item variance, a bare point
+        lo = hi = np.full(c.shape[0], np.nan)
+    else:
+        lo, hi = limits(parts, conf)
+    out = {k: (float(parts.est[k]), float(lo[k]), float(hi[k])) for k in range(c.shape[0])}
+    return out, COVERS_ITEMS if parts.seeds_unknown else COVERS_BOTH
 
 
-def transition_split(pairs: list[tuple[int, list[Episode], list[Episode]]], n_boot: int = 2000, seed: int = 0,
-                     conf: float = 0.95) -> TransitionSplit:
+def transition_split(pairs: list[tuple[int, list[Episode], list[Episode]]], conf: float = 0.95) -> TransitionSplit:
     """The transition table of (seed, pre episodes, post episodes) pairs over one item set (`ids_problem` of
     every pair and of the seeds among themselves None: checked by the caller). ΔEM is the exact sum of the
     contributions: Σ over items × seeds of (EM₁ − EM₀) / (items × seeds)."""
@@ -348,7 +343,7 @@ def transition_split(pairs: list[tuple[int, list[Episode], list[Episode]]], n_bo
                 contrib[k, s, PART_KEYS.index("net_capability")] = d
             pre_em += b.em / (n * n_seeds)
             post_em += e.em / (n * n_seeds)
-    limits, covers = part_intervals(contrib, n_boot, seed, conf)
+    limits, covers = part_intervals(contrib, conf)
     return TransitionSplit(n, tuple(sd for sd, _, _ in pairs), pre_em, post_em,
                            {m: counts[m] for m in sorted(counts)}, {m: sums[m] for m in sorted(sums)},
                            {key: limits[k] for k, key in enumerate(PART_KEYS)}, covers)
@@ -454,7 +449,7 @@ def load_behaviour(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> Beh
     return behaviour(episodes) if episodes else None
 
 
-def _group_transitions(groups: dict, out: Decomposed, n_boot: int, boot_seed: int, conf: float) -> None:
+def _group_transitions(groups: dict, out: Decomposed, conf: float) -> None:
     """One transition row per (arm, step, bench, pre) over its seeds that share the first seed's item ids."""
     for (arm, step, bench, source), members in sorted(groups.items(), key=lambda kv: kv[0]):
         first, kept = members[0], []
@@ -470,11 +465,10 @@ def _group_transitions(groups: dict, out: Decomposed, n_boot: int, boot_seed: in
             continue
         ident = (", ".join(dict.fromkeys(m[3] for m in kept)) + " → " + ", ".join(dict.fromkeys(m[4] for m in kept)))
         out.transitions.append(TransitionRow(arm, step, bench, source, ident,
-                                             transition_split([m[:3] for m in kept], n_boot, boot_seed, conf)))
+                                             transition_split([m[:3] for m in kept], conf)))
 
 
-def decompose_runs(runs, anchor_dir: Path | None, benches: list[str], *, n_boot: int = 2000, boot_seed: int = 0,
-                   conf: float = 0.95) -> Decomposed:
+def decompose_runs(runs, anchor_dir: Path | None, benches: list[str], *, conf: float = 0.95) -> Decomposed:
     """Every evaluated step (> 0) of every run × QA bench against its pre evaluation (an RL run's own step
     0, else the anchor): the aggregate split per run (`points`) and the transition table per arm × step
     (`transitions`, the seeds pooled); where that pre has no ok row (the aggregate split undefined), also
@@ -530,7 +524,7 @@ def decompose_runs(runs, anchor_dir: Path | None, benches: list[str], *, n_boot:
             if first is not None:
                 split_against(run, label, bench, run.evals[first], cache[(run.evals[first], bench)], f"step {first}",
                               [s for s in steps if s > first])
-    _group_transitions(groups, out, n_boot, boot_seed, conf)
+    _group_transitions(groups, out, conf)
     return out
 
 
@@ -604,6 +598,7 @@ def transition_table(dec: Decomposed, conf: float = 0.95):
     parts with their intervals and the number of item-seed transitions in each; refused pairs with the
     reason."""
     from analysis.collect import qa_label
+    from analysis.figures import COVERS_WORDS
     from analysis.tables import Column, Table
 
     caption = ("Item-paired transitions at each arm's final checkpoint, per QA bench (context mode): every item "
@@ -613,9 +608,11 @@ def transition_table(dec: Decomposed, conf: float = 0.95):
                "transitions: well-formed before, now right (W0→W1); newly well-formed and right (M0→W1); "
                "well-formed before, now wrong (W1→W0); right before, now malformed (W1→M0); rest (every other "
                "transition: answers outside the format). Net format = M0→W1 + W1→M0, net capability = W0→W1 + "
-               f"W1→W0. In brackets the {conf:.0%} interval (covers item sampling: a bootstrap over items, an "
-               "item's seeds together; seed variance is not in it), in parentheses the number of item-seed "
-               "transitions. pre: the anchor (SFT arms) or the run's own step 0 (RL). A refused pair (item ids or "
+               f"W1→W0. In brackets the {conf:.0%} interval of each part over the item and seed populations (the "
+               "report's crossed items × seeds model: t on Satterthwaite df; n = items × seeds); the last column "
+               "says what it covers: items and seeds where the arm has ≥ 2 seeds, items only with one seed (seed "
+               "variance unknown). In parentheses the number of item-seed transitions. pre: the anchor (SFT arms) or "
+               "the run's own step 0 (RL). A refused pair (item ids or "
                "recorded settings differ, or no recorded identity) is shown with the reason, never split.")
     table = Table(caption, [Column("", "", c, "") for c in TRANSITION_COLUMNS], row_header="Arm")
     for r in dec.final_transitions():
@@ -631,7 +628,7 @@ def transition_table(dec: Decomposed, conf: float = 0.95):
             qa_label(r.bench), r.identity, f"{len(sp.seeds)} × {sp.n_items}", f"{sp.pre_em:.3f}→{sp.post_em:.3f}",
             _part_cell(sp, "delta"), *(_part_cell(sp, key, counts[key]) for key, _, _ in TRANSITION_PARTS),
             _part_cell(sp, "rest", moving), _part_cell(sp, "net_format"), _part_cell(sp, "net_capability"),
-            "items only"]))
+            COVERS_WORDS.get(sp.covers, sp.covers)]))
     return table
 
 

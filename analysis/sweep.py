@@ -153,13 +153,12 @@ def _arm_steps(runs: list[Run]) -> dict[str, list[int]]:
 
 
 def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], anchor_eval: Path, qa: list[str],
-                  out: Path, *, n_boot: int = 2000, boot_seed: int = 0, conf: float = 0.95) -> None:
+                  out: Path, *, conf: float = 0.95) -> None:
     """The behaviour decomposition's tables (transitions, decomposition, stages), figure and per-checkpoint CSVs."""
     from analysis import behaviour
 
     have_anchor = (anchor_eval / "summary.json").is_file()
-    dec = behaviour.decompose_runs(runs, anchor_eval if have_anchor else None, qa, n_boot=n_boot,
-                                   boot_seed=boot_seed, conf=conf)
+    dec = behaviour.decompose_runs(runs, anchor_eval if have_anchor else None, qa, conf=conf)
     anchor, ids = {}, {}
     for bench in qa if have_anchor else []:
         if (b := behaviour.load_behaviour(anchor_eval, bench, "anchor", dec)) is not None:
@@ -270,8 +269,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         result.tables["prepost"] = pp.table()
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
     if qa:  # format vs capability (analysis.behaviour): the rows evaluate wrote, per checkpoint and bench
-        add_behaviour(result, table_paths, runs, anchor_eval, qa, out, n_boot=cfg.n_boot, boot_seed=cfg.boot_seed,
-                      conf=cfg.conf)
+        add_behaviour(result, table_paths, runs, anchor_eval, qa, out, conf=cfg.conf)
     if any(b in TF_BENCHES for b in benches):   # teacher-forced losses on the held-out sets, per span kind
         add_teacher_forced(result, table_paths, table, eval_dirs, axis, out)
     if study is not None and study.reference_results:
