@@ -13,8 +13,9 @@ adds an item-specific gain ~ N(GAIN, GAIN_SD²) and a seed effect per seed whose
 σ_seed; a score is Bernoulli(expit(difficulty + gain + seed effect)). The anchor is one draw per item with
 no seed. Items are drawn anew in each study (the estimand is over the item population), so are seeds.
 
-Checks are a registry (`CHECKS`, filled by `@check`): another study (the power tool's) registers its own
-rows the same way and they print in the same table.
+Checks are a registry (`CHECKS`, filled by `@check`): the power tool's study (bench/bench_power.py) registers
+its rows the same way (`power_tool`), so one command prints every interval's coverage and the power tool's
+true power at its recommendations in one table.
 """
 from __future__ import annotations
 
@@ -45,13 +46,20 @@ class Row:
     target: str      # "coverage" or "type-I error"
     nominal: float
     empirical: float
-    width: float     # median width
-    oracle: float    # the oracle's width
+    width: float     # median width (the power tool: median recommended items)
+    oracle: float    # the oracle's width (the power tool: median true items needed at the recommended seeds)
+    ratio: float | None = None   # width / oracle unless given (the power tool: the median of per-pilot ratios)
 
     def line(self) -> str:
-        ratio = self.width / self.oracle if self.oracle > 0 else float("nan")
+        ratio = self.ratio if self.ratio is not None else (self.width / self.oracle if self.oracle > 0
+                                                           else float("nan"))
         return (f"| {self.check} | {self.design} | {self.target} | {self.nominal:.3f} | {self.empirical:.3f} | "
-                f"{self.width:.4f} | {self.oracle:.4f} | {ratio:.2f} |")
+                f"{_num(self.width)} | {_num(self.oracle)} | {ratio:.2f} |")
+
+
+def _num(x: float) -> str:
+    """A width as a fraction (4 decimals), an item count as an integer."""
+    return f"{x:.4f}" if not np.isfinite(x) or abs(x) < 10 else f"{x:,.0f}"
 
 
 CHECKS: list[Callable[[np.random.Generator, int], list[Row]]] = []
@@ -171,6 +179,24 @@ def bands(rng, replicates):
         rows.append(Row("simultaneous band over 8 steps", f"{items} items × {seeds} seed(s), first step EM "
                         f"{truth[0]:.3f}", "coverage", CONF, covered, float(np.median((hi - lo).mean(axis=1))),
                         float((2 * crit * sd_est).mean())))
+    return rows
+
+
+@check
+def power_tool(rng, replicates):
+    """The power tool (bench/bench_power.py's models and pilots, replicates // 20 pilots per model, at least
+    20): the true power of its recommended design. empirical: the median true power at the recommendations
+    (nominal: the target); width: median recommended items; oracle: median true items needed at the
+    recommended seeds; ratio: the median of recommended / needed per pilot (no design: ∞). The baseline is
+    the point-estimate z tool it replaced."""
+    from bench_power import TARGET, power_summaries
+
+    rows = []
+    for s in power_summaries(rng, max(20, replicates // 20)):
+        who = "power tool" if s.tool == "power tool" else "power rule before (z, point σ_seed)"
+        rows.append(Row(f"{who}: true power at its design", s.model,
+                        f"true power (≥ 0.75 in {s.reached:.2f} of pilots, {s.recommended:.2f} given a design)",
+                        TARGET, s.median_power, s.median_items, s.median_need, s.median_ratio))
     return rows
 
 

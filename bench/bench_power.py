@@ -8,12 +8,13 @@ seeds), over `pilots` pilots: the share given a recommendation, the share whose 
 power >= 0.75 (no recommendation counts as a miss), the median true power at the recommendation, the median of
 recommended items / the true items needed at the recommended seeds (none: ∞), the share of 1-seed
 recommendations, and the same for the point-estimate z tool this replaced (the pilot's own seeds, σ²_seed at
-its estimate, items from the z formula: `baseline`). `power_rows()` returns the table's rows for another
-benchmark to print. Not a test: it prints what it measured."""
+its estimate, items from the z formula: `baseline`). `power_summaries()` returns them as numbers for another
+benchmark to print (bench/bench_coverage.py registers them). Not a test: it prints what it measured."""
 from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import norm
@@ -56,22 +57,46 @@ def baseline(c: power.Components, effect: float, seeds: int) -> int | None:
     return None if room <= 0 else max(2, math.ceil((c.item + c.resid / seeds) / room))
 
 
-def _summary(model, designs: list) -> list:
+@dataclass
+class Summary:
+    """One model × tool over its pilots (no recommendation: a miss, items / need ∞)."""
+
+    model: str          # "<label> (<pilot items> × <pilot seeds>)"
+    tool: str
+    recommended: float  # share of pilots given a design
+    reached: float      # share whose design has true power >= 0.75
+    median_power: float  # at the recommendations (nan: none)
+    median_items: float  # recommended items (nan: none)
+    median_need: float   # the true items needed at the recommended seeds (nan: none)
+    median_ratio: float  # of recommended items / true need, misses ∞
+    one_seed: float      # share of 1-seed recommendations
+
+    def cells(self) -> list[str]:
+        return [self.model, self.tool, f"{self.recommended:.2f}", f"{self.reached:.2f}",
+                f"{self.median_power:.3f}" if math.isfinite(self.median_power) else "–", f"{self.median_ratio:.2f}",
+                f"{self.one_seed:.2f}"]
+
+
+def _median(xs: list) -> float:
+    return float(np.median(xs)) if xs else math.nan
+
+
+def _summary(model, name: str, designs: list) -> Summary:
     got = [d for d in designs if d is not None]
     powers = [true_power(model, n, s) for s, n in got]
     ratios = [n / true_items(model, s) for s, n in got] + [math.inf] * (len(designs) - len(got))
-    return [f"{len(got) / len(designs):.2f}", f"{sum(p >= 0.75 for p in powers) / len(designs):.2f}",
-            f"{np.median(powers):.3f}" if powers else "–", f"{np.median(ratios):.2f}",
-            f"{sum(s == 1 for s, _ in got) / len(designs):.2f}"]
+    label, *_, items, seeds = model
+    return Summary(f"{label} ({items} × {seeds})", name, len(got) / len(designs),
+                   sum(p >= 0.75 for p in powers) / len(designs), _median(powers), _median([n for _, n in got]),
+                   _median([true_items(model, s) for s, _ in got]), float(np.median(ratios)),
+                   sum(s == 1 for s, _ in got) / len(designs))
 
 
-def power_rows(pilots: int = 100, seed: int = 0, max_seeds: int = 30) -> list[list[str]]:
-    """One row per model × tool: [model, tool, recommended share, power >= 0.75 share, median true power,
-    median items / true need, 1-seed share]."""
-    rng = np.random.default_rng(seed)
-    rows = []
+def power_summaries(rng: np.random.Generator, pilots: int = 100, max_seeds: int = 30) -> list[Summary]:
+    """Per model, over `pilots` pilots drawn with `rng`: the power tool's and the baseline's summaries."""
+    out = []
     for model in MODELS:
-        label, si, ss, sr, effect, items, seeds = model
+        _, si, ss, sr, effect, items, seeds = model
         tool, old = [], []
         for _ in range(pilots):
             d = (effect + rng.normal(0, si, (items, 1)) + rng.normal(0, ss, (1, seeds))
@@ -80,9 +105,14 @@ def power_rows(pilots: int = 100, seed: int = 0, max_seeds: int = 30) -> list[li
             tool.append(power.recommend(c, effect, max_seeds, TARGET, ALPHA))
             n = baseline(c, effect, seeds)
             old.append(None if n is None else (seeds, n))
-        rows.append([f"{label} ({items} × {seeds})", "power tool", *_summary(model, tool)])
-        rows.append([f"{label} ({items} × {seeds})", "baseline (z, point σ_seed)", *_summary(model, old)])
-    return rows
+        out += [_summary(model, "power tool", tool), _summary(model, "baseline (z, point σ_seed)", old)]
+    return out
+
+
+def power_rows(pilots: int = 100, seed: int = 0, max_seeds: int = 30) -> list[list[str]]:
+    """One row per model × tool: [model, tool, recommended share, power >= 0.75 share, median true power,
+    median items / true need, 1-seed share]."""
+    return [s.cells() for s in power_summaries(np.random.default_rng(seed), pilots, max_seeds)]
 
 
 HEADER = ["model (pilot items × seeds)", "tool", "recommended", "power >= 0.75", "median true power",
