@@ -183,6 +183,25 @@ def bands(rng, replicates):
 
 
 @check
+def transition_part(rng, replicates):
+    """A transition-table part (analysis.behaviour.part_intervals): every item malformed and wrong before (the
+    anchor), well-formed and right after with the arm's probability; "newly well-formed and right" is the mean
+    over items × seeds of the 0/1 contribution, its interval the crossed model's t (not Wilson: a part is a
+    contrast, it may be negative)."""
+    truth = population_mean(np.random.default_rng(SEED + 4), 0.034, GAIN)
+    rows = []
+    for items, seeds in ((500, 3), (500, 1)):
+        d = rng.normal(logit(P0), ITEM_SD, size=(replicates, items, 1))
+        parts = crossed_parts([[Term("post − pre", 1.0, arm_scores(rng, d, seeds, 0.034, GAIN))]])
+        lo, hi = limits(parts, CONF)
+        covers = "items+seeds" if seeds >= 2 else "items only"
+        rows.append(Row(f"transition part (M0 → W1), {covers}", f"{items} items × {seeds} seed(s), σ_seed 3.4 EM "
+                        "points", "coverage", CONF, _rate(lo, hi, truth), float(np.median(hi - lo)),
+                        oracle_width(parts.est)))
+    return rows
+
+
+@check
 def power_tool(rng, replicates):
     """The power tool (bench/bench_power.py's models and pilots, replicates // 20 pilots per model, at least
     20): the true power of its recommended design. empirical: the median true power at the recommendations

@@ -6,8 +6,8 @@ design, and that design's true power (closed form: the two-sided z test with the
 Per model (σ_item, σ_seed, σ_resid of the per-item arm − anchor differences, the effect Δ; the pilot's items ×
 seeds), over `pilots` pilots: the share given a recommendation, the share whose recommended design reaches true
 power >= 0.75 (no recommendation counts as a miss), the median true power at the recommendation, the median of
-recommended items / the true items needed at the recommended seeds (none: ∞), the share of 1-seed
-recommendations, and the same for the point-estimate z tool this replaced (the pilot's own seeds, σ²_seed at
+recommended items / the true items needed at the recommended seeds (none, or seeds where no item count
+reaches the target: ∞), the share of 1-seed recommendations, and the same for the point-estimate z tool this replaced (the pilot's own seeds, σ²_seed at
 its estimate, items from the z formula: `baseline`). `power_summaries()` returns them as numbers for another
 benchmark to print (bench/bench_coverage.py registers them). Not a test: it prints what it measured."""
 from __future__ import annotations
@@ -84,7 +84,9 @@ def _median(xs: list) -> float:
 def _summary(model, name: str, designs: list) -> Summary:
     got = [d for d in designs if d is not None]
     powers = [true_power(model, n, s) for s, n in got]
-    ratios = [n / true_items(model, s) for s, n in got] + [math.inf] * (len(designs) - len(got))
+    # a design at seeds where no number of items reaches the target is a miss too (∞, not n / ∞ = 0)
+    ratios = [n / need if math.isfinite(need := true_items(model, s)) else math.inf for s, n in got]
+    ratios += [math.inf] * (len(designs) - len(got))
     label, *_, items, seeds = model
     return Summary(f"{label} ({items} × {seeds})", name, len(got) / len(designs),
                    sum(p >= 0.75 for p in powers) / len(designs), _median(powers), _median([n for _, n in got]),
