@@ -117,7 +117,7 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     fake = FakeDataPrep()
     seen = {}
 
-    def fake_run(cmd, log_dir, cwd, env=None, pass_fds=()):
+    def fake_run(cmd, log_dir, cwd, env=None, pass_fds=(), stops=None):
         seen["cmd"] = cmd
         log_dir.mkdir(parents=True, exist_ok=True)
         return 3, log_dir / "train.log"
@@ -166,7 +166,7 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
 
     fake, ran = FakeDataPrep(), []
 
-    def fake_run(cmd, log_dir, cwd, env=None, pass_fds=()):
+    def fake_run(cmd, log_dir, cwd, env=None, pass_fds=(), stops=None):
         rd = Path(cmd[-1]).parent
         ran.append(rd.relative_to(tmp_path).as_posix())
         (rd / "DONE").write_text("")

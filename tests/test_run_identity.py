@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from common import fingerprint
+from common import fingerprint, layout
 from common.cli import ConfigError
 from common.layout import TRAIN_LOCK
 from test_launch_cache import FakeDataPrep
@@ -76,12 +76,17 @@ def staged(tmp_path, monkeypatch):
 
     fake, started = FakeDataPrep(), []
 
-    def fake_trainer(cmd, log_dir, cwd, env=None, pass_fds=()):
+    def fake_trainer(cmd, log_dir, cwd, env=None, pass_fds=(), stops=None):
         rd = Path(cmd[-1]).parent
         started.append(rd)
         log_dir.mkdir(parents=True, exist_ok=True)
         if not (rd / "STOP_EARLY").exists():
             (rd / "DONE").write_text("{}")
+        else:   # stopped early as a real trainer stops (SIGTERM): a complete resumable state, no DONE
+            state = layout.states_dir(rd) / layout.step_name(1)
+            state.mkdir(parents=True, exist_ok=True)
+            (state / layout.STATE_META).write_text("{}")
+            (state / layout.COMPLETE).write_text("")
         return 0, log_dir / "train.log"
 
     monkeypatch.setattr(local, "run_logged", fake_trainer)
