@@ -24,27 +24,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from docs_blocks import MARKER, activation_line as readme_activation_line, cpu_blocks  # noqa: E402
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-MARKER = "<!-- runnable: cpu -->"
-BLOCK = re.compile(r"^<!-- runnable: cpu -->[ \t]*\n```bash[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 TIMEOUT_S = 300
 
-
-def cpu_blocks(text: str) -> list[tuple[int, str]]:
-    """(line number of the marker, body) of each runnable block."""
-    return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in BLOCK.finditer(text)]
-
-
-# The one line README.md's set-up gives to put the commands on PATH (`make venv` prints it too).
-ACTIVATE = re.compile(r"^(\. \.venv/bin/activate)(?=\s|$)", re.M)
 # The pages a newcomer follows: each says the activation line before its first command.
 COMMAND_PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", *sorted((ROOT / "docs" / "how-to").glob("*.md"))]
 
 
 def activation_line() -> str:
-    m = ACTIVATE.search((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert m, "README.md's set-up gives no line that activates .venv"
-    return m.group(1)
+    """The one line README.md's set-up gives to put the commands on PATH (`make venv` prints it too)."""
+    line = readme_activation_line((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert line, "README.md's set-up gives no line that activates .venv"
+    return line
 
 
 def reader_env() -> dict:
