@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (clone, .venv, caches) and name it")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="dtsft-newcomer-"))
+    t0 = time.monotonic()
     try:
         return walk(tmp)
     except subprocess.TimeoutExpired as e:
@@ -126,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep:
             print(f"newcomer: kept {tmp}", flush=True)
         else:
+            t1 = time.monotonic()
             shutil.rmtree(tmp, ignore_errors=True)
+            print(f"newcomer: {time.monotonic() - t1:6.1f} s  temp dir removed"
+                  + (f" ({tmp} NOT removed)" if tmp.exists() else "")
+                  + f"; {time.monotonic() - t0:.1f} s in all", flush=True)
 
 
 if __name__ == "__main__":
