@@ -121,3 +121,33 @@ def test_frozen_readme_lines_are_kept_or_dropped_with_a_reason():
     assert all(reason.strip() for reason in dropped.values()), "a dropped line needs its reason"
     lost = [x for x in fixture["lines"] if x not in dropped and " ".join(x.split()) not in corpus]
     assert not lost, "README command lines in no page and not dropped with a reason:\n" + "\n".join(lost)
+
+
+def test_the_newcomer_walk_s_shell_activated_nothing_and_reaches_no_hub(tmp_path):
+    """tools/newcomer_walk.py (.ci/run's newcomer tier): README's set-up line is `make venv`; its shell has no
+    virtual environment on PATH, no VIRTUAL_ENV, no HF_HUB_OFFLINE or other hub/project setting, a home of its own,
+    and a hub endpoint that refuses connections."""
+    import socket
+
+    from newcomer_walk import newcomer_env, venv_free_path
+    from docs_blocks import setup_command
+
+    assert setup_command((ROOT / "README.md").read_text(encoding="utf-8"), "venv") == "make venv"
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert venv_free_path(f"{venv / 'bin'}{os.pathsep}/usr/bin") == "/usr/bin"
+    base = {"PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin", "VIRTUAL_ENV": str(venv), "HF_HUB_OFFLINE": "1",
+            "HF_HOME": "/somewhere", "DTSFT_SHARED": "/work/shared", "XDG_CACHE_HOME": "/c", "LANG": "C.UTF-8"}
+    hold = socket.socket()
+    hold.bind(("127.0.0.1", 0))
+    try:
+        url = f"http://127.0.0.1:{hold.getsockname()[1]}"
+        env = newcomer_env(base, tmp_path, url)
+        assert env["PATH"] == "/usr/bin" and env["LANG"] == "C.UTF-8" and env["HF_ENDPOINT"] == url
+        assert not {"VIRTUAL_ENV", "HF_HUB_OFFLINE", "HF_HOME", "DTSFT_SHARED", "XDG_CACHE_HOME"} & set(env)
+        assert Path(env["HOME"]).is_relative_to(tmp_path) and Path(env["TMPDIR"]).is_relative_to(tmp_path)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", hold.getsockname()[1]), timeout=5)
+    finally:
+        hold.close()
