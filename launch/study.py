@@ -284,8 +284,9 @@ def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
                           f"(the study's data slots; see {study.path})")
     own = _route_cluster(study, extra, argv) if on_slurm else {}
     _route_python(study, extra, argv)
+    hardware = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items())   # key=value, not a dict
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
-          f"  reference hardware: {study.hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}",
+          f"  reference hardware: {hardware}\n  stages: {' -> '.join(f'{s.name} ({s.run})' for s in study.stages)}",
           flush=True)
     print(f"  differs from the reference ({len(study.differences())}: each chosen setting, then what is not reproduced):\n"
           + "".join(f"    - {line}\n" for line in study.differences()), end="", flush=True)

@@ -24,27 +24,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from docs_blocks import MARKER, activation_line as readme_activation_line, cpu_blocks  # noqa: E402
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-MARKER = "<!-- runnable: cpu -->"
-BLOCK = re.compile(r"^<!-- runnable: cpu -->[ \t]*\n```bash[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 TIMEOUT_S = 300
 
-
-def cpu_blocks(text: str) -> list[tuple[int, str]]:
-    """(line number of the marker, body) of each runnable block."""
-    return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in BLOCK.finditer(text)]
-
-
-# The one line README.md's set-up gives to put the commands on PATH (`make venv` prints it too).
-ACTIVATE = re.compile(r"^(\. \.venv/bin/activate)(?=\s|$)", re.M)
 # The pages a newcomer follows: each says the activation line before its first command.
 COMMAND_PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", *sorted((ROOT / "docs" / "how-to").glob("*.md"))]
 
 
 def activation_line() -> str:
-    m = ACTIVATE.search((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert m, "README.md's set-up gives no line that activates .venv"
-    return m.group(1)
+    """The one line README.md's set-up gives to put the commands on PATH (`make venv` prints it too)."""
+    line = readme_activation_line((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert line, "README.md's set-up gives no line that activates .venv"
+    return line
 
 
 def reader_env() -> dict:
@@ -127,3 +121,33 @@ def test_frozen_readme_lines_are_kept_or_dropped_with_a_reason():
     assert all(reason.strip() for reason in dropped.values()), "a dropped line needs its reason"
     lost = [x for x in fixture["lines"] if x not in dropped and " ".join(x.split()) not in corpus]
     assert not lost, "README command lines in no page and not dropped with a reason:\n" + "\n".join(lost)
+
+
+def test_the_newcomer_walk_s_shell_activated_nothing_and_reaches_no_hub(tmp_path):
+    """tools/newcomer_walk.py (.ci/run's newcomer tier): README's set-up line is `make venv`; its shell has no
+    virtual environment on PATH, no VIRTUAL_ENV, no HF_HUB_OFFLINE or other hub/project setting, a home of its own,
+    and a hub endpoint that refuses connections."""
+    import socket
+
+    from newcomer_walk import newcomer_env, venv_free_path
+    from docs_blocks import setup_command
+
+    assert setup_command((ROOT / "README.md").read_text(encoding="utf-8"), "venv") == "make venv"
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert venv_free_path(f"{venv / 'bin'}{os.pathsep}/usr/bin") == "/usr/bin"
+    base = {"PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin", "VIRTUAL_ENV": str(venv), "HF_HUB_OFFLINE": "1",
+            "HF_HOME": "/somewhere", "DTSFT_SHARED": "/work/shared", "XDG_CACHE_HOME": "/c", "LANG": "C.UTF-8"}
+    hold = socket.socket()
+    hold.bind(("127.0.0.1", 0))
+    try:
+        url = f"http://127.0.0.1:{hold.getsockname()[1]}"
+        env = newcomer_env(base, tmp_path, url)
+        assert env["PATH"] == "/usr/bin" and env["LANG"] == "C.UTF-8" and env["HF_ENDPOINT"] == url
+        assert not {"VIRTUAL_ENV", "HF_HUB_OFFLINE", "HF_HOME", "DTSFT_SHARED", "XDG_CACHE_HOME"} & set(env)
+        assert Path(env["HOME"]).is_relative_to(tmp_path) and Path(env["TMPDIR"]).is_relative_to(tmp_path)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", hold.getsockname()[1]), timeout=5)
+    finally:
+        hold.close()

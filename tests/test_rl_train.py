@@ -5,13 +5,19 @@ up): TRL's tool loop, the environment reward, the GRPO loss and the LoRA update 
 One session-scoped run of 2 steps, interrupted by SIGTERM during step 1 and resumed by a fresh
 trainer, feeds every check: the stop at the step boundary, the resume at the next step, every LoRA B
 changing, finite non-zero losses, the expected rewards, and the run directory (verify-checkpoint on
-step 0, 1 and 2)."""
+step 0, 1 and 2). The first segment's console output, warnings and the trainer's thread settings feed the checks
+of issue 65 item 6 too (the trainer sets its own thread count, prints its progress in numbers, and leaves out
+third-party warnings that say nothing a user can act on)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
+import re
 import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -31,10 +37,13 @@ def _lora_b(trainer) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="session")
 def grpo_run(tmp_path_factory):
+    from trl import GRPOTrainer
+
     from rl import train as rt
     from launch.compose import compose_grpo
     from rl.config import run_dir
 
+    patch = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("grpo")
     cfg = compose_grpo(["task=spa", "model=tiny_base", "steps=2", "save_steps=[1,2]", f"runs_root={root}",
                         "grpo.max_turns=12", "grpo.max_completion_length=2048", "grpo.pilot_tasks=3"]).cfg
@@ -48,27 +57,44 @@ def grpo_run(tmp_path_factory):
             out[f"{name}_policy"] = policy
             out[f"{name}_b0"] = _lora_b(trainer)
             out[f"{name}_trainer"] = trainer
+            out[f"{name}_seen"] = dict(
+                threads=torch.get_num_threads(), omp=os.environ.get("OMP_NUM_THREADS"),
+                params=trainer.accelerator.unwrap_model(trainer.model).base_model.model.num_parameters(),
+                find_unused=trainer.args.ddp_find_unused_parameters,
+                callbacks=[type(c).__name__ for c in trainer.callback_handler.callbacks])
 
             def generate(*a, **kw):
                 if sigterm and not policy.prompts_seen:
                     os.kill(os.getpid(), signal.SIGTERM)  # preemption arrives mid-step 1
                 return policy(*a, **kw)
 
-            trainer._generate_single_turn = generate
+            # TRL's own generation function scripted; the project's override around it (the progress counts) runs
+            patch.setattr(GRPOTrainer, "_generate_single_turn", lambda self, *a, **kw: generate(*a, **kw))
 
-        out[f"{name}_rc"] = rt.run(cfg, before_train=before)
+        # what a caller left behind (OMP_NUM_THREADS=7, three torch threads): the trainer decides anyway
+        os.environ["OMP_NUM_THREADS"] = "7"
+        torch.set_num_threads(3)
+        console = io.StringIO()
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(console):
+            warnings.simplefilter("always")
+            out[f"{name}_rc"] = rt.run(cfg, before_train=before)
+        out[f"{name}_out"], out[f"{name}_warnings"] = console.getvalue(), caught
         out[f"{name}_b1"] = _lora_b(out[f"{name}_trainer"])
         out[f"{name}_metrics"] = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
         out[f"{name}_done"] = (Path(cfg.run_dir) / "DONE").is_file()
 
     previous, threads = signal.getsignal(signal.SIGTERM), torch.get_num_threads()
-    torch.set_num_threads(1)  # the tiny model on a shared CPU: more threads only contend
+    env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "LOCAL_WORLD_SIZE")}
+    os.environ.pop("LOCAL_WORLD_SIZE", None)
     try:
         segment("a", sigterm=True)
         segment("b", sigterm=False)
     finally:
+        patch.undo()
         signal.signal(signal.SIGTERM, previous)
         torch.set_num_threads(threads)
+        for k, v in env.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     return out
 
 
@@ -96,6 +122,40 @@ def test_sigterm_stops_at_the_step_boundary_and_resume_continues(grpo_run):
     final = load_state(r["rd"] / "state" / "step-000002")
     steps = {v for k, v in final["optimizer"]["state"].items() for kk, v in v.items() if kk == "step"}
     assert {float(s) for s in steps} == {2.0}  # AdamW moments carried over the resume
+
+
+NUM = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+
+
+def test_the_trainer_sets_its_threads_prints_numbers_and_no_idle_warnings(grpo_run):
+    """Issue 65 item 6, on the first segment (step 1 of 2): its own thread count whatever the caller left, a line
+    per generation round and per optimizer step with the numbers, no dict of strings, no warning that says nothing
+    actionable."""
+    from rl import train as rt
+
+    r, cfg = grpo_run, grpo_run["cfg"]
+    for seg in ("a", "b"):
+        seen = r[f"{seg}_seen"]
+        assert seen["omp"] == str(rt.cpu_threads(rt.available_cpus(), 1, None)), seg
+        assert seen["threads"] == rt.cpu_threads(rt.available_cpus(), 1, seen["params"]) == 1, seg
+        assert seen["find_unused"] is False and "PrinterCallback" not in seen["callbacks"], seg
+    out = r["a_out"]
+    assert "1 CPU thread(s) each" in out
+    rounds = re.findall(rf"^\[grpo\] round 1 \(step 1/2\): completions=(\d+) reward_mean=({NUM}) reward_std=({NUM}) "
+                        rf"gen_s=({NUM}) env_s=({NUM}) score_s=({NUM}) tokens=(\d+) tokens/s=({NUM})$", out, re.M)
+    assert len(rounds) == 1, out
+    completions, mean, _, gen_s, env_s, *_, tokens, _ = rounds[0]
+    assert int(completions) == int(cfg.grpo.completions_per_step) and int(tokens) > 0 and float(env_s) > 0
+    assert float(mean) > 0   # half the scripted rollouts replay the genuine solution
+    steps = re.findall(rf"^\[grpo\] step 1/2: loss=({NUM}) grad_norm=({NUM}) lr=({NUM}) reward=({NUM}) "
+                       rf"step_s=({NUM}) train_s=({NUM})$", out, re.M)
+    assert len(steps) == 1 and float(steps[0][3]) == pytest.approx(float(mean), abs=1e-3), out
+    assert re.search(r"^\[grpo\] step 2/2: loss=", r["b_out"], re.M), r["b_out"]
+    assert "{'loss'" not in out + r["b_out"]
+    idle = [f"{w.filename}:{w.lineno}: {w.message}" for seg in ("a", "b") for w in r[f"{seg}_warnings"]
+            if "is deprecated and will be removed in v6" in str(w.message)
+            or "OMP_NUM_THREADS/MKL_NUM_THREADS unset" in str(w.message)]
+    assert not idle, idle
 
 
 def test_every_lora_b_changes_and_losses_are_finite_nonzero(grpo_run):

@@ -96,7 +96,21 @@ def dry_runs(tmp_path_factory):
         assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         out[name] = _stage_outputs(proc.stdout)
         out[name]["(before the stages)"] = proc.stdout.split("\n== stage ", 1)[0]
+        out[name]["(stderr)"] = proc.stderr
     return out
+
+
+# A Python dict's repr (`{'gpus': 8, ...}`): what a console line for people never shows (YAML or key=value instead).
+DICT_REPR = re.compile(r"\{'[^'\n]*': ")
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_no_config_dict_repr_reaches_the_console(dry_runs, name):
+    """Issue 65 item 7: a study's dry run prints no raw dict (seen failing: `reference hardware: {'gpus': 8, ...}`)."""
+    for part, text in dry_runs[name].items():
+        m = DICT_REPR.search(text)
+        assert not m, f"{name} ({part}): a dict repr on the console: {text[text.rfind(chr(10), 0, m.start()) + 1:m.end() + 60]}"
+    assert "  reference hardware: gpus=" in dry_runs[name]["(before the stages)"]
 
 
 @pytest.mark.parametrize("name,model_path,gpus", [("qwen3_4b_spa_grpo", "Qwen/Qwen3-4B", 4),
@@ -119,7 +133,7 @@ def test_grpo_study_plan(dry_runs, name, model_path, gpus):
 
 def test_dual_terminator_study_plan(dry_runs):
     train, report = dry_runs["dual_terminator_sft"]["train"], dry_runs["dual_terminator_sft"]["report"]
-    assert train.count("'model': 'qwen3_4b_thinking_2507'") == 9
+    assert len(re.findall(r"^\[launch\] .*\bmodel=qwen3_4b_thinking_2507\b", train, re.M)) == 9   # one per sweep run
     # 218 = floor(3500 / 16): n=3500 at batch 16; r2e one epoch, search and mixed two (436)
     assert train.count("218 optimizer steps (for n=3500), checkpoints at [50, 100, 150, 200, 218]\n") == 3
     assert train.count("436 optimizer steps (for n=3500), checkpoints at [50, 100, 150, 200, 218, 436]\n") == 6
