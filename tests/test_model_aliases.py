@@ -40,6 +40,9 @@ def _evaluate(tmp_path, hub, *args):
 
 
 def test_each_alias_resolves_locally_in_one_spelling(capsys):
+    import common.tiny
+
+    common.tiny._note_old_spelling.cache_clear()   # the note is said once per process: another test may have had it
     assert resolve_model_path("tiny_base") == str(TINY_BASE_DIR)
     assert resolve_model_path("tiny-base") == str(TINY_BASE_DIR)          # the older spelling, normalised
     assert "did you mean tiny_base?" in capsys.readouterr().err
