@@ -150,3 +150,18 @@ def pytest_sessionfinish(session, exitstatus):
             f"error: the test run wrote into the developer's cache {USER_PROJECT_CACHE} (a test's caches are the "
             f"session's $XDG_CACHE_HOME and $DTSFT_DATA, tests/conftest.py):\n  {shown}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_as_it_was():
+    """A trainer run in-process (sft.train's `logging.basicConfig(force=True)`) leaves a root handler on that test's
+    captured stderr, closed once the test ends: a later test whose code logs (matplotlib's font subsetting at
+    INFO) then printed "--- Logging error --- Traceback" into its own output. Each test gets the root logger
+    back as it found it."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

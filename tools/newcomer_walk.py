@@ -2,7 +2,7 @@
 
     python3 tools/newcomer_walk.py [--keep]
 
-Clones this checkout's HEAD (`git clone`, committed work only) into a temp dir with no ../shared beside it, and
+Clones this checkout's HEAD (`git clone`, committed work only) into a temp dir with no test data directory beside it, and
 there, in a shell that activated nothing (no VIRTUAL_ENV, no PYTHONPATH, no virtual environment's bin dir on PATH),
 with a home dir, caches and $TMPDIR of its own under the temp dir:
 
@@ -75,7 +75,7 @@ def fail(what: str, proc: subprocess.CompletedProcess) -> int:
 
 def walk(tmp: Path) -> int:
     t_all = time.monotonic()
-    clone = tmp / "dtsft"    # no ../shared beside it: tmp holds nothing else of the project's
+    clone = tmp / "dtsft"    # no test data directory beside it: tmp holds nothing else of the project's
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True,
                           text=True).stdout.strip()
     subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(ROOT), str(clone)], check=True)
