@@ -81,7 +81,14 @@ def dry_runs(tmp_path_factory):
     """`launch study=NAME launcher=slurm dry_run=true` for every study, from a scratch directory."""
     from sft.tiny import save_tiny_model
 
+    from tests.plan_capture import gpu_env_stand_in, unpinned_stand_ins
+
     cwd = tmp_path_factory.mktemp("studies")
+    outside = tmp_path_factory.mktemp("stand_ins")   # what the preflight asks for: the GPU env's modules, the unpinned sets
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DTSFT_DATA", str(outside / "data"))
+    gpu_env_stand_in(outside, mp)
+    unpinned_stand_ins(outside)
     slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
                                      "report:eval.index=e5_Flat.index"]}
     for name in ("traj.jsonl", "questions.jsonl", "e5_Flat.index"):
@@ -96,6 +103,7 @@ def dry_runs(tmp_path_factory):
         assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         out[name] = _stage_outputs(proc.stdout)
         out[name]["(before the stages)"] = proc.stdout.split("\n== stage ", 1)[0]
+    mp.undo()
     return out
 
 
