@@ -226,7 +226,11 @@ def _eval_data(settings: dict, prefix: str) -> tuple[list[str], str | None]:
 
     profile = settings.get("profile") or None
     evaluate = load_profile(str(profile))["evaluate"] if profile else {}
-    names = _walk_names(evaluate) + _walk_names(settings)
+    sets_keys = ("sets", f"{prefix}sets")   # an item set counts only for a bench evaluated (below)
+    names = _walk_names({k: v for k, v in evaluate.items() if k != "sets"}) \
+        + _walk_names({k: v for k, v in settings.items() if k not in sets_keys})
+    if settings.get(f"{prefix}retriever", evaluate.get("retriever")) != "e5":   # no dense retrieval: no encoder, no index
+        names = [n for n in names if not n.startswith(("encoder:", "index:"))]
     backend = settings.get(f"{prefix}backend", evaluate.get("backend"))
     if settings.get("bench_root") or settings.get(f"{prefix}bench_root"):
         return names, backend

@@ -95,3 +95,19 @@ def test_no_gpu_visible_is_never_a_preflight_problem(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     need = preflight.Needs("job", kind="sft", modules={"torch": "training"}, outputs=("runs/x",))
     assert preflight.problems([need]) == []
+
+
+def test_a_stage_needs_only_the_data_it_reads():
+    from launch.study import parse_study_argv, study_needs
+
+    def report_data(*argv):
+        study, extra, _ = parse_study_argv(list(argv))
+        return next(n.data for n in study_needs(study, extra) if n.who.startswith("stage report"))
+
+    # the profile's sets count only for the benches evaluated; an encoder and an index only for retriever=e5
+    assert "2wikimultihopqa:hub_dev" in report_data("study=qwen3_4b_spa_grpo")
+    assert report_data("study=qwen3_4b_spa_grpo", "report:benches=[search_plan_ood]") == ()
+    dense = report_data("study=dual_terminator_sft", "corpus=c.jsonl")
+    assert {"encoder:e5-base-v2", "index:wiki18_e5_flat", "nq:seed42_1000", "bamboogle:test"} <= set(dense)
+    assert report_data("study=dual_terminator_sft", "corpus=c.jsonl", "report:eval.retriever=bm25",
+                       "report:benches=[bamboogle]") == ("bamboogle:test",)
