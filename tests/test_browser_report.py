@@ -50,7 +50,7 @@ def driver(chromium_config):
     os.environ["SE_OFFLINE"] = "true"
     opts = webdriver.ChromeOptions()
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000",
-                '--host-resolver-rules=MAP * ~NOTFOUND', "--disable-background-networking", "--no-first-run"):
+                '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1', "--disable-background-networking", "--no-first-run"):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
     d = webdriver.Chrome(service=Service(CHROMEDRIVER, env={**os.environ, "XDG_CONFIG_HOME": str(chromium_config)}),
