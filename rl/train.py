@@ -21,6 +21,7 @@ a run directory needs around it:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -185,6 +186,10 @@ def grpo_args(cfg: DictConfig, rd: Path, steps: int):
         raise ValueError(f"grpo.completions_per_step={g.completions_per_step} is not divisible by "
                          f"world size {world_size()} x grpo.grad_accum={g.grad_accum}")
     vllm = use_vllm(cfg)
+    # transformers renamed gradient_checkpointing to activation_checkpointing (the old name warns where both
+    # exist); .venv-vllm's pinned transformers (5.19) knows only the old one
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     return GRPOConfig(
         output_dir=str(rd / "trl"), use_cpu=not on_gpu(), bf16=training_dtype(cfg) == torch.bfloat16,
         max_steps=steps, per_device_train_batch_size=per_device, gradient_accumulation_steps=int(g.grad_accum),
@@ -195,7 +200,7 @@ def grpo_args(cfg: DictConfig, rd: Path, steps: int):
         loss_type=str(g.loss_type), learning_rate=float(t.lr), lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=float(t.betas[0]), adam_beta2=float(t.betas[1]), adam_epsilon=float(t.eps),
         weight_decay=float(t.weight_decay), max_grad_norm=float(t.grad_clip) if t.grad_clip else 0.0,
-        activation_checkpointing=bool(t.activation_checkpointing), shuffle_dataset=False, seed=int(cfg.seed),
+        **{checkpointing: bool(t.activation_checkpointing)}, shuffle_dataset=False, seed=int(cfg.seed),
         logging_steps=1, save_strategy="no", report_to=[],  # metrics.jsonl + wandb through sft.metrics
         # Every LoRA parameter takes part in every forward pass: DDP need not search for unused ones (transformers
         # would turn the search on without activation checkpointing, and DDP then warns that it found none).
