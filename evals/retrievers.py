@@ -104,12 +104,21 @@ class Bm25Retriever:
         docs = load_corpus(self.corpus_path)
         bm25 = bm25s.BM25(method=BM25_PARAMS["method"], k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
         bm25.index(_tokenize([d["contents"] for d in docs], return_ids=True), show_progress=len(docs) > 100_000)
-        with atomic_dir(self.index_dir, existing="replace") as tmp:  # a derived cache keyed by the corpus
-            bm25.save(str(tmp), corpus=docs, show_progress=False)
-            write_json(tmp / "index_meta.json", {
-                "corpus": str(self.corpus_path.resolve()), "num_docs": len(docs), "params": BM25_PARAMS,
-                "bm25s": bm25s.__version__,
-            })
+        meta = {"corpus": str(self.corpus_path.resolve()), "num_docs": len(docs), "params": BM25_PARAMS,
+                "bm25s": bm25s.__version__}
+        # A derived cache keyed by the corpus. Another process (a data_parallel shard) may have put the same
+        # index in place meanwhile and be reading it: a complete one is kept, never replaced under its reader;
+        # only an incomplete leftover (no index_meta.json) is replaced.
+        def save(existing: str) -> None:
+            with atomic_dir(self.index_dir, existing=existing) as tmp:
+                bm25.save(str(tmp), corpus=docs, show_progress=False)
+                write_json(tmp / "index_meta.json", meta)
+
+        try:
+            save("refuse")
+        except FileExistsError:
+            if not (self.index_dir / "index_meta.json").is_file():
+                save("replace")
 
     def search(self, queries: list[str], topk: int) -> list[list[dict]]:
         if not queries:
