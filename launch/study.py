@@ -53,6 +53,7 @@ from common import interpreter
 from common.cli import ConfigError, did_you_mean, parse_switch, split_dotlist
 from common.interpreter import KINDS
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
+from launch import completion
 from launch.errors import LaunchError
 from launch.inprocess import run_child, run_main
 
@@ -309,8 +310,10 @@ def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
             check_unfilled_stage(study, stage, extra[stage.name])
             print(f"(not resolved: set {', '.join(f'{v}=...' for v in study.unset(stage))} to see this stage's config)", flush=True)
             continue
+        record = completion.record_of(stage.run, cmd[3:])
+        before = completion.fingerprint(record) if record else None
         rc = run_stage(cmd, env, launch)
-        if rc == 0 and not dry_run and (why := _not_completed(stage, cmd)):   # exit 0 is not the work done: its record is
+        if rc == 0 and not dry_run and record and (why := completion.not_completed(record, before)):   # exit 0 is not the work done: its record is
             print(f"error: study {study.name}: stage {stage.name} exited 0 but {why}", file=sys.stderr)
             rc = 1
         if rc != 0:
@@ -319,20 +322,6 @@ def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
             return rc
     print(f"\nstudy {study.name}: {'dry run done' if dry_run else 'all stages done'}")
     return 0
-
-
-# a stage's completion record in its out= dir (a training stage's is each run's DONE, checked by launch itself)
-COMPLETION = {"export": "export_info.json", "evaluate": "summary.json"}
-
-
-def _not_completed(stage, cmd: list[str]) -> str | None:
-    """Why a stage that exited 0 did not complete (its completion record missing), None when it did or
-    its out= is not on its command line."""
-    outs = [t.partition("=")[2] for t in cmd[3:] if t.startswith("out=")]
-    if stage.run not in COMPLETION or not outs:
-        return None
-    path = Path(outs[-1]) / COMPLETION[stage.run]
-    return None if path.is_file() else f"wrote no {path} (its completion record)"
 
 
 def _cluster_keys() -> dict[str, str]:
@@ -456,6 +445,8 @@ def _submit_study(study: Study, extra: dict[str, list[str]], dry_run: bool, env:
                 return rc
         if stage.run not in TRAINING_RUNS:
             job_argv = [a for a in cmd if a.partition("=")[0].strip() not in ALL_STAGES]   # the job runs for real
+            # exit 0 is not the job done: on its node, after it ran, its completion record is checked (FAILED if not)
+            job_argv = completion.wrap(stage.run, job_argv, ledger / f"{stage.name}.FAILED")
             spec = slurm.SlurmSpec.of(own[stage.name], job_name=f"dtsft-{study.name}-{stage.name}", nodes=1,
                                       gpus_per_node=_stage_gpus(stage, job_argv), nproc_per_node=1,
                                       output=str(ledger / f"{stage.name}-%j.out"), exclusive=False, signal=False,

@@ -315,3 +315,51 @@ def test_a_study_stage_that_exits_0_without_its_completion_record_fails(tmp_path
     assert (f"error: study browsecomp_worker_export: stage export exited 0 but wrote no "
             f"{Path('exports/browsecomp_worker/export_info.json')} (its completion record)") in err
     assert "all stages done" not in err
+    record = tmp_path / "exports" / "browsecomp_worker" / "export_info.json"   # an earlier export's: not this run's
+    record.parent.mkdir(parents=True)
+    record.write_text("{}")
+    assert launch_main(["study=browsecomp_worker_export", "checkpoint=ckpt", f"tokenizer={tokenizer}",
+                        f"python.sft={python}"]) == 1
+    assert "stage export exited 0 but did not write" in capfd.readouterr().err
+
+
+def test_a_slurm_export_job_that_exits_0_without_writing_its_completion_record_fails(tmp_path, capfd, monkeypatch):
+    """Issue 62, "a Slurm submission is not a job's completion": the export stage's job, run as Slurm would run
+    it, whose interpreter's `-m sft.export` exits 0 having written nothing (it ended COMPLETED), or leaves only
+    an earlier export's export_info.json (not this job's), exits 1 naming the record, and its FAILED record in
+    the study's ledger says why."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    python = tmp_path / "env" / "python"   # a Python, except that its `-m sft.export` does nothing
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\n[ "$2" = "sft.export" ] && exit 0\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    bin_dir, submitted = tmp_path / "bin", tmp_path / "submitted.txt"   # sbatch: records the script, answers 5001
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nfor last; do :; done\necho "$last" >> {submitted}\necho 5001\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    tokenizer = Path(__file__).resolve().parents[1] / "common" / "tiny_tokenizer"
+    assert launch_main(["study=browsecomp_worker_export", "checkpoint=ckpt", f"tokenizer={tokenizer}",
+                        f"python.sft={python}", "launcher=slurm"]) == 0   # submitted: not yet done
+    capfd.readouterr()
+    script = Path(submitted.read_text().split()[0])
+    record, failed = Path("exports/browsecomp_worker/export_info.json"), script.parent / "export.FAILED"
+
+    def job():
+        return subprocess.run(["bash", str(script)], env=dict(os.environ, SLURM_JOB_ID="5001"), capture_output=True,
+                              text=True, timeout=120)
+
+    proc = job()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"exited 0 but wrote no {record} (its completion record)" in proc.stderr
+    rec = json.loads(failed.read_text())
+    assert rec["state"] == "failed" and rec["job"] == "5001" and str(record) in rec["reason"]
+    record.parent.mkdir(parents=True)   # an earlier export's record, there before the job: not this job's
+    record.write_text("{}")
+    proc = job()
+    assert proc.returncode == 1 and f"exited 0 but did not write {record}" in proc.stderr, proc.stderr
