@@ -31,7 +31,8 @@ common.fingerprint.file_digest (hashed again when its path, size, mtime, inode o
   repository's layout, or a raw download (Search-R1's `part_aa` + `part_ab`, `wiki-18.jsonl.gz`), checked
   the same way; a `src` that is (or is inside) the entry's place in the cache is verified in place.
   Nothing a user put in the cache is deleted: an entry replaced by a different one is renamed aside
-  (`<path>.replaced-<UTC>`).
+  (`<path>.replaced-<UTC>`). An entry's place that is a symlink is refused (one line naming its target),
+  before anything is read or written: a link is never followed, renamed aside or recorded.
 - `fetch-data [NAME ...] [from=DIR]`: the command line (`main`); every failure is one line, exit 2.
 - `no_network()`: a block of planning code (a dry run) in which hub lookups answer from the local hub
   cache only, so a plan never waits on an unreachable hub.
@@ -392,10 +393,23 @@ def _dir_actual(f: DataFile, p: Path) -> str:
     return f"{actual} but {problems[0]}" if problems else actual
 
 
+def _no_link(f: DataFile) -> None:
+    """An entry's place (or its recorded digest) that is a symlink is refused before anything is read or
+    written: a link is neither followed (its target is not the cache's to check, fill or record) nor renamed
+    aside (it is the user's); the user removes it or fills the entry from where it points."""
+    final = data_root() / f.rel
+    for p in (final, _recorded(final)):
+        if p.is_symlink():
+            raise DataError(f"{p} is a symlink to {os.readlink(p)}: fetch-data neither follows nor replaces a link "
+                            f"in the cache; remove the link (what it points to is kept) and fill the entry with "
+                            f"`fetch-data {f.name} from=DIR`")
+
+
 @_one_line
 def cached(name: str) -> Path | None:
     """The cached file (or directory) of `name` when present (its digest checked), else None; never the network."""
     f, p = entry(name), local_path(name)
+    _no_link(f)
     if not _present(f, p):
         return None
     expected = digest(name)
@@ -504,8 +518,8 @@ def _record(f: DataFile, final: Path, actual: str, origin: str) -> None:
 
 
 def _into_place(tmp: Path, final: Path) -> Path:
-    """Rename `tmp` to `final`; whatever is at `final` (an earlier entry, a symlink, a user's copy) is renamed
-    aside first (`<final>.replaced-<UTC>`), never deleted."""
+    """Rename `tmp` to `final`; whatever is at `final` (an earlier entry, a user's copy) is renamed aside first
+    (`<final>.replaced-<UTC>`), never deleted (a symlink there was refused before: `_no_link`)."""
     if final.exists() or final.is_symlink():
         aside = replace_aside(final)
         _say(f"{final}: a different copy was there; renamed aside to {aside.name}")
@@ -789,6 +803,7 @@ def _holds(f: DataFile, paths: list[Path], raw: bool) -> bool:
 def _fill(f: DataFile, paths: list[Path], raw: bool, src: Path) -> tuple[Path, str]:
     """One entry from a found copy: verified in place, already cached, or built from it."""
     final = data_root() / f.rel
+    _no_link(f)
     if not raw and _inside(paths[0], final) or raw and all(_inside(p, final) for p in paths):
         return _verify_in_place(f, final), "verified in place"
     if f.pinned and _present(f, final):
@@ -869,7 +884,8 @@ from=DIR fills the cache from DIR instead, checked the same way: DIR laid out as
 DIR/part_aa + DIR/part_ab, DIR/wiki-18.jsonl.gz), or holding the named file (DIR/<file>; a model
 directory itself); from=FILE takes one named file. from= the entry's own place in the cache checks it
 there (recording its digest where none is published) and changes nothing else. Nothing is deleted: an
-entry replaced by a different one is renamed aside (<path>.replaced-<UTC>).
+entry replaced by a different one is renamed aside (<path>.replaced-<UTC>); an entry that is a symlink
+is refused (never followed or replaced).
 Sources: $DTSFT_DATA_ENDPOINT (GitHub raw files), $HF_ENDPOINT (hub files,
 <endpoint>/datasets/<repo>/resolve/<commit>/<path>; a model's, <endpoint>/<repo>/resolve/<commit>/<path>).
 An "unpinned" name has no public commit: never downloaded; `fetch-data NAME from=DIR` takes your copy.

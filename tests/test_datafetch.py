@@ -551,20 +551,26 @@ def test_a_refill_with_a_different_copy_renames_the_old_one_aside(cache, tmp_pat
     assert datafetch.digest("2wikimultihopqa:hub_dev") == hashlib.sha256((second / "dev.jsonl").read_bytes()).hexdigest()
 
 
-def test_a_symlinked_cache_entry_is_set_aside_never_followed_or_deleted(cache, tmp_path, monkeypatch, capfd):
-    """The entry's place is a symlink to the user's directory: the checked copy goes in its place, the link is
-    renamed aside, the directory it pointed to is untouched, and the record is written only with the entry in place."""
+def test_a_symlinked_cache_entry_is_refused_in_one_line_never_followed_renamed_or_recorded(cache, tmp_path, monkeypatch,
+                                                                                            capfd):
+    """Issue 62: the entry's place is a symlink to the user's directory (holding the parts and a note). A fill from
+    elsewhere, a fill from the link itself and a plain fetch are each refused in one line (exit 2) naming the entry
+    and the link's target; the link stays, nothing is renamed aside, no .sha256 or SHA256SUMS is written, the
+    directory it points to is untouched. (A fill used to rename the link aside; one from the link wrote into it.)"""
     f = _tiny_encoder_entry(monkeypatch)
     theirs = tmp_path / "theirs"
-    theirs.mkdir()
+    shutil.copytree(ENCODER, theirs)
     (theirs / "notes.txt").write_text("mine")
+    before = _tree_bytes(theirs)
     model = cache / f.rel
     model.parent.mkdir(parents=True)
     model.symlink_to(theirs, target_is_directory=True)
-    assert datafetch.main([f.name, f"from={ENCODER}"]) == 0, capfd.readouterr().err
-    assert not model.is_symlink() and datafetch.cached(f.name) == model
-    assert _tree_bytes(theirs) == {"notes.txt": b"mine"}
-    assert [p.name for p in model.parent.iterdir() if p.is_symlink()][0].startswith("e5-base-v2.replaced-")
+    for argv in ([f.name, f"from={ENCODER}"], [f.name, f"from={model}"], [f.name]):
+        assert datafetch.main(argv) == 2, argv
+        err = capfd.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"{model} is a symlink to {theirs}" in err, (argv, err)
+        assert sorted(p.name for p in model.parent.iterdir()) == [model.name] and os.readlink(model) == str(theirs)
+        assert _tree_bytes(theirs) == before
 
 
 def _unwritable(tmp_path: Path) -> Path:
