@@ -360,6 +360,25 @@ def test_an_analysis_whose_evaluation_fails_ends_failed(cluster, data_cache, tmp
     assert "evaluation failed" in missing_points(report), report
 
 
+def test_an_export_job_that_exits_0_without_its_completion_record_ends_failed(cluster, tmp_path):
+    """Issue 62: a Slurm submission is not a job's completion. The export study's job, whose interpreter's
+    `-m sft.export` exits 0 having written nothing, ends FAILED in Slurm's records (it ended COMPLETED), its
+    FAILED record in the study's ledger naming the missing export_info.json."""
+    python = tmp_path / "env" / "python"   # a Python, except that its `-m sft.export` does nothing
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\n[ "$2" = "sft.export" ] && exit 0\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    out = _ok(_cli(tmp_path, "launch.cli", "study=browsecomp_worker_export", "checkpoint=ckpt",
+                   f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}", f"python.sft={python}", "launcher=slurm"))
+    job = _job_id(out, r"stage export: Slurm job\(s\) (\d+)")
+    settle(cluster, PATIENCE, tmp_path)
+    ended = {r["JobId"]: r["JobState"] for r in records(cluster)}
+    ledger = next((tmp_path / "exports" / "_slurm").glob("study-*"))
+    assert ended.get(job) == "FAILED", (ended, _log(sorted(ledger.glob("*.out"))))
+    rec = json.loads((ledger / "export.FAILED").read_text())
+    assert rec["job"] == job and "wrote no exports/browsecomp_worker/export_info.json" in rec["reason"], rec
+
+
 def test_a_grpo_stage_runs_under_slurm(cluster, tmp_path):
     """The smallest GRPO launch (tiny base, one step) submitted to Slurm on a CPU-only job and finished there."""
     out = _ok(_cli(tmp_path, "launch.cli", "stage=grpo", "task=spa", "model=tiny_base", "steps=1", f"runs_root={tmp_path}",
