@@ -363,3 +363,22 @@ def test_a_slurm_export_job_that_exits_0_without_writing_its_completion_record_f
     record.write_text("{}")
     proc = job()
     assert proc.returncode == 1 and f"exited 0 but did not write {record}" in proc.stderr, proc.stderr
+
+
+def test_a_study_whose_report_stage_finds_a_failed_evaluation_exits_with_analyzes_4(tmp_path, capfd, monkeypatch):
+    """Issue 62, "a study's report stage carries the code to the study's exit": a study whose one stage is an
+    analysis in which the evaluation fails (backend=vllm where vLLM is missing) ends with analyze's 4, the stage
+    named, never "all stages done"."""
+    if interpreter.missing_modules(sys.executable, ("vllm",)) == ():
+        pytest.skip("vLLM is installed here: backend=vllm would not fail")
+    study = tmp_path / "verdict.yaml"
+    study.write_text("study: verdict\ntitle: a report stage alone\nhardware: {gpus: 0, gpu: none}\n"
+                     "vars: {runs_root: null}\nstages:\n  - name: report\n    run: analyze\n    args:\n"
+                     "      runs_root: ${vars.runs_root}   # [chosen: the runs under test]\n"
+                     "notes: [Nothing of a reference is reproduced; this study checks the exit status.]\n")
+    argv = _tiny_study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert launch_main([f"study={study}", argv[0], *[f"report:{t}" for t in argv[1:]], "report:eval.backend=vllm"]) == 4
+    err = capfd.readouterr().err
+    assert "study verdict: stage report failed (exit 4)" in err and "all stages done" not in err
+    assert (tmp_path / "rep" / "report.md").read_text().startswith("# Transfer-curve report: PARTIAL: ")
