@@ -571,6 +571,12 @@ def test_a_symlinked_cache_entry_is_refused_in_one_line_never_followed_renamed_o
         assert len(err.strip().splitlines()) == 1 and f"{model} is a symlink to {theirs}" in err, (argv, err)
         assert sorted(p.name for p in model.parent.iterdir()) == [model.name] and os.readlink(model) == str(theirs)
         assert _tree_bytes(theirs) == before
+    model.unlink()   # the entry's recorded digest a link: refused alike, nothing written through it or in its place
+    record = model.with_name(model.name + ".sha256")
+    record.symlink_to(tmp_path / "their.sha256")
+    assert datafetch.main([f.name, f"from={ENCODER}"]) == 2
+    assert f"{record} is a symlink to {tmp_path / 'their.sha256'}" in capfd.readouterr().err
+    assert sorted(p.name for p in model.parent.iterdir()) == [record.name] and not (tmp_path / "their.sha256").exists()
 
 
 def _unwritable(tmp_path: Path) -> Path:
