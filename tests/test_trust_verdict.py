@@ -382,3 +382,18 @@ def test_a_study_whose_report_stage_finds_a_failed_evaluation_exits_with_analyze
     err = capfd.readouterr().err
     assert "study verdict: stage report failed (exit 4)" in err and "all stages done" not in err
     assert (tmp_path / "rep" / "report.md").read_text().startswith("# Transfer-curve report: PARTIAL: ")
+
+
+def test_a_checked_job_passes_its_commands_failure_on_and_a_requeued_one_starts_without_the_old_record(tmp_path):
+    """launch.completion on its own: a command that fails keeps its code, with a FAILED record saying so; one that
+    writes its record exits 0, the FAILED an earlier run of the job left removed (a requeued job is not failed)."""
+    import json
+
+    from launch.completion import main as checked
+
+    record, failed = tmp_path / "out" / "export_info.json", tmp_path / "export.FAILED"
+    assert checked([str(record), str(failed), "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+    assert json.loads(failed.read_text())["reason"].endswith("exited with code 3")
+    write = f"import pathlib; p = pathlib.Path({str(record)!r}); p.parent.mkdir(); p.write_text('{{}}')"
+    assert checked([str(record), str(failed), "--", sys.executable, "-c", write]) == 0 and not failed.exists()
+    assert checked([str(record), str(failed), sys.executable]) == 2   # no `--`: a usage error, nothing run
