@@ -843,6 +843,8 @@ def prefill(src: str | Path, names: list[str] | None = None) -> dict[str, Path]:
 
 @_one_line
 def fill(src: str | Path, names: list[str] | None = None) -> dict[str, tuple[Path, str]]:
+    if not str(src).strip():   # Path("") is the current directory: never searched unasked
+        raise DataError("from= names no file or directory (empty)")
     src = Path(src).expanduser()
     if src.is_file():
         if not names or len(names) != 1 or entry(names[0]).kind != "file":
@@ -852,7 +854,8 @@ def fill(src: str | Path, names: list[str] | None = None) -> dict[str, tuple[Pat
             and not _inside(src, data_root() / f.rel) and Path(src).name == f.source_parts()[0]
         return {f.name: _fill(f, [src], raw, src)}
     if not src.is_dir():
-        raise DataError(f"from={src}: no such file or directory")
+        raise DataError(f"from={src}: " + ("not a regular file or a directory" if src.exists()
+                                           else "no such file or directory"))
     wanted = [entry(n) for n in names] if names else list(TABLE.values())
     done = {}
     for f in wanted:

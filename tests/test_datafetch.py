@@ -420,6 +420,20 @@ def test_fetch_data_refuses_bad_input(tmp_path):
     assert "nq:seed42_1000" in _cli("--help", cache=cache).stdout
 
 
+def test_an_empty_from_or_one_that_is_no_file_or_directory_is_named_for_what_it_is(cache, tmp_path, capfd):
+    """`from=` with no value was read as the current directory (searched, silently); a FIFO or a device was
+    "no such file or directory" though it exists. Each is one line saying what it is, exit 2, nothing cached."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for value, said in (("", "from= names no file or directory (empty)"),
+                        (str(fifo), f"from={fifo}: not a regular file or a directory"),
+                        ("/dev/null", "from=/dev/null: not a regular file or a directory")):
+        assert datafetch.main(["bamboogle:test", f"from={value}"]) == 2
+        err = capfd.readouterr().err
+        assert err == f"fetch-data: {said}\n", err
+    assert cache_files(cache) == []
+
+
 def test_a_dry_run_never_waits_on_the_network(tmp_path):
     """HF_HUB_OFFLINE unset and the hub and data endpoints a loopback port that accepts and never answers:
     a launch dry run of data=hub (tokenizer from the hub, decontamination sets) ends at once, saying in one
