@@ -360,6 +360,32 @@ def test_an_analysis_whose_evaluation_fails_ends_failed(cluster, data_cache, tmp
     assert "evaluation failed" in missing_points(report), report
 
 
+def test_a_study_whose_evaluation_fails_ends_failed(cluster, data_cache, tmp_path):
+    """Issue 62: a study on Slurm whose report stage's evaluation fails (backend=vllm where vLLM is not installed):
+    its report job submits the evaluation and the aggregation, which writes the report marked PARTIAL and ends
+    FAILED in Slurm's records."""
+    from common import interpreter
+
+    if interpreter.missing_modules(sys.executable, ("vllm",)) == ():
+        pytest.skip("vLLM is installed here: backend=vllm would not fail")
+    (tmp_path / "runs").mkdir()
+    study = tmp_path / "failing_report.yaml"
+    study.write_text("study: failing_report\ntitle: a report stage alone\nhardware: {gpus: 0, gpu: none}\n"
+                     "vars: {runs_root: runs}\nstages:\n  - name: report\n    run: analyze\n    args:\n"
+                     "      runs_root: ${vars.runs_root}   # [chosen: the study's runs]\n"
+                     "notes: [Nothing of a reference is reproduced; this study checks how a failed evaluation ends.]\n")
+    _ok(_cli(tmp_path, "launch.cli", f"study={study}", "report:out=rep", "report:profile=search_r1_7bench",
+             "report:anchor=tiny-base", *[f"report:{t}" for t in SMOKE_EVAL], "report:eval.backend=vllm",
+             "launcher=slurm", **data_cache))
+    settle(cluster, PATIENCE, tmp_path)
+    mine = [r for r in records(cluster) if r.get("WorkDir") == str(tmp_path)]
+    ended = {r.get("Name"): r["JobState"] for r in mine}
+    logs = _log(sorted(tmp_path.rglob("*.out")))
+    assert ended.get("dtsft-failing_report-report") == "COMPLETED", (ended, logs)   # it planned and submitted
+    assert ended.get("dtsft-analyze") == "FAILED", (ended, logs)
+    assert (tmp_path / "rep" / "report.md").read_text().startswith("# Transfer-curve report: PARTIAL: ")
+
+
 def test_an_export_job_that_exits_0_without_its_completion_record_ends_failed(cluster, tmp_path):
     """Issue 62: a Slurm submission is not a job's completion. The export study's job, whose interpreter's
     `-m sft.export` exits 0 having written nothing, ends FAILED in Slurm's records (it ended COMPLETED), its
