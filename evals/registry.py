@@ -24,8 +24,7 @@ from common import thinking
 from common.benchmarks import parse_bench_key
 from evals import babyai, tasks, teacher_forced
 from evals.agent import AgentRules, play_agent
-from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_source, load_bench
-from evals.config import bench_size
+from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_size, bench_source, load_bench
 from evals.results import QA_KEYS, summarize
 from evals.scheduler import Episodes
 
@@ -162,6 +161,12 @@ KINDS = {kind.name: kind for kind in (SEARCH_PLAN_OOD, BABYAI)} | dict.fromkeys(
 def kind_of(bench: str) -> BenchKind:
     """The kind of bench `bench` (a bench key, `NAME[@MODE]`)."""
     return KINDS.get(bench, QA)
+
+
+def env_benches() -> tuple[str, ...]:
+    """The benches that bring their own environment or items (no retriever, no bench file, no context
+    mode): every bench the registry names; any other is a QA bench."""
+    return tuple(KINDS)
 
 
 def key_prefixes() -> dict[str, str]:
