@@ -1,6 +1,8 @@
 """The bench registry: each kind of bench declares where its items come from, how one is played, its
-row, its summary and its meta.json fields. `kind_of(bench)` is the only place a bench name decides
-anything about how it is evaluated.
+row, its summary and its meta.json fields, and what the other stages read off it (its identity keys,
+analysis's headline metric, report.html's rendering: BenchKind). `kind_of(bench)` is the only place a
+bench name decides anything: evaluate, its identity, analyze and report.html ask it (docs/stages/envs.md,
+"Adding an environment bench").
 
     qa               every QA bench, in each context mode (`musique`, `musique@item`, `musique@given`):
                      items from a file or a named set; tool-calling episodes (evals.agent.play_agent)
