@@ -19,15 +19,13 @@ from common.io import JsonLineError, parse_json_line
 from evals.metrics import NON_METRIC_FIELDS, NULL_REASON, metric_problem
 from analysis.errors import AnalysisError
 from common.benchmarks import CONTEXT_MODES, BenchError, bench_label, parse_bench_key
+from evals.registry import headline_metrics
 
 COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
 # The Search-R1 seven, in the order of its Table 2 (general QA, then multi-hop QA).
 GENERAL_QA = ["nq", "triviaqa", "popqa"]
 MULTIHOP_QA = ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 SEARCH_R1_BENCHES = GENERAL_QA + MULTIHOP_QA
-# Benches with their own environment, scored by one headline metric (not EM/F1).
-ENV_BENCH_METRIC = {"search_plan_ood": "reward", "babyai": "return"}
-AGENTIC_BENCHES = list(ENV_BENCH_METRIC)
 MEAN_BENCH = "avg"  # pseudo-bench: the unweighted mean over the QA benches (Search-R1's "Avg.")
 # A summary metric whose per-example twin has another name (search_plan_ood's `reward` is the
 # episode's `total`).
@@ -40,6 +38,12 @@ class Collected:
     problems: list[str] = field(default_factory=list)
     # (arm, seed, step, bench) -> why evaluate gave it no score (its metrics null: means over no items)
     nulls: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
+
+
+def env_benches() -> list[str]:
+    """The benches played in their own environment, each scored by one headline metric (not EM/F1): the
+    bench registry's (evals.registry: a kind's `headline`), in its order."""
+    return list(headline_metrics())
 
 
 COUNT_FIELDS = ("num_turns", "num_tool_calls", "num_tool_errors", "generated_tokens")
@@ -146,7 +150,7 @@ def qa_benches(table: pd.DataFrame, also=()) -> list[str]:
     """QA benches present (those with EM; `bench@mode` keys; plus `also`, e.g. benches held with null
     scores), Search-R1's seven first in their table order, each bench's context modes together (open,
     item, given)."""
-    present = (set(table.loc[table.metric == "em", "bench"]) | set(also)) - set(AGENTIC_BENCHES) - {MEAN_BENCH}
+    present = (set(table.loc[table.metric == "em", "bench"]) | set(also)) - set(env_benches()) - {MEAN_BENCH}
 
     def order(key: str):
         try:
@@ -161,7 +165,7 @@ def qa_benches(table: pd.DataFrame, also=()) -> list[str]:
 def qa_label(key: str) -> str:
     """A column header naming the bench's context mode (`musique (given)`); agentic benches as they are."""
     try:
-        return bench_label(key, AGENTIC_BENCHES)
+        return bench_label(key, env_benches())
     except BenchError:
         return key
 

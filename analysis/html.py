@@ -22,19 +22,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from analysis.collect import ENV_BENCH_METRIC, json_rows, row_problem
+from analysis.collect import json_rows, row_problem
 from analysis.discover import ANCHOR_ARM, Run, provenance
+from evals.registry import kind_of
 
 ASSETS = Path(__file__).with_name("html_assets")
 DATA_DIR = "report_data"
 MARKER = re.compile(r"@@(CSS|REPORT|INDEX|JS)@@")
 CHUNK = 50  # full transcripts per transcript shard
 QUESTION_HEAD = 200  # characters of the question kept in the item list
-# "right" in the paired view: EM for QA; the outcome (right answer) for search_plan_ood; success for BabyAI
-CORRECT = {"search_plan_ood": "reward_outcome", "babyai": "success"}
-SCORES = {"search_plan_ood": ["reward", "reward_outcome", "reward_grounding", "reward_stop"],
-          "babyai": ["return", "success", "progression"]}
-QA_SCORES = ["em", "f1"]
 
 
 def js_json(obj: Any) -> str:
@@ -45,11 +41,13 @@ def js_json(obj: Any) -> str:
 
 
 def correct_metric(bench: str) -> str:
-    return CORRECT.get(bench, "em")
+    """"Right" in the paired view: the bench kind's `correct` metric (EM for QA; evals.registry)."""
+    return kind_of(bench).correct
 
 
 def score_metrics(bench: str) -> list[str]:
-    return SCORES.get(bench, QA_SCORES)
+    """The per-item scores the item list shows: the bench kind's `shown` (evals.registry)."""
+    return list(kind_of(bench).shown)
 
 
 def _text(v: Any) -> str:
@@ -103,7 +101,7 @@ def _babyai_messages(row: dict) -> list[dict]:
 
 def transcript(bench: str, row: dict) -> dict:
     """One row as the page shows it: messages (role, content, reasoning, calls), answer, golds, scores."""
-    if bench == "babyai" or ("transcript" in row and "messages" not in row):
+    if kind_of(bench).game or ("transcript" in row and "messages" not in row):
         messages = _babyai_messages(row)
         answer = " ".join(_text(a) for a in row.get("actions") or [])
         golds = [f"goal: {_text(row.get('instruction'))}"] if row.get("instruction") else []
@@ -123,7 +121,7 @@ def list_item(bench: str, row: dict, chunk: int) -> dict:
     ok = metrics.get(correct_metric(bench))
     turns = row.get("num_turns", row.get("steps"))
     return {"id": _text(row.get("id")), "q": _text(row.get("question") or row.get("instruction"))[:QUESTION_HEAD],
-            "m": metrics, "turns": turns, "calls": row.get("num_tool_calls", 0 if bench == "babyai" else None),
+            "m": metrics, "turns": turns, "calls": row.get("num_tool_calls", 0 if kind_of(bench).game else None),
             "rule": row.get("extract_rule"), "stop": row.get("stop_reason"),
             "ok": None if ok is None else int(float(ok) >= 1.0), "c": chunk}
 
@@ -231,7 +229,7 @@ def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missi
     index = {"data": DATA_DIR, "entries": entries, "benches": bench_names,
              "correct": {b: correct_metric(b) for b in bench_names},
              "scores": {b: score_metrics(b) for b in bench_names},
-             "headline": {b: ENV_BENCH_METRIC.get(b, "em") for b in bench_names}}
+             "headline": {b: kind_of(b).headline or "em" for b in bench_names}}
     settings_html = ", ".join(f"<code>{_e(k)}={_e(v)}</code>" for k, v in settings.items())
     parts = [
         '<section id="report" class="tab">', f'<p id="partial"><b>{_e(partial)}</b></p>' if partial else "",

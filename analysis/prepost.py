@@ -25,11 +25,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import ENV_BENCH_METRIC, example_metric, qa_label
+from analysis.collect import example_metric, qa_label
 from analysis.discover import Run, read_json_object
 from analysis.stats import PairedResult, paired_bootstrap
 from analysis.tables import DASH, Column, Table
 from common.fingerprint import fingerprint_diff
+from evals.registry import kind_of
 
 QA_METRICS = ("em", "f1")
 LABELS = {"em": "EM", "f1": "F1", "reward": "reward", "return": "return"}
@@ -56,7 +57,8 @@ def unexpected_differences(pre: dict, post: dict, pre_source: str) -> list[str]:
 
 
 def bench_metrics(bench: str) -> tuple[str, ...]:
-    return (ENV_BENCH_METRIC[bench],) if bench in ENV_BENCH_METRIC else QA_METRICS
+    headline = kind_of(bench).headline   # an environment bench: its one metric (evals.registry)
+    return (headline,) if headline else QA_METRICS
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.collect import AGENTIC_BENCHES, MEAN_BENCH
+from analysis.collect import MEAN_BENCH, env_benches
 from analysis.discover import ANCHOR_ARM, Run
 from analysis.tables import DASH, Column, Table
 from common.benchmarks import canonical_bench_key
@@ -75,7 +75,7 @@ def expected(study: Study) -> Expected:
                 profile = load_profile(str(stage.args["profile"]))
                 sizes = dict(profile["reference_sizes"])
                 benches = [b for b in (canonical_bench_key(str(b)) for b in profile["evaluate"].get("benches") or [])
-                           if b not in AGENTIC_BENCHES]
+                           if b not in env_benches()]
     return Expected(models=models, benches=benches, sizes=sizes)
 
 

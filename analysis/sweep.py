@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.aggregate import Points, settings_differences
 from analysis.axes import build_axis
-from analysis.collect import (ENV_BENCH_METRIC, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
+from analysis.collect import (EXAMPLE_ALIASES, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
                               mean_label, qa_benches)
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
 from analysis.figures import FigureInfo, Panel, plot_curves
@@ -24,11 +24,10 @@ from analysis.report import MissingPoint, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common.cli import did_you_mean
-from evals.benches import TF_BENCHES
+from evals.registry import kind_of
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
-OOD_COMPONENTS = ["outcome", "grounding", "stop"]
 
 FAILED_PREFIX = "evaluation failed: "   # a missing point's reason when its evaluation failed now
 BEHAVIOUR = [("mean_tool_calls", "tool calls / episode"), ("format_failure_rate", "no answer found")]
@@ -118,21 +117,24 @@ def _panels(table: pd.DataFrame, qa: list[str], metric: str) -> list[Panel]:
     if len(qa) >= 2:
         panels.append(Panel(MEAN_BENCH, metric, mean_label(qa), metric.upper()))
     for bench in agentic_benches(table.bench):
-        m = ENV_BENCH_METRIC[bench]
+        m = kind_of(bench).headline
         panels.append(Panel(bench, m, f"{bench} ({m})" if m != metric else bench, m))
     return panels
 
 
-def _ood_panels(table: pd.DataFrame) -> list[Panel]:
-    have = set(table.loc[table.bench == "search_plan_ood", "metric"])
+def component_panels(table: pd.DataFrame, bench: str) -> list[Panel]:
+    """One panel per part of an environment bench's headline metric (its kind's `components`: the
+    metric `<headline>_<part>`, or `<part>`), then the headline itself (or its per-example name)."""
+    headline = kind_of(bench).headline
+    have = set(table.loc[table.bench == bench, "metric"])
     panels = []
-    for comp in OOD_COMPONENTS:
-        name = next((m for m in (f"reward_{comp}", comp) if m in have), None)
+    for comp in kind_of(bench).components:
+        name = next((m for m in (f"{headline}_{comp}", comp) if m in have), None)
         if name:
-            panels.append(Panel("search_plan_ood", name, comp, comp))
-    total = next((m for m in ("reward", "total") if m in have), None)
+            panels.append(Panel(bench, name, comp, comp))
+    total = next((m for m in (headline, EXAMPLE_ALIASES.get(headline)) if m in have), None)
     if total:
-        panels.append(Panel("search_plan_ood", total, "total reward", "reward"))
+        panels.append(Panel(bench, total, f"total {headline}", headline))
     return panels
 
 
@@ -238,10 +240,10 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         if panels:
             result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / f"curves_{metric}",
                                               axis=axis))
-    if "search_plan_ood" in agentic_benches(table.bench):
-        panels = _ood_panels(table)
-        result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / "search_plan_ood_components",
-                                          axis=axis))
+    for bench in agentic_benches(table.bench):   # a kind with parts of its headline: a figure of them
+        if kind_of(bench).components:
+            result.figures.append(plot_curves(points, component_panels(table, bench), arms, steps,
+                                              out / "figures" / f"{bench}_components", axis=axis))
     behaviour = _behaviour_panels(table, qa)
     if behaviour:
         result.figures.append(plot_curves(points, behaviour, arms, steps, out / "figures" / "behaviour", axis=axis))
@@ -260,7 +262,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
             name = f"compare_{a}_vs_{b}_{metric}"
             result.tables[name] = compare_table(points, a, b, cols, metric, settings_note.get((a, b), ""))
             table_paths[name] = result.tables[name].write(out / "tables" / name)
-    episodic = [b for b in benches if b not in TF_BENCHES]   # benches with episodes (transcripts, EM pre/post)
+    episodic = [b for b in benches if not kind_of(b).scores]   # benches with episodes (transcripts, EM pre/post)
     pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, episodic,
                  n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf)
     labelled = {f"{r.arm}/seed{r.seed}/{d.name}": d for r in runs for d in r.evals.values()}
@@ -270,7 +272,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         table_paths["prepost"] = result.tables["prepost"].write(out / "tables" / "prepost")
     if qa:  # format vs capability (analysis.behaviour): the rows evaluate wrote, per checkpoint and bench
         add_behaviour(result, table_paths, runs, anchor_eval, qa, out, conf=cfg.conf)
-    if any(b in TF_BENCHES for b in benches):   # teacher-forced losses on the held-out sets, per span kind
+    if any(kind_of(b).scores for b in benches):   # teacher-forced losses on the held-out sets, per span kind
         add_teacher_forced(result, table_paths, table, eval_dirs, axis, out)
     if study is not None and study.reference_results:
         from analysis.reference import reference_table

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.aggregate import Points, anchor_value, best_point, final_point, paired_arms, paired_vs_anchor
-from analysis.collect import AGENTIC_BENCHES, ENV_BENCH_METRIC, GENERAL_QA, MEAN_BENCH, MULTIHOP_QA, qa_label
+from analysis.collect import GENERAL_QA, MEAN_BENCH, MULTIHOP_QA, env_benches, qa_label
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
 from analysis.variance import COVERS_BOTH, COVERS_NONE, Estimate
+from evals.registry import kind_of
 
 DASH = "–"
 
@@ -125,7 +126,7 @@ def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str
     if has_mean:
         cols.append(Column(MEAN_BENCH, metric, "Avg.", "QA"))
     for bench in agentic:
-        m = ENV_BENCH_METRIC[bench]
+        m = kind_of(bench).headline
         cols.append(Column(bench, m, f"{bench} ({m})", "Agentic"))
     return cols
 
@@ -243,4 +244,5 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
 
 
 def agentic_benches(table_benches) -> list[str]:
-    return [b for b in AGENTIC_BENCHES if b in set(table_benches)]
+    present = set(table_benches)
+    return [b for b in env_benches() if b in present]

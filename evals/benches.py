@@ -48,8 +48,6 @@ from common.benchmarks import (SEARCH7, BenchError, BenchItem, check_context_mod
 OOD_BENCH = "search_plan_ood"
 BABYAI_BENCH = "babyai"
 TF_BENCHES = ("tf_code", "tf_search")   # teacher-forced losses on a held-out set (evals.teacher_forced)
-# benches that bring their own environment or items (no retriever, no bench file, no context mode)
-ENV_BENCHES = (OOD_BENCH, BABYAI_BENCH, *TF_BENCHES)
 # FlashRAG_datasets split of each bench: the hub set `<bench>:hub` (common.datafetch, <bench>/<split>.jsonl).
 HUB_SPLITS = {
     "nq": "test", "triviaqa": "test", "popqa": "test", "bamboogle": "test",
@@ -182,3 +180,8 @@ def load_bench(key: str, bench_root: str | Path | None, n: int | None,
     check_context_mode(items, mode, source)
     answerable = [it for it in items if it.answerable]
     return sample(answerable, n, seed, presampled), source, len(items) - len(answerable)
+
+
+def bench_size(cfg, bench: str) -> int:
+    """The n asked for `bench` (`cfg`: a resolved evaluate config): `bench_n[bench]` when given, else `n` (<= 0 means every item)."""
+    return int(cfg.bench_n[bench]) if bench in cfg.bench_n else int(cfg.n)

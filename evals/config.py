@@ -12,10 +12,11 @@ from common.cli import did_you_mean
 from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Field
 from common.schema import Number
 from common.tiny import resolve_model_path
-from evals.benches import ENV_BENCHES, HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, TF_BENCHES, bench_source
+from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_size, bench_source  # noqa: F401  (bench_size: evals.run)
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
+from evals.registry import env_benches, kind_of
 
 RETRIEVERS = ("bm25", "e5", "http")
 
@@ -137,14 +138,9 @@ def base_config(profile: str | None = None) -> DictConfig:
     return base
 
 
-def bench_size(cfg: DictConfig, bench: str) -> int:
-    """The n asked for `bench`: `bench_n[bench]` when given, else `n` (<= 0 means every item)."""
-    return int(cfg.bench_n[bench]) if bench in cfg.bench_n else int(cfg.n)
-
-
 def uses_retriever(bench: str) -> bool:
     """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
-    return bench not in ENV_BENCHES and parse_bench_key(bench)[1] == "open"
+    return bench not in env_benches() and parse_bench_key(bench)[1] == "open"
 
 
 def _benches(value) -> list[str]:
@@ -155,7 +151,7 @@ def _benches(value) -> list[str]:
             key = canonical_bench_key(str(raw))
         except BenchError as exc:
             raise EvalError(str(exc)) from None
-        if parse_bench_key(key)[0] in ENV_BENCHES and key not in ENV_BENCHES:
+        if parse_bench_key(key)[0] in env_benches() and key not in env_benches():
             raise EvalError(f"bench {raw!r}: {parse_bench_key(key)[0]} brings its own environment and has no "
                             "context mode")
         if key in keys:
@@ -169,7 +165,7 @@ BENCH_N = Number(lo=0, integer=True)         # 0 = every item of the bench
 
 def known_benches(bench_root) -> list[str]:
     """Every bench name evaluate can load: the environments, the hub's and each dir under `bench_root`."""
-    names = {*ENV_BENCHES, *HUB_SPLITS, *HUB_CONTEXT}
+    names = {*env_benches(), *HUB_SPLITS, *HUB_CONTEXT}
     if bench_root and Path(bench_root).is_dir():
         names |= {d.name for d in Path(bench_root).iterdir() if d.is_dir()}
     return sorted(names)
@@ -350,9 +346,9 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     for bench in merged.benches:
         if why := bench_name_problem(bench, merged.bench_root):
             raise EvalError(f"benches: {why}")
-        if bench not in ENV_BENCHES:  # a missing or ambiguous bench file, an unknown set: up front (no network)
+        if bench not in env_benches():  # a missing or ambiguous bench file, an unknown set: up front (no network)
             bench_source(bench, merged.bench_root, resolve=False, sets=merged.sets)
-    if tf := [b for b in merged.benches if b in TF_BENCHES]:
+    if tf := [b for b in merged.benches if kind_of(b).scores]:
         if merged.backend != "hf":
             raise EvalError(f"benches {tf} are teacher-forced losses (the model's logits): backend=hf only, not "
                             f"backend={merged.backend}; evaluate them in a call of their own")

@@ -4,7 +4,7 @@ identity(bench) = the checkpoint's content digest (its `SHA256SUMS`; a local dir
 the same sums computed; a hub id: id + resolved revision) + every `evaluate` key except the
 operational ones below (the engine settings resolved for the host: dtype, and for vLLM enforce_eager
 and prefix caching) + that bench's n, seed and bench-file digest (+ the backend for a bench that
-samples: babyai at babyai_temperature > 0). The checkpoint path is
+samples: its kind says when, evals.registry). The checkpoint path is
 recorded beside it but not hashed: moving a runs tree does not invalidate its evals.
 
 `meta.json` records each bench's identity; every `<bench>.jsonl` row carries its digest; an out
@@ -27,9 +27,7 @@ from evals.errors import EvalError
 # backend=vllm), or through content identities (CONTENT: the checkpoint digest, and per bench its n, seed
 # and file digest; `corpus` is a file, `sets` names each bench's item set, recorded with its source,
 # `heldout` is a teacher-forced bench's source, its manifest's digest).
-
-# Keys that belong to one bench only (they enter no other bench's identity).
-BENCH_KEY_PREFIXES = {"babyai": "babyai_"}
+# Keys that belong to one bench only enter no other bench's identity (a kind's `key_prefix`, evals.registry).
 
 
 class IdentityError(EvalError):
@@ -115,6 +113,7 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
 
     from evals.backends import engine_settings
     from evals.config import KEYS
+    from evals.registry import key_prefixes, kind_of
 
     not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
 
@@ -123,7 +122,7 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
         "checkpoint": ckpt_id,
         # the engine settings as this host resolves them (dtype=auto is fp32 or bf16 by host and backend)
         "evaluate": {**{k: v for k, v in conf.items() if k not in not_as_is
-                        and not any(k.startswith(p) for b, p in BENCH_KEY_PREFIXES.items() if b != bench)},
+                        and not any(k.startswith(p) for b, p in key_prefixes().items() if b != bench)},
                      **engine_settings(conf)},
         "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
         # a named set's file digest is its pinned one (the file is checked against it when fetched), or
@@ -136,7 +135,7 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     if item_set is not None:
         body["bench"]["set"] = {"name": item_set, "source": datafetch.entry(item_set).source()
                                 if datafetch.is_name(item_set) else source}
-    if bench in BENCH_KEY_PREFIXES and float(conf.get(f"{BENCH_KEY_PREFIXES[bench]}temperature") or 0) > 0:
+    if (sampled := kind_of(bench).sampled) is not None and sampled(conf):
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     if body["evaluate"].get("enable_thinking") == "auto":  # nothing passed: the identity of before the key
         del body["evaluate"]["enable_thinking"]

@@ -1,6 +1,8 @@
 """The bench registry: each kind of bench declares where its items come from, how one is played, its
-row, its summary and its meta.json fields. `kind_of(bench)` is the only place a bench name decides
-anything about how it is evaluated.
+row, its summary and its meta.json fields, and what the other stages read off it (its identity keys,
+analysis's headline metric, report.html's rendering: BenchKind). `kind_of(bench)` is the only place a
+bench name decides anything: evaluate, its identity, analyze and report.html ask it (docs/stages/envs.md,
+"Adding an environment bench").
 
     qa               every QA bench, in each context mode (`musique`, `musique@item`, `musique@given`):
                      items from a file or a named set; tool-calling episodes (evals.agent.play_agent)
@@ -24,8 +26,7 @@ from common import thinking
 from common.benchmarks import parse_bench_key
 from evals import babyai, tasks, teacher_forced
 from evals.agent import AgentRules, play_agent
-from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_source, load_bench
-from evals.config import bench_size
+from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_size, bench_source, load_bench
 from evals.results import QA_KEYS, summarize
 from evals.scheduler import Episodes
 
@@ -39,7 +40,17 @@ class BenchKind:
     `item_set(bench, cfg)`: the named item set it reads (None: an environment); `counts_unanswerable`:
     its summary says how many unanswerable items were left out; `meta(cfg, opened)`: its own block of
     meta.json (under the kind's name), if any; `scores`: its items are scored by the model's own
-    logits (`evals.teacher_forced.score`, over what `opens` opened), not played as episodes."""
+    logits (`evals.teacher_forced.score`, over what `opens` opened), not played as episodes.
+
+    What the other stages read off a kind (the defaults: a QA bench): `key_prefix`, the evaluate keys
+    that belong to this kind alone (they enter no other bench's identity, and a kept bench's are carried
+    in meta.json); `sampled(conf)`, whether its rows are sampled under the evaluate config `conf` (the
+    backend then enters its identity: the backends' samplers differ); `headline`, the one metric an
+    environment bench is scored by in analysis's tables and figures (None: a QA bench's EM/F1, or a
+    scored bench's losses); `components`, the parts of the headline that get a figure of their own
+    (a row's `<headline>_<part>`); `correct`, the per-item metric report.html counts as right (>= 1);
+    `shown`, the per-item scores it lists; `game`, its rows are games (a transcript of steps, actions
+    and no tool calls), which report.html shows as one conversation."""
     name: str
     source: Callable[[str, Any], str]
     items: Callable[[str, Any, Any], tuple[list, str, int]]
@@ -50,6 +61,13 @@ class BenchKind:
     meta: Callable[[Any, Any], dict] | None = None
     scores: bool = False
     opens: Callable[[Any], Any] | None = None
+    key_prefix: str | None = None
+    sampled: Callable[[dict], bool] | None = None
+    headline: str | None = None
+    components: tuple[str, ...] = ()
+    correct: str = "em"
+    shown: tuple[str, ...] = ("em", "f1")
+    game: bool = False
 
 
 def _qa_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
@@ -99,6 +117,10 @@ SEARCH_PLAN_OOD = BenchKind(
     summarize=lambda rows: summarize(rows, None),
     item_set=lambda bench, cfg: None,
     counts_unanswerable=False,
+    headline="reward",
+    components=("outcome", "grounding", "stop"),
+    correct="reward_outcome",
+    shown=("reward", "reward_outcome", "reward_grounding", "reward_stop"),
 )
 BABYAI = BenchKind(
     BABYAI_BENCH,
@@ -110,7 +132,14 @@ BABYAI = BenchKind(
     item_set=lambda bench, cfg: None,
     counts_unanswerable=False,
     meta=lambda cfg, opened: _babyai_meta(cfg),
+    key_prefix="babyai_",
+    sampled=lambda conf: float(conf.get("babyai_temperature") or 0) > 0,
+    headline="return",
+    correct="success",
+    shown=("return", "success", "progression"),
+    game=True,
 )
+
 def _no_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
     raise AssertionError(f"{bench} is scored, not played (evals.teacher_forced.score)")
 
@@ -134,3 +163,19 @@ KINDS = {kind.name: kind for kind in (SEARCH_PLAN_OOD, BABYAI)} | dict.fromkeys(
 def kind_of(bench: str) -> BenchKind:
     """The kind of bench `bench` (a bench key, `NAME[@MODE]`)."""
     return KINDS.get(bench, QA)
+
+
+def env_benches() -> tuple[str, ...]:
+    """The benches that bring their own environment or items (no retriever, no bench file, no context
+    mode): every bench the registry names; any other is a QA bench."""
+    return tuple(KINDS)
+
+
+def key_prefixes() -> dict[str, str]:
+    """bench -> the prefix of the evaluate keys that belong to it alone (`babyai` -> `babyai_`)."""
+    return {bench: kind.key_prefix for bench, kind in KINDS.items() if kind.key_prefix}
+
+
+def headline_metrics() -> dict[str, str]:
+    """bench -> its headline metric, for each bench played in its own environment (in registry order)."""
+    return {bench: kind.headline for bench, kind in KINDS.items() if kind.headline}

@@ -20,8 +20,8 @@ from pathlib import Path
 from common import lock
 from common.io import JsonLineError, parse_json_line, read_json_object, replace_aside, write_json
 from evals.errors import EvalError
-from evals.identity import BENCH_KEY_PREFIXES, IdentityError, check_same
-from evals.registry import KINDS, kind_of
+from evals.identity import IdentityError, check_same
+from evals.registry import KINDS, key_prefixes, kind_of
 from evals.results import ResultsError, append_rows, load_done
 
 EVAL_LOCK = ".evaluate.lock"   # held by the one evaluation writing the out dir (EvalStore.lock)
@@ -196,7 +196,7 @@ class EvalStore:
                                    else old.get(kind.name) if any(b in kept for b in mine) else None)
         config = OmegaConf.to_container(cfg, resolve=True)
         old_config = old.get("config") if isinstance(old.get("config"), dict) else {}
-        for bench, prefix in BENCH_KEY_PREFIXES.items():
+        for bench, prefix in key_prefixes().items():
             if bench in kept:
                 config.update({k: v for k, v in old_config.items() if k.startswith(prefix)})
         meta["config"] = config

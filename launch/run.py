@@ -341,10 +341,13 @@ def describe(prep: Prepared) -> str:
             f"[launch] {planned_steps(cfg)} optimizer steps (for n={cfg.data.n}), checkpoints at {saves}")
 
 
-def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
+def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, **cache_kw) -> int:
     """`launch [stage=...] key=value ...` for one run of `trainer`; returns the exit code (the trainer's
-    for local runs). `cache_kw` reach SFT's data step (launch.cache: a stand-in builder in tests)."""
-    prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
+    for local runs). `prep`: the run as `trainer.resolve(argv)` already resolved it (a sweep resolves
+    every run up front: it is composed once), else resolved here. `cache_kw` reach SFT's data step
+    (launch.cache: a stand-in builder in tests)."""
+    if prep is None:
+        prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
     cfg, rd = prep.cfg, prep.run_dir
     if is_finished(rd) and cfg.resume != "never":
         if not cfg.launcher.dry_run:

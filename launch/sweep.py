@@ -155,9 +155,9 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
                   "nothing trained", file=sys.stderr, flush=True)
             return rc
     failed = []
-    for i, run in enumerate(runs, 1):
+    for i, (run, prep) in enumerate(zip(runs, preps), 1):
         print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
-        rc = launch_one(SFT, run, **cache_kw)
+        rc = launch_one(SFT, run, prep, **cache_kw)   # the run as resolved up front: composed once
         if rc != 0:
             failed.append((run[:2], rc))
             if rc in (130, 143):   # interrupted: stop the sweep, don't start the next run
