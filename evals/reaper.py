@@ -7,7 +7,8 @@ memory, and on a GPU the device, through the rerun that resumes the evaluation. 
 before a backend starts its engine, starts a small watcher process (`python -m evals.reaper PID`) that
 notes the processes below PID every `POLL_S` seconds; once PID is gone (the watcher is reparented) it
 stops the ones last noted that still run (SIGTERM, vLLM's own graceful shutdown; SIGKILL after
-`GRACE_S`) and exits. The backend's `close()` shuts its engine down, then ends the watcher
+`GRACE_S`) and exits. Given a notes file (`guard(notes=PATH)`), the watcher writes the pids of each scan
+there (one per line, replaced atomically), so a caller can see what it holds. The backend's `close()` shuts its engine down, then ends the watcher
 (`Guard.stop()`). A pid is identified with its start time (`/proc/<pid>/stat`), so a reused pid is never
 signalled. Linux only (/proc); elsewhere a no-op.
 """
@@ -71,12 +72,13 @@ class Guard:
                 proc.wait()
 
 
-def guard() -> Guard:
+def guard(notes: Path | None = None) -> Guard:
     """Start the watcher of this process's descendants (see the module doc), before the engine starts,
-    so a death while it loads is covered too; `Guard.stop()` once the engine is shut down."""
+    so a death while it loads is covered too; `Guard.stop()` once the engine is shut down. `notes`: a
+    file the watcher writes each scan's pids to."""
     if not Path("/proc").is_dir():
         return Guard(None)
-    proc = subprocess.Popen([sys.executable, "-m", "evals.reaper", str(os.getpid())],
+    proc = subprocess.Popen([sys.executable, "-m", "evals.reaper", str(os.getpid()), *([str(notes)] if notes else [])],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True)
     return Guard(proc)
 
@@ -98,7 +100,13 @@ def reap(marked: dict[int, str], grace_s: float = GRACE_S) -> None:
             time.sleep(POLL_S)
 
 
-def watch(parent: int) -> None:
+def _write_notes(notes: Path, marked: dict[int, str]) -> None:
+    tmp = notes.with_name(f".{notes.name}.tmp")
+    tmp.write_text("".join(f"{p}\n" for p in sorted(marked)))
+    os.replace(tmp, notes)
+
+
+def watch(parent: int, notes: Path | None = None) -> None:
     """Note `parent`'s descendants (but this watcher) every POLL_S until `parent` is gone (this watcher
     reparented), then reap the last ones noted. A scan counts only if `parent` still lived after it: the
     kernel reparents all its children at once when it dies, so a scan that overlapped its death finds none."""
@@ -108,6 +116,8 @@ def watch(parent: int) -> None:
         if os.getppid() != parent:
             break
         marked = seen
+        if notes is not None:
+            _write_notes(notes, marked)
         time.sleep(POLL_S)
     reap(marked)
 
@@ -117,7 +127,7 @@ def main(argv: list[str]) -> int:
     # down itself; the watcher stays for the case where it cannot
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    watch(int(argv[0]))
+    watch(int(argv[0]), Path(argv[1]) if len(argv) > 1 else None)
     return 0
 
 

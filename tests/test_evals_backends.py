@@ -127,33 +127,42 @@ def test_the_reaper_stops_an_engine_left_by_a_killed_parent(tmp_path):
     from evals.reaper import descendants, start_time
     from tests.conftest import ROOT
 
+    def noted(notes):
+        return {int(x) for x in notes.read_text().split()} if notes.is_file() else set()
+
+    # the parent waits (in stop mode) until the watcher's notes hold the engine and its child; so does the test
     parent_code = (
         "import subprocess, sys, time\n"
+        "from pathlib import Path\n"
         "from evals import reaper\n"
-        "g = reaper.guard()\n"
+        "notes = Path(sys.argv[2])\n"
+        "g = reaper.guard(notes=notes)\n"
         "sleeper = 'import subprocess, sys, time; subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\"]); time.sleep(600)'\n"
         "e = subprocess.Popen([sys.executable, '-c', sleeper])\n"
         "print(e.pid, flush=True)\n"
         "if sys.argv[1] == 'stop':\n"
-        "    time.sleep(1.5)\n"
+        "    while len(set(notes.read_text().split()) if notes.is_file() else ()) < 2:\n"
+        "        time.sleep(0.05)\n"
         "    g.stop()\n"
         "    print('stopped', flush=True)\n"
         "time.sleep(600)\n")
     for mode in ("kill", "stop"):
-        parent = subprocess.Popen([sys.executable, "-c", parent_code, mode], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        notes = tmp_path / f"notes-{mode}"
+        parent = subprocess.Popen([sys.executable, "-c", parent_code, mode, str(notes)], cwd=ROOT, stdout=subprocess.PIPE,
+                                  text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         engine = int(parent.stdout.readline())
-        deadline = time.monotonic() + 20
-        while len(descendants(engine)) < 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60   # a bound on a hung box, not a timing assumption: the notes decide
+        while time.monotonic() < deadline and not (descendants(engine) and {engine, *descendants(engine)} <= noted(notes)):
             time.sleep(0.1)
-        time.sleep(1.2)   # the watcher has noted the engine and its child
-        held = {p: start_time(p) for p in descendants(parent.pid)}
-        assert engine in held and len(held) >= 3, held   # the watcher, the engine and the engine's child
+        assert {engine, *descendants(engine)} <= noted(notes), "the watcher never noted the engine and its child"
         if mode == "stop":
-            assert parent.stdout.readline().strip() == "stopped"
+            assert parent.stdout.readline().strip() == "stopped"   # the watcher was ended
+        held = {p: start_time(p) for p in descendants(parent.pid)}
+        # the engine and the engine's child, and in kill mode the watcher
+        assert engine in held and len(held) >= (3 if mode == "kill" else 2), held
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
-        deadline = time.monotonic() + (20 if mode == "kill" else 2)   # stop: given the time the watcher would take
+        deadline = time.monotonic() + (60 if mode == "kill" else 2)   # stop: given the time the watcher would take
         while time.monotonic() < deadline and any(start_time(p) == t for p, t in held.items()):
             time.sleep(0.2)
         left = {p for p, t in held.items() if start_time(p) == t}
