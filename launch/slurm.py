@@ -38,7 +38,7 @@ from omegaconf import DictConfig
 from common.layout import LAUNCH_ID_ENV
 from launch.errors import LaunchError
 # the cluster settings are a Job's (launch.jobs); launch.slurm.Cluster / CLUSTER_KEYS name them too
-from launch.jobs import CLUSTER_KEYS, CLUSTER_OPTIONS, Cluster, Job, Runner  # noqa: F401
+from launch.jobs import CLUSTER_KEYS, CLUSTER_OPTIONS, Cluster, Job, Runner, dotlist_value  # noqa: F401
 
 RDZV_PORT = 29500
 # `launch study=NAME launcher=slurm` runs each stage's command with these set: every job a stage
