@@ -1,30 +1,15 @@
-"""`analyze ... launcher=slurm`: the evaluations as Jobs (launch/jobs.py) run by the SlurmRunner, then one
-aggregation job.
+"""`analyze ... launcher=slurm`: the evaluations as Jobs (launch/jobs.py) that the SlurmRunner submits, then one
+aggregation job (docs/stages/analyze.md says what a user sees).
 
-    analyze runs_root=runs profile=P launcher=slurm [slurm.gpus_per_task=1] [slurm.concurrency=K] ...
-
-What is still to evaluate is decided here exactly as a local analyze decides it (`launch.evaluation.plan`:
-the evaluation identity), before anything is submitted. The plan, under `<out>/_slurm/analyze-<UTC time>/`:
-- `eval`: a job array, task i running `python -m launch.eval_jobs eval-<i>.json`, the config of one
-  checkpoint's evaluation (`--array=0-(N-1)[%K]`, `slurm.gpus_per_task` GPUs each, `--requeue`). A task
-  first asks the harness what is left by identity: a requeued task, or one whose work another job
-  finished, exits 0 without loading a model; an interrupted one resumes from its rows (evaluate skips
-  finished ids). Each task writes its outcome (`outcome-<i>.json`); a failed one exits 1.
-  `--signal=B:USR1@120`: warned before its time limit, a task stops (its rows stay) and requeues itself
-  (`scontrol requeue`) when benches are left and this segment wrote rows; with no progress it is not
-  requeued again but fails, saying so (`evaluate_segment`);
-- `aggregate`: after the array however it ended (afterany), `python -m launch.analyze analyze.yaml`: this
-  request with `eval_tasks=` the evaluation configs: it evaluates nothing, and a task that failed or wrote no
-  outcome (killed, out of time) is listed as a gap in the report, as a failed local evaluation is.
-`slurm.runs=[DIR,...]` (+ `slurm.runs_after=[DEP,...]`, what `launch sweep eval_profile=` passes): one job
-per run instead (`eval-run-<i>`, plan dir `<out>/_slurm/runs-<UTC time>/`), each after its own dependency
-(`afterok:<training array>_<i>`, so that a failed training cancels it: `--kill-on-invalid-dep=yes`),
-planning that run's checkpoints when it starts (they do not exist at submission), then the aggregation
-after all of them; a run whose job wrote no outcome has its checkpoints listed as gaps.
-Every evaluation job's config has one format (`_task`): its name, the evaluate settings, the anchor dir,
-where its outcome goes, the gap it leaves without one, and what it evaluates: one checkpoint, or a run's
-(or the anchor's) checkpoints found when it starts. `dry_run=true` writes the configs and scripts under a
-temporary directory it names, prints the plan and submits nothing.
+What is still to evaluate is decided here as a local analyze decides it (by evaluation identity). The plan:
+`eval`, a job array whose task i runs `python -m launch.eval_jobs eval-<i>.json` (one checkpoint's
+evaluation), or with `slurm.runs` one job per run, `eval-run-<i>`, each after its training task and finding
+the run's checkpoints when it starts; then `aggregate`, after all of them however they ended, running
+`python -m launch.analyze analyze.yaml` (this request with `eval_tasks=` the evaluation configs: it evaluates
+nothing, and a job that failed or wrote no outcome is a gap). Every evaluation job's config has one format
+(`_task`). A job asks the harness what is left before it loads a model, so a requeued one resumes or exits 0;
+warned before its time limit (`--signal=B:USR1@120`) it stops, keeping its rows, and requeues itself while it
+makes progress (`evaluate_segment`).
 """
 from __future__ import annotations
 
