@@ -186,9 +186,10 @@ def submit_runs(cfg: DictConfig, eval_opts: dict[str, Any], benches: list[str], 
     entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(cfg.slurm.runs, after))]
     entries += [("the anchor", None, anchor, None)] if anchor is not None else []
     gpus, needs = task_gpus(cfg, eval_opts), _needs(cfg, eval_opts)
-    jobs, configs = [], []
+    jobs, configs, whats = [], [], []
     for i, (who, run, anchor_, dep) in enumerate(entries):
         name, what = f"eval-run-{i}", f"{who} ({run or anchor_})"
+        whats.append(what)
         cause = f"cancelled because its dependency {dep} failed, i.e. its training did not finish, or " if dep else ""
         configs.append(_task(plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out of time "
                              f"or not run; see {plan}/slurm-{name}-*.out)", eval_opts, anchor_dir,
@@ -200,7 +201,7 @@ def submit_runs(cfg: DictConfig, eval_opts: dict[str, Any], benches: list[str], 
     if ids is not None:
         evals = [ids[j.name] for j in jobs]
         print("[analyze] submitted one evaluation job per run: " + ", ".join(
-                  f"{job} ({j.notes[0].split(':')[0]}, after {j.waits or 'nothing'})" for job, j in zip(evals, jobs))
+                  f"{job} ({what}, after {j.waits or 'nothing'})" for job, what, j in zip(evals, whats, jobs))
               + f"; the aggregation as job {ids['aggregate']} (afterany:{':'.join(evals)}); plan and logs in {plan}\n"
               f"[analyze] watch: squeue -j {','.join([*evals, ids['aggregate']])}   "
               f"(when done: sacct -j {','.join([*evals, ids['aggregate']])})", flush=True)

@@ -243,6 +243,14 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     (plan / "outcome-1.json").unlink()                        # killed before it wrote an outcome
     assert aggregate(plan) == 4
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
+    # A job's config that is not one: one line, exit 2 (the aggregation's, an evaluation job's).
+    from launch.eval_jobs import main as eval_job
+
+    capsys.readouterr()
+    assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
+    (plan / "bad.json").write_text('{"name": "x"}')
+    assert eval_job([str(plan / "bad.json")]) == 2
+    assert "bad.json: not an evaluation job's config" in capsys.readouterr().err
 
 
 def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
