@@ -27,7 +27,7 @@ from typing import Callable
 from omegaconf import DictConfig
 
 from launch.errors import LaunchError
-from launch.jobs import Job, JobFailed, Runner
+from launch.jobs import Job, JobFailed, Runner, Torchrun
 
 
 def cuda_device_count() -> int:
@@ -69,13 +69,9 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
 
 def torchrun_command(config_path: str | Path, nproc: int, python: str = sys.executable,
                      module: str = "sft.train") -> list[str]:
-    """The single-node torchrun command (launch.torchrun); `--standalone` picks a free rendezvous port.
-    `module` is the trainer (`sft.train`, or `rl.train` for stage=grpo)."""
-    return [
-        python, "-m", "launch.torchrun",
-        "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
-        "-m", module, str(config_path),
-    ]
+    """The single-node torchrun command (launch.torchrun; `--standalone` picks a free rendezvous port) of the
+    training Job on `config_path`; `module` is the trainer (`sft.train`, or `rl.train` for stage=grpo)."""
+    return Job("train", module, config=str(config_path), python=python, wrapper=Torchrun(1, nproc)).command(str(config_path))
 
 
 def _pump(src, sinks: list, lock: threading.Lock) -> None:
