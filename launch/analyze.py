@@ -24,7 +24,7 @@ from common.fields import Passed
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
 from launch.errors import LaunchError
-from launch.eval_slurm import check_launcher, submit_analysis, submit_runs, tasks_report
+from launch.eval_slurm import check_launcher, eval_backend, submit_analysis, submit_runs, tasks_report
 from launch.evaluation import (EvalReport, Evaluator, check_anchor_identity, check_settings, check_templates, harness,
                                plan, run_jobs)
 
@@ -79,8 +79,8 @@ KEYS: dict[str, Any] = {  # key: (default, description) or Field: `analyze --hel
                          "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)"),
     "slurm.runs_after": (None, "with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
                                "training array 5001; null: none); one that can never be met cancels the job"),
-    "eval_tasks": (None, "set by the aggregation job: the tasks.json of a Slurm evaluation array; evaluate nothing, "
-                         "report its failed tasks as gaps"),
+    "eval_tasks": (None, "set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "
+                         "nothing, report the failed ones as gaps"),
     "cards": (False, "true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)"),
     "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
 }
@@ -104,6 +104,7 @@ analyze: transfer curves, tables and a report from a sweep of runs.
 
   analyze runs_root=runs [benches=[nq,...,search_plan_ood]] [evaluate=true] [anchor=PATH_OR_HUB_ID]
           [key=value ...]   (every key and its default below; eval.KEY=V: any other evaluate key)
+  analyze CONFIG.yaml   (a resolved config file of these keys: what the Slurm aggregation job runs)
 
 Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench not yet evaluated
 under the evaluation identity asked for (checkpoint content + settings; a result of another identity is
@@ -165,12 +166,7 @@ def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
     python = interpreter.named(cfg.python, "eval")
     if python is None:
         return
-    backend = eval_opts.get("backend")
-    if backend is None and profile:
-        from evals.profiles import load_profile
-
-        backend = load_profile(profile)["evaluate"].get("backend")
-    why = interpreter.check("eval", python, interpreter.eval_needs(backend))
+    why = interpreter.check("eval", python, interpreter.eval_needs(eval_backend(eval_opts, profile)))
     if why:
         raise AnalysisError(why)
 
@@ -244,7 +240,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> 
     if cfg.dry_run:
         return None
     if cfg.eval_tasks:   # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
-        ev = tasks_report(Path(cfg.eval_tasks))
+        ev = tasks_report(list(cfg.eval_tasks))
         jobs = ev.jobs
     else:
         ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
@@ -265,6 +261,11 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
+    if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
+        if not Path(argv[0]).is_file():
+            raise AnalysisError(f"{argv[0]}: no such file (analyze CONFIG runs the analysis a config file holds; "
+                                "else give key=value settings)")
+        return print_result(run_analysis(OmegaConf.load(argv[0])))
     return print_result(run_analysis(parse_argv(argv)))
 
 

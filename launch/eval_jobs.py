@@ -1,37 +1,20 @@
-"""What the sbatch scripts of `analyze launcher=slurm` run (launch/eval_slurm.py):
-
-    python -m launch.eval_jobs task PLAN_DIR INDEX     # one array task: evaluate one checkpoint's pending benches
-    python -m launch.eval_jobs run PLAN_DIR INDEX      # one run's job (slurm.runs): evaluate its checkpoints
-    python -m launch.eval_jobs aggregate PLAN_DIR      # the aggregation job: the analysis on PLAN_DIR/analyze.yaml
-"""
+"""`python -m launch.eval_jobs CONFIG`: one evaluation job of `analyze launcher=slurm` (launch/eval_slurm.py),
+on its own config file (one checkpoint's evaluation, or a run's checkpoints found when it starts). An
+array task runs the config its index picks (the script's CONFIGS list)."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from analysis.errors import AnalysisError
-from launch.analyze import print_result, run_analysis
-from launch.eval_slurm import CONFIG, run_run, run_task
-
-
-def aggregate(plan: Path) -> int:
-    path = Path(plan) / CONFIG
-    if not path.is_file():
-        raise AnalysisError(f"{path}: no such file (the plan dir of an `analyze launcher=slurm` submission)")
-    return print_result(run_analysis(OmegaConf.load(path)))
+from launch.eval_slurm import run_task
 
 
 def _main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "task" and argv[2].isdigit():
-        return run_task(Path(argv[1]), int(argv[2]))
-    if len(argv) == 3 and argv[0] == "run" and argv[2].isdigit():
-        return run_run(Path(argv[1]), int(argv[2]))
-    if len(argv) == 2 and argv[0] == "aggregate":
-        return aggregate(Path(argv[1]))
-    raise AnalysisError("usage: python -m launch.eval_jobs task PLAN_DIR INDEX | run PLAN_DIR INDEX | "
-                        "aggregate PLAN_DIR")
+    if len(argv) != 1 or "=" in argv[0]:
+        raise AnalysisError("usage: python -m launch.eval_jobs CONFIG (an evaluation job's config, written by "
+                            "analyze launcher=slurm)")
+    return run_task(Path(argv[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,4 +25,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -1,37 +1,20 @@
-"""`analyze ... launcher=slurm`: the evaluations fanned out as a Slurm job array, then one aggregation job.
+"""`analyze ... launcher=slurm`: the evaluations as Jobs (launch/jobs.py) that the SlurmRunner submits, then one
+aggregation job (docs/stages/analyze.md says what a user sees).
 
-    analyze runs_root=runs profile=P launcher=slurm [slurm.gpus_per_task=1] [slurm.concurrency=K] ...
-
-What is still to evaluate is decided here exactly as a local analyze decides it (`launch.evaluation.plan`:
-the evaluation identity), before anything is submitted. Then, under `<out>/_slurm/analyze-<UTC time>/`:
-- `tasks.json`: one entry per checkpoint (and the anchor) with its pending benches;
-- `eval.sbatch`: a job array, task i evaluates entry i (`--array=0-(N-1)[%K]`, `slurm.gpus_per_task` GPUs
-  each, `--requeue`). A task first asks the harness what is left by identity: a requeued task, or one
-  whose work another job finished, exits 0 without loading a model; an interrupted one resumes from
-  its rows (evaluate skips finished ids). Each task writes `outcome-<i>.json`; a failed one exits 1.
-  `--signal=B:USR1@120`: warned before its time limit, a task stops (its rows stay) and requeues itself
-  (`scontrol requeue`) when benches are left and this segment wrote rows; with no progress it is not
-  requeued again but fails, saying so (`evaluate_segment`);
-- `aggregate.sbatch`: `--dependency=afterany:<array>`, runs the analysis on `analyze.yaml` (this
-  request, `eval_tasks=` set): it evaluates nothing, and a task that failed or wrote no outcome (killed,
-  out of time) is listed as a gap in the report, as a failed local evaluation is.
-`dry_run=true` prints the plan and both scripts and writes nothing.
-
-`slurm.runs=[DIR,...]` (+ `slurm.runs_after=[DEP,...]`, what `launch sweep eval_profile=` passes): one job
-per run instead, each after its own dependency (`afterok:<training array>_<i>`, `--kill-on-invalid-dep=yes`
-so that a failed training cancels it), planning that run's checkpoints when it starts (they do not exist
-at submission), then the aggregation after all of them (`afterany`); a run whose job wrote no outcome
-has its checkpoints listed as gaps. Plan dir `<out>/_slurm/runs-<UTC time>/` (`runs.json`, `run-<i>.sbatch`,
-`outcome-run-<i>.json`).
-
-`python -m launch.eval_jobs task PLAN_DIR I` / `run PLAN_DIR I` / `aggregate PLAN_DIR` are what the
-scripts run.
+What is still to evaluate is decided here as a local analyze decides it (by evaluation identity). The plan:
+`eval`, a job array whose task i runs `python -m launch.eval_jobs eval-<i>.json` (one checkpoint's
+evaluation), or with `slurm.runs` one job per run, `eval-run-<i>`, each after its training task and finding
+the run's checkpoints when it starts; then `aggregate`, after all of them however they ended, running
+`python -m launch.analyze analyze.yaml` (this request with `eval_tasks=` the evaluation configs: it evaluates
+nothing, and a job that failed or wrote no outcome is a gap). Every evaluation job's config has one format
+(`_task`). A job asks the harness what is left before it loads a model, so a requeued one resumes or exits 0;
+warned before its time limit (`--signal=B:USR1@120`) it stops, keeping its rows, and requeues itself while it
+makes progress (`evaluate_segment`).
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -43,20 +26,16 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.errors import AnalysisError
-from launch.evaluation import EvalFailure, EvalJob, EvalReport, _pending, harness, run_job
 from common.io import read_json_object, write_json
+from launch.evaluation import EvalFailure, EvalJob, EvalReport, _pending, harness, run_job
+from launch.jobs import Job, Needs, Resources, dry_run, dry_run_dir
 
-TASKS = "tasks.json"
-RUNS = "runs.json"   # slurm.runs: one evaluation job per run
 CONFIG = "analyze.yaml"
+MODULE = "launch.eval_jobs"   # what every evaluation job runs: python -m launch.eval_jobs CONFIG
 LAUNCHERS = ("local", "slurm")
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
 # the task's python (the script execs it): it stops, keeps its rows and requeues itself (evaluate_segment).
 WARNING = "B:USR1@120"
-
-
-def _outcome(plan: Path, index: int) -> Path:
-    return plan / f"outcome-{index}.json"
 
 
 def check_launcher(cfg: DictConfig) -> None:
@@ -89,17 +68,14 @@ def check_launcher(cfg: DictConfig) -> None:
                                       for p in problems))
 
 
-def _spec(cfg: DictConfig, more: tuple[str, ...] = (), **kw):
-    from launch.slurm import Cluster, SlurmSpec
+def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
+    """The evaluation backend asked for: eval.backend, else the profile's."""
+    backend = eval_opts.get("backend")
+    if backend is None and profile:
+        from evals.profiles import load_profile
 
-    return SlurmSpec.of(Cluster.of(cfg.slurm), more, nodes=1, nproc_per_node=1, exclusive=False, **kw)
-
-
-def _python(cfg: DictConfig) -> str:
-    """The interpreter every evaluation and aggregation job execs: `python.eval=`, else this one."""
-    from common.interpreter import interpreter
-
-    return interpreter(cfg.python, "eval")
+        backend = load_profile(profile)["evaluate"].get("backend")
+    return backend
 
 
 def _job_record(job: EvalJob) -> dict[str, Any]:
@@ -121,92 +97,82 @@ def task_gpus(cfg: DictConfig, eval_opts: dict[str, Any]) -> int:
     return int(eval_opts.get("data_parallel") or 1) * tp
 
 
-def scripts(cfg: DictConfig, jobs: list[EvalJob], plan: Path, gpus: int,
-            array_job: str = "<eval array job id>") -> tuple[str, str]:
-    """(the evaluation array's sbatch script, the aggregation job's) for `jobs`."""
-    from launch.slurm import render_command_script
+def _plan_dir(cfg: DictConfig, kind: str) -> Path:
+    if cfg.dry_run:
+        return dry_run_dir(kind)
+    plan = (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    plan.mkdir(parents=True, exist_ok=True)
+    return plan
 
-    repo = str(Path(__file__).resolve().parents[1])
-    py, q = _python(cfg), shlex.quote
-    k = cfg.slurm.concurrency
-    array = f"0-{len(jobs) - 1}" + (f"%{k}" if k else "")
-    dep = cfg.slurm.after
-    spec = _spec(cfg, job_name="dtsft-eval", gpus_per_node=gpus, signal=WARNING,
-                 output=str(plan / "slurm-%A_%a.out"), array=array,
-                 **({"dependency": str(dep)} if dep else {}))
-    listing = [f"# task {i}: {j.label} {j.benches} <- {j.ckpt}" for i, j in enumerate(jobs)]
-    task = [*listing,
-            'echo "[analyze] evaluation task $SLURM_ARRAY_TASK_ID (segment ${SLURM_RESTART_COUNT:-0}) on '
-            '${SLURM_JOB_NODELIST:-this host}"',
-            f'exec {q(py)} -m launch.eval_jobs task {q(str(plan))} "$SLURM_ARRAY_TASK_ID"']
-    command = "analyze launcher=slurm (the evaluations)"
-    here = os.getcwd()   # the request's relative paths (runs_root, out, corpus) are relative to it
-    eval_script = render_command_script(spec, here, command, task, repo=repo)
-    agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, signal=False, output=str(plan / "slurm-aggregate-%j.out"),
-                dependency=f"afterany:{array_job}")
-    agg_script = render_command_script(agg, here, "analyze launcher=slurm (the aggregation)",
-                                       [f"exec {q(py)} -m launch.eval_jobs aggregate {q(str(plan))}"], repo=repo)
-    return eval_script, agg_script
+
+def _task(plan: Path, name: str, what: str, gap: str, eval_opts: dict[str, Any], anchor_dir: Path, **kind) -> str:
+    """Write one evaluation job's config (the one format: `checkpoint=` a planned evaluation, or `discover=`
+    a run's / the anchor's checkpoints found when the job starts); its path."""
+    path = plan / f"{name}.json"
+    write_json(path, {"name": what, "eval_opts": eval_opts, "anchor_dir": str(Path(anchor_dir).resolve()),
+                      "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap, **kind})
+    return str(path)
+
+
+def _evaluation(cfg: DictConfig, name: str, configs: list[str], notes: list[str], gpus: int, needs: Needs,
+                waits: str | None) -> Job:
+    """An evaluation job (an array when `name` is `eval`): python.eval runs launch.eval_jobs on each config."""
+    from common.interpreter import interpreter
+    from launch.slurm import AFTER_ENV, Cluster
+
+    array = name == "eval"
+    return Job(name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
+               python=interpreter(cfg.python, "eval"), cluster=Cluster.of(cfg.slurm), needs=needs, notes=tuple(notes),
+               resources=Resources(gpus_per_node=gpus, signal=WARNING, at_once=cfg.slurm.concurrency if array else None),
+               # what a study's stage waits for, by default (launch.slurm.AFTER_ENV)
+               waits=waits or os.environ.get(AFTER_ENV) or None)
+
+
+def _aggregation(cfg: DictConfig, plan: Path, configs: list[str], after: tuple[str, ...]) -> Job:
+    """The job that writes the report from the evaluation jobs' outcomes (after them, however they ended)."""
+    from common.interpreter import interpreter
+    from launch.slurm import Cluster
+
+    path = plan / CONFIG
+    agg = OmegaConf.merge(cfg, {"launcher": "local", "eval_tasks": configs, "dry_run": False,
+                                "slurm": {"runs": None, "runs_after": None}})
+    path.write_text(OmegaConf.to_yaml(agg), encoding="utf-8")
+    return Job("aggregate", "launch.analyze", config=str(path), python=interpreter(cfg.python, "eval"),
+               cluster=Cluster.of(cfg.slurm), after=after, after_any=True,
+               needs=Needs(modules=("pandas",)), notes=("the report, from the evaluation jobs' outcomes",))
+
+
+def _needs(cfg: DictConfig, eval_opts: dict[str, Any]) -> Needs:
+    from common.interpreter import eval_needs
+
+    data = tuple(str(eval_opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if eval_opts.get(k))
+    return Needs(data=data, modules=tuple(eval_needs(eval_backend(eval_opts, cfg.profile or None))))
+
+
+def _submit(cfg: DictConfig, plan: list[Job], where: Path) -> dict[str, str] | None:
+    from launch.slurm import SlurmRunner
+
+    runner = SlurmRunner("analyze launcher=slurm")
+    if cfg.dry_run:
+        dry_run(plan, runner, where)
+        return None
+    return runner.run(plan, where)
 
 
 def submit_analysis(cfg: DictConfig, jobs: list[EvalJob], eval_opts: dict[str, Any], anchor_dir: Path) -> None:
-    """Write the plan dir and submit the array and its aggregation (dry_run: print them only)."""
-    from launch.slurm import submit
-
-    plan = (Path(cfg.out) / "_slurm" / time.strftime("analyze-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
-    gpus = task_gpus(cfg, eval_opts)
-    if cfg.dry_run:
-        eval_script, agg_script = scripts(cfg, jobs, plan, gpus)
-        print(f"# {plan / 'eval.sbatch'} (not written: dry_run=true): {len(jobs)} array task(s)\n{eval_script}")
-        print(f"# {plan / 'aggregate.sbatch'} (not written: dry_run=true)\n{agg_script}")
-        return
-    plan.mkdir(parents=True, exist_ok=True)
-    write_json(plan / TASKS, {"eval_opts": eval_opts, "anchor_dir": str(anchor_dir), "python": _python(cfg),
-                              "tasks": [_job_record(j) for j in jobs]})
-    agg_cfg = OmegaConf.merge(cfg, {"launcher": "local", "eval_tasks": str(plan / TASKS), "dry_run": False})
-    (plan / CONFIG).write_text(OmegaConf.to_yaml(agg_cfg), encoding="utf-8")
-    eval_script, _ = scripts(cfg, jobs, plan, gpus)
-    (plan / "eval.sbatch").write_text(eval_script, encoding="utf-8")
-    array = submit(plan / "eval.sbatch")
-    _, agg_script = scripts(cfg, jobs, plan, gpus, array_job=array)
-    (plan / "aggregate.sbatch").write_text(agg_script, encoding="utf-8")
-    agg = submit(plan / "aggregate.sbatch")
-    print(f"[analyze] submitted {len(jobs)} evaluation(s) as Slurm job array {array} and the aggregation as "
-          f"job {agg} (afterany:{array}); plan and logs in {plan}\n"
-          f"[analyze] watch: squeue -j {array},{agg}   (when done: sacct -j {array},{agg})", flush=True)
-
-
-def _entry_name(index: int, entry: dict) -> str:
-    return f"run {index} ({entry['run']})" if entry.get("run") else f"the anchor ({entry['anchor']})"
-
-
-def _run_script(cfg: DictConfig, plan: Path, index: int, entry: dict, gpus: int) -> str:
-    """The job that evaluates one run (or the anchor): it plans the run's checkpoints when it starts."""
-    from launch.slurm import render_command_script
-
-    py, q = _python(cfg), shlex.quote
-    after = entry["after"]
-    # A dependency that can never be met (its training task failed) cancels the job, so that the
-    # aggregation (afterany) still runs and lists the run as a gap instead of waiting forever.
-    spec = _spec(cfg, job_name="dtsft-eval-run", gpus_per_node=gpus, signal=WARNING,
-                 output=str(plan / f"slurm-run-{index}-%j.out"), more=("--kill-on-invalid-dep=yes",) if after else (),
-                 **({"dependency": after} if after else {}))
-    lines = [f"# {_entry_name(index, entry)}: its checkpoints when this job starts, by evaluation identity",
-             f'echo "[analyze] evaluation of {_entry_name(index, entry)} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
-             '${SLURM_JOB_NODELIST:-this host}"',
-             f"exec {q(py)} -m launch.eval_jobs run {q(str(plan))} {index}"]
-    return render_command_script(spec, os.getcwd(), "analyze launcher=slurm slurm.runs=... (one run's evaluation)",
-                                 lines, repo=str(Path(__file__).resolve().parents[1]))
-
-
-def _aggregate_script(cfg: DictConfig, plan: Path, after: str) -> str:
-    from launch.slurm import render_command_script
-
-    agg = _spec(cfg, job_name="dtsft-analyze", gpus_per_node=0, signal=False, output=str(plan / "slurm-aggregate-%j.out"),
-                dependency=after)
-    return render_command_script(agg, os.getcwd(), "analyze launcher=slurm (the aggregation)",
-                                 [f"exec {shlex.quote(_python(cfg))} -m launch.eval_jobs aggregate "
-                                  f"{shlex.quote(str(plan))}"], repo=str(Path(__file__).resolve().parents[1]))
+    """The evaluations as one job array (one config per checkpoint), then the aggregation."""
+    plan = _plan_dir(cfg, "analyze")
+    configs = [_task(plan, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time or "
+                     f"not run; see {plan}/slurm-eval-*_{i}.out)", eval_opts, anchor_dir, checkpoint=_job_record(j))
+               for i, j in enumerate(jobs)]
+    evals = _evaluation(cfg, "eval", configs, [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs],
+                        task_gpus(cfg, eval_opts), _needs(cfg, eval_opts), cfg.slurm.after)
+    ids = _submit(cfg, [evals, _aggregation(cfg, plan, configs, ("eval",))], plan)
+    if ids is not None:
+        array, agg = ids["eval"], ids["aggregate"]
+        print(f"[analyze] submitted {len(jobs)} evaluation(s) as Slurm job array {array} and the aggregation as "
+              f"job {agg} (afterany:{array}); plan and logs in {plan}\n"
+              f"[analyze] watch: squeue -j {array},{agg}   (when done: sacct -j {array},{agg})", flush=True)
 
 
 def submit_runs(cfg: DictConfig, eval_opts: dict[str, Any], benches: list[str], anchor: str | None,
@@ -214,132 +180,55 @@ def submit_runs(cfg: DictConfig, eval_opts: dict[str, Any], benches: list[str], 
     """`slurm.runs`: one evaluation job per run dir (each after its own dependency: its training task),
     the anchor's (when `anchor=` is given) after nothing more, then the aggregation after all of them
     (afterany). Nothing is planned here: a run's checkpoints appear while it trains, so each job plans
-    its own when it starts. dry_run: print the scripts only."""
-    from launch.slurm import submit
-
-    plan = (Path(cfg.out) / "_slurm" / time.strftime("runs-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    its own when it starts."""
+    plan = _plan_dir(cfg, "runs")
     after = list(cfg.slurm.runs_after) if cfg.slurm.runs_after is not None else [None] * len(cfg.slurm.runs)
-    entries = [{"run": str(Path(r).resolve()), "after": a} for r, a in zip(cfg.slurm.runs, after)]
-    if anchor is not None:
-        entries.append({"anchor": anchor, "after": None})
-    gpus = task_gpus(cfg, eval_opts)
-    if cfg.dry_run:
-        for i, e in enumerate(entries):
-            print(f"# {plan / f'run-{i}.sbatch'} (not written: dry_run=true): {_entry_name(i, e)}, after "
-                  f"{e['after'] or 'nothing'}\n{_run_script(cfg, plan, i, e, gpus)}")
-        waits = ":".join(f"<evaluation job of run {i}>" for i in range(len(entries)))
-        print(f"# {plan / 'aggregate.sbatch'} (not written: dry_run=true)\n{_aggregate_script(cfg, plan, 'afterany:' + waits)}")
-        return
-    plan.mkdir(parents=True, exist_ok=True)
-    write_json(plan / RUNS, {"eval_opts": eval_opts, "anchor_dir": str(anchor_dir), "python": _python(cfg),
-                             "runs_root": str(cfg.runs_root),
-                             "profile": profile, "benches": list(benches), "prompt": cfg.eval.prompt, "runs": entries})
-    agg_cfg = OmegaConf.merge(cfg, {"launcher": "local", "eval_tasks": str(plan / RUNS), "dry_run": False,
-                                    "slurm": {"runs": None, "runs_after": None}})
-    (plan / CONFIG).write_text(OmegaConf.to_yaml(agg_cfg), encoding="utf-8")
-    ids = []
-    for i, e in enumerate(entries):
-        path = plan / f"run-{i}.sbatch"
-        path.write_text(_run_script(cfg, plan, i, e, gpus), encoding="utf-8")
-        ids.append(submit(path))
-    (plan / "aggregate.sbatch").write_text(_aggregate_script(cfg, plan, "afterany:" + ":".join(ids)), encoding="utf-8")
-    agg = submit(plan / "aggregate.sbatch")
-    print("[analyze] submitted one evaluation job per run: " + ", ".join(
-              f"{job} ({_entry_name(i, e)}, after {e['after'] or 'nothing'})" for i, (job, e) in enumerate(zip(ids, entries)))
-          + f"; the aggregation as job {agg} (afterany:{':'.join(ids)}); plan and logs in {plan}\n"
-          f"[analyze] watch: squeue -j {','.join([*ids, agg])}   (when done: sacct -j {','.join([*ids, agg])})", flush=True)
+    entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(cfg.slurm.runs, after))]
+    entries += [("the anchor", None, anchor, None)] if anchor is not None else []
+    gpus, needs = task_gpus(cfg, eval_opts), _needs(cfg, eval_opts)
+    jobs, configs, whats = [], [], []
+    for i, (who, run, anchor_, dep) in enumerate(entries):
+        name, what = f"eval-run-{i}", f"{who} ({run or anchor_})"
+        whats.append(what)
+        cause = f"cancelled because its dependency {dep} failed, i.e. its training did not finish, or " if dep else ""
+        configs.append(_task(plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out of time "
+                             f"or not run; see {plan}/slurm-{name}-*.out)", eval_opts, anchor_dir,
+                             discover={"run": run, "anchor": anchor_, "runs_root": str(cfg.runs_root), "profile": profile,
+                                       "benches": list(benches), "prompt": cfg.eval.prompt}))
+        jobs.append(_evaluation(cfg, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by "
+                                                          "evaluation identity"], gpus, needs, dep))
+    ids = _submit(cfg, [*jobs, _aggregation(cfg, plan, configs, tuple(j.name for j in jobs))], plan)
+    if ids is not None:
+        evals = [ids[j.name] for j in jobs]
+        print("[analyze] submitted one evaluation job per run: " + ", ".join(
+                  f"{job} ({what}, after {j.waits or 'nothing'})" for job, what, j in zip(evals, whats, jobs))
+              + f"; the aggregation as job {ids['aggregate']} (afterany:{':'.join(evals)}); plan and logs in {plan}\n"
+              f"[analyze] watch: squeue -j {','.join([*evals, ids['aggregate']])}   "
+              f"(when done: sacct -j {','.join([*evals, ids['aggregate']])})", flush=True)
 
 
-def _read_runs(plan: Path) -> dict:
+def _read_task(path: Path) -> dict:
     try:
-        data = read_json_object(plan / RUNS)
-        if not isinstance(data.get("runs"), list):
-            raise ValueError(f"{plan / RUNS}: no `runs` list")
+        data = read_json_object(path)
+        missing = [k for k in ("name", "eval_opts", "anchor_dir", "outcome", "no_outcome") if k not in data]
+        if missing or ("checkpoint" in data) == ("discover" in data):
+            raise ValueError(f"no {missing}" if missing else "neither or both of checkpoint / discover")
         return data
     except (OSError, ValueError) as exc:
-        raise AnalysisError(f"{plan / RUNS}: not a readable per-run evaluation plan ({exc})") from exc
+        raise AnalysisError(f"{path}: not an evaluation job's config ({exc})") from exc
 
 
-def _entry_runs(data: dict, entry: dict) -> list:
-    """The run of a per-run entry as discovered now (empty before it wrote anything discoverable)."""
-    from analysis.discover import discover_runs
-
-    want = Path(entry["run"])
-    return [r for r in discover_runs(Path(data["runs_root"]), data["profile"]) if Path(r.path).resolve() == want]
-
-
-def _entry_jobs(data: dict, entry: dict, h, opts: dict[str, Any]) -> list[EvalJob]:
-    """The evaluations an entry has left, by identity (h.pending)."""
-    from launch.evaluation import plan as plan_evaluations
-
-    runs = [] if entry.get("anchor") else _entry_runs(data, entry)
-    return plan_evaluations(runs, data["benches"], entry.get("anchor"), Path(data["anchor_dir"]), data["prompt"],
-                            data["profile"], h=h, eval_opts=opts)
-
-
-def _run_outcome(plan: Path, index: int) -> Path:
-    return plan / f"outcome-run-{index}.json"
-
-
-def run_run(plan: Path, index: int, evaluator=None) -> int:
-    """Per-run job `index`: evaluate what the run's checkpoints (or the anchor) have left, by identity;
-    0 when done or requeued at the time limit (evaluate_segment), 1 when an evaluation failed."""
-    plan = Path(plan)
-    data = _read_runs(plan)
-    if not 0 <= index < len(data["runs"]):
-        raise AnalysisError(f"{plan / RUNS}: no run {index} (it lists {len(data['runs'])})")
-    entry, opts = data["runs"][index], data["eval_opts"]
-    h = harness(evaluator)
-    name = _entry_name(index, entry)
-    status, jobs, failures = evaluate_segment(name, lambda: _entry_jobs(data, entry, h, opts), h, opts,
-                                              Path(data["anchor_dir"]))
-    if status == "requeued":   # the next segment writes the outcome
-        return 0
-    write_json(_run_outcome(plan, index), {
-        "name": name, "status": status, "jobs": [_job_record(j) for j in jobs],
-        "failures": [{"job": _job_record(f.job), "benches": f.benches, "error": f.error} for f in failures]})
-    return 1 if failures else 0
-
-
-def _runs_report(plan: Path) -> EvalReport:
-    """The per-run jobs' evaluations; a job that wrote no outcome (cancelled because its training task
-    failed, killed, out of time) makes every checkpoint of its run now on disk a failure saying so."""
+def _discovered(found: dict, anchor_dir: Path) -> list[EvalJob]:
+    """Every checkpoint of the run (or the anchor) now on disk, with every bench: what its job was to evaluate."""
     from analysis.discover import ANCHOR_ARM, anchor_eval_dir
     from launch.evaluation import ANCHOR_PROMPT
 
-    data = _read_runs(plan)
-    report = EvalReport()
-    for i, entry in enumerate(data["runs"]):
-        try:
-            outcome = read_json_object(_run_outcome(plan, i))
-        except (OSError, ValueError):
-            if entry.get("anchor"):
-                jobs = [EvalJob(ANCHOR_ARM, 0, 0, entry["anchor"], anchor_eval_dir(Path(data["anchor_dir"]), data["profile"]),
-                                list(data["benches"]), ANCHOR_PROMPT)]
-            else:
-                jobs = [EvalJob(r.arm, r.seed, step, str(ckpt), r.eval_dir(step), list(data["benches"]), data["prompt"])
-                        for r in _entry_runs(data, entry) for step, ckpt in sorted(r.checkpoints.items())]
-            why = (f"{_entry_name(i, entry).split(' (')[0]}'s evaluation job wrote no outcome (cancelled because its "
-                   f"dependency {entry['after']} failed, i.e. its training did not finish, or killed, out of time, not "
-                   f"run; see {plan}/slurm-run-{i}-*.out)" if entry["after"] else
-                   f"{_entry_name(i, entry).split(' (')[0]}'s evaluation job wrote no outcome (killed, out of time or "
-                   f"not run; see {plan}/slurm-run-{i}-*.out)")
-            report.failures += [EvalFailure(j, list(j.benches), why) for j in jobs]
-            continue
-        report.jobs += [_job(r) for r in outcome.get("jobs", [])]
-        report.failures += [EvalFailure(_job(f["job"]), list(f["benches"]), str(f["error"]))
-                            for f in outcome.get("failures", [])]
-    return report
-
-
-def _read_plan(plan: Path) -> dict:
-    try:
-        data = read_json_object(plan / TASKS)
-        if not isinstance(data.get("tasks"), list):
-            raise ValueError(f"{plan / TASKS}: no `tasks` list")
-        return data
-    except (OSError, ValueError) as exc:
-        raise AnalysisError(f"{plan / TASKS}: not a readable evaluation plan ({exc})") from exc
+    benches = list(found["benches"])
+    if found["anchor"] is not None:
+        return [EvalJob(ANCHOR_ARM, 0, 0, found["anchor"], anchor_eval_dir(anchor_dir, found["profile"]), benches,
+                        ANCHOR_PROMPT)]
+    return [EvalJob(r.arm, r.seed, step, str(ckpt), r.eval_dir(step), benches, found["prompt"])
+            for r in _discovered_runs(found) for step, ckpt in sorted(r.checkpoints.items())]
 
 
 class TimeLimitWarning(KeyboardInterrupt):
@@ -430,45 +319,57 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
     return ("failed" if failures else "evaluated"), jobs, failures
 
 
-def run_task(plan: Path, index: int, evaluator=None) -> int:
-    """Array task `index`: evaluate its checkpoint's benches still pending (by identity); 0 when done,
-    or when stopped at the time limit and requeued (evaluate_segment)."""
-    plan = Path(plan)
-    data = _read_plan(plan)
-    if not 0 <= index < len(data["tasks"]):
-        raise AnalysisError(f"{plan / TASKS}: no task {index} (it lists {len(data['tasks'])})")
-    entry, opts = data["tasks"][index], data["eval_opts"]
+def run_task(config: Path, evaluator=None) -> int:
+    """One evaluation job (`python -m launch.eval_jobs CONFIG`): evaluate what its checkpoint (or its run's
+    checkpoints found now) has left, by identity; 0 when done or when stopped at the time limit and requeued
+    (evaluate_segment; the next segment writes the outcome), 1 when an evaluation failed."""
+    data = _read_task(Path(config))
+    opts, anchor_dir = data["eval_opts"], Path(data["anchor_dir"])
     h = harness(evaluator)
 
     def todo() -> list[EvalJob]:
-        job = _pending(h, _job(entry), opts)
-        return [job] if job is not None else []
+        if "checkpoint" in data:
+            job = _pending(h, _job(data["checkpoint"]), opts)
+            return [job] if job is not None else []
+        from launch.evaluation import plan as plan_evaluations
 
-    label = _job(entry).label
-    status, _, failures = evaluate_segment(label, todo, h, opts, Path(data["anchor_dir"]))
-    if status == "requeued":   # the next segment writes the outcome
+        found = data["discover"]
+        runs = [] if found["anchor"] is not None else _discovered_runs(found)
+        return plan_evaluations(runs, found["benches"], found["anchor"], anchor_dir, found["prompt"], found["profile"],
+                                h=h, eval_opts=opts)
+
+    status, jobs, failures = evaluate_segment(data["name"], todo, h, opts, anchor_dir)
+    if status == "requeued":
         return 0
-    write_json(_outcome(plan, index), {"label": label, "status": status,
-                                       "failures": [{"benches": f.benches, "error": f.error} for f in failures]})
+    write_json(Path(data["outcome"]), {
+        "name": data["name"], "status": status, "jobs": [_job_record(j) for j in jobs],
+        "failures": [{"job": _job_record(f.job), "benches": f.benches, "error": f.error} for f in failures]})
     return 1 if failures else 0
 
 
-def tasks_report(tasks_file: Path) -> EvalReport:
-    """The array's evaluations as a local analyze would have reported them: a task that failed, or
-    wrote no outcome (killed, out of time, never ran), is a failure of its benches."""
-    plan = Path(tasks_file).parent
-    if Path(tasks_file).name == RUNS:
-        return _runs_report(plan)
-    data = _read_plan(plan)
-    report = EvalReport(jobs=[_job(e) for e in data["tasks"]])
-    for i, job in enumerate(report.jobs):
-        path = _outcome(plan, i)
+def _discovered_runs(found: dict) -> list:
+    from analysis.discover import discover_runs
+
+    want = Path(found["run"])
+    return [r for r in discover_runs(Path(found["runs_root"]), found["profile"]) if Path(r.path).resolve() == want]
+
+
+def tasks_report(configs: list) -> EvalReport:
+    """The evaluation jobs' outcomes as a local analyze would have reported them: a job that failed, or wrote
+    no outcome (killed, out of time, never ran, cancelled), is a failure of what it was to evaluate."""
+    report = EvalReport()
+    for config in configs:
+        data = _read_task(Path(config))
+        planned = [_job(data["checkpoint"])] if "checkpoint" in data else None
+        report.jobs += planned or []
         try:
-            outcome = read_json_object(path)
+            outcome = read_json_object(Path(data["outcome"]))
         except (OSError, ValueError):
-            report.failures.append(EvalFailure(job, list(job.benches),
-                                               f"Slurm array task {i} wrote no outcome (killed, out of time or not "
-                                               f"run; see {plan}/slurm-*_{i}.out)"))
+            gaps = planned if planned is not None else _discovered(data["discover"], Path(data["anchor_dir"]))
+            report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in gaps]
             continue
-        report.failures += [EvalFailure(job, list(f["benches"]), str(f["error"])) for f in outcome.get("failures", [])]
+        if planned is None:
+            report.jobs += [_job(r) for r in outcome.get("jobs", [])]
+        report.failures += [EvalFailure(_job(f["job"]), list(f["benches"]), str(f["error"]))
+                            for f in outcome.get("failures", [])]
     return report

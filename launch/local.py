@@ -1,5 +1,6 @@
 """The local launcher: `torchrun --standalone --nproc_per_node N -m sft.train <run_dir>/config.yaml`
-(torchrun as `python -m launch.torchrun`: a failed worker in one line, with its own exit code).
+(torchrun as `python -m launch.torchrun`: a failed worker in one line, with its own exit code), and the
+LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order.
 
 The trainer's stdout and stderr pass through to this terminal and are also written, as they
 arrive, to `<run_dir>/logs/train-<UTC time>.log` (one file per launch, so a resumed run keeps
@@ -8,17 +9,25 @@ processes, which save a resumable state and exit 0; launch exits with the traine
 """
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
+import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig
 
 from launch.errors import LaunchError
+from launch.jobs import Job, JobFailed, Runner, Torchrun
 
 
 def cuda_device_count() -> int:
@@ -60,13 +69,9 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
 
 def torchrun_command(config_path: str | Path, nproc: int, python: str = sys.executable,
                      module: str = "sft.train") -> list[str]:
-    """The single-node torchrun command (launch.torchrun); `--standalone` picks a free rendezvous port.
-    `module` is the trainer (`sft.train`, or `rl.train` for stage=grpo)."""
-    return [
-        python, "-m", "launch.torchrun",
-        "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
-        "-m", module, str(config_path),
-    ]
+    """The single-node torchrun command (launch.torchrun; `--standalone` picks a free rendezvous port) of the
+    training Job on `config_path`; `module` is the trainer (`sft.train`, or `rl.train` for stage=grpo)."""
+    return Job("train", module, config=str(config_path), python=python, wrapper=Torchrun(1, nproc)).command(str(config_path))
 
 
 def _pump(src, sinks: list, lock: threading.Lock) -> None:
@@ -167,3 +172,102 @@ def _install_forwarding(proc: subprocess.Popen, stops: list[str] | None = None):
             signal.signal(sig, old)
 
     return restore
+
+
+# ------------------------------------------------------------------ a command in this process, or a child
+# A job (or a sweep's / study's stage) whose interpreter is this one runs in this process (`run_main`), as its
+# console script would in a child: the same exit status (the command's return value, a SystemExit's code, a
+# message in it printed to stderr with status 1, as Python does; 1 and the traceback for an uncaught
+# exception), and nothing leaks into the next one: the environment (`env=` is set for the call only), the
+# working directory and the logging handlers and levels are restored afterwards (a handler it added is
+# closed); `quiet=True` hides its stdout (not stderr, where refusals go), as `stdout=DEVNULL` does. Another
+# interpreter (`python.eval=` / `python.sft=`, common.interpreter) runs it as a child (`run_child`).
+def _loggers() -> dict[str, logging.Logger]:
+    found = {"": logging.getLogger()}
+    found.update((name, lg) for name, lg in logging.Logger.manager.loggerDict.items() if isinstance(lg, logging.Logger))
+    return found
+
+
+@contextlib.contextmanager
+def isolated(env: dict[str, str] | None = None):
+    """Run the body with `env` set (None: the environment as it is) and restore the environment, the working
+    directory and every logger's handlers, level and propagation afterwards."""
+    environ, cwd = dict(os.environ), os.getcwd()
+    saved = {name: (list(lg.handlers), lg.level, lg.propagate) for name, lg in _loggers().items()}
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        for name, lg in _loggers().items():
+            handlers, level, propagate = saved.get(name, ([], logging.NOTSET, True))
+            for h in lg.handlers:
+                if h not in handlers:
+                    with contextlib.suppress(Exception):
+                        h.close()
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+            lg.propagate = propagate
+
+
+def exit_status(code) -> int:
+    """The status `sys.exit(code)` ends a process with (a message: printed to stderr, status 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr, flush=True)
+    return 1
+
+
+def run_main(main: Callable[[list[str]], int | None], argv: list[str], *, env: dict[str, str] | None = None,
+             quiet: bool = False) -> int:
+    """`main(argv)` in this process, isolated; its exit status as its console script would end with."""
+    out = io.StringIO() if quiet else None
+    with isolated(env), (contextlib.redirect_stdout(out) if quiet else contextlib.nullcontext()):
+        try:
+            return exit_status(main(list(argv)))
+        except SystemExit as exc:
+            return exit_status(exc.code)
+        except Exception:   # a child would print the traceback and exit 1; the caller reports the status
+            traceback.print_exc()
+            return 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+
+
+def run_child(cmd: list[str], *, env: dict[str, str] | None = None, quiet: bool = False) -> int:
+    """`cmd` as a child process; its exit status (killed by signal N: 128 + N)."""
+    proc = subprocess.run(cmd, env=env, **({"stdout": subprocess.DEVNULL} if quiet else {}))
+    return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
+
+
+class LocalRunner(Runner):
+    """A plan run here, job after job (each array task in turn), stopping at the first failure with its exit
+    status (JobFailed). A job whose interpreter is this one and that has no wrapper runs in this process
+    (`run_main` on its module's `main([CONFIG])`, isolated); any other runs as a child, `PYTHON -m MODULE
+    CONFIG` (training: under torchrun on this node, `launch.torchrun --standalone`). Its script (what the dry
+    run writes) is those commands, from `workdir`. `env`: the environment each job runs with (None: this one)."""
+
+    def __init__(self, workdir: str | None = None, env: dict[str, str] | None = None, quiet: bool = False):
+        self.workdir, self.env, self.quiet = workdir or os.getcwd(), env, quiet
+
+    def script(self, job: Job, ids, where: Path) -> str:
+        return "\n".join(["#!/bin/bash", f"# job {job.name}: python -m {job.module} CONFIG, each task in turn",
+                          "set -euo pipefail", f"cd {shlex.quote(self.workdir)}",
+                          *(shlex.join(job.command(c)) for c in job.configs)]) + "\n"
+
+    def start(self, job: Job, script: Path, ids) -> str:
+        here = job.python == sys.executable and job.wrapper is None
+        for config in job.configs:
+            with contextlib.chdir(self.workdir):
+                status = run_main(importlib.import_module(job.module).main, [config], env=self.env, quiet=self.quiet) \
+                    if here else run_child(job.command(config), env=self.env, quiet=self.quiet)
+            if status != 0:
+                raise JobFailed(job.name, status)
+        return f"local-{job.name}"

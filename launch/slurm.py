@@ -30,13 +30,15 @@ import os
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from common.layout import LAUNCH_ID_ENV
 from launch.errors import LaunchError
+# the cluster settings are a Job's (launch.jobs); launch.slurm.Cluster / CLUSTER_KEYS name them too
+from launch.jobs import CLUSTER_KEYS, CLUSTER_OPTIONS, Cluster, Job, Runner, dotlist_value  # noqa: F401
 
 RDZV_PORT = 29500
 # `launch study=NAME launcher=slurm` runs each stage's command with these set: every job a stage
@@ -44,11 +46,6 @@ RDZV_PORT = 29500
 # file JOBS_ENV names, so the next stage can wait for it.
 AFTER_ENV = "DTSFT_SLURM_AFTER"
 JOBS_ENV = "DTSFT_SLURM_JOBS"
-# The cluster settings every job a study or sweep submits carries: training arrays, per-run evaluation jobs,
-# evaluation arrays, the aggregation, a study's stage jobs (`launcher.<key>` of training, `slurm.<key>` of analyze).
-CLUSTER_KEYS = ("partition", "account", "qos", "time", "sbatch", "setup")
-# The ones that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
-CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them.
 OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal", "requeue", "open-mode", "output",
                "array", "dependency", *CLUSTER_OPTIONS)
@@ -68,40 +65,6 @@ def slurm_option_problems(options) -> list[str]:
             key = f"launcher.{name}" if name in CLUSTER_OPTIONS else None
             bad.append(f"launcher.sbatch: {opt!r} is set by launch itself" + (f"; use {key}=" if key else ""))
     return bad
-
-
-def dotlist_value(x) -> str:
-    """One value for the dotlist as written (each item of a list quoted: options and paths arrive verbatim)."""
-    if isinstance(x, (list, tuple)):
-        return "[" + ",".join(dotlist_value(i) for i in x) + "]"
-    return "null" if x is None else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """The cluster settings (CLUSTER_KEYS) of a job: null / empty = the cluster's defaults."""
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: str | None = None
-    sbatch: tuple[str, ...] = ()
-    setup: str | None = None
-
-    @classmethod
-    def of(cls, section) -> "Cluster":
-        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
-        get = (lambda k: section.get(k)) if hasattr(section, "get") else (lambda k: getattr(section, k, None))
-        one = {k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS}
-        return cls(**one, sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
-
-    def over(self, **changes) -> "Cluster":
-        """This one with `changes` (the non-null ones) on top: a stage's own settings."""
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
-
-    def tokens(self, prefix: str) -> list[str]:
-        """`PREFIX<key>=value` for each setting made: what hands them to another command (analyze's `slurm.`)."""
-        return [f"{prefix}{k}={dotlist_value(list(v) if k == 'sbatch' else v)}"
-                for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 
 @dataclass
@@ -294,6 +257,59 @@ def render_stage_script(spec: SlurmSpec, workdir: str, repo: str, command: str, 
     lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     lines += [f"unset {AFTER_ENV}", f"exec {shlex.join(argv)}"]
     return render_command_script(spec, workdir, command, lines, repo=repo)
+
+
+class SlurmRunner(Runner):
+    """A plan as Slurm jobs: one sbatch script per Job, submitted in order, each with `--dependency` from its
+    `after` (afterok, or afterany for `after_any`) and `waits`; a job with an afterok dependency gets
+    `--kill-on-invalid-dep=yes` (one that can never be met cancels it, so that what runs afterany still runs).
+    An array is one script, task i running config i. Training (the torchrun wrapper) is the run script above:
+    one torchrun per node under srun, USR1 to save and stop, requeue and the FAILED / REQUEUED end records;
+    any other job execs `python -m MODULE CONFIG` in the batch shell, from `workdir` (where the command ran:
+    its relative paths stay valid), the project importable. Logs: `<where>/slurm-<name>-<job id>.out`."""
+    suffix = ".sbatch"
+
+    def __init__(self, command: str, workdir: str | None = None, repo: str | None = None):
+        self.command, self.workdir = command, workdir or os.getcwd()
+        self.repo = repo or str(Path(__file__).resolve().parents[1])
+
+    @staticmethod
+    def dependency(job: Job, ids) -> str | None:
+        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] for a in job.after)) if job.after else None
+        return ",".join(d for d in (own, job.waits) if d) or None
+
+    def spec(self, job: Job, ids, where: Path) -> SlurmSpec:
+        r, dep = job.resources, self.dependency(job, ids)
+        cluster = (job.cluster or Cluster()).over(time=r.time)
+        array = f"0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "") if job.array else None
+        log = where / (f"slurm-{job.name}-%A_%a.out" if job.array else f"slurm-{job.name}-%j.out")
+        return SlurmSpec.of(cluster, ("--kill-on-invalid-dep=yes",) if dep and "afterok" in dep else (),
+                            job_name=f"dtsft-{job.name}", nodes=r.nodes, gpus_per_node=r.gpus_per_node,
+                            nproc_per_node=job.wrapper.nproc_per_node if job.wrapper else 1, output=str(log),
+                            array=array, dependency=dep, exclusive=r.exclusive, signal=r.signal)
+
+    def script(self, job: Job, ids, where: Path) -> str:
+        spec = self.spec(job, ids, Path(where))
+        if job.wrapper is not None:   # training: config i is <run dir i>/config.yaml
+            dirs = [str(Path(c).parent) for c in job.configs]
+            if any(Path(c).name != "config.yaml" for c in job.configs):
+                raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")
+            if job.array:
+                return render_array_script(spec, dirs, self.repo, job.python, self.command)
+            return render_run_script(spec, dirs[0], self.repo, job.python, self.command, module=job.module)
+        py, q = shlex.quote(job.python), shlex.quote
+        task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""
+        lines = [f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)]
+        if job.array:
+            lines += ["CONFIGS=(", *(f"  {q(c)}" for c in job.array), ")"]
+        lines += [f'echo "[{job.name}]{" task " + task if task else ""} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
+                  '${SLURM_JOB_NODELIST:-this host}"',
+                  f"exec {py} -m {job.module} " + ('"${CONFIGS[$SLURM_ARRAY_TASK_ID]}"' if job.array
+                                                   else q(str(job.config)))]
+        return render_command_script(spec, self.workdir, self.command, lines, repo=self.repo)
+
+    def start(self, job: Job, script: Path, ids) -> str:
+        return submit(script)
 
 
 def job_state(job_id: str) -> str | None:

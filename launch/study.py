@@ -15,7 +15,7 @@ given as its command would (`check_unfilled_stage`): an unknown key exits 2 ther
 Before the first stage starts, every later stage's settings are checked by its own dry run (output
 hidden, refusal shown): a typo in `report:eval.nn=2` stops the study before any training.
 Each stage runs in this process through its command's `main` (launch, evaluate, analyze, export-checkpoint:
-launch/inprocess.py, nothing of one stage left for the next: environment, working directory, logging), or
+launch/local.py run_main, nothing of one stage left for the next: environment, working directory, logging), or
 as a child process (`python -m evals.cli | launch.analyze | sft.export`) when its interpreter is another
 (`python.eval=`, `python.sft=`); an analyze stage is given `study=<file>`
 so the report shows the study's reference results beside the measured values. The first stage that
@@ -55,7 +55,7 @@ from common.interpreter import KINDS
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Study, load_study, study_variables
 from launch import completion
 from launch.errors import LaunchError
-from launch.inprocess import run_child, run_main
+from launch.local import run_child, run_main
 
 ALL_STAGES = ("dry_run",)  # plain keys that go to every stage, not just the training ones
 

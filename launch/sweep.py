@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
-from launch import inprocess, manifest, slurm
+from launch import local, manifest, slurm
 from launch.run import (REPO, SFT, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
                         prepare_run, resolve)
 from launch.errors import LaunchError
@@ -134,8 +134,8 @@ def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
     if cmd[0] == sys.executable and cmd[1:3] == ["-m", "launch.analyze"]:
         from launch.analyze import main
 
-        return inprocess.run_main(main, cmd[3:], quiet=quiet)
-    return inprocess.run_child(cmd, env=_child_env(), quiet=quiet)
+        return local.run_main(main, cmd[3:], quiet=quiet)
+    return local.run_child(cmd, env=_child_env(), quiet=quiet)
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:

@@ -3,7 +3,7 @@ in-process by spies on the points where today's planner decides (not from its pr
 command line and what it waits for, each training run's resolved config, each local trainer command, each
 analysis's evaluations and resolved evaluate config, and every Slurm job (its module, interpreter, resources,
 dependency, array). Paths, interpreters and timestamps are normalised (`<cwd>`, `<repo>`, `<python>`,
-`<data>`, `<time>`), so the plan is the same on every machine.
+`<data>`, `<time>`, a dry run's temporary directory `<dry run KIND>`), so the plan is the same on every machine.
 
 tests/test_study_plans.py compares it with the golden files under tests/snapshots/plans/;
 `python -m tests.plan_capture` rewrites them (only where a plan changes on purpose: say why in the commit).
@@ -184,6 +184,7 @@ def normalise(value, subs: list[tuple[str, str]]):
     if isinstance(value, str):
         for real, name in subs:
             value = value.replace(real, name)
+        value = re.sub(r"[^\s'\"]*/dtsft-dry-run-([a-z]+)-[a-z0-9_]{8}", r"<dry run \1>", value)   # launch.jobs.dry_run_dir
         return re.sub(r"\d{8}T\d{6}Z", "<time>", value)
     return value
 

@@ -5,6 +5,7 @@ process per task), and the aggregate equals a sequential `analyze` of the same r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from launch.analyze import main
 from launch.analyze import run_analysis
@@ -42,10 +44,14 @@ def _sbatch_lines(script: str) -> dict[str, str]:
                 if line.startswith("#SBATCH --") and "=" in line)
 
 
+def _dry_dir(out: str) -> Path:
+    """Where a dry run wrote its jobs' configs and scripts (it names it)."""
+    return Path(re.search(r"config and script is written under (\S+) \(nothing started", out)[1])
+
+
 def _scripts(out: str) -> tuple[str, str]:
-    parts = re.split(r"^# \S+/(eval|aggregate)\.sbatch \(not written: dry_run=true\).*$", out, flags=re.M)
-    found = dict(zip(parts[1::2], parts[2::2]))
-    return found["eval"].strip() + "\n", found["aggregate"].strip() + "\n"
+    where = _dry_dir(out)
+    return (where / "eval.sbatch").read_text(), (where / "aggregate.sbatch").read_text()
 
 
 def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(tmp_path, capsys, monkeypatch):
@@ -71,11 +77,18 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert opts["signal"] == "B:USR1@120"
     assert re.findall(r"^# task (\d): (\S+)", eval_script, flags=re.M) == [
         ("0", "r2e/seed0/step-000020"), ("1", "r2e/seed0/step-000030"), ("2", "search/seed1/step-000010")]
-    assert re.search(r'-m launch\.eval_jobs task \S+ "\$SLURM_ARRAY_TASK_ID"$', eval_script, flags=re.M)
+    # one job file per task: task i runs `python -m launch.eval_jobs CONFIG_i`, its checkpoint's evaluation
+    assert re.search(r'^exec \S+ -m launch\.eval_jobs "\$\{CONFIGS\[\$SLURM_ARRAY_TASK_ID\]\}"$', eval_script, flags=re.M)
+    where = _dry_dir(text)
+    configs = re.findall(r"^  (\S+\.json)$", eval_script, flags=re.M)
+    assert configs == [str(where / f"eval-{i}.json") for i in range(3)]
+    assert [json.loads(Path(c).read_text())["checkpoint"]["step"] for c in configs] == [20, 30, 10]
     agg = _sbatch_lines(agg_script)
-    assert agg["dependency"] == "afterany:<eval array job id>" and "gpus-per-node" not in agg and "array" not in agg
-    assert re.search(r"-m launch\.eval_jobs aggregate \S+$", agg_script, flags=re.M)
-    assert not fake.calls and not out.exists(), "a dry run evaluates and writes nothing"
+    assert agg["dependency"] == "afterany:<job id of eval>" and "gpus-per-node" not in agg and "array" not in agg
+    assert re.search(rf"^exec \S+ -m launch\.analyze {where}/analyze\.yaml$", agg_script, flags=re.M)
+    assert OmegaConf.load(where / "analyze.yaml").eval_tasks == configs
+    assert re.search(r"^eval +launch\.eval_jobs +- ", text, flags=re.M), "the plan table"
+    assert not fake.calls and not out.exists(), "a dry run evaluates and writes nothing but its temporary dir"
     # A chained submission (launch sweep/study): the array waits for the training job.
     assert main(argv + ["slurm.after=afterok:4242"]) == 0
     assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["dependency"] == "afterok:4242"
@@ -92,7 +105,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     ev = named_interpreter(tmp_path / "eval-env" / "python")
     assert main(argv + [f"python.eval={ev}"]) == 0
     eval_script, agg_script = _scripts(capsys.readouterr().out)
-    assert [re.findall(r"^exec (\S+) -m launch\.eval_jobs", s, flags=re.M) for s in (eval_script, agg_script)] == [[str(ev)]] * 2
+    assert [re.findall(r"^exec (\S+) -m launch\.(?:eval_jobs|analyze)", s, flags=re.M) for s in (eval_script, agg_script)] \
+        == [[str(ev)]] * 2
     assert main(argv + [f"python.eval={ev}", "eval.backend=vllm"]) == 2
     assert f"python.eval={ev} lacks vllm (backend=vllm)" in capsys.readouterr().err
 
@@ -175,7 +189,7 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
 
     monkeypatch.setattr(evals_store, "append_rows", append_then_warned)
     with _usr1_must_be_handled():
-        assert run_task(eval_sbatch.parent, 0) == 0
+        assert run_task(eval_sbatch.parent / "eval-0.json") == 0
     monkeypatch.setattr(evals_store, "append_rows", real_append)
     assert requeued_jobs(tmp_path) == ["5001_0"]
     said = capsys.readouterr().out
@@ -189,7 +203,7 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
     rows = (arr_runs / "r2e" / "seed0" / "eval" / "step-000001" / "search_plan_ood.jsonl").read_bytes()
     from launch.eval_slurm import run_task
 
-    assert run_task(eval_sbatch.parent, 0) == 0   # requeued after it finished: nothing left by identity, exit 0
+    assert run_task(eval_sbatch.parent / "eval-0.json") == 0   # requeued after it finished: nothing left by identity, exit 0
     assert "nothing to do" in capsys.readouterr().out
     assert (arr_runs / "r2e" / "seed0" / "eval" / "step-000001" / "search_plan_ood.jsonl").read_bytes() == rows
     proc = subprocess.run(["bash", str(agg_sbatch)], env=dict(env, SLURM_JOB_ID="5002", WANDB_MODE="disabled"),
@@ -217,23 +231,32 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50"]) == 0
     plan = Path(record.read_text().split()[0]).parent
     from launch.eval_slurm import run_task
-    from launch.eval_jobs import aggregate
 
-    assert run_task(plan, 0, evaluator=fake) == 0
-    assert run_task(plan, 1, evaluator=fake) == 1           # the simulated out-of-memory: exit 1, outcome kept
+    def aggregate(plan: Path) -> int:   # what the aggregation job runs: python -m launch.analyze analyze.yaml
+        return main([str(plan / "analyze.yaml")])
+
+    assert run_task(plan / "eval-0.json", evaluator=fake) == 0
+    assert run_task(plan / "eval-1.json", evaluator=fake) == 1   # the simulated out-of-memory: exit 1, outcome kept
     assert aggregate(plan) == 4                              # the report written, the job FAILED (issue 62)
     report = (out / "report.md").read_text()
     assert "r2e" in report and "CUDA out of memory (simulated)" in report
     (plan / "outcome-1.json").unlink()                        # killed before it wrote an outcome
     assert aggregate(plan) == 4
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
+    # A job's config that is not one: one line, exit 2 (the aggregation's, an evaluation job's).
+    from launch.eval_jobs import main as eval_job
+
+    capsys.readouterr()
+    assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
+    (plan / "bad.json").write_text('{"name": "x"}')
+    assert eval_job([str(plan / "bad.json")]) == 2
+    assert "bad.json: not an evaluation job's config" in capsys.readouterr().err
 
 
 def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
     """The time-limit warning (SIGUSR1) mid-evaluation: with rows written this segment and benches still
     pending the task requeues itself; warned again with nothing written it is not requeued (a failed
     outcome saying why, exit 1); warned once its work is complete it just finishes."""
-    import json
 
     import launch.evaluation as ev_mod
     from launch.eval_slurm import run_task
@@ -262,9 +285,9 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
         return evaluate
 
     with _usr1_must_be_handled():
-        assert run_task(plan, 0, evaluator=warned(True)) == 0
+        assert run_task(plan / "eval-0.json", evaluator=warned(True)) == 0
         assert requeued_jobs(tmp_path) == ["6001_0"] and not (plan / "outcome-0.json").exists()
-        assert run_task(plan, 0, evaluator=warned(False)) == 1           # a segment with no progress
+        assert run_task(plan / "eval-0.json", evaluator=warned(False)) == 1           # a segment with no progress
     assert requeued_jobs(tmp_path) == ["6001_0"], "a segment that wrote nothing must not requeue again"
     outcome = json.loads((plan / "outcome-0.json").read_text())
     assert outcome["status"] == "failed" and "no progress" in outcome["failures"][0]["error"]
@@ -276,7 +299,7 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
         return {}
     done_then_warned.pending, done_then_warned.check = fake.pending, fake.check
     with _usr1_must_be_handled():
-        assert run_task(plan, 0, evaluator=done_then_warned) == 0
+        assert run_task(plan / "eval-0.json", evaluator=done_then_warned) == 0
     assert requeued_jobs(tmp_path) == ["6001_0"]
     assert json.loads((plan / "outcome-0.json").read_text())["status"] == "evaluated"
 
@@ -321,8 +344,7 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     fails: its evaluation is cancelled, run 0's is not held back, and the report lists run 1's checkpoint
     as a gap."""
     import launch.evaluation as ev_mod
-    from launch.eval_slurm import run_run
-    from launch.eval_jobs import aggregate
+    from launch.eval_slurm import run_task
 
     root, out = tmp_path / "runs", tmp_path / "rep"
     fake = FakeEvaluator()
@@ -335,11 +357,11 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     assert main(argv + ["dry_run=true"]) == 0
     dry = capsys.readouterr().out
     assert not out.exists() and not fake.calls, "a dry run writes and evaluates nothing"
-    heads = re.findall(r"^# (\S+) \(not written: dry_run=true\)", dry, flags=re.M)
-    assert [Path(h).name for h in heads] == ["run-0.sbatch", "run-1.sbatch", "aggregate.sbatch"]
-    bodies = re.split(r"^# \S+ \(not written: dry_run=true\).*$", dry, flags=re.M)[1:]
+    where = _dry_dir(dry)
+    assert sorted(p.name for p in where.glob("*.sbatch")) == ["aggregate.sbatch", "eval-run-0.sbatch", "eval-run-1.sbatch"]
+    bodies = [(where / f"{n}.sbatch").read_text() for n in ("eval-run-0", "eval-run-1", "aggregate")]
     assert [_dependency(b) for b in bodies] == ["afterok:4000_0", "afterok:4000_1",
-                                                "afterany:<evaluation job of run 0>:<evaluation job of run 1>"]
+                                                "afterany:<job id of eval-run-0>:<job id of eval-run-1>"]
     # One dependency per run, or a one-line refusal before anything is written.
     assert main(argv[:-1] + ["slurm.runs_after=[afterok:4000_0]", "dry_run=true"]) == 2
     assert "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs (2)" in capsys.readouterr().err
@@ -359,11 +381,13 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     make_run(root, "r2e", 1, [10])
     plan = run0.parent
 
-    def run_job(path: Path) -> int:
+    def run_job(path: Path) -> int:   # each job runs `python -m MODULE CONFIG`, its config in the plan dir
         command = path.read_text().strip().splitlines()[-1].split()
-        assert command[:4] == ["exec", command[1], "-m", "launch.eval_jobs"] and Path(command[-2]) == plan \
-            if command[4] == "run" else Path(command[-1]) == plan, command
-        return run_run(plan, int(command[-1].strip('"')), evaluator=fake) if command[4] == "run" else aggregate(plan)
+        assert command[:3] == ["exec", command[1], "-m"] and Path(command[4]).parent == plan, command
+        if command[3] == "launch.eval_jobs":
+            return run_task(Path(command[4]), evaluator=fake)
+        assert command[3] == "launch.analyze", command
+        return main([command[4]])
 
     states = _stand_in_slurm(record, {"4000_0": True, "4000_1": False}, run_job)
     # the aggregation writes the report with run 1 as a gap and fails (exit 4): the study did not complete
@@ -378,4 +402,4 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     assert not [line for line in report.splitlines() if line.startswith("- r2e/seed0/")], report
     # The same run job again (requeued, or resubmitted): nothing left by identity, nothing evaluated.
     calls = len(fake.calls)
-    assert run_run(plan, 0, evaluator=fake) == 0 and len(fake.calls) == calls
+    assert run_task(plan / "eval-run-0.json", evaluator=fake) == 0 and len(fake.calls) == calls

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.inprocess import run_main
+from launch.local import run_main
 
 from tests.test_docs_blocks import PAGES, cpu_blocks   # the runner of the runnable blocks
 

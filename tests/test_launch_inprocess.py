@@ -1,4 +1,4 @@
-"""Stages called in-process by sweeps and studies (launch/inprocess.py): the same exit status and messages,
+"""Stages called in-process by sweeps and studies (launch/local.py run_main / run_child): the same exit status and messages,
 nothing left behind for the next stage; a stage whose interpreter is another stays a child process."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.cli import ConfigError, run_cli
-from launch import inprocess, study, sweep
+from launch import local, study, sweep
 
 
 def _messy_stage(tmp_path: Path, code):
@@ -41,7 +41,7 @@ def test_a_stage_in_process_leaves_nothing_behind_and_keeps_its_status(tmp_path,
     cwd, root = os.getcwd(), logging.getLogger()
     handlers, level = list(root.handlers), root.level
     main, made = _messy_stage(tmp_path, code)
-    assert inprocess.run_main(main, ["a=1"], env=dict(os.environ, DTSFT_STUDY_TEST="x"), quiet=True) == status
+    assert local.run_main(main, ["a=1"], env=dict(os.environ, DTSFT_STUDY_TEST="x"), quiet=True) == status
     assert made["argv"] == ["a=1"]
     assert "DTSFT_TEST_LEAK" not in os.environ and os.environ["DTSFT_TEST_KEEP"] == "kept"
     assert "DTSFT_STUDY_TEST" not in os.environ
@@ -58,7 +58,7 @@ def test_a_refusal_in_process_is_the_same_one_line_and_exit_2(capsys):
     def refuses(argv):
         raise ConfigError("eval.nn: not a key of evaluate (did you mean eval.n?)")
 
-    assert inprocess.run_main(lambda argv: run_cli(refuses, argv), []) == 2
+    assert local.run_main(lambda argv: run_cli(refuses, argv), []) == 2
     assert capsys.readouterr().err == "error: eval.nn: not a key of evaluate (did you mean eval.n?)\n"
 
 
@@ -79,8 +79,8 @@ def test_a_stage_in_another_interpreter_stays_a_child_process(tmp_path, monkeypa
 
 def test_the_sweeps_analysis_runs_in_process_unless_its_interpreter_is_another(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(inprocess, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd[0])) or 5)
-    monkeypatch.setattr(inprocess, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
+    monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd[0])) or 5)
+    monkeypatch.setattr(local, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
     assert sweep._run_analyze(sweep.analyze_command("runs", "rl_ood"), quiet=True) == 0
     other = str(tmp_path / "python")
     assert sweep._run_analyze(sweep.analyze_command("runs", "rl_ood", python=other)) == 5

@@ -27,6 +27,15 @@ def _dry(capsys, tmp_path, *argv) -> str:
     return out.replace(str(tmp_path.resolve()), "<RUNS>").replace(sys.executable, "<PYTHON>").replace(str(REPO), "<REPO>")
 
 
+def _evaluation_scripts(out: str, tmp_path: Path) -> list[str]:
+    """The scripts of the evaluation jobs and the aggregation a sweep's dry run wrote (in the directory it
+    names), with the paths shown as `_dry` shows them."""
+    where = Path(re.search(r"config and script is written under (\S+) \(nothing started", out)[1])
+    return [(where / f"{name}.sbatch").read_text().replace(str(tmp_path.resolve()), "<RUNS>")
+            .replace(sys.executable, "<PYTHON>").replace(str(REPO), "<REPO>")
+            for name in [*sorted(p.stem for p in where.glob("eval-run-*.sbatch")), "aggregate"]]
+
+
 def _script(out: str) -> str:
     return out[out.index("#!/bin/bash"):]
 
@@ -249,16 +258,17 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
             "analyze.slurm.time=02:00:00"]
     out = _dry(capfd, tmp_path, *argv)
     heads = re.findall(r"^# (\S+) \(not written: dry_run=true\)", out, flags=re.M)
-    assert [Path(h).name for h in heads] == ["sweep.sbatch", "run-0.sbatch", "run-1.sbatch", "aggregate.sbatch"]
-    train, run0, run1, agg = re.split(r"^# \S+ \(not written: dry_run=true\).*$", out, flags=re.M)[1:]
+    assert [Path(h).name for h in heads] == ["sweep.sbatch"]
+    train = re.split(r"^# \S+ \(not written: dry_run=true\).*$", out, flags=re.M)[1]
+    run0, run1, agg = _evaluation_scripts(out, tmp_path)
     assert "#SBATCH --array=0-1" in train and "dependency" not in _sbatch_opts(train)
     for i, script in enumerate((run0, run1)):
         opts = _sbatch_opts(script)
         assert opts["dependency"] == f"afterok:<sweep array job id>_{i}" and opts["kill-on-invalid-dep"] == "yes"
         assert opts["time"] == "02:00:00" and opts["gpus-per-node"] == "1" and opts["signal"] == "B:USR1@120"
         assert f"run {i} (<RUNS>/r2e/seed{i})" in script
-        assert re.search(rf"^exec \S+ -m launch\.eval_jobs run \S+ {i}$", script, flags=re.M)
-    assert _sbatch_opts(agg)["dependency"] == "afterany:<evaluation job of run 0>:<evaluation job of run 1>"
+        assert re.search(rf"^exec \S+ -m launch\.eval_jobs \S+/eval-run-{i}\.json$", script, flags=re.M)
+    assert _sbatch_opts(agg)["dependency"] == "afterany:<job id of eval-run-0>:<job id of eval-run-1>"
     assert not (tmp_path / "_reports").exists()
     assert main(["sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", "eval_profile=nope", "dry_run=true",
                  f"runs_root={tmp_path}"]) == 2
@@ -308,13 +318,13 @@ def test_one_set_of_cluster_settings_reaches_every_job_of_a_sweep(capfd, tmp_pat
     run's evaluation job and the aggregation; `analyze.slurm.time=` overrides the time of the evaluation's."""
     out = _dry(capfd, tmp_path, "sweep", "arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic",
                "eval_profile=rl_ood", *CLUSTER)
-    scripts = _scripts(out)
+    scripts = _scripts(out) + _scripts("".join(_evaluation_scripts(out, tmp_path)))
     assert len(scripts) == 4   # the training array, two runs' evaluation jobs, the aggregation
     for script in scripts:
         assert all(line in script.splitlines() for line in (*CLUSTER_LINES, "#SBATCH --time=01:00:00")), script
     out = _dry(capfd, tmp_path, "sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", "eval_profile=rl_ood",
                *CLUSTER, "analyze.slurm.time=04:00:00", "analyze.slurm.qos=low")
-    train, *evaluation = _scripts(out)
+    train, *evaluation = _scripts(out) + _scripts("".join(_evaluation_scripts(out, tmp_path)))
     assert _sbatch_opts(train)["time"] == "01:00:00" and _sbatch_opts(train)["qos"] == "Q"
     assert [(_sbatch_opts(s)["time"], _sbatch_opts(s)["qos"], _sbatch_opts(s)["account"]) for s in evaluation] == \
         [("04:00:00", "low", "A")] * 2
@@ -338,19 +348,20 @@ def test_each_job_of_a_sweep_runs_the_interpreter_named_for_its_kind(capfd, tmp_
     argv = ["arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic", "eval_profile=rl_ood",
             f"python.sft={sft}", f"python.eval={ev}"]
     out = _dry(capfd, tmp_path, "sweep", *argv)
-    train, run0, run1, agg = re.split(r"^# \S+ \(not written: dry_run=true\).*$", out, flags=re.M)[1:]
+    train = re.split(r"^# \S+ \(not written: dry_run=true\).*$", out, flags=re.M)[1]
+    run0, run1, agg = _evaluation_scripts(out, tmp_path)
     shown = {p: str(p).replace(str(tmp_path.resolve()), "<RUNS>") for p in (sft, ev)}   # as _dry prints paths
     assert f"  {shown[sft]} \"$HEAD_NODE:$RDZV_PORT\" \"$RUN_DIR/config.yaml\"" in train
     for script in (run0, run1, agg):
-        assert re.search(rf"^exec {re.escape(shown[ev])} -m launch\.eval_jobs (run|aggregate) ", script, flags=re.M)
+        assert re.search(rf"^exec {re.escape(shown[ev])} -m launch\.(eval_jobs|analyze) ", script, flags=re.M)
     record = _counting_sbatch(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
     assert run_sweep([*argv, f"runs_root={runs}"], builder=_build, key_fn=lambda cfg, **k: "k" + str(k["seed"])) == 0
     assert len(record.read_text().split()) == 4
     launch = json.loads((runs / "r2e" / "seed1" / "manifest.json").read_text())["launches"][-1]
     assert launch["interpreters"] == {"sft": str(sft), "grpo": sys.executable, "eval": str(ev)}
-    plan = json.loads(next((runs / "_reports" / "rl_ood" / "_slurm").glob("runs-*/runs.json")).read_text())
-    assert plan["python"] == str(ev)
+    plan = next((runs / "_reports" / "rl_ood" / "_slurm").glob("runs-*"))
+    assert all(re.search(rf"^exec {re.escape(str(ev))} -m ", p.read_text(), flags=re.M) for p in plan.glob("*.sbatch"))
 
 
 def test_a_named_interpreter_without_what_its_jobs_need_is_refused_before_anything(capfd, tmp_path, monkeypatch):

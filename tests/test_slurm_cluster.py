@@ -233,11 +233,11 @@ def test_a_failed_training_task_cancels_its_runs_evaluation_and_the_report_lists
     settle(cluster, PATIENCE, tmp_path)
     logs = sorted(tmp_path.rglob("*.out"))
     plan = next((tmp_path / "rep" / "_slurm").glob("runs-*"))
-    runs = json.loads((plan / "runs.json").read_text())["runs"]
-    assert [Path(r["run"]).name for r in runs] == ["seed0", "seed1"], runs
+    runs = [json.loads((plan / f"eval-run-{i}.json").read_text())["discover"]["run"] for i in (0, 1)]   # each job's config
+    assert [Path(r).name for r in runs] == ["seed0", "seed1"], runs
     # the per-run evaluation jobs, in submission order (run 0's first), as Slurm recorded their end
     evals = sorted((int(r["JobId"]), r["JobState"]) for r in records(cluster)
-                   if r.get("Name") == "dtsft-eval-run" and r.get("WorkDir") == str(tmp_path))
+                   if str(r.get("Name")).startswith("dtsft-eval-run-") and r.get("WorkDir") == str(tmp_path))
     assert [state for _, state in evals] == ["COMPLETED", "CANCELLED"], (evals, out[-2000:], _log(logs))
     assert (plan / "outcome-run-0.json").is_file() and not (plan / "outcome-run-1.json").exists()
     report = (tmp_path / "rep" / "report.md").read_text()
@@ -352,7 +352,7 @@ def test_an_analysis_whose_evaluation_fails_ends_failed(cluster, data_cache, tmp
     settle(cluster, PATIENCE, tmp_path)
     ended = {r["JobId"]: r["JobState"] for r in records(cluster) if r.get("WorkDir") == str(tmp_path)}
     names = {r["JobId"]: r.get("Name") for r in records(cluster) if r.get("WorkDir") == str(tmp_path)}
-    agg = [j for j, name in names.items() if name == "dtsft-analyze"]
+    agg = [j for j, name in names.items() if name == "dtsft-aggregate"]
     logs = _log(sorted((tmp_path / "rep").rglob("*.out")))
     assert len(agg) == 1 and ended[agg[0]] == "FAILED", (ended, names, array, logs)
     report = (tmp_path / "rep" / "report.md").read_text()

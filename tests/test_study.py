@@ -203,9 +203,14 @@ def test_slurm_study_dry_run_chains_every_stage(dry_runs):
     # The dual-terminator report: what is to evaluate now (the anchor) as a one-task array, then the aggregation.
     dual = dry_runs["dual_terminator_sft"]
     assert _opts(dual["train"])["array"] == "0-8" and "dependency" not in _opts(dual["train"])
-    eval_part = dual["report"][dual["report"].index("eval.sbatch (not written"):dual["report"].index("aggregate.sbatch")]
+    eval_part = (_dry_dir(dual["report"]) / "eval.sbatch").read_text()   # the analysis's dry run wrote its jobs there
     assert _opts(eval_part)["array"] == "0-0" and _opts(eval_part)["gpus-per-node"] == "1"
     assert "# task 0: anchor/seed0/step-000000" in eval_part
+
+
+def _dry_dir(out: str) -> Path:
+    """Where a dry run wrote its jobs' configs and scripts (it names it: launch.jobs.dry_run)."""
+    return Path(re.search(r"config and script is written under (\S+) \(nothing started", out)[1])
 
 
 def _stand_in_sbatch(tmp_path: Path, monkeypatch) -> Path:
@@ -527,8 +532,11 @@ def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
     def scripts(*argv):
         proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", *cluster, *slots, *argv, "dry_run=true")
         assert proc.returncode == 0, proc.stderr[-3000:]
-        return {m.group(1): m.group(2) for m in re.finditer(r"^# \S+/([\w.-]+\.sbatch) \(not written.*\n(#!/bin/bash\n(?:#.*\n)+)",
-                                                            proc.stdout, flags=re.M)}
+        printed = {m.group(1): m.group(2) for m in re.finditer(r"^# \S+/([\w.-]+\.sbatch) \(not written.*\n(#!/bin/bash\n(?:#.*\n)+)",
+                                                               proc.stdout, flags=re.M)}
+        written = {p.name: re.match(r"#!/bin/bash\n(?:#.*\n)+", p.read_text())[0]   # the analysis's jobs: in its dry-run dir
+                   for p in _dry_dir(proc.stdout).glob("*.sbatch")}
+        return {**printed, **written}
 
     seen = scripts()
     assert sorted(seen) == ["aggregate.sbatch", "eval.sbatch", "report.sbatch", "sweep.sbatch"]
@@ -554,8 +562,9 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
                    "report:eval.backend=hf", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = _stage_outputs(proc.stdout)["report"]
-    execs = re.findall(r"^exec (\S+) -m (\S+)", report, flags=re.M)
-    assert execs == [(str(ev), "launch.eval_jobs"), (str(ev), "launch.eval_jobs"), (str(ev), "launch.analyze")]
+    jobs = [(_dry_dir(report) / f"{name}.sbatch").read_text() for name in ("eval", "aggregate")]
+    execs = [re.findall(r"^exec (\S+) -m (\S+)", text, flags=re.M) for text in (*jobs, report)]
+    assert execs == [[(str(ev), "launch.eval_jobs")], [(str(ev), "launch.analyze")], [(str(ev), "launch.analyze")]]
     record = _stand_in_sbatch(tmp_path, monkeypatch)
     proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -1,0 +1,229 @@
+"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG`.
+
+A `Job` names the module, its one config file (an array: one config file per task), the interpreter that
+runs it, its wrapper (none, or torchrun over nodes × processes: training), the resources it asks for, the
+cluster settings it carries, what it needs (data artefacts, modules its interpreter must import) and the
+jobs of its plan it runs after. A plan is an ordered list of Jobs; a `Runner` runs one: `LocalRunner`
+(launch/local.py: here, in order) and `SlurmRunner` (launch/slurm.py: one sbatch script per job).
+`dry_run` writes every job's script beside its config under a directory it names and prints the plan.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+from launch.errors import LaunchError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+# The cluster settings every job a study or sweep submits carries: training arrays, per-run evaluation jobs,
+# evaluation arrays, the aggregation, a study's stage jobs (`launcher.<key>` of training, `slurm.<key>` of analyze).
+CLUSTER_KEYS = ("partition", "account", "qos", "time", "sbatch", "setup")
+# The ones that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
+CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
+
+
+def dotlist_value(x) -> str:
+    """One value for the dotlist as written (each item of a list quoted: options and paths arrive verbatim)."""
+    if isinstance(x, (list, tuple)):
+        return "[" + ",".join(dotlist_value(i) for i in x) + "]"
+    return "null" if x is None else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster settings (CLUSTER_KEYS) of a job: null / empty = the cluster's defaults."""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None
+    sbatch: tuple[str, ...] = ()
+    setup: str | None = None
+
+    @classmethod
+    def of(cls, section) -> "Cluster":
+        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
+        get = (lambda k: section.get(k)) if hasattr(section, "get") else (lambda k: getattr(section, k, None))
+        one = {k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS}
+        return cls(**one, sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
+
+    def over(self, **changes) -> "Cluster":
+        """This one with `changes` (the non-null ones) on top: a stage's own settings."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def tokens(self, prefix: str) -> list[str]:
+        """`PREFIX<key>=value` for each setting made: what hands them to another command (analyze's `slurm.`)."""
+        return [f"{prefix}{k}={dotlist_value(list(v) if k == 'sbatch' else v)}"
+                for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    """The training wrapper: torchrun with `nproc_per_node` processes on each of `nodes` nodes."""
+    nodes: int = 1
+    nproc_per_node: int = 1
+
+
+@dataclass(frozen=True)
+class Resources:
+    nodes: int = 1
+    gpus_per_node: int = 0
+    time: str | None = None         # the job's time limit; null: the cluster settings' (Cluster.time)
+    exclusive: bool = False         # whole nodes (training); evaluation tasks share one
+    # the warning before the time limit: True = SIGUSR1 120 s before to the step's processes (the trainers
+    # save and stop), a string = that --signal value (B:USR1@120: to the batch shell, an evaluation task)
+    signal: bool | str = False
+    at_once: int | None = None      # an array: tasks running at once (null: no cap)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a job reads before it starts: data artefacts (paths or cache ids) and the modules its
+    interpreter must import (what a preflight asks the interpreter for)."""
+    data: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str                        # unique in its plan: its script, log and dependency name
+    module: str                      # run as `python -m MODULE CONFIG`
+    config: str | None = None        # its one resolved config file
+    array: tuple[str, ...] = ()      # or: an array, one config file per task
+    python: str = sys.executable     # python.sft / python.grpo / python.eval; the launching one by default
+    wrapper: Torchrun | None = None
+    resources: Resources = Resources()
+    cluster: Cluster | None = None   # partition, account, qos, time, sbatch, setup (null: the cluster's defaults)
+    needs: Needs = Needs()
+    after: tuple[str, ...] = ()      # names of earlier jobs of the plan it runs after
+    after_any: bool = False          # after them however they ended (an aggregation: a failed one is a gap)
+    waits: str | None = None         # a dependency outside the plan, in sbatch's syntax (e.g. afterok:4242_0)
+    notes: tuple[str, ...] = field(default=(), compare=False)   # what each task does, one line per task
+
+    def __post_init__(self):
+        if not NAME.match(self.name):
+            raise ValueError(f"job name {self.name!r}: letters, digits, '_', '.', '-' only")
+        if (self.config is None) == (not self.array):
+            raise ValueError(f"job {self.name}: give one config file or an array of them, not both or neither")
+
+    @property
+    def configs(self) -> tuple[str, ...]:
+        return self.array or (str(self.config),)
+
+    def command(self, config: str) -> list[str]:
+        """The command line of one task: `PYTHON -m MODULE CONFIG`, under its wrapper."""
+        if self.wrapper is None:
+            return [self.python, "-m", self.module, str(config)]
+        if self.wrapper.nodes != 1:
+            raise LaunchError(f"job {self.name}: torchrun over {self.wrapper.nodes} nodes needs a multi-node "
+                              "runner (launcher=slurm)")
+        return [self.python, "-m", "launch.torchrun", "--standalone", "--nnodes=1",
+                f"--nproc_per_node={self.wrapper.nproc_per_node}", "-m", self.module, str(config)]
+
+
+class JobFailed(Exception):
+    """A job that ran and failed: the plan stops, with its exit status."""
+
+    def __init__(self, job: str, status: int):
+        super().__init__(f"job {job} failed with exit status {status}")
+        self.job, self.status = job, status
+
+
+def check_plan(plan: list[Job]) -> None:
+    """Each name once; each `after` an earlier job of the plan (LaunchError otherwise)."""
+    seen: set[str] = set()
+    for job in plan:
+        if job.name in seen:
+            raise LaunchError(f"plan: two jobs are named {job.name}")
+        unknown = [a for a in job.after if a not in seen]
+        if unknown:
+            raise LaunchError(f"plan: job {job.name} runs after {unknown}, which is no earlier job of the plan")
+        seen.add(job.name)
+
+
+class Runner(ABC):
+    """How a plan's jobs run. `run(plan, where)` checks the plan, then for each job in order writes its
+    script to `where/<name><suffix>` and starts it, after the jobs it names.
+
+    A backend is one subclass in one file (LocalRunner in launch/local.py, SlurmRunner in launch/slurm.py);
+    a third one, e.g. a multi-node launcher that starts torchrun over ssh on each host, is one new file
+    implementing the two methods below, and no other file changes:
+    - `script(job, ids, where)`: the text of what the job runs (a shell script: every task's
+      `python -m MODULE CONFIG` under its wrapper, its resources, its dependencies written from `ids`,
+      the id of each job already started by name, a placeholder `<job id of NAME>` in a dry run); logs go
+      under `where`. Writes nothing: the dry run prints and writes its return value.
+    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A
+      backend that runs jobs to the end here raises JobFailed on a failure (the plan stops, exit status
+      kept); one that submits them raises LaunchError when the submission fails.
+    """
+    suffix = ".sh"
+
+    @abstractmethod
+    def script(self, job: Job, ids: Mapping[str, str], where: Path) -> str: ...
+
+    @abstractmethod
+    def start(self, job: Job, script: Path, ids: Mapping[str, str]) -> str: ...
+
+    def run(self, plan: list[Job], where: Path) -> dict[str, str]:
+        """Every job of `plan`, in order; each job's id by name. JobFailed stops it at the first failure."""
+        check_plan(plan)
+        where = Path(where)
+        where.mkdir(parents=True, exist_ok=True)
+        ids: dict[str, str] = {}
+        for job in plan:
+            path = where / f"{job.name}{self.suffix}"
+            path.write_text(self.script(job, ids, where), encoding="utf-8")
+            ids[job.name] = self.start(job, path, ids)
+        return ids
+
+
+def placeholders(plan: list[Job]) -> dict[str, str]:
+    """The ids a dry run writes into the scripts: `<job id of NAME>`."""
+    return {job.name: f"<job id of {job.name}>" for job in plan}
+
+
+def dry_run_dir(kind: str) -> Path:
+    """A new directory for a dry run's configs and scripts, in the system's temporary directory (never the
+    checkout nor the working directory)."""
+    return Path(tempfile.mkdtemp(prefix=f"dtsft-dry-run-{kind}-"))
+
+
+def _resources(job: Job) -> str:
+    r = job.resources
+    parts = [f"{len(job.array)} tasks" + (f" ({r.at_once} at once)" if r.at_once else "")] if job.array else []
+    parts.append(f"{r.nodes} node(s) x {r.gpus_per_node} GPU(s)" if r.gpus_per_node else f"{r.nodes} node(s), no GPU")
+    if job.wrapper is not None:
+        parts.append(f"torchrun {job.wrapper.nodes}x{job.wrapper.nproc_per_node}")
+    time = r.time or (job.cluster.time if job.cluster is not None else None)
+    parts += [f"time {time}"] if time else []
+    return ", ".join(parts)
+
+
+def table(plan: list[Job]) -> str:
+    """The plan on one screen: job, module, after, interpreter, resources, needs."""
+    rows = [("job", "module", "after", "interpreter", "resources", "needs")]
+    for job in plan:
+        after = ",".join(job.after) or "-"
+        after = f"{'any' if job.after_any else 'ok'}:{after}" if job.after else after
+        after += f" + {job.waits}" if job.waits else ""
+        needs = ", ".join([*job.needs.data, *(f"import {m}" for m in job.needs.modules)]) or "-"
+        rows.append((job.name, job.module, after, job.python, _resources(job), needs))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
+
+
+def dry_run(plan: list[Job], runner: Runner, where: Path) -> None:
+    """Write every job's script under `where` (the planner wrote their configs there) and print the plan;
+    nothing is started."""
+    check_plan(plan)
+    ids = placeholders(plan)
+    for job in plan:
+        (Path(where) / f"{job.name}{runner.suffix}").write_text(runner.script(job, ids, Path(where)), encoding="utf-8")
+    print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
+    print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)",
+          flush=True)

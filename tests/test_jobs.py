@@ -1,0 +1,142 @@
+"""The Job model and its runners (launch/jobs.py): a plan is an ordered list of Jobs, each a module run on one
+config file; the Runner interface is enough for a third backend (a recording test double implements it here),
+the local runner runs jobs here in order (in this process or as a child) and stops at the first failure, the
+Slurm runner writes one sbatch template for every kind of job."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.errors import LaunchError
+from launch.jobs import Job, JobFailed, Needs, Resources, Runner, Torchrun, check_plan, dry_run, table
+
+
+class RecordingRunner(Runner):
+    """A third backend, as a test double: one file implementing the two methods. It records what it is asked
+    to start and answers ids r1, r2, ..."""
+    suffix = ".txt"
+
+    def __init__(self):
+        self.started: list[tuple[str, str, dict]] = []
+
+    def script(self, job, ids, where):
+        return "\n".join([f"after {','.join(ids[a] for a in job.after) or '-'}",
+                          *(" ".join(job.command(c)) for c in job.configs)]) + "\n"
+
+    def start(self, job, script, ids):
+        self.started.append((job.name, script.read_text(), dict(ids)))
+        return f"r{len(self.started)}"
+
+
+def _plan(tmp_path: Path) -> list[Job]:
+    return [Job("train", "sft.train", config=str(tmp_path / "run" / "config.yaml"), wrapper=Torchrun(1, 2)),
+            Job("eval", "launch.eval_jobs", array=("a.json", "b.json"), after=("train",), python="/envs/vllm/python",
+                needs=Needs(data=("corpus:wiki18",), modules=("vllm",))),
+            Job("aggregate", "launch.analyze", config="analyze.yaml", after=("eval",), after_any=True)]
+
+
+def test_a_third_runner_is_the_two_methods_and_runs_a_plan_in_order(tmp_path):
+    runner = RecordingRunner()
+    assert runner.run(_plan(tmp_path), tmp_path / "plan") == {"train": "r1", "eval": "r2", "aggregate": "r3"}
+    assert [(name, ids) for name, _, ids in runner.started] == [
+        ("train", {}), ("eval", {"train": "r1"}), ("aggregate", {"train": "r1", "eval": "r2"})]
+    assert runner.started[1][1] == ("after r1\n/envs/vllm/python -m launch.eval_jobs a.json\n"
+                                    "/envs/vllm/python -m launch.eval_jobs b.json\n")
+    assert f"--nproc_per_node=2 -m sft.train {tmp_path}/run/config.yaml" in runner.started[0][1]
+    assert sorted(p.name for p in (tmp_path / "plan").iterdir()) == ["aggregate.txt", "eval.txt", "train.txt"]
+
+
+def test_a_plan_names_each_job_once_and_runs_it_after_earlier_ones(tmp_path):
+    a = Job("a", "m", config="c")
+    with pytest.raises(LaunchError, match="two jobs are named a"):
+        check_plan([a, a])
+    with pytest.raises(LaunchError, match=r"job b runs after \['c'\], which is no earlier job"):
+        RecordingRunner().run([a, Job("b", "m", config="c", after=("c",))], tmp_path)
+    assert not list(tmp_path.iterdir()), "a refused plan writes nothing"
+    with pytest.raises(ValueError, match="one config file or an array"):
+        Job("x", "m", config="c", array=("d",))
+    with pytest.raises(ValueError, match="letters, digits"):
+        Job("x y", "m", config="c")
+
+
+def test_the_dry_run_writes_every_script_under_the_dir_it_names_and_prints_one_table(tmp_path, capsys):
+    plan = _plan(tmp_path)
+    dry_run(plan, RecordingRunner(), tmp_path)
+    out = capsys.readouterr().out
+    assert f"written under {tmp_path}" in out and table(plan) in out
+    rows = [line.split() for line in table(plan).splitlines()]
+    assert [r[:3] for r in rows] == [["job", "module", "after"], ["train", "sft.train", "-"],
+                                     ["eval", "launch.eval_jobs", "ok:train"], ["aggregate", "launch.analyze", "any:eval"]]
+    assert "corpus:wiki18, import vllm" in table(plan) and "2 tasks" in table(plan) and "torchrun 1x2" in table(plan)
+    assert (tmp_path / "aggregate.txt").read_text().startswith("after <job id of eval>\n")
+
+
+def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_the_others(tmp_path):
+    """One template: a torchrun Job is the training run script (byte for byte what `launch launcher=slurm`
+    writes); any other job execs `python -m MODULE CONFIG`, an array task its own config; `after` becomes the
+    dependency (afterok, or afterany), with --kill-on-invalid-dep=yes where a failed dependency cancels it."""
+    from launch import slurm
+
+    runner = slurm.SlurmRunner("test", workdir=str(tmp_path))
+    run_dir = tmp_path / "runs" / "r2e" / "seed0"
+    cluster = slurm.Cluster(partition="P", sbatch=("--constraint=h100",))
+    train = Job("train", "sft.train", config=str(run_dir / "config.yaml"), wrapper=Torchrun(2, 4), cluster=cluster,
+                resources=Resources(nodes=2, gpus_per_node=4, exclusive=True, signal=True))
+    spec = slurm.SlurmSpec.of(cluster, job_name="dtsft-train", nodes=2, gpus_per_node=4, nproc_per_node=4,
+                              output=str(tmp_path / "slurm-train-%j.out"), dependency=None)
+    assert runner.script(train, {}, tmp_path) == slurm.render_run_script(spec, str(run_dir), runner.repo,
+                                                                          sys.executable, "test")
+    ev = Job("eval", "launch.eval_jobs", array=("e0.json", "e1.json"), after=("train",), waits="afterok:7_1",
+             resources=Resources(gpus_per_node=1, signal="B:USR1@120", at_once=1), notes=("x", "y"))
+    script = runner.script(ev, {"train": "42"}, tmp_path)
+    opts = dict(re.findall(r"^#SBATCH --([\w-]+)=(.*)$", script, flags=re.M))
+    assert opts["dependency"] == "afterok:42,afterok:7_1" and opts["kill-on-invalid-dep"] == "yes"
+    assert opts["array"] == "0-1%1" and opts["signal"] == "B:USR1@120" and opts["job-name"] == "dtsft-eval"
+    assert "# task 1: y" in script and "--exclusive" not in script
+    assert script.rstrip().endswith('-m launch.eval_jobs "${CONFIGS[$SLURM_ARRAY_TASK_ID]}"')
+    assert "CONFIGS=(\n  e0.json\n  e1.json\n)" in script
+    agg = runner.script(Job("aggregate", "launch.analyze", config="a.yaml", after=("eval",), after_any=True),
+                        {"eval": "43"}, tmp_path)
+    assert "#SBATCH --dependency=afterany:43" in agg and "kill-on-invalid-dep" not in agg
+    assert agg.rstrip().endswith(f"exec {sys.executable} -m launch.analyze a.yaml")
+
+
+def test_the_local_runner_runs_here_or_as_a_child_in_order_and_stops_at_the_first_failure(tmp_path, monkeypatch, capfd):
+    """A job of this interpreter runs in this process (its env and cwd changes do not leak into the next one);
+    another interpreter's is a child process; the first failure stops the plan with its exit status."""
+    from launch.local import LocalRunner
+
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "dtsft_job_probe.py").write_text(
+        "import os, sys\nfrom pathlib import Path\n\n\ndef main(argv):\n"
+        "    cfg = Path(argv[0]).read_text().split()\n"
+        "    print('ran', cfg[0], os.getpid(), os.environ.get('DTSFT_PROBE_LEAK'), flush=True)\n"
+        "    os.environ['DTSFT_PROBE_LEAK'] = cfg[0]\n    os.chdir(Path(argv[0]).parent)\n    return int(cfg[1])\n\n\n"
+        "if __name__ == '__main__':\n    sys.exit(main(sys.argv[1:]))\n")
+    monkeypatch.syspath_prepend(str(mods))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(mods), os.environ.get("PYTHONPATH", "")]))
+    other = tmp_path / "env" / "python"   # another interpreter: a child process
+    other.parent.mkdir()
+    other.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    other.chmod(0o755)
+    for name, text in (("a", "a 0"), ("b", "b 0"), ("c", "c 5"), ("d", "d 0")):
+        (tmp_path / f"{name}.cfg").write_text(text)
+    cfg = {n: str(tmp_path / f"{n}.cfg") for n in "abcd"}
+    plan = [Job("a", "dtsft_job_probe", config=cfg["a"]), Job("b", "dtsft_job_probe", config=cfg["b"], after=("a",)),
+            Job("c", "dtsft_job_probe", array=(cfg["c"], cfg["d"]), python=str(other)),
+            Job("d", "dtsft_job_probe", config=cfg["d"])]
+    cwd = os.getcwd()
+    with pytest.raises(JobFailed) as failed:
+        LocalRunner(workdir=str(tmp_path)).run(plan, tmp_path / "plan")
+    assert (failed.value.job, failed.value.status) == ("c", 5)
+    ran = [line.split() for line in capfd.readouterr().out.splitlines() if line.startswith("ran ")]
+    assert [(r[1], r[3]) for r in ran] == [("a", "None"), ("b", "None"), ("c", "None")], ran   # d never ran
+    assert ran[0][2] == ran[1][2] == str(os.getpid()) != ran[2][2]
+    assert os.getcwd() == cwd and "DTSFT_PROBE_LEAK" not in os.environ
+    assert (tmp_path / "plan" / "c.sh").read_text().splitlines()[-2:] == [
+        f"{other} -m dtsft_job_probe {cfg['c']}", f"{other} -m dtsft_job_probe {cfg['d']}"]
