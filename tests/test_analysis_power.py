@@ -77,7 +77,9 @@ def test_analyze_power_prints_the_design_from_a_pilot_runs_root(tmp_path, capsys
     run_analysis({"evaluate": False, "power": {"pilot": str(tmp_path / "one"), "seed_sd": 0.01}})
     text = capsys.readouterr().out
     assert "× nq: 10 items × 1 seed(s)" in text and "σ²_item = 2·Var(y)" in text
-    assert re.search(r"recommended: 2 seed\(s\) × \d+ items \(the fewest evaluations", text)  # within 10 seeds
+    # seed variance assumed, not measured: no 1-seed design, the fewest evaluations within 10 seeds
+    assert "1 seed(s): not recommended" in text
+    assert re.search(r"recommended: 2 seed\(s\) × \d+ items \(the fewest evaluations", text)
 
 
 POWER_PILOTS, POWER_ITEMS, POWER_SEEDS = 20, 500, 3
@@ -126,11 +128,15 @@ def test_recommended_designs_reach_their_power_across_pilots_without_asking_for_
     for _ in range(POWER_PILOTS):
         d = (effect + rng.normal(0, SIGMA_ITEM, (POWER_ITEMS, 1)) + rng.normal(0, sigma_seed, (1, POWER_SEEDS))
              + rng.normal(0, SIGMA_RESID, (POWER_ITEMS, POWER_SEEDS)))
-        advice = power.advise(power.estimate(d), effect, defaults["max_seeds"], defaults["power"], defaults["alpha"])
+        c = power.estimate(d)
+        advice = power.advise(c, effect, defaults["max_seeds"], defaults["power"], defaults["alpha"])
         if advice.design is None:
             ratios.append(math.inf)
             continue
         seeds, items = advice.design
+        # never a design whose power at the seed variance's upper limit is below the target
+        assert power.design_power(c, effect, items, seeds, defaults["alpha"]) >= defaults["power"]
+        assert advice.within == (seeds <= defaults["max_seeds"])
         reached += _true_power(sigma_seed, effect, items, seeds) >= 0.75
         ratios.append(items / _true_items(sigma_seed, effect, seeds))
     assert reached >= 0.8 * POWER_PILOTS
