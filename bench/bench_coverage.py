@@ -214,7 +214,7 @@ def power_tool(rng, replicates):
 
     rows = []
     for s in power_summaries(rng, max(20, replicates // 20)):
-        seeds = f"median {s.median_seeds:.0f} seeds" if np.isfinite(s.median_seeds) else "no design"
+        seeds = f"median {s.median_seeds:.0f} seed(s)" if np.isfinite(s.median_seeds) else "no design"
         rows.append(Row(f"{s.tool}: true power at its design", s.model,
                         f"true power (≥ 0.75 in {s.reached:.2f} of pilots; {seeds}, "
                         f"{s.recommended:.2f} within 10)", TARGET, s.median_power, s.median_items, s.median_need,
