@@ -21,7 +21,10 @@ when it is not), so designs are sized at its one-sided upper confidence limit (S
 ((S − 1)·MS_seed / χ²_{1−c, S−1} − MS_resid)/I, with the t on the design's df in that case too. A design is
 recommended only when its power at that limit reaches the target (the one with the fewest seeds × items
 within power.max_seeds; when none is, the report says so, with the fewest seeds that can and the fewest
-evaluations beyond the limit), and a 1-seed design only when the pilot measured the seed variance.
+evaluations beyond the limit), never with one seed: a 1-seed study cannot measure its own seed variance, so
+its report's intervals cover the items only (analysis.variance) and the t test sized here is not the one it
+runs; in the simulations every 1-seed design that missed the target was one whose upper limit came out
+near 0 (31 of 37 such designs at σ_seed 1 EM point, 21 of 21 at 1.65).
 
 Why 90%: on 2 df the limit is MS_seed × 9.5 (80%: × 4.5); an 80% limit is below the truth in 20% of pilots
 by construction, and a design sized there misses the target by more than the t's margin in most of them.
@@ -56,6 +59,7 @@ from analysis.errors import AnalysisError
 SEED_CONF = 0.9   # the one-sided confidence of the seed variance's upper limit
 MAX_ITEMS = 1_000_000
 SEED_CEILING = 1000   # how far `advise` looks for a design when power.max_seeds has none
+MIN_SEEDS = 2         # a recommended design's fewest seeds (one seed cannot measure the study's seed variance)
 
 
 class NoVariance(AnalysisError):
@@ -226,10 +230,10 @@ def items_needed(c: Components, effect: float, seeds: int, target: float = 0.8, 
 def recommend(c: Components, effect: float, max_seeds: int = SEED_CEILING, target: float = 0.8,
               alpha: float = 0.05) -> tuple[int, int] | None:
     """(seeds, items): the design with the fewest evaluations (seeds × items) whose power at the seed variance's
-    upper limit reaches `target`, within `max_seeds`; 1-seed designs only where the pilot measured the seed
-    variance. None: none within max_seeds. Branch and bound: seed counts in the order of the evaluations their
-    z bound needs, until that bound exceeds the best design found (no t design beats its z bound)."""
-    seeds = np.arange(1 if c.seed_measured else 2, max_seeds + 1)
+    upper limit reaches `target`, within `max_seeds`, with >= MIN_SEEDS seeds. None: none within max_seeds.
+    Branch and bound: seed counts in the order of the evaluations their z bound needs, until that bound
+    exceeds the best design found (no t design beats its z bound)."""
+    seeds = np.arange(MIN_SEEDS, max_seeds + 1)
     if not seeds.size:
         return None
     bound = seeds * items_lower_bound(c, effect, seeds, target, alpha)
@@ -249,7 +253,7 @@ def fewest_seeds(c: Components, effect: float, target: float = 0.8, alpha: float
     """The fewest seeds at which some number of items reaches `target` (None: none within max_seeds). More
     seeds never hurt (a smaller seed part, more df), so a bisection between the z bound's fewest and a
     count that reaches."""
-    seeds = np.arange(1 if c.seed_measured else 2, max_seeds + 1)
+    seeds = np.arange(MIN_SEEDS, max_seeds + 1)
     finite = seeds[np.isfinite(items_lower_bound(c, effect, seeds, target, alpha))]
     if not finite.size or items_needed(c, effect, int(finite[-1]), target, alpha) is None:
         return None
@@ -395,10 +399,10 @@ def report(pilots: list[Pilot], *, effect: float, target: float, alpha: float, s
                      f"MS_seed × {c.seed_df / float(chi2.ppf(1 - seed_conf, c.seed_df)):.1f} on {c.seed_df} df; a "
                      "pilot with more seeds narrows it)" if c.seed_measured
                      else f"σ_seed {math.sqrt(c.seed):.4f} (assumed, not measured)")
-        listing = (["1 seed(s): not recommended (seed variance not measured: a pilot with >= 2 seeds measures it)"]
-                   if not c.seed_measured else [])
-        first = 1 if c.seed_measured else 2
-        listing += _listing({s: items_needed(c, effect, s, target, alpha) for s in range(first, max_seeds + 1)})
+        one = items_needed(c, effect, 1, target, alpha) if c.seed_measured else None
+        listing = [f"1 seed(s): not recommended ({'' if one is None else f'{one} items at the upper limit, but '}"
+                   "a 1-seed study cannot measure its own seed variance: its intervals cover the items only)"]
+        listing += _listing({s: items_needed(c, effect, s, target, alpha) for s in range(MIN_SEEDS, max_seeds + 1)})
         advice = advise(c, effect, max_seeds, target, alpha)
         lines += [head + ("" if p.one_evaluation else f", observed Δ {p.scores.mean():+.4f}"),
                   f"  σ_item {math.sqrt(c.item):.4f}, {seed_line}, σ_resid {math.sqrt(c.resid):.4f} ({c.how})",

@@ -66,7 +66,8 @@ def test_analyze_power_prints_the_design_from_a_pilot_runs_root(tmp_path, capsys
                          "power": {"pilot": str(root), "effect": 0.1}}) is None
     text = capsys.readouterr().out
     assert "r2e − anchor × nq: 10 items × 2 seed(s), observed Δ +0.2500" in text
-    assert "minimum detectable effect" in text and "1–10 seed(s): unreachable" in text
+    assert "minimum detectable effect" in text and "2–10 seed(s): unreachable" in text
+    assert "1 seed(s): not recommended (a 1-seed study cannot measure its own seed variance" in text
     # 2 seeds bound σ²_seed at 63× its mean square: no design within the default 10 seeds, and the line says
     # how many it takes (the fewest seeds, and the fewest evaluations beyond the limit)
     m = re.search(r"recommended: no design within 10 seeds: needs >= (\d+) seeds \(\1 seed\(s\) × (\d+) items\); "
@@ -78,7 +79,7 @@ def test_analyze_power_prints_the_design_from_a_pilot_runs_root(tmp_path, capsys
     text = capsys.readouterr().out
     assert "× nq: 10 items × 1 seed(s)" in text and "σ²_item = 2·Var(y)" in text
     # seed variance assumed, not measured: no 1-seed design, the fewest evaluations within 10 seeds
-    assert "1 seed(s): not recommended" in text
+    assert "1 seed(s): not recommended (a 1-seed study" in text
     assert re.search(r"recommended: 2 seed\(s\) × \d+ items \(the fewest evaluations", text)
 
 
@@ -137,6 +138,7 @@ def test_recommended_designs_reach_their_power_across_pilots_without_asking_for_
         # never a design whose power at the seed variance's upper limit is below the target
         assert power.design_power(c, effect, items, seeds, defaults["alpha"]) >= defaults["power"]
         assert advice.within == (seeds <= defaults["max_seeds"])
+        assert seeds >= 2   # a 1-seed study's intervals cover the items only: not the test its power is for
         reached += _true_power(sigma_seed, effect, items, seeds) >= 0.75
         ratios.append(items / _true_items(sigma_seed, effect, seeds))
     assert reached >= 0.8 * POWER_PILOTS
