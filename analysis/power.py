@@ -23,14 +23,15 @@ recommended only when its power at that limit reaches the target (the one with t
 within power.max_seeds; when none is, the report says so, with the fewest seeds that can and the fewest
 evaluations beyond the limit), never with one seed: a 1-seed study cannot measure its own seed variance, so
 its report's intervals cover the items only (analysis.variance) and the t test sized here is not the one it
-runs; in the simulations every 1-seed design that missed the target was one whose upper limit came out
-near 0 (31 of 37 such designs at σ_seed 1 EM point, 21 of 21 at 1.65).
+runs. It is the cheapest design only where the limit comes out small, and then it is the fragile one: in
+400 simulated 3-seed pilots, 31 of the 37 1-seed designs missed the target at σ_seed 1 EM point, 21 of 21
+at 1.65.
 
 Why 90%: on 2 df the limit is MS_seed × 9.5 (80%: × 4.5); an 80% limit is below the truth in 20% of pilots
 by construction, and a design sized there misses the target by more than the t's margin in most of them.
 Against known truth (tests/test_analysis_power.py, bench/bench_power.py: 3-seed pilots of 500 items, σ_seed
-1–3.4 EM points) the 90% limit's designs reach true power >= 0.75 in 92–95% of pilots at ~1.8× the items the
-truth needs at the same seeds; the price is seeds: a 3-seed pilot cannot rule out a large seed variance, so
+1–3.4 EM points) the 90% limit's designs reach true power >= 0.75 in 92–100% of pilots at ~1.85× the
+items the truth needs at the same seeds; the price is seeds: a 3-seed pilot cannot rule out a large seed variance, so
 the designs run many seeds (a pilot with 5 seeds brings the factor to 3.8).
 
 A pilot with one seed can't separate them: σ²_item is the variance of the per-item

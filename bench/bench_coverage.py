@@ -208,8 +208,8 @@ def power_tool(rng, replicates):
     the report says "no design within 10 seeds" and prints the fewest evaluations beyond). empirical: the
     median true power at the designs (nominal: the target); width: median recommended items; oracle: median
     true items needed at the recommended seeds; ratio: the median of recommended / needed per pilot (no
-    design: ∞). Beside it, on the same pilots, the 80% limit without designs beyond max_seeds (the setting
-    before) and the point-estimate z tool before that."""
+    design: ∞). Beside it, on the same pilots, the 80% limit without designs beyond max_seeds (the confidence
+    and the cap before) and the point-estimate z tool before that."""
     from bench_power import TARGET, power_summaries
 
     rows = []

@@ -10,10 +10,11 @@ fewest evaluations beyond it, which is the design scored), the share whose desig
 (no design at all counts as a miss), the median true power at the designs, the median of recommended items /
 the true items needed at the recommended seeds (none, or seeds where no item count reaches the target: ∞),
 the median recommended seeds and the share of 1-seed designs. Beside it, in the same run on the same pilots:
-the tool with σ²_seed's 80% limit and no design beyond max_seeds (the setting before: `80% limit`) and the
-point-estimate z tool before that (the pilot's own seeds, σ²_seed at its estimate, items from the z formula:
-`baseline`). `power_summaries()` returns them as numbers for another benchmark to print
-(bench/bench_coverage.py registers them). Not a test: it prints what it measured."""
+the tool with σ²_seed's 80% limit and no design beyond max_seeds (the confidence and the cap before; its
+other rules today's, no 1-seed design: `80% limit`) and the point-estimate z tool before that (the pilot's
+own seeds, σ²_seed at its estimate, items from the z formula: `baseline`). `power_summaries()` returns them
+as numbers for another benchmark to print (bench/bench_coverage.py registers them). Not a test: it prints
+what it measured."""
 from __future__ import annotations
 
 import math
