@@ -221,5 +221,5 @@ def test_analyze_on_a_one_item_one_seed_run_writes_its_report_with_the_gap(tmp_p
     for step, value in ((10, 0.0), (20, 1.0)):
         write_eval(root / "r2e" / "seed0" / "eval" / f"step-{step:06d}", {"nq": value}, n=1)
     write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.0}, n=1)
-    assert main([f"runs_root={root}", f"out={tmp_path / 'o'}", "evaluate=false", "benches=[nq]"]) == 0
+    assert main([f"runs_root={root}", f"out={tmp_path / 'o'}", "evaluate=false", "benches=[nq]", "metrics=[em]"]) == 0
     assert "No simultaneous band: r2e, nq: one item: no item variance." in (tmp_path / "o" / "report.md").read_text()
