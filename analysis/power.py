@@ -252,8 +252,8 @@ def recommend(c: Components, effect: float, max_seeds: int = SEED_CEILING, targe
 def fewest_seeds(c: Components, effect: float, target: float = 0.8, alpha: float = 0.05,
                  max_seeds: int = SEED_CEILING) -> int | None:
     """The fewest seeds at which some number of items reaches `target` (None: none within max_seeds). More
-    seeds never hurt (a smaller seed part, more df), so a bisection between the z bound's fewest and a
-    count that reaches."""
+    seeds never hurt (a smaller seed part, more df), so a bisection between the z bound's fewest and
+    max_seeds (what it returns always reaches)."""
     seeds = np.arange(MIN_SEEDS, max_seeds + 1)
     finite = seeds[np.isfinite(items_lower_bound(c, effect, seeds, target, alpha))]
     if not finite.size or items_needed(c, effect, int(finite[-1]), target, alpha) is None:
@@ -283,8 +283,10 @@ def advise(c: Components, effect: float, max_seeds: int, target: float = 0.8, al
     if design is not None:
         return Advice(design, True, None)
     design = recommend(c, effect, SEED_CEILING, target, alpha)
-    k = fewest_seeds(c, effect, target, alpha) if design else None
-    return Advice(design, False, (k, items_needed(c, effect, k, target, alpha)) if k else None)
+    if design is None:
+        return Advice(None, False, None)
+    k = fewest_seeds(c, effect, target, alpha, design[0])   # the design's seeds reach: never None
+    return Advice(design, False, (k, items_needed(c, effect, k, target, alpha)))
 
 
 @dataclass

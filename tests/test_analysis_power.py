@@ -146,6 +146,23 @@ def test_recommended_designs_reach_their_power_across_pilots_without_asking_for_
     assert np.median(ratios) <= 2.0
 
 
+def test_no_design_within_max_seeds_names_the_fewest_seeds_that_reach_and_the_cheapest_beyond():
+    c = power.Components(item=0.09, seed=0.0004, resid=0.16, how="given", seed_upper=0.004, seed_measured=True,
+                         seed_df=2)
+    advice = power.advise(c, 0.042, 10)
+    assert not advice.within and advice.design is not None
+    (k, n), (seeds, items) = advice.fewest_seeds, advice.design
+    # K is the fewest: one seed fewer reaches the target with no number of items; the cheapest is beyond K
+    assert 10 < k <= seeds and power.items_needed(c, 0.042, k - 1) is None and power.items_needed(c, 0.042, k) == n
+    assert seeds * items <= k * n and power.recommend(c, 0.042, 10) is None
+    assert power.design_power(c, 0.042, items, seeds) >= 0.8
+    # an effect no design within 1,000 seeds × 10⁶ items can see: none at all, said so
+    assert power.advise(c, 1e-4, 10) == power.Advice(None, False, None)
+    text = power.report([power.Pilot("A − anchor", "nq", np.random.default_rng(0).normal(0, 0.3, (50, 3)), False)],
+                        effect=1e-4, target=0.8, alpha=0.05, seed_sd=0.0, max_seeds=10)
+    assert "recommended: no design within 10 seeds, nor within 1000" in text
+
+
 def test_a_pilot_without_variance_is_refused_never_power_one(tmp_path, capsys):
     from launch.analyze import main
 
