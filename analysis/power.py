@@ -31,8 +31,8 @@ Why 90%: on 2 df the limit is MS_seed × 9.5 (80%: × 4.5); an 80% limit is belo
 by construction, and a design sized there misses the target by more than the t's margin in most of them.
 Against known truth (tests/test_analysis_power.py, bench/bench_power.py: 3-seed pilots of 500 items, σ_seed
 1–3.4 EM points) the 90% limit's designs reach true power >= 0.75 in 92–100% of pilots at ~1.85× the
-items the truth needs at the same seeds; the price is seeds: a 3-seed pilot cannot rule out a large seed variance, so
-the designs run many seeds (a pilot with 5 seeds brings the factor to 3.8).
+items the truth needs at the same seeds; the price is seeds: a 3-seed pilot cannot rule out a large seed
+variance, so the designs run many seeds (a pilot with 5 seeds brings the factor to 3.8).
 
 A pilot with one seed can't separate them: σ²_item is the variance of the per-item
 differences (seed and residual parts folded in) and σ²_seed is the assumed `power.seed_sd`² (0 unless
