@@ -120,6 +120,8 @@ def test_the_report_shows_the_decomposition_by_bench_mode_and_identity(tmp_path)
     report = (out / "report.md").read_text()
     assert "### decomposition" in report and "![decomposition](figures/decomposition.png)" in report
     assert "Δp·EM₀|ok" in report and "### behaviour_stages" in report and "final_answer 80, none 20" in report
+    # the aggregate split is kept only with its convention and its selection caveat (issue 61)
+    assert "Convention: format valued at the pre model's EM|ok" in report and "confounded by selection" in report
     html = (out / "report.html").read_text()
     assert "capability p₁·ΔEM|ok" in html and "armfp00002" in html
     points = (out / "tables" / "decomposition_points.csv").read_text().splitlines()

@@ -207,3 +207,19 @@ def test_a_contrast_of_scores_that_never_differ_is_not_a_point():
     u = beta.ppf(0.975, 1, 50)
     assert (got.mean, got.lo, got.hi, got.method) == pytest.approx((0.0, -u, u, "zero discordant"))
     assert got.covers == "items" and "seed variance unknown" in got.note
+
+
+def test_analyze_on_a_one_item_one_seed_run_writes_its_report_with_the_gap(tmp_path):
+    """The whole command on a one-seed run of a one-item bench at 2 steps, evaluate=false: exit 0, the report
+    written, its caption naming the missing band (before: a ValueError from the band, exit 1, no report)."""
+    from test_analysis_helpers import make_run, write_eval
+
+    from launch.analyze import main
+
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10, 20])
+    for step, value in ((10, 0.0), (20, 1.0)):
+        write_eval(root / "r2e" / "seed0" / "eval" / f"step-{step:06d}", {"nq": value}, n=1)
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.0}, n=1)
+    assert main([f"runs_root={root}", f"out={tmp_path / 'o'}", "evaluate=false", "benches=[nq]", "metrics=[em]"]) == 0
+    assert "No simultaneous band: r2e, nq: one item: no item variance." in (tmp_path / "o" / "report.md").read_text()
