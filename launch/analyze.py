@@ -17,7 +17,7 @@ from analysis.axes import check_axis
 from analysis.discover import Run, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
-from common import datafetch, interpreter, keydoc
+from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
 from common.fields import Passed
@@ -72,8 +72,7 @@ KEYS: dict[str, Any] = {  # key: (default, description) or Field: `analyze --hel
     "slurm.qos": (None, "launcher=slurm: --qos"),
     "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--constraint=h100]"),
     "slurm.setup": (None, "launcher=slurm: shell run before each job's command (module load, activate)"),
-    "python.eval": (None, "the interpreter of the evaluation and aggregation jobs (launcher=slurm), asked first for what "
-                          "they need (vllm for backend=vllm); null: this one"),
+    "python.eval": schema.PYTHON["python.eval"],
     "slurm.after": (None, "launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)"),
     "slurm.runs": (None, "launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                          "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)"),
