@@ -131,14 +131,10 @@ class Flag(Rule):
 
 @dataclass(frozen=True)
 class Text(Rule):
-    """A string (a path, a URL, a name), or null (`null=False`: a non-empty string)."""
-
-    null: bool = True
+    """A string (a path, a URL, a name), or null."""
 
     def why(self, v: Any) -> str | None:
-        if self.null:
-            return None if v is None or isinstance(v, (str, os.PathLike)) else "a string (or null)"
-        return None if isinstance(v, str) and v else "a non-empty string"
+        return None if v is None or isinstance(v, (str, os.PathLike)) else "a string (or null)"
 
 
 @dataclass(frozen=True)
@@ -150,18 +146,6 @@ class Test(Rule):
 
     def why(self, v: Any) -> str | None:
         return None if self.ok(v) else self.what
-
-
-@dataclass(frozen=True)
-class Check(Rule):
-    """A rule written as a function `(key, value) -> problem line or None` (what a table of values cannot say)."""
-
-    fn: Callable[[str, Any], str | None]
-
-    def problem(self, key: str, v: Any) -> str | None:
-        return self.fn(key, v)
-
-    must = problem
 
 
 @dataclass(frozen=True)
@@ -185,10 +169,6 @@ class Field:
     rule: Rule | None = None
     roles: frozenset = frozenset()
     read: Callable[[Any], Any] | None = None
-
-    @property
-    def field(self) -> Field:
-        return self
 
     def problem(self, key: str, v: Any) -> str | None:
         return self.rule.problem(key, v) if self.rule is not None else None
@@ -232,10 +212,6 @@ class Passed:
         unset = "" if self.default is not None else f" (null: {self.owner}'s default{theirs} or the profile's)"
         return f"{self.owner}'s: {self.field.help}{own}{unset}"
 
-    @property
-    def roles(self) -> frozenset:
-        return self.field.roles
-
     def problem(self, key: str, v: Any) -> str | None:
         return None if v is None else self.field.problem(key, v)
 
@@ -253,18 +229,13 @@ def flag(help: str, default: bool, roles: Iterable[str] = ()) -> Field:
     return Field(default, help, Flag(), frozenset(roles))
 
 
-def text(help: str, default: Any = None, roles: Iterable[str] = (), null: bool = True) -> Field:
-    return Field(default, help, Text(null), frozenset(roles))
+def text(help: str, default: Any = None, roles: Iterable[str] = ()) -> Field:
+    return Field(default, help, Text(), frozenset(roles))
 
 
 def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=None) -> Field:
     """A field whose value is checked where it is used (a list, a mapping) or by `rule`."""
     return Field(default, help, rule, frozenset(roles), read)
-
-
-def with_role(table: dict[str, Field], role: str) -> tuple[str, ...]:
-    """The keys of `table` that have `role`, in table order."""
-    return tuple(k for k, f in table.items() if role in getattr(f, "roles", ()))
 
 
 def problems(table: dict[str, Field | Passed], cfg) -> list[str]:
@@ -299,13 +270,8 @@ def must_problems(table: dict[str, Field | Default], cfg, optional: Iterable[str
     out = []
     for key, f in table.items():
         v = select(cfg, key)
-        if v is ABSENT:
-            if key not in optional:
-                out.append(f"{key}: missing from the config")
-            continue
-        why = f.must(key, plain(v))
-        if why:
-            out.append(why)
+        why = (None if key in optional else f"{key}: missing from the config") if v is ABSENT else f.must(key, plain(v))
+        out += [why] if why else []
     return out
 
 
@@ -330,7 +296,7 @@ def definition_problems(tables: dict[str, dict], other_keys: Iterable[str] = ())
     out, seen_help, by_name = [], {}, {}
     for command, table in tables.items():
         for key, entry in table.items():
-            base = entry if isinstance(entry, tuple) else entry.field
+            base = getattr(entry, "field", entry)
             text = entry[1] if isinstance(entry, tuple) else base.help
             if not str(text).strip():
                 out.append(f"{command} {key}: no help")

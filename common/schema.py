@@ -60,17 +60,18 @@ def _slurm_text(help: str) -> Field:
 
 
 _BETA = Number(lo=0, hi=1, hi_open=True)
+_NONEMPTY = Test(lambda v: isinstance(v, str) and v != "", "a non-empty string")
 # A key of GRPO and evaluate (grpo.enable_thinking, enable_thinking): one field.
 ENABLE_THINKING = field("hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false", "auto", _ID,
                         Test(lambda v: thinking.value_problem(v, "") is None, "auto, true or false"))
 
 # ---------------------------------------------------------------- the run: where it goes, how it starts
 RUN: dict[str, Field] = {
-    "arm": text("r2e | search | mixed | r2e_v5: the training arm (recipes/arm/<arm>.yaml)", "r2e", _ID, null=False),
+    "arm": field("r2e | search | mixed | r2e_v5: the training arm (recipes/arm/<arm>.yaml)", "r2e", _ID, _NONEMPTY),
     "seed": _count("data sampling, model init and data order", 0, lo=0),
     "runs_root": field("where run directories go: <runs_root>/<arm>/[<name>/]seed<seed>", "runs", _PATH,
                        Test(lambda v: isinstance(v, str) and v != "", "a directory path")),
-    "name": field("variant name: run dir <runs_root>/<arm>/<name>/seed<seed> (another config of the arm)", None, _PATH,
+    "name": field("variant name: run dir <runs_root>/<arm>/<name>/seed<seed> (another config of the arm)", None, (),
                   Test(lambda v: variant_name_problem(v) is None, "a name of letters, digits, '_' and '-' (starting "
                        "with a letter or digit, not seed<N>), or null")),
     "run_dir": field("null -> <runs_root>/<arm>/[<name>/]seed<seed>", None, _PATH,
@@ -82,10 +83,10 @@ RUN: dict[str, Field] = {
 
 # ---------------------------------------------------------------- the trainer's model / train / logging
 MODEL: dict[str, Field] = {
-    "model.name": text("the model's short name (run identity, wandb tag)", "qwen3_4b_thinking_2507", _ID, null=False),
-    "model.path": text("hub id or local directory", "Qwen/Qwen3-4B-Thinking-2507", _ID, null=False),
-    "model.tokenizer": text("hub id or local directory of the tokenizer and chat template", "Qwen/Qwen3-4B-Thinking-2507",
-                            _ID, null=False),
+    "model.name": field("the model's short name (run identity, wandb tag)", "qwen3_4b_thinking_2507", _ID, _NONEMPTY),
+    "model.path": field("hub id or local directory", "Qwen/Qwen3-4B-Thinking-2507", _ID, _NONEMPTY),
+    "model.tokenizer": field("hub id or local directory of the tokenizer and chat template", "Qwen/Qwen3-4B-Thinking-2507",
+                             _ID, _NONEMPTY),
     "model.init": choice("pretrained | random (random init from the model's config)", "pretrained",
                          ("pretrained", "random"), _ID),
     "model.config": field("config overrides (the tiny model sets all of them)", {}, _ID, read=dict),
@@ -214,24 +215,20 @@ SFT: dict[str, Field] = {**RUN, **MODEL, **{f"data.{k}": f for k, f in DATA.item
 # ---------------------------------------------------------------- GRPO (stage=grpo)
 # A `[ref: ...]` mark quotes the reference system that states the value (LoRA GRPO on search_plan_act); a
 # `[chosen: ...]` mark is this project's choice, not stated by the reference (docs/stages/grpo.md says why).
-def _pos(help: str, default) -> Field:
-    return _count(help, default)
-
-
 GRPO_OWN: dict[str, Field] = {
     "stage": choice("grpo (set by stage=grpo on the command line)", "grpo", ("grpo",), _ID, what="grpo"),
     "task": choice("spa | qa  -> arm grpo_<task>", "spa", ("spa", "qa"), _ID, what="spa or qa"),
-    "train.steps#grpo": _pos('[ref: spa-qwen3 "250 steps"] optimizer steps', 250),
-    "grpo.completions_per_step": _pos('[ref: spa-qwen3 "effective batch size 32"] completions per optimizer step', 32),
+    "train.steps#grpo": _count('[ref: spa-qwen3 "250 steps"] optimizer steps', 250),
+    "grpo.completions_per_step": _count('[ref: spa-qwen3 "effective batch size 32"] completions per optimizer step', 32),
     "grpo.num_generations": field("[chosen: group size G: 4 prompts x 8 completions per step]", 8, _ID,
                                   Test(lambda v: _int(v) and v >= 2, "an integer >= 2 (GRPO compares a group)")),
     "grpo.beta": number("[chosen: no KL term (TRL's default; no reference model in memory)]", 0.0, _ID, lo=0),
     "grpo.temperature": number("[chosen: sample at the model's own distribution]", 1.0, _ID, lo=0, lo_open=True),
-    "grpo.max_completion_length": _pos("[chosen: all turns + tool results of one rollout, in tokens]", 4096),
-    "grpo.max_turns": _pos("[chosen: tool-calling iterations per rollout]", 16),
+    "grpo.max_completion_length": _count("[chosen: all turns + tool results of one rollout, in tokens]", 4096),
+    "grpo.max_turns": _count("[chosen: tool-calling iterations per rollout]", 16),
     "grpo.loss_type": choice("[chosen: TRL 1.16's default token-level normalisation]", "dapo", LOSS_TYPES, _ID),
     "grpo.enable_thinking": ENABLE_THINKING,
-    "grpo.grad_accum": _pos("optimizer step = one generation batch", 1),
+    "grpo.grad_accum": _count("optimizer step = one generation batch", 1),
     "grpo.use_vllm": choice('[ref: spa-qwen3 "GRPO via TRL 1.9.2 + vLLM colocate generation"] auto: on with CUDA + vllm, '
                             "off on CPU", "auto", ("auto", True, False), _ID, what="auto, true or false"),
     "grpo.trl": field("the trl release the run must train under (the job refuses another): null: the interpreter's "
@@ -263,10 +260,10 @@ GRPO_OWN: dict[str, Field] = {
     "grpo.max_search_failure_rate": number("[chosen: a tolerance for retriever failures] qa: a step whose failed searches "
                                            "exceed this share of its searches stops the run (exit 2); an unreachable "
                                            "retriever fails at start", 0.1, (), lo=0, hi=1),
-    "grpo.topk": _pos("qa: documents per search, as evals", 3),
-    "grpo.rollouts_logged": _pos("transcripts kept per step in rollouts/step-NNNNNN.jsonl", 8),
-    "grpo.pilot_tasks": _pos("spa: adversarial pilot tasks checked before training", 200),
-    "lora.r": _pos('[ref: spa-qwen3 "LoRA (r=32, alpha=64)"] the adapters\' rank', 32),
+    "grpo.topk": _count("qa: documents per search, as evals", 3),
+    "grpo.rollouts_logged": _count("transcripts kept per step in rollouts/step-NNNNNN.jsonl", 8),
+    "grpo.pilot_tasks": _count("spa: adversarial pilot tasks checked before training", 200),
+    "lora.r": _count('[ref: spa-qwen3 "LoRA (r=32, alpha=64)"] the adapters\' rank', 32),
     "lora.alpha": number('[ref: spa-qwen3 "LoRA (r=32, alpha=64)"] the adapters\' scale (alpha / r)', 64, _ID, lo=0,
                          lo_open=True),
     "lora.dropout": number("[chosen: no LoRA dropout; the references state none]", 0.0, _ID, lo=0, hi=1, hi_open=True),

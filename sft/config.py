@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from omegaconf import DictConfig, OmegaConf
 
 from common import schema
-from common.fields import section
+from common.fields import ABSENT, section, select
 from common.cli import apply_overrides
 from common.plan import save_points as plan_save_points
 from common.plan import schedule
@@ -40,8 +40,7 @@ class TrainConfig:
 
 
 def _get(cfg: DictConfig, key: str):
-    node = OmegaConf.select(cfg, key, throw_on_missing=False, default="__absent__")
-    if node == "__absent__":
+    if (node := select(cfg, key)) is ABSENT:
         raise SftError(f"{key}: missing from the resolved config")
     return node
 
@@ -76,9 +75,7 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
     bad = schema.problems(raw)
     if bad:
         raise SftError(bad[0] if len(bad) == 1 else "invalid config:\n  " + "\n  ".join(bad))
-    g = lambda key: _get(raw, key)  # noqa: E731  (validated above)
-    arm, seed = g("arm"), g("seed")
-    variant = OmegaConf.select(raw, "name", default=None)
+    arm, seed, variant = raw.arm, raw.seed, raw.get("name")   # validated above
     model, train, logging = (section(schema.TRAINER, raw, name) for name in ("model", "train", "logging"))
     model.path = resolve_model_path(model.path, random_ok=True)
     logging.name = str(logging.name or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}"))
