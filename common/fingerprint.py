@@ -63,7 +63,7 @@ def _plain(cfg) -> Mapping:
 # fingerprint and resumes (any other value is a real change and counts).
 LATER_KEYS: dict[str, Any] = {
     "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
-    # issue 42: a held-out split the arm leaves out (null: none, as before); a path, so also in PATH_KEYS:
+    # issue 42: a held-out split the arm leaves out (null: none, as before); a path, so also without the identity role:
     # what it changes enters through the dataset's content fingerprint
     "data.heldout": None,
 }

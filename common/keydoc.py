@@ -30,20 +30,16 @@ def shown(value: Any) -> str:
     return str(value)
 
 
-def _entry(entry) -> tuple[Any, str]:
-    """(default, description) of a table entry: a pair, or a common.fields Field / Passed."""
-    return entry if isinstance(entry, tuple) else (entry.default, entry.help)
-
-
 def from_table(table: dict[str, Any]) -> list[Key]:
-    return [Key(name, *_entry(entry)) for name, entry in table.items()]
+    """The keys of a `{dotted.key: Field}` table (common.fields: a Field, Default or Passed)."""
+    return [Key(name, entry.default, entry.help) for name, entry in table.items()]
 
 
 def defaults(table: dict[str, Any]) -> dict[str, Any]:
-    """The nested defaults dict of a `{dotted.key: (default, description) or Field}` table."""
+    """The nested defaults dict of a `{dotted.key: Field}` table."""
     out: dict[str, Any] = {}
     for name, entry in table.items():
-        default = _entry(entry)[0]
+        default = entry.default
         node = out
         *parents, leaf = name.split(".")
         for p in parents:
