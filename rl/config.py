@@ -21,7 +21,6 @@ from rl.errors import RlError
 # The keys the GRPO trainer reads of the sections it shares with SFT (the tokenizer is the starting model's).
 TRAIN_KEYS = tuple(k.removeprefix("train.") for k in schema.GRPO if k.startswith("train."))
 MODEL_KEYS = tuple(k.removeprefix("model.") for k in schema.GRPO if k.startswith("model."))
-LOSS_TYPES, TRL_VERSION = schema.LOSS_TYPES, schema.TRL_VERSION
 
 
 def installed_trl() -> str | None:
