@@ -17,13 +17,57 @@ A key with none of the identity roles is operational: how fast or where, never w
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
-from common.schema import Number
-
 IDENTITY, CONTENT, ENGINE, PATH = "identity", "content", "engine", "path"
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number in [lo, hi] (an open end when `lo_open` / `hi_open`); `integer` for counts; `null`
+    and `words` (e.g. "auto") are accepted as they are."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+    null: bool = False
+    words: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        alts = [*self.words, *(["null"] if self.null else [])]
+        tail = f" (or {', '.join(alts)})" if alts else ""
+        if self.hi is None and self.lo == 0 and self.lo_open:
+            return f"a positive number{tail}"
+        if self.hi is None and self.integer and self.lo in (0, 1) and not self.lo_open:
+            return f"a {'positive' if self.lo == 1 else 'non-negative'} integer{tail}"
+        if self.hi is not None and self.lo is not None:
+            return f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}{tail}"
+        kind = "an integer" if self.integer else "a number"
+        lo = "" if self.lo is None else f" {'>' if self.lo_open else '>='} {self.lo:g}"
+        return f"{kind}{lo}{tail}"
+
+    def ok(self, v: Any) -> bool:
+        if v is None:
+            return self.null
+        if isinstance(v, str):
+            return v in self.words
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        if self.integer and not isinstance(v, int):
+            return False
+        if not math.isfinite(float(v)):
+            return False
+        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
+            return False
+        if self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi):
+            return False
+        return True
 
 
 def _alternatives(values: Iterable[Any]) -> str:
@@ -31,70 +75,122 @@ def _alternatives(values: Iterable[Any]) -> str:
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
 
 
+class Rule:
+    """What a value may be. `why(v)`: what it should have been when `v` breaks the rule, else None. A
+    problem reads `key=value: expected WHAT` (`problem`, the evaluate-side commands) or `key must be WHAT,
+    got value` (`must`, the recipe keys)."""
+
+    def why(self, v: Any) -> str | None:
+        raise NotImplementedError
+
+    def problem(self, key: str, v: Any) -> str | None:
+        what = self.why(v)
+        return None if what is None else f"{key}={v!r}: expected {what}"
+
+    def must(self, key: str, v: Any) -> str | None:
+        what = self.why(v)
+        return None if what is None else f"{key} must be {what}, got {v!r}"
+
+
 @dataclass(frozen=True)
-class Choices:
-    """One of `values` (YAML's true/false are the booleans); `hint`: a "did you mean" for a near miss."""
+class Choices(Rule):
+    """One of `values` (YAML's true/false are the booleans); `hint`: a "did you mean" for a near miss;
+    `what`: how a recipe key's problem names them (default: one of a, b, c)."""
 
     values: tuple
     hint: bool = False
+    what: str = ""
 
-    def problem(self, key: str, v: Any) -> str | None:
+    def why(self, v: Any) -> str | None:
         if any(v is c or (type(v) is type(c) and v == c) for c in self.values):
             return None
+        return _alternatives(self.values)
+
+    def problem(self, key: str, v: Any) -> str | None:
+        line = super().problem(key, v)
+        if line is None or not (self.hint and isinstance(v, str)):
+            return line
         from common.cli import did_you_mean
 
-        tail = did_you_mean(v, [c for c in self.values if isinstance(c, str)]) if self.hint and isinstance(v, str) else ""
-        return f"{key}={v!r}: expected {_alternatives(self.values)}" + (f".{tail}" if tail else "")
+        tail = did_you_mean(v, [c for c in self.values if isinstance(c, str)])
+        return line + (f".{tail}" if tail else "")
+
+    def must(self, key: str, v: Any) -> str | None:
+        if self.why(v) is None:
+            return None
+        return f"{key} must be {self.what or 'one of ' + ', '.join(map(str, self.values))}, got {v!r}"
 
 
 @dataclass(frozen=True)
-class Flag:
+class Flag(Rule):
     """true or false."""
 
-    def problem(self, key: str, v: Any) -> str | None:
-        return None if isinstance(v, bool) else f"{key}={v!r}: expected true or false"
+    def why(self, v: Any) -> str | None:
+        return None if isinstance(v, bool) else "true or false"
 
 
 @dataclass(frozen=True)
-class Text:
+class Text(Rule):
     """A string (a path, a URL, a name), or null."""
 
-    def problem(self, key: str, v: Any) -> str | None:
-        return None if v is None or isinstance(v, (str, os.PathLike)) else f"{key}={v!r}: expected a string (or null)"
+    def why(self, v: Any) -> str | None:
+        return None if v is None or isinstance(v, (str, os.PathLike)) else "a string (or null)"
 
 
 @dataclass(frozen=True)
-class Check:
-    """A rule written as a function `(key, value) -> problem or None` (what a table of values cannot say)."""
+class Test(Rule):
+    """A rule written as a predicate `ok(value)` and what a value must be (`what`)."""
 
-    fn: Callable[[str, Any], str | None]
+    ok: Callable[[Any], bool]
+    what: str
 
-    def problem(self, key: str, v: Any) -> str | None:
-        return self.fn(key, v)
+    def why(self, v: Any) -> str | None:
+        return None if self.ok(v) else self.what
 
 
 @dataclass(frozen=True)
-class Range:
-    """A number by common.schema.Number's rule (range, integer, null and words such as auto)."""
+class Range(Rule):
+    """A number by Number's rule (range, integer, null and words such as auto)."""
 
     number: Number
 
-    def problem(self, key: str, v: Any) -> str | None:
-        return None if self.number.ok(v) else f"{key}={v!r}: expected {self.number.describe()}"
+    def why(self, v: Any) -> str | None:
+        return None if self.number.ok(v) else self.number.describe()
 
 
 @dataclass(frozen=True, eq=False)
 class Field:
-    """One key: its default, its help line, what a value may be (`rule`; None: checked where it is used)
-    and its roles (IDENTITY, CONTENT, ENGINE, PATH). Compared by identity: one object per key."""
+    """One key: its default, its help line, what a value may be (`rule`; None: checked where it is used),
+    its roles (IDENTITY, CONTENT, ENGINE, PATH) and `read`, the value the program works with (e.g. `auto`
+    -> None), when it differs from the one written. Compared by identity: one object per key."""
 
     default: Any
     help: str
-    rule: Choices | Flag | Text | Check | Range | None = None
+    rule: Rule | None = None
     roles: frozenset = frozenset()
+    read: Callable[[Any], Any] | None = None
 
     def problem(self, key: str, v: Any) -> str | None:
         return self.rule.problem(key, v) if self.rule is not None else None
+
+    def must(self, key: str, v: Any) -> str | None:
+        return self.rule.must(key, v) if self.rule is not None else None
+
+
+@dataclass(frozen=True, eq=False)
+class Default:
+    """A field another command defines, with this command's own default (`note`: why, shown in its help)."""
+
+    field: Field
+    default: Any
+    note: str = ""
+
+    @property
+    def help(self) -> str:
+        return f"{self.note} {self.field.help}".strip()
+
+    def __getattr__(self, name: str):   # rule, roles, read, problem, must: the field's
+        return getattr(self.field, name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,12 +217,12 @@ class Passed:
 
 
 def number(help: str, default: Any, roles: Iterable[str] = (), **rule) -> Field:
-    """A numeric field (`rule`: common.schema.Number's arguments)."""
+    """A numeric field (`rule`: Number's arguments)."""
     return Field(default, help, Range(Number(**rule)), frozenset(roles))
 
 
-def choice(help: str, default: Any, values: Iterable, roles: Iterable[str] = (), hint: bool = False) -> Field:
-    return Field(default, help, Choices(tuple(values), hint), frozenset(roles))
+def choice(help: str, default: Any, values: Iterable, roles: Iterable[str] = (), hint: bool = False, what: str = "") -> Field:
+    return Field(default, help, Choices(tuple(values), hint, what), frozenset(roles))
 
 
 def flag(help: str, default: bool, roles: Iterable[str] = ()) -> Field:
@@ -137,16 +233,79 @@ def text(help: str, default: Any = None, roles: Iterable[str] = ()) -> Field:
     return Field(default, help, Text(), frozenset(roles))
 
 
-def field(help: str, default: Any, roles: Iterable[str] = (), rule=None) -> Field:
+def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=None) -> Field:
     """A field whose value is checked where it is used (a list, a mapping) or by `rule`."""
-    return Field(default, help, rule, frozenset(roles))
-
-
-def with_role(table: dict[str, Field], role: str) -> tuple[str, ...]:
-    """The keys of `table` that have `role`, in table order."""
-    return tuple(k for k, f in table.items() if role in getattr(f, "roles", ()))
+    return Field(default, help, rule, frozenset(roles), read)
 
 
 def problems(table: dict[str, Field | Passed], cfg) -> list[str]:
     """One line per key of `table` whose value in `cfg` (a mapping) breaks its rule."""
     return [why for key, f in table.items() if key in cfg and (why := f.problem(key, cfg[key])) is not None]
+
+
+ABSENT = object()
+
+
+def select(cfg, key: str, default: Any = ABSENT) -> Any:
+    """The value at dotted `key` of a nested mapping (dict or omegaconf), `default` when absent."""
+    node = cfg
+    for part in key.split("."):
+        try:
+            node = node[part]
+        except (KeyError, TypeError, IndexError):
+            return default
+    return node
+
+
+def plain(v: Any) -> Any:
+    """An omegaconf node as plain containers (resolved); anything else as it is."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+
+
+def must_problems(table: dict[str, Field | Default], cfg, optional: Iterable[str] = ()) -> list[str]:
+    """One `key must be ..., got ...` line per key of `table` (dotted) that breaks its rule in `cfg` (nested),
+    or `key: missing from the config` for one absent unless it is in `optional`."""
+    out = []
+    for key, f in table.items():
+        v = select(cfg, key)
+        why = (None if key in optional else f"{key}: missing from the config") if v is ABSENT else f.must(key, plain(v))
+        out += [why] if why else []
+    return out
+
+
+def section(table: dict[str, Field | Default], cfg, name: str) -> SimpleNamespace:
+    """Section `name` of `cfg` as the program reads it: one attribute per key `name.KEY` of `table`
+    (its `read` applied; an absent key: its default), e.g. `section(TRAINER, cfg, "train").lr`."""
+    out = {}
+    for key, f in table.items():
+        head, _, leaf = key.partition(".")
+        if head == name and "." not in leaf:
+            v = plain(select(cfg, key, f.default))
+            out[leaf] = f.read(v) if f.read is not None and v is not None else v
+    return SimpleNamespace(**out)
+
+
+def definition_problems(tables: dict[str, dict], other_keys: Iterable[str] = ()) -> list[str]:
+    """What is wrong with how `tables` ({command: {key: entry}}) define their keys, one line each: an entry
+    without help; two distinct definitions with the same help (a copy); a key name two commands define
+    separately (not one field object, held as it is or through `Default` / `Passed`), unless it is in
+    `other_keys` (a name that means a different key per command); an entry that is not a field."""
+    out, seen_help, by_name = [], {}, {}
+    for command, table in tables.items():
+        for key, entry in table.items():
+            if not isinstance(entry, (Field, Default, Passed)):
+                out.append(f"{command} {key}: not a field ({type(entry).__name__})")
+                continue
+            base = getattr(entry, "field", entry)
+            if not base.help.strip():
+                out.append(f"{command} {key}: no help")
+                continue
+            first = seen_help.setdefault(base.help, (command, key, base))
+            if first[2] is not base:
+                out.append(f"{command} {key}: the help of {first[0]} {first[1]} defined again")
+            by_name.setdefault(key, {})[id(base)] = command
+    out += [f"{key}: defined separately by {', '.join(sorted(set(where.values())))}" for key, where in by_name.items()
+            if len(where) > 1 and key not in set(other_keys)]
+    return out

@@ -5,14 +5,14 @@ requested config with the run directory's record and refuse (with `fingerprint_d
 silently resuming or reporting a run made under another configuration.
 
 What the fingerprint covers: every leaf key of the resolved config (the recipe-named keys of
-`config.yaml`) except
-- `PATH_KEYS`: where things live. The data enters through the dataset manifest's *content*
+`config.yaml`) except `EXCLUDED_KEYS`, the keys whose field (common.schema) has no IDENTITY role:
+- where things live (the PATH keys). The data enters through the dataset manifest's *content*
   fingerprint and a GRPO run's prompts file and corpus through their sha256 (`file_digest`; passed
   as extras), so moving a runs tree or an input file, or a data_prep code edit that leaves the
   dataset identical, does not make a run "different", and a changed file does;
-- `RESUMABLE_KEYS`: keys that may legitimately change between segments of one run (logging, the
+- keys that may legitimately change between segments of one run (logging, the
   state cadence, launcher / Slurm settings, `nproc`: the data order and the loss normalization do
-  not depend on the number of ranks).
+  not depend on the number of ranks), and what a run is described as (the model card's licence).
 Extras the caller knows (the data content fingerprint, the trainer's semantics version) are part
 of the digest too. The API is config-agnostic: a stage with other keys passes its own `exclude`.
 """
@@ -25,26 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-# Where things live, never what they are.
-PATH_KEYS = ("runs_root", "run_dir", "name", "data.dir", "data.cache_root", "data.heldout", "grpo.prompts_file", "grpo.corpus",
-             "grpo.index")
-# May change when a run is resumed or relaunched (a key, or a whole section with everything below it).
-RESUMABLE_KEYS = (
-    "resume",                            # how to start, not what is trained
-    "logging",                           # wandb on/off, project, run name, mode
-    "launcher",                          # local/slurm, nproc, nodes, partition, time, account, dry_run
-    "python",                            # which interpreter runs each kind of job (manifests record them)
-    "train.state_every",                 # resumable-state cadence
-    "train.log_every",                   # metrics.jsonl cadence
-    "train.peak_tflops",                 # only the MFU column
-    "train.max_consecutive_nonfinite",   # when to give up; raising it to continue a stopped run is fine
-    "grpo.retriever_timeout",            # how long to wait for the retriever, not what it returns
-    "grpo.retriever_retries",
-    "grpo.max_search_failure_rate",      # when to give up (as max_consecutive_nonfinite)
-)
-# What a run is described as, never what it trains (the model card's licence).
-DESCRIPTIVE_KEYS = ("model.license",)
-EXCLUDED_KEYS = PATH_KEYS + RESUMABLE_KEYS + DESCRIPTIVE_KEYS
+from common.schema import EXCLUDED_KEYS  # every recipe key without the IDENTITY role
+
 # Run dirs written before identity was recorded were trained under this trainer semantics version.
 LEGACY_TRAINER_SEMANTICS = 1
 
@@ -81,7 +63,7 @@ def _plain(cfg) -> Mapping:
 # fingerprint and resumes (any other value is a real change and counts).
 LATER_KEYS: dict[str, Any] = {
     "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
-    # issue 42: a held-out split the arm leaves out (null: none, as before); a path, so also in PATH_KEYS:
+    # issue 42: a held-out split the arm leaves out (null: none, as before); a path, so also without the identity role:
     # what it changes enters through the dataset's content fingerprint
     "data.heldout": None,
 }

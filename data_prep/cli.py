@@ -16,56 +16,56 @@ trains turns whose thought the template cannot render (Llama-3.1) without it; th
 them (reason thought_before_call / reasoning_not_rendered).
 
 FORMAT: r2e-gym, swe-gym, swe-smith, openseeker, search-r1, canonical. `tokenizer=tiny` is the
-embedded tiny tokenizer. Keys are the `data:` section of recipes/base.yaml plus arm/seed/tokenizer/out.
+embedded tiny tokenizer. Keys are the `data:` section of an SFT config plus arm/seed/tokenizer/out.
 """
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common import keydoc
+from common import keydoc, schema
+from common.fields import field
 from common.cli import apply_overrides, require_int, run_cli, wants_help
 from data_prep.config import DATA_DEFAULTS
 from data_prep.errors import DataPrepError
 
-KEYS = {  # data-prep's own keys: (default, description); the data keys are recipes/base.yaml's `data:` section
-    "arm": ("r2e", "r2e | search | mixed | r2e_v5: which sources and mix"),
-    "seed": (0, "record sampling and order"),
-    "tokenizer": ("tiny", "hub id or local dir of the tokenizer + chat template; tiny: the embedded tiny tokenizer"),
-    "out": (None, "output directory (required): the dataset and its manifest.json; anything else there is refused"),
-    "overwrite": (False, "true: an earlier data-prep output at out is renamed aside to <out>.replaced-<UTC time>"),
-    "dry_run": (False, "true: print the resolved config and exit"),
-    "num_proc": (None, "render/tokenize worker processes; null -> the CPU count (never changes the output)"),
+# data-prep's own keys (common.fields; their values are checked where they are read, below); the data keys
+# are common.schema.DATA's, every SFT config's `data:` section.
+KEYS = {
+    "arm": schema.RUN["arm"],   # launch's arm: which sources and mix
+    "seed": field("record sampling and order", 0),
+    "tokenizer": field("hub id or local dir of the tokenizer + chat template; tiny: the embedded tiny tokenizer", "tiny"),
+    "out": field("output directory (required): the dataset and its manifest.json; anything else there is refused", None),
+    "overwrite": field("true: an earlier data-prep output at out is renamed aside to <out>.replaced-<UTC time>", False),
+    "dry_run": field("true: print the resolved config and exit", False),
+    "num_proc": field("render/tokenize worker processes; null -> the CPU count (never changes the output)", None),
 }
 CLI_KEYS = keydoc.defaults(KEYS)
 HELDOUT_KEYS = {  # `data-prep heldout`: these, then the data keys (but n and heldout)
-    "n": (50, "records held out per domain"),
-    "domains": (["code", "search"], "the domains held out"),
-    "seed": (1000, "the held-out order (data=synthetic: the generator's seed; keep it apart from the arms' seeds)"),
+    "n": field("records held out per domain", 50),
+    "domains": field("the domains held out", ["code", "search"]),
+    "seed": field("the held-out order (data=synthetic: the generator's seed; keep it apart from the arms' seeds)", 1000),
     "tokenizer": KEYS["tokenizer"],
-    "out": (None, "output directory (required): the held-out dataset, manifest.json (content digests), SHA256SUMS, COMPLETE"),
+    "out": field("output directory (required): the held-out dataset, manifest.json (content digests), SHA256SUMS, "
+                 "COMPLETE", None),
     "overwrite": KEYS["overwrite"],
     "dry_run": KEYS["dry_run"],
     "num_proc": KEYS["num_proc"],
 }
 CHECK_KEYS = {
-    "heldout": (None, "a `data-prep heldout` dir (required)"),
-    "train": ([], "training dataset dirs (an arm's data-prep out, a run's data dir)"),
+    "heldout": field("a `data-prep heldout` dir (required)", None),
+    "train": field("training dataset dirs (an arm's data-prep out, a run's data dir)", []),
 }
 # Run-level keys launch owns; not data_prep's.
 LAUNCH_ONLY = ("cache_root", "dir")
 _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in LAUNCH_ONLY}
-BASE_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "base.yaml"
 
 
 def keys() -> list[keydoc.Key]:
     """Every data-prep key with its default and description (--help and docs/keys/data-prep.md)."""
-    data = [keydoc.Key(k.name.removeprefix("data."), k.default, k.doc) for k in keydoc.from_yaml(BASE_RECIPE)
-            if k.name.startswith("data.") and k.name.removeprefix("data.") not in LAUNCH_ONLY]
-    return keydoc.from_table(KEYS) + data
+    return keydoc.from_table({**KEYS, **{k: f for k, f in schema.DATA.items() if k not in LAUNCH_ONLY}})
 
 
 def _main(argv: list[str]) -> int:

@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from common.io import sha256_text
+from common.schema import HISTORY_POLICIES, THOUGHT_POLICIES
 from data_prep.jinja_env import compile_template
 from data_prep.schema import ROW_SEP, RecordError
 from data_prep.terminators import epilogue_text
@@ -42,10 +43,9 @@ END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_tur
 # `exact` (default): every trainable token is what the model generated, in its own context.
 # `keep_as_rendered` (inexact, opt-in): one row, the full render, trained as the template rewrites it.
 # `reject`: quarantine records that need more than one row to be exact.
-HISTORY_POLICIES = ("exact", "keep_as_rendered", "reject")
 # Thoughts a template cannot render (Llama-3.1: content beside a tool call, any reasoning_content):
 # `reject` the record (default) or `drop` them (the turn's tokens are counted inexact).
-THOUGHT_POLICIES = ("reject", "drop")
+# (HISTORY_POLICIES and THOUGHT_POLICIES: the data keys' values, defined with their fields in common.schema.)
 _PROBE_Q, _PROBE_A, _PROBE_Q2 = "PROBE-QUESTION-7f3a", "PROBE-ANSWER-7f3a", "PROBE-NEXT-7f3a"
 
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from common import datafetch, fields, keydoc, layout, thinking
+from common import datafetch, fields, keydoc, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
-from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Field
-from common.schema import Number
+from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Field, Number
 from common.tiny import resolve_model_path
 from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_size, bench_source  # noqa: F401  (bench_size: evals.run)
 from evals.profiles import load_profile
@@ -31,10 +30,6 @@ _PATH_ID, _PATH_CONTENT, _PATH = (IDENTITY, PATH), (CONTENT, PATH), (PATH,)
 
 def _count(help: str, default, roles=_ID, **more) -> Field:
     return fields.number(help, default, roles, lo=1, integer=True, **more)
-
-
-def _thinking(key: str, value) -> str | None:
-    return thinking.value_problem(value, key)
 
 
 KEYS: dict[str, Field] = {
@@ -68,8 +63,7 @@ KEYS: dict[str, Field] = {
     "max_new_tokens": _count("per assistant turn", 4096),
     "prompt": fields.choice("tool_agent | anchor_nudge", "tool_agent", PROMPTS, _ID),
     "tool_style": fields.choice("auto (from the chat template) | qwen3 | llama3", "auto", ("auto", "qwen3", "llama3"), _ID),
-    "enable_thinking": fields.field("hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false",
-                                    "auto", _ID, fields.Check(_thinking)),
+    "enable_thinking": schema.ENABLE_THINKING,   # GRPO's grpo.enable_thinking too
     "sets": fields.field("per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a "
                          "bench not named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; "
                          "`fetch-data --help`)", {}, _CONTENT),

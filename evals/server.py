@@ -21,29 +21,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import OmegaConf
 
-from common import datafetch, keydoc
+from common import datafetch, fields, keydoc
+from common.fields import Default
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import parse_json_line
 from evals.errors import EvalError
+from evals.config import KEYS as EVALUATE
 from evals.retrievers import MAX_QUERIES, MAX_RESULTS
 
-KEYS = {  # key: (default, description): `serve-retriever --help` and docs/keys/serve-retriever.md
-    "corpus": (None, "wiki-18 style jsonl corpus to index (required): a path, or a fetched corpus's name "
-                     "(corpus:wiki18_example_10; from the data cache, downloaded on first use)"),
-    "retriever": ("bm25", "bm25 | e5 (dense, as Search-R1: evals.dense)"),
-    "encoder": ("encoder:e5-base-v2", "retriever=e5: the E5 encoder: a fetched name (encoder:e5-base-v2, "
-                                         "from the data cache: fetch-data), an HF model dir or hub id"),
-    "index": (None, "retriever=e5: a faiss IndexFlatIP, row i = corpus line i: a fetched name (index:wiki18_e5_flat, "
-                    "Search-R1's e5_Flat.index) or a file, memory-mapped; null -> built from the corpus under index_dir"),
-    "encoder_device": ("cpu", "retriever=e5: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)"),
-    "faiss_gpu": (False, "retriever=e5: search on every visible GPU (needs a faiss build with GPU support)"),
-    "port": (8000, "TCP port (0: an ephemeral one)"),
-    "host": ("127.0.0.1", "loopback only: 127.0.0.1 | localhost | ::1"),
-    "index_dir": (None, "index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)"),
-    "max_topk": (100, "largest topk a request may ask for"),
-    "max_queries": (MAX_QUERIES, "most queries one request may carry (more: 413; evaluate's and GRPO's client "
-                                 "splits a larger batch at the default)"),
-    "max_results": (MAX_RESULTS, "most passages one request may ask for, queries x topk (more: 413)"),
+KEYS = {  # `serve-retriever --help` and docs/keys/serve-retriever.md; the retriever keys are evaluate's fields
+    "corpus": Default(EVALUATE["corpus"], None, "(required)"),
+    "retriever": fields.field("bm25 | e5 (dense, as Search-R1: evals.dense)", "bm25"),
+    "encoder": EVALUATE["encoder"],
+    "index": EVALUATE["index"],
+    "encoder_device": EVALUATE["encoder_device"],
+    "faiss_gpu": fields.field("retriever=e5: search on every visible GPU (needs a faiss build with GPU support)", False),
+    "port": fields.field("TCP port (0: an ephemeral one)", 8000),
+    "host": fields.field("loopback only: 127.0.0.1 | localhost | ::1", "127.0.0.1"),
+    "index_dir": EVALUATE["index_dir"],
+    "max_topk": fields.field("largest topk a request may ask for", 100),
+    "max_queries": fields.field("most queries one request may carry (more: 413; evaluate's and GRPO's client splits a "
+                                "larger batch at the default)", MAX_QUERIES),
+    "max_results": fields.field("most passages one request may ask for, queries x topk (more: 413)", MAX_RESULTS),
 }
 DEFAULTS = keydoc.defaults(KEYS)
 USAGE = """usage: serve-retriever corpus=PATH|NAME [key=value ...]

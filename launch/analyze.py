@@ -17,10 +17,10 @@ from analysis.axes import check_axis
 from analysis.discover import Run, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
-from common import datafetch, interpreter, keydoc
+from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
-from common.fields import Passed
+from common.fields import Passed, field
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
 from launch.errors import LaunchError
@@ -28,61 +28,61 @@ from launch.eval_slurm import check_launcher, eval_backend, submit_analysis, sub
 from launch.evaluation import (EvalReport, Evaluator, check_anchor_identity, check_settings, check_templates, harness,
                                plan, run_jobs)
 
-KEYS: dict[str, Any] = {  # key: (default, description) or Field: `analyze --help` and docs/keys/analyze.md
-    "runs_root": ("runs", "the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/"),
-    "out": ("reports", "where results, figures, tables and report.md go"),
-    "benches": (None, "null -> the profile's benches, or the Search-R1 seven + search_plan_ood"),
-    "profile": (None, "evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
-    "evaluate": (True, "false: only aggregate the evaluations already on disk"),
-    "anchor": (None, "base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
-    "anchor_dir": (None, "null -> <runs_root>/_anchor"),
-    "metrics": (["em", "f1"], "QA metrics tabulated and plotted"),
-    "n_boot": (2000, "bootstrap resamples of the confidence intervals"),
-    "boot_seed": (0, "seed of the bootstrap"),
-    "conf": (0.95, "confidence level of the intervals"),
-    "power.pilot": (None, "a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
-                          "items needed for power.power at power.effect and the design's minimum detectable effect, "
-                          "then exit (analysis/power.py states the variance model)"),
-    "power.effect": (0.042, "the target effect (difference to the anchor in the metric's units)"),
-    "power.power": (0.8, "the target power"),
-    "power.alpha": (0.05, "the two-sided test level"),
-    "power.metric": ("em", "the per-item metric the power is for"),
-    "power.seed_sd": (0.0, "the seed SD assumed when the pilot has one seed (it cannot be estimated from it)"),
-    "power.max_seeds": (10, "the items needed are listed for 1..max_seeds seeds"),
-    "power.design_items": (None, "the current design's items per bench (null: the pilot's)"),
-    "power.design_seeds": (None, "the current design's seeds (null: the pilot's)"),
-    "axis": ("step", "x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
-                     "read exactly from the runs' metrics.jsonl; analysis/axes.py)"),
-    "allow_failed": (False, "true: an analysis some of whose expected points failed to evaluate exits 0 (its report, "
-                            "marked PARTIAL in its first line, lists them); false: it exits 4"),
-    "dry_run": (False, "true: print the plan (runs, checkpoints, evaluations to run) and exit"),
-    "compare": ([], "pairs of arms compared step by step, e.g. [[r2e, r2e_v5]]: per step both were evaluated at, "
-                    "A − B over the items both evaluated, its interval covering items and each arm's seeds ('items' "
-                    "only where an arm has one seed) (tables/compare_<A>_vs_<B>_<metric>.*)"),
-    "compare_allow_settings": (False, "true: compare arms evaluated under different result-changing settings "
-                                      "(refused otherwise, naming the setting)"),
-    "study": (None, "a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
-    "launcher": ("local", "local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job"),
-    "slurm.gpus_per_task": (None, "launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
-                                  "with backend=vllm), 1 by default"),
-    "slurm.concurrency": (None, "launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap"),
-    "slurm.partition": (None, "launcher=slurm: --partition (null: the cluster's default)"),
-    "slurm.time": (None, "launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)"),
-    "slurm.account": (None, "launcher=slurm: --account"),
-    "slurm.qos": (None, "launcher=slurm: --qos"),
-    "slurm.sbatch": ([], "launcher=slurm: further sbatch options, e.g. [--constraint=h100]"),
-    "slurm.setup": (None, "launcher=slurm: shell run before each job's command (module load, activate)"),
-    "python.eval": (None, "the interpreter of the evaluation and aggregation jobs (launcher=slurm), asked first for what "
-                          "they need (vllm for backend=vllm); null: this one"),
-    "slurm.after": (None, "launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)"),
-    "slurm.runs": (None, "launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
-                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)"),
-    "slurm.runs_after": (None, "with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
-                               "training array 5001; null: none); one that can never be met cancels the job"),
-    "eval_tasks": (None, "set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "
-                         "nothing, report the failed ones as gaps"),
-    "cards": (False, "true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)"),
-    "wandb": ("auto", "the results table to the study's wandb group (analysis.wandb_log); auto: when online"),
+KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyze.md
+    "runs_root": field("the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/", "runs"),
+    "out": field("where results, figures, tables and report.md go", "reports"),
+    "benches": field("null -> the profile's benches, or the Search-R1 seven + search_plan_ood", None),
+    "profile": field("evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs", None),
+    "evaluate": field("false: only aggregate the evaluations already on disk", True),
+    "anchor": field("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0", None),
+    "anchor_dir": field("null -> <runs_root>/_anchor", None),
+    "metrics": field("QA metrics tabulated and plotted", ["em", "f1"]),
+    "n_boot": field("bootstrap resamples of the confidence intervals", 2000),
+    "boot_seed": field("seed of the bootstrap", 0),
+    "conf": field("confidence level of the intervals", 0.95),
+    "power.pilot": field("a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
+                         "items needed for power.power at power.effect and the design's minimum detectable effect, "
+                         "then exit (analysis/power.py states the variance model)", None),
+    "power.effect": field("the target effect (difference to the anchor in the metric's units)", 0.042),
+    "power.power": field("the target power", 0.8),
+    "power.alpha": field("the two-sided test level", 0.05),
+    "power.metric": field("the per-item metric the power is for", "em"),
+    "power.seed_sd": field("the seed SD assumed when the pilot has one seed (it cannot be estimated from it)", 0.0),
+    "power.max_seeds": field("the items needed are listed for 1..max_seeds seeds; the recommendation stays within it, "
+                             "else the report names the fewest seeds that reach the target", 10),
+    "power.design_items": field("the current design's items per bench (null: the pilot's)", None),
+    "power.design_seeds": field("the current design's seeds (null: the pilot's)", None),
+    "axis": field("x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
+                  "read exactly from the runs' metrics.jsonl; analysis/axes.py)", "step"),
+    "allow_failed": field("true: an analysis some of whose expected points failed to evaluate exits 0 (its report, "
+                          "marked PARTIAL in its first line, lists them); false: it exits 4", False),
+    "dry_run": field("true: print the plan (runs, checkpoints, evaluations to run) and exit", False),
+    "compare": field("pairs of arms compared step by step, e.g. [[r2e, r2e_v5]]: per step both were evaluated at, "
+                     "A − B over the items both evaluated, its interval covering items and each arm's seeds ('items' "
+                     "only where an arm has one seed) (tables/compare_<A>_vs_<B>_<metric>.*)", []),
+    "compare_allow_settings": field("true: compare arms evaluated under different result-changing settings "
+                                    "(refused otherwise, naming the setting)", False),
+    "study": field("a study file (name or path): its reference_results shown beside ours (tables/reference.*)", None),
+    "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local"),
+    "slurm.gpus_per_task": field("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
+                                 "with backend=vllm), 1 by default", None),
+    "slurm.concurrency": field("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None),
+    "slurm.partition": field("launcher=slurm: --partition (null: the cluster's default)", None),
+    "slurm.time": field("launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)", None),
+    "slurm.account": field("launcher=slurm: --account", None),
+    "slurm.qos": field("launcher=slurm: --qos", None),
+    "slurm.sbatch": field("launcher=slurm: further sbatch options, e.g. [--constraint=h100]", []),
+    "slurm.setup": field("launcher=slurm: shell run before each job's command (module load, activate)", None),
+    "python.eval": schema.PYTHON["python.eval"],
+    "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None),
+    "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
+                        "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None),
+    "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
+                              "training array 5001; null: none); one that can never be met cancels the job", None),
+    "eval_tasks": field("set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "
+                        "nothing, report the failed ones as gaps", None),
+    "cards": field("true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)", False),
+    "wandb": field("the results table to the study's wandb group (analysis.wandb_log); auto: when online", "auto"),
 }
 # evaluate's own fields (evals.config.KEYS, the same objects), passed to each evaluation when set (also as
 # plain n=, seed=, ...); unset: evaluate's default, or the profile's value. Any other evaluate key: eval.KEY=V.

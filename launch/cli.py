@@ -18,9 +18,9 @@ from typing import Callable
 
 from omegaconf import OmegaConf
 
-from common import keydoc
+from common import keydoc, schema
 from common.cli import run_cli, wants_help
-from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, group_choices
+from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
 from launch import grpo
 from launch.errors import LaunchError
 from launch.grpo import GRPO
@@ -31,20 +31,20 @@ TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 
 
 def sft_keys() -> list[keydoc.Key]:
-    """Every recipe key of an SFT launch, its base.yaml default and the comment on its line."""
-    return keydoc.from_yaml(RECIPES / "base.yaml")
+    """Every key of an SFT launch, its default and its help (common.schema.SFT)."""
+    return keydoc.from_table(schema.SFT)
 
 
 def help_text() -> str:
-    base = OmegaConf.load(RECIPES / "base.yaml")
-    lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on base.yaml):"]
+    base = OmegaConf.create(keydoc.defaults(schema.SFT))
+    lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
     for group in GROUPS:
         choices = group_choices(group)
         lines.append(f"  {group}=  {' | '.join(choices)}   (default: {DEFAULT_CHOICES[group]})")
     lines += ["", "Top-level shortcuts:"]
     for short, full in ALIASES.items():
         lines.append(f"  {short:<14} -> {full} (default {OmegaConf.select(base, full)!r})")
-    lines += ["", "Keys (recipes/base.yaml: key=default  description; the group recipes may change a default):",
+    lines += ["", "Keys (common/schema.py: key=default  description; the group recipes may change a default):",
               keydoc.help_table(sft_keys())]
     lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
     lines += [

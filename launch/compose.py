@@ -1,16 +1,16 @@
 """Recipe composition, for both trainers.
 
-SFT (`compose`): base.yaml <- arm <- model <- data <- launcher recipes <- key=value overrides.
+SFT (`compose`): the keys' defaults (common.schema.SFT) <- arm <- model <- data <- launcher recipes <-
+key=value overrides.
 Group selectors (`arm=`, `model=`, `data=`, `launcher=`) pick a file under `recipes/<group>/`;
 everything else is an omegaconf dotlist override checked against the keys the recipes define
 (unknown key -> the valid keys and a "did you mean"). `validate` then checks every value the
 stages rely on, so a bad value fails here, before any data prep or GPU work.
 
-GRPO (`compose_grpo`, `launch stage=grpo`): recipes/base.yaml (its `data` section dropped) <-
-grpo/base.yaml <- grpo/task/<task>.yaml <- model/<model>.yaml <- launcher/<launcher>.yaml <-
-grpo/model/<model>.yaml (if any) <- key=value; selectors `task=` `model=` `launcher=`; `arm` is
-`grpo_<task>`; only the keys the GRPO trainer reads stay, and rl.config.validate (its trainer's one
-schema) checks the values. Both read the command line through one `split_selectors`.
+GRPO (`compose_grpo`, `launch stage=grpo`): the keys' defaults (common.schema.GRPO) <-
+grpo/task/<task>.yaml <- model/<model>.yaml <- launcher/<launcher>.yaml <- grpo/model/<model>.yaml
+(if any) <- key=value; selectors `task=` `model=` `launcher=`; `arm` is `grpo_<task>`; only the keys
+the GRPO trainer reads stay, and rl.config.validate (its trainer's one schema) checks the values. Both read the command line through one `split_selectors`.
 
 `recipe=path/to/my.yaml` merges the user's own file on top of the launcher recipe (before the
 `key=value` overrides), checked like the shipped recipes. `Composed.origins` records which layer set
@@ -27,10 +27,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
-from common.layout import run_dir_path, variant_name_problem
-from common import schema
+from common.layout import run_dir_path
+from common import keydoc, schema
+from common.fields import must_problems
 from common.plan import planned
-from common.recipes import ALIASES, CHOICES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
+from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
@@ -40,6 +41,7 @@ from rl import config as rl_config
 from rl.errors import RlError
 
 USER_RECIPE = "recipe"   # recipe=PATH: the user's own file, merged after the groups
+DEFAULT = "default (common/schema.py)"   # the origin of a key no recipe or command-line token set
 
 # Free-form sub-trees: any key below them is accepted (model config overrides, generator knobs).
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
@@ -89,8 +91,8 @@ def _check_recipe_keys(recipe: DictConfig, base: DictConfig, where: str) -> None
     for key in flat_keys(recipe):
         if key in known:
             continue
-        raise LaunchError(f"{where}: key {key!r} is not in recipes/base.yaml (recipes may only set keys the base "
-                          f"defines).{did_you_mean(key, sorted(known.leaves))}")
+        raise LaunchError(f"{where}: key {key!r} is not a launch key (recipes may only set the keys `launch --help` "
+                          f"lists).{did_you_mean(key, sorted(known.leaves))}")
 
 
 def load_user_recipe(path_text: str) -> tuple[Path, DictConfig]:
@@ -149,9 +151,9 @@ def resolve_interpolations(cfg: DictConfig) -> DictConfig:
 def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
-    base = OmegaConf.load(recipes / "base.yaml")
+    base = OmegaConf.create(keydoc.defaults(schema.SFT))
     cfg, meta = base, {}
-    origins = dict.fromkeys(flat_keys(base), "recipes/base.yaml")
+    origins = dict.fromkeys(flat_keys(base), DEFAULT)
     layers = [(f"recipes/{group}/{choices[group]}.yaml", load_recipe(group, choices[group], recipes), False)
               for group in GROUPS]
     if choices.get(USER_RECIPE):
@@ -175,9 +177,7 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
 
 # ---------------------------------------------------------------- GRPO
 def _grpo_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]]:
-    base = OmegaConf.load(recipes / "base.yaml")
-    base.pop("data")
-    layers = [("recipes/base.yaml", base), ("recipes/grpo/base.yaml", OmegaConf.load(recipes / "grpo" / "base.yaml")),
+    layers = [(DEFAULT, OmegaConf.create({"arm": None, **keydoc.defaults(schema.GRPO)})),   # arm: grpo_<task>, set last
               (f"recipes/grpo/task/{choices['task']}.yaml",
                OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
               (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes))]
@@ -207,7 +207,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
         layer.pop("data", None)  # model recipes size SFT data; not used here
         cfg = OmegaConf.merge(cfg, layer)
         origins.update(dict.fromkeys(flat_keys(layer), where))
-    if cfg.model.init != "pretrained":
+    if cfg.model.get("init", "pretrained") != "pretrained":
         raise RlError(f"model={choices['model']} is a random init (model.init={cfg.model.init}); GRPO starts "
                       "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
     # Only the keys GRPO reads stay, so config.yaml (and the run fingerprint over it) holds no
@@ -241,56 +241,25 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
 
 
 # ---------------------------------------------------------------- validation
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-# The trainer's keys (model / train / logging, arm, seed) are checked by common.schema and the data
-# keys by data_prep.config.problems: the rules the trainer and data_prep read them with. Below: launch's own
-# (launcher.kind's choices: common.recipes.CHOICES).
-POSITIVE_INTS = ("launcher.nodes",)
-# 0 GPUs per node: a CPU-only partition (the job asks for no GPU; one trainer process per node)
-NON_NEGATIVE_INTS = ("launcher.gpus_per_node",)
-BOOLS = ("launcher.dry_run",)
+# Every key's rule is its field's (common.schema.SFT); the trainer's keys are checked by the trainer's own
+# `schema.problems` and the data keys by data_prep's. Below: what only launch reads.
+_LAUNCH_RULES = {k: f for k, f in schema.SFT.items() if k.startswith(("launcher.", "python.")) or k in schema.RUN
+                 or k == "model.name"}
 
 
 def validate(cfg: DictConfig) -> None:
     """Check every value the stages rely on; raise one ConfigError listing all problems."""
-    get = lambda key: OmegaConf.select(cfg, key)  # noqa: E731
-    bad: list[str] = []
-
-    def need(ok: bool, key: str, what: str) -> None:
-        if not ok:
-            bad.append(f"{key} must be {what}, got {get(key)!r}")
-
-    bad.extend(schema.problems(cfg))   # the trainer's keys: the rule the trainer itself reads them with
-    bad.extend(data_config.problems(cfg.data))   # the data keys: data_prep's own rule
-    for key, allowed in CHOICES.items():
-        need(get(key) in allowed, key, f"one of {', '.join(allowed)}")
-    for key in POSITIVE_INTS:
-        need(_is_int(get(key)) and get(key) > 0, key, "a positive integer")
-    for key in NON_NEGATIVE_INTS:
-        need(_is_int(get(key)) and get(key) >= 0, key, "an integer >= 0 (0: a CPU-only partition)")
-    for key in BOOLS:
-        need(isinstance(get(key), bool), key, "true or false")
-    need(isinstance(cfg.runs_root, str) and cfg.runs_root != "", "runs_root", "a directory path")
-    need(cfg.run_dir is None or isinstance(cfg.run_dir, str), "run_dir", "null or a directory path")
-    need(variant_name_problem(cfg.name) is None, "name", variant_name_problem(cfg.name) or "")
-    need(isinstance(cfg.resume, str) and (cfg.resume in ("auto", "never") or Path(cfg.resume).is_dir()),
-         "resume", "auto, never or an existing state directory")
-    need(isinstance(get("model.name"), str) and get("model.name") != "", "model.name", "a non-empty string")
-    nproc = get("launcher.nproc")
-    need(nproc == "auto" or (_is_int(nproc) and nproc > 0), "launcher.nproc", "auto or a positive integer")
-    for key in ("launcher.partition", "launcher.time", "launcher.account", "launcher.qos"):
-        need(get(key) is None or isinstance(get(key), (str, int)), key, "null or a string")
-    need(get("launcher.setup") is None or isinstance(get("launcher.setup"), str), "launcher.setup",
-         "null or a shell snippet")
-    bad.extend(slurm_option_problems(get("launcher.sbatch")))
+    bad = schema.problems(cfg)   # the trainer's keys: the rule the trainer itself reads them with
+    bad += data_config.problems(cfg.data)   # the data keys: data_prep's own rule
+    bad += [why for why in must_problems(_LAUNCH_RULES, cfg) if why not in bad]
+    bad += slurm_option_problems(OmegaConf.select(cfg, "launcher.sbatch"))
     for key in ("data.sources.code", "data.sources.search"):
-        srcs = get(key)
+        srcs = OmegaConf.select(cfg, key)
         ok = srcs is not None and not isinstance(srcs, str) and all(
             isinstance(s, str) and s.split(":", 1)[0] in SOURCE_FORMATS and ":" in s for s in srcs)
-        need(ok, key, f"a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(SOURCE_FORMATS)}")
+        if not ok:
+            bad.append(f"{key} must be a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(SOURCE_FORMATS)}, "
+                       f"got {srcs!r}")
     if not bad:
         _check_consistency(cfg, bad)
     if bad:

@@ -15,7 +15,8 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common import interpreter, keydoc
+from common import interpreter, keydoc, schema
+from common.fields import plain
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import run
@@ -25,8 +26,8 @@ from rl.config import parent_run, placement, planned_saves
 USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]
 (also: python -m launch.grpo ...)
 
-GRPO with LoRA (rl/): composition recipes/base.yaml (its data section dropped) <- grpo/base.yaml <-
-grpo/task/<task>.yaml <- model/<model>.yaml <- grpo/model/<model>.yaml <- launcher/<launcher>.yaml <-
+GRPO with LoRA (rl/): composition the keys' defaults (common/schema.py GRPO) <-
+grpo/task/<task>.yaml <- model/<model>.yaml <- launcher/<launcher>.yaml <- grpo/model/<model>.yaml <-
 recipe=FILE (your own; it may not set task/arm/stage) <- key=value. The run dir is
 <runs_root>/grpo_<task>/[<name>/]seed<seed>; an SFT checkpoint as model.path needs name=<variant>.
 Paths you give (model.path, grpo.prompts_file, grpo.corpus, resume=PATH, recipe=) are relative to this
@@ -34,14 +35,12 @@ directory and recorded absolute; the prompts file and corpus enter the run ident
 
 
 def grpo_keys(argv: list[str] = ()) -> list[keydoc.Key]:
-    """Every GRPO key, its default as composed for the task= / model= / launcher= in argv (else the defaults)
-    and its description: the comment on its line in the recipes, the GRPO recipe's over base.yaml's."""
+    """Every GRPO key (common.schema.GRPO), its default as composed for the task= / model= / launcher= in
+    argv (else the defaults) and its help."""
     sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
     composed = compose_grpo(sel)
-    docs = {}
-    for path in (RECIPES / "base.yaml", RECIPES / "grpo" / "base.yaml", RECIPES / "grpo" / "task" / f"{composed.cfg.task}.yaml"):
-        docs.update(keydoc.yaml_comments(path.read_text(encoding="utf-8")))
-    return [k for k in keydoc.from_config(composed.cfg, docs) if k.name not in ("arm", "stage")]
+    return [keydoc.Key(k.name, plain(OmegaConf.select(composed.cfg, k.name)), k.doc) for k in keydoc.from_table(schema.GRPO)
+            if k.name != "stage"]
 
 
 def help_text(argv: list[str]) -> str:

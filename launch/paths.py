@@ -5,7 +5,7 @@
 - A path in a shipped recipe (`recipes/**`, e.g. a study's `nq_rollouts=docs/examples/...`) is
   relative to the repository, wherever `launch` runs.
 - Output locations (`runs_root`, `run_dir`, `data.cache_root`) are always the caller's, the
-  base.yaml default `runs` included; launch makes them absolute when it resolves the run dir
+  default `runs` included; launch makes them absolute when it resolves the run dir
   (`launch.run.resolve`, `launch.grpo.resolve`).
 
 Each input path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a

@@ -2,7 +2,7 @@
 
     launch show arm=r2e model=tiny recipe=my.yaml lr=3e-4
 
-prints one `key = value    # origin` line per key, origin being `recipes/base.yaml`, a group
+prints one `key = value    # origin` line per key, origin being the default (common/schema.py), a group
 recipe (`recipes/model/tiny.yaml`), the user's `recipe=PATH`, or `command line (lr=3e-4)`.
 Values launch fills in later (`run_dir`, `data.dir`) show as in the recipe. Nothing is built or written.
 """

@@ -7,30 +7,20 @@ file, the trainer's only input.
 """
 from __future__ import annotations
 
-import re
 import sys
 from importlib import metadata
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common import datafetch, schema, thinking
-from common.benchmarks import CONTEXT_MODES
-from common.layout import variant_name_problem
+from common import datafetch, fingerprint, schema
+from common.fields import must_problems
 from common.plan import save_points
-from common.recipes import CHOICES
 from rl.errors import RlError
 
-TRAIN_KEYS = ("steps", "save_steps", "state_every", "lr", "lr_schedule", "warmup_ratio", "min_lr_ratio", "betas", "eps",
-              "weight_decay", "grad_clip", "activation_checkpointing", "precision")
-MODEL_KEYS = ("name", "path", "gpu_only", "attn_implementation")  # the tokenizer is the starting model's
-# TRL 1.16's GRPO losses that need no setting this config does not expose (luspo needs sequence-level
-# importance sampling, vespo a vLLM correction setting).
-LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
-
-
-# grpo.trl: a release number as pip spells it (1.9.2, 1.16.0, 1.17.0rc1)
-TRL_VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?")
+# The keys the GRPO trainer reads of the sections it shares with SFT (the tokenizer is the starting model's).
+TRAIN_KEYS = tuple(k.removeprefix("train.") for k in schema.GRPO if k.startswith("train."))
+MODEL_KEYS = tuple(k.removeprefix("model.") for k in schema.GRPO if k.startswith("model."))
 
 
 def installed_trl() -> str | None:
@@ -50,87 +40,21 @@ def trl_problem(want, have: str | None, python: str = sys.executable) -> str | N
             "the project's .venv), or grpo.trl=null for the installed one")
 
 
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _pos_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-# The trainer's keys that common.schema already rules on (the same rule as SFT's).
-SCHEMA_KEYS = ("seed", "model.path", "model.gpu_only", "model.attn_implementation", "train.lr",
-               "train.lr_schedule", "train.warmup_ratio", "train.min_lr_ratio",
-               "train.betas", "train.eps", "train.weight_decay", "train.grad_clip", "train.state_every",
-               "train.save_steps", "train.activation_checkpointing", "train.precision", "logging.wandb",
-               "logging.mode", "logging.project", "logging.entity", "logging.group", "logging.name", "logging.tags")
-
-
 def problems(cfg: DictConfig) -> list[str]:
     """Every value of a GRPO config that the trainer would refuse, one line each (naming the key):
-    the one schema `launch stage=grpo` checks before writing a run dir and rl.train checks config.yaml with."""
-    bad: list[str] = []
-    sel = lambda key: OmegaConf.select(cfg, key, default=schema.ABSENT)  # noqa: E731
-
-    def need(ok: bool, key: str, what: str) -> None:
-        if not ok:
-            bad.append(f"{key} must be {what}, got {OmegaConf.select(cfg, key)!r}")
-
-    for key in SCHEMA_KEYS:
-        why = schema.check(key, sel(key))
-        if why:
-            bad.append(why)
-    missing = [k for k in ("stage", "task", "grpo", "lora", "train", "launcher") if sel(k) is schema.ABSENT]
-    if missing:
-        return bad + [f"{k}: missing from the config" for k in missing]
-    g, lo, t = cfg.grpo, cfg.lora, cfg.train
-    need(cfg.stage == "grpo", "stage", "grpo")
-    need(isinstance(cfg.model.name, str) and cfg.model.name != "", "model.name", "a non-empty string")
-    need(cfg.task in ("spa", "qa"), "task", "spa or qa")
-    need(variant_name_problem(cfg.name) is None, "name", variant_name_problem(cfg.name) or "")
-    need(_pos_int(t.steps), "train.steps", "a positive integer")
-    for key in ("completions_per_step", "num_generations", "max_completion_length", "max_turns", "grad_accum",
-                "topk", "rollouts_logged", "pilot_tasks"):
-        need(_pos_int(g[key]), f"grpo.{key}", "a positive integer")
-    need(_pos_int(g.num_generations) and g.num_generations >= 2, "grpo.num_generations", "an integer >= 2 (GRPO compares a group)")
-    if _pos_int(g.completions_per_step) and _pos_int(g.num_generations):
-        need(g.completions_per_step % g.num_generations == 0, "grpo.completions_per_step",
-             f"a multiple of grpo.num_generations={g.num_generations}")
-    need(_num(g.beta) and g.beta >= 0, "grpo.beta", "a number >= 0")
-    need(_num(g.temperature) and g.temperature > 0, "grpo.temperature", "a positive number")
-    need(g.loss_type in LOSS_TYPES, "grpo.loss_type", f"one of {', '.join(LOSS_TYPES)}")
-    need(thinking.value_problem(g.enable_thinking, "grpo.enable_thinking") is None, "grpo.enable_thinking",
-         "auto, true or false")
-    need(g.use_vllm in ("auto", True, False), "grpo.use_vllm", "auto, true or false")
-    trl = g.get("trl")   # absent from a config.yaml written before the key: the installed trl, as then
-    need(trl is None or (isinstance(trl, str) and TRL_VERSION.fullmatch(trl) is not None), "grpo.trl",
-         "null or a trl release such as 1.9.2 (three parts: 1.16 reads as a number)")
-    need(_num(g.vllm_gpu_memory_utilization) and 0 < g.vllm_gpu_memory_utilization <= 1,
-         "grpo.vllm_gpu_memory_utilization", "a number in (0, 1]")
-    need(g.split in ("train", "ood"), "grpo.split", "train or ood")
-    need(g.retriever in ("bm25", "e5", "http"), "grpo.retriever", "bm25, e5 or http")
-    need(g.qa_mode in CONTEXT_MODES, "grpo.qa_mode", f"one of {', '.join(CONTEXT_MODES)} (evals' context modes)")
-    need(_num(g.retriever_timeout) and g.retriever_timeout > 0, "grpo.retriever_timeout", "a positive number of seconds")
-    need(isinstance(g.retriever_retries, int) and not isinstance(g.retriever_retries, bool) and g.retriever_retries >= 0,
-         "grpo.retriever_retries", "a non-negative integer")
-    need(_num(g.max_search_failure_rate) and 0 <= g.max_search_failure_rate <= 1, "grpo.max_search_failure_rate",
-         "a number in [0, 1]")
-    lc = cfg.launcher
-    need(lc.nproc == "auto" or _pos_int(lc.nproc), "launcher.nproc", "auto or a positive integer")
-    need(_pos_int(lc.nodes) and (lc.kind == "slurm" or lc.nodes == 1), "launcher.nodes",
-         "1 with launcher=local, a positive integer with launcher=slurm")
-    need(_pos_int(lc.gpus_per_node) or lc.gpus_per_node == 0 and not isinstance(lc.gpus_per_node, bool),
-         "launcher.gpus_per_node", "an integer >= 0 (0: a CPU-only partition)")
-    need(isinstance(lc.dry_run, bool), "launcher.dry_run", "true or false")
-    need(lc.kind in CHOICES["launcher.kind"], "launcher.kind", f"one of {', '.join(CHOICES['launcher.kind'])}")
-    resume = cfg.resume
-    need(resume in ("auto", "never") or (isinstance(resume, str) and Path(resume).is_dir()), "resume",
-         "auto, never or an existing state directory")
-    need(_pos_int(lo.r), "lora.r", "a positive integer")
-    need(_num(lo.alpha) and lo.alpha > 0, "lora.alpha", "a positive number")
-    need(_num(lo.dropout) and 0 <= lo.dropout < 1, "lora.dropout", "in [0, 1)")
-    need(lo.target_modules is not None and not isinstance(lo.target_modules, str) and len(lo.target_modules) > 0
-         and all(isinstance(m, str) for m in lo.target_modules), "lora.target_modules", "a non-empty list of module names")
+    the one schema `launch stage=grpo` checks before writing a run dir and rl.train checks config.yaml with
+    (each key's rule is its field's, common.schema.GRPO; below, what depends on several keys)."""
+    if any(k not in cfg for k in ("stage", "task", "grpo", "lora", "train", "launcher")):
+        return [f"{k}: missing from the config" for k in ("stage", "task", "grpo", "lora", "train", "launcher")
+                if k not in cfg]
+    older = (*fingerprint.GRPO_LATER_KEYS, *(k for k in schema.GRPO if k.startswith("python.")))   # absent from an
+    bad = must_problems(schema.GRPO, cfg, optional=older)                                           # older config.yaml
+    g, lc = cfg.grpo, cfg.launcher
+    if not bad and g.completions_per_step % g.num_generations:
+        bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, "
+                   f"got {g.completions_per_step!r}")
+    if not bad and lc.kind != "slurm" and lc.nodes != 1:
+        bad.append(f"launcher.nodes must be 1 with launcher=local, a positive integer with launcher=slurm, got {lc.nodes!r}")
     if cfg.task == "qa" and not bad:
         if not g.prompts_file:
             bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
@@ -160,8 +84,6 @@ def problems(cfg: DictConfig) -> list[str]:
 def world_problem(cfg: DictConfig, world: int) -> str | None:
     """Why `world` processes cannot split one step's completions evenly (None when they can)."""
     g = cfg.grpo
-    if not (_pos_int(g.completions_per_step) and _pos_int(g.grad_accum)):
-        return None
     if g.completions_per_step % (world * g.grad_accum):
         return (f"grpo.completions_per_step={g.completions_per_step} is not divisible by {world} process(es) x "
                 f"grpo.grad_accum={g.grad_accum}: each process generates completions_per_step / (processes x "

@@ -1,4 +1,4 @@
-"""The trainer's view of the resolved config (structure of recipes/base.yaml).
+"""The trainer's view of the resolved config (the keys of common.schema.SFT).
 
 `load_config` reads `<run_dir>/config.yaml`, applies optional `key=value` overrides and
 checks every value the trainer uses *before* any model or GPU work, so a typo fails in
@@ -6,13 +6,14 @@ a second with a message naming the key instead of after a 4B model has been load
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 from omegaconf import DictConfig, OmegaConf
 
 from common import schema
+from common.fields import ABSENT, section, select
 from common.cli import apply_overrides
 from common.plan import save_points as plan_save_points
 from common.plan import schedule
@@ -25,22 +26,21 @@ from sft.errors import SftError
 @dataclass
 class TrainConfig:
     """What the training loop reads: the recipe's sections under their own names (`cfg.train.lr` is
-    `train.lr`; common.schema types and validates them), plus the paths launch filled in."""
+    `train.lr`: common.schema's fields, read by `common.fields.section`), plus the paths launch filled in."""
 
     run_dir: Path
     data_dir: Path
     arm: str
     seed: int
     resume: str  # auto | never | PATH of a state dir
-    model: schema.ModelSection      # model.path resolved (`tiny-base` -> the committed dir)
-    train: schema.TrainSection
-    logging: schema.LoggingSection  # logging.name filled: <arm>[-<name>]-s<seed> when null
+    model: SimpleNamespace      # model.path resolved (`tiny-base` -> the committed dir)
+    train: SimpleNamespace
+    logging: SimpleNamespace    # logging.name filled: <arm>[-<name>]-s<seed> when null
     raw: DictConfig = field(repr=False, default=None)
 
 
 def _get(cfg: DictConfig, key: str):
-    node = OmegaConf.select(cfg, key, throw_on_missing=False, default="__absent__")
-    if node == "__absent__":
+    if (node := select(cfg, key)) is ABSENT:
         raise SftError(f"{key}: missing from the resolved config")
     return node
 
@@ -75,12 +75,10 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
     bad = schema.problems(raw)
     if bad:
         raise SftError(bad[0] if len(bad) == 1 else "invalid config:\n  " + "\n  ".join(bad))
-    g = lambda key: _get(raw, key)  # noqa: E731  (validated above)
-    arm, seed = g("arm"), g("seed")
-    variant = OmegaConf.select(raw, "name", default=None)
-    model, train, logging = schema.read_sections(raw)
-    model = dataclasses.replace(model, path=resolve_model_path(model.path, random_ok=True))
-    logging = dataclasses.replace(logging, name=str(logging.name or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}")))
+    arm, seed, variant = raw.arm, raw.seed, raw.get("name")   # validated above
+    model, train, logging = (section(schema.TRAINER, raw, name) for name in ("model", "train", "logging"))
+    model.path = resolve_model_path(model.path, random_ok=True)
+    logging.name = str(logging.name or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}"))
     cfg = TrainConfig(run_dir=Path(str(run_dir)), data_dir=Path(str(data_dir)), arm=arm, seed=seed, resume=resume,
                       model=model, train=train, logging=logging, raw=raw)
     if cfg.resume not in ("auto", "never") and not Path(cfg.resume).is_dir():

@@ -33,6 +33,7 @@ import torch
 from omegaconf import OmegaConf
 
 from common import keydoc
+from common.fields import field
 from common.cli import apply_overrides, require_int, run_cli, wants_help
 from common.io import (SHA256SUMS, atomic_dir, check_output_dir, read_sha256sums, sha256_file, write_json,
                        write_sha256sums)
@@ -50,19 +51,19 @@ from sft.errors import SftError
 # Written into every export: what makes a directory this command's output (overwrite=true only
 # ever renames such a directory aside).
 EXPORT_MARKER = "export_info.json"
-KEYS = {  # key: (default, description): `export-checkpoint --help` and docs/keys/export-checkpoint.md
-    "ckpt": (None, "a step checkpoint (HF model dir), or a run / state dir (its latest COMPLETE resumable state)"),
-    "out": (None, "the serving copy's directory (written to a temporary sibling, renamed when complete)"),
-    "dtype": ("bf16", "bf16 | fp16 | fp32: the dtype of the exported weights"),
-    "max_shard_size": ("5GB", "shard the safetensors above this size (B, KB, MB, GB, TB; KiB, MiB, GiB)"),
-    "vocab_size": (None, "trim padded vocabulary rows beyond this; null -> config.vocab_size"),
-    "tokenizer": (None, "DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)"),
-    "report": (None, "analyze's out dir: the card shows its results of this checkpoint (null: the card says not evaluated)"),
-    "study": (None, "a study file (name or path): the card lists its notes (what is not reproduced)"),
-    "repo_id": (None, "the hub repo the export is published as: the card's snippets load it (null: from this directory)"),
-    "overwrite": (False, "true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>"),
-    "verify": (True, "run verify-checkpoint on the result"),
-    "dry_run": (False, "true: print the config and the resolved source, write nothing"),
+KEYS = {  # `export-checkpoint --help` and docs/keys/export-checkpoint.md
+    "ckpt": field("a step checkpoint (HF model dir), or a run / state dir (its latest COMPLETE resumable state)", None),
+    "out": field("the serving copy's directory (written to a temporary sibling, renamed when complete)", None),
+    "dtype": field("bf16 | fp16 | fp32: the dtype of the exported weights", "bf16"),
+    "max_shard_size": field("shard the safetensors above this size (B, KB, MB, GB, TB; KiB, MiB, GiB)", "5GB"),
+    "vocab_size": field("trim padded vocabulary rows beyond this; null -> config.vocab_size", None),
+    "tokenizer": field("DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)", None),
+    "report": field("analyze's out dir: the card shows its results of this checkpoint (null: the card says not evaluated)", None),
+    "study": field("a study file (name or path): the card lists its notes (what is not reproduced)", None),
+    "repo_id": field("the hub repo the export is published as: the card's snippets load it (null: from this directory)", None),
+    "overwrite": field("true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>", False),
+    "verify": field("run verify-checkpoint on the result", True),
+    "dry_run": field("true: print the config and the resolved source, write nothing", False),
 }
 DEFAULTS = keydoc.defaults(KEYS)
 

@@ -392,7 +392,7 @@ def main(config_path: str | Path, overrides: list[str] | None = None) -> int:
 
 USAGE = """usage: python -m sft.train <resolved-config.yaml> [key=value ...]
 
-Trains the model of the resolved config (structure of recipes/base.yaml, with run_dir and
+Trains the model of the resolved config (the keys of common.schema.SFT, with run_dir and
 data.dir filled) on data.dir. Launch with torchrun for several processes; a plain process
 trains as a world of one. Exit codes: 0 done or preempted (DONE marks a finished run),
 2 config/data error, 3 too many non-finite gradient norms in a row."""

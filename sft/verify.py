@@ -27,6 +27,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import keydoc
+from common.fields import field
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import check_sha256sums, tree_entries
 from sft.ckpt_layout import ST_TO_TORCH, TORCH_TO_ST, config_dtype, expected_layout
@@ -283,9 +284,9 @@ def verify_main(argv: list[str] | None = None) -> int:
     return run_cli(_main, argv)
 
 
-KEYS = {  # key: (default, description): `verify-checkpoint --help` and docs/keys/verify-checkpoint.md
-    "path": (None, "the checkpoint directory (also as the one positional argument)"),
-    "load": (True, "false: skip check 6 (loading the model with transformers)"),
+KEYS = {  # `verify-checkpoint --help` and docs/keys/verify-checkpoint.md
+    "path": field("the checkpoint directory (also as the one positional argument)", None),
+    "load": field("false: skip check 6 (loading the model with transformers)", True),
 }
 
 

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from data_prep import build
 from data_prep.arms import ArmError
@@ -24,9 +23,10 @@ def mixed(tmp_path_factory):
     return out, m
 
 
-def test_defaults_match_base_recipe():
-    base = yaml.safe_load((ROOT / "recipes" / "base.yaml").read_text())
-    assert base["data"] == DATA_DEFAULTS
+def test_defaults_are_the_sft_configs_data_section():
+    from common import keydoc, schema
+
+    assert keydoc.defaults(schema.SFT)["data"] == DATA_DEFAULTS
 
 
 def test_dataset_contract(mixed):

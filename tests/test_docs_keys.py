@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from common import keydoc
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import docs_keys  # noqa: E402
@@ -29,12 +27,6 @@ def _page_rows(text: str) -> list[tuple[str, str, str]]:
     return rows
 
 
-def test_yaml_comments_reads_line_and_continuation_comments():
-    text = ("# header\na: 1   # first\nb:\n  c: x  # inner\n        # continued\n  d: '#not a comment'\n"
-            "e: [1, 2]  # list\n")
-    assert keydoc.yaml_comments(text) == {"a": "first", "b.c": "inner continued", "e": "list"}
-
-
 def test_every_key_has_a_description():
     for name, text in docs_keys.pages().items():
         missing = [k for k, _, doc in _page_rows(text) if not doc]
@@ -47,13 +39,14 @@ def test_generated_key_pages_are_fresh():
 
 
 def test_fresh_check_catches_a_changed_default(tmp_path, monkeypatch):
-    """A recipe default edited without regenerating makes the committed page stale."""
+    """A field's default edited without regenerating makes the committed page stale."""
+    import dataclasses
+
+    from common import schema
+
     page = (ROOT / "docs" / "keys" / "launch.md").read_text(encoding="utf-8")
     assert "| `train.lr` | `1e-05` |" in page
-    from launch import cli
-    edited = tmp_path / "base.yaml"
-    edited.write_text((ROOT / "recipes" / "base.yaml").read_text().replace("lr: 1.0e-5", "lr: 2.0e-5"))
-    monkeypatch.setattr(cli, "sft_keys", lambda: keydoc.from_yaml(edited))
+    monkeypatch.setitem(schema.SFT, "train.lr", dataclasses.replace(schema.SFT["train.lr"], default=2.0e-5))
     assert docs_keys.pages()["launch.md"] != page
 
 

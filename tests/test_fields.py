@@ -49,3 +49,70 @@ def test_the_roles_decide_what_enters_an_evaluation_identity():
     assert digest(max_turns=3) != base and digest(prompt="anchor_nudge") != base
     operational = [k for k, f in EVALUATE.items() if not f.roles & {fields.IDENTITY, fields.CONTENT, fields.ENGINE}]
     assert "batch_size" in operational and "max_turns" not in operational
+
+
+# Key names that mean a different key in each command that has one (not a copy of one definition).
+OTHER_KEYS = {
+    "seed": "what is seeded differs: a run's training, a build's record order, evaluate's item shuffle",
+    "train.steps": "GRPO's steps are a positive count; SFT's may be null (epochs x steps per epoch)",
+    "runs_root": "launch writes the runs there; analyze discovers them there (its default and help say so)",
+    "tokenizer": "the tokenizer data-prep renders with, evaluate's override of the checkpoint's, export's source",
+    "out": "each command's own output", "overwrite": "each command's own output, renamed aside",
+    "dry_run": "what each command prints instead of working", "n": "records per arm, held out per domain, items per bench",
+    "heldout": "a held-out dir left out of an arm, checked against training sets, or scored by evaluate",
+    "ckpt": "evaluate takes a model dir; export also a run or state dir", "benches": "evaluate's list; analyze's (null: the profile's)",
+    "profile": "evaluate runs one; analyze reads and writes the profile's eval dirs",
+    "retriever": "serve-retriever serves bm25 or e5; evaluate also calls one over http",
+    "dtype": "evaluate's compute dtype; export's weights dtype", "wandb": "evaluate's eval run; analyze's results table",
+    "study": "analyze shows its reference results; export lists its notes",
+}
+
+
+def _tables() -> dict[str, dict]:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import docs_keys
+
+    return docs_keys.tables()
+
+
+def test_every_commands_keys_are_fields_defined_once_with_help():
+    """Each key of every command is one typed field with help; a key two commands share is one field
+    object (held as it is, or with the command's own default), never a copy."""
+    tables = _tables()
+    assert {"launch", "launch stage=grpo", "data-prep", "evaluate", "analyze", "export-checkpoint", "verify-checkpoint",
+            "serve-retriever"} <= set(tables)
+    assert fields.definition_problems(tables, OTHER_KEYS) == []
+
+
+def test_a_planted_duplicate_is_found():
+    """The check fails on a copy: the same help defined twice, a shared key defined separately, no help."""
+    tables = _tables()
+    lr = tables["launch"]["train.lr"]
+    copied = fields.Field(lr.default, lr.help, lr.rule, lr.roles)
+    planted = {**tables, "analyze": {**tables["analyze"], "lr": copied}}
+    assert fields.definition_problems(planted, OTHER_KEYS) == ["analyze lr: the help of launch train.lr defined again"]
+    grpo = {**tables["launch stage=grpo"], "train.eps": fields.number("AdamW's epsilon", 1e-8, lo=0, lo_open=True)}
+    assert fields.definition_problems({**tables, "launch stage=grpo": grpo}, OTHER_KEYS) == [
+        "train.eps: defined separately by launch, launch stage=grpo"]
+    bare = {**tables, "verify-checkpoint": {**tables["verify-checkpoint"], "x": fields.field(" ", None), "y": (0, "a pair")}}
+    assert fields.definition_problems(bare, OTHER_KEYS) == ["verify-checkpoint x: no help", "verify-checkpoint y: not a field (tuple)"]
+
+
+def test_train_log_every_is_defined_in_one_place():
+    """The issue's example: `train.log_every` had a base.yaml line, a rule, a type, a copy step and a
+    fingerprint exclusion; now its field says all of it, and the fingerprint's exclusion derives from
+    its role."""
+    from pathlib import Path
+
+    from common import fingerprint, schema
+
+    root = Path(__file__).resolve().parents[1]
+    stages = ("common", "data_prep", "sft", "envs", "evals", "rl", "analysis", "launch", "recipes")
+    where = [str(p.relative_to(root)) for d in stages for p in (root / d).rglob("*") if p.suffix in (".py", ".yaml")
+             and "log_every" in p.read_text(encoding="utf-8", errors="replace")]
+    assert sorted(where) == ["common/schema.py", "sft/console.py", "sft/train.py"], where   # its field; its reader
+    assert fields.IDENTITY not in schema.SFT["train.log_every"].roles
+    assert fingerprint._excluded("train.log_every", fingerprint.EXCLUDED_KEYS)

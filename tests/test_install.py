@@ -49,7 +49,7 @@ def test_installed_launch_dry_run(installed):
     cwd.mkdir()
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import launch.compose as c; print(c.RECIPES)"],
                            cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert Path(where).is_relative_to(venv) and (Path(where) / "base.yaml").is_file(), where
+    assert Path(where).is_relative_to(venv) and (Path(where) / "arm" / "r2e.yaml").is_file(), where
     out = subprocess.run([str(venv / "bin" / "launch"), "arm=r2e", "model=tiny", "data=synthetic", "dry_run=true",
                           f"runs_root={tmp / 'runs'}"], cwd=cwd, env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from common import fingerprint, schema
+from common import fields, fingerprint, schema
 from common.cli import ConfigError
 from launch.compose import compose, validate
 from sft.config import from_dictconfig
@@ -41,7 +41,7 @@ CASES = [(k, v, True) for k, (ok, _) in TABLE.items() for v in ok] + [(k, v, Fal
 
 
 def test_the_table_covers_every_numeric_key():
-    assert set(TABLE) == set(schema.NUMBERS)
+    assert set(TABLE) == {k for k, f in schema.TRAINER.items() if isinstance(f.rule, fields.Range)}
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def _sft_accepts(cfg) -> bool:
 
 @pytest.mark.parametrize("key,value,accepted", CASES, ids=[f"{k}={v!r}" for k, v, _ in CASES])
 def test_intended_values_through_launch_and_sft(base_cfg, key, value, accepted):
-    assert (schema.check(key, value) is None) is accepted
+    assert (schema.TRAINER[key].must(key, value) is None) is accepted
     cfg = _with(base_cfg, key, value)
     assert _launch_accepts(cfg, key) is accepted, f"launch: {key}={value!r}"
     assert _sft_accepts(cfg) is accepted, f"sft: {key}={value!r}"
@@ -116,7 +116,8 @@ def test_launch_and_sft_both_read_the_one_schema(base_cfg, monkeypatch):
     """Tightening one rule in common.schema changes what both readers accept."""
     cfg = _with(base_cfg, "train.lr", 0.5)
     assert _launch_accepts(cfg) and _sft_accepts(cfg)
-    monkeypatch.setitem(schema.NUMBERS, "train.lr", dataclasses.replace(schema.NUMBERS["train.lr"], lo=1.0))
+    tighter = fields.Range(dataclasses.replace(schema.TRAINER["train.lr"].rule.number, lo=1.0))
+    monkeypatch.setitem(schema.TRAINER, "train.lr", dataclasses.replace(schema.TRAINER["train.lr"], rule=tighter))
     assert not _launch_accepts(cfg)
     assert not _sft_accepts(cfg)
     with pytest.raises(ConfigError, match="train.lr must be a number > 1"):
@@ -136,7 +137,7 @@ def test_a_run_configured_before_the_schema_keeps_its_fingerprint():
     # Keys added since: issue 38's launcher.qos and each job kind's interpreter change no result (resumable:
     # excluded from the fingerprint), and each fingerprint.LATER_KEYS key is at its as-before value (left
     # out of it); the identity below is of the full config.
-    assert all(fingerprint._excluded(k, fingerprint.RESUMABLE_KEYS) for k in ("launcher.qos", "python"))
+    assert all(fingerprint._excluded(k, fingerprint.EXCLUDED_KEYS) for k in ("launcher.qos", "python"))
     plain["launcher"].pop("qos")
     plain.pop("python")
     # issue 64's model.license describes the model (the card's licence), never what is trained: excluded

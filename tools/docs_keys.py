@@ -6,8 +6,8 @@
 docs/keys/studies.md (included in docs/studies.md) is generated the same way from the study files: per
 study, its "differs from the reference" table (`common.study.Study.differences`).
 
-The sources are the ones each command's --help prints (common.keydoc): recipes/base.yaml and
-recipes/grpo/base.yaml line comments, and the (default, description) tables in the config modules.
+The sources are the ones each command's --help prints (common.keydoc): the field tables of the config
+modules (common/schema.py for both trainers' recipe keys).
 """
 from __future__ import annotations
 
@@ -18,28 +18,42 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "keys"
 
 
-def pages() -> dict[str, str]:
-    """file name -> page text."""
+def tables() -> dict[str, dict]:
+    """command -> its key table ({key: common.fields.Field}): every command's keys, where they are defined
+    (the pages below and tests/test_fields.py's check that no key is defined twice read them)."""
     sys.path.insert(0, str(ROOT))
-    from common import keydoc
-    from data_prep.cli import keys as data_prep_keys
+    from common import schema
+    from data_prep import cli as data_prep
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
     from launch.analyze import KEYS as ANALYZE
-    from launch.cli import sft_keys
-    from launch.grpo import grpo_keys
     from sft.export import KEYS as EXPORT
     from sft.verify import KEYS as VERIFY
 
+    return {"launch": schema.SFT, "launch stage=grpo": schema.GRPO, "data-prep": {**data_prep.KEYS, **schema.DATA},
+            "data-prep heldout": data_prep.HELDOUT_KEYS, "data-prep check-heldout": data_prep.CHECK_KEYS,
+            "evaluate": EVALUATE, "analyze": ANALYZE, "export-checkpoint": EXPORT, "verify-checkpoint": VERIFY,
+            "serve-retriever": SERVER}
+
+
+def pages() -> dict[str, str]:
+    """file name -> page text."""
+    from common import keydoc
+    from data_prep.cli import keys as data_prep_keys
+    from launch.cli import sft_keys
+    from launch.grpo import grpo_keys
+
+    t = tables()
     sources = {
-        "launch": ("launch (SFT)", "recipes/base.yaml (each key's line comment)", sft_keys()),
-        "grpo": ("launch stage=grpo", "the composed GRPO recipe (task=spa, the default model) and its recipes' line comments", grpo_keys()),
-        "data-prep": ("data-prep", "data_prep/cli.py KEYS + the data section of recipes/base.yaml", data_prep_keys()),
-        "evaluate": ("evaluate", "evals/config.py KEYS", keydoc.from_table(EVALUATE)),
-        "analyze": ("analyze", "launch/analyze.py KEYS", keydoc.from_table(ANALYZE)),
-        "export-checkpoint": ("export-checkpoint", "sft/export.py KEYS", keydoc.from_table(EXPORT)),
-        "verify-checkpoint": ("verify-checkpoint", "sft/verify.py KEYS", keydoc.from_table(VERIFY)),
-        "serve-retriever": ("serve-retriever", "evals/server.py KEYS", keydoc.from_table(SERVER)),
+        "launch": ("launch (SFT)", "common/schema.py SFT", sft_keys()),
+        "grpo": ("launch stage=grpo", "common/schema.py GRPO (defaults as composed for task=spa and the default model)",
+                 grpo_keys()),
+        "data-prep": ("data-prep", "data_prep/cli.py KEYS + common/schema.py DATA", data_prep_keys()),
+        "evaluate": ("evaluate", "evals/config.py KEYS", keydoc.from_table(t["evaluate"])),
+        "analyze": ("analyze", "launch/analyze.py KEYS", keydoc.from_table(t["analyze"])),
+        "export-checkpoint": ("export-checkpoint", "sft/export.py KEYS", keydoc.from_table(t["export-checkpoint"])),
+        "verify-checkpoint": ("verify-checkpoint", "sft/verify.py KEYS", keydoc.from_table(t["verify-checkpoint"])),
+        "serve-retriever": ("serve-retriever", "evals/server.py KEYS", keydoc.from_table(t["serve-retriever"])),
     }
     out = {}
     for name, (title, source, keys) in sources.items():

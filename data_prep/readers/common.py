@@ -12,9 +12,8 @@ import json
 import re
 from typing import Any
 
+from common.schema import REASONING_MODES  # data.reasoning's values, defined with its field
 from data_prep.schema import RecordError, strip_none, tool_call
-
-REASONING_MODES = ("reasoning_content", "content")
 
 _FUNC_RE = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.DOTALL)
 _PARAM_RE = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.DOTALL)
