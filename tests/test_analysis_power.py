@@ -91,7 +91,7 @@ def _defaults() -> dict:
     """What `analyze power.pilot=...` uses unless told otherwise (launch.analyze's KEYS)."""
     from launch.analyze import KEYS
 
-    return {k: KEYS[f"power.{k}"][0] for k in ("effect", "power", "alpha", "max_seeds")}
+    return {k: KEYS[f"power.{k}"].default for k in ("effect", "power", "alpha", "max_seeds")}
 
 
 def _true_power(sigma_seed: float, effect: float, items: int, seeds: int) -> float:
@@ -188,4 +188,4 @@ def test_power_keys_are_documented():
     from launch.analyze import KEYS
 
     assert {"power.pilot", "power.effect", "power.seed_sd", "axis"} <= set(KEYS)
-    assert json.dumps(KEYS["power.effect"])  # plain values, so docs/keys renders them
+    assert json.dumps(KEYS["power.effect"].default)  # a plain value, so docs/keys renders it
