@@ -18,6 +18,11 @@ environments' interpreters, ...) are small stand-ins in the scratch directory (S
 `data/`): a dry run checks that an input exists and reads as its kind, not what a real one holds. The stand-in
 interpreters are this one with `vllm`, `flash_attn` and `liger_kernel` findable (empty packages: the check that
 asks an environment for its modules only looks them up; tests/test_launch_slurm.py tests that check).
+The preflight (launch/preflight.py) of a study's dry run exits 2 on what a real run would lack: the blocks are
+given what they need, not marked as stopping there: the data cache holds a one-row stand-in of each unpinned set
+(never downloaded: a user pre-fills it with `fetch-data NAME from=DIR`), and each study command on a GPU host
+names the environments its stages need (`python.eval=` with vllm, `python.grpo=` with the pinned trl), as a
+user's must; a dry run that forgets them exits 2 here, as the user's would.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import pytest
 
 from launch.inprocess import run_main
 
+from tests.plan_capture import unpinned_stand_ins
 from tests.test_docs_blocks import PAGES, cpu_blocks   # the runner of the runnable blocks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,6 +256,9 @@ def scratch(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         path = f"{trl}{os.pathsep}{stubs}" if "trl" in venv else str(stubs)
         python.write_text(f'#!/bin/sh\nPYTHONPATH="{path}" exec {sys.executable} "$@"\n')
         python.chmod(0o755)
+    with pytest.MonkeyPatch.context() as mp:   # the unpinned sets a user pre-fills from their copy (the preflight asks)
+        mp.setenv("DTSFT_DATA", str(cache))
+        unpinned_stand_ins(top)
     env = dict(os.environ, DTSFT_DATA=str(cache), HF_HOME=str(hf), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                WANDB_MODE="disabled", PWD=str(work))
     return work, env
