@@ -23,6 +23,7 @@ from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
 from common.fields import Passed
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
+from launch import preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import check_launcher, submit_analysis, submit_runs, tasks_report
 from launch.evaluation import (EvalReport, Evaluator, check_anchor_identity, check_settings, check_templates, harness,
@@ -265,7 +266,10 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
-    return print_result(run_analysis(parse_argv(argv)))
+    cfg = parse_argv(argv)
+    check_python(cfg, {"backend": cfg.eval.backend}, cfg.profile or None)   # a named python.eval=: its one line
+    found = preflight.gate([preflight.analyze_needs(cfg)], bool(cfg.dry_run))   # before any work: exit 2 on a problem
+    return print_result(run_analysis(cfg)) or preflight.after_plan(found) or 0
 
 
 def parse_argv(argv: list[str]) -> DictConfig:

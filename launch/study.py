@@ -191,17 +191,6 @@ def _route_python(study: Study, extra: dict[str, list[str]], argv: list[str]) ->
             raise LaunchError(why)
 
 
-def _walk_names(value) -> list[str]:
-    """The data names (common.datafetch) anywhere in a setting's value (a string, list or mapping)."""
-    from common import datafetch
-
-    if isinstance(value, dict):
-        return [n for v in value.values() for n in _walk_names(v)]
-    if isinstance(value, (list, tuple)):
-        return [n for v in value for n in _walk_names(v)]
-    return [value] if datafetch.is_name(value) else []
-
-
 def _settings(tokens: list[str]) -> dict:
     """A stage's tokens as one mapping (the last of a key wins; values parsed as the command parses them)."""
     from omegaconf import OmegaConf
@@ -218,34 +207,11 @@ def _settings(tokens: list[str]) -> dict:
     return out
 
 
-def _eval_data(settings: dict, prefix: str) -> tuple[list[str], str | None]:
-    """(data names, backend) an analyze (prefix `eval.`) or evaluate (prefix ``) stage's evaluations read:
-    its profile's, then its own settings'; each bench's item set as evals.benches resolves it."""
-    from evals.benches import bench_set
-    from evals.profiles import load_profile
-
-    profile = settings.get("profile") or None
-    evaluate = load_profile(str(profile))["evaluate"] if profile else {}
-    sets_keys = ("sets", f"{prefix}sets")   # an item set counts only for a bench evaluated (below)
-    names = _walk_names({k: v for k, v in evaluate.items() if k != "sets"}) \
-        + _walk_names({k: v for k, v in settings.items() if k not in sets_keys})
-    if settings.get(f"{prefix}retriever", evaluate.get("retriever")) != "e5":   # no dense retrieval: no encoder, no index
-        names = [n for n in names if not n.startswith(("encoder:", "index:"))]
-    backend = settings.get(f"{prefix}backend", evaluate.get("backend"))
-    if settings.get("bench_root") or settings.get(f"{prefix}bench_root"):
-        return names, backend
-    sets = {**(evaluate.get("sets") or {}), **(settings.get(f"{prefix}sets") or settings.get("sets") or {})}
-    for bench in settings.get("benches") or evaluate.get("benches") or []:
-        try:
-            names += [n for n in (bench_set(str(bench), None, sets),) if n]
-        except ConfigError:   # the stage's own dry run refuses it, with its reason
-            pass
-    return names, backend
-
-
 def _training_needs(stage, tokens: list[str]) -> tuple[dict[str, str], str | None, list[str]]:
     """(modules, pinned TRL, data names) of a training stage's runs, from its first run's resolved config."""
     from omegaconf import OmegaConf
+
+    from launch.preflight import names_in
 
     args = [t for t in tokens if t.partition("=")[0].strip() not in ALL_STAGES
             and not t.partition("=")[0].strip().startswith("python.")]
@@ -254,12 +220,12 @@ def _training_needs(stage, tokens: list[str]) -> tuple[dict[str, str], str | Non
             from launch.compose import compose_grpo
 
             cfg = compose_grpo(args).cfg
-            return interpreter.grpo_needs(cfg), cfg.grpo.get("trl"), _walk_names(OmegaConf.to_container(cfg))
+            return interpreter.grpo_needs(cfg), cfg.grpo.get("trl"), names_in(OmegaConf.to_container(cfg))
         from launch.compose import compose
         from launch.sweep import combos, split_eval_profile
 
         cfg = compose(combos(split_eval_profile(args)[2])[0] if stage.run == "sweep" else args).cfg
-        return interpreter.sft_needs(cfg), None, _walk_names(OmegaConf.to_container(cfg))
+        return interpreter.sft_needs(cfg), None, names_in(OmegaConf.to_container(cfg))
     except (ConfigError, LaunchError):   # the stage's own check refuses its settings, with the reason
         return {}, None, []
 
@@ -271,7 +237,7 @@ def study_needs(study: Study, extra: dict[str, list[str]]) -> list:
     """Each stage's needs (launch.preflight.Needs) from its settings (a data slot not filled yet left out):
     the data names it and its profile read, its interpreter (named, or this one) with the modules its jobs
     import, and the directories it writes."""
-    from launch.preflight import Needs
+    from launch.preflight import Needs, eval_data, names_in
 
     out = []
     for stage in study.stages:
@@ -282,13 +248,13 @@ def study_needs(study: Study, extra: dict[str, list[str]]) -> list:
             kind = "grpo" if stage.run == "grpo" else "sft"
             modules, trl, names = _training_needs(stage, tokens)
             python = settings.get(f"python.{kind}")
-            out.append(Needs(who, tuple(dict.fromkeys(names + _walk_names(settings))), kind,
+            out.append(Needs(who, tuple(dict.fromkeys(names + names_in(settings))), kind,
                              interpreter.named({kind: python}, kind), modules, trl,
                              tuple(str(settings[k]) for k in ("runs_root",) if settings.get(k))))
             continue
         kind = STAGE_PYTHON[stage.run]
-        names, backend = _eval_data(settings, "eval." if stage.run == "analyze" else "") \
-            if stage.run in ("analyze", "evaluate") else (_walk_names(settings), None)
+        names, backend = eval_data(settings, "eval." if stage.run == "analyze" else "") \
+            if stage.run in ("analyze", "evaluate") else (names_in(settings), None)
         modules = EXPORT_NEEDS if kind == "sft" else interpreter.eval_needs(backend)
         outs = tuple(str(settings[k]) for k in ("out",) if settings.get(k))
         out.append(Needs(who, tuple(dict.fromkeys(names)), kind, stage_python(stage, extra[stage.name]),

@@ -111,3 +111,93 @@ def test_a_stage_needs_only_the_data_it_reads():
     assert {"encoder:e5-base-v2", "index:wiki18_e5_flat", "nq:seed42_1000", "bamboogle:test"} <= set(dense)
     assert report_data("study=dual_terminator_sft", "corpus=c.jsonl", "report:eval.retriever=bm25",
                        "report:benches=[bamboogle]") == ("bamboogle:test",)
+
+
+# ---- a launch, a GRPO run, a sweep and an analyze check what their jobs need before their first one ----------
+
+def _preflight_lines(err: str) -> list[str]:
+    return [x for x in err.splitlines() if x.startswith("error: preflight:")]
+
+
+@pytest.fixture
+def work(tmp_path, tmp_path_factory, monkeypatch):
+    """cwd with a runs root and a reports dir holding earlier work; an empty data cache, no network."""
+    outside = tmp_path_factory.mktemp("outside")
+    monkeypatch.setenv("DTSFT_DATA", str(outside / "data"))
+    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "search" / "seed0").mkdir(parents=True)
+    (tmp_path / "runs" / "search" / "seed0" / "DONE").write_text("earlier\n")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "report.md").write_text("# earlier\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_grpo_run_whose_implicit_interpreter_lacks_the_pinned_trl_stops_before_anything(work, dry, capsys):
+    from rl.config import installed_trl
+
+    before = tree(work)
+    argv = ["stage=grpo", "task=spa", "model=tiny_base", "steps=1", "grpo.trl=1.9.2", "runs_root=runs"]
+    assert main([*argv, *(["dry_run=true"] if dry else [])]) == 2
+    out, err = capsys.readouterr()
+    [line] = _preflight_lines(err)
+    assert f"has trl {installed_trl()}" in line and "python.grpo not given" in line and "grpo_spa/seed0" in line
+    assert ("# resolved config.yaml" in out) == dry   # a dry run shows its plan, then exits 2
+    assert err.strip().endswith("the dry run showed its plan; exit 2" if dry else "nothing was started, submitted or written")
+    assert tree(work) == before
+
+
+def test_an_analyze_lists_every_data_set_it_lacks_and_writes_nothing(work, capsys):
+    from launch.analyze import main as analyze_main
+
+    before = tree(work)
+    for dry in ([], ["dry_run=true"]):
+        assert analyze_main(["runs_root=runs", "out=reports", "profile=rl_ood", *dry]) == 2
+        lines = _preflight_lines(capsys.readouterr().err)
+        assert any("2wikimultihopqa:hub_dev" in x and "`fetch-data 2wikimultihopqa:hub_dev from=DIR`" in x
+                   for x in lines), lines
+        assert all(x.startswith("error: preflight: analyze: ") for x in lines)
+        assert tree(work) == before
+
+
+def test_a_sweep_checks_its_runs_and_its_evaluation_before_the_first_run(work, capsys):
+    before = tree(work)
+    argv = ["sweep", "arms=[r2e,mixed]", "seeds=[0]", "model=tiny", "data=synthetic", "runs_root=runs",
+            "eval_profile=rl_ood", "analyze.out=reports"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    lines = _preflight_lines(err)
+    assert lines and all(x.startswith("error: preflight: analyze: ") for x in lines) and "hub_dev" in lines[0]
+    assert "sweep run 1/" not in out   # nothing trained
+    assert tree(work) == before
+
+
+def _torch_without_cuda(where) -> str:
+    """An interpreter whose torch says it has no CUDA (a stand-in torch package ahead of the real one)."""
+    site = where / "cpu_torch"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("class cuda:\n    is_available = staticmethod(lambda: False)\n")
+    python = where / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec {__import__("sys").executable} "$@"\n')
+    python.chmod(0o755)
+    return str(python)
+
+
+def test_cuda_is_asked_only_where_a_gpu_is_visible(work, tmp_path_factory, monkeypatch, capsys):
+    from launch import preflight
+
+    python = _torch_without_cuda(tmp_path_factory.mktemp("env"))
+    argv = ["arm=r2e", "model=qwen3_4b", "data=synthetic", "runs_root=runs", f"python.sft={python}", "dry_run=true"]
+    monkeypatch.setattr(preflight, "gpus_visible", lambda: False)
+    assert main(argv) == 0   # no GPU here: not a problem, one line says CUDA was not checked
+    out, err = capsys.readouterr()
+    assert out.count("preflight: CUDA unchecked") == 1 and not _preflight_lines(err)
+    assert main([*argv, "launcher=slurm"]) == 0
+    assert "preflight: CUDA unchecked for the jobs that run on Slurm's nodes" in capsys.readouterr().out
+    monkeypatch.setattr(preflight, "gpus_visible", lambda: True)
+    assert main(argv) == 2   # a GPU here, and the run's interpreter's torch does not see it
+    [line] = _preflight_lines(capsys.readouterr().err)
+    assert line.endswith(f"{python}: torch sees no CUDA GPU although this machine shows one (a CPU-only torch?)")
