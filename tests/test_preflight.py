@@ -16,13 +16,20 @@ SMALL = ["train:seeds=[0]", "train:arms=[r2e]"]   # one training run: the prefli
 
 
 @pytest.fixture
-def here(tmp_path, tmp_path_factory, monkeypatch):
-    """An empty cache (no download possible), the study's data slots filled by stand-in files in cwd."""
+def bare(tmp_path, tmp_path_factory, monkeypatch):
+    """cwd an empty dir; an empty data cache outside it (no download possible: the endpoint refuses); wandb off."""
     outside = tmp_path_factory.mktemp("outside")
     monkeypatch.setenv("DTSFT_DATA", str(outside / "data"))
     monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.chdir(tmp_path)
+    return outside
+
+
+@pytest.fixture
+def here(tmp_path, bare):
+    """An empty cache (no download possible), the study's data slots filled by stand-in files in cwd."""
+    outside = bare
     slots = [s for s in stand_ins(tmp_path)["dual_terminator_sft"] if not s.startswith("report:eval.index")]
     return tmp_path, outside, slots
 
@@ -120,13 +127,8 @@ def _preflight_lines(err: str) -> list[str]:
 
 
 @pytest.fixture
-def work(tmp_path, tmp_path_factory, monkeypatch):
+def work(tmp_path, bare):
     """cwd with a runs root and a reports dir holding earlier work; an empty data cache, no network."""
-    outside = tmp_path_factory.mktemp("outside")
-    monkeypatch.setenv("DTSFT_DATA", str(outside / "data"))
-    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "search" / "seed0").mkdir(parents=True)
     (tmp_path / "runs" / "search" / "seed0" / "DONE").write_text("earlier\n")
     (tmp_path / "reports").mkdir()
