@@ -35,6 +35,7 @@ from common.cli import ConfigError
 from launch.errors import LaunchError
 
 EXIT = 2
+CHECKED_ENV = "DTSFT_PREFLIGHT_CHECKED"   # set for a command whose caller (a sweep, for its analysis) checked its jobs
 
 
 class Refused(LaunchError):
@@ -224,10 +225,11 @@ def problems(needs: list[Needs]) -> list[str]:
 def gate(needs: list[Needs], dry_run: bool) -> list[str]:
     """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each); a real run with
     problems stops here (Refused: exit 2, nothing written). Returns the problems: a dry run shows its plan,
-    then `after_plan` stops it. A stage of a study (STUDY_ENV set) was checked by the study's own preflight."""
+    then `after_plan` stops it. A stage of a study (STUDY_ENV set) was checked by the study's own preflight, a
+    sweep's analysis (CHECKED_ENV set) by the sweep's."""
     from common.study import STUDY_ENV
 
-    if os.environ.get(STUDY_ENV):
+    if os.environ.get(STUDY_ENV) or os.environ.get(CHECKED_ENV):
         return []
     for line in notes(needs):
         print(f"preflight: {line}", flush=True)

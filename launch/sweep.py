@@ -125,7 +125,9 @@ def check_eval_python(python: str | None, tokens: list[str]) -> None:
 
 
 def _child_env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    """The analysis' environment: the project importable, and its jobs already checked by the sweep's preflight."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+                **{preflight.CHECKED_ENV: "1"})
 
 
 def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
@@ -134,7 +136,7 @@ def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
     if cmd[0] == sys.executable and cmd[1:3] == ["-m", "launch.analyze"]:
         from launch.analyze import main
 
-        return inprocess.run_main(main, cmd[3:], quiet=quiet)
+        return inprocess.run_main(main, cmd[3:], env=_child_env(), quiet=quiet)
     return inprocess.run_child(cmd, env=_child_env(), quiet=quiet)
 
 

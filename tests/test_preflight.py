@@ -174,6 +174,9 @@ def test_a_sweep_checks_its_runs_and_its_evaluation_before_the_first_run(work, c
     assert lines and all(x.startswith("error: preflight: analyze: ") for x in lines) and "hub_dev" in lines[0]
     assert "sweep run 1/" not in out   # nothing trained
     assert tree(work) == before
+    assert main([*argv, "dry_run=true"]) == 2   # its dry run: the same lines, each once (its evaluation's plan too)
+    assert _preflight_lines(capsys.readouterr().err) == lines
+    assert tree(work) == before
 
 
 def _torch_without_cuda(where) -> str:
