@@ -23,6 +23,7 @@ from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
 from common.fields import Passed, field
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
+from launch import preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import check_launcher, eval_backend, submit_analysis, submit_runs, tasks_report
 from launch.evaluation import (EvalReport, Evaluator, check_anchor_identity, check_settings, check_templates, harness,
@@ -266,7 +267,10 @@ def _main(argv: list[str]) -> int:
             raise AnalysisError(f"{argv[0]}: no such file (analyze CONFIG runs the analysis a config file holds; "
                                 "else give key=value settings)")
         return print_result(run_analysis(OmegaConf.load(argv[0])))
-    return print_result(run_analysis(parse_argv(argv)))
+    cfg = parse_argv(argv)
+    check_python(cfg, {"backend": cfg.eval.backend}, cfg.profile or None)   # a named python.eval=: its one line
+    found = preflight.gate([preflight.analyze_needs(cfg)], bool(cfg.dry_run))   # before any work: exit 2 on a problem
+    return print_result(run_analysis(cfg)) or preflight.after_plan(found) or 0
 
 
 def parse_argv(argv: list[str]) -> DictConfig:

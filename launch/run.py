@@ -30,7 +30,7 @@ from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
-from launch import cache, local, manifest, slurm
+from launch import cache, local, manifest, preflight, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
 from launch.errors import LaunchError
 from launch.refusal import trainer_refusal
@@ -341,11 +341,12 @@ def describe(prep: Prepared) -> str:
             f"[launch] {planned_steps(cfg)} optimizer steps (for n={cfg.data.n}), checkpoints at {saves}")
 
 
-def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, **cache_kw) -> int:
+def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, checked: bool = False,
+               **cache_kw) -> int:
     """`launch [stage=...] key=value ...` for one run of `trainer`; returns the exit code (the trainer's
     for local runs). `prep`: the run as `trainer.resolve(argv)` already resolved it (a sweep resolves
-    every run up front: it is composed once), else resolved here. `cache_kw` reach SFT's data step
-    (launch.cache: a stand-in builder in tests)."""
+    every run up front: it is composed once), else resolved here. `checked`: the caller (a sweep) ran this
+    run's preflight with its others. `cache_kw` reach SFT's data step (launch.cache: a stand-in builder in tests)."""
     if prep is None:
         prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
     cfg, rd = prep.cfg, prep.run_dir
@@ -357,8 +358,9 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
         return 0
     print(trainer.describe(prep))
     trainer.check_python(prep)   # before anything is started or submitted (a dry run says so too)
+    found = [] if checked else preflight.gate([preflight.run_needs(trainer, prep)], bool(cfg.launcher.dry_run))
     if cfg.launcher.dry_run:
-        return trainer.dry_run(prep, argv)
+        return trainer.dry_run(prep, argv) or preflight.after_plan(found) or 0
     refused = trainer.preflight(prep)
     if refused is not None:
         return refused

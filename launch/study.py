@@ -192,6 +192,77 @@ def _route_python(study: Study, extra: dict[str, list[str]], argv: list[str]) ->
             raise LaunchError(why)
 
 
+def _settings(tokens: list[str]) -> dict:
+    """A stage's tokens as one mapping (the last of a key wins; values parsed as the command parses them)."""
+    from omegaconf import OmegaConf
+
+    out = {}
+    for tok in tokens:
+        key, sep, value = tok.partition("=")
+        if not sep:
+            continue
+        try:
+            out[key.strip()] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)["v"]
+        except Exception:   # a value the stage's own check refuses, with its reason
+            out[key.strip()] = value
+    return out
+
+
+def _training_needs(stage, tokens: list[str]) -> tuple[dict[str, str], str | None, list[str]]:
+    """(modules, pinned TRL, data names) of a training stage's runs, from its first run's resolved config."""
+    from omegaconf import OmegaConf
+
+    from launch.preflight import names_in
+
+    args = [t for t in tokens if t.partition("=")[0].strip() not in ALL_STAGES
+            and not t.partition("=")[0].strip().startswith("python.")]
+    try:
+        if stage.run == "grpo":
+            from launch.compose import compose_grpo
+
+            cfg = compose_grpo(args).cfg
+            return interpreter.grpo_needs(cfg), cfg.grpo.get("trl"), names_in(OmegaConf.to_container(cfg))
+        from launch.compose import compose
+        from launch.sweep import combos, split_eval_profile
+
+        cfg = compose(combos(split_eval_profile(args)[2])[0] if stage.run == "sweep" else args).cfg
+        return interpreter.sft_needs(cfg), None, names_in(OmegaConf.to_container(cfg))
+    except (ConfigError, LaunchError):   # the stage's own check refuses its settings, with the reason
+        return {}, None, []
+
+
+EXPORT_NEEDS = {"torch": "export", "safetensors": "export", "omegaconf": "the config"}
+
+
+def study_needs(study: Study, extra: dict[str, list[str]]) -> list:
+    """Each stage's needs (launch.preflight.Needs) from its settings (a data slot not filled yet left out):
+    the data names it and its profile read, its interpreter (named, or this one) with the modules its jobs
+    import, and the directories it writes."""
+    from launch.preflight import Needs, eval_data, names_in
+
+    out = []
+    for stage in study.stages:
+        tokens = stage.argv_without(study.unset(stage)) + list(extra[stage.name])
+        settings = _settings(tokens)
+        who = f"stage {stage.name} ({stage.run})"
+        if stage.run in TRAINING_RUNS:
+            kind = "grpo" if stage.run == "grpo" else "sft"
+            modules, trl, names = _training_needs(stage, tokens)
+            python = settings.get(f"python.{kind}")
+            out.append(Needs(who, tuple(dict.fromkeys(names + names_in(settings))), kind,
+                             interpreter.named({kind: python}, kind), modules, trl,
+                             tuple(str(settings[k]) for k in ("runs_root",) if settings.get(k))))
+            continue
+        kind = STAGE_PYTHON[stage.run]
+        names, backend = eval_data(settings, "eval." if stage.run == "analyze" else "") \
+            if stage.run in ("analyze", "evaluate") else (names_in(settings), None)
+        modules = EXPORT_NEEDS if kind == "sft" else interpreter.eval_needs(backend)
+        outs = tuple(str(settings[k]) for k in ("out",) if settings.get(k))
+        out.append(Needs(who, tuple(dict.fromkeys(names)), kind, stage_python(stage, extra[stage.name]),
+                         modules, None, outs))
+    return out
+
+
 def _stage_main(module: str, launch: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
     """The `main(argv)` of a stage's command module (common.study.RUNNERS), as its console script runs it."""
     if module == "launch.cli":
@@ -291,6 +362,13 @@ def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
           flush=True)
     print(f"  differs from the reference ({len(study.differences())}: each chosen setting, then what is not reproduced):\n"
           + "".join(f"    - {line}\n" for line in study.differences()), end="", flush=True)
+    # the preflight: everything any stage's jobs will need, before anything is started, submitted or written
+    from launch import preflight
+
+    problems = preflight.problems(study_needs(study, extra))
+    preflight.report(problems, dry_run)
+    if problems and not dry_run:
+        return preflight.EXIT
     from launch.run import REPO
 
     env = dict(os.environ, **{STUDY_ENV: json.dumps(study.identity())})
@@ -302,7 +380,12 @@ def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
         if rc != 0:
             return rc
     if on_slurm:
-        return _submit_study(study, extra, dry_run, env, own, launch)
+        rc = _submit_study(study, extra, dry_run, env, own, launch)
+        if rc == 0 and problems:
+            print(f"study {study.name}: the preflight found {len(problems)} problem(s) (above): exit {preflight.EXIT}",
+                  file=sys.stderr)
+            return preflight.EXIT
+        return rc
     for i, stage in enumerate(study.stages, 1):
         cmd = stage_command(study, stage, extra[stage.name])
         print(f"\n== stage {i}/{len(study.stages)}: {stage.name} ({stage.run})\n$ {shlex.join(['python', *cmd[1:]])}", flush=True)
@@ -321,6 +404,10 @@ def run_study(argv: list[str], launch: Callable[[list[str]], int]) -> int:
                   f"(finished work is kept and skipped)", file=sys.stderr)
             return rc
     print(f"\nstudy {study.name}: {'dry run done' if dry_run else 'all stages done'}")
+    if problems:
+        print(f"study {study.name}: the preflight found {len(problems)} problem(s) (above): exit {preflight.EXIT}",
+              file=sys.stderr)
+        return preflight.EXIT
     return 0
 
 

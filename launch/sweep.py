@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
-from launch import local, manifest, slurm
+from launch import local, manifest, preflight, slurm
 from launch.run import (REPO, SFT, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
                         prepare_run, resolve)
 from launch.errors import LaunchError
@@ -125,7 +125,9 @@ def check_eval_python(python: str | None, tokens: list[str]) -> None:
 
 
 def _child_env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    """The analysis' environment: the project importable, and its jobs already checked by the sweep's preflight."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+                **{preflight.CHECKED_ENV: "1"})
 
 
 def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
@@ -134,7 +136,7 @@ def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
     if cmd[0] == sys.executable and cmd[1:3] == ["-m", "launch.analyze"]:
         from launch.analyze import main
 
-        return local.run_main(main, cmd[3:], quiet=quiet)
+        return local.run_main(main, cmd[3:], env=_child_env(), quiet=quiet)
     return local.run_child(cmd, env=_child_env(), quiet=quiet)
 
 
@@ -142,6 +144,16 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     profile, analyze, argv = split_eval_profile(argv)
     runs = combos(argv)
     preps = [resolve(run) for run in runs]   # every combination's keys and values checked up front
+    first = preps[0].cfg   # the preflight: every run's needs and the evaluation's, before anything (exit 2)
+    from launch.analyze import parse_argv
+
+    found = preflight.gate(preflight.sweep_needs(SFT, preps, parse_argv(analyze_command(
+        str(first.runs_root), profile, [*analyze, f"launcher={first.launcher.kind}"],
+        interpreter.named(first.get("python"), "eval"))[3:]) if profile else None), bool(first.launcher.dry_run))
+    return _run_sweep(argv, runs, preps, profile, analyze, **cache_kw) or preflight.after_plan(found) or 0
+
+
+def _run_sweep(argv, runs, preps, profile, analyze, **cache_kw) -> int:
     if preps[0].cfg.launcher.kind == "slurm":
         return _sweep_slurm(argv, runs, preps, profile=profile, analyze=analyze, **cache_kw)
     dry = bool(preps[0].cfg.launcher.dry_run)
@@ -157,7 +169,7 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     failed = []
     for i, (run, prep) in enumerate(zip(runs, preps), 1):
         print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
-        rc = launch_one(SFT, run, prep, **cache_kw)   # the run as resolved up front: composed once
+        rc = launch_one(SFT, run, prep, checked=True, **cache_kw)   # the run as resolved up front: composed once
         if rc != 0:
             failed.append((run[:2], rc))
             if rc in (130, 143):   # interrupted: stop the sweep, don't start the next run

@@ -11,6 +11,7 @@ tests/test_study_plans.py compares it with the golden files under tests/snapshot
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -40,6 +41,39 @@ def stand_ins(cwd: Path) -> dict[str, list[str]]:
         "qwen3_4b_multihop_sft_grpo": ["hotpotqa_trajectories=canonical:traj.jsonl", "hotpotqa_questions=questions.jsonl"],
         "browsecomp_worker_export": ["checkpoint=ckpt", f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}"],
     }
+
+
+TRL_PIN = "1.9.2"   # the GRPO studies' grpo.trl
+
+
+def gpu_env_stand_in(where: Path, monkeypatch) -> None:
+    """What the preflight asks of a GPU environment, for a dry run on this CPU box: a stand-in `vllm` package
+    (an empty module) and a stand-in record of the pinned trl release (a dist-info), under `where`, on the
+    PYTHONPATH of the interpreter probe's subprocess only (this process never imports them), so
+    `eval.backend=vllm` and `grpo.trl` pass the check of the implicit interpreter."""
+    from common import interpreter
+
+    site = where / "gpu_env_stand_in"
+    (site / "vllm").mkdir(parents=True, exist_ok=True)
+    (site / "vllm" / "__init__.py").write_text('"""A stand-in: the interpreter probe finds it."""\n')
+    (site / f"trl-{TRL_PIN}.dist-info").mkdir(exist_ok=True)
+    (site / f"trl-{TRL_PIN}.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: trl\nVersion: {TRL_PIN}\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    for name in ("missing_modules", "package_version"):   # answers cached afresh, the earlier ones back on undo
+        monkeypatch.setattr(interpreter, name, functools.lru_cache(maxsize=None)(getattr(interpreter, name).__wrapped__))
+
+
+def unpinned_stand_ins(where: Path) -> None:
+    """A user's copy of every unpinned data set (never downloaded: pre-filled with `fetch-data NAME from=DIR`),
+    as a one-row stand-in, put into $DTSFT_DATA the way a user puts theirs."""
+    from common import datafetch
+
+    src = where / "unpinned_copies"
+    for name, f in datafetch.UNPINNED.items():
+        (src / f.rel.split("/", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
+        (src / f.rel.split("/", 1)[1]).write_text('{"_id": "0", "question": "q", "answer": "a"}\n')
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        datafetch.fill(src, list(datafetch.UNPINNED))
 
 
 def _spec(spec) -> dict:
@@ -209,6 +243,8 @@ def study_argv(study: str, launcher: str, slots: dict[str, list[str]]) -> list[s
 def plans(monkeypatch, cwd: Path) -> dict[str, dict]:
     """Every study file's plan, local and on Slurm, normalised: golden file name -> plan."""
     slots, subs, out = stand_ins(cwd), substitutions(cwd), {}
+    gpu_env_stand_in(cwd.parent, monkeypatch)   # the GPU environment's vllm and trl (the implicit interpreter's)
+    unpinned_stand_ins(cwd.parent)           # the unpinned sets a user pre-fills
     for study in STUDY_FILES:
         for launcher in LAUNCHERS:
             argv = study_argv(study, launcher, slots)

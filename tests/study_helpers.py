@@ -12,7 +12,8 @@ from tests.conftest import ROOT, shared_path
 
 def launch(cwd: Path, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """`python -m launch.cli ARGV` in `cwd` (wandb off), its output captured."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+               WANDB_MODE="disabled")
     return subprocess.run([sys.executable, "-m", "launch.cli", *argv], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 

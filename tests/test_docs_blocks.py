@@ -4,6 +4,9 @@
   marker `<!-- runnable: cpu -->`, which renders as code on the site and on GitHub and is hidden there) is
   executed, the blocks of one page in order in one scratch directory (a later block may read what an
   earlier one wrote), with bash -euo pipefail and a timeout: a renamed key or a changed default fails here.
+  Each must exit 0, but one marked `<!-- runnable: cpu, stops-at: preflight -->` (a GPU study's dry run on a
+  CPU; STOPS_AT_PREFLIGHT lists them) must stop at the study's preflight: exit 2, the preflight's lines and
+  count printed, no other error (tools/docs_blocks.py).
   Each runs as a reader's shell would: the venv's bin directory taken off PATH, then the README's own
   activation line (`. .venv/bin/activate`) run in the repository, so a page whose commands need more than
   that line fails here; every page that runs commands says that line before its first command.
@@ -25,7 +28,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from docs_blocks import MARKER, activation_line as readme_activation_line, cpu_blocks  # noqa: E402
+from docs_blocks import MARKER, activation_line as readme_activation_line, cpu_blocks, is_marker, outcome_problem  # noqa: E402,F401
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TIMEOUT_S = 300
@@ -69,10 +72,39 @@ def test_there_are_runnable_blocks():
 
 @pytest.mark.parametrize("page", _pages_with_blocks(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_cpu_blocks_run(page, tmp_path):
-    for line, body in cpu_blocks(page.read_text(encoding="utf-8")):
+    for line, body, stop in cpu_blocks(page.read_text(encoding="utf-8")):
         proc = run_block(body, tmp_path)
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-        assert proc.returncode == 0, f"{page.relative_to(ROOT)}:{line}: exit {proc.returncode}\n" + "\n".join(tail)
+        why = outcome_problem(stop, proc.returncode, proc.stderr)
+        assert why is None, f"{page.relative_to(ROOT)}:{line}: {why}\n" + "\n".join(tail)
+
+
+# The blocks marked `<!-- runnable: cpu, stops-at: preflight -->`: a GPU study's dry run on a CPU, which its
+# preflight stops (exit 2) since no environment here has vllm or trl 1.9.2; the dry run shows its plan first.
+STOPS_AT_PREFLIGHT = {("docs/studies.md", "launch study=qwen3_4b_spa_grpo model=tiny_base dry_run=true"),
+                      ("docs/how-to/slurm.md", "launch study=dual_terminator_sft launcher=slurm")}
+
+
+def test_the_blocks_expected_to_stop_at_the_preflight_are_the_gpu_studies_dry_runs():
+    marked = {(str(p.relative_to(ROOT)), body) for p in PAGES
+              for _, body, stop in cpu_blocks(p.read_text(encoding="utf-8")) if stop == "preflight"}
+    assert {(page, next(x for x in body.splitlines() if x.startswith("launch study="))[:len(start)])
+            for page, body in marked for p, start in STOPS_AT_PREFLIGHT if p == page} == STOPS_AT_PREFLIGHT
+    assert len(marked) == len(STOPS_AT_PREFLIGHT)
+
+
+def test_a_block_expected_to_stop_at_the_preflight_must_stop_there(tmp_path):
+    """The marker's check: exit 2 with the preflight's lines and count passes; exit 0, another error, or a
+    count that does not match fails."""
+    text = "<!-- runnable: cpu, stops-at: preflight -->\n```bash\n{}\n```\n"
+    stopped = ("echo 'error: preflight: stage report (analyze): lacks vllm' >&2; "
+               "echo 'preflight: 1 problem(s); the plan follows, and the dry run exits 2' >&2; exit 2")
+    cases = {stopped: True, "true": False, stopped.replace("preflight: 1", "preflight: 2"): False,
+             "echo 'error: unknown key' >&2; " + stopped: False, "echo 'error: unknown key' >&2; exit 2": False}
+    for body, ok in cases.items():
+        [(line, got, stop)] = cpu_blocks(text.format(body))
+        proc = run_block(got, tmp_path, activate="")
+        assert (line, stop) == (1, "preflight") and (outcome_problem(stop, proc.returncode, proc.stderr) is None) == ok, body
 
 
 def test_the_commands_need_the_documented_activation_and_nothing_else(tmp_path):
@@ -109,9 +141,9 @@ def test_each_page_says_how_to_activate_before_its_first_command(page):
 def test_a_block_with_a_renamed_key_fails(tmp_path):
     """The runner reports a broken command: one key renamed in an otherwise good block."""
     text = f"{MARKER}\n```bash\ndata-prep arm=mixed tokenizer=tiny out=m data=synthetic nn=8\n```\n"
-    [(line, body)] = cpu_blocks(text)
+    [(line, body, stop)] = cpu_blocks(text)
     proc = run_block(body, tmp_path)
-    assert line == 1 and proc.returncode == 2 and "unknown key 'nn'" in proc.stderr
+    assert line == 1 and stop is None and proc.returncode == 2 and "unknown key 'nn'" in proc.stderr
 
 
 def test_frozen_readme_lines_are_kept_or_dropped_with_a_reason():

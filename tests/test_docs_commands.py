@@ -4,7 +4,8 @@ dry-run.
 The inventory: each command line (continuation lines joined, comments and blank lines left out; in a `console`
 fence, the `$ ` lines) of each bash / sh / shell / console / info-less fence is in a block marked, on the line
 right above its fence, with one of
-- `<!-- runnable: cpu -->`: tests/test_docs_blocks.py runs the block as it is (tiny model, synthetic data);
+- `<!-- runnable: cpu -->` (or `<!-- runnable: cpu, stops-at: preflight -->`): tests/test_docs_blocks.py runs
+  the block as it is (tiny model, synthetic data);
 - `<!-- dry-run -->`: a GPU / cluster / hub example; this file runs each of its commands in this process with
   `dry_run=true` added (a command without that key: `--help`, and every key and name it uses must be in the
   help; `make TARGET`: `make -n TARGET`), in an empty scratch directory with an empty data cache and the hub
@@ -18,6 +19,12 @@ environments' interpreters, ...) are small stand-ins in the scratch directory (S
 `data/`): a dry run checks that an input exists and reads as its kind, not what a real one holds. The stand-in
 interpreters are this one with `vllm`, `flash_attn` and `liger_kernel` findable (empty packages: the check that
 asks an environment for its modules only looks them up; tests/test_launch_slurm.py tests that check).
+The preflight (launch/preflight.py) of a study's dry run exits 2 on what a real run would lack: the dry-run
+blocks are given what they need, none is marked as stopping there (only two runnable blocks are, the GPU
+studies' dry runs on a CPU: tests/test_docs_blocks.py's STOPS_AT_PREFLIGHT): the data cache holds a one-row stand-in of each unpinned set
+(never downloaded: a user pre-fills it with `fetch-data NAME from=DIR`), and each study command on a GPU host
+names the environments its stages need (`python.eval=` with vllm, `python.grpo=` with the pinned trl), as a
+user's must; a dry run that forgets them exits 2 here, as the user's would.
 """
 from __future__ import annotations
 
@@ -38,11 +45,12 @@ import pytest
 
 from launch.local import run_main
 
-from tests.test_docs_blocks import PAGES, cpu_blocks   # the runner of the runnable blocks
+from tests.plan_capture import unpinned_stand_ins
+from tests.test_docs_blocks import PAGES, cpu_blocks, is_marker   # the runner of the runnable blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
-RUNNABLE, DRY_RUN = "<!-- runnable: cpu -->", "<!-- dry-run -->"
+DRY_RUN = "<!-- dry-run -->"
 NOT_RUN = re.compile(r"^<!-- not-run:(?P<why>.*)-->$")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<mark>`{3,}|~{3,})[ \t]*(?P<info>[^`\s]*)")
 SHELL = {"bash", "sh", "shell", "console", ""}
@@ -130,15 +138,15 @@ def shell_blocks(page: Path, text: str | None = None) -> list[Block]:
 def unaccounted(page: Path, text: str | None = None) -> list[str]:
     """The commands of a page in no runnable, dry-run or (with a reason) not-run block."""
     text = page.read_text(encoding="utf-8") if text is None else text
-    run = {line for line, _ in cpu_blocks(text)}   # marker lines the docs runner picks up
+    run = {line for line, *_ in cpu_blocks(text)}   # marker lines the docs runner picks up
     bad = []
     for b in shell_blocks(page, text):
-        if b.marker == RUNNABLE and b.line - 1 in run:
+        if is_marker(b.marker) and b.line - 1 in run:
             continue
         if b.marker == DRY_RUN or ((m := NOT_RUN.match(b.marker)) and m["why"].strip()):
             continue
         why = ("a runnable marker the docs runner does not pick up (the marker must be the line right above a "
-               "```bash fence, not indented)" if b.marker == RUNNABLE else
+               "```bash fence, not indented)" if is_marker(b.marker) else
                "a not-run marker without its reason" if NOT_RUN.match(b.marker) else "no marker")
         bad += [f"{b.page.relative_to(ROOT)}:{line}: {cmd}  <- {why}" for line, cmd in b.commands]
     return bad
@@ -250,6 +258,9 @@ def scratch(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         path = f"{trl}{os.pathsep}{stubs}" if "trl" in venv else str(stubs)
         python.write_text(f'#!/bin/sh\nPYTHONPATH="{path}" exec {sys.executable} "$@"\n')
         python.chmod(0o755)
+    with pytest.MonkeyPatch.context() as mp:   # the unpinned sets a user pre-fills from their copy (the preflight asks)
+        mp.setenv("DTSFT_DATA", str(cache))
+        unpinned_stand_ins(top)
     env = dict(os.environ, DTSFT_DATA=str(cache), HF_HOME=str(hf), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                WANDB_MODE="disabled", PWD=str(work))
     return work, env

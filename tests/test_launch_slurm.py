@@ -250,7 +250,18 @@ def _counting_sbatch(tmp_path: Path, monkeypatch) -> Path:
     return record
 
 
-def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(capfd, tmp_path, monkeypatch):
+@pytest.fixture
+def prefilled(tmp_path_factory, monkeypatch):
+    """A data cache of this test's own holding the unpinned sets a user pre-fills (one-row stand-ins:
+    tests/plan_capture.py): the preflight of a sweep with eval_profile=rl_ood asks for its 2WikiMultihopQA set."""
+    from tests.plan_capture import unpinned_stand_ins
+
+    where = tmp_path_factory.mktemp("prefilled")
+    monkeypatch.setenv("DTSFT_DATA", str(where / "data"))
+    unpinned_stand_ins(where)
+
+
+def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(capfd, tmp_path, monkeypatch, prefilled):
     """Each training array task i gets its own evaluation job (afterok:<array>_<i>, cancelled if that task
     fails), then one aggregation after all of them (afterany): one failed training run no longer holds back
     the others' evaluation. `analyze.KEY=VALUE` goes to the analysis."""
@@ -313,7 +324,7 @@ def _scripts(out: str) -> list[str]:
     return re.findall(r"^#!/bin/bash\n((?:#.*\n)+)", out, flags=re.M)
 
 
-def test_one_set_of_cluster_settings_reaches_every_job_of_a_sweep(capfd, tmp_path):
+def test_one_set_of_cluster_settings_reaches_every_job_of_a_sweep(capfd, tmp_path, prefilled):
     """Issue 38: partition, account, qos, time and the extra #SBATCH lines reach the training array, each
     run's evaluation job and the aggregation; `analyze.slurm.time=` overrides the time of the evaluation's."""
     out = _dry(capfd, tmp_path, "sweep", "arms=[r2e]", "seeds=[0,1]", "launcher=slurm", "data=synthetic",
@@ -336,7 +347,7 @@ def test_qos_has_its_own_key_not_an_sbatch_line(capfd, tmp_path):
     assert "'--qos=high' is set by launch itself; use launcher.qos=" in capfd.readouterr().err
 
 
-def test_each_job_of_a_sweep_runs_the_interpreter_named_for_its_kind(capfd, tmp_path, monkeypatch):
+def test_each_job_of_a_sweep_runs_the_interpreter_named_for_its_kind(capfd, tmp_path, monkeypatch, prefilled):
     """Issue 38: python.sft= runs the training array, python.eval= each run's evaluation job and the aggregation
     (and the analysis that submits them); both are recorded in the runs' manifests."""
     import json
@@ -364,7 +375,7 @@ def test_each_job_of_a_sweep_runs_the_interpreter_named_for_its_kind(capfd, tmp_
     assert all(re.search(rf"^exec {re.escape(str(ev))} -m ", p.read_text(), flags=re.M) for p in plan.glob("*.sbatch"))
 
 
-def test_a_named_interpreter_without_what_its_jobs_need_is_refused_before_anything(capfd, tmp_path, monkeypatch):
+def test_a_named_interpreter_without_what_its_jobs_need_is_refused_before_anything(capfd, tmp_path, monkeypatch, prefilled):
     """python.eval= without vllm for backend=vllm, python.sft= without flash-attn when asked for: one line,
     exit 2, nothing submitted."""
     from launch_helpers import named_interpreter
@@ -373,8 +384,10 @@ def test_a_named_interpreter_without_what_its_jobs_need_is_refused_before_anythi
     here = named_interpreter(tmp_path / "env" / "python")   # this environment: no vllm, no flash-attn here
     base = ["sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", f"runs_root={tmp_path / 'runs'}"]
     assert main([*base, "eval_profile=rl_ood", "analyze.eval.backend=vllm", f"python.eval={here}"]) == 2
-    err = capfd.readouterr().err.strip()
-    assert err == f"error: python.eval={here} lacks vllm (backend=vllm): name an environment that has it (python.eval=.../bin/python)"
+    err = capfd.readouterr().err.strip().splitlines()   # the sweep's preflight: one line for its evaluation's interpreter
+    assert err == [f"error: preflight: analyze: python.eval={here} lacks vllm (backend=vllm): name an environment that "
+                   "has it (python.eval=.../bin/python)",
+                   "error: the preflight found 1 problem(s) (above): nothing was started, submitted or written"]
     assert main([*base, "model.attn_implementation=flash_attention_2", f"python.sft={here}"]) == 2
     assert "lacks flash_attn (model.attn_implementation=flash_attention_2)" in capfd.readouterr().err
     assert main(["arm=r2e", "launcher=slurm", "data=synthetic", f"runs_root={tmp_path / 'runs'}",

@@ -417,3 +417,25 @@ def test_a_grpo_stage_runs_under_slurm(cluster, tmp_path):
     assert ended.get(job) == "COMPLETED", (ended, _log(sorted(rd.rglob("*.out"))))
     assert (rd / "DONE").is_file() and (rd / "checkpoints" / "step-000001" / "SHA256SUMS").is_file()
     assert "-m rl.train" in (rd / "launch.sbatch").read_text()
+
+
+def test_a_study_refused_by_its_preflight_submits_nothing(cluster, data_cache, tmp_path):
+    """The smoke study with its report stage on vLLM: the launching interpreter (this test's, no vllm) is every
+    job's, so the preflight refuses it (exit 2) before anything is submitted: the queue and Slurm's records
+    stay as they were, and so does every file in the working directory. (The passing study: the smoke test
+    above, whose preflight passes.)"""
+    installed = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('vllm') is None)"],
+                               capture_output=True, text=True)
+    if installed.stdout.strip() != "True":
+        pytest.skip("this interpreter has vllm: the preflight would pass")
+    settle(cluster)
+    before_records = records(cluster)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "keep.txt").write_text("earlier work\n")
+    before, dirs = _files(tmp_path), sorted(p for p in tmp_path.rglob("*") if p.is_dir())
+    proc = _cli(tmp_path, "launch.cli", "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *_smoke(),
+                "report:eval.backend=vllm", "launcher=slurm", "gpus_per_node=0", **data_cache)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "error: preflight: stage report (analyze)" in proc.stderr and "lacks vllm" in proc.stderr
+    assert cluster.jobs() == [] and records(cluster) == before_records
+    assert _files(tmp_path) == before and sorted(p for p in tmp_path.rglob("*") if p.is_dir()) == dirs

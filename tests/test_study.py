@@ -19,6 +19,29 @@ STUDIES = ("browsecomp_worker_export", "dual_terminator_sft", "llama3_1_8b_spa_g
            "qwen3_4b_spa_grpo")
 
 
+@pytest.fixture(scope="module")
+def _stand_ins(tmp_path_factory):
+    """What the studies' preflight asks of a GPU host, made once: the unpinned sets a user pre-fills (in a cache
+    of their own) and the stand-in site holding vllm and the pinned trl (tests/plan_capture.py)."""
+    from tests.plan_capture import unpinned_stand_ins
+
+    outside = tmp_path_factory.mktemp("stand_ins")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DTSFT_DATA", str(outside / "data"))
+        unpinned_stand_ins(outside)
+    return outside
+
+
+@pytest.fixture(autouse=True)
+def _gpu_host(_stand_ins, monkeypatch):
+    """Every study command here runs as on a GPU host that has what its stages need (a test that names an
+    interpreter lacking vllm still sees it refused; one that fills its own cache replaces this one)."""
+    from tests.plan_capture import gpu_env_stand_in
+
+    monkeypatch.setenv("DTSFT_DATA", str(_stand_ins / "data"))
+    gpu_env_stand_in(_stand_ins, monkeypatch)
+
+
 def _stage_outputs(out: str) -> dict[str, str]:
     """The dry run's text per stage (`== stage i/N: NAME (run)` headers)."""
     parts = re.split(r"^== stage \d+/\d+: (\S+) \(\w+\)$", out, flags=re.M)
@@ -81,7 +104,14 @@ def dry_runs(tmp_path_factory):
     """`launch study=NAME launcher=slurm dry_run=true` for every study, from a scratch directory."""
     from sft.tiny import save_tiny_model
 
+    from tests.plan_capture import gpu_env_stand_in, unpinned_stand_ins
+
     cwd = tmp_path_factory.mktemp("studies")
+    outside = tmp_path_factory.mktemp("stand_ins")   # what the preflight asks for: the GPU env's modules, the unpinned sets
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DTSFT_DATA", str(outside / "data"))
+    gpu_env_stand_in(outside, mp)
+    unpinned_stand_ins(outside)
     slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
                                      "report:eval.index=e5_Flat.index"]}
     for name in ("traj.jsonl", "questions.jsonl", "e5_Flat.index"):
@@ -97,6 +127,7 @@ def dry_runs(tmp_path_factory):
         out[name] = _stage_outputs(proc.stdout)
         out[name]["(before the stages)"] = proc.stdout.split("\n== stage ", 1)[0]
         out[name]["(stderr)"] = proc.stderr
+    mp.undo()
     return out
 
 
@@ -554,6 +585,7 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
     anything is submitted: one line, exit 2."""
     from launch_helpers import named_interpreter
 
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))   # not the GPU host's stand-ins (_gpu_host): no vllm anywhere
     ev = named_interpreter(tmp_path / "eval-env" / "bin" / "python")
     (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
     slots = ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]

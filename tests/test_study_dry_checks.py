@@ -9,7 +9,16 @@ from launch.cli import main
 
 
 @pytest.fixture
-def here(tmp_path, monkeypatch):
+def here(tmp_path, tmp_path_factory, monkeypatch):
+    """An empty working directory; the GPU environment's modules and the unpinned sets a user pre-fills
+    given as stand-ins (tests/plan_capture.py), so the studies' preflight passes."""
+    from tests.plan_capture import gpu_env_stand_in, unpinned_stand_ins
+
+    outside = tmp_path_factory.mktemp("stand_ins")
+    monkeypatch.setenv("DTSFT_DATA", str(outside / "data"))
+    monkeypatch.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
+    gpu_env_stand_in(outside, monkeypatch)
+    unpinned_stand_ins(outside)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     return tmp_path

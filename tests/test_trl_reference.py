@@ -119,7 +119,7 @@ def test_launch_asks_the_named_interpreter_for_the_pinned_trl(tmp_path):
 
 
 @pytest.mark.parametrize("name,ref", [("qwen3_4b_spa_grpo", "spa-qwen3"), ("llama3_1_8b_spa_grpo", "spa-llama")])
-def test_both_search_plan_act_studies_pin_the_references_trl(name, ref, tmp_path):
+def test_both_search_plan_act_studies_pin_the_references_trl(name, ref, tmp_path, monkeypatch):
     from common.study import file_marks, load_study
 
     study = load_study(name)
@@ -130,8 +130,15 @@ def test_both_search_plan_act_studies_pin_the_references_trl(name, ref, tmp_path
     assert f"train:python.grpo=.venv-trl{TRL_REF}/bin/python" in study.cpu_smoke
     if name != "qwen3_4b_spa_grpo":   # one dry run shows it (the same stage and recipe)
         return
+    from tests.plan_capture import gpu_env_stand_in, unpinned_stand_ins
+
+    host = tmp_path / "host"   # the study's preflight asks for a GPU host: vllm, trl 1.9.2, the unpinned sets pre-filled
+    monkeypatch.setenv("DTSFT_DATA", str(host / "data"))
+    gpu_env_stand_in(host, monkeypatch)
+    unpinned_stand_ins(host)
     proc = subprocess.run([sys.executable, "-m", "launch.cli", f"study={name}", "launcher=slurm", "dry_run=true"],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+                          cwd=tmp_path, env=dict(_env(), PYTHONPATH=os.environ["PYTHONPATH"]), capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     train = proc.stdout.split("== stage 1/2: train", 1)[1].split("== stage 2/2", 1)[0]
     assert "  trl: 1.9.2\n" in train

@@ -60,12 +60,14 @@ def _tiny_study(root):
             "eval.max_model_len=512", "eval.max_new_tokens=4", "eval.progress=false", f"eval.index_dir={root / 'idx'}"]
 
 
-def test_a_failed_re_evaluation_is_a_gap_and_fails_analyze(tmp_path, capfd):
+def test_a_failed_re_evaluation_is_a_gap_and_fails_analyze(tmp_path, capfd, monkeypatch):
     """Issue 62, item 1: re-evaluated under other settings that fail (backend=vllm where vLLM is missing), the
     old summary stayed while its rows were renamed aside, the report plotted it, "0 missing point(s)", exit 0.
     Now the summary goes aside with its rows, the point is a gap whose reason is on the console, the report's
     first line says PARTIAL and analyze exits 4 (0 with allow_failed=true)."""
     import json
+
+    from tests.plan_capture import gpu_env_stand_in
 
     pytest.importorskip("evals.run")
     if interpreter.missing_modules(sys.executable, ("vllm",)) == ():
@@ -75,6 +77,9 @@ def test_a_failed_re_evaluation_is_a_gap_and_fails_analyze(tmp_path, capfd):
     assert analyze_main(argv) == 0
     assert "synthqa" in json.loads((eval_dir / "summary.json").read_text())
     capfd.readouterr()
+    # the preflight asks this interpreter for vllm in a subprocess: a stand-in package it finds there (never in this
+    # process, which is the one that evaluates), so the evaluation itself is what fails
+    gpu_env_stand_in(tmp_path, monkeypatch)
     assert analyze_main([*argv, "eval.backend=vllm"]) == 4
     out, err = capfd.readouterr()
     [line] = [x for x in err.splitlines() if x.startswith("evaluation failed for")]

@@ -6,7 +6,7 @@ For every page of docs/ (site/<page>/index.html):
 - every fenced code block of the source renders as a <pre> (a fence the Markdown extensions do not accept
   becomes a paragraph or a line of inline code, and `mkdocs build --strict` does not notice);
 - no literal fence marker (```) is left in the rendered text outside a <pre>;
-- every runnable block (the `<!-- runnable: cpu -->` marker line right above a fence; the docs test runs
+- every runnable block (the `<!-- runnable: cpu -->` marker line, or its `stops-at:` form, right above a fence; the docs test runs
   these) is the next element after its marker and is a <pre>;
 - no prose uses a word only the project's authors know: "issue N", "the issue's", "this box", `$OUT`.
 
@@ -20,7 +20,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKER = "<!-- runnable: cpu -->"
+sys.path.insert(0, str(ROOT / "tools"))
+from docs_blocks import MARKER, is_marker  # noqa: E402,F401  (the runnable marker, with or without stops-at:)
+
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<mark>`{3,}|~{3,})(?P<info>.*)$")
 INSIDER = [(re.compile(r"\bissues? #?\d+", re.I), "a tracker number ('issue N')"),
            (re.compile(r"\bthe issue's\b", re.I), "\"the issue's\""),
@@ -36,7 +38,7 @@ def source_blocks(text: str) -> list[tuple[int, bool]]:
         if not m or (m["mark"][0] == "`" and "`" in m["info"]):
             i += 1
             continue
-        runnable = i > 0 and lines[i - 1].strip() == MARKER
+        runnable = i > 0 and is_marker(lines[i - 1])
         blocks.append((i + 1, runnable))
         close = re.compile(rf"^[ \t]*{re.escape(m['mark'][0])}{{{len(m['mark'])},}}[ \t]*$")
         i += 1
@@ -76,7 +78,7 @@ class _Page(HTMLParser):
             self.skip -= 1
 
     def handle_comment(self, data):
-        if f"<!--{data}-->" == MARKER:
+        if is_marker(f"<!--{data}-->"):
             if self._waiting:
                 self.markers.append(False)
             self._waiting = True

@@ -35,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from docs_blocks import activation_line, cpu_blocks, setup_command  # noqa: E402
+from docs_blocks import activation_line, cpu_blocks, outcome_problem, setup_command  # noqa: E402
 
 ROOT = HERE.parent
 PAGES = ["docs/getting-started.md", "docs/how-to/own-trajectories.md", "docs/how-to/evaluate-a-model.md"]
@@ -99,12 +99,12 @@ def walk(tmp: Path) -> int:
         for page in PAGES:
             scratch = tmp / "work" / Path(page).stem
             scratch.mkdir(parents=True)
-            for line, body in cpu_blocks((clone / page).read_text(encoding="utf-8")):
+            for line, body, stop in cpu_blocks((clone / page).read_text(encoding="utf-8")):
                 script = f"cd {shlex.quote(str(clone))}\n{activate}\ncd {shlex.quote(str(scratch))}\n{body}"
                 t0 = time.monotonic()
                 proc = run(["bash", "-euo", "pipefail", "-c", script], scratch, env, BLOCK_TIMEOUT_S)
-                if proc.returncode:
-                    return fail(f"{page}:{line} (its runnable block)", proc)
+                if why := outcome_problem(stop, proc.returncode, proc.stdout):   # stderr joined into stdout
+                    return fail(f"{page}:{line} (its runnable block: {why})", proc)
                 print(f"newcomer: {time.monotonic() - t0:6.1f} s  {page}:{line}", flush=True)
     finally:
         hold.close()

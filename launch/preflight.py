@@ -1,0 +1,256 @@
+"""The preflight: before a command's first job, everything any of its jobs will need, checked at once.
+
+Its input is one `Needs` per job (or per stage of a study: launch/study.py's `study_needs` derives them from
+each stage's settings; `run_needs` from a resolved `launch` / `launch stage=grpo` run, one per run of a sweep;
+`analyze_needs` from an analysis' settings): the named data artefacts it reads, the interpreter it runs with
+the modules it imports, whether it needs CUDA, and the directories it writes. `problems` answers one line per
+thing missing, never touching the network and creating nothing:
+
+- a data name (common/datafetch.py) is fine when it is in the cache (its digest checked, `datafetch.cached`)
+  or pinned (it will be downloaded on first use; whether the source is reachable is not checked); anything
+  else (an unpinned entry not pre-filled, a cached file that changed) is a line saying which `fetch-data` to run;
+- an interpreter (named or the one running the command) must answer common/interpreter.py's probe with every
+  module its job needs (`check`) and, for a pinned TRL (`grpo.trl`), hold that release;
+- CUDA, for a job that needs it here, is asked of its interpreter only where a GPU is visible (an NVIDIA device
+  node, not hidden by CUDA_VISIBLE_DEVICES); otherwise, and for jobs that run on Slurm's nodes, one line says it
+  was not checked (`notes`): never a reason to refuse;
+- an output directory must be writable where it exists, or creatable under its nearest existing parent (a run
+  dir holding another run's identity is refused earlier, when the run is resolved: launch.run.check_identity).
+
+A command with problems exits 2 before it writes anything (`gate`); a dry run shows its whole plan first, then
+exits 2 (`Refused`).
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common import datafetch, interpreter
+from common.cli import ConfigError
+from launch.errors import LaunchError
+
+EXIT = 2
+CHECKED_ENV = "DTSFT_PREFLIGHT_CHECKED"   # set for a command whose caller (a sweep, for its analysis) checked its jobs
+
+
+class Refused(LaunchError):
+    """The preflight's problems were printed (one line each): the command exits 2 (after a dry run's plan)."""
+
+    def __init__(self, count: int, dry_run: bool):
+        super().__init__(f"the preflight found {count} problem(s) (above): " + (
+            "the dry run showed its plan; exit 2" if dry_run else "nothing was started, submitted or written"))
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one job (or study stage) needs before it starts."""
+    who: str                                   # the job or stage, as lines name it
+    data: tuple[str, ...] = ()                 # data names (common.datafetch) it reads
+    kind: str | None = None                    # its interpreter's kind (sft | grpo | eval); None: none checked
+    python: str | None = None                  # that interpreter (None: the one running this command)
+    modules: dict[str, str] = field(default_factory=dict)   # module -> what needs it
+    trl: str | None = None                     # a pinned TRL release (grpo.trl)
+    outputs: tuple[str, ...] = ()              # directories it writes
+    cuda: str | None = None                    # where it needs CUDA: "here" | "nodes" (Slurm's) | None
+
+
+def names_in(value) -> list[str]:
+    """The data names (common.datafetch) anywhere in a setting's value (a string, list or mapping)."""
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in names_in(v)]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in names_in(v)]
+    return [value] if datafetch.is_name(value) else []
+
+
+def eval_data(settings: dict, prefix: str) -> tuple[list[str], str | None]:
+    """(data names, backend) an analyze (prefix `eval.`) or evaluate (prefix ``) command's evaluations read:
+    its profile's, then its own settings'; each bench's item set as evals.benches resolves it."""
+    from evals.benches import bench_set
+    from evals.profiles import load_profile
+
+    profile = settings.get("profile") or None
+    evaluate = load_profile(str(profile))["evaluate"] if profile else {}
+    sets_keys = ("sets", f"{prefix}sets")   # an item set counts only for a bench evaluated (below)
+    names = names_in({k: v for k, v in evaluate.items() if k != "sets"}) \
+        + names_in({k: v for k, v in settings.items() if k not in sets_keys})
+    if settings.get(f"{prefix}retriever", evaluate.get("retriever")) != "e5":   # no dense retrieval: no encoder, no index
+        names = [n for n in names if not n.startswith(("encoder:", "index:"))]
+    backend = settings.get(f"{prefix}backend", evaluate.get("backend"))
+    if settings.get("bench_root") or settings.get(f"{prefix}bench_root"):
+        return names, backend
+    sets = {**(evaluate.get("sets") or {}), **(settings.get(f"{prefix}sets") or settings.get("sets") or {})}
+    for bench in settings.get("benches") or evaluate.get("benches") or []:
+        try:
+            names += [n for n in (bench_set(str(bench), None, sets),) if n]
+        except ConfigError:   # the command's own check refuses it, with its reason
+            pass
+    return names, backend
+
+
+def run_needs(trainer, prep) -> Needs:
+    """What one resolved training run (launch.run.Prepared of `trainer`: SFT's or GRPO's) needs: the data names
+    its config reads, its interpreter (python.<stage>=, else this one) with the trainer's modules and a pinned
+    TRL, CUDA for a GPU-only model, and its run dir."""
+    from omegaconf import OmegaConf
+
+    cfg = prep.cfg
+    cuda = ("nodes" if cfg.launcher.kind == "slurm" else "here") if cfg.model.get("gpu_only") else None
+    return Needs(f"run {prep.run_dir}", tuple(dict.fromkeys(names_in(OmegaConf.to_container(cfg)))), trainer.stage,
+                 interpreter.named(cfg.get("python"), trainer.stage), trainer.needs(cfg),
+                 cfg.grpo.get("trl") if trainer.stage == "grpo" else None, (str(prep.run_dir),), cuda)
+
+
+def sweep_needs(trainer, preps, analysis=None) -> list[Needs]:
+    """A sweep's: each run's (`run_needs`), then its evaluation's (`analysis`: that analyze's config, with
+    eval_profile=)."""
+    return [run_needs(trainer, p) for p in preps] + ([analyze_needs(analysis)] if analysis is not None else [])
+
+
+def analyze_needs(cfg) -> Needs:
+    """What an analysis (analyze's merged config) needs: its evaluations' data (profile, eval.* settings, the
+    benches' item sets), python.eval= (else this one) with vllm for backend=vllm, CUDA for vLLM, its out dir."""
+    from omegaconf import OmegaConf
+
+    if cfg.power.get("pilot"):   # the design-power answer: reads a pilot's results, runs no job
+        return Needs("analyze")
+    settings = {f"eval.{k}": v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None}
+    settings.update(profile=cfg.profile, benches=list(cfg.benches or []))
+    names, backend = eval_data(settings, "eval.") if cfg.evaluate and not cfg.get("eval_tasks") else ([], None)
+    cuda = ("nodes" if cfg.launcher == "slurm" else "here") if backend == "vllm" else None
+    return Needs("analyze", tuple(dict.fromkeys(names)), "eval", interpreter.named(cfg.python, "eval"),
+                 interpreter.eval_needs(backend), None, (str(cfg.out),), cuda)
+
+
+def data_problem(name: str) -> str | None:
+    """Why data name `name` cannot be had (None: cached and checked, or pinned so it will download)."""
+    try:
+        entry = datafetch.entry(name)
+        if datafetch.cached(name) is not None or entry.pinned:
+            return None
+    except datafetch.DataError as exc:
+        return str(exc).splitlines()[0]
+    return (f"{name} is not in the data cache ($DTSFT_DATA={datafetch.data_root()}) and has no pinned source "
+            f"({entry.why or 'no public commit'}): run `fetch-data {name} from=DIR` with your copy")
+
+
+def python_problem(need: Needs) -> str | None:
+    """Why `need`'s interpreter cannot run its job (None: it holds every module, and the pinned TRL)."""
+    python = need.python or sys.executable
+    shown = need.python is None
+    why = interpreter.check(need.kind, python, need.modules) if need.modules else None
+    if why is None and need.trl not in (None, ""):
+        from rl.config import trl_problem
+
+        why = trl_problem(need.trl, interpreter.package_version(python, "trl"), python)
+    if why and shown:   # the implicit one: say how to name another
+        why += f" (python.{need.kind} not given: the interpreter running this command)"
+    return why
+
+
+def gpus_visible() -> bool:
+    """Whether this machine shows an NVIDIA GPU to its processes (a device node, not hidden by
+    CUDA_VISIBLE_DEVICES): only then is an interpreter asked whether its torch sees CUDA."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_problem(python: str) -> str | None:
+    """Why `python`'s torch cannot use a GPU here (None: torch.cuda.is_available() is true in it)."""
+    ask = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        proc = subprocess.run([python, "-c", ask], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python} could not be asked for CUDA ({exc.__class__.__name__})"
+    if proc.returncode == 3:
+        return f"{python}: torch sees no CUDA GPU although this machine shows one (a CPU-only torch?)"
+    if proc.returncode:
+        return f"{python} could not be asked for CUDA (exit {proc.returncode}: " \
+               f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]})"
+    return None
+
+
+def notes(needs: list[Needs]) -> list[str]:
+    """The lines saying what was not checked: CUDA of jobs that run elsewhere, or here without a visible GPU."""
+    where = {n.cuda for n in needs if n.cuda}
+    out = []
+    if "nodes" in where:
+        out.append("CUDA unchecked for the jobs that run on Slurm's nodes (checked by each job where it runs)")
+    if "here" in where and not gpus_visible():
+        out.append("CUDA unchecked: no GPU is visible on this machine (a job that needs one refuses at its start)")
+    return out
+
+
+def output_problem(path: str) -> str | None:
+    """Why directory `path` cannot be written (None: it is a writable dir, or can be made under one)."""
+    p = Path(os.path.expanduser(path)).absolute()
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        return f"{path}: {probe} is a file, not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{path}: {probe} is not writable"
+    return None
+
+
+def problems(needs: list[Needs]) -> list[str]:
+    """One line per problem of `needs`, each once, in order: `<who>: <why>`."""
+    out: list[str] = []
+    seen_data: dict[str, str | None] = {}
+    for need in needs:
+        for name in need.data:
+            if name not in seen_data:
+                seen_data[name] = data_problem(name)
+                if seen_data[name]:
+                    out.append(f"{need.who}: {seen_data[name]}")
+        if need.kind is not None and (why := python_problem(need)):
+            out.append(f"{need.who}: {why}")
+        elif need.cuda == "here" and need.kind is not None and gpus_visible() and \
+                (why := cuda_problem(need.python or sys.executable)):
+            out.append(f"{need.who}: {why}")
+        for path in need.outputs:
+            if why := output_problem(path):
+                out.append(f"{need.who}: {why}")
+    return list(dict.fromkeys(out))
+
+
+def gate(needs: list[Needs], dry_run: bool) -> list[str]:
+    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each); a real run with
+    problems stops here (Refused: exit 2, nothing written). Returns the problems: a dry run shows its plan,
+    then `after_plan` stops it. A stage of a study (STUDY_ENV set) was checked by the study's own preflight, a
+    sweep's analysis (CHECKED_ENV set) by the sweep's."""
+    from common.study import STUDY_ENV
+
+    if os.environ.get(STUDY_ENV) or os.environ.get(CHECKED_ENV):
+        return []
+    for line in notes(needs):
+        print(f"preflight: {line}", flush=True)
+    found = problems(needs)
+    for line in found:
+        print(f"error: preflight: {line}", file=sys.stderr, flush=True)
+    if found and not dry_run:
+        raise Refused(len(found), dry_run)
+    return found
+
+
+def after_plan(found: list[str]) -> None:
+    """A dry run whose preflight found problems exits 2 once its plan is shown."""
+    if found:
+        raise Refused(len(found), True)
+
+
+def report(lines: list[str], dry_run: bool) -> None:
+    """The preflight's lines on stderr, one per problem (a dry run goes on to show its plan)."""
+    for line in lines:
+        print(f"error: preflight: {line}", file=sys.stderr, flush=True)
+    if lines:
+        print(f"preflight: {len(lines)} problem(s); " + ("the plan follows, and the dry run exits 2" if dry_run
+              else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)
