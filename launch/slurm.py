@@ -35,7 +35,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from common.layout import LAUNCH_ID_ENV
+from common.layout import CONFIG, LAUNCH_ID_ENV
 from launch.errors import LaunchError
 # the cluster settings are a Job's (launch.jobs); launch.slurm.Cluster / CLUSTER_KEYS name them too
 from launch.jobs import CLUSTER_KEYS, CLUSTER_OPTIONS, Cluster, Job, Runner, dotlist_value  # noqa: F401
@@ -292,7 +292,7 @@ class SlurmRunner(Runner):
         spec = self.spec(job, ids, Path(where))
         if job.wrapper is not None:   # training: config i is <run dir i>/config.yaml
             dirs = [str(Path(c).parent) for c in job.configs]
-            if any(Path(c).name != "config.yaml" for c in job.configs):
+            if any(Path(c).name != CONFIG for c in job.configs):
                 raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")
             if job.array:
                 return render_array_script(spec, dirs, self.repo, job.python, self.command)

@@ -147,9 +147,14 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     first = preps[0].cfg   # the preflight: every run's needs and the evaluation's, before anything (exit 2)
     from launch.analyze import parse_argv
 
-    found = preflight.gate(preflight.sweep_needs(SFT, preps, parse_argv(analyze_command(
-        str(first.runs_root), profile, [*analyze, f"launcher={first.launcher.kind}"],
-        interpreter.named(first.get("python"), "eval"))[3:]) if profile else None), bool(first.launcher.dry_run))
+    try:   # the evaluation's keys, checked before anything (as its dry run did)
+        evaluation = parse_argv(analyze_command(str(first.runs_root), profile, [*analyze, f"launcher={first.launcher.kind}"],
+                                                interpreter.named(first.get("python"), "eval"))[3:]) if profile else None
+    except LaunchError as exc:
+        print(f"error: {exc}\n[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit 2); nothing "
+              "trained", file=sys.stderr, flush=True)
+        return 2
+    found = preflight.gate(preflight.sweep_needs(SFT, preps, evaluation), bool(first.launcher.dry_run))
     return _run_sweep(argv, runs, preps, profile, analyze, **cache_kw) or preflight.after_plan(found) or 0
 
 

@@ -165,3 +165,14 @@ def _root_logging_as_it_was():
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+@pytest.fixture
+def prefilled(tmp_path_factory, monkeypatch):
+    """A data cache of this test's own holding the unpinned sets a user pre-fills (one-row stand-ins:
+    tests/plan_capture.py): the preflight of a sweep with eval_profile=rl_ood asks for its 2WikiMultihopQA set."""
+    from tests.plan_capture import unpinned_stand_ins
+
+    where = tmp_path_factory.mktemp("prefilled")
+    monkeypatch.setenv("DTSFT_DATA", str(where / "data"))
+    unpinned_stand_ins(where)

@@ -207,7 +207,8 @@ def test_manifest_git_state_sees_a_dirty_checkout(tmp_path):
     assert json.loads((tmp_path / "manifest.json").read_text())["command"] == "launch x=1"
 
 
-def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(tmp_path, monkeypatch, capfd):
+def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(tmp_path, monkeypatch, capfd,
+                                                                                 prefilled):
     """Issue 34 items 6 and 14: a typo in `analyze.*` stops the sweep before its first run (also in a dry
     run); a dry run says it planned the runs, not that they finished."""
     from launch import local, sweep

@@ -250,17 +250,6 @@ def _counting_sbatch(tmp_path: Path, monkeypatch) -> Path:
     return record
 
 
-@pytest.fixture
-def prefilled(tmp_path_factory, monkeypatch):
-    """A data cache of this test's own holding the unpinned sets a user pre-fills (one-row stand-ins:
-    tests/plan_capture.py): the preflight of a sweep with eval_profile=rl_ood asks for its 2WikiMultihopQA set."""
-    from tests.plan_capture import unpinned_stand_ins
-
-    where = tmp_path_factory.mktemp("prefilled")
-    monkeypatch.setenv("DTSFT_DATA", str(where / "data"))
-    unpinned_stand_ins(where)
-
-
 def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(capfd, tmp_path, monkeypatch, prefilled):
     """Each training array task i gets its own evaluation job (afterok:<array>_<i>, cancelled if that task
     fails), then one aggregation after all of them (afterany): one failed training run no longer holds back

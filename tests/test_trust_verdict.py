@@ -383,6 +383,11 @@ def test_a_study_whose_report_stage_finds_a_failed_evaluation_exits_with_analyze
                      "notes: [Nothing of a reference is reproduced; this study checks the exit status.]\n")
     argv = _tiny_study(tmp_path)
     monkeypatch.chdir(tmp_path)
+    # the study's preflight asks this interpreter for vllm in a subprocess: a stand-in package it finds there (never
+    # in this process, which evaluates), so the evaluation itself is what fails
+    from tests.plan_capture import gpu_env_stand_in
+
+    gpu_env_stand_in(tmp_path, monkeypatch)
     assert launch_main([f"study={study}", argv[0], *[f"report:{t}" for t in argv[1:]], "report:eval.backend=vllm"]) == 4
     err = capfd.readouterr().err
     assert "study verdict: stage report failed (exit 4)" in err and "all stages done" not in err
