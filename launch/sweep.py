@@ -30,8 +30,8 @@ from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
 from launch import local, manifest, slurm
-from launch.run import (REPO, SFT, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
-                        prepare_run, resolve)
+from launch.run import (REPO, SFT, check_finished_data, data_record, describe, dry_run, is_finished, launch_one,
+                        lock_run_dir, prepare_run, resolve, slurm_runner)
 from launch.errors import LaunchError
 
 SWEEP_KEYS = ("arms", "seeds")
@@ -154,6 +154,11 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
             print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
                   "nothing trained", file=sys.stderr, flush=True)
             return rc
+    if dry:   # the plan: one job, each run a task in turn (a finished run is skipped when it runs)
+        rc = dry_run(SFT, preps, ["sweep", *argv], name="sweep")
+        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started"
+              + (f"; then: {shlex.join(['analyze', *evaluation[3:]])}" if evaluation else ""))
+        return rc
     failed = []
     for i, (run, prep) in enumerate(zip(runs, preps), 1):
         print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
@@ -165,10 +170,6 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     if failed:
         print("[launch] sweep: failed runs: " + "; ".join(f"{' '.join(r)} (exit {rc})" for r, rc in failed))
         return 1
-    if dry:
-        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing written"
-              + (f"; then: {shlex.join(['analyze', *evaluation[3:]])}" if evaluation else ""))
-        return 0
     print(f"[launch] sweep: all {len(runs)} runs finished")
     if evaluation:
         print(f"[launch] sweep: evaluating with profile {profile}: {shlex.join(['analyze', *evaluation[3:]])}", flush=True)
@@ -199,9 +200,10 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
             print(f"[launch] {prep.run_dir} is finished; skipped")
             finished.append(str(prep.run_dir))
             continue
-        print(describe(prep))
         todo.append((run, prep))
-    for _, prep in todo:   # every named interpreter asked before anything is submitted
+    dry = bool(preps[0].cfg.launcher.dry_run)
+    for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
+        print(describe(prep))
         SFT.check_python(prep)
     if profile:
         check_eval_python(interpreter.named(preps[0].cfg.get("python"), "eval"),
@@ -219,10 +221,6 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
         pairs = [(str(p.run_dir), f"afterok:{array_job}_{i}") for i, (_, p) in enumerate(todo)]
         return evaluation_command(first, profile, analyze, pairs + [(d, None) for d in finished], dry)
 
-    spec = slurm.spec_from_config(first.cfg, job_name="dtsft-sweep", output=str(root / "slurm-%A_%a.out"),
-                                  nproc=first.nproc)
-    command = shlex.join(["launch", "sweep", *argv])
-    dry = bool(first.cfg.launcher.dry_run)
     if profile and not dry:   # the evaluation's settings, checked before anything is submitted (its dry run)
         rc = _run_analyze(chained("<sweep array job id>", True), quiet=True)
         if rc != 0:
@@ -237,25 +235,24 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
                 prepare_run(prep, **cache_kw)
             finally:
                 os.close(lock)
-    script = slurm.render_array_script(spec, [str(p.run_dir) for _, p in todo], str(REPO), SFT.python(first), command)
     if dry:
-        print(f"# {root / 'sweep.sbatch'} (not written: dry_run=true)\n{script}", flush=True)
-        return _run_analyze(chained("<sweep array job id>", True)) if profile else 0
+        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], "sweep", str(root), home=root)
+        return _run_analyze(chained("<sweep array job id>", True)) if profile and rc == 0 else rc
     root.mkdir(parents=True, exist_ok=True)
-    path = root / "sweep.sbatch"
-    path.write_text(script, encoding="utf-8")
-    job = slurm.submit(path)
-    for i, (run, prep) in enumerate(todo):
-        launcher = {"kind": "slurm", "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node,
-                    "script": str(path), "job_id": f"{job}_{i}"}
-        manifest.write_manifest(prep.run_dir, argv=run, choices=prep.composed.choices, launcher=launcher,
+    job = SFT.job([p for _, p in todo], name="sweep", logs=str(root))   # their data is known now
+    path = root / f"{job.name}.sbatch"
+    array = slurm_runner(SFT, ["sweep", *argv]).run([job], root)[job.name]
+    for i, (argv_i, prep) in enumerate(todo):
+        launcher = {"kind": "slurm", "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
+                    "script": str(path), "job_id": f"{array}_{i}"}
+        manifest.write_manifest(prep.run_dir, argv=argv_i, choices=prep.composed.choices, launcher=launcher,
                                 data=data_record(prep.data), identity=prep.identity,
                                 python=interpreter.interpreters(prep.cfg.get("python")))
-    print(f"[launch] submitted {len(todo)} runs as Slurm job array {job} ({path})", flush=True)
+    print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({path})", flush=True)
     if profile:
-        rc = _run_analyze(chained(job, False))
+        rc = _run_analyze(chained(array, False))
         if rc != 0:
-            print(f"[launch] sweep: the training array {job} is submitted, its evaluation failed to submit (exit {rc}, "
-                  f"above); run: {shlex.join(['analyze', *chained(job, False)[3:]])}", file=sys.stderr, flush=True)
+            print(f"[launch] sweep: the training array {array} is submitted, its evaluation failed to submit (exit {rc}, "
+                  f"above); run: {shlex.join(['analyze', *chained(array, False)[3:]])}", file=sys.stderr, flush=True)
         return rc
     return 0

@@ -178,9 +178,8 @@ def _script_for(run_dirs: list[Path], array: bool = False) -> str:
     from launch import slurm
 
     spec = slurm.SlurmSpec(job_name="t", nodes=1, gpus_per_node=1, nproc_per_node=1, output="/dev/null")
-    if array:
-        return slurm.render_array_script(spec, [str(d) for d in run_dirs], str(REPO), sys.executable, "launch")
-    return slurm.render_run_script(spec, str(run_dirs[0]), str(REPO), sys.executable, "launch")
+    dirs = [str(d) for d in run_dirs] if array else str(run_dirs[0])   # one template: a run or an array over runs
+    return slurm.render_run_script(spec, dirs, str(REPO), sys.executable, "launch")
 
 
 REFUSE = ('mkdir -p "$RUN_LOGS"; printf \'{{"code": 2, "error": "train.lr=-1: expected\\\\na number > 0", '
