@@ -266,12 +266,10 @@ class LocalRunner(Runner):
             if job.logs is not None:
                 status, self.logs[job.name] = run_logged(job.command(config), Path(job.logs), cwd=Path(self.workdir),
                                                          env=self.env, stops=self.stops)
-            elif here:
-                with contextlib.chdir(self.workdir):
-                    status = run_main(importlib.import_module(job.module).main, [config], env=self.env, quiet=self.quiet)
             else:
                 with contextlib.chdir(self.workdir):
-                    status = run_child(job.command(config), env=self.env, quiet=self.quiet)
+                    status = run_main(importlib.import_module(job.module).main, [config], env=self.env, quiet=self.quiet) \
+                        if here else run_child(job.command(config), env=self.env, quiet=self.quiet)
             if status != 0:
                 raise JobFailed(job.name, status)
         return f"local-{job.name}"

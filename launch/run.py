@@ -30,10 +30,10 @@ from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
-from launch import cache, local, manifest, slurm
+from launch import cache, jobs, local, manifest, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
 from launch.errors import LaunchError
-from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, Torchrun, dry_run_dir, table
+from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, Torchrun, dry_run_dir
 from launch.refusal import trainer_refusal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,14 +52,6 @@ class Prepared:
     @property
     def cfg(self) -> DictConfig:
         return self.composed.cfg
-
-
-def _no_preflight(prep: Prepared) -> int | None:
-    return None
-
-
-def _nothing_to_check(prep: Prepared, **cache_kw) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -85,8 +77,8 @@ class Trainer:
     describe: Callable[[Prepared], str]
     prepare: Callable[..., dict]
     needs: Callable[[DictConfig], dict[str, str]]
-    preflight: Callable[[Prepared], int | None] = _no_preflight
-    check_finished: Callable[..., None] = _nothing_to_check
+    preflight: Callable[[Prepared], int | None] = lambda prep: None
+    check_finished: Callable[..., None] = lambda prep, **cache_kw: None
 
     def command_argv(self, argv: list[str]) -> list[str]:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
@@ -96,29 +88,28 @@ class Trainer:
         """The interpreter this trainer's jobs run (`python.<stage>=`, else the one running launch)."""
         return interpreter.interpreter(prep.cfg.get("python"), self.stage)
 
-    def job(self, preps: list[Prepared], name: str = "launch", logs: str | None = None,
+    def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None,
             on_slurm: bool | None = None) -> Job:
-        """The training Job of one run (an array over several: a sweep's, `logs` its log dir): `module` under
-        torchrun over the launcher's nodes x processes on each run's config.yaml, in its interpreter, needing
-        its data (`data.dir`; GRPO: the starting model) and the modules that interpreter must import. Under
-        Slurm (`on_slurm`, default: `launcher=slurm`) it asks for whole nodes with the USR1 warning and waits
-        for what a study stage is told to."""
-        prep = preps[0]
-        cfg = prep.cfg
+        """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
+        under torchrun over the launcher's nodes x processes on each run's config.yaml, in its interpreter, needing
+        its data (`data.dir`; GRPO: the starting model) and the modules that interpreter must import. Under Slurm
+        (`on_slurm`, default: `launcher=slurm`) it takes whole nodes with the USR1 warning and waits for what a
+        study stage is told to."""
+        cfg = preps[0].cfg
         on_slurm = cfg.launcher.kind == "slurm" if on_slurm is None else on_slurm
         nodes = int(cfg.launcher.nodes) if on_slurm else 1
-        gpus = int(cfg.launcher.gpus_per_node) if on_slurm else prep.nproc if local.cuda_device_count() else 0
+        gpus = int(cfg.launcher.gpus_per_node) if on_slurm else preps[0].nproc if local.cuda_device_count() else 0
         configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
                 for p in preps]
-        return Job(name, self.module, config=None if len(preps) > 1 else configs[0],
-                   array=configs if len(preps) > 1 else (), python=self.python(prep),
-                   wrapper=Torchrun(nodes, prep.nproc), cluster=Cluster.of(cfg.launcher) if on_slurm else None,
+        return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
+                   array=configs if array else (), python=self.python(preps[0]), wrapper=Torchrun(nodes, preps[0].nproc),
+                   cluster=Cluster.of(cfg.launcher) if on_slurm else None,
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(data=tuple(dict.fromkeys(data)), modules=tuple(self.needs(cfg))),
                    waits=(os.environ.get(slurm.AFTER_ENV) or None) if on_slurm else None,
-                   title=f"dtsft-{cfg.logging.name}" if len(preps) == 1 else f"dtsft-{name}",
-                   logs=logs or str(prep.run_dir / "logs"))
+                   title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
+                   logs=logs or str(preps[0].run_dir / "logs"))
 
     def check_python(self, prep: Prepared) -> None:
         """Refuse (LaunchError, one line) a named interpreter lacking what the run needs."""
@@ -482,39 +473,26 @@ def submit(trainer: Trainer, prep: Prepared, argv: list[str], job: Job, data: di
     return 0
 
 
-def plan_dataset(prep: Prepared) -> None:
-    """A dry run's dataset dir: where the cache would hold it (its key), when computable here without the hub."""
-    cfg = prep.cfg
-    try:
-        with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
-            key = cache.dataset_key(cfg, prep.composed.data_arm) if not cfg.data.dir else None
-        if key:
-            cfg.data.dir = str(cache.cache_root(cfg) / key)
-    except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
-        print(f"[launch] (dataset cache key not computable here: {exc})")
-
-
-def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], name: str = "launch", logs: str | None = None,
+def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
             home: Path | None = None) -> int:
     """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
     temporary directory it names), then each run's lines and resolved config and what would run: the local
-    command (GRPO: and the Slurm script), or the Slurm script. A sweep's: one job `name` over its runs, its logs
-    and script in its own dir (`logs`, `home`; by default the run dir's). Nothing else is written; nothing starts."""
-    first = preps[0]
-    if trainer.stage == "sft":
-        for prep in preps:
-            plan_dataset(prep)
-    job = trainer.job(preps, name, logs)
-    where = dry_run_dir("launch")
-    on_slurm = first.cfg.launcher.kind == "slurm"
-    runner = slurm_runner(trainer, argv) if on_slurm else local.LocalRunner(str(REPO))
-    script = runner.script(job, {}, where)
-    (where / f"{job.name}{runner.suffix}").write_text(script, encoding="utf-8")
+    command (GRPO: and the Slurm script), or the Slurm script. A sweep's: one job, an `array` over its runs, its logs
+    and script in its own dir (`logs`, `home`; by default the run dir's). Nothing else is written; nothing starts.
+    An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
+    first, on_slurm = preps[0], preps[0].cfg.launcher.kind == "slurm"
+    for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
+        try:
+            with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
+                cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, first.composed.data_arm))
+        except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
+            print(f"[launch] (dataset cache key not computable here: {exc})")
+    job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
     for i, prep in enumerate(preps):
-        (where / f"{job.name}-{i}.config.yaml" if len(preps) > 1 else where / f"{job.name}.config.yaml").write_text(
-            OmegaConf.to_yaml(prep.cfg), encoding="utf-8")
-    print(f"# the plan: 1 job\n{table([job])}")
-    print(f"[dry run] its config(s) and script are written under {where} (nothing started: dry_run=true)", flush=True)
+        (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
+    runner = slurm_runner(trainer, argv) if on_slurm else local.LocalRunner(str(REPO))
+    jobs.dry_run([job], runner, where)
+    script = (where / f"{job.name}{runner.suffix}").read_text(encoding="utf-8")
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)
@@ -522,12 +500,11 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], name: str 
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
     sbatch = (home or first.run_dir) / f"{job.name}.sbatch"
-    if len(preps) > 1:   # a sweep: its array's script (a local one: every task's command is in the one written)
+    if array:   # a sweep: its array's script (a local one: every task's command is in the one written)
         if on_slurm:
-            print(f"# {sbatch} (not written: dry_run=true)\n{script}", flush=True)
+            print(f"# {sbatch} (not written: dry_run=true)\n{script}")
         return 0
-    print("# resolved config.yaml")
-    print(OmegaConf.to_yaml(first.cfg))
+    print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
     if trainer.stage == "grpo":   # both: the local command and the Slurm script
         print("# local command (launcher=local)")
         print(shlex.join(replace(job, wrapper=Torchrun(1, first.nproc)).command(str(job.config))))

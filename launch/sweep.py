@@ -155,7 +155,7 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
                   "nothing trained", file=sys.stderr, flush=True)
             return rc
     if dry:   # the plan: one job, each run a task in turn (a finished run is skipped when it runs)
-        rc = dry_run(SFT, preps, ["sweep", *argv], name="sweep")
+        rc = dry_run(SFT, preps, ["sweep", *argv], array=True)
         print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started"
               + (f"; then: {shlex.join(['analyze', *evaluation[3:]])}" if evaluation else ""))
         return rc
@@ -236,10 +236,10 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
             finally:
                 os.close(lock)
     if dry:
-        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], "sweep", str(root), home=root)
+        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root), home=root)
         return _run_analyze(chained("<sweep array job id>", True)) if profile and rc == 0 else rc
     root.mkdir(parents=True, exist_ok=True)
-    job = SFT.job([p for _, p in todo], name="sweep", logs=str(root))   # their data is known now
+    job = SFT.job([p for _, p in todo], array=True, logs=str(root))   # their data is known now
     path = root / f"{job.name}.sbatch"
     array = slurm_runner(SFT, ["sweep", *argv]).run([job], root)[job.name]
     for i, (argv_i, prep) in enumerate(todo):

@@ -29,7 +29,7 @@ def test_a_three_run_sweeps_dry_run_starts_with_its_plan_on_one_screen(tmp_path,
                  f"launcher={launcher}", "gpus_per_node=2", "dry_run=true", f"runs_root={runs}"]) == 0
     out = capsys.readouterr().out
     plan, where = _plan(out)
-    assert len(plan) <= 40 and plan[0] == "# the plan: 1 job", "\n".join(plan)
+    assert len(plan) <= 40 and plan[0] == "# the plan: 1 job(s), in order", "\n".join(plan)
     assert plan[1].split() == ["job", "module", "after", "interpreter", "resources", "needs"]
     row = plan[2]
     assert row.split()[:4] == ["sweep", "sft.train", "-", sys.executable]

@@ -30,7 +30,7 @@ def _dry(capsys, tmp_path, *argv) -> str:
 def _evaluation_scripts(out: str, tmp_path: Path) -> list[str]:
     """The scripts of the evaluation jobs and the aggregation a sweep's dry run wrote (in the directory it
     names), with the paths shown as `_dry` shows them."""
-    where = Path(re.search(r"config and script is written under (\S+) \(nothing started", out)[1])
+    where = Path(re.findall(r"config and script is written under (\S+) \(nothing started", out)[-1])   # the analysis's
     return [(where / f"{name}.sbatch").read_text().replace(str(tmp_path.resolve()), "<RUNS>")
             .replace(sys.executable, "<PYTHON>").replace(str(REPO), "<REPO>")
             for name in [*sorted(p.stem for p in where.glob("eval-run-*.sbatch")), "aggregate"]]
