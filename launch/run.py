@@ -464,13 +464,17 @@ def submit(trainer: Trainer, prep: Prepared, argv: list[str], job: Job, data: di
     rd = prep.run_dir
     (rd / "logs").mkdir(exist_ok=True)
     ids = slurm_runner(trainer, argv).run([job], rd)
-    path = rd / f"{job.name}.sbatch"
-    launcher = {"kind": "slurm", "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
-                "script": str(path), "job_id": ids[job.name]}
-    manifest.write_manifest(rd, argv=trainer.command_argv(argv), choices=prep.composed.choices, launcher=launcher,
-                            data=data, identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
-    print(f"[launch] submitted {path} as Slurm job {ids[job.name]}")
+    submitted(prep, trainer.command_argv(argv), job, rd / f"{job.name}.sbatch", ids[job.name], data)
+    print(f"[launch] submitted {rd / 'launch.sbatch'} as Slurm job {ids[job.name]}")
     return 0
+
+
+def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: str, data: dict) -> None:
+    """A run's submission (`job_id`: its job, or its task of a sweep's array) recorded in its manifest.json."""
+    launcher = {"kind": "slurm", "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
+                "script": str(script), "job_id": job_id}
+    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
+                            identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
 
 
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,

@@ -86,7 +86,6 @@ class SlurmSpec:
     # value (an evaluation task: B:USR1@120, to the batch shell, which is the task's python)
     signal: bool | str = True
 
-
     @classmethod
     def of(cls, cluster: Cluster, more: tuple[str, ...] = (), **kw) -> "SlurmSpec":
         """A job with `cluster`'s settings (its sbatch lines, then `more`): how every job kind gets them."""

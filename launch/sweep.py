@@ -29,9 +29,9 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
-from launch import local, manifest, slurm
+from launch import local, slurm
 from launch.run import (REPO, SFT, check_finished_data, data_record, describe, dry_run, is_finished, launch_one,
-                        lock_run_dir, prepare_run, resolve, slurm_runner)
+                        lock_run_dir, prepare_run, resolve, slurm_runner, submitted)
 from launch.errors import LaunchError
 
 SWEEP_KEYS = ("arms", "seeds")
@@ -227,27 +227,22 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
             print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
                   "nothing submitted", file=sys.stderr, flush=True)
             return rc
-    if not dry:
-        for _, prep in todo:
-            lock = lock_run_dir(prep.run_dir)
-            try:
-                slurm.check_not_queued(prep.run_dir)
-                prepare_run(prep, **cache_kw)
-            finally:
-                os.close(lock)
     if dry:
         rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root), home=root)
         return _run_analyze(chained("<sweep array job id>", True)) if profile and rc == 0 else rc
+    for _, prep in todo:
+        lock = lock_run_dir(prep.run_dir)
+        try:
+            slurm.check_not_queued(prep.run_dir)
+            prepare_run(prep, **cache_kw)
+        finally:
+            os.close(lock)
     root.mkdir(parents=True, exist_ok=True)
     job = SFT.job([p for _, p in todo], array=True, logs=str(root))   # their data is known now
     path = root / f"{job.name}.sbatch"
     array = slurm_runner(SFT, ["sweep", *argv]).run([job], root)[job.name]
     for i, (argv_i, prep) in enumerate(todo):
-        launcher = {"kind": "slurm", "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
-                    "script": str(path), "job_id": f"{array}_{i}"}
-        manifest.write_manifest(prep.run_dir, argv=argv_i, choices=prep.composed.choices, launcher=launcher,
-                                data=data_record(prep.data), identity=prep.identity,
-                                python=interpreter.interpreters(prep.cfg.get("python")))
+        submitted(prep, argv_i, job, path, f"{array}_{i}", data_record(prep.data))
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({path})", flush=True)
     if profile:
         rc = _run_analyze(chained(array, False))
