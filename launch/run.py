@@ -403,11 +403,10 @@ def train_here(prep: Prepared, argv: list[str], job: Job, data: dict,
     launch_id = uuid.uuid4().hex
     runner = local.LocalRunner(str(REPO), env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
     try:
-        rc = 0
         runner.start(job, None, {})
+        return 0, runner.logs[job.name], launch_id
     except JobFailed as failed:
-        rc = failed.status
-    return rc, runner.logs[job.name], launch_id
+        return failed.status, runner.logs[job.name], launch_id
 
 
 _SIGNALS = {int(s) for s in signal.Signals}

@@ -192,16 +192,15 @@ def evaluation_command(first, profile: str, analyze: list[str], runs: list[tuple
 
 
 def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[str] = (), **cache_kw) -> int:
-    todo, finished = [], []
+    todo, finished, dry = [], [], bool(preps[0].cfg.launcher.dry_run)
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
-            if not prep.cfg.launcher.dry_run:
+            if not dry:
                 check_finished_data(prep, **cache_kw)
             print(f"[launch] {prep.run_dir} is finished; skipped")
             finished.append(str(prep.run_dir))
             continue
         todo.append((run, prep))
-    dry = bool(preps[0].cfg.launcher.dry_run)
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
         print(describe(prep))
         SFT.check_python(prep)
@@ -212,7 +211,7 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
     if not todo:
         print("[launch] sweep: every run is finished; nothing to train", flush=True)
         if profile:   # what is left to evaluate: one array task per checkpoint, then the aggregation
-            return _run_analyze(evaluation_command(preps[0], profile, analyze, None, bool(preps[0].cfg.launcher.dry_run)))
+            return _run_analyze(evaluation_command(preps[0], profile, analyze, None, dry))
         return 0
     first = todo[0][1]
 
@@ -221,15 +220,15 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
         pairs = [(str(p.run_dir), f"afterok:{array_job}_{i}") for i, (_, p) in enumerate(todo)]
         return evaluation_command(first, profile, analyze, pairs + [(d, None) for d in finished], dry)
 
-    if profile and not dry:   # the evaluation's settings, checked before anything is submitted (its dry run)
+    if dry:
+        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root), home=root)
+        return _run_analyze(chained("<sweep array job id>", True)) if profile and rc == 0 else rc
+    if profile:   # the evaluation's settings, checked before anything is submitted (its dry run)
         rc = _run_analyze(chained("<sweep array job id>", True), quiet=True)
         if rc != 0:
             print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
                   "nothing submitted", file=sys.stderr, flush=True)
             return rc
-    if dry:
-        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root), home=root)
-        return _run_analyze(chained("<sweep array job id>", True)) if profile and rc == 0 else rc
     for _, prep in todo:
         lock = lock_run_dir(prep.run_dir)
         try:
