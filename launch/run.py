@@ -476,12 +476,11 @@ def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: s
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
 
 
-def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
-            home: Path | None = None) -> int:
+def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None) -> int:
     """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
     temporary directory it names), then each run's lines and resolved config and what would run: the local
     command (GRPO: and the Slurm script), or the Slurm script. A sweep's: one job, an `array` over its runs, its logs
-    and script in its own dir (`logs`, `home`; by default the run dir's). Nothing else is written; nothing starts.
+    and script in its own dir (`logs`; by default the run dir's). Nothing else is written; nothing starts.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
     first, on_slurm = preps[0], preps[0].cfg.launcher.kind == "slurm"
     for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
@@ -502,7 +501,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
         if not on_slurm and prep.cfg.model.gpu_only and local.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
-    sbatch = (home or first.run_dir) / f"{job.name}.sbatch"
+    sbatch = Path(logs or first.run_dir) / f"{job.name}.sbatch"
     if array:   # a sweep: its array's script (a local one: every task's command is in the one written)
         if on_slurm:
             print(f"# {sbatch} (not written: dry_run=true)\n{script}")

@@ -212,13 +212,9 @@ def render_run_script(spec: SlurmSpec, run_dirs: str | list[str], repo: str, pyt
                       module: str = "sft.train") -> str:
     """The training script (one template): one run (`run_dirs` its run dir) or a job array over several runs,
     task i training run_dirs[i] (a sweep)."""
-    lines = _header(spec, command) + ["", "set -uo pipefail"]
-    if isinstance(run_dirs, str):
-        lines.append(f"RUN_DIR={shlex.quote(run_dirs)}")
-    else:
-        lines += ["RUN_DIRS=(", *(f"  {shlex.quote(d)}" for d in run_dirs), ")",
-                  'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
-    return "\n".join(lines + _body(spec, repo, python, module)) + "\n"
+    runs = [f"RUN_DIR={shlex.quote(run_dirs)}"] if isinstance(run_dirs, str) else [
+        "RUN_DIRS=(", *(f"  {shlex.quote(d)}" for d in run_dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
+    return "\n".join([*_header(spec, command), "", "set -uo pipefail", *runs, *_body(spec, repo, python, module)]) + "\n"
 
 
 def _setup_lines(spec: SlurmSpec) -> list[str]:

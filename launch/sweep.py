@@ -221,7 +221,7 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
         return evaluation_command(first, profile, analyze, pairs + [(d, None) for d in finished], dry)
 
     if dry:
-        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root), home=root)
+        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root))
         return _run_analyze(chained("<sweep array job id>", True)) if profile and rc == 0 else rc
     if profile:   # the evaluation's settings, checked before anything is submitted (its dry run)
         rc = _run_analyze(chained("<sweep array job id>", True), quiet=True)
