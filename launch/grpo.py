@@ -2,15 +2,14 @@
 trainers (`GRPO`, started by launch.run.launch_one like SFT's).
 
 What is GRPO's own: composition (launch.compose.compose_grpo) and the run identity of rl.config
-(the input files by content), the world-size check, the plan it prints, a dry run that shows both
-the local command and the Slurm script, and a preflight: what rl.train would refuse at start (a
+(the input files by content), the world-size check, the plan it prints (its dry run shows both the local
+command and the Slurm script: launch.run.dry_run), and a preflight: what rl.train would refuse at start (a
 retriever that does not answer) and, for task=spa, the adversarial pilot. There is no dataset to
 build: the environment is the data; the manifest records the starting model instead.
 """
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 
 from omegaconf import OmegaConf
@@ -102,18 +101,6 @@ def describe(prep: run.Prepared) -> str:
     return "\n".join(lines)
 
 
-def dry_run(prep: run.Prepared, argv: list[str]) -> int:
-    """The resolved config, the local command and the Slurm script; nothing written."""
-    rd = prep.run_dir
-    print("# resolved config.yaml")
-    print(OmegaConf.to_yaml(prep.cfg))
-    print("# local command (launcher=local)")
-    print(shlex.join(GRPO.command(prep)))
-    print(f"# Slurm script (launcher=slurm; {rd / 'launch.sbatch'}, not written: dry_run=true)")
-    print(run.render_sbatch(GRPO, prep, argv))
-    return 0
-
-
 def preflight(prep: run.Prepared) -> int | None:
     """What the trainer would refuse at start, task=spa's adversarial pilot included (rl.train.preflight):
     exit 2 when a reward hack comes within the required margin of genuine play."""
@@ -139,8 +126,8 @@ def prepare(prep: run.Prepared, **_cache_kw) -> dict:
     return start_record(prep.cfg)
 
 
-GRPO = run.Trainer(stage="grpo", module="rl.train", resolve=resolve, describe=describe, dry_run=dry_run,
-                   prepare=prepare, needs=interpreter.grpo_needs, preflight=preflight)
+GRPO = run.Trainer(stage="grpo", module="rl.train", resolve=resolve, describe=describe, prepare=prepare,
+                   needs=interpreter.grpo_needs, preflight=preflight)
 
 
 def cli(argv: list[str]) -> int:

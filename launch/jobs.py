@@ -104,6 +104,8 @@ class Job:
     after_any: bool = False          # after them however they ended (an aggregation: a failed one is a gap)
     waits: str | None = None         # a dependency outside the plan, in sbatch's syntax (e.g. afterok:4242_0)
     notes: tuple[str, ...] = field(default=(), compare=False)   # what each task does, one line per task
+    title: str | None = None         # the name the cluster shows (null: dtsft-<name>); a training run: its logging name
+    logs: str | None = None          # where its logs go (training: <run dir>/logs, teed there locally); null: the plan's dir
 
     def __post_init__(self):
         if not NAME.match(self.name):

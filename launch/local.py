@@ -1,6 +1,6 @@
-"""The local launcher: `torchrun --standalone --nproc_per_node N -m sft.train <run_dir>/config.yaml`
-(torchrun as `python -m launch.torchrun`: a failed worker in one line, with its own exit code), and the
-LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order.
+"""The local launcher, LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order; training as
+`torchrun --standalone --nproc_per_node N -m sft.train <run_dir>/config.yaml` (torchrun as
+`python -m launch.torchrun`: a failed worker in one line, with its own exit code).
 
 The trainer's stdout and stderr pass through to this terminal and are also written, as they
 arrive, to `<run_dir>/logs/train-<UTC time>.log` (one file per launch, so a resumed run keeps
@@ -27,7 +27,7 @@ from typing import Callable
 from omegaconf import DictConfig
 
 from launch.errors import LaunchError
-from launch.jobs import Job, JobFailed, Runner, Torchrun
+from launch.jobs import Job, JobFailed, Runner
 
 
 def cuda_device_count() -> int:
@@ -65,13 +65,6 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
     nproc = cfg.launcher.nproc
     if gpus > 0 and nproc != "auto" and int(nproc) > gpus:
         raise LaunchError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
-
-
-def torchrun_command(config_path: str | Path, nproc: int, python: str = sys.executable,
-                     module: str = "sft.train") -> list[str]:
-    """The single-node torchrun command (launch.torchrun; `--standalone` picks a free rendezvous port) of the
-    training Job on `config_path`; `module` is the trainer (`sft.train`, or `rl.train` for stage=grpo)."""
-    return Job("train", module, config=str(config_path), python=python, wrapper=Torchrun(1, nproc)).command(str(config_path))
 
 
 def _pump(src, sinks: list, lock: threading.Lock) -> None:
@@ -251,11 +244,16 @@ class LocalRunner(Runner):
     """A plan run here, job after job (each array task in turn), stopping at the first failure with its exit
     status (JobFailed). A job whose interpreter is this one and that has no wrapper runs in this process
     (`run_main` on its module's `main([CONFIG])`, isolated); any other runs as a child, `PYTHON -m MODULE
-    CONFIG` (training: under torchrun on this node, `launch.torchrun --standalone`). Its script (what the dry
-    run writes) is those commands, from `workdir`. `env`: the environment each job runs with (None: this one)."""
+    CONFIG` (training: under torchrun on this node, `launch.torchrun --standalone`). A job with a log directory
+    (`logs`: training) has its output teed into a new log file there (`logs[name]` after it ran) and this
+    process's SIGTERM / SIGINT / SIGUSR1 forwarded to it (each one's name appended to `stops`: run_logged).
+    Its script (what the dry run writes) is those commands, from `workdir`. `env`: the environment each job
+    runs with (None: this one)."""
 
-    def __init__(self, workdir: str | None = None, env: dict[str, str] | None = None, quiet: bool = False):
-        self.workdir, self.env, self.quiet = workdir or os.getcwd(), env, quiet
+    def __init__(self, workdir: str | None = None, env: dict[str, str] | None = None, quiet: bool = False,
+                 stops: list[str] | None = None):
+        self.workdir, self.env, self.quiet, self.stops = workdir or os.getcwd(), env, quiet, stops
+        self.logs: dict[str, Path] = {}
 
     def script(self, job: Job, ids, where: Path) -> str:
         return "\n".join(["#!/bin/bash", f"# job {job.name}: python -m {job.module} CONFIG, each task in turn",
@@ -265,9 +263,13 @@ class LocalRunner(Runner):
     def start(self, job: Job, script: Path, ids) -> str:
         here = job.python == sys.executable and job.wrapper is None
         for config in job.configs:
-            with contextlib.chdir(self.workdir):
-                status = run_main(importlib.import_module(job.module).main, [config], env=self.env, quiet=self.quiet) \
-                    if here else run_child(job.command(config), env=self.env, quiet=self.quiet)
+            if job.logs is not None:
+                status, self.logs[job.name] = run_logged(job.command(config), Path(job.logs), cwd=Path(self.workdir),
+                                                         env=self.env, stops=self.stops)
+            else:
+                with contextlib.chdir(self.workdir):
+                    status = run_main(importlib.import_module(job.module).main, [config], env=self.env, quiet=self.quiet) \
+                        if here else run_child(job.command(config), env=self.env, quiet=self.quiet)
             if status != 0:
                 raise JobFailed(job.name, status)
         return f"local-{job.name}"

@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -30,9 +30,10 @@ from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
-from launch import cache, local, manifest, preflight, slurm
+from launch import cache, jobs, local, manifest, preflight, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
 from launch.errors import LaunchError
+from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, Torchrun, dry_run_dir
 from launch.refusal import trainer_refusal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,14 +54,6 @@ class Prepared:
         return self.composed.cfg
 
 
-def _no_preflight(prep: Prepared) -> int | None:
-    return None
-
-
-def _nothing_to_check(prep: Prepared, **cache_kw) -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class Trainer:
     """One kind of training job of launch's table: how `launch_one` resolves, shows, checks, prepares
@@ -68,13 +61,13 @@ class Trainer:
 
     resolve(argv) -> Prepared     compose, refuse another run identity, check the hardware, fill the
                                   derived values: everything cheap, before any lock or work
-    describe(prep) -> str         the plan's lines; dry_run(prep, argv) prints what would run
+    describe(prep) -> str         the plan's lines (a dry run prints them under its table of Jobs)
     preflight(prep) -> int|None   what the trainer would refuse at start; an exit code stops the launch
     prepare(prep, **cache_kw)     under the run-dir lock: the run's inputs and config.yaml; returns the
                                   manifest's `data` record (SFT: the dataset; GRPO: the starting model)
     check_finished(prep, ...)     a finished run's input half of the identity (SFT: its dataset)
     module                        what torchrun runs: `python -m <module> <run_dir>/config.yaml`, the
-                                  interpreter `python.<stage>=` names (common.interpreter)
+                                  interpreter `python.<stage>=` names (common.interpreter): its Job (`job`)
     needs(cfg) -> {module: why}   what that interpreter must hold (asked before anything starts)
     """
 
@@ -82,11 +75,10 @@ class Trainer:
     module: str
     resolve: Callable[[list[str]], Prepared]
     describe: Callable[[Prepared], str]
-    dry_run: Callable[[Prepared, list[str]], int]
     prepare: Callable[..., dict]
     needs: Callable[[DictConfig], dict[str, str]]
-    preflight: Callable[[Prepared], int | None] = _no_preflight
-    check_finished: Callable[..., None] = _nothing_to_check
+    preflight: Callable[[Prepared], int | None] = lambda prep: None
+    check_finished: Callable[..., None] = lambda prep, **cache_kw: None
 
     def command_argv(self, argv: list[str]) -> list[str]:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
@@ -96,10 +88,28 @@ class Trainer:
         """The interpreter this trainer's jobs run (`python.<stage>=`, else the one running launch)."""
         return interpreter.interpreter(prep.cfg.get("python"), self.stage)
 
-    def command(self, prep: Prepared) -> list[str]:
-        """The local torchrun command of the run, in its interpreter."""
-        return local.torchrun_command(prep.run_dir / layout.CONFIG, prep.nproc, python=self.python(prep),
-                                      module=self.module)
+    def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None,
+            on_slurm: bool | None = None) -> Job:
+        """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
+        under torchrun over the launcher's nodes x processes on each run's config.yaml, in its interpreter, needing
+        its data (`data.dir`; GRPO: the starting model) and the modules that interpreter must import. Under Slurm
+        (`on_slurm`, default: `launcher=slurm`) it takes whole nodes with the USR1 warning and waits for what a
+        study stage is told to."""
+        cfg = preps[0].cfg
+        on_slurm = cfg.launcher.kind == "slurm" if on_slurm is None else on_slurm
+        nodes = int(cfg.launcher.nodes) if on_slurm else 1
+        gpus = int(cfg.launcher.gpus_per_node) if on_slurm else preps[0].nproc if local.cuda_device_count() else 0
+        configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
+        data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
+                for p in preps]
+        return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
+                   array=configs if array else (), python=self.python(preps[0]), wrapper=Torchrun(nodes, preps[0].nproc),
+                   cluster=Cluster.of(cfg.launcher) if on_slurm else None,
+                   resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
+                   needs=Needs(data=tuple(dict.fromkeys(data)), modules=tuple(self.needs(cfg))),
+                   waits=(os.environ.get(slurm.AFTER_ENV) or None) if on_slurm else None,
+                   title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
+                   logs=logs or str(preps[0].run_dir / "logs"))
 
     def check_python(self, prep: Prepared) -> None:
         """Refuse (LaunchError, one line) a named interpreter lacking what the run needs."""
@@ -356,11 +366,11 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
         print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
               f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
         return 0
-    print(trainer.describe(prep))
-    trainer.check_python(prep)   # before anything is started or submitted (a dry run says so too)
     found = [] if checked else preflight.gate([preflight.run_needs(trainer, prep)], bool(cfg.launcher.dry_run))
     if cfg.launcher.dry_run:
-        return trainer.dry_run(prep, argv) or preflight.after_plan(found) or 0
+        return dry_run(trainer, [prep], argv) or preflight.after_plan(found) or 0
+    print(trainer.describe(prep))
+    trainer.check_python(prep)   # before anything is started or submitted
     refused = trainer.preflight(prep)
     if refused is not None:
         return refused
@@ -371,30 +381,34 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
         if cfg.launcher.kind == "slurm":
             slurm.check_not_queued(rd)
         data = trainer.prepare(prep, **cache_kw)
+        job = trainer.job([prep])
         if cfg.launcher.kind == "slurm":
-            return submit_slurm(trainer, prep, argv, data)
-        cmd = trainer.command(prep)
+            return submit(trainer, prep, argv, job, data)
         stops: list[str] = []
-        rc, log, launch_id = train_here(prep, trainer.command_argv(argv), cmd, data, stops)
+        rc, log, launch_id = train_here(prep, trainer.command_argv(argv), job, data, stops)
     finally:
         os.close(held)
     return report_end(rd, rc, log, launch_id, stopped_by=stops[0] if stops else None)
 
 
-def train_here(prep: Prepared, argv: list[str], cmd: list[str], data: dict,
+def train_here(prep: Prepared, argv: list[str], job: Job, data: dict,
                stops: list[str] | None = None) -> tuple[int, Path, str]:
-    """Record this launch (and the run identity) in manifest.json, then run the trainer command here;
-    (exit code, log file, this launch's id: the trainer tags a refusal it records with it, so another
-    process's refusal in the same run dir is never taken for this one's)."""
-    rd = prep.run_dir
+    """Record this launch (and the run identity) in manifest.json, then run the training Job here (LocalRunner:
+    its output teed into `<run dir>/logs`, launch's signals forwarded); (exit code, log file, this launch's id:
+    the trainer tags a refusal it records with it, so another process's refusal in the same run dir is never
+    taken for this one's)."""
+    rd, cmd = prep.run_dir, job.command(str(job.config))
     launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
     manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
     print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
     launch_id = uuid.uuid4().hex
-    rc, log = local.run_logged(cmd, rd / "logs", cwd=REPO, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id},
-                               stops=stops)
-    return rc, log, launch_id
+    runner = local.LocalRunner(str(REPO), env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
+    try:
+        runner.start(job, None, {})
+        return 0, runner.logs[job.name], launch_id
+    except JobFailed as failed:
+        return failed.status, runner.logs[job.name], launch_id
 
 
 _SIGNALS = {int(s) for s in signal.Signals}
@@ -441,52 +455,69 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     return rc
 
 
-def submit_slurm(trainer: Trainer, prep: Prepared, argv: list[str], data: dict) -> int:
+def slurm_runner(trainer: Trainer, argv: list[str]) -> slurm.SlurmRunner:
+    """The Slurm runner of a launch or sweep command `argv` (what its scripts say wrote them)."""
+    return slurm.SlurmRunner(shlex.join(["launch", *trainer.command_argv(argv)]), repo=str(REPO))
+
+
+def submit(trainer: Trainer, prep: Prepared, argv: list[str], job: Job, data: dict) -> int:
+    """The training Job as `<run dir>/launch.sbatch`, submitted; the launch recorded in manifest.json."""
     rd = prep.run_dir
-    script = render_sbatch(trainer, prep, argv)
-    path = rd / "launch.sbatch"
-    path.write_text(script, encoding="utf-8")
     (rd / "logs").mkdir(exist_ok=True)
-    job = slurm.submit(path)
-    launcher = {"kind": "slurm", "nodes": prep.cfg.launcher.nodes, "gpus_per_node": prep.cfg.launcher.gpus_per_node,
-                "script": str(path), "job_id": job}
-    manifest.write_manifest(rd, argv=trainer.command_argv(argv), choices=prep.composed.choices, launcher=launcher,
-                            data=data, identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
-    print(f"[launch] submitted {path} as Slurm job {job}")
+    ids = slurm_runner(trainer, argv).run([job], rd)
+    submitted(prep, trainer.command_argv(argv), job, rd / f"{job.name}.sbatch", ids[job.name], data)
+    print(f"[launch] submitted {rd / 'launch.sbatch'} as Slurm job {ids[job.name]}")
     return 0
 
 
-def render_sbatch(trainer: Trainer, prep: Prepared, argv: list[str]) -> str:
-    """The run's sbatch script: each segment re-runs this launch command on the allocation (it resumes)
-    and torchruns `trainer.module`."""
-    cfg = prep.cfg
-    spec = slurm.spec_from_config(cfg, job_name=f"dtsft-{cfg.logging.name}",
-                                  output=str(prep.run_dir / "logs" / "slurm-%j.out"), nproc=prep.nproc)
-    return slurm.render_run_script(spec, str(prep.run_dir), str(REPO), trainer.python(prep),
-                                   shlex.join(["launch", *trainer.command_argv(argv)]), module=trainer.module)
+def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: str, data: dict) -> None:
+    """A run's submission (`job_id`: its job, or its task of a sweep's array) recorded in its manifest.json."""
+    launcher = {"kind": "slurm", "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
+                "script": str(script), "job_id": job_id}
+    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
+                            identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
 
 
-def dry_run(prep: Prepared, argv: list[str]) -> int:
-    """Print the resolved config and the command that would run; build and write nothing."""
-    cfg = prep.cfg
-    try:
-        with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
-            key = cache.dataset_key(cfg, prep.composed.data_arm) if not cfg.data.dir else None
-        if key:
-            cfg.data.dir = str(cache.cache_root(cfg) / key)
-    except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
-        print(f"[launch] (dataset cache key not computable here: {exc})")
-    print("# resolved config.yaml")
-    print(OmegaConf.to_yaml(cfg))
-    if cfg.launcher.kind == "slurm":
-        print(f"# {prep.run_dir / 'launch.sbatch'} (not written: dry_run=true)")
-        print(render_sbatch(SFT, prep, argv))
-    else:
-        if cfg.model.gpu_only and local.cuda_device_count() == 0:
+def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None) -> int:
+    """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
+    temporary directory it names), then each run's lines and resolved config and what would run: the local
+    command (GRPO: and the Slurm script), or the Slurm script. A sweep's: one job, an `array` over its runs, its logs
+    and script in its own dir (`logs`; by default the run dir's). Nothing else is written; nothing starts.
+    An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
+    first, on_slurm = preps[0], preps[0].cfg.launcher.kind == "slurm"
+    for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
+        try:
+            with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
+                cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, first.composed.data_arm))
+        except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
+            print(f"[launch] (dataset cache key not computable here: {exc})")
+    job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
+    for i, prep in enumerate(preps):
+        (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
+    runner = slurm_runner(trainer, argv) if on_slurm else local.LocalRunner(str(REPO))
+    jobs.dry_run([job], runner, where)
+    script = (where / f"{job.name}{runner.suffix}").read_text(encoding="utf-8")
+    for prep in preps:
+        print(trainer.describe(prep))
+        trainer.check_python(prep)
+        if not on_slurm and prep.cfg.model.gpu_only and local.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
-        print("# command")
-        print(shlex.join(SFT.command(prep)))
+    sbatch = Path(logs or first.run_dir) / f"{job.name}.sbatch"
+    if array:   # a sweep: its array's script (a local one: every task's command is in the one written)
+        if on_slurm:
+            print(f"# {sbatch} (not written: dry_run=true)\n{script}")
+        return 0
+    print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
+    if trainer.stage == "grpo":   # both: the local command and the Slurm script
+        print("# local command (launcher=local)")
+        print(shlex.join(replace(job, wrapper=Torchrun(1, first.nproc)).command(str(job.config))))
+        print(f"# Slurm script (launcher=slurm; {sbatch}, not written: dry_run=true)")
+        print(script if on_slurm else slurm_runner(trainer, argv).script(trainer.job(preps, on_slurm=True), {}, where))
+    elif on_slurm:
+        print(f"# {sbatch} (not written: dry_run=true)\n{script}")
+    else:
+        print(f"# command\n{shlex.join(job.command(str(job.config)))}")
     return 0
 
 
@@ -497,5 +528,5 @@ def prepare_sft(prep: Prepared, **cache_kw) -> dict:
     return data_record(prep.data)
 
 
-SFT = Trainer(stage="sft", module="sft.train", resolve=resolve, describe=describe, dry_run=dry_run,
-              prepare=prepare_sft, needs=interpreter.sft_needs, check_finished=check_finished_data)
+SFT = Trainer(stage="sft", module="sft.train", resolve=resolve, describe=describe, prepare=prepare_sft,
+              needs=interpreter.sft_needs, check_finished=check_finished_data)

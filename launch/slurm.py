@@ -1,4 +1,4 @@
-"""The Slurm launcher: an sbatch script per run (or one job array per sweep), submitted with sbatch.
+"""The Slurm launcher (SlurmRunner): an sbatch script per Job (a run, or one job array per sweep), submitted with sbatch.
 
 Each node runs one torchrun (`srun --ntasks-per-node=1`) that joins a c10d rendezvous on the
 first node's address (its NodeAddr; port 29500, or $DTSFT_RDZV_PORT) and starts `gpus_per_node` trainer processes.
@@ -32,8 +32,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from omegaconf import DictConfig
 
 from common.layout import CONFIG, LAUNCH_ID_ENV
 from launch.errors import LaunchError
@@ -88,18 +86,11 @@ class SlurmSpec:
     # value (an evaluation task: B:USR1@120, to the batch shell, which is the task's python)
     signal: bool | str = True
 
-
     @classmethod
     def of(cls, cluster: Cluster, more: tuple[str, ...] = (), **kw) -> "SlurmSpec":
         """A job with `cluster`'s settings (its sbatch lines, then `more`): how every job kind gets them."""
         return cls(partition=cluster.partition, time=cluster.time, account=cluster.account, qos=cluster.qos,
                    extra=(*cluster.sbatch, *more), setup=cluster.setup, **kw)
-
-
-def spec_from_config(cfg: DictConfig, job_name: str, output: str, nproc: int, array: str | None = None) -> SlurmSpec:
-    lc = cfg.launcher
-    return SlurmSpec.of(Cluster.of(lc), job_name=job_name, nodes=int(lc.nodes), gpus_per_node=int(lc.gpus_per_node),
-                        nproc_per_node=nproc, output=output, array=array)
 
 
 def _header(spec: SlurmSpec, command: str) -> list[str]:
@@ -217,20 +208,13 @@ def _end_record_lines() -> list[str]:
     ]
 
 
-def render_run_script(spec: SlurmSpec, run_dir: str, repo: str, python: str, command: str,
+def render_run_script(spec: SlurmSpec, run_dirs: str | list[str], repo: str, python: str, command: str,
                       module: str = "sft.train") -> str:
-    lines = _header(spec, command) + ["", "set -uo pipefail", f"RUN_DIR={shlex.quote(run_dir)}"]
-    return "\n".join(lines + _body(spec, repo, python, module)) + "\n"
-
-
-def render_array_script(spec: SlurmSpec, run_dirs: list[str], repo: str, python: str, command: str) -> str:
-    """One job array over a sweep's runs: task i trains run_dirs[i]."""
-    if spec.array is None:
-        spec.array = f"0-{len(run_dirs) - 1}"
-    lines = _header(spec, command) + ["", "set -uo pipefail", "RUN_DIRS=("]
-    lines += [f"  {shlex.quote(d)}" for d in run_dirs]
-    lines += [")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
-    return "\n".join(lines + _body(spec, repo, python)) + "\n"
+    """The training script (one template): one run (`run_dirs` its run dir) or a job array over several runs,
+    task i training run_dirs[i] (a sweep)."""
+    runs = [f"RUN_DIR={shlex.quote(run_dirs)}"] if isinstance(run_dirs, str) else [
+        "RUN_DIRS=(", *(f"  {shlex.quote(d)}" for d in run_dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
+    return "\n".join([*_header(spec, command), "", "set -uo pipefail", *runs, *_body(spec, repo, python, module)]) + "\n"
 
 
 def _setup_lines(spec: SlurmSpec) -> list[str]:
@@ -282,9 +266,10 @@ class SlurmRunner(Runner):
         r, dep = job.resources, self.dependency(job, ids)
         cluster = (job.cluster or Cluster()).over(time=r.time)
         array = f"0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "") if job.array else None
-        log = where / (f"slurm-{job.name}-%A_%a.out" if job.array else f"slurm-{job.name}-%j.out")
+        pattern = "%A_%a.out" if job.array else "%j.out"
+        log = Path(job.logs) / f"slurm-{pattern}" if job.logs else where / f"slurm-{job.name}-{pattern}"
         return SlurmSpec.of(cluster, ("--kill-on-invalid-dep=yes",) if dep and "afterok" in dep else (),
-                            job_name=f"dtsft-{job.name}", nodes=r.nodes, gpus_per_node=r.gpus_per_node,
+                            job_name=job.title or f"dtsft-{job.name}", nodes=r.nodes, gpus_per_node=r.gpus_per_node,
                             nproc_per_node=job.wrapper.nproc_per_node if job.wrapper else 1, output=str(log),
                             array=array, dependency=dep, exclusive=r.exclusive, signal=r.signal)
 
@@ -294,9 +279,8 @@ class SlurmRunner(Runner):
             dirs = [str(Path(c).parent) for c in job.configs]
             if any(Path(c).name != CONFIG for c in job.configs):
                 raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")
-            if job.array:
-                return render_array_script(spec, dirs, self.repo, job.python, self.command)
-            return render_run_script(spec, dirs[0], self.repo, job.python, self.command, module=job.module)
+            return render_run_script(spec, dirs if job.array else dirs[0], self.repo, job.python, self.command,
+                                     module=job.module)
         py, q = shlex.quote(job.python), shlex.quote
         task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""
         lines = [f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)]

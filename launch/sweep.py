@@ -29,9 +29,9 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
-from launch import local, manifest, preflight, slurm
-from launch.run import (REPO, SFT, check_finished_data, data_record, describe, is_finished, launch_one, lock_run_dir,
-                        prepare_run, resolve)
+from launch import local, preflight, slurm
+from launch.run import (REPO, SFT, check_finished_data, data_record, describe, dry_run, is_finished, launch_one,
+                        lock_run_dir, prepare_run, resolve, slurm_runner, submitted)
 from launch.errors import LaunchError
 
 SWEEP_KEYS = ("arms", "seeds")
@@ -171,6 +171,11 @@ def _run_sweep(argv, runs, preps, profile, analyze, **cache_kw) -> int:
             print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
                   "nothing trained", file=sys.stderr, flush=True)
             return rc
+    if dry:   # the plan: one job, each run a task in turn (a finished run is skipped when it runs)
+        rc = dry_run(SFT, preps, ["sweep", *argv], array=True)
+        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started"
+              + (f"; then: {shlex.join(['analyze', *evaluation[3:]])}" if evaluation else ""))
+        return rc
     failed = []
     for i, (run, prep) in enumerate(zip(runs, preps), 1):
         print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
@@ -182,10 +187,6 @@ def _run_sweep(argv, runs, preps, profile, analyze, **cache_kw) -> int:
     if failed:
         print("[launch] sweep: failed runs: " + "; ".join(f"{' '.join(r)} (exit {rc})" for r, rc in failed))
         return 1
-    if dry:
-        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing written"
-              + (f"; then: {shlex.join(['analyze', *evaluation[3:]])}" if evaluation else ""))
-        return 0
     print(f"[launch] sweep: all {len(runs)} runs finished")
     if evaluation:
         print(f"[launch] sweep: evaluating with profile {profile}: {shlex.join(['analyze', *evaluation[3:]])}", flush=True)
@@ -208,17 +209,17 @@ def evaluation_command(first, profile: str, analyze: list[str], runs: list[tuple
 
 
 def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[str] = (), **cache_kw) -> int:
-    todo, finished = [], []
+    todo, finished, dry = [], [], bool(preps[0].cfg.launcher.dry_run)
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
-            if not prep.cfg.launcher.dry_run:
+            if not dry:
                 check_finished_data(prep, **cache_kw)
             print(f"[launch] {prep.run_dir} is finished; skipped")
             finished.append(str(prep.run_dir))
             continue
-        print(describe(prep))
         todo.append((run, prep))
-    for _, prep in todo:   # every named interpreter asked before anything is submitted
+    for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
+        print(describe(prep))
         SFT.check_python(prep)
     if profile:
         check_eval_python(interpreter.named(preps[0].cfg.get("python"), "eval"),
@@ -227,7 +228,7 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
     if not todo:
         print("[launch] sweep: every run is finished; nothing to train", flush=True)
         if profile:   # what is left to evaluate: one array task per checkpoint, then the aggregation
-            return _run_analyze(evaluation_command(preps[0], profile, analyze, None, bool(preps[0].cfg.launcher.dry_run)))
+            return _run_analyze(evaluation_command(preps[0], profile, analyze, None, dry))
         return 0
     first = todo[0][1]
 
@@ -236,43 +237,33 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
         pairs = [(str(p.run_dir), f"afterok:{array_job}_{i}") for i, (_, p) in enumerate(todo)]
         return evaluation_command(first, profile, analyze, pairs + [(d, None) for d in finished], dry)
 
-    spec = slurm.spec_from_config(first.cfg, job_name="dtsft-sweep", output=str(root / "slurm-%A_%a.out"),
-                                  nproc=first.nproc)
-    command = shlex.join(["launch", "sweep", *argv])
-    dry = bool(first.cfg.launcher.dry_run)
-    if profile and not dry:   # the evaluation's settings, checked before anything is submitted (its dry run)
+    if dry:
+        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root))
+        return _run_analyze(chained("<sweep array job id>", True)) if profile and rc == 0 else rc
+    if profile:   # the evaluation's settings, checked before anything is submitted (its dry run)
         rc = _run_analyze(chained("<sweep array job id>", True), quiet=True)
         if rc != 0:
             print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
                   "nothing submitted", file=sys.stderr, flush=True)
             return rc
-    if not dry:
-        for _, prep in todo:
-            lock = lock_run_dir(prep.run_dir)
-            try:
-                slurm.check_not_queued(prep.run_dir)
-                prepare_run(prep, **cache_kw)
-            finally:
-                os.close(lock)
-    script = slurm.render_array_script(spec, [str(p.run_dir) for _, p in todo], str(REPO), SFT.python(first), command)
-    if dry:
-        print(f"# {root / 'sweep.sbatch'} (not written: dry_run=true)\n{script}", flush=True)
-        return _run_analyze(chained("<sweep array job id>", True)) if profile else 0
+    for _, prep in todo:
+        lock = lock_run_dir(prep.run_dir)
+        try:
+            slurm.check_not_queued(prep.run_dir)
+            prepare_run(prep, **cache_kw)
+        finally:
+            os.close(lock)
     root.mkdir(parents=True, exist_ok=True)
-    path = root / "sweep.sbatch"
-    path.write_text(script, encoding="utf-8")
-    job = slurm.submit(path)
-    for i, (run, prep) in enumerate(todo):
-        launcher = {"kind": "slurm", "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node,
-                    "script": str(path), "job_id": f"{job}_{i}"}
-        manifest.write_manifest(prep.run_dir, argv=run, choices=prep.composed.choices, launcher=launcher,
-                                data=data_record(prep.data), identity=prep.identity,
-                                python=interpreter.interpreters(prep.cfg.get("python")))
-    print(f"[launch] submitted {len(todo)} runs as Slurm job array {job} ({path})", flush=True)
+    job = SFT.job([p for _, p in todo], array=True, logs=str(root))   # their data is known now
+    path = root / f"{job.name}.sbatch"
+    array = slurm_runner(SFT, ["sweep", *argv]).run([job], root)[job.name]
+    for i, (argv_i, prep) in enumerate(todo):
+        submitted(prep, argv_i, job, path, f"{array}_{i}", data_record(prep.data))
+    print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({path})", flush=True)
     if profile:
-        rc = _run_analyze(chained(job, False))
+        rc = _run_analyze(chained(array, False))
         if rc != 0:
-            print(f"[launch] sweep: the training array {job} is submitted, its evaluation failed to submit (exit {rc}, "
-                  f"above); run: {shlex.join(['analyze', *chained(job, False)[3:]])}", file=sys.stderr, flush=True)
+            print(f"[launch] sweep: the training array {array} is submitted, its evaluation failed to submit (exit {rc}, "
+                  f"above); run: {shlex.join(['analyze', *chained(array, False)[3:]])}", file=sys.stderr, flush=True)
         return rc
     return 0

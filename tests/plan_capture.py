@@ -103,6 +103,8 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
     import launch.study as study
     from launch import slurm
     from launch.cli import main
+    from launch import run, sweep
+    from launch.jobs import Job, Torchrun
     from launch.run import Prepared
 
     stages: list[dict] = []
@@ -132,28 +134,29 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
         real_init(self, *a, **kw)
         preps.append((current(), self))
 
-    def torchrun_command(config, nproc, python=None, module="sft.train", **kw):
-        cmd = real_torchrun(config, nproc, python=python, module=module, **kw)
-        current()["jobs"].append({"kind": "local training", "module": module, "interpreter": python or sys.executable,
-                                  "config": str(config), "nproc_per_node": nproc, "command": cmd})
-        return cmd
+    def dry_run(trainer, preps, argv, *args, **kw):
+        # what a launch's / sweep's dry run shows as the local torchrun command of each run (GRPO's: always)
+        first = preps[0]
+        if first.cfg.launcher.kind != "slurm" or trainer.stage == "grpo":
+            for prep in preps:
+                config = str(prep.run_dir / "config.yaml")
+                local_job = Job("train", trainer.module, config=config, python=trainer.python(prep),
+                                wrapper=Torchrun(1, prep.nproc))
+                current()["jobs"].append({"kind": "local training", "module": trainer.module,
+                                          "interpreter": local_job.python, "config": config,
+                                          "nproc_per_node": prep.nproc, "command": local_job.command(config)})
+        return real_dry_run(trainer, preps, argv, *args, **kw)
 
-    real_torchrun = local.torchrun_command
+    real_dry_run = run.dry_run
 
     def run_script(spec, run_dir, repo, python, command, module="sft.train"):
-        current()["jobs"].append({"kind": "slurm training", "module": module, "interpreter": python,
-                                  "run_dirs": [run_dir], "resources": _spec(spec)})
+        array = not isinstance(run_dir, str)
+        current()["jobs"].append({"kind": "slurm training array" if array else "slurm training", "module": module,
+                                  "interpreter": python, "run_dirs": list(run_dir) if array else [run_dir],
+                                  "resources": _spec(spec)})
         return real_run_script(spec, run_dir, repo, python, command, module=module)
 
     real_run_script = slurm.render_run_script
-
-    def array_script(spec, run_dirs, repo, python, command):
-        script = real_array_script(spec, run_dirs, repo, python, command)
-        current()["jobs"].append({"kind": "slurm training array", "module": "sft.train", "interpreter": python,
-                                  "run_dirs": list(run_dirs), "resources": _spec(spec)})
-        return script
-
-    real_array_script = slurm.render_array_script
 
     def command_script(spec, workdir, command, lines, repo=None):
         current()["jobs"].append({"kind": "slurm command", "runs": _execs(list(lines)), "workdir": workdir,
@@ -184,10 +187,10 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
     monkeypatch.setattr(study, "stage_command", stage_command)
     monkeypatch.setattr(study, "run_stage", run_stage)
     monkeypatch.setattr(Prepared, "__init__", prepared)
-    monkeypatch.setattr(local, "torchrun_command", torchrun_command)
+    monkeypatch.setattr(run, "dry_run", dry_run)
+    monkeypatch.setattr(sweep, "dry_run", dry_run)
     monkeypatch.setattr(local, "cuda_device_count", lambda: 0)   # the plan of a machine without GPUs, everywhere
     monkeypatch.setattr(slurm, "render_run_script", run_script)
-    monkeypatch.setattr(slurm, "render_array_script", array_script)
     monkeypatch.setattr(slurm, "render_command_script", command_script)
     monkeypatch.setattr(analyze, "plan", plan)
     monkeypatch.setattr(analyze, "check_settings", check_settings)

@@ -222,5 +222,5 @@ def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(
         assert ran == [] and fake.builds == [] and not (tmp_path / "r2e").exists()
     assert sweep.run_sweep([*argv, "dry_run=true"], builder=fake.build, key_fn=fake.key) == 0
     out = capfd.readouterr().out
-    assert "runs finished" not in out and "[launch] sweep: dry run: 1 run(s) planned, nothing written" in out
+    assert "runs finished" not in out and "[launch] sweep: dry run: 1 run(s) planned, nothing started" in out
     assert ran == [] and not (tmp_path / "r2e").exists() and not (tmp_path / "_reports").exists()

@@ -30,7 +30,7 @@ def _dry(capsys, tmp_path, *argv) -> str:
 def _evaluation_scripts(out: str, tmp_path: Path) -> list[str]:
     """The scripts of the evaluation jobs and the aggregation a sweep's dry run wrote (in the directory it
     names), with the paths shown as `_dry` shows them."""
-    where = Path(re.search(r"config and script is written under (\S+) \(nothing started", out)[1])
+    where = Path(re.findall(r"config and script is written under (\S+) \(nothing started", out)[-1])   # the analysis's
     return [(where / f"{name}.sbatch").read_text().replace(str(tmp_path.resolve()), "<RUNS>")
             .replace(sys.executable, "<PYTHON>").replace(str(REPO), "<REPO>")
             for name in [*sorted(p.stem for p in where.glob("eval-run-*.sbatch")), "aggregate"]]
@@ -178,9 +178,8 @@ def _script_for(run_dirs: list[Path], array: bool = False) -> str:
     from launch import slurm
 
     spec = slurm.SlurmSpec(job_name="t", nodes=1, gpus_per_node=1, nproc_per_node=1, output="/dev/null")
-    if array:
-        return slurm.render_array_script(spec, [str(d) for d in run_dirs], str(REPO), sys.executable, "launch")
-    return slurm.render_run_script(spec, str(run_dirs[0]), str(REPO), sys.executable, "launch")
+    dirs = [str(d) for d in run_dirs] if array else str(run_dirs[0])   # one template: a run or an array over runs
+    return slurm.render_run_script(spec, dirs, str(REPO), sys.executable, "launch")
 
 
 REFUSE = ('mkdir -p "$RUN_LOGS"; printf \'{{"code": 2, "error": "train.lr=-1: expected\\\\na number > 0", '

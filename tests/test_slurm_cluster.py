@@ -48,7 +48,17 @@ PATIENCE = 1800
 
 
 def _env(**more) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", **more)
+    return {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **more}
+
+
+def _vllm_stand_in(where: Path) -> dict[str, str]:
+    """The commands' environment with an empty stand-in `vllm` package on its PYTHONPATH: the preflight's probe
+    of the submitting interpreter (backend=vllm) finds it, and the evaluation itself then fails where it imports
+    vLLM's engine (no vllm.v1), as these tests intend."""
+    site = where / "vllm_stand_in"
+    (site / "vllm").mkdir(parents=True, exist_ok=True)
+    (site / "vllm" / "__init__.py").write_text('"""A stand-in: the preflight finds it; the engine import fails."""\n')
+    return {"PYTHONPATH": os.pathsep.join((str(site), str(ROOT)))}
 
 
 def _cli(cwd: Path, module: str, *argv: str, timeout: int = PATIENCE, **env) -> subprocess.CompletedProcess:
@@ -347,7 +357,7 @@ def test_an_analysis_whose_evaluation_fails_ends_failed(cluster, data_cache, tmp
         pytest.skip("vLLM is installed here: backend=vllm would not fail")
     (tmp_path / "runs").mkdir()
     out = _ok(_cli(tmp_path, "launch.analyze", "runs_root=runs", "out=rep", "profile=search_r1_7bench", "anchor=tiny-base",
-                   *SMOKE_EVAL, "eval.backend=vllm", "launcher=slurm", **data_cache))
+                   *SMOKE_EVAL, "eval.backend=vllm", "launcher=slurm", **data_cache, **_vllm_stand_in(tmp_path)))
     array = _job_id(out, r"Slurm job array (\d+)")
     settle(cluster, PATIENCE, tmp_path)
     ended = {r["JobId"]: r["JobState"] for r in records(cluster) if r.get("WorkDir") == str(tmp_path)}
@@ -376,13 +386,13 @@ def test_a_study_whose_evaluation_fails_ends_failed(cluster, data_cache, tmp_pat
                      "notes: [Nothing of a reference is reproduced; this study checks how a failed evaluation ends.]\n")
     _ok(_cli(tmp_path, "launch.cli", f"study={study}", "report:out=rep", "report:profile=search_r1_7bench",
              "report:anchor=tiny-base", *[f"report:{t}" for t in SMOKE_EVAL], "report:eval.backend=vllm",
-             "launcher=slurm", **data_cache))
+             "launcher=slurm", **data_cache, **_vllm_stand_in(tmp_path)))
     settle(cluster, PATIENCE, tmp_path)
     mine = [r for r in records(cluster) if r.get("WorkDir") == str(tmp_path)]
     ended = {r.get("Name"): r["JobState"] for r in mine}
     logs = _log(sorted(tmp_path.rglob("*.out")))
     assert ended.get("dtsft-failing_report-report") == "COMPLETED", (ended, logs)   # it planned and submitted
-    assert ended.get("dtsft-analyze") == "FAILED", (ended, logs)
+    assert ended.get("dtsft-aggregate") == "FAILED", (ended, logs)
     assert (tmp_path / "rep" / "report.md").read_text().startswith("# Transfer-curve report: PARTIAL: ")
 
 

@@ -240,8 +240,9 @@ def test_slurm_study_dry_run_chains_every_stage(dry_runs):
 
 
 def _dry_dir(out: str) -> Path:
-    """Where a dry run wrote its jobs' configs and scripts (it names it: launch.jobs.dry_run)."""
-    return Path(re.search(r"config and script is written under (\S+) \(nothing started", out)[1])
+    """Where a dry run wrote its jobs' configs and scripts (it names it: launch.jobs.dry_run); of a whole study's,
+    the last stage's (the analysis: the training stages' plans come first)."""
+    return Path(re.findall(r"config and script is written under (\S+) \(nothing started", out)[-1])
 
 
 def _stand_in_sbatch(tmp_path: Path, monkeypatch) -> Path:
