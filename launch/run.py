@@ -366,11 +366,11 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
         print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
               f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
         return 0
+    trainer.check_python(prep)   # a named interpreter: its one line, before anything (a dry run's too)
     found = [] if checked else preflight.gate([preflight.run_needs(trainer, prep)], bool(cfg.launcher.dry_run))
     if cfg.launcher.dry_run:
         return dry_run(trainer, [prep], argv) or preflight.after_plan(found) or 0
     print(trainer.describe(prep))
-    trainer.check_python(prep)   # before anything is started or submitted
     refused = trainer.preflight(prep)
     if refused is not None:
         return refused

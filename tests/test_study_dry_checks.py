@@ -46,7 +46,8 @@ def test_smoke_runs_the_studys_cpu_smoke_overrides(here, capsys):
     assert "model=tiny_base" in smoke and "train:steps=2" in smoke and "report:eval.n=2" in smoke
     train, report = out.split("== stage 2/2")
     assert "$ python -m launch.cli sweep " in train and " model=tiny_base " in train and " steps=2 " in train
-    assert "[launch] sweep run 1/1: arm=r2e seed=0" in train   # train:seeds=[0] train:arms=[r2e]
+    # train:seeds=[0] train:arms=[r2e]: one run planned (the sweep's plan: one job, one task)
+    assert "r2e/seed0" in train and "[launch] sweep: dry run: 1 run(s) planned" in train
     assert " eval.n=2 " in report and report.index(" eval.n=2 ") < report.index(" eval.n=3 ")   # the command line's last
     assert not any(here.iterdir())
     assert main(["study=browsecomp_worker_export", "smoke=true", "dry_run=true"]) == 2
