@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import io
 import os
 import re
@@ -48,14 +49,17 @@ TRL_PIN = "1.9.2"   # the GRPO studies' grpo.trl
 
 def gpu_env_stand_in(where: Path, monkeypatch) -> None:
     """What the preflight asks of a GPU environment, for a dry run on this CPU box: a stand-in `vllm` package
-    (an empty module) and a stand-in record of the pinned trl release (a dist-info), under `where`, on the
-    PYTHONPATH of the interpreter probe's subprocess only (this process never imports them), so
-    `eval.backend=vllm` and `grpo.trl` pass the check of the implicit interpreter."""
+    (an empty module; none where this interpreter has vLLM, which it would hide) and a stand-in record of the
+    pinned trl release (a dist-info), under `where`, on the PYTHONPATH of the interpreter probe's subprocess only
+    (this process never imports them), so `eval.backend=vllm` and `grpo.trl` pass the check of the implicit
+    interpreter."""
     from common import interpreter
 
     site = where / "gpu_env_stand_in"
-    (site / "vllm").mkdir(parents=True, exist_ok=True)
-    (site / "vllm" / "__init__.py").write_text('"""A stand-in: the interpreter probe finds it."""\n')
+    site.mkdir(parents=True, exist_ok=True)
+    if importlib.util.find_spec("vllm") is None:   # never over a real one (the vLLM tier's interpreter has vLLM)
+        (site / "vllm").mkdir(exist_ok=True)
+        (site / "vllm" / "__init__.py").write_text('"""A stand-in: the interpreter probe finds it."""\n')
     (site / f"trl-{TRL_PIN}.dist-info").mkdir(exist_ok=True)
     (site / f"trl-{TRL_PIN}.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: trl\nVersion: {TRL_PIN}\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p))
