@@ -1,5 +1,5 @@
-"""`launch stage=grpo task=spa|qa model=<recipe> ...`: the GRPO trainer's entry in launch's table of
-trainers (`GRPO`, started by launch.run.launch_one like SFT's).
+"""`launch stage=grpo task=spa|qa model=<recipe> ...`: the GRPO trainer of launch's table of trainers
+(`GRPOTrainer`, a launch.run.Trainer; started by launch.run.launch_one like SFT's).
 
 What is GRPO's own: composition (launch.compose.compose_grpo) and the run identity of rl.config
 (the input files by content), the world-size check, the plan it prints (its dry run shows both the local
@@ -126,8 +126,29 @@ def prepare(prep: run.Prepared, **_cache_kw) -> dict:
     return start_record(prep.cfg)
 
 
-GRPO = run.Trainer(stage="grpo", module="rl.train", resolve=resolve, describe=describe, prepare=prepare,
-                   needs=interpreter.grpo_needs, preflight=preflight)
+class GRPOTrainer(run.Trainer):
+    """GRPO: composed by launch.compose.compose_grpo, no dataset (the manifest records the starting model),
+    checked by rl.train's preflight before any work, trained by rl.train."""
+
+    stage, module = "grpo", "rl.train"
+
+    def resolve(self, argv: list[str]) -> run.Prepared:
+        return resolve(argv)
+
+    def describe(self, prep: run.Prepared) -> str:
+        return describe(prep)
+
+    def prepare(self, prep: run.Prepared, **cache_kw) -> dict:
+        return prepare(prep, **cache_kw)
+
+    def needs(self, cfg) -> dict[str, str]:
+        return interpreter.grpo_needs(cfg)
+
+    def preflight(self, prep: run.Prepared) -> int | None:
+        return preflight(prep)
+
+
+GRPO = GRPOTrainer()
 
 
 def cli(argv: list[str]) -> int:

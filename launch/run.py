@@ -1,9 +1,9 @@
 """One run of a trainer: compose -> (finished? stop) -> hardware check -> data -> run dir -> train or submit.
 
-`launch_one(trainer, argv)` is that path for every trainer of the table (`Trainer`: SFT's here,
-GRPO's in launch.grpo; the table itself, by `stage=`, in launch.cli): each entry says how a request
-is composed and resolved (its run identity), what it prints, what it refuses before any work
-(preflight), what it prepares under the run-dir lock and which module torchrun runs.
+`launch_one(trainer, argv)` is that path for every `Trainer` (SFT's here, GRPO's in launch.grpo; the table
+of them, by `stage=`, in launch.cli): its methods say how a request is composed and resolved (its run
+identity), what it prints, what it refuses before any work (preflight), what it prepares under the
+run-dir lock and which module torchrun runs.
 
 The order matters: everything that can fail cheaply (bad keys and values, a GPU-only model on a
 CPU machine, a request whose run identity differs from the run dir's, a run dir in use) fails
@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -54,31 +54,39 @@ class Prepared:
         return self.composed.cfg
 
 
-@dataclass(frozen=True)
-class Trainer:
-    """One kind of training job of launch's table: how `launch_one` resolves, shows, checks, prepares
-    and starts it.
-
-    resolve(argv) -> Prepared     compose, refuse another run identity, check the hardware, fill the
-                                  derived values: everything cheap, before any lock or work
-    describe(prep) -> str         the plan's lines (a dry run prints them under its table of Jobs)
-    preflight(prep) -> int|None   what the trainer would refuse at start; an exit code stops the launch
-    prepare(prep, **cache_kw)     under the run-dir lock: the run's inputs and config.yaml; returns the
-                                  manifest's `data` record (SFT: the dataset; GRPO: the starting model)
-    check_finished(prep, ...)     a finished run's input half of the identity (SFT: its dataset)
-    module                        what torchrun runs: `python -m <module> <run_dir>/config.yaml`, the
-                                  interpreter `python.<stage>=` names (common.interpreter): its Job (`job`)
-    needs(cfg) -> {module: why}   what that interpreter must hold (asked before anything starts)
-    """
+class Trainer(ABC):
+    """One kind of training job of launch's table (`SFTTrainer` here, `GRPOTrainer` in launch.grpo; by `stage=`
+    in launch.cli): how `launch_one` resolves, shows, checks, prepares and starts it. A subclass names its
+    `stage` and `module` (what torchrun runs: `python -m <module> <run_dir>/config.yaml`, in the interpreter
+    `python.<stage>=` names, common.interpreter: its Job is `job`) and implements the abstract methods."""
 
     stage: str
     module: str
-    resolve: Callable[[list[str]], Prepared]
-    describe: Callable[[Prepared], str]
-    prepare: Callable[..., dict]
-    needs: Callable[[DictConfig], dict[str, str]]
-    preflight: Callable[[Prepared], int | None] = lambda prep: None
-    check_finished: Callable[..., None] = lambda prep, **cache_kw: None
+
+    @abstractmethod
+    def resolve(self, argv: list[str]) -> Prepared:
+        """Compose, refuse another run identity, check the hardware, fill the derived values: everything
+        cheap, before any lock or work."""
+
+    @abstractmethod
+    def describe(self, prep: Prepared) -> str:
+        """The plan's lines (a dry run prints them under its table of Jobs)."""
+
+    @abstractmethod
+    def prepare(self, prep: Prepared, **cache_kw) -> dict:
+        """Under the run-dir lock: the run's inputs and config.yaml; the manifest's `data` record."""
+
+    @abstractmethod
+    def needs(self, cfg: DictConfig) -> dict[str, str]:
+        """{module: why}: what this trainer's interpreter must import (asked before anything starts)."""
+
+    def preflight(self, prep: Prepared) -> int | None:
+        """What the trainer would refuse at start: an exit code stops the launch (None: nothing to refuse)."""
+        return None
+
+    def check_finished(self, prep: Prepared, **cache_kw) -> None:
+        """A finished run's input half of the identity (refused with a LaunchError when it differs)."""
+        return None
 
     def command_argv(self, argv: list[str]) -> list[str]:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
@@ -521,12 +529,28 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     return 0
 
 
-def prepare_sft(prep: Prepared, **cache_kw) -> dict:
-    """Under the run-dir lock: the dataset (cached), the data half of the identity, config.yaml; the
-    manifest's `data` record."""
-    prepare_run(prep, **cache_kw)
-    return data_record(prep.data)
+class SFTTrainer(Trainer):
+    """SFT: composed by launch.compose.compose, its dataset built (cached) before config.yaml, trained by sft.train."""
+
+    stage, module = "sft", "sft.train"
+
+    def resolve(self, argv: list[str]) -> Prepared:
+        return resolve(argv)
+
+    def describe(self, prep: Prepared) -> str:
+        return describe(prep)
+
+    def prepare(self, prep: Prepared, **cache_kw) -> dict:
+        """The dataset (cached), the data half of the identity, config.yaml; the manifest's `data` record: the dataset."""
+        prepare_run(prep, **cache_kw)
+        return data_record(prep.data)
+
+    def needs(self, cfg: DictConfig) -> dict[str, str]:
+        return interpreter.sft_needs(cfg)
+
+    def check_finished(self, prep: Prepared, **cache_kw) -> None:
+        """Is a finished run's dataset still the one it trained on (check_finished_data)."""
+        check_finished_data(prep, **cache_kw)
 
 
-SFT = Trainer(stage="sft", module="sft.train", resolve=resolve, describe=describe, prepare=prepare_sft,
-              needs=interpreter.sft_needs, check_finished=check_finished_data)
+SFT = SFTTrainer()
