@@ -26,8 +26,8 @@ from evals.config import KEYS as EVALUATE
 from launch import preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import check_launcher, eval_backend, submit_analysis, submit_runs, tasks_report
-from launch.evaluation import (EvalReport, Evaluator, check_anchor_identity, check_settings, check_templates, harness,
-                               plan, run_jobs)
+from launch.evaluation import (EvalReport, Evaluator, Harness, check_anchor_identity, check_settings, check_templates,
+                               harness, plan, run_jobs)
 
 KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyze.md
     "runs_root": field("the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/", "runs"),
@@ -172,10 +172,11 @@ def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
         raise AnalysisError(why)
 
 
-def run_analysis(cfg: DictConfig | dict, evaluator: Evaluator | None = None) -> AnalysisResult | None:
+def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> AnalysisResult | None:
     """Run the whole analysis: plan and run (or submit) the evaluations, then write the report
     (analysis.sweep.write_analysis); returns None for `dry_run=true` (the plan is printed) or a Slurm
-    submission."""
+    submission. `evaluator`: a stand-in harness, or a callable in place of the evals harness's evaluate
+    (launch.evaluation.harness)."""
     cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
     root = Path(cfg.runs_root)
     profile = cfg.profile or None

@@ -1,9 +1,9 @@
 """Incremental evaluation (`analyze`'s planning half): every (checkpoint × bench) not yet evaluated under
 the identity asked for, plus the anchor once.
 
-The evals harness is reached only through its Python API (`Harness`: `evals.run.evaluate(cfg) ->
-summary`, `evals.run.to_evaluate(cfg)`, `evals.config.resolve(cfg)`; tests inject their own, e.g. to
-count calls). "Already evaluated" is decided by evaluation identity, never by a bench name in
+The evals harness is reached only through its Python API, behind the `Harness` class (`EvalsHarness`:
+`evals.run.evaluate(cfg) -> summary`, `evals.run.to_evaluate(cfg)`, `evals.config.resolve_request(cfg)`;
+tests subclass `Harness` with their own, e.g. to count calls). "Already evaluated" is decided by evaluation identity, never by a bench name in
 `summary.json`: a bench is done when the out dir holds it, complete, under the identity this request
 has (checkpoint content digest + every result-changing setting + n, seed, bench file). A bench held
 under another identity (the checkpoint's weights changed, another cap, ...) is re-evaluated with
@@ -34,21 +34,81 @@ ANCHOR_PROMPT = "anchor_nudge"
 _ANY_CKPT = "<checkpoint>"
 
 
-@dataclass
 class Harness:
-    """What analyze needs from the evals harness: `evaluate(cfg) -> summary`; `pending(cfg) -> {bench:
-    differences}` (the benches `evaluate(cfg)` has left to do, by identity; no model loaded); `check(cfg)`
-    raises a ConfigError for a request evaluate would refuse."""
+    """What analyze needs from the evals harness, for one checkpoint's evaluation (an `EvalJob`). The real one is
+    `EvalsHarness`; a stand-in (tests) subclasses this class and implements `evaluate`, `pending` and `check`, each
+    given the request as the dict `EvalJob.config` makes (`given`)."""
 
-    evaluate: Evaluator
-    pending: Callable[[dict[str, Any]], dict[str, list[str]]]
-    check: Callable[[dict[str, Any]], Any]
-    # `template(cfg) -> why not | None`: a setting one checkpoint's chat template cannot take (evals:
-    # enable_thinking on a template that ignores it); None: not checked (a stand-in without one)
-    template: Callable[[dict[str, Any]], str | None] | None = None
-    # which of pending / evaluate / template take the request as an evals.config.Resolved (the real
-    # harness's: each checkpoint's config resolved once, with its identity) rather than a dict (a stand-in's)
-    resolved: frozenset = frozenset()
+    def evaluate(self, cfg) -> dict:
+        """Evaluate the request's benches on its checkpoint into its out dir; the summary."""
+        raise NotImplementedError
+
+    def pending(self, cfg) -> dict[str, list[str]]:
+        """{bench: differences}: the benches `evaluate(cfg)` has left to do, by identity (no model loaded); a bench
+        held under another identity lists how it differs."""
+        raise NotImplementedError
+
+    def check(self, cfg: dict[str, Any]) -> Any:
+        """The settings every evaluation of an analysis resolves to (its ckpt and out stand-ins); a ConfigError
+        for a request evaluate would refuse."""
+        raise NotImplementedError
+
+    def template(self, cfg) -> str | None:
+        """A setting one checkpoint's chat template cannot take (why), else None; here: not checked."""
+        return None
+
+    def plan(self, job: EvalJob, settings) -> None:
+        """Make `job`'s request from the analysis's resolved `settings` (`check`'s), once per change of its
+        benches; a stand-in's request is its dict (`given`): nothing to make."""
+
+    def given(self, job: EvalJob, eval_opts: dict[str, Any]):
+        """What `pending`, `template` and `evaluate` are given for `job`: its planned request, else its dict."""
+        return job.config(eval_opts) if job.request is None else job.request
+
+    def run(self, job: EvalJob, eval_opts: dict[str, Any]) -> dict:
+        """Evaluate `job` (run_job)."""
+        return self.evaluate(self.given(job, eval_opts))
+
+
+class EvalsHarness(Harness):
+    """The evals harness (its Python API, imported when first used: aggregation alone must not need it). A
+    request is planned once per checkpoint: its config made from the analysis's resolved settings and its
+    checkpoint's identity computed once (`plan`: evals.config.Resolved), for pending, template and evaluate."""
+
+    def evaluate(self, cfg) -> dict:
+        return _evals()[0](cfg)
+
+    def pending(self, cfg) -> dict[str, list[str]]:
+        return _evals()[1](cfg)
+
+    def check(self, cfg: dict[str, Any]) -> Any:
+        return _evals()[2](cfg)
+
+    def template(self, cfg) -> str | None:
+        return _template_problem(cfg)
+
+    def plan(self, job: EvalJob, settings) -> None:
+        from evals.config import Resolved, for_checkpoint
+        from evals.identity import checkpoint_identity
+
+        # overwrite when a bench is held under another identity (evaluate renames the old results aside)
+        cfg = for_checkpoint(settings, job.ckpt, str(job.out), job.benches, job.prompt,
+                             overwrite=True if job.stale else None)
+        job.request = Resolved(cfg, job.request.ckpt_id if job.request is not None else checkpoint_identity(str(cfg.ckpt)))
+
+
+class Evaluating(EvalsHarness):
+    """The evals harness with a caller's `evaluate` callable (a test's counting or scripted one), given each
+    checkpoint's request as the dict `EvalJob.config` makes; pending, check and template stay the harness's."""
+
+    def __init__(self, evaluator: Evaluator):
+        self.evaluator = evaluator
+
+    def evaluate(self, cfg) -> dict:
+        return self.evaluator(cfg)
+
+    def run(self, job: EvalJob, eval_opts: dict[str, Any]) -> dict:
+        return self.evaluate(job.config(eval_opts))
 
 
 def _evals():
@@ -67,34 +127,21 @@ def _template_problem(cfg) -> str | None:
     return thinking_problem(cfg.cfg if isinstance(cfg, Resolved) else resolve(cfg))
 
 
-def harness(evaluator=None) -> Harness:
-    """The evals harness, with `evaluator` (a callable, or an object that also has `pending` / `check`)
-    in place of its `evaluate`."""
+def harness(evaluator: Harness | Evaluator | None = None) -> Harness:
+    """The harness analyze evaluates with: `evaluator` itself when it is one (a stand-in), the evals harness
+    with `evaluator` as its evaluate when it is a plain callable, else the evals harness."""
     if isinstance(evaluator, Harness):
         return evaluator
-    own = {name: getattr(evaluator, name, None) for name in ("pending", "check")}
-    if evaluator is not None and all(own.values()):   # a whole stand-in: evals is not even imported
-        return Harness(evaluate=evaluator, **own, template=getattr(evaluator, "template", None))
-    evaluate, to_evaluate, resolve = _evals()
-    real = {"template"} | ({"pending"} if own["pending"] is None else set()) | ({"evaluate"} if evaluator is None else set())
-    return Harness(evaluate=evaluator or evaluate, pending=own["pending"] or to_evaluate,
-                   check=own["check"] or resolve, template=_template_problem, resolved=frozenset(real))
-
-
-def _request(h: Harness, use: str, job: "EvalJob", eval_opts: dict[str, Any]):
-    """What `h.<use>` is given for `job`: its resolved request (planned once) or, for a stand-in, the dict."""
-    return job.request if use in h.resolved and job.request is not None else job.config(eval_opts)
+    return EvalsHarness() if evaluator is None else Evaluating(evaluator)
 
 
 def check_templates(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any]) -> None:
     """Refuse, before any evaluation (also under dry_run), a setting a planned checkpoint's chat template
     cannot take (every evaluate of it would fail after loading): one AnalysisError naming the checkpoints."""
-    if h.template is None:
-        return
     problems = []
     for job in jobs:
         try:
-            why = h.template(_request(h, "template", job, eval_opts))
+            why = h.template(h.given(job, eval_opts))
         except (ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
             why = None
         if why:
@@ -170,24 +217,18 @@ def _pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any], settings=None)
     that checkpoint becomes a listed gap, not the end of the sweep. With the analysis's resolved
     `settings` (check_settings) and the real harness, the job's config is made from them once and its
     checkpoint's identity computed once (job.request), for pending, its template check and evaluate."""
-    planned = settings is not None and "pending" in h.resolved
     try:
-        if planned:
-            from evals.config import Resolved, for_checkpoint
-            from evals.identity import checkpoint_identity
-
-            cfg = for_checkpoint(settings, job.ckpt, str(job.out), job.benches, job.prompt)
-            job.request = Resolved(cfg, checkpoint_identity(str(cfg.ckpt)))
-        pending = h.pending(job.request if planned else job.config(eval_opts))
+        if settings is not None:
+            h.plan(job, settings)
+        pending = h.pending(h.given(job, eval_opts))
     except ConfigError:
         return job
     if not pending:
         return None
     job.benches = [b for b in job.benches if b in pending]
     job.stale = {b: diff for b, diff in pending.items() if diff}
-    if planned:   # what evaluate runs: the benches left, overwrite when one is held under another identity
-        job.request = Resolved(for_checkpoint(settings, job.ckpt, str(job.out), job.benches, job.prompt,
-                                              overwrite=True if job.stale else None), job.request.ckpt_id)
+    if settings is not None:   # what evaluate runs: the benches left, overwrite when one is held under another identity
+        h.plan(job, settings)
     return job
 
 
@@ -235,7 +276,7 @@ def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Pat
         print(f"[analyze] {job.label} × {bench}: {job.out} holds it under another evaluation identity "
               f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
     try:
-        h.evaluate(_request(h, "evaluate", job, eval_opts))
+        h.run(job, eval_opts)
     except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return [EvalFailure(job, list(job.benches), last)]
@@ -252,5 +293,5 @@ def run_jobs(jobs: list[EvalJob], h: Harness, eval_opts: dict[str, Any], anchor_
 
 
 def default_evaluator(cfg: dict[str, Any]) -> dict:
-    """The evals harness's Python API (imported lazily: aggregation alone must not need it)."""
-    return _evals()[0](cfg)
+    """The evals harness's evaluate (imported lazily: aggregation alone must not need it)."""
+    return EvalsHarness().evaluate(cfg)

@@ -10,7 +10,7 @@ from analysis.aggregate import Points, best_point, final_point, paired_vs_anchor
 from launch.analyze import main as analyze_main
 from analysis.collect import add_mean_rows, collect
 from analysis.discover import discover_runs, provenance
-from launch.evaluation import summary_benches
+from launch.evaluation import Harness, summary_benches
 from launch.analyze import run_analysis
 from analysis.tables import latex_cell, latex_escape
 from common.cli import ConfigError
@@ -150,15 +150,15 @@ def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path):
     assert not (tmp_path / "o2").exists()
 
 
-class FakeEvaluator:
-    """Writes what the harness would (the requested benches added to the ones the out dir holds) and
-    counts calls; `pending` stands in for the harness's identity rule (a bench it wrote is done) and
-    `check` accepts every setting (the real rule and check: tests/test_eval_inputs.py)."""
+class FakeEvaluator(Harness):
+    """A stand-in harness: writes what the evals harness would (the requested benches added to the ones the
+    out dir holds) and counts calls; `pending` stands in for the harness's identity rule (a bench it wrote is
+    done) and `check` accepts every setting (the real rule and check: tests/test_eval_inputs.py)."""
 
     def __init__(self, fail_on=None):
         self.calls, self.fail_on = [], fail_on
 
-    def __call__(self, cfg):
+    def evaluate(self, cfg):
         self.calls.append(cfg)
         if self.fail_on and self.fail_on in cfg["ckpt"]:
             raise RuntimeError("CUDA out of memory (simulated)")

@@ -61,7 +61,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     make_run(root, "r2e", 0, [10, 20, 30], evaluated={10: {"nq": 0.2}})   # step 10 is already evaluated
     make_run(root, "search", 1, [10])
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
     argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "slurm.gpus_per_task=1",
             "slurm.concurrency=2", "slurm.time=02:00:00", "slurm.qos=eval", "slurm.sbatch=[--constraint=a100]", "dry_run=true"]
     assert main(argv) == 0
@@ -225,7 +225,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10, 20])
     fake = FakeEvaluator(fail_on="step-000020")
-    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50"]) == 0
@@ -264,7 +264,7 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10])
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", fake_cluster(tmp_path, "exit 0\n")["PATH"].split(os.pathsep)[0] + os.pathsep + env["PATH"])
     monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
@@ -274,32 +274,35 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
     plan = Path(record.read_text().split()[0]).parent
     eval_dir = root / "r2e" / "seed0" / "eval" / "step-000010"
 
-    def warned(write_rows: bool):
-        def evaluate(cfg):
-            if write_rows:   # one row of the first bench, then the warning
+    class Warned(FakeEvaluator):
+        def __init__(self, write_rows: bool):
+            super().__init__()
+            self.write_rows = write_rows
+
+        def evaluate(self, cfg):
+            if self.write_rows:   # one row of the first bench, then the warning
                 eval_dir.mkdir(parents=True, exist_ok=True)
                 (eval_dir / f"{cfg['benches'][0]}.jsonl").write_text('{"id": 0}\n')
             os.kill(os.getpid(), signal.SIGUSR1)
             raise AssertionError("the warning did not stop the evaluation")
-        evaluate.pending, evaluate.check = fake.pending, fake.check
-        return evaluate
 
     with _usr1_must_be_handled():
-        assert run_task(plan / "eval-0.json", evaluator=warned(True)) == 0
+        assert run_task(plan / "eval-0.json", evaluator=Warned(True)) == 0
         assert requeued_jobs(tmp_path) == ["6001_0"] and not (plan / "outcome-0.json").exists()
-        assert run_task(plan / "eval-0.json", evaluator=warned(False)) == 1           # a segment with no progress
+        assert run_task(plan / "eval-0.json", evaluator=Warned(False)) == 1           # a segment with no progress
     assert requeued_jobs(tmp_path) == ["6001_0"], "a segment that wrote nothing must not requeue again"
     outcome = json.loads((plan / "outcome-0.json").read_text())
     assert outcome["status"] == "failed" and "no progress" in outcome["failures"][0]["error"]
     assert "not requeued" in capsys.readouterr().err
     # Warned after the work completed (the harness holds every bench): done, exit 0, no requeue.
-    def done_then_warned(cfg):
-        fake(cfg)
-        os.kill(os.getpid(), signal.SIGUSR1)
-        return {}
-    done_then_warned.pending, done_then_warned.check = fake.pending, fake.check
+    class DoneThenWarned(FakeEvaluator):
+        def evaluate(self, cfg):
+            super().evaluate(cfg)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            return {}
+
     with _usr1_must_be_handled():
-        assert run_task(plan / "eval-0.json", evaluator=done_then_warned) == 0
+        assert run_task(plan / "eval-0.json", evaluator=DoneThenWarned()) == 0
     assert requeued_jobs(tmp_path) == ["6001_0"]
     assert json.loads((plan / "outcome-0.json").read_text())["status"] == "evaluated"
 
@@ -348,7 +351,7 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
 
     root, out = tmp_path / "runs", tmp_path / "rep"
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "_evals", lambda: (fake, fake.pending, fake.check))
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     dirs = [root / "r2e" / "seed0", root / "r2e" / "seed1"]

@@ -521,10 +521,12 @@ def test_the_smoke_anchor_name_loads_in_evaluate_and_analyze(tmp_path):
     assert cfg.ckpt == str(TINY_BASE_DIR)
     assert make_backend(cfg).tokenizer is not None
 
-    class Recorder:   # the anchor's evaluation, recorded instead of run
+    from launch.evaluation import Harness
+
+    class Recorder(Harness):   # the anchor's evaluation, recorded instead of run
         ckpts = []
 
-        def __call__(self, cfg):
+        def evaluate(self, cfg):
             self.ckpts.append(cfg["ckpt"])
             raise RuntimeError("recorded")
 

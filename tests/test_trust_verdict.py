@@ -120,10 +120,19 @@ def test_a_point_whose_evaluation_failed_is_a_gap_whatever_its_eval_dir_holds(tm
     root = tmp_path / "runs"
     make_run(root, "r2e", 0, [10, 20], evaluated={10: {"nq": 0.8}, 20: {"nq": 0.6}})
 
-    def failing(cfg):
-        raise RuntimeError("No module named 'vllm'")
-    failing.pending = lambda cfg: {"nq": ["backend: hf -> vllm"]}   # held under another evaluation identity
-    failing.check = lambda cfg: cfg
+    from launch.evaluation import Harness
+
+    class Failing(Harness):
+        def evaluate(self, cfg):
+            raise RuntimeError("No module named 'vllm'")
+
+        def pending(self, cfg):
+            return {"nq": ["backend: hf -> vllm"]}   # held under another evaluation identity
+
+        def check(self, cfg):
+            return cfg
+
+    failing = Failing()
     cfg = {"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq"], "n_boot": 20}
     res = run_analysis(cfg, evaluator=failing)
     assert res.table.empty, res.table                     # 0.8 and 0.6 are another identity's numbers
