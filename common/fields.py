@@ -12,7 +12,11 @@ Roles say what a key is besides its value:
 - CONTENT:  it changes the result through the content identity of what it names (a checkpoint's digest,
             a bench file's, a corpus'), not through its spelling;
 - ENGINE:   it changes the result through the engine settings the host resolves it to;
-- PATH:     a file or directory, resolved against the caller's directory.
+- PATH:     a file or directory, resolved against the caller's directory (launch.paths, from `path_keys`);
+            beside it a kind role says what else the value may be: PATHS (a list of them), MODEL (a local
+            model directory, or a hub id / embedded model name kept as given), SOURCES (data sources
+            FORMAT:PATH_OR_HUB_ID[~SHARE]), STATE (auto | never | a state directory), OUTPUT (an output
+            location: the caller's directory whoever set it, made absolute when the run is resolved).
 A key with none of the identity roles is operational: how fast or where, never what.
 """
 from __future__ import annotations
@@ -24,6 +28,8 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 IDENTITY, CONTENT, ENGINE, PATH = "identity", "content", "engine", "path"
+PATHS, MODEL, SOURCES, STATE, OUTPUT = "paths", "model", "sources", "state", "output"   # PATH's kinds
+PATH_KINDS = (PATHS, MODEL, SOURCES, STATE, OUTPUT)
 
 
 @dataclass(frozen=True)
@@ -241,6 +247,17 @@ def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=No
 def problems(table: dict[str, Field | Passed], cfg) -> list[str]:
     """One line per key of `table` whose value in `cfg` (a mapping) breaks its rule."""
     return [why for key, f in table.items() if key in cfg and (why := f.problem(key, cfg[key])) is not None]
+
+
+def path_keys(table: dict[str, Any]) -> dict[str, str]:
+    """{key: kind} for every key of `table` with the PATH role: its kind role (PATH_KINDS), else PATH (a file
+    or directory). What launch resolves against the caller's directory, derived from the fields alone."""
+    out = {}
+    for key, entry in table.items():
+        roles = getattr(entry, "field", entry).roles
+        if PATH in roles:
+            out[key] = next((kind for kind in PATH_KINDS if kind in roles), PATH)
+    return out
 
 
 ABSENT = object()

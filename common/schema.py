@@ -14,8 +14,8 @@ from pathlib import Path
 
 from common import thinking
 from common.benchmarks import CONTEXT_MODES
-from common.fields import (ABSENT, CONTENT, IDENTITY, PATH, Default, Field, Number, Range, Test, choice, field,
-                           flag, must_problems, number, text)
+from common.fields import (ABSENT, CONTENT, IDENTITY, MODEL, OUTPUT, PATH, PATHS, SOURCES, STATE, Default, Field,
+                           Number, Range, Test, choice, field, flag, must_problems, number, text)
 from common.layout import variant_name_problem
 
 __all__ = ["ABSENT", "Number"]
@@ -36,7 +36,8 @@ LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
 # grpo.trl: a release number as pip spells it (1.9.2, 1.16.0, 1.17.0rc1)
 TRL_VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?")
 
-_ID, _PATH, _PATH_CONTENT = (IDENTITY,), (PATH,), (PATH, CONTENT)
+_ID, _PATH, _PATH_CONTENT, _OUTPUT = (IDENTITY,), (PATH,), (PATH, CONTENT), (PATH, OUTPUT)
+_MODEL_ID = (IDENTITY, PATH, MODEL)   # a model directory or hub id: its spelling is part of the identity
 
 
 def _int(v) -> bool:
@@ -69,24 +70,24 @@ ENABLE_THINKING = field("hybrid Qwen3 thinking switch: auto (not passed to the c
 RUN: dict[str, Field] = {
     "arm": field("r2e | search | mixed | r2e_v5: the training arm (recipes/arm/<arm>.yaml)", "r2e", _ID, _NONEMPTY),
     "seed": _count("data sampling, model init and data order", 0, lo=0),
-    "runs_root": field("where run directories go: <runs_root>/<arm>/[<name>/]seed<seed>", "runs", _PATH,
+    "runs_root": field("where run directories go: <runs_root>/<arm>/[<name>/]seed<seed>", "runs", _OUTPUT,
                        Test(lambda v: isinstance(v, str) and v != "", "a directory path")),
     "name": field("variant name: run dir <runs_root>/<arm>/<name>/seed<seed> (another config of the arm)", None, (),
                   Test(lambda v: variant_name_problem(v) is None, "a name of letters, digits, '_' and '-' (starting "
                        "with a letter or digit, not seed<N>), or null")),
-    "run_dir": field("null -> <runs_root>/<arm>/[<name>/]seed<seed>", None, _PATH,
+    "run_dir": field("null -> <runs_root>/<arm>/[<name>/]seed<seed>", None, _OUTPUT,
                      Test(lambda v: v is None or isinstance(v, str), "null or a directory path")),
     "resume": field("auto: continue from the latest complete state (same run identity) | never: rename the old run dir "
-                    "aside, start over | PATH to a state dir", "auto", _PATH,
+                    "aside, start over | PATH to a state dir", "auto", (PATH, STATE),
                     Test(_state, "auto, never or an existing state directory")),
 }
 
 # ---------------------------------------------------------------- the trainer's model / train / logging
 MODEL: dict[str, Field] = {
     "model.name": field("the model's short name (run identity, wandb tag)", "qwen3_4b_thinking_2507", _ID, _NONEMPTY),
-    "model.path": field("hub id or local directory", "Qwen/Qwen3-4B-Thinking-2507", _ID, _NONEMPTY),
+    "model.path": field("hub id or local directory", "Qwen/Qwen3-4B-Thinking-2507", _MODEL_ID, _NONEMPTY),
     "model.tokenizer": field("hub id or local directory of the tokenizer and chat template", "Qwen/Qwen3-4B-Thinking-2507",
-                             _ID, _NONEMPTY),
+                             _MODEL_ID, _NONEMPTY),
     "model.init": choice("pretrained | random (random init from the model's config)", "pretrained",
                          ("pretrained", "random"), _ID),
     "model.config": field("config overrides (the tiny model sets all of them)", {}, _ID, read=dict),
@@ -164,20 +165,21 @@ DATA: dict[str, Field] = {
                                "x max_seq_len", None, null=True),
     "allow_fewer": flag("true: build with fewer than n usable records instead of failing", False, _ID),
     "strict": flag("true: any rejected record fails the build (exit 1)", False, _ID),
-    "decontam": field("extra evaluation jsonl files to decontaminate against", [], _ID),
+    "decontam": field("extra evaluation jsonl files to decontaminate against", [], (IDENTITY, PATH, PATHS)),
     "decontam_bench_root": text("your own dir laid out as <bench>/*.jsonl: every record checked against all 7 benches",
-                                roles=_ID),
+                                roles=(IDENTITY, PATH)),
     "decontam_sets": field("named item sets (fetch-data names, fetched into $DTSFT_DATA on first use) to check against",
                            [], _ID, _list_of(lambda n: isinstance(n, str), "a list of data names such as [nq:seed42_1000]")),
     "decontam_drop": flag("true: drop records that overlap an evaluation question (default: report them)", False, _ID),
     "decontam_ngram": _count("n-gram length of the overlap check", 13),
-    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [], _ID),
-    "sources.search": field("search-arm sources, same form as sources.code", [], _ID),
+    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [],
+                          (IDENTITY, PATH, SOURCES)),
+    "sources.search": field("search-arm sources, same form as sources.code", [], (IDENTITY, PATH, SOURCES)),
     "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {},
                        _ID),
     "heldout": text("a `data-prep heldout` dir: every record whose content it holds is left out of the arm (rejected, "
                     "reason heldout)", roles=_PATH_CONTENT),
-    "cache_root": text("null -> <runs_root>/_data", roles=_PATH),
+    "cache_root": text("null -> <runs_root>/_data", roles=_OUTPUT),
     "dir": text("the dataset directory; launch fills it from the cache", roles=_PATH),
 }
 
@@ -249,7 +251,7 @@ GRPO_OWN: dict[str, Field] = {
     "grpo.corpus": text("qa, retriever=bm25 or e5: wiki-18 style jsonl corpus, or a fetch-data name (corpus:wiki18)",
                         roles=_PATH_CONTENT),
     "grpo.encoder": text("qa, retriever=e5: the E5 encoder (HF model dir or hub id, or the fetch-data name "
-                         "encoder:e5-base-v2)", "intfloat/e5-base-v2", _ID),
+                         "encoder:e5-base-v2)", "intfloat/e5-base-v2", _MODEL_ID),
     "grpo.index": text("qa, retriever=e5: faiss IndexFlatIP file, row i = corpus line i (Search-R1's e5_Flat.index, or the "
                        "fetch-data name index:wiki18_e5_flat), memory-mapped; null -> built from the corpus",
                        roles=_PATH_CONTENT),

@@ -36,7 +36,7 @@ from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
-from launch.paths import GRPO_KEYS, SFT_KEYS, make_absolute
+from launch.paths import make_absolute
 from rl import config as rl_config
 from rl.errors import RlError
 
@@ -170,7 +170,7 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     cfg = apply_overrides(cfg, rest, aliases=ALIASES, open_prefixes=OPEN_PREFIXES)
     origins.update({ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
     cfg = resolve_interpolations(cfg)
-    make_absolute(cfg, SFT_KEYS, origins)
+    make_absolute(cfg, schema.SFT, origins)
     validate(cfg)
     return Composed(cfg=cfg, choices=choices, meta=meta, argv=list(argv), origins=origins)
 
@@ -234,7 +234,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
         cfg = resolve_interpolations(cfg)
     except LaunchError as exc:
         raise RlError(str(exc)) from None
-    make_absolute(cfg, GRPO_KEYS, origins)
+    make_absolute(cfg, schema.GRPO, origins)
     cfg.arm = f"grpo_{cfg.task}"
     rl_config.validate(cfg)
     return Composed(cfg=cfg, choices=choices, argv=list(argv), origins=origins)

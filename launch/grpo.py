@@ -9,7 +9,6 @@ build: the environment is the data; the manifest records the starting model inst
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from omegaconf import OmegaConf
@@ -18,7 +17,7 @@ from common import interpreter, keydoc, schema
 from common.fields import plain
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
-from launch import run
+from launch import paths, run
 from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
 from rl.config import parent_run, placement, planned_saves
 
@@ -85,7 +84,7 @@ def resolve(argv: list[str], gpus: int | None = None) -> run.Prepared:
     nproc = run.local_nproc(composed, gpus)
     rd, want = placement(cfg, world_size(cfg, nproc))
     identity = run.check_identity(rd, cfg, want=want)
-    cfg.runs_root = str(os.path.abspath(os.path.expanduser(str(cfg.runs_root))))
+    paths.outputs_absolute(cfg, schema.GRPO)   # runs_root: the caller's directory
     run.fill_derived(cfg, rd, nproc)
     return run.Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
 

@@ -6,7 +6,10 @@
   relative to the repository, wherever `launch` runs.
 - Output locations (`runs_root`, `run_dir`, `data.cache_root`) are always the caller's, the
   default `runs` included; launch makes them absolute when it resolves the run dir
-  (`launch.run.resolve`, `launch.grpo.resolve`).
+  (`outputs_absolute`, from `launch.run.resolve` and `launch.grpo.resolve`).
+
+Which keys are paths, and of what kind, is their fields' PATH role (common.fields.path_keys over the
+command's table, common.schema.SFT / GRPO): a key given the role is resolved here with no other edit.
 
 Each input path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a
 Slurm script carry absolute paths and the trainer (which runs with the repository as its working
@@ -23,6 +26,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch
+from common.fields import OUTPUT, path_keys
 from common.tiny import ALIASES, OLD_SPELLINGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,16 +35,6 @@ EMBEDDED_NAMES = (*ALIASES, *OLD_SPELLINGS)   # common.tiny: resolved by name, n
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
 
-# key -> kind. "path": a file or directory; "paths": a list of them; "model": a model/tokenizer path
-# or hub id; "sources": FORMAT:PATH_OR_HUB_ID[~SHARE] specs (the share kept as given); "state": auto | never | a
-# state directory.
-SFT_KEYS = {
-    "resume": "state", "model.path": "model", "model.tokenizer": "model", "data.dir": "path",
-    "data.decontam_bench_root": "path", "data.decontam": "paths", "data.sources.code": "sources",
-    "data.sources.search": "sources",
-}
-GRPO_KEYS = {"resume": "state", "model.path": "model", "grpo.prompts_file": "path", "grpo.corpus": "path",
-             "grpo.index": "path", "grpo.encoder": "model"}
 
 
 def _abs(value: str, base: Path) -> str:
@@ -101,10 +95,13 @@ def origin_of(key: str, origins: dict[str, str]) -> str:
     return f"{SHIPPED}base.yaml"
 
 
-def make_absolute(cfg: DictConfig, keys: dict[str, str], origins: dict[str, str], cwd: Path | None = None) -> None:
-    """Rewrite every path key of `cfg` (in place) absolute by the rule of the layer that set it."""
+def make_absolute(cfg: DictConfig, table: dict, origins: dict[str, str], cwd: Path | None = None) -> None:
+    """Rewrite every input path key of `cfg` (in place; the keys of `table` with the PATH role, outputs aside)
+    absolute by the rule of the layer that set it."""
     cwd = Path(cwd or os.getcwd())
-    for key, kind in keys.items():
+    for key, kind in path_keys(table).items():
+        if kind == OUTPUT:
+            continue
         value = OmegaConf.select(cfg, key, default=None)
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value, resolve=True)
@@ -112,3 +109,12 @@ def make_absolute(cfg: DictConfig, keys: dict[str, str], origins: dict[str, str]
         new = absolute(kind, value, REPO if shipped else cwd, shipped)
         if new != value:
             OmegaConf.update(cfg, key, new, merge=False)
+
+
+def outputs_absolute(cfg: DictConfig, table: dict) -> None:
+    """Make the output locations of `cfg` (in place; the keys of `table` with the OUTPUT role) absolute against
+    the caller's directory, whoever set them."""
+    for key, kind in path_keys(table).items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if kind == OUTPUT and value:
+            OmegaConf.update(cfg, key, str(Path(str(value)).expanduser().resolve()), merge=False)

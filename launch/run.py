@@ -29,8 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
+from common import schema
 from common.schema import TRAINER_SEMANTICS
-from launch import cache, jobs, local, manifest, preflight, slurm
+from launch import cache, jobs, local, manifest, paths, preflight, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
 from launch.errors import LaunchError
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, Torchrun, dry_run_dir
@@ -221,9 +222,7 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     rd = run_dir(cfg)
     check_identity(rd, with_run_pins(cfg, rd))
     nproc = local_nproc(composed, gpus)
-    cfg.runs_root = str(Path(cfg.runs_root).expanduser().resolve())
-    if cfg.data.cache_root:   # an output location: the caller's directory (launch.paths)
-        cfg.data.cache_root = str(Path(cfg.data.cache_root).expanduser().resolve())
+    paths.outputs_absolute(cfg, schema.SFT)   # runs_root, data.cache_root: the caller's directory
     fill_derived(cfg, rd, nproc)
     return Prepared(composed=composed, run_dir=rd, nproc=nproc)
 
