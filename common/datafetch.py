@@ -54,6 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import fields, keydoc
 from common.cli import ConfigError, did_you_mean, split_dotlist, wants_help
 from common.io import (SHA256SUMS, check_sha256_entry, clean_dead_tmp, read_sha256sums, replace_aside, sha256_file,
                        tmp_name)
@@ -874,6 +875,11 @@ def fill(src: str | Path, names: list[str] | None = None) -> dict[str, tuple[Pat
     return done
 
 
+KEYS = {  # common.fields: `fetch-data --help` and docs/keys/fetch-data.md
+    "from": fields.text("a directory (or one named file) to fill the cache from, checked the same way, instead of "
+                        "downloading (not given: download)", roles=(fields.PATH,)),
+}
+
 USAGE = """usage: fetch-data [NAME ...] [from=DIR|FILE]
 
 Downloads each named file (none named: every reference file) from its pinned public source into the
@@ -893,6 +899,9 @@ Sources: $DTSFT_DATA_ENDPOINT (GitHub raw files), $HF_ENDPOINT (hub files,
 <endpoint>/datasets/<repo>/resolve/<commit>/<path>; a model's, <endpoint>/<repo>/resolve/<commit>/<path>).
 An "unpinned" name has no public commit: never downloaded; `fetch-data NAME from=DIR` takes your copy.
 
+Keys (key=default  description):
+{keys}
+
 Names:
 {names}"""
 
@@ -900,17 +909,19 @@ Names:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if wants_help(argv):
-        print(USAGE.format(root=data_root(), names="\n".join(f"  {n:34s} {entry(n).source()}" for n in names())))
+        print(USAGE.format(root=data_root(), keys=keydoc.help_table(keydoc.from_table(KEYS)),
+                           names="\n".join(f"  {n:34s} {entry(n).source()}" for n in names())))
         return 0
     try:
         wanted = [a for a in argv if "=" not in a]
-        opts = dict(split_dotlist([a for a in argv if "=" in a]))
-        if set(opts) - {"from"}:
-            bad = sorted(set(opts) - {"from"})[0]
-            raise DataError(f"unknown key {bad!r}.{did_you_mean(bad, ['from'])} fetch-data takes NAME ... [from=DIR]")
+        opts = {**keydoc.defaults(KEYS), **dict(split_dotlist([a for a in argv if "=" in a]))}
+        if set(opts) - set(KEYS):
+            bad = sorted(set(opts) - set(KEYS))[0]
+            raise DataError(f"unknown key {bad!r}.{did_you_mean(bad, list(KEYS))} fetch-data takes NAME ... "
+                            f"{' '.join(f'[{k}=...]' for k in KEYS)}")
         for n in wanted:
             entry(n)
-        if "from" in opts:
+        if opts["from"] is not None:
             for n, (p, how) in fill(opts["from"], wanted or None).items():
                 print(f"{n:34s} {how:17s} {p}")
         else:

@@ -59,6 +59,7 @@ CLIS = {
     "export-checkpoint.md": ["-c", "import sys; from sft.export import export_main; sys.exit(export_main())"],
     "verify-checkpoint.md": ["-c", "import sys; from sft.verify import verify_main; sys.exit(verify_main())"],
     "serve-retriever.md": ["-c", "import sys; from evals.server import main; sys.exit(main())"],
+    "fetch-data.md": ["-m", "common.datafetch"],
 }
 
 

@@ -23,6 +23,7 @@ def tables() -> dict[str, dict]:
     (the pages below and tests/test_fields.py's check that no key is defined twice read them)."""
     sys.path.insert(0, str(ROOT))
     from common import schema
+    from common.datafetch import KEYS as FETCH_DATA
     from data_prep import cli as data_prep
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
@@ -33,7 +34,7 @@ def tables() -> dict[str, dict]:
     return {"launch": schema.SFT, "launch stage=grpo": schema.GRPO, "data-prep": {**data_prep.KEYS, **schema.DATA},
             "data-prep heldout": data_prep.HELDOUT_KEYS, "data-prep check-heldout": data_prep.CHECK_KEYS,
             "evaluate": EVALUATE, "analyze": ANALYZE, "export-checkpoint": EXPORT, "verify-checkpoint": VERIFY,
-            "serve-retriever": SERVER}
+            "serve-retriever": SERVER, "fetch-data": FETCH_DATA}
 
 
 def pages() -> dict[str, str]:
@@ -54,6 +55,7 @@ def pages() -> dict[str, str]:
         "export-checkpoint": ("export-checkpoint", "sft/export.py KEYS", keydoc.from_table(t["export-checkpoint"])),
         "verify-checkpoint": ("verify-checkpoint", "sft/verify.py KEYS", keydoc.from_table(t["verify-checkpoint"])),
         "serve-retriever": ("serve-retriever", "evals/server.py KEYS", keydoc.from_table(t["serve-retriever"])),
+        "fetch-data": ("fetch-data", "common/datafetch.py KEYS", keydoc.from_table(t["fetch-data"])),
     }
     out = {}
     for name, (title, source, keys) in sources.items():
