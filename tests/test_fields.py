@@ -83,7 +83,7 @@ def test_every_commands_keys_are_fields_defined_once_with_help():
     object (held as it is, or with the command's own default), never a copy."""
     tables = _tables()
     assert {"launch", "launch stage=grpo", "data-prep", "evaluate", "analyze", "export-checkpoint", "verify-checkpoint",
-            "serve-retriever"} <= set(tables)
+            "serve-retriever", "fetch-data"} <= set(tables)
     assert fields.definition_problems(tables, OTHER_KEYS) == []
 
 
