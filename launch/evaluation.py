@@ -3,12 +3,12 @@ the identity asked for, plus the anchor once.
 
 The evals harness is reached only through its Python API, behind the `Harness` class (`EvalsHarness`:
 `evals.run.evaluate(cfg) -> summary`, `evals.run.to_evaluate(cfg)`, `evals.config.resolve_request(cfg)`;
-tests subclass `Harness` with their own, e.g. to count calls). "Already evaluated" is decided by evaluation identity, never by a bench name in
-`summary.json`: a bench is done when the out dir holds it, complete, under the identity this request
-has (checkpoint content digest + every result-changing setting + n, seed, bench file). A bench held
-under another identity (the checkpoint's weights changed, another cap, ...) is re-evaluated with
-`overwrite=true` (evaluate renames the old results aside; the differences are printed). One call per
-checkpoint with just its pending benches; `summary.json` is what the harness writes (analysis never
+tests subclass `Harness` with their own, e.g. to count calls). "Already evaluated" is decided by
+evaluation identity, never by a bench name in `summary.json`: a bench is done when the out dir holds it,
+complete, under the identity this request has (checkpoint content digest + every result-changing setting
++ n, seed, bench file). A bench held under another identity (the checkpoint's weights changed, another
+cap, ...) is re-evaluated with `overwrite=true` (evaluate renames the old results aside; the differences
+are printed). One call per checkpoint with just its pending benches; `summary.json` is what the harness writes (analysis never
 writes it, so an entry evaluate dropped never comes back). A failing call is recorded (and shown as
 gaps in the report), never raised; a bad evaluation setting is refused before any work
 (`check_settings`).
@@ -71,18 +71,21 @@ class Harness:
 
 
 class EvalsHarness(Harness):
-    """The evals harness (its Python API, imported when first used: aggregation alone must not need it). A
-    request is planned once per checkpoint: its config made from the analysis's resolved settings and its
-    checkpoint's identity computed once (`plan`: evals.config.Resolved), for pending, template and evaluate."""
+    """The evals harness (its Python API, imported when the harness is made: aggregation alone must not need
+    it). A request is planned once per checkpoint: its config made from the analysis's resolved settings and
+    its checkpoint's identity computed once (`plan`: evals.config.Resolved), for pending, template and evaluate."""
+
+    def __init__(self):
+        self._evaluate, self._to_evaluate, self._resolve = _evals()   # AnalysisError: evals is not importable
 
     def evaluate(self, cfg) -> dict:
-        return _evals()[0](cfg)
+        return self._evaluate(cfg)
 
     def pending(self, cfg) -> dict[str, list[str]]:
-        return _evals()[1](cfg)
+        return self._to_evaluate(cfg)
 
     def check(self, cfg: dict[str, Any]) -> Any:
-        return _evals()[2](cfg)
+        return self._resolve(cfg)
 
     def template(self, cfg) -> str | None:
         return _template_problem(cfg)
@@ -102,6 +105,7 @@ class Evaluating(EvalsHarness):
     checkpoint's request as the dict `EvalJob.config` makes; pending, check and template stay the harness's."""
 
     def __init__(self, evaluator: Evaluator):
+        super().__init__()
         self.evaluator = evaluator
 
     def evaluate(self, cfg) -> dict:
