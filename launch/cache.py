@@ -108,6 +108,23 @@ def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable
         cfg.data.sources[domain] = pinned
 
 
+def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
+    """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (launch pins
+    hub sources into config.yaml on a run's first launch, cache.pin_hub_sources): the form the request
+    is compared in before the data step. No hub access; a source the run never pinned stays as asked."""
+    old = rd / layout.CONFIG
+    if cfg.data.dir or not old.is_file():
+        return cfg
+    from data_prep import hub
+
+    previous = OmegaConf.load(old)
+    out = cfg.copy()
+    for domain in list(out.data.sources):
+        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or [])
+        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), before, resolve=lambda _: None)[0]
+    return out
+
+
 def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = None,
                    key_fn: KeyFn | None = None, log: Callable[[str], None] = print) -> CachedData:
     """Return the arm's dataset directory, building it only when no complete copy is cached.

@@ -9,6 +9,13 @@ thing missing, never touching the network and creating nothing:
 - a data name (common/datafetch.py) is fine when it is in the cache (its digest checked, `datafetch.cached`)
   or pinned (it will be downloaded on first use; whether the source is reachable is not checked); anything
   else (an unpinned entry not pre-filled, a cached file that changed) is a line saying which `fetch-data` to run;
+- an SFT run's dataset (`dataset_needs`): none of its inputs is needed when it has one (`data.dir`, or the
+  dataset cache holds the arm's dataset under the key the run will ask for: a resumed run's). Otherwise the
+  build reads each hub source of the arm's domains (`data.sources.<domain>`, `FORMAT:ID[@REV][#split]`) and the
+  decontamination sets (`data.decontam_sets`, data names as above). A hub source is fine online (pinned at the
+  run's first launch, downloaded by datasets; never asked here); offline (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE)
+  it needs what data_prep/hub.py finds in the local caches: a pin (given, the run's config.yaml's, or the local
+  hub cache's main branch) and a copy datasets loads offline; else one line naming the source and what to set;
 - an interpreter (named or the one running the command) must answer common/interpreter.py's probe with every
   module its job needs (`check`) and, for a pinned TRL (`grpo.trl`), hold that release;
 - CUDA, for a job that needs it here, is asked of its interpreter only where a GPU is visible (an NVIDIA device
@@ -57,6 +64,7 @@ class Needs:
     trl: str | None = None                     # a pinned TRL release (grpo.trl)
     outputs: tuple[str, ...] = ()              # directories it writes
     cuda: str | None = None                    # where it needs CUDA: "here" | "nodes" (Slurm's) | None
+    hub: tuple[tuple[str, str], ...] = ()      # (data.sources key, spec) of the hub sources it reads
 
 
 def names_in(value) -> list[str]:
@@ -95,15 +103,22 @@ def eval_data(settings: dict, prefix: str) -> tuple[list[str], str | None]:
 
 def run_needs(trainer, prep) -> Needs:
     """What one resolved training run (launch.run.Prepared of `trainer`: SFT's or GRPO's) needs: the data names
-    its config reads, its interpreter (python.<stage>=, else this one) with the trainer's modules and a pinned
-    TRL, CUDA for a GPU-only model, and its run dir."""
+    its config reads (an SFT run's `data:` section only where its dataset must be built: `dataset_needs`) and
+    the hub sources it reads, its interpreter (python.<stage>=, else this one) with the trainer's modules and a
+    pinned TRL, CUDA for a GPU-only model, and its run dir."""
     from omegaconf import OmegaConf
 
     cfg = prep.cfg
     cuda = ("nodes" if cfg.launcher.kind == "slurm" else "here") if cfg.model.get("gpu_only") else None
-    return Needs(f"run {prep.run_dir}", tuple(dict.fromkeys(names_in(OmegaConf.to_container(cfg)))), trainer.stage,
+    settings = OmegaConf.to_container(cfg)
+    if trainer.stage == "sft":
+        names, hub = dataset_needs(cfg, prep.composed.data_arm, prep.run_dir)
+        names = names_in({k: v for k, v in settings.items() if k != "data"}) + names
+    else:
+        names, hub = names_in(settings), []
+    return Needs(f"run {prep.run_dir}", tuple(dict.fromkeys(names)), trainer.stage,
                  interpreter.named(cfg.get("python"), trainer.stage), trainer.needs(cfg),
-                 cfg.grpo.get("trl") if trainer.stage == "grpo" else None, (str(prep.run_dir),), cuda)
+                 cfg.grpo.get("trl") if trainer.stage == "grpo" else None, (str(prep.run_dir),), cuda, tuple(hub))
 
 
 def sweep_needs(trainer, preps, analysis=None) -> list[Needs]:
@@ -125,6 +140,102 @@ def analyze_needs(cfg) -> Needs:
     cuda = ("nodes" if cfg.launcher == "slurm" else "here") if backend == "vllm" else None
     return Needs("analyze", tuple(dict.fromkeys(names)), "eval", interpreter.named(cfg.python, "eval"),
                  interpreter.eval_needs(backend), None, (str(cfg.out),), cuda)
+
+
+def launch_pins(cfg, data_arm: str, run_dir: Path | None = None):
+    """A copy of SFT config `cfg` with the hub sources of its arm's domains pinned as its launch will pin them
+    without the hub (launch.cache.pin_hub_sources): the run dir's config.yaml's pins (launch.cache.with_run_pins),
+    else, offline, the commit the local hub cache holds; online an unpinned one stays so (the hub pins it at
+    launch). A domain whose specs do not parse is left as written (source_problem says why)."""
+    from data_prep import arms, hub
+    from data_prep.readers import SourceError
+    from launch.cache import with_run_pins
+
+    out = (with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy()
+    offline = hub.hub_offline()
+    for domain in arms.quotas(data_arm, int(cfg.data.n)):
+        try:
+            out.data.sources[domain] = hub.pin_specs(list(out.data.sources.get(domain) or []), resolve=lambda i: (
+                hub.cached_revision(i) if offline else None))[0]
+        except SourceError:
+            pass
+    return out
+
+
+def hub_sources(cfg, data_arm: str) -> list[tuple[str, str]]:
+    """(key, spec) of each source of `cfg`'s arm's domains that is no local file (a spec that does not parse
+    included: source_problem says why)."""
+    from data_prep import arms
+    from data_prep.readers import SourceError, parse_source
+
+    out = []
+    for domain in arms.quotas(data_arm, int(cfg.data.n)):
+        for spec in list(cfg.data.sources.get(domain) or []):
+            try:
+                if parse_source(spec).is_local:
+                    continue
+            except SourceError:
+                pass
+            out.append((f"data.sources.{domain}", str(spec)))
+    return out
+
+
+def source_problem(key: str, spec: str) -> str | None:
+    """Why hub source `spec` (given for `key`, pinned as `launch_pins` pins it) cannot be read by a launch
+    here (None: it can, or it will be downloaded). Online nothing is asked; offline it must be pinned and in
+    the local datasets cache (data_prep.hub.offline_problem)."""
+    from data_prep import hub
+    from data_prep.readers import SourceError, parse_source
+
+    try:
+        src = parse_source(spec)
+    except SourceError as exc:
+        return f"{key}: {exc}"
+    if src.is_local:
+        return None
+    if src.revision is None and hub.hub_offline():
+        return (f"{key}: hub dataset {src.location} cannot be pinned: {hub.offline_var()} is set and the local "
+                f"hub cache ($HF_HUB_CACHE={hub.hub_cache()}) holds no commit of it: pin it as "
+                f"{src.location}@<commit>, or launch once where the hub is reachable")
+    var = hub.datasets_offline()
+    if var and (why := hub.offline_problem(src.location, src.split)):
+        return (f"{key}: hub dataset {src.location}#{src.split}: {why}, and {var} is set: unset {var} to "
+                f"download it at launch, or give your copy (data.sources.{key.rpartition('.')[2]}=[FORMAT:FILE]) "
+                "or a built dataset (data.dir=DIR)")
+    return None
+
+
+def dataset_needs(cfg, data_arm: str, run_dir: Path | None = None) -> tuple[list[str], list[tuple[str, str]]]:
+    """(data names, hub sources) an SFT run's dataset step reads: none with `data.dir` or with its dataset in
+    the cache (launch.cache: the arm's key as the launch will ask for it, computed without the hub, and only
+    when some input is missing here); else the `data:` section's names (the decontamination sets) and the hub
+    sources of the arm's domains, pinned as the launch will pin them (`launch_pins`)."""
+    from omegaconf import OmegaConf
+
+    if cfg.data.dir:
+        return [], []
+    pinned = launch_pins(cfg, data_arm, run_dir)
+    names, sources = names_in(OmegaConf.to_container(cfg.data)), hub_sources(pinned, data_arm)
+    if any(data_problem(n) for n in names) or any(source_problem(k, s) for k, s in sources):
+        if dataset_cached(pinned, data_arm):
+            return [], []
+    return names, sources
+
+
+def dataset_cached(cfg, data_arm: str) -> bool:
+    """Whether the dataset cache holds the arm's dataset under the key `cfg` (pinned: `launch_pins`) asks for;
+    False when that key cannot be computed here (a tokenizer not in the local cache, a source that does not
+    parse: the launch could not compute it either)."""
+    from launch import cache
+
+    try:
+        root = cache.cache_root(cfg)
+        if not root.is_dir() or not any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir()):
+            return False   # no dataset at all: no key to compute (it loads the tokenizer)
+        with datafetch.no_network():
+            return (root / cache.dataset_key(cfg, data_arm)).is_dir()
+    except Exception:  # noqa: BLE001 - the key needs a tokenizer, files or data_prep's code not available here
+        return False
 
 
 def data_problem(name: str) -> str | None:
@@ -211,6 +322,11 @@ def problems(needs: list[Needs]) -> list[str]:
                 seen_data[name] = data_problem(name)
                 if seen_data[name]:
                     out.append(f"{need.who}: {seen_data[name]}")
+        for key, spec in need.hub:
+            if spec not in seen_data:
+                seen_data[spec] = source_problem(key, spec)
+                if seen_data[spec]:
+                    out.append(f"{need.who}: {seen_data[spec]}")
         if need.kind is not None and (why := python_problem(need)):
             out.append(f"{need.who}: {why}")
         elif need.cuda == "here" and need.kind is not None and gpus_visible() and \

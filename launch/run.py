@@ -198,29 +198,12 @@ def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = Non
     return want
 
 
-def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
-    """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (launch pins
-    hub sources into config.yaml on a run's first launch, cache.pin_hub_sources): the form the request
-    is compared in before the data step. No hub access; a source the run never pinned stays as asked."""
-    old = rd / layout.CONFIG
-    if cfg.data.dir or not old.is_file():
-        return cfg
-    from data_prep import hub
-
-    previous = OmegaConf.load(old)
-    out = cfg.copy()
-    for domain in list(out.data.sources):
-        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or [])
-        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), before, resolve=lambda _: None)[0]
-    return out
-
-
 def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     """Compose and check everything that doesn't need data; fill the derived config values."""
     composed = compose(argv)
     cfg = composed.cfg
     rd = run_dir(cfg)
-    check_identity(rd, with_run_pins(cfg, rd))
+    check_identity(rd, cache.with_run_pins(cfg, rd))
     nproc = local_nproc(composed, gpus)
     paths.outputs_absolute(cfg, schema.SFT)   # runs_root, data.cache_root: the caller's directory
     fill_derived(cfg, rd, nproc)
@@ -275,7 +258,7 @@ def check_finished_data(prep: Prepared, **cache_kw) -> None:
         man_path = rd / "manifest.json"
         man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
         recorded_key = (man.get("data") or {}).get("cache_key")
-        if recorded_key is not None and recorded_key == cache.dataset_key(with_run_pins(prep.cfg, rd),
+        if recorded_key is not None and recorded_key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd),
                                                                            prep.composed.data_arm, cache_kw.get("key_fn")):
             return
         print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")

@@ -22,7 +22,9 @@ asks an environment for its modules only looks them up; tests/test_launch_slurm.
 The preflight (launch/preflight.py) of a study's dry run exits 2 on what a real run would lack: the dry-run
 blocks are given what they need, none is marked as stopping there (only two runnable blocks are, the GPU
 studies' dry runs on a CPU: tests/test_docs_blocks.py's STOPS_AT_PREFLIGHT): the data cache holds a one-row stand-in of each unpinned set
-(never downloaded: a user pre-fills it with `fetch-data NAME from=DIR`), and each study command on a GPU host
+(never downloaded: a user pre-fills it with `fetch-data NAME from=DIR`), the Hugging Face caches a one-row stand-in
+of each source of the shipped data=hub recipe (tests/hub_stand_ins.py: offline, a launch reads what a user who
+loaded them once has, its pin and its copy), and each study command on a GPU host
 names the environments its stages need (`python.eval=` with vllm, `python.grpo=` with the pinned trl), as a
 user's must; a dry run that forgets them exits 2 here, as the user's would.
 """
@@ -45,6 +47,7 @@ import pytest
 
 from launch.local import run_main
 
+from tests.hub_stand_ins import shipped_stand_ins
 from tests.plan_capture import unpinned_stand_ins
 from tests.test_docs_blocks import PAGES, cpu_blocks, is_marker   # the runner of the runnable blocks
 
@@ -67,7 +70,7 @@ HOTPOT = ('[{"_id": "h1", "question": "Which river flows through Paris?", "answe
           'Paris."]]]}]\n')
 ROLLOUTS = (ROOT / "docs" / "examples" / "nq_rollouts_example.jsonl").read_text(encoding="utf-8")
 STAND_INS = {"data/wiki18.jsonl": CORPUS, "wiki18.jsonl": CORPUS, "data/nq_rollouts.jsonl": ROLLOUTS,
-             "nq_rollouts.jsonl": ROLLOUTS, "hotpotqa/train.jsonl": QUESTIONS, "hotpot_train_v1.1.json": HOTPOT,
+             "nq_rollouts.jsonl": ROLLOUTS, "my_trajectories.jsonl": ROLLOUTS, "hotpotqa/train.jsonl": QUESTIONS, "hotpot_train_v1.1.json": HOTPOT,
              "data/my_benches/mybench/test.jsonl": QUESTIONS, "e5_Flat.index": "",
              "my.yaml": "train:\n  lr: 3.0e-4\n", "my_grpo.yaml": "grpo:\n  num_generations: 2\n"}
 CHECKPOINTS = ("runs/r2e/seed0/checkpoints/step-000218", "runs/search/seed0/checkpoints/step-000218")
@@ -261,6 +264,7 @@ def scratch(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     with pytest.MonkeyPatch.context() as mp:   # the unpinned sets a user pre-fills from their copy (the preflight asks)
         mp.setenv("DTSFT_DATA", str(cache))
         unpinned_stand_ins(top)
+    shipped_stand_ins(hf)   # data=hub's sources as a user who loaded them once has them (offline, the preflight asks)
     env = dict(os.environ, DTSFT_DATA=str(cache), HF_HOME=str(hf), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                WANDB_MODE="disabled", PWD=str(work))
     return work, env

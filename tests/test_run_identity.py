@@ -367,6 +367,7 @@ def test_pinned_hub_sources_are_the_same_run_on_relaunch(staged, monkeypatch, ca
 
     go, started, fake, root = staged
     monkeypatch.setattr(hub, "resolve_revision", lambda hub_id: "sha111")
+    monkeypatch.delenv("HF_HUB_OFFLINE")   # the stubbed resolver is the hub, reachable (the preflight asks nothing)
     argv = ["data=hub", "data.sources.code=[r2e-gym:org/ds]"]
     assert go(*argv) == 0 and len(started) == 1
     rd = root / "r2e" / "seed0"
