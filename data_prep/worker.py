@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import signal
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
@@ -35,8 +36,9 @@ _STATE: dict = {}
 
 
 def _init(tokenizer, renderer_kwargs: dict, single_thread: bool) -> None:
-    if single_thread:  # one Rust thread per worker: the pool already uses every core
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if single_thread:  # a pool worker: one Rust thread each (the pool already uses every core), and stopped by
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"   # the pool's SIGTERM (`close`) whatever handler its parent
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)    # had (forked with one, it runs it and waits on: a hang)
     _STATE["tok"] = tokenizer
     _STATE["renderer"] = ChatRenderer(tokenizer, **renderer_kwargs)
 

@@ -87,9 +87,13 @@ def run_checked(record: Path, failed: Path, cmd: list[str]) -> int:
         print(f"error: {why}", file=sys.stderr, flush=True)
         _record_failed(failed, why, 127, cmd)
         return 127
-    for sig in FORWARDED:   # the job's own signals reach its command, as if it were the batch step
-        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
-    rc = child.wait()
+    # the job's own signals reach its command, as if it were the batch step (until it ends: then they are ours)
+    previous = {sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum)) for sig in FORWARDED}
+    try:
+        rc = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     rc = 128 - rc if rc < 0 else rc
     if rc != 0:
         _record_failed(failed, f"{name} exited with code {rc}", rc, cmd)

@@ -328,3 +328,41 @@ def test_multi_row_records_stay_together_and_are_counted(tmp_path):
                          out=tmp_path / "keep", progress=False)
     assert m2["counts"]["rows"] == 12 and m2["render"]["assistant_turns_as_rendered"] == 3 * len(multi)
     assert 0 < m2["render"]["trainable_tokens_as_rendered"] < m2["tokens"]["trainable_total"]
+
+
+
+
+def test_worker_processes_stop_on_sigterm_whatever_handler_their_parent_has(tmp_path):
+    """The build's worker processes are stopped by the pool's SIGTERM (Processor.close: `terminate()`, as soon as
+    the arm's quota is met), so they must not keep a Python SIGTERM handler of the process that forks them
+    (launch.completion's forwarding, a trainer's preemption flag): with one, a worker waiting for work runs the
+    handler, goes on waiting, and close() waits for it forever. Seen so on main: `make test` hung in
+    test_determinism's close() after an in-process test had left launch.completion's handler installed.
+    A child process reports each worker's SIGTERM disposition, then closes its pool; a close that does not end
+    is stopped here (the disposition, not the hang, is what fails)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import signal\n"
+        "from common.tiny import tiny_tokenizer\n"
+        "from data_prep import build, worker\n"
+        "from data_prep.config import resolve\n"
+        "def default(_):\n"
+        "    return signal.getsignal(signal.SIGTERM) == signal.SIG_DFL\n"
+        "signal.signal(signal.SIGTERM, lambda *a: None)\n"
+        f"p = worker.Processor(tiny_tokenizer(), build.renderer_kwargs(resolve({SMALL!r})), 2)\n"
+        "print(p.pool.map(default, range(4), chunksize=1), flush=True)\n"
+        "p.close()\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    first = proc.stdout.readline().strip()
+    try:
+        rc = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        rc = proc.wait()
+    assert first == str([True] * 4), first
+    assert rc == 0

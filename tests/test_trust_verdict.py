@@ -408,10 +408,16 @@ def test_a_checked_job_passes_its_commands_failure_on_and_a_requeued_one_starts_
     writes its record exits 0, the FAILED an earlier run of the job left removed (a requeued job is not failed)."""
     import json
 
+    import signal
+
+    from launch.completion import FORWARDED
     from launch.completion import main as checked
 
     record, failed = tmp_path / "out" / "export_info.json", tmp_path / "export.FAILED"
+    before = {sig: signal.getsignal(sig) for sig in FORWARDED}
     assert checked([str(record), str(failed), "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+    # its signal forwarding ends with its command: a caller (a process that forks workers later) keeps its own
+    assert {sig: signal.getsignal(sig) for sig in FORWARDED} == before
     assert json.loads(failed.read_text())["reason"].endswith("exited with code 3")
     write = f"import pathlib; p = pathlib.Path({str(record)!r}); p.parent.mkdir(); p.write_text('{{}}')"
     assert checked([str(record), str(failed), "--", sys.executable, "-c", write]) == 0 and not failed.exists()
