@@ -7,6 +7,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -176,3 +177,21 @@ def prefilled(tmp_path_factory, monkeypatch):
     where = tmp_path_factory.mktemp("prefilled")
     monkeypatch.setenv("DTSFT_DATA", str(where / "data"))
     unpinned_stand_ins(where)
+
+
+_HANDLED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"))
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_as_they_were(request):
+    """Code run in-process must give back the signal handlers it installed: a test that left one made a later
+    test's forked workers keep it (launch.completion's forwarding; the data build's pool then never stopped and
+    `make test` hung). A test that changes one fails here, naming the signal; the handler is put back."""
+    before = {sig: signal.getsignal(sig) for sig in _HANDLED}
+    yield
+    changed = [sig for sig in _HANDLED if signal.getsignal(sig) is not before[sig]]
+    for sig in changed:
+        signal.signal(sig, before[sig])
+    if changed:
+        pytest.fail(f"{request.node.nodeid} left its handler for {', '.join(signal.Signals(s).name for s in changed)} "
+                    "installed (restore it when done)", pytrace=False)
