@@ -280,6 +280,7 @@ if __name__ == "__main__":   # rewrite the golden plans (python -m tests.plan_ca
         os.environ.setdefault("WANDB_MODE", "disabled")
         mp.setenv("DTSFT_DATA", str(Path(tmp) / "data"))
         mp.setenv("DTSFT_DATA_ENDPOINT", "http://127.0.0.1:9")
+        mp.setenv("XDG_CACHE_HOME", str(Path(tmp) / "cache"))   # the digests a dry run records: not the developer's
         (Path(tmp) / "data").mkdir()
         cwd = Path(tmp) / "cwd"
         cwd.mkdir()
