@@ -478,11 +478,13 @@ def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: s
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
 
 
-def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None) -> int:
+def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
+            then: Callable[[Path], list[Job]] | None = None) -> int:
     """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
     temporary directory it names), then each run's lines and resolved config and what would run: the local
     command (GRPO: and the Slurm script), or the Slurm script. A sweep's: one job, an `array` over its runs, its logs
-    and script in its own dir (`logs`; by default the run dir's). Nothing else is written; nothing starts.
+    and script in its own dir (`logs`; by default the run dir's); `then(where)`: the jobs planned after the training
+    (a sweep's evaluation), their configs written under `where`. Nothing else is written; nothing starts.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
     first, on_slurm = preps[0], preps[0].cfg.launcher.kind == "slurm"
     for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
@@ -495,7 +497,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     for i, prep in enumerate(preps):
         (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
     runner = slurm_runner(trainer, argv) if on_slurm else local.LocalRunner(str(REPO))
-    jobs.dry_run([job], runner, where)
+    jobs.dry_run([job, *(then(where) if then else [])], runner, where)
     script = (where / f"{job.name}{runner.suffix}").read_text(encoding="utf-8")
     for prep in preps:
         print(trainer.describe(prep))

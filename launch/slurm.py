@@ -259,7 +259,8 @@ class SlurmRunner(Runner):
 
     @staticmethod
     def dependency(job: Job, ids) -> str | None:
-        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] for a in job.after)) if job.after else None
+        task = f"_{job.after_task}" if job.after_task is not None else ""
+        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
         return ",".join(d for d in (own, job.waits) if d) or None
 
     def spec(self, job: Job, ids, where: Path) -> SlurmSpec:

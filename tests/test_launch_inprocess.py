@@ -78,11 +78,22 @@ def test_a_stage_in_another_interpreter_stays_a_child_process(tmp_path, monkeypa
 
 
 def test_the_sweeps_analysis_runs_in_process_unless_its_interpreter_is_another(tmp_path, monkeypatch):
+    """The sweep's analysis is one Job, `python -m launch.analyze <dir>/analyze.yaml` (its config resolved once and
+    written): LocalRunner runs it in this process, or as a child in python.eval=, and returns its exit status."""
+    from omegaconf import OmegaConf
+
+    from launch.analyze import parse_argv
+
     calls = []
-    monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd[0])) or 5)
+    monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd)) or 5)
     monkeypatch.setattr(local, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
-    assert sweep._run_analyze(sweep.analyze_command("runs", "rl_ood"), quiet=True) == 0
     other = str(tmp_path / "python")
-    assert sweep._run_analyze(sweep.analyze_command("runs", "rl_ood", python=other)) == 5
-    assert calls == [("here", ["runs_root=runs", "profile=rl_ood", f"out={Path('runs') / '_reports' / 'rl_ood'}"]),
-                     ("child", other)]
+    status = []
+    for name, extra in (("a", []), ("b", [f"python.eval={other}"])):
+        (tmp_path / name).mkdir()
+        cfg = parse_argv(["runs_root=runs", "profile=rl_ood", *extra])
+        status.append(sweep._analyze_here(sweep.analysis_job(cfg, tmp_path / name, after=())))
+        assert OmegaConf.load(tmp_path / name / "analyze.yaml") == cfg   # the config as resolved, once
+    assert status == [0, 5]
+    assert calls == [("here", [str(tmp_path / "a" / "analyze.yaml")]),
+                     ("child", [other, "-m", "launch.analyze", str(tmp_path / "b" / "analyze.yaml")])]
