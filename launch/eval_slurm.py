@@ -119,14 +119,13 @@ def _evaluation(cfg: DictConfig, name: str, configs: list[str], notes: list[str]
                 waits: str | None) -> Job:
     """An evaluation job (an array when `name` is `eval`): python.eval runs launch.eval_jobs on each config."""
     from common.interpreter import interpreter
-    from launch.slurm import AFTER_ENV, Cluster
+    from launch.slurm import Cluster
 
     array = name == "eval"
     return Job(name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
                python=interpreter(cfg.python, "eval"), cluster=Cluster.of(cfg.slurm), needs=needs, notes=tuple(notes),
                resources=Resources(gpus_per_node=gpus, signal=WARNING, at_once=cfg.slurm.concurrency if array else None),
-               # what a study's stage waits for, by default (launch.slurm.AFTER_ENV)
-               waits=waits or os.environ.get(AFTER_ENV) or None)
+               waits=waits)
 
 
 def _aggregation(cfg: DictConfig, plan: Path, configs: list[str], after: tuple[str, ...]) -> Job:

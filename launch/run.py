@@ -93,8 +93,7 @@ class Trainer:
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
         under torchrun over the launcher's nodes x processes on each run's config.yaml, in its interpreter, needing
         its data (`data.dir`; GRPO: the starting model) and the modules that interpreter must import. Under Slurm
-        (`on_slurm`, default: `launcher=slurm`) it takes whole nodes with the USR1 warning and waits for what a
-        study stage is told to."""
+        (`on_slurm`, default: `launcher=slurm`) it takes whole nodes with the USR1 warning."""
         cfg = preps[0].cfg
         on_slurm = cfg.launcher.kind == "slurm" if on_slurm is None else on_slurm
         nodes = int(cfg.launcher.nodes) if on_slurm else 1
@@ -107,7 +106,6 @@ class Trainer:
                    cluster=Cluster.of(cfg.launcher) if on_slurm else None,
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(data=tuple(dict.fromkeys(data)), modules=tuple(self.needs(cfg))),
-                   waits=(os.environ.get(slurm.AFTER_ENV) or None) if on_slurm else None,
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
                    logs=logs or str(preps[0].run_dir / "logs"))
 

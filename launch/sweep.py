@@ -118,30 +118,6 @@ def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> Job:
                needs=Needs(modules=tuple(interpreter.eval_needs(cfg.eval.backend))))
 
 
-def _last(tokens: list[str], *keys: str) -> str | None:
-    found = None
-    for tok in tokens:
-        key, sep, value = tok.partition("=")
-        if sep and key.strip() in keys:
-            found = value.strip()
-    return found
-
-
-def check_eval_python(python: str | None, tokens: list[str]) -> None:
-    """Refuse (LaunchError, one line) a named evaluation interpreter lacking what the analyze / evaluate
-    command `tokens` needs (vllm for backend=vllm, from its tokens or its profile), before it is run
-    (an interpreter without the project's requirements could not even refuse by itself)."""
-    if python is None:
-        return
-    backend = _last(tokens, "backend", "eval.backend")
-    profile = _last(tokens, "profile")
-    if backend is None and profile and (EVAL_PROFILES / f"{profile}.yaml").is_file():
-        backend = OmegaConf.select(OmegaConf.load(EVAL_PROFILES / f"{profile}.yaml"), "evaluate.backend")
-    why = interpreter.check("eval", python, interpreter.eval_needs(backend))
-    if why:
-        raise LaunchError(why)
-
-
 def run_sweep(argv: list[str], **cache_kw) -> int:
     profile, analyze, argv = split_eval_profile(argv)
     runs = combos(argv)
