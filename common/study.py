@@ -64,16 +64,10 @@ _register_step_resolver()
 STUDY_DIR = Path(__file__).resolve().parents[1] / "recipes" / "study"
 VARIANTS = "variants"   # recipes/study/variants/: study variants (variant_names)
 
-# run kind -> (python module, leading arguments): every stage runs as `python -m MODULE ...` in a
-# child process (the console entry points' modules), so launch imports no later stage.
-RUNNERS = {
-    "sft": ("launch.cli", ()),
-    "sweep": ("launch.cli", ("sweep",)),
-    "grpo": ("launch.cli", ("stage=grpo",)),
-    "evaluate": ("evals.cli", ()),
-    "analyze": ("launch.analyze", ()),
-    "export": ("sft.export", ()),
-}
+# run kind -> the module its jobs run, `python -m MODULE CONFIG` (launch/study.py plans them; a training
+# stage's under torchrun on each run's config.yaml).
+RUNNERS = {"sft": "sft.train", "sweep": "sft.train", "grpo": "rl.train", "evaluate": "evals.cli",
+           "analyze": "launch.analyze", "export": "sft.export"}
 TRAINING_RUNS = ("sft", "sweep", "grpo")
 TOP_KEYS = ("study", "title", "reference", "hardware", "vars", "stages", "reference_results", "cpu_smoke", "notes")
 RESULT_KEYS = ("system", "bench", "metric", "n", "value", "pre", "post", "note", "arm", "step")
@@ -105,7 +99,7 @@ SPELLINGS = {
     ("retriever", "e5"): "SR1 7-bench eval pipeline",
 }
 _NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-STUDY_ENV = "DTSFT_STUDY"  # set by `launch study=` for its stages: JSON {name, path, sha256}, recorded in run manifests
+STUDY_ENV = "DTSFT_STUDY"  # set by `launch study=` for its training runs: JSON {name, path, sha256}, in run manifests
 _VAR_REF = re.compile(r"\$\{vars\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -126,7 +120,7 @@ class Stage:
         return [f"{k}={format_value(v)}" for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(variables)]
 
     def argv(self, extra: list[str] = ()) -> list[str]:
-        """The stage's command-line tokens (after the runner's leading ones), `extra` last so it wins."""
+        """The stage's arguments as `key=value` tokens, `extra` last so it wins."""
         return [f"{k}={format_value(v)}" for k, v in self.args.items()] + list(extra)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -11,6 +12,7 @@ from evals.config import KEYS, base_config, resolve_request
 from evals.errors import EvalError
 
 USAGE = """usage: evaluate ckpt=PATH [key=value ...]   (every key and its default below)
+       evaluate CONFIG.yaml   (a resolved config file of these keys: what a study's evaluate job runs)
 
 n<=0 evaluates every item; Bamboogle has 125, so n=500 takes all of it. bench_n gives one bench its
 own n (0 = every item of its file). profile=NAME takes recipes/eval/NAME.yaml's keys (command-line
@@ -38,9 +40,14 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(USAGE + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
-    # A profile's keys sit under the command line's: read `profile=` first, build the base from it.
-    profile = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("profile=")), None)
-    cfg = resolve_request(apply_overrides(base_config(profile or None), argv))
+    if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (a study's evaluate stage)
+        if not Path(argv[0]).is_file():
+            raise EvalError(f"{argv[0]}: no such file (evaluate CONFIG runs the evaluation a config file holds; "
+                            "else give key=value settings)")
+        cfg = resolve_request(OmegaConf.load(argv[0]))
+    else:   # a profile's keys sit under the command line's: read `profile=` first, build the base from it
+        profile = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("profile=")), None)
+        cfg = resolve_request(apply_overrides(base_config(profile or None), argv))
     if cfg.dry_run:
         print(OmegaConf.to_yaml(cfg))
         return 0

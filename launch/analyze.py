@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -172,13 +173,27 @@ def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
         raise AnalysisError(why)
 
 
-def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> AnalysisResult | None:
-    """Run the whole analysis: plan and run (or submit) the evaluations, then write the report
-    (analysis.sweep.write_analysis); returns None for `dry_run=true` (the plan is printed) or a Slurm
-    submission. `evaluator`: a stand-in harness, or a callable in place of the evals harness's evaluate
-    (launch.evaluation.harness)."""
+@dataclass
+class Request:
+    """An analysis request resolved once, every setting checked (before any work, also for a dry run): its
+    merged config, the profile, benches, anchor, anchor dir, the evaluate options, the harness and the evaluate
+    config every evaluation resolves to."""
+    cfg: DictConfig
+    profile: str | None
+    benches: list[str]
+    reference_sizes: dict
+    anchor: str | None
+    anchor_dir: Path
+    eval_opts: dict
+    study: Any = None
+    h: Any = None
+    resolved: Any = None
+
+
+def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
+    """`cfg` (analyze's keys) merged on the defaults and resolved: what run_analysis and a sweep's evaluation
+    plan read (AnalysisError / ConfigError: one line naming the setting)."""
     cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
-    root = Path(cfg.runs_root)
     profile = cfg.profile or None
     reference_sizes, benches = {}, list(DEFAULT_BENCHES)
     if profile:
@@ -195,32 +210,44 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())
-    anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else root / "_anchor"
+    anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else Path(cfg.runs_root) / "_anchor"
     check_anchor_identity(anchor_dir, anchor)
     eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
     if profile:
         eval_opts["profile"] = profile
-    study = None
+    req = Request(cfg, profile, benches, reference_sizes, anchor, anchor_dir, eval_opts)
     if cfg.study:
         from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
         from analysis.reference import expected
 
-        study = load_study(str(cfg.study))
-        expected(study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
+        req.study = load_study(str(cfg.study))
+        expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
     check_launcher(cfg)
     check_axis(str(cfg.axis))
     if cfg.power.pilot:
-        print(power_report(cfg, benches if cfg.benches else None, profile))
-        return None
+        return req
     check_python(cfg, eval_opts, profile)
     compare_pairs(cfg.compare)   # a malformed pair: one line before any work
-    h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
-    resolved = None
-    if h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
-        resolved = check_settings(h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
+    req.h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
+    if req.h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
+        req.resolved = check_settings(req.h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
+    return req
+
+
+def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> AnalysisResult | None:
+    """Run the whole analysis: plan and run (or submit) the evaluations, then write the report
+    (analysis.sweep.write_analysis); returns None for `dry_run=true` (the plan is printed) or a Slurm
+    submission. `evaluator`: a stand-in harness, or a callable in place of the evals harness's evaluate
+    (launch.evaluation.harness)."""
+    req = request(cfg, evaluator)
+    cfg, profile, benches, anchor, anchor_dir = req.cfg, req.profile, req.benches, req.anchor, req.anchor_dir
+    eval_opts, h, resolved, root = req.eval_opts, req.h, req.resolved, Path(req.cfg.runs_root)
+    if cfg.power.pilot:
+        print(power_report(cfg, benches if cfg.benches else None, profile))
+        return None
     if cfg.launcher == "slurm" and cfg.slurm.runs is not None and not cfg.eval_tasks:
-        submit_runs(cfg, eval_opts, benches, anchor, anchor_dir, profile)   # each run's job plans its own checkpoints
+        submit_runs(req)   # each run's job plans its own checkpoints
         return None
     runs = discover_runs(root, profile)
     if not runs and anchor is None and not cfg.dry_run and not anchor_eval_dir(anchor_dir, profile).is_dir():
@@ -247,7 +274,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     else:
         ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
     result = write_analysis(cfg, runs=runs, jobs=jobs, ev=ev, benches=benches, anchor=anchor, anchor_dir=anchor_dir,
-                            profile=profile, reference_sizes=reference_sizes, study=study)
+                            profile=profile, reference_sizes=req.reference_sizes, study=req.study)
     if cfg.cards:
         from launch.cards import report_cards
 

@@ -94,7 +94,7 @@ class Command:
 def _study(argv: list[str]) -> int:
     from launch.study import run_study
 
-    return run_study(argv, main)
+    return run_study(argv)
 
 
 def _show(argv: list[str]) -> int:

@@ -5,13 +5,12 @@ its `out` holds a `summary.json` written by this run (a training stage's record 
 launch and the training job's batch script check themselves). A record that was there before the stage
 ran (an earlier export, an earlier evaluation) does not count: the file must be new or rewritten.
 
-A study runs this check after a local stage returns (study.py). A stage submitted to Slurm is checked on
-its node, after it ran, by the job itself: its batch script runs
+A study's export or evaluate job is this check (launch/study.py): the job runs
 
-    python -m launch.completion RECORD FAILED -- COMMAND...
+    python -m launch.completion CHECK.json      (its record, its FAILED record, its command: write_check)
 
-which runs COMMAND, and when COMMAND exits 0 without (re)writing RECORD prints why, writes the end record
-FAILED (JSON: state, reason, code, job, time) and exits 1, so that Slurm records the job FAILED and nothing
+here or on its Slurm node: it runs the command and, when that exits 0 without (re)writing the record, prints
+why, writes the end record FAILED (JSON: state, reason, code, job, time) and exits 1, so that Slurm records the job FAILED and nothing
 that waits for it (afterok) starts; a non-zero exit is passed on, with its FAILED record too. A FAILED left
 by an earlier run of the job (a requeue) is removed when the job starts.
 """
@@ -30,11 +29,17 @@ COMPLETION = {"export": "export_info.json", "evaluate": "summary.json"}
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def record_of(run: str, argv: list[str]) -> Path | None:
-    """The completion record of a stage of kind `run` whose command line is `argv` (its last `out=`), None
-    when the kind has none or its out= is not on the command line."""
-    outs = [t.partition("=")[2] for t in argv if t.startswith("out=")]
-    return Path(outs[-1]) / COMPLETION[run] if run in COMPLETION and outs else None
+MODULE = "launch.completion"   # a checked job: python -m launch.completion CHECK.json
+
+
+def write_check(path: Path, run: str, out, failed: Path, module: str, config: str, python: str | None = None) -> str:
+    """The config of a job of stage kind `run` judged by its completion record (in `out`): `python -m MODULE CONFIG`
+    run by `python` (None: the one running the check), its FAILED end record at `failed`. Returns its path."""
+    from common.io import write_json
+
+    write_json(Path(path), {"record": str(Path(str(out)) / COMPLETION[run]), "failed": str(failed),
+                            "command": [python or sys.executable, "-m", module, str(config)]})
+    return str(path)
 
 
 def fingerprint(path: Path) -> tuple[int, ...] | None:
@@ -55,15 +60,6 @@ def not_completed(record: Path, before: tuple[int, ...] | None) -> str | None:
     if now == before:
         return f"did not write {record} (its completion record): the one there is from before it ran"
     return None
-
-
-def wrap(run: str, argv: list[str], failed: Path) -> list[str]:
-    """A Slurm job's command line for a stage of kind `run` running `argv`: checked by its completion record
-    (its FAILED end record at `failed`), or `argv` itself when the stage has no record."""
-    record = record_of(run, argv)
-    if record is None:
-        return list(argv)
-    return [sys.executable, "-m", "launch.completion", str(record), str(failed), "--", *argv]
 
 
 def _record_failed(failed: Path, reason: str, code: int, cmd: list[str]) -> None:
@@ -107,8 +103,14 @@ def run_checked(record: Path, failed: Path, cmd: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """`python -m launch.completion CHECK.json` (write_check's config), or `RECORD FAILED -- COMMAND...`."""
+    if len(argv) == 1:
+        from common.io import read_json_object
+
+        check = read_json_object(Path(argv[0]))
+        return run_checked(Path(check["record"]), Path(check["failed"]), list(check["command"]))
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: python -m launch.completion RECORD FAILED -- COMMAND...", file=sys.stderr)
+        print("usage: python -m launch.completion CHECK.json | RECORD FAILED -- COMMAND...", file=sys.stderr)
         return 2
     return run_checked(Path(argv[0]), Path(argv[1]), argv[3:])
 

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -118,14 +119,13 @@ def _evaluation(cfg: DictConfig, name: str, configs: list[str], notes: list[str]
                 waits: str | None) -> Job:
     """An evaluation job (an array when `name` is `eval`): python.eval runs launch.eval_jobs on each config."""
     from common.interpreter import interpreter
-    from launch.slurm import AFTER_ENV, Cluster
+    from launch.slurm import Cluster
 
     array = name == "eval"
     return Job(name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
                python=interpreter(cfg.python, "eval"), cluster=Cluster.of(cfg.slurm), needs=needs, notes=tuple(notes),
                resources=Resources(gpus_per_node=gpus, signal=WARNING, at_once=cfg.slurm.concurrency if array else None),
-               # what a study's stage waits for, by default (launch.slurm.AFTER_ENV)
-               waits=waits or os.environ.get(AFTER_ENV) or None)
+               waits=waits)
 
 
 def _aggregation(cfg: DictConfig, plan: Path, configs: list[str], after: tuple[str, ...]) -> Job:
@@ -175,33 +175,43 @@ def submit_analysis(cfg: DictConfig, jobs: list[EvalJob], eval_opts: dict[str, A
               f"[analyze] watch: squeue -j {array},{agg}   (when done: sacct -j {array},{agg})", flush=True)
 
 
-def submit_runs(cfg: DictConfig, eval_opts: dict[str, Any], benches: list[str], anchor: str | None,
-                anchor_dir: Path, profile: str | None) -> None:
-    """`slurm.runs`: one evaluation job per run dir (each after its own dependency: its training task),
-    the anchor's (when `anchor=` is given) after nothing more, then the aggregation after all of them
-    (afterany). Nothing is planned here: a run's checkpoints appear while it trains, so each job plans
-    its own when it starts."""
-    plan = _plan_dir(cfg, "runs")
-    after = list(cfg.slurm.runs_after) if cfg.slurm.runs_after is not None else [None] * len(cfg.slurm.runs)
+def runs_plan(req, plan: Path, after: list) -> list[Job]:
+    """`slurm.runs` (req: launch.analyze.Request) as Jobs: one evaluation job per run dir, each after its own
+    dependency (`after[i]`: an sbatch dependency string, or (job name, array task) of a training job planned
+    before it in the same plan), the anchor's (when `anchor=` is given) after nothing more, then the aggregation
+    after all of them (afterany). Nothing is planned here: a run's checkpoints appear while it trains, so each
+    job plans its own when it starts. The jobs' configs are written under `plan`."""
+    cfg = req.cfg
     entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(cfg.slurm.runs, after))]
-    entries += [("the anchor", None, anchor, None)] if anchor is not None else []
-    gpus, needs = task_gpus(cfg, eval_opts), _needs(cfg, eval_opts)
-    jobs, configs, whats = [], [], []
+    entries += [("the anchor", None, req.anchor, None)] if req.anchor is not None else []
+    gpus, needs = task_gpus(cfg, req.eval_opts), _needs(cfg, req.eval_opts)
+    jobs, configs = [], []
     for i, (who, run, anchor_, dep) in enumerate(entries):
         name, what = f"eval-run-{i}", f"{who} ({run or anchor_})"
-        whats.append(what)
-        cause = f"cancelled because its dependency {dep} failed, i.e. its training did not finish, or " if dep else ""
+        shown = f"{dep[0]} task {dep[1]}" if isinstance(dep, tuple) else dep
+        cause = f"cancelled because its dependency {shown} failed, i.e. its training did not finish, or " if dep else ""
         configs.append(_task(plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out of time "
-                             f"or not run; see {plan}/slurm-{name}-*.out)", eval_opts, anchor_dir,
-                             discover={"run": run, "anchor": anchor_, "runs_root": str(cfg.runs_root), "profile": profile,
-                                       "benches": list(benches), "prompt": cfg.eval.prompt}))
-        jobs.append(_evaluation(cfg, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by "
-                                                          "evaluation identity"], gpus, needs, dep))
-    ids = _submit(cfg, [*jobs, _aggregation(cfg, plan, configs, tuple(j.name for j in jobs))], plan)
+                             f"or not run; see its slurm-*.out log)", req.eval_opts, req.anchor_dir,
+                             discover={"run": run, "anchor": anchor_, "runs_root": str(cfg.runs_root),
+                                       "profile": req.profile, "benches": list(req.benches), "prompt": cfg.eval.prompt}))
+        job = _evaluation(cfg, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by evaluation "
+                                                    "identity"], gpus, needs, dep if isinstance(dep, str) else None)
+        jobs.append(replace(job, after=(dep[0],), after_task=dep[1]) if isinstance(dep, tuple) else job)
+    return [*jobs, _aggregation(cfg, plan, configs, tuple(j.name for j in jobs))]
+
+
+def submit_runs(req) -> None:
+    """`analyze launcher=slurm slurm.runs=[...]`: runs_plan's jobs (each run's after its slurm.runs_after
+    dependency), submitted."""
+    cfg = req.cfg
+    plan = _plan_dir(cfg, "runs")
+    after = list(cfg.slurm.runs_after) if cfg.slurm.runs_after is not None else [None] * len(cfg.slurm.runs)
+    jobs = runs_plan(req, plan, after)
+    ids = _submit(cfg, jobs, plan)
     if ids is not None:
-        evals = [ids[j.name] for j in jobs]
+        evals = [ids[j.name] for j in jobs[:-1]]
         print("[analyze] submitted one evaluation job per run: " + ", ".join(
-                  f"{job} ({what}, after {j.waits or 'nothing'})" for job, what, j in zip(evals, whats, jobs))
+                  f"{job} ({j.notes[0].split(': ')[0]}, after {j.waits or 'nothing'})" for job, j in zip(evals, jobs))
               + f"; the aggregation as job {ids['aggregate']} (afterany:{':'.join(evals)}); plan and logs in {plan}\n"
               f"[analyze] watch: squeue -j {','.join([*evals, ids['aggregate']])}   "
               f"(when done: sacct -j {','.join([*evals, ids['aggregate']])})", flush=True)

@@ -102,6 +102,7 @@ class Job:
     needs: Needs = Needs()
     after: tuple[str, ...] = ()      # names of earlier jobs of the plan it runs after
     after_any: bool = False          # after them however they ended (an aggregation: a failed one is a gap)
+    after_task: int | None = None    # after that task only of the array job in `after` (a run's evaluation: its training)
     waits: str | None = None         # a dependency outside the plan, in sbatch's syntax (e.g. afterok:4242_0)
     notes: tuple[str, ...] = field(default=(), compare=False)   # what each task does, one line per task
     title: str | None = None         # the name the cluster shows (null: dtsft-<name>); a training run: its logging name
@@ -210,7 +211,7 @@ def table(plan: list[Job]) -> str:
     """The plan on one screen: job, module, after, interpreter, resources, needs."""
     rows = [("job", "module", "after", "interpreter", "resources", "needs")]
     for job in plan:
-        after = ",".join(job.after) or "-"
+        after = ",".join(f"{a}[{job.after_task}]" if job.after_task is not None else a for a in job.after) or "-"
         after = f"{'any' if job.after_any else 'ok'}:{after}" if job.after else after
         after += f" + {job.waits}" if job.waits else ""
         needs = ", ".join([*job.needs.data, *(f"import {m}" for m in job.needs.modules)]) or "-"

@@ -1,8 +1,9 @@
 """The preflight: before a command's first job, everything any of its jobs will need, checked at once.
 
-Its input is one `Needs` per job (or per stage of a study: launch/study.py's `study_needs` derives them from
-each stage's settings; `run_needs` from a resolved `launch` / `launch stage=grpo` run, one per run of a sweep;
-`analyze_needs` from an analysis' settings): the named data artefacts it reads, the interpreter it runs with
+Its input is one `Needs` per job, from the configs the command resolved once for its plan (`run_needs` from a
+resolved `launch` / `launch stage=grpo` run, one per run of a sweep or a study's training stage; `analyze_needs`
+from an analysis' config: an analyze command, a sweep's evaluation, a study's analyze stage; launch/study.py the
+same for its evaluate and export stages): the named data artefacts it reads, the interpreter it runs with
 the modules it imports, whether it needs CUDA, and the directories it writes. `problems` answers one line per
 thing missing, never touching the network and creating nothing:
 
@@ -42,7 +43,6 @@ from common.cli import ConfigError
 from launch.errors import LaunchError
 
 EXIT = 2
-CHECKED_ENV = "DTSFT_PREFLIGHT_CHECKED"   # set for a command whose caller (a sweep, for its analysis) checked its jobs
 
 
 class Refused(LaunchError):
@@ -341,12 +341,8 @@ def problems(needs: list[Needs]) -> list[str]:
 def gate(needs: list[Needs], dry_run: bool) -> list[str]:
     """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each); a real run with
     problems stops here (Refused: exit 2, nothing written). Returns the problems: a dry run shows its plan,
-    then `after_plan` stops it. A stage of a study (STUDY_ENV set) was checked by the study's own preflight, a
-    sweep's analysis (CHECKED_ENV set) by the sweep's."""
-    from common.study import STUDY_ENV
-
-    if os.environ.get(STUDY_ENV) or os.environ.get(CHECKED_ENV):
-        return []
+    then `after_plan` stops it. (A study's or a sweep's jobs are checked once, by the command that plans them:
+    the jobs themselves, run on their resolved configs, ask nothing more.)"""
     for line in notes(needs):
         print(f"preflight: {line}", flush=True)
     found = problems(needs)
@@ -364,9 +360,9 @@ def after_plan(found: list[str]) -> None:
 
 
 def report(lines: list[str], dry_run: bool) -> None:
-    """The preflight's lines on stderr, one per problem (a dry run goes on to show its plan)."""
+    """The preflight's lines on stderr, one per problem, and their count (a study's: its dry run shows its plan)."""
     for line in lines:
         print(f"error: preflight: {line}", file=sys.stderr, flush=True)
     if lines:
-        print(f"preflight: {len(lines)} problem(s); " + ("the plan follows, and the dry run exits 2" if dry_run
+        print(f"preflight: {len(lines)} problem(s); " + ("the dry run showed its plan and exits 2" if dry_run
               else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -102,8 +103,7 @@ class Trainer(ABC):
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
         under torchrun over the launcher's nodes x processes on each run's config.yaml, in its interpreter, needing
         its data (`data.dir`; GRPO: the starting model) and the modules that interpreter must import. Under Slurm
-        (`on_slurm`, default: `launcher=slurm`) it takes whole nodes with the USR1 warning and waits for what a
-        study stage is told to."""
+        (`on_slurm`, default: `launcher=slurm`) it takes whole nodes with the USR1 warning."""
         cfg = preps[0].cfg
         on_slurm = cfg.launcher.kind == "slurm" if on_slurm is None else on_slurm
         nodes = int(cfg.launcher.nodes) if on_slurm else 1
@@ -116,7 +116,6 @@ class Trainer(ABC):
                    cluster=Cluster.of(cfg.launcher) if on_slurm else None,
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(data=tuple(dict.fromkeys(data)), modules=tuple(self.needs(cfg))),
-                   waits=(os.environ.get(slurm.AFTER_ENV) or None) if on_slurm else None,
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
                    logs=logs or str(preps[0].run_dir / "logs"))
 
@@ -468,11 +467,13 @@ def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: s
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
 
 
-def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None) -> int:
+def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
+            then: Callable[[Path], list[Job]] | None = None) -> int:
     """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
     temporary directory it names), then each run's lines and resolved config and what would run: the local
     command (GRPO: and the Slurm script), or the Slurm script. A sweep's: one job, an `array` over its runs, its logs
-    and script in its own dir (`logs`; by default the run dir's). Nothing else is written; nothing starts.
+    and script in its own dir (`logs`; by default the run dir's); `then(where)`: the jobs planned after the training
+    (a sweep's evaluation), their configs written under `where`. Nothing else is written; nothing starts.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
     first, on_slurm = preps[0], preps[0].cfg.launcher.kind == "slurm"
     for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
@@ -485,7 +486,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     for i, prep in enumerate(preps):
         (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
     runner = slurm_runner(trainer, argv) if on_slurm else local.LocalRunner(str(REPO))
-    jobs.dry_run([job], runner, where)
+    jobs.dry_run([job, *(then(where) if then else [])], runner, where)
     script = (where / f"{job.name}{runner.suffix}").read_text(encoding="utf-8")
     for prep in preps:
         print(trainer.describe(prep))

@@ -30,7 +30,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.layout import CONFIG, LAUNCH_ID_ENV
@@ -39,11 +39,6 @@ from launch.errors import LaunchError
 from launch.jobs import CLUSTER_KEYS, CLUSTER_OPTIONS, Cluster, Job, Runner, dotlist_value  # noqa: F401
 
 RDZV_PORT = 29500
-# `launch study=NAME launcher=slurm` runs each stage's command with these set: every job a stage
-# submits waits for AFTER_ENV (an sbatch dependency, e.g. afterok:101:102) and appends its id to the
-# file JOBS_ENV names, so the next stage can wait for it.
-AFTER_ENV = "DTSFT_SLURM_AFTER"
-JOBS_ENV = "DTSFT_SLURM_JOBS"
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them.
 OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal", "requeue", "open-mode", "output",
                "array", "dependency", *CLUSTER_OPTIONS)
@@ -79,8 +74,7 @@ class SlurmSpec:
     array: str | None = None  # e.g. "0-8" for a sweep
     extra: tuple[str, ...] = ()   # launcher.sbatch: further #SBATCH options
     setup: str | None = None      # launcher.setup: shell run before srun
-    # e.g. afterok:4242 (null: none); by default what a `launch study` stage is told to wait for
-    dependency: str | None = field(default_factory=lambda: os.environ.get(AFTER_ENV) or None)
+    dependency: str | None = None   # e.g. afterok:4242 (null: none)
     exclusive: bool = True        # the whole node (training); evaluation tasks share a node
     # True: --signal=USR1@120 (the trainers save and stop before the time limit); a string: that --signal
     # value (an evaluation task: B:USR1@120, to the batch shell, which is the task's python)
@@ -226,21 +220,11 @@ def _setup_lines(spec: SlurmSpec) -> list[str]:
 def render_command_script(spec: SlurmSpec, workdir: str, command: str, lines: list[str], repo: str | None = None) -> str:
     """A job (or job array) that runs `lines` (shell) in `workdir` (where the submitting command ran:
     its relative paths stay valid) on one node, the project importable from `repo`: an evaluation array
-    task, an aggregation, a stage of a study. No srun: the batch step is the one task."""
+    task, an aggregation, a study's analyze / evaluate / export job. No srun: the batch step is the one task."""
     head = _header(spec, command) + ["", "set -uo pipefail", f"cd {shlex.quote(workdir)}", "export PYTHONUNBUFFERED=1"]
     if repo:
         head.append(f"export PYTHONPATH={shlex.quote(repo)}${{PYTHONPATH:+:$PYTHONPATH}}")
     return "\n".join(head + _setup_lines(spec) + list(lines)) + "\n"
-
-
-def render_stage_script(spec: SlurmSpec, workdir: str, repo: str, command: str, argv: list[str],
-                        env: dict[str, str]) -> str:
-    """A job that runs one command line `argv` with `env` exported: a study's evaluate / analyze / export
-    stage, or the job that plans a sweep's evaluation array once its training is done. Its own
-    submissions (an analyze's evaluation array) wait for nothing more: the job started after its dependency."""
-    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-    lines += [f"unset {AFTER_ENV}", f"exec {shlex.join(argv)}"]
-    return render_command_script(spec, workdir, command, lines, repo=repo)
 
 
 class SlurmRunner(Runner):
@@ -259,7 +243,8 @@ class SlurmRunner(Runner):
 
     @staticmethod
     def dependency(job: Job, ids) -> str | None:
-        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] for a in job.after)) if job.after else None
+        task = f"_{job.after_task}" if job.after_task is not None else ""
+        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
         return ",".join(d for d in (own, job.waits) if d) or None
 
     def spec(self, job: Job, ids, where: Path) -> SlurmSpec:
@@ -323,7 +308,7 @@ def check_not_queued(run_dir: Path) -> None:
 
 
 def submit(script: Path) -> str:
-    """`sbatch --parsable SCRIPT`; return the job id (also appended to the file $DTSFT_SLURM_JOBS names)."""
+    """`sbatch --parsable SCRIPT`; return the job id."""
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise LaunchError(f"sbatch not found on PATH; the script is written at {script} "
@@ -331,8 +316,4 @@ def submit(script: Path) -> str:
     out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
     if out.returncode != 0:
         raise LaunchError(f"sbatch {script} failed (exit {out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
-    job = out.stdout.strip().split(";", 1)[0]
-    if os.environ.get(JOBS_ENV):
-        with open(os.environ[JOBS_ENV], "a", encoding="utf-8") as fh:
-            fh.write(job + "\n")
-    return job
+    return out.stdout.strip().split(";", 1)[0]

@@ -4,22 +4,20 @@ Locally the runs go one after another (each is a normal `launch`, so finished ru
 and interrupted ones resume). On Slurm every unfinished run gets its data and run directory
 prepared here, then one job array trains them all: task i runs run i's config.yaml.
 
-`eval_profile=PROFILE` (recipes/eval/PROFILE.yaml) evaluates the sweep's checkpoints with
-`analyze runs_root=... profile=PROFILE` (`analyze.KEY=VALUE` adds KEY=VALUE to it, e.g.
-`analyze.eval.corpus=wiki.jsonl analyze.slurm.time=04:00:00`): locally once every run has finished. On
-Slurm each training task i gets its own evaluation job, `--dependency=afterok:<array>_<i>` (cancelled when
-that task fails: `--kill-on-invalid-dep=yes`), that evaluates that run's checkpoints when it starts, and
-one aggregation job after all of them (`afterany`) writes the report, a run whose evaluation never ran
-listed as gaps: one failed training run no longer holds back the others' evaluation (launch/eval_slurm.py,
-`slurm.runs`). The analysis submits those jobs right after the training array (its settings are checked,
-by its dry run, before anything is submitted); with every run finished it submits one array task per
-checkpoint still to evaluate instead. The analysis runs in this process (launch.analyze.main), or as a
-child process `python -m launch.analyze` when its interpreter is another (`python.eval=`).
+`eval_profile=PROFILE` (recipes/eval/PROFILE.yaml) evaluates the sweep's checkpoints: its analysis (`analyze
+runs_root=... profile=PROFILE`, `analyze.KEY=VALUE` adding KEY=VALUE, e.g. `analyze.eval.corpus=wiki.jsonl
+analyze.slurm.time=04:00:00`) is resolved and checked once, before anything trains, and planned as Jobs after the
+training. Locally: one job, `python -m launch.analyze <runs_root>/_sweeps/sweep-<time>/analyze.yaml`, once every run
+has finished (LocalRunner: in this process, or a child in `python.eval=`). On Slurm the one plan the SlurmRunner
+submits holds the training array, then one evaluation job per run, run i's `--dependency=afterok:<array>_<i>`
+(cancelled when that task fails: `--kill-on-invalid-dep=yes`), evaluating that run's checkpoints when it starts,
+and one aggregation job after all of them (`afterany`) that writes the report, a run whose evaluation never ran
+listed as gaps (launch/eval_slurm.py `runs_plan`); with every run finished, the analysis runs here and submits one
+array task per checkpoint still to evaluate instead.
 """
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -30,9 +28,10 @@ from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
 from launch import local, preflight, slurm
+from launch.errors import LaunchError
+from launch.jobs import Job, JobFailed, Needs, dry_run_dir
 from launch.run import (REPO, SFT, check_finished_data, data_record, describe, dry_run, is_finished, launch_one,
                         lock_run_dir, prepare_run, resolve, slurm_runner, submitted)
-from launch.errors import LaunchError
 
 SWEEP_KEYS = ("arms", "seeds")
 EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
@@ -94,50 +93,29 @@ def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str], list[str
     return profile, analyze, rest
 
 
-def analyze_command(runs_root: str, profile: str, extra: list[str] = (), python: str | None = None) -> list[str]:
-    """The sweep's analysis, run by the evaluation interpreter (`python.eval=`, given on to its jobs)."""
-    return [python or sys.executable, "-m", "launch.analyze", f"runs_root={runs_root}", f"profile={profile}",
-            f"out={Path(runs_root) / '_reports' / profile}", *([f"python.eval={python}"] if python else []), *extra]
+def analysis_config(first, profile: str, analyze: list[str]):
+    """The sweep's analysis, resolved once (launch.analyze's keys, LaunchError naming a bad one): the runs under
+    the first run's runs_root evaluated with `profile` into <runs_root>/_reports/<profile>, by the evaluation
+    interpreter (`python.eval=`), on the training's launcher with its cluster settings (slurm.CLUSTER_KEYS);
+    `analyze.KEY=VALUE` tokens last, so they win (analyze.slurm.time=...)."""
+    from launch.analyze import parse_argv
+
+    python = interpreter.named(first.get("python"), "eval")
+    on_slurm = first.launcher.kind == "slurm"
+    return parse_argv([f"runs_root={first.runs_root}", f"profile={profile}",
+                       f"out={Path(first.runs_root) / '_reports' / profile}",
+                       *([f"python.eval={python}"] if python else []), f"launcher={first.launcher.kind}",
+                       *(slurm.Cluster.of(first.launcher).tokens("slurm.") if on_slurm else []), *analyze])
 
 
-def _last(tokens: list[str], *keys: str) -> str | None:
-    found = None
-    for tok in tokens:
-        key, sep, value = tok.partition("=")
-        if sep and key.strip() in keys:
-            found = value.strip()
-    return found
-
-
-def check_eval_python(python: str | None, tokens: list[str]) -> None:
-    """Refuse (LaunchError, one line) a named evaluation interpreter lacking what the analyze / evaluate
-    command `tokens` needs (vllm for backend=vllm, from its tokens or its profile), before it is run
-    (an interpreter without the project's requirements could not even refuse by itself)."""
-    if python is None:
-        return
-    backend = _last(tokens, "backend", "eval.backend")
-    profile = _last(tokens, "profile")
-    if backend is None and profile and (EVAL_PROFILES / f"{profile}.yaml").is_file():
-        backend = OmegaConf.select(OmegaConf.load(EVAL_PROFILES / f"{profile}.yaml"), "evaluate.backend")
-    why = interpreter.check("eval", python, interpreter.eval_needs(backend))
-    if why:
-        raise LaunchError(why)
-
-
-def _child_env() -> dict[str, str]:
-    """The analysis' environment: the project importable, and its jobs already checked by the sweep's preflight."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-                **{preflight.CHECKED_ENV: "1"})
-
-
-def _run_analyze(cmd: list[str], quiet: bool = False) -> int:
-    """The analysis (analyze_command): in this process when its interpreter is this one, else a child process
-    (`python.eval=`); its exit status either way (a signal: 128 + N)."""
-    if cmd[0] == sys.executable and cmd[1:3] == ["-m", "launch.analyze"]:
-        from launch.analyze import main
-
-        return local.run_main(main, cmd[3:], env=_child_env(), quiet=quiet)
-    return local.run_child(cmd, env=_child_env(), quiet=quiet)
+def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> Job:
+    """The sweep's analysis as a Job: `python -m launch.analyze <where>/analyze.yaml` (its config written there,
+    once), in python.eval, after the training however it ended (a failed run is a gap in the report)."""
+    path = Path(where) / "analyze.yaml"
+    path.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+    return Job("analyze", "launch.analyze", config=str(path), python=interpreter.interpreter(cfg.python, "eval"),
+               after=after, after_any=bool(after), notes=("the sweep's evaluation and report",),
+               needs=Needs(modules=tuple(interpreter.eval_needs(cfg.eval.backend))))
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:
@@ -145,36 +123,52 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     runs = combos(argv)
     preps = [resolve(run) for run in runs]   # every combination's keys and values checked up front
     first = preps[0].cfg   # the preflight: every run's needs and the evaluation's, before anything (exit 2)
-    from launch.analyze import parse_argv
+    from analysis.errors import AnalysisError
+    from common.cli import ConfigError
+    from launch.analyze import request
 
-    try:   # the evaluation's keys, checked before anything (as its dry run did)
-        evaluation = parse_argv(analyze_command(str(first.runs_root), profile, [*analyze, f"launcher={first.launcher.kind}"],
-                                                interpreter.named(first.get("python"), "eval"))[3:]) if profile else None
-    except LaunchError as exc:
+    def refused(exc) -> int:
         print(f"error: {exc}\n[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit 2); nothing "
               "trained", file=sys.stderr, flush=True)
         return 2
+
+    try:   # the evaluation's keys, checked before anything: resolved once
+        evaluation = analysis_config(first, profile, analyze) if profile else None
+    except LaunchError as exc:
+        return refused(exc)
     found = preflight.gate(preflight.sweep_needs(SFT, preps, evaluation), bool(first.launcher.dry_run))
-    return _run_sweep(argv, runs, preps, profile, analyze, **cache_kw) or preflight.after_plan(found) or 0
+    try:   # and its values, as the analysis checks them (before anything trains)
+        if evaluation is not None:
+            with local.isolated():   # (its checks may set up logging: nothing leaks into the sweep)
+                request(evaluation)
+    except (AnalysisError, ConfigError) as exc:
+        return refused(exc)
+    return _run_sweep(argv, runs, preps, evaluation, **cache_kw) or preflight.after_plan(found) or 0
 
 
-def _run_sweep(argv, runs, preps, profile, analyze, **cache_kw) -> int:
+def _child_env() -> dict[str, str]:
+    """The analysis' environment: the project importable."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+
+
+def _analyze_here(job: Job) -> int:
+    """The sweep's analysis job, run now (LocalRunner: in this process when its interpreter is this one, else a
+    child); its exit status."""
+    try:
+        local.LocalRunner(env=_child_env()).start(job, None, {})
+    except JobFailed as failed:
+        return failed.status
+    return 0
+
+
+def _run_sweep(argv, runs, preps, evaluation, **cache_kw) -> int:
     if preps[0].cfg.launcher.kind == "slurm":
-        return _sweep_slurm(argv, runs, preps, profile=profile, analyze=analyze, **cache_kw)
+        return _sweep_slurm(argv, runs, preps, evaluation, **cache_kw)
     dry = bool(preps[0].cfg.launcher.dry_run)
-    python = interpreter.named(preps[0].cfg.get("python"), "eval")
-    evaluation = analyze_command(str(preps[0].cfg.runs_root), profile, analyze, python) if profile else None
-    if evaluation:   # the evaluation's settings, checked by its dry run before the first run trains
-        check_eval_python(python, evaluation[3:])
-        rc = _run_analyze([*evaluation, "dry_run=true"], quiet=True)
-        if rc != 0:
-            print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
-                  "nothing trained", file=sys.stderr, flush=True)
-            return rc
-    if dry:   # the plan: one job, each run a task in turn (a finished run is skipped when it runs)
-        rc = dry_run(SFT, preps, ["sweep", *argv], array=True)
-        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started"
-              + (f"; then: {shlex.join(['analyze', *evaluation[3:]])}" if evaluation else ""))
+    if dry:   # the plan: one job, each run a task in turn (a finished run is skipped when it runs), then the analysis
+        rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
+                     then=(lambda where: [analysis_job(evaluation, where)]) if evaluation is not None else None)
+        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
         return rc
     failed = []
     for i, (run, prep) in enumerate(zip(runs, preps), 1):
@@ -188,27 +182,35 @@ def _run_sweep(argv, runs, preps, profile, analyze, **cache_kw) -> int:
         print("[launch] sweep: failed runs: " + "; ".join(f"{' '.join(r)} (exit {rc})" for r, rc in failed))
         return 1
     print(f"[launch] sweep: all {len(runs)} runs finished")
-    if evaluation:
-        print(f"[launch] sweep: evaluating with profile {profile}: {shlex.join(['analyze', *evaluation[3:]])}", flush=True)
-        return _run_analyze(evaluation)
-    return 0
+    if evaluation is None:
+        return 0
+    where = _sweep_dir(preps[0].cfg)
+    where.mkdir(parents=True, exist_ok=True)
+    job = analysis_job(evaluation, where, after=())
+    print(f"[launch] sweep: evaluating with profile {evaluation.profile}: python -m launch.analyze {job.config}", flush=True)
+    return _analyze_here(job)
 
 
-def evaluation_command(first, profile: str, analyze: list[str], runs: list[tuple[str, str | None]] | None,
-                       dry: bool) -> list[str]:
-    """`analyze ... launcher=slurm` for the sweep: with `runs` ((run dir, dependency) pairs) one evaluation
-    job per run, each after its training task, then the aggregation (launch/eval_slurm.py `slurm.runs`);
-    without, one array task per checkpoint still to evaluate. The training launcher's cluster settings
-    (slurm.CLUSTER_KEYS) go to those jobs; `analyze.KEY=VALUE` tokens last, so they win (analyze.slurm.time=...)."""
-    same = slurm.Cluster.of(first.cfg.launcher).tokens("slurm.")
-    chain = [f"slurm.runs={slurm.dotlist_value([r for r, _ in runs])}",
-             f"slurm.runs_after={slurm.dotlist_value([a for _, a in runs])}"] if runs else []
-    return analyze_command(str(first.cfg.runs_root), profile,
-                           ["launcher=slurm", *same, *chain, *analyze, *(["dry_run=true"] if dry else [])],
-                           interpreter.named(first.cfg.get("python"), "eval"))
+def _sweep_dir(cfg) -> Path:
+    """Where a sweep's scripts, logs and analysis config go: <runs_root>/_sweeps/sweep-<UTC time>/."""
+    return Path(cfg.runs_root) / "_sweeps" / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[str] = (), **cache_kw) -> int:
+def evaluation_jobs(evaluation, where: Path, todo: list, finished: list[str]) -> list[Job]:
+    """The sweep's evaluation on Slurm (launch/eval_slurm.py runs_plan): one job per run, run i after training
+    task i only (cancelled when that task fails: --kill-on-invalid-dep), a finished run's after nothing, then
+    the aggregation after all of them (afterany). Their configs go under `where`."""
+    from launch.analyze import request
+    from launch.eval_slurm import runs_plan
+
+    dirs = [str(p.run_dir) for p in todo] + finished
+    cfg = OmegaConf.merge(evaluation, {"slurm": {"runs": dirs, "runs_after": None}})
+    with local.isolated():
+        req = request(cfg)
+    return runs_plan(req, where, [("sweep", i) for i in range(len(todo))] + [None] * len(finished))
+
+
+def _sweep_slurm(argv, runs, preps, evaluation, **cache_kw) -> int:
     todo, finished, dry = [], [], bool(preps[0].cfg.launcher.dry_run)
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
@@ -221,31 +223,20 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
         print(describe(prep))
         SFT.check_python(prep)
-    if profile:
-        check_eval_python(interpreter.named(preps[0].cfg.get("python"), "eval"),
-                          evaluation_command(preps[0], profile, analyze, None, True)[3:])
-    root = Path(preps[0].cfg.runs_root) / "_sweeps" / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
+    root = _sweep_dir(preps[0].cfg)
     if not todo:
         print("[launch] sweep: every run is finished; nothing to train", flush=True)
-        if profile:   # what is left to evaluate: one array task per checkpoint, then the aggregation
-            return _run_analyze(evaluation_command(preps[0], profile, analyze, None, dry))
-        return 0
-    first = todo[0][1]
-
-    def chained(array_job: str, dry: bool) -> list[str]:
-        # run i waits for training task i only; a finished run (nothing to train) waits for nothing
-        pairs = [(str(p.run_dir), f"afterok:{array_job}_{i}") for i, (_, p) in enumerate(todo)]
-        return evaluation_command(first, profile, analyze, pairs + [(d, None) for d in finished], dry)
-
+        if evaluation is None:
+            return 0
+        # what is left to evaluate: one array task per checkpoint, then the aggregation (analyze, run here)
+        where = dry_run_dir("sweep") if dry else root
+        where.mkdir(parents=True, exist_ok=True)
+        return _analyze_here(analysis_job(OmegaConf.merge(evaluation, {"dry_run": dry}), where, after=()))
+    preps_todo = [p for _, p in todo]
     if dry:
-        rc = dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root))
-        return _run_analyze(chained("<sweep array job id>", True)) if profile and rc == 0 else rc
-    if profile:   # the evaluation's settings, checked before anything is submitted (its dry run)
-        rc = _run_analyze(chained("<sweep array job id>", True), quiet=True)
-        if rc != 0:
-            print(f"[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit {rc}, above); "
-                  "nothing submitted", file=sys.stderr, flush=True)
-            return rc
+        return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
+                       then=(lambda where: evaluation_jobs(evaluation, where, preps_todo, finished))
+                       if evaluation is not None else None)
     for _, prep in todo:
         lock = lock_run_dir(prep.run_dir)
         try:
@@ -254,16 +245,21 @@ def _sweep_slurm(argv, runs, preps, profile: str | None = None, analyze: list[st
         finally:
             os.close(lock)
     root.mkdir(parents=True, exist_ok=True)
-    job = SFT.job([p for _, p in todo], array=True, logs=str(root))   # their data is known now
-    path = root / f"{job.name}.sbatch"
-    array = slurm_runner(SFT, ["sweep", *argv]).run([job], root)[job.name]
+    job = SFT.job(preps_todo, array=True, logs=str(root))   # their data is known now
+    plan = [job]
+    if evaluation is not None:
+        from launch.eval_slurm import _plan_dir
+
+        plan += evaluation_jobs(evaluation, _plan_dir(evaluation, "runs"), preps_todo, finished)
+    ids = slurm_runner(SFT, ["sweep", *argv]).run(plan, root)
+    array = ids[job.name]
     for i, (argv_i, prep) in enumerate(todo):
-        submitted(prep, argv_i, job, path, f"{array}_{i}", data_record(prep.data))
-    print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({path})", flush=True)
-    if profile:
-        rc = _run_analyze(chained(array, False))
-        if rc != 0:
-            print(f"[launch] sweep: the training array {array} is submitted, its evaluation failed to submit (exit {rc}, "
-                  f"above); run: {shlex.join(['analyze', *chained(array, False)[3:]])}", file=sys.stderr, flush=True)
-        return rc
+        submitted(prep, argv_i, job, root / f"{job.name}.sbatch", f"{array}_{i}", data_record(prep.data))
+    print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({root / f'{job.name}.sbatch'})", flush=True)
+    if evaluation is not None:
+        every = [ids[j.name] for j in plan]
+        print("[launch] sweep: each run's evaluation job after its training task, then the report: "
+              + ", ".join(f"{j.name} {ids[j.name]}" for j in plan[1:])
+              + f"; scripts in {root}\n[launch] watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})",
+              flush=True)
     return 0

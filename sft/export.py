@@ -312,7 +312,10 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
-    cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv)
+    if len(argv) == 1 and "=" not in argv[0] and Path(argv[0]).is_file():   # a resolved config (a study's export job)
+        cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.load(argv[0]))
+    else:
+        cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv)
     if not cfg.ckpt or not cfg.out:
         raise SftError("ckpt=PATH and out=PATH are required (see --help)")
     try:

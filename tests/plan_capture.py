@@ -1,8 +1,8 @@
 """The structured plan of a study's dry run (`launch study=NAME [launcher=slurm] dry_run=true`), recorded
-in-process by spies on the points where today's planner decides (not from its printed text): each stage's
-command line and what it waits for, each training run's resolved config, each local trainer command, each
-analysis's evaluations and resolved evaluate config, and every Slurm job (its module, interpreter, resources,
-dependency, array). Paths, interpreters and timestamps are normalised (`<cwd>`, `<repo>`, `<python>`,
+in-process by spies on the planner (launch/study.py `resolve_stages`, `plan_jobs`; not from its printed text):
+each stage as resolved (each training run's config, each other stage's one config and interpreter) and every Job
+of the plan (its module, interpreter, config, order, resources and needs; on Slurm its sbatch resources and
+dependency, locally its command). Paths, interpreters and timestamps are normalised (`<cwd>`, `<repo>`, `<python>`,
 `<data>`, `<time>`, a dry run's temporary directory `<dry run KIND>`), so the plan is the same on every machine.
 
 tests/test_study_plans.py compares it with the golden files under tests/snapshots/plans/;
@@ -16,7 +16,6 @@ import importlib.util
 import io
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -87,133 +86,74 @@ def _spec(spec) -> dict:
     return {**{k: getattr(spec, k) for k in keep}, "extra": list(spec.extra)}
 
 
-def _execs(lines: list[str]) -> list[list[str]]:
-    """The Python commands a command script's shell lines run (`exec python -m ...`, `python -m ...`)."""
-    out = []
-    for line in lines:
-        for part in re.split(r"\s*(?:&&|\|\||;)\s*", line.strip()):
-            words = shlex.split(part.removeprefix("exec "), comments=True) if "-m" in part else []
-            if len(words) > 2 and words[1] == "-m":
-                out.append(words)
-    return out
+def _config(path: str):
+    """A job's config file as read back (YAML or JSON), None when it is not one (an unresolved stage's note)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file() or p.suffix not in (".yaml", ".json"):
+        return None
+    return yaml.safe_load(p.read_text(encoding="utf-8"))
 
 
 def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
-    """The plan of `launch ARGV` (a study's dry run) run here in `cwd`: {"exit", "stages": [...]}."""
+    """The plan of `launch ARGV` (a study's dry run) run here in `cwd`: {"exit", "stages": [...], "jobs": [...]},
+    from the planner itself: each stage as resolved (training runs' configs, a stage's one config, its
+    interpreter) and each Job of the plan (module, interpreter, config read back, order, resources, needs; on
+    Slurm the job's sbatch resources and dependency as the SlurmRunner writes them, locally its command)."""
     from omegaconf import OmegaConf
 
-    import launch.analyze as analyze
     import launch.local as local
     import launch.study as study
-    from launch import slurm
     from launch.cli import main
-    from launch import run, sweep
-    from launch.jobs import Job, Torchrun
-    from launch.run import Prepared
+    from launch.jobs import placeholders
+    from launch.slurm import SlurmRunner
 
-    stages: list[dict] = []
-    preps: list[tuple[dict, Prepared]] = []
+    seen: dict = {}
+    real_resolve, real_plan = study.resolve_stages, study.plan_jobs
 
-    def current() -> dict:
-        return stages[-1] if stages else {"jobs": []}
+    def resolve_stages(req):
+        seen["stages"] = real_resolve(req)
+        return seen["stages"]
 
-    real_stage_command = study.stage_command
+    def plan_jobs(req, stages, where):
+        seen["plan"], seen["where"], seen["slurm"] = real_plan(req, stages, where), where, req.on_slurm
+        return seen["plan"]
 
-    def stage_command(st, stage, extra):
-        cmd = real_stage_command(st, stage, extra)
-        if not stages or stages[-1]["name"] != stage.name:
-            stages.append({"name": stage.name, "run": stage.run, "jobs": []})
-        stages[-1].update(interpreter=cmd[0], module=cmd[2], args=cmd[3:])
-        return cmd
-
-    real_run_stage = study.run_stage
-
-    def run_stage(cmd, env, launch, quiet=False):
-        current()["waits_for"] = env.get(slurm.AFTER_ENV)
-        return real_run_stage(cmd, env, launch, quiet)
-
-    real_init = Prepared.__init__
-
-    def prepared(self, *a, **kw):
-        real_init(self, *a, **kw)
-        preps.append((current(), self))
-
-    def dry_run(trainer, preps, argv, *args, **kw):
-        # what a launch's / sweep's dry run shows as the local torchrun command of each run (GRPO's: always)
-        first = preps[0]
-        if first.cfg.launcher.kind != "slurm" or trainer.stage == "grpo":
-            for prep in preps:
-                config = str(prep.run_dir / "config.yaml")
-                local_job = Job("train", trainer.module, config=config, python=trainer.python(prep),
-                                wrapper=Torchrun(1, prep.nproc))
-                current()["jobs"].append({"kind": "local training", "module": trainer.module,
-                                          "interpreter": local_job.python, "config": config,
-                                          "nproc_per_node": prep.nproc, "command": local_job.command(config)})
-        return real_dry_run(trainer, preps, argv, *args, **kw)
-
-    real_dry_run = run.dry_run
-
-    def run_script(spec, run_dir, repo, python, command, module="sft.train"):
-        array = not isinstance(run_dir, str)
-        current()["jobs"].append({"kind": "slurm training array" if array else "slurm training", "module": module,
-                                  "interpreter": python, "run_dirs": list(run_dir) if array else [run_dir],
-                                  "resources": _spec(spec)})
-        return real_run_script(spec, run_dir, repo, python, command, module=module)
-
-    real_run_script = slurm.render_run_script
-
-    def command_script(spec, workdir, command, lines, repo=None):
-        current()["jobs"].append({"kind": "slurm command", "runs": _execs(list(lines)), "workdir": workdir,
-                                  "resources": _spec(spec)})
-        return real_command_script(spec, workdir, command, lines, repo=repo)
-
-    real_command_script = slurm.render_command_script
-
-    def plan(runs, benches, anchor, anchor_dir, prompt, profile, **kw):
-        jobs = real_plan(runs, benches, anchor, anchor_dir, prompt, profile, **kw)
-        current()["jobs"].append({"kind": "evaluations", "benches": list(benches), "anchor": anchor,
-                                  "profile": profile, "runs": [f"{r.arm}/seed{r.seed}" for r in runs],
-                                  "evaluations": [{"label": j.label, "benches": list(j.benches), "prompt": j.prompt,
-                                                   "out": str(j.out)} for j in jobs]})
-        return jobs
-
-    real_plan = analyze.plan
-
-    def check_settings(h, eval_opts, benches):
-        resolved = real_check_settings(h, eval_opts, benches)
-        if resolved is not None:
-            current()["jobs"].append({"kind": "evaluate config", "config": OmegaConf.to_container(resolved)
-                                      if not isinstance(resolved, dict) else dict(resolved)})
-        return resolved
-
-    real_check_settings = analyze.check_settings
-
-    monkeypatch.setattr(study, "stage_command", stage_command)
-    monkeypatch.setattr(study, "run_stage", run_stage)
-    monkeypatch.setattr(Prepared, "__init__", prepared)
-    monkeypatch.setattr(run, "dry_run", dry_run)
-    monkeypatch.setattr(sweep, "dry_run", dry_run)
+    monkeypatch.setattr(study, "resolve_stages", resolve_stages)
+    monkeypatch.setattr(study, "plan_jobs", plan_jobs)
     monkeypatch.setattr(local, "cuda_device_count", lambda: 0)   # the plan of a machine without GPUs, everywhere
-    monkeypatch.setattr(slurm, "render_run_script", run_script)
-    monkeypatch.setattr(slurm, "render_command_script", command_script)
-    monkeypatch.setattr(analyze, "plan", plan)
-    monkeypatch.setattr(analyze, "check_settings", check_settings)
     monkeypatch.chdir(cwd)
     with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
         rc = main(argv)
-    # each run's config as resolved last (a sweep resolves each run twice: one job per run dir)
-    by_dir: dict[str, tuple[dict, dict]] = {}
-    for stage, prep in preps:
-        by_dir[str(prep.run_dir)] = (stage, OmegaConf.to_container(prep.cfg))
-    for run_dir, (stage, cfg) in by_dir.items():
-        stage.setdefault("runs", []).append({"run_dir": run_dir, "config": cfg})
-    for stage in stages:   # its command first, then its jobs and runs
-        for key in ("jobs", "runs"):
-            if key in stage:
-                stage[key] = stage.pop(key)
     if rc != 0:
         raise AssertionError(f"launch {' '.join(argv)}: exit {rc}\n{out.getvalue()[-3000:]}\n{err.getvalue()[-3000:]}")
-    return {"argv": argv, "exit": rc, "stages": stages}
+    stages = []
+    for r in seen["stages"]:
+        stage = {"name": r.stage.name, "run": r.stage.run}
+        if r.unset:
+            stage["unresolved"] = list(r.unset)
+        elif r.preps:
+            stage["runs"] = [{"run_dir": str(p.run_dir), "config": OmegaConf.to_container(p.cfg)} for p in r.preps]
+        if r.cfg is not None and not r.unset:
+            stage.update(interpreter=r.python or sys.executable, config=OmegaConf.to_container(r.cfg))
+        stages.append(stage)
+    plan, ids = seen["plan"], placeholders(seen["plan"])
+    runner = SlurmRunner("launch") if seen["slurm"] else None
+    jobs = []
+    for job in plan:
+        entry = {"name": job.name, "module": job.module, "interpreter": job.python,
+                 "configs": [_config(c) if _config(c) is not None else c for c in job.configs] if not job.wrapper
+                 else list(job.configs), "after": list(job.after), "after_any": job.after_any,
+                 "after_task": job.after_task, "wrapper": [job.wrapper.nodes, job.wrapper.nproc_per_node] if job.wrapper
+                 else None, "needs": {"data": list(job.needs.data), "modules": list(job.needs.modules)},
+                 "notes": list(job.notes)}
+        if runner is not None:
+            entry["slurm"] = _spec(runner.spec(job, ids, seen["where"]))
+        else:
+            entry["commands"] = [job.command(c) for c in job.configs]
+        jobs.append(entry)
+    return {"argv": argv, "exit": rc, "stages": stages, "jobs": jobs}
 
 
 def normalise(value, subs: list[tuple[str, str]]):
@@ -258,9 +198,6 @@ def plans(monkeypatch, cwd: Path) -> dict[str, dict]:
             with monkeypatch.context() as mp:
                 plan = capture(mp, cwd, [a.replace("recipes/study/", f"{ROOT}/recipes/study/") for a in argv])
             plan["argv"] = argv
-            if launcher == "slurm":   # a training dry run also prints the local command it would run (not a job)
-                for stage in plan["stages"]:
-                    stage["jobs"] = [j for j in stage["jobs"] if j["kind"] != "local training"]
             out[golden_name(study, launcher)] = normalise(plan, subs)
     return out
 

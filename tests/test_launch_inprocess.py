@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -62,27 +61,44 @@ def test_a_refusal_in_process_is_the_same_one_line_and_exit_2(capsys):
     assert capsys.readouterr().err == "error: eval.nn: not a key of evaluate (did you mean eval.n?)\n"
 
 
-def test_a_stage_in_another_interpreter_stays_a_child_process(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(study, "run_child", lambda cmd, env, quiet=False: calls.append(("child", cmd)) or 0)
-    monkeypatch.setattr(study, "run_main", lambda main, argv, env, quiet=False: calls.append(("here", main, argv)) or 0)
-    launch = object()
-    assert study.run_stage([sys.executable, "-m", "launch.cli", "sweep", "arms=[r2e]"], {}, launch) == 0
-    other = str(tmp_path / "eval-env" / "bin" / "python")
-    assert study.run_stage([other, "-m", "launch.analyze", "runs_root=r"], {}, launch) == 0
-    from launch.analyze import main as analyze_main
+def test_a_study_job_in_another_interpreter_stays_a_child_process(tmp_path, monkeypatch):
+    """A study's local runner (launch/study.py): a training stage's job runs its runs as launch does, any other job
+    in this process when its interpreter is this one, else as a child; the first failure stops the plan."""
+    from launch.jobs import Job, JobFailed
 
-    assert study.run_stage([sys.executable, "-m", "launch.analyze", "runs_root=r"], {}, launch) == 0
-    assert calls == [("here", launch, ["sweep", "arms=[r2e]"]), ("child", [other, "-m", "launch.analyze", "runs_root=r"]),
-                     ("here", analyze_main, ["runs_root=r"])]
+    calls = []
+    monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd)) or 0)
+    monkeypatch.setattr(local, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
+    other = str(tmp_path / "eval-env" / "bin" / "python")
+    plan = [Job("train", "sft.train", config="c.yaml"),
+            Job("report", "launch.analyze", config="r.yaml", python=other, after=("train",)),
+            Job("export", "launch.completion", config="e.json", after=("report",))]
+    runner = study._Here({"train": lambda: calls.append(("train",)) or 0}, env=dict(os.environ))
+    assert list(runner.run(plan, tmp_path / "a")) == ["train", "report", "export"]
+    assert calls == [("train",), ("child", [other, "-m", "launch.analyze", "r.yaml"]), ("here", ["e.json"])]
+    calls.clear()
+    with pytest.raises(JobFailed) as failed:
+        study._Here({"train": lambda: 3}, env=dict(os.environ)).run(plan, tmp_path / "b")
+    assert (failed.value.job, failed.value.status) == ("train", 3) and calls == []
 
 
 def test_the_sweeps_analysis_runs_in_process_unless_its_interpreter_is_another(tmp_path, monkeypatch):
+    """The sweep's analysis is one Job, `python -m launch.analyze <dir>/analyze.yaml` (its config resolved once and
+    written): LocalRunner runs it in this process, or as a child in python.eval=, and returns its exit status."""
+    from omegaconf import OmegaConf
+
+    from launch.analyze import parse_argv
+
     calls = []
-    monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd[0])) or 5)
+    monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd)) or 5)
     monkeypatch.setattr(local, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
-    assert sweep._run_analyze(sweep.analyze_command("runs", "rl_ood"), quiet=True) == 0
     other = str(tmp_path / "python")
-    assert sweep._run_analyze(sweep.analyze_command("runs", "rl_ood", python=other)) == 5
-    assert calls == [("here", ["runs_root=runs", "profile=rl_ood", f"out={Path('runs') / '_reports' / 'rl_ood'}"]),
-                     ("child", other)]
+    status = []
+    for name, extra in (("a", []), ("b", [f"python.eval={other}"])):
+        (tmp_path / name).mkdir()
+        cfg = parse_argv(["runs_root=runs", "profile=rl_ood", *extra])
+        status.append(sweep._analyze_here(sweep.analysis_job(cfg, tmp_path / name, after=())))
+        assert OmegaConf.load(tmp_path / name / "analyze.yaml") == cfg   # the config as resolved, once
+    assert status == [0, 5]
+    assert calls == [("here", [str(tmp_path / "a" / "analyze.yaml")]),
+                     ("child", [other, "-m", "launch.analyze", str(tmp_path / "b" / "analyze.yaml")])]

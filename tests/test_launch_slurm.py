@@ -263,7 +263,7 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
     assert "#SBATCH --array=0-1" in train and "dependency" not in _sbatch_opts(train)
     for i, script in enumerate((run0, run1)):
         opts = _sbatch_opts(script)
-        assert opts["dependency"] == f"afterok:<sweep array job id>_{i}" and opts["kill-on-invalid-dep"] == "yes"
+        assert opts["dependency"] == f"afterok:<job id of sweep>_{i}" and opts["kill-on-invalid-dep"] == "yes"
         assert opts["time"] == "02:00:00" and opts["gpus-per-node"] == "1" and opts["signal"] == "B:USR1@120"
         assert f"run {i} (<RUNS>/r2e/seed{i})" in script
         assert re.search(rf"^exec \S+ -m launch\.eval_jobs \S+/eval-run-{i}\.json$", script, flags=re.M)
@@ -288,17 +288,22 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
     assert [_sbatch_opts(p.read_text())["dependency"] for p in (e0, e1, aggregate)] == [
         "afterok:5001_0", "afterok:5001_1", "afterany:5002:5003"]
     assert f"run 1 ({runs.resolve()}/r2e/seed1)" in e1.read_text()
-    assert "squeue -j 5002,5003,5004" in said
+    assert "squeue -j 5001,5002,5003,5004" in said
 
 
 def test_analyze_keys_reach_the_sweeps_analysis_and_need_a_profile():
     from launch.errors import LaunchError
-    from launch.sweep import analyze_command, split_eval_profile
+    from launch.sweep import analysis_config, split_eval_profile
 
     profile, analyze, rest = split_eval_profile(["arms=[r2e]", "eval_profile=rl_ood", "analyze.eval.corpus=/d/w.jsonl",
                                                  "analyze.slurm.time=04:00:00", "steps=2"])
     assert (profile, analyze, rest) == ("rl_ood", ["eval.corpus=/d/w.jsonl", "slurm.time=04:00:00"], ["arms=[r2e]", "steps=2"])
-    assert analyze_command("runs", profile, analyze)[-2:] == analyze   # locally too: after the last run
+    from omegaconf import OmegaConf
+
+    first = OmegaConf.create({"runs_root": "runs", "python": {}, "launcher": {"kind": "local"}})
+    cfg = analysis_config(first, profile, analyze)   # locally too: the analysis after the last run, resolved once
+    assert (cfg.eval.corpus, cfg.slurm.time, cfg.out, cfg.profile) == ("/d/w.jsonl", "04:00:00",
+                                                                       str(Path("runs") / "_reports" / "rl_ood"), "rl_ood")
     with pytest.raises(LaunchError, match="give eval_profile=PROFILE"):
         split_eval_profile(["arms=[r2e]", "analyze.eval.n=5"])
 
@@ -359,8 +364,10 @@ def test_each_job_of_a_sweep_runs_the_interpreter_named_for_its_kind(capfd, tmp_
     assert len(record.read_text().split()) == 4
     launch = json.loads((runs / "r2e" / "seed1" / "manifest.json").read_text())["launches"][-1]
     assert launch["interpreters"] == {"sft": str(sft), "grpo": sys.executable, "eval": str(ev)}
-    plan = next((runs / "_reports" / "rl_ood" / "_slurm").glob("runs-*"))
-    assert all(re.search(rf"^exec {re.escape(str(ev))} -m ", p.read_text(), flags=re.M) for p in plan.glob("*.sbatch"))
+    plan = next((runs / "_sweeps").glob("sweep-*"))   # the one plan's scripts: the array's, then the evaluation's
+    evaluation = [p for p in plan.glob("*.sbatch") if p.name != "sweep.sbatch"]
+    assert len(evaluation) == 3 and all(re.search(rf"^exec {re.escape(str(ev))} -m ", p.read_text(), flags=re.M)
+                                        for p in evaluation)
 
 
 def test_a_named_interpreter_without_what_its_jobs_need_is_refused_before_anything(capfd, tmp_path, monkeypatch, prefilled):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import stat
 
 import pytest
@@ -59,7 +60,7 @@ def test_a_data_artefact_neither_cached_nor_pinned_stops_the_dry_run(here, monke
     assert len(lines) == 2, captured.err
     assert "encoder:e5-base-v2" in lines[0] and "`fetch-data encoder:e5-base-v2 from=DIR`" in lines[0]
     assert "index:wiki18_e5_flat" in lines[1] and "`fetch-data index:wiki18_e5_flat from=DIR`" in lines[1]
-    assert "== stage 2/2: report" in captured.out   # the dry run still shows its whole plan
+    assert re.search(r"^report +launch\.analyze +any:train ", captured.out, flags=re.M)   # the whole plan, all the same
 
 
 @pytest.mark.parametrize("launcher", ["local", "slurm"])
@@ -73,6 +74,25 @@ def test_the_implicit_interpreter_without_vllm_is_refused(here, launcher, capsys
     assert len(lines) == 1 and "stage report (analyze)" in lines[0] and "lacks vllm (backend=vllm)" in lines[0]
     assert "python.eval not given" in lines[0]
     assert tree(cwd) == before
+
+
+@pytest.mark.parametrize("launcher", ["local", "slurm"])
+def test_a_study_says_once_that_cuda_was_not_checked(here, launcher, monkeypatch, capsys):
+    """Issue 63 item 4: where no GPU is visible a study's preflight says in one line that CUDA was not checked
+    (its GPU-only model's runs, its vLLM evaluation), never a refusal (seen failing: a study said nothing: its
+    stages' needs were derived from their settings, without CUDA)."""
+    from launch import preflight
+
+    cwd, outside, slots = here
+    gpu_env_stand_in(outside, monkeypatch)
+    monkeypatch.setattr(preflight, "gpus_visible", lambda: False)
+    slurm = ["launcher=slurm"] if launcher == "slurm" else []
+    assert main(["study=dual_terminator_sft", *slots, *SMALL, *slurm, "dry_run=true"]) == 0
+    out = capsys.readouterr().out
+    want = ("CUDA unchecked for the jobs that run on Slurm's nodes" if slurm else
+            "CUDA unchecked: no GPU is visible on this machine")
+    assert out.count("preflight: CUDA unchecked") == 1 and f"preflight: {want}" in out, out
+    assert out.index("# the plan: ") < out.index("preflight: CUDA unchecked")   # the plan first, then the preflight
 
 
 def test_a_refused_real_run_leaves_every_file_as_it_was(here, tmp_path_factory, monkeypatch, capsys):
@@ -91,7 +111,10 @@ def test_a_refused_real_run_leaves_every_file_as_it_was(here, tmp_path_factory, 
     for launcher in (["launcher=slurm"], []):
         assert main(["study=dual_terminator_sft", *slots, *SMALL, *launcher]) == 2
         err = capsys.readouterr().err
-        assert "lacks vllm (backend=vllm)" in err and "nothing was started, submitted or written" in err
+        if launcher:   # the preflight's line
+            assert "lacks vllm (backend=vllm)" in err and "nothing was started, submitted or written" in err
+        else:   # here the GPU-only model is refused first, when the run is resolved (a CPU machine): exit 2 all the same
+            assert "is GPU-only" in err and len(err.strip().splitlines()) == 1
         assert tree(cwd) == before
     assert not (outside / "sbatch_calls").exists()
 
@@ -104,12 +127,15 @@ def test_no_gpu_visible_is_never_a_preflight_problem(monkeypatch):
     assert preflight.problems([need]) == []
 
 
-def test_a_stage_needs_only_the_data_it_reads():
-    from launch.study import parse_study_argv, study_needs
+def test_a_stage_needs_only_the_data_it_reads(tmp_path, monkeypatch):
+    from launch.study import parse_study_argv, resolve_stages
+
+    monkeypatch.chdir(tmp_path)   # every stage is resolved: its corpus must exist
+    (tmp_path / "c.jsonl").write_text('{"id": "0", "contents": "x"}\n')
 
     def report_data(*argv):
-        study, extra, _ = parse_study_argv(list(argv))
-        return next(n.data for n in study_needs(study, extra) if n.who.startswith("stage report"))
+        stages = resolve_stages(parse_study_argv([*argv, "dry_run=true"]))
+        return next(n.data for r in stages for n in r.needs if n.who.startswith("stage report"))
 
     # the profile's sets count only for the benches evaluated; an encoder and an index only for retriever=e5
     assert "2wikimultihopqa:hub_dev" in report_data("study=qwen3_4b_spa_grpo")

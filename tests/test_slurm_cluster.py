@@ -149,15 +149,15 @@ def test_the_dual_terminator_smoke_on_slurm_equals_the_local_one(cluster, data_c
     assert here.returncode == 0, text[-4000:]
     ledger = next((on_slurm / "runs" / "_slurm").glob("study-*"))
     logs = sorted(on_slurm.rglob("*.out"))
-    ended = {r["JobId"]: r for r in records(cluster)}
-    train_ids = (ledger / "train.jobs").read_text().split()
-    report_ids = (ledger / "report.jobs").read_text().split()   # the report job, its array, its aggregation
-    assert len(report_ids) == 3, _log(logs)
-    for job in train_ids + report_ids:
-        assert ended[job]["JobState"] == "COMPLETED", (job, ended.get(job), _log(logs))
-    script = (ledger / "train.sbatch") if (ledger / "train.sbatch").exists() else None
-    assert script is None   # a training stage's own launcher writes its script, under the run root
-    sweep = next((on_slurm / "runs").rglob("sweep.sbatch")).read_text()
+    ids = json.loads((ledger / "jobs.json").read_text())   # the plan's jobs: the training array, the report job
+    assert sorted(ids) == ["report", "train"], ids
+    mine = [r for r in records(cluster) if r.get("WorkDir") == str(on_slurm)]
+    # the plan's two jobs, and the report job's own: its evaluation array and its aggregation
+    assert {r.get("Name") for r in mine} >= {"dtsft-sweep", "dtsft-dual_terminator_sft-report", "dtsft-eval",
+                                              "dtsft-aggregate"}, (mine, _log(logs))
+    for r in mine:
+        assert r["JobState"] == "COMPLETED", (r, _log(logs))
+    sweep = (ledger / "train.sbatch").read_text()   # the study's plan: every job's script in its ledger
     assert "--gpus-per-node" not in sweep and "--nproc_per_node=1" in sweep   # a CPU-only job: one process
     assert (on_slurm / "rep" / "report.md").is_file(), _log(logs)
     report = (on_slurm / "rep" / "report.md").read_text()
@@ -269,8 +269,8 @@ def test_a_study_whose_training_failed_still_reports_and_lists_the_run_as_a_gap(
     ledger = next((tmp_path / "runs" / "_slurm").glob("study-*"))
     logs = sorted(tmp_path.rglob("*.out"))
     ended = {r["JobId"]: r["JobState"] for r in records(cluster)}
-    train, report_job = (ledger / "train.jobs").read_text().split(), (ledger / "report.jobs").read_text().split()
-    assert ended.get(train[0]) == "FAILED" and ended.get(report_job[0]) == "COMPLETED", (ended, _log(logs))
+    ids = json.loads((ledger / "jobs.json").read_text())
+    assert ended.get(ids["train"]) == "FAILED" and ended.get(ids["report"]) == "COMPLETED", (ended, _log(logs))
     assert "afterany:" in (ledger / "report.sbatch").read_text()
     report = (tmp_path / "rep" / "report.md").read_text()
     gap = missing_points(report)
@@ -406,7 +406,7 @@ def test_an_export_job_that_exits_0_without_its_completion_record_ends_failed(cl
     python.chmod(0o755)
     out = _ok(_cli(tmp_path, "launch.cli", "study=browsecomp_worker_export", "checkpoint=ckpt",
                    f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}", f"python.sft={python}", "launcher=slurm"))
-    job = _job_id(out, r"stage export: Slurm job\(s\) (\d+)")
+    job = _job_id(out, r"submitted export: (\d+)")
     settle(cluster, PATIENCE, tmp_path)
     ended = {r["JobId"]: r["JobState"] for r in records(cluster)}
     ledger = next((tmp_path / "exports" / "_slurm").glob("study-*"))

@@ -42,19 +42,28 @@ def _gpu_host(_stand_ins, monkeypatch):
     gpu_env_stand_in(_stand_ins, monkeypatch)
 
 
-def _stage_outputs(out: str) -> dict[str, str]:
-    """The dry run's text per stage (`== stage i/N: NAME (run)` headers)."""
-    parts = re.split(r"^== stage \d+/\d+: (\S+) \(\w+\)$", out, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+def _dry_dir(out: str) -> Path:
+    """Where a study's dry run wrote its jobs' configs and scripts (it names it: launch.jobs.dry_run)."""
+    return Path(re.findall(r"config and script is written under (\S+) \(nothing started", out)[-1])
 
 
-def _resolved(text: str) -> dict:
-    """The `# resolved config.yaml` block a GRPO dry run prints, parsed."""
+def _yaml(path: Path) -> dict:
     import yaml
 
-    m = re.search(r"^# resolved config.yaml\n(.*?)^# local command", text, flags=re.M | re.S)
-    assert m, f"no resolved config in:\n{text[:2000]}"
-    return yaml.safe_load(m.group(1))
+    return yaml.safe_load(path.read_text())
+
+
+def _evaluate_config(run: dict) -> dict:
+    """The evaluate config every evaluation of a dry run's analyze job resolves to, as the analysis resolves it
+    (in the directory the study was launched from)."""
+    import contextlib
+
+    from omegaconf import OmegaConf
+
+    from launch.analyze import request
+
+    with contextlib.chdir(run["cwd"]):
+        return OmegaConf.to_container(request(OmegaConf.load(run["dir"] / "report.yaml")).resolved)
 
 
 def test_the_five_reference_studies_are_shipped_and_load():
@@ -124,9 +133,7 @@ def dry_runs(tmp_path_factory):
     for name in STUDIES:
         proc = launch(cwd, f"study={name}", "launcher=slurm", "dry_run=true", *slots.get(name, []))
         assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        out[name] = _stage_outputs(proc.stdout)
-        out[name]["(before the stages)"] = proc.stdout.split("\n== stage ", 1)[0]
-        out[name]["(stderr)"] = proc.stderr
+        out[name] = {"out": proc.stdout, "err": proc.stderr, "dir": _dry_dir(proc.stdout), "cwd": cwd}
     mp.undo()
     return out
 
@@ -138,73 +145,98 @@ DICT_REPR = re.compile(r"\{'[^'\n]*': ")
 @pytest.mark.parametrize("name", STUDIES)
 def test_no_config_dict_repr_reaches_the_console(dry_runs, name):
     """Issue 65 item 7: a study's dry run prints no raw dict (seen failing: `reference hardware: {'gpus': 8, ...}`)."""
-    for part, text in dry_runs[name].items():
+    for part in ("out", "err"):
+        text = dry_runs[name][part]
         m = DICT_REPR.search(text)
         assert not m, f"{name} ({part}): a dict repr on the console: {text[text.rfind(chr(10), 0, m.start()) + 1:m.end() + 60]}"
-    assert "  reference hardware: gpus=" in dry_runs[name]["(before the stages)"]
+    assert "  reference hardware: gpus=" in dry_runs[name]["out"]
+
+
+def test_a_study_dry_run_starts_with_its_plan_on_one_screen(dry_runs):
+    """Issue 65 item 7 / issue 60: the plan (jobs, order, interpreter, resources, needs) is the dry run's first
+    screen, every job of every stage in it (seen failing: 264 lines under Slurm, the plan nowhere in one screen)."""
+    for name in STUDIES:
+        lines = dry_runs[name]["out"].splitlines()
+        head = lines.index(next(x for x in lines if x.startswith("# the plan: ")))
+        table = lines[head + 1:lines.index(next(x for x in lines if x.startswith("[dry run] every job's config")))]
+        assert head <= 3 and head + len(table) <= 40, "\n".join(lines[:60])
+        assert table[0].split() == ["job", "module", "after", "interpreter", "resources", "needs"]
+        stages = [s.name for s in load_study(name).stages]
+        assert [row.split()[0] for row in table[1:]] == stages, table   # one job per stage, in the study's order
+        assert len(lines) <= 60, f"{name}: {len(lines)} lines"
 
 
 @pytest.mark.parametrize("name,model_path,gpus", [("qwen3_4b_spa_grpo", "Qwen/Qwen3-4B", 4),
                                                    ("llama3_1_8b_spa_grpo", "meta-llama/Llama-3.1-8B-Instruct", 4)])
 def test_grpo_study_plan(dry_runs, name, model_path, gpus):
-    train = dry_runs[name]["train"]
-    cfg = _resolved(train)
+    where = dry_runs[name]["dir"]
+    cfg, train = _yaml(where / "train-0.config.yaml"), (where / "train.sbatch").read_text()
     assert cfg["model"]["path"] == model_path and cfg["launcher"]["gpus_per_node"] == gpus
     assert f"#SBATCH --gpus-per-node={gpus}" in train and f"--nproc_per_node={gpus}" in train
     assert cfg["train"]["steps"] == 250 and cfg["train"]["save_steps"] == [50, 100, 150, 200]
     assert cfg["grpo"]["completions_per_step"] == 32 and cfg["grpo"]["use_vllm"] in ("auto", True)
     assert (cfg["lora"]["r"], cfg["lora"]["alpha"]) == (32, 64)
-    assert "profile=rl_ood" in dry_runs[name]["report"]
+    report = _yaml(where / "report.yaml")
+    assert report["profile"] == "rl_ood"
     # The hybrid Qwen3-4B's thinking switch is explicit ([chosen]) in training and in its evaluation;
     # Llama's template does not read it (auto: nothing passed).
     hybrid = model_path == "Qwen/Qwen3-4B"
     assert cfg["grpo"]["enable_thinking"] == (True if hybrid else "auto")
-    assert ("eval.enable_thinking=true" in dry_runs[name]["report"]) == hybrid
+    assert (report["eval"].get("enable_thinking") is True) == hybrid
 
 
 def test_dual_terminator_study_plan(dry_runs):
-    train, report = dry_runs["dual_terminator_sft"]["train"], dry_runs["dual_terminator_sft"]["report"]
-    assert len(re.findall(r"^\[launch\] .*\bmodel=qwen3_4b_thinking_2507\b", train, re.M)) == 9   # one per sweep run
+    from omegaconf import OmegaConf
+
+    from launch.compose import planned_saves, planned_steps
+
+    where = dry_runs["dual_terminator_sft"]["dir"]
+    runs = [OmegaConf.create(_yaml(where / f"train-{i}.config.yaml")) for i in range(9)]   # one per sweep run
+    assert not (where / "train-9.config.yaml").exists()
+    assert {cfg.model.path for cfg in runs} == {"Qwen/Qwen3-4B-Thinking-2507"}
     # 218 = floor(3500 / 16): n=3500 at batch 16; r2e one epoch, search and mixed two (436)
-    assert train.count("218 optimizer steps (for n=3500), checkpoints at [50, 100, 150, 200, 218]\n") == 3
-    assert train.count("436 optimizer steps (for n=3500), checkpoints at [50, 100, 150, 200, 218, 436]\n") == 6
+    plans = [(cfg.arm, planned_steps(cfg), tuple(planned_saves(cfg))) for cfg in runs]
+    assert sorted({p for p in plans if p[1] == 218}) == [("r2e", 218, (50, 100, 150, 200, 218))]
+    assert [p[1] for p in plans].count(218) == 3 and [p[1] for p in plans].count(436) == 6
+    assert all(p[2] == (50, 100, 150, 200, 218, 436) for p in plans if p[1] == 436)
+    train = (where / "train.sbatch").read_text()
     assert "#SBATCH --gpus-per-node=8" in train and "#SBATCH --array=0-8" in train  # 3 arms x 3 seeds
     for arm in ("r2e", "search", "mixed"):
         for seed in (0, 1, 2):
             assert f"{arm}/seed{seed}" in train
-    assert "profile=search_r1_7bench" in report and "anchor=Qwen/Qwen3-4B-Thinking-2507" in report
-    # Search-R1's dense retrieval ([ref]: the reference's SR1 pipeline serves e5) over the index slot's file
+    report = _yaml(where / "report.yaml")
+    assert report["profile"] == "search_r1_7bench" and report["anchor"] == "Qwen/Qwen3-4B-Thinking-2507"
     # Search-R1's dense retrieval ([ref]: the reference's SR1 pipeline serves e5) over the index slot's file,
-    # as analyze's dry run resolves every evaluation's config
-    import yaml
-
-    assert "eval.retriever=e5" in report and "eval.index=e5_Flat.index" in report
-    m = re.search(r"^# resolved evaluate config of every evaluation.*\n((?:[ \w'\-@].*\n)+)", report, flags=re.M)
-    resolved = yaml.safe_load(m.group(1))
+    # as the analysis resolves every evaluation's config
+    assert (report["eval"]["retriever"], report["eval"]["index"]) == ("e5", "e5_Flat.index")
+    resolved = _evaluate_config(dry_runs["dual_terminator_sft"])
     # the encoder by its data name (intfloat/e5-base-v2 through the data cache, common.datafetch)
     assert (resolved["retriever"], resolved["encoder"], resolved["index"]) == ("e5", "encoder:e5-base-v2", "e5_Flat.index")
     # The search arm: OpenSeeker + the NQ-style slot, half of the arm's rows each ([chosen], data-prep's ~SHARE).
     nq = ROOT / "docs" / "examples" / "nq_rollouts_example.jsonl"
-    assert f"'data.sources.search=[openseeker:PolarSeeker/OpenSeeker-v1-Data~0.5,search-r1:{nq}~0.5]'" in train
+    search = next(cfg for cfg in runs if cfg.arm == "search")
+    assert list(search.data.sources.search) == ["openseeker:PolarSeeker/OpenSeeker-v1-Data~0.5", f"search-r1:{nq}~0.5"]
 
 
 def test_multihop_and_export_study_plans(dry_runs):
-    mh = dry_runs["qwen3_4b_multihop_sft_grpo"]
-    assert "Qwen/Qwen3-4B" in mh["sft"] and "lr: 0.0001" in mh["sft"] and "global_batch_size: 128" in mh["sft"]
-    assert "checkpoints/step-000100" in mh["grpo"] and "profile=multihop_qa" in mh["report"]
-    assert _resolved(mh["grpo"])["grpo"]["enable_thinking"] is True and "eval.enable_thinking=true" in mh["report"]
+    mh = dry_runs["qwen3_4b_multihop_sft_grpo"]["dir"]
+    sft, grpo, report = (_yaml(mh / n) for n in ("sft-0.config.yaml", "grpo-0.config.yaml", "report.yaml"))
+    assert sft["model"]["path"] == "Qwen/Qwen3-4B" and sft["train"]["lr"] == 0.0001
+    assert sft["train"]["global_batch_size"] == 128
+    assert "checkpoints/step-000100" in grpo["model"]["path"] and report["profile"] == "multihop_qa"
+    assert grpo["grpo"]["enable_thinking"] is True and report["eval"]["enable_thinking"] is True
     # Trained in the setting it is judged in (profile multihop_qa: @given), on the GPUs its `hardware` says.
-    assert _resolved(mh["grpo"])["grpo"]["qa_mode"] == "given"
+    assert grpo["grpo"]["qa_mode"] == "given"
     gpus = load_study("qwen3_4b_multihop_sft_grpo").hardware["gpus"]
-    assert gpus == 4 and f"#SBATCH --gpus-per-node={gpus}" in mh["sft"] and f"#SBATCH --gpus-per-node={gpus}" in mh["grpo"]
-    export = dry_runs["browsecomp_worker_export"]["export"]
-    assert "vocab_size: 151936" in export and "tokenizer from " in export and "tiny_tokenizer" in export
+    assert gpus == 4 and all(f"#SBATCH --gpus-per-node={gpus}" in (mh / f"{n}.sbatch").read_text() for n in ("sft", "grpo"))
+    export = _yaml(dry_runs["browsecomp_worker_export"]["dir"] / "export.yaml")
+    assert export["vocab_size"] == 151936 and export["tokenizer"].endswith("tiny_tokenizer")
 
 
 def test_every_dry_run_prints_what_differs_from_the_reference(dry_runs):
     """Each `[chosen: ...]` setting with its reason and each note, before the stages run."""
     for name in STUDIES:
-        head, study = dry_runs[name]["(before the stages)"], load_study(name)
+        head, study = dry_runs[name]["out"], load_study(name)
         assert f"differs from the reference ({len(study.differences())}:" in head, name
         assert study.notes and all(f"    - {line}\n" in head for line in study.differences()), name
 
@@ -222,27 +254,20 @@ def _opts(script: str) -> dict[str, str]:
 
 
 def test_slurm_study_dry_run_chains_every_stage(dry_runs):
-    """launch study=NAME launcher=slurm dry_run=true: each stage's scripts wait for the previous stage's jobs."""
-    mh = dry_runs["qwen3_4b_multihop_sft_grpo"]
-    assert "dependency" not in _opts(mh["sft"]) and "[study] waits for: nothing" in mh["sft"]
-    assert _opts(mh["grpo"])["dependency"] == "afterok:<job ids of stage sft>"
-    report = mh["report"][mh["report"].index("report.sbatch (not written"):]
+    """launch study=NAME launcher=slurm dry_run=true: each stage's job waits for the previous stage's; the analyze
+    job runs `python -m launch.analyze <its config>`, which fans its evaluations out when it runs."""
+    mh = dry_runs["qwen3_4b_multihop_sft_grpo"]["dir"]
+    sft, grpo, report = ((mh / f"{n}.sbatch").read_text() for n in ("sft", "grpo", "report"))
+    assert "dependency" not in _opts(sft)
+    assert _opts(grpo)["dependency"] == "afterok:<job id of sft>" and _opts(grpo)["kill-on-invalid-dep"] == "yes"
     opts = _opts(report)
-    assert opts["dependency"] == "afterany:<job ids of stage grpo>" and "gpus-per-node" not in opts
-    assert re.search(r"^exec \S+ -m launch\.analyze .*profile=multihop_qa .*launcher=slurm$", report, flags=re.M)
-    assert "DTSFT_STUDY=" in report and "dry_run" not in report.split("exec ", 1)[1]
-    # The dual-terminator report: what is to evaluate now (the anchor) as a one-task array, then the aggregation.
-    dual = dry_runs["dual_terminator_sft"]
-    assert _opts(dual["train"])["array"] == "0-8" and "dependency" not in _opts(dual["train"])
-    eval_part = (_dry_dir(dual["report"]) / "eval.sbatch").read_text()   # the analysis's dry run wrote its jobs there
-    assert _opts(eval_part)["array"] == "0-0" and _opts(eval_part)["gpus-per-node"] == "1"
-    assert "# task 0: anchor/seed0/step-000000" in eval_part
-
-
-def _dry_dir(out: str) -> Path:
-    """Where a dry run wrote its jobs' configs and scripts (it names it: launch.jobs.dry_run); of a whole study's,
-    the last stage's (the analysis: the training stages' plans come first)."""
-    return Path(re.findall(r"config and script is written under (\S+) \(nothing started", out)[-1])
+    assert opts["dependency"] == "afterany:<job id of grpo>" and "gpus-per-node" not in opts
+    assert re.search(rf"^exec \S+ -m launch\.analyze {re.escape(str(mh / 'report.yaml'))}$", report, flags=re.M)
+    cfg = _yaml(mh / "report.yaml")
+    assert (cfg["profile"], cfg["launcher"], cfg["dry_run"]) == ("multihop_qa", "slurm", False)
+    assert cfg["study"] == str(ROOT / "recipes" / "study" / "qwen3_4b_multihop_sft_grpo.yaml")
+    dual = (dry_runs["dual_terminator_sft"]["dir"] / "train.sbatch").read_text()
+    assert _opts(dual)["array"] == "0-8" and "dependency" not in _opts(dual)
 
 
 def _stand_in_sbatch(tmp_path: Path, monkeypatch) -> Path:
@@ -268,18 +293,20 @@ def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
                    "report:eval.enable_thinking=auto")   # the tiny base's template ignores the switch (refused)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     train, report = (Path(p) for p in record.read_text().split())
-    assert train.name == "launch.sbatch" and "dependency" not in _opts(train.read_text())
+    assert train.name == "train.sbatch" and "dependency" not in _opts(train.read_text())
     assert _opts(report.read_text())["dependency"] == "afterany:5001"
     assert "watch: squeue -j 5001,5002" in proc.stdout
+    assert json.loads((report.parent / "jobs.json").read_text()) == {"train": "5001", "report": "5002"}
+    manifest = json.loads((tmp_path / "runs" / "grpo_spa" / "seed0" / "manifest.json").read_text())
+    assert manifest["launches"][-1]["launcher"]["job_id"] == "5001"   # the training job's submission, recorded
     for step in (0, 2):   # the training "ran": two checkpoints to evaluate
         save_tiny_model(tmp_path / "runs" / "grpo_spa" / "seed0" / "checkpoints" / f"step-{step:06d}", seed=step)
-    env = dict(os.environ, SLURM_JOB_ID="5002", DTSFT_SLURM_AFTER="afterok:5001", WANDB_MODE="disabled")
+    env = dict(os.environ, SLURM_JOB_ID="5002", WANDB_MODE="disabled")
     job = subprocess.run(["bash", str(report)], env=env, capture_output=True, text=True, timeout=300)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     evaluation, aggregation = (Path(p) for p in record.read_text().split()[2:])
     assert _opts(evaluation.read_text())["array"] == "0-1" and "dependency" not in _opts(evaluation.read_text())
     assert _opts(aggregation.read_text())["dependency"] == "afterany:5003"
-    assert (report.parent / "report.jobs").read_text().split() == ["5002", "5003", "5004"]
 
 
 _BLOCK_TRAIN = """  - name: train
@@ -418,7 +445,7 @@ def test_a_training_stage_sent_to_slurm_submits_the_whole_study(tmp_path, monkey
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "all stages done" not in proc.stdout and not (tmp_path / "rep").exists()
     train, report = (Path(p) for p in record.read_text().split())
-    assert train.name == "launch.sbatch" and _opts(report.read_text())["dependency"] == "afterany:5001"
+    assert train.name == "train.sbatch" and _opts(report.read_text())["dependency"] == "afterany:5001"
     proc = launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "sft:launcher=slurm", "dry_run=true")
     assert proc.returncode == 2 and "training stages sft go to Slurm but grpo would run here" in proc.stderr
 
@@ -495,7 +522,8 @@ def test_a_plain_key_no_stage_takes_is_refused():
     argv = ["study=browsecomp_worker_export", "checkpoint=ckpt", "tokenizer=tok"]
     with pytest.raises(LaunchError, match=r"fooo=1: .*no training stage.*give it to a stage: export:fooo=1"):
         parse_study_argv([*argv, "fooo=1"])
-    assert parse_study_argv([*argv, "launcher=slurm", "partition=gpu", "dry_run=on"])[2] is True
+    req = parse_study_argv([*argv, "launcher=slurm", "partition=gpu", "dry_run=on"])
+    assert req.dry_run is True and req.on_slurm is True
 
 
 def test_a_study_variable_may_refer_to_another(tmp_path):
@@ -503,8 +531,8 @@ def test_a_study_variable_may_refer_to_another(tmp_path):
     proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=r", "reports=${vars.runs_root}/rep",
                    "report:out=${vars.reports}2", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = _stage_outputs(proc.stdout)["report"]   # the study's out=${vars.reports}, then the command line's
-    assert " out=r/rep " in report and " out=r/rep2 " in report
+    report = _yaml(_dry_dir(proc.stdout) / "report.yaml")   # the study's out=${vars.reports}, then the command line's
+    assert report["out"] == "r/rep2" and report["runs_root"] == "r"
     proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "report:out=${vars.nope}/x", "dry_run=true")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "report:out=${vars.nope}/x: no study variable 'nope'" in proc.stderr and "Did you mean" not in proc.stderr
@@ -544,14 +572,13 @@ def test_the_smoke_anchor_name_loads_in_evaluate_and_analyze(tmp_path):
 
 
 def test_a_slurm_dry_run_with_an_unset_slot_still_chains_the_later_stages(tmp_path):
-    """Issue 34 item 14: the stage after an unresolved one waits for it in the printed scripts."""
+    """Issue 34 item 14: the stage after an unresolved one waits for it in the plan and in the scripts written."""
     proc = launch(tmp_path, "study=qwen3_4b_multihop_sft_grpo", "launcher=slurm", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    stages = _stage_outputs(proc.stdout)
-    assert "[study] waits for: afterok:<job ids of stage sft>" in stages["grpo"]
-    assert "[study] waits for: afterany:<job ids of stage grpo>" in stages["report"]
-    assert _opts(stages["report"][stages["report"].index("report.sbatch (not written"):])["dependency"] == \
-        "afterany:<job ids of stage grpo>"
+    where = _dry_dir(proc.stdout)
+    assert _opts((where / "grpo.sbatch").read_text())["dependency"] == "afterok:<job id of sft>"
+    assert _opts((where / "report.sbatch").read_text())["dependency"] == "afterany:<job id of grpo>"
+    assert re.search(r"^sft +sft\.train +- ", proc.stdout, flags=re.M) and "(not resolved: set hotpotqa_" in proc.stdout
 
 
 def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
@@ -566,20 +593,21 @@ def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
     def scripts(*argv):
         proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", *cluster, *slots, *argv, "dry_run=true")
         assert proc.returncode == 0, proc.stderr[-3000:]
-        printed = {m.group(1): m.group(2) for m in re.finditer(r"^# \S+/([\w.-]+\.sbatch) \(not written.*\n(#!/bin/bash\n(?:#.*\n)+)",
-                                                               proc.stdout, flags=re.M)}
-        written = {p.name: re.match(r"#!/bin/bash\n(?:#.*\n)+", p.read_text())[0]   # the analysis's jobs: in its dry-run dir
-                   for p in _dry_dir(proc.stdout).glob("*.sbatch")}
-        return {**printed, **written}
+        where = _dry_dir(proc.stdout)
+        # the report job's own evaluation array and aggregation take its config's slurm.* (launch/eval_slurm.py)
+        return {p.name: re.match(r"#!/bin/bash\n(?:#.*\n)+", p.read_text())[0] for p in where.glob("*.sbatch")}, \
+            _yaml(where / "report.yaml")["slurm"]
 
-    seen = scripts()
-    assert sorted(seen) == ["aggregate.sbatch", "eval.sbatch", "report.sbatch", "sweep.sbatch"]
+    seen, report = scripts()
+    assert sorted(seen) == ["report.sbatch", "train.sbatch"]
     for name, head in seen.items():
         assert all(line in head.splitlines() for line in (*want, "#SBATCH --time=01:00:00")), f"{name}:\n{head}"
-    seen = scripts("report:slurm.time=03:00:00")
-    assert {name: _opts(head)["time"] for name, head in seen.items()} == {
-        "sweep.sbatch": "01:00:00", "eval.sbatch": "03:00:00", "aggregate.sbatch": "03:00:00", "report.sbatch": "03:00:00"}
-    assert all(_opts(head)["qos"] == "Q" for head in seen.values())
+    assert {k: report[k] for k in ("account", "partition", "qos", "time", "sbatch")} == {
+        "account": "A", "partition": "P", "qos": "Q", "time": "01:00:00", "sbatch": ["--constraint=h100"]}
+    seen, report = scripts("report:slurm.time=03:00:00")
+    assert {name: _opts(head)["time"] for name, head in seen.items()} == {"train.sbatch": "01:00:00",
+                                                                         "report.sbatch": "03:00:00"}
+    assert report["time"] == "03:00:00" and all(_opts(head)["qos"] == "Q" for head in seen.values())
 
 
 def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch):
@@ -596,14 +624,16 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
     proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", f"python.eval={ev}", *slots,
                    "report:eval.backend=hf", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = _stage_outputs(proc.stdout)["report"]
-    jobs = [(_dry_dir(report) / f"{name}.sbatch").read_text() for name in ("eval", "aggregate")]
-    execs = [re.findall(r"^exec (\S+) -m (\S+)", text, flags=re.M) for text in (*jobs, report)]
-    assert execs == [[(str(ev), "launch.eval_jobs")], [(str(ev), "launch.analyze")], [(str(ev), "launch.analyze")]]
+    where = _dry_dir(proc.stdout)
+    report = (where / "report.sbatch").read_text()
+    assert re.findall(r"^exec (\S+) -m (\S+)", report, flags=re.M) == [(str(ev), "launch.analyze")]
+    # its evaluation array and aggregation (planned when it runs) run the config's python.eval (launch/eval_slurm.py)
+    assert _yaml(where / "report.yaml")["python"]["eval"] == str(ev)
     record = _stand_in_sbatch(tmp_path, monkeypatch)
     proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert proc.stderr.startswith("error: python.eval=/usr/bin/python3 lacks ") and "torch (evaluation)" in proc.stderr
+    assert proc.stderr.startswith("error: ") and "python.eval=/usr/bin/python3 lacks " in proc.stderr
+    assert "torch (evaluation)" in proc.stderr
     assert "vllm (backend=vllm)" in proc.stderr
     assert not record.exists() and not (tmp_path / "runs").exists()
 
@@ -611,13 +641,9 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
 def test_every_studys_evaluation_generates_through_vllm_and_its_cpu_smoke_on_hf(dry_runs):
     """Issue 38: each evaluation's resolved config (the analyze dry run's) says backend: vllm, [ref] in the two
     search_plan_act studies, [chosen] in the others; a cpu_smoke list keeps a backend that runs on a CPU."""
-    import yaml
 
     for name in ("qwen3_4b_spa_grpo", "llama3_1_8b_spa_grpo", "dual_terminator_sft", "qwen3_4b_multihop_sft_grpo"):
-        report = dry_runs[name]["report"]
-        m = re.search(r"^# resolved evaluate config of every evaluation.*\n((?:[ \w'\-@].*\n)+)", report, flags=re.M)
-        assert m, f"{name}: no resolved evaluate config in\n{report[:3000]}"
-        assert yaml.safe_load(m.group(1))["backend"] == "vllm", name
+        assert _evaluate_config(dry_runs[name])["backend"] == "vllm", name
         study = load_study(name)
         chosen = any(d.startswith("report:eval.backend = vllm: ") for d in study.differences())
         assert chosen == (name not in ("qwen3_4b_spa_grpo", "llama3_1_8b_spa_grpo")), name   # else [ref]
@@ -625,8 +651,8 @@ def test_every_studys_evaluation_generates_through_vllm_and_its_cpu_smoke_on_hf(
 
 
 def test_a_local_study_runs_its_evaluation_stage_in_python_eval(tmp_path):
-    """Issue 38: locally (no Slurm) too, the analyze stage's command runs in python.eval= (a dry run: each
-    stage's own dry run, in the interpreter named for its kind); the training stage's launch runs here."""
+    """Issue 38: locally (no Slurm) too, the analyze stage's job runs in python.eval= (the plan's script); a dry
+    run runs nothing in it but the preflight's probe."""
     from launch_helpers import named_interpreter
 
     record = tmp_path / "ran.txt"
@@ -637,8 +663,11 @@ def test_a_local_study_runs_its_evaluation_stage_in_python_eval(tmp_path):
                    "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]   # not the find_spec asks
-    assert [line.split()[:2] for line in ran] == [["-m", "launch.analyze"]], ran
-    assert f"python.eval={ev}" in ran[0] and "runs_root=runs/dual_terminator_sft" in ran[0]
+    assert ran == []
+    where = _dry_dir(proc.stdout)
+    assert f"{ev} -m launch.analyze {where / 'report.yaml'}" in (where / "report.sh").read_text()
+    assert re.search(rf"^report .* {re.escape(str(ev))} ", proc.stdout, flags=re.M)   # the plan's interpreter column
+    assert _yaml(where / "report.yaml")["runs_root"] == "runs/dual_terminator_sft"
 
 
 @pytest.mark.vllm
@@ -658,7 +687,7 @@ def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypat
                    timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]
-    assert [line.split()[:2] for line in ran] == [["-m", "launch.analyze"]] * 2, ran   # its check, then its run
+    assert [line.split()[:2] for line in ran] == [["-m", "launch.analyze"]], ran   # its job, run once
     metas = sorted(tmp_path.rglob("eval/search_r1_7bench/step-*/meta.json"))
     assert len(metas) == 2   # the anchor's step 0 and the r2e arm's last checkpoint
     for meta in metas:
@@ -668,17 +697,16 @@ def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypat
 
 def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
     """An export (or evaluate) stage's job: the command line's cluster settings, then its `STAGE:slurm.<key>=`
-    (taken out of its command, which has no such key); a misspelt one is refused naming the keys."""
+    (taken out of its config, which has no such key); a misspelt one is refused naming the keys."""
     from launch.errors import LaunchError
     from launch.slurm import Cluster
-    from launch.study import _route_cluster, parse_study_argv
+    from launch.study import parse_study_argv, resolve_stages
 
     argv = ["study=browsecomp_worker_export", "checkpoint=c", "tokenizer=t", "launcher=slurm", "qos=Q", "partition=P",
             "launcher.sbatch=[--mem=0]", "export:slurm.time=01:00:00", "export:slurm.partition=cpu"]
-    study, extra, _ = parse_study_argv(argv)
-    assert _route_cluster(study, extra, argv) == {"export": Cluster(partition="cpu", qos="Q", time="01:00:00",
-                                                                    sbatch=("--mem=0",))}
-    assert not [t for t in extra["export"] if t.startswith("slurm.")]
+    export, = resolve_stages(parse_study_argv(argv))
+    assert export.cluster == Cluster(partition="cpu", qos="Q", time="01:00:00", sbatch=("--mem=0",))
+    assert "slurm" not in export.cfg
     bad = [*argv[:-1], "export:slurm.qoss=low"]
     with pytest.raises(LaunchError, match=r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"):
-        _route_cluster(*parse_study_argv(bad)[:2], bad)
+        resolve_stages(parse_study_argv(bad))

@@ -3,6 +3,8 @@ not filled yet (issue #62 item 10), and `smoke=true` runs the study file's own c
 (issue #65 item 5); dry runs only, in-process."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from launch.cli import main
@@ -28,7 +30,7 @@ def test_an_unknown_key_for_a_stage_with_an_unfilled_slot_is_refused(here, capsy
     # train (the sweep) waits for nq_rollouts=...: its keys are checked all the same
     assert main(["study=dual_terminator_sft", "smokez=true", "dry_run=true"]) == 2
     err = capsys.readouterr().err
-    assert "stage train" in err and "'smokez'" in err
+    assert "stage train" in err and "'smokez'" in err and "Did you mean: smoke?" in err
     assert main(["study=qwen3_4b_multihop_sft_grpo", "grpo:grpo.temperatur=0.5", "dry_run=true"]) == 2
     assert "stage grpo" in capsys.readouterr().err
     # the same dry runs without the typos: the unfilled slots are named, nothing refused
@@ -38,17 +40,22 @@ def test_an_unknown_key_for_a_stage_with_an_unfilled_slot_is_refused(here, capsy
 
 
 def test_smoke_runs_the_studys_cpu_smoke_overrides(here, capsys):
+    import re
+
+    import yaml
+
     from common.study import load_study
 
     assert main(["study=dual_terminator_sft", "smoke=true", "report:eval.n=3", "dry_run=true"]) == 0
     out = capsys.readouterr().out
     smoke = load_study("dual_terminator_sft").cpu_smoke
     assert "model=tiny_base" in smoke and "train:steps=2" in smoke and "report:eval.n=2" in smoke
-    train, report = out.split("== stage 2/2")
-    assert "$ python -m launch.cli sweep " in train and " model=tiny_base " in train and " steps=2 " in train
-    # train:seeds=[0] train:arms=[r2e]: one run planned (the sweep's plan: one job, one task)
-    assert "r2e/seed0" in train and "[launch] sweep: dry run: 1 run(s) planned" in train
-    assert " eval.n=2 " in report and report.index(" eval.n=2 ") < report.index(" eval.n=3 ")   # the command line's last
+    where = Path(re.findall(r"config and script is written under (\S+) \(nothing started", out)[-1])
+    # train:seeds=[0] train:arms=[r2e]: one run planned (the sweep's job: one task)
+    run = yaml.safe_load((where / "train-0.config.yaml").read_text())
+    assert not (where / "train-1.config.yaml").exists() and run["run_dir"].endswith("r2e/seed0")
+    assert run["model"]["path"] == "tiny_base" and run["train"]["steps"] == 2
+    assert yaml.safe_load((where / "report.yaml").read_text())["eval"]["n"] == 3   # the command line's, last
     assert not any(here.iterdir())
     assert main(["study=browsecomp_worker_export", "smoke=true", "dry_run=true"]) == 2
     assert "browsecomp_worker_export has no cpu_smoke overrides" in capsys.readouterr().err
