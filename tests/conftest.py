@@ -58,6 +58,14 @@ os.environ["WANDB_CACHE_DIR"] = os.path.join(_SESSION_TMP, "cache", "wandb")
 os.environ["WANDB_DATA_DIR"] = os.path.join(_SESSION_TMP, "data-wandb")
 os.environ["DTSFT_DATA"] = os.path.join(_SESSION_TMP, "data")
 os.makedirs(os.environ["DTSFT_DATA"])
+# The session's Hugging Face caches (under $XDG_CACHE_HOME, where HF_HOME and its parts are not set) hold the
+# shipped data=hub sources as a user who loaded them once has them: offline, the preflight asks for them before
+# a launch, sweep or study of data=hub starts (tests/hub_stand_ins.py). A test that wants a cold cache sets its
+# own HF_HOME (tests/test_preflight_hub.py).
+if not any(os.environ.get(v) for v in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE")):
+    from tests.hub_stand_ins import shipped_stand_ins
+
+    shipped_stand_ins(Path(os.environ["XDG_CACHE_HOME"]) / "huggingface")
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", _USER_TMP)
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_USER_TMP, "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())))
 os.environ["TMPDIR"] = tempfile.tempdir = os.path.join(_SESSION_TMP, "tmp")

@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from tests.hub_stand_ins import shipped_stand_ins
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "snapshots" / "plans"
 STUDY_FILES = ("browsecomp_worker_export", "dual_terminator_sft", "llama3_1_8b_spa_grpo",
@@ -192,6 +194,10 @@ def plans(monkeypatch, cwd: Path) -> dict[str, dict]:
     slots, subs, out = stand_ins(cwd), substitutions(cwd), {}
     gpu_env_stand_in(cwd.parent, monkeypatch)   # the GPU environment's vllm and trl (the implicit interpreter's)
     unpinned_stand_ins(cwd.parent)           # the unpinned sets a user pre-fills
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE"):   # data=hub's sources as a user who
+        monkeypatch.delenv(var, raising=False)                                  # loaded them once has them (offline,
+    monkeypatch.setenv("HF_HOME", str(cwd.parent / "hf"))                       # the preflight asks)
+    shipped_stand_ins(cwd.parent / "hf")
     for study in STUDY_FILES:
         for launcher in LAUNCHERS:
             argv = study_argv(study, launcher, slots)

@@ -70,7 +70,8 @@ HOTPOT = ('[{"_id": "h1", "question": "Which river flows through Paris?", "answe
           'Paris."]]]}]\n')
 ROLLOUTS = (ROOT / "docs" / "examples" / "nq_rollouts_example.jsonl").read_text(encoding="utf-8")
 STAND_INS = {"data/wiki18.jsonl": CORPUS, "wiki18.jsonl": CORPUS, "data/nq_rollouts.jsonl": ROLLOUTS,
-             "nq_rollouts.jsonl": ROLLOUTS, "my_trajectories.jsonl": ROLLOUTS, "hotpotqa/train.jsonl": QUESTIONS, "hotpot_train_v1.1.json": HOTPOT,
+             "nq_rollouts.jsonl": ROLLOUTS, "my_trajectories.jsonl": ROLLOUTS, "traj.jsonl": ROLLOUTS,
+             "hotpotqa/train.jsonl": QUESTIONS, "hotpot_train_v1.1.json": HOTPOT,
              "data/my_benches/mybench/test.jsonl": QUESTIONS, "e5_Flat.index": "",
              "my.yaml": "train:\n  lr: 3.0e-4\n", "my_grpo.yaml": "grpo:\n  num_generations: 2\n"}
 CHECKPOINTS = ("runs/r2e/seed0/checkpoints/step-000218", "runs/search/seed0/checkpoints/step-000218")

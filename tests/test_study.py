@@ -118,24 +118,26 @@ def dry_runs(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("studies")
     outside = tmp_path_factory.mktemp("stand_ins")   # what the preflight asks for: the GPU env's modules, the unpinned sets
     mp = pytest.MonkeyPatch()
-    mp.setenv("DTSFT_DATA", str(outside / "data"))
-    gpu_env_stand_in(outside, mp)
-    unpinned_stand_ins(outside)
-    slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
-                                     "report:eval.index=e5_Flat.index"]}
-    for name in ("traj.jsonl", "questions.jsonl", "e5_Flat.index"):
-        (cwd / name).write_text("")
-    (cwd / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
-    slots["qwen3_4b_multihop_sft_grpo"] = ["hotpotqa_trajectories=canonical:traj.jsonl", "hotpotqa_questions=questions.jsonl"]
-    save_tiny_model(cwd / "ckpt", seed=0, vocab_size=4160)
-    slots["browsecomp_worker_export"] = ["checkpoint=ckpt", f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}"]
-    out = {}
-    for name in STUDIES:
-        proc = launch(cwd, f"study={name}", "launcher=slurm", "dry_run=true", *slots.get(name, []))
-        assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        out[name] = {"out": proc.stdout, "err": proc.stderr, "dir": _dry_dir(proc.stdout), "cwd": cwd}
-    mp.undo()
-    return out
+    try:   # undone whatever happens (a failed dry run must not leave its DTSFT_DATA to the tests after it)
+        mp.setenv("DTSFT_DATA", str(outside / "data"))
+        gpu_env_stand_in(outside, mp)
+        unpinned_stand_ins(outside)
+        slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
+                                         "report:eval.index=e5_Flat.index"]}
+        for name in ("traj.jsonl", "questions.jsonl", "e5_Flat.index"):
+            (cwd / name).write_text("")
+        (cwd / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
+        slots["qwen3_4b_multihop_sft_grpo"] = ["hotpotqa_trajectories=canonical:traj.jsonl", "hotpotqa_questions=questions.jsonl"]
+        save_tiny_model(cwd / "ckpt", seed=0, vocab_size=4160)
+        slots["browsecomp_worker_export"] = ["checkpoint=ckpt", f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}"]
+        out = {}
+        for name in STUDIES:
+            proc = launch(cwd, f"study={name}", "launcher=slurm", "dry_run=true", *slots.get(name, []))
+            assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            out[name] = {"out": proc.stdout, "err": proc.stderr, "dir": _dry_dir(proc.stdout), "cwd": cwd}
+        return out
+    finally:
+        mp.undo()
 
 
 # A Python dict's repr (`{'gpus': 8, ...}`): what a console line for people never shows (YAML or key=value instead).
