@@ -712,3 +712,23 @@ def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
     bad = [*argv[:-1], "export:slurm.qoss=low"]
     with pytest.raises(LaunchError, match=r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"):
         resolve_stages(parse_study_argv(bad))
+
+
+def test_a_slurm_study_keeps_launchs_rules_for_a_finished_run(tmp_path, monkeypatch):
+    """A study on Slurm treats a run that already finished as `launch` does: kept and not submitted again; with
+    `resume=never` renamed aside (nothing deleted) and its training submitted anew. Seen failing after the
+    study moved onto Jobs: the finished run was skipped whatever `resume` said."""
+    record = _stand_in_sbatch(tmp_path, monkeypatch)
+    argv = ["study=qwen3_4b_spa_grpo", "launcher=slurm", "model=tiny_base", "gpus_per_node=1", "runs_root=runs",
+            "reports=rep", "report:benches=[search_plan_ood]", "report:eval.bench_n={search_plan_ood:2}",
+            "report:eval.enable_thinking=auto"]
+    run = tmp_path / "runs" / "grpo_spa" / "seed0"
+    assert launch(tmp_path, *argv).returncode == 0
+    (run / "DONE").write_text("")   # the training job ran to its end
+    assert launch(tmp_path, *argv).returncode == 0   # kept: only the report job is submitted
+    assert [Path(p).name for p in record.read_text().split()] == ["train.sbatch", "report.sbatch", "report.sbatch"]
+    proc = launch(tmp_path, *argv, "train:resume=never")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [Path(p).name for p in record.read_text().split()][3:] == ["train.sbatch", "report.sbatch"]
+    aside = [p for p in run.parent.iterdir() if p.name.startswith("seed0.replaced-")]
+    assert len(aside) == 1 and (aside[0] / "DONE").is_file() and not (run / "DONE").exists()
