@@ -2,8 +2,10 @@
 in-process by spies on the planner (launch/study.py `resolve_stages`, `plan_jobs`; not from its printed text):
 each stage as resolved (each training run's config, each other stage's one config and interpreter) and every Job
 of the plan (its module, interpreter, config, order, resources and needs; on Slurm its sbatch resources and
-dependency, locally its command). Paths, interpreters and timestamps are normalised (`<cwd>`, `<repo>`, `<python>`,
-`<data>`, `<time>`, a dry run's temporary directory `<dry run KIND>`), so the plan is the same on every machine.
+dependency, locally its command). A config is recorded as the plan decides it: a key at its field's default
+(common.fields, the command's table) is left out, so a new key with a default changes no golden plan. Paths,
+interpreters and timestamps are normalised (`<cwd>`, `<repo>`, `<python>`, `<data>`, `<time>`, a dry run's
+temporary directory `<dry run KIND>`), so the plan is the same on every machine.
 
 tests/test_study_plans.py compares it with the golden files under tests/snapshots/plans/;
 `python -m tests.plan_capture` rewrites them (only where a plan changes on purpose: say why in the commit).
@@ -14,6 +16,7 @@ import contextlib
 import functools
 import importlib.util
 import io
+import json
 import os
 import re
 import sys
@@ -98,6 +101,35 @@ def _config(path: str):
     return yaml.safe_load(p.read_text(encoding="utf-8"))
 
 
+def _tables() -> dict[str, dict]:
+    """The key table of each command a plan holds a config of: by stage run, by job module, by a run's `stage`."""
+    from common import schema
+    from launch.analyze import KEYS as ANALYZE
+    from sft.export import KEYS as EXPORT
+
+    return {"sft": schema.SFT, "sweep": schema.SFT, "grpo": schema.GRPO, "analyze": ANALYZE,
+            "launch.analyze": ANALYZE, "export": EXPORT}
+
+
+def decided(config, table: dict | None, prefix: str = ""):
+    """`config` (nested) without the keys of `table` whose value is their field's default, and without a section
+    left empty by that; everything else (a key no field defines, a changed value) as it is."""
+    if table is None or not isinstance(config, dict):
+        return config
+    out = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if name in table:
+            if json.dumps(value, sort_keys=True, default=str) != json.dumps(table[name].default, sort_keys=True, default=str):
+                out[key] = value
+        elif isinstance(value, dict) and any(k.startswith(f"{name}.") for k in table):
+            if kept := decided(value, table, f"{name}."):
+                out[key] = kept
+        else:
+            out[key] = value
+    return out
+
+
 def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
     """The plan of `launch ARGV` (a study's dry run) run here in `cwd`: {"exit", "stages": [...], "jobs": [...]},
     from the planner itself: each stage as resolved (training runs' configs, a stage's one config, its
@@ -112,6 +144,7 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
     from launch.slurm import SlurmRunner
 
     seen: dict = {}
+    tables = _tables()
     real_resolve, real_plan = study.resolve_stages, study.plan_jobs
 
     def resolve_stages(req):
@@ -136,16 +169,19 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
         if r.unset:
             stage["unresolved"] = list(r.unset)
         elif r.preps:
-            stage["runs"] = [{"run_dir": str(p.run_dir), "config": OmegaConf.to_container(p.cfg)} for p in r.preps]
+            stage["runs"] = [{"run_dir": str(p.run_dir), "config": decided(OmegaConf.to_container(p.cfg), tables[
+                "grpo" if p.cfg.get("stage") == "grpo" else "sft"])} for p in r.preps]
         if r.cfg is not None and not r.unset:
-            stage.update(interpreter=r.python or sys.executable, config=OmegaConf.to_container(r.cfg))
+            stage.update(interpreter=r.python or sys.executable,
+                         config=decided(OmegaConf.to_container(r.cfg), tables.get(r.stage.run)))
         stages.append(stage)
     plan, ids = seen["plan"], placeholders(seen["plan"])
     runner = SlurmRunner("launch") if seen["slurm"] else None
     jobs = []
     for job in plan:
         entry = {"name": job.name, "module": job.module, "interpreter": job.python,
-                 "configs": [_config(c) if _config(c) is not None else c for c in job.configs] if not job.wrapper
+                 "configs": [decided(_config(c), tables.get(job.module)) if _config(c) is not None else c
+                             for c in job.configs] if not job.wrapper
                  else list(job.configs), "after": list(job.after), "after_any": job.after_any,
                  "after_task": job.after_task, "wrapper": [job.wrapper.nodes, job.wrapper.nproc_per_node] if job.wrapper
                  else None, "needs": {"data": list(job.needs.data), "modules": list(job.needs.modules)},
