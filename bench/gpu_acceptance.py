@@ -325,14 +325,15 @@ def build(conf, device, *, seed: int = 0, attn: str = "sdpa", meta: bool = False
 
 
 def trainer_config(*, liger: bool, activation_checkpointing: bool = True):
-    """The default config (common.schema.SFT) as the trainer reads it, with the few settings the checks vary."""
+    """The default config (sft.config.SFT) as the trainer reads it, with the few settings the checks vary."""
     from omegaconf import OmegaConf
 
     from sft.config import from_dictconfig
 
-    from common import keydoc, schema
+    from common import keydoc
+    from sft.config import SFT
 
-    raw = OmegaConf.create(keydoc.defaults(schema.SFT))
+    raw = OmegaConf.create(keydoc.defaults(SFT))
     raw.run_dir, raw.data.dir = "unused", "unused"
     raw.model.update(path="tiny", tokenizer="tiny", init="random", liger="true" if liger else "false")
     raw.train.activation_checkpointing = activation_checkpointing

@@ -222,9 +222,27 @@ class Passed:
         return None if v is None else self.field.problem(key, v)
 
 
+def is_int(v: Any) -> bool:
+    """An integer, not a boolean (YAML's true is an int to Python)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+NONEMPTY = Test(lambda v: isinstance(v, str) and v != "", "a non-empty string")
+
+
 def number(help: str, default: Any, roles: Iterable[str] = (), **rule) -> Field:
     """A numeric field (`rule`: Number's arguments)."""
     return Field(default, help, Range(Number(**rule)), frozenset(roles))
+
+
+def count(help: str, default: Any, roles: Iterable[str] = (IDENTITY,), lo: int = 1, null: bool = False) -> Field:
+    """An integer field of at least `lo` (a count of steps, tokens, records)."""
+    return number(help, default, roles, lo=lo, integer=True, null=null)
+
+
+def list_of(ok: Callable[[Any], bool], what: str) -> Test:
+    """A rule: a list whose every item passes `ok`."""
+    return Test(lambda v: v is not None and not isinstance(v, (str, int, float)) and all(ok(x) for x in v), what)
 
 
 def choice(help: str, default: Any, values: Iterable, roles: Iterable[str] = (), hint: bool = False, what: str = "") -> Field:
@@ -247,6 +265,19 @@ def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=No
 def problems(table: dict[str, Field | Passed], cfg) -> list[str]:
     """One line per key of `table` whose value in `cfg` (a mapping) breaks its rule."""
     return [why for key, f in table.items() if key in cfg and (why := f.problem(key, cfg[key])) is not None]
+
+
+def excluded(*tables: dict) -> tuple[str, ...]:
+    """A run fingerprint's exclusions (common.fingerprint): every key of `tables` without the IDENTITY role, a
+    whole section when none of its keys has it (so a key an old config.yaml holds below it is left out too)."""
+    keys = {k: getattr(f, "field", f) for t in tables for k, f in t.items()}
+    sections: dict[str, list[bool]] = {}
+    for k, f in keys.items():
+        head, dot, _ = k.partition(".")
+        if dot:
+            sections.setdefault(head, []).append(IDENTITY in f.roles)
+    whole = tuple(s for s, ids in sections.items() if not any(ids))
+    return whole + tuple(k for k, f in keys.items() if IDENTITY not in f.roles and k.split(".")[0] not in whole)
 
 
 def path_keys(table: dict[str, Any]) -> dict[str, str]:

@@ -5,7 +5,8 @@ requested config with the run directory's record and refuse (with `fingerprint_d
 silently resuming or reporting a run made under another configuration.
 
 What the fingerprint covers: every leaf key of the resolved config (the recipe-named keys of
-`config.yaml`) except `EXCLUDED_KEYS`, the keys whose field (common.schema) has no IDENTITY role:
+`config.yaml`) except the excluded ones, the keys whose field has no IDENTITY role (the trainer's
+`EXCLUDED_KEYS`, sft.config / rl.config, common.fields.excluded):
 - where things live (the PATH keys). The data enters through the dataset manifest's *content*
   fingerprint and a GRPO run's prompts file and corpus through their sha256 (`file_digest`; passed
   as extras), so moving a runs tree or an input file, or a data_prep code edit that leaves the
@@ -14,7 +15,7 @@ What the fingerprint covers: every leaf key of the resolved config (the recipe-n
   state cadence, launcher / Slurm settings, `nproc`: the data order and the loss normalization do
   not depend on the number of ranks), and what a run is described as (the model card's licence).
 Extras the caller knows (the data content fingerprint, the trainer's semantics version) are part
-of the digest too. The API is config-agnostic: a stage with other keys passes its own `exclude`.
+of the digest too. The API is config-agnostic: each stage passes its own `exclude`.
 """
 from __future__ import annotations
 
@@ -24,8 +25,6 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from common.schema import EXCLUDED_KEYS  # every recipe key without the IDENTITY role
 
 # Run dirs written before identity was recorded were trained under this trainer semantics version.
 LEGACY_TRAINER_SEMANTICS = 1
@@ -82,7 +81,7 @@ def _as_before(key: str, value: Any) -> bool:
     return key in later and canonical_json(_by_value(value)) == canonical_json(_by_value(later[key]))
 
 
-def identity_keys(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS) -> dict[str, Any]:
+def identity_keys(cfg, exclude: tuple[str, ...]) -> dict[str, Any]:
     """`{dotted.key: value}` of every result-changing leaf of `cfg`, sorted by key (a `LATER_KEYS` key
     at its as-before value left out)."""
     flat = _flatten(_plain(cfg))
@@ -93,7 +92,7 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def identity(cfg, exclude: tuple[str, ...] = EXCLUDED_KEYS, **extra: Any) -> dict[str, Any]:
+def identity(cfg, exclude: tuple[str, ...], **extra: Any) -> dict[str, Any]:
     """The record a run dir keeps: `{"fingerprint", "keys", **extra}` (keys: what `fingerprint_diff`
     compares, so a refusal can name every key that differs)."""
     keys = identity_keys(cfg, exclude)

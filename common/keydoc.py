@@ -1,6 +1,6 @@
 """Every command-line key's default and one-line description, said once, where the key is defined: a
 table `{dotted.key: Field}` (common.fields: the default and help of a typed field) in a stage's config
-module (common/schema.py for the trainers' recipe keys); `defaults` turns it into the nested defaults
+module (sft/config.py and rl/config.py for the trainers' recipe keys); `defaults` turns it into the nested defaults
 dict the CLI parses against, `from_table` into a list of `Key`. Each CLI's `--help` prints
 `help_table(keys)` and the docs' key reference pages are `markdown_table(keys)` (tools/docs_keys.py
 writes them; a test checks they are fresh).

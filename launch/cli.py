@@ -18,25 +18,26 @@ from typing import Callable
 
 from omegaconf import OmegaConf
 
-from common import keydoc, schema
+from common import keydoc
 from common.cli import run_cli, wants_help
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
 from launch import grpo
 from launch.errors import LaunchError
 from launch.grpo import GRPO
 from launch.run import SFT, launch_one
+from sft import config as sft_config
 
 # stage= -> the trainer launch.run.launch_one starts (sft, the default: launch.run; grpo: launch.grpo)
 TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 
 
 def sft_keys() -> list[keydoc.Key]:
-    """Every key of an SFT launch, its default and its help (common.schema.SFT)."""
-    return keydoc.from_table(schema.SFT)
+    """Every key of an SFT launch, its default and its help (sft.config.SFT)."""
+    return keydoc.from_table(sft_config.SFT)
 
 
 def help_text() -> str:
-    base = OmegaConf.create(keydoc.defaults(schema.SFT))
+    base = OmegaConf.create(keydoc.defaults(sft_config.SFT))
     lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
     for group in GROUPS:
         choices = group_choices(group)
@@ -44,7 +45,7 @@ def help_text() -> str:
     lines += ["", "Top-level shortcuts:"]
     for short, full in ALIASES.items():
         lines.append(f"  {short:<14} -> {full} (default {OmegaConf.select(base, full)!r})")
-    lines += ["", "Keys (common/schema.py: key=default  description; the group recipes may change a default):",
+    lines += ["", "Keys (sft.config.SFT: key=default  description; the group recipes may change a default):",
               keydoc.help_table(sft_keys())]
     lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
     lines += [

@@ -1,13 +1,13 @@
 """Recipe composition, for both trainers.
 
-SFT (`compose`): the keys' defaults (common.schema.SFT) <- arm <- model <- data <- launcher recipes <-
+SFT (`compose`): the keys' defaults (sft.config.SFT) <- arm <- model <- data <- launcher recipes <-
 key=value overrides.
 Group selectors (`arm=`, `model=`, `data=`, `launcher=`) pick a file under `recipes/<group>/`;
 everything else is an omegaconf dotlist override checked against the keys the recipes define
 (unknown key -> the valid keys and a "did you mean"). `validate` then checks every value the
 stages rely on, so a bad value fails here, before any data prep or GPU work.
 
-GRPO (`compose_grpo`, `launch stage=grpo`): the keys' defaults (common.schema.GRPO) <-
+GRPO (`compose_grpo`, `launch stage=grpo`): the keys' defaults (rl.config.GRPO) <-
 grpo/task/<task>.yaml <- model/<model>.yaml <- launcher/<launcher>.yaml <- grpo/model/<model>.yaml
 (if any) <- key=value; selectors `task=` `model=` `launcher=`; `arm` is `grpo_<task>`; only the keys
 the GRPO trainer reads stay, and rl.config.validate (its trainer's one schema) checks the values. Both read the command line through one `split_selectors`.
@@ -28,9 +28,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
 from common.layout import run_dir_path
-from common import keydoc, schema
+from common import keydoc
 from common.fields import must_problems
 from common.plan import planned
+from common.schema import RUN
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
@@ -39,9 +40,10 @@ from launch.errors import LaunchError
 from launch.paths import make_absolute
 from rl import config as rl_config
 from rl.errors import RlError
+from sft import config as sft_config
 
 USER_RECIPE = "recipe"   # recipe=PATH: the user's own file, merged after the groups
-DEFAULT = "default (common/schema.py)"   # the origin of a key no recipe or command-line token set
+DEFAULT = "default (its field)"   # the origin of a key no recipe or command-line token set
 
 # Free-form sub-trees: any key below them is accepted (model config overrides, generator knobs).
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
@@ -151,7 +153,7 @@ def resolve_interpolations(cfg: DictConfig) -> DictConfig:
 def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
-    base = OmegaConf.create(keydoc.defaults(schema.SFT))
+    base = OmegaConf.create(keydoc.defaults(sft_config.SFT))
     cfg, meta = base, {}
     origins = dict.fromkeys(flat_keys(base), DEFAULT)
     layers = [(f"recipes/{group}/{choices[group]}.yaml", load_recipe(group, choices[group], recipes), False)
@@ -170,14 +172,14 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     cfg = apply_overrides(cfg, rest, aliases=ALIASES, open_prefixes=OPEN_PREFIXES)
     origins.update({ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
     cfg = resolve_interpolations(cfg)
-    make_absolute(cfg, schema.SFT, origins)
+    make_absolute(cfg, sft_config.SFT, origins)
     validate(cfg)
     return Composed(cfg=cfg, choices=choices, meta=meta, argv=list(argv), origins=origins)
 
 
 # ---------------------------------------------------------------- GRPO
 def _grpo_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]]:
-    layers = [(DEFAULT, OmegaConf.create({"arm": None, **keydoc.defaults(schema.GRPO)})),   # arm: grpo_<task>, set last
+    layers = [(DEFAULT, OmegaConf.create({"arm": None, **keydoc.defaults(rl_config.GRPO)})),   # arm: grpo_<task>, set last
               (f"recipes/grpo/task/{choices['task']}.yaml",
                OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
               (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes))]
@@ -234,22 +236,22 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
         cfg = resolve_interpolations(cfg)
     except LaunchError as exc:
         raise RlError(str(exc)) from None
-    make_absolute(cfg, schema.GRPO, origins)
+    make_absolute(cfg, rl_config.GRPO, origins)
     cfg.arm = f"grpo_{cfg.task}"
     rl_config.validate(cfg)
     return Composed(cfg=cfg, choices=choices, argv=list(argv), origins=origins)
 
 
 # ---------------------------------------------------------------- validation
-# Every key's rule is its field's (common.schema.SFT); the trainer's keys are checked by the trainer's own
-# `schema.problems` and the data keys by data_prep's. Below: what only launch reads.
-_LAUNCH_RULES = {k: f for k, f in schema.SFT.items() if k.startswith(("launcher.", "python.")) or k in schema.RUN
+# Every key's rule is its field's (sft.config.SFT); the trainer's keys are checked by the trainer's own
+# `problems` and the data keys by data_prep's. Below: what only launch reads.
+_LAUNCH_RULES = {k: f for k, f in sft_config.SFT.items() if k.startswith(("launcher.", "python.")) or k in RUN
                  or k == "model.name"}
 
 
 def validate(cfg: DictConfig) -> None:
     """Check every value the stages rely on; raise one ConfigError listing all problems."""
-    bad = schema.problems(cfg)   # the trainer's keys: the rule the trainer itself reads them with
+    bad = sft_config.problems(cfg)   # the trainer's keys: the rule the trainer itself reads them with
     bad += data_config.problems(cfg.data)   # the data keys: data_prep's own rule
     bad += [why for why in must_problems(_LAUNCH_RULES, cfg) if why not in bad]
     bad += slurm_option_problems(OmegaConf.select(cfg, "launcher.sbatch"))

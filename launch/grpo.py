@@ -13,18 +13,19 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common import interpreter, keydoc, schema
+from common import interpreter, keydoc
 from common.fields import plain
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import paths, run
 from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
+from rl import config as rl_config
 from rl.config import parent_run, placement, planned_saves
 
 USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]
 (also: python -m launch.grpo ...)
 
-GRPO with LoRA (rl/): composition the keys' defaults (common/schema.py GRPO) <-
+GRPO with LoRA (rl/): composition the keys' defaults (rl/config.py GRPO) <-
 grpo/task/<task>.yaml <- model/<model>.yaml <- launcher/<launcher>.yaml <- grpo/model/<model>.yaml <-
 recipe=FILE (your own; it may not set task/arm/stage) <- key=value. The run dir is
 <runs_root>/grpo_<task>/[<name>/]seed<seed>; an SFT checkpoint as model.path needs name=<variant>.
@@ -33,11 +34,11 @@ directory and recorded absolute; the prompts file and corpus enter the run ident
 
 
 def grpo_keys(argv: list[str] = ()) -> list[keydoc.Key]:
-    """Every GRPO key (common.schema.GRPO), its default as composed for the task= / model= / launcher= in
+    """Every GRPO key (rl.config.GRPO), its default as composed for the task= / model= / launcher= in
     argv (else the defaults) and its help."""
     sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
     composed = compose_grpo(sel)
-    return [keydoc.Key(k.name, plain(OmegaConf.select(composed.cfg, k.name)), k.doc) for k in keydoc.from_table(schema.GRPO)
+    return [keydoc.Key(k.name, plain(OmegaConf.select(composed.cfg, k.name)), k.doc) for k in keydoc.from_table(rl_config.GRPO)
             if k.name != "stage"]
 
 
@@ -84,7 +85,7 @@ def resolve(argv: list[str], gpus: int | None = None) -> run.Prepared:
     nproc = run.local_nproc(composed, gpus)
     rd, want = placement(cfg, world_size(cfg, nproc))
     identity = run.check_identity(rd, cfg, want=want)
-    paths.outputs_absolute(cfg, schema.GRPO)   # runs_root: the caller's directory
+    paths.outputs_absolute(cfg, rl_config.GRPO)   # runs_root: the caller's directory
     run.fill_derived(cfg, rd, nproc)
     return run.Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
 

@@ -9,7 +9,7 @@
   (`outputs_absolute`, from `launch.run.resolve` and `launch.grpo.resolve`).
 
 Which keys are paths, and of what kind, is their fields' PATH role (common.fields.path_keys over the
-command's table, common.schema.SFT / GRPO): a key given the role is resolved here with no other edit.
+command's table, sft.config.SFT / rl.config.GRPO): a key given the role is resolved here with no other edit.
 
 Each input path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a
 Slurm script carry absolute paths and the trainer (which runs with the repository as its working

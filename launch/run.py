@@ -30,13 +30,14 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
-from common import schema
 from common.schema import TRAINER_SEMANTICS
 from launch import cache, jobs, local, manifest, paths, preflight, slurm
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
 from launch.errors import LaunchError
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, Torchrun, dry_run_dir
 from launch.refusal import trainer_refusal
+from rl.config import EXCLUDED_KEYS   # both trainers' (a run dir's config.yaml is either's)
+from sft import config as sft_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,7 +149,7 @@ def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None) -> 
     extra = {"trainer_semantics": TRAINER_SEMANTICS}
     if data_fingerprint is not None:
         extra["data_fingerprint"] = data_fingerprint
-    return fingerprint.identity(cfg, **extra)
+    return fingerprint.identity(cfg, EXCLUDED_KEYS, **extra)
 
 
 def recorded_identity(rd: Path) -> dict | None:
@@ -166,7 +167,7 @@ def recorded_identity(rd: Path) -> dict | None:
         data_fp = (man.get("data") or {}).get("fingerprint")
         if data_fp:
             extra["data_fingerprint"] = data_fp
-        return fingerprint.identity(OmegaConf.load(cfg_path), **extra)
+        return fingerprint.identity(OmegaConf.load(cfg_path), EXCLUDED_KEYS, **extra)
     except Exception as exc:  # unreadable JSON / YAML: the run dir's identity is unknown, say which file
         raise LaunchError(f"{rd}: cannot read the run's identity from manifest.json / config.yaml ({exc}); "
                           "fix or move that run dir, or use name=... / run_dir=... for this run") from None
@@ -204,7 +205,7 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
     rd = run_dir(cfg)
     check_identity(rd, cache.with_run_pins(cfg, rd))
     nproc = local_nproc(composed, gpus)
-    paths.outputs_absolute(cfg, schema.SFT)   # runs_root, data.cache_root: the caller's directory
+    paths.outputs_absolute(cfg, sft_config.SFT)   # runs_root, data.cache_root: the caller's directory
     fill_derived(cfg, rd, nproc)
     return Prepared(composed=composed, run_dir=rd, nproc=nproc)
 

@@ -1,4 +1,5 @@
-"""The `stage=grpo` config the GRPO trainer reads: its keys, its validation (`problems`, one schema for
+"""The `stage=grpo` config the GRPO trainer reads: its keys (`GRPO`: its own sections, grpo and lora, beside
+the SFT trainer's and the shared ones it takes), its validation (`problems`, one schema for
 launch and rl.train), its run directory and its run identity. launch composes it
 (launch.compose.compose_grpo: the recipes, the selectors task= model= launcher= recipe= and the
 key=value overrides) and checks it with `validate` before any work; rl.train reads the resolved
@@ -7,20 +8,110 @@ file, the trainer's only input.
 """
 from __future__ import annotations
 
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common import datafetch, fingerprint, schema
-from common.fields import must_problems
+from common import datafetch, fingerprint
+from common.benchmarks import CONTEXT_MODES
+from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default, Field, Test, choice, count, excluded, field,
+                           is_int, must_problems, number, text)
 from common.plan import save_points
+from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS
 from rl.errors import RlError
+from sft.config import LOGGING, MODEL, SFT, TRAIN
+
+# TRL 1.16's GRPO losses that need no setting this config does not expose (luspo needs sequence-level
+# importance sampling, vespo a vLLM correction setting).
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
+# grpo.trl: a release number as pip spells it (1.9.2, 1.16.0, 1.17.0rc1)
+TRL_VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?")
+_ID, _PATH_CONTENT, _MODEL_ID = (IDENTITY,), (PATH, CONTENT), (IDENTITY, PATH, MODEL_ROLE)
+
+# ---------------------------------------------------------------- GRPO (stage=grpo)
+# A `[ref: ...]` mark quotes the reference system that states the value (LoRA GRPO on search_plan_act); a
+# `[chosen: ...]` mark is this project's choice, not stated by the reference (docs/stages/grpo.md says why).
+GRPO: dict[str, Field | Default] = {
+    "seed": RUN["seed"], "runs_root": RUN["runs_root"],
+    "name": Default(RUN["name"], None, "required when model.path is an SFT checkpoint (e.g. name=from_search_s100);"),
+    "run_dir": RUN["run_dir"], "resume": RUN["resume"],
+    **{k: MODEL[k] for k in ("model.name", "model.path", "model.gpu_only", "model.attn_implementation")},
+    "train.steps": count('[ref: spa-qwen3 "250 steps"] optimizer steps', 250),
+    "train.save_steps": Default(TRAIN["train.save_steps"], [50, 100, 150, 200], "[chosen: a checkpoint every 50 steps for "
+                                "the per-step curves; the GRPO references state no saves]"),
+    "train.state_every": Default(TRAIN["train.state_every"], 10, "[chosen]"),
+    "train.lr": Default(TRAIN["train.lr"], 1.0e-5, "[chosen: a common LoRA-GRPO step for 4-8B models (TRL 1.16's default: "
+                        "1e-6)]"),
+    "train.lr_schedule": Default(TRAIN["train.lr_schedule"], "constant", "[chosen: as SFT's (TRL's default: linear decay to "
+                                 "0)]"),
+    "train.warmup_ratio": Default(TRAIN["train.warmup_ratio"], 0.0, "[chosen: as SFT's (TRL's default: 0)]"),
+    **{k: TRAIN[k] for k in ("train.min_lr_ratio", "train.betas", "train.eps", "train.weight_decay", "train.grad_clip",
+                          "train.activation_checkpointing")},
+    "train.precision": Default(TRAIN["train.precision"], "auto", "merged checkpoints are saved in it;"),
+    **LOGGING, **LAUNCHER, **PYTHON,
+    "stage": choice("grpo (set by stage=grpo on the command line)", "grpo", ("grpo",), _ID, what="grpo"),
+    "task": choice("spa | qa  -> arm grpo_<task>", "spa", ("spa", "qa"), _ID, what="spa or qa"),
+    "grpo.completions_per_step": count('[ref: spa-qwen3 "effective batch size 32"] completions per optimizer step', 32),
+    "grpo.num_generations": field("[chosen: group size G: 4 prompts x 8 completions per step]", 8, _ID,
+                                  Test(lambda v: is_int(v) and v >= 2, "an integer >= 2 (GRPO compares a group)")),
+    "grpo.beta": number("[chosen: no KL term (TRL's default; no reference model in memory)]", 0.0, _ID, lo=0),
+    "grpo.temperature": number("[chosen: sample at the model's own distribution]", 1.0, _ID, lo=0, lo_open=True),
+    "grpo.max_completion_length": count("[chosen: all turns + tool results of one rollout, in tokens]", 4096),
+    "grpo.max_turns": count("[chosen: tool-calling iterations per rollout]", 16),
+    "grpo.loss_type": choice("[chosen: TRL 1.16's default token-level normalisation]", "dapo", LOSS_TYPES, _ID),
+    "grpo.enable_thinking": ENABLE_THINKING,
+    "grpo.grad_accum": count("optimizer step = one generation batch", 1),
+    "grpo.use_vllm": choice('[ref: spa-qwen3 "GRPO via TRL 1.9.2 + vLLM colocate generation"] auto: on with CUDA + vllm, '
+                            "off on CPU", "auto", ("auto", True, False), _ID, what="auto, true or false"),
+    "grpo.trl": field("the trl release the run must train under (the job refuses another): null: the interpreter's "
+                      "(pyproject pins 1.16.0); 1.9.2: the search_plan_act references' (python.grpo=.venv-trl1.9.2/bin/python, "
+                      "`make venv-trl`); docs/stages/grpo.md lists what changes GRPO between the two", None, _ID,
+                      Test(lambda v: v is None or (isinstance(v, str) and TRL_VERSION.fullmatch(v) is not None),
+                           "null or a trl release such as 1.9.2 (three parts: 1.16 reads as a number)")),
+    "grpo.vllm_gpu_memory_utilization": number("[chosen: leaves room for the policy's backward pass]", 0.3, _ID,
+                                               lo=0, hi=1, lo_open=True),
+    "grpo.split": choice("spa: task split trained on (search_plan_ood evaluates ood)", "train", ("train", "ood"), _ID,
+                         what="train or ood"),
+    "grpo.prompts_file": text("qa: training questions in a bench format (HotpotQA train)", roles=_PATH_CONTENT),
+    "grpo.qa_mode": choice("qa: context mode as evals' bench@mode: open (corpus) | item | given", "open", CONTEXT_MODES,
+                           _ID, what=f"one of {', '.join(CONTEXT_MODES)} (evals' context modes)"),
+    "grpo.retriever": choice("qa: bm25 (corpus=...) | e5 (corpus=..., encoder=..., index=...; as Search-R1, evals.dense) | "
+                             "http (retriever_url=..., serve-retriever)", "bm25", ("bm25", "e5", "http"), _ID,
+                             what="bm25, e5 or http"),
+    "grpo.corpus": text("qa, retriever=bm25 or e5: wiki-18 style jsonl corpus, or a fetch-data name (corpus:wiki18)",
+                        roles=_PATH_CONTENT),
+    "grpo.encoder": text("qa, retriever=e5: the E5 encoder (HF model dir or hub id, or the fetch-data name "
+                         "encoder:e5-base-v2)", "intfloat/e5-base-v2", _MODEL_ID),
+    "grpo.index": text("qa, retriever=e5: faiss IndexFlatIP file, row i = corpus line i (Search-R1's e5_Flat.index, or the "
+                       "fetch-data name index:wiki18_e5_flat), memory-mapped; null -> built from the corpus",
+                       roles=_PATH_CONTENT),
+    "grpo.encoder_device": field("qa, retriever=e5: where the encoder runs (cpu | auto | cuda | cuda:N)", "cpu", _ID),
+    "grpo.retriever_url": text("qa, retriever=http: http://HOST:PORT/retrieve", roles=_ID),
+    "grpo.retriever_timeout": number("qa, http: seconds per search request", 30.0, (), lo=0, lo_open=True),
+    "grpo.retriever_retries": count("qa, http: retries of a failed request (1 s, 2 s, 4 s ... apart)", 3, (), lo=0),
+    "grpo.max_search_failure_rate": number("[chosen: a tolerance for retriever failures] qa: a step whose failed searches "
+                                           "exceed this share of its searches stops the run (exit 2); an unreachable "
+                                           "retriever fails at start", 0.1, (), lo=0, hi=1),
+    "grpo.topk": count("qa: documents per search, as evals", 3),
+    "grpo.rollouts_logged": count("transcripts kept per step in rollouts/step-NNNNNN.jsonl", 8),
+    "grpo.pilot_tasks": count("spa: adversarial pilot tasks checked before training", 200),
+    "lora.r": count('[ref: spa-qwen3 "LoRA (r=32, alpha=64)"] the adapters\' rank', 32),
+    "lora.alpha": number('[ref: spa-qwen3 "LoRA (r=32, alpha=64)"] the adapters\' scale (alpha / r)', 64, _ID, lo=0,
+                         lo_open=True),
+    "lora.dropout": number("[chosen: no LoRA dropout; the references state none]", 0.0, _ID, lo=0, hi=1, hi_open=True),
+    "lora.target_modules": field('[ref: spa-qwen3 "on all attention+MLP projections"] all seven',
+                                 ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], _ID,
+                                 Test(lambda v: v is not None and not isinstance(v, str) and len(v) > 0
+                                      and all(isinstance(m, str) for m in v), "a non-empty list of module names")),
+}
+EXCLUDED_KEYS = excluded(SFT, GRPO)   # the run fingerprint's (both trainers': as one table before)
 
 # The keys the GRPO trainer reads of the sections it shares with SFT (the tokenizer is the starting model's).
-TRAIN_KEYS = tuple(k.removeprefix("train.") for k in schema.GRPO if k.startswith("train."))
-MODEL_KEYS = tuple(k.removeprefix("model.") for k in schema.GRPO if k.startswith("model."))
+TRAIN_KEYS = tuple(k.removeprefix("train.") for k in GRPO if k.startswith("train."))
+MODEL_KEYS = tuple(k.removeprefix("model.") for k in GRPO if k.startswith("model."))
 
 
 def installed_trl() -> str | None:
@@ -43,12 +134,12 @@ def trl_problem(want, have: str | None, python: str = sys.executable) -> str | N
 def problems(cfg: DictConfig) -> list[str]:
     """Every value of a GRPO config that the trainer would refuse, one line each (naming the key):
     the one schema `launch stage=grpo` checks before writing a run dir and rl.train checks config.yaml with
-    (each key's rule is its field's, common.schema.GRPO; below, what depends on several keys)."""
+    (each key's rule is its field's, GRPO above; below, what depends on several keys)."""
     if any(k not in cfg for k in ("stage", "task", "grpo", "lora", "train", "launcher")):
         return [f"{k}: missing from the config" for k in ("stage", "task", "grpo", "lora", "train", "launcher")
                 if k not in cfg]
-    older = (*fingerprint.GRPO_LATER_KEYS, *(k for k in schema.GRPO if k.startswith("python.")))   # absent from an
-    bad = must_problems(schema.GRPO, cfg, optional=older)                                           # older config.yaml
+    older = (*fingerprint.GRPO_LATER_KEYS, *(k for k in GRPO if k.startswith("python.")))   # absent from an
+    bad = must_problems(GRPO, cfg, optional=older)                                           # older config.yaml
     g, lc = cfg.grpo, cfg.launcher
     if not bad and g.completions_per_step % g.num_generations:
         bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, "
@@ -171,10 +262,8 @@ def input_digests(cfg: DictConfig) -> dict[str, str]:
 def run_identity(cfg: DictConfig) -> dict:
     """The run identity (common.fingerprint over every result-changing key of config.yaml: task, LoRA,
     GRPO settings, env split, model, seed; the input files by content), as launch and rl.train compute it."""
-    from common import fingerprint
-
-    extra = {"trainer_semantics": schema.TRAINER_SEMANTICS}
+    extra = {"trainer_semantics": TRAINER_SEMANTICS}
     inputs = input_digests(cfg)
     if inputs:
         extra["inputs"] = inputs
-    return fingerprint.identity(cfg, **extra)
+    return fingerprint.identity(cfg, EXCLUDED_KEYS, **extra)

@@ -1,7 +1,8 @@
 """The trainer's console: one plain, greppable line per logged step, or a tqdm bar on a terminal.
 
-When stdout is not a terminal (a Slurm log, `launch`'s tee into `logs/train-*.log`, a pipe) each
-logged step (`train.log_every`) prints one line, the same numbers as that step's metrics.jsonl row:
+Which steps are logged (a console line, a metrics.jsonl row, a wandb point) is decided here, by the keys
+below (part of the trainer's `train:` section, sft.config). When stdout is not a terminal (a Slurm log,
+`launch`'s tee into `logs/train-*.log`, a pipe) each logged step prints one line, the same numbers as that step's metrics.jsonl row:
 
     step 12/218 loss 0.8123 lr 9.900e-06 grad_norm 0.41 tok/s/gpu 5120 mfu 0.470 eta 01:12:03 mem 61.20GB
 
@@ -15,6 +16,14 @@ from __future__ import annotations
 import re
 import sys
 import time
+from types import SimpleNamespace
+
+from common.fields import count
+
+KEYS = {  # the console's keys of the train section (common.fields; sft.config.TRAIN holds them)
+    "train.log_every": count("steps between logged steps: a console line, a metrics.jsonl row and a wandb point (the last "
+                             "step and a checkpoint's step always have their row)", 1, ()),
+}
 
 FIELDS = (  # (label, metrics key, format)
     ("loss", "loss", "{:.4f}"),
@@ -71,10 +80,11 @@ def parse_line(line: str) -> dict | None:
 
 
 class StepConsole:
-    """Rank 0's per-step report. `stream` defaults to stdout; a terminal gets the tqdm bar."""
+    """Rank 0's per-step report, at the cadence of `train` (the trainer's train section: KEYS above).
+    `stream` defaults to stdout; a terminal gets the tqdm bar."""
 
-    def __init__(self, *, total: int, start: int, rank: int, desc: str, stream=None):
-        self.total, self.start, self.active = total, start, rank == 0
+    def __init__(self, train: SimpleNamespace, *, total: int, start: int, rank: int, desc: str, stream=None):
+        self.train, self.total, self.start, self.active = train, total, start, rank == 0
         self.stream = sys.stdout if stream is None else stream
         self.t0 = time.perf_counter()
         self.bar = None
@@ -87,8 +97,12 @@ class StepConsole:
         done = step - self.start
         return (time.perf_counter() - self.t0) / done * (self.total - step) if done > 0 else 0.0
 
+    def logged(self, step: int) -> bool:
+        """Whether `step` is logged: every `train.log_every`-th step and the last."""
+        return step % self.train.log_every == 0 or step == self.total
+
     def step(self, row: dict, logged: bool) -> None:
-        """Report one finished step; `logged` = this step is on the log_every cadence."""
+        """Report one finished step; `logged`: this step is logged (`logged(step)`)."""
         if not self.active:
             return
         if self.bar is not None:

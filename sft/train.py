@@ -33,7 +33,7 @@ from common.preempt import PreemptionFlag
 from common.tracking import MetricsLog, Wandb
 
 from . import checkpoint as ckpt
-from .config import TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
+from .config import EXCLUDED_KEYS, TRAINER_SEMANTICS, TrainConfig, load_config, save_points, schedule_steps
 from .console import StepConsole
 from .data import (DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, pack_budget, plan_step,
                    seen_before)
@@ -147,7 +147,7 @@ def clip_grad_norm(model, max_norm: float | None) -> float:
 def run_identity(cfg: TrainConfig, data: TrainData) -> dict:
     """This run's identity (common.fingerprint): its result-changing config keys, the trainer's
     semantics version and the dataset's content fingerprint. Recorded in every state's meta.json."""
-    return fingerprint.identity(cfg.raw, trainer_semantics=TRAINER_SEMANTICS, data_fingerprint=data.fingerprint)
+    return fingerprint.identity(cfg.raw, EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS, data_fingerprint=data.fingerprint)
 
 
 def read_state_meta(state_dir: Path) -> dict:
@@ -189,7 +189,7 @@ def check_done_identity(done: Path, cfg: TrainConfig) -> None:
     except (OSError, ValueError, AttributeError):
         recorded = None
     if isinstance(recorded, dict):
-        diff = fingerprint.fingerprint_diff(recorded, fingerprint.identity(cfg.raw, trainer_semantics=TRAINER_SEMANTICS))
+        diff = fingerprint.fingerprint_diff(recorded, fingerprint.identity(cfg.raw, EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS))
         if diff:
             raise fingerprint.identity_error(f"{done.parent} holds a finished run of a different configuration", diff, SftError)
 
@@ -316,7 +316,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     # 4. Steps. `step` counts optimizer steps done; batch `step - 1` is consumed by it.
     # Cumulative counters (the compute axes of analysis): a resumed run recounts its earlier batches.
     seen = seen_before(data, start, global_batch_size=cfg.train.global_batch_size, seed=cfg.seed)
-    console = StepConsole(total=total, start=start, rank=rank, desc=f"sft {cfg.logging.name}")
+    console = StepConsole(cfg.train, total=total, start=start, rank=rank, desc=f"sft {cfg.logging.name}")
     epoch = start // per_epoch if per_epoch else 0
     try:
         for step in range(start + 1, total + 1):
@@ -351,7 +351,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
                 "mfu": (flops / dt / world / (peak_tf * 1e12)) if peak_tf else None,
                 "step_time_s": dt, "data_wait_s": t_data, "peak_mem_gb": peak_memory_gb(device), **seen,
             }
-            logged = step % cfg.train.log_every == 0 or step == total
+            logged = console.logged(step)
             if logged or step in saves:  # a checkpoint's row is always there (its compute axes)
                 metrics.write(row)
                 wb.log(row, step)
@@ -392,7 +392,7 @@ def main(config_path: str | Path, overrides: list[str] | None = None) -> int:
 
 USAGE = """usage: python -m sft.train <resolved-config.yaml> [key=value ...]
 
-Trains the model of the resolved config (the keys of common.schema.SFT, with run_dir and
+Trains the model of the resolved config (the keys of sft.config.SFT, with run_dir and
 data.dir filled) on data.dir. Launch with torchrun for several processes; a plain process
 trains as a world of one. Exit codes: 0 done or preempted (DONE marks a finished run),
 2 config/data error, 3 too many non-finite gradient norms in a row."""

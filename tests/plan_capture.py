@@ -103,11 +103,13 @@ def _config(path: str):
 
 def _tables() -> dict[str, dict]:
     """The key table of each command a plan holds a config of: by stage run, by job module, by a run's `stage`."""
-    from common import schema
     from launch.analyze import KEYS as ANALYZE
+    from rl.config import GRPO
     from sft.export import KEYS as EXPORT
 
-    return {"sft": schema.SFT, "sweep": schema.SFT, "grpo": schema.GRPO, "analyze": ANALYZE,
+    from sft.config import SFT
+
+    return {"sft": SFT, "sweep": SFT, "grpo": GRPO, "analyze": ANALYZE,
             "launch.analyze": ANALYZE, "export": EXPORT}
 
 

@@ -24,9 +24,10 @@ def mixed(tmp_path_factory):
 
 
 def test_defaults_are_the_sft_configs_data_section():
-    from common import keydoc, schema
+    from common import keydoc
+    from sft.config import SFT
 
-    assert keydoc.defaults(schema.SFT)["data"] == DATA_DEFAULTS
+    assert keydoc.defaults(SFT)["data"] == DATA_DEFAULTS
 
 
 def test_dataset_contract(mixed):

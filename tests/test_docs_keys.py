@@ -42,11 +42,11 @@ def test_fresh_check_catches_a_changed_default(tmp_path, monkeypatch):
     """A field's default edited without regenerating makes the committed page stale."""
     import dataclasses
 
-    from common import schema
+    from sft.config import SFT
 
     page = (ROOT / "docs" / "keys" / "launch.md").read_text(encoding="utf-8")
     assert "| `train.lr` | `1e-05` |" in page
-    monkeypatch.setitem(schema.SFT, "train.lr", dataclasses.replace(schema.SFT["train.lr"], default=2.0e-5))
+    monkeypatch.setitem(SFT, "train.lr", dataclasses.replace(SFT["train.lr"], default=2.0e-5))
     assert docs_keys.pages()["launch.md"] != page
 
 

@@ -103,16 +103,17 @@ def test_a_planted_duplicate_is_found():
 
 def test_train_log_every_is_defined_in_one_place():
     """The issue's example: `train.log_every` had a base.yaml line, a rule, a type, a copy step and a
-    fingerprint exclusion; now its field says all of it, and the fingerprint's exclusion derives from
-    its role."""
+    fingerprint exclusion; now its field lives beside its only reader (the console's cadence, sft/console.py),
+    the trainer's tables take it from there and the fingerprint's exclusion derives from its role."""
     from pathlib import Path
 
-    from common import fingerprint, schema
+    from common import fingerprint
+    from sft import config
 
     root = Path(__file__).resolve().parents[1]
     stages = ("common", "data_prep", "sft", "envs", "evals", "rl", "analysis", "launch", "recipes")
     where = [str(p.relative_to(root)) for d in stages for p in (root / d).rglob("*") if p.suffix in (".py", ".yaml")
              and "log_every" in p.read_text(encoding="utf-8", errors="replace")]
-    assert sorted(where) == ["common/schema.py", "sft/console.py", "sft/train.py"], where   # its field; its reader
-    assert fields.IDENTITY not in schema.SFT["train.log_every"].roles
-    assert fingerprint._excluded("train.log_every", fingerprint.EXCLUDED_KEYS)
+    assert where == ["sft/console.py"], where   # its field and its reader
+    assert fields.IDENTITY not in config.SFT["train.log_every"].roles
+    assert fingerprint._excluded("train.log_every", config.EXCLUDED_KEYS)

@@ -89,11 +89,11 @@ def test_sft_paths_user_against_cwd_shipped_against_the_repo(W):
     assert cfg.data.decontam_bench_root is None and "nq:seed42_1000" in cfg.data.decontam_sets
     from omegaconf import OmegaConf
 
-    from common import schema
+    from sft.config import SFT
     from launch.paths import make_absolute
 
     shipped = OmegaConf.create({"data": {"decontam_bench_root": "../elsewhere/benchmarks"}})
-    make_absolute(shipped, {"data.decontam_bench_root": schema.SFT["data.decontam_bench_root"]},
+    make_absolute(shipped, {"data.decontam_bench_root": SFT["data.decontam_bench_root"]},
                   {"data.decontam_bench_root": "recipes/data/some.yaml"})
     assert shipped.data.decontam_bench_root == os.path.normpath(ROOT / ".." / "elsewhere" / "benchmarks")
     assert cfg.model.tokenizer == "tiny"

@@ -61,7 +61,7 @@ def test_show_prints_each_value_with_its_origin(tmp_path, capsys):
     lines = {line.split(" = ", 1)[0]: line for line in out.splitlines() if " = " in line and not line.startswith("#")}
     expect = {"train.lr": f"recipe={path.resolve()}", "train.steps": "command line (steps=5)",
               "logging.group": "command line (logging.group=study1)", "model.path": "recipes/model/tiny.yaml",
-              "arm": "recipes/arm/r2e.yaml", "seed": "default (common/schema.py)", "data.kind": "recipes/data/synthetic.yaml",
+              "arm": "recipes/arm/r2e.yaml", "seed": "default (its field)", "data.kind": "recipes/data/synthetic.yaml",
               "model.config.hidden_size": "recipes/model/tiny.yaml"}
     for key, origin in expect.items():
         assert lines[key].endswith(f"# {origin}"), lines[key]

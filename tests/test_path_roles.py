@@ -1,21 +1,23 @@
 """Path resolution from the fields' PATH role (issue #60): launch makes absolute, against the caller's
-directory, exactly the keys whose field carries the role (common.fields.path_keys over common.schema's
+directory, exactly the keys whose field carries the role (common.fields.path_keys over sft.config's / rl.config's
 tables), each by its kind role; no key list is written anywhere else."""
 from __future__ import annotations
 
 import dataclasses
 
-from common import fields, schema
+from common import fields
+from rl import config as rl_config
+from sft import config as sft_config
 
 SFT = ["model=tiny", "data=synthetic", "steps=1"]
 
 
 def _as(monkeypatch, key: str, *roles: str) -> None:
     """`key`'s field, given `roles` besides its own, in both trainers' tables (nothing else edited)."""
-    f = schema.SFT[key]
+    f = sft_config.SFT[key]
     changed = dataclasses.replace(f, roles=f.roles | set(roles))
-    monkeypatch.setitem(schema.SFT, key, changed)
-    monkeypatch.setitem(schema.GRPO, key, changed)
+    monkeypatch.setitem(sft_config.SFT, key, changed)
+    monkeypatch.setitem(rl_config.GRPO, key, changed)
 
 
 def test_a_key_given_the_path_role_is_resolved_against_the_callers_dir(tmp_path, monkeypatch):
@@ -46,4 +48,4 @@ def test_every_path_field_of_launch_is_resolved_data_heldout_included(tmp_path, 
     cfg = compose([*SFT, "data.heldout=runs/_heldout", "data.decontam=[d.jsonl]"]).cfg
     assert cfg.data.heldout == str(tmp_path / "runs" / "_heldout")
     assert list(cfg.data.decontam) == [str(tmp_path / "d.jsonl")]
-    assert set(fields.path_keys(schema.SFT)) >= {"data.heldout", "model.path", "resume", "runs_root"}
+    assert set(fields.path_keys(sft_config.SFT)) >= {"data.heldout", "model.path", "resume", "runs_root"}

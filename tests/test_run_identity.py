@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from common import fingerprint, layout
 from common.cli import ConfigError
 from common.layout import TRAIN_LOCK
+from sft.config import EXCLUDED_KEYS
 from test_launch_cache import FakeDataPrep
 
 BASE = ["model=tiny", "data=synthetic", "steps=4"]
@@ -29,8 +30,8 @@ def test_fingerprint_covers_result_keys_and_excludes_paths_and_resumable_keys():
     from launch.compose import compose
 
     cfg = compose(BASE).cfg
-    fp = fingerprint.identity(cfg, trainer_semantics=1)["fingerprint"]
-    keys = fingerprint.identity_keys(cfg)
+    fp = fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=1)["fingerprint"]
+    keys = fingerprint.identity_keys(cfg, EXCLUDED_KEYS)
     for key in ("train.lr", "train.lr_schedule", "train.steps", "train.warmup_ratio", "train.betas", "seed",
                 "model.path", "data.n", "train.precision", "train.grad_clip", "train.weight_decay"):
         assert key in keys, key
@@ -39,18 +40,18 @@ def test_fingerprint_covers_result_keys_and_excludes_paths_and_resumable_keys():
         assert key not in keys, key
     moved = compose([*BASE, "runs_root=/elsewhere", "data.cache_root=/c", "state_every=3", "nproc=2",
                      "logging.wandb=false", "name=v2"]).cfg
-    assert fingerprint.identity(moved, trainer_semantics=1)["fingerprint"] == fp
+    assert fingerprint.identity(moved, EXCLUDED_KEYS, trainer_semantics=1)["fingerprint"] == fp
     for change in ("lr=5e-4", "train.lr_schedule=constant", "steps=5", "seed=1", "train.betas=[0.9,0.95]",
                    "data.synthetic.n_entities=7"):
         other = compose([*BASE, change]).cfg
-        assert fingerprint.identity(other, trainer_semantics=1)["fingerprint"] != fp, change
-    assert fingerprint.identity(cfg, trainer_semantics=2)["fingerprint"] != fp
-    assert fingerprint.identity(cfg, trainer_semantics=1, data_fingerprint="x")["fingerprint"] != fp
+        assert fingerprint.identity(other, EXCLUDED_KEYS, trainer_semantics=1)["fingerprint"] != fp, change
+    assert fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=2)["fingerprint"] != fp
+    assert fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=1, data_fingerprint="x")["fingerprint"] != fp
 
 
 def test_fingerprint_diff_names_each_key_old_to_new():
-    old = fingerprint.identity({"train": {"lr": 1e-5, "steps": 4}, "seed": 0}, trainer_semantics=1, data_fingerprint="a")
-    new = fingerprint.identity({"train": {"lr": 5e-4, "steps": 4}, "arm": "x"}, trainer_semantics=2)
+    old = fingerprint.identity({"train": {"lr": 1e-5, "steps": 4}, "seed": 0}, EXCLUDED_KEYS, trainer_semantics=1, data_fingerprint="a")
+    new = fingerprint.identity({"train": {"lr": 5e-4, "steps": 4}, "arm": "x"}, EXCLUDED_KEYS, trainer_semantics=2)
     assert fingerprint.fingerprint_diff(old, new) == [
         "arm: '<absent>' -> 'x'", "seed: 0 -> '<absent>'", "train.lr: 1e-05 -> 0.0005", "trainer_semantics: 1 -> 2"]
     assert fingerprint.fingerprint_diff(old, old) == []
@@ -58,10 +59,10 @@ def test_fingerprint_diff_names_each_key_old_to_new():
 
 def test_an_int_and_the_equal_float_are_one_setting():
     """`weight_decay=0` on the command line is the recipe's `0.0`; a bool is never a number."""
-    old = fingerprint.identity({"train": {"weight_decay": 0.0, "grad_clip": 1.0, "betas": [0.9, 1.0]}, "flag": True})
-    same = fingerprint.identity({"train": {"weight_decay": 0, "grad_clip": 1, "betas": [0.9, 1]}, "flag": True})
+    old = fingerprint.identity({"train": {"weight_decay": 0.0, "grad_clip": 1.0, "betas": [0.9, 1.0]}, "flag": True}, EXCLUDED_KEYS)
+    same = fingerprint.identity({"train": {"weight_decay": 0, "grad_clip": 1, "betas": [0.9, 1]}, "flag": True}, EXCLUDED_KEYS)
     assert fingerprint.fingerprint_diff(old, same) == []
-    other = fingerprint.identity({"train": {"weight_decay": 0.1, "grad_clip": 1.0, "betas": [0.9, 1.0]}, "flag": 1})
+    other = fingerprint.identity({"train": {"weight_decay": 0.1, "grad_clip": 1.0, "betas": [0.9, 1.0]}, "flag": 1}, EXCLUDED_KEYS)
     assert fingerprint.fingerprint_diff(old, other) == ["flag: True -> 1", "train.weight_decay: 0.0 -> 0.1"]
 
 
@@ -176,7 +177,7 @@ def test_changed_data_content_is_refused_for_an_unfinished_run(staged):
     man = json.loads((rd / "manifest.json").read_text())
     from sft.config import TRAINER_SEMANTICS
 
-    man["identity"] = fingerprint.identity(OmegaConf.load(rd / "config.yaml"), trainer_semantics=TRAINER_SEMANTICS,
+    man["identity"] = fingerprint.identity(OmegaConf.load(rd / "config.yaml"), EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS,
                                            data_fingerprint="fp-of-other-data")
     (rd / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(ConfigError, match="data_fingerprint: 'fp-of-other-data' -> 'fp-r2e-0-3500'"):

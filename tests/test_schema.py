@@ -1,4 +1,4 @@
-"""One schema for the trainer's keys (common.schema): the intended accept/reject values of every
+"""One schema for the trainer's keys (sft.config): the intended accept/reject values of every
 numeric key, checked through both real readers (launch's `validate`, sft's `from_dictconfig`); both
 readers call the schema (changing a rule changes both); a run configured before the schema refactor
 keeps its fingerprint, so it resumes."""
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from common import fields, fingerprint, schema
+from common import fields, fingerprint
 from common.cli import ConfigError
 from launch.compose import compose, validate
-from sft.config import from_dictconfig
+from sft.config import EXCLUDED_KEYS, TRAINER, from_dictconfig
 
 DATA = Path(__file__).with_name("data")
 TINY = 1e-9
@@ -41,7 +41,7 @@ CASES = [(k, v, True) for k, (ok, _) in TABLE.items() for v in ok] + [(k, v, Fal
 
 
 def test_the_table_covers_every_numeric_key():
-    assert set(TABLE) == {k for k, f in schema.TRAINER.items() if isinstance(f.rule, fields.Range)}
+    assert set(TABLE) == {k for k, f in TRAINER.items() if isinstance(f.rule, fields.Range)}
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def _sft_accepts(cfg) -> bool:
 
 @pytest.mark.parametrize("key,value,accepted", CASES, ids=[f"{k}={v!r}" for k, v, _ in CASES])
 def test_intended_values_through_launch_and_sft(base_cfg, key, value, accepted):
-    assert (schema.TRAINER[key].must(key, value) is None) is accepted
+    assert (TRAINER[key].must(key, value) is None) is accepted
     cfg = _with(base_cfg, key, value)
     assert _launch_accepts(cfg, key) is accepted, f"launch: {key}={value!r}"
     assert _sft_accepts(cfg) is accepted, f"sft: {key}={value!r}"
@@ -113,11 +113,11 @@ def test_data_keys_launch_and_data_prep_agree(base_cfg, key, good, bad):
 
 
 def test_launch_and_sft_both_read_the_one_schema(base_cfg, monkeypatch):
-    """Tightening one rule in common.schema changes what both readers accept."""
+    """Tightening one rule in sft.config changes what both readers accept."""
     cfg = _with(base_cfg, "train.lr", 0.5)
     assert _launch_accepts(cfg) and _sft_accepts(cfg)
-    tighter = fields.Range(dataclasses.replace(schema.TRAINER["train.lr"].rule.number, lo=1.0))
-    monkeypatch.setitem(schema.TRAINER, "train.lr", dataclasses.replace(schema.TRAINER["train.lr"], rule=tighter))
+    tighter = fields.Range(dataclasses.replace(TRAINER["train.lr"].rule.number, lo=1.0))
+    monkeypatch.setitem(TRAINER, "train.lr", dataclasses.replace(TRAINER["train.lr"], rule=tighter))
     assert not _launch_accepts(cfg)
     assert not _sft_accepts(cfg)
     with pytest.raises(ConfigError, match="train.lr must be a number > 1"):
@@ -137,11 +137,11 @@ def test_a_run_configured_before_the_schema_keeps_its_fingerprint():
     # Keys added since: issue 38's launcher.qos and each job kind's interpreter change no result (resumable:
     # excluded from the fingerprint), and each fingerprint.LATER_KEYS key is at its as-before value (left
     # out of it); the identity below is of the full config.
-    assert all(fingerprint._excluded(k, fingerprint.EXCLUDED_KEYS) for k in ("launcher.qos", "python"))
+    assert all(fingerprint._excluded(k, EXCLUDED_KEYS) for k in ("launcher.qos", "python"))
     plain["launcher"].pop("qos")
     plain.pop("python")
     # issue 64's model.license describes the model (the card's licence), never what is trained: excluded
-    assert fingerprint._excluded("model.license", fingerprint.EXCLUDED_KEYS)
+    assert fingerprint._excluded("model.license", EXCLUDED_KEYS)
     plain["model"].pop("license")
     for key, as_before in fingerprint.LATER_KEYS.items():
         section, leaf = key.rsplit(".", 1)
@@ -149,6 +149,6 @@ def test_a_run_configured_before_the_schema_keeps_its_fingerprint():
     assert plain == OmegaConf.to_container(old)
     extra = {"trainer_semantics": recorded["identity"]["trainer_semantics"],
              "data_fingerprint": recorded["identity"]["data_fingerprint"]}
-    assert fingerprint.identity(now, **extra) == recorded["identity"]
+    assert fingerprint.identity(now, EXCLUDED_KEYS, **extra) == recorded["identity"]
     trainer = from_dictconfig(old)   # the trainer reads the old file and fingerprints its raw config
-    assert fingerprint.identity(trainer.raw, **extra) == recorded["identity"]
+    assert fingerprint.identity(trainer.raw, EXCLUDED_KEYS, **extra) == recorded["identity"]

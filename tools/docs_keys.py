@@ -7,7 +7,7 @@ docs/keys/studies.md (included in docs/studies.md) is generated the same way fro
 study, its "differs from the reference" table (`common.study.Study.differences`).
 
 The sources are the ones each command's --help prints (common.keydoc): the field tables of the config
-modules (common/schema.py for both trainers' recipe keys).
+modules (sft/config.py SFT and rl/config.py GRPO for the trainers' recipe keys).
 """
 from __future__ import annotations
 
@@ -28,10 +28,12 @@ def tables() -> dict[str, dict]:
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
     from launch.analyze import KEYS as ANALYZE
+    from rl.config import GRPO
+    from sft.config import SFT
     from sft.export import KEYS as EXPORT
     from sft.verify import KEYS as VERIFY
 
-    return {"launch": schema.SFT, "launch stage=grpo": schema.GRPO, "data-prep": {**data_prep.KEYS, **schema.DATA},
+    return {"launch": SFT, "launch stage=grpo": GRPO, "data-prep": {**data_prep.KEYS, **schema.DATA},
             "data-prep heldout": data_prep.HELDOUT_KEYS, "data-prep check-heldout": data_prep.CHECK_KEYS,
             "evaluate": EVALUATE, "analyze": ANALYZE, "export-checkpoint": EXPORT, "verify-checkpoint": VERIFY,
             "serve-retriever": SERVER, "fetch-data": FETCH_DATA}
@@ -46,8 +48,8 @@ def pages() -> dict[str, str]:
 
     t = tables()
     sources = {
-        "launch": ("launch (SFT)", "common/schema.py SFT", sft_keys()),
-        "grpo": ("launch stage=grpo", "common/schema.py GRPO (defaults as composed for task=spa and the default model)",
+        "launch": ("launch (SFT)", "sft/config.py SFT", sft_keys()),
+        "grpo": ("launch stage=grpo", "rl/config.py GRPO (defaults as composed for task=spa and the default model)",
                  grpo_keys()),
         "data-prep": ("data-prep", "data_prep/cli.py KEYS + common/schema.py DATA", data_prep_keys()),
         "evaluate": ("evaluate", "evals/config.py KEYS", keydoc.from_table(t["evaluate"])),
