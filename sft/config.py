@@ -100,9 +100,10 @@ EXCLUDED_KEYS = excluded(SFT)   # the run fingerprint's: every key without the I
 
 
 def problems(cfg) -> list[str]:
-    """Every trainer key of `cfg` (a dict or an omegaconf config) that is missing or invalid (model.license
-    may be absent: a config written before it states no licence); launch checks a composed config with it."""
-    return must_problems(TRAINER, cfg, optional=("model.license",))
+    """Every trainer key of `cfg` (a dict or an omegaconf config) that is missing or invalid; launch checks a
+    composed config with it. A key without the IDENTITY role may be absent (a config.yaml written before it
+    existed, e.g. without model.license): it changes no result, the trainer reads its default."""
+    return must_problems(TRAINER, cfg, optional=[k for k, f in TRAINER.items() if IDENTITY not in f.roles])
 
 
 @dataclasses.dataclass
