@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 import io
-from types import SimpleNamespace
 
 from sft.console import StepConsole, format_line, parse_line
+
+
+def _train(**values):
+    """The trainer's train section as sft.train reads it (sft.config.TRAIN: `values`, the defaults for the rest)."""
+    from common.fields import section
+    from sft.config import TRAIN
+
+    return section(TRAIN, {"train": values}, "train")
 
 
 def _row(step, loss, **kw):
@@ -36,19 +43,19 @@ class _Stream(io.StringIO):
 
 def test_plain_lines_follow_log_every_and_rank():
     out = _Stream(tty=False)
-    con = StepConsole(SimpleNamespace(log_every=2), total=5, start=0, rank=0, desc="t", stream=out)
+    con = StepConsole(_train(log_every=2), total=5, start=0, rank=0, desc="t", stream=out)
     for s in range(1, 6):
         con.step(_row(s, 1.0 / s), logged=con.logged(s))
     con.close()
     assert [parse_line(x)["step"] for x in out.getvalue().splitlines()] == [2, 4, 5]   # and the last
     quiet = _Stream(tty=False)
-    StepConsole(SimpleNamespace(log_every=1), total=4, start=0, rank=1, desc="t", stream=quiet).step(_row(1, 1.0), logged=True)
+    StepConsole(_train(), total=4, start=0, rank=1, desc="t", stream=quiet).step(_row(1, 1.0), logged=True)
     assert quiet.getvalue() == ""
 
 
 def test_tty_bar_shows_the_current_step():
     out = _Stream(tty=True)
-    con = StepConsole(SimpleNamespace(log_every=1), total=3, start=0, rank=0, desc="t", stream=out)
+    con = StepConsole(_train(), total=3, start=0, rank=0, desc="t", stream=out)
     for s, loss in ((1, 3.0), (2, 2.0), (3, 1.2345)):
         con.step(_row(s, loss), logged=True)
         last = out.getvalue().split("\r")[-1]
