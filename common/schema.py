@@ -1,7 +1,7 @@
 """The recipe keys several stages share, defined once (common.fields): the run's (where it goes, how it
-starts), data_prep's `data:` section, the launcher's and the interpreters' (and evaluate's and GRPO's one
-`enable_thinking`). Each stage defines the sections it reads beside the code that reads them (sft.config:
-model, train and logging, with the console's cadence from sft.console; rl.config: GRPO's) and assembles its
+starts), the launcher's and the interpreters' (and evaluate's and GRPO's one `enable_thinking`). Each stage
+defines the sections it reads beside the code that reads them (data_prep.config: `data:`; sft.config: model,
+train and logging, with the console's cadence from sft.console; rl.config: GRPO's) and a trainer assembles its
 command's table from them and from these: `sft.config.SFT` is `launch`'s keys, `rl.config.GRPO` is `launch
 stage=grpo`'s; the recipes under recipes/ only override their defaults.
 """
@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common import thinking
-from common.fields import (CONTENT, IDENTITY, NONEMPTY, OUTPUT, PATH, PATHS, SOURCES, STATE, Field, Test, choice, count,
-                           field, flag, is_int, list_of, text)
+from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, choice, count, field, flag, is_int, text
 from common.layout import variant_name_problem
 
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
@@ -20,12 +19,7 @@ from common.layout import variant_name_problem
 #    a step is global_batch_size trajectories, a record split into several rows being one.
 TRAINER_SEMANTICS = 2
 
-# data_prep's vocabularies (its readers and renderer check the same tuples)
-REASONING_MODES = ("reasoning_content", "content")
-HISTORY_POLICIES = ("exact", "keep_as_rendered", "reject")
-THOUGHT_POLICIES = ("reject", "drop")
-
-_ID, _PATH, _PATH_CONTENT, _OUTPUT = (IDENTITY,), (PATH,), (PATH, CONTENT), (PATH, OUTPUT)
+_ID, _OUTPUT = (IDENTITY,), (PATH, OUTPUT)
 
 
 def _state(v) -> bool:
@@ -54,41 +48,6 @@ RUN: dict[str, Field] = {
     "resume": field("auto: continue from the latest complete state (same run identity) | never: rename the old run dir "
                     "aside, start over | PATH to a state dir", "auto", (PATH, STATE),
                     Test(_state, "auto, never or an existing state directory")),
-}
-
-# ---------------------------------------------------------------- data_prep's `data:` section (relative keys)
-DATA: dict[str, Field] = {
-    "kind": choice("hub | synthetic", "hub", ("hub", "synthetic"), _ID),
-    "n": count("trajectories per arm (mixed: n/2 + n/2)", 3500),
-    "epilogue": flag("dual terminator; false builds the single-terminator baseline", True, _ID),
-    "reasoning": choice("free-text thoughts before a call -> reasoning_content | content", "reasoning_content",
-                        REASONING_MODES, _ID),
-    "history_reasoning": choice("exact | keep_as_rendered (INEXACT: trains turns as the template rewrites them) | reject",
-                                "exact", HISTORY_POLICIES, _ID),
-    "thoughts": choice("thoughts a template can't render (Llama-3.1): reject | drop (INEXACT, counted)", "reject",
-                       THOUGHT_POLICIES, _ID),
-    "max_seq_len": count("tokens per trajectory; longer ones follow length_policy", 32768, lo=16),
-    "length_policy": choice("drop | truncate", "drop", ("drop", "truncate"), _ID),
-    "max_record_bytes": count("records larger than this (JSON bytes) rejected before rendering; null = 16 (truncate: 64) "
-                               "x max_seq_len", None, null=True),
-    "allow_fewer": flag("true: build with fewer than n usable records instead of failing", False, _ID),
-    "strict": flag("true: any rejected record fails the build (exit 1)", False, _ID),
-    "decontam": field("extra evaluation jsonl files to decontaminate against", [], (IDENTITY, PATH, PATHS)),
-    "decontam_bench_root": text("your own dir laid out as <bench>/*.jsonl: every record checked against all 7 benches",
-                                roles=(IDENTITY, PATH)),
-    "decontam_sets": field("named item sets (fetch-data names, fetched into $DTSFT_DATA on first use) to check against",
-                           [], _ID, list_of(lambda n: isinstance(n, str), "a list of data names such as [nq:seed42_1000]")),
-    "decontam_drop": flag("true: drop records that overlap an evaluation question (default: report them)", False, _ID),
-    "decontam_ngram": count("n-gram length of the overlap check", 13),
-    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [],
-                          (IDENTITY, PATH, SOURCES)),
-    "sources.search": field("search-arm sources, same form as sources.code", [], (IDENTITY, PATH, SOURCES)),
-    "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {},
-                       _ID),
-    "heldout": text("a `data-prep heldout` dir: every record whose content it holds is left out of the arm (rejected, "
-                    "reason heldout)", roles=_PATH_CONTENT),
-    "cache_root": text("null -> <runs_root>/_data", roles=_OUTPUT),
-    "dir": text("the dataset directory; launch fills it from the cache", roles=_PATH),
 }
 
 # ---------------------------------------------------------------- the launcher and the interpreters

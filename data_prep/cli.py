@@ -28,11 +28,11 @@ from omegaconf import OmegaConf
 from common import keydoc, schema
 from common.fields import field
 from common.cli import apply_overrides, require_int, run_cli, wants_help
-from data_prep.config import DATA_DEFAULTS
+from data_prep.config import DATA, DATA_DEFAULTS
 from data_prep.errors import DataPrepError
 
 # data-prep's own keys (common.fields; their values are checked where they are read, below); the data keys
-# are common.schema.DATA's, every SFT config's `data:` section.
+# are data_prep.config.DATA's, every SFT config's `data:` section.
 KEYS = {
     "arm": schema.RUN["arm"],   # launch's arm: which sources and mix
     "seed": field("record sampling and order", 0),
@@ -65,7 +65,7 @@ _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in LAUNCH_ONLY}
 
 def keys() -> list[keydoc.Key]:
     """Every data-prep key with its default and description (--help and docs/keys/data-prep.md)."""
-    return keydoc.from_table({**KEYS, **{k: f for k, f in schema.DATA.items() if k not in LAUNCH_ONLY}})
+    return keydoc.from_table({**KEYS, **{k: f for k, f in DATA.items() if k not in LAUNCH_ONLY}})
 
 
 def _main(argv: list[str]) -> int:

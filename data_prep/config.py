@@ -1,16 +1,57 @@
-"""data_prep's keys: the `data:` section of every SFT config, whose fields (default, rule, help) are
-common.schema.DATA's."""
+"""data_prep's keys: the `data:` section of every SFT config (`DATA`, relative keys: common.fields, each
+with its default, rule, help and roles; sft.config.SFT holds them as `data.KEY`), and their check."""
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from common import datafetch, keydoc, schema
+from common import datafetch, keydoc
 from common.cli import did_you_mean
-from common.fields import must_problems
+from common.fields import (CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, choice, count, field, flag, list_of,
+                           must_problems, text)
 from data_prep.errors import DataPrepError
 
-DATA_DEFAULTS: dict[str, Any] = keydoc.defaults(schema.DATA)
+# data_prep's vocabularies (its readers and renderer check the same tuples)
+REASONING_MODES = ("reasoning_content", "content")
+HISTORY_POLICIES = ("exact", "keep_as_rendered", "reject")
+THOUGHT_POLICIES = ("reject", "drop")
+_ID, _PATH, _PATH_CONTENT, _OUTPUT = (IDENTITY,), (PATH,), (PATH, CONTENT), (PATH, OUTPUT)
+
+DATA: dict[str, Field] = {
+    "kind": choice("hub | synthetic", "hub", ("hub", "synthetic"), _ID),
+    "n": count("trajectories per arm (mixed: n/2 + n/2)", 3500),
+    "epilogue": flag("dual terminator; false builds the single-terminator baseline", True, _ID),
+    "reasoning": choice("free-text thoughts before a call -> reasoning_content | content", "reasoning_content",
+                        REASONING_MODES, _ID),
+    "history_reasoning": choice("exact | keep_as_rendered (INEXACT: trains turns as the template rewrites them) | reject",
+                                "exact", HISTORY_POLICIES, _ID),
+    "thoughts": choice("thoughts a template can't render (Llama-3.1): reject | drop (INEXACT, counted)", "reject",
+                       THOUGHT_POLICIES, _ID),
+    "max_seq_len": count("tokens per trajectory; longer ones follow length_policy", 32768, lo=16),
+    "length_policy": choice("drop | truncate", "drop", ("drop", "truncate"), _ID),
+    "max_record_bytes": count("records larger than this (JSON bytes) rejected before rendering; null = 16 (truncate: 64) "
+                               "x max_seq_len", None, null=True),
+    "allow_fewer": flag("true: build with fewer than n usable records instead of failing", False, _ID),
+    "strict": flag("true: any rejected record fails the build (exit 1)", False, _ID),
+    "decontam": field("extra evaluation jsonl files to decontaminate against", [], (IDENTITY, PATH, PATHS)),
+    "decontam_bench_root": text("your own dir laid out as <bench>/*.jsonl: every record checked against all 7 benches",
+                                roles=(IDENTITY, PATH)),
+    "decontam_sets": field("named item sets (fetch-data names, fetched into $DTSFT_DATA on first use) to check against",
+                           [], _ID, list_of(lambda n: isinstance(n, str), "a list of data names such as [nq:seed42_1000]")),
+    "decontam_drop": flag("true: drop records that overlap an evaluation question (default: report them)", False, _ID),
+    "decontam_ngram": count("n-gram length of the overlap check", 13),
+    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [],
+                          (IDENTITY, PATH, SOURCES)),
+    "sources.search": field("search-arm sources, same form as sources.code", [], (IDENTITY, PATH, SOURCES)),
+    "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {},
+                       _ID),
+    "heldout": text("a `data-prep heldout` dir: every record whose content it holds is left out of the arm (rejected, "
+                    "reason heldout)", roles=_PATH_CONTENT),
+    "cache_root": text("null -> <runs_root>/_data", roles=_OUTPUT),
+    "dir": text("the dataset directory; launch fills it from the cache", roles=_PATH),
+}
+
+DATA_DEFAULTS: dict[str, Any] = keydoc.defaults(DATA)
 # Keys that never change the built dataset (left out of the cache key).
 NON_OUTPUT_KEYS = ("cache_root", "dir", "strict")
 
@@ -24,7 +65,7 @@ def problems(data_cfg: Any) -> list[str]:
         data_cfg = OmegaConf.to_container(data_cfg, resolve=True)
     out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
     cfg = {"data": {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}}
-    rules = {f"data.{k}": f for k, f in schema.DATA.items() if not k.startswith("sources.")}
+    rules = {f"data.{k}": f for k, f in DATA.items() if not k.startswith("sources.")}
     out += must_problems(rules, cfg)
     sets = cfg["data"]["decontam_sets"]   # names the data cache knows (the rule: a list of strings)
     return out + [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}" for n in sets

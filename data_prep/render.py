@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from common.io import sha256_text
-from common.schema import HISTORY_POLICIES, THOUGHT_POLICIES
+from data_prep.config import HISTORY_POLICIES, THOUGHT_POLICIES
 from data_prep.jinja_env import compile_template
 from data_prep.schema import ROW_SEP, RecordError
 from data_prep.terminators import epilogue_text
@@ -45,7 +45,7 @@ END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_tur
 # `reject`: quarantine records that need more than one row to be exact.
 # Thoughts a template cannot render (Llama-3.1: content beside a tool call, any reasoning_content):
 # `reject` the record (default) or `drop` them (the turn's tokens are counted inexact).
-# (HISTORY_POLICIES and THOUGHT_POLICIES: the data keys' values, defined with their fields in common.schema.)
+# (HISTORY_POLICIES and THOUGHT_POLICIES: the data keys' values, defined with their fields in data_prep.config.)
 _PROBE_Q, _PROBE_A, _PROBE_Q2 = "PROBE-QUESTION-7f3a", "PROBE-ANSWER-7f3a", "PROBE-NEXT-7f3a"
 
 

@@ -2,7 +2,8 @@
 
 The sections the trainer reads are defined here (model, train, logging: common.fields, each key's default,
 rule, help and roles; the console's cadence keys are sft.console's), and `SFT`, `launch`'s table, assembles
-them with the shared ones (common.schema: the run's, data_prep's `data:`, the launcher's, the interpreters').
+them with data_prep's `data:` (data_prep.config) and the shared ones (common.schema: the run's, the launcher's,
+the interpreters').
 
 `load_config` reads `<run_dir>/config.yaml`, applies optional `key=value` overrides and
 checks every value the trainer uses *before* any model or GPU work, so a typo fails in
@@ -21,7 +22,8 @@ from common.fields import (ABSENT, IDENTITY, MODEL as MODEL_ROLE, NONEMPTY, PATH
                            excluded, field, flag, list_of, must_problems, number, section, select, text)
 from common.plan import save_points as plan_save_points
 from common.plan import schedule
-from common.schema import DATA, LAUNCHER, PYTHON, RUN
+from common.schema import LAUNCHER, PYTHON, RUN
+from data_prep.config import DATA
 from common.schema import TRAINER_SEMANTICS  # noqa: F401  (sft.train reads it from here)
 from common.tiny import resolve_model_path
 from sft import console

@@ -22,9 +22,9 @@ def tables() -> dict[str, dict]:
     """command -> its key table ({key: common.fields.Field}): every command's keys, where they are defined
     (the pages below and tests/test_fields.py's check that no key is defined twice read them)."""
     sys.path.insert(0, str(ROOT))
-    from common import schema
     from common.datafetch import KEYS as FETCH_DATA
     from data_prep import cli as data_prep
+    from data_prep.config import DATA
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
     from launch.analyze import KEYS as ANALYZE
@@ -33,7 +33,7 @@ def tables() -> dict[str, dict]:
     from sft.export import KEYS as EXPORT
     from sft.verify import KEYS as VERIFY
 
-    return {"launch": SFT, "launch stage=grpo": GRPO, "data-prep": {**data_prep.KEYS, **schema.DATA},
+    return {"launch": SFT, "launch stage=grpo": GRPO, "data-prep": {**data_prep.KEYS, **DATA},
             "data-prep heldout": data_prep.HELDOUT_KEYS, "data-prep check-heldout": data_prep.CHECK_KEYS,
             "evaluate": EVALUATE, "analyze": ANALYZE, "export-checkpoint": EXPORT, "verify-checkpoint": VERIFY,
             "serve-retriever": SERVER, "fetch-data": FETCH_DATA}
@@ -51,7 +51,7 @@ def pages() -> dict[str, str]:
         "launch": ("launch (SFT)", "sft/config.py SFT", sft_keys()),
         "grpo": ("launch stage=grpo", "rl/config.py GRPO (defaults as composed for task=spa and the default model)",
                  grpo_keys()),
-        "data-prep": ("data-prep", "data_prep/cli.py KEYS + common/schema.py DATA", data_prep_keys()),
+        "data-prep": ("data-prep", "data_prep/cli.py KEYS + data_prep/config.py DATA", data_prep_keys()),
         "evaluate": ("evaluate", "evals/config.py KEYS", keydoc.from_table(t["evaluate"])),
         "analyze": ("analyze", "launch/analyze.py KEYS", keydoc.from_table(t["analyze"])),
         "export-checkpoint": ("export-checkpoint", "sft/export.py KEYS", keydoc.from_table(t["export-checkpoint"])),

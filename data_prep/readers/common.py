@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from common.schema import REASONING_MODES  # data.reasoning's values, defined with its field
+from data_prep.config import REASONING_MODES  # data.reasoning's values, defined with its field
 from data_prep.schema import RecordError, strip_none, tool_call
 
 _FUNC_RE = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.DOTALL)
