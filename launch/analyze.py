@@ -79,6 +79,8 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None),
+    "slurm.jobs_file": field("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
+                             "submits are added, named after its own (report.eval, report.aggregate)", None),
     "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
                               "training array 5001; null: none); one that can never be met cancels the job", None),
     "eval_tasks": field("set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "

@@ -208,10 +208,28 @@ def submit(req, jobs: list[EvalJob]) -> None:
                                             j.notes[0].split(": ")[0]) + f", after {j.waits or 'nothing'})"
              for j in plan[:-1]]
     every = ",".join(ids.values())
+    if cfg.slurm.jobs_file:   # a study's analyze job: its submissions join the study's job ids
+        record_jobs(Path(cfg.slurm.jobs_file), ids, os.environ.get("SLURM_JOB_ID"))
     print(f"[analyze] submitted the evaluation job(s) {'; '.join(shown)} and the aggregation as job {ids['aggregate']} "
           f"(afterany:{':'.join(ids[j.name] for j in plan[:-1])}); plan and logs in {where}\n"
           f"[analyze] watch: squeue -j {every}   (when done: sacct -j {every})", flush=True)
     return ids
+
+
+def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -> None:
+    """Add `ids` (job name -> id) to `path`, a study's jobs.json, under a lock on its directory (the study and
+    the analyze job it submitted both write it, in either order); `submitter`: the id of the job that submitted
+    them, whose name there prefixes theirs (`report.eval`; `analyze.eval` when the file does not name it)."""
+    import fcntl
+
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held = read_json_object(path) if path.is_file() else {}
+        name = next((k for k, v in held.items() if v == submitter), "analyze") if submitter else None
+        write_json(path, {**held, **{f"{name}.{k}" if name else k: v for k, v in ids.items()}})
+    finally:
+        os.close(fd)
 
 
 def _read_task(path: Path) -> dict:
