@@ -110,27 +110,10 @@ analyze: transfer curves, tables and a report from a sweep of runs.
           [key=value ...]   (every key and its default below; eval.KEY=V: any other evaluate key)
   analyze CONFIG.yaml   (a resolved config file of these keys: what the Slurm aggregation job runs)
 
-Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench not yet evaluated
-under the evaluation identity asked for (checkpoint content + settings; a result of another identity is
-re-evaluated, the old one renamed aside), and the anchor once (prompt=anchor_nudge, as step 0); bad
-evaluation settings are refused before anything runs. Then writes to `out`:
-results.parquet/.csv (tidy: arm, seed, step, bench, metric, value, n), figures/*.pdf|png,
-tables/*.md|tex, report.md (with provenance and every missing point) and report.html (the same, plus
-every trajectory and a paired view of two checkpoints; its data in report_data/, loaded on demand from disk).
-A checkpoint × bench whose evaluation fails is a gap (never an older result of it): the report's first line
-says PARTIAL, each reason goes to stderr and analyze exits 4 (allow_failed=true: 0).
-evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
-eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
-Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
-launcher=slurm evaluates on a Slurm cluster instead: one array task per checkpoint still to evaluate
-(slurm.gpus_per_task GPUs each, at most slurm.concurrency at once, requeue-safe; warned before the time
-limit, a task stops and requeues itself while it makes progress), then an aggregation job (afterany) that
-writes the report, failed tasks listed as gaps; slurm.runs=[DIR,...]: one job per run instead, each after
-its slurm.runs_after dependency (launch/eval_slurm.py; docs/how-to/slurm.md).
-study=NAME (recipes/study/NAME.yaml, or a path) adds tables/reference.md|tex: the study's published
-numbers, labelled "reported", beside the values measured here (never part of a CI).
-Evaluation keys (n, seed, backend, ...) go to the evals harness;
-eval.KEY=VALUE passes any other harness key.
+Evaluates every checkpoint x bench (and the anchor once, as step 0) not yet evaluated under the evaluation
+identity asked for, here or as Slurm jobs (launcher=slurm), then writes results.parquet/.csv, figures/,
+tables/, report.md and report.html to `out`. A failed evaluation is a listed gap: the report says PARTIAL
+and analyze exits 4 (allow_failed=true: 0). docs/stages/analyze.md says the rest.
 
 Keys (key=default  description):
 """
