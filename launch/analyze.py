@@ -21,7 +21,7 @@ from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write
 from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
-from common.fields import Passed, field
+from common.fields import Passed, field, number
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
 from launch import preflight
@@ -66,9 +66,10 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                                     "(refused otherwise, naming the setting)", False),
     "study": field("a study file (name or path): its reference_results shown beside ours (tables/reference.*)", None),
     "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local"),
-    "slurm.gpus_per_task": field("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
-                                 "with backend=vllm), 1 by default", None),
-    "slurm.concurrency": field("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None),
+    "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
+                                  "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
+    "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
+                                integer=True, null=True),
     "slurm.partition": field("launcher=slurm: --partition (null: the cluster's default)", None),
     "slurm.time": field("launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)", None),
     "slurm.account": field("launcher=slurm: --account", None),
@@ -208,6 +209,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
 
         req.study = load_study(str(cfg.study))
         expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
+    if bad := [why for k, f in KEYS.items() if k.startswith("slurm.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
+        raise AnalysisError("; ".join(bad))   # the slurm keys' rules (their fields')
     check_launcher(cfg)
     check_axis(str(cfg.axis))
     if cfg.power.pilot:

@@ -47,12 +47,7 @@ def check_launcher(cfg: DictConfig) -> None:
 
     if cfg.launcher not in LAUNCHERS:
         raise AnalysisError(f"launcher={cfg.launcher!r}: expected local or slurm")
-    s = cfg.slurm
-    gpus, k = s.gpus_per_task, s.concurrency
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
-        raise AnalysisError(f"slurm.gpus_per_task={gpus!r}: expected an integer >= 0, or null (from eval.data_parallel)")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise AnalysisError(f"slurm.concurrency={k!r}: expected an integer >= 1 (array tasks at once), or null")
+    s = cfg.slurm   # (gpus_per_task and concurrency: their fields' rules, launch.analyze.request)
     runs, after = s.runs, s.runs_after
     if runs is not None and (isinstance(runs, (str, int)) or not runs or not all(isinstance(r, str) and r for r in runs)):
         raise AnalysisError(f"slurm.runs={runs!r}: expected a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")
@@ -118,17 +113,19 @@ def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob
     return str(path)
 
 
-def _evaluation(cfg: DictConfig, name: str, configs: list[str], notes: list[str], gpus: int, needs: Needs,
-                waits: str | None) -> Job:
-    """An evaluation job (an array when `name` is `eval`): python.eval runs launch.eval_jobs on each config."""
-    from common.interpreter import interpreter
+def _evaluation(req, name: str, configs: list[str], notes: list[str], waits: str | None) -> Job:
+    """An evaluation job (an array when `name` is `eval`): python.eval runs launch.eval_jobs on each config; it
+    needs the data evaluate reads and what its backend imports."""
+    from common.interpreter import eval_needs, interpreter
     from launch.slurm import Cluster
 
-    array = name == "eval"
+    cfg, opts, array = req.cfg, req.eval_opts, name == "eval"
+    data = tuple(str(opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if opts.get(k))
+    needs = Needs(data=data, modules=tuple(eval_needs(eval_backend(opts, cfg.profile or None))))
     return Job(name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
                python=interpreter(cfg.python, "eval"), cluster=Cluster.of(cfg.slurm), needs=needs, notes=tuple(notes),
-               resources=Resources(gpus_per_node=gpus, signal=WARNING, at_once=cfg.slurm.concurrency if array else None),
-               waits=waits)
+               resources=Resources(gpus_per_node=task_gpus(cfg, opts), signal=WARNING,
+                                   at_once=cfg.slurm.concurrency if array else None), waits=waits)
 
 
 def _aggregation(cfg: DictConfig, plan: Path, configs: list[str], after: tuple[str, ...]) -> Job:
@@ -145,21 +142,13 @@ def _aggregation(cfg: DictConfig, plan: Path, configs: list[str], after: tuple[s
                needs=Needs(modules=("pandas",)), notes=("the report, from the evaluation jobs' outcomes",))
 
 
-def _needs(cfg: DictConfig, eval_opts: dict[str, Any]) -> Needs:
-    from common.interpreter import eval_needs
-
-    data = tuple(str(eval_opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if eval_opts.get(k))
-    return Needs(data=data, modules=tuple(eval_needs(eval_backend(eval_opts, cfg.profile or None))))
-
-
 def array_plan(req, plan: Path, jobs: list[EvalJob]) -> list[Job]:
     """The checkpoints still to evaluate (`jobs`, planned here) as Jobs: one array, task i evaluating jobs[i]
     (after `slurm.after`), then the aggregation after it (afterany). The configs are written under `plan`."""
     cfg = req.cfg
     configs = [_task(req, plan, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time "
                      f"or not run; see {plan}/slurm-eval-*_{i}.out)", planned=[j]) for i, j in enumerate(jobs)]
-    evals = _evaluation(cfg, "eval", configs, [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs],
-                        task_gpus(cfg, req.eval_opts), _needs(cfg, req.eval_opts), cfg.slurm.after)
+    evals = _evaluation(req, "eval", configs, [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs], cfg.slurm.after)
     return [evals, _aggregation(cfg, plan, configs, ("eval",))]
 
 
@@ -172,7 +161,6 @@ def runs_plan(req, plan: Path, after: list) -> list[Job]:
     cfg = req.cfg
     entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(cfg.slurm.runs, after))]
     entries += [("the anchor", None, req.anchor, None)] if req.anchor is not None else []
-    gpus, needs = task_gpus(cfg, req.eval_opts), _needs(cfg, req.eval_opts)
     jobs, configs = [], []
     for i, (who, run, anchor_, dep) in enumerate(entries):
         name, what = f"eval-run-{i}", f"{who} ({run or anchor_})"
@@ -182,8 +170,8 @@ def runs_plan(req, plan: Path, after: list) -> list[Job]:
                              "time or not run; see its slurm-*.out log)",
                              discover={"run": run, "anchor": anchor_, "runs_root": str(cfg.runs_root),
                                        "profile": req.profile, "benches": list(req.benches), "prompt": cfg.eval.prompt}))
-        job = _evaluation(cfg, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by evaluation "
-                                                    "identity"], gpus, needs, dep if isinstance(dep, str) else None)
+        job = _evaluation(req, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by evaluation "
+                                                    "identity"], dep if isinstance(dep, str) else None)
         jobs.append(replace(job, after=(dep[0],), after_task=dep[1]) if isinstance(dep, tuple) else job)
     return [*jobs, _aggregation(cfg, plan, configs, tuple(j.name for j in jobs))]
 
