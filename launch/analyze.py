@@ -45,13 +45,13 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "power.pilot": field("a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
                          "items needed for power.power at power.effect and the design's minimum detectable effect, "
                          "then exit (analysis/power.py states the variance model)", None),
-    "power.effect": field("the target effect (difference to the anchor in the metric's units)", 0.042),
-    "power.power": field("the target power", 0.8),
-    "power.alpha": field("the two-sided test level", 0.05),
+    "power.effect": number("the target effect (difference to the anchor in the metric's units; not 0)", 0.042),
+    "power.power": number("the target power", 0.8, lo=0, hi=1, lo_open=True, hi_open=True),
+    "power.alpha": number("the two-sided test level", 0.05, lo=0, hi=1, lo_open=True, hi_open=True),
     "power.metric": field("the per-item metric the power is for", "em"),
-    "power.seed_sd": field("the seed SD assumed when the pilot has one seed (it cannot be estimated from it)", 0.0),
-    "power.max_seeds": field("the items needed are listed for 1..max_seeds seeds; the recommendation stays within it, "
-                             "else the report names the fewest seeds that reach the target", 10),
+    "power.seed_sd": number("the seed SD assumed when the pilot has one seed (it cannot be estimated from it)", 0.0, lo=0),
+    "power.max_seeds": number("the items needed are listed for 1..max_seeds seeds; the recommendation stays within it, "
+                              "else the report names the fewest seeds that reach the target", 10, lo=1, integer=True),
     "power.design_items": field("the current design's items per bench (null: the pilot's)", None),
     "power.design_seeds": field("the current design's seeds (null: the pilot's)", None),
     "axis": field("x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
@@ -137,12 +137,9 @@ def power_report(cfg: DictConfig, benches: list[str] | None, profile: str | None
     """`analyze power.pilot=...`: the design-power answer (analysis.power), printed."""
     from analysis import power
 
-    p = cfg.power
-    for key, value, ok in (("power.power", p.power, 0 < p.power < 1), ("power.alpha", p.alpha, 0 < p.alpha < 1),
-                           ("power.effect", p.effect, p.effect != 0), ("power.max_seeds", p.max_seeds, p.max_seeds >= 1),
-                           ("power.seed_sd", p.seed_sd, p.seed_sd >= 0)):
-        if not ok:
-            raise AnalysisError(f"{key}={value}: out of range")
+    p = cfg.power   # its keys' values were checked by their fields' rules (request)
+    if p.effect == 0:
+        raise AnalysisError("power.effect=0: out of range (the effect to detect is not 0)")
     pilots = power.read_pilots(Path(p.pilot), benches, str(p.metric), profile,
                                Path(cfg.anchor_dir) if cfg.anchor_dir else None)
     return power.report(pilots, effect=float(p.effect), target=float(p.power), alpha=float(p.alpha),
@@ -209,8 +206,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
 
         req.study = load_study(str(cfg.study))
         expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
-    if bad := [why for k, f in KEYS.items() if k.startswith("slurm.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
-        raise AnalysisError("; ".join(bad))   # the slurm keys' rules (their fields')
+    if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
+        raise AnalysisError("; ".join(bad))   # analyze's own keys' rules (their fields'; eval.*: evaluate's, below)
     check_launcher(cfg)
     check_axis(str(cfg.axis))
     if cfg.power.pilot:
