@@ -1,15 +1,15 @@
 """Evaluation identity, per bench: what produced a bench's rows in an out dir.
 
-identity(bench) = the checkpoint's content digest (its `SHA256SUMS`; a local dir without one gets
-the same sums computed; a hub id: id + resolved revision) + every `evaluate` key except the
-operational ones below (the engine settings resolved for the host: dtype, and for vLLM enforce_eager
-and prefix caching) + that bench's n, seed and bench-file digest (+ the backend for a bench that
-samples: its kind says when, evals.registry). The checkpoint path is
-recorded beside it but not hashed: moving a runs tree does not invalidate its evals.
-
-`meta.json` records each bench's identity; every `<bench>.jsonl` row carries its digest; an out
-dir holds one identity per bench (another one is refused unless `overwrite=true`, which renames
-the old outputs aside with common.io.replace_aside).
+identity(bench) = the checkpoint's content digest (its `SHA256SUMS`; a local dir without one gets the same
+sums computed; a hub id: id + resolved revision) + every `evaluate` key with the IDENTITY role as it is
+(evals.config.KEYS; a key of one bench's kind enters no other bench's: evals.registry's key_prefix) + the
+ENGINE settings as this host resolves them (dtype; for vLLM enforce_eager and prefix caching) + the CONTENT
+keys through what they name (the corpus, an e5 encoder and index, that bench's n, seed, item set and file
+digest) (+ the backend for a bench that samples: its kind says when). Keys with none of these roles are
+operational. The checkpoint path is recorded beside it but not hashed: moving a runs tree does not
+invalidate its evals. `meta.json` records each bench's identity; every `<bench>.jsonl` row carries its
+digest; an out dir holds one identity per bench (another one is refused unless `overwrite=true`, which
+renames the old outputs aside with common.io.replace_aside).
 """
 from __future__ import annotations
 
@@ -20,14 +20,6 @@ from common import datafetch, fingerprint
 from common.fields import IDENTITY
 from common.io import dir_identity, sha256_file, sha256_text
 from evals.errors import EvalError
-
-# Which evaluate keys enter the `evaluate` part of the identity as they are: those with the IDENTITY role
-# (evals.config.KEYS). The others are operational (how fast or where, never the result), enter through the
-# engine settings resolved for the host (ENGINE: evals.backends.engine_settings, the vLLM ones only for
-# backend=vllm), or through content identities (CONTENT: the checkpoint digest, and per bench its n, seed
-# and file digest; `corpus` is a file, `sets` names each bench's item set, recorded with its source,
-# `heldout` is a teacher-forced bench's source, its manifest's digest).
-# Keys that belong to one bench only enter no other bench's identity (a kind's `key_prefix`, evals.registry).
 
 
 class IdentityError(EvalError):

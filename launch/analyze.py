@@ -21,12 +21,12 @@ from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write
 from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
-from common.fields import Passed, field
+from common.fields import Passed, field, number
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
 from launch import preflight
 from launch.errors import LaunchError
-from launch.eval_slurm import check_launcher, eval_backend, submit_analysis, submit_runs, tasks_report
+from launch.eval_slurm import check_launcher, eval_backend, submit, tasks_report
 from launch.evaluation import (EvalReport, Evaluator, Harness, check_anchor_identity, check_settings, check_templates,
                                harness, plan, run_jobs)
 
@@ -45,13 +45,13 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "power.pilot": field("a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
                          "items needed for power.power at power.effect and the design's minimum detectable effect, "
                          "then exit (analysis/power.py states the variance model)", None),
-    "power.effect": field("the target effect (difference to the anchor in the metric's units)", 0.042),
-    "power.power": field("the target power", 0.8),
-    "power.alpha": field("the two-sided test level", 0.05),
+    "power.effect": number("the target effect (difference to the anchor in the metric's units; not 0)", 0.042),
+    "power.power": number("the target power", 0.8, lo=0, hi=1, lo_open=True, hi_open=True),
+    "power.alpha": number("the two-sided test level", 0.05, lo=0, hi=1, lo_open=True, hi_open=True),
     "power.metric": field("the per-item metric the power is for", "em"),
-    "power.seed_sd": field("the seed SD assumed when the pilot has one seed (it cannot be estimated from it)", 0.0),
-    "power.max_seeds": field("the items needed are listed for 1..max_seeds seeds; the recommendation stays within it, "
-                             "else the report names the fewest seeds that reach the target", 10),
+    "power.seed_sd": number("the seed SD assumed when the pilot has one seed (it cannot be estimated from it)", 0.0, lo=0),
+    "power.max_seeds": number("the items needed are listed for 1..max_seeds seeds; the recommendation stays within it, "
+                              "else the report names the fewest seeds that reach the target", 10, lo=1, integer=True),
     "power.design_items": field("the current design's items per bench (null: the pilot's)", None),
     "power.design_seeds": field("the current design's seeds (null: the pilot's)", None),
     "axis": field("x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
@@ -66,9 +66,10 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                                     "(refused otherwise, naming the setting)", False),
     "study": field("a study file (name or path): its reference_results shown beside ours (tables/reference.*)", None),
     "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local"),
-    "slurm.gpus_per_task": field("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
-                                 "with backend=vllm), 1 by default", None),
-    "slurm.concurrency": field("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None),
+    "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
+                                  "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
+    "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
+                                integer=True, null=True),
     "slurm.partition": field("launcher=slurm: --partition (null: the cluster's default)", None),
     "slurm.time": field("launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)", None),
     "slurm.account": field("launcher=slurm: --account", None),
@@ -79,6 +80,8 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None),
+    "slurm.jobs_file": field("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
+                             "submits are added, named after its own (report.eval, report.aggregate)", None),
     "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
                               "training array 5001; null: none); one that can never be met cancels the job", None),
     "eval_tasks": field("set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "
@@ -108,27 +111,10 @@ analyze: transfer curves, tables and a report from a sweep of runs.
           [key=value ...]   (every key and its default below; eval.KEY=V: any other evaluate key)
   analyze CONFIG.yaml   (a resolved config file of these keys: what the Slurm aggregation job runs)
 
-Discovers <runs_root>/<arm>/[<name>/]seed<seed>/ runs, evaluates every checkpoint × bench not yet evaluated
-under the evaluation identity asked for (checkpoint content + settings; a result of another identity is
-re-evaluated, the old one renamed aside), and the anchor once (prompt=anchor_nudge, as step 0); bad
-evaluation settings are refused before anything runs. Then writes to `out`:
-results.parquet/.csv (tidy: arm, seed, step, bench, metric, value, n), figures/*.pdf|png,
-tables/*.md|tex, report.md (with provenance and every missing point) and report.html (the same, plus
-every trajectory and a paired view of two checkpoints; its data in report_data/, loaded on demand from disk).
-A checkpoint × bench whose evaluation fails is a gap (never an older result of it): the report's first line
-says PARTIAL, each reason goes to stderr and analyze exits 4 (allow_failed=true: 0).
-evaluate=false only aggregates. profile=NAME evaluates with recipes/eval/NAME.yaml into (and reads)
-eval/NAME/ dirs, flags item counts that differ from its reference sizes, and benches defaults to its own.
-Every analysis with a run's step-0 (or anchor) and later evaluations writes tables/prepost.md|tex.
-launcher=slurm evaluates on a Slurm cluster instead: one array task per checkpoint still to evaluate
-(slurm.gpus_per_task GPUs each, at most slurm.concurrency at once, requeue-safe; warned before the time
-limit, a task stops and requeues itself while it makes progress), then an aggregation job (afterany) that
-writes the report, failed tasks listed as gaps; slurm.runs=[DIR,...]: one job per run instead, each after
-its slurm.runs_after dependency (launch/eval_slurm.py; docs/how-to/slurm.md).
-study=NAME (recipes/study/NAME.yaml, or a path) adds tables/reference.md|tex: the study's published
-numbers, labelled "reported", beside the values measured here (never part of a CI).
-Evaluation keys (n, seed, backend, ...) go to the evals harness;
-eval.KEY=VALUE passes any other harness key.
+Evaluates every checkpoint x bench (and the anchor once, as step 0) not yet evaluated under the evaluation
+identity asked for, here or as Slurm jobs (launcher=slurm), then writes results.parquet/.csv, figures/,
+tables/, report.md and report.html to `out`. A failed evaluation is a listed gap: the report says PARTIAL
+and analyze exits 4 (allow_failed=true: 0). docs/stages/analyze.md says the rest.
 
 Keys (key=default  description):
 """
@@ -151,12 +137,9 @@ def power_report(cfg: DictConfig, benches: list[str] | None, profile: str | None
     """`analyze power.pilot=...`: the design-power answer (analysis.power), printed."""
     from analysis import power
 
-    p = cfg.power
-    for key, value, ok in (("power.power", p.power, 0 < p.power < 1), ("power.alpha", p.alpha, 0 < p.alpha < 1),
-                           ("power.effect", p.effect, p.effect != 0), ("power.max_seeds", p.max_seeds, p.max_seeds >= 1),
-                           ("power.seed_sd", p.seed_sd, p.seed_sd >= 0)):
-        if not ok:
-            raise AnalysisError(f"{key}={value}: out of range")
+    p = cfg.power   # its keys' values were checked by their fields' rules (request)
+    if p.effect == 0:
+        raise AnalysisError("power.effect=0: out of range (the effect to detect is not 0)")
     pilots = power.read_pilots(Path(p.pilot), benches, str(p.metric), profile,
                                Path(cfg.anchor_dir) if cfg.anchor_dir else None)
     return power.report(pilots, effect=float(p.effect), target=float(p.power), alpha=float(p.alpha),
@@ -223,6 +206,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
 
         req.study = load_study(str(cfg.study))
         expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
+    if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
+        raise AnalysisError("; ".join(bad))   # analyze's own keys' rules (their fields'; eval.*: evaluate's, below)
     check_launcher(cfg)
     check_axis(str(cfg.axis))
     if cfg.power.pilot:
@@ -247,7 +232,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
         print(power_report(cfg, benches if cfg.benches else None, profile))
         return None
     if cfg.launcher == "slurm" and cfg.slurm.runs is not None and not cfg.eval_tasks:
-        submit_runs(req)   # each run's job plans its own checkpoints
+        submit(req, [])   # each run's job plans its own checkpoints
         return None
     runs = discover_runs(root, profile)
     if not runs and anchor is None and not cfg.dry_run and not anchor_eval_dir(anchor_dir, profile).is_dir():
@@ -264,7 +249,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
             print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
                   + OmegaConf.to_yaml(resolved).rstrip())
     if cfg.launcher == "slurm" and jobs:   # the evaluations go to a job array; its aggregation job writes the report
-        submit_analysis(cfg, jobs, eval_opts, anchor_dir)
+        submit(req, jobs)
         return None
     if cfg.dry_run:
         return None

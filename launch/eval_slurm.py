@@ -7,9 +7,11 @@ evaluation), or with `slurm.runs` one job per run, `eval-run-<i>`, each after it
 the run's checkpoints when it starts; then `aggregate`, after all of them however they ended, running
 `python -m launch.analyze analyze.yaml` (this request with `eval_tasks=` the evaluation configs: it evaluates
 nothing, and a job that failed or wrote no outcome is a gap). Every evaluation job's config has one format
-(`_task`). A job asks the harness what is left before it loads a model, so a requeued one resumes or exits 0;
-warned before its time limit (`--signal=B:USR1@120`) it stops, keeping its rows, and requeues itself while it
-makes progress (`evaluate_segment`).
+(`_task`): the checkpoints planned at submission (an array task's one) and the run or anchor whose checkpoints
+it finds when it starts (a run's job), run and reported by one code path (`run_task`, `tasks_report`). A job
+asks the harness what is left before it loads a model, so a requeued one resumes or exits 0; warned before
+its time limit (`--signal=B:USR1@120`) it stops, keeping its rows, and requeues itself while it makes
+progress (`evaluate_segment`).
 """
 from __future__ import annotations
 
@@ -45,12 +47,7 @@ def check_launcher(cfg: DictConfig) -> None:
 
     if cfg.launcher not in LAUNCHERS:
         raise AnalysisError(f"launcher={cfg.launcher!r}: expected local or slurm")
-    s = cfg.slurm
-    gpus, k = s.gpus_per_task, s.concurrency
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
-        raise AnalysisError(f"slurm.gpus_per_task={gpus!r}: expected an integer >= 0, or null (from eval.data_parallel)")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise AnalysisError(f"slurm.concurrency={k!r}: expected an integer >= 1 (array tasks at once), or null")
+    s = cfg.slurm   # (gpus_per_task and concurrency: their fields' rules, launch.analyze.request)
     runs, after = s.runs, s.runs_after
     if runs is not None and (isinstance(runs, (str, int)) or not runs or not all(isinstance(r, str) and r for r in runs)):
         raise AnalysisError(f"slurm.runs={runs!r}: expected a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")
@@ -106,26 +103,29 @@ def _plan_dir(cfg: DictConfig, kind: str) -> Path:
     return plan
 
 
-def _task(plan: Path, name: str, what: str, gap: str, eval_opts: dict[str, Any], anchor_dir: Path, **kind) -> str:
-    """Write one evaluation job's config (the one format: `checkpoint=` a planned evaluation, or `discover=`
-    a run's / the anchor's checkpoints found when the job starts); its path."""
+def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob] = (), discover: dict | None = None) -> str:
+    """Write one evaluation job's config (the one format: the checkpoints `planned` at submission, and a run's
+    or the anchor's to `discover` when the job starts); its path."""
     path = plan / f"{name}.json"
-    write_json(path, {"name": what, "eval_opts": eval_opts, "anchor_dir": str(Path(anchor_dir).resolve()),
-                      "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap, **kind})
+    write_json(path, {"name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
+                      "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
+                      "planned": [_job_record(j) for j in planned], "discover": discover})
     return str(path)
 
 
-def _evaluation(cfg: DictConfig, name: str, configs: list[str], notes: list[str], gpus: int, needs: Needs,
-                waits: str | None) -> Job:
-    """An evaluation job (an array when `name` is `eval`): python.eval runs launch.eval_jobs on each config."""
-    from common.interpreter import interpreter
+def _evaluation(req, name: str, configs: list[str], notes: list[str], waits: str | None) -> Job:
+    """An evaluation job (an array when `name` is `eval`): python.eval runs launch.eval_jobs on each config; it
+    needs the data evaluate reads and what its backend imports."""
+    from common.interpreter import eval_needs, interpreter
     from launch.slurm import Cluster
 
-    array = name == "eval"
+    cfg, opts, array = req.cfg, req.eval_opts, name == "eval"
+    data = tuple(str(opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if opts.get(k))
+    needs = Needs(data=data, modules=tuple(eval_needs(eval_backend(opts, cfg.profile or None))))
     return Job(name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
                python=interpreter(cfg.python, "eval"), cluster=Cluster.of(cfg.slurm), needs=needs, notes=tuple(notes),
-               resources=Resources(gpus_per_node=gpus, signal=WARNING, at_once=cfg.slurm.concurrency if array else None),
-               waits=waits)
+               resources=Resources(gpus_per_node=task_gpus(cfg, opts), signal=WARNING,
+                                   at_once=cfg.slurm.concurrency if array else None), waits=waits)
 
 
 def _aggregation(cfg: DictConfig, plan: Path, configs: list[str], after: tuple[str, ...]) -> Job:
@@ -142,37 +142,14 @@ def _aggregation(cfg: DictConfig, plan: Path, configs: list[str], after: tuple[s
                needs=Needs(modules=("pandas",)), notes=("the report, from the evaluation jobs' outcomes",))
 
 
-def _needs(cfg: DictConfig, eval_opts: dict[str, Any]) -> Needs:
-    from common.interpreter import eval_needs
-
-    data = tuple(str(eval_opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if eval_opts.get(k))
-    return Needs(data=data, modules=tuple(eval_needs(eval_backend(eval_opts, cfg.profile or None))))
-
-
-def _submit(cfg: DictConfig, plan: list[Job], where: Path) -> dict[str, str] | None:
-    from launch.slurm import SlurmRunner
-
-    runner = SlurmRunner("analyze launcher=slurm")
-    if cfg.dry_run:
-        dry_run(plan, runner, where)
-        return None
-    return runner.run(plan, where)
-
-
-def submit_analysis(cfg: DictConfig, jobs: list[EvalJob], eval_opts: dict[str, Any], anchor_dir: Path) -> None:
-    """The evaluations as one job array (one config per checkpoint), then the aggregation."""
-    plan = _plan_dir(cfg, "analyze")
-    configs = [_task(plan, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time or "
-                     f"not run; see {plan}/slurm-eval-*_{i}.out)", eval_opts, anchor_dir, checkpoint=_job_record(j))
-               for i, j in enumerate(jobs)]
-    evals = _evaluation(cfg, "eval", configs, [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs],
-                        task_gpus(cfg, eval_opts), _needs(cfg, eval_opts), cfg.slurm.after)
-    ids = _submit(cfg, [evals, _aggregation(cfg, plan, configs, ("eval",))], plan)
-    if ids is not None:
-        array, agg = ids["eval"], ids["aggregate"]
-        print(f"[analyze] submitted {len(jobs)} evaluation(s) as Slurm job array {array} and the aggregation as "
-              f"job {agg} (afterany:{array}); plan and logs in {plan}\n"
-              f"[analyze] watch: squeue -j {array},{agg}   (when done: sacct -j {array},{agg})", flush=True)
+def array_plan(req, plan: Path, jobs: list[EvalJob]) -> list[Job]:
+    """The checkpoints still to evaluate (`jobs`, planned here) as Jobs: one array, task i evaluating jobs[i]
+    (after `slurm.after`), then the aggregation after it (afterany). The configs are written under `plan`."""
+    cfg = req.cfg
+    configs = [_task(req, plan, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time "
+                     f"or not run; see {plan}/slurm-eval-*_{i}.out)", planned=[j]) for i, j in enumerate(jobs)]
+    evals = _evaluation(req, "eval", configs, [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs], cfg.slurm.after)
+    return [evals, _aggregation(cfg, plan, configs, ("eval",))]
 
 
 def runs_plan(req, plan: Path, after: list) -> list[Job]:
@@ -184,61 +161,93 @@ def runs_plan(req, plan: Path, after: list) -> list[Job]:
     cfg = req.cfg
     entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(cfg.slurm.runs, after))]
     entries += [("the anchor", None, req.anchor, None)] if req.anchor is not None else []
-    gpus, needs = task_gpus(cfg, req.eval_opts), _needs(cfg, req.eval_opts)
     jobs, configs = [], []
     for i, (who, run, anchor_, dep) in enumerate(entries):
         name, what = f"eval-run-{i}", f"{who} ({run or anchor_})"
         shown = f"{dep[0]} task {dep[1]}" if isinstance(dep, tuple) else dep
         cause = f"cancelled because its dependency {shown} failed, i.e. its training did not finish, or " if dep else ""
-        configs.append(_task(plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out of time "
-                             f"or not run; see its slurm-*.out log)", req.eval_opts, req.anchor_dir,
+        configs.append(_task(req, plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out of "
+                             "time or not run; see its slurm-*.out log)",
                              discover={"run": run, "anchor": anchor_, "runs_root": str(cfg.runs_root),
                                        "profile": req.profile, "benches": list(req.benches), "prompt": cfg.eval.prompt}))
-        job = _evaluation(cfg, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by evaluation "
-                                                    "identity"], gpus, needs, dep if isinstance(dep, str) else None)
+        job = _evaluation(req, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by evaluation "
+                                                    "identity"], dep if isinstance(dep, str) else None)
         jobs.append(replace(job, after=(dep[0],), after_task=dep[1]) if isinstance(dep, tuple) else job)
     return [*jobs, _aggregation(cfg, plan, configs, tuple(j.name for j in jobs))]
 
 
-def submit_runs(req) -> None:
-    """`analyze launcher=slurm slurm.runs=[...]`: runs_plan's jobs (each run's after its slurm.runs_after
-    dependency), submitted."""
+def submit(req, jobs: list[EvalJob]) -> None:
+    """`analyze launcher=slurm`: the evaluation jobs, then the aggregation, submitted (dry_run: written and
+    printed). `jobs`: the checkpoints planned here (array_plan); with `slurm.runs`, one job per run instead,
+    each after its `slurm.runs_after` dependency (runs_plan)."""
+    from launch.slurm import SlurmRunner
+
     cfg = req.cfg
-    plan = _plan_dir(cfg, "runs")
-    after = list(cfg.slurm.runs_after) if cfg.slurm.runs_after is not None else [None] * len(cfg.slurm.runs)
-    jobs = runs_plan(req, plan, after)
-    ids = _submit(cfg, jobs, plan)
-    if ids is not None:
-        evals = [ids[j.name] for j in jobs[:-1]]
-        print("[analyze] submitted one evaluation job per run: " + ", ".join(
-                  f"{job} ({j.notes[0].split(': ')[0]}, after {j.waits or 'nothing'})" for job, j in zip(evals, jobs))
-              + f"; the aggregation as job {ids['aggregate']} (afterany:{':'.join(evals)}); plan and logs in {plan}\n"
-              f"[analyze] watch: squeue -j {','.join([*evals, ids['aggregate']])}   "
-              f"(when done: sacct -j {','.join([*evals, ids['aggregate']])})", flush=True)
+    runs = cfg.slurm.runs is not None
+    where = _plan_dir(cfg, "runs" if runs else "analyze")
+    after = list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs)) if runs else []
+    plan = runs_plan(req, where, after) if runs else array_plan(req, where, jobs)
+    runner = SlurmRunner("analyze launcher=slurm")
+    if cfg.dry_run:
+        dry_run(plan, runner, where)
+        return
+    ids = runner.run(plan, where)
+    shown = [f"{j.name} {ids[j.name]} (" + (f"{len(j.array)} checkpoint(s), a job array" if j.array else
+                                            j.notes[0].split(": ")[0]) + f", after {j.waits or 'nothing'})"
+             for j in plan[:-1]]
+    every = ",".join(ids.values())
+    if cfg.slurm.jobs_file:   # a study's analyze job: its submissions join the study's job ids
+        record_jobs(Path(cfg.slurm.jobs_file), ids, os.environ.get("SLURM_JOB_ID"))
+    print(f"[analyze] submitted the evaluation job(s) {'; '.join(shown)} and the aggregation as job {ids['aggregate']} "
+          f"(afterany:{':'.join(ids[j.name] for j in plan[:-1])}); plan and logs in {where}\n"
+          f"[analyze] watch: squeue -j {every}   (when done: sacct -j {every})", flush=True)
+    return ids
+
+
+def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -> None:
+    """Add `ids` (job name -> id) to `path`, a study's jobs.json, under a lock on its directory (the study and
+    the analyze job it submitted both write it, in either order); `submitter`: the id of the job that submitted
+    them, whose name there prefixes theirs (`report.eval`; `analyze.eval` when the file does not name it)."""
+    import fcntl
+
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held = read_json_object(path) if path.is_file() else {}
+        name = next((k for k, v in held.items() if v == submitter), "analyze") if submitter else None
+        write_json(path, {**held, **{f"{name}.{k}" if name else k: v for k, v in ids.items()}})
+    finally:
+        os.close(fd)
 
 
 def _read_task(path: Path) -> dict:
     try:
         data = read_json_object(path)
-        missing = [k for k in ("name", "eval_opts", "anchor_dir", "outcome", "no_outcome") if k not in data]
-        if missing or ("checkpoint" in data) == ("discover" in data):
-            raise ValueError(f"no {missing}" if missing else "neither or both of checkpoint / discover")
+        missing = [k for k in ("name", "eval_opts", "anchor_dir", "outcome", "no_outcome", "planned", "discover")
+                   if k not in data]
+        if missing:
+            raise ValueError(f"no {missing}")
         return data
     except (OSError, ValueError) as exc:
         raise AnalysisError(f"{path}: not an evaluation job's config ({exc})") from exc
 
 
-def _discovered(found: dict, anchor_dir: Path) -> list[EvalJob]:
-    """Every checkpoint of the run (or the anchor) now on disk, with every bench: what its job was to evaluate."""
-    from analysis.discover import ANCHOR_ARM, anchor_eval_dir
+def _candidates(data: dict) -> list[EvalJob]:
+    """What an evaluation job is to evaluate, every bench of it: the checkpoints planned at submission, and
+    every checkpoint now on disk of the run (or the anchor) it discovers."""
+    from analysis.discover import ANCHOR_ARM, anchor_eval_dir, discover_runs
     from launch.evaluation import ANCHOR_PROMPT
 
+    jobs, found = [_job(r) for r in data["planned"]], data["discover"]
+    if found is None:
+        return jobs
     benches = list(found["benches"])
     if found["anchor"] is not None:
-        return [EvalJob(ANCHOR_ARM, 0, 0, found["anchor"], anchor_eval_dir(anchor_dir, found["profile"]), benches,
-                        ANCHOR_PROMPT)]
-    return [EvalJob(r.arm, r.seed, step, str(ckpt), r.eval_dir(step), benches, found["prompt"])
-            for r in _discovered_runs(found) for step, ckpt in sorted(r.checkpoints.items())]
+        return [*jobs, EvalJob(ANCHOR_ARM, 0, 0, found["anchor"], anchor_eval_dir(Path(data["anchor_dir"]),
+                                                                                 found["profile"]), benches, ANCHOR_PROMPT)]
+    runs = [r for r in discover_runs(Path(found["runs_root"]), found["profile"]) if Path(r.path).resolve() == Path(found["run"])]
+    return jobs + [EvalJob(r.arm, r.seed, step, str(ckpt), r.eval_dir(step), list(benches), found["prompt"])
+                   for r in runs for step, ckpt in sorted(r.checkpoints.items())]
 
 
 class TimeLimitWarning(KeyboardInterrupt):
@@ -330,25 +339,16 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
 
 
 def run_task(config: Path, evaluator=None) -> int:
-    """One evaluation job (`python -m launch.eval_jobs CONFIG`): evaluate what its checkpoint (or its run's
-    checkpoints found now) has left, by identity; 0 when done or when stopped at the time limit and requeued
+    """One evaluation job (`python -m launch.eval_jobs CONFIG`): evaluate what its checkpoints (planned, or its
+    run's found now) have left, by identity; 0 when done or when stopped at the time limit and requeued
     (evaluate_segment; the next segment writes the outcome), 1 when an evaluation failed."""
     data = _read_task(Path(config))
-    opts, anchor_dir = data["eval_opts"], Path(data["anchor_dir"])
-    h = harness(evaluator)
+    opts, h = data["eval_opts"], harness(evaluator)
 
     def todo() -> list[EvalJob]:
-        if "checkpoint" in data:
-            job = _pending(h, _job(data["checkpoint"]), opts)
-            return [job] if job is not None else []
-        from launch.evaluation import plan as plan_evaluations
+        return [j for j in (_pending(h, c, opts) for c in _candidates(data)) if j is not None]
 
-        found = data["discover"]
-        runs = [] if found["anchor"] is not None else _discovered_runs(found)
-        return plan_evaluations(runs, found["benches"], found["anchor"], anchor_dir, found["prompt"], found["profile"],
-                                h=h, eval_opts=opts)
-
-    status, jobs, failures = evaluate_segment(data["name"], todo, h, opts, anchor_dir)
+    status, jobs, failures = evaluate_segment(data["name"], todo, h, opts, Path(data["anchor_dir"]))
     if status == "requeued":
         return 0
     write_json(Path(data["outcome"]), {
@@ -357,29 +357,20 @@ def run_task(config: Path, evaluator=None) -> int:
     return 1 if failures else 0
 
 
-def _discovered_runs(found: dict) -> list:
-    from analysis.discover import discover_runs
-
-    want = Path(found["run"])
-    return [r for r in discover_runs(Path(found["runs_root"]), found["profile"]) if Path(r.path).resolve() == want]
-
-
 def tasks_report(configs: list) -> EvalReport:
     """The evaluation jobs' outcomes as a local analyze would have reported them: a job that failed, or wrote
     no outcome (killed, out of time, never ran, cancelled), is a failure of what it was to evaluate."""
     report = EvalReport()
     for config in configs:
         data = _read_task(Path(config))
-        planned = [_job(data["checkpoint"])] if "checkpoint" in data else None
-        report.jobs += planned or []
+        planned = [_job(r) for r in data["planned"]]
+        report.jobs += planned
         try:
             outcome = read_json_object(Path(data["outcome"]))
         except (OSError, ValueError):
-            gaps = planned if planned is not None else _discovered(data["discover"], Path(data["anchor_dir"]))
-            report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in gaps]
+            report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
             continue
-        if planned is None:
-            report.jobs += [_job(r) for r in outcome.get("jobs", [])]
+        report.jobs += [j for j in map(_job, outcome.get("jobs", [])) if j.label not in {p.label for p in planned}]
         report.failures += [EvalFailure(_job(f["job"]), list(f["benches"]), str(f["error"]))
                             for f in outcome.get("failures", [])]
     return report

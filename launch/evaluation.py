@@ -1,17 +1,12 @@
 """Incremental evaluation (`analyze`'s planning half): every (checkpoint × bench) not yet evaluated under
 the identity asked for, plus the anchor once.
 
-The evals harness is reached only through its Python API, behind the `Harness` class (`EvalsHarness`:
-`evals.run.evaluate(cfg) -> summary`, `evals.run.to_evaluate(cfg)`, `evals.config.resolve_request(cfg)`;
-tests subclass `Harness` with their own, e.g. to count calls). "Already evaluated" is decided by
-evaluation identity, never by a bench name in `summary.json`: a bench is done when the out dir holds it,
-complete, under the identity this request has (checkpoint content digest + every result-changing setting
-+ n, seed, bench file). A bench held under another identity (the checkpoint's weights changed, another
-cap, ...) is re-evaluated with `overwrite=true` (evaluate renames the old results aside; the differences
-are printed). One call per checkpoint with just its pending benches; `summary.json` is what the harness writes (analysis never
-writes it, so an entry evaluate dropped never comes back). A failing call is recorded (and shown as
-gaps in the report), never raised; a bad evaluation setting is refused before any work
-(`check_settings`).
+The evals harness is reached through its Python API only, behind `Harness` (tests subclass it, e.g. to count
+calls). "Already evaluated" is decided by evaluation identity (checkpoint content digest + every
+result-changing setting + n, seed, bench file), never by a bench name in `summary.json`; a bench held under
+another identity is re-evaluated with `overwrite=true` (evaluate renames the old results aside). One call
+per checkpoint with just its pending benches; a failing call is a gap in the report, never raised; a bad
+evaluation setting is refused before any work (`check_settings`).
 """
 from __future__ import annotations
 
@@ -71,24 +66,36 @@ class Harness:
 
 
 class EvalsHarness(Harness):
-    """The evals harness (its Python API, imported when the harness is made: aggregation alone must not need
-    it). A request is planned once per checkpoint: its config made from the analysis's resolved settings and
-    its checkpoint's identity computed once (`plan`: evals.config.Resolved), for pending, template and evaluate."""
+    """The evals harness (imported when the harness is made: aggregation alone must not need it). A request is
+    planned once per checkpoint: its config made from the analysis's resolved settings and its checkpoint's
+    identity computed once (`plan`: evals.config.Resolved), for pending, template and evaluate."""
 
     def __init__(self):
-        self._evaluate, self._to_evaluate, self._resolve = _evals()   # AnalysisError: evals is not importable
+        try:
+            import evals.run  # noqa: F401
+        except ImportError as exc:
+            raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
 
     def evaluate(self, cfg) -> dict:
-        return self._evaluate(cfg)
+        from evals.run import evaluate
+
+        return evaluate(cfg)
 
     def pending(self, cfg) -> dict[str, list[str]]:
-        return self._to_evaluate(cfg)
+        from evals.run import to_evaluate
+
+        return to_evaluate(cfg)
 
     def check(self, cfg: dict[str, Any]) -> Any:
-        return self._resolve(cfg)
+        from evals.config import resolve_request
+
+        return resolve_request(cfg)
 
     def template(self, cfg) -> str | None:
-        return _template_problem(cfg)
+        from evals.config import Resolved, resolve
+        from evals.run import thinking_problem
+
+        return thinking_problem(cfg.cfg if isinstance(cfg, Resolved) else resolve(cfg))
 
     def plan(self, job: EvalJob, settings) -> None:
         from evals.config import Resolved, for_checkpoint
@@ -108,27 +115,8 @@ class Evaluating(EvalsHarness):
         super().__init__()
         self.evaluator = evaluator
 
-    def evaluate(self, cfg) -> dict:
-        return self.evaluator(cfg)
-
     def run(self, job: EvalJob, eval_opts: dict[str, Any]) -> dict:
-        return self.evaluate(job.config(eval_opts))
-
-
-def _evals():
-    try:
-        from evals.config import resolve_request
-        from evals.run import evaluate, to_evaluate
-    except ImportError as exc:
-        raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
-    return evaluate, to_evaluate, resolve_request
-
-
-def _template_problem(cfg) -> str | None:
-    from evals.config import Resolved, resolve
-    from evals.run import thinking_problem
-
-    return thinking_problem(cfg.cfg if isinstance(cfg, Resolved) else resolve(cfg))
+        return self.evaluator(job.config(eval_opts))
 
 
 def harness(evaluator: Harness | Evaluator | None = None) -> Harness:
@@ -202,7 +190,7 @@ class EvalReport:
 
 def summary_benches(eval_dir: Path) -> set[str]:
     """Benches in `<eval_dir>/summary.json` (empty when absent or unreadable)."""
-    return {k for k, v in _read_summary_dict(Path(eval_dir)).items() if isinstance(v, dict)}
+    return {k for k, v in (read_json_object(Path(eval_dir) / "summary.json", []) or {}).items() if isinstance(v, dict)}
 
 
 def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]):
@@ -266,10 +254,6 @@ def plan(runs: list[Run], benches: list[str], anchor: str | None, anchor_dir: Pa
     return jobs
 
 
-def _read_summary_dict(out: Path) -> dict:
-    return read_json_object(out / "summary.json", []) or {}
-
-
 def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Path) -> list[EvalFailure]:
     """Evaluate one checkpoint's pending benches; what failed (an exception, a bench the harness
     wrote no summary for) is returned, never raised."""
@@ -294,8 +278,3 @@ def run_jobs(jobs: list[EvalJob], h: Harness, eval_opts: dict[str, Any], anchor_
     for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs):
         report.failures += run_job(job, h, eval_opts, anchor_dir)
     return report
-
-
-def default_evaluator(cfg: dict[str, Any]) -> dict:
-    """The evals harness's evaluate (imported lazily: aggregation alone must not need it)."""
-    return EvalsHarness().evaluate(cfg)

@@ -55,6 +55,7 @@ from common.interpreter import KINDS
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study, study_variables
 from launch import completion, jobs, local, preflight, slurm
 from launch.errors import LaunchError
+from launch.eval_slurm import record_jobs
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
 
 ALL_STAGES = ("dry_run",)  # plain keys that are the whole study's, never one stage's
@@ -359,7 +360,8 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
                     if req.on_slurm else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
                 stage_jobs += _in_stage(evaluation, stage.name)
         else:
-            config = _config(where, f"{stage.name}.yaml", r.cfg)
+            ledger = {"slurm": {"jobs_file": str(where / "jobs.json")}} if req.on_slurm and stage.run == "analyze" else {}
+            config = _config(where, f"{stage.name}.yaml", OmegaConf.merge(r.cfg, ledger))   # its submissions join jobs.json
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
                 config = completion.write_check(where / f"{stage.name}.check.json", stage.run, r.cfg.out,
                                                 where / f"{stage.name}.FAILED", module, config, r.python)
@@ -503,12 +505,12 @@ def run_study(argv: list[str]) -> int:
     if not req.on_slurm:
         print(f"\nstudy {study.name}: all stages done")
         return 0
-    (where / "jobs.json").write_text(json.dumps(ids, indent=1) + "\n", encoding="utf-8")
+    record_jobs(where / "jobs.json", ids)
     every = list(ids.values())
     print(f"\nstudy {study.name}: submitted " + "; ".join(f"{k}: {v}" for k, v in ids.items())
           + f"\n  scripts, logs and job ids: {where}"
           + f"\n  watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})"
-          + "\n  an analyze job submits its evaluation array and aggregation when it runs (its log names them)")
+          + "\n  an analyze job submits its evaluations and aggregation when it runs (their ids join jobs.json)")
     return 0
 
 

@@ -3,7 +3,6 @@ import json
 
 import pytest
 
-from launch.evaluation import default_evaluator
 from launch.analyze import run_analysis
 from common.io import write_jsonl
 
@@ -36,9 +35,11 @@ def test_analyze_evaluates_tiny_checkpoints_then_nothing(world):
     root, runs, bench_root, anchor = world
     calls = []
 
+    from evals.run import evaluate
+
     def counting(cfg):
         calls.append(cfg)
-        return default_evaluator(cfg)
+        return evaluate(cfg)
 
     cfg = {"runs_root": str(runs), "out": str(root / "reports"), "benches": ["synthqa", "search_plan_ood"],
            "anchor": str(anchor), "n_boot": 100,

@@ -82,7 +82,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     where = _dry_dir(text)
     configs = re.findall(r"^  (\S+\.json)$", eval_script, flags=re.M)
     assert configs == [str(where / f"eval-{i}.json") for i in range(3)]
-    assert [json.loads(Path(c).read_text())["checkpoint"]["step"] for c in configs] == [20, 30, 10]
+    assert [json.loads(Path(c).read_text())["planned"][0]["step"] for c in configs] == [20, 30, 10]
     agg = _sbatch_lines(agg_script)
     assert agg["dependency"] == "afterany:<job id of eval>" and "gpus-per-node" not in agg and "array" not in agg
     assert re.search(rf"^exec \S+ -m launch\.analyze {where}/analyze\.yaml$", agg_script, flags=re.M)

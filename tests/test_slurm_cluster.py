@@ -149,8 +149,8 @@ def test_the_dual_terminator_smoke_on_slurm_equals_the_local_one(cluster, data_c
     assert here.returncode == 0, text[-4000:]
     ledger = next((on_slurm / "runs" / "_slurm").glob("study-*"))
     logs = sorted(on_slurm.rglob("*.out"))
-    ids = json.loads((ledger / "jobs.json").read_text())   # the plan's jobs: the training array, the report job
-    assert sorted(ids) == ["report", "train"], ids
+    ids = json.loads((ledger / "jobs.json").read_text())   # the plan's jobs (the training array, the report job) and
+    assert sorted(ids) == ["report", "report.aggregate", "report.eval", "train"], ids   # the report job's own
     mine = [r for r in records(cluster) if r.get("WorkDir") == str(on_slurm)]
     # the plan's two jobs, and the report job's own: its evaluation array and its aggregation
     assert {r.get("Name") for r in mine} >= {"dtsft-sweep", "dtsft-dual_terminator_sft-report", "dtsft-eval",

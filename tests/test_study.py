@@ -285,7 +285,8 @@ def _stand_in_sbatch(tmp_path: Path, monkeypatch) -> Path:
 
 def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
     """With a stand-in sbatch: the train stage's job, then the report job waiting for it (afterany: it reports a failed run as a gap); the report
-    job, run here as Slurm would, submits the evaluation array (one task per checkpoint) and the aggregation."""
+    job, run here as Slurm would, submits the evaluation array (one task per checkpoint) and the aggregation, and
+    adds their ids to the study's jobs.json."""
     from sft.tiny import save_tiny_model
 
     record = _stand_in_sbatch(tmp_path, monkeypatch)
@@ -309,6 +310,9 @@ def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
     evaluation, aggregation = (Path(p) for p in record.read_text().split()[2:])
     assert _opts(evaluation.read_text())["array"] == "0-1" and "dependency" not in _opts(evaluation.read_text())
     assert _opts(aggregation.read_text())["dependency"] == "afterany:5003"
+    # the report job's own submissions join the study's job ids, named after it
+    assert json.loads((report.parent / "jobs.json").read_text()) == {"train": "5001", "report": "5002",
+                                                                    "report.eval": "5003", "report.aggregate": "5004"}
 
 
 _BLOCK_TRAIN = """  - name: train
