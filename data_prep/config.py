@@ -8,7 +8,7 @@ from typing import Any
 from common import datafetch, keydoc
 from common.cli import did_you_mean
 from common.fields import (CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, choice, count, field, flag, list_of,
-                           must_problems, text)
+                           must_problems, plain, text)
 from data_prep.errors import DataPrepError
 
 # data_prep's vocabularies (its readers and renderer check the same tuples)
@@ -59,10 +59,7 @@ NON_OUTPUT_KEYS = ("cache_root", "dir", "strict")
 def problems(data_cfg: Any) -> list[str]:
     """Every data key of `data_cfg` (the `data:` section, dict or DictConfig) that is unknown or
     invalid, one line each naming `data.<key>`."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(data_cfg, DictConfig):
-        data_cfg = OmegaConf.to_container(data_cfg, resolve=True)
+    data_cfg = plain(data_cfg)
     out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
     cfg = {"data": {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}}
     rules = {f"data.{k}": f for k, f in DATA.items() if not k.startswith("sources.")}
@@ -74,10 +71,7 @@ def problems(data_cfg: Any) -> list[str]:
 
 def resolve(data_cfg: Any) -> dict:
     """Plain dict of `data_cfg` (dict or DictConfig) over the defaults, values checked."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(data_cfg, DictConfig):
-        data_cfg = OmegaConf.to_container(data_cfg, resolve=True)
+    data_cfg = plain(data_cfg)
     bad = problems(data_cfg)
     if bad:
         raise DataPrepError(bad[0] if len(bad) == 1 else "; ".join(bad))

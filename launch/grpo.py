@@ -14,12 +14,12 @@ import sys
 from omegaconf import OmegaConf
 
 from common import interpreter, keydoc
+from rl import config as rl_config
 from common.fields import plain
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import paths, run
 from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
-from rl import config as rl_config
 from rl.config import parent_run, placement, planned_saves
 
 USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]

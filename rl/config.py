@@ -240,8 +240,6 @@ def input_digests(cfg: DictConfig) -> dict[str, str]:
     """{key: sha256} of every input file the run reads (task=qa: the prompts file, the corpus a bm25 or
     e5 retriever searches and an e5 retriever's index file), through common.fingerprint's cached digest: part of the run identity, so
     a relaunch on a changed file is a different configuration, whatever its path."""
-    from common.fingerprint import file_digest
-
     searches = cfg.grpo.retriever in ("bm25", "e5") and cfg.grpo.qa_mode == "open"  # item / given read no corpus
     dense = searches and cfg.grpo.retriever == "e5" and cfg.grpo.get("index") is not None
     keys = ["grpo.prompts_file"] + (["grpo.corpus"] if searches else []) + (["grpo.index"] if dense else []) \
@@ -253,7 +251,7 @@ def input_digests(cfg: DictConfig) -> dict[str, str]:
             out[key] = datafetch.digest(path)
             continue
         try:
-            out[key] = file_digest(str(path))
+            out[key] = fingerprint.file_digest(str(path))
         except OSError as exc:
             raise RlError(f"{key}={path}: cannot read it ({exc.strerror or exc})") from None
     return out

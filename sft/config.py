@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import apply_overrides
 from common.fields import (ABSENT, IDENTITY, MODEL as MODEL_ROLE, NONEMPTY, PATH, Field, Number, Range, Test, choice, count,
-                           excluded, field, flag, list_of, must_problems, number, section, select, text)
+                           excluded, field, flag, list_of, must_problems, number, plain, section, select, text)
 from common.plan import save_points as plan_save_points
 from common.plan import schedule
 from common.schema import LAUNCHER, PYTHON, RUN
@@ -124,12 +124,6 @@ class TrainConfig:
     raw: DictConfig = dataclasses.field(repr=False, default=None)
 
 
-def _get(cfg: DictConfig, key: str):
-    if (node := select(cfg, key)) is ABSENT:
-        raise SftError(f"{key}: missing from the resolved config")
-    return node
-
-
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
     path = Path(path)
     if not path.is_file():
@@ -146,29 +140,21 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainCo
 
 def from_dictconfig(raw: DictConfig) -> TrainConfig:
     """Validate and flatten; every failure names the offending key."""
-    run_dir = _get(raw, "run_dir")
-    if not run_dir:
-        raise SftError("run_dir: must be set in the resolved config (launch fills it)")
-    data_dir = _get(raw, "data.dir")
-    if not data_dir:
-        raise SftError("data.dir: must be set in the resolved config (launch fills it from the data cache)")
-    resume = _get(raw, "resume")
-    if resume in (None, False):
-        resume = "never"
-    resume = str(resume)
-
-    bad = problems(raw)
+    for key, filler in (("run_dir", "launch fills it"), ("data.dir", "launch fills it from the data cache")):
+        if not plain(select(raw, key, None)):
+            raise SftError(f"{key}: must be set in the resolved config ({filler})")
+    if (resume := select(raw, "resume")) is ABSENT:
+        raise SftError("resume: missing from the resolved config")
+    resume = "never" if resume in (None, False) else str(resume)   # an early config's "no resume"
+    bad = problems(raw) + [why for why in (RUN["resume"].must("resume", resume),) if why]
     if bad:
         raise SftError(bad[0] if len(bad) == 1 else "invalid config:\n  " + "\n  ".join(bad))
     arm, seed, variant = raw.arm, raw.seed, raw.get("name")   # validated above
     model, train, logging = (section(TRAINER, raw, name) for name in ("model", "train", "logging"))
     model.path = resolve_model_path(model.path, random_ok=True)
     logging.name = str(logging.name or (f"{arm}-{variant}-s{seed}" if variant else f"{arm}-s{seed}"))
-    cfg = TrainConfig(run_dir=Path(str(run_dir)), data_dir=Path(str(data_dir)), arm=arm, seed=seed, resume=resume,
-                      model=model, train=train, logging=logging, raw=raw)
-    if cfg.resume not in ("auto", "never") and not Path(cfg.resume).is_dir():
-        raise SftError(f"resume: {cfg.resume!r} is neither auto, never nor an existing state directory")
-    return cfg
+    return TrainConfig(run_dir=Path(str(raw.run_dir)), data_dir=Path(str(raw.data.dir)), arm=arm, seed=seed,
+                       resume=resume, model=model, train=train, logging=logging, raw=raw)
 
 
 def schedule_steps(cfg: TrainConfig, n_examples: int) -> tuple[int, int]:
