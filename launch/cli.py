@@ -25,14 +25,12 @@ from launch import grpo
 from launch.errors import LaunchError
 from launch.grpo import GRPO
 from launch.run import SFT, launch_one
+from launch.show import show_main
+from launch.study import run_study
+from launch.sweep import run_sweep
 
 # stage= -> the trainer launch.run.launch_one starts (sft, the default: launch.run; grpo: launch.grpo)
 TRAINERS = {t.stage: t for t in (SFT, GRPO)}
-
-
-def sft_keys() -> list[keydoc.Key]:
-    """Every key of an SFT launch, its default and its help (common.schema.SFT)."""
-    return keydoc.from_table(schema.SFT)
 
 
 def help_text() -> str:
@@ -45,7 +43,7 @@ def help_text() -> str:
     for short, full in ALIASES.items():
         lines.append(f"  {short:<14} -> {full} (default {OmegaConf.select(base, full)!r})")
     lines += ["", "Keys (common/schema.py: key=default  description; the group recipes may change a default):",
-              keydoc.help_table(sft_keys())]
+              keydoc.help_table(keydoc.from_table(schema.SFT))]
     lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
     lines += [
         "",
@@ -91,32 +89,14 @@ class Command:
     run: Callable[[list[str]], int]
 
 
-def _study(argv: list[str]) -> int:
-    from launch.study import run_study
-
-    return run_study(argv)
-
-
-def _show(argv: list[str]) -> int:
-    from launch.show import show_main
-
-    return show_main(argv)
-
-
-def _sweep(argv: list[str]) -> int:
-    from launch.sweep import run_sweep
-
-    return run_sweep(argv)
-
-
 # `launch NAME ...`: a subcommand, the first token (SFT arms only: the GRPO stage has none)
 COMMANDS = {c.name: c for c in (
-    Command("show", "the composed recipe, each value's origin (launch/show.py)", _show),
-    Command("sweep", "every arm x seed, then its evaluation with eval_profile= (launch/sweep.py)", _sweep),
+    Command("show", "the composed recipe, each value's origin (launch/show.py)", show_main),
+    Command("sweep", "every arm x seed, then its evaluation with eval_profile= (launch/sweep.py)", run_sweep),
 )}
 # `launch KEY=VALUE ...`: a command chosen by a key anywhere on the line; it gets the whole command line
 KEYED = {c.name: c for c in (
-    Command("study", "a reference study's stages in order, recipes/study/NAME.yaml (launch/study.py)", _study),
+    Command("study", "a reference study's stages in order, recipes/study/NAME.yaml (launch/study.py)", run_study),
 )}
 
 
