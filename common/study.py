@@ -1,42 +1,15 @@
-"""Study files (`recipes/study/<name>.yaml`): one reference study, end to end.
+"""Study files (`recipes/study/<name>.yaml`): read, validate and resolve one reference study.
 
-A study file names its stages in order and, for each, the command it runs and that command's own
-`key=value` arguments; it names recipes (model=, arm=, profile=) and never restates their values.
-Every argument line carries its source in a comment, in the one mark grammar (`MARK_GRAMMAR`, below;
-recipes shared by several studies mark their values the same way):
-
-    [ref: <reference> "<verbatim quote>"]   the value is stated by the reference: <reference> is a short
-                                            name of `REFERENCES`, the quote is copied verbatim from its
-                                            published text and contains the value (`value_in_quote`)
-    [chosen: <reason>]                      this project's value, with the reason in a few words
-
-A bare mark (without its reference and quote, or its reason) is refused, naming the file and the line;
-a mark sits on its setting's line, a quote holds no `"` and a reason no `]`.
-Beside the stages: the hardware the reference assumed, `reference_results` (the published numbers, shown
-beside ours by `analyze study=NAME`, never mixed into a measured cell or a CI), `notes` (what the study
-does not reproduce, and why) and `cpu_smoke` (the overrides that run the whole study on one CPU with the
-tiny model: what the tests run). Every `[chosen: ...]` mark and every note is a "differs from the
-reference" line (`Study.differences`), printed by `launch study=NAME` and tabled in docs/studies.md.
-
-    study: NAME                      # = the file's stem
-    title: ...
-    reference: ...                   # the reference system(s), as published
-    hardware: {gpus: 4, gpu: GH200, nodes: 1}
-    vars: {runs_root: runs/NAME, reports: reports/NAME}   # ${vars.X} in any argument
-    stages:
-      - {name: train, run: grpo, args: {task: spa, model: qwen3_4b, ...}}
-      - {name: report, run: analyze, args: {runs_root: "${vars.runs_root}", profile: rl_ood, ...}}
-    reference_results:
-      - {system: ..., bench: musique, metric: em, n: 2417, pre: 0.316, post: 0.316}
-    notes: ["what it does not reproduce, and why", ...]
-    cpu_smoke: [model=tiny_base, "train:steps=2", ...]
-
-This module owns the format (read, validate, resolve); `launch study=NAME` runs it and `analyze
-study=NAME` shows its reference results. Both read it through `load_study`.
+docs/studies.md describes the format: the stages in order, each a command with its own `key=value`
+arguments, every argument line marked with its source in the one mark grammar (`MARK_GRAMMAR`; recipes
+shared by several studies mark their values the same way), the hardware the reference assumed,
+`reference_results`, `notes` and `cpu_smoke`. A study names recipes (model=, arm=, profile=) and never
+restates their values. Every `[chosen: ...]` mark and every note is a "differs from the reference" line
+(`Study.differences`). `launch study=NAME` runs a study and `analyze study=NAME` shows its reference
+results, both through `load_study`.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.cli import ConfigError, did_you_mean
+from common.fields import Number
 from common.io import sha256_file
 from common.layout import step_name
 
@@ -112,8 +86,12 @@ class Stage:
     name: str
     run: str
     args: dict
-    uses: tuple[str, ...] = ()   # the study variables its arguments refer to
     arg_uses: dict = field(default_factory=dict)   # argument -> the study variables its value refers to
+
+    @property
+    def uses(self) -> tuple[str, ...]:
+        """The study variables its arguments refer to."""
+        return tuple(dict.fromkeys(v for names in self.arg_uses.values() for v in names))
 
     def argv_without(self, variables) -> list[str]:
         """`argv()` less the arguments whose value refers to one of `variables` (data slots not filled yet)."""
@@ -280,14 +258,6 @@ def _compose(path: Path):
         return text, None   # not readable YAML: load_study names the error
 
 
-def _value_of(node, key: str):
-    import yaml
-
-    if isinstance(node, yaml.MappingNode):
-        return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
-    return None
-
-
 def _settings(root) -> list[tuple[str, int, int, object]]:
     """(key, first line, last line, value node) of every setting: each entry of a block mapping whose value
     is not itself a block mapping, and each argument of a study's stages (block or flow style)."""
@@ -300,9 +270,11 @@ def _settings(root) -> list[tuple[str, int, int, object]]:
             key = f"{prefix}{k.value}"
             if key == "stages" and isinstance(v, yaml.SequenceNode):
                 for stage in v.value:
-                    name, args = _value_of(stage, "name"), _value_of(stage, "args")
+                    entries = stage.value if isinstance(stage, yaml.MappingNode) else []
+                    parts = {kn.value: vn for kn, vn in entries if isinstance(kn, yaml.ScalarNode)}
+                    args = parts.get("args")
                     for ak, av in args.value if isinstance(args, yaml.MappingNode) else []:
-                        out.append((f"{getattr(name, 'value', '?')}:{ak.value}", ak.start_mark.line, _last_line(av), av))
+                        out.append((f"{getattr(parts.get('name'), 'value', '?')}:{ak.value}", ak.start_mark.line, _last_line(av), av))
             elif isinstance(v, yaml.MappingNode) and not v.flow_style and v.value:
                 walk(v, f"{key}.")
             else:
@@ -402,12 +374,9 @@ def _unmarked_arg_lines(path: Path) -> list[str]:
 
 
 def _number(v, where: str, *, integer: bool = False):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-        raise StudyError(f"{where}: expected {'an integer' if integer else 'a number'}, found {v!r}")
-    if not integer and not math.isfinite(v):
-        raise StudyError(f"{where}: expected a finite number, found {v!r}")
+    rule = Number(integer=integer, null=True)
+    if not rule.ok(v):
+        raise StudyError(f"{where}: expected {rule.describe()}, found {v!r}")
     return v
 
 
@@ -505,9 +474,8 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
             raise StudyError(f"{w} ({s['name']}): args must be a mapping of key: value")
         raw = raw_stages[i] if i < len(raw_stages) else {}
         raw_args = raw.get("args") if isinstance(raw, dict) else None
-        uses = tuple(dict.fromkeys(_VAR_REF.findall(str(raw_args or ""))))
         arg_uses = {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()} if isinstance(raw_args, dict) else {}
-        stages.append(Stage(name=s["name"], run=s["run"], args=args, uses=uses, arg_uses=arg_uses))
+        stages.append(Stage(name=s["name"], run=s["run"], args=args, arg_uses=arg_uses))
     hardware = plain.get("hardware") or {}
     if not isinstance(hardware, dict) or not isinstance(hardware.get("gpus"), int):
         raise StudyError(f"{where}: `hardware:` must give `gpus:` (an integer) and the GPU kind")
