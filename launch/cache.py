@@ -56,14 +56,9 @@ def data_section(cfg: DictConfig) -> DictConfig:
     return OmegaConf.create(data)
 
 
-def _data_prep_api() -> tuple[Builder, KeyFn]:
-    from data_prep.build import build_arm, cache_key
-
-    return build_arm, cache_key
-
-
 def dataset_key(cfg: DictConfig, data_arm: str, key_fn: KeyFn | None = None) -> str:
-    key_fn = key_fn or _data_prep_api()[1]
+    if key_fn is None:
+        from data_prep.build import cache_key as key_fn
     return key_fn(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer))
 
 
@@ -95,12 +90,9 @@ def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable
         return
     from data_prep import arms, hub
 
-    old = run_dir / layout.CONFIG
-    previous = OmegaConf.load(old) if old.is_file() else None
     for domain in arms.quotas(data_arm, int(cfg.data.n)):
-        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or []) if previous else []
         try:
-            pinned, how = hub.pin_specs(list(cfg.data.sources[domain]), before)
+            pinned, how = hub.pin_specs(list(cfg.data.sources[domain]), _run_pins(run_dir, domain))
         except OSError as exc:
             raise LaunchError(str(exc)) from exc
         for spec, note in how.items():
@@ -112,17 +104,20 @@ def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
     """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (launch pins
     hub sources into config.yaml on a run's first launch, cache.pin_hub_sources): the form the request
     is compared in before the data step. No hub access; a source the run never pinned stays as asked."""
-    old = rd / layout.CONFIG
-    if cfg.data.dir or not old.is_file():
+    if cfg.data.dir or not (rd / layout.CONFIG).is_file():
         return cfg
     from data_prep import hub
 
-    previous = OmegaConf.load(old)
     out = cfg.copy()
     for domain in list(out.data.sources):
-        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or [])
-        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), before, resolve=lambda _: None)[0]
+        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), _run_pins(rd, domain), resolve=lambda _: None)[0]
     return out
+
+
+def _run_pins(rd: Path, domain: str) -> list:
+    """The sources of `domain` as the run dir's config.yaml holds them (pinned on the run's first launch); [] without one."""
+    old = rd / layout.CONFIG
+    return list(OmegaConf.select(OmegaConf.load(old), f"data.sources.{domain}", default=None) or []) if old.is_file() else []
 
 
 def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = None,
@@ -135,9 +130,8 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
     if cfg.data.dir:
         data_dir = Path(cfg.data.dir).expanduser().resolve()
         return CachedData(dir=data_dir, key=None, manifest=read_manifest(data_dir), reused=True)
-    if builder is None or key_fn is None:
-        default_builder, default_key = _data_prep_api()
-        builder, key_fn = builder or default_builder, key_fn or default_key
+    if builder is None:
+        from data_prep.build import build_arm as builder
     key = dataset_key(cfg, data_arm, key_fn)
     final = cache_root(cfg) / key
     with _locked(final.with_name(f".{key}.lock")):
