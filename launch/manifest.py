@@ -19,8 +19,8 @@ from pathlib import Path
 
 from common.io import write_json
 from common.study import study_from_env
+from launch.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "accelerate", "safetensors", "omegaconf",
             "liger-kernel", "flash-attn", "wandb", "numpy", "dtsft")
 

@@ -36,7 +36,6 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
 
 
-
 def _abs(value: str, base: Path) -> str:
     p = Path(os.path.expanduser(value))
     return os.path.normpath(p if p.is_absolute() else base / p)
