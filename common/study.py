@@ -58,21 +58,6 @@ MARK_GRAMMAR = '[ref: <reference> "<verbatim quote>"] or [chosen: <reason>]'
 _MARK = re.compile(r'\[ref:[ \t]*(?P<ref>[\w-]+)[ \t]+"(?P<quote>[^"]+)"[ \t]*\]'
                    r"|\[chosen:[ \t]*(?P<reason>[^\]]*[^\]\s])[ \t]*\]")
 _MARK_START = re.compile(r"\[(?:ref|chosen)\b")
-# "The quote contains the value", where the value's own spelling is not the reference's: a model recipe
-# alias (model: qwen3_4b) is its recipe's model.path (recipes/model/NAME.yaml); these few are the rest,
-# keyed by (setting's last key, value as `format_value` writes it).
-SPELLINGS = {
-    ("task", "spa"): "search_plan_act",
-    ("task", "qa"): "multi-hop question answering",
-    ("profile", "search_r1_7bench"): "Search-R1 7-bench",
-    ("target_modules", "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"): "all attention+MLP projections",
-    ("use_vllm", "auto"): "vLLM colocate",   # auto: vLLM colocate wherever there is a GPU
-    ("backend", "vllm"): "vLLM-accelerated generation",   # evaluate's generation engine
-    # the reference points to Search-R1's evaluation pipeline, whose retrieval_launch.sh serves
-    # retriever_name=e5 (PeterGriffinJin/Search-R1 a14dc3a; evals.dense): the retriever the quote names
-    ("retriever", "e5"): "SR1 7-bench eval pipeline",
-}
-_NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 STUDY_ENV = "DTSFT_STUDY"  # set by `launch study=` for its training runs: JSON {name, path, sha256}, in run manifests
 _VAR_REF = re.compile(r"\$\{vars\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -314,41 +299,6 @@ def file_marks(path: Path) -> list[MarkedSetting]:
             loader.dispose()
         out.append(MarkedSetting(key=key, value=value, marks=tuple(found[n])))
     return out
-
-
-def quote_found(quote: str, reference_text: str) -> bool:
-    """Whether `quote` is verbatim in `reference_text`, whitespace (runs of spaces, tabs, newlines) aside."""
-    return " ".join(quote.split()) in " ".join(reference_text.split())
-
-
-def value_in_quote(key: str, value, quote: str) -> bool:
-    """Whether `quote` states `value` (of setting `key`). A value built from study variables (`${vars.X}`:
-    a slot the user fills, or a path the study wires) is not checked, only its quote; a list or mapping:
-    each of its values; a number: a number in the quote equal to it (1e-4 = 1.0e-4 = 0.0001; r=32;
-    4x); a string: itself as a whole word, case aside, or its `SPELLINGS` entry, or for `model`, its
-    recipe's model.path."""
-    shown = format_value(value)
-    if "${" in shown:
-        return True
-    name = key.rpartition(":")[2].rpartition(".")[2]
-    if (name, shown) in SPELLINGS:
-        return _spelled(SPELLINGS[name, shown], quote)
-    if isinstance(value, dict):
-        return all(value_in_quote(key, v, quote) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return bool(value) and all(value_in_quote(key, v, quote) for v in value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return any(float(t) == float(value) for t in _NUMBER.findall(quote))
-    spellings = [shown]
-    recipe = STUDY_DIR.parent / "model" / f"{shown}.yaml"
-    if name == "model" and recipe.is_file():
-        spellings.append(str(OmegaConf.load(recipe).model.path))
-    return any(_spelled(s, quote) for s in spellings)
-
-
-def _spelled(word: str, quote: str) -> bool:
-    """`word` in `quote`, case aside, as a whole word (Qwen/Qwen3-4B is not in Qwen/Qwen3-4B-Thinking-2507)."""
-    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", quote, flags=re.I) is not None
 
 
 def _unmarked_arg_lines(path: Path) -> list[str]:
