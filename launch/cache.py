@@ -1,12 +1,9 @@
-"""The arm's dataset, built once per cache key and reused by every later launch.
+"""The arm's dataset, built once per cache key and reused by every later launch (docs/stages/launch.md).
 
-The key is data_prep's `cache_key(data_cfg, arm, seed, tokenizer)`: a digest over the sources
-(local files by sha256), the tokenizer and its chat template, the arm, the seed and every data key
-that changes the output, so a changed input gets a new directory and an unchanged one is reused.
-
-`<cache_root>/<key>/` is complete exactly when it exists: it is built in a temporary sibling and
-renamed into place (common.io.atomic_dir), under an exclusive file lock so two launches of the same
-arm (e.g. a sweep's array tasks) never build it twice or read it half-written.
+The key is data_prep's `cache_key` (sources by content, tokenizer and chat template, arm, seed, every data
+key that changes the output). `<cache_root>/<key>/` is complete exactly when it exists: it is built in a
+temporary sibling and renamed into place (common.io.atomic_dir) under an exclusive file lock, so two
+launches of the same arm never build it twice or read it half-written.
 """
 from __future__ import annotations
 
