@@ -16,8 +16,6 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from omegaconf import OmegaConf
-
 from common import keydoc, schema
 from common.cli import run_cli, wants_help
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
@@ -34,14 +32,13 @@ TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 
 
 def help_text() -> str:
-    base = OmegaConf.create(keydoc.defaults(schema.SFT))
     lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
     for group in GROUPS:
         choices = group_choices(group)
         lines.append(f"  {group}=  {' | '.join(choices)}   (default: {DEFAULT_CHOICES[group]})")
     lines += ["", "Top-level shortcuts:"]
     for short, full in ALIASES.items():
-        lines.append(f"  {short:<14} -> {full} (default {OmegaConf.select(base, full)!r})")
+        lines.append(f"  {short:<14} -> {full} (default {schema.SFT[full].default!r})")
     lines += ["", "Keys (common/schema.py: key=default  description; the group recipes may change a default):",
               keydoc.help_table(keydoc.from_table(schema.SFT))]
     lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
