@@ -24,8 +24,6 @@ from launch.errors import LaunchError
 Builder = Callable[..., dict]   # build_arm(data_cfg, *, arm, seed, tokenizer, out) -> manifest
 KeyFn = Callable[..., str]      # cache_key(data_cfg, *, arm, seed, tokenizer) -> hex digest
 
-MANIFEST = "manifest.json"
-
 
 @dataclass
 class CachedData:
@@ -60,11 +58,11 @@ def dataset_key(cfg: DictConfig, data_arm: str, key_fn: KeyFn | None = None) -> 
 
 
 def read_manifest(data_dir: Path) -> dict:
-    path = data_dir / MANIFEST
+    path = data_dir / layout.MANIFEST
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({MANIFEST} missing)") from None
+        raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({layout.MANIFEST} missing)") from None
     except json.JSONDecodeError as exc:
         raise LaunchError(f"{path}: unreadable manifest ({exc})") from exc
 
@@ -149,6 +147,6 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
                             "runs offline)" if cfg.data.kind == "hub" else "")
                     raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
                 raise
-            if not (tmp / MANIFEST).is_file():
-                raise LaunchError(f"data_prep wrote no {MANIFEST} into {tmp}; refusing to cache it")
+            if not (tmp / layout.MANIFEST).is_file():
+                raise LaunchError(f"data_prep wrote no {layout.MANIFEST} into {tmp}; refusing to cache it")
     return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=False)
