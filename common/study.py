@@ -21,6 +21,7 @@ from common.cli import ConfigError, did_you_mean
 from common.fields import Number
 from common.io import sha256_file
 from common.layout import step_name
+from common.recipes import RECIPES
 
 # `${step:N}` in a study file: the step directory name of step N (step-000100), spelled by common.layout.
 def _register_step_resolver() -> None:
@@ -35,7 +36,7 @@ def _register_step_resolver() -> None:
 
 _register_step_resolver()
 
-STUDY_DIR = Path(__file__).resolve().parents[1] / "recipes" / "study"
+STUDY_DIR = RECIPES / "study"
 VARIANTS = "variants"   # recipes/study/variants/: study variants (variant_names)
 
 # run kind -> the module its jobs run, `python -m MODULE CONFIG` (launch/study.py plans them; a training
@@ -233,14 +234,16 @@ def line_marks(text: str, where: str, line: int) -> list[Mark]:
     return marks
 
 
-def _compose(path: Path):
+def _read(path: Path) -> tuple[list[str], list[tuple[str, int, int, object]]]:
+    """The file's lines and its settings (`_settings`); not readable YAML: none (load_study names the error)."""
     import yaml
 
     text = path.read_text(encoding="utf-8")
     try:
-        return text, yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
-        return text, None   # not readable YAML: load_study names the error
+        root = None
+    return text.splitlines(), _settings(root)
 
 
 def _settings(root) -> list[tuple[str, int, int, object]]:
@@ -276,9 +279,7 @@ def file_marks(path: Path) -> list[MarkedSetting]:
     a line holding no setting (a mark in prose says nothing checkable), is refused naming file and line."""
     import yaml
 
-    text, root = _compose(path)
-    lines = text.splitlines()
-    settings = _settings(root)
+    lines, settings = _read(path)
     found: dict[int, list[Mark]] = {}
     for i, line in enumerate(lines):
         marks = line_marks(line, str(path), i + 1)
@@ -306,11 +307,10 @@ def _unmarked_arg_lines(path: Path) -> list[str]:
     block or flow style (`- {name: ..., run: ..., args: {task: spa, ...}}`), spans the lines from its
     key to the end of its value; each of them holding more than a comment needs a mark, and two
     arguments on one line are refused (one mark cannot say where each comes from)."""
-    text, root = _compose(path)
-    lines = text.splitlines()
+    lines, settings = _read(path)
     bad: dict[int, str] = {}
     keys_on: dict[int, list[str]] = {}
-    for key, first, last, _ in (s for s in _settings(root) if ":" in s[0]):
+    for key, first, last, _ in (s for s in settings if ":" in s[0]):
         keys_on.setdefault(first, []).append(key.partition(":")[2])
         for i in range(first, max(first, last) + 1):
             stripped = lines[i].strip()
