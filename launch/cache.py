@@ -45,10 +45,7 @@ def cache_root(cfg: DictConfig) -> Path:
 def data_section(cfg: DictConfig) -> DictConfig:
     """The `data:` section data_prep sees, with `dir`/`cache_root` nulled: they only say where the
     dataset lives, so they must not change its key."""
-    data = OmegaConf.to_container(cfg.data, resolve=True)
-    data["dir"] = None
-    data["cache_root"] = None
-    return OmegaConf.create(data)
+    return OmegaConf.create({**OmegaConf.to_container(cfg.data, resolve=True), "dir": None, "cache_root": None})
 
 
 def dataset_key(cfg: DictConfig, data_arm: str, key_fn: KeyFn | None = None) -> str:
