@@ -1,42 +1,15 @@
-"""Study files (`recipes/study/<name>.yaml`): one reference study, end to end.
+"""Study files (`recipes/study/<name>.yaml`): read, validate and resolve one reference study.
 
-A study file names its stages in order and, for each, the command it runs and that command's own
-`key=value` arguments; it names recipes (model=, arm=, profile=) and never restates their values.
-Every argument line carries its source in a comment, in the one mark grammar (`MARK_GRAMMAR`, below;
-recipes shared by several studies mark their values the same way):
-
-    [ref: <reference> "<verbatim quote>"]   the value is stated by the reference: <reference> is a short
-                                            name of `REFERENCES`, the quote is copied verbatim from its
-                                            published text and contains the value (`value_in_quote`)
-    [chosen: <reason>]                      this project's value, with the reason in a few words
-
-A bare mark (without its reference and quote, or its reason) is refused, naming the file and the line;
-a mark sits on its setting's line, a quote holds no `"` and a reason no `]`.
-Beside the stages: the hardware the reference assumed, `reference_results` (the published numbers, shown
-beside ours by `analyze study=NAME`, never mixed into a measured cell or a CI), `notes` (what the study
-does not reproduce, and why) and `cpu_smoke` (the overrides that run the whole study on one CPU with the
-tiny model: what the tests run). Every `[chosen: ...]` mark and every note is a "differs from the
-reference" line (`Study.differences`), printed by `launch study=NAME` and tabled in docs/studies.md.
-
-    study: NAME                      # = the file's stem
-    title: ...
-    reference: ...                   # the reference system(s), as published
-    hardware: {gpus: 4, gpu: GH200, nodes: 1}
-    vars: {runs_root: runs/NAME, reports: reports/NAME}   # ${vars.X} in any argument
-    stages:
-      - {name: train, run: grpo, args: {task: spa, model: qwen3_4b, ...}}
-      - {name: report, run: analyze, args: {runs_root: "${vars.runs_root}", profile: rl_ood, ...}}
-    reference_results:
-      - {system: ..., bench: musique, metric: em, n: 2417, pre: 0.316, post: 0.316}
-    notes: ["what it does not reproduce, and why", ...]
-    cpu_smoke: [model=tiny_base, "train:steps=2", ...]
-
-This module owns the format (read, validate, resolve); `launch study=NAME` runs it and `analyze
-study=NAME` shows its reference results. Both read it through `load_study`.
+docs/studies.md describes the format: the stages in order, each a command with its own `key=value`
+arguments, every argument line marked with its source in the one mark grammar (`MARK_GRAMMAR`; recipes
+shared by several studies mark their values the same way), the hardware the reference assumed,
+`reference_results`, `notes` and `cpu_smoke`. A study names recipes (model=, arm=, profile=) and never
+restates their values. Every `[chosen: ...]` mark and every note is a "differs from the reference" line
+(`Study.differences`). `launch study=NAME` runs a study and `analyze study=NAME` shows its reference
+results, both through `load_study`.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +18,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.cli import ConfigError, did_you_mean
+from common.fields import Number
 from common.io import sha256_file
 from common.layout import step_name
+from common.recipes import RECIPES
 
 # `${step:N}` in a study file: the step directory name of step N (step-000100), spelled by common.layout.
 def _register_step_resolver() -> None:
@@ -61,7 +36,7 @@ def _register_step_resolver() -> None:
 
 _register_step_resolver()
 
-STUDY_DIR = Path(__file__).resolve().parents[1] / "recipes" / "study"
+STUDY_DIR = RECIPES / "study"
 VARIANTS = "variants"   # recipes/study/variants/: study variants (variant_names)
 
 # run kind -> the module its jobs run, `python -m MODULE CONFIG` (launch/study.py plans them; a training
@@ -84,21 +59,6 @@ MARK_GRAMMAR = '[ref: <reference> "<verbatim quote>"] or [chosen: <reason>]'
 _MARK = re.compile(r'\[ref:[ \t]*(?P<ref>[\w-]+)[ \t]+"(?P<quote>[^"]+)"[ \t]*\]'
                    r"|\[chosen:[ \t]*(?P<reason>[^\]]*[^\]\s])[ \t]*\]")
 _MARK_START = re.compile(r"\[(?:ref|chosen)\b")
-# "The quote contains the value", where the value's own spelling is not the reference's: a model recipe
-# alias (model: qwen3_4b) is its recipe's model.path (recipes/model/NAME.yaml); these few are the rest,
-# keyed by (setting's last key, value as `format_value` writes it).
-SPELLINGS = {
-    ("task", "spa"): "search_plan_act",
-    ("task", "qa"): "multi-hop question answering",
-    ("profile", "search_r1_7bench"): "Search-R1 7-bench",
-    ("target_modules", "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"): "all attention+MLP projections",
-    ("use_vllm", "auto"): "vLLM colocate",   # auto: vLLM colocate wherever there is a GPU
-    ("backend", "vllm"): "vLLM-accelerated generation",   # evaluate's generation engine
-    # the reference points to Search-R1's evaluation pipeline, whose retrieval_launch.sh serves
-    # retriever_name=e5 (PeterGriffinJin/Search-R1 a14dc3a; evals.dense): the retriever the quote names
-    ("retriever", "e5"): "SR1 7-bench eval pipeline",
-}
-_NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 STUDY_ENV = "DTSFT_STUDY"  # set by `launch study=` for its training runs: JSON {name, path, sha256}, in run manifests
 _VAR_REF = re.compile(r"\$\{vars\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -112,8 +72,12 @@ class Stage:
     name: str
     run: str
     args: dict
-    uses: tuple[str, ...] = ()   # the study variables its arguments refer to
     arg_uses: dict = field(default_factory=dict)   # argument -> the study variables its value refers to
+
+    @property
+    def uses(self) -> tuple[str, ...]:
+        """The study variables its arguments refer to."""
+        return tuple(dict.fromkeys(v for names in self.arg_uses.values() for v in names))
 
     def argv_without(self, variables) -> list[str]:
         """`argv()` less the arguments whose value refers to one of `variables` (data slots not filled yet)."""
@@ -270,22 +234,16 @@ def line_marks(text: str, where: str, line: int) -> list[Mark]:
     return marks
 
 
-def _compose(path: Path):
+def _read(path: Path) -> tuple[list[str], list[tuple[str, int, int, object]]]:
+    """The file's lines and its settings (`_settings`); not readable YAML: none (load_study names the error)."""
     import yaml
 
     text = path.read_text(encoding="utf-8")
     try:
-        return text, yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
-        return text, None   # not readable YAML: load_study names the error
-
-
-def _value_of(node, key: str):
-    import yaml
-
-    if isinstance(node, yaml.MappingNode):
-        return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
-    return None
+        root = None
+    return text.splitlines(), _settings(root)
 
 
 def _settings(root) -> list[tuple[str, int, int, object]]:
@@ -300,9 +258,11 @@ def _settings(root) -> list[tuple[str, int, int, object]]:
             key = f"{prefix}{k.value}"
             if key == "stages" and isinstance(v, yaml.SequenceNode):
                 for stage in v.value:
-                    name, args = _value_of(stage, "name"), _value_of(stage, "args")
+                    entries = stage.value if isinstance(stage, yaml.MappingNode) else []
+                    parts = {kn.value: vn for kn, vn in entries if isinstance(kn, yaml.ScalarNode)}
+                    args = parts.get("args")
                     for ak, av in args.value if isinstance(args, yaml.MappingNode) else []:
-                        out.append((f"{getattr(name, 'value', '?')}:{ak.value}", ak.start_mark.line, _last_line(av), av))
+                        out.append((f"{getattr(parts.get('name'), 'value', '?')}:{ak.value}", ak.start_mark.line, _last_line(av), av))
             elif isinstance(v, yaml.MappingNode) and not v.flow_style and v.value:
                 walk(v, f"{key}.")
             else:
@@ -319,9 +279,7 @@ def file_marks(path: Path) -> list[MarkedSetting]:
     a line holding no setting (a mark in prose says nothing checkable), is refused naming file and line."""
     import yaml
 
-    text, root = _compose(path)
-    lines = text.splitlines()
-    settings = _settings(root)
+    lines, settings = _read(path)
     found: dict[int, list[Mark]] = {}
     for i, line in enumerate(lines):
         marks = line_marks(line, str(path), i + 1)
@@ -344,51 +302,15 @@ def file_marks(path: Path) -> list[MarkedSetting]:
     return out
 
 
-def quote_found(quote: str, reference_text: str) -> bool:
-    """Whether `quote` is verbatim in `reference_text`, whitespace (runs of spaces, tabs, newlines) aside."""
-    return " ".join(quote.split()) in " ".join(reference_text.split())
-
-
-def value_in_quote(key: str, value, quote: str) -> bool:
-    """Whether `quote` states `value` (of setting `key`). A value built from study variables (`${vars.X}`:
-    a slot the user fills, or a path the study wires) is not checked, only its quote; a list or mapping:
-    each of its values; a number: a number in the quote equal to it (1e-4 = 1.0e-4 = 0.0001; r=32;
-    4x); a string: itself as a whole word, case aside, or its `SPELLINGS` entry, or for `model`, its
-    recipe's model.path."""
-    shown = format_value(value)
-    if "${" in shown:
-        return True
-    name = key.rpartition(":")[2].rpartition(".")[2]
-    if (name, shown) in SPELLINGS:
-        return _spelled(SPELLINGS[name, shown], quote)
-    if isinstance(value, dict):
-        return all(value_in_quote(key, v, quote) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return bool(value) and all(value_in_quote(key, v, quote) for v in value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return any(float(t) == float(value) for t in _NUMBER.findall(quote))
-    spellings = [shown]
-    recipe = STUDY_DIR.parent / "model" / f"{shown}.yaml"
-    if name == "model" and recipe.is_file():
-        spellings.append(str(OmegaConf.load(recipe).model.path))
-    return any(_spelled(s, quote) for s in spellings)
-
-
-def _spelled(word: str, quote: str) -> bool:
-    """`word` in `quote`, case aside, as a whole word (Qwen/Qwen3-4B is not in Qwen/Qwen3-4B-Thinking-2507)."""
-    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", quote, flags=re.I) is not None
-
-
 def _unmarked_arg_lines(path: Path) -> list[str]:
     """The stage argument lines without a source mark. Each argument of a stage's `args:` mapping,
     block or flow style (`- {name: ..., run: ..., args: {task: spa, ...}}`), spans the lines from its
     key to the end of its value; each of them holding more than a comment needs a mark, and two
     arguments on one line are refused (one mark cannot say where each comes from)."""
-    text, root = _compose(path)
-    lines = text.splitlines()
+    lines, settings = _read(path)
     bad: dict[int, str] = {}
     keys_on: dict[int, list[str]] = {}
-    for key, first, last, _ in (s for s in _settings(root) if ":" in s[0]):
+    for key, first, last, _ in (s for s in settings if ":" in s[0]):
         keys_on.setdefault(first, []).append(key.partition(":")[2])
         for i in range(first, max(first, last) + 1):
             stripped = lines[i].strip()
@@ -402,12 +324,9 @@ def _unmarked_arg_lines(path: Path) -> list[str]:
 
 
 def _number(v, where: str, *, integer: bool = False):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-        raise StudyError(f"{where}: expected {'an integer' if integer else 'a number'}, found {v!r}")
-    if not integer and not math.isfinite(v):
-        raise StudyError(f"{where}: expected a finite number, found {v!r}")
+    rule = Number(integer=integer, null=True)
+    if not rule.ok(v):
+        raise StudyError(f"{where}: expected {rule.describe()}, found {v!r}")
     return v
 
 
@@ -505,9 +424,8 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
             raise StudyError(f"{w} ({s['name']}): args must be a mapping of key: value")
         raw = raw_stages[i] if i < len(raw_stages) else {}
         raw_args = raw.get("args") if isinstance(raw, dict) else None
-        uses = tuple(dict.fromkeys(_VAR_REF.findall(str(raw_args or ""))))
         arg_uses = {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()} if isinstance(raw_args, dict) else {}
-        stages.append(Stage(name=s["name"], run=s["run"], args=args, uses=uses, arg_uses=arg_uses))
+        stages.append(Stage(name=s["name"], run=s["run"], args=args, arg_uses=arg_uses))
     hardware = plain.get("hardware") or {}
     if not isinstance(hardware, dict) or not isinstance(hardware.get("gpus"), int):
         raise StudyError(f"{where}: `hardware:` must give `gpus:` (an integer) and the GPU kind")

@@ -1,12 +1,9 @@
-"""The arm's dataset, built once per cache key and reused by every later launch.
+"""The arm's dataset, built once per cache key and reused by every later launch (docs/stages/launch.md).
 
-The key is data_prep's `cache_key(data_cfg, arm, seed, tokenizer)`: a digest over the sources
-(local files by sha256), the tokenizer and its chat template, the arm, the seed and every data key
-that changes the output, so a changed input gets a new directory and an unchanged one is reused.
-
-`<cache_root>/<key>/` is complete exactly when it exists: it is built in a temporary sibling and
-renamed into place (common.io.atomic_dir), under an exclusive file lock so two launches of the same
-arm (e.g. a sweep's array tasks) never build it twice or read it half-written.
+The key is data_prep's `cache_key` (sources by content, tokenizer and chat template, arm, seed, every data
+key that changes the output). `<cache_root>/<key>/` is complete exactly when it exists: it is built in a
+temporary sibling and renamed into place (common.io.atomic_dir) under an exclusive file lock, so two
+launches of the same arm never build it twice or read it half-written.
 """
 from __future__ import annotations
 
@@ -26,8 +23,6 @@ from launch.errors import LaunchError
 
 Builder = Callable[..., dict]   # build_arm(data_cfg, *, arm, seed, tokenizer, out) -> manifest
 KeyFn = Callable[..., str]      # cache_key(data_cfg, *, arm, seed, tokenizer) -> hex digest
-
-MANIFEST = "manifest.json"
 
 
 @dataclass
@@ -50,29 +45,21 @@ def cache_root(cfg: DictConfig) -> Path:
 def data_section(cfg: DictConfig) -> DictConfig:
     """The `data:` section data_prep sees, with `dir`/`cache_root` nulled: they only say where the
     dataset lives, so they must not change its key."""
-    data = OmegaConf.to_container(cfg.data, resolve=True)
-    data["dir"] = None
-    data["cache_root"] = None
-    return OmegaConf.create(data)
-
-
-def _data_prep_api() -> tuple[Builder, KeyFn]:
-    from data_prep.build import build_arm, cache_key
-
-    return build_arm, cache_key
+    return OmegaConf.create({**OmegaConf.to_container(cfg.data, resolve=True), "dir": None, "cache_root": None})
 
 
 def dataset_key(cfg: DictConfig, data_arm: str, key_fn: KeyFn | None = None) -> str:
-    key_fn = key_fn or _data_prep_api()[1]
+    if key_fn is None:
+        from data_prep.build import cache_key as key_fn
     return key_fn(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer))
 
 
 def read_manifest(data_dir: Path) -> dict:
-    path = data_dir / MANIFEST
+    path = data_dir / layout.MANIFEST
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({MANIFEST} missing)") from None
+        raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({layout.MANIFEST} missing)") from None
     except json.JSONDecodeError as exc:
         raise LaunchError(f"{path}: unreadable manifest ({exc})") from exc
 
@@ -95,12 +82,9 @@ def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable
         return
     from data_prep import arms, hub
 
-    old = run_dir / layout.CONFIG
-    previous = OmegaConf.load(old) if old.is_file() else None
     for domain in arms.quotas(data_arm, int(cfg.data.n)):
-        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or []) if previous else []
         try:
-            pinned, how = hub.pin_specs(list(cfg.data.sources[domain]), before)
+            pinned, how = hub.pin_specs(list(cfg.data.sources[domain]), _run_pins(run_dir, domain))
         except OSError as exc:
             raise LaunchError(str(exc)) from exc
         for spec, note in how.items():
@@ -112,17 +96,20 @@ def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
     """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (launch pins
     hub sources into config.yaml on a run's first launch, cache.pin_hub_sources): the form the request
     is compared in before the data step. No hub access; a source the run never pinned stays as asked."""
-    old = rd / layout.CONFIG
-    if cfg.data.dir or not old.is_file():
+    if cfg.data.dir or not (rd / layout.CONFIG).is_file():
         return cfg
     from data_prep import hub
 
-    previous = OmegaConf.load(old)
     out = cfg.copy()
     for domain in list(out.data.sources):
-        before = list(OmegaConf.select(previous, f"data.sources.{domain}", default=None) or [])
-        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), before, resolve=lambda _: None)[0]
+        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), _run_pins(rd, domain), resolve=lambda _: None)[0]
     return out
+
+
+def _run_pins(rd: Path, domain: str) -> list:
+    """The sources of `domain` as the run dir's config.yaml holds them (pinned on the run's first launch); [] without one."""
+    old = rd / layout.CONFIG
+    return list(OmegaConf.select(OmegaConf.load(old), f"data.sources.{domain}", default=None) or []) if old.is_file() else []
 
 
 def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = None,
@@ -135,9 +122,8 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
     if cfg.data.dir:
         data_dir = Path(cfg.data.dir).expanduser().resolve()
         return CachedData(dir=data_dir, key=None, manifest=read_manifest(data_dir), reused=True)
-    if builder is None or key_fn is None:
-        default_builder, default_key = _data_prep_api()
-        builder, key_fn = builder or default_builder, key_fn or default_key
+    if builder is None:
+        from data_prep.build import build_arm as builder
     key = dataset_key(cfg, data_arm, key_fn)
     final = cache_root(cfg) / key
     with _locked(final.with_name(f".{key}.lock")):
@@ -158,6 +144,6 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
                             "runs offline)" if cfg.data.kind == "hub" else "")
                     raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
                 raise
-            if not (tmp / MANIFEST).is_file():
-                raise LaunchError(f"data_prep wrote no {MANIFEST} into {tmp}; refusing to cache it")
+            if not (tmp / layout.MANIFEST).is_file():
+                raise LaunchError(f"data_prep wrote no {layout.MANIFEST} into {tmp}; refusing to cache it")
     return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=False)

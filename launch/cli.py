@@ -16,8 +16,6 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from omegaconf import OmegaConf
-
 from common import keydoc
 from common.cli import run_cli, wants_help
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
@@ -25,28 +23,25 @@ from launch import grpo
 from launch.errors import LaunchError
 from launch.grpo import GRPO
 from launch.run import SFT, launch_one
+from launch.show import show_main
+from launch.study import run_study
+from launch.sweep import run_sweep
 from sft import config as sft_config
 
 # stage= -> the trainer launch.run.launch_one starts (sft, the default: launch.run; grpo: launch.grpo)
 TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 
 
-def sft_keys() -> list[keydoc.Key]:
-    """Every key of an SFT launch, its default and its help (sft.config.SFT)."""
-    return keydoc.from_table(sft_config.SFT)
-
-
 def help_text() -> str:
-    base = OmegaConf.create(keydoc.defaults(sft_config.SFT))
     lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
     for group in GROUPS:
         choices = group_choices(group)
         lines.append(f"  {group}=  {' | '.join(choices)}   (default: {DEFAULT_CHOICES[group]})")
     lines += ["", "Top-level shortcuts:"]
     for short, full in ALIASES.items():
-        lines.append(f"  {short:<14} -> {full} (default {OmegaConf.select(base, full)!r})")
-    lines += ["", "Keys (sft.config.SFT: key=default  description; the group recipes may change a default):",
-              keydoc.help_table(sft_keys())]
+        lines.append(f"  {short:<14} -> {full} (default {sft_config.SFT[full].default!r})")
+    lines += ["", "Keys (sft/config.py SFT: key=default  description; the group recipes may change a default):",
+              keydoc.help_table(keydoc.from_table(sft_config.SFT))]
     lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
     lines += [
         "",
@@ -92,32 +87,14 @@ class Command:
     run: Callable[[list[str]], int]
 
 
-def _study(argv: list[str]) -> int:
-    from launch.study import run_study
-
-    return run_study(argv)
-
-
-def _show(argv: list[str]) -> int:
-    from launch.show import show_main
-
-    return show_main(argv)
-
-
-def _sweep(argv: list[str]) -> int:
-    from launch.sweep import run_sweep
-
-    return run_sweep(argv)
-
-
 # `launch NAME ...`: a subcommand, the first token (SFT arms only: the GRPO stage has none)
 COMMANDS = {c.name: c for c in (
-    Command("show", "the composed recipe, each value's origin (launch/show.py)", _show),
-    Command("sweep", "every arm x seed, then its evaluation with eval_profile= (launch/sweep.py)", _sweep),
+    Command("show", "the composed recipe, each value's origin (launch/show.py)", show_main),
+    Command("sweep", "every arm x seed, then its evaluation with eval_profile= (launch/sweep.py)", run_sweep),
 )}
 # `launch KEY=VALUE ...`: a command chosen by a key anywhere on the line; it gets the whole command line
 KEYED = {c.name: c for c in (
-    Command("study", "a reference study's stages in order, recipes/study/NAME.yaml (launch/study.py)", _study),
+    Command("study", "a reference study's stages in order, recipes/study/NAME.yaml (launch/study.py)", run_study),
 )}
 
 

@@ -17,10 +17,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from common import layout
 from common.io import write_json
 from common.study import study_from_env
+from launch.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "accelerate", "safetensors", "omegaconf",
             "liger-kernel", "flash-attn", "wandb", "numpy", "dtsft")
 
@@ -100,7 +101,7 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     launch has already checked against the run dir's, so it is (re)recorded as is — a run dir made
     before identity was recorded gets it on its next launch.
     """
-    path = Path(run_dir) / "manifest.json"
+    path = Path(run_dir) / layout.MANIFEST
     entry = launch_entry(argv, launcher, data, python)
     recipes = dict(choices)
     if choices.get("recipe"):   # the user's recipe file by content (its values are in config.yaml too)

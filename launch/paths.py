@@ -1,21 +1,11 @@
-"""One rule for the file and directory paths a run's config names (README, "Paths").
+"""One rule for the file and directory paths a run's config names (docs/stages/launch.md, "Paths").
 
-- A path the user gives — on the command line or in their own `recipe=FILE` — is relative to the
-  directory `launch` runs in.
-- A path in a shipped recipe (`recipes/**`, e.g. a study's `nq_rollouts=docs/examples/...`) is
-  relative to the repository, wherever `launch` runs.
-- Output locations (`runs_root`, `run_dir`, `data.cache_root`) are always the caller's, the
-  default `runs` included; launch makes them absolute when it resolves the run dir
-  (`outputs_absolute`, from `launch.run.resolve` and `launch.grpo.resolve`).
-
-Which keys are paths, and of what kind, is their fields' PATH role (common.fields.path_keys over the
-command's table, sft.config.SFT / rl.config.GRPO): a key given the role is resolved here with no other edit.
-
-Each input path is made absolute once, when the config is composed, so `config.yaml`, the manifest and a
-Slurm script carry absolute paths and the trainer (which runs with the repository as its working
-directory) reads exactly the files the user meant. Values that are not local paths stay as given:
-`auto` / `never` for `resume`, the embedded model names (`tiny`, `tiny_base`), a hub id `ORG/NAME`
-that names no local directory, a hub data source.
+A path the user gives (command line, their own `recipe=FILE`) is relative to the directory `launch` runs in;
+one in a shipped recipe (`recipes/**`) to the repository; output locations (`runs_root`, `run_dir`,
+`data.cache_root`) always to the caller's directory (`outputs_absolute`). Which keys are paths, and of what
+kind, is their fields' PATH role (common.fields.path_keys over sft.config.SFT / rl.config.GRPO): a key given the
+role is resolved here with no other edit. Values that are not local paths (`resume=auto`, the embedded
+models, a hub id naming no local directory, a hub data source) stay as given.
 """
 from __future__ import annotations
 
@@ -34,7 +24,6 @@ SHIPPED = "recipes/"                 # the origin label of a shipped recipe laye
 EMBEDDED_NAMES = (*ALIASES, *OLD_SPELLINGS)   # common.tiny: resolved by name, never a directory here
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
-
 
 
 def _abs(value: str, base: Path) -> str:

@@ -1,9 +1,7 @@
-"""A trainer's refusal, as its launch reports it.
-
-A trainer that refuses to run (bad config, a held run dir, non-finite gradients, ...) records its exit
-code and one-line reason in `<run_dir>/logs/trainer-exit.json` under its launch's id
-(`common.layout.record_refusal`, `DTSFT_LAUNCH_ID`), because torchrun turns any worker failure into its
-own exit 1. A local launch reads it back (launch.run.report_end); a Slurm segment runs
+"""A trainer's refusal, as its launch reports it (docs/stages/launch.md): the trainer records its exit code
+and one-line reason in `logs/trainer-exit.json` under its launch's id (`common.layout.record_refusal`,
+`DTSFT_LAUNCH_ID`), since torchrun turns any worker failure into exit 1. A local launch reads it back
+(launch.run.report_end); a Slurm segment runs
 
     python -m launch.refusal RUN_DIR LAUNCH_ID
 

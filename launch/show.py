@@ -1,10 +1,5 @@
-"""`launch show <the launch's arguments>`: the composed recipe, each value with the layer that set it.
-
-    launch show arm=r2e model=tiny recipe=my.yaml lr=3e-4
-
-prints one `key = value    # origin` line per key, origin being the default (common/schema.py), a group
-recipe (`recipes/model/tiny.yaml`), the user's `recipe=PATH`, or `command line (lr=3e-4)`.
-Values launch fills in later (`run_dir`, `data.dir`) show as in the recipe. Nothing is built or written.
+"""`launch show <the launch's arguments>`: every composed key as `key = value    # origin` (the default,
+a group recipe, the user's `recipe=PATH` or `command line (lr=3e-4)`); nothing is built or written.
 """
 from __future__ import annotations
 

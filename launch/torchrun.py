@@ -1,12 +1,7 @@
-"""torchrun, with a failed worker reported in one line and with that worker's own exit code.
-
-    python -m launch.torchrun ARGS...    # what launch runs: `python -m torch.distributed.run ARGS...`
-
-It is torch's own torchrun (`torch.distributed.run.main`) in this process, so rendezvous, signals and
-worker restarts are torchrun's. The difference is a failed worker: torchrun raises ChildFailedError (a
-Python traceback plus a 20-line block above the worker's own message) and exits 1 whatever the worker's
-code. Here the first failure is one `[torchrun]` line on stderr, and the exit code is the worker's:
-2 for a trainer's refusal, 3 for non-finite gradients, 128 + N for a worker killed by signal N.
+"""`python -m launch.torchrun ARGS...`: torch's own torchrun (`torch.distributed.run.main`) in this
+process, except that a failed worker is one `[torchrun]` line on stderr instead of a traceback and a
+ChildFailedError block, and the exit code is the worker's (2 for a trainer's refusal, 3 for non-finite
+gradients, 128 + N for a worker killed by signal N) instead of 1 (docs/stages/launch.md, "Slurm").
 """
 from __future__ import annotations
 

@@ -1,16 +1,70 @@
 """Source marks (common.study's grammar): `[ref: <reference> "<verbatim quote>"]` and `[chosen: <reason>]`
 on every study argument and on the marked settings of the shared recipes. The quote test reads the
 published reference texts (../shared/references, skipped without them): every quote is verbatim in its
-reference and contains its value."""
+reference and contains its value (`quote_found`, `value_in_quote`: here, since only the tests read those
+texts)."""
 from __future__ import annotations
 
-import pytest
+import re
 
-from common.study import (MARK_GRAMMAR, REFERENCES, StudyError, file_marks, line_marks, load_study, quote_found,
-                          study_names, value_in_quote)
+import pytest
+from omegaconf import OmegaConf
+
+from common.study import MARK_GRAMMAR, REFERENCES, StudyError, file_marks, format_value, line_marks, load_study, study_names
 from tests.conftest import ROOT, shared_path
 
 RECIPES = ROOT / "recipes"
+
+# "The quote contains the value", where the value's own spelling is not the reference's: a model recipe
+# alias (model: qwen3_4b) is its recipe's model.path (recipes/model/NAME.yaml); these few are the rest,
+# keyed by (setting's last key, value as `format_value` writes it).
+SPELLINGS = {
+    ("task", "spa"): "search_plan_act",
+    ("task", "qa"): "multi-hop question answering",
+    ("profile", "search_r1_7bench"): "Search-R1 7-bench",
+    ("target_modules", "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"): "all attention+MLP projections",
+    ("use_vllm", "auto"): "vLLM colocate",   # auto: vLLM colocate wherever there is a GPU
+    ("backend", "vllm"): "vLLM-accelerated generation",   # evaluate's generation engine
+    # the reference points to Search-R1's evaluation pipeline, whose retrieval_launch.sh serves
+    # retriever_name=e5 (PeterGriffinJin/Search-R1 a14dc3a; evals.dense): the retriever the quote names
+    ("retriever", "e5"): "SR1 7-bench eval pipeline",
+}
+_NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def quote_found(quote: str, reference_text: str) -> bool:
+    """Whether `quote` is verbatim in `reference_text`, whitespace (runs of spaces, tabs, newlines) aside."""
+    return " ".join(quote.split()) in " ".join(reference_text.split())
+
+
+def value_in_quote(key: str, value, quote: str) -> bool:
+    """Whether `quote` states `value` (of setting `key`). A value built from study variables (`${vars.X}`:
+    a slot the user fills, or a path the study wires) is not checked, only its quote; a list or mapping:
+    each of its values; a number: a number in the quote equal to it (1e-4 = 1.0e-4 = 0.0001; r=32;
+    4x); a string: itself as a whole word, case aside, or its `SPELLINGS` entry, or for `model`, its
+    recipe's model.path."""
+    shown = format_value(value)
+    if "${" in shown:
+        return True
+    name = key.rpartition(":")[2].rpartition(".")[2]
+    if (name, shown) in SPELLINGS:
+        return _spelled(SPELLINGS[name, shown], quote)
+    if isinstance(value, dict):
+        return all(value_in_quote(key, v, quote) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(value_in_quote(key, v, quote) for v in value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return any(float(t) == float(value) for t in _NUMBER.findall(quote))
+    spellings = [shown]
+    recipe = RECIPES / "model" / f"{shown}.yaml"
+    if name == "model" and recipe.is_file():
+        spellings.append(str(OmegaConf.load(recipe).model.path))
+    return any(_spelled(s, quote) for s in spellings)
+
+
+def _spelled(word: str, quote: str) -> bool:
+    """`word` in `quote`, case aside, as a whole word (Qwen/Qwen3-4B is not in Qwen/Qwen3-4B-Thinking-2507)."""
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", quote, flags=re.I) is not None
 
 
 def _marked_files():
@@ -19,7 +73,7 @@ def _marked_files():
 
 def test_every_mark_is_quoted_from_its_reference():
     """Each `[ref: NAME "quote"]`: the quote is verbatim in NAME's published text (whitespace aside) and
-    the value is in the quote (common.study.value_in_quote)."""
+    the value is in the quote (value_in_quote, above)."""
     texts = {name: shared_path("references", f"{stem}.txt").read_text(encoding="utf-8")
              for name, stem in REFERENCES.items()}
     wrong, refs = [], 0

@@ -43,12 +43,11 @@ def pages() -> dict[str, str]:
     """file name -> page text."""
     from common import keydoc
     from data_prep.cli import keys as data_prep_keys
-    from launch.cli import sft_keys
     from launch.grpo import grpo_keys
 
     t = tables()
     sources = {
-        "launch": ("launch (SFT)", "sft/config.py SFT", sft_keys()),
+        "launch": ("launch (SFT)", "sft/config.py SFT", keydoc.from_table(t["launch"])),
         "grpo": ("launch stage=grpo", "rl/config.py GRPO (defaults as composed for task=spa and the default model)",
                  grpo_keys()),
         "data-prep": ("data-prep", "data_prep/cli.py KEYS + data_prep/config.py DATA", data_prep_keys()),
