@@ -198,45 +198,31 @@ def _bench_n(value, bench_root) -> dict:
     return out
 
 
-def _run_bench_n(profile_n, user_n, benches: list[str], bench_root) -> dict:
-    """The `bench_n` of the benches being run: the profile's entries for those (its others go with the
-    benches the command line left out), the caller's on top; a caller's entry for a bench not being
-    run is refused (it would size nothing). An entry equal to the profile's is the profile's (a config
-    built on the profile's keys carries them all)."""
-    profile_n = _bench_n(profile_n, bench_root)
-    own = {k: v for k, v in (_bench_n(user_n, bench_root) if user_n is not None else {}).items()
-           if profile_n.get(k) != v}
-    for key in own:
-        if key not in benches:
-            name = parse_bench_key(key)[0]
-            modes = [b for b in benches if parse_bench_key(b)[0] == name]
-            hint = f" (a bench_n key names the bench with its context mode: {', '.join(modes)})" if modes else ""
-            raise EvalError(f"bench_n.{key}: {key} is not being run (benches: {', '.join(benches)}), so this entry "
-                            f"would size nothing{hint}")
-    return {**{k: v for k, v in profile_n.items() if k in benches}, **own}
+def _sets(value, bench_root=None) -> dict:
+    """`sets` checked: {bench key: item set name}."""
+    if not isinstance(value, DictConfig):
+        raise EvalError(f"sets={value!r}: expected a mapping such as {{nq: 'nq:seed42_1000'}}")
+    try:
+        return {canonical_bench_key(str(bench).strip()): str(name) for bench, name in value.items()}
+    except BenchError as exc:
+        raise EvalError(f"sets: {exc}") from None
 
 
-def _run_sets(profile_sets, user_sets, benches: list[str]) -> dict:
-    """The `sets` of the benches being run: the profile's for those, the caller's on top (a caller's
-    entry for a bench not being run is refused: it would select nothing)."""
-    out = {}
-    for origin, value in (("profile", profile_sets), ("caller", user_sets)):
-        if value is None:
-            continue
-        if not isinstance(value, DictConfig):
-            raise EvalError(f"sets={value!r}: expected a mapping such as {{nq: 'nq:seed42_1000'}}")
-        for bench, name in value.items():
-            try:
-                key = canonical_bench_key(str(bench).strip())
-            except BenchError as exc:
-                raise EvalError(f"sets: {exc}") from None
-            if key not in benches:
-                if origin == "caller" and (profile_sets is None or profile_sets.get(bench) != name):
-                    raise EvalError(f"sets.{bench}: {key} is not being run (benches: {', '.join(benches)}), so this "
-                                    "entry would select nothing")
-                continue
-            out[key] = str(name)
-    return out
+def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
+    """`key` (bench_n, sets) of the benches being run: the profile's entries for those (its others go with the
+    benches the command line left out), the caller's on top; a caller's entry for a bench not being run is
+    refused (it would do nothing). An entry equal to the profile's is the profile's (a config built on the
+    profile's keys carries them all)."""
+    read = _bench_n if key == "bench_n" else _sets
+    profile = read(profile, bench_root) if profile is not None else {}
+    own = {k: v for k, v in (read(user, bench_root) if user is not None else {}).items() if profile.get(k) != v}
+    for k in own:
+        if k not in benches:
+            modes = [b for b in benches if parse_bench_key(b)[0] == parse_bench_key(k)[0]]
+            hint = f" (a {key} key names the bench with its context mode: {', '.join(modes)})" if modes else ""
+            raise EvalError(f"{key}.{k}: {k} is not being run (benches: {', '.join(benches)}), so this entry would "
+                            f"{'size' if key == 'bench_n' else 'select'} nothing{hint}")
+    return {**{k: v for k, v in profile.items() if k in benches}, **own}
 
 
 def parse_shard(value) -> tuple[int, int] | None:
@@ -336,7 +322,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError("; ".join(problems))
     parse_shard(merged.shard)
     merged.benches = _benches(merged.benches)
-    merged.sets = _run_sets(base.sets, user.sets if "sets" in user else None, merged.benches)
+    merged.sets = _per_bench("sets", base.sets, user.sets if "sets" in user else None, merged.benches, merged.bench_root)
     for bench in merged.benches:
         if why := bench_name_problem(bench, merged.bench_root):
             raise EvalError(f"benches: {why}")
@@ -350,8 +336,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
             raise EvalError(f"benches {tf} need heldout=DIR (a `data-prep heldout` dir)")
         if not Path(merged.heldout).is_dir():
             raise EvalError(f"heldout={merged.heldout}: no such directory")
-    merged.bench_n = _run_bench_n(base.bench_n, user.bench_n if "bench_n" in user else None, merged.benches,
-                                  merged.bench_root)
+    merged.bench_n = _per_bench("bench_n", base.bench_n, user.bench_n if "bench_n" in user else None, merged.benches,
+                                merged.bench_root)
     qa = [b for b in merged.benches if uses_retriever(b)]
     if qa and merged.retriever in ("bm25", "e5") and not merged.corpus:
         raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25, e5) or retriever=http retriever_url=URL")

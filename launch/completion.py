@@ -103,16 +103,14 @@ def run_checked(record: Path, failed: Path, cmd: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m launch.completion CHECK.json` (write_check's config), or `RECORD FAILED -- COMMAND...`."""
-    if len(argv) == 1:
-        from common.io import read_json_object
-
-        check = read_json_object(Path(argv[0]))
-        return run_checked(Path(check["record"]), Path(check["failed"]), list(check["command"]))
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: python -m launch.completion CHECK.json | RECORD FAILED -- COMMAND...", file=sys.stderr)
+    """`python -m launch.completion CHECK.json` (write_check's config)."""
+    if len(argv) != 1:
+        print("usage: python -m launch.completion CHECK.json", file=sys.stderr)
         return 2
-    return run_checked(Path(argv[0]), Path(argv[1]), argv[3:])
+    from common.io import read_json_object
+
+    check = read_json_object(Path(argv[0]))
+    return run_checked(Path(check["record"]), Path(check["failed"]), list(check["command"]))
 
 
 if __name__ == "__main__":

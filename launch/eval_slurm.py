@@ -192,16 +192,15 @@ def submit(req, jobs: list[EvalJob]) -> None:
         dry_run(plan, runner, where)
         return
     ids = runner.run(plan, where)
-    shown = [f"{j.name} {ids[j.name]} (" + (f"{len(j.array)} checkpoint(s), a job array" if j.array else
-                                            j.notes[0].split(": ")[0]) + f", after {j.waits or 'nothing'})"
+    shown = [(f"{len(j.array)} evaluation(s) as Slurm job array {ids[j.name]}" if j.array else
+              f"{j.notes[0].split(': ')[0]} as job {ids[j.name]}") + (f" (after {j.waits})" if j.waits else "")
              for j in plan[:-1]]
     every = ",".join(ids.values())
     if cfg.slurm.jobs_file:   # a study's analyze job: its submissions join the study's job ids
         record_jobs(Path(cfg.slurm.jobs_file), ids, os.environ.get("SLURM_JOB_ID"))
-    print(f"[analyze] submitted the evaluation job(s) {'; '.join(shown)} and the aggregation as job {ids['aggregate']} "
+    print(f"[analyze] submitted {', '.join(shown)} and the aggregation as job {ids['aggregate']} "
           f"(afterany:{':'.join(ids[j.name] for j in plan[:-1])}); plan and logs in {where}\n"
           f"[analyze] watch: squeue -j {every}   (when done: sacct -j {every})", flush=True)
-    return ids
 
 
 def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -> None:

@@ -360,8 +360,9 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
                     if req.on_slurm else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
                 stage_jobs += _in_stage(evaluation, stage.name)
         else:
-            ledger = {"slurm": {"jobs_file": str(where / "jobs.json")}} if req.on_slurm and stage.run == "analyze" else {}
-            config = _config(where, f"{stage.name}.yaml", OmegaConf.merge(r.cfg, ledger))   # its submissions join jobs.json
+            cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
+                if req.on_slurm and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
+            config = _config(where, f"{stage.name}.yaml", cfg)
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
                 config = completion.write_check(where / f"{stage.name}.check.json", stage.run, r.cfg.out,
                                                 where / f"{stage.name}.FAILED", module, config, r.python)

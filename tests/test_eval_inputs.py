@@ -55,8 +55,8 @@ def test_evaluate_accepts_the_documented_forms(tmp_path, capsys):
 
 
 def test_a_bench_n_entry_for_a_bench_not_being_run_is_refused(tmp_path, capsys):
-    """`bench_n` sizes the benches being run: an entry for another bench (or for another context mode
-    of one) is refused before any work, never ignored; a profile's entries go with its benches."""
+    """`bench_n` sizes the benches being run (`sets` names their items): an entry for another bench (or for
+    another context mode of one) is refused before any work, never ignored; a profile's entries go with its benches."""
     from evals.config import resolve
 
     root = tmp_path / "br"
@@ -66,10 +66,11 @@ def test_a_bench_n_entry_for_a_bench_not_being_run_is_refused(tmp_path, capsys):
          "paragraphs": [{"idx": 0, "title": "T", "paragraph_text": "p", "is_supporting": True}]}) + "\n")
     base = [f"ckpt={tmp_path / 'm'}", f"out={tmp_path / 'o'}", f"bench_root={root}", "dry_run=true"]
     for args, needle in ((["benches=[mq_huge@given]", "bench_n={mq_huge:3}", "n=5"], "mq_huge@given"),
-                         (["benches=[babyai]", "bench_n={bamboogle:1}"], "benches: babyai")):
+                         (["benches=[babyai]", "bench_n={bamboogle:1}"], "benches: babyai"),
+                         (["benches=[babyai]", "sets={bamboogle: 'bamboogle:hub'}"], "sets.bamboogle: ")):   # sets: alike
         assert evaluate_main([*base, *args]) == 2
         err = capsys.readouterr().err
-        assert "bench_n." in err and "is not being run" in err and needle in err, err
+        assert args[1].split("=")[0] + "." in err and "is not being run" in err and needle in err, err
         assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
     cfg = resolve({"ckpt": "m", "out": "o", "bench_root": str(root), "benches": ["mq_huge@given"], "n": 5,
                    "bench_n": {"mq_huge@given": 3}})

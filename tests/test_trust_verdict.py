@@ -412,9 +412,16 @@ def test_a_checked_job_passes_its_commands_failure_on_and_a_requeued_one_starts_
     import signal
 
     from launch.completion import FORWARDED
-    from launch.completion import main as checked
+    from launch.completion import main
 
     record, failed = tmp_path / "out" / "export_info.json", tmp_path / "export.FAILED"
+
+    def checked(argv: list[str]) -> int:   # RECORD FAILED -- COMMAND...: its CHECK.json, run as a job runs it
+        if argv[2:3] != ["--"]:
+            return main(argv)
+        (tmp_path / "check.json").write_text(json.dumps({"record": argv[0], "failed": argv[1], "command": argv[3:]}))
+        return main([str(tmp_path / "check.json")])
+
     before = {sig: signal.getsignal(sig) for sig in FORWARDED}
     assert checked([str(record), str(failed), "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
     # its signal forwarding ends with its command: a caller (a process that forks workers later) keeps its own
