@@ -18,6 +18,8 @@ Roles say what a key is besides its value:
             FORMAT:PATH_OR_HUB_ID[~SHARE]), STATE (auto | never | a state directory), OUTPUT (an output
             location: the caller's directory whoever set it, made absolute when the run is resolved).
 A key with none of the identity roles is operational: how fast or where, never what.
+A key added after run dirs were first written has an `as_before` value, meaning "as before the key": an older
+config.yaml may lack it, and a run identity leaves it out at that value (`excluded`), so such a run dir resumes.
 """
 from __future__ import annotations
 
@@ -27,9 +29,12 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
+from common.fingerprint import ALWAYS
+
 IDENTITY, CONTENT, ENGINE, PATH = "identity", "content", "engine", "path"
 PATHS, MODEL, SOURCES, STATE, OUTPUT = "paths", "model", "sources", "state", "output"   # PATH's kinds
 PATH_KINDS = (PATHS, MODEL, SOURCES, STATE, OUTPUT)
+ABSENT = object()   # no value: a key absent from a config (`select`), a field without an `as_before` value
 
 
 @dataclass(frozen=True)
@@ -168,13 +173,15 @@ class Range(Rule):
 class Field:
     """One key: its default, its help line, what a value may be (`rule`; None: checked where it is used),
     its roles (IDENTITY, CONTENT, ENGINE, PATH) and `read`, the value the program works with (e.g. `auto`
-    -> None), when it differs from the one written. Compared by identity: one object per key."""
+    -> None), when it differs from the one written; `as_before`: a later key's (above). Compared by identity: one
+    object per key."""
 
     default: Any
     help: str
     rule: Rule | None = None
     roles: frozenset = frozenset()
     read: Callable[[Any], Any] | None = None
+    as_before: Any = ABSENT
 
     def problem(self, key: str, v: Any) -> str | None:
         return self.rule.problem(key, v) if self.rule is not None else None
@@ -253,13 +260,13 @@ def flag(help: str, default: bool, roles: Iterable[str] = ()) -> Field:
     return Field(default, help, Flag(), frozenset(roles))
 
 
-def text(help: str, default: Any = None, roles: Iterable[str] = ()) -> Field:
-    return Field(default, help, Text(), frozenset(roles))
+def text(help: str, default: Any = None, roles: Iterable[str] = (), as_before: Any = ABSENT) -> Field:
+    return Field(default, help, Text(), frozenset(roles), as_before=as_before)
 
 
-def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=None) -> Field:
+def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=None, as_before: Any = ABSENT) -> Field:
     """A field whose value is checked where it is used (a list, a mapping) or by `rule`."""
-    return Field(default, help, rule, frozenset(roles), read)
+    return Field(default, help, rule, frozenset(roles), read, as_before)
 
 
 def problems(table: dict[str, Field | Passed], cfg) -> list[str]:
@@ -267,17 +274,19 @@ def problems(table: dict[str, Field | Passed], cfg) -> list[str]:
     return [why for key, f in table.items() if key in cfg and (why := f.problem(key, cfg[key])) is not None]
 
 
-def excluded(*tables: dict) -> tuple[str, ...]:
-    """A run fingerprint's exclusions (common.fingerprint): every key of `tables` without the IDENTITY role, a
-    whole section when none of its keys has it (so a key an old config.yaml holds below it is left out too)."""
+def excluded(*tables: dict) -> dict[str, Any]:
+    """A run fingerprint's exclusions (common.fingerprint's `exclude`): every key of `tables` without the IDENTITY
+    role (a whole section when none of its keys has it, so a key an old config.yaml holds below it is left out too)
+    at any value (ALWAYS), and every other key with an `as_before` value at that value."""
     keys = {k: getattr(f, "field", f) for t in tables for k, f in t.items()}
     sections: dict[str, list[bool]] = {}
     for k, f in keys.items():
         head, dot, _ = k.partition(".")
         if dot:
             sections.setdefault(head, []).append(IDENTITY in f.roles)
-    whole = tuple(s for s, ids in sections.items() if not any(ids))
-    return whole + tuple(k for k, f in keys.items() if IDENTITY not in f.roles and k.split(".")[0] not in whole)
+    whole = {s: ALWAYS for s, ids in sections.items() if not any(ids)}
+    return whole | {k: ALWAYS if IDENTITY not in f.roles else f.as_before for k, f in keys.items()
+                    if k.split(".")[0] not in whole and (IDENTITY not in f.roles or f.as_before is not ABSENT)}
 
 
 def path_keys(table: dict[str, Any]) -> dict[str, str]:
@@ -289,9 +298,6 @@ def path_keys(table: dict[str, Any]) -> dict[str, str]:
         if PATH in roles:
             out[key] = next((kind for kind in PATH_KINDS if kind in roles), PATH)
     return out
-
-
-ABSENT = object()
 
 
 def select(cfg, key: str, default: Any = ABSENT) -> Any:
@@ -314,23 +320,25 @@ def plain(v: Any) -> Any:
 
 def must_problems(table: dict[str, Field | Default], cfg, optional: Iterable[str] = ()) -> list[str]:
     """One `key must be ..., got ...` line per key of `table` (dotted) that breaks its rule in `cfg` (nested),
-    or `key: missing from the config` for one absent unless it is in `optional`."""
+    or `key: missing from the config` for one absent unless it is in `optional` or a later key (`as_before`)."""
     out = []
     for key, f in table.items():
         v = select(cfg, key)
-        why = (None if key in optional else f"{key}: missing from the config") if v is ABSENT else f.must(key, plain(v))
+        later = key in optional or f.as_before is not ABSENT
+        why = (None if later else f"{key}: missing from the config") if v is ABSENT else f.must(key, plain(v))
         out += [why] if why else []
     return out
 
 
 def section(table: dict[str, Field | Default], cfg, name: str) -> SimpleNamespace:
     """Section `name` of `cfg` as the program reads it: one attribute per key `name.KEY` of `table`
-    (its `read` applied; an absent key: its default), e.g. `section(TRAINER, cfg, "train").lr`."""
+    (its `read` applied; an absent key: its `as_before` value if a later key, else its default), e.g.
+    `section(TRAINER, cfg, "train").lr`."""
     out = {}
     for key, f in table.items():
         head, _, leaf = key.partition(".")
         if head == name and "." not in leaf:
-            v = plain(select(cfg, key, f.default))
+            v = plain(select(cfg, key, f.default if f.as_before is ABSENT else f.as_before))
             out[leaf] = f.read(v) if f.read is not None and v is not None else v
     return SimpleNamespace(**out)
 

@@ -6,7 +6,8 @@ silently resuming or reporting a run made under another configuration.
 
 What the fingerprint covers: every leaf key of the resolved config (the recipe-named keys of
 `config.yaml`) except the excluded ones, the keys whose field has no IDENTITY role (the trainer's
-`EXCLUDED_KEYS`, sft.config / rl.config, common.fields.excluded):
+`EXCLUDED_KEYS`, sft.config / rl.config, common.fields.excluded; each key added since run dirs were first
+written is left out at its value "as before", below):
 - where things live (the PATH keys). The data enters through the dataset manifest's *content*
   fingerprint and a GRPO run's prompts file and corpus through their sha256 (`file_digest`; passed
   as extras), so moving a runs tree or an input file, or a data_prep code edit that leaves the
@@ -30,8 +31,17 @@ from typing import Any
 LEGACY_TRAINER_SEMANTICS = 1
 
 
-def _excluded(key: str, exclude: tuple[str, ...]) -> bool:
-    return any(key == e or key.startswith(e + ".") for e in exclude)
+# `exclude` maps a key, or a section, to the value at which the identity leaves it out: ALWAYS (any value) for
+# what changes no result; a key added after run dirs were first written, at its value meaning "as before" (so a
+# run dir written before the key existed keeps its fingerprint and resumes; any other value is a real change).
+ALWAYS = object()
+
+
+def _left_out(key: str, value: Any, exclude: Mapping[str, Any]) -> bool:
+    parts = key.split(".")
+    if any(exclude.get(".".join(parts[:i])) is ALWAYS for i in range(1, len(parts) + 1)):
+        return True
+    return key in exclude and _same(value, exclude[key])
 
 
 def _flatten(obj: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -57,42 +67,17 @@ def _plain(cfg) -> Mapping:
     return cfg
 
 
-# Keys added after run dirs were first written, each with the value that means "as before": at that
-# value a key is left out of the identity, so a run dir written before the key existed keeps its
-# fingerprint and resumes (any other value is a real change and counts).
-LATER_KEYS: dict[str, Any] = {
-    "data.decontam_sets": [],   # issue 37: named item sets to decontaminate against ([]: none, as before)
-    # issue 42: a held-out split the arm leaves out (null: none, as before); a path, so also without the identity role:
-    # what it changes enters through the dataset's content fingerprint
-    "data.heldout": None,
-}
-# The same for a GRPO run's config (rl.config.run_identity).
-GRPO_LATER_KEYS: dict[str, Any] = {
-    # issue 40: grpo.retriever=e5's settings (a run with another retriever keeps its identity)
-    "grpo.encoder": "intfloat/e5-base-v2",
-    "grpo.index": None,
-    "grpo.encoder_device": "cpu",
-    "grpo.trl": None,   # issue 41: the trl release a GRPO run is pinned to (null: the interpreter's, as before)
-}
-
-
-def _as_before(key: str, value: Any) -> bool:
-    later = {**LATER_KEYS, **GRPO_LATER_KEYS}   # disjoint: no SFT config has a grpo section
-    return key in later and canonical_json(_by_value(value)) == canonical_json(_by_value(later[key]))
-
-
-def identity_keys(cfg, exclude: tuple[str, ...]) -> dict[str, Any]:
-    """`{dotted.key: value}` of every result-changing leaf of `cfg`, sorted by key (a `LATER_KEYS` key
-    at its as-before value left out)."""
+def identity_keys(cfg, exclude: Mapping[str, Any]) -> dict[str, Any]:
+    """`{dotted.key: value}` of every leaf of `cfg` that `exclude` does not leave out, sorted by key."""
     flat = _flatten(_plain(cfg))
-    return {k: flat[k] for k in sorted(flat) if not _excluded(k, exclude) and not _as_before(k, flat[k])}
+    return {k: flat[k] for k in sorted(flat) if not _left_out(k, flat[k], exclude)}
 
 
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def identity(cfg, exclude: tuple[str, ...], **extra: Any) -> dict[str, Any]:
+def identity(cfg, exclude: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     """The record a run dir keeps: `{"fingerprint", "keys", **extra}` (keys: what `fingerprint_diff`
     compares, so a refusal can name every key that differs)."""
     keys = identity_keys(cfg, exclude)
@@ -112,6 +97,11 @@ def _by_value(v: Any) -> Any:
     return [_by_value(x) for x in v]
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal by value (`_by_value`)."""
+    return canonical_json(_by_value(a)) == canonical_json(_by_value(b))
+
+
 def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
     """`key: old -> new` for every difference between two identity records (or two `keys` maps).
 
@@ -127,7 +117,7 @@ def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
     (ok, ox), (nk, nx) = split(old), split(new)
     absent = "<absent>"
     lines = [f"{k}: {ok.get(k, absent)!r} -> {nk.get(k, absent)!r}"
-             for k in sorted(set(ok) | set(nk)) if canonical_json(_by_value(ok.get(k, absent))) != canonical_json(_by_value(nk.get(k, absent)))]
+             for k in sorted(set(ok) | set(nk)) if not _same(ok.get(k, absent), nk.get(k, absent))]
     lines += [f"{k}: {ox[k]!r} -> {nx[k]!r}" for k in sorted(set(ox) & set(nx)) if ox[k] != nx[k]]
     return lines
 

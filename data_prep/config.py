@@ -37,7 +37,8 @@ DATA: dict[str, Field] = {
     "decontam_bench_root": text("your own dir laid out as <bench>/*.jsonl: every record checked against all 7 benches",
                                 roles=(IDENTITY, PATH)),
     "decontam_sets": field("named item sets (fetch-data names, fetched into $DTSFT_DATA on first use) to check against",
-                           [], _ID, list_of(lambda n: isinstance(n, str), "a list of data names such as [nq:seed42_1000]")),
+                           [], _ID, list_of(lambda n: isinstance(n, str), "a list of data names such as [nq:seed42_1000]"),
+                           as_before=[]),   # issue 37
     "decontam_drop": flag("true: drop records that overlap an evaluation question (default: report them)", False, _ID),
     "decontam_ngram": count("n-gram length of the overlap check", 13),
     "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [],

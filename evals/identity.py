@@ -131,7 +131,7 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     if body["evaluate"].get("enable_thinking") == "auto":  # nothing passed: the identity of before the key
         del body["evaluate"]["enable_thinking"]
-    record = fingerprint.identity(body, exclude=())
+    record = fingerprint.identity(body, exclude={})
     return {**record, "ckpt_path": str(conf.get("ckpt"))}
 
 

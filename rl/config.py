@@ -70,7 +70,7 @@ GRPO: dict[str, Field | Default] = {
                       "(pyproject pins 1.16.0); 1.9.2: the search_plan_act references' (python.grpo=.venv-trl1.9.2/bin/python, "
                       "`make venv-trl`); docs/stages/grpo.md lists what changes GRPO between the two", None, _ID,
                       Test(lambda v: v is None or (isinstance(v, str) and TRL_VERSION.fullmatch(v) is not None),
-                           "null or a trl release such as 1.9.2 (three parts: 1.16 reads as a number)")),
+                           "null or a trl release such as 1.9.2 (three parts: 1.16 reads as a number)"), as_before=None),
     "grpo.vllm_gpu_memory_utilization": number("[chosen: leaves room for the policy's backward pass]", 0.3, _ID,
                                                lo=0, hi=1, lo_open=True),
     "grpo.split": choice("spa: task split trained on (search_plan_ood evaluates ood)", "train", ("train", "ood"), _ID,
@@ -84,11 +84,12 @@ GRPO: dict[str, Field | Default] = {
     "grpo.corpus": text("qa, retriever=bm25 or e5: wiki-18 style jsonl corpus, or a fetch-data name (corpus:wiki18)",
                         roles=_PATH_CONTENT),
     "grpo.encoder": text("qa, retriever=e5: the E5 encoder (HF model dir or hub id, or the fetch-data name "
-                         "encoder:e5-base-v2)", "intfloat/e5-base-v2", _MODEL_ID),
+                         "encoder:e5-base-v2)", "intfloat/e5-base-v2", _MODEL_ID, as_before="intfloat/e5-base-v2"),
     "grpo.index": text("qa, retriever=e5: faiss IndexFlatIP file, row i = corpus line i (Search-R1's e5_Flat.index, or the "
                        "fetch-data name index:wiki18_e5_flat), memory-mapped; null -> built from the corpus",
-                       roles=_PATH_CONTENT),
-    "grpo.encoder_device": field("qa, retriever=e5: where the encoder runs (cpu | auto | cuda | cuda:N)", "cpu", _ID),
+                       roles=_PATH_CONTENT, as_before=None),
+    "grpo.encoder_device": field("qa, retriever=e5: where the encoder runs (cpu | auto | cuda | cuda:N)", "cpu", _ID,
+                                 as_before="cpu"),
     "grpo.retriever_url": text("qa, retriever=http: http://HOST:PORT/retrieve", roles=_ID),
     "grpo.retriever_timeout": number("qa, http: seconds per search request", 30.0, (), lo=0, lo_open=True),
     "grpo.retriever_retries": count("qa, http: retries of a failed request (1 s, 2 s, 4 s ... apart)", 3, (), lo=0),
@@ -138,8 +139,7 @@ def problems(cfg: DictConfig) -> list[str]:
     if any(k not in cfg for k in ("stage", "task", "grpo", "lora", "train", "launcher")):
         return [f"{k}: missing from the config" for k in ("stage", "task", "grpo", "lora", "train", "launcher")
                 if k not in cfg]
-    older = (*fingerprint.GRPO_LATER_KEYS, *(k for k in GRPO if k.startswith("python.")))   # absent from an
-    bad = must_problems(GRPO, cfg, optional=older)                                           # older config.yaml
+    bad = must_problems(GRPO, cfg)
     g, lc = cfg.grpo, cfg.launcher
     if not bad and g.completions_per_step % g.num_generations:
         bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, "

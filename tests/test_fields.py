@@ -116,4 +116,22 @@ def test_train_log_every_is_defined_in_one_place():
              and "log_every" in p.read_text(encoding="utf-8", errors="replace")]
     assert where == ["sft/console.py"], where   # its field and its reader
     assert fields.IDENTITY not in config.SFT["train.log_every"].roles
-    assert fingerprint._excluded("train.log_every", config.EXCLUDED_KEYS)
+    assert fingerprint.identity_keys({"train": {"log_every": 3, "lr": 1e-5}}, config.EXCLUDED_KEYS) == {"train.lr": 1e-5}
+
+
+def test_a_key_added_later_declares_its_as_before_value_on_its_field():
+    """A result-changing key added after run dirs were written is one field with `as_before`: the identity
+    (through `excluded`, the table's exclusions) leaves it out at that value, so a config.yaml written before the
+    key (without it) and one at that value have one fingerprint; any other value is a change. No table elsewhere."""
+    from common import fingerprint
+
+    table = {"train.lr": fields.number("peak lr", 1e-5, (fields.IDENTITY,), lo=0),
+             "train.knob": fields.field("a knob added later", [], (fields.IDENTITY,), as_before=[]),
+             "train.log": fields.text("a name, no result")}
+    exclude = fields.excluded(table)
+    fp = [fingerprint.identity({"train": train}, exclude)["fingerprint"]
+          for train in ({"lr": 1e-5}, {"lr": 1e-5, "knob": [], "log": "x"}, {"lr": 1e-5, "knob": [2]})]
+    assert fp[0] == fp[1] != fp[2]
+    assert fields.must_problems(table, {"train": {"lr": 1e-5}}) == ["train.log: missing from the config"]   # an older
+    assert fields.section(table, {"train": {"lr": 1e-5}}, "train").knob == []                              # config.yaml
+    assert not hasattr(fingerprint, "LATER_KEYS") and not hasattr(fingerprint, "GRPO_LATER_KEYS")

@@ -134,13 +134,12 @@ def test_a_run_configured_before_the_schema_keeps_its_fingerprint():
     now = compose(recorded["argv"]).cfg
     now.run_dir, now.data.dir = old.run_dir, old.data.dir
     # Keys added since (issue 38's launcher.qos, the interpreters, issue 64's model.license, ...): each changes no
-    # result (no IDENTITY role: excluded from the fingerprint) or is a fingerprint.LATER_KEYS key at its
-    # as-before value (left out of it); every other key is as recorded. The identity below is of the full config.
+    # result (no IDENTITY role: excluded from the fingerprint) or is at its field's as-before value (left out of
+    # it); every other key is as recorded. The identity below is of the full config.
     flat, was = fingerprint._flatten(OmegaConf.to_container(now)), fingerprint._flatten(OmegaConf.to_container(old))
     added = {k: v for k, v in flat.items() if k not in was}
     assert {"launcher.qos", "python.sft", "model.license"} <= set(added)
-    assert [k for k, v in added.items() if not fingerprint._excluded(k, EXCLUDED_KEYS)
-            and fingerprint.LATER_KEYS.get(k, ...) != v] == []
+    assert set(added) & set(fingerprint.identity_keys(now, EXCLUDED_KEYS)) == set()
     assert {k: v for k, v in flat.items() if k not in added} == was
     extra = {"trainer_semantics": recorded["identity"]["trainer_semantics"],
              "data_fingerprint": recorded["identity"]["data_fingerprint"]}
