@@ -7,7 +7,6 @@ writes them; a test checks they are fresh).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,14 +18,18 @@ class Key:
     doc: str
 
 
-def shown(value: Any) -> str:
-    """A default as it is typed on the command line (YAML scalars: null, true, [a, b])."""
+def shown(value: Any, dotlist: bool = False) -> str:
+    """A value as it is typed on the command line (YAML: null, true, [a, b], {k: v}); `dotlist`: as an omegaconf
+    dotlist value, without spaces ([a,b], {k:v})."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value).replace('"', "")
+    space = "" if dotlist else " "
+    if isinstance(value, (list, tuple)):
+        return "[" + f",{space}".join(shown(x, dotlist) for x in value) + "]"
+    if isinstance(value, dict):
+        return "{" + f",{space}".join(f"{k}:{space}{shown(x, dotlist)}" for k, x in value.items()) + "}"
     return str(value)
 
 

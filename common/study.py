@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from common.cli import ConfigError, did_you_mean
 from common.fields import Number
 from common.io import sha256_file
+from common.keydoc import shown
 from common.layout import step_name
 from common.recipes import RECIPES
 
@@ -81,11 +82,11 @@ class Stage:
 
     def argv_without(self, variables) -> list[str]:
         """`argv()` less the arguments whose value refers to one of `variables` (data slots not filled yet)."""
-        return [f"{k}={format_value(v)}" for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(variables)]
+        return [f"{k}={shown(v, dotlist=True)}" for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(variables)]
 
     def argv(self, extra: list[str] = ()) -> list[str]:
         """The stage's arguments as `key=value` tokens, `extra` last so it wins."""
-        return [f"{k}={format_value(v)}" for k, v in self.args.items()] + list(extra)
+        return [f"{k}={shown(v, dotlist=True)}" for k, v in self.args.items()] + list(extra)
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class Study:
     def differences(self) -> list[str]:
         """The study's "differs from the reference" lines: each `[chosen: ...]` setting with its reason,
         then each note."""
-        return [f"{key} = {format_value(value)}: {reason}" for key, value, reason in self.chosen] + list(self.notes)
+        return [f"{key} = {shown(value, dotlist=True)}: {reason}" for key, value, reason in self.chosen] + list(self.notes)
 
     def unset(self, stage: Stage | None = None) -> list[str]:
         """Variables still null that `stage` (or any stage) needs: the data slots a user must fill."""
@@ -137,21 +138,8 @@ class Study:
             if m.group(1) not in self.vars:
                 raise StudyError(f"{where}: no study variable {m.group(1)!r}; variables: {', '.join(self.vars) or 'none'}."
                                  f"{did_you_mean(m.group(1), self.vars)}")
-            return format_value(self.vars[m.group(1)])
+            return shown(self.vars[m.group(1)], dotlist=True)
         return _VAR_REF.sub(value, text)
-
-
-def format_value(v) -> str:
-    """A Python value as an omegaconf dotlist value (`[a,b]`, `{k:v}`, `null`, `true`)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(format_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(f"{k}:{format_value(x)}" for k, x in v.items()) + "}"
-    return str(v)
 
 
 def study_names() -> list[str]:
@@ -222,8 +210,8 @@ def line_marks(text: str, where: str, line: int) -> list[Mark]:
         m = _MARK.match(text, start.start())
         if m is None:
             close = text.find("]", start.start())
-            shown = text[start.start():close + 1 if close >= 0 else None].strip()
-            raise StudyError(f"{where}:{line}: {shown!r} is not a source mark: write {MARK_GRAMMAR} (a bare "
+            found = text[start.start():close + 1 if close >= 0 else None].strip()
+            raise StudyError(f"{where}:{line}: {found!r} is not a source mark: write {MARK_GRAMMAR} (a bare "
                              "[ref] or [chosen] says neither which reference states the value nor why it was chosen)")
         if m.group("ref") is not None and m.group("ref") not in REFERENCES:
             raise StudyError(f"{where}:{line}: [ref: {m.group('ref')} ...] names no reference; references: "

@@ -10,14 +10,15 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from common.study import MARK_GRAMMAR, REFERENCES, StudyError, file_marks, format_value, line_marks, load_study, study_names
+from common.keydoc import shown
+from common.study import MARK_GRAMMAR, REFERENCES, StudyError, file_marks, line_marks, load_study, study_names
 from tests.conftest import ROOT, shared_path
 
 RECIPES = ROOT / "recipes"
 
 # "The quote contains the value", where the value's own spelling is not the reference's: a model recipe
 # alias (model: qwen3_4b) is its recipe's model.path (recipes/model/NAME.yaml); these few are the rest,
-# keyed by (setting's last key, value as `format_value` writes it).
+# keyed by (setting's last key, value as `shown(value, dotlist=True)` writes it).
 SPELLINGS = {
     ("task", "spa"): "search_plan_act",
     ("task", "qa"): "multi-hop question answering",
@@ -43,20 +44,20 @@ def value_in_quote(key: str, value, quote: str) -> bool:
     each of its values; a number: a number in the quote equal to it (1e-4 = 1.0e-4 = 0.0001; r=32;
     4x); a string: itself as a whole word, case aside, or its `SPELLINGS` entry, or for `model`, its
     recipe's model.path."""
-    shown = format_value(value)
-    if "${" in shown:
+    spelled = shown(value, dotlist=True)
+    if "${" in spelled:
         return True
     name = key.rpartition(":")[2].rpartition(".")[2]
-    if (name, shown) in SPELLINGS:
-        return _spelled(SPELLINGS[name, shown], quote)
+    if (name, spelled) in SPELLINGS:
+        return _spelled(SPELLINGS[name, spelled], quote)
     if isinstance(value, dict):
         return all(value_in_quote(key, v, quote) for v in value.values())
     if isinstance(value, (list, tuple)):
         return bool(value) and all(value_in_quote(key, v, quote) for v in value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return any(float(t) == float(value) for t in _NUMBER.findall(quote))
-    spellings = [shown]
-    recipe = RECIPES / "model" / f"{shown}.yaml"
+    spellings = [spelled]
+    recipe = RECIPES / "model" / f"{spelled}.yaml"
     if name == "model" and recipe.is_file():
         spellings.append(str(OmegaConf.load(recipe).model.path))
     return any(_spelled(s, quote) for s in spellings)

@@ -71,7 +71,8 @@ def pages() -> dict[str, str]:
 def studies_page() -> str:
     """Per study, what differs from its reference: each `[chosen: ...]` setting of the study file with its
     reason (a table), then each note (what it does not reproduce) — `Study.differences`, as launch prints it."""
-    from common.study import format_value, load_study, study_names, variant_names
+    from common.keydoc import shown
+    from common.study import load_study, study_names, variant_names
 
     def cell(text: str) -> str:
         return " ".join(str(text).split()).replace("|", "&#124;")
@@ -81,7 +82,7 @@ def studies_page() -> str:
     for name in study_names() + variant_names():   # the reference studies, then this project's variants
         study = load_study(name)
         parts.append(f"### `{name}`\n\n| setting | value | chosen because |\n|---|---|---|\n")
-        parts.extend(f"| `{key}` | `{cell(format_value(value))}` | {cell(reason)} |\n" for key, value, reason in study.chosen)
+        parts.extend(f"| `{key}` | `{cell(shown(value, dotlist=True))}` | {cell(reason)} |\n" for key, value, reason in study.chosen)
         parts.append("\nNot reproduced:\n\n" + "".join(f"- {cell(note)}\n" for note in study.notes) + "\n")
     return "".join(parts).rstrip("\n") + "\n"
 
