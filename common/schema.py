@@ -185,7 +185,8 @@ DATA: dict[str, Field] = {
 
 # ---------------------------------------------------------------- the launcher and the interpreters
 LAUNCHER: dict[str, Field] = {
-    "launcher.kind": choice("local | slurm", "local", ("local", "slurm")),
+    "launcher.kind": field("the launcher backend: local | slurm | another one launch/jobs.py BACKENDS names", "local", (),
+                           _NONEMPTY),   # launch.compose checks it names a backend
     "launcher.nproc": field("auto: the GPUs on this machine (1 gloo process without CUDA); slurm: gpus_per_node", "auto",
                             (), Test(lambda v: v == "auto" or (_int(v) and v > 0), "auto or a positive integer")),
     "launcher.nodes": _count("slurm: nodes per run", 1, ()),

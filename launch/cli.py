@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from common import keydoc, schema
 from common.cli import run_cli, wants_help
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
+from launch.jobs import BACKENDS
 from launch import grpo
 from launch.errors import LaunchError
 from launch.grpo import GRPO
@@ -39,7 +40,7 @@ def help_text() -> str:
     base = OmegaConf.create(keydoc.defaults(schema.SFT))
     lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
     for group in GROUPS:
-        choices = group_choices(group)
+        choices = sorted({*group_choices(group), *(BACKENDS if group == "launcher" else ())})   # a backend needs no recipe
         lines.append(f"  {group}=  {' | '.join(choices)}   (default: {DEFAULT_CHOICES[group]})")
     lines += ["", "Top-level shortcuts:"]
     for short, full in ALIASES.items():

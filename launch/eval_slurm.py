@@ -29,11 +29,11 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.errors import AnalysisError
 from common.io import read_json_object, write_json
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, _pending, harness, run_job
-from launch.jobs import Job, Needs, Resources, dry_run, dry_run_dir
+from launch.errors import LaunchError
+from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
 
 CONFIG = "analyze.yaml"
 MODULE = "launch.eval_jobs"   # what every evaluation job runs: python -m launch.eval_jobs CONFIG
-LAUNCHERS = ("local", "slurm")
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
 # the task's python (the script execs it): it stops, keeps its rows and requeues itself (evaluate_segment).
 WARNING = "B:USR1@120"
@@ -43,8 +43,10 @@ def check_launcher(cfg: DictConfig) -> None:
     """Refuse a bad `launcher` / `slurm.*` value before any work."""
     from launch.slurm import slurm_option_problems
 
-    if cfg.launcher not in LAUNCHERS:
-        raise AnalysisError(f"launcher={cfg.launcher!r}: expected local or slurm")
+    try:
+        backend(cfg.launcher)
+    except LaunchError as exc:
+        raise AnalysisError(str(exc)) from None
     s = cfg.slurm
     gpus, k = s.gpus_per_task, s.concurrency
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
@@ -150,9 +152,7 @@ def _needs(cfg: DictConfig, eval_opts: dict[str, Any]) -> Needs:
 
 
 def _submit(cfg: DictConfig, plan: list[Job], where: Path) -> dict[str, str] | None:
-    from launch.slurm import SlurmRunner
-
-    runner = SlurmRunner("analyze launcher=slurm")
+    runner = backend(cfg.launcher)(f"analyze launcher={cfg.launcher}")
     if cfg.dry_run:
         dry_run(plan, runner, where)
         return None

@@ -3,12 +3,15 @@
 A `Job` names the module, its one config file (an array: one config file per task), the interpreter that
 runs it, its wrapper (none, or torchrun over nodes × processes: training), the resources it asks for, the
 cluster settings it carries, what it needs (data artefacts, modules its interpreter must import) and the
-jobs of its plan it runs after. A plan is an ordered list of Jobs; a `Runner` runs one: `LocalRunner`
-(launch/local.py: here, in order) and `SlurmRunner` (launch/slurm.py: one sbatch script per job).
+jobs of its plan it runs after. A plan is an ordered list of Jobs; a `Runner` runs one. The runners are the
+launcher backends, by `launcher.kind` in `BACKENDS` (`backend(kind)`): `LocalRunner` (launch/local.py: here, in
+order) and `SlurmRunner` (launch/slurm.py: one sbatch script per job).
 `dry_run` writes every job's script beside its config under a directory it names and prints the plan.
 """
 from __future__ import annotations
 
+import importlib
+import os
 import re
 import sys
 import tempfile
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import Mapping
 
 from launch.errors import LaunchError
+
+REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job runs from
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -150,12 +155,23 @@ def check_plan(plan: list[Job]) -> None:
 
 
 class Runner(ABC):
-    """How a plan's jobs run. `run(plan, where)` checks the plan, then for each job in order writes its
-    script to `where/<name><suffix>` and starts it, after the jobs it names.
+    """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them.
+    `run(plan, where)` checks the plan, then for each job in order writes its script to `where/<name><suffix>`
+    and starts it, after the jobs it names.
 
-    A backend is one subclass in one file (LocalRunner in launch/local.py, SlurmRunner in launch/slurm.py);
-    a third one, e.g. a multi-node launcher that starts torchrun over ssh on each host, is one new file
-    implementing the two methods below, and no other file changes:
+    A backend is one subclass in one file, registered in one line of `BACKENDS` (LocalRunner in launch/local.py,
+    SlurmRunner in launch/slurm.py); a third one, e.g. a multi-node launcher that starts torchrun over ssh on
+    each host, is one new file implementing the two methods below, and no other file changes. What a command
+    decides by the backend, it asks the backend class, never its name:
+    - `submits`: True when `start` submits a job that runs later, elsewhere (a launch records the submission and
+      returns; a finished run is left out of a plan); False when `start` runs the job to its end.
+    - `where`: where the jobs run, so where CUDA must be and where a service (a retriever) can be probed:
+      "here" (this machine) or "nodes" (`launcher.nodes` others).
+    - `requeues`: a stopped job is requeued and resumes from its latest state by itself (resume=never refused).
+    - `nodes(launcher)`, `nproc(launcher, gpus)` (processes per node for `launcher.nproc=auto`), `gpus(launcher,
+      nproc)` (GPUs a training job asks per node), `cluster(launcher)` (the cluster settings its jobs carry) and
+      `check_not_queued(run_dir)` (refuse a run still queued or running): the defaults below fit a backend whose
+      jobs run on `launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each.
     - `script(job, ids, where)`: the text of what the job runs (a shell script: every task's
       `python -m MODULE CONFIG` under its wrapper, its resources, its dependencies written from `ids`,
       the id of each job already started by name, a placeholder `<job id of NAME>` in a dry run); logs go
@@ -163,8 +179,41 @@ class Runner(ABC):
     - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A
       backend that runs jobs to the end here raises JobFailed on a failure (the plan stops, exit status
       kept); one that submits them raises LaunchError when the submission fails.
+    A runner is made as `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the
+    jobs (what its scripts say wrote them), where a job other than training runs (default: the working directory,
+    where its relative paths hold), the checkout training runs from, the environment the jobs run with (None: this
+    one); a backend that runs jobs here hides their stdout when `quiet`, appends the name of each signal it
+    forwards to a job to `stops` and keeps each job's log file in `logs` by name.
     """
     suffix = ".sh"
+    submits = False
+    where = "nodes"
+    requeues = False
+
+    def __init__(self, command: str = "launch", workdir: str | None = None, repo: str | None = None,
+                 env: dict[str, str] | None = None, quiet: bool = False, stops: list[str] | None = None):
+        self.command, self.workdir, self.repo, self.env = command, workdir or os.getcwd(), repo or str(REPO), env
+        self.quiet, self.stops, self.logs = quiet, stops, {}
+
+    @staticmethod
+    def nodes(launcher) -> int:
+        return int(launcher.nodes)
+
+    @staticmethod
+    def nproc(launcher, gpus: int | None = None) -> int:
+        return int(launcher.gpus_per_node) or 1   # a CPU-only node (gpus_per_node=0): 1 process
+
+    @staticmethod
+    def gpus(launcher, nproc: int) -> int:
+        return int(launcher.gpus_per_node)
+
+    @staticmethod
+    def cluster(launcher) -> Cluster | None:
+        return None
+
+    @staticmethod
+    def check_not_queued(run_dir: Path) -> None:
+        return None
 
     @abstractmethod
     def script(self, job: Job, ids: Mapping[str, str], where: Path) -> str: ...
@@ -183,6 +232,20 @@ class Runner(ABC):
             path.write_text(self.script(job, ids, where), encoding="utf-8")
             ids[job.name] = self.start(job, path, ids)
         return ids
+
+
+# The launcher backends by name (`launcher.kind`, analyze's `launcher`): "module:Runner class", imported when asked for.
+BACKENDS = {"local": "launch.local:LocalRunner", "slurm": "launch.slurm:SlurmRunner"}
+
+
+def backend(kind: str) -> type[Runner]:
+    """The Runner class of launcher `kind` (LaunchError naming the backends, with a "did you mean")."""
+    if kind not in BACKENDS:
+        from common.cli import did_you_mean
+
+        raise LaunchError(f"launcher={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
+    module, _, name = BACKENDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def placeholders(plan: list[Job]) -> dict[str, str]:

@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -32,13 +32,13 @@ from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common import schema
 from common.schema import TRAINER_SEMANTICS
-from launch import cache, jobs, local, manifest, paths, preflight, slurm
+from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
 from launch.errors import LaunchError
-from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, Torchrun, dry_run_dir
+from launch.jobs import Job, JobFailed, Needs, Resources, Torchrun, backend, dry_run_dir
 from launch.refusal import trainer_refusal
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = jobs.REPO   # the checkout
 
 
 @dataclass
@@ -98,22 +98,20 @@ class Trainer(ABC):
         """The interpreter this trainer's jobs run (`python.<stage>=`, else the one running launch)."""
         return interpreter.interpreter(prep.cfg.get("python"), self.stage)
 
-    def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None,
-            on_slurm: bool | None = None) -> Job:
+    def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None, kind: str | None = None) -> Job:
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
-        under torchrun over the launcher's nodes x processes on each run's config.yaml, in its interpreter, needing
-        its data (`data.dir`; GRPO: the starting model) and the modules that interpreter must import. Under Slurm
-        (`on_slurm`, default: `launcher=slurm`) it takes whole nodes with the USR1 warning."""
+        under torchrun over the nodes x processes the launcher backend (`kind`, default: `launcher.kind`) gives it
+        on each run's config.yaml, in its interpreter, needing its data (`data.dir`; GRPO: the starting model) and
+        the modules that interpreter must import; whole nodes with the USR1 warning where the backend has nodes."""
         cfg = preps[0].cfg
-        on_slurm = cfg.launcher.kind == "slurm" if on_slurm is None else on_slurm
-        nodes = int(cfg.launcher.nodes) if on_slurm else 1
-        gpus = int(cfg.launcher.gpus_per_node) if on_slurm else preps[0].nproc if local.cuda_device_count() else 0
+        runner = backend(kind or cfg.launcher.kind)
+        nodes, gpus = runner.nodes(cfg.launcher), runner.gpus(cfg.launcher, preps[0].nproc)
         configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
                 for p in preps]
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
                    array=configs if array else (), python=self.python(preps[0]), wrapper=Torchrun(nodes, preps[0].nproc),
-                   cluster=Cluster.of(cfg.launcher) if on_slurm else None,
+                   cluster=runner.cluster(cfg.launcher),
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(data=tuple(dict.fromkeys(data)), modules=tuple(self.needs(cfg))),
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
@@ -210,12 +208,14 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
 
 
 def local_nproc(composed: Composed, gpus: int | None = None) -> int:
-    """Processes per node (launch.local.resolve_nproc), after refusing a GPU-only model on a machine
-    without CUDA for a local run that would train (a dry run only notes it)."""
+    """Processes per node: `launcher.nproc`, or auto = what the launcher backend gives (jobs.Runner.nproc: the
+    GPUs here, 1 without CUDA; a backend with nodes: `launcher.gpus_per_node`, 1 on a CPU-only node), after
+    refusing a GPU-only model on a machine without CUDA for a run that would train here (a dry run only notes it)."""
     cfg = composed.cfg
-    if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
+    runner = backend(cfg.launcher.kind)
+    if runner.where == "here" and not cfg.launcher.dry_run:
         local.check_hardware(cfg, composed.choices["model"], gpus)
-    return local.resolve_nproc(cfg, gpus)
+    return int(cfg.launcher.nproc) if cfg.launcher.nproc != "auto" else runner.nproc(cfg.launcher, gpus)
 
 
 def fill_derived(cfg: DictConfig, rd: Path, nproc: int) -> None:
@@ -367,11 +367,10 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
         start_over(rd)
     held = lock_run_dir(rd)
     try:
-        if cfg.launcher.kind == "slurm":
-            slurm.check_not_queued(rd)
+        backend(cfg.launcher.kind).check_not_queued(rd)
         data = trainer.prepare(prep, **cache_kw)
         job = trainer.job([prep])
-        if cfg.launcher.kind == "slurm":
+        if backend(cfg.launcher.kind).submits:
             return submit(trainer, prep, argv, job, data)
         stops: list[str] = []
         rc, log, launch_id = train_here(prep, trainer.command_argv(argv), job, data, stops)
@@ -387,12 +386,12 @@ def train_here(prep: Prepared, argv: list[str], job: Job, data: dict,
     the trainer tags a refusal it records with it, so another process's refusal in the same run dir is never
     taken for this one's)."""
     rd, cmd = prep.run_dir, job.command(str(job.config))
-    launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
+    launcher = {"kind": prep.cfg.launcher.kind, "nproc": prep.nproc, "command": shlex.join(cmd)}
     manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
     print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
     launch_id = uuid.uuid4().hex
-    runner = local.LocalRunner(str(REPO), env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
+    runner = runner_of(prep.cfg.launcher.kind, argv, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
     try:
         runner.start(job, None, {})
         return 0, runner.logs[job.name], launch_id
@@ -444,24 +443,27 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     return rc
 
 
-def slurm_runner(trainer: Trainer, argv: list[str]) -> slurm.SlurmRunner:
-    """The Slurm runner of a launch or sweep command `argv` (what its scripts say wrote them)."""
-    return slurm.SlurmRunner(shlex.join(["launch", *trainer.command_argv(argv)]), repo=str(REPO))
+def runner_of(kind: str, argv: list[str], **kw) -> jobs.Runner:
+    """The runner of launcher `kind` for the launch or sweep command `argv` as recorded (what its scripts say
+    wrote them: Trainer.command_argv)."""
+    return backend(kind)(shlex.join(["launch", *argv]), **kw)
 
 
 def submit(trainer: Trainer, prep: Prepared, argv: list[str], job: Job, data: dict) -> int:
-    """The training Job as `<run dir>/launch.sbatch`, submitted; the launch recorded in manifest.json."""
+    """The training Job as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), submitted; the launch recorded in
+    manifest.json."""
     rd = prep.run_dir
     (rd / "logs").mkdir(exist_ok=True)
-    ids = slurm_runner(trainer, argv).run([job], rd)
-    submitted(prep, trainer.command_argv(argv), job, rd / f"{job.name}.sbatch", ids[job.name], data)
-    print(f"[launch] submitted {rd / 'launch.sbatch'} as Slurm job {ids[job.name]}")
+    runner = runner_of(prep.cfg.launcher.kind, trainer.command_argv(argv))
+    ids, script = runner.run([job], rd), rd / f"{job.name}{runner.suffix}"
+    submitted(prep, trainer.command_argv(argv), job, script, ids[job.name], data)
+    print(f"[launch] submitted {script} as {prep.cfg.launcher.kind.capitalize()} job {ids[job.name]}")
     return 0
 
 
 def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: str, data: dict) -> None:
     """A run's submission (`job_id`: its job, or its task of a sweep's array) recorded in its manifest.json."""
-    launcher = {"kind": "slurm", "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
+    launcher = {"kind": prep.cfg.launcher.kind, "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
                 "script": str(script), "job_id": job_id}
     manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
@@ -470,12 +472,12 @@ def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: s
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
             then: Callable[[Path], list[Job]] | None = None) -> int:
     """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
-    temporary directory it names), then each run's lines and resolved config and what would run: the local
-    command (GRPO: and the Slurm script), or the Slurm script. A sweep's: one job, an `array` over its runs, its logs
+    temporary directory it names), then each run's lines and resolved config and what would run: the
+    command here, or the script a submitting backend submits (GRPO: every backend's script). A sweep's: one job, an `array` over its runs, its logs
     and script in its own dir (`logs`; by default the run dir's); `then(where)`: the jobs planned after the training
     (a sweep's evaluation), their configs written under `where`. Nothing else is written; nothing starts.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
-    first, on_slurm = preps[0], preps[0].cfg.launcher.kind == "slurm"
+    first, kind = preps[0], preps[0].cfg.launcher.kind
     for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
         try:
             with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
@@ -485,27 +487,27 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
     for i, prep in enumerate(preps):
         (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
-    runner = slurm_runner(trainer, argv) if on_slurm else local.LocalRunner(str(REPO))
+    runner = runner_of(kind, trainer.command_argv(argv))
     jobs.dry_run([job, *(then(where) if then else [])], runner, where)
     script = (where / f"{job.name}{runner.suffix}").read_text(encoding="utf-8")
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)
-        if not on_slurm and prep.cfg.model.gpu_only and local.cuda_device_count() == 0:
+        if runner.where == "here" and prep.cfg.model.gpu_only and local.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
-    sbatch = Path(logs or first.run_dir) / f"{job.name}.sbatch"
-    if array:   # a sweep: its array's script (a local one: every task's command is in the one written)
-        if on_slurm:
+    sbatch = Path(logs or first.run_dir) / f"{job.name}{runner.suffix}"
+    if array:   # a sweep: its array's script when submitted (run here: every task's command is in the one written)
+        if runner.submits:
             print(f"# {sbatch} (not written: dry_run=true)\n{script}")
         return 0
     print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
-    if trainer.stage == "grpo":   # both: the local command and the Slurm script
-        print("# local command (launcher=local)")
-        print(shlex.join(replace(job, wrapper=Torchrun(1, first.nproc)).command(str(job.config))))
-        print(f"# Slurm script (launcher=slurm; {sbatch}, not written: dry_run=true)")
-        print(script if on_slurm else slurm_runner(trainer, argv).script(trainer.job(preps, on_slurm=True), {}, where))
-    elif on_slurm:
+    if trainer.stage == "grpo":   # every launcher backend's script, each as launcher=KIND would write it
+        for other in jobs.BACKENDS:
+            mine = runner_of(other, trainer.command_argv(argv))
+            print(f"# launcher={other}: {sbatch.with_suffix(mine.suffix)} (not written: dry_run=true)\n"
+                  + (script if other == kind else mine.script(trainer.job(preps, kind=other), {}, where)))
+    elif runner.submits:
         print(f"# {sbatch} (not written: dry_run=true)\n{script}")
     else:
         print(f"# command\n{shlex.join(job.command(str(job.config)))}")

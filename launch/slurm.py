@@ -26,7 +26,6 @@ Preemption and time limits:
 """
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -234,12 +233,30 @@ class SlurmRunner(Runner):
     An array is one script, task i running config i. Training (the torchrun wrapper) is the run script above:
     one torchrun per node under srun, USR1 to save and stop, requeue and the FAILED / REQUEUED end records;
     any other job execs `python -m MODULE CONFIG` in the batch shell, from `workdir` (where the command ran:
-    its relative paths stay valid), the project importable. Logs: `<where>/slurm-<name>-<job id>.out`."""
+    its relative paths stay valid), the project importable. Logs: `<where>/slurm-<name>-<job id>.out`.
+    Training runs on `launcher.nodes` whole nodes, is requeued when stopped, and is refused while its last
+    submission is queued or running (`check_not_queued`)."""
     suffix = ".sbatch"
+    submits, requeues = True, True
 
-    def __init__(self, command: str, workdir: str | None = None, repo: str | None = None):
-        self.command, self.workdir = command, workdir or os.getcwd()
-        self.repo = repo or str(Path(__file__).resolve().parents[1])
+    @staticmethod
+    def cluster(launcher) -> Cluster:
+        return Cluster.of(launcher)
+
+    @staticmethod
+    def check_not_queued(run_dir: Path) -> None:
+        """Refuse to submit a run whose last submitted job is still queued or running (two jobs would
+        train one run directory); the job ids come from the run's manifest.json."""
+        import json
+
+        path = Path(run_dir) / "manifest.json"
+        if not path.is_file():
+            return
+        launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
+        jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
+        if jobs and (state := job_state(jobs[-1])) is not None:
+            raise LaunchError(f"{run_dir} is already {state} as Slurm job {jobs[-1]}; it resumes by itself when "
+                              f"requeued (scancel {jobs[-1]} first to resubmit)")
 
     @staticmethod
     def dependency(job: Job, ids) -> str | None:
@@ -290,21 +307,6 @@ def job_state(job_id: str) -> str | None:
     out = subprocess.run([squeue, "-h", "-o", "%T", "-j", str(job_id)], capture_output=True, text=True)
     states = out.stdout.split() if out.returncode == 0 else []
     return states[0] if states else None
-
-
-def check_not_queued(run_dir: Path) -> None:
-    """Refuse to submit a run whose last submitted job is still queued or running (two jobs would
-    train one run directory); the job ids come from the run's manifest.json."""
-    import json
-
-    path = Path(run_dir) / "manifest.json"
-    if not path.is_file():
-        return
-    launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
-    jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
-    if jobs and (state := job_state(jobs[-1])) is not None:
-        raise LaunchError(f"{run_dir} is already {state} as Slurm job {jobs[-1]}; it resumes by itself when "
-                          f"requeued (scancel {jobs[-1]} first to resubmit)")
 
 
 def submit(script: Path) -> str:

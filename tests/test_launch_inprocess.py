@@ -69,16 +69,17 @@ def test_a_study_job_in_another_interpreter_stays_a_child_process(tmp_path, monk
     calls = []
     monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd)) or 0)
     monkeypatch.setattr(local, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
+    monkeypatch.setattr(study, "_train_here", lambda train: train())   # a training stage's runs: a stand-in
     other = str(tmp_path / "eval-env" / "bin" / "python")
     plan = [Job("train", "sft.train", config="c.yaml"),
             Job("report", "launch.analyze", config="r.yaml", python=other, after=("train",)),
             Job("export", "launch.completion", config="e.json", after=("report",))]
-    runner = study._Here({"train": lambda: calls.append(("train",)) or 0}, env=dict(os.environ))
+    runner = study._Plan(local.LocalRunner(env=dict(os.environ)), {"train": lambda: calls.append(("train",)) or 0})
     assert list(runner.run(plan, tmp_path / "a")) == ["train", "report", "export"]
     assert calls == [("train",), ("child", [other, "-m", "launch.analyze", "r.yaml"]), ("here", ["e.json"])]
     calls.clear()
     with pytest.raises(JobFailed) as failed:
-        study._Here({"train": lambda: 3}, env=dict(os.environ)).run(plan, tmp_path / "b")
+        study._Plan(local.LocalRunner(env=dict(os.environ)), {"train": lambda: 3}).run(plan, tmp_path / "b")
     assert (failed.value.job, failed.value.status) == ("train", 3) and calls == []
 
 
