@@ -123,15 +123,18 @@ class Job:
     def configs(self) -> tuple[str, ...]:
         return self.array or (str(self.config),)
 
-    def command(self, config: str) -> list[str]:
-        """The command line of one task: `PYTHON -m MODULE CONFIG`, under its wrapper."""
+    def command(self, config: str, rdzv: str | None = None) -> list[str]:
+        """The command line of one task: `PYTHON -m MODULE CONFIG`, under its wrapper: torchrun on this node alone,
+        or (`rdzv`: HOST:PORT) this node's torchrun of several joining the c10d rendezvous there."""
         if self.wrapper is None:
             return [self.python, "-m", self.module, str(config)]
-        if self.wrapper.nodes != 1:
-            raise LaunchError(f"job {self.name}: torchrun over {self.wrapper.nodes} nodes needs a multi-node "
-                              "runner (launcher=slurm)")
-        return [self.python, "-m", "launch.torchrun", "--standalone", "--nnodes=1",
-                f"--nproc_per_node={self.wrapper.nproc_per_node}", "-m", self.module, str(config)]
+        w = self.wrapper
+        if rdzv is None and w.nodes != 1:
+            raise LaunchError(f"job {self.name}: torchrun over {w.nodes} nodes needs a multi-node runner")
+        where = ["--standalone", "--nnodes=1"] if rdzv is None else \
+            [f"--nnodes={w.nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", f"--rdzv_id=dtsft-{self.name}"]
+        return [self.python, "-m", "launch.torchrun", *where, f"--nproc_per_node={w.nproc_per_node}", "-m", self.module,
+                str(config)]
 
 
 class JobFailed(Exception):
@@ -170,8 +173,9 @@ class Runner(ABC):
     - `requeues`: a stopped job is requeued and resumes from its latest state by itself (resume=never refused).
     - `nodes(launcher)`, `nproc(launcher, gpus)` (processes per node for `launcher.nproc=auto`), `gpus(launcher,
       nproc)` (GPUs a training job asks per node), `cluster(launcher)` (the cluster settings its jobs carry) and
-      `check_not_queued(run_dir)` (refuse a run still queued or running): the defaults below fit a backend whose
-      jobs run on `launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each.
+      `check_not_queued(run_dir)` (refuse a run still queued or running), `task_command(job, config)` (what a task runs
+      on its first node): the defaults below fit a backend whose jobs run on `launcher.nodes` nodes of
+      `launcher.gpus_per_node` GPUs each.
     - `script(job, ids, where)`: the text of what the job runs (a shell script: every task's
       `python -m MODULE CONFIG` under its wrapper, its resources, its dependencies written from `ids`,
       the id of each job already started by name, a placeholder `<job id of NAME>` in a dry run); logs go
@@ -214,6 +218,10 @@ class Runner(ABC):
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
         return None
+
+    def task_command(self, job: Job, config: str) -> list[str]:
+        """What one task of `job` runs (on its first node): what a launch prints and records."""
+        return job.command(config)
 
     @abstractmethod
     def script(self, job: Job, ids: Mapping[str, str], where: Path) -> str: ...

@@ -385,13 +385,13 @@ def train_here(prep: Prepared, argv: list[str], job: Job, data: dict,
     its output teed into `<run dir>/logs`, launch's signals forwarded); (exit code, log file, this launch's id:
     the trainer tags a refusal it records with it, so another process's refusal in the same run dir is never
     taken for this one's)."""
-    rd, cmd = prep.run_dir, job.command(str(job.config))
+    launch_id, rd = uuid.uuid4().hex, prep.run_dir
+    runner = runner_of(prep.cfg.launcher.kind, argv, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
+    cmd = runner.task_command(job, str(job.config))
     launcher = {"kind": prep.cfg.launcher.kind, "nproc": prep.nproc, "command": shlex.join(cmd)}
     manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
     print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-    launch_id = uuid.uuid4().hex
-    runner = runner_of(prep.cfg.launcher.kind, argv, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
     try:
         runner.start(job, None, {})
         return 0, runner.logs[job.name], launch_id
@@ -510,7 +510,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     elif runner.submits:
         print(f"# {sbatch} (not written: dry_run=true)\n{script}")
     else:
-        print(f"# command\n{shlex.join(job.command(str(job.config)))}")
+        print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
     return 0
 
 
