@@ -514,6 +514,63 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     return 0
 
 
+def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
+    """Runs ((argv, prep) each), here, one after another as `launch` runs each (launch_one on the run resolved up
+    front); the exit status (several: 1 when one failed, the others run all the same; an interrupt stops them)."""
+    failed = 0
+    for argv, prep in runs:
+        rc = launch_one(trainer, argv, prep, checked=True, **cache_kw)
+        if rc in (130, 143):   # interrupted: stop, don't start the next run
+            return rc
+        failed = failed or rc
+    return failed if len(runs) == 1 else (1 if failed else 0)
+
+
+class Training(jobs.Runner):
+    """A plan on a launcher backend's runner (`inner`) whose training jobs (`runs`: job name -> (trainer, its runs,
+    (argv, prep) each)) run as `launch` runs them, in the runner's environment: run here, one after another
+    (`train_runs`); submitted, prepared just before (what the trainer would refuse at start, resume=never's rename,
+    then data and config.yaml under each run dir's lock; a finished run kept, its identity checked) and each run's
+    submission recorded in its manifest (an array: task i). `cache_kw` reach the data step (launch.cache)."""
+
+    def __init__(self, inner: jobs.Runner, runs: dict, **cache_kw):
+        self.inner, self.runs, self.cache_kw, self.suffix = inner, runs, cache_kw, inner.suffix
+
+    def script(self, job: Job, ids, where: Path) -> str:
+        return self.inner.script(job, ids, where)
+
+    def start(self, job: Job, script: Path, ids) -> str:
+        if job.name not in self.runs:
+            return self.inner.start(job, script, ids)
+        trainer, runs = self.runs[job.name]
+        with local.isolated(self.inner.env):
+            if not self.inner.submits:
+                if status := train_runs(trainer, runs, **self.cache_kw):
+                    raise JobFailed(job.name, status)
+                return f"local-{job.name}"
+            todo, data = [], []
+            for argv, prep in runs:   # as launch_one: a finished run is kept, its identity checked
+                if is_finished(prep.run_dir) and prep.cfg.resume != "never":
+                    trainer.check_finished(prep, **self.cache_kw)
+                else:
+                    todo.append((argv, prep))
+            for _, prep in todo:
+                if (refused := trainer.preflight(prep)) is not None:
+                    raise LaunchError(f"{job.name}: {prep.run_dir}: refused by the trainer's own checks (exit {refused})")
+                if prep.cfg.resume == "never":   # overwrite: the old run renamed aside, nothing deleted
+                    start_over(prep.run_dir)
+                held = lock_run_dir(prep.run_dir)
+                try:
+                    self.inner.check_not_queued(prep.run_dir)
+                    data.append(trainer.prepare(prep, **self.cache_kw))
+                finally:
+                    os.close(held)
+            job_id = self.inner.start(job, script, ids)
+            for i, ((argv, prep), record) in enumerate(zip(todo, data)):
+                submitted(prep, trainer.command_argv(argv), job, script, f"{job_id}_{i}" if job.array else job_id, record)
+        return job_id
+
+
 class SFTTrainer(Trainer):
     """SFT: composed by launch.compose.compose, its dataset built (cached) before config.yaml, trained by sft.train."""
 

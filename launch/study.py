@@ -24,7 +24,7 @@ previous stage's jobs (an analyze stage `afterany`: it runs however the training
 as a gap). An evaluate or export job is judged by its completion record (launch/completion.py), not its exit 0.
 
 Locally (`LocalRunner`) the jobs run in order, a training stage's runs as `launch` runs them (data, run-dir
-lock, manifest, resume and end records: launch.run.launch_one on the runs resolved up front), the first failure
+lock, manifest, resume and end records: launch.run.Training, launch_one on the runs resolved up front), the first failure
 stopping the study with its exit status; every stage is idempotent, so the same command continues the study.
 With `launcher=slurm` (or a training stage sent there: `train:launcher=slurm`; then every training stage must
 be) the `SlurmRunner` submits the whole plan, each job with `--dependency` from the plan, a training job's runs
@@ -380,70 +380,6 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
     return plan
 
 
-def _train_here(r: Resolved) -> int:
-    """A training stage's runs, here, one after another as `launch` runs each (launch.run.launch_one on the run
-    resolved up front); its exit status (a sweep: 1 when a run failed, the others run all the same)."""
-    from launch.run import launch_one
-
-    failed = 0
-    for argv, prep in zip(r.argv, r.preps):
-        rc = launch_one(r.trainer, argv, prep, checked=True)
-        if rc in (130, 143):   # interrupted: stop, don't start the next run
-            return rc
-        failed = failed or rc
-    return failed if len(r.preps) == 1 else (1 if failed else 0)
-
-
-class _Plan(jobs.Runner):
-    """The study's plan on its launcher backend's runner (`inner`): every job as that backend runs it, a training
-    stage's as `launch` runs its runs, with the study's environment: run here, one after another (`_train_here`);
-    submitted, prepared just before (data, config.yaml, under each run dir's lock; what the trainer would refuse at
-    start; a finished run kept, its identity checked) and the submission recorded in each run's manifest."""
-
-    def __init__(self, inner: jobs.Runner, training: dict):
-        self.inner, self.training, self.suffix = inner, training, inner.suffix
-
-    def script(self, job: Job, ids, where: Path) -> str:
-        return self.inner.script(job, ids, where)
-
-    def start(self, job: Job, script: Path, ids) -> str:
-        r = self.training.get(job.name)
-        if r is None:
-            return self.inner.start(job, script, ids)
-        with local.isolated(self.inner.env):
-            if not self.inner.submits:
-                if status := _train_here(r):
-                    raise JobFailed(job.name, status)
-                return f"local-{job.name}"
-            return self._submit(r, job, script, ids)
-
-    def _submit(self, r: Resolved, job: Job, script: Path, ids) -> str:
-        from launch.run import is_finished, lock_run_dir, start_over, submitted
-
-        todo = []
-        for argv, prep in zip(r.argv, r.preps):   # as launch_one: a finished run is kept, its identity checked
-            if is_finished(prep.run_dir) and prep.cfg.resume != "never":
-                r.trainer.check_finished(prep)
-            else:
-                todo.append((argv, prep))
-        data = []
-        for _, prep in todo:
-            if (refused := r.trainer.preflight(prep)) is not None:
-                raise LaunchError(f"{job.name}: {prep.run_dir}: refused by the trainer's own checks (exit {refused})")
-            if prep.cfg.resume == "never":   # overwrite: the old run renamed aside, nothing deleted
-                start_over(prep.run_dir)
-            lock = lock_run_dir(prep.run_dir)
-            try:
-                self.inner.check_not_queued(prep.run_dir)
-                data.append(r.trainer.prepare(prep))
-            finally:
-                os.close(lock)
-        job_id = self.inner.start(job, script, ids)
-        for i, ((argv, prep), record) in enumerate(zip(todo, data)):
-            submitted(prep, r.trainer.command_argv(argv), job, script, f"{job_id}_{i}" if job.array else job_id, record)
-        return job_id
-
-
 def _ledger_root(study: Study) -> Path:
     """Where `_slurm/` / `_local/` (the study's configs, scripts, logs, job ids) go: under the study's runs_root,
     else beside (never inside) its `out`, which a stage (an export) must find holding only what it wrote."""
@@ -472,8 +408,11 @@ def run_study(argv: list[str]) -> int:
     plan = plan_jobs(req, stages, where)
     env = dict(os.environ, **{STUDY_ENV: json.dumps(study.identity())})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(jobs.REPO), os.environ.get("PYTHONPATH")) if p)
-    training = {r.stage.name: r for r in stages if r.stage.run in TRAINING_RUNS and r.preps}
-    runner = _Plan(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
+    from launch.run import Training
+
+    training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.stage.run in TRAINING_RUNS
+                and r.preps}
+    runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
         jobs.dry_run(plan, runner, where)
         for r in stages:

@@ -30,8 +30,8 @@ from common.recipes import group_choices
 from launch import local, preflight
 from launch.errors import LaunchError
 from launch.jobs import REPO, Job, JobFailed, Needs, backend, dry_run_dir
-from launch.run import (SFT, check_finished_data, data_record, describe, dry_run, is_finished, launch_one, lock_run_dir,
-                        prepare_run, resolve, runner_of, submitted)
+from launch.run import (SFT, Training, check_finished_data, describe, dry_run, is_finished, launch_one, resolve,
+                        runner_of)
 
 SWEEP_KEYS = ("arms", "seeds")
 EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
@@ -239,24 +239,15 @@ def _sweep_submit(argv, runs, preps, evaluation, **cache_kw) -> int:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
                        then=(lambda where: evaluation_jobs(evaluation, where, preps_todo, finished))
                        if evaluation is not None else None)
-    for _, prep in todo:
-        lock = lock_run_dir(prep.run_dir)
-        try:
-            backend(kind).check_not_queued(prep.run_dir)
-            prepare_run(prep, **cache_kw)
-        finally:
-            os.close(lock)
     root.mkdir(parents=True, exist_ok=True)
-    job = SFT.job(preps_todo, array=True, logs=str(root))   # their data is known now
+    job = SFT.job(preps_todo, array=True, logs=str(root))
     plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
     if evaluation is not None:
         from launch.eval_slurm import _plan_dir
 
         plan += evaluation_jobs(evaluation, _plan_dir(evaluation, "runs"), preps_todo, finished)
-    ids = runner_of(kind, SFT.command_argv(["sweep", *argv])).run(plan, root)
+    ids = Training(runner_of(kind, SFT.command_argv(["sweep", *argv])), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
     array = ids[job.name]
-    for i, (argv_i, prep) in enumerate(todo):
-        submitted(prep, argv_i, job, script, f"{array}_{i}", data_record(prep.data))
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({script})", flush=True)
     if evaluation is not None:
         every = [ids[j.name] for j in plan]
