@@ -516,14 +516,20 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
 
 def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
     """Runs ((argv, prep) each), here, one after another as `launch` runs each (launch_one on the run resolved up
-    front); the exit status (several: 1 when one failed, the others run all the same; an interrupt stops them)."""
-    failed = 0
-    for argv, prep in runs:
+    front; of several, each announced by its first two keys: arm and seed); the exit status: one run's own; of
+    several, 1 when one failed (the others run all the same; the failed ones listed), an interrupt's (130 / 143),
+    which stops them."""
+    failed = []
+    for i, (argv, prep) in enumerate(runs, 1):
+        if len(runs) > 1:
+            print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(argv[:2])}", flush=True)
         rc = launch_one(trainer, argv, prep, checked=True, **cache_kw)
-        if rc in (130, 143):   # interrupted: stop, don't start the next run
+        if rc in (130, 143) or len(runs) == 1:
             return rc
-        failed = failed or rc
-    return failed if len(runs) == 1 else (1 if failed else 0)
+        failed += [(argv[:2], rc)] if rc else []
+    if failed:
+        print("[launch] sweep: failed runs: " + "; ".join(f"{' '.join(r)} (exit {rc})" for r, rc in failed))
+    return 1 if failed else 0
 
 
 class Training(jobs.Runner):

@@ -30,8 +30,8 @@ from common.recipes import group_choices
 from launch import local, preflight
 from launch.errors import LaunchError
 from launch.jobs import REPO, Job, JobFailed, Needs, backend, dry_run_dir
-from launch.run import (SFT, Training, check_finished_data, describe, dry_run, is_finished, launch_one, resolve,
-                        runner_of)
+from launch.run import (SFT, Training, check_finished_data, describe, dry_run, is_finished, resolve, runner_of,
+                        train_runs)
 
 SWEEP_KEYS = ("arms", "seeds")
 EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
@@ -170,17 +170,9 @@ def _run_sweep(argv, runs, preps, evaluation, **cache_kw) -> int:
                      then=(lambda where: [analysis_job(evaluation, where)]) if evaluation is not None else None)
         print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
         return rc
-    failed = []
-    for i, (run, prep) in enumerate(zip(runs, preps), 1):
-        print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
-        rc = launch_one(SFT, run, prep, checked=True, **cache_kw)   # the run as resolved up front: composed once
-        if rc != 0:
-            failed.append((run[:2], rc))
-            if rc in (130, 143):   # interrupted: stop the sweep, don't start the next run
-                break
-    if failed:
-        print("[launch] sweep: failed runs: " + "; ".join(f"{' '.join(r)} (exit {rc})" for r, rc in failed))
-        return 1
+    rc = train_runs(SFT, list(zip(runs, preps)), **cache_kw)   # the runs as resolved up front: composed once
+    if rc != 0:
+        return rc
     print(f"[launch] sweep: all {len(runs)} runs finished")
     if evaluation is None:
         return 0
