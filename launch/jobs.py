@@ -163,31 +163,25 @@ class Runner(ABC):
     and starts it, after the jobs it names.
 
     A backend is one subclass in one file, registered in one line of `BACKENDS` (LocalRunner in launch/local.py,
-    SlurmRunner in launch/slurm.py); a third one, e.g. a multi-node launcher that starts torchrun over ssh on
-    each host, is one new file implementing the two methods below, and no other file changes. What a command
-    decides by the backend, it asks the backend class, never its name:
-    - `submits`: True when `start` submits a job that runs later, elsewhere (a launch records the submission and
-      returns; a finished run is left out of a plan); False when `start` runs the job to its end.
-    - `where`: where the jobs run, so where CUDA must be and where a service (a retriever) can be probed:
-      "here" (this machine) or "nodes" (`launcher.nodes` others).
+    SlurmRunner in launch/slurm.py): a third one, e.g. torchrun over ssh on several hosts, is one new file
+    implementing `script` and `start`, and no other file changes. A command asks the backend, never its name:
+    - `submits`: `start` submits a job that runs later, elsewhere (a launch records the submission and returns; a
+      finished run is left out of a plan); else `start` runs the job to its end.
+    - `where` its jobs run, so where CUDA must be and a service can be probed: "here" (this machine, this
+      machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or "nodes" (`launcher.nodes` nodes of
+      `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes, 1 on a CPU-only node).
     - `requeues`: a stopped job is requeued and resumes from its latest state by itself (resume=never refused).
-    - `nodes(launcher)`, `nproc(launcher, gpus)` (processes per node for `launcher.nproc=auto`), `gpus(launcher,
-      nproc)` (GPUs a training job asks per node), `cluster(launcher)` (the cluster settings its jobs carry) and
-      `check_not_queued(run_dir)` (refuse a run still queued or running), `task_command(job, config)` (what a task runs
-      on its first node): the defaults below fit a backend whose jobs run on `launcher.nodes` nodes of
-      `launcher.gpus_per_node` GPUs each.
-    - `script(job, ids, where)`: the text of what the job runs (a shell script: every task's
-      `python -m MODULE CONFIG` under its wrapper, its resources, its dependencies written from `ids`,
-      the id of each job already started by name, a placeholder `<job id of NAME>` in a dry run); logs go
-      under `where`. Writes nothing: the dry run prints and writes its return value.
-    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A
-      backend that runs jobs to the end here raises JobFailed on a failure (the plan stops, exit status
-      kept); one that submits them raises LaunchError when the submission fails.
-    A runner is made as `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the
-    jobs (what its scripts say wrote them), where a job other than training runs (default: the working directory,
-    where its relative paths hold), the checkout training runs from, the environment the jobs run with (None: this
-    one); a backend that runs jobs here hides their stdout when `quiet`, appends the name of each signal it
-    forwards to a job to `stops` and keeps each job's log file in `logs` by name.
+    - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
+      queued or running; `task_command(job, config)`: what a task runs (on its first node), printed and recorded.
+    - `script(job, ids, where)`: the text of what the job runs (every task's `python -m MODULE CONFIG` under its
+      wrapper, its resources, its dependencies from `ids`, the id of each job started so far by name: `<job id of
+      NAME>` in a dry run); logs go under `where`. It writes nothing: the dry run prints and writes its text.
+    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A job run
+      here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
+    A runner is `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what
+    its scripts say wrote them), where a job other than training runs (default: the working directory), the
+    checkout training runs from, the jobs' environment (None: this one); a backend running jobs here hides their
+    stdout when `quiet`, appends each signal it forwards to `stops` and keeps each job's log file in `logs`.
     """
     suffix = ".sh"
     submits = False
@@ -199,17 +193,24 @@ class Runner(ABC):
         self.command, self.workdir, self.repo, self.env = command, workdir or os.getcwd(), repo or str(REPO), env
         self.quiet, self.stops, self.logs = quiet, stops, {}
 
-    @staticmethod
-    def nodes(launcher) -> int:
-        return int(launcher.nodes)
+    @classmethod
+    def nodes(cls, launcher) -> int:
+        return int(launcher.nodes) if cls.where == "nodes" else 1
 
-    @staticmethod
-    def nproc(launcher, gpus: int | None = None) -> int:
-        return int(launcher.gpus_per_node) or 1   # a CPU-only node (gpus_per_node=0): 1 process
+    @classmethod
+    def nproc(cls, launcher, gpus: int | None = None) -> int:
+        """Processes per node for `launcher.nproc=auto` (`gpus`: the GPUs here, None: counted)."""
+        from launch.local import cuda_device_count
 
-    @staticmethod
-    def gpus(launcher, nproc: int) -> int:
-        return int(launcher.gpus_per_node)
+        gpus = int(launcher.gpus_per_node) if cls.where == "nodes" else cuda_device_count() if gpus is None else gpus
+        return gpus or 1
+
+    @classmethod
+    def gpus(cls, launcher, nproc: int) -> int:
+        """The GPUs per node a training job of `nproc` processes per node asks for."""
+        from launch.local import cuda_device_count
+
+        return int(launcher.gpus_per_node) if cls.where == "nodes" else nproc if cuda_device_count() else 0
 
     @staticmethod
     def cluster(launcher) -> Cluster | None:

@@ -237,19 +237,6 @@ class LocalRunner(Runner):
     the dry run writes) is those commands."""
     where = "here"
 
-    @staticmethod
-    def nodes(launcher) -> int:
-        return 1
-
-    @staticmethod
-    def nproc(launcher, gpus: int | None = None) -> int:
-        gpus = cuda_device_count() if gpus is None else gpus
-        return gpus if gpus > 0 else 1
-
-    @staticmethod
-    def gpus(launcher, nproc: int) -> int:
-        return nproc if cuda_device_count() else 0
-
     def _cwd(self, job: Job) -> str:
         return self.repo if job.wrapper is not None else self.workdir
 
