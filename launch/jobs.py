@@ -257,6 +257,11 @@ def backend(kind: str) -> type[Runner]:
     return getattr(importlib.import_module(module), name)
 
 
+def project_env(**more: str) -> dict[str, str]:
+    """This environment with `more` and the checkout first on PYTHONPATH: what a job run from elsewhere imports."""
+    return dict(os.environ, **more, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+
+
 def placeholders(plan: list[Job]) -> dict[str, str]:
     """The ids a dry run writes into the scripts: `<job id of NAME>`."""
     return {job.name: f"<job id of {job.name}>" for job in plan}

@@ -39,7 +39,6 @@ preflight found a problem.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import sys
@@ -406,8 +405,7 @@ def run_study(argv: list[str]) -> int:
         (_ledger_root(study) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     where.mkdir(parents=True, exist_ok=True)
     plan = plan_jobs(req, stages, where)
-    env = dict(os.environ, **{STUDY_ENV: json.dumps(study.identity())})
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(jobs.REPO), os.environ.get("PYTHONPATH")) if p)
+    env = jobs.project_env(**{STUDY_ENV: json.dumps(study.identity())})
     from launch.run import Training
 
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.stage.run in TRAINING_RUNS

@@ -17,7 +17,6 @@ array task per checkpoint still to evaluate instead.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from common.cli import split_dotlist
 from common.recipes import group_choices
 from launch import local, preflight
 from launch.errors import LaunchError
-from launch.jobs import REPO, Job, JobFailed, Needs, backend, dry_run_dir
+from launch.jobs import REPO, Job, JobFailed, Needs, backend, dry_run_dir, project_env
 from launch.run import (SFT, Training, check_finished_data, describe, dry_run, is_finished, resolve, runner_of,
                         train_runs)
 
@@ -146,16 +145,11 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     return _run_sweep(argv, runs, preps, evaluation, **cache_kw) or preflight.after_plan(found) or 0
 
 
-def _child_env() -> dict[str, str]:
-    """The analysis' environment: the project importable."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-
-
 def _analyze_here(job: Job) -> int:
     """The sweep's analysis job, run now (LocalRunner: in this process when its interpreter is this one, else a
     child); its exit status."""
     try:
-        local.LocalRunner(env=_child_env()).start(job, None, {})
+        local.LocalRunner(env=project_env()).start(job, None, {})
     except JobFailed as failed:
         return failed.status
     return 0
