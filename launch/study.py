@@ -77,7 +77,7 @@ class Request:
     shared: list[str]
     own: dict[str, list[str]]
     dry_run: bool
-    launcher: str = "local"   # the backend every job of the plan goes to (launch.jobs.BACKENDS)
+    launcher: str = DEFAULT_CHOICES["launcher"]   # the backend every job of the plan goes to (launch.jobs.BACKENDS)
 
 
 def _cluster_keys() -> dict[str, str]:
