@@ -1,9 +1,9 @@
 """The recipe vocabulary both launches, both trainers' config checks and the analysis share: where the
 shipped recipes live (`RECIPES`), their groups and default choices (`GROUPS`, `DEFAULT_CHOICES`;
 `group_choices`, `load_recipe`), the everyday top-level shortcuts of the command line (`ALIASES`;
-GRPO's subset `RL_ALIASES`), the keys kept verbatim as strings (`STRING_KEYS`) and the launcher's
-choices (`CHOICES`). launch.compose composes SFT and GRPO configs with it; rl.config validates with
-it; analysis.reference reads a study's model recipes through it.
+GRPO's subset `RL_ALIASES`) and the keys kept verbatim as strings (`STRING_KEYS`). launch.compose
+composes SFT and GRPO configs with it; rl.config validates with it; analysis.reference reads a study's
+model recipes through it.
 """
 from __future__ import annotations
 
@@ -39,7 +39,6 @@ ALIASES = {
 STRING_KEYS = ("launcher.time", "launcher.partition", "launcher.account", "launcher.qos", "launcher.setup")
 # GRPO has no data section and no epochs: those shortcuts are not GRPO keys.
 RL_ALIASES = {k: v for k, v in ALIASES.items() if not v.startswith("data.") and v.split(".")[-1] != "epochs"}
-CHOICES = {"launcher.kind": ("local", "slurm")}
 
 
 def group_choices(group: str, recipes: Path = RECIPES) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common import thinking
-from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, choice, count, field, flag, is_int, text
+from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, count, field, flag, is_int, text
 from common.layout import variant_name_problem
 
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
@@ -52,7 +52,8 @@ RUN: dict[str, Field] = {
 
 # ---------------------------------------------------------------- the launcher and the interpreters
 LAUNCHER: dict[str, Field] = {
-    "launcher.kind": choice("local | slurm", "local", ("local", "slurm")),
+    "launcher.kind": field("the launcher backend: local | slurm | another one launch/jobs.py BACKENDS names", "local", (),
+                           NONEMPTY),   # launch.compose checks it names a backend
     "launcher.nproc": field("auto: the GPUs on this machine (1 gloo process without CUDA); slurm: gpus_per_node", "auto",
                             (), Test(lambda v: v == "auto" or (is_int(v) and v > 0), "auto or a positive integer")),
     "launcher.nodes": count("slurm: nodes per run", 1, ()),

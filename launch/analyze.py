@@ -26,6 +26,7 @@ from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
 from launch import preflight
 from launch.errors import LaunchError
+from launch.jobs import backend
 from launch.eval_slurm import check_launcher, eval_backend, submit, tasks_report
 from launch.evaluation import (EvalReport, Evaluator, Harness, check_anchor_identity, check_settings, check_templates,
                                harness, plan, run_jobs)
@@ -231,7 +232,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     if cfg.power.pilot:
         print(power_report(cfg, benches if cfg.benches else None, profile))
         return None
-    if cfg.launcher == "slurm" and cfg.slurm.runs is not None and not cfg.eval_tasks:
+    if backend(cfg.launcher).submits and cfg.slurm.runs is not None and not cfg.eval_tasks:
         submit(req, [])   # each run's job plans its own checkpoints
         return None
     runs = discover_runs(root, profile)
@@ -248,7 +249,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
         if isinstance(resolved, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
             print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
                   + OmegaConf.to_yaml(resolved).rstrip())
-    if cfg.launcher == "slurm" and jobs:   # the evaluations go to a job array; its aggregation job writes the report
+    if backend(cfg.launcher).submits and jobs:   # the evaluations go to a job array; its aggregation job writes the report
         submit(req, jobs)
         return None
     if cfg.dry_run:

@@ -19,6 +19,7 @@ from typing import Callable
 from common import keydoc
 from common.cli import run_cli, wants_help
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
+from launch.jobs import BACKENDS
 from launch import grpo
 from launch.errors import LaunchError
 from launch.grpo import GRPO
@@ -35,7 +36,7 @@ TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 def help_text() -> str:
     lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
     for group in GROUPS:
-        choices = group_choices(group)
+        choices = sorted({*group_choices(group), *(BACKENDS if group == "launcher" else ())})   # a backend needs no recipe
         lines.append(f"  {group}=  {' | '.join(choices)}   (default: {DEFAULT_CHOICES[group]})")
     lines += ["", "Top-level shortcuts:"]
     for short, full in ALIASES.items():

@@ -37,6 +37,7 @@ from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
+from launch.jobs import BACKENDS, backend
 from launch.paths import make_absolute
 from rl import config as rl_config
 from rl.errors import RlError
@@ -156,8 +157,8 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     base = OmegaConf.create(keydoc.defaults(sft_config.SFT))
     cfg, meta = base, {}
     origins = dict.fromkeys(flat_keys(base), DEFAULT)
-    layers = [(f"recipes/{group}/{choices[group]}.yaml", load_recipe(group, choices[group], recipes), False)
-              for group in GROUPS]
+    layers = [(f"recipes/{group}/{choices[group]}.yaml", launcher_recipe(choices[group], recipes) if group == "launcher"
+               else load_recipe(group, choices[group], recipes), False) for group in GROUPS]
     if choices.get(USER_RECIPE):
         path, user = load_user_recipe(choices[USER_RECIPE])
         choices[USER_RECIPE] = str(path)
@@ -183,7 +184,7 @@ def _grpo_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]]:
               (f"recipes/grpo/task/{choices['task']}.yaml",
                OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
               (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes))]
-    layers.append((f"recipes/launcher/{choices['launcher']}.yaml", load_recipe("launcher", choices["launcher"], recipes)))
+    layers.append((f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes)))
     # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
     # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
     rl_model = recipes / "grpo" / "model" / f"{choices['model']}.yaml"
@@ -239,6 +240,8 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     make_absolute(cfg, rl_config.GRPO, origins)
     cfg.arm = f"grpo_{cfg.task}"
     rl_config.validate(cfg)
+    if bad := launcher_problems(cfg, resume=False):
+        raise RlError("invalid config:\n  " + "\n  ".join(bad))
     return Composed(cfg=cfg, choices=choices, argv=list(argv), origins=origins)
 
 
@@ -275,11 +278,7 @@ def _check_consistency(cfg: DictConfig, bad: list[str]) -> None:
         bad.append(f"data.max_seq_len={cfg.data.max_seq_len} exceeds train.max_tokens_per_micro_batch="
                    f"{cfg.train.max_tokens_per_micro_batch}: the trainer never splits a trajectory across "
                    "micro-batches, so the longest ones could not be trained; raise the budget or lower max_seq_len")
-    if cfg.launcher.kind == "local" and cfg.launcher.nodes != 1:
-        bad.append(f"launcher.nodes={cfg.launcher.nodes} needs launcher=slurm (the local launcher runs on this machine only)")
-    if cfg.launcher.kind == "slurm" and cfg.resume == "never":
-        bad.append("resume=never cannot be used with launcher=slurm: requeued segments resume from the latest state "
-                   "(use a fresh run_dir instead)")
+    bad += launcher_problems(cfg)
     if cfg.data.kind == "hub" and cfg.data.dir is None:
         need_code = cfg.arm != "search"
         need_search = cfg.arm in ("search", "mixed")
@@ -287,6 +286,31 @@ def _check_consistency(cfg: DictConfig, bad: list[str]) -> None:
             bad.append(f"arm={cfg.arm} with data.kind=hub needs data.sources.code (e.g. data=hub)")
         if need_search and not cfg.data.sources.search:
             bad.append(f"arm={cfg.arm} with data.kind=hub needs data.sources.search (e.g. data=hub)")
+
+
+def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:
+    """What the launcher backend (`launcher.kind`, launch.jobs.BACKENDS) refuses: an unknown one, several nodes for
+    one whose jobs run here and (`resume`: SFT) resume=never for one that requeues a stopped job."""
+    kind = cfg.launcher.kind
+    try:
+        runner = backend(kind)
+    except LaunchError as exc:
+        return [str(exc)]
+    bad = []
+    if runner.where == "here" and cfg.launcher.nodes != 1:
+        multi = "|".join(k for k in BACKENDS if backend(k).where != "here")
+        bad.append(f"launcher.nodes={cfg.launcher.nodes} needs launcher={multi} (launcher={kind} runs on this machine only)")
+    if resume and runner.requeues and cfg.resume == "never":
+        bad.append(f"resume=never cannot be used with launcher={kind}: requeued segments resume from the latest state "
+                   "(use a fresh run_dir instead)")
+    return bad
+
+
+def launcher_recipe(name: str, recipes: Path) -> DictConfig:
+    """`launcher=NAME`: recipes/launcher/NAME.yaml, else, for a backend without a recipe, `launcher.kind: NAME`."""
+    if name in BACKENDS and not (recipes / "launcher" / f"{name}.yaml").is_file():
+        return OmegaConf.create({"launcher": {"kind": name}})
+    return load_recipe("launcher", name, recipes)
 
 
 # ---------------------------------------------------------------- derived values

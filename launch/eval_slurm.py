@@ -31,11 +31,11 @@ from omegaconf import DictConfig, OmegaConf
 from analysis.errors import AnalysisError
 from common.io import read_json_object, write_json
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, _pending, harness, run_job
-from launch.jobs import Job, Needs, Resources, dry_run, dry_run_dir
+from launch.errors import LaunchError
+from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
 
 CONFIG = "analyze.yaml"
 MODULE = "launch.eval_jobs"   # what every evaluation job runs: python -m launch.eval_jobs CONFIG
-LAUNCHERS = ("local", "slurm")
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
 # the task's python (the script execs it): it stops, keeps its rows and requeues itself (evaluate_segment).
 WARNING = "B:USR1@120"
@@ -45,8 +45,10 @@ def check_launcher(cfg: DictConfig) -> None:
     """Refuse a bad `launcher` / `slurm.*` value before any work."""
     from launch.slurm import slurm_option_problems
 
-    if cfg.launcher not in LAUNCHERS:
-        raise AnalysisError(f"launcher={cfg.launcher!r}: expected local or slurm")
+    try:
+        backend(cfg.launcher)
+    except LaunchError as exc:
+        raise AnalysisError(str(exc)) from None
     s = cfg.slurm   # (gpus_per_task and concurrency: their fields' rules, launch.analyze.request)
     runs, after = s.runs, s.runs_after
     if runs is not None and (isinstance(runs, (str, int)) or not runs or not all(isinstance(r, str) and r for r in runs)):
@@ -180,14 +182,12 @@ def submit(req, jobs: list[EvalJob]) -> None:
     """`analyze launcher=slurm`: the evaluation jobs, then the aggregation, submitted (dry_run: written and
     printed). `jobs`: the checkpoints planned here (array_plan); with `slurm.runs`, one job per run instead,
     each after its `slurm.runs_after` dependency (runs_plan)."""
-    from launch.slurm import SlurmRunner
-
     cfg = req.cfg
     runs = cfg.slurm.runs is not None
     where = _plan_dir(cfg, "runs" if runs else "analyze")
     after = list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs)) if runs else []
     plan = runs_plan(req, where, after) if runs else array_plan(req, where, jobs)
-    runner = SlurmRunner("analyze launcher=slurm")
+    runner = backend(cfg.launcher)(f"analyze launcher={cfg.launcher}")
     if cfg.dry_run:
         dry_run(plan, runner, where)
         return

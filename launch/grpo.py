@@ -20,6 +20,7 @@ from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import paths, run
 from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
+from launch.jobs import backend
 from rl.config import parent_run, placement, planned_saves
 
 USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]
@@ -73,7 +74,7 @@ def hardware_note(composed: Composed, world: int) -> str | None:
 
 
 def world_size(cfg, nproc: int) -> int:
-    return nproc * (int(cfg.launcher.nodes) if cfg.launcher.kind == "slurm" else 1)
+    return nproc * backend(cfg.launcher.kind).nodes(cfg.launcher)
 
 
 def resolve(argv: list[str], gpus: int | None = None) -> run.Prepared:
@@ -107,7 +108,7 @@ def preflight(prep: run.Prepared) -> int | None:
     from rl.train import preflight as trainer_preflight
 
     cfg = prep.cfg
-    table = trainer_preflight(cfg, probe_retriever=cfg.launcher.kind == "local")
+    table = trainer_preflight(cfg, probe_retriever=backend(cfg.launcher.kind).where == "here")
     if table:
         print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
               f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)

@@ -3,12 +3,15 @@
 A `Job` names the module, its one config file (an array: one config file per task), the interpreter that
 runs it, its wrapper (none, or torchrun over nodes × processes: training), the resources it asks for, the
 cluster settings it carries, what it needs (data artefacts, modules its interpreter must import) and the
-jobs of its plan it runs after. A plan is an ordered list of Jobs; a `Runner` runs one: `LocalRunner`
-(launch/local.py: here, in order) and `SlurmRunner` (launch/slurm.py: one sbatch script per job).
+jobs of its plan it runs after. A plan is an ordered list of Jobs; a `Runner` runs one. The runners are the
+launcher backends, by `launcher.kind` in `BACKENDS` (`backend(kind)`): `LocalRunner` (launch/local.py: here, in
+order) and `SlurmRunner` (launch/slurm.py: one sbatch script per job).
 `dry_run` writes every job's script beside its config under a directory it names and prints the plan.
 """
 from __future__ import annotations
 
+import importlib
+import os
 import re
 import sys
 import tempfile
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import Mapping
 
 from launch.errors import LaunchError
+
+REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job runs from
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -118,15 +123,18 @@ class Job:
     def configs(self) -> tuple[str, ...]:
         return self.array or (str(self.config),)
 
-    def command(self, config: str) -> list[str]:
-        """The command line of one task: `PYTHON -m MODULE CONFIG`, under its wrapper."""
+    def command(self, config: str, rdzv: str | None = None) -> list[str]:
+        """The command line of one task: `PYTHON -m MODULE CONFIG`, under its wrapper: torchrun on this node alone,
+        or (`rdzv`: HOST:PORT) this node's torchrun of several joining the c10d rendezvous there."""
         if self.wrapper is None:
             return [self.python, "-m", self.module, str(config)]
-        if self.wrapper.nodes != 1:
-            raise LaunchError(f"job {self.name}: torchrun over {self.wrapper.nodes} nodes needs a multi-node "
-                              "runner (launcher=slurm)")
-        return [self.python, "-m", "launch.torchrun", "--standalone", "--nnodes=1",
-                f"--nproc_per_node={self.wrapper.nproc_per_node}", "-m", self.module, str(config)]
+        w = self.wrapper
+        if rdzv is None and w.nodes != 1:
+            raise LaunchError(f"job {self.name}: torchrun over {w.nodes} nodes needs a multi-node runner")
+        where = ["--standalone", "--nnodes=1"] if rdzv is None else \
+            [f"--nnodes={w.nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", f"--rdzv_id=dtsft-{self.name}"]
+        return [self.python, "-m", "launch.torchrun", *where, f"--nproc_per_node={w.nproc_per_node}", "-m", self.module,
+                str(config)]
 
 
 class JobFailed(Exception):
@@ -150,21 +158,71 @@ def check_plan(plan: list[Job]) -> None:
 
 
 class Runner(ABC):
-    """How a plan's jobs run. `run(plan, where)` checks the plan, then for each job in order writes its
-    script to `where/<name><suffix>` and starts it, after the jobs it names.
+    """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them.
+    `run(plan, where)` checks the plan, then for each job in order writes its script to `where/<name><suffix>`
+    and starts it, after the jobs it names.
 
-    A backend is one subclass in one file (LocalRunner in launch/local.py, SlurmRunner in launch/slurm.py);
-    a third one, e.g. a multi-node launcher that starts torchrun over ssh on each host, is one new file
-    implementing the two methods below, and no other file changes:
-    - `script(job, ids, where)`: the text of what the job runs (a shell script: every task's
-      `python -m MODULE CONFIG` under its wrapper, its resources, its dependencies written from `ids`,
-      the id of each job already started by name, a placeholder `<job id of NAME>` in a dry run); logs go
-      under `where`. Writes nothing: the dry run prints and writes its return value.
-    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A
-      backend that runs jobs to the end here raises JobFailed on a failure (the plan stops, exit status
-      kept); one that submits them raises LaunchError when the submission fails.
+    A backend is one subclass in one file, registered in one line of `BACKENDS` (LocalRunner in launch/local.py,
+    SlurmRunner in launch/slurm.py): a third one, e.g. torchrun over ssh on several hosts, is one new file
+    implementing `script` and `start`, and no other file changes. A command asks the backend, never its name:
+    - `submits`: `start` submits a job that runs later, elsewhere (a launch records the submission and returns; a
+      finished run is left out of a plan); else `start` runs the job to its end.
+    - `where` its jobs run, so where CUDA must be and a service can be probed: "here" (this machine, this
+      machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or "nodes" (`launcher.nodes` nodes of
+      `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes, 1 on a CPU-only node).
+    - `requeues`: a stopped job is requeued and resumes from its latest state by itself (resume=never refused).
+    - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
+      queued or running; `task_command(job, config)`: what a task runs (on its first node), printed and recorded.
+    - `script(job, ids, where)`: the text of what the job runs (every task's `python -m MODULE CONFIG` under its
+      wrapper, its resources, its dependencies from `ids`, the id of each job started so far by name: `<job id of
+      NAME>` in a dry run); logs go under `where`. It writes nothing: the dry run prints and writes its text.
+    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A job run
+      here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
+    A runner is `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what
+    its scripts say wrote them), where a job other than training runs (default: the working directory), the
+    checkout training runs from, the jobs' environment (None: this one); a backend running jobs here hides their
+    stdout when `quiet`, appends each signal it forwards to `stops` and keeps each job's log file in `logs`.
     """
     suffix = ".sh"
+    submits = False
+    where = "nodes"
+    requeues = False
+
+    def __init__(self, command: str = "launch", workdir: str | None = None, repo: str | None = None,
+                 env: dict[str, str] | None = None, quiet: bool = False, stops: list[str] | None = None):
+        self.command, self.workdir, self.repo, self.env = command, workdir or os.getcwd(), repo or str(REPO), env
+        self.quiet, self.stops, self.logs = quiet, stops, {}
+
+    @classmethod
+    def nodes(cls, launcher) -> int:
+        return int(launcher.nodes) if cls.where == "nodes" else 1
+
+    @classmethod
+    def nproc(cls, launcher, gpus: int | None = None) -> int:
+        """Processes per node for `launcher.nproc=auto` (`gpus`: the GPUs here, None: counted)."""
+        from launch.local import cuda_device_count
+
+        gpus = int(launcher.gpus_per_node) if cls.where == "nodes" else cuda_device_count() if gpus is None else gpus
+        return gpus or 1
+
+    @classmethod
+    def gpus(cls, launcher, nproc: int) -> int:
+        """The GPUs per node a training job of `nproc` processes per node asks for."""
+        from launch.local import cuda_device_count
+
+        return int(launcher.gpus_per_node) if cls.where == "nodes" else nproc if cuda_device_count() else 0
+
+    @staticmethod
+    def cluster(launcher) -> Cluster | None:
+        return None
+
+    @staticmethod
+    def check_not_queued(run_dir: Path) -> None:
+        return None
+
+    def task_command(self, job: Job, config: str) -> list[str]:
+        """What one task of `job` runs (on its first node): what a launch prints and records."""
+        return job.command(config)
 
     @abstractmethod
     def script(self, job: Job, ids: Mapping[str, str], where: Path) -> str: ...
@@ -183,6 +241,25 @@ class Runner(ABC):
             path.write_text(self.script(job, ids, where), encoding="utf-8")
             ids[job.name] = self.start(job, path, ids)
         return ids
+
+
+# The launcher backends by name (`launcher.kind`, analyze's `launcher`): "module:Runner class", imported when asked for.
+BACKENDS = {"local": "launch.local:LocalRunner", "slurm": "launch.slurm:SlurmRunner"}
+
+
+def backend(kind: str) -> type[Runner]:
+    """The Runner class of launcher `kind` (LaunchError naming the backends, with a "did you mean")."""
+    if kind not in BACKENDS:
+        from common.cli import did_you_mean
+
+        raise LaunchError(f"launcher={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
+    module, _, name = BACKENDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def project_env(**more: str) -> dict[str, str]:
+    """This environment with `more` and the checkout first on PYTHONPATH: what a job run from elsewhere imports."""
+    return dict(os.environ, **more, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
 
 
 def placeholders(plan: list[Job]) -> dict[str, str]:

@@ -39,20 +39,6 @@ def cuda_device_count() -> int:
         return 0
 
 
-def resolve_nproc(cfg: DictConfig, gpus: int | None = None) -> int:
-    """Processes per node: `launcher.nproc`, or auto = the GPUs here (gloo: 1 process on CPU).
-
-    On Slurm, auto means `launcher.gpus_per_node` (1 process on a CPU-only partition: gpus_per_node=0).
-    """
-    nproc = cfg.launcher.nproc
-    if nproc != "auto":
-        return int(nproc)
-    if cfg.launcher.kind == "slurm":
-        return int(cfg.launcher.gpus_per_node) or 1
-    gpus = cuda_device_count() if gpus is None else gpus
-    return gpus if gpus > 0 else 1
-
-
 def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) -> None:
     """A GPU-only model recipe on a machine without CUDA fails here, before any data prep."""
     gpus = cuda_device_count() if gpus is None else gpus
@@ -241,33 +227,32 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, quiet: bool 
 
 
 class LocalRunner(Runner):
-    """A plan run here, job after job (each array task in turn), stopping at the first failure with its exit
-    status (JobFailed). A job whose interpreter is this one and that has no wrapper runs in this process
-    (`run_main` on its module's `main([CONFIG])`, isolated); any other runs as a child, `PYTHON -m MODULE
-    CONFIG` (training: under torchrun on this node, `launch.torchrun --standalone`). A job with a log directory
-    (`logs`: training) has its output teed into a new log file there (`logs[name]` after it ran) and this
-    process's SIGTERM / SIGINT / SIGUSR1 forwarded to it (each one's name appended to `stops`: run_logged).
-    Its script (what the dry run writes) is those commands, from `workdir`. `env`: the environment each job
-    runs with (None: this one)."""
+    """The local backend: a plan run here, job after job (each array task in turn), stopping at the first failure
+    with its exit status (JobFailed); one node, this machine's GPUs (`nproc=auto`: as many processes, 1 without
+    CUDA). A job whose interpreter is this one and that has no wrapper runs in this process (`run_main` on its
+    module's `main([CONFIG])`, isolated); any other runs as a child, `PYTHON -m MODULE CONFIG` (training: under
+    torchrun on this node, `launch.torchrun --standalone`, from the checkout). A job with a log directory (`logs`:
+    training) has its output teed into a new log file there (`logs[name]` after it ran) and this process's
+    SIGTERM / SIGINT / SIGUSR1 forwarded to it (each one's name appended to `stops`: run_logged). Its script (what
+    the dry run writes) is those commands."""
+    where = "here"
 
-    def __init__(self, workdir: str | None = None, env: dict[str, str] | None = None, quiet: bool = False,
-                 stops: list[str] | None = None):
-        self.workdir, self.env, self.quiet, self.stops = workdir or os.getcwd(), env, quiet, stops
-        self.logs: dict[str, Path] = {}
+    def _cwd(self, job: Job) -> str:
+        return self.repo if job.wrapper is not None else self.workdir
 
     def script(self, job: Job, ids, where: Path) -> str:
         return "\n".join(["#!/bin/bash", f"# job {job.name}: python -m {job.module} CONFIG, each task in turn",
-                          "set -euo pipefail", f"cd {shlex.quote(self.workdir)}",
+                          "set -euo pipefail", f"cd {shlex.quote(self._cwd(job))}",
                           *(shlex.join(job.command(c)) for c in job.configs)]) + "\n"
 
     def start(self, job: Job, script: Path, ids) -> str:
         here = job.python == sys.executable and job.wrapper is None
         for config in job.configs:
             if job.logs is not None:
-                status, self.logs[job.name] = run_logged(job.command(config), Path(job.logs), cwd=Path(self.workdir),
+                status, self.logs[job.name] = run_logged(job.command(config), Path(job.logs), cwd=Path(self._cwd(job)),
                                                          env=self.env, stops=self.stops)
             else:
-                with contextlib.chdir(self.workdir):
+                with contextlib.chdir(self._cwd(job)):
                     status = run_main(importlib.import_module(job.module).main, [config], env=self.env, quiet=self.quiet) \
                         if here else run_child(job.command(config), env=self.env, quiet=self.quiet)
             if status != 0:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from common import datafetch, interpreter
 from common.cli import ConfigError
+from launch import jobs
 from launch.errors import LaunchError
 
 EXIT = 2
@@ -109,7 +110,7 @@ def run_needs(trainer, prep) -> Needs:
     from omegaconf import OmegaConf
 
     cfg = prep.cfg
-    cuda = ("nodes" if cfg.launcher.kind == "slurm" else "here") if cfg.model.get("gpu_only") else None
+    cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
     settings = OmegaConf.to_container(cfg)
     if trainer.stage == "sft":
         names, hub = dataset_needs(cfg, prep.composed.data_arm, prep.run_dir)
@@ -137,7 +138,7 @@ def analyze_needs(cfg) -> Needs:
     settings = {f"eval.{k}": v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None}
     settings.update(profile=cfg.profile, benches=list(cfg.benches or []))
     names, backend = eval_data(settings, "eval.") if cfg.evaluate and not cfg.get("eval_tasks") else ([], None)
-    cuda = ("nodes" if cfg.launcher == "slurm" else "here") if backend == "vllm" else None
+    cuda = jobs.backend(cfg.launcher).where if backend == "vllm" else None
     return Needs("analyze", tuple(dict.fromkeys(names)), "eval", interpreter.named(cfg.python, "eval"),
                  interpreter.eval_needs(backend), None, (str(cfg.out),), cuda)
 

@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -31,15 +31,15 @@ from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
-from launch import cache, jobs, local, manifest, paths, preflight, slurm
+from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
 from launch.errors import LaunchError
-from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, Torchrun, dry_run_dir
+from launch.jobs import Job, JobFailed, Needs, Resources, Torchrun, backend, dry_run_dir
 from launch.refusal import trainer_refusal
 from rl.config import EXCLUDED_KEYS   # both trainers' (a run dir's config.yaml is either's)
 from sft import config as sft_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = jobs.REPO   # the checkout
 
 
 @dataclass
@@ -99,22 +99,20 @@ class Trainer(ABC):
         """The interpreter this trainer's jobs run (`python.<stage>=`, else the one running launch)."""
         return interpreter.interpreter(prep.cfg.get("python"), self.stage)
 
-    def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None,
-            on_slurm: bool | None = None) -> Job:
+    def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None, kind: str | None = None) -> Job:
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
-        under torchrun over the launcher's nodes x processes on each run's config.yaml, in its interpreter, needing
-        its data (`data.dir`; GRPO: the starting model) and the modules that interpreter must import. Under Slurm
-        (`on_slurm`, default: `launcher=slurm`) it takes whole nodes with the USR1 warning."""
+        under torchrun over the nodes x processes the launcher backend (`kind`, default: `launcher.kind`) gives it
+        on each run's config.yaml, in its interpreter, needing its data (`data.dir`; GRPO: the starting model) and
+        the modules that interpreter must import; whole nodes with the USR1 warning where the backend has nodes."""
         cfg = preps[0].cfg
-        on_slurm = cfg.launcher.kind == "slurm" if on_slurm is None else on_slurm
-        nodes = int(cfg.launcher.nodes) if on_slurm else 1
-        gpus = int(cfg.launcher.gpus_per_node) if on_slurm else preps[0].nproc if local.cuda_device_count() else 0
+        runner = backend(kind or cfg.launcher.kind)
+        nodes, gpus = runner.nodes(cfg.launcher), runner.gpus(cfg.launcher, preps[0].nproc)
         configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
                 for p in preps]
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
                    array=configs if array else (), python=self.python(preps[0]), wrapper=Torchrun(nodes, preps[0].nproc),
-                   cluster=Cluster.of(cfg.launcher) if on_slurm else None,
+                   cluster=runner.cluster(cfg.launcher),
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(data=tuple(dict.fromkeys(data)), modules=tuple(self.needs(cfg))),
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
@@ -211,12 +209,14 @@ def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
 
 
 def local_nproc(composed: Composed, gpus: int | None = None) -> int:
-    """Processes per node (launch.local.resolve_nproc), after refusing a GPU-only model on a machine
-    without CUDA for a local run that would train (a dry run only notes it)."""
+    """Processes per node: `launcher.nproc`, or auto = what the launcher backend gives (jobs.Runner.nproc: the
+    GPUs here, 1 without CUDA; a backend with nodes: `launcher.gpus_per_node`, 1 on a CPU-only node), after
+    refusing a GPU-only model on a machine without CUDA for a run that would train here (a dry run only notes it)."""
     cfg = composed.cfg
-    if cfg.launcher.kind == "local" and not cfg.launcher.dry_run:
+    runner = backend(cfg.launcher.kind)
+    if runner.where == "here" and not cfg.launcher.dry_run:
         local.check_hardware(cfg, composed.choices["model"], gpus)
-    return local.resolve_nproc(cfg, gpus)
+    return int(cfg.launcher.nproc) if cfg.launcher.nproc != "auto" else runner.nproc(cfg.launcher, gpus)
 
 
 def fill_derived(cfg: DictConfig, rd: Path, nproc: int) -> None:
@@ -368,11 +368,10 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
         start_over(rd)
     held = lock_run_dir(rd)
     try:
-        if cfg.launcher.kind == "slurm":
-            slurm.check_not_queued(rd)
+        backend(cfg.launcher.kind).check_not_queued(rd)
         data = trainer.prepare(prep, **cache_kw)
         job = trainer.job([prep])
-        if cfg.launcher.kind == "slurm":
+        if backend(cfg.launcher.kind).submits:
             return submit(trainer, prep, argv, job, data)
         stops: list[str] = []
         rc, log, launch_id = train_here(prep, trainer.command_argv(argv), job, data, stops)
@@ -387,13 +386,13 @@ def train_here(prep: Prepared, argv: list[str], job: Job, data: dict,
     its output teed into `<run dir>/logs`, launch's signals forwarded); (exit code, log file, this launch's id:
     the trainer tags a refusal it records with it, so another process's refusal in the same run dir is never
     taken for this one's)."""
-    rd, cmd = prep.run_dir, job.command(str(job.config))
-    launcher = {"kind": "local", "nproc": prep.nproc, "command": shlex.join(cmd)}
+    launch_id, rd = uuid.uuid4().hex, prep.run_dir
+    runner = runner_of(prep.cfg.launcher.kind, argv, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
+    cmd = runner.task_command(job, str(job.config))
+    launcher = {"kind": prep.cfg.launcher.kind, "nproc": prep.nproc, "command": shlex.join(cmd)}
     manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
     print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-    launch_id = uuid.uuid4().hex
-    runner = local.LocalRunner(str(REPO), env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
     try:
         runner.start(job, None, {})
         return 0, runner.logs[job.name], launch_id
@@ -445,24 +444,27 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     return rc
 
 
-def slurm_runner(trainer: Trainer, argv: list[str]) -> slurm.SlurmRunner:
-    """The Slurm runner of a launch or sweep command `argv` (what its scripts say wrote them)."""
-    return slurm.SlurmRunner(shlex.join(["launch", *trainer.command_argv(argv)]), repo=str(REPO))
+def runner_of(kind: str, argv: list[str], **kw) -> jobs.Runner:
+    """The runner of launcher `kind` for the launch or sweep command `argv` as recorded (what its scripts say
+    wrote them: Trainer.command_argv)."""
+    return backend(kind)(shlex.join(["launch", *argv]), **kw)
 
 
 def submit(trainer: Trainer, prep: Prepared, argv: list[str], job: Job, data: dict) -> int:
-    """The training Job as `<run dir>/launch.sbatch`, submitted; the launch recorded in manifest.json."""
+    """The training Job as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), submitted; the launch recorded in
+    manifest.json."""
     rd = prep.run_dir
     (rd / "logs").mkdir(exist_ok=True)
-    ids = slurm_runner(trainer, argv).run([job], rd)
-    submitted(prep, trainer.command_argv(argv), job, rd / f"{job.name}.sbatch", ids[job.name], data)
-    print(f"[launch] submitted {rd / 'launch.sbatch'} as Slurm job {ids[job.name]}")
+    runner = runner_of(prep.cfg.launcher.kind, trainer.command_argv(argv))
+    ids, script = runner.run([job], rd), rd / f"{job.name}{runner.suffix}"
+    submitted(prep, trainer.command_argv(argv), job, script, ids[job.name], data)
+    print(f"[launch] submitted {script} as {prep.cfg.launcher.kind.capitalize()} job {ids[job.name]}")
     return 0
 
 
 def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: str, data: dict) -> None:
     """A run's submission (`job_id`: its job, or its task of a sweep's array) recorded in its manifest.json."""
-    launcher = {"kind": "slurm", "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
+    launcher = {"kind": prep.cfg.launcher.kind, "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
                 "script": str(script), "job_id": job_id}
     manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
                             identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
@@ -471,12 +473,12 @@ def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: s
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
             then: Callable[[Path], list[Job]] | None = None) -> int:
     """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
-    temporary directory it names), then each run's lines and resolved config and what would run: the local
-    command (GRPO: and the Slurm script), or the Slurm script. A sweep's: one job, an `array` over its runs, its logs
+    temporary directory it names), then each run's lines and resolved config and what would run: the
+    command here, or the script a submitting backend submits (GRPO: every backend's script). A sweep's: one job, an `array` over its runs, its logs
     and script in its own dir (`logs`; by default the run dir's); `then(where)`: the jobs planned after the training
     (a sweep's evaluation), their configs written under `where`. Nothing else is written; nothing starts.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
-    first, on_slurm = preps[0], preps[0].cfg.launcher.kind == "slurm"
+    first, kind = preps[0], preps[0].cfg.launcher.kind
     for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
         try:
             with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
@@ -486,31 +488,94 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
     for i, prep in enumerate(preps):
         (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
-    runner = slurm_runner(trainer, argv) if on_slurm else local.LocalRunner(str(REPO))
+    runner = runner_of(kind, trainer.command_argv(argv))
     jobs.dry_run([job, *(then(where) if then else [])], runner, where)
     script = (where / f"{job.name}{runner.suffix}").read_text(encoding="utf-8")
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)
-        if not on_slurm and prep.cfg.model.gpu_only and local.cuda_device_count() == 0:
+        if runner.where == "here" and prep.cfg.model.gpu_only and local.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
-    sbatch = Path(logs or first.run_dir) / f"{job.name}.sbatch"
-    if array:   # a sweep: its array's script (a local one: every task's command is in the one written)
-        if on_slurm:
+    sbatch = Path(logs or first.run_dir) / f"{job.name}{runner.suffix}"
+    if array:   # a sweep: its array's script when submitted (run here: every task's command is in the one written)
+        if runner.submits:
             print(f"# {sbatch} (not written: dry_run=true)\n{script}")
         return 0
     print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
-    if trainer.stage == "grpo":   # both: the local command and the Slurm script
-        print("# local command (launcher=local)")
-        print(shlex.join(replace(job, wrapper=Torchrun(1, first.nproc)).command(str(job.config))))
-        print(f"# Slurm script (launcher=slurm; {sbatch}, not written: dry_run=true)")
-        print(script if on_slurm else slurm_runner(trainer, argv).script(trainer.job(preps, on_slurm=True), {}, where))
-    elif on_slurm:
+    if trainer.stage == "grpo":   # every launcher backend's script, each as launcher=KIND would write it
+        for other in jobs.BACKENDS:
+            mine = runner_of(other, trainer.command_argv(argv))
+            print(f"# launcher={other}: {sbatch.with_suffix(mine.suffix)} (not written: dry_run=true)\n"
+                  + (script if other == kind else mine.script(trainer.job(preps, kind=other), {}, where)))
+    elif runner.submits:
         print(f"# {sbatch} (not written: dry_run=true)\n{script}")
     else:
-        print(f"# command\n{shlex.join(job.command(str(job.config)))}")
+        print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
     return 0
+
+
+def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
+    """Runs ((argv, prep) each), here, one after another as `launch` runs each (launch_one on the run resolved up
+    front; of several, each announced by its first two keys: arm and seed); the exit status: one run's own; of
+    several, 1 when one failed (the others run all the same; the failed ones listed), an interrupt's (130 / 143),
+    which stops them."""
+    failed = []
+    for i, (argv, prep) in enumerate(runs, 1):
+        if len(runs) > 1:
+            print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(argv[:2])}", flush=True)
+        rc = launch_one(trainer, argv, prep, checked=True, **cache_kw)
+        if rc in (130, 143) or len(runs) == 1:
+            return rc
+        failed += [(argv[:2], rc)] if rc else []
+    if failed:
+        print("[launch] sweep: failed runs: " + "; ".join(f"{' '.join(r)} (exit {rc})" for r, rc in failed))
+    return 1 if failed else 0
+
+
+class Training(jobs.Runner):
+    """A plan on a launcher backend's runner (`inner`) whose training jobs (`runs`: job name -> (trainer, its runs,
+    (argv, prep) each)) run as `launch` runs them, in the runner's environment: run here, one after another
+    (`train_runs`); submitted, prepared just before (what the trainer would refuse at start, resume=never's rename,
+    then data and config.yaml under each run dir's lock; a finished run kept, its identity checked) and each run's
+    submission recorded in its manifest (an array: task i). `cache_kw` reach the data step (launch.cache)."""
+
+    def __init__(self, inner: jobs.Runner, runs: dict, **cache_kw):
+        self.inner, self.runs, self.cache_kw, self.suffix = inner, runs, cache_kw, inner.suffix
+
+    def script(self, job: Job, ids, where: Path) -> str:
+        return self.inner.script(job, ids, where)
+
+    def start(self, job: Job, script: Path, ids) -> str:
+        if job.name not in self.runs:
+            return self.inner.start(job, script, ids)
+        trainer, runs = self.runs[job.name]
+        with local.isolated(self.inner.env):
+            if not self.inner.submits:
+                if status := train_runs(trainer, runs, **self.cache_kw):
+                    raise JobFailed(job.name, status)
+                return f"local-{job.name}"
+            todo, data = [], []
+            for argv, prep in runs:   # as launch_one: a finished run is kept, its identity checked
+                if is_finished(prep.run_dir) and prep.cfg.resume != "never":
+                    trainer.check_finished(prep, **self.cache_kw)
+                else:
+                    todo.append((argv, prep))
+            for _, prep in todo:
+                if (refused := trainer.preflight(prep)) is not None:
+                    raise LaunchError(f"{job.name}: {prep.run_dir}: refused by the trainer's own checks (exit {refused})")
+                if prep.cfg.resume == "never":   # overwrite: the old run renamed aside, nothing deleted
+                    start_over(prep.run_dir)
+                held = lock_run_dir(prep.run_dir)
+                try:
+                    self.inner.check_not_queued(prep.run_dir)
+                    data.append(trainer.prepare(prep, **self.cache_kw))
+                finally:
+                    os.close(held)
+            job_id = self.inner.start(job, script, ids)
+            for i, ((argv, prep), record) in enumerate(zip(todo, data)):
+                submitted(prep, trainer.command_argv(argv), job, script, f"{job_id}_{i}" if job.array else job_id, record)
+        return job_id
 
 
 class SFTTrainer(Trainer):

@@ -26,7 +26,6 @@ Preemption and time limits:
 """
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -109,8 +108,8 @@ def _header(spec: SlurmSpec, command: str) -> list[str]:
     return lines
 
 
-def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") -> list[str]:
-    """Everything after `RUN_DIR` is set: one segment of the run, then requeue or finish.
+def _body(spec: SlurmSpec, python: str, module: str = "sft.train") -> list[str]:
+    """A training job's lines after the template's head: one segment of the run, then requeue or finish.
     `module` is the trainer torchrun starts (`sft.train`, or `rl.train` for stage=grpo)."""
     node_cmd = (
         "trap \"\" USR1; exec \"$0\" -m launch.torchrun"
@@ -120,8 +119,6 @@ def _body(spec: SlurmSpec, repo: str, python: str, module: str = "sft.train") ->
     )
     setup = _setup_lines(spec)
     return [
-        f"cd {shlex.quote(repo)}",
-        "export PYTHONUNBUFFERED=1",
         "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
         # the id a trainer's refusal and failure are recorded under (common.layout): this segment's
@@ -202,29 +199,27 @@ def _end_record_lines() -> list[str]:
     ]
 
 
+def render_script(spec: SlurmSpec, command: str, cd: str, lines: list[str], runs: list[str] = ()) -> str:
+    """The one sbatch template: the #SBATCH header (`command`: what wrote it), a training job's run dir(s)
+    (`runs`), `cd` (training: the checkout; any other job: where the submitting command ran, its relative paths
+    valid), unbuffered output, then the job's `lines`."""
+    return "\n".join([*_header(spec, command), "", "set -uo pipefail", *runs, f"cd {shlex.quote(cd)}",
+                      "export PYTHONUNBUFFERED=1", *lines]) + "\n"
+
+
 def render_run_script(spec: SlurmSpec, run_dirs: str | list[str], repo: str, python: str, command: str,
                       module: str = "sft.train") -> str:
-    """The training script (one template): one run (`run_dirs` its run dir) or a job array over several runs,
-    task i training run_dirs[i] (a sweep)."""
+    """A training job: one run (`run_dirs` its run dir) or a job array over several runs, task i training
+    run_dirs[i] (a sweep)."""
     runs = [f"RUN_DIR={shlex.quote(run_dirs)}"] if isinstance(run_dirs, str) else [
         "RUN_DIRS=(", *(f"  {shlex.quote(d)}" for d in run_dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
-    return "\n".join([*_header(spec, command), "", "set -uo pipefail", *runs, *_body(spec, repo, python, module)]) + "\n"
+    return render_script(spec, command, repo, _body(spec, python, module), runs)
 
 
 def _setup_lines(spec: SlurmSpec) -> list[str]:
     # Environment scripts (conda activate, module load) often read unset variables: not under `set -u`.
     return ["set +u  # launcher.setup", *spec.setup.strip().splitlines(), "set -u  # end of launcher.setup"] \
         if spec.setup else []
-
-
-def render_command_script(spec: SlurmSpec, workdir: str, command: str, lines: list[str], repo: str | None = None) -> str:
-    """A job (or job array) that runs `lines` (shell) in `workdir` (where the submitting command ran:
-    its relative paths stay valid) on one node, the project importable from `repo`: an evaluation array
-    task, an aggregation, a study's analyze / evaluate / export job. No srun: the batch step is the one task."""
-    head = _header(spec, command) + ["", "set -uo pipefail", f"cd {shlex.quote(workdir)}", "export PYTHONUNBUFFERED=1"]
-    if repo:
-        head.append(f"export PYTHONPATH={shlex.quote(repo)}${{PYTHONPATH:+:$PYTHONPATH}}")
-    return "\n".join(head + _setup_lines(spec) + list(lines)) + "\n"
 
 
 class SlurmRunner(Runner):
@@ -234,12 +229,30 @@ class SlurmRunner(Runner):
     An array is one script, task i running config i. Training (the torchrun wrapper) is the run script above:
     one torchrun per node under srun, USR1 to save and stop, requeue and the FAILED / REQUEUED end records;
     any other job execs `python -m MODULE CONFIG` in the batch shell, from `workdir` (where the command ran:
-    its relative paths stay valid), the project importable. Logs: `<where>/slurm-<name>-<job id>.out`."""
+    its relative paths stay valid), the project importable. Logs: `<where>/slurm-<name>-<job id>.out`.
+    Training runs on `launcher.nodes` whole nodes, is requeued when stopped, and is refused while its last
+    submission is queued or running (`check_not_queued`)."""
     suffix = ".sbatch"
+    submits, requeues = True, True
 
-    def __init__(self, command: str, workdir: str | None = None, repo: str | None = None):
-        self.command, self.workdir = command, workdir or os.getcwd()
-        self.repo = repo or str(Path(__file__).resolve().parents[1])
+    @staticmethod
+    def cluster(launcher) -> Cluster:
+        return Cluster.of(launcher)
+
+    @staticmethod
+    def check_not_queued(run_dir: Path) -> None:
+        """Refuse to submit a run whose last submitted job is still queued or running (two jobs would
+        train one run directory); the job ids come from the run's manifest.json."""
+        import json
+
+        path = Path(run_dir) / "manifest.json"
+        if not path.is_file():
+            return
+        launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
+        jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
+        if jobs and (state := job_state(jobs[-1])) is not None:
+            raise LaunchError(f"{run_dir} is already {state} as Slurm job {jobs[-1]}; it resumes by itself when "
+                              f"requeued (scancel {jobs[-1]} first to resubmit)")
 
     @staticmethod
     def dependency(job: Job, ids) -> str | None:
@@ -267,15 +280,16 @@ class SlurmRunner(Runner):
             return render_run_script(spec, dirs if job.array else dirs[0], self.repo, job.python, self.command,
                                      module=job.module)
         py, q = shlex.quote(job.python), shlex.quote
-        task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""
-        lines = [f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)]
+        task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""   # any other job: the batch step is its one task, no srun
+        lines = [f"export PYTHONPATH={q(self.repo)}${{PYTHONPATH:+:$PYTHONPATH}}", *_setup_lines(spec)]   # the project importable
+        lines += [f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)]
         if job.array:
             lines += ["CONFIGS=(", *(f"  {q(c)}" for c in job.array), ")"]
         lines += [f'echo "[{job.name}]{" task " + task if task else ""} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
                   '${SLURM_JOB_NODELIST:-this host}"',
                   f"exec {py} -m {job.module} " + ('"${CONFIGS[$SLURM_ARRAY_TASK_ID]}"' if job.array
                                                    else q(str(job.config)))]
-        return render_command_script(spec, self.workdir, self.command, lines, repo=self.repo)
+        return render_script(spec, self.command, self.workdir, lines)
 
     def start(self, job: Job, script: Path, ids) -> str:
         return submit(script)
@@ -290,21 +304,6 @@ def job_state(job_id: str) -> str | None:
     out = subprocess.run([squeue, "-h", "-o", "%T", "-j", str(job_id)], capture_output=True, text=True)
     states = out.stdout.split() if out.returncode == 0 else []
     return states[0] if states else None
-
-
-def check_not_queued(run_dir: Path) -> None:
-    """Refuse to submit a run whose last submitted job is still queued or running (two jobs would
-    train one run directory); the job ids come from the run's manifest.json."""
-    import json
-
-    path = Path(run_dir) / "manifest.json"
-    if not path.is_file():
-        return
-    launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
-    jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
-    if jobs and (state := job_state(jobs[-1])) is not None:
-        raise LaunchError(f"{run_dir} is already {state} as Slurm job {jobs[-1]}; it resumes by itself when "
-                          f"requeued (scancel {jobs[-1]} first to resubmit)")
 
 
 def submit(script: Path) -> str:

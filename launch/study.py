@@ -24,7 +24,7 @@ previous stage's jobs (an analyze stage `afterany`: it runs however the training
 as a gap). An evaluate or export job is judged by its completion record (launch/completion.py), not its exit 0.
 
 Locally (`LocalRunner`) the jobs run in order, a training stage's runs as `launch` runs them (data, run-dir
-lock, manifest, resume and end records: launch.run.launch_one on the runs resolved up front), the first failure
+lock, manifest, resume and end records: launch.run.Training, launch_one on the runs resolved up front), the first failure
 stopping the study with its exit status; every stage is idempotent, so the same command continues the study.
 With `launcher=slurm` (or a training stage sent there: `train:launcher=slurm`; then every training stage must
 be) the `SlurmRunner` submits the whole plan, each job with `--dependency` from the plan, a training job's runs
@@ -39,7 +39,6 @@ preflight found a problem.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import sys
@@ -52,8 +51,9 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import ConfigError, did_you_mean, parse_switch, split_dotlist
 from common.interpreter import KINDS
+from common.recipes import DEFAULT_CHOICES
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study, study_variables
-from launch import completion, jobs, local, preflight, slurm
+from launch import completion, jobs, local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
@@ -78,14 +78,14 @@ class Request:
     shared: list[str]
     own: dict[str, list[str]]
     dry_run: bool
-    on_slurm: bool = False
+    launcher: str = DEFAULT_CHOICES["launcher"]   # the backend every job of the plan goes to (launch.jobs.BACKENDS)
 
 
 def _cluster_keys() -> dict[str, str]:
     """The command line's cluster settings (`launcher.<key>` and its shortcuts: partition=, time=, ...) -> key."""
     from common.recipes import ALIASES
 
-    keys = {f"launcher.{k}": k for k in slurm.CLUSTER_KEYS}
+    keys = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
     return {**keys, **{short: keys[full] for short, full in ALIASES.items() if full in keys}}
 
 
@@ -146,13 +146,16 @@ def parse_study_argv(argv: list[str]) -> Request:
                               f"{did_you_mean(stage, names)}")
         own[stage].append(study.substitute(kv, tok))
     req = Request(study, [study.substitute(t, t) for t in shared], own, dry_run)
-    kinds = {s.name: _launcher(s.argv([*req.shared, *own[s.name]])) or "local" for s in study.stages
+    default = DEFAULT_CHOICES["launcher"]
+    kinds = {s.name: _launcher(s.argv([*req.shared, *own[s.name]])) or default for s in study.stages
              if s.run in TRAINING_RUNS}
-    req.on_slurm = "slurm" in kinds.values() or _launcher(req.shared) == "slurm"
-    if req.on_slurm and kinds and set(kinds.values()) != {"slurm"}:   # a local one would run at once, not after the jobs
-        raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == 'slurm')} "
-                          f"go to Slurm but {', '.join(k for k, v in kinds.items() if v != 'slurm')} would run here, "
-                          "not after their jobs: give launcher=slurm (every training stage) or target each stage")
+    req.launcher = next(iter(kinds.values()), _launcher(req.shared) or default)
+    if len(set(kinds.values())) > 1:   # one backend per plan: a job run here would not wait for submitted ones
+        there = next((v for v in kinds.values() if jobs.backend(v).submits), req.launcher)
+        raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == there)} "
+                          f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
+                          f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
+    jobs.backend(req.launcher)   # a backend of that name (LaunchError naming them)
     return req
 
 
@@ -234,9 +237,9 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
         from launch.analyze import parse_argv, request
 
         shared = [t for t in req.shared if _key(t) == "python.eval"]
-        args = [*args, *(cluster.tokens("slurm.") if req.on_slurm else []), *shared, *own]
+        args = [*args, *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []), *shared, *own]
         cfg = parse_argv([*args, *([] if any(_key(a) == "study" for a in args) else [f"study={req.study.path}"]),
-                          f"launcher={'slurm' if req.on_slurm else 'local'}", "dry_run=false"])
+                          f"launcher={req.launcher}", "dry_run=false"])
         with local.isolated():
             request(cfg)   # every setting checked, as the analysis itself checks it
         r.cfg, r.cluster = cfg, Cluster.of(cfg.slurm)
@@ -244,7 +247,7 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
         return
     args = [*args, *own]
     mine = [a for a in args if _key(a).startswith("slurm.")]
-    own_keys = {f"slurm.{k}": k for k in slurm.CLUSTER_KEYS}
+    own_keys = {f"slurm.{k}": k for k in jobs.CLUSTER_KEYS}
     for tok in mine:
         if _key(tok) not in own_keys:
             raise LaunchError(f"{stage.name}:{tok}: {_key(tok)} is not a cluster setting of the stage's job "
@@ -261,7 +264,7 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
         settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}
         names, backend = preflight.eval_data(settings, "")
         r.needs = [preflight.Needs(who, tuple(dict.fromkeys(names)), "eval", python, interpreter.eval_needs(backend),
-                                   None, (str(r.cfg.out),), ("nodes" if req.on_slurm else "here") if backend == "vllm"
+                                   None, (str(r.cfg.out),), jobs.backend(req.launcher).where if backend == "vllm"
                                    else None)]
     else:
         from sft.export import DEFAULTS
@@ -330,11 +333,11 @@ def _config(where: Path, name: str, cfg) -> str:
 
 def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
     """The study's plan: each stage's jobs, its configs written under `where`, each stage after the latest
-    earlier stage that has jobs (a training stage whose runs are all finished has none on Slurm)."""
+    earlier stage that has jobs (a training stage whose runs are all finished has none when submitted)."""
     from launch.run import is_finished
     from launch.sweep import analysis_job, evaluation_jobs
 
-    plan, before = [], ()
+    plan, before, submits = [], (), jobs.backend(req.launcher).submits
     for r in stages:
         stage = r.stage
         after = {"after": before, "after_any": stage.run == "analyze"}
@@ -345,23 +348,23 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
             stage_jobs = [Job(stage.name, module, config=str(path), **after,
                               notes=(f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}",))]
         elif stage.run in TRAINING_RUNS:
-            todo = [p for p in r.preps if not (req.on_slurm and is_finished(p.run_dir) and p.cfg.resume != "never")]
+            todo = [p for p in r.preps if not (submits and is_finished(p.run_dir) and p.cfg.resume != "never")]
             for i, p in enumerate(r.preps):
                 _config(where, f"{stage.name}-{i}.config.yaml", p.cfg)
             stage_jobs = []
             if todo:
                 job = r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
-                                    on_slurm=req.on_slurm)
+                                    kind=req.launcher)
                 stage_jobs = [replace(job, name=stage.name, waits=None, **after)]
             if r.evaluation is not None:
                 (where / stage.name).mkdir(exist_ok=True)
                 finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
                 evaluation = evaluation_jobs(r.evaluation, where / stage.name, todo, finished) \
-                    if req.on_slurm else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
+                    if submits else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
                 stage_jobs += _in_stage(evaluation, stage.name)
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
-                if req.on_slurm and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
+                if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
             config = _config(where, f"{stage.name}.yaml", cfg)
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
                 config = completion.write_check(where / f"{stage.name}.check.json", stage.run, r.cfg.out,
@@ -370,85 +373,13 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
             gpus = int(r.cfg.data_parallel or 1) * int(r.cfg.tensor_parallel_size or 1) if stage.run == "evaluate" else 0
             need = r.needs[0]
             stage_jobs = [Job(stage.name, module, config=config, python=r.python or sys.executable, **after,
-                              cluster=r.cluster if req.on_slurm else None, resources=Resources(gpus_per_node=gpus),
+                              cluster=r.cluster if submits else None, resources=Resources(gpus_per_node=gpus),
                               needs=Needs(data=need.data, modules=tuple(need.modules)),
                               title=f"dtsft-{req.study.name}-{stage.name}", notes=(f"stage {stage.name} ({stage.run})",))]
         if stage_jobs:
             before = tuple(j.name for j in stage_jobs)
         plan += stage_jobs
     return plan
-
-
-def _train_here(r: Resolved):
-    """A training stage's runs, here, one after another as `launch` runs each (launch.run.launch_one on the run
-    resolved up front); its exit status (a sweep: 1 when a run failed, the others run all the same)."""
-    from launch.run import launch_one
-
-    def run() -> int:
-        failed = 0
-        for argv, prep in zip(r.argv, r.preps):
-            rc = launch_one(r.trainer, argv, prep, checked=True)
-            if rc in (130, 143):   # interrupted: stop, don't start the next run
-                return rc
-            failed = failed or rc
-        return failed if len(r.preps) == 1 else (1 if failed else 0)
-    return run
-
-
-class _Here(local.LocalRunner):
-    """LocalRunner, a training stage's job run as `launch` runs it (`_train_here`), with the study's environment."""
-
-    def __init__(self, training: dict, **kw):
-        super().__init__(**kw)
-        self.training = training
-
-    def start(self, job: Job, script: Path, ids) -> str:
-        if job.name not in self.training:
-            return super().start(job, script, ids)
-        with local.isolated(self.env):
-            status = self.training[job.name]()
-        if status != 0:
-            raise JobFailed(job.name, status)
-        return f"local-{job.name}"
-
-
-class _Submit(slurm.SlurmRunner):
-    """SlurmRunner, a training job's runs prepared just before it is submitted (data, config.yaml, under each run
-    dir's lock; what the trainer would refuse at start) and its submission recorded in each run's manifest."""
-
-    def __init__(self, command: str, training: dict, env: dict):
-        super().__init__(command)
-        self.training, self.env = training, env
-
-    def start(self, job: Job, script: Path, ids) -> str:
-        r = self.training.get(job.name)
-        if r is None:
-            return super().start(job, script, ids)
-        from launch.run import is_finished, lock_run_dir, start_over, submitted
-
-        with local.isolated(self.env):
-            todo = []
-            for argv, prep in zip(r.argv, r.preps):   # as launch_one: a finished run is kept, its identity checked
-                if is_finished(prep.run_dir) and prep.cfg.resume != "never":
-                    r.trainer.check_finished(prep)
-                else:
-                    todo.append((argv, prep))
-            data = []
-            for _, prep in todo:
-                if (refused := r.trainer.preflight(prep)) is not None:
-                    raise LaunchError(f"{job.name}: {prep.run_dir}: refused by the trainer's own checks (exit {refused})")
-                if prep.cfg.resume == "never":   # overwrite: the old run renamed aside, nothing deleted
-                    start_over(prep.run_dir)
-                lock = lock_run_dir(prep.run_dir)
-                try:
-                    slurm.check_not_queued(prep.run_dir)
-                    data.append(r.trainer.prepare(prep))
-                finally:
-                    os.close(lock)
-            job_id = super().start(job, script, ids)
-            for i, ((argv, prep), record) in enumerate(zip(todo, data)):
-                submitted(prep, r.trainer.command_argv(argv), job, script, f"{job_id}_{i}" if job.array else job_id, record)
-        return job_id
 
 
 def _ledger_root(study: Study) -> Path:
@@ -472,19 +403,17 @@ def run_study(argv: list[str]) -> int:
           f"  reference hardware: {hardware}", flush=True)
     if not req.dry_run and _preflight(needs, False):   # before anything is written, started or submitted
         return preflight.EXIT
-    kind = "slurm" if req.on_slurm else "local"
+    kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
         (_ledger_root(study) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     where.mkdir(parents=True, exist_ok=True)
     plan = plan_jobs(req, stages, where)
-    env = dict(os.environ, **{STUDY_ENV: json.dumps(study.identity())})
-    from launch.run import REPO
+    env = jobs.project_env(**{STUDY_ENV: json.dumps(study.identity())})
+    from launch.run import Training
 
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    training = {r.stage.name: r for r in stages if r.stage.run in TRAINING_RUNS and r.preps}
-    command = shlex.join(["launch", *argv])
-    runner = _Submit(command, training, env) if req.on_slurm else \
-        _Here({k: _train_here(r) for k, r in training.items()}, env=env)
+    training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.stage.run in TRAINING_RUNS
+                and r.preps}
+    runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
         jobs.dry_run(plan, runner, where)
         for r in stages:
@@ -503,7 +432,7 @@ def run_study(argv: list[str]) -> int:
         print(f"study {study.name}: stage {failed.job.split('.')[0]} failed (exit {failed.status}); the same command "
               "continues the study (finished work is kept and skipped)", file=sys.stderr)
         return failed.status
-    if not req.on_slurm:
+    if not runner.inner.submits:
         print(f"\nstudy {study.name}: all stages done")
         return 0
     record_jobs(where / "jobs.json", ids)

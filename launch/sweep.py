@@ -17,7 +17,6 @@ array task per checkpoint still to evaluate instead.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,11 +26,11 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
-from launch import local, preflight, slurm
+from launch import local, preflight
 from launch.errors import LaunchError
-from launch.jobs import Job, JobFailed, Needs, dry_run_dir
-from launch.run import (REPO, SFT, check_finished_data, data_record, describe, dry_run, is_finished, launch_one,
-                        lock_run_dir, prepare_run, resolve, slurm_runner, submitted)
+from launch.jobs import REPO, Job, JobFailed, Needs, backend, dry_run_dir, project_env
+from launch.run import (SFT, Training, check_finished_data, describe, dry_run, is_finished, resolve, runner_of,
+                        train_runs)
 
 SWEEP_KEYS = ("arms", "seeds")
 EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
@@ -96,16 +95,16 @@ def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str], list[str
 def analysis_config(first, profile: str, analyze: list[str]):
     """The sweep's analysis, resolved once (launch.analyze's keys, LaunchError naming a bad one): the runs under
     the first run's runs_root evaluated with `profile` into <runs_root>/_reports/<profile>, by the evaluation
-    interpreter (`python.eval=`), on the training's launcher with its cluster settings (slurm.CLUSTER_KEYS);
+    interpreter (`python.eval=`), on the training's launcher with its cluster settings (jobs.CLUSTER_KEYS);
     `analyze.KEY=VALUE` tokens last, so they win (analyze.slurm.time=...)."""
     from launch.analyze import parse_argv
 
     python = interpreter.named(first.get("python"), "eval")
-    on_slurm = first.launcher.kind == "slurm"
+    cluster = backend(first.launcher.kind).cluster(first.launcher)
     return parse_argv([f"runs_root={first.runs_root}", f"profile={profile}",
                        f"out={Path(first.runs_root) / '_reports' / profile}",
                        *([f"python.eval={python}"] if python else []), f"launcher={first.launcher.kind}",
-                       *(slurm.Cluster.of(first.launcher).tokens("slurm.") if on_slurm else []), *analyze])
+                       *(cluster.tokens("slurm.") if cluster else []), *analyze])
 
 
 def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> Job:
@@ -146,41 +145,28 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     return _run_sweep(argv, runs, preps, evaluation, **cache_kw) or preflight.after_plan(found) or 0
 
 
-def _child_env() -> dict[str, str]:
-    """The analysis' environment: the project importable."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-
-
 def _analyze_here(job: Job) -> int:
     """The sweep's analysis job, run now (LocalRunner: in this process when its interpreter is this one, else a
     child); its exit status."""
     try:
-        local.LocalRunner(env=_child_env()).start(job, None, {})
+        local.LocalRunner(env=project_env()).start(job, None, {})
     except JobFailed as failed:
         return failed.status
     return 0
 
 
 def _run_sweep(argv, runs, preps, evaluation, **cache_kw) -> int:
-    if preps[0].cfg.launcher.kind == "slurm":
-        return _sweep_slurm(argv, runs, preps, evaluation, **cache_kw)
+    if backend(preps[0].cfg.launcher.kind).submits:
+        return _sweep_submit(argv, runs, preps, evaluation, **cache_kw)
     dry = bool(preps[0].cfg.launcher.dry_run)
     if dry:   # the plan: one job, each run a task in turn (a finished run is skipped when it runs), then the analysis
         rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
                      then=(lambda where: [analysis_job(evaluation, where)]) if evaluation is not None else None)
         print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
         return rc
-    failed = []
-    for i, (run, prep) in enumerate(zip(runs, preps), 1):
-        print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(run[:2])}", flush=True)
-        rc = launch_one(SFT, run, prep, checked=True, **cache_kw)   # the run as resolved up front: composed once
-        if rc != 0:
-            failed.append((run[:2], rc))
-            if rc in (130, 143):   # interrupted: stop the sweep, don't start the next run
-                break
-    if failed:
-        print("[launch] sweep: failed runs: " + "; ".join(f"{' '.join(r)} (exit {rc})" for r, rc in failed))
-        return 1
+    rc = train_runs(SFT, list(zip(runs, preps)), **cache_kw)   # the runs as resolved up front: composed once
+    if rc != 0:
+        return rc
     print(f"[launch] sweep: all {len(runs)} runs finished")
     if evaluation is None:
         return 0
@@ -210,8 +196,10 @@ def evaluation_jobs(evaluation, where: Path, todo: list, finished: list[str]) ->
     return runs_plan(req, where, [("sweep", i) for i in range(len(todo))] + [None] * len(finished))
 
 
-def _sweep_slurm(argv, runs, preps, evaluation, **cache_kw) -> int:
-    todo, finished, dry = [], [], bool(preps[0].cfg.launcher.dry_run)
+def _sweep_submit(argv, runs, preps, evaluation, **cache_kw) -> int:
+    """A submitting launcher's sweep: every unfinished run prepared here, one array job trains them all (task i:
+    run i), its evaluation jobs after it."""
+    kind, todo, finished, dry = preps[0].cfg.launcher.kind, [], [], bool(preps[0].cfg.launcher.dry_run)
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
             if not dry:
@@ -237,25 +225,16 @@ def _sweep_slurm(argv, runs, preps, evaluation, **cache_kw) -> int:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
                        then=(lambda where: evaluation_jobs(evaluation, where, preps_todo, finished))
                        if evaluation is not None else None)
-    for _, prep in todo:
-        lock = lock_run_dir(prep.run_dir)
-        try:
-            slurm.check_not_queued(prep.run_dir)
-            prepare_run(prep, **cache_kw)
-        finally:
-            os.close(lock)
     root.mkdir(parents=True, exist_ok=True)
-    job = SFT.job(preps_todo, array=True, logs=str(root))   # their data is known now
-    plan = [job]
+    job = SFT.job(preps_todo, array=True, logs=str(root))
+    plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
     if evaluation is not None:
         from launch.eval_slurm import _plan_dir
 
         plan += evaluation_jobs(evaluation, _plan_dir(evaluation, "runs"), preps_todo, finished)
-    ids = slurm_runner(SFT, ["sweep", *argv]).run(plan, root)
+    ids = Training(runner_of(kind, SFT.command_argv(["sweep", *argv])), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
     array = ids[job.name]
-    for i, (argv_i, prep) in enumerate(todo):
-        submitted(prep, argv_i, job, root / f"{job.name}.sbatch", f"{array}_{i}", data_record(prep.data))
-    print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({root / f'{job.name}.sbatch'})", flush=True)
+    print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({script})", flush=True)
     if evaluation is not None:
         every = [ids[j.name] for j in plan]
         print("[launch] sweep: each run's evaluation job after its training task, then the report: "

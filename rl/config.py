@@ -140,12 +140,10 @@ def problems(cfg: DictConfig) -> list[str]:
         return [f"{k}: missing from the config" for k in ("stage", "task", "grpo", "lora", "train", "launcher")
                 if k not in cfg]
     bad = must_problems(GRPO, cfg)
-    g, lc = cfg.grpo, cfg.launcher
+    g = cfg.grpo
     if not bad and g.completions_per_step % g.num_generations:
         bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, "
                    f"got {g.completions_per_step!r}")
-    if not bad and lc.kind != "slurm" and lc.nodes != 1:
-        bad.append(f"launcher.nodes must be 1 with launcher=local, a positive integer with launcher=slurm, got {lc.nodes!r}")
     if cfg.task == "qa" and not bad:
         if not g.prompts_file:
             bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")

@@ -154,7 +154,7 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
         return seen["stages"]
 
     def plan_jobs(req, stages, where):
-        seen["plan"], seen["where"], seen["slurm"] = real_plan(req, stages, where), where, req.on_slurm
+        seen["plan"], seen["where"], seen["slurm"] = real_plan(req, stages, where), where, req.launcher == "slurm"
         return seen["plan"]
 
     monkeypatch.setattr(study, "resolve_stages", resolve_stages)

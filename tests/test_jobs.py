@@ -20,7 +20,8 @@ class RecordingRunner(Runner):
     to start and answers ids r1, r2, ..."""
     suffix = ".txt"
 
-    def __init__(self):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
         self.started: list[tuple[str, str, dict]] = []
 
     def script(self, job, ids, where):
@@ -30,6 +31,47 @@ class RecordingRunner(Runner):
     def start(self, job, script, ids):
         self.started.append((job.name, script.read_text(), dict(ids)))
         return f"r{len(self.started)}"
+
+
+class Submitting(RecordingRunner):
+    """The double registered as a backend (one line of launch.jobs.BACKENDS): its jobs run later, elsewhere, on
+    `launcher.nodes` nodes (Runner's defaults); each runner made is kept in `made`."""
+    submits = True
+    made: list[RecordingRunner] = []
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        Submitting.made.append(self)
+
+
+def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(tmp_path, monkeypatch):
+    """`launcher=KIND` of a registered backend needs no recipe and no schema edit: compose accepts it (nodes > 1
+    too: its jobs run on nodes), the training job takes its nodes x GPUs, the launch submits through it and the
+    manifest records the submission; an unknown kind names the backends."""
+    import json
+
+    from launch import jobs
+    from launch.compose import compose
+    from launch.run import SFT, launch_one
+
+    monkeypatch.setitem(jobs.BACKENDS, "recording", f"{__name__}:Submitting")
+    monkeypatch.setattr(Submitting, "made", [])
+    assert compose(["launcher=recording", "nodes=2"]).cfg.launcher.kind == "recording"
+    with pytest.raises(LaunchError, match=r"expected one of local, slurm(, \w+)*\. Did you mean: recording\?"):
+        compose(["launcher.kind=recordin"])
+
+    def build(data_cfg, *, arm, seed, tokenizer, out):   # a stand-in dataset
+        (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": "fp"}))
+        return {"fingerprint": "fp"}
+
+    argv = ["arm=search", "launcher=recording", "gpus_per_node=3", "data=synthetic", f"runs_root={tmp_path}"]
+    assert launch_one(SFT, argv, builder=build, key_fn=lambda cfg, **kw: "k") == 0
+    (runner,) = Submitting.made
+    rd = tmp_path / "search" / "seed0"
+    assert [(name, ids) for name, _, ids in runner.started] == [("launch", {})]
+    assert f"--nproc_per_node=3 -m sft.train {rd}/config.yaml" in runner.started[0][1]
+    assert json.loads((rd / "manifest.json").read_text())["launcher"] == {
+        "kind": "recording", "nodes": 1, "gpus_per_node": 3, "script": str(rd / "launch.txt"), "job_id": "r1"}
 
 
 def _plan(tmp_path: Path) -> list[Job]:

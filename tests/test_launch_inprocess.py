@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from common.cli import ConfigError, run_cli
-from launch import local, study, sweep
+from launch import local, run, sweep
 
 
 def _messy_stage(tmp_path: Path, code):
@@ -62,23 +62,24 @@ def test_a_refusal_in_process_is_the_same_one_line_and_exit_2(capsys):
 
 
 def test_a_study_job_in_another_interpreter_stays_a_child_process(tmp_path, monkeypatch):
-    """A study's local runner (launch/study.py): a training stage's job runs its runs as launch does, any other job
+    """A study's local runner (launch/study.py, launch.run.Training): a training stage's job runs its runs as launch does, any other job
     in this process when its interpreter is this one, else as a child; the first failure stops the plan."""
     from launch.jobs import Job, JobFailed
 
     calls = []
     monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd)) or 0)
     monkeypatch.setattr(local, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
+    monkeypatch.setattr(run, "train_runs", lambda trainer, runs: runs())   # a training stage's runs: a stand-in
     other = str(tmp_path / "eval-env" / "bin" / "python")
     plan = [Job("train", "sft.train", config="c.yaml"),
             Job("report", "launch.analyze", config="r.yaml", python=other, after=("train",)),
             Job("export", "launch.completion", config="e.json", after=("report",))]
-    runner = study._Here({"train": lambda: calls.append(("train",)) or 0}, env=dict(os.environ))
+    runner = run.Training(local.LocalRunner(env=dict(os.environ)), {"train": (None, lambda: calls.append(("train",)) or 0)})
     assert list(runner.run(plan, tmp_path / "a")) == ["train", "report", "export"]
     assert calls == [("train",), ("child", [other, "-m", "launch.analyze", "r.yaml"]), ("here", ["e.json"])]
     calls.clear()
     with pytest.raises(JobFailed) as failed:
-        study._Here({"train": lambda: 3}, env=dict(os.environ)).run(plan, tmp_path / "b")
+        run.Training(local.LocalRunner(env=dict(os.environ)), {"train": (None, lambda: 3)}).run(plan, tmp_path / "b")
     assert (failed.value.job, failed.value.status) == ("train", 3) and calls == []
 
 

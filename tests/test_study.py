@@ -529,7 +529,7 @@ def test_a_plain_key_no_stage_takes_is_refused():
     with pytest.raises(LaunchError, match=r"fooo=1: .*no training stage.*give it to a stage: export:fooo=1"):
         parse_study_argv([*argv, "fooo=1"])
     req = parse_study_argv([*argv, "launcher=slurm", "partition=gpu", "dry_run=on"])
-    assert req.dry_run is True and req.on_slurm is True
+    assert req.dry_run is True and req.launcher == "slurm"
 
 
 def test_a_study_variable_may_refer_to_another(tmp_path):
