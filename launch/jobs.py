@@ -157,6 +157,16 @@ def check_plan(plan: list[Job]) -> None:
         seen.add(job.name)
 
 
+def cuda_device_count() -> int:
+    """The CUDA devices this machine's torch sees (0 without torch or CUDA)."""
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them.
     `run(plan, where)` checks the plan, then for each job in order writes its script to `where/<name><suffix>`
@@ -200,16 +210,12 @@ class Runner(ABC):
     @classmethod
     def nproc(cls, launcher, gpus: int | None = None) -> int:
         """Processes per node for `launcher.nproc=auto` (`gpus`: the GPUs here, None: counted)."""
-        from launch.local import cuda_device_count
-
         gpus = int(launcher.gpus_per_node) if cls.where == "nodes" else cuda_device_count() if gpus is None else gpus
         return gpus or 1
 
     @classmethod
     def gpus(cls, launcher, nproc: int) -> int:
         """The GPUs per node a training job of `nproc` processes per node asks for."""
-        from launch.local import cuda_device_count
-
         return int(launcher.gpus_per_node) if cls.where == "nodes" else nproc if cuda_device_count() else 0
 
     @staticmethod

@@ -27,21 +27,13 @@ from typing import Callable
 from omegaconf import DictConfig
 
 from launch.errors import LaunchError
+from launch import jobs
 from launch.jobs import Job, JobFailed, Runner
-
-
-def cuda_device_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        return 0
 
 
 def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) -> None:
     """A GPU-only model recipe on a machine without CUDA fails here, before any data prep."""
-    gpus = cuda_device_count() if gpus is None else gpus
+    gpus = jobs.cuda_device_count() if gpus is None else gpus
     if cfg.model.gpu_only and gpus == 0:
         raise LaunchError(
             f"model={model_choice} is GPU-only (model.gpu_only=true) and this machine has no CUDA GPU. "

@@ -494,7 +494,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)
-        if runner.where == "here" and prep.cfg.model.gpu_only and local.cuda_device_count() == 0:
+        if runner.where == "here" and prep.cfg.model.gpu_only and jobs.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
     sbatch = Path(logs or first.run_dir) / f"{job.name}{runner.suffix}"

@@ -139,7 +139,6 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
     Slurm the job's sbatch resources and dependency as the SlurmRunner writes them, locally its command)."""
     from omegaconf import OmegaConf
 
-    import launch.local as local
     import launch.study as study
     from launch.cli import main
     from launch.jobs import placeholders
@@ -159,7 +158,7 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
 
     monkeypatch.setattr(study, "resolve_stages", resolve_stages)
     monkeypatch.setattr(study, "plan_jobs", plan_jobs)
-    monkeypatch.setattr(local, "cuda_device_count", lambda: 0)   # the plan of a machine without GPUs, everywhere
+    monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)   # the plan of a machine without GPUs, everywhere
     monkeypatch.chdir(cwd)
     with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
         rc = main(argv)

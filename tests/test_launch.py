@@ -135,9 +135,9 @@ def test_cli_help_and_exit_codes(capsys):
 
 
 def test_gpu_only_model_fails_before_data_prep_on_cpu(tmp_path, monkeypatch):
-    from launch import local, run
+    from launch import run
 
-    monkeypatch.setattr(local, "cuda_device_count", lambda: 0)
+    monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)
     called = []
     with pytest.raises(ConfigError, match="use model=tiny"):
         run.launch_one(run.SFT, ["arm=r2e", f"runs_root={tmp_path}"], builder=lambda *a, **k: called.append(1),

@@ -123,7 +123,7 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
         return 3, log_dir / "train.log"
 
     monkeypatch.setattr(local, "run_logged", fake_run)
-    monkeypatch.setattr(local, "cuda_device_count", lambda: 0)   # the CPU path, also on a GPU machine
+    monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)   # the CPU path, also on a GPU machine
     argv = ["arm=r2e_v5", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}"]
     assert run.launch_one(run.SFT, argv, builder=fake.build, key_fn=fake.key) == 3, "exit code mirrors training"
     rd = tmp_path / "r2e_v5" / "seed0"

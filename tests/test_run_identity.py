@@ -91,7 +91,7 @@ def staged(tmp_path, monkeypatch):
         return 0, log_dir / "train.log"
 
     monkeypatch.setattr(local, "run_logged", fake_trainer)
-    monkeypatch.setattr(local, "cuda_device_count", lambda: 0)
+    monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)
 
     def go(*argv):
         return run.launch_one(run.SFT, [*BASE, f"runs_root={tmp_path}", *argv], builder=fake.build, key_fn=fake.key)

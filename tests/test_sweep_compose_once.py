@@ -30,7 +30,7 @@ def test_a_sweep_of_three_runs_composes_each_run_once(tmp_path, monkeypatch):
         return 0, log_dir / "train.log"
 
     monkeypatch.setattr(local, "run_logged", fake_run)
-    monkeypatch.setattr(local, "cuda_device_count", lambda: 0)   # a CPU box (and no torch import here)
+    monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)   # a CPU box (and no torch import here)
     fake = FakeDataPrep()
     argv = ["arms=[r2e,search,mixed]", "seeds=[0]", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}"]
     assert sweep.run_sweep(argv, builder=fake.build, key_fn=fake.key) == 0
