@@ -135,7 +135,8 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
         evaluation = analysis_config(first, profile, analyze) if profile else None
     except LaunchError as exc:
         return refused(exc)
-    found = preflight.gate(preflight.sweep_needs(SFT, preps, evaluation), bool(first.launcher.dry_run))
+    needs = preflight.of([SFT.job(preps, array=True)]) + ([preflight.analyze_needs(evaluation)] if evaluation else [])
+    found = preflight.gate(needs, bool(first.launcher.dry_run))
     try:   # and its values, as the analysis checks them (before anything trains)
         if evaluation is not None:
             with local.isolated():   # (its checks may set up logging: nothing leaks into the sweep)
