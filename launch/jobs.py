@@ -101,10 +101,6 @@ class Needs:
     hub: tuple[tuple[str, str], ...] = ()      # (data.sources key, spec) of the hub sources it reads
     each: tuple["Needs", ...] = ()             # a training job's: each run's, checked (each line names its run)
 
-    def checked(self) -> tuple["Needs", ...]:
-        """What the preflight checks of this job: each task's needs, else its own where it names who."""
-        return self.each or ((self,) if self.who else ())
-
 
 @dataclass(frozen=True)
 class Job:

@@ -55,8 +55,8 @@ class Refused(LaunchError):
 
 
 def of(plan: list[jobs.Job]) -> list[Needs]:
-    """What the preflight checks of a plan: each job's needs (a training job's: each run's), in order."""
-    return [n for job in plan for n in job.needs.checked()]
+    """What the preflight checks of a plan, in order: each job's needs that name `who` (a training job's: each run's)."""
+    return [n for job in plan for n in job.needs.each or (job.needs,) if n.who]
 
 
 def names_in(value) -> list[str]:
