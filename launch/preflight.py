@@ -324,17 +324,21 @@ def problems(needs: list[Needs]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def gate(needs: list[Needs], dry_run: bool) -> list[str]:
-    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each); a real run with
-    problems stops here (Refused: exit 2, nothing written). Returns the problems: a dry run shows its plan,
-    then `after_plan` stops it. (A study's or a sweep's jobs are checked once, by the command that plans them:
-    the jobs themselves, run on their resolved configs, ask nothing more.)"""
+def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
+    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each; `counted`, a
+    study's: then their count, and it stops itself); a real run with problems stops here (Refused: exit 2, nothing
+    written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. (A study's or a sweep's
+    jobs are checked once, by the command that plans them: the jobs themselves, run on their resolved configs,
+    ask nothing more.)"""
     for line in notes(needs):
         print(f"preflight: {line}", flush=True)
     found = problems(needs)
     for line in found:
         print(f"error: preflight: {line}", file=sys.stderr, flush=True)
-    if found and not dry_run:
+    if found and counted:
+        print(f"preflight: {len(found)} problem(s); " + ("the dry run showed its plan and exits 2" if dry_run
+              else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)
+    elif found and not dry_run:
         raise Refused(len(found), dry_run)
     return found
 
@@ -343,12 +347,3 @@ def after_plan(found: list[str]) -> None:
     """A dry run whose preflight found problems exits 2 once its plan is shown."""
     if found:
         raise Refused(len(found), True)
-
-
-def report(lines: list[str], dry_run: bool) -> None:
-    """The preflight's lines on stderr, one per problem, and their count (a study's: its dry run shows its plan)."""
-    for line in lines:
-        print(f"error: preflight: {line}", file=sys.stderr, flush=True)
-    if lines:
-        print(f"preflight: {len(lines)} problem(s); " + ("the dry run showed its plan and exits 2" if dry_run
-              else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)

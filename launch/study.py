@@ -399,7 +399,7 @@ def run_study(argv: list[str]) -> int:
     hardware = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items())   # key=value, not a dict
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
           f"  reference hardware: {hardware}", flush=True)
-    if not req.dry_run and _preflight(needs, False):   # before anything is written, started or submitted
+    if not req.dry_run and preflight.gate(needs, False, counted=True):   # before anything is written, started or submitted
         return preflight.EXIT
     kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
@@ -418,7 +418,7 @@ def run_study(argv: list[str]) -> int:
             if r.unset:
                 print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see "
                       "its config)")
-        found = _preflight(needs, True)
+        found = preflight.gate(needs, True, counted=True)
         _differences(study)
         print(f"study {study.name}: dry run done ({kind}: {len(plan)} job(s) planned, nothing started)")
         return preflight.EXIT if found else 0
@@ -440,16 +440,6 @@ def run_study(argv: list[str]) -> int:
           + f"\n  watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})"
           + "\n  an analyze job submits its evaluations and aggregation when it runs (their ids join jobs.json)")
     return 0
-
-
-def _preflight(needs: list, dry_run: bool) -> list[str]:
-    """The preflight of every job's needs: what was not checked (stdout), one line per problem and their count
-    (stderr; launch.preflight.report); the problems."""
-    for line in preflight.notes(needs):
-        print(f"preflight: {line}", flush=True)
-    found = preflight.problems(needs)
-    preflight.report(found, dry_run)
-    return found
 
 
 def _differences(study: Study) -> None:
