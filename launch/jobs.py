@@ -207,18 +207,14 @@ class Runner(ABC):
 
     @classmethod
     def nproc(cls, launcher, gpus: int | None = None) -> int:
-        """Processes per node for `launcher.nproc=auto` (`gpus`: the GPUs here, None: counted)."""
-        from launch.local import cuda_device_count
-
-        gpus = int(launcher.gpus_per_node) if cls.where == "nodes" else cuda_device_count() if gpus is None else gpus
-        return gpus or 1
+        """Processes per node for `launcher.nproc=auto` (`gpus`: the GPUs here, None: counted): a node's GPUs
+        (a backend whose jobs run here counts this machine's: LocalRunner)."""
+        return int(launcher.gpus_per_node) or 1
 
     @classmethod
     def gpus(cls, launcher, nproc: int) -> int:
         """The GPUs per node a training job of `nproc` processes per node asks for."""
-        from launch.local import cuda_device_count
-
-        return int(launcher.gpus_per_node) if cls.where == "nodes" else nproc if cuda_device_count() else 0
+        return int(launcher.gpus_per_node)
 
     @staticmethod
     def cluster(launcher) -> Cluster | None:

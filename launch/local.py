@@ -237,6 +237,14 @@ class LocalRunner(Runner):
     the dry run writes) is those commands."""
     where = "here"
 
+    @classmethod
+    def nproc(cls, launcher, gpus: int | None = None) -> int:
+        return (cuda_device_count() if gpus is None else gpus) or 1
+
+    @classmethod
+    def gpus(cls, launcher, nproc: int) -> int:
+        return nproc if cuda_device_count() else 0
+
     def _cwd(self, job: Job) -> str:
         return self.repo if job.wrapper is not None else self.workdir
 
