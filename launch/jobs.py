@@ -88,10 +88,18 @@ class Resources:
 
 @dataclass(frozen=True)
 class Needs:
-    """What a job reads before it starts: data artefacts (paths or cache ids) and the modules its
-    interpreter must import (what a preflight asks the interpreter for)."""
-    data: tuple[str, ...] = ()
-    modules: tuple[str, ...] = ()
+    """What a job reads before it starts (the plan table's column: data artefacts, modules its interpreter must
+    import) and, where it names `who`, what the preflight (launch/preflight.py) checks of it."""
+    data: tuple[str, ...] = ()                 # paths, cache ids or data names it reads
+    modules: Mapping[str, str] | tuple[str, ...] = ()   # what its interpreter must import (module -> what needs it)
+    who: str = ""                              # the job or stage, as the preflight's lines name it ("": not checked)
+    kind: str | None = None                    # its interpreter's kind (sft | grpo | eval); None: none checked
+    python: str | None = None                  # that interpreter (None: the one running the command)
+    trl: str | None = None                     # a pinned TRL release (grpo.trl)
+    outputs: tuple[str, ...] = ()              # directories it writes
+    cuda: str | None = None                    # where it needs CUDA: "here" | "nodes" (the backend's) | None
+    hub: tuple[tuple[str, str], ...] = ()      # (data.sources key, spec) of the hub sources it reads
+    each: tuple["Needs", ...] = ()             # a training job's: each run's, checked (each line names its run)
 
 
 @dataclass(frozen=True)

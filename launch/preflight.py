@@ -1,11 +1,11 @@
 """The preflight: before a command's first job, everything any of its jobs will need, checked at once.
 
-Its input is one `Needs` per job, from the configs the command resolved once for its plan (`run_needs` from a
-resolved `launch` / `launch stage=grpo` run, one per run of a sweep or a study's training stage; `analyze_needs`
-from an analysis' config: an analyze command, a sweep's evaluation, a study's analyze stage; launch/study.py the
-same for its evaluate and export stages): the named data artefacts it reads, the interpreter it runs with
-the modules it imports, whether it needs CUDA, and the directories it writes. `problems` answers one line per
-thing missing, never touching the network and creating nothing:
+Its input is the plan's `Needs` (launch.jobs, `of(plan)`), filled where each Job is built from the configs the
+command resolved once: a training Job's, each run's (`run_needs`, asked once per run); an analysis' (`analyze_needs`:
+an analyze command, a sweep's evaluation, a study's analyze stage); a study's evaluate and export stages' (launch/study.py).
+Each names the data artefacts it reads, the interpreter it runs with the modules it imports, whether it needs CUDA,
+and the directories it writes. `problems` answers one line per thing missing, never touching the network and
+creating nothing:
 
 - a data name (common/datafetch.py) is fine when it is in the cache (its digest checked, `datafetch.cached`)
   or pinned (it will be downloaded on first use; whether the source is reachable is not checked); anything
@@ -35,13 +35,13 @@ import glob
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import datafetch, interpreter
 from common.cli import ConfigError
 from launch import jobs
 from launch.errors import LaunchError
+from launch.jobs import Needs
 
 EXIT = 2
 
@@ -54,18 +54,9 @@ class Refused(LaunchError):
             "the dry run showed its plan; exit 2" if dry_run else "nothing was started, submitted or written"))
 
 
-@dataclass(frozen=True)
-class Needs:
-    """What one job (or study stage) needs before it starts."""
-    who: str                                   # the job or stage, as lines name it
-    data: tuple[str, ...] = ()                 # data names (common.datafetch) it reads
-    kind: str | None = None                    # its interpreter's kind (sft | grpo | eval); None: none checked
-    python: str | None = None                  # that interpreter (None: the one running this command)
-    modules: dict[str, str] = field(default_factory=dict)   # module -> what needs it
-    trl: str | None = None                     # a pinned TRL release (grpo.trl)
-    outputs: tuple[str, ...] = ()              # directories it writes
-    cuda: str | None = None                    # where it needs CUDA: "here" | "nodes" (Slurm's) | None
-    hub: tuple[tuple[str, str], ...] = ()      # (data.sources key, spec) of the hub sources it reads
+def of(plan: list[jobs.Job]) -> list[Needs]:
+    """What the preflight checks of a plan, in order: each job's needs that name `who` (a training job's: each run's)."""
+    return [n for job in plan for n in job.needs.each or (job.needs,) if n.who]
 
 
 def names_in(value) -> list[str]:
@@ -117,15 +108,9 @@ def run_needs(trainer, prep) -> Needs:
         names = names_in({k: v for k, v in settings.items() if k != "data"}) + names
     else:
         names, hub = names_in(settings), []
-    return Needs(f"run {prep.run_dir}", tuple(dict.fromkeys(names)), trainer.stage,
-                 interpreter.named(cfg.get("python"), trainer.stage), trainer.needs(cfg),
-                 cfg.grpo.get("trl") if trainer.stage == "grpo" else None, (str(prep.run_dir),), cuda, tuple(hub))
-
-
-def sweep_needs(trainer, preps, analysis=None) -> list[Needs]:
-    """A sweep's: each run's (`run_needs`), then its evaluation's (`analysis`: that analyze's config, with
-    eval_profile=)."""
-    return [run_needs(trainer, p) for p in preps] + ([analyze_needs(analysis)] if analysis is not None else [])
+    return Needs(tuple(dict.fromkeys(names)), trainer.needs(cfg), f"run {prep.run_dir}", trainer.stage,
+                 interpreter.named(cfg.get("python"), trainer.stage), cfg.grpo.get("trl") if trainer.stage == "grpo"
+                 else None, (str(prep.run_dir),), cuda, tuple(hub))
 
 
 def analyze_needs(cfg) -> Needs:
@@ -134,13 +119,13 @@ def analyze_needs(cfg) -> Needs:
     from omegaconf import OmegaConf
 
     if cfg.power.get("pilot"):   # the design-power answer: reads a pilot's results, runs no job
-        return Needs("analyze")
+        return Needs(who="analyze")
     settings = {f"eval.{k}": v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None}
     settings.update(profile=cfg.profile, benches=list(cfg.benches or []))
     names, backend = eval_data(settings, "eval.") if cfg.evaluate and not cfg.get("eval_tasks") else ([], None)
     cuda = jobs.backend(cfg.launcher).where if backend == "vllm" else None
-    return Needs("analyze", tuple(dict.fromkeys(names)), "eval", interpreter.named(cfg.python, "eval"),
-                 interpreter.eval_needs(backend), None, (str(cfg.out),), cuda)
+    return Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), "analyze", "eval",
+                 interpreter.named(cfg.python, "eval"), None, (str(cfg.out),), cuda)
 
 
 def launch_pins(cfg, data_arm: str, run_dir: Path | None = None):
@@ -339,17 +324,21 @@ def problems(needs: list[Needs]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def gate(needs: list[Needs], dry_run: bool) -> list[str]:
-    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each); a real run with
-    problems stops here (Refused: exit 2, nothing written). Returns the problems: a dry run shows its plan,
-    then `after_plan` stops it. (A study's or a sweep's jobs are checked once, by the command that plans them:
-    the jobs themselves, run on their resolved configs, ask nothing more.)"""
+def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
+    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each; `counted`, a
+    study's: then their count, and it stops itself); a real run with problems stops here (Refused: exit 2, nothing
+    written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. (A study's or a sweep's
+    jobs are checked once, by the command that plans them: the jobs themselves, run on their resolved configs,
+    ask nothing more.)"""
     for line in notes(needs):
         print(f"preflight: {line}", flush=True)
     found = problems(needs)
     for line in found:
         print(f"error: preflight: {line}", file=sys.stderr, flush=True)
-    if found and not dry_run:
+    if found and counted:
+        print(f"preflight: {len(found)} problem(s); " + ("the dry run showed its plan and exits 2" if dry_run
+              else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)
+    elif found and not dry_run:
         raise Refused(len(found), dry_run)
     return found
 
@@ -358,12 +347,3 @@ def after_plan(found: list[str]) -> None:
     """A dry run whose preflight found problems exits 2 once its plan is shown."""
     if found:
         raise Refused(len(found), True)
-
-
-def report(lines: list[str], dry_run: bool) -> None:
-    """The preflight's lines on stderr, one per problem, and their count (a study's: its dry run shows its plan)."""
-    for line in lines:
-        print(f"error: preflight: {line}", file=sys.stderr, flush=True)
-    if lines:
-        print(f"preflight: {len(lines)} problem(s); " + ("the dry run showed its plan and exits 2" if dry_run
-              else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)

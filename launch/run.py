@@ -51,6 +51,7 @@ class Prepared:
     nproc: int
     data: cache.CachedData | None = None
     identity: dict | None = None          # the run identity, complete once the data is known
+    needs: Needs | None = None            # what the preflight checks of it: asked once, by its first Job
 
     @property
     def cfg(self) -> DictConfig:
@@ -103,18 +104,21 @@ class Trainer(ABC):
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
         under torchrun over the nodes x processes the launcher backend (`kind`, default: `launcher.kind`) gives it
         on each run's config.yaml, in its interpreter, needing its data (`data.dir`; GRPO: the starting model) and
-        the modules that interpreter must import; whole nodes with the USR1 warning where the backend has nodes."""
+        the modules that interpreter must import (each run's as the preflight checks them: launch.preflight.run_needs,
+        asked once per run); whole nodes with the USR1 warning where the backend has nodes."""
         cfg = preps[0].cfg
         runner = backend(kind or cfg.launcher.kind)
         nodes, gpus = runner.nodes(cfg.launcher), runner.gpus(cfg.launcher, preps[0].nproc)
         configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
                 for p in preps]
+        for p in preps:
+            p.needs = p.needs or preflight.run_needs(self, p)
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
                    array=configs if array else (), python=self.python(preps[0]), wrapper=Torchrun(nodes, preps[0].nproc),
                    cluster=runner.cluster(cfg.launcher),
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
-                   needs=Needs(data=tuple(dict.fromkeys(data)), modules=tuple(self.needs(cfg))),
+                   needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(p.needs for p in preps)),
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
                    logs=logs or str(preps[0].run_dir / "logs"))
 
@@ -357,7 +361,7 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
               f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
         return 0
     trainer.check_python(prep)   # a named interpreter: its one line, before anything (a dry run's too)
-    found = [] if checked else preflight.gate([preflight.run_needs(trainer, prep)], bool(cfg.launcher.dry_run))
+    found = [] if checked else preflight.gate(preflight.of([trainer.job([prep])]), bool(cfg.launcher.dry_run))
     if cfg.launcher.dry_run:
         return dry_run(trainer, [prep], argv) or preflight.after_plan(found) or 0
     print(trainer.describe(prep))

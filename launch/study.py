@@ -195,7 +195,7 @@ class Resolved:
     python: str | None = None
     cluster: Cluster | None = None
     unset: list[str] = field(default_factory=list)
-    needs: list = field(default_factory=list)   # launch.preflight.Needs of its jobs
+    needs: list = field(default_factory=list)   # what the preflight checks of its jobs (a training stage: each run's)
 
 
 def _stage_python(req: Request, stage: Stage) -> str | None:
@@ -223,7 +223,7 @@ def _resolve_training(req: Request, stage: Stage, args: list[str], r: Resolved) 
         r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
     else:
         r.argv, r.preps = [args], [r.trainer.resolve(args)]
-    r.needs = [preflight.run_needs(r.trainer, p) for p in r.preps]
+    r.needs = preflight.of([r.trainer.job(r.preps, kind=req.launcher)])   # each run's, as its Job carries them
     if r.evaluation is not None:
         r.needs.append(replace(preflight.analyze_needs(r.evaluation), who=f"stage {stage.name} (its evaluation)"))
 
@@ -263,17 +263,16 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
         r.cfg = resolve_request(apply_overrides(base_config(profile or None), args))
         settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}
         names, backend = preflight.eval_data(settings, "")
-        r.needs = [preflight.Needs(who, tuple(dict.fromkeys(names)), "eval", python, interpreter.eval_needs(backend),
-                                   None, (str(r.cfg.out),), jobs.backend(req.launcher).where if backend == "vllm"
-                                   else None)]
+        r.needs = [Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), who, "eval", python, None,
+                         (str(r.cfg.out),), jobs.backend(req.launcher).where if backend == "vllm" else None)]
     else:
         from sft.export import DEFAULTS
 
         r.cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
         if not r.cfg.ckpt or not r.cfg.out:
             raise LaunchError(f"stage {stage.name}: ckpt= and out= are required")
-        r.needs = [preflight.Needs(who, tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), "sft",
-                                   python, EXPORT_NEEDS, None, (str(r.cfg.out),))]
+        r.needs = [Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who,
+                         "sft", python, None, (str(r.cfg.out),))]
 
 
 def resolve_stages(req: Request) -> list[Resolved]:
@@ -371,10 +370,9 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
                                                 where / f"{stage.name}.FAILED", module, config, r.python)
                 module = completion.MODULE
             gpus = int(r.cfg.data_parallel or 1) * int(r.cfg.tensor_parallel_size or 1) if stage.run == "evaluate" else 0
-            need = r.needs[0]
             stage_jobs = [Job(stage.name, module, config=config, python=r.python or sys.executable, **after,
                               cluster=r.cluster if submits else None, resources=Resources(gpus_per_node=gpus),
-                              needs=Needs(data=need.data, modules=tuple(need.modules)),
+                              needs=r.needs[0],   # what the preflight checked of it
                               title=f"dtsft-{req.study.name}-{stage.name}", notes=(f"stage {stage.name} ({stage.run})",))]
         if stage_jobs:
             before = tuple(j.name for j in stage_jobs)
@@ -401,7 +399,7 @@ def run_study(argv: list[str]) -> int:
     hardware = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items())   # key=value, not a dict
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
           f"  reference hardware: {hardware}", flush=True)
-    if not req.dry_run and _preflight(needs, False):   # before anything is written, started or submitted
+    if not req.dry_run and preflight.gate(needs, False, counted=True):   # before anything is written, started or submitted
         return preflight.EXIT
     kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
@@ -420,7 +418,7 @@ def run_study(argv: list[str]) -> int:
             if r.unset:
                 print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see "
                       "its config)")
-        found = _preflight(needs, True)
+        found = preflight.gate(needs, True, counted=True)
         _differences(study)
         print(f"study {study.name}: dry run done ({kind}: {len(plan)} job(s) planned, nothing started)")
         return preflight.EXIT if found else 0
@@ -442,16 +440,6 @@ def run_study(argv: list[str]) -> int:
           + f"\n  watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})"
           + "\n  an analyze job submits its evaluations and aggregation when it runs (their ids join jobs.json)")
     return 0
-
-
-def _preflight(needs: list, dry_run: bool) -> list[str]:
-    """The preflight of every job's needs: what was not checked (stdout), one line per problem and their count
-    (stderr; launch.preflight.report); the problems."""
-    for line in preflight.notes(needs):
-        print(f"preflight: {line}", flush=True)
-    found = preflight.problems(needs)
-    preflight.report(found, dry_run)
-    return found
 
 
 def _differences(study: Study) -> None:

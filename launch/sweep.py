@@ -28,7 +28,7 @@ from common.cli import split_dotlist
 from common.recipes import group_choices
 from launch import local, preflight
 from launch.errors import LaunchError
-from launch.jobs import REPO, Job, JobFailed, Needs, backend, dry_run_dir, project_env
+from launch.jobs import REPO, Job, JobFailed, backend, dry_run_dir, project_env
 from launch.run import (SFT, Training, check_finished_data, describe, dry_run, is_finished, resolve, runner_of,
                         train_runs)
 
@@ -114,7 +114,7 @@ def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> Job:
     path.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
     return Job("analyze", "launch.analyze", config=str(path), python=interpreter.interpreter(cfg.python, "eval"),
                after=after, after_any=bool(after), notes=("the sweep's evaluation and report",),
-               needs=Needs(modules=tuple(interpreter.eval_needs(cfg.eval.backend))))
+               needs=preflight.analyze_needs(cfg))
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:
@@ -135,7 +135,8 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
         evaluation = analysis_config(first, profile, analyze) if profile else None
     except LaunchError as exc:
         return refused(exc)
-    found = preflight.gate(preflight.sweep_needs(SFT, preps, evaluation), bool(first.launcher.dry_run))
+    needs = preflight.of([SFT.job(preps, array=True)]) + ([preflight.analyze_needs(evaluation)] if evaluation else [])
+    found = preflight.gate(needs, bool(first.launcher.dry_run))
     try:   # and its values, as the analysis checks them (before anything trains)
         if evaluation is not None:
             with local.isolated():   # (its checks may set up logging: nothing leaks into the sweep)

@@ -123,7 +123,7 @@ def test_no_gpu_visible_is_never_a_preflight_problem(monkeypatch):
     from launch import preflight
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    need = preflight.Needs("job", kind="sft", modules={"torch": "training"}, outputs=("runs/x",))
+    need = preflight.Needs(who="job", kind="sft", modules={"torch": "training"}, outputs=("runs/x",))
     assert preflight.problems([need]) == []
 
 
@@ -232,3 +232,17 @@ def test_cuda_is_asked_only_where_a_gpu_is_visible(work, tmp_path_factory, monke
     assert main(argv) == 2   # a GPU here, and the run's interpreter's torch does not see it
     [line] = _preflight_lines(capsys.readouterr().err)
     assert line.endswith(f"{python}: torch sees no CUDA GPU although this machine shows one (a CPU-only torch?)")
+
+
+def test_the_preflight_refuses_a_planned_job_from_its_needs_alone(bare):
+    """A training Job carries what each of its runs needs (the preflight reads the plan, no second builder):
+    an array whose one run reads an artefact neither cached nor pinned is refused in one line naming that run."""
+    from launch import preflight
+    from launch.run import SFT
+
+    preps = [SFT.resolve(["arm=r2e", "model=tiny", "data=synthetic", f"seed={seed}", "runs_root=runs", *decontam])
+             for seed, decontam in ((0, ["data.decontam_sets=[2wikimultihopqa:hub_dev]"]), (1, []))]
+    job = SFT.job(preps, array=True)
+    assert [n.who for n in job.needs.each] == [f"run {p.run_dir}" for p in preps]
+    [line] = preflight.problems(preflight.of([job]))
+    assert line.startswith(f"run {preps[0].run_dir}: 2wikimultihopqa:hub_dev is not in the data cache")
