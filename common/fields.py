@@ -1,22 +1,18 @@
 """Typed config fields: each key of a command defined once, with its default, its rule, its help text and
-its roles.
-
-A command's keys are a table `{dotted.key: Field}`; from it come the defaults (`defaults`), the `--help` and
-docs/keys/*.md lines (common.keydoc reads a Field as it reads a `(default, description)` pair) and the
-value checks (`problems`). A key several commands share is one Field object: another command holds it in a
-`Passed` (analyze's `eval.n` is evaluate's `n`, unset unless given, so that evaluate's default or a
-profile's value applies).
+its roles. A command's keys are a table `{dotted.key: Field}`: its defaults, `--help` and docs/keys/*.md lines
+(common.keydoc), value checks (`problems`, `must_problems`), run-identity exclusions (`excluded`) and path keys
+(`path_keys`) all come from it. A key several commands share is one Field object (held through `Default` or
+`Passed` where the other command's default differs).
 
 Roles say what a key is besides its value:
 - IDENTITY: its value is part of the result's identity as it is (a digest of the settings);
 - CONTENT:  it changes the result through the content identity of what it names (a checkpoint's digest,
             a bench file's, a corpus'), not through its spelling;
 - ENGINE:   it changes the result through the engine settings the host resolves it to;
-- PATH:     a file or directory, resolved against the caller's directory (launch.paths, from `path_keys`);
-            beside it a kind role says what else the value may be: PATHS (a list of them), MODEL (a local
-            model directory, or a hub id / embedded model name kept as given), SOURCES (data sources
-            FORMAT:PATH_OR_HUB_ID[~SHARE]), STATE (auto | never | a state directory), OUTPUT (an output
-            location: the caller's directory whoever set it, made absolute when the run is resolved).
+- PATH:     a file or directory, resolved against the caller's directory (launch.paths); beside it a kind role:
+            PATHS (a list of them), MODEL (a local model directory, or a hub id / embedded model name kept as
+            given), SOURCES (data sources FORMAT:PATH_OR_HUB_ID[~SHARE]), STATE (auto | never | a state
+            directory), OUTPUT (an output location: the caller's directory whoever set it).
 A key with none of the identity roles is operational: how fast or where, never what.
 A key added after run dirs were first written has an `as_before` value, meaning "as before the key": an older
 config.yaml may lack it, and a run identity leaves it out at that value (`excluded`), so such a run dir resumes.
@@ -37,8 +33,25 @@ PATH_KINDS = (PATHS, MODEL, SOURCES, STATE, OUTPUT)
 ABSENT = object()   # no value: a key absent from a config (`select`), a field without an `as_before` value
 
 
+class Rule:
+    """What a value may be. `why(v)`: what it should have been when `v` breaks the rule, else None. A
+    problem reads `key=value: expected WHAT` (`problem`, the evaluate-side commands) or `key must be WHAT,
+    got value` (`must`, the recipe keys)."""
+
+    def why(self, v: Any) -> str | None:
+        raise NotImplementedError
+
+    def problem(self, key: str, v: Any) -> str | None:
+        what = self.why(v)
+        return None if what is None else f"{key}={v!r}: expected {what}"
+
+    def must(self, key: str, v: Any) -> str | None:
+        what = self.why(v)
+        return None if what is None else f"{key} must be {what}, got {v!r}"
+
+
 @dataclass(frozen=True)
-class Number:
+class Number(Rule):
     """A number in [lo, hi] (an open end when `lo_open` / `hi_open`); `integer` for counts; `null`
     and `words` (e.g. "auto") are accepted as they are."""
 
@@ -64,43 +77,16 @@ class Number:
         return f"{kind}{lo}{tail}"
 
     def ok(self, v: Any) -> bool:
-        if v is None:
-            return self.null
-        if isinstance(v, str):
-            return v in self.words
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if v is None or isinstance(v, str):
+            return self.null if v is None else v in self.words
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (self.integer and not isinstance(v, int)) \
+                or not math.isfinite(float(v)):
             return False
-        if self.integer and not isinstance(v, int):
-            return False
-        if not math.isfinite(float(v)):
-            return False
-        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
-            return False
-        if self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi):
-            return False
-        return True
-
-
-def _alternatives(values: Iterable[Any]) -> str:
-    shown = ["null" if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in values]
-    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
-
-
-class Rule:
-    """What a value may be. `why(v)`: what it should have been when `v` breaks the rule, else None. A
-    problem reads `key=value: expected WHAT` (`problem`, the evaluate-side commands) or `key must be WHAT,
-    got value` (`must`, the recipe keys)."""
+        return (self.lo is None or (v > self.lo if self.lo_open else v >= self.lo)) \
+            and (self.hi is None or (v < self.hi if self.hi_open else v <= self.hi))
 
     def why(self, v: Any) -> str | None:
-        raise NotImplementedError
-
-    def problem(self, key: str, v: Any) -> str | None:
-        what = self.why(v)
-        return None if what is None else f"{key}={v!r}: expected {what}"
-
-    def must(self, key: str, v: Any) -> str | None:
-        what = self.why(v)
-        return None if what is None else f"{key} must be {what}, got {v!r}"
+        return None if self.ok(v) else self.describe()
 
 
 @dataclass(frozen=True)
@@ -115,7 +101,8 @@ class Choices(Rule):
     def why(self, v: Any) -> str | None:
         if any(v is c or (type(v) is type(c) and v == c) for c in self.values):
             return None
-        return _alternatives(self.values)
+        shown = ["null" if c is None else str(c).lower() if isinstance(c, bool) else str(c) for c in self.values]
+        return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
 
     def problem(self, key: str, v: Any) -> str | None:
         line = super().problem(key, v)
@@ -157,16 +144,6 @@ class Test(Rule):
 
     def why(self, v: Any) -> str | None:
         return None if self.ok(v) else self.what
-
-
-@dataclass(frozen=True)
-class Range(Rule):
-    """A number by Number's rule (range, integer, null and words such as auto)."""
-
-    number: Number
-
-    def why(self, v: Any) -> str | None:
-        return None if self.number.ok(v) else self.number.describe()
 
 
 @dataclass(frozen=True, eq=False)
@@ -239,7 +216,7 @@ NONEMPTY = Test(lambda v: isinstance(v, str) and v != "", "a non-empty string")
 
 def number(help: str, default: Any, roles: Iterable[str] = (), **rule) -> Field:
     """A numeric field (`rule`: Number's arguments)."""
-    return Field(default, help, Range(Number(**rule)), frozenset(roles))
+    return Field(default, help, Number(**rule), frozenset(roles))
 
 
 def count(help: str, default: Any, roles: Iterable[str] = (IDENTITY,), lo: int = 1, null: bool = False) -> Field:
@@ -292,12 +269,8 @@ def excluded(*tables: dict) -> dict[str, Any]:
 def path_keys(table: dict[str, Any]) -> dict[str, str]:
     """{key: kind} for every key of `table` with the PATH role: its kind role (PATH_KINDS), else PATH (a file
     or directory). What launch resolves against the caller's directory, derived from the fields alone."""
-    out = {}
-    for key, entry in table.items():
-        roles = getattr(entry, "field", entry).roles
-        if PATH in roles:
-            out[key] = next((kind for kind in PATH_KINDS if kind in roles), PATH)
-    return out
+    roles = {key: getattr(entry, "field", entry).roles for key, entry in table.items()}
+    return {key: next((kind for kind in PATH_KINDS if kind in r), PATH) for key, r in roles.items() if PATH in r}
 
 
 def select(cfg, key: str, default: Any = ABSENT) -> Any:

@@ -1,9 +1,6 @@
-"""Every command-line key's default and one-line description, said once, where the key is defined: a
-table `{dotted.key: Field}` (common.fields: the default and help of a typed field) in a stage's config
-module (sft/config.py and rl/config.py for the trainers' recipe keys); `defaults` turns it into the nested defaults
-dict the CLI parses against, `from_table` into a list of `Key`. Each CLI's `--help` prints
-`help_table(keys)` and the docs' key reference pages are `markdown_table(keys)` (tools/docs_keys.py
-writes them; a test checks they are fresh).
+"""A command's keys as text, from its `{dotted.key: Field}` table (common.fields): `defaults`, the nested
+dict the CLI parses against; `from_table`, its `Key`s; `help_table`, a CLI's `--help` lines; `markdown_table`,
+a docs/keys/*.md page (tools/docs_keys.py writes them; a test checks they are fresh).
 """
 from __future__ import annotations
 
@@ -42,12 +39,11 @@ def defaults(table: dict[str, Any]) -> dict[str, Any]:
     """The nested defaults dict of a `{dotted.key: Field}` table."""
     out: dict[str, Any] = {}
     for name, entry in table.items():
-        default = entry.default
-        node = out
         *parents, leaf = name.split(".")
+        node = out
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = default
+        node[leaf] = entry.default
     return out
 
 

@@ -1,9 +1,6 @@
 """The recipe keys several stages share, defined once (common.fields): the run's (where it goes, how it
-starts), the launcher's and the interpreters' (and evaluate's and GRPO's one `enable_thinking`). Each stage
-defines the sections it reads beside the code that reads them (data_prep.config: `data:`; sft.config: model,
-train and logging, with the console's cadence from sft.console; rl.config: GRPO's) and a trainer assembles its
-command's table from them and from these: `sft.config.SFT` is `launch`'s keys, `rl.config.GRPO` is `launch
-stage=grpo`'s; the recipes under recipes/ only override their defaults.
+starts), the launcher's, the interpreters' and `enable_thinking`. Each stage defines the sections it reads beside
+the code that reads them (data_prep.config, sft.config, rl.config), whose tables `SFT` and `GRPO` add these.
 """
 from __future__ import annotations
 
@@ -20,10 +17,6 @@ from common.layout import variant_name_problem
 TRAINER_SEMANTICS = 2
 
 _ID, _OUTPUT = (IDENTITY,), (PATH, OUTPUT)
-
-
-def _state(v) -> bool:
-    return isinstance(v, str) and (v in ("auto", "never") or Path(v).is_dir())
 
 
 def _slurm_text(help: str) -> Field:
@@ -47,7 +40,8 @@ RUN: dict[str, Field] = {
                      Test(lambda v: v is None or isinstance(v, str), "null or a directory path")),
     "resume": field("auto: continue from the latest complete state (same run identity) | never: rename the old run dir "
                     "aside, start over | PATH to a state dir", "auto", (PATH, STATE),
-                    Test(_state, "auto, never or an existing state directory")),
+                    Test(lambda v: isinstance(v, str) and (v in ("auto", "never") or Path(v).is_dir()),
+                         "auto, never or an existing state directory")),
 }
 
 # ---------------------------------------------------------------- the launcher and the interpreters

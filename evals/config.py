@@ -6,10 +6,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from common import datafetch, fields, keydoc, layout, schema
+from common import datafetch, keydoc, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
-from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Field, Number
+from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Number, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_size, bench_source  # noqa: F401  (bench_size: evals.run)
 from evals.profiles import load_profile
@@ -17,100 +17,84 @@ from common.prompts import PROMPTS
 from evals.errors import EvalError
 from evals.registry import env_benches, kind_of
 
-RETRIEVERS = ("bm25", "e5", "http")
-
-# Every evaluate key, defined once (common.fields): default, rule, help (`evaluate --help` and
-# docs/keys/evaluate.md) and roles: what enters the evaluation identity as it is (IDENTITY), through the
-# content digest of what it names (CONTENT: evals.identity), through the engine settings the host resolves
-# (ENGINE); a key with none of them is operational (how fast or where, never what). Counts are integers
-# (2.5, `true` or text are refused, never truncated), caps are >= 1, flags are true/false.
+# Every evaluate key, defined once (common.fields: default, rule, help, roles; evals.identity derives the
+# evaluation identity from the roles). Counts are integers (2.5, `true` or text are refused, never truncated).
 _ID, _CONTENT, _ENGINE = (IDENTITY,), (CONTENT,), (ENGINE,)
-_PATH_ID, _PATH_CONTENT, _PATH = (IDENTITY, PATH), (CONTENT, PATH), (PATH,)
+_PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
 
-
-def _count(help: str, default, roles=_ID, **more) -> Field:
-    return fields.number(help, default, roles, lo=1, integer=True, **more)
-
-
-KEYS: dict[str, Field] = {
-    "ckpt": fields.field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
-    "tokenizer": fields.text("null -> the checkpoint's own tokenizer; `tiny` -> the embedded one", roles=_PATH_ID),
-    "benches": fields.field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH],
-                            _CONTENT),
-    "n": fields.number("items per bench (seeded shuffle, first n); <=0 -> all", 500, _CONTENT, integer=True),
-    "bench_n": fields.field("per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n", {}, _CONTENT),
-    "profile": fields.text("recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/"),
-    "seed": fields.number("seed of the item shuffle (which n items) and of sampling", 42, _CONTENT, lo=0, integer=True),
-    "backend": fields.choice("hf | vllm", "hf", ("hf", "vllm")),
-    "retriever": fields.choice("bm25 | e5 (dense, as Search-R1: evals.dense) | http", "bm25", RETRIEVERS, _ID, hint=True),
-    "corpus": fields.text("wiki-18 style jsonl for retriever=bm25 or e5, or a fetched corpus by name (corpus:wiki18_example_10)",
-                          roles=_PATH_CONTENT),
-    "encoder": fields.text("retriever=e5: the E5 encoder: a fetched name (encoder:e5-base-v2, from the data cache: "
-                           "fetch-data), an HF model dir or hub id", "encoder:e5-base-v2", _PATH_CONTENT),
-    "index": fields.text("retriever=e5: a faiss IndexFlatIP whose row i is corpus line i: a fetched name "
-                         "(index:wiki18_e5_flat, Search-R1's e5_Flat.index of corpus:wiki18) or a file, memory-mapped; "
-                         "null -> built from the corpus (small corpora) under index_dir", roles=_PATH_CONTENT),
-    "encoder_device": fields.field("retriever=e5: where the encoder runs: cpu | auto | cuda | cuda:N (fp16 on CUDA, as "
-                                   "Search-R1)", "cpu"),   # enters the identity as the encoder's dtype (evals.identity)
-    "index_dir": fields.text("retriever index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)",
-                             roles=_PATH),
-    "retriever_url": fields.text("http://HOST:PORT/retrieve for retriever=http", roles=_ID),
-    "retriever_timeout": fields.number("seconds per retriever=http request", 30.0, lo=0, lo_open=True),
-    "retriever_retries": fields.number("retries of a failed retriever=http request", 3, lo=0, integer=True),
-    "topk": _count("documents returned per search call", 3),
-    "max_turns": _count("assistant turns per episode", 8),
-    "max_model_len": _count("prompt + generation tokens; beyond -> stop reason context_limit", 16384),
-    "max_new_tokens": _count("per assistant turn", 4096),
-    "prompt": fields.choice("tool_agent | anchor_nudge", "tool_agent", PROMPTS, _ID),
-    "tool_style": fields.choice("auto (from the chat template) | qwen3 | llama3", "auto", ("auto", "qwen3", "llama3"), _ID),
+KEYS = {
+    "ckpt": field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
+    "tokenizer": text("null -> the checkpoint's own tokenizer; `tiny` -> the embedded one", roles=_PATH_ID),
+    "benches": field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH], _CONTENT),
+    "n": number("items per bench (seeded shuffle, first n); <=0 -> all", 500, _CONTENT, integer=True),
+    "bench_n": field("per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n", {}, _CONTENT),
+    "profile": text("recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/"),
+    "seed": count("seed of the item shuffle (which n items) and of sampling", 42, _CONTENT, lo=0),
+    "backend": choice("hf | vllm", "hf", ("hf", "vllm")),
+    "retriever": choice("bm25 | e5 (dense, as Search-R1: evals.dense) | http", "bm25", ("bm25", "e5", "http"), _ID, hint=True),
+    "corpus": text("wiki-18 style jsonl for retriever=bm25 or e5, or a fetched corpus by name (corpus:wiki18_example_10)",
+                   roles=_PATH_CONTENT),
+    "encoder": text("retriever=e5: the E5 encoder: a fetched name (encoder:e5-base-v2, from the data cache: fetch-data), an "
+                    "HF model dir or hub id", "encoder:e5-base-v2", _PATH_CONTENT),
+    "index": text("retriever=e5: a faiss IndexFlatIP whose row i is corpus line i: a fetched name (index:wiki18_e5_flat, "
+                  "Search-R1's e5_Flat.index of corpus:wiki18) or a file, memory-mapped; null -> built from the corpus "
+                  "(small corpora) under index_dir", roles=_PATH_CONTENT),
+    "encoder_device": field("retriever=e5: where the encoder runs: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)",
+                            "cpu"),   # enters the identity as the encoder's dtype (evals.identity)
+    "index_dir": text("retriever index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)", roles=(PATH,)),
+    "retriever_url": text("http://HOST:PORT/retrieve for retriever=http", roles=_ID),
+    "retriever_timeout": number("seconds per retriever=http request", 30.0, lo=0, lo_open=True),
+    "retriever_retries": count("retries of a failed retriever=http request", 3, (), lo=0),
+    "topk": count("documents returned per search call", 3),
+    "max_turns": count("assistant turns per episode", 8),
+    "max_model_len": count("prompt + generation tokens; beyond -> stop reason context_limit", 16384),
+    "max_new_tokens": count("per assistant turn", 4096),
+    "prompt": choice("tool_agent | anchor_nudge", "tool_agent", PROMPTS, _ID),
+    "tool_style": choice("auto (from the chat template) | qwen3 | llama3", "auto", ("auto", "qwen3", "llama3"), _ID),
     "enable_thinking": schema.ENABLE_THINKING,   # GRPO's grpo.enable_thinking too
-    "sets": fields.field("per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a "
-                         "bench not named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; "
-                         "`fetch-data --help`)", {}, _CONTENT),
-    "bench_root": fields.text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets",
-                              roles=_PATH_CONTENT),
-    "heldout": fields.field("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` "
-                            "dir", None, _PATH_CONTENT),
-    "out": fields.text("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", roles=_PATH),
-    "batch_size": _count("episodes advanced in lockstep (and written) together", 64, ()),
-    "micro_batch": _count("hf backend: sequences per generate call", 16, ()),
-    "driver": fields.choice("auto (async for backend=vllm, lockstep for hf) | lockstep (batch_size episodes per batched "
-                            "generate) | async (one coroutine per episode over vLLM's AsyncLLM, every bench pooled)", "auto",
-                            ("auto", "lockstep", "async")),
-    "max_in_flight": fields.number("driver=async: episodes in play at once; auto = min(2 x the engine's max_num_seqs, "
-                                   "4 x KV-cache tokens / max_model_len), at least 1", "auto", lo=1, integer=True,
-                                   words=("auto",)),
-    "tool_batch_window_ms": fields.number("driver=async: tool calls arriving within this many ms go to one retriever "
-                                          "call", 5.0, lo=0),
-    "tool_batch_size": _count("driver=async: a tool batch goes out at once when this many calls wait", 64, ()),
-    "device": fields.field("auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu", "auto"),
-    "dtype": fields.choice("auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | "
-                           "float16", "auto", ("auto", "float32", "bfloat16", "float16"), _ENGINE),
-    "tensor_parallel_size": _count("vllm: GPUs one model is split over", 1, ()),
-    "data_parallel": _count("engine processes, one per GPU (x tensor_parallel_size), each a shard of the items; rows "
-                            "merged in item order (evals.parallel)", 1, ()),
-    "shard": fields.field("internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ...", None),
-    "gpu_memory_utilization": fields.number("vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the "
-                                            "KV cache is sized instead (evals.backends)", "auto", lo=0, hi=1,
-                                            lo_open=True, words=("auto",)),
-    "enforce_eager": fields.choice("vllm: auto = true on CPU, false on CUDA (CUDA graphs)", "auto", ("auto", True, False),
-                                   _ENGINE),
-    "prefix_caching": fields.flag("vllm: reuse the KV cache of shared prompt prefixes", True, _ENGINE),
-    "ood_max_turns": _count("search_plan_ood needs ~10 tool calls even when done perfectly", 24),
-    "ood_split": fields.field("search_plan_ood environment split (envs: train | ood)", "ood", _ID),
-    "skip_empty_golds": fields.flag("true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not scored "
-                                    "against; false (default) = Search-R1's scoring; counted either way", False, _ID),
-    "babyai_max_steps": fields.number("BALROG's max_steps_per_episode: ends an episode early (the reward scale stays the "
-                                      "level's)", None, _ID, lo=1, integer=True, null=True),   # null: the level's own
-    "babyai_max_new_tokens": _count("one babyai reply (BALROG's max_tokens; thinking models reason at length)", 8192),
-    "babyai_temperature": fields.number("BALROG's default sampling temperature; 0 -> greedy", 1.0, _ID, lo=0),
-    "babyai_samples": _count("plays of each babyai episode, each with its own random streams", 1),
-    "progress": fields.flag("a progress bar on stderr", True),
-    "overwrite": fields.flag("a bench held in out under another identity: rename its results aside, re-evaluate", False),
-    "wandb": fields.choice("auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)", "auto",
-                           ("auto", True, False)),
-    "wandb_group": fields.text("group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP"),
-    "dry_run": fields.flag("true: print the resolved config and exit; evaluate nothing", False),
+    "sets": field("per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a bench not "
+                  "named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; `fetch-data --help`)", {},
+                  _CONTENT),
+    "bench_root": text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets",
+                       roles=_PATH_CONTENT),
+    "heldout": field("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", None,
+                     _PATH_CONTENT),
+    "out": text("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", roles=(PATH,)),
+    "batch_size": count("episodes advanced in lockstep (and written) together", 64, ()),
+    "micro_batch": count("hf backend: sequences per generate call", 16, ()),
+    "driver": choice("auto (async for backend=vllm, lockstep for hf) | lockstep (batch_size episodes per batched generate) | "
+                     "async (one coroutine per episode over vLLM's AsyncLLM, every bench pooled)", "auto",
+                     ("auto", "lockstep", "async")),
+    "max_in_flight": number("driver=async: episodes in play at once; auto = min(2 x the engine's max_num_seqs, 4 x KV-cache "
+                            "tokens / max_model_len), at least 1", "auto", lo=1, integer=True, words=("auto",)),
+    "tool_batch_window_ms": number("driver=async: tool calls arriving within this many ms go to one retriever call", 5.0, lo=0),
+    "tool_batch_size": count("driver=async: a tool batch goes out at once when this many calls wait", 64, ()),
+    "device": field("auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu", "auto"),
+    "dtype": choice("auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16", "auto",
+                    ("auto", "float32", "bfloat16", "float16"), _ENGINE),
+    "tensor_parallel_size": count("vllm: GPUs one model is split over", 1, ()),
+    "data_parallel": count("engine processes, one per GPU (x tensor_parallel_size), each a shard of the items; rows merged in "
+                           "item order (evals.parallel)", 1, ()),
+    "shard": field("internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ...", None),
+    "gpu_memory_utilization": number("vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the KV cache is "
+                                     "sized instead (evals.backends)", "auto", lo=0, hi=1, lo_open=True, words=("auto",)),
+    "enforce_eager": choice("vllm: auto = true on CPU, false on CUDA (CUDA graphs)", "auto", ("auto", True, False), _ENGINE),
+    "prefix_caching": flag("vllm: reuse the KV cache of shared prompt prefixes", True, _ENGINE),
+    "ood_max_turns": count("search_plan_ood needs ~10 tool calls even when done perfectly", 24),
+    "ood_split": field("search_plan_ood environment split (envs: train | ood)", "ood", _ID),
+    "skip_empty_golds": flag("true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not scored against; false "
+                             "(default) = Search-R1's scoring; counted either way", False, _ID),
+    "babyai_max_steps": count("BALROG's max_steps_per_episode: ends an episode early (the reward scale stays the level's)",
+                              None, null=True),   # null: the level's own
+    "babyai_max_new_tokens": count("one babyai reply (BALROG's max_tokens; thinking models reason at length)", 8192),
+    "babyai_temperature": number("BALROG's default sampling temperature; 0 -> greedy", 1.0, _ID, lo=0),
+    "babyai_samples": count("plays of each babyai episode, each with its own random streams", 1),
+    "progress": flag("a progress bar on stderr", True),
+    "overwrite": flag("a bench held in out under another identity: rename its results aside, re-evaluate", False),
+    "wandb": choice("auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)", "auto",
+                    ("auto", True, False)),
+    "wandb_group": text("group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP"),
+    "dry_run": flag("true: print the resolved config and exit; evaluate nothing", False),
 }
 DEFAULTS = keydoc.defaults(KEYS)
 
@@ -154,9 +138,6 @@ def _benches(value) -> list[str]:
     return keys
 
 
-BENCH_N = Number(lo=0, integer=True)         # 0 = every item of the bench
-
-
 def known_benches(bench_root) -> list[str]:
     """Every bench name evaluate can load: the environments, the hub's and each dir under `bench_root`."""
     names = {*env_benches(), *HUB_SPLITS, *HUB_CONTEXT}
@@ -186,7 +167,7 @@ def _bench_n(value, bench_root) -> dict:
             bench, n = str(bench).rsplit(":", 1)
             n = int(n) if n.strip().lstrip("-").isdigit() else n
         bench = str(bench).strip()
-        if not BENCH_N.ok(n):
+        if not Number(lo=0, integer=True).ok(n):
             raise EvalError(f"bench_n.{bench}={n!r}: expected an integer >= 0 (0 = every item)")
         try:
             key = canonical_bench_key(bench)
@@ -239,11 +220,6 @@ def shard_items(items: list, shard) -> list:
     """The items of shard `shard` (`I/N`): positions I, I+N, ... (all items when shard is unset)."""
     parsed = parse_shard(shard)
     return items if parsed is None else items[parsed[0]::parsed[1]]
-
-
-def value_problems(cfg: DictConfig) -> list[str]:
-    """One line per evaluate key whose value breaks its field's rule (type, range, choices)."""
-    return fields.problems(KEYS, cfg)
 
 
 def engine_problem(cfg: DictConfig) -> str | None:
@@ -317,9 +293,8 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         merged.benches = [merged.benches]
     if not isinstance(merged.benches, ListConfig) or not merged.benches:
         raise EvalError(f"benches={merged.benches!r}: expected a non-empty list such as [nq,babyai]")
-    problems = value_problems(merged)
-    if problems:
-        raise EvalError("; ".join(problems))
+    if bad := problems(KEYS, merged):
+        raise EvalError("; ".join(bad))
     parse_shard(merged.shard)
     merged.benches = _benches(merged.benches)
     merged.sets = _per_bench("sets", base.sets, user.sets if "sets" in user else None, merged.benches, merged.bench_root)

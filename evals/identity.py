@@ -1,15 +1,11 @@
 """Evaluation identity, per bench: what produced a bench's rows in an out dir.
 
-identity(bench) = the checkpoint's content digest (its `SHA256SUMS`; a local dir without one gets the same
-sums computed; a hub id: id + resolved revision) + every `evaluate` key with the IDENTITY role as it is
-(evals.config.KEYS; a key of one bench's kind enters no other bench's: evals.registry's key_prefix) + the
-ENGINE settings as this host resolves them (dtype; for vLLM enforce_eager and prefix caching) + the CONTENT
-keys through what they name (the corpus, an e5 encoder and index, that bench's n, seed, item set and file
-digest) (+ the backend for a bench that samples: its kind says when). Keys with none of these roles are
-operational. The checkpoint path is recorded beside it but not hashed: moving a runs tree does not
-invalidate its evals. `meta.json` records each bench's identity; every `<bench>.jsonl` row carries its
-digest; an out dir holds one identity per bench (another one is refused unless `overwrite=true`, which
-renames the old outputs aside with common.io.replace_aside).
+identity(bench) = the checkpoint's content digest (its `SHA256SUMS`, computed the same way for a local dir
+without one; a hub id: id + resolved revision) + the evaluate keys by their roles (evals.config.KEYS: IDENTITY
+as they are, a key of one bench's kind in no other bench's; ENGINE as this host resolves them; CONTENT through
+what they name) (+ the backend for a bench that samples). The checkpoint path is recorded beside it, not hashed
+(moving a runs tree keeps its evals). `meta.json` records each bench's identity, every `<bench>.jsonl` row its
+digest; another identity in an out dir is refused unless `overwrite=true` (docs/stages/evaluate.md).
 """
 from __future__ import annotations
 
@@ -73,22 +69,16 @@ def retrieval_identity(conf: dict) -> dict[str, Any] | None:
     from evals.dense import MAX_LENGTH, PASSAGE_PREFIX, QUERY_PREFIX, encoder_dtype
 
     index, encoder = conf.get("index"), str(conf.get("encoder"))
-    if datafetch.is_name(encoder):   # a fetched model dir: its SHA256SUMS digest, as checkpoint_identity of that dir
-        enc = {"kind": "sha256sums", "digest": datafetch.digest(encoder)}
-    else:
-        enc = checkpoint_identity(encoder)
+    # a fetched model dir: its SHA256SUMS digest, as checkpoint_identity of that dir
+    enc = {"kind": "sha256sums", "digest": datafetch.digest(encoder)} if datafetch.is_name(encoder) else checkpoint_identity(encoder)
     if index is None:
         idx = {"built_from": "corpus"}
     elif datafetch.is_name(index):   # pinned, or measured when pre-filled; never read here (planning fetches nothing)
         idx = {"name": Path(datafetch.entry(index).rel).name, "sha256": datafetch.digest(index)}
     else:
         idx = {"name": Path(index).name, "sha256": fingerprint.file_digest(index) if Path(index).is_file() else None}
-    return {
-        "encoder": enc,
-        "index": idx,
-        "encoder_dtype": encoder_dtype(str(conf.get("encoder_device") or "cpu")),
-        "max_length": MAX_LENGTH, "prefixes": [QUERY_PREFIX, PASSAGE_PREFIX],
-    }
+    return {"encoder": enc, "index": idx, "encoder_dtype": encoder_dtype(str(conf.get("encoder_device") or "cpu")),
+            "max_length": MAX_LENGTH, "prefixes": [QUERY_PREFIX, PASSAGE_PREFIX]}
 
 
 def source_digest(source: str) -> str:
@@ -104,11 +94,10 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     from omegaconf import DictConfig, OmegaConf
 
     from evals.backends import engine_settings
-    from evals.config import KEYS
+    from evals.config import KEYS, uses_retriever   # uses_retriever: QA benches in context mode open (item/given search no corpus)
     from evals.registry import key_prefixes, kind_of
 
     not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
-
     conf = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     body = {
         "checkpoint": ckpt_id,
@@ -116,13 +105,13 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
         "evaluate": {**{k: v for k, v in conf.items() if k not in not_as_is
                         and not any(k.startswith(p) for b, p in key_prefixes().items() if b != bench)},
                      **engine_settings(conf)},
-        "corpus": corpus_identity(conf.get("corpus")) if bench_uses_corpus(bench) else None,
+        "corpus": corpus_identity(conf.get("corpus")) if uses_retriever(bench) else None,
         # a named set's file digest is its pinned one (the file is checked against it when fetched), or
         # for an unpinned hub set the one measured when the user pre-filled it
         "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": datafetch.digest(item_set)
                   if datafetch.is_name(item_set) else source_digest(source)},
     }
-    if bench_uses_corpus(bench) and (retrieval := retrieval_identity(conf)) is not None:
+    if uses_retriever(bench) and (retrieval := retrieval_identity(conf)) is not None:
         body["retrieval"] = retrieval   # only for retriever=e5: a bm25 or http bench's identity is as before
     if item_set is not None:
         body["bench"]["set"] = {"name": item_set, "source": datafetch.entry(item_set).source()
@@ -133,12 +122,6 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
         del body["evaluate"]["enable_thinking"]
     record = fingerprint.identity(body, exclude={})
     return {**record, "ckpt_path": str(conf.get("ckpt"))}
-
-
-def bench_uses_corpus(bench: str) -> bool:
-    from evals.config import uses_retriever  # QA benches in context mode open (item/given search no corpus)
-
-    return uses_retriever(bench)
 
 
 def check_same(bench: str, out: Path, recorded: dict | None, rows_digests: set, want: dict) -> list[str]:

@@ -1,10 +1,6 @@
-"""The `stage=grpo` config the GRPO trainer reads: its keys (`GRPO`: its own sections, grpo and lora, beside
-the SFT trainer's and the shared ones it takes), its validation (`problems`, one schema for
-launch and rl.train), its run directory and its run identity. launch composes it
-(launch.compose.compose_grpo: the recipes, the selectors task= model= launcher= recipe= and the
-key=value overrides) and checks it with `validate` before any work; rl.train reads the resolved
-`config.yaml` through the same check. Every key (task, LoRA, GRPO settings, env split) is in that
-file, the trainer's only input.
+"""The `stage=grpo` config the GRPO trainer reads (its only input): its keys (`GRPO`: its own sections, grpo
+and lora, beside the SFT trainer's and the shared ones it takes), its validation (`problems`: launch checks the
+composed config with it before any work, rl.train the resolved `config.yaml`), its run directory and identity.
 """
 from __future__ import annotations
 
@@ -133,12 +129,10 @@ def trl_problem(want, have: str | None, python: str = sys.executable) -> str | N
 
 
 def problems(cfg: DictConfig) -> list[str]:
-    """Every value of a GRPO config that the trainer would refuse, one line each (naming the key):
-    the one schema `launch stage=grpo` checks before writing a run dir and rl.train checks config.yaml with
-    (each key's rule is its field's, GRPO above; below, what depends on several keys)."""
-    if any(k not in cfg for k in ("stage", "task", "grpo", "lora", "train", "launcher")):
-        return [f"{k}: missing from the config" for k in ("stage", "task", "grpo", "lora", "train", "launcher")
-                if k not in cfg]
+    """Every value of a GRPO config that the trainer would refuse, one line each naming the key (each key's
+    rule is its field's, GRPO above; below, what depends on several keys)."""
+    if missing := [f"{k}: missing from the config" for k in ("stage", "task", "grpo", "lora", "train", "launcher") if k not in cfg]:
+        return missing
     bad = must_problems(GRPO, cfg)
     g = cfg.grpo
     if not bad and g.completions_per_step % g.num_generations:
@@ -149,20 +143,19 @@ def problems(cfg: DictConfig) -> list[str]:
             bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
         elif not Path(str(g.prompts_file)).is_file():
             bad.append(f"grpo.prompts_file={g.prompts_file}: no such file")
-        searches = g.qa_mode == "open"  # item / given use the rows' own paragraphs, no retriever
-        if searches and g.retriever in ("bm25", "e5") and not g.corpus:
-            bad.append(f"task=qa with grpo.retriever={g.retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)")
-        elif searches and g.retriever in ("bm25", "e5") and not _named("grpo.corpus", g.corpus, "corpus", bad) \
-                and not Path(str(g.corpus)).is_file():
+        retriever = g.retriever if g.qa_mode == "open" else None   # item / given use the rows' own paragraphs, no retriever
+        if retriever in ("bm25", "e5") and not g.corpus:
+            bad.append(f"task=qa with grpo.retriever={retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)")
+        elif retriever in ("bm25", "e5") and not _named("grpo.corpus", g.corpus, "corpus", bad) and not Path(str(g.corpus)).is_file():
             bad.append(f"grpo.corpus={g.corpus}: no such file")
-        if searches and g.retriever == "e5" and not g.get("encoder"):
+        if retriever == "e5" and not g.get("encoder"):
             bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
-        if searches and g.retriever == "e5":
+        if retriever == "e5":
             _named("grpo.encoder", g.get("encoder"), "encoder", bad)
-        if searches and g.retriever == "e5" and g.get("index") is not None and not _named("grpo.index", g.index, "index", bad) \
+        if retriever == "e5" and g.get("index") is not None and not _named("grpo.index", g.index, "index", bad) \
                 and not Path(str(g.index)).is_file():
             bad.append(f"grpo.index={g.index}: no such file (a faiss index; null builds one from the corpus)")
-        if searches and g.retriever == "http" and not g.retriever_url:
+        if retriever == "http" and not g.retriever_url:
             bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
     if not bad and is_sft_checkpoint(cfg.model.path) and not cfg.name:
         bad.append(f"model.path={cfg.model.path} is a checkpoint of an earlier run: set name=<variant> "
@@ -181,8 +174,7 @@ def world_problem(cfg: DictConfig, world: int) -> str | None:
 
 
 def validate(cfg: DictConfig) -> None:
-    bad = problems(cfg)
-    if bad:
+    if bad := problems(cfg):
         raise RlError("invalid config:\n  " + "\n  ".join(bad))
 
 
@@ -213,8 +205,7 @@ def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
     """Where a composed, validated GRPO config runs on `world` processes and what it is: its run dir and
     run identity (launch's one call into rl before it checks the run dir). RlError when the processes
     cannot split one step's completions evenly (world_problem)."""
-    problem = world_problem(cfg, world)
-    if problem:
+    if problem := world_problem(cfg, world):
         raise RlError(f"invalid config:\n  {problem}")
     return run_dir(cfg), run_identity(cfg)
 
@@ -258,8 +249,5 @@ def input_digests(cfg: DictConfig) -> dict[str, str]:
 def run_identity(cfg: DictConfig) -> dict:
     """The run identity (common.fingerprint over every result-changing key of config.yaml: task, LoRA,
     GRPO settings, env split, model, seed; the input files by content), as launch and rl.train compute it."""
-    extra = {"trainer_semantics": TRAINER_SEMANTICS}
     inputs = input_digests(cfg)
-    if inputs:
-        extra["inputs"] = inputs
-    return fingerprint.identity(cfg, EXCLUDED_KEYS, **extra)
+    return fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS, **({"inputs": inputs} if inputs else {}))

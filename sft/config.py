@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import apply_overrides
-from common.fields import (ABSENT, IDENTITY, MODEL as MODEL_ROLE, NONEMPTY, PATH, Field, Number, Range, Test, choice, count,
+from common.fields import (ABSENT, IDENTITY, MODEL as MODEL_ROLE, NONEMPTY, PATH, Field, Number, Test, choice, count,
                            excluded, field, flag, list_of, must_problems, number, plain, section, select, text)
 from common.plan import save_points as plan_save_points
 from common.plan import schedule
@@ -78,7 +78,7 @@ TRAIN: dict[str, Field] = {
     "train.precision": choice("auto: bf16 on GPU, fp32 on CPU | bf16 | fp32", "auto", ("auto", "bf16", "fp32"), _ID),
     "train.max_consecutive_nonfinite": count("non-finite gradient norms in a row before the run exits with code 3", 5, ()),
     "train.peak_tflops": field("for MFU; auto: looked up from the GPU name", "auto", (),
-                               Range(Number(lo=0, lo_open=True, null=True, words=("auto",))),
+                               Number(lo=0, lo_open=True, null=True, words=("auto",)),
                                read=lambda v: None if v == "auto" else float(v)),
     **console.KEYS,
 }

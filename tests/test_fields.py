@@ -5,7 +5,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from common import fields, keydoc
-from evals.config import DEFAULTS, KEYS as EVALUATE, value_problems
+from evals.config import DEFAULTS, KEYS as EVALUATE
 
 
 def test_every_evaluate_and_analyze_key_is_one_field_with_help():
@@ -26,12 +26,12 @@ def test_the_rules_refuse_what_a_key_cannot_be():
     cfg = OmegaConf.create({**DEFAULTS, "topk": 2.5, "backend": "vlm", "retriever": "e55", "enforce_eager": 1,
                             "prefix_caching": "yes", "gpu_memory_utilization": 1.5, "babyai_max_steps": None,
                             "enable_thinking": "maybe", "corpus": 3})
-    assert sorted(value_problems(cfg)) == sorted([
+    assert sorted(fields.problems(EVALUATE, cfg)) == sorted([
         "retriever='e55': expected bm25, e5 or http. Did you mean: e5?", "corpus=3: expected a string (or null)",
         "topk=2.5: expected a positive integer", "backend='vlm': expected hf or vllm",
         "enable_thinking='maybe': expected auto, true or false", "gpu_memory_utilization=1.5: expected in (0, 1] (or auto)",
         "enforce_eager=1: expected auto, true or false", "prefix_caching='yes': expected true or false"])
-    assert value_problems(OmegaConf.create(DEFAULTS)) == []
+    assert fields.problems(EVALUATE, OmegaConf.create(DEFAULTS)) == []
 
 
 def test_the_roles_decide_what_enters_an_evaluation_identity():

@@ -41,7 +41,7 @@ CASES = [(k, v, True) for k, (ok, _) in TABLE.items() for v in ok] + [(k, v, Fal
 
 
 def test_the_table_covers_every_numeric_key():
-    assert set(TABLE) == {k for k, f in TRAINER.items() if isinstance(f.rule, fields.Range)}
+    assert set(TABLE) == {k for k, f in TRAINER.items() if isinstance(f.rule, fields.Number)}
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_launch_and_sft_both_read_the_one_schema(base_cfg, monkeypatch):
     """Tightening one rule in sft.config changes what both readers accept."""
     cfg = _with(base_cfg, "train.lr", 0.5)
     assert _launch_accepts(cfg) and _sft_accepts(cfg)
-    tighter = fields.Range(dataclasses.replace(TRAINER["train.lr"].rule.number, lo=1.0))
+    tighter = dataclasses.replace(TRAINER["train.lr"].rule, lo=1.0)
     monkeypatch.setitem(TRAINER, "train.lr", dataclasses.replace(TRAINER["train.lr"], rule=tighter))
     assert not _launch_accepts(cfg)
     assert not _sft_accepts(cfg)
