@@ -66,8 +66,7 @@ LAUNCHER: dict[str, Field] = {
 PYTHON: dict[str, Field] = {
     "python.sft": text("the interpreter of SFT training jobs (the training environment: CUDA torch, flash-attn); null: "
                        "the one running launch", as_before=None),
-    "python.grpo": text("the interpreter of GRPO training jobs (with vllm for grpo.use_vllm=true); null: the one running "
-                        "launch", as_before=None),
+    "python.grpo": text("the interpreter of GRPO training jobs (with vllm for grpo.use_vllm=true); null: the one running launch", as_before=None),
     "python.eval": text("the interpreter of evaluation and aggregation jobs (a sweep's eval_profile=, analyze "
                         "launcher=slurm), asked first for what they need (vllm for backend=vllm); null: the one running "
                         "the command", as_before=None),

@@ -7,8 +7,7 @@ from typing import Any
 
 from common import datafetch, keydoc
 from common.cli import did_you_mean
-from common.fields import (CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, choice, count, field, flag, list_of,
-                           must_problems, plain, text)
+from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, choice, count, field, flag, list_of, must_problems, plain, text
 from data_prep.errors import DataPrepError
 
 # data_prep's vocabularies (its readers and renderer check the same tuples)
@@ -21,12 +20,10 @@ DATA: dict[str, Field] = {
     "kind": choice("hub | synthetic", "hub", ("hub", "synthetic"), _ID),
     "n": count("trajectories per arm (mixed: n/2 + n/2)", 3500),
     "epilogue": flag("dual terminator; false builds the single-terminator baseline", True, _ID),
-    "reasoning": choice("free-text thoughts before a call -> reasoning_content | content", "reasoning_content",
-                        REASONING_MODES, _ID),
+    "reasoning": choice("free-text thoughts before a call -> reasoning_content | content", "reasoning_content", REASONING_MODES, _ID),
     "history_reasoning": choice("exact | keep_as_rendered (INEXACT: trains turns as the template rewrites them) | reject",
                                 "exact", HISTORY_POLICIES, _ID),
-    "thoughts": choice("thoughts a template can't render (Llama-3.1): reject | drop (INEXACT, counted)", "reject",
-                       THOUGHT_POLICIES, _ID),
+    "thoughts": choice("thoughts a template can't render (Llama-3.1): reject | drop (INEXACT, counted)", "reject", THOUGHT_POLICIES, _ID),
     "max_seq_len": count("tokens per trajectory; longer ones follow length_policy", 32768, lo=16),
     "length_policy": choice("drop | truncate", "drop", ("drop", "truncate"), _ID),
     "max_record_bytes": count("records larger than this (JSON bytes) rejected before rendering; null = 16 (truncate: 64) "
@@ -34,18 +31,15 @@ DATA: dict[str, Field] = {
     "allow_fewer": flag("true: build with fewer than n usable records instead of failing", False, _ID),
     "strict": flag("true: any rejected record fails the build (exit 1)", False, _ID),
     "decontam": field("extra evaluation jsonl files to decontaminate against", [], (IDENTITY, PATH, PATHS)),
-    "decontam_bench_root": text("your own dir laid out as <bench>/*.jsonl: every record checked against all 7 benches",
-                                roles=(IDENTITY, PATH)),
+    "decontam_bench_root": text("your own dir laid out as <bench>/*.jsonl: every record checked against all 7 benches", roles=(IDENTITY, PATH)),
     "decontam_sets": field("named item sets (fetch-data names, fetched into $DTSFT_DATA on first use) to check against",
                            [], _ID, list_of(lambda n: isinstance(n, str), "a list of data names such as [nq:seed42_1000]"),
                            as_before=[]),   # issue 37
     "decontam_drop": flag("true: drop records that overlap an evaluation question (default: report them)", False, _ID),
     "decontam_ngram": count("n-gram length of the overlap check", 13),
-    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [],
-                          (IDENTITY, PATH, SOURCES)),
+    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [], (IDENTITY, PATH, SOURCES)),
     "sources.search": field("search-arm sources, same form as sources.code", [], (IDENTITY, PATH, SOURCES)),
-    "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {},
-                       _ID),
+    "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {}, _ID),
     "heldout": text("a `data-prep heldout` dir: every record whose content it holds is left out of the arm (rejected, "
                     "reason heldout)", roles=_PATH_CONTENT),
     "cache_root": text("null -> <runs_root>/_data", roles=_OUTPUT),
@@ -73,13 +67,10 @@ def problems(data_cfg: Any) -> list[str]:
 def resolve(data_cfg: Any) -> dict:
     """Plain dict of `data_cfg` (dict or DictConfig) over the defaults, values checked."""
     data_cfg = plain(data_cfg)
-    bad = problems(data_cfg)
-    if bad:
+    if bad := problems(data_cfg):
         raise DataPrepError(bad[0] if len(bad) == 1 else "; ".join(bad))
-    cfg = copy.deepcopy(DATA_DEFAULTS)
-    cfg.update(data_cfg or {})
-    cfg["sources"] = {"code": list((cfg["sources"] or {}).get("code") or []),
-                      "search": list((cfg["sources"] or {}).get("search") or [])}
+    cfg = {**copy.deepcopy(DATA_DEFAULTS), **(data_cfg or {})}
+    cfg["sources"] = {side: list((cfg["sources"] or {}).get(side) or []) for side in ("code", "search")}
     cfg["decontam"] = list(cfg["decontam"] or [])
     cfg["decontam_sets"] = list(cfg["decontam_sets"] or [])
     cfg["synthetic"] = dict(cfg["synthetic"] or {})

@@ -32,8 +32,7 @@ KEYS = {
     "seed": count("seed of the item shuffle (which n items) and of sampling", 42, _CONTENT, lo=0),
     "backend": choice("hf | vllm", "hf", ("hf", "vllm")),
     "retriever": choice("bm25 | e5 (dense, as Search-R1: evals.dense) | http", "bm25", ("bm25", "e5", "http"), _ID, hint=True),
-    "corpus": text("wiki-18 style jsonl for retriever=bm25 or e5, or a fetched corpus by name (corpus:wiki18_example_10)",
-                   roles=_PATH_CONTENT),
+    "corpus": text("wiki-18 style jsonl for retriever=bm25 or e5, or a fetched corpus by name (corpus:wiki18_example_10)", roles=_PATH_CONTENT),
     "encoder": text("retriever=e5: the E5 encoder: a fetched name (encoder:e5-base-v2, from the data cache: fetch-data), an "
                     "HF model dir or hub id", "encoder:e5-base-v2", _PATH_CONTENT),
     "index": text("retriever=e5: a faiss IndexFlatIP whose row i is corpus line i: a fetched name (index:wiki18_e5_flat, "
@@ -55,10 +54,8 @@ KEYS = {
     "sets": field("per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a bench not "
                   "named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; `fetch-data --help`)", {},
                   _CONTENT),
-    "bench_root": text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets",
-                       roles=_PATH_CONTENT),
-    "heldout": field("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", None,
-                     _PATH_CONTENT),
+    "bench_root": text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets", roles=_PATH_CONTENT),
+    "heldout": field("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", None, _PATH_CONTENT),
     "out": text("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", roles=(PATH,)),
     "batch_size": count("episodes advanced in lockstep (and written) together", 64, ()),
     "micro_batch": count("hf backend: sequences per generate call", 16, ()),
@@ -91,8 +88,7 @@ KEYS = {
     "babyai_samples": count("plays of each babyai episode, each with its own random streams", 1),
     "progress": flag("a progress bar on stderr", True),
     "overwrite": flag("a bench held in out under another identity: rename its results aside, re-evaluate", False),
-    "wandb": choice("auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)", "auto",
-                    ("auto", True, False)),
+    "wandb": choice("auto: to the run's wandb run when it would upload | true | false (evals.wandb_log)", "auto", ("auto", True, False)),
     "wandb_group": text("group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP"),
     "dry_run": flag("true: print the resolved config and exit; evaluate nothing", False),
 }
@@ -233,9 +229,8 @@ def engine_problem(cfg: DictConfig) -> str | None:
 
 @dataclass(frozen=True)
 class Resolved:
-    """An evaluate config resolved once (resolve_request / for_checkpoint) and its checkpoint's identity
-    (evals.identity.checkpoint_identity; None: not computed yet): what a caller that resolved the request
-    passes down. evals.run's `evaluate` and `to_evaluate` take it as it is, resolving nothing again."""
+    """An evaluate config resolved once (resolve_request / for_checkpoint) and its checkpoint's identity (None: not
+    computed yet), which evals.run's `evaluate` and `to_evaluate` take as they are, resolving nothing again."""
 
     cfg: DictConfig
     ckpt_id: dict | None = None
@@ -247,8 +242,7 @@ def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str]
     resolved for every evaluation of an analysis, its ckpt and out stand-ins) without resolving again:
     its ckpt, out, prompt and overwrite (None: the settings'), and `benches` (among the settings' own) with
     their bench_n and sets. Every value was checked when `settings` was resolved; the prompt is checked here."""
-    unknown = [b for b in benches if b not in settings.benches]
-    if unknown:
+    if unknown := [b for b in benches if b not in settings.benches]:
         raise EvalError(f"benches {unknown}: not among the resolved settings' ({', '.join(settings.benches)})")
     if why := KEYS["prompt"].problem("prompt", prompt):
         raise EvalError(why)
@@ -273,14 +267,12 @@ def resolve_request(cfg: DictConfig | dict) -> DictConfig:
 def resolve(cfg: DictConfig | dict) -> DictConfig:
     """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors."""
     user = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
-    profile = user.get("profile") if "profile" in user else None
-    base = base_config(profile)
+    base = base_config(user.get("profile"))
     OmegaConf.set_struct(base, True)
     OmegaConf.set_struct(base.bench_n, False)  # free-form: bench name -> n
     OmegaConf.set_struct(base.sets, False)     # free-form: bench name -> item set
-    for key in user:
-        if key not in base:
-            raise EvalError(f"unknown evaluate key {key!r}.{did_you_mean(str(key), list(base))}")
+    if unknown := [key for key in user if key not in base]:
+        raise EvalError(f"unknown evaluate key {unknown[0]!r}.{did_you_mean(str(unknown[0]), list(base))}")
     try:
         merged = OmegaConf.merge(base, user)
     except Exception as exc:
@@ -297,7 +289,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError("; ".join(bad))
     parse_shard(merged.shard)
     merged.benches = _benches(merged.benches)
-    merged.sets = _per_bench("sets", base.sets, user.sets if "sets" in user else None, merged.benches, merged.bench_root)
+    merged.sets = _per_bench("sets", base.sets, user.get("sets"), merged.benches, merged.bench_root)
     for bench in merged.benches:
         if why := bench_name_problem(bench, merged.bench_root):
             raise EvalError(f"benches: {why}")
@@ -311,8 +303,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
             raise EvalError(f"benches {tf} need heldout=DIR (a `data-prep heldout` dir)")
         if not Path(merged.heldout).is_dir():
             raise EvalError(f"heldout={merged.heldout}: no such directory")
-    merged.bench_n = _per_bench("bench_n", base.bench_n, user.bench_n if "bench_n" in user else None, merged.benches,
-                                merged.bench_root)
+    merged.bench_n = _per_bench("bench_n", base.bench_n, user.get("bench_n"), merged.benches, merged.bench_root)
     qa = [b for b in merged.benches if uses_retriever(b)]
     if qa and merged.retriever in ("bm25", "e5") and not merged.corpus:
         raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25, e5) or retriever=http retriever_url=URL")
@@ -338,8 +329,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:
-        out = default_out(merged.ckpt, merged.profile)
-        if out is None:
+        if (out := default_out(merged.ckpt, merged.profile)) is None:
             raise EvalError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
         merged.out = str(out)
     return merged

@@ -114,8 +114,7 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     if uses_retriever(bench) and (retrieval := retrieval_identity(conf)) is not None:
         body["retrieval"] = retrieval   # only for retriever=e5: a bm25 or http bench's identity is as before
     if item_set is not None:
-        body["bench"]["set"] = {"name": item_set, "source": datafetch.entry(item_set).source()
-                                if datafetch.is_name(item_set) else source}
+        body["bench"]["set"] = {"name": item_set, "source": datafetch.entry(item_set).source() if datafetch.is_name(item_set) else source}
     if (sampled := kind_of(bench).sampled) is not None and sampled(conf):
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     if body["evaluate"].get("enable_thinking") == "auto":  # nothing passed: the identity of before the key
@@ -134,6 +133,5 @@ def check_same(bench: str, out: Path, recorded: dict | None, rows_digests: set, 
         if None in other:
             return [f"{out / (bench + '.jsonl')}: rows without an identity digest (written before evaluation "
                     "identity was recorded)"]
-        return [f"{out / (bench + '.jsonl')}: rows of identity {sorted(map(str, other))[0][:16]}… "
-                f"(this request: {digest[:16]}…)"]
+        return [f"{out / (bench + '.jsonl')}: rows of identity {sorted(map(str, other))[0][:16]}… (this request: {digest[:16]}…)"]
     return []

@@ -15,6 +15,7 @@ from common import datafetch, fingerprint
 from common.benchmarks import CONTEXT_MODES
 from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default, Field, Test, choice, count, excluded, field,
                            is_int, must_problems, number, text)
+from common.layout import run_dir_path
 from common.plan import save_points
 from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS
 from rl.errors import RlError
@@ -39,10 +40,8 @@ GRPO: dict[str, Field | Default] = {
     "train.save_steps": Default(TRAIN["train.save_steps"], [50, 100, 150, 200], "[chosen: a checkpoint every 50 steps for "
                                 "the per-step curves; the GRPO references state no saves]"),
     "train.state_every": Default(TRAIN["train.state_every"], 10, "[chosen]"),
-    "train.lr": Default(TRAIN["train.lr"], 1.0e-5, "[chosen: a common LoRA-GRPO step for 4-8B models (TRL 1.16's default: "
-                        "1e-6)]"),
-    "train.lr_schedule": Default(TRAIN["train.lr_schedule"], "constant", "[chosen: as SFT's (TRL's default: linear decay to "
-                                 "0)]"),
+    "train.lr": Default(TRAIN["train.lr"], 1.0e-5, "[chosen: a common LoRA-GRPO step for 4-8B models (TRL 1.16's default: 1e-6)]"),
+    "train.lr_schedule": Default(TRAIN["train.lr_schedule"], "constant", "[chosen: as SFT's (TRL's default: linear decay to 0)]"),
     "train.warmup_ratio": Default(TRAIN["train.warmup_ratio"], 0.0, "[chosen: as SFT's (TRL's default: 0)]"),
     **{k: TRAIN[k] for k in ("train.min_lr_ratio", "train.betas", "train.eps", "train.weight_decay", "train.grad_clip",
                           "train.activation_checkpointing")},
@@ -67,25 +66,21 @@ GRPO: dict[str, Field | Default] = {
                       "`make venv-trl`); docs/stages/grpo.md lists what changes GRPO between the two", None, _ID,
                       Test(lambda v: v is None or (isinstance(v, str) and TRL_VERSION.fullmatch(v) is not None),
                            "null or a trl release such as 1.9.2 (three parts: 1.16 reads as a number)"), as_before=None),
-    "grpo.vllm_gpu_memory_utilization": number("[chosen: leaves room for the policy's backward pass]", 0.3, _ID,
-                                               lo=0, hi=1, lo_open=True),
-    "grpo.split": choice("spa: task split trained on (search_plan_ood evaluates ood)", "train", ("train", "ood"), _ID,
-                         what="train or ood"),
+    "grpo.vllm_gpu_memory_utilization": number("[chosen: leaves room for the policy's backward pass]", 0.3, _ID, lo=0, hi=1, lo_open=True),
+    "grpo.split": choice("spa: task split trained on (search_plan_ood evaluates ood)", "train", ("train", "ood"), _ID, what="train or ood"),
     "grpo.prompts_file": text("qa: training questions in a bench format (HotpotQA train)", roles=_PATH_CONTENT),
     "grpo.qa_mode": choice("qa: context mode as evals' bench@mode: open (corpus) | item | given", "open", CONTEXT_MODES,
                            _ID, what=f"one of {', '.join(CONTEXT_MODES)} (evals' context modes)"),
     "grpo.retriever": choice("qa: bm25 (corpus=...) | e5 (corpus=..., encoder=..., index=...; as Search-R1, evals.dense) | "
                              "http (retriever_url=..., serve-retriever)", "bm25", ("bm25", "e5", "http"), _ID,
                              what="bm25, e5 or http"),
-    "grpo.corpus": text("qa, retriever=bm25 or e5: wiki-18 style jsonl corpus, or a fetch-data name (corpus:wiki18)",
-                        roles=_PATH_CONTENT),
+    "grpo.corpus": text("qa, retriever=bm25 or e5: wiki-18 style jsonl corpus, or a fetch-data name (corpus:wiki18)", roles=_PATH_CONTENT),
     "grpo.encoder": text("qa, retriever=e5: the E5 encoder (HF model dir or hub id, or the fetch-data name "
                          "encoder:e5-base-v2)", "intfloat/e5-base-v2", _MODEL_ID, as_before="intfloat/e5-base-v2"),
     "grpo.index": text("qa, retriever=e5: faiss IndexFlatIP file, row i = corpus line i (Search-R1's e5_Flat.index, or the "
                        "fetch-data name index:wiki18_e5_flat), memory-mapped; null -> built from the corpus",
                        roles=_PATH_CONTENT, as_before=None),
-    "grpo.encoder_device": field("qa, retriever=e5: where the encoder runs (cpu | auto | cuda | cuda:N)", "cpu", _ID,
-                                 as_before="cpu"),
+    "grpo.encoder_device": field("qa, retriever=e5: where the encoder runs (cpu | auto | cuda | cuda:N)", "cpu", _ID, as_before="cpu"),
     "grpo.retriever_url": text("qa, retriever=http: http://HOST:PORT/retrieve", roles=_ID),
     "grpo.retriever_timeout": number("qa, http: seconds per search request", 30.0, (), lo=0, lo_open=True),
     "grpo.retriever_retries": count("qa, http: retries of a failed request (1 s, 2 s, 4 s ... apart)", 3, (), lo=0),
@@ -96,8 +91,7 @@ GRPO: dict[str, Field | Default] = {
     "grpo.rollouts_logged": count("transcripts kept per step in rollouts/step-NNNNNN.jsonl", 8),
     "grpo.pilot_tasks": count("spa: adversarial pilot tasks checked before training", 200),
     "lora.r": count('[ref: spa-qwen3 "LoRA (r=32, alpha=64)"] the adapters\' rank', 32),
-    "lora.alpha": number('[ref: spa-qwen3 "LoRA (r=32, alpha=64)"] the adapters\' scale (alpha / r)', 64, _ID, lo=0,
-                         lo_open=True),
+    "lora.alpha": number('[ref: spa-qwen3 "LoRA (r=32, alpha=64)"] the adapters\' scale (alpha / r)', 64, _ID, lo=0, lo_open=True),
     "lora.dropout": number("[chosen: no LoRA dropout; the references state none]", 0.0, _ID, lo=0, hi=1, hi_open=True),
     "lora.target_modules": field('[ref: spa-qwen3 "on all attention+MLP projections"] all seven',
                                  ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], _ID,
@@ -136,8 +130,7 @@ def problems(cfg: DictConfig) -> list[str]:
     bad = must_problems(GRPO, cfg)
     g = cfg.grpo
     if not bad and g.completions_per_step % g.num_generations:
-        bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, "
-                   f"got {g.completions_per_step!r}")
+        bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, got {g.completions_per_step!r}")
     if cfg.task == "qa" and not bad:
         if not g.prompts_file:
             bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
@@ -197,8 +190,7 @@ def run_dir(cfg: DictConfig) -> Path:
     """`<runs_root>/grpo_<task>/[<name>/]seed<seed>` unless `run_dir` is set; absolute."""
     if cfg.run_dir:
         return Path(cfg.run_dir).expanduser().resolve()
-    parts = [f"grpo_{cfg.task}"] + ([str(cfg.name)] if cfg.name else []) + [f"seed{cfg.seed}"]
-    return Path(cfg.runs_root).expanduser().joinpath(*parts).resolve()
+    return run_dir_path(cfg.runs_root, f"grpo_{cfg.task}", cfg.seed, cfg.name).resolve()
 
 
 def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
@@ -231,8 +223,7 @@ def input_digests(cfg: DictConfig) -> dict[str, str]:
     a relaunch on a changed file is a different configuration, whatever its path."""
     searches = cfg.grpo.retriever in ("bm25", "e5") and cfg.grpo.qa_mode == "open"  # item / given read no corpus
     dense = searches and cfg.grpo.retriever == "e5" and cfg.grpo.get("index") is not None
-    keys = ["grpo.prompts_file"] + (["grpo.corpus"] if searches else []) + (["grpo.index"] if dense else []) \
-        if cfg.task == "qa" else []
+    keys = ["grpo.prompts_file"] + (["grpo.corpus"] if searches else []) + (["grpo.index"] if dense else []) if cfg.task == "qa" else []
     out = {}
     for key in keys:
         path = OmegaConf.select(cfg, key)

@@ -1,13 +1,7 @@
-"""The SFT trainer's keys and its view of the resolved config.
-
-The sections the trainer reads are defined here (model, train, logging: common.fields, each key's default,
-rule, help and roles; the console's cadence keys are sft.console's), and `SFT`, `launch`'s table, assembles
-them with data_prep's `data:` (data_prep.config) and the shared ones (common.schema: the run's, the launcher's,
-the interpreters').
-
-`load_config` reads `<run_dir>/config.yaml`, applies optional `key=value` overrides and
-checks every value the trainer uses *before* any model or GPU work, so a typo fails in
-a second with a message naming the key instead of after a 4B model has been loaded.
+"""The SFT trainer's keys (model, train, logging; `SFT`, `launch`'s table, adds data_prep's `data:` and the
+shared ones of common.schema) and its view of the resolved config: `load_config` reads `<run_dir>/config.yaml`
+with optional `key=value` overrides and checks every value the trainer uses before any model or GPU work, so a
+typo fails in a second with a message naming the key.
 """
 from __future__ import annotations
 
@@ -20,25 +14,20 @@ from omegaconf import DictConfig, OmegaConf
 from common.cli import apply_overrides
 from common.fields import (ABSENT, IDENTITY, MODEL as MODEL_ROLE, NONEMPTY, PATH, Field, Number, Test, choice, count,
                            excluded, field, flag, list_of, must_problems, number, plain, section, select, text)
-from common.plan import save_points as plan_save_points
-from common.plan import schedule
-from common.schema import LAUNCHER, PYTHON, RUN
+from common.plan import save_points as plan_save_points, schedule
+from common.schema import LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS  # noqa: F401  (TRAINER_SEMANTICS: sft.train reads it here)
 from data_prep.config import DATA
-from common.schema import TRAINER_SEMANTICS  # noqa: F401  (sft.train reads it from here)
 from common.tiny import resolve_model_path
 from sft import console
 from sft.errors import SftError
 
 _ID, _MODEL_ID = (IDENTITY,), (IDENTITY, PATH, MODEL_ROLE)   # a model directory or hub id: its spelling is identity
-_BETA = Number(lo=0, hi=1, hi_open=True)
 
 MODEL: dict[str, Field] = {
     "model.name": field("the model's short name (run identity, wandb tag)", "qwen3_4b_thinking_2507", _ID, NONEMPTY),
     "model.path": field("hub id or local directory", "Qwen/Qwen3-4B-Thinking-2507", _MODEL_ID, NONEMPTY),
-    "model.tokenizer": field("hub id or local directory of the tokenizer and chat template", "Qwen/Qwen3-4B-Thinking-2507",
-                             _MODEL_ID, NONEMPTY),
-    "model.init": choice("pretrained | random (random init from the model's config)", "pretrained",
-                         ("pretrained", "random"), _ID),
+    "model.tokenizer": field("hub id or local directory of the tokenizer and chat template", "Qwen/Qwen3-4B-Thinking-2507", _MODEL_ID, NONEMPTY),
+    "model.init": choice("pretrained | random (random init from the model's config)", "pretrained", ("pretrained", "random"), _ID),
     "model.config": field("config overrides (the tiny model sets all of them)", {}, _ID, read=dict),
     "model.gpu_only": flag("refuse to train on a machine without CUDA", True, _ID),
     "model.attn_implementation": choice("auto: flash_attention_2 when available, else sdpa", "auto",
@@ -58,7 +47,7 @@ TRAIN: dict[str, Field] = {
     "train.lr": number("peak learning rate (AdamW)", 1.0e-5, _ID, lo=0, lo_open=True),
     "train.betas": field("AdamW betas", [0.9, 0.999], _ID,
                          Test(lambda v: v is not None and not isinstance(v, (str, int, float)) and len(v) == 2
-                              and all(_BETA.ok(b) for b in v), "two numbers in [0, 1)"),
+                              and all(Number(lo=0, hi=1, hi_open=True).ok(b) for b in v), "two numbers in [0, 1)"),
                          read=lambda v: (float(v[0]), float(v[1]))),
     "train.eps": number("AdamW epsilon", 1.0e-8, _ID, lo=0, lo_open=True),
     "train.weight_decay": number("AdamW weight decay", 0.0, _ID, lo=0),
@@ -159,11 +148,9 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
 
 def schedule_steps(cfg: TrainConfig, n_examples: int) -> tuple[int, int]:
     """(steps per epoch, total optimizer steps) for this dataset (common.plan.schedule)."""
-    return schedule(steps=cfg.train.steps, epochs=cfg.train.epochs, n_examples=n_examples,
-                    global_batch_size=cfg.train.global_batch_size)
+    return schedule(steps=cfg.train.steps, epochs=cfg.train.epochs, n_examples=n_examples, global_batch_size=cfg.train.global_batch_size)
 
 
 def save_points(cfg: TrainConfig, per_epoch: int, total: int) -> list[int]:
     """The checkpoint steps of this run (common.plan.save_points, the one definition)."""
-    return plan_save_points(save_steps=cfg.train.save_steps, save_epoch_ends=cfg.train.save_epoch_ends,
-                            per_epoch=per_epoch, total=total)
+    return plan_save_points(save_steps=cfg.train.save_steps, save_epoch_ends=cfg.train.save_epoch_ends, per_epoch=per_epoch, total=total)
