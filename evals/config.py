@@ -98,8 +98,7 @@ DEFAULTS = keydoc.defaults(KEYS)
 def default_out(ckpt: str, profile: str | None = None) -> Path | None:
     """`<run_dir>/eval/[<profile>/]step-NNNNNN` for `<run_dir>/checkpoints/step-NNNNNN`, else None."""
     p = Path(ckpt)
-    step = layout.parse_step(p.name)
-    if step is not None and p.parent.name == layout.CHECKPOINTS:
+    if (step := layout.parse_step(p.name)) is not None and p.parent.name == layout.CHECKPOINTS:
         return layout.eval_dir(p.parent.parent, step, profile)
     return None
 
@@ -107,9 +106,7 @@ def default_out(ckpt: str, profile: str | None = None) -> Path | None:
 def base_config(profile: str | None = None) -> DictConfig:
     """DEFAULTS with the profile's `evaluate` keys on top (what command-line keys then override)."""
     base = OmegaConf.create(DEFAULTS)
-    if profile:
-        base = OmegaConf.merge(base, load_profile(profile)["evaluate"], {"profile": profile})
-    return base
+    return OmegaConf.merge(base, load_profile(profile)["evaluate"], {"profile": profile}) if profile else base
 
 
 def uses_retriever(bench: str) -> bool:
@@ -125,9 +122,8 @@ def _benches(value) -> list[str]:
             key = canonical_bench_key(str(raw))
         except BenchError as exc:
             raise EvalError(str(exc)) from None
-        if parse_bench_key(key)[0] in env_benches() and key not in env_benches():
-            raise EvalError(f"bench {raw!r}: {parse_bench_key(key)[0]} brings its own environment and has no "
-                            "context mode")
+        if (name := parse_bench_key(key)[0]) in env_benches() and key not in env_benches():
+            raise EvalError(f"bench {raw!r}: {name} brings its own environment and has no context mode")
         if key in keys:
             raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
         keys.append(key)
@@ -146,8 +142,7 @@ def bench_name_problem(name, bench_root) -> str | None:
     """Why `name` (`NAME[@MODE]`) names no bench (with the nearest names), or None."""
     if not isinstance(name, str) or not name:
         return f"{name!r} is not a bench name"
-    known = known_benches(bench_root)
-    if parse_bench_key(name)[0] in known:
+    if parse_bench_key(name)[0] in (known := known_benches(bench_root)):
         return None
     where = f" (no {Path(bench_root) / name}/)" if bench_root else " (and no bench_root=DIR holds it)"
     return f"unknown bench {name!r}{where}.{did_you_mean(name, known)}"
@@ -268,16 +263,12 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors."""
     user = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
     base = base_config(user.get("profile"))
-    OmegaConf.set_struct(base, True)
-    OmegaConf.set_struct(base.bench_n, False)  # free-form: bench name -> n
-    OmegaConf.set_struct(base.sets, False)     # free-form: bench name -> item set
     if unknown := [key for key in user if key not in base]:
         raise EvalError(f"unknown evaluate key {unknown[0]!r}.{did_you_mean(str(unknown[0]), list(base))}")
     try:
         merged = OmegaConf.merge(base, user)
     except Exception as exc:
         raise EvalError(f"bad evaluate config: {exc}") from exc
-    OmegaConf.set_struct(merged, False)
     if not merged.ckpt:
         raise EvalError("ckpt=PATH is required (a Hugging Face model directory)")
     merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
