@@ -14,8 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from common.cli import apply_overrides
 from common.fields import (ABSENT, IDENTITY, MODEL as MODEL_ROLE, NONEMPTY, PATH, Field, Number, Test, choice, count,
                            excluded, field, flag, list_of, must_problems, number, plain, section, select, text)
-from common.plan import save_points as plan_save_points, schedule
-from common.schema import LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS  # noqa: F401  (TRAINER_SEMANTICS: sft.train reads it here)
+from common.schema import LAUNCHER, PYTHON, RUN
 from data_prep.config import DATA
 from common.tiny import resolve_model_path
 from sft import console
@@ -145,12 +144,3 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
     return TrainConfig(run_dir=Path(str(raw.run_dir)), data_dir=Path(str(raw.data.dir)), arm=arm, seed=seed,
                        resume=resume, model=model, train=train, logging=logging, raw=raw)
 
-
-def schedule_steps(cfg: TrainConfig, n_examples: int) -> tuple[int, int]:
-    """(steps per epoch, total optimizer steps) for this dataset (common.plan.schedule)."""
-    return schedule(steps=cfg.train.steps, epochs=cfg.train.epochs, n_examples=n_examples, global_batch_size=cfg.train.global_batch_size)
-
-
-def save_points(cfg: TrainConfig, per_epoch: int, total: int) -> list[int]:
-    """The checkpoint steps of this run (common.plan.save_points, the one definition)."""
-    return plan_save_points(save_steps=cfg.train.save_steps, save_epoch_ends=cfg.train.save_epoch_ends, per_epoch=per_epoch, total=total)

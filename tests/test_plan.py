@@ -9,8 +9,6 @@ from analysis.discover import Run
 from common.plan import planned, save_points, schedule
 from launch.compose import compose, planned_saves, planned_steps
 from sft.config import load_config
-from sft.config import save_points as sft_save_points
-from sft.config import schedule_steps
 
 CASES = [  # (train overrides, data.n, expected total, expected saves)
     ({"steps": None, "epochs": 2, "global_batch_size": 16, "save_steps": [50, 100], "save_epoch_ends": True}, 3500, 436, [50, 100, 218, 436]),
@@ -30,9 +28,10 @@ def test_launch_sft_and_analysis_plan_the_same_saves(tmp_path, train, n, total, 
     assert (planned_steps(cfg), planned_saves(cfg)) == (total, saves)
     # sft: the trainer's own config reading, for a dataset of n trajectories
     path = write_config(tmp_path / "run", tmp_path / "data", **train)
-    tc = load_config(path)
-    per_epoch, t = schedule_steps(tc, n)
-    assert t == total and sft_save_points(tc, per_epoch, t) == saves
+    t = load_config(path).train
+    per_epoch, steps = schedule(steps=t.steps, epochs=t.epochs, n_examples=n, global_batch_size=t.global_batch_size)
+    assert steps == total and save_points(save_steps=t.save_steps, save_epoch_ends=t.save_epoch_ends, per_epoch=per_epoch,
+                                          total=steps) == saves
     # analysis: a run dir's resolved config.yaml, read as analysis reads it
     run = Run(arm="search", seed=0, path=tmp_path, config=OmegaConf.to_container(cfg, resolve=True))
     assert run.expected_steps() == saves

@@ -175,7 +175,7 @@ def test_changed_data_content_is_refused_for_an_unfinished_run(staged):
     (rd / "STOP_EARLY").write_text("")
     assert go() == 0
     man = json.loads((rd / "manifest.json").read_text())
-    from sft.config import TRAINER_SEMANTICS
+    from common.schema import TRAINER_SEMANTICS
 
     man["identity"] = fingerprint.identity(OmegaConf.load(rd / "config.yaml"), EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS,
                                            data_fingerprint="fp-of-other-data")

@@ -13,8 +13,9 @@ import torch
 from common.cli import ConfigError
 from sft import train
 from sft.checkpoint import COMPLETE, complete_states, prune_states
+from common.plan import save_points, schedule
 from common.schema import TRAINER_SEMANTICS
-from sft.config import load_config, save_points, schedule_steps
+from sft.config import load_config
 from sft.data import (
     DataError, collate, epoch_order, global_batch, load_train_data, pack_best_fit_decreasing, plan_step, split_across_ranks,
 )
@@ -190,8 +191,7 @@ def test_a_step_is_global_batch_size_trajectories():
     assert len(ids) > 3500 * 1.4
     data = TrainData(Path("x"), None, ids, np.ones(len(ids)), np.ones(len(ids)), None, 0)
     assert data.n == 3500 and data.n_rows == len(ids)
-    cfg = type("C", (), {"train": type("T", (), {"global_batch_size": 16, "steps": None, "epochs": 2})})
-    assert schedule_steps(cfg, data.n) == (218, 436)
+    assert schedule(steps=None, epochs=2, n_examples=data.n, global_batch_size=16) == (218, 436)
     seen = []
     for step in range(218):
         _, traj = global_batch(step, n=data.n, global_batch_size=16, seed=0)
@@ -312,8 +312,9 @@ def test_cli_fails_before_model_work(tmp_path, data_dir, capsys, monkeypatch):
 def test_schedule_and_save_points(tmp_path, data_dir):
     cfg = load_config(write_config(tmp_path / "run", data_dir), ["train.steps=null", "train.epochs=2", "train.global_batch_size=16",
                                                                    "train.save_steps=[50,100]", "train.save_epoch_ends=true"])
-    assert schedule_steps(cfg, 3500) == (218, 436)
-    assert save_points(cfg, 218, 436) == [50, 100, 218, 436]
+    t = cfg.train
+    assert schedule(steps=t.steps, epochs=t.epochs, n_examples=3500, global_batch_size=t.global_batch_size) == (218, 436)
+    assert save_points(save_steps=t.save_steps, save_epoch_ends=t.save_epoch_ends, per_epoch=218, total=436) == [50, 100, 218, 436]
     assert warmup_steps(218, 0.03) == 7  # 6.54 rounded up
     f = [lr_factor(s, total=218, warmup=7, schedule="cosine", min_ratio=0.0) for s in range(218)]
     assert f[0] == 0.0 and f[1] == pytest.approx(1 / 7) and f[7] == 1.0 and f[8] < 1.0  # peak once
