@@ -11,7 +11,7 @@ from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
 from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Number, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
-from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_size, bench_source  # noqa: F401  (bench_size: evals.run)
+from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError

@@ -41,9 +41,8 @@ from tqdm import tqdm
 from common import thinking
 from common.io import check_sha256sums, sha256_text
 from evals import scheduler, teacher_forced
-from evals.benches import SEARCH7, read_bench_file
-from evals.config import (Resolved, bench_size, engine_problem, resolve, resolve_request, shard_items,
-                          uses_retriever)
+from evals.benches import SEARCH7, bench_size, read_bench_file
+from evals.config import Resolved, engine_problem, resolve, resolve_request, shard_items, uses_retriever
 from evals.engine import Engine, Lockstep
 from evals.errors import EvalError
 from evals.identity import bench_identity, checkpoint_identity, source_digest
