@@ -119,8 +119,7 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     if body["evaluate"].get("enable_thinking") == "auto":  # nothing passed: the identity of before the key
         del body["evaluate"]["enable_thinking"]
-    record = fingerprint.identity(body, exclude={})
-    return {**record, "ckpt_path": str(conf.get("ckpt"))}
+    return {**fingerprint.identity(body, exclude={}), "ckpt_path": str(conf.get("ckpt"))}
 
 
 def check_same(bench: str, out: Path, recorded: dict | None, rows_digests: set, want: dict) -> list[str]:
@@ -128,10 +127,8 @@ def check_same(bench: str, out: Path, recorded: dict | None, rows_digests: set, 
     digest = want["fingerprint"]
     if recorded is not None and recorded.get("fingerprint") != digest:
         return fingerprint.fingerprint_diff(recorded, want) or [f"fingerprint: {recorded.get('fingerprint')} -> {digest}"]
-    other = rows_digests - {digest}
+    if None in (other := rows_digests - {digest}):
+        return [f"{out / (bench + '.jsonl')}: rows without an identity digest (written before evaluation identity was recorded)"]
     if other:
-        if None in other:
-            return [f"{out / (bench + '.jsonl')}: rows without an identity digest (written before evaluation "
-                    "identity was recorded)"]
         return [f"{out / (bench + '.jsonl')}: rows of identity {sorted(map(str, other))[0][:16]}… (this request: {digest[:16]}…)"]
     return []

@@ -134,8 +134,7 @@ def from_dictconfig(raw: DictConfig) -> TrainConfig:
     if (resume := select(raw, "resume")) is ABSENT:
         raise SftError("resume: missing from the resolved config")
     resume = "never" if resume in (None, False) else str(resume)   # an early config's "no resume"
-    bad = problems(raw) + [why for why in (RUN["resume"].must("resume", resume),) if why]
-    if bad:
+    if bad := problems(raw) + [why for why in (RUN["resume"].must("resume", resume),) if why]:
         raise SftError(bad[0] if len(bad) == 1 else "invalid config:\n  " + "\n  ".join(bad))
     arm, seed, variant = raw.arm, raw.seed, raw.get("name")   # validated above
     model, train, logging = (section(TRAINER, raw, name) for name in ("model", "train", "logging"))
