@@ -1,12 +1,6 @@
-"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG`.
-
-A `Job` names the module, its one config file (an array: one config file per task), the interpreter that
-runs it, its wrapper (none, or torchrun over nodes × processes: training), the resources it asks for, the
-cluster settings it carries, what it needs (data artefacts, modules its interpreter must import) and the
-jobs of its plan it runs after. A plan is an ordered list of Jobs; a `Runner` runs one. The runners are the
-launcher backends, by `launcher.kind` in `BACKENDS` (`backend(kind)`): `LocalRunner` (launch/local.py: here, in
-order) and `SlurmRunner` (launch/slurm.py: one sbatch script per job).
-`dry_run` writes every job's script beside its config under a directory it names and prints the plan.
+"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG`
+(docs/concepts.md, "Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs
+it; `dry_run` writes every job's script beside its config under a directory it names and prints the plan.
 """
 from __future__ import annotations
 
@@ -53,9 +47,9 @@ class Cluster:
     @classmethod
     def of(cls, section) -> "Cluster":
         """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
-        get = (lambda k: section.get(k)) if hasattr(section, "get") else (lambda k: getattr(section, k, None))
-        one = {k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS}
-        return cls(**one, sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
+        get = section.get
+        return cls(**{k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS},
+                   sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
 
     def over(self, **changes) -> "Cluster":
         """This one with `changes` (the non-null ones) on top: a stage's own settings."""
@@ -180,20 +174,19 @@ class Runner(ABC):
     `run(plan, where)` checks the plan, then for each job in order writes its script to `where/<name><suffix>`
     and starts it, after the jobs it names.
 
-    A backend is one subclass in one file, registered in one line of `BACKENDS` (LocalRunner in launch/local.py,
-    SlurmRunner in launch/slurm.py): a third one, e.g. torchrun over ssh on several hosts, is one new file
-    implementing `script` and `start`, and no other file changes. A command asks the backend, never its name:
-    - `submits`: `start` submits a job that runs later, elsewhere (a launch records the submission and returns; a
-      finished run is left out of a plan); else `start` runs the job to its end.
-    - `where` its jobs run, so where CUDA must be and a service can be probed: "here" (this machine, this
-      machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or "nodes" (`launcher.nodes` nodes of
-      `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes, 1 on a CPU-only node).
+    A backend is one subclass in one file, registered in one line of `BACKENDS`: a third one, e.g. torchrun over
+    ssh on several hosts, is one new file implementing `script` and `start`, and no other file changes
+    (tests/test_jobs.py holds such a double). A command asks the backend, never its name:
+    - `submits`: `start` submits a job that runs later, elsewhere (a launch records the submission and returns);
+      else `start` runs the job to its end.
+    - `where` its jobs run: "here" (this machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or
+      "nodes" (`launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each).
     - `requeues`: a stopped job is requeued and resumes from its latest state by itself (resume=never refused).
     - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
       queued or running; `task_command(job, config)`: what a task runs (on its first node), printed and recorded.
-    - `script(job, ids, where)`: the text of what the job runs (every task's `python -m MODULE CONFIG` under its
-      wrapper, its resources, its dependencies from `ids`, the id of each job started so far by name: `<job id of
-      NAME>` in a dry run); logs go under `where`. It writes nothing: the dry run prints and writes its text.
+    - `script(job, ids, where)`: the text of what the job runs (its tasks under its wrapper, its resources, its
+      dependencies from `ids`, the id of each job started so far by name: `<job id of NAME>` in a dry run); logs
+      go under `where`. It writes nothing.
     - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A job run
       here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
     A runner is `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what

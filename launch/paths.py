@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch
 from common.fields import OUTPUT, path_keys
 from common.tiny import ALIASES, OLD_SPELLINGS
+from launch.jobs import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = "recipes/"                 # the origin label of a shipped recipe layer (launch.compose)
 EMBEDDED_NAMES = (*ALIASES, *OLD_SPELLINGS)   # common.tiny: resolved by name, never a directory here
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
