@@ -114,19 +114,17 @@ def launch_meta(recipe: DictConfig, where: str, user: bool) -> dict:
     meta = resolved_container(section, where) if isinstance(section, DictConfig) else None
     if not isinstance(meta, dict):
         raise LaunchError(f"{where}: `_launch` must be a mapping with keys {', '.join(LAUNCH_META_KEYS)}")
-    for key in meta:
-        if key not in LAUNCH_META_KEYS:
-            raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
-                              f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
+    for key in (k for k in meta if k not in LAUNCH_META_KEYS):
+        raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
+                          f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
     return meta
 
 
 def check_user_recipe(recipe: DictConfig, where: str, selectors: tuple[str, ...] = SELECTOR_KEYS) -> None:
     """A user recipe must not set what the command line's selectors decide (arm=, task=, stage=)."""
-    for key in selectors:
-        if key in recipe:
-            raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
-                              f"decides; remove it from the file and pass {key}=... on the command line")
+    for key in (k for k in selectors if k in recipe):
+        raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
+                          f"decides; remove it from the file and pass {key}=... on the command line")
 
 
 def resolved_container(cfg, where: str):

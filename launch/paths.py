@@ -62,7 +62,7 @@ def absolute(kind: str, value, base: Path, shipped: bool = False):
     if kind in ("paths", "sources"):
         if isinstance(value, (str, int, float)):
             return value   # not a list: validation names it
-        one = _source if kind == "sources" else (lambda v, b: _abs(v, b) if isinstance(v, str) else v)
+        one = _source if kind == "sources" else _abs
         return [one(v, base) if isinstance(v, str) else v for v in value]
     if not isinstance(value, str):
         return value

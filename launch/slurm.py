@@ -77,14 +77,13 @@ def _body(spec: SlurmSpec, python: str, module: str = "sft.train") -> list[str]:
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
         f" -m {module} \"$2\""
     )
-    setup = _setup_lines(spec)
     return [
         "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
         # the id a trainer's refusal and failure are recorded under (common.layout): this segment's
         f'export {LAUNCH_ID_ENV}="slurm-$JOB_REF-${{SLURM_RESTART_COUNT:-0}}"',
         *_end_record_lines(),
-        *setup,
+        *_setup_lines(spec),
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         # the rendezvous host: the node's address (NodeAddr), which is its name only where the cluster names
