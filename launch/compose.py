@@ -77,11 +77,10 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
     return choices, rest
 
 
-def _check_recipe_keys(recipe: DictConfig, base: DictConfig, where: str) -> None:
-    known = KeySpace(base, OPEN_PREFIXES)
+def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, error: type[Exception] = LaunchError,
+                       what: str = "a launch key (recipes may only set the keys `launch --help` lists)") -> None:
     for key in (k for k in flat_keys(recipe) if k not in known):
-        raise LaunchError(f"{where}: key {key!r} is not a launch key (recipes may only set the keys `launch --help` "
-                          f"lists).{did_you_mean(key, sorted(known.leaves))}")
+        raise error(f"{where}: key {key!r} is not {what}.{did_you_mean(key, sorted(known.leaves))}")
 
 
 def load_user_recipe(choices: dict[str, str]) -> tuple[str, DictConfig] | None:
@@ -154,7 +153,7 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
         meta.update(launch_meta(recipe, where, is_user))
         if is_user:
             check_user_recipe(recipe, where)
-        _check_recipe_keys(recipe, base, where)
+        _check_recipe_keys(recipe, KeySpace(base, OPEN_PREFIXES), where)
         cfg = OmegaConf.merge(cfg, recipe)
         origins.update(dict.fromkeys(flat_keys(recipe), where))
     cfg = apply_overrides(cfg, rest, aliases=ALIASES, open_prefixes=OPEN_PREFIXES)
@@ -170,8 +169,8 @@ def _grpo_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]]:
     layers = [(DEFAULT, OmegaConf.create({"arm": None, **keydoc.defaults(rl_config.GRPO)})),   # arm: grpo_<task>, set last
               (f"recipes/grpo/task/{choices['task']}.yaml",
                OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
-              (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes))]
-    layers.append((f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes)))
+              (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes)),
+              (f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes))]
     # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
     # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
     rl_model = recipes / "grpo" / "model" / f"{choices['model']}.yaml"
@@ -209,11 +208,8 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
         if "_launch" in user:
             raise RlError(f"{where}: `_launch` is internal to the shipped SFT recipes; nothing of it applies to GRPO")
         check_user_recipe(user, where, GRPO_SELECTOR_KEYS)
-        known = KeySpace(cfg)
-        for key in flat_keys(user):
-            if key not in known:
-                raise RlError(f"{where}: key {key!r} is not a GRPO key (stage=grpo reads only the keys "
-                              f"`launch stage=grpo --help` lists).{did_you_mean(key, sorted(known.leaves))}")
+        _check_recipe_keys(user, KeySpace(cfg), where, RlError,
+                           "a GRPO key (stage=grpo reads only the keys `launch stage=grpo --help` lists)")
         cfg = OmegaConf.merge(cfg, user)
         origins.update(dict.fromkeys(flat_keys(user), where))
     cfg = apply_overrides(cfg, rest, aliases=RL_ALIASES, open_prefixes=())
