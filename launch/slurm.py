@@ -48,24 +48,14 @@ class SlurmSpec:
     gpus_per_node: int
     nproc_per_node: int
     output: str               # --output pattern (a log file under the run / sweep dir)
-    partition: str | None = None
-    time: str | None = None
-    account: str | None = None
-    qos: str | None = None
+    cluster: Cluster = Cluster()   # partition, time, account, qos, its sbatch lines, launcher.setup (before srun)
+    more: tuple[str, ...] = ()     # #SBATCH lines after the cluster's
     array: str | None = None  # e.g. "0-8" for a sweep
-    extra: tuple[str, ...] = ()   # launcher.sbatch: further #SBATCH options
-    setup: str | None = None      # launcher.setup: shell run before srun
     dependency: str | None = None   # e.g. afterok:4242 (null: none)
     exclusive: bool = True        # the whole node (training); evaluation tasks share a node
     # True: --signal=USR1@120 (the trainers save and stop before the time limit); a string: that --signal
     # value (an evaluation task: B:USR1@120, to the batch shell, which is the task's python)
     signal: bool | str = True
-
-    @classmethod
-    def of(cls, cluster: Cluster, more: tuple[str, ...] = (), **kw) -> "SlurmSpec":
-        """A job with `cluster`'s settings (its sbatch lines, then `more`): how every job kind gets them."""
-        return cls(partition=cluster.partition, time=cluster.time, account=cluster.account, qos=cluster.qos,
-                   extra=(*cluster.sbatch, *more), setup=cluster.setup, **kw)
 
 
 def _body(spec: SlurmSpec, python: str, module: str = "sft.train") -> list[str]:
@@ -167,10 +157,10 @@ def render_script(spec: SlurmSpec, command: str, cd: str, lines: list[str], runs
                *([f"gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
                *(["exclusive"] if spec.exclusive else []), *([f"signal={signal}"] if spec.signal else []),
                "requeue", "open-mode=append", f"output={spec.output}",
-               *(f"{k}={v}" for k in ("partition", "time", "account", "qos", "array", "dependency")
-                 if (v := getattr(spec, k)) is not None)]
+               *(f"{k}={v}" for k in ("partition", "time", "account", "qos") if (v := getattr(spec.cluster, k)) is not None),
+               *(f"{k}={v}" for k in ("array", "dependency") if (v := getattr(spec, k)) is not None)]
     return "\n".join(["#!/bin/bash", f"# Written by: {command}", *(f"#SBATCH --{o}" for o in options),
-                      *(f"#SBATCH {o}" for o in spec.extra), "", "set -uo pipefail", *runs, f"cd {shlex.quote(cd)}",
+                      *(f"#SBATCH {o}" for o in (*spec.cluster.sbatch, *spec.more)), "", "set -uo pipefail", *runs, f"cd {shlex.quote(cd)}",
                       "export PYTHONUNBUFFERED=1", *lines]) + "\n"
 
 
@@ -185,8 +175,8 @@ def render_run_script(spec: SlurmSpec, run_dirs: str | list[str], repo: str, pyt
 
 def _setup_lines(spec: SlurmSpec) -> list[str]:
     # Environment scripts (conda activate, module load) often read unset variables: not under `set -u`.
-    return ["set +u  # launcher.setup", *spec.setup.strip().splitlines(), "set -u  # end of launcher.setup"] \
-        if spec.setup else []
+    setup = spec.cluster.setup
+    return ["set +u  # launcher.setup", *setup.strip().splitlines(), "set -u  # end of launcher.setup"] if setup else []
 
 
 class SlurmRunner(Runner):
@@ -223,11 +213,10 @@ class SlurmRunner(Runner):
         array = f"0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "") if job.array else None
         pattern = "%A_%a.out" if job.array else "%j.out"
         log = Path(job.logs) / f"slurm-{pattern}" if job.logs else where / f"slurm-{job.name}-{pattern}"
-        return SlurmSpec.of((job.cluster or Cluster()).over(time=r.time),
-                            ("--kill-on-invalid-dep=yes",) if dep and "afterok" in dep else (),
-                            job_name=job.title or f"dtsft-{job.name}", nodes=r.nodes, gpus_per_node=r.gpus_per_node,
-                            nproc_per_node=job.wrapper.nproc_per_node if job.wrapper else 1, output=str(log),
-                            array=array, dependency=dep, exclusive=r.exclusive, signal=r.signal)
+        return SlurmSpec(job.title or f"dtsft-{job.name}", r.nodes, r.gpus_per_node,
+                         job.wrapper.nproc_per_node if job.wrapper else 1, str(log), (job.cluster or Cluster()).over(time=r.time),
+                         ("--kill-on-invalid-dep=yes",) if dep and "afterok" in dep else (), array=array, dependency=dep,
+                         exclusive=r.exclusive, signal=r.signal)
 
     def script(self, job: Job, ids, where: Path) -> str:
         spec = self.spec(job, ids, Path(where))
