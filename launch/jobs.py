@@ -10,7 +10,7 @@ import re
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -20,10 +20,7 @@ REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-# The cluster settings every job a study or sweep submits carries: training arrays, per-run evaluation jobs,
-# evaluation arrays, the aggregation, a study's stage jobs (`launcher.<key>` of training, `slurm.<key>` of analyze).
-CLUSTER_KEYS = ("partition", "account", "qos", "time", "sbatch", "setup")
-# The ones that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
+# The cluster settings that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
 CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
 
 
@@ -36,7 +33,7 @@ def dotlist_value(x) -> str:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The cluster settings (CLUSTER_KEYS) of a job: null / empty = the cluster's defaults."""
+    """The cluster settings every submitted job carries (`launcher.<key>`, analyze's `slurm.<key>`); null / empty: the cluster's defaults."""
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -59,6 +56,9 @@ class Cluster:
         """`PREFIX<key>=value` for each setting made: what hands them to another command (analyze's `slurm.`)."""
         return [f"{prefix}{k}={dotlist_value(list(v) if k == 'sbatch' else v)}"
                 for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
+
+
+CLUSTER_KEYS = tuple(f.name for f in fields(Cluster))
 
 
 @dataclass(frozen=True)

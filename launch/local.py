@@ -39,11 +39,7 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
 
 def _pump(src, sinks: list, lock: threading.Lock) -> None:
     """Copy a pipe to its sinks chunk by chunk (so tqdm's carriage returns show live)."""
-    fd = src.fileno()
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
+    for chunk in iter(lambda: os.read(src.fileno(), 65536), b""):
         with lock:
             for sink in sinks:
                 sink.write(chunk)
@@ -86,12 +82,9 @@ def child_pids(pid: int) -> list[int]:
     """Direct children of `pid`, from /proc (empty where /proc is unavailable)."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == pid:
-            out.append(int(stat.parent.name))
+        with contextlib.suppress(OSError, IndexError, ValueError):   # gone meanwhile, or not a process's
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
     return out
 
 
