@@ -38,12 +38,10 @@ TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 
 def help_text() -> str:
     lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
-    for group in GROUPS:
-        choices = sorted({*group_choices(group), *(BACKENDS if group == "launcher" else ())})   # a backend needs no recipe
-        lines.append(f"  {group}=  {' | '.join(choices)}   (default: {DEFAULT_CHOICES[group]})")
-    lines += ["", "Top-level shortcuts:"]
-    for short, full in ALIASES.items():
-        lines.append(f"  {short:<14} -> {full} (default {sft_config.SFT[full].default!r})")
+    lines += [f"  {group}=  {' | '.join(sorted({*group_choices(group), *(BACKENDS if group == 'launcher' else ())}))}"
+              f"   (default: {DEFAULT_CHOICES[group]})" for group in GROUPS]   # a backend needs no recipe
+    lines += ["", "Top-level shortcuts:", *(f"  {short:<14} -> {full} (default {sft_config.SFT[full].default!r})"
+                                           for short, full in ALIASES.items())]
     lines += ["", "Keys (sft/config.py SFT: key=default  description; the group recipes may change a default):",
               keydoc.help_table(keydoc.from_table(sft_config.SFT))]
     lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
