@@ -172,27 +172,24 @@ def cuda_device_count() -> int:
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them.
     `run(plan, where)` checks the plan, then for each job in order writes its script to `where/<name><suffix>`
-    and starts it, after the jobs it names.
-
-    A backend is one subclass in one file, registered in one line of `BACKENDS`: a third one, e.g. torchrun over
-    ssh on several hosts, is one new file implementing `script` and `start`, and no other file changes
-    (tests/test_jobs.py holds such a double). A command asks the backend, never its name:
-    - `submits`: `start` submits a job that runs later, elsewhere (a launch records the submission and returns);
-      else `start` runs the job to its end.
+    and starts it, after the jobs it names. A backend is one subclass in one file, registered in one line of
+    `BACKENDS`: a third one (e.g. torchrun over ssh on several hosts) is one new file implementing `script` and
+    `start`, and no other file changes (tests/test_jobs.py holds such a double). Commands ask it, never its name:
+    - `submits`: `start` submits a job that runs later, elsewhere (a launch records it and returns); else `start`
+      runs the job to its end. `requeues`: a stopped job is requeued and resumes by itself (resume=never refused).
     - `where` its jobs run: "here" (this machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or
-      "nodes" (`launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each).
-    - `requeues`: a stopped job is requeued and resumes from its latest state by itself (resume=never refused).
+      "nodes" (`launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes).
     - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
       queued or running; `task_command(job, config)`: what a task runs (on its first node), printed and recorded.
     - `script(job, ids, where)`: the text of what the job runs (its tasks under its wrapper, its resources, its
-      dependencies from `ids`, the id of each job started so far by name: `<job id of NAME>` in a dry run); logs
-      go under `where`. It writes nothing.
-    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A job run
-      here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
-    A runner is `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what
-    its scripts say wrote them), where a job other than training runs (default: the working directory), the
-    checkout training runs from, the jobs' environment (None: this one); a backend running jobs here hides their
-    stdout when `quiet`, appends each signal it forwards to `stops` and keeps each job's log file in `logs`.
+      dependencies from `ids`, each started job's id by name: `<job id of NAME>` in a dry run; logs under
+      `where`). It writes nothing.
+    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; its id. A job run here
+      that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
+    `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what its scripts
+    say wrote them), where a job other than training runs (default: the working directory), the checkout
+    training runs from, the jobs' environment (None: this one); a backend running jobs here hides their stdout
+    when `quiet`, appends each signal it forwards to `stops` and keeps each job's log file in `logs`.
     """
     suffix = ".sh"
     submits = False

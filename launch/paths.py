@@ -27,19 +27,16 @@ LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
 
 
 def _abs(value: str, base: Path) -> str:
-    p = Path(os.path.expanduser(value))
-    return os.path.normpath(p if p.is_absolute() else base / p)
+    return os.path.normpath(base / os.path.expanduser(value))   # an absolute path stays itself
 
 
 def _model(value: str, base: Path, shipped: bool) -> str:
     if value in EMBEDDED_NAMES or value.startswith(("http://", "https://")):
         return value
     expanded = os.path.expanduser(value)
-    if os.path.isabs(expanded) or (base / expanded).exists():
-        return _abs(value, base)
-    if shipped or HUB_ID.fullmatch(value):
+    if not (os.path.isabs(expanded) or (base / expanded).exists()) and (shipped or HUB_ID.fullmatch(value)):
         return value   # a hub id (a shipped recipe names only hub ids and embedded models)
-    return _abs(value, base)   # a local name that does not exist: refused later as a missing path, not a repo dir
+    return _abs(value, base)   # a local path (one that does not exist: refused later as a missing path, not a repo dir)
 
 
 def _source(spec: str, base: Path) -> str:
