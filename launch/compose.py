@@ -246,23 +246,17 @@ def validate(cfg: DictConfig) -> None:
         if not ok:
             bad.append(f"{key} must be a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(SOURCE_FORMATS)}, "
                        f"got {srcs!r}")
-    if not bad:
-        _check_consistency(cfg, bad)
+    if not bad:   # each value valid: how they combine (save_steps beyond the horizon are no error: the final step is saved)
+        if cfg.data.max_seq_len > cfg.train.max_tokens_per_micro_batch:
+            bad.append(f"data.max_seq_len={cfg.data.max_seq_len} exceeds train.max_tokens_per_micro_batch="
+                       f"{cfg.train.max_tokens_per_micro_batch}: the trainer never splits a trajectory across "
+                       "micro-batches, so the longest ones could not be trained; raise the budget or lower max_seq_len")
+        bad += launcher_problems(cfg)
+        for domain, needed in (("code", cfg.arm != "search"), ("search", cfg.arm in ("search", "mixed"))):
+            if needed and cfg.data.kind == "hub" and cfg.data.dir is None and not cfg.data.sources[domain]:
+                bad.append(f"arm={cfg.arm} with data.kind=hub needs data.sources.{domain} (e.g. data=hub)")
     if bad:
         raise LaunchError("invalid config:\n  " + "\n  ".join(bad))
-
-
-def _check_consistency(cfg: DictConfig, bad: list[str]) -> None:
-    # save_steps beyond the horizon are not an error: `steps=4` with the default saves at 50..200
-    # just saves the final step (planned_saves shows which remain).
-    if cfg.data.max_seq_len > cfg.train.max_tokens_per_micro_batch:
-        bad.append(f"data.max_seq_len={cfg.data.max_seq_len} exceeds train.max_tokens_per_micro_batch="
-                   f"{cfg.train.max_tokens_per_micro_batch}: the trainer never splits a trajectory across "
-                   "micro-batches, so the longest ones could not be trained; raise the budget or lower max_seq_len")
-    bad += launcher_problems(cfg)
-    for domain, needed in (("code", cfg.arm != "search"), ("search", cfg.arm in ("search", "mixed"))):
-        if needed and cfg.data.kind == "hub" and cfg.data.dir is None and not cfg.data.sources[domain]:
-            bad.append(f"arm={cfg.arm} with data.kind=hub needs data.sources.{domain} (e.g. data=hub)")
 
 
 def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:
