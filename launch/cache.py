@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import fcntl
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -62,17 +61,6 @@ def read_manifest(data_dir: Path) -> dict:
         raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({layout.MANIFEST} missing)") from None
     except json.JSONDecodeError as exc:
         raise LaunchError(f"{path}: unreadable manifest ({exc})") from exc
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable[[str], None] = print) -> None:
@@ -126,7 +114,9 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
         from data_prep.build import build_arm as builder
     key = dataset_key(cfg, data_arm, key_fn)
     final = cache_root(cfg) / key
-    with _locked(final.with_name(f".{key}.lock")):
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.with_name(f".{key}.lock"), "a") as lock:   # released when closed
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if final.is_dir():
             log(f"[launch] reusing cached dataset {final}")
             return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=True)
@@ -134,16 +124,12 @@ def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = 
         with atomic_dir(final) as tmp:
             try:
                 builder(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer), out=tmp)
-            except Exception as exc:
-                # data_prep's bad-input errors (unknown source, too few records, strict=true
-                # rejections) become one clear message; anything else is a bug: keep its traceback.
-                if isinstance(exc, (DataPrepError, JsonLineError)):
-                    raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}") from exc
-                if isinstance(exc, OSError):  # hub unreachable, missing file, disk full
-                    hint = (" (data.kind=hub needs the Hugging Face Hub or a warm HF cache; data=synthetic "
-                            "runs offline)" if cfg.data.kind == "hub" else "")
-                    raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
-                raise
+            # data_prep's bad-input errors (unknown source, too few records, strict=true rejections) and OSError
+            # (hub unreachable, missing file, disk full) become one clear message; anything else is a bug: kept.
+            except (DataPrepError, JsonLineError, OSError) as exc:
+                hint = (" (data.kind=hub needs the Hugging Face Hub or a warm HF cache; data=synthetic runs offline)"
+                        if isinstance(exc, OSError) and cfg.data.kind == "hub" else "")
+                raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
             if not (tmp / layout.MANIFEST).is_file():
                 raise LaunchError(f"data_prep wrote no {layout.MANIFEST} into {tmp}; refusing to cache it")
     return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=False)

@@ -16,15 +16,18 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from omegaconf import OmegaConf
+
 from common import keydoc
-from common.cli import run_cli, wants_help
+from common.cli import flat_keys, run_cli, wants_help
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
+from launch.compose import compose
 from launch.jobs import BACKENDS
 from launch import grpo
 from launch.errors import LaunchError
+from launch.paths import origin_of
 from launch.grpo import GRPO
 from launch.run import SFT, launch_one
-from launch.show import show_main
 from launch.study import run_study
 from launch.sweep import run_sweep
 from sft import config as sft_config
@@ -35,12 +38,10 @@ TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 
 def help_text() -> str:
     lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
-    for group in GROUPS:
-        choices = sorted({*group_choices(group), *(BACKENDS if group == "launcher" else ())})   # a backend needs no recipe
-        lines.append(f"  {group}=  {' | '.join(choices)}   (default: {DEFAULT_CHOICES[group]})")
-    lines += ["", "Top-level shortcuts:"]
-    for short, full in ALIASES.items():
-        lines.append(f"  {short:<14} -> {full} (default {sft_config.SFT[full].default!r})")
+    lines += [f"  {group}=  {' | '.join(sorted({*group_choices(group), *(BACKENDS if group == 'launcher' else ())}))}"
+              f"   (default: {DEFAULT_CHOICES[group]})" for group in GROUPS]   # a backend needs no recipe
+    lines += ["", "Top-level shortcuts:", *(f"  {short:<14} -> {full} (default {sft_config.SFT[full].default!r})"
+                                           for short, full in ALIASES.items())]
     lines += ["", "Keys (sft/config.py SFT: key=default  description; the group recipes may change a default):",
               keydoc.help_table(keydoc.from_table(sft_config.SFT))]
     lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
@@ -78,6 +79,21 @@ def _stage(argv: list[str]) -> tuple[str, list[str]]:
     return stage, rest
 
 
+def show(argv: list[str]) -> int:
+    """`launch show <the launch's arguments>`: every composed key as `key = value    # origin` (the default, a group
+    recipe, the user's `recipe=PATH` or `command line (lr=3e-4)`); nothing is built or written."""
+    composed = compose(argv)
+    rows = []
+    for key in flat_keys(composed.cfg):
+        value = OmegaConf.select(composed.cfg, key)
+        value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        rows.append((f"{key} = {value!r}", origin_of(key, composed.origins)))
+    width = min(max(len(r[0]) for r in rows), 70)
+    print("\n".join([f"# launch show {' '.join(argv)}".rstrip(), "# " + " ".join(f"{g}={c}" for g, c in composed.choices.items()),
+                     *(f"{text:<{width}}  # {origin}" for text, origin in rows)]))
+    return 0
+
+
 @dataclass(frozen=True)
 class Command:
     """One `launch` command (as vLLM's CLI_COMMANDS, torchtune's `tune run`): its name, its help line and
@@ -90,7 +106,7 @@ class Command:
 
 # `launch NAME ...`: a subcommand, the first token (SFT arms only: the GRPO stage has none)
 COMMANDS = {c.name: c for c in (
-    Command("show", "the composed recipe, each value's origin (launch/show.py)", show_main),
+    Command("show", "the composed recipe, each value's origin (launch/cli.py show)", show),
     Command("sweep", "every arm x seed, then its evaluation with eval_profile= (launch/sweep.py)", run_sweep),
 )}
 # `launch KEY=VALUE ...`: a command chosen by a key anywhere on the line; it gets the whole command line

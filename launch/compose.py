@@ -1,23 +1,12 @@
-"""Recipe composition, for both trainers.
+"""Recipe composition, for both trainers (docs/stages/launch.md, "Your own recipe").
 
-SFT (`compose`): the keys' defaults (sft.config.SFT) <- arm <- model <- data <- launcher recipes <-
-key=value overrides.
-Group selectors (`arm=`, `model=`, `data=`, `launcher=`) pick a file under `recipes/<group>/`;
-everything else is an omegaconf dotlist override checked against the keys the recipes define
-(unknown key -> the valid keys and a "did you mean"). `validate` then checks every value the
-stages rely on, so a bad value fails here, before any data prep or GPU work.
-
-GRPO (`compose_grpo`, `launch stage=grpo`): the keys' defaults (rl.config.GRPO) <-
-grpo/task/<task>.yaml <- model/<model>.yaml <- launcher/<launcher>.yaml <- grpo/model/<model>.yaml
-(if any) <- key=value; selectors `task=` `model=` `launcher=`; `arm` is `grpo_<task>`; only the keys
-the GRPO trainer reads stay, and rl.config.validate (its trainer's one schema) checks the values. Both read the command line through one `split_selectors`.
-
-`recipe=path/to/my.yaml` merges the user's own file on top of the launcher recipe (before the
-`key=value` overrides), checked like the shipped recipes. `Composed.origins` records which layer set
-each key (what `launch show` prints).
-
-A recipe may carry a `_launch:` section (e.g. `_launch.data_arm` for the r2e_v5 baseline): it is
-read by launch and removed, so it never reaches the resolved config the trainer reads.
+SFT (`compose`): the keys' defaults (sft.config.SFT) <- recipes/{arm,model,data,launcher}/<choice>.yaml <- the
+user's `recipe=FILE` <- key=value overrides (omegaconf dotlist), then `validate`, so a bad value fails before any
+data prep or GPU work. GRPO (`compose_grpo`, `launch stage=grpo`): the defaults (rl.config.GRPO) <-
+grpo/task/<task>.yaml <- model <- launcher <- grpo/model/<model>.yaml (if any) <- recipe=FILE <- key=value; only
+the keys the GRPO trainer reads stay, checked by rl.config.validate. An unknown key is refused with the valid ones
+and a "did you mean"; `Composed.origins` records which layer set each key (`launch show`). A shipped recipe's
+`_launch:` section (e.g. `_launch.data_arm` of r2e_v5) is read here and never reaches the trainer's config.
 """
 from __future__ import annotations
 
@@ -62,7 +51,6 @@ class Composed:
     cfg: DictConfig                       # the resolved config (without `_launch`)
     choices: dict[str, str]               # group -> recipe name
     meta: dict = field(default_factory=dict)   # merged `_launch` sections
-    argv: list[str] = field(default_factory=list)
     origins: dict[str, str] = field(default_factory=dict)   # key set by a layer -> that layer (later wins)
 
     @property
@@ -89,17 +77,18 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
     return choices, rest
 
 
-def _check_recipe_keys(recipe: DictConfig, base: DictConfig, where: str) -> None:
-    known = KeySpace(base, OPEN_PREFIXES)
-    for key in flat_keys(recipe):
-        if key in known:
-            continue
-        raise LaunchError(f"{where}: key {key!r} is not a launch key (recipes may only set the keys `launch --help` "
-                          f"lists).{did_you_mean(key, sorted(known.leaves))}")
+def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, error: type[Exception] = LaunchError,
+                       what: str = "a launch key (recipes may only set the keys `launch --help` lists)") -> None:
+    for key in (k for k in flat_keys(recipe) if k not in known):
+        raise error(f"{where}: key {key!r} is not {what}.{did_you_mean(key, sorted(known.leaves))}")
 
 
-def load_user_recipe(path_text: str) -> tuple[Path, DictConfig]:
-    """`recipe=PATH`: the user's own recipe file (relative to the current directory)."""
+def load_user_recipe(choices: dict[str, str]) -> tuple[str, DictConfig] | None:
+    """`recipe=PATH` of `choices` (relative to the current directory, made absolute there): the user's own
+    recipe file as (its origin label, its content); None without one."""
+    if not choices.get(USER_RECIPE):
+        return None
+    path_text = choices[USER_RECIPE]
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise LaunchError(f"recipe={path_text}: no such file")
@@ -109,7 +98,8 @@ def load_user_recipe(path_text: str) -> tuple[Path, DictConfig]:
         raise LaunchError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
     if not isinstance(cfg, DictConfig):
         raise LaunchError(f"recipe={path_text}: a recipe must be a YAML mapping")
-    return path.resolve(), cfg
+    choices[USER_RECIPE] = str(path.resolve())
+    return f"recipe={choices[USER_RECIPE]}", cfg
 
 
 def launch_meta(recipe: DictConfig, where: str, user: bool) -> dict:
@@ -123,19 +113,17 @@ def launch_meta(recipe: DictConfig, where: str, user: bool) -> dict:
     meta = resolved_container(section, where) if isinstance(section, DictConfig) else None
     if not isinstance(meta, dict):
         raise LaunchError(f"{where}: `_launch` must be a mapping with keys {', '.join(LAUNCH_META_KEYS)}")
-    for key in meta:
-        if key not in LAUNCH_META_KEYS:
-            raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
-                              f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
+    for key in (k for k in meta if k not in LAUNCH_META_KEYS):
+        raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
+                          f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
     return meta
 
 
 def check_user_recipe(recipe: DictConfig, where: str, selectors: tuple[str, ...] = SELECTOR_KEYS) -> None:
     """A user recipe must not set what the command line's selectors decide (arm=, task=, stage=)."""
-    for key in selectors:
-        if key in recipe:
-            raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
-                              f"decides; remove it from the file and pass {key}=... on the command line")
+    for key in (k for k in selectors if k in recipe):
+        raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
+                          f"decides; remove it from the file and pass {key}=... on the command line")
 
 
 def resolved_container(cfg, where: str):
@@ -159,15 +147,13 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     origins = dict.fromkeys(flat_keys(base), DEFAULT)
     layers = [(f"recipes/{group}/{choices[group]}.yaml", launcher_recipe(choices[group], recipes) if group == "launcher"
                else load_recipe(group, choices[group], recipes), False) for group in GROUPS]
-    if choices.get(USER_RECIPE):
-        path, user = load_user_recipe(choices[USER_RECIPE])
-        choices[USER_RECIPE] = str(path)
-        layers.append((f"recipe={path}", user, True))
+    if user := load_user_recipe(choices):
+        layers.append((*user, True))
     for where, recipe, is_user in layers:
         meta.update(launch_meta(recipe, where, is_user))
         if is_user:
             check_user_recipe(recipe, where)
-        _check_recipe_keys(recipe, base, where)
+        _check_recipe_keys(recipe, KeySpace(base, OPEN_PREFIXES), where)
         cfg = OmegaConf.merge(cfg, recipe)
         origins.update(dict.fromkeys(flat_keys(recipe), where))
     cfg = apply_overrides(cfg, rest, aliases=ALIASES, open_prefixes=OPEN_PREFIXES)
@@ -175,7 +161,7 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     cfg = resolve_interpolations(cfg)
     make_absolute(cfg, sft_config.SFT, origins)
     validate(cfg)
-    return Composed(cfg=cfg, choices=choices, meta=meta, argv=list(argv), origins=origins)
+    return Composed(cfg=cfg, choices=choices, meta=meta, origins=origins)
 
 
 # ---------------------------------------------------------------- GRPO
@@ -183,8 +169,8 @@ def _grpo_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]]:
     layers = [(DEFAULT, OmegaConf.create({"arm": None, **keydoc.defaults(rl_config.GRPO)})),   # arm: grpo_<task>, set last
               (f"recipes/grpo/task/{choices['task']}.yaml",
                OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
-              (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes))]
-    layers.append((f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes)))
+              (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes)),
+              (f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes))]
     # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
     # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
     rl_model = recipes / "grpo" / "model" / f"{choices['model']}.yaml"
@@ -217,18 +203,13 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     # SFT-only knob that changes nothing here, and setting one is an unknown-key error.
     cfg.train = {k: cfg.train[k] for k in rl_config.TRAIN_KEYS}
     cfg.model = {k: cfg.model[k] for k in rl_config.MODEL_KEYS}
-    if choices.get(USER_RECIPE):
-        path, user = load_user_recipe(choices[USER_RECIPE])
-        choices[USER_RECIPE] = str(path)
-        where = f"recipe={path}"
+    if layer := load_user_recipe(choices):
+        where, user = layer
         if "_launch" in user:
             raise RlError(f"{where}: `_launch` is internal to the shipped SFT recipes; nothing of it applies to GRPO")
         check_user_recipe(user, where, GRPO_SELECTOR_KEYS)
-        known = KeySpace(cfg)
-        for key in flat_keys(user):
-            if key not in known:
-                raise RlError(f"{where}: key {key!r} is not a GRPO key (stage=grpo reads only the keys "
-                              f"`launch stage=grpo --help` lists).{did_you_mean(key, sorted(known.leaves))}")
+        _check_recipe_keys(user, KeySpace(cfg), where, RlError,
+                           "a GRPO key (stage=grpo reads only the keys `launch stage=grpo --help` lists)")
         cfg = OmegaConf.merge(cfg, user)
         origins.update(dict.fromkeys(flat_keys(user), where))
     cfg = apply_overrides(cfg, rest, aliases=RL_ALIASES, open_prefixes=())
@@ -242,7 +223,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     rl_config.validate(cfg)
     if bad := launcher_problems(cfg, resume=False):
         raise RlError("invalid config:\n  " + "\n  ".join(bad))
-    return Composed(cfg=cfg, choices=choices, argv=list(argv), origins=origins)
+    return Composed(cfg=cfg, choices=choices, origins=origins)
 
 
 # ---------------------------------------------------------------- validation
@@ -265,27 +246,17 @@ def validate(cfg: DictConfig) -> None:
         if not ok:
             bad.append(f"{key} must be a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(SOURCE_FORMATS)}, "
                        f"got {srcs!r}")
-    if not bad:
-        _check_consistency(cfg, bad)
+    if not bad:   # each value valid: how they combine (save_steps beyond the horizon are no error: the final step is saved)
+        if cfg.data.max_seq_len > cfg.train.max_tokens_per_micro_batch:
+            bad.append(f"data.max_seq_len={cfg.data.max_seq_len} exceeds train.max_tokens_per_micro_batch="
+                       f"{cfg.train.max_tokens_per_micro_batch}: the trainer never splits a trajectory across "
+                       "micro-batches, so the longest ones could not be trained; raise the budget or lower max_seq_len")
+        bad += launcher_problems(cfg)
+        for domain, needed in (("code", cfg.arm != "search"), ("search", cfg.arm in ("search", "mixed"))):
+            if needed and cfg.data.kind == "hub" and cfg.data.dir is None and not cfg.data.sources[domain]:
+                bad.append(f"arm={cfg.arm} with data.kind=hub needs data.sources.{domain} (e.g. data=hub)")
     if bad:
         raise LaunchError("invalid config:\n  " + "\n  ".join(bad))
-
-
-def _check_consistency(cfg: DictConfig, bad: list[str]) -> None:
-    # save_steps beyond the horizon are not an error: `steps=4` with the default saves at 50..200
-    # just saves the final step (planned_saves shows which remain).
-    if cfg.data.max_seq_len > cfg.train.max_tokens_per_micro_batch:
-        bad.append(f"data.max_seq_len={cfg.data.max_seq_len} exceeds train.max_tokens_per_micro_batch="
-                   f"{cfg.train.max_tokens_per_micro_batch}: the trainer never splits a trajectory across "
-                   "micro-batches, so the longest ones could not be trained; raise the budget or lower max_seq_len")
-    bad += launcher_problems(cfg)
-    if cfg.data.kind == "hub" and cfg.data.dir is None:
-        need_code = cfg.arm != "search"
-        need_search = cfg.arm in ("search", "mixed")
-        if need_code and not cfg.data.sources.code:
-            bad.append(f"arm={cfg.arm} with data.kind=hub needs data.sources.code (e.g. data=hub)")
-        if need_search and not cfg.data.sources.search:
-            bad.append(f"arm={cfg.arm} with data.kind=hub needs data.sources.search (e.g. data=hub)")
 
 
 def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:

@@ -1,12 +1,6 @@
-"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG`.
-
-A `Job` names the module, its one config file (an array: one config file per task), the interpreter that
-runs it, its wrapper (none, or torchrun over nodes × processes: training), the resources it asks for, the
-cluster settings it carries, what it needs (data artefacts, modules its interpreter must import) and the
-jobs of its plan it runs after. A plan is an ordered list of Jobs; a `Runner` runs one. The runners are the
-launcher backends, by `launcher.kind` in `BACKENDS` (`backend(kind)`): `LocalRunner` (launch/local.py: here, in
-order) and `SlurmRunner` (launch/slurm.py: one sbatch script per job).
-`dry_run` writes every job's script beside its config under a directory it names and prints the plan.
+"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG`
+(docs/concepts.md, "Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs
+it; `dry_run` writes every job's script beside its config under a directory it names and prints the plan.
 """
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ import re
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -26,10 +20,7 @@ REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-# The cluster settings every job a study or sweep submits carries: training arrays, per-run evaluation jobs,
-# evaluation arrays, the aggregation, a study's stage jobs (`launcher.<key>` of training, `slurm.<key>` of analyze).
-CLUSTER_KEYS = ("partition", "account", "qos", "time", "sbatch", "setup")
-# The ones that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
+# The cluster settings that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
 CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
 
 
@@ -42,7 +33,7 @@ def dotlist_value(x) -> str:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The cluster settings (CLUSTER_KEYS) of a job: null / empty = the cluster's defaults."""
+    """The cluster settings every submitted job carries (`launcher.<key>`, analyze's `slurm.<key>`); null / empty: the cluster's defaults."""
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -53,9 +44,9 @@ class Cluster:
     @classmethod
     def of(cls, section) -> "Cluster":
         """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
-        get = (lambda k: section.get(k)) if hasattr(section, "get") else (lambda k: getattr(section, k, None))
-        one = {k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS}
-        return cls(**one, sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
+        get = section.get
+        return cls(**{k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS},
+                   sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
 
     def over(self, **changes) -> "Cluster":
         """This one with `changes` (the non-null ones) on top: a stage's own settings."""
@@ -65,6 +56,9 @@ class Cluster:
         """`PREFIX<key>=value` for each setting made: what hands them to another command (analyze's `slurm.`)."""
         return [f"{prefix}{k}={dotlist_value(list(v) if k == 'sbatch' else v)}"
                 for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
+
+
+CLUSTER_KEYS = tuple(f.name for f in fields(Cluster))
 
 
 @dataclass(frozen=True)
@@ -178,28 +172,24 @@ def cuda_device_count() -> int:
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them.
     `run(plan, where)` checks the plan, then for each job in order writes its script to `where/<name><suffix>`
-    and starts it, after the jobs it names.
-
-    A backend is one subclass in one file, registered in one line of `BACKENDS` (LocalRunner in launch/local.py,
-    SlurmRunner in launch/slurm.py): a third one, e.g. torchrun over ssh on several hosts, is one new file
-    implementing `script` and `start`, and no other file changes. A command asks the backend, never its name:
-    - `submits`: `start` submits a job that runs later, elsewhere (a launch records the submission and returns; a
-      finished run is left out of a plan); else `start` runs the job to its end.
-    - `where` its jobs run, so where CUDA must be and a service can be probed: "here" (this machine, this
-      machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or "nodes" (`launcher.nodes` nodes of
-      `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes, 1 on a CPU-only node).
-    - `requeues`: a stopped job is requeued and resumes from its latest state by itself (resume=never refused).
+    and starts it, after the jobs it names. A backend is one subclass in one file, registered in one line of
+    `BACKENDS`: a third one (e.g. torchrun over ssh on several hosts) is one new file implementing `script` and
+    `start`, and no other file changes (tests/test_jobs.py holds such a double). Commands ask it, never its name:
+    - `submits`: `start` submits a job that runs later, elsewhere (a launch records it and returns); else `start`
+      runs the job to its end. `requeues`: a stopped job is requeued and resumes by itself (resume=never refused).
+    - `where` its jobs run: "here" (this machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or
+      "nodes" (`launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes).
     - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
       queued or running; `task_command(job, config)`: what a task runs (on its first node), printed and recorded.
-    - `script(job, ids, where)`: the text of what the job runs (every task's `python -m MODULE CONFIG` under its
-      wrapper, its resources, its dependencies from `ids`, the id of each job started so far by name: `<job id of
-      NAME>` in a dry run); logs go under `where`. It writes nothing: the dry run prints and writes its text.
-    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; return its id. A job run
-      here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
-    A runner is `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what
-    its scripts say wrote them), where a job other than training runs (default: the working directory), the
-    checkout training runs from, the jobs' environment (None: this one); a backend running jobs here hides their
-    stdout when `quiet`, appends each signal it forwards to `stops` and keeps each job's log file in `logs`.
+    - `script(job, ids, where)`: the text of what the job runs (its tasks under its wrapper, its resources, its
+      dependencies from `ids`, each started job's id by name: `<job id of NAME>` in a dry run; logs under
+      `where`). It writes nothing.
+    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; its id. A job run here
+      that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
+    `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what its scripts
+    say wrote them), where a job other than training runs (default: the working directory), the checkout
+    training runs from, the jobs' environment (None: this one); a backend running jobs here hides their stdout
+    when `quiet`, appends each signal it forwards to `stops` and keeps each job's log file in `logs`.
     """
     suffix = ".sh"
     submits = False

@@ -1,12 +1,6 @@
-"""The local launcher, LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order; training as
-`torchrun --standalone --nproc_per_node N -m sft.train <run_dir>/config.yaml` (torchrun as
-`python -m launch.torchrun`: a failed worker in one line, with its own exit code).
-
-The trainer's stdout and stderr pass through to this terminal and are also written, as they
-arrive, to `<run_dir>/logs/train-<UTC time>.log` (one file per launch, so a resumed run keeps
-the log of every segment). SIGTERM / SIGINT (Ctrl-C) / SIGUSR1 sent to launch reach the trainer
-processes, which save a resumable state and exit 0; launch exits with the trainer's exit code.
-"""
+"""The local launcher, LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order. Training runs under
+`python -m launch.torchrun --standalone`, its output passed through and teed into `<run_dir>/logs/train-<UTC
+time>.log`, launch's SIGTERM / SIGINT / SIGUSR1 forwarded to the trainers (docs/stages/launch.md)."""
 from __future__ import annotations
 
 import contextlib
@@ -35,11 +29,9 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
     """A GPU-only model recipe on a machine without CUDA fails here, before any data prep."""
     gpus = jobs.cuda_device_count() if gpus is None else gpus
     if cfg.model.gpu_only and gpus == 0:
-        raise LaunchError(
-            f"model={model_choice} is GPU-only (model.gpu_only=true) and this machine has no CUDA GPU. "
-            "For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
-            "or launcher=slurm to submit to GPU nodes."
-        )
+        raise LaunchError(f"model={model_choice} is GPU-only (model.gpu_only=true) and this machine has no CUDA GPU. "
+                          "For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
+                          "or launcher=slurm to submit to GPU nodes.")
     nproc = cfg.launcher.nproc
     if gpus > 0 and nproc != "auto" and int(nproc) > gpus:
         raise LaunchError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
@@ -47,11 +39,7 @@ def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) 
 
 def _pump(src, sinks: list, lock: threading.Lock) -> None:
     """Copy a pipe to its sinks chunk by chunk (so tqdm's carriage returns show live)."""
-    fd = src.fileno()
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
+    for chunk in iter(lambda: os.read(src.fileno(), 65536), b""):
         with lock:
             for sink in sinks:
                 sink.write(chunk)
@@ -59,31 +47,26 @@ def _pump(src, sinks: list, lock: threading.Lock) -> None:
 
 
 def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None,
-               pass_fds: tuple[int, ...] = (), stops: list[str] | None = None) -> tuple[int, Path]:
-    """Run `cmd`, tee its stdout/stderr into `<log_dir>/train-<time>.log`; return (exit code, log).
+               stops: list[str] | None = None) -> tuple[int, Path]:
+    """Run `cmd`, tee its stdout/stderr into a new `<log_dir>/train-<time>.log`; return (exit code, log).
 
     The child gets its own process group, so a terminal's Ctrl-C reaches launch alone and is
     forwarded exactly once (torchrun treats a second signal during its shutdown as another stop).
-    `pass_fds`: descriptors the child inherits (none by default; the trainer takes its own run-dir lock).
-    `stops`: the name of each signal forwarded to the trainer is appended there.
+    It inherits no descriptor (the trainer takes its own run-dir lock). `stops`: the name of each
+    signal forwarded to the trainer is appended there.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.log"
-    n = 1
-    while log_path.exists():
-        log_path = log_dir / f"{log_path.stem.split('.')[0]}.{n}.log"
+    stem, n = f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}", 0
+    while (log_path := log_dir / (f"{stem}.{n}.log" if n else f"{stem}.log")).exists():
         n += 1
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                process_group=0, pass_fds=pass_fds)
-        forward = _install_forwarding(proc, stops)
-        lock = threading.Lock()
-        threads = [
-            threading.Thread(target=_pump, args=(proc.stdout, [sys.stdout.buffer, log], lock), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, [sys.stderr.buffer, log], lock), daemon=True),
-        ]
+                                process_group=0)
+        forward, lock = _install_forwarding(proc, stops), threading.Lock()
+        threads = [threading.Thread(target=_pump, args=(pipe, [out, log], lock), daemon=True)
+                   for pipe, out in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer))]
         for t in threads:
             t.start()
         try:
@@ -99,12 +82,9 @@ def child_pids(pid: int) -> list[int]:
     """Direct children of `pid`, from /proc (empty where /proc is unavailable)."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == pid:
-            out.append(int(stat.parent.name))
+        with contextlib.suppress(OSError, IndexError, ValueError):   # gone meanwhile, or not a process's
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
     return out
 
 
@@ -119,40 +99,24 @@ def _install_forwarding(proc: subprocess.Popen, stops: list[str] | None = None):
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     relay = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGTERM, signal.SIGUSR1: signal.SIGUSR1}
-    previous = {}
 
     def handler(signum, _frame):
         if proc.poll() is not None:
             return
         if stops is not None:
             stops.append(signal.Signals(signum).name)
-        targets = child_pids(proc.pid) or [proc.pid]
         print(f"[launch] signal {signal.Signals(signum).name}: asking the trainer to save its state and stop",
               file=sys.stderr, flush=True)
-        for pid in targets:
-            try:
+        for pid in child_pids(proc.pid) or [proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, relay[signum])
-            except ProcessLookupError:
-                pass
 
-    for sig in relay:
-        previous[sig] = signal.signal(sig, handler)
-
-    def restore():
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
+    previous = {sig: signal.signal(sig, handler) for sig in relay}
+    return lambda: [signal.signal(sig, old) for sig, old in previous.items()]
 
 
-# ------------------------------------------------------------------ a command in this process, or a child
-# A job (or a sweep's / study's stage) whose interpreter is this one runs in this process (`run_main`), as its
-# console script would in a child: the same exit status (the command's return value, a SystemExit's code, a
-# message in it printed to stderr with status 1, as Python does; 1 and the traceback for an uncaught
-# exception), and nothing leaks into the next one: the environment (`env=` is set for the call only), the
-# working directory and the logging handlers and levels are restored afterwards (a handler it added is
-# closed); `quiet=True` hides its stdout (not stderr, where refusals go), as `stdout=DEVNULL` does. Another
-# interpreter (`python.eval=` / `python.sft=`, common.interpreter) runs it as a child (`run_child`).
+# A job whose interpreter is this one runs in this process (`run_main`), as its console script would in a child
+# (`run_child`, another interpreter): the same exit status, and nothing leaks into the next one (`isolated`).
 def _loggers() -> dict[str, logging.Logger]:
     found = {"": logging.getLogger()}
     found.update((name, lg) for name, lg in logging.Logger.manager.loggerDict.items() if isinstance(lg, logging.Logger))
@@ -187,19 +151,18 @@ def isolated(env: dict[str, str] | None = None):
 
 def exit_status(code) -> int:
     """The status `sys.exit(code)` ends a process with (a message: printed to stderr, status 1)."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
+    if code is None or isinstance(code, int):
+        return code or 0
     print(code, file=sys.stderr, flush=True)
     return 1
 
 
 def run_main(main: Callable[[list[str]], int | None], argv: list[str], *, env: dict[str, str] | None = None,
              quiet: bool = False) -> int:
-    """`main(argv)` in this process, isolated; its exit status as its console script would end with."""
-    out = io.StringIO() if quiet else None
-    with isolated(env), (contextlib.redirect_stdout(out) if quiet else contextlib.nullcontext()):
+    """`main(argv)` in this process, isolated (`env` set for the call only; `quiet`: its stdout hidden, not stderr,
+    where refusals go); its exit status as its console script would end with (an uncaught exception: 1 and the
+    traceback)."""
+    with isolated(env), (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
         try:
             return exit_status(main(list(argv)))
         except SystemExit as exc:
@@ -220,13 +183,10 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, quiet: bool 
 
 class LocalRunner(Runner):
     """The local backend: a plan run here, job after job (each array task in turn), stopping at the first failure
-    with its exit status (JobFailed); one node, this machine's GPUs (`nproc=auto`: as many processes, 1 without
-    CUDA). A job whose interpreter is this one and that has no wrapper runs in this process (`run_main` on its
-    module's `main([CONFIG])`, isolated); any other runs as a child, `PYTHON -m MODULE CONFIG` (training: under
-    torchrun on this node, `launch.torchrun --standalone`, from the checkout). A job with a log directory (`logs`:
-    training) has its output teed into a new log file there (`logs[name]` after it ran) and this process's
-    SIGTERM / SIGINT / SIGUSR1 forwarded to it (each one's name appended to `stops`: run_logged). Its script (what
-    the dry run writes) is those commands."""
+    with its exit status (JobFailed). A job of this interpreter without a wrapper runs in this process (`run_main`
+    on its module's `main([CONFIG])`); any other as a child, `PYTHON -m MODULE CONFIG` (training: under torchrun,
+    from the checkout). A job with `logs` (training) runs through `run_logged` (`logs[name]`: its log file, `stops`:
+    the signals forwarded). Its script (what the dry run writes) is those commands."""
     where = "here"
 
     def _cwd(self, job: Job) -> str:

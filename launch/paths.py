@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch
 from common.fields import OUTPUT, path_keys
 from common.tiny import ALIASES, OLD_SPELLINGS
+from launch.jobs import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = "recipes/"                 # the origin label of a shipped recipe layer (launch.compose)
 EMBEDDED_NAMES = (*ALIASES, *OLD_SPELLINGS)   # common.tiny: resolved by name, never a directory here
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -27,19 +27,16 @@ LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
 
 
 def _abs(value: str, base: Path) -> str:
-    p = Path(os.path.expanduser(value))
-    return os.path.normpath(p if p.is_absolute() else base / p)
+    return os.path.normpath(base / os.path.expanduser(value))   # an absolute path stays itself
 
 
 def _model(value: str, base: Path, shipped: bool) -> str:
     if value in EMBEDDED_NAMES or value.startswith(("http://", "https://")):
         return value
     expanded = os.path.expanduser(value)
-    if os.path.isabs(expanded) or (base / expanded).exists():
-        return _abs(value, base)
-    if shipped or HUB_ID.fullmatch(value):
+    if not (os.path.isabs(expanded) or (base / expanded).exists()) and (shipped or HUB_ID.fullmatch(value)):
         return value   # a hub id (a shipped recipe names only hub ids and embedded models)
-    return _abs(value, base)   # a local name that does not exist: refused later as a missing path, not a repo dir
+    return _abs(value, base)   # a local path (one that does not exist: refused later as a missing path, not a repo dir)
 
 
 def _source(spec: str, base: Path) -> str:
@@ -62,7 +59,7 @@ def absolute(kind: str, value, base: Path, shipped: bool = False):
     if kind in ("paths", "sources"):
         if isinstance(value, (str, int, float)):
             return value   # not a list: validation names it
-        one = _source if kind == "sources" else (lambda v, b: _abs(v, b) if isinstance(v, str) else v)
+        one = _source if kind == "sources" else _abs
         return [one(v, base) if isinstance(v, str) else v for v in value]
     if not isinstance(value, str):
         return value

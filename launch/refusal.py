@@ -1,12 +1,8 @@
-"""A trainer's refusal, as its launch reports it (docs/stages/launch.md): the trainer records its exit code
-and one-line reason in `logs/trainer-exit.json` under its launch's id (`common.layout.record_refusal`,
-`DTSFT_LAUNCH_ID`), since torchrun turns any worker failure into exit 1. A local launch reads it back
-(launch.run.report_end); a Slurm segment runs
-
-    python -m launch.refusal RUN_DIR LAUNCH_ID
-
-after srun: it prints `CODE<TAB>MESSAGE` and exits 0 when the trainer of that launch recorded a
-refusal, else exits 1 with nothing printed.
+"""A trainer's refusal as its launch reports it (docs/stages/launch.md): the trainer records its exit code and
+one-line reason in `logs/trainer-exit.json` under its launch's id (common.layout.record_refusal), since torchrun
+turns any worker failure into exit 1. A local launch reads it back (launch.run.report_end); a Slurm segment runs
+`python -m launch.refusal RUN_DIR LAUNCH_ID` after srun: `CODE<TAB>MESSAGE` and exit 0 when the trainer of that
+launch recorded a refusal, else exit 1 with nothing printed.
 """
 from __future__ import annotations
 
@@ -22,9 +18,7 @@ def trainer_refusal(rd: Path, launch_id: str | None) -> tuple[int, str] | None:
     path = Path(rd) / layout.LOGS / layout.TRAINER_EXIT
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
-        if rec.get("launch") != launch_id:
-            return None
-        return int(rec["code"]), str(rec["error"])
+        return (int(rec["code"]), str(rec["error"])) if rec.get("launch") == launch_id else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -33,11 +27,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m launch.refusal RUN_DIR LAUNCH_ID", file=sys.stderr)
         return 2
-    refusal = trainer_refusal(Path(argv[0]), argv[1])
-    if refusal is None:
+    if (refusal := trainer_refusal(Path(argv[0]), argv[1])) is None:
         return 1
-    code, message = refusal
-    print(f"{code}\t{' '.join(message.split())}")   # one line, whatever the message held
+    print(f"{refusal[0]}\t{' '.join(refusal[1].split())}")   # one line, whatever the message held
     return 0
 
 

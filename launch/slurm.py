@@ -1,31 +1,14 @@
-"""The Slurm launcher (SlurmRunner): an sbatch script per Job (a run, or one job array per sweep), submitted with sbatch.
+"""The Slurm launcher (SlurmRunner): one sbatch script per Job, submitted with sbatch in plan order.
 
-Each node runs one torchrun (`srun --ntasks-per-node=1`) that joins a c10d rendezvous on the
-first node's address (its NodeAddr; port 29500, or $DTSFT_RDZV_PORT) and starts `gpus_per_node` trainer processes.
-
-Preemption and time limits:
-- `--signal=USR1@120`: 120 s before the time limit Slurm sends SIGUSR1 to the job step's
-  processes; the trainer saves a resumable state at the next step boundary and exits 0.
-  torchrun itself is started with SIGUSR1 ignored (`trap "" USR1` before `exec`), because its
-  default action would kill torchrun before the workers finish saving; the workers install their
-  own handler, which overrides the inherited "ignore". A SIGUSR1 sent to the batch shell instead
-  (`scancel --signal=USR1 --batch`, a preemption notice) is passed to srun, which forwards it to the
-  same processes: the shell traps it and keeps waiting (untrapped, bash would die of it and the job
-  would fail, trainers killed, as a real Slurm showed).
-- after srun returns, the script requeues the job (`scontrol requeue`) when the run has no
-  `DONE` marker and the trainer exited cleanly; `--requeue` also lets Slurm requeue it itself on
-  preemption or node failure. Every segment runs the same command on the same config.yaml, whose
-  `resume: auto` continues from the latest complete state.
-- a crash (non-zero exit) is not requeued: the job fails with the trainer's exit code. So is a
-  segment whose trainer finds a state of another run identity (config.yaml or the trainer's
-  semantics changed between segments: the trainer exits 2 before any model work).
-- how a segment ended short of `DONE` is recorded in the run dir for analyze (common.layout end records):
-  `REQUEUED` before the requeue; `FAILED` when the step exits non-zero or is killed (OOM, SIGKILL: no
-  Python ran to say so) or `launcher.setup` ends the job, unless the trainer recorded its own error for
-  this segment. A segment removes an earlier segment's record when it starts.
+A training job runs one torchrun per node under srun (c10d rendezvous on the first node's NodeAddr, port 29500
+or $DTSFT_RDZV_PORT), with SIGUSR1 120 s before the time limit (torchrun ignores it, the trainers save and stop),
+then requeues itself when the run has no DONE and the trainer exited 0; a crash or a refusal is not requeued.
+How a segment ended short of DONE is recorded in the run dir (common.layout FAILED / REQUEUED). The why of
+each step: docs/how-to/slurm.md ("Training jobs and signals", "How a segment ended") and docs/stages/launch.md.
 """
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -34,8 +17,7 @@ from pathlib import Path
 
 from common.layout import CONFIG, LAUNCH_ID_ENV
 from launch.errors import LaunchError
-# the cluster settings are a Job's (launch.jobs); launch.slurm.Cluster / CLUSTER_KEYS name them too
-from launch.jobs import CLUSTER_KEYS, CLUSTER_OPTIONS, Cluster, Job, Runner, dotlist_value  # noqa: F401
+from launch.jobs import CLUSTER_OPTIONS, Cluster, Job, Runner
 
 RDZV_PORT = 29500
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them.
@@ -66,46 +48,14 @@ class SlurmSpec:
     gpus_per_node: int
     nproc_per_node: int
     output: str               # --output pattern (a log file under the run / sweep dir)
-    partition: str | None = None
-    time: str | None = None
-    account: str | None = None
-    qos: str | None = None
+    cluster: Cluster = Cluster()   # partition, time, account, qos, its sbatch lines, launcher.setup (before srun)
+    more: tuple[str, ...] = ()     # #SBATCH lines after the cluster's
     array: str | None = None  # e.g. "0-8" for a sweep
-    extra: tuple[str, ...] = ()   # launcher.sbatch: further #SBATCH options
-    setup: str | None = None      # launcher.setup: shell run before srun
     dependency: str | None = None   # e.g. afterok:4242 (null: none)
     exclusive: bool = True        # the whole node (training); evaluation tasks share a node
     # True: --signal=USR1@120 (the trainers save and stop before the time limit); a string: that --signal
     # value (an evaluation task: B:USR1@120, to the batch shell, which is the task's python)
     signal: bool | str = True
-
-    @classmethod
-    def of(cls, cluster: Cluster, more: tuple[str, ...] = (), **kw) -> "SlurmSpec":
-        """A job with `cluster`'s settings (its sbatch lines, then `more`): how every job kind gets them."""
-        return cls(partition=cluster.partition, time=cluster.time, account=cluster.account, qos=cluster.qos,
-                   extra=(*cluster.sbatch, *more), setup=cluster.setup, **kw)
-
-
-def _header(spec: SlurmSpec, command: str) -> list[str]:
-    lines = [
-        "#!/bin/bash",
-        f"# Written by: {command}",
-        f"#SBATCH --job-name={spec.job_name}",
-        f"#SBATCH --nodes={spec.nodes}",
-        "#SBATCH --ntasks-per-node=1",
-        *([f"#SBATCH --gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
-        *(["#SBATCH --exclusive"] if spec.exclusive else []),
-        *([f"#SBATCH --signal={spec.signal if isinstance(spec.signal, str) else 'USR1@120'}"] if spec.signal else []),
-        "#SBATCH --requeue",
-        "#SBATCH --open-mode=append",
-        f"#SBATCH --output={spec.output}",
-    ]
-    for flag, value in (("partition", spec.partition), ("time", spec.time), ("account", spec.account),
-                        ("qos", spec.qos), ("array", spec.array), ("dependency", spec.dependency)):
-        if value is not None:
-            lines.append(f"#SBATCH --{flag}={value}")
-    lines += [f"#SBATCH {opt}" for opt in spec.extra]
-    return lines
 
 
 def _body(spec: SlurmSpec, python: str, module: str = "sft.train") -> list[str]:
@@ -117,14 +67,13 @@ def _body(spec: SlurmSpec, python: str, module: str = "sft.train") -> list[str]:
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
         f" -m {module} \"$2\""
     )
-    setup = _setup_lines(spec)
     return [
         "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
         # the id a trainer's refusal and failure are recorded under (common.layout): this segment's
         f'export {LAUNCH_ID_ENV}="slurm-$JOB_REF-${{SLURM_RESTART_COUNT:-0}}"',
         *_end_record_lines(),
-        *setup,
+        *_setup_lines(spec),
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         # the rendezvous host: the node's address (NodeAddr), which is its name only where the cluster names
@@ -203,7 +152,15 @@ def render_script(spec: SlurmSpec, command: str, cd: str, lines: list[str], runs
     """The one sbatch template: the #SBATCH header (`command`: what wrote it), a training job's run dir(s)
     (`runs`), `cd` (training: the checkout; any other job: where the submitting command ran, its relative paths
     valid), unbuffered output, then the job's `lines`."""
-    return "\n".join([*_header(spec, command), "", "set -uo pipefail", *runs, f"cd {shlex.quote(cd)}",
+    signal = spec.signal if isinstance(spec.signal, str) else "USR1@120"
+    options = [f"job-name={spec.job_name}", f"nodes={spec.nodes}", "ntasks-per-node=1",
+               *([f"gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
+               *(["exclusive"] if spec.exclusive else []), *([f"signal={signal}"] if spec.signal else []),
+               "requeue", "open-mode=append", f"output={spec.output}",
+               *(f"{k}={v}" for k in ("partition", "time", "account", "qos") if (v := getattr(spec.cluster, k)) is not None),
+               *(f"{k}={v}" for k in ("array", "dependency") if (v := getattr(spec, k)) is not None)]
+    return "\n".join(["#!/bin/bash", f"# Written by: {command}", *(f"#SBATCH --{o}" for o in options),
+                      *(f"#SBATCH {o}" for o in (*spec.cluster.sbatch, *spec.more)), "", "set -uo pipefail", *runs, f"cd {shlex.quote(cd)}",
                       "export PYTHONUNBUFFERED=1", *lines]) + "\n"
 
 
@@ -218,58 +175,48 @@ def render_run_script(spec: SlurmSpec, run_dirs: str | list[str], repo: str, pyt
 
 def _setup_lines(spec: SlurmSpec) -> list[str]:
     # Environment scripts (conda activate, module load) often read unset variables: not under `set -u`.
-    return ["set +u  # launcher.setup", *spec.setup.strip().splitlines(), "set -u  # end of launcher.setup"] \
-        if spec.setup else []
+    setup = spec.cluster.setup
+    return ["set +u  # launcher.setup", *setup.strip().splitlines(), "set -u  # end of launcher.setup"] if setup else []
 
 
 class SlurmRunner(Runner):
-    """A plan as Slurm jobs: one sbatch script per Job, submitted in order, each with `--dependency` from its
-    `after` (afterok, or afterany for `after_any`) and `waits`; a job with an afterok dependency gets
-    `--kill-on-invalid-dep=yes` (one that can never be met cancels it, so that what runs afterany still runs).
-    An array is one script, task i running config i. Training (the torchrun wrapper) is the run script above:
-    one torchrun per node under srun, USR1 to save and stop, requeue and the FAILED / REQUEUED end records;
-    any other job execs `python -m MODULE CONFIG` in the batch shell, from `workdir` (where the command ran:
-    its relative paths stay valid), the project importable. Logs: `<where>/slurm-<name>-<job id>.out`.
-    Training runs on `launcher.nodes` whole nodes, is requeued when stopped, and is refused while its last
-    submission is queued or running (`check_not_queued`)."""
+    """A plan as Slurm jobs: one sbatch script per Job, submitted in order, `--dependency` from its `after`
+    (afterok, or afterany for `after_any`; an afterok one adds `--kill-on-invalid-dep=yes`, so that what runs
+    afterany still runs) and `waits`. An array is one script, task i running config i. Training (the torchrun
+    wrapper) is the run script above on `launcher.nodes` whole nodes; any other job execs `python -m MODULE
+    CONFIG` in the batch shell, from `workdir` (its relative paths stay valid), the project importable.
+    Logs: `<where>/slurm-<name>-<job id>.out`, or `slurm-<job id>.out` in the job's `logs`."""
     suffix = ".sbatch"
     submits, requeues = True, True
-
-    @staticmethod
-    def cluster(launcher) -> Cluster:
-        return Cluster.of(launcher)
+    cluster = staticmethod(Cluster.of)
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
-        """Refuse to submit a run whose last submitted job is still queued or running (two jobs would
-        train one run directory); the job ids come from the run's manifest.json."""
-        import json
-
+        """Refuse to submit a run whose last submitted job (its manifest.json's) is still queued or running
+        (two jobs would train one run directory)."""
         path = Path(run_dir) / "manifest.json"
         if not path.is_file():
             return
         launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
         jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
-        if jobs and (state := job_state(jobs[-1])) is not None:
-            raise LaunchError(f"{run_dir} is already {state} as Slurm job {jobs[-1]}; it resumes by itself when "
-                              f"requeued (scancel {jobs[-1]} first to resubmit)")
-
-    @staticmethod
-    def dependency(job: Job, ids) -> str | None:
-        task = f"_{job.after_task}" if job.after_task is not None else ""
-        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
-        return ",".join(d for d in (own, job.waits) if d) or None
+        squeue = shutil.which("squeue")   # absent, or the job no longer known (finished, purged): not queued
+        out = subprocess.run([squeue, "-h", "-o", "%T", "-j", str(jobs[-1])], capture_output=True, text=True) \
+            if jobs and squeue else None
+        if out is not None and out.returncode == 0 and out.stdout.split():
+            raise LaunchError(f"{run_dir} is already {out.stdout.split()[0]} as Slurm job {jobs[-1]}; it resumes by "
+                              f"itself when requeued (scancel {jobs[-1]} first to resubmit)")
 
     def spec(self, job: Job, ids, where: Path) -> SlurmSpec:
-        r, dep = job.resources, self.dependency(job, ids)
-        cluster = (job.cluster or Cluster()).over(time=r.time)
+        r, task = job.resources, f"_{job.after_task}" if job.after_task is not None else ""
+        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
+        dep = ",".join(d for d in (own, job.waits) if d) or None
         array = f"0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "") if job.array else None
         pattern = "%A_%a.out" if job.array else "%j.out"
         log = Path(job.logs) / f"slurm-{pattern}" if job.logs else where / f"slurm-{job.name}-{pattern}"
-        return SlurmSpec.of(cluster, ("--kill-on-invalid-dep=yes",) if dep and "afterok" in dep else (),
-                            job_name=job.title or f"dtsft-{job.name}", nodes=r.nodes, gpus_per_node=r.gpus_per_node,
-                            nproc_per_node=job.wrapper.nproc_per_node if job.wrapper else 1, output=str(log),
-                            array=array, dependency=dep, exclusive=r.exclusive, signal=r.signal)
+        return SlurmSpec(job.title or f"dtsft-{job.name}", r.nodes, r.gpus_per_node,
+                         job.wrapper.nproc_per_node if job.wrapper else 1, str(log), (job.cluster or Cluster()).over(time=r.time),
+                         ("--kill-on-invalid-dep=yes",) if dep and "afterok" in dep else (), array=array, dependency=dep,
+                         exclusive=r.exclusive, signal=r.signal)
 
     def script(self, job: Job, ids, where: Path) -> str:
         spec = self.spec(job, ids, Path(where))
@@ -292,27 +239,12 @@ class SlurmRunner(Runner):
         return render_script(spec, self.command, self.workdir, lines)
 
     def start(self, job: Job, script: Path, ids) -> str:
-        return submit(script)
-
-
-def job_state(job_id: str) -> str | None:
-    """The job's state from squeue (PENDING, RUNNING, ...), or None when squeue is absent or the
-    job is no longer known (finished, purged)."""
-    squeue = shutil.which("squeue")
-    if squeue is None:
-        return None
-    out = subprocess.run([squeue, "-h", "-o", "%T", "-j", str(job_id)], capture_output=True, text=True)
-    states = out.stdout.split() if out.returncode == 0 else []
-    return states[0] if states else None
-
-
-def submit(script: Path) -> str:
-    """`sbatch --parsable SCRIPT`; return the job id."""
-    sbatch = shutil.which("sbatch")
-    if sbatch is None:
-        raise LaunchError(f"sbatch not found on PATH; the script is written at {script} "
-                          "(use dry_run=true to only print it)")
-    out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise LaunchError(f"sbatch {script} failed (exit {out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
-    return out.stdout.strip().split(";", 1)[0]
+        """`sbatch --parsable SCRIPT`; the job id."""
+        sbatch = shutil.which("sbatch")
+        if sbatch is None:
+            raise LaunchError(f"sbatch not found on PATH; the script is written at {script} "
+                              "(use dry_run=true to only print it)")
+        out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise LaunchError(f"sbatch {script} failed (exit {out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+        return out.stdout.strip().split(";", 1)[0]

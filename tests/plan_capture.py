@@ -87,8 +87,9 @@ def unpinned_stand_ins(where: Path) -> None:
 def _spec(spec) -> dict:
     """A Slurm job's resources and order (launch.slurm.SlurmSpec), without its log file's place."""
     keep = ("job_name", "nodes", "gpus_per_node", "nproc_per_node", "partition", "time", "account", "qos", "array",
-            "dependency", "exclusive", "signal", "setup")
-    return {**{k: getattr(spec, k) for k in keep}, "extra": list(spec.extra)}
+            "dependency", "exclusive", "signal", "setup")   # partition, time, account, qos, setup: its cluster's
+    return {**{k: getattr(spec.cluster if k in ("partition", "time", "account", "qos", "setup") else spec, k) for k in keep},
+            "extra": [*spec.cluster.sbatch, *spec.more]}
 
 
 def _config(path: str):

@@ -23,7 +23,8 @@ from launch.run import REPO
 def _script(rd: Path, setup: str = "") -> str:
     from launch import slurm
 
-    spec = slurm.SlurmSpec(job_name="t", nodes=1, gpus_per_node=1, nproc_per_node=1, output="/dev/null", setup=setup)
+    spec = slurm.SlurmSpec(job_name="t", nodes=1, gpus_per_node=1, nproc_per_node=1, output="/dev/null",
+                           cluster=slurm.Cluster(setup=setup))
     return slurm.render_run_script(spec, str(rd), str(REPO), sys.executable, "launch")
 
 

@@ -128,8 +128,8 @@ def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_t
     cluster = slurm.Cluster(partition="P", sbatch=("--constraint=h100",))
     train = Job("train", "sft.train", config=str(run_dir / "config.yaml"), wrapper=Torchrun(2, 4), cluster=cluster,
                 resources=Resources(nodes=2, gpus_per_node=4, exclusive=True, signal=True))
-    spec = slurm.SlurmSpec.of(cluster, job_name="dtsft-train", nodes=2, gpus_per_node=4, nproc_per_node=4,
-                              output=str(tmp_path / "slurm-train-%j.out"), dependency=None)
+    spec = slurm.SlurmSpec(job_name="dtsft-train", nodes=2, gpus_per_node=4, nproc_per_node=4,
+                           output=str(tmp_path / "slurm-train-%j.out"), cluster=cluster)
     assert runner.script(train, {}, tmp_path) == slurm.render_run_script(spec, str(run_dir), runner.repo,
                                                                           sys.executable, "test")
     ev = Job("eval", "launch.eval_jobs", array=("e0.json", "e1.json"), after=("train",), waits="afterok:7_1",
