@@ -262,7 +262,7 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
         profile = next((a.partition("=")[2] for a in reversed(args) if _key(a) == "profile"), None)
         r.cfg = resolve_request(apply_overrides(base_config(profile or None), args))
         settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}
-        names, backend = preflight.eval_data(settings, "")
+        names, backend = preflight.eval_data(settings)
         r.needs = [Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), who, "eval", python, None,
                          (str(r.cfg.out),), jobs.backend(req.launcher).where if backend == "vllm" else None)]
     else:
