@@ -2,39 +2,9 @@
 
     launch study=NAME [VAR=value ...] [STAGE:key=value ...] [key=value ...] [smoke=true] [dry_run=true]
 
-The command line is parsed once (`parse_study_argv`):
-- `VAR=value` sets one of the study's `vars:` (runs_root, data slots, ...); `${vars.X}` in any value is the
-  study's variable X (`'reports=${vars.runs_root}/rep'`);
-- `STAGE:key=value` goes to that stage only (e.g. `report:eval.n=2`);
-- any other `key=value` goes to every training stage (run: sft, sweep, grpo), e.g. `model=tiny_base`; the
-  launcher (`launcher=slurm`), the cluster settings (`partition=`, `time=`, `launcher.sbatch=`, ...) and
-  `python.<kind>=` also reach the other stages' jobs; `dry_run=true` is the whole study's, never one stage's;
-- `smoke=true`: the study file's `cpu_smoke` overrides first (the command line's after them win); a study
-  without any refuses it.
-
-How a study becomes jobs (docs/concepts.md): every stage's config is resolved once (`resolve_stages`): a
-training stage's runs as `launch` resolves them (a sweep: every arm x seed, and its `eval_profile=` analysis),
-an analyze stage's analyze config (with `study=` the study file, so the report shows its reference results), an
-evaluate or export stage's config. A stage whose data slots are not filled yet (a dry run only) still checks
-every key it is given: an unknown key or a bad value in any stage exits 2 before anything. The preflight then
-checks what every stage's jobs need (launch/preflight.py). `plan_jobs` writes each config and makes the plan:
-a training stage's Job (a sweep: one array) as its own launch plans it, an analyze / evaluate / export stage one
-Job `python -m MODULE CONFIG` in its interpreter (`python.eval=`, export: `python.sft=`), each stage after the
-previous stage's jobs (an analyze stage `afterany`: it runs however the training ended and lists a failed run
-as a gap). An evaluate or export job is judged by its completion record (launch/completion.py), not its exit 0.
-
-Locally (`LocalRunner`) the jobs run in order, a training stage's runs as `launch` runs them (data, run-dir
-lock, manifest, resume and end records: launch.run.Training, launch_one on the runs resolved up front), the first failure
-stopping the study with its exit status; every stage is idempotent, so the same command continues the study.
-With `launcher=slurm` (or a training stage sent there: `train:launcher=slurm`; then every training stage must
-be) the `SlurmRunner` submits the whole plan, each job with `--dependency` from the plan, a training job's runs
-prepared (data, config.yaml) just before it is submitted; an analyze job fans its evaluations out as an array
-when it runs (launch/eval_slurm.py). Configs, scripts, logs and the job ids (`jobs.json`) go to
-`<runs_root>/_slurm/study-<UTC time>/` (a local study's configs to `_local/`; without a `runs_root` variable:
-beside the study's `out`, never inside it). `dry_run=true` prints the plan's table (jobs, order, interpreter,
-resources, needs), writes every config and script under a temporary directory it names, then prints the
-preflight's lines and the study's "differs from the reference" lines (`Study.differences`); it exits 2 when the
-preflight found a problem.
+docs/studies.md says what each token does and how the plan runs, locally and with `launcher=slurm`;
+docs/concepts.md ("How a study becomes jobs") the path: the command line parsed once (`parse_study_argv`),
+every stage's config resolved once (`resolve_stages`), the preflight, the plan (`plan_jobs`), its runner.
 """
 from __future__ import annotations
 
@@ -51,87 +21,76 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import ConfigError, did_you_mean, parse_switch, split_dotlist
 from common.interpreter import KINDS
-from common.recipes import DEFAULT_CHOICES
-from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study, study_variables
+from common.recipes import ALIASES, DEFAULT_CHOICES
+from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
 from launch import completion, jobs, local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
 
-ALL_STAGES = ("dry_run",)  # plain keys that are the whole study's, never one stage's
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
 # python.sft= / python.grpo=, its own keys).
 STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
 _PYTHON_KEYS = tuple(f"python.{k}" for k in KINDS)
 EXPORT_NEEDS = {"torch": "export", "safetensors": "export", "omegaconf": "the config"}
+_LAUNCHER_KEYS = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
+# plain keys that also set the stage jobs' cluster settings: launcher.<key> and its shortcuts (partition=, time=, ...)
+_STAGE_JOB_KEYS = {**_LAUNCHER_KEYS, **{short: _LAUNCHER_KEYS[full] for short, full in ALIASES.items() if full in _LAUNCHER_KEYS}}
 
 
 def _key(tok: str) -> str:
     return tok.partition("=")[0].strip()
 
 
+def _launcher(tokens: list[str]) -> str | None:
+    """The launcher tokens ask for (the last `launcher=` / `launcher.kind=` wins)."""
+    return next((t.partition("=")[2].strip() for t in reversed(tokens) if _key(t) in ("launcher", "launcher.kind")), None)
+
+
 @dataclass
 class Request:
     """A study's command line, parsed once: the study (its variables set), the plain tokens (training stages;
-    the launcher, cluster and interpreter keys also the other stages' jobs), each stage's own, dry_run."""
+    the launcher, cluster and interpreter keys also the other stages' jobs), each stage's own, dry_run, and
+    the backend every job of the plan goes to (launch.jobs.BACKENDS)."""
     study: Study
     shared: list[str]
     own: dict[str, list[str]]
     dry_run: bool
-    launcher: str = DEFAULT_CHOICES["launcher"]   # the backend every job of the plan goes to (launch.jobs.BACKENDS)
-
-
-def _cluster_keys() -> dict[str, str]:
-    """The command line's cluster settings (`launcher.<key>` and its shortcuts: partition=, time=, ...) -> key."""
-    from common.recipes import ALIASES
-
-    keys = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
-    return {**keys, **{short: keys[full] for short, full in ALIASES.items() if full in keys}}
-
-
-_STAGE_JOB_KEYS = _cluster_keys()   # plain keys that also set the stage jobs' cluster settings
+    launcher: str
 
 
 def parse_study_argv(argv: list[str]) -> Request:
     """The study's command line, parsed once (LaunchError naming a bad token)."""
-    spec, rest = None, []
-    for tok in argv:
-        if _key(tok) == "study":
-            spec = tok.partition("=")[2].strip()
-        else:
-            rest.append(tok)
+    spec = next((t.partition("=")[2].strip() for t in reversed(argv) if _key(t) == "study"), None)
     if not spec:
         raise LaunchError("study=NAME is required (recipes/study/NAME.yaml, or a path to a study file)")
-    smoke = [t for t in rest if _key(t) == "smoke"]
-    if smoke:   # the study file's cpu_smoke overrides first, the command line's after them (they win)
-        rest = [t for t in rest if t not in smoke]
-        if parse_switch(smoke[-1].partition("=")[2], "smoke"):
-            overrides = load_study(spec).cpu_smoke
-            if not overrides:
-                raise LaunchError(f"smoke=true: study {spec} has no cpu_smoke overrides (its file's `cpu_smoke:` is "
-                                  "empty): it has no run on one CPU to offer")
-            rest = [*overrides, *rest]
-    names_of_vars = study_variables(spec)
+    study = load_study(spec)
+    rest = [t for t in argv if _key(t) not in ("study", "smoke")]
+    smoke = [t for t in argv if _key(t) == "smoke"]
+    if smoke and parse_switch(smoke[-1].partition("=")[2], "smoke"):   # cpu_smoke first: the command line's win
+        if not study.cpu_smoke:
+            raise LaunchError(f"smoke=true: study {spec} has no cpu_smoke overrides (its file's `cpu_smoke:` is "
+                              "empty): it has no run on one CPU to offer")
+        rest = [*study.cpu_smoke, *rest]
     variables, targeted, shared, dry_run = {}, [], [], False
     for tok in rest:
         head, sep, _ = tok.partition("=")
         if not sep or not head.strip():
             raise LaunchError(f"expected key=value or STAGE:key=value, found {tok!r}")
         if ":" in head:
-            key = head.partition(":")[2].strip()
-            if key in ALL_STAGES:
+            if (key := head.partition(":")[2].strip()) == "dry_run":
                 raise LaunchError(f"{tok}: {key} goes to every stage; give it without a stage ({key}=...)")
             targeted.append(tok)
             continue
         (key, value), = split_dotlist([tok])
-        if key in names_of_vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
+        if key in study.vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
             variables[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)["v"] \
                 if value else None
-        elif key in ALL_STAGES:
+        elif key == "dry_run":
             dry_run = parse_switch(value, key)
         else:
             shared.append(tok)
-    study = load_study(spec, variables=variables)
+    study = load_study(spec, variables=variables) if variables else study
     names = [s.name for s in study.stages]
     if not any(s.run in TRAINING_RUNS for s in study.stages):
         for tok in shared:
@@ -145,27 +104,17 @@ def parse_study_argv(argv: list[str]) -> Request:
             raise LaunchError(f"{tok}: {stage!r} is not a stage of study {study.name} (stages: {', '.join(names)})."
                               f"{did_you_mean(stage, names)}")
         own[stage].append(study.substitute(kv, tok))
-    req = Request(study, [study.substitute(t, t) for t in shared], own, dry_run)
+    shared = [study.substitute(t, t) for t in shared]
     default = DEFAULT_CHOICES["launcher"]
-    kinds = {s.name: _launcher(s.argv([*req.shared, *own[s.name]])) or default for s in study.stages
-             if s.run in TRAINING_RUNS}
-    req.launcher = next(iter(kinds.values()), _launcher(req.shared) or default)
+    kinds = {s.name: _launcher([*s.argv(), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
+    launcher = next(iter(kinds.values()), _launcher(shared) or default)
     if len(set(kinds.values())) > 1:   # one backend per plan: a job run here would not wait for submitted ones
-        there = next((v for v in kinds.values() if jobs.backend(v).submits), req.launcher)
+        there = next((v for v in kinds.values() if jobs.backend(v).submits), launcher)
         raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == there)} "
                           f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
                           f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
-    jobs.backend(req.launcher)   # a backend of that name (LaunchError naming them)
-    return req
-
-
-def _launcher(tokens: list[str]) -> str | None:
-    """The launcher tokens ask for (the last `launcher=` / `launcher.kind=` wins)."""
-    kind = None
-    for tok in tokens:
-        if _key(tok) in ("launcher", "launcher.kind") and "=" in tok:
-            kind = tok.partition("=")[2].strip()
-    return kind
+    jobs.backend(launcher)   # a backend of that name (LaunchError naming them)
+    return Request(study, shared, own, dry_run, launcher)
 
 
 def cluster_from_tokens(tokens: list[str], keys: dict[str, str], base=None) -> Cluster:
@@ -295,9 +244,9 @@ def resolve_stages(req: Request) -> list[Resolved]:
                or (stage.run == "analyze" and _key(t) == "python.eval")]   # analyze's own key: its evaluations'
         try:   # the study file's arguments, then the command line's (they win)
             if training:
-                _resolve_training(req, stage, [*stage.argv_without(r.unset), *req.shared, *own], r)
+                _resolve_training(req, stage, [*stage.argv(without=r.unset), *req.shared, *own], r)
             else:
-                _resolve_job_stage(req, stage, stage.argv_without(r.unset), own, r, cluster)
+                _resolve_job_stage(req, stage, stage.argv(without=r.unset), own, r, cluster)
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc)):   # a value needing the slot: checked once it is filled
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
@@ -312,7 +261,7 @@ def _with_suggestion(line: str, study: Study) -> str:
     """A stage's refusal of an unknown key that is close to one of the study's own keys (`smokez=true`: smoke; a
     variable): that one suggested, rather than the stage's."""
     unknown = re.search(r"unknown (?:\w+ )?key '([^']+)'", line)
-    ours = did_you_mean(unknown.group(1), ["smoke", *ALL_STAGES, *study.vars]) if unknown else ""
+    ours = did_you_mean(unknown.group(1), ["smoke", "dry_run", *study.vars]) if unknown else ""
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line
 
 
@@ -380,14 +329,10 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
     return plan
 
 
-def _ledger_root(study: Study) -> Path:
+def _ledger_root(v: dict) -> Path:
     """Where `_slurm/` / `_local/` (the study's configs, scripts, logs, job ids) go: under the study's runs_root,
     else beside (never inside) its `out`, which a stage (an export) must find holding only what it wrote."""
-    if study.vars.get("runs_root"):
-        return Path(str(study.vars["runs_root"]))
-    if study.vars.get("out"):
-        return Path(str(study.vars["out"])).parent
-    return Path(".")
+    return Path(str(v["runs_root"])) if v.get("runs_root") else Path(str(v["out"])).parent if v.get("out") else Path(".")
 
 
 def run_study(argv: list[str]) -> int:
@@ -403,10 +348,10 @@ def run_study(argv: list[str]) -> int:
         return preflight.EXIT
     kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
-        (_ledger_root(study) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+        (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     where.mkdir(parents=True, exist_ok=True)
     plan = plan_jobs(req, stages, where)
-    env = jobs.project_env(**{STUDY_ENV: json.dumps(study.identity())})
+    env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     from launch.run import Training
 
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.stage.run in TRAINING_RUNS
