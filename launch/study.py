@@ -236,14 +236,12 @@ def resolve_stages(req: Request) -> list[Resolved]:
                                                   for t in req.own[s.name])], _STAGE_JOB_KEYS)
     out = []
     for stage in study.stages:
-        r = Resolved(stage, unset=study.unset(stage))
-        training = stage.run in TRAINING_RUNS
-        if not training:
+        r, own = Resolved(stage, unset=study.unset(stage)), req.own[stage.name]
+        if stage.run not in TRAINING_RUNS:   # its python.<kind> is its job's interpreter (analyze's python.eval also its evaluations')
             r.python = _stage_python(req, stage)
-        own = [t for t in req.own[stage.name] if training or not _key(t).startswith("python.")
-               or (stage.run == "analyze" and _key(t) == "python.eval")]   # analyze's own key: its evaluations'
+            own = [t for t in own if not _key(t).startswith("python.") or (stage.run == "analyze" and _key(t) == "python.eval")]
         try:   # the study file's arguments, then the command line's (they win)
-            if training:
+            if stage.run in TRAINING_RUNS:
                 _resolve_training(req, stage, [*stage.argv(without=r.unset), *req.shared, *own], r)
             else:
                 _resolve_job_stage(req, stage, stage.argv(without=r.unset), own, r, cluster)
@@ -265,20 +263,6 @@ def _with_suggestion(line: str, study: Study) -> str:
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line
 
 
-def _in_stage(stage_jobs: list[Job], stage: str) -> list[Job]:
-    """A sweep's evaluation jobs named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`) and
-    each other: one plan holds every stage's."""
-    names = {j.name for j in stage_jobs}
-    rename = {"sweep": stage, **{n: f"{stage}.{n}" for n in names}}
-    return [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in stage_jobs]
-
-
-def _config(where: Path, name: str, cfg) -> str:
-    path = where / name
-    path.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
-    return str(path)
-
-
 def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
     """The study's plan: each stage's jobs, its configs written under `where`, each stage after the latest
     earlier stage that has jobs (a training stage whose runs are all finished has none when submitted)."""
@@ -291,14 +275,13 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
         after = {"after": before, "after_any": stage.run == "analyze"}
         module = RUNNERS[stage.run]
         if r.unset or (not r.preps and r.cfg is None):   # a dry run: its place in the order, not resolved
-            path = where / f"{stage.name}.unresolved"
-            path.write_text(f"# not resolved: set {', '.join(f'{v}=...' for v in r.unset)}\n", encoding="utf-8")
-            stage_jobs = [Job(stage.name, module, config=str(path), **after,
-                              notes=(f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}",))]
+            unresolved = f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}"
+            (path := where / f"{stage.name}.unresolved").write_text(f"# {unresolved}\n", encoding="utf-8")
+            stage_jobs = [Job(stage.name, module, config=str(path), **after, notes=(unresolved,))]
         elif stage.run in TRAINING_RUNS:
             todo = [p for p in r.preps if not (submits and is_finished(p.run_dir) and p.cfg.resume != "never")]
             for i, p in enumerate(r.preps):
-                _config(where, f"{stage.name}-{i}.config.yaml", p.cfg)
+                (where / f"{stage.name}-{i}.config.yaml").write_text(OmegaConf.to_yaml(p.cfg), encoding="utf-8")
             stage_jobs = []
             if todo:
                 job = r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
@@ -309,11 +292,14 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
                 finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
                 evaluation = evaluation_jobs(r.evaluation, where / stage.name, todo, finished) \
                     if submits else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
-                stage_jobs += _in_stage(evaluation, stage.name)
+                # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
+                rename = {"sweep": stage.name, **{j.name: f"{stage.name}.{j.name}" for j in evaluation}}
+                stage_jobs += [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
                 if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
-            config = _config(where, f"{stage.name}.yaml", cfg)
+            (path := where / f"{stage.name}.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+            config = str(path)
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
                 config = completion.write_check(where / f"{stage.name}.check.json", stage.run, r.cfg.out,
                                                 where / f"{stage.name}.FAILED", module, config, r.python)
