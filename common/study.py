@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -144,8 +145,6 @@ def study_path(spec: str) -> Path:
 def _last_line(node) -> int:
     """The last line (0-based) holding part of a YAML node: a flow collection ends at its bracket, a
     block one with its last child, a block scalar (`|`) on the line before its end mark."""
-    import yaml
-
     if isinstance(node, yaml.ScalarNode):
         end = node.end_mark
         return end.line - 1 if end.column == 0 and end.line > node.start_mark.line else end.line
@@ -188,8 +187,7 @@ def line_marks(text: str, where: str, line: int) -> list[Mark]:
         if m.group("ref") is not None and m.group("ref") not in REFERENCES:
             raise StudyError(f"{where}:{line}: [ref: {m.group('ref')} ...] names no reference; references: "
                              f"{', '.join(REFERENCES)}.{did_you_mean(m.group('ref'), REFERENCES)}")
-        marks.append(Mark(line=line, kind="ref", text=m.group("quote"), reference=m.group("ref")) if m.group("ref")
-                     else Mark(line=line, kind="chosen", text=m.group("reason")))
+        marks.append(Mark(line, "ref" if m.group("ref") else "chosen", m.group("quote") or m.group("reason"), m.group("ref")))
         end = m.end()
     return marks
 
@@ -197,8 +195,6 @@ def line_marks(text: str, where: str, line: int) -> list[Mark]:
 def _settings(root) -> list[tuple[str, int, int, object]]:
     """(key, first line, last line, value node) of every setting: each entry of a block mapping whose value
     is not itself a block mapping, and each argument of a study's stages (block or flow style)."""
-    import yaml
-
     out = []
 
     def walk(node, prefix: str) -> None:
@@ -225,8 +221,6 @@ def _scan(path: Path) -> tuple[list[MarkedSetting], list[str]]:
     """`file_marks(path)`, and the stage argument lines without a source mark: each argument of a stage's
     `args:` spans the lines from its key to the end of its value, each of them holding more than a comment
     needs a mark, and two arguments on one line are refused (one mark cannot say where each comes from)."""
-    import yaml
-
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     try:

@@ -15,9 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from common import datafetch, interpreter
 from common.cli import ConfigError
-from launch import jobs
+from launch import cache, jobs
 from launch.errors import LaunchError
 from launch.jobs import Needs
 
@@ -46,9 +48,10 @@ def names_in(value) -> list[str]:
     return [value] if datafetch.is_name(value) else []
 
 
-def eval_data(settings: dict) -> tuple[list[str], str | None]:
-    """(data names, backend) an evaluation reads: its profile's, then its settings' (an evaluate config, or
-    analyze's `eval.*` with its profile and benches); each bench's item set as evals.benches resolves it."""
+def eval_needs(settings: dict, who: str, python: str | None, out, launcher: str) -> Needs:
+    """What an evaluation needs: the data it reads (its profile's, then its settings': an evaluate config, or
+    analyze's `eval.*` with its profile and benches; each bench's item set as evals.benches resolves it), its
+    interpreter (None: this one) with vllm for backend=vllm, CUDA for vLLM where `launcher` runs it, `out`."""
     from evals.benches import bench_set
     from evals.profiles import load_profile
 
@@ -58,15 +61,14 @@ def eval_data(settings: dict) -> tuple[list[str], str | None]:
     if settings.get("retriever", evaluate.get("retriever")) != "e5":   # no dense retrieval: no encoder, no index
         names = [n for n in names if not n.startswith(("encoder:", "index:"))]
     backend = settings.get("backend", evaluate.get("backend"))
-    if settings.get("bench_root"):
-        return names, backend
     sets = {**(evaluate.get("sets") or {}), **(settings.get("sets") or {})}
-    for bench in settings.get("benches") or evaluate.get("benches") or []:
+    for bench in [] if settings.get("bench_root") else settings.get("benches") or evaluate.get("benches") or []:
         try:
             names += [n for n in (bench_set(str(bench), None, sets),) if n]
         except ConfigError:   # the command's own check refuses it, with its reason
             pass
-    return names, backend
+    return Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), who, "eval", python, None, (str(out),),
+                 jobs.backend(launcher).where if backend == "vllm" else None)
 
 
 def run_needs(trainer, prep) -> Needs:
@@ -74,8 +76,6 @@ def run_needs(trainer, prep) -> Needs:
     its config reads (an SFT run's `data:` section only where its dataset must be built: `dataset_needs`) and
     the hub sources it reads, its interpreter (python.<stage>=, else this one) with the trainer's modules and a
     pinned TRL, CUDA for a GPU-only model, and its run dir."""
-    from omegaconf import OmegaConf
-
     cfg = prep.cfg
     cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
     settings = OmegaConf.to_container(cfg)
@@ -92,16 +92,12 @@ def run_needs(trainer, prep) -> Needs:
 def analyze_needs(cfg) -> Needs:
     """What an analysis (analyze's merged config) needs: its evaluations' data (profile, eval.* settings, the
     benches' item sets), python.eval= (else this one) with vllm for backend=vllm, CUDA for vLLM, its out dir."""
-    from omegaconf import OmegaConf
-
     if cfg.power.get("pilot"):   # the design-power answer: reads a pilot's results, runs no job
         return Needs(who="analyze")
     settings = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None}
     settings.update(profile=cfg.profile, benches=list(cfg.benches or []))
-    names, backend = eval_data(settings) if cfg.evaluate and not cfg.get("eval_tasks") else ([], None)
-    cuda = jobs.backend(cfg.launcher).where if backend == "vllm" else None
-    return Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), "analyze", "eval",
-                 interpreter.named(cfg.python, "eval"), None, (str(cfg.out),), cuda)
+    return eval_needs(settings if cfg.evaluate and not cfg.get("eval_tasks") else {}, "analyze",
+                      interpreter.named(cfg.python, "eval"), cfg.out, cfg.launcher)
 
 
 def launch_sources(cfg, data_arm: str, run_dir: Path | None = None):
@@ -112,9 +108,8 @@ def launch_sources(cfg, data_arm: str, run_dir: Path | None = None):
     (source_problem says why)."""
     from data_prep import arms, hub
     from data_prep.readers import SourceError, parse_source
-    from launch.cache import with_run_pins
 
-    out, sources = (with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
+    out, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
     offline = hub.hub_offline()
     for domain in arms.quotas(data_arm, int(cfg.data.n)):
         try:
@@ -162,10 +157,6 @@ def dataset_needs(cfg, data_arm: str, run_dir: Path | None = None) -> tuple[list
     the cache (launch.cache: the arm's key as the launch will ask for it, computed without the hub, and only
     when some input is missing here); else the `data:` section's names (the decontamination sets) and the hub
     sources of the arm's domains, pinned as the launch will pin them (`launch_sources`)."""
-    from omegaconf import OmegaConf
-
-    from launch import cache
-
     if cfg.data.dir:
         return [], []
     pinned, sources = launch_sources(cfg, data_arm, run_dir)

@@ -19,14 +19,17 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import interpreter
-from common.cli import ConfigError, did_you_mean, parse_switch, split_dotlist
+from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, split_dotlist
 from common.interpreter import KINDS
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
 from launch import completion, jobs, local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs
+from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
+from launch.run import SFT, Training, is_finished
+from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, split_eval_profile
 
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
 # python.sft= / python.grpo=, its own keys).
@@ -159,10 +162,6 @@ def _stage_python(req: Request, stage: Stage) -> str | None:
 
 
 def _resolve_training(req: Request, stage: Stage, args: list[str], r: Resolved) -> None:
-    from launch.grpo import GRPO
-    from launch.run import SFT
-    from launch.sweep import analysis_config, combos, split_eval_profile
-
     r.trainer = GRPO if stage.run == "grpo" else SFT
     args = [*args, *(["dry_run=true"] if req.dry_run else [])]
     if stage.run == "sweep":
@@ -203,17 +202,13 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
                               f"({', '.join(own_keys)}).{did_you_mean(_key(tok), list(own_keys))}")
     r.cluster = cluster_from_tokens(mine, own_keys, cluster)
     args = [a for a in args if a not in mine]
-    from common.cli import apply_overrides
-
     if stage.run == "evaluate":
         from evals.config import base_config, resolve_request
 
         profile = next((a.partition("=")[2] for a in reversed(args) if _key(a) == "profile"), None)
         r.cfg = resolve_request(apply_overrides(base_config(profile or None), args))
-        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}
-        names, backend = preflight.eval_data(settings)
-        r.needs = [Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), who, "eval", python, None,
-                         (str(r.cfg.out),), jobs.backend(req.launcher).where if backend == "vllm" else None)]
+        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # the profile's: merged
+        r.needs = [preflight.eval_needs(settings, who, python, r.cfg.out, req.launcher)]
     else:
         from sft.export import DEFAULTS
 
@@ -266,9 +261,6 @@ def _with_suggestion(line: str, study: Study) -> str:
 def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
     """The study's plan: each stage's jobs, its configs written under `where`, each stage after the latest
     earlier stage that has jobs (a training stage whose runs are all finished has none when submitted)."""
-    from launch.run import is_finished
-    from launch.sweep import analysis_job, evaluation_jobs
-
     plan, before, submits = [], (), jobs.backend(req.launcher).submits
     for r in stages:
         stage = r.stage
@@ -338,8 +330,6 @@ def run_study(argv: list[str]) -> int:
     where.mkdir(parents=True, exist_ok=True)
     plan = plan_jobs(req, stages, where)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
-    from launch.run import Training
-
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.stage.run in TRAINING_RUNS
                 and r.preps}
     runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
