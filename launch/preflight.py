@@ -19,9 +19,12 @@ from omegaconf import OmegaConf
 
 from common import datafetch, interpreter
 from common.cli import ConfigError
+from data_prep import arms, hub
+from data_prep.readers import SourceError, parse_source
 from launch import cache, jobs
 from launch.errors import LaunchError
 from launch.jobs import Needs
+from rl.config import trl_problem
 
 EXIT = 2
 
@@ -106,9 +109,6 @@ def launch_sources(cfg, data_arm: str, run_dir: Path | None = None):
     else, offline, the commit the local hub cache holds; online an unpinned one stays so), and (key, spec) of
     each of those sources that is no local file. A spec that does not parse is left as written and listed
     (source_problem says why)."""
-    from data_prep import arms, hub
-    from data_prep.readers import SourceError, parse_source
-
     out, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
     offline = hub.hub_offline()
     for domain in arms.quotas(data_arm, int(cfg.data.n)):
@@ -131,9 +131,6 @@ def source_problem(key: str, spec: str) -> str | None:
     """Why hub source `spec` (given for `key`, pinned as `launch_sources` pins it) cannot be read by a launch
     here (None: it can, or it will be downloaded). Online nothing is asked; offline it must be pinned and in
     the local datasets cache (data_prep.hub.offline_problem)."""
-    from data_prep import hub
-    from data_prep.readers import SourceError, parse_source
-
     try:
         src = parse_source(spec)
     except SourceError as exc:
@@ -190,8 +187,6 @@ def python_problem(need: Needs) -> str | None:
     python = need.python or sys.executable
     why = interpreter.check(need.kind, python, need.modules) if need.modules else None
     if why is None and need.trl not in (None, ""):
-        from rl.config import trl_problem
-
         why = trl_problem(need.trl, interpreter.package_version(python, "trl"), python)
     if why and need.python is None:   # the implicit one: say how to name another
         why += f" (python.{need.kind} not given: the interpreter running this command)"

@@ -330,8 +330,7 @@ def run_study(argv: list[str]) -> int:
     where.mkdir(parents=True, exist_ok=True)
     plan = plan_jobs(req, stages, where)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
-    training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.stage.run in TRAINING_RUNS
-                and r.preps}
+    training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
         jobs.dry_run(plan, runner, where)
