@@ -1,20 +1,14 @@
-"""Study files (`recipes/study/<name>.yaml`): read, validate and resolve one reference study.
-
-docs/studies.md describes the format: the stages in order, each a command with its own `key=value`
-arguments, every argument line marked with its source in the one mark grammar (`MARK_GRAMMAR`; recipes
-shared by several studies mark their values the same way), the hardware the reference assumed,
-`reference_results`, `notes` and `cpu_smoke`. A study names recipes (model=, arm=, profile=) and never
-restates their values. Every `[chosen: ...]` mark and every note is a "differs from the reference" line
-(`Study.differences`). `launch study=NAME` runs a study and `analyze study=NAME` shows its reference
-results, both through `load_study`.
-"""
+"""Study files (`recipes/study/<name>.yaml`, format in docs/studies.md): read, validate and resolve one
+reference study (`load_study`), and the source marks (`MARK_GRAMMAR`) its lines and the recipes carry."""
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.cli import ConfigError, did_you_mean
@@ -25,17 +19,10 @@ from common.layout import step_name
 from common.recipes import RECIPES
 
 # `${step:N}` in a study file: the step directory name of step N (step-000100), spelled by common.layout.
-def _register_step_resolver() -> None:
-    import inspect
-
-    register = OmegaConf.register_resolver
-    if "replace" not in inspect.signature(register).parameters:  # omegaconf < 2.4: the old call is deprecated
-        register = OmegaConf.register_new_resolver
-    if not OmegaConf.has_resolver("step"):
-        register("step", lambda n: step_name(int(n)))
-
-
-_register_step_resolver()
+# omegaconf < 2.4 deprecates register_resolver (no `replace`), 2.4 register_new_resolver.
+if not OmegaConf.has_resolver("step"):
+    (OmegaConf.register_resolver if "replace" in inspect.signature(OmegaConf.register_resolver).parameters
+     else OmegaConf.register_new_resolver)("step", lambda n: step_name(int(n)))
 
 STUDY_DIR = RECIPES / "study"
 VARIANTS = "variants"   # recipes/study/variants/: study variants (variant_names)
@@ -75,18 +62,10 @@ class Stage:
     args: dict
     arg_uses: dict = field(default_factory=dict)   # argument -> the study variables its value refers to
 
-    @property
-    def uses(self) -> tuple[str, ...]:
-        """The study variables its arguments refer to."""
-        return tuple(dict.fromkeys(v for names in self.arg_uses.values() for v in names))
-
-    def argv_without(self, variables) -> list[str]:
-        """`argv()` less the arguments whose value refers to one of `variables` (data slots not filled yet)."""
-        return [f"{k}={shown(v, dotlist=True)}" for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(variables)]
-
-    def argv(self, extra: list[str] = ()) -> list[str]:
-        """The stage's arguments as `key=value` tokens, `extra` last so it wins."""
-        return [f"{k}={shown(v, dotlist=True)}" for k, v in self.args.items()] + list(extra)
+    def argv(self, without=()) -> list[str]:
+        """The stage's arguments as `key=value` tokens, less those whose value refers to one of the variables
+        `without` (data slots not filled yet)."""
+        return [f"{k}={shown(v, dotlist=True)}" for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(without)]
 
 
 @dataclass(frozen=True)
@@ -125,12 +104,8 @@ class Study:
 
     def unset(self, stage: Stage | None = None) -> list[str]:
         """Variables still null that `stage` (or any stage) needs: the data slots a user must fill."""
-        used = stage.uses if stage else sorted({v for s in self.stages for v in s.uses})
-        return [v for v in used if self.vars.get(v) is None]
-
-    def identity(self) -> dict:
-        """What a run manifest and a report record of the study that made them."""
-        return {"name": self.name, "path": str(self.path), "sha256": self.sha256}
+        uses = [v for s in ([stage] if stage else self.stages) for names in s.arg_uses.values() for v in names]
+        return [v for v in (dict.fromkeys(uses) if stage else sorted(set(uses))) if self.vars.get(v) is None]
 
     def substitute(self, text: str, where: str) -> str:
         """`text` (a command-line token) with each `${vars.X}` replaced by the study's value of X."""
@@ -142,38 +117,34 @@ class Study:
         return _VAR_REF.sub(value, text)
 
 
-def study_names() -> list[str]:
+def study_names(folder: Path = STUDY_DIR) -> list[str]:
     """The shipped reference studies (recipes/study/NAME.yaml), one per reference system."""
-    return sorted(p.stem for p in STUDY_DIR.glob("*.yaml"))
+    return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
 def variant_names() -> list[str]:
     """The shipped study variants (recipes/study/variants/NAME.yaml): this project's own comparisons beside a
     reference study (e.g. dual_terminator_vs_v5), run by name as the studies are."""
-    return sorted(p.stem for p in (STUDY_DIR / VARIANTS).glob("*.yaml"))
+    return study_names(STUDY_DIR / VARIANTS)
 
 
 def study_path(spec: str) -> Path:
-    """A shipped study's name, or a path to a study file."""
+    """A shipped study's name (a variant's too), or a path to a study file."""
     p = Path(spec)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
             raise StudyError(f"study={spec}: no such study file")
         return p.resolve()
-    shipped = STUDY_DIR / f"{spec}.yaml"
-    if not shipped.is_file() and spec in variant_names():
-        shipped = STUDY_DIR / VARIANTS / f"{spec}.yaml"
-    if not shipped.is_file():
-        names = study_names() + variant_names()
-        raise StudyError(f"study={spec}: no such study; shipped studies: {', '.join(names)}.{did_you_mean(spec, names)}")
-    return shipped
+    for shipped in (STUDY_DIR / f"{spec}.yaml", STUDY_DIR / VARIANTS / f"{spec}.yaml"):
+        if shipped.is_file():
+            return shipped
+    names = study_names() + variant_names()
+    raise StudyError(f"study={spec}: no such study; shipped studies: {', '.join(names)}.{did_you_mean(spec, names)}")
 
 
 def _last_line(node) -> int:
     """The last line (0-based) holding part of a YAML node: a flow collection ends at its bracket, a
     block one with its last child, a block scalar (`|`) on the line before its end mark."""
-    import yaml
-
     if isinstance(node, yaml.ScalarNode):
         end = node.end_mark
         return end.line - 1 if end.column == 0 and end.line > node.start_mark.line else end.line
@@ -216,29 +187,14 @@ def line_marks(text: str, where: str, line: int) -> list[Mark]:
         if m.group("ref") is not None and m.group("ref") not in REFERENCES:
             raise StudyError(f"{where}:{line}: [ref: {m.group('ref')} ...] names no reference; references: "
                              f"{', '.join(REFERENCES)}.{did_you_mean(m.group('ref'), REFERENCES)}")
-        marks.append(Mark(line=line, kind="ref", text=m.group("quote"), reference=m.group("ref")) if m.group("ref")
-                     else Mark(line=line, kind="chosen", text=m.group("reason")))
+        marks.append(Mark(line, "ref" if m.group("ref") else "chosen", m.group("quote") or m.group("reason"), m.group("ref")))
         end = m.end()
     return marks
-
-
-def _read(path: Path) -> tuple[list[str], list[tuple[str, int, int, object]]]:
-    """The file's lines and its settings (`_settings`); not readable YAML: none (load_study names the error)."""
-    import yaml
-
-    text = path.read_text(encoding="utf-8")
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        root = None
-    return text.splitlines(), _settings(root)
 
 
 def _settings(root) -> list[tuple[str, int, int, object]]:
     """(key, first line, last line, value node) of every setting: each entry of a block mapping whose value
     is not itself a block mapping, and each argument of a study's stages (block or flow style)."""
-    import yaml
-
     out = []
 
     def walk(node, prefix: str) -> None:
@@ -261,41 +217,26 @@ def _settings(root) -> list[tuple[str, int, int, object]]:
     return out
 
 
-def file_marks(path: Path) -> list[MarkedSetting]:
-    """Every marked setting of a YAML file (a study or a recipe), in file order. A mark goes with the
-    setting whose key is on its line, else with the one whose value spans it; a malformed mark, or one on
-    a line holding no setting (a mark in prose says nothing checkable), is refused naming file and line."""
-    import yaml
-
-    lines, settings = _read(path)
+def _scan(path: Path) -> tuple[list[MarkedSetting], list[str]]:
+    """`file_marks(path)`, and the stage argument lines without a source mark: each argument of a stage's
+    `args:` spans the lines from its key to the end of its value, each of them holding more than a comment
+    needs a mark, and two arguments on one line are refused (one mark cannot say where each comes from)."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    try:
+        settings = _settings(yaml.compose(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError:   # not readable YAML: no settings (load_study names the error)
+        settings = []
     found: dict[int, list[Mark]] = {}
     for i, line in enumerate(lines):
-        marks = line_marks(line, str(path), i + 1)
-        if not marks:
-            continue
-        owner = next((s for s in settings if s[1] == i), None) or next((s for s in settings if s[1] <= i <= s[2]), None)
-        if owner is None:
-            raise StudyError(f"{path}:{i + 1}: a source mark on a line that holds no setting; marks go on the "
-                             f"setting's own line ({MARK_GRAMMAR})")
-        found.setdefault(settings.index(owner), []).extend(marks)
-    out = []
-    for n in sorted(found):
-        key, _, _, node = settings[n]
-        loader = yaml.SafeLoader("")
-        try:
-            value = loader.construct_document(node)
-        finally:
-            loader.dispose()
-        out.append(MarkedSetting(key=key, value=value, marks=tuple(found[n])))
-    return out
-
-
-def _unmarked_arg_lines(path: Path) -> list[str]:
-    """The stage argument lines without a source mark. Each argument of a stage's `args:` mapping,
-    block or flow style (`- {name: ..., run: ..., args: {task: spa, ...}}`), spans the lines from its
-    key to the end of its value; each of them holding more than a comment needs a mark, and two
-    arguments on one line are refused (one mark cannot say where each comes from)."""
-    lines, settings = _read(path)
+        if marks := line_marks(line, str(path), i + 1):
+            owner = next((s for s in settings if s[1] == i), None) or next((s for s in settings if s[1] <= i <= s[2]), None)
+            if owner is None:
+                raise StudyError(f"{path}:{i + 1}: a source mark on a line that holds no setting; marks go on the "
+                                 f"setting's own line ({MARK_GRAMMAR})")
+            found.setdefault(settings.index(owner), []).extend(marks)
+    marked = [MarkedSetting(settings[n][0], yaml.SafeLoader("").construct_document(settings[n][3]), tuple(found[n]))
+              for n in sorted(found)]
     bad: dict[int, str] = {}
     keys_on: dict[int, list[str]] = {}
     for key, first, last, _ in (s for s in settings if ":" in s[0]):
@@ -308,14 +249,14 @@ def _unmarked_arg_lines(path: Path) -> list[str]:
         if len(keys) > 1 and i not in bad:
             bad[i] = (f"line {i + 1}: {len(keys)} arguments ({', '.join(keys)}) share one line, and one mark "
                       "cannot say where each comes from: put each on its own line")
-    return [bad[i] for i in sorted(bad)]
+    return marked, [bad[i] for i in sorted(bad)]
 
 
-def _number(v, where: str, *, integer: bool = False):
-    rule = Number(integer=integer, null=True)
-    if not rule.ok(v):
-        raise StudyError(f"{where}: expected {rule.describe()}, found {v!r}")
-    return v
+def file_marks(path: Path) -> list[MarkedSetting]:
+    """Every marked setting of a YAML file (a study or a recipe), in file order. A mark goes with the
+    setting whose key is on its line, else with the one whose value spans it; a malformed mark, or one on
+    a line holding no setting (a mark in prose says nothing checkable), is refused naming file and line."""
+    return _scan(path)[0]
 
 
 def _reference_results(raw, where: str) -> list[ReferenceResult]:
@@ -331,14 +272,14 @@ def _reference_results(raw, where: str) -> list[ReferenceResult]:
         for key in ("system", "bench", "metric"):
             if not isinstance(entry.get(key), str) or not entry[key]:
                 raise StudyError(f"{w}: `{key}` is required (a string)")
-        vals = {k: _number(entry.get(k), f"{w}.{k}") for k in ("value", "pre", "post")}
-        if vals["value"] is None and None in (vals["pre"], vals["post"]) and entry.get("note") is None:
+        for key, rule in [(k, Number(integer=k in ("n", "step"), null=True)) for k in ("value", "pre", "post", "n", "step")]:
+            if not rule.ok(entry.get(key)):
+                raise StudyError(f"{w}.{key}: expected {rule.describe()}, found {entry.get(key)!r}")
+        if entry.get("value") is None and None in (entry.get("pre"), entry.get("post")) and entry.get("note") is None:
             raise StudyError(f"{w}: give `value`, or `pre` and `post`, or a `note` saying why no number was published")
         if entry.get("arm") is not None and not isinstance(entry["arm"], str):
             raise StudyError(f"{w}.arm: expected a run arm name, found {entry['arm']!r}")
-        out.append(ReferenceResult(system=entry["system"], bench=entry["bench"], metric=entry["metric"],
-                                   n=_number(entry.get("n"), f"{w}.n", integer=True), note=entry.get("note"),
-                                   arm=entry.get("arm"), step=_number(entry.get("step"), f"{w}.step", integer=True), **vals))
+        out.append(ReferenceResult(**{k: entry.get(k) for k in RESULT_KEYS}))
     return out
 
 
@@ -354,17 +295,8 @@ def study_from_env() -> dict | None:
         return {"unreadable": raw}
 
 
-def study_variables(spec: str) -> list[str]:
-    """The names under `vars:` (before anything is resolved): what `NAME=value` on the command line sets."""
-    try:
-        cfg = OmegaConf.load(study_path(spec))
-    except (OmegaConfBaseException, OSError, ValueError):
-        return []
-    return list(cfg.get("vars") or {}) if isinstance(cfg, DictConfig) else []
-
-
 def load_study(spec: str, *, variables: dict | None = None) -> Study:
-    """Read and validate a study file; `${vars.X}` in stage arguments resolved (with `variables` winning)."""
+    """Read and validate a study file; `${vars.X}` resolved, with `variables` (some of its `vars:`) winning."""
     path = study_path(spec)
     where = str(path)
     try:
@@ -378,54 +310,45 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         raise StudyError(f"{where}: unknown key {unknown[0]!r}; keys: {', '.join(TOP_KEYS)}.{did_you_mean(unknown[0], TOP_KEYS)}")
     if cfg.get("study") != path.stem:
         raise StudyError(f"{where}: `study:` must name the file ({path.stem!r}), found {cfg.get('study')!r}")
-    marked = file_marks(path)   # a malformed mark: refused here, naming its line
-    unmarked = _unmarked_arg_lines(path)
+    marked, unmarked = _scan(path)   # a malformed mark: refused here, naming its line
     if unmarked:
         raise StudyError(f"{where}: every stage argument says where its value comes from ({MARK_GRAMMAR} "
                          f"in a comment); unmarked: {'; '.join(unmarked[:3])}")
     for key, value in (variables or {}).items():
-        if key not in (cfg.get("vars") or {}):
-            raise StudyError(f"{where}: {key}= is not a variable of this study; variables: "
-                             f"{', '.join(cfg.get('vars') or {}) or 'none'}.{did_you_mean(key, list(cfg.get('vars') or {}))}")
         cfg.vars[key] = value
     raw_stages = OmegaConf.to_container(cfg, resolve=False).get("stages") or []
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
     except (OmegaConfBaseException, RecursionError) as exc:   # RecursionError: a variable that names itself
         raise StudyError(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
-    stages_raw = plain.get("stages")
-    if not isinstance(stages_raw, list) or not stages_raw:
+    if not isinstance(plain.get("stages"), list) or not plain["stages"]:
         raise StudyError(f"{where}: `stages:` must be a non-empty list")
-    stages, seen = [], set()
-    for i, s in enumerate(stages_raw):
+    stages = []
+    for i, s in enumerate(plain["stages"]):
         w = f"{where}: stages[{i}]"
         if not isinstance(s, dict) or set(s) - {"name", "run", "args"} or not isinstance(s.get("name"), str):
             raise StudyError(f"{w}: expected {{name: ..., run: ..., args: {{...}}}}, found {s!r}")
-        if s["name"] in seen:
+        if s["name"] in (st.name for st in stages):
             raise StudyError(f"{w}: stage name {s['name']!r} is used twice")
-        seen.add(s["name"])
         if s.get("run") not in RUNNERS:
             raise StudyError(f"{w} ({s['name']}): run={s.get('run')!r} is not one of {', '.join(RUNNERS)}."
                              f"{did_you_mean(str(s.get('run')), RUNNERS)}")
-        args = s.get("args") or {}
-        if not isinstance(args, dict):
+        if not isinstance(s.get("args") or {}, dict):
             raise StudyError(f"{w} ({s['name']}): args must be a mapping of key: value")
-        raw = raw_stages[i] if i < len(raw_stages) else {}
-        raw_args = raw.get("args") if isinstance(raw, dict) else None
-        arg_uses = {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()} if isinstance(raw_args, dict) else {}
-        stages.append(Stage(name=s["name"], run=s["run"], args=args, arg_uses=arg_uses))
+        raw = raw_stages[i] if i < len(raw_stages) and isinstance(raw_stages[i], dict) else {}
+        raw_args = raw["args"] if isinstance(raw.get("args"), dict) else {}   # `${vars.X}` kept: what each uses
+        stages.append(Stage(s["name"], s["run"], s.get("args") or {}, {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()}))
     hardware = plain.get("hardware") or {}
     if not isinstance(hardware, dict) or not isinstance(hardware.get("gpus"), int):
         raise StudyError(f"{where}: `hardware:` must give `gpus:` (an integer) and the GPU kind")
     smoke = plain.get("cpu_smoke") or []
-    if not isinstance(smoke, (list, ListConfig)) or not all(isinstance(t, str) and "=" in t for t in smoke):
+    if not isinstance(smoke, list) or not all(isinstance(t, str) and "=" in t for t in smoke):
         raise StudyError(f"{where}: `cpu_smoke:` must be a list of key=value overrides")
     notes = plain.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(t, str) and t.strip() for t in notes):
         raise StudyError(f"{where}: `notes:` must be a list of sentences (what the study does not reproduce, and why)")
-    chosen = [(m.key, m.value, k.text) for m in marked for k in m.marks if k.kind == "chosen"]
     return Study(name=path.stem, path=path, sha256=sha256_file(path), title=str(plain.get("title") or path.stem),
                  reference=str(plain.get("reference") or ""), hardware=hardware, stages=stages,
                  reference_results=_reference_results(plain.get("reference_results"), where),
-                 vars=dict(plain.get("vars") or {}), cpu_smoke=list(smoke), notes=[" ".join(t.split()) for t in notes],
-                 chosen=chosen)
+                 vars=dict(plain.get("vars") or {}), cpu_smoke=smoke, notes=[" ".join(t.split()) for t in notes],
+                 chosen=[(m.key, m.value, k.text) for m in marked for k in m.marks if k.kind == "chosen"])

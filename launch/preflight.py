@@ -1,32 +1,10 @@
 """The preflight: before a command's first job, everything any of its jobs will need, checked at once.
 
-Its input is the plan's `Needs` (launch.jobs, `of(plan)`), filled where each Job is built from the configs the
-command resolved once: a training Job's, each run's (`run_needs`, asked once per run); an analysis' (`analyze_needs`:
-an analyze command, a sweep's evaluation, a study's analyze stage); a study's evaluate and export stages' (launch/study.py).
-Each names the data artefacts it reads, the interpreter it runs with the modules it imports, whether it needs CUDA,
-and the directories it writes. `problems` answers one line per thing missing, never touching the network and
-creating nothing:
-
-- a data name (common/datafetch.py) is fine when it is in the cache (its digest checked, `datafetch.cached`)
-  or pinned (it will be downloaded on first use; whether the source is reachable is not checked); anything
-  else (an unpinned entry not pre-filled, a cached file that changed) is a line saying which `fetch-data` to run;
-- an SFT run's dataset (`dataset_needs`): none of its inputs is needed when it has one (`data.dir`, or the
-  dataset cache holds the arm's dataset under the key the run will ask for: a resumed run's). Otherwise the
-  build reads each hub source of the arm's domains (`data.sources.<domain>`, `FORMAT:ID[@REV][#split]`) and the
-  decontamination sets (`data.decontam_sets`, data names as above). A hub source is fine online (pinned at the
-  run's first launch, downloaded by datasets; never asked here); offline (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE)
-  it needs what data_prep/hub.py finds in the local caches: a pin (given, the run's config.yaml's, or the local
-  hub cache's main branch) and a copy datasets loads offline; else one line naming the source and what to set;
-- an interpreter (named or the one running the command) must answer common/interpreter.py's probe with every
-  module its job needs (`check`) and, for a pinned TRL (`grpo.trl`), hold that release;
-- CUDA, for a job that needs it here, is asked of its interpreter only where a GPU is visible (an NVIDIA device
-  node, not hidden by CUDA_VISIBLE_DEVICES); otherwise, and for jobs that run on Slurm's nodes, one line says it
-  was not checked (`notes`): never a reason to refuse;
-- an output directory must be writable where it exists, or creatable under its nearest existing parent (a run
-  dir holding another run's identity is refused earlier, when the run is resolved: launch.run.check_identity).
-
-A command with problems exits 2 before it writes anything (`gate`); a dry run shows its whole plan first, then
-exits 2 (`Refused`).
+Its input is the plan's `Needs` (launch.jobs, `of(plan)`), filled from the configs the command resolved once:
+a training run's (`run_needs`), an analysis' (`analyze_needs`), a study's evaluate and export stages'
+(launch/study.py). `problems` answers one line per thing missing (data, hub sources, interpreters and their
+modules, CUDA, output directories; docs/prerequisites.md says what each check asks), never touching the network
+and creating nothing; a command with problems exits 2 before it writes anything (`gate`), a dry run after its plan.
 """
 from __future__ import annotations
 
@@ -37,11 +15,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from common import datafetch, interpreter
 from common.cli import ConfigError
-from launch import jobs
+from data_prep import arms, hub
+from data_prep.readers import SourceError, parse_source
+from launch import cache, jobs
 from launch.errors import LaunchError
 from launch.jobs import Needs
+from rl.config import trl_problem
 
 EXIT = 2
 
@@ -68,29 +51,27 @@ def names_in(value) -> list[str]:
     return [value] if datafetch.is_name(value) else []
 
 
-def eval_data(settings: dict, prefix: str) -> tuple[list[str], str | None]:
-    """(data names, backend) an analyze (prefix `eval.`) or evaluate (prefix ``) command's evaluations read:
-    its profile's, then its own settings'; each bench's item set as evals.benches resolves it."""
+def eval_needs(settings: dict, who: str, python: str | None, out, launcher: str) -> Needs:
+    """What an evaluation needs: the data it reads (its profile's, then its settings': an evaluate config, or
+    analyze's `eval.*` with its profile and benches; each bench's item set as evals.benches resolves it), its
+    interpreter (None: this one) with vllm for backend=vllm, CUDA for vLLM where `launcher` runs it, `out`."""
     from evals.benches import bench_set
     from evals.profiles import load_profile
 
     profile = settings.get("profile") or None
     evaluate = load_profile(str(profile))["evaluate"] if profile else {}
-    sets_keys = ("sets", f"{prefix}sets")   # an item set counts only for a bench evaluated (below)
-    names = names_in({k: v for k, v in evaluate.items() if k != "sets"}) \
-        + names_in({k: v for k, v in settings.items() if k not in sets_keys})
-    if settings.get(f"{prefix}retriever", evaluate.get("retriever")) != "e5":   # no dense retrieval: no encoder, no index
+    names = names_in([{k: v for k, v in d.items() if k != "sets"} for d in (evaluate, settings)])   # a set: below
+    if settings.get("retriever", evaluate.get("retriever")) != "e5":   # no dense retrieval: no encoder, no index
         names = [n for n in names if not n.startswith(("encoder:", "index:"))]
-    backend = settings.get(f"{prefix}backend", evaluate.get("backend"))
-    if settings.get("bench_root") or settings.get(f"{prefix}bench_root"):
-        return names, backend
-    sets = {**(evaluate.get("sets") or {}), **(settings.get(f"{prefix}sets") or settings.get("sets") or {})}
-    for bench in settings.get("benches") or evaluate.get("benches") or []:
+    backend = settings.get("backend", evaluate.get("backend"))
+    sets = {**(evaluate.get("sets") or {}), **(settings.get("sets") or {})}
+    for bench in [] if settings.get("bench_root") else settings.get("benches") or evaluate.get("benches") or []:
         try:
             names += [n for n in (bench_set(str(bench), None, sets),) if n]
         except ConfigError:   # the command's own check refuses it, with its reason
             pass
-    return names, backend
+    return Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), who, "eval", python, None, (str(out),),
+                 jobs.backend(launcher).where if backend == "vllm" else None)
 
 
 def run_needs(trainer, prep) -> Needs:
@@ -98,8 +79,6 @@ def run_needs(trainer, prep) -> Needs:
     its config reads (an SFT run's `data:` section only where its dataset must be built: `dataset_needs`) and
     the hub sources it reads, its interpreter (python.<stage>=, else this one) with the trainer's modules and a
     pinned TRL, CUDA for a GPU-only model, and its run dir."""
-    from omegaconf import OmegaConf
-
     cfg = prep.cfg
     cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
     settings = OmegaConf.to_container(cfg)
@@ -116,28 +95,21 @@ def run_needs(trainer, prep) -> Needs:
 def analyze_needs(cfg) -> Needs:
     """What an analysis (analyze's merged config) needs: its evaluations' data (profile, eval.* settings, the
     benches' item sets), python.eval= (else this one) with vllm for backend=vllm, CUDA for vLLM, its out dir."""
-    from omegaconf import OmegaConf
-
     if cfg.power.get("pilot"):   # the design-power answer: reads a pilot's results, runs no job
         return Needs(who="analyze")
-    settings = {f"eval.{k}": v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None}
+    settings = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None}
     settings.update(profile=cfg.profile, benches=list(cfg.benches or []))
-    names, backend = eval_data(settings, "eval.") if cfg.evaluate and not cfg.get("eval_tasks") else ([], None)
-    cuda = jobs.backend(cfg.launcher).where if backend == "vllm" else None
-    return Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), "analyze", "eval",
-                 interpreter.named(cfg.python, "eval"), None, (str(cfg.out),), cuda)
+    return eval_needs(settings if cfg.evaluate and not cfg.get("eval_tasks") else {}, "analyze",
+                      interpreter.named(cfg.python, "eval"), cfg.out, cfg.launcher)
 
 
-def launch_pins(cfg, data_arm: str, run_dir: Path | None = None):
-    """A copy of SFT config `cfg` with the hub sources of its arm's domains pinned as its launch will pin them
-    without the hub (launch.cache.pin_hub_sources): the run dir's config.yaml's pins (launch.cache.with_run_pins),
-    else, offline, the commit the local hub cache holds; online an unpinned one stays so (the hub pins it at
-    launch). A domain whose specs do not parse is left as written (source_problem says why)."""
-    from data_prep import arms, hub
-    from data_prep.readers import SourceError
-    from launch.cache import with_run_pins
-
-    out = (with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy()
+def launch_sources(cfg, data_arm: str, run_dir: Path | None = None):
+    """(cfg pinned, hub sources) of SFT config `cfg`: a copy with the hub sources of its arm's domains pinned as
+    its launch will pin them without the hub (launch.cache.pin_hub_sources: the run dir's config.yaml's pins,
+    else, offline, the commit the local hub cache holds; online an unpinned one stays so), and (key, spec) of
+    each of those sources that is no local file. A spec that does not parse is left as written and listed
+    (source_problem says why)."""
+    out, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
     offline = hub.hub_offline()
     for domain in arms.quotas(data_arm, int(cfg.data.n)):
         try:
@@ -145,34 +117,20 @@ def launch_pins(cfg, data_arm: str, run_dir: Path | None = None):
                 hub.cached_revision(i) if offline else None))[0]
         except SourceError:
             pass
-    return out
-
-
-def hub_sources(cfg, data_arm: str) -> list[tuple[str, str]]:
-    """(key, spec) of each source of `cfg`'s arm's domains that is no local file (a spec that does not parse
-    included: source_problem says why)."""
-    from data_prep import arms
-    from data_prep.readers import SourceError, parse_source
-
-    out = []
-    for domain in arms.quotas(data_arm, int(cfg.data.n)):
-        for spec in list(cfg.data.sources.get(domain) or []):
+        for spec in list(out.data.sources.get(domain) or []):
             try:
                 if parse_source(spec).is_local:
                     continue
             except SourceError:
                 pass
-            out.append((f"data.sources.{domain}", str(spec)))
-    return out
+            sources.append((f"data.sources.{domain}", str(spec)))
+    return out, sources
 
 
 def source_problem(key: str, spec: str) -> str | None:
-    """Why hub source `spec` (given for `key`, pinned as `launch_pins` pins it) cannot be read by a launch
+    """Why hub source `spec` (given for `key`, pinned as `launch_sources` pins it) cannot be read by a launch
     here (None: it can, or it will be downloaded). Online nothing is asked; offline it must be pinned and in
     the local datasets cache (data_prep.hub.offline_problem)."""
-    from data_prep import hub
-    from data_prep.readers import SourceError, parse_source
-
     try:
         src = parse_source(spec)
     except SourceError as exc:
@@ -195,33 +153,21 @@ def dataset_needs(cfg, data_arm: str, run_dir: Path | None = None) -> tuple[list
     """(data names, hub sources) an SFT run's dataset step reads: none with `data.dir` or with its dataset in
     the cache (launch.cache: the arm's key as the launch will ask for it, computed without the hub, and only
     when some input is missing here); else the `data:` section's names (the decontamination sets) and the hub
-    sources of the arm's domains, pinned as the launch will pin them (`launch_pins`)."""
-    from omegaconf import OmegaConf
-
+    sources of the arm's domains, pinned as the launch will pin them (`launch_sources`)."""
     if cfg.data.dir:
         return [], []
-    pinned = launch_pins(cfg, data_arm, run_dir)
-    names, sources = names_in(OmegaConf.to_container(cfg.data)), hub_sources(pinned, data_arm)
+    pinned, sources = launch_sources(cfg, data_arm, run_dir)
+    names = names_in(OmegaConf.to_container(cfg.data))
     if any(data_problem(n) for n in names) or any(source_problem(k, s) for k, s in sources):
-        if dataset_cached(pinned, data_arm):
-            return [], []
+        try:   # no dataset cached at all: no key to compute (that loads the tokenizer)
+            root = cache.cache_root(pinned)
+            if root.is_dir() and any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir()):
+                with datafetch.no_network():
+                    if (root / cache.dataset_key(pinned, data_arm)).is_dir():
+                        return [], []
+        except Exception:  # noqa: BLE001 - the key needs a tokenizer, files or data_prep's code not here (nor at launch)
+            pass
     return names, sources
-
-
-def dataset_cached(cfg, data_arm: str) -> bool:
-    """Whether the dataset cache holds the arm's dataset under the key `cfg` (pinned: `launch_pins`) asks for;
-    False when that key cannot be computed here (a tokenizer not in the local cache, a source that does not
-    parse: the launch could not compute it either)."""
-    from launch import cache
-
-    try:
-        root = cache.cache_root(cfg)
-        if not root.is_dir() or not any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir()):
-            return False   # no dataset at all: no key to compute (it loads the tokenizer)
-        with datafetch.no_network():
-            return (root / cache.dataset_key(cfg, data_arm)).is_dir()
-    except Exception:  # noqa: BLE001 - the key needs a tokenizer, files or data_prep's code not available here
-        return False
 
 
 def data_problem(name: str) -> str | None:
@@ -239,13 +185,10 @@ def data_problem(name: str) -> str | None:
 def python_problem(need: Needs) -> str | None:
     """Why `need`'s interpreter cannot run its job (None: it holds every module, and the pinned TRL)."""
     python = need.python or sys.executable
-    shown = need.python is None
     why = interpreter.check(need.kind, python, need.modules) if need.modules else None
     if why is None and need.trl not in (None, ""):
-        from rl.config import trl_problem
-
         why = trl_problem(need.trl, interpreter.package_version(python, "trl"), python)
-    if why and shown:   # the implicit one: say how to name another
+    if why and need.python is None:   # the implicit one: say how to name another
         why += f" (python.{need.kind} not given: the interpreter running this command)"
     return why
 
@@ -277,18 +220,15 @@ def cuda_problem(python: str) -> str | None:
 def notes(needs: list[Needs]) -> list[str]:
     """The lines saying what was not checked: CUDA of jobs that run elsewhere, or here without a visible GPU."""
     where = {n.cuda for n in needs if n.cuda}
-    out = []
-    if "nodes" in where:
-        out.append("CUDA unchecked for the jobs that run on Slurm's nodes (checked by each job where it runs)")
-    if "here" in where and not gpus_visible():
-        out.append("CUDA unchecked: no GPU is visible on this machine (a job that needs one refuses at its start)")
-    return out
+    return [line for unchecked, line in (
+        ("nodes" in where, "CUDA unchecked for the jobs that run on Slurm's nodes (checked by each job where it runs)"),
+        ("here" in where and not gpus_visible(),
+         "CUDA unchecked: no GPU is visible on this machine (a job that needs one refuses at its start)")) if unchecked]
 
 
 def output_problem(path: str) -> str | None:
     """Why directory `path` cannot be written (None: it is a writable dir, or can be made under one)."""
-    p = Path(os.path.expanduser(path)).absolute()
-    probe = p
+    probe = Path(os.path.expanduser(path)).absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
@@ -299,37 +239,25 @@ def output_problem(path: str) -> str | None:
 
 
 def problems(needs: list[Needs]) -> list[str]:
-    """One line per problem of `needs`, each once, in order: `<who>: <why>`."""
-    out: list[str] = []
-    seen_data: dict[str, str | None] = {}
+    """One line per problem of `needs`, each once, in order: `<who>: <why>` (a data name or hub source is
+    asked once, its line naming the first job that reads it)."""
+    out, seen = [], {}
     for need in needs:
-        for name in need.data:
-            if name not in seen_data:
-                seen_data[name] = data_problem(name)
-                if seen_data[name]:
-                    out.append(f"{need.who}: {seen_data[name]}")
-        for key, spec in need.hub:
-            if spec not in seen_data:
-                seen_data[spec] = source_problem(key, spec)
-                if seen_data[spec]:
-                    out.append(f"{need.who}: {seen_data[spec]}")
-        if need.kind is not None and (why := python_problem(need)):
-            out.append(f"{need.who}: {why}")
-        elif need.cuda == "here" and need.kind is not None and gpus_visible() and \
-                (why := cuda_problem(need.python or sys.executable)):
-            out.append(f"{need.who}: {why}")
-        for path in need.outputs:
-            if why := output_problem(path):
-                out.append(f"{need.who}: {why}")
+        whys = [seen.setdefault(name, data_problem(name)) for name in need.data if name not in seen]
+        whys += [seen.setdefault(spec, source_problem(key, spec)) for key, spec in need.hub if spec not in seen]
+        if need.kind is not None:
+            whys.append(python_problem(need) or (cuda_problem(need.python or sys.executable)
+                                                 if need.cuda == "here" and gpus_visible() else None))
+        whys += [output_problem(path) for path in need.outputs]
+        out += [f"{need.who}: {why}" for why in whys if why]
     return list(dict.fromkeys(out))
 
 
 def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
     """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each; `counted`, a
     study's: then their count, and it stops itself); a real run with problems stops here (Refused: exit 2, nothing
-    written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. (A study's or a sweep's
-    jobs are checked once, by the command that plans them: the jobs themselves, run on their resolved configs,
-    ask nothing more.)"""
+    written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. The jobs themselves ask
+    nothing more."""
     for line in notes(needs):
         print(f"preflight: {line}", flush=True)
     found = problems(needs)

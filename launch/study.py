@@ -2,39 +2,9 @@
 
     launch study=NAME [VAR=value ...] [STAGE:key=value ...] [key=value ...] [smoke=true] [dry_run=true]
 
-The command line is parsed once (`parse_study_argv`):
-- `VAR=value` sets one of the study's `vars:` (runs_root, data slots, ...); `${vars.X}` in any value is the
-  study's variable X (`'reports=${vars.runs_root}/rep'`);
-- `STAGE:key=value` goes to that stage only (e.g. `report:eval.n=2`);
-- any other `key=value` goes to every training stage (run: sft, sweep, grpo), e.g. `model=tiny_base`; the
-  launcher (`launcher=slurm`), the cluster settings (`partition=`, `time=`, `launcher.sbatch=`, ...) and
-  `python.<kind>=` also reach the other stages' jobs; `dry_run=true` is the whole study's, never one stage's;
-- `smoke=true`: the study file's `cpu_smoke` overrides first (the command line's after them win); a study
-  without any refuses it.
-
-How a study becomes jobs (docs/concepts.md): every stage's config is resolved once (`resolve_stages`): a
-training stage's runs as `launch` resolves them (a sweep: every arm x seed, and its `eval_profile=` analysis),
-an analyze stage's analyze config (with `study=` the study file, so the report shows its reference results), an
-evaluate or export stage's config. A stage whose data slots are not filled yet (a dry run only) still checks
-every key it is given: an unknown key or a bad value in any stage exits 2 before anything. The preflight then
-checks what every stage's jobs need (launch/preflight.py). `plan_jobs` writes each config and makes the plan:
-a training stage's Job (a sweep: one array) as its own launch plans it, an analyze / evaluate / export stage one
-Job `python -m MODULE CONFIG` in its interpreter (`python.eval=`, export: `python.sft=`), each stage after the
-previous stage's jobs (an analyze stage `afterany`: it runs however the training ended and lists a failed run
-as a gap). An evaluate or export job is judged by its completion record (launch/completion.py), not its exit 0.
-
-Locally (`LocalRunner`) the jobs run in order, a training stage's runs as `launch` runs them (data, run-dir
-lock, manifest, resume and end records: launch.run.Training, launch_one on the runs resolved up front), the first failure
-stopping the study with its exit status; every stage is idempotent, so the same command continues the study.
-With `launcher=slurm` (or a training stage sent there: `train:launcher=slurm`; then every training stage must
-be) the `SlurmRunner` submits the whole plan, each job with `--dependency` from the plan, a training job's runs
-prepared (data, config.yaml) just before it is submitted; an analyze job fans its evaluations out as an array
-when it runs (launch/eval_slurm.py). Configs, scripts, logs and the job ids (`jobs.json`) go to
-`<runs_root>/_slurm/study-<UTC time>/` (a local study's configs to `_local/`; without a `runs_root` variable:
-beside the study's `out`, never inside it). `dry_run=true` prints the plan's table (jobs, order, interpreter,
-resources, needs), writes every config and script under a temporary directory it names, then prints the
-preflight's lines and the study's "differs from the reference" lines (`Study.differences`); it exits 2 when the
-preflight found a problem.
+docs/studies.md says what each token does and how the plan runs, locally and with `launcher=slurm`;
+docs/concepts.md ("How a study becomes jobs") the path: the command line parsed once (`parse_study_argv`),
+every stage's config resolved once (`resolve_stages`), the preflight, the plan (`plan_jobs`), its runner.
 """
 from __future__ import annotations
 
@@ -49,89 +19,81 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import interpreter
-from common.cli import ConfigError, did_you_mean, parse_switch, split_dotlist
+from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, split_dotlist
 from common.interpreter import KINDS
-from common.recipes import DEFAULT_CHOICES
-from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study, study_variables
+from common.recipes import ALIASES, DEFAULT_CHOICES
+from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
 from launch import completion, jobs, local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs
+from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
+from launch.run import SFT, Training, is_finished
+from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, split_eval_profile
 
-ALL_STAGES = ("dry_run",)  # plain keys that are the whole study's, never one stage's
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
 # python.sft= / python.grpo=, its own keys).
 STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
 _PYTHON_KEYS = tuple(f"python.{k}" for k in KINDS)
 EXPORT_NEEDS = {"torch": "export", "safetensors": "export", "omegaconf": "the config"}
+_LAUNCHER_KEYS = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
+# plain keys that also set the stage jobs' cluster settings: launcher.<key> and its shortcuts (partition=, time=, ...)
+_STAGE_JOB_KEYS = {**_LAUNCHER_KEYS, **{short: _LAUNCHER_KEYS[full] for short, full in ALIASES.items() if full in _LAUNCHER_KEYS}}
 
 
 def _key(tok: str) -> str:
     return tok.partition("=")[0].strip()
 
 
+def _launcher(tokens: list[str]) -> str | None:
+    """The launcher tokens ask for (the last `launcher=` / `launcher.kind=` wins)."""
+    return next((t.partition("=")[2].strip() for t in reversed(tokens) if _key(t) in ("launcher", "launcher.kind")), None)
+
+
 @dataclass
 class Request:
     """A study's command line, parsed once: the study (its variables set), the plain tokens (training stages;
-    the launcher, cluster and interpreter keys also the other stages' jobs), each stage's own, dry_run."""
+    the launcher, cluster and interpreter keys also the other stages' jobs), each stage's own, dry_run, and
+    the backend every job of the plan goes to (launch.jobs.BACKENDS)."""
     study: Study
     shared: list[str]
     own: dict[str, list[str]]
     dry_run: bool
-    launcher: str = DEFAULT_CHOICES["launcher"]   # the backend every job of the plan goes to (launch.jobs.BACKENDS)
-
-
-def _cluster_keys() -> dict[str, str]:
-    """The command line's cluster settings (`launcher.<key>` and its shortcuts: partition=, time=, ...) -> key."""
-    from common.recipes import ALIASES
-
-    keys = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
-    return {**keys, **{short: keys[full] for short, full in ALIASES.items() if full in keys}}
-
-
-_STAGE_JOB_KEYS = _cluster_keys()   # plain keys that also set the stage jobs' cluster settings
+    launcher: str
 
 
 def parse_study_argv(argv: list[str]) -> Request:
     """The study's command line, parsed once (LaunchError naming a bad token)."""
-    spec, rest = None, []
-    for tok in argv:
-        if _key(tok) == "study":
-            spec = tok.partition("=")[2].strip()
-        else:
-            rest.append(tok)
+    spec = next((t.partition("=")[2].strip() for t in reversed(argv) if _key(t) == "study"), None)
     if not spec:
         raise LaunchError("study=NAME is required (recipes/study/NAME.yaml, or a path to a study file)")
-    smoke = [t for t in rest if _key(t) == "smoke"]
-    if smoke:   # the study file's cpu_smoke overrides first, the command line's after them (they win)
-        rest = [t for t in rest if t not in smoke]
-        if parse_switch(smoke[-1].partition("=")[2], "smoke"):
-            overrides = load_study(spec).cpu_smoke
-            if not overrides:
-                raise LaunchError(f"smoke=true: study {spec} has no cpu_smoke overrides (its file's `cpu_smoke:` is "
-                                  "empty): it has no run on one CPU to offer")
-            rest = [*overrides, *rest]
-    names_of_vars = study_variables(spec)
+    study = load_study(spec)
+    rest = [t for t in argv if _key(t) not in ("study", "smoke")]
+    smoke = [t for t in argv if _key(t) == "smoke"]
+    if smoke and parse_switch(smoke[-1].partition("=")[2], "smoke"):   # cpu_smoke first: the command line's win
+        if not study.cpu_smoke:
+            raise LaunchError(f"smoke=true: study {spec} has no cpu_smoke overrides (its file's `cpu_smoke:` is "
+                              "empty): it has no run on one CPU to offer")
+        rest = [*study.cpu_smoke, *rest]
     variables, targeted, shared, dry_run = {}, [], [], False
     for tok in rest:
         head, sep, _ = tok.partition("=")
         if not sep or not head.strip():
             raise LaunchError(f"expected key=value or STAGE:key=value, found {tok!r}")
         if ":" in head:
-            key = head.partition(":")[2].strip()
-            if key in ALL_STAGES:
+            if (key := head.partition(":")[2].strip()) == "dry_run":
                 raise LaunchError(f"{tok}: {key} goes to every stage; give it without a stage ({key}=...)")
             targeted.append(tok)
             continue
         (key, value), = split_dotlist([tok])
-        if key in names_of_vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
+        if key in study.vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
             variables[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)["v"] \
                 if value else None
-        elif key in ALL_STAGES:
+        elif key == "dry_run":
             dry_run = parse_switch(value, key)
         else:
             shared.append(tok)
-    study = load_study(spec, variables=variables)
+    study = load_study(spec, variables=variables) if variables else study
     names = [s.name for s in study.stages]
     if not any(s.run in TRAINING_RUNS for s in study.stages):
         for tok in shared:
@@ -145,27 +107,17 @@ def parse_study_argv(argv: list[str]) -> Request:
             raise LaunchError(f"{tok}: {stage!r} is not a stage of study {study.name} (stages: {', '.join(names)})."
                               f"{did_you_mean(stage, names)}")
         own[stage].append(study.substitute(kv, tok))
-    req = Request(study, [study.substitute(t, t) for t in shared], own, dry_run)
+    shared = [study.substitute(t, t) for t in shared]
     default = DEFAULT_CHOICES["launcher"]
-    kinds = {s.name: _launcher(s.argv([*req.shared, *own[s.name]])) or default for s in study.stages
-             if s.run in TRAINING_RUNS}
-    req.launcher = next(iter(kinds.values()), _launcher(req.shared) or default)
+    kinds = {s.name: _launcher([*s.argv(), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
+    launcher = next(iter(kinds.values()), _launcher(shared) or default)
     if len(set(kinds.values())) > 1:   # one backend per plan: a job run here would not wait for submitted ones
-        there = next((v for v in kinds.values() if jobs.backend(v).submits), req.launcher)
+        there = next((v for v in kinds.values() if jobs.backend(v).submits), launcher)
         raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == there)} "
                           f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
                           f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
-    jobs.backend(req.launcher)   # a backend of that name (LaunchError naming them)
-    return req
-
-
-def _launcher(tokens: list[str]) -> str | None:
-    """The launcher tokens ask for (the last `launcher=` / `launcher.kind=` wins)."""
-    kind = None
-    for tok in tokens:
-        if _key(tok) in ("launcher", "launcher.kind") and "=" in tok:
-            kind = tok.partition("=")[2].strip()
-    return kind
+    jobs.backend(launcher)   # a backend of that name (LaunchError naming them)
+    return Request(study, shared, own, dry_run, launcher)
 
 
 def cluster_from_tokens(tokens: list[str], keys: dict[str, str], base=None) -> Cluster:
@@ -210,10 +162,6 @@ def _stage_python(req: Request, stage: Stage) -> str | None:
 
 
 def _resolve_training(req: Request, stage: Stage, args: list[str], r: Resolved) -> None:
-    from launch.grpo import GRPO
-    from launch.run import SFT
-    from launch.sweep import analysis_config, combos, split_eval_profile
-
     r.trainer = GRPO if stage.run == "grpo" else SFT
     args = [*args, *(["dry_run=true"] if req.dry_run else [])]
     if stage.run == "sweep":
@@ -254,17 +202,13 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
                               f"({', '.join(own_keys)}).{did_you_mean(_key(tok), list(own_keys))}")
     r.cluster = cluster_from_tokens(mine, own_keys, cluster)
     args = [a for a in args if a not in mine]
-    from common.cli import apply_overrides
-
     if stage.run == "evaluate":
         from evals.config import base_config, resolve_request
 
         profile = next((a.partition("=")[2] for a in reversed(args) if _key(a) == "profile"), None)
         r.cfg = resolve_request(apply_overrides(base_config(profile or None), args))
-        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}
-        names, backend = preflight.eval_data(settings, "")
-        r.needs = [Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), who, "eval", python, None,
-                         (str(r.cfg.out),), jobs.backend(req.launcher).where if backend == "vllm" else None)]
+        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # the profile's: merged
+        r.needs = [preflight.eval_needs(settings, who, python, r.cfg.out, req.launcher)]
     else:
         from sft.export import DEFAULTS
 
@@ -287,17 +231,15 @@ def resolve_stages(req: Request) -> list[Resolved]:
                                                   for t in req.own[s.name])], _STAGE_JOB_KEYS)
     out = []
     for stage in study.stages:
-        r = Resolved(stage, unset=study.unset(stage))
-        training = stage.run in TRAINING_RUNS
-        if not training:
+        r, own = Resolved(stage, unset=study.unset(stage)), req.own[stage.name]
+        if stage.run not in TRAINING_RUNS:   # its python.<kind> is its job's interpreter (analyze's python.eval also its evaluations')
             r.python = _stage_python(req, stage)
-        own = [t for t in req.own[stage.name] if training or not _key(t).startswith("python.")
-               or (stage.run == "analyze" and _key(t) == "python.eval")]   # analyze's own key: its evaluations'
+            own = [t for t in own if not _key(t).startswith("python.") or (stage.run == "analyze" and _key(t) == "python.eval")]
         try:   # the study file's arguments, then the command line's (they win)
-            if training:
-                _resolve_training(req, stage, [*stage.argv_without(r.unset), *req.shared, *own], r)
+            if stage.run in TRAINING_RUNS:
+                _resolve_training(req, stage, [*stage.argv(without=r.unset), *req.shared, *own], r)
             else:
-                _resolve_job_stage(req, stage, stage.argv_without(r.unset), own, r, cluster)
+                _resolve_job_stage(req, stage, stage.argv(without=r.unset), own, r, cluster)
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc)):   # a value needing the slot: checked once it is filled
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
@@ -312,44 +254,26 @@ def _with_suggestion(line: str, study: Study) -> str:
     """A stage's refusal of an unknown key that is close to one of the study's own keys (`smokez=true`: smoke; a
     variable): that one suggested, rather than the stage's."""
     unknown = re.search(r"unknown (?:\w+ )?key '([^']+)'", line)
-    ours = did_you_mean(unknown.group(1), ["smoke", *ALL_STAGES, *study.vars]) if unknown else ""
+    ours = did_you_mean(unknown.group(1), ["smoke", "dry_run", *study.vars]) if unknown else ""
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line
-
-
-def _in_stage(stage_jobs: list[Job], stage: str) -> list[Job]:
-    """A sweep's evaluation jobs named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`) and
-    each other: one plan holds every stage's."""
-    names = {j.name for j in stage_jobs}
-    rename = {"sweep": stage, **{n: f"{stage}.{n}" for n in names}}
-    return [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in stage_jobs]
-
-
-def _config(where: Path, name: str, cfg) -> str:
-    path = where / name
-    path.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
-    return str(path)
 
 
 def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
     """The study's plan: each stage's jobs, its configs written under `where`, each stage after the latest
     earlier stage that has jobs (a training stage whose runs are all finished has none when submitted)."""
-    from launch.run import is_finished
-    from launch.sweep import analysis_job, evaluation_jobs
-
     plan, before, submits = [], (), jobs.backend(req.launcher).submits
     for r in stages:
         stage = r.stage
         after = {"after": before, "after_any": stage.run == "analyze"}
         module = RUNNERS[stage.run]
         if r.unset or (not r.preps and r.cfg is None):   # a dry run: its place in the order, not resolved
-            path = where / f"{stage.name}.unresolved"
-            path.write_text(f"# not resolved: set {', '.join(f'{v}=...' for v in r.unset)}\n", encoding="utf-8")
-            stage_jobs = [Job(stage.name, module, config=str(path), **after,
-                              notes=(f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}",))]
+            unresolved = f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}"
+            (path := where / f"{stage.name}.unresolved").write_text(f"# {unresolved}\n", encoding="utf-8")
+            stage_jobs = [Job(stage.name, module, config=str(path), **after, notes=(unresolved,))]
         elif stage.run in TRAINING_RUNS:
             todo = [p for p in r.preps if not (submits and is_finished(p.run_dir) and p.cfg.resume != "never")]
             for i, p in enumerate(r.preps):
-                _config(where, f"{stage.name}-{i}.config.yaml", p.cfg)
+                (where / f"{stage.name}-{i}.config.yaml").write_text(OmegaConf.to_yaml(p.cfg), encoding="utf-8")
             stage_jobs = []
             if todo:
                 job = r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
@@ -360,11 +284,14 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
                 finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
                 evaluation = evaluation_jobs(r.evaluation, where / stage.name, todo, finished) \
                     if submits else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
-                stage_jobs += _in_stage(evaluation, stage.name)
+                # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
+                rename = {"sweep": stage.name, **{j.name: f"{stage.name}.{j.name}" for j in evaluation}}
+                stage_jobs += [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
                 if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
-            config = _config(where, f"{stage.name}.yaml", cfg)
+            (path := where / f"{stage.name}.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+            config = str(path)
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
                 config = completion.write_check(where / f"{stage.name}.check.json", stage.run, r.cfg.out,
                                                 where / f"{stage.name}.FAILED", module, config, r.python)
@@ -380,14 +307,10 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
     return plan
 
 
-def _ledger_root(study: Study) -> Path:
+def _ledger_root(v: dict) -> Path:
     """Where `_slurm/` / `_local/` (the study's configs, scripts, logs, job ids) go: under the study's runs_root,
     else beside (never inside) its `out`, which a stage (an export) must find holding only what it wrote."""
-    if study.vars.get("runs_root"):
-        return Path(str(study.vars["runs_root"]))
-    if study.vars.get("out"):
-        return Path(str(study.vars["out"])).parent
-    return Path(".")
+    return Path(str(v["runs_root"])) if v.get("runs_root") else Path(str(v["out"])).parent if v.get("out") else Path(".")
 
 
 def run_study(argv: list[str]) -> int:
@@ -403,14 +326,11 @@ def run_study(argv: list[str]) -> int:
         return preflight.EXIT
     kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
-        (_ledger_root(study) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+        (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     where.mkdir(parents=True, exist_ok=True)
     plan = plan_jobs(req, stages, where)
-    env = jobs.project_env(**{STUDY_ENV: json.dumps(study.identity())})
-    from launch.run import Training
-
-    training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.stage.run in TRAINING_RUNS
-                and r.preps}
+    env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
+    training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
         jobs.dry_run(plan, runner, where)
