@@ -1,12 +1,12 @@
-"""`python -m launch.eval_jobs CONFIG`: one evaluation job of `analyze launcher=slurm` (launch/eval_slurm.py),
-on its own config file (one checkpoint's evaluation, or a run's checkpoints found when it starts). An
-array task runs the config its index picks (the script's CONFIGS list)."""
+"""`python -m launch.eval_jobs CONFIG`: one evaluation job of `analyze launcher=slurm` (launch.eval_slurm.run_task),
+on its own config file (one checkpoint's evaluation, or a run's checkpoints found when it starts)."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from common.cli import run_cli
 from launch.eval_slurm import run_task
 
 
@@ -18,9 +18,7 @@ def _main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.cli import run_cli
-
-    return run_cli(_main, sys.argv[1:] if argv is None else argv)
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     make_run(root, "r2e", 0, [10, 20, 30], evaluated={10: {"nq": 0.2}})   # step 10 is already evaluated
     make_run(root, "search", 1, [10])
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "slurm.gpus_per_task=1",
             "slurm.concurrency=2", "slurm.time=02:00:00", "slurm.qos=eval", "slurm.sbatch=[--constraint=a100]", "dry_run=true"]
     assert main(argv) == 0
@@ -225,7 +225,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10, 20])
     fake = FakeEvaluator(fail_on="step-000020")
-    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50"]) == 0
@@ -264,7 +264,7 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10])
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", fake_cluster(tmp_path, "exit 0\n")["PATH"].split(os.pathsep)[0] + os.pathsep + env["PATH"])
     monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
@@ -351,7 +351,7 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
 
     root, out = tmp_path / "runs", tmp_path / "rep"
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     dirs = [root / "r2e" / "seed0", root / "r2e" / "seed1"]
