@@ -2,7 +2,7 @@
 aggregation job (docs/stages/analyze.md says what a user sees: the array or one job per run, requeue at the
 time-limit warning, outcomes reported as gaps).
 
-Every evaluation job runs `python -m launch.eval_jobs CONFIG` on a config of one format (`_task`): the
+Every evaluation job runs `python -m launch.eval_slurm CONFIG` on a config of one format (`_task`): the
 checkpoints planned at submission (an array task's one) and the run or anchor whose checkpoints it finds when it
 starts (a run's job), each cut to what is left by identity (launch.evaluation) as a local analyze cuts it; run
 and reported by one code path (`run_task`, `tasks_report`). The aggregation runs `python -m launch.analyze
@@ -23,11 +23,12 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.errors import AnalysisError
+from common.cli import run_cli
 from common.io import read_json_object, write_json
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, harness, plan, run_job
 from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
 
-MODULE = "launch.eval_jobs"   # what every evaluation job runs: python -m launch.eval_jobs CONFIG
+MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launch.eval_slurm CONFIG (main)
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
 # the task's python (the script execs it): it stops, keeps its rows and requeues itself (evaluate_segment).
 WARNING = "B:USR1@120"
@@ -266,13 +267,10 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
     after rows were written in this segment, and the task requeued itself (its next segment plans again
     and resumes). Warned with work left but no progress in the segment, it is not requeued again: that
     is a failure saying so (raise slurm.time)."""
-    jobs: list[EvalJob] = []
-    failures: list[EvalFailure] = []
-    before = 0
+    jobs, failures, before = [], [], 0
     old = signal.signal(signal.SIGUSR1, _stop)
     try:
-        jobs = todo()
-        if not jobs:
+        if not (jobs := todo()):
             print(f"[analyze] {what}: every bench is already evaluated under this identity; nothing to do", flush=True)
             return "done", jobs, failures
         before = _rows(jobs)
@@ -280,7 +278,7 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
             failures += run_job(job, h, opts, anchor_dir)
     except TimeLimitWarning:
         left = todo()
-        pending = sum(len(j.benches) for j in left)
+        pending, error = sum(len(j.benches) for j in left), None
         if not left:
             print(f"[analyze] {what}: the time-limit warning came after the work was done", flush=True)
         elif _rows(jobs) > before or pending < sum(len(j.benches) for j in jobs):
@@ -293,11 +291,10 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
             if (why := _requeue(ref)) is None:
                 return "requeued", jobs, []
             error = f"stopped by the time-limit warning with {pending} bench(es) left; could not requeue: {why}"
-            failures = [EvalFailure(j, list(j.benches), error) for j in left]
         else:
             error = ("stopped by the time-limit warning with no progress in this segment (no row written); "
                      "not requeued again: raise slurm.time (or lower eval.batch_size) and run analyze again")
-            failures = [EvalFailure(j, list(j.benches), error) for j in left]
+        failures = [EvalFailure(j, list(j.benches), error) for j in left] if error else failures
     finally:
         signal.signal(signal.SIGUSR1, old)
     for f in failures:
@@ -306,7 +303,7 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
 
 
 def run_task(config: Path, evaluator=None) -> int:
-    """One evaluation job (`python -m launch.eval_jobs CONFIG`): evaluate what its checkpoints (planned, or its
+    """One evaluation job (`python -m launch.eval_slurm CONFIG`): evaluate what its checkpoints (planned, or its
     run's found now) have left, by identity; 0 when done or when stopped at the time limit and requeued
     (evaluate_segment; the next segment writes the outcome), 1 when an evaluation failed."""
     data = _read_task(Path(config))
@@ -338,3 +335,19 @@ def tasks_report(configs: list) -> EvalReport:
         report.failures += [EvalFailure(_job(f["job"]), list(f["benches"]), str(f["error"]))
                             for f in outcome.get("failures", [])]
     return report
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 1 or "=" in argv[0]:
+        raise AnalysisError("usage: python -m launch.eval_slurm CONFIG (an evaluation job's config, written by "
+                            "analyze launcher=slurm)")
+    return run_task(Path(argv[0]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m launch.eval_slurm CONFIG`: one evaluation job (run_task) on its config, written by analyze."""
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

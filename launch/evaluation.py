@@ -45,31 +45,22 @@ class EvalsHarness(Harness):
 
     def __init__(self, evaluator: Evaluator | None = None):
         try:
-            import evals.run  # noqa: F401
+            from evals import config, run
         except ImportError as exc:
             raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
-        self.evaluator = evaluator
+        self.config, self.run, self.evaluator = config, run, evaluator
 
     def evaluate(self, cfg) -> dict:
-        from evals.run import evaluate
-
-        return evaluate(cfg)
+        return self.run.evaluate(cfg)
 
     def pending(self, cfg) -> dict[str, list[str]]:
-        from evals.run import to_evaluate
-
-        return to_evaluate(cfg)
+        return self.run.to_evaluate(cfg)
 
     def check(self, cfg: dict[str, Any]) -> Any:
-        from evals.config import resolve_request
-
-        return resolve_request(cfg)
+        return self.config.resolve_request(cfg)
 
     def template(self, cfg) -> str | None:
-        from evals.config import Resolved, resolve
-        from evals.run import thinking_problem
-
-        return thinking_problem(cfg.cfg if isinstance(cfg, Resolved) else resolve(cfg))
+        return self.run.thinking_problem(cfg.cfg if isinstance(cfg, self.config.Resolved) else self.config.resolve(cfg))
 
 
 def harness(evaluator: Harness | Evaluator | None = None) -> Harness:

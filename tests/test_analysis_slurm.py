@@ -77,8 +77,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert opts["signal"] == "B:USR1@120"
     assert re.findall(r"^# task (\d): (\S+)", eval_script, flags=re.M) == [
         ("0", "r2e/seed0/step-000020"), ("1", "r2e/seed0/step-000030"), ("2", "search/seed1/step-000010")]
-    # one job file per task: task i runs `python -m launch.eval_jobs CONFIG_i`, its checkpoint's evaluation
-    assert re.search(r'^exec \S+ -m launch\.eval_jobs "\$\{CONFIGS\[\$SLURM_ARRAY_TASK_ID\]\}"$', eval_script, flags=re.M)
+    # one job file per task: task i runs `python -m launch.eval_slurm CONFIG_i`, its checkpoint's evaluation
+    assert re.search(r'^exec \S+ -m launch\.eval_slurm "\$\{CONFIGS\[\$SLURM_ARRAY_TASK_ID\]\}"$', eval_script, flags=re.M)
     where = _dry_dir(text)
     configs = re.findall(r"^  (\S+\.json)$", eval_script, flags=re.M)
     assert configs == [str(where / f"eval-{i}.json") for i in range(3)]
@@ -87,7 +87,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert agg["dependency"] == "afterany:<job id of eval>" and "gpus-per-node" not in agg and "array" not in agg
     assert re.search(rf"^exec \S+ -m launch\.analyze {where}/analyze\.yaml$", agg_script, flags=re.M)
     assert OmegaConf.load(where / "analyze.yaml").eval_tasks == configs
-    assert re.search(r"^eval +launch\.eval_jobs +- ", text, flags=re.M), "the plan table"
+    assert re.search(r"^eval +launch\.eval_slurm +- ", text, flags=re.M), "the plan table"
     assert not fake.calls and not out.exists(), "a dry run evaluates and writes nothing but its temporary dir"
     # A chained submission (launch sweep/study): the array waits for the training job.
     assert main(argv + ["slurm.after=afterok:4242"]) == 0
@@ -105,7 +105,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     ev = named_interpreter(tmp_path / "eval-env" / "python")
     assert main(argv + [f"python.eval={ev}"]) == 0
     eval_script, agg_script = _scripts(capsys.readouterr().out)
-    assert [re.findall(r"^exec (\S+) -m launch\.(?:eval_jobs|analyze)", s, flags=re.M) for s in (eval_script, agg_script)] \
+    assert [re.findall(r"^exec (\S+) -m launch\.(?:eval_slurm|analyze)", s, flags=re.M) for s in (eval_script, agg_script)] \
         == [[str(ev)]] * 2
     assert main(argv + [f"python.eval={ev}", "eval.backend=vllm"]) == 2
     assert f"python.eval={ev} lacks vllm (backend=vllm)" in capsys.readouterr().err
@@ -244,7 +244,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     assert aggregate(plan) == 4
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
     # A job's config that is not one: one line, exit 2 (the aggregation's, an evaluation job's).
-    from launch.eval_jobs import main as eval_job
+    from launch.eval_slurm import main as eval_job
 
     capsys.readouterr()
     assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
@@ -387,7 +387,7 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     def run_job(path: Path) -> int:   # each job runs `python -m MODULE CONFIG`, its config in the plan dir
         command = path.read_text().strip().splitlines()[-1].split()
         assert command[:3] == ["exec", command[1], "-m"] and Path(command[4]).parent == plan, command
-        if command[3] == "launch.eval_jobs":
+        if command[3] == "launch.eval_slurm":
             return run_task(Path(command[4]), evaluator=fake)
         assert command[3] == "launch.analyze", command
         return main([command[4]])
