@@ -150,34 +150,29 @@ def power_report(cfg: DictConfig, benches: list[str] | None, profile: str | None
 def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
     """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
     python = interpreter.named(cfg.python, "eval")
-    if python is None:
-        return
-    why = interpreter.check("eval", python, interpreter.eval_needs(eval_backend(eval_opts, profile)))
-    if why:
+    if python is not None and (why := interpreter.check("eval", python, interpreter.eval_needs(eval_backend(eval_opts, profile)))):
         raise AnalysisError(why)
 
 
 @dataclass
 class Request:
-    """An analysis request resolved once, every setting checked (before any work, also for a dry run): its
-    merged config, the profile, benches, anchor, anchor dir, the evaluate options, the harness and the evaluate
-    config every evaluation resolves to."""
-    cfg: DictConfig
+    """An analysis request resolved once, every setting checked (before any work, also for a dry run)."""
+    cfg: DictConfig               # merged on the defaults
     profile: str | None
     benches: list[str]
     reference_sizes: dict
     anchor: str | None
     anchor_dir: Path
-    eval_opts: dict
+    eval_opts: dict               # what each evaluation is given (eval.*, the profile)
     study: Any = None
-    h: Any = None
-    resolved: Any = None
+    h: Any = None                 # the harness (None: nothing is evaluated here)
+    resolved: Any = None          # the evaluate config every evaluation resolves to (check_settings)
 
 
 def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
     """`cfg` (analyze's keys) merged on the defaults and resolved: what run_analysis and a sweep's evaluation
     plan read (AnalysisError / ConfigError: one line naming the setting)."""
-    cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
+    cfg = OmegaConf.merge(default_config(), cfg)
     profile = cfg.profile or None
     reference_sizes, benches = {}, list(DEFAULT_BENCHES)
     if profile:
