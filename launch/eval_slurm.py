@@ -1,12 +1,9 @@
-"""`analyze ... launcher=slurm`: the evaluations as Jobs (launch/jobs.py) that the SlurmRunner submits, then one
-aggregation job (docs/stages/analyze.md says what a user sees: the array or one job per run, requeue at the
-time-limit warning, outcomes reported as gaps).
-
-Every evaluation job runs `python -m launch.eval_slurm CONFIG` on a config of one format (`_task`): the
-checkpoints planned at submission (an array task's one) and the run or anchor whose checkpoints it finds when it
-starts (a run's job), each cut to what is left by identity (launch.evaluation) as a local analyze cuts it; run
-and reported by one code path (`run_task`, `tasks_report`). The aggregation runs `python -m launch.analyze
-analyze.yaml`: this request with `eval_tasks=` the evaluation configs.
+"""`analyze ... launcher=slurm`: the evaluations as Jobs (launch/jobs.py) for the SlurmRunner, then the aggregation
+job (`python -m launch.analyze analyze.yaml`, with `eval_tasks=` the evaluation configs); docs/stages/analyze.md
+says what a user sees. Every evaluation job runs `python -m launch.eval_slurm CONFIG` on a config of one format
+(`_task`: checkpoints planned at submission, a run or the anchor to discover when it starts), cut to what is left
+by identity as a local analyze cuts it (launch.evaluation), and is run and reported by one path (run_task,
+tasks_report).
 """
 from __future__ import annotations
 
@@ -77,15 +74,6 @@ def _job(entry: dict) -> EvalJob:
                    list(entry["benches"]), entry["prompt"])
 
 
-def task_gpus(cfg: DictConfig, eval_opts: dict[str, Any]) -> int:
-    """GPUs of one array task: slurm.gpus_per_task, else what evaluate's engines take (data_parallel engines of
-    tensor_parallel_size GPUs each with backend=vllm, one each with hf)."""
-    if cfg.slurm.gpus_per_task is not None:
-        return int(cfg.slurm.gpus_per_task)
-    tp = int(eval_opts.get("tensor_parallel_size") or 1) if eval_opts.get("backend") == "vllm" else 1
-    return int(eval_opts.get("data_parallel") or 1) * tp
-
-
 def _plan_dir(cfg: DictConfig, kind: str) -> Path:
     if cfg.dry_run:
         return dry_run_dir(kind)
@@ -117,11 +105,13 @@ def _evaluation(req, name: str, configs: list[str], notes: list[str], waits: str
     its backend imports."""
     from common.interpreter import eval_needs
 
-    opts, array = req.eval_opts, name == "eval"
+    opts, array, gpus = req.eval_opts, name == "eval", req.cfg.slurm.gpus_per_task
+    if gpus is None:   # what evaluate's engines take: data_parallel engines of tensor_parallel_size GPUs (vllm) or one (hf)
+        gpus = int(opts.get("data_parallel") or 1) * (int(opts.get("tensor_parallel_size") or 1) if opts.get("backend") == "vllm" else 1)
     data = tuple(str(opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if opts.get(k))
     return _job_of(req, name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
                    needs=Needs(data=data, modules=tuple(eval_needs(eval_backend(opts, req.profile)))), notes=tuple(notes),
-                   resources=Resources(gpus_per_node=task_gpus(req.cfg, opts), signal=WARNING,
+                   resources=Resources(gpus_per_node=int(gpus), signal=WARNING,
                                        at_once=req.cfg.slurm.concurrency if array else None), waits=waits)
 
 

@@ -1,10 +1,7 @@
 """Incremental evaluation (`analyze`'s planning half, local and Slurm): every (checkpoint × bench) not yet
-evaluated under the identity asked for, plus the anchor once (docs/stages/analyze.md).
-
-"Already evaluated" is decided by evaluation identity (the evals harness's `to_evaluate`), never by a bench
-name in `summary.json`; a bench held under another identity is re-evaluated with `overwrite=true`. One call
-per checkpoint with just its pending benches; a failing call is a gap in the report, never raised.
-"""
+evaluated under the identity asked for (the evals harness's rule, never a bench name in summary.json), plus the
+anchor once; one call per checkpoint with its pending benches, a failing call a gap in the report, never raised
+(docs/stages/analyze.md)."""
 from __future__ import annotations
 
 import traceback
