@@ -106,11 +106,9 @@ class EvalReport:
     failures: list[EvalFailure] = field(default_factory=list)
 
     def failed(self, arm: str, seed: int, step: int, bench: str) -> str | None:
-        for f in self.failures:
-            j = f.job
-            if (j.arm, j.seed, j.step) == (arm, seed, step) and bench in f.benches:
-                return f.error
-        return None
+        """Why that point's evaluation failed, or None."""
+        return next((f.error for f in self.failures
+                     if (f.job.arm, f.job.seed, f.job.step) == (arm, seed, step) and bench in f.benches), None)
 
 
 def summary_benches(eval_dir: Path) -> set[str]:
