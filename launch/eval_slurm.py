@@ -20,9 +20,9 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from analysis.errors import AnalysisError
-from common.cli import run_cli
+from common.cli import ConfigError, run_cli
 from common.io import read_json_object, write_json
-from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, harness, plan, run_job
+from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
 from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
 
 MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launch.eval_slurm CONFIG (main)
@@ -298,8 +298,16 @@ def run_task(config: Path, evaluator=None) -> int:
     (evaluate_segment; the next segment writes the outcome), 1 when an evaluation failed."""
     data = _read_task(Path(config))
     opts, h = data["eval_opts"], harness(evaluator)
-    status, jobs, failures = evaluate_segment(data["name"], lambda: plan(h, _candidates(data), opts), h, opts,
-                                              Path(data["anchor_dir"]))
+
+    def todo() -> list[EvalJob]:   # the settings resolved once (a refused one: each evaluation says why, a gap)
+        jobs = _candidates(data)
+        try:
+            settings = check_settings(h, opts, list(dict.fromkeys(b for j in jobs for b in j.benches))) if jobs else None
+        except ConfigError:
+            settings = None
+        return plan(h, jobs, opts, settings)
+
+    status, jobs, failures = evaluate_segment(data["name"], todo, h, opts, Path(data["anchor_dir"]))
     if status == "requeued":
         return 0
     write_json(Path(data["outcome"]), {

@@ -188,8 +188,24 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
         os.kill(os.getpid(), signal.SIGUSR1)
 
     monkeypatch.setattr(evals_store, "append_rows", append_then_warned)
+    # As a local analyze (test_analyze_resolves_once), a task resolves its evaluate config once per plan and computes
+    # each checkpoint's identity once: this segment plans twice (when it starts, and what is left at the warning).
+    import evals.config
+    import evals.identity
+    import evals.run
+
+    calls = {"resolve": 0, "checkpoint_identity": 0}
+
+    def counted(name, fn):
+        return lambda *a, **kw: (calls.__setitem__(name, calls[name] + 1), fn(*a, **kw))[1]
+
+    for name, home in (("resolve", evals.config), ("checkpoint_identity", evals.identity)):
+        spy = counted(name, getattr(home, name))
+        for module in (home, evals.run):
+            monkeypatch.setattr(module, name, spy)
     with _usr1_must_be_handled():
         assert run_task(eval_sbatch.parent / "eval-0.json") == 0
+    assert calls == {"resolve": 2, "checkpoint_identity": 2}
     monkeypatch.setattr(evals_store, "append_rows", real_append)
     assert requeued_jobs(tmp_path) == ["5001_0"]
     said = capsys.readouterr().out
