@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -100,9 +99,9 @@ def _job_of(req, name: str, module: str, **kw) -> Job:
     return Job(name, module, python=interpreter(req.cfg.python, "eval"), cluster=Cluster.of(req.cfg.slurm), **kw)
 
 
-def _evaluation(req, name: str, configs: list[str], notes: list[str], waits: str | None) -> Job:
-    """An evaluation job (an array when `name` is `eval`) on `configs`; it needs the data evaluate reads and what
-    its backend imports."""
+def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -> Job:
+    """An evaluation job (an array when `name` is `eval`) on `configs`, after what `after` says (waits, after,
+    after_task); it needs the data evaluate reads and what its backend imports."""
     from common.interpreter import eval_needs
 
     opts, array, gpus = req.eval_opts, name == "eval", req.cfg.slurm.gpus_per_task
@@ -112,7 +111,7 @@ def _evaluation(req, name: str, configs: list[str], notes: list[str], waits: str
     return _job_of(req, name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
                    needs=Needs(data=data, modules=tuple(eval_needs(eval_backend(opts, req.profile)))), notes=tuple(notes),
                    resources=Resources(gpus_per_node=int(gpus), signal=WARNING,
-                                       at_once=req.cfg.slurm.concurrency if array else None), waits=waits)
+                                       at_once=req.cfg.slurm.concurrency if array else None), **after)
 
 
 def _aggregation(req, plan: Path, configs: list[str], after: tuple[str, ...]) -> Job:
@@ -129,7 +128,7 @@ def array_plan(req, plan: Path, jobs: list[EvalJob]) -> list[Job]:
     (after `slurm.after`), then the aggregation after it (afterany). The configs are written under `plan`."""
     configs = [_task(req, plan, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time "
                      f"or not run; see {plan}/slurm-eval-*_{i}.out)", planned=[j]) for i, j in enumerate(jobs)]
-    evals = _evaluation(req, "eval", configs, [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs], req.cfg.slurm.after)
+    evals = _evaluation(req, "eval", configs, [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs], waits=req.cfg.slurm.after)
     return [evals, _aggregation(req, plan, configs, ("eval",))]
 
 
@@ -145,15 +144,15 @@ def runs_plan(req, plan: Path, after: list) -> list[Job]:
     jobs, configs = [], []
     for i, (who, run, anchor, dep) in enumerate(entries):
         name, what = f"eval-run-{i}", f"{who} ({run or anchor})"
-        shown = f"{dep[0]} task {dep[1]}" if isinstance(dep, tuple) else dep
+        link, shown = ({"after": (dep[0],), "after_task": dep[1]}, f"{dep[0]} task {dep[1]}") if isinstance(dep, tuple) \
+            else ({"waits": dep}, dep)   # a training task planned before it in the same plan, or a dependency string
         cause = f"cancelled because its dependency {shown} failed, i.e. its training did not finish, or " if dep else ""
         configs.append(_task(req, plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out of "
                              "time or not run; see its slurm-*.out log)",
                              discover={"run": run, "anchor": anchor, "runs_root": str(cfg.runs_root),
                                        "profile": req.profile, "benches": list(req.benches), "prompt": cfg.eval.prompt}))
-        job = _evaluation(req, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by evaluation "
-                                                    "identity"], dep if isinstance(dep, str) else None)
-        jobs.append(replace(job, after=(dep[0],), after_task=dep[1]) if isinstance(dep, tuple) else job)
+        jobs.append(_evaluation(req, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by evaluation "
+                                                          "identity"], **link))
     return [*jobs, _aggregation(req, plan, configs, tuple(j.name for j in jobs))]
 
 
