@@ -28,7 +28,7 @@ from launch import preflight
 from launch.errors import LaunchError
 from launch.jobs import backend
 from launch.eval_slurm import check_launcher, eval_backend, submit, tasks_report
-from launch.evaluation import (EvalReport, Evaluator, Harness, check_anchor_identity, check_settings, check_templates,
+from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_identity, check_settings, check_templates,
                                harness, plan, run_jobs)
 
 KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyze.md
@@ -150,34 +150,29 @@ def power_report(cfg: DictConfig, benches: list[str] | None, profile: str | None
 def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
     """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
     python = interpreter.named(cfg.python, "eval")
-    if python is None:
-        return
-    why = interpreter.check("eval", python, interpreter.eval_needs(eval_backend(eval_opts, profile)))
-    if why:
+    if python is not None and (why := interpreter.check("eval", python, interpreter.eval_needs(eval_backend(eval_opts, profile)))):
         raise AnalysisError(why)
 
 
 @dataclass
 class Request:
-    """An analysis request resolved once, every setting checked (before any work, also for a dry run): its
-    merged config, the profile, benches, anchor, anchor dir, the evaluate options, the harness and the evaluate
-    config every evaluation resolves to."""
-    cfg: DictConfig
+    """An analysis request resolved once, every setting checked (before any work, also for a dry run)."""
+    cfg: DictConfig               # merged on the defaults
     profile: str | None
     benches: list[str]
     reference_sizes: dict
     anchor: str | None
     anchor_dir: Path
-    eval_opts: dict
+    eval_opts: dict               # what each evaluation is given (eval.*, the profile)
     study: Any = None
-    h: Any = None
-    resolved: Any = None
+    h: Any = None                 # the harness (None: nothing is evaluated here)
+    resolved: Any = None          # the evaluate config every evaluation resolves to (check_settings)
 
 
 def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
     """`cfg` (analyze's keys) merged on the defaults and resolved: what run_analysis and a sweep's evaluation
     plan read (AnalysisError / ConfigError: one line naming the setting)."""
-    cfg = OmegaConf.merge(default_config(), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
+    cfg = OmegaConf.merge(default_config(), cfg)
     profile = cfg.profile or None
     reference_sizes, benches = {}, list(DEFAULT_BENCHES)
     if profile:
@@ -227,44 +222,41 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     submission. `evaluator`: a stand-in harness, or a callable in place of the evals harness's evaluate
     (launch.evaluation.harness)."""
     req = request(cfg, evaluator)
-    cfg, profile, benches, anchor, anchor_dir = req.cfg, req.profile, req.benches, req.anchor, req.anchor_dir
-    eval_opts, h, resolved, root = req.eval_opts, req.h, req.resolved, Path(req.cfg.runs_root)
+    cfg, h, root = req.cfg, req.h, Path(req.cfg.runs_root)
     if cfg.power.pilot:
-        print(power_report(cfg, benches if cfg.benches else None, profile))
+        print(power_report(cfg, req.benches if cfg.benches else None, req.profile))
         return None
-    if backend(cfg.launcher).submits and cfg.slurm.runs is not None and not cfg.eval_tasks:
-        submit(req, [])   # each run's job plans its own checkpoints
-        return None
-    runs = discover_runs(root, profile)
-    if not runs and anchor is None and not cfg.dry_run and not anchor_eval_dir(anchor_dir, profile).is_dir():
+    submits = backend(cfg.launcher).submits
+    if submits and cfg.slurm.runs is not None and not cfg.eval_tasks:
+        return submit(req, [])   # each run's job plans its own checkpoints
+    runs = discover_runs(root, req.profile)
+    if not runs and req.anchor is None and not cfg.dry_run and not anchor_eval_dir(req.anchor_dir, req.profile).is_dir():
         raise AnalysisError(f"runs_root={root}: " + ("no such directory" if not root.is_dir() else
                             "no runs in it (<arm>/[<name>/]seed<N>/)") + " and no anchor=: nothing to analyze")
-    with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
-        jobs = plan(runs, benches, anchor, anchor_dir, cfg.eval.prompt, profile, h=h, eval_opts=eval_opts,
-                    settings=resolved if isinstance(resolved, DictConfig) else None) if h else []
+    jobs = []
     if h is not None:
-        check_templates(h, jobs, eval_opts)
+        with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
+            jobs = plan(h, candidates(runs, req.benches, cfg.eval.prompt, req.anchor, req.anchor_dir, req.profile),
+                        req.eval_opts, req.resolved)
+        check_templates(h, jobs, req.eval_opts)
     if cfg.dry_run:
         print(describe_plan(runs, jobs, cfg))
-        if isinstance(resolved, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
+        if isinstance(req.resolved, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
             print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
-                  + OmegaConf.to_yaml(resolved).rstrip())
-    if backend(cfg.launcher).submits and jobs:   # the evaluations go to a job array; its aggregation job writes the report
-        submit(req, jobs)
-        return None
+                  + OmegaConf.to_yaml(req.resolved).rstrip())
+    if submits and jobs:   # the evaluations go to a job array; its aggregation job writes the report
+        return submit(req, jobs)
     if cfg.dry_run:
         return None
-    if cfg.eval_tasks:   # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
-        ev = tasks_report(list(cfg.eval_tasks))
-        jobs = ev.jobs
-    else:
-        ev = run_jobs(jobs, h, eval_opts, anchor_dir) if jobs else EvalReport()
-    result = write_analysis(cfg, runs=runs, jobs=jobs, ev=ev, benches=benches, anchor=anchor, anchor_dir=anchor_dir,
-                            profile=profile, reference_sizes=req.reference_sizes, study=req.study)
+    # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
+    ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else run_jobs(jobs, h, req.eval_opts, req.anchor_dir)
+    result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
+                            anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
+                            study=req.study)
     if cfg.cards:
         from launch.cards import report_cards
 
-        report_cards(cfg, profile)
+        report_cards(cfg, req.profile)
     return result
 
 

@@ -1,13 +1,7 @@
-"""Incremental evaluation (`analyze`'s planning half): every (checkpoint × bench) not yet evaluated under
-the identity asked for, plus the anchor once.
-
-The evals harness is reached through its Python API only, behind `Harness` (tests subclass it, e.g. to count
-calls). "Already evaluated" is decided by evaluation identity (checkpoint content digest + every
-result-changing setting + n, seed, bench file), never by a bench name in `summary.json`; a bench held under
-another identity is re-evaluated with `overwrite=true` (evaluate renames the old results aside). One call
-per checkpoint with just its pending benches; a failing call is a gap in the report, never raised; a bad
-evaluation setting is refused before any work (`check_settings`).
-"""
+"""Incremental evaluation (`analyze`'s planning half, local and Slurm): every (checkpoint × bench) not yet
+evaluated under the identity asked for (the evals harness's rule, never a bench name in summary.json), plus the
+anchor once; one call per checkpoint with its pending benches, a failing call a gap in the report, never raised
+(docs/stages/analyze.md)."""
 from __future__ import annotations
 
 import traceback
@@ -15,132 +9,60 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from omegaconf import DictConfig
 from tqdm import tqdm
 
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, read_json_object, step_name
+from analysis.errors import AnalysisError
 from common.cli import ConfigError
 from common.io import write_json
 from common.tiny import resolve_model_path
-from analysis.errors import AnalysisError
 
 Evaluator = Callable[[dict[str, Any]], dict]
 ANCHOR_PROMPT = "anchor_nudge"
-# Stands in for the checkpoint when the settings are checked before any checkpoint is looked at.
-_ANY_CKPT = "<checkpoint>"
 
 
 class Harness:
-    """What analyze needs from the evals harness, for one checkpoint's evaluation (an `EvalJob`). The real one is
-    `EvalsHarness`; a stand-in (tests) subclasses this class and implements `evaluate`, `pending` and `check`, each
-    given the request as the dict `EvalJob.config` makes (`given`)."""
+    """What analyze needs from the evals harness, each method given one checkpoint's request (`EvalJob.given`):
+    `evaluate(cfg)` (its summary), `pending(cfg)` ({bench: how the identity it is held under differs}: what
+    evaluate has left, no model loaded) and `check(cfg)` (the settings every request of an analysis resolves to,
+    its ckpt and out stand-ins; a ConfigError for one evaluate would refuse). A stand-in (tests) subclasses this
+    class and implements those three on the request as a dict (`EvalJob.config`)."""
 
-    def evaluate(self, cfg) -> dict:
-        """Evaluate the request's benches on its checkpoint into its out dir; the summary."""
-        raise NotImplementedError
-
-    def pending(self, cfg) -> dict[str, list[str]]:
-        """{bench: differences}: the benches `evaluate(cfg)` has left to do, by identity (no model loaded); a bench
-        held under another identity lists how it differs."""
-        raise NotImplementedError
-
-    def check(self, cfg: dict[str, Any]) -> Any:
-        """The settings every evaluation of an analysis resolves to (its ckpt and out stand-ins); a ConfigError
-        for a request evaluate would refuse."""
-        raise NotImplementedError
+    evaluator: Evaluator | None = None   # a caller's evaluate (a test's counting one), given each request as a dict
 
     def template(self, cfg) -> str | None:
-        """A setting one checkpoint's chat template cannot take (why), else None; here: not checked."""
+        """A setting the request's checkpoint's chat template cannot take (why), else None; here: not checked."""
         return None
-
-    def plan(self, job: EvalJob, settings) -> None:
-        """Make `job`'s request from the analysis's resolved `settings` (`check`'s), once per change of its
-        benches; a stand-in's request is its dict (`given`): nothing to make."""
-
-    def given(self, job: EvalJob, eval_opts: dict[str, Any]):
-        """What `pending`, `template` and `evaluate` are given for `job`: its planned request, else its dict."""
-        return job.config(eval_opts) if job.request is None else job.request
-
-    def run(self, job: EvalJob, eval_opts: dict[str, Any]) -> dict:
-        """Evaluate `job` (run_job)."""
-        return self.evaluate(self.given(job, eval_opts))
 
 
 class EvalsHarness(Harness):
-    """The evals harness (imported when the harness is made: aggregation alone must not need it). A request is
-    planned once per checkpoint: its config made from the analysis's resolved settings and its checkpoint's
-    identity computed once (`plan`: evals.config.Resolved), for pending, template and evaluate."""
+    """The evals harness (imported when it is made: aggregation alone must not need it). With the analysis's
+    resolved settings, a request is made once per checkpoint (`plan_request`: evals.config.Resolved)."""
 
-    def __init__(self):
+    def __init__(self, evaluator: Evaluator | None = None):
         try:
-            import evals.run  # noqa: F401
+            from evals import config, run
         except ImportError as exc:
             raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
+        self.config, self.run, self.evaluator = config, run, evaluator
 
     def evaluate(self, cfg) -> dict:
-        from evals.run import evaluate
-
-        return evaluate(cfg)
+        return self.run.evaluate(cfg)
 
     def pending(self, cfg) -> dict[str, list[str]]:
-        from evals.run import to_evaluate
-
-        return to_evaluate(cfg)
+        return self.run.to_evaluate(cfg)
 
     def check(self, cfg: dict[str, Any]) -> Any:
-        from evals.config import resolve_request
-
-        return resolve_request(cfg)
+        return self.config.resolve_request(cfg)
 
     def template(self, cfg) -> str | None:
-        from evals.config import Resolved, resolve
-        from evals.run import thinking_problem
-
-        return thinking_problem(cfg.cfg if isinstance(cfg, Resolved) else resolve(cfg))
-
-    def plan(self, job: EvalJob, settings) -> None:
-        from evals.config import Resolved, for_checkpoint
-        from evals.identity import checkpoint_identity
-
-        # overwrite when a bench is held under another identity (evaluate renames the old results aside)
-        cfg = for_checkpoint(settings, job.ckpt, str(job.out), job.benches, job.prompt,
-                             overwrite=True if job.stale else None)
-        job.request = Resolved(cfg, job.request.ckpt_id if job.request is not None else checkpoint_identity(str(cfg.ckpt)))
-
-
-class Evaluating(EvalsHarness):
-    """The evals harness with a caller's `evaluate` callable (a test's counting or scripted one), given each
-    checkpoint's request as the dict `EvalJob.config` makes; pending, check and template stay the harness's."""
-
-    def __init__(self, evaluator: Evaluator):
-        super().__init__()
-        self.evaluator = evaluator
-
-    def run(self, job: EvalJob, eval_opts: dict[str, Any]) -> dict:
-        return self.evaluator(job.config(eval_opts))
+        return self.run.thinking_problem(cfg.cfg if isinstance(cfg, self.config.Resolved) else self.config.resolve(cfg))
 
 
 def harness(evaluator: Harness | Evaluator | None = None) -> Harness:
-    """The harness analyze evaluates with: `evaluator` itself when it is one (a stand-in), the evals harness
-    with `evaluator` as its evaluate when it is a plain callable, else the evals harness."""
-    if isinstance(evaluator, Harness):
-        return evaluator
-    return EvalsHarness() if evaluator is None else Evaluating(evaluator)
-
-
-def check_templates(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any]) -> None:
-    """Refuse, before any evaluation (also under dry_run), a setting a planned checkpoint's chat template
-    cannot take (every evaluate of it would fail after loading): one AnalysisError naming the checkpoints."""
-    problems = []
-    for job in jobs:
-        try:
-            why = h.template(h.given(job, eval_opts))
-        except (ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
-            why = None
-        if why:
-            problems.append(why)
-    if problems:
-        more = f" (and {len(problems) - 1} more checkpoint(s))" if len(problems) > 1 else ""
-        raise AnalysisError(f"evaluation settings (eval.KEY=...): {problems[0]}{more}")
+    """`evaluator` when it is a stand-in harness, else the evals harness (a plain callable: as its evaluate)."""
+    return evaluator if isinstance(evaluator, Harness) else EvalsHarness(evaluator)
 
 
 @dataclass
@@ -154,8 +76,8 @@ class EvalJob:
     prompt: str
     # bench -> how the identity it is held under differs from the one asked for (re-evaluated aside)
     stale: dict[str, list[str]] = field(default_factory=dict)
-    # the real harness's request (evals.config.Resolved: this evaluation's config, resolved once from the
-    # analysis's settings, and the checkpoint's identity); None: a stand-in's, given job.config(...)
+    # evals.config.Resolved: this evaluation's config, made once from the analysis's resolved settings, and the
+    # checkpoint's identity (plan_request); None: given as the dict `config` makes
     request: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -163,9 +85,12 @@ class EvalJob:
         return f"{self.arm}/seed{self.seed}/{step_name(self.step)}"
 
     def config(self, eval_opts: dict[str, Any]) -> dict[str, Any]:
-        cfg = {**eval_opts, "ckpt": self.ckpt, "benches": list(self.benches), "out": str(self.out),
-               "prompt": self.prompt}
+        cfg = {**eval_opts, "ckpt": self.ckpt, "benches": list(self.benches), "out": str(self.out), "prompt": self.prompt}
         return {**cfg, "overwrite": True} if self.stale else cfg
+
+    def given(self, eval_opts: dict[str, Any]):
+        """What the harness is given for this job: its planned request, else its dict."""
+        return self.config(eval_opts) if self.request is None else self.request
 
 
 @dataclass
@@ -181,11 +106,9 @@ class EvalReport:
     failures: list[EvalFailure] = field(default_factory=list)
 
     def failed(self, arm: str, seed: int, step: int, bench: str) -> str | None:
-        for f in self.failures:
-            j = f.job
-            if (j.arm, j.seed, j.step) == (arm, seed, step) and bench in f.benches:
-                return f.error
-        return None
+        """Why that point's evaluation failed, or None."""
+        return next((f.error for f in self.failures
+                     if (f.job.arm, f.job.seed, f.job.step) == (arm, seed, step) and bench in f.benches), None)
 
 
 def summary_benches(eval_dir: Path) -> set[str]:
@@ -194,34 +117,73 @@ def summary_benches(eval_dir: Path) -> set[str]:
 
 
 def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]):
-    """Refuse, before any work, what every evaluate call of this analysis would refuse (a bad value,
-    an unknown key or bench, a missing corpus): one AnalysisError naming it. Returns the evaluate config
-    every evaluation of it resolves to (its ckpt and out: `<checkpoint>`), as the harness resolves it."""
+    """What every evaluate call of this analysis would refuse (a bad value, an unknown key or bench, a missing
+    corpus), refused before any work: one AnalysisError. Returns the config every evaluation resolves to (its
+    ckpt and out: stand-ins), as the harness resolves it."""
     try:
-        return h.check({**eval_opts, "ckpt": _ANY_CKPT, "benches": list(benches), "out": _ANY_CKPT})
+        return h.check({**eval_opts, "ckpt": "<checkpoint>", "benches": list(benches), "out": "<checkpoint>"})
     except ConfigError as exc:
         raise AnalysisError(f"evaluation settings (eval.KEY=...): {exc}") from exc
 
 
-def _pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any], settings=None) -> EvalJob | None:
-    """`job` cut to the benches not yet evaluated under its identity (None: nothing to do). An out dir
-    the harness cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, and
-    that checkpoint becomes a listed gap, not the end of the sweep. With the analysis's resolved
-    `settings` (check_settings) and the real harness, the job's config is made from them once and its
-    checkpoint's identity computed once (job.request), for pending, its template check and evaluate."""
+def check_templates(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any]) -> None:
+    """Refuse, before any evaluation (also under dry_run), a setting a planned checkpoint's chat template
+    cannot take (every evaluate of it would fail after loading): one AnalysisError naming the checkpoints."""
+    problems = []
+    for job in jobs:
+        try:
+            problems += [why] if (why := h.template(job.given(eval_opts))) else []
+        except (ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
+            pass
+    if problems:
+        more = f" (and {len(problems) - 1} more checkpoint(s))" if len(problems) > 1 else ""
+        raise AnalysisError(f"evaluation settings (eval.KEY=...): {problems[0]}{more}")
+
+
+def plan_request(job: EvalJob, settings: DictConfig) -> None:
+    """`job.request` made from the analysis's resolved `settings` (its benches left; overwrite when one is held
+    under another identity: evaluate renames the old results aside), its checkpoint's identity computed once."""
+    from evals.config import Resolved, for_checkpoint
+    from evals.identity import checkpoint_identity
+
+    cfg = for_checkpoint(settings, job.ckpt, str(job.out), job.benches, job.prompt, overwrite=True if job.stale else None)
+    job.request = Resolved(cfg, job.request.ckpt_id if job.request is not None else checkpoint_identity(str(cfg.ckpt)))
+
+
+def pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any], settings=None) -> EvalJob | None:
+    """`job` cut to the benches not yet evaluated under its identity (None: nothing to do). An out dir the harness
+    cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, a listed gap, not the end of the
+    sweep. `settings`: the analysis's resolved evaluate config (check_settings; the evals harness's), from which
+    the job's request is made (plan_request)."""
+    made = isinstance(settings, DictConfig)
     try:
-        if settings is not None:
-            h.plan(job, settings)
-        pending = h.pending(h.given(job, eval_opts))
+        if made:
+            plan_request(job, settings)
+        left = h.pending(job.given(eval_opts))
     except ConfigError:
         return job
-    if not pending:
+    if not left:
         return None
-    job.benches = [b for b in job.benches if b in pending]
-    job.stale = {b: diff for b, diff in pending.items() if diff}
-    if settings is not None:   # what evaluate runs: the benches left, overwrite when one is held under another identity
-        h.plan(job, settings)
+    job.benches = [b for b in job.benches if b in left]
+    job.stale = {b: diff for b, diff in left.items() if diff}
+    if made:
+        plan_request(job, settings)
     return job
+
+
+def candidates(runs: list[Run], benches: list[str], prompt: str, anchor: str | None, anchor_dir: Path,
+               profile: str | None) -> list[EvalJob]:
+    """Every checkpoint of `runs` and the anchor (when given, with prompt=anchor_nudge, as step 0), every bench."""
+    jobs = [EvalJob(r.arm, r.seed, step, str(ckpt), r.eval_dir(step), list(benches), prompt)
+            for r in runs for step, ckpt in sorted(r.checkpoints.items())]
+    if anchor is not None:
+        jobs.append(EvalJob(ANCHOR_ARM, 0, 0, str(anchor), anchor_eval_dir(anchor_dir, profile), list(benches), ANCHOR_PROMPT))
+    return jobs
+
+
+def plan(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any], settings=None) -> list[EvalJob]:
+    """The `jobs` (candidates) with benches left to evaluate, each cut to them (`pending`)."""
+    return [j for j in (pending(h, c, eval_opts, settings) for c in jobs) if j is not None]
 
 
 def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
@@ -237,23 +199,6 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
             f"pass anchor_dir=<another dir> or remove {anchor_dir} to re-evaluate")
 
 
-def plan(runs: list[Run], benches: list[str], anchor: str | None, anchor_dir: Path, prompt: str,
-         profile: str | None = None, *, h: Harness, eval_opts: dict[str, Any], settings=None) -> list[EvalJob]:
-    """One job per checkpoint (and the anchor) with the benches it has left, by evaluation identity;
-    `settings`: the analysis's resolved evaluate config (check_settings), each job's made from it."""
-    jobs = []
-    for run in runs:
-        for step, ckpt in sorted(run.checkpoints.items()):
-            job = EvalJob(run.arm, run.seed, step, str(ckpt), run.eval_dir(step), list(benches), prompt)
-            if (job := _pending(h, job, eval_opts, settings)) is not None:
-                jobs.append(job)
-    if anchor is not None:
-        job = EvalJob(ANCHOR_ARM, 0, 0, str(anchor), anchor_eval_dir(anchor_dir, profile), list(benches), ANCHOR_PROMPT)
-        if (job := _pending(h, job, eval_opts, settings)) is not None:
-            jobs.append(job)
-    return jobs
-
-
 def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Path) -> list[EvalFailure]:
     """Evaluate one checkpoint's pending benches; what failed (an exception, a bench the harness
     wrote no summary for) is returned, never raised."""
@@ -264,7 +209,7 @@ def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Pat
         print(f"[analyze] {job.label} × {bench}: {job.out} holds it under another evaluation identity "
               f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
     try:
-        h.run(job, eval_opts)
+        h.evaluator(job.config(eval_opts)) if h.evaluator else h.evaluate(job.given(eval_opts))
     except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return [EvalFailure(job, list(job.benches), last)]

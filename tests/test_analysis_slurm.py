@@ -61,7 +61,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     make_run(root, "r2e", 0, [10, 20, 30], evaluated={10: {"nq": 0.2}})   # step 10 is already evaluated
     make_run(root, "search", 1, [10])
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "slurm.gpus_per_task=1",
             "slurm.concurrency=2", "slurm.time=02:00:00", "slurm.qos=eval", "slurm.sbatch=[--constraint=a100]", "dry_run=true"]
     assert main(argv) == 0
@@ -77,8 +77,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert opts["signal"] == "B:USR1@120"
     assert re.findall(r"^# task (\d): (\S+)", eval_script, flags=re.M) == [
         ("0", "r2e/seed0/step-000020"), ("1", "r2e/seed0/step-000030"), ("2", "search/seed1/step-000010")]
-    # one job file per task: task i runs `python -m launch.eval_jobs CONFIG_i`, its checkpoint's evaluation
-    assert re.search(r'^exec \S+ -m launch\.eval_jobs "\$\{CONFIGS\[\$SLURM_ARRAY_TASK_ID\]\}"$', eval_script, flags=re.M)
+    # one job file per task: task i runs `python -m launch.eval_slurm CONFIG_i`, its checkpoint's evaluation
+    assert re.search(r'^exec \S+ -m launch\.eval_slurm "\$\{CONFIGS\[\$SLURM_ARRAY_TASK_ID\]\}"$', eval_script, flags=re.M)
     where = _dry_dir(text)
     configs = re.findall(r"^  (\S+\.json)$", eval_script, flags=re.M)
     assert configs == [str(where / f"eval-{i}.json") for i in range(3)]
@@ -87,7 +87,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert agg["dependency"] == "afterany:<job id of eval>" and "gpus-per-node" not in agg and "array" not in agg
     assert re.search(rf"^exec \S+ -m launch\.analyze {where}/analyze\.yaml$", agg_script, flags=re.M)
     assert OmegaConf.load(where / "analyze.yaml").eval_tasks == configs
-    assert re.search(r"^eval +launch\.eval_jobs +- ", text, flags=re.M), "the plan table"
+    assert re.search(r"^eval +launch\.eval_slurm +- ", text, flags=re.M), "the plan table"
     assert not fake.calls and not out.exists(), "a dry run evaluates and writes nothing but its temporary dir"
     # A chained submission (launch sweep/study): the array waits for the training job.
     assert main(argv + ["slurm.after=afterok:4242"]) == 0
@@ -105,7 +105,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     ev = named_interpreter(tmp_path / "eval-env" / "python")
     assert main(argv + [f"python.eval={ev}"]) == 0
     eval_script, agg_script = _scripts(capsys.readouterr().out)
-    assert [re.findall(r"^exec (\S+) -m launch\.(?:eval_jobs|analyze)", s, flags=re.M) for s in (eval_script, agg_script)] \
+    assert [re.findall(r"^exec (\S+) -m launch\.(?:eval_slurm|analyze)", s, flags=re.M) for s in (eval_script, agg_script)] \
         == [[str(ev)]] * 2
     assert main(argv + [f"python.eval={ev}", "eval.backend=vllm"]) == 2
     assert f"python.eval={ev} lacks vllm (backend=vllm)" in capsys.readouterr().err
@@ -188,8 +188,24 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
         os.kill(os.getpid(), signal.SIGUSR1)
 
     monkeypatch.setattr(evals_store, "append_rows", append_then_warned)
+    # As a local analyze (test_analyze_resolves_once), a task resolves its evaluate config once per plan and computes
+    # each checkpoint's identity once: this segment plans twice (when it starts, and what is left at the warning).
+    import evals.config
+    import evals.identity
+    import evals.run
+
+    calls = {"resolve": 0, "checkpoint_identity": 0}
+
+    def counted(name, fn):
+        return lambda *a, **kw: (calls.__setitem__(name, calls[name] + 1), fn(*a, **kw))[1]
+
+    for name, home in (("resolve", evals.config), ("checkpoint_identity", evals.identity)):
+        spy = counted(name, getattr(home, name))
+        for module in (home, evals.run):
+            monkeypatch.setattr(module, name, spy)
     with _usr1_must_be_handled():
         assert run_task(eval_sbatch.parent / "eval-0.json") == 0
+    assert calls == {"resolve": 2, "checkpoint_identity": 2}
     monkeypatch.setattr(evals_store, "append_rows", real_append)
     assert requeued_jobs(tmp_path) == ["5001_0"]
     said = capsys.readouterr().out
@@ -225,7 +241,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10, 20])
     fake = FakeEvaluator(fail_on="step-000020")
-    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50"]) == 0
@@ -244,7 +260,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     assert aggregate(plan) == 4
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
     # A job's config that is not one: one line, exit 2 (the aggregation's, an evaluation job's).
-    from launch.eval_jobs import main as eval_job
+    from launch.eval_slurm import main as eval_job
 
     capsys.readouterr()
     assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
@@ -264,7 +280,7 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10])
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", fake_cluster(tmp_path, "exit 0\n")["PATH"].split(os.pathsep)[0] + os.pathsep + env["PATH"])
     monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
@@ -351,7 +367,7 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
 
     root, out = tmp_path / "runs", tmp_path / "rep"
     fake = FakeEvaluator()
-    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda: fake)
+    monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     dirs = [root / "r2e" / "seed0", root / "r2e" / "seed1"]
@@ -387,7 +403,7 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     def run_job(path: Path) -> int:   # each job runs `python -m MODULE CONFIG`, its config in the plan dir
         command = path.read_text().strip().splitlines()[-1].split()
         assert command[:3] == ["exec", command[1], "-m"] and Path(command[4]).parent == plan, command
-        if command[3] == "launch.eval_jobs":
+        if command[3] == "launch.eval_slurm":
             return run_task(Path(command[4]), evaluator=fake)
         assert command[3] == "launch.analyze", command
         return main([command[4]])

@@ -266,7 +266,7 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
         assert opts["dependency"] == f"afterok:<job id of sweep>_{i}" and opts["kill-on-invalid-dep"] == "yes"
         assert opts["time"] == "02:00:00" and opts["gpus-per-node"] == "1" and opts["signal"] == "B:USR1@120"
         assert f"run {i} (<RUNS>/r2e/seed{i})" in script
-        assert re.search(rf"^exec \S+ -m launch\.eval_jobs \S+/eval-run-{i}\.json$", script, flags=re.M)
+        assert re.search(rf"^exec \S+ -m launch\.eval_slurm \S+/eval-run-{i}\.json$", script, flags=re.M)
     assert _sbatch_opts(agg)["dependency"] == "afterany:<job id of eval-run-0>:<job id of eval-run-1>"
     assert not (tmp_path / "_reports").exists()
     assert main(["sweep", "arms=[r2e]", "launcher=slurm", "data=synthetic", "eval_profile=nope", "dry_run=true",
@@ -357,7 +357,7 @@ def test_each_job_of_a_sweep_runs_the_interpreter_named_for_its_kind(capfd, tmp_
     shown = {p: str(p).replace(str(tmp_path.resolve()), "<RUNS>") for p in (sft, ev)}   # as _dry prints paths
     assert f"  {shown[sft]} \"$HEAD_NODE:$RDZV_PORT\" \"$RUN_DIR/config.yaml\"" in train
     for script in (run0, run1, agg):
-        assert re.search(rf"^exec {re.escape(shown[ev])} -m launch\.(eval_jobs|analyze) ", script, flags=re.M)
+        assert re.search(rf"^exec {re.escape(shown[ev])} -m launch\.(eval_slurm|analyze) ", script, flags=re.M)
     record = _counting_sbatch(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
     assert run_sweep([*argv, f"runs_root={runs}"], builder=_build, key_fn=lambda cfg, **k: "k" + str(k["seed"])) == 0

@@ -307,12 +307,12 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 def _holding_interpreter(d: Path) -> tuple[Path, Path]:
-    """`python.eval=` for the evaluation jobs: this Python, whose `-m launch.eval_jobs` waits after the first
+    """`python.eval=` for the evaluation jobs: this Python, whose `-m launch.eval_slurm` waits after the first
     row it appends while `<d>/hold` exists, until the time-limit warning stops it (`<d>/held` says it waits)."""
     d.mkdir(parents=True, exist_ok=True)
     (d / "hold_runner.py").write_text(HOLD_RUNNER.format(hold=str(d / "hold")))
     wrapper = d / "python"
-    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = "launch.eval_jobs" ]; then shift; '
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = "launch.eval_slurm" ]; then shift; '
                        f'exec {sys.executable} {d / "hold_runner.py"} "$@"; fi\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     (d / "hold").write_text("")
