@@ -295,9 +295,21 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
             submitted(prep, trainer.command_argv(argv), job, script, job_id, data)
             print(f"[launch] submitted {script} as {cfg.launcher.kind.capitalize()} job {job_id}")
             return 0
-        stops: list[str] = []
-        rc, log, launch_id = train_here(prep, trainer.command_argv(argv), job, data, stops)
-    return report_end(rd, rc, log, launch_id, stopped_by=stops[0] if stops else None)
+        # here (LocalRunner: its output teed into <run dir>/logs, launch's signals forwarded, each one named in `stops`),
+        # recorded first; the trainer tags a refusal it records with this launch's id: another's is never taken for it
+        launch_id, stops = uuid.uuid4().hex, []
+        here = runner_of(cfg.launcher.kind, trainer.command_argv(argv), env={**os.environ, layout.LAUNCH_ID_ENV: launch_id},
+                         stops=stops)
+        cmd = shlex.join(here.task_command(job, str(job.config)))
+        record(prep, trainer.command_argv(argv), data, nproc=prep.nproc, command=cmd)
+        resuming = any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in (layout.STATES, layout.CHECKPOINTS))
+        print(f"[launch] {'resuming' if resuming else 'starting'}: {cmd}", flush=True)
+        try:
+            here.start(job, None, {})
+            rc = 0
+        except JobFailed as failed:
+            rc = failed.status
+    return report_end(rd, rc, here.logs[job.name], launch_id, stopped_by=stops[0] if stops else None)
 
 
 def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
@@ -305,25 +317,6 @@ def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
     manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, data=data, identity=prep.identity,
                             launcher={"kind": prep.cfg.launcher.kind, **launcher},
                             python=interpreter.interpreters(prep.cfg.get("python")))
-
-
-def train_here(prep: Prepared, argv: list[str], job: Job, data: dict,
-               stops: list[str] | None = None) -> tuple[int, Path, str]:
-    """Record this launch (and the run identity) in manifest.json, then run the training Job here (LocalRunner:
-    its output teed into `<run dir>/logs`, launch's signals forwarded); (exit code, log file, this launch's id:
-    the trainer tags a refusal it records with it, so another process's refusal in the same run dir is never
-    taken for this one's)."""
-    launch_id, rd = uuid.uuid4().hex, prep.run_dir
-    runner = runner_of(prep.cfg.launcher.kind, argv, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
-    cmd = runner.task_command(job, str(job.config))
-    record(prep, argv, data, nproc=prep.nproc, command=shlex.join(cmd))
-    resuming = any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in (layout.STATES, layout.CHECKPOINTS))
-    print(f"[launch] {'resuming' if resuming else 'starting'}: {shlex.join(cmd)}", flush=True)
-    try:
-        runner.start(job, None, {})
-        return 0, runner.logs[job.name], launch_id
-    except JobFailed as failed:
-        return failed.status, runner.logs[job.name], launch_id
 
 
 _SIGNALS = {int(s) for s in signal.Signals}

@@ -210,8 +210,7 @@ def _sweep_submit(argv, runs, preps, evaluation, **cache_kw) -> int:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
                        then=(lambda where: evaluation_jobs(evaluation, where, preps_todo, finished))
                        if evaluation is not None else None)
-    root.mkdir(parents=True, exist_ok=True)
-    job = SFT.job(preps_todo, array=True, logs=str(root))
+    job = SFT.job(preps_todo, array=True, logs=str(root))   # (root: made by the runner, with the scripts)
     plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
     if evaluation is not None:
         from launch.eval_slurm import _plan_dir
