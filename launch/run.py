@@ -81,6 +81,7 @@ class Trainer:
         if cfg.logging.name is None:
             cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
         return Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
+
     def command_argv(self, argv: list[str]) -> list[str]:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
         return list(argv) if self.stage == "sft" else [f"stage={self.stage}", *argv]
@@ -124,7 +125,6 @@ class Trainer:
                 why = trl_problem(want, interpreter.package_version(self.python(prep), "trl"), self.python(prep))
                 if why:
                     raise LaunchError(f"python.grpo: {why}")
-
 
 
 def is_finished(rd: Path) -> bool:
