@@ -1,11 +1,7 @@
-"""`launch stage=grpo task=spa|qa model=<recipe> ...`: the GRPO trainer of launch's table of trainers
-(`GRPOTrainer`, a launch.run.Trainer; started by launch.run.launch_one like SFT's).
-
-What is GRPO's own: composition (launch.compose.compose_grpo) and the run identity of rl.config
-(the input files by content), the world-size check, the plan it prints (its dry run shows both the local
-command and the Slurm script: launch.run.dry_run), and a preflight: what rl.train would refuse at start (a
-retriever that does not answer) and, for task=spa, the adversarial pilot. There is no dataset to
-build: the environment is the data; the manifest records the starting model instead.
+"""`launch stage=grpo task=spa|qa model=<recipe> ...`: the GRPO trainer (`GRPO`, a launch.run.Trainer started by
+launch.run.launch_one like SFT's): its composition (launch.compose.compose_grpo), its run identity (rl.config: the
+input files by content), the world-size note, and a preflight: what rl.train would refuse at start (a retriever that
+does not answer; for task=spa, the adversarial pilot). No dataset: the manifest records the starting model.
 """
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ from rl import config as rl_config
 from common.fields import plain
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
-from launch import paths, run
+from launch import run
 from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
 from launch.jobs import backend
 from rl.config import parent_run, placement, planned_saves
@@ -37,37 +33,30 @@ directory and recorded absolute; the prompts file and corpus enter the run ident
 def grpo_keys(argv: list[str] = ()) -> list[keydoc.Key]:
     """Every GRPO key (rl.config.GRPO), its default as composed for the task= / model= / launcher= in
     argv (else the defaults) and its help."""
-    sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
-    composed = compose_grpo(sel)
+    composed = compose_grpo([a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")])
     return [keydoc.Key(k.name, plain(OmegaConf.select(composed.cfg, k.name)), k.doc) for k in keydoc.from_table(rl_config.GRPO)
             if k.name != "stage"]
 
 
 def help_text(argv: list[str]) -> str:
     """GRPO's own keys, defaults and descriptions (for the task= / model= / launcher= given in argv, else the defaults)."""
-    sel = [a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")]
-    chosen = " ".join(sel) or " ".join(f"{k}={v}" for k, v in GRPO_SELECTORS.items())
-    lines = [USAGE, "", f"Keys for {chosen} (key=default  description; any key: key.sub=value):",
-             keydoc.help_table(grpo_keys(sel))]
-    lines += ["", "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())]
-    return "\n".join(lines)
-
-
-def recipe_gpus(composed: Composed) -> tuple[int, str] | None:
-    """(GPUs, recipe file) when the model's GRPO recipe states the reference's GPU count."""
-    path = RECIPES / "grpo" / "model" / f"{composed.choices['model']}.yaml"
-    gpus = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
-    return (int(gpus), f"recipes/grpo/model/{path.name}") if gpus is not None else None
+    chosen = " ".join(a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")) \
+        or " ".join(f"{k}={v}" for k, v in GRPO_SELECTORS.items())
+    return "\n".join([USAGE, "", f"Keys for {chosen} (key=default  description; any key: key.sub=value):",
+                      keydoc.help_table(grpo_keys(argv)), "",
+                      "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())])
 
 
 def hardware_note(composed: Composed, world: int) -> str | None:
-    """What a launch says when its world size is not the recipe's GPU count, and how the batch is kept."""
-    stated = recipe_gpus(composed)
-    if stated is None or stated[0] == world:
+    """What a launch says when its world size is not the GPU count the model's GRPO recipe states (the
+    reference's), and how the batch is kept."""
+    path = RECIPES / "grpo" / "model" / f"{composed.choices['model']}.yaml"
+    stated = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
+    if stated is None or int(stated) == world:
         return None
     g = composed.cfg.grpo
     per_device = int(g.completions_per_step) // (world * int(g.grad_accum))
-    return (f"{stated[1]} states {stated[0]} GPUs (the reference's); this run has {world} process(es) "
+    return (f"recipes/grpo/model/{path.name} states {int(stated)} GPUs (the reference's); this run has {world} process(es) "
             f"(launcher.gpus_per_node / nproc / nodes). The effective batch is kept: grpo.completions_per_step="
             f"{g.completions_per_step} completions per optimizer step = {per_device} per process x {world} "
             f"process(es) x grpo.grad_accum={g.grad_accum}; the group size (num_generations={g.num_generations}) is unchanged")
@@ -77,76 +66,54 @@ def world_size(cfg, nproc: int) -> int:
     return nproc * backend(cfg.launcher.kind).nodes(cfg.launcher)
 
 
-def resolve(argv: list[str], gpus: int | None = None) -> run.Prepared:
-    """Compose, refuse a request whose run identity (common.fingerprint over every config key:
-    task, LoRA, GRPO settings, env split; the input files by content) differs from the run dir's,
-    check the hardware and the world size, fill the derived values."""
-    composed = compose_grpo(argv)
-    cfg = composed.cfg
-    nproc = run.local_nproc(composed, gpus)
-    rd, want = placement(cfg, world_size(cfg, nproc))
-    identity = run.check_identity(rd, cfg, want=want)
-    paths.outputs_absolute(cfg, rl_config.GRPO)   # runs_root: the caller's directory
-    run.fill_derived(cfg, rd, nproc)
-    return run.Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
-
-
-def describe(prep: run.Prepared) -> str:
-    cfg = prep.cfg
-    lines = [f"[launch] stage=grpo {run.choices_line(prep.composed.choices)} -> {prep.run_dir}",
-             f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
-             f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)"]
-    note = hardware_note(prep.composed, world_size(cfg, prep.nproc))
-    if note:
-        lines.append(f"[launch] note: {note}")
-    return "\n".join(lines)
-
-
-def preflight(prep: run.Prepared) -> int | None:
-    """What the trainer would refuse at start, task=spa's adversarial pilot included (rl.train.preflight):
-    exit 2 when a reward hack comes within the required margin of genuine play."""
-    from rl.train import preflight as trainer_preflight
-
-    cfg = prep.cfg
-    table = trainer_preflight(cfg, probe_retriever=backend(cfg.launcher.kind).where == "here")
-    if table:
-        print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
-              f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)
-        return 2
-    return None
-
-
 def start_record(cfg) -> dict:
     """What the run starts from (manifest `data` entry): the model and, for an SFT start, its run."""
     return {"task": str(cfg.task), "start_model": str(cfg.model.path), "parent": parent_run(str(cfg.model.path))}
-
-
-def prepare(prep: run.Prepared, **_cache_kw) -> dict:
-    """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""
-    run.write_config(prep)
-    return start_record(prep.cfg)
 
 
 class GRPOTrainer(run.Trainer):
     """GRPO: composed by launch.compose.compose_grpo, no dataset (the manifest records the starting model),
     checked by rl.train's preflight before any work, trained by rl.train."""
 
-    stage, module = "grpo", "rl.train"
+    stage, module, keys = "grpo", "rl.train", rl_config.GRPO
 
-    def resolve(self, argv: list[str]) -> run.Prepared:
-        return resolve(argv)
+    def resolve(self, argv: list[str], gpus: int | None = None) -> run.Prepared:
+        """Compose, check the hardware and the world size, refuse a request whose run identity (common.fingerprint
+        over every config key: task, LoRA, GRPO settings, env split; the input files by content) differs from the
+        run dir's."""
+        composed = compose_grpo(argv)
+        nproc = run.local_nproc(composed, gpus)
+        rd, want = placement(composed.cfg, world_size(composed.cfg, nproc))
+        return self.placed(composed, rd, nproc, run.check_identity(rd, composed.cfg, want=want))
 
     def describe(self, prep: run.Prepared) -> str:
-        return describe(prep)
+        cfg = prep.cfg
+        note = hardware_note(prep.composed, world_size(cfg, prep.nproc))
+        return "\n".join([f"[launch] stage=grpo {run.choices_line(prep.composed.choices)} -> {prep.run_dir}",
+                          f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
+                          f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)",
+                          *([f"[launch] note: {note}"] if note else [])])
 
     def prepare(self, prep: run.Prepared, **cache_kw) -> dict:
-        return prepare(prep, **cache_kw)
+        """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""
+        run.write_config(prep)
+        return start_record(prep.cfg)
 
     def needs(self, cfg) -> dict[str, str]:
         return interpreter.grpo_needs(cfg)
 
     def preflight(self, prep: run.Prepared) -> int | None:
-        return preflight(prep)
+        """What the trainer would refuse at start, task=spa's adversarial pilot included (rl.train.preflight):
+        exit 2 when a reward hack comes within the required margin of genuine play."""
+        from rl.train import preflight as trainer_preflight
+
+        cfg = prep.cfg
+        table = trainer_preflight(cfg, probe_retriever=backend(cfg.launcher.kind).where == "here")
+        if table:
+            print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
+                  f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)
+            return 2
+        return None
 
 
 GRPO = GRPOTrainer()

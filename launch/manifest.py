@@ -75,34 +75,15 @@ def hardware() -> dict:
     return info
 
 
-def launch_entry(argv: list[str], launcher: dict, data: dict, python: dict | None = None) -> dict:
-    """This launch as recorded: `python` is the launch's own interpreter, `interpreters` each job kind's
-    (`python.sft=` / `python.grpo=` / `python.eval=`, common.interpreter)."""
-    return {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": shlex.join(["launch", *argv]),
-        "argv": list(argv),
-        "cwd": os.getcwd(),
-        "python": sys.executable,
-        "interpreters": dict(python or {}),
-        "git": git_state(),
-        "hostname": socket.gethostname(),
-        "launcher": launcher,
-        "data": data,
-    }
-
-
 def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: dict, data: dict,
                    identity: dict | None = None, python: dict | None = None) -> dict:
-    """Create `manifest.json` on the first launch; append this launch to `launches` afterwards.
-
-    `data` holds the dataset dir, cache key and the data manifest's fingerprint; `identity` the run
-    identity (common.fingerprint: fingerprint, keys, trainer_semantics, data_fingerprint), which
-    launch has already checked against the run dir's, so it is (re)recorded as is — a run dir made
-    before identity was recorded gets it on its next launch.
-    """
+    """Create `manifest.json` on the first launch; append this launch to `launches` afterwards. `data`: the
+    dataset record (or GRPO's starting model); `identity`: the run identity launch checked, (re)recorded as is;
+    `python`: each job kind's interpreter (`python.sft=` / `python.grpo=` / `python.eval=`, common.interpreter)."""
+    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": shlex.join(["launch", *argv]),
+             "argv": list(argv), "cwd": os.getcwd(), "python": sys.executable, "interpreters": dict(python or {}),
+             "git": git_state(), "hostname": socket.gethostname(), "launcher": launcher, "data": data}
     path = Path(run_dir) / layout.MANIFEST
-    entry = launch_entry(argv, launcher, data, python)
     recipes = dict(choices)
     if choices.get("recipe"):   # the user's recipe file by content (its values are in config.yaml too)
         from common.fingerprint import file_digest
@@ -112,18 +93,9 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
         manifest = json.loads(path.read_text(encoding="utf-8"))
         manifest.setdefault("launches", []).append(entry)
     else:
-        manifest = {
-            "run_dir": str(run_dir),
-            "created": entry["time"],
-            "command": entry["command"],
-            "recipes": recipes,
-            "git": entry["git"],
-            "packages": package_versions(),
-            "hardware": hardware(),
-            "data": data,
-            "launcher": launcher,
-            "launches": [entry],
-        }
+        manifest = {"run_dir": str(run_dir), "created": entry["time"], "command": entry["command"], "recipes": recipes,
+                    "git": entry["git"], "packages": package_versions(), "hardware": hardware(), "data": data,
+                    "launcher": launcher, "launches": [entry]}
     if identity is not None:
         manifest["identity"] = identity
     study = study_from_env()

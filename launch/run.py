@@ -1,15 +1,10 @@
 """One run of a trainer: compose -> (finished? stop) -> hardware check -> data -> run dir -> train or submit.
 
-`launch_one(trainer, argv)` is that path for every `Trainer` (SFT's here, GRPO's in launch.grpo; the table
-of them, by `stage=`, in launch.cli): its methods say how a request is composed and resolved (its run
-identity), what it prints, what it refuses before any work (preflight), what it prepares under the
-run-dir lock and which module torchrun runs.
-
-The order matters: everything that can fail cheaply (bad keys and values, a GPU-only model on a
-CPU machine, a request whose run identity differs from the run dir's, a run dir in use) fails
-before data prep, and data prep finishes before the run directory's config.yaml is written, so
-config.yaml always names a complete dataset. The data half of the identity (the dataset's content
-fingerprint) is compared once the dataset is known.
+`launch_one(trainer, argv)` is that path for every `Trainer` (SFT's here, GRPO's in launch.grpo; by `stage=` in
+launch.cli). The order matters: everything that can fail cheaply (bad keys and values, a GPU-only model on a CPU
+machine, a request whose run identity differs from the run dir's, a run dir in use) fails before data prep, and
+data prep finishes before the run directory's config.yaml is written, so config.yaml always names a complete
+dataset. The data half of the identity (the dataset's content fingerprint) is compared once the dataset is known.
 """
 from __future__ import annotations
 
@@ -18,9 +13,8 @@ import os
 import shlex
 import signal
 import sys
-import time
 import uuid
-from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -28,7 +22,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch, fingerprint, interpreter, layout, lock
-from common.io import check_output_dir, replace_aside
+from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.schema import TRAINER_SEMANTICS
 from launch import cache, jobs, local, manifest, paths, preflight
@@ -58,31 +52,17 @@ class Prepared:
         return self.composed.cfg
 
 
-class Trainer(ABC):
-    """One kind of training job of launch's table (`SFTTrainer` here, `GRPOTrainer` in launch.grpo; by `stage=`
-    in launch.cli): how `launch_one` resolves, shows, checks, prepares and starts it. A subclass names its
-    `stage` and `module` (what torchrun runs: `python -m <module> <run_dir>/config.yaml`, in the interpreter
-    `python.<stage>=` names, common.interpreter: its Job is `job`) and implements the abstract methods."""
+class Trainer:
+    """One kind of training run (`SFT` here, `GRPO` in launch.grpo), as `launch_one` starts it. A subclass names its
+    `stage`, its `keys` (its fields) and `module` (torchrun runs `python -m <module> <run_dir>/config.yaml` in the
+    interpreter `python.<stage>=` names, common.interpreter: its Job is `job`), and implements `resolve(argv)`
+    (compose, refuse another run identity, check the hardware: everything cheap, before any lock or work),
+    `describe` (the plan's lines), `needs(cfg)` ({module: why} its interpreter must import) and `prepare` (under
+    the run-dir lock: the run's inputs and config.yaml; returns the manifest's `data` record)."""
 
     stage: str
     module: str
-
-    @abstractmethod
-    def resolve(self, argv: list[str]) -> Prepared:
-        """Compose, refuse another run identity, check the hardware, fill the derived values: everything
-        cheap, before any lock or work."""
-
-    @abstractmethod
-    def describe(self, prep: Prepared) -> str:
-        """The plan's lines (a dry run prints them under its table of Jobs)."""
-
-    @abstractmethod
-    def prepare(self, prep: Prepared, **cache_kw) -> dict:
-        """Under the run-dir lock: the run's inputs and config.yaml; the manifest's `data` record."""
-
-    @abstractmethod
-    def needs(self, cfg: DictConfig) -> dict[str, str]:
-        """{module: why}: what this trainer's interpreter must import (asked before anything starts)."""
+    keys: dict
 
     def preflight(self, prep: Prepared) -> int | None:
         """What the trainer would refuse at start: an exit code stops the launch (None: nothing to refuse)."""
@@ -91,6 +71,16 @@ class Trainer(ABC):
     def check_finished(self, prep: Prepared, **cache_kw) -> None:
         """A finished run's input half of the identity (refused with a LaunchError when it differs)."""
         return None
+
+    def placed(self, composed: Composed, rd: Path, nproc: int, identity: dict | None = None) -> Prepared:
+        """The run with the values launch derives into config.yaml: output paths absolute (the caller's directory),
+        the run dir, the processes per node and, unless set, the logging name `<arm>[-<name>]-s<seed>`."""
+        cfg = composed.cfg
+        paths.outputs_absolute(cfg, self.keys)
+        cfg.run_dir, cfg.launcher.nproc = str(rd), nproc
+        if cfg.logging.name is None:
+            cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
+        return Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
 
     def command_argv(self, argv: list[str]) -> list[str]:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
@@ -141,10 +131,6 @@ def is_finished(rd: Path) -> bool:
     return (rd / layout.DONE).is_file()
 
 
-def has_started(rd: Path) -> bool:
-    return any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in (layout.STATES, layout.CHECKPOINTS))
-
-
 def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None) -> dict:
     """The run identity of `cfg` (common.fingerprint), with the trainer's semantics version and,
     once the dataset is built, its content fingerprint."""
@@ -175,41 +161,23 @@ def recorded_identity(rd: Path) -> dict | None:
                           "fix or move that run dir, or use name=... / run_dir=... for this run") from None
 
 
-def identity_refusal(rd: Path, cfg: DictConfig, diff: list[str]) -> LaunchError:
-    """The exit-2 message for a request whose fingerprint differs from the run dir's."""
-    where = (f"name=<variant> trains it as a separate run in {Path(cfg.runs_root).expanduser()}/{cfg.arm}/<variant>/"
-             f"seed{cfg.seed}" if not cfg.run_dir else "run_dir=<another dir> trains it as a separate run")
-    why = ("; the code changed what this config means (common.schema.TRAINER_SEMANTICS)"
-           if any(d.startswith("trainer_semantics:") for d in diff) else "")
-    return LaunchError(
-        f"{rd} holds a run of a different configuration{why}; refusing to resume or report it as this one. "
-        "Differences (run dir -> requested):\n  " + "\n  ".join(diff) +
-        f"\nTwo ways out: {where}, or resume=never starts over here (the old run dir is renamed to "
-        f"{rd.name}.replaced-<UTC time> beside it, nothing is deleted).")
-
-
 def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = None, want: dict | None = None) -> dict:
-    """Refuse (LaunchError) a request whose identity (`want`, default `requested_identity`) differs
+    """Refuse (LaunchError, exit 2) a request whose identity (`want`, default `requested_identity`) differs
     from the run dir's; return the request's."""
     want = want or requested_identity(cfg, data_fingerprint)
     have = recorded_identity(rd)
-    if have is not None and cfg.resume != "never":
-        diff = fingerprint.fingerprint_diff(have, want)
-        if diff:
-            raise identity_refusal(rd, cfg, diff)
+    diff = fingerprint.fingerprint_diff(have, want) if have is not None and cfg.resume != "never" else []
+    if diff:
+        where = (f"name=<variant> trains it as a separate run in {Path(cfg.runs_root).expanduser()}/{cfg.arm}/<variant>/"
+                 f"seed{cfg.seed}" if not cfg.run_dir else "run_dir=<another dir> trains it as a separate run")
+        why = ("; the code changed what this config means (common.schema.TRAINER_SEMANTICS)"
+               if any(d.startswith("trainer_semantics:") for d in diff) else "")
+        raise LaunchError(
+            f"{rd} holds a run of a different configuration{why}; refusing to resume or report it as this one. "
+            "Differences (run dir -> requested):\n  " + "\n  ".join(diff) +
+            f"\nTwo ways out: {where}, or resume=never starts over here (the old run dir is renamed to "
+            f"{rd.name}.replaced-<UTC time> beside it, nothing is deleted).")
     return want
-
-
-def resolve(argv: list[str], gpus: int | None = None) -> Prepared:
-    """Compose and check everything that doesn't need data; fill the derived config values."""
-    composed = compose(argv)
-    cfg = composed.cfg
-    rd = run_dir(cfg)
-    check_identity(rd, cache.with_run_pins(cfg, rd))
-    nproc = local_nproc(composed, gpus)
-    paths.outputs_absolute(cfg, sft_config.SFT)   # runs_root, data.cache_root: the caller's directory
-    fill_derived(cfg, rd, nproc)
-    return Prepared(composed=composed, run_dir=rd, nproc=nproc)
 
 
 def local_nproc(composed: Composed, gpus: int | None = None) -> int:
@@ -223,82 +191,23 @@ def local_nproc(composed: Composed, gpus: int | None = None) -> int:
     return int(cfg.launcher.nproc) if cfg.launcher.nproc != "auto" else runner.nproc(cfg.launcher, gpus)
 
 
-def fill_derived(cfg: DictConfig, rd: Path, nproc: int) -> None:
-    """The values launch derives into config.yaml for every trainer: the run dir, the processes per
-    node and, unless set, the logging name `<arm>[-<name>]-s<seed>`."""
-    cfg.run_dir = str(rd)
-    cfg.launcher.nproc = nproc
-    if cfg.logging.name is None:
-        cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
-
-
-def prepare_data(prep: Prepared, **cache_kw) -> cache.CachedData:
-    cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir, log=cache_kw.get("log", print))
-    data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm, **cache_kw)
-    prep.cfg.data.dir = str(data.dir)
-    prep.data = data
-    return data
-
-
-def prepare_run(prep: Prepared, **cache_kw) -> Path:
-    """Data (cached), then the data half of the identity check, then `config.yaml`; returns its path."""
-    data = prepare_data(prep, **cache_kw)
-    prep.identity = check_identity(prep.run_dir, prep.cfg, data.fingerprint)
-    return write_config(prep)
-
-
-def check_finished_data(prep: Prepared, **cache_kw) -> None:
-    """The data half of the identity for a finished run: same config, but is it the same dataset?
-
-    When the dataset's cache key is the one the run recorded, it is (cheap: no data prep). When it
-    differs (a source file, the tokenizer or data_prep's code changed), the dataset is prepared
-    (cached by its key) and its content fingerprint compared: a data_prep code edit that leaves the
-    data identical is the same run; different data is refused like any other difference."""
-    rd = prep.run_dir
-    have = recorded_identity(rd)
-    if not have or not have.get("data_fingerprint"):
-        return   # nothing recorded to compare with
-    if not prep.cfg.data.dir:   # (an explicit data.dir: prepare_data only reads its manifest)
-        man_path = rd / "manifest.json"
-        man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
-        recorded_key = (man.get("data") or {}).get("cache_key")
-        if recorded_key is not None and recorded_key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd),
-                                                                           prep.composed.data_arm, cache_kw.get("key_fn")):
-            return
-        print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
-    prepare_data(prep, **cache_kw)
-    check_identity(rd, prep.cfg, prep.data.fingerprint)
-
-
-def data_record(data: cache.CachedData) -> dict:
-    return {"dir": str(data.dir), "cache_key": data.key, "fingerprint": data.fingerprint, "reused": data.reused}
-
-
 def write_config(prep: Prepared) -> Path:
     """Write `<run_dir>/config.yaml`; a changed config on re-launch keeps the old one beside it."""
     rd = prep.run_dir
     rd.mkdir(parents=True, exist_ok=True)
-    path = rd / layout.CONFIG
-    text = OmegaConf.to_yaml(prep.cfg)
-    if path.is_file():
-        old = path.read_text(encoding="utf-8")
-        if old != text:
-            kept = rd / f"config.{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.yaml"
-            kept.write_text(old, encoding="utf-8")
-            print(f"[launch] config changed since the last launch; previous config kept as {kept.name}:\n"
-                  + "\n".join(f"  {line}" for line in _changed_keys(OmegaConf.create(old), prep.cfg)))
-    tmp = path.with_name("config.yaml.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    path, text = rd / layout.CONFIG, OmegaConf.to_yaml(prep.cfg)
+    if path.is_file() and (old := path.read_text(encoding="utf-8")) != text:
+        from common.cli import flat_keys
+
+        kept = rd / f"config.{utc_stamp()}.yaml"
+        kept.write_text(old, encoding="utf-8")
+        was = OmegaConf.create(old)
+        sel = lambda c, k: OmegaConf.select(c, k, default="<absent>")  # noqa: E731
+        print(f"[launch] config changed since the last launch; previous config kept as {kept.name}:\n"
+              + "\n".join(f"  {k}: {sel(was, k)!r} -> {sel(prep.cfg, k)!r}" for k in
+                          sorted(set(flat_keys(was)) | set(flat_keys(prep.cfg))) if sel(was, k) != sel(prep.cfg, k)))
+    write_text_atomic(path, text)
     return path
-
-
-def _changed_keys(old: DictConfig, new: DictConfig) -> list[str]:
-    from common.cli import flat_keys
-
-    keys = sorted(set(flat_keys(old)) | set(flat_keys(new)))
-    sel = lambda c, k: OmegaConf.select(c, k, default="<absent>")  # noqa: E731
-    return [f"{k}: {sel(old, k)!r} -> {sel(new, k)!r}" for k in keys if sel(old, k) != sel(new, k)]
 
 
 def lock_run_dir(rd: Path) -> int:
@@ -333,16 +242,24 @@ def start_over(rd: Path) -> Path | None:
     return aside
 
 
+@contextmanager
+def prepared(trainer: Trainer, prep: Prepared, runner: type[jobs.Runner] | jobs.Runner, **cache_kw):
+    """resume=never's rename (nothing deleted), then under the run dir's lock (held until the block ends): a run
+    still queued refused (the backend's check), the trainer's inputs and config.yaml; yields the manifest's `data`
+    record."""
+    if prep.cfg.resume == "never":
+        start_over(prep.run_dir)
+    held = lock_run_dir(prep.run_dir)
+    try:
+        runner.check_not_queued(prep.run_dir)
+        yield trainer.prepare(prep, **cache_kw)
+    finally:
+        os.close(held)
+
+
 def choices_line(choices: dict) -> str:
     """The recipes a run was composed from, as the `key=value` words that choose them."""
     return " ".join(f"{k}={v}" for k, v in choices.items())
-
-
-def describe(prep: Prepared) -> str:
-    cfg = prep.cfg
-    saves = planned_saves(cfg)
-    return (f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n"
-            f"[launch] {planned_steps(cfg)} optimizer steps (for n={cfg.data.n}), checkpoints at {saves}")
 
 
 def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, checked: bool = False,
@@ -368,45 +285,41 @@ def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, 
     refused = trainer.preflight(prep)
     if refused is not None:
         return refused
-    if cfg.resume == "never":
-        start_over(rd)
-    held = lock_run_dir(rd)
-    try:
-        backend(cfg.launcher.kind).check_not_queued(rd)
-        data = trainer.prepare(prep, **cache_kw)
+    runner = backend(cfg.launcher.kind)
+    with prepared(trainer, prep, runner, **cache_kw) as data:
         job = trainer.job([prep])
-        if backend(cfg.launcher.kind).submits:
-            return submit(trainer, prep, argv, job, data)
-        stops: list[str] = []
-        rc, log, launch_id = train_here(prep, trainer.command_argv(argv), job, data, stops)
-    finally:
-        os.close(held)
-    return report_end(rd, rc, log, launch_id, stopped_by=stops[0] if stops else None)
+        if runner.submits:   # as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), its submission in manifest.json
+            (rd / "logs").mkdir(exist_ok=True)
+            submits = runner_of(cfg.launcher.kind, trainer.command_argv(argv))
+            job_id, script = submits.run([job], rd)[job.name], rd / f"{job.name}{submits.suffix}"
+            submitted(prep, trainer.command_argv(argv), job, script, job_id, data)
+            print(f"[launch] submitted {script} as {cfg.launcher.kind.capitalize()} job {job_id}")
+            return 0
+        # here (LocalRunner: its output teed into <run dir>/logs, launch's signals forwarded, each one named in `stops`),
+        # recorded first; the trainer tags a refusal it records with this launch's id: another's is never taken for it
+        launch_id, stops = uuid.uuid4().hex, []
+        here = runner_of(cfg.launcher.kind, trainer.command_argv(argv), env={**os.environ, layout.LAUNCH_ID_ENV: launch_id},
+                         stops=stops)
+        cmd = shlex.join(here.task_command(job, str(job.config)))
+        record(prep, trainer.command_argv(argv), data, nproc=prep.nproc, command=cmd)
+        resuming = any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in (layout.STATES, layout.CHECKPOINTS))
+        print(f"[launch] {'resuming' if resuming else 'starting'}: {cmd}", flush=True)
+        try:
+            here.start(job, None, {})
+            rc = 0
+        except JobFailed as failed:
+            rc = failed.status
+    return report_end(rd, rc, here.logs[job.name], launch_id, stopped_by=stops[0] if stops else None)
 
 
-def train_here(prep: Prepared, argv: list[str], job: Job, data: dict,
-               stops: list[str] | None = None) -> tuple[int, Path, str]:
-    """Record this launch (and the run identity) in manifest.json, then run the training Job here (LocalRunner:
-    its output teed into `<run dir>/logs`, launch's signals forwarded); (exit code, log file, this launch's id:
-    the trainer tags a refusal it records with it, so another process's refusal in the same run dir is never
-    taken for this one's)."""
-    launch_id, rd = uuid.uuid4().hex, prep.run_dir
-    runner = runner_of(prep.cfg.launcher.kind, argv, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
-    cmd = runner.task_command(job, str(job.config))
-    launcher = {"kind": prep.cfg.launcher.kind, "nproc": prep.nproc, "command": shlex.join(cmd)}
-    manifest.write_manifest(rd, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
-                            identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
-    print(f"[launch] {'resuming' if has_started(rd) else 'starting'}: {shlex.join(cmd)}", flush=True)
-    try:
-        runner.start(job, None, {})
-        return 0, runner.logs[job.name], launch_id
-    except JobFailed as failed:
-        return failed.status, runner.logs[job.name], launch_id
+def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
+    """This launch (launcher.kind and `launcher`) in the run's manifest.json, with the run identity."""
+    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, data=data, identity=prep.identity,
+                            launcher={"kind": prep.cfg.launcher.kind, **launcher},
+                            python=interpreter.interpreters(prep.cfg.get("python")))
 
 
 _SIGNALS = {int(s) for s in signal.Signals}
-
-
 def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopped_by: str | None = None) -> int:
     """The closing line of a local launch; the exit code (a failed trainer's refusal recorded in
     `logs/trainer-exit.json` under `launch_id` — None: by a trainer run outside launch — is printed
@@ -440,7 +353,7 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
                               "launch (local)", launch=launch_id, code=rc)
     if is_finished(rd):
         state = "finished"
-    elif layout.latest_complete_state(layout.states_dir(rd)) is not None:
+    elif resumable:
         state = f"stopped (exit {rc}); re-run the same command to resume"
     else:
         state = f"stopped (exit {rc}) before any resumable state was written"
@@ -454,24 +367,10 @@ def runner_of(kind: str, argv: list[str], **kw) -> jobs.Runner:
     return backend(kind)(shlex.join(["launch", *argv]), **kw)
 
 
-def submit(trainer: Trainer, prep: Prepared, argv: list[str], job: Job, data: dict) -> int:
-    """The training Job as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), submitted; the launch recorded in
-    manifest.json."""
-    rd = prep.run_dir
-    (rd / "logs").mkdir(exist_ok=True)
-    runner = runner_of(prep.cfg.launcher.kind, trainer.command_argv(argv))
-    ids, script = runner.run([job], rd), rd / f"{job.name}{runner.suffix}"
-    submitted(prep, trainer.command_argv(argv), job, script, ids[job.name], data)
-    print(f"[launch] submitted {script} as {prep.cfg.launcher.kind.capitalize()} job {ids[job.name]}")
-    return 0
-
-
 def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: str, data: dict) -> None:
     """A run's submission (`job_id`: its job, or its task of a sweep's array) recorded in its manifest.json."""
-    launcher = {"kind": prep.cfg.launcher.kind, "nodes": job.resources.nodes, "gpus_per_node": job.resources.gpus_per_node,
-                "script": str(script), "job_id": job_id}
-    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher=launcher, data=data,
-                            identity=prep.identity, python=interpreter.interpreters(prep.cfg.get("python")))
+    record(prep, argv, data, nodes=job.resources.nodes, gpus_per_node=job.resources.gpus_per_node, script=str(script),
+           job_id=job_id)
 
 
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
@@ -502,19 +401,16 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
     sbatch = Path(logs or first.run_dir) / f"{job.name}{runner.suffix}"
-    if array:   # a sweep: its array's script when submitted (run here: every task's command is in the one written)
-        if runner.submits:
-            print(f"# {sbatch} (not written: dry_run=true)\n{script}")
-        return 0
-    print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
-    if trainer.stage == "grpo":   # every launcher backend's script, each as launcher=KIND would write it
+    if not array:   # (a sweep's array: its script when submitted; run here, every task's command is in the one written)
+        print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
+    if trainer.stage == "grpo":   # (never an array) every launcher backend's script, each as launcher=KIND would write it
         for other in jobs.BACKENDS:
             mine = runner_of(other, trainer.command_argv(argv))
             print(f"# launcher={other}: {sbatch.with_suffix(mine.suffix)} (not written: dry_run=true)\n"
                   + (script if other == kind else mine.script(trainer.job(preps, kind=other), {}, where)))
     elif runner.submits:
         print(f"# {sbatch} (not written: dry_run=true)\n{script}")
-    else:
+    elif not array:
         print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
     return 0
 
@@ -568,14 +464,8 @@ class Training(jobs.Runner):
             for _, prep in todo:
                 if (refused := trainer.preflight(prep)) is not None:
                     raise LaunchError(f"{job.name}: {prep.run_dir}: refused by the trainer's own checks (exit {refused})")
-                if prep.cfg.resume == "never":   # overwrite: the old run renamed aside, nothing deleted
-                    start_over(prep.run_dir)
-                held = lock_run_dir(prep.run_dir)
-                try:
-                    self.inner.check_not_queued(prep.run_dir)
-                    data.append(trainer.prepare(prep, **self.cache_kw))
-                finally:
-                    os.close(held)
+                with prepared(trainer, prep, self.inner, **self.cache_kw) as record:
+                    data.append(record)
             job_id = self.inner.start(job, script, ids)
             for i, ((argv, prep), record) in enumerate(zip(todo, data)):
                 submitted(prep, trainer.command_argv(argv), job, script, f"{job_id}_{i}" if job.array else job_id, record)
@@ -585,25 +475,55 @@ class Training(jobs.Runner):
 class SFTTrainer(Trainer):
     """SFT: composed by launch.compose.compose, its dataset built (cached) before config.yaml, trained by sft.train."""
 
-    stage, module = "sft", "sft.train"
+    stage, module, keys = "sft", "sft.train", sft_config.SFT
 
-    def resolve(self, argv: list[str]) -> Prepared:
-        return resolve(argv)
+    def resolve(self, argv: list[str], gpus: int | None = None) -> Prepared:
+        composed = compose(argv)
+        rd = run_dir(composed.cfg)
+        check_identity(rd, cache.with_run_pins(composed.cfg, rd))
+        return self.placed(composed, rd, local_nproc(composed, gpus))
 
     def describe(self, prep: Prepared) -> str:
-        return describe(prep)
-
-    def prepare(self, prep: Prepared, **cache_kw) -> dict:
-        """The dataset (cached), the data half of the identity, config.yaml; the manifest's `data` record: the dataset."""
-        prepare_run(prep, **cache_kw)
-        return data_record(prep.data)
+        cfg = prep.cfg
+        return (f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n"
+                f"[launch] {planned_steps(cfg)} optimizer steps (for n={cfg.data.n}), checkpoints at {planned_saves(cfg)}")
 
     def needs(self, cfg: DictConfig) -> dict[str, str]:
         return interpreter.sft_needs(cfg)
 
+    def dataset(self, prep: Prepared, **cache_kw) -> cache.CachedData:
+        """The run's dataset (its hub sources pinned in the run dir, then built or reused by its cache key):
+        `data.dir` and `prep.data`."""
+        cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir, log=cache_kw.get("log", print))
+        prep.data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm, **cache_kw)
+        prep.cfg.data.dir = str(prep.data.dir)
+        return prep.data
+
+    def prepare(self, prep: Prepared, **cache_kw) -> dict:
+        """The dataset (cached), the data half of the identity, config.yaml; the manifest's `data` record: the dataset."""
+        data = self.dataset(prep, **cache_kw)
+        prep.identity = check_identity(prep.run_dir, prep.cfg, data.fingerprint)
+        write_config(prep)
+        return {"dir": str(data.dir), "cache_key": data.key, "fingerprint": data.fingerprint, "reused": data.reused}
+
     def check_finished(self, prep: Prepared, **cache_kw) -> None:
-        """Is a finished run's dataset still the one it trained on (check_finished_data)."""
-        check_finished_data(prep, **cache_kw)
+        """Is a finished run's dataset still the one it trained on? When its cache key is the one the run recorded,
+        it is (cheap: no data prep). When it differs (a source file, the tokenizer or data_prep's code changed),
+        the dataset is prepared (cached by its key) and its content fingerprint compared: a data_prep code edit that
+        leaves the data identical is the same run; different data is refused like any other difference."""
+        rd = prep.run_dir
+        have = recorded_identity(rd)
+        if not have or not have.get("data_fingerprint"):
+            return   # nothing recorded to compare with
+        if not prep.cfg.data.dir:   # (an explicit data.dir: the dataset step only reads its manifest)
+            man_path = rd / "manifest.json"
+            man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
+            recorded_key = (man.get("data") or {}).get("cache_key")
+            if recorded_key is not None and recorded_key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd),
+                                                                               prep.composed.data_arm, cache_kw.get("key_fn")):
+                return
+            print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
+        check_identity(rd, prep.cfg, self.dataset(prep, **cache_kw).fingerprint)
 
 
 SFT = SFTTrainer()

@@ -5,15 +5,10 @@ and interrupted ones resume). On Slurm every unfinished run gets its data and ru
 prepared here, then one job array trains them all: task i runs run i's config.yaml.
 
 `eval_profile=PROFILE` (recipes/eval/PROFILE.yaml) evaluates the sweep's checkpoints: its analysis (`analyze
-runs_root=... profile=PROFILE`, `analyze.KEY=VALUE` adding KEY=VALUE, e.g. `analyze.eval.corpus=wiki.jsonl
-analyze.slurm.time=04:00:00`) is resolved and checked once, before anything trains, and planned as Jobs after the
-training. Locally: one job, `python -m launch.analyze <runs_root>/_sweeps/sweep-<time>/analyze.yaml`, once every run
-has finished (LocalRunner: in this process, or a child in `python.eval=`). On Slurm the one plan the SlurmRunner
-submits holds the training array, then one evaluation job per run, run i's `--dependency=afterok:<array>_<i>`
-(cancelled when that task fails: `--kill-on-invalid-dep=yes`), evaluating that run's checkpoints when it starts,
-and one aggregation job after all of them (`afterany`) that writes the report, a run whose evaluation never ran
-listed as gaps (launch/eval_slurm.py `runs_plan`); with every run finished, the analysis runs here and submits one
-array task per checkpoint still to evaluate instead.
+runs_root=... profile=PROFILE`, plus each `analyze.KEY=VALUE` as KEY=VALUE) is resolved and checked once, before
+anything trains, and planned as Jobs after the training: locally one `python -m launch.analyze
+<runs_root>/_sweeps/sweep-<time>/analyze.yaml` once every run has finished; on Slurm one evaluation job per run after
+its own training task, then the report (docs/how-to/slurm.md; launch/eval_slurm.py `runs_plan`).
 """
 from __future__ import annotations
 
@@ -29,15 +24,14 @@ from common.recipes import group_choices
 from launch import local, preflight
 from launch.errors import LaunchError
 from launch.jobs import REPO, Job, JobFailed, backend, dry_run_dir, project_env
-from launch.run import (SFT, Training, check_finished_data, describe, dry_run, is_finished, resolve, runner_of,
-                        train_runs)
+from launch.run import SFT, Training, dry_run, is_finished, runner_of, train_runs
 
 SWEEP_KEYS = ("arms", "seeds")
 EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
 
 
-def parse_sweep(argv: list[str]) -> tuple[list[str], list[int], list[str]]:
-    """Split `arms=[...]` and `seeds=[...]` from the per-run overrides."""
+def combos(argv: list[str]) -> list[list[str]]:
+    """Every run's argv: each arm x seed of `arms=[...]` and `seeds=[...]`, with the per-run overrides."""
     arms, seeds, rest = None, [0], []
     for tok, (key, value) in zip(argv, split_dotlist(argv)):
         if key in SWEEP_KEYS:
@@ -61,11 +55,6 @@ def parse_sweep(argv: list[str]) -> tuple[list[str], list[int], list[str]]:
         raise LaunchError(f"unknown arm(s) {unknown}; choices: {', '.join(valid)}")
     if not seeds:
         raise LaunchError("seeds=[] is empty")
-    return arms, seeds, rest
-
-
-def combos(argv: list[str]) -> list[list[str]]:
-    arms, seeds, rest = parse_sweep(argv)
     return [[f"arm={a}", f"seed={s}", *rest] for a in arms for s in seeds]
 
 
@@ -118,9 +107,11 @@ def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> Job:
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:
+    """`launch sweep ...`: every run resolved up front (composed once), the evaluation and the preflight checked
+    before anything trains; then the runs here one after another (the analysis after them), or submitted."""
     profile, analyze, argv = split_eval_profile(argv)
     runs = combos(argv)
-    preps = [resolve(run) for run in runs]   # every combination's keys and values checked up front
+    preps = [SFT.resolve(run) for run in runs]   # every combination's keys and values checked up front
     first = preps[0].cfg   # the preflight: every run's needs and the evaluation's, before anything (exit 2)
     from analysis.errors import AnalysisError
     from common.cli import ConfigError
@@ -143,7 +134,22 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
                 request(evaluation)
     except (AnalysisError, ConfigError) as exc:
         return refused(exc)
-    return _run_sweep(argv, runs, preps, evaluation, **cache_kw) or preflight.after_plan(found) or 0
+    if backend(first.launcher.kind).submits:
+        rc = _sweep_submit(argv, runs, preps, evaluation, **cache_kw)
+    elif first.launcher.dry_run:   # the plan: one job, each run a task in turn (a finished run skipped when it runs), then the analysis
+        rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
+                     then=(lambda where: [analysis_job(evaluation, where)]) if evaluation is not None else None)
+        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
+    elif (rc := train_runs(SFT, list(zip(runs, preps)), **cache_kw)) == 0:   # the runs as resolved up front
+        print(f"[launch] sweep: all {len(runs)} runs finished")
+        if evaluation is not None:
+            where = _sweep_dir(first)
+            where.mkdir(parents=True, exist_ok=True)
+            job = analysis_job(evaluation, where, after=())
+            print(f"[launch] sweep: evaluating with profile {evaluation.profile}: python -m launch.analyze {job.config}",
+                  flush=True)
+            rc = _analyze_here(job)
+    return rc or preflight.after_plan(found) or 0
 
 
 def _analyze_here(job: Job) -> int:
@@ -154,28 +160,6 @@ def _analyze_here(job: Job) -> int:
     except JobFailed as failed:
         return failed.status
     return 0
-
-
-def _run_sweep(argv, runs, preps, evaluation, **cache_kw) -> int:
-    if backend(preps[0].cfg.launcher.kind).submits:
-        return _sweep_submit(argv, runs, preps, evaluation, **cache_kw)
-    dry = bool(preps[0].cfg.launcher.dry_run)
-    if dry:   # the plan: one job, each run a task in turn (a finished run is skipped when it runs), then the analysis
-        rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
-                     then=(lambda where: [analysis_job(evaluation, where)]) if evaluation is not None else None)
-        print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
-        return rc
-    rc = train_runs(SFT, list(zip(runs, preps)), **cache_kw)   # the runs as resolved up front: composed once
-    if rc != 0:
-        return rc
-    print(f"[launch] sweep: all {len(runs)} runs finished")
-    if evaluation is None:
-        return 0
-    where = _sweep_dir(preps[0].cfg)
-    where.mkdir(parents=True, exist_ok=True)
-    job = analysis_job(evaluation, where, after=())
-    print(f"[launch] sweep: evaluating with profile {evaluation.profile}: python -m launch.analyze {job.config}", flush=True)
-    return _analyze_here(job)
 
 
 def _sweep_dir(cfg) -> Path:
@@ -204,13 +188,13 @@ def _sweep_submit(argv, runs, preps, evaluation, **cache_kw) -> int:
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
             if not dry:
-                check_finished_data(prep, **cache_kw)
+                SFT.check_finished(prep, **cache_kw)
             print(f"[launch] {prep.run_dir} is finished; skipped")
             finished.append(str(prep.run_dir))
             continue
         todo.append((run, prep))
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
-        print(describe(prep))
+        print(SFT.describe(prep))
         SFT.check_python(prep)
     root = _sweep_dir(preps[0].cfg)
     if not todo:
@@ -226,16 +210,14 @@ def _sweep_submit(argv, runs, preps, evaluation, **cache_kw) -> int:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
                        then=(lambda where: evaluation_jobs(evaluation, where, preps_todo, finished))
                        if evaluation is not None else None)
-    root.mkdir(parents=True, exist_ok=True)
-    job = SFT.job(preps_todo, array=True, logs=str(root))
+    job = SFT.job(preps_todo, array=True, logs=str(root))   # (root: made by the runner, with the scripts)
     plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
     if evaluation is not None:
         from launch.eval_slurm import _plan_dir
 
         plan += evaluation_jobs(evaluation, _plan_dir(evaluation, "runs"), preps_todo, finished)
     ids = Training(runner_of(kind, SFT.command_argv(["sweep", *argv])), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
-    array = ids[job.name]
-    print(f"[launch] submitted {len(todo)} runs as Slurm job array {array} ({script})", flush=True)
+    print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if evaluation is not None:
         every = [ids[j.name] for j in plan]
         print("[launch] sweep: each run's evaluation job after its training task, then the report: "

@@ -57,7 +57,7 @@ def test_revision_reaches_loader_manifest_and_cache_key(fake_hub, tmp_path):
 def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     from data_prep import hub
     from launch import manifest as launch_manifest
-    from launch.run import data_record, prepare_data, prepare_run, resolve
+    from launch.run import SFT
 
     from common import datafetch
     from tests.conftest import shared_path
@@ -67,10 +67,10 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     asked = []
     monkeypatch.setattr(hub, "resolve_revision", lambda hub_id: asked.append(hub_id) or "sha111")
     argv = ["arm=r2e", "model=tiny", "data=hub", "n=4", "data.sources.code=[r2e-gym:org/ds]", f"runs_root={tmp_path}"]
-    prep = resolve(argv)
-    prepare_run(prep, log=lambda msg: None)   # as launch does: data, identity, config.yaml, then manifest.json
+    prep = SFT.resolve(argv)
+    data = SFT.prepare(prep, log=lambda msg: None)   # as launch does: data, identity, config.yaml, then manifest.json
     launch_manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher={"kind": "local"},
-                                   data=data_record(prep.data), identity=prep.identity)
+                                   data=data, identity=prep.identity)
     assert asked == ["org/ds"] and fake_hub == [("org/ds", "train", "sha111")]
     saved = OmegaConf.load(prep.run_dir / "config.yaml")
     assert list(saved.data.sources.code) == ["r2e-gym:org/ds@sha111"]
@@ -81,13 +81,13 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
         raise OSError("no network")
 
     monkeypatch.setattr(hub, "resolve_revision", offline)   # a requeue / relaunch on an offline node
-    again = resolve(argv)
-    prepare_data(again, log=lambda msg: None)
+    again = SFT.resolve(argv)
+    SFT.dataset(again, log=lambda msg: None)
     assert list(again.cfg.data.sources.code) == ["r2e-gym:org/ds@sha111"]
     assert again.data.dir == prep.data.dir and again.data.reused and len(fake_hub) == 1
 
-    other = resolve([*argv[:-1], f"runs_root={tmp_path / 'fresh'}"])   # a new run, offline: a clear error
+    other = SFT.resolve([*argv[:-1], f"runs_root={tmp_path / 'fresh'}"])   # a new run, offline: a clear error
     from common.cli import ConfigError
 
     with pytest.raises(ConfigError, match="no network"):
-        prepare_data(other, log=lambda msg: None)
+        SFT.dataset(other, log=lambda msg: None)

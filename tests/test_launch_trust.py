@@ -55,13 +55,13 @@ QA = ["task=qa", "model=tiny_base", "steps=1", "runs_root=RQ", "grpo.prompts_fil
 # ---------------------------------------------------------------- 1. one path rule
 def test_grpo_user_paths_resolve_against_the_callers_directory(W):
     from launch.compose import compose_grpo
-    from launch.grpo import resolve, start_record
+    from launch.grpo import GRPO, start_record
 
     (W / "st").mkdir()
     cfg = compose_grpo([*QA, "model.path=mymodel", "resume=st", "name=v"]).cfg
     assert cfg.grpo.prompts_file == str(W / "q.jsonl") and cfg.grpo.corpus == str(W / "c.jsonl")
     assert cfg.model.path == str(W / "mymodel") and cfg.resume == str(W / "st")
-    prep = resolve([*QA, "model.path=mymodel"])
+    prep = GRPO.resolve([*QA, "model.path=mymodel"])
     assert prep.cfg.runs_root == str(W / "RQ") and start_record(prep.cfg)["start_model"] == str(W / "mymodel")
     # the embedded model and a hub id stay names
     assert compose_grpo(QA).cfg.model.path == "tiny_base"
@@ -107,7 +107,7 @@ def test_grpo_qa_relaunch_on_a_changed_prompts_file_or_corpus_is_refused(W, monk
     from launch import grpo as rlaunch
     from rl.config import run_identity
 
-    prep = rlaunch.resolve(QA)
+    prep = rlaunch.GRPO.resolve(QA)
     assert set(prep.identity["inputs"]) == {"grpo.prompts_file", "grpo.corpus"}
     assert run_identity(prep.cfg) == prep.identity   # the trainer computes the same identity
     prep.run_dir.mkdir(parents=True)
@@ -115,16 +115,16 @@ def test_grpo_qa_relaunch_on_a_changed_prompts_file_or_corpus_is_refused(W, monk
     calls = []
     real = cio.sha256_file
     monkeypatch.setattr(cio, "sha256_file", lambda p, *a: calls.append(p) or real(p, *a))
-    rlaunch.resolve(QA)   # same content: same run
+    rlaunch.GRPO.resolve(QA)   # same content: same run
     assert calls == []    # digests cached by (path, size, mtime): nothing hashed again
     _qa_file(W / "q.jsonl", tag=" (NQ)")
     with pytest.raises(ConfigError, match="different configuration.*\n.*inputs"):
-        rlaunch.resolve(QA)
+        rlaunch.GRPO.resolve(QA)
     _qa_file(W / "q.jsonl")
-    rlaunch.resolve(QA)
+    rlaunch.GRPO.resolve(QA)
     _corpus(W / "c.jsonl").write_text((W / "c.jsonl").read_text() + json.dumps({"id": "9", "contents": "x"}) + "\n")
     with pytest.raises(ConfigError, match="different configuration"):
-        rlaunch.resolve(QA)
+        rlaunch.GRPO.resolve(QA)
 
 
 def test_user_recipe_digest_in_the_manifest(W):
@@ -177,9 +177,9 @@ def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, 
 def test_trainer_refuses_a_hand_edited_config_in_one_line_and_records_it(W, capsys, key, value, needle):
     from launch.run import report_end
     from rl import train as rt
-    from launch.grpo import resolve
+    from launch.grpo import GRPO
 
-    cfg = resolve(QA).cfg
+    cfg = GRPO.resolve(QA).cfg
     OmegaConf.update(cfg, key, value, merge=False)
     rd = Path(cfg.run_dir)
     rd.mkdir(parents=True)
@@ -228,9 +228,9 @@ def test_re_run_to_resume_only_when_a_state_exists(tmp_path, capsys):
 @pytest.mark.parametrize("what", ["rollouts_file", "start_without_sums"])
 def test_run_dir_oddities_are_one_line_errors(W, capsys, what):
     from rl import train as rt
-    from launch.grpo import resolve
+    from launch.grpo import GRPO
 
-    cfg = resolve([*QA[1:4], "task=spa", "grpo.pilot_tasks=3"]).cfg
+    cfg = GRPO.resolve([*QA[1:4], "task=spa", "grpo.pilot_tasks=3"]).cfg
     rd = Path(cfg.run_dir)
     (rd / "checkpoints").mkdir(parents=True)
     if what == "rollouts_file":
