@@ -76,7 +76,7 @@ def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(
 
 def _plan(tmp_path: Path) -> list[Job]:
     return [Job("train", "sft.train", config=str(tmp_path / "run" / "config.yaml"), wrapper=Torchrun(1, 2)),
-            Job("eval", "launch.eval_jobs", array=("a.json", "b.json"), after=("train",), python="/envs/vllm/python",
+            Job("eval", "launch.eval_slurm", array=("a.json", "b.json"), after=("train",), python="/envs/vllm/python",
                 needs=Needs(data=("corpus:wiki18",), modules=("vllm",))),
             Job("aggregate", "launch.analyze", config="analyze.yaml", after=("eval",), after_any=True)]
 
@@ -86,8 +86,8 @@ def test_a_third_runner_is_the_two_methods_and_runs_a_plan_in_order(tmp_path):
     assert runner.run(_plan(tmp_path), tmp_path / "plan") == {"train": "r1", "eval": "r2", "aggregate": "r3"}
     assert [(name, ids) for name, _, ids in runner.started] == [
         ("train", {}), ("eval", {"train": "r1"}), ("aggregate", {"train": "r1", "eval": "r2"})]
-    assert runner.started[1][1] == ("after r1\n/envs/vllm/python -m launch.eval_jobs a.json\n"
-                                    "/envs/vllm/python -m launch.eval_jobs b.json\n")
+    assert runner.started[1][1] == ("after r1\n/envs/vllm/python -m launch.eval_slurm a.json\n"
+                                    "/envs/vllm/python -m launch.eval_slurm b.json\n")
     assert f"--nproc_per_node=2 -m sft.train {tmp_path}/run/config.yaml" in runner.started[0][1]
     assert sorted(p.name for p in (tmp_path / "plan").iterdir()) == ["aggregate.txt", "eval.txt", "train.txt"]
 
@@ -112,7 +112,7 @@ def test_the_dry_run_writes_every_script_under_the_dir_it_names_and_prints_one_t
     assert f"written under {tmp_path}" in out and table(plan) in out
     rows = [line.split() for line in table(plan).splitlines()]
     assert [r[:3] for r in rows] == [["job", "module", "after"], ["train", "sft.train", "-"],
-                                     ["eval", "launch.eval_jobs", "ok:train"], ["aggregate", "launch.analyze", "any:eval"]]
+                                     ["eval", "launch.eval_slurm", "ok:train"], ["aggregate", "launch.analyze", "any:eval"]]
     assert "corpus:wiki18, import vllm" in table(plan) and "2 tasks" in table(plan) and "torchrun 1x2" in table(plan)
     assert (tmp_path / "aggregate.txt").read_text().startswith("after <job id of eval>\n")
 
@@ -132,14 +132,14 @@ def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_t
                            output=str(tmp_path / "slurm-train-%j.out"), cluster=cluster)
     assert runner.script(train, {}, tmp_path) == slurm.render_run_script(spec, str(run_dir), runner.repo,
                                                                           sys.executable, "test")
-    ev = Job("eval", "launch.eval_jobs", array=("e0.json", "e1.json"), after=("train",), waits="afterok:7_1",
+    ev = Job("eval", "launch.eval_slurm", array=("e0.json", "e1.json"), after=("train",), waits="afterok:7_1",
              resources=Resources(gpus_per_node=1, signal="B:USR1@120", at_once=1), notes=("x", "y"))
     script = runner.script(ev, {"train": "42"}, tmp_path)
     opts = dict(re.findall(r"^#SBATCH --([\w-]+)=(.*)$", script, flags=re.M))
     assert opts["dependency"] == "afterok:42,afterok:7_1" and opts["kill-on-invalid-dep"] == "yes"
     assert opts["array"] == "0-1%1" and opts["signal"] == "B:USR1@120" and opts["job-name"] == "dtsft-eval"
     assert "# task 1: y" in script and "--exclusive" not in script
-    assert script.rstrip().endswith('-m launch.eval_jobs "${CONFIGS[$SLURM_ARRAY_TASK_ID]}"')
+    assert script.rstrip().endswith('-m launch.eval_slurm "${CONFIGS[$SLURM_ARRAY_TASK_ID]}"')
     assert "CONFIGS=(\n  e0.json\n  e1.json\n)" in script
     agg = runner.script(Job("aggregate", "launch.analyze", config="a.yaml", after=("eval",), after_any=True),
                         {"eval": "43"}, tmp_path)
