@@ -132,14 +132,14 @@ def array_plan(req, plan: Path, jobs: list[EvalJob]) -> list[Job]:
     return [evals, _aggregation(req, plan, configs, ("eval",))]
 
 
-def runs_plan(req, plan: Path, after: list) -> list[Job]:
-    """`slurm.runs` (req: launch.analyze.Request) as Jobs: one evaluation job per run dir, each after its own
+def runs_plan(req, plan: Path, runs: list[str], after: list) -> list[Job]:
+    """`runs` (slurm.runs; req: launch.analyze.Request) as Jobs: one evaluation job per run dir, each after its own
     dependency (`after[i]`: an sbatch dependency string, or (job name, array task) of a training job planned
     before it in the same plan), the anchor's (when `anchor=` is given) after nothing more, then the aggregation
     after all of them (afterany). Nothing is planned here: a run's checkpoints appear while it trains, so each
     job plans its own when it starts. The jobs' configs are written under `plan`."""
     cfg = req.cfg
-    entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(cfg.slurm.runs, after))]
+    entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(runs, after))]
     entries += [("the anchor", None, req.anchor, None)] if req.anchor is not None else []
     jobs, configs = [], []
     for i, (who, run, anchor, dep) in enumerate(entries):
@@ -163,7 +163,7 @@ def submit(req, jobs: list[EvalJob]) -> None:
     cfg = req.cfg
     runs = cfg.slurm.runs is not None
     where = _plan_dir(cfg, "runs" if runs else "analyze")
-    plan = runs_plan(req, where, list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs))) if runs else \
+    plan = runs_plan(req, where, list(cfg.slurm.runs), list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs))) if runs else \
         array_plan(req, where, jobs)
     runner = backend(cfg.launcher)(f"analyze launcher={cfg.launcher}")
     if cfg.dry_run:

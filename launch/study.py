@@ -29,7 +29,7 @@ from launch.eval_slurm import record_jobs
 from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
 from launch.run import SFT, Training, is_finished
-from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, split_eval_profile
+from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, evaluation_request, split_eval_profile
 
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
 # python.sft= / python.grpo=, its own keys).
@@ -282,7 +282,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
             if r.evaluation is not None:
                 (where / stage.name).mkdir(exist_ok=True)
                 finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
-                evaluation = evaluation_jobs(r.evaluation, where / stage.name, todo, finished) \
+                evaluation = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where / stage.name, todo, finished) \
                     if submits else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
                 # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
                 rename = {"sweep": stage.name, **{j.name: f"{stage.name}.{j.name}" for j in evaluation}}

@@ -115,7 +115,6 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     first = preps[0].cfg   # the preflight: every run's needs and the evaluation's, before anything (exit 2)
     from analysis.errors import AnalysisError
     from common.cli import ConfigError
-    from launch.analyze import request
 
     def refused(exc) -> int:
         print(f"error: {exc}\n[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit 2); nothing "
@@ -129,13 +128,11 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     needs = preflight.of([SFT.job(preps, array=True)]) + ([preflight.analyze_needs(evaluation)] if evaluation else [])
     found = preflight.gate(needs, bool(first.launcher.dry_run))
     try:   # and its values, as the analysis checks them (before anything trains)
-        if evaluation is not None:
-            with local.isolated():   # (its checks may set up logging: nothing leaks into the sweep)
-                request(evaluation)
+        req = evaluation_request(evaluation, preps) if evaluation is not None else None
     except (AnalysisError, ConfigError) as exc:
         return refused(exc)
     if backend(first.launcher.kind).submits:
-        rc = _sweep_submit(argv, runs, preps, evaluation, **cache_kw)
+        rc = _sweep_submit(argv, runs, preps, req, **cache_kw)
     elif first.launcher.dry_run:   # the plan: one job, each run a task in turn (a finished run skipped when it runs), then the analysis
         rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
                      then=(lambda where: [analysis_job(evaluation, where)]) if evaluation is not None else None)
@@ -167,23 +164,31 @@ def _sweep_dir(cfg) -> Path:
     return Path(cfg.runs_root) / "_sweeps" / time.strftime("sweep-%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-def evaluation_jobs(evaluation, where: Path, todo: list, finished: list[str]) -> list[Job]:
-    """The sweep's evaluation on Slurm (launch/eval_slurm.py runs_plan): one job per run, run i after training
-    task i only (cancelled when that task fails: --kill-on-invalid-dep), a finished run's after nothing, then
-    the aggregation after all of them (afterany). Their configs go under `where`."""
+def evaluation_request(evaluation, preps: list):
+    """The sweep's analysis (analysis_config) resolved and checked once, as the analysis checks it
+    (launch.analyze.request; AnalysisError / ConfigError naming a setting); on a submitting launcher as one
+    evaluation job per run (slurm.runs: the runs' dirs), which evaluation_jobs plans from it."""
     from launch.analyze import request
+
+    per_run = {"slurm": {"runs": [str(p.run_dir) for p in preps], "runs_after": None}} if backend(evaluation.launcher).submits else {}
+    with local.isolated():   # (its checks may set up logging: nothing leaks into the sweep)
+        return request(OmegaConf.merge(evaluation, per_run))
+
+
+def evaluation_jobs(req, where: Path, todo: list, finished: list[str]) -> list[Job]:
+    """The sweep's evaluation on Slurm (`req`: evaluation_request's; launch/eval_slurm.py runs_plan): one job
+    per run, run i after training task i only (cancelled when that task fails: --kill-on-invalid-dep), a
+    finished run's after nothing, then the aggregation after all of them (afterany). Their configs go under
+    `where`."""
     from launch.eval_slurm import runs_plan
 
-    dirs = [str(p.run_dir) for p in todo] + finished
-    cfg = OmegaConf.merge(evaluation, {"slurm": {"runs": dirs, "runs_after": None}})
-    with local.isolated():
-        req = request(cfg)
-    return runs_plan(req, where, [("sweep", i) for i in range(len(todo))] + [None] * len(finished))
+    return runs_plan(req, where, [str(p.run_dir) for p in todo] + finished,
+                     [("sweep", i) for i in range(len(todo))] + [None] * len(finished))
 
 
-def _sweep_submit(argv, runs, preps, evaluation, **cache_kw) -> int:
+def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
     """A submitting launcher's sweep: every unfinished run prepared here, one array job trains them all (task i:
-    run i), its evaluation jobs after it."""
+    run i), its evaluation jobs (`req`: evaluation_request's) after it."""
     kind, todo, finished, dry = preps[0].cfg.launcher.kind, [], [], bool(preps[0].cfg.launcher.dry_run)
     for run, prep in zip(runs, preps):
         if is_finished(prep.run_dir):
@@ -199,26 +204,26 @@ def _sweep_submit(argv, runs, preps, evaluation, **cache_kw) -> int:
     root = _sweep_dir(preps[0].cfg)
     if not todo:
         print("[launch] sweep: every run is finished; nothing to train", flush=True)
-        if evaluation is None:
+        if req is None:
             return 0
         # what is left to evaluate: one array task per checkpoint, then the aggregation (analyze, run here)
         where = dry_run_dir("sweep") if dry else root
         where.mkdir(parents=True, exist_ok=True)
-        return _analyze_here(analysis_job(OmegaConf.merge(evaluation, {"dry_run": dry}), where, after=()))
+        return _analyze_here(analysis_job(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}), where,
+                                          after=()))
     preps_todo = [p for _, p in todo]
     if dry:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
-                       then=(lambda where: evaluation_jobs(evaluation, where, preps_todo, finished))
-                       if evaluation is not None else None)
+                       then=(lambda where: evaluation_jobs(req, where, preps_todo, finished)) if req is not None else None)
     job = SFT.job(preps_todo, array=True, logs=str(root))   # (root: made by the runner, with the scripts)
     plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
-    if evaluation is not None:
+    if req is not None:
         from launch.eval_slurm import _plan_dir
 
-        plan += evaluation_jobs(evaluation, _plan_dir(evaluation, "runs"), preps_todo, finished)
+        plan += evaluation_jobs(req, _plan_dir(req.cfg, "runs"), preps_todo, finished)
     ids = Training(runner_of(kind, SFT.command_argv(["sweep", *argv])), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
-    if evaluation is not None:
+    if req is not None:
         every = [ids[j.name] for j in plan]
         print("[launch] sweep: each run's evaluation job after its training task, then the report: "
               + ", ".join(f"{j.name} {ids[j.name]}" for j in plan[1:])

@@ -281,7 +281,13 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
     # A bad analysis setting is refused before anything is submitted.
     assert run_sweep([*argv[1:], "analyze.slurm.concurrency=0", f"runs_root={runs}"], **kw) == 2
     assert "slurm.concurrency=0" in capfd.readouterr().err and not record.exists()
+    import evals.config   # the evaluate config resolved once for the whole sweep (issue #60), counted by a spy
+
+    resolved = []
+    real_resolve = evals.config.resolve
+    monkeypatch.setattr(evals.config, "resolve", lambda *a, **k: (resolved.append(1), real_resolve(*a, **k))[1])
     assert run_sweep([*argv[1:], f"runs_root={runs}"], **kw) == 0
+    assert len(resolved) == 1
     said = capfd.readouterr().out
     sweep, e0, e1, aggregate = (Path(line) for line in record.read_text().split())
     assert sweep.name == "sweep.sbatch" and "Slurm job array 5001" in said
