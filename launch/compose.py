@@ -19,7 +19,6 @@ from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split
 from common.layout import run_dir_path
 from common import keydoc
 from common.fields import must_problems
-from common.plan import planned
 from common.schema import RUN
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
@@ -291,12 +290,3 @@ def run_dir(cfg: DictConfig) -> Path:
         return Path(cfg.run_dir).expanduser().resolve()
     return run_dir_path(cfg.runs_root, cfg.arm, cfg.seed, cfg.name).resolve()
 
-
-def planned_steps(cfg: DictConfig, n_rows: int | None = None) -> int:
-    """Optimizer steps for `data.n` trajectories (common.plan, the trainer's own rule)."""
-    return planned(cfg, n_rows)[0]
-
-
-def planned_saves(cfg: DictConfig, n_rows: int | None = None) -> list[int]:
-    """Checkpoint steps for `data.n` trajectories (common.plan.save_points, the trainer's own rule)."""
-    return planned(cfg, n_rows)[1]

@@ -24,9 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
+from common.plan import planned
 from common.schema import TRAINER_SEMANTICS
 from launch import cache, jobs, local, manifest, paths, preflight
-from launch.compose import Composed, compose, planned_saves, planned_steps, run_dir
+from launch.compose import Composed, compose, run_dir
 from launch.errors import LaunchError
 from launch.jobs import Job, JobFailed, Needs, Resources, Torchrun, backend, dry_run_dir
 from launch.refusal import trainer_refusal
@@ -484,9 +485,9 @@ class SFTTrainer(Trainer):
         return self.placed(composed, rd, local_nproc(composed, gpus))
 
     def describe(self, prep: Prepared) -> str:
-        cfg = prep.cfg
+        steps, saves = planned(prep.cfg)
         return (f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n"
-                f"[launch] {planned_steps(cfg)} optimizer steps (for n={cfg.data.n}), checkpoints at {planned_saves(cfg)}")
+                f"[launch] {steps} optimizer steps (for n={prep.cfg.data.n}), checkpoints at {saves}")
 
     def needs(self, cfg: DictConfig) -> dict[str, str]:
         return interpreter.sft_needs(cfg)

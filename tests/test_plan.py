@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from analysis.discover import Run
 from common.plan import planned, save_points, schedule
-from launch.compose import compose, planned_saves, planned_steps
+from launch.compose import compose
 from sft.config import load_config
 
 CASES = [  # (train overrides, data.n, expected total, expected saves)
@@ -25,7 +25,7 @@ def test_launch_sft_and_analysis_plan_the_same_saves(tmp_path, train, n, total, 
     # launch: the composed recipe with these keys
     value = lambda v: "null" if v is None else ("[" + ",".join(map(str, v)) + "]" if isinstance(v, list) else v)  # noqa: E731
     cfg = compose(["model=tiny", "data=synthetic", f"n={n}", *(f"train.{k}={value(v)}" for k, v in train.items())]).cfg
-    assert (planned_steps(cfg), planned_saves(cfg)) == (total, saves)
+    assert planned(cfg) == (total, saves)
     # sft: the trainer's own config reading, for a dataset of n trajectories
     path = write_config(tmp_path / "run", tmp_path / "data", **train)
     t = load_config(path).train

@@ -190,14 +190,14 @@ def test_grpo_study_plan(dry_runs, name, model_path, gpus):
 def test_dual_terminator_study_plan(dry_runs):
     from omegaconf import OmegaConf
 
-    from launch.compose import planned_saves, planned_steps
+    from common.plan import planned
 
     where = dry_runs["dual_terminator_sft"]["dir"]
     runs = [OmegaConf.create(_yaml(where / f"train-{i}.config.yaml")) for i in range(9)]   # one per sweep run
     assert not (where / "train-9.config.yaml").exists()
     assert {cfg.model.path for cfg in runs} == {"Qwen/Qwen3-4B-Thinking-2507"}
     # 218 = floor(3500 / 16): n=3500 at batch 16; r2e one epoch, search and mixed two (436)
-    plans = [(cfg.arm, planned_steps(cfg), tuple(planned_saves(cfg))) for cfg in runs]
+    plans = [(cfg.arm, planned(cfg)[0], tuple(planned(cfg)[1])) for cfg in runs]
     assert sorted({p for p in plans if p[1] == 218}) == [("r2e", 218, (50, 100, 150, 200, 218))]
     assert [p[1] for p in plans].count(218) == 3 and [p[1] for p in plans].count(436) == 6
     assert all(p[2] == (50, 100, 150, 200, 218, 436) for p in plans if p[1] == 436)
