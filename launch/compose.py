@@ -125,17 +125,13 @@ def check_user_recipe(recipe: DictConfig, where: str, selectors: tuple[str, ...]
                           f"decides; remove it from the file and pass {key}=... on the command line")
 
 
-def resolved_container(cfg, where: str):
+def resolved_container(cfg, where: str = "the composed config (recipes and key=value overrides)",
+                       error: type[Exception] = LaunchError):
     """`cfg` as plain containers with every `${...}` interpolation resolved; a bad one is one line."""
     try:
         return OmegaConf.to_container(cfg, resolve=True)
     except Exception as exc:  # omegaconf's InterpolationKeyError, InterpolationResolutionError, ...
-        raise LaunchError(f"{where}: bad interpolation ({str(exc).splitlines()[0]})") from None
-
-
-def resolve_interpolations(cfg: DictConfig) -> DictConfig:
-    """The composed config with its `${...}` interpolations replaced by their values (one-line error)."""
-    return OmegaConf.create(resolved_container(cfg, "the composed config (recipes and key=value overrides)"))
+        raise error(f"{where}: bad interpolation ({str(exc).splitlines()[0]})") from None
 
 
 def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
@@ -157,7 +153,7 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
         origins.update(dict.fromkeys(flat_keys(recipe), where))
     cfg = apply_overrides(cfg, rest, aliases=ALIASES, open_prefixes=OPEN_PREFIXES)
     origins.update({ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
-    cfg = resolve_interpolations(cfg)
+    cfg = OmegaConf.create(resolved_container(cfg))
     make_absolute(cfg, sft_config.SFT, origins)
     validate(cfg)
     return Composed(cfg=cfg, choices=choices, meta=meta, origins=origins)
@@ -213,10 +209,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
         origins.update(dict.fromkeys(flat_keys(user), where))
     cfg = apply_overrides(cfg, rest, aliases=RL_ALIASES, open_prefixes=())
     origins.update({RL_ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
-    try:
-        cfg = resolve_interpolations(cfg)
-    except LaunchError as exc:
-        raise RlError(str(exc)) from None
+    cfg = OmegaConf.create(resolved_container(cfg, error=RlError))
     make_absolute(cfg, rl_config.GRPO, origins)
     cfg.arm = f"grpo_{cfg.task}"
     rl_config.validate(cfg)
