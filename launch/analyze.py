@@ -71,12 +71,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                                   "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
     "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
                                 integer=True, null=True),
-    "slurm.partition": field("launcher=slurm: --partition (null: the cluster's default)", None),
-    "slurm.time": field("launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)", None),
-    "slurm.account": field("launcher=slurm: --account", None),
-    "slurm.qos": field("launcher=slurm: --qos", None),
-    "slurm.sbatch": field("launcher=slurm: further sbatch options, e.g. [--constraint=h100]", []),
-    "slurm.setup": field("launcher=slurm: shell run before each job's command (module load, activate)", None),
+    **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in ("partition", "time", "account", "qos", "sbatch", "setup")},
     "python.eval": schema.PYTHON["python.eval"],
     "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
