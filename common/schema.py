@@ -54,12 +54,13 @@ LAUNCHER: dict[str, Field] = {
     "launcher.gpus_per_node": field("slurm: GPUs (and torchrun processes) per node; 0: a CPU-only partition (no GPU asked, "
                                     "1 process)", 8, (), Test(lambda v: is_int(v) and v >= 0,
                                                               "an integer >= 0 (0: a CPU-only partition)")),
-    "launcher.partition": _slurm_text("slurm: #SBATCH --partition"),
-    "launcher.time": _slurm_text("slurm: #SBATCH --time, e.g. 24:00:00"),
+    "launcher.partition": _slurm_text("slurm: #SBATCH --partition (null: the cluster's default)"),
+    "launcher.time": _slurm_text("slurm: #SBATCH --time of each job or array task, e.g. 24:00:00 (null: the partition's)"),
     "launcher.account": _slurm_text("slurm: #SBATCH --account"),
     "launcher.qos": _slurm_text("slurm: #SBATCH --qos"),
     "launcher.sbatch": field("extra #SBATCH options, e.g. [--constraint=h100,--mem=0]", []),   # launch.slurm checks them
-    "launcher.setup": field('shell run before srun, e.g. "module load cuda; source env/bin/activate"', None, (),
+    "launcher.setup": field("shell run before each job's command (a training job's srun), e.g. \"module load cuda; "
+                            "source env/bin/activate\"", None, (),
                             Test(lambda v: v is None or isinstance(v, str), "null or a shell snippet")),
     "launcher.dry_run": flag("true: write the plan (and sbatch script) and print it; train nothing", False),
 }

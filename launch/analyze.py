@@ -71,12 +71,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                                   "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
     "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
                                 integer=True, null=True),
-    "slurm.partition": field("launcher=slurm: --partition (null: the cluster's default)", None),
-    "slurm.time": field("launcher=slurm: --time of each task, e.g. \"04:00:00\" (null: the partition's)", None),
-    "slurm.account": field("launcher=slurm: --account", None),
-    "slurm.qos": field("launcher=slurm: --qos", None),
-    "slurm.sbatch": field("launcher=slurm: further sbatch options, e.g. [--constraint=h100]", []),
-    "slurm.setup": field("launcher=slurm: shell run before each job's command (module load, activate)", None),
+    **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in ("partition", "time", "account", "qos", "sbatch", "setup")},
     "python.eval": schema.PYTHON["python.eval"],
     "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
@@ -253,10 +248,13 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
                             study=req.study)
-    if cfg.cards:
-        from launch.cards import report_cards
+    if cfg.cards:   # a card per run's final checkpoint with an evaluation (the runs found again: evaluated now)
+        from common.cards import write_report_cards
 
-        report_cards(cfg, req.profile)
+        finals = [(r.arm, r.seed, r.checkpoints[max(r.checkpoints)]) for r in discover_runs(root, req.profile)
+                  if r.checkpoints and max(r.checkpoints) in r.evals]
+        if written := write_report_cards(cfg.out, finals, study=cfg.study or None):
+            print(f"[analyze] {len(written)} model card(s) -> {Path(cfg.out) / 'cards'}", flush=True)
     return result
 
 

@@ -183,11 +183,14 @@ def data_problem(name: str) -> str | None:
 
 
 def python_problem(need: Needs) -> str | None:
-    """Why `need`'s interpreter cannot run its job (None: it holds every module, and the pinned TRL)."""
+    """Why `need`'s interpreter cannot run its job (None: it holds every module, and the pinned TRL; a named one's
+    TRL line starts `python.KIND:`)."""
     python = need.python or sys.executable
     why = interpreter.check(need.kind, python, need.modules) if need.modules else None
     if why is None and need.trl not in (None, ""):
         why = trl_problem(need.trl, interpreter.package_version(python, "trl"), python)
+        if why and need.python is not None:
+            why = f"python.{need.kind}: {why}"
     if why and need.python is None:   # the implicit one: say how to name another
         why += f" (python.{need.kind} not given: the interpreter running this command)"
     return why

@@ -114,18 +114,12 @@ class Trainer:
                    logs=logs or str(preps[0].run_dir / "logs"))
 
     def check_python(self, prep: Prepared) -> None:
-        """Refuse (LaunchError, one line) a named interpreter lacking what the run needs."""
-        if interpreter.named(prep.cfg.get("python"), self.stage) is not None:
-            why = interpreter.check(self.stage, self.python(prep), self.needs(prep.cfg))
-            if why:
-                raise LaunchError(why)
-            want = prep.cfg.grpo.get("trl") if self.stage == "grpo" else None
-            if want is not None:   # a pinned TRL (grpo.trl): the named interpreter must hold that release
-                from rl.config import trl_problem
-
-                why = trl_problem(want, interpreter.package_version(self.python(prep), "trl"), self.python(prep))
-                if why:
-                    raise LaunchError(f"python.grpo: {why}")
+        """Refuse (LaunchError, one line: launch.preflight.python_problem) a named interpreter lacking what the run needs."""
+        python = interpreter.named(prep.cfg.get("python"), self.stage)
+        trl = prep.cfg.grpo.get("trl") if self.stage == "grpo" else None
+        if python is not None and (why := preflight.python_problem(Needs(modules=self.needs(prep.cfg), kind=self.stage,
+                                                                         python=python, trl=trl))):
+            raise LaunchError(why)
 
 
 def is_finished(rd: Path) -> bool:

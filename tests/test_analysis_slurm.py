@@ -99,6 +99,9 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     # A bad setting is one line, before anything is planned.
     assert main(argv[:-1] + ["slurm.concurrency=0"]) == 2
     assert "slurm.concurrency=0" in capsys.readouterr().err
+    # slurm.partition is launch's launcher.partition field (common.schema): its rule refuses a list
+    assert main(argv + ["slurm.partition=[a,b]"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: slurm.partition=['a', 'b']: expected null or a string"]
     # python.eval=PATH: every task and the aggregation exec it; asked first for vllm with backend=vllm.
     from launch_helpers import named_interpreter
 

@@ -18,6 +18,10 @@ def test_every_evaluate_and_analyze_key_is_one_field_with_help():
     assert all(f.field is EVALUATE[k.removeprefix("eval.")] for k, f in passed.items())
     # unset by default (evaluate's default or the profile's applies), except the runs' prompt
     assert {k: f.default for k, f in passed.items()} == {**{k: None for k in passed}, "eval.prompt": "tool_agent"}
+    # analyze's slurm.KEY are launch's launcher.KEY fields (common.schema), under analyze's own names
+    from common.schema import LAUNCHER
+
+    assert all(ANALYZE[f"slurm.{k}"] is LAUNCHER[f"launcher.{k}"] for k in ("partition", "time", "account", "qos", "sbatch", "setup"))
     # no key is described twice: analyze's eval.n line is evaluate's n line
     assert EVALUATE["n"].help in dict((k.name, k.doc) for k in keydoc.from_table(ANALYZE))["eval.n"]
 
