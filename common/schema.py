@@ -8,7 +8,7 @@ from pathlib import Path
 
 from common import thinking
 from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, count, field, flag, is_int, text
-from common.layout import variant_name_problem
+from common.layout import run_dir_path, variant_name_problem
 
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
 # definition): a run dir's state made under another value is not resumed (run identity).
@@ -72,3 +72,10 @@ PYTHON: dict[str, Field] = {
                         "launcher=slurm), asked first for what they need (vllm for backend=vllm); null: the one running "
                         "the command", as_before=None),
 }
+
+
+def run_dir(cfg) -> Path:
+    """`<runs_root>/<arm>/[<name>/]seed<seed>` (common.layout; GRPO's arm: grpo_<task>) unless `run_dir` is set; absolute."""
+    if cfg.run_dir:
+        return Path(cfg.run_dir).expanduser().resolve()
+    return run_dir_path(cfg.runs_root, cfg.arm, cfg.seed, cfg.name).resolve()

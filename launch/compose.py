@@ -16,7 +16,6 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
-from common.layout import run_dir_path
 from common import keydoc
 from common.fields import must_problems
 from common.schema import RUN
@@ -274,12 +273,3 @@ def launcher_recipe(name: str, recipes: Path) -> DictConfig:
     if name in BACKENDS and not (recipes / "launcher" / f"{name}.yaml").is_file():
         return OmegaConf.create({"launcher": {"kind": name}})
     return load_recipe("launcher", name, recipes)
-
-
-# ---------------------------------------------------------------- derived values
-def run_dir(cfg: DictConfig) -> Path:
-    """`<runs_root>/<arm>/[<name>/]seed<seed>` (common.layout) unless `run_dir` is set; absolute."""
-    if cfg.run_dir:
-        return Path(cfg.run_dir).expanduser().resolve()
-    return run_dir_path(cfg.runs_root, cfg.arm, cfg.seed, cfg.name).resolve()
-

@@ -27,7 +27,8 @@ from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.plan import planned
 from common.schema import TRAINER_SEMANTICS
 from launch import cache, jobs, local, manifest, paths, preflight
-from launch.compose import Composed, compose, run_dir
+from common.schema import run_dir
+from launch.compose import Composed, compose
 from launch.errors import LaunchError
 from launch.jobs import Job, JobFailed, Needs, Resources, Torchrun, backend, dry_run_dir
 from launch.refusal import trainer_refusal

@@ -15,9 +15,8 @@ from common import datafetch, fingerprint
 from common.benchmarks import CONTEXT_MODES
 from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default, Field, Test, choice, count, excluded, field,
                            is_int, must_problems, number, text)
-from common.layout import run_dir_path
 from common.plan import save_points
-from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS
+from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS, run_dir
 from rl.errors import RlError
 from sft.config import LOGGING, MODEL, SFT, TRAIN
 
@@ -122,6 +121,11 @@ def trl_problem(want, have: str | None, python: str = sys.executable) -> str | N
             "the project's .venv), or grpo.trl=null for the installed one")
 
 
+# What a task=qa run's input file key needs when it is unset (`input_files`).
+NEEDS = {"grpo.prompts_file": "task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)",
+         "grpo.corpus": "task=qa with grpo.retriever={retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)"}
+
+
 def problems(cfg: DictConfig) -> list[str]:
     """Every value of a GRPO config that the trainer would refuse, one line each naming the key (each key's
     rule is its field's, GRPO above; below, what depends on several keys)."""
@@ -132,22 +136,18 @@ def problems(cfg: DictConfig) -> list[str]:
     if not bad and g.completions_per_step % g.num_generations:
         bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, got {g.completions_per_step!r}")
     if cfg.task == "qa" and not bad:
-        if not g.prompts_file:
-            bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
-        elif not Path(str(g.prompts_file)).is_file():
-            bad.append(f"grpo.prompts_file={g.prompts_file}: no such file")
         retriever = g.retriever if g.qa_mode == "open" else None   # item / given use the rows' own paragraphs, no retriever
-        if retriever in ("bm25", "e5") and not g.corpus:
-            bad.append(f"task=qa with grpo.retriever={retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)")
-        elif retriever in ("bm25", "e5") and not _named("grpo.corpus", g.corpus, "corpus", bad) and not Path(str(g.corpus)).is_file():
-            bad.append(f"grpo.corpus={g.corpus}: no such file")
+        for key in input_files(cfg):
+            value = OmegaConf.select(cfg, key)
+            if not value and key in NEEDS:
+                bad.append(NEEDS[key].format(retriever=retriever))
+            elif not (key != "grpo.prompts_file" and _named(key, value, key.removeprefix("grpo."), bad)) \
+                    and not Path(str(value)).is_file():
+                bad.append(f"{key}={value}: no such file" + (" (a faiss index; null builds one from the corpus)" if key == "grpo.index" else ""))
         if retriever == "e5" and not g.get("encoder"):
             bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
         if retriever == "e5":
             _named("grpo.encoder", g.get("encoder"), "encoder", bad)
-        if retriever == "e5" and g.get("index") is not None and not _named("grpo.index", g.index, "index", bad) \
-                and not Path(str(g.index)).is_file():
-            bad.append(f"grpo.index={g.index}: no such file (a faiss index; null builds one from the corpus)")
         if retriever == "http" and not g.retriever_url:
             bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
     if not bad and is_sft_checkpoint(cfg.model.path) and not cfg.name:
@@ -186,13 +186,6 @@ def parent_run(path: str) -> dict | None:
     return {"run_dir": str(run) if run else None, "checkpoint": str(p)}
 
 
-def run_dir(cfg: DictConfig) -> Path:
-    """`<runs_root>/grpo_<task>/[<name>/]seed<seed>` unless `run_dir` is set; absolute."""
-    if cfg.run_dir:
-        return Path(cfg.run_dir).expanduser().resolve()
-    return run_dir_path(cfg.runs_root, f"grpo_{cfg.task}", cfg.seed, cfg.name).resolve()
-
-
 def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
     """Where a composed, validated GRPO config runs on `world` processes and what it is: its run dir and
     run identity (launch's one call into rl before it checks the run dir). RlError when the processes
@@ -217,15 +210,20 @@ def _named(key: str, value, kind: str, bad: list[str]) -> bool:
         return True
 
 
+def input_files(cfg: DictConfig) -> list[str]:
+    """The keys of the input files a run reads (task=qa: the prompts file, the corpus a bm25 or e5 retriever
+    searches and an e5 retriever's index file; item / given read no corpus): checked to exist, digested by content."""
+    g = cfg.grpo
+    searches = cfg.task == "qa" and g.qa_mode == "open" and g.retriever in ("bm25", "e5")
+    dense = searches and g.retriever == "e5" and g.get("index") is not None
+    return (["grpo.prompts_file"] if cfg.task == "qa" else []) + (["grpo.corpus"] if searches else []) + (["grpo.index"] if dense else [])
+
+
 def input_digests(cfg: DictConfig) -> dict[str, str]:
-    """{key: sha256} of every input file the run reads (task=qa: the prompts file, the corpus a bm25 or
-    e5 retriever searches and an e5 retriever's index file), through common.fingerprint's cached digest: part of the run identity, so
-    a relaunch on a changed file is a different configuration, whatever its path."""
-    searches = cfg.grpo.retriever in ("bm25", "e5") and cfg.grpo.qa_mode == "open"  # item / given read no corpus
-    dense = searches and cfg.grpo.retriever == "e5" and cfg.grpo.get("index") is not None
-    keys = ["grpo.prompts_file"] + (["grpo.corpus"] if searches else []) + (["grpo.index"] if dense else []) if cfg.task == "qa" else []
+    """{key: sha256} of every input file (`input_files`), through common.fingerprint's cached digest: part of the run
+    identity, so a relaunch on a changed file is a different configuration, whatever its path."""
     out = {}
-    for key in keys:
+    for key in input_files(cfg):
         path = OmegaConf.select(cfg, key)
         if datafetch.is_name(path):   # a fetched file: its pinned digest, or the one recorded when pre-filled
             out[key] = datafetch.digest(path)

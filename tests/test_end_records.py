@@ -196,7 +196,7 @@ def test_the_grpo_trainer_records_its_pilot_guard_refusal(tmp_path, monkeypatch)
     from envs.search_plan_act import pilot
     from launch.compose import compose_grpo
     from rl import train as rt
-    from rl.config import run_dir
+    from common.schema import run_dir
 
     cfg = compose_grpo(["task=spa", "model=tiny_base", f"runs_root={tmp_path}", "grpo.pilot_tasks=3"]).cfg
     cfg.run_dir = str(run_dir(cfg))

@@ -8,7 +8,8 @@ from common.cli import ConfigError
 from launch.cli import help_text, main
 from common.recipes import group_choices
 from common.plan import planned
-from launch.compose import RECIPES, compose, run_dir
+from common.schema import run_dir
+from launch.compose import RECIPES, compose
 
 
 def test_default_composition_is_the_study():

@@ -339,7 +339,7 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 from rl import train as rt
 from launch.compose import compose_grpo
-from rl.config import run_dir
+from common.schema import run_dir
 
 cfg = compose_grpo(["task=spa", "model=tiny_base", "steps=1", f"runs_root={sys.argv[1]}", "grpo.max_completion_length=16",
                     "grpo.pilot_tasks=3"]).cfg

@@ -28,7 +28,7 @@ STEPS, WARMUP_RATIO, LR = 3, 0.3, 1e-3   # warmup ceil(0.9) = 1 step: lr 0 at st
 
 def _grpo(root: Path, schedule: str):
     from launch.compose import compose_grpo
-    from rl.config import run_dir
+    from common.schema import run_dir
 
     cfg = compose_grpo(["task=spa", "model=tiny_base", f"steps={STEPS}", "save_steps=[]", f"runs_root={root}",
                         f"train.lr_schedule={schedule}", f"train.warmup_ratio={WARMUP_RATIO}", f"lr={LR}",

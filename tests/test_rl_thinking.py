@@ -141,7 +141,7 @@ def _hybrid_model(tmp_path) -> Path:
 
 def _cfg(tmp_path, *extra):
     from launch.compose import compose_grpo
-    from rl.config import run_dir
+    from common.schema import run_dir
 
     cfg = compose_grpo(["task=spa", "model=tiny_base", f"runs_root={tmp_path}", "steps=1", "name=t",
                         "grpo.completions_per_step=4", "grpo.num_generations=2", *extra]).cfg

@@ -41,7 +41,7 @@ def grpo_run(tmp_path_factory):
 
     from rl import train as rt
     from launch.compose import compose_grpo
-    from rl.config import run_dir
+    from common.schema import run_dir
 
     patch = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("grpo")

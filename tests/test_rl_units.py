@@ -39,7 +39,7 @@ def _tok():
 
 def _cfg(tmp_path, *extra):
     from launch.compose import compose_grpo
-    from rl.config import run_dir
+    from common.schema import run_dir
 
     cfg = compose_grpo(["task=spa", "model=tiny_base", f"runs_root={tmp_path}", *extra]).cfg
     cfg.run_dir = str(run_dir(cfg))
@@ -344,7 +344,7 @@ def test_state_roundtrip_without_pickle_and_verified_before_load(tmp_path):
 
 def test_grpo_config_reference_values_and_run_dir(tmp_path):
     from launch.compose import compose_grpo
-    from rl.config import run_dir
+    from common.schema import run_dir
 
     cfg = compose_grpo(["task=spa", "model=qwen3_4b_thinking_2507", f"runs_root={tmp_path}"]).cfg
     assert (cfg.lora.r, cfg.lora.alpha, cfg.train.steps, cfg.grpo.completions_per_step) == (32, 64, 250, 32)
@@ -470,7 +470,7 @@ def test_tampered_starting_copy_is_refused_before_loading(tmp_path, capsys, monk
 
 def test_sft_start_needs_a_name_and_the_manifest_names_the_parent(tmp_path):
     from launch.compose import compose_grpo
-    from rl.config import run_dir
+    from common.schema import run_dir
     from launch.grpo import start_record
 
     ckpt = tmp_path / "search" / "seed0" / "checkpoints" / "step-000100"

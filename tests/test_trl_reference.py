@@ -56,7 +56,7 @@ def test_the_grpo_loop_tests_pass_under_trl_1_9_2():
 
 def _cfg(tmp_path, *over):
     from launch.compose import compose_grpo
-    from rl.config import run_dir
+    from common.schema import run_dir
 
     cfg = compose_grpo(["task=spa", "model=tiny_base", "steps=1", f"runs_root={tmp_path}", *over]).cfg
     cfg.run_dir = str(run_dir(cfg))

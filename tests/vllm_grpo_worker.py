@@ -49,7 +49,7 @@ def main(root: str, result: str, *overrides: str) -> int:
     from common import layout
     from rl import train as rt
     from launch.compose import compose_grpo
-    from rl.config import run_dir
+    from common.schema import run_dir
 
     cfg = compose_grpo(["task=spa", "model=tiny_base", "steps=2", "save_steps=[2]", f"runs_root={root}",
                         "grpo.use_vllm=true", "grpo.completions_per_step=16", "grpo.num_generations=4",
