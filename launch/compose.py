@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
 from common import keydoc
 from common.fields import must_problems
-from common.schema import RUN
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
@@ -39,6 +38,7 @@ OPEN_PREFIXES = ("model.config.", "data.synthetic.")
 LAUNCH_META_KEYS = ("data_arm",)
 # Keys the command line's selectors decide; a user recipe setting one would silently beat them.
 SELECTOR_KEYS = ("arm",)
+LAUNCH_KEY = "a launch key (recipes may only set the keys `launch --help` lists)"   # what an unknown recipe key is not
 GRPO_SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
 # Keys a GRPO user recipe may not set: the command line's selectors (task=) and what they derive (arm, stage).
 GRPO_SELECTOR_KEYS = ("task", "arm", "stage")
@@ -76,37 +76,57 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
 
 
 def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, error: type[Exception] = LaunchError,
-                       what: str = "a launch key (recipes may only set the keys `launch --help` lists)") -> None:
+                       what: str = LAUNCH_KEY) -> None:
     for key in (k for k in flat_keys(recipe) if k not in known):
         raise error(f"{where}: key {key!r} is not {what}.{did_you_mean(key, sorted(known.leaves))}")
 
 
-def load_user_recipe(choices: dict[str, str]) -> tuple[str, DictConfig] | None:
-    """`recipe=PATH` of `choices` (relative to the current directory, made absolute there): the user's own
-    recipe file as (its origin label, its content); None without one."""
-    if not choices.get(USER_RECIPE):
-        return None
-    path_text = choices[USER_RECIPE]
+def _merge(cfg: DictConfig, layer: DictConfig, where: str, origins: dict[str, str]) -> DictConfig:
+    origins.update(dict.fromkeys(flat_keys(layer), where))
+    return OmegaConf.merge(cfg, layer)
+
+
+def _user_recipe(cfg: DictConfig, choices: dict[str, str], origins: dict[str, str], selectors: tuple[str, ...],
+                 known: KeySpace, error: type[Exception], what: str, launch_note: str) -> DictConfig:
+    """`cfg` with the user's `recipe=PATH` (relative to the current directory; `choices` gets it absolute) merged
+    on it. It may set neither what the command line's selectors decide (`selectors`), nor `_launch`, nor a key
+    outside `known`."""
+    if not (path_text := choices.get(USER_RECIPE)):
+        return cfg
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise LaunchError(f"recipe={path_text}: no such file")
     try:
-        cfg = OmegaConf.load(path)
+        recipe = OmegaConf.load(path)
     except Exception as exc:  # YAML syntax errors come in several types
         raise LaunchError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
-    if not isinstance(cfg, DictConfig):
+    if not isinstance(recipe, DictConfig):
         raise LaunchError(f"recipe={path_text}: a recipe must be a YAML mapping")
     choices[USER_RECIPE] = str(path.resolve())
-    return f"recipe={choices[USER_RECIPE]}", cfg
+    where = f"recipe={choices[USER_RECIPE]}"
+    if "_launch" in recipe:
+        raise error(f"{where}: `_launch` is internal to the shipped {launch_note}")
+    for key in (k for k in selectors if k in recipe):
+        raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
+                          f"decides; remove it from the file and pass {key}=... on the command line")
+    _check_recipe_keys(recipe, known, where, error, what)
+    return _merge(cfg, recipe, where, origins)
 
 
-def launch_meta(recipe: DictConfig, where: str, user: bool) -> dict:
-    """Pop and check a recipe's `_launch:` section (internal to the shipped recipes)."""
+def _command_line(cfg: DictConfig, rest: list[str], origins: dict[str, str], aliases: dict[str, str],
+                  open_prefixes: tuple[str, ...], table: dict, error: type[Exception]) -> DictConfig:
+    """`cfg` with the key=value overrides `rest` applied, every interpolation resolved, its input paths absolute."""
+    cfg = apply_overrides(cfg, rest, aliases=aliases, open_prefixes=open_prefixes)
+    origins.update({aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
+    cfg = OmegaConf.create(resolved_container(cfg, error=error))
+    make_absolute(cfg, table, origins)
+    return cfg
+
+
+def launch_meta(recipe: DictConfig, where: str) -> dict:
+    """Pop and check a shipped recipe's `_launch:` section."""
     if "_launch" not in recipe:
         return {}
-    if user:
-        raise LaunchError(f"{where}: `_launch` is internal to the shipped recipes (it picks e.g. the data arm of "
-                          "arm=r2e_v5); a user recipe cannot set it: choose the arm with arm=... on the command line")
     section = recipe.pop("_launch")
     meta = resolved_container(section, where) if isinstance(section, DictConfig) else None
     if not isinstance(meta, dict):
@@ -115,13 +135,6 @@ def launch_meta(recipe: DictConfig, where: str, user: bool) -> dict:
         raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
                           f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
     return meta
-
-
-def check_user_recipe(recipe: DictConfig, where: str, selectors: tuple[str, ...] = SELECTOR_KEYS) -> None:
-    """A user recipe must not set what the command line's selectors decide (arm=, task=, stage=)."""
-    for key in (k for k in selectors if k in recipe):
-        raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
-                          f"decides; remove it from the file and pass {key}=... on the command line")
 
 
 def resolved_container(cfg, where: str = "the composed config (recipes and key=value overrides)",
@@ -136,43 +149,23 @@ def resolved_container(cfg, where: str = "the composed config (recipes and key=v
 def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
-    base = OmegaConf.create(keydoc.defaults(sft_config.SFT))
-    cfg, meta = base, {}
-    origins = dict.fromkeys(flat_keys(base), DEFAULT)
-    layers = [(f"recipes/{group}/{choices[group]}.yaml", launcher_recipe(choices[group], recipes) if group == "launcher"
-               else load_recipe(group, choices[group], recipes), False) for group in GROUPS]
-    if user := load_user_recipe(choices):
-        layers.append((*user, True))
-    for where, recipe, is_user in layers:
-        meta.update(launch_meta(recipe, where, is_user))
-        if is_user:
-            check_user_recipe(recipe, where)
-        _check_recipe_keys(recipe, KeySpace(base, OPEN_PREFIXES), where)
-        cfg = OmegaConf.merge(cfg, recipe)
-        origins.update(dict.fromkeys(flat_keys(recipe), where))
-    cfg = apply_overrides(cfg, rest, aliases=ALIASES, open_prefixes=OPEN_PREFIXES)
-    origins.update({ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
-    cfg = OmegaConf.create(resolved_container(cfg))
-    make_absolute(cfg, sft_config.SFT, origins)
+    cfg = OmegaConf.create(keydoc.defaults(sft_config.SFT))
+    known, meta, origins = KeySpace(cfg, OPEN_PREFIXES), {}, dict.fromkeys(flat_keys(cfg), DEFAULT)
+    for group, choice in ((g, choices[g]) for g in GROUPS):
+        where = f"recipes/{group}/{choice}.yaml"
+        recipe = launcher_recipe(choice, recipes) if group == "launcher" else load_recipe(group, choice, recipes)
+        meta.update(launch_meta(recipe, where))
+        _check_recipe_keys(recipe, known, where)
+        cfg = _merge(cfg, recipe, where, origins)
+    cfg = _user_recipe(cfg, choices, origins, SELECTOR_KEYS, known, LaunchError, LAUNCH_KEY,
+                       "recipes (it picks e.g. the data arm of arm=r2e_v5); a user recipe cannot set it: choose the arm "
+                       "with arm=... on the command line")
+    cfg = _command_line(cfg, rest, origins, ALIASES, OPEN_PREFIXES, sft_config.SFT, LaunchError)
     validate(cfg)
     return Composed(cfg=cfg, choices=choices, meta=meta, origins=origins)
 
 
 # ---------------------------------------------------------------- GRPO
-def _grpo_layers(choices: dict, recipes: Path) -> list[tuple[str, DictConfig]]:
-    layers = [(DEFAULT, OmegaConf.create({"arm": None, **keydoc.defaults(rl_config.GRPO)})),   # arm: grpo_<task>, set last
-              (f"recipes/grpo/task/{choices['task']}.yaml",
-               OmegaConf.load(recipes / "grpo" / "task" / f"{choices['task']}.yaml")),
-              (f"recipes/model/{choices['model']}.yaml", load_recipe("model", choices["model"], recipes)),
-              (f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes))]
-    # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
-    # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
-    rl_model = recipes / "grpo" / "model" / f"{choices['model']}.yaml"
-    if rl_model.is_file():
-        layers.append((f"recipes/grpo/model/{choices['model']}.yaml", OmegaConf.load(rl_model)))
-    return layers
-
-
 def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     """The GRPO config of `argv` (selectors task= model= launcher= recipe=, then key=value), validated."""
     for key, value in split_dotlist(argv):
@@ -184,32 +177,31 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
                                     GRPO_SELECTORS, config_keys=("task",))
     if choices["task"] not in ("spa", "qa"):
         raise RlError(f"task={choices['task']!r}: choices are spa, qa")
+    task, model = choices["task"], choices["model"]
+    layers = [(DEFAULT, OmegaConf.create({"arm": None, **keydoc.defaults(rl_config.GRPO)})),   # arm: grpo_<task>, set last
+              (f"recipes/grpo/task/{task}.yaml", OmegaConf.load(recipes / "grpo" / "task" / f"{task}.yaml")),
+              (f"recipes/model/{model}.yaml", load_recipe("model", model, recipes)),
+              (f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes))]
+    # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
+    # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
+    if (rl_model := recipes / "grpo" / "model" / f"{model}.yaml").is_file():
+        layers.append((f"recipes/grpo/model/{model}.yaml", OmegaConf.load(rl_model)))
     cfg, origins = OmegaConf.create(), {}
-    for where, layer in _grpo_layers(choices, recipes):
+    for where, layer in layers:
         layer.pop("_launch", None)  # an SFT model recipe's launch hints; nothing of them applies to GRPO
         layer.pop("data", None)  # model recipes size SFT data; not used here
-        cfg = OmegaConf.merge(cfg, layer)
-        origins.update(dict.fromkeys(flat_keys(layer), where))
+        cfg = _merge(cfg, layer, where, origins)
     if cfg.model.get("init", "pretrained") != "pretrained":
-        raise RlError(f"model={choices['model']} is a random init (model.init={cfg.model.init}); GRPO starts "
+        raise RlError(f"model={model} is a random init (model.init={cfg.model.init}); GRPO starts "
                       "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
     # Only the keys GRPO reads stay, so config.yaml (and the run fingerprint over it) holds no
     # SFT-only knob that changes nothing here, and setting one is an unknown-key error.
     cfg.train = {k: cfg.train[k] for k in rl_config.TRAIN_KEYS}
     cfg.model = {k: cfg.model[k] for k in rl_config.MODEL_KEYS}
-    if layer := load_user_recipe(choices):
-        where, user = layer
-        if "_launch" in user:
-            raise RlError(f"{where}: `_launch` is internal to the shipped SFT recipes; nothing of it applies to GRPO")
-        check_user_recipe(user, where, GRPO_SELECTOR_KEYS)
-        _check_recipe_keys(user, KeySpace(cfg), where, RlError,
-                           "a GRPO key (stage=grpo reads only the keys `launch stage=grpo --help` lists)")
-        cfg = OmegaConf.merge(cfg, user)
-        origins.update(dict.fromkeys(flat_keys(user), where))
-    cfg = apply_overrides(cfg, rest, aliases=RL_ALIASES, open_prefixes=())
-    origins.update({RL_ALIASES.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
-    cfg = OmegaConf.create(resolved_container(cfg, error=RlError))
-    make_absolute(cfg, rl_config.GRPO, origins)
+    cfg = _user_recipe(cfg, choices, origins, GRPO_SELECTOR_KEYS, KeySpace(cfg), RlError,
+                       "a GRPO key (stage=grpo reads only the keys `launch stage=grpo --help` lists)",
+                       "SFT recipes; nothing of it applies to GRPO")
+    cfg = _command_line(cfg, rest, origins, RL_ALIASES, (), rl_config.GRPO, RlError)
     cfg.arm = f"grpo_{cfg.task}"
     rl_config.validate(cfg)
     if bad := launcher_problems(cfg, resume=False):
@@ -220,15 +212,12 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
 # ---------------------------------------------------------------- validation
 # Every key's rule is its field's (sft.config.SFT); the trainer's keys are checked by the trainer's own
 # `problems` and the data keys by data_prep's. Below: what only launch reads.
-_LAUNCH_RULES = {k: f for k, f in sft_config.SFT.items() if k.startswith(("launcher.", "python.")) or k in RUN
-                 or k == "model.name"}
+_LAUNCH_RULES = {k: f for k, f in sft_config.SFT.items() if k not in sft_config.TRAINER and not k.startswith("data.")}
 
 
 def validate(cfg: DictConfig) -> None:
     """Check every value the stages rely on; raise one ConfigError listing all problems."""
-    bad = sft_config.problems(cfg)   # the trainer's keys: the rule the trainer itself reads them with
-    bad += data_config.problems(cfg.data)   # the data keys: data_prep's own rule
-    bad += [why for why in must_problems(_LAUNCH_RULES, cfg) if why not in bad]
+    bad = sft_config.problems(cfg) + data_config.problems(cfg.data) + must_problems(_LAUNCH_RULES, cfg)
     bad += slurm_option_problems(OmegaConf.select(cfg, "launcher.sbatch"))
     for key in ("data.sources.code", "data.sources.search"):
         srcs = OmegaConf.select(cfg, key)
