@@ -314,27 +314,3 @@ def section(table: dict[str, Field | Default], cfg, name: str) -> SimpleNamespac
             v = plain(select(cfg, key, f.default if f.as_before is ABSENT else f.as_before))
             out[leaf] = f.read(v) if f.read is not None and v is not None else v
     return SimpleNamespace(**out)
-
-
-def definition_problems(tables: dict[str, dict], other_keys: Iterable[str] = ()) -> list[str]:
-    """What is wrong with how `tables` ({command: {key: entry}}) define their keys, one line each: an entry
-    without help; two distinct definitions with the same help (a copy); a key name two commands define
-    separately (not one field object, held as it is or through `Default` / `Passed`), unless it is in
-    `other_keys` (a name that means a different key per command); an entry that is not a field."""
-    out, seen_help, by_name = [], {}, {}
-    for command, table in tables.items():
-        for key, entry in table.items():
-            if not isinstance(entry, (Field, Default, Passed)):
-                out.append(f"{command} {key}: not a field ({type(entry).__name__})")
-                continue
-            base = getattr(entry, "field", entry)
-            if not base.help.strip():
-                out.append(f"{command} {key}: no help")
-                continue
-            first = seen_help.setdefault(base.help, (command, key, base))
-            if first[2] is not base:
-                out.append(f"{command} {key}: the help of {first[0]} {first[1]} defined again")
-            by_name.setdefault(key, {})[id(base)] = command
-    out += [f"{key}: defined separately by {', '.join(sorted(set(where.values())))}" for key, where in by_name.items()
-            if len(where) > 1 and key not in set(other_keys)]
-    return out

@@ -1,10 +1,5 @@
-"""The arm's dataset, built once per cache key and reused by every later launch (docs/stages/launch.md).
-
-The key is data_prep's `cache_key` (sources by content, tokenizer and chat template, arm, seed, every data
-key that changes the output). `<cache_root>/<key>/` is complete exactly when it exists: it is built in a
-temporary sibling and renamed into place (common.io.atomic_dir) under an exclusive file lock, so two
-launches of the same arm never build it twice or read it half-written.
-"""
+"""The arm's dataset, built once per data_prep cache key under an exclusive file lock and reused by every later
+launch (docs/stages/launch.md, "What a launch does")."""
 from __future__ import annotations
 
 import fcntl

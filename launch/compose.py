@@ -1,13 +1,5 @@
-"""Recipe composition, for both trainers (docs/stages/launch.md, "Your own recipe").
-
-SFT (`compose`): the keys' defaults (sft.config.SFT) <- recipes/{arm,model,data,launcher}/<choice>.yaml <- the
-user's `recipe=FILE` <- key=value overrides (omegaconf dotlist), then `validate`, so a bad value fails before any
-data prep or GPU work. GRPO (`compose_grpo`, `launch stage=grpo`): the defaults (rl.config.GRPO) <-
-grpo/task/<task>.yaml <- model <- launcher <- grpo/model/<model>.yaml (if any) <- recipe=FILE <- key=value; only
-the keys the GRPO trainer reads stay, checked by rl.config.validate. An unknown key is refused with the valid ones
-and a "did you mean"; `Composed.origins` records which layer set each key (`launch show`). A shipped recipe's
-`_launch:` section (e.g. `_launch.data_arm` of r2e_v5) is read here and never reaches the trainer's config.
-"""
+"""Recipe composition for both trainers, `compose` (SFT) and `compose_grpo` (docs/stages/launch.md, "Your own
+recipe"): the fields' defaults <- the shipped recipes <- the user's `recipe=FILE` <- key=value, then validated."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -124,7 +116,8 @@ def _command_line(cfg: DictConfig, rest: list[str], origins: dict[str, str], ali
 
 
 def launch_meta(recipe: DictConfig, where: str) -> dict:
-    """Pop and check a shipped recipe's `_launch:` section."""
+    """Pop and check a shipped recipe's `_launch:` section (e.g. r2e_v5's `_launch.data_arm`): launch reads it, the
+    trainer's config never holds it."""
     if "_launch" not in recipe:
         return {}
     section = recipe.pop("_launch")

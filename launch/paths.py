@@ -1,12 +1,5 @@
-"""One rule for the file and directory paths a run's config names (docs/stages/launch.md, "Paths").
-
-A path the user gives (command line, their own `recipe=FILE`) is relative to the directory `launch` runs in;
-one in a shipped recipe (`recipes/**`) to the repository; output locations (`runs_root`, `run_dir`,
-`data.cache_root`) always to the caller's directory (`outputs_absolute`). Which keys are paths, and of what
-kind, is their fields' PATH role (common.fields.path_keys over sft.config.SFT / rl.config.GRPO): a key given the
-role is resolved here with no other edit. Values that are not local paths (`resume=auto`, the embedded
-models, a hub id naming no local directory, a hub data source) stay as given.
-"""
+"""One rule for the file and directory paths a run's config names (docs/stages/launch.md, "Paths"); which keys
+are paths, and of what kind, is their fields' PATH role (common.fields.path_keys)."""
 from __future__ import annotations
 
 import os

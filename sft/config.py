@@ -5,7 +5,6 @@ typo fails in a second with a message naming the key.
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -96,20 +95,11 @@ def problems(cfg) -> list[str]:
     return must_problems(TRAINER, cfg, optional=[k for k, f in TRAINER.items() if IDENTITY not in f.roles])
 
 
-@dataclasses.dataclass
-class TrainConfig:
-    """What the training loop reads: the recipe's sections under their own names (`cfg.train.lr` is
-    `train.lr`: common.schema's fields, read by `common.fields.section`), plus the paths launch filled in."""
-
-    run_dir: Path
-    data_dir: Path
-    arm: str
-    seed: int
-    resume: str  # auto | never | PATH of a state dir
-    model: SimpleNamespace      # model.path resolved (`tiny-base` -> the committed dir)
-    train: SimpleNamespace
-    logging: SimpleNamespace    # logging.name filled: <arm>[-<name>]-s<seed> when null
-    raw: DictConfig = dataclasses.field(repr=False, default=None)
+# What the training loop reads (load_config): the recipe's sections under their own names (`cfg.train.lr` is
+# `train.lr`, read by `common.fields.section`; model.path resolved, `tiny-base` -> the committed dir; logging.name
+# filled, <arm>[-<name>]-s<seed> when null), the values launch filled in (run_dir, data_dir: Paths), arm, seed,
+# resume (auto | never | PATH of a state dir) and `raw`, the resolved config itself.
+TrainConfig = SimpleNamespace
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:

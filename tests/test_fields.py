@@ -72,6 +72,30 @@ OTHER_KEYS = {
 }
 
 
+def definition_problems(tables: dict[str, dict], other_keys=()) -> list[str]:
+    """What is wrong with how `tables` ({command: {key: entry}}) define their keys, one line each: an entry
+    without help; two distinct definitions with the same help (a copy); a key name two commands define
+    separately (not one field object, held as it is or through `Default` / `Passed`), unless it is in
+    `other_keys` (a name that means a different key per command); an entry that is not a field."""
+    out, seen_help, by_name = [], {}, {}
+    for command, table in tables.items():
+        for key, entry in table.items():
+            if not isinstance(entry, (fields.Field, fields.Default, fields.Passed)):
+                out.append(f"{command} {key}: not a field ({type(entry).__name__})")
+                continue
+            base = getattr(entry, "field", entry)
+            if not base.help.strip():
+                out.append(f"{command} {key}: no help")
+                continue
+            first = seen_help.setdefault(base.help, (command, key, base))
+            if first[2] is not base:
+                out.append(f"{command} {key}: the help of {first[0]} {first[1]} defined again")
+            by_name.setdefault(key, {})[id(base)] = command
+    out += [f"{key}: defined separately by {', '.join(sorted(set(where.values())))}" for key, where in by_name.items()
+            if len(where) > 1 and key not in set(other_keys)]
+    return out
+
+
 def _tables() -> dict[str, dict]:
     import sys
     from pathlib import Path
@@ -88,7 +112,7 @@ def test_every_commands_keys_are_fields_defined_once_with_help():
     tables = _tables()
     assert {"launch", "launch stage=grpo", "data-prep", "evaluate", "analyze", "export-checkpoint", "verify-checkpoint",
             "serve-retriever", "fetch-data"} <= set(tables)
-    assert fields.definition_problems(tables, OTHER_KEYS) == []
+    assert definition_problems(tables, OTHER_KEYS) == []
 
 
 def test_a_planted_duplicate_is_found():
@@ -97,12 +121,12 @@ def test_a_planted_duplicate_is_found():
     lr = tables["launch"]["train.lr"]
     copied = fields.Field(lr.default, lr.help, lr.rule, lr.roles)
     planted = {**tables, "analyze": {**tables["analyze"], "lr": copied}}
-    assert fields.definition_problems(planted, OTHER_KEYS) == ["analyze lr: the help of launch train.lr defined again"]
+    assert definition_problems(planted, OTHER_KEYS) == ["analyze lr: the help of launch train.lr defined again"]
     grpo = {**tables["launch stage=grpo"], "train.eps": fields.number("AdamW's epsilon", 1e-8, lo=0, lo_open=True)}
-    assert fields.definition_problems({**tables, "launch stage=grpo": grpo}, OTHER_KEYS) == [
+    assert definition_problems({**tables, "launch stage=grpo": grpo}, OTHER_KEYS) == [
         "train.eps: defined separately by launch, launch stage=grpo"]
     bare = {**tables, "verify-checkpoint": {**tables["verify-checkpoint"], "x": fields.field(" ", None), "y": (0, "a pair")}}
-    assert fields.definition_problems(bare, OTHER_KEYS) == ["verify-checkpoint x: no help", "verify-checkpoint y: not a field (tuple)"]
+    assert definition_problems(bare, OTHER_KEYS) == ["verify-checkpoint x: no help", "verify-checkpoint y: not a field (tuple)"]
 
 
 def test_train_log_every_is_defined_in_one_place():
