@@ -1,21 +1,14 @@
-"""Typed config fields: each key of a command defined once, with its default, its rule, its help text and
-its roles. A command's keys are a table `{dotted.key: Field}`: its defaults, `--help` and docs/keys/*.md lines
-(common.keydoc), value checks (`problems`, `must_problems`), run-identity exclusions (`excluded`) and path keys
-(`path_keys`) all come from it. A key several commands share is one Field object (held through `Default` or
-`Passed` where the other command's default differs).
+"""Typed config fields: each key of a command defined once, with its default, its rule, its help text and its
+roles (docs/concepts.md, "Where each key is defined"). A command's keys are a table `{dotted.key: Field}`; a key
+several commands share is one Field object (held through `Default` or `Passed` where the other command's default
+differs).
 
-Roles say what a key is besides its value:
-- IDENTITY: its value is part of the result's identity as it is (a digest of the settings);
-- CONTENT:  it changes the result through the content identity of what it names (a checkpoint's digest,
-            a bench file's, a corpus'), not through its spelling;
-- ENGINE:   it changes the result through the engine settings the host resolves it to;
-- PATH:     a file or directory, resolved against the caller's directory (launch.paths); beside it a kind role:
-            PATHS (a list of them), MODEL (a local model directory, or a hub id / embedded model name kept as
-            given), SOURCES (data sources FORMAT:PATH_OR_HUB_ID[~SHARE]), STATE (auto | never | a state
-            directory), OUTPUT (an output location: the caller's directory whoever set it).
-A key with none of the identity roles is operational: how fast or where, never what.
-A key added after run dirs were first written has an `as_before` value, meaning "as before the key": an older
-config.yaml may lack it, and a run identity leaves it out at that value (`excluded`), so such a run dir resumes.
+Roles: IDENTITY (its value is part of the result's identity), CONTENT (it changes the result through the content
+identity of what it names: a checkpoint's, a bench file's or a corpus' digest), ENGINE (through the engine settings
+the host resolves it to), PATH (a file or directory, resolved against the caller's directory by launch.paths; its
+kind is one of PATH_KINDS). A key with none of the identity roles is operational: how fast or where, never what.
+A key added after run dirs were first written has an `as_before` value, "as before the key": an older config.yaml
+may lack it, and a run identity leaves it out at that value (`excluded`), so such a run dir resumes.
 """
 from __future__ import annotations
 
@@ -28,8 +21,9 @@ from typing import Any, Callable, Iterable
 from common.fingerprint import ALWAYS
 
 IDENTITY, CONTENT, ENGINE, PATH = "identity", "content", "engine", "path"
-PATHS, MODEL, SOURCES, STATE, OUTPUT = "paths", "model", "sources", "state", "output"   # PATH's kinds
-PATH_KINDS = (PATHS, MODEL, SOURCES, STATE, OUTPUT)
+# PATH's kinds: a list of paths, a local model directory (or a hub id / embedded model name kept as given), data
+# sources FORMAT:PATH_OR_HUB_ID[~SHARE], auto | never | a state directory, an output location (the caller's directory)
+PATHS, MODEL, SOURCES, STATE, OUTPUT = PATH_KINDS = ("paths", "model", "sources", "state", "output")
 ABSENT = object()   # no value: a key absent from a config (`select`), a field without an `as_before` value
 
 

@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Callable
 
 from omegaconf import OmegaConf
 
@@ -94,32 +92,17 @@ def show(argv: list[str]) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class Command:
-    """One `launch` command (as vLLM's CLI_COMMANDS, torchtune's `tune run`): its name, its help line and
-    what runs it on the rest of the command line. Without a command, `launch` starts one training run."""
-
-    name: str
-    help: str
-    run: Callable[[list[str]], int]
-
-
-# `launch NAME ...`: a subcommand, the first token (SFT arms only: the GRPO stage has none)
-COMMANDS = {c.name: c for c in (
-    Command("show", "the composed recipe, each value's origin (launch/cli.py show)", show),
-    Command("sweep", "every arm x seed, then its evaluation with eval_profile= (launch/sweep.py)", run_sweep),
-)}
-# `launch KEY=VALUE ...`: a command chosen by a key anywhere on the line; it gets the whole command line
-KEYED = {c.name: c for c in (
-    Command("study", "a reference study's stages in order, recipes/study/NAME.yaml (launch/study.py)", run_study),
-)}
+# `launch NAME ...`: a subcommand, the first token (SFT arms only: the GRPO stage has none), given the rest of the line
+COMMANDS = {"show": show, "sweep": run_sweep}
+# `launch KEY=VALUE ...`: a command chosen by a key anywhere on the line, given the whole command line
+KEYED = {"study": run_study}
 
 
 def launch_main(argv: list[str]) -> int:
     keys = {tok.partition("=")[0].strip() for tok in argv}
     for name, command in KEYED.items():
         if name in keys:
-            return command.run(argv)
+            return command(argv)
     stage, argv = _stage(argv)
     command = COMMANDS.get(argv[0]) if argv else None
     if stage == "grpo" and command is not None:
@@ -128,7 +111,7 @@ def launch_main(argv: list[str]) -> int:
         print(help_text() if stage == "sft" else grpo.help_text(argv))
         return 0
     if command is not None:
-        return command.run(argv[1:])
+        return command(argv[1:])
     return launch_one(TRAINERS[stage], argv)
 
 
