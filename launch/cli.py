@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from common import keydoc
 from common.cli import flat_keys, run_cli, wants_help
+from common.fields import plain
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
 from launch.compose import compose
 from launch.jobs import BACKENDS
@@ -81,11 +82,8 @@ def show(argv: list[str]) -> int:
     """`launch show <the launch's arguments>`: every composed key as `key = value    # origin` (the default, a group
     recipe, the user's `recipe=PATH` or `command line (lr=3e-4)`); nothing is built or written."""
     composed = compose(argv)
-    rows = []
-    for key in flat_keys(composed.cfg):
-        value = OmegaConf.select(composed.cfg, key)
-        value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-        rows.append((f"{key} = {value!r}", origin_of(key, composed.origins)))
+    rows = [(f"{key} = {plain(OmegaConf.select(composed.cfg, key))!r}", origin_of(key, composed.origins))
+            for key in flat_keys(composed.cfg)]
     width = min(max(len(r[0]) for r in rows), 70)
     print("\n".join([f"# launch show {' '.join(argv)}".rstrip(), "# " + " ".join(f"{g}={c}" for g, c in composed.choices.items()),
                      *(f"{text:<{width}}  # {origin}" for text, origin in rows)]))

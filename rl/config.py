@@ -219,24 +219,15 @@ def input_files(cfg: DictConfig) -> list[str]:
     return (["grpo.prompts_file"] if cfg.task == "qa" else []) + (["grpo.corpus"] if searches else []) + (["grpo.index"] if dense else [])
 
 
-def input_digests(cfg: DictConfig) -> dict[str, str]:
-    """{key: sha256} of every input file (`input_files`), through common.fingerprint's cached digest: part of the run
-    identity, so a relaunch on a changed file is a different configuration, whatever its path."""
-    out = {}
+def run_identity(cfg: DictConfig) -> dict:
+    """The run identity (common.fingerprint over every result-changing key of config.yaml: task, LoRA, GRPO settings,
+    env split, model, seed; every input file, `input_files`, by content: a fetched file's pinned digest, else the cached
+    sha256), as launch and rl.train compute it: a relaunch on a changed file is another configuration, whatever its path."""
+    inputs = {}
     for key in input_files(cfg):
         path = OmegaConf.select(cfg, key)
-        if datafetch.is_name(path):   # a fetched file: its pinned digest, or the one recorded when pre-filled
-            out[key] = datafetch.digest(path)
-            continue
         try:
-            out[key] = fingerprint.file_digest(str(path))
+            inputs[key] = datafetch.digest(path) if datafetch.is_name(path) else fingerprint.file_digest(str(path))
         except OSError as exc:
             raise RlError(f"{key}={path}: cannot read it ({exc.strerror or exc})") from None
-    return out
-
-
-def run_identity(cfg: DictConfig) -> dict:
-    """The run identity (common.fingerprint over every result-changing key of config.yaml: task, LoRA,
-    GRPO settings, env split, model, seed; the input files by content), as launch and rl.train compute it."""
-    inputs = input_digests(cfg)
     return fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS, **({"inputs": inputs} if inputs else {}))
