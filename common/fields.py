@@ -114,22 +114,6 @@ class Choices(Rule):
 
 
 @dataclass(frozen=True)
-class Flag(Rule):
-    """true or false."""
-
-    def why(self, v: Any) -> str | None:
-        return None if isinstance(v, bool) else "true or false"
-
-
-@dataclass(frozen=True)
-class Text(Rule):
-    """A string (a path, a URL, a name), or null."""
-
-    def why(self, v: Any) -> str | None:
-        return None if v is None or isinstance(v, (str, os.PathLike)) else "a string (or null)"
-
-
-@dataclass(frozen=True)
 class Test(Rule):
     """A rule written as a predicate `ok(value)` and what a value must be (`what`)."""
 
@@ -138,6 +122,10 @@ class Test(Rule):
 
     def why(self, v: Any) -> str | None:
         return None if self.ok(v) else self.what
+
+
+FLAG = Test(lambda v: isinstance(v, bool), "true or false")
+TEXT = Test(lambda v: v is None or isinstance(v, (str, os.PathLike)), "a string (or null)")   # a path, a URL, a name
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,21 +216,16 @@ def choice(help: str, default: Any, values: Iterable, roles: Iterable[str] = (),
 
 
 def flag(help: str, default: bool, roles: Iterable[str] = ()) -> Field:
-    return Field(default, help, Flag(), frozenset(roles))
+    return Field(default, help, FLAG, frozenset(roles))
 
 
 def text(help: str, default: Any = None, roles: Iterable[str] = (), as_before: Any = ABSENT) -> Field:
-    return Field(default, help, Text(), frozenset(roles), as_before=as_before)
+    return Field(default, help, TEXT, frozenset(roles), as_before=as_before)
 
 
 def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=None, as_before: Any = ABSENT) -> Field:
     """A field whose value is checked where it is used (a list, a mapping) or by `rule`."""
     return Field(default, help, rule, frozenset(roles), read, as_before)
-
-
-def problems(table: dict[str, Field | Passed], cfg) -> list[str]:
-    """One line per key of `table` whose value in `cfg` (a mapping) breaks its rule."""
-    return [why for key, f in table.items() if key in cfg and (why := f.problem(key, cfg[key])) is not None]
 
 
 def excluded(*tables: dict) -> dict[str, Any]:
@@ -285,14 +268,17 @@ def plain(v: Any) -> Any:
     return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
 
 
-def must_problems(table: dict[str, Field | Default], cfg, optional: Iterable[str] = ()) -> list[str]:
-    """One `key must be ..., got ...` line per key of `table` (dotted) that breaks its rule in `cfg` (nested),
-    or `key: missing from the config` for one absent unless it is in `optional` or a later key (`as_before`)."""
+def problems(table: dict[str, Field | Default | Passed], cfg, must: bool = False, optional: Iterable[str] = ()) -> list[str]:
+    """One line per key of `table` (dotted) whose value in `cfg` (nested) breaks its rule: `key=value: expected WHAT`
+    (the evaluate-side commands) or, with `must` (the recipe keys), `key must be WHAT, got value`, and then
+    `key: missing from the config` for one absent unless it is in `optional` or a later key (`as_before`)."""
     out = []
     for key, f in table.items():
         v = select(cfg, key)
-        later = key in optional or f.as_before is not ABSENT
-        why = (None if later else f"{key}: missing from the config") if v is ABSENT else f.must(key, plain(v))
+        if v is ABSENT:
+            why = None if not must or key in optional or f.as_before is not ABSENT else f"{key}: missing from the config"
+        else:
+            why = f.must(key, plain(v)) if must else f.problem(key, v)
         out += [why] if why else []
     return out
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from common import datafetch, keydoc
+from common import datafetch, fields, keydoc
 from common.cli import did_you_mean
-from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, choice, count, field, flag, list_of, must_problems, plain, text
+from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, choice, count, field, flag, list_of, plain, text
 from data_prep.errors import DataPrepError
 
 # data_prep's vocabularies (its readers and renderer check the same tuples)
@@ -58,7 +58,7 @@ def problems(data_cfg: Any) -> list[str]:
     out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
     cfg = {"data": {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}}
     rules = {f"data.{k}": f for k, f in DATA.items() if not k.startswith("sources.")}
-    out += must_problems(rules, cfg)
+    out += fields.problems(rules, cfg, must=True)
     sets = cfg["data"]["decontam_sets"]   # names the data cache knows (the rule: a list of strings)
     return out + [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}" for n in sets
                   if isinstance(n, str) and not datafetch.is_name(n)]

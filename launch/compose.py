@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
 from common import keydoc
-from common.fields import must_problems
+from common.fields import problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
 from data_prep.readers import FORMATS as SOURCE_FORMATS
@@ -210,7 +210,7 @@ _LAUNCH_RULES = {k: f for k, f in sft_config.SFT.items() if k not in sft_config.
 
 def validate(cfg: DictConfig) -> None:
     """Check every value the stages rely on; raise one ConfigError listing all problems."""
-    bad = sft_config.problems(cfg) + data_config.problems(cfg.data) + must_problems(_LAUNCH_RULES, cfg)
+    bad = sft_config.problems(cfg) + data_config.problems(cfg.data) + problems(_LAUNCH_RULES, cfg, must=True)
     bad += slurm_option_problems(OmegaConf.select(cfg, "launcher.sbatch"))
     for key in ("data.sources.code", "data.sources.search"):
         srcs = OmegaConf.select(cfg, key)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common import datafetch, fingerprint
+from common import datafetch, fields, fingerprint
 from common.benchmarks import CONTEXT_MODES
 from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default, Field, Test, choice, count, excluded, field,
-                           is_int, must_problems, number, text)
+                           is_int, number, text)
 from common.plan import save_points
 from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS, run_dir
 from rl.errors import RlError
@@ -131,7 +131,7 @@ def problems(cfg: DictConfig) -> list[str]:
     rule is its field's, GRPO above; below, what depends on several keys)."""
     if missing := [f"{k}: missing from the config" for k in ("stage", "task", "grpo", "lora", "train", "launcher") if k not in cfg]:
         return missing
-    bad = must_problems(GRPO, cfg)
+    bad = fields.problems(GRPO, cfg, must=True)
     g = cfg.grpo
     if not bad and g.completions_per_step % g.num_generations:
         bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, got {g.completions_per_step!r}")

@@ -12,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import apply_overrides
 from common.fields import (ABSENT, IDENTITY, MODEL as MODEL_ROLE, NONEMPTY, PATH, Field, Number, Test, choice, count,
-                           excluded, field, flag, list_of, must_problems, number, plain, section, select, text)
+                           excluded, field, flag, list_of, number, plain, section, select, text)
+from common import fields
 from common.schema import LAUNCHER, PYTHON, RUN
 from data_prep.config import DATA
 from common.tiny import resolve_model_path
@@ -92,7 +93,7 @@ def problems(cfg) -> list[str]:
     """Every trainer key of `cfg` (a dict or an omegaconf config) that is missing or invalid; launch checks a
     composed config with it. A key without the IDENTITY role may be absent (a config.yaml written before it
     existed, e.g. without model.license): it changes no result, the trainer reads its default."""
-    return must_problems(TRAINER, cfg, optional=[k for k, f in TRAINER.items() if IDENTITY not in f.roles])
+    return fields.problems(TRAINER, cfg, must=True, optional=[k for k, f in TRAINER.items() if IDENTITY not in f.roles])
 
 
 # What the training loop reads (load_config): the recipe's sections under their own names (`cfg.train.lr` is
