@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch, fields, fingerprint
 from common.benchmarks import CONTEXT_MODES
 from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default, Field, Test, choice, count, excluded, field,
-                           is_int, number, text)
+                           is_int, list_of, number, text)
 from common.plan import save_points
 from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS, run_dir
 from rl.errors import RlError
@@ -94,8 +94,7 @@ GRPO: dict[str, Field | Default] = {
     "lora.dropout": number("[chosen: no LoRA dropout; the references state none]", 0.0, _ID, lo=0, hi=1, hi_open=True),
     "lora.target_modules": field('[ref: spa-qwen3 "on all attention+MLP projections"] all seven',
                                  ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], _ID,
-                                 Test(lambda v: v is not None and not isinstance(v, str) and len(v) > 0
-                                      and all(isinstance(m, str) for m in v), "a non-empty list of module names")),
+                                 list_of(lambda m: isinstance(m, str), "a non-empty list of module names", size=lambda n: n > 0)),
 }
 EXCLUDED_KEYS = excluded(SFT, GRPO)   # the run fingerprint's (both trainers': as one table before)
 

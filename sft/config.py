@@ -45,8 +45,7 @@ TRAIN: dict[str, Field] = {
                                                32768, lo=2),   # a shifted label needs 2 tokens
     "train.lr": number("peak learning rate (AdamW)", 1.0e-5, _ID, lo=0, lo_open=True),
     "train.betas": field("AdamW betas", [0.9, 0.999], _ID,
-                         Test(lambda v: v is not None and not isinstance(v, (str, int, float)) and len(v) == 2
-                              and all(Number(lo=0, hi=1, hi_open=True).ok(b) for b in v), "two numbers in [0, 1)"),
+                         list_of(Number(lo=0, hi=1, hi_open=True).ok, "two numbers in [0, 1)", size=lambda n: n == 2),
                          read=lambda v: (float(v[0]), float(v[1]))),
     "train.eps": number("AdamW epsilon", 1.0e-8, _ID, lo=0, lo_open=True),
     "train.weight_decay": number("AdamW weight decay", 0.0, _ID, lo=0),
@@ -76,8 +75,7 @@ LOGGING: dict[str, Field] = {
     "logging.entity": text("null -> $WANDB_ENTITY, else the account's default"),
     "logging.group": text("null -> $WANDB_RUN_GROUP, else the study (last component of runs_root)"),
     "logging.tags": field("added to arm:<arm> seed:<seed> model:<name> stage:<stage>", [], (),
-                          Test(lambda v: v is not None and not isinstance(v, str) and all(isinstance(t, (str, int)) for t in v),
-                               "a list of strings, e.g. [ablation,lr-sweep]"), read=tuple),
+                          list_of(lambda t: isinstance(t, (str, int)), "a list of strings, e.g. [ablation,lr-sweep]"), read=tuple),
     "logging.name": text("null -> <arm>-s<seed>"),
     "logging.mode": choice("online|offline|disabled; auto: $WANDB_MODE, else online when logged in (key or netrc)", "auto",
                            ("auto", "online", "offline", "disabled")),

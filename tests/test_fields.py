@@ -113,6 +113,11 @@ def test_every_commands_keys_are_fields_defined_once_with_help():
     assert {"launch", "launch stage=grpo", "data-prep", "evaluate", "analyze", "export-checkpoint", "verify-checkpoint",
             "serve-retriever", "fetch-data"} <= set(tables)
     assert definition_problems(tables, OTHER_KEYS) == []
+    # every rule answers any value with a verdict, never an exception (`logging.tags=5` was a traceback)
+    for table in tables.values():
+        for key, f in table.items():
+            for v in (5, 2.5, True, "x", None, [], {"a": 1}):
+                f.problem(key, v), getattr(f, "must", f.problem)(key, v)
 
 
 def test_a_planted_duplicate_is_found():
