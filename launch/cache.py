@@ -61,38 +61,37 @@ def read_manifest(data_dir: Path) -> dict:
 def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable[[str], None] = print) -> None:
     """Pin the hub sources the arm reads (`cfg.data.sources`) to a commit (data_prep.hub), in
     place, reusing the pins of the run's existing config.yaml; a no-op with an explicit `data.dir`."""
-    if cfg.data.dir:
-        return
-    from data_prep import arms, hub
+    if not cfg.data.dir:
+        from data_prep import arms
 
-    for domain in arms.quotas(data_arm, int(cfg.data.n)):
-        try:
-            pinned, how = hub.pin_specs(list(cfg.data.sources[domain]), _run_pins(run_dir, domain))
-        except OSError as exc:
-            raise LaunchError(str(exc)) from exc
-        for spec, note in how.items():
-            log(f"[launch] data.sources.{domain}: {spec} -> {note}")
-        cfg.data.sources[domain] = pinned
+        _pin(cfg, arms.quotas(data_arm, int(cfg.data.n)), run_dir, log)
 
 
 def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
-    """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (launch pins
-    hub sources into config.yaml on a run's first launch, cache.pin_hub_sources): the form the request
-    is compared in before the data step. No hub access; a source the run never pinned stays as asked."""
+    """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (pin_hub_sources, on a
+    run's first launch): the form the request is compared in before the data step. No hub access; a source the
+    run never pinned stays as asked."""
     if cfg.data.dir or not (rd / layout.CONFIG).is_file():
         return cfg
-    from data_prep import hub
-
     out = cfg.copy()
-    for domain in list(out.data.sources):
-        out.data.sources[domain] = hub.pin_specs(list(out.data.sources[domain]), _run_pins(rd, domain), resolve=lambda _: None)[0]
+    _pin(out, list(out.data.sources), rd, None, resolve=lambda _: None)
     return out
 
 
-def _run_pins(rd: Path, domain: str) -> list:
-    """The sources of `domain` as the run dir's config.yaml holds them (pinned on the run's first launch); [] without one."""
-    old = rd / layout.CONFIG
-    return list(OmegaConf.select(OmegaConf.load(old), f"data.sources.{domain}", default=None) or []) if old.is_file() else []
+def _pin(cfg: DictConfig, domains, rd: Path, log: Callable[[str], None] | None, **resolve) -> None:
+    """Pin `cfg`'s sources of `domains` in place: as the run dir's config.yaml has them, else by `resolve`
+    (default: on the hub); each pin logged when `log`."""
+    from data_prep import hub
+
+    old = OmegaConf.load(rd / layout.CONFIG) if (rd / layout.CONFIG).is_file() else None
+    for domain in domains:
+        previous = list(OmegaConf.select(old, f"data.sources.{domain}", default=None) or []) if old is not None else []
+        try:
+            cfg.data.sources[domain], how = hub.pin_specs(list(cfg.data.sources[domain]), previous, **resolve)
+        except OSError as exc:
+            raise LaunchError(str(exc)) from exc
+        for spec, note in how.items() if log else ():
+            log(f"[launch] data.sources.{domain}: {spec} -> {note}")
 
 
 def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = None,
