@@ -93,7 +93,7 @@ def test_every_recipe_composes():
     (["launcher=local", "nodes=2"], "needs launcher=slurm"),
     (["train.max_tokens_per_micro_batch=16384"], "data.max_seq_len=32768 exceeds train.max_tokens_per_micro_batch=16384"),
     (["launcher=slurm", "resume=never"], "resume=never cannot be used with launcher=slurm"),
-    (["data.sources.code=[r2e.jsonl]"], "data.sources.code must be a list of FORMAT:PATH_OR_HUB_ID"),
+    (["data.sources.code=[r2e.jsonl]", "data.sources.search=5"], "data.sources.code must be a list of FORMAT:PATH_OR_HUB_ID"),
     (["steps"], "expected key=value"),
 ])
 def test_bad_keys_and_values_fail_clearly(argv, message):
