@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 from common.fingerprint import ALWAYS
+from common.keydoc import shown
 
 IDENTITY, CONTENT, ENGINE, PATH = "identity", "content", "engine", "path"
 # PATH's kinds: a list of paths, a local model directory (or a hub id / embedded model name kept as given), data
@@ -177,8 +178,6 @@ class Passed:
 
     @property
     def help(self) -> str:
-        from common.keydoc import shown
-
         theirs = "" if self.field.default is None else f" {shown(self.field.default)}"
         own = f"; {self.note}" if self.note else ""
         unset = "" if self.default is not None else f" (null: {self.owner}'s default{theirs} or the profile's)"
