@@ -28,30 +28,6 @@ MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launc
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
 # the task's python (the script execs it): it stops, keeps its rows and requeues itself (evaluate_segment).
 WARNING = "B:USR1@120"
-TASK_KEYS = ("name", "eval_opts", "anchor_dir", "outcome", "no_outcome", "planned", "discover")
-
-
-def check_launcher(cfg: DictConfig) -> None:
-    """Refuse a bad `launcher` / `slurm.*` value before any work (gpus_per_task, concurrency: their fields' rules)."""
-    from launch.slurm import slurm_option_problems
-
-    backend(cfg.launcher)
-    runs, after = cfg.slurm.runs, cfg.slurm.runs_after
-    if runs is not None and (isinstance(runs, (str, int)) or not runs or not all(isinstance(r, str) and r for r in runs)):
-        raise AnalysisError(f"slurm.runs={runs!r}: expected a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")
-    if after is not None:
-        if runs is None:
-            raise AnalysisError("slurm.runs_after is given without slurm.runs (one dependency per run dir)")
-        if isinstance(after, (str, int)) or len(after) != len(runs) or \
-                not all(a is None or (isinstance(a, str) and a.strip() == a and a) for a in after):
-            raise AnalysisError(f"slurm.runs_after={after!r}: expected one sbatch dependency (e.g. afterok:5001_0) "
-                                f"or null per run of slurm.runs ({len(runs)})")
-    if runs is not None and not cfg.evaluate:
-        raise AnalysisError("slurm.runs evaluates each run in its own job: not with evaluate=false")
-    sbatch = cfg.slurm.sbatch
-    if problems := slurm_option_problems(list(sbatch) if sbatch is not None else None):
-        raise AnalysisError("; ".join(p.replace("launcher.sbatch", "slurm.sbatch").replace("launcher.", "slurm.")
-                                      for p in problems))
 
 
 def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
@@ -61,16 +37,6 @@ def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
 
         return load_profile(profile)["evaluate"].get("backend")
     return eval_opts.get("backend")
-
-
-def _record(job: EvalJob) -> dict[str, Any]:
-    return {"label": job.label, "arm": job.arm, "seed": job.seed, "step": job.step, "ckpt": job.ckpt,
-            "out": str(job.out), "benches": list(job.benches), "prompt": job.prompt}
-
-
-def _job(entry: dict) -> EvalJob:
-    return EvalJob(entry["arm"], int(entry["seed"]), int(entry["step"]), entry["ckpt"], Path(entry["out"]),
-                   list(entry["benches"]), entry["prompt"])
 
 
 def _plan_dir(cfg: DictConfig, kind: str) -> Path:
@@ -87,7 +53,7 @@ def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob
     path = plan / f"{name}.json"
     write_json(path, {"name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
                       "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
-                      "planned": [_record(j) for j in planned], "discover": discover})
+                      "planned": [j.record() for j in planned], "discover": discover})
     return str(path)
 
 
@@ -199,7 +165,8 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
 def _read_task(path: Path) -> dict:
     try:
         data = read_json_object(path)
-        if missing := [k for k in TASK_KEYS if k not in data]:
+        if missing := [k for k in ("name", "eval_opts", "anchor_dir", "outcome", "no_outcome", "planned", "discover")
+                       if k not in data]:
             raise ValueError(f"no {missing}")
         return data
     except (OSError, ValueError) as exc:
@@ -211,7 +178,7 @@ def _candidates(data: dict) -> list[EvalJob]:
     every checkpoint now on disk of the run (or the anchor) it discovers."""
     from analysis.discover import discover_runs
 
-    jobs, found = [_job(r) for r in data["planned"]], data["discover"]
+    jobs, found = [EvalJob(**r) for r in data["planned"]], data["discover"]
     if found is None:
         return jobs
     runs = [r for r in discover_runs(Path(found["runs_root"]), found["profile"])
@@ -310,8 +277,8 @@ def run_task(config: Path, evaluator=None) -> int:
     if status == "requeued":
         return 0
     write_json(Path(data["outcome"]), {
-        "name": data["name"], "status": status, "jobs": [_record(j) for j in jobs],
-        "failures": [{"job": _record(f.job), "benches": f.benches, "error": f.error} for f in failures]})
+        "name": data["name"], "status": status, "jobs": [j.record() for j in jobs],
+        "failures": [{"job": f.job.record(), "benches": f.benches, "error": f.error} for f in failures]})
     return 1 if failures else 0
 
 
@@ -321,15 +288,15 @@ def tasks_report(configs: list) -> EvalReport:
     report = EvalReport()
     for config in configs:
         data = _read_task(Path(config))
-        planned = [_job(r) for r in data["planned"]]
+        planned = [EvalJob(**r) for r in data["planned"]]
         report.jobs += planned
         try:
             outcome = read_json_object(Path(data["outcome"]))
         except (OSError, ValueError):
             report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
             continue
-        report.jobs += [j for j in map(_job, outcome.get("jobs", [])) if j.label not in {p.label for p in planned}]
-        report.failures += [EvalFailure(_job(f["job"]), list(f["benches"]), str(f["error"]))
+        report.jobs += [j for j in (EvalJob(**r) for r in outcome.get("jobs", [])) if j.label not in {p.label for p in planned}]
+        report.failures += [EvalFailure(EvalJob(**f["job"]), list(f["benches"]), str(f["error"]))
                             for f in outcome.get("failures", [])]
     return report
 
