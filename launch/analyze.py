@@ -136,17 +136,6 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
-def power_report(cfg: DictConfig, benches: list[str] | None, profile: str | None) -> str:
-    """`analyze power.pilot=...`: the design-power answer (analysis.power), printed."""
-    from analysis import power
-
-    p = cfg.power   # its keys' values were checked by their fields' rules (request)
-    pilots = power.read_pilots(Path(p.pilot), benches, str(p.metric), profile,
-                               Path(cfg.anchor_dir) if cfg.anchor_dir else None)
-    return power.report(pilots, effect=float(p.effect), target=float(p.power), alpha=float(p.alpha),
-                        seed_sd=float(p.seed_sd), max_seeds=int(p.max_seeds), items=p.design_items, seeds=p.design_seeds)
-
-
 def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
     """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
     python = interpreter.named(cfg.python, "eval")
@@ -232,8 +221,13 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     (launch.evaluation.harness)."""
     req = request(cfg, evaluator)
     cfg, h, root = req.cfg, req.h, Path(req.cfg.runs_root)
-    if cfg.power.pilot:
-        print(power_report(cfg, req.benches if cfg.benches else None, req.profile))
+    if (p := cfg.power).pilot:   # the design-power answer (analysis.power); its keys checked by their fields' rules
+        from analysis import power
+
+        pilots = power.read_pilots(Path(p.pilot), req.benches if cfg.benches else None, str(p.metric), req.profile,
+                                   Path(cfg.anchor_dir) if cfg.anchor_dir else None)
+        print(power.report(pilots, effect=float(p.effect), target=float(p.power), alpha=float(p.alpha),
+                           seed_sd=float(p.seed_sd), max_seeds=int(p.max_seeds), items=p.design_items, seeds=p.design_seeds))
         return None
     submits = backend(cfg.launcher).submits
     if submits and cfg.slurm.runs is not None and not cfg.eval_tasks:

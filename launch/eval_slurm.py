@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,7 +26,7 @@ from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
 
 MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launch.eval_slurm CONFIG (main)
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
-# the task's python (the script execs it): it stops, keeps its rows and requeues itself (evaluate_segment).
+# the task's python (the script execs it): it stops, keeps its rows and requeues itself (run_task).
 WARNING = "B:USR1@120"
 
 
@@ -215,23 +215,34 @@ def _requeue(ref: str | None) -> str | None:
         f"scontrol requeue {ref} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
 
 
-def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict[str, Any],
-                     anchor_dir: Path) -> tuple[str, list[EvalJob], list[EvalFailure]]:
-    """One Slurm segment of an evaluation task: the jobs `todo()` plans (by identity), one after another.
-    Returns (status, the jobs planned, failures); status is done (nothing was left), evaluated, failed
-    (a real error: in the failures), or requeued: Slurm's time-limit warning stopped it with work left
-    after rows were written in this segment, and the task requeued itself (its next segment plans again
-    and resumes). Warned with work left but no progress in the segment, it is not requeued again: that
-    is a failure saying so (raise slurm.time)."""
-    jobs, failures, before = [], [], 0
+def run_task(config: Path, evaluator=None) -> int:
+    """One evaluation job (`python -m launch.eval_slurm CONFIG`), one Slurm segment of it: what its checkpoints
+    (planned, or its run's found now) have left by identity, evaluated one after another; its outcome: done
+    (nothing was left), evaluated, or failed (a real error, exit 1). Slurm's time-limit warning with work left
+    after rows were written in this segment requeues the job (exit 0, no outcome: its next segment plans again
+    and resumes); warned with work left but no progress in the segment, it is not requeued again: a failure
+    saying so (raise slurm.time)."""
+    data = _read_task(Path(config))
+    what, opts, h = data["name"], data["eval_opts"], harness(evaluator)
+
+    def todo() -> list[EvalJob]:   # the settings resolved once (a refused one: each evaluation says why, a gap)
+        jobs = _candidates(data)
+        try:
+            settings = check_settings(h, opts, list(dict.fromkeys(b for j in jobs for b in j.benches))) if jobs else None
+        except ConfigError:
+            settings = None
+        return plan(h, jobs, opts, settings)
+
+    jobs, failures, before, status = [], [], 0, "evaluated"
     old = signal.signal(signal.SIGUSR1, _stop)
     try:
         if not (jobs := todo()):
             print(f"[analyze] {what}: every bench is already evaluated under this identity; nothing to do", flush=True)
-            return "done", jobs, failures
-        before = _rows(jobs)
-        for job in jobs:
-            failures += run_job(job, h, opts, anchor_dir)
+            status = "done"
+        else:
+            before = _rows(jobs)
+            for job in jobs:
+                failures += run_job(job, h, opts, Path(data["anchor_dir"]))
     except TimeLimitWarning:
         left = todo()
         pending, error = sum(len(j.benches) for j in left), None
@@ -245,7 +256,7 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
                   f"{len(left)} checkpoint(s) left ({_rows(jobs) - before} row(s) written in this segment, "
                   f"kept); requeueing {ref}", flush=True)
             if (why := _requeue(ref)) is None:
-                return "requeued", jobs, []
+                return 0
             error = f"stopped by the time-limit warning with {pending} bench(es) left; could not requeue: {why}"
         else:
             error = ("stopped by the time-limit warning with no progress in this segment (no row written); "
@@ -255,29 +266,8 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
         signal.signal(signal.SIGUSR1, old)
     for f in failures:
         print(f"[analyze] {f.job.label} {f.benches}: {f.error}", file=sys.stderr, flush=True)
-    return ("failed" if failures else "evaluated"), jobs, failures
-
-
-def run_task(config: Path, evaluator=None) -> int:
-    """One evaluation job (`python -m launch.eval_slurm CONFIG`): evaluate what its checkpoints (planned, or its
-    run's found now) have left, by identity; 0 when done or when stopped at the time limit and requeued
-    (evaluate_segment; the next segment writes the outcome), 1 when an evaluation failed."""
-    data = _read_task(Path(config))
-    opts, h = data["eval_opts"], harness(evaluator)
-
-    def todo() -> list[EvalJob]:   # the settings resolved once (a refused one: each evaluation says why, a gap)
-        jobs = _candidates(data)
-        try:
-            settings = check_settings(h, opts, list(dict.fromkeys(b for j in jobs for b in j.benches))) if jobs else None
-        except ConfigError:
-            settings = None
-        return plan(h, jobs, opts, settings)
-
-    status, jobs, failures = evaluate_segment(data["name"], todo, h, opts, Path(data["anchor_dir"]))
-    if status == "requeued":
-        return 0
     write_json(Path(data["outcome"]), {
-        "name": data["name"], "status": status, "jobs": [j.record() for j in jobs],
+        "name": what, "status": "failed" if failures else status, "jobs": [j.record() for j in jobs],
         "failures": [{"job": f.job.record(), "benches": f.benches, "error": f.error} for f in failures]})
     return 1 if failures else 0
 
