@@ -1,8 +1,6 @@
-"""`analyze runs_root=runs [benches=[...]] [evaluate=true] [anchor=PATH_OR_HUB_ID] [out=reports] ...`
-
-launch's half of an analysis: what is left to evaluate (launch.evaluation, by evaluation identity), run
-here or submitted as Slurm jobs (launch.eval_slurm); the report is analysis.sweep.write_analysis's.
-`run_analysis(cfg, evaluator=None)` is the Python API behind the `analyze` console script.
+"""`analyze` (HELP below; docs/stages/analyze.md), launch's half of an analysis: what is left to evaluate
+(launch.evaluation, by evaluation identity), run here or submitted as Slurm jobs (launch.eval_slurm); the report
+is analysis.sweep.write_analysis's. `run_analysis(cfg, evaluator=None)` is the Python API behind the console script.
 """
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
 
 from analysis.axes import check_axis
 from analysis.discover import Run, anchor_eval_dir, discover_runs
@@ -30,7 +29,7 @@ from launch.jobs import backend
 from launch.slurm import slurm_option_problems
 from launch.eval_slurm import eval_backend, submit, tasks_report
 from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_identity, check_settings, check_templates,
-                               harness, plan, run_jobs)
+                               EvalReport, harness, plan, run_job)
 
 AFTER = "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs"
 KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyze.md
@@ -252,7 +251,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     if cfg.dry_run:
         return None
     # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
-    ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else run_jobs(jobs, h, req.eval_opts, req.anchor_dir)
+    ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else EvalReport(list(jobs), [
+        f for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs) for f in run_job(job, h, req.eval_opts, req.anchor_dir)])
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
                             study=req.study)

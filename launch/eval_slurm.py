@@ -1,8 +1,7 @@
 """`analyze ... launcher=slurm`: the evaluations as Jobs (launch/jobs.py) for the SlurmRunner, then the aggregation
-job (`python -m launch.analyze analyze.yaml`, with `eval_tasks=` the evaluation configs); docs/stages/analyze.md
-says what a user sees. Every evaluation job runs `python -m launch.eval_slurm CONFIG` on a config of one format
-(`_task`: checkpoints planned at submission, a run or the anchor to discover when it starts), cut to what is left
-by identity as a local analyze cuts it (launch.evaluation), and is run and reported by one path (run_task,
+job (`python -m launch.analyze analyze.yaml`, with `eval_tasks=` the evaluation configs; docs/how-to/slurm.md).
+Every evaluation job runs `python -m launch.eval_slurm CONFIG` on a config of one format (`_task`), cut to what is
+left by identity as a local analyze cuts it (launch.evaluation), and is run and reported by one path (run_task,
 tasks_report).
 """
 from __future__ import annotations
@@ -16,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from analysis.errors import AnalysisError
 from common.cli import ConfigError, run_cli
@@ -39,7 +38,8 @@ def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
     return eval_opts.get("backend")
 
 
-def _plan_dir(cfg: DictConfig, kind: str) -> Path:
+def _plan_dir(cfg, kind: str) -> Path:
+    """Where a submission's job configs, scripts and logs go: <out>/_slurm/<kind>-<UTC time>/ (a dry run: a temporary dir)."""
     if cfg.dry_run:
         return dry_run_dir(kind)
     plan = (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
@@ -126,8 +126,7 @@ def submit(req, jobs: list[EvalJob]) -> None:
     """`analyze launcher=slurm`: the evaluation jobs, then the aggregation, submitted (dry_run: written and
     printed). `jobs`: the checkpoints planned here (array_plan); with `slurm.runs`, one job per run instead,
     each after its `slurm.runs_after` dependency (runs_plan)."""
-    cfg = req.cfg
-    runs = cfg.slurm.runs is not None
+    cfg, runs = req.cfg, req.cfg.slurm.runs is not None
     where = _plan_dir(cfg, "runs" if runs else "analyze")
     plan = runs_plan(req, where, list(cfg.slurm.runs), list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs))) if runs else \
         array_plan(req, where, jobs)
@@ -217,11 +216,9 @@ def _requeue(ref: str | None) -> str | None:
 
 def run_task(config: Path, evaluator=None) -> int:
     """One evaluation job (`python -m launch.eval_slurm CONFIG`), one Slurm segment of it: what its checkpoints
-    (planned, or its run's found now) have left by identity, evaluated one after another; its outcome: done
-    (nothing was left), evaluated, or failed (a real error, exit 1). Slurm's time-limit warning with work left
-    after rows were written in this segment requeues the job (exit 0, no outcome: its next segment plans again
-    and resumes); warned with work left but no progress in the segment, it is not requeued again: a failure
-    saying so (raise slurm.time)."""
+    have left by identity, evaluated one after another, then its outcome (done, evaluated, or failed: exit 1);
+    stopped by the time-limit warning, it requeues itself (exit 0) only when this segment made progress
+    (docs/how-to/slurm.md, "Time limits")."""
     data = _read_task(Path(config))
     what, opts, h = data["name"], data["eval_opts"], harness(evaluator)
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, read_json_object, step_name
 from analysis.errors import AnalysisError
@@ -220,10 +219,3 @@ def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Pat
     written = summary_benches(job.out)  # what the harness wrote is the whole truth
     absent = [b for b in job.benches if b not in written]
     return [EvalFailure(job, absent, "the harness returned no summary for it")] if absent else []
-
-
-def run_jobs(jobs: list[EvalJob], h: Harness, eval_opts: dict[str, Any], anchor_dir: Path) -> EvalReport:
-    report = EvalReport(jobs=list(jobs))
-    for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs):
-        report.failures += run_job(job, h, eval_opts, anchor_dir)
-    return report
