@@ -116,22 +116,16 @@ def uses_retriever(bench: str) -> bool:
     return bench not in env_benches() and parse_bench_key(bench)[1] == "open"
 
 
-def known_benches(bench_root) -> list[str]:
-    """Every bench name evaluate can load: the environments, the hub's and each dir under `bench_root`."""
-    names = {*env_benches(), *HUB_SPLITS, *HUB_CONTEXT}
+def bench_name_problem(name: str, bench_root) -> str | None:
+    """Why `name` (a canonical `NAME[@MODE]`) names no bench evaluate can load (the environments, the hub's and
+    each dir under `bench_root`), with the nearest names; None when it does."""
+    known = {*env_benches(), *HUB_SPLITS, *HUB_CONTEXT}
     if bench_root and Path(bench_root).is_dir():
-        names |= {d.name for d in Path(bench_root).iterdir() if d.is_dir()}
-    return sorted(names)
-
-
-def bench_name_problem(name, bench_root) -> str | None:
-    """Why `name` (`NAME[@MODE]`) names no bench (with the nearest names), or None."""
-    if not isinstance(name, str) or not name:
-        return f"{name!r} is not a bench name"
-    if parse_bench_key(name)[0] in (known := known_benches(bench_root)):
+        known |= {d.name for d in Path(bench_root).iterdir() if d.is_dir()}
+    if parse_bench_key(name)[0] in known:
         return None
     where = f" (no {Path(bench_root) / name}/)" if bench_root else " (and no bench_root=DIR holds it)"
-    return f"unknown bench {name!r}{where}.{did_you_mean(name, known)}"
+    return f"unknown bench {name!r}{where}.{did_you_mean(name, sorted(known))}"
 
 
 def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
