@@ -1,6 +1,7 @@
 """The `evaluate` configuration: defaults, validation and the default output directory."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from common import datafetch, keydoc, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
-from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Number, choice, count, field, flag, number, problems, text
+from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
 from evals.profiles import load_profile
@@ -27,7 +28,8 @@ KEYS = {
     "tokenizer": text("null -> the checkpoint's own tokenizer; `tiny` -> the embedded one", roles=_PATH_ID),
     "benches": field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH], _CONTENT),
     "n": number("items per bench (seeded shuffle, first n); <=0 -> all", 500, _CONTENT, integer=True),
-    "bench_n": field("per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n", {}, _CONTENT),
+    "bench_n": field("per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n", {}, _CONTENT,
+                     Test(lambda v: v is None or isinstance(v, Mapping), "a mapping such as {musique: 0, babyai: 50}")),
     "profile": text("recipes/eval/<profile>.yaml: its keys under the command line's; out -> eval/<profile>/"),
     "seed": count("seed of the item shuffle (which n items) and of sampling", 42, _CONTENT, lo=0),
     "backend": choice("hf | vllm", "hf", ("hf", "vllm")),
@@ -53,7 +55,7 @@ KEYS = {
     "enable_thinking": schema.ENABLE_THINKING,   # GRPO's grpo.enable_thinking too
     "sets": field("per-bench named item set, e.g. {nq: 'nq:seed42_1000', musique@given: 'musique:hub_ans_dev'}; a bench not "
                   "named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; `fetch-data --help`)", {},
-                  _CONTENT),
+                  _CONTENT, Test(lambda v: v is None or isinstance(v, Mapping), "a mapping such as {nq: 'nq:seed42_1000'}")),
     "bench_root": text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets", roles=_PATH_CONTENT),
     "heldout": field("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", None, _PATH_CONTENT),
     "out": text("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", roles=(PATH,)),
@@ -114,70 +116,16 @@ def uses_retriever(bench: str) -> bool:
     return bench not in env_benches() and parse_bench_key(bench)[1] == "open"
 
 
-def _benches(value) -> list[str]:
-    """`benches` as canonical keys (`musique@open` -> `musique`), each once; env benches take no mode."""
-    keys = []
-    for raw in [value] if isinstance(value, str) else list(value):
-        try:
-            key = canonical_bench_key(str(raw))
-        except BenchError as exc:
-            raise EvalError(str(exc)) from None
-        if (name := parse_bench_key(key)[0]) in env_benches() and key not in env_benches():
-            raise EvalError(f"bench {raw!r}: {name} brings its own environment and has no context mode")
-        if key in keys:
-            raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
-        keys.append(key)
-    return keys
-
-
-def known_benches(bench_root) -> list[str]:
-    """Every bench name evaluate can load: the environments, the hub's and each dir under `bench_root`."""
-    names = {*env_benches(), *HUB_SPLITS, *HUB_CONTEXT}
+def bench_name_problem(name: str, bench_root) -> str | None:
+    """Why `name` (a canonical `NAME[@MODE]`) names no bench evaluate can load (the environments, the hub's and
+    each dir under `bench_root`), with the nearest names; None when it does."""
+    known = {*env_benches(), *HUB_SPLITS, *HUB_CONTEXT}
     if bench_root and Path(bench_root).is_dir():
-        names |= {d.name for d in Path(bench_root).iterdir() if d.is_dir()}
-    return sorted(names)
-
-
-def bench_name_problem(name, bench_root) -> str | None:
-    """Why `name` (`NAME[@MODE]`) names no bench (with the nearest names), or None."""
-    if not isinstance(name, str) or not name:
-        return f"{name!r} is not a bench name"
-    if parse_bench_key(name)[0] in (known := known_benches(bench_root)):
+        known |= {d.name for d in Path(bench_root).iterdir() if d.is_dir()}
+    if parse_bench_key(name)[0] in known:
         return None
     where = f" (no {Path(bench_root) / name}/)" if bench_root else " (and no bench_root=DIR holds it)"
-    return f"unknown bench {name!r}{where}.{did_you_mean(name, known)}"
-
-
-def _bench_n(value, bench_root) -> dict:
-    """`bench_n` checked; YAML reads the unspaced `{babyai:5}` as the key `babyai:5`, taken here as babyai=5."""
-    if not isinstance(value, DictConfig):
-        raise EvalError(f"bench_n={value!r}: expected a mapping such as {{musique: 0, babyai: 50}}")
-    out = {}
-    for bench, n in value.items():
-        if n is None and ":" in str(bench):
-            bench, n = str(bench).rsplit(":", 1)
-            n = int(n) if n.strip().lstrip("-").isdigit() else n
-        bench = str(bench).strip()
-        if not Number(lo=0, integer=True).ok(n):
-            raise EvalError(f"bench_n.{bench}={n!r}: expected an integer >= 0 (0 = every item)")
-        try:
-            key = canonical_bench_key(bench)
-        except BenchError as exc:
-            raise EvalError(f"bench_n: {exc}") from None
-        if why := bench_name_problem(key, bench_root):
-            raise EvalError(f"bench_n.{bench}: {why}")
-        out[key] = n
-    return out
-
-
-def _sets(value, bench_root=None) -> dict:
-    """`sets` checked: {bench key: item set name}."""
-    if not isinstance(value, DictConfig):
-        raise EvalError(f"sets={value!r}: expected a mapping such as {{nq: 'nq:seed42_1000'}}")
-    try:
-        return {canonical_bench_key(str(bench).strip()): str(name) for bench, name in value.items()}
-    except BenchError as exc:
-        raise EvalError(f"sets: {exc}") from None
+    return f"unknown bench {name!r}{where}.{did_you_mean(name, sorted(known))}"
 
 
 def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
@@ -185,9 +133,26 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     benches the command line left out), the caller's on top; a caller's entry for a bench not being run is
     refused (it would do nothing). An entry equal to the profile's is the profile's (a config built on the
     profile's keys carries them all)."""
-    read = _bench_n if key == "bench_n" else _sets
-    profile = read(profile, bench_root) if profile is not None else {}
-    own = {k: v for k, v in (read(user, bench_root) if user is not None else {}).items() if profile.get(k) != v}
+    def read(value) -> dict:   # {bench key: n or set name}, each checked
+        out = {}
+        for bench, v in (value or {}).items():
+            if key == "bench_n" and v is None and ":" in str(bench):   # YAML reads the unspaced `{babyai:5}` as `babyai:5`
+                bench, v = str(bench).rsplit(":", 1)
+                v = int(v) if v.strip().lstrip("-").isdigit() else v
+            bench = str(bench).strip()
+            if key == "bench_n" and not Number(lo=0, integer=True).ok(v):
+                raise EvalError(f"bench_n.{bench}={v!r}: expected an integer >= 0 (0 = every item)")
+            try:
+                k = canonical_bench_key(bench)
+            except BenchError as exc:
+                raise EvalError(f"{key}: {exc}") from None
+            if key == "bench_n" and (why := bench_name_problem(k, bench_root)):
+                raise EvalError(f"bench_n.{bench}: {why}")
+            out[k] = v if key == "bench_n" else str(v)
+        return out
+
+    profile = read(profile)
+    own = {k: v for k, v in read(user).items() if profile.get(k) != v}
     for k in own:
         if k not in benches:
             modes = [b for b in benches if parse_bench_key(b)[0] == parse_bench_key(k)[0]]
@@ -279,12 +244,23 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     if bad := problems(KEYS, merged):
         raise EvalError("; ".join(bad))
     parse_shard(merged.shard)
-    merged.benches = _benches(merged.benches)
-    merged.sets = _per_bench("sets", base.sets, user.get("sets"), merged.benches, merged.bench_root)
-    for bench in merged.benches:
-        if why := bench_name_problem(bench, merged.bench_root):
+    benches = []   # canonical keys (`musique@open` is `musique`), each once; an env bench takes no mode
+    for raw in merged.benches:
+        try:
+            key = canonical_bench_key(str(raw))
+        except BenchError as exc:
+            raise EvalError(str(exc)) from None
+        if (name := parse_bench_key(key)[0]) in env_benches() and key not in env_benches():
+            raise EvalError(f"bench {raw!r}: {name} brings its own environment and has no context mode")
+        if key in benches:
+            raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
+        if why := bench_name_problem(key, merged.bench_root):
             raise EvalError(f"benches: {why}")
-        if bench not in env_benches():  # a missing or ambiguous bench file, an unknown set: up front (no network)
+        benches.append(key)
+    merged.benches = benches
+    merged.sets = _per_bench("sets", base.sets, user.get("sets"), benches, merged.bench_root)
+    for bench in benches:   # a missing or ambiguous bench file, an unknown set: up front (no network)
+        if bench not in env_benches():
             bench_source(bench, merged.bench_root, resolve=False, sets=merged.sets)
     if tf := [b for b in merged.benches if kind_of(b).scores]:
         if merged.backend != "hf":

@@ -1,8 +1,6 @@
-"""`analyze runs_root=runs [benches=[...]] [evaluate=true] [anchor=PATH_OR_HUB_ID] [out=reports] ...`
-
-launch's half of an analysis: what is left to evaluate (launch.evaluation, by evaluation identity), run
-here or submitted as Slurm jobs (launch.eval_slurm); the report is analysis.sweep.write_analysis's.
-`run_analysis(cfg, evaluator=None)` is the Python API behind the `analyze` console script.
+"""`analyze` (HELP below; docs/stages/analyze.md), launch's half of an analysis: what is left to evaluate
+(launch.evaluation, by evaluation identity), run here or submitted as Slurm jobs (launch.eval_slurm); the report
+is analysis.sweep.write_analysis's. `run_analysis(cfg, evaluator=None)` is the Python API behind the console script.
 """
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
 
 from analysis.axes import check_axis
 from analysis.discover import Run, anchor_eval_dir, discover_runs
@@ -21,16 +20,18 @@ from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write
 from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
-from common.fields import Passed, field, number
+from common.fields import NONEMPTY, Number, Passed, Test, field, list_of, number
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
 from launch import preflight
 from launch.errors import LaunchError
 from launch.jobs import backend
-from launch.eval_slurm import check_launcher, eval_backend, submit, tasks_report
+from launch.slurm import slurm_option_problems
+from launch.eval_slurm import eval_backend, submit, tasks_report
 from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_identity, check_settings, check_templates,
-                               harness, plan, run_jobs)
+                               EvalReport, harness, plan, run_job)
 
+AFTER = "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs"
 KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyze.md
     "runs_root": field("the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/", "runs"),
     "out": field("where results, figures, tables and report.md go", "reports"),
@@ -46,7 +47,8 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "power.pilot": field("a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
                          "items needed for power.power at power.effect and the design's minimum detectable effect, "
                          "then exit (analysis/power.py states the variance model)", None),
-    "power.effect": number("the target effect (difference to the anchor in the metric's units; not 0)", 0.042),
+    "power.effect": field("the target effect (difference to the anchor in the metric's units; not 0)", 0.042,
+                          rule=Test(lambda v: Number().ok(v) and v != 0, "a number other than 0 (the effect to detect)")),
     "power.power": number("the target power", 0.8, lo=0, hi=1, lo_open=True, hi_open=True),
     "power.alpha": number("the two-sided test level", 0.05, lo=0, hi=1, lo_open=True, hi_open=True),
     "power.metric": field("the per-item metric the power is for", "em"),
@@ -75,11 +77,15 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "python.eval": schema.PYTHON["python.eval"],
     "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
-                        "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None),
+                        "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None,
+                        rule=Test(lambda v: v is None or (len(v) > 0 and list_of(NONEMPTY.ok, "").ok(v)),
+                                  "a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
     "slurm.jobs_file": field("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
                              "submits are added, named after its own (report.eval, report.aggregate)", None),
     "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
-                              "training array 5001; null: none); one that can never be met cancels the job", None),
+                              "training array 5001; null: none); one that can never be met cancels the job", None,
+                              rule=Test(lambda v: v is None or list_of(lambda a: a is None or (NONEMPTY.ok(a) and a.strip() == a),
+                                                                       "").ok(v), AFTER)),
     "eval_tasks": field("set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "
                         "nothing, report the failed ones as gaps", None),
     "cards": field("true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)", False),
@@ -127,19 +133,6 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
                   "results renamed aside" for b, d in j.stale.items()]
     lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md, report.html, report_data/}}")
     return "\n".join(lines)
-
-
-def power_report(cfg: DictConfig, benches: list[str] | None, profile: str | None) -> str:
-    """`analyze power.pilot=...`: the design-power answer (analysis.power), printed."""
-    from analysis import power
-
-    p = cfg.power   # its keys' values were checked by their fields' rules (request)
-    if p.effect == 0:
-        raise AnalysisError("power.effect=0: out of range (the effect to detect is not 0)")
-    pilots = power.read_pilots(Path(p.pilot), benches, str(p.metric), profile,
-                               Path(cfg.anchor_dir) if cfg.anchor_dir else None)
-    return power.report(pilots, effect=float(p.effect), target=float(p.power), alpha=float(p.alpha),
-                        seed_sd=float(p.seed_sd), max_seeds=int(p.max_seeds), items=p.design_items, seeds=p.design_seeds)
 
 
 def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
@@ -199,7 +192,16 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
     if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
         raise AnalysisError("; ".join(bad))   # analyze's own keys' rules (their fields'; eval.*: evaluate's, below)
-    check_launcher(cfg)
+    backend(cfg.launcher)   # the cross-key checks of slurm.*; their values were checked by their fields' rules
+    runs, after = cfg.slurm.runs, cfg.slurm.runs_after
+    if after is not None and runs is None:
+        raise AnalysisError("slurm.runs_after is given without slurm.runs (one dependency per run dir)")
+    if after is not None and len(after) != len(runs):
+        raise AnalysisError(f"slurm.runs_after={after!r}: expected {AFTER} ({len(runs)})")
+    if runs is not None and not cfg.evaluate:
+        raise AnalysisError("slurm.runs evaluates each run in its own job: not with evaluate=false")
+    if problems := slurm_option_problems(list(cfg.slurm.sbatch) if cfg.slurm.sbatch is not None else None):
+        raise AnalysisError("; ".join(p.replace("launcher.", "slurm.") for p in problems))
     check_axis(str(cfg.axis))
     if cfg.power.pilot:
         return req
@@ -218,8 +220,13 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     (launch.evaluation.harness)."""
     req = request(cfg, evaluator)
     cfg, h, root = req.cfg, req.h, Path(req.cfg.runs_root)
-    if cfg.power.pilot:
-        print(power_report(cfg, req.benches if cfg.benches else None, req.profile))
+    if (p := cfg.power).pilot:   # the design-power answer (analysis.power); its keys checked by their fields' rules
+        from analysis import power
+
+        pilots = power.read_pilots(Path(p.pilot), req.benches if cfg.benches else None, str(p.metric), req.profile,
+                                   Path(cfg.anchor_dir) if cfg.anchor_dir else None)
+        print(power.report(pilots, effect=float(p.effect), target=float(p.power), alpha=float(p.alpha),
+                           seed_sd=float(p.seed_sd), max_seeds=int(p.max_seeds), items=p.design_items, seeds=p.design_seeds))
         return None
     submits = backend(cfg.launcher).submits
     if submits and cfg.slurm.runs is not None and not cfg.eval_tasks:
@@ -244,7 +251,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     if cfg.dry_run:
         return None
     # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
-    ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else run_jobs(jobs, h, req.eval_opts, req.anchor_dir)
+    ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else EvalReport(list(jobs), [
+        f for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs) for f in run_job(job, h, req.eval_opts, req.anchor_dir)])
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
                             study=req.study)

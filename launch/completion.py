@@ -44,8 +44,14 @@ def fingerprint(path: Path) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if os.path.isfile(path) else None
 
 
-def run_checked(record: Path, failed: Path, cmd: list[str]) -> int:
-    """`cmd` run to its end, then judged by `record` (module docstring); its exit status."""
+def main(argv: list[str]) -> int:
+    """`python -m launch.completion CHECK.json` (write_check's config): its command run to its end, then judged
+    by its completion record (module docstring); its exit status."""
+    if len(argv) != 1:
+        print("usage: python -m launch.completion CHECK.json", file=sys.stderr)
+        return 2
+    check = read_json_object(Path(argv[0]))
+    record, failed, cmd = Path(check["record"]), Path(check["failed"]), list(check["command"])
     failed.unlink(missing_ok=True)   # an earlier run's (a requeued job): this one runs
     before = fingerprint(record)
     name = cmd[2] if len(cmd) > 2 and cmd[1] == "-m" else cmd[0]
@@ -75,15 +81,6 @@ def run_checked(record: Path, failed: Path, cmd: list[str]) -> int:
         write_json(failed, {"state": "failed", "reason": why, "by": MODULE, "code": rc, "job": os.environ.get("SLURM_JOB_ID"),
                             "command": cmd, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return rc
-
-
-def main(argv: list[str]) -> int:
-    """`python -m launch.completion CHECK.json` (write_check's config)."""
-    if len(argv) != 1:
-        print("usage: python -m launch.completion CHECK.json", file=sys.stderr)
-        return 2
-    check = read_json_object(Path(argv[0]))
-    return run_checked(Path(check["record"]), Path(check["failed"]), list(check["command"]))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """`analyze ... launcher=slurm`: the evaluations as Jobs (launch/jobs.py) for the SlurmRunner, then the aggregation
-job (`python -m launch.analyze analyze.yaml`, with `eval_tasks=` the evaluation configs); docs/stages/analyze.md
-says what a user sees. Every evaluation job runs `python -m launch.eval_slurm CONFIG` on a config of one format
-(`_task`: checkpoints planned at submission, a run or the anchor to discover when it starts), cut to what is left
-by identity as a local analyze cuts it (launch.evaluation), and is run and reported by one path (run_task,
+job (`python -m launch.analyze analyze.yaml`, with `eval_tasks=` the evaluation configs; docs/how-to/slurm.md).
+Every evaluation job runs `python -m launch.eval_slurm CONFIG` on a config of one format (`_task`), cut to what is
+left by identity as a local analyze cuts it (launch.evaluation), and is run and reported by one path (run_task,
 tasks_report).
 """
 from __future__ import annotations
@@ -14,9 +13,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from analysis.errors import AnalysisError
 from common.cli import ConfigError, run_cli
@@ -26,32 +25,8 @@ from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
 
 MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launch.eval_slurm CONFIG (main)
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
-# the task's python (the script execs it): it stops, keeps its rows and requeues itself (evaluate_segment).
+# the task's python (the script execs it): it stops, keeps its rows and requeues itself (run_task).
 WARNING = "B:USR1@120"
-TASK_KEYS = ("name", "eval_opts", "anchor_dir", "outcome", "no_outcome", "planned", "discover")
-
-
-def check_launcher(cfg: DictConfig) -> None:
-    """Refuse a bad `launcher` / `slurm.*` value before any work (gpus_per_task, concurrency: their fields' rules)."""
-    from launch.slurm import slurm_option_problems
-
-    backend(cfg.launcher)
-    runs, after = cfg.slurm.runs, cfg.slurm.runs_after
-    if runs is not None and (isinstance(runs, (str, int)) or not runs or not all(isinstance(r, str) and r for r in runs)):
-        raise AnalysisError(f"slurm.runs={runs!r}: expected a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")
-    if after is not None:
-        if runs is None:
-            raise AnalysisError("slurm.runs_after is given without slurm.runs (one dependency per run dir)")
-        if isinstance(after, (str, int)) or len(after) != len(runs) or \
-                not all(a is None or (isinstance(a, str) and a.strip() == a and a) for a in after):
-            raise AnalysisError(f"slurm.runs_after={after!r}: expected one sbatch dependency (e.g. afterok:5001_0) "
-                                f"or null per run of slurm.runs ({len(runs)})")
-    if runs is not None and not cfg.evaluate:
-        raise AnalysisError("slurm.runs evaluates each run in its own job: not with evaluate=false")
-    sbatch = cfg.slurm.sbatch
-    if problems := slurm_option_problems(list(sbatch) if sbatch is not None else None):
-        raise AnalysisError("; ".join(p.replace("launcher.sbatch", "slurm.sbatch").replace("launcher.", "slurm.")
-                                      for p in problems))
 
 
 def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
@@ -63,17 +38,8 @@ def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
     return eval_opts.get("backend")
 
 
-def _record(job: EvalJob) -> dict[str, Any]:
-    return {"label": job.label, "arm": job.arm, "seed": job.seed, "step": job.step, "ckpt": job.ckpt,
-            "out": str(job.out), "benches": list(job.benches), "prompt": job.prompt}
-
-
-def _job(entry: dict) -> EvalJob:
-    return EvalJob(entry["arm"], int(entry["seed"]), int(entry["step"]), entry["ckpt"], Path(entry["out"]),
-                   list(entry["benches"]), entry["prompt"])
-
-
-def _plan_dir(cfg: DictConfig, kind: str) -> Path:
+def _plan_dir(cfg, kind: str) -> Path:
+    """Where a submission's job configs, scripts and logs go: <out>/_slurm/<kind>-<UTC time>/ (a dry run: a temporary dir)."""
     if cfg.dry_run:
         return dry_run_dir(kind)
     plan = (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
@@ -87,7 +53,7 @@ def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob
     path = plan / f"{name}.json"
     write_json(path, {"name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
                       "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
-                      "planned": [_record(j) for j in planned], "discover": discover})
+                      "planned": [j.record() for j in planned], "discover": discover})
     return str(path)
 
 
@@ -160,8 +126,7 @@ def submit(req, jobs: list[EvalJob]) -> None:
     """`analyze launcher=slurm`: the evaluation jobs, then the aggregation, submitted (dry_run: written and
     printed). `jobs`: the checkpoints planned here (array_plan); with `slurm.runs`, one job per run instead,
     each after its `slurm.runs_after` dependency (runs_plan)."""
-    cfg = req.cfg
-    runs = cfg.slurm.runs is not None
+    cfg, runs = req.cfg, req.cfg.slurm.runs is not None
     where = _plan_dir(cfg, "runs" if runs else "analyze")
     plan = runs_plan(req, where, list(cfg.slurm.runs), list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs))) if runs else \
         array_plan(req, where, jobs)
@@ -199,7 +164,8 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
 def _read_task(path: Path) -> dict:
     try:
         data = read_json_object(path)
-        if missing := [k for k in TASK_KEYS if k not in data]:
+        if missing := [k for k in ("name", "eval_opts", "anchor_dir", "outcome", "no_outcome", "planned", "discover")
+                       if k not in data]:
             raise ValueError(f"no {missing}")
         return data
     except (OSError, ValueError) as exc:
@@ -211,7 +177,7 @@ def _candidates(data: dict) -> list[EvalJob]:
     every checkpoint now on disk of the run (or the anchor) it discovers."""
     from analysis.discover import discover_runs
 
-    jobs, found = [_job(r) for r in data["planned"]], data["discover"]
+    jobs, found = [EvalJob(**r) for r in data["planned"]], data["discover"]
     if found is None:
         return jobs
     runs = [r for r in discover_runs(Path(found["runs_root"]), found["profile"])
@@ -248,23 +214,32 @@ def _requeue(ref: str | None) -> str | None:
         f"scontrol requeue {ref} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
 
 
-def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict[str, Any],
-                     anchor_dir: Path) -> tuple[str, list[EvalJob], list[EvalFailure]]:
-    """One Slurm segment of an evaluation task: the jobs `todo()` plans (by identity), one after another.
-    Returns (status, the jobs planned, failures); status is done (nothing was left), evaluated, failed
-    (a real error: in the failures), or requeued: Slurm's time-limit warning stopped it with work left
-    after rows were written in this segment, and the task requeued itself (its next segment plans again
-    and resumes). Warned with work left but no progress in the segment, it is not requeued again: that
-    is a failure saying so (raise slurm.time)."""
-    jobs, failures, before = [], [], 0
+def run_task(config: Path, evaluator=None) -> int:
+    """One evaluation job (`python -m launch.eval_slurm CONFIG`), one Slurm segment of it: what its checkpoints
+    have left by identity, evaluated one after another, then its outcome (done, evaluated, or failed: exit 1);
+    stopped by the time-limit warning, it requeues itself (exit 0) only when this segment made progress
+    (docs/how-to/slurm.md, "Time limits")."""
+    data = _read_task(Path(config))
+    what, opts, h = data["name"], data["eval_opts"], harness(evaluator)
+
+    def todo() -> list[EvalJob]:   # the settings resolved once (a refused one: each evaluation says why, a gap)
+        jobs = _candidates(data)
+        try:
+            settings = check_settings(h, opts, list(dict.fromkeys(b for j in jobs for b in j.benches))) if jobs else None
+        except ConfigError:
+            settings = None
+        return plan(h, jobs, opts, settings)
+
+    jobs, failures, before, status = [], [], 0, "evaluated"
     old = signal.signal(signal.SIGUSR1, _stop)
     try:
         if not (jobs := todo()):
             print(f"[analyze] {what}: every bench is already evaluated under this identity; nothing to do", flush=True)
-            return "done", jobs, failures
-        before = _rows(jobs)
-        for job in jobs:
-            failures += run_job(job, h, opts, anchor_dir)
+            status = "done"
+        else:
+            before = _rows(jobs)
+            for job in jobs:
+                failures += run_job(job, h, opts, Path(data["anchor_dir"]))
     except TimeLimitWarning:
         left = todo()
         pending, error = sum(len(j.benches) for j in left), None
@@ -278,7 +253,7 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
                   f"{len(left)} checkpoint(s) left ({_rows(jobs) - before} row(s) written in this segment, "
                   f"kept); requeueing {ref}", flush=True)
             if (why := _requeue(ref)) is None:
-                return "requeued", jobs, []
+                return 0
             error = f"stopped by the time-limit warning with {pending} bench(es) left; could not requeue: {why}"
         else:
             error = ("stopped by the time-limit warning with no progress in this segment (no row written); "
@@ -288,30 +263,9 @@ def evaluate_segment(what: str, todo: Callable[[], list[EvalJob]], h, opts: dict
         signal.signal(signal.SIGUSR1, old)
     for f in failures:
         print(f"[analyze] {f.job.label} {f.benches}: {f.error}", file=sys.stderr, flush=True)
-    return ("failed" if failures else "evaluated"), jobs, failures
-
-
-def run_task(config: Path, evaluator=None) -> int:
-    """One evaluation job (`python -m launch.eval_slurm CONFIG`): evaluate what its checkpoints (planned, or its
-    run's found now) have left, by identity; 0 when done or when stopped at the time limit and requeued
-    (evaluate_segment; the next segment writes the outcome), 1 when an evaluation failed."""
-    data = _read_task(Path(config))
-    opts, h = data["eval_opts"], harness(evaluator)
-
-    def todo() -> list[EvalJob]:   # the settings resolved once (a refused one: each evaluation says why, a gap)
-        jobs = _candidates(data)
-        try:
-            settings = check_settings(h, opts, list(dict.fromkeys(b for j in jobs for b in j.benches))) if jobs else None
-        except ConfigError:
-            settings = None
-        return plan(h, jobs, opts, settings)
-
-    status, jobs, failures = evaluate_segment(data["name"], todo, h, opts, Path(data["anchor_dir"]))
-    if status == "requeued":
-        return 0
     write_json(Path(data["outcome"]), {
-        "name": data["name"], "status": status, "jobs": [_record(j) for j in jobs],
-        "failures": [{"job": _record(f.job), "benches": f.benches, "error": f.error} for f in failures]})
+        "name": what, "status": "failed" if failures else status, "jobs": [j.record() for j in jobs],
+        "failures": [{"job": f.job.record(), "benches": f.benches, "error": f.error} for f in failures]})
     return 1 if failures else 0
 
 
@@ -321,15 +275,15 @@ def tasks_report(configs: list) -> EvalReport:
     report = EvalReport()
     for config in configs:
         data = _read_task(Path(config))
-        planned = [_job(r) for r in data["planned"]]
+        planned = [EvalJob(**r) for r in data["planned"]]
         report.jobs += planned
         try:
             outcome = read_json_object(Path(data["outcome"]))
         except (OSError, ValueError):
             report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
             continue
-        report.jobs += [j for j in map(_job, outcome.get("jobs", [])) if j.label not in {p.label for p in planned}]
-        report.failures += [EvalFailure(_job(f["job"]), list(f["benches"]), str(f["error"]))
+        report.jobs += [j for j in (EvalJob(**r) for r in outcome.get("jobs", [])) if j.label not in {p.label for p in planned}]
+        report.failures += [EvalFailure(EvalJob(**f["job"]), list(f["benches"]), str(f["error"]))
                             for f in outcome.get("failures", [])]
     return report
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, read_json_object, step_name
 from analysis.errors import AnalysisError
@@ -80,9 +79,16 @@ class EvalJob:
     # checkpoint's identity (plan_request); None: given as the dict `config` makes
     request: Any = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self):
+        self.out = Path(self.out)
+
     @property
     def label(self) -> str:
         return f"{self.arm}/seed{self.seed}/{step_name(self.step)}"
+
+    def record(self) -> dict[str, Any]:
+        """This job as an evaluation job's config and outcome hold it (`EvalJob(**record)` reads it back)."""
+        return {k: str(v) if k == "out" else v for k, v in vars(self).items() if k not in ("stale", "request")}
 
     def config(self, eval_opts: dict[str, Any]) -> dict[str, Any]:
         cfg = {**eval_opts, "ckpt": self.ckpt, "benches": list(self.benches), "out": str(self.out), "prompt": self.prompt}
@@ -150,27 +156,6 @@ def plan_request(job: EvalJob, settings: DictConfig) -> None:
     job.request = Resolved(cfg, job.request.ckpt_id if job.request is not None else checkpoint_identity(str(cfg.ckpt)))
 
 
-def pending(h: Harness, job: EvalJob, eval_opts: dict[str, Any], settings=None) -> EvalJob | None:
-    """`job` cut to the benches not yet evaluated under its identity (None: nothing to do). An out dir the harness
-    cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, a listed gap, not the end of the
-    sweep. `settings`: the analysis's resolved evaluate config (check_settings; the evals harness's), from which
-    the job's request is made (plan_request)."""
-    made = isinstance(settings, DictConfig)
-    try:
-        if made:
-            plan_request(job, settings)
-        left = h.pending(job.given(eval_opts))
-    except ConfigError:
-        return job
-    if not left:
-        return None
-    job.benches = [b for b in job.benches if b in left]
-    job.stale = {b: diff for b, diff in left.items() if diff}
-    if made:
-        plan_request(job, settings)
-    return job
-
-
 def candidates(runs: list[Run], benches: list[str], prompt: str, anchor: str | None, anchor_dir: Path,
                profile: str | None) -> list[EvalJob]:
     """Every checkpoint of `runs` and the anchor (when given, with prompt=anchor_nudge, as step 0), every bench."""
@@ -182,8 +167,26 @@ def candidates(runs: list[Run], benches: list[str], prompt: str, anchor: str | N
 
 
 def plan(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any], settings=None) -> list[EvalJob]:
-    """The `jobs` (candidates) with benches left to evaluate, each cut to them (`pending`)."""
-    return [j for j in (pending(h, c, eval_opts, settings) for c in jobs) if j is not None]
+    """The `jobs` (candidates) with benches left to evaluate under their identity, each cut to them. An out dir
+    the harness cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, a listed gap, not
+    the end of the sweep. `settings`: the analysis's resolved evaluate config (check_settings; the evals
+    harness's), from which each job's request is made (plan_request)."""
+    made, left_jobs = isinstance(settings, DictConfig), []
+    for job in jobs:
+        try:
+            if made:
+                plan_request(job, settings)
+            left = h.pending(job.given(eval_opts))
+        except ConfigError:
+            left_jobs.append(job)
+            continue
+        if left:
+            job.benches = [b for b in job.benches if b in left]
+            job.stale = {b: diff for b, diff in left.items() if diff}
+            if made:
+                plan_request(job, settings)
+            left_jobs.append(job)
+    return left_jobs
 
 
 def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
@@ -216,10 +219,3 @@ def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Pat
     written = summary_benches(job.out)  # what the harness wrote is the whole truth
     absent = [b for b in job.benches if b not in written]
     return [EvalFailure(job, absent, "the harness returned no summary for it")] if absent else []
-
-
-def run_jobs(jobs: list[EvalJob], h: Harness, eval_opts: dict[str, Any], anchor_dir: Path) -> EvalReport:
-    report = EvalReport(jobs=list(jobs))
-    for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs):
-        report.failures += run_job(job, h, eval_opts, anchor_dir)
-    return report

@@ -182,6 +182,8 @@ def test_analyze_power_refuses_a_missing_pilot_in_one_line(tmp_path, capsys):
     assert main([f"power.pilot={tmp_path / 'nope'}", "evaluate=false"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "power.pilot=" in err[0] and "no such directory" in err[0]
+    assert main([f"power.pilot={tmp_path / 'nope'}", "power.effect=0", "evaluate=false"]) == 2   # the field's rule
+    assert capsys.readouterr().err.strip() == "error: power.effect=0: expected a number other than 0 (the effect to detect)"
 
 
 def test_power_keys_are_documented():

@@ -83,10 +83,10 @@ def test_report_html_reads_a_kinds_rendering_from_the_registry(toy):
 
 
 def test_evaluate_takes_a_registered_kind_as_an_environment(toy, tmp_path):
-    from evals.config import known_benches, resolve, uses_retriever
+    from evals.config import bench_name_problem, resolve, uses_retriever
     from evals.errors import EvalError
 
     cfg = resolve({"ckpt": str(tmp_path), "benches": [TOY], "out": str(tmp_path / "o")})   # no bench file asked for
-    assert list(cfg.benches) == [TOY] and not uses_retriever(TOY) and TOY in known_benches(None)
+    assert list(cfg.benches) == [TOY] and not uses_retriever(TOY) and bench_name_problem(TOY, None) is None
     with pytest.raises(EvalError, match="brings its own environment"):
         resolve({"ckpt": str(tmp_path), "benches": [f"{TOY}@given"], "out": str(tmp_path / "o")})
