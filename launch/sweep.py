@@ -24,7 +24,7 @@ from common.recipes import group_choices
 from launch import local, preflight
 from launch.errors import LaunchError
 from launch.jobs import REPO, Job, JobFailed, backend, dry_run_dir, project_env
-from launch.run import SFT, Training, dry_run, is_finished, runner_of, train_runs
+from launch.run import SFT, Training, dry_run, kept, runner_of, train_runs
 
 SWEEP_KEYS = ("arms", "seeds")
 EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
@@ -189,15 +189,9 @@ def evaluation_jobs(req, where: Path, todo: list, finished: list[str]) -> list[J
 def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
     """A submitting launcher's sweep: every unfinished run prepared here, one array job trains them all (task i:
     run i), its evaluation jobs (`req`: evaluation_request's) after it."""
-    kind, todo, finished, dry = preps[0].cfg.launcher.kind, [], [], bool(preps[0].cfg.launcher.dry_run)
-    for run, prep in zip(runs, preps):
-        if is_finished(prep.run_dir):
-            if not dry:
-                SFT.check_finished(prep, **cache_kw)
-            print(f"[launch] {prep.run_dir} is finished; skipped")
-            finished.append(str(prep.run_dir))
-            continue
-        todo.append((run, prep))
+    kind, dry = preps[0].cfg.launcher.kind, bool(preps[0].cfg.launcher.dry_run)
+    todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep, **cache_kw)]
+    finished = [str(p.run_dir) for p in preps if all(p is not t for _, t in todo)]
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
         print(SFT.describe(prep))
         SFT.check_python(prep)
