@@ -180,7 +180,7 @@ class Runner(ABC):
     - `where` its jobs run: "here" (this machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or
       "nodes" (`launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes).
     - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
-      queued or running; `task_command(job, config)`: what a task runs (on its first node), printed and recorded.
+      queued or running.
     - `script(job, ids, where)`: the text of what the job runs (its tasks under its wrapper, its resources, its
       dependencies from `ids`, each started job's id by name: `<job id of NAME>` in a dry run; logs under
       `where`). It writes nothing.
@@ -223,10 +223,6 @@ class Runner(ABC):
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
         return None
-
-    def task_command(self, job: Job, config: str) -> list[str]:
-        """What one task of `job` runs (on its first node): what a launch prints and records."""
-        return job.command(config)
 
     @abstractmethod
     def script(self, job: Job, ids: Mapping[str, str], where: Path) -> str: ...

@@ -70,7 +70,6 @@ class Trainer:
 
     def check_finished(self, prep: Prepared, **cache_kw) -> None:
         """A finished run's input half of the identity (refused with a LaunchError when it differs)."""
-        return None
 
     def placed(self, composed: Composed, rd: Path, nproc: int, identity: dict | None = None) -> Prepared:
         """The run with the values launch derives into config.yaml: output paths absolute (the caller's directory),
@@ -86,9 +85,10 @@ class Trainer:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
         return list(argv) if self.stage == "sft" else [f"stage={self.stage}", *argv]
 
-    def python(self, prep: Prepared) -> str:
-        """The interpreter this trainer's jobs run (`python.<stage>=`, else the one running launch)."""
-        return interpreter.interpreter(prep.cfg.get("python"), self.stage)
+    def runner(self, argv: list[str], kind: str, **kw) -> jobs.Runner:
+        """The runner of launcher `kind` for the launch or sweep command `argv` as recorded (what its scripts say
+        wrote them)."""
+        return backend(kind)(shlex.join(["launch", *self.command_argv(argv)]), **kw)
 
     def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None, kind: str | None = None) -> Job:
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
@@ -105,7 +105,7 @@ class Trainer:
         for p in preps:
             p.needs = p.needs or preflight.run_needs(self, p)
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
-                   array=configs if array else (), python=self.python(preps[0]), wrapper=Torchrun(nodes, preps[0].nproc),
+                   array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), wrapper=Torchrun(nodes, preps[0].nproc),
                    cluster=runner.cluster(cfg.launcher),
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(p.needs for p in preps)),
@@ -280,7 +280,7 @@ def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
     if prep.cfg.launcher.dry_run:
         return dry_run(trainer, [prep], argv) or preflight.after_plan(found) or 0
     print(trainer.describe(prep))
-    runner = runner_of(prep.cfg.launcher.kind, trainer.command_argv(argv))
+    runner = trainer.runner(argv, prep.cfg.launcher.kind)
     if not runner.submits:
         return train_here(trainer, argv, prep, **cache_kw)
     job = trainer.job([prep])   # as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), its submission in manifest.json
@@ -297,11 +297,10 @@ def train_here(trainer: Trainer, argv: list[str], prep: Prepared, **cache_kw) ->
     exit code is report_end's."""
     trainer.preflight(prep)
     launch_id, stops, rd = uuid.uuid4().hex, [], prep.run_dir
-    here = runner_of(prep.cfg.launcher.kind, trainer.command_argv(argv), env={**os.environ, layout.LAUNCH_ID_ENV: launch_id},
-                     stops=stops)
+    here = trainer.runner(argv, prep.cfg.launcher.kind, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
     with prepared(trainer, prep, here, **cache_kw) as data:
         job = trainer.job([prep])
-        cmd = shlex.join(here.task_command(job, str(job.config)))
+        cmd = shlex.join(job.command(str(job.config)))
         record(prep, trainer.command_argv(argv), data, nproc=prep.nproc, command=cmd)
         resuming = any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in (layout.STATES, layout.CHECKPOINTS))
         print(f"[launch] {'resuming' if resuming else 'starting'}: {cmd}", flush=True)
@@ -362,12 +361,6 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     return rc
 
 
-def runner_of(kind: str, argv: list[str], **kw) -> jobs.Runner:
-    """The runner of launcher `kind` for the launch or sweep command `argv` as recorded (what its scripts say
-    wrote them: Trainer.command_argv)."""
-    return backend(kind)(shlex.join(["launch", *argv]), **kw)
-
-
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
             then: Callable[[Path], list[Job]] | None = None) -> int:
     """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
@@ -386,7 +379,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
     for i, prep in enumerate(preps):
         (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
-    jobs.dry_run([job, *(then(where) if then else [])], runner_of(kind, trainer.command_argv(argv)), where)
+    jobs.dry_run([job, *(then(where) if then else [])], trainer.runner(argv, kind), where)
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)
@@ -396,12 +389,12 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     if not array:   # (a sweep's array: its script when submitted; run here, every task's command is in the one written)
         print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
     for other in jobs.BACKENDS if trainer.stage == "grpo" else [kind]:   # GRPO (never an array): every backend's script
-        runner = runner_of(other, trainer.command_argv(argv))
+        runner = trainer.runner(argv, other)
         if runner.submits or trainer.stage == "grpo":
             print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(logs or first.run_dir) / job.name}"
                   f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, logs, other), {}, where)}")
         elif not array:
-            print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
+            print(f"# command\n{shlex.join(job.command(str(job.config)))}")
     return 0
 
 

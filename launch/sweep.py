@@ -24,7 +24,7 @@ from common.recipes import group_choices
 from launch import local, preflight
 from launch.errors import LaunchError
 from launch.jobs import REPO, Job, JobFailed, backend, dry_run_dir, project_env
-from launch.run import SFT, Training, dry_run, kept, runner_of, train_runs
+from launch.run import SFT, Training, dry_run, kept, train_runs
 
 SWEEP_KEYS = ("arms", "seeds")
 EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
@@ -140,18 +140,16 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     elif (rc := train_runs(SFT, list(zip(runs, preps)), **cache_kw)) == 0:   # the runs as resolved up front
         print(f"[launch] sweep: all {len(runs)} runs finished")
         if evaluation is not None:
-            where = _sweep_dir(first)
-            where.mkdir(parents=True, exist_ok=True)
-            job = analysis_job(evaluation, where, after=())
-            print(f"[launch] sweep: evaluating with profile {evaluation.profile}: python -m launch.analyze {job.config}",
-                  flush=True)
-            rc = _analyze_here(job)
+            rc = _analyze_here(evaluation, _sweep_dir(first))
     return rc or preflight.after_plan(found) or 0
 
 
-def _analyze_here(job: Job) -> int:
-    """The sweep's analysis job, run now (LocalRunner: in this process when its interpreter is this one, else a
-    child); its exit status."""
+def _analyze_here(cfg, where: Path) -> int:
+    """The sweep's analysis (`cfg`, written under `where`) run now (LocalRunner: in this process when its
+    interpreter is this one, else a child); its exit status."""
+    where.mkdir(parents=True, exist_ok=True)
+    job = analysis_job(cfg, where, after=())
+    print(f"[launch] sweep: evaluating with profile {cfg.profile}: python -m launch.analyze {job.config}", flush=True)
     try:
         local.LocalRunner(env=project_env()).start(job, None, {})
     except JobFailed as failed:
@@ -201,10 +199,8 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
         if req is None:
             return 0
         # what is left to evaluate: one array task per checkpoint, then the aggregation (analyze, run here)
-        where = dry_run_dir("sweep") if dry else root
-        where.mkdir(parents=True, exist_ok=True)
-        return _analyze_here(analysis_job(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}), where,
-                                          after=()))
+        return _analyze_here(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}),
+                             dry_run_dir("sweep") if dry else root)
     preps_todo = [p for _, p in todo]
     if dry:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
@@ -215,7 +211,7 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
         from launch.eval_slurm import _plan_dir
 
         plan += evaluation_jobs(req, _plan_dir(req.cfg, "runs"), preps_todo, finished)
-    ids = Training(runner_of(kind, SFT.command_argv(["sweep", *argv])), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
+    ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if req is not None:
         every = [ids[j.name] for j in plan]

@@ -96,9 +96,8 @@ def test_the_sweeps_analysis_runs_in_process_unless_its_interpreter_is_another(t
     other = str(tmp_path / "python")
     status = []
     for name, extra in (("a", []), ("b", [f"python.eval={other}"])):
-        (tmp_path / name).mkdir()
         cfg = parse_argv(["runs_root=runs", "profile=rl_ood", *extra])
-        status.append(sweep._analyze_here(sweep.analysis_job(cfg, tmp_path / name, after=())))
+        status.append(sweep._analyze_here(cfg, tmp_path / name))
         assert OmegaConf.load(tmp_path / name / "analyze.yaml") == cfg   # the config as resolved, once
     assert status == [0, 5]
     assert calls == [("here", [str(tmp_path / "a" / "analyze.yaml")]),
