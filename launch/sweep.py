@@ -21,13 +21,13 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
+from evals.profiles import PROFILES_DIR, profile_names
 from launch import local, preflight
 from launch.errors import LaunchError
-from launch.jobs import REPO, Job, JobFailed, backend, dry_run_dir, project_env
+from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
 from launch.run import SFT, Training, dry_run, kept, train_runs
 
 SWEEP_KEYS = ("arms", "seeds")
-EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
 
 
 def combos(argv: list[str]) -> list[list[str]]:
@@ -73,9 +73,8 @@ def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str], list[str
             analyze.append(f"{key.strip()[len(ANALYZE):]}={value}")
         else:
             rest.append(tok)
-    if profile is not None and not (EVAL_PROFILES / f"{profile}.yaml").is_file():
-        names = sorted(p.stem for p in EVAL_PROFILES.glob("*.yaml"))
-        raise LaunchError(f"eval_profile={profile}: no recipes/eval/{profile}.yaml; profiles: {', '.join(names)}")
+    if profile is not None and not (PROFILES_DIR / f"{profile}.yaml").is_file():
+        raise LaunchError(f"eval_profile={profile}: no recipes/eval/{profile}.yaml; profiles: {', '.join(profile_names())}")
     if analyze and profile is None:
         raise LaunchError(f"{ANALYZE}KEY=VALUE ({', '.join(analyze)}) sets the sweep's evaluation: give eval_profile=PROFILE")
     return profile, analyze, rest
