@@ -186,10 +186,10 @@ class Runner(ABC):
       `where`). It writes nothing.
     - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; its id. A job run here
       that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
-    `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what its scripts
-    say wrote them), where a job other than training runs (default: the working directory), the checkout
-    training runs from, the jobs' environment (None: this one); a backend running jobs here hides their stdout
-    when `quiet`, appends each signal it forwards to `stops` and keeps each job's log file in `logs`.
+    `Backend(command, workdir=, repo=, env=, stops=)`: the command that planned the jobs (what its scripts say
+    wrote them), where a job other than training runs (default: the working directory), the checkout training
+    runs from, the jobs' environment (None: this one); a backend running jobs here appends each signal it
+    forwards to `stops` and keeps each job's log file in `logs`.
     """
     suffix = ".sh"
     submits = False
@@ -197,9 +197,9 @@ class Runner(ABC):
     requeues = False
 
     def __init__(self, command: str = "launch", workdir: str | None = None, repo: str | None = None,
-                 env: dict[str, str] | None = None, quiet: bool = False, stops: list[str] | None = None):
+                 env: dict[str, str] | None = None, stops: list[str] | None = None):
         self.command, self.workdir, self.repo, self.env = command, workdir or os.getcwd(), repo or str(REPO), env
-        self.quiet, self.stops, self.logs = quiet, stops, {}
+        self.stops, self.logs = stops, {}
 
     @classmethod
     def nodes(cls, launcher) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import logging
 import os
 import shlex
@@ -149,12 +148,10 @@ def isolated(env: dict[str, str] | None = None):
             lg.propagate = propagate
 
 
-def run_main(main: Callable[[list[str]], int | None], argv: list[str], *, env: dict[str, str] | None = None,
-             quiet: bool = False) -> int:
-    """`main(argv)` in this process, isolated (`env` set for the call only; `quiet`: its stdout hidden, not stderr,
-    where refusals go); its exit status as its console script would end with (an uncaught exception: 1 and the
-    traceback; `sys.exit(message)`: the message on stderr, 1)."""
-    with isolated(env), (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
+def run_main(main: Callable[[list[str]], int | None], argv: list[str], *, env: dict[str, str] | None = None) -> int:
+    """`main(argv)` in this process, isolated (`env` set for the call only); its exit status as its console script
+    would end with (an uncaught exception: 1 and the traceback; `sys.exit(message)`: the message on stderr, 1)."""
+    with isolated(env):
         try:
             code = main(list(argv))
         except SystemExit as exc:
@@ -170,9 +167,9 @@ def run_main(main: Callable[[list[str]], int | None], argv: list[str], *, env: d
         return code or 0
 
 
-def run_child(cmd: list[str], *, env: dict[str, str] | None = None, quiet: bool = False) -> int:
+def run_child(cmd: list[str], *, env: dict[str, str] | None = None) -> int:
     """`cmd` as a child process; its exit status (killed by signal N: 128 + N)."""
-    proc = subprocess.run(cmd, env=env, **({"stdout": subprocess.DEVNULL} if quiet else {}))
+    proc = subprocess.run(cmd, env=env)
     return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
 
 
@@ -200,8 +197,8 @@ class LocalRunner(Runner):
                                                          env=self.env, stops=self.stops)
             else:
                 with contextlib.chdir(self._cwd(job)):
-                    status = run_main(importlib.import_module(job.module).main, [config], env=self.env, quiet=self.quiet) \
-                        if here else run_child(job.command(config), env=self.env, quiet=self.quiet)
+                    status = run_main(importlib.import_module(job.module).main, [config], env=self.env) if here \
+                        else run_child(job.command(config), env=self.env)
             if status != 0:
                 raise JobFailed(job.name, status)
         return f"local-{job.name}"

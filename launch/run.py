@@ -294,8 +294,12 @@ def train_here(trainer: Trainer, argv: list[str], prep: Prepared, **cache_kw) ->
     """One run trained on this machine (its launcher backend runs jobs here: LocalRunner, its output teed into
     <run dir>/logs, launch's signals forwarded, each one named in `stops`), prepared as `prepared` says and recorded
     first; the trainer tags a refusal it records with this launch's id (another's is never taken for it); the
-    exit code is report_end's."""
-    trainer.preflight(prep)
+    exit code is report_end's (a refusal by the trainer's preflight: its line, exit 2)."""
+    try:
+        trainer.preflight(prep)
+    except LaunchError as exc:   # (one run of several: the others still run)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     launch_id, stops, rd = uuid.uuid4().hex, [], prep.run_dir
     here = trainer.runner(argv, prep.cfg.launcher.kind, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
     with prepared(trainer, prep, here, **cache_kw) as data:
@@ -351,12 +355,8 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
                       if rc < 0 and -rc in _SIGNALS else "")
             layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
                               "launch (local)", launch=launch_id, code=rc)
-    if is_finished(rd):
-        state = "finished"
-    elif resumable:
-        state = f"stopped (exit {rc}); re-run the same command to resume"
-    else:
-        state = f"stopped (exit {rc}) before any resumable state was written"
+    state = "finished" if is_finished(rd) else f"stopped (exit {rc})" + (
+        "; re-run the same command to resume" if resumable else " before any resumable state was written")
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc
 
