@@ -71,6 +71,12 @@ def hardware() -> dict:
     return info
 
 
+def read(run_dir: Path) -> dict:
+    """A run dir's `manifest.json` as written ({} for a run dir without one)."""
+    path = Path(run_dir) / layout.MANIFEST
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: dict, data: dict,
                    identity: dict | None = None, python: dict | None = None) -> dict:
     """Create `manifest.json` on the first launch; append this launch to `launches` afterwards. `data`: the

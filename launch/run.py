@@ -8,7 +8,6 @@ dataset. The data half of the identity (the dataset's content fingerprint) is co
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -138,9 +137,9 @@ def recorded_identity(rd: Path) -> dict | None:
     """The identity a run dir belongs to: `manifest.json`'s `identity`, or — for a run dir made
     before identity was recorded — one computed from its `config.yaml` (trainer semantics
     `LEGACY_TRAINER_SEMANTICS`, data fingerprint from the manifest). None for a fresh dir."""
-    man_path, cfg_path = rd / "manifest.json", rd / layout.CONFIG
+    cfg_path = rd / layout.CONFIG
     try:
-        man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
+        man = manifest.read(rd)
         if isinstance(man.get("identity"), dict):
             return man["identity"]
         if not cfg_path.is_file():
@@ -501,9 +500,7 @@ class SFTTrainer(Trainer):
         if not have or not have.get("data_fingerprint"):
             return   # nothing recorded to compare with
         if not prep.cfg.data.dir:   # (an explicit data.dir: the dataset step only reads its manifest)
-            man_path = rd / "manifest.json"
-            man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
-            recorded_key = (man.get("data") or {}).get("cache_key")
+            recorded_key = (manifest.read(rd).get("data") or {}).get("cache_key")
             if recorded_key is not None and recorded_key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd),
                                                                                prep.composed.data_arm, cache_kw.get("key_fn")):
                 return

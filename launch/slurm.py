@@ -8,7 +8,6 @@ each step: docs/how-to/slurm.md ("Training jobs and signals", "How a segment end
 """
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 from common.layout import CONFIG, LAUNCH_ID_ENV
 from launch.errors import LaunchError
 from launch.jobs import CLUSTER_OPTIONS, Cluster, Job, Runner
+from launch.manifest import read as read_manifest
 
 RDZV_PORT = 29500
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them.
@@ -156,10 +156,7 @@ class SlurmRunner(Runner):
     def check_not_queued(run_dir: Path) -> None:
         """Refuse to submit a run whose last submitted job (its manifest.json's) is still queued or running
         (two jobs would train one run directory)."""
-        path = Path(run_dir) / "manifest.json"
-        if not path.is_file():
-            return
-        launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
+        launches = read_manifest(run_dir).get("launches", [])
         jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
         squeue = shutil.which("squeue")   # absent, or the job no longer known (finished, purged): not queued
         out = subprocess.run([squeue, "-h", "-o", "%T", "-j", str(jobs[-1])], capture_output=True, text=True) \
