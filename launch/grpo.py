@@ -16,6 +16,7 @@ from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import run
 from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
+from launch.errors import LaunchError
 from launch.jobs import backend
 from rl.config import parent_run, placement, planned_saves
 
@@ -102,18 +103,15 @@ class GRPOTrainer(run.Trainer):
     def needs(self, cfg) -> dict[str, str]:
         return interpreter.grpo_needs(cfg)
 
-    def preflight(self, prep: run.Prepared) -> int | None:
+    def preflight(self, prep: run.Prepared) -> None:
         """What the trainer would refuse at start, task=spa's adversarial pilot included (rl.train.preflight):
-        exit 2 when a reward hack comes within the required margin of genuine play."""
+        a LaunchError (exit 2) when a reward hack comes within the required margin of genuine play."""
         from rl.train import preflight as trainer_preflight
 
         cfg = prep.cfg
-        table = trainer_preflight(cfg, probe_retriever=backend(cfg.launcher.kind).where == "here")
-        if table:
-            print(f"error: refusing to train task=spa: a reward hack comes within the required margin of genuine "
-                  f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}", file=sys.stderr)
-            return 2
-        return None
+        if table := trainer_preflight(cfg, probe_retriever=backend(cfg.launcher.kind).where == "here"):
+            raise LaunchError(f"refusing to train task=spa: a reward hack comes within the required margin of genuine "
+                              f"play (adversarial pilot, {cfg.grpo.pilot_tasks} tasks)\n{table}")
 
 
 GRPO = GRPOTrainer()

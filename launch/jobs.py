@@ -180,16 +180,16 @@ class Runner(ABC):
     - `where` its jobs run: "here" (this machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or
       "nodes" (`launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes).
     - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
-      queued or running; `task_command(job, config)`: what a task runs (on its first node), printed and recorded.
+      queued or running.
     - `script(job, ids, where)`: the text of what the job runs (its tasks under its wrapper, its resources, its
       dependencies from `ids`, each started job's id by name: `<job id of NAME>` in a dry run; logs under
       `where`). It writes nothing.
     - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; its id. A job run here
       that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
-    `Backend(command, workdir=, repo=, env=, quiet=, stops=)`: the command that planned the jobs (what its scripts
-    say wrote them), where a job other than training runs (default: the working directory), the checkout
-    training runs from, the jobs' environment (None: this one); a backend running jobs here hides their stdout
-    when `quiet`, appends each signal it forwards to `stops` and keeps each job's log file in `logs`.
+    `Backend(command, workdir=, repo=, env=, stops=)`: the command that planned the jobs (what its scripts say
+    wrote them), where a job other than training runs (default: the working directory), the checkout training
+    runs from, the jobs' environment (None: this one); a backend running jobs here appends each signal it
+    forwards to `stops` and keeps each job's log file in `logs`.
     """
     suffix = ".sh"
     submits = False
@@ -197,9 +197,9 @@ class Runner(ABC):
     requeues = False
 
     def __init__(self, command: str = "launch", workdir: str | None = None, repo: str | None = None,
-                 env: dict[str, str] | None = None, quiet: bool = False, stops: list[str] | None = None):
+                 env: dict[str, str] | None = None, stops: list[str] | None = None):
         self.command, self.workdir, self.repo, self.env = command, workdir or os.getcwd(), repo or str(REPO), env
-        self.quiet, self.stops, self.logs = quiet, stops, {}
+        self.stops, self.logs = stops, {}
 
     @classmethod
     def nodes(cls, launcher) -> int:
@@ -223,10 +223,6 @@ class Runner(ABC):
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
         return None
-
-    def task_command(self, job: Job, config: str) -> list[str]:
-        """What one task of `job` runs (on its first node): what a launch prints and records."""
-        return job.command(config)
 
     @abstractmethod
     def script(self, job: Job, ids: Mapping[str, str], where: Path) -> str: ...

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import logging
 import os
 import shlex
@@ -149,35 +148,28 @@ def isolated(env: dict[str, str] | None = None):
             lg.propagate = propagate
 
 
-def exit_status(code) -> int:
-    """The status `sys.exit(code)` ends a process with (a message: printed to stderr, status 1)."""
-    if code is None or isinstance(code, int):
-        return code or 0
-    print(code, file=sys.stderr, flush=True)
-    return 1
-
-
-def run_main(main: Callable[[list[str]], int | None], argv: list[str], *, env: dict[str, str] | None = None,
-             quiet: bool = False) -> int:
-    """`main(argv)` in this process, isolated (`env` set for the call only; `quiet`: its stdout hidden, not stderr,
-    where refusals go); its exit status as its console script would end with (an uncaught exception: 1 and the
-    traceback)."""
-    with isolated(env), (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
+def run_main(main: Callable[[list[str]], int | None], argv: list[str], *, env: dict[str, str] | None = None) -> int:
+    """`main(argv)` in this process, isolated (`env` set for the call only); its exit status as its console script
+    would end with (an uncaught exception: 1 and the traceback; `sys.exit(message)`: the message on stderr, 1)."""
+    with isolated(env):
         try:
-            return exit_status(main(list(argv)))
+            code = main(list(argv))
         except SystemExit as exc:
-            return exit_status(exc.code)
+            code = exc.code
         except Exception:   # a child would print the traceback and exit 1; the caller reports the status
             traceback.print_exc()
-            return 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            code = 1
+        if not (code is None or isinstance(code, int)):
+            print(code, file=sys.stderr)
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return code or 0
 
 
-def run_child(cmd: list[str], *, env: dict[str, str] | None = None, quiet: bool = False) -> int:
+def run_child(cmd: list[str], *, env: dict[str, str] | None = None) -> int:
     """`cmd` as a child process; its exit status (killed by signal N: 128 + N)."""
-    proc = subprocess.run(cmd, env=env, **({"stdout": subprocess.DEVNULL} if quiet else {}))
+    proc = subprocess.run(cmd, env=env)
     return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
 
 
@@ -205,8 +197,8 @@ class LocalRunner(Runner):
                                                          env=self.env, stops=self.stops)
             else:
                 with contextlib.chdir(self._cwd(job)):
-                    status = run_main(importlib.import_module(job.module).main, [config], env=self.env, quiet=self.quiet) \
-                        if here else run_child(job.command(config), env=self.env, quiet=self.quiet)
+                    status = run_main(importlib.import_module(job.module).main, [config], env=self.env) if here \
+                        else run_child(job.command(config), env=self.env)
             if status != 0:
                 raise JobFailed(job.name, status)
         return f"local-{job.name}"

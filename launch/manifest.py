@@ -33,15 +33,11 @@ def git_state(repo: Path = REPO) -> dict:
             out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.SubprocessError):
             return None
-        return out.stdout if out.returncode == 0 else None
+        return out.stdout.strip() if out.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {
-        "commit": commit.strip() if commit else None,
-        "dirty": bool(status.strip()) if status is not None else None,
-        "branch": (git("rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None,
-    }
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status) if status is not None else None,
+            "branch": git("rev-parse", "--abbrev-ref", "HEAD") or None}
 
 
 def package_versions(names=PACKAGES) -> dict:
@@ -73,6 +69,12 @@ def hardware() -> dict:
     except Exception as exc:  # a broken CUDA install must not stop the record being written
         info["cuda_error"] = repr(exc)
     return info
+
+
+def read(run_dir: Path) -> dict:
+    """A run dir's `manifest.json` as written ({} for a run dir without one)."""
+    path = Path(run_dir) / layout.MANIFEST
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: dict, data: dict,

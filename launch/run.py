@@ -8,7 +8,6 @@ dataset. The data half of the identity (the dataset's content fingerprint) is co
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -66,13 +65,11 @@ class Trainer:
     module: str
     keys: dict
 
-    def preflight(self, prep: Prepared) -> int | None:
-        """What the trainer would refuse at start: an exit code stops the launch (None: nothing to refuse)."""
-        return None
+    def preflight(self, prep: Prepared) -> None:
+        """Refuse (an error naming why) what the trainer would refuse at start."""
 
     def check_finished(self, prep: Prepared, **cache_kw) -> None:
         """A finished run's input half of the identity (refused with a LaunchError when it differs)."""
-        return None
 
     def placed(self, composed: Composed, rd: Path, nproc: int, identity: dict | None = None) -> Prepared:
         """The run with the values launch derives into config.yaml: output paths absolute (the caller's directory),
@@ -88,9 +85,10 @@ class Trainer:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
         return list(argv) if self.stage == "sft" else [f"stage={self.stage}", *argv]
 
-    def python(self, prep: Prepared) -> str:
-        """The interpreter this trainer's jobs run (`python.<stage>=`, else the one running launch)."""
-        return interpreter.interpreter(prep.cfg.get("python"), self.stage)
+    def runner(self, argv: list[str], kind: str, **kw) -> jobs.Runner:
+        """The runner of launcher `kind` for the launch or sweep command `argv` as recorded (what its scripts say
+        wrote them)."""
+        return backend(kind)(shlex.join(["launch", *self.command_argv(argv)]), **kw)
 
     def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None, kind: str | None = None) -> Job:
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
@@ -107,7 +105,7 @@ class Trainer:
         for p in preps:
             p.needs = p.needs or preflight.run_needs(self, p)
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
-                   array=configs if array else (), python=self.python(preps[0]), wrapper=Torchrun(nodes, preps[0].nproc),
+                   array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), wrapper=Torchrun(nodes, preps[0].nproc),
                    cluster=runner.cluster(cfg.launcher),
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(p.needs for p in preps)),
@@ -140,9 +138,9 @@ def recorded_identity(rd: Path) -> dict | None:
     """The identity a run dir belongs to: `manifest.json`'s `identity`, or — for a run dir made
     before identity was recorded — one computed from its `config.yaml` (trainer semantics
     `LEGACY_TRAINER_SEMANTICS`, data fingerprint from the manifest). None for a fresh dir."""
-    man_path, cfg_path = rd / "manifest.json", rd / layout.CONFIG
+    cfg_path = rd / layout.CONFIG
     try:
-        man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
+        man = manifest.read(rd)
         if isinstance(man.get("identity"), dict):
             return man["identity"]
         if not cfg_path.is_file():
@@ -258,45 +256,55 @@ def choices_line(choices: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in choices.items())
 
 
-def launch_one(trainer: Trainer, argv: list[str], prep: Prepared | None = None, checked: bool = False,
-               **cache_kw) -> int:
+def kept(trainer: Trainer, prep: Prepared, **cache_kw) -> bool:
+    """A finished run (DONE; resume=never starts over) is kept, not retrained: its identity checked (not by a
+    dry run) and said. True when kept."""
+    rd = prep.run_dir
+    if not is_finished(rd) or prep.cfg.resume == "never":
+        return False
+    if not prep.cfg.launcher.dry_run:
+        trainer.check_finished(prep, **cache_kw)
+    print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
+          f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
+    return True
+
+
+def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
     """`launch [stage=...] key=value ...` for one run of `trainer`; returns the exit code (the trainer's
-    for local runs). `prep`: the run as `trainer.resolve(argv)` already resolved it (a sweep resolves
-    every run up front: it is composed once), else resolved here. `checked`: the caller (a sweep) ran this
-    run's preflight with its others. `cache_kw` reach SFT's data step (launch.cache: a stand-in builder in tests)."""
-    if prep is None:
-        prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
-    cfg, rd = prep.cfg, prep.run_dir
-    if is_finished(rd) and cfg.resume != "never":
-        if not cfg.launcher.dry_run:
-            trainer.check_finished(prep, **cache_kw)
-        print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
-              f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
+    for local runs). `cache_kw` reach SFT's data step (launch.cache: a stand-in builder in tests)."""
+    prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
+    if kept(trainer, prep, **cache_kw):
         return 0
     trainer.check_python(prep)   # a named interpreter: its one line, before anything (a dry run's too)
-    found = [] if checked else preflight.gate(preflight.of([trainer.job([prep])]), bool(cfg.launcher.dry_run))
-    if cfg.launcher.dry_run:
+    found = preflight.gate(preflight.of([trainer.job([prep])]), bool(prep.cfg.launcher.dry_run))
+    if prep.cfg.launcher.dry_run:
         return dry_run(trainer, [prep], argv) or preflight.after_plan(found) or 0
     print(trainer.describe(prep))
-    refused = trainer.preflight(prep)
-    if refused is not None:
-        return refused
-    runner = backend(cfg.launcher.kind)
-    with prepared(trainer, prep, runner, **cache_kw) as data:
+    runner = trainer.runner(argv, prep.cfg.launcher.kind)
+    if not runner.submits:
+        return train_here(trainer, argv, prep, **cache_kw)
+    job = trainer.job([prep])   # as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), its submission in manifest.json
+    script = prep.run_dir / f"{job.name}{runner.suffix}"
+    job_id = Training(runner, {job.name: (trainer, [(argv, prep)])}, **cache_kw).start(job, script, {})
+    print(f"[launch] submitted {script} as {prep.cfg.launcher.kind.capitalize()} job {job_id}")
+    return 0
+
+
+def train_here(trainer: Trainer, argv: list[str], prep: Prepared, **cache_kw) -> int:
+    """One run trained on this machine (its launcher backend runs jobs here: LocalRunner, its output teed into
+    <run dir>/logs, launch's signals forwarded, each one named in `stops`), prepared as `prepared` says and recorded
+    first; the trainer tags a refusal it records with this launch's id (another's is never taken for it); the
+    exit code is report_end's (a refusal by the trainer's preflight: its line, exit 2)."""
+    try:
+        trainer.preflight(prep)
+    except LaunchError as exc:   # (one run of several: the others still run)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    launch_id, stops, rd = uuid.uuid4().hex, [], prep.run_dir
+    here = trainer.runner(argv, prep.cfg.launcher.kind, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
+    with prepared(trainer, prep, here, **cache_kw) as data:
         job = trainer.job([prep])
-        if runner.submits:   # as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), its submission in manifest.json
-            (rd / "logs").mkdir(exist_ok=True)
-            submits = runner_of(cfg.launcher.kind, trainer.command_argv(argv))
-            job_id, script = submits.run([job], rd)[job.name], rd / f"{job.name}{submits.suffix}"
-            submitted(prep, trainer.command_argv(argv), job, script, job_id, data)
-            print(f"[launch] submitted {script} as {cfg.launcher.kind.capitalize()} job {job_id}")
-            return 0
-        # here (LocalRunner: its output teed into <run dir>/logs, launch's signals forwarded, each one named in `stops`),
-        # recorded first; the trainer tags a refusal it records with this launch's id: another's is never taken for it
-        launch_id, stops = uuid.uuid4().hex, []
-        here = runner_of(cfg.launcher.kind, trainer.command_argv(argv), env={**os.environ, layout.LAUNCH_ID_ENV: launch_id},
-                         stops=stops)
-        cmd = shlex.join(here.task_command(job, str(job.config)))
+        cmd = shlex.join(job.command(str(job.config)))
         record(prep, trainer.command_argv(argv), data, nproc=prep.nproc, command=cmd)
         resuming = any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in (layout.STATES, layout.CHECKPOINTS))
         print(f"[launch] {'resuming' if resuming else 'starting'}: {cmd}", flush=True)
@@ -347,26 +355,10 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
                       if rc < 0 and -rc in _SIGNALS else "")
             layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
                               "launch (local)", launch=launch_id, code=rc)
-    if is_finished(rd):
-        state = "finished"
-    elif resumable:
-        state = f"stopped (exit {rc}); re-run the same command to resume"
-    else:
-        state = f"stopped (exit {rc}) before any resumable state was written"
+    state = "finished" if is_finished(rd) else f"stopped (exit {rc})" + (
+        "; re-run the same command to resume" if resumable else " before any resumable state was written")
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc
-
-
-def runner_of(kind: str, argv: list[str], **kw) -> jobs.Runner:
-    """The runner of launcher `kind` for the launch or sweep command `argv` as recorded (what its scripts say
-    wrote them: Trainer.command_argv)."""
-    return backend(kind)(shlex.join(["launch", *argv]), **kw)
-
-
-def submitted(prep: Prepared, argv: list[str], job: Job, script: Path, job_id: str, data: dict) -> None:
-    """A run's submission (`job_id`: its job, or its task of a sweep's array) recorded in its manifest.json."""
-    record(prep, argv, data, nodes=job.resources.nodes, gpus_per_node=job.resources.gpus_per_node, script=str(script),
-           job_id=job_id)
 
 
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
@@ -387,40 +379,38 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
     for i, prep in enumerate(preps):
         (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
-    runner = runner_of(kind, trainer.command_argv(argv))
-    jobs.dry_run([job, *(then(where) if then else [])], runner, where)
-    script = (where / f"{job.name}{runner.suffix}").read_text(encoding="utf-8")
+    jobs.dry_run([job, *(then(where) if then else [])], trainer.runner(argv, kind), where)
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)
-        if runner.where == "here" and prep.cfg.model.gpu_only and jobs.cuda_device_count() == 0:
+        if backend(kind).where == "here" and prep.cfg.model.gpu_only and jobs.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
-    sbatch = Path(logs or first.run_dir) / f"{job.name}{runner.suffix}"
     if not array:   # (a sweep's array: its script when submitted; run here, every task's command is in the one written)
         print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
-    if trainer.stage == "grpo":   # (never an array) every launcher backend's script, each as launcher=KIND would write it
-        for other in jobs.BACKENDS:
-            mine = runner_of(other, trainer.command_argv(argv))
-            print(f"# launcher={other}: {sbatch.with_suffix(mine.suffix)} (not written: dry_run=true)\n"
-                  + (script if other == kind else mine.script(trainer.job(preps, kind=other), {}, where)))
-    elif runner.submits:
-        print(f"# {sbatch} (not written: dry_run=true)\n{script}")
-    elif not array:
-        print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
+    for other in jobs.BACKENDS if trainer.stage == "grpo" else [kind]:   # GRPO (never an array): every backend's script
+        runner = trainer.runner(argv, other)
+        if runner.submits or trainer.stage == "grpo":
+            print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(logs or first.run_dir) / job.name}"
+                  f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, logs, other), {}, where)}")
+        elif not array:
+            print(f"# command\n{shlex.join(job.command(str(job.config)))}")
     return 0
 
 
 def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
-    """Runs ((argv, prep) each), here, one after another as `launch` runs each (launch_one on the run resolved up
-    front; of several, each announced by its first two keys: arm and seed); the exit status: one run's own; of
-    several, 1 when one failed (the others run all the same; the failed ones listed), an interrupt's (130 / 143),
-    which stops them."""
+    """Runs ((argv, prep) each, resolved up front), here, one after another as `launch` runs each (of several, each
+    announced by its first two keys: arm and seed); the exit status: one run's own; of several, 1 when one failed
+    (the others run all the same; the failed ones listed), an interrupt's (130 / 143), which stops them."""
     failed = []
     for i, (argv, prep) in enumerate(runs, 1):
         if len(runs) > 1:
             print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(argv[:2])}", flush=True)
-        rc = launch_one(trainer, argv, prep, checked=True, **cache_kw)
+        if kept(trainer, prep, **cache_kw):
+            continue
+        trainer.check_python(prep)
+        print(trainer.describe(prep))
+        rc = train_here(trainer, argv, prep, **cache_kw)
         if rc in (130, 143) or len(runs) == 1:
             return rc
         failed += [(argv[:2], rc)] if rc else []
@@ -432,9 +422,9 @@ def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
 class Training(jobs.Runner):
     """A plan on a launcher backend's runner (`inner`) whose training jobs (`runs`: job name -> (trainer, its runs,
     (argv, prep) each)) run as `launch` runs them, in the runner's environment: run here, one after another
-    (`train_runs`); submitted, prepared just before (what the trainer would refuse at start, resume=never's rename,
-    then data and config.yaml under each run dir's lock; a finished run kept, its identity checked) and each run's
-    submission recorded in its manifest (an array: task i). `cache_kw` reach the data step (launch.cache)."""
+    (`train_runs`); submitted, a finished run kept (`kept`) and each other one prepared just before (what the trainer
+    would refuse at start, then `prepared`), each run's submission recorded in its manifest (an array: task i).
+    `cache_kw` reach the data step (launch.cache)."""
 
     def __init__(self, inner: jobs.Runner, runs: dict, **cache_kw):
         self.inner, self.runs, self.cache_kw, self.suffix = inner, runs, cache_kw, inner.suffix
@@ -451,20 +441,19 @@ class Training(jobs.Runner):
                 if status := train_runs(trainer, runs, **self.cache_kw):
                     raise JobFailed(job.name, status)
                 return f"local-{job.name}"
-            todo, data = [], []
-            for argv, prep in runs:   # as launch_one: a finished run is kept, its identity checked
-                if is_finished(prep.run_dir) and prep.cfg.resume != "never":
-                    trainer.check_finished(prep, **self.cache_kw)
-                else:
-                    todo.append((argv, prep))
+            todo = [(argv, prep) for argv, prep in runs if not kept(trainer, prep, **self.cache_kw)]
+            data = []
             for _, prep in todo:
-                if (refused := trainer.preflight(prep)) is not None:
-                    raise LaunchError(f"{job.name}: {prep.run_dir}: refused by the trainer's own checks (exit {refused})")
-                with prepared(trainer, prep, self.inner, **self.cache_kw) as record:
-                    data.append(record)
+                trainer.preflight(prep)
+                with prepared(trainer, prep, self.inner, **self.cache_kw) as record_data:
+                    data.append(record_data)
+            # (written again now: a single launch's script lies in its run dir, which resume=never renamed aside)
+            Path(job.logs).mkdir(parents=True, exist_ok=True)
+            script.write_text(self.inner.script(job, ids, script.parent), encoding="utf-8")
             job_id = self.inner.start(job, script, ids)
-            for i, ((argv, prep), record) in enumerate(zip(todo, data)):
-                submitted(prep, trainer.command_argv(argv), job, script, f"{job_id}_{i}" if job.array else job_id, record)
+            for i, ((argv, prep), record_data) in enumerate(zip(todo, data)):
+                record(prep, trainer.command_argv(argv), record_data, nodes=job.resources.nodes,
+                       gpus_per_node=job.resources.gpus_per_node, script=str(script), job_id=f"{job_id}_{i}" if job.array else job_id)
         return job_id
 
 
@@ -512,9 +501,7 @@ class SFTTrainer(Trainer):
         if not have or not have.get("data_fingerprint"):
             return   # nothing recorded to compare with
         if not prep.cfg.data.dir:   # (an explicit data.dir: the dataset step only reads its manifest)
-            man_path = rd / "manifest.json"
-            man = json.loads(man_path.read_text(encoding="utf-8")) if man_path.is_file() else {}
-            recorded_key = (man.get("data") or {}).get("cache_key")
+            recorded_key = (manifest.read(rd).get("data") or {}).get("cache_key")
             if recorded_key is not None and recorded_key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd),
                                                                                prep.composed.data_arm, cache_kw.get("key_fn")):
                 return

@@ -8,7 +8,6 @@ each step: docs/how-to/slurm.md ("Training jobs and signals", "How a segment end
 """
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 from common.layout import CONFIG, LAUNCH_ID_ENV
 from launch.errors import LaunchError
 from launch.jobs import CLUSTER_OPTIONS, Cluster, Job, Runner
+from launch.manifest import read as read_manifest
 
 RDZV_PORT = 29500
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them.
@@ -58,9 +58,11 @@ class SlurmSpec:
     signal: bool | str = True
 
 
-def _body(spec: SlurmSpec, python: str, module: str = "sft.train") -> list[str]:
-    """A training job's lines after the template's head: one segment of the run, then requeue or finish.
-    `module` is the trainer torchrun starts (`sft.train`, or `rl.train` for stage=grpo)."""
+def _training(spec: SlurmSpec, python: str, module: str, setup: list[str]) -> list[str]:
+    """A training job's lines after the template's head: the end records (common.layout FAILED / REQUEUED, JSON,
+    written atomically: how this segment ended short of DONE, for analyze; an earlier segment's go first; an EXIT
+    trap records a segment that ended otherwise, launcher.setup exiting or the batch shell killed, unless one was
+    written), `setup`, one segment of the run under torchrun (`module`: the trainer), then requeue or finish."""
     node_cmd = (
         "trap \"\" USR1; exec \"$0\" -m launch.torchrun"
         f" --nnodes={spec.nodes} --nproc_per_node={spec.nproc_per_node}"
@@ -72,8 +74,25 @@ def _body(spec: SlurmSpec, python: str, module: str = "sft.train") -> list[str]:
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",
         # the id a trainer's refusal and failure are recorded under (common.layout): this segment's
         f'export {LAUNCH_ID_ENV}="slurm-$JOB_REF-${{SLURM_RESTART_COUNT:-0}}"',
-        *_end_record_lines(),
-        *_setup_lines(spec),
+        'rm -f "$RUN_DIR/FAILED" "$RUN_DIR/REQUEUED"   # an earlier segment\'s end record: this one runs',
+        "ENDED= PHASE=setup",
+        "end_record() {  # NAME REASON: $RUN_DIR/NAME (the other one removed)",
+        '  local tmp="$RUN_DIR/.$1.tmp-$$" other=FAILED',
+        '  [ "$1" = FAILED ] && other=REQUEUED',
+        """  printf '{\\n  "state": "%s",\\n  "reason": "%s",\\n  "by": "slurm batch script",\\n  "launch": "%s",\\n"""
+        """  "job": "%s",\\n  "time": "%s"\\n}\\n' "${1,,}" "$2" "$""" + LAUNCH_ID_ENV
+        + """" "$JOB_REF" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \\""",
+        '    > "$tmp" && mv -f "$tmp" "$RUN_DIR/$1" && rm -f "$RUN_DIR/$other"',
+        "  ENDED=1",
+        "}",
+        "on_exit() {",
+        "  local rc=$?",
+        '  [ -n "$ENDED" ] || [ -f "$RUN_DIR/DONE" ] && return',
+        '  if [ "$PHASE" = setup ]; then end_record FAILED "the job ended (exit $rc) before training started (in launcher.setup?)"',
+        '  else end_record FAILED "the batch shell was ended during training (scancel, the time limit or a node failure)"; fi',
+        "}",
+        "trap on_exit EXIT",
+        *setup,
         'if [ -f "$RUN_DIR/DONE" ]; then echo "[launch] $RUN_DIR is finished (DONE); nothing to do"; exit 0; fi',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         # the rendezvous host: the node's address (NodeAddr), which is its name only where the cluster names
@@ -122,63 +141,6 @@ def _body(spec: SlurmSpec, python: str, module: str = "sft.train") -> list[str]:
     ]
 
 
-def _end_record_lines() -> list[str]:
-    """The batch script's end records (common.layout FAILED / REQUEUED, JSON, written atomically): how this
-    segment ended short of DONE, for analyze. The ones of an earlier segment go first; an EXIT trap records a
-    segment that ended otherwise (launcher.setup exiting, the batch shell killed) unless one was written."""
-    return [
-        'rm -f "$RUN_DIR/FAILED" "$RUN_DIR/REQUEUED"   # an earlier segment\'s end record: this one runs',
-        "ENDED= PHASE=setup",
-        "end_record() {  # NAME REASON: $RUN_DIR/NAME (the other one removed)",
-        '  local tmp="$RUN_DIR/.$1.tmp-$$" other=FAILED',
-        '  [ "$1" = FAILED ] && other=REQUEUED',
-        """  printf '{\\n  "state": "%s",\\n  "reason": "%s",\\n  "by": "slurm batch script",\\n  "launch": "%s",\\n"""
-        """  "job": "%s",\\n  "time": "%s"\\n}\\n' "${1,,}" "$2" "$""" + LAUNCH_ID_ENV
-        + """" "$JOB_REF" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \\""",
-        '    > "$tmp" && mv -f "$tmp" "$RUN_DIR/$1" && rm -f "$RUN_DIR/$other"',
-        "  ENDED=1",
-        "}",
-        "on_exit() {",
-        "  local rc=$?",
-        '  [ -n "$ENDED" ] || [ -f "$RUN_DIR/DONE" ] && return',
-        '  if [ "$PHASE" = setup ]; then end_record FAILED "the job ended (exit $rc) before training started (in launcher.setup?)"',
-        '  else end_record FAILED "the batch shell was ended during training (scancel, the time limit or a node failure)"; fi',
-        "}",
-        "trap on_exit EXIT",
-    ]
-
-
-def render_script(spec: SlurmSpec, command: str, cd: str, lines: list[str], runs: list[str] = ()) -> str:
-    """The one sbatch template: the #SBATCH header (`command`: what wrote it), a training job's run dir(s)
-    (`runs`), `cd` (training: the checkout; any other job: where the submitting command ran, its relative paths
-    valid), unbuffered output, then the job's `lines`."""
-    signal = spec.signal if isinstance(spec.signal, str) else "USR1@120"
-    options = [f"job-name={spec.job_name}", f"nodes={spec.nodes}", "ntasks-per-node=1",
-               *([f"gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
-               *(["exclusive"] if spec.exclusive else []), *([f"signal={signal}"] if spec.signal else []),
-               "requeue", "open-mode=append", f"output={spec.output}",
-               *(f"{k}={v}" for k in ("partition", "time", "account", "qos") if (v := getattr(spec.cluster, k)) is not None),
-               *(f"{k}={v}" for k in ("array", "dependency") if (v := getattr(spec, k)) is not None)]
-    return "\n".join(["#!/bin/bash", f"# Written by: {command}", *(f"#SBATCH --{o}" for o in options),
-                      *(f"#SBATCH {o}" for o in (*spec.cluster.sbatch, *spec.more)), "", "set -uo pipefail", *runs, f"cd {shlex.quote(cd)}",
-                      "export PYTHONUNBUFFERED=1", *lines]) + "\n"
-
-
-def render_run_script(spec: SlurmSpec, run_dirs: str | list[str], repo: str, python: str, command: str,
-                      module: str = "sft.train") -> str:
-    """A training job: one run (`run_dirs` its run dir) or a job array over several runs, task i training
-    run_dirs[i] (a sweep)."""
-    runs = [f"RUN_DIR={shlex.quote(run_dirs)}"] if isinstance(run_dirs, str) else [
-        "RUN_DIRS=(", *(f"  {shlex.quote(d)}" for d in run_dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
-    return render_script(spec, command, repo, _body(spec, python, module), runs)
-
-
-def _setup_lines(spec: SlurmSpec) -> list[str]:
-    # Environment scripts (conda activate, module load) often read unset variables: not under `set -u`.
-    setup = spec.cluster.setup
-    return ["set +u  # launcher.setup", *setup.strip().splitlines(), "set -u  # end of launcher.setup"] if setup else []
-
-
 class SlurmRunner(Runner):
     """A plan as Slurm jobs: one sbatch script per Job, submitted in order, `--dependency` from its `after`
     (afterok, or afterany for `after_any`; an afterok one adds `--kill-on-invalid-dep=yes`, so that what runs
@@ -194,10 +156,7 @@ class SlurmRunner(Runner):
     def check_not_queued(run_dir: Path) -> None:
         """Refuse to submit a run whose last submitted job (its manifest.json's) is still queued or running
         (two jobs would train one run directory)."""
-        path = Path(run_dir) / "manifest.json"
-        if not path.is_file():
-            return
-        launches = json.loads(path.read_text(encoding="utf-8")).get("launches", [])
+        launches = read_manifest(run_dir).get("launches", [])
         jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
         squeue = shutil.which("squeue")   # absent, or the job no longer known (finished, purged): not queued
         out = subprocess.run([squeue, "-h", "-o", "%T", "-j", str(jobs[-1])], capture_output=True, text=True) \
@@ -219,24 +178,41 @@ class SlurmRunner(Runner):
                          exclusive=r.exclusive, signal=r.signal)
 
     def script(self, job: Job, ids, where: Path) -> str:
-        spec = self.spec(job, ids, Path(where))
-        if job.wrapper is not None:   # training: config i is <run dir i>/config.yaml
+        """The one sbatch template: the #SBATCH header (what wrote it: `command`), a training job's run dir(s) (config
+        i is <run dir i>/config.yaml) and the checkout, any other job's `workdir` (its relative paths valid), the
+        project importable, then the job's lines; `launcher.setup` before them, not under `set -u` (environment
+        scripts, conda activate or module load, often read unset variables)."""
+        spec, q = self.spec(job, ids, Path(where)), shlex.quote
+        setup = ["set +u  # launcher.setup", *spec.cluster.setup.strip().splitlines(),
+                 "set -u  # end of launcher.setup"] if spec.cluster.setup else []
+        if job.wrapper is not None:   # training
             dirs = [str(Path(c).parent) for c in job.configs]
             if any(Path(c).name != CONFIG for c in job.configs):
                 raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")
-            return render_run_script(spec, dirs if job.array else dirs[0], self.repo, job.python, self.command,
-                                     module=job.module)
-        py, q = shlex.quote(job.python), shlex.quote
-        task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""   # any other job: the batch step is its one task, no srun
-        lines = [f"export PYTHONPATH={q(self.repo)}${{PYTHONPATH:+:$PYTHONPATH}}", *_setup_lines(spec)]   # the project importable
-        lines += [f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)]
-        if job.array:
-            lines += ["CONFIGS=(", *(f"  {q(c)}" for c in job.array), ")"]
-        lines += [f'echo "[{job.name}]{" task " + task if task else ""} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
-                  '${SLURM_JOB_NODELIST:-this host}"',
-                  f"exec {py} -m {job.module} " + ('"${CONFIGS[$SLURM_ARRAY_TASK_ID]}"' if job.array
-                                                   else q(str(job.config)))]
-        return render_script(spec, self.command, self.workdir, lines)
+            head = ["RUN_DIRS=(", *(f"  {q(d)}" for d in dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"'] \
+                if job.array else [f"RUN_DIR={q(dirs[0])}"]
+            head += [f"cd {q(self.repo)}", "export PYTHONUNBUFFERED=1"]
+            lines = _training(spec, job.python, job.module, setup)
+        else:   # the batch step is its one task, no srun
+            task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""
+            head = [f"cd {q(self.workdir)}", "export PYTHONUNBUFFERED=1"]
+            lines = [f"export PYTHONPATH={q(self.repo)}${{PYTHONPATH:+:$PYTHONPATH}}", *setup,
+                     *(f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)),
+                     *(["CONFIGS=(", *(f"  {q(c)}" for c in job.array), ")"] if job.array else []),
+                     f'echo "[{job.name}]{" task " + task if task else ""} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
+                     '${SLURM_JOB_NODELIST:-this host}"',
+                     f"exec {q(job.python)} -m {job.module} "
+                     + ('"${CONFIGS[$SLURM_ARRAY_TASK_ID]}"' if job.array else q(str(job.config)))]
+        signal = spec.signal if isinstance(spec.signal, str) else "USR1@120"
+        options = [f"job-name={spec.job_name}", f"nodes={spec.nodes}", "ntasks-per-node=1",
+                   *([f"gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
+                   *(["exclusive"] if spec.exclusive else []), *([f"signal={signal}"] if spec.signal else []),
+                   "requeue", "open-mode=append", f"output={spec.output}",
+                   *(f"{k}={v}" for k in CLUSTER_OPTIONS if (v := getattr(spec.cluster, k)) is not None),
+                   *(f"{k}={v}" for k in ("array", "dependency") if (v := getattr(spec, k)) is not None)]
+        return "\n".join(["#!/bin/bash", f"# Written by: {self.command}", *(f"#SBATCH --{o}" for o in options),
+                          *(f"#SBATCH {o}" for o in (*spec.cluster.sbatch, *spec.more)), "", "set -uo pipefail",
+                          *head, *lines]) + "\n"
 
     def start(self, job: Job, script: Path, ids) -> str:
         """`sbatch --parsable SCRIPT`; the job id."""

@@ -21,13 +21,13 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import split_dotlist
 from common.recipes import group_choices
+from evals.profiles import PROFILES_DIR, profile_names
 from launch import local, preflight
 from launch.errors import LaunchError
-from launch.jobs import REPO, Job, JobFailed, backend, dry_run_dir, project_env
-from launch.run import SFT, Training, dry_run, is_finished, runner_of, train_runs
+from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
+from launch.run import SFT, Training, dry_run, kept, train_runs
 
 SWEEP_KEYS = ("arms", "seeds")
-EVAL_PROFILES = REPO / "recipes" / "eval"   # what `eval_profile=` names (the evals stage reads them: evals.profiles)
 
 
 def combos(argv: list[str]) -> list[list[str]]:
@@ -73,9 +73,8 @@ def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str], list[str
             analyze.append(f"{key.strip()[len(ANALYZE):]}={value}")
         else:
             rest.append(tok)
-    if profile is not None and not (EVAL_PROFILES / f"{profile}.yaml").is_file():
-        names = sorted(p.stem for p in EVAL_PROFILES.glob("*.yaml"))
-        raise LaunchError(f"eval_profile={profile}: no recipes/eval/{profile}.yaml; profiles: {', '.join(names)}")
+    if profile is not None and not (PROFILES_DIR / f"{profile}.yaml").is_file():
+        raise LaunchError(f"eval_profile={profile}: no recipes/eval/{profile}.yaml; profiles: {', '.join(profile_names())}")
     if analyze and profile is None:
         raise LaunchError(f"{ANALYZE}KEY=VALUE ({', '.join(analyze)}) sets the sweep's evaluation: give eval_profile=PROFILE")
     return profile, analyze, rest
@@ -140,18 +139,16 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     elif (rc := train_runs(SFT, list(zip(runs, preps)), **cache_kw)) == 0:   # the runs as resolved up front
         print(f"[launch] sweep: all {len(runs)} runs finished")
         if evaluation is not None:
-            where = _sweep_dir(first)
-            where.mkdir(parents=True, exist_ok=True)
-            job = analysis_job(evaluation, where, after=())
-            print(f"[launch] sweep: evaluating with profile {evaluation.profile}: python -m launch.analyze {job.config}",
-                  flush=True)
-            rc = _analyze_here(job)
+            rc = _analyze_here(evaluation, _sweep_dir(first))
     return rc or preflight.after_plan(found) or 0
 
 
-def _analyze_here(job: Job) -> int:
-    """The sweep's analysis job, run now (LocalRunner: in this process when its interpreter is this one, else a
-    child); its exit status."""
+def _analyze_here(cfg, where: Path) -> int:
+    """The sweep's analysis (`cfg`, written under `where`) run now (LocalRunner: in this process when its
+    interpreter is this one, else a child); its exit status."""
+    where.mkdir(parents=True, exist_ok=True)
+    job = analysis_job(cfg, where, after=())
+    print(f"[launch] sweep: evaluating with profile {cfg.profile}: python -m launch.analyze {job.config}", flush=True)
     try:
         local.LocalRunner(env=project_env()).start(job, None, {})
     except JobFailed as failed:
@@ -189,15 +186,9 @@ def evaluation_jobs(req, where: Path, todo: list, finished: list[str]) -> list[J
 def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
     """A submitting launcher's sweep: every unfinished run prepared here, one array job trains them all (task i:
     run i), its evaluation jobs (`req`: evaluation_request's) after it."""
-    kind, todo, finished, dry = preps[0].cfg.launcher.kind, [], [], bool(preps[0].cfg.launcher.dry_run)
-    for run, prep in zip(runs, preps):
-        if is_finished(prep.run_dir):
-            if not dry:
-                SFT.check_finished(prep, **cache_kw)
-            print(f"[launch] {prep.run_dir} is finished; skipped")
-            finished.append(str(prep.run_dir))
-            continue
-        todo.append((run, prep))
+    kind, dry = preps[0].cfg.launcher.kind, bool(preps[0].cfg.launcher.dry_run)
+    todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep, **cache_kw)]
+    finished = [str(p.run_dir) for p in preps if all(p is not t for _, t in todo)]
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
         print(SFT.describe(prep))
         SFT.check_python(prep)
@@ -207,10 +198,8 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
         if req is None:
             return 0
         # what is left to evaluate: one array task per checkpoint, then the aggregation (analyze, run here)
-        where = dry_run_dir("sweep") if dry else root
-        where.mkdir(parents=True, exist_ok=True)
-        return _analyze_here(analysis_job(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}), where,
-                                          after=()))
+        return _analyze_here(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}),
+                             dry_run_dir("sweep") if dry else root)
     preps_todo = [p for _, p in todo]
     if dry:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
@@ -221,7 +210,7 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
         from launch.eval_slurm import _plan_dir
 
         plan += evaluation_jobs(req, _plan_dir(req.cfg, "runs"), preps_todo, finished)
-    ids = Training(runner_of(kind, SFT.command_argv(["sweep", *argv])), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
+    ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if req is not None:
         every = [ids[j.name] for j in plan]

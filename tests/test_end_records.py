@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,11 @@ from launch.run import REPO
 def _script(rd: Path, setup: str = "") -> str:
     from launch import slurm
 
-    spec = slurm.SlurmSpec(job_name="t", nodes=1, gpus_per_node=1, nproc_per_node=1, output="/dev/null",
-                           cluster=slurm.Cluster(setup=setup))
-    return slurm.render_run_script(spec, str(rd), str(REPO), sys.executable, "launch")
+    from launch.jobs import Job, Resources, Torchrun
+
+    job = Job("t", "sft.train", config=str(rd / "config.yaml"), wrapper=Torchrun(), cluster=slurm.Cluster(setup=setup),
+              resources=Resources(gpus_per_node=1, exclusive=True, signal=True), logs="/dev")
+    return slurm.SlurmRunner("launch", repo=str(REPO)).script(job, {}, rd)
 
 
 # what the trainer writes for its own exception (common.layout.record_end under $DTSFT_LAUNCH_ID)

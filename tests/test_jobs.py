@@ -118,8 +118,8 @@ def test_the_dry_run_writes_every_script_under_the_dir_it_names_and_prints_one_t
 
 
 def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_the_others(tmp_path):
-    """One template: a torchrun Job is the training run script (byte for byte what `launch launcher=slurm`
-    writes); any other job execs `python -m MODULE CONFIG`, an array task its own config; `after` becomes the
+    """One template: a torchrun Job is the training run script (its run dir, torchrun on each node under srun,
+    requeue or an end record); any other job execs `python -m MODULE CONFIG`, an array task its own config; `after` becomes the
     dependency (afterok, or afterany), with --kill-on-invalid-dep=yes where a failed dependency cancels it."""
     from launch import slurm
 
@@ -128,10 +128,13 @@ def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_t
     cluster = slurm.Cluster(partition="P", sbatch=("--constraint=h100",))
     train = Job("train", "sft.train", config=str(run_dir / "config.yaml"), wrapper=Torchrun(2, 4), cluster=cluster,
                 resources=Resources(nodes=2, gpus_per_node=4, exclusive=True, signal=True))
-    spec = slurm.SlurmSpec(job_name="dtsft-train", nodes=2, gpus_per_node=4, nproc_per_node=4,
-                           output=str(tmp_path / "slurm-train-%j.out"), cluster=cluster)
-    assert runner.script(train, {}, tmp_path) == slurm.render_run_script(spec, str(run_dir), runner.repo,
-                                                                          sys.executable, "test")
+    script = runner.script(train, {}, tmp_path)
+    for line in ("# Written by: test", "#SBATCH --nodes=2", "#SBATCH --gpus-per-node=4", "#SBATCH --exclusive",
+                 "#SBATCH --signal=USR1@120", "#SBATCH --requeue", f"#SBATCH --output={tmp_path}/slurm-train-%j.out",
+                 "#SBATCH --partition=P", "#SBATCH --constraint=h100", f"RUN_DIR={run_dir}", f"cd {runner.repo}",
+                 "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 \\", 'scontrol requeue "$JOB_REF" || end_record FAILED'):
+        assert line in script.splitlines() or line in script, line
+    assert "--nnodes=2 --nproc_per_node=4" in script and "-m sft.train" in script
     ev = Job("eval", "launch.eval_slurm", array=("e0.json", "e1.json"), after=("train",), waits="afterok:7_1",
              resources=Resources(gpus_per_node=1, signal="B:USR1@120", at_once=1), notes=("x", "y"))
     script = runner.script(ev, {"train": "42"}, tmp_path)

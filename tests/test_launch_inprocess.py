@@ -40,7 +40,7 @@ def test_a_stage_in_process_leaves_nothing_behind_and_keeps_its_status(tmp_path,
     cwd, root = os.getcwd(), logging.getLogger()
     handlers, level = list(root.handlers), root.level
     main, made = _messy_stage(tmp_path, code)
-    assert local.run_main(main, ["a=1"], env=dict(os.environ, DTSFT_STUDY_TEST="x"), quiet=True) == status
+    assert local.run_main(main, ["a=1"], env=dict(os.environ, DTSFT_STUDY_TEST="x")) == status
     assert made["argv"] == ["a=1"]
     assert "DTSFT_TEST_LEAK" not in os.environ and os.environ["DTSFT_TEST_KEEP"] == "kept"
     assert "DTSFT_STUDY_TEST" not in os.environ
@@ -48,7 +48,7 @@ def test_a_stage_in_process_leaves_nothing_behind_and_keeps_its_status(tmp_path,
     assert root.handlers == handlers and root.level == level and made["handler"].stream is None   # closed
     assert logging.getLogger("dtsft.test.stage").handlers == []
     out, err = capsys.readouterr()
-    assert "stage output" not in out   # quiet: its stdout hidden
+    assert "stage output" in out
     assert ("bad thing" in err) == (status == 1 and isinstance(code, SystemExit))
     assert ("RuntimeError: boom" in err) == isinstance(code, RuntimeError)
 
@@ -67,8 +67,8 @@ def test_a_study_job_in_another_interpreter_stays_a_child_process(tmp_path, monk
     from launch.jobs import Job, JobFailed
 
     calls = []
-    monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd)) or 0)
-    monkeypatch.setattr(local, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
+    monkeypatch.setattr(local, "run_child", lambda cmd, env=None: calls.append(("child", cmd)) or 0)
+    monkeypatch.setattr(local, "run_main", lambda main, argv, env=None: calls.append(("here", argv)) or 0)
     monkeypatch.setattr(run, "train_runs", lambda trainer, runs: runs())   # a training stage's runs: a stand-in
     other = str(tmp_path / "eval-env" / "bin" / "python")
     plan = [Job("train", "sft.train", config="c.yaml"),
@@ -91,14 +91,13 @@ def test_the_sweeps_analysis_runs_in_process_unless_its_interpreter_is_another(t
     from launch.analyze import parse_argv
 
     calls = []
-    monkeypatch.setattr(local, "run_child", lambda cmd, env=None, quiet=False: calls.append(("child", cmd)) or 5)
-    monkeypatch.setattr(local, "run_main", lambda main, argv, env=None, quiet=False: calls.append(("here", argv)) or 0)
+    monkeypatch.setattr(local, "run_child", lambda cmd, env=None: calls.append(("child", cmd)) or 5)
+    monkeypatch.setattr(local, "run_main", lambda main, argv, env=None: calls.append(("here", argv)) or 0)
     other = str(tmp_path / "python")
     status = []
     for name, extra in (("a", []), ("b", [f"python.eval={other}"])):
-        (tmp_path / name).mkdir()
         cfg = parse_argv(["runs_root=runs", "profile=rl_ood", *extra])
-        status.append(sweep._analyze_here(sweep.analysis_job(cfg, tmp_path / name, after=())))
+        status.append(sweep._analyze_here(cfg, tmp_path / name))
         assert OmegaConf.load(tmp_path / name / "analyze.yaml") == cfg   # the config as resolved, once
     assert status == [0, 5]
     assert calls == [("here", [str(tmp_path / "a" / "analyze.yaml")]),

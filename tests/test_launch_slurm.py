@@ -177,9 +177,12 @@ def _build(data_cfg, *, arm, seed, tokenizer, out):
 def _script_for(run_dirs: list[Path], array: bool = False) -> str:
     from launch import slurm
 
-    spec = slurm.SlurmSpec(job_name="t", nodes=1, gpus_per_node=1, nproc_per_node=1, output="/dev/null")
-    dirs = [str(d) for d in run_dirs] if array else str(run_dirs[0])   # one template: a run or an array over runs
-    return slurm.render_run_script(spec, dirs, str(REPO), sys.executable, "launch")
+    from launch.jobs import Job, Resources, Torchrun
+
+    configs = [str(d / "config.yaml") for d in run_dirs]   # one template: a run or an array over runs
+    job = Job("t", "sft.train", **({"array": tuple(configs)} if array else {"config": configs[0]}), wrapper=Torchrun(),
+              resources=Resources(gpus_per_node=1, exclusive=True, signal=True), logs="/dev")
+    return slurm.SlurmRunner("launch", repo=str(REPO)).script(job, {}, run_dirs[0])
 
 
 REFUSE = ('mkdir -p "$RUN_LOGS"; printf \'{{"code": 2, "error": "train.lr=-1: expected\\\\na number > 0", '
