@@ -8,6 +8,7 @@ every stage's config resolved once (`resolve_stages`), the preflight, the plan (
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -29,7 +30,7 @@ from launch.eval_slurm import record_jobs
 from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
 from launch.run import SFT, Training, is_finished
-from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, evaluation_request, split_eval_profile
+from launch.sweep import analysis_config, combos, evaluation_jobs, evaluation_request, split_eval_profile
 
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
 # python.sft= / python.grpo=, its own keys).
@@ -147,7 +148,6 @@ class Resolved:
     python: str | None = None
     cluster: Cluster | None = None
     unset: list[str] = field(default_factory=list)
-    needs: list = field(default_factory=list)   # what the preflight checks of its jobs (a training stage: each run's)
 
 
 def _stage_python(req: Request, stage: Stage) -> str | None:
@@ -171,16 +171,12 @@ def _resolve_training(req: Request, stage: Stage, args: list[str], r: Resolved) 
         r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
     else:
         r.argv, r.preps = [args], [r.trainer.resolve(args)]
-    r.needs = preflight.of([r.trainer.job(r.preps, kind=req.launcher)])   # each run's, as its Job carries them
-    if r.evaluation is not None:
-        r.needs.append(replace(preflight.analyze_needs(r.evaluation), who=f"stage {stage.name} (its evaluation)"))
 
 
 def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[str], r: Resolved,
                        cluster: Cluster) -> None:
     """An analyze / evaluate / export stage's one config (the study file's `args`, then the command line's:
-    the shared settings its job takes, then its `own`), resolved and checked, and what its job needs."""
-    who, python = f"stage {stage.name} ({stage.run})", r.python
+    the shared settings its job takes, then its `own`), resolved and checked."""
     if stage.run == "analyze":
         from launch.analyze import parse_argv, request
 
@@ -191,7 +187,6 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
         with local.isolated():
             request(cfg)   # every setting checked, as the analysis itself checks it
         r.cfg, r.cluster = cfg, Cluster.of(cfg.slurm)
-        r.needs = [replace(preflight.analyze_needs(cfg), who=who)]
         return
     args = [*args, *own]
     mine = [a for a in args if _key(a).startswith("slurm.")]
@@ -207,16 +202,12 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
 
         profile = next((a.partition("=")[2] for a in reversed(args) if _key(a) == "profile"), None)
         r.cfg = resolve_request(apply_overrides(base_config(profile or None), args))
-        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # the profile's: merged
-        r.needs = [preflight.eval_needs(settings, who, python, r.cfg.out, req.launcher)]
     else:
         from sft.export import DEFAULTS
 
         r.cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
         if not r.cfg.ckpt or not r.cfg.out:
             raise LaunchError(f"stage {stage.name}: ckpt= and out= are required")
-        r.needs = [Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who,
-                         "sft", python, None, (str(r.cfg.out),))]
 
 
 def resolve_stages(req: Request) -> list[Resolved]:
@@ -244,8 +235,6 @@ def resolve_stages(req: Request) -> list[Resolved]:
             if not (r.unset and "unknown" not in str(exc)):   # a value needing the slot: checked once it is filled
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
                                   f"{_with_suggestion(str(exc).splitlines()[0], study)}") from None
-        if r.unset:   # not resolved: what its jobs need is asked once its slots are filled
-            r.needs = []
         out.append(r)
     return out
 
@@ -258,53 +247,91 @@ def _with_suggestion(line: str, study: Study) -> str:
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line
 
 
-def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
-    """The study's plan: each stage's jobs, its configs written under `where`, each stage after the latest
-    earlier stage that has jobs (a training stage whose runs are all finished has none when submitted)."""
-    plan, before, submits = [], (), jobs.backend(req.launcher).submits
+def _needs(req: Request, r: Resolved) -> Needs:
+    """What an analyze / evaluate / export stage's job needs (the preflight's record of it, named by its stage)."""
+    who, cfg = f"stage {r.stage.name} ({r.stage.run})", r.cfg
+    if r.stage.run == "analyze":
+        return replace(preflight.analyze_needs(cfg), who=who)
+    if r.stage.run == "evaluate":   # (the profile's settings are merged in)
+        settings = {k: v for k, v in OmegaConf.to_container(cfg).items() if k != "profile"}
+        return preflight.eval_needs(settings, who, r.python, cfg.out, req.launcher)
+    return Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(cfg)))), EXPORT_NEEDS, who, "sft",
+                 r.python, None, (str(cfg.out),))
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list, writes: list, planned: bool) -> list[Job]:
+    """A sweep stage's evaluation (`eval_profile=`): here its analysis job (config `where`/analyze.yaml); on a
+    submitting launcher, when `planned`, one evaluation job per run after its training task, then the aggregation
+    (launch.sweep plans them and writes their configs at once: a real run plans them after its preflight, which
+    checks the analysis job's needs, theirs)."""
+    name, needs = r.stage.name, replace(preflight.analyze_needs(r.evaluation), who=f"stage {r.stage.name} (its evaluation)")
+    if not (planned and jobs.backend(req.launcher).submits):
+        writes.append(functools.partial(_write, where / "analyze.yaml", OmegaConf.to_yaml(r.evaluation)))
+        return [Job(f"{name}.analyze", "launch.analyze", config=str(where / "analyze.yaml"), needs=needs,
+                    python=interpreter.interpreter(r.evaluation.python, "eval"), after=(name,) if todo else (),
+                    after_any=True, notes=("the sweep's evaluation and report",))]
+    where.mkdir(parents=True, exist_ok=True)
+    finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
+    evaluation = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where, todo, finished)
+    # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
+    rename = {"sweep": name, **{j.name: f"{name}.{j.name}" for j in evaluation}}
+    evaluation = [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
+    return [*evaluation[:-1], replace(evaluation[-1], needs=replace(evaluation[-1].needs, each=(needs,)))]
+
+
+def plan_jobs(req: Request, stages: list[Resolved], where: Path, evaluations: bool = True) -> tuple[list[Job], list]:
+    """The study's plan, nothing written: each stage's jobs, their configs under `where`, each stage after the
+    latest earlier stage that has jobs (a training stage whose runs are all finished has none when submitted),
+    and the writes (callables) that make those configs. A sweep stage's evaluation jobs on a submitting
+    launcher are planned only with `evaluations` (_evaluation_jobs)."""
+    plan, writes, before, submits = [], [], (), jobs.backend(req.launcher).submits
+
+    def write(path: Path, text: str) -> str:
+        writes.append(functools.partial(_write, path, text))
+        return str(path)
+
     for r in stages:
         stage = r.stage
         after = {"after": before, "after_any": stage.run == "analyze"}
         module = RUNNERS[stage.run]
         if r.unset or (not r.preps and r.cfg is None):   # a dry run: its place in the order, not resolved
             unresolved = f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}"
-            (path := where / f"{stage.name}.unresolved").write_text(f"# {unresolved}\n", encoding="utf-8")
-            stage_jobs = [Job(stage.name, module, config=str(path), **after, notes=(unresolved,))]
+            stage_jobs = [Job(stage.name, module, config=write(where / f"{stage.name}.unresolved", f"# {unresolved}\n"),
+                              **after, notes=(unresolved,))]
         elif stage.run in TRAINING_RUNS:
             todo = [p for p in r.preps if not (submits and is_finished(p.run_dir) and p.cfg.resume != "never")]
             for i, p in enumerate(r.preps):
-                (where / f"{stage.name}-{i}.config.yaml").write_text(OmegaConf.to_yaml(p.cfg), encoding="utf-8")
+                write(where / f"{stage.name}-{i}.config.yaml", OmegaConf.to_yaml(p.cfg))
             stage_jobs = []
             if todo:
                 job = r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
                                     kind=req.launcher)
                 stage_jobs = [replace(job, name=stage.name, waits=None, **after)]
             if r.evaluation is not None:
-                (where / stage.name).mkdir(exist_ok=True)
-                finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
-                evaluation = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where / stage.name, todo, finished) \
-                    if submits else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
-                # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
-                rename = {"sweep": stage.name, **{j.name: f"{stage.name}.{j.name}" for j in evaluation}}
-                stage_jobs += [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
+                stage_jobs += _evaluation_jobs(req, r, where / stage.name, todo, writes, evaluations)
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
                 if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
-            (path := where / f"{stage.name}.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
-            config = str(path)
+            config = write(where / f"{stage.name}.yaml", OmegaConf.to_yaml(cfg))
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
-                config = completion.write_check(where / f"{stage.name}.check.json", stage.run, r.cfg.out,
-                                                where / f"{stage.name}.FAILED", module, config, r.python)
-                module = completion.MODULE
+                check = where / f"{stage.name}.check.json"
+                writes.append(functools.partial(completion.write_check, check, stage.run, r.cfg.out,
+                                                where / f"{stage.name}.FAILED", module, config, r.python))
+                config, module = str(check), completion.MODULE
             gpus = int(r.cfg.data_parallel or 1) * int(r.cfg.tensor_parallel_size or 1) if stage.run == "evaluate" else 0
             stage_jobs = [Job(stage.name, module, config=config, python=r.python or sys.executable, **after,
                               cluster=r.cluster if submits else None, resources=Resources(gpus_per_node=gpus),
-                              needs=r.needs[0],   # what the preflight checked of it
-                              title=f"dtsft-{req.study.name}-{stage.name}", notes=(f"stage {stage.name} ({stage.run})",))]
+                              needs=_needs(req, r), title=f"dtsft-{req.study.name}-{stage.name}",
+                              notes=(f"stage {stage.name} ({stage.run})",))]
         if stage_jobs:
             before = tuple(j.name for j in stage_jobs)
         plan += stage_jobs
-    return plan
+    return plan, writes
 
 
 def _ledger_root(v: dict) -> Path:
@@ -318,17 +345,21 @@ def run_study(argv: list[str]) -> int:
     req = parse_study_argv(argv)
     study = req.study
     stages = resolve_stages(req)
-    needs = [n for r in stages for n in r.needs]
     hardware = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items())   # key=value, not a dict
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
           f"  reference hardware: {hardware}", flush=True)
-    if not req.dry_run and preflight.gate(needs, False, counted=True):   # before anything is written, started or submitted
-        return preflight.EXIT
     kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
         (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    plan, writes = plan_jobs(req, stages, where, evaluations=req.dry_run)
+    if not req.dry_run:   # the plan's preflight, before anything is written, started or submitted
+        if preflight.gate(preflight.of(plan), False, counted=True):
+            return preflight.EXIT
+        if jobs.backend(kind).submits and any(r.evaluation is not None for r in stages):
+            plan, writes = plan_jobs(req, stages, where)   # and a sweep stage's evaluation jobs (their configs written)
     where.mkdir(parents=True, exist_ok=True)
-    plan = plan_jobs(req, stages, where)
+    for write in writes:
+        write()
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
@@ -338,7 +369,7 @@ def run_study(argv: list[str]) -> int:
             if r.unset:
                 print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see "
                       "its config)")
-        found = preflight.gate(needs, True, counted=True)
+        found = preflight.gate(preflight.of(plan), True, counted=True)
         _differences(study)
         print(f"study {study.name}: dry run done ({kind}: {len(plan)} job(s) planned, nothing started)")
         return preflight.EXIT if found else 0
