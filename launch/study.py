@@ -20,7 +20,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import interpreter
-from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, split_dotlist
+from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch
 from common.interpreter import KINDS
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
@@ -42,75 +42,92 @@ _LAUNCHER_KEYS = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
 _STAGE_JOB_KEYS = {**_LAUNCHER_KEYS, **{short: _LAUNCHER_KEYS[full] for short, full in ALIASES.items() if full in _LAUNCHER_KEYS}}
 
 
-def _key(tok: str) -> str:
-    return tok.partition("=")[0].strip()
+@dataclass(frozen=True)
+class Arg:
+    """One `key=value` a stage's command reads, split once: the command line's (its `STAGE:` taken off, `${vars.X}`
+    substituted) or the study file's. `str()` gives the token its command reads."""
+    key: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
 
 
-def _launcher(tokens: list[str]) -> str | None:
-    """The launcher tokens ask for (the last `launcher=` / `launcher.kind=` wins)."""
-    return next((t.partition("=")[2].strip() for t in reversed(tokens) if _key(t) in ("launcher", "launcher.kind")), None)
+def _split(tok: str) -> tuple[str | None, Arg] | None:
+    """A command-line token `[STAGE:]key=value` as (STAGE or None, its Arg); None when it is not of that form."""
+    head, sep, value = tok.partition("=")
+    stage, colon, key = head.partition(":")
+    if not sep or not head.strip():
+        return None
+    return (stage, Arg(key.strip(), value.strip())) if colon else (None, Arg(head.strip(), value.strip()))
+
+
+def _file_args(stage: Stage, without=()) -> list[Arg]:
+    return [Arg(k, v) for k, v in stage.shown_args(without).items()]
+
+
+def _launcher(args: list[Arg]) -> str | None:
+    """The launcher `args` ask for (the last `launcher=` / `launcher.kind=` wins)."""
+    return next((a.value for a in reversed(args) if a.key in ("launcher", "launcher.kind")), None)
 
 
 @dataclass
 class Request:
-    """A study's command line, parsed once: the study (its variables set), the plain tokens (training stages;
+    """A study's command line, parsed once: the study (its variables set), the plain arguments (training stages;
     the launcher, cluster and interpreter keys also the other stages' jobs), each stage's own, dry_run, and
     the backend every job of the plan goes to (launch.jobs.BACKENDS)."""
     study: Study
-    shared: list[str]
-    own: dict[str, list[str]]
+    shared: list[Arg]
+    own: dict[str, list[Arg]]
     dry_run: bool
     launcher: str
 
 
 def parse_study_argv(argv: list[str]) -> Request:
-    """The study's command line, parsed once (LaunchError naming a bad token)."""
-    spec = next((t.partition("=")[2].strip() for t in reversed(argv) if _key(t) == "study"), None)
-    if not spec:
+    """The study's command line, parsed once, each token split once (LaunchError naming a bad token)."""
+    given = [(tok, _split(tok)) for tok in argv]
+    plain = {p[1].key: p[1].value for _, p in given if p and p[0] is None}   # the last of each key
+    if not (spec := plain.get("study")):
         raise LaunchError("study=NAME is required (recipes/study/NAME.yaml, or a path to a study file)")
     study = load_study(spec)
-    rest = [t for t in argv if _key(t) not in ("study", "smoke")]
-    smoke = [t for t in argv if _key(t) == "smoke"]
-    if smoke and parse_switch(smoke[-1].partition("=")[2], "smoke"):   # cpu_smoke first: the command line's win
+    rest = [(tok, p) for tok, p in given if not (p and p[0] is None and p[1].key in ("study", "smoke"))]
+    if "smoke" in plain and parse_switch(plain["smoke"], "smoke"):   # cpu_smoke first: the command line's win
         if not study.cpu_smoke:
             raise LaunchError(f"smoke=true: study {spec} has no cpu_smoke overrides (its file's `cpu_smoke:` is "
                               "empty): it has no run on one CPU to offer")
-        rest = [*study.cpu_smoke, *rest]
+        rest = [*((tok, _split(tok)) for tok in study.cpu_smoke), *rest]
     variables, targeted, shared, dry_run = {}, [], [], False
-    for tok in rest:
-        head, sep, _ = tok.partition("=")
-        if not sep or not head.strip():
+    for tok, p in rest:
+        if p is None:
             raise LaunchError(f"expected key=value or STAGE:key=value, found {tok!r}")
-        if ":" in head:
-            if (key := head.partition(":")[2].strip()) == "dry_run":
-                raise LaunchError(f"{tok}: {key} goes to every stage; give it without a stage ({key}=...)")
-            targeted.append(tok)
-            continue
-        (key, value), = split_dotlist([tok])
-        if key in study.vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
-            variables[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)["v"] \
-                if value else None
-        elif key == "dry_run":
-            dry_run = parse_switch(value, key)
+        stage, arg = p
+        if stage is not None:
+            if arg.key == "dry_run":
+                raise LaunchError(f"{tok}: dry_run goes to every stage; give it without a stage (dry_run=...)")
+            targeted.append((tok, stage, arg))
+        elif arg.key in study.vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
+            variables[arg.key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={arg.value}"]), resolve=False)["v"] \
+                if arg.value else None
+        elif arg.key == "dry_run":
+            dry_run = parse_switch(arg.value, "dry_run")
         else:
-            shared.append(tok)
+            shared.append((tok, arg))
     study = load_study(spec, variables=variables) if variables else study
     names = [s.name for s in study.stages]
     if not any(s.run in TRAINING_RUNS for s in study.stages):
-        for tok in shared:
-            if _key(tok) not in (*_STAGE_JOB_KEYS, *_PYTHON_KEYS, "launcher", "launcher.kind"):
+        for tok, arg in shared:
+            if arg.key not in (*_STAGE_JOB_KEYS, *_PYTHON_KEYS, "launcher", "launcher.kind"):
                 raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has "
                                   f"no training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
     own = {s.name: [] for s in study.stages}
-    for tok in targeted:
-        stage, _, kv = tok.partition(":")
+    for tok, stage, arg in targeted:
         if stage not in own:
             raise LaunchError(f"{tok}: {stage!r} is not a stage of study {study.name} (stages: {', '.join(names)})."
                               f"{did_you_mean(stage, names)}")
-        own[stage].append(study.substitute(kv, tok))
-    shared = [study.substitute(t, t) for t in shared]
+        own[stage].append(replace(arg, value=study.substitute(arg.value, tok)))
+    shared = [replace(arg, value=study.substitute(arg.value, tok)) for tok, arg in shared]
     default = DEFAULT_CHOICES["launcher"]
-    kinds = {s.name: _launcher([*s.argv(), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
+    kinds = {s.name: _launcher([*_file_args(s), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
     launcher = next(iter(kinds.values()), _launcher(shared) or default)
     if len(set(kinds.values())) > 1:   # one backend per plan: a job run here would not wait for submitted ones
         there = next((v for v in kinds.values() if jobs.backend(v).submits), launcher)
@@ -121,17 +138,15 @@ def parse_study_argv(argv: list[str]) -> Request:
     return Request(study, shared, own, dry_run, launcher)
 
 
-def cluster_from_tokens(tokens: list[str], keys: dict[str, str], base=None) -> Cluster:
-    """`base` (launch.jobs.Cluster) with the settings `tokens` make (their `keys`; the last one wins)."""
+def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -> Cluster:
+    """`base` with the settings `args` make (their `keys`: key -> Cluster field; the last one wins)."""
     made = {}
-    for tok in tokens:
-        if _key(tok) not in keys:
-            continue
-        name, value = keys[_key(tok)], tok.partition("=")[2].strip()
+    for a in (a for a in args if a.key in keys):
+        name, value = keys[a.key], a.value
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"] \
             if name == "sbatch" or value[:1] in ("'", '"') or value == "null" else value
         made[name] = tuple(parsed or ()) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
-    return (base or Cluster()).over(**made)
+    return base.over(**made)
 
 
 @dataclass
@@ -150,21 +165,9 @@ class Resolved:
     unset: list[str] = field(default_factory=list)
 
 
-def _stage_python(req: Request, stage: Stage) -> str | None:
-    """A non-training stage's interpreter: the last `python.<its kind>=` (the command line's, then its own)."""
-    for tok in req.own[stage.name]:
-        if _key(tok).startswith("python.") and _key(tok) not in _PYTHON_KEYS:
-            raise LaunchError(f"{stage.name}:{tok}: {_key(tok)} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
-                              f"{did_you_mean(_key(tok), list(_PYTHON_KEYS))}")
-    want = f"python.{STAGE_PYTHON[stage.run]}"
-    named = [t.partition("=")[2].strip() for t in [*req.shared, *req.own[stage.name]] if _key(t) == want]
-    return interpreter.named({STAGE_PYTHON[stage.run]: named[-1]}, STAGE_PYTHON[stage.run]) if named else None
-
-
-def _resolve_training(req: Request, stage: Stage, args: list[str], r: Resolved) -> None:
-    r.trainer = GRPO if stage.run == "grpo" else SFT
-    args = [*args, *(["dry_run=true"] if req.dry_run else [])]
-    if stage.run == "sweep":
+def _resolve_training(req: Request, r: Resolved, args: list[str]) -> None:
+    r.trainer = GRPO if r.stage.run == "grpo" else SFT
+    if r.stage.run == "sweep":
         profile, analyze, rest = split_eval_profile(args)
         r.argv = combos(rest)
         r.preps = [SFT.resolve(a) for a in r.argv]
@@ -173,39 +176,38 @@ def _resolve_training(req: Request, stage: Stage, args: list[str], r: Resolved) 
         r.argv, r.preps = [args], [r.trainer.resolve(args)]
 
 
-def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[str], r: Resolved,
-                       cluster: Cluster) -> None:
-    """An analyze / evaluate / export stage's one config (the study file's `args`, then the command line's:
-    the shared settings its job takes, then its `own`), resolved and checked."""
+def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster) -> None:
+    """An analyze / evaluate / export stage's one config (the study file's `args`, then the command line's: the
+    shared settings its job takes, then its `own`), resolved and checked, and its job's cluster settings."""
+    stage = r.stage
     if stage.run == "analyze":
         from launch.analyze import parse_argv, request
 
-        shared = [t for t in req.shared if _key(t) == "python.eval"]
-        args = [*args, *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []), *shared, *own]
-        cfg = parse_argv([*args, *([] if any(_key(a) == "study" for a in args) else [f"study={req.study.path}"]),
+        cfg = parse_argv([*map(str, args), *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []),
+                          *(str(a) for a in req.shared if a.key == "python.eval"), *map(str, own),
+                          *([] if any(a.key == "study" for a in [*args, *own]) else [f"study={req.study.path}"]),
                           f"launcher={req.launcher}", "dry_run=false"])
         with local.isolated():
             request(cfg)   # every setting checked, as the analysis itself checks it
         r.cfg, r.cluster = cfg, Cluster.of(cfg.slurm)
         return
     args = [*args, *own]
-    mine = [a for a in args if _key(a).startswith("slurm.")]
     own_keys = {f"slurm.{k}": k for k in jobs.CLUSTER_KEYS}
-    for tok in mine:
-        if _key(tok) not in own_keys:
-            raise LaunchError(f"{stage.name}:{tok}: {_key(tok)} is not a cluster setting of the stage's job "
-                              f"({', '.join(own_keys)}).{did_you_mean(_key(tok), list(own_keys))}")
-    r.cluster = cluster_from_tokens(mine, own_keys, cluster)
-    args = [a for a in args if a not in mine]
+    for a in args:
+        if a.key.startswith("slurm.") and a.key not in own_keys:
+            raise LaunchError(f"{stage.name}:{a}: {a.key} is not a cluster setting of the stage's job "
+                              f"({', '.join(own_keys)}).{did_you_mean(a.key, list(own_keys))}")
+    r.cluster = _cluster(args, own_keys, cluster)
+    rest = [str(a) for a in args if not a.key.startswith("slurm.")]
     if stage.run == "evaluate":
         from evals.config import base_config, resolve_request
 
-        profile = next((a.partition("=")[2] for a in reversed(args) if _key(a) == "profile"), None)
-        r.cfg = resolve_request(apply_overrides(base_config(profile or None), args))
+        r.cfg = resolve_request(apply_overrides(base_config(next((a.value for a in reversed(args) if a.key == "profile"), None)
+                                                            or None), rest))
     else:
         from sft.export import DEFAULTS
 
-        r.cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
+        r.cfg = apply_overrides(OmegaConf.create(DEFAULTS), rest)
         if not r.cfg.ckpt or not r.cfg.out:
             raise LaunchError(f"stage {stage.name}: ckpt= and out= are required")
 
@@ -213,24 +215,32 @@ def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[st
 def resolve_stages(req: Request) -> list[Resolved]:
     """Every stage's config resolved once, every key checked (ConfigError: one line naming the stage). A stage
     whose data slots are unfilled (a dry run only) is checked with those arguments left out: an unknown key is
-    refused, a value needing the slot waits for it."""
+    refused, a value needing the slot waits for it. A non-training stage's `python.<its kind>=` (the command
+    line's, then its own; analyze's python.eval also its evaluations') is its job's interpreter."""
     study = req.study
     if study.unset() and not req.dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
                           f"(the study's data slots; see {study.path})")
-    cluster = cluster_from_tokens([*req.shared, *(t for s in study.stages if s.run in TRAINING_RUNS
-                                                  for t in req.own[s.name])], _STAGE_JOB_KEYS)
+    cluster = _cluster([*req.shared, *(a for s in study.stages if s.run in TRAINING_RUNS for a in req.own[s.name])],
+                       _STAGE_JOB_KEYS)
     out = []
     for stage in study.stages:
         r, own = Resolved(stage, unset=study.unset(stage)), req.own[stage.name]
-        if stage.run not in TRAINING_RUNS:   # its python.<kind> is its job's interpreter (analyze's python.eval also its evaluations')
-            r.python = _stage_python(req, stage)
-            own = [t for t in own if not _key(t).startswith("python.") or (stage.run == "analyze" and _key(t) == "python.eval")]
+        if stage.run not in TRAINING_RUNS:
+            for a in own:
+                if a.key.startswith("python.") and a.key not in _PYTHON_KEYS:
+                    raise LaunchError(f"{stage.name}:{a}: {a.key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
+                                      f"{did_you_mean(a.key, list(_PYTHON_KEYS))}")
+            kind = STAGE_PYTHON[stage.run]
+            named = [a.value for a in [*req.shared, *own] if a.key == f"python.{kind}"]
+            r.python = interpreter.named({kind: named[-1]}, kind) if named else None
+            own = [a for a in own if not a.key.startswith("python.") or (stage.run == "analyze" and a.key == "python.eval")]
         try:   # the study file's arguments, then the command line's (they win)
             if stage.run in TRAINING_RUNS:
-                _resolve_training(req, stage, [*stage.argv(without=r.unset), *req.shared, *own], r)
+                _resolve_training(req, r, [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]),
+                                           *(["dry_run=true"] if req.dry_run else [])])
             else:
-                _resolve_job_stage(req, stage, stage.argv(without=r.unset), own, r, cluster)
+                _resolve_job_stage(req, r, _file_args(stage, r.unset), own, cluster)
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc)):   # a value needing the slot: checked once it is filled
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
