@@ -4,7 +4,8 @@
 
 docs/studies.md says what each token does and how the plan runs, locally and with `launcher=slurm`;
 docs/concepts.md ("How a study becomes jobs") the path: the command line parsed once (`parse_study_argv`),
-every stage's config resolved once (`resolve_stages`), the preflight, the plan (`plan_jobs`), its runner.
+every stage's config resolved once (`resolve_stages`), the plan (`plan_jobs`, nothing written), its preflight
+(`preflight.of(plan)`), then its configs written and its runner.
 """
 from __future__ import annotations
 
@@ -165,17 +166,6 @@ class Resolved:
     unset: list[str] = field(default_factory=list)
 
 
-def _resolve_training(req: Request, r: Resolved, args: list[str]) -> None:
-    r.trainer = GRPO if r.stage.run == "grpo" else SFT
-    if r.stage.run == "sweep":
-        profile, analyze, rest = split_eval_profile(args)
-        r.argv = combos(rest)
-        r.preps = [SFT.resolve(a) for a in r.argv]
-        r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
-    else:
-        r.argv, r.preps = [args], [r.trainer.resolve(args)]
-
-
 def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster) -> None:
     """An analyze / evaluate / export stage's one config (the study file's `args`, then the command line's: the
     shared settings its job takes, then its `own`), resolved and checked, and its job's cluster settings."""
@@ -236,9 +226,12 @@ def resolve_stages(req: Request) -> list[Resolved]:
             r.python = interpreter.named({kind: named[-1]}, kind) if named else None
             own = [a for a in own if not a.key.startswith("python.") or (stage.run == "analyze" and a.key == "python.eval")]
         try:   # the study file's arguments, then the command line's (they win)
-            if stage.run in TRAINING_RUNS:
-                _resolve_training(req, r, [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]),
-                                           *(["dry_run=true"] if req.dry_run else [])])
+            if stage.run in TRAINING_RUNS:   # its runs as `launch` / `launch sweep` resolves them
+                args = [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
+                profile, analyze, args = split_eval_profile(args) if stage.run == "sweep" else (None, [], args)
+                r.trainer, r.argv = GRPO if stage.run == "grpo" else SFT, combos(args) if stage.run == "sweep" else [args]
+                r.preps = [r.trainer.resolve(a) for a in r.argv]
+                r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
             else:
                 _resolve_job_stage(req, r, _file_args(stage, r.unset), own, cluster)
         except ConfigError as exc:
@@ -351,7 +344,7 @@ def _ledger_root(v: dict) -> Path:
 
 
 def run_study(argv: list[str]) -> int:
-    """`launch study=...`: parse once, resolve every stage once, the preflight, the plan, run or submit it."""
+    """`launch study=...`: parse once, resolve every stage once, plan, the plan's preflight, write, run or submit it."""
     req = parse_study_argv(argv)
     study = req.study
     stages = resolve_stages(req)
@@ -362,9 +355,8 @@ def run_study(argv: list[str]) -> int:
     where = jobs.dry_run_dir("study") if req.dry_run else \
         (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     plan, writes = plan_jobs(req, stages, where, evaluations=req.dry_run)
-    if not req.dry_run:   # the plan's preflight, before anything is written, started or submitted
-        if preflight.gate(preflight.of(plan), False, counted=True):
-            return preflight.EXIT
+    if not req.dry_run:   # the plan's preflight, before anything is written, started or submitted (Refused: exit 2)
+        preflight.gate(preflight.of(plan), False)
         if jobs.backend(kind).submits and any(r.evaluation is not None for r in stages):
             plan, writes = plan_jobs(req, stages, where)   # and a sweep stage's evaluation jobs (their configs written)
     where.mkdir(parents=True, exist_ok=True)
@@ -379,10 +371,10 @@ def run_study(argv: list[str]) -> int:
             if r.unset:
                 print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see "
                       "its config)")
-        found = preflight.gate(preflight.of(plan), True, counted=True)
+        found = preflight.gate(preflight.of(plan), True)
         _differences(study)
         print(f"study {study.name}: dry run done ({kind}: {len(plan)} job(s) planned, nothing started)")
-        return preflight.EXIT if found else 0
+        return preflight.after_plan(found) or 0
     _differences(study)
     print(f"# the plan: {len(plan)} job(s), in order\n{jobs.table(plan)}\n  configs and scripts: {where}", flush=True)
     try:
