@@ -26,6 +26,9 @@ from launch.errors import LaunchError
 from launch.jobs import Needs
 from rl.config import trl_problem
 
+EXIT = 2
+
+
 class Refused(LaunchError):
     """The preflight's problems were printed (one line each): the command exits 2 (after a dry run's plan)."""
 
@@ -253,16 +256,20 @@ def problems(needs: list[Needs]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def gate(needs: list[Needs], dry_run: bool) -> list[str]:
-    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each); a real run with
-    problems stops here (Refused: exit 2, nothing written). Returns the problems: a dry run shows its plan, then
-    `after_plan` stops it. The jobs themselves ask nothing more."""
+def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
+    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each; `counted`, a
+    study's: then their count, and it stops itself); a real run with problems stops here (Refused: exit 2, nothing
+    written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. The jobs themselves ask
+    nothing more."""
     for line in notes(needs):
         print(f"preflight: {line}", flush=True)
     found = problems(needs)
     for line in found:
         print(f"error: preflight: {line}", file=sys.stderr, flush=True)
-    if found and not dry_run:
+    if found and counted:
+        print(f"preflight: {len(found)} problem(s); " + ("the dry run showed its plan and exits 2" if dry_run
+              else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)
+    elif found and not dry_run:
         raise Refused(len(found), dry_run)
     return found
 

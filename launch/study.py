@@ -355,8 +355,9 @@ def run_study(argv: list[str]) -> int:
     where = jobs.dry_run_dir("study") if req.dry_run else \
         (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     plan, writes = plan_jobs(req, stages, where, evaluations=req.dry_run)
-    if not req.dry_run:   # the plan's preflight, before anything is written, started or submitted (Refused: exit 2)
-        preflight.gate(preflight.of(plan), False)
+    if not req.dry_run:   # the plan's preflight, before anything is written, started or submitted
+        if preflight.gate(preflight.of(plan), False, counted=True):
+            return preflight.EXIT
         if jobs.backend(kind).submits and any(r.evaluation is not None for r in stages):
             plan, writes = plan_jobs(req, stages, where)   # and a sweep stage's evaluation jobs (their configs written)
     where.mkdir(parents=True, exist_ok=True)
@@ -371,10 +372,10 @@ def run_study(argv: list[str]) -> int:
             if r.unset:
                 print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see "
                       "its config)")
-        found = preflight.gate(preflight.of(plan), True)
+        found = preflight.gate(preflight.of(plan), True, counted=True)
         _differences(study)
         print(f"study {study.name}: dry run done ({kind}: {len(plan)} job(s) planned, nothing started)")
-        return preflight.after_plan(found) or 0
+        return preflight.EXIT if found else 0
     _differences(study)
     print(f"# the plan: {len(plan)} job(s), in order\n{jobs.table(plan)}\n  configs and scripts: {where}", flush=True)
     try:

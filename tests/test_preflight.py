@@ -120,8 +120,7 @@ def test_a_refused_real_run_leaves_every_file_as_it_was(here, tmp_path_factory, 
         assert main(["study=dual_terminator_sft", *slots, *SMALL, *launcher]) == 2
         err = capsys.readouterr().err
         if launcher:   # the preflight's line
-            assert "lacks vllm (backend=vllm)" in err   # the refusal every command gives (launch, sweep, analyze)
-            assert err.endswith("error: the preflight found 1 problem(s) (above): nothing was started, submitted or written\n")
+            assert "lacks vllm (backend=vllm)" in err and "nothing was started, submitted or written" in err
             assert len(planned) == 1 and checked == [preflight.of(planned[0][0])]
         else:   # here the GPU-only model is refused first, when the run is resolved (a CPU machine): exit 2 all the same
             assert "is GPU-only" in err and len(err.strip().splitlines()) == 1
