@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
@@ -33,7 +33,6 @@ RUNNERS = {"sft": "sft.train", "sweep": "sft.train", "grpo": "rl.train", "evalua
            "analyze": "launch.analyze", "export": "sft.export"}
 TRAINING_RUNS = ("sft", "sweep", "grpo")
 TOP_KEYS = ("study", "title", "reference", "hardware", "vars", "stages", "reference_results", "cpu_smoke", "notes")
-RESULT_KEYS = ("system", "bench", "metric", "n", "value", "pre", "post", "note", "arm", "step")
 # The published reference descriptions a `[ref: NAME "quote"]` mark cites: short name -> the stem of the
 # file holding its verbatim text (the tests check every quote against those texts; no code path reads them).
 REFERENCES = {
@@ -62,10 +61,10 @@ class Stage:
     args: dict
     arg_uses: dict = field(default_factory=dict)   # argument -> the study variables its value refers to
 
-    def argv(self, without=()) -> list[str]:
-        """The stage's arguments as `key=value` tokens, less those whose value refers to one of the variables
-        `without` (data slots not filled yet)."""
-        return [f"{k}={shown(v, dotlist=True)}" for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(without)]
+    def shown_args(self, without=()) -> dict[str, str]:
+        """The stage's arguments, each value as a command line writes it, less those whose value refers to one of
+        the variables `without` (data slots not filled yet)."""
+        return {k: shown(v, dotlist=True) for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(without)}
 
 
 @dataclass(frozen=True)
@@ -80,6 +79,9 @@ class ReferenceResult:
     note: str | None = None
     arm: str | None = None        # where the measured twin is: the run arm (e.g. r2e, grpo_spa, anchor) ...
     step: int | None = None       # ... and step (value entries); pre/post entries compare step 0 with the final step
+
+
+RESULT_KEYS = tuple(f.name for f in fields(ReferenceResult))   # a reference_results entry's keys
 
 
 @dataclass(frozen=True)

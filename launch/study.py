@@ -4,10 +4,12 @@
 
 docs/studies.md says what each token does and how the plan runs, locally and with `launcher=slurm`;
 docs/concepts.md ("How a study becomes jobs") the path: the command line parsed once (`parse_study_argv`),
-every stage's config resolved once (`resolve_stages`), the preflight, the plan (`plan_jobs`), its runner.
+every stage's config resolved once (`resolve_stages`), the plan (`plan_jobs`, nothing written), its preflight
+(`preflight.of(plan)`), then its configs written and its runner.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -19,7 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import interpreter
-from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, split_dotlist
+from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch
 from common.interpreter import KINDS
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
@@ -29,7 +31,7 @@ from launch.eval_slurm import record_jobs
 from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
 from launch.run import SFT, Training, is_finished
-from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, evaluation_request, split_eval_profile
+from launch.sweep import analysis_config, combos, evaluation_jobs, evaluation_request, split_eval_profile
 
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
 # python.sft= / python.grpo=, its own keys).
@@ -41,75 +43,92 @@ _LAUNCHER_KEYS = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
 _STAGE_JOB_KEYS = {**_LAUNCHER_KEYS, **{short: _LAUNCHER_KEYS[full] for short, full in ALIASES.items() if full in _LAUNCHER_KEYS}}
 
 
-def _key(tok: str) -> str:
-    return tok.partition("=")[0].strip()
+@dataclass(frozen=True)
+class Arg:
+    """One `key=value` a stage's command reads, split once: the command line's (its `STAGE:` taken off, `${vars.X}`
+    substituted) or the study file's. `str()` gives the token its command reads."""
+    key: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
 
 
-def _launcher(tokens: list[str]) -> str | None:
-    """The launcher tokens ask for (the last `launcher=` / `launcher.kind=` wins)."""
-    return next((t.partition("=")[2].strip() for t in reversed(tokens) if _key(t) in ("launcher", "launcher.kind")), None)
+def _split(tok: str) -> tuple[str | None, Arg] | None:
+    """A command-line token `[STAGE:]key=value` as (STAGE or None, its Arg); None when it is not of that form."""
+    head, sep, value = tok.partition("=")
+    stage, colon, key = head.partition(":")
+    if not sep or not head.strip():
+        return None
+    return (stage, Arg(key.strip(), value.strip())) if colon else (None, Arg(head.strip(), value.strip()))
+
+
+def _file_args(stage: Stage, without=()) -> list[Arg]:
+    return [Arg(k, v) for k, v in stage.shown_args(without).items()]
+
+
+def _launcher(args: list[Arg]) -> str | None:
+    """The launcher `args` ask for (the last `launcher=` / `launcher.kind=` wins)."""
+    return next((a.value for a in reversed(args) if a.key in ("launcher", "launcher.kind")), None)
 
 
 @dataclass
 class Request:
-    """A study's command line, parsed once: the study (its variables set), the plain tokens (training stages;
+    """A study's command line, parsed once: the study (its variables set), the plain arguments (training stages;
     the launcher, cluster and interpreter keys also the other stages' jobs), each stage's own, dry_run, and
     the backend every job of the plan goes to (launch.jobs.BACKENDS)."""
     study: Study
-    shared: list[str]
-    own: dict[str, list[str]]
+    shared: list[Arg]
+    own: dict[str, list[Arg]]
     dry_run: bool
     launcher: str
 
 
 def parse_study_argv(argv: list[str]) -> Request:
-    """The study's command line, parsed once (LaunchError naming a bad token)."""
-    spec = next((t.partition("=")[2].strip() for t in reversed(argv) if _key(t) == "study"), None)
-    if not spec:
+    """The study's command line, parsed once, each token split once (LaunchError naming a bad token)."""
+    given = [(tok, _split(tok)) for tok in argv]
+    plain = {p[1].key: p[1].value for _, p in given if p and p[0] is None}   # the last of each key
+    if not (spec := plain.get("study")):
         raise LaunchError("study=NAME is required (recipes/study/NAME.yaml, or a path to a study file)")
     study = load_study(spec)
-    rest = [t for t in argv if _key(t) not in ("study", "smoke")]
-    smoke = [t for t in argv if _key(t) == "smoke"]
-    if smoke and parse_switch(smoke[-1].partition("=")[2], "smoke"):   # cpu_smoke first: the command line's win
+    rest = [(tok, p) for tok, p in given if not (p and p[0] is None and p[1].key in ("study", "smoke"))]
+    if "smoke" in plain and parse_switch(plain["smoke"], "smoke"):   # cpu_smoke first: the command line's win
         if not study.cpu_smoke:
             raise LaunchError(f"smoke=true: study {spec} has no cpu_smoke overrides (its file's `cpu_smoke:` is "
                               "empty): it has no run on one CPU to offer")
-        rest = [*study.cpu_smoke, *rest]
+        rest = [*((tok, _split(tok)) for tok in study.cpu_smoke), *rest]
     variables, targeted, shared, dry_run = {}, [], [], False
-    for tok in rest:
-        head, sep, _ = tok.partition("=")
-        if not sep or not head.strip():
+    for tok, p in rest:
+        if p is None:
             raise LaunchError(f"expected key=value or STAGE:key=value, found {tok!r}")
-        if ":" in head:
-            if (key := head.partition(":")[2].strip()) == "dry_run":
-                raise LaunchError(f"{tok}: {key} goes to every stage; give it without a stage ({key}=...)")
-            targeted.append(tok)
-            continue
-        (key, value), = split_dotlist([tok])
-        if key in study.vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
-            variables[key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)["v"] \
-                if value else None
-        elif key == "dry_run":
-            dry_run = parse_switch(value, key)
+        stage, arg = p
+        if stage is not None:
+            if arg.key == "dry_run":
+                raise LaunchError(f"{tok}: dry_run goes to every stage; give it without a stage (dry_run=...)")
+            targeted.append((tok, stage, arg))
+        elif arg.key in study.vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
+            variables[arg.key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={arg.value}"]), resolve=False)["v"] \
+                if arg.value else None
+        elif arg.key == "dry_run":
+            dry_run = parse_switch(arg.value, "dry_run")
         else:
-            shared.append(tok)
+            shared.append((tok, arg))
     study = load_study(spec, variables=variables) if variables else study
     names = [s.name for s in study.stages]
     if not any(s.run in TRAINING_RUNS for s in study.stages):
-        for tok in shared:
-            if _key(tok) not in (*_STAGE_JOB_KEYS, *_PYTHON_KEYS, "launcher", "launcher.kind"):
+        for tok, arg in shared:
+            if arg.key not in (*_STAGE_JOB_KEYS, *_PYTHON_KEYS, "launcher", "launcher.kind"):
                 raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has "
                                   f"no training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
     own = {s.name: [] for s in study.stages}
-    for tok in targeted:
-        stage, _, kv = tok.partition(":")
+    for tok, stage, arg in targeted:
         if stage not in own:
             raise LaunchError(f"{tok}: {stage!r} is not a stage of study {study.name} (stages: {', '.join(names)})."
                               f"{did_you_mean(stage, names)}")
-        own[stage].append(study.substitute(kv, tok))
-    shared = [study.substitute(t, t) for t in shared]
+        own[stage].append(replace(arg, value=study.substitute(arg.value, tok)))
+    shared = [replace(arg, value=study.substitute(arg.value, tok)) for tok, arg in shared]
     default = DEFAULT_CHOICES["launcher"]
-    kinds = {s.name: _launcher([*s.argv(), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
+    kinds = {s.name: _launcher([*_file_args(s), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
     launcher = next(iter(kinds.values()), _launcher(shared) or default)
     if len(set(kinds.values())) > 1:   # one backend per plan: a job run here would not wait for submitted ones
         there = next((v for v in kinds.values() if jobs.backend(v).submits), launcher)
@@ -120,17 +139,15 @@ def parse_study_argv(argv: list[str]) -> Request:
     return Request(study, shared, own, dry_run, launcher)
 
 
-def cluster_from_tokens(tokens: list[str], keys: dict[str, str], base=None) -> Cluster:
-    """`base` (launch.jobs.Cluster) with the settings `tokens` make (their `keys`; the last one wins)."""
+def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -> Cluster:
+    """`base` with the settings `args` make (their `keys`: key -> Cluster field; the last one wins)."""
     made = {}
-    for tok in tokens:
-        if _key(tok) not in keys:
-            continue
-        name, value = keys[_key(tok)], tok.partition("=")[2].strip()
+    for a in (a for a in args if a.key in keys):
+        name, value = keys[a.key], a.value
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"] \
             if name == "sbatch" or value[:1] in ("'", '"') or value == "null" else value
         made[name] = tuple(parsed or ()) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
-    return (base or Cluster()).over(**made)
+    return base.over(**made)
 
 
 @dataclass
@@ -147,105 +164,80 @@ class Resolved:
     python: str | None = None
     cluster: Cluster | None = None
     unset: list[str] = field(default_factory=list)
-    needs: list = field(default_factory=list)   # what the preflight checks of its jobs (a training stage: each run's)
 
 
-def _stage_python(req: Request, stage: Stage) -> str | None:
-    """A non-training stage's interpreter: the last `python.<its kind>=` (the command line's, then its own)."""
-    for tok in req.own[stage.name]:
-        if _key(tok).startswith("python.") and _key(tok) not in _PYTHON_KEYS:
-            raise LaunchError(f"{stage.name}:{tok}: {_key(tok)} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
-                              f"{did_you_mean(_key(tok), list(_PYTHON_KEYS))}")
-    want = f"python.{STAGE_PYTHON[stage.run]}"
-    named = [t.partition("=")[2].strip() for t in [*req.shared, *req.own[stage.name]] if _key(t) == want]
-    return interpreter.named({STAGE_PYTHON[stage.run]: named[-1]}, STAGE_PYTHON[stage.run]) if named else None
-
-
-def _resolve_training(req: Request, stage: Stage, args: list[str], r: Resolved) -> None:
-    r.trainer = GRPO if stage.run == "grpo" else SFT
-    args = [*args, *(["dry_run=true"] if req.dry_run else [])]
-    if stage.run == "sweep":
-        profile, analyze, rest = split_eval_profile(args)
-        r.argv = combos(rest)
-        r.preps = [SFT.resolve(a) for a in r.argv]
-        r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
-    else:
-        r.argv, r.preps = [args], [r.trainer.resolve(args)]
-    r.needs = preflight.of([r.trainer.job(r.preps, kind=req.launcher)])   # each run's, as its Job carries them
-    if r.evaluation is not None:
-        r.needs.append(replace(preflight.analyze_needs(r.evaluation), who=f"stage {stage.name} (its evaluation)"))
-
-
-def _resolve_job_stage(req: Request, stage: Stage, args: list[str], own: list[str], r: Resolved,
-                       cluster: Cluster) -> None:
-    """An analyze / evaluate / export stage's one config (the study file's `args`, then the command line's:
-    the shared settings its job takes, then its `own`), resolved and checked, and what its job needs."""
-    who, python = f"stage {stage.name} ({stage.run})", r.python
+def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster) -> None:
+    """An analyze / evaluate / export stage's one config (the study file's `args`, then the command line's: the
+    shared settings its job takes, then its `own`), resolved and checked, and its job's cluster settings."""
+    stage = r.stage
     if stage.run == "analyze":
         from launch.analyze import parse_argv, request
 
-        shared = [t for t in req.shared if _key(t) == "python.eval"]
-        args = [*args, *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []), *shared, *own]
-        cfg = parse_argv([*args, *([] if any(_key(a) == "study" for a in args) else [f"study={req.study.path}"]),
+        cfg = parse_argv([*map(str, args), *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []),
+                          *(str(a) for a in req.shared if a.key == "python.eval"), *map(str, own),
+                          *([] if any(a.key == "study" for a in [*args, *own]) else [f"study={req.study.path}"]),
                           f"launcher={req.launcher}", "dry_run=false"])
         with local.isolated():
             request(cfg)   # every setting checked, as the analysis itself checks it
         r.cfg, r.cluster = cfg, Cluster.of(cfg.slurm)
-        r.needs = [replace(preflight.analyze_needs(cfg), who=who)]
         return
     args = [*args, *own]
-    mine = [a for a in args if _key(a).startswith("slurm.")]
     own_keys = {f"slurm.{k}": k for k in jobs.CLUSTER_KEYS}
-    for tok in mine:
-        if _key(tok) not in own_keys:
-            raise LaunchError(f"{stage.name}:{tok}: {_key(tok)} is not a cluster setting of the stage's job "
-                              f"({', '.join(own_keys)}).{did_you_mean(_key(tok), list(own_keys))}")
-    r.cluster = cluster_from_tokens(mine, own_keys, cluster)
-    args = [a for a in args if a not in mine]
+    for a in args:
+        if a.key.startswith("slurm.") and a.key not in own_keys:
+            raise LaunchError(f"{stage.name}:{a}: {a.key} is not a cluster setting of the stage's job "
+                              f"({', '.join(own_keys)}).{did_you_mean(a.key, list(own_keys))}")
+    r.cluster = _cluster(args, own_keys, cluster)
+    rest = [str(a) for a in args if not a.key.startswith("slurm.")]
     if stage.run == "evaluate":
         from evals.config import base_config, resolve_request
 
-        profile = next((a.partition("=")[2] for a in reversed(args) if _key(a) == "profile"), None)
-        r.cfg = resolve_request(apply_overrides(base_config(profile or None), args))
-        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # the profile's: merged
-        r.needs = [preflight.eval_needs(settings, who, python, r.cfg.out, req.launcher)]
+        r.cfg = resolve_request(apply_overrides(base_config(next((a.value for a in reversed(args) if a.key == "profile"), None)
+                                                            or None), rest))
     else:
         from sft.export import DEFAULTS
 
-        r.cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
+        r.cfg = apply_overrides(OmegaConf.create(DEFAULTS), rest)
         if not r.cfg.ckpt or not r.cfg.out:
             raise LaunchError(f"stage {stage.name}: ckpt= and out= are required")
-        r.needs = [Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who,
-                         "sft", python, None, (str(r.cfg.out),))]
 
 
 def resolve_stages(req: Request) -> list[Resolved]:
     """Every stage's config resolved once, every key checked (ConfigError: one line naming the stage). A stage
     whose data slots are unfilled (a dry run only) is checked with those arguments left out: an unknown key is
-    refused, a value needing the slot waits for it."""
+    refused, a value needing the slot waits for it. A non-training stage's `python.<its kind>=` (the command
+    line's, then its own; analyze's python.eval also its evaluations') is its job's interpreter."""
     study = req.study
     if study.unset() and not req.dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
                           f"(the study's data slots; see {study.path})")
-    cluster = cluster_from_tokens([*req.shared, *(t for s in study.stages if s.run in TRAINING_RUNS
-                                                  for t in req.own[s.name])], _STAGE_JOB_KEYS)
+    cluster = _cluster([*req.shared, *(a for s in study.stages if s.run in TRAINING_RUNS for a in req.own[s.name])],
+                       _STAGE_JOB_KEYS)
     out = []
     for stage in study.stages:
         r, own = Resolved(stage, unset=study.unset(stage)), req.own[stage.name]
-        if stage.run not in TRAINING_RUNS:   # its python.<kind> is its job's interpreter (analyze's python.eval also its evaluations')
-            r.python = _stage_python(req, stage)
-            own = [t for t in own if not _key(t).startswith("python.") or (stage.run == "analyze" and _key(t) == "python.eval")]
+        if stage.run not in TRAINING_RUNS:
+            for a in own:
+                if a.key.startswith("python.") and a.key not in _PYTHON_KEYS:
+                    raise LaunchError(f"{stage.name}:{a}: {a.key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
+                                      f"{did_you_mean(a.key, list(_PYTHON_KEYS))}")
+            kind = STAGE_PYTHON[stage.run]
+            named = [a.value for a in [*req.shared, *own] if a.key == f"python.{kind}"]
+            r.python = interpreter.named({kind: named[-1]}, kind) if named else None
+            own = [a for a in own if not a.key.startswith("python.") or (stage.run == "analyze" and a.key == "python.eval")]
         try:   # the study file's arguments, then the command line's (they win)
-            if stage.run in TRAINING_RUNS:
-                _resolve_training(req, stage, [*stage.argv(without=r.unset), *req.shared, *own], r)
+            if stage.run in TRAINING_RUNS:   # its runs as `launch` / `launch sweep` resolves them
+                args = [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
+                profile, analyze, args = split_eval_profile(args) if stage.run == "sweep" else (None, [], args)
+                r.trainer, r.argv = GRPO if stage.run == "grpo" else SFT, combos(args) if stage.run == "sweep" else [args]
+                r.preps = [r.trainer.resolve(a) for a in r.argv]
+                r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
             else:
-                _resolve_job_stage(req, stage, stage.argv(without=r.unset), own, r, cluster)
+                _resolve_job_stage(req, r, _file_args(stage, r.unset), own, cluster)
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc)):   # a value needing the slot: checked once it is filled
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
                                   f"{_with_suggestion(str(exc).splitlines()[0], study)}") from None
-        if r.unset:   # not resolved: what its jobs need is asked once its slots are filled
-            r.needs = []
         out.append(r)
     return out
 
@@ -258,53 +250,91 @@ def _with_suggestion(line: str, study: Study) -> str:
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line
 
 
-def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> list[Job]:
-    """The study's plan: each stage's jobs, its configs written under `where`, each stage after the latest
-    earlier stage that has jobs (a training stage whose runs are all finished has none when submitted)."""
-    plan, before, submits = [], (), jobs.backend(req.launcher).submits
+def _needs(req: Request, r: Resolved) -> Needs:
+    """What an analyze / evaluate / export stage's job needs (the preflight's record of it, named by its stage)."""
+    who, cfg = f"stage {r.stage.name} ({r.stage.run})", r.cfg
+    if r.stage.run == "analyze":
+        return replace(preflight.analyze_needs(cfg), who=who)
+    if r.stage.run == "evaluate":   # (the profile's settings are merged in)
+        settings = {k: v for k, v in OmegaConf.to_container(cfg).items() if k != "profile"}
+        return preflight.eval_needs(settings, who, r.python, cfg.out, req.launcher)
+    return Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(cfg)))), EXPORT_NEEDS, who, "sft",
+                 r.python, None, (str(cfg.out),))
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list, writes: list, planned: bool) -> list[Job]:
+    """A sweep stage's evaluation (`eval_profile=`): here its analysis job (config `where`/analyze.yaml); on a
+    submitting launcher, when `planned`, one evaluation job per run after its training task, then the aggregation
+    (launch.sweep plans them and writes their configs at once: a real run plans them after its preflight, which
+    checks the analysis job's needs, theirs)."""
+    name, needs = r.stage.name, replace(preflight.analyze_needs(r.evaluation), who=f"stage {r.stage.name} (its evaluation)")
+    if not (planned and jobs.backend(req.launcher).submits):
+        writes.append(functools.partial(_write, where / "analyze.yaml", OmegaConf.to_yaml(r.evaluation)))
+        return [Job(f"{name}.analyze", "launch.analyze", config=str(where / "analyze.yaml"), needs=needs,
+                    python=interpreter.interpreter(r.evaluation.python, "eval"), after=(name,) if todo else (),
+                    after_any=True, notes=("the sweep's evaluation and report",))]
+    where.mkdir(parents=True, exist_ok=True)
+    finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
+    evaluation = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where, todo, finished)
+    # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
+    rename = {"sweep": name, **{j.name: f"{name}.{j.name}" for j in evaluation}}
+    evaluation = [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
+    return [*evaluation[:-1], replace(evaluation[-1], needs=replace(evaluation[-1].needs, each=(needs,)))]
+
+
+def plan_jobs(req: Request, stages: list[Resolved], where: Path, evaluations: bool = True) -> tuple[list[Job], list]:
+    """The study's plan, nothing written: each stage's jobs, their configs under `where`, each stage after the
+    latest earlier stage that has jobs (a training stage whose runs are all finished has none when submitted),
+    and the writes (callables) that make those configs. A sweep stage's evaluation jobs on a submitting
+    launcher are planned only with `evaluations` (_evaluation_jobs)."""
+    plan, writes, before, submits = [], [], (), jobs.backend(req.launcher).submits
+
+    def write(path: Path, text: str) -> str:
+        writes.append(functools.partial(_write, path, text))
+        return str(path)
+
     for r in stages:
         stage = r.stage
         after = {"after": before, "after_any": stage.run == "analyze"}
         module = RUNNERS[stage.run]
         if r.unset or (not r.preps and r.cfg is None):   # a dry run: its place in the order, not resolved
             unresolved = f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}"
-            (path := where / f"{stage.name}.unresolved").write_text(f"# {unresolved}\n", encoding="utf-8")
-            stage_jobs = [Job(stage.name, module, config=str(path), **after, notes=(unresolved,))]
+            stage_jobs = [Job(stage.name, module, config=write(where / f"{stage.name}.unresolved", f"# {unresolved}\n"),
+                              **after, notes=(unresolved,))]
         elif stage.run in TRAINING_RUNS:
             todo = [p for p in r.preps if not (submits and is_finished(p.run_dir) and p.cfg.resume != "never")]
             for i, p in enumerate(r.preps):
-                (where / f"{stage.name}-{i}.config.yaml").write_text(OmegaConf.to_yaml(p.cfg), encoding="utf-8")
+                write(where / f"{stage.name}-{i}.config.yaml", OmegaConf.to_yaml(p.cfg))
             stage_jobs = []
             if todo:
                 job = r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
                                     kind=req.launcher)
                 stage_jobs = [replace(job, name=stage.name, waits=None, **after)]
             if r.evaluation is not None:
-                (where / stage.name).mkdir(exist_ok=True)
-                finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
-                evaluation = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where / stage.name, todo, finished) \
-                    if submits else [analysis_job(r.evaluation, where / stage.name, after=("sweep",))]
-                # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
-                rename = {"sweep": stage.name, **{j.name: f"{stage.name}.{j.name}" for j in evaluation}}
-                stage_jobs += [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
+                stage_jobs += _evaluation_jobs(req, r, where / stage.name, todo, writes, evaluations)
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
                 if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
-            (path := where / f"{stage.name}.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
-            config = str(path)
+            config = write(where / f"{stage.name}.yaml", OmegaConf.to_yaml(cfg))
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
-                config = completion.write_check(where / f"{stage.name}.check.json", stage.run, r.cfg.out,
-                                                where / f"{stage.name}.FAILED", module, config, r.python)
-                module = completion.MODULE
+                check = where / f"{stage.name}.check.json"
+                writes.append(functools.partial(completion.write_check, check, stage.run, r.cfg.out,
+                                                where / f"{stage.name}.FAILED", module, config, r.python))
+                config, module = str(check), completion.MODULE
             gpus = int(r.cfg.data_parallel or 1) * int(r.cfg.tensor_parallel_size or 1) if stage.run == "evaluate" else 0
             stage_jobs = [Job(stage.name, module, config=config, python=r.python or sys.executable, **after,
                               cluster=r.cluster if submits else None, resources=Resources(gpus_per_node=gpus),
-                              needs=r.needs[0],   # what the preflight checked of it
-                              title=f"dtsft-{req.study.name}-{stage.name}", notes=(f"stage {stage.name} ({stage.run})",))]
+                              needs=_needs(req, r), title=f"dtsft-{req.study.name}-{stage.name}",
+                              notes=(f"stage {stage.name} ({stage.run})",))]
         if stage_jobs:
             before = tuple(j.name for j in stage_jobs)
         plan += stage_jobs
-    return plan
+    return plan, writes
 
 
 def _ledger_root(v: dict) -> Path:
@@ -314,21 +344,25 @@ def _ledger_root(v: dict) -> Path:
 
 
 def run_study(argv: list[str]) -> int:
-    """`launch study=...`: parse once, resolve every stage once, the preflight, the plan, run or submit it."""
+    """`launch study=...`: parse once, resolve every stage once, plan, the plan's preflight, write, run or submit it."""
     req = parse_study_argv(argv)
     study = req.study
     stages = resolve_stages(req)
-    needs = [n for r in stages for n in r.needs]
     hardware = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items())   # key=value, not a dict
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
           f"  reference hardware: {hardware}", flush=True)
-    if not req.dry_run and preflight.gate(needs, False, counted=True):   # before anything is written, started or submitted
-        return preflight.EXIT
     kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
         (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    plan, writes = plan_jobs(req, stages, where, evaluations=req.dry_run)
+    if not req.dry_run:   # the plan's preflight, before anything is written, started or submitted
+        if preflight.gate(preflight.of(plan), False, counted=True):
+            return preflight.EXIT
+        if jobs.backend(kind).submits and any(r.evaluation is not None for r in stages):
+            plan, writes = plan_jobs(req, stages, where)   # and a sweep stage's evaluation jobs (their configs written)
     where.mkdir(parents=True, exist_ok=True)
-    plan = plan_jobs(req, stages, where)
+    for write in writes:
+        write()
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
@@ -338,7 +372,7 @@ def run_study(argv: list[str]) -> int:
             if r.unset:
                 print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see "
                       "its config)")
-        found = preflight.gate(needs, True, counted=True)
+        found = preflight.gate(preflight.of(plan), True, counted=True)
         _differences(study)
         print(f"study {study.name}: dry run done ({kind}: {len(plan)} job(s) planned, nothing started)")
         return preflight.EXIT if found else 0

@@ -153,9 +153,10 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
         seen["stages"] = real_resolve(req)
         return seen["stages"]
 
-    def plan_jobs(req, stages, where):
-        seen["plan"], seen["where"], seen["slurm"] = real_plan(req, stages, where), where, req.launcher == "slurm"
-        return seen["plan"]
+    def plan_jobs(req, stages, where, **kw):
+        planned = real_plan(req, stages, where, **kw)
+        seen["plan"], seen["where"], seen["slurm"] = planned[0], where, req.launcher == "slurm"
+        return planned
 
     monkeypatch.setattr(study, "resolve_stages", resolve_stages)
     monkeypatch.setattr(study, "plan_jobs", plan_jobs)

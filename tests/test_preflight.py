@@ -96,7 +96,15 @@ def test_a_study_says_once_that_cuda_was_not_checked(here, launcher, monkeypatch
 
 
 def test_a_refused_real_run_leaves_every_file_as_it_was(here, tmp_path_factory, monkeypatch, capsys):
+    """What the refused study checked is its plan's needs (`preflight.of(plan)`), planned before anything is
+    written: no ledger dir (`_slurm/`) appears (seen failing: the gate took needs derived while resolving)."""
+    import launch.study as study
+    from launch import preflight
+
     cwd, outside, slots = here
+    planned, checked, real_plan, real_gate = [], [], study.plan_jobs, preflight.gate
+    monkeypatch.setattr(study, "plan_jobs", lambda *a, **k: planned.append(real_plan(*a, **k)) or planned[-1])
+    monkeypatch.setattr(preflight, "gate", lambda needs, *a, **k: checked.append(needs) or real_gate(needs, *a, **k))
     # a runs root and a reports dir holding earlier work, which the refused run must leave as they are
     (cwd / "runs" / "dual_terminator_sft" / "search" / "seed0").mkdir(parents=True)
     (cwd / "runs" / "dual_terminator_sft" / "search" / "seed0" / "DONE").write_text("earlier\n")
@@ -113,6 +121,7 @@ def test_a_refused_real_run_leaves_every_file_as_it_was(here, tmp_path_factory, 
         err = capsys.readouterr().err
         if launcher:   # the preflight's line
             assert "lacks vllm (backend=vllm)" in err and "nothing was started, submitted or written" in err
+            assert len(planned) == 1 and checked == [preflight.of(planned[0][0])]
         else:   # here the GPU-only model is refused first, when the run is resolved (a CPU machine): exit 2 all the same
             assert "is GPU-only" in err and len(err.strip().splitlines()) == 1
         assert tree(cwd) == before
@@ -128,14 +137,16 @@ def test_no_gpu_visible_is_never_a_preflight_problem(monkeypatch):
 
 
 def test_a_stage_needs_only_the_data_it_reads(tmp_path, monkeypatch):
-    from launch.study import parse_study_argv, resolve_stages
+    from launch.preflight import of
+    from launch.study import parse_study_argv, plan_jobs, resolve_stages
 
     monkeypatch.chdir(tmp_path)   # every stage is resolved: its corpus must exist
     (tmp_path / "c.jsonl").write_text('{"id": "0", "contents": "x"}\n')
 
-    def report_data(*argv):
-        stages = resolve_stages(parse_study_argv([*argv, "dry_run=true"]))
-        return next(n.data for r in stages for n in r.needs if n.who.startswith("stage report"))
+    def report_data(*argv):   # what the preflight checks of the plan's report job (planned, nothing written)
+        req = parse_study_argv([*argv, "dry_run=true"])
+        plan, _ = plan_jobs(req, resolve_stages(req), tmp_path / "plan")
+        return next(n.data for n in of(plan) if n.who.startswith("stage report"))
 
     # the profile's sets count only for the benches evaluated; an encoder and an index only for retriever=e5
     assert "2wikimultihopqa:hub_dev" in report_data("study=qwen3_4b_spa_grpo")
