@@ -78,7 +78,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None,
-                        rule=Test(lambda v: v is None or (len(v) > 0 and list_of(NONEMPTY.ok, "").ok(v)),
+                        rule=Test(lambda v: v is None or (list_of(NONEMPTY.ok, "").ok(v) and len(v) > 0),
                                   "a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
     "slurm.jobs_file": field("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
                              "submits are added, named after its own (report.eval, report.aggregate)", None),
