@@ -9,7 +9,6 @@ every stage's config resolved once (`resolve_stages`), the plan (`plan_jobs`, no
 """
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shlex
@@ -268,8 +267,7 @@ def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list) -> tupl
     task, then the aggregation, which carries the analysis's needs for the preflight."""
     name, needs = r.stage.name, replace(preflight.analyze_needs(r.evaluation), who=f"stage {r.stage.name} (its evaluation)")
     if jobs.backend(req.launcher).submits:
-        finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
-        evaluation, files = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where, todo, finished)
+        evaluation, files = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where, r.preps, todo)
     else:
         evaluation, files = analysis_job(r.evaluation, where, after=("sweep",) if todo else ())
     # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
@@ -278,14 +276,14 @@ def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list) -> tupl
     return [*evaluation[:-1], replace(evaluation[-1], needs=replace(evaluation[-1].needs, each=(needs,)))], files
 
 
-def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[Job], list]:
-    """The study's plan, nothing written: each stage's jobs, their configs under `where`, each stage after the
-    latest earlier stage that has jobs (a training stage whose runs are all finished has none when submitted),
-    and the writes (callables) that make those configs."""
-    plan, writes, before, submits = [], [], (), jobs.backend(req.launcher).submits
+def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[Job], dict[Path, str]]:
+    """The study's plan, nothing written: each stage's jobs, each stage after the latest earlier stage that has
+    jobs (a training stage whose runs are all finished has none when submitted), and their configs under `where`
+    (path -> text)."""
+    plan, files, before, submits = [], {}, (), jobs.backend(req.launcher).submits
 
     def write(path: Path, text: str) -> str:
-        writes.append(functools.partial(write_files, {path: text}))
+        files[path] = text
         return str(path)
 
     for r in stages:
@@ -306,18 +304,15 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
                                     kind=req.launcher)
                 stage_jobs = [replace(job, name=stage.name, waits=None, **after)]
             if r.evaluation is not None:
-                evaluation, files = _evaluation_jobs(req, r, where / stage.name, todo)
-                stage_jobs += evaluation
-                writes.append(functools.partial(write_files, files))
+                evaluation, more = _evaluation_jobs(req, r, where / stage.name, todo)
+                stage_jobs, files = stage_jobs + evaluation, {**files, **more}
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
                 if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
             config = write(where / f"{stage.name}.yaml", OmegaConf.to_yaml(cfg))
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
-                check = where / f"{stage.name}.check.json"
-                writes.append(functools.partial(completion.write_check, check, stage.run, r.cfg.out,
-                                                where / f"{stage.name}.FAILED", module, config, r.python))
-                config, module = str(check), completion.MODULE
+                config, module = write(where / f"{stage.name}.check.json", completion.check_config(
+                    stage.run, r.cfg.out, where / f"{stage.name}.FAILED", module, config, r.python)), completion.MODULE
             gpus = int(r.cfg.data_parallel or 1) * int(r.cfg.tensor_parallel_size or 1) if stage.run == "evaluate" else 0
             stage_jobs = [Job(stage.name, module, config=config, python=r.python or sys.executable, **after,
                               cluster=r.cluster if submits else None, resources=Resources(gpus_per_node=gpus),
@@ -326,7 +321,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
         if stage_jobs:
             before = tuple(j.name for j in stage_jobs)
         plan += stage_jobs
-    return plan, writes
+    return plan, files
 
 
 def _ledger_root(v: dict) -> Path:
@@ -346,12 +341,11 @@ def run_study(argv: list[str]) -> int:
     kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
         (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
-    plan, writes = plan_jobs(req, stages, where)
+    plan, files = plan_jobs(req, stages, where)
     if not req.dry_run and preflight.gate(preflight.of(plan), False, counted=True):   # before anything is written
         return preflight.EXIT
     where.mkdir(parents=True, exist_ok=True)
-    for write in writes:
-        write()
+    write_files(files)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)

@@ -177,13 +177,14 @@ def evaluation_request(evaluation, preps: list):
         return request(OmegaConf.merge(evaluation, per_run))
 
 
-def evaluation_jobs(req, where: Path, todo: list, finished: list[str]) -> tuple[list[Job], dict[Path, str]]:
+def evaluation_jobs(req, where: Path, preps: list, todo: list) -> tuple[list[Job], dict[Path, str]]:
     """The sweep's evaluation on Slurm (`req`: evaluation_request's; launch/eval_slurm.py runs_plan): one job
-    per run, run i after training task i only (cancelled when that task fails: --kill-on-invalid-dep), a
-    finished run's after nothing, then the aggregation after all of them (afterany); and their configs (under
+    per run, run i of `todo` after training task i only (cancelled when that task fails: --kill-on-invalid-dep),
+    a finished run's after nothing, then the aggregation after all of them (afterany); and their configs (under
     `where`), unwritten."""
     from launch.eval_slurm import runs_plan
 
+    finished = [str(p.run_dir) for p in preps if all(p is not t for t in todo)]
     return runs_plan(req, where, [str(p.run_dir) for p in todo] + finished,
                      [("sweep", i) for i in range(len(todo))] + [None] * len(finished))
 
@@ -193,7 +194,6 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
     run i), its evaluation jobs (`req`: evaluation_request's) after it."""
     kind, dry = preps[0].cfg.launcher.kind, bool(preps[0].cfg.launcher.dry_run)
     todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep, **cache_kw)]
-    finished = [str(p.run_dir) for p in preps if all(p is not t for _, t in todo)]
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
         print(SFT.describe(prep))
         SFT.check_python(prep)
@@ -208,11 +208,11 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
     preps_todo = [p for _, p in todo]
     if dry:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
-                       then=(lambda where: _written(evaluation_jobs(req, where, preps_todo, finished))) if req is not None else None)
+                       then=(lambda where: _written(evaluation_jobs(req, where, preps, preps_todo))) if req is not None else None)
     job = SFT.job(preps_todo, array=True, logs=str(root))   # (root: made by the runner, with the scripts)
     plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
     if req is not None:
-        plan += _written(evaluation_jobs(req, plan_dir(req.cfg, "runs"), preps_todo, finished))
+        plan += _written(evaluation_jobs(req, plan_dir(req.cfg, "runs"), preps, preps_todo))
     ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if req is not None:
