@@ -10,7 +10,6 @@ next run of the job (a requeue) removes when it starts.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.io import read_json_object, write_json
+from common.io import json_text, read_json_object, write_json
 
 # a stage kind's completion record, in its out= dir
 COMPLETION = {"export": "export_info.json", "evaluate": "summary.json"}
@@ -30,8 +29,8 @@ MODULE = "launch.completion"   # a checked job: python -m launch.completion CHEC
 def check_config(run: str, out, failed: Path, module: str, config: str, python: str | None = None) -> str:
     """The config (its JSON text) of a job of stage kind `run` judged by its completion record (in `out`): `python
     -m MODULE CONFIG` run by `python` (None: the one running the check), its FAILED end record at `failed`."""
-    return json.dumps({"record": str(Path(str(out)) / COMPLETION[run]), "failed": str(failed),
-                       "command": [python or sys.executable, "-m", module, str(config)]}, indent=2, ensure_ascii=False) + "\n"
+    return json_text({"record": str(Path(str(out)) / COMPLETION[run]), "failed": str(failed),
+                      "command": [python or sys.executable, "-m", module, str(config)]})
 
 
 def fingerprint(path: Path) -> tuple[int, ...] | None:

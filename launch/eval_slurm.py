@@ -6,7 +6,6 @@ tasks_report).
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -20,7 +19,7 @@ from omegaconf import OmegaConf
 
 from analysis.errors import AnalysisError
 from common.cli import ConfigError, run_cli
-from common.io import read_json_object, write_json
+from common.io import json_text, read_json_object, write_json
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
 from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
 
@@ -56,10 +55,10 @@ def write_files(files: dict[Path, str]) -> None:
 def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob] = (), discover: dict | None = None) -> tuple[Path, str]:
     """One evaluation job's config (the one format: the checkpoints `planned` at submission, and a run's or the
     anchor's to `discover` when the job starts): its path and its text."""
-    return plan / f"{name}.json", json.dumps({
+    return plan / f"{name}.json", json_text({
         "name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
         "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
-        "planned": [j.record() for j in planned], "discover": discover}, indent=2, ensure_ascii=False) + "\n"
+        "planned": [j.record() for j in planned], "discover": discover})
 
 
 def _job_of(req, name: str, module: str, **kw) -> Job:
