@@ -140,9 +140,14 @@ def read_json_object(path: str | Path) -> dict:
     return obj
 
 
+def json_text(obj: Any) -> str:
+    """`obj` as the project writes JSON files: indented, UTF-8 as is, keys in order, a final newline."""
+    return json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """Write JSON atomically (temp file + rename) so readers never see half a file."""
-    write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+    write_text_atomic(path, json_text(obj))
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

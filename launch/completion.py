@@ -2,7 +2,7 @@
 (docs/studies.md): an export stage's `export_info.json`, an evaluate stage's `summary.json` in its `out`,
 written or rewritten by this run (one there from before does not count).
 
-A study's export or evaluate job (launch/study.py) runs `python -m launch.completion CHECK.json` (write_check's
+A study's export or evaluate job (launch/study.py) runs `python -m launch.completion CHECK.json` (check_config's
 config), here or on its Slurm node: its command run to its end, its signals forwarded; a non-zero exit is passed
 on, and an exit 0 without the record is exit 1, so that Slurm records the job FAILED and nothing that waits for
 it (afterok) starts; either way with the end record FAILED (JSON: state, reason, code, job, time), which the
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.io import read_json_object, write_json
+from common.io import json_text, read_json_object, write_json
 
 # a stage kind's completion record, in its out= dir
 COMPLETION = {"export": "export_info.json", "evaluate": "summary.json"}
@@ -26,12 +26,11 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signa
 MODULE = "launch.completion"   # a checked job: python -m launch.completion CHECK.json
 
 
-def write_check(path: Path, run: str, out, failed: Path, module: str, config: str, python: str | None = None) -> str:
-    """The config of a job of stage kind `run` judged by its completion record (in `out`): `python -m MODULE CONFIG`
-    run by `python` (None: the one running the check), its FAILED end record at `failed`. Returns its path."""
-    write_json(Path(path), {"record": str(Path(str(out)) / COMPLETION[run]), "failed": str(failed),
-                            "command": [python or sys.executable, "-m", module, str(config)]})
-    return str(path)
+def check_config(run: str, out, failed: Path, module: str, config: str, python: str | None = None) -> str:
+    """The config (its JSON text) of a job of stage kind `run` judged by its completion record (in `out`): `python
+    -m MODULE CONFIG` run by `python` (None: the one running the check), its FAILED end record at `failed`."""
+    return json_text({"record": str(Path(str(out)) / COMPLETION[run]), "failed": str(failed),
+                      "command": [python or sys.executable, "-m", module, str(config)]})
 
 
 def fingerprint(path: Path) -> tuple[int, ...] | None:
@@ -45,7 +44,7 @@ def fingerprint(path: Path) -> tuple[int, ...] | None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m launch.completion CHECK.json` (write_check's config): its command run to its end, then judged
+    """`python -m launch.completion CHECK.json` (check_config's config): its command run to its end, then judged
     by its completion record (module docstring); its exit status."""
     if len(argv) != 1:
         print("usage: python -m launch.completion CHECK.json", file=sys.stderr)

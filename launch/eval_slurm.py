@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from analysis.errors import AnalysisError
 from common.cli import ConfigError, run_cli
-from common.io import read_json_object, write_json
+from common.io import json_text, read_json_object, write_json
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
 from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
 
@@ -38,23 +38,27 @@ def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
     return eval_opts.get("backend")
 
 
-def _plan_dir(cfg, kind: str) -> Path:
+def plan_dir(cfg, kind: str) -> Path:
     """Where a submission's job configs, scripts and logs go: <out>/_slurm/<kind>-<UTC time>/ (a dry run: a temporary dir)."""
     if cfg.dry_run:
         return dry_run_dir(kind)
-    plan = (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
-    plan.mkdir(parents=True, exist_ok=True)
-    return plan
+    return (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
 
 
-def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob] = (), discover: dict | None = None) -> str:
-    """Write one evaluation job's config (the one format: the checkpoints `planned` at submission, and a run's
-    or the anchor's to `discover` when the job starts); its path."""
-    path = plan / f"{name}.json"
-    write_json(path, {"name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
-                      "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
-                      "planned": [j.record() for j in planned], "discover": discover})
-    return str(path)
+def write_files(files: dict[Path, str]) -> None:
+    """Write a plan's config files (path -> text, as its planner returned them), their directories made."""
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob] = (), discover: dict | None = None) -> tuple[Path, str]:
+    """One evaluation job's config (the one format: the checkpoints `planned` at submission, and a run's or the
+    anchor's to `discover` when the job starts): its path and its text."""
+    return plan / f"{name}.json", json_text({
+        "name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
+        "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
+        "planned": [j.record() for j in planned], "discover": discover})
 
 
 def _job_of(req, name: str, module: str, **kw) -> Job:
@@ -80,46 +84,48 @@ def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -
                                        at_once=req.cfg.slurm.concurrency if array else None), **after)
 
 
-def _aggregation(req, plan: Path, configs: list[str], after: tuple[str, ...]) -> Job:
-    """The job that writes the report from the evaluation jobs' outcomes (after them, however they ended)."""
+def _aggregation(req, plan: Path, files: dict[Path, str], after: tuple[str, ...]) -> Job:
+    """The job that writes the report from the outcomes of the evaluation jobs whose configs are `files` (after
+    them, however they ended); its own config added to `files`."""
     path = plan / "analyze.yaml"
-    path.write_text(OmegaConf.to_yaml(OmegaConf.merge(req.cfg, {"launcher": "local", "eval_tasks": configs, "dry_run": False,
-                                                                "slurm": {"runs": None, "runs_after": None}})), encoding="utf-8")
+    files[path] = OmegaConf.to_yaml(OmegaConf.merge(req.cfg, {"launcher": "local", "eval_tasks": list(map(str, files)),
+                                                              "dry_run": False, "slurm": {"runs": None, "runs_after": None}}))
     return _job_of(req, "aggregate", "launch.analyze", config=str(path), after=after, after_any=True,
                    needs=Needs(modules=("pandas",)), notes=("the report, from the evaluation jobs' outcomes",))
 
 
-def array_plan(req, plan: Path, jobs: list[EvalJob]) -> list[Job]:
+def array_plan(req, plan: Path, jobs: list[EvalJob]) -> tuple[list[Job], dict[Path, str]]:
     """The checkpoints still to evaluate (`jobs`, planned here) as Jobs: one array, task i evaluating jobs[i]
-    (after `slurm.after`), then the aggregation after it (afterany). The configs are written under `plan`."""
-    configs = [_task(req, plan, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time "
-                     f"or not run; see {plan}/slurm-eval-*_{i}.out)", planned=[j]) for i, j in enumerate(jobs)]
-    evals = _evaluation(req, "eval", configs, [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs], waits=req.cfg.slurm.after)
-    return [evals, _aggregation(req, plan, configs, ("eval",))]
+    (after `slurm.after`), then the aggregation after it (afterany); and their configs (under `plan`), unwritten."""
+    files = dict(_task(req, plan, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time "
+                       f"or not run; see {plan}/slurm-eval-*_{i}.out)", planned=[j]) for i, j in enumerate(jobs))
+    evals = _evaluation(req, "eval", list(map(str, files)), [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs],
+                        waits=req.cfg.slurm.after)
+    return [evals, _aggregation(req, plan, files, ("eval",))], files
 
 
-def runs_plan(req, plan: Path, runs: list[str], after: list) -> list[Job]:
+def runs_plan(req, plan: Path, runs: list[str], after: list) -> tuple[list[Job], dict[Path, str]]:
     """`runs` (slurm.runs; req: launch.analyze.Request) as Jobs: one evaluation job per run dir, each after its own
     dependency (`after[i]`: an sbatch dependency string, or (job name, array task) of a training job planned
     before it in the same plan), the anchor's (when `anchor=` is given) after nothing more, then the aggregation
     after all of them (afterany). Nothing is planned here: a run's checkpoints appear while it trains, so each
-    job plans its own when it starts. The jobs' configs are written under `plan`."""
+    job plans its own when it starts. Also returned: the jobs' configs (under `plan`), unwritten."""
     cfg = req.cfg
     entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(runs, after))]
     entries += [("the anchor", None, req.anchor, None)] if req.anchor is not None else []
-    jobs, configs = [], []
+    jobs, files = [], {}
     for i, (who, run, anchor, dep) in enumerate(entries):
         name, what = f"eval-run-{i}", f"{who} ({run or anchor})"
         link, shown = ({"after": (dep[0],), "after_task": dep[1]}, f"{dep[0]} task {dep[1]}") if isinstance(dep, tuple) \
             else ({"waits": dep}, dep)   # a training task planned before it in the same plan, or a dependency string
         cause = f"cancelled because its dependency {shown} failed, i.e. its training did not finish, or " if dep else ""
-        configs.append(_task(req, plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out of "
-                             "time or not run; see its slurm-*.out log)",
-                             discover={"run": run, "anchor": anchor, "runs_root": str(cfg.runs_root),
-                                       "profile": req.profile, "benches": list(req.benches), "prompt": cfg.eval.prompt}))
-        jobs.append(_evaluation(req, name, configs[-1:], [f"{what}: its checkpoints when this job starts, by evaluation "
-                                                          "identity"], **link))
-    return [*jobs, _aggregation(req, plan, configs, tuple(j.name for j in jobs))]
+        path, files[path] = _task(req, plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out "
+                                  "of time or not run; see its slurm-*.out log)",
+                                  discover={"run": run, "anchor": anchor, "runs_root": str(cfg.runs_root), "profile":
+                                            req.profile, "benches": list(req.benches), "prompt": cfg.eval.prompt})
+        jobs.append(_evaluation(req, name, [str(path)], [f"{what}: its checkpoints when this job starts, by evaluation "
+                                                         "identity"], **link))
+    return [*jobs, _aggregation(req, plan, files, tuple(j.name for j in jobs))], files
 
 
 def submit(req, jobs: list[EvalJob]) -> None:
@@ -127,10 +133,11 @@ def submit(req, jobs: list[EvalJob]) -> None:
     printed). `jobs`: the checkpoints planned here (array_plan); with `slurm.runs`, one job per run instead,
     each after its `slurm.runs_after` dependency (runs_plan)."""
     cfg, runs = req.cfg, req.cfg.slurm.runs is not None
-    where = _plan_dir(cfg, "runs" if runs else "analyze")
-    plan = runs_plan(req, where, list(cfg.slurm.runs), list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs))) if runs else \
-        array_plan(req, where, jobs)
+    where = plan_dir(cfg, "runs" if runs else "analyze")
+    plan, files = runs_plan(req, where, list(cfg.slurm.runs), list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs))) \
+        if runs else array_plan(req, where, jobs)
     runner = backend(cfg.launcher)(f"analyze launcher={cfg.launcher}")
+    write_files(files)
     if cfg.dry_run:
         return dry_run(plan, runner, where)
     ids = runner.run(plan, where)

@@ -9,7 +9,6 @@ every stage's config resolved once (`resolve_stages`), the plan (`plan_jobs`, no
 """
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shlex
@@ -27,11 +26,11 @@ from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
 from launch import completion, jobs, local, preflight
 from launch.errors import LaunchError
-from launch.eval_slurm import record_jobs
+from launch.eval_slurm import record_jobs, write_files
 from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
 from launch.run import SFT, Training, is_finished
-from launch.sweep import analysis_config, combos, evaluation_jobs, evaluation_request, split_eval_profile
+from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, evaluation_request, split_eval_profile
 
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
 # python.sft= / python.grpo=, its own keys).
@@ -262,40 +261,29 @@ def _needs(req: Request, r: Resolved) -> Needs:
                  r.python, None, (str(cfg.out),))
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
-def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list, writes: list, planned: bool) -> list[Job]:
-    """A sweep stage's evaluation (`eval_profile=`): here its analysis job (config `where`/analyze.yaml); on a
-    submitting launcher, when `planned`, one evaluation job per run after its training task, then the aggregation
-    (launch.sweep plans them and writes their configs at once: a real run plans them after its preflight, which
-    checks the analysis job's needs, theirs)."""
+def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list) -> tuple[list[Job], dict[Path, str]]:
+    """A sweep stage's evaluation (`eval_profile=`) as launch.sweep plans it, its configs under `where` (returned,
+    unwritten): here its analysis job; on a submitting launcher one evaluation job per run after its training
+    task, then the aggregation, which carries the analysis's needs for the preflight."""
     name, needs = r.stage.name, replace(preflight.analyze_needs(r.evaluation), who=f"stage {r.stage.name} (its evaluation)")
-    if not (planned and jobs.backend(req.launcher).submits):
-        writes.append(functools.partial(_write, where / "analyze.yaml", OmegaConf.to_yaml(r.evaluation)))
-        return [Job(f"{name}.analyze", "launch.analyze", config=str(where / "analyze.yaml"), needs=needs,
-                    python=interpreter.interpreter(r.evaluation.python, "eval"), after=(name,) if todo else (),
-                    after_any=True, notes=("the sweep's evaluation and report",))]
-    where.mkdir(parents=True, exist_ok=True)
-    finished = [str(p.run_dir) for p in r.preps if all(p is not t for t in todo)]
-    evaluation = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where, todo, finished)
+    if jobs.backend(req.launcher).submits:
+        evaluation, files = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where, r.preps, todo)
+    else:
+        evaluation, files = analysis_job(r.evaluation, where, after=("sweep",) if todo else ())
     # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
     rename = {"sweep": name, **{j.name: f"{name}.{j.name}" for j in evaluation}}
     evaluation = [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
-    return [*evaluation[:-1], replace(evaluation[-1], needs=replace(evaluation[-1].needs, each=(needs,)))]
+    return [*evaluation[:-1], replace(evaluation[-1], needs=replace(evaluation[-1].needs, each=(needs,)))], files
 
 
-def plan_jobs(req: Request, stages: list[Resolved], where: Path, evaluations: bool = True) -> tuple[list[Job], list]:
-    """The study's plan, nothing written: each stage's jobs, their configs under `where`, each stage after the
-    latest earlier stage that has jobs (a training stage whose runs are all finished has none when submitted),
-    and the writes (callables) that make those configs. A sweep stage's evaluation jobs on a submitting
-    launcher are planned only with `evaluations` (_evaluation_jobs)."""
-    plan, writes, before, submits = [], [], (), jobs.backend(req.launcher).submits
+def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[Job], dict[Path, str]]:
+    """The study's plan, nothing written: each stage's jobs, each stage after the latest earlier stage that has
+    jobs (a training stage whose runs are all finished has none when submitted), and their configs under `where`
+    (path -> text)."""
+    plan, files, before, submits = [], {}, (), jobs.backend(req.launcher).submits
 
     def write(path: Path, text: str) -> str:
-        writes.append(functools.partial(_write, path, text))
+        files[path] = text
         return str(path)
 
     for r in stages:
@@ -316,16 +304,15 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path, evaluations: bo
                                     kind=req.launcher)
                 stage_jobs = [replace(job, name=stage.name, waits=None, **after)]
             if r.evaluation is not None:
-                stage_jobs += _evaluation_jobs(req, r, where / stage.name, todo, writes, evaluations)
+                evaluation, more = _evaluation_jobs(req, r, where / stage.name, todo)
+                stage_jobs, files = stage_jobs + evaluation, {**files, **more}
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
                 if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
             config = write(where / f"{stage.name}.yaml", OmegaConf.to_yaml(cfg))
             if stage.run in completion.COMPLETION:   # judged by its completion record, not its exit 0
-                check = where / f"{stage.name}.check.json"
-                writes.append(functools.partial(completion.write_check, check, stage.run, r.cfg.out,
-                                                where / f"{stage.name}.FAILED", module, config, r.python))
-                config, module = str(check), completion.MODULE
+                config, module = write(where / f"{stage.name}.check.json", completion.check_config(
+                    stage.run, r.cfg.out, where / f"{stage.name}.FAILED", module, config, r.python)), completion.MODULE
             gpus = int(r.cfg.data_parallel or 1) * int(r.cfg.tensor_parallel_size or 1) if stage.run == "evaluate" else 0
             stage_jobs = [Job(stage.name, module, config=config, python=r.python or sys.executable, **after,
                               cluster=r.cluster if submits else None, resources=Resources(gpus_per_node=gpus),
@@ -334,7 +321,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path, evaluations: bo
         if stage_jobs:
             before = tuple(j.name for j in stage_jobs)
         plan += stage_jobs
-    return plan, writes
+    return plan, files
 
 
 def _ledger_root(v: dict) -> Path:
@@ -354,15 +341,11 @@ def run_study(argv: list[str]) -> int:
     kind = req.launcher
     where = jobs.dry_run_dir("study") if req.dry_run else \
         (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
-    plan, writes = plan_jobs(req, stages, where, evaluations=req.dry_run)
-    if not req.dry_run:   # the plan's preflight, before anything is written, started or submitted
-        if preflight.gate(preflight.of(plan), False, counted=True):
-            return preflight.EXIT
-        if jobs.backend(kind).submits and any(r.evaluation is not None for r in stages):
-            plan, writes = plan_jobs(req, stages, where)   # and a sweep stage's evaluation jobs (their configs written)
+    plan, files = plan_jobs(req, stages, where)
+    if not req.dry_run and preflight.gate(preflight.of(plan), False, counted=True):   # before anything is written
+        return preflight.EXIT
     where.mkdir(parents=True, exist_ok=True)
-    for write in writes:
-        write()
+    write_files(files)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)

@@ -24,6 +24,7 @@ from common.recipes import group_choices
 from evals.profiles import PROFILES_DIR, profile_names
 from launch import local, preflight
 from launch.errors import LaunchError
+from launch.eval_slurm import plan_dir, write_files
 from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
 from launch.run import SFT, Training, dry_run, kept, train_runs
 
@@ -95,14 +96,19 @@ def analysis_config(first, profile: str, analyze: list[str]):
                        *(cluster.tokens("slurm.") if cluster else []), *analyze])
 
 
-def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> Job:
-    """The sweep's analysis as a Job: `python -m launch.analyze <where>/analyze.yaml` (its config written there,
-    once), in python.eval, after the training however it ended (a failed run is a gap in the report)."""
+def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> tuple[list[Job], dict[Path, str]]:
+    """The sweep's analysis as a Job: `python -m launch.analyze <where>/analyze.yaml`, in python.eval, after the
+    training however it ended (a failed run is a gap in the report); and its config, unwritten."""
     path = Path(where) / "analyze.yaml"
-    path.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
-    return Job("analyze", "launch.analyze", config=str(path), python=interpreter.interpreter(cfg.python, "eval"),
-               after=after, after_any=bool(after), notes=("the sweep's evaluation and report",),
-               needs=preflight.analyze_needs(cfg))
+    return [Job("analyze", "launch.analyze", config=str(path), python=interpreter.interpreter(cfg.python, "eval"),
+                after=after, after_any=bool(after), notes=("the sweep's evaluation and report",),
+                needs=preflight.analyze_needs(cfg))], {path: OmegaConf.to_yaml(cfg)}
+
+
+def _written(planned: tuple[list[Job], dict[Path, str]]) -> list[Job]:
+    """A planner's jobs, once their configs are written."""
+    write_files(planned[1])
+    return planned[0]
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:
@@ -134,7 +140,7 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
         rc = _sweep_submit(argv, runs, preps, req, **cache_kw)
     elif first.launcher.dry_run:   # the plan: one job, each run a task in turn (a finished run skipped when it runs), then the analysis
         rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
-                     then=(lambda where: [analysis_job(evaluation, where)]) if evaluation is not None else None)
+                     then=(lambda where: _written(analysis_job(evaluation, where))) if evaluation is not None else None)
         print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
     elif (rc := train_runs(SFT, list(zip(runs, preps)), **cache_kw)) == 0:   # the runs as resolved up front
         print(f"[launch] sweep: all {len(runs)} runs finished")
@@ -146,8 +152,7 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
 def _analyze_here(cfg, where: Path) -> int:
     """The sweep's analysis (`cfg`, written under `where`) run now (LocalRunner: in this process when its
     interpreter is this one, else a child); its exit status."""
-    where.mkdir(parents=True, exist_ok=True)
-    job = analysis_job(cfg, where, after=())
+    [job] = _written(analysis_job(cfg, where, after=()))
     print(f"[launch] sweep: evaluating with profile {cfg.profile}: python -m launch.analyze {job.config}", flush=True)
     try:
         local.LocalRunner(env=project_env()).start(job, None, {})
@@ -172,13 +177,14 @@ def evaluation_request(evaluation, preps: list):
         return request(OmegaConf.merge(evaluation, per_run))
 
 
-def evaluation_jobs(req, where: Path, todo: list, finished: list[str]) -> list[Job]:
+def evaluation_jobs(req, where: Path, preps: list, todo: list) -> tuple[list[Job], dict[Path, str]]:
     """The sweep's evaluation on Slurm (`req`: evaluation_request's; launch/eval_slurm.py runs_plan): one job
-    per run, run i after training task i only (cancelled when that task fails: --kill-on-invalid-dep), a
-    finished run's after nothing, then the aggregation after all of them (afterany). Their configs go under
-    `where`."""
+    per run, run i of `todo` after training task i only (cancelled when that task fails: --kill-on-invalid-dep),
+    a finished run's after nothing, then the aggregation after all of them (afterany); and their configs (under
+    `where`), unwritten."""
     from launch.eval_slurm import runs_plan
 
+    finished = [str(p.run_dir) for p in preps if all(p is not t for t in todo)]
     return runs_plan(req, where, [str(p.run_dir) for p in todo] + finished,
                      [("sweep", i) for i in range(len(todo))] + [None] * len(finished))
 
@@ -188,7 +194,6 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
     run i), its evaluation jobs (`req`: evaluation_request's) after it."""
     kind, dry = preps[0].cfg.launcher.kind, bool(preps[0].cfg.launcher.dry_run)
     todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep, **cache_kw)]
-    finished = [str(p.run_dir) for p in preps if all(p is not t for _, t in todo)]
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
         print(SFT.describe(prep))
         SFT.check_python(prep)
@@ -203,13 +208,11 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
     preps_todo = [p for _, p in todo]
     if dry:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
-                       then=(lambda where: evaluation_jobs(req, where, preps_todo, finished)) if req is not None else None)
+                       then=(lambda where: _written(evaluation_jobs(req, where, preps, preps_todo))) if req is not None else None)
     job = SFT.job(preps_todo, array=True, logs=str(root))   # (root: made by the runner, with the scripts)
     plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
     if req is not None:
-        from launch.eval_slurm import _plan_dir
-
-        plan += evaluation_jobs(req, _plan_dir(req.cfg, "runs"), preps_todo, finished)
+        plan += _written(evaluation_jobs(req, plan_dir(req.cfg, "runs"), preps, preps_todo))
     ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if req is not None:

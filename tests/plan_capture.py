@@ -153,8 +153,8 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
         seen["stages"] = real_resolve(req)
         return seen["stages"]
 
-    def plan_jobs(req, stages, where, **kw):
-        planned = real_plan(req, stages, where, **kw)
+    def plan_jobs(req, stages, where):
+        planned = real_plan(req, stages, where)
         seen["plan"], seen["where"], seen["slurm"] = planned[0], where, req.launcher == "slurm"
         return planned
 

@@ -96,8 +96,10 @@ def test_a_study_says_once_that_cuda_was_not_checked(here, launcher, monkeypatch
 
 
 def test_a_refused_real_run_leaves_every_file_as_it_was(here, tmp_path_factory, monkeypatch, capsys):
-    """What the refused study checked is its plan's needs (`preflight.of(plan)`), planned before anything is
-    written: no ledger dir (`_slurm/`) appears (seen failing: the gate took needs derived while resolving)."""
+    """What the refused study checked is its plan's needs (`preflight.of(plan)`), planned once before anything is
+    written, a sweep stage's evaluation jobs included (`eval_profile=` on Slurm: one job per run, then the
+    aggregation): no ledger dir (`_slurm/`) appears (seen failing: the gate took needs derived while resolving;
+    then: it checked a stand-in analysis job, the evaluation jobs planned again after it)."""
     import launch.study as study
     from launch import preflight
 
@@ -116,12 +118,13 @@ def test_a_refused_real_run_leaves_every_file_as_it_was(here, tmp_path_factory, 
     (bin_dir / "sbatch").chmod(stat.S_IRWXU)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     before = tree(cwd)
-    for launcher in (["launcher=slurm"], []):
+    for launcher in (["launcher=slurm", "train:eval_profile=rl_ood"], []):
         assert main(["study=dual_terminator_sft", *slots, *SMALL, *launcher]) == 2
         err = capsys.readouterr().err
         if launcher:   # the preflight's line
             assert "lacks vllm (backend=vllm)" in err and "nothing was started, submitted or written" in err
             assert len(planned) == 1 and checked == [preflight.of(planned[0][0])]
+            assert [j.name for j in planned[0][0]][:4] == ["train", "train.eval-run-0", "train.aggregate", "report"]
         else:   # here the GPU-only model is refused first, when the run is resolved (a CPU machine): exit 2 all the same
             assert "is GPU-only" in err and len(err.strip().splitlines()) == 1
         assert tree(cwd) == before
