@@ -117,9 +117,9 @@ def launch_argv(cfg) -> list[str]:
 
 def run_argvs(cfg) -> list[list[str]]:
     """One `launch` command line per arm x seed: what `launch sweep` would run one after another."""
-    from launch.sweep import combos
+    from launch.sweep import parse_sweep
 
-    return combos(launch_argv(cfg)[1:])
+    return parse_sweep(launch_argv(cfg)[1:])[0]
 
 
 def train_parallel(cfg) -> int:

@@ -362,13 +362,15 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
 
 
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
-            then: Callable[[Path], list[Job]] | None = None) -> int:
-    """The plan first (its table of Jobs; each run's resolved config and the job's script written under a new
-    temporary directory it names), then each run's lines and resolved config and what would run: the
-    command here, or the script a submitting backend submits (GRPO: every backend's script). A sweep's: one job, an `array` over its runs, its logs
-    and script in its own dir (`logs`; by default the run dir's); `then(where)`: the jobs planned after the training
-    (a sweep's evaluation), their configs written under `where`. Nothing else is written; nothing starts.
+            then: Callable[[Path], tuple[list[Job], dict[Path, str]]] | None = None) -> int:
+    """The plan first (its table of Jobs; every job's config and script written under a new temporary directory
+    it names), then each run's lines and resolved config and what would run: the command here, or the script a
+    submitting backend submits (GRPO: every backend's script). A sweep's: one job, an `array` over its runs, its
+    logs and script in its own dir (`logs`; by default the run dir's); `then(where)`: the jobs planned after the
+    training (a sweep's evaluation) and their configs under `where`. Nothing else is written; nothing starts.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
+    from launch.eval_slurm import write_files
+
     first, kind = preps[0], preps[0].cfg.launcher.kind
     for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
         try:
@@ -377,9 +379,10 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
         except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
             print(f"[launch] (dataset cache key not computable here: {exc})")
     job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
-    for i, prep in enumerate(preps):
-        (where / f"{job.name}{f'-{i}' if array else ''}.config.yaml").write_text(OmegaConf.to_yaml(prep.cfg))
-    jobs.dry_run([job, *(then(where) if then else [])], trainer.runner(argv, kind), where)
+    after, files = then(where) if then else ([], {})
+    write_files({**{where / f"{job.name}{f'-{i}' if array else ''}.config.yaml": OmegaConf.to_yaml(prep.cfg)
+                    for i, prep in enumerate(preps)}, **files})
+    jobs.dry_run([job, *after], trainer.runner(argv, kind), where)
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)

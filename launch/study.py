@@ -30,7 +30,7 @@ from launch.eval_slurm import record_jobs, write_files
 from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
 from launch.run import SFT, Training, is_finished
-from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, evaluation_request, split_eval_profile
+from launch.sweep import analysis_config, analysis_job, evaluation_jobs, evaluation_request, parse_sweep
 
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
 # python.sft= / python.grpo=, its own keys).
@@ -227,8 +227,8 @@ def resolve_stages(req: Request) -> list[Resolved]:
         try:   # the study file's arguments, then the command line's (they win)
             if stage.run in TRAINING_RUNS:   # its runs as `launch` / `launch sweep` resolves them
                 args = [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
-                profile, analyze, args = split_eval_profile(args) if stage.run == "sweep" else (None, [], args)
-                r.trainer, r.argv = GRPO if stage.run == "grpo" else SFT, combos(args) if stage.run == "sweep" else [args]
+                r.argv, profile, analyze = parse_sweep(args) if stage.run == "sweep" else ([args], None, [])
+                r.trainer = GRPO if stage.run == "grpo" else SFT
                 r.preps = [r.trainer.resolve(a) for a in r.argv]
                 r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
             else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -29,15 +30,22 @@ from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
 from launch.run import SFT, Training, dry_run, kept, train_runs
 
 SWEEP_KEYS = ("arms", "seeds")
+ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
 
 
-def combos(argv: list[str]) -> list[list[str]]:
-    """Every run's argv: each arm x seed of `arms=[...]` and `seeds=[...]`, with the per-run overrides."""
-    arms, seeds, rest = None, [0], []
+def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]]:
+    """Every run's argv (each arm x seed of `arms=[...]` and `seeds=[...]`, with the per-run overrides), the
+    `eval_profile=` value or None and the `analyze.KEY=VALUE` tokens as KEY=VALUE; a LaunchError naming a bad one
+    (an unknown profile, analyze.* without a profile)."""
+    arms, seeds, rest, profile, analyze = None, [0], [], None, []
     for tok, (key, value) in zip(argv, split_dotlist(argv)):
-        if key in SWEEP_KEYS:
+        if key == "eval_profile":
+            profile = value.strip() or None
+        elif key.startswith(ANALYZE):
+            analyze.append(f"{key[len(ANALYZE):]}={value}")
+        elif key in SWEEP_KEYS:
             parsed = OmegaConf.from_dotlist([f"x={value}"]).x
-            items = list(parsed) if not isinstance(parsed, (str, int)) else [parsed]
+            items = [] if parsed is None else list(parsed) if not isinstance(parsed, (str, int)) else [parsed]
             if key == "arms":
                 arms = [str(a) for a in items]
             else:
@@ -48,37 +56,18 @@ def combos(argv: list[str]) -> list[list[str]]:
             raise LaunchError(f"{key}= is set per run by the sweep; use arms=[...] / seeds=[...] instead")
         else:
             rest.append(tok)
-    valid = group_choices("arm")
-    if not arms:
-        raise LaunchError(f"sweep needs arms=[...] (choices: {', '.join(valid)})")
-    unknown = [a for a in arms if a not in valid]
-    if unknown:
-        raise LaunchError(f"unknown arm(s) {unknown}; choices: {', '.join(valid)}")
-    if not seeds:
-        raise LaunchError("seeds=[] is empty")
-    return [[f"arm={a}", f"seed={s}", *rest] for a in arms for s in seeds]
-
-
-ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
-
-
-def split_eval_profile(argv: list[str]) -> tuple[str | None, list[str], list[str]]:
-    """(`eval_profile=` value or None, the `analyze.KEY=VALUE` tokens as KEY=VALUE, the rest of argv);
-    an unknown profile, or analyze.* without a profile, is a LaunchError."""
-    profile, analyze, rest = None, [], []
-    for tok in argv:
-        key, sep, value = tok.partition("=")
-        if sep and key.strip() == "eval_profile":
-            profile = value.strip() or None
-        elif sep and key.strip().startswith(ANALYZE):
-            analyze.append(f"{key.strip()[len(ANALYZE):]}={value}")
-        else:
-            rest.append(tok)
     if profile is not None and not (PROFILES_DIR / f"{profile}.yaml").is_file():
         raise LaunchError(f"eval_profile={profile}: no recipes/eval/{profile}.yaml; profiles: {', '.join(profile_names())}")
     if analyze and profile is None:
         raise LaunchError(f"{ANALYZE}KEY=VALUE ({', '.join(analyze)}) sets the sweep's evaluation: give eval_profile=PROFILE")
-    return profile, analyze, rest
+    valid = group_choices("arm")
+    if not arms:
+        raise LaunchError(f"sweep needs arms=[...] (choices: {', '.join(valid)})")
+    if unknown := [a for a in arms if a not in valid]:
+        raise LaunchError(f"unknown arm(s) {unknown}; choices: {', '.join(valid)}")
+    if not seeds:
+        raise LaunchError("seeds=[] is empty")
+    return [[f"arm={a}", f"seed={s}", *rest] for a in arms for s in seeds], profile, analyze
 
 
 def analysis_config(first, profile: str, analyze: list[str]):
@@ -105,17 +94,10 @@ def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> tuple
                 needs=preflight.analyze_needs(cfg))], {path: OmegaConf.to_yaml(cfg)}
 
 
-def _written(planned: tuple[list[Job], dict[Path, str]]) -> list[Job]:
-    """A planner's jobs, once their configs are written."""
-    write_files(planned[1])
-    return planned[0]
-
-
 def run_sweep(argv: list[str], **cache_kw) -> int:
     """`launch sweep ...`: every run resolved up front (composed once), the evaluation and the preflight checked
     before anything trains; then the runs here one after another (the analysis after them), or submitted."""
-    profile, analyze, argv = split_eval_profile(argv)
-    runs = combos(argv)
+    runs, profile, analyze = parse_sweep(argv)
     preps = [SFT.resolve(run) for run in runs]   # every combination's keys and values checked up front
     first = preps[0].cfg   # the preflight: every run's needs and the evaluation's, before anything (exit 2)
     from analysis.errors import AnalysisError
@@ -140,7 +122,7 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
         rc = _sweep_submit(argv, runs, preps, req, **cache_kw)
     elif first.launcher.dry_run:   # the plan: one job, each run a task in turn (a finished run skipped when it runs), then the analysis
         rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
-                     then=(lambda where: _written(analysis_job(evaluation, where))) if evaluation is not None else None)
+                     then=partial(analysis_job, evaluation) if evaluation is not None else None)
         print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
     elif (rc := train_runs(SFT, list(zip(runs, preps)), **cache_kw)) == 0:   # the runs as resolved up front
         print(f"[launch] sweep: all {len(runs)} runs finished")
@@ -152,7 +134,8 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
 def _analyze_here(cfg, where: Path) -> int:
     """The sweep's analysis (`cfg`, written under `where`) run now (LocalRunner: in this process when its
     interpreter is this one, else a child); its exit status."""
-    [job] = _written(analysis_job(cfg, where, after=()))
+    [job], files = analysis_job(cfg, where, after=())
+    write_files(files)
     print(f"[launch] sweep: evaluating with profile {cfg.profile}: python -m launch.analyze {job.config}", flush=True)
     try:
         local.LocalRunner(env=project_env()).start(job, None, {})
@@ -208,11 +191,13 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
     preps_todo = [p for _, p in todo]
     if dry:
         return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
-                       then=(lambda where: _written(evaluation_jobs(req, where, preps, preps_todo))) if req is not None else None)
+                       then=partial(evaluation_jobs, req, preps=preps, todo=preps_todo) if req is not None else None)
     job = SFT.job(preps_todo, array=True, logs=str(root))   # (root: made by the runner, with the scripts)
     plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
     if req is not None:
-        plan += _written(evaluation_jobs(req, plan_dir(req.cfg, "runs"), preps, preps_todo))
+        more, files = evaluation_jobs(req, plan_dir(req.cfg, "runs"), preps, preps_todo)
+        write_files(files)
+        plan += more
     ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if req is not None:

@@ -182,7 +182,8 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
     assert sorted(fake.builds) == ["r2e", "r2e", "search"], "one dataset per arm x seed"
     for bad, msg in ((["seeds=[0]", "model=tiny"], "sweep needs arms="), (["arms=[r2e,nope]"], "unknown arm"),
                      (["arms=[r2e]", "seed=1"], "set per run by the sweep"),
-                     (["arms=[r2e]", "seeds=[x]"], "non-negative integers")):
+                     (["arms=[r2e]", "seeds=[x]"], "non-negative integers"), (["arms=null"], "sweep needs arms="),
+                     (["arms=[r2e]", "seeds="], r"seeds=\[\] is empty")):
         with pytest.raises(ConfigError, match=msg):
             sweep.run_sweep(bad)
 

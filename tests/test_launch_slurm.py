@@ -302,11 +302,12 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
 
 def test_analyze_keys_reach_the_sweeps_analysis_and_need_a_profile():
     from launch.errors import LaunchError
-    from launch.sweep import analysis_config, split_eval_profile
+    from launch.sweep import analysis_config, parse_sweep
 
-    profile, analyze, rest = split_eval_profile(["arms=[r2e]", "eval_profile=rl_ood", "analyze.eval.corpus=/d/w.jsonl",
-                                                 "analyze.slurm.time=04:00:00", "steps=2"])
-    assert (profile, analyze, rest) == ("rl_ood", ["eval.corpus=/d/w.jsonl", "slurm.time=04:00:00"], ["arms=[r2e]", "steps=2"])
+    runs, profile, analyze = parse_sweep(["arms=[r2e]", "eval_profile=rl_ood", "analyze.eval.corpus=/d/w.jsonl",
+                                          "analyze.slurm.time=04:00:00", "steps=2"])
+    assert (runs, profile, analyze) == ([["arm=r2e", "seed=0", "steps=2"]], "rl_ood",
+                                        ["eval.corpus=/d/w.jsonl", "slurm.time=04:00:00"])
     from omegaconf import OmegaConf
 
     first = OmegaConf.create({"runs_root": "runs", "python": {}, "launcher": {"kind": "local"}})
@@ -314,7 +315,7 @@ def test_analyze_keys_reach_the_sweeps_analysis_and_need_a_profile():
     assert (cfg.eval.corpus, cfg.slurm.time, cfg.out, cfg.profile) == ("/d/w.jsonl", "04:00:00",
                                                                        str(Path("runs") / "_reports" / "rl_ood"), "rl_ood")
     with pytest.raises(LaunchError, match="give eval_profile=PROFILE"):
-        split_eval_profile(["arms=[r2e]", "analyze.eval.n=5"])
+        parse_sweep(["arms=[r2e]", "analyze.eval.n=5"])
 
 
 CLUSTER = ("account=A", "partition=P", "qos=Q", "time=01:00:00", "launcher.sbatch=[--constraint=h100]")
