@@ -102,22 +102,22 @@ class Trainer:
         configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
                 for p in preps]
-        for p in preps:
-            p.needs = p.needs or preflight.run_needs(self, p)
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
                    array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), wrapper=Torchrun(nodes, preps[0].nproc),
                    cluster=runner.cluster(cfg.launcher),
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
-                   needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(p.needs for p in preps)),
+                   needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(map(self.run_needs, preps))),
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
                    logs=logs or str(preps[0].run_dir / "logs"))
 
+    def run_needs(self, prep: Prepared) -> Needs:
+        """What the preflight checks of the run (launch.preflight.run_needs), asked once."""
+        prep.needs = prep.needs or preflight.run_needs(self, prep)
+        return prep.needs
+
     def check_python(self, prep: Prepared) -> None:
         """Refuse (LaunchError, one line: launch.preflight.python_problem) a named interpreter lacking what the run needs."""
-        python = interpreter.named(prep.cfg.get("python"), self.stage)
-        trl = prep.cfg.grpo.get("trl") if self.stage == "grpo" else None
-        if python is not None and (why := preflight.python_problem(Needs(modules=self.needs(prep.cfg), kind=self.stage,
-                                                                         python=python, trl=trl))):
+        if (need := self.run_needs(prep)).python is not None and (why := preflight.python_problem(need)):
             raise LaunchError(why)
 
 
