@@ -1,14 +1,9 @@
-"""`launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...`: every arm x seed.
+"""`launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...`: every arm x seed, each run resolved up front.
 
-Locally the runs go one after another (each is a normal `launch`, so finished runs are skipped
-and interrupted ones resume). On Slurm every unfinished run gets its data and run directory
-prepared here, then one job array trains them all: task i runs run i's config.yaml.
-
-`eval_profile=PROFILE` (recipes/eval/PROFILE.yaml) evaluates the sweep's checkpoints: its analysis (`analyze
-runs_root=... profile=PROFILE`, plus each `analyze.KEY=VALUE` as KEY=VALUE) is resolved and checked once, before
-anything trains, and planned as Jobs after the training: locally one `python -m launch.analyze
-<runs_root>/_sweeps/sweep-<time>/analyze.yaml` once every run has finished; on Slurm one evaluation job per run after
-its own training task, then the report (docs/how-to/slurm.md; launch/eval_slurm.py `runs_plan`).
+Locally the runs go one after another (each a normal `launch`: finished runs skipped, interrupted ones resumed);
+on Slurm every unfinished run is prepared here, then one job array trains them all (task i: run i's config.yaml).
+`eval_profile=PROFILE` (plus `analyze.KEY=VALUE`) evaluates the checkpoints once trained: docs/concepts.md ("Jobs") and
+docs/how-to/slurm.md say how, locally and on Slurm.
 """
 from __future__ import annotations
 
