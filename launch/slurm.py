@@ -11,7 +11,6 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from common.layout import CONFIG, LAUNCH_ID_ENV
@@ -41,33 +40,17 @@ def slurm_option_problems(options) -> list[str]:
     return bad
 
 
-@dataclass
-class SlurmSpec:
-    job_name: str
-    nodes: int
-    gpus_per_node: int
-    nproc_per_node: int
-    output: str               # --output pattern (a log file under the run / sweep dir)
-    cluster: Cluster = Cluster()   # partition, time, account, qos, its sbatch lines, launcher.setup (before srun)
-    more: tuple[str, ...] = ()     # #SBATCH lines after the cluster's
-    array: str | None = None  # e.g. "0-8" for a sweep
-    dependency: str | None = None   # e.g. afterok:4242 (null: none)
-    exclusive: bool = True        # the whole node (training); evaluation tasks share a node
-    # True: --signal=USR1@120 (the trainers save and stop before the time limit); a string: that --signal
-    # value (an evaluation task: B:USR1@120, to the batch shell, which is the task's python)
-    signal: bool | str = True
-
-
-def _training(spec: SlurmSpec, python: str, module: str, setup: list[str]) -> list[str]:
+def _training(job: Job, setup: list[str]) -> list[str]:
     """A training job's lines after the template's head: the end records (common.layout FAILED / REQUEUED, JSON,
     written atomically: how this segment ended short of DONE, for analyze; an earlier segment's go first; an EXIT
     trap records a segment that ended otherwise, launcher.setup exiting or the batch shell killed, unless one was
-    written), `setup`, one segment of the run under torchrun (`module`: the trainer), then requeue or finish."""
+    written), `setup`, one segment of the run under torchrun (the job's module: the trainer), then requeue or finish."""
+    nodes, python = job.resources.nodes, job.python
     node_cmd = (
         "trap \"\" USR1; exec \"$0\" -m launch.torchrun"
-        f" --nnodes={spec.nodes} --nproc_per_node={spec.nproc_per_node}"
+        f" --nnodes={nodes} --nproc_per_node={job.wrapper.nproc_per_node}"
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
-        f" -m {module} \"$2\""
+        f" -m {job.module} \"$2\""
     )
     return [
         "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
@@ -107,7 +90,7 @@ def _training(spec: SlurmSpec, python: str, module: str, setup: list[str]) -> li
         "PHASE=training",
         "trap 'echo \"[launch] SIGUSR1 to the batch shell: passed to the trainers (save and stop)\"; "
         "kill -USR1 \"$srun_pid\" 2>/dev/null' USR1",
-        f"srun --nodes={spec.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
+        f"srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
         f"  bash -c {shlex.quote(node_cmd)} \\",
         f'  {shlex.quote(python)} "$HEAD_NODE:$RDZV_PORT" "$RUN_DIR/config.yaml" &',
         "srun_pid=$!",
@@ -165,26 +148,19 @@ class SlurmRunner(Runner):
             raise LaunchError(f"{run_dir} is already {out.stdout.split()[0]} as Slurm job {jobs[-1]}; it resumes by "
                               f"itself when requeued (scancel {jobs[-1]} first to resubmit)")
 
-    def spec(self, job: Job, ids, where: Path) -> SlurmSpec:
-        r, task = job.resources, f"_{job.after_task}" if job.after_task is not None else ""
-        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
-        dep = ",".join(d for d in (own, job.waits) if d) or None
-        array = f"0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "") if job.array else None
-        pattern = "%A_%a.out" if job.array else "%j.out"
-        log = Path(job.logs) / f"slurm-{pattern}" if job.logs else where / f"slurm-{job.name}-{pattern}"
-        return SlurmSpec(job.title or f"dtsft-{job.name}", r.nodes, r.gpus_per_node,
-                         job.wrapper.nproc_per_node if job.wrapper else 1, str(log), (job.cluster or Cluster()).over(time=r.time),
-                         ("--kill-on-invalid-dep=yes",) if dep and "afterok" in dep else (), array=array, dependency=dep,
-                         exclusive=r.exclusive, signal=r.signal)
-
     def script(self, job: Job, ids, where: Path) -> str:
         """The one sbatch template: the #SBATCH header (what wrote it: `command`), a training job's run dir(s) (config
         i is <run dir i>/config.yaml) and the checkout, any other job's `workdir` (its relative paths valid), the
         project importable, then the job's lines; `launcher.setup` before them, not under `set -u` (environment
         scripts, conda activate or module load, often read unset variables)."""
-        spec, q = self.spec(job, ids, Path(where)), shlex.quote
-        setup = ["set +u  # launcher.setup", *spec.cluster.setup.strip().splitlines(),
-                 "set -u  # end of launcher.setup"] if spec.cluster.setup else []
+        r, q, cluster = job.resources, shlex.quote, (job.cluster or Cluster()).over(time=job.resources.time)
+        task = "" if job.after_task is None else f"_{job.after_task}"
+        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
+        dep = ",".join(d for d in (own, job.waits) if d) or None
+        pattern = "%A_%a.out" if job.array else "%j.out"
+        log = Path(job.logs) / f"slurm-{pattern}" if job.logs else Path(where) / f"slurm-{job.name}-{pattern}"
+        setup = ["set +u  # launcher.setup", *cluster.setup.strip().splitlines(),
+                 "set -u  # end of launcher.setup"] if cluster.setup else []
         if job.wrapper is not None:   # training
             dirs = [str(Path(c).parent) for c in job.configs]
             if any(Path(c).name != CONFIG for c in job.configs):
@@ -192,7 +168,7 @@ class SlurmRunner(Runner):
             head = ["RUN_DIRS=(", *(f"  {q(d)}" for d in dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"'] \
                 if job.array else [f"RUN_DIR={q(dirs[0])}"]
             head += [f"cd {q(self.repo)}", "export PYTHONUNBUFFERED=1"]
-            lines = _training(spec, job.python, job.module, setup)
+            lines = _training(job, setup)
         else:   # the batch step is its one task, no srun
             task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""
             head = [f"cd {q(self.workdir)}", "export PYTHONUNBUFFERED=1"]
@@ -203,15 +179,16 @@ class SlurmRunner(Runner):
                      '${SLURM_JOB_NODELIST:-this host}"',
                      f"exec {q(job.python)} -m {job.module} "
                      + ('"${CONFIGS[$SLURM_ARRAY_TASK_ID]}"' if job.array else q(str(job.config)))]
-        signal = spec.signal if isinstance(spec.signal, str) else "USR1@120"
-        options = [f"job-name={spec.job_name}", f"nodes={spec.nodes}", "ntasks-per-node=1",
-                   *([f"gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
-                   *(["exclusive"] if spec.exclusive else []), *([f"signal={signal}"] if spec.signal else []),
-                   "requeue", "open-mode=append", f"output={spec.output}",
-                   *(f"{k}={v}" for k in CLUSTER_OPTIONS if (v := getattr(spec.cluster, k)) is not None),
-                   *(f"{k}={v}" for k in ("array", "dependency") if (v := getattr(spec, k)) is not None)]
+        options = [f"job-name={job.title or f'dtsft-{job.name}'}", f"nodes={r.nodes}", "ntasks-per-node=1",
+                   *([f"gpus-per-node={r.gpus_per_node}"] if r.gpus_per_node else []), *(["exclusive"] if r.exclusive else []),
+                   *([f"signal={r.signal if isinstance(r.signal, str) else 'USR1@120'}"] if r.signal else []),
+                   "requeue", "open-mode=append", f"output={log}",
+                   *(f"{k}={v}" for k in CLUSTER_OPTIONS if (v := getattr(cluster, k)) is not None),
+                   *([f"array=0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "")] if job.array else []),
+                   *([f"dependency={dep}"] if dep else [])]
         return "\n".join(["#!/bin/bash", f"# Written by: {self.command}", *(f"#SBATCH --{o}" for o in options),
-                          *(f"#SBATCH {o}" for o in (*spec.cluster.sbatch, *spec.more)), "", "set -uo pipefail",
+                          *(f"#SBATCH {o}" for o in cluster.sbatch),
+                          *(["#SBATCH --kill-on-invalid-dep=yes"] if dep and "afterok" in dep else []), "", "set -uo pipefail",
                           *head, *lines]) + "\n"
 
     def start(self, job: Job, script: Path, ids) -> str:
