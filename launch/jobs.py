@@ -45,7 +45,7 @@ class Cluster:
     def of(cls, section) -> "Cluster":
         """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
         get = section.get
-        return cls(**{k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS},
+        return cls(**{k: None if get(k) in (None, "") else str(get(k)) for k in CLUSTER_OPTIONS},
                    sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
 
     def over(self, **changes) -> "Cluster":

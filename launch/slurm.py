@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from common.layout import CONFIG, LAUNCH_ID_ENV
@@ -24,19 +25,19 @@ OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal"
                "array", "dependency", *CLUSTER_OPTIONS)
 
 
-def slurm_option_problems(options) -> list[str]:
-    """What is wrong with `launcher.sbatch` (a list of `--option[=value]` strings), one line each."""
-    if options is None or isinstance(options, (str, int)):
-        return [f"launcher.sbatch must be a list of sbatch options, e.g. [--qos=high,--constraint=h100], got {options!r}"]
+def slurm_option_problems(options, key: str = "launcher.sbatch") -> list[str]:
+    """What is wrong with sbatch options `options` given as `key` (a list of `--option[=value]` strings), one line each."""
+    if isinstance(options, str) or not isinstance(options, Sequence):
+        return [f"{key} must be a list of sbatch options, e.g. [--qos=high,--constraint=h100], got {options!r}"]
     bad = []
     for opt in options:
         if not isinstance(opt, str) or not opt.startswith("-") or "\n" in opt or opt.strip() != opt:
-            bad.append(f"launcher.sbatch: {opt!r} is not one sbatch option (e.g. --qos=high)")
+            bad.append(f"{key}: {opt!r} is not one sbatch option (e.g. --qos=high)")
             continue
         name = opt.lstrip("-").split("=", 1)[0]
         if name in OWN_OPTIONS:
-            key = f"launcher.{name}" if name in CLUSTER_OPTIONS else None
-            bad.append(f"launcher.sbatch: {opt!r} is set by launch itself" + (f"; use {key}=" if key else ""))
+            own = f"; use {key.rpartition('.')[0]}.{name}=" if name in CLUSTER_OPTIONS else ""
+            bad.append(f"{key}: {opt!r} is set by launch itself{own}")
     return bad
 
 

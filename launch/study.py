@@ -30,6 +30,7 @@ from launch.eval_slurm import record_jobs, write_files
 from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
 from launch.run import SFT, Training, is_finished
+from launch.slurm import slurm_option_problems
 from launch.sweep import analysis_config, analysis_job, combos, evaluation_jobs, evaluation_request, split_eval_profile
 
 # The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
@@ -145,7 +146,9 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
         name, value = keys[a.key], a.value
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"] \
             if name == "sbatch" or value[:1] in ("'", '"') or value == "null" else value
-        made[name] = tuple(parsed or ()) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
+        if name == "sbatch" and (bad := slurm_option_problems(parsed, a.key)):
+            raise LaunchError("; ".join(bad))
+        made[name] = tuple(parsed) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
     return base.over(**made)
 
 

@@ -716,6 +716,10 @@ def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
     bad = [*argv[:-1], "export:slurm.qoss=low"]
     with pytest.raises(LaunchError, match=r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"):
         resolve_stages(parse_study_argv(bad))
+    # sbatch options are checked as launch checks them (a stage with no training: =5 was a traceback, [x] written)
+    for bad, line in (("export:slurm.sbatch=5", "slurm.sbatch must be a list"), ("launcher.sbatch=[x]", "'x' is not one sbatch")):
+        with pytest.raises(LaunchError, match=re.escape(line)):
+            resolve_stages(parse_study_argv([*argv, bad]))
 
 
 def test_a_slurm_study_keeps_launchs_rules_for_a_finished_run(tmp_path, monkeypatch):
