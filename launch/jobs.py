@@ -24,13 +24,6 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
 
 
-def dotlist_value(x) -> str:
-    """One value for the dotlist as written (each item of a list quoted: options and paths arrive verbatim)."""
-    if isinstance(x, (list, tuple)):
-        return "[" + ",".join(dotlist_value(i) for i in x) + "]"
-    return "null" if x is None else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 @dataclass(frozen=True)
 class Cluster:
     """The cluster settings every submitted job carries (`launcher.<key>`, analyze's `slurm.<key>`); null / empty: the cluster's defaults."""
@@ -53,8 +46,11 @@ class Cluster:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def tokens(self, prefix: str) -> list[str]:
-        """`PREFIX<key>=value` for each setting made: what hands them to another command (analyze's `slurm.`)."""
-        return [f"{prefix}{k}={dotlist_value(list(v) if k == 'sbatch' else v)}"
+        """`PREFIX<key>=value` for each setting made, each value quoted (options and paths arrive verbatim): what
+        hands them to another command (analyze's `slurm.`)."""
+        def quoted(x) -> str:
+            return "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return [f"{prefix}{k}=" + ("[" + ",".join(map(quoted, v)) + "]" if k == "sbatch" else quoted(v))
                 for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 
@@ -262,11 +258,6 @@ def project_env(**more: str) -> dict[str, str]:
     return dict(os.environ, **more, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
 
 
-def placeholders(plan: list[Job]) -> dict[str, str]:
-    """The ids a dry run writes into the scripts: `<job id of NAME>`."""
-    return {job.name: f"<job id of {job.name}>" for job in plan}
-
-
 def dry_run_dir(kind: str) -> Path:
     """A new directory for a dry run's configs and scripts, in the system's temporary directory (never the
     checkout nor the working directory)."""
@@ -301,7 +292,7 @@ def dry_run(plan: list[Job], runner: Runner, where: Path) -> None:
     """Write every job's script under `where` (the planner wrote their configs there) and print the plan;
     nothing is started."""
     check_plan(plan)
-    ids = placeholders(plan)
+    ids = {job.name: f"<job id of {job.name}>" for job in plan}   # what a dry run writes for each job's id
     for job in plan:
         (Path(where) / f"{job.name}{runner.suffix}").write_text(runner.script(job, ids, Path(where)), encoding="utf-8")
     print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")

@@ -103,32 +103,8 @@ def analyze_needs(cfg) -> Needs:
                       interpreter.named(cfg.python, "eval"), cfg.out, cfg.launcher)
 
 
-def launch_sources(cfg, data_arm: str, run_dir: Path | None = None):
-    """(cfg pinned, hub sources) of SFT config `cfg`: a copy with the hub sources of its arm's domains pinned as
-    its launch will pin them without the hub (launch.cache.pin_hub_sources: the run dir's config.yaml's pins,
-    else, offline, the commit the local hub cache holds; online an unpinned one stays so), and (key, spec) of
-    each of those sources that is no local file. A spec that does not parse is left as written and listed
-    (source_problem says why)."""
-    out, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
-    offline = hub.hub_offline()
-    for domain in arms.quotas(data_arm, int(cfg.data.n)):
-        try:
-            out.data.sources[domain] = hub.pin_specs(list(out.data.sources.get(domain) or []), resolve=lambda i: (
-                hub.cached_revision(i) if offline else None))[0]
-        except SourceError:
-            pass
-        for spec in list(out.data.sources.get(domain) or []):
-            try:
-                if parse_source(spec).is_local:
-                    continue
-            except SourceError:
-                pass
-            sources.append((f"data.sources.{domain}", str(spec)))
-    return out, sources
-
-
 def source_problem(key: str, spec: str) -> str | None:
-    """Why hub source `spec` (given for `key`, pinned as `launch_sources` pins it) cannot be read by a launch
+    """Why hub source `spec` (given for `key`, pinned as `dataset_needs` pins it) cannot be read by a launch
     here (None: it can, or it will be downloaded). Online nothing is asked; offline it must be pinned and in
     the local datasets cache (data_prep.hub.offline_problem)."""
     try:
@@ -152,11 +128,28 @@ def source_problem(key: str, spec: str) -> str | None:
 def dataset_needs(cfg, data_arm: str, run_dir: Path | None = None) -> tuple[list[str], list[tuple[str, str]]]:
     """(data names, hub sources) an SFT run's dataset step reads: none with `data.dir` or with its dataset in
     the cache (launch.cache: the arm's key as the launch will ask for it, computed without the hub, and only
-    when some input is missing here); else the `data:` section's names (the decontamination sets) and the hub
-    sources of the arm's domains, pinned as the launch will pin them (`launch_sources`)."""
+    when some input is missing here); else the `data:` section's names (the decontamination sets) and (key, spec)
+    of each hub source (no local file) of the arm's domains, pinned as its launch will pin them without the hub
+    (launch.cache.pin_hub_sources: the run dir's config.yaml's pins, else, offline, the commit the local hub cache
+    holds; online an unpinned one stays so). A spec that does not parse is left as written and listed
+    (source_problem says why)."""
     if cfg.data.dir:
         return [], []
-    pinned, sources = launch_sources(cfg, data_arm, run_dir)
+    pinned, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
+    offline = hub.hub_offline()
+    for domain in arms.quotas(data_arm, int(cfg.data.n)):
+        try:
+            pinned.data.sources[domain] = hub.pin_specs(list(pinned.data.sources.get(domain) or []), resolve=lambda i: (
+                hub.cached_revision(i) if offline else None))[0]
+        except SourceError:
+            pass
+        for spec in list(pinned.data.sources.get(domain) or []):
+            try:
+                if parse_source(spec).is_local:
+                    continue
+            except SourceError:
+                pass
+            sources.append((f"data.sources.{domain}", str(spec)))
     names = names_in(OmegaConf.to_container(cfg.data))
     if any(data_problem(n) for n in names) or any(source_problem(k, s) for k, s in sources):
         try:   # no dataset cached at all: no key to compute (that loads the tokenizer)

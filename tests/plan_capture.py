@@ -153,7 +153,6 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
 
     import launch.study as study
     from launch.cli import main
-    from launch.jobs import placeholders
     from launch.slurm import SlurmRunner
 
     seen: dict = {}
@@ -189,7 +188,8 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
             stage.update(interpreter=r.python or sys.executable,
                          config=decided(OmegaConf.to_container(r.cfg), tables.get(r.stage.run)))
         stages.append(stage)
-    plan, ids = seen["plan"], placeholders(seen["plan"])
+    plan = seen["plan"]
+    ids = {job.name: f"<job id of {job.name}>" for job in plan}   # as launch.jobs.dry_run writes them
     runner = SlurmRunner("launch") if seen["slurm"] else None
     jobs = []
     for job in plan:
