@@ -106,7 +106,7 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert "partition" not in _sbatch_lines(_scripts(capsys.readouterr().out)[0])
     # slurm.partition is launch's launcher.partition field (common.schema): its rule refuses a list
     assert main(argv + ["slurm.partition=[a,b]"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == ["error: slurm.partition=['a', 'b']: expected null or a string"]
+    assert capsys.readouterr().err.strip().splitlines() == ["error: slurm.partition=['a', 'b']: expected null or one word (not a list)"]
     # python.eval=PATH: every task and the aggregation exec it; asked first for vllm with backend=vllm.
     from launch_helpers import named_interpreter
 

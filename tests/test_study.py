@@ -716,8 +716,9 @@ def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
     bad = [*argv[:-1], "export:slurm.qoss=low"]
     with pytest.raises(LaunchError, match=r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"):
         resolve_stages(parse_study_argv(bad))
-    # sbatch options are checked as launch checks them (a stage with no training: =5 was a traceback, [x] written)
-    for bad, line in (("export:slurm.sbatch=5", "slurm.sbatch must be a list"), ("launcher.sbatch=[x]", "'x' is not one sbatch")):
+    # checked as launch checks them (a stage with no training: sbatch=5 was a traceback, [x] and time=[] written)
+    for bad, line in (("export:slurm.sbatch=5", "slurm.sbatch must be a list"), ("launcher.sbatch=[x]", "'x' is not one sbatch"),
+                      ("export:slurm.time=[]", "slurm.time='[]': expected null or one word")):
         with pytest.raises(LaunchError, match=re.escape(line)):
             resolve_stages(parse_study_argv([*argv, bad]))
 
