@@ -29,14 +29,6 @@ from rl.config import trl_problem
 EXIT = 2
 
 
-class Refused(LaunchError):
-    """The preflight's problems were printed (one line each): the command exits 2 (after a dry run's plan)."""
-
-    def __init__(self, count: int, dry_run: bool):
-        super().__init__(f"the preflight found {count} problem(s) (above): " + (
-            "the dry run showed its plan; exit 2" if dry_run else "nothing was started, submitted or written"))
-
-
 def of(plan: list[jobs.Job]) -> list[Needs]:
     """What the preflight checks of a plan, in order: each job's needs that name `who` (a training job's: each run's)."""
     return [n for job in plan for n in job.needs.each or (job.needs,) if n.who]
@@ -213,15 +205,6 @@ def cuda_problem(python: str) -> str | None:
     return None
 
 
-def notes(needs: list[Needs]) -> list[str]:
-    """The lines saying what was not checked: CUDA of jobs that run elsewhere, or here without a visible GPU."""
-    where = {n.cuda for n in needs if n.cuda}
-    return [line for unchecked, line in (
-        ("nodes" in where, "CUDA unchecked for the jobs that run on Slurm's nodes (checked by each job where it runs)"),
-        ("here" in where and not gpus_visible(),
-         "CUDA unchecked: no GPU is visible on this machine (a job that needs one refuses at its start)")) if unchecked]
-
-
 def output_problem(path: str) -> str | None:
     """Why directory `path` cannot be written (None: it is a writable dir, or can be made under one)."""
     probe = Path(os.path.expanduser(path)).absolute()
@@ -250,12 +233,16 @@ def problems(needs: list[Needs]) -> list[str]:
 
 
 def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
-    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each; `counted`, a
-    study's: then their count, and it stops itself); a real run with problems stops here (Refused: exit 2, nothing
-    written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. The jobs themselves ask
-    nothing more."""
-    for line in notes(needs):
-        print(f"preflight: {line}", flush=True)
+    """The preflight of a command's jobs: what it leaves unchecked (stdout) and its problems (stderr, one line each;
+    `counted`, a study's: then their count, and it stops itself); a real run with problems stops here (exit 2,
+    nothing written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. The jobs
+    themselves ask nothing more."""
+    where = {n.cuda for n in needs if n.cuda}
+    if "nodes" in where:
+        print("preflight: CUDA unchecked for the jobs that run on Slurm's nodes (checked by each job where it runs)", flush=True)
+    if "here" in where and not gpus_visible():
+        print("preflight: CUDA unchecked: no GPU is visible on this machine (a job that needs one refuses at its start)",
+              flush=True)
     found = problems(needs)
     for line in found:
         print(f"error: preflight: {line}", file=sys.stderr, flush=True)
@@ -263,11 +250,11 @@ def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
         print(f"preflight: {len(found)} problem(s); " + ("the dry run showed its plan and exits 2" if dry_run
               else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)
     elif found and not dry_run:
-        raise Refused(len(found), dry_run)
+        raise LaunchError(f"the preflight found {len(found)} problem(s) (above): nothing was started, submitted or written")
     return found
 
 
 def after_plan(found: list[str]) -> None:
     """A dry run whose preflight found problems exits 2 once its plan is shown."""
     if found:
-        raise Refused(len(found), True)
+        raise LaunchError(f"the preflight found {len(found)} problem(s) (above): the dry run showed its plan; exit 2")
