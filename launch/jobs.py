@@ -226,16 +226,18 @@ class Runner(ABC):
     @abstractmethod
     def start(self, job: Job, script: Path, ids: Mapping[str, str]) -> str: ...
 
-    def run(self, plan: list[Job], where: Path) -> dict[str, str]:
-        """Every job of `plan`, in order; each job's id by name. JobFailed stops it at the first failure."""
+    def run(self, plan: list[Job], where: Path, dry_run: bool = False) -> dict[str, str]:
+        """Every job of `plan`, in order; each job's id by name. JobFailed stops it at the first failure. `dry_run`:
+        only the scripts, each job's id in them `<job id of NAME>`."""
         check_plan(plan)
         where = Path(where)
         where.mkdir(parents=True, exist_ok=True)
-        ids: dict[str, str] = {}
+        ids = {job.name: f"<job id of {job.name}>" for job in plan} if dry_run else {}
         for job in plan:
             path = where / f"{job.name}{self.suffix}"
             path.write_text(self.script(job, ids, where), encoding="utf-8")
-            ids[job.name] = self.start(job, path, ids)
+            if not dry_run:
+                ids[job.name] = self.start(job, path, ids)
         return ids
 
 
@@ -291,10 +293,7 @@ def table(plan: list[Job]) -> str:
 def dry_run(plan: list[Job], runner: Runner, where: Path) -> None:
     """Write every job's script under `where` (the planner wrote their configs there) and print the plan;
     nothing is started."""
-    check_plan(plan)
-    ids = {job.name: f"<job id of {job.name}>" for job in plan}   # what a dry run writes for each job's id
-    for job in plan:
-        (Path(where) / f"{job.name}{runner.suffix}").write_text(runner.script(job, ids, Path(where)), encoding="utf-8")
+    runner.run(plan, where, dry_run=True)
     print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
     print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)",
           flush=True)

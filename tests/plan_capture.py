@@ -153,7 +153,6 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
 
     import launch.study as study
     from launch.cli import main
-    from launch.slurm import SlurmRunner
 
     seen: dict = {}
     tables = _tables()
@@ -188,11 +187,8 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
             stage.update(interpreter=r.python or sys.executable,
                          config=decided(OmegaConf.to_container(r.cfg), tables.get(r.stage.run)))
         stages.append(stage)
-    plan = seen["plan"]
-    ids = {job.name: f"<job id of {job.name}>" for job in plan}   # as launch.jobs.dry_run writes them
-    runner = SlurmRunner("launch") if seen["slurm"] else None
     jobs = []
-    for job in plan:
+    for job in seen["plan"]:
         entry = {"name": job.name, "module": job.module, "interpreter": job.python,
                  "configs": [decided(_config(c), tables.get(job.module)) if _config(c) is not None else c
                              for c in job.configs] if not job.wrapper
@@ -200,8 +196,8 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
                  "after_task": job.after_task, "wrapper": [job.wrapper.nodes, job.wrapper.nproc_per_node] if job.wrapper
                  else None, "needs": {"data": list(job.needs.data), "modules": list(job.needs.modules)},
                  "notes": list(job.notes)}
-        if runner is not None:
-            entry["slurm"] = _spec(runner.script(job, ids, seen["where"]))
+        if seen["slurm"]:   # the sbatch script the dry run wrote
+            entry["slurm"] = _spec((Path(seen["where"]) / f"{job.name}.sbatch").read_text(encoding="utf-8"))
         else:
             entry["commands"] = [job.command(c) for c in job.configs]
         jobs.append(entry)
