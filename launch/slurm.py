@@ -166,14 +166,12 @@ class SlurmRunner(Runner):
             dirs = [str(Path(c).parent) for c in job.configs]
             if any(Path(c).name != CONFIG for c in job.configs):
                 raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")
-            head = ["RUN_DIRS=(", *(f"  {q(d)}" for d in dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"'] \
-                if job.array else [f"RUN_DIR={q(dirs[0])}"]
-            head += [f"cd {q(self.repo)}", "export PYTHONUNBUFFERED=1"]
-            lines = _training(job, setup)
+            lines = [*(["RUN_DIRS=(", *(f"  {q(d)}" for d in dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
+                       if job.array else [f"RUN_DIR={q(dirs[0])}"]),
+                     f"cd {q(self.repo)}", "export PYTHONUNBUFFERED=1", *_training(job, setup)]
         else:   # the batch step is its one task, no srun
             task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""
-            head = [f"cd {q(self.workdir)}", "export PYTHONUNBUFFERED=1"]
-            lines = [f"export PYTHONPATH={q(self.repo)}${{PYTHONPATH:+:$PYTHONPATH}}", *setup,
+            lines = [f"cd {q(self.workdir)}", "export PYTHONUNBUFFERED=1", f"export PYTHONPATH={q(self.repo)}${{PYTHONPATH:+:$PYTHONPATH}}", *setup,
                      *(f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)),
                      *(["CONFIGS=(", *(f"  {q(c)}" for c in job.array), ")"] if job.array else []),
                      f'echo "[{job.name}]{" task " + task if task else ""} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
@@ -190,7 +188,7 @@ class SlurmRunner(Runner):
         return "\n".join(["#!/bin/bash", f"# Written by: {self.command}", *(f"#SBATCH --{o}" for o in options),
                           *(f"#SBATCH {o}" for o in cluster.sbatch),
                           *(["#SBATCH --kill-on-invalid-dep=yes"] if dep and "afterok" in dep else []), "", "set -uo pipefail",
-                          *head, *lines]) + "\n"
+                          *lines]) + "\n"
 
     def start(self, job: Job, script: Path, ids) -> str:
         """`sbatch --parsable SCRIPT`; the job id."""
