@@ -143,18 +143,6 @@ class JobFailed(Exception):
         self.job, self.status = job, status
 
 
-def check_plan(plan: list[Job]) -> None:
-    """Each name once; each `after` an earlier job of the plan (LaunchError otherwise)."""
-    seen: set[str] = set()
-    for job in plan:
-        if job.name in seen:
-            raise LaunchError(f"plan: two jobs are named {job.name}")
-        unknown = [a for a in job.after if a not in seen]
-        if unknown:
-            raise LaunchError(f"plan: job {job.name} runs after {unknown}, which is no earlier job of the plan")
-        seen.add(job.name)
-
-
 def cuda_device_count() -> int:
     """The CUDA devices this machine's torch sees (0 without torch or CUDA)."""
     try:
@@ -229,7 +217,13 @@ class Runner(ABC):
     def run(self, plan: list[Job], where: Path, dry_run: bool = False) -> dict[str, str]:
         """Every job of `plan`, in order; each job's id by name. JobFailed stops it at the first failure. `dry_run`:
         only the scripts, each job's id in them `<job id of NAME>`."""
-        check_plan(plan)
+        seen: set[str] = set()
+        for job in plan:   # each name once, each `after` an earlier job of the plan
+            if job.name in seen:
+                raise LaunchError(f"plan: two jobs are named {job.name}")
+            if unknown := [a for a in job.after if a not in seen]:
+                raise LaunchError(f"plan: job {job.name} runs after {unknown}, which is no earlier job of the plan")
+            seen.add(job.name)
         where = Path(where)
         where.mkdir(parents=True, exist_ok=True)
         ids = {job.name: f"<job id of {job.name}>" for job in plan} if dry_run else {}
