@@ -68,7 +68,6 @@ class Torchrun:
 class Resources:
     nodes: int = 1
     gpus_per_node: int = 0
-    time: str | None = None         # the job's time limit; null: the cluster settings' (Cluster.time)
     exclusive: bool = False         # whole nodes (training); evaluation tasks share one
     # the warning before the time limit: True = SIGUSR1 120 s before to the step's processes (the trainers
     # save and stop), a string = that --signal value (B:USR1@120: to the batch shell, an evaluation task)
@@ -266,8 +265,7 @@ def _resources(job: Job) -> str:
     parts.append(f"{r.nodes} node(s) x {r.gpus_per_node} GPU(s)" if r.gpus_per_node else f"{r.nodes} node(s), no GPU")
     if job.wrapper is not None:
         parts.append(f"torchrun {job.wrapper.nodes}x{job.wrapper.nproc_per_node}")
-    time = r.time or (job.cluster.time if job.cluster is not None else None)
-    parts += [f"time {time}"] if time else []
+    parts += [f"time {job.cluster.time}"] if job.cluster is not None and job.cluster.time else []
     return ", ".join(parts)
 
 

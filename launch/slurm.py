@@ -154,7 +154,7 @@ class SlurmRunner(Runner):
         i is <run dir i>/config.yaml) and the checkout, any other job's `workdir` (its relative paths valid), the
         project importable, then the job's lines; `launcher.setup` before them, not under `set -u` (environment
         scripts, conda activate or module load, often read unset variables)."""
-        r, q, cluster = job.resources, shlex.quote, (job.cluster or Cluster()).over(time=job.resources.time)
+        r, q, cluster = job.resources, shlex.quote, job.cluster or Cluster()
         task = "" if job.after_task is None else f"_{job.after_task}"
         own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
         dep = ",".join(d for d in (own, job.waits) if d) or None
