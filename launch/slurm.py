@@ -1,10 +1,8 @@
-"""The Slurm launcher (SlurmRunner): one sbatch script per Job, submitted with sbatch in plan order.
-
-A training job runs one torchrun per node under srun (c10d rendezvous on the first node's NodeAddr, port 29500
-or $DTSFT_RDZV_PORT), with SIGUSR1 120 s before the time limit (torchrun ignores it, the trainers save and stop),
-then requeues itself when the run has no DONE and the trainer exited 0; a crash or a refusal is not requeued.
-How a segment ended short of DONE is recorded in the run dir (common.layout FAILED / REQUEUED). The why of
-each step: docs/how-to/slurm.md ("Training jobs and signals", "How a segment ended") and docs/stages/launch.md.
+"""The Slurm launcher (SlurmRunner): one sbatch script per Job, submitted with sbatch in plan order. A training
+job runs one torchrun per node under srun (c10d rendezvous on the first node), saves and requeues itself on
+SIGUSR1 before its time limit (a crash or a refusal is not requeued), and records how a segment ended short of
+DONE (common.layout FAILED / REQUEUED); why each step is there: docs/how-to/slurm.md ("Training jobs and
+signals", "How a segment ended"), docs/stages/launch.md.
 """
 from __future__ import annotations
 
