@@ -113,6 +113,9 @@ def apply_overrides(
             cfg = OmegaConf.merge(cfg, parsed)
         except Exception as exc:  # omegaconf raises several types for bad values
             raise ConfigError(f"bad value for {key!r}: {value!r} ({exc})") from exc
+        if key in known.subtrees and key not in known.leaves and not isinstance(OmegaConf.select(parsed, key), DictConfig):
+            keys = sorted(k for k in known.leaves if k.startswith(f"{key}."))
+            raise ConfigError(f"{given}={value}: {key} is a section: give {key}.KEY=VALUE ({', '.join(keys)})")
     return cfg
 
 

@@ -20,7 +20,8 @@ _ID, _OUTPUT = (IDENTITY,), (PATH, OUTPUT)
 
 
 def _slurm_text(help: str) -> Field:
-    return field(help, None, (), Test(lambda v: v is None or isinstance(v, (str, int)), "null or a string"))
+    return field(help, None, (), Test(lambda v: v is None or is_int(v) or (isinstance(v, str) and v.split() in ([], [v])
+                                                                 and not v.startswith(("[", "{"))), "null or one word (not a list)"))
 
 
 # A key of GRPO and evaluate (grpo.enable_thinking, enable_thinking): one field.

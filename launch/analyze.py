@@ -200,8 +200,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         raise AnalysisError(f"slurm.runs_after={after!r}: expected {AFTER} ({len(runs)})")
     if runs is not None and not cfg.evaluate:
         raise AnalysisError("slurm.runs evaluates each run in its own job: not with evaluate=false")
-    if problems := slurm_option_problems(list(cfg.slurm.sbatch) if cfg.slurm.sbatch is not None else None):
-        raise AnalysisError("; ".join(p.replace("launcher.", "slurm.") for p in problems))
+    if problems := slurm_option_problems(cfg.slurm.sbatch, "slurm.sbatch"):
+        raise AnalysisError("; ".join(problems))
     check_axis(str(cfg.axis))
     if cfg.power.pilot:
         return req

@@ -24,13 +24,6 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
 
 
-def dotlist_value(x) -> str:
-    """One value for the dotlist as written (each item of a list quoted: options and paths arrive verbatim)."""
-    if isinstance(x, (list, tuple)):
-        return "[" + ",".join(dotlist_value(i) for i in x) + "]"
-    return "null" if x is None else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 @dataclass(frozen=True)
 class Cluster:
     """The cluster settings every submitted job carries (`launcher.<key>`, analyze's `slurm.<key>`); null / empty: the cluster's defaults."""
@@ -45,7 +38,7 @@ class Cluster:
     def of(cls, section) -> "Cluster":
         """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
         get = section.get
-        return cls(**{k: None if get(k) is None else str(get(k)) for k in CLUSTER_OPTIONS},
+        return cls(**{k: None if get(k) in (None, "") else str(get(k)) for k in CLUSTER_OPTIONS},
                    sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
 
     def over(self, **changes) -> "Cluster":
@@ -53,8 +46,11 @@ class Cluster:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def tokens(self, prefix: str) -> list[str]:
-        """`PREFIX<key>=value` for each setting made: what hands them to another command (analyze's `slurm.`)."""
-        return [f"{prefix}{k}={dotlist_value(list(v) if k == 'sbatch' else v)}"
+        """`PREFIX<key>=value` for each setting made, each value quoted (options and paths arrive verbatim): what
+        hands them to another command (analyze's `slurm.`)."""
+        def quoted(x) -> str:
+            return "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return [f"{prefix}{k}=" + ("[" + ",".join(map(quoted, v)) + "]" if k == "sbatch" else quoted(v))
                 for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 
@@ -72,7 +68,6 @@ class Torchrun:
 class Resources:
     nodes: int = 1
     gpus_per_node: int = 0
-    time: str | None = None         # the job's time limit; null: the cluster settings' (Cluster.time)
     exclusive: bool = False         # whole nodes (training); evaluation tasks share one
     # the warning before the time limit: True = SIGUSR1 120 s before to the step's processes (the trainers
     # save and stop), a string = that --signal value (B:USR1@120: to the batch shell, an evaluation task)
@@ -147,18 +142,6 @@ class JobFailed(Exception):
         self.job, self.status = job, status
 
 
-def check_plan(plan: list[Job]) -> None:
-    """Each name once; each `after` an earlier job of the plan (LaunchError otherwise)."""
-    seen: set[str] = set()
-    for job in plan:
-        if job.name in seen:
-            raise LaunchError(f"plan: two jobs are named {job.name}")
-        unknown = [a for a in job.after if a not in seen]
-        if unknown:
-            raise LaunchError(f"plan: job {job.name} runs after {unknown}, which is no earlier job of the plan")
-        seen.add(job.name)
-
-
 def cuda_device_count() -> int:
     """The CUDA devices this machine's torch sees (0 without torch or CUDA)."""
     try:
@@ -230,16 +213,24 @@ class Runner(ABC):
     @abstractmethod
     def start(self, job: Job, script: Path, ids: Mapping[str, str]) -> str: ...
 
-    def run(self, plan: list[Job], where: Path) -> dict[str, str]:
-        """Every job of `plan`, in order; each job's id by name. JobFailed stops it at the first failure."""
-        check_plan(plan)
+    def run(self, plan: list[Job], where: Path, dry_run: bool = False) -> dict[str, str]:
+        """Every job of `plan`, in order; each job's id by name. JobFailed stops it at the first failure. `dry_run`:
+        only the scripts, each job's id in them `<job id of NAME>`."""
+        seen: set[str] = set()
+        for job in plan:   # each name once, each `after` an earlier job of the plan
+            if job.name in seen:
+                raise LaunchError(f"plan: two jobs are named {job.name}")
+            if unknown := [a for a in job.after if a not in seen]:
+                raise LaunchError(f"plan: job {job.name} runs after {unknown}, which is no earlier job of the plan")
+            seen.add(job.name)
         where = Path(where)
         where.mkdir(parents=True, exist_ok=True)
-        ids: dict[str, str] = {}
+        ids = {job.name: f"<job id of {job.name}>" for job in plan} if dry_run else {}
         for job in plan:
             path = where / f"{job.name}{self.suffix}"
             path.write_text(self.script(job, ids, where), encoding="utf-8")
-            ids[job.name] = self.start(job, path, ids)
+            if not dry_run:
+                ids[job.name] = self.start(job, path, ids)
         return ids
 
 
@@ -262,11 +253,6 @@ def project_env(**more: str) -> dict[str, str]:
     return dict(os.environ, **more, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
 
 
-def placeholders(plan: list[Job]) -> dict[str, str]:
-    """The ids a dry run writes into the scripts: `<job id of NAME>`."""
-    return {job.name: f"<job id of {job.name}>" for job in plan}
-
-
 def dry_run_dir(kind: str) -> Path:
     """A new directory for a dry run's configs and scripts, in the system's temporary directory (never the
     checkout nor the working directory)."""
@@ -279,8 +265,7 @@ def _resources(job: Job) -> str:
     parts.append(f"{r.nodes} node(s) x {r.gpus_per_node} GPU(s)" if r.gpus_per_node else f"{r.nodes} node(s), no GPU")
     if job.wrapper is not None:
         parts.append(f"torchrun {job.wrapper.nodes}x{job.wrapper.nproc_per_node}")
-    time = r.time or (job.cluster.time if job.cluster is not None else None)
-    parts += [f"time {time}"] if time else []
+    parts += [f"time {job.cluster.time}"] if job.cluster is not None and job.cluster.time else []
     return ", ".join(parts)
 
 
@@ -300,10 +285,7 @@ def table(plan: list[Job]) -> str:
 def dry_run(plan: list[Job], runner: Runner, where: Path) -> None:
     """Write every job's script under `where` (the planner wrote their configs there) and print the plan;
     nothing is started."""
-    check_plan(plan)
-    ids = placeholders(plan)
-    for job in plan:
-        (Path(where) / f"{job.name}{runner.suffix}").write_text(runner.script(job, ids, Path(where)), encoding="utf-8")
+    runner.run(plan, where, dry_run=True)
     print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
     print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)",
           flush=True)

@@ -29,14 +29,6 @@ from rl.config import trl_problem
 EXIT = 2
 
 
-class Refused(LaunchError):
-    """The preflight's problems were printed (one line each): the command exits 2 (after a dry run's plan)."""
-
-    def __init__(self, count: int, dry_run: bool):
-        super().__init__(f"the preflight found {count} problem(s) (above): " + (
-            "the dry run showed its plan; exit 2" if dry_run else "nothing was started, submitted or written"))
-
-
 def of(plan: list[jobs.Job]) -> list[Needs]:
     """What the preflight checks of a plan, in order: each job's needs that name `who` (a training job's: each run's)."""
     return [n for job in plan for n in job.needs.each or (job.needs,) if n.who]
@@ -103,32 +95,8 @@ def analyze_needs(cfg) -> Needs:
                       interpreter.named(cfg.python, "eval"), cfg.out, cfg.launcher)
 
 
-def launch_sources(cfg, data_arm: str, run_dir: Path | None = None):
-    """(cfg pinned, hub sources) of SFT config `cfg`: a copy with the hub sources of its arm's domains pinned as
-    its launch will pin them without the hub (launch.cache.pin_hub_sources: the run dir's config.yaml's pins,
-    else, offline, the commit the local hub cache holds; online an unpinned one stays so), and (key, spec) of
-    each of those sources that is no local file. A spec that does not parse is left as written and listed
-    (source_problem says why)."""
-    out, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
-    offline = hub.hub_offline()
-    for domain in arms.quotas(data_arm, int(cfg.data.n)):
-        try:
-            out.data.sources[domain] = hub.pin_specs(list(out.data.sources.get(domain) or []), resolve=lambda i: (
-                hub.cached_revision(i) if offline else None))[0]
-        except SourceError:
-            pass
-        for spec in list(out.data.sources.get(domain) or []):
-            try:
-                if parse_source(spec).is_local:
-                    continue
-            except SourceError:
-                pass
-            sources.append((f"data.sources.{domain}", str(spec)))
-    return out, sources
-
-
 def source_problem(key: str, spec: str) -> str | None:
-    """Why hub source `spec` (given for `key`, pinned as `launch_sources` pins it) cannot be read by a launch
+    """Why hub source `spec` (given for `key`, pinned as `dataset_needs` pins it) cannot be read by a launch
     here (None: it can, or it will be downloaded). Online nothing is asked; offline it must be pinned and in
     the local datasets cache (data_prep.hub.offline_problem)."""
     try:
@@ -152,11 +120,28 @@ def source_problem(key: str, spec: str) -> str | None:
 def dataset_needs(cfg, data_arm: str, run_dir: Path | None = None) -> tuple[list[str], list[tuple[str, str]]]:
     """(data names, hub sources) an SFT run's dataset step reads: none with `data.dir` or with its dataset in
     the cache (launch.cache: the arm's key as the launch will ask for it, computed without the hub, and only
-    when some input is missing here); else the `data:` section's names (the decontamination sets) and the hub
-    sources of the arm's domains, pinned as the launch will pin them (`launch_sources`)."""
+    when some input is missing here); else the `data:` section's names (the decontamination sets) and (key, spec)
+    of each hub source (no local file) of the arm's domains, pinned as its launch will pin them without the hub
+    (launch.cache.pin_hub_sources: the run dir's config.yaml's pins, else, offline, the commit the local hub cache
+    holds; online an unpinned one stays so). A spec that does not parse is left as written and listed
+    (source_problem says why)."""
     if cfg.data.dir:
         return [], []
-    pinned, sources = launch_sources(cfg, data_arm, run_dir)
+    pinned, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
+    offline = hub.hub_offline()
+    for domain in arms.quotas(data_arm, int(cfg.data.n)):
+        try:
+            pinned.data.sources[domain] = hub.pin_specs(list(pinned.data.sources.get(domain) or []), resolve=lambda i: (
+                hub.cached_revision(i) if offline else None))[0]
+        except SourceError:
+            pass
+        for spec in list(pinned.data.sources.get(domain) or []):
+            try:
+                if parse_source(spec).is_local:
+                    continue
+            except SourceError:
+                pass
+            sources.append((f"data.sources.{domain}", str(spec)))
     names = names_in(OmegaConf.to_container(cfg.data))
     if any(data_problem(n) for n in names) or any(source_problem(k, s) for k, s in sources):
         try:   # no dataset cached at all: no key to compute (that loads the tokenizer)
@@ -220,15 +205,6 @@ def cuda_problem(python: str) -> str | None:
     return None
 
 
-def notes(needs: list[Needs]) -> list[str]:
-    """The lines saying what was not checked: CUDA of jobs that run elsewhere, or here without a visible GPU."""
-    where = {n.cuda for n in needs if n.cuda}
-    return [line for unchecked, line in (
-        ("nodes" in where, "CUDA unchecked for the jobs that run on Slurm's nodes (checked by each job where it runs)"),
-        ("here" in where and not gpus_visible(),
-         "CUDA unchecked: no GPU is visible on this machine (a job that needs one refuses at its start)")) if unchecked]
-
-
 def output_problem(path: str) -> str | None:
     """Why directory `path` cannot be written (None: it is a writable dir, or can be made under one)."""
     probe = Path(os.path.expanduser(path)).absolute()
@@ -257,12 +233,16 @@ def problems(needs: list[Needs]) -> list[str]:
 
 
 def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
-    """The preflight of a command's jobs: its notes (stdout) and problems (stderr, one line each; `counted`, a
-    study's: then their count, and it stops itself); a real run with problems stops here (Refused: exit 2, nothing
-    written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. The jobs themselves ask
-    nothing more."""
-    for line in notes(needs):
-        print(f"preflight: {line}", flush=True)
+    """The preflight of a command's jobs: what it leaves unchecked (stdout) and its problems (stderr, one line each;
+    `counted`, a study's: then their count, and it stops itself); a real run with problems stops here (exit 2,
+    nothing written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. The jobs
+    themselves ask nothing more."""
+    where = {n.cuda for n in needs if n.cuda}
+    if "nodes" in where:
+        print("preflight: CUDA unchecked for the jobs that run on Slurm's nodes (checked by each job where it runs)", flush=True)
+    if "here" in where and not gpus_visible():
+        print("preflight: CUDA unchecked: no GPU is visible on this machine (a job that needs one refuses at its start)",
+              flush=True)
     found = problems(needs)
     for line in found:
         print(f"error: preflight: {line}", file=sys.stderr, flush=True)
@@ -270,11 +250,11 @@ def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
         print(f"preflight: {len(found)} problem(s); " + ("the dry run showed its plan and exits 2" if dry_run
               else "nothing was started, submitted or written (exit 2)"), file=sys.stderr, flush=True)
     elif found and not dry_run:
-        raise Refused(len(found), dry_run)
+        raise LaunchError(f"the preflight found {len(found)} problem(s) (above): nothing was started, submitted or written")
     return found
 
 
 def after_plan(found: list[str]) -> None:
     """A dry run whose preflight found problems exits 2 once its plan is shown."""
     if found:
-        raise Refused(len(found), True)
+        raise LaunchError(f"the preflight found {len(found)} problem(s) (above): the dry run showed its plan; exit 2")

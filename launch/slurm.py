@@ -1,17 +1,15 @@
-"""The Slurm launcher (SlurmRunner): one sbatch script per Job, submitted with sbatch in plan order.
-
-A training job runs one torchrun per node under srun (c10d rendezvous on the first node's NodeAddr, port 29500
-or $DTSFT_RDZV_PORT), with SIGUSR1 120 s before the time limit (torchrun ignores it, the trainers save and stop),
-then requeues itself when the run has no DONE and the trainer exited 0; a crash or a refusal is not requeued.
-How a segment ended short of DONE is recorded in the run dir (common.layout FAILED / REQUEUED). The why of
-each step: docs/how-to/slurm.md ("Training jobs and signals", "How a segment ended") and docs/stages/launch.md.
+"""The Slurm launcher (SlurmRunner): one sbatch script per Job, submitted with sbatch in plan order. A training
+job runs one torchrun per node under srun (c10d rendezvous on the first node), saves and requeues itself on
+SIGUSR1 before its time limit (a crash or a refusal is not requeued), and records how a segment ended short of
+DONE (common.layout FAILED / REQUEUED); why each step is there: docs/how-to/slurm.md ("Training jobs and
+signals", "How a segment ended"), docs/stages/launch.md.
 """
 from __future__ import annotations
 
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from common.layout import CONFIG, LAUNCH_ID_ENV
@@ -25,49 +23,33 @@ OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal"
                "array", "dependency", *CLUSTER_OPTIONS)
 
 
-def slurm_option_problems(options) -> list[str]:
-    """What is wrong with `launcher.sbatch` (a list of `--option[=value]` strings), one line each."""
-    if options is None or isinstance(options, (str, int)):
-        return [f"launcher.sbatch must be a list of sbatch options, e.g. [--qos=high,--constraint=h100], got {options!r}"]
+def slurm_option_problems(options, key: str = "launcher.sbatch") -> list[str]:
+    """What is wrong with sbatch options `options` given as `key` (a list of `--option[=value]` strings), one line each."""
+    if isinstance(options, str) or not isinstance(options, Sequence):
+        return [f"{key} must be a list of sbatch options, e.g. [--qos=high,--constraint=h100], got {options!r}"]
     bad = []
     for opt in options:
         if not isinstance(opt, str) or not opt.startswith("-") or "\n" in opt or opt.strip() != opt:
-            bad.append(f"launcher.sbatch: {opt!r} is not one sbatch option (e.g. --qos=high)")
+            bad.append(f"{key}: {opt!r} is not one sbatch option (e.g. --qos=high)")
             continue
         name = opt.lstrip("-").split("=", 1)[0]
         if name in OWN_OPTIONS:
-            key = f"launcher.{name}" if name in CLUSTER_OPTIONS else None
-            bad.append(f"launcher.sbatch: {opt!r} is set by launch itself" + (f"; use {key}=" if key else ""))
+            own = f"; use {key.rpartition('.')[0]}.{name}=" if name in CLUSTER_OPTIONS else ""
+            bad.append(f"{key}: {opt!r} is set by launch itself{own}")
     return bad
 
 
-@dataclass
-class SlurmSpec:
-    job_name: str
-    nodes: int
-    gpus_per_node: int
-    nproc_per_node: int
-    output: str               # --output pattern (a log file under the run / sweep dir)
-    cluster: Cluster = Cluster()   # partition, time, account, qos, its sbatch lines, launcher.setup (before srun)
-    more: tuple[str, ...] = ()     # #SBATCH lines after the cluster's
-    array: str | None = None  # e.g. "0-8" for a sweep
-    dependency: str | None = None   # e.g. afterok:4242 (null: none)
-    exclusive: bool = True        # the whole node (training); evaluation tasks share a node
-    # True: --signal=USR1@120 (the trainers save and stop before the time limit); a string: that --signal
-    # value (an evaluation task: B:USR1@120, to the batch shell, which is the task's python)
-    signal: bool | str = True
-
-
-def _training(spec: SlurmSpec, python: str, module: str, setup: list[str]) -> list[str]:
+def _training(job: Job, setup: list[str]) -> list[str]:
     """A training job's lines after the template's head: the end records (common.layout FAILED / REQUEUED, JSON,
     written atomically: how this segment ended short of DONE, for analyze; an earlier segment's go first; an EXIT
     trap records a segment that ended otherwise, launcher.setup exiting or the batch shell killed, unless one was
-    written), `setup`, one segment of the run under torchrun (`module`: the trainer), then requeue or finish."""
+    written), `setup`, one segment of the run under torchrun (the job's module: the trainer), then requeue or finish."""
+    nodes, python = job.resources.nodes, job.python
     node_cmd = (
         "trap \"\" USR1; exec \"$0\" -m launch.torchrun"
-        f" --nnodes={spec.nodes} --nproc_per_node={spec.nproc_per_node}"
+        f" --nnodes={nodes} --nproc_per_node={job.wrapper.nproc_per_node}"
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
-        f" -m {module} \"$2\""
+        f" -m {job.module} \"$2\""
     )
     return [
         "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
@@ -107,7 +89,7 @@ def _training(spec: SlurmSpec, python: str, module: str, setup: list[str]) -> li
         "PHASE=training",
         "trap 'echo \"[launch] SIGUSR1 to the batch shell: passed to the trainers (save and stop)\"; "
         "kill -USR1 \"$srun_pid\" 2>/dev/null' USR1",
-        f"srun --nodes={spec.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
+        f"srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
         f"  bash -c {shlex.quote(node_cmd)} \\",
         f'  {shlex.quote(python)} "$HEAD_NODE:$RDZV_PORT" "$RUN_DIR/config.yaml" &',
         "srun_pid=$!",
@@ -165,54 +147,46 @@ class SlurmRunner(Runner):
             raise LaunchError(f"{run_dir} is already {out.stdout.split()[0]} as Slurm job {jobs[-1]}; it resumes by "
                               f"itself when requeued (scancel {jobs[-1]} first to resubmit)")
 
-    def spec(self, job: Job, ids, where: Path) -> SlurmSpec:
-        r, task = job.resources, f"_{job.after_task}" if job.after_task is not None else ""
-        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
-        dep = ",".join(d for d in (own, job.waits) if d) or None
-        array = f"0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "") if job.array else None
-        pattern = "%A_%a.out" if job.array else "%j.out"
-        log = Path(job.logs) / f"slurm-{pattern}" if job.logs else where / f"slurm-{job.name}-{pattern}"
-        return SlurmSpec(job.title or f"dtsft-{job.name}", r.nodes, r.gpus_per_node,
-                         job.wrapper.nproc_per_node if job.wrapper else 1, str(log), (job.cluster or Cluster()).over(time=r.time),
-                         ("--kill-on-invalid-dep=yes",) if dep and "afterok" in dep else (), array=array, dependency=dep,
-                         exclusive=r.exclusive, signal=r.signal)
-
     def script(self, job: Job, ids, where: Path) -> str:
         """The one sbatch template: the #SBATCH header (what wrote it: `command`), a training job's run dir(s) (config
         i is <run dir i>/config.yaml) and the checkout, any other job's `workdir` (its relative paths valid), the
         project importable, then the job's lines; `launcher.setup` before them, not under `set -u` (environment
         scripts, conda activate or module load, often read unset variables)."""
-        spec, q = self.spec(job, ids, Path(where)), shlex.quote
-        setup = ["set +u  # launcher.setup", *spec.cluster.setup.strip().splitlines(),
-                 "set -u  # end of launcher.setup"] if spec.cluster.setup else []
+        r, q, cluster = job.resources, shlex.quote, job.cluster or Cluster()
+        task = "" if job.after_task is None else f"_{job.after_task}"
+        own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None
+        dep = ",".join(d for d in (own, job.waits) if d) or None
+        pattern = "%A_%a.out" if job.array else "%j.out"
+        log = Path(job.logs) / f"slurm-{pattern}" if job.logs else Path(where) / f"slurm-{job.name}-{pattern}"
+        setup = ["set +u  # launcher.setup", *cluster.setup.strip().splitlines(),
+                 "set -u  # end of launcher.setup"] if cluster.setup else []
         if job.wrapper is not None:   # training
             dirs = [str(Path(c).parent) for c in job.configs]
             if any(Path(c).name != CONFIG for c in job.configs):
                 raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")
-            head = ["RUN_DIRS=(", *(f"  {q(d)}" for d in dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"'] \
-                if job.array else [f"RUN_DIR={q(dirs[0])}"]
-            head += [f"cd {q(self.repo)}", "export PYTHONUNBUFFERED=1"]
-            lines = _training(spec, job.python, job.module, setup)
+            lines = [*(["RUN_DIRS=(", *(f"  {q(d)}" for d in dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
+                       if job.array else [f"RUN_DIR={q(dirs[0])}"]),
+                     f"cd {q(self.repo)}", "export PYTHONUNBUFFERED=1", *_training(job, setup)]
         else:   # the batch step is its one task, no srun
             task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""
-            head = [f"cd {q(self.workdir)}", "export PYTHONUNBUFFERED=1"]
-            lines = [f"export PYTHONPATH={q(self.repo)}${{PYTHONPATH:+:$PYTHONPATH}}", *setup,
+            lines = [f"cd {q(self.workdir)}", "export PYTHONUNBUFFERED=1", f"export PYTHONPATH={q(self.repo)}${{PYTHONPATH:+:$PYTHONPATH}}", *setup,
                      *(f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)),
                      *(["CONFIGS=(", *(f"  {q(c)}" for c in job.array), ")"] if job.array else []),
                      f'echo "[{job.name}]{" task " + task if task else ""} (segment ${{SLURM_RESTART_COUNT:-0}}) on '
                      '${SLURM_JOB_NODELIST:-this host}"',
                      f"exec {q(job.python)} -m {job.module} "
                      + ('"${CONFIGS[$SLURM_ARRAY_TASK_ID]}"' if job.array else q(str(job.config)))]
-        signal = spec.signal if isinstance(spec.signal, str) else "USR1@120"
-        options = [f"job-name={spec.job_name}", f"nodes={spec.nodes}", "ntasks-per-node=1",
-                   *([f"gpus-per-node={spec.gpus_per_node}"] if spec.gpus_per_node else []),
-                   *(["exclusive"] if spec.exclusive else []), *([f"signal={signal}"] if spec.signal else []),
-                   "requeue", "open-mode=append", f"output={spec.output}",
-                   *(f"{k}={v}" for k in CLUSTER_OPTIONS if (v := getattr(spec.cluster, k)) is not None),
-                   *(f"{k}={v}" for k in ("array", "dependency") if (v := getattr(spec, k)) is not None)]
+        options = [f"job-name={job.title or f'dtsft-{job.name}'}", f"nodes={r.nodes}", "ntasks-per-node=1",
+                   *([f"gpus-per-node={r.gpus_per_node}"] if r.gpus_per_node else []), *(["exclusive"] if r.exclusive else []),
+                   *([f"signal={r.signal if isinstance(r.signal, str) else 'USR1@120'}"] if r.signal else []),
+                   "requeue", "open-mode=append", f"output={log}",
+                   *(f"{k}={v}" for k in CLUSTER_OPTIONS if (v := getattr(cluster, k)) is not None),
+                   *([f"array=0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "")] if job.array else []),
+                   *([f"dependency={dep}"] if dep else [])]
         return "\n".join(["#!/bin/bash", f"# Written by: {self.command}", *(f"#SBATCH --{o}" for o in options),
-                          *(f"#SBATCH {o}" for o in (*spec.cluster.sbatch, *spec.more)), "", "set -uo pipefail",
-                          *head, *lines]) + "\n"
+                          *(f"#SBATCH {o}" for o in cluster.sbatch),
+                          *(["#SBATCH --kill-on-invalid-dep=yes"] if dep and "afterok" in dep else []), "", "set -uo pipefail",
+                          *lines]) + "\n"
 
     def start(self, job: Job, script: Path, ids) -> str:
         """`sbatch --parsable SCRIPT`; the job id."""

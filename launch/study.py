@@ -23,6 +23,7 @@ from common import interpreter
 from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch
 from common.interpreter import KINDS
 from common.recipes import ALIASES, DEFAULT_CHOICES
+from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
 from launch import completion, jobs, local, preflight
 from launch.errors import LaunchError
@@ -146,8 +147,9 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
         name, value = keys[a.key], a.value
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"] \
             if name == "sbatch" or value[:1] in ("'", '"') or value == "null" else value
-        if name == "sbatch" and (bad := slurm_option_problems(parsed)):   # launch's own rule for launcher.sbatch
-            raise LaunchError(f"{a}: " + "; ".join(p.replace("launcher.sbatch", a.key) for p in bad))
+        bad = slurm_option_problems(parsed, a.key) if name == "sbatch" else [LAUNCHER[f"launcher.{name}"].problem(a.key, parsed)]
+        if any(bad):
+            raise LaunchError("; ".join(filter(None, bad)))
         made[name] = tuple(parsed) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
     return base.over(**made)
 

@@ -84,12 +84,23 @@ def unpinned_stand_ins(where: Path) -> None:
         datafetch.fill(src, list(datafetch.UNPINNED))
 
 
-def _spec(spec) -> dict:
-    """A Slurm job's resources and order (launch.slurm.SlurmSpec), without its log file's place."""
-    keep = ("job_name", "nodes", "gpus_per_node", "nproc_per_node", "partition", "time", "account", "qos", "array",
-            "dependency", "exclusive", "signal", "setup")   # partition, time, account, qos, setup: its cluster's
-    return {**{k: getattr(spec.cluster if k in ("partition", "time", "account", "qos", "setup") else spec, k) for k in keep},
-            "extra": [*spec.cluster.sbatch, *spec.more]}
+def _spec(script: str) -> dict:
+    """A Slurm job's resources and order, read back from the sbatch script the SlurmRunner writes (its #SBATCH
+    lines, torchrun's processes per node, launcher.setup), without its log file's place."""
+    own = dict(line[len("#SBATCH --"):].partition("=")[::2] for line in script.splitlines()
+               if line.startswith("#SBATCH --") and line[len("#SBATCH --"):].partition("=")[0] in _OWN)
+    setup = script.partition("set +u  # launcher.setup\n")[2].partition("\nset -u  # end of launcher.setup")[0]
+    nproc = re.search(r"--nproc_per_node=(\d+)", script)
+    return {"job_name": own["job-name"], "nodes": int(own["nodes"]), "gpus_per_node": int(own.get("gpus-per-node", 0)),
+            "nproc_per_node": int(nproc.group(1)) if nproc else 1,
+            **{k: own.get(k) for k in ("partition", "time", "account", "qos", "array", "dependency")},
+            "exclusive": "exclusive" in own, "signal": own.get("signal") == "USR1@120" or own.get("signal", False),
+            "setup": setup or None, "extra": [line[len("#SBATCH "):] for line in script.splitlines()
+                                              if line.startswith("#SBATCH ") and line[len("#SBATCH --"):].partition("=")[0] not in _OWN]}
+
+
+_OWN = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "exclusive", "signal", "requeue", "open-mode", "output",
+        "partition", "time", "account", "qos", "array", "dependency")
 
 
 def _config(path: str):
@@ -142,8 +153,6 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
 
     import launch.study as study
     from launch.cli import main
-    from launch.jobs import placeholders
-    from launch.slurm import SlurmRunner
 
     seen: dict = {}
     tables = _tables()
@@ -178,10 +187,8 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
             stage.update(interpreter=r.python or sys.executable,
                          config=decided(OmegaConf.to_container(r.cfg), tables.get(r.stage.run)))
         stages.append(stage)
-    plan, ids = seen["plan"], placeholders(seen["plan"])
-    runner = SlurmRunner("launch") if seen["slurm"] else None
     jobs = []
-    for job in plan:
+    for job in seen["plan"]:
         entry = {"name": job.name, "module": job.module, "interpreter": job.python,
                  "configs": [decided(_config(c), tables.get(job.module)) if _config(c) is not None else c
                              for c in job.configs] if not job.wrapper
@@ -189,8 +196,8 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
                  "after_task": job.after_task, "wrapper": [job.wrapper.nodes, job.wrapper.nproc_per_node] if job.wrapper
                  else None, "needs": {"data": list(job.needs.data), "modules": list(job.needs.modules)},
                  "notes": list(job.notes)}
-        if runner is not None:
-            entry["slurm"] = _spec(runner.spec(job, ids, seen["where"]))
+        if seen["slurm"]:   # the sbatch script the dry run wrote
+            entry["slurm"] = _spec((Path(seen["where"]) / f"{job.name}.sbatch").read_text(encoding="utf-8"))
         else:
             entry["commands"] = [job.command(c) for c in job.configs]
         jobs.append(entry)

@@ -96,12 +96,17 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     node = [a for a in argv if not a.startswith("slurm.gpus_per_task")] + ["eval.data_parallel=8"]
     assert main(node) == 0
     assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["gpus-per-node"] == "8"
-    # A bad setting is one line, before anything is planned.
-    assert main(argv[:-1] + ["slurm.concurrency=0"]) == 2
-    assert "slurm.concurrency=0" in capsys.readouterr().err
+    # A bad setting is one line naming its key, before anything is planned (slurm.sbatch=5 was a traceback).
+    for bad, line in (("slurm.concurrency=0", "slurm.concurrency=0"), ("slurm.sbatch=[--qos=x]", "use slurm.qos="),
+                      ("slurm.sbatch=5", "error: slurm.sbatch must be a list of sbatch options")):
+        assert main(argv[:-1] + [bad]) == 2
+        assert line in capsys.readouterr().err
+    # An empty setting is the cluster's default (it was written as `#SBATCH --partition=`).
+    assert main(argv + ["slurm.partition=''"]) == 0
+    assert "partition" not in _sbatch_lines(_scripts(capsys.readouterr().out)[0])
     # slurm.partition is launch's launcher.partition field (common.schema): its rule refuses a list
     assert main(argv + ["slurm.partition=[a,b]"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == ["error: slurm.partition=['a', 'b']: expected null or a string"]
+    assert capsys.readouterr().err.strip().splitlines() == ["error: slurm.partition=['a', 'b']: expected null or one word (not a list)"]
     # python.eval=PATH: every task and the aggregation exec it; asked first for vllm with backend=vllm.
     from launch_helpers import named_interpreter
 

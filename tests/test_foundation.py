@@ -17,6 +17,10 @@ def test_overrides_apply_and_unknown_key_suggests():
         apply_overrides(base, ["sede=1"])
     with pytest.raises(ConfigError, match="key=value"):
         apply_overrides(base, ["seed"])
+    # a section given one value (analyze slurm=5 was a traceback later); a mapping still merges
+    with pytest.raises(ConfigError, match=r"^train=5: train is a section: give train\.KEY=VALUE \(train\.lr, train\.steps\)$"):
+        apply_overrides(base, ["train=5"])
+    assert apply_overrides(base, ["train={steps: 4}"]).train == {"lr": 1e-5, "steps": 4}
 
 
 def test_sha256sums_detects_changes(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launch.errors import LaunchError
-from launch.jobs import Job, JobFailed, Needs, Resources, Runner, Torchrun, check_plan, dry_run, table
+from launch.jobs import Job, JobFailed, Needs, Resources, Runner, Torchrun, dry_run, table
 
 
 class RecordingRunner(Runner):
@@ -95,7 +95,7 @@ def test_a_third_runner_is_the_two_methods_and_runs_a_plan_in_order(tmp_path):
 def test_a_plan_names_each_job_once_and_runs_it_after_earlier_ones(tmp_path):
     a = Job("a", "m", config="c")
     with pytest.raises(LaunchError, match="two jobs are named a"):
-        check_plan([a, a])
+        RecordingRunner().run([a, a], tmp_path)
     with pytest.raises(LaunchError, match=r"job b runs after \['c'\], which is no earlier job"):
         RecordingRunner().run([a, Job("b", "m", config="c", after=("c",))], tmp_path)
     assert not list(tmp_path.iterdir()), "a refused plan writes nothing"

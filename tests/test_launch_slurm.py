@@ -96,11 +96,13 @@ def test_sbatch_extra_options_and_setup(capsys, tmp_path):
     assert lines.index(setup) < next(i for i, line in enumerate(lines) if line.startswith("srun "))
 
 
-@pytest.mark.parametrize("opts,needle", [("[--time=1:00:00]", "use launcher.time="), ("[qos=high]", "not one sbatch option"),
-                                         ("--qos=high", "must be a list")])
-def test_sbatch_extra_options_refused(capsys, tmp_path, opts, needle):
-    assert main(["arm=r2e", "launcher=slurm", "data=synthetic", f"launcher.sbatch={opts}", "dry_run=true",
-                 f"runs_root={tmp_path}"]) == 2
+@pytest.mark.parametrize("arg,needle", [("launcher.sbatch=[--time=1:00:00]", "use launcher.time="),
+                                        ("launcher.sbatch=[qos=high]", "not one sbatch option"),
+                                        ("launcher.sbatch=--qos=high", "must be a list"),
+                                        ("time={}", "launcher.time must be null or one word (not a list), got '{}'")])
+def test_sbatch_extra_options_refused(capsys, tmp_path, arg, needle):
+    """Seen failing before the rule: time={} was written as `#SBATCH --time={}`."""
+    assert main(["arm=r2e", "launcher=slurm", "data=synthetic", arg, "dry_run=true", f"runs_root={tmp_path}"]) == 2
     assert needle in capsys.readouterr().err
 
 

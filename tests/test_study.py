@@ -713,10 +713,14 @@ def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
     export, = resolve_stages(parse_study_argv(argv))
     assert export.cluster == Cluster(partition="cpu", qos="Q", time="01:00:00", sbatch=("--mem=0",))
     assert "slurm" not in export.cfg
-    for bad, why in (("export:slurm.qoss=low", r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"),
-                     ("export:slurm.sbatch=5", r"stage export refuses its settings: slurm\.sbatch=5: slurm\.sbatch must be a list of sbatch options")):
-        with pytest.raises(LaunchError, match=why):   # (an sbatch value that is no list: a TypeError before)
-            resolve_stages(parse_study_argv([*argv[:-1], bad]))
+    bad = [*argv[:-1], "export:slurm.qoss=low"]
+    with pytest.raises(LaunchError, match=r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"):
+        resolve_stages(parse_study_argv(bad))
+    # checked as launch checks them (a stage with no training: sbatch=5 was a traceback, [x] and time=[] written)
+    for bad, line in (("export:slurm.sbatch=5", "slurm.sbatch must be a list"), ("launcher.sbatch=[x]", "'x' is not one sbatch"),
+                      ("export:slurm.time=[]", "slurm.time='[]': expected null or one word")):
+        with pytest.raises(LaunchError, match=re.escape(line)):
+            resolve_stages(parse_study_argv([*argv, bad]))
 
 
 def test_a_slurm_study_keeps_launchs_rules_for_a_finished_run(tmp_path, monkeypatch):
