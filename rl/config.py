@@ -98,10 +98,6 @@ GRPO: dict[str, Field | Default] = {
 }
 EXCLUDED_KEYS = excluded(SFT, GRPO)   # the run fingerprint's (both trainers': as one table before)
 
-# The keys the GRPO trainer reads of the sections it shares with SFT (the tokenizer is the starting model's).
-TRAIN_KEYS = tuple(k.removeprefix("train.") for k in GRPO if k.startswith("train."))
-MODEL_KEYS = tuple(k.removeprefix("model.") for k in GRPO if k.startswith("model."))
-
 
 def installed_trl() -> str | None:
     """The trl release this interpreter imports (None: not installed)."""
