@@ -205,7 +205,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **keydoc.defaults(rl_config.GRPO)}, layers, choices, rest, strict=False)
     cfg.arm = f"grpo_{cfg.task}"   # arm: grpo_<task>, set last
     rl_config.validate(cfg)
-    if bad := launcher_problems(cfg, resume=False):
+    if bad := launcher_problems(cfg, resume=False) + slurm_option_problems(plain(cfg.launcher.sbatch)):
         raise RlError("invalid config:\n  " + "\n  ".join(bad))
     return Composed(cfg=cfg, choices=choices, origins=origins)
 
