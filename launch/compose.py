@@ -16,7 +16,7 @@ from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
 from launch.jobs import BACKENDS, backend
-from launch.paths import make_absolute
+from launch.paths import make_absolute, origin_of
 from rl import config as rl_config
 from rl.errors import RlError
 from sft import config as sft_config
@@ -129,19 +129,28 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
             for key in (k for k in flat_keys(layer) if k in known):
                 OmegaConf.update(kept, key, OmegaConf.select(layer, key), merge=False)
             layer = kept
-        cfg = _merge(cfg, layer, where, origins)
+        cfg = _merge(cfg, layer, where, origins, keys.error)
     if path_text := choices.get(USER_RECIPE):   # relative to the current directory; `choices` gets it absolute
-        cfg = _merge(cfg, *_user_recipe(path_text, choices, known, keys), origins)
+        cfg = _merge(cfg, *_user_recipe(path_text, choices, known, keys), origins, keys.error)
     cfg = apply_overrides(cfg, rest, aliases=keys.aliases, open_prefixes=keys.open_prefixes)
     origins.update({keys.aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
+    _sections_kept(cfg, known, lambda key: origin_of(key, origins), keys.error)
     cfg = OmegaConf.create(resolved_container(cfg, error=keys.error))
     make_absolute(cfg, keys.table, origins)
     return cfg, origins, meta
 
 
-def _merge(cfg: DictConfig, layer: DictConfig, where: str, origins: dict[str, str]) -> DictConfig:
+def _merge(cfg: DictConfig, layer: DictConfig, where: str, origins: dict[str, str], error: type[Exception]) -> DictConfig:
+    _sections_kept(layer, KeySpace(cfg), lambda key: where, error)
     origins.update(dict.fromkeys(flat_keys(layer), where))
     return OmegaConf.merge(cfg, layer)
+
+
+def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exception]) -> None:
+    """Refuse a key of `cfg` that is a section of `known` (`train`, `data.sources`) but holds a value instead."""
+    for key in (k for k in flat_keys(cfg) if k in known.subtrees and k not in known.leaves):
+        if not isinstance(value := OmegaConf.select(cfg, key, throw_on_resolution_failure=False), DictConfig):
+            raise error(f"{where(key)}: {key} must be a section of keys ({key}.KEY: value), got {plain(value)!r}")
 
 
 def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys: Keys) -> tuple[DictConfig, str]:

@@ -536,11 +536,12 @@ def test_cli_mistakes_name_the_key_and_exit_2(capsys):
         with pytest.raises(ConfigError, match=argv[-1].split("=")[0]):
             envs_main(argv)
     # a wrong-typed value is one line naming its key, never a traceback later (seen failing: data.decontam_sets=5 and
-    # GRPO's launcher.sbatch=5 a TypeError; model.config=5, data.synthetic=x, data.decontam=5 accepted)
+    # GRPO's launcher.sbatch=5 a TypeError; model.config=5, data.synthetic=x, data.decontam=5, grpo.encoder_device=5 accepted)
     for argv, key in ((["resume=maybe"], "resume"), (["data.decontam_ngram=0"], "data.decontam_ngram"),
                       (["data.max_record_bytes=abc"], "data.max_record_bytes"), (["data.decontam_sets=5"], "data.decontam_sets must"),
                       (["model.config=5"], "model.config must"), (["data.synthetic=x"], "data.synthetic must"),
-                      (["data.decontam=5"], "data.decontam must"), (["stage=grpo", "launcher.sbatch=5"], "launcher.sbatch must")):
+                      (["data.decontam=5"], "data.decontam must"), (["stage=grpo", "launcher.sbatch=5"], "launcher.sbatch must"),
+                      (["stage=grpo", "grpo.encoder_device=5"], "grpo.encoder_device must")):
         with pytest.raises(ConfigError, match=key):
             (compose_grpo if "stage=grpo" in argv else compose)(argv)
     with pytest.raises(ConfigError, match="model.config.hidden_size='abc'"):
