@@ -16,7 +16,7 @@ import math
 import os
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from common.fingerprint import ALWAYS
 from common.keydoc import shown
@@ -207,7 +207,7 @@ def count(help: str, default: Any, roles: Iterable[str] = (IDENTITY,), lo: int =
 
 def list_of(ok: Callable[[Any], bool], what: str, size: Callable[[int], bool] = lambda n: True, null: bool = False) -> Test:
     """A rule: a list whose length passes `size` and whose every item passes `ok` (or null, with `null`)."""
-    return Test(lambda v: (null and v is None) or (v is not None and not isinstance(v, (str, int, float)) and size(len(v))
+    return Test(lambda v: (null and v is None) or (isinstance(v, Sequence) and not isinstance(v, str) and size(len(v))
                                                    and all(ok(x) for x in v)), what)
 
 

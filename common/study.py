@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.cli import ConfigError, did_you_mean
-from common.fields import TEXT, Number, Test, is_int
+from common.fields import TEXT, Number, Test, is_int, list_of
 from common.io import sha256_file
 from common.keydoc import shown
 from common.layout import step_name
@@ -33,20 +33,16 @@ RUNNERS = {"sft": "sft.train", "sweep": "sft.train", "grpo": "rl.train", "evalua
            "analyze": "launch.analyze", "export": "sft.export"}
 TRAINING_RUNS = ("sft", "sweep", "grpo")
 
-def _list(ok=lambda x: True, empty: bool = True, null: bool = True) -> callable:
-    return lambda v: (null and v is None) or (isinstance(v, list) and (empty or bool(v)) and all(map(ok, v)))
-
-
 _TEXT = Test(lambda v: v is None or isinstance(v, str), "be a string")
 # A study file's top keys and what each must be (`study:` must name the file; a stage and a result are checked below).
 TOP = {"study": None, "title": _TEXT, "reference": _TEXT,
        "hardware": Test(lambda v: isinstance(v, dict) and is_int(v.get("gpus")), "give `gpus:` (an integer) and the GPU kind"),
        "vars": Test(lambda v: v is None or isinstance(v, dict), "be a mapping of name: value"),
-       "stages": Test(_list(empty=False, null=False), "be a non-empty list"),
-       "reference_results": Test(_list(), "be a list of {system, bench, metric, ...} mappings"),
-       "cpu_smoke": Test(_list(lambda t: isinstance(t, str) and "=" in t), "be a list of key=value overrides"),
-       "notes": Test(_list(lambda t: isinstance(t, str) and t.strip() != ""),
-                     "be a list of sentences (what the study does not reproduce, and why)")}
+       "stages": list_of(lambda s: True, "be a non-empty list", size=bool),
+       "reference_results": list_of(lambda r: True, "be a list of {system, bench, metric, ...} mappings", null=True),
+       "cpu_smoke": list_of(lambda t: isinstance(t, str) and "=" in t, "be a list of key=value overrides", null=True),
+       "notes": list_of(lambda t: isinstance(t, str) and t.strip() != "",
+                        "be a list of sentences (what the study does not reproduce, and why)", null=True)}
 # The published reference descriptions a `[ref: NAME "quote"]` mark cites: short name -> the stem of the
 # file holding its verbatim text (the tests check every quote against those texts; no code path reads them).
 REFERENCES = {
