@@ -28,7 +28,6 @@ DEFAULT = "default (its field)"   # the origin of a key no recipe or command-lin
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
 # What a shipped recipe's `_launch:` section may say (anything else is an error naming the key).
 LAUNCH_META_KEYS = ("data_arm",)
-LAUNCH_KEY = "a launch key (recipes may only set the keys `launch --help` lists)"   # what an unknown recipe key is not
 GRPO_SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
 
 
@@ -63,10 +62,9 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
     return choices, rest
 
 
-def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, error: type[Exception] = LaunchError,
-                       what: str = LAUNCH_KEY) -> None:
+def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, keys: Keys) -> None:
     for key in (k for k in flat_keys(recipe) if k not in known):
-        raise error(f"{where}: key {key!r} is not {what}.{did_you_mean(key, sorted(known.leaves))}")
+        raise keys.error(f"{where}: key {key!r} is not {keys.what}.{did_you_mean(key, sorted(known.leaves))}")
 
 
 def launch_meta(recipe: DictConfig, where: str) -> dict:
@@ -103,7 +101,7 @@ class Keys:
     aliases: dict[str, str]
     open_prefixes: tuple[str, ...]
     error: type[Exception]
-    what: str = LAUNCH_KEY
+    what: str = "a launch key (recipes may only set the keys `launch --help` lists)"   # what an unknown recipe key is not
     launch_note: str = ("recipes (it picks e.g. the data arm of arm=r2e_v5); a user recipe cannot set it: choose the arm "
                         "with arm=... on the command line")
 
@@ -123,7 +121,7 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
     for where, layer in layers:
         meta.update(launch_meta(layer, where))
         if strict:
-            _check_recipe_keys(layer, known, where)
+            _check_recipe_keys(layer, known, where, keys)
         else:
             kept = OmegaConf.create()
             for key in (k for k in flat_keys(layer) if k in known):
@@ -172,7 +170,7 @@ def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys:
     for key in (k for k in keys.decided if k in recipe):
         raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
                           f"decides; remove it from the file and pass {key}=... on the command line")
-    _check_recipe_keys(recipe, known, where, keys.error, keys.what)
+    _check_recipe_keys(recipe, known, where, keys)
     return recipe, where
 
 
