@@ -72,7 +72,11 @@ def resolve(data_cfg: Any) -> dict:
     if bad := problems(data_cfg):
         raise DataPrepError(bad[0] if len(bad) == 1 else "; ".join(bad))
     cfg = {**copy.deepcopy(DATA_DEFAULTS), **(data_cfg or {})}
-    cfg["sources"] = {side: list((cfg["sources"] or {}).get(side) or []) for side in ("code", "search")}
+    if not isinstance(sources := cfg["sources"] or {}, dict):   # the formats: the readers' check
+        raise DataPrepError(f"data.sources must be a section of keys (data.sources.KEY: value), got {sources!r}")
+    for side in (s for s in ("code", "search") if not isinstance(sources.get(s) or [], list)):
+        raise DataPrepError(f"data.sources.{side} must be a list of FORMAT:PATH_OR_HUB_ID sources, got {sources[side]!r}")
+    cfg["sources"] = {side: list(sources.get(side) or []) for side in ("code", "search")}
     cfg["decontam"] = list(cfg["decontam"] or [])
     cfg["decontam_sets"] = list(cfg["decontam_sets"] or [])
     cfg["synthetic"] = dict(cfg["synthetic"] or {})

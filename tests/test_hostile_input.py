@@ -528,6 +528,7 @@ def test_retriever_survives_each_bad_request_and_bad_corpora(tmp_path):
 def test_cli_mistakes_name_the_key_and_exit_2(capsys):
     from common.cli import ConfigError
     from envs.search_plan_act.__main__ import main as envs_main
+    from data_prep.config import resolve as resolve_data
     from launch.compose import compose, compose_grpo
     from sft.model import check_overrides
     from common.tiny import tiny_config
@@ -544,6 +545,9 @@ def test_cli_mistakes_name_the_key_and_exit_2(capsys):
                       (["stage=grpo", "grpo.encoder_device=5"], "grpo.encoder_device must")):
         with pytest.raises(ConfigError, match=key):
             (compose_grpo if "stage=grpo" in argv else compose)(argv)
+    for data, key in (({"sources": {"code": 5}}, "data.sources.code must"), ({"sources": 5}, "data.sources must")):
+        with pytest.raises(ConfigError, match=key):   # data-prep's keys (seen failing: a TypeError, an AttributeError)
+            resolve_data(data)
     with pytest.raises(ConfigError, match="model.config.hidden_size='abc'"):
         check_overrides(tiny_config(), {"hidden_size": "abc"})
     check_overrides(tiny_config(), {"hidden_size": 32, "rope_theta": 10000, "tie_word_embeddings": False})
