@@ -16,7 +16,7 @@ import math
 import os
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from common.fingerprint import ALWAYS
 from common.keydoc import shown
@@ -205,9 +205,10 @@ def count(help: str, default: Any, roles: Iterable[str] = (IDENTITY,), lo: int =
     return number(help, default, roles, lo=lo, integer=True, null=null)
 
 
-def list_of(ok: Callable[[Any], bool], what: str, size: Callable[[int], bool] = lambda n: True) -> Test:
-    """A rule: a list whose length passes `size` and whose every item passes `ok`."""
-    return Test(lambda v: v is not None and not isinstance(v, (str, int, float)) and size(len(v)) and all(ok(x) for x in v), what)
+def list_of(ok: Callable[[Any], bool], what: str, size: Callable[[int], bool] = lambda n: True, null: bool = False) -> Test:
+    """A rule: a list whose length passes `size` and whose every item passes `ok` (or null, with `null`)."""
+    return Test(lambda v: (null and v is None) or (isinstance(v, Sequence) and not isinstance(v, str) and size(len(v))
+                                                   and all(ok(x) for x in v)), what)
 
 
 def choice(help: str, default: Any, values: Iterable, roles: Iterable[str] = (), hint: bool = False, what: str = "") -> Field:

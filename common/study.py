@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.cli import ConfigError, did_you_mean
-from common.fields import Number
+from common.fields import TEXT, Number, Test, is_int, list_of
 from common.io import sha256_file
 from common.keydoc import shown
 from common.layout import step_name
@@ -32,7 +32,17 @@ VARIANTS = "variants"   # recipes/study/variants/: study variants (variant_names
 RUNNERS = {"sft": "sft.train", "sweep": "sft.train", "grpo": "rl.train", "evaluate": "evals.cli",
            "analyze": "launch.analyze", "export": "sft.export"}
 TRAINING_RUNS = ("sft", "sweep", "grpo")
-TOP_KEYS = ("study", "title", "reference", "hardware", "vars", "stages", "reference_results", "cpu_smoke", "notes")
+
+_TEXT = Test(lambda v: v is None or isinstance(v, str), "be a string")
+# A study file's top keys and what each must be (`study:` must name the file; a stage and a result are checked below).
+TOP = {"study": None, "title": _TEXT, "reference": _TEXT,
+       "hardware": Test(lambda v: isinstance(v, dict) and is_int(v.get("gpus")), "give `gpus:` (an integer) and the GPU kind"),
+       "vars": Test(lambda v: v is None or isinstance(v, dict), "be a mapping of name: value"),
+       "stages": list_of(lambda s: True, "be a non-empty list", size=bool),
+       "reference_results": list_of(lambda r: True, "be a list of {system, bench, metric, ...} mappings", null=True),
+       "cpu_smoke": list_of(lambda t: isinstance(t, str) and "=" in t, "be a list of key=value overrides", null=True),
+       "notes": list_of(lambda t: isinstance(t, str) and t.strip() != "",
+                        "be a list of sentences (what the study does not reproduce, and why)", null=True)}
 # The published reference descriptions a `[ref: NAME "quote"]` mark cites: short name -> the stem of the
 # file holding its verbatim text (the tests check every quote against those texts; no code path reads them).
 REFERENCES = {
@@ -82,6 +92,9 @@ class ReferenceResult:
 
 
 RESULT_KEYS = tuple(f.name for f in fields(ReferenceResult))   # a reference_results entry's keys
+# What an entry's optional keys must be (system, bench and metric: required strings).
+_RESULT_RULES = {**dict.fromkeys(("value", "pre", "post"), Number(null=True)), **dict.fromkeys(("n", "step"), Number(integer=True, null=True)),
+                 "note": TEXT, "arm": Test(lambda v: v is None or isinstance(v, str), "a run arm name")}
 
 
 @dataclass(frozen=True)
@@ -274,13 +287,11 @@ def _reference_results(raw, where: str) -> list[ReferenceResult]:
         for key in ("system", "bench", "metric"):
             if not isinstance(entry.get(key), str) or not entry[key]:
                 raise StudyError(f"{w}: `{key}` is required (a string)")
-        for key, rule in [(k, Number(integer=k in ("n", "step"), null=True)) for k in ("value", "pre", "post", "n", "step")]:
-            if not rule.ok(entry.get(key)):
-                raise StudyError(f"{w}.{key}: expected {rule.describe()}, found {entry.get(key)!r}")
+        for key, why in ((k, rule.why(entry.get(k))) for k, rule in _RESULT_RULES.items()):
+            if why:
+                raise StudyError(f"{w}.{key}: expected {why}, found {entry[key]!r}")
         if entry.get("value") is None and None in (entry.get("pre"), entry.get("post")) and entry.get("note") is None:
             raise StudyError(f"{w}: give `value`, or `pre` and `post`, or a `note` saying why no number was published")
-        if entry.get("arm") is not None and not isinstance(entry["arm"], str):
-            raise StudyError(f"{w}.arm: expected a run arm name, found {entry['arm']!r}")
         out.append(ReferenceResult(**{k: entry.get(k) for k in RESULT_KEYS}))
     return out
 
@@ -307,24 +318,26 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         raise StudyError(f"{where}: not a readable study file ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
     if not isinstance(cfg, DictConfig):
         raise StudyError(f"{where}: expected a mapping at the top level")
-    unknown = sorted(set(cfg.keys()) - set(TOP_KEYS))
-    if unknown:
-        raise StudyError(f"{where}: unknown key {unknown[0]!r}; keys: {', '.join(TOP_KEYS)}.{did_you_mean(unknown[0], TOP_KEYS)}")
+    for key in sorted(set(cfg.keys()) - set(TOP)):
+        raise StudyError(f"{where}: unknown key {key!r}; keys: {', '.join(TOP)}.{did_you_mean(key, TOP)}")
     if cfg.get("study") != path.stem:
         raise StudyError(f"{where}: `study:` must name the file ({path.stem!r}), found {cfg.get('study')!r}")
     marked, unmarked = _scan(path)   # a malformed mark: refused here, naming its line
     if unmarked:
         raise StudyError(f"{where}: every stage argument says where its value comes from ({MARK_GRAMMAR} "
                          f"in a comment); unmarked: {'; '.join(unmarked[:3])}")
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    if not TOP["vars"].ok(raw.get("vars")):   # before `${vars.X}` is resolved through it
+        raise StudyError(f"{where}: `vars:` must {TOP['vars'].what}")
     for key, value in (variables or {}).items():
         cfg.vars[key] = value
-    raw_stages = OmegaConf.to_container(cfg, resolve=False).get("stages") or []
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
     except (OmegaConfBaseException, RecursionError) as exc:   # RecursionError: a variable that names itself
         raise StudyError(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
-    if not isinstance(plain.get("stages"), list) or not plain["stages"]:
-        raise StudyError(f"{where}: `stages:` must be a non-empty list")
+    for key, rule in TOP.items():
+        if rule is not None and not rule.ok(plain.get(key)):
+            raise StudyError(f"{where}: `{key}:` must {rule.what}")
     stages = []
     for i, s in enumerate(plain["stages"]):
         w = f"{where}: stages[{i}]"
@@ -337,20 +350,12 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
                              f"{did_you_mean(str(s.get('run')), RUNNERS)}")
         if not isinstance(s.get("args") or {}, dict):
             raise StudyError(f"{w} ({s['name']}): args must be a mapping of key: value")
-        raw = raw_stages[i] if i < len(raw_stages) and isinstance(raw_stages[i], dict) else {}
-        raw_args = raw["args"] if isinstance(raw.get("args"), dict) else {}   # `${vars.X}` kept: what each uses
+        unresolved = raw["stages"][i] if isinstance(raw["stages"], list) and isinstance(raw["stages"][i], dict) else {}
+        raw_args = unresolved["args"] if isinstance(unresolved.get("args"), dict) else {}   # `${vars.X}` kept: what each uses
         stages.append(Stage(s["name"], s["run"], s.get("args") or {}, {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()}))
-    hardware = plain.get("hardware") or {}
-    if not isinstance(hardware, dict) or not isinstance(hardware.get("gpus"), int):
-        raise StudyError(f"{where}: `hardware:` must give `gpus:` (an integer) and the GPU kind")
-    smoke = plain.get("cpu_smoke") or []
-    if not isinstance(smoke, list) or not all(isinstance(t, str) and "=" in t for t in smoke):
-        raise StudyError(f"{where}: `cpu_smoke:` must be a list of key=value overrides")
-    notes = plain.get("notes") or []
-    if not isinstance(notes, list) or not all(isinstance(t, str) and t.strip() for t in notes):
-        raise StudyError(f"{where}: `notes:` must be a list of sentences (what the study does not reproduce, and why)")
-    return Study(name=path.stem, path=path, sha256=sha256_file(path), title=str(plain.get("title") or path.stem),
-                 reference=str(plain.get("reference") or ""), hardware=hardware, stages=stages,
+    return Study(name=path.stem, path=path, sha256=sha256_file(path), title=plain.get("title") or path.stem,
+                 reference=plain.get("reference") or "", hardware=plain["hardware"], stages=stages,
                  reference_results=_reference_results(plain.get("reference_results"), where),
-                 vars=dict(plain.get("vars") or {}), cpu_smoke=smoke, notes=[" ".join(t.split()) for t in notes],
+                 vars=plain.get("vars") or {}, cpu_smoke=plain.get("cpu_smoke") or [],
+                 notes=[" ".join(t.split()) for t in plain.get("notes") or []],
                  chosen=[(m.key, m.value, k.text) for m in marked for k in m.marks if k.kind == "chosen"])

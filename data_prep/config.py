@@ -7,7 +7,7 @@ from typing import Any
 
 from common import datafetch, fields, keydoc
 from common.cli import did_you_mean
-from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, choice, count, field, flag, list_of, plain, text
+from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, Test, choice, count, field, flag, list_of, plain, text
 from data_prep.errors import DataPrepError
 
 # data_prep's vocabularies (its readers and renderer check the same tuples)
@@ -30,7 +30,8 @@ DATA: dict[str, Field] = {
                                "x max_seq_len", None, null=True),
     "allow_fewer": flag("true: build with fewer than n usable records instead of failing", False, _ID),
     "strict": flag("true: any rejected record fails the build (exit 1)", False, _ID),
-    "decontam": field("extra evaluation jsonl files to decontaminate against", [], (IDENTITY, PATH, PATHS)),
+    "decontam": field("extra evaluation jsonl files to decontaminate against", [], (IDENTITY, PATH, PATHS),
+                      list_of(lambda p: isinstance(p, str), "a list of jsonl paths, e.g. [held_out.jsonl]", null=True)),
     "decontam_bench_root": text("your own dir laid out as <bench>/*.jsonl: every record checked against all 7 benches", roles=(IDENTITY, PATH)),
     "decontam_sets": field("named item sets (fetch-data names, fetched into $DTSFT_DATA on first use) to check against",
                            [], _ID, list_of(lambda n: isinstance(n, str), "a list of data names such as [nq:seed42_1000]"),
@@ -39,7 +40,8 @@ DATA: dict[str, Field] = {
     "decontam_ngram": count("n-gram length of the overlap check", 13),
     "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [], (IDENTITY, PATH, SOURCES)),
     "sources.search": field("search-arm sources, same form as sources.code", [], (IDENTITY, PATH, SOURCES)),
-    "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {}, _ID),
+    "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {}, _ID,
+                       Test(lambda v: v is None or isinstance(v, dict), "a mapping of generator knobs, e.g. {code_turns: 3}")),
     "heldout": text("a `data-prep heldout` dir: every record whose content it holds is left out of the arm (rejected, "
                     "reason heldout)", roles=_PATH_CONTENT),
     "cache_root": text("null -> <runs_root>/_data", roles=_OUTPUT),
@@ -60,8 +62,8 @@ def problems(data_cfg: Any) -> list[str]:
     rules = {f"data.{k}": f for k, f in DATA.items() if not k.startswith("sources.")}
     out += fields.problems(rules, cfg, must=True)
     sets = cfg["data"]["decontam_sets"]   # names the data cache knows (the rule: a list of strings)
-    return out + [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}" for n in sets
-                  if isinstance(n, str) and not datafetch.is_name(n)]
+    return out + [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
+                  for n in (sets if isinstance(sets, list) else []) if isinstance(n, str) and not datafetch.is_name(n)]
 
 
 def resolve(data_cfg: Any) -> dict:
@@ -70,7 +72,11 @@ def resolve(data_cfg: Any) -> dict:
     if bad := problems(data_cfg):
         raise DataPrepError(bad[0] if len(bad) == 1 else "; ".join(bad))
     cfg = {**copy.deepcopy(DATA_DEFAULTS), **(data_cfg or {})}
-    cfg["sources"] = {side: list((cfg["sources"] or {}).get(side) or []) for side in ("code", "search")}
+    if not isinstance(sources := cfg["sources"] or {}, dict):   # the formats: the readers' check
+        raise DataPrepError(f"data.sources must be a section of keys (data.sources.KEY: value), got {sources!r}")
+    for side in (s for s in ("code", "search") if not isinstance(sources.get(s) or [], list)):
+        raise DataPrepError(f"data.sources.{side} must be a list of FORMAT:PATH_OR_HUB_ID sources, got {sources[side]!r}")
+    cfg["sources"] = {side: list(sources.get(side) or []) for side in ("code", "search")}
     cfg["decontam"] = list(cfg["decontam"] or [])
     cfg["decontam_sets"] = list(cfg["decontam_sets"] or [])
     cfg["synthetic"] = dict(cfg["synthetic"] or {})

@@ -52,7 +52,7 @@ def read_manifest(data_dir: Path) -> dict:
     path = data_dir / layout.MANIFEST
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({layout.MANIFEST} missing)") from None
     except json.JSONDecodeError as exc:
         raise LaunchError(f"{path}: unreadable manifest ({exc})") from exc

@@ -16,7 +16,7 @@ from data_prep.readers import FORMATS as SOURCE_FORMATS
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
 from launch.jobs import BACKENDS, backend
-from launch.paths import make_absolute
+from launch.paths import make_absolute, origin_of
 from rl import config as rl_config
 from rl.errors import RlError
 from sft import config as sft_config
@@ -28,12 +28,7 @@ DEFAULT = "default (its field)"   # the origin of a key no recipe or command-lin
 OPEN_PREFIXES = ("model.config.", "data.synthetic.")
 # What a shipped recipe's `_launch:` section may say (anything else is an error naming the key).
 LAUNCH_META_KEYS = ("data_arm",)
-# Keys the command line's selectors decide; a user recipe setting one would silently beat them.
-SELECTOR_KEYS = ("arm",)
-LAUNCH_KEY = "a launch key (recipes may only set the keys `launch --help` lists)"   # what an unknown recipe key is not
 GRPO_SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # the references' Qwen3-4B (hybrid)
-# Keys a GRPO user recipe may not set: the command line's selectors (task=) and what they derive (arm, stage).
-GRPO_SELECTOR_KEYS = ("task", "arm", "stage")
 
 
 @dataclass
@@ -67,52 +62,9 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
     return choices, rest
 
 
-def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, error: type[Exception] = LaunchError,
-                       what: str = LAUNCH_KEY) -> None:
+def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, keys: Keys) -> None:
     for key in (k for k in flat_keys(recipe) if k not in known):
-        raise error(f"{where}: key {key!r} is not {what}.{did_you_mean(key, sorted(known.leaves))}")
-
-
-def _merge(cfg: DictConfig, layer: DictConfig, where: str, origins: dict[str, str]) -> DictConfig:
-    origins.update(dict.fromkeys(flat_keys(layer), where))
-    return OmegaConf.merge(cfg, layer)
-
-
-def _user_recipe(cfg: DictConfig, choices: dict[str, str], origins: dict[str, str], selectors: tuple[str, ...],
-                 known: KeySpace, error: type[Exception], what: str, launch_note: str) -> DictConfig:
-    """`cfg` with the user's `recipe=PATH` (relative to the current directory; `choices` gets it absolute) merged
-    on it. It may set neither what the command line's selectors decide (`selectors`), nor `_launch`, nor a key
-    outside `known`."""
-    if not (path_text := choices.get(USER_RECIPE)):
-        return cfg
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise LaunchError(f"recipe={path_text}: no such file")
-    try:
-        recipe = OmegaConf.load(path)
-    except Exception as exc:  # YAML syntax errors come in several types
-        raise LaunchError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
-    if not isinstance(recipe, DictConfig):
-        raise LaunchError(f"recipe={path_text}: a recipe must be a YAML mapping")
-    choices[USER_RECIPE] = str(path.resolve())
-    where = f"recipe={choices[USER_RECIPE]}"
-    if "_launch" in recipe:
-        raise error(f"{where}: `_launch` is internal to the shipped {launch_note}")
-    for key in (k for k in selectors if k in recipe):
-        raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
-                          f"decides; remove it from the file and pass {key}=... on the command line")
-    _check_recipe_keys(recipe, known, where, error, what)
-    return _merge(cfg, recipe, where, origins)
-
-
-def _command_line(cfg: DictConfig, rest: list[str], origins: dict[str, str], aliases: dict[str, str],
-                  open_prefixes: tuple[str, ...], table: dict, error: type[Exception]) -> DictConfig:
-    """`cfg` with the key=value overrides `rest` applied, every interpolation resolved, its input paths absolute."""
-    cfg = apply_overrides(cfg, rest, aliases=aliases, open_prefixes=open_prefixes)
-    origins.update({aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
-    cfg = OmegaConf.create(resolved_container(cfg, error=error))
-    make_absolute(cfg, table, origins)
-    return cfg
+        raise keys.error(f"{where}: key {key!r} is not {keys.what}.{did_you_mean(key, sorted(known.leaves))}")
 
 
 def launch_meta(recipe: DictConfig, where: str) -> dict:
@@ -139,21 +91,95 @@ def resolved_container(cfg, where: str = "the composed config (recipes and key=v
         raise error(f"{where}: bad interpolation ({str(exc).splitlines()[0]})") from None
 
 
+@dataclass(frozen=True)
+class Keys:
+    """How one trainer's config composes: its fields; the keys its command line decides (a user recipe setting one would
+    silently beat them); its shortcuts and free-form sub-trees; its error; what a user recipe's unknown key is not and
+    why it cannot hold `_launch`."""
+    table: dict
+    decided: tuple[str, ...]
+    aliases: dict[str, str]
+    open_prefixes: tuple[str, ...]
+    error: type[Exception]
+    what: str = "a launch key (recipes may only set the keys `launch --help` lists)"   # what an unknown recipe key is not
+    launch_note: str = ("recipes (it picks e.g. the data arm of arm=r2e_v5); a user recipe cannot set it: choose the arm "
+                        "with arm=... on the command line")
+
+
+SFT_KEYS = Keys(sft_config.SFT, ("arm",), ALIASES, OPEN_PREFIXES, LaunchError)
+GRPO_KEYS = Keys(rl_config.GRPO, ("task", "arm", "stage"), RL_ALIASES, (), RlError, "a GRPO key (stage=grpo reads only "
+                 "the keys `launch stage=grpo --help` lists)", "SFT recipes; nothing of it applies to GRPO")
+
+
+def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], choices: dict[str, str],
+             rest: list[str], strict: bool = True) -> tuple[DictConfig, dict[str, str], dict]:
+    """`defaults` <- the shipped `layers` [(where, recipe)] <- the user's `recipe=PATH` <- the key=value tokens `rest`:
+    (the config, every key's origin, the shipped `_launch` sections). A shipped key outside `defaults` is an error
+    (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs change nothing here)."""
+    cfg = OmegaConf.create(defaults)
+    known, meta, origins = KeySpace(cfg, keys.open_prefixes), {}, dict.fromkeys(flat_keys(cfg), DEFAULT)
+    for where, layer in layers:
+        meta.update(launch_meta(layer, where))
+        if strict:
+            _check_recipe_keys(layer, known, where, keys)
+        else:
+            kept = OmegaConf.create()
+            for key in (k for k in flat_keys(layer) if k in known):
+                OmegaConf.update(kept, key, OmegaConf.select(layer, key), merge=False)
+            layer = kept
+        cfg = _merge(cfg, layer, where, origins, keys.error)
+    if path_text := choices.get(USER_RECIPE):   # relative to the current directory; `choices` gets it absolute
+        cfg = _merge(cfg, *_user_recipe(path_text, choices, known, keys), origins, keys.error)
+    cfg = apply_overrides(cfg, rest, aliases=keys.aliases, open_prefixes=keys.open_prefixes)
+    origins.update({keys.aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
+    _sections_kept(cfg, known, lambda key: origin_of(key, origins), keys.error)
+    cfg = OmegaConf.create(resolved_container(cfg, error=keys.error))
+    make_absolute(cfg, keys.table, origins)
+    return cfg, origins, meta
+
+
+def _merge(cfg: DictConfig, layer: DictConfig, where: str, origins: dict[str, str], error: type[Exception]) -> DictConfig:
+    _sections_kept(layer, KeySpace(cfg), lambda key: where, error)
+    origins.update(dict.fromkeys(flat_keys(layer), where))
+    return OmegaConf.merge(cfg, layer)
+
+
+def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exception]) -> None:
+    """Refuse a key of `cfg` that is a section of `known` (`train`, `data.sources`) but holds a value instead."""
+    for key in (k for k in flat_keys(cfg) if k in known.subtrees and k not in known.leaves):
+        if not isinstance(value := OmegaConf.select(cfg, key, throw_on_resolution_failure=False), DictConfig):
+            raise error(f"{where(key)}: {key} must be a section of keys ({key}.KEY: value), got {plain(value)!r}")
+
+
+def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys: Keys) -> tuple[DictConfig, str]:
+    """The user's recipe file and its origin label; it may set neither what the command line decides, nor `_launch`,
+    nor a key outside `known`."""
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise LaunchError(f"recipe={path_text}: no such file")
+    try:
+        recipe = OmegaConf.load(path)
+    except Exception as exc:  # YAML syntax errors come in several types
+        raise LaunchError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
+    if not isinstance(recipe, DictConfig):
+        raise LaunchError(f"recipe={path_text}: a recipe must be a YAML mapping")
+    choices[USER_RECIPE] = str(path.resolve())
+    where = f"recipe={choices[USER_RECIPE]}"
+    if "_launch" in recipe:
+        raise keys.error(f"{where}: `_launch` is internal to the shipped {keys.launch_note}")
+    for key in (k for k in keys.decided if k in recipe):
+        raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
+                          f"decides; remove it from the file and pass {key}=... on the command line")
+    _check_recipe_keys(recipe, known, where, keys)
+    return recipe, where
+
+
 def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
-    cfg = OmegaConf.create(keydoc.defaults(sft_config.SFT))
-    known, meta, origins = KeySpace(cfg, OPEN_PREFIXES), {}, dict.fromkeys(flat_keys(cfg), DEFAULT)
-    for group, choice in ((g, choices[g]) for g in GROUPS):
-        where = f"recipes/{group}/{choice}.yaml"
-        recipe = launcher_recipe(choice, recipes) if group == "launcher" else load_recipe(group, choice, recipes)
-        meta.update(launch_meta(recipe, where))
-        _check_recipe_keys(recipe, known, where)
-        cfg = _merge(cfg, recipe, where, origins)
-    cfg = _user_recipe(cfg, choices, origins, SELECTOR_KEYS, known, LaunchError, LAUNCH_KEY,
-                       "recipes (it picks e.g. the data arm of arm=r2e_v5); a user recipe cannot set it: choose the arm "
-                       "with arm=... on the command line")
-    cfg = _command_line(cfg, rest, origins, ALIASES, OPEN_PREFIXES, sft_config.SFT, LaunchError)
+    layers = [(f"recipes/{group}/{choices[group]}.yaml", launcher_recipe(choices[group], recipes) if group == "launcher"
+               else load_recipe(group, choices[group], recipes)) for group in GROUPS]
+    cfg, origins, meta = _layered(SFT_KEYS, keydoc.defaults(sft_config.SFT), layers, choices, rest)
     validate(cfg)
     return Composed(cfg=cfg, choices=choices, meta=meta, origins=origins)
 
@@ -171,33 +197,22 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     if choices["task"] not in ("spa", "qa"):
         raise RlError(f"task={choices['task']!r}: choices are spa, qa")
     task, model = choices["task"], choices["model"]
-    layers = [(DEFAULT, OmegaConf.create({"arm": None, **keydoc.defaults(rl_config.GRPO)})),   # arm: grpo_<task>, set last
-              (f"recipes/grpo/task/{task}.yaml", OmegaConf.load(recipes / "grpo" / "task" / f"{task}.yaml")),
+    layers = [(f"recipes/grpo/task/{task}.yaml", OmegaConf.load(recipes / "grpo" / "task" / f"{task}.yaml")),
               (f"recipes/model/{model}.yaml", load_recipe("model", model, recipes)),
               (f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes))]
     # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
     # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
     if (rl_model := recipes / "grpo" / "model" / f"{model}.yaml").is_file():
         layers.append((f"recipes/grpo/model/{model}.yaml", OmegaConf.load(rl_model)))
-    cfg, origins = OmegaConf.create(), {}
-    for where, layer in layers:
-        layer.pop("_launch", None)  # an SFT model recipe's launch hints; nothing of them applies to GRPO
-        layer.pop("data", None)  # model recipes size SFT data; not used here
-        cfg = _merge(cfg, layer, where, origins)
-    if cfg.model.get("init", "pretrained") != "pretrained":
-        raise RlError(f"model={model} is a random init (model.init={cfg.model.init}); GRPO starts "
+    if (init := OmegaConf.select(layers[1][1], "model.init", default="pretrained")) != "pretrained":
+        raise RlError(f"model={model} is a random init (model.init={init}); GRPO starts "
                       "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
-    # Only the keys GRPO reads stay, so config.yaml (and the run fingerprint over it) holds no
-    # SFT-only knob that changes nothing here, and setting one is an unknown-key error.
-    cfg.train = {k: cfg.train[k] for k in rl_config.TRAIN_KEYS}
-    cfg.model = {k: cfg.model[k] for k in rl_config.MODEL_KEYS}
-    cfg = _user_recipe(cfg, choices, origins, GRPO_SELECTOR_KEYS, KeySpace(cfg), RlError,
-                       "a GRPO key (stage=grpo reads only the keys `launch stage=grpo --help` lists)",
-                       "SFT recipes; nothing of it applies to GRPO")
-    cfg = _command_line(cfg, rest, origins, RL_ALIASES, (), rl_config.GRPO, RlError)
-    cfg.arm = f"grpo_{cfg.task}"
+    # Only the keys GRPO reads are kept, so config.yaml (and the run fingerprint over it) holds no SFT-only knob
+    # that changes nothing here, and setting one is an unknown-key error.
+    cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **keydoc.defaults(rl_config.GRPO)}, layers, choices, rest, strict=False)
+    cfg.arm = f"grpo_{cfg.task}"   # arm: grpo_<task>, set last
     rl_config.validate(cfg)
-    if bad := launcher_problems(cfg, resume=False):
+    if bad := launcher_problems(cfg, resume=False) + slurm_option_problems(plain(cfg.launcher.sbatch)):
         raise RlError("invalid config:\n  " + "\n  ".join(bad))
     return Composed(cfg=cfg, choices=choices, origins=origins)
 

@@ -79,7 +79,9 @@ GRPO: dict[str, Field | Default] = {
     "grpo.index": text("qa, retriever=e5: faiss IndexFlatIP file, row i = corpus line i (Search-R1's e5_Flat.index, or the "
                        "fetch-data name index:wiki18_e5_flat), memory-mapped; null -> built from the corpus",
                        roles=_PATH_CONTENT, as_before=None),
-    "grpo.encoder_device": field("qa, retriever=e5: where the encoder runs (cpu | auto | cuda | cuda:N)", "cpu", _ID, as_before="cpu"),
+    "grpo.encoder_device": field("qa, retriever=e5: where the encoder runs (cpu | auto | cuda | cuda:N)", "cpu", _ID,
+                                 Test(lambda v: v is None or (isinstance(v, str) and re.fullmatch(r"cpu|auto|cuda(:\d+)?", v) is not None),
+                                      "cpu, auto, cuda or cuda:N"), as_before="cpu"),
     "grpo.retriever_url": text("qa, retriever=http: http://HOST:PORT/retrieve", roles=_ID),
     "grpo.retriever_timeout": number("qa, http: seconds per search request", 30.0, (), lo=0, lo_open=True),
     "grpo.retriever_retries": count("qa, http: retries of a failed request (1 s, 2 s, 4 s ... apart)", 3, (), lo=0),
@@ -97,10 +99,6 @@ GRPO: dict[str, Field | Default] = {
                                  list_of(lambda m: isinstance(m, str), "a non-empty list of module names", size=lambda n: n > 0)),
 }
 EXCLUDED_KEYS = excluded(SFT, GRPO)   # the run fingerprint's (both trainers': as one table before)
-
-# The keys the GRPO trainer reads of the sections it shares with SFT (the tokenizer is the starting model's).
-TRAIN_KEYS = tuple(k.removeprefix("train.") for k in GRPO if k.startswith("train."))
-MODEL_KEYS = tuple(k.removeprefix("model.") for k in GRPO if k.startswith("model."))
 
 
 def installed_trl() -> str | None:

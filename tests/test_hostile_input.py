@@ -528,17 +528,26 @@ def test_retriever_survives_each_bad_request_and_bad_corpora(tmp_path):
 def test_cli_mistakes_name_the_key_and_exit_2(capsys):
     from common.cli import ConfigError
     from envs.search_plan_act.__main__ import main as envs_main
-    from launch.compose import compose
+    from data_prep.config import resolve as resolve_data
+    from launch.compose import compose, compose_grpo
     from sft.model import check_overrides
     from common.tiny import tiny_config
 
     for argv in (["pilot", "tasks=abc"], ["export", "out=/tmp/x.jsonl", "n=abc"], ["show", "seed=x"]):
         with pytest.raises(ConfigError, match=argv[-1].split("=")[0]):
             envs_main(argv)
+    # a wrong-typed value is one line naming its key, never a traceback later (seen failing: data.decontam_sets=5 and
+    # GRPO's launcher.sbatch=5 a TypeError; model.config=5, data.synthetic=x, data.decontam=5, grpo.encoder_device=5 accepted)
     for argv, key in ((["resume=maybe"], "resume"), (["data.decontam_ngram=0"], "data.decontam_ngram"),
-                      (["data.max_record_bytes=abc"], "data.max_record_bytes")):
+                      (["data.max_record_bytes=abc"], "data.max_record_bytes"), (["data.decontam_sets=5"], "data.decontam_sets must"),
+                      (["model.config=5"], "model.config must"), (["data.synthetic=x"], "data.synthetic must"),
+                      (["data.decontam=5"], "data.decontam must"), (["stage=grpo", "launcher.sbatch=5"], "launcher.sbatch must"),
+                      (["stage=grpo", "grpo.encoder_device=5"], "grpo.encoder_device must")):
         with pytest.raises(ConfigError, match=key):
-            compose(argv)
+            (compose_grpo if "stage=grpo" in argv else compose)(argv)
+    for data, key in (({"sources": {"code": 5}}, "data.sources.code must"), ({"sources": 5}, "data.sources must")):
+        with pytest.raises(ConfigError, match=key):   # data-prep's keys (seen failing: a TypeError, an AttributeError)
+            resolve_data(data)
     with pytest.raises(ConfigError, match="model.config.hidden_size='abc'"):
         check_overrides(tiny_config(), {"hidden_size": "abc"})
     check_overrides(tiny_config(), {"hidden_size": 32, "rope_theta": 10000, "tie_word_embeddings": False})

@@ -105,6 +105,9 @@ def test_explicit_data_dir_is_used_as_is(tmp_path):
     d.mkdir()
     with pytest.raises(ConfigError, match="manifest.json missing"):
         cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e", builder=None, key_fn=None)
+    (f := tmp_path / "a_file").write_text("")   # a file, not a directory (seen failing: NotADirectoryError traceback)
+    with pytest.raises(ConfigError, match=f"{f}: not a data_prep dataset directory"):
+        cache.ensure_dataset(_cfg(tmp_path, f"data.dir={f}"), "r2e")
     (d / "manifest.json").write_text(json.dumps({"fingerprint": "abc"}))
     got = cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e")
     assert got.dir == d.resolve() and got.fingerprint == "abc" and got.key is None

@@ -38,6 +38,12 @@ def test_user_recipe_dry_run_writes_its_values(tmp_path, capsys):
     ("trian:\n  lr: 3.0e-4\n", ["my.yaml", "'trian.lr'", "Did you mean: train.lr"]),
     ("train:\n  lr: -1\n", ["train.lr must be a positive number"]),
     ("- a\n- b\n", ["must be a YAML mapping"]),
+    # a section given a value (seen failing: `data: []` an omegaconf TypeError, `python: 5` an AttributeError,
+    # `train: 5` "train.global_batch_size: missing from the config")
+    ("data: []\n", ["my.yaml: data must be a section of keys (data.KEY: value), got []"]),
+    ("python: 5\n", ["my.yaml: python must be a section of keys (python.KEY: value), got 5"]),
+    ("train: 5\n", ["my.yaml: train must be a section of keys (train.KEY: value), got 5"]),
+    ("data:\n  sources: null\n", ["my.yaml: data.sources must be a section of keys (data.sources.KEY: value), got None"]),
 ])
 def test_user_recipe_mistakes(tmp_path, capsys, text, needles):
     path = _recipe(tmp_path, text)

@@ -73,19 +73,31 @@ def test_the_five_reference_studies_are_shipped_and_load():
         assert study.reference_results and study.stages and study.hardware["gpus"] >= 0
 
 
-def test_an_unmarked_argument_and_a_bad_stage_are_refused(tmp_path):
+_TOP = r"(\n[ -].*)*"   # a top-level key's value lines (block or flow style) after its own line
+
+
+@pytest.mark.parametrize("pattern, replacement, match", [
+    (r"^(      task: spa) +# .*$", r"\1", r"unmarked: line \d+: task: spa"),
+    ("run: grpo", "run: grop", "Did you mean: grpo"),
+    ("metric: em, n: 2417", "metrik: em, n: 2417", "unknown key 'metrik'"),
+    # odd top-level entries: one line naming the key (seen failing: `reference_results: 5` a TypeError traceback,
+    # `vars: [1, 2]` omegaconf's interpolation error, `gpus: true`, `title: [1]` and a `note: 5` accepted)
+    (r"^stages:.*" + _TOP, "stages: 5", r"`stages:` must be a non-empty list"),
+    (r"^reference_results:.*" + _TOP, "reference_results: 5", r"`reference_results:` must be a list of "),
+    (r"^reference_results:.*" + _TOP, "reference_results: {a: 1}", r"`reference_results:` must be a list of "),
+    (r"^reference_results:.*" + _TOP, "reference_results: [{system: a, bench: b, metric: c, note: 5}]",
+     r"reference_results\[0\]\.note: expected a string \(or null\), found 5"),
+    (r"^vars:.*" + _TOP, "vars: [1, 2]", r"`vars:` must be a mapping of name: value"),
+    (r"^hardware:.*", "hardware: {gpus: true}", r"`hardware:` must give `gpus:` \(an integer\)"),
+    (r"^title:.*", "title: [1]", r"`title:` must be a string"),
+    (r"^cpu_smoke:.*" + _TOP, "cpu_smoke: 5", r"`cpu_smoke:` must be a list of key=value overrides"),
+])
+def test_a_bad_study_entry_is_refused_naming_it(tmp_path, pattern, replacement, match):
     src = (ROOT / "recipes" / "study" / "qwen3_4b_spa_grpo.yaml").read_text()
     bad = tmp_path / "qwen3_4b_spa_grpo.yaml"
-    unmarked = re.sub(r"(?m)^(      task: spa) +# .*$", r"\1", src)
-    assert unmarked != src
-    bad.write_text(unmarked)
-    with pytest.raises(StudyError, match=r"unmarked: line \d+: task: spa"):
-        load_study(str(bad))
-    bad.write_text(src.replace("run: grpo", "run: grop"))
-    with pytest.raises(StudyError, match="Did you mean: grpo"):
-        load_study(str(bad))
-    bad.write_text(src.replace("metric: em, n: 2417", "metrik: em, n: 2417"))
-    with pytest.raises(StudyError, match="unknown key 'metrik'"):
+    bad.write_text(edited := re.sub(pattern, replacement, src, count=1, flags=re.M))
+    assert edited != src
+    with pytest.raises(StudyError, match=match):
         load_study(str(bad))
 
 
