@@ -88,6 +88,7 @@ class Needs:
     outputs: tuple[str, ...] = ()              # directories it writes
     cuda: str | None = None                    # where it needs CUDA: "here" | "nodes" (the backend's) | None
     hub: tuple[tuple[str, str], ...] = ()      # (data.sources key, spec) of the hub sources it reads
+    datasets: tuple[str, ...] = ()             # built datasets it reads (an SFT run's data.dir): each a data_prep dir
     each: tuple["Needs", ...] = ()             # a training job's: each run's, checked (each line names its run)
 
 

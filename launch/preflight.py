@@ -70,7 +70,7 @@ def run_needs(trainer, prep) -> Needs:
     """What one resolved training run (launch.run.Prepared of `trainer`: SFT's or GRPO's) needs: the data names
     its config reads (an SFT run's `data:` section only where its dataset must be built: `dataset_needs`) and
     the hub sources it reads, its interpreter (python.<stage>=, else this one) with the trainer's modules and a
-    pinned TRL, CUDA for a GPU-only model, and its run dir."""
+    pinned TRL, CUDA for a GPU-only model, its run dir and the built dataset it reads (`data.dir`)."""
     cfg = prep.cfg
     cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
     settings = OmegaConf.to_container(cfg)
@@ -81,7 +81,8 @@ def run_needs(trainer, prep) -> Needs:
         names, hub = names_in(settings), []
     return Needs(tuple(dict.fromkeys(names)), trainer.needs(cfg), f"run {prep.run_dir}", trainer.stage,
                  interpreter.named(cfg.get("python"), trainer.stage), cfg.grpo.get("trl") if trainer.stage == "grpo"
-                 else None, (str(prep.run_dir),), cuda, tuple(hub))
+                 else None, (str(prep.run_dir),), cuda, tuple(hub),
+                 (str(cfg.data.dir),) if trainer.stage == "sft" and cfg.data.dir else ())
 
 
 def analyze_needs(cfg) -> Needs:
@@ -167,6 +168,15 @@ def data_problem(name: str) -> str | None:
             f"({entry.why or 'no public commit'}): run `fetch-data {name} from=DIR` with your copy")
 
 
+def dataset_problem(path: str) -> str | None:
+    """Why `data.dir=path` is no built dataset the run can read (None: its manifest reads)."""
+    try:
+        cache.read_manifest(Path(path))
+    except LaunchError as exc:
+        return f"data.dir: {exc}"
+    return None
+
+
 def python_problem(need: Needs) -> str | None:
     """Why `need`'s interpreter cannot run its job (None: it holds every module, and the pinned TRL; a named one's
     TRL line starts `python.KIND:`)."""
@@ -228,6 +238,7 @@ def problems(needs: list[Needs]) -> list[str]:
             whys.append(python_problem(need) or (cuda_problem(need.python or sys.executable)
                                                  if need.cuda == "here" and gpus_visible() else None))
         whys += [output_problem(path) for path in need.outputs]
+        whys += [dataset_problem(path) for path in need.datasets]
         out += [f"{need.who}: {why}" for why in whys if why]
     return list(dict.fromkeys(out))
 

@@ -250,13 +250,17 @@ def test_cuda_is_asked_only_where_a_gpu_is_visible(work, tmp_path_factory, monke
 
 def test_the_preflight_refuses_a_planned_job_from_its_needs_alone(bare):
     """A training Job carries what each of its runs needs (the preflight reads the plan, no second builder):
-    an array whose one run reads an artefact neither cached nor pinned is refused in one line naming that run."""
+    an array whose one run reads an artefact neither cached nor pinned, and another a `data.dir` that holds no
+    built dataset, is refused in one line naming each of those runs (the second was found only after the run
+    dir was locked, past the preflight)."""
     from launch import preflight
     from launch.run import SFT
 
-    preps = [SFT.resolve(["arm=r2e", "model=tiny", "data=synthetic", f"seed={seed}", "runs_root=runs", *decontam])
-             for seed, decontam in ((0, ["data.decontam_sets=[2wikimultihopqa:hub_dev]"]), (1, []))]
+    preps = [SFT.resolve(["arm=r2e", "model=tiny", "data=synthetic", f"seed={seed}", "runs_root=runs", *more])
+             for seed, more in ((0, ["data.decontam_sets=[2wikimultihopqa:hub_dev]"]), (1, []), (2, ["data.dir=nodata"]))]
     job = SFT.job(preps, array=True)
     assert [n.who for n in job.needs.each] == [f"run {p.run_dir}" for p in preps]
-    [line] = preflight.problems(preflight.of([job]))
-    assert line.startswith(f"run {preps[0].run_dir}: 2wikimultihopqa:hub_dev is not in the data cache")
+    first, second = preflight.problems(preflight.of([job]))
+    assert first.startswith(f"run {preps[0].run_dir}: 2wikimultihopqa:hub_dev is not in the data cache")
+    assert second == f"run {preps[2].run_dir}: data.dir: {os.path.join(os.getcwd(), 'nodata')}: not a data_prep dataset directory" \
+                     " (manifest.json missing)"
