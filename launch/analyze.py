@@ -153,8 +153,7 @@ class Request:
     anchor_dir: Path
     eval_opts: dict               # what each evaluation is given (eval.*, the profile)
     study: Any = None
-    h: Any = None                 # the harness (None: nothing is evaluated here)
-    resolved: Any = None          # the evaluate config every evaluation resolves to (check_settings)
+    h: Any = None                 # the harness, its settings checked (None: nothing is evaluated here)
 
 
 def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
@@ -209,7 +208,7 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     compare_pairs(cfg.compare)   # a malformed pair: one line before any work
     req.h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     if req.h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
-        req.resolved = check_settings(req.h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
+        check_settings(req.h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
     return req
 
 
@@ -238,21 +237,20 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     jobs = []
     if h is not None:
         with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
-            jobs = plan(h, candidates(runs, req.benches, cfg.eval.prompt, req.anchor, req.anchor_dir, req.profile),
-                        req.eval_opts, req.resolved)
-        check_templates(h, jobs, req.eval_opts)
+            jobs = plan(h, candidates(runs, req.benches, cfg.eval.prompt, req.anchor, req.anchor_dir, req.profile))
+        check_templates(h, jobs)
     if cfg.dry_run:
         print(describe_plan(runs, jobs, cfg))
-        if isinstance(req.resolved, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
+        if h is not None and isinstance(h.settings, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
             print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
-                  + OmegaConf.to_yaml(req.resolved).rstrip())
+                  + OmegaConf.to_yaml(h.settings).rstrip())
     if submits and jobs:   # the evaluations go to a job array; its aggregation job writes the report
         return submit(req, jobs)
     if cfg.dry_run:
         return None
     # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
     ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else EvalReport(list(jobs), [
-        f for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs) for f in run_job(job, h, req.eval_opts, req.anchor_dir)])
+        f for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs) for f in run_job(job, h, req.anchor_dir)])
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
                             study=req.study)

@@ -191,8 +191,8 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
         os.kill(os.getpid(), signal.SIGUSR1)
 
     monkeypatch.setattr(evals_store, "append_rows", append_then_warned)
-    # As a local analyze (test_analyze_resolves_once), a task resolves its evaluate config once per plan and computes
-    # each checkpoint's identity once: this segment plans twice (when it starts, and what is left at the warning).
+    # As a local analyze (test_analyze_resolves_once), a task resolves its evaluate config once per plan (this segment
+    # plans twice: when it starts, and what is left at the warning) and computes each checkpoint's identity once.
     import evals.config
     import evals.identity
     import evals.run
@@ -208,7 +208,7 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
             monkeypatch.setattr(module, name, spy)
     with _usr1_must_be_handled():
         assert run_task(eval_sbatch.parent / "eval-0.json") == 0
-    assert calls == {"resolve": 2, "checkpoint_identity": 2}
+    assert calls == {"resolve": 2, "checkpoint_identity": 1}
     monkeypatch.setattr(evals_store, "append_rows", real_append)
     assert requeued_jobs(tmp_path) == ["5001_0"]
     said = capsys.readouterr().out
