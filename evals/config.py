@@ -26,7 +26,8 @@ _PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
 KEYS = {
     "ckpt": field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
     "tokenizer": text("null -> the checkpoint's own tokenizer; `tiny` -> the embedded one", roles=_PATH_ID),
-    "benches": field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH], _CONTENT),
+    "benches": field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH], _CONTENT,
+                     Test(lambda v: isinstance(v, (list, ListConfig)) and len(v) > 0, "a non-empty list such as [nq,babyai]")),
     "n": number("items per bench (seeded shuffle, first n); <=0 -> all", 500, _CONTENT, integer=True),
     "bench_n": field("per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n", {}, _CONTENT,
                      Test(lambda v: v is None or isinstance(v, Mapping), "a mapping such as {musique: 0, babyai: 50}")),
@@ -239,8 +240,6 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
     if isinstance(merged.benches, str):
         merged.benches = [merged.benches]
-    if not isinstance(merged.benches, ListConfig) or not merged.benches:
-        raise EvalError(f"benches={merged.benches!r}: expected a non-empty list such as [nq,babyai]")
     if bad := problems(KEYS, merged):
         raise EvalError("; ".join(bad))
     parse_shard(merged.shard)

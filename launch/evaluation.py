@@ -74,7 +74,7 @@ class EvalsHarness(Harness):
         return self.config.resolve_request(cfg)
 
     def template(self, cfg) -> str | None:
-        return self.run.thinking_problem(cfg.cfg if isinstance(cfg, self.config.Resolved) else self.config.resolve(cfg))
+        return self.run.thinking_problem(cfg.cfg)   # (a Resolved: check_templates runs on checked settings only)
 
 
 def harness(evaluator: Harness | Evaluator | None = None) -> Harness:
