@@ -19,7 +19,7 @@ from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
-from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
+from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
@@ -285,14 +285,29 @@ def _main(argv: list[str]) -> int:
         print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
-        if not Path(argv[0]).is_file():
-            raise AnalysisError(f"{argv[0]}: no such file (analyze CONFIG runs the analysis a config file holds; "
-                                "else give key=value settings)")
-        return print_result(run_analysis(OmegaConf.load(argv[0])))
+        return print_result(run_analysis(read_config(Path(argv[0]))))
     cfg = parse_argv(argv)
     check_keys(cfg)   # its one line, before the preflight's
     found = preflight.gate([preflight.analyze_needs(cfg)], bool(cfg.dry_run))   # before any work: exit 2 on a problem
     return print_result(run_analysis(cfg)) or preflight.after_plan(found) or 0
+
+
+def read_config(path: Path) -> DictConfig:
+    """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
+    if not path.is_file():
+        raise AnalysisError(f"{path}: no such file (analyze CONFIG runs the analysis a config file holds; "
+                            "else give key=value settings)")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as exc:   # omegaconf and yaml raise several types for a torn file
+        raise AnalysisError(f"{path}: not YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(cfg, DictConfig):
+        raise AnalysisError(f"{path}: not a mapping of analyze's keys")
+    known = KeySpace(default_config(), ("eval.",))
+    for key in flat_keys(cfg):
+        if key not in known or (key.startswith("eval.") and key.split(".")[1] not in EVALUATE):
+            raise AnalysisError(f"{path}: unknown key {key!r}.{did_you_mean(key, [*known.leaves, *(f'eval.{k}' for k in EVALUATE)])}")
+    return cfg
 
 
 def parse_argv(argv: list[str]) -> DictConfig:

@@ -45,8 +45,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m launch.completion CHECK.json", file=sys.stderr)
         return 2
-    check = read_json_object(Path(argv[0]))
-    record, failed, cmd = Path(check["record"]), Path(check["failed"]), list(check["command"])
+    try:
+        check = read_json_object(Path(argv[0]))
+        record, failed, cmd = Path(check["record"]), Path(check["failed"]), list(check["command"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {argv[0]}: not a checked job's config ({exc})", file=sys.stderr)
+        return 2
     failed.unlink(missing_ok=True)   # an earlier run's (a requeued job): this one runs
     before = fingerprint(record)
     name = cmd[2] if len(cmd) > 2 and cmd[1] == "-m" else cmd[0]

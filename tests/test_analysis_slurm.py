@@ -267,6 +267,13 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
 
     capsys.readouterr()
     assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
+    for name, text, why in (("list.yaml", "[1, 2]", "not a mapping"), ("torn.yaml", "{torn", "not YAML"),
+                            ("unknown.yaml", "nope: 1", "unknown key 'nope'"), ("eval.yaml", "eval: {max_turnz: 2}",
+                                                                               "unknown key 'eval.max_turnz'")):
+        (plan / name).write_text(text)
+        assert main([str(plan / name)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {plan / name}: ") and why in err and len(err.strip().splitlines()) == 1, err
     (plan / "bad.json").write_text('{"name": "x"}')
     assert eval_job([str(plan / "bad.json")]) == 2
     assert "bad.json: not an evaluation job's config" in capsys.readouterr().err
