@@ -109,6 +109,7 @@ KEYS.update({f"eval.{k}": Passed(EVALUATE[k], "evaluate") for k in PASSED_EVAL})
 KEYS["eval.prompt"] = Passed(EVALUATE["prompt"], "evaluate", default=EVALUATE["prompt"].default,
                              note="the runs' checkpoints' (the anchor takes anchor_nudge)")
 DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
+SET_HERE = {"ckpt": "each checkpoint", "out": "its eval dir", "benches": "benches=", "profile": "profile=", "dry_run": "dry_run="}
 ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
 
 
@@ -146,10 +147,12 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
 
 
 def check_keys(cfg: DictConfig) -> None:
-    """Refuse, before any work, a value of analyze's own keys that breaks its field's rule (eval.*: evaluate's,
-    check_settings) and a named `python.eval=` lacking what its jobs need (common.interpreter)."""
+    """Refuse, before any work (the preflight's included), a value that breaks its field's rule (eval.*: evaluate's;
+    check_settings checks the rest) and a named `python.eval=` lacking what its jobs need (common.interpreter)."""
     if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
         raise AnalysisError("; ".join(bad))
+    if bad := [why for k, v in cfg.eval.items() if v is not None and k in EVALUATE and (why := EVALUATE[k].problem(k, v))]:
+        raise AnalysisError(f"evaluation settings (eval.KEY=...): {'; '.join(bad)}")   # as check_settings words them
     python = interpreter.named(cfg.python, "eval")
     if python is not None and not cfg.power.pilot and (why := interpreter.check(
             "eval", python, interpreter.eval_needs(eval_backend({"backend": cfg.eval.backend}, cfg.profile or None)))):
@@ -314,9 +317,11 @@ def parse_argv(argv: list[str]) -> DictConfig:
     """analyze's `key=value` command line, each key checked (LaunchError: one line, with a did-you-mean)."""
     every_eval = [f"eval.{k}" for k in EVALUATE]
     cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=every_eval)
-    for key in cfg.eval:   # eval.KEY: any evaluate key (evals.config.KEYS), refused here when it is none
+    for key in cfg.eval:   # eval.KEY: any evaluate key (evals.config.KEYS) but those analyze sets per evaluation
         if key not in EVALUATE:
             raise LaunchError(f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}")
+        if key in SET_HERE:
+            raise LaunchError(f"eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})")
     return cfg
 
 
