@@ -307,9 +307,14 @@ def read_config(path: Path) -> DictConfig:
     if not isinstance(cfg, DictConfig):
         raise AnalysisError(f"{path}: not a mapping of analyze's keys")
     known = KeySpace(default_config(), ("eval.",))
-    for key in flat_keys(cfg):
-        if key not in known or (key.startswith("eval.") and key.split(".")[1] not in EVALUATE):
-            raise AnalysisError(f"{path}: unknown key {key!r}.{did_you_mean(key, [*known.leaves, *(f'eval.{k}' for k in EVALUATE)])}")
+    if unknown := [k for k in flat_keys(cfg) if k not in known]:
+        raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
+    try:
+        cfg = OmegaConf.merge(default_config(), cfg)
+    except Exception as exc:   # a value of another shape than its key's (eval: 5)
+        raise AnalysisError(f"{path}: {' '.join(str(exc).split())}") from None
+    if why := shape_problem(cfg):
+        raise AnalysisError(f"{path}: {why}")
     return cfg
 
 
@@ -317,12 +322,22 @@ def parse_argv(argv: list[str]) -> DictConfig:
     """analyze's `key=value` command line, each key checked (LaunchError: one line, with a did-you-mean)."""
     every_eval = [f"eval.{k}" for k in EVALUATE]
     cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=every_eval)
-    for key in cfg.eval:   # eval.KEY: any evaluate key (evals.config.KEYS) but those analyze sets per evaluation
-        if key not in EVALUATE:
-            raise LaunchError(f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}")
-        if key in SET_HERE:
-            raise LaunchError(f"eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})")
+    if why := shape_problem(cfg):
+        raise LaunchError(why)
     return cfg
+
+
+def shape_problem(cfg: DictConfig) -> str | None:
+    """Why `cfg` is not analyze's keys as they nest: a section given a value (eval=5), or an eval.KEY not passed
+    on to evaluate (no evaluate key, or one analyze sets per evaluation); None when it is."""
+    if bad := [k for k, v in DEFAULTS.items() if isinstance(v, dict) and not isinstance(cfg.get(k), DictConfig)]:
+        return f"{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)"
+    for key in cfg.eval:
+        if key not in EVALUATE:
+            return f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}"
+        if key in SET_HERE:
+            return f"eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})"
+    return None
 
 
 EXIT_FAILED = 4   # some expected point failed to evaluate (docs/troubleshooting.md's exit codes)

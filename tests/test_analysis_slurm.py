@@ -269,7 +269,8 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
     for name, text, why in (("list.yaml", "[1, 2]", "not a mapping"), ("torn.yaml", "{torn", "not YAML"),
                             ("unknown.yaml", "nope: 1", "unknown key 'nope'"), ("eval.yaml", "eval: {max_turnz: 2}",
-                                                                               "unknown key 'eval.max_turnz'")):
+                                                                               "unknown evaluate key 'max_turnz'"),
+                            ("shape.yaml", "eval: 5", "eval=5: expected its keys")):
         (plan / name).write_text(text)
         assert main([str(plan / name)]) == 2
         err = capsys.readouterr().err

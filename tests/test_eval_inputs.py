@@ -103,6 +103,7 @@ def one_run(tmp_path):
     (["n=abc"], "n="),
     (["eval.nope=1"], "nope"),
     (["eval.ood_split=nope"], "ood_split"), (["eval.sets=5"], "sets=5"), (["eval.benches=[nq]"], "eval.benches: set by analyze"),
+    (["eval=5"], "eval=5"), (["slurm=5"], "slurm=5"),
     # analyze's own keys of the wrong type: one line naming the key, never a traceback nor a dry run's exit 0
     (["benches=5"], "benches=5"), (["metrics=5"], "metrics=5"), (["compare=5"], "compare=5"),
     (["n_boot=x"], "n_boot"), (["conf=2"], "conf=2"), (["evaluate=5"], "evaluate=5"), (["anchor_dir=5"], "anchor_dir=5"),
