@@ -26,7 +26,8 @@ _PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
 KEYS = {
     "ckpt": field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
     "tokenizer": text("null -> the checkpoint's own tokenizer; `tiny` -> the embedded one", roles=_PATH_ID),
-    "benches": field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH], _CONTENT),
+    "benches": field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH], _CONTENT,
+                     Test(lambda v: isinstance(v, (list, ListConfig)) and len(v) > 0, "a non-empty list such as [nq,babyai]")),
     "n": number("items per bench (seeded shuffle, first n); <=0 -> all", 500, _CONTENT, integer=True),
     "bench_n": field("per-bench n, e.g. {musique: 0, babyai: 50}; a bench not named takes n", {}, _CONTENT,
                      Test(lambda v: v is None or isinstance(v, Mapping), "a mapping such as {musique: 0, babyai: 50}")),
@@ -40,8 +41,8 @@ KEYS = {
     "index": text("retriever=e5: a faiss IndexFlatIP whose row i is corpus line i: a fetched name (index:wiki18_e5_flat, "
                   "Search-R1's e5_Flat.index of corpus:wiki18) or a file, memory-mapped; null -> built from the corpus "
                   "(small corpora) under index_dir", roles=_PATH_CONTENT),
-    "encoder_device": field("retriever=e5: where the encoder runs: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)",
-                            "cpu"),   # enters the identity as the encoder's dtype (evals.identity)
+    "encoder_device": text("retriever=e5: where the encoder runs: cpu | auto | cuda | cuda:N (fp16 on CUDA, as Search-R1)",
+                           "cpu"),   # enters the identity as the encoder's dtype (evals.identity)
     "index_dir": text("retriever index cache root; null -> ~/.cache/dtsft/bm25 (bm25) or ~/.cache/dtsft/e5 (e5)", roles=(PATH,)),
     "retriever_url": text("http://HOST:PORT/retrieve for retriever=http", roles=_ID),
     "retriever_timeout": number("seconds per retriever=http request", 30.0, lo=0, lo_open=True),
@@ -57,7 +58,7 @@ KEYS = {
                   "named reads evals.benches.DEFAULT_SETS (fetched into $DTSFT_DATA on first use; `fetch-data --help`)", {},
                   _CONTENT, Test(lambda v: v is None or isinstance(v, Mapping), "a mapping such as {nq: 'nq:seed42_1000'}")),
     "bench_root": text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets", roles=_PATH_CONTENT),
-    "heldout": field("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", None, _PATH_CONTENT),
+    "heldout": text("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", roles=_PATH_CONTENT),
     "out": text("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", roles=(PATH,)),
     "batch_size": count("episodes advanced in lockstep (and written) together", 64, ()),
     "micro_batch": count("hf backend: sequences per generate call", 16, ()),
@@ -80,7 +81,7 @@ KEYS = {
     "enforce_eager": choice("vllm: auto = true on CPU, false on CUDA (CUDA graphs)", "auto", ("auto", True, False), _ENGINE),
     "prefix_caching": flag("vllm: reuse the KV cache of shared prompt prefixes", True, _ENGINE),
     "ood_max_turns": count("search_plan_ood needs ~10 tool calls even when done perfectly", 24),
-    "ood_split": field("search_plan_ood environment split (envs: train | ood)", "ood", _ID),
+    "ood_split": choice("search_plan_ood environment split (envs: train | ood)", "ood", ("train", "ood"), _ID),
     "skip_empty_golds": flag("true: gold aliases that normalize to nothing (NQ's `*`, `---`) are not scored against; false "
                              "(default) = Search-R1's scoring; counted either way", False, _ID),
     "babyai_max_steps": count("BALROG's max_steps_per_episode: ends an episode early (the reward scale stays the level's)",
@@ -239,8 +240,6 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
     if isinstance(merged.benches, str):
         merged.benches = [merged.benches]
-    if not isinstance(merged.benches, ListConfig) or not merged.benches:
-        raise EvalError(f"benches={merged.benches!r}: expected a non-empty list such as [nq,babyai]")
     if bad := problems(KEYS, merged):
         raise EvalError("; ".join(bad))
     parse_shard(merged.shard)

@@ -19,8 +19,8 @@ from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
-from common.cli import apply_overrides, did_you_mean, run_cli, wants_help
-from common.fields import NONEMPTY, Number, Passed, Test, field, list_of, number
+from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
+from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
 from launch import preflight
@@ -31,43 +31,51 @@ from launch.eval_slurm import eval_backend, submit, tasks_report
 from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_identity, check_settings, check_templates,
                                EvalReport, harness, plan, run_job)
 
+
+def names(what: str) -> Test:
+    """A rule: null or a list of non-empty strings (`what`: which)."""
+    return Test(lambda v: v is None or list_of(NONEMPTY.ok, "").ok(v), what)
+
+
 AFTER = "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs"
 KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyze.md
-    "runs_root": field("the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/", "runs"),
-    "out": field("where results, figures, tables and report.md go", "reports"),
-    "benches": field("null -> the profile's benches, or the Search-R1 seven + search_plan_ood", None),
-    "profile": field("evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs", None),
-    "evaluate": field("false: only aggregate the evaluations already on disk", True),
-    "anchor": field("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0", None),
-    "anchor_dir": field("null -> <runs_root>/_anchor", None),
-    "metrics": field("QA metrics tabulated and plotted", ["em", "f1"]),
-    "n_boot": field("bootstrap resamples of the confidence intervals", 2000),
-    "boot_seed": field("seed of the bootstrap", 0),
-    "conf": field("confidence level of the intervals", 0.95),
-    "power.pilot": field("a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
-                         "items needed for power.power at power.effect and the design's minimum detectable effect, "
-                         "then exit (analysis/power.py states the variance model)", None),
+    "runs_root": field("the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/", "runs", rule=NONEMPTY),
+    "out": field("where results, figures, tables and report.md go", "reports", rule=NONEMPTY),
+    "benches": field("null -> the profile's benches, or the Search-R1 seven + search_plan_ood", None,
+                     rule=names("null or a list of bench names, e.g. [nq,musique@given]")),
+    "profile": text("evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
+    "evaluate": flag("false: only aggregate the evaluations already on disk", True),
+    "anchor": text("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
+    "anchor_dir": text("null -> <runs_root>/_anchor"),
+    "metrics": field("QA metrics tabulated and plotted", ["em", "f1"], rule=list_of(NONEMPTY.ok, "a list of metric names, e.g. [em,f1]")),
+    "n_boot": number("bootstrap resamples of the confidence intervals", 2000, lo=1, integer=True),
+    "boot_seed": number("seed of the bootstrap", 0, lo=0, integer=True),
+    "conf": number("confidence level of the intervals", 0.95, lo=0, hi=1, lo_open=True, hi_open=True),
+    "power.pilot": text("a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
+                        "items needed for power.power at power.effect and the design's minimum detectable effect, "
+                        "then exit (analysis/power.py states the variance model)"),
     "power.effect": field("the target effect (difference to the anchor in the metric's units; not 0)", 0.042,
                           rule=Test(lambda v: Number().ok(v) and v != 0, "a number other than 0 (the effect to detect)")),
     "power.power": number("the target power", 0.8, lo=0, hi=1, lo_open=True, hi_open=True),
     "power.alpha": number("the two-sided test level", 0.05, lo=0, hi=1, lo_open=True, hi_open=True),
-    "power.metric": field("the per-item metric the power is for", "em"),
+    "power.metric": field("the per-item metric the power is for", "em", rule=NONEMPTY),
     "power.seed_sd": number("the seed SD assumed when the pilot has one seed (it cannot be estimated from it)", 0.0, lo=0),
     "power.max_seeds": number("the items needed are listed for 1..max_seeds seeds; the recommendation stays within it, "
                               "else the report names the fewest seeds that reach the target", 10, lo=1, integer=True),
-    "power.design_items": field("the current design's items per bench (null: the pilot's)", None),
-    "power.design_seeds": field("the current design's seeds (null: the pilot's)", None),
+    "power.design_items": number("the current design's items per bench (null: the pilot's)", None, lo=1, integer=True, null=True),
+    "power.design_seeds": number("the current design's seeds (null: the pilot's)", None, lo=1, integer=True, null=True),
     "axis": field("x of every curve: step | examples | tokens | trainable_tokens (seen by each checkpoint, "
                   "read exactly from the runs' metrics.jsonl; analysis/axes.py)", "step"),
-    "allow_failed": field("true: an analysis some of whose expected points failed to evaluate exits 0 (its report, "
-                          "marked PARTIAL in its first line, lists them); false: it exits 4", False),
+    "allow_failed": flag("true: an analysis some of whose expected points failed to evaluate exits 0 (its report, "
+                         "marked PARTIAL in its first line, lists them); false: it exits 4", False),
     "dry_run": field("true: print the plan (runs, checkpoints, evaluations to run) and exit", False),
     "compare": field("pairs of arms compared step by step, e.g. [[r2e, r2e_v5]]: per step both were evaluated at, "
                      "A − B over the items both evaluated, its interval covering items and each arm's seeds ('items' "
-                     "only where an arm has one seed) (tables/compare_<A>_vs_<B>_<metric>.*)", []),
-    "compare_allow_settings": field("true: compare arms evaluated under different result-changing settings "
-                                    "(refused otherwise, naming the setting)", False),
-    "study": field("a study file (name or path): its reference_results shown beside ours (tables/reference.*)", None),
+                     "only where an arm has one seed) (tables/compare_<A>_vs_<B>_<metric>.*)", [],
+                     rule=list_of(lambda pair: True, "a list of pairs of arm names, e.g. [[r2e,r2e_v5]]")),
+    "compare_allow_settings": flag("true: compare arms evaluated under different result-changing settings "
+                                   "(refused otherwise, naming the setting)", False),
+    "study": text("a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local"),
     "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
                                   "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
@@ -75,21 +83,23 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                                 integer=True, null=True),
     **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in ("partition", "time", "account", "qos", "sbatch", "setup")},
     "python.eval": schema.PYTHON["python.eval"],
-    "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None),
+    "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None,
+                         rule=Test(lambda v: v is None or NONEMPTY.ok(v), "null or one sbatch dependency, e.g. afterok:4242")),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None,
                         rule=Test(lambda v: v is None or (list_of(NONEMPTY.ok, "").ok(v) and len(v) > 0),
                                   "a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
-    "slurm.jobs_file": field("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
-                             "submits are added, named after its own (report.eval, report.aggregate)", None),
+    "slurm.jobs_file": text("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
+                             "submits are added, named after its own (report.eval, report.aggregate)"),
     "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
                               "training array 5001; null: none); one that can never be met cancels the job", None,
                               rule=Test(lambda v: v is None or list_of(lambda a: a is None or (NONEMPTY.ok(a) and a.strip() == a),
                                                                        "").ok(v), AFTER)),
     "eval_tasks": field("set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "
-                        "nothing, report the failed ones as gaps", None),
-    "cards": field("true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)", False),
-    "wandb": field("the results table to the study's wandb group (analysis.wandb_log); auto: when online", "auto"),
+                        "nothing, report the failed ones as gaps", None, rule=names("null or a list of config files")),
+    "cards": flag("true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)", False),
+    "wandb": choice("the results table to the study's wandb group (analysis.wandb_log); auto: when online", "auto",
+                    ("auto", True, False)),
 }
 # evaluate's own fields (evals.config.KEYS, the same objects), passed to each evaluation when set (also as
 # plain n=, seed=, ...); unset: evaluate's default, or the profile's value. Any other evaluate key: eval.KEY=V.
@@ -99,6 +109,7 @@ KEYS.update({f"eval.{k}": Passed(EVALUATE[k], "evaluate") for k in PASSED_EVAL})
 KEYS["eval.prompt"] = Passed(EVALUATE["prompt"], "evaluate", default=EVALUATE["prompt"].default,
                              note="the runs' checkpoints' (the anchor takes anchor_nudge)")
 DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
+SET_HERE = {"ckpt": "each checkpoint", "out": "its eval dir", "benches": "benches=", "profile": "profile=", "dry_run": "dry_run="}
 ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
 
 
@@ -135,10 +146,16 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
-def check_python(cfg: DictConfig, eval_opts: dict, profile: str | None) -> None:
-    """Refuse a named `python.eval=` lacking what its jobs need (common.interpreter), before any work."""
+def check_keys(cfg: DictConfig) -> None:
+    """Refuse, before any work (the preflight's included), a value that breaks its field's rule (eval.*: evaluate's;
+    check_settings checks the rest) and a named `python.eval=` lacking what its jobs need (common.interpreter)."""
+    if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
+        raise AnalysisError("; ".join(bad))
+    if bad := [why for k, v in cfg.eval.items() if v is not None and k in EVALUATE and (why := EVALUATE[k].problem(k, v))]:
+        raise AnalysisError(f"evaluation settings (eval.KEY=...): {'; '.join(bad)}")   # as check_settings words them
     python = interpreter.named(cfg.python, "eval")
-    if python is not None and (why := interpreter.check("eval", python, interpreter.eval_needs(eval_backend(eval_opts, profile)))):
+    if python is not None and not cfg.power.pilot and (why := interpreter.check(
+            "eval", python, interpreter.eval_needs(eval_backend({"backend": cfg.eval.backend}, cfg.profile or None)))):
         raise AnalysisError(why)
 
 
@@ -153,14 +170,14 @@ class Request:
     anchor_dir: Path
     eval_opts: dict               # what each evaluation is given (eval.*, the profile)
     study: Any = None
-    h: Any = None                 # the harness (None: nothing is evaluated here)
-    resolved: Any = None          # the evaluate config every evaluation resolves to (check_settings)
+    h: Any = None                 # the harness, its settings checked (None: nothing is evaluated here)
 
 
 def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
     """`cfg` (analyze's keys) merged on the defaults and resolved: what run_analysis and a sweep's evaluation
     plan read (AnalysisError / ConfigError: one line naming the setting)."""
     cfg = OmegaConf.merge(default_config(), cfg)
+    check_keys(cfg)
     profile = cfg.profile or None
     reference_sizes, benches = {}, list(DEFAULT_BENCHES)
     if profile:
@@ -190,8 +207,6 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
 
         req.study = load_study(str(cfg.study))
         expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
-    if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
-        raise AnalysisError("; ".join(bad))   # analyze's own keys' rules (their fields'; eval.*: evaluate's, below)
     backend(cfg.launcher)   # the cross-key checks of slurm.*; their values were checked by their fields' rules
     runs, after = cfg.slurm.runs, cfg.slurm.runs_after
     if after is not None and runs is None:
@@ -205,11 +220,10 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     check_axis(str(cfg.axis))
     if cfg.power.pilot:
         return req
-    check_python(cfg, eval_opts, profile)
     compare_pairs(cfg.compare)   # a malformed pair: one line before any work
     req.h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     if req.h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
-        req.resolved = check_settings(req.h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
+        check_settings(req.h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
     return req
 
 
@@ -238,21 +252,20 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     jobs = []
     if h is not None:
         with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
-            jobs = plan(h, candidates(runs, req.benches, cfg.eval.prompt, req.anchor, req.anchor_dir, req.profile),
-                        req.eval_opts, req.resolved)
-        check_templates(h, jobs, req.eval_opts)
+            jobs = plan(h, candidates(runs, req.benches, cfg.eval.prompt, req.anchor, req.anchor_dir, req.profile))
+        check_templates(h, jobs)
     if cfg.dry_run:
         print(describe_plan(runs, jobs, cfg))
-        if isinstance(req.resolved, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
+        if h is not None and isinstance(h.settings, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
             print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
-                  + OmegaConf.to_yaml(req.resolved).rstrip())
+                  + OmegaConf.to_yaml(h.settings).rstrip())
     if submits and jobs:   # the evaluations go to a job array; its aggregation job writes the report
         return submit(req, jobs)
     if cfg.dry_run:
         return None
     # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
     ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else EvalReport(list(jobs), [
-        f for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs) for f in run_job(job, h, req.eval_opts, req.anchor_dir)])
+        f for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs) for f in run_job(job, h, req.anchor_dir)])
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
                             study=req.study)
@@ -275,24 +288,56 @@ def _main(argv: list[str]) -> int:
         print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
-        if not Path(argv[0]).is_file():
-            raise AnalysisError(f"{argv[0]}: no such file (analyze CONFIG runs the analysis a config file holds; "
-                                "else give key=value settings)")
-        return print_result(run_analysis(OmegaConf.load(argv[0])))
+        return print_result(run_analysis(read_config(Path(argv[0]))))
     cfg = parse_argv(argv)
-    check_python(cfg, {"backend": cfg.eval.backend}, cfg.profile or None)   # a named python.eval=: its one line
+    check_keys(cfg)   # its one line, before the preflight's
     found = preflight.gate([preflight.analyze_needs(cfg)], bool(cfg.dry_run))   # before any work: exit 2 on a problem
     return print_result(run_analysis(cfg)) or preflight.after_plan(found) or 0
+
+
+def read_config(path: Path) -> DictConfig:
+    """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
+    if not path.is_file():
+        raise AnalysisError(f"{path}: no such file (analyze CONFIG runs the analysis a config file holds; "
+                            "else give key=value settings)")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as exc:   # omegaconf and yaml raise several types for a torn file
+        raise AnalysisError(f"{path}: not YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(cfg, DictConfig):
+        raise AnalysisError(f"{path}: not a mapping of analyze's keys")
+    known = KeySpace(default_config(), ("eval.",))
+    if unknown := [k for k in flat_keys(cfg) if k not in known]:
+        raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
+    try:
+        cfg = OmegaConf.merge(default_config(), cfg)
+    except Exception as exc:   # a value of another shape than its key's (eval: 5)
+        raise AnalysisError(f"{path}: {' '.join(str(exc).split())}") from None
+    if why := shape_problem(cfg):
+        raise AnalysisError(f"{path}: {why}")
+    return cfg
 
 
 def parse_argv(argv: list[str]) -> DictConfig:
     """analyze's `key=value` command line, each key checked (LaunchError: one line, with a did-you-mean)."""
     every_eval = [f"eval.{k}" for k in EVALUATE]
     cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=every_eval)
-    for key in cfg.eval:   # eval.KEY: any evaluate key (evals.config.KEYS), refused here when it is none
-        if key not in EVALUATE:
-            raise LaunchError(f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}")
+    if why := shape_problem(cfg):
+        raise LaunchError(why)
     return cfg
+
+
+def shape_problem(cfg: DictConfig) -> str | None:
+    """Why `cfg` is not analyze's keys as they nest: a section given a value (eval=5), or an eval.KEY not passed
+    on to evaluate (no evaluate key, or one analyze sets per evaluation); None when it is."""
+    if bad := [k for k, v in DEFAULTS.items() if isinstance(v, dict) and not isinstance(cfg.get(k), DictConfig)]:
+        return f"{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)"
+    for key in cfg.eval:
+        if key not in EVALUATE:
+            return f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}"
+        if key in SET_HERE:
+            return f"eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})"
+    return None
 
 
 EXIT_FAILED = 4   # some expected point failed to evaluate (docs/troubleshooting.md's exit codes)

@@ -1,12 +1,8 @@
-"""A stage's completion record: exit 0 is not the work done, the record the stage writes last is
-(docs/studies.md): an export stage's `export_info.json`, an evaluate stage's `summary.json` in its `out`,
-written or rewritten by this run (one there from before does not count).
-
-A study's export or evaluate job (launch/study.py) runs `python -m launch.completion CHECK.json` (check_config's
-config), here or on its Slurm node: its command run to its end, its signals forwarded; a non-zero exit is passed
-on, and an exit 0 without the record is exit 1, so that Slurm records the job FAILED and nothing that waits for
-it (afterok) starts; either way with the end record FAILED (JSON: state, reason, code, job, time), which the
-next run of the job (a requeue) removes when it starts.
+"""A stage's completion record (docs/studies.md): an export stage's `export_info.json`, an evaluate stage's
+`summary.json` in its `out`, written or rewritten by this run. `python -m launch.completion CHECK.json`
+(check_config's config) runs the stage's command, its signals forwarded; a non-zero exit is passed on, an exit 0
+without the record is exit 1 (Slurm: FAILED, nothing afterok starts); either way with the FAILED end record
+(JSON: state, reason, code, job, time), which the next run of the job (a requeue) removes when it starts.
 """
 from __future__ import annotations
 
@@ -49,8 +45,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m launch.completion CHECK.json", file=sys.stderr)
         return 2
-    check = read_json_object(Path(argv[0]))
-    record, failed, cmd = Path(check["record"]), Path(check["failed"]), list(check["command"])
+    try:
+        check = read_json_object(Path(argv[0]))
+        record, failed, cmd = Path(check["record"]), Path(check["failed"]), list(check["command"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {argv[0]}: not a checked job's config ({exc})", file=sys.stderr)
+        return 2
     failed.unlink(missing_ok=True)   # an earlier run's (a requeued job): this one runs
     before = fingerprint(record)
     name = cmd[2] if len(cmd) > 2 and cmd[1] == "-m" else cmd[0]

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -231,11 +232,9 @@ def run_task(config: Path, evaluator=None) -> int:
 
     def todo() -> list[EvalJob]:   # the settings resolved once (a refused one: each evaluation says why, a gap)
         jobs = _candidates(data)
-        try:
-            settings = check_settings(h, opts, list(dict.fromkeys(b for j in jobs for b in j.benches))) if jobs else None
-        except ConfigError:
-            settings = None
-        return plan(h, jobs, opts, settings)
+        with suppress(ConfigError):
+            check_settings(h, opts, list(dict.fromkeys(b for j in jobs for b in j.benches)))
+        return plan(h, jobs)
 
     jobs, failures, before, status = [], [], 0, "evaluated"
     old = signal.signal(signal.SIGUSR1, _stop)
@@ -246,7 +245,7 @@ def run_task(config: Path, evaluator=None) -> int:
         else:
             before = _rows(jobs)
             for job in jobs:
-                failures += run_job(job, h, opts, Path(data["anchor_dir"]))
+                failures += run_job(job, h, Path(data["anchor_dir"]))
     except TimeLimitWarning:
         left = todo()
         pending, error = sum(len(j.benches) for j in left), None

@@ -22,13 +22,20 @@ ANCHOR_PROMPT = "anchor_nudge"
 
 
 class Harness:
-    """What analyze needs from the evals harness, each method given one checkpoint's request (`EvalJob.given`):
-    `evaluate(cfg)` (its summary), `pending(cfg)` ({bench: how the identity it is held under differs}: what
-    evaluate has left, no model loaded) and `check(cfg)` (the settings every request of an analysis resolves to,
-    its ckpt and out stand-ins; a ConfigError for one evaluate would refuse). A stand-in (tests) subclasses this
-    class and implements those three on the request as a dict (`EvalJob.config`)."""
+    """What analyze needs from the evals harness for one analysis (`check_settings` sets its `opts` and
+    `settings`), each method given one checkpoint's request (`request(job)`): `evaluate(cfg)` (its summary),
+    `pending(cfg)` ({bench: how the identity it is held under differs}: what evaluate has left, no model loaded)
+    and `check(cfg)` (the settings every request of an analysis resolves to, its ckpt and out stand-ins; a
+    ConfigError for one evaluate would refuse). A stand-in (tests) subclasses this class and implements those
+    three on the request as a dict (`EvalJob.config`)."""
 
     evaluator: Evaluator | None = None   # a caller's evaluate (a test's counting one), given each request as a dict
+    opts: dict[str, Any] = {}            # what each evaluation is given (eval.*, the profile)
+    settings: Any = None                 # check's answer (None: not checked, or refused)
+
+    def request(self, job: EvalJob) -> Any:
+        """What this harness is given for `job`: here its config as a dict."""
+        return job.config(self.opts)
 
     def template(self, cfg) -> str | None:
         """A setting the request's checkpoint's chat template cannot take (why), else None; here: not checked."""
@@ -37,14 +44,25 @@ class Harness:
 
 class EvalsHarness(Harness):
     """The evals harness (imported when it is made: aggregation alone must not need it). With the analysis's
-    resolved settings, a request is made once per checkpoint (`plan_request`: evals.config.Resolved)."""
+    resolved settings, a request is an evals.config.Resolved, resolving nothing again."""
 
     def __init__(self, evaluator: Evaluator | None = None):
         try:
-            from evals import config, run
+            from evals import config, identity, run
         except ImportError as exc:
             raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
-        self.config, self.run, self.evaluator = config, run, evaluator
+        self.config, self.identity, self.run, self.evaluator, self.ids = config, identity, run, evaluator, {}
+
+    def request(self, job: EvalJob) -> Any:
+        """`job`'s config made from the resolved settings (overwrite when a bench is held under another identity:
+        evaluate renames the old results aside), its checkpoint's identity computed once per checkpoint."""
+        if not isinstance(self.settings, DictConfig):   # refused settings: each evaluation says why (a gap)
+            return super().request(job)
+        cfg = self.config.for_checkpoint(self.settings, job.ckpt, str(job.out), job.benches, job.prompt,
+                                         overwrite=True if job.stale else None)
+        if cfg.ckpt not in self.ids:
+            self.ids[cfg.ckpt] = self.identity.checkpoint_identity(str(cfg.ckpt))
+        return self.config.Resolved(cfg, self.ids[cfg.ckpt])
 
     def evaluate(self, cfg) -> dict:
         return self.run.evaluate(cfg)
@@ -56,7 +74,7 @@ class EvalsHarness(Harness):
         return self.config.resolve_request(cfg)
 
     def template(self, cfg) -> str | None:
-        return self.run.thinking_problem(cfg.cfg if isinstance(cfg, self.config.Resolved) else self.config.resolve(cfg))
+        return self.run.thinking_problem(cfg.cfg)   # (a Resolved: check_templates runs on checked settings only)
 
 
 def harness(evaluator: Harness | Evaluator | None = None) -> Harness:
@@ -75,9 +93,6 @@ class EvalJob:
     prompt: str
     # bench -> how the identity it is held under differs from the one asked for (re-evaluated aside)
     stale: dict[str, list[str]] = field(default_factory=dict)
-    # evals.config.Resolved: this evaluation's config, made once from the analysis's resolved settings, and the
-    # checkpoint's identity (plan_request); None: given as the dict `config` makes
-    request: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -88,15 +103,11 @@ class EvalJob:
 
     def record(self) -> dict[str, Any]:
         """This job as an evaluation job's config and outcome hold it (`EvalJob(**record)` reads it back)."""
-        return {k: str(v) if k == "out" else v for k, v in vars(self).items() if k not in ("stale", "request")}
+        return {k: str(v) if k == "out" else v for k, v in vars(self).items() if k != "stale"}
 
     def config(self, eval_opts: dict[str, Any]) -> dict[str, Any]:
         cfg = {**eval_opts, "ckpt": self.ckpt, "benches": list(self.benches), "out": str(self.out), "prompt": self.prompt}
         return {**cfg, "overwrite": True} if self.stale else cfg
-
-    def given(self, eval_opts: dict[str, Any]):
-        """What the harness is given for this job: its planned request, else its dict."""
-        return self.config(eval_opts) if self.request is None else self.request
 
 
 @dataclass
@@ -122,38 +133,29 @@ def summary_benches(eval_dir: Path) -> set[str]:
     return {k for k, v in (read_json_object(Path(eval_dir) / "summary.json", []) or {}).items() if isinstance(v, dict)}
 
 
-def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]):
+def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]) -> None:
     """What every evaluate call of this analysis would refuse (a bad value, an unknown key or bench, a missing
-    corpus), refused before any work: one AnalysisError. Returns the config every evaluation resolves to (its
-    ckpt and out: stand-ins), as the harness resolves it."""
+    corpus), refused before any work: one AnalysisError. Sets `h.opts` and `h.settings`: the config every
+    evaluation resolves to (its ckpt and out: stand-ins), as the harness resolves it."""
+    h.opts, h.settings = eval_opts, None
     try:
-        return h.check({**eval_opts, "ckpt": "<checkpoint>", "benches": list(benches), "out": "<checkpoint>"})
+        h.settings = h.check({**eval_opts, "ckpt": "<checkpoint>", "benches": list(benches), "out": "<checkpoint>"})
     except ConfigError as exc:
         raise AnalysisError(f"evaluation settings (eval.KEY=...): {exc}") from exc
 
 
-def check_templates(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any]) -> None:
+def check_templates(h: Harness, jobs: list[EvalJob]) -> None:
     """Refuse, before any evaluation (also under dry_run), a setting a planned checkpoint's chat template
     cannot take (every evaluate of it would fail after loading): one AnalysisError naming the checkpoints."""
     problems = []
     for job in jobs:
         try:
-            problems += [why] if (why := h.template(job.given(eval_opts))) else []
+            problems += [why] if (why := h.template(h.request(job))) else []
         except (ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
             pass
     if problems:
         more = f" (and {len(problems) - 1} more checkpoint(s))" if len(problems) > 1 else ""
         raise AnalysisError(f"evaluation settings (eval.KEY=...): {problems[0]}{more}")
-
-
-def plan_request(job: EvalJob, settings: DictConfig) -> None:
-    """`job.request` made from the analysis's resolved `settings` (its benches left; overwrite when one is held
-    under another identity: evaluate renames the old results aside), its checkpoint's identity computed once."""
-    from evals.config import Resolved, for_checkpoint
-    from evals.identity import checkpoint_identity
-
-    cfg = for_checkpoint(settings, job.ckpt, str(job.out), job.benches, job.prompt, overwrite=True if job.stale else None)
-    job.request = Resolved(cfg, job.request.ckpt_id if job.request is not None else checkpoint_identity(str(cfg.ckpt)))
 
 
 def candidates(runs: list[Run], benches: list[str], prompt: str, anchor: str | None, anchor_dir: Path,
@@ -166,25 +168,20 @@ def candidates(runs: list[Run], benches: list[str], prompt: str, anchor: str | N
     return jobs
 
 
-def plan(h: Harness, jobs: list[EvalJob], eval_opts: dict[str, Any], settings=None) -> list[EvalJob]:
+def plan(h: Harness, jobs: list[EvalJob]) -> list[EvalJob]:
     """The `jobs` (candidates) with benches left to evaluate under their identity, each cut to them. An out dir
     the harness cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, a listed gap, not
-    the end of the sweep. `settings`: the analysis's resolved evaluate config (check_settings; the evals
-    harness's), from which each job's request is made (plan_request)."""
-    made, left_jobs = isinstance(settings, DictConfig), []
+    the end of the sweep."""
+    left_jobs = []
     for job in jobs:
         try:
-            if made:
-                plan_request(job, settings)
-            left = h.pending(job.given(eval_opts))
+            left = h.pending(h.request(job))
         except ConfigError:
             left_jobs.append(job)
             continue
         if left:
             job.benches = [b for b in job.benches if b in left]
             job.stale = {b: diff for b, diff in left.items() if diff}
-            if made:
-                plan_request(job, settings)
             left_jobs.append(job)
     return left_jobs
 
@@ -202,7 +199,7 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
             f"pass anchor_dir=<another dir> or remove {anchor_dir} to re-evaluate")
 
 
-def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Path) -> list[EvalFailure]:
+def run_job(job: EvalJob, h: Harness, anchor_dir: Path) -> list[EvalFailure]:
     """Evaluate one checkpoint's pending benches; what failed (an exception, a bench the harness
     wrote no summary for) is returned, never raised."""
     job.out.mkdir(parents=True, exist_ok=True)
@@ -212,7 +209,7 @@ def run_job(job: EvalJob, h: Harness, eval_opts: dict[str, Any], anchor_dir: Pat
         print(f"[analyze] {job.label} × {bench}: {job.out} holds it under another evaluation identity "
               f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
     try:
-        h.evaluator(job.config(eval_opts)) if h.evaluator else h.evaluate(job.given(eval_opts))
+        h.evaluator(job.config(h.opts)) if h.evaluator else h.evaluate(h.request(job))
     except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return [EvalFailure(job, list(job.benches), last)]

@@ -196,8 +196,8 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
         os.kill(os.getpid(), signal.SIGUSR1)
 
     monkeypatch.setattr(evals_store, "append_rows", append_then_warned)
-    # As a local analyze (test_analyze_resolves_once), a task resolves its evaluate config once per plan and computes
-    # each checkpoint's identity once: this segment plans twice (when it starts, and what is left at the warning).
+    # As a local analyze (test_analyze_resolves_once), a task resolves its evaluate config once per plan (this segment
+    # plans twice: when it starts, and what is left at the warning) and computes each checkpoint's identity once.
     import evals.config
     import evals.identity
     import evals.run
@@ -213,7 +213,7 @@ def test_local_stand_in_array_then_aggregate_equals_a_sequential_analyze(tiny_ru
             monkeypatch.setattr(module, name, spy)
     with _usr1_must_be_handled():
         assert run_task(eval_sbatch.parent / "eval-0.json") == 0
-    assert calls == {"resolve": 2, "checkpoint_identity": 2}
+    assert calls == {"resolve": 2, "checkpoint_identity": 1}
     monkeypatch.setattr(evals_store, "append_rows", real_append)
     assert requeued_jobs(tmp_path) == ["5001_0"]
     said = capsys.readouterr().out
@@ -272,6 +272,14 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
 
     capsys.readouterr()
     assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
+    for name, text, why in (("list.yaml", "[1, 2]", "not a mapping"), ("torn.yaml", "{torn", "not YAML"),
+                            ("unknown.yaml", "nope: 1", "unknown key 'nope'"), ("eval.yaml", "eval: {max_turnz: 2}",
+                                                                               "unknown evaluate key 'max_turnz'"),
+                            ("shape.yaml", "eval: 5", "eval=5: expected its keys")):
+        (plan / name).write_text(text)
+        assert main([str(plan / name)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {plan / name}: ") and why in err and len(err.strip().splitlines()) == 1, err
     (plan / "bad.json").write_text('{"name": "x"}')
     assert eval_job([str(plan / "bad.json")]) == 2
     assert "bad.json: not an evaluation job's config" in capsys.readouterr().err

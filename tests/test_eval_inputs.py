@@ -34,6 +34,9 @@ BAD_VALUES = [
     ("bench_n={babyai:2.5}", "bench_n.babyai"),
     ("benches=[babyia]", "Did you mean: babyai"),
     ("benches=[babyai,3]", "benches"),
+    ("ood_split=nope", "ood_split"),
+    ("encoder_device=5", "encoder_device"),
+    ("heldout=5", "heldout"),
 ]
 
 
@@ -99,6 +102,13 @@ def one_run(tmp_path):
     (["eval.max_turns=abc"], "max_turns"),
     (["n=abc"], "n="),
     (["eval.nope=1"], "nope"),
+    (["eval.ood_split=nope"], "ood_split"), (["eval.sets=5"], "sets=5"), (["eval.benches=[nq]"], "eval.benches: set by analyze"),
+    (["eval=5"], "eval=5"), (["slurm=5"], "slurm=5"),
+    # analyze's own keys of the wrong type: one line naming the key, never a traceback nor a dry run's exit 0
+    (["benches=5"], "benches=5"), (["metrics=5"], "metrics=5"), (["compare=5"], "compare=5"),
+    (["n_boot=x"], "n_boot"), (["conf=2"], "conf=2"), (["evaluate=5"], "evaluate=5"), (["anchor_dir=5"], "anchor_dir=5"),
+    (["runs_root=5"], "runs_root=5"), (["power.pilot=5"], "power.pilot=5"), (["eval_tasks=5"], "eval_tasks=5"),
+    (["launcher=slurm", "slurm.after=5"], "slurm.after=5"), (["launcher=slurm", "slurm.sbatch=5"], "slurm.sbatch"),
 ])
 @pytest.mark.parametrize("dry", [True, False])
 def test_analyze_refuses_bad_eval_keys_up_front(one_run, tmp_path, capsys, args, needle, dry):

@@ -63,7 +63,7 @@ def _evaluate_config(run: dict) -> dict:
     from launch.analyze import request
 
     with contextlib.chdir(run["cwd"]):
-        return OmegaConf.to_container(request(OmegaConf.load(run["dir"] / "report.yaml")).resolved)
+        return OmegaConf.to_container(request(OmegaConf.load(run["dir"] / "report.yaml")).h.settings)
 
 
 def test_the_five_reference_studies_are_shipped_and_load():

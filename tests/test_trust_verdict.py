@@ -430,3 +430,5 @@ def test_a_checked_job_passes_its_commands_failure_on_and_a_requeued_one_starts_
     write = f"import pathlib; p = pathlib.Path({str(record)!r}); p.parent.mkdir(); p.write_text('{{}}')"
     assert checked([str(record), str(failed), "--", sys.executable, "-c", write]) == 0 and not failed.exists()
     assert checked([str(record), str(failed), sys.executable]) == 2   # no `--`: a usage error, nothing run
+    (tmp_path / "torn.json").write_text('{"record": "x"}')   # a config that is not one, or none: one line, exit 2
+    assert main([str(tmp_path / "torn.json")]) == 2 and main([str(tmp_path / "none.json")]) == 2
