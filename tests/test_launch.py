@@ -95,7 +95,7 @@ def test_every_recipe_composes():
     (["launcher=slurm", "resume=never"], "resume=never cannot be used with launcher=slurm"),
     (["data.sources.code=[r2e.jsonl]", "data.sources.search=5"], "data.sources.code must be a list of FORMAT:PATH_OR_HUB_ID"),
     (["steps"], "expected key=value"),
-    (["python=5"], "command line (python=5): python must be a section of keys (python.KEY: value), got 5"),   # was a traceback
+    (["python=5"], "python=5: python is a section: give python.KEY=VALUE (python.eval, python.grpo, python.sft)"),   # was a traceback
 ])
 def test_bad_keys_and_values_fail_clearly(argv, message):
     with pytest.raises(ConfigError) as err:
