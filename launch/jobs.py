@@ -164,7 +164,8 @@ class Runner(ABC):
     - `where` its jobs run: "here" (this machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or
       "nodes" (`launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes).
     - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
-      queued or running.
+      queued or running; `task_command(job, config)`: what one task runs on its first node, as a launch prints and
+      records it (a backend that runs a multi-node job itself gives its rendezvous here).
     - `script(job, ids, where)`: the text of what the job runs (its tasks under its wrapper, its resources, its
       dependencies from `ids`, each started job's id by name: `<job id of NAME>` in a dry run; logs under
       `where`). It writes nothing.
@@ -207,6 +208,9 @@ class Runner(ABC):
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
         return None
+
+    def task_command(self, job: Job, config: str) -> list[str]:
+        return job.command(config)
 
     @abstractmethod
     def script(self, job: Job, ids: Mapping[str, str], where: Path) -> str: ...

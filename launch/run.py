@@ -304,7 +304,7 @@ def train_here(trainer: Trainer, argv: list[str], prep: Prepared, **cache_kw) ->
     here = trainer.runner(argv, prep.cfg.launcher.kind, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
     with prepared(trainer, prep, here, **cache_kw) as data:
         job = trainer.job([prep])
-        cmd = shlex.join(job.command(str(job.config)))
+        cmd = shlex.join(here.task_command(job, str(job.config)))
         record(prep, trainer.command_argv(argv), data, nproc=prep.nproc, command=cmd)
         resuming = any((rd / sub).is_dir() and any((rd / sub).iterdir()) for sub in (layout.STATES, layout.CHECKPOINTS))
         print(f"[launch] {'resuming' if resuming else 'starting'}: {cmd}", flush=True)
@@ -397,7 +397,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
             print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(logs or first.run_dir) / job.name}"
                   f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, logs, other), {}, where)}")
         elif not array:
-            print(f"# command\n{shlex.join(job.command(str(job.config)))}")
+            print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
     return 0
 
 

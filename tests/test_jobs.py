@@ -26,7 +26,7 @@ class RecordingRunner(Runner):
 
     def script(self, job, ids, where):
         return "\n".join([f"after {','.join(ids[a] for a in job.after) or '-'}",
-                          *(" ".join(job.command(c)) for c in job.configs)]) + "\n"
+                          *(" ".join(self.task_command(job, c)) for c in job.configs)]) + "\n"
 
     def start(self, job, script, ids):
         self.started.append((job.name, script.read_text(), dict(ids)))
@@ -44,10 +44,19 @@ class Submitting(RecordingRunner):
         Submitting.made.append(self)
 
 
-def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(tmp_path, monkeypatch):
+class OnNodes(RecordingRunner):
+    """A registered backend that runs a job itself on `launcher.nodes` nodes (no submission, e.g. torchrun over
+    ssh): its own task command carries the rendezvous of the job's first node (here a fixed one)."""
+
+    def task_command(self, job, config):
+        return job.command(config, "node-1:29400")
+
+
+def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(tmp_path, monkeypatch, capsys):
     """`launcher=KIND` of a registered backend needs no recipe and no schema edit: compose accepts it (nodes > 1
     too: its jobs run on nodes), the training job takes its nodes x GPUs, the launch submits through it and the
-    manifest records the submission; an unknown kind names the backends."""
+    manifest records the submission; an unknown kind names the backends. A backend that runs a multi-node job
+    itself gives the command launch prints (Runner.task_command)."""
     import json
 
     from launch import jobs
@@ -72,6 +81,11 @@ def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(
     assert f"--nproc_per_node=3 -m sft.train {rd}/config.yaml" in runner.started[0][1]
     assert json.loads((rd / "manifest.json").read_text())["launcher"] == {
         "kind": "recording", "nodes": 1, "gpus_per_node": 3, "script": str(rd / "launch.txt"), "job_id": "r1"}
+    # one that runs a 2-node job itself: launch prints (and would record) its task command, with its rendezvous
+    monkeypatch.setitem(jobs.BACKENDS, "onnodes", f"{__name__}:OnNodes")
+    assert launch_one(SFT, ["arm=search", "launcher=onnodes", "nodes=2", "model=tiny", "data=synthetic", f"runs_root={tmp_path}/n",
+                            "dry_run=true"]) == 0
+    assert "--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=node-1:29400 --rdzv_id=dtsft-launch" in capsys.readouterr().out
 
 
 def _plan(tmp_path: Path) -> list[Job]:
