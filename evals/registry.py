@@ -39,7 +39,7 @@ class BenchKind:
     unanswerable left out)`; `episodes(bench, cfg, tokenizer, retriever, style)`; `summarize(rows)`;
     `item_set(bench, cfg)`: the named item set it reads (None: an environment); `counts_unanswerable`:
     its summary says how many unanswerable items were left out; `meta(cfg, opened)`: its own block of
-    meta.json (under the kind's name), if any; `scores`: its items are scored by the model's own
+    meta.json (under the kind's name, after the key `meta_after`, else last), if any; `scores`: its items are scored by the model's own
     logits (`evals.teacher_forced.score`, over what `opens` opened), not played as episodes.
 
     What the other stages read off a kind (the defaults: a QA bench): `key_prefix`, the evaluate keys
@@ -59,6 +59,7 @@ class BenchKind:
     item_set: Callable[[str, Any], str | None]
     counts_unanswerable: bool
     meta: Callable[[Any, Any], dict] | None = None
+    meta_after: str | None = None
     scores: bool = False
     opens: Callable[[Any], Any] | None = None
     key_prefix: str | None = None
@@ -132,6 +133,7 @@ BABYAI = BenchKind(
     item_set=lambda bench, cfg: None,
     counts_unanswerable=False,
     meta=lambda cfg, opened: _babyai_meta(cfg),
+    meta_after="bench_items",
     key_prefix="babyai_",
     sampled=lambda conf: float(conf.get("babyai_temperature") or 0) > 0,
     headline="return",

@@ -410,7 +410,7 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
         "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities,
         "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend, "driver": driver,
         "n": cfg.n, "seed": int(cfg.seed), "benches": list(cfg.benches), "tool_style": style,
-        "profile": cfg.profile, "bench_items": records, "babyai": None,
+        "profile": cfg.profile, "bench_items": records,
         "retriever": cfg.retriever if searches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(store.sample_path(b)) for b in records},
         "search7_mean": {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS},

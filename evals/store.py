@@ -189,18 +189,20 @@ class EvalStore:
         for key in PER_BENCH_META:
             carried = old.get(key) if isinstance(old.get(key), dict) else {}
             meta[key] = {**{b: v for b, v in carried.items() if b in kept}, **(meta.get(key) or {})}
-        for kind in {id(k): k for k in KINDS.values()}.values():   # a kind's own block: this call's, else the kept one's
-            if kind.meta is not None:
-                mine = [b for b, k in KINDS.items() if k is kind]
-                meta[kind.name] = (kind.meta(cfg, opened.get(kind.name)) if any(b in cfg.benches for b in mine)
-                                   else old.get(kind.name) if any(b in kept for b in mine) else None)
+        blocks = {}   # kind name -> (the key its block follows, None: last; its block: this call's, else the kept one's)
+        for kind in {k.name: k for k in KINDS.values() if k.meta is not None}.values():
+            mine = [b for b, k in KINDS.items() if k is kind]
+            blocks[kind.name] = (kind.meta_after, kind.meta(cfg, opened.get(kind.name)) if any(b in cfg.benches for b in mine)
+                                 else old.get(kind.name) if any(b in kept for b in mine) else None)
         config = OmegaConf.to_container(cfg, resolve=True)
         old_config = old.get("config") if isinstance(old.get("config"), dict) else {}
         for bench, prefix in key_prefixes().items():
             if bench in kept:
                 config.update({k: v for k, v in old_config.items() if k.startswith(prefix)})
         meta["config"] = config
-        write_json(self.out / "meta.json", meta)
+        meta = {k: v for key, value in meta.items()
+                for k, v in [(key, value), *((n, b) for n, (after, b) in blocks.items() if after == key)]}
+        write_json(self.out / "meta.json", meta | {n: b for n, (after, b) in blocks.items() if after is None})
 
 
 def described(summary: dict, source, unanswerable: int | None) -> dict:
