@@ -27,9 +27,6 @@ GENERAL_QA = ["nq", "triviaqa", "popqa"]
 MULTIHOP_QA = ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
 SEARCH_R1_BENCHES = GENERAL_QA + MULTIHOP_QA
 MEAN_BENCH = "avg"  # pseudo-bench: the unweighted mean over the QA benches (Search-R1's "Avg.")
-# A summary metric whose per-example twin has another name (search_plan_ood's `reward` is the
-# episode's `total`).
-EXAMPLE_ALIASES = {"reward": "total"}
 
 
 @dataclass
@@ -236,7 +233,4 @@ def example_metric(eval_dir: Path, bench: str, metric: str, problems: list[str] 
         return None
     if df is None:
         return None
-    for name in (metric, EXAMPLE_ALIASES.get(metric)):
-        if name and name in df.columns:
-            return df[name].dropna()
-    return None
+    return df[metric].dropna() if metric in df.columns else None

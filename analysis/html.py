@@ -77,8 +77,8 @@ def _message(msg: Any) -> dict:
     return m
 
 
-def _babyai_messages(row: dict) -> list[dict]:
-    """A BabyAI game as one conversation: the first step's prompt, then per step the new observation,
+def _game_messages(bench: str, row: dict) -> list[dict]:
+    """A game as one conversation: the first step's prompt, then per step the new observation,
     the reply (the raw text folded when it differs from the parsed content) and what the game did."""
     out: list[dict] = []
     for k, step in enumerate(row.get("transcript") or []):
@@ -92,7 +92,7 @@ def _babyai_messages(row: dict) -> list[dict]:
             msg["reasoning"] = reply
         msg["calls"] = [{"name": "action", "args": _text(step.get("action"))}]
         out.append(msg)
-        valid = "valid" if step.get("valid") else "invalid: the fallback action was taken"
+        valid = "valid" if step.get("valid") else kind_of(bench).invalid_step
         out.append({"role": "env", "name": "game",
                     "content": f"action {_text(step.get('action'))} ({valid}); reward {step.get('reward')}; "
                                f"done {step.get('done')}"})
@@ -101,8 +101,8 @@ def _babyai_messages(row: dict) -> list[dict]:
 
 def transcript(bench: str, row: dict) -> dict:
     """One row as the page shows it: messages (role, content, reasoning, calls), answer, golds, scores."""
-    if kind_of(bench).game or ("transcript" in row and "messages" not in row):
-        messages = _babyai_messages(row)
+    if kind_of(bench).game:
+        messages = _game_messages(bench, row)
         answer = " ".join(_text(a) for a in row.get("actions") or [])
         golds = [f"goal: {_text(row.get('instruction'))}"] if row.get("instruction") else []
     else:

@@ -15,8 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.aggregate import Points, settings_differences
 from analysis.axes import build_axis
-from analysis.collect import (EXAMPLE_ALIASES, MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect,
-                              mean_label, qa_benches)
+from analysis.collect import MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect, mean_label, qa_benches
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
@@ -124,7 +123,7 @@ def _panels(table: pd.DataFrame, qa: list[str], metric: str) -> list[Panel]:
 
 def component_panels(table: pd.DataFrame, bench: str) -> list[Panel]:
     """One panel per part of an environment bench's headline metric (its kind's `components`: the
-    metric `<headline>_<part>`, or `<part>`), then the headline itself (or its per-example name)."""
+    metric `<headline>_<part>`, or `<part>`), then the headline itself."""
     headline = kind_of(bench).headline
     have = set(table.loc[table.bench == bench, "metric"])
     panels = []
@@ -132,9 +131,8 @@ def component_panels(table: pd.DataFrame, bench: str) -> list[Panel]:
         name = next((m for m in (f"{headline}_{comp}", comp) if m in have), None)
         if name:
             panels.append(Panel(bench, name, comp, comp))
-    total = next((m for m in (headline, EXAMPLE_ALIASES.get(headline)) if m in have), None)
-    if total:
-        panels.append(Panel(bench, total, f"total {headline}", headline))
+    if headline in have:
+        panels.append(Panel(bench, headline, f"total {headline}", headline))
     return panels
 
 

@@ -50,7 +50,9 @@ class BenchKind:
     scored bench's losses); `components`, the parts of the headline that get a figure of their own
     (a row's `<headline>_<part>`); `correct`, the per-item metric report.html counts as right (>= 1);
     `shown`, the per-item scores it lists; `game`, its rows are games (a transcript of steps, actions
-    and no tool calls), which report.html shows as one conversation."""
+    and no tool calls), which report.html shows as one conversation, a step the game could not take
+    labelled `invalid_step`; `console`, evaluate's console line after the bench and n: a format string
+    over its summary (a metric it lacks prints nan; None: the table's EM/F1 columns, a QA bench)."""
     name: str
     source: Callable[[str, Any], str]
     items: Callable[[str, Any, Any], tuple[list, str, int]]
@@ -69,6 +71,8 @@ class BenchKind:
     correct: str = "em"
     shown: tuple[str, ...] = ("em", "f1")
     game: bool = False
+    invalid_step: str = "invalid"
+    console: str | None = None
 
 
 def _qa_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
@@ -122,6 +126,7 @@ SEARCH_PLAN_OOD = BenchKind(
     components=("outcome", "grounding", "stop"),
     correct="reward_outcome",
     shown=("reward", "reward_outcome", "reward_grounding", "reward_stop"),
+    console="reward={reward:.3f} reward_outcome={reward_outcome:.3f} reward_grounding={reward_grounding:.3f} reward_stop={reward_stop:.3f}",
 )
 BABYAI = BenchKind(
     BABYAI_BENCH,
@@ -140,6 +145,8 @@ BABYAI = BenchKind(
     correct="success",
     shown=("return", "success", "progression"),
     game=True,
+    invalid_step="invalid: the fallback action was taken",
+    console="return={return:.3f} success={success:.3f} invalid={invalid_action_rate:.3f} steps={mean_steps:.1f}",
 )
 
 def _no_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
@@ -157,6 +164,7 @@ TEACHER_FORCED = BenchKind(
     meta=lambda cfg, held: teacher_forced.meta(held),
     scores=True,
     opens=teacher_forced.open_heldout,
+    console="loss/token={loss:.4f} over {tokens} tokens",
 )
 # bench name -> kind; any other bench is a QA bench
 KINDS = {kind.name: kind for kind in (SEARCH_PLAN_OOD, BABYAI)} | dict.fromkeys(teacher_forced.BENCHES, TEACHER_FORCED)

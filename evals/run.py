@@ -28,6 +28,7 @@ hashed once (data_parallel=N included: the shards are handed the parent's checkp
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -435,19 +436,14 @@ def format_table(summary: dict) -> str:
     w = max([18, *(len(b) + 2 for b in summary)])
     lines = [f"{'bench':<{w}}{'n':>6}{'EM':>8}{'F1':>8}{'coverEM':>9}{'strictEM':>10}{'fmtfail':>9}"]
     for bench, s in summary.items():
+        console = kind_of(bench).console
         if s.get(NULL_REASON):
             lines.append(f"{bench:<{w}}{s['n']:>6}  no score: {s[NULL_REASON]}")
-        elif "return" in s:
-            lines.append(f"{bench:<{w}}{s['n']:>6}  return={s['return']:.3f} success={s['success']:.3f} "
-                         f"invalid={s['invalid_action_rate']:.3f} steps={s['mean_steps']:.1f}")
-        elif "tokens" in s and "em" not in s:   # a teacher-forced bench
-            lines.append(f"{bench:<{w}}{s['n']:>6}  loss/token={s.get('loss', float('nan')):.4f} over {s['tokens']} tokens")
-        elif "em" in s:
+        elif console:   # the kind's own line (evals.registry)
+            lines.append(f"{bench:<{w}}{s['n']:>6}  " + console.format_map(collections.defaultdict(lambda: float("nan"), s)))
+        else:
             lines.append(f"{bench:<{w}}{s['n']:>6}{100 * s['em']:>8.1f}{100 * s['f1']:>8.1f}{100 * s['cover_em']:>9.1f}"
                          f"{100 * s['strict_em']:>10.1f}{100 * s['format_failure_rate']:>9.1f}")
-        else:
-            comps = " ".join(f"{k}={v:.3f}" for k, v in s.items() if k.startswith("reward"))
-            lines.append(f"{bench:<{w}}{s['n']:>6}  {comps}")
     means = {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS}
     if means["em"] is not None:
         lines.append(f"{'7-bench mean':<{w}}{'':>6}{100 * means['em']:>8.1f}{100 * means['f1']:>8.1f}"

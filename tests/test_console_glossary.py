@@ -8,14 +8,16 @@ launch prints the recipes it composed as `key=value`, never as a Python dict.
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 
 import pytest
 
+from evals.registry import KINDS, headline_metrics
 from test_analysis_helpers import make_run
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_NAMES = ("nq", "bamboogle", "search_plan_ood", "babyai", "tf_heldout")
+BENCH_NAMES = ("nq", "bamboogle", *KINDS)   # every bench the registry names: a new one is checked too
 MODES = ("open", "item", "given")
 
 
@@ -38,6 +40,8 @@ def normalise(heading: str) -> str:
             heading = "<bench>" + heading[len(b):]
     for m in MODES:
         heading = heading.replace(f"({m})", "(<context mode>)")
+    if heading in {f"<bench> ({m})" for m in headline_metrics().values()}:
+        heading = "<bench> (<headline metric>)"
     return re.sub(r"^reward_\w+$", "reward_<component>", heading)
 
 
@@ -55,16 +59,21 @@ def console_names(text: str) -> set[str]:
 def test_evaluate_console_table_has_a_legend_and_every_column_in_the_glossary():
     from evals.run import format_table
 
+    from evals.benches import SEARCH7
+
     qa = {"em": 0.5, "f1": 0.6, "cover_em": 0.7, "strict_em": 0.4, "format_failure_rate": 0.1, "n": 10}
-    summary = {**{b: dict(qa) for b in ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique",
-                                         "bamboogle")},
-               "babyai": {"n": 4, "return": 0.5, "success": 0.5, "invalid_action_rate": 0.1, "mean_steps": 12.0},
-               "tf_heldout": {"n": 3, "tokens": 120, "loss": 2.5},
-               "search_plan_ood": {"n": 5, "reward": 0.4, "reward_outcome": 0.5, "reward_grounding": 1.0}}
+    summary = {b: dict(qa) for b in SEARCH7}
+    for bench, kind in KINDS.items():   # each registered kind's console line, over the fields it names
+        if kind.console:
+            summary[bench] = {"n": 4, **{f: 1 for _, f, _, _ in string.Formatter().parse(kind.console) if f}}
     text = format_table(summary)
     legend = text.splitlines()[-1]
     for abbrev in ("coverEM", "strictEM", "fmtfail"):
         assert abbrev in legend
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in text.splitlines()}
+    assert rows["babyai"] == "4 return=1.000 success=1.000 invalid=1.000 steps=1.0"
+    assert rows["tf_code"] == "4 loss/token=1.0000 over 1 tokens" and rows["nq"] == "10 50.0 60.0 70.0 40.0 10.0"
+    assert rows["search_plan_ood"] == "4 reward=1.000 reward_outcome=1.000 reward_grounding=1.000 reward_stop=1.000"
     names = {normalise(n) for n in console_names(text.rsplit("\n", 1)[0])}
     assert names >= {"coverEM", "strictEM", "fmtfail", "return", "loss/token", "reward_<component>", "7-bench mean"}
     missing = sorted(names - glossary_columns())
