@@ -47,7 +47,6 @@ from common.benchmarks import (SEARCH7, BenchError, BenchItem, check_context_mod
 
 OOD_BENCH = "search_plan_ood"
 BABYAI_BENCH = "babyai"
-TF_BENCHES = ("tf_code", "tf_search")   # teacher-forced losses on a held-out set (evals.teacher_forced)
 # FlashRAG_datasets split of each bench: the hub set `<bench>:hub` (common.datafetch, <bench>/<split>.jsonl).
 HUB_SPLITS = {
     "nq": "test", "triviaqa": "test", "popqa": "test", "bamboogle": "test",
