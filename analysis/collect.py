@@ -16,10 +16,10 @@ import pandas as pd
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object
 from common.io import JsonLineError, parse_json_line
-from evals.metrics import NON_METRIC_FIELDS, NULL_REASON, metric_problem
+from evals.metrics import NON_METRIC_FIELDS, NULL_REASON
 from analysis.errors import AnalysisError
 from common.benchmarks import CONTEXT_MODES, BenchError, bench_label, parse_bench_key
-from evals.registry import headline_metrics
+from evals.registry import headline_metrics, metric_problem
 
 COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
 # The Search-R1 seven, in the order of its Table 2 (general QA, then multi-hop QA).

@@ -2,19 +2,18 @@
 
 `exact_match`, `f1` and `cover_em` take one prediction (None = the model gave no answer, which
 scores 0) and a list of golden answers (the aliases) and return a float in [0, 1]. The per-bench
-aggregation (`bench_means`) and the unweighted mean over benches are plain averages. `METRICS` is
-the one registry of summary metric names and their ranges (analysis validates against it).
+aggregation (`bench_means`) and the unweighted mean over benches are plain averages. `METRICS` holds
+the summary metric names every kind of bench shares, with their ranges (evals.registry.metric_problem
+checks a value against them and its kind's own).
 """
 from __future__ import annotations
 
-import math
 import re
 import string
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from evals.teacher_forced import SPAN_KINDS
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)  # ASCII punctuation only, as in the SQuAD script
@@ -108,7 +107,8 @@ def nonempty_golds(golden_answers) -> list[str]:
 # ---------------------------------------------------------------- the metric registry
 # Every number a `summary.json` bench entry may carry, with its valid range: what analysis checks
 # each value it reads against (NaN, inf, out of range, wrong type -> a listed problem, never a row).
-# A new metric is registered here, once.
+# These are the names every kind shares (QA's, the episode counts, any game's); a metric of one kind
+# of bench alone is registered on its kind (`BenchKind.metrics`, evals.registry), which checks both.
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,6 @@ COUNT = MetricSpec(0.0, what="a mean count >= 0")
 SIZE = MetricSpec(1, integer=True, what="a positive integer")
 METRICS: dict[str, MetricSpec] = {
     "em": RATE, "f1": RATE, "cover_em": RATE, "strict_em": RATE, "format_failure_rate": RATE,
-    "reward": RATE, "reward_outcome": RATE, "reward_grounding": RATE, "reward_stop": RATE,
     "mean_turns": COUNT, "mean_tool_calls": COUNT, "mean_tool_errors": COUNT, "mean_generated_tokens": COUNT,
     "n": SIZE,
     # QA benches: items whose gold answers include one that normalizes to nothing (see empty_gold)
@@ -132,34 +131,10 @@ METRICS: dict[str, MetricSpec] = {
     "skipped_empty_gold_items": MetricSpec(0, integer=True, what="a count of items >= 0"),
     # QA benches: items with `answerable: false` (MuSiQue-Full) left out before sampling
     "unanswerable_excluded": MetricSpec(0, integer=True, what="a count of items >= 0"),
-    # bench babyai (evals.babyai): episode means
-    "return": RATE, "success": RATE, "progression": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
-    "samples": SIZE,
-    # the teacher-forced benches (evals.teacher_forced): mean loss per token, overall and per span kind,
-    # and the token counts they are over
-    "loss": MetricSpec(0.0, what="a mean token loss >= 0"),
-    "tokens": MetricSpec(0, integer=True, what="a count of tokens >= 0"),
-    **{f"loss_{k}": MetricSpec(0.0, what="a mean token loss >= 0") for k in SPAN_KINDS},
-    **{f"tokens_{k}": MetricSpec(0, integer=True, what="a count of tokens >= 0") for k in SPAN_KINDS},
+    # any game (a kind with `game`): episode means
+    "success": RATE, "invalid_action_rate": RATE, "mean_steps": COUNT,
 }
 # Why a bench's means are null in its summary: each is over zero items, which is no number (never 0.0).
 NULL_REASON = "null_reason"
 # Summary fields that are descriptions or breakdowns, not metrics.
 NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules", "return_ci95", NULL_REASON)
-
-
-def metric_problem(name: str, value) -> str | None:
-    """Why `value` is not a valid `name` (unknown name, not a number, NaN/inf, out of range, not
-    an integer where one is needed), or None when it is valid."""
-    spec = METRICS.get(name)
-    if spec is None:
-        return "not a registered metric (evals.metrics.METRICS)"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"not a number ({spec.what})"
-    if not math.isfinite(value):
-        return f"not finite ({spec.what})"
-    if spec.integer and not isinstance(value, int):
-        return f"not an integer ({spec.what})"
-    if value < spec.lo or (spec.hi is not None and value > spec.hi):
-        return f"out of range ({spec.what})"
-    return None

@@ -19,7 +19,8 @@ bench name decides anything: evaluate, its identity, analyze and report.html ask
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from common import thinking
@@ -27,6 +28,7 @@ from common.benchmarks import parse_bench_key
 from evals import babyai, tasks, teacher_forced
 from evals.agent import AgentRules, play_agent
 from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_size, bench_source, load_bench
+from evals.metrics import METRICS, RATE, SIZE, MetricSpec
 from evals.results import QA_KEYS, summarize
 from evals.scheduler import Episodes
 
@@ -52,7 +54,9 @@ class BenchKind:
     `shown`, the per-item scores it lists; `game`, its rows are games (a transcript of steps, actions
     and no tool calls), which report.html shows as one conversation, a step the game could not take
     labelled `invalid_step`; `console`, evaluate's console line after the bench and n: a format string
-    over its summary (a metric it lacks prints nan; None: the table's EM/F1 columns, a QA bench)."""
+    over its summary (a metric it lacks prints nan; None: the table's EM/F1 columns, a QA bench);
+    `metrics`, the summary and row metrics of its own, with their ranges (those every kind shares:
+    evals.metrics.METRICS)."""
     name: str
     source: Callable[[str, Any], str]
     items: Callable[[str, Any, Any], tuple[list, str, int]]
@@ -73,6 +77,7 @@ class BenchKind:
     game: bool = False
     invalid_step: str = "invalid"
     console: str | None = None
+    metrics: dict[str, MetricSpec] = field(default_factory=dict)
 
 
 def _qa_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
@@ -127,6 +132,7 @@ SEARCH_PLAN_OOD = BenchKind(
     correct="reward_outcome",
     shown=("reward", "reward_outcome", "reward_grounding", "reward_stop"),
     console="reward={reward:.3f} reward_outcome={reward_outcome:.3f} reward_grounding={reward_grounding:.3f} reward_stop={reward_stop:.3f}",
+    metrics={"reward": RATE, "reward_outcome": RATE, "reward_grounding": RATE, "reward_stop": RATE},
 )
 BABYAI = BenchKind(
     BABYAI_BENCH,
@@ -147,6 +153,7 @@ BABYAI = BenchKind(
     game=True,
     invalid_step="invalid: the fallback action was taken",
     console="return={return:.3f} success={success:.3f} invalid={invalid_action_rate:.3f} steps={mean_steps:.1f}",
+    metrics={"return": RATE, "progression": RATE, "samples": SIZE},
 )
 
 def _no_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
@@ -165,6 +172,7 @@ TEACHER_FORCED = BenchKind(
     scores=True,
     opens=teacher_forced.open_heldout,
     console="loss/token={loss:.4f} over {tokens} tokens",
+    metrics=teacher_forced.METRICS,
 )
 # bench name -> kind; any other bench is a QA bench
 KINDS = {kind.name: kind for kind in (SEARCH_PLAN_OOD, BABYAI)} | dict.fromkeys(teacher_forced.BENCHES, TEACHER_FORCED)
@@ -189,3 +197,20 @@ def key_prefixes() -> dict[str, str]:
 def headline_metrics() -> dict[str, str]:
     """bench -> its headline metric, for each bench played in its own environment (in registry order)."""
     return {bench: kind.headline for bench, kind in KINDS.items() if kind.headline}
+
+
+def metric_problem(name: str, value) -> str | None:
+    """Why `value` is not a valid metric `name` (unknown to evals.metrics.METRICS and to every kind's
+    `metrics`, not a number, NaN/inf, out of range, not an integer where one is needed), or None."""
+    spec = METRICS.get(name) or next((kind.metrics[name] for kind in KINDS.values() if name in kind.metrics), None)
+    if spec is None:
+        return "not a registered metric (evals.metrics.METRICS, or a bench kind's `metrics` in evals.registry)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"not a number ({spec.what})"
+    if not math.isfinite(value):
+        return f"not finite ({spec.what})"
+    if spec.integer and not isinstance(value, int):
+        return f"not an integer ({spec.what})"
+    if value < spec.lo or (spec.hi is not None and value > spec.hi):
+        return f"out of range ({spec.what})"
+    return None

@@ -22,6 +22,7 @@ import numpy as np
 from common.labels import IGNORE, shift_per_sequence
 from data_prep.spans import SPAN_KINDS
 from evals.errors import EvalError
+from evals.metrics import MetricSpec
 
 
 def per_token_losses(model, input_ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -88,6 +89,9 @@ def record_losses(model, rows) -> SpanLosses:
 # `tf_<domain>`: the loss at a checkpoint on the held-out gold trajectories of one domain
 # (data_prep.heldout; evaluate's `heldout=DIR`), by span kind. HF backend only (it needs the logits).
 BENCHES = {"tf_code": "code", "tf_search": "search"}
+_LOSS, _TOKENS = MetricSpec(0.0, what="a mean token loss >= 0"), MetricSpec(0, integer=True, what="a count of tokens >= 0")
+# the summary's metrics (`summarize`): the mean loss per token, overall and per span kind, and the token counts it is over
+METRICS = {"loss": _LOSS, "tokens": _TOKENS, **{f"loss_{k}": _LOSS for k in SPAN_KINDS}, **{f"tokens_{k}": _TOKENS for k in SPAN_KINDS}}
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ TOY = "toy_maze"
 @pytest.fixture
 def toy(monkeypatch):
     """A toy environment bench, registered in the registry alone: its own `toy_` keys, sampled above
-    toy_temperature 0, scored by `score` (parts `a`, `b`), right when `solved`, its rows games."""
-    kind = dataclasses.replace(registry.BABYAI, name=TOY, key_prefix="toy_",
+    toy_temperature 0, scored by `score` (parts `a`, `b`), right when `solved`, its rows games, `score` its own metric."""
+    kind = dataclasses.replace(registry.BABYAI, name=TOY, key_prefix="toy_", metrics={"score": registry.RATE},
                                sampled=lambda conf: float(conf.get("toy_temperature") or 0) > 0,
                                headline="score", components=("a", "b"), correct="solved", shown=("score", "solved"),
                                game=True, meta=None)
@@ -57,6 +57,7 @@ def test_analysis_scores_a_registered_environment_by_its_headline(toy):
     table = pd.DataFrame({"arm": "a", "seed": 0, "step": 0, "bench": ["nq", "nq", TOY, TOY, TOY, TOY],
                           "metric": ["em", "f1", "score", "score_a", "b", "solved"], "value": 0.5, "n": 4})
     assert TOY in env_benches() and qa_benches(table) == ["nq"]
+    assert registry.metric_problem("score", 0.5) is None and registry.metric_problem("score", 2) == "out of range (a rate in [0, 1])"
     assert agentic_benches(table.bench) == [TOY]
     assert [(c.bench, c.metric, c.group) for c in table_columns(["nq"], False, [TOY], "em")] == [
         ("nq", "em", "General QA"), (TOY, "score", "Agentic")]
