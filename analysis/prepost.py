@@ -33,7 +33,7 @@ from common.fingerprint import fingerprint_diff
 from evals.registry import kind_of
 
 QA_METRICS = ("em", "f1")
-LABELS = {"em": "EM", "f1": "F1", "reward": "reward", "return": "return"}
+LABELS = {"em": "EM", "f1": "F1"}   # any other metric is shown by its name
 COLUMNS = ["bench (context mode)", "metric", "pre", "post (final step)", "Δ post − pre [95% CI]", "n",
            "best (selected on test)"]
 
