@@ -61,8 +61,9 @@ LAUNCHER: dict[str, Field] = {
     "launcher.qos": _slurm_text("slurm: #SBATCH --qos"),
     "launcher.sbatch": field("extra #SBATCH options, e.g. [--constraint=h100,--mem=0]", []),   # launch.slurm checks them
     "launcher.setup": field("shell run before each job's command (a training job's srun), e.g. \"module load cuda; "
-                            "source env/bin/activate\"", None, (),
-                            Test(lambda v: v is None or isinstance(v, str), "null or a shell snippet")),
+                            "source env/bin/activate\" (a list: one line each)", None, (),
+                            Test(lambda v: v is None or isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+                                 "null, a shell snippet or a list of its lines")),
     "launcher.dry_run": flag("true: write the plan (and sbatch script) and print it; train nothing", False),
 }
 PYTHON: dict[str, Field] = {

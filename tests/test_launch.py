@@ -110,9 +110,15 @@ def test_bad_values_are_all_listed_at_once():
     assert "train.steps" in text and "train.lr" in text and "data.n" in text
 
 
-def test_slurm_time_is_kept_verbatim():
-    cfg = compose(["launcher=slurm", "time=24:00:00", "partition=gpu"]).cfg
+@pytest.mark.parametrize("setup, lines", [("[]", ""), ("[module load cuda,source env/bin/activate]", "module load cuda\nsource env/bin/activate"),
+                                          ("[ -f env ] && source env", "[ -f env ] && source env")])
+def test_slurm_time_is_kept_verbatim(setup, lines):
+    """launcher.setup as a list is its lines ([]: none); shell text stays verbatim. Seen failing before: `[]` was the line `[]`."""
+    from launch.jobs import Cluster
+
+    cfg = compose(["launcher=slurm", "time=24:00:00", "partition=gpu", f"launcher.setup={setup}"]).cfg
     assert cfg.launcher.time == "24:00:00" and cfg.launcher.partition == "gpu"
+    assert (Cluster.of(cfg.launcher).setup or "") == lines
 
 
 def test_recipe_with_unknown_key_names_the_file(tmp_path):
