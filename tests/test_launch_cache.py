@@ -222,7 +222,7 @@ def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(
     argv = ["arms=[r2e]", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}", "eval_profile=rl_ood"]
     for extra in ([], ["dry_run=true"]):
         assert sweep.run_sweep([*argv, "analyze.eval.nn=2", *extra], builder=fake.build, key_fn=fake.key) == 2
-        assert "unknown evaluate key 'nn'" in capfd.readouterr().err
+        assert "error: analyze.eval.nn: unknown evaluate key 'nn'" in capfd.readouterr().err   # named as typed (was eval.nn)
         assert ran == [] and fake.builds == [] and not (tmp_path / "r2e").exists()
     assert sweep.run_sweep([*argv, "dry_run=true"], builder=fake.build, key_fn=fake.key) == 0
     out = capfd.readouterr().out
