@@ -42,6 +42,8 @@ def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]
         elif key in SWEEP_KEYS:
             parsed = OmegaConf.from_dotlist([f"x={value}"]).x
             items = [] if parsed is None else list(parsed) if not isinstance(parsed, (str, int)) else [parsed]
+            if twice := [x for i, x in enumerate(items) if x in items[:i]]:
+                raise LaunchError(f"{key}={value} names {twice[0]} twice: each run dir is trained by one run")
             if key == "arms":
                 arms = [str(a) for a in items]
             else:

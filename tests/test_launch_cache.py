@@ -186,7 +186,8 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
     for bad, msg in ((["seeds=[0]", "model=tiny"], "sweep needs arms="), (["arms=[r2e,nope]"], "unknown arm"),
                      (["arms=[r2e]", "seed=1"], "set per run by the sweep"),
                      (["arms=[r2e]", "seeds=[x]"], "non-negative integers"), (["arms=null"], "sweep needs arms="),
-                     (["arms=[r2e]", "seeds="], r"seeds=\[\] is empty")):
+                     (["arms=[r2e]", "seeds="], r"seeds=\[\] is empty"), (["arms=[r2e,search,r2e]"], "names r2e twice"),
+                     (["arms=[r2e]", "seeds=[1,0,1]"], r"seeds=\[1,0,1\] names 1 twice")):   # were two runs of one run dir
         with pytest.raises(ConfigError, match=msg):
             sweep.run_sweep(bad)
 
