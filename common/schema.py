@@ -41,7 +41,7 @@ RUN: dict[str, Field] = {
                      Test(lambda v: v is None or isinstance(v, str), "null or a directory path")),
     "resume": field("auto: continue from the latest complete state (same run identity) | never: rename the old run dir "
                     "aside, start over | PATH to a state dir", "auto", (PATH, STATE),
-                    Test(lambda v: isinstance(v, str) and (v in ("auto", "never") or Path(v).is_dir()),
+                    Test(lambda v: isinstance(v, str) and (v in ("auto", "never") or (v != "" and Path(v).is_dir())),
                          "auto, never or an existing state directory")),
 }
 
