@@ -26,10 +26,14 @@ import sys
 from omegaconf import OmegaConf
 
 from common import fields, keydoc, schema
-from common.fields import NONEMPTY, count, field, flag, text
+from common.fields import NONEMPTY, Test, count, field, flag, text
 from common.cli import apply_overrides, run_cli, wants_help
 from data_prep.config import DATA, DATA_DEFAULTS, problems
 from data_prep.errors import DataPrepError
+
+def _one_or_list(what: str) -> Test:
+    return Test(lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)), f"{what} or a list of them")
+
 
 # data-prep's own keys (common.fields, each value checked by its rule before anything, a dry run's too); the data
 # keys are data_prep.config.DATA's, every SFT config's `data:` section.
@@ -46,7 +50,7 @@ KEYS = {
 CLI_KEYS = keydoc.defaults(KEYS)
 HELDOUT_KEYS = {  # `data-prep heldout`: these, then the data keys (but n and heldout)
     "n": count("records held out per domain", 50),
-    "domains": field("the domains held out", ["code", "search"]),
+    "domains": field("the domains held out", ["code", "search"], rule=_one_or_list("a domain (code, search)")),
     "seed": count("the held-out order (data=synthetic: the generator's seed; keep it apart from the arms' seeds)", 1000, lo=0),
     "tokenizer": KEYS["tokenizer"],
     "out": text("output directory (required): the held-out dataset, manifest.json (content digests), SHA256SUMS, "
@@ -56,8 +60,8 @@ HELDOUT_KEYS = {  # `data-prep heldout`: these, then the data keys (but n and he
     "num_proc": KEYS["num_proc"],
 }
 CHECK_KEYS = {
-    "heldout": field("a `data-prep heldout` dir (required)", None),
-    "train": field("training dataset dirs (an arm's data-prep out, a run's data dir)", []),
+    "heldout": text("a `data-prep heldout` dir (required)"),
+    "train": field("training dataset dirs (an arm's data-prep out, a run's data dir)", [], rule=_one_or_list("a dataset dir")),
 }
 # Run-level keys launch owns; not data_prep's.
 LAUNCH_ONLY = ("cache_root", "dir")
@@ -107,15 +111,15 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-def _checked(cfg, table: dict, data_keys) -> tuple[dict, dict]:
+def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dict, dict]:
     """The command line's values (plain) and its data keys', each key checked by its rule (`table`'s, data_prep.config's)
-    before anything (a dry run's too), `out` required."""
+    before anything (a dry run's too), `required` given."""
     c = OmegaConf.to_container(cfg, resolve=True)
     data = {k: c[k] for k in data_keys}
     if bad := fields.problems(table, c, must=True) + problems(data):
         raise DataPrepError("; ".join(bad))
-    if not c["out"]:
-        raise DataPrepError("out=DIR is required")
+    if not c[required]:
+        raise DataPrepError(f"{required}=DIR is required")
     return c, data
 
 
@@ -157,9 +161,7 @@ def check_main(argv: list[str]) -> int:
     if wants_help(argv):
         print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(CHECK_KEYS)))
         return 0
-    c = OmegaConf.to_container(apply_overrides(OmegaConf.create(keydoc.defaults(CHECK_KEYS)), argv), resolve=True)
-    if not c["heldout"]:
-        raise DataPrepError("heldout=DIR is required")
+    c, _ = _checked(apply_overrides(OmegaConf.create(keydoc.defaults(CHECK_KEYS)), argv), CHECK_KEYS, required="heldout")
     trains = [c["train"]] if isinstance(c["train"], str) else list(c["train"] or [])
     if not trains:
         raise DataPrepError("train=[DIR,...] is required: the training datasets to check")
