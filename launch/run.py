@@ -24,17 +24,14 @@ from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.plan import planned
-from common.schema import TRAINER_SEMANTICS
+from common.schema import TRAINER_SEMANTICS, run_dir
 from launch import cache, jobs, local, manifest, paths, preflight
-from common.schema import run_dir
 from launch.compose import Composed, compose
 from launch.errors import LaunchError
 from launch.jobs import Job, JobFailed, Needs, Resources, Torchrun, backend, dry_run_dir
 from launch.refusal import trainer_refusal
 from rl.config import EXCLUDED_KEYS   # both trainers' (a run dir's config.yaml is either's)
 from sft import config as sft_config
-
-REPO = jobs.REPO   # the checkout
 
 
 @dataclass

@@ -25,7 +25,6 @@ from launch.eval_slurm import plan_dir, write_files
 from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
 from launch.run import SFT, Training, dry_run, kept, train_runs
 
-SWEEP_KEYS = ("arms", "seeds")
 ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
 
 
@@ -39,7 +38,7 @@ def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]
             profile = value.strip() or None
         elif key.startswith(ANALYZE):
             analyze.append(f"{key[len(ANALYZE):]}={value}")
-        elif key in SWEEP_KEYS:
+        elif key in ("arms", "seeds"):
             parsed = OmegaConf.from_dotlist([f"x={value}"]).x
             items = [] if parsed is None else list(parsed) if not isinstance(parsed, (str, int)) else [parsed]
             if twice := [x for i, x in enumerate(items) if x in items[:i]]:

@@ -16,7 +16,7 @@ import pytest
 from launch.cli import main
 from launch_helpers import fake_cluster
 from launch_helpers import requeued as requeued_jobs
-from launch.run import REPO
+from launch.jobs import REPO
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
