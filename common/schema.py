@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common import thinking
-from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, count, field, flag, is_int, text
+from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, count, field, flag, is_int, list_of, text
 from common.layout import run_dir_path, variant_name_problem
 
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
@@ -62,7 +62,7 @@ LAUNCHER: dict[str, Field] = {
     "launcher.sbatch": field("extra #SBATCH options, e.g. [--constraint=h100,--mem=0]", []),   # launch.slurm checks them
     "launcher.setup": field("shell run before each job's command (a training job's srun), e.g. \"module load cuda; "
                             "source env/bin/activate\" (a list: one line each)", None, (),
-                            Test(lambda v: v is None or isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+                            Test(lambda v: v is None or isinstance(v, str) or list_of(lambda x: isinstance(x, str), "").ok(v),
                                  "null, a shell snippet or a list of its lines")),
     "launcher.dry_run": flag("true: write the plan (and sbatch script) and print it; train nothing", False),
 }

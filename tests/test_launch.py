@@ -116,10 +116,13 @@ def test_bad_values_are_all_listed_at_once():
 def test_slurm_time_is_kept_verbatim(setup, lines):
     """launcher.setup as a list is its lines ([]: none); shell text stays verbatim. Seen failing before: `[]` was the line `[]`."""
     from launch.jobs import Cluster
+    from sft.config import SFT
 
     cfg = compose(["launcher=slurm", "time=24:00:00", "partition=gpu", f"launcher.setup={setup}"]).cfg
     assert cfg.launcher.time == "24:00:00" and cfg.launcher.partition == "gpu"
     assert (Cluster.of(cfg.launcher).setup or "") == lines
+    # as analyze checks its slurm.setup (the omegaconf node itself; a ListConfig was refused)
+    assert SFT["launcher.setup"].problem("slurm.setup", cfg.launcher.setup) is None
 
 
 def test_recipe_with_unknown_key_names_the_file(tmp_path):
