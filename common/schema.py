@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common import thinking
-from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, count, field, flag, is_int, text
+from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, count, field, flag, is_int, list_of, text
 from common.layout import run_dir_path, variant_name_problem
 
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
@@ -41,7 +41,7 @@ RUN: dict[str, Field] = {
                      Test(lambda v: v is None or isinstance(v, str), "null or a directory path")),
     "resume": field("auto: continue from the latest complete state (same run identity) | never: rename the old run dir "
                     "aside, start over | PATH to a state dir", "auto", (PATH, STATE),
-                    Test(lambda v: isinstance(v, str) and (v in ("auto", "never") or Path(v).is_dir()),
+                    Test(lambda v: isinstance(v, str) and (v in ("auto", "never") or (v != "" and Path(v).is_dir())),
                          "auto, never or an existing state directory")),
 }
 
@@ -61,8 +61,9 @@ LAUNCHER: dict[str, Field] = {
     "launcher.qos": _slurm_text("slurm: #SBATCH --qos"),
     "launcher.sbatch": field("extra #SBATCH options, e.g. [--constraint=h100,--mem=0]", []),   # launch.slurm checks them
     "launcher.setup": field("shell run before each job's command (a training job's srun), e.g. \"module load cuda; "
-                            "source env/bin/activate\"", None, (),
-                            Test(lambda v: v is None or isinstance(v, str), "null or a shell snippet")),
+                            "source env/bin/activate\" (a list: one line each)", None, (),
+                            Test(lambda v: v is None or isinstance(v, str) or list_of(lambda x: isinstance(x, str), "").ok(v),
+                                 "null, a shell snippet or a list of its lines")),
     "launcher.dry_run": flag("true: write the plan (and sbatch script) and print it; train nothing", False),
 }
 PYTHON: dict[str, Field] = {

@@ -25,38 +25,43 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common import keydoc, schema
-from common.fields import field
-from common.cli import apply_overrides, require_int, run_cli, wants_help
-from data_prep.config import DATA, DATA_DEFAULTS
+from common import fields, keydoc, schema
+from common.fields import NONEMPTY, Test, count, field, flag, text
+from common.cli import apply_overrides, run_cli, wants_help
+from data_prep.config import DATA, DATA_DEFAULTS, problems
 from data_prep.errors import DataPrepError
 
-# data-prep's own keys (common.fields; their values are checked where they are read, below); the data keys
-# are data_prep.config.DATA's, every SFT config's `data:` section.
+def _one_or_list(what: str) -> Test:
+    return Test(lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)), f"{what} or a list of them")
+
+
+# data-prep's own keys (common.fields, each value checked by its rule before anything, a dry run's too); the data
+# keys are data_prep.config.DATA's, every SFT config's `data:` section.
 KEYS = {
     "arm": schema.RUN["arm"],   # launch's arm: which sources and mix
-    "seed": field("record sampling and order", 0),
-    "tokenizer": field("hub id or local dir of the tokenizer + chat template; tiny: the embedded tiny tokenizer", "tiny"),
-    "out": field("output directory (required): the dataset and its manifest.json; anything else there is refused", None),
-    "overwrite": field("true: an earlier data-prep output at out is renamed aside to <out>.replaced-<UTC time>", False),
-    "dry_run": field("true: print the resolved config and exit", False),
-    "num_proc": field("render/tokenize worker processes; null -> the CPU count (never changes the output)", None),
+    "seed": count("record sampling and order", 0, lo=0),
+    "tokenizer": field("hub id or local dir of the tokenizer + chat template; tiny: the embedded tiny tokenizer", "tiny",
+                       rule=NONEMPTY),
+    "out": text("output directory (required): the dataset and its manifest.json; anything else there is refused"),
+    "overwrite": flag("true: an earlier data-prep output at out is renamed aside to <out>.replaced-<UTC time>", False),
+    "dry_run": flag("true: print the resolved config and exit", False),
+    "num_proc": count("render/tokenize worker processes; null -> the CPU count (never changes the output)", None, null=True),
 }
 CLI_KEYS = keydoc.defaults(KEYS)
 HELDOUT_KEYS = {  # `data-prep heldout`: these, then the data keys (but n and heldout)
-    "n": field("records held out per domain", 50),
-    "domains": field("the domains held out", ["code", "search"]),
-    "seed": field("the held-out order (data=synthetic: the generator's seed; keep it apart from the arms' seeds)", 1000),
+    "n": count("records held out per domain", 50),
+    "domains": field("the domains held out", ["code", "search"], rule=_one_or_list("a domain (code, search)")),
+    "seed": count("the held-out order (data=synthetic: the generator's seed; keep it apart from the arms' seeds)", 1000, lo=0),
     "tokenizer": KEYS["tokenizer"],
-    "out": field("output directory (required): the held-out dataset, manifest.json (content digests), SHA256SUMS, "
-                 "COMPLETE", None),
+    "out": text("output directory (required): the held-out dataset, manifest.json (content digests), SHA256SUMS, "
+                "COMPLETE"),
     "overwrite": KEYS["overwrite"],
     "dry_run": KEYS["dry_run"],
     "num_proc": KEYS["num_proc"],
 }
 CHECK_KEYS = {
-    "heldout": field("a `data-prep heldout` dir (required)", None),
-    "train": field("training dataset dirs (an arm's data-prep out, a run's data dir)", []),
+    "heldout": text("a `data-prep heldout` dir (required)"),
+    "train": field("training dataset dirs (an arm's data-prep out, a run's data dir)", [], rule=_one_or_list("a dataset dir")),
 }
 # Run-level keys launch owns; not data_prep's.
 LAUNCH_ONLY = ("cache_root", "dir")
@@ -85,12 +90,7 @@ def _main(argv: list[str]) -> int:
         return 0
     base = OmegaConf.create({**CLI_KEYS, **_DATA_ONLY})
     cfg = apply_overrides(base, argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))
-    c = OmegaConf.to_container(cfg, resolve=True)
-    if not c["out"]:
-        raise DataPrepError("out=DIR is required")
-    if c["num_proc"] is not None:
-        require_int(c["num_proc"], "num_proc", 1)
-    data_cfg = {k: c[k] for k in _DATA_ONLY}
+    c, data_cfg = _checked(cfg, KEYS, _DATA_ONLY)
     if c["dry_run"]:
         print(OmegaConf.to_yaml(cfg))
         return 0
@@ -111,6 +111,18 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
+def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dict, dict]:
+    """The command line's values (plain) and its data keys', each key checked by its rule (`table`'s, data_prep.config's)
+    before anything (a dry run's too), `required` given."""
+    c = OmegaConf.to_container(cfg, resolve=True)
+    data = {k: c[k] for k in data_keys}
+    if bad := fields.problems(table, c, must=True) + problems(data):
+        raise DataPrepError("; ".join(bad))
+    if not c[required]:
+        raise DataPrepError(f"{required}=DIR is required")
+    return c, data
+
+
 def heldout_main(argv: list[str]) -> int:
     """`data-prep heldout`: write the held-out split (data_prep.heldout)."""
     from data_prep import heldout
@@ -122,13 +134,7 @@ def heldout_main(argv: list[str]) -> int:
         return 0
     base = OmegaConf.create({**keydoc.defaults(HELDOUT_KEYS), **data_only})
     cfg = apply_overrides(base, argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))
-    c = OmegaConf.to_container(cfg, resolve=True)
-    if not c["out"]:
-        raise DataPrepError("out=DIR is required")
-    require_int(c["n"], "n", 1)
-    require_int(c["seed"], "seed", 0)
-    if c["num_proc"] is not None:
-        require_int(c["num_proc"], "num_proc", 1)
+    c, data_cfg = _checked(cfg, HELDOUT_KEYS, data_only)
     domains = heldout.check_domains(c["domains"])
     if c["dry_run"]:
         print(OmegaConf.to_yaml(cfg))
@@ -138,7 +144,7 @@ def heldout_main(argv: list[str]) -> int:
     from data_prep.readers import SourceError
 
     try:
-        m = build.build_heldout({k: c[k] for k in data_only}, n=int(c["n"]), domains=domains, seed=int(c["seed"]),
+        m = build.build_heldout(data_cfg, n=int(c["n"]), domains=domains, seed=int(c["seed"]),
                                 tokenizer=str(c["tokenizer"]), out=c["out"], num_proc=c["num_proc"],
                                 overwrite=bool(c["overwrite"]))
     except (ArmError, SourceError, ValueError, FileNotFoundError) as exc:
@@ -155,9 +161,7 @@ def check_main(argv: list[str]) -> int:
     if wants_help(argv):
         print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(CHECK_KEYS)))
         return 0
-    c = OmegaConf.to_container(apply_overrides(OmegaConf.create(keydoc.defaults(CHECK_KEYS)), argv), resolve=True)
-    if not c["heldout"]:
-        raise DataPrepError("heldout=DIR is required")
+    c, _ = _checked(apply_overrides(OmegaConf.create(keydoc.defaults(CHECK_KEYS)), argv), CHECK_KEYS, required="heldout")
     trains = [c["train"]] if isinstance(c["train"], str) else list(c["train"] or [])
     if not trains:
         raise DataPrepError("train=[DIR,...] is required: the training datasets to check")

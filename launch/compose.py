@@ -55,11 +55,19 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
             choices[key] = value.strip()
             if key in config_keys:
                 rest.append(tok)
-        elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null":
+        elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null" and not _a_list(value):
             rest.append(f"{key}='{value}'")
         else:
             rest.append(tok)
     return choices, rest
+
+
+def _a_list(value: str) -> bool:
+    """Whether a command-line value reads as a list (`[]`, `[a,b]`): then it is one, not text kept verbatim."""
+    try:
+        return OmegaConf.is_list(OmegaConf.from_dotlist([f"x={value}"]).x)
+    except Exception:   # omegaconf's parse errors: shell text such as `[ -f env ] && ...`
+        return False
 
 
 def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, keys: Keys) -> None:

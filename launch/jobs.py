@@ -39,7 +39,8 @@ class Cluster:
         """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
         get = section.get
         return cls(**{k: None if get(k) in (None, "") else str(get(k)) for k in CLUSTER_OPTIONS},
-                   sbatch=tuple(get("sbatch") or ()), setup=get("setup"))
+                   sbatch=tuple(get("sbatch") or ()),
+                   setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup))   # a list: its lines
 
     def over(self, **changes) -> "Cluster":
         """This one with `changes` (the non-null ones) on top: a stage's own settings."""

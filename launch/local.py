@@ -17,23 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from omegaconf import DictConfig
-
-from launch.errors import LaunchError
-from launch import jobs
 from launch.jobs import Job, JobFailed, Runner
-
-
-def check_hardware(cfg: DictConfig, model_choice: str, gpus: int | None = None) -> None:
-    """A GPU-only model recipe on a machine without CUDA fails here, before any data prep."""
-    gpus = jobs.cuda_device_count() if gpus is None else gpus
-    if cfg.model.gpu_only and gpus == 0:
-        raise LaunchError(f"model={model_choice} is GPU-only (model.gpu_only=true) and this machine has no CUDA GPU. "
-                          "For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
-                          "or launcher=slurm to submit to GPU nodes.")
-    nproc = cfg.launcher.nproc
-    if gpus > 0 and nproc != "auto" and int(nproc) > gpus:
-        raise LaunchError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
 
 
 def _pump(src, sinks: list, lock: threading.Lock) -> None:

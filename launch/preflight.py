@@ -70,18 +70,20 @@ def run_needs(trainer, prep) -> Needs:
     """What one resolved training run (launch.run.Prepared of `trainer`: SFT's or GRPO's) needs: the data names
     its config reads (an SFT run's `data:` section only where its dataset must be built: `dataset_needs`) and
     the hub sources it reads, its interpreter (python.<stage>=, else this one) with the trainer's modules and a
-    pinned TRL, CUDA for a GPU-only model, its run dir and the built dataset it reads (`data.dir`)."""
+    pinned TRL, CUDA for a GPU-only model, its run dir (and a data.cache_root it builds in), the built dataset it
+    reads (`data.dir`)."""
     cfg = prep.cfg
     cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
-    settings = OmegaConf.to_container(cfg)
+    settings, writes = OmegaConf.to_container(cfg), []
     if trainer.stage == "sft":
+        writes = [str(cache.cache_root(cfg))] if cfg.data.cache_root and not cfg.data.dir else []   # (runs_root's: the run dir's)
         names, hub = dataset_needs(cfg, prep.composed.data_arm, prep.run_dir)
         names = names_in({k: v for k, v in settings.items() if k != "data"}) + names
     else:
         names, hub = names_in(settings), []
     return Needs(tuple(dict.fromkeys(names)), trainer.needs(cfg), f"run {prep.run_dir}", trainer.stage,
                  interpreter.named(cfg.get("python"), trainer.stage), cfg.grpo.get("trl") if trainer.stage == "grpo"
-                 else None, (str(prep.run_dir),), cuda, tuple(hub),
+                 else None, (str(prep.run_dir), *writes), cuda, tuple(hub),
                  (str(cfg.data.dir),) if trainer.stage == "sft" and cfg.data.dir else ())
 
 

@@ -24,17 +24,14 @@ from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.plan import planned
-from common.schema import TRAINER_SEMANTICS
+from common.schema import TRAINER_SEMANTICS, run_dir
 from launch import cache, jobs, local, manifest, paths, preflight
-from common.schema import run_dir
 from launch.compose import Composed, compose
 from launch.errors import LaunchError
 from launch.jobs import Job, JobFailed, Needs, Resources, Torchrun, backend, dry_run_dir
 from launch.refusal import trainer_refusal
 from rl.config import EXCLUDED_KEYS   # both trainers' (a run dir's config.yaml is either's)
 from sft import config as sft_config
-
-REPO = jobs.REPO   # the checkout
 
 
 @dataclass
@@ -177,12 +174,19 @@ def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = Non
 def local_nproc(composed: Composed, gpus: int | None = None) -> int:
     """Processes per node: `launcher.nproc`, or auto = what the launcher backend gives (jobs.Runner.nproc: the
     GPUs here, 1 without CUDA; a backend with nodes: `launcher.gpus_per_node`, 1 on a CPU-only node), after
-    refusing a GPU-only model on a machine without CUDA for a run that would train here (a dry run only notes it)."""
-    cfg = composed.cfg
+    refusing, for a run that would train here (a dry run only notes it), a GPU-only model on a machine without CUDA
+    (before any data prep) or more processes than its GPUs."""
+    cfg, nproc = composed.cfg, composed.cfg.launcher.nproc
     runner = backend(cfg.launcher.kind)
     if runner.where == "here" and not cfg.launcher.dry_run:
-        local.check_hardware(cfg, composed.choices["model"], gpus)
-    return int(cfg.launcher.nproc) if cfg.launcher.nproc != "auto" else runner.nproc(cfg.launcher, gpus)
+        gpus = jobs.cuda_device_count() if gpus is None else gpus
+        if cfg.model.gpu_only and gpus == 0:
+            raise LaunchError(f"model={composed.choices['model']} is GPU-only (model.gpu_only=true) and this machine has no "
+                              "CUDA GPU. For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
+                              "or launcher=slurm to submit to GPU nodes.")
+        if gpus > 0 and nproc != "auto" and int(nproc) > gpus:
+            raise LaunchError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
+    return int(nproc) if nproc != "auto" else runner.nproc(cfg.launcher, gpus)
 
 
 def write_config(prep: Prepared) -> Path:

@@ -7,6 +7,7 @@ docs/how-to/slurm.md say how, locally and on Slurm.
 """
 from __future__ import annotations
 
+import re
 import sys
 import time
 from functools import partial
@@ -15,7 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import interpreter
-from common.cli import split_dotlist
+from common.cli import ConfigError, split_dotlist
 from common.recipes import group_choices
 from evals.profiles import PROFILES_DIR, profile_names
 from launch import local, preflight
@@ -24,7 +25,6 @@ from launch.eval_slurm import plan_dir, write_files
 from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
 from launch.run import SFT, Training, dry_run, kept, train_runs
 
-SWEEP_KEYS = ("arms", "seeds")
 ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
 
 
@@ -38,9 +38,11 @@ def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]
             profile = value.strip() or None
         elif key.startswith(ANALYZE):
             analyze.append(f"{key[len(ANALYZE):]}={value}")
-        elif key in SWEEP_KEYS:
+        elif key in ("arms", "seeds"):
             parsed = OmegaConf.from_dotlist([f"x={value}"]).x
             items = [] if parsed is None else list(parsed) if not isinstance(parsed, (str, int)) else [parsed]
+            if twice := [x for i, x in enumerate(items) if x in items[:i]]:
+                raise LaunchError(f"{key}={value} names {twice[0]} twice: each run dir is trained by one run")
             if key == "arms":
                 arms = [str(a) for a in items]
             else:
@@ -74,10 +76,22 @@ def analysis_config(first, profile: str, analyze: list[str]):
 
     python = interpreter.named(first.get("python"), "eval")
     cluster = backend(first.launcher.kind).cluster(first.launcher)
-    return parse_argv([f"runs_root={first.runs_root}", f"profile={profile}",
-                       f"out={Path(first.runs_root) / '_reports' / profile}",
-                       *([f"python.eval={python}"] if python else []), f"launcher={first.launcher.kind}",
-                       *(cluster.tokens("slurm.") if cluster else []), *analyze])
+    try:
+        return parse_argv([f"runs_root={first.runs_root}", f"profile={profile}",
+                           f"out={Path(first.runs_root) / '_reports' / profile}",
+                           *([f"python.eval={python}"] if python else []), f"launcher={first.launcher.kind}",
+                           *(cluster.tokens("slurm.") if cluster else []), *analyze])
+    except ConfigError as exc:
+        raise as_typed(exc, analyze) from None
+
+
+def as_typed(exc: Exception, analyze: list[str]) -> LaunchError:
+    """The analysis refusing a setting (`exc`), its keys named as the sweep takes them: each key set by an
+    `analyze.KEY=VALUE` token, and the keys it suggests or lists, as `analyze.KEY`."""
+    line = re.sub(r"(Did you mean: |Valid keys: )([^?\n]*)", lambda m: m[1] + ", ".join(ANALYZE + k for k in m[2].split(", ")), str(exc))
+    for key in {k for k, _ in split_dotlist(analyze)}:
+        line = re.sub(rf"(?<![\w.]){re.escape(key)}\b", ANALYZE + key, line)
+    return LaunchError(line)
 
 
 def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> tuple[list[Job], dict[Path, str]]:
@@ -95,9 +109,6 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     runs, profile, analyze = parse_sweep(argv)
     preps = [SFT.resolve(run) for run in runs]   # every combination's keys and values checked up front
     first = preps[0].cfg   # the preflight: every run's needs and the evaluation's, before anything (exit 2)
-    from analysis.errors import AnalysisError
-    from common.cli import ConfigError
-
     def refused(exc) -> int:
         print(f"error: {exc}\n[launch] sweep: the evaluation (eval_profile={profile}) was refused (exit 2); nothing "
               "trained", file=sys.stderr, flush=True)
@@ -111,8 +122,8 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     found = preflight.gate(needs, bool(first.launcher.dry_run))
     try:   # and its values, as the analysis checks them (before anything trains)
         req = evaluation_request(evaluation, preps) if evaluation is not None else None
-    except (AnalysisError, ConfigError) as exc:
-        return refused(exc)
+    except ConfigError as exc:
+        return refused(as_typed(exc, analyze))
     if backend(first.launcher.kind).submits:
         rc = _sweep_submit(argv, runs, preps, req, **cache_kw)
     elif first.launcher.dry_run:   # the plan: one job, each run a task in turn (a finished run skipped when it runs), then the analysis

@@ -15,7 +15,7 @@ from test_analysis_helpers import make_run, write_eval
 
 from common import layout
 from launch.analyze import run_analysis
-from launch.run import REPO
+from launch.jobs import REPO
 
 
 # ------------------------------------------------------------------ the Slurm batch script's records

@@ -354,8 +354,18 @@ def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
     from data_prep.cli import main
 
     for args, key in ((["tokenizer=/nonexistent"], "tokenizer=/nonexistent"), (["decontam_ngram=abc"], "decontam_ngram"),
-                      (["decontam_ngram=0"], "decontam_ngram"), (["max_record_bytes=-1"], "max_record_bytes")):
-        code = main(["arm=search", "data=synthetic", "n=2", f"out={tmp_path / 'o'}", *args])
+                      (["decontam_ngram=0"], "decontam_ngram"), (["max_record_bytes=-1"], "max_record_bytes"),
+                      # seen failing before: seed=[] and out=5 were tracebacks, seed=-1 / overwrite=5 accepted, a dry
+                      # run checked nothing (each key's field rule now)
+                      (["seed=[]"], "seed must be"), (["seed=-1"], "seed must be"), (["out=5"], "out must be"),
+                      (["overwrite=5"], "overwrite must be"), (["dry_run=true", "n=0"], "data.n must be"),
+                      (["heldout", "n=0", "dry_run=true"], "n must be"), (["heldout", "seed=[]"], "seed must be"),
+                      (["heldout", "domains=5"], "domains must be"), (["check-heldout", "heldout=5", "train=x"], "heldout must be"),
+                      (["check-heldout", "heldout=x", "train=5"], "train must be")):   # (the last three: tracebacks)
+        sub = args[:1] if args[0] in ("heldout", "check-heldout") else []
+        base = {"heldout": ["data=synthetic", f"out={tmp_path / 'h'}"], "check-heldout": []}.get(
+            args[0], ["arm=search", "data=synthetic", "n=2", f"out={tmp_path / 'o'}"])
+        code = main([*sub, *base, *args[len(sub):]])
         err = capsys.readouterr().err
         assert code == 2 and key in err and err.count("\n") == 1 and "Traceback" not in err, (args, err)
     bad = tmp_path / "bench.jsonl"

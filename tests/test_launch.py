@@ -85,6 +85,7 @@ def test_every_recipe_composes():
     (["steps=-1"], "train.steps must be a positive integer"),
     (["steps=abc"], "train.steps must be a positive integer"),
     (["seed=-2"], "seed must be a non-negative integer"),
+    (["resume=''"], "resume must be auto, never or an existing state directory, got ''"),   # was the state dir `.`
     (["nproc=0"], "launcher.nproc must be auto or a positive integer"),
     (["save_steps=[a]"], "train.save_steps must be a list of positive integers"),
     (["lr=0"], "train.lr must be a positive number"),
@@ -110,9 +111,18 @@ def test_bad_values_are_all_listed_at_once():
     assert "train.steps" in text and "train.lr" in text and "data.n" in text
 
 
-def test_slurm_time_is_kept_verbatim():
-    cfg = compose(["launcher=slurm", "time=24:00:00", "partition=gpu"]).cfg
+@pytest.mark.parametrize("setup, lines", [("[]", ""), ("[module load cuda,source env/bin/activate]", "module load cuda\nsource env/bin/activate"),
+                                          ("[ -f env ] && source env", "[ -f env ] && source env")])
+def test_slurm_time_is_kept_verbatim(setup, lines):
+    """launcher.setup as a list is its lines ([]: none); shell text stays verbatim. Seen failing before: `[]` was the line `[]`."""
+    from launch.jobs import Cluster
+    from sft.config import SFT
+
+    cfg = compose(["launcher=slurm", "time=24:00:00", "partition=gpu", f"launcher.setup={setup}"]).cfg
     assert cfg.launcher.time == "24:00:00" and cfg.launcher.partition == "gpu"
+    assert (Cluster.of(cfg.launcher).setup or "") == lines
+    # as analyze checks its slurm.setup (the omegaconf node itself; a ListConfig was refused)
+    assert SFT["launcher.setup"].problem("slurm.setup", cfg.launcher.setup) is None
 
 
 def test_recipe_with_unknown_key_names_the_file(tmp_path):

@@ -186,7 +186,8 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
     for bad, msg in ((["seeds=[0]", "model=tiny"], "sweep needs arms="), (["arms=[r2e,nope]"], "unknown arm"),
                      (["arms=[r2e]", "seed=1"], "set per run by the sweep"),
                      (["arms=[r2e]", "seeds=[x]"], "non-negative integers"), (["arms=null"], "sweep needs arms="),
-                     (["arms=[r2e]", "seeds="], r"seeds=\[\] is empty")):
+                     (["arms=[r2e]", "seeds="], r"seeds=\[\] is empty"), (["arms=[r2e,search,r2e]"], "names r2e twice"),
+                     (["arms=[r2e]", "seeds=[1,0,1]"], r"seeds=\[1,0,1\] names 1 twice")):   # were two runs of one run dir
         with pytest.raises(ConfigError, match=msg):
             sweep.run_sweep(bad)
 
@@ -222,7 +223,7 @@ def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(
     argv = ["arms=[r2e]", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}", "eval_profile=rl_ood"]
     for extra in ([], ["dry_run=true"]):
         assert sweep.run_sweep([*argv, "analyze.eval.nn=2", *extra], builder=fake.build, key_fn=fake.key) == 2
-        assert "unknown evaluate key 'nn'" in capfd.readouterr().err
+        assert "error: analyze.eval.nn: unknown evaluate key 'nn'" in capfd.readouterr().err   # named as typed (was eval.nn)
         assert ran == [] and fake.builds == [] and not (tmp_path / "r2e").exists()
     assert sweep.run_sweep([*argv, "dry_run=true"], builder=fake.build, key_fn=fake.key) == 0
     out = capfd.readouterr().out

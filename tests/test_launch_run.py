@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.run import REPO
+from launch.jobs import REPO
 from launch_helpers import SRUN_EXEC, descendants, fake_cluster, requeued, signal_all, wait_until
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 from launch.cli import main
 from launch_helpers import fake_cluster
 from launch_helpers import requeued as requeued_jobs
-from launch.run import REPO
+from launch.jobs import REPO
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -285,7 +285,7 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
     kw = dict(builder=_build, key_fn=lambda cfg, **k: "k" + str(k["seed"]))
     # A bad analysis setting is refused before anything is submitted.
     assert run_sweep([*argv[1:], "analyze.slurm.concurrency=0", f"runs_root={runs}"], **kw) == 2
-    assert "slurm.concurrency=0" in capfd.readouterr().err and not record.exists()
+    assert "error: analyze.slurm.concurrency=0" in capfd.readouterr().err and not record.exists()   # as typed (was slurm.)
     import evals.config   # the evaluate config resolved once for the whole sweep (issue #60), counted by a spy
 
     resolved = []

@@ -256,11 +256,15 @@ def test_the_preflight_refuses_a_planned_job_from_its_needs_alone(bare):
     from launch import preflight
     from launch.run import SFT
 
+    open("afile", "w").close()   # a data.cache_root that is a file (seen failing: a FileExistsError traceback at data prep)
     preps = [SFT.resolve(["arm=r2e", "model=tiny", "data=synthetic", f"seed={seed}", "runs_root=runs", *more])
-             for seed, more in ((0, ["data.decontam_sets=[2wikimultihopqa:hub_dev]"]), (1, []), (2, ["data.dir=nodata"]))]
+             for seed, more in ((0, ["data.decontam_sets=[2wikimultihopqa:hub_dev]"]), (1, []), (2, ["data.dir=nodata"]),
+                                (3, ["data.cache_root=afile"]))]
     job = SFT.job(preps, array=True)
     assert [n.who for n in job.needs.each] == [f"run {p.run_dir}" for p in preps]
-    first, second = preflight.problems(preflight.of([job]))
+    first, second, third = preflight.problems(preflight.of([job]))
+    afile = os.path.join(os.getcwd(), "afile")
+    assert third == f"run {preps[3].run_dir}: {afile}: {afile} is a file, not a directory"
     assert first.startswith(f"run {preps[0].run_dir}: 2wikimultihopqa:hub_dev is not in the data cache")
     assert second == f"run {preps[2].run_dir}: data.dir: {os.path.join(os.getcwd(), 'nodata')}: not a data_prep dataset directory" \
                      " (manifest.json missing)"
