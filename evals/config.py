@@ -10,7 +10,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from common import datafetch, keydoc, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
-from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Number, Test, choice, count, field, flag, number, problems, text
+from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
 from evals.profiles import load_profile
@@ -59,7 +59,8 @@ KEYS = {
                   _CONTENT, Test(lambda v: v is None or isinstance(v, Mapping), "a mapping such as {nq: 'nq:seed42_1000'}")),
     "bench_root": text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets", roles=_PATH_CONTENT),
     "heldout": text("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", roles=_PATH_CONTENT),
-    "out": text("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", roles=(PATH,)),
+    "out": field("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", None, (PATH,), Test(
+        lambda v: v is None or (NONEMPTY.ok(v) and (Path(v).is_dir() or not Path(v).exists())), "null or a directory")),
     "batch_size": count("episodes advanced in lockstep (and written) together", 64, ()),
     "micro_batch": count("hf backend: sequences per generate call", 16, ()),
     "driver": choice("auto (async for backend=vllm, lockstep for hf) | lockstep (batch_size episodes per batched generate) | "
@@ -69,7 +70,7 @@ KEYS = {
                             "tokens / max_model_len), at least 1", "auto", lo=1, integer=True, words=("auto",)),
     "tool_batch_window_ms": number("driver=async: tool calls arriving within this many ms go to one retriever call", 5.0, lo=0),
     "tool_batch_size": count("driver=async: a tool batch goes out at once when this many calls wait", 64, ()),
-    "device": field("auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu", "auto"),
+    "device": field("auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu", "auto", rule=NONEMPTY),
     "dtype": choice("auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16", "auto",
                     ("auto", "float32", "bfloat16", "float16"), _ENGINE),
     "tensor_parallel_size": count("vllm: GPUs one model is split over", 1, ()),
@@ -137,9 +138,9 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     def read(value) -> dict:   # {bench key: n or set name}, each checked
         out = {}
         for bench, v in (value or {}).items():
-            if key == "bench_n" and v is None and ":" in str(bench):   # YAML reads the unspaced `{babyai:5}` as `babyai:5`
-                bench, v = str(bench).rsplit(":", 1)
-                v = int(v) if v.strip().lstrip("-").isdigit() else v
+            if v is None and ":" in str(bench):   # YAML reads the unspaced `{babyai:5}` as `babyai:5`
+                bench, v = str(bench).split(":", 1)
+                v = int(v) if key == "bench_n" and v.strip().lstrip("-").isdigit() else v
             bench = str(bench).strip()
             if key == "bench_n" and not Number(lo=0, integer=True).ok(v):
                 raise EvalError(f"bench_n.{bench}={v!r}: expected an integer >= 0 (0 = every item)")

@@ -20,6 +20,7 @@ from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write
 from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
+from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
 from evals.config import KEYS as EVALUATE
@@ -33,8 +34,8 @@ from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_iden
 
 
 def names(what: str) -> Test:
-    """A rule: null or a list of non-empty strings (`what`: which)."""
-    return Test(lambda v: v is None or list_of(NONEMPTY.ok, "").ok(v), what)
+    """A rule: null or a non-empty list of non-empty strings (`what`: which)."""
+    return Test(lambda v: v is None or list_of(NONEMPTY.ok, "", size=bool).ok(v), what)
 
 
 AFTER = "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs"
@@ -76,7 +77,8 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "compare_allow_settings": flag("true: compare arms evaluated under different result-changing settings "
                                    "(refused otherwise, naming the setting)", False),
     "study": text("a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
-    "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local"),
+    "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local",
+                      rule=NONEMPTY),
     "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
                                   "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
     "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
@@ -87,8 +89,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                          rule=Test(lambda v: v is None or NONEMPTY.ok(v), "null or one sbatch dependency, e.g. afterok:4242")),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None,
-                        rule=Test(lambda v: v is None or (list_of(NONEMPTY.ok, "").ok(v) and len(v) > 0),
-                                  "a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
+                        rule=names("a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
     "slurm.jobs_file": text("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
                              "submits are added, named after its own (report.eval, report.aggregate)"),
     "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
@@ -215,6 +216,11 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         raise AnalysisError(f"slurm.runs_after={after!r}: expected {AFTER} ({len(runs)})")
     if runs is not None and not cfg.evaluate:
         raise AnalysisError("slurm.runs evaluates each run in its own job: not with evaluate=false")
+    root = Path(cfg.runs_root).resolve()   # each run's job finds its checkpoints among runs_root's runs
+    if lost := [r for r in runs or [] if not (Path(r).resolve().is_relative_to(root) and SEED_DIR.match(Path(r).name)
+                                            and len(Path(r).resolve().relative_to(root).parts) in (2, 3))]:
+        raise AnalysisError(f"slurm.runs: {lost[0]} is not a run dir under runs_root={cfg.runs_root} (<arm>/[<name>/]"
+                            "seed<N>/): its evaluation job would find no checkpoints")
     if problems := slurm_option_problems(cfg.slurm.sbatch, "slurm.sbatch"):
         raise AnalysisError("; ".join(problems))
     check_axis(str(cfg.axis))

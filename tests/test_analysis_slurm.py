@@ -400,6 +400,9 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     # One dependency per run, or a one-line refusal before anything is written.
     assert main(argv[:-1] + ["slurm.runs_after=[afterok:4000_0]", "dry_run=true"]) == 2
     assert "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs (2)" in capsys.readouterr().err
+    # A run dir its job could never discover (not <runs_root>/<arm>/[<name>/]seed<N>): refused, not "nothing to do".
+    assert main(argv[:-2] + [f"slurm.runs=[{tmp_path / 'r2e' / 'seed0'}]", "dry_run=true"]) == 2
+    assert f"slurm.runs: {tmp_path / 'r2e' / 'seed0'} is not a run dir under runs_root=" in capsys.readouterr().err
     # Checkpoints appear only while training runs: at submission there are none, nothing is planned yet.
     assert main(argv) == 0
     said = capsys.readouterr().out

@@ -20,6 +20,10 @@ def test_a_key_given_without_its_section_is_named_with_it(capsys):
     assert parse_argv(["eval.max_new_tokens=32", "eval.sets.nq=nq:hub"]).eval.max_new_tokens == 32
     assert main(["runs_root=runs", "index_dir=x"]) == 2
     assert "Did you mean: eval.index_dir?" in capsys.readouterr().err
+    for arg, line in (("launcher=[]", "launcher=[]: expected a non-empty string"),
+                      ("benches=[]", "benches=[]: expected null or a list of bench names")):   # [] is not null
+        assert main(["runs_root=runs", arg]) == 2
+        assert line in capsys.readouterr().err
 
 
 def test_the_demo_prints_an_analyze_command_analyze_accepts(capsys):
