@@ -280,9 +280,11 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
         assert main([str(plan / name)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {plan / name}: ") and why in err and len(err.strip().splitlines()) == 1, err
-    (plan / "bad.json").write_text('{"name": "x"}')
-    assert eval_job([str(plan / "bad.json")]) == 2
-    assert "bad.json: not an evaluation job's config" in capsys.readouterr().err
+    good = json.loads((plan / "eval-0.json").read_text())
+    for bad in ({"name": "x"}, {**good, "planned": [5]}, {**good, "discover": {}}, {**good, "outcome": None}):
+        (plan / "bad.json").write_text(json.dumps(bad))
+        assert eval_job([str(plan / "bad.json")]) == 2
+        assert "bad.json: not an evaluation job's config" in capsys.readouterr().err
 
 
 def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
