@@ -1,6 +1,7 @@
 """The `evaluate` configuration: defaults, validation and the default output directory."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,9 @@ KEYS = {
     "tensor_parallel_size": count("vllm: GPUs one model is split over", 1, ()),
     "data_parallel": count("engine processes, one per GPU (x tensor_parallel_size), each a shard of the items; rows merged in "
                            "item order (evals.parallel)", 1, ()),
-    "shard": field("internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ...", None),
+    "shard": field("internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ...", None, rule=Test(
+        lambda v: v is None or bool((m := re.fullmatch(r" *(\d+) */ *(\d+) *", str(v))) and int(m[1]) < int(m[2])),
+        "I/N with 0 <= I < N (set by data_parallel=N for its processes, evals.parallel)")),
     "gpu_memory_utilization": number("vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the KV cache is "
                                      "sized instead (evals.backends)", "auto", lo=0, hi=1, lo_open=True, words=("auto",)),
     "enforce_eager": choice("vllm: auto = true on CPU, false on CUDA (CUDA graphs)", "auto", ("auto", True, False), _ENGINE),
@@ -164,20 +167,10 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     return {**{k: v for k, v in profile.items() if k in benches}, **own}
 
 
-def parse_shard(value) -> tuple[int, int] | None:
-    """`shard=I/N` as (I, N), None when unset; a malformed value is an EvalError."""
-    if value is None:
-        return None
-    i, sep, n = str(value).partition("/")
-    if not (sep and i.strip().isdigit() and n.strip().isdigit() and 0 <= int(i) < int(n)):
-        raise EvalError(f"shard={value!r}: expected I/N with 0 <= I < N (set by data_parallel=N for its processes, evals.parallel)")
-    return int(i), int(n)
-
-
 def shard_items(items: list, shard) -> list:
-    """The items of shard `shard` (`I/N`): positions I, I+N, ... (all items when shard is unset)."""
-    parsed = parse_shard(shard)
-    return items if parsed is None else items[parsed[0]::parsed[1]]
+    """The items of shard `shard` (`I/N`, checked by its field's rule): positions I, I+N, ... (all items when unset)."""
+    i, n = map(int, str(shard).split("/")) if shard is not None else (0, 1)
+    return items[i::n]
 
 
 def engine_problem(cfg: DictConfig) -> str | None:
@@ -243,7 +236,6 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         merged.benches = [merged.benches]
     if bad := problems(KEYS, merged):
         raise EvalError("; ".join(bad))
-    parse_shard(merged.shard)
     benches = []   # canonical keys (`musique@open` is `musique`), each once; an env bench takes no mode
     for raw in merged.benches:
         try:
