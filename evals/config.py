@@ -23,6 +23,8 @@ from evals.registry import env_benches, kind_of
 # evaluation identity from the roles). Counts are integers (2.5, `true` or text are refused, never truncated).
 _ID, _CONTENT, _ENGINE = (IDENTITY,), (CONTENT,), (ENGINE,)
 _PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
+# an output directory (evaluate's out, analyze's anchor_dir): null, or a path that is not a file
+DIRECTORY = Test(lambda v: v is None or (NONEMPTY.ok(v) and (Path(v).is_dir() or not Path(v).exists())), "null or a directory")
 
 KEYS = {
     "ckpt": field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
@@ -60,8 +62,7 @@ KEYS = {
                   _CONTENT, Test(lambda v: v is None or isinstance(v, Mapping), "a mapping such as {nq: 'nq:seed42_1000'}")),
     "bench_root": text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets", roles=_PATH_CONTENT),
     "heldout": text("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", roles=_PATH_CONTENT),
-    "out": field("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", None, (PATH,), Test(
-        lambda v: v is None or (NONEMPTY.ok(v) and (Path(v).is_dir() or not Path(v).exists())), "null or a directory")),
+    "out": field("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", None, (PATH,), DIRECTORY),
     "batch_size": count("episodes advanced in lockstep (and written) together", 64, ()),
     "micro_batch": count("hf backend: sequences per generate call", 16, ()),
     "driver": choice("auto (async for backend=vllm, lockstep for hf) | lockstep (batch_size episodes per batched generate) | "

@@ -23,7 +23,7 @@ from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_c
 from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
-from evals.config import KEYS as EVALUATE
+from evals.config import DIRECTORY, KEYS as EVALUATE
 from launch import preflight
 from launch.errors import LaunchError
 from launch.jobs import backend
@@ -47,7 +47,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "profile": text("evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
     "evaluate": flag("false: only aggregate the evaluations already on disk", True),
     "anchor": text("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
-    "anchor_dir": text("null -> <runs_root>/_anchor"),
+    "anchor_dir": field("null -> <runs_root>/_anchor", None, rule=DIRECTORY),
     "metrics": field("QA metrics tabulated and plotted", ["em", "f1"], rule=list_of(NONEMPTY.ok, "a list of metric names, e.g. [em,f1]")),
     "n_boot": number("bootstrap resamples of the confidence intervals", 2000, lo=1, integer=True),
     "boot_seed": number("seed of the bootstrap", 0, lo=0, integer=True),
