@@ -189,9 +189,12 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         benches = list(loaded["evaluate"].get("benches") or benches)
     benches = list(cfg.benches) if cfg.benches else benches
     try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
-        benches = [canonical_bench_key(str(b)) for b in benches]
+        keys = [canonical_bench_key(str(b)) for b in benches]
     except BenchError as exc:
         raise AnalysisError(f"benches: {exc}") from None
+    if twice := [(b, k) for i, (b, k) in enumerate(zip(benches, keys)) if k in keys[:i]]:   # as evaluate words it
+        raise AnalysisError(f"benches: {twice[0][0]!r} is listed twice (as {twice[0][1]})")
+    benches = keys
     anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())

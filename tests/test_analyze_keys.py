@@ -22,8 +22,9 @@ def test_a_key_given_without_its_section_is_named_with_it(capsys):
     assert "Did you mean: eval.index_dir?" in capsys.readouterr().err
     for arg, line in (("launcher=[]", "launcher=[]: expected a non-empty string"),
                       ("benches=[]", "benches=[]: expected null or a list of bench names"),   # [] is not null
-                      ("anchor_dir=/dev/null", "anchor_dir='/dev/null': expected null or a directory")):
-        assert main(["runs_root=runs", arg]) == 2
+                      ("anchor_dir=/dev/null", "anchor_dir='/dev/null': expected null or a directory"),
+                      ("benches=[nq,nq@open]", "benches: 'nq@open' is listed twice (as nq)")):   # also with evaluate=false
+        assert main(["runs_root=runs", "evaluate=false", arg]) == 2
         assert line in capsys.readouterr().err
 
 
