@@ -117,6 +117,21 @@ def base_config(profile: str | None = None) -> DictConfig:
     return OmegaConf.merge(base, load_profile(profile)["evaluate"], {"profile": profile}) if profile else base
 
 
+def load_config(path: Path, command: str, what: str) -> DictConfig:
+    """The mapping a config file holds (`COMMAND CONFIG`: run the `what` a job's resolved config holds); an EvalError,
+    one line naming the file, when there is none, it is not YAML or not a mapping."""
+    if not path.is_file():
+        raise EvalError(f"{path}: no such file ({command} CONFIG runs the {what} a config file holds; else give key=value "
+                        "settings)")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as exc:   # omegaconf and yaml raise several types for a torn file
+        raise EvalError(f"{path}: not YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(cfg, DictConfig):
+        raise EvalError(f"{path}: not a mapping of {command}'s keys")
+    return cfg
+
+
 def uses_retriever(bench: str) -> bool:
     """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
     return bench not in env_benches() and parse_bench_key(bench)[1] == "open"

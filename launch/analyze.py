@@ -23,7 +23,7 @@ from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_c
 from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
-from evals.config import DIRECTORY, KEYS as EVALUATE
+from evals.config import DIRECTORY, KEYS as EVALUATE, load_config
 from launch import preflight
 from launch.errors import LaunchError
 from launch.jobs import backend
@@ -306,15 +306,7 @@ def _main(argv: list[str]) -> int:
 
 def read_config(path: Path) -> DictConfig:
     """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
-    if not path.is_file():
-        raise AnalysisError(f"{path}: no such file (analyze CONFIG runs the analysis a config file holds; "
-                            "else give key=value settings)")
-    try:
-        cfg = OmegaConf.load(path)
-    except Exception as exc:   # omegaconf and yaml raise several types for a torn file
-        raise AnalysisError(f"{path}: not YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(cfg, DictConfig):
-        raise AnalysisError(f"{path}: not a mapping of analyze's keys")
+    cfg = load_config(path, "analyze", "analysis")
     known = KeySpace(default_config(), ("eval.",))
     if unknown := [k for k in flat_keys(cfg) if k not in known]:
         raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")

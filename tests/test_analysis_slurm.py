@@ -268,6 +268,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     assert aggregate(plan) == 4
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
     # A job's config that is not one: one line, exit 2 (the aggregation's, an evaluation job's).
+    from evals.cli import main as evaluate_main
     from launch.eval_slurm import main as eval_job
 
     capsys.readouterr()
@@ -280,6 +281,8 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
         assert main([str(plan / name)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {plan / name}: ") and why in err and len(err.strip().splitlines()) == 1, err
+        if why.startswith("not"):   # `evaluate CONFIG` reads its file the same way
+            assert evaluate_main([str(plan / name)]) == 2 and why in capsys.readouterr().err
     good = json.loads((plan / "eval-0.json").read_text())
     for bad in ({"name": "x"}, {**good, "planned": [5]}, {**good, "discover": {}}, {**good, "outcome": None}):
         (plan / "bad.json").write_text(json.dumps(bad))
