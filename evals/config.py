@@ -1,6 +1,7 @@
 """The `evaluate` configuration: defaults, validation and the default output directory."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from common import datafetch, keydoc, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean
-from common.fields import CONTENT, ENGINE, IDENTITY, PATH, Number, Test, choice, count, field, flag, number, problems, text
+from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
 from evals.profiles import load_profile
@@ -22,6 +23,8 @@ from evals.registry import env_benches, kind_of
 # evaluation identity from the roles). Counts are integers (2.5, `true` or text are refused, never truncated).
 _ID, _CONTENT, _ENGINE = (IDENTITY,), (CONTENT,), (ENGINE,)
 _PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
+# an output directory (evaluate's out, analyze's anchor_dir): null, or a path that is not a file
+DIRECTORY = Test(lambda v: v is None or (NONEMPTY.ok(v) and (Path(v).is_dir() or not Path(v).exists())), "null or a directory")
 
 KEYS = {
     "ckpt": field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
@@ -59,7 +62,7 @@ KEYS = {
                   _CONTENT, Test(lambda v: v is None or isinstance(v, Mapping), "a mapping such as {nq: 'nq:seed42_1000'}")),
     "bench_root": text("your own files: dir with <bench>/*.jsonl (every bench must be there); null -> the named sets", roles=_PATH_CONTENT),
     "heldout": text("benches tf_code / tf_search (teacher-forced loss by span, backend=hf): a `data-prep heldout` dir", roles=_PATH_CONTENT),
-    "out": text("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", roles=(PATH,)),
+    "out": field("null -> <run_dir>/eval/step-NNNNNN for a checkpoint inside a run", None, (PATH,), DIRECTORY),
     "batch_size": count("episodes advanced in lockstep (and written) together", 64, ()),
     "micro_batch": count("hf backend: sequences per generate call", 16, ()),
     "driver": choice("auto (async for backend=vllm, lockstep for hf) | lockstep (batch_size episodes per batched generate) | "
@@ -69,13 +72,15 @@ KEYS = {
                             "tokens / max_model_len), at least 1", "auto", lo=1, integer=True, words=("auto",)),
     "tool_batch_window_ms": number("driver=async: tool calls arriving within this many ms go to one retriever call", 5.0, lo=0),
     "tool_batch_size": count("driver=async: a tool batch goes out at once when this many calls wait", 64, ()),
-    "device": field("auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu", "auto"),
+    "device": field("auto (cuda when available, else cpu) | a torch device: cuda, cuda:1, cpu", "auto", rule=NONEMPTY),
     "dtype": choice("auto (hf: bf16 on CUDA, fp32 on CPU; vllm: see evals.backends) | float32 | bfloat16 | float16", "auto",
                     ("auto", "float32", "bfloat16", "float16"), _ENGINE),
     "tensor_parallel_size": count("vllm: GPUs one model is split over", 1, ()),
     "data_parallel": count("engine processes, one per GPU (x tensor_parallel_size), each a shard of the items; rows merged in "
                            "item order (evals.parallel)", 1, ()),
-    "shard": field("internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ...", None),
+    "shard": field("internal, set by data_parallel=N for its processes: I/N evaluates items I, I+N, ...", None, rule=Test(
+        lambda v: v is None or bool((m := re.fullmatch(r" *(\d+) */ *(\d+) *", str(v))) and int(m[1]) < int(m[2])),
+        "I/N with 0 <= I < N (set by data_parallel=N for its processes, evals.parallel)")),
     "gpu_memory_utilization": number("vllm: fraction of GPU memory vLLM may take; auto = 0.9 on CUDA, on CPU the KV cache is "
                                      "sized instead (evals.backends)", "auto", lo=0, hi=1, lo_open=True, words=("auto",)),
     "enforce_eager": choice("vllm: auto = true on CPU, false on CUDA (CUDA graphs)", "auto", ("auto", True, False), _ENGINE),
@@ -112,6 +117,21 @@ def base_config(profile: str | None = None) -> DictConfig:
     return OmegaConf.merge(base, load_profile(profile)["evaluate"], {"profile": profile}) if profile else base
 
 
+def load_config(path: Path, command: str, what: str) -> DictConfig:
+    """The mapping a config file holds (`COMMAND CONFIG`: run the `what` a job's resolved config holds); an EvalError,
+    one line naming the file, when there is none, it is not YAML or not a mapping."""
+    if not path.is_file():
+        raise EvalError(f"{path}: no such file ({command} CONFIG runs the {what} a config file holds; else give key=value "
+                        "settings)")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as exc:   # omegaconf and yaml raise several types for a torn file
+        raise EvalError(f"{path}: not YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(cfg, DictConfig):
+        raise EvalError(f"{path}: not a mapping of {command}'s keys")
+    return cfg
+
+
 def uses_retriever(bench: str) -> bool:
     """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
     return bench not in env_benches() and parse_bench_key(bench)[1] == "open"
@@ -137,9 +157,9 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     def read(value) -> dict:   # {bench key: n or set name}, each checked
         out = {}
         for bench, v in (value or {}).items():
-            if key == "bench_n" and v is None and ":" in str(bench):   # YAML reads the unspaced `{babyai:5}` as `babyai:5`
-                bench, v = str(bench).rsplit(":", 1)
-                v = int(v) if v.strip().lstrip("-").isdigit() else v
+            if v is None and ":" in str(bench):   # YAML reads the unspaced `{babyai:5}` as `babyai:5`
+                bench, v = str(bench).split(":", 1)
+                v = int(v) if key == "bench_n" and v.strip().lstrip("-").isdigit() else v
             bench = str(bench).strip()
             if key == "bench_n" and not Number(lo=0, integer=True).ok(v):
                 raise EvalError(f"bench_n.{bench}={v!r}: expected an integer >= 0 (0 = every item)")
@@ -163,20 +183,10 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     return {**{k: v for k, v in profile.items() if k in benches}, **own}
 
 
-def parse_shard(value) -> tuple[int, int] | None:
-    """`shard=I/N` as (I, N), None when unset; a malformed value is an EvalError."""
-    if value is None:
-        return None
-    i, sep, n = str(value).partition("/")
-    if not (sep and i.strip().isdigit() and n.strip().isdigit() and 0 <= int(i) < int(n)):
-        raise EvalError(f"shard={value!r}: expected I/N with 0 <= I < N (set by data_parallel=N for its processes, evals.parallel)")
-    return int(i), int(n)
-
-
 def shard_items(items: list, shard) -> list:
-    """The items of shard `shard` (`I/N`): positions I, I+N, ... (all items when shard is unset)."""
-    parsed = parse_shard(shard)
-    return items if parsed is None else items[parsed[0]::parsed[1]]
+    """The items of shard `shard` (`I/N`, checked by its field's rule): positions I, I+N, ... (all items when unset)."""
+    i, n = map(int, str(shard).split("/")) if shard is not None else (0, 1)
+    return items[i::n]
 
 
 def engine_problem(cfg: DictConfig) -> str | None:
@@ -242,7 +252,6 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         merged.benches = [merged.benches]
     if bad := problems(KEYS, merged):
         raise EvalError("; ".join(bad))
-    parse_shard(merged.shard)
     benches = []   # canonical keys (`musique@open` is `musique`), each once; an env bench takes no mode
     for raw in merged.benches:
         try:

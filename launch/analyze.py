@@ -20,9 +20,10 @@ from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write
 from common import datafetch, interpreter, keydoc, schema
 from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
+from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
-from evals.config import KEYS as EVALUATE
+from evals.config import DIRECTORY, KEYS as EVALUATE, load_config
 from launch import preflight
 from launch.errors import LaunchError
 from launch.jobs import backend
@@ -33,8 +34,8 @@ from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_iden
 
 
 def names(what: str) -> Test:
-    """A rule: null or a list of non-empty strings (`what`: which)."""
-    return Test(lambda v: v is None or list_of(NONEMPTY.ok, "").ok(v), what)
+    """A rule: null or a non-empty list of non-empty strings (`what`: which)."""
+    return Test(lambda v: v is None or list_of(NONEMPTY.ok, "", size=bool).ok(v), what)
 
 
 AFTER = "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs"
@@ -46,7 +47,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "profile": text("evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
     "evaluate": flag("false: only aggregate the evaluations already on disk", True),
     "anchor": text("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
-    "anchor_dir": text("null -> <runs_root>/_anchor"),
+    "anchor_dir": field("null -> <runs_root>/_anchor", None, rule=DIRECTORY),
     "metrics": field("QA metrics tabulated and plotted", ["em", "f1"], rule=list_of(NONEMPTY.ok, "a list of metric names, e.g. [em,f1]")),
     "n_boot": number("bootstrap resamples of the confidence intervals", 2000, lo=1, integer=True),
     "boot_seed": number("seed of the bootstrap", 0, lo=0, integer=True),
@@ -76,7 +77,8 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "compare_allow_settings": flag("true: compare arms evaluated under different result-changing settings "
                                    "(refused otherwise, naming the setting)", False),
     "study": text("a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
-    "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local"),
+    "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local",
+                      rule=NONEMPTY),
     "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
                                   "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
     "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
@@ -87,8 +89,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                          rule=Test(lambda v: v is None or NONEMPTY.ok(v), "null or one sbatch dependency, e.g. afterok:4242")),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None,
-                        rule=Test(lambda v: v is None or (list_of(NONEMPTY.ok, "").ok(v) and len(v) > 0),
-                                  "a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
+                        rule=names("a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
     "slurm.jobs_file": text("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
                              "submits are added, named after its own (report.eval, report.aggregate)"),
     "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
@@ -188,9 +189,12 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         benches = list(loaded["evaluate"].get("benches") or benches)
     benches = list(cfg.benches) if cfg.benches else benches
     try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
-        benches = [canonical_bench_key(str(b)) for b in benches]
+        keys = [canonical_bench_key(str(b)) for b in benches]
     except BenchError as exc:
         raise AnalysisError(f"benches: {exc}") from None
+    if twice := [(b, k) for i, (b, k) in enumerate(zip(benches, keys)) if k in keys[:i]]:   # as evaluate words it
+        raise AnalysisError(f"benches: {twice[0][0]!r} is listed twice (as {twice[0][1]})")
+    benches = keys
     anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())
@@ -215,6 +219,11 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         raise AnalysisError(f"slurm.runs_after={after!r}: expected {AFTER} ({len(runs)})")
     if runs is not None and not cfg.evaluate:
         raise AnalysisError("slurm.runs evaluates each run in its own job: not with evaluate=false")
+    root = Path(cfg.runs_root).resolve()   # each run's job finds its checkpoints among runs_root's runs
+    if lost := [r for r in runs or [] if not (Path(r).resolve().is_relative_to(root) and SEED_DIR.match(Path(r).name)
+                                            and len(Path(r).resolve().relative_to(root).parts) in (2, 3))]:
+        raise AnalysisError(f"slurm.runs: {lost[0]} is not a run dir under runs_root={cfg.runs_root} (<arm>/[<name>/]"
+                            "seed<N>/): its evaluation job would find no checkpoints")
     if problems := slurm_option_problems(cfg.slurm.sbatch, "slurm.sbatch"):
         raise AnalysisError("; ".join(problems))
     check_axis(str(cfg.axis))
@@ -297,15 +306,7 @@ def _main(argv: list[str]) -> int:
 
 def read_config(path: Path) -> DictConfig:
     """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
-    if not path.is_file():
-        raise AnalysisError(f"{path}: no such file (analyze CONFIG runs the analysis a config file holds; "
-                            "else give key=value settings)")
-    try:
-        cfg = OmegaConf.load(path)
-    except Exception as exc:   # omegaconf and yaml raise several types for a torn file
-        raise AnalysisError(f"{path}: not YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(cfg, DictConfig):
-        raise AnalysisError(f"{path}: not a mapping of analyze's keys")
+    cfg = load_config(path, "analyze", "analysis")
     known = KeySpace(default_config(), ("eval.",))
     if unknown := [k for k in flat_keys(cfg) if k not in known]:
         raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")

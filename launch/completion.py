@@ -47,11 +47,13 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         check = read_json_object(Path(argv[0]))
-        record, failed, cmd = Path(check["record"]), Path(check["failed"]), list(check["command"])
+        record, failed, cmd = Path(check["record"]), Path(check["failed"]), check["command"]
+        if not (isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd)):
+            raise ValueError(f"command {cmd!r}: expected a non-empty list of strings")
+        failed.unlink(missing_ok=True)   # an earlier run's (a requeued job): this one runs
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: {argv[0]}: not a checked job's config ({exc})", file=sys.stderr)
         return 2
-    failed.unlink(missing_ok=True)   # an earlier run's (a requeued job): this one runs
     before = fingerprint(record)
     name = cmd[2] if len(cmd) > 2 and cmd[1] == "-m" else cmd[0]
     try:

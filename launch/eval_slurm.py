@@ -169,14 +169,23 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
         os.close(fd)
 
 
+# an evaluation job's config (_task's): key -> its type
+TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": list,
+        "discover": (dict, type(None))}
+
+
 def _read_task(path: Path) -> dict:
+    """An evaluation job's config, checked (AnalysisError: one line naming the file)."""
     try:
         data = read_json_object(path)
-        if missing := [k for k in ("name", "eval_opts", "anchor_dir", "outcome", "no_outcome", "planned", "discover")
-                       if k not in data]:
-            raise ValueError(f"no {missing}")
+        if bad := [k for k, t in TASK.items() if k not in data or not isinstance(data[k], t)]:
+            raise ValueError(f"{bad[0]}: {data[bad[0]]!r}" if bad[0] in data else f"no {bad[0]!r}")
+        if data["discover"] is not None and (missing := [k for k in ("run", "anchor", "runs_root", "profile", "benches",
+                                                                     "prompt") if k not in data["discover"]]):
+            raise ValueError(f"discover: no {missing}")
+        [EvalJob(**r) for r in data["planned"]]   # each one a job's record (else a TypeError)
         return data
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         raise AnalysisError(f"{path}: not an evaluation job's config ({exc})") from exc
 
 

@@ -268,6 +268,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     assert aggregate(plan) == 4
     assert "Slurm array task 1 wrote no outcome" in (out / "report.md").read_text()
     # A job's config that is not one: one line, exit 2 (the aggregation's, an evaluation job's).
+    from evals.cli import main as evaluate_main
     from launch.eval_slurm import main as eval_job
 
     capsys.readouterr()
@@ -280,9 +281,13 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
         assert main([str(plan / name)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {plan / name}: ") and why in err and len(err.strip().splitlines()) == 1, err
-    (plan / "bad.json").write_text('{"name": "x"}')
-    assert eval_job([str(plan / "bad.json")]) == 2
-    assert "bad.json: not an evaluation job's config" in capsys.readouterr().err
+        if why.startswith("not"):   # `evaluate CONFIG` reads its file the same way
+            assert evaluate_main([str(plan / name)]) == 2 and why in capsys.readouterr().err
+    good = json.loads((plan / "eval-0.json").read_text())
+    for bad in ({"name": "x"}, {**good, "planned": [5]}, {**good, "discover": {}}, {**good, "outcome": None}):
+        (plan / "bad.json").write_text(json.dumps(bad))
+        assert eval_job([str(plan / "bad.json")]) == 2
+        assert "bad.json: not an evaluation job's config" in capsys.readouterr().err
 
 
 def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
@@ -400,6 +405,9 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     # One dependency per run, or a one-line refusal before anything is written.
     assert main(argv[:-1] + ["slurm.runs_after=[afterok:4000_0]", "dry_run=true"]) == 2
     assert "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs (2)" in capsys.readouterr().err
+    # A run dir its job could never discover (not <runs_root>/<arm>/[<name>/]seed<N>): refused, not "nothing to do".
+    assert main(argv[:-2] + [f"slurm.runs=[{tmp_path / 'r2e' / 'seed0'}]", "dry_run=true"]) == 2
+    assert f"slurm.runs: {tmp_path / 'r2e' / 'seed0'} is not a run dir under runs_root=" in capsys.readouterr().err
     # Checkpoints appear only while training runs: at submission there are none, nothing is planned yet.
     assert main(argv) == 0
     said = capsys.readouterr().out

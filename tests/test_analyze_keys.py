@@ -20,6 +20,12 @@ def test_a_key_given_without_its_section_is_named_with_it(capsys):
     assert parse_argv(["eval.max_new_tokens=32", "eval.sets.nq=nq:hub"]).eval.max_new_tokens == 32
     assert main(["runs_root=runs", "index_dir=x"]) == 2
     assert "Did you mean: eval.index_dir?" in capsys.readouterr().err
+    for arg, line in (("launcher=[]", "launcher=[]: expected a non-empty string"),
+                      ("benches=[]", "benches=[]: expected null or a list of bench names"),   # [] is not null
+                      ("anchor_dir=/dev/null", "anchor_dir='/dev/null': expected null or a directory"),
+                      ("benches=[nq,nq@open]", "benches: 'nq@open' is listed twice (as nq)")):   # also with evaluate=false
+        assert main(["runs_root=runs", "evaluate=false", arg]) == 2
+        assert line in capsys.readouterr().err
 
 
 def test_the_demo_prints_an_analyze_command_analyze_accepts(capsys):

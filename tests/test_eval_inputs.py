@@ -37,6 +37,10 @@ BAD_VALUES = [
     ("ood_split=nope", "ood_split"),
     ("encoder_device=5", "encoder_device"),
     ("heldout=5", "heldout"),
+    ("device=5", "device=5: expected a non-empty string"),
+    ("out=''", "out='': expected null or a directory"),
+    ("out=/dev/null", "out='/dev/null': expected null or a directory"),
+    ("sets={nq:zz}", "sets.nq: nq is not being run"),   # YAML's unspaced `{nq:zz}` is nq -> zz, as bench_n's
 ]
 
 

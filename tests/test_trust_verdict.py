@@ -432,3 +432,6 @@ def test_a_checked_job_passes_its_commands_failure_on_and_a_requeued_one_starts_
     assert checked([str(record), str(failed), sys.executable]) == 2   # no `--`: a usage error, nothing run
     (tmp_path / "torn.json").write_text('{"record": "x"}')   # a config that is not one, or none: one line, exit 2
     assert main([str(tmp_path / "torn.json")]) == 2 and main([str(tmp_path / "none.json")]) == 2
+    for command, failed_at in (([], failed), ([5], failed), ("true", failed), (["true"], tmp_path)):   # nothing run
+        (tmp_path / "torn.json").write_text(json.dumps({"record": str(record), "failed": str(failed_at), "command": command}))
+        assert main([str(tmp_path / "torn.json")]) == 2
