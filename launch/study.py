@@ -137,6 +137,10 @@ def parse_study_argv(argv: list[str]) -> Request:
                           f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
                           f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
     jobs.backend(launcher)   # a backend of that name (LaunchError naming them)
+    for tok, stage, arg in (t for t in targeted if t[1] not in kinds and t[2].key in ("launcher", "launcher.kind")):
+        if arg.value != launcher:
+            raise LaunchError(f"{tok}: every job of the plan goes to launcher={launcher} (given without a stage or to a "
+                              "training stage): give launcher= without a stage")
     return Request(study, shared, own, dry_run, launcher)
 
 
@@ -241,14 +245,16 @@ def resolve_stages(req: Request) -> list[Resolved]:
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc)):   # a value needing the slot: checked once it is filled
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
-                                  f"{_with_suggestion(str(exc).splitlines()[0], study)}") from None
+                                  f"{_with_suggestion(str(exc), study)}") from None
         out.append(r)
     return out
 
 
-def _with_suggestion(line: str, study: Study) -> str:
-    """A stage's refusal of an unknown key that is close to one of the study's own keys (`smokez=true`: smoke; a
-    variable): that one suggested, rather than the stage's."""
+def _with_suggestion(text: str, study: Study) -> str:
+    """A stage's refusal on one line (its first, then the problems listed below it, `invalid config:`'s); an unknown
+    key close to one of the study's own keys (`smokez=true`: smoke; a variable): that one suggested, not the stage's."""
+    first, *more = text.splitlines()
+    line = f"{first} {'; '.join(m.strip() for m in more if m.startswith('  '))}".strip()
     unknown = re.search(r"unknown (?:\w+ )?key '([^']+)'", line)
     ours = did_you_mean(unknown.group(1), ["smoke", "dry_run", *study.vars]) if unknown else ""
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line

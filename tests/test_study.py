@@ -542,6 +542,10 @@ def test_a_plain_key_no_stage_takes_is_refused():
         parse_study_argv([*argv, "fooo=1"])
     req = parse_study_argv([*argv, "launcher=slurm", "partition=gpu", "dry_run=on"])
     assert req.dry_run is True and req.launcher == "slurm"
+    # a stage without training takes the plan's launcher: its own is refused, not left unread (analyze's was)
+    for args, plan in (([*argv, "export:launcher=slurm"], "local"), (["study=qwen3_4b_spa_grpo", "launcher=slurm", "report:launcher=local"], "slurm")):
+        with pytest.raises(LaunchError, match=rf"^{args[-1]}: every job of the plan goes to launcher={plan}"):
+            parse_study_argv(args)
 
 
 def test_a_study_variable_may_refer_to_another(tmp_path):
