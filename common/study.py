@@ -36,8 +36,12 @@ TRAINING_RUNS = ("sft", "sweep", "grpo")
 _TEXT = Test(lambda v: v is None or isinstance(v, str), "be a string")
 # A study file's top keys and what each must be (`study:` must name the file; a stage and a result are checked below).
 TOP = {"study": None, "title": _TEXT, "reference": _TEXT,
-       "hardware": Test(lambda v: isinstance(v, dict) and is_int(v.get("gpus")), "give `gpus:` (an integer) and the GPU kind"),
-       "vars": Test(lambda v: v is None or isinstance(v, dict), "be a mapping of name: value"),
+       "hardware": Test(lambda v: isinstance(v, dict) and is_int(v.get("gpus")) and v["gpus"] >= 0,
+                        "give `gpus:` (an integer >= 0) and the GPU kind"),
+       # a name `${vars.NAME}` can refer to, and not one of the study command's own keys (it would take their value)
+       "vars": Test(lambda v: v is None or (isinstance(v, dict) and all(isinstance(k, str) and re.fullmatch(r"[A-Za-z_]\w*", k)
+                                                                      and k not in ("study", "smoke", "dry_run") for k in v)),
+                    "be a mapping of name: value (names of letters, digits and '_', other than study, smoke and dry_run)"),
        "stages": list_of(lambda s: True, "be a non-empty list", size=bool),
        "reference_results": list_of(lambda r: True, "be a list of {system, bench, metric, ...} mappings", null=True),
        "cpu_smoke": list_of(lambda t: isinstance(t, str) and "=" in t, "be a list of key=value overrides", null=True),
@@ -93,8 +97,8 @@ class ReferenceResult:
 
 RESULT_KEYS = tuple(f.name for f in fields(ReferenceResult))   # a reference_results entry's keys
 # What an entry's optional keys must be (system, bench and metric: required strings).
-_RESULT_RULES = {**dict.fromkeys(("value", "pre", "post"), Number(null=True)), **dict.fromkeys(("n", "step"), Number(integer=True, null=True)),
-                 "note": TEXT, "arm": Test(lambda v: v is None or isinstance(v, str), "a run arm name")}
+_RESULT_RULES = {**dict.fromkeys(("value", "pre", "post"), Number(null=True)), "n": Number(lo=1, integer=True, null=True),
+                 "step": Number(integer=True, null=True), "note": TEXT, "arm": Test(lambda v: v is None or isinstance(v, str), "a run arm name")}
 
 
 @dataclass(frozen=True)
@@ -314,7 +318,7 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
     where = str(path)
     try:
         cfg = OmegaConf.load(path)
-    except (OmegaConfBaseException, OSError, ValueError) as exc:  # YAML errors are ValueErrors here
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as exc:
         raise StudyError(f"{where}: not a readable study file ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
     if not isinstance(cfg, DictConfig):
         raise StudyError(f"{where}: expected a mapping at the top level")
@@ -343,6 +347,9 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         w = f"{where}: stages[{i}]"
         if not isinstance(s, dict) or set(s) - {"name", "run", "args"} or not isinstance(s.get("name"), str):
             raise StudyError(f"{w}: expected {{name: ..., run: ..., args: {{...}}}}, found {s!r}")
+        if not re.fullmatch(r"[A-Za-z0-9][\w-]*", s["name"]):
+            raise StudyError(f"{w}: stage name {s['name']!r}: letters, digits, '_' and '-' (a command line targets it as "
+                             "NAME:key=value)")
         if s["name"] in (st.name for st in stages):
             raise StudyError(f"{w}: stage name {s['name']!r} is used twice")
         if s.get("run") not in RUNNERS:
@@ -350,6 +357,8 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
                              f"{did_you_mean(str(s.get('run')), RUNNERS)}")
         if not isinstance(s.get("args") or {}, dict):
             raise StudyError(f"{w} ({s['name']}): args must be a mapping of key: value")
+        if "dry_run" in (s.get("args") or {}):
+            raise StudyError(f"{w} ({s['name']}): args set dry_run, which the command line gives every stage (dry_run=true)")
         unresolved = raw["stages"][i] if isinstance(raw["stages"], list) and isinstance(raw["stages"][i], dict) else {}
         raw_args = unresolved["args"] if isinstance(unresolved.get("args"), dict) else {}   # `${vars.X}` kept: what each uses
         stages.append(Stage(s["name"], s["run"], s.get("args") or {}, {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()}))

@@ -137,10 +137,10 @@ def parse_study_argv(argv: list[str]) -> Request:
                           f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
                           f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
     jobs.backend(launcher)   # a backend of that name (LaunchError naming them)
-    for tok, stage, arg in (t for t in targeted if t[1] not in kinds and t[2].key in ("launcher", "launcher.kind")):
-        if arg.value != launcher:
-            raise LaunchError(f"{tok}: every job of the plan goes to launcher={launcher} (given without a stage or to a "
-                              "training stage): give launcher= without a stage")
+    for s in (s for s in study.stages if s.run not in TRAINING_RUNS):   # its file's arguments, then the command line's
+        for arg in (a for a in [*_file_args(s), *own[s.name]] if a.key in ("launcher", "launcher.kind") and a.value != launcher):
+            raise LaunchError(f"{s.name}:{arg}: every job of the plan goes to launcher={launcher} (given without a stage or "
+                              "to a training stage): give launcher= without a stage")
     return Request(study, shared, own, dry_run, launcher)
 
 
