@@ -155,7 +155,7 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
         if any(bad):
             raise LaunchError("; ".join(filter(None, bad)))
         made[name] = tuple(parsed) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
-    return base.over(**made)
+    return replace(base, **{k: v for k, v in made.items() if v is not None})
 
 
 @dataclass
