@@ -25,7 +25,9 @@ if not OmegaConf.has_resolver("step"):
      else OmegaConf.register_new_resolver)("step", lambda n: step_name(int(n)))
 
 STUDY_DIR = RECIPES / "study"
-VARIANTS = "variants"   # recipes/study/variants/: study variants (variant_names)
+# The shipped study variants, `study_names(VARIANT_DIR)`: this project's own comparisons beside a reference study
+# (e.g. dual_terminator_vs_v5), run by name as the studies are.
+VARIANT_DIR = STUDY_DIR / "variants"
 
 # run kind -> the module its jobs run, `python -m MODULE CONFIG` (launch/study.py plans them; a training
 # stage's under torchrun on each run's config.yaml).
@@ -137,14 +139,8 @@ class Study:
 
 
 def study_names(folder: Path = STUDY_DIR) -> list[str]:
-    """The shipped reference studies (recipes/study/NAME.yaml), one per reference system."""
+    """The shipped reference studies (recipes/study/NAME.yaml), one per reference system (`folder`: its studies)."""
     return sorted(p.stem for p in folder.glob("*.yaml"))
-
-
-def variant_names() -> list[str]:
-    """The shipped study variants (recipes/study/variants/NAME.yaml): this project's own comparisons beside a
-    reference study (e.g. dual_terminator_vs_v5), run by name as the studies are."""
-    return study_names(STUDY_DIR / VARIANTS)
 
 
 def study_path(spec: str) -> Path:
@@ -154,10 +150,10 @@ def study_path(spec: str) -> Path:
         if not p.is_file():
             raise StudyError(f"study={spec}: no such study file")
         return p.resolve()
-    for shipped in (STUDY_DIR / f"{spec}.yaml", STUDY_DIR / VARIANTS / f"{spec}.yaml"):
+    for shipped in (STUDY_DIR / f"{spec}.yaml", VARIANT_DIR / f"{spec}.yaml"):
         if shipped.is_file():
             return shipped
-    names = study_names() + variant_names()
+    names = study_names() + study_names(VARIANT_DIR)
     raise StudyError(f"study={spec}: no such study; shipped studies: {', '.join(names)}.{did_you_mean(spec, names)}")
 
 
