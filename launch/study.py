@@ -225,14 +225,14 @@ def resolve_stages(req: Request) -> list[Resolved]:
     for stage in study.stages:
         r, own = Resolved(stage, unset=study.unset(stage)), req.own[stage.name]
         if stage.run not in TRAINING_RUNS:
-            for a in own:
-                if a.key.startswith("python.") and a.key not in _PYTHON_KEYS:
-                    raise LaunchError(f"{stage.name}:{a}: {a.key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
-                                      f"{did_you_mean(a.key, list(_PYTHON_KEYS))}")
             kind = STAGE_PYTHON[stage.run]
+            for a in (a for a in own if a.key.startswith("python.") and a.key != f"python.{kind}"):
+                raise LaunchError(f"{stage.name}:{a}: " + (f"stage {stage.name} ({stage.run}) runs in python.{kind}" if a.key in
+                                  _PYTHON_KEYS else f"{a.key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
+                                  f"{did_you_mean(a.key, list(_PYTHON_KEYS))}"))
             named = [a.value for a in [*req.shared, *own] if a.key == f"python.{kind}"]
             r.python = interpreter.named({kind: named[-1]}, kind) if named else None
-            own = [a for a in own if not a.key.startswith("python.") or (stage.run == "analyze" and a.key == "python.eval")]
+            own = [a for a in own if stage.run == "analyze" or not a.key.startswith("python.")]   # analyze's: its evaluations' too
         try:   # the study file's arguments, then the command line's (they win)
             if stage.run in TRAINING_RUNS:   # its runs as `launch` / `launch sweep` resolves them
                 args = [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
