@@ -77,11 +77,6 @@ class Stage:
     args: dict
     arg_uses: dict = field(default_factory=dict)   # argument -> the study variables its value refers to
 
-    def shown_args(self, without=()) -> dict[str, str]:
-        """The stage's arguments, each value as a command line writes it, less those whose value refers to one of
-        the variables `without` (data slots not filled yet)."""
-        return {k: shown(v, dotlist=True) for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(without)}
-
 
 @dataclass(frozen=True)
 class ReferenceResult:

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch
 from common.interpreter import KINDS
+from common.keydoc import shown
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
@@ -65,7 +66,9 @@ def _split(tok: str) -> tuple[str | None, Arg] | None:
 
 
 def _file_args(stage: Stage, without=()) -> list[Arg]:
-    return [Arg(k, v) for k, v in stage.shown_args(without).items()]
+    """The stage's arguments in its study file, less those whose value refers to one of the variables `without`
+    (data slots not filled yet)."""
+    return [Arg(k, shown(v, dotlist=True)) for k, v in stage.args.items() if not set(stage.arg_uses.get(k, ())) & set(without)]
 
 
 def _launcher(args: list[Arg]) -> str | None:
