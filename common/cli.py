@@ -12,6 +12,8 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from common.keydoc import shown
+
 
 class ConfigError(ValueError):
     """A bad key or value on the command line or in a recipe."""
@@ -83,6 +85,19 @@ def parse_switch(value, key: str) -> bool:
     return SWITCH_WORDS[word]
 
 
+def merge(cfg: DictConfig, layer: DictConfig, where: str = "", keys: Iterable[str] = ()) -> DictConfig:
+    """`cfg` <- `layer`; a mapping given where `cfg` holds a list, or the reverse, is one line naming the key (of
+    `keys`, else of the layer's known leaf keys)."""
+    try:
+        return OmegaConf.merge(cfg, layer)
+    except TypeError:   # omegaconf's "Cannot merge incompatible container types"
+        for key in keys or flat_keys(layer):
+            if OmegaConf.is_config(base := OmegaConf.select(cfg, key)) and OmegaConf.is_list(base) != OmegaConf.is_list(got := OmegaConf.select(layer, key)):
+                want = ("a list", "a mapping") if OmegaConf.is_list(base) else ("a mapping", "a list")
+                raise ConfigError(f"{where}{key}={shown(OmegaConf.to_container(got), dotlist=True)}: expected {want[0]}, not {want[1]}") from None
+        raise
+
+
 def apply_overrides(
     base: DictConfig,
     argv: list[str],
@@ -110,9 +125,9 @@ def apply_overrides(
             value = str(parse_switch(value, given)).lower()
         try:
             parsed = OmegaConf.from_dotlist([f"{key}={value}"])
-            cfg = OmegaConf.merge(cfg, parsed)
         except Exception as exc:  # omegaconf raises several types for bad values
             raise ConfigError(f"bad value for {key!r}: {value!r} ({exc})") from exc
+        cfg = merge(cfg, parsed, keys=[key])
         if key in known.subtrees and key not in known.leaves and not isinstance(OmegaConf.select(parsed, key), DictConfig):
             keys = sorted(k for k in known.leaves if k.startswith(f"{key}."))
             raise ConfigError(f"{given}={value}: {key} is a section: give {key}.KEY=VALUE ({', '.join(keys)})")

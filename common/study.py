@@ -25,7 +25,9 @@ if not OmegaConf.has_resolver("step"):
      else OmegaConf.register_new_resolver)("step", lambda n: step_name(int(n)))
 
 STUDY_DIR = RECIPES / "study"
-VARIANTS = "variants"   # recipes/study/variants/: study variants (variant_names)
+# The shipped study variants, `study_names(VARIANT_DIR)`: this project's own comparisons beside a reference study
+# (e.g. dual_terminator_vs_v5), run by name as the studies are.
+VARIANT_DIR = STUDY_DIR / "variants"
 
 # run kind -> the module its jobs run, `python -m MODULE CONFIG` (launch/study.py plans them; a training
 # stage's under torchrun on each run's config.yaml).
@@ -36,8 +38,12 @@ TRAINING_RUNS = ("sft", "sweep", "grpo")
 _TEXT = Test(lambda v: v is None or isinstance(v, str), "be a string")
 # A study file's top keys and what each must be (`study:` must name the file; a stage and a result are checked below).
 TOP = {"study": None, "title": _TEXT, "reference": _TEXT,
-       "hardware": Test(lambda v: isinstance(v, dict) and is_int(v.get("gpus")), "give `gpus:` (an integer) and the GPU kind"),
-       "vars": Test(lambda v: v is None or isinstance(v, dict), "be a mapping of name: value"),
+       "hardware": Test(lambda v: isinstance(v, dict) and is_int(v.get("gpus")) and v["gpus"] >= 0,
+                        "give `gpus:` (an integer >= 0) and the GPU kind"),
+       # a name `${vars.NAME}` can refer to, and not one of the study command's own keys (it would take their value)
+       "vars": Test(lambda v: v is None or (isinstance(v, dict) and all(isinstance(k, str) and re.fullmatch(r"[A-Za-z_]\w*", k)
+                                                                      and k not in ("study", "smoke", "dry_run") for k in v)),
+                    "be a mapping of name: value (names of letters, digits and '_', other than study, smoke and dry_run)"),
        "stages": list_of(lambda s: True, "be a non-empty list", size=bool),
        "reference_results": list_of(lambda r: True, "be a list of {system, bench, metric, ...} mappings", null=True),
        "cpu_smoke": list_of(lambda t: isinstance(t, str) and "=" in t, "be a list of key=value overrides", null=True),
@@ -71,11 +77,6 @@ class Stage:
     args: dict
     arg_uses: dict = field(default_factory=dict)   # argument -> the study variables its value refers to
 
-    def shown_args(self, without=()) -> dict[str, str]:
-        """The stage's arguments, each value as a command line writes it, less those whose value refers to one of
-        the variables `without` (data slots not filled yet)."""
-        return {k: shown(v, dotlist=True) for k, v in self.args.items() if not set(self.arg_uses.get(k, ())) & set(without)}
-
 
 @dataclass(frozen=True)
 class ReferenceResult:
@@ -93,8 +94,8 @@ class ReferenceResult:
 
 RESULT_KEYS = tuple(f.name for f in fields(ReferenceResult))   # a reference_results entry's keys
 # What an entry's optional keys must be (system, bench and metric: required strings).
-_RESULT_RULES = {**dict.fromkeys(("value", "pre", "post"), Number(null=True)), **dict.fromkeys(("n", "step"), Number(integer=True, null=True)),
-                 "note": TEXT, "arm": Test(lambda v: v is None or isinstance(v, str), "a run arm name")}
+_RESULT_RULES = {**dict.fromkeys(("value", "pre", "post"), Number(null=True)), "n": Number(lo=1, integer=True, null=True),
+                 "step": Number(integer=True, null=True), "note": TEXT, "arm": Test(lambda v: v is None or isinstance(v, str), "a run arm name")}
 
 
 @dataclass(frozen=True)
@@ -133,14 +134,8 @@ class Study:
 
 
 def study_names(folder: Path = STUDY_DIR) -> list[str]:
-    """The shipped reference studies (recipes/study/NAME.yaml), one per reference system."""
+    """The shipped reference studies (recipes/study/NAME.yaml), one per reference system (`folder`: its studies)."""
     return sorted(p.stem for p in folder.glob("*.yaml"))
-
-
-def variant_names() -> list[str]:
-    """The shipped study variants (recipes/study/variants/NAME.yaml): this project's own comparisons beside a
-    reference study (e.g. dual_terminator_vs_v5), run by name as the studies are."""
-    return study_names(STUDY_DIR / VARIANTS)
 
 
 def study_path(spec: str) -> Path:
@@ -150,10 +145,10 @@ def study_path(spec: str) -> Path:
         if not p.is_file():
             raise StudyError(f"study={spec}: no such study file")
         return p.resolve()
-    for shipped in (STUDY_DIR / f"{spec}.yaml", STUDY_DIR / VARIANTS / f"{spec}.yaml"):
+    for shipped in (STUDY_DIR / f"{spec}.yaml", VARIANT_DIR / f"{spec}.yaml"):
         if shipped.is_file():
             return shipped
-    names = study_names() + variant_names()
+    names = study_names() + study_names(VARIANT_DIR)
     raise StudyError(f"study={spec}: no such study; shipped studies: {', '.join(names)}.{did_you_mean(spec, names)}")
 
 
@@ -314,7 +309,7 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
     where = str(path)
     try:
         cfg = OmegaConf.load(path)
-    except (OmegaConfBaseException, OSError, ValueError) as exc:  # YAML errors are ValueErrors here
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as exc:
         raise StudyError(f"{where}: not a readable study file ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
     if not isinstance(cfg, DictConfig):
         raise StudyError(f"{where}: expected a mapping at the top level")
@@ -343,6 +338,9 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         w = f"{where}: stages[{i}]"
         if not isinstance(s, dict) or set(s) - {"name", "run", "args"} or not isinstance(s.get("name"), str):
             raise StudyError(f"{w}: expected {{name: ..., run: ..., args: {{...}}}}, found {s!r}")
+        if not re.fullmatch(r"[A-Za-z0-9][\w-]*", s["name"]):
+            raise StudyError(f"{w}: stage name {s['name']!r}: letters, digits, '_' and '-' (a command line targets it as "
+                             "NAME:key=value)")
         if s["name"] in (st.name for st in stages):
             raise StudyError(f"{w}: stage name {s['name']!r} is used twice")
         if s.get("run") not in RUNNERS:
@@ -350,6 +348,8 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
                              f"{did_you_mean(str(s.get('run')), RUNNERS)}")
         if not isinstance(s.get("args") or {}, dict):
             raise StudyError(f"{w} ({s['name']}): args must be a mapping of key: value")
+        if "dry_run" in (s.get("args") or {}):
+            raise StudyError(f"{w} ({s['name']}): args set dry_run, which the command line gives every stage (dry_run=true)")
         unresolved = raw["stages"][i] if isinstance(raw["stages"], list) and isinstance(raw["stages"][i], dict) else {}
         raw_args = unresolved["args"] if isinstance(unresolved.get("args"), dict) else {}   # `${vars.X}` kept: what each uses
         stages.append(Stage(s["name"], s["run"], s.get("args") or {}, {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()}))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, split_dotlist
+from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, split_dotlist
 from common import keydoc
 from common.fields import list_of, plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
@@ -149,7 +149,7 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
 def _merge(cfg: DictConfig, layer: DictConfig, where: str, origins: dict[str, str], error: type[Exception]) -> DictConfig:
     _sections_kept(layer, KeySpace(cfg), lambda key: where, error)
     origins.update(dict.fromkeys(flat_keys(layer), where))
-    return OmegaConf.merge(cfg, layer)
+    return merge(cfg, layer, f"{where}: ")
 
 
 def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exception]) -> None:

@@ -10,7 +10,7 @@ import re
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Mapping
 
@@ -41,10 +41,6 @@ class Cluster:
         return cls(**{k: None if get(k) in (None, "") else str(get(k)) for k in CLUSTER_OPTIONS},
                    sbatch=tuple(get("sbatch") or ()),
                    setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup))   # a list: its lines
-
-    def over(self, **changes) -> "Cluster":
-        """This one with `changes` (the non-null ones) on top: a stage's own settings."""
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def tokens(self, prefix: str) -> list[str]:
         """`PREFIX<key>=value` for each setting made, each value quoted (options and paths arrive verbatim): what

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from common import interpreter
 from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch
 from common.interpreter import KINDS
+from common.keydoc import shown
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
@@ -65,7 +66,9 @@ def _split(tok: str) -> tuple[str | None, Arg] | None:
 
 
 def _file_args(stage: Stage, without=()) -> list[Arg]:
-    return [Arg(k, v) for k, v in stage.shown_args(without).items()]
+    """The stage's arguments in its study file, less those whose value refers to one of the variables `without`
+    (data slots not filled yet)."""
+    return [Arg(k, shown(v, dotlist=True)) for k, v in stage.args.items() if not set(stage.arg_uses.get(k, ())) & set(without)]
 
 
 def _launcher(args: list[Arg]) -> str | None:
@@ -137,6 +140,10 @@ def parse_study_argv(argv: list[str]) -> Request:
                           f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
                           f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
     jobs.backend(launcher)   # a backend of that name (LaunchError naming them)
+    for s in (s for s in study.stages if s.run not in TRAINING_RUNS):   # its file's arguments, then the command line's
+        for arg in (a for a in [*_file_args(s), *own[s.name]] if a.key in ("launcher", "launcher.kind") and a.value != launcher):
+            raise LaunchError(f"{s.name}:{arg}: every job of the plan goes to launcher={launcher} (given without a stage or "
+                              "to a training stage): give launcher= without a stage")
     return Request(study, shared, own, dry_run, launcher)
 
 
@@ -151,7 +158,7 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
         if any(bad):
             raise LaunchError("; ".join(filter(None, bad)))
         made[name] = tuple(parsed) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
-    return base.over(**made)
+    return replace(base, **{k: v for k, v in made.items() if v is not None})
 
 
 @dataclass
@@ -221,14 +228,14 @@ def resolve_stages(req: Request) -> list[Resolved]:
     for stage in study.stages:
         r, own = Resolved(stage, unset=study.unset(stage)), req.own[stage.name]
         if stage.run not in TRAINING_RUNS:
-            for a in own:
-                if a.key.startswith("python.") and a.key not in _PYTHON_KEYS:
-                    raise LaunchError(f"{stage.name}:{a}: {a.key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
-                                      f"{did_you_mean(a.key, list(_PYTHON_KEYS))}")
             kind = STAGE_PYTHON[stage.run]
+            for a in (a for a in own if a.key.startswith("python.") and a.key != f"python.{kind}"):
+                raise LaunchError(f"{stage.name}:{a}: " + (f"stage {stage.name} ({stage.run}) runs in python.{kind}" if a.key in
+                                  _PYTHON_KEYS else f"{a.key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
+                                  f"{did_you_mean(a.key, list(_PYTHON_KEYS))}"))
             named = [a.value for a in [*req.shared, *own] if a.key == f"python.{kind}"]
             r.python = interpreter.named({kind: named[-1]}, kind) if named else None
-            own = [a for a in own if not a.key.startswith("python.") or (stage.run == "analyze" and a.key == "python.eval")]
+            own = [a for a in own if stage.run == "analyze" or not a.key.startswith("python.")]   # analyze's: its evaluations' too
         try:   # the study file's arguments, then the command line's (they win)
             if stage.run in TRAINING_RUNS:   # its runs as `launch` / `launch sweep` resolves them
                 args = [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
@@ -241,14 +248,16 @@ def resolve_stages(req: Request) -> list[Resolved]:
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc)):   # a value needing the slot: checked once it is filled
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
-                                  f"{_with_suggestion(str(exc).splitlines()[0], study)}") from None
+                                  f"{_with_suggestion(str(exc), study)}") from None
         out.append(r)
     return out
 
 
-def _with_suggestion(line: str, study: Study) -> str:
-    """A stage's refusal of an unknown key that is close to one of the study's own keys (`smokez=true`: smoke; a
-    variable): that one suggested, rather than the stage's."""
+def _with_suggestion(text: str, study: Study) -> str:
+    """A stage's refusal on one line (its first, then the problems listed below it, `invalid config:`'s); an unknown
+    key close to one of the study's own keys (`smokez=true`: smoke; a variable): that one suggested, not the stage's."""
+    first, *more = text.splitlines()
+    line = f"{first} {'; '.join(m.strip() for m in more if m.startswith('  '))}".strip()
     unknown = re.search(r"unknown (?:\w+ )?key '([^']+)'", line)
     ours = did_you_mean(unknown.group(1), ["smoke", "dry_run", *study.vars]) if unknown else ""
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line

@@ -98,7 +98,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["gpus-per-node"] == "8"
     # A bad setting is one line naming its key, before anything is planned (slurm.sbatch=5 was a traceback).
     for bad, line in (("slurm.concurrency=0", "slurm.concurrency=0"), ("slurm.sbatch=[--qos=x]", "use slurm.qos="),
-                      ("slurm.sbatch=5", "error: slurm.sbatch must be a list of sbatch options")):
+                      ("slurm.sbatch=5", "error: slurm.sbatch must be a list of sbatch options"),
+                      ("slurm.sbatch={}", "error: slurm.sbatch={}: expected a list, not a mapping")):
         assert main(argv[:-1] + [bad]) == 2
         assert line in capsys.readouterr().err
     # An empty setting is the cluster's default (it was written as `#SBATCH --partition=`).

@@ -552,7 +552,11 @@ def test_cli_mistakes_name_the_key_and_exit_2(capsys):
                       (["data.max_record_bytes=abc"], "data.max_record_bytes"), (["data.decontam_sets=5"], "data.decontam_sets must"),
                       (["model.config=5"], "model.config must"), (["data.synthetic=x"], "data.synthetic must"),
                       (["data.decontam=5"], "data.decontam must"), (["stage=grpo", "launcher.sbatch=5"], "launcher.sbatch must"),
-                      (["stage=grpo", "grpo.encoder_device=5"], "grpo.encoder_device must")):
+                      (["stage=grpo", "grpo.encoder_device=5"], "grpo.encoder_device must"),
+                      # a mapping for a list, a list for a mapping (seen failing: omegaconf's "Cannot merge incompatible container types")
+                      (["launcher.sbatch={}"], r"^launcher\.sbatch=\{\}: expected a list, not a mapping$"),
+                      (["model.config=[1]"], r"^model\.config=\[1\]: expected a mapping, not a list$"),
+                      (["stage=grpo", "lora.target_modules={a: 1}"], r"^lora\.target_modules=\{a:1\}: expected a list")):
         with pytest.raises(ConfigError, match=key):
             (compose_grpo if "stage=grpo" in argv else compose)(argv)
     for data, key in (({"sources": {"code": 5}}, "data.sources.code must"), ({"sources": 5}, "data.sources must")):

@@ -44,6 +44,7 @@ def test_user_recipe_dry_run_writes_its_values(tmp_path, capsys):
     ("python: 5\n", ["my.yaml: python must be a section of keys (python.KEY: value), got 5"]),
     ("train: 5\n", ["my.yaml: train must be a section of keys (train.KEY: value), got 5"]),
     ("data:\n  sources: null\n", ["my.yaml: data.sources must be a section of keys (data.sources.KEY: value), got None"]),
+    ("launcher:\n  sbatch: {}\n", ["my.yaml: launcher.sbatch={}: expected a list, not a mapping"]),   # was a TypeError
 ])
 def test_user_recipe_mistakes(tmp_path, capsys, text, needles):
     path = _recipe(tmp_path, text)

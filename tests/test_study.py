@@ -88,9 +88,17 @@ _TOP = r"(\n[ -].*)*"   # a top-level key's value lines (block or flow style) af
     (r"^reference_results:.*" + _TOP, "reference_results: [{system: a, bench: b, metric: c, note: 5}]",
      r"reference_results\[0\]\.note: expected a string \(or null\), found 5"),
     (r"^vars:.*" + _TOP, "vars: [1, 2]", r"`vars:` must be a mapping of name: value"),
-    (r"^hardware:.*", "hardware: {gpus: true}", r"`hardware:` must give `gpus:` \(an integer\)"),
+    (r"^hardware:.*", "hardware: {gpus: true}", r"`hardware:` must give `gpus:` \(an integer"),
     (r"^title:.*", "title: [1]", r"`title:` must be a string"),
     (r"^cpu_smoke:.*" + _TOP, "cpu_smoke: 5", r"`cpu_smoke:` must be a list of key=value overrides"),
+    # seen failing: a YAML syntax error and a stage name `tr:ain` (no job name) tracebacks; a variable named dry_run
+    # (it took the command line's dry_run=true: the study ran), a stage's `dry_run:`, gpus -1 and n -5 accepted
+    (r"^title:", "title: [\ntitle:", r"not a readable study file \(ParserError: while parsing a flow sequence\)"),
+    (r"^  - name: train", "  - name: 'tr:ain'", r"stages\[0\]: stage name 'tr:ain': letters, digits, '_' and '-'"),
+    (r"^  runs_root: (.*)", r"  runs_root: \1\n  dry_run: null", r"`vars:` must be a mapping of name: value \(names"),
+    (r"^(      task: spa .*)", r"\1\n      dry_run: true                    # [chosen: x]", r"\(train\): args set dry_run"),
+    (r"^hardware:.*", "hardware: {gpus: -1}", r"`hardware:` must give `gpus:` \(an integer >= 0\)"),
+    (r"n: 2417, pre: 0.316", "n: -5, pre: 0.316", r"reference_results\[0\]\.n: expected a positive integer \(or null\), found -5"),
 ])
 def test_a_bad_study_entry_is_refused_naming_it(tmp_path, pattern, replacement, match):
     src = (ROOT / "recipes" / "study" / "qwen3_4b_spa_grpo.yaml").read_text()
@@ -542,6 +550,10 @@ def test_a_plain_key_no_stage_takes_is_refused():
         parse_study_argv([*argv, "fooo=1"])
     req = parse_study_argv([*argv, "launcher=slurm", "partition=gpu", "dry_run=on"])
     assert req.dry_run is True and req.launcher == "slurm"
+    # a stage without training takes the plan's launcher: its own is refused, not left unread (analyze's was)
+    for args, plan in (([*argv, "export:launcher=slurm"], "local"), (["study=qwen3_4b_spa_grpo", "launcher=slurm", "report:launcher=local"], "slurm")):
+        with pytest.raises(LaunchError, match=rf"^{args[-1]}: every job of the plan goes to launcher={plan}"):
+            parse_study_argv(args)
 
 
 def test_a_study_variable_may_refer_to_another(tmp_path):
@@ -730,7 +742,9 @@ def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
         resolve_stages(parse_study_argv(bad))
     # checked as launch checks them (a stage with no training: sbatch=5 was a traceback, [x] and time=[] written)
     for bad, line in (("export:slurm.sbatch=5", "slurm.sbatch must be a list"), ("launcher.sbatch=[x]", "'x' is not one sbatch"),
-                      ("export:slurm.time=[]", "slurm.time='[]': expected null or one word")):
+                      ("export:slurm.time=[]", "slurm.time='[]': expected null or one word"),
+                      # another stage's interpreter (report:python.sft= was dropped unread)
+                      ("export:python.eval=x", "export:python.eval=x: stage export (export) runs in python.sft")):
         with pytest.raises(LaunchError, match=re.escape(line)):
             resolve_stages(parse_study_argv([*argv, bad]))
 

@@ -33,6 +33,11 @@ def test_an_unknown_key_for_a_stage_with_an_unfilled_slot_is_refused(here, capsy
     assert "stage train" in err and "'smokez'" in err and "Did you mean: smoke?" in err
     assert main(["study=qwen3_4b_multihop_sft_grpo", "grpo:grpo.temperatur=0.5", "dry_run=true"]) == 2
     assert "stage grpo" in capsys.readouterr().err
+    # a stage's several problems, each named on its one line (it ended at "invalid config:", naming none)
+    assert main(["study=qwen3_4b_spa_grpo", "train:grpo.temperature=-1", "train:steps=0", "dry_run=true"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: study qwen3_4b_spa_grpo: stage train refuses its settings: invalid config: train.steps must be a positive "
+        "integer, got 0; grpo.temperature must be a positive number, got -1"]
     # the same dry runs without the typos: the unfilled slots are named, nothing refused
     assert main(["study=qwen3_4b_multihop_sft_grpo", "dry_run=true"]) == 0
     assert capsys.readouterr().out.count("(not resolved: set hotpotqa_") == 2

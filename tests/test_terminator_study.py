@@ -102,9 +102,9 @@ def test_compare_interval_covers_the_oracle_and_a_bad_pair_is_one_line(tmp_path)
 
 
 def test_the_variant_loads_with_both_arms_on_the_same_seeds_and_is_listed_apart():
-    from common.study import load_study, study_names, variant_names
+    from common.study import VARIANT_DIR, load_study, study_names
 
-    assert variant_names() == ["dual_terminator_vs_v5"] and "dual_terminator_vs_v5" not in study_names()
+    assert study_names(VARIANT_DIR) == ["dual_terminator_vs_v5"] and "dual_terminator_vs_v5" not in study_names()
     study = load_study("dual_terminator_vs_v5")
     train, report = study.stages
     assert train.args["arms"] == ["r2e", "r2e_v5"] and train.args["seeds"] == [0, 1, 2]
