@@ -30,13 +30,11 @@ MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launc
 WARNING = "B:USR1@120"
 
 
-def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
-    """The evaluation backend asked for: eval.backend, else the profile's."""
-    if eval_opts.get("backend") is None and profile:
-        from evals.profiles import load_profile
+def eval_settings(eval_opts: dict[str, Any], profile: str | None) -> dict[str, Any]:
+    """The evaluation settings asked for: eval.* (those set) over the profile's evaluate keys."""
+    from evals.profiles import load_profile
 
-        return load_profile(profile)["evaluate"].get("backend")
-    return eval_opts.get("backend")
+    return {**(load_profile(profile)["evaluate"] if profile else {}), **{k: v for k, v in eval_opts.items() if v is not None}}
 
 
 def plan_dir(cfg, kind: str) -> Path:
@@ -75,12 +73,12 @@ def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -
     after_task); it needs the data evaluate reads and what its backend imports."""
     from common.interpreter import eval_needs
 
-    opts, array, gpus = req.eval_opts, name == "eval", req.cfg.slurm.gpus_per_task
+    opts, array, gpus = eval_settings(req.eval_opts, req.profile), name == "eval", req.cfg.slurm.gpus_per_task
     if gpus is None:   # what evaluate's engines take: data_parallel engines of tensor_parallel_size GPUs (vllm) or one (hf)
         gpus = int(opts.get("data_parallel") or 1) * (int(opts.get("tensor_parallel_size") or 1) if opts.get("backend") == "vllm" else 1)
     data = tuple(str(opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if opts.get(k))
     return _job_of(req, name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
-                   needs=Needs(data=data, modules=tuple(eval_needs(eval_backend(opts, req.profile)))), notes=tuple(notes),
+                   needs=Needs(data=data, modules=tuple(eval_needs(opts.get("backend")))), notes=tuple(notes),
                    resources=Resources(gpus_per_node=int(gpus), signal=WARNING,
                                        at_once=req.cfg.slurm.concurrency if array else None), **after)
 
@@ -169,20 +167,20 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
         os.close(fd)
 
 
-# an evaluation job's config (_task's): key -> its type
+# an evaluation job's config (_task's): key -> its type; its `discover` (a run's or the anchor's checkpoints) likewise
+TEXT = (str, type(None))
 TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": list,
         "discover": (dict, type(None))}
+DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": list, "prompt": str}
 
 
 def _read_task(path: Path) -> dict:
     """An evaluation job's config, checked (AnalysisError: one line naming the file)."""
     try:
         data = read_json_object(path)
-        if bad := [k for k, t in TASK.items() if k not in data or not isinstance(data[k], t)]:
-            raise ValueError(f"{bad[0]}: {data[bad[0]]!r}" if bad[0] in data else f"no {bad[0]!r}")
-        if data["discover"] is not None and (missing := [k for k in ("run", "anchor", "runs_root", "profile", "benches",
-                                                                     "prompt") if k not in data["discover"]]):
-            raise ValueError(f"discover: no {missing}")
+        for at, got, table in (("", data, TASK), ("discover.", data.get("discover"), DISCOVER)):
+            if got is not None and (bad := [k for k, t in table.items() if k not in got or not isinstance(got[k], t)]):
+                raise ValueError(f"{at}{bad[0]}: {got[bad[0]]!r}" if bad[0] in got else f"{at}no {bad[0]!r}")
         [EvalJob(**r) for r in data["planned"]]   # each one a job's record (else a TypeError)
         return data
     except (OSError, ValueError, TypeError) as exc:
@@ -297,9 +295,13 @@ def tasks_report(configs: list) -> EvalReport:
         except (OSError, ValueError):
             report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
             continue
-        report.jobs += [j for j in (EvalJob(**r) for r in outcome.get("jobs", [])) if j.label not in {p.label for p in planned}]
-        report.failures += [EvalFailure(EvalJob(**f["job"]), list(f["benches"]), str(f["error"]))
-                            for f in outcome.get("failures", [])]
+        key = "jobs"
+        try:
+            report.jobs += [j for j in (EvalJob(**r) for r in outcome.get(key, [])) if j.label not in {p.label for p in planned}]
+            key = "failures"
+            report.failures += [EvalFailure(EvalJob(**f["job"]), list(f["benches"]), str(f["error"])) for f in outcome.get(key, [])]
+        except (KeyError, TypeError) as exc:
+            raise AnalysisError(f"{data['outcome']}: {key}: not an evaluation job's outcome ({exc})") from None
     return report
 
 
