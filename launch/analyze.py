@@ -24,6 +24,7 @@ from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
 from evals.config import DIRECTORY, KEYS as EVALUATE, load_config
+from evals.profiles import load_profile
 from evals.registry import metric_specs
 from launch import preflight
 from launch.errors import LaunchError
@@ -184,14 +185,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     cfg = OmegaConf.merge(default_config(), cfg)
     check_keys(cfg)
     profile = cfg.profile or None
-    reference_sizes, benches = {}, list(DEFAULT_BENCHES)
-    if profile:
-        from evals.profiles import load_profile  # recipes/eval/<profile>.yaml (ConfigError when unknown)
-
-        loaded = load_profile(profile)
-        reference_sizes = loaded["reference_sizes"]
-        benches = list(loaded["evaluate"].get("benches") or benches)
-    benches = list(cfg.benches) if cfg.benches else benches
+    loaded = load_profile(profile) if profile else {"evaluate": {}, "reference_sizes": {}}   # (EvalError when unknown)
+    benches = list(cfg.benches or loaded["evaluate"].get("benches") or DEFAULT_BENCHES)
     try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
         keys = [canonical_bench_key(str(b)) for b in benches]
     except BenchError as exc:
@@ -209,7 +204,7 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
     if profile:
         eval_opts["profile"] = profile
-    req = Request(cfg, profile, benches, reference_sizes, anchor, anchor_dir, eval_opts)
+    req = Request(cfg, profile, benches, loaded["reference_sizes"], anchor, anchor_dir, eval_opts)
     if cfg.study:
         from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
