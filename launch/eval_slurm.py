@@ -167,21 +167,33 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
         os.close(fd)
 
 
-# an evaluation job's config (_task's): key -> its type; its `discover` (a run's or the anchor's checkpoints) likewise
+# an evaluation job's config (_task's), its `discover` (a run's or the anchor's checkpoints), a job's record
+# (EvalJob.record) and its outcome (run_task's) with its failures: key -> its type
 TEXT = (str, type(None))
 TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": list,
         "discover": (dict, type(None))}
 DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": list, "prompt": str}
+JOB = {"arm": str, "seed": int, "step": int, "ckpt": str, "out": str, "benches": list, "prompt": str}
+OUTCOME, FAILURE = {"jobs": list, "failures": list}, {"job": dict, "benches": list, "error": str}
+
+
+def _check(got: Any, table: dict, at: str = "") -> Any:
+    """`got` when it is an object holding every key of `table` with its type; else ValueError naming the first
+    key (`at`: where `got` is) that is not."""
+    if not isinstance(got, dict):
+        raise ValueError(f"{at.rstrip('.')}: {got!r}, not an object")
+    if bad := [k for k, t in table.items() if k not in got or not isinstance(got[k], t)]:
+        raise ValueError(f"{at}{bad[0]}: {got[bad[0]]!r}" if bad[0] in got else f"{at}no {bad[0]!r}")
+    return got
 
 
 def _read_task(path: Path) -> dict:
     """An evaluation job's config, checked (AnalysisError: one line naming the file)."""
     try:
-        data = read_json_object(path)
-        for at, got, table in (("", data, TASK), ("discover.", data.get("discover"), DISCOVER)):
-            if got is not None and (bad := [k for k, t in table.items() if k not in got or not isinstance(got[k], t)]):
-                raise ValueError(f"{at}{bad[0]}: {got[bad[0]]!r}" if bad[0] in got else f"{at}no {bad[0]!r}")
-        [EvalJob(**r) for r in data["planned"]]   # each one a job's record (else a TypeError)
+        data = _check(read_json_object(path), TASK)
+        if data["discover"] is not None:
+            _check(data["discover"], DISCOVER, "discover.")
+        [EvalJob(**_check(r, JOB, f"planned[{i}].")) for i, r in enumerate(data["planned"])]   # (unknown keys: a TypeError)
         return data
     except (OSError, ValueError, TypeError) as exc:
         raise AnalysisError(f"{path}: not an evaluation job's config ({exc})") from exc
@@ -295,13 +307,16 @@ def tasks_report(configs: list) -> EvalReport:
         except (OSError, ValueError):
             report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
             continue
-        key = "jobs"
         try:
-            report.jobs += [j for j in (EvalJob(**r) for r in outcome.get(key, [])) if j.label not in {p.label for p in planned}]
-            key = "failures"
-            report.failures += [EvalFailure(EvalJob(**f["job"]), list(f["benches"]), str(f["error"])) for f in outcome.get(key, [])]
-        except (KeyError, TypeError) as exc:
-            raise AnalysisError(f"{data['outcome']}: {key}: not an evaluation job's outcome ({exc})") from None
+            done = [EvalJob(**_check(r, JOB, f"jobs[{i}].")) for i, r in enumerate(_check(outcome, OUTCOME)["jobs"])]
+            failed = []
+            for i, f in enumerate(outcome["failures"]):
+                job = EvalJob(**_check(_check(f, FAILURE, f"failures[{i}].")["job"], JOB, f"failures[{i}].job."))
+                failed.append(EvalFailure(job, f["benches"], f["error"]))
+        except (ValueError, TypeError) as exc:
+            raise AnalysisError(f"{data['outcome']}: not an evaluation job's outcome ({exc})") from None
+        report.jobs += [j for j in done if j.label not in {p.label for p in planned}]
+        report.failures += failed
     return report
 
 

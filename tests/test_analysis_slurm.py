@@ -294,8 +294,10 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
             assert evaluate_main([str(plan / name)]) == 2 and why in capsys.readouterr().err
     good = json.loads((plan / "eval-0.json").read_text())
     disc = {"run": None, "anchor": None, "runs_root": str(root), "profile": None, "benches": 5, "prompt": "x"}
-    for bad, key in (({"name": "x"}, "eval_opts"), ({**good, "planned": [5]}, "mapping"), ({**good, "discover": {}}, "discover"),
-                     ({**good, "outcome": None}, "outcome"), ({**good, "discover": disc}, "discover.benches: 5")):
+    job = {**good["planned"][0], "benches": 5}
+    for bad, key in (({"name": "x"}, "eval_opts"), ({**good, "planned": [5]}, "planned[0]: 5"), ({**good, "discover": {}}, "discover"),
+                     ({**good, "outcome": None}, "outcome"), ({**good, "discover": disc}, "discover.benches: 5"),
+                     ({**good, "planned": [job]}, "planned[0].benches: 5")):
         (plan / "bad.json").write_text(json.dumps(bad))
         assert eval_job([str(plan / "bad.json")]) == 2
         err = capsys.readouterr().err
@@ -304,7 +306,8 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     (plan / "outcome-0.json").write_text(json.dumps({"name": "x", "status": "failed", "jobs": [], "failures": [5]}))
     assert aggregate(plan) == 2
     err = capsys.readouterr().err
-    assert f"{plan / 'outcome-0.json'}: failures: not an evaluation job's outcome" in err and len(err.strip().splitlines()) == 1, err
+    assert f"{plan / 'outcome-0.json'}: not an evaluation job's outcome (failures[0]: 5, not an object)" in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
