@@ -81,8 +81,8 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "study": text("a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local",
                       rule=NONEMPTY),
-    "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
-                                  "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
+    "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> data_parallel (x tensor_parallel_size "
+                                  "with backend=vllm; eval.* or the profile's), 1 by default", None, lo=0, integer=True, null=True),
     "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
                                 integer=True, null=True),
     **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in ("partition", "time", "account", "qos", "sbatch", "setup")},
