@@ -22,7 +22,6 @@ from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
-from common.cli import did_you_mean
 from evals.registry import kind_of
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
@@ -217,6 +216,10 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     runs = discover_runs(root, profile) if jobs else runs
     collected = collect(runs, anchor_eval, benches)
     table = collected.table = without_failed(collected.table, ev)
+    found = {*table.bench, *(b for (_, _, _, b) in collected.nulls)}
+    if not cfg.evaluate and cfg.benches and (none := [b for b in benches if b not in found]):
+        raise AnalysisError(f"benches: {none[0]} has no evaluation under {root} nor in {anchor_dir} (evaluate=false only "
+                            "reads the evaluations on disk)")
     out.mkdir(parents=True, exist_ok=True)
     results = [out / "results.parquet", out / "results.csv"]
     table.to_parquet(results[0], index=False)
@@ -252,11 +255,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                         (f"paired_{metric}", paired_table(points, arms, cols, metric))):
             result.tables[name] = t
             table_paths[name] = t.write(out / "tables" / name)
-        for a, b in pairs:
-            for arm in (a, b):
-                if arm not in arms and metric == cfg.metrics[0]:
-                    points.problems.append(f"compare: no run of arm {arm!r} under {root} (arms: {', '.join(arms) or 'none'})"
-                                           f".{did_you_mean(arm, arms)}")
+        for a, b in pairs:   # (an arm no run has: refused by launch.analyze)
             name = f"compare_{a}_vs_{b}_{metric}"
             result.tables[name] = compare_table(points, a, b, cols, metric, settings_note.get((a, b), ""))
             table_paths[name] = result.tables[name].write(out / "tables" / name)

@@ -199,6 +199,11 @@ def headline_metrics() -> dict[str, str]:
     return {bench: kind.headline for bench, kind in KINDS.items() if kind.headline}
 
 
+def metric_specs() -> dict[str, MetricSpec]:
+    """Every registered metric's range: evals.metrics.METRICS, and each bench kind's own `metrics`."""
+    return {**{m: spec for kind in KINDS.values() for m, spec in kind.metrics.items()}, **METRICS}
+
+
 def metric_problem(name: str, value) -> str | None:
     """Why `value` is not a valid metric `name` (unknown to evals.metrics.METRICS and to every kind's
     `metrics`, not a number, NaN/inf, out of range, not an integer where one is needed), or None."""

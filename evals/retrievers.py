@@ -79,6 +79,17 @@ def _tokenize(texts: list[str], return_ids: bool):
     return bm25s.tokenize(texts, stopwords=BM25_PARAMS["stopwords"], return_ids=return_ids, show_progress=False)
 
 
+def _index(texts: list[str], what: str, progress: bool = False):
+    """A BM25 index of `texts` (RetrieverError naming `what` when not one of them has a token to index)."""
+    import bm25s
+
+    if not (tokens := _tokenize(texts, return_ids=True)).vocab:
+        raise RetrieverError(f"{what}: no document has a token to index (each is empty or stopwords only)")
+    bm25 = bm25s.BM25(method=BM25_PARAMS["method"], k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
+    bm25.index(tokens, show_progress=progress)
+    return bm25
+
+
 class Bm25Retriever:
     """bm25s over a corpus jsonl; `built` says whether this instance had to build the index."""
 
@@ -102,8 +113,7 @@ class Bm25Retriever:
         import bm25s
 
         docs = load_corpus(self.corpus_path)
-        bm25 = bm25s.BM25(method=BM25_PARAMS["method"], k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
-        bm25.index(_tokenize([d["contents"] for d in docs], return_ids=True), show_progress=len(docs) > 100_000)
+        bm25 = _index([d["contents"] for d in docs], f"corpus {self.corpus_path}", progress=len(docs) > 100_000)
         meta = {"corpus": str(self.corpus_path.resolve()), "num_docs": len(docs), "params": BM25_PARAMS,
                 "bm25s": bm25s.__version__}
         # A derived cache keyed by the corpus. Another process (a data_parallel shard) may have put the same
@@ -136,8 +146,6 @@ class ItemRetriever:
     paragraphs' 0-based positions. Ties keep the dataset's order."""
 
     def __init__(self, paragraphs):
-        import bm25s
-
         def get(p, key):
             return p[key] if isinstance(p, dict) else getattr(p, key)
 
@@ -146,8 +154,7 @@ class ItemRetriever:
         if not self.docs:
             raise RetrieverError("context mode item: the item has no paragraphs to search")
         logging.getLogger("bm25s").setLevel(logging.WARNING)
-        self.bm25 = bm25s.BM25(method=BM25_PARAMS["method"], k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
-        self.bm25.index(_tokenize([d["contents"] for d in self.docs], return_ids=True), show_progress=False)
+        self.bm25 = _index([d["contents"] for d in self.docs], "context mode item: its paragraphs")
 
     def search(self, queries: list[str], topk: int) -> list[list[dict]]:
         import numpy as np

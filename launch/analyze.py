@@ -24,11 +24,13 @@ from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
 from evals.config import DIRECTORY, KEYS as EVALUATE, load_config
+from evals.profiles import load_profile
+from evals.registry import metric_specs
 from launch import preflight
 from launch.errors import LaunchError
 from launch.jobs import backend
 from launch.slurm import slurm_option_problems
-from launch.eval_slurm import eval_backend, submit, tasks_report
+from launch.eval_slurm import eval_settings, submit, tasks_report
 from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_identity, check_settings, check_templates,
                                EvalReport, harness, plan, run_job)
 
@@ -48,7 +50,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "evaluate": flag("false: only aggregate the evaluations already on disk", True),
     "anchor": text("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
     "anchor_dir": field("null -> <runs_root>/_anchor", None, rule=DIRECTORY),
-    "metrics": field("QA metrics tabulated and plotted", ["em", "f1"], rule=list_of(NONEMPTY.ok, "a list of metric names, e.g. [em,f1]")),
+    "metrics": field("QA metrics tabulated and plotted", ["em", "f1"], rule=list_of(NONEMPTY.ok, "a non-empty list of metric names, e.g. [em,f1]", size=bool)),
     "n_boot": number("bootstrap resamples of the confidence intervals", 2000, lo=1, integer=True),
     "boot_seed": number("seed of the bootstrap", 0, lo=0, integer=True),
     "conf": number("confidence level of the intervals", 0.95, lo=0, hi=1, lo_open=True, hi_open=True),
@@ -79,8 +81,8 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "study": text("a study file (name or path): its reference_results shown beside ours (tables/reference.*)"),
     "launcher": field("local: evaluate here | slurm: a job array (one task per checkpoint to evaluate) + an aggregation job", "local",
                       rule=NONEMPTY),
-    "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> eval.data_parallel (x tensor_parallel_size "
-                                  "with backend=vllm), 1 by default", None, lo=0, integer=True, null=True),
+    "slurm.gpus_per_task": number("launcher=slurm: GPUs per array task; null -> data_parallel (x tensor_parallel_size "
+                                  "with backend=vllm; eval.* or the profile's), 1 by default", None, lo=0, integer=True, null=True),
     "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
                                 integer=True, null=True),
     **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in ("partition", "time", "account", "qos", "sbatch", "setup")},
@@ -154,9 +156,12 @@ def check_keys(cfg: DictConfig) -> None:
         raise AnalysisError("; ".join(bad))
     if bad := [why for k, v in cfg.eval.items() if v is not None and k in EVALUATE and (why := EVALUATE[k].problem(k, v))]:
         raise AnalysisError(f"evaluation settings (eval.KEY=...): {'; '.join(bad)}")   # as check_settings words them
+    if unknown := [m for m in cfg.metrics if m not in metric_specs()]:
+        raise AnalysisError(f"metrics: {unknown[0]!r} is not a registered metric (evals.metrics.METRICS, or a bench kind's "
+                            f"`metrics` in evals.registry).{did_you_mean(unknown[0], metric_specs())}")
     python = interpreter.named(cfg.python, "eval")
     if python is not None and not cfg.power.pilot and (why := interpreter.check(
-            "eval", python, interpreter.eval_needs(eval_backend({"backend": cfg.eval.backend}, cfg.profile or None)))):
+            "eval", python, interpreter.eval_needs(eval_settings({"backend": cfg.eval.backend}, cfg.profile or None).get("backend")))):
         raise AnalysisError(why)
 
 
@@ -180,14 +185,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     cfg = OmegaConf.merge(default_config(), cfg)
     check_keys(cfg)
     profile = cfg.profile or None
-    reference_sizes, benches = {}, list(DEFAULT_BENCHES)
-    if profile:
-        from evals.profiles import load_profile  # recipes/eval/<profile>.yaml (ConfigError when unknown)
-
-        loaded = load_profile(profile)
-        reference_sizes = loaded["reference_sizes"]
-        benches = list(loaded["evaluate"].get("benches") or benches)
-    benches = list(cfg.benches) if cfg.benches else benches
+    loaded = load_profile(profile) if profile else {"evaluate": {}, "reference_sizes": {}}   # (EvalError when unknown)
+    benches = list(cfg.benches or loaded["evaluate"].get("benches") or DEFAULT_BENCHES)
     try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
         keys = [canonical_bench_key(str(b)) for b in benches]
     except BenchError as exc:
@@ -200,10 +199,12 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         anchor = str(Path(anchor).resolve())
     anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else Path(cfg.runs_root) / "_anchor"
     check_anchor_identity(anchor_dir, anchor)
+    if anchor and not cfg.evaluate and not (anchor_eval_dir(anchor_dir, profile) / "summary.json").is_file():
+        raise AnalysisError(f"anchor={cfg.anchor}: {anchor_dir} holds no evaluation of it and evaluate=false evaluates nothing")
     eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
     if profile:
         eval_opts["profile"] = profile
-    req = Request(cfg, profile, benches, reference_sizes, anchor, anchor_dir, eval_opts)
+    req = Request(cfg, profile, benches, loaded["reference_sizes"], anchor, anchor_dir, eval_opts)
     if cfg.study:
         from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
@@ -255,6 +256,10 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     if submits and cfg.slurm.runs is not None and not cfg.eval_tasks:
         return submit(req, [])   # each run's job plans its own checkpoints
     runs = discover_runs(root, req.profile)
+    arms = sorted({r.arm for r in runs})
+    if lost := [arm for pair in compare_pairs(cfg.compare) for arm in pair if arm not in arms]:
+        raise AnalysisError(f"compare: no run of arm {lost[0]!r} under {root} (arms: {', '.join(arms) or 'none'})"
+                            f".{did_you_mean(lost[0], arms)}")
     if not runs and req.anchor is None and not cfg.dry_run and not anchor_eval_dir(req.anchor_dir, req.profile).is_dir():
         raise AnalysisError(f"runs_root={root}: " + ("no such directory" if not root.is_dir() else
                             "no runs in it (<arm>/[<name>/]seed<N>/)") + " and no anchor=: nothing to analyze")

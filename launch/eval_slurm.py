@@ -30,13 +30,11 @@ MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launc
 WARNING = "B:USR1@120"
 
 
-def eval_backend(eval_opts: dict[str, Any], profile: str | None) -> str | None:
-    """The evaluation backend asked for: eval.backend, else the profile's."""
-    if eval_opts.get("backend") is None and profile:
-        from evals.profiles import load_profile
+def eval_settings(eval_opts: dict[str, Any], profile: str | None) -> dict[str, Any]:
+    """The evaluation settings asked for: eval.* (those set) over the profile's evaluate keys."""
+    from evals.profiles import load_profile
 
-        return load_profile(profile)["evaluate"].get("backend")
-    return eval_opts.get("backend")
+    return {**(load_profile(profile)["evaluate"] if profile else {}), **{k: v for k, v in eval_opts.items() if v is not None}}
 
 
 def plan_dir(cfg, kind: str) -> Path:
@@ -75,12 +73,12 @@ def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -
     after_task); it needs the data evaluate reads and what its backend imports."""
     from common.interpreter import eval_needs
 
-    opts, array, gpus = req.eval_opts, name == "eval", req.cfg.slurm.gpus_per_task
+    opts, array, gpus = eval_settings(req.eval_opts, req.profile), name == "eval", req.cfg.slurm.gpus_per_task
     if gpus is None:   # what evaluate's engines take: data_parallel engines of tensor_parallel_size GPUs (vllm) or one (hf)
         gpus = int(opts.get("data_parallel") or 1) * (int(opts.get("tensor_parallel_size") or 1) if opts.get("backend") == "vllm" else 1)
     data = tuple(str(opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if opts.get(k))
     return _job_of(req, name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
-                   needs=Needs(data=data, modules=tuple(eval_needs(eval_backend(opts, req.profile)))), notes=tuple(notes),
+                   needs=Needs(data=data, modules=tuple(eval_needs(opts.get("backend")))), notes=tuple(notes),
                    resources=Resources(gpus_per_node=int(gpus), signal=WARNING,
                                        at_once=req.cfg.slurm.concurrency if array else None), **after)
 
@@ -169,21 +167,33 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
         os.close(fd)
 
 
-# an evaluation job's config (_task's): key -> its type
+# an evaluation job's config (_task's), its `discover` (a run's or the anchor's checkpoints), a job's record
+# (EvalJob.record) and its outcome (run_task's) with its failures: key -> its type
+TEXT = (str, type(None))
 TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": list,
         "discover": (dict, type(None))}
+DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": list, "prompt": str}
+JOB = {"arm": str, "seed": int, "step": int, "ckpt": str, "out": str, "benches": list, "prompt": str}
+OUTCOME, FAILURE = {"jobs": list, "failures": list}, {"job": dict, "benches": list, "error": str}
+
+
+def _check(got: Any, table: dict, at: str = "") -> Any:
+    """`got` when it is an object holding every key of `table` with its type; else ValueError naming the first
+    key (`at`: where `got` is) that is not."""
+    if not isinstance(got, dict):
+        raise ValueError(f"{at.rstrip('.')}: {got!r}, not an object")
+    if bad := [k for k, t in table.items() if k not in got or not isinstance(got[k], t)]:
+        raise ValueError(f"{at}{bad[0]}: {got[bad[0]]!r}" if bad[0] in got else f"{at}no {bad[0]!r}")
+    return got
 
 
 def _read_task(path: Path) -> dict:
     """An evaluation job's config, checked (AnalysisError: one line naming the file)."""
     try:
-        data = read_json_object(path)
-        if bad := [k for k, t in TASK.items() if k not in data or not isinstance(data[k], t)]:
-            raise ValueError(f"{bad[0]}: {data[bad[0]]!r}" if bad[0] in data else f"no {bad[0]!r}")
-        if data["discover"] is not None and (missing := [k for k in ("run", "anchor", "runs_root", "profile", "benches",
-                                                                     "prompt") if k not in data["discover"]]):
-            raise ValueError(f"discover: no {missing}")
-        [EvalJob(**r) for r in data["planned"]]   # each one a job's record (else a TypeError)
+        data = _check(read_json_object(path), TASK)
+        if data["discover"] is not None:
+            _check(data["discover"], DISCOVER, "discover.")
+        [EvalJob(**_check(r, JOB, f"planned[{i}].")) for i, r in enumerate(data["planned"])]   # (unknown keys: a TypeError)
         return data
     except (OSError, ValueError, TypeError) as exc:
         raise AnalysisError(f"{path}: not an evaluation job's config ({exc})") from exc
@@ -297,9 +307,16 @@ def tasks_report(configs: list) -> EvalReport:
         except (OSError, ValueError):
             report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
             continue
-        report.jobs += [j for j in (EvalJob(**r) for r in outcome.get("jobs", [])) if j.label not in {p.label for p in planned}]
-        report.failures += [EvalFailure(EvalJob(**f["job"]), list(f["benches"]), str(f["error"]))
-                            for f in outcome.get("failures", [])]
+        try:
+            done = [EvalJob(**_check(r, JOB, f"jobs[{i}].")) for i, r in enumerate(_check(outcome, OUTCOME)["jobs"])]
+            failed = []
+            for i, f in enumerate(outcome["failures"]):
+                job = EvalJob(**_check(_check(f, FAILURE, f"failures[{i}].")["job"], JOB, f"failures[{i}].job."))
+                failed.append(EvalFailure(job, f["benches"], f["error"]))
+        except (ValueError, TypeError) as exc:
+            raise AnalysisError(f"{data['outcome']}: not an evaluation job's outcome ({exc})") from None
+        report.jobs += [j for j in done if j.label not in {p.label for p in planned}]
+        report.failures += failed
     return report
 
 

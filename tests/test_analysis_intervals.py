@@ -209,7 +209,7 @@ def test_a_contrast_of_scores_that_never_differ_is_not_a_point():
     assert got.covers == "items" and "seed variance unknown" in got.note
 
 
-def test_analyze_on_a_one_item_one_seed_run_writes_its_report_with_the_gap(tmp_path):
+def test_analyze_on_a_one_item_one_seed_run_writes_its_report_with_the_gap(tmp_path, capsys):
     """The whole command on a one-seed run of a one-item bench at 2 steps, evaluate=false: exit 0, the report
     written, its caption naming the missing band (before: a ValueError from the band, exit 1, no report)."""
     from test_analysis_helpers import make_run, write_eval
@@ -221,5 +221,7 @@ def test_analyze_on_a_one_item_one_seed_run_writes_its_report_with_the_gap(tmp_p
     for step, value in ((10, 0.0), (20, 1.0)):
         write_eval(root / "r2e" / "seed0" / "eval" / f"step-{step:06d}", {"nq": value}, n=1)
     write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.0}, n=1)
+    assert main([f"runs_root={root}", f"out={tmp_path / 'x'}", "evaluate=false", "benches=[nq,hotpotqa]"]) == 2   # no hotpotqa
+    assert "benches: hotpotqa has no evaluation" in capsys.readouterr().err and not (tmp_path / "x").exists()
     assert main([f"runs_root={root}", f"out={tmp_path / 'o'}", "evaluate=false", "benches=[nq]", "metrics=[em]"]) == 0
     assert "No simultaneous band: r2e, nq: one item: no item variance." in (tmp_path / "o" / "report.md").read_text()

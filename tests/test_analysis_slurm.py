@@ -18,7 +18,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from launch.analyze import main
-from launch.analyze import run_analysis
+from launch.analyze import parse_argv, run_analysis
 from test_analysis import FakeEvaluator
 from test_analysis_helpers import make_run
 from launch_helpers import fake_cluster
@@ -96,6 +96,14 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     node = [a for a in argv if not a.startswith("slurm.gpus_per_task")] + ["eval.data_parallel=8"]
     assert main(node) == 0
     assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["gpus-per-node"] == "8"
+    # ... and the profile's engines when it sets them (the count read only eval.*: 1 GPU for 2 × 2 vllm engines)
+    import evals.profiles
+
+    monkeypatch.setattr(evals.profiles, "PROFILES_DIR", tmp_path / "profiles")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "tp2.yaml").write_text("evaluate: {backend: vllm, tensor_parallel_size: 2, data_parallel: 2}\n")
+    run_analysis(parse_argv(node[:-1] + ["profile=tp2"]))   # (not main: its preflight would want vllm here)
+    assert _sbatch_lines(_scripts(capsys.readouterr().out)[0])["gpus-per-node"] == "4"
     # A bad setting is one line naming its key, before anything is planned (slurm.sbatch=5 was a traceback).
     for bad, line in (("slurm.concurrency=0", "slurm.concurrency=0"), ("slurm.sbatch=[--qos=x]", "use slurm.qos="),
                       ("slurm.sbatch=5", "error: slurm.sbatch must be a list of sbatch options"),
@@ -285,10 +293,21 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
         if why.startswith("not"):   # `evaluate CONFIG` reads its file the same way
             assert evaluate_main([str(plan / name)]) == 2 and why in capsys.readouterr().err
     good = json.loads((plan / "eval-0.json").read_text())
-    for bad in ({"name": "x"}, {**good, "planned": [5]}, {**good, "discover": {}}, {**good, "outcome": None}):
+    disc = {"run": None, "anchor": None, "runs_root": str(root), "profile": None, "benches": 5, "prompt": "x"}
+    job = {**good["planned"][0], "benches": 5}
+    for bad, key in (({"name": "x"}, "eval_opts"), ({**good, "planned": [5]}, "planned[0]: 5"), ({**good, "discover": {}}, "discover"),
+                     ({**good, "outcome": None}, "outcome"), ({**good, "discover": disc}, "discover.benches: 5"),
+                     ({**good, "planned": [job]}, "planned[0].benches: 5")):
         (plan / "bad.json").write_text(json.dumps(bad))
         assert eval_job([str(plan / "bad.json")]) == 2
-        assert "bad.json: not an evaluation job's config" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "bad.json: not an evaluation job's config" in err and key in err and len(err.strip().splitlines()) == 1, err
+    # A corrupt outcome (what the aggregation reads): one line naming the file and the key (was a TypeError).
+    (plan / "outcome-0.json").write_text(json.dumps({"name": "x", "status": "failed", "jobs": [], "failures": [5]}))
+    assert aggregate(plan) == 2
+    err = capsys.readouterr().err
+    assert f"{plan / 'outcome-0.json'}: not an evaluation job's outcome (failures[0]: 5, not an object)" in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):

@@ -113,6 +113,9 @@ def one_run(tmp_path):
     (["n_boot=x"], "n_boot"), (["conf=2"], "conf=2"), (["evaluate=5"], "evaluate=5"), (["anchor_dir=5"], "anchor_dir=5"),
     (["runs_root=5"], "runs_root=5"), (["power.pilot=5"], "power.pilot=5"), (["eval_tasks=5"], "eval_tasks=5"),
     (["launcher=slurm", "slurm.after=5"], "slurm.after=5"), (["launcher=slurm", "slurm.sbatch=5"], "slurm.sbatch"),
+    # a report that would be empty or wrong: an unknown metric, an arm no run has, an anchor never evaluated
+    (["metrics=[eem]"], "metrics: 'eem' is not a registered metric"), (["metrics=[]"], "metrics=[]: expected a non-empty"),
+    (["compare=[[grpo_qa,nope]]"], "no run of arm 'nope'"), (["evaluate=false", "anchor=tiny_base"], "holds no evaluation of it"),
 ])
 @pytest.mark.parametrize("dry", [True, False])
 def test_analyze_refuses_bad_eval_keys_up_front(one_run, tmp_path, capsys, args, needle, dry):

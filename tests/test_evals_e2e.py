@@ -9,7 +9,7 @@ import pytest
 
 from evals.backends import Generation
 from evals.cli import main as cli_main
-from evals.retrievers import Bm25Retriever, HttpRetriever, RetrieverError, format_docs
+from evals.retrievers import Bm25Retriever, HttpRetriever, ItemRetriever, RetrieverError, format_docs
 from evals.run import evaluate
 from evals.server import make_server
 from tests.conftest import shared_path
@@ -167,6 +167,12 @@ def test_corpus_errors_name_the_line(tmp_path):
     bad.write_text('{"id": "0", "contents": "\\"T\\"\\nx"}\n{"id": "1"}\n')
     with pytest.raises(RetrieverError, match=r"c.jsonl:2"):
         Bm25Retriever(bad, tmp_path / "idx")
+    # nothing to index (every doc empty or stopwords only): one line, not bm25s's ValueError
+    bad.write_text('{"id": "0", "contents": "the a of"}\n{"id": "1", "contents": ""}\n')
+    with pytest.raises(RetrieverError, match=f"corpus {bad}: no document has a token to index"):
+        Bm25Retriever(bad, tmp_path / "idx")
+    with pytest.raises(RetrieverError, match="context mode item: its paragraphs: no document has a token"):
+        ItemRetriever([{"title": "the", "text": "of"}])
 
 
 def test_reads_data_prep_synthetic_bench(tmp_path):
