@@ -116,7 +116,7 @@ def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dic
     before anything (a dry run's too), `required` given."""
     c = OmegaConf.to_container(cfg, resolve=True)
     data = {k: c[k] for k in data_keys}
-    if bad := fields.problems(table, c, must=True) + problems(data):
+    if bad := fields.problems(table, c, must=True) + problems(data, prefix=""):
         raise DataPrepError("; ".join(bad))
     if not c[required]:
         raise DataPrepError(f"{required}=DIR is required")

@@ -257,7 +257,7 @@ def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:
     one whose jobs run here and (`resume`: SFT) resume=never for one that requeues a stopped job."""
     kind = cfg.launcher.kind
     try:
-        runner = backend(kind)
+        runner = backend(kind, "launcher.kind")
     except LaunchError as exc:
         return [str(exc)]
     bad = []
