@@ -359,6 +359,7 @@ def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
                       # run checked nothing (each key's field rule now)
                       (["seed=[]"], "seed must be"), (["seed=-1"], "seed must be"), (["out=5"], "out must be"),
                       (["overwrite=5"], "overwrite must be"), (["dry_run=true", "n=0"], "error: n must be"),
+                      (["dry_run=true", "sources.code=5"], "error: sources.code must be"),   # (these two: data.n; exit 0)
                       (["heldout", "n=0", "dry_run=true"], "n must be"), (["heldout", "seed=[]"], "seed must be"),
                       (["heldout", "domains=5"], "domains must be"), (["check-heldout", "heldout=5", "train=x"], "heldout must be"),
                       (["check-heldout", "heldout=x", "train=5"], "train must be")):   # (the last three: tracebacks)
