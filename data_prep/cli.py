@@ -30,6 +30,7 @@ from common.fields import NONEMPTY, Test, count, field, flag, text
 from common.cli import apply_overrides, run_cli, wants_help
 from data_prep.config import DATA, DATA_DEFAULTS, problems
 from data_prep.errors import DataPrepError
+from data_prep.readers import SOURCES
 
 def _one_or_list(what: str) -> Test:
     return Test(lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)), f"{what} or a list of them")
@@ -116,7 +117,8 @@ def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dic
     before anything (a dry run's too), `required` given."""
     c = OmegaConf.to_container(cfg, resolve=True)
     data = {k: c[k] for k in data_keys}
-    if bad := fields.problems(table, c, must=True) + problems(data, prefix=""):
+    bad = fields.problems(table, c, must=True) + problems(data, prefix="")
+    if bad := bad + [why for side in ("code", "search") if "sources" in data and (why := SOURCES.must(f"sources.{side}", data["sources"][side]))]:
         raise DataPrepError("; ".join(bad))
     if not c[required]:
         raise DataPrepError(f"{required}=DIR is required")

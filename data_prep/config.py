@@ -7,7 +7,7 @@ from typing import Any
 
 from common import datafetch, fields, keydoc
 from common.cli import did_you_mean
-from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, Rule, Test, choice, count, field, flag, list_of, plain, text
+from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, Test, choice, count, field, flag, list_of, plain, text
 from data_prep.errors import DataPrepError
 
 # data_prep's vocabularies (its readers and renderer check the same tuples)
@@ -15,17 +15,6 @@ REASONING_MODES = ("reasoning_content", "content")
 HISTORY_POLICIES = ("exact", "keep_as_rendered", "reject")
 THOUGHT_POLICIES = ("reject", "drop")
 _ID, _PATH, _PATH_CONTENT, _OUTPUT = (IDENTITY,), (PATH,), (PATH, CONTENT), (PATH, OUTPUT)
-
-
-class _Sources(Rule):
-    """data.sources.*: a list of FORMAT:PATH_OR_HUB_ID, FORMAT one of data_prep.readers' (imported when asked: they import this)."""
-
-    def why(self, v):
-        from data_prep.readers import FORMATS
-
-        ok = isinstance(v, list) and all(isinstance(s, str) and s.split(":", 1)[0] in FORMATS and ":" in s for s in v)
-        return None if ok else f"a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}"
-
 
 DATA: dict[str, Field] = {
     "kind": choice("hub | synthetic", "hub", ("hub", "synthetic"), _ID),
@@ -49,9 +38,8 @@ DATA: dict[str, Field] = {
                            as_before=[]),   # issue 37
     "decontam_drop": flag("true: drop records that overlap an evaluation question (default: report them)", False, _ID),
     "decontam_ngram": count("n-gram length of the overlap check", 13),
-    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [], (IDENTITY, PATH, SOURCES),
-                          _Sources()),
-    "sources.search": field("search-arm sources, same form as sources.code", [], (IDENTITY, PATH, SOURCES), _Sources()),
+    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [], (IDENTITY, PATH, SOURCES)),
+    "sources.search": field("search-arm sources, same form as sources.code", [], (IDENTITY, PATH, SOURCES)),
     "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {}, _ID,
                        Test(lambda v: v is None or isinstance(v, dict), "a mapping of generator knobs, e.g. {code_turns: 3}")),
     "heldout": text("a `data-prep heldout` dir: every record whose content it holds is left out of the arm (rejected, "
@@ -71,9 +59,8 @@ def problems(data_cfg: Any, prefix: str = "data.") -> list[str]:
     data_cfg = plain(data_cfg)
     out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
     values = {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}
-    rules = {f"{prefix}{k}": f for k, f in DATA.items()}
-    out += fields.problems(rules, {prefix.rstrip("."): values} if prefix else values, must=True,
-                           optional=[f"{prefix}sources.code", f"{prefix}sources.search"])   # absent: resolve's [] (or its refusal)
+    rules = {f"{prefix}{k}": f for k, f in DATA.items() if not k.startswith("sources.")}
+    out += fields.problems(rules, {prefix.rstrip("."): values} if prefix else values, must=True)
     sets = values["decontam_sets"]   # names the data cache knows (the rule: a list of strings)
     return out + [f"{prefix}decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
                   for n in (sets if isinstance(sets, list) else []) if isinstance(n, str) and not datafetch.is_name(n)]
@@ -87,6 +74,8 @@ def resolve(data_cfg: Any) -> dict:
     cfg = {**copy.deepcopy(DATA_DEFAULTS), **(data_cfg or {})}
     if not isinstance(sources := cfg["sources"] or {}, dict):   # the formats: the readers' check
         raise DataPrepError(f"data.sources must be a section of keys (data.sources.KEY: value), got {sources!r}")
+    for side in (s for s in ("code", "search") if not isinstance(sources.get(s) or [], list)):
+        raise DataPrepError(f"data.sources.{side} must be a list of FORMAT:PATH_OR_HUB_ID sources, got {sources[side]!r}")
     cfg["sources"] = {side: list(sources.get(side) or []) for side in ("code", "search")}
     cfg["decontam"] = list(cfg["decontam"] or [])
     cfg["decontam_sets"] = list(cfg["decontam_sets"] or [])
