@@ -29,6 +29,7 @@ from common import fields, keydoc, schema
 from common.fields import NONEMPTY, Test, count, field, flag, text
 from common.cli import apply_overrides, run_cli, wants_help
 from data_prep.config import DATA, DATA_DEFAULTS, problems
+from data_prep import synthetic
 from data_prep.errors import DataPrepError
 from data_prep.readers import SOURCES
 
@@ -122,6 +123,7 @@ def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dic
         raise DataPrepError("; ".join(bad))
     if not c[required]:
         raise DataPrepError(f"{required}=DIR is required")
+    synthetic.config_from(data.get("synthetic"))   # each generator knob of its kind
     return c, data
 
 

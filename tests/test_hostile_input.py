@@ -361,7 +361,7 @@ def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
                       (["overwrite=5"], "overwrite must be"), (["dry_run=true", "n=0"], "error: n must be"),
                       (["dry_run=true", "sources.code=5"], "error: sources.code must be"),   # (these two: data.n; exit 0)
                       # (these two: a TypeError, an IsADirectoryError traceback)
-                      (["synthetic.code_turns=abc"], "data.synthetic.code_turns='abc': expected a pair"), (["decontam=[.]"], "Is a directory"),
+                      (["dry_run=true", "synthetic.code_turns=abc"], "data.synthetic.code_turns='abc': expected a pair"), (["decontam=[.]"], "Is a directory"),
                       (["heldout", "n=0", "dry_run=true"], "n must be"), (["heldout", "seed=[]"], "seed must be"),
                       (["heldout", "domains=5"], "domains must be"), (["check-heldout", "heldout=5", "train=x"], "heldout must be"),
                       (["check-heldout", "heldout=x", "train=5"], "train must be")):   # (the last three: tracebacks)
