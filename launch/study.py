@@ -131,9 +131,9 @@ def parse_study_argv(argv: list[str]) -> Request:
                               f"{did_you_mean(stage, names)}")
         own[stage].append(replace(arg, value=study.substitute(arg.value, tok)))
     shared = [replace(arg, value=study.substitute(arg.value, tok)) for tok, arg in shared]
-    for key, arg in [*((a.key, a) for a in shared), *((f"{s}:{a.key}", a) for s, args in own.items() for a in args)]:
-        if arg.key in ("launcher", "launcher.kind"):
-            jobs.backend(arg.value, key)   # a backend of that name, the key named as typed
+    for key, arg in [*((a.key, a) for a in shared), *((f"{s.name}:{a.key}", a) for s in study.stages for a in [*_file_args(s), *own[s.name]])]:
+        if arg.key in ("launcher", "launcher.kind"):   # each a backend of that name (the key named as typed)
+            jobs.backend(arg.value, key)
     default = DEFAULT_CHOICES["launcher"]
     kinds = {s.name: _launcher([*_file_args(s), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
     launcher = next(iter(kinds.values()), _launcher(shared) or default)
@@ -142,7 +142,6 @@ def parse_study_argv(argv: list[str]) -> Request:
         raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == there)} "
                           f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
                           f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
-    jobs.backend(launcher)   # a backend of that name (LaunchError naming them)
     for s in (s for s in study.stages if s.run not in TRAINING_RUNS):   # its file's arguments, then the command line's
         for arg in (a for a in [*_file_args(s), *own[s.name]] if a.key in ("launcher", "launcher.kind") and a.value != launcher):
             raise LaunchError(f"{s.name}:{arg}: every job of the plan goes to launcher={launcher} (given without a stage or "
