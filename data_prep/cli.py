@@ -29,7 +29,9 @@ from common import fields, keydoc, schema
 from common.fields import NONEMPTY, Test, count, field, flag, text
 from common.cli import apply_overrides, run_cli, wants_help
 from data_prep.config import DATA, DATA_DEFAULTS, problems
+from data_prep import synthetic
 from data_prep.errors import DataPrepError
+from data_prep.readers import SOURCES
 
 def _one_or_list(what: str) -> Test:
     return Test(lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)), f"{what} or a list of them")
@@ -104,7 +106,7 @@ def _main(argv: list[str]) -> int:
     except build.StrictError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (ArmError, SourceError, ValueError, FileNotFoundError) as exc:
+    except (ArmError, SourceError, ValueError, OSError) as exc:   # OSError: a missing file, a directory given for one
         raise DataPrepError(str(exc)) from exc
     print(json.dumps({"out": c["out"], "counts": m["counts"], "rejected_by_reason": m["rejected_by_reason"],
                       "tokens": m["tokens"], "fingerprint": m["fingerprint"]}, indent=2))
@@ -116,10 +118,12 @@ def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dic
     before anything (a dry run's too), `required` given."""
     c = OmegaConf.to_container(cfg, resolve=True)
     data = {k: c[k] for k in data_keys}
-    if bad := fields.problems(table, c, must=True) + problems(data):
+    bad = fields.problems(table, c, must=True) + problems(data, prefix="")
+    if bad := bad + [why for side in ("code", "search") if "sources" in data and (why := SOURCES.must(f"sources.{side}", data["sources"][side]))]:
         raise DataPrepError("; ".join(bad))
     if not c[required]:
         raise DataPrepError(f"{required}=DIR is required")
+    synthetic.config_from(data.get("synthetic"))   # each generator knob of its kind
     return c, data
 
 
@@ -147,7 +151,7 @@ def heldout_main(argv: list[str]) -> int:
         m = build.build_heldout(data_cfg, n=int(c["n"]), domains=domains, seed=int(c["seed"]),
                                 tokenizer=str(c["tokenizer"]), out=c["out"], num_proc=c["num_proc"],
                                 overwrite=bool(c["overwrite"]))
-    except (ArmError, SourceError, ValueError, FileNotFoundError) as exc:
+    except (ArmError, SourceError, ValueError, OSError) as exc:   # OSError: a missing file, a directory given for one
         raise DataPrepError(str(exc)) from exc
     print(json.dumps({"out": c["out"], "records": {d: len(v) for d, v in m["digests"].items()},
                       "fingerprint": m["fingerprint"]}, indent=2))

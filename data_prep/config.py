@@ -53,16 +53,16 @@ DATA_DEFAULTS: dict[str, Any] = keydoc.defaults(DATA)
 NON_OUTPUT_KEYS = ("cache_root", "dir", "strict")
 
 
-def problems(data_cfg: Any) -> list[str]:
+def problems(data_cfg: Any, prefix: str = "data.") -> list[str]:
     """Every data key of `data_cfg` (the `data:` section, dict or DictConfig) that is unknown or
-    invalid, one line each naming `data.<key>`."""
+    invalid, one line each naming `<prefix><key>` (data-prep's command line: the key as typed, no prefix)."""
     data_cfg = plain(data_cfg)
     out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
-    cfg = {"data": {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}}
-    rules = {f"data.{k}": f for k, f in DATA.items() if not k.startswith("sources.")}
-    out += fields.problems(rules, cfg, must=True)
-    sets = cfg["data"]["decontam_sets"]   # names the data cache knows (the rule: a list of strings)
-    return out + [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
+    values = {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}
+    rules = {f"{prefix}{k}": f for k, f in DATA.items() if not k.startswith("sources.")}
+    out += fields.problems(rules, {prefix.rstrip("."): values} if prefix else values, must=True)
+    sets = values["decontam_sets"]   # names the data cache knows (the rule: a list of strings)
+    return out + [f"{prefix}decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
                   for n in (sets if isinstance(sets, list) else []) if isinstance(n, str) and not datafetch.is_name(n)]
 
 

@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.fields import is_int
 from common.io import write_jsonl
 from data_prep.errors import DataPrepError
 
@@ -423,4 +424,18 @@ def config_from(d: dict | None) -> SyntheticConfig:
     if bad:
         raise DataPrepError(f"unknown data.synthetic key(s) {bad}; known: {sorted(known) + ['code_n', 'search_n']}")
     kw = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in d.items() if k in known}
+    for k, v in kw.items():   # each knob of its default's kind
+        default = getattr(SyntheticConfig, k)
+        kind = next(w for t, w in _KNOB_KINDS if isinstance(default, t))
+        if not kind[0](v):
+            raise DataPrepError(f"data.synthetic.{k}={v!r}: expected {kind[1]}")
     return SyntheticConfig(**kw)
+
+
+_KNOB_KINDS = (   # (the default's type, (what a value must pass, what it is)); bool before int
+    (bool, (lambda v: isinstance(v, bool), "true or false")),
+    (float, (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1, "a share in [0, 1]")),
+    (int, (lambda v: is_int(v) and v >= 0, "a non-negative integer")),
+    (tuple, (lambda v: isinstance(v, tuple) and len(v) == 2 and all(is_int(x) and x >= 0 for x in v) and v[0] <= v[1],
+             "a pair [lo, hi] of non-negative integers, lo <= hi")),
+)

@@ -9,10 +9,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, split_dotlist
 from common import keydoc
-from common.fields import list_of, plain, problems
+from common.fields import plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
-from data_prep.readers import FORMATS as SOURCE_FORMATS
+from data_prep.readers import SOURCES
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
 from launch.jobs import BACKENDS, backend
@@ -229,9 +229,6 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
 # Every key's rule is its field's (sft.config.SFT); the trainer's keys are checked by the trainer's own
 # `problems` and the data keys by data_prep's. Below: what only launch reads.
 _LAUNCH_RULES = {k: f for k, f in sft_config.SFT.items() if k not in sft_config.TRAINER and not k.startswith("data.")}
-# data.sources.*: data_prep's readers know the formats (its own check of `data:` leaves the sources to them)
-SOURCES = list_of(lambda s: isinstance(s, str) and ":" in s and s.split(":", 1)[0] in SOURCE_FORMATS,
-                  f"a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(SOURCE_FORMATS)}")
 
 
 def validate(cfg: DictConfig) -> None:
@@ -257,7 +254,7 @@ def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:
     one whose jobs run here and (`resume`: SFT) resume=never for one that requeues a stopped job."""
     kind = cfg.launcher.kind
     try:
-        runner = backend(kind)
+        runner = backend(kind, "launcher.kind")
     except LaunchError as exc:
         return [str(exc)]
     bad = []

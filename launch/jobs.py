@@ -240,12 +240,12 @@ class Runner(ABC):
 BACKENDS = {"local": "launch.local:LocalRunner", "slurm": "launch.slurm:SlurmRunner"}
 
 
-def backend(kind: str) -> type[Runner]:
-    """The Runner class of launcher `kind` (LaunchError naming the backends, with a "did you mean")."""
+def backend(kind: str, key: str = "launcher") -> type[Runner]:
+    """The Runner class of launcher `kind` (LaunchError naming `key` as typed and the backends, with a "did you mean")."""
     if kind not in BACKENDS:
         from common.cli import did_you_mean
 
-        raise LaunchError(f"launcher={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
+        raise LaunchError(f"{key}={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
     module, _, name = BACKENDS[kind].partition(":")
     return getattr(importlib.import_module(module), name)
 

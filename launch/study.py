@@ -131,6 +131,9 @@ def parse_study_argv(argv: list[str]) -> Request:
                               f"{did_you_mean(stage, names)}")
         own[stage].append(replace(arg, value=study.substitute(arg.value, tok)))
     shared = [replace(arg, value=study.substitute(arg.value, tok)) for tok, arg in shared]
+    for key, arg in [*((a.key, a) for a in shared), *((f"{s.name}:{a.key}", a) for s in study.stages for a in [*_file_args(s), *own[s.name]])]:
+        if arg.key in ("launcher", "launcher.kind"):   # each a backend of that name (the key named as typed)
+            jobs.backend(arg.value, key)
     default = DEFAULT_CHOICES["launcher"]
     kinds = {s.name: _launcher([*_file_args(s), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
     launcher = next(iter(kinds.values()), _launcher(shared) or default)
@@ -139,7 +142,6 @@ def parse_study_argv(argv: list[str]) -> Request:
         raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == there)} "
                           f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
                           f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
-    jobs.backend(launcher)   # a backend of that name (LaunchError naming them)
     for s in (s for s in study.stages if s.run not in TRAINING_RUNS):   # its file's arguments, then the command line's
         for arg in (a for a in [*_file_args(s), *own[s.name]] if a.key in ("launcher", "launcher.kind") and a.value != launcher):
             raise LaunchError(f"{s.name}:{arg}: every job of the plan goes to launcher={launcher} (given without a stage or "
@@ -206,11 +208,9 @@ def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg
         r.cfg = resolve_request(apply_overrides(base_config(next((a.value for a in reversed(args) if a.key == "profile"), None)
                                                             or None), rest))
     else:
-        from sft.export import DEFAULTS
+        from sft.export import DEFAULTS, checked
 
-        r.cfg = apply_overrides(OmegaConf.create(DEFAULTS), rest)
-        if not r.cfg.ckpt or not r.cfg.out:
-            raise LaunchError(f"stage {stage.name}: ckpt= and out= are required")
+        r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest), f"stage {stage.name}: ckpt= and out= are required")
 
 
 def resolve_stages(req: Request) -> list[Resolved]:

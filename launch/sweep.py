@@ -37,9 +37,13 @@ def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]
         if key == "eval_profile":
             profile = value.strip() or None
         elif key.startswith(ANALYZE):
+            if key in (f"{ANALYZE}slurm.runs", f"{ANALYZE}slurm.runs_after"):
+                raise LaunchError(f"{key}= is set by the sweep: its evaluation takes the sweep's own runs")
             analyze.append(f"{key[len(ANALYZE):]}={value}")
         elif key in ("arms", "seeds"):
             parsed = OmegaConf.from_dotlist([f"x={value}"]).x
+            if OmegaConf.is_dict(parsed):
+                raise LaunchError(f"{key}={value}: expected a list of {key}, not a mapping")
             items = [] if parsed is None else list(parsed) if not isinstance(parsed, (str, int)) else [parsed]
             if twice := [x for i, x in enumerate(items) if x in items[:i]]:
                 raise LaunchError(f"{key}={value} names {twice[0]} twice: each run dir is trained by one run")

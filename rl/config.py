@@ -140,7 +140,8 @@ def problems(cfg: DictConfig) -> list[str]:
                 bad.append(NEEDS[key].format(retriever=retriever))
             elif not (key != "grpo.prompts_file" and _named(key, value, key.removeprefix("grpo."), bad)) \
                     and not Path(str(value)).is_file():
-                bad.append(f"{key}={value}: no such file" + (" (a faiss index; null builds one from the corpus)" if key == "grpo.index" else ""))
+                what = "a directory, not a file" if Path(str(value)).is_dir() else "no such file"
+                bad.append(f"{key}={value}: {what}" + (" (a faiss index; null builds one from the corpus)" if key == "grpo.index" else ""))
         if retriever == "e5" and not g.get("encoder"):
             bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
         if retriever == "e5":

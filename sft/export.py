@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from common import keydoc
-from common.fields import field
-from common.cli import apply_overrides, require_int, run_cli, wants_help
+from common import fields, keydoc
+from common.fields import Test, choice, count, field, flag, text
+from common.cli import apply_overrides, run_cli, wants_help
 from common.io import (SHA256SUMS, atomic_dir, check_output_dir, read_sha256sums, sha256_file, write_json,
                        write_sha256sums)
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
@@ -51,19 +51,20 @@ from sft.errors import SftError
 # Written into every export: what makes a directory this command's output (overwrite=true only
 # ever renames such a directory aside).
 EXPORT_MARKER = "export_info.json"
-KEYS = {  # `export-checkpoint --help` and docs/keys/export-checkpoint.md
-    "ckpt": field("a step checkpoint (HF model dir), or a run / state dir (its latest COMPLETE resumable state)", None),
-    "out": field("the serving copy's directory (written to a temporary sibling, renamed when complete)", None),
-    "dtype": field("bf16 | fp16 | fp32: the dtype of the exported weights", "bf16"),
-    "max_shard_size": field("shard the safetensors above this size (B, KB, MB, GB, TB; KiB, MiB, GiB)", "5GB"),
-    "vocab_size": field("trim padded vocabulary rows beyond this; null -> config.vocab_size", None),
-    "tokenizer": field("DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)", None),
-    "report": field("analyze's out dir: the card shows its results of this checkpoint (null: the card says not evaluated)", None),
-    "study": field("a study file (name or path): the card lists its notes (what is not reproduced)", None),
-    "repo_id": field("the hub repo the export is published as: the card's snippets load it (null: from this directory)", None),
-    "overwrite": field("true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>", False),
-    "verify": field("run verify-checkpoint on the result", True),
-    "dry_run": field("true: print the config and the resolved source, write nothing", False),
+KEYS = {  # `export-checkpoint --help` and docs/keys/export-checkpoint.md; each value checked by its rule first (a dry run's too)
+    "ckpt": text("a step checkpoint (HF model dir), or a run / state dir (its latest COMPLETE resumable state)"),
+    "out": text("the serving copy's directory (written to a temporary sibling, renamed when complete)"),
+    "dtype": choice("bf16 | fp16 | fp32: the dtype of the exported weights", "bf16", EXPORT_DTYPES),
+    "max_shard_size": field("shard the safetensors above this size (B, KB, MB, GB, TB; KiB, MiB, GiB)", "5GB",
+                            rule=Test(lambda v: size_bytes(v) is not None, "a size like 5GB, 500MiB or 1000000")),
+    "vocab_size": count("trim padded vocabulary rows beyond this; null -> config.vocab_size", None, (), null=True),
+    "tokenizer": text("DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)"),
+    "report": text("analyze's out dir: the card shows its results of this checkpoint (null: the card says not evaluated)"),
+    "study": text("a study file (name or path): the card lists its notes (what is not reproduced)"),
+    "repo_id": text("the hub repo the export is published as: the card's snippets load it (null: from this directory)"),
+    "overwrite": flag("true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>", False),
+    "verify": flag("run verify-checkpoint on the result", True),
+    "dry_run": flag("true: print the config and the resolved source, write nothing", False),
 }
 DEFAULTS = keydoc.defaults(KEYS)
 
@@ -81,12 +82,12 @@ _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**1
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
 
-def parse_size(value) -> int:
-    """`5GB` (10^9), `500MiB` (2^20), or a plain byte count -> bytes."""
+def size_bytes(value) -> int | None:
+    """`5GB` (10^9), `500MiB` (2^20), or a plain byte count -> bytes; None when it is none of those."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
     unit = m.group(2).upper() if m else None
     if not m or unit not in _SIZE_UNITS or float(m.group(1)) * _SIZE_UNITS[unit] < 1:
-        raise SftError(f"max_shard_size: expected a size like 5GB, 500MiB or 1000000, found {value!r}")
+        return None
     return int(float(m.group(1)) * _SIZE_UNITS[unit])
 
 
@@ -258,14 +259,9 @@ def write_card(source: Path, out: Path, *, report=None, study=None, repo_id: str
 def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", vocab_size: int | None = None,
                       tokenizer: str | None = None, overwrite: bool = False, report=None, study=None,
                       repo_id: str | None = None) -> dict:
-    """Export `ckpt` to `out`; returns a summary (source, step, files, notes)."""
+    """Export `ckpt` to `out` (the values as KEYS' rules allow them); returns a summary (source, step, files, notes)."""
     from transformers import AutoConfig
 
-    if dtype not in EXPORT_DTYPES:
-        raise SftError(f"dtype: expected one of {sorted(EXPORT_DTYPES)}, found {dtype!r}")
-    max_bytes = parse_size(max_shard_size)
-    if vocab_size is not None:
-        vocab_size = require_int(vocab_size, "vocab_size", 1)
     out = Path(out)
     src: Source = resolve_source(ckpt)
     if out.resolve().is_relative_to(src.path.resolve()):
@@ -288,7 +284,7 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     config.dtype = torch_dtype
     with atomic_dir(out, existing="aside") as tmp:
         save_config(config, tmp)  # first: write_weights copies its file mode
-        files = write_weights(sd, tmp, torch_dtype, max_bytes)
+        files = write_weights(sd, tmp, torch_dtype, size_bytes(max_shard_size))
         notes += _copy_carry_files(src.hf_dir, tmp, config, override)
         if getattr(tok, "chat_template", None) is None:
             notes.append(f"{override.dir if override else src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
@@ -308,6 +304,15 @@ def export_main(argv: list[str] | None = None) -> int:
     return run_cli(_main, argv)
 
 
+def checked(cfg, required: str = "ckpt=PATH and out=PATH are required (see --help)"):
+    """`cfg` (KEYS) with every value checked by its key's rule, then ckpt and out given (else SftError `required`)."""
+    if bad := fields.problems(KEYS, cfg):
+        raise SftError("; ".join(bad))
+    if not cfg.ckpt or not cfg.out:
+        raise SftError(required)
+    return cfg
+
+
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
@@ -316,8 +321,7 @@ def _main(argv: list[str]) -> int:
         cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.load(argv[0]))
     else:
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv)
-    if not cfg.ckpt or not cfg.out:
-        raise SftError("ckpt=PATH and out=PATH are required (see --help)")
+    checked(cfg)
     try:
         if cfg.dry_run:
             src = resolve_source(cfg.ckpt)

@@ -138,7 +138,8 @@ def test_cli_help_dry_run_and_errors(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "kind: synthetic" in out and "r2e-gym:/data/r2e.jsonl" in out
     assert cli_main(["out=/x", "epilouge=false"]) == 2 and "epilogue" in capsys.readouterr().err
-    assert cli_main(["out=/x", "arm=r2e", "sources.code=[nope:/x.jsonl]"]) == 2 and "unknown format" in capsys.readouterr().err
+    assert cli_main(["out=/x", "arm=r2e", "sources.code=[nope:/x.jsonl]"]) == 2   # launch's rule (a dry run's too)
+    assert "sources.code must be a list of FORMAT:PATH_OR_HUB_ID with FORMAT in r2e-gym" in capsys.readouterr().err
     rc = cli_main([f"out={tmp_path / 's'}", "arm=search", "data=synthetic", "n=4", "synthetic.n_entities=30"])
     assert rc == 0 and json.loads((tmp_path / "s" / "manifest.json").read_text())["counts"]["rows_by_domain"] == {"search": 4}
 

@@ -370,6 +370,14 @@ def test_export_cli(tiny_model_dir, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "dry_run=true"]) == 0
     assert not (tmp_path / "x").exists()
+    capsys.readouterr()
+    # each value checked by its key's rule, a dry run's too (seen failing: dtype=5, ckpt=[1], vocab_size=0 exited 0)
+    for bad, line in (("dtype=5", "dtype=5: expected bf16, bfloat16, fp16"), ("vocab_size=0", "vocab_size=0: expected a positive"),
+                      ("max_shard_size=x", "max_shard_size='x': expected a size like 5GB"), ("verify=5", "verify=5: expected true or false"),
+                      ("ckpt=[1]", "ckpt=[1]: expected a string")):
+        assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", bad, "dry_run=true"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {line}") and err.count("\n") == 1, (bad, err)
 
 
 # ---------------------------------------------------------------- the trainer's own checkpoints

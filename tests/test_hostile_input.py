@@ -358,7 +358,10 @@ def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
                       # seen failing before: seed=[] and out=5 were tracebacks, seed=-1 / overwrite=5 accepted, a dry
                       # run checked nothing (each key's field rule now)
                       (["seed=[]"], "seed must be"), (["seed=-1"], "seed must be"), (["out=5"], "out must be"),
-                      (["overwrite=5"], "overwrite must be"), (["dry_run=true", "n=0"], "data.n must be"),
+                      (["overwrite=5"], "overwrite must be"), (["dry_run=true", "n=0"], "error: n must be"),
+                      (["dry_run=true", "sources.code=5"], "error: sources.code must be"),   # (these two: data.n; exit 0)
+                      # (these two: a TypeError, an IsADirectoryError traceback)
+                      (["dry_run=true", "synthetic.code_turns=abc"], "data.synthetic.code_turns='abc': expected a pair"), (["decontam=[.]"], "Is a directory"),
                       (["heldout", "n=0", "dry_run=true"], "n must be"), (["heldout", "seed=[]"], "seed must be"),
                       (["heldout", "domains=5"], "domains must be"), (["check-heldout", "heldout=5", "train=x"], "heldout must be"),
                       (["check-heldout", "heldout=x", "train=5"], "train must be")):   # (the last three: tracebacks)
@@ -556,6 +559,9 @@ def test_cli_mistakes_name_the_key_and_exit_2(capsys):
                       # a mapping for a list, a list for a mapping (seen failing: omegaconf's "Cannot merge incompatible container types")
                       (["launcher.sbatch={}"], r"^launcher\.sbatch=\{\}: expected a list, not a mapping$"),
                       (["model.config=[1]"], r"^model\.config=\[1\]: expected a mapping, not a list$"),
+                      # named as typed (seen failing: "launcher='foo'", "grpo.prompts_file=<dir>: no such file")
+                      (["launcher.kind=foo"], r"\n  launcher\.kind='foo': expected one of local"),
+                      (["stage=grpo", "task=qa", f"grpo.prompts_file={Path(__file__).parent}"], "prompts_file=.*: a directory, not a file"),
                       (["stage=grpo", "lora.target_modules={a: 1}"], r"^lora\.target_modules=\{a:1\}: expected a list")):
         with pytest.raises(ConfigError, match=key):
             (compose_grpo if "stage=grpo" in argv else compose)(argv)

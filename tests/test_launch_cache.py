@@ -187,7 +187,11 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
                      (["arms=[r2e]", "seed=1"], "set per run by the sweep"),
                      (["arms=[r2e]", "seeds=[x]"], "non-negative integers"), (["arms=null"], "sweep needs arms="),
                      (["arms=[r2e]", "seeds="], r"seeds=\[\] is empty"), (["arms=[r2e,search,r2e]"], "names r2e twice"),
-                     (["arms=[r2e]", "seeds=[1,0,1]"], r"seeds=\[1,0,1\] names 1 twice")):   # were two runs of one run dir
+                     (["arms=[r2e]", "seeds=[1,0,1]"], r"seeds=\[1,0,1\] names 1 twice"),
+                     # seen failing: seeds={} said "seeds=[] is empty", arms={r2e: 1} ran r2e, analyze.slurm.runs was replaced
+                     (["arms=[r2e]", "seeds={}"], r"^seeds=\{\}: expected a list of seeds, not a mapping$"),
+                     (["arms={r2e: 1}"], "expected a list of arms, not a mapping"),
+                     (["arms=[r2e]", "analyze.slurm.runs=[x]"], r"^analyze\.slurm\.runs= is set by the sweep")):   # were two runs of one run dir
         with pytest.raises(ConfigError, match=msg):
             sweep.run_sweep(bad)
 

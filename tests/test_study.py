@@ -551,6 +551,8 @@ def test_a_plain_key_no_stage_takes_is_refused():
     req = parse_study_argv([*argv, "launcher=slurm", "partition=gpu", "dry_run=on"])
     assert req.dry_run is True and req.launcher == "slurm"
     # a stage without training takes the plan's launcher: its own is refused, not left unread (analyze's was)
+    with pytest.raises(LaunchError, match=r"^train:launcher\.kind='\{\}': expected one of"):   # was "launcher='{}'"
+        parse_study_argv(["study=qwen3_4b_spa_grpo", "train:launcher.kind={}"])
     for args, plan in (([*argv, "export:launcher=slurm"], "local"), (["study=qwen3_4b_spa_grpo", "launcher=slurm", "report:launcher=local"], "slurm")):
         with pytest.raises(LaunchError, match=rf"^{args[-1]}: every job of the plan goes to launcher={plan}"):
             parse_study_argv(args)

@@ -38,6 +38,9 @@ def test_an_unknown_key_for_a_stage_with_an_unfilled_slot_is_refused(here, capsy
     assert capsys.readouterr().err.splitlines() == [
         "error: study qwen3_4b_spa_grpo: stage train refuses its settings: invalid config: train.steps must be a positive "
         "integer, got 0; grpo.temperature must be a positive number, got -1"]
+    # an export stage's values are checked by its keys' rules (seen failing: exit 0)
+    assert main(["study=browsecomp_worker_export", "checkpoint=ckpt", "tokenizer=tok", "export:dtype=5", "dry_run=true"]) == 2
+    assert "stage export refuses its settings: dtype=5: expected bf16" in capsys.readouterr().err
     # the same dry runs without the typos: the unfilled slots are named, nothing refused
     assert main(["study=qwen3_4b_multihop_sft_grpo", "dry_run=true"]) == 0
     assert capsys.readouterr().out.count("(not resolved: set hotpotqa_") == 2

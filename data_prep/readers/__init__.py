@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from common.fields import list_of
 from common.io import JsonLineError, parse_json_line, sha256_file
 from data_prep.readers import canonical, openseeker, r2e_gym, search_r1, swe_gym, swe_smith
 from data_prep.schema import RecordError, quarantine_detail
@@ -29,6 +30,9 @@ PARSERS = {
     "canonical": canonical.parse,
 }
 FORMATS = tuple(PARSERS)
+# data.sources.code / .search (launch's and data-prep's check, a dry run's too)
+SOURCES = list_of(lambda s: isinstance(s, str) and ":" in s and s.split(":", 1)[0] in FORMATS,
+                  f"a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 _ID_KEYS = ("id", "traj_id", "instance_id")
 
