@@ -246,11 +246,19 @@ def resolve_stages(req: Request) -> list[Resolved]:
             else:
                 _resolve_job_stage(req, r, _file_args(stage, r.unset), own, cluster)
         except ConfigError as exc:
-            if not (r.unset and "unknown" not in str(exc)):   # a value needing the slot: checked once it is filled
+            if not (r.unset and "unknown" not in str(exc) and _waits_for_slots(str(exc), stage, r.unset)):
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
                                   f"{_with_suggestion(str(exc), study)}") from None
         out.append(r)
     return out
+
+
+def _waits_for_slots(text: str, stage: Stage, unset: list[str]) -> bool:
+    """Whether every problem in a refusal (`text`: one per line or `; `-separated) names a key of `stage` left out
+    until its data slot (`unset`) is filled: such a value is checked once the slot is; any other problem is now."""
+    keys = [k for k, uses in stage.arg_uses.items() if set(uses) & set(unset)]
+    problems = [p for p in re.split(r"\n|; ", text) if p.strip() and not p.rstrip().endswith(":")]
+    return bool(problems) and all(any(re.search(rf"(?<![\w.]){re.escape(k)}\b", p) for k in keys) for p in problems)
 
 
 def _with_suggestion(text: str, study: Study) -> str:

@@ -41,6 +41,11 @@ def test_an_unknown_key_for_a_stage_with_an_unfilled_slot_is_refused(here, capsy
     # an export stage's values are checked by its keys' rules (seen failing: exit 0)
     assert main(["study=browsecomp_worker_export", "checkpoint=ckpt", "tokenizer=tok", "export:dtype=5", "dry_run=true"]) == 2
     assert "stage export refuses its settings: dtype=5: expected bf16" in capsys.readouterr().err
+    # ... also while the stage's data slots are unfilled: only a problem naming a key left out for a slot waits
+    assert main(["study=browsecomp_worker_export", "export:dtype=5", "dry_run=true"]) == 2
+    assert "stage export refuses its settings: dtype=5: expected bf16" in capsys.readouterr().err
+    assert main(["study=qwen3_4b_multihop_sft_grpo", "grpo:grpo.temperature=-1", "dry_run=true"]) == 2
+    assert "stage grpo refuses its settings" in capsys.readouterr().err
     # the same dry runs without the typos: the unfilled slots are named, nothing refused
     assert main(["study=qwen3_4b_multihop_sft_grpo", "dry_run=true"]) == 0
     assert capsys.readouterr().out.count("(not resolved: set hotpotqa_") == 2
