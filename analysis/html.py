@@ -18,16 +18,16 @@ import base64
 import html
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 from analysis.collect import json_rows, row_problem
 from analysis.discover import ANCHOR_ARM, Run, provenance
+from analysis.report import DATA_DIR, SHARD, set_aside
+from common.io import atomic_dir
 from evals.registry import kind_of
 
 ASSETS = Path(__file__).with_name("html_assets")
-DATA_DIR = "report_data"
 MARKER = re.compile(r"@@(CSS|REPORT|INDEX|JS)@@")
 CHUNK = 50  # full transcripts per transcript shard
 QUESTION_HEAD = 200  # characters of the question kept in the item list
@@ -152,26 +152,29 @@ def eval_dirs(runs: list[Run], anchor_eval: Path | None) -> list[tuple[str, int,
 
 def write_shards(data: Path, dirs: list[tuple[str, int, int, Path]], benches: list[str],
                  problems: list[str]) -> list[dict]:
-    """Every (eval dir × bench) with a jsonl as one list shard + its transcript chunks; the index entries."""
-    if data.exists():
-        shutil.rmtree(data)   # report_data/ is this writer's own: a shard left from a previous analysis must not be shown
-    data.mkdir(parents=True)
+    """Every (eval dir × bench) with a jsonl as one list shard + its transcript chunks; the index entries.
+    `data` is replaced whole (a shard left from a previous analysis must not be shown), or renamed aside
+    when it holds anything but shards."""
+    if (data.exists() or data.is_symlink()) and (data.is_symlink() or not data.is_dir()
+                                                 or not all(SHARD.fullmatch(p.name) for p in data.iterdir())):
+        set_aside(data)
     entries = []
-    for arm, seed, step, d in dirs:
-        for bench in benches:
-            path = d / f"{bench}.jsonl"
-            if not path.is_file():
-                continue
-            rows = read_rows(path, problems)
-            key = f"e{len(entries)}"
-            chunks = [rows[i:i + CHUNK] for i in range(0, len(rows), CHUNK)]
-            size = _write_shard(data / f"{key}.js", key,
-                                [list_item(bench, r, i // CHUNK) for i, r in enumerate(rows)])
-            for c, chunk in enumerate(chunks):
-                size += _write_shard(data / f"{key}_t{c}.js", f"{key}_t{c}", [transcript(bench, r) for r in chunk])
-            entries.append({"key": key, "arm": arm, "seed": seed, "step": step, "bench": bench, "n": len(rows),
-                            "chunks": len(chunks), "bytes": size,
-                            "run": ANCHOR_ARM if arm == ANCHOR_ARM else f"{arm}/seed{seed}"})
+    with atomic_dir(data, existing="replace") as tmp:
+        for arm, seed, step, d in dirs:
+            for bench in benches:
+                path = d / f"{bench}.jsonl"
+                if not path.is_file():
+                    continue
+                rows = read_rows(path, problems)
+                key = f"e{len(entries)}"
+                chunks = [rows[i:i + CHUNK] for i in range(0, len(rows), CHUNK)]
+                size = _write_shard(tmp / f"{key}.js", key,
+                                    [list_item(bench, r, i // CHUNK) for i, r in enumerate(rows)])
+                for c, chunk in enumerate(chunks):
+                    size += _write_shard(tmp / f"{key}_t{c}.js", f"{key}_t{c}", [transcript(bench, r) for r in chunk])
+                entries.append({"key": key, "arm": arm, "seed": seed, "step": step, "bench": bench, "n": len(rows),
+                                "chunks": len(chunks), "bytes": size,
+                                "run": ANCHOR_ARM if arm == ANCHOR_ARM else f"{arm}/seed{seed}"})
     return entries
 
 

@@ -19,7 +19,7 @@ from analysis.collect import MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, colle
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
-from analysis.report import MissingPoint, write_report
+from analysis.report import MissingPoint, make_way, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from evals.registry import kind_of
@@ -221,6 +221,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         raise AnalysisError(f"benches: {none[0]} has no evaluation under {root} nor in {anchor_dir} (evaluate=false only "
                             "reads the evaluations on disk)")
     out.mkdir(parents=True, exist_ok=True)
+    make_way(out)
     results = [out / "results.parquet", out / "results.csv"]
     table.to_parquet(results[0], index=False)
     table.to_csv(results[1], index=False)
@@ -282,7 +283,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     points.intervals_frame().to_csv(intervals, index=False)
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
     problems = sorted(set(points.problems + pp.problems + result.problems + [p for r in runs for p in r.problems]))
-    settings = {"runs_root": cfg.runs_root, "profile": profile, "benches": benches, "n_boot": cfg.n_boot,
+    settings = {"runs_root": cfg.runs_root, "profile": profile or "none (evaluations in eval/)", "benches": benches, "n_boot": cfg.n_boot,
                 **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),
                 "boot_seed": cfg.boot_seed,
                 "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures),

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import fields, keydoc
-from common.cli import ConfigError, did_you_mean, split_dotlist, wants_help
+from common.cli import ConfigError, did_you_mean, run_cli, split_dotlist, wants_help
 from common.io import (SHA256SUMS, check_sha256_entry, clean_dead_tmp, read_sha256sums, replace_aside, sha256_file,
                        tmp_name)
 
@@ -907,7 +907,10 @@ Names:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(USAGE.format(root=data_root(), keys=keydoc.help_table(keydoc.from_table(KEYS)),
                            names="\n".join(f"  {n:34s} {entry(n).source()}" for n in names())))
@@ -932,12 +935,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"not downloaded unless named: {', '.join(LARGE)}; unpinned (`fetch-data NAME from=DIR`): "
                       f"{', '.join(UNPINNED)}")
         return 0
-    except DataError as exc:
-        print(f"fetch-data: {exc}", file=sys.stderr)
-        return 2
     except OSError as exc:   # not from the cache functions (they say DataError): still one line
-        print(f"fetch-data: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        raise DataError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
 
 
 if __name__ == "__main__":

@@ -322,19 +322,15 @@ def _main(argv: list[str]) -> int:
     else:
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv)
     checked(cfg)
-    try:
-        if cfg.dry_run:
-            src = resolve_source(cfg.ckpt)
-            print(OmegaConf.to_yaml(cfg), end="")
-            tok_from = resolve_tokenizer(cfg.tokenizer).dir if cfg.tokenizer is not None else src.hf_dir
-            print(f"source: {src.kind} {src.path} (step {src.step}); config from {src.hf_dir}, tokenizer from {tok_from}")
-            return 0
-        summary = export_checkpoint(cfg.ckpt, cfg.out, dtype=cfg.dtype, max_shard_size=cfg.max_shard_size,
-                                    vocab_size=cfg.vocab_size, tokenizer=cfg.tokenizer, overwrite=cfg.overwrite,
-                                    report=cfg.report, study=cfg.study, repo_id=cfg.repo_id)
-    except ExportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    if cfg.dry_run:
+        src = resolve_source(cfg.ckpt)
+        print(OmegaConf.to_yaml(cfg), end="")
+        tok_from = resolve_tokenizer(cfg.tokenizer).dir if cfg.tokenizer is not None else src.hf_dir
+        print(f"source: {src.kind} {src.path} (step {src.step}); config from {src.hf_dir}, tokenizer from {tok_from}")
+        return 0
+    summary = export_checkpoint(cfg.ckpt, cfg.out, dtype=cfg.dtype, max_shard_size=cfg.max_shard_size,
+                                vocab_size=cfg.vocab_size, tokenizer=cfg.tokenizer, overwrite=cfg.overwrite,
+                                report=cfg.report, study=cfg.study, repo_id=cfg.repo_id)
     for note in summary["notes"]:
         print(f"note: {note}")
     print(f"exported {summary['tensors']} tensors ({summary['dtype']}, vocab {summary['vocab_size']}) "

@@ -23,10 +23,11 @@ import torch
 from common import layout
 from common.io import SHA256SUMS, check_sha256sums
 from sft.ckpt_layout import strip_wrapper_prefixes
+from sft.errors import SftError
 
 
-class ExportError(RuntimeError):
-    """The checkpoint cannot be exported as asked; the message says which file and why."""
+class ExportError(SftError):
+    """The checkpoint cannot be exported as asked (a user mistake: exit 2); the message says which file and why."""
 
 
 @dataclass

@@ -126,7 +126,7 @@ def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     row = intervals[(intervals.kind == "vs_anchor") & (intervals.arm == "r2e") & (intervals.bench == "nq")
                     & (intervals.metric == "em")].iloc[0]
     assert (row.covers, row.n_items, row.n_seeds) == ("items+seeds", 10, 2) and row.lo < row.estimate < row.hi
-    assert "[`intervals.csv`](intervals.csv)" in report
+    assert "[`intervals.csv`](intervals.csv)" in report and "`profile=none (evaluations in eval/)`" in report
     assert "![curves_em](figures/curves_em.png)" in report and "tables/main_em.tex" in report
     assert "`git.commit`: `abc1`" in report and "`data.fingerprint`: `fp-search`" in report
     lines = [m.line() for m in res.missing]
@@ -194,7 +194,7 @@ def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
     assert res.missing == []
     ev2 = FakeEvaluator()
     run_analysis(cfg, evaluator=ev2)
-    assert ev2.calls == []
+    assert ev2.calls == [] and not list(out.glob("*.replaced-*"))   # a previous analysis's report: rewritten
     (root / "r2e" / "seed0" / "checkpoints" / "step-000030").mkdir()
     (root / "r2e" / "seed0" / "checkpoints" / "step-000030" / "config.json").write_text("{}")
     ev3 = FakeEvaluator()
@@ -238,9 +238,15 @@ def test_cli_help_dry_run_and_errors(tree, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     assert analyze_main(["runs_rot=x"]) == 2
     assert "Did you mean: runs_root" in capsys.readouterr().err
-    assert analyze_main([f"runs_root={tree}", f"out={tmp_path / 'o3'}", "evaluate=false", "n_boot=50",
-                         "benches=[nq]"]) == 0
-    assert (tmp_path / "o3" / "report.md").is_file()
+    o3 = tmp_path / "o3"   # the user's files under analyze's output names: renamed aside, never lost
+    (o3 / "report_data").mkdir(parents=True)
+    (o3 / "report_data" / "mine.txt").write_text("mine")
+    (o3 / "report.md").write_text("notes")
+    assert analyze_main([f"runs_root={tree}", f"out={o3}", "evaluate=false", "n_boot=50", "benches=[nq]"]) == 0
+    assert (o3 / "report.md").read_text().startswith("# Transfer-curve report")
+    assert [p.read_text() for p in o3.glob("report.md.replaced-*")] == ["notes"]
+    assert [p.read_text() for p in o3.glob("report_data.replaced-*/mine.txt")] == ["mine"]
+    assert "report.md is not from a previous analysis: renamed aside to report.md.replaced-" in capsys.readouterr().out
 
 
 def test_latex_escaping():

@@ -110,12 +110,16 @@ def test_transcripts_chunked_and_stale_shards_removed(tmp_path):
     data = tmp_path / "out" / DATA_DIR
     data.mkdir(parents=True)
     (data / "e99.js").write_text("stale")
+    (data / "mine.txt").write_text("mine")   # not a shard: the user's, kept aside with the dir it was in
     problems: list[str] = []
     with (d / "nq.jsonl").open("a") as f:
         f.write("{not json\n")
     entries = write_shards(data, [("r2e", 0, 10, d)], ["nq", "babyai", "musique"], problems)
     assert [(e["bench"], e["n"], e["chunks"]) for e in entries] == [("nq", 2 * CHUNK + 7, 3), ("babyai", 2 * CHUNK + 7, 3)]
-    assert not (data / "e99.js").exists()
+    assert not (data / "e99.js").exists() and not (data / "mine.txt").exists()
+    assert [p.read_text() for p in data.parent.glob("report_data.replaced-*/mine.txt")] == ["mine"]
+    write_shards(data, [("r2e", 0, 10, d)], ["nq"], [])   # shards only: this writer's own, replaced
+    assert len(list(data.parent.iterdir())) == 2 and not (data / "e1.js").exists()
     assert [len(shard(data / f"e0_t{c}.js")) for c in range(3)] == [CHUNK, CHUNK, 7]
     assert [i["c"] for i in shard(data / "e0.js")][CHUNK - 1:CHUNK + 1] == [0, 1]
     assert len(problems) == 1 and "nq.jsonl" in problems[0] and "not shown in report.html" in problems[0]

@@ -175,9 +175,16 @@ def test_cli(capsys, monkeypatch, tmp_path):
     assert "split=ood tasks=200" in out and "PASS" in out
     assert run_cli(cli_main, ["pilot", "taks=3"]) == 2
     assert "Did you mean: tasks" in capsys.readouterr().err
-    assert run_cli(cli_main, ["pilot", "split=dev"]) == 2
-    assert run_cli(cli_main, ["--help"]) == 0
-    assert run_cli(cli_main, ["fly"]) == 2
+    # each value checked by its key's rule, one `error:` line (seen: hops=0 and out=<a directory> were tracebacks)
+    for argv, line in ((["pilot", "split=dev"], "split='dev': expected train or ood"), (["pilot", "hops=0"], "hops=0: expected a positive"),
+                       (["export", f"out={tmp_path}"], f"out='{tmp_path}': expected a file path"), (["fly"], "unknown command 'fly'")):
+        assert run_cli(cli_main, argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {line}") and err.count("\n") == 1, (argv, err)
+    assert run_cli(cli_main, ["--help"]) == 0   # every key of each command, its default and its description
+    out = capsys.readouterr().out
+    assert all(k in out for k in ("distractors=null", "n=100 ", "policy x component means over this many tasks"))
+    assert run_cli(cli_main, ["show", "--help"]) == 0 and "pilot keys" not in capsys.readouterr().out
     out_path = tmp_path / "cli.jsonl"
     assert run_cli(cli_main, ["export", f"out={out_path}", "n=3", "split=ood"]) == 0
     assert len(out_path.read_text().splitlines()) == 3

@@ -366,8 +366,14 @@ def test_export_cli(tiny_model_dir, tmp_path, capsys):
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tiny_model_dir / 'serving'}"]) == 2  # inside the source
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "dtype=fp8"]) == 2
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "max_shard=1GB"]) == 2
-    assert export_main([f"ckpt={tmp_path / 'nope'}", f"out={tmp_path / 'x'}"]) == 1
-    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "run" / "state" / "step-000005").mkdir(parents=True)   # a run dir without a complete saved state
+    capsys.readouterr()
+    for ckpt, bad, line in ((tmp_path / "nope", "verify=true", "does not exist"),   # a user mistake: exit 2 (seen 1)
+                            (tmp_path / "run", "verify=true", "no complete resumable state"),
+                            (tiny_model_dir, "vocab_size=10", "vocab_size 10 is smaller than the tokenizer")):
+        assert export_main([f"ckpt={ckpt}", f"out={tmp_path / 'x'}", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and line in err and err.count("\n") == 1, err
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "dry_run=true"]) == 0
     assert not (tmp_path / "x").exists()
     capsys.readouterr()

@@ -25,6 +25,7 @@ def tables() -> dict[str, dict]:
     from common.datafetch import KEYS as FETCH_DATA
     from data_prep import cli as data_prep
     from data_prep.config import DATA
+    from envs.search_plan_act.__main__ import KEYS as SPA
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
     from launch.analyze import KEYS as ANALYZE
@@ -36,7 +37,7 @@ def tables() -> dict[str, dict]:
     return {"launch": SFT, "launch stage=grpo": GRPO, "data-prep": {**data_prep.KEYS, **DATA},
             "data-prep heldout": data_prep.HELDOUT_KEYS, "data-prep check-heldout": data_prep.CHECK_KEYS,
             "evaluate": EVALUATE, "analyze": ANALYZE, "export-checkpoint": EXPORT, "verify-checkpoint": VERIFY,
-            "serve-retriever": SERVER, "fetch-data": FETCH_DATA}
+            "serve-retriever": SERVER, "fetch-data": FETCH_DATA, **{f"python -m envs.search_plan_act {c}": t for c, t in SPA.items()}}
 
 
 def pages() -> dict[str, str]:

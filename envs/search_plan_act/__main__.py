@@ -1,38 +1,50 @@
-"""`python -m envs.search_plan_act pilot [split=train|ood] [tasks=200] [seed=0]`
-`python -m envs.search_plan_act export out=PATH [n=100] [seed=0] [split=train]`
-`python -m envs.search_plan_act show [seed=0] [split=train]`  (prints one genuine episode)"""
+"""`python -m envs.search_plan_act pilot|export|show [key=value ...]`: `pilot` prints the policy x reward-component
+means (exit 1 if the ordering fails), `export` writes genuine-policy episodes as canonical records for data_prep
+(`canonical:PATH`), `show` prints one genuine episode's messages."""
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common.cli import apply_overrides, require_int, run_cli, wants_help
+from common import fields, keydoc
+from common.cli import apply_overrides, run_cli, wants_help
 from envs.errors import EnvsError
 
-DEFAULTS = {
-    "pilot": {"split": "train", "tasks": 200, "seed": 0, "hops": None, "writes": None, "distractors": None},
-    "export": {"out": None, "n": 100, "seed": 0, "split": "train"},
-    "show": {"seed": 0, "split": "train"},
+SPLIT = fields.choice("the task split: train, or ood (the held-out one: other facts, relations and templates, more hops)", "train", ("train", "ood"))
+SEED = fields.count("the seed the task seeds are drawn from (show: the one task's seed)", 0, (), lo=0)
+KNOB = "pin every task's {} to this (null: the split's own)"
+KEYS = {  # every key of each command: its --help, its rule
+    "pilot": {"split": SPLIT, "tasks": fields.count("policy x component means over this many tasks", 200, ()), "seed": SEED,
+              "hops": fields.count(KNOB.format("hops"), None, (), null=True),
+              "writes": fields.count(KNOB.format("writes"), None, (), null=True),
+              "distractors": fields.count(KNOB.format("distractors"), None, (), lo=0, null=True)},
+    "export": {"out": fields.field("the canonical .jsonl file to write (required)", None, rule=fields.Test(
+                   lambda v: v is None or isinstance(v, str) and not Path(v).is_dir(), "a file path (not a directory)")),
+               "n": fields.count("genuine-policy episodes to write", 100, (), lo=0), "seed": SEED, "split": SPLIT},
+    "show": {"seed": SEED, "split": SPLIT},
 }
 
 
 def main(argv: list[str]) -> int:
-    if not argv or wants_help(argv) or argv[0] not in DEFAULTS:
-        print(__doc__)
+    if not argv or wants_help(argv) or argv[0] not in KEYS:
         if argv and not wants_help(argv):
-            raise EnvsError(f"unknown command {argv[0]!r}; expected one of {list(DEFAULTS)}")
+            raise EnvsError(f"unknown command {argv[0]!r}; expected one of {list(KEYS)}")
+        shown = [argv[0]] if argv and argv[0] in KEYS else list(KEYS)
+        print(__doc__ + "".join(f"\n\n{c} keys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS[c]))
+                                for c in shown))
         return 0
     cmd, rest = argv[0], argv[1:]
-    cfg = apply_overrides(OmegaConf.create(DEFAULTS[cmd]), rest)
-    if cfg.get("split") not in ("train", "ood"):
-        raise EnvsError(f"split must be train or ood, got {cfg.split!r}")
+    cfg = apply_overrides(OmegaConf.create(keydoc.defaults(KEYS[cmd])), rest)
+    if bad := fields.problems(KEYS[cmd], cfg):
+        raise EnvsError("; ".join(bad))
     if cmd == "pilot":
         from .pilot import run_pilot
 
-        knobs = {k: require_int(cfg[k], k, 0) for k in ("hops", "writes", "distractors") if cfg[k] is not None}
-        result = run_pilot(cfg.split, require_int(cfg.tasks, "tasks", 1), require_int(cfg.seed, "seed", 0), **knobs)
+        knobs = {k: cfg[k] for k in ("hops", "writes", "distractors") if cfg[k] is not None}
+        result = run_pilot(cfg.split, cfg.tasks, cfg.seed, **knobs)
         print(result.table())
         return 0 if result.ok else 1
     if cmd == "export":
@@ -40,12 +52,11 @@ def main(argv: list[str]) -> int:
 
         if not cfg.out:
             raise EnvsError("export needs out=PATH")
-        n = export_trajectories(cfg.out, require_int(cfg.n, "n", 1), require_int(cfg.seed, "seed", 0), cfg.split)
-        print(f"wrote {n} {cfg.split} trajectories to {cfg.out}")
+        print(f"wrote {export_trajectories(cfg.out, cfg.n, cfg.seed, cfg.split)} {cfg.split} trajectories to {cfg.out}")
         return 0
     from .export import episode_record
 
-    print(json.dumps(episode_record(require_int(cfg.seed, "seed", 0), cfg.split)["messages"], indent=1))
+    print(json.dumps(episode_record(cfg.seed, cfg.split)["messages"], indent=1))
     return 0
 
 
