@@ -271,10 +271,12 @@ def renderer_kwargs(cfg: dict) -> dict:
 
 
 def decontam_paths(cfg: dict, *, sets: bool = True) -> list[str]:
-    """The evaluation files to decontaminate against: `decontam`, every bench file under
+    """The evaluation files to decontaminate against: `decontam` (each a file), every bench file under
     `decontam_bench_root` (missing benches: ConfigError naming the key) and, with `sets`, the cached
     files of `decontam_sets` (fetched first when not cached)."""
     paths = list(cfg["decontam"])
+    for p in (Path(p) for p in paths if not Path(p).is_file()):
+        raise DataPrepError(f"data.decontam: {p}: {'a directory, not a file' if p.is_dir() else 'no such file'}")
     if cfg["decontam_bench_root"]:
         paths += [p for p in bench_files(cfg["decontam_bench_root"]) if p not in paths]
     if sets:

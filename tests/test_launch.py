@@ -89,7 +89,7 @@ def test_every_recipe_composes():
     (["nproc=0"], "launcher.nproc must be auto or a positive integer"),
     (["save_steps=[a]"], "train.save_steps must be a list of positive integers"),
     (["lr=0"], "train.lr must be a positive number"),
-    (["data.kind=web"], "data.kind must be one of hub, synthetic"),
+    (["data.kind=web"], "data.kind must be one of hub, synthetic"), (["data=hb"], "(recipes in " + str(RECIPES / "data") + "). Did you mean: hub?"),
     (["train.lr_schedule=cosin"], "train.lr_schedule must be one of cosine, linear, constant"),
     (["launcher=local", "nodes=2"], "needs launcher=slurm"),
     (["train.max_tokens_per_micro_batch=16384"], "data.max_seq_len=32768 exceeds train.max_tokens_per_micro_batch=16384"),
