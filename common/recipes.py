@@ -46,9 +46,8 @@ def group_choices(group: str, recipes: Path = RECIPES) -> list[str]:
 
 
 def load_recipe(group: str, name: str, recipes: Path = RECIPES) -> DictConfig:
-    path = recipes / group / f"{name}.yaml"
-    if not path.is_file():
-        choices = group_choices(group, recipes)
+    path, choices = recipes / group / f"{name}.yaml", group_choices(group, recipes)
+    if name not in choices:   # (a path such as ../model/tiny is no recipe of this group)
         raise ConfigError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})"
                           + (f".{hint}" if (hint := did_you_mean(name, choices)) else ""))
     cfg = OmegaConf.load(path)
