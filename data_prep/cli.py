@@ -116,7 +116,7 @@ def _main(argv: list[str]) -> int:
 def _overrides(base: dict, argv: list[str]):
     """`argv` over `base`; `data=NAME` is data recipe NAME's kind (recipes/data/NAME.yaml, refused as launch refuses it)."""
     argv = [f"kind={load_recipe('data', v.strip()).data.kind}" if k == "data" else f"{k}={v}" for k, v in split_dotlist(argv)]
-    return apply_overrides(OmegaConf.create(base), argv, open_prefixes=("synthetic.",))
+    return apply_overrides(OmegaConf.create(base), argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))   # (data: listed, suggested)
 
 
 def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dict, dict]:
@@ -185,7 +185,7 @@ def _bare(argv: list[str]) -> int:
     try:
         return _main(argv)
     except ConfigError as exc:
-        raise ConfigError(re.sub(rf"(?<![\w/.])data\.(?=({'|'.join(k.split('.')[0] for k in DATA)})\b)", "", str(exc))) from exc
+        raise DataPrepError(re.sub(rf"(?<![\w/.])data\.(?=({'|'.join(k.split('.')[0] for k in DATA)})\b)", "", str(exc))) from exc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,6 +138,7 @@ def test_cli_help_dry_run_and_errors(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "kind: synthetic" in out and "r2e-gym:/data/r2e.jsonl" in out
     assert cli_main(["out=/x", "epilouge=false"]) == 2 and "epilogue" in capsys.readouterr().err
+    assert cli_main(["out=/x", "dat=hub"]) == 2 and "Did you mean: data?" in capsys.readouterr().err   # data=: listed
     assert cli_main(["out=/x", "arm=r2e", "sources.code=[nope:/x.jsonl]"]) == 2   # launch's rule (a dry run's too)
     assert "sources.code must be a list of FORMAT:PATH_OR_HUB_ID with FORMAT in r2e-gym" in capsys.readouterr().err
     rc = cli_main([f"out={tmp_path / 's'}", "arm=search", "data=synthetic", "n=4", "synthetic.n_entities=30"])
