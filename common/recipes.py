@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import ConfigError
+from common.cli import ConfigError, did_you_mean
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 GROUPS = ("arm", "model", "data", "launcher")
@@ -46,10 +46,10 @@ def group_choices(group: str, recipes: Path = RECIPES) -> list[str]:
 
 
 def load_recipe(group: str, name: str, recipes: Path = RECIPES) -> DictConfig:
-    path = recipes / group / f"{name}.yaml"
-    if not path.is_file():
-        choices = group_choices(group, recipes)
-        raise ConfigError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})")
+    path, choices = recipes / group / f"{name}.yaml", group_choices(group, recipes)
+    if name not in choices:   # (a path such as ../model/tiny is no recipe of this group)
+        raise ConfigError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})"
+                          + (f".{hint}" if (hint := did_you_mean(name, choices)) else ""))
     cfg = OmegaConf.load(path)
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"{path}: a recipe must be a YAML mapping")

@@ -47,14 +47,14 @@ def source_quotas(dom: str, quota: int, shares: list[float | None], specs: list[
         return None
     if any(s is None for s in shares):
         bare = [sp for sp, s in zip(specs, shares) if s is None]
-        raise ArmError(f"sources.{dom}: every source needs a ~SHARE once one has one; none on {', '.join(bare)}")
+        raise ArmError(f"data.sources.{dom}: every source needs a ~SHARE once one has one; none on {', '.join(bare)}")
     for i, name in enumerate(names or []):
         if name in names[:i]:
             first = specs[names.index(name)]
-            raise ArmError(f"sources.{dom}: {first} and {specs[i]} name one source, whose records are read once: "
+            raise ArmError(f"data.sources.{dom}: {first} and {specs[i]} name one source, whose records are read once: "
                            "with ~SHAREs list each source once (its shares summed)")
     if abs(sum(shares) - 1) > 1e-6:
-        raise ArmError(f"sources.{dom}: the ~SHAREs sum to {sum(shares):g}, not 1 ({', '.join(specs)})")
+        raise ArmError(f"data.sources.{dom}: the ~SHAREs sum to {sum(shares):g}, not 1 ({', '.join(specs)})")
     exact = [s * quota for s in shares]
     parts = [int(x) for x in exact]
     for i in sorted(range(len(shares)), key=lambda i: (-(exact[i] - parts[i]), i))[:quota - sum(parts)]:

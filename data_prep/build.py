@@ -126,9 +126,11 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
                 specs.setdefault(d, [])[:0] = generated
         missing = [d for d in wanted if not specs.get(d)]
         if missing:
-            raise arms.ArmError(f"arm {arm!r} needs sources.{'/'.join(missing)} (or data=synthetic)")
+            raise arms.ArmError(f"arm {arm!r} needs data.sources.{'/'.join(missing)} (or data=synthetic)")
         for dom, quota in wanted.items():   # the ~SHAREs checked before any record is read
             srcs = [parse_source(sp) for sp in specs[dom]]
+            if cfg["kind"] == "synthetic" and any(s.share is not None for s in srcs):
+                raise arms.ArmError(f"data.sources.{dom}: ~SHAREs cannot be combined with data=synthetic, whose generated sources have none")
             arms.source_quotas(dom, quota, [s.share for s in srcs], specs[dom], [s.reads() for s in srcs])
         pools = _read_pools(cfg, specs, wanted, stats, tmp, out, progress)
         decon = _decontaminate(cfg, pools, stats)
@@ -233,7 +235,7 @@ def build_heldout(data_cfg: Any, *, n: int, domains, seed: int, tokenizer: Any, 
                 specs[d][:0] = generated[d]
         missing = [d for d in wanted if not specs.get(d)]
         if missing:
-            raise arms.ArmError(f"the held-out split needs sources.{'/'.join(missing)} (or data=synthetic)")
+            raise arms.ArmError(f"the held-out split needs data.sources.{'/'.join(missing)} (or data=synthetic)")
         pools = _read_pools(cfg, specs, wanted, stats, tmp, out, progress)
         decon = _decontaminate(cfg, pools, stats)
         processor = worker.Processor(tok, renderer_kwargs(cfg), num_proc or 1)
@@ -271,10 +273,12 @@ def renderer_kwargs(cfg: dict) -> dict:
 
 
 def decontam_paths(cfg: dict, *, sets: bool = True) -> list[str]:
-    """The evaluation files to decontaminate against: `decontam`, every bench file under
+    """The evaluation files to decontaminate against: `decontam` (each a file), every bench file under
     `decontam_bench_root` (missing benches: ConfigError naming the key) and, with `sets`, the cached
     files of `decontam_sets` (fetched first when not cached)."""
     paths = list(cfg["decontam"])
+    for p in (Path(p) for p in paths if not Path(p).is_file()):
+        raise DataPrepError(f"data.decontam: {p}: {'a directory, not a file' if p.is_dir() else 'no such file'}")
     if cfg["decontam_bench_root"]:
         paths += [p for p in bench_files(cfg["decontam_bench_root"]) if p not in paths]
     if sets:

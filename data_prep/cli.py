@@ -21,15 +21,16 @@ embedded tiny tokenizer. Keys are the `data:` section of an SFT config plus arm/
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from omegaconf import OmegaConf
 
 from common import fields, keydoc, schema
 from common.fields import NONEMPTY, Test, count, field, flag, text
-from common.cli import apply_overrides, run_cli, wants_help
+from common.cli import ConfigError, apply_overrides, run_cli, split_dotlist, wants_help
+from common.recipes import load_recipe
 from data_prep.config import DATA, DATA_DEFAULTS, problems
-from data_prep import synthetic
 from data_prep.errors import DataPrepError
 from data_prep.readers import SOURCES
 
@@ -90,8 +91,7 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keys()))
         return 0
-    base = OmegaConf.create({**CLI_KEYS, **_DATA_ONLY})
-    cfg = apply_overrides(base, argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))
+    cfg = _overrides({**CLI_KEYS, **_DATA_ONLY}, argv)
     c, data_cfg = _checked(cfg, KEYS, _DATA_ONLY)
     if c["dry_run"]:
         print(OmegaConf.to_yaml(cfg))
@@ -113,17 +113,22 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
+def _overrides(base: dict, argv: list[str]):
+    """`argv` over `base`; `data=NAME` is data recipe NAME's kind (recipes/data/NAME.yaml, refused as launch refuses it)."""
+    argv = [f"kind={load_recipe('data', v.strip()).data.kind}" if k == "data" else f"{k}={v}" for k, v in split_dotlist(argv)]
+    return apply_overrides(OmegaConf.create(base), argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))   # (data: listed, suggested)
+
+
 def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dict, dict]:
     """The command line's values (plain) and its data keys', each key checked by its rule (`table`'s, data_prep.config's)
     before anything (a dry run's too), `required` given."""
     c = OmegaConf.to_container(cfg, resolve=True)
     data = {k: c[k] for k in data_keys}
-    bad = fields.problems(table, c, must=True) + problems(data, prefix="")
+    bad = fields.problems(table, c, must=True) + problems(data)
     if bad := bad + [why for side in ("code", "search") if "sources" in data and (why := SOURCES.must(f"sources.{side}", data["sources"][side]))]:
         raise DataPrepError("; ".join(bad))
     if not c[required]:
         raise DataPrepError(f"{required}=DIR is required")
-    synthetic.config_from(data.get("synthetic"))   # each generator knob of its kind
     return c, data
 
 
@@ -136,8 +141,7 @@ def heldout_main(argv: list[str]) -> int:
         print(heldout.__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(HELDOUT_KEYS))
               + "\nand the data keys of `data-prep --help` (but n and heldout)")
         return 0
-    base = OmegaConf.create({**keydoc.defaults(HELDOUT_KEYS), **data_only})
-    cfg = apply_overrides(base, argv, aliases={"data": "kind"}, open_prefixes=("synthetic.",))
+    cfg = _overrides({**keydoc.defaults(HELDOUT_KEYS), **data_only}, argv)
     c, data_cfg = _checked(cfg, HELDOUT_KEYS, data_only)
     domains = heldout.check_domains(c["domains"])
     if c["dry_run"]:
@@ -176,8 +180,16 @@ def check_main(argv: list[str]) -> int:
     return 0
 
 
+def _bare(argv: list[str]) -> int:
+    """`_main`, its errors naming each data key as it is typed here (data_prep names it as a config holds it: data.KEY)."""
+    try:
+        return _main(argv)
+    except ConfigError as exc:
+        raise DataPrepError(re.sub(rf"(?<![\w/.])data\.(?=({'|'.join(k.split('.')[0] for k in DATA)})\b)", "", str(exc))) from exc
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return run_cli(_bare, argv)
 
 
 if __name__ == "__main__":

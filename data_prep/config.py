@@ -8,6 +8,7 @@ from typing import Any
 from common import datafetch, fields, keydoc
 from common.cli import did_you_mean
 from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, Test, choice, count, field, flag, list_of, plain, text
+from data_prep import synthetic
 from data_prep.errors import DataPrepError
 
 # data_prep's vocabularies (its readers and renderer check the same tuples)
@@ -53,16 +54,16 @@ DATA_DEFAULTS: dict[str, Any] = keydoc.defaults(DATA)
 NON_OUTPUT_KEYS = ("cache_root", "dir", "strict")
 
 
-def problems(data_cfg: Any, prefix: str = "data.") -> list[str]:
-    """Every data key of `data_cfg` (the `data:` section, dict or DictConfig) that is unknown or
-    invalid, one line each naming `<prefix><key>` (data-prep's command line: the key as typed, no prefix)."""
+def problems(data_cfg: Any) -> list[str]:
+    """Every data key of `data_cfg` (the `data:` section, dict or DictConfig) that is unknown or invalid, one line
+    each naming `data.KEY` (data-prep's command line names it as typed there, bare: data_prep.cli)."""
     data_cfg = plain(data_cfg)
     out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
     values = {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}
-    rules = {f"{prefix}{k}": f for k, f in DATA.items() if not k.startswith("sources.")}
-    out += fields.problems(rules, {prefix.rstrip("."): values} if prefix else values, must=True)
+    out += fields.problems({f"data.{k}": f for k, f in DATA.items() if not k.startswith("sources.")}, {"data": values}, must=True)
+    out += synthetic.problems(values["synthetic"]) if isinstance(values["synthetic"], dict) else []
     sets = values["decontam_sets"]   # names the data cache knows (the rule: a list of strings)
-    return out + [f"{prefix}decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
+    return out + [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
                   for n in (sets if isinstance(sets, list) else []) if isinstance(n, str) and not datafetch.is_name(n)]
 
 

@@ -54,8 +54,6 @@ def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]
     out, files = [], []
     for p in paths:
         path = Path(p)
-        if not path.is_file():
-            raise FileNotFoundError(f"decontam file {p} does not exist")
         files.append({"path": str(path), "sha256": sha256_file(path)})
         for lineno, line in read_jsonl(path):
             try:

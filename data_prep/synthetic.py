@@ -417,19 +417,29 @@ def write_synthetic_bench(out_dir: str | Path, seed: int = 0, n: int = 100, cfg:
 
 
 def config_from(d: dict | None) -> SyntheticConfig:
-    """SyntheticConfig from a `data.synthetic` mapping; unknown knobs are errors naming the key."""
-    d = dict(d or {})
-    known = SyntheticConfig.__dataclass_fields__
-    bad = sorted(set(d) - set(known) - {"code_n", "search_n"})
-    if bad:
-        raise DataPrepError(f"unknown data.synthetic key(s) {bad}; known: {sorted(known) + ['code_n', 'search_n']}")
-    kw = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in d.items() if k in known}
-    for k, v in kw.items():   # each knob of its default's kind
-        default = getattr(SyntheticConfig, k)
-        kind = next(w for t, w in _KNOB_KINDS if isinstance(default, t))
-        if not kind[0](v):
-            raise DataPrepError(f"data.synthetic.{k}={v!r}: expected {kind[1]}")
-    return SyntheticConfig(**kw)
+    """SyntheticConfig from a `data.synthetic` mapping (checked: `problems`)."""
+    if bad := problems(d := dict(d or {})):
+        raise DataPrepError("; ".join(bad))
+    return SyntheticConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in SyntheticConfig.__dataclass_fields__})
+
+
+def problems(d: dict) -> list[str]:
+    """One line per bad knob of `data.synthetic` mapping `d`: an unknown one, a value not of its default's kind
+    (code_n, search_n: the rows generated per domain), or a world the generator cannot draw from."""
+    defaults = {**{k: getattr(SyntheticConfig, k) for k in sorted(SyntheticConfig.__dataclass_fields__)}, "code_n": 0, "search_n": 0}
+    if bad := sorted(set(d) - set(defaults)):
+        return [f"unknown data.synthetic key(s) {bad}; known: {list(defaults)}"]
+    kinds = {k: next(w for t, w in _KNOB_KINDS if isinstance(v, t)) for k, v in defaults.items()}
+    if out := [f"data.synthetic.{k}={v!r}: expected {kinds[k][1]}" for k, v in d.items()
+               if not kinds[k][0](tuple(v) if isinstance(v, list) else v)]:
+        return out
+    cfg = SyntheticConfig(**{k: v for k, v in d.items() if k in SyntheticConfig.__dataclass_fields__})
+    if cfg.test_every < 2:   # every k-th fact is held out: k=1 leaves nothing to train on
+        out.append(f"data.synthetic.test_every={cfg.test_every}: expected an integer >= 2")
+    if cfg.n_entities < max(1, cfg.docs_per_search):   # one search returns docs_per_search distinct entities
+        out.append(f"data.synthetic.n_entities={cfg.n_entities}: fewer entities than data.synthetic.docs_per_search "
+                   f"({cfg.docs_per_search}), or none")
+    return out
 
 
 _KNOB_KINDS = (   # (the default's type, (what a value must pass, what it is)); bool before int

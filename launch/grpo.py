@@ -15,7 +15,7 @@ from common.fields import plain
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import run
-from launch.compose import GRPO_SELECTORS, Composed, compose_grpo
+from launch.compose import GRPO_SELECTORS, compose_grpo
 from launch.errors import LaunchError
 from launch.jobs import backend
 from rl.config import parent_run, placement, planned_saves
@@ -48,21 +48,6 @@ def help_text(argv: list[str]) -> str:
                       "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())])
 
 
-def hardware_note(composed: Composed, world: int) -> str | None:
-    """What a launch says when its world size is not the GPU count the model's GRPO recipe states (the
-    reference's), and how the batch is kept."""
-    path = RECIPES / "grpo" / "model" / f"{composed.choices['model']}.yaml"
-    stated = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
-    if stated is None or int(stated) == world:
-        return None
-    g = composed.cfg.grpo
-    per_device = int(g.completions_per_step) // (world * int(g.grad_accum))
-    return (f"recipes/grpo/model/{path.name} states {int(stated)} GPUs (the reference's); this run has {world} process(es) "
-            f"(launcher.gpus_per_node / nproc / nodes). The effective batch is kept: grpo.completions_per_step="
-            f"{g.completions_per_step} completions per optimizer step = {per_device} per process x {world} "
-            f"process(es) x grpo.grad_accum={g.grad_accum}; the group size (num_generations={g.num_generations}) is unchanged")
-
-
 def world_size(cfg, nproc: int) -> int:
     return nproc * backend(cfg.launcher.kind).nodes(cfg.launcher)
 
@@ -88,12 +73,20 @@ class GRPOTrainer(run.Trainer):
         return self.placed(composed, rd, nproc, run.check_identity(rd, composed.cfg, want=want))
 
     def describe(self, prep: run.Prepared) -> str:
-        cfg = prep.cfg
-        note = hardware_note(prep.composed, world_size(cfg, prep.nproc))
+        """The plan's lines; a note when the world size is not the GPU count the model's GRPO recipe states (the
+        reference's), saying how the batch is kept."""
+        cfg, g, world = prep.cfg, prep.cfg.grpo, world_size(prep.cfg, prep.nproc)
+        path = RECIPES / "grpo" / "model" / f"{prep.composed.choices['model']}.yaml"
+        stated = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
+        note = [] if stated is None or int(stated) == world else [
+            f"[launch] note: recipes/grpo/model/{path.name} states {int(stated)} GPUs (the reference's); this run has {world} "
+            f"process(es) (launcher.gpus_per_node / nproc / nodes). The effective batch is kept: grpo.completions_per_step="
+            f"{g.completions_per_step} completions per optimizer step = {int(g.completions_per_step) // (world * int(g.grad_accum))} "
+            f"per process x {world} process(es) x grpo.grad_accum={g.grad_accum}; the group size (num_generations="
+            f"{g.num_generations}) is unchanged"]
         return "\n".join([f"[launch] stage=grpo {run.choices_line(prep.composed.choices)} -> {prep.run_dir}",
                           f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
-                          f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)",
-                          *([f"[launch] note: {note}"] if note else [])])
+                          f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)", *note])
 
     def prepare(self, prep: run.Prepared, **cache_kw) -> dict:
         """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""

@@ -122,13 +122,11 @@ def is_finished(rd: Path) -> bool:
     return (rd / layout.DONE).is_file()
 
 
-def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None) -> dict:
+def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None, semantics: int | None = None) -> dict:
     """The run identity of `cfg` (common.fingerprint), with the trainer's semantics version and,
     once the dataset is built, its content fingerprint."""
-    extra = {"trainer_semantics": TRAINER_SEMANTICS}
-    if data_fingerprint is not None:
-        extra["data_fingerprint"] = data_fingerprint
-    return fingerprint.identity(cfg, EXCLUDED_KEYS, **extra)
+    data = {"data_fingerprint": data_fingerprint} if data_fingerprint is not None else {}
+    return fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=semantics or TRAINER_SEMANTICS, **data)
 
 
 def recorded_identity(rd: Path) -> dict | None:
@@ -142,11 +140,8 @@ def recorded_identity(rd: Path) -> dict | None:
             return man["identity"]
         if not cfg_path.is_file():
             return None
-        extra = {"trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
-        data_fp = (man.get("data") or {}).get("fingerprint")
-        if data_fp:
-            extra["data_fingerprint"] = data_fp
-        return fingerprint.identity(OmegaConf.load(cfg_path), EXCLUDED_KEYS, **extra)
+        return requested_identity(OmegaConf.load(cfg_path), (man.get("data") or {}).get("fingerprint") or None,
+                                  fingerprint.LEGACY_TRAINER_SEMANTICS)
     except Exception as exc:  # unreadable JSON / YAML: the run dir's identity is unknown, say which file
         raise LaunchError(f"{rd}: cannot read the run's identity from manifest.json / config.yaml ({exc}); "
                           "fix or move that run dir, or use name=... / run_dir=... for this run") from None
@@ -355,8 +350,8 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
         # A refusal wrote its own (none when another trainer holds the run: that one has not failed).
         rec = layout.end_record(rd)
         if not (rec and rec["state"] == "failed" and rec.get("launch") == launch_id):
-            killed = (f" (killed by {signal.Signals(-rc).name}{': out of memory?' if -rc == signal.SIGKILL else ''})"
-                      if rc < 0 and -rc in _SIGNALS else "")
+            killed = (f" (killed by {signal.Signals(rc - 128).name}{': out of memory?' if rc - 128 == signal.SIGKILL else ''})"
+                      if rc - 128 in _SIGNALS else "")   # 128 + N: killed by signal N (local.run_logged, launch.torchrun)
             layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
                               "launch (local)", launch=launch_id, code=rc)
     state = "finished" if is_finished(rd) else f"stopped (exit {rc})" + (

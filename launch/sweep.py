@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from common import interpreter
 from common.cli import ConfigError, split_dotlist
-from common.recipes import group_choices
+from common.recipes import group_choices, load_recipe
 from evals.profiles import PROFILES_DIR, profile_names
 from launch import local, preflight
 from launch.errors import LaunchError
@@ -61,11 +61,10 @@ def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]
         raise LaunchError(f"eval_profile={profile}: no recipes/eval/{profile}.yaml; profiles: {', '.join(profile_names())}")
     if analyze and profile is None:
         raise LaunchError(f"{ANALYZE}KEY=VALUE ({', '.join(analyze)}) sets the sweep's evaluation: give eval_profile=PROFILE")
-    valid = group_choices("arm")
     if not arms:
-        raise LaunchError(f"sweep needs arms=[...] (choices: {', '.join(valid)})")
-    if unknown := [a for a in arms if a not in valid]:
-        raise LaunchError(f"unknown arm(s) {unknown}; choices: {', '.join(valid)}")
+        raise LaunchError(f"sweep needs arms=[...] (choices: {', '.join(group_choices('arm'))})")
+    for arm in arms:   # an unknown one refused as `launch arm=` refuses it
+        load_recipe("arm", arm)
     if not seeds:
         raise LaunchError("seeds=[] is empty")
     return [[f"arm={a}", f"seed={s}", *rest] for a in arms for s in seeds], profile, analyze

@@ -81,6 +81,9 @@ def test_share_suffix_errors(tmp_path):
         arm(f"{r1}~0.5", can)
     with pytest.raises(ArmError, match="the ~SHAREs sum to 0.9, not 1"):
         arm(f"{r1}~0.5", f"{can}~0.4")
+    with pytest.raises(ArmError, match=r"^data\.sources\.search: ~SHAREs cannot be combined with data=synthetic"):   # (seen failing:
+        build.build_arm({"kind": "synthetic", "n": 4, "sources": {"search": [f"{r1}~1"]}}, arm="search", seed=0,   # named its tmp file)
+                        tokenizer="tiny", out=tmp_path / "x", progress=False)
     with pytest.raises(ArmError, match=r"search from search-r1:.*~0.75: 4 usable of 6 needed"):
         arm(f"{r1}~0.75", f"{can}~0.25", n=8)
     for bad in ("1.5", "0", "half"):

@@ -175,9 +175,9 @@ def test_a_local_launch_records_a_trainer_killed_outright(tmp_path):
     rd = tmp_path / "run"
     rd.mkdir()
     log = rd / "train.log"
-    assert report_end(rd, -9, log, "L1") == -9
+    assert report_end(rd, 137, log, "L1") == 137   # run_logged's (and launch.torchrun's) code: 128 + N (seen failing: no "killed by")
     rec = layout.end_record(rd)
-    assert rec["state"] == "failed" and "exited with code -9 (killed by SIGKILL" in rec["reason"] and rec["launch"] == "L1"
+    assert rec["state"] == "failed" and "exited with code 137 (killed by SIGKILL: out of memory?)" in rec["reason"] and rec["launch"] == "L1"
     layout.record_end(rd, layout.FAILED, "RuntimeError: boom", "sft.train", launch="L2")
     report_end(rd, 1, log, "L2")
     assert layout.end_record(rd)["reason"] == "RuntimeError: boom"
