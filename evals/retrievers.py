@@ -237,12 +237,15 @@ def make_retriever(cfg):
         if not cfg.corpus:
             raise RetrieverError(f"retriever={kind} needs corpus=PATH (a wiki-18 style jsonl)")
         corpus = datafetch.path(cfg.corpus) if datafetch.is_name(cfg.corpus) else cfg.corpus   # fetched on first use
-        if kind == "bm25":
-            return Bm25Retriever(corpus, cfg.get("index_dir"))
         from evals.dense import DEFAULT_ENCODER, E5Retriever
 
-        return E5Retriever(corpus, encoder=cfg.get("encoder") or DEFAULT_ENCODER, index=cfg.get("index"),
-                           index_dir=cfg.get("index_dir"), device=cfg.get("encoder_device") or "cpu")
+        try:
+            if kind == "bm25":
+                return Bm25Retriever(corpus, cfg.get("index_dir"))
+            return E5Retriever(corpus, encoder=cfg.get("encoder") or DEFAULT_ENCODER, index=cfg.get("index"),
+                               index_dir=cfg.get("index_dir"), device=cfg.get("encoder_device") or "cpu")
+        except OSError as exc:   # an index_dir that is a file or read-only, an unreadable corpus: the path, the reason
+            raise RetrieverError(f"retriever={kind}: {exc.filename}: {exc.strerror or exc}") from None
     if kind == "http":
         return HttpRetriever(cfg.retriever_url, timeout=cfg.retriever_timeout, retries=cfg.retriever_retries)
     raise RetrieverError(f"unknown retriever {kind!r}; expected bm25, e5 or http")

@@ -255,7 +255,8 @@ def test_hub_sets_fail_clearly_offline(monkeypatch):
 
 
 def test_serve_retriever_cli_subprocess(tmp_path):
-    """The real `serve-retriever` entry point on an ephemeral loopback port, queried over HTTP."""
+    """The real `serve-retriever` entry point on an ephemeral loopback port (IPv6's, one of the documented
+    hosts), queried over HTTP at the URL it prints."""
     import os
     import re
     import subprocess
@@ -267,12 +268,12 @@ def test_serve_retriever_cli_subprocess(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from evals.server import main; sys.exit(main())",
-         f"corpus={corpus}", "port=0", f"index_dir={tmp_path / 'idx'}"],
+         f"corpus={corpus}", "port=0", "host=::1", f"index_dir={tmp_path / 'idx'}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path),
     )
     try:
         line = proc.stdout.readline()
-        m = re.search(r"at (http://127\.0\.0\.1:\d+/retrieve)", line)
+        m = re.search(r"at (http://\[::1\]:\d+/retrieve)", line)
         assert m, f"server did not start: {line!r}"
         docs = HttpRetriever(m.group(1), timeout=10, retries=2, backoff=0.2).search(["capital"], 2)
         assert len(docs) == 1 and len(docs[0]) == 2 and docs[0][0]["contents"].startswith('"')
