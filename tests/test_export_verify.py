@@ -353,6 +353,13 @@ def test_verify_cli_exit_codes_and_lines(exported_fp32, tmp_path, capsys):
     assert len(fails) == 2 and "truncated payload" in fails[0] + fails[1] and "checksum mismatch" in fails[0] + fails[1]
     assert verify_main([str(d), str(d)]) == 2
     assert verify_main(["lod=false", str(d)]) == 2
+    # a value its key's rule refuses, or a path given twice: one line naming it, never read as true or dropped
+    for argv, line in (([str(d), "load=maybe"], "load='maybe': expected true or false"), (["path=5"], "path=5: expected a string"),
+                       ([str(d), f"path={exported_fp32}"], "one checkpoint PATH, found 2")):
+        capsys.readouterr()
+        assert verify_main(argv) == 2
+        err = capsys.readouterr().err
+        assert line in err and err.count("\n") == 1, (argv, err)
     assert verify_main(["--help"]) == 0
 
 
