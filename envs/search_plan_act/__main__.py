@@ -1,19 +1,22 @@
 """`python -m envs.search_plan_act pilot [split=train|ood] [tasks=200] [seed=0]`
-`python -m envs.search_plan_act export out=PATH [n=100] [seed=0] [split=train]`
+`python -m envs.search_plan_act export out=PATH [n=100] [seed=0] [split=train] [overwrite=false]`
+    (an existing out is refused; overwrite=true renames it aside to <out>.replaced-<UTC time>)
 `python -m envs.search_plan_act show [seed=0] [split=train]`  (prints one genuine episode)"""
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common.cli import apply_overrides, require_int, run_cli, wants_help
+from common.cli import apply_overrides, parse_switch, require_int, run_cli, wants_help
+from common.io import replace_aside
 from envs.errors import EnvsError
 
 DEFAULTS = {
     "pilot": {"split": "train", "tasks": 200, "seed": 0, "hops": None, "writes": None, "distractors": None},
-    "export": {"out": None, "n": 100, "seed": 0, "split": "train"},
+    "export": {"out": None, "n": 100, "seed": 0, "split": "train", "overwrite": False},
     "show": {"seed": 0, "split": "train"},
 }
 
@@ -40,6 +43,13 @@ def main(argv: list[str]) -> int:
 
         if not cfg.out:
             raise EnvsError("export needs out=PATH")
+        out, overwrite = Path(cfg.out), parse_switch(cfg.overwrite, "overwrite")
+        if out.is_dir():
+            raise EnvsError(f"out={out} is a directory; expected the path of a .jsonl file")
+        if out.exists():
+            if not overwrite:
+                raise EnvsError(f"out={out} exists; pass overwrite=true to rename it aside (<out>.replaced-<UTC time>)")
+            print(f"overwrite=true: {out} renamed to {replace_aside(out).name}")
         n = export_trajectories(cfg.out, require_int(cfg.n, "n", 1), require_int(cfg.seed, "seed", 0), cfg.split)
         print(f"wrote {n} {cfg.split} trajectories to {cfg.out}")
         return 0
