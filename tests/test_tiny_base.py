@@ -75,6 +75,15 @@ def test_pretrain_command_refuses_a_bad_value_before_any_work(tmp_path, capsys, 
     assert (tmp_path / "f").read_text() == "mine"
 
 
+def test_tokenizer_rebuild_command_takes_one_dir_or_help(tmp_path, monkeypatch, capsys):
+    """`python -m data_prep.tiny --help` printed `wrote --help` after building a tokenizer into ./--help."""
+    from data_prep.tiny import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--help"]) == 0 and "usage: python -m data_prep.tiny" in capsys.readouterr().out
+    assert main(["a", "b"]) == 2 and main(["-x"]) == 2 and list(tmp_path.iterdir()) == []
+
+
 def test_committed_tiny_base_loads_and_reads():
     """The committed weights are the tiny architecture, load in transformers, and their record shows
     they learned to read (held-out world) - the reason the demo starts from them."""
