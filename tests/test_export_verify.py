@@ -385,6 +385,16 @@ def test_export_cli(tiny_model_dir, tmp_path, capsys):
         assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", bad, "dry_run=true"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {line}") and err.count("\n") == 1, (bad, err)
+    # a study job's config file that is torn, not a mapping, or holds a key export does not know (seen failing:
+    # a TypeError / ScannerError traceback, and `dry_run: true` misspelt as `dryrun:` exporting for real)
+    job = tmp_path / "export.yaml"
+    for text, line in (("[1, 2]", "not a mapping of export-checkpoint's keys"), ("ckpt: [", "not YAML"),
+                       (f"ckpt: {tiny_model_dir}\nout: {tmp_path / 'x'}\ndryrun: true\n", "unknown key(s): dryrun")):
+        job.write_text(text)
+        assert export_main([str(job)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {job}: {line}") and err.count("\n") == 1, (text, err)
+    assert not (tmp_path / "x").exists()
 
 
 # ---------------------------------------------------------------- the trainer's own checkpoints
