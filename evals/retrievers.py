@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -180,6 +181,8 @@ class HttpRetriever:
     def __init__(self, url: str, timeout: float = 30.0, retries: int = 3, backoff: float = 1.0):
         if not url:
             raise RetrieverError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https") or not urllib.parse.urlsplit(url).netloc:
+            raise RetrieverError(f"retriever_url={url!r}: expected http://HOST:PORT/retrieve (or https)")
         self.url = url if url.rstrip("/").endswith("/retrieve") else url.rstrip("/") + "/retrieve"
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
 
@@ -219,13 +222,18 @@ class HttpRetriever:
         if not isinstance(result, list) or len(result) != len(queries):
             raise RetrieverError(f"retriever {self.url} returned a malformed response: {str(body)[:300]}")
         out = []
-        for row in result:
-            docs = []
-            for item in row:
-                # return_scores=true: {"document": {...}, "score": s}; some servers send bare docs.
-                doc = item.get("document", item)
-                docs.append({"id": str(doc.get("id", "")), "contents": doc["contents"], "score": float(item.get("score", 0.0))})
-            out.append(docs)
+        try:
+            for row in result:
+                docs = []
+                for item in row:
+                    # return_scores=true: {"document": {...}, "score": s}; some servers send bare docs.
+                    doc = item.get("document", item)
+                    if not isinstance(doc.get("contents"), str):
+                        raise TypeError("a doc without its contents")
+                    docs.append({"id": str(doc.get("id", "")), "contents": doc["contents"], "score": float(item.get("score", 0.0))})
+                out.append(docs)
+        except (AttributeError, TypeError, ValueError) as exc:   # a row or doc of another shape, a score not a number
+            raise RetrieverError(f"retriever {self.url} returned a malformed response ({exc}): {str(body)[:300]}") from None
         return out
 
 

@@ -160,6 +160,36 @@ def test_bm25_cache_and_http_retriever_on_loopback(tmp_path):
         server.server_close()
     with pytest.raises(RetrieverError, match="unreachable after 2 attempts"):
         HttpRetriever(url, timeout=1, retries=1, backoff=0.01).search(["q"], 1)
+    with pytest.raises(RetrieverError, match="retriever_url='notaurl': expected http"):   # seen: ValueError at the first search
+        HttpRetriever("notaurl")
+
+
+@pytest.mark.parametrize("body", [[["a doc"]], [[{"id": 1}]], [[{"contents": "x", "score": "high"}]], [5]])
+def test_a_retriever_answering_malformed_results_is_one_line(body):
+    """A Search-R1 server whose result rows are not lists of docs with contents and a numeric score: a
+    RetrieverError (evaluate's one line, exit 2), not an AttributeError / KeyError / ValueError traceback."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Garbled(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            data = json.dumps({"result": body}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Garbled)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        with pytest.raises(RetrieverError, match="returned a malformed response"):
+            HttpRetriever(f"http://127.0.0.1:{server.server_address[1]}/retrieve", timeout=5, retries=0).search(["q"], 1)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_corpus_errors_name_the_line(tmp_path):
