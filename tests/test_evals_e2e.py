@@ -134,6 +134,12 @@ def test_cli_help_dry_run_and_errors(tmp_path, capsys):
         assert "needs vLLM" in capsys.readouterr().err
     assert cli_main(["ckpt=" + str(tmp_path / "nomodel"), "out=" + str(tmp_path / "o"), "benches=[search_plan_ood]"]) == 2
     assert "cannot load model" in capsys.readouterr().err
+    # a tokenizer= dir that holds no tokenizer: one line naming it (seen: five lines, naming only the model)
+    (tmp_path / "notok" / "x").mkdir(parents=True)
+    assert cli_main(["ckpt=tiny_base", f"tokenizer={tmp_path / 'notok'}", "out=" + str(tmp_path / "o"),
+                     "benches=[search_plan_ood]"]) == 2
+    err = capsys.readouterr().err
+    assert f"tokenizer '{tmp_path / 'notok'}'" in err and err.count("\n") == 1, err
 
 
 def test_bm25_cache_and_http_retriever_on_loopback(tmp_path):
