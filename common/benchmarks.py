@@ -110,9 +110,16 @@ def _golds(answer, aliases, where: str) -> list[str]:
     return golds
 
 
+def _item_id(row: dict, key: str, where: str, row_format: str) -> str:
+    """A row's id as its results are named: a non-empty string or an integer, never made up (`None`, a dict's text)."""
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise BenchError(f"{where}: {row_format} row without an \"{key}\" (a string or an integer), got {value!r}")
+    return str(value)
+
+
 def _musique(row: dict, where: str) -> BenchItem:
-    if "id" not in row:
-        raise BenchError(f"{where}: MuSiQue row without \"id\"")
+    item_id = _item_id(row, "id", where, "MuSiQue")
     paragraphs = []
     if not isinstance(row["paragraphs"], list) or not row["paragraphs"]:
         raise BenchError(f"{where}: MuSiQue \"paragraphs\" must be a non-empty list")
@@ -126,7 +133,7 @@ def _musique(row: dict, where: str) -> BenchItem:
     if not isinstance(answerable, bool):
         raise BenchError(f"{where}: \"answerable\" must be true or false, got {answerable!r}")
     golds = _golds(row.get("answer"), row.get("answer_aliases", []), where)
-    return BenchItem(str(row["id"]), row["question"].strip(), golds, paragraphs=paragraphs, answerable=answerable,
+    return BenchItem(item_id, row["question"].strip(), golds, paragraphs=paragraphs, answerable=answerable,
                      row_format="musique")
 
 
@@ -157,14 +164,12 @@ def _supporting_titles(facts, where: str) -> set[str]:
 
 
 def _context_row(row: dict, where: str, row_format: str) -> BenchItem:
-    item_id = row.get("_id", row.get("id"))
-    if item_id is None:
-        raise BenchError(f"{where}: {row_format} row without \"_id\"")
+    item_id = _item_id(row, "_id" if "_id" in row else "id", where, row_format)
     supporting = _supporting_titles(row.get("supporting_facts"), where)
     # Sentences are joined with one space (HotpotQA's already start with one: not doubled).
     paragraphs = [Paragraph(title, " ".join(s.strip() for s in sentences if s.strip()), title in supporting)
                   for title, sentences in _context_pairs(row["context"], where)]
-    return BenchItem(str(item_id), row["question"].strip(), _golds(row.get("answer"), [], where),
+    return BenchItem(item_id, row["question"].strip(), _golds(row.get("answer"), [], where),
                      paragraphs=paragraphs, row_format=row_format)
 
 
@@ -187,9 +192,7 @@ def parse_bench_row(row, bench: str, where: str) -> BenchItem:
     if "golden_answers" in row:
         golds = row["golden_answers"]
         golds = [golds] if isinstance(golds, str) else golds
-        if "id" not in row:
-            raise BenchError(f"{where}: FlashRAG row without \"id\"")
-        item_id, row_format = str(row["id"]), "flashrag"
+        item_id, row_format = _item_id(row, "id", where, "FlashRAG"), "flashrag"
         meta = row.get("metadata")
         if isinstance(meta, dict) and isinstance(meta.get("question_decomposition"), list):
             open_only_reason = FLASHRAG_MUSIQUE_REASON
@@ -197,7 +200,7 @@ def parse_bench_row(row, bench: str, where: str) -> BenchItem:
             if not isinstance(answerable, bool):
                 raise BenchError(f"{where}: metadata.answerable must be true or false, got {answerable!r}")
     elif "answer" in row and "idx" in row:
-        golds, item_id, row_format = [row["answer"]], f"{bench}_dev_{row['idx']}", "r1searcher"
+        golds, item_id, row_format = [row["answer"]], f"{bench}_dev_{_item_id(row, 'idx', where, 'r1searcher')}", "r1searcher"
     else:
         raise BenchError(f"{where}: unknown format (need id/question/golden_answers, idx/question/answer, or an "
                          f"original MuSiQue/2Wiki/HotpotQA row with its paragraphs), keys {sorted(row)}")

@@ -68,5 +68,19 @@ def build(out: Path = TOKENIZER_DIR) -> None:
     print(f"wrote {out} (vocab {len(tok)})")
 
 
+USAGE = "usage: python -m data_prep.tiny [OUT_DIR]   (default: common/tiny_tokenizer/, the committed copy)"
+
+
+def main(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):
+        print(USAGE, file=sys.stderr)
+        return 2
+    build(Path(argv[0]) if argv else TOKENIZER_DIR)
+    return 0
+
+
 if __name__ == "__main__":
-    build(Path(sys.argv[1]) if len(sys.argv) > 1 else TOKENIZER_DIR)
+    sys.exit(main(sys.argv[1:]))

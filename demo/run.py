@@ -34,6 +34,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.cli import ConfigError, apply_overrides, run_cli, wants_help
+from common.fields import FLAG, NONEMPTY, Choices, Number, Test, is_int, list_of, plain
 
 DEFAULTS = {
     "runs_root": "runs/demo",
@@ -180,6 +181,19 @@ def export_envs_episodes(cfg) -> Path:
 
 
 MODELS = ("tiny_base", "tiny")
+_COUNT, _SEED = Number(lo=1, integer=True), Number(lo=0, integer=True)
+RULES = {  # what each value of DEFAULTS may be, checked before anything runs (a dry run's too)
+    "runs_root": NONEMPTY, "out": NONEMPTY, "model": Choices(MODELS),
+    "arms": list_of(lambda a: isinstance(a, str), "a non-empty list of arms", size=lambda n: n > 0),
+    "seeds": list_of(is_int, "a non-empty list of integer seeds", size=lambda n: n > 0),
+    "save_steps": list_of(is_int, "a list of integer steps"), "search_extra": list_of(is_int, "a list of integers"),
+    "launch_args": list_of(lambda a: isinstance(a, str), "a list of launch overrides (key=value strings)"),
+    "parallel": Number(lo=1, integer=True, null=True), "train": FLAG, "dry_run": FLAG,
+    "copy_figures_to": Test(lambda v: v is None or (NONEMPTY.ok(v) and not Path(v).is_file()), "null or a directory"),
+    **dict.fromkeys(("world_seed", "envs_episodes", "heldout_seed"), _SEED),
+    **dict.fromkeys(("steps", "n", "heldout_n", "bench_n", "eval_n", "max_turns", "max_new_tokens", "max_model_len",
+                     "n_boot"), _COUNT),
+}
 
 
 def anchor_path(cfg) -> Path:
@@ -297,12 +311,8 @@ def _main(argv: list[str]) -> int:
         print(__doc__ + "\nOptions (key=value):\n" + OmegaConf.to_yaml(base))
         return 0
     cfg = apply_overrides(base, argv)
-    if not cfg.arms or not cfg.seeds:
-        raise ConfigError("arms=[...] and seeds=[...] must not be empty")
-    if cfg.parallel is not None and (isinstance(cfg.parallel, bool) or not isinstance(cfg.parallel, int) or cfg.parallel < 1):
-        raise ConfigError(f"parallel={cfg.parallel!r}: expected a positive integer or null (every run at once)")
-    if cfg.model not in MODELS:
-        raise ConfigError(f"model={cfg.model!r}: the demo runs one of {', '.join(MODELS)}")
+    if bad := [p for key, rule in RULES.items() if (p := rule.problem(key, plain(cfg[key])))]:
+        raise ConfigError(bad[0])
     print(describe(cfg))
     if cfg.dry_run:
         return 0

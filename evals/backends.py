@@ -481,5 +481,6 @@ def make_backend(cfg, *, asynchronous: bool = False):
         return cls(model, tok, max_model_len=cfg.max_model_len, tensor_parallel_size=cfg.tensor_parallel_size,
                            gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, seed=cfg.seed,
                            enforce_eager=cfg.enforce_eager, prefix_caching=cfg.prefix_caching)
-    except (OSError, ValueError) as exc:  # transformers' "not a model dir / no such repo" errors
-        raise BackendError(f"cannot load model {model!r} with backend={cfg.backend}: {exc}") from exc
+    except (OSError, ValueError) as exc:  # transformers' "not a model dir / no such repo" errors (some of several lines)
+        given = f" and tokenizer {tok!r}" if tok else ""
+        raise BackendError(f"cannot load model {model!r}{given} with backend={cfg.backend}: {' '.join(str(exc).split())}") from exc

@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -180,6 +181,8 @@ class HttpRetriever:
     def __init__(self, url: str, timeout: float = 30.0, retries: int = 3, backoff: float = 1.0):
         if not url:
             raise RetrieverError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https") or not urllib.parse.urlsplit(url).netloc:
+            raise RetrieverError(f"retriever_url={url!r}: expected http://HOST:PORT/retrieve (or https)")
         self.url = url if url.rstrip("/").endswith("/retrieve") else url.rstrip("/") + "/retrieve"
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
 
@@ -219,13 +222,18 @@ class HttpRetriever:
         if not isinstance(result, list) or len(result) != len(queries):
             raise RetrieverError(f"retriever {self.url} returned a malformed response: {str(body)[:300]}")
         out = []
-        for row in result:
-            docs = []
-            for item in row:
-                # return_scores=true: {"document": {...}, "score": s}; some servers send bare docs.
-                doc = item.get("document", item)
-                docs.append({"id": str(doc.get("id", "")), "contents": doc["contents"], "score": float(item.get("score", 0.0))})
-            out.append(docs)
+        try:
+            for row in result:
+                docs = []
+                for item in row:
+                    # return_scores=true: {"document": {...}, "score": s}; some servers send bare docs.
+                    doc = item.get("document", item)
+                    if not isinstance(doc.get("contents"), str):
+                        raise TypeError("a doc without its contents")
+                    docs.append({"id": str(doc.get("id", "")), "contents": doc["contents"], "score": float(item.get("score", 0.0))})
+                out.append(docs)
+        except (AttributeError, TypeError, ValueError) as exc:   # a row or doc of another shape, a score not a number
+            raise RetrieverError(f"retriever {self.url} returned a malformed response ({exc}): {str(body)[:300]}") from None
         return out
 
 
@@ -237,12 +245,15 @@ def make_retriever(cfg):
         if not cfg.corpus:
             raise RetrieverError(f"retriever={kind} needs corpus=PATH (a wiki-18 style jsonl)")
         corpus = datafetch.path(cfg.corpus) if datafetch.is_name(cfg.corpus) else cfg.corpus   # fetched on first use
-        if kind == "bm25":
-            return Bm25Retriever(corpus, cfg.get("index_dir"))
         from evals.dense import DEFAULT_ENCODER, E5Retriever
 
-        return E5Retriever(corpus, encoder=cfg.get("encoder") or DEFAULT_ENCODER, index=cfg.get("index"),
-                           index_dir=cfg.get("index_dir"), device=cfg.get("encoder_device") or "cpu")
+        try:
+            if kind == "bm25":
+                return Bm25Retriever(corpus, cfg.get("index_dir"))
+            return E5Retriever(corpus, encoder=cfg.get("encoder") or DEFAULT_ENCODER, index=cfg.get("index"),
+                               index_dir=cfg.get("index_dir"), device=cfg.get("encoder_device") or "cpu")
+        except OSError as exc:   # an index_dir that is a file or read-only, an unreadable corpus: the path, the reason
+            raise RetrieverError(f"retriever={kind}: {exc.filename}: {exc.strerror or exc}") from None
     if kind == "http":
         return HttpRetriever(cfg.retriever_url, timeout=cfg.retriever_timeout, retries=cfg.retriever_retries)
     raise RetrieverError(f"unknown retriever {kind!r}; expected bm25, e5 or http")

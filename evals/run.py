@@ -335,8 +335,7 @@ def _evaluate_sharded(cfg, ckpt_id: dict | None = None) -> dict:
 def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dict:
     store = EvalStore(cfg.out)
     store.out.mkdir(parents=True, exist_ok=True)
-    old_meta = store.meta()
-    identities = dict(old_meta.get("identities") or {})
+    old_meta, identities = store.meta(), store.identities()
     # Identities first: a bench held under another identity is refused before any model is loaded.
     ckpt_id = ckpt_id or checkpoint_identity(str(cfg.ckpt))
     check_checkpoint_files(str(cfg.ckpt), ckpt_id)

@@ -15,6 +15,7 @@ share it across a cluster deliberately):
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,18 +32,18 @@ from evals.retrievers import MAX_QUERIES, MAX_RESULTS
 
 KEYS = {  # `serve-retriever --help` and docs/keys/serve-retriever.md; the retriever keys are evaluate's fields
     "corpus": Default(EVALUATE["corpus"], None, "(required)"),
-    "retriever": fields.field("bm25 | e5 (dense, as Search-R1: evals.dense)", "bm25"),
+    "retriever": fields.choice("bm25 | e5 (dense, as Search-R1: evals.dense)", "bm25", ("bm25", "e5")),
     "encoder": EVALUATE["encoder"],
     "index": EVALUATE["index"],
     "encoder_device": EVALUATE["encoder_device"],
-    "faiss_gpu": fields.field("retriever=e5: search on every visible GPU (needs a faiss build with GPU support)", False),
-    "port": fields.field("TCP port (0: an ephemeral one)", 8000),
-    "host": fields.field("loopback only: 127.0.0.1 | localhost | ::1", "127.0.0.1"),
+    "faiss_gpu": fields.flag("retriever=e5: search on every visible GPU (needs a faiss build with GPU support)", False),
+    "port": fields.number("TCP port (0: an ephemeral one)", 8000, lo=0, hi=65535, integer=True),
+    "host": fields.choice("loopback only: 127.0.0.1 | localhost | ::1", "127.0.0.1", ("127.0.0.1", "localhost", "::1")),
     "index_dir": EVALUATE["index_dir"],
-    "max_topk": fields.field("largest topk a request may ask for", 100),
-    "max_queries": fields.field("most queries one request may carry (more: 413; evaluate's and GRPO's client splits a "
-                                "larger batch at the default)", MAX_QUERIES),
-    "max_results": fields.field("most passages one request may ask for, queries x topk (more: 413)", MAX_RESULTS),
+    "max_topk": fields.count("largest topk a request may ask for", 100, roles=()),
+    "max_queries": fields.count("most queries one request may carry (more: 413; evaluate's and GRPO's client splits a "
+                                "larger batch at the default)", MAX_QUERIES, roles=()),
+    "max_results": fields.count("most passages one request may ask for, queries x topk (more: 413)", MAX_RESULTS, roles=()),
 }
 DEFAULTS = keydoc.defaults(KEYS)
 USAGE = """usage: serve-retriever corpus=PATH|NAME [key=value ...]
@@ -146,12 +147,16 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 def make_server(retriever, host: str = "127.0.0.1", port: int = 0, max_topk: int = 100,
                 socket_timeout: float = SOCKET_TIMEOUT_S, max_queries: int = MAX_QUERIES,
                 max_results: int = MAX_RESULTS) -> ThreadingHTTPServer:
     """An HTTP server over `retriever` (port 0 = an ephemeral port; read it from server_address)."""
-    return _Server((host, port), _handler(retriever, threading.Lock(), max_topk, socket_timeout, max_queries,
-                                          max_results))
+    return (_Server6 if ":" in host else _Server)((host, port), _handler(retriever, threading.Lock(), max_topk, socket_timeout,
+                                                                       max_queries, max_results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,15 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
         if not cfg.corpus:
             raise EvalError("corpus=PATH is required (a wiki-18 style jsonl, or a fetched corpus's name)")
-        if cfg.host not in ("127.0.0.1", "localhost", "::1"):
-            raise EvalError(f"host={cfg.host!r}: serve-retriever only binds loopback")
-        for key in ("port", "max_topk", "max_queries", "max_results"):
-            if isinstance(cfg[key], bool) or not isinstance(cfg[key], int) or cfg[key] < (0 if key == "port" else 1):
-                raise EvalError(f"{key}={cfg[key]!r}: expected a {'non-negative' if key == 'port' else 'positive'} integer")
-        if cfg.retriever not in ("bm25", "e5"):
-            raise EvalError(f"retriever={cfg.retriever!r}: expected bm25 or e5")
-        if not isinstance(cfg.faiss_gpu, bool):
-            raise EvalError(f"faiss_gpu={cfg.faiss_gpu!r}: expected true or false")
+        if problems := fields.problems(KEYS, cfg):
+            raise EvalError(problems[0])
         if cfg.faiss_gpu and cfg.retriever != "e5":
             raise EvalError("faiss_gpu=true is for retriever=e5 (a faiss index)")
         from evals.retrievers import RetrieverError, make_retriever
@@ -187,9 +185,13 @@ def main(argv: list[str] | None = None) -> int:
                 retriever.index = index_to_gpus(retriever.index)
         except RetrieverError as exc:
             raise EvalError(str(exc)) from exc
-        server = make_server(retriever, cfg.host, int(cfg.port), int(cfg.max_topk), max_queries=int(cfg.max_queries),
-                             max_results=int(cfg.max_results))
+        try:
+            server = make_server(retriever, cfg.host, cfg.port, cfg.max_topk, max_queries=cfg.max_queries,
+                                 max_results=cfg.max_results)
+        except OSError as exc:   # the port taken, the host without that address family
+            raise EvalError(f"cannot listen on {cfg.host} port {cfg.port}: {exc.strerror or exc}") from None
         host, port = server.server_address[:2]
+        host = f"[{host}]" if ":" in host else host
         print(f"serving {retriever.num_docs} docs from {corpus} at http://{host}:{port}/retrieve", flush=True)
         try:
             server.serve_forever()

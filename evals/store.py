@@ -53,7 +53,11 @@ class EvalStore:
             raise EvalError(f"{exc}; move it aside to evaluate into {self.out}") from exc
 
     def identities(self) -> dict:
-        return dict(self.meta().get("identities") or {})
+        held = self.meta().get("identities") or {}
+        if not isinstance(held, dict) or not all(isinstance(v, dict) for v in held.values()):
+            raise EvalError(f"{self.out / 'meta.json'}: \"identities\" must map each bench to its identity object; "
+                            f"move it aside to evaluate into {self.out}")
+        return dict(held)
 
     def summary(self) -> dict:
         """summary.json as written (empty when absent or torn: it is rewritten from the rows)."""
@@ -71,6 +75,9 @@ class EvalStore:
     def row_digests(self, bench: str) -> set:
         """The identity digests carried by a bench's rows (None for rows without one)."""
         digests, path = set(), self.rows_path(bench)
+        if path.exists() and not path.is_file():
+            raise ResultsError(f"{path}: expected the bench's rows file, found a directory or special file; "
+                               f"move it aside to evaluate {bench} into {self.out}")
         if path.exists():
             for line in path.read_bytes().split(b"\n"):
                 if line.strip():
@@ -154,11 +161,14 @@ class EvalStore:
         """A resumed bench must be evaluating the very same ids as its sample (if any)."""
         path = self.sample_path(bench)
         if path.exists():
-            old = json.loads(path.read_text(encoding="utf-8"))
-            if old["ids"] != ids:
+            try:
+                old = read_json_object(path)
+            except ValueError as exc:
+                raise ResultsError(f"{exc}; use a fresh out=") from None
+            if old.get("ids") != ids:
                 raise ResultsError(
                     f"{path}: this out dir was started with a different sample of {bench} "
-                    f"(n={old['n']}, seed={old['seed']}, source={old['source']}); use a fresh out=")
+                    f"(n={old.get('n')}, seed={old.get('seed')}, source={old.get('source')}); use a fresh out=")
 
     def start(self, bench: str, ident: dict, sample: dict, identities: dict) -> None:
         """Record a bench's identity (into `identities`, meta.json's) and its sample, before its first row."""

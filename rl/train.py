@@ -758,9 +758,9 @@ def close_process_group(clean: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m rl.train <run_dir>/config.yaml", file=sys.stderr)
-        return 2
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        print("usage: python -m rl.train <run_dir>/config.yaml", file=sys.stdout if len(argv) == 1 else sys.stderr)
+        return 0 if len(argv) == 1 else 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from common.cli import ConfigError
     from evals.retrievers import RetrieverError

@@ -109,14 +109,18 @@ def load_train_data(path: str | Path, *, global_batch_size: int, max_tokens_per_
             f"{path}: {n_traj} trajectories ({len(ds)} rows), fewer than train.global_batch_size={global_batch_size} (no full optimizer step)"
         )
     num_tokens, num_trainable = _scan_lengths(path, table, ids, max_tokens_per_micro_batch)
-    max_token_id = max(int(pc.max(pc.list_flatten(c)).as_py() or 0) for c in table.column("input_ids").chunks)
+    max_token_id = max(int(pc.max(pc.list_flatten(c)).as_py() or 0) for col in ("input_ids", "labels")
+                       for c in table.column(col).chunks)   # a label beyond the vocabulary is refused as an input id is
     fingerprint = None
     manifest = path / "manifest.json"
     if manifest.is_file():
         try:
-            fingerprint = json.loads(manifest.read_text(encoding="utf-8")).get("fingerprint")
+            meta = json.loads(manifest.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise DataError(f"{manifest}: not valid JSON ({exc})") from exc
+        if not isinstance(meta, dict):
+            raise DataError(f"{manifest}: expected a JSON object, found {type(meta).__name__}")
+        fingerprint = meta.get("fingerprint")
     ds = ds.select_columns(["input_ids", "labels"]).with_format("numpy")
     return TrainData(path, ds, ids, num_tokens, num_trainable, fingerprint, max_token_id)
 
@@ -125,26 +129,23 @@ def _scan_lengths(path, table, ids, max_tokens) -> tuple[np.ndarray, np.ndarray]
     """Per-row token and trainable counts straight from Arrow, checking alignment on the way."""
     import pyarrow.compute as pc
 
-    n_tok, n_lab, n_train, stated = [], [], [], table.column("num_tokens").to_numpy()
+    n_tok, n_lab, n_train, n_neg, stated = [], [], [], [], table.column("num_tokens").to_numpy()
     for col_in, col_lab in zip(table.column("input_ids").chunks, _rechunk(table.column("labels"), table.column("input_ids"))):
         n_tok.append(pc.list_value_length(col_in).to_numpy(zero_copy_only=False))
         n_lab.append(pc.list_value_length(col_lab).to_numpy(zero_copy_only=False))
         flat = pc.list_flatten(col_lab).to_numpy(zero_copy_only=False)
-        lengths = n_lab[-1]
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         keep = flat != IGNORE
-        nonempty = lengths > 0
-        keep[starts[nonempty]] = False  # a sequence's first token is never predicted
-        counts = np.zeros(len(lengths), dtype=np.int64)
-        if keep.size:
-            sums = np.add.reduceat(keep.astype(np.int64), starts[nonempty]) if nonempty.any() else []
-            counts[nonempty] = sums
-        n_train.append(counts)
+        starts = _starts(n_lab[-1])
+        keep[starts[n_lab[-1] > 0]] = False  # a sequence's first token is never predicted
+        n_train.append(_per_row(keep, n_lab[-1]))
+        n_neg.append(_per_row((flat < 0) & (flat != IGNORE), n_lab[-1])
+                     + _per_row(pc.list_flatten(col_in).to_numpy(zero_copy_only=False) < 0, n_tok[-1]))
     num_tokens = np.concatenate(n_tok).astype(np.int64)
     num_labels = np.concatenate(n_lab).astype(np.int64)
     num_trainable = np.concatenate(n_train)
     for name, bad in (
         ("labels length != input_ids length", np.flatnonzero(num_labels != num_tokens)),
+        (f"a token id < 0 or a label < 0 other than {IGNORE}", np.flatnonzero(np.concatenate(n_neg))),
         ("num_tokens column != len(input_ids)", np.flatnonzero(stated != num_tokens)),
         ("fewer than 2 tokens", np.flatnonzero(num_tokens < 2)),
         ("no trainable token (labels[1:] all -100)", np.flatnonzero(num_trainable == 0)),
@@ -154,6 +155,18 @@ def _scan_lengths(path, table, ids, max_tokens) -> tuple[np.ndarray, np.ndarray]
             shown = ", ".join(f"{ids[i]!r} (row {i}, {num_tokens[i]} tokens)" for i in bad[:5])
             raise DataError(f"{path}: {bad.size} row(s) with {name}: {shown}")
     return num_tokens, num_trainable
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+
+
+def _per_row(mask: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """How many entries of the flattened `mask` are set in each row of the given lengths."""
+    counts, nonempty = np.zeros(len(lengths), dtype=np.int64), lengths > 0
+    if mask.size and nonempty.any():
+        counts[nonempty] = np.add.reduceat(mask.astype(np.int64), _starts(lengths)[nonempty])
+    return counts
 
 
 def _rechunk(col, like):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from common import fields, keydoc
 from common.fields import Test, choice, count, field, flag, text
@@ -318,7 +318,15 @@ def _main(argv: list[str]) -> int:
         print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
     if len(argv) == 1 and "=" not in argv[0] and Path(argv[0]).is_file():   # a resolved config (a study's export job)
-        cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.load(argv[0]))
+        try:
+            held = OmegaConf.load(argv[0])
+        except Exception as exc:   # yaml and omegaconf raise several types for a torn file
+            raise SftError(f"{argv[0]}: not YAML ({' '.join(str(exc).split())})") from None
+        if not isinstance(held, DictConfig):
+            raise SftError(f"{argv[0]}: not a mapping of export-checkpoint's keys")
+        if unknown := sorted(map(str, set(held) - set(KEYS))):
+            raise SftError(f"{argv[0]}: unknown key(s): {', '.join(unknown)} (export-checkpoint --help lists its keys)")
+        cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS), held)
     else:
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv)
     checked(cfg)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -185,7 +186,7 @@ def pretrain(out: Path, cfg: PretrainConfig, log=print) -> dict:
         "corpus_sha256": sha256_text("\n\x00".join(texts)),
         "torch": torch.__version__,
         "seconds": round(time.time() - t0, 1),
-        "loss_first": curve[0], "loss_last25": round(sum(curve[-25:]) / 25, 4),
+        "loss_first": curve[0], "loss_last25": round(sum(curve[-25:]) / len(curve[-25:]), 4),
         "loss_curve_every_25": curve[::25],
         "evals": evals,
     }
@@ -201,6 +202,13 @@ def main(argv=None) -> int:
         ap.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
     args = vars(ap.parse_args(argv))
     out = args.pop("out")
+    zero_ok = ("warmup", "seed", "weight_decay", "min_lr_ratio")   # every other count and rate must be positive
+    bad = [f"--{k.replace('_', '-')} {v}: out of range" for k, v in args.items()
+           if v < 0 or (v == 0 and k not in zero_ok) or (k == "min_lr_ratio" and v > 1)]
+    bad += [f"--out {out} is a file; expected a directory"] if Path(out).exists() and not Path(out).is_dir() else []
+    if bad:
+        print(f"error: {bad[0]}", file=sys.stderr)
+        return 2
     pretrain(Path(out), PretrainConfig(**args), log=lambda msg: print(msg, flush=True))
     return 0
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common import keydoc
-from common.fields import field
+from common import fields, keydoc
+from common.fields import flag, text
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import check_sha256sums, tree_entries
 from sft.ckpt_layout import ST_TO_TORCH, TORCH_TO_ST, config_dtype, expected_layout
@@ -285,8 +285,8 @@ def verify_main(argv: list[str] | None = None) -> int:
 
 
 KEYS = {  # `verify-checkpoint --help` and docs/keys/verify-checkpoint.md
-    "path": field("the checkpoint directory (also as the one positional argument)", None),
-    "load": field("false: skip check 6 (loading the model with transformers)", True),
+    "path": text("the checkpoint directory (also as the one positional argument)"),
+    "load": flag("false: skip check 6 (loading the model with transformers)", True),
 }
 
 
@@ -294,14 +294,15 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
         return 0
-    positional = [a for a in argv if "=" not in a]
-    if len(positional) > 1:
-        raise SftError(f"expected one checkpoint PATH, found {len(positional)}: {positional}")
     cfg = apply_overrides(OmegaConf.create(keydoc.defaults(KEYS)), [a for a in argv if "=" in a])
-    path = positional[0] if positional else cfg.path
-    if not path:
+    if bad := fields.problems(KEYS, cfg):
+        raise SftError(bad[0])
+    paths = [a for a in argv if "=" not in a] + ([cfg.path] if cfg.path else [])
+    if len(paths) > 1:
+        raise SftError(f"expected one checkpoint PATH, found {len(paths)}: {paths}")
+    if not paths:
         raise SftError("expected a checkpoint PATH (verify-checkpoint PATH, or path=PATH)")
-    return report(path, load=bool(cfg.load))
+    return report(paths[0], load=cfg.load)
 
 
 if __name__ == "__main__":

@@ -263,8 +263,9 @@ def test_provenance_lists_each_value_once():
 
 
 def test_demo_dry_run_prints_the_plan(capsys):
-    from demo.run import main as demo_main
+    from demo.run import DEFAULTS, RULES, main as demo_main
 
+    assert set(RULES) == set(DEFAULTS)   # every key has its rule
     assert demo_main(["dry_run=true", "arms=[r2e,search]", "steps=8", "save_steps=[4]"]) == 0
     plan = capsys.readouterr().out
     assert "launch sweep arms=[r2e,search] seeds=[0] model=tiny_base data=synthetic steps=8 save_steps=[4]" in plan
@@ -275,6 +276,13 @@ def test_demo_dry_run_prints_the_plan(capsys):
     assert "model=tiny data=synthetic" in plan and "save_tiny_model(runs/demo/_anchor_model, seed=0)" in plan
     assert demo_main(["stepz=3"]) == 2
     assert demo_main(["model=qwen3_4b"]) == 2
+    # each value checked by its rule, a dry run's too (seen failing: exit 0 with the plan, or a TypeError traceback)
+    capsys.readouterr()
+    for bad in ("steps=0", "steps=abc", "seeds=5", "save_steps=5", "search_extra=5", "launch_args=5", "train=maybe",
+                "eval_n=-1", "n_boot=0", "world_seed=x", "arms=[]", "parallel=0", "copy_figures_to=" + __file__):
+        assert demo_main(["dry_run=true", bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {bad.split('=')[0]}=") and err.count("\n") == 1, (bad, err)
 
 
 def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):

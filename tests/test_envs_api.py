@@ -189,6 +189,12 @@ def test_cli(capsys, monkeypatch, tmp_path):
     assert run_cli(cli_main, ["export", f"out={out_path}", "n=3", "split=ood"]) == 0
     assert len(out_path.read_text().splitlines()) == 3
     assert run_cli(cli_main, ["export", "n=3"]) == 2  # out= is required
+    # an existing out is never silently replaced: refused, or renamed aside with overwrite=true; a directory is refused
+    assert run_cli(cli_main, ["export", f"out={out_path}", "n=2"]) == 2 and "exists" in capsys.readouterr().err
+    assert run_cli(cli_main, ["export", f"out={out_path}", "n=2", "overwrite=true"]) == 0
+    assert [len(p.read_text().splitlines()) for p in sorted(tmp_path.glob("cli.jsonl*"))] == [2, 3]
+    assert run_cli(cli_main, ["export", f"out={tmp_path}", "n=2", "overwrite=true"]) == 2
+    assert "(not a directory)" in capsys.readouterr().err and not list(tmp_path.parent.glob("*.tmp"))
     capsys.readouterr()
     assert run_cli(cli_main, ["show", "seed=2"]) == 0
     assert json.loads(capsys.readouterr().out)[-1]["content"].startswith("Final answer: ")

@@ -90,6 +90,28 @@ def test_a_bench_n_entry_for_a_bench_not_being_run_is_refused(tmp_path, capsys):
     assert "babyai: 4" in shown and "musique@given: 0" not in shown
 
 
+@pytest.mark.parametrize("arg,needle", [
+    ("port=99999", "port=99999: expected in [0, 65535]"), ("port=-1", "port=-1"), ("max_topk=0", "max_topk=0"),
+    ("host=0.0.0.0", "host='0.0.0.0': expected 127.0.0.1, localhost or ::1"), ("retriever=x", "retriever='x'"),
+    ("index_dir=FILE", "Not a directory"), ("port=BUSY", "Address already in use"),
+])
+def test_serve_retriever_refuses_each_bad_value_in_one_line(tmp_path, capsys, arg, needle):
+    """A port out of range or taken, an index_dir that is a file: one line and exit 2, never a traceback."""
+    import socket
+
+    from evals.server import main as serve_main
+    from tests.test_evals_loop import make_world
+
+    corpus, _ = make_world(tmp_path, n=2)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        arg = arg.replace("FILE", str(corpus)).replace("BUSY", str(busy.getsockname()[1]))
+        assert serve_main([f"corpus={corpus}", f"index_dir={tmp_path / 'idx'}", arg]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
 @pytest.fixture
 def one_run(tmp_path):
     ck = tmp_path / "runs" / "grpo_qa" / "seed0" / "checkpoints" / "step-000001"

@@ -134,6 +134,12 @@ def test_cli_help_dry_run_and_errors(tmp_path, capsys):
         assert "needs vLLM" in capsys.readouterr().err
     assert cli_main(["ckpt=" + str(tmp_path / "nomodel"), "out=" + str(tmp_path / "o"), "benches=[search_plan_ood]"]) == 2
     assert "cannot load model" in capsys.readouterr().err
+    # a tokenizer= dir that holds no tokenizer: one line naming it (seen: five lines, naming only the model)
+    (tmp_path / "notok" / "x").mkdir(parents=True)
+    assert cli_main(["ckpt=tiny_base", f"tokenizer={tmp_path / 'notok'}", "out=" + str(tmp_path / "o"),
+                     "benches=[search_plan_ood]"]) == 2
+    err = capsys.readouterr().err
+    assert f"tokenizer '{tmp_path / 'notok'}'" in err and err.count("\n") == 1, err
 
 
 def test_bm25_cache_and_http_retriever_on_loopback(tmp_path):
@@ -160,6 +166,36 @@ def test_bm25_cache_and_http_retriever_on_loopback(tmp_path):
         server.server_close()
     with pytest.raises(RetrieverError, match="unreachable after 2 attempts"):
         HttpRetriever(url, timeout=1, retries=1, backoff=0.01).search(["q"], 1)
+    with pytest.raises(RetrieverError, match="retriever_url='notaurl': expected http"):   # seen: ValueError at the first search
+        HttpRetriever("notaurl")
+
+
+@pytest.mark.parametrize("body", [[["a doc"]], [[{"id": 1}]], [[{"contents": "x", "score": "high"}]], [5]])
+def test_a_retriever_answering_malformed_results_is_one_line(body):
+    """A Search-R1 server whose result rows are not lists of docs with contents and a numeric score: a
+    RetrieverError (evaluate's one line, exit 2), not an AttributeError / KeyError / ValueError traceback."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Garbled(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            data = json.dumps({"result": body}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Garbled)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        with pytest.raises(RetrieverError, match="returned a malformed response"):
+            HttpRetriever(f"http://127.0.0.1:{server.server_address[1]}/retrieve", timeout=5, retries=0).search(["q"], 1)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_corpus_errors_name_the_line(tmp_path):
@@ -255,7 +291,8 @@ def test_hub_sets_fail_clearly_offline(monkeypatch):
 
 
 def test_serve_retriever_cli_subprocess(tmp_path):
-    """The real `serve-retriever` entry point on an ephemeral loopback port, queried over HTTP."""
+    """The real `serve-retriever` entry point on an ephemeral loopback port (IPv6's, one of the documented
+    hosts), queried over HTTP at the URL it prints."""
     import os
     import re
     import subprocess
@@ -267,12 +304,12 @@ def test_serve_retriever_cli_subprocess(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from evals.server import main; sys.exit(main())",
-         f"corpus={corpus}", "port=0", f"index_dir={tmp_path / 'idx'}"],
+         f"corpus={corpus}", "port=0", "host=::1", f"index_dir={tmp_path / 'idx'}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path),
     )
     try:
         line = proc.stdout.readline()
-        m = re.search(r"at (http://127\.0\.0\.1:\d+/retrieve)", line)
+        m = re.search(r"at (http://\[::1\]:\d+/retrieve)", line)
         assert m, f"server did not start: {line!r}"
         docs = HttpRetriever(m.group(1), timeout=10, retries=2, backoff=0.2).search(["capital"], 2)
         assert len(docs) == 1 and len(docs[0]) == 2 and docs[0][0]["contents"].startswith('"')

@@ -271,3 +271,29 @@ def test_serve_retriever_queues_64_clients_connecting_while_it_is_busy(bm25):
         for c in clients:
             c.close()
         server.server_close()
+
+
+@pytest.mark.parametrize("name,edit,needle", [
+    ("meta.json", lambda m: {**m, "identities": "x"}, "\"identities\" must map each bench to its identity object"),
+    ("meta.json", lambda m: {**m, "identities": {"synthqa": [1]}}, "\"identities\" must map each bench to its identity object"),
+    ("sampled_ids/synthqa.json", "{torn", "sampled_ids/synthqa.json: unreadable JSON"),
+    ("sampled_ids/synthqa.json", [1], "sampled_ids/synthqa.json: expected a JSON object, found list"),
+    ("synthqa.jsonl", None, "synthqa.jsonl: expected the bench's rows file, found a directory"),
+], ids=["identities-str", "identity-list", "sample-torn", "sample-list", "rows-dir"])
+def test_a_hand_edited_out_dir_file_is_refused_in_one_line(world, tmp_path, tiny_tokenizer, name, edit, needle):
+    """A resumed out dir whose meta.json identities, sample file or rows file is of the wrong kind: one line
+    naming the file (seen failing: ValueError, AttributeError, JSONDecodeError, TypeError, IsADirectoryError)."""
+    from common.cli import ConfigError
+
+    out = tmp_path / "out"
+    cfg = {**world, "out": str(out), "n": 2}
+    evaluate(cfg, backend=ScriptedBackend(tiny_tokenizer))
+    path = out / name
+    if edit is None:
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_text(edit if isinstance(edit, str) else json.dumps(edit(json.loads(path.read_text())) if callable(edit) else edit))
+    with pytest.raises(ConfigError, match=needle) as got:
+        evaluate(cfg, backend=ScriptedBackend(tiny_tokenizer))
+    assert "\n" not in str(got.value)

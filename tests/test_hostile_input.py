@@ -480,6 +480,11 @@ def test_verify_flags_each_hostile_directory_without_hanging(clean_export, tmp_p
     (b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
     (b'{"id": "1", "question": "why \\ud800?", "golden_answers": ["a"]}\n', r"lone surrogate \(U\+D800\)"),
     (b'{"id": "1", "question": "q", "golden_answers": ["\\udc01"]}\n', r"lone surrogate \(U\+DC01\)"),
+    # an id the results could not be named by: never made up as 'None' or a dict's text
+    (b'{"id": null, "question": "q", "golden_answers": ["a"]}\n', r'FlashRAG row without an "id" \(a string or an integer\), got None'),
+    (b'{"idx": {"a": 1}, "question": "q", "answer": "a"}\n', r'r1searcher row without an "idx" .*, got \{'),
+    (b'{"id": [1], "question": "q", "answer": "a", "paragraphs": [{"title": "T", "paragraph_text": "p"}]}\n',
+     r'MuSiQue row without an "id"'),
 ])
 def test_bench_file_errors_name_file_and_line(tmp_path, content, needle):
     from evals.benches import BenchError, read_bench_file

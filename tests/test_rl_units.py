@@ -356,9 +356,13 @@ def test_grpo_config_reference_values_and_run_dir(tmp_path):
     assert run_dir(named) == (tmp_path / "grpo_spa" / "v1" / "seed3").resolve()
 
 
-def test_grpo_config_errors(tmp_path):
+def test_grpo_config_errors(tmp_path, capsys):
     from common.cli import ConfigError
     from launch.compose import compose_grpo
+    from rl.train import main
+
+    assert main(["--help"]) == 0 and "usage: python -m rl.train" in capsys.readouterr().out   # not read as a config
+    assert main(["a.yaml", "b.yaml"]) == 2 and "usage: python -m rl.train" in capsys.readouterr().err
 
     with pytest.raises(ConfigError, match="Did you mean: grpo.temperature"):
         compose_grpo(["grpo.temprature=0.7"])

@@ -261,6 +261,8 @@ def _write_ds(path: Path, **changes):
     ({"labels": [[-100, 2, 3], [-100, -100, -100, -100]]}, 2, 64, "no trainable token.*'b'"),
     ({}, 3, 64, "fewer than train.global_batch_size=3"),
     ({}, 2, 3, "longer than train.max_tokens_per_micro_batch=3.*'b'"),
+    ({"input_ids": [[1, 2, 3], [4, -5, 6, 7]]}, 2, 64, "a token id < 0 or a label < 0 other than -100.*'b'"),
+    ({"labels": [[-100, 2, -7], [-100, -100, 6, 7]]}, 2, 64, "a token id < 0 or a label < 0 other than -100.*'a'"),
 ])
 def test_bad_dataset_dirs_name_the_problem(tmp_path, changes, gbs, cap, msg):
     d = _write_ds(tmp_path / "ds", **changes)
@@ -268,9 +270,12 @@ def test_bad_dataset_dirs_name_the_problem(tmp_path, changes, gbs, cap, msg):
         load_train_data(d, global_batch_size=gbs, max_tokens_per_micro_batch=cap)
 
 
-def test_missing_dataset_dir(tmp_path):
+def test_missing_dataset_dir_or_a_manifest_that_is_no_object(tmp_path):
     with pytest.raises(DataError, match="data.dir: .*does not exist"):
         load_train_data(tmp_path / "nope", global_batch_size=2, max_tokens_per_micro_batch=8)
+    (_write_ds(tmp_path / "ds") / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(DataError, match=r"manifest.json: expected a JSON object, found list"):
+        load_train_data(tmp_path / "ds", global_batch_size=2, max_tokens_per_micro_batch=8)
 
 
 # ---------------------------------------------------------------- config and CLI
@@ -305,6 +310,10 @@ def test_cli_fails_before_model_work(tmp_path, data_dir, capsys, monkeypatch):
     assert train.cli([str(cfg), f"data.dir={tmp_path}/missing"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert train.cli([str(tmp_path / "none.yaml")]) == 2
+    # a label beyond the vocabulary is refused as an input id is (seen failing: an IndexError in the loss)
+    big = _write_ds(tmp_path / "big", labels=[[-100, 2, 3], [-100, -100, 6, 99999]])
+    assert train.cli([str(cfg), f"data.dir={big}", "train.global_batch_size=2"]) == 2
+    assert "token id 99999 >= the model's vocab_size 4096" in capsys.readouterr().err
     assert train.cli(["--help"]) == 0
     assert "usage: python -m sft.train" in capsys.readouterr().out
 

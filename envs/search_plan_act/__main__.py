@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from common import fields, keydoc
 from common.cli import apply_overrides, run_cli, wants_help
+from common.io import replace_aside
 from envs.errors import EnvsError
 
 SPLIT = fields.choice("the task split: train, or ood (the held-out one: other facts, relations and templates, more hops)", "train", ("train", "ood"))
@@ -23,7 +24,8 @@ KEYS = {  # every key of each command: its --help, its rule
               "distractors": fields.count(KNOB.format("distractors"), None, (), lo=0, null=True)},
     "export": {"out": fields.field("the canonical .jsonl file to write (required)", None, rule=fields.Test(
                    lambda v: v is None or isinstance(v, str) and not Path(v).is_dir(), "a file path (not a directory)")),
-               "n": fields.count("genuine-policy episodes to write", 100, (), lo=0), "seed": SEED, "split": SPLIT},
+               "n": fields.count("genuine-policy episodes to write", 100, (), lo=0), "seed": SEED, "split": SPLIT,
+               "overwrite": fields.flag("an existing out is refused; true renames it aside (<out>.replaced-<UTC time>)", False, ())},
     "show": {"seed": SEED, "split": SPLIT},
 }
 
@@ -52,6 +54,10 @@ def main(argv: list[str]) -> int:
 
         if not cfg.out:
             raise EnvsError("export needs out=PATH")
+        if Path(cfg.out).exists():
+            if not cfg.overwrite:
+                raise EnvsError(f"out={cfg.out} exists; pass overwrite=true to rename it aside (<out>.replaced-<UTC time>)")
+            print(f"overwrite=true: {cfg.out} renamed to {replace_aside(Path(cfg.out)).name}")
         print(f"wrote {export_trajectories(cfg.out, cfg.n, cfg.seed, cfg.split)} {cfg.split} trajectories to {cfg.out}")
         return 0
     from .export import episode_record
