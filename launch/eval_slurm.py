@@ -168,13 +168,17 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
 
 
 # an evaluation job's config (_task's), its `discover` (a run's or the anchor's checkpoints), a job's record
-# (EvalJob.record) and its outcome (run_task's) with its failures: key -> its type
+# (EvalJob.record) and its outcome (run_task's) with its failures: key -> its type ([T]: a list of T's)
 TEXT = (str, type(None))
 TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": list,
         "discover": (dict, type(None))}
-DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": list, "prompt": str}
-JOB = {"arm": str, "seed": int, "step": int, "ckpt": str, "out": str, "benches": list, "prompt": str}
-OUTCOME, FAILURE = {"jobs": list, "failures": list}, {"job": dict, "benches": list, "error": str}
+DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": [str], "prompt": str}
+JOB = {"arm": str, "seed": int, "step": int, "ckpt": str, "out": str, "benches": [str], "prompt": str}
+OUTCOME, FAILURE = {"jobs": list, "failures": list}, {"job": dict, "benches": [str], "error": str}
+
+
+def _is(v: Any, t) -> bool:
+    return isinstance(v, list) and all(isinstance(x, t[0]) for x in v) if isinstance(t, list) else isinstance(v, t)
 
 
 def _check(got: Any, table: dict, at: str = "") -> Any:
@@ -182,7 +186,7 @@ def _check(got: Any, table: dict, at: str = "") -> Any:
     key (`at`: where `got` is) that is not."""
     if not isinstance(got, dict):
         raise ValueError(f"{at.rstrip('.')}: {got!r}, not an object")
-    if bad := [k for k, t in table.items() if k not in got or not isinstance(got[k], t)]:
+    if bad := [k for k, t in table.items() if k not in got or not _is(got[k], t)]:
         raise ValueError(f"{at}{bad[0]}: {got[bad[0]]!r}" if bad[0] in got else f"{at}no {bad[0]!r}")
     return got
 
