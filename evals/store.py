@@ -48,7 +48,10 @@ class EvalStore:
         if not path.exists():
             return {}
         try:
-            return read_json_object(path)
+            meta = read_json_object(path)
+            if not (isinstance(ids := meta.get("identities") or {}, dict) and all(isinstance(v, dict) for v in ids.values())):
+                raise ValueError(f"{path}: identities: not an object of bench identities")
+            return meta
         except ValueError as exc:
             raise EvalError(f"{exc}; move it aside to evaluate into {self.out}") from exc
 

@@ -202,19 +202,24 @@ def test_a_corrupt_meta_json_is_that_checkpoints_gap_not_the_end_of_the_sweep(tm
     from tests.test_evals_babyai import Replies
 
     runs = tmp_path / "runs"
-    for step in (1, 2):
+    for step in (1, 2, 3):
         ck = runs / "r2e" / "seed0" / "checkpoints" / f"step-{step:06d}"
         ck.mkdir(parents=True)
         (ck / "config.json").write_text("{}")
-    bad = runs / "r2e" / "seed0" / "eval" / "step-000001"
-    bad.mkdir(parents=True)
-    (bad / "meta.json").write_text("{torn")
+    metas = {1: "{torn", 3: '{"identities": {"babyai": 5}}'}   # torn, or hand-edited (was a traceback)
+    for step, text in metas.items():
+        bad = runs / "r2e" / "seed0" / "eval" / f"step-{step:06d}"
+        bad.mkdir(parents=True)
+        (bad / "meta.json").write_text(text)
+        (bad / "babyai.jsonl").write_text("")
     res = run_analysis({"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"], "n_boot": 20,
                         "eval": {"bench_n": {"babyai": 1}, "babyai_max_steps": 1, "progress": False}},
                        evaluator=lambda cfg: evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left")))
-    [failure] = res.evaluated.failures
-    assert failure.job.step == 1 and "meta.json: unreadable JSON" in failure.error
-    assert (bad / "meta.json").read_text() == "{torn"   # the user's file is left as it is
+    first, third = res.evaluated.failures
+    assert first.job.step == 1 and "meta.json: unreadable JSON" in first.error, first
+    assert third.job.step == 3 and "meta.json: identities: not an object of bench identities" in third.error, third
+    for step, text in metas.items():   # the user's file is left as it is
+        assert (runs / "r2e" / "seed0" / "eval" / f"step-{step:06d}" / "meta.json").read_text() == text
     assert json.loads((runs / "r2e" / "seed0" / "eval" / "step-000002" / "summary.json").read_text())["babyai"]["n"] == 1
 
 
