@@ -121,8 +121,8 @@ def load_config(path: Path, command: str, what: str) -> DictConfig:
     """The mapping a config file holds (`COMMAND CONFIG`: run the `what` a job's resolved config holds); an EvalError,
     one line naming the file, when there is none, it is not YAML or not a mapping."""
     if not path.is_file():
-        raise EvalError(f"{path}: no such file ({command} CONFIG runs the {what} a config file holds; else give key=value "
-                        "settings)")
+        raise EvalError(f"{path}: {'a directory, not a config file' if path.is_dir() else 'no such file'} ({command} CONFIG "
+                        f"runs the {what} a config file holds; else give key=value settings)")
     try:
         cfg = OmegaConf.load(path)
     except Exception as exc:   # omegaconf and yaml raise several types for a torn file

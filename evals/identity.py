@@ -1,11 +1,5 @@
-"""Evaluation identity, per bench: what produced a bench's rows in an out dir.
-
-identity(bench) = the checkpoint's content digest (its `SHA256SUMS`, computed the same way for a local dir
-without one; a hub id: id + resolved revision) + the evaluate keys by their roles (evals.config.KEYS: IDENTITY
-as they are, a key of one bench's kind in no other bench's; ENGINE as this host resolves them; CONTENT through
-what they name) (+ the backend for a bench that samples). The checkpoint path is recorded beside it, not hashed
-(moving a runs tree keeps its evals). `meta.json` records each bench's identity, every `<bench>.jsonl` row its
-digest; another identity in an out dir is refused unless `overwrite=true` (docs/stages/evaluate.md).
+"""Evaluation identity, per bench: what produced a bench's rows in an out dir. Its parts, where it is recorded and
+when another one is refused: docs/concepts.md, "Run identity" (the roles of evals.config.KEYS decide the keys).
 """
 from __future__ import annotations
 

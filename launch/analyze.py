@@ -35,17 +35,12 @@ from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_iden
                                EvalReport, harness, plan, run_job)
 
 
-def names(what: str) -> Test:
-    """A rule: null or a non-empty list of non-empty strings (`what`: which)."""
-    return Test(lambda v: v is None or list_of(NONEMPTY.ok, "", size=bool).ok(v), what)
-
-
 AFTER = "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs"
 KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyze.md
     "runs_root": field("the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/", "runs", rule=NONEMPTY),
     "out": field("where results, figures, tables and report.md go", "reports", rule=NONEMPTY),
     "benches": field("null -> the profile's benches, or the Search-R1 seven + search_plan_ood", None,
-                     rule=names("null or a list of bench names, e.g. [nq,musique@given]")),
+                     rule=list_of(NONEMPTY.ok, "null or a list of bench names, e.g. [nq,musique@given]", size=bool, null=True)),
     "profile": text("evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
     "evaluate": flag("false: only aggregate the evaluations already on disk", True),
     "anchor": text("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
@@ -91,15 +86,14 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                          rule=Test(lambda v: v is None or NONEMPTY.ok(v), "null or one sbatch dependency, e.g. afterok:4242")),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None,
-                        rule=names("a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
+                        rule=list_of(NONEMPTY.ok, "a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]", size=bool, null=True)),
     "slurm.jobs_file": text("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
                              "submits are added, named after its own (report.eval, report.aggregate)"),
     "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
                               "training array 5001; null: none); one that can never be met cancels the job", None,
-                              rule=Test(lambda v: v is None or list_of(lambda a: a is None or (NONEMPTY.ok(a) and a.strip() == a),
-                                                                       "").ok(v), AFTER)),
+                              rule=list_of(lambda a: a is None or (NONEMPTY.ok(a) and a.strip() == a), AFTER, null=True)),
     "eval_tasks": field("set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "
-                        "nothing, report the failed ones as gaps", None, rule=names("null or a list of config files")),
+                        "nothing, report the failed ones as gaps", None, rule=list_of(NONEMPTY.ok, "null or a list of config files", size=bool, null=True)),
     "cards": flag("true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)", False),
     "wandb": choice("the results table to the study's wandb group (analysis.wandb_log); auto: when online", "auto",
                     ("auto", True, False)),
@@ -225,6 +219,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
                                             and len(Path(r).resolve().relative_to(root).parts) in (2, 3))]:
         raise AnalysisError(f"slurm.runs: {lost[0]} is not a run dir under runs_root={cfg.runs_root} (<arm>/[<name>/]"
                             "seed<N>/): its evaluation job would find no checkpoints")
+    if twice := [r for i, r in enumerate(runs or []) if Path(r).resolve() in {Path(x).resolve() for x in runs[:i]}]:
+        raise AnalysisError(f"slurm.runs: {twice[0]} is listed twice (its two evaluation jobs would evaluate it twice)")
     if problems := slurm_option_problems(cfg.slurm.sbatch, "slurm.sbatch"):
         raise AnalysisError("; ".join(problems))
     check_axis(str(cfg.axis))

@@ -282,6 +282,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
 
     capsys.readouterr()
     assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
+    assert main([str(plan)]) == 2 and f"{plan}: a directory, not a config file" in capsys.readouterr().err   # was "no such file"
     for name, text, why in (("list.yaml", "[1, 2]", "not a mapping"), ("torn.yaml", "{torn", "not YAML"),
                             ("unknown.yaml", "nope: 1", "unknown key 'nope'"), ("eval.yaml", "eval: {max_turnz: 2}",
                                                                                "unknown evaluate key 'max_turnz'"),
@@ -430,6 +431,8 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     # A run dir its job could never discover (not <runs_root>/<arm>/[<name>/]seed<N>): refused, not "nothing to do".
     assert main(argv[:-2] + [f"slurm.runs=[{tmp_path / 'r2e' / 'seed0'}]", "dry_run=true"]) == 2
     assert f"slurm.runs: {tmp_path / 'r2e' / 'seed0'} is not a run dir under runs_root=" in capsys.readouterr().err
+    assert main(argv[:-2] + [f"slurm.runs=[{dirs[0]},{dirs[1]},{dirs[0]}]", "dry_run=true"]) == 2   # two jobs of one run: exit 0 before
+    assert f"slurm.runs: {dirs[0]} is listed twice" in capsys.readouterr().err
     # Checkpoints appear only while training runs: at submission there are none, nothing is planned yet.
     assert main(argv) == 0
     said = capsys.readouterr().out
