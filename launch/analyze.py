@@ -108,6 +108,7 @@ KEYS["eval.prompt"] = Passed(EVALUATE["prompt"], "evaluate", default=EVALUATE["p
 DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
 SET_HERE = {"ckpt": "each checkpoint", "out": "its eval dir", "benches": "benches=", "profile": "profile=", "dry_run": "dry_run="}
 ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
+EVERY_EVAL = [f"eval.{k}" for k in EVALUATE]   # what a misspelt eval.KEY is matched against
 
 
 def default_config() -> DictConfig:
@@ -143,9 +144,9 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
-def check_keys(cfg: DictConfig) -> None:
+def check_keys(cfg: DictConfig, interpreters: bool = True) -> None:
     """Refuse, before any work (the preflight's included), a value that breaks its field's rule (eval.*: evaluate's;
-    check_settings checks the rest) and a named `python.eval=` lacking what its jobs need (common.interpreter)."""
+    check_settings checks the rest) and (`interpreters`) a named `python.eval=` lacking what its jobs need."""
     if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
         raise AnalysisError("; ".join(bad))
     if bad := [why for k, v in cfg.eval.items() if v is not None and k in EVALUATE and (why := EVALUATE[k].problem(k, v))]:
@@ -153,7 +154,7 @@ def check_keys(cfg: DictConfig) -> None:
     if unknown := [m for m in cfg.metrics if m not in metric_specs()]:
         raise AnalysisError(f"metrics: {unknown[0]!r} is not a registered metric (evals.metrics.METRICS, or a bench kind's "
                             f"`metrics` in evals.registry).{did_you_mean(unknown[0], metric_specs())}")
-    python = interpreter.named(cfg.python, "eval")
+    python = interpreter.named(cfg.python, "eval") if interpreters else None
     if python is not None and not cfg.power.pilot and (why := interpreter.check(
             "eval", python, interpreter.eval_needs(eval_settings({"backend": cfg.eval.backend}, cfg.profile or None).get("backend")))):
         raise AnalysisError(why)
@@ -321,11 +322,11 @@ def read_config(path: Path) -> DictConfig:
 
 
 def parse_argv(argv: list[str]) -> DictConfig:
-    """analyze's `key=value` command line, each key checked (LaunchError: one line, with a did-you-mean)."""
-    every_eval = [f"eval.{k}" for k in EVALUATE]
-    cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=every_eval)
+    """analyze's `key=value` command line, every key and value checked (ConfigError: one line, with a did-you-mean)."""
+    cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
     if why := shape_problem(cfg):
         raise LaunchError(why)
+    check_keys(cfg, interpreters=False)   # (the interpreter: by the preflight, or by request)
     return cfg
 
 
@@ -336,7 +337,7 @@ def shape_problem(cfg: DictConfig) -> str | None:
         return f"{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)"
     for key in cfg.eval:
         if key not in EVALUATE:
-            return f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}"
+            return f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), EVERY_EVAL)}"
         if key in SET_HERE:
             return f"eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})"
     return None

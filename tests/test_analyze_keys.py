@@ -15,7 +15,7 @@ def test_a_key_given_without_its_section_is_named_with_it(capsys):
 
     with pytest.raises(ConfigError, match=r"unknown key 'max_new_tokens'\. Did you mean: eval\.max_new_tokens\?"):
         parse_argv(["runs_root=runs", "max_new_tokens=32"])
-    with pytest.raises(ConfigError, match=r"eval\.max_new_tokenz: unknown evaluate key 'max_new_tokenz'\. Did you mean: max_new_tokens,"):
+    with pytest.raises(ConfigError, match=r"eval\.max_new_tokenz: unknown evaluate key 'max_new_tokenz'\. Did you mean: eval\.max_new_tokens, eval\.babyai"):
         parse_argv(["eval.max_new_tokenz=32"])
     assert parse_argv(["eval.max_new_tokens=32", "eval.sets.nq=nq:hub"]).eval.max_new_tokens == 32
     assert main(["runs_root=runs", "index_dir=x"]) == 2
