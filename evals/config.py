@@ -137,6 +137,20 @@ def uses_retriever(bench: str) -> bool:
     return bench not in env_benches() and parse_bench_key(bench)[1] == "open"
 
 
+def bench_keys(benches) -> list[str]:
+    """`benches` as their canonical keys (`musique@open` is `musique`: one name per bench and context mode, as
+    evaluate writes it), each once; an EvalError naming a malformed or twice-listed one."""
+    keys = []
+    for raw in benches:
+        try:
+            keys.append(key := canonical_bench_key(str(raw)))
+        except BenchError as exc:
+            raise EvalError(f"benches: {exc}") from None
+        if key in keys[:-1]:
+            raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
+    return keys
+
+
 def bench_name_problem(name: str, bench_root) -> str | None:
     """Why `name` (a canonical `NAME[@MODE]`) names no bench evaluate can load (the environments, the hub's and
     each dir under `bench_root`), with the nearest names; None when it does."""
@@ -175,6 +189,8 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     profile = read(profile)
     own = {k: v for k, v in read(user).items() if profile.get(k) != v}
     for k in own:
+        if key == "sets" and k in env_benches():
+            raise EvalError(f"sets.{k}: {k} brings its own environment (no item set), so this entry would select nothing")
         if k not in benches:
             modes = [b for b in benches if parse_bench_key(b)[0] == parse_bench_key(k)[0]]
             hint = f" (a {key} key names the bench with its context mode: {', '.join(modes)})" if modes else ""
@@ -252,20 +268,12 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         merged.benches = [merged.benches]
     if bad := problems(KEYS, merged):
         raise EvalError("; ".join(bad))
-    benches = []   # canonical keys (`musique@open` is `musique`), each once; an env bench takes no mode
-    for raw in merged.benches:
-        try:
-            key = canonical_bench_key(str(raw))
-        except BenchError as exc:
-            raise EvalError(str(exc)) from None
+    merged.benches = benches = bench_keys(merged.benches)
+    for key in benches:   # an env bench takes no mode
         if (name := parse_bench_key(key)[0]) in env_benches() and key not in env_benches():
-            raise EvalError(f"bench {raw!r}: {name} brings its own environment and has no context mode")
-        if key in benches:
-            raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
+            raise EvalError(f"bench {key!r}: {name} brings its own environment and has no context mode")
         if why := bench_name_problem(key, merged.bench_root):
             raise EvalError(f"benches: {why}")
-        benches.append(key)
-    merged.benches = benches
     merged.sets = _per_bench("sets", base.sets, user.get("sets"), benches, merged.bench_root)
     for bench in benches:   # a missing or ambiguous bench file, an unknown set: up front (no network)
         if bench not in env_benches():

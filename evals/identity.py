@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from common import datafetch, fingerprint
-from common.fields import IDENTITY
+from common.fields import IDENTITY, plain
 from common.io import dir_identity, sha256_file, sha256_text
 from evals.errors import EvalError
 
@@ -85,14 +85,12 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
                    item_set: str | None = None) -> dict[str, Any]:
     """`{"fingerprint", "keys", "ckpt_path"}` for one bench (common.fingerprint's record shape, so
     `fingerprint_diff` names every differing key); a named item set adds its name and pinned source."""
-    from omegaconf import DictConfig, OmegaConf
-
     from evals.backends import engine_settings
     from evals.config import KEYS, uses_retriever   # uses_retriever: QA benches in context mode open (item/given search no corpus)
     from evals.registry import key_prefixes, kind_of
 
     not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
-    conf = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    conf = dict(plain(cfg))
     body = {
         "checkpoint": ckpt_id,
         # the engine settings as this host resolves them (dtype=auto is fp32 or bf16 by host and backend)

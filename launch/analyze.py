@@ -18,12 +18,11 @@ from analysis.discover import Run, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc, schema
-from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
 from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
-from evals.config import DIRECTORY, KEYS as EVALUATE, load_config
+from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
 from evals.profiles import load_profile
 from evals.registry import metric_specs
 from launch import preflight
@@ -111,10 +110,6 @@ ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
 EVERY_EVAL = [f"eval.{k}" for k in EVALUATE]   # what a misspelt eval.KEY is matched against
 
 
-def default_config() -> DictConfig:
-    return OmegaConf.create(DEFAULTS)
-
-
 HELP = """\
 analyze: transfer curves, tables and a report from a sweep of runs.
 
@@ -177,18 +172,11 @@ class Request:
 def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
     """`cfg` (analyze's keys) merged on the defaults and resolved: what run_analysis and a sweep's evaluation
     plan read (AnalysisError / ConfigError: one line naming the setting)."""
-    cfg = OmegaConf.merge(default_config(), cfg)
+    cfg = OmegaConf.merge(DEFAULTS, cfg)
     check_keys(cfg)
     profile = cfg.profile or None
     loaded = load_profile(profile) if profile else {"evaluate": {}, "reference_sizes": {}}   # (EvalError when unknown)
-    benches = list(cfg.benches or loaded["evaluate"].get("benches") or DEFAULT_BENCHES)
-    try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
-        keys = [canonical_bench_key(str(b)) for b in benches]
-    except BenchError as exc:
-        raise AnalysisError(f"benches: {exc}") from None
-    if twice := [(b, k) for i, (b, k) in enumerate(zip(benches, keys)) if k in keys[:i]]:   # as evaluate words it
-        raise AnalysisError(f"benches: {twice[0][0]!r} is listed twice (as {twice[0][1]})")
-    benches = keys
+    benches = bench_keys(cfg.benches or loaded["evaluate"].get("benches") or DEFAULT_BENCHES)   # as evaluate names them
     anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())
@@ -309,11 +297,11 @@ def _main(argv: list[str]) -> int:
 def read_config(path: Path) -> DictConfig:
     """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
     cfg = load_config(path, "analyze", "analysis")
-    known = KeySpace(default_config(), ("eval.",))
+    known = KeySpace(OmegaConf.create(DEFAULTS), ("eval.",))
     if unknown := [k for k in flat_keys(cfg) if k not in known]:
         raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
     try:
-        cfg = OmegaConf.merge(default_config(), cfg)
+        cfg = OmegaConf.merge(DEFAULTS, cfg)
     except Exception as exc:   # a value of another shape than its key's (eval: 5)
         raise AnalysisError(f"{path}: {' '.join(str(exc).split())}") from None
     if why := shape_problem(cfg):
@@ -323,7 +311,7 @@ def read_config(path: Path) -> DictConfig:
 
 def parse_argv(argv: list[str]) -> DictConfig:
     """analyze's `key=value` command line, every key and value checked (ConfigError: one line, with a did-you-mean)."""
-    cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
+    cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
     if why := shape_problem(cfg):
         raise LaunchError(why)
     check_keys(cfg, interpreters=False)   # (the interpreter: by the preflight, or by request)

@@ -32,10 +32,10 @@ def test_the_demo_prints_an_analyze_command_analyze_accepts(capsys):
     from omegaconf import OmegaConf
 
     from demo.run import DEFAULTS, analyze_config, main as demo_main
-    from launch.analyze import default_config, parse_argv
+    from launch import analyze
 
     assert demo_main(["dry_run=true"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("4. analyze "))
-    given = parse_argv(shlex.split(line.split("4. analyze ", 1)[1]))
-    want = OmegaConf.merge(default_config(), analyze_config(OmegaConf.create(DEFAULTS)))
+    given = analyze.parse_argv(shlex.split(line.split("4. analyze ", 1)[1]))
+    want = OmegaConf.merge(analyze.DEFAULTS, analyze_config(OmegaConf.create(DEFAULTS)))
     assert OmegaConf.to_container(given) == OmegaConf.to_container(want)

@@ -34,6 +34,7 @@ BAD_VALUES = [
     ("bench_n={babyai:2.5}", "bench_n.babyai"),
     ("benches=[babyia]", "Did you mean: babyai"),
     ("benches=[babyai,3]", "benches"),
+    ("benches=[nq@x]", "benches: bench 'nq@x': expected NAME or NAME@MODE"),   # analyze's words (evals.config.bench_keys)
     ("ood_split=nope", "ood_split"),
     ("encoder_device=5", "encoder_device"),
     ("heldout=5", "heldout"),
@@ -41,6 +42,7 @@ BAD_VALUES = [
     ("out=''", "out='': expected null or a directory"),
     ("out=/dev/null", "out='/dev/null': expected null or a directory"),
     ("sets={nq:zz}", "sets.nq: nq is not being run"),   # YAML's unspaced `{nq:zz}` is nq -> zz, as bench_n's
+    ("sets={babyai: x}", "sets.babyai: babyai brings its own environment"),   # was ignored, exit 0
 ]
 
 
