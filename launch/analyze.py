@@ -180,6 +180,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())
+    elif anchor is not None and (Path(anchor).is_absolute() or anchor.startswith((".", "~"))):   # (not a hub id)
+        raise AnalysisError(f"anchor={cfg.anchor}: no such directory (a local model dir, or a hub id)")
     anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else Path(cfg.runs_root) / "_anchor"
     check_anchor_identity(anchor_dir, anchor)
     if anchor and not cfg.evaluate and not (anchor_eval_dir(anchor_dir, profile) / "summary.json").is_file():

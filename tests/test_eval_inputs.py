@@ -118,6 +118,7 @@ def one_run(tmp_path):
     # a report that would be empty or wrong: an unknown metric, an arm no run has, an anchor never evaluated
     (["metrics=[eem]"], "metrics: 'eem' is not a registered metric"), (["metrics=[]"], "metrics=[]: expected a non-empty"),
     (["compare=[[grpo_qa,nope]]"], "no run of arm 'nope'"), (["evaluate=false", "anchor=tiny_base"], "holds no evaluation of it"),
+    (["anchor=./no/model"], "anchor=./no/model: no such directory"),   # was planned (dry run: exit 0), then a gap
 ])
 @pytest.mark.parametrize("dry", [True, False])
 def test_analyze_refuses_bad_eval_keys_up_front(one_run, tmp_path, capsys, args, needle, dry):
