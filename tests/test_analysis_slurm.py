@@ -299,8 +299,8 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     for bad, key in (({"name": "x"}, "eval_opts"), ({**good, "planned": [5]}, "planned[0]: 5"), ({**good, "discover": {}}, "discover"),
                      ({**good, "outcome": None}, "outcome"), ({**good, "discover": disc}, "discover.benches: 5"),
                      ({**good, "planned": [job]}, "planned[0].benches: 5"),
-                     ({**good, "discover": {**disc, "benches": ["nq", {"a": 1}]}}, "discover.benches: ['nq', {'a': 1}]"),
-                     ({**good, "planned": [{**job, "benches": [5]}]}, "planned[0].benches: [5]")):
+                     ({**good, "discover": {**disc, "benches": ["nq", {"a": 1}]}}, "discover.benches[1]: {'a': 1}"),
+                     ({**good, "planned": [{**job, "benches": [5]}]}, "planned[0].benches[0]: 5")):
         (plan / "bad.json").write_text(json.dumps(bad))
         assert eval_job([str(plan / "bad.json")]) == 2
         err = capsys.readouterr().err
