@@ -202,6 +202,9 @@ def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
     assert [c["out"].rsplit("/", 1)[-1] for c in ev3.calls] == ["step-000030"]
     with pytest.raises(ConfigError, match="records anchor 'base-model'"):
         run_analysis({**cfg, "anchor": "other-model"}, evaluator=ev3)
+    (root / "_anchor" / "anchor.json").write_text("{torn")   # was "records anchor None"
+    with pytest.raises(ConfigError, match=r"_anchor/anchor\.json: unreadable JSON .*; pass anchor_dir="):
+        run_analysis(cfg, evaluator=ev3)
 
 
 def test_failed_evaluation_is_listed_and_retried(tmp_path):
