@@ -248,8 +248,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
         raise AnalysisError(f"compare: no run of arm {lost[0]!r} under {root} (arms: {', '.join(arms) or 'none'})"
                             f".{did_you_mean(lost[0], arms)}")
     if not runs and req.anchor is None and not cfg.dry_run and not anchor_eval_dir(req.anchor_dir, req.profile).is_dir():
-        raise AnalysisError(f"runs_root={root}: " + ("no such directory" if not root.is_dir() else
-                            "no runs in it (<arm>/[<name>/]seed<N>/)") + " and no anchor=: nothing to analyze")
+        raise AnalysisError(f"runs_root={root}: " + ("no such directory" if not root.exists() else "a file, not a directory,"
+                            if not root.is_dir() else "no runs in it (<arm>/[<name>/]seed<N>/)") + " and no anchor=: nothing to analyze")
     jobs = []
     if h is not None:
         with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub

@@ -147,6 +147,8 @@ def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path):
     # no runs and no anchor: nothing to analyze, refused (issue 62: an empty report, exit 0, before)
     with pytest.raises(ConfigError, match="no such directory and no anchor=: nothing to analyze"):
         run_analysis({"runs_root": str(tmp_path / "nothing"), "out": str(tmp_path / "o2"), "evaluate": False})
+    with pytest.raises(ConfigError, match="report.md: a file, not a directory, and no anchor="):   # was "no such directory"
+        run_analysis({"runs_root": str(tmp_path / "o" / "report.md"), "out": str(tmp_path / "o2"), "evaluate": False})
     assert not (tmp_path / "o2").exists()
 
 
