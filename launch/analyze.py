@@ -29,7 +29,7 @@ from launch import preflight
 from launch.errors import LaunchError
 from launch.jobs import backend
 from launch.slurm import slurm_option_problems
-from launch.eval_slurm import eval_settings, submit, tasks_report
+from launch.eval_slurm import eval_settings, read_task, submit, tasks_report
 from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_identity, check_settings, check_templates,
                                EvalReport, harness, plan, run_job)
 
@@ -215,6 +215,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     if problems := slurm_option_problems(cfg.slurm.sbatch, "slurm.sbatch"):
         raise AnalysisError("; ".join(problems))
     check_axis(str(cfg.axis))
+    for task in cfg.eval_tasks or []:   # the aggregation's: its evaluation jobs' configs, each read before any work
+        read_task(Path(task))
     if cfg.power.pilot:
         return req
     compare_pairs(cfg.compare)   # a malformed pair: one line before any work

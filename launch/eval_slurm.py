@@ -193,7 +193,7 @@ def _check(got: Any, shape, at: str = "") -> Any:
     return got
 
 
-def _read_task(path: Path) -> dict:
+def read_task(path: Path) -> dict:
     """An evaluation job's config, checked (AnalysisError: one line naming the file)."""
     try:
         data = _check(read_json_object(path), TASK)
@@ -252,7 +252,7 @@ def run_task(config: Path, evaluator=None) -> int:
     have left by identity, evaluated one after another, then its outcome (done, evaluated, or failed: exit 1);
     stopped by the time-limit warning, it requeues itself (exit 0) only when this segment made progress
     (docs/how-to/slurm.md, "Time limits")."""
-    data = _read_task(Path(config))
+    data = read_task(Path(config))
     what, opts, h = data["name"], data["eval_opts"], harness(evaluator)
 
     def todo() -> list[EvalJob]:   # the settings resolved once (a refused one: each evaluation says why, a gap)
@@ -305,7 +305,7 @@ def tasks_report(configs: list) -> EvalReport:
     no outcome (killed, out of time, never ran, cancelled), is a failure of what it was to evaluate."""
     report = EvalReport()
     for config in configs:
-        data = _read_task(Path(config))
+        data = read_task(Path(config))
         planned = [EvalJob(**r) for r in data["planned"]]
         report.jobs += planned
         try:

@@ -119,6 +119,7 @@ def one_run(tmp_path):
     (["metrics=[eem]"], "metrics: 'eem' is not a registered metric"), (["metrics=[]"], "metrics=[]: expected a non-empty"),
     (["compare=[[grpo_qa,nope]]"], "no run of arm 'nope'"), (["evaluate=false", "anchor=tiny_base"], "holds no evaluation of it"),
     (["anchor=./no/model"], "anchor=./no/model: no such directory"),   # was planned (dry run: exit 0), then a gap
+    (["eval_tasks=[no.json]"], "no.json: not an evaluation job's config"),   # a dry run: exit 0 (a sweep's too)
 ])
 @pytest.mark.parametrize("dry", [True, False])
 def test_analyze_refuses_bad_eval_keys_up_front(one_run, tmp_path, capsys, args, needle, dry):
