@@ -27,7 +27,7 @@ _PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
 DIRECTORY = Test(lambda v: v is None or (NONEMPTY.ok(v) and (Path(v).is_dir() or not Path(v).exists())), "null or a directory")
 
 KEYS = {
-    "ckpt": field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
+    "ckpt": text("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", roles=_PATH_CONTENT),
     "tokenizer": text("null -> the checkpoint's own tokenizer; `tiny` -> the embedded one", roles=_PATH_ID),
     "benches": field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH], _CONTENT,
                      Test(lambda v: isinstance(v, (list, ListConfig)) and len(v) > 0, "a non-empty list such as [nq,babyai]")),
@@ -259,15 +259,15 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"unknown evaluate key {unknown[0]!r}.{did_you_mean(str(unknown[0]), list(base))}")
     try:
         merged = OmegaConf.merge(base, user)
-    except Exception as exc:
-        raise EvalError(f"bad evaluate config: {exc}") from exc
-    if not merged.ckpt:
-        raise EvalError("ckpt=PATH is required (a Hugging Face model directory)")
-    merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
+    except Exception as exc:   # a mapping for a list or a list for a mapping: its rule names the key
+        raise EvalError("; ".join(problems(KEYS, user)) or f"bad evaluate config: {exc}") from exc
     if isinstance(merged.benches, str):
         merged.benches = [merged.benches]
     if bad := problems(KEYS, merged):
         raise EvalError("; ".join(bad))
+    if not merged.ckpt:
+        raise EvalError("ckpt=PATH is required (a Hugging Face model directory)")
+    merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
     merged.benches = benches = bench_keys(merged.benches)
     for key in benches:   # an env bench takes no mode
         if (name := parse_bench_key(key)[0]) in env_benches() and key not in env_benches():

@@ -293,6 +293,8 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
         assert err.startswith(f"error: {plan / name}: ") and why in err and len(err.strip().splitlines()) == 1, err
         if why.startswith("not"):   # `evaluate CONFIG` reads its file the same way
             assert evaluate_main([str(plan / name)]) == 2 and why in capsys.readouterr().err
+    (plan / "shape.yaml").write_text("ckpt: m\nbenches: {a: 1}")   # evaluate's: the key named (was omegaconf's words only)
+    assert evaluate_main([str(plan / "shape.yaml")]) == 2 and "benches={'a': 1}: expected a non-empty list" in capsys.readouterr().err
     good = json.loads((plan / "eval-0.json").read_text())
     disc = {"run": None, "anchor": None, "runs_root": str(root), "profile": None, "benches": 5, "prompt": "x"}
     job = {**good["planned"][0], "benches": 5}

@@ -39,6 +39,7 @@ BAD_VALUES = [
     ("encoder_device=5", "encoder_device"),
     ("heldout=5", "heldout"),
     ("device=5", "device=5: expected a non-empty string"),
+    ("ckpt=[1]", "ckpt=[1]: expected a string"),   # was read as the path '[1]'
     ("out=''", "out='': expected null or a directory"),
     ("out=/dev/null", "out='/dev/null': expected null or a directory"),
     ("sets={nq:zz}", "sets.nq: nq is not being run"),   # YAML's unspaced `{nq:zz}` is nq -> zz, as bench_n's
