@@ -212,6 +212,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
                             "seed<N>/): its evaluation job would find no checkpoints")
     if twice := [r for i, r in enumerate(runs or []) if Path(r).resolve() in {Path(x).resolve() for x in runs[:i]}]:
         raise AnalysisError(f"slurm.runs: {twice[0]} is listed twice (its two evaluation jobs would evaluate it twice)")
+    if cfg.slurm.jobs_file and not (where := Path(cfg.slurm.jobs_file).parent).is_dir():   # (read after submitting)
+        raise AnalysisError(f"slurm.jobs_file={cfg.slurm.jobs_file}: no such directory {where}")
     if problems := slurm_option_problems(cfg.slurm.sbatch, "slurm.sbatch"):
         raise AnalysisError("; ".join(problems))
     check_axis(str(cfg.axis))

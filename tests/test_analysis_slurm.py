@@ -110,6 +110,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
                       ("slurm.sbatch={}", "error: slurm.sbatch={}: expected a list, not a mapping")):
         assert main(argv[:-1] + [bad]) == 2
         assert line in capsys.readouterr().err
+    assert main(argv + ["slurm.jobs_file=/nonexistent/jobs.json"]) == 2   # (a traceback once the jobs were submitted)
+    assert "slurm.jobs_file=/nonexistent/jobs.json: no such directory /nonexistent" in capsys.readouterr().err
     # An empty setting is the cluster's default (it was written as `#SBATCH --partition=`).
     assert main(argv + ["slurm.partition=''"]) == 0
     assert "partition" not in _sbatch_lines(_scripts(capsys.readouterr().out)[0])
