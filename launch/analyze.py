@@ -167,6 +167,7 @@ class Request:
     eval_opts: dict               # what each evaluation is given (eval.*, the profile)
     study: Any = None
     h: Any = None                 # the harness, its settings checked (None: nothing is evaluated here)
+    tasks: tuple = ()             # the aggregation's evaluation jobs' configs (eval_tasks), read
 
 
 def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
@@ -217,8 +218,7 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     if problems := slurm_option_problems(cfg.slurm.sbatch, "slurm.sbatch"):
         raise AnalysisError("; ".join(problems))
     check_axis(str(cfg.axis))
-    for task in cfg.eval_tasks or []:   # the aggregation's: its evaluation jobs' configs, each read before any work
-        read_task(Path(task))
+    req.tasks = tuple(read_task(Path(t)) for t in cfg.eval_tasks or [])   # before any work
     if cfg.power.pilot:
         return req
     compare_pairs(cfg.compare)   # a malformed pair: one line before any work
@@ -269,7 +269,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     if cfg.dry_run:
         return None
     # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
-    ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else EvalReport(list(jobs), [
+    ev = tasks_report(req.tasks) if cfg.eval_tasks else EvalReport(list(jobs), [
         f for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs) for f in run_job(job, h, req.anchor_dir)])
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,

@@ -300,12 +300,11 @@ def run_task(config: Path, evaluator=None) -> int:
     return 1 if failures else 0
 
 
-def tasks_report(configs: list) -> EvalReport:
-    """The evaluation jobs' outcomes as a local analyze would have reported them: a job that failed, or wrote
-    no outcome (killed, out of time, never ran, cancelled), is a failure of what it was to evaluate."""
+def tasks_report(tasks) -> EvalReport:
+    """The outcomes of the evaluation jobs of `tasks` (their configs, read_task's) as a local analyze would have reported
+    them: a job that failed, or wrote no outcome (killed, out of time, never ran, cancelled), is a failure of its work."""
     report = EvalReport()
-    for config in configs:
-        data = read_task(Path(config))
+    for data in tasks:
         planned = [EvalJob(**r) for r in data["planned"]]
         report.jobs += planned
         try:
