@@ -27,7 +27,7 @@ _PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
 DIRECTORY = Test(lambda v: v is None or (NONEMPTY.ok(v) and (Path(v).is_dir() or not Path(v).exists())), "null or a directory")
 
 KEYS = {
-    "ckpt": field("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", None, _PATH_CONTENT),
+    "ckpt": text("HF model dir (a run's checkpoints/step-NNNNNN, or any model dir / hub id)", roles=_PATH_CONTENT),
     "tokenizer": text("null -> the checkpoint's own tokenizer; `tiny` -> the embedded one", roles=_PATH_ID),
     "benches": field("NAME[@MODE], MODE open (default) | item | given, e.g. musique@given", [*SEARCH7, OOD_BENCH], _CONTENT,
                      Test(lambda v: isinstance(v, (list, ListConfig)) and len(v) > 0, "a non-empty list such as [nq,babyai]")),
@@ -121,8 +121,8 @@ def load_config(path: Path, command: str, what: str) -> DictConfig:
     """The mapping a config file holds (`COMMAND CONFIG`: run the `what` a job's resolved config holds); an EvalError,
     one line naming the file, when there is none, it is not YAML or not a mapping."""
     if not path.is_file():
-        raise EvalError(f"{path}: no such file ({command} CONFIG runs the {what} a config file holds; else give key=value "
-                        "settings)")
+        raise EvalError(f"{path}: {'a directory, not a config file' if path.is_dir() else 'no such file'} ({command} CONFIG "
+                        f"runs the {what} a config file holds; else give key=value settings)")
     try:
         cfg = OmegaConf.load(path)
     except Exception as exc:   # omegaconf and yaml raise several types for a torn file
@@ -135,6 +135,20 @@ def load_config(path: Path, command: str, what: str) -> DictConfig:
 def uses_retriever(bench: str) -> bool:
     """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
     return bench not in env_benches() and parse_bench_key(bench)[1] == "open"
+
+
+def bench_keys(benches) -> list[str]:
+    """`benches` as their canonical keys (`musique@open` is `musique`: one name per bench and context mode, as
+    evaluate writes it), each once; an EvalError naming a malformed or twice-listed one."""
+    keys = []
+    for raw in benches:
+        try:
+            keys.append(key := canonical_bench_key(str(raw)))
+        except BenchError as exc:
+            raise EvalError(f"benches: {exc}") from None
+        if key in keys[:-1]:
+            raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
+    return keys
 
 
 def bench_name_problem(name: str, bench_root) -> str | None:
@@ -175,6 +189,8 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     profile = read(profile)
     own = {k: v for k, v in read(user).items() if profile.get(k) != v}
     for k in own:
+        if key == "sets" and k in env_benches():
+            raise EvalError(f"sets.{k}: {k} brings its own environment (no item set), so this entry would select nothing")
         if k not in benches:
             modes = [b for b in benches if parse_bench_key(b)[0] == parse_bench_key(k)[0]]
             hint = f" (a {key} key names the bench with its context mode: {', '.join(modes)})" if modes else ""
@@ -243,29 +259,21 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         raise EvalError(f"unknown evaluate key {unknown[0]!r}.{did_you_mean(str(unknown[0]), list(base))}")
     try:
         merged = OmegaConf.merge(base, user)
-    except Exception as exc:
-        raise EvalError(f"bad evaluate config: {exc}") from exc
-    if not merged.ckpt:
-        raise EvalError("ckpt=PATH is required (a Hugging Face model directory)")
-    merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
+    except Exception as exc:   # a mapping for a list or a list for a mapping: its rule names the key
+        raise EvalError("; ".join(problems(KEYS, user)) or f"bad evaluate config: {exc}") from exc
     if isinstance(merged.benches, str):
         merged.benches = [merged.benches]
     if bad := problems(KEYS, merged):
         raise EvalError("; ".join(bad))
-    benches = []   # canonical keys (`musique@open` is `musique`), each once; an env bench takes no mode
-    for raw in merged.benches:
-        try:
-            key = canonical_bench_key(str(raw))
-        except BenchError as exc:
-            raise EvalError(str(exc)) from None
+    if not merged.ckpt:
+        raise EvalError("ckpt=PATH is required (a Hugging Face model directory)")
+    merged.ckpt = resolve_model_path(str(merged.ckpt))   # `tiny-base`: the embedded model, as launch names it
+    merged.benches = benches = bench_keys(merged.benches)
+    for key in benches:   # an env bench takes no mode
         if (name := parse_bench_key(key)[0]) in env_benches() and key not in env_benches():
-            raise EvalError(f"bench {raw!r}: {name} brings its own environment and has no context mode")
-        if key in benches:
-            raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
+            raise EvalError(f"bench {key!r}: {name} brings its own environment and has no context mode")
         if why := bench_name_problem(key, merged.bench_root):
             raise EvalError(f"benches: {why}")
-        benches.append(key)
-    merged.benches = benches
     merged.sets = _per_bench("sets", base.sets, user.get("sets"), benches, merged.bench_root)
     for bench in benches:   # a missing or ambiguous bench file, an unknown set: up front (no network)
         if bench not in env_benches():

@@ -1,11 +1,5 @@
-"""Evaluation identity, per bench: what produced a bench's rows in an out dir.
-
-identity(bench) = the checkpoint's content digest (its `SHA256SUMS`, computed the same way for a local dir
-without one; a hub id: id + resolved revision) + the evaluate keys by their roles (evals.config.KEYS: IDENTITY
-as they are, a key of one bench's kind in no other bench's; ENGINE as this host resolves them; CONTENT through
-what they name) (+ the backend for a bench that samples). The checkpoint path is recorded beside it, not hashed
-(moving a runs tree keeps its evals). `meta.json` records each bench's identity, every `<bench>.jsonl` row its
-digest; another identity in an out dir is refused unless `overwrite=true` (docs/stages/evaluate.md).
+"""Evaluation identity, per bench: what produced a bench's rows in an out dir. Its parts, where it is recorded and
+when another one is refused: docs/concepts.md, "Run identity" (the roles of evals.config.KEYS decide the keys).
 """
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from common import datafetch, fingerprint
-from common.fields import IDENTITY
+from common.fields import IDENTITY, plain
 from common.io import dir_identity, sha256_file, sha256_text
 from evals.errors import EvalError
 
@@ -91,14 +85,12 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
                    item_set: str | None = None) -> dict[str, Any]:
     """`{"fingerprint", "keys", "ckpt_path"}` for one bench (common.fingerprint's record shape, so
     `fingerprint_diff` names every differing key); a named item set adds its name and pinned source."""
-    from omegaconf import DictConfig, OmegaConf
-
     from evals.backends import engine_settings
     from evals.config import KEYS, uses_retriever   # uses_retriever: QA benches in context mode open (item/given search no corpus)
     from evals.registry import key_prefixes, kind_of
 
     not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
-    conf = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    conf = dict(plain(cfg))
     body = {
         "checkpoint": ckpt_id,
         # the engine settings as this host resolves them (dtype=auto is fp32 or bf16 by host and backend)

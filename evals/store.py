@@ -48,16 +48,15 @@ class EvalStore:
         if not path.exists():
             return {}
         try:
-            return read_json_object(path)
+            meta = read_json_object(path)
+            if not (isinstance(ids := meta.get("identities") or {}, dict) and all(isinstance(v, dict) for v in ids.values())):
+                raise ValueError(f'{path}: "identities" must map each bench to its identity object')
+            return meta
         except ValueError as exc:
             raise EvalError(f"{exc}; move it aside to evaluate into {self.out}") from exc
 
     def identities(self) -> dict:
-        held = self.meta().get("identities") or {}
-        if not isinstance(held, dict) or not all(isinstance(v, dict) for v in held.values()):
-            raise EvalError(f"{self.out / 'meta.json'}: \"identities\" must map each bench to its identity object; "
-                            f"move it aside to evaluate into {self.out}")
-        return dict(held)
+        return dict(self.meta().get("identities") or {})   # (its shape checked by meta)
 
     def summary(self) -> dict:
         """summary.json as written (empty when absent or torn: it is rewritten from the rows)."""

@@ -18,26 +18,20 @@ from analysis.discover import Run, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc, schema
-from common.benchmarks import BenchError, canonical_bench_key
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
 from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
-from evals.config import DIRECTORY, KEYS as EVALUATE, load_config
+from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
 from evals.profiles import load_profile
 from evals.registry import metric_specs
 from launch import preflight
 from launch.errors import LaunchError
 from launch.jobs import backend
 from launch.slurm import slurm_option_problems
-from launch.eval_slurm import eval_settings, submit, tasks_report
+from launch.eval_slurm import eval_settings, read_task, submit, tasks_report
 from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_identity, check_settings, check_templates,
                                EvalReport, harness, plan, run_job)
-
-
-def names(what: str) -> Test:
-    """A rule: null or a non-empty list of non-empty strings (`what`: which)."""
-    return Test(lambda v: v is None or list_of(NONEMPTY.ok, "", size=bool).ok(v), what)
 
 
 AFTER = "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs"
@@ -45,7 +39,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "runs_root": field("the study: runs discovered as <runs_root>/<arm>/[<name>/]seed<seed>/", "runs", rule=NONEMPTY),
     "out": field("where results, figures, tables and report.md go", "reports", rule=NONEMPTY),
     "benches": field("null -> the profile's benches, or the Search-R1 seven + search_plan_ood", None,
-                     rule=names("null or a list of bench names, e.g. [nq,musique@given]")),
+                     rule=list_of(NONEMPTY.ok, "null or a list of bench names, e.g. [nq,musique@given]", size=bool, null=True)),
     "profile": text("evaluation profile (recipes/eval/<profile>.yaml): reads/writes eval/<profile>/ dirs"),
     "evaluate": flag("false: only aggregate the evaluations already on disk", True),
     "anchor": text("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
@@ -91,15 +85,14 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                          rule=Test(lambda v: v is None or NONEMPTY.ok(v), "null or one sbatch dependency, e.g. afterok:4242")),
     "slurm.runs": field("launcher=slurm: one evaluation job per run dir listed (launch sweep eval_profile= passes its "
                         "runs), each planning its run's checkpoints when it starts, then the aggregation (afterany)", None,
-                        rule=names("a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]")),
+                        rule=list_of(NONEMPTY.ok, "a list of run dirs, e.g. [runs/r2e/seed0,runs/r2e/seed1]", size=bool, null=True)),
     "slurm.jobs_file": text("set by a study (launcher=slurm): its jobs.json, to which the ids of the jobs this analysis "
                              "submits are added, named after its own (report.eval, report.aggregate)"),
     "slurm.runs_after": field("with slurm.runs: each run's job's dependency, in order (e.g. afterok:5001_0, task 0 of "
                               "training array 5001; null: none); one that can never be met cancels the job", None,
-                              rule=Test(lambda v: v is None or list_of(lambda a: a is None or (NONEMPTY.ok(a) and a.strip() == a),
-                                                                       "").ok(v), AFTER)),
+                              rule=list_of(lambda a: a is None or (NONEMPTY.ok(a) and a.strip() == a), AFTER, null=True)),
     "eval_tasks": field("set by the aggregation job: the evaluation jobs' config files (launcher=slurm); evaluate "
-                        "nothing, report the failed ones as gaps", None, rule=names("null or a list of config files")),
+                        "nothing, report the failed ones as gaps", None, rule=list_of(NONEMPTY.ok, "null or a list of config files", size=bool, null=True)),
     "cards": flag("true: a model card per evaluated final checkpoint, <out>/cards/<arm>-s<seed>-step<N>.md (common.cards)", False),
     "wandb": choice("the results table to the study's wandb group (analysis.wandb_log); auto: when online", "auto",
                     ("auto", True, False)),
@@ -114,10 +107,7 @@ KEYS["eval.prompt"] = Passed(EVALUATE["prompt"], "evaluate", default=EVALUATE["p
 DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
 SET_HERE = {"ckpt": "each checkpoint", "out": "its eval dir", "benches": "benches=", "profile": "profile=", "dry_run": "dry_run="}
 ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
-
-
-def default_config() -> DictConfig:
-    return OmegaConf.create(DEFAULTS)
+EVERY_EVAL = [f"eval.{k}" for k in EVALUATE]   # what a misspelt eval.KEY is matched against
 
 
 HELP = """\
@@ -149,9 +139,9 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
-def check_keys(cfg: DictConfig) -> None:
+def check_keys(cfg: DictConfig, interpreters: bool = True) -> None:
     """Refuse, before any work (the preflight's included), a value that breaks its field's rule (eval.*: evaluate's;
-    check_settings checks the rest) and a named `python.eval=` lacking what its jobs need (common.interpreter)."""
+    check_settings checks the rest) and (`interpreters`) a named `python.eval=` lacking what its jobs need."""
     if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
         raise AnalysisError("; ".join(bad))
     if bad := [why for k, v in cfg.eval.items() if v is not None and k in EVALUATE and (why := EVALUATE[k].problem(k, v))]:
@@ -159,7 +149,7 @@ def check_keys(cfg: DictConfig) -> None:
     if unknown := [m for m in cfg.metrics if m not in metric_specs()]:
         raise AnalysisError(f"metrics: {unknown[0]!r} is not a registered metric (evals.metrics.METRICS, or a bench kind's "
                             f"`metrics` in evals.registry).{did_you_mean(unknown[0], metric_specs())}")
-    python = interpreter.named(cfg.python, "eval")
+    python = interpreter.named(cfg.python, "eval") if interpreters else None
     if python is not None and not cfg.power.pilot and (why := interpreter.check(
             "eval", python, interpreter.eval_needs(eval_settings({"backend": cfg.eval.backend}, cfg.profile or None).get("backend")))):
         raise AnalysisError(why)
@@ -177,26 +167,22 @@ class Request:
     eval_opts: dict               # what each evaluation is given (eval.*, the profile)
     study: Any = None
     h: Any = None                 # the harness, its settings checked (None: nothing is evaluated here)
+    tasks: tuple = ()             # the aggregation's evaluation jobs' configs (eval_tasks), read
 
 
 def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
     """`cfg` (analyze's keys) merged on the defaults and resolved: what run_analysis and a sweep's evaluation
     plan read (AnalysisError / ConfigError: one line naming the setting)."""
-    cfg = OmegaConf.merge(default_config(), cfg)
+    cfg = OmegaConf.merge(DEFAULTS, cfg)
     check_keys(cfg)
     profile = cfg.profile or None
     loaded = load_profile(profile) if profile else {"evaluate": {}, "reference_sizes": {}}   # (EvalError when unknown)
-    benches = list(cfg.benches or loaded["evaluate"].get("benches") or DEFAULT_BENCHES)
-    try:  # one name per (bench, context mode), as evaluate writes it: musique@open is musique
-        keys = [canonical_bench_key(str(b)) for b in benches]
-    except BenchError as exc:
-        raise AnalysisError(f"benches: {exc}") from None
-    if twice := [(b, k) for i, (b, k) in enumerate(zip(benches, keys)) if k in keys[:i]]:   # as evaluate words it
-        raise AnalysisError(f"benches: {twice[0][0]!r} is listed twice (as {twice[0][1]})")
-    benches = keys
+    benches = bench_keys(cfg.benches or loaded["evaluate"].get("benches") or DEFAULT_BENCHES)   # as evaluate names them
     anchor = None if cfg.anchor in (None, "") else resolve_model_path(str(cfg.anchor))   # tiny-base: the embedded dir
     if anchor is not None and Path(anchor).exists():  # a local dir: one spelling, so re-use is recognized
         anchor = str(Path(anchor).resolve())
+    elif anchor is not None and (Path(anchor).is_absolute() or anchor.startswith((".", "~"))):   # (not a hub id)
+        raise AnalysisError(f"anchor={cfg.anchor}: no such directory (a local model dir, or a hub id)")
     anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else Path(cfg.runs_root) / "_anchor"
     check_anchor_identity(anchor_dir, anchor)
     if anchor and not cfg.evaluate and not (anchor_eval_dir(anchor_dir, profile) / "summary.json").is_file():
@@ -225,9 +211,14 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
                                             and len(Path(r).resolve().relative_to(root).parts) in (2, 3))]:
         raise AnalysisError(f"slurm.runs: {lost[0]} is not a run dir under runs_root={cfg.runs_root} (<arm>/[<name>/]"
                             "seed<N>/): its evaluation job would find no checkpoints")
+    if twice := [r for i, r in enumerate(runs or []) if Path(r).resolve() in {Path(x).resolve() for x in runs[:i]}]:
+        raise AnalysisError(f"slurm.runs: {twice[0]} is listed twice (its two evaluation jobs would evaluate it twice)")
+    if cfg.slurm.jobs_file and not (where := Path(cfg.slurm.jobs_file).parent).is_dir():   # (read after submitting)
+        raise AnalysisError(f"slurm.jobs_file={cfg.slurm.jobs_file}: no such directory {where}")
     if problems := slurm_option_problems(cfg.slurm.sbatch, "slurm.sbatch"):
         raise AnalysisError("; ".join(problems))
     check_axis(str(cfg.axis))
+    req.tasks = tuple(read_task(Path(t)) for t in cfg.eval_tasks or [])   # before any work
     if cfg.power.pilot:
         return req
     compare_pairs(cfg.compare)   # a malformed pair: one line before any work
@@ -261,8 +252,8 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
         raise AnalysisError(f"compare: no run of arm {lost[0]!r} under {root} (arms: {', '.join(arms) or 'none'})"
                             f".{did_you_mean(lost[0], arms)}")
     if not runs and req.anchor is None and not cfg.dry_run and not anchor_eval_dir(req.anchor_dir, req.profile).is_dir():
-        raise AnalysisError(f"runs_root={root}: " + ("no such directory" if not root.is_dir() else
-                            "no runs in it (<arm>/[<name>/]seed<N>/)") + " and no anchor=: nothing to analyze")
+        raise AnalysisError(f"runs_root={root}: " + ("no such directory" if not root.exists() else "a file, not a directory,"
+                            if not root.is_dir() else "no runs in it (<arm>/[<name>/]seed<N>/)") + " and no anchor=: nothing to analyze")
     jobs = []
     if h is not None:
         with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
@@ -278,7 +269,7 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     if cfg.dry_run:
         return None
     # the aggregation after a Slurm array: its outcomes are this analysis's evaluations
-    ev = tasks_report(list(cfg.eval_tasks)) if cfg.eval_tasks else EvalReport(list(jobs), [
+    ev = tasks_report(req.tasks) if cfg.eval_tasks else EvalReport(list(jobs), [
         f for job in tqdm(jobs, desc="evaluate", unit="ckpt", disable=not jobs) for f in run_job(job, h, req.anchor_dir)])
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
@@ -312,11 +303,11 @@ def _main(argv: list[str]) -> int:
 def read_config(path: Path) -> DictConfig:
     """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
     cfg = load_config(path, "analyze", "analysis")
-    known = KeySpace(default_config(), ("eval.",))
+    known = KeySpace(OmegaConf.create(DEFAULTS), ("eval.",))
     if unknown := [k for k in flat_keys(cfg) if k not in known]:
         raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
     try:
-        cfg = OmegaConf.merge(default_config(), cfg)
+        cfg = OmegaConf.merge(DEFAULTS, cfg)
     except Exception as exc:   # a value of another shape than its key's (eval: 5)
         raise AnalysisError(f"{path}: {' '.join(str(exc).split())}") from None
     if why := shape_problem(cfg):
@@ -325,11 +316,11 @@ def read_config(path: Path) -> DictConfig:
 
 
 def parse_argv(argv: list[str]) -> DictConfig:
-    """analyze's `key=value` command line, each key checked (LaunchError: one line, with a did-you-mean)."""
-    every_eval = [f"eval.{k}" for k in EVALUATE]
-    cfg = apply_overrides(default_config(), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=every_eval)
+    """analyze's `key=value` command line, every key and value checked (ConfigError: one line, with a did-you-mean)."""
+    cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
     if why := shape_problem(cfg):
         raise LaunchError(why)
+    check_keys(cfg, interpreters=False)   # (the interpreter: by the preflight, or by request)
     return cfg
 
 
@@ -340,7 +331,7 @@ def shape_problem(cfg: DictConfig) -> str | None:
         return f"{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)"
     for key in cfg.eval:
         if key not in EVALUATE:
-            return f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), list(EVALUATE))}"
+            return f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), EVERY_EVAL)}"
         if key in SET_HERE:
             return f"eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})"
     return None

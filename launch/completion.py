@@ -40,8 +40,7 @@ def fingerprint(path: Path) -> tuple[int, ...] | None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m launch.completion CHECK.json` (check_config's config): its command run to its end, then judged
-    by its completion record (module docstring); its exit status."""
+    """`python -m launch.completion CHECK.json` (check_config's config): its exit status, as the module docstring says."""
     if len(argv) != 1:
         print("usage: python -m launch.completion CHECK.json", file=sys.stderr)
         return 2

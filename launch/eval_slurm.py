@@ -168,32 +168,38 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
 
 
 # an evaluation job's config (_task's), its `discover` (a run's or the anchor's checkpoints), a job's record
-# (EvalJob.record) and its outcome (run_task's) with its failures: key -> its type
+# (EvalJob.record) and its outcome (run_task's): their shapes (a type; [shape]: a list of such; {key: shape})
 TEXT = (str, type(None))
-TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": list,
+JOB = {"arm": str, "seed": int, "step": int, "ckpt": str, "out": str, "benches": [str], "prompt": str}
+TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": [JOB],
         "discover": (dict, type(None))}
-DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": list, "prompt": str}
-JOB = {"arm": str, "seed": int, "step": int, "ckpt": str, "out": str, "benches": list, "prompt": str}
-OUTCOME, FAILURE = {"jobs": list, "failures": list}, {"job": dict, "benches": list, "error": str}
+DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": [str], "prompt": str}
+OUTCOME = {"jobs": [JOB], "failures": [{"job": JOB, "benches": [str], "error": str}]}
 
 
-def _check(got: Any, table: dict, at: str = "") -> Any:
-    """`got` when it is an object holding every key of `table` with its type; else ValueError naming the first
-    key (`at`: where `got` is) that is not."""
-    if not isinstance(got, dict):
-        raise ValueError(f"{at.rstrip('.')}: {got!r}, not an object")
-    if bad := [k for k, t in table.items() if k not in got or not isinstance(got[k], t)]:
-        raise ValueError(f"{at}{bad[0]}: {got[bad[0]]!r}" if bad[0] in got else f"{at}no {bad[0]!r}")
+def _check(got: Any, shape, at: str = "") -> Any:
+    """`got` when it has `shape` (above; an object may hold more keys); else ValueError naming where (`at`) it has not."""
+    where = at.rstrip(".")
+    if isinstance(shape, dict) and isinstance(got, dict):
+        for k, s in shape.items():
+            if k not in got:
+                raise ValueError(f"{at}no {k!r}")
+            _check(got[k], s, f"{at}{k}.")
+    elif isinstance(shape, list) and isinstance(got, list):
+        for i, x in enumerate(got):
+            _check(x, shape[0], f"{where}[{i}].")
+    elif isinstance(shape, (dict, list)) or not isinstance(got, shape):
+        raise ValueError(f"{where}: {got!r}" + (", not an object" if isinstance(shape, dict) else ""))
     return got
 
 
-def _read_task(path: Path) -> dict:
+def read_task(path: Path) -> dict:
     """An evaluation job's config, checked (AnalysisError: one line naming the file)."""
     try:
         data = _check(read_json_object(path), TASK)
         if data["discover"] is not None:
             _check(data["discover"], DISCOVER, "discover.")
-        [EvalJob(**_check(r, JOB, f"planned[{i}].")) for i, r in enumerate(data["planned"])]   # (unknown keys: a TypeError)
+        [EvalJob(**r) for r in data["planned"]]   # (unknown keys: a TypeError)
         return data
     except (OSError, ValueError, TypeError) as exc:
         raise AnalysisError(f"{path}: not an evaluation job's config ({exc})") from exc
@@ -246,7 +252,7 @@ def run_task(config: Path, evaluator=None) -> int:
     have left by identity, evaluated one after another, then its outcome (done, evaluated, or failed: exit 1);
     stopped by the time-limit warning, it requeues itself (exit 0) only when this segment made progress
     (docs/how-to/slurm.md, "Time limits")."""
-    data = _read_task(Path(config))
+    data = read_task(Path(config))
     what, opts, h = data["name"], data["eval_opts"], harness(evaluator)
 
     def todo() -> list[EvalJob]:   # the settings resolved once (a refused one: each evaluation says why, a gap)
@@ -294,12 +300,11 @@ def run_task(config: Path, evaluator=None) -> int:
     return 1 if failures else 0
 
 
-def tasks_report(configs: list) -> EvalReport:
-    """The evaluation jobs' outcomes as a local analyze would have reported them: a job that failed, or wrote
-    no outcome (killed, out of time, never ran, cancelled), is a failure of what it was to evaluate."""
+def tasks_report(tasks) -> EvalReport:
+    """The outcomes of the evaluation jobs of `tasks` (their configs, read_task's) as a local analyze would have reported
+    them: a job that failed, or wrote no outcome (killed, out of time, never ran, cancelled), is a failure of its work."""
     report = EvalReport()
-    for config in configs:
-        data = _read_task(Path(config))
+    for data in tasks:
         planned = [EvalJob(**r) for r in data["planned"]]
         report.jobs += planned
         try:
@@ -308,11 +313,8 @@ def tasks_report(configs: list) -> EvalReport:
             report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
             continue
         try:
-            done = [EvalJob(**_check(r, JOB, f"jobs[{i}].")) for i, r in enumerate(_check(outcome, OUTCOME)["jobs"])]
-            failed = []
-            for i, f in enumerate(outcome["failures"]):
-                job = EvalJob(**_check(_check(f, FAILURE, f"failures[{i}].")["job"], JOB, f"failures[{i}].job."))
-                failed.append(EvalFailure(job, f["benches"], f["error"]))
+            done = [EvalJob(**r) for r in _check(outcome, OUTCOME)["jobs"]]
+            failed = [EvalFailure(EvalJob(**f["job"]), f["benches"], f["error"]) for f in outcome["failures"]]
         except (ValueError, TypeError) as exc:
             raise AnalysisError(f"{data['outcome']}: not an evaluation job's outcome ({exc})") from None
         report.jobs += [j for j in done if j.label not in {p.label for p in planned}]

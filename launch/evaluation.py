@@ -191,11 +191,12 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
     meta = Path(anchor_dir) / "anchor.json"
     if anchor is None or not meta.exists():
         return
-    recorded = (read_json_object(meta, []) or {}).get("model")
+    problems: list[str] = []   # a torn one: its reason, not "records anchor None"
+    recorded = (read_json_object(meta, problems) or {}).get("model")
     if recorded != str(anchor) and not (isinstance(recorded, str) and resolve_model_path(recorded) == str(anchor)):
         # (an embedded name recorded before analyze resolved it, `tiny-base`, is its directory)
         raise AnalysisError(
-            f"{meta} records anchor {recorded!r} but anchor={anchor!r} was given; "
+            f"{problems[0] if problems else f'{meta} records anchor {recorded!r} but anchor={anchor!r} was given'}; "
             f"pass anchor_dir=<another dir> or remove {anchor_dir} to re-evaluate")
 
 

@@ -147,6 +147,8 @@ def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path):
     # no runs and no anchor: nothing to analyze, refused (issue 62: an empty report, exit 0, before)
     with pytest.raises(ConfigError, match="no such directory and no anchor=: nothing to analyze"):
         run_analysis({"runs_root": str(tmp_path / "nothing"), "out": str(tmp_path / "o2"), "evaluate": False})
+    with pytest.raises(ConfigError, match="report.md: a file, not a directory, and no anchor="):   # was "no such directory"
+        run_analysis({"runs_root": str(tmp_path / "o" / "report.md"), "out": str(tmp_path / "o2"), "evaluate": False})
     assert not (tmp_path / "o2").exists()
 
 
@@ -202,6 +204,9 @@ def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
     assert [c["out"].rsplit("/", 1)[-1] for c in ev3.calls] == ["step-000030"]
     with pytest.raises(ConfigError, match="records anchor 'base-model'"):
         run_analysis({**cfg, "anchor": "other-model"}, evaluator=ev3)
+    (root / "_anchor" / "anchor.json").write_text("{torn")   # was "records anchor None"
+    with pytest.raises(ConfigError, match=r"_anchor/anchor\.json: unreadable JSON .*; pass anchor_dir="):
+        run_analysis(cfg, evaluator=ev3)
 
 
 def test_failed_evaluation_is_listed_and_retried(tmp_path):

@@ -110,6 +110,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
                       ("slurm.sbatch={}", "error: slurm.sbatch={}: expected a list, not a mapping")):
         assert main(argv[:-1] + [bad]) == 2
         assert line in capsys.readouterr().err
+    assert main(argv + ["slurm.jobs_file=/nonexistent/jobs.json"]) == 2   # (a traceback once the jobs were submitted)
+    assert "slurm.jobs_file=/nonexistent/jobs.json: no such directory /nonexistent" in capsys.readouterr().err
     # An empty setting is the cluster's default (it was written as `#SBATCH --partition=`).
     assert main(argv + ["slurm.partition=''"]) == 0
     assert "partition" not in _sbatch_lines(_scripts(capsys.readouterr().out)[0])
@@ -282,6 +284,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
 
     capsys.readouterr()
     assert main([str(plan / "nope.yaml")]) == 2 and "nope.yaml: no such file" in capsys.readouterr().err
+    assert main([str(plan)]) == 2 and f"{plan}: a directory, not a config file" in capsys.readouterr().err   # was "no such file"
     for name, text, why in (("list.yaml", "[1, 2]", "not a mapping"), ("torn.yaml", "{torn", "not YAML"),
                             ("unknown.yaml", "nope: 1", "unknown key 'nope'"), ("eval.yaml", "eval: {max_turnz: 2}",
                                                                                "unknown evaluate key 'max_turnz'"),
@@ -292,12 +295,16 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
         assert err.startswith(f"error: {plan / name}: ") and why in err and len(err.strip().splitlines()) == 1, err
         if why.startswith("not"):   # `evaluate CONFIG` reads its file the same way
             assert evaluate_main([str(plan / name)]) == 2 and why in capsys.readouterr().err
+    (plan / "shape.yaml").write_text("ckpt: m\nbenches: {a: 1}")   # evaluate's: the key named (was omegaconf's words only)
+    assert evaluate_main([str(plan / "shape.yaml")]) == 2 and "benches={'a': 1}: expected a non-empty list" in capsys.readouterr().err
     good = json.loads((plan / "eval-0.json").read_text())
     disc = {"run": None, "anchor": None, "runs_root": str(root), "profile": None, "benches": 5, "prompt": "x"}
     job = {**good["planned"][0], "benches": 5}
     for bad, key in (({"name": "x"}, "eval_opts"), ({**good, "planned": [5]}, "planned[0]: 5"), ({**good, "discover": {}}, "discover"),
                      ({**good, "outcome": None}, "outcome"), ({**good, "discover": disc}, "discover.benches: 5"),
-                     ({**good, "planned": [job]}, "planned[0].benches: 5")):
+                     ({**good, "planned": [job]}, "planned[0].benches: 5"),
+                     ({**good, "discover": {**disc, "benches": ["nq", {"a": 1}]}}, "discover.benches[1]: {'a': 1}"),
+                     ({**good, "planned": [{**job, "benches": [5]}]}, "planned[0].benches[0]: 5")):
         (plan / "bad.json").write_text(json.dumps(bad))
         assert eval_job([str(plan / "bad.json")]) == 2
         err = capsys.readouterr().err
@@ -428,6 +435,8 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     # A run dir its job could never discover (not <runs_root>/<arm>/[<name>/]seed<N>): refused, not "nothing to do".
     assert main(argv[:-2] + [f"slurm.runs=[{tmp_path / 'r2e' / 'seed0'}]", "dry_run=true"]) == 2
     assert f"slurm.runs: {tmp_path / 'r2e' / 'seed0'} is not a run dir under runs_root=" in capsys.readouterr().err
+    assert main(argv[:-2] + [f"slurm.runs=[{dirs[0]},{dirs[1]},{dirs[0]}]", "dry_run=true"]) == 2   # two jobs of one run: exit 0 before
+    assert f"slurm.runs: {dirs[0]} is listed twice" in capsys.readouterr().err
     # Checkpoints appear only while training runs: at submission there are none, nothing is planned yet.
     assert main(argv) == 0
     said = capsys.readouterr().out

@@ -15,7 +15,7 @@ def test_a_key_given_without_its_section_is_named_with_it(capsys):
 
     with pytest.raises(ConfigError, match=r"unknown key 'max_new_tokens'\. Did you mean: eval\.max_new_tokens\?"):
         parse_argv(["runs_root=runs", "max_new_tokens=32"])
-    with pytest.raises(ConfigError, match=r"eval\.max_new_tokenz: unknown evaluate key 'max_new_tokenz'\. Did you mean: max_new_tokens,"):
+    with pytest.raises(ConfigError, match=r"eval\.max_new_tokenz: unknown evaluate key 'max_new_tokenz'\. Did you mean: eval\.max_new_tokens, eval\.babyai"):
         parse_argv(["eval.max_new_tokenz=32"])
     assert parse_argv(["eval.max_new_tokens=32", "eval.sets.nq=nq:hub"]).eval.max_new_tokens == 32
     assert main(["runs_root=runs", "index_dir=x"]) == 2
@@ -32,10 +32,10 @@ def test_the_demo_prints_an_analyze_command_analyze_accepts(capsys):
     from omegaconf import OmegaConf
 
     from demo.run import DEFAULTS, analyze_config, main as demo_main
-    from launch.analyze import default_config, parse_argv
+    from launch import analyze
 
     assert demo_main(["dry_run=true"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("4. analyze "))
-    given = parse_argv(shlex.split(line.split("4. analyze ", 1)[1]))
-    want = OmegaConf.merge(default_config(), analyze_config(OmegaConf.create(DEFAULTS)))
+    given = analyze.parse_argv(shlex.split(line.split("4. analyze ", 1)[1]))
+    want = OmegaConf.merge(analyze.DEFAULTS, analyze_config(OmegaConf.create(DEFAULTS)))
     assert OmegaConf.to_container(given) == OmegaConf.to_container(want)

@@ -34,13 +34,16 @@ BAD_VALUES = [
     ("bench_n={babyai:2.5}", "bench_n.babyai"),
     ("benches=[babyia]", "Did you mean: babyai"),
     ("benches=[babyai,3]", "benches"),
+    ("benches=[nq@x]", "benches: bench 'nq@x': expected NAME or NAME@MODE"),   # analyze's words (evals.config.bench_keys)
     ("ood_split=nope", "ood_split"),
     ("encoder_device=5", "encoder_device"),
     ("heldout=5", "heldout"),
     ("device=5", "device=5: expected a non-empty string"),
+    ("ckpt=[1]", "ckpt=[1]: expected a string"),   # was read as the path '[1]'
     ("out=''", "out='': expected null or a directory"),
     ("out=/dev/null", "out='/dev/null': expected null or a directory"),
     ("sets={nq:zz}", "sets.nq: nq is not being run"),   # YAML's unspaced `{nq:zz}` is nq -> zz, as bench_n's
+    ("sets={babyai: x}", "sets.babyai: babyai brings its own environment"),   # was ignored, exit 0
 ]
 
 
@@ -138,6 +141,8 @@ def one_run(tmp_path):
     # a report that would be empty or wrong: an unknown metric, an arm no run has, an anchor never evaluated
     (["metrics=[eem]"], "metrics: 'eem' is not a registered metric"), (["metrics=[]"], "metrics=[]: expected a non-empty"),
     (["compare=[[grpo_qa,nope]]"], "no run of arm 'nope'"), (["evaluate=false", "anchor=tiny_base"], "holds no evaluation of it"),
+    (["anchor=./no/model"], "anchor=./no/model: no such directory"),   # was planned (dry run: exit 0), then a gap
+    (["eval_tasks=[no.json]"], "no.json: not an evaluation job's config"),   # a dry run: exit 0 (a sweep's too)
 ])
 @pytest.mark.parametrize("dry", [True, False])
 def test_analyze_refuses_bad_eval_keys_up_front(one_run, tmp_path, capsys, args, needle, dry):
@@ -224,19 +229,24 @@ def test_a_corrupt_meta_json_is_that_checkpoints_gap_not_the_end_of_the_sweep(tm
     from tests.test_evals_babyai import Replies
 
     runs = tmp_path / "runs"
-    for step in (1, 2):
+    for step in (1, 2, 3):
         ck = runs / "r2e" / "seed0" / "checkpoints" / f"step-{step:06d}"
         ck.mkdir(parents=True)
         (ck / "config.json").write_text("{}")
-    bad = runs / "r2e" / "seed0" / "eval" / "step-000001"
-    bad.mkdir(parents=True)
-    (bad / "meta.json").write_text("{torn")
+    metas = {1: "{torn", 3: '{"identities": {"babyai": 5}}'}   # torn, or hand-edited (was a traceback)
+    for step, text in metas.items():
+        bad = runs / "r2e" / "seed0" / "eval" / f"step-{step:06d}"
+        bad.mkdir(parents=True)
+        (bad / "meta.json").write_text(text)
+        (bad / "babyai.jsonl").write_text("")
     res = run_analysis({"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"], "n_boot": 20,
                         "eval": {"bench_n": {"babyai": 1}, "babyai_max_steps": 1, "progress": False}},
                        evaluator=lambda cfg: evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left")))
-    [failure] = res.evaluated.failures
-    assert failure.job.step == 1 and "meta.json: unreadable JSON" in failure.error
-    assert (bad / "meta.json").read_text() == "{torn"   # the user's file is left as it is
+    first, third = res.evaluated.failures
+    assert first.job.step == 1 and "meta.json: unreadable JSON" in first.error, first
+    assert third.job.step == 3 and 'meta.json: "identities" must map each bench to its identity object' in third.error, third
+    for step, text in metas.items():   # the user's file is left as it is
+        assert (runs / "r2e" / "seed0" / "eval" / f"step-{step:06d}" / "meta.json").read_text() == text
     assert json.loads((runs / "r2e" / "seed0" / "eval" / "step-000002" / "summary.json").read_text())["babyai"]["n"] == 1
 
 

@@ -230,6 +230,11 @@ def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(
         assert sweep.run_sweep([*argv, "analyze.eval.nn=2", *extra], builder=fake.build, key_fn=fake.key) == 2
         assert "error: analyze.eval.nn: unknown evaluate key 'nn'" in capfd.readouterr().err   # named as typed (was eval.nn)
         assert ran == [] and fake.builds == [] and not (tmp_path / "r2e").exists()
+    # seen failing: a traceback (the preflight read benches=5 before its rule), a suggestion the sweep refuses
+    for bad, said in (("analyze.benches=5", "error: analyze.benches=5: expected null or a list of bench names"),
+                      ("analyze.eval.max_new_tokenz=2", "Did you mean: analyze.eval.max_new_tokens, analyze.eval.babyai_")):
+        assert sweep.run_sweep([*argv, bad, "dry_run=true"], builder=fake.build, key_fn=fake.key) == 2
+        assert said in capfd.readouterr().err and ran == [] and fake.builds == []
     assert sweep.run_sweep([*argv, "dry_run=true"], builder=fake.build, key_fn=fake.key) == 0
     out = capfd.readouterr().out
     assert "runs finished" not in out and "[launch] sweep: dry run: 1 run(s) planned, nothing started" in out

@@ -532,7 +532,7 @@ def test_a_stage_key_typo_is_refused_before_the_first_stage(tmp_path, monkeypatc
             "train:steps=1", "train:data.n=4", "train:logging.wandb=false", "corpus=corpus.jsonl", "runs_root=runs",
             f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}", "report:eval.nn=2"]
     proc = launch(tmp_path, *argv)
-    assert proc.returncode == 2 and "unknown evaluate key 'nn'. Did you mean: n?" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2 and "unknown evaluate key 'nn'. Did you mean: eval.n?" in proc.stderr, proc.stderr[-3000:]
     assert "== stage 1/2" not in proc.stdout and not (tmp_path / "runs").exists()
     record = _stand_in_sbatch(tmp_path, monkeypatch)
     proc = launch(tmp_path, *argv, "launcher=slurm")
