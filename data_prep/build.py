@@ -84,7 +84,7 @@ def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
         "tokenizer": tokenizer_identity(tok, name),
         "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k not in ("sources", "heldout")},
         # the held-out set by its content (a moved dir is the same set)
-        "heldout": heldout.load(cfg["heldout"]).fingerprint if cfg["heldout"] else None,
+        "heldout": heldout.load(cfg["heldout"], "data.heldout").fingerprint if cfg["heldout"] else None,
         "sources": srcs,
         # named sets by their pinned digest: planning (a dry run's fingerprint) never downloads
         "decontam": [{"path": p, "sha256": sha256_file(p)} for p in decontam_paths(cfg, sets=False)]
@@ -134,7 +134,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
             arms.source_quotas(dom, quota, [s.share for s in srcs], specs[dom], [s.reads() for s in srcs])
         pools = _read_pools(cfg, specs, wanted, stats, tmp, out, progress)
         decon = _decontaminate(cfg, pools, stats)
-        held = heldout.load(cfg["heldout"]) if cfg["heldout"] else None
+        held = heldout.load(cfg["heldout"], "data.heldout") if cfg["heldout"] else None
         held_out = heldout.excluded(pools, held, stats) if held else 0
         kept_rows: dict[str, list[dict]] = {}
         kept = {}

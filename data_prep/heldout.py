@@ -105,12 +105,12 @@ class Heldout:
         return out
 
 
-def load(path: str | Path) -> Heldout:
-    """The held-out dir at `path`, refused (HeldoutError naming the file) unless it is COMPLETE, every
+def load(path: str | Path, key: str = "heldout") -> Heldout:
+    """The held-out dir at `path` (the key `key` names it), refused (HeldoutError naming the file) unless it is COMPLETE, every
     file matches SHA256SUMS and its manifest is a held-out manifest whose fingerprint matches its digests."""
     d = Path(path)
     if not d.is_dir():
-        raise HeldoutError(f"heldout={d}: no such directory (write one with `data-prep heldout out={d}`)")
+        raise HeldoutError(f"{key}={d}: no such directory (write one with `data-prep heldout out={d}`)")
     if not (d / COMPLETE).is_file():
         raise HeldoutError(f"{d}: no {COMPLETE} marker: not a finished `data-prep heldout` output")
     problems = check_sha256sums(d, unlisted_ok=(COMPLETE,))

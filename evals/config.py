@@ -177,13 +177,15 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
             bench = str(bench).strip()
             if key == "bench_n" and not Number(lo=0, integer=True).ok(v):
                 raise EvalError(f"bench_n.{bench}={v!r}: expected an integer >= 0 (0 = every item)")
+            if key == "sets" and not (isinstance(v, str) and v.strip()):
+                raise EvalError(f"sets.{bench}={v!r}: expected the name of one of its item sets")
             try:
                 k = canonical_bench_key(bench)
             except BenchError as exc:
                 raise EvalError(f"{key}: {exc}") from None
             if key == "bench_n" and (why := bench_name_problem(k, bench_root)):
                 raise EvalError(f"bench_n.{bench}: {why}")
-            out[k] = v if key == "bench_n" else str(v)
+            out[k] = v
         return out
 
     profile = read(profile)
@@ -291,7 +293,7 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     if qa and merged.retriever in ("bm25", "e5") and not merged.corpus:
         raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25, e5) or retriever=http retriever_url=URL")
     if qa and merged.retriever in ("bm25", "e5") and not datafetch.is_name(merged.corpus) and not Path(merged.corpus).is_file():
-        raise EvalError(f"corpus={merged.corpus}: no such file")
+        raise EvalError(f"corpus={merged.corpus}: {'a directory, not a file' if Path(merged.corpus).is_dir() else 'no such file'}")
     if qa and merged.retriever == "e5":
         if not merged.encoder:
             raise EvalError("retriever=e5 needs encoder=MODEL (encoder:e5-base-v2, an HF model dir or hub id)")

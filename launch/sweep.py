@@ -39,6 +39,8 @@ def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]
         elif key.startswith(ANALYZE):
             if key in (f"{ANALYZE}slurm.runs", f"{ANALYZE}slurm.runs_after"):
                 raise LaunchError(f"{key}= is set by the sweep: its evaluation takes the sweep's own runs")
+            if key == f"{ANALYZE}power.pilot":   # (a design question of another dir, not this sweep's evaluation)
+                raise LaunchError(f"{key}= would replace the sweep's evaluation by a power report: run `analyze power.pilot=...` on its own")
             analyze.append(f"{key[len(ANALYZE):]}={value}")
         elif key in ("arms", "seeds"):
             parsed = OmegaConf.from_dotlist([f"x={value}"]).x

@@ -252,6 +252,12 @@ def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, caps
     # the key as typed here, bare (seen failing: data-prep named it data.decontam_bench_root, launch's form)
     assert rc == 2 and err.startswith(f"error: decontam_bench_root={root}: ") and "bamboogle" in err and "(decontam_sets)" in err
     assert not (tmp_path / "y").exists()
+    # a missing held-out dir, named as typed: launch's data.heldout, data-prep's heldout (seen failing: `heldout=` under launch)
+    with pytest.raises(ConfigError, match=f"^data.heldout={tmp_path}/nowhere: no such directory"):
+        build.build_arm({"sources": {"search": [src]}, "n": 1, "heldout": str(tmp_path / "nowhere")}, arm="search", seed=0,
+                        tokenizer="tiny", out=tmp_path / "x", progress=False)
+    assert cli_main([f"out={tmp_path / 'y'}", "arm=search", f"sources.search=[{src}]", "n=1", f"heldout={tmp_path}/nowhere"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: heldout={tmp_path}/nowhere: no such directory")
 
 
 def test_study_recipe_decontaminates_synthetic_does_not():

@@ -44,6 +44,8 @@ BAD_VALUES = [
     ("out=/dev/null", "out='/dev/null': expected null or a directory"),
     ("sets={nq:zz}", "sets.nq: nq is not being run"),   # YAML's unspaced `{nq:zz}` is nq -> zz, as bench_n's
     ("sets={babyai: x}", "sets.babyai: babyai brings its own environment"),   # was ignored, exit 0
+    ("sets={nq: ''}", "sets.nq='': expected the name of one of its item sets"),   # was the default set, silently
+    ("sets={nq: null}", "sets.nq=None: expected the name"),   # was the set named 'None'
 ]
 
 

@@ -128,6 +128,8 @@ def test_cli_help_dry_run_and_errors(tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(["ckpt=x", "out=o", "benches=[nq]", "corpus=" + str(tmp_path / "missing.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert cli_main(["ckpt=x", "out=o", "benches=[nq]", f"corpus={tmp_path}"]) == 2   # was "no such file"
+    assert "a directory, not a file" in capsys.readouterr().err
     vllm_missing = __import__("importlib").util.find_spec("vllm") is None
     if vllm_missing:
         assert cli_main(["ckpt=x", "out=" + str(tmp_path / "o"), "benches=[search_plan_ood]", "backend=vllm"]) == 2

@@ -192,7 +192,9 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
                      # seen failing: seeds={} said "seeds=[] is empty", arms={r2e: 1} ran r2e, analyze.slurm.runs was replaced
                      (["arms=[r2e]", "seeds={}"], r"^seeds=\{\}: expected a list of seeds, not a mapping$"),
                      (["arms={r2e: 1}"], "expected a list of arms, not a mapping"),
-                     (["arms=[r2e]", "analyze.slurm.runs=[x]"], r"^analyze\.slurm\.runs= is set by the sweep")):   # were two runs of one run dir
+                     (["arms=[r2e]", "analyze.slurm.runs=[x]"], r"^analyze\.slurm\.runs= is set by the sweep"),   # were two runs of one run dir
+                     # seen failing: the sweep's evaluation became a power report of another dir, its dry run exit 0
+                     (["arms=[r2e]", "eval_profile=multihop_qa", "analyze.power.pilot=x"], r"^analyze\.power\.pilot= .*on its own")):
         with pytest.raises(ConfigError, match=msg):
             sweep.run_sweep(bad)
 
