@@ -7,6 +7,7 @@ list the valid ones and suggest the closest match.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from typing import Iterable
 
@@ -69,6 +70,8 @@ def split_dotlist(argv: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+# YAML 1.1's base-60 numbers (24:00:00 would read as 86400): a value of this form is kept as its text (a Slurm time).
+_BASE60 = re.compile(r"[-+]?\d[\d_]*(?::[0-5]?\d)+(?:\.[\d_]*)?")
 SWITCH_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 SWITCHES = ("dry_run",)   # keys (the last part of a dotted key: launch's launcher.dry_run) read by parse_switch
 
@@ -123,6 +126,8 @@ def apply_overrides(
             )
         if key.rsplit(".", 1)[-1] in SWITCHES:
             value = str(parse_switch(value, given)).lower()
+        elif _BASE60.fullmatch(value.strip()):
+            value = f"'{value.strip()}'"
         try:
             parsed = OmegaConf.from_dotlist([f"{key}={value}"])
         except Exception as exc:  # omegaconf raises several types for bad values

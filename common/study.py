@@ -343,7 +343,7 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
                              "NAME:key=value)")
         if s["name"] in (st.name for st in stages):
             raise StudyError(f"{w}: stage name {s['name']!r} is used twice")
-        if s.get("run") not in RUNNERS:
+        if str(s.get("run")) not in RUNNERS:   # (str: a list is no run either)
             raise StudyError(f"{w} ({s['name']}): run={s.get('run')!r} is not one of {', '.join(RUNNERS)}."
                              f"{did_you_mean(str(s.get('run')), RUNNERS)}")
         if not isinstance(s.get("args") or {}, dict):

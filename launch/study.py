@@ -121,7 +121,7 @@ def parse_study_argv(argv: list[str]) -> Request:
     names = [s.name for s in study.stages]
     if not any(s.run in TRAINING_RUNS for s in study.stages):
         for tok, arg in shared:
-            if arg.key not in (*_STAGE_JOB_KEYS, *_PYTHON_KEYS, "launcher", "launcher.kind"):
+            if arg.key not in (*_STAGE_JOB_KEYS, *(f"python.{STAGE_PYTHON[s.run]}" for s in study.stages), "launcher", "launcher.kind"):
                 raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has "
                                   f"no training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
     own = {s.name: [] for s in study.stages}
