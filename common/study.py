@@ -227,10 +227,12 @@ def _settings(root) -> list[tuple[str, int, int, object]]:
     return out
 
 
-def _scan(path: Path) -> tuple[list[MarkedSetting], list[str]]:
-    """`file_marks(path)`, and the stage argument lines without a source mark: each argument of a stage's
-    `args:` spans the lines from its key to the end of its value, each of them holding more than a comment
-    needs a mark, and two arguments on one line are refused (one mark cannot say where each comes from)."""
+def file_marks(path: Path) -> tuple[list[MarkedSetting], list[str]]:
+    """Every marked setting of a YAML file (a study or a recipe), in file order, and its stage argument lines without
+    a mark. A mark goes with the setting whose key is on its line, else with the one whose value spans it; a malformed
+    mark, or one on a line holding no setting (a mark in prose says nothing checkable), is refused naming file and
+    line. A stage argument spans the lines from its key to its value's end, each holding more than a comment needs a
+    mark, and two arguments on one line are refused (one mark cannot say where each comes from)."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     try:
@@ -260,13 +262,6 @@ def _scan(path: Path) -> tuple[list[MarkedSetting], list[str]]:
             bad[i] = (f"line {i + 1}: {len(keys)} arguments ({', '.join(keys)}) share one line, and one mark "
                       "cannot say where each comes from: put each on its own line")
     return marked, [bad[i] for i in sorted(bad)]
-
-
-def file_marks(path: Path) -> list[MarkedSetting]:
-    """Every marked setting of a YAML file (a study or a recipe), in file order. A mark goes with the
-    setting whose key is on its line, else with the one whose value spans it; a malformed mark, or one on
-    a line holding no setting (a mark in prose says nothing checkable), is refused naming file and line."""
-    return _scan(path)[0]
 
 
 def _reference_results(raw, where: str) -> list[ReferenceResult]:
@@ -317,7 +312,7 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         raise StudyError(f"{where}: unknown key {key!r}; keys: {', '.join(TOP)}.{did_you_mean(key, TOP)}")
     if cfg.get("study") != path.stem:
         raise StudyError(f"{where}: `study:` must name the file ({path.stem!r}), found {cfg.get('study')!r}")
-    marked, unmarked = _scan(path)   # a malformed mark: refused here, naming its line
+    marked, unmarked = file_marks(path)   # a malformed mark: refused here, naming its line
     if unmarked:
         raise StudyError(f"{where}: every stage argument says where its value comes from ({MARK_GRAMMAR} "
                          f"in a comment); unmarked: {'; '.join(unmarked[:3])}")

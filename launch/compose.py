@@ -2,6 +2,7 @@
 recipe"): the fields' defaults <- the shipped recipes <- the user's `recipe=FILE` <- key=value, then validated."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,14 +56,14 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
             choices[key] = value.strip()
             if key in config_keys:
                 rest.append(tok)
-        elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null" and not _a_list(value):
-            rest.append(f"{key}='{value}'")
+        elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null" and not a_list(value):
+            rest.append(f"{key}={json.dumps(value)}")   # (JSON: YAML reads it as this text, quotes and all)
         else:
             rest.append(tok)
     return choices, rest
 
 
-def _a_list(value: str) -> bool:
+def a_list(value: str) -> bool:
     """Whether a command-line value reads as a list (`[]`, `[a,b]`): then it is one, not text kept verbatim."""
     try:
         return OmegaConf.is_list(OmegaConf.from_dotlist([f"x={value}"]).x)

@@ -27,6 +27,7 @@ from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
 from launch import completion, jobs, local, preflight
+from launch.compose import a_list
 from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs, write_files
 from launch.grpo import GRPO
@@ -155,11 +156,11 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
     for a in (a for a in args if a.key in keys):
         name, value = keys[a.key], a.value
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"] \
-            if name == "sbatch" or value[:1] in ("'", '"') or value == "null" else value
+            if name == "sbatch" or value[:1] in ("'", '"') or value == "null" or (name == "setup" and a_list(value)) else value
         bad = slurm_option_problems(parsed, a.key) if name == "sbatch" else [LAUNCHER[f"launcher.{name}"].problem(a.key, parsed)]
         if any(bad):
             raise LaunchError("; ".join(filter(None, bad)))
-        made[name] = tuple(parsed) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
+        made[name] = getattr(Cluster.of({name: parsed}), name)   # (setup: a list is its lines)
     return replace(base, **{k: v for k, v in made.items() if v is not None})
 
 

@@ -737,9 +737,10 @@ def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
     from launch.study import parse_study_argv, resolve_stages
 
     argv = ["study=browsecomp_worker_export", "checkpoint=c", "tokenizer=t", "launcher=slurm", "qos=Q", "partition=P",
-            "launcher.sbatch=[--mem=0]", "export:slurm.time=01:00:00", "export:slurm.partition=cpu"]
-    export, = resolve_stages(parse_study_argv(argv))
-    assert export.cluster == Cluster(partition="cpu", qos="Q", time="01:00:00", sbatch=("--mem=0",))
+            "launcher.sbatch=[--mem=0]", "launcher.setup=[module load x,echo 'y']", "export:slurm.time=01:00:00",
+            "export:slurm.partition=cpu"]
+    export, = resolve_stages(parse_study_argv(argv))   # (setup: a list is its lines; seen failing: the text "[module ...]")
+    assert export.cluster == Cluster(partition="cpu", qos="Q", time="01:00:00", sbatch=("--mem=0",), setup="module load x\necho 'y'")
     assert "slurm" not in export.cfg
     bad = [*argv[:-1], "export:slurm.qoss=low"]
     with pytest.raises(LaunchError, match=r"export:slurm\.qoss=low: slurm\.qoss is not a cluster setting.*Did you mean: slurm\.qos"):
