@@ -56,19 +56,21 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
             choices[key] = value.strip()
             if key in config_keys:
                 rest.append(tok)
-        elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null" and not a_list(value):
-            rest.append(f"{key}={json.dumps(value)}")   # (JSON: YAML reads it as this text, quotes and all)
+        elif ALIASES.get(key, key) in STRING_KEYS:
+            rest.append(f"{key}={verbatim(value)}")
         else:
             rest.append(tok)
     return choices, rest
 
 
-def a_list(value: str) -> bool:
-    """Whether a command-line value reads as a list (`[]`, `[a,b]`): then it is one, not text kept verbatim."""
+def verbatim(value: str) -> str:
+    """A command-line value of a key kept as text (STRING_KEYS, a stage job's cluster settings) as the token YAML reads
+    back as that text: JSON-quoted, unless empty, quoted already, null or a list (`[a,b]`; `[ -f env ] && ...` is text)."""
     try:
-        return OmegaConf.is_list(OmegaConf.from_dotlist([f"x={value}"]).x)
-    except Exception:   # omegaconf's parse errors: shell text such as `[ -f env ] && ...`
-        return False
+        kept = not value or value[0] in "'\"" or value == "null" or OmegaConf.is_list(OmegaConf.from_dotlist([f"x={value}"]).x)
+    except Exception:   # omegaconf's parse errors: shell text
+        kept = False
+    return value if kept else json.dumps(value)
 
 
 def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, keys: Keys) -> None:

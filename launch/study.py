@@ -20,14 +20,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import interpreter
-from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch
+from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, wants_help
 from common.interpreter import KINDS
 from common.keydoc import shown
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
 from launch import completion, jobs, local, preflight
-from launch.compose import a_list
+from launch.compose import verbatim
 from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs, write_files
 from launch.grpo import GRPO
@@ -154,9 +154,8 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
     """`base` with the settings `args` make (their `keys`: key -> Cluster field; the last one wins)."""
     made = {}
     for a in (a for a in args if a.key in keys):
-        name, value = keys[a.key], a.value
-        parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"] \
-            if name == "sbatch" or value[:1] in ("'", '"') or value == "null" or (name == "setup" and a_list(value)) else value
+        name = keys[a.key]   # its value read as launch reads it (text, unless a list; sbatch: YAML's)
+        parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={a.value if name == 'sbatch' else verbatim(a.value)}"]))["x"]
         bad = slurm_option_problems(parsed, a.key) if name == "sbatch" else [LAUNCHER[f"launcher.{name}"].problem(a.key, parsed)]
         if any(bad):
             raise LaunchError("; ".join(filter(None, bad)))
@@ -207,11 +206,11 @@ def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg
         from evals.config import base_config, resolve_request
 
         r.cfg = resolve_request(apply_overrides(base_config(next((a.value for a in reversed(args) if a.key == "profile"), None)
-                                                            or None), rest))
+                                                            or None), rest, suggest=own_keys))
     else:
         from sft.export import DEFAULTS, checked
 
-        r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest), f"stage {stage.name}: ckpt= and out= are required")
+        r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest, suggest=own_keys), f"stage {stage.name}: ckpt= and out= are required")
 
 
 def resolve_stages(req: Request) -> list[Resolved]:
@@ -355,6 +354,9 @@ def _ledger_root(v: dict) -> Path:
 
 def run_study(argv: list[str]) -> int:
     """`launch study=...`: parse once, resolve every stage once, plan, the plan's preflight, write, run or submit it."""
+    if wants_help(argv):   # its usage (this module's doc)
+        print(__doc__.strip())
+        return 0
     req = parse_study_argv(argv)
     study = req.study
     stages = resolve_stages(req)

@@ -145,6 +145,8 @@ def test_cli_help_and_exit_codes(capsys):
                    "launcher=  local | slurm", "steps          -> train.steps", "train.lr=1e-05", "sweep"):
         assert needle in out
     assert help_text() in out
+    assert main(["study=dual_terminator_sft", "--help"]) == 0   # a study's usage (seen failing: "found '--help'", exit 2)
+    assert "launch study=NAME [VAR=value ...] [STAGE:key=value ...]" in capsys.readouterr().out
     assert main(["arm=r2e", "stpes=3"]) == 2
     assert "Did you mean: steps" in capsys.readouterr().err
 
