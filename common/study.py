@@ -3,6 +3,8 @@ reference study (`load_study`), and the source marks (`MARK_GRAMMAR`) its lines 
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -239,6 +241,9 @@ def file_marks(path: Path) -> tuple[list[MarkedSetting], list[str]]:
         settings = _settings(yaml.compose(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError:   # not readable YAML: no settings (load_study names the error)
         settings = []
+    for key, first, _, node in settings:   # YAML 1.1 reads 24:00:00 as 86400 (as a Slurm time: 60 days)
+        if isinstance(node, yaml.ScalarNode) and not node.style and ":" in node.value and node.tag.endswith(("int", "float")):
+            raise StudyError(f"{path}:{first + 1}: {key}: YAML reads {node.value} as a base-60 number: quote it ('{node.value}')")
     found: dict[int, list[Mark]] = {}
     for i, line in enumerate(lines):
         if marks := line_marks(line, str(path), i + 1):
@@ -288,9 +293,6 @@ def _reference_results(raw, where: str) -> list[ReferenceResult]:
 
 def study_from_env() -> dict | None:
     """The study a `launch study=` stage runs under (None outside one)."""
-    import json
-    import os
-
     raw = os.environ.get(STUDY_ENV)
     try:
         return json.loads(raw) if raw else None

@@ -360,12 +360,10 @@ def run_study(argv: list[str]) -> int:
     req = parse_study_argv(argv)
     study = req.study
     stages = resolve_stages(req)
-    hardware = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items())   # key=value, not a dict
-    print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
-          f"  reference hardware: {hardware}", flush=True)
-    kind = req.launcher
+    print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n  reference hardware: "
+          + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items()), flush=True)   # key=value, not a dict
     where = jobs.dry_run_dir("study") if req.dry_run else \
-        (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+        (_ledger_root(study.vars) / f"_{req.launcher}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     plan, files = plan_jobs(req, stages, where)
     if not req.dry_run and preflight.gate(preflight.of(plan), False, counted=True):   # before anything is written
         return preflight.EXIT
@@ -373,7 +371,7 @@ def run_study(argv: list[str]) -> int:
     write_files(files)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
-    runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
+    runner = Training(jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
         jobs.dry_run(plan, runner, where)
         for r in stages:
@@ -382,7 +380,7 @@ def run_study(argv: list[str]) -> int:
                       "its config)")
         found = preflight.gate(preflight.of(plan), True, counted=True)
         _differences(study)
-        print(f"study {study.name}: dry run done ({kind}: {len(plan)} job(s) planned, nothing started)")
+        print(f"study {study.name}: dry run done ({req.launcher}: {len(plan)} job(s) planned, nothing started)")
         return preflight.EXIT if found else 0
     _differences(study)
     print(f"# the plan: {len(plan)} job(s), in order\n{jobs.table(plan)}\n  configs and scripts: {where}", flush=True)
