@@ -9,8 +9,10 @@ from __future__ import annotations
 import difflib
 import re
 import sys
+from pathlib import Path
 from typing import Iterable
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from common.keydoc import shown
@@ -99,6 +101,21 @@ def merge(cfg: DictConfig, layer: DictConfig, where: str = "", keys: Iterable[st
                 want = ("a list", "a mapping") if OmegaConf.is_list(base) else ("a mapping", "a list")
                 raise ConfigError(f"{where}{key}={shown(OmegaConf.to_container(got), dotlist=True)}: expected {want[0]}, not {want[1]}") from None
         raise
+
+
+def base60_problem(path) -> str | None:
+    """`FILE:LINE: ...` for an unquoted value of YAML file `path` that YAML 1.1 reads as a base-60 number (24:00:00 as
+    86400: as a Slurm time, 60 days), asking for quotes; None when there is none (or no YAML: its reader says why)."""
+    try:
+        todo = [yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)]
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    while todo:
+        node = todo.pop()
+        if isinstance(node, yaml.ScalarNode) and not node.style and ":" in node.value and node.tag.endswith(("int", "float")):
+            return f"{path}:{node.start_mark.line + 1}: YAML reads {node.value} as a base-60 number: quote it ('{node.value}')"
+        todo += [n for item in node.value for n in (item if isinstance(item, tuple) else (item,))] if isinstance(node, yaml.CollectionNode) else []
+    return None
 
 
 def apply_overrides(

@@ -13,7 +13,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from common.cli import ConfigError, did_you_mean
+from common.cli import ConfigError, base60_problem, did_you_mean
 from common.fields import TEXT, Number, Test, is_int, list_of
 from common.io import sha256_file
 from common.keydoc import shown
@@ -241,9 +241,6 @@ def file_marks(path: Path) -> tuple[list[MarkedSetting], list[str]]:
         settings = _settings(yaml.compose(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError:   # not readable YAML: no settings (load_study names the error)
         settings = []
-    for key, first, _, node in settings:   # YAML 1.1 reads 24:00:00 as 86400 (as a Slurm time: 60 days)
-        if isinstance(node, yaml.ScalarNode) and not node.style and ":" in node.value and node.tag.endswith(("int", "float")):
-            raise StudyError(f"{path}:{first + 1}: {key}: YAML reads {node.value} as a base-60 number: quote it ('{node.value}')")
     found: dict[int, list[Mark]] = {}
     for i, line in enumerate(lines):
         if marks := line_marks(line, str(path), i + 1):
@@ -314,6 +311,8 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         raise StudyError(f"{where}: unknown key {key!r}; keys: {', '.join(TOP)}.{did_you_mean(key, TOP)}")
     if cfg.get("study") != path.stem:
         raise StudyError(f"{where}: `study:` must name the file ({path.stem!r}), found {cfg.get('study')!r}")
+    if why := base60_problem(path):
+        raise StudyError(why)
     marked, unmarked = file_marks(path)   # a malformed mark: refused here, naming its line
     if unmarked:
         raise StudyError(f"{where}: every stage argument says where its value comes from ({MARK_GRAMMAR} "

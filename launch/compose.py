@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, split_dotlist
+from common.cli import KeySpace, apply_overrides, base60_problem, did_you_mean, flat_keys, merge, split_dotlist
 from common import keydoc
 from common.fields import plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
@@ -182,6 +182,8 @@ def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys:
         raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
                           f"decides; remove it from the file and pass {key}=... on the command line")
     _check_recipe_keys(recipe, known, where, keys)
+    if why := base60_problem(path):
+        raise LaunchError(why)
     return recipe, where
 
 

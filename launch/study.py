@@ -320,11 +320,8 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
             todo = [p for p in r.preps if not (submits and is_finished(p.run_dir) and p.cfg.resume != "never")]
             for i, p in enumerate(r.preps):
                 write(where / f"{stage.name}-{i}.config.yaml", OmegaConf.to_yaml(p.cfg))
-            stage_jobs = []
-            if todo:
-                job = r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
-                                    kind=req.launcher)
-                stage_jobs = [replace(job, name=stage.name, waits=None, **after)]
+            stage_jobs = [replace(r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
+                                                kind=req.launcher), name=stage.name, waits=None, **after)] if todo else []
             if r.evaluation is not None:
                 evaluation, more = _evaluation_jobs(req, r, where / stage.name, todo)
                 stage_jobs, files = stage_jobs + evaluation, {**files, **more}

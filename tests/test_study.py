@@ -100,7 +100,7 @@ _TOP = r"(\n[ -].*)*"   # a top-level key's value lines (block or flow style) af
     (r"^(      task: spa .*)", r"\1\n      dry_run: true                    # [chosen: x]", r"\(train\): args set dry_run"),
     (r"^hardware:.*", "hardware: {gpus: -1}", r"`hardware:` must give `gpus:` \(an integer >= 0\)"),
     # YAML reads an unquoted 24:00:00 as 86400 (seen failing: accepted, #SBATCH --time=86400, 60 days of minutes)
-    (r"^(      task: spa .*)", r"\1\n      launcher.time: 24:00:00          # [chosen: x]", r":\d+: train:launcher\.time: YAML reads"),
+    (r"^(      task: spa .*)", r"\1\n      launcher.time: 24:00:00          # [chosen: x]", r":\d+: YAML reads 24:00:00 as a base-60 number: quote it"),
     (r"n: 2417, pre: 0.316", "n: -5, pre: 0.316", r"reference_results\[0\]\.n: expected a positive integer \(or null\), found -5"),
 ])
 def test_a_bad_study_entry_is_refused_naming_it(tmp_path, pattern, replacement, match):
