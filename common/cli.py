@@ -7,9 +7,12 @@ list the valid ones and suggest the closest match.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
+from pathlib import Path
 from typing import Iterable
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from common.keydoc import shown
@@ -69,6 +72,8 @@ def split_dotlist(argv: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+# YAML 1.1's base-60 numbers (24:00:00 would read as 86400): a value of this form is kept as its text (a Slurm time).
+_BASE60 = re.compile(r"[-+]?\d[\d_]*(?::[0-5]?\d)+(?:\.[\d_]*)?")
 SWITCH_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 SWITCHES = ("dry_run",)   # keys (the last part of a dotted key: launch's launcher.dry_run) read by parse_switch
 
@@ -98,6 +103,21 @@ def merge(cfg: DictConfig, layer: DictConfig, where: str = "", keys: Iterable[st
         raise
 
 
+def base60_problem(path) -> str | None:
+    """`FILE:LINE: ...` for an unquoted value of YAML file `path` that YAML 1.1 reads as a base-60 number (24:00:00 as
+    86400: as a Slurm time, 60 days), asking for quotes; None when there is none (or no YAML: its reader says why)."""
+    try:
+        todo = [yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)]
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    while todo:
+        node = todo.pop()
+        if isinstance(node, yaml.ScalarNode) and not node.style and ":" in node.value and node.tag.endswith(("int", "float")):
+            return f"{path}:{node.start_mark.line + 1}: YAML reads {node.value} as a base-60 number: quote it ('{node.value}')"
+        todo += [n for item in node.value for n in (item if isinstance(item, tuple) else (item,))] if isinstance(node, yaml.CollectionNode) else []
+    return None
+
+
 def apply_overrides(
     base: DictConfig,
     argv: list[str],
@@ -123,6 +143,8 @@ def apply_overrides(
             )
         if key.rsplit(".", 1)[-1] in SWITCHES:
             value = str(parse_switch(value, given)).lower()
+        elif _BASE60.fullmatch(value.strip()):
+            value = f"'{value.strip()}'"
         try:
             parsed = OmegaConf.from_dotlist([f"{key}={value}"])
         except Exception as exc:  # omegaconf raises several types for bad values

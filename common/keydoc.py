@@ -17,7 +17,7 @@ class Key:
 
 def shown(value: Any, dotlist: bool = False) -> str:
     """A value as it is typed on the command line (YAML: null, true, [a, b], {k: v}); `dotlist`: as an omegaconf
-    dotlist value, without spaces ([a,b], {k:v})."""
+    dotlist value, without spaces but a mapping's colon's, which YAML needs ([a,b], {k: v})."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -26,7 +26,7 @@ def shown(value: Any, dotlist: bool = False) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + f",{space}".join(shown(x, dotlist) for x in value) + "]"
     if isinstance(value, dict):
-        return "{" + f",{space}".join(f"{k}:{space}{shown(x, dotlist)}" for k, x in value.items()) + "}"
+        return "{" + f",{space}".join(f"{k}: {shown(x, dotlist)}" for k, x in value.items()) + "}"
     return str(value)
 
 

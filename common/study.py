@@ -3,6 +3,8 @@ reference study (`load_study`), and the source marks (`MARK_GRAMMAR`) its lines 
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -11,7 +13,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from common.cli import ConfigError, did_you_mean
+from common.cli import ConfigError, base60_problem, did_you_mean
 from common.fields import TEXT, Number, Test, is_int, list_of
 from common.io import sha256_file
 from common.keydoc import shown
@@ -227,10 +229,12 @@ def _settings(root) -> list[tuple[str, int, int, object]]:
     return out
 
 
-def _scan(path: Path) -> tuple[list[MarkedSetting], list[str]]:
-    """`file_marks(path)`, and the stage argument lines without a source mark: each argument of a stage's
-    `args:` spans the lines from its key to the end of its value, each of them holding more than a comment
-    needs a mark, and two arguments on one line are refused (one mark cannot say where each comes from)."""
+def file_marks(path: Path) -> tuple[list[MarkedSetting], list[str]]:
+    """Every marked setting of a YAML file (a study or a recipe), in file order, and its stage argument lines without
+    a mark. A mark goes with the setting whose key is on its line, else with the one whose value spans it; a malformed
+    mark, or one on a line holding no setting (a mark in prose says nothing checkable), is refused naming file and
+    line. A stage argument spans the lines from its key to its value's end, each holding more than a comment needs a
+    mark, and two arguments on one line are refused (one mark cannot say where each comes from)."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     try:
@@ -262,13 +266,6 @@ def _scan(path: Path) -> tuple[list[MarkedSetting], list[str]]:
     return marked, [bad[i] for i in sorted(bad)]
 
 
-def file_marks(path: Path) -> list[MarkedSetting]:
-    """Every marked setting of a YAML file (a study or a recipe), in file order. A mark goes with the
-    setting whose key is on its line, else with the one whose value spans it; a malformed mark, or one on
-    a line holding no setting (a mark in prose says nothing checkable), is refused naming file and line."""
-    return _scan(path)[0]
-
-
 def _reference_results(raw, where: str) -> list[ReferenceResult]:
     out = []
     for i, entry in enumerate(raw or []):
@@ -293,9 +290,6 @@ def _reference_results(raw, where: str) -> list[ReferenceResult]:
 
 def study_from_env() -> dict | None:
     """The study a `launch study=` stage runs under (None outside one)."""
-    import json
-    import os
-
     raw = os.environ.get(STUDY_ENV)
     try:
         return json.loads(raw) if raw else None
@@ -317,7 +311,9 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         raise StudyError(f"{where}: unknown key {key!r}; keys: {', '.join(TOP)}.{did_you_mean(key, TOP)}")
     if cfg.get("study") != path.stem:
         raise StudyError(f"{where}: `study:` must name the file ({path.stem!r}), found {cfg.get('study')!r}")
-    marked, unmarked = _scan(path)   # a malformed mark: refused here, naming its line
+    if why := base60_problem(path):
+        raise StudyError(why)
+    marked, unmarked = file_marks(path)   # a malformed mark: refused here, naming its line
     if unmarked:
         raise StudyError(f"{where}: every stage argument says where its value comes from ({MARK_GRAMMAR} "
                          f"in a comment); unmarked: {'; '.join(unmarked[:3])}")
@@ -343,7 +339,7 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
                              "NAME:key=value)")
         if s["name"] in (st.name for st in stages):
             raise StudyError(f"{w}: stage name {s['name']!r} is used twice")
-        if s.get("run") not in RUNNERS:
+        if str(s.get("run")) not in RUNNERS:   # (str: a list is no run either)
             raise StudyError(f"{w} ({s['name']}): run={s.get('run')!r} is not one of {', '.join(RUNNERS)}."
                              f"{did_you_mean(str(s.get('run')), RUNNERS)}")
         if not isinstance(s.get("args") or {}, dict):

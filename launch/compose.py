@@ -2,12 +2,13 @@
 recipe"): the fields' defaults <- the shipped recipes <- the user's `recipe=FILE` <- key=value, then validated."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, split_dotlist
+from common.cli import KeySpace, apply_overrides, base60_problem, did_you_mean, flat_keys, merge, split_dotlist
 from common import keydoc
 from common.fields import plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
@@ -55,19 +56,21 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
             choices[key] = value.strip()
             if key in config_keys:
                 rest.append(tok)
-        elif ALIASES.get(key, key) in STRING_KEYS and value and value[0] not in "'\"" and value != "null" and not _a_list(value):
-            rest.append(f"{key}='{value}'")
+        elif ALIASES.get(key, key) in STRING_KEYS:
+            rest.append(f"{key}={verbatim(value)}")
         else:
             rest.append(tok)
     return choices, rest
 
 
-def _a_list(value: str) -> bool:
-    """Whether a command-line value reads as a list (`[]`, `[a,b]`): then it is one, not text kept verbatim."""
+def verbatim(value: str) -> str:
+    """A command-line value of a key kept as text (STRING_KEYS, a stage job's cluster settings) as the token YAML reads
+    back as that text: JSON-quoted, unless empty, quoted already, null or a list (`[a,b]`; `[ -f env ] && ...` is text)."""
     try:
-        return OmegaConf.is_list(OmegaConf.from_dotlist([f"x={value}"]).x)
-    except Exception:   # omegaconf's parse errors: shell text such as `[ -f env ] && ...`
-        return False
+        kept = not value or value[0] in "'\"" or value == "null" or OmegaConf.is_list(OmegaConf.from_dotlist([f"x={value}"]).x)
+    except Exception:   # omegaconf's parse errors: shell text
+        kept = False
+    return value if kept else json.dumps(value)
 
 
 def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, keys: Keys) -> None:
@@ -179,6 +182,8 @@ def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys:
         raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
                           f"decides; remove it from the file and pass {key}=... on the command line")
     _check_recipe_keys(recipe, known, where, keys)
+    if why := base60_problem(path):
+        raise LaunchError(why)
     return recipe, where
 
 

@@ -5,6 +5,7 @@ it; `dry_run` writes every job's script beside its config under a directory it n
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import sys
@@ -43,11 +44,9 @@ class Cluster:
                    setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup))   # a list: its lines
 
     def tokens(self, prefix: str) -> list[str]:
-        """`PREFIX<key>=value` for each setting made, each value quoted (options and paths arrive verbatim): what
-        hands them to another command (analyze's `slurm.`)."""
-        def quoted(x) -> str:
-            return "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return [f"{prefix}{k}=" + ("[" + ",".join(map(quoted, v)) + "]" if k == "sbatch" else quoted(v))
+        """`PREFIX<key>=value` for each setting made, each value quoted (JSON, which YAML reads: options, paths and
+        setup's lines arrive verbatim): what hands them to another command (analyze's `slurm.`)."""
+        return [f"{prefix}{k}=" + ("[" + ",".join(map(json.dumps, v)) + "]" if k == "sbatch" else json.dumps(v))
                 for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 

@@ -20,13 +20,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import interpreter
-from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch
+from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, wants_help
 from common.interpreter import KINDS
 from common.keydoc import shown
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
 from launch import completion, jobs, local, preflight
+from launch.compose import verbatim
 from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs, write_files
 from launch.grpo import GRPO
@@ -121,7 +122,7 @@ def parse_study_argv(argv: list[str]) -> Request:
     names = [s.name for s in study.stages]
     if not any(s.run in TRAINING_RUNS for s in study.stages):
         for tok, arg in shared:
-            if arg.key not in (*_STAGE_JOB_KEYS, *_PYTHON_KEYS, "launcher", "launcher.kind"):
+            if arg.key not in (*_STAGE_JOB_KEYS, *(f"python.{STAGE_PYTHON[s.run]}" for s in study.stages), "launcher", "launcher.kind"):
                 raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has "
                                   f"no training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
     own = {s.name: [] for s in study.stages}
@@ -153,13 +154,12 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
     """`base` with the settings `args` make (their `keys`: key -> Cluster field; the last one wins)."""
     made = {}
     for a in (a for a in args if a.key in keys):
-        name, value = keys[a.key], a.value
-        parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"] \
-            if name == "sbatch" or value[:1] in ("'", '"') or value == "null" else value
+        name = keys[a.key]   # its value read as launch reads it (text, unless a list; sbatch: YAML's)
+        parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={a.value if name == 'sbatch' else verbatim(a.value)}"]))["x"]
         bad = slurm_option_problems(parsed, a.key) if name == "sbatch" else [LAUNCHER[f"launcher.{name}"].problem(a.key, parsed)]
         if any(bad):
             raise LaunchError("; ".join(filter(None, bad)))
-        made[name] = tuple(parsed) if name == "sbatch" else (None if parsed in (None, "") else str(parsed))
+        made[name] = getattr(Cluster.of({name: parsed}), name)   # (setup: a list is its lines)
     return replace(base, **{k: v for k, v in made.items() if v is not None})
 
 
@@ -206,11 +206,11 @@ def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg
         from evals.config import base_config, resolve_request
 
         r.cfg = resolve_request(apply_overrides(base_config(next((a.value for a in reversed(args) if a.key == "profile"), None)
-                                                            or None), rest))
+                                                            or None), rest, suggest=own_keys))
     else:
         from sft.export import DEFAULTS, checked
 
-        r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest), f"stage {stage.name}: ckpt= and out= are required")
+        r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest, suggest=own_keys), f"stage {stage.name}: ckpt= and out= are required")
 
 
 def resolve_stages(req: Request) -> list[Resolved]:
@@ -320,11 +320,8 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
             todo = [p for p in r.preps if not (submits and is_finished(p.run_dir) and p.cfg.resume != "never")]
             for i, p in enumerate(r.preps):
                 write(where / f"{stage.name}-{i}.config.yaml", OmegaConf.to_yaml(p.cfg))
-            stage_jobs = []
-            if todo:
-                job = r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
-                                    kind=req.launcher)
-                stage_jobs = [replace(job, name=stage.name, waits=None, **after)]
+            stage_jobs = [replace(r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
+                                                kind=req.launcher), name=stage.name, waits=None, **after)] if todo else []
             if r.evaluation is not None:
                 evaluation, more = _evaluation_jobs(req, r, where / stage.name, todo)
                 stage_jobs, files = stage_jobs + evaluation, {**files, **more}
@@ -354,15 +351,16 @@ def _ledger_root(v: dict) -> Path:
 
 def run_study(argv: list[str]) -> int:
     """`launch study=...`: parse once, resolve every stage once, plan, the plan's preflight, write, run or submit it."""
+    if wants_help(argv):   # its usage (this module's doc)
+        print(__doc__.strip())
+        return 0
     req = parse_study_argv(argv)
     study = req.study
     stages = resolve_stages(req)
-    hardware = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items())   # key=value, not a dict
-    print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n"
-          f"  reference hardware: {hardware}", flush=True)
-    kind = req.launcher
+    print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n  reference hardware: "
+          + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items()), flush=True)   # key=value, not a dict
     where = jobs.dry_run_dir("study") if req.dry_run else \
-        (_ledger_root(study.vars) / f"_{kind}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+        (_ledger_root(study.vars) / f"_{req.launcher}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     plan, files = plan_jobs(req, stages, where)
     if not req.dry_run and preflight.gate(preflight.of(plan), False, counted=True):   # before anything is written
         return preflight.EXIT
@@ -370,7 +368,7 @@ def run_study(argv: list[str]) -> int:
     write_files(files)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
-    runner = Training(jobs.backend(kind)(shlex.join(["launch", *argv]), env=env), training)
+    runner = Training(jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
         jobs.dry_run(plan, runner, where)
         for r in stages:
@@ -379,7 +377,7 @@ def run_study(argv: list[str]) -> int:
                       "its config)")
         found = preflight.gate(preflight.of(plan), True, counted=True)
         _differences(study)
-        print(f"study {study.name}: dry run done ({kind}: {len(plan)} job(s) planned, nothing started)")
+        print(f"study {study.name}: dry run done ({req.launcher}: {len(plan)} job(s) planned, nothing started)")
         return preflight.EXIT if found else 0
     _differences(study)
     print(f"# the plan: {len(plan)} job(s), in order\n{jobs.table(plan)}\n  configs and scripts: {where}", flush=True)

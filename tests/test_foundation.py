@@ -5,6 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from common.cli import ConfigError, apply_overrides
+from common.keydoc import shown
 from common.io import check_sha256sums, write_sha256sums
 from data_prep.schema import RecordError, make_record, tool_call, validate_record
 
@@ -21,6 +22,10 @@ def test_overrides_apply_and_unknown_key_suggests():
     with pytest.raises(ConfigError, match=r"^train=5: train is a section: give train\.KEY=VALUE \(train\.lr, train\.steps\)$"):
         apply_overrides(base, ["train=5"])
     assert apply_overrides(base, ["train={steps: 4}"]).train == {"lr": 1e-5, "steps": 4}
+    # a mapping as a study hands a stage's file argument on (shown: it became the key 'steps:4'), and 24:00:00 as
+    # text, not YAML 1.1's base-60 86400 (analyze slurm.time=24:00:00 asked Slurm for 60 days)
+    assert apply_overrides(base, [f"train={shown({'steps': 4}, dotlist=True)}", "seed=24:00:00"]) == \
+        {"train": {"lr": 1e-5, "steps": 4}, "seed": "24:00:00"}
 
 
 def test_sha256sums_detects_changes(tmp_path):

@@ -575,7 +575,7 @@ def test_cli_mistakes_name_the_key_and_exit_2(capsys):
                       # named as typed (seen failing: "launcher='foo'", "grpo.prompts_file=<dir>: no such file")
                       (["launcher.kind=foo"], r"\n  launcher\.kind='foo': expected one of local"),
                       (["stage=grpo", "task=qa", f"grpo.prompts_file={Path(__file__).parent}"], "prompts_file=.*: a directory, not a file"),
-                      (["stage=grpo", "lora.target_modules={a: 1}"], r"^lora\.target_modules=\{a:1\}: expected a list")):
+                      (["stage=grpo", "lora.target_modules={a: 1}"], r"^lora\.target_modules=\{a: 1\}: expected a list")):
         with pytest.raises(ConfigError, match=key):
             (compose_grpo if "stage=grpo" in argv else compose)(argv)
     for data, key in (({"sources": {"code": 5}}, "data.sources.code must"), ({"sources": 5}, "data.sources must")):

@@ -113,15 +113,19 @@ def test_bad_values_are_all_listed_at_once():
 
 
 @pytest.mark.parametrize("setup, lines", [("[]", ""), ("[module load cuda,source env/bin/activate]", "module load cuda\nsource env/bin/activate"),
-                                          ("[ -f env ] && source env", "[ -f env ] && source env")])
+                                          ("[ -f env ] && source env", "[ -f env ] && source env"),
+                                          ("echo 'a' \\x", "echo 'a' \\x")])   # seen failing: a quote refused, \ doubled
 def test_slurm_time_is_kept_verbatim(setup, lines):
-    """launcher.setup as a list is its lines ([]: none); shell text stays verbatim. Seen failing before: `[]` was the line `[]`."""
+    """launcher.setup as a list is its lines ([]: none); shell text stays verbatim, also handed on to analyze (a sweep's,
+    a study's report) as its slurm.*. Seen failing before: `[]` was the line `[]`; two lines reached analyze as one."""
+    from launch.analyze import parse_argv
     from launch.jobs import Cluster
     from sft.config import SFT
 
     cfg = compose(["launcher=slurm", "time=24:00:00", "partition=gpu", f"launcher.setup={setup}"]).cfg
     assert cfg.launcher.time == "24:00:00" and cfg.launcher.partition == "gpu"
     assert (Cluster.of(cfg.launcher).setup or "") == lines
+    assert Cluster.of(parse_argv(Cluster.of(cfg.launcher).tokens("slurm.")).slurm) == Cluster.of(cfg.launcher)
     # as analyze checks its slurm.setup (the omegaconf node itself; a ListConfig was refused)
     assert SFT["launcher.setup"].problem("slurm.setup", cfg.launcher.setup) is None
 
@@ -142,6 +146,8 @@ def test_cli_help_and_exit_codes(capsys):
                    "launcher=  local | slurm", "steps          -> train.steps", "train.lr=1e-05", "sweep"):
         assert needle in out
     assert help_text() in out
+    assert main(["study=dual_terminator_sft", "--help"]) == 0   # a study's usage (seen failing: "found '--help'", exit 2)
+    assert "launch study=NAME [VAR=value ...] [STAGE:key=value ...]" in capsys.readouterr().out
     assert main(["arm=r2e", "stpes=3"]) == 2
     assert "Did you mean: steps" in capsys.readouterr().err
 

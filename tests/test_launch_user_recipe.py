@@ -45,6 +45,8 @@ def test_user_recipe_dry_run_writes_its_values(tmp_path, capsys):
     ("train: 5\n", ["my.yaml: train must be a section of keys (train.KEY: value), got 5"]),
     ("data:\n  sources: null\n", ["my.yaml: data.sources must be a section of keys (data.sources.KEY: value), got None"]),
     ("launcher:\n  sbatch: {}\n", ["my.yaml: launcher.sbatch={}: expected a list, not a mapping"]),   # was a TypeError
+    # YAML 1.1's base-60 number (seen failing: accepted as #SBATCH --time=86400, 60 days; `steps: 1:30` ran 90 steps)
+    ("launcher:\n  time: 24:00:00\n", ["my.yaml:2: YAML reads 24:00:00 as a base-60 number: quote it ('24:00:00')"]),
 ])
 def test_user_recipe_mistakes(tmp_path, capsys, text, needles):
     path = _recipe(tmp_path, text)

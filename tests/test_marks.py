@@ -79,7 +79,7 @@ def test_every_mark_is_quoted_from_its_reference():
              for name, stem in REFERENCES.items()}
     wrong, refs = [], 0
     for path in _marked_files():
-        for setting in file_marks(path):
+        for setting in file_marks(path)[0]:
             for mark in setting.marks:
                 if mark.kind != "ref":
                     continue
@@ -97,7 +97,7 @@ def test_every_shipped_file_marks_in_the_grammar():
     """No bare `[ref]`/`[chosen]` and no mark in prose anywhere under recipes/ (no ../shared needed)."""
     counts = {"ref": 0, "chosen": 0}
     for path in _marked_files():
-        for setting in file_marks(path):
+        for setting in file_marks(path)[0]:
             for mark in setting.marks:
                 counts[mark.kind] += 1
     assert counts["ref"] >= 20 and counts["chosen"] >= 20, counts

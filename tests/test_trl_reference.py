@@ -126,7 +126,7 @@ def test_both_search_plan_act_studies_pin_the_references_trl(name, ref, tmp_path
 
     study = load_study(name)
     assert study.stages[0].args["grpo.trl"] == TRL_REF
-    marks = {s.key: s.marks for s in file_marks(study.path)}
+    marks = {s.key: s.marks for s in file_marks(study.path)[0]}
     mark = next(m for k, ms in marks.items() if k.endswith("grpo.trl") for m in ms)
     assert (mark.kind, mark.reference, mark.text) == ("ref", ref, "GRPO via TRL 1.9.2 + vLLM colocate generation")
     assert f"train:python.grpo=.venv-trl{TRL_REF}/bin/python" in study.cpu_smoke
