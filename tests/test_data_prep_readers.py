@@ -181,13 +181,19 @@ def test_headline_rules():
     assert epilogue_text("**Title:** T") == "\nFinal answer: T"
 
 
-def test_parse_xml_calls_and_source_errors():
+def test_parse_xml_calls_and_source_errors(tmp_path):
     thought, calls = parse_xml_calls("think\n\n<function=file_editor>\n  <parameter=command>view</parameter>\n  <parameter=view_range>[1, 5]</parameter>\n</function>")
     assert thought.strip() == "think" and calls == [("file_editor", {"command": "view", "view_range": "[1, 5]"})]
     with pytest.raises(SourceError, match="unknown format"):
         parse_source("nope:/x.jsonl")
     with pytest.raises(SourceError, match="no such file"):
         parse_source("r2e-gym:/does/not/exist.jsonl")
+    # a directory reads the data files directly in it (seen failing: a dir of none read nothing, or all its subdirs' files)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.jsonl").write_text("{}\n")
+    with pytest.raises(SourceError, match=f"^source 'search-r1:{tmp_path}~0.5': {tmp_path} is a directory holding no .jsonl"):
+        parse_source(f"search-r1:{tmp_path}~0.5")
+    assert parse_source(f"search-r1:{tmp_path / 'sub'}").files() == [tmp_path / "sub" / "a.jsonl"]
 
 
 XML_SYSTEM = """You are a programming agent.

@@ -101,6 +101,9 @@ def test_a_run_with_its_dataset_needs_no_source_and_no_decontamination_set(hf, t
     assert "2wikimultihopqa:hub_dev" in need.data and need.hub == ()
     (line,) = preflight.problems([need])
     assert "`fetch-data 2wikimultihopqa:hub_dev from=DIR`" in line
+    (tmp_path / "dir").mkdir()
+    (line,) = preflight.problems([needs(tmp_path, f"data.sources.code=[r2e-gym:{tmp_path / 'dir'}]")])   # seen failing: accepted
+    assert f"data.sources.code: source 'r2e-gym:{tmp_path / 'dir'}': {tmp_path / 'dir'} is a directory holding no .jsonl" in line
     built = tmp_path / "built"
     built.mkdir()
     (built / "manifest.json").write_text("{}")

@@ -1,7 +1,7 @@
 """Source readers: `FORMAT:PATH_OR_HUB_ID` -> canonical records (or quarantined rejections).
 
 FORMAT is one of FORMATS. PATH is a local .jsonl / .json / .parquet file (or a directory of
-them); anything else is a Hugging Face dataset id, optionally `ID@REVISION` (a commit sha, tag or
+them, not its subdirectories); anything else is a Hugging Face dataset id, optionally `ID@REVISION` (a commit sha, tag or
 branch) and `#split` (default split `train`): `ID@REV#split`. A trailing `~SHARE` (a fraction in
 (0, 1]) fixes the share of its domain's quota that this source supplies (data_prep.build): either
 every source of a domain has one (summing to 1) or none has (the sources are pooled).
@@ -61,7 +61,7 @@ class Source:
     def files(self) -> list[Path]:
         p = Path(self.location)
         if p.is_dir():
-            return sorted(f for f in p.rglob("*") if f.suffix in LOCAL_SUFFIXES)
+            return sorted(f for f in p.iterdir() if f.suffix in LOCAL_SUFFIXES)
         return [p]
 
     def identity(self) -> dict:
@@ -97,7 +97,9 @@ def parse_source(spec: str) -> Source:
             raise SourceError(f"source {spec!r}: expected HUB_ID@REVISION (a commit sha, tag or branch)")
     if not Path(loc).exists() and (loc.startswith((".", "/")) or Path(loc).suffix in LOCAL_SUFFIXES):
         raise SourceError(f"source {spec!r}: no such file {loc}")
-    return Source(fmt, loc, split, revision, share)
+    if not (src := Source(fmt, loc, split, revision, share)).files():
+        raise SourceError(f"source {spec!r}: {loc} is a directory holding no {'/'.join(LOCAL_SUFFIXES)} file (its subdirectories are not read)")
+    return src
 
 
 @dataclass
