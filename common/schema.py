@@ -8,7 +8,7 @@ from pathlib import Path
 
 from common import thinking
 from common.fields import IDENTITY, NONEMPTY, OUTPUT, PATH, STATE, Field, Test, count, field, flag, is_int, list_of, text
-from common.layout import run_dir_path, variant_name_problem
+from common.layout import is_complete_state, run_dir_path, variant_name_problem
 
 # Bumped whenever a code change alters what an unchanged config means (e.g. the warmup
 # definition): a run dir's state made under another value is not resumed (run identity).
@@ -41,8 +41,8 @@ RUN: dict[str, Field] = {
                      Test(lambda v: v is None or isinstance(v, str), "null or a directory path")),
     "resume": field("auto: continue from the latest complete state (same run identity) | never: rename the old run dir "
                     "aside, start over | PATH to a state dir", "auto", (PATH, STATE),
-                    Test(lambda v: isinstance(v, str) and (v in ("auto", "never") or (v != "" and Path(v).is_dir())),
-                         "auto, never or an existing state directory")),
+                    Test(lambda v: isinstance(v, str) and (v in ("auto", "never") or (v != "" and is_complete_state(v))),
+                         "auto, never or a complete state directory (<run>/state/step-NNNNNN)")),
 }
 
 # ---------------------------------------------------------------- the launcher and the interpreters

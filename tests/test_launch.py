@@ -86,7 +86,8 @@ def test_every_recipe_composes():
     (["steps=-1"], "train.steps must be a positive integer"),
     (["steps=abc"], "train.steps must be a positive integer"),
     (["seed=-2"], "seed must be a non-negative integer"),
-    (["resume=''"], "resume must be auto, never or an existing state directory, got ''"),   # was the state dir `.`
+    (["resume=''"], "resume must be auto, never or a complete state directory (<run>/state/step-NNNNNN), got ''"),   # was the state dir `.`
+    (["resume=" + str(RECIPES)], "resume must be auto, never or a complete state"),   # seen failing: any dir passed, the trainer refused it
     (["nproc=0"], "launcher.nproc must be auto or a positive integer"),
     (["save_steps=[a]"], "train.save_steps must be a list of positive integers"),
     (["lr=0"], "train.lr must be a positive number"),

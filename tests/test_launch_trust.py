@@ -46,6 +46,9 @@ def W(tmp_path, monkeypatch):
     _qa_file(w / "q.jsonl")
     _corpus(w / "c.jsonl")
     (w / "mymodel").mkdir()
+    (w / "st").mkdir()   # a complete state (the resume rule: COMPLETE and meta.json)
+    (w / "st" / "COMPLETE").touch()
+    (w / "st" / "meta.json").write_text("{}")
     return w
 
 
@@ -57,7 +60,6 @@ def test_grpo_user_paths_resolve_against_the_callers_directory(W):
     from launch.compose import compose_grpo
     from launch.grpo import GRPO, start_record
 
-    (W / "st").mkdir()
     cfg = compose_grpo([*QA, "model.path=mymodel", "resume=st", "name=v"]).cfg
     assert cfg.grpo.prompts_file == str(W / "q.jsonl") and cfg.grpo.corpus == str(W / "c.jsonl")
     assert cfg.model.path == str(W / "mymodel") and cfg.resume == str(W / "st")
@@ -80,7 +82,6 @@ def test_grpo_user_recipe_paths_resolve_against_the_callers_directory(W):
 def test_sft_paths_user_against_cwd_shipped_against_the_repo(W):
     from launch.compose import compose
 
-    (W / "st").mkdir()
     cfg = compose(["arm=r2e", "model=tiny", "data=hub", "model.path=mymodel", "resume=st",
                    "data.sources.code=[r2e-gym:c.jsonl]"]).cfg
     assert cfg.model.path == str(W / "mymodel") and cfg.resume == str(W / "st")
