@@ -44,7 +44,7 @@ def load_tokenizer(tokenizer: Any):
     try:
         return AutoTokenizer.from_pretrained(resolve_tokenizer(tokenizer), trust_remote_code=False), tokenizer
     except Exception as exc:  # OSError, ValueError, tokenizers' own errors: all mean "not a tokenizer"
-        raise DataPrepError(f"tokenizer={tokenizer}: cannot load a tokenizer from it "
+        raise DataPrepError(f"model.tokenizer={tokenizer}: cannot load a tokenizer from it "
                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
 
 

@@ -181,11 +181,12 @@ def check_main(argv: list[str]) -> int:
 
 
 def _bare(argv: list[str]) -> int:
-    """`_main`, its errors naming each data key as it is typed here (data_prep names it as a config holds it: data.KEY)."""
+    """`_main`, its errors naming each key as typed here (data_prep names it as a config holds it: data.KEY, model.tokenizer)."""
     try:
         return _main(argv)
     except ConfigError as exc:
-        raise DataPrepError(re.sub(rf"(?<![\w/.])data\.(?=({'|'.join(k.split('.')[0] for k in DATA)})\b)", "", str(exc))) from exc
+        bare = rf"(?<![\w/.'])(data\.(?=({'|'.join(k.split('.')[0] for k in DATA)})\b)|model\.(?=tokenizer=))"
+        raise DataPrepError(re.sub(bare, "", str(exc))) from exc
 
 
 def main(argv: list[str] | None = None) -> int:

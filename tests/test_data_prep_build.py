@@ -258,6 +258,11 @@ def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, caps
                         tokenizer="tiny", out=tmp_path / "x", progress=False)
     assert cli_main([f"out={tmp_path / 'y'}", "arm=search", f"sources.search=[{src}]", "n=1", f"heldout={tmp_path}/nowhere"]) == 2
     assert capsys.readouterr().err.startswith(f"error: heldout={tmp_path}/nowhere: no such directory")
+    # so is a tokenizer that does not load: launch's model.tokenizer, data-prep's tokenizer (seen failing: `tokenizer=` under launch)
+    with pytest.raises(ConfigError, match=f"^model.tokenizer={tmp_path}: cannot load a tokenizer"):
+        build.cache_key({"sources": {"search": [src]}, "n": 1}, arm="search", seed=0, tokenizer=str(tmp_path))
+    assert cli_main([f"out={tmp_path / 'y'}", "data.n=1"]) == 2   # launch's spelling (seen failing: "unknown key 'n'. Did you mean: n?")
+    assert capsys.readouterr().err.startswith("error: unknown key 'data.n'. Did you mean: n?")
 
 
 def test_study_recipe_decontaminates_synthetic_does_not():

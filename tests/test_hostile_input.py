@@ -353,7 +353,7 @@ def test_build_quarantines_every_poison_record_and_keeps_all_good_ones(tiny_toke
 def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
     from data_prep.cli import main
 
-    for args, key in ((["tokenizer=/nonexistent"], "tokenizer=/nonexistent"), (["decontam_ngram=abc"], "decontam_ngram"),
+    for args, key in ((["tokenizer=/nonexistent"], "error: tokenizer=/nonexistent"), (["decontam_ngram=abc"], "decontam_ngram"),
                       (["decontam_ngram=0"], "decontam_ngram"), (["max_record_bytes=-1"], "max_record_bytes"),
                       # seen failing before: seed=[] and out=5 were tracebacks, seed=-1 / overwrite=5 accepted, a dry
                       # run checked nothing (each key's field rule now)
