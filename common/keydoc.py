@@ -4,8 +4,11 @@ a docs/keys/*.md page (tools/docs_keys.py writes them; a test checks they are fr
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+from omegaconf import OmegaConf
 
 
 @dataclass(frozen=True)
@@ -22,12 +25,22 @@ def shown(value: Any, dotlist: bool = False) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if dotlist and isinstance(value, str) and _read(f"[{value}]") != [value]:   # read otherwise ('5', 'x # y', 'a, b'): quoted
+        return json.dumps(value, ensure_ascii=False)
     space = "" if dotlist else " "
     if isinstance(value, (list, tuple)):
         return "[" + f",{space}".join(shown(x, dotlist) for x in value) + "]"
     if isinstance(value, dict):
         return "{" + f",{space}".join(f"{k}: {shown(x, dotlist)}" for k, x in value.items()) + "}"
     return str(value)
+
+
+def _read(text: str) -> Any:
+    """`text` as the dotlist reads a value (a parse error: None)."""
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={text}"]), resolve=False)["v"]
+    except Exception:   # omegaconf raises several types for a bad value
+        return None
 
 
 def from_table(table: dict[str, Any]) -> list[Key]:

@@ -325,6 +325,10 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
     except (OmegaConfBaseException, RecursionError) as exc:   # RecursionError: a variable that names itself
+        if at := re.fullmatch(r"stages\[(\d+)\]\.args\.(.+)", getattr(exc, "full_key", None) or ""):   # the stage, key and variables
+            stage, key = raw["stages"][int(at[1])], at[2]
+            uses = ", ".join(f"{v}={shown(cfg.vars.get(v), dotlist=True)}" for v in _VAR_REF.findall(str(stage["args"][key])))
+            where += f": stage {stage.get('name')}, {key}" + (f" (with {uses})" if uses else "")
         raise StudyError(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
     for key, rule in TOP.items():
         if rule is not None and not rule.ok(plain.get(key)):

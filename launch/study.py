@@ -112,8 +112,7 @@ def parse_study_argv(argv: list[str]) -> Request:
                 raise LaunchError(f"{tok}: dry_run goes to every stage; give it without a stage (dry_run=...)")
             targeted.append((tok, stage, arg))
         elif arg.key in study.vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
-            variables[arg.key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={arg.value}"]), resolve=False)["v"] \
-                if arg.value else None
+            variables[arg.key] = OmegaConf.to_container(apply_overrides(OmegaConf.create({arg.key: None}), [str(arg)]), resolve=False)[arg.key]
         elif arg.key == "dry_run":
             dry_run = parse_switch(arg.value, "dry_run")
         else:
