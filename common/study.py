@@ -272,10 +272,8 @@ def _reference_results(raw, where: str) -> list[ReferenceResult]:
         w = f"{where}: reference_results[{i}]"
         if not isinstance(entry, dict):
             raise StudyError(f"{w}: expected a mapping, found {entry!r}")
-        unknown = sorted(set(entry) - set(RESULT_KEYS))
-        if unknown:
-            raise StudyError(f"{w}: unknown key {unknown[0]!r}; keys: {', '.join(RESULT_KEYS)}."
-                             f"{did_you_mean(unknown[0], RESULT_KEYS)}")
+        for key in sorted(set(entry) - set(RESULT_KEYS)):
+            raise StudyError(f"{w}: unknown key {key!r}; keys: {', '.join(RESULT_KEYS)}.{did_you_mean(key, RESULT_KEYS)}")
         for key in ("system", "bench", "metric"):
             if not isinstance(entry.get(key), str) or not entry[key]:
                 raise StudyError(f"{w}: `{key}` is required (a string)")
