@@ -156,18 +156,6 @@ def apply_overrides(
     return cfg
 
 
-def require_int(value, key: str, minimum: int | None = None) -> int:
-    """`value` as an int, or a ConfigError naming `key` (a bool, float or text is not an int)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        else:
-            raise ConfigError(f"{key}={value!r}: expected an integer" + (f" >= {minimum}" if minimum is not None else ""))
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{key}={value!r}: expected an integer >= {minimum}")
-    return value
-
-
 def wants_help(argv: list[str]) -> bool:
     return any(a in ("-h", "--help", "help") for a in argv)
 

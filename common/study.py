@@ -272,10 +272,8 @@ def _reference_results(raw, where: str) -> list[ReferenceResult]:
         w = f"{where}: reference_results[{i}]"
         if not isinstance(entry, dict):
             raise StudyError(f"{w}: expected a mapping, found {entry!r}")
-        unknown = sorted(set(entry) - set(RESULT_KEYS))
-        if unknown:
-            raise StudyError(f"{w}: unknown key {unknown[0]!r}; keys: {', '.join(RESULT_KEYS)}."
-                             f"{did_you_mean(unknown[0], RESULT_KEYS)}")
+        for key in sorted(set(entry) - set(RESULT_KEYS)):
+            raise StudyError(f"{w}: unknown key {key!r}; keys: {', '.join(RESULT_KEYS)}.{did_you_mean(key, RESULT_KEYS)}")
         for key in ("system", "bench", "metric"):
             if not isinstance(entry.get(key), str) or not entry[key]:
                 raise StudyError(f"{w}: `{key}` is required (a string)")
@@ -325,6 +323,10 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
     except (OmegaConfBaseException, RecursionError) as exc:   # RecursionError: a variable that names itself
+        if at := re.fullmatch(r"stages\[(\d+)\]\.args\.(.+)", getattr(exc, "full_key", None) or ""):   # the stage, key and variables
+            stage, key = raw["stages"][int(at[1])], at[2]
+            uses = ", ".join(f"{v}={shown(cfg.vars.get(v), dotlist=True)}" for v in _VAR_REF.findall(str(stage["args"][key])))
+            where += f": stage {stage.get('name')}, {key}" + (f" (with {uses})" if uses else "")
         raise StudyError(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
     for key, rule in TOP.items():
         if rule is not None and not rule.ok(plain.get(key)):

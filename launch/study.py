@@ -112,8 +112,7 @@ def parse_study_argv(argv: list[str]) -> Request:
                 raise LaunchError(f"{tok}: dry_run goes to every stage; give it without a stage (dry_run=...)")
             targeted.append((tok, stage, arg))
         elif arg.key in study.vars:   # kept unresolved: `${vars.X}` is resolved with the study's variables
-            variables[arg.key] = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={arg.value}"]), resolve=False)["v"] \
-                if arg.value else None
+            variables[arg.key] = OmegaConf.to_container(apply_overrides(OmegaConf.create({arg.key: None}), [str(arg)]), resolve=False)[arg.key]
         elif arg.key == "dry_run":
             dry_run = parse_switch(arg.value, "dry_run")
         else:
@@ -343,12 +342,6 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
     return plan, files
 
 
-def _ledger_root(v: dict) -> Path:
-    """Where `_slurm/` / `_local/` (the study's configs, scripts, logs, job ids) go: under the study's runs_root,
-    else beside (never inside) its `out`, which a stage (an export) must find holding only what it wrote."""
-    return Path(str(v["runs_root"])) if v.get("runs_root") else Path(str(v["out"])).parent if v.get("out") else Path(".")
-
-
 def run_study(argv: list[str]) -> int:
     """`launch study=...`: parse once, resolve every stage once, plan, the plan's preflight, write, run or submit it."""
     if wants_help(argv):   # its usage (this module's doc)
@@ -359,8 +352,11 @@ def run_study(argv: list[str]) -> int:
     stages = resolve_stages(req)
     print(f"study {study.name}: {study.title}\n  file: {study.path} (sha256 {study.sha256[:12]})\n  reference hardware: "
           + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in study.hardware.items()), flush=True)   # key=value, not a dict
+    # `_slurm/` / `_local/` (configs, scripts, logs, job ids) under runs_root, else beside (never inside) `out`, an export's own
+    v = study.vars
+    ledger = Path(str(v["runs_root"])) if v.get("runs_root") else Path(str(v["out"])).parent if v.get("out") else Path(".")
     where = jobs.dry_run_dir("study") if req.dry_run else \
-        (_ledger_root(study.vars) / f"_{req.launcher}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+        (ledger / f"_{req.launcher}" / time.strftime("study-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
     plan, files = plan_jobs(req, stages, where)
     if not req.dry_run and preflight.gate(preflight.of(plan), False, counted=True):   # before anything is written
         return preflight.EXIT
