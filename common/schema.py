@@ -4,6 +4,7 @@ the code that reads them (data_prep.config, sft.config, rl.config), whose tables
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from common import thinking
@@ -56,7 +57,9 @@ LAUNCHER: dict[str, Field] = {
                                     "1 process)", 8, (), Test(lambda v: is_int(v) and v >= 0,
                                                               "an integer >= 0 (0: a CPU-only partition)")),
     "launcher.partition": _slurm_text("slurm: #SBATCH --partition (null: the cluster's default)"),
-    "launcher.time": _slurm_text("slurm: #SBATCH --time of each job or array task, e.g. 24:00:00 (null: the partition's)"),
+    "launcher.time": field("slurm: #SBATCH --time of each job or array task, e.g. 24:00:00 (null: the partition's)", None, (), Test(
+        lambda v: v in (None, "") or (is_int(v) and v >= 0) or bool(re.fullmatch(r"([0-9]+-)?[0-9]+(:[0-9]+){0,2}|(?i:unlimited|infinite)", str(v))),
+        "null or a time sbatch --time takes (man sbatch): MINUTES, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED (0: no limit)")),
     "launcher.account": _slurm_text("slurm: #SBATCH --account"),
     "launcher.qos": _slurm_text("slurm: #SBATCH --qos"),
     "launcher.sbatch": field("extra #SBATCH options, e.g. [--constraint=h100,--mem=0]", []),   # launch.slurm checks them

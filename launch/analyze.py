@@ -170,9 +170,10 @@ class Request:
     tasks: tuple = ()             # the aggregation's evaluation jobs' configs (eval_tasks), read
 
 
-def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> Request:
+def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None, planned: list | None = ()) -> Request:
     """`cfg` (analyze's keys) merged on the defaults and resolved: what run_analysis and a sweep's evaluation
-    plan read (AnalysisError / ConfigError: one line naming the setting)."""
+    plan read (AnalysisError / ConfigError: one line naming the setting). `planned` (and slurm.runs): run dirs
+    still to train, whose arms compare= may name beside those under runs_root (None: not known yet)."""
     cfg = OmegaConf.merge(DEFAULTS, cfg)
     check_keys(cfg)
     profile = cfg.profile or None
@@ -221,7 +222,12 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     req.tasks = tuple(read_task(Path(t)) for t in cfg.eval_tasks or [])   # before any work
     if cfg.power.pilot:
         return req
-    compare_pairs(cfg.compare)   # a malformed pair: one line before any work
+    if (pairs := compare_pairs(cfg.compare)) and planned is not None:   # a malformed pair, an arm no run has nor one to train
+        planned = [Path(p).resolve() for p in [*planned, *(runs or [])]]
+        arms = sorted({r.arm for r in discover_runs(root)} | {"/".join(p.relative_to(root).parts[:-1]) for p in planned if p.is_relative_to(root)})
+        if lost := [arm for pair in pairs for arm in pair if arm not in arms]:
+            raise AnalysisError(f"compare: no run of arm {lost[0]!r} under {Path(cfg.runs_root)} (arms: {', '.join(arms) or 'none'})"
+                                f".{did_you_mean(lost[0], arms)}")
     req.h = harness(evaluator) if cfg.evaluate and not cfg.eval_tasks else None
     if req.h is not None:  # every evaluate call would refuse these: refused before any work, also under dry_run
         check_settings(req.h, {**eval_opts, "prompt": cfg.eval.prompt}, benches)
@@ -247,10 +253,6 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     if submits and cfg.slurm.runs is not None and not cfg.eval_tasks:
         return submit(req, [])   # each run's job plans its own checkpoints
     runs = discover_runs(root, req.profile)
-    arms = sorted({r.arm for r in runs})
-    if lost := [arm for pair in compare_pairs(cfg.compare) for arm in pair if arm not in arms]:
-        raise AnalysisError(f"compare: no run of arm {lost[0]!r} under {root} (arms: {', '.join(arms) or 'none'})"
-                            f".{did_you_mean(lost[0], arms)}")
     if not runs and req.anchor is None and not cfg.dry_run and not anchor_eval_dir(req.anchor_dir, req.profile).is_dir():
         raise AnalysisError(f"runs_root={root}: " + ("no such directory" if not root.exists() else "a file, not a directory,"
                             if not root.is_dir() else "no runs in it (<arm>/[<name>/]seed<N>/)") + " and no anchor=: nothing to analyze")

@@ -178,9 +178,10 @@ class Resolved:
     unset: list[str] = field(default_factory=list)
 
 
-def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster) -> None:
+def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster, planned: list | None) -> None:
     """An analyze / evaluate / export stage's one config (the study file's `args`, then the command line's: the
-    shared settings its job takes, then its `own`), resolved and checked, and its job's cluster settings."""
+    shared settings its job takes, then its `own`), resolved and checked, and its job's cluster settings
+    (`planned`: the earlier stages' run dirs, an analysis's arms; None while one is not resolved)."""
     stage = r.stage
     if stage.run == "analyze":
         from launch.analyze import parse_argv, request
@@ -190,7 +191,7 @@ def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg
                           *([] if any(a.key == "study" for a in [*args, *own]) else [f"study={req.study.path}"]),
                           f"launcher={req.launcher}", "dry_run=false"])
         with local.isolated():
-            request(cfg)   # every setting checked, as the analysis itself checks it
+            request(cfg, planned=planned)   # every setting checked, as the analysis itself checks it
         r.cfg, r.cluster = cfg, Cluster.of(cfg.slurm)
         return
     args = [*args, *own]
@@ -243,7 +244,8 @@ def resolve_stages(req: Request) -> list[Resolved]:
                 r.preps = [r.trainer.resolve(a) for a in r.argv]
                 r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
             else:
-                _resolve_job_stage(req, r, _file_args(stage, r.unset), own, cluster)
+                _resolve_job_stage(req, r, _file_args(stage, r.unset), own, cluster, None if any(s.unset for s in out)
+                                   else [p.run_dir for s in out for p in s.preps])
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc) and _waits_for_slots(str(exc), stage, r.unset)):
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "

@@ -168,7 +168,7 @@ def evaluation_request(evaluation, preps: list):
 
     per_run = {"slurm": {"runs": [str(p.run_dir) for p in preps], "runs_after": None}} if backend(evaluation.launcher).submits else {}
     with local.isolated():   # (its checks may set up logging: nothing leaks into the sweep)
-        return request(OmegaConf.merge(evaluation, per_run))
+        return request(OmegaConf.merge(evaluation, per_run), planned=[p.run_dir for p in preps])
 
 
 def evaluation_jobs(req, where: Path, preps: list, todo: list) -> tuple[list[Job], dict[Path, str]]:

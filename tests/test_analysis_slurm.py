@@ -107,7 +107,8 @@ def test_dry_run_prints_an_array_of_the_pending_checkpoints_and_an_aggregation(t
     # A bad setting is one line naming its key, before anything is planned (slurm.sbatch=5 was a traceback).
     for bad, line in (("slurm.concurrency=0", "slurm.concurrency=0"), ("slurm.sbatch=[--qos=x]", "use slurm.qos="),
                       ("slurm.sbatch=5", "error: slurm.sbatch must be a list of sbatch options"),
-                      ("slurm.sbatch={}", "error: slurm.sbatch={}: expected a list, not a mapping")):
+                      ("slurm.sbatch={}", "error: slurm.sbatch={}: expected a list, not a mapping"),
+                      ("slurm.time=abc", "error: slurm.time='abc': expected null or a time sbatch --time takes")):
         assert main(argv[:-1] + [bad]) == 2
         assert line in capsys.readouterr().err
     assert main(argv + ["slurm.jobs_file=/nonexistent/jobs.json"]) == 2   # (a traceback once the jobs were submitted)

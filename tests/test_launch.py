@@ -125,6 +125,11 @@ def test_slurm_time_is_kept_verbatim(setup, lines):
 
     cfg = compose(["launcher=slurm", "time=24:00:00", "partition=gpu", f"launcher.setup={setup}"]).cfg
     assert cfg.launcher.time == "24:00:00" and cfg.launcher.partition == "gpu"
+    # launcher.time: what `sbatch --time` takes (man sbatch; checked by hand against sbatch 22.05), the rest refused
+    assert [t for t in (None, "", 0, 90, "90", "5:30", "24:00:00", "2-12", "2-12:30", "2-12:30:05", "UNLIMITED", "infinite",
+                        "x", "-1", -1, "1-2-3", "1:2:3:4", "5m", " 5", "2-", ":5", "1.5", True, [])
+            if SFT["launcher.time"].must("launcher.time", t) is None] == [None, "", 0, 90, "90", "5:30", "24:00:00", "2-12",
+                                                                          "2-12:30", "2-12:30:05", "UNLIMITED", "infinite"]
     assert (Cluster.of(cfg.launcher).setup or "") == lines
     assert Cluster.of(parse_argv(Cluster.of(cfg.launcher).tokens("slurm.")).slurm) == Cluster.of(cfg.launcher)
     # as analyze checks its slurm.setup (the omegaconf node itself; a ListConfig was refused)

@@ -99,9 +99,12 @@ def test_sbatch_extra_options_and_setup(capsys, tmp_path):
 @pytest.mark.parametrize("arg,needle", [("launcher.sbatch=[--time=1:00:00]", "use launcher.time="),
                                         ("launcher.sbatch=[qos=high]", "not one sbatch option"),
                                         ("launcher.sbatch=--qos=high", "must be a list"),
-                                        ("time={}", "launcher.time must be null or one word (not a list), got '{}'")])
+                                        ("time={}", "launcher.time must be null or a time sbatch --time takes"),
+                                        ("time=x", "launcher.time must be null or a time sbatch --time takes"),
+                                        ("time=1-2-3", "(0: no limit), got '1-2-3'")])
 def test_sbatch_extra_options_refused(capsys, tmp_path, arg, needle):
-    """Seen failing before the rule: time={} was written as `#SBATCH --time={}`."""
+    """Seen failing before the rule: time={} was written as `#SBATCH --time={}`; time=x and time=1-2-3 (which
+    sbatch refuses) were planned, the dry run's exit 0."""
     assert main(["arm=r2e", "launcher=slurm", "data=synthetic", arg, "dry_run=true", f"runs_root={tmp_path}"]) == 2
     assert needle in capsys.readouterr().err
 
@@ -283,15 +286,19 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
     record = _counting_sbatch(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
     kw = dict(builder=_build, key_fn=lambda cfg, **k: "k" + str(k["seed"]))
-    # A bad analysis setting is refused before anything is submitted.
-    assert run_sweep([*argv[1:], "analyze.slurm.concurrency=0", f"runs_root={runs}"], **kw) == 2
-    assert "error: analyze.slurm.concurrency=0" in capfd.readouterr().err and not record.exists()   # as typed (was slurm.)
+    # A bad analysis setting is refused before anything is submitted, as typed (was slurm.); a compared arm neither
+    # trained here nor under runs_root too (seen failing: refused by the aggregation, after all the training).
+    for bad, line in (("analyze.slurm.concurrency=0", "error: analyze.slurm.concurrency=0"),
+                      ("analyze.compare=[[r2e,bogus]]", "error: analyze.compare: no run of arm 'bogus' under")):
+        assert run_sweep([*argv[1:], bad, f"runs_root={runs}"], **kw) == 2
+        assert line in capfd.readouterr().err and not record.exists()
+    (runs / "search" / "seed0").mkdir(parents=True)   # (an arm already there may be compared with the trained one)
     import evals.config   # the evaluate config resolved once for the whole sweep (issue #60), counted by a spy
 
     resolved = []
     real_resolve = evals.config.resolve
     monkeypatch.setattr(evals.config, "resolve", lambda *a, **k: (resolved.append(1), real_resolve(*a, **k))[1])
-    assert run_sweep([*argv[1:], f"runs_root={runs}"], **kw) == 0
+    assert run_sweep([*argv[1:], "analyze.compare=[[r2e,search]]", f"runs_root={runs}"], **kw) == 0
     assert len(resolved) == 1
     said = capfd.readouterr().out
     sweep, e0, e1, aggregate = (Path(line) for line in record.read_text().split())

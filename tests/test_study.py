@@ -762,7 +762,7 @@ def test_a_stage_jobs_settings_are_the_clusters_then_the_stages_own():
         resolve_stages(parse_study_argv(bad))
     # checked as launch checks them (a stage with no training: sbatch=5 was a traceback, [x] and time=[] written)
     for bad, line in (("export:slurm.sbatch=5", "slurm.sbatch must be a list"), ("launcher.sbatch=[x]", "'x' is not one sbatch"),
-                      ("export:slurm.time=[]", "slurm.time=[]: expected null or one word"),
+                      ("export:slurm.time=[]", "slurm.time=[]: expected null or a time sbatch"),
                       ("export:launcher.setup=x", "'launcher.setup'. Did you mean: slurm.setup?"),   # (was: study?)
                       # another stage's interpreter (report:python.sft= was dropped unread)
                       ("export:python.eval=x", "export:python.eval=x: stage export (export) runs in python.sft")):

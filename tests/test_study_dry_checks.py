@@ -46,6 +46,9 @@ def test_an_unknown_key_for_a_stage_with_an_unfilled_slot_is_refused(here, capsy
     assert "stage export refuses its settings: dtype=5: expected bf16" in capsys.readouterr().err
     assert main(["study=qwen3_4b_multihop_sft_grpo", "grpo:grpo.temperature=-1", "dry_run=true"]) == 2
     assert "stage grpo refuses its settings" in capsys.readouterr().err
+    # a report comparing an arm no stage trains (nor runs_root holds): seen failing, refused only after the training
+    assert main(["study=qwen3_4b_spa_grpo", "report:compare=[[grpo_spa,bogus]]", "dry_run=true"]) == 2
+    assert "stage report refuses its settings: compare: no run of arm 'bogus' under" in capsys.readouterr().err
     # the same dry runs without the typos: the unfilled slots are named, nothing refused
     assert main(["study=qwen3_4b_multihop_sft_grpo", "dry_run=true"]) == 0
     assert capsys.readouterr().out.count("(not resolved: set hotpotqa_") == 2
