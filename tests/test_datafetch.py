@@ -463,7 +463,7 @@ def test_a_dry_run_never_waits_on_the_network(tmp_path):
         silent.close()
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert took < 60, f"a dry run took {took:.0f} s"
-    assert "dataset cache key not computable here: tokenizer=Qwen/Qwen3-4B-Thinking-2507" in proc.stdout
+    assert "dataset cache key not computable here: model.tokenizer=Qwen/Qwen3-4B-Thinking-2507" in proc.stdout
     assert plan.returncode == 0 and "evaluations to run: 1" in plan.stdout, plan.stderr[-2000:]
     assert took_plan < 60, f"analyze's dry run took {took_plan:.0f} s"
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists() and not (tmp_path / "rep").exists()
