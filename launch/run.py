@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
 from common.layout import LAUNCH_LOCK, TRAIN_LOCK
-from common.plan import planned
+from common.plan import plan_line
 from common.schema import TRAINER_SEMANTICS, run_dir
 from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose
@@ -471,9 +471,7 @@ class SFTTrainer(Trainer):
         return self.placed(composed, rd, local_nproc(composed, gpus))
 
     def describe(self, prep: Prepared) -> str:
-        steps, saves = planned(prep.cfg)
-        return (f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n"
-                f"[launch] {steps} optimizer steps (for n={prep.cfg.data.n}), checkpoints at {saves}")
+        return f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n[launch] {plan_line(prep.cfg)}"
 
     def needs(self, cfg: DictConfig) -> dict[str, str]:
         return interpreter.sft_needs(cfg)

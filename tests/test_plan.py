@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from analysis.discover import Run
-from common.plan import planned, save_points, schedule
+from common.plan import plan_line, planned, save_points, schedule
 from launch.compose import compose
 from sft.config import load_config
 
@@ -44,6 +44,11 @@ def test_the_rule():
     assert save_points(save_steps=[0], save_epoch_ends=False, per_epoch=0, total=0) == []
     assert planned({"train": {"steps": None, "epochs": 1, "global_batch_size": 2, "save_steps": [], "save_epoch_ends": True},
                     "data": {"n": 5}}, n_examples=9) == (4, [4])
+    # a launch plan's line: short lists whole; a billion steps saved at every step elided, counted without listing them
+    train = {"steps": None, "epochs": 2, "global_batch_size": 16, "save_steps": [50, 100], "save_epoch_ends": True}
+    assert plan_line({"train": train, "data": {"n": 3500}}) == "436 optimizer steps (for n=3500), 4 checkpoint(s) at [50, 100, 218, 436]"
+    huge = {"train": {**train, "steps": 10**9 + 1, "global_batch_size": 1, "save_steps": [7, 10**9 + 1]}, "data": {"n": 1}}
+    assert plan_line(huge, edge=2) == f"{10**9 + 1} optimizer steps (for n=1), {10**9 + 1} checkpoint(s) at [1, 2, ..., {10**9}, {10**9 + 1}]"
 
 
 def test_analysis_without_a_plan_expects_only_what_exists(tmp_path):
