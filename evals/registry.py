@@ -54,7 +54,8 @@ class BenchKind:
     `shown`, the per-item scores it lists; `game`, its rows are games (a transcript of steps, actions
     and no tool calls), which report.html shows as one conversation, a step the game could not take
     labelled `invalid_step`; `console`, evaluate's console line after the bench and n: a format string
-    over its summary (a metric it lacks prints nan; None: the table's EM/F1 columns, a QA bench);
+    over its summary (a metric it lacks prints nan; None: the table's EM/F1 columns, a QA bench), and
+    `legend`, what each name on that line is (the table's legend line, when a row of the kind is shown);
     `metrics`, the summary and row metrics of its own, with their ranges (those every kind shares:
     evals.metrics.METRICS)."""
     name: str
@@ -77,6 +78,7 @@ class BenchKind:
     game: bool = False
     invalid_step: str = "invalid"
     console: str | None = None
+    legend: str = ""
     metrics: dict[str, MetricSpec] = field(default_factory=dict)
 
 
@@ -132,6 +134,7 @@ SEARCH_PLAN_OOD = BenchKind(
     correct="reward_outcome",
     shown=("reward", "reward_outcome", "reward_grounding", "reward_stop"),
     console="reward={reward:.3f} reward_outcome={reward_outcome:.3f} reward_grounding={reward_grounding:.3f} reward_stop={reward_stop:.3f}",
+    legend="reward: mean reward per episode (0-1), reward_<component>: its parts' means",
     metrics={"reward": RATE, "reward_outcome": RATE, "reward_grounding": RATE, "reward_stop": RATE},
 )
 BABYAI = BenchKind(
@@ -153,6 +156,7 @@ BABYAI = BenchKind(
     game=True,
     invalid_step="invalid: the fallback action was taken",
     console="return={return:.3f} success={success:.3f} invalid={invalid_action_rate:.3f} steps={mean_steps:.1f}",
+    legend="return: mean episode return (0-1), success: share of episodes won, invalid: share of replies not taken, steps: mean replies per episode",
     metrics={"return": RATE, "progression": RATE, "samples": SIZE},
 )
 
@@ -172,6 +176,7 @@ TEACHER_FORCED = BenchKind(
     scores=True,
     opens=teacher_forced.open_heldout,
     console="loss/token={loss:.4f} over {tokens} tokens",
+    legend="loss/token: mean cross-entropy per answer token (lower is better)",
     metrics=teacher_forced.METRICS,
 )
 # bench name -> kind; any other bench is a QA bench

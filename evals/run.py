@@ -431,9 +431,12 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
 
 
 def format_table(summary: dict) -> str:
-    """Bench averages x100 and the unweighted 7-bench mean, for the terminal."""
+    """Bench averages x100 (a QA bench) or the bench kind's own line, the unweighted 7-bench mean, and a legend
+    of the columns and names shown, for the terminal."""
     w = max([18, *(len(b) + 2 for b in summary)])
-    lines = [f"{'bench':<{w}}{'n':>6}{'EM':>8}{'F1':>8}{'coverEM':>9}{'strictEM':>10}{'fmtfail':>9}"]
+    kinds = [kind_of(b) for b in summary]
+    qa = any(not k.console for k in kinds)
+    lines = [f"{'bench':<{w}}{'n':>6}" + (f"{'EM':>8}{'F1':>8}{'coverEM':>9}{'strictEM':>10}{'fmtfail':>9}" * qa)]
     for bench, s in summary.items():
         console = kind_of(bench).console
         if s.get(NULL_REASON):
@@ -447,9 +450,11 @@ def format_table(summary: dict) -> str:
     if means["em"] is not None:
         lines.append(f"{'7-bench mean':<{w}}{'':>6}{100 * means['em']:>8.1f}{100 * means['f1']:>8.1f}"
                      f"{100 * means['cover_em']:>9.1f}{100 * means['strict_em']:>10.1f}")
-    return "\n".join([*lines, TABLE_LEGEND])
+    legends = [QA_LEGEND] * qa + list(dict.fromkeys(k.legend for k in kinds if k.console))
+    return "\n".join([*lines, f"({'; '.join(legends)}; docs/glossary.md)"])
 
 
-# The one line under the table that says what its short column names mean (docs/glossary.md, "Columns").
-TABLE_LEGEND = ("(per cent of items: EM exact match, F1 token overlap, coverEM a gold answer inside the prediction, "
-                "strictEM exact match of a `Final answer:` line only, fmtfail no answer extracted; docs/glossary.md)")
+# The legend of a QA bench's columns, in the one line under the table that says what its short names mean
+# (docs/glossary.md, "Columns"); each other bench kind's names: its `legend` (evals.registry).
+QA_LEGEND = ("per cent of items: EM exact match, F1 token overlap, coverEM a gold answer inside the prediction, "
+             "strictEM exact match of a `Final answer:` line only, fmtfail no answer extracted")

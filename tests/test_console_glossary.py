@@ -78,6 +78,12 @@ def test_evaluate_console_table_has_a_legend_and_every_column_in_the_glossary():
     assert names >= {"coverEM", "strictEM", "fmtfail", "return", "loss/token", "reward_<component>", "7-bench mean"}
     missing = sorted(names - glossary_columns())
     assert not missing, f"console names docs/glossary.md does not define: {missing}"
+    # a table of 0-1 rewards only: no per-cent QA columns in its header or its legend, each shown name explained
+    text = format_table({b: summary[b] for b in ("babyai", "search_plan_ood")})
+    head, legend = text.splitlines()[0], text.splitlines()[-1]
+    assert head.split() == ["bench", "n"] and "per cent" not in legend and "EM" not in legend
+    assert all(f"{name}:" in legend for name in ("return", "success", "invalid", "steps", "reward")), legend
+    assert "per cent of items" in format_table({"nq": qa, "tf_code": summary["tf_code"]}).splitlines()[-1]
 
 
 def test_grpo_progress_names_are_in_the_glossary(capsys):
