@@ -122,7 +122,21 @@ def watch(parent: int, notes: Path | None = None) -> None:
     reap(marked)
 
 
+def _bad_arguments(argv: list[str]) -> str | None:
+    if not 1 <= len(argv) <= 2:
+        return "expected PID [NOTES]"
+    if not argv[0].isdigit():
+        return f"PID {argv[0]!r} is not a process id"
+    if len(argv) > 1 and not (folder := Path(argv[1]).absolute().parent).is_dir():
+        return f"NOTES {argv[1]}: {folder} is not a directory"
+    return None
+
+
 def main(argv: list[str]) -> int:
+    if why := _bad_arguments(argv):
+        print(f"evals.reaper: {why}; usage: python -m evals.reaper PID [NOTES] (an internal helper: evals' backends start it "
+              "to stop PID's engine processes once PID is gone, NOTES a file it writes their pids to)", file=sys.stderr)
+        return 2
     # the terminal's Ctrl-C and hang-up reach the whole process group: evaluate then shuts its engine
     # down itself; the watcher stays for the case where it cannot
     signal.signal(signal.SIGINT, signal.SIG_IGN)
