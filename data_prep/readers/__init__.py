@@ -1,9 +1,10 @@
 """Source readers: `FORMAT:PATH_OR_HUB_ID` -> canonical records (or quarantined rejections).
 
 FORMAT is one of FORMATS. PATH is a local .jsonl / .json / .parquet file (or a directory of
-them, not its subdirectories); anything else is a Hugging Face dataset id, optionally `ID@REVISION` (a commit sha, tag or
-branch) and `#split` (default split `train`): `ID@REV#split`. A trailing `~SHARE` (a fraction in
-(0, 1]) fixes the share of its domain's quota that this source supplies (data_prep.build): either
+them, not its subdirectories; those of `#split` when their names name splits: docs/formats.md);
+anything else is a Hugging Face dataset id, optionally `ID@REVISION` (a commit sha, tag or branch)
+and `#split` (default split `train`): `ID@REV#split`. A trailing `~SHARE` (a fraction in (0, 1])
+fixes the share of its domain's quota that this source supplies (data_prep.build): either
 every source of a domain has one (summing to 1) or none has (the sources are pooled).
 Every row read yields exactly one outcome — a record or a rejection with a reason — so the totals
 always add up.
@@ -11,6 +12,7 @@ always add up.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -35,6 +37,14 @@ SOURCES = list_of(lambda s: isinstance(s, str) and ":" in s and s.split(":", 1)[
                   f"a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 _ID_KEYS = ("id", "traj_id", "instance_id")
+# A local directory's split, as the Hub's layout names files (datasets.data_files' rule: a keyword at the start of the
+# name or between separators, e.g. train.parquet, data-test-00000.jsonl, my_dev-0.jsonl)
+_SPLIT_WORDS = {"train": "train|training", "validation": "validation|valid|dev|val", "test": "test|testing|eval|evaluation"}
+
+
+def split_of(name: str) -> str | None:
+    """The split a file named `name` holds in the Hub's layout (None: it names none)."""
+    return next((s for s, words in _SPLIT_WORDS.items() if re.search(rf"(^|[-._ 0-9])({words})[-._ 0-9]", name)), None)
 
 
 class SourceError(DataPrepError):
@@ -59,10 +69,21 @@ class Source:
         return self.format, where, self.split, self.revision
 
     def files(self) -> list[Path]:
+        """A file; a directory's data files, those of the split (`#split`, `a+b`) when their names name splits."""
         p = Path(self.location)
-        if p.is_dir():
-            return sorted(f for f in p.iterdir() if f.suffix in LOCAL_SUFFIXES)
-        return [p]
+        found = sorted(f for f in p.iterdir() if f.suffix in LOCAL_SUFFIXES) if p.is_dir() else [p]
+        named = {f: split_of(f.name) for f in found} if p.is_dir() else {}
+        if not any(named.values()):
+            if self.split != "train" and self.is_local:
+                raise SourceError(f"{p} is read whole (no file of it names a split), so #{self.split} cannot pick one")
+            return found
+        if unnamed := [str(f) for f, s in named.items() if s is None]:
+            raise SourceError(f"{unnamed[0]} names no split, beside files that do ({', '.join(f.name for f, s in named.items() if s)}): "
+                              f"rename it train-*, test-* or validation-*, or move it out")
+        for want in (wanted := self.split.split("+")):
+            if want not in named.values():
+                raise SourceError(f"{p} has no {want!r} split (its files name {', '.join(sorted(set(named.values())))})")
+        return [f for f, s in named.items() if s in wanted]
 
     def identity(self) -> dict:
         """What the cache key / manifest records: local files with sha256, hub ids as given."""
@@ -97,7 +118,13 @@ def parse_source(spec: str) -> Source:
             raise SourceError(f"source {spec!r}: expected HUB_ID@REVISION (a commit sha, tag or branch)")
     if not Path(loc).exists() and (loc.startswith((".", "/")) or Path(loc).suffix in LOCAL_SUFFIXES):
         raise SourceError(f"source {spec!r}: no such file {loc}")
-    if not (src := Source(fmt, loc, split, revision, share)).files():
+    if Path(loc).is_file() and Path(loc).suffix not in LOCAL_SUFFIXES:
+        raise SourceError(f"source {spec!r}: {loc} is not a {', '.join(LOCAL_SUFFIXES[:-1])} or {LOCAL_SUFFIXES[-1]} file")
+    try:
+        files = (src := Source(fmt, loc, split, revision, share)).files()
+    except SourceError as exc:
+        raise SourceError(f"source {spec!r}: {exc}") from None
+    if not files:
         raise SourceError(f"source {spec!r}: {loc} is a directory holding no {'/'.join(LOCAL_SUFFIXES)} file (its subdirectories are not read)")
     return src
 
