@@ -200,8 +200,8 @@ def test_the_reaper_keeps_its_last_full_scan_when_the_parent_dies_during_a_scan(
     assert reaped == [engine]
 
 
-@pytest.mark.parametrize("argv,why", [([], "expected PID [NOTES]"), (["abc"], "PID 'abc' is not a process id"),
-                                      (["1", "n", "x"], "expected PID [NOTES]"), (["1", "/no/such/dir/notes"], "NOTES /no/such/dir/notes: /no/such/dir is not a directory")])
+@pytest.mark.parametrize("argv,why", [([], "expected PID [NOTES]"), (["abc"], "PID 'abc' is not a process id"), (["1", "n", "x"], "expected PID [NOTES]"),
+                                      (["1", "/no/such/dir/notes"], "NOTES /no/such/dir/notes: /no/such/dir is not a directory")])
 def test_the_reaper_refuses_bad_arguments_in_one_line(capsys, argv, why):
     """`python -m evals.reaper` run by hand with bad arguments: a usage line, exit 2 (was an IndexError/ValueError traceback)."""
     from evals import reaper
