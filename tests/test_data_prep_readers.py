@@ -200,17 +200,18 @@ def test_parse_xml_calls_and_source_errors(tmp_path):
                                           r"\.jsonl, \.json or \.parquet file$"):
         parse_source(f"search-r1:{tmp_path}/README.md")
     # a directory in the Hub's layout reads one split (was: every file, train and test alike); the split of a name is
-    # datasets' rule (datasets.data_files.get_data_patterns puts these names in train, test, validation and train)
+    # datasets' rule (datasets.data_files.get_data_patterns puts these names in train, test, validation, train, and
+    # train_test.jsonl in both train and test)
     hub = tmp_path / "hub"
     hub.mkdir()
-    for name in ("train.jsonl", "test.jsonl", "my_dev-0.jsonl", "training-x.json", "contest.jsonl"):
+    for name in ("train.jsonl", "test.jsonl", "my_dev-0.jsonl", "training-x.json", "train_test.jsonl", "contest.jsonl"):
         (hub / name).write_text("{}\n")
     with pytest.raises(SourceError, match=f"^source 'search-r1:{hub}': {hub}/contest.jsonl names no split"):
         parse_source(f"search-r1:{hub}")
     (hub / "contest.jsonl").unlink()
-    assert parse_source(f"search-r1:{hub}").files() == [hub / "train.jsonl", hub / "training-x.json"]
-    assert parse_source(f"search-r1:{hub}#test").files() == [hub / "test.jsonl"]
-    assert parse_source(f"search-r1:{hub}#validation+test").files() == [hub / "my_dev-0.jsonl", hub / "test.jsonl"]
+    assert parse_source(f"search-r1:{hub}").files() == [hub / "train.jsonl", hub / "train_test.jsonl", hub / "training-x.json"]
+    assert parse_source(f"search-r1:{hub}#test").files() == [hub / "test.jsonl", hub / "train_test.jsonl"]
+    assert parse_source(f"search-r1:{hub}#validation+test").files() == [hub / "my_dev-0.jsonl", hub / "test.jsonl", hub / "train_test.jsonl"]
     with pytest.raises(SourceError, match=f"^source 'search-r1:{hub}#dev': {hub} has no 'dev' split \\(its files name test, train, validation\\)"):
         parse_source(f"search-r1:{hub}#dev")
     with pytest.raises(SourceError, match=f"^source 'search-r1:{tmp_path / 'sub'}#test': {tmp_path / 'sub'} is read whole"):

@@ -42,9 +42,9 @@ _ID_KEYS = ("id", "traj_id", "instance_id")
 _SPLIT_WORDS = {"train": "train|training", "validation": "validation|valid|dev|val", "test": "test|testing|eval|evaluation"}
 
 
-def split_of(name: str) -> str | None:
-    """The split a file named `name` holds in the Hub's layout (None: it names none)."""
-    return next((s for s, words in _SPLIT_WORDS.items() if re.search(rf"(^|[-._ 0-9])({words})[-._ 0-9]", name)), None)
+def splits_of(name: str) -> set[str]:
+    """The splits a file named `name` is part of in the Hub's layout (`train_test.jsonl`: both, as in datasets)."""
+    return {s for s, words in _SPLIT_WORDS.items() if re.search(rf"(^|[-._ 0-9])({words})[-._ 0-9]", name)}
 
 
 class SourceError(DataPrepError):
@@ -72,18 +72,18 @@ class Source:
         """A file; a directory's data files, those of the split (`#split`, `a+b`) when their names name splits."""
         p = Path(self.location)
         found = sorted(f for f in p.iterdir() if f.suffix in LOCAL_SUFFIXES) if p.is_dir() else [p]
-        named = {f: split_of(f.name) for f in found} if p.is_dir() else {}
+        named = {f: splits_of(f.name) for f in found} if p.is_dir() else {}
         if not any(named.values()):
             if self.split != "train" and self.is_local:
                 raise SourceError(f"{p} is read whole (no file of it names a split), so #{self.split} cannot pick one")
             return found
-        if unnamed := [str(f) for f, s in named.items() if s is None]:
+        if unnamed := [str(f) for f, s in named.items() if not s]:
             raise SourceError(f"{unnamed[0]} names no split, beside files that do ({', '.join(f.name for f, s in named.items() if s)}): "
                               f"rename it train-*, test-* or validation-*, or move it out")
-        for want in (wanted := self.split.split("+")):
-            if want not in named.values():
-                raise SourceError(f"{p} has no {want!r} split (its files name {', '.join(sorted(set(named.values())))})")
-        return [f for f, s in named.items() if s in wanted]
+        for want in (wanted := set(self.split.split("+"))):
+            if not any(want in s for s in named.values()):
+                raise SourceError(f"{p} has no {want!r} split (its files name {', '.join(sorted(set().union(*named.values())))})")
+        return [f for f, s in named.items() if s & wanted]
 
     def identity(self) -> dict:
         """What the cache key / manifest records: local files with sha256, hub ids as given."""
