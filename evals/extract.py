@@ -2,7 +2,8 @@
 `split_reasoning`, the `</think>` split of a generated turn, which rl uses too).
 
     final_answer         `Final answer:` (last occurrence, case-insensitive; markdown emphasis around
-                         the label and a full-width colon too) up to the end of its line, or to call
+                         the label and a full-width colon too) up to the end of its line (of the
+                         next non-blank line when nothing follows the label on its own), or to call
                          or answer markup on it (`<tool_call>`, a Llama call, `</answer>`); a
                          `\\boxed{…}` in it is unwrapped, `*` around it dropped
     answer_tag           the last closed `<answer>…</answer>`
@@ -23,7 +24,7 @@ import re
 RULES = ("final_answer", "answer_tag", "answer_tag_unclosed", "boxed", "none")
 STRICT_RULE = "final_answer"
 
-_FINAL = re.compile(r"final answer\**\s*[:\uff1a][ \t]*([^\n]*)", re.IGNORECASE)
+_FINAL = re.compile(r"final answer\**\s*[:\uff1a][\s*]*([^\n]*)", re.IGNORECASE)
 # where a `Final answer:` stops before the end of its line: answer or call markup, a special token, a Llama call
 _MARKUP = re.compile(r"</?(?:answer|tool_call)>|<\|[a-z_]+\|>|\{\s*\"name\"\s*:")
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)

@@ -84,6 +84,7 @@ def test_unweighted_mean():
     ("**Final answer**: Paris", "Paris", "final_answer"),                       # markdown around the label
     ("**Final Answer:** **Paris**", "Paris", "final_answer"),
     ("Final answer\uff1aParis", "Paris", "final_answer"),                        # full-width colon
+    ("**Final Answer:**\n\nParis\nmore", "Paris", "final_answer"),               # nothing after the label: next line
     ("Final answer: $\\boxed{Paris}$", "Paris", "final_answer"),
     ("Final answer: x = \\boxed{\\frac{1}{2}}", "\\frac{1}{2}", "final_answer"),
     # reasoning never counts: an unclosed <think> (cut off while thinking) holds no answer
