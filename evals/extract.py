@@ -8,7 +8,7 @@
                          `\\boxed{…}` in it is unwrapped, `*` around it dropped
     answer_tag           the last closed `<answer>…</answer>`
     answer_tag_unclosed  the last `<answer>` with no closing tag, up to the end of the text
-    boxed                the last `\\boxed{…}` (balanced braces)
+    boxed                the last `\\boxed{…}` (balanced braces; a `\\text{…}` filling it unwrapped)
     none                 nothing matched (counted as a format failure)
 
 Reasoning never holds the answer: a `<think>…</think>` block, or an unclosed `<think>` to the end of
@@ -28,6 +28,7 @@ _FINAL = re.compile(r"final answer\**\s*[:\uff1a][\s*]*([^\n]*)", re.IGNORECASE)
 # where a `Final answer:` stops before the end of its line: answer or call markup, a special token, a Llama call
 _MARKUP = re.compile(r"</?(?:answer|tool_call)>|<\|[a-z_]+\|>|\{\s*\"name\"\s*:")
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf)\{([^{}]*)\}")
 _ANSWER_CLOSED = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -65,7 +66,9 @@ def _boxed(text: str) -> str | None:
         elif text[j] == "}":
             depth -= 1
             if depth == 0:
-                return text[i:j].strip() or None
+                inner = text[i:j].strip()
+                wrapped = _LATEX_TEXT.fullmatch(inner)   # \text{Paris}: the words, not the markup
+                return (wrapped.group(1).strip() if wrapped else inner) or None
         j += 1
     return None  # unbalanced: not a complete \boxed{}
 

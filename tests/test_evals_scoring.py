@@ -75,6 +75,8 @@ def test_unweighted_mean():
     ("so <answer> Lyon\n", "Lyon", "answer_tag_unclosed"),
     ("x = \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}", "boxed"),
     ("\\boxed{unbalanced", None, "none"),
+    ("so \\boxed{\\text{Eiffel Tower}}", "Eiffel Tower", "boxed"),                # LaTeX text wrapper dropped
+    ("Final answer: $\\boxed{\\textbf{Paris}}$", "Paris", "final_answer"),
     ("no answer here", None, "none"),
     # the answer ends where call or answer markup starts on its line (rl reads content without it)
     ('Final answer: Paris <tool_call>{"name": "finish", "arguments": {}}</tool_call>', "Paris", "final_answer"),
