@@ -19,7 +19,8 @@ An agent episode stops when:
     context_limit  the conversation no longer fits in `max_model_len`
 
 The generated text is split at `</think>` into `reasoning_content` / `content` the way the Qwen3
-templates do, answers are extracted from `content` only, and tool results go back as role `tool`
+templates do, answers are extracted from `content` only (a turn whose prompt opened `<think>`, as
+Qwen3-Thinking-2507's always does, and that never wrote `</think>` is all reasoning: no answer), and tool results go back as role `tool`
 messages rendered by the model's own chat template.
 """
 from __future__ import annotations
@@ -62,6 +63,15 @@ def fit(n_prompt: int, *, max_model_len: int, max_new_tokens: int) -> int | None
     return min(max_new_tokens, room) if room > 0 else None
 
 
+def opens_think(tokenizer, template_kwargs: dict | None = None) -> bool:
+    """Whether the chat template's generation prompt opens a think block (Qwen3-Thinking-2507's)."""
+    try:
+        prompt = render(tokenizer, [{"role": "user", "content": "?"}], [], template_kwargs)
+    except Exception:   # no usable template: the episode's own render says why
+        return False
+    return prompt.rstrip().endswith("<think>")
+
+
 @dataclass
 class AgentRules:
     """The turn rules of a tool-calling bench: its tool-call style, turn and token caps, chat-template
@@ -71,6 +81,7 @@ class AgentRules:
     max_new_tokens: int
     template_kwargs: dict | None = None
     is_done: Callable[[Episode], bool] = lambda ep: False
+    opens_think: bool = False   # the prompt opens `<think>` (opens_think): a turn is reasoning until `</think>`
 
 
 async def play_agent(ep: Episode, table, rules: AgentRules) -> Episode:
@@ -86,7 +97,10 @@ async def play_agent(ep: Episode, table, rules: AgentRules) -> Episode:
         ep.generated_tokens += gen.num_tokens
         msg, calls, errors = generation_message(gen.text, rules.style, ep.turns)
         ep.messages.append(msg)
-        ep.final_content = split_reasoning(strip_end_of_turn(gen.text))[1]   # the content, call markup included
+        text = strip_end_of_turn(gen.text)
+        if rules.opens_think and "</think>" not in text:
+            text = "<think>" + text   # never left the reasoning its prompt opened: extract_answer skips it
+        ep.final_content = split_reasoning(text)[1]   # the content, call markup included
         _, rule = extract_answer(ep.final_content)
         if gen.finish_reason == "length":
             ep.stop_reason = "context_limit" if cap < rules.max_new_tokens else "length"

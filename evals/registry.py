@@ -26,7 +26,7 @@ from typing import Any, Callable
 from common import thinking
 from common.benchmarks import parse_bench_key
 from evals import babyai, tasks, teacher_forced
-from evals.agent import AgentRules, play_agent
+from evals.agent import AgentRules, opens_think, play_agent
 from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_size, bench_source, load_bench
 from evals.metrics import METRICS, RATE, SIZE, MetricSpec
 from evals.results import QA_KEYS, summarize
@@ -84,7 +84,8 @@ class BenchKind:
 
 def _qa_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
     mode = parse_bench_key(bench)[1]
-    rules = AgentRules(style, int(cfg.max_turns), int(cfg.max_new_tokens), thinking.template_kwargs(cfg.enable_thinking))
+    kwargs = thinking.template_kwargs(cfg.enable_thinking)
+    rules = AgentRules(style, int(cfg.max_turns), int(cfg.max_new_tokens), kwargs, opens_think=opens_think(tokenizer, kwargs))
     return Episodes(start=lambda item: tasks.qa_episode(item, cfg.prompt, mode),
                     play=lambda ep, table: play_agent(ep, table, rules),
                     row=functools.partial(tasks.qa_row, skip_empty_golds=bool(cfg.skip_empty_golds)),
@@ -92,8 +93,9 @@ def _qa_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
 
 
 def _ood_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
-    rules = AgentRules(style, int(cfg.ood_max_turns), int(cfg.max_new_tokens), thinking.template_kwargs(cfg.enable_thinking),
-                       is_done=tasks.env_done)
+    kwargs = thinking.template_kwargs(cfg.enable_thinking)
+    rules = AgentRules(style, int(cfg.ood_max_turns), int(cfg.max_new_tokens), kwargs, is_done=tasks.env_done,
+                       opens_think=opens_think(tokenizer, kwargs))
     return Episodes(start=lambda item: tasks.ood_episode(item, cfg.prompt), play=lambda ep, table: play_agent(ep, table, rules),
                     row=tasks.ood_row, execute=tasks.env_tools)
 

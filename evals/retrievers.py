@@ -1,7 +1,8 @@
 """Retrievers behind the `search` tool: local BM25 (bm25s), dense E5 over a faiss index as Search-R1
 retrieves (evals.dense, `retriever=e5`), or a Search-R1-compatible HTTP server.
 
-Both return, per query, a list of `{"id", "contents", "score"}` docs; `format_docs` renders them the
+Both return, per query, a list of `{"id", "contents", "score"}` docs (BM25: at most `topk`, only docs
+that match a query term, as Lucene, Search-R1's BM25, returns them; a query matching nothing finds none); `format_docs` renders them the
 way Search-R1 does (`Doc 1(Title: "T") text`, the wiki-18 title keeps its quotes), which is what
 the models saw in training.
 
@@ -137,14 +138,14 @@ class Bm25Retriever:
         k = min(topk, self.num_docs)
         docs, scores = self.bm25.retrieve(_tokenize(list(queries), return_ids=False), k=k, show_progress=False, n_threads=1)
         return [
-            [{"id": str(d["id"]), "contents": d["contents"], "score": float(s)} for d, s in zip(row_d, row_s)]
+            [{"id": str(d["id"]), "contents": d["contents"], "score": float(s)} for d, s in zip(row_d, row_s) if s > 0]
             for row_d, row_s in zip(docs, scores)
         ]
 
 
 class ItemRetriever:
     """BM25 over one item's paragraphs (objects with `title`/`text`, or such dicts); doc ids are the
-    paragraphs' 0-based positions. Ties keep the dataset's order."""
+    paragraphs' 0-based positions. Ties keep the dataset's order; a paragraph no query term matches is not returned."""
 
     def __init__(self, paragraphs):
         def get(p, key):
@@ -164,7 +165,7 @@ class ItemRetriever:
         for query in queries:
             tokens = _tokenize([query], return_ids=False)[0]
             scores = self.bm25.get_scores(tokens) if tokens else np.zeros(len(self.docs))
-            order = sorted(range(len(self.docs)), key=lambda k: (-float(scores[k]), k))[:topk]
+            order = sorted((k for k in range(len(self.docs)) if scores[k] > 0), key=lambda k: (-float(scores[k]), k))[:topk]
             out.append([{**self.docs[k], "score": float(scores[k])} for k in order])
         return out
 

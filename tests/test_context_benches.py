@@ -148,6 +148,8 @@ def test_item_search_holds_only_the_items_paragraphs_and_ranks_the_copied_one_fi
                 shown.append(match[0])
                 pos += len(f'Doc {i}(Title: "{match[0].title}") {match[0].text}\n')
             assert pos == len(response) and shown[0] == target
+            # a query that matches no paragraph finds none (as Lucene, Search-R1's BM25): no unearned evidence
+            assert retriever.search(["zzzq qqzz", "the of"], 3) == [[], []]
 
 
 class ScriptedSearcher:

@@ -75,7 +75,24 @@ def test_unweighted_mean():
     ("so <answer> Lyon\n", "Lyon", "answer_tag_unclosed"),
     ("x = \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}", "boxed"),
     ("\\boxed{unbalanced", None, "none"),
+    ("so \\boxed{\\text{Eiffel Tower}}", "Eiffel Tower", "boxed"),                # LaTeX text wrapper dropped
+    ("Final answer: $\\boxed{\\textbf{Paris}}$", "Paris", "final_answer"),
     ("no answer here", None, "none"),
+    # the answer ends where call or answer markup starts on its line (rl reads content without it)
+    ('Final answer: Paris <tool_call>{"name": "finish", "arguments": {}}</tool_call>', "Paris", "final_answer"),
+    ('Final answer: Paris<|python_tag|>{"name": "finish", "parameters": {}}', "Paris", "final_answer"),
+    ('Final answer: Paris {"name": "finish", "parameters": {}}', "Paris", "final_answer"),
+    ("<answer>Final answer: Paris</answer>", "Paris", "final_answer"),
+    ("**Final answer**: Paris", "Paris", "final_answer"),                       # markdown around the label
+    ("**Final Answer:** **Paris**", "Paris", "final_answer"),
+    ("Final answer\uff1aParis", "Paris", "final_answer"),                        # full-width colon
+    ("**Final Answer:**\n\nParis\nmore", "Paris", "final_answer"),               # nothing after the label: next line
+    ("Final answer: $\\boxed{Paris}$", "Paris", "final_answer"),
+    ("Final answer: x = \\boxed{\\frac{1}{2}}", "\\frac{1}{2}", "final_answer"),
+    # reasoning never counts: an unclosed <think> (cut off while thinking) holds no answer
+    ("<think>so Final answer: A, check <answer>A</answer>", None, "none"),
+    ("Final answer: B\n<think>no, Final answer: A", "B", "final_answer"),
+    ("<think>Final answer: A</think>\nno idea", None, "none"),
     ("", None, "none"),
     (None, None, "none"),
 ])

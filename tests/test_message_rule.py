@@ -83,3 +83,25 @@ def test_the_llama31_template_refuses_two_calls_in_one_message():
     with pytest.raises(TemplateError, match="single tool-calls"):
         tok.apply_chat_template(conv, tokenize=False)
     tok.apply_chat_template(conv[:1] + [{**conv[1], "tool_calls": calls[:1]}], tokenize=False)   # one renders
+
+
+@pytest.mark.parametrize("template, opens", [("qwen3_4b_thinking_2507.jinja", True), ("qwen3_4b_hybrid.jinja", False),
+                                             ("llama3_1_8b_instruct.jinja", False)])
+def test_a_turn_inside_the_think_block_its_prompt_opened_holds_no_answer(template, opens):
+    """Thinking-2507's prompt ends in `<think>`: a turn cut off (or ended) before `</think>` is all
+    reasoning, so a `Final answer:` drafted there is no answer (scored 0, a format failure)."""
+    from evals.agent import opens_think
+    from evals.tasks import qa_row
+    from evals.benches import BenchItem
+    from tests.test_rl_thinking import _tok
+
+    rules = AgentRules("qwen3", max_turns=1, max_new_tokens=100, opens_think=opens_think(_tok(shared_path(
+        "fixtures", "chat_templates", template).read_text(encoding="utf-8"))))
+    assert rules.opens_think is opens
+    for text, finish, answered in [("so\nFinal answer: Paris\nbut check", "length", not opens),
+                                   ("so Final answer: Paris", "stop", not opens),
+                                   ("hm</think>\n\nFinal answer: Paris", "stop", True)]:
+        ep = asyncio.run(play_agent(Episode("e", [{"role": "user", "content": "q"}], []),
+                                    _Table(Generation(text, finish, 5)), rules))
+        row = qa_row(ep, BenchItem("e", "q", ["Paris"]))
+        assert (row["metrics"]["em"], row["extract_rule"] != "none") == (float(answered), answered), (template, text)
