@@ -11,6 +11,9 @@ from common.fields import IDENTITY, plain
 from common.io import dir_identity, sha256_file, sha256_text
 from evals.errors import EvalError
 
+# What evaluate makes of a generation (answer rules, turn rules, retrieval): bumped when a change alters a config's rows,
+EVAL_SEMANTICS = 2   # so an out dir scored under old rules is refused. 2: answer markup, no answer in reasoning, BM25 matches only
+
 
 class IdentityError(EvalError):
     """An out dir holds a bench under another identity (the message carries the diff)."""
@@ -92,7 +95,7 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
     conf = dict(plain(cfg))
     body = {
-        "checkpoint": ckpt_id,
+        "checkpoint": ckpt_id, "eval_semantics": EVAL_SEMANTICS,
         # the engine settings as this host resolves them (dtype=auto is fp32 or bf16 by host and backend)
         "evaluate": {**{k: v for k, v in conf.items() if k not in not_as_is
                         and not any(k.startswith(p) for b, p in key_prefixes().items() if b != bench)},
@@ -109,8 +112,6 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
         body["bench"]["set"] = {"name": item_set, "source": datafetch.entry(item_set).source() if datafetch.is_name(item_set) else source}
     if (sampled := kind_of(bench).sampled) is not None and sampled(conf):
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
-    if body["evaluate"].get("enable_thinking") == "auto":  # nothing passed: the identity of before the key
-        del body["evaluate"]["enable_thinking"]
     return {**fingerprint.identity(body, exclude={}), "ckpt_path": str(conf.get("ckpt"))}
 
 

@@ -242,7 +242,7 @@ def test_another_checkpoint_into_the_same_out_is_refused_and_overwrite_keeps_the
     assert s["em"] == 0.0 and json.loads((out / "summary.json").read_text())["synthqa"]["em"] == 0.0
 
 
-def test_identity_keys_prompt_vs_operational_and_a_moved_checkpoint(world, tmp_path, tiny_tokenizer):
+def test_identity_keys_prompt_vs_operational_and_a_moved_checkpoint(world, tmp_path, tiny_tokenizer, monkeypatch):
     import shutil
 
     out = tmp_path / "out"
@@ -255,6 +255,22 @@ def test_identity_keys_prompt_vs_operational_and_a_moved_checkpoint(world, tmp_p
     again = ScriptedBackend(tiny_tokenizer)
     evaluate({**world, "ckpt": str(moved), "out": str(out), "batch_size": 2, "micro_batch": 1}, backend=again)
     assert again.generate_calls == 0, "same identity: nothing re-evaluated"
+    # rows an older evaluation code scored (another EVAL_SEMANTICS, or none recorded) are refused, not resumed or mixed
+    import types
+
+    import evals.identity
+    from common import fingerprint
+
+    def older(version):   # bench_identity as the code of that version recorded it
+        return lambda body, exclude: fingerprint.identity({**{k: v for k, v in body.items() if k != "eval_semantics"},
+                                                           **({"eval_semantics": version} if version else {})}, exclude)
+    for version, shown in ((1, "1"), (None, "'<absent>'")):
+        with monkeypatch.context() as m:
+            m.setattr(evals.identity, "fingerprint", types.SimpleNamespace(identity=older(version)))
+            evaluate({**world, "ckpt": ckpt, "out": str(tmp_path / f"old{version}")}, backend=ScriptedBackend(tiny_tokenizer))
+        with pytest.raises(IdentityError, match=rf"eval_semantics: {shown} -> {evals.identity.EVAL_SEMANTICS}\n.*the evaluation "
+                           r"code changed what a config's rows are \(evals.identity.EVAL_SEMANTICS\)"):
+            evaluate({**world, "ckpt": ckpt, "out": str(tmp_path / f"old{version}")}, backend=ScriptedBackend(tiny_tokenizer))
 
 
 def test_summary_is_recomputed_from_the_rows(world, tmp_path, tiny_tokenizer):

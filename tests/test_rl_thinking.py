@@ -94,11 +94,11 @@ def test_evaluate_renders_the_hybrid_template_with_the_switch(world, tmp_path):
     auto = Answering(_tok(hybrid))
     evaluate({**world, "out": str(tmp_path / "auto")}, backend=auto)
     assert sorted(auto.prompts) == _expected(world, hybrid)  # nothing passed: the template's own default
-    # Identity: true/false recorded; auto leaves the identity as it was before the key existed.
+    # Identity: each value recorded (auto too: since EVAL_SEMANTICS 2 no identity is kept as before the key existed).
     keys = {v: json.loads((tmp_path / v / "meta.json").read_text())["identities"]["synthqa"]["keys"]
             for v in ("off", "on", "auto")}
     assert keys["off"]["evaluate.enable_thinking"] is False and keys["on"]["evaluate.enable_thinking"] is True
-    assert "evaluate.enable_thinking" not in keys["auto"]
+    assert keys["auto"]["evaluate.enable_thinking"] == "auto"
     with pytest.raises(IdentityError, match="evaluate.enable_thinking"):
         evaluate({**world, "out": str(tmp_path / "off"), "enable_thinking": True}, backend=Answering(_tok(hybrid)))
     # Analysis: a pre/post pair that differs in the switch is not comparable.
