@@ -355,7 +355,9 @@ def test_verify_cli_exit_codes_and_lines(exported_fp32, tmp_path, capsys):
     assert verify_main(["lod=false", str(d)]) == 2
     # a value its key's rule refuses, or a path given twice: one line naming it, never read as true or dropped
     for argv, line in (([str(d), "load=maybe"], "load='maybe': expected true or false"), (["path=5"], "path=5: expected a string"),
-                       ([str(d), f"path={exported_fp32}"], "one checkpoint PATH, found 2")):
+                       ([str(d), f"path={exported_fp32}"], "one checkpoint PATH, found 2"),
+                       # a PATH that is not there is a user mistake, as export-checkpoint's ckpt (seen: exit 1, a FAIL line)
+                       ([str(tmp_path / "nope")], f"{tmp_path / 'nope'}: does not exist"), ([f"path={tmp_path / 'nope'}"], "does not exist")):
         capsys.readouterr()
         assert verify_main(argv) == 2
         err = capsys.readouterr().err
