@@ -79,7 +79,10 @@ def tag(value: Any) -> str:
 
 
 def number(v: float) -> str:
-    return f"{v:.4f}".rstrip("0").rstrip(".") if v == v and abs(v) < 1e6 and v != int(v) else f"{v:g}"
+    """4 decimals, trailing zeros dropped; 4 significant digits below 0.001 (never a non-zero value shown as 0)."""
+    if not (v == v and abs(v) < 1e6 and v != int(v)):
+        return f"{v:g}"
+    return f"{v:.4f}".rstrip("0").rstrip(".") if abs(v) >= 1e-3 else f"{v:.4g}"
 
 
 # ---------------------------------------------------------------- reading records
@@ -233,7 +236,7 @@ class Subject:
     def name(self) -> str:
         if self.label is None:
             return self.ckpt.name
-        return f"{self.label.replace('/', '-')}-s{self.seed}-step{self.step}"
+        return f"{self.label.replace('/', '-')}{'' if self.seed is None else f'-s{self.seed}'}-step{self.step}"
 
 
 def subject(ckpt: Path) -> Subject:
@@ -265,6 +268,7 @@ def subject(ckpt: Path) -> Subject:
     runs_root = Path(str(_get(config, "runs_root"))) if _get(config, "runs_root") else None
     seed_m = layout.SEED_DIR.match(run_dir.name)
     seed = int(seed_m.group(1)) if seed_m else _get(config, "seed")
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
     label = None
     if runs_root is not None:
         try:
@@ -326,6 +330,9 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
     ev.intervals = bool(intervals)
     if s.label is None or s.step is None:
         ev.note = "not evaluated: the checkpoint is not a run's, so no report row can name it"
+        return ev
+    if s.seed is None:
+        ev.note = f"not evaluated: the run records no seed (a seedN run dir, or config.yaml seed), so no report row can name it"
         return ev
     rows = table.get((s.label, int(s.seed), int(s.step)), [])
     if not rows:
@@ -707,7 +714,8 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     out = [_front_matter(s, ev, name), f"# {text(name)}", ""]
     out += ["## What it is", ""]
     if s.label is not None:
-        out.append(f"{'An' if stage == 'SFT' else 'A'} {stage} checkpoint of dtsft: arm {text(s.label)}, seed {s.seed}, step {s.step} of "
+        out.append(f"{'An' if stage == 'SFT' else 'A'} {stage} checkpoint of dtsft: arm {text(s.label)}, "
+                   f"seed {'not recorded' if s.seed is None else s.seed}, step {s.step} of "
                    f"{text(_get(s.config, 'train.steps'))}, trained from {text(_get(s.config, 'model.path'))}.")
     else:
         out.append(f"A model directory ({text(s.ckpt)}) with no run records.")
@@ -740,21 +748,29 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     return "\n".join(out) + "\n"
 
 
-def card_name(label: str, seed: int, step: int) -> str:
-    return f"{tag(label.replace('/', '-'))}-s{seed}-step{step}.md"
+def card_name(label: str, seed: int, step: int, *, distinct: bool = False) -> str:
+    """`<label>-s<seed>-step<N>.md` in safe characters; `distinct`: with a digest of the label after it, for
+    labels that share one such name (search/v1 and search-v1)."""
+    from common.io import sha256_text
+
+    return f"{tag(label.replace('/', '-'))}{'-' + sha256_text(label)[:8] if distinct else ''}-s{seed}-step{step}.md"
 
 
 def write_report_cards(report: str | Path, finals: list[tuple[str, int, Path]], *,
                        study: str | Path | None = None) -> list[Path]:
     """`analyze cards=true`: `<report>/cards/<arm>-s<seed>-step<N>.md` for every (label, seed, final
-    checkpoint dir) given; returns the paths written."""
+    checkpoint dir) given; returns the paths written. Labels a file name cannot tell apart (card_name) each
+    get a name with a digest of the label, so no card overwrites another."""
+    from collections import Counter
+
     from common.io import write_text_atomic
 
     report = Path(report)
     written = []
+    plain = Counter(card_name(label, seed, int(layout.parse_step(Path(ckpt).name))) for label, seed, ckpt in finals)
     for label, seed, ckpt in finals:
-        step = layout.parse_step(Path(ckpt).name)
-        path = report / CARDS_DIR / card_name(label, seed, int(step))
+        step = int(layout.parse_step(Path(ckpt).name))
+        path = report / CARDS_DIR / card_name(label, seed, step, distinct=plain[card_name(label, seed, step)] > 1)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, checkpoint_card(ckpt, report=report, study=study))
         written.append(path)

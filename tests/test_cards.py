@@ -325,3 +325,34 @@ def test_a_hostile_variant_name_is_escaped_in_the_card_and_its_file_name(tree):
     literal = re.search(r"AutoTokenizer.from_pretrained\((\"[^\n]*\")\)", card.text).group(1)
     assert "<" not in literal and eval(literal) == str(final)   # noqa: S307 - the card's own Python literal
     assert f"vllm serve '{final}' --port 8000\n```\n" in card.text
+
+
+def test_numbers_keep_their_first_digits():
+    """A value below 0.001 is not shown as 0 (seen: 1e-05 -> "0", -4e-05 -> "-0")."""
+    from common.cards import number
+
+    assert [number(v) for v in (1e-05, -4e-05, 0.00012345, 0.6125, 0.55, 1 / 3, 2.0, 0.0)] == \
+        ["1e-05", "-4e-05", "0.0001234", "0.6125", "0.55", "0.3333", "2", "0"]
+
+
+def test_cards_of_two_labels_with_one_file_name_are_both_kept(tree):
+    """Labels a file name cannot tell apart (search/v1 and search-v1; x:y and x#y) get a card each (seen: the
+    second overwrote the first); a label no other shares keeps its plain name."""
+    final, report = tree
+    paths = write_report_cards(report, [("search/v1", 0, final), ("search-v1", 0, final), ("x:y", 0, final),
+                                        ("x#y", 0, final), ("search", 0, final)])
+    assert len(set(paths)) == 5 and all(p.is_file() for p in paths) and paths[-1].name == "search-s0-step4.md"
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+-s0-step4\.md", p.name) for p in paths)
+    assert write_report_cards(report, [("search/v1", 0, final), ("search-v1", 0, final)]) == paths[:2]   # stable names
+
+
+def test_a_run_that_records_no_seed_is_not_matched_to_a_report_row(tree):
+    """A run dir not named seedN whose config.yaml has no seed: the card says so (seen: a TypeError traceback)."""
+    final, report = tree
+    run = final.parents[1]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    del cfg["seed"]
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    moved = run.rename(run.parent / "myrun")
+    text = checkpoint_card(moved / "checkpoints" / final.name, report=report)
+    assert "not evaluated: the run records no seed" in text and "model-index" not in text and "None" not in text
