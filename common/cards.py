@@ -332,7 +332,7 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
         ev.note = "not evaluated: the checkpoint is not a run's, so no report row can name it"
         return ev
     if s.seed is None:
-        ev.note = f"not evaluated: the run records no seed (a seedN run dir, or config.yaml seed), so no report row can name it"
+        ev.note = "not evaluated: the run records no seed (a seedN run dir, or config.yaml seed), so no report row can name it"
         return ev
     rows = table.get((s.label, int(s.seed), int(s.step)), [])
     if not rows:
@@ -756,22 +756,28 @@ def card_name(label: str, seed: int, step: int, *, distinct: bool = False) -> st
     return f"{tag(label.replace('/', '-'))}{'-' + sha256_text(label)[:8] if distinct else ''}-s{seed}-step{step}.md"
 
 
+CARD_FILE = re.compile(r"[A-Za-z0-9._-]+-s\d+-step\d+\.md")   # card_name's
+
+
 def write_report_cards(report: str | Path, finals: list[tuple[str, int, Path]], *,
                        study: str | Path | None = None) -> list[Path]:
     """`analyze cards=true`: `<report>/cards/<arm>-s<seed>-step<N>.md` for every (label, seed, final
     checkpoint dir) given; returns the paths written. Labels a file name cannot tell apart (card_name) each
-    get a name with a digest of the label, so no card overwrites another."""
+    get a name with a digest of the label, so no card overwrites another. The cards dir is replaced whole (a
+    card of an earlier analysis is not left beside these), or renamed aside when it holds anything but cards."""
     from collections import Counter
 
-    from common.io import write_text_atomic
+    from common.io import atomic_dir, replace_aside
 
-    report = Path(report)
-    written = []
-    plain = Counter(card_name(label, seed, int(layout.parse_step(Path(ckpt).name))) for label, seed, ckpt in finals)
-    for label, seed, ckpt in finals:
-        step = int(layout.parse_step(Path(ckpt).name))
-        path = report / CARDS_DIR / card_name(label, seed, step, distinct=plain[card_name(label, seed, step)] > 1)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, checkpoint_card(ckpt, report=report, study=study))
-        written.append(path)
-    return written
+    cards = Path(report) / CARDS_DIR
+    if (cards.exists() or cards.is_symlink()) and (cards.is_symlink() or not cards.is_dir()
+                                                   or not all(CARD_FILE.fullmatch(p.name) for p in cards.iterdir())):
+        replace_aside(cards)
+    steps = [int(layout.parse_step(Path(ckpt).name)) for _, _, ckpt in finals]
+    plain = Counter(card_name(label, seed, step) for (label, seed, _), step in zip(finals, steps))
+    names = [card_name(label, seed, step, distinct=plain[card_name(label, seed, step)] > 1)
+             for (label, seed, _), step in zip(finals, steps)]
+    with atomic_dir(cards, existing="replace") as tmp:
+        for (_, _, ckpt), name in zip(finals, names):
+            (tmp / name).write_text(checkpoint_card(ckpt, report=report, study=study), encoding="utf-8")
+    return [cards / name for name in names]

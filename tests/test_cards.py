@@ -146,6 +146,16 @@ def test_rerun_is_byte_identical(tree):
     again = write_report_cards(report, finals)
     assert [p.name for p in again] == ["search-s0-step4.md"]
     assert [p.read_bytes() for p in again] == first
+    # the cards dir holds this analysis's cards only (seen: another arm's card of an earlier analysis stayed);
+    # a file no analysis writes is renamed aside, never deleted
+    write_report_cards(report, [*finals, ("r2e", 0, final)])
+    (report / "cards" / "notes.txt").write_text("mine")
+    write_report_cards(report, finals)
+    assert [p.name for p in (report / "cards").iterdir()] == ["search-s0-step4.md"]
+    [aside] = report.glob("cards.replaced-*")
+    assert (aside / "notes.txt").read_text() == "mine"
+    write_report_cards(report, [("r2e", 0, final)])
+    assert [p.name for p in (report / "cards").iterdir()] == ["r2e-s0-step4.md"]
 
 
 def test_a_result_of_another_checkpoint_is_left_out_and_named(tree):
@@ -252,7 +262,11 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
     runs = final.parents[3]
     argv = [f"runs_root={runs}", f"out={report}", "evaluate=false", "benches=[synthqa,search_plan_ood]", "n_boot=10",
             "cards=true", "wandb=false"]
+    (report / "cards").mkdir()   # a user's own file where a card goes, in an out no analysis wrote (seen: overwritten)
+    (report / "cards" / "search-s0-step4.md").write_text("my notes")
     assert main(argv) == 0
+    [aside] = report.glob("cards.replaced-*")
+    assert (aside / "search-s0-step4.md").read_text() == "my notes"
     # search/seed0's final step 4 is evaluated; r2e/seed0's final checkpoint is not: no card for it
     assert sorted(p.name for p in (report / "cards").iterdir()) == ["search-s0-step4.md"]
     text = (report / "cards" / "search-s0-step4.md").read_text()
