@@ -435,14 +435,9 @@ def findings(ev: Evaluation) -> str:
 def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
     import yaml
 
-    base = str(_get(s.config, "model.path") or "")
     meta: dict[str, Any] = {}
-    if _HUB_ID.match(base) and not s.grpo:
+    if base := _base_model(s.config):
         meta["base_model"] = base
-    elif s.grpo:
-        base_id = _get(s.config, "model.tokenizer")
-        if isinstance(base_id, str) and _HUB_ID.match(base_id):
-            meta["base_model"] = base_id
     meta["library_name"] = "transformers"
     meta["pipeline_tag"] = "text-generation"
     tags = ["dtsft", "grpo" if s.grpo else "sft"]
@@ -469,6 +464,22 @@ def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
         meta["model-index"] = [{"name": name, "results": results}]
     dumped = yaml.dump(meta, Dumper=_dumper(), sort_keys=False, allow_unicode=False, width=1 << 30)
     return f"---\n{dumped}---\n"
+
+
+def _base_model(config: dict | None) -> str | None:
+    """model.path when it is a hub id (not a local dir); a checkpoint of an earlier run (GRPO from an SFT
+    checkpoint): that run's model.path when it is one."""
+    base = str(_get(config, "model.path") or "")
+    if _HUB_ID.match(base) and not Path(base).exists():
+        return base
+    ckpt = Path(base)
+    if base and ckpt.parent.name == layout.CHECKPOINTS and (ckpt.parent.parent / layout.CONFIG).is_file():
+        try:
+            earlier = str(_get(_yaml(ckpt.parent.parent / layout.CONFIG, [], "run config"), "model.path") or "")
+        except CardError:   # a torn earlier run config: no base stated
+            return None
+        return earlier if _HUB_ID.match(earlier) and not Path(earlier).exists() else None
+    return None
 
 
 def _dumper():

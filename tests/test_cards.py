@@ -280,11 +280,19 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     cfg.update(stage="grpo", task="spa", grpo={"completions_per_step": 32, "num_generations": 8, "split": "train"},
                lora={"r": 32, "alpha": 64})
+    del cfg["model"]["tokenizer"], cfg["model"]["license"]   # as a GRPO run's config.yaml holds its model (rl.config)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     write_json(run / "DONE", {"step": 4, "trl": "1.9.2"})
     pre = {"synthqa": {"em": 0.5, "f1": 0.6, "n": 40}, "search_plan_ood": {"reward": 0.25, "n": 40}}
     _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 0): pre, ("search", 0, 4): FINAL})
-    body = ModelCard(checkpoint_card(final, report=report)).text
+    card = ModelCard(checkpoint_card(final, report=report))
+    assert card.data.base_model == "Qwen/Qwen3-4B"   # model.path, a hub id (seen: no base_model in a GRPO card)
+    sft = final.parents[3] / "r2e" / "seed0"   # GRPO from an SFT checkpoint: that run's base
+    (sft / "config.yaml").write_text(yaml.safe_dump({"model": {"path": "meta-llama/Llama-3.1-8B-Instruct"}}))
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"path": str(sft / "checkpoints" / "step-000004")}}))
+    assert ModelCard(checkpoint_card(final)).data.base_model == "meta-llama/Llama-3.1-8B-Instruct"
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    body = card.text
     for fact in ("A GRPO checkpoint", "| LoRA r / alpha | 32 / 64 |", "| TRL | 1.9.2 |", "| pre-RL (step 0) |",
                  "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
                  "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
