@@ -304,6 +304,7 @@ class Shown:
     ref: Row | None
     curve: dict | None = None      # intervals.csv: this arm at this step (over its seeds and items)
     vs_anchor: dict | None = None  # intervals.csv: this arm's final checkpoint minus the anchor
+    other_n: Row | None = None     # the reference's value over another number of items: shown, not compared
 
 
 @dataclass
@@ -348,8 +349,9 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
         match = next((rec for rec in holding if rec.digest(row.bench) == mine), None)
         if match is not None:
             at = (s.label, str(s.step), row.bench, row.metric)
-            ev.shown.append(Shown(row, match, by_key.get((row.bench, row.metric)), intervals.get(("curve", *at)),
-                                  intervals.get(("vs_anchor", *at))))
+            ref = by_key.get((row.bench, row.metric))   # compared only over as many items
+            ev.shown.append(Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
+                                  intervals.get(("vs_anchor", *at)), ref if ref is not None and ref.n != row.n else None))
         elif holding:
             rec = holding[0]
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
@@ -616,7 +618,8 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
     cols = ["bench", "metric", "value", "n", ev.ref_name, "difference", *icols, *[text(c) for c in ev.extra]]
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for x in ev.shown:
-        ref = number(x.ref.value) if x.ref else "not in the report"
+        ref = (number(x.ref.value) if x.ref else f"{number(x.other_n.value)} at n={x.other_n.n}: not compared"
+               if x.other_n else "not in the report")
         diff = f"{x.row.value - x.ref.value:+.4f}" if x.ref else "-"
         icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor)] if ev.intervals else []
         cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff, *icells,

@@ -378,3 +378,13 @@ def test_a_run_that_records_no_seed_is_not_matched_to_a_report_row(tree):
     moved = run.rename(run.parent / "myrun")
     text = checkpoint_card(moved / "checkpoints" / final.name, report=report)
     assert "not evaluated: the run records no seed" in text and "model-index" not in text and "None" not in text
+
+
+def test_an_anchor_value_of_another_n_is_not_compared(tree):
+    """The anchor's synthqa at n=100, this checkpoint's at n=40: no difference of two item sets is stated
+    (seen: +0.3500 and counted in the findings)."""
+    final, report = tree
+    _results(report, {("anchor", 0, 0): {**ANCHOR, "synthqa": {"em": 0.2, "f1": 0.31, "n": 100}}, ("search", 0, 4): FINAL})
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    assert "| synthqa | em | 0.55 | 40 | 0.2 at n=100: not compared | - |" in body
+    assert "Against the anchor, 1 (bench, metric) pairs compared: higher on 1" in body
