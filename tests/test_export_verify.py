@@ -383,6 +383,14 @@ def test_export_cli(tiny_model_dir, tmp_path, capsys):
         assert export_main([f"ckpt={ckpt}", f"out={tmp_path / 'x'}", bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and line in err and err.count("\n") == 1, err
+    # an out among a run's step dirs would be read as a checkpoint (or a torn state) of that run (seen: exit 0,
+    # analyze then found a step-99 checkpoint holding the source's weights)
+    (tmp_path / "run" / "config.yaml").write_text("arm: search\n")
+    for where in ("checkpoints/step-000099", "state/step-000050", "checkpoints/mine"):
+        assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'run' / where}"]) == 2
+        err = capsys.readouterr().err
+        assert f"is inside the run dir {tmp_path / 'run'}'s {where.split('/')[0]}/" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run" / "checkpoints").exists()
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "dry_run=true"]) == 0
     assert not (tmp_path / "x").exists()
     capsys.readouterr()
