@@ -63,7 +63,8 @@ KEYS = {  # `export-checkpoint --help` and docs/keys/export-checkpoint.md; each 
     "tokenizer": text("DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)"),
     "report": text("analyze's out dir: the card shows its results of this checkpoint (null: the card says not evaluated)"),
     "study": text("a study file (name or path): the card lists its notes (what is not reproduced)"),
-    "repo_id": text("the hub repo the export is published as: the card's snippets load it (null: from this directory)"),
+    "repo_id": field("the hub repo the export is published as: the card's snippets load it (null: from this directory)", None,
+                     rule=Test(lambda v: v is None or hub_repo_id(v), "a hub repo id, NAMESPACE/NAME (huggingface_hub's rules)")),
     "overwrite": flag("true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>", False),
     "verify": flag("run verify-checkpoint on the result", True),
     "dry_run": flag("true: print the config and the resolved source, write nothing", False),
@@ -82,6 +83,16 @@ TOKENIZER_FILES = re.compile(r"^(tokenizer\.json|tokenizer\.model|vocab\.(json|t
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def hub_repo_id(value) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        return False
+    return isinstance(value, str)
 
 
 def size_bytes(value) -> int | None:

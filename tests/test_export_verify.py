@@ -397,10 +397,12 @@ def test_export_cli(tiny_model_dir, tmp_path, capsys):
     # each value checked by its key's rule, a dry run's too (seen failing: dtype=5, ckpt=[1], vocab_size=0 exited 0)
     for bad, line in (("dtype=5", "dtype=5: expected bf16, bfloat16, fp16"), ("vocab_size=0", "vocab_size=0: expected a positive"),
                       ("max_shard_size=x", "max_shard_size='x': expected a size like 5GB"), ("verify=5", "verify=5: expected true or false"),
-                      ("ckpt=[1]", "ckpt=[1]: expected a string")):
+                      ("ckpt=[1]", "ckpt=[1]: expected a string"),
+                      # a repo id the hub refuses (huggingface_hub's validate_repo_id), seen: written into the card
+                      ("repo_id=you/r2e/s0", "repo_id='you/r2e/s0': expected a hub repo id"), ("repo_id='a b'", "expected a hub repo id")):
         assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", bad, "dry_run=true"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"error: {line}") and err.count("\n") == 1, (bad, err)
+        assert err.startswith("error: ") and line in err and err.count("\n") == 1, (bad, err)
     # a study job's config file that is torn, not a mapping, or holds a key export does not know (seen failing:
     # a TypeError / ScannerError traceback, and `dry_run: true` misspelt as `dryrun:` exporting for real)
     job = tmp_path / "export.yaml"
