@@ -11,8 +11,8 @@ pure function of files on disk (the same files give byte-identical cards). It re
 - the report dir (`analyze`'s out): `results.csv` (every column past arm..n is an interval column the
   report printed, shown as it is), and each result's evaluation record `<run_dir>/eval/[<profile>/]
   step-NNNNNN/{summary,meta}.json`: a result is shown only when an evaluation of this very checkpoint
-  (its recorded checkpoint digest equals the checkpoint's) holds that value; any other is left out and
-  named;
+  (its recorded checkpoint digest equals the checkpoint's; of the profile `report.md` names) holds that value;
+  any other is left out and named;
 - an export dir (export-checkpoint's out): `export_info.json` and `SHA256SUMS`;
 - a study file: its `notes` (what is not reproduced).
 
@@ -179,6 +179,16 @@ def read_intervals(report: Path) -> tuple[dict[tuple[str, str, str, str, str], d
         raise CardError(f"{path}: unreadable ({exc})") from None
 
 
+def report_profile(report: Path) -> str | None:
+    """The evaluation profile `<report>/report.md`'s settings name ("" for eval/ itself), None when it names none."""
+    try:
+        head = (report / "report.md").read_text(encoding="utf-8", errors="replace")[:20_000]
+    except OSError:
+        return None
+    m = re.search(r"(?m)^Settings: .*?`profile=([^`]*)`", head)
+    return None if m is None else "" if m.group(1).startswith("none (") else m.group(1)
+
+
 @dataclass
 class EvalRecord:
     dir: Path
@@ -343,6 +353,8 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
     refs, ev.ref_name = (pre, "pre-RL (step 0)") if pre else (table.get((ANCHOR_ARM, 0, 0), []), "anchor")
     by_key = {(r.bench, r.metric): r for r in refs or []}
     records = eval_records(s.run_dir, s.step) if s.run_dir else []
+    if (profile := report_profile(report)) is not None:   # only the evaluations the report read
+        records = [r for r in records if r.dir.parent == s.run_dir / layout.EVAL / profile]
     mine = s.digest.get("digest")
     for row in rows:
         holding = [rec for rec in records if rec.holds(row)]
