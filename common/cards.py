@@ -799,6 +799,8 @@ def write_report_cards(report: str | Path, finals: list[tuple[str, int, Path]], 
     if (cards.exists() or cards.is_symlink()) and (cards.is_symlink() or not cards.is_dir()
                                                    or not all(CARD_FILE.fullmatch(p.name) for p in cards.iterdir())):
         replace_aside(cards)
+    if not finals and not cards.exists():
+        return []
     steps = [int(layout.parse_step(Path(ckpt).name)) for _, _, ckpt in finals]
     plain = Counter(card_name(label, seed, step) for (label, seed, _), step in zip(finals, steps))
     names = [card_name(label, seed, step, distinct=plain[card_name(label, seed, step)] > 1)
