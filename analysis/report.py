@@ -14,7 +14,8 @@ from common.io import replace_aside
 TITLE = "# Transfer-curve report"   # report.md's first line: what marks `out` as a previous analysis's
 DATA_DIR = "report_data"
 SHARD = re.compile(r"e\d+(_t\d+)?\.js")   # analysis.html's shard files: all `report_data/` may hold
-OUTPUTS = ("results.parquet", "results.csv", "intervals.csv", "figures", "tables", "report.md", "report.html", DATA_DIR)
+OUTPUTS = ("results.parquet", "results.csv", "intervals.csv", "figures", "tables", "report.md", "report.html", DATA_DIR,
+           "cards")   # common.cards.CARDS_DIR: analyze cards=true
 
 
 def set_aside(path: Path) -> None:

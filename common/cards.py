@@ -11,8 +11,8 @@ pure function of files on disk (the same files give byte-identical cards). It re
 - the report dir (`analyze`'s out): `results.csv` (every column past arm..n is an interval column the
   report printed, shown as it is), and each result's evaluation record `<run_dir>/eval/[<profile>/]
   step-NNNNNN/{summary,meta}.json`: a result is shown only when an evaluation of this very checkpoint
-  (its recorded checkpoint digest equals the checkpoint's) holds that value; any other is left out and
-  named;
+  (its recorded checkpoint digest equals the checkpoint's; of the profile `report.md` names) holds that value;
+  any other is left out and named;
 - an export dir (export-checkpoint's out): `export_info.json` and `SHA256SUMS`;
 - a study file: its `notes` (what is not reproduced).
 
@@ -79,7 +79,10 @@ def tag(value: Any) -> str:
 
 
 def number(v: float) -> str:
-    return f"{v:.4f}".rstrip("0").rstrip(".") if v == v and abs(v) < 1e6 and v != int(v) else f"{v:g}"
+    """4 decimals, trailing zeros dropped; 4 significant digits below 0.001 (never a non-zero value shown as 0)."""
+    if not (v == v and abs(v) < 1e6 and v != int(v)):
+        return f"{v:g}"
+    return f"{v:.4f}".rstrip("0").rstrip(".") if abs(v) >= 1e-3 else f"{v:.4g}"
 
 
 # ---------------------------------------------------------------- reading records
@@ -176,6 +179,16 @@ def read_intervals(report: Path) -> tuple[dict[tuple[str, str, str, str, str], d
         raise CardError(f"{path}: unreadable ({exc})") from None
 
 
+def report_profile(report: Path) -> str | None:
+    """The evaluation profile `<report>/report.md`'s settings name ("" for eval/ itself), None when it names none."""
+    try:
+        head = (report / "report.md").read_text(encoding="utf-8", errors="replace")[:20_000]
+    except OSError:
+        return None
+    m = re.search(r"(?m)^Settings: .*?`profile=([^`]*)`", head)
+    return None if m is None else "" if m.group(1).startswith("none (") else m.group(1)
+
+
 @dataclass
 class EvalRecord:
     dir: Path
@@ -233,7 +246,7 @@ class Subject:
     def name(self) -> str:
         if self.label is None:
             return self.ckpt.name
-        return f"{self.label.replace('/', '-')}-s{self.seed}-step{self.step}"
+        return f"{self.label.replace('/', '-')}{'' if self.seed is None else f'-s{self.seed}'}-step{self.step}"
 
 
 def subject(ckpt: Path) -> Subject:
@@ -265,6 +278,7 @@ def subject(ckpt: Path) -> Subject:
     runs_root = Path(str(_get(config, "runs_root"))) if _get(config, "runs_root") else None
     seed_m = layout.SEED_DIR.match(run_dir.name)
     seed = int(seed_m.group(1)) if seed_m else _get(config, "seed")
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
     label = None
     if runs_root is not None:
         try:
@@ -300,6 +314,7 @@ class Shown:
     ref: Row | None
     curve: dict | None = None      # intervals.csv: this arm at this step (over its seeds and items)
     vs_anchor: dict | None = None  # intervals.csv: this arm's final checkpoint minus the anchor
+    other_n: Row | None = None     # the reference's value over another number of items: shown, not compared
 
 
 @dataclass
@@ -327,6 +342,9 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
     if s.label is None or s.step is None:
         ev.note = "not evaluated: the checkpoint is not a run's, so no report row can name it"
         return ev
+    if s.seed is None:
+        ev.note = "not evaluated: the run records no seed (a seedN run dir, or config.yaml seed), so no report row can name it"
+        return ev
     rows = table.get((s.label, int(s.seed), int(s.step)), [])
     if not rows:
         ev.note = f"not evaluated: results.csv has no row for {s.label} seed {s.seed} step {s.step}"
@@ -335,14 +353,17 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
     refs, ev.ref_name = (pre, "pre-RL (step 0)") if pre else (table.get((ANCHOR_ARM, 0, 0), []), "anchor")
     by_key = {(r.bench, r.metric): r for r in refs or []}
     records = eval_records(s.run_dir, s.step) if s.run_dir else []
+    if (profile := report_profile(report)) is not None:   # only the evaluations the report read
+        records = [r for r in records if r.dir.parent == s.run_dir / layout.EVAL / profile]
     mine = s.digest.get("digest")
     for row in rows:
         holding = [rec for rec in records if rec.holds(row)]
         match = next((rec for rec in holding if rec.digest(row.bench) == mine), None)
         if match is not None:
             at = (s.label, str(s.step), row.bench, row.metric)
-            ev.shown.append(Shown(row, match, by_key.get((row.bench, row.metric)), intervals.get(("curve", *at)),
-                                  intervals.get(("vs_anchor", *at))))
+            ref = by_key.get((row.bench, row.metric))   # compared only over as many items
+            ev.shown.append(Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
+                                  intervals.get(("vs_anchor", *at)), ref if ref is not None and ref.n != row.n else None))
         elif holding:
             rec = holding[0]
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
@@ -428,14 +449,9 @@ def findings(ev: Evaluation) -> str:
 def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
     import yaml
 
-    base = str(_get(s.config, "model.path") or "")
     meta: dict[str, Any] = {}
-    if _HUB_ID.match(base) and not s.grpo:
+    if base := _base_model(s.config):
         meta["base_model"] = base
-    elif s.grpo:
-        base_id = _get(s.config, "model.tokenizer")
-        if isinstance(base_id, str) and _HUB_ID.match(base_id):
-            meta["base_model"] = base_id
     meta["library_name"] = "transformers"
     meta["pipeline_tag"] = "text-generation"
     tags = ["dtsft", "grpo" if s.grpo else "sft"]
@@ -462,6 +478,22 @@ def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
         meta["model-index"] = [{"name": name, "results": results}]
     dumped = yaml.dump(meta, Dumper=_dumper(), sort_keys=False, allow_unicode=False, width=1 << 30)
     return f"---\n{dumped}---\n"
+
+
+def _base_model(config: dict | None) -> str | None:
+    """model.path when it is a hub id (not a local dir); a checkpoint of an earlier run (GRPO from an SFT
+    checkpoint): that run's model.path when it is one."""
+    base = str(_get(config, "model.path") or "")
+    if _HUB_ID.match(base) and not Path(base).exists():
+        return base
+    ckpt = Path(base)
+    if base and ckpt.parent.name == layout.CHECKPOINTS and (ckpt.parent.parent / layout.CONFIG).is_file():
+        try:
+            earlier = str(_get(_yaml(ckpt.parent.parent / layout.CONFIG, [], "run config"), "model.path") or "")
+        except CardError:   # a torn earlier run config: no base stated
+            return None
+        return earlier if _HUB_ID.match(earlier) and not Path(earlier).exists() else None
+    return None
 
 
 def _dumper():
@@ -598,7 +630,8 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
     cols = ["bench", "metric", "value", "n", ev.ref_name, "difference", *icols, *[text(c) for c in ev.extra]]
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for x in ev.shown:
-        ref = number(x.ref.value) if x.ref else "not in the report"
+        ref = (number(x.ref.value) if x.ref else f"{number(x.other_n.value)} at n={x.other_n.n}: not compared"
+               if x.other_n else "not in the report")
         diff = f"{x.row.value - x.ref.value:+.4f}" if x.ref else "-"
         icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor)] if ev.intervals else []
         cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff, *icells,
@@ -707,7 +740,8 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     out = [_front_matter(s, ev, name), f"# {text(name)}", ""]
     out += ["## What it is", ""]
     if s.label is not None:
-        out.append(f"{'An' if stage == 'SFT' else 'A'} {stage} checkpoint of dtsft: arm {text(s.label)}, seed {s.seed}, step {s.step} of "
+        out.append(f"{'An' if stage == 'SFT' else 'A'} {stage} checkpoint of dtsft: arm {text(s.label)}, "
+                   f"seed {'not recorded' if s.seed is None else s.seed}, step {s.step} of "
                    f"{text(_get(s.config, 'train.steps'))}, trained from {text(_get(s.config, 'model.path'))}.")
     else:
         out.append(f"A model directory ({text(s.ckpt)}) with no run records.")
@@ -740,22 +774,38 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     return "\n".join(out) + "\n"
 
 
-def card_name(label: str, seed: int, step: int) -> str:
-    return f"{tag(label.replace('/', '-'))}-s{seed}-step{step}.md"
+def card_name(label: str, seed: int, step: int, *, distinct: bool = False) -> str:
+    """`<label>-s<seed>-step<N>.md` in safe characters; `distinct`: with a digest of the label after it, for
+    labels that share one such name (search/v1 and search-v1)."""
+    from common.io import sha256_text
+
+    return f"{tag(label.replace('/', '-'))}{'-' + sha256_text(label)[:8] if distinct else ''}-s{seed}-step{step}.md"
+
+
+CARD_FILE = re.compile(r"[A-Za-z0-9._-]+-s\d+-step\d+\.md")   # card_name's
 
 
 def write_report_cards(report: str | Path, finals: list[tuple[str, int, Path]], *,
                        study: str | Path | None = None) -> list[Path]:
     """`analyze cards=true`: `<report>/cards/<arm>-s<seed>-step<N>.md` for every (label, seed, final
-    checkpoint dir) given; returns the paths written."""
-    from common.io import write_text_atomic
+    checkpoint dir) given; returns the paths written. Labels a file name cannot tell apart (card_name) each
+    get a name with a digest of the label, so no card overwrites another. The cards dir is replaced whole (a
+    card of an earlier analysis is not left beside these), or renamed aside when it holds anything but cards."""
+    from collections import Counter
 
-    report = Path(report)
-    written = []
-    for label, seed, ckpt in finals:
-        step = layout.parse_step(Path(ckpt).name)
-        path = report / CARDS_DIR / card_name(label, seed, int(step))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, checkpoint_card(ckpt, report=report, study=study))
-        written.append(path)
-    return written
+    from common.io import atomic_dir, replace_aside
+
+    cards = Path(report) / CARDS_DIR
+    if (cards.exists() or cards.is_symlink()) and (cards.is_symlink() or not cards.is_dir()
+                                                   or not all(CARD_FILE.fullmatch(p.name) for p in cards.iterdir())):
+        replace_aside(cards)
+    if not finals and not cards.exists():
+        return []
+    steps = [int(layout.parse_step(Path(ckpt).name)) for _, _, ckpt in finals]
+    plain = Counter(card_name(label, seed, step) for (label, seed, _), step in zip(finals, steps))
+    names = [card_name(label, seed, step, distinct=plain[card_name(label, seed, step)] > 1)
+             for (label, seed, _), step in zip(finals, steps)]
+    with atomic_dir(cards, existing="replace") as tmp:
+        for (_, _, ckpt), name in zip(finals, names):
+            (tmp / name).write_text(checkpoint_card(ckpt, report=report, study=study), encoding="utf-8")
+    return [cards / name for name in names]

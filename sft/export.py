@@ -18,8 +18,9 @@ COMPLETE resumable state). The output:
 The output is written to a temporary sibling dir and renamed when complete, then
 checked with verify-checkpoint (`verify=false` skips that). An existing `out` is replaced
 only when it is an earlier export (it has `export_info.json`) and `overwrite=true`: it is
-renamed aside to `<out>.replaced-<UTC time>`, never deleted; anything else in the way, or an
-`out` that is or contains the checkpoint, is refused (exit 2).
+renamed aside to `<out>.replaced-<UTC time>`, never deleted; anything else in the way, an `out`
+that is or contains the checkpoint, or one inside a run dir's `checkpoints/` or `state/` (it would be
+read as a step of that run), is refused (exit 2).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common import fields, keydoc
 from common.fields import Test, choice, count, field, flag, text
+from common.layout import CHECKPOINTS, CONFIG, STATES
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import (SHA256SUMS, atomic_dir, check_output_dir, read_sha256sums, sha256_file, write_json,
                        write_sha256sums)
@@ -61,7 +63,8 @@ KEYS = {  # `export-checkpoint --help` and docs/keys/export-checkpoint.md; each 
     "tokenizer": text("DIR | HUB_ID@REV: take the tokenizer files and chat template from there (null: the checkpoint's)"),
     "report": text("analyze's out dir: the card shows its results of this checkpoint (null: the card says not evaluated)"),
     "study": text("a study file (name or path): the card lists its notes (what is not reproduced)"),
-    "repo_id": text("the hub repo the export is published as: the card's snippets load it (null: from this directory)"),
+    "repo_id": field("the hub repo the export is published as: the card's snippets load it (null: from this directory)", None,
+                     rule=Test(lambda v: v is None or hub_repo_id(v), "a hub repo id, NAMESPACE/NAME (huggingface_hub's rules)")),
     "overwrite": flag("true: an earlier export at out is renamed aside to <out>.replaced-<UTC time>", False),
     "verify": flag("run verify-checkpoint on the result", True),
     "dry_run": flag("true: print the config and the resolved source, write nothing", False),
@@ -80,6 +83,16 @@ TOKENIZER_FILES = re.compile(r"^(tokenizer\.json|tokenizer\.model|vocab\.(json|t
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def hub_repo_id(value) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        return False
+    return isinstance(value, str)
 
 
 def size_bytes(value) -> int | None:
@@ -266,6 +279,10 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     src: Source = resolve_source(ckpt)
     if out.resolve().is_relative_to(src.path.resolve()):
         raise SftError(f"out: {out} is inside the checkpoint being exported ({src.path})")
+    for d in out.resolve().parents:   # a run's step dirs: an export there would be read as one of its checkpoints or states
+        if d.name in (CHECKPOINTS, STATES) and (d.parent / CONFIG).is_file():
+            raise SftError(f"out: {out} is inside the run dir {d.parent}'s {d.name}/, where its steps are read from; "
+                           "choose a dir outside it (e.g. exports/)")
     check_output_dir(out, overwrite=overwrite, marker=EXPORT_MARKER, sources=[ckpt, src.path])
     check_source_sums(src)
     from common.cards import check_inputs

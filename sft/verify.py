@@ -15,7 +15,7 @@ Checks, printing one line per problem (file, tensor, expected, found):
 6. transformers loads the model with no missing, unexpected or mismatched keys, and
    the values it loaded are the bytes in the files (skipped when 1-3 found problems).
 Exit status 0 when all hold (the OK line gives the tensor-key count: 398 for a Qwen3-4B export),
-1 otherwise (2 for a bad command line). SHA256SUMS (4.) covers the tokenizer and chat-template files too.
+1 otherwise (2 for a bad command line, or a PATH that does not exist or is a file). SHA256SUMS (4.) covers the tokenizer and chat-template files too.
 """
 from __future__ import annotations
 
@@ -302,7 +302,10 @@ def _main(argv: list[str]) -> int:
         raise SftError(f"expected one checkpoint PATH, found {len(paths)}: {paths}")
     if not paths:
         raise SftError("expected a checkpoint PATH (verify-checkpoint PATH, or path=PATH)")
-    return report(paths[0], load=cfg.load)
+    path = Path(paths[0])
+    if not path.is_symlink() and not path.is_dir():   # a user mistake, as export-checkpoint's ckpt; a symlink is a finding
+        raise SftError(f"{path}: {'is a file, not a checkpoint directory' if path.exists() else 'does not exist'}")
+    return report(path, load=cfg.load)
 
 
 if __name__ == "__main__":

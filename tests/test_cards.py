@@ -146,6 +146,16 @@ def test_rerun_is_byte_identical(tree):
     again = write_report_cards(report, finals)
     assert [p.name for p in again] == ["search-s0-step4.md"]
     assert [p.read_bytes() for p in again] == first
+    # the cards dir holds this analysis's cards only (seen: another arm's card of an earlier analysis stayed);
+    # a file no analysis writes is renamed aside, never deleted
+    write_report_cards(report, [*finals, ("r2e", 0, final)])
+    (report / "cards" / "notes.txt").write_text("mine")
+    write_report_cards(report, finals)
+    assert [p.name for p in (report / "cards").iterdir()] == ["search-s0-step4.md"]
+    [aside] = report.glob("cards.replaced-*")
+    assert (aside / "notes.txt").read_text() == "mine"
+    write_report_cards(report, [("r2e", 0, final)])
+    assert [p.name for p in (report / "cards").iterdir()] == ["r2e-s0-step4.md"]
 
 
 def test_a_result_of_another_checkpoint_is_left_out_and_named(tree):
@@ -252,7 +262,11 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
     runs = final.parents[3]
     argv = [f"runs_root={runs}", f"out={report}", "evaluate=false", "benches=[synthqa,search_plan_ood]", "n_boot=10",
             "cards=true", "wandb=false"]
+    (report / "cards").mkdir()   # a user's own file where a card goes, in an out no analysis wrote (seen: overwritten)
+    (report / "cards" / "search-s0-step4.md").write_text("my notes")
     assert main(argv) == 0
+    [aside] = report.glob("cards.replaced-*")
+    assert (aside / "search-s0-step4.md").read_text() == "my notes"
     # search/seed0's final step 4 is evaluated; r2e/seed0's final checkpoint is not: no card for it
     assert sorted(p.name for p in (report / "cards").iterdir()) == ["search-s0-step4.md"]
     text = (report / "cards" / "search-s0-step4.md").read_text()
@@ -266,11 +280,19 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     cfg.update(stage="grpo", task="spa", grpo={"completions_per_step": 32, "num_generations": 8, "split": "train"},
                lora={"r": 32, "alpha": 64})
+    del cfg["model"]["tokenizer"], cfg["model"]["license"]   # as a GRPO run's config.yaml holds its model (rl.config)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     write_json(run / "DONE", {"step": 4, "trl": "1.9.2"})
     pre = {"synthqa": {"em": 0.5, "f1": 0.6, "n": 40}, "search_plan_ood": {"reward": 0.25, "n": 40}}
     _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 0): pre, ("search", 0, 4): FINAL})
-    body = ModelCard(checkpoint_card(final, report=report)).text
+    card = ModelCard(checkpoint_card(final, report=report))
+    assert card.data.base_model == "Qwen/Qwen3-4B"   # model.path, a hub id (seen: no base_model in a GRPO card)
+    sft = final.parents[3] / "r2e" / "seed0"   # GRPO from an SFT checkpoint: that run's base
+    (sft / "config.yaml").write_text(yaml.safe_dump({"model": {"path": "meta-llama/Llama-3.1-8B-Instruct"}}))
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"path": str(sft / "checkpoints" / "step-000004")}}))
+    assert ModelCard(checkpoint_card(final)).data.base_model == "meta-llama/Llama-3.1-8B-Instruct"
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    body = card.text
     for fact in ("A GRPO checkpoint", "| LoRA r / alpha | 32 / 64 |", "| TRL | 1.9.2 |", "| pre-RL (step 0) |",
                  "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
                  "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
@@ -325,3 +347,63 @@ def test_a_hostile_variant_name_is_escaped_in_the_card_and_its_file_name(tree):
     literal = re.search(r"AutoTokenizer.from_pretrained\((\"[^\n]*\")\)", card.text).group(1)
     assert "<" not in literal and eval(literal) == str(final)   # noqa: S307 - the card's own Python literal
     assert f"vllm serve '{final}' --port 8000\n```\n" in card.text
+
+
+def test_numbers_keep_their_first_digits():
+    """A value below 0.001 is not shown as 0 (seen: 1e-05 -> "0", -4e-05 -> "-0")."""
+    from common.cards import number
+
+    assert [number(v) for v in (1e-05, -4e-05, 0.00012345, 0.6125, 0.55, 1 / 3, 2.0, 0.0)] == \
+        ["1e-05", "-4e-05", "0.0001234", "0.6125", "0.55", "0.3333", "2", "0"]
+
+
+def test_cards_of_two_labels_with_one_file_name_are_both_kept(tree):
+    """Labels a file name cannot tell apart (search/v1 and search-v1; x:y and x#y) get a card each (seen: the
+    second overwrote the first); a label no other shares keeps its plain name."""
+    final, report = tree
+    paths = write_report_cards(report, [("search/v1", 0, final), ("search-v1", 0, final), ("x:y", 0, final),
+                                        ("x#y", 0, final), ("search", 0, final)])
+    assert len(set(paths)) == 5 and all(p.is_file() for p in paths) and paths[-1].name == "search-s0-step4.md"
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+-s0-step4\.md", p.name) for p in paths)
+    assert write_report_cards(report, [("search/v1", 0, final), ("search-v1", 0, final)]) == paths[:2]   # stable names
+
+
+def test_a_run_that_records_no_seed_is_not_matched_to_a_report_row(tree):
+    """A run dir not named seedN whose config.yaml has no seed: the card says so (seen: a TypeError traceback)."""
+    final, report = tree
+    run = final.parents[1]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    del cfg["seed"]
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    moved = run.rename(run.parent / "myrun")
+    text = checkpoint_card(moved / "checkpoints" / final.name, report=report)
+    assert "not evaluated: the run records no seed" in text and "model-index" not in text and "None" not in text
+
+
+def test_an_anchor_value_of_another_n_is_not_compared(tree):
+    """The anchor's synthqa at n=100, this checkpoint's at n=40: no difference of two item sets is stated
+    (seen: +0.3500 and counted in the findings)."""
+    final, report = tree
+    _results(report, {("anchor", 0, 0): {**ANCHOR, "synthqa": {"em": 0.2, "f1": 0.31, "n": 100}}, ("search", 0, 4): FINAL})
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    assert "| synthqa | em | 0.55 | 40 | 0.2 at n=100: not compared | - |" in body
+    assert "Against the anchor, 1 (bench, metric) pairs compared: higher on 1" in body
+
+
+@pytest.mark.parametrize("profile", ["long", None])
+def test_a_result_is_credited_to_the_evaluation_profile_the_report_read(tree, profile):
+    """The same values in eval/step-N and eval/long/step-N: the card names the evaluation (and its settings) of
+    the profile report.md's settings name (seen: always eval/step-N's, backend=hf, for a profile=long report)."""
+    final, report = tree
+    run = final.parents[1]
+    d = run / "eval" / "long" / "step-000004"
+    d.mkdir(parents=True)
+    write_json(d / "summary.json", FINAL)
+    meta = json.loads((run / "eval" / "step-000004" / "meta.json").read_text())
+    write_json(d / "meta.json", {**meta, "config": {"backend": "vllm", "max_turns": 8}})
+    (report / "report.md").write_text("# Transfer-curve report\n\nGenerated by `analyze`.\n\nSettings: `runs_root=runs`, "
+                                      f"`profile={profile or 'none (evaluations in eval/)'}`, `benches=[synthqa]`\n")
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    want, other = ("backend=vllm, max\\_turns=8", "backend=hf") if profile else ("backend=hf", "backend=vllm")
+    assert want in body and other not in body
+    assert index_matches(checkpoint_card(final, report=report), _csv_rows(report))

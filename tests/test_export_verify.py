@@ -355,7 +355,9 @@ def test_verify_cli_exit_codes_and_lines(exported_fp32, tmp_path, capsys):
     assert verify_main(["lod=false", str(d)]) == 2
     # a value its key's rule refuses, or a path given twice: one line naming it, never read as true or dropped
     for argv, line in (([str(d), "load=maybe"], "load='maybe': expected true or false"), (["path=5"], "path=5: expected a string"),
-                       ([str(d), f"path={exported_fp32}"], "one checkpoint PATH, found 2")):
+                       ([str(d), f"path={exported_fp32}"], "one checkpoint PATH, found 2"),
+                       # a PATH that is not there is a user mistake, as export-checkpoint's ckpt (seen: exit 1, a FAIL line)
+                       ([str(tmp_path / "nope")], f"{tmp_path / 'nope'}: does not exist"), ([f"path={tmp_path / 'nope'}"], "does not exist")):
         capsys.readouterr()
         assert verify_main(argv) == 2
         err = capsys.readouterr().err
@@ -381,16 +383,26 @@ def test_export_cli(tiny_model_dir, tmp_path, capsys):
         assert export_main([f"ckpt={ckpt}", f"out={tmp_path / 'x'}", bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and line in err and err.count("\n") == 1, err
+    # an out among a run's step dirs would be read as a checkpoint (or a torn state) of that run (seen: exit 0,
+    # analyze then found a step-99 checkpoint holding the source's weights)
+    (tmp_path / "run" / "config.yaml").write_text("arm: search\n")
+    for where in ("checkpoints/step-000099", "state/step-000050", "checkpoints/mine"):
+        assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'run' / where}"]) == 2
+        err = capsys.readouterr().err
+        assert f"is inside the run dir {tmp_path / 'run'}'s {where.split('/')[0]}/" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run" / "checkpoints").exists()
     assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", "dry_run=true"]) == 0
     assert not (tmp_path / "x").exists()
     capsys.readouterr()
     # each value checked by its key's rule, a dry run's too (seen failing: dtype=5, ckpt=[1], vocab_size=0 exited 0)
     for bad, line in (("dtype=5", "dtype=5: expected bf16, bfloat16, fp16"), ("vocab_size=0", "vocab_size=0: expected a positive"),
                       ("max_shard_size=x", "max_shard_size='x': expected a size like 5GB"), ("verify=5", "verify=5: expected true or false"),
-                      ("ckpt=[1]", "ckpt=[1]: expected a string")):
+                      ("ckpt=[1]", "ckpt=[1]: expected a string"),
+                      # a repo id the hub refuses (huggingface_hub's validate_repo_id), seen: written into the card
+                      ("repo_id=you/r2e/s0", "repo_id='you/r2e/s0': expected a hub repo id"), ("repo_id='a b'", "expected a hub repo id")):
         assert export_main([f"ckpt={tiny_model_dir}", f"out={tmp_path / 'x'}", bad, "dry_run=true"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"error: {line}") and err.count("\n") == 1, (bad, err)
+        assert err.startswith("error: ") and line in err and err.count("\n") == 1, (bad, err)
     # a study job's config file that is torn, not a mapping, or holds a key export does not know (seen failing:
     # a TypeError / ScannerError traceback, and `dry_run: true` misspelt as `dryrun:` exporting for real)
     job = tmp_path / "export.yaml"
