@@ -27,6 +27,7 @@ import csv
 import html
 import json
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -787,7 +788,7 @@ CARD_FILE = re.compile(r"[A-Za-z0-9._-]+-s\d+-step\d+\.md")   # card_name's
 
 def write_report_cards(report: str | Path, finals: list[tuple[str, int, Path]], *,
                        study: str | Path | None = None) -> list[Path]:
-    """`analyze cards=true`: `<report>/cards/<arm>-s<seed>-step<N>.md` for every (label, seed, final
+    """`analyze` (cards=true, else `finals` is empty): `<report>/cards/<arm>-s<seed>-step<N>.md` for every (label, seed, final
     checkpoint dir) given; returns the paths written. Labels a file name cannot tell apart (card_name) each
     get a name with a digest of the label, so no card overwrites another. The cards dir is replaced whole (a
     card of an earlier analysis is not left beside these), or renamed aside when it holds anything but cards."""
@@ -799,7 +800,8 @@ def write_report_cards(report: str | Path, finals: list[tuple[str, int, Path]], 
     if (cards.exists() or cards.is_symlink()) and (cards.is_symlink() or not cards.is_dir()
                                                    or not all(CARD_FILE.fullmatch(p.name) for p in cards.iterdir())):
         replace_aside(cards)
-    if not finals and not cards.exists():
+    if not finals:   # no card (cards=false, or nothing evaluated): an earlier analysis's cards go, no empty dir is left
+        shutil.rmtree(cards, ignore_errors=True)
         return []
     steps = [int(layout.parse_step(Path(ckpt).name)) for _, _, ckpt in finals]
     plain = Counter(card_name(label, seed, step) for (label, seed, _), step in zip(finals, steps))

@@ -276,13 +276,12 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
                             study=req.study)
-    if cfg.cards:   # a card per run's final checkpoint with an evaluation (the runs found again: evaluated now)
-        from common.cards import write_report_cards
+    from common.cards import write_report_cards   # cards=false: no card of an earlier analysis is left in out
 
-        finals = [(r.arm, r.seed, r.checkpoints[max(r.checkpoints)]) for r in discover_runs(root, req.profile)
-                  if r.checkpoints and max(r.checkpoints) in r.evals]
-        if written := write_report_cards(cfg.out, finals, study=cfg.study or None):
-            print(f"[analyze] {len(written)} model card(s) -> {Path(cfg.out) / 'cards'}", flush=True)
+    finals = [(r.arm, r.seed, r.checkpoints[max(r.checkpoints)]) for r in (discover_runs(root, req.profile) if cfg.cards else [])
+              if r.checkpoints and max(r.checkpoints) in r.evals]   # the runs found again: evaluated now
+    if written := write_report_cards(cfg.out, finals, study=cfg.study or None):
+        print(f"[analyze] {len(written)} model card(s) -> {Path(cfg.out) / 'cards'}", flush=True)
     return result
 
 

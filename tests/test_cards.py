@@ -272,6 +272,8 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
     text = (report / "cards" / "search-s0-step4.md").read_text()
     assert index_matches(text, _csv_rows(report))   # results.csv as analyze wrote it now
     assert len(_csv_rows(report)) == 3
+    # a rerun with cards=false leaves no card of the earlier analysis quoting results no longer in results.csv
+    assert main([*argv[:-2], "cards=false", "wandb=false"]) == 0 and not (report / "cards").exists()
 
 
 def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
