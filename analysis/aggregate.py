@@ -22,7 +22,7 @@ from analysis.stats import t_quantile
 from analysis.variance import (COVERS_NONE, COVERS_SEEDS, Estimate, Term, estimate, is_binary)
 
 NAN_INTERVAL = Estimate(math.nan, math.nan, math.nan, math.nan, math.nan, 0, "", COVERS_NONE, "point")
-# A band over K steps: each step's interval at the Bonferroni level 1 − α/(2K).
+# A band over K steps: each step's two-sided interval at the Bonferroni level 1 − α/K (α/(2K) in each tail).
 INTERVAL_COLUMNS = ["kind", "arm", "vs", "step", "bench", "metric", "estimate", "lo", "hi", "conf", "covers",
                     "n_items", "n_seeds", "df", "method", "note"]
 
@@ -150,7 +150,7 @@ class Points:
 
     def simultaneous(self, arm: str, bench: str, metric: str, steps: list[int]) -> Band | None:
         """The simultaneous band over the arm's evaluated `steps`: each step's crossed-model interval at the
-        Bonferroni level 1 − α/(2K), over the seeds that evaluated every step. None for the QA mean or
+        Bonferroni level 1 − α/K (α/(2K) a tail), over the seeds that evaluated every step. None for the QA mean or
         < 2 steps; a step without an interval (one item and one seed, no per-item file) leaves no band
         and its reason in `band_gaps`."""
         if bench == MEAN_BENCH:
