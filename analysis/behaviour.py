@@ -685,7 +685,19 @@ PARTS = (("net_format", "net format (M0→W1 + W1→M0)"), ("net_capability", "n
          ("rest", "rest"))
 
 
-def plot_decomposition(dec: Decomposed, out_stem: Path):
+def decomposition_caption(finals: list[TransitionRow], conf: float) -> str:
+    """The decomposition figure's caption: what the bars are, and what the ΔEM diamond's interval covers."""
+    from analysis.figures import COVERS_WORDS
+
+    covers = " or ".join(sorted({COVERS_WORDS.get(r.split.covers, r.split.covers) for r in finals}))
+    return ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
+            "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
+            "(newly well-formed and right, minus right before and now malformed), net capability "
+            "(well-formed before and now right, minus well-formed before and now wrong) and the rest; "
+            f"the diamond is ΔEM with its {conf:.0%} interval, covering {covers}.")
+
+
+def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95):
     """One panel per QA bench: per arm (its seeds pooled, at its final step) stacked bars of the transition
     table's net format, net capability and rest, with ΔEM as a black diamond and its interval. Returns
     analysis.figures.FigureInfo."""
@@ -737,10 +749,6 @@ def plot_decomposition(dec: Decomposed, out_stem: Path):
         handles, labels = axes.flat[0].get_legend_handles_labels()
         if handles:
             fig.legend(handles, labels, loc="upper center", ncol=len(labels), frameon=False, bbox_to_anchor=(0.5, 1.0))
-        info.caption = ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
-                        "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
-                        "(newly well-formed and right, minus right before and now malformed), net capability "
-                        "(well-formed before and now right, minus well-formed before and now wrong) and the rest; "
-                        "the diamond is ΔEM with its 95% interval over items (seed variance not included).")
+        info.caption = decomposition_caption(finals, conf)
         save_figure(fig, info, out_stem, rows)
     return info

@@ -369,3 +369,21 @@ def test_a_null_metric_is_a_gap_with_its_reason_not_a_problem(tmp_path):
     assert cells[col + 1] == "– (no mean: musique@given has no score)", row   # a gap, not a mean over fewer benches
     anchor = next(line for line in main.splitlines() if line.startswith("| anchor"))
     assert "–" not in anchor   # the anchor has both benches: its mean is there
+
+
+def test_captions_name_the_confidence_level_the_intervals_have(tree, tmp_path):
+    """conf=0.9: every caption and header says 90% (before: the main table, the curves' shaded and dotted
+    bands and the pre/post table said 95% over 90% intervals)."""
+    from analysis.figures import caption_text
+    from analysis.prepost import PrePost
+    from analysis.tables import main_table, table_columns
+
+    p = _points(tree)
+    p.conf = 0.9
+    caption = main_table(p, ["r2e"], table_columns(QA, False, [], "em"), "em").caption
+    assert "±90% half-width" in caption and "95%" not in caption
+    kinds = {("crossed t", "items+seeds", 10, "2")}
+    text = caption_text(kinds, False, kinds, conf=0.9)
+    assert "the 90% interval" in text and "simultaneous 90% band" in text and "1 − 0.1/K" in text and "95" not in text
+    pp = PrePost(conf=0.9).table()
+    assert "90% CI" in pp.caption and "Δ post − pre [90% CI]" in [c.label for c in pp.columns] and "95" not in pp.caption
