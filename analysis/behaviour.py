@@ -300,7 +300,7 @@ def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str]:
     (covers items only: seed variance unknown). Returns ({part index: (est, lo, hi)}, what it covers)."""
     import numpy as np
 
-    from analysis.variance import COVERS_BOTH, COVERS_ITEMS, Term, crossed_parts, limits
+    from analysis.variance import COVERS_BOTH, COVERS_ITEMS, Term, crossed_parts, exact_bounds, limits
 
     c = np.moveaxis(np.asarray(contrib, dtype=float), 2, 0)   # parts × items × seeds
     parts = crossed_parts([[Term("post − pre", 1.0, c)]])
@@ -308,6 +308,8 @@ def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str]:
         lo = hi = np.full(c.shape[0], np.nan)
     else:
         lo, hi = limits(parts, conf)
+        for k in np.flatnonzero(parts.var < 1e-24):   # a part no item took (all 0): exact bounds, not zero width
+            lo[k], hi[k] = exact_bounds([[Term("part", 1.0, c[k])]], [1.0], conf) or (np.nan, np.nan)
     out = {k: (float(parts.est[k]), float(lo[k]), float(hi[k])) for k in range(c.shape[0])}
     return out, COVERS_ITEMS if parts.seeds_unknown else COVERS_BOTH
 

@@ -337,3 +337,18 @@ def test_the_decomposition_figure_says_what_its_interval_covers(seeds, covers, w
     split = TransitionSplit(10, seeds, 0.2, 0.3, {}, {}, {k: (0.1, 0.0, 0.2) for k in PART_KEYS}, covers)
     caption = decomposition_caption([TransitionRow("r2e", 10, "nq", "anchor", "a → b", split)], 0.9)
     assert f"its 90% interval, covering {words}." in caption and "95%" not in caption
+
+
+def test_a_transition_part_no_item_took_is_not_a_zero_width_interval():
+    """20 items, one seed, 5 gained capability and nothing else moved: the empty parts (every contribution 0)
+    are bounded by the exact limit of 0 events in 20 (scipy's beta quantile), not [+0.000, +0.000]."""
+    from scipy.stats import beta
+
+    from analysis.behaviour import part_intervals
+
+    c = np.zeros((20, 1, 3))
+    c[:5, 0, 0] = 1.0
+    got, covers = part_intervals(c)
+    u = beta.ppf(0.975, 1, 20)
+    assert got[1] == pytest.approx((0.0, -u, u)) and got[2] == got[1] and covers == "items"
+    assert got[0][1] < 0.25 < got[0][2]   # the part with items keeps its t interval
