@@ -22,7 +22,7 @@ from analysis.stats import t_quantile
 from analysis.variance import (COVERS_NONE, COVERS_SEEDS, Estimate, Term, estimate, is_binary)
 
 NAN_INTERVAL = Estimate(math.nan, math.nan, math.nan, math.nan, math.nan, 0, "", COVERS_NONE, "point")
-# A band over K steps: each step's interval at the Bonferroni level 1 − α/(2K).
+# A band over K steps: each step's two-sided interval at the Bonferroni level 1 − α/K (α/(2K) in each tail).
 INTERVAL_COLUMNS = ["kind", "arm", "vs", "step", "bench", "metric", "estimate", "lo", "hi", "conf", "covers",
                     "n_items", "n_seeds", "df", "method", "note"]
 
@@ -96,6 +96,12 @@ class Points:
         sel = t[(t.arm == arm) & (t.step == step) & (t.bench == bench) & (t.metric == metric)]
         return sel.set_index("seed")["value"].sort_index()
 
+    def summary_n(self, arm: str, seed_steps: list[tuple[int, int]], bench: str, metric: str) -> int:
+        """The fewest items one of `arm`'s (seed, step) evaluated, as its summary.json counts them (0: unknown)."""
+        t, want = self.table, set(seed_steps)
+        sel = t[(t.arm == arm) & (t.bench == bench) & (t.metric == metric)]
+        return max(min((int(n) for s, st, n in zip(sel.seed, sel.step, sel.n) if (int(s), int(st)) in want), default=0), 0)
+
     def no_score(self, arm: str, bench: str) -> str | None:
         """Why `arm` has no score of `bench` where evaluate gave it none (its latest such point; for
         `avg`, the first averaged bench without one), else None."""
@@ -145,12 +151,13 @@ class Points:
         vals = self.values(arm, step, bench, metric)
         if vals.empty:
             return NAN_INTERVAL
-        got = self.arm_estimate(arm, [(int(s), step) for s in vals.index], bench, metric)
-        return got if got is not None else seed_t(vals.to_numpy(float), self.conf)
+        seed_steps = [(int(s), step) for s in vals.index]
+        got = self.arm_estimate(arm, seed_steps, bench, metric)
+        return got if got is not None else seed_t(vals.to_numpy(float), self.conf, self.summary_n(arm, seed_steps, bench, metric))
 
     def simultaneous(self, arm: str, bench: str, metric: str, steps: list[int]) -> Band | None:
         """The simultaneous band over the arm's evaluated `steps`: each step's crossed-model interval at the
-        Bonferroni level 1 − α/(2K), over the seeds that evaluated every step. None for the QA mean or
+        Bonferroni level 1 − α/K (α/(2K) a tail), over the seeds that evaluated every step. None for the QA mean or
         < 2 steps; a step without an interval (one item and one seed, no per-item file) leaves no band
         and its reason in `band_gaps`."""
         if bench == MEAN_BENCH:
@@ -224,7 +231,7 @@ def final_point(points: Points, arm: str, bench: str, metric: str) -> Selected |
     got = points.arm_estimate(arm, last, bench, metric)
     if got is None:
         vals = [points.values(arm, t, bench, metric).get(s, math.nan) for s, t in last]
-        got = seed_t(np.array(vals, float), points.conf)
+        got = seed_t(np.array(vals, float), points.conf, points.summary_n(arm, last, bench, metric))
     return Selected(points.record("final", arm, "", "/".join(map(str, steps)), bench, metric, got), steps)
 
 

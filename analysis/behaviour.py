@@ -300,7 +300,7 @@ def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str]:
     (covers items only: seed variance unknown). Returns ({part index: (est, lo, hi)}, what it covers)."""
     import numpy as np
 
-    from analysis.variance import COVERS_BOTH, COVERS_ITEMS, Term, crossed_parts, limits
+    from analysis.variance import COVERS_BOTH, COVERS_ITEMS, Term, crossed_parts, exact_bounds, limits
 
     c = np.moveaxis(np.asarray(contrib, dtype=float), 2, 0)   # parts × items × seeds
     parts = crossed_parts([[Term("post − pre", 1.0, c)]])
@@ -308,6 +308,8 @@ def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str]:
         lo = hi = np.full(c.shape[0], np.nan)
     else:
         lo, hi = limits(parts, conf)
+        for k in np.flatnonzero(parts.var < 1e-24):   # a part no item took (all 0): exact bounds, not zero width
+            lo[k], hi[k] = exact_bounds([[Term("part", 1.0, c[k])]], [1.0], conf) or (np.nan, np.nan)
     out = {k: (float(parts.est[k]), float(lo[k]), float(hi[k])) for k in range(c.shape[0])}
     return out, COVERS_ITEMS if parts.seeds_unknown else COVERS_BOTH
 
@@ -685,7 +687,19 @@ PARTS = (("net_format", "net format (M0→W1 + W1→M0)"), ("net_capability", "n
          ("rest", "rest"))
 
 
-def plot_decomposition(dec: Decomposed, out_stem: Path):
+def decomposition_caption(finals: list[TransitionRow], conf: float) -> str:
+    """The decomposition figure's caption: what the bars are, and what the ΔEM diamond's interval covers."""
+    from analysis.figures import COVERS_WORDS
+
+    covers = " or ".join(sorted({COVERS_WORDS.get(r.split.covers, r.split.covers) for r in finals}))
+    return ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
+            "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
+            "(newly well-formed and right, minus right before and now malformed), net capability "
+            "(well-formed before and now right, minus well-formed before and now wrong) and the rest; "
+            f"the diamond is ΔEM with its {conf:.0%} interval, covering {covers}.")
+
+
+def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95):
     """One panel per QA bench: per arm (its seeds pooled, at its final step) stacked bars of the transition
     table's net format, net capability and rest, with ΔEM as a black diamond and its interval. Returns
     analysis.figures.FigureInfo."""
@@ -737,10 +751,6 @@ def plot_decomposition(dec: Decomposed, out_stem: Path):
         handles, labels = axes.flat[0].get_legend_handles_labels()
         if handles:
             fig.legend(handles, labels, loc="upper center", ncol=len(labels), frameon=False, bbox_to_anchor=(0.5, 1.0))
-        info.caption = ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
-                        "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
-                        "(newly well-formed and right, minus right before and now malformed), net capability "
-                        "(well-formed before and now right, minus well-formed before and now wrong) and the rest; "
-                        "the diamond is ΔEM with its 95% interval over items (seed variance not included).")
+        info.caption = decomposition_caption(finals, conf)
         save_figure(fig, info, out_stem, rows)
     return info

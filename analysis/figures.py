@@ -141,15 +141,15 @@ def _kinds_text(kinds: set[tuple[str, str, int, str]]) -> str:
 
 
 def caption_text(kinds: set[tuple[str, str, int, str]], anchor_drawn: bool,
-                 bands: set[tuple[str, str, int, str]] = frozenset(), gaps: list[str] = ()) -> str:
+                 bands: set[tuple[str, str, int, str]] = frozenset(), gaps: list[str] = (), conf: float = 0.95) -> str:
     """The figure's caption: what each shaded interval and each dotted band covers, and its n.
     `kinds`/`bands`: (method, covers, n items, seeds) of what was drawn; `gaps`: bands not drawn, why."""
     shaded = _kinds_text(kinds) or "none drawn (no interval available)"
-    parts = [f"Shaded: the 95% interval of each step's expected score over the item and seed populations "
+    parts = [f"Shaded: the {conf:.0%} interval of each step's expected score over the item and seed populations "
              f"(crossed items × seeds model): {shaded}."]
     if bands:
-        parts.append("Dotted: a simultaneous 95% band over the steps of each curve (each step at the Bonferroni "
-                     "level 1 − 0.05/K; it covers the whole curve of expected scores at once): "
+        parts.append(f"Dotted: a simultaneous {conf:.0%} band over the steps of each curve (each step at the Bonferroni "
+                     f"level 1 − {1 - conf:.3g}/K; it covers the whole curve of expected scores at once): "
                      f"{_kinds_text(bands)}.")
     if gaps:
         parts.append("No simultaneous band: " + "; ".join(gaps) + ".")
@@ -166,7 +166,7 @@ def _all_zero(values: list[float]) -> bool:
 
 def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dict[str, list[int]],
                 out_stem: Path, suptitle: str | None = None, axis: Axis | None = None) -> FigureInfo:
-    """Draw metric-vs-step curves (mean over seeds, 95% band) per arm, the anchor at step 0; save PDF + PNG.
+    """Draw metric-vs-step curves (mean over seeds, a band at `points.conf`) per arm, the anchor at step 0; save PDF + PNG.
 
     `steps[arm]` is every step the arm should have (checkpointed or expected); missing ones are gaps.
     `axis` (analysis.axes): x is the step (default) or what training consumed by it (tokens seen, ...).
@@ -263,7 +263,7 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
         if order:
             fig.legend([handles[k] for k in order], labels, loc="upper center", ncol=len(order),
                        frameon=False, bbox_to_anchor=(0.5, 1.0))
-        info.caption = caption_text(kinds, anchor_drawn, band_kinds, gaps) + ("" if axis.name == "step" else " " + axis.caption())
+        info.caption = caption_text(kinds, anchor_drawn, band_kinds, gaps, points.conf) + ("" if axis.name == "step" else " " + axis.caption())
         if suptitle:
             fig.suptitle(suptitle, y=1.06)
         save_figure(fig, info, out_stem, rows)

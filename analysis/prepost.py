@@ -3,8 +3,9 @@
     pre    RL runs (a run with its own evaluated step 0, i.e. `checkpoints/step-000000` is the starting
            model): that step-0 evaluation, under the same prompt as the later steps. SFT arms: the
            anchor (the base model with the `anchor_nudge` prompt).
-    post   the run's final evaluated step, with the paired-bootstrap 95% CI of post − pre over the
-           same item ids.
+    post   the run's final evaluated step, with the paired-bootstrap `conf` CI of post − pre over the
+           same item ids (differences that never vary, one item included: 0/1 scores get the exact
+           bounds of analysis.variance.exact_bounds, other values no CI, never a zero-width one).
     best   the step (> 0) with the highest value, labelled "selected on test": chosen on the very
            items it is reported on, so optimistic, and given without a CI.
 
@@ -23,18 +24,20 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis.collect import example_metric, qa_label
 from analysis.discover import Run, read_json_object
 from analysis.stats import PairedResult, paired_bootstrap
 from analysis.tables import DASH, Column, Table
+from analysis.variance import Term, exact_bounds
 from common.fingerprint import fingerprint_diff
 from evals.registry import kind_of
 
 QA_METRICS = ("em", "f1")
 LABELS = {"em": "EM", "f1": "F1"}   # any other metric is shown by its name
-COLUMNS = ["bench (context mode)", "metric", "pre", "post (final step)", "Δ post − pre [95% CI]", "n",
+COLUMNS = ["bench (context mode)", "metric", "pre", "post (final step)", "Δ post − pre [{conf:.0%} CI]", "n",
            "best (selected on test)"]
 
 
@@ -79,13 +82,15 @@ class PrePostRow:
 class PrePost:
     rows: list[PrePostRow] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    conf: float = 0.95
 
     def table(self) -> Table:
         caption = ("Pre vs post training per run. pre: the run's own step-0 evaluation (RL runs: the starting "
                    "checkpoint, same prompt as later steps) or, for SFT arms, the anchor (base model, "
-                   "anchor_nudge prompt). post: the final evaluated step; Δ with a paired-bootstrap 95% CI "
-                   "over identical item ids. best: the best step, selected on the test items (optimistic, no CI).")
-        table = Table(caption, [Column("", "", c, "") for c in COLUMNS], row_header="Run")
+                   f"anchor_nudge prompt). post: the final evaluated step; Δ with a paired-bootstrap {self.conf:.0%} CI "
+                   "over identical item ids (exact bounds for 0/1 differences that never vary). best: the best step, "
+                   "selected on the test items (optimistic, no CI).")
+        table = Table(caption, [Column("", "", c.format(conf=self.conf), "") for c in COLUMNS], row_header="Run")
         for r in self.rows:
             delta = DASH if r.paired is None else f"{r.paired.delta:+.3f} [{r.paired.lo:+.3f}, {r.paired.hi:+.3f}]"
             n = DASH if r.paired is None else str(r.paired.n)
@@ -144,12 +149,19 @@ def paired_prepost(pre: pd.Series, post: pd.Series, n_boot: int, seed: int, conf
         return None, (f"item ids differ (pre n={len(pre)}, post n={len(post)}; {len(only_pre)} only in pre, "
                       f"{len(only_post)} only in post): not paired")
     ids = sorted(pre.index)
-    return paired_bootstrap(post.loc[ids].to_numpy(float), pre.loc[ids].to_numpy(float), n_boot, seed, conf), None
+    a, b = post.loc[ids].to_numpy(float), pre.loc[ids].to_numpy(float)
+    d = a - b
+    if d.size and np.ptp(d) < 1e-12:   # a bootstrap of differences that never vary is a zero-width "CI"
+        bounds = exact_bounds([[Term("post", 1.0, a[:, None]), Term("pre", -1.0, b[:, None])]], [1.0], conf)
+        if bounds is None:
+            return None, f"every item differs by the same amount ({float(d.mean()):+.3f}): no variance, no CI"
+        return PairedResult(float(d.mean()), *bounds, int(d.size), float(d.mean() <= 0)), None
+    return paired_bootstrap(a, b, n_boot, seed, conf), None
 
 
 def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, n_boot: int = 2000, seed: int = 0,
             conf: float = 0.95) -> PrePost:
-    out = PrePost()
+    out = PrePost(conf=conf)
     for run in runs:
         label = f"{run.arm}/seed{run.seed}"
         later = sorted(s for s in run.evals if s > 0)

@@ -173,7 +173,7 @@ def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], an
     table_paths["transitions"].append(behaviour.write_transitions_csv(dec, out / "tables" / "transitions.csv"))
     table_paths["decomposition"].append(behaviour.write_csv(dec, out / "tables" / "decomposition_points.csv"))
     if dec.transitions:
-        result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition"))
+        result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition", conf))
 
 
 def add_teacher_forced(result: AnalysisResult, table_paths: dict, table: pd.DataFrame, eval_dirs: dict, axis,

@@ -2,7 +2,7 @@
 as LaTeX (booktabs) and Markdown.
 
 - main: the anchor, then per arm its final checkpoint and its best checkpoint (best is selected on
-  the evaluation set, hence optimistic; the caption says so). Cells are mean with the 95% half-width.
+  the evaluation set, hence optimistic; the caption says so). Cells are mean with the `conf` (95%) half-width.
 - paired: per arm (final checkpoint) × bench, the difference to the anchor over the same items.
 - compare (analyze's `compare=[[A, B]]`): per step both arms were evaluated at × bench, A − B over the
   same items, each arm's seeds independent.
@@ -151,7 +151,7 @@ def gap(points: Points, arm: str, bench: str) -> str:
 
 def main_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
     caption = (f"{metric.upper()} of the anchor and of each arm's final and best checkpoint "
-               "(mean over seeds ±95% half-width, its larger side, of the crossed items × seeds interval: "
+               f"(mean over seeds ±{points.conf:.0%} half-width, its larger side, of the crossed items × seeds interval: "
                "covers items and seeds with >= 2 seeds, items only with one seed (seed variance unknown) "
                "and for the anchor; @step: the checkpoint; best is chosen on the evaluation set and is "
                "optimistic; each cell's bounds, coverage and n are in intervals.csv)")

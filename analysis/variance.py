@@ -29,7 +29,7 @@ interval is Wilson's score interval on the effective sample size p̂(1 − p̂)/
 "Confidence intervals for proportions with small expected number of positive counts estimated from
 survey data", Survey Methodology 24:193–201), so it keeps its coverage near 0 and 1 where the t interval
 collapses (at p̂ = 0 it is n items' Wilson interval). A band over K steps takes each step's interval at
-the Bonferroni level 1 − α/(2K).
+the Bonferroni level 1 − α/K (α/(2K) in each tail).
 
 Every function takes arrays with any leading (replicate) axes, so bench/bench_coverage.py and the tests
 run thousands of simulated studies in one call.
@@ -182,16 +182,36 @@ def estimate(strata: list[list[Term]], conf: float, *, weights: list[float] | No
                         why)
     level = conf if level is None else level
     terms = [t for stratum in strata for t in stratum]
-    if float(parts.var) == 0 and len(terms) >= 2 and is_binary(*(t.scores for t in terms)):
-        # 0/1 scores that never differ: no discordant item among n (per stratum), so |Δ| is at most the
-        # exact (Clopper–Pearson) upper limit of a rate with 0 events in n, 1 − ((1 − level)/2)^(1/n)
-        u = sum((w if weights else 1 / len(strata)) * (1 - ((1 - level) / 2) ** (1 / np.shape(st[0].scores)[-2]))
-                for w, st in zip(weights or [None] * len(strata), strata))
-        return Estimate(mean, mean - u, mean + u, 0.0, math.nan, parts.n_items, seeds, covers, "zero discordant",
-                        note or "no item differs: the exact bound of 0 discordant items")
+    if float(parts.var) < 1e-24 and len(terms) >= 2:
+        # every item differs by the same amount (to rounding): no variance to scale a t by; 0/1 scores get exact bounds
+        got = exact_bounds(strata, weights or [1 / len(strata)] * len(strata), level)
+        if got is None:
+            return Estimate(mean, math.nan, math.nan, 0.0, math.nan, parts.n_items, seeds, COVERS_NONE, "point",
+                            "no variance: every item differs by the same amount")
+        return Estimate(mean, got[0], got[1], 0.0, math.nan, parts.n_items, seeds, covers, "exact discordant",
+                        note or "every item differs by the same 0, +1 or -1: exact bounds")
     lo, hi = limits(parts, level, binary)
     return Estimate(mean, float(lo), float(hi), float(np.sqrt(max(float(parts.var), 0.0))), float(parts.df),
                     parts.n_items, seeds, covers, "crossed wilson" if binary else "crossed t", note)
+
+
+def exact_bounds(strata: list[list[Term]], weights: list[float], level: float) -> tuple[float, float] | None:
+    """Bounds of a 0/1 contrast whose items all differ by the same c (0, +1 or -1) in each stratum, each
+    score the same in every seed, else None. No item of n departs from c, so the rate of those that do is
+    at most u = 1 − ((1 − level)/2)^(1/n) (Clopper–Pearson's limit for 0 events) and Δ lies in [−u, u] for
+    c = 0, in [1 − 2u, 1] for c = +1 (Δ ≥ 2·P(+1) − 1) and in [−1, −1 + 2u] for c = −1."""
+    lo = hi = 0.0
+    for w, terms in zip(weights, strata):
+        ys = [np.asarray(t.scores, float) for t in terms]
+        if not is_binary(*ys) or any(np.ptp(y, axis=-1).any() for y in ys):
+            return None
+        d = sum(t.coef * y[:, 0] for t, y in zip(terms, ys))
+        c = float(d[0])
+        if c not in (-1.0, 0.0, 1.0):
+            return None
+        u = (1 - ((1 - level) / 2) ** (1 / len(d))) * (1 + abs(c))
+        lo, hi = lo + w * max(-1.0, c - u), hi + w * min(1.0, c + u)
+    return lo, hi
 
 
 def is_binary(*arrays) -> bool:

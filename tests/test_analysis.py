@@ -369,3 +369,38 @@ def test_a_null_metric_is_a_gap_with_its_reason_not_a_problem(tmp_path):
     assert cells[col + 1] == "– (no mean: musique@given has no score)", row   # a gap, not a mean over fewer benches
     anchor = next(line for line in main.splitlines() if line.startswith("| anchor"))
     assert "–" not in anchor   # the anchor has both benches: its mean is there
+
+
+def test_captions_name_the_confidence_level_the_intervals_have(tree, tmp_path):
+    """conf=0.9: every caption and header says 90% (before: the main table, the curves' shaded and dotted
+    bands and the pre/post table said 95% over 90% intervals)."""
+    from analysis.figures import caption_text
+    from analysis.prepost import PrePost
+    from analysis.tables import main_table, table_columns
+
+    p = _points(tree)
+    p.conf = 0.9
+    caption = main_table(p, ["r2e"], table_columns(QA, False, [], "em"), "em").caption
+    assert "±90% half-width" in caption and "95%" not in caption
+    kinds = {("crossed t", "items+seeds", 10, "2")}
+    text = caption_text(kinds, False, kinds, conf=0.9)
+    assert "the 90% interval" in text and "simultaneous 90% band" in text and "1 − 0.1/K" in text and "95" not in text
+    pp = PrePost(conf=0.9).table()
+    assert "90% CI" in pp.caption and "Δ post − pre [90% CI]" in [c.label for c in pp.columns] and "95" not in pp.caption
+
+
+def test_an_interval_without_per_item_files_names_the_items_each_seed_evaluated(tmp_path):
+    """No <bench>.jsonl: a t across seed means, its n the items each seed's summary.json counts (before:
+    n = 0 items, in intervals.csv and the curves' caption "n = 0 items × 2 seeds")."""
+    from analysis.aggregate import curve
+
+    root = tmp_path / "runs"
+    make_run(root, "A", 0, [10, 20], evaluated={10: {"nq": 0.3}, 20: {"nq": 0.4}})
+    make_run(root, "A", 1, [10], evaluated={10: {"nq": 0.5}})
+    for f in root.glob("A/seed*/eval/*/nq.jsonl"):
+        f.unlink()
+    runs = discover_runs(root)
+    p = Points(collect(runs, None, ["nq"]).table, {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}, ["nq"])
+    assert curve(p, "A", "nq", "em", [10]).n.tolist() == [10]
+    final = final_point(p, "A", "nq", "em").interval   # seed 0 at step 20, seed 1 at step 10
+    assert (final.method, final.n_items, final.n_seeds, final.mean) == ("seed t", 10, "2", pytest.approx(0.45))

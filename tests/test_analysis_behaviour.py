@@ -325,3 +325,30 @@ def test_transition_intervals_cover_seed_variance_with_several_seeds():
     assert np.median(widths) <= 1.6 * 2 * 1.96 * np.std(ests, ddof=1)
     one = transition_split([(0, pre, [ep(i, w1[i, 0]) for i in range(n)])])
     assert one.covers == "items" and one.parts["format_gain"][1] < one.parts["format_gain"][0]
+
+
+@pytest.mark.parametrize("seeds, covers, words", [((0,), "items", "items only (one seed: seed variance unknown)"),
+                                                  ((0, 1), "items+seeds", "items and seeds both random")])
+def test_the_decomposition_figure_says_what_its_interval_covers(seeds, covers, words):
+    """The ΔEM diamond's interval is the transition table's (crossed model): with 2 seeds it covers seeds too,
+    at the analysis's conf (before: "95% interval over items (seed variance not included)" whatever they were)."""
+    from analysis.behaviour import PART_KEYS, TransitionRow, TransitionSplit, decomposition_caption
+
+    split = TransitionSplit(10, seeds, 0.2, 0.3, {}, {}, {k: (0.1, 0.0, 0.2) for k in PART_KEYS}, covers)
+    caption = decomposition_caption([TransitionRow("r2e", 10, "nq", "anchor", "a → b", split)], 0.9)
+    assert f"its 90% interval, covering {words}." in caption and "95%" not in caption
+
+
+def test_a_transition_part_no_item_took_is_not_a_zero_width_interval():
+    """20 items, one seed, 5 gained capability and nothing else moved: the empty parts (every contribution 0)
+    are bounded by the exact limit of 0 events in 20 (scipy's beta quantile), not [+0.000, +0.000]."""
+    from scipy.stats import beta
+
+    from analysis.behaviour import part_intervals
+
+    c = np.zeros((20, 1, 3))
+    c[:5, 0, 0] = 1.0
+    got, covers = part_intervals(c)
+    u = beta.ppf(0.975, 1, 20)
+    assert got[1] == pytest.approx((0.0, -u, u)) and got[2] == got[1] and covers == "items"
+    assert got[0][1] < 0.25 < got[0][2]   # the part with items keeps its t interval

@@ -194,19 +194,30 @@ def test_one_item_one_seed_band_is_a_labelled_gap(tmp_path):
     assert "No simultaneous band: A, nq: one item: no item variance." in info.caption
 
 
-def test_a_contrast_of_scores_that_never_differ_is_not_a_point():
-    """Arm and anchor both 0 on all 50 items (a failing base, an arm that learnt nothing): no discordant
-    item, so |Δ| is bounded by the exact upper limit of a rate with 0 events in 50 (scipy's beta quantile),
-    never a zero-width interval."""
+@pytest.mark.parametrize("arm, anchor, bounds, method", [
+    (np.zeros((50, 1)), np.zeros((50, 1)), (-1, 1), "exact discordant"),      # 0 vs 0: |Δ| <= u
+    (np.ones((10, 1)), np.zeros((10, 1)), (1, None), "exact discordant"),     # all right vs all wrong: [1 - 2u, 1]
+    (np.zeros((10, 1)), np.ones((10, 1)), (None, -1), "exact discordant"),    # (before: [0.69, 1.31], "no item differs")
+    (np.tile([[1.0, 0.0], [0.0, 1.0]], (5, 1)), np.zeros((10, 1)), None, "point"),   # every item 0.5 up: no variance
+    (np.full((10, 1), 0.7), np.full((10, 1), 0.2), None, "point"),            # F1 0.5 up on every item: no zero width
+])
+def test_a_contrast_whose_items_all_differ_alike_is_not_a_zero_width_or_impossible_interval(arm, anchor, bounds, method):
+    """Every item differs by the same amount (0 vs 0, a failing base against an arm that learnt nothing, or
+    1 vs 0 on every item): no variance. A 0/1 contrast with no item departing from c in {0, ±1} gets the exact
+    limit u of a rate with 0 events in n (scipy's beta quantile), inside [-1, 1]; anything else a labelled
+    point, never a zero-width interval."""
     from scipy.stats import beta
 
     from analysis.variance import estimate
 
-    zeros = np.zeros((50, 1))
-    got = estimate([[Term("A", 1.0, zeros), Term("anchor", -1.0, zeros, random_seeds=False)]], 0.95)
-    u = beta.ppf(0.975, 1, 50)
-    assert (got.mean, got.lo, got.hi, got.method) == pytest.approx((0.0, -u, u, "zero discordant"))
-    assert got.covers == "items" and "seed variance unknown" in got.note
+    got = estimate([[Term("A", 1.0, arm), Term("anchor", -1.0, anchor, random_seeds=False)]], 0.95)
+    assert (got.mean, got.method) == (pytest.approx((arm.mean(1) - anchor[:, 0]).mean()), method)
+    if bounds is None:
+        assert np.isnan([got.lo, got.hi]).all() and got.covers == "none" and "no variance" in got.note
+        return
+    u = beta.ppf(0.975, 1, len(arm))
+    want = {(-1, 1): (-u, u), (1, None): (1 - 2 * u, 1.0), (None, -1): (-1.0, -1 + 2 * u)}[bounds]
+    assert (got.lo, got.hi) == pytest.approx(want) and got.covers == "items" and "seed variance unknown" in got.note
 
 
 def test_analyze_on_a_one_item_one_seed_run_writes_its_report_with_the_gap(tmp_path, capsys):

@@ -109,12 +109,26 @@ def test_prepost_reproduces_known_values_and_the_numpy_ci(analysed):
     assert "babyai: evaluated 10 items, the reference size is 50" in report
 
 
-def test_degenerate_equal_differences_give_a_zero_width_ci():
-    ids = [f"q{i}" for i in range(20)]
-    pre = pd.Series(np.linspace(0, 0.5, 20), index=ids)
-    paired, why = paired_prepost(pre, pre + 0.25, N_BOOT, SEED, 0.95)
-    assert why is None and paired.lo == pytest.approx(0.25) and paired.hi == pytest.approx(0.25)
-    assert paired.hi - paired.lo == pytest.approx(0.0, abs=1e-12)
+@pytest.mark.parametrize("pre, post, want", [
+    (np.linspace(0, 0.5, 20), np.linspace(0, 0.5, 20) + 0.25, None),   # every item up by 0.25: no variance, no CI
+    ([0.0], [1.0], (1 - 2 * 0.975, 1.0)),                               # one item (before: [+1.000, +1.000])
+    ([0.0] * 50, [0.0] * 50, "±u"),                                      # nothing changed (before: [+0.000, +0.000])
+    ([0.0] * 10, [1.0] * 10, "1-2u"),                                    # every item wrong -> right (before: [+1, +1])
+])
+def test_differences_without_variance_give_no_zero_width_ci(pre, post, want):
+    """A bootstrap of differences that never vary is a zero-width "95% CI". 0/1 scores get the report's exact
+    bounds (analysis.variance.exact_bounds: u = scipy's beta quantile of 0 events in n); other values no CI,
+    with the reason."""
+    from scipy.stats import beta
+
+    ids = [f"q{i}" for i in range(len(pre))]
+    paired, why = paired_prepost(pd.Series(pre, index=ids), pd.Series(post, index=ids), N_BOOT, SEED, 0.95)
+    if want is None:
+        assert paired is None and "every item differs by the same amount (+0.250): no variance, no CI" in why
+        return
+    u = beta.ppf(0.975, 1, len(pre))
+    want = {"±u": (-u, u), "1-2u": (1 - 2 * u, 1.0)}.get(want, want)
+    assert why is None and (paired.lo, paired.hi) == pytest.approx(want) and paired.n == len(pre)
 
 
 def test_mismatched_item_ids_are_a_problem_never_intersected(tmp_path):
