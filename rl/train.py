@@ -250,8 +250,8 @@ class Progress:
     """The console while GRPO runs (main process): a line per generation round and per optimizer step, numbers
     only (docs/glossary.md, "Columns"). The trainer class feeds it the round's generation and environment time."""
 
-    def __init__(self, total: int, main: bool):
-        self.total, self.main = total, main
+    def __init__(self, total: int, main: bool, group: int = 1):
+        self.total, self.main, self.group = total, main, group   # group: completions per prompt (grpo.num_generations)
         self.rounds = 0
         self.gen_s = self.env_s = self.round_s = 0.0
         self.tokens = 0
@@ -275,11 +275,21 @@ class Progress:
             return
         n = len(self.rewards)
         mean = sum(self.rewards) / n if n else math.nan
-        std = math.sqrt(sum((r - mean) ** 2 for r in self.rewards) / n) if n else math.nan
+        # the sample standard deviation, as TRL's reward_std in metrics.jsonl for the same round
+        std = math.sqrt(sum((r - mean) ** 2 for r in self.rewards) / (n - 1)) if n > 1 else math.nan
         print(f"[grpo] round {self.rounds} (step {steps_done + 1}/{self.total}): completions={n} "
               f"reward_mean={mean:.3f} reward_std={std:.3f} gen_s={self.gen_s:.2f} env_s={self.env_s:.2f} "
               f"score_s={max(0.0, took - self.gen_s - self.env_s):.2f} tokens={self.tokens} "
               f"tokens/s={self.tokens / self.gen_s if self.gen_s > 0 else 0.0:.1f}", flush=True)
+        if n and not self.learnable_groups():
+            print(f"[grpo] round {self.rounds} (step {steps_done + 1}/{self.total}): every prompt's {self.group} completions "
+                  "got the same reward, so every advantage is 0: this round has no reward signal to learn from", flush=True)
+
+    def learnable_groups(self) -> int:
+        """Groups of the round (consecutive `group` rewards, TRL's order) whose rewards differ: the only ones
+        with a non-zero advantage (TRL: reward minus the group's mean)."""
+        groups = [self.rewards[i:i + self.group] for i in range(0, len(self.rewards), self.group)]
+        return sum(1 for g in groups if max(g) - min(g) > 1e-8 * max(1.0, abs(max(g))))
 
     def step_begins(self) -> None:
         self._step_t0, self.round_s = time.perf_counter(), 0.0
@@ -531,7 +541,7 @@ class Run:
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)   # its raw log dicts: Progress prints the steps instead
-        trainer.progress = self.progress = Progress(self.total, trainer.accelerator.is_main_process)
+        trainer.progress = self.progress = Progress(self.total, trainer.accelerator.is_main_process, int(cfg.grpo.num_generations))
         trainer.add_callback(_Callback(self))
         self.trainer = trainer
         rank = trainer.accelerator.process_index
@@ -608,7 +618,7 @@ class Run:
         tokens = float(logs.get("num_tokens", 0.0))
         dt = now - state.get("t", now)
         row = {"step": step, "loss": logs.get("loss"), "lr": logs.get("learning_rate"), "reward": logs.get("reward"),
-               "reward_std": logs.get("reward_std")}
+               "reward_std": logs.get("reward_std"), "frac_reward_zero_std": logs.get("frac_reward_zero_std")}
         for key, v in logs.items():
             if key.startswith("rewards/") and key.endswith("/mean"):
                 name = key[len("rewards/"):-len("/mean")]
