@@ -151,6 +151,10 @@ def test_stop_component():
     assert {r: dict(rec.slots) for r, rec in env.task.world.records.items()} == before  # no effect
     c = env.reward_components()
     assert c["stop"] == 0.5 and c["outcome"] == 1.0
+    # a call after finish costs the same whatever its arguments (TRL calls the tool with the model's keywords)
+    assert env.search(q="x").startswith("Error: the episode is over")
+    assert env.finish("again", extra="y").startswith("Error: the episode is over")
+    assert env.reward_components()["stop"] == 0.0
 
 
 def test_ood_never_uses_train_surface():
