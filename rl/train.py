@@ -246,6 +246,23 @@ def completion_tokens(generated) -> int:
         return 0
 
 
+def tool_counts(completions: list[list[dict]]) -> list[float]:
+    """[turns whose tool-call markup did not parse, tool answers that are errors, rollouts] of one process's
+    completions. Tools answer a bad call with an "Error: ..." string (they never raise), so TRL's failure count
+    misses them; a call TRL could not make (an unknown tool, arguments that do not bind) answers "{'error': ...}"."""
+    turns = [m for c in completions for m in c]
+    return [float(sum(1 for m in turns if m.get("tool_call_errors"))),
+            float(sum(1 for m in turns if m.get("role") == "tool" and str(m.get("content", "")).startswith(("Error", "{'error'")))),
+            float(len(completions))]
+
+
+def step_tool_counts(counts: list[float], gather, device) -> tuple[int, float]:
+    """(tool parse failures, tool errors per rollout) of a step over every process's `tool_counts`; `gather`: the
+    accelerator's (each process calls it, as TRL gathers its own tool counts)."""
+    parse, errors, rollouts = gather(torch.tensor(counts, device=device)).view(-1, 3).sum(0).tolist()
+    return int(parse), errors / max(1.0, rollouts)
+
+
 class Progress:
     """The console while GRPO runs (main process): a line per generation round and per optimizer step, numbers
     only (docs/glossary.md, "Columns"). The trainer class feeds it the round's generation and environment time."""
@@ -424,11 +441,8 @@ def _trainer_class():
                     entry["tool_calls"] = self.environments[i].transcript()
                 out.append(json.loads(json.dumps(entry, default=str)))
             self.last_rollouts = out
-            self.last_parse_failures = sum(1 for c in completions for m in c if m.get("tool_call_errors"))
-            # Tools answer a bad call with an "Error: ..." string (they never raise), so TRL's failure
-            # count misses them; this counts them per rollout.
-            self.last_tool_errors = sum(1 for c in completions for m in c if m.get("role") == "tool"
-                                        and str(m.get("content", "")).startswith(("Error", "{'error'"))) / max(1, n)
+            self.last_parse_failures, self.last_tool_errors = step_tool_counts(
+                tool_counts(completions), self.accelerator.gather, self.accelerator.device)
             return rewards
 
     return DtsftGRPOTrainer
