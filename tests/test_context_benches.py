@@ -299,7 +299,7 @@ def test_grpo_qa_task_takes_the_same_context_modes(tmp_path):
     unanswerable = tmp_path / "unanswerable.jsonl"
     unanswerable.write_text("".join(json.dumps({**json.loads(line), "answerable": False}) + "\n"
                                     for line in path.read_text(encoding="utf-8").splitlines()[:2]), encoding="utf-8")
-    with pytest.raises(BenchError, match=r"unanswerable\.jsonl: no answerable question to train on \(2 rows, all answerable: false\)"):
+    with pytest.raises(BenchError, match=r"unanswerable\.jsonl: no answerable question to train on \(all 2 are answerable: false\)"):
         qa_rows(str(unanswerable), 0, 1)
 
 
