@@ -42,6 +42,8 @@ from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
 from common.preempt import PreemptionFlag
 from common.tracking import MetricsLog, Wandb
 from sft.checkpoint import step_name
+from sft.optim import NonFiniteError
+from sft.train import EXIT_NONFINITE
 
 log = logging.getLogger("rl.train")
 
@@ -142,6 +144,16 @@ def make_retriever(cfg: DictConfig, probe: bool = True) -> CountingRetriever:
         except RetrieverError as exc:  # a bad input (exit 2, one line), not a crash
             raise RlError(f"grpo.retriever={cfg.grpo.retriever}: the retriever does not answer at start: {exc}") from None
     return CountingRetriever(inner)
+
+
+def check_finite(model, step: int) -> None:
+    """NonFiniteError (exit 3, as sft.train's guard) when a trained weight is no longer finite: a non-finite loss or
+    gradient reached it, and every later step, checkpoint and evaluation would carry it."""
+    bad = [n for n, p in model.named_parameters() if p.requires_grad and not bool(torch.isfinite(p).all())]
+    if bad:
+        raise NonFiniteError(f"step {step}: {len(bad)} trained weight tensor(s) are not finite ({bad[0]}{', ...' if len(bad) > 1 else ''}) "
+                             "after the update; stopping before this step's checkpoint and state are written (the last state "
+                             "resumes). Lower train.lr, or inspect this step's rollouts/ and metrics.jsonl")
 
 
 def check_search_failures(step: int, searches: int, failures: int, rate: float, last: str) -> None:
@@ -580,6 +592,7 @@ class Run:
                 for r in tr.last_rollouts:
                     f.write(json.dumps({"step": step, **r}, ensure_ascii=False) + "\n")
         model = tr.accelerator.unwrap_model(tr.model)
+        check_finite(model, step)   # every rank (each holds the same weights): none saves a poisoned step
         if step in self.saves and main:
             rlck.save_merged_checkpoint(model, start_dir=self.start_dir,
                                         out=layout.checkpoint_dir(self.rd, step), dtype=self.dtype)
@@ -801,13 +814,14 @@ def main(argv: list[str] | None = None) -> int:
             layout.record_trainer_failure(argv[0], "refused to train: a reward hack comes within the required margin "
                                           "of genuine play (the pilot guard; its table is in the log)", "rl.train", rc)
         return rc
-    except (ConfigError, RetrieverError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
+    except (ConfigError, RetrieverError, NonFiniteError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
+        code = EXIT_NONFINITE if isinstance(exc, NonFiniteError) else 2
         message = " ".join(str(exc).split("\n  ")) if "\n" in str(exc) else str(exc)
         print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
-        layout.record_refusal(argv[0], 2, message)
+        layout.record_refusal(argv[0], code, message)
         if not isinstance(exc, lock.LockHeld):   # another trainer holds the run: it has not failed
-            layout.record_trainer_failure(argv[0], message, "rl.train", 2)
-        return 2
+            layout.record_trainer_failure(argv[0], message, "rl.train", code)
+        return code
     except Exception as exc:   # a crash: recorded (FAILED), then the traceback as usual
         layout.record_trainer_failure(argv[0], f"{type(exc).__name__}: {exc}", "rl.train")
         raise

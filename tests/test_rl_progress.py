@@ -44,3 +44,37 @@ def test_tool_counts_are_the_step_s_over_every_process():
 
     assert step_tool_counts(tool_counts(rank0), gather, "cpu") == (2, 3 / 5)
     assert step_tool_counts(tool_counts(rank0), lambda t: t, "cpu") == (1, 0.0)   # one process
+
+
+def test_non_finite_lora_weights_stop_the_run_with_exit_3(tmp_path, monkeypatch, capsys):
+    """A non-finite loss or gradient that reached the LoRA weights stops the run before that step's checkpoint and
+    state are written (exit 3, FAILED, as sft.train's guard), not a finished run of NaN checkpoints."""
+    import json
+
+    import pytest
+    import torch
+
+    from rl import train as rt
+    from sft.optim import NonFiniteError
+
+    model = torch.nn.Linear(2, 2)
+    model.bias.requires_grad_(False)
+    rt.check_finite(model, 3)   # finite: nothing to say
+    with torch.no_grad():
+        model.bias[0] = float("nan")   # not trained: not checked
+        rt.check_finite(model, 3)
+        model.weight[1, 0] = float("inf")
+    with pytest.raises(NonFiniteError, match=r"^step 3: 1 trained weight tensor\(s\) are not finite \(weight\)"):
+        rt.check_finite(model, 3)
+
+    rd = tmp_path / "run"
+    rd.mkdir()
+    (tmp_path / "config.yaml").write_text(f"run_dir: {rd}\n")
+
+    def run(cfg, **_):
+        raise NonFiniteError("step 3: 1 trained weight tensor(s) are not finite")
+
+    monkeypatch.setattr(rt, "run", run)
+    assert rt.main([str(tmp_path / "config.yaml")]) == 3
+    assert capsys.readouterr().err.startswith("error: step 3: 1 trained weight tensor(s) are not finite")
+    assert json.loads((rd / "FAILED").read_text())["code"] == 3
