@@ -153,7 +153,7 @@ def check_finite(model, step: int) -> None:
     if bad:
         raise NonFiniteError(f"step {step}: {len(bad)} trained weight tensor(s) are not finite ({bad[0]}{', ...' if len(bad) > 1 else ''}) "
                              "after the update; stopping before this step's checkpoint and state are written (the last state "
-                             "resumes). Lower train.lr, or inspect this step's rollouts/ and metrics.jsonl")
+                             "resumes). Lower train.lr, or inspect this step's rollouts/ file")
 
 
 def check_search_failures(step: int, searches: int, failures: int, rate: float, last: str) -> None:
