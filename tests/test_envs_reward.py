@@ -182,6 +182,9 @@ def test_difficulty_knobs():
     assert len(build_task(1, "train", distractors=0).world.records) < len(t.world.records)
     with pytest.raises(ValueError, match="unknown split"):
         build_task(1, "test")
+    assert build_task(1, "ood", writes=32).n_writes == 32   # every distinct write of a 4-record chain (3 hops)
+    with pytest.raises(ValueError, match="writes=33: an ood task with 3 hop"):
+        build_task(1, "ood", writes=33)
     with pytest.raises(ValueError, match="seed"):
         SearchPlanActEnv().reset(split="train")
     with pytest.raises(ValueError, match="seed"):
