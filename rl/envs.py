@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from common.benchmarks import check_context_mode, read_bench_file
+from common.benchmarks import BenchError, check_context_mode, read_bench_file
 from common.prompts import given_context_message, initial_messages
 from envs.search_plan_act import SearchPlanActEnv
 from envs.search_plan_act.env import not_a_tool
@@ -124,7 +124,10 @@ def qa_rows(path: str, start: int, n: int, mode: str = "open") -> list[dict]:
     when the file runs out."""
     items = read_bench_file(path, "train")
     check_context_mode(items, mode, str(path))
-    items = [it for it in items if it.answerable]
+    answerable = [it for it in items if it.answerable]
+    if not answerable:
+        raise BenchError(f"{path}: no answerable question to train on (all {len(items)} are answerable: false)")
+    items = answerable
     rows = []
     for k in range(start, start + n):
         it = items[k % len(items)]

@@ -42,6 +42,8 @@ from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
 from common.preempt import PreemptionFlag
 from common.tracking import MetricsLog, Wandb
 from sft.checkpoint import step_name
+from sft.optim import NonFiniteError
+from sft.train import EXIT_NONFINITE
 
 log = logging.getLogger("rl.train")
 
@@ -142,6 +144,16 @@ def make_retriever(cfg: DictConfig, probe: bool = True) -> CountingRetriever:
         except RetrieverError as exc:  # a bad input (exit 2, one line), not a crash
             raise RlError(f"grpo.retriever={cfg.grpo.retriever}: the retriever does not answer at start: {exc}") from None
     return CountingRetriever(inner)
+
+
+def check_finite(model, step: int) -> None:
+    """NonFiniteError (exit 3, as sft.train's guard) when a trained weight is no longer finite: a non-finite loss or
+    gradient reached it, and every later step, checkpoint and evaluation would carry it."""
+    bad = [n for n, p in model.named_parameters() if p.requires_grad and not bool(torch.isfinite(p).all())]
+    if bad:
+        raise NonFiniteError(f"step {step}: {len(bad)} trained weight tensor(s) are not finite ({bad[0]}{', ...' if len(bad) > 1 else ''}) "
+                             "after the update; stopping before this step's checkpoint and state are written (the last state "
+                             "resumes). Lower train.lr, or inspect this step's rollouts/ file")
 
 
 def check_search_failures(step: int, searches: int, failures: int, rate: float, last: str) -> None:
@@ -246,12 +258,29 @@ def completion_tokens(generated) -> int:
         return 0
 
 
+def tool_counts(completions: list[list[dict]]) -> list[float]:
+    """[turns whose tool-call markup did not parse, tool answers that are errors, rollouts] of one process's
+    completions. Tools answer a bad call with an "Error: ..." string (they never raise), so TRL's failure count
+    misses them; a call TRL could not make (an unknown tool, arguments that do not bind) answers "{'error': ...}"."""
+    turns = [m for c in completions for m in c]
+    return [float(sum(1 for m in turns if m.get("tool_call_errors"))),
+            float(sum(1 for m in turns if m.get("role") == "tool" and str(m.get("content", "")).startswith(("Error", "{'error'")))),
+            float(len(completions))]
+
+
+def step_tool_counts(counts: list[float], gather, device) -> tuple[int, float]:
+    """(tool parse failures, tool errors per rollout) of a step over every process's `tool_counts`; `gather`: the
+    accelerator's (each process calls it, as TRL gathers its own tool counts)."""
+    parse, errors, rollouts = gather(torch.tensor(counts, device=device)).view(-1, 3).sum(0).tolist()
+    return int(parse), errors / max(1.0, rollouts)
+
+
 class Progress:
     """The console while GRPO runs (main process): a line per generation round and per optimizer step, numbers
     only (docs/glossary.md, "Columns"). The trainer class feeds it the round's generation and environment time."""
 
-    def __init__(self, total: int, main: bool):
-        self.total, self.main = total, main
+    def __init__(self, total: int, main: bool, group: int = 1):
+        self.total, self.main, self.group = total, main, group   # group: completions per prompt (grpo.num_generations)
         self.rounds = 0
         self.gen_s = self.env_s = self.round_s = 0.0
         self.tokens = 0
@@ -275,11 +304,21 @@ class Progress:
             return
         n = len(self.rewards)
         mean = sum(self.rewards) / n if n else math.nan
-        std = math.sqrt(sum((r - mean) ** 2 for r in self.rewards) / n) if n else math.nan
+        # the sample standard deviation, as TRL's reward_std in metrics.jsonl for the same round
+        std = math.sqrt(sum((r - mean) ** 2 for r in self.rewards) / (n - 1)) if n > 1 else math.nan
         print(f"[grpo] round {self.rounds} (step {steps_done + 1}/{self.total}): completions={n} "
               f"reward_mean={mean:.3f} reward_std={std:.3f} gen_s={self.gen_s:.2f} env_s={self.env_s:.2f} "
               f"score_s={max(0.0, took - self.gen_s - self.env_s):.2f} tokens={self.tokens} "
               f"tokens/s={self.tokens / self.gen_s if self.gen_s > 0 else 0.0:.1f}", flush=True)
+        if n and not self.learnable_groups():
+            print(f"[grpo] round {self.rounds} (step {steps_done + 1}/{self.total}): every prompt's {self.group} completions "
+                  "got the same reward, so every advantage is 0: this round has no reward signal to learn from", flush=True)
+
+    def learnable_groups(self) -> int:
+        """Groups of the round (consecutive `group` rewards, TRL's order) whose rewards differ: the only ones
+        with a non-zero advantage (TRL: reward minus the group's mean)."""
+        groups = [self.rewards[i:i + self.group] for i in range(0, len(self.rewards), self.group)]
+        return sum(1 for g in groups if max(g) - min(g) > 1e-8 * max(1.0, abs(max(g))))
 
     def step_begins(self) -> None:
         self._step_t0, self.round_s = time.perf_counter(), 0.0
@@ -414,11 +453,8 @@ def _trainer_class():
                     entry["tool_calls"] = self.environments[i].transcript()
                 out.append(json.loads(json.dumps(entry, default=str)))
             self.last_rollouts = out
-            self.last_parse_failures = sum(1 for c in completions for m in c if m.get("tool_call_errors"))
-            # Tools answer a bad call with an "Error: ..." string (they never raise), so TRL's failure
-            # count misses them; this counts them per rollout.
-            self.last_tool_errors = sum(1 for c in completions for m in c if m.get("role") == "tool"
-                                        and str(m.get("content", "")).startswith(("Error", "{'error'"))) / max(1, n)
+            self.last_parse_failures, self.last_tool_errors = step_tool_counts(
+                tool_counts(completions), self.accelerator.gather, self.accelerator.device)
             return rewards
 
     return DtsftGRPOTrainer
@@ -531,7 +567,7 @@ class Run:
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)   # its raw log dicts: Progress prints the steps instead
-        trainer.progress = self.progress = Progress(self.total, trainer.accelerator.is_main_process)
+        trainer.progress = self.progress = Progress(self.total, trainer.accelerator.is_main_process, int(cfg.grpo.num_generations))
         trainer.add_callback(_Callback(self))
         self.trainer = trainer
         rank = trainer.accelerator.process_index
@@ -556,6 +592,7 @@ class Run:
                 for r in tr.last_rollouts:
                     f.write(json.dumps({"step": step, **r}, ensure_ascii=False) + "\n")
         model = tr.accelerator.unwrap_model(tr.model)
+        check_finite(model, step)   # every rank (each holds the same weights): none saves a poisoned step
         if step in self.saves and main:
             rlck.save_merged_checkpoint(model, start_dir=self.start_dir,
                                         out=layout.checkpoint_dir(self.rd, step), dtype=self.dtype)
@@ -608,7 +645,7 @@ class Run:
         tokens = float(logs.get("num_tokens", 0.0))
         dt = now - state.get("t", now)
         row = {"step": step, "loss": logs.get("loss"), "lr": logs.get("learning_rate"), "reward": logs.get("reward"),
-               "reward_std": logs.get("reward_std")}
+               "reward_std": logs.get("reward_std"), "frac_reward_zero_std": logs.get("frac_reward_zero_std")}
         for key, v in logs.items():
             if key.startswith("rewards/") and key.endswith("/mean"):
                 name = key[len("rewards/"):-len("/mean")]
@@ -777,13 +814,14 @@ def main(argv: list[str] | None = None) -> int:
             layout.record_trainer_failure(argv[0], "refused to train: a reward hack comes within the required margin "
                                           "of genuine play (the pilot guard; its table is in the log)", "rl.train", rc)
         return rc
-    except (ConfigError, RetrieverError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
+    except (ConfigError, RetrieverError, NonFiniteError) as exc:  # ConfigError: every stage's typed bad-input error (RlError, BenchError, StateError ...)
+        code = EXIT_NONFINITE if isinstance(exc, NonFiniteError) else 2
         message = " ".join(str(exc).split("\n  ")) if "\n" in str(exc) else str(exc)
         print(f"error: {exc}", file=sys.stderr)  # a bad input, named; not a crash
-        layout.record_refusal(argv[0], 2, message)
+        layout.record_refusal(argv[0], code, message)
         if not isinstance(exc, lock.LockHeld):   # another trainer holds the run: it has not failed
-            layout.record_trainer_failure(argv[0], message, "rl.train", 2)
-        return 2
+            layout.record_trainer_failure(argv[0], message, "rl.train", code)
+        return code
     except Exception as exc:   # a crash: recorded (FAILED), then the traceback as usual
         layout.record_trainer_failure(argv[0], f"{type(exc).__name__}: {exc}", "rl.train")
         raise

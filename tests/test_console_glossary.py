@@ -11,6 +11,7 @@ import re
 import string
 from pathlib import Path
 
+import numpy
 import pytest
 
 from evals.registry import KINDS, headline_metrics
@@ -89,16 +90,25 @@ def test_evaluate_console_table_has_a_legend_and_every_column_in_the_glossary():
 def test_grpo_progress_names_are_in_the_glossary(capsys):
     from rl.train import Progress
 
-    progress = Progress(total=2, main=True)
+    progress = Progress(total=2, main=True, group=2)
     progress.step_begins()
     progress.round_begins()
     progress.generated(0.5, 40)
-    progress.env_s, progress.rewards = 0.25, [1.0, 0.0, 0.5, 0.5]
+    rewards = [1.0, 0.0, 0.5, 0.5]
+    progress.env_s, progress.rewards = 0.25, list(rewards)
     progress.round_ends(0)
     progress.step_line(1, {"loss": 0.01, "grad_norm": 0.5, "lr": 1e-5, "reward": 0.5}, progress.step_ends())
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["[grpo] round 1 (step 1/2)", "[grpo] step 1/2"]
-    assert "reward_mean=0.500 reward_std=0.354" in lines[0] and "tokens=40 tokens/s=80.0" in lines[0]
+    # the sample standard deviation, as TRL's reward_std in metrics.jsonl for the same round (numpy's ddof=1)
+    assert f"reward_mean=0.500 reward_std={numpy.std(rewards, ddof=1):.3f}" in lines[0] and "tokens=40 tokens/s=80.0" in lines[0]
+    assert progress.learnable_groups() == 1   # [1, 0] differ, [0.5, 0.5] do not
+    # a round whose every group got equal rewards (a policy that never calls a tool): zero advantages, said so
+    progress.round_begins()
+    progress.rewards = [0.0, 0.0, 0.25, 0.25]
+    progress.round_ends(0)
+    flat = capsys.readouterr().out.splitlines()
+    assert len(flat) == 2 and "every prompt's 2 completions got the same reward, so every advantage is 0" in flat[1], flat
     names = {n for line in lines for n in re.findall(r"([\w/]+)=", line)} | {"round", "step"}
     missing = sorted(names - glossary_columns())
     assert not missing, f"GRPO progress names docs/glossary.md does not define: {missing}"

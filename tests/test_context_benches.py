@@ -297,6 +297,12 @@ def test_grpo_qa_task_takes_the_same_context_modes(tmp_path):
         assert env.search(target.text).count("Doc ") >= 2
     with pytest.raises(BenchError, match="only the supporting paragraphs"):
         qa_rows(str(shared_path(CTX, "variants", "musique_flashrag_dev_11_transcribed.jsonl")), 0, 2, "item")
+    # a file of unanswerable questions only leaves nothing to train on: named, not a ZeroDivisionError
+    unanswerable = tmp_path / "unanswerable.jsonl"
+    unanswerable.write_text("".join(json.dumps({**json.loads(line), "answerable": False}) + "\n"
+                                    for line in path.read_text(encoding="utf-8").splitlines()[:2]), encoding="utf-8")
+    with pytest.raises(BenchError, match=r"unanswerable\.jsonl: no answerable question to train on \(all 2 are answerable: false\)"):
+        qa_rows(str(unanswerable), 0, 1)
 
 
 @pytest.mark.parametrize("mode", ["item", "given"])

@@ -177,6 +177,10 @@ def test_cli(capsys, monkeypatch, tmp_path):
     assert "Did you mean: tasks" in capsys.readouterr().err
     # each value checked by its key's rule, one `error:` line (seen: hops=0 and out=<a directory> were tracebacks)
     for argv, line in ((["pilot", "split=dev"], "split='dev': expected train or ood"), (["pilot", "hops=0"], "hops=0: expected a positive"),
+                       # beyond what a task can hold (seen: writes=9 never returned, hops=50 and distractors=100000 tracebacks)
+                       (["pilot", "writes=9"], "writes=9: a train task with 1 hop(s) holds at most 8 distinct writes"),
+                       (["pilot", "hops=8"], "hops=8: must be at least 1 and at most 7"),
+                       (["pilot", "distractors=100000"], "distractors=100000: must be >= 0 and at most 20"),
                        (["export", f"out={tmp_path}"], f"out='{tmp_path}': expected a file path"), (["fly"], "unknown command 'fly'")):
         assert run_cli(cli_main, argv) == 2
         err = capsys.readouterr().err

@@ -151,6 +151,10 @@ def test_stop_component():
     assert {r: dict(rec.slots) for r, rec in env.task.world.records.items()} == before  # no effect
     c = env.reward_components()
     assert c["stop"] == 0.5 and c["outcome"] == 1.0
+    # a call after finish costs the same whatever its arguments (TRL calls the tool with the model's keywords)
+    assert env.search(q="x").startswith("Error: the episode is over")
+    assert env.finish("again", extra="y").startswith("Error: the episode is over")
+    assert env.reward_components()["stop"] == 0.0
 
 
 def test_ood_never_uses_train_surface():
@@ -178,6 +182,9 @@ def test_difficulty_knobs():
     assert len(build_task(1, "train", distractors=0).world.records) < len(t.world.records)
     with pytest.raises(ValueError, match="unknown split"):
         build_task(1, "test")
+    assert build_task(1, "ood", writes=32).n_writes == 32   # every distinct write of a 4-record chain (3 hops)
+    with pytest.raises(ValueError, match="writes=33: an ood task with 3 hop"):
+        build_task(1, "ood", writes=33)
     with pytest.raises(ValueError, match="seed"):
         SearchPlanActEnv().reset(split="train")
     with pytest.raises(ValueError, match="seed"):

@@ -45,7 +45,13 @@ def main(argv: list[str]) -> int:
     if cmd == "pilot":
         from .pilot import run_pilot
 
+        from .spec import get_spec, resolve_difficulty
+
         knobs = {k: cfg[k] for k in ("hops", "writes", "distractors") if cfg[k] is not None}
+        try:
+            resolve_difficulty(get_spec(cfg.split), **knobs)   # knobs no task can be built with: one line, exit 2
+        except ValueError as exc:
+            raise EnvsError(str(exc)) from None
         result = run_pilot(cfg.split, cfg.tasks, cfg.seed, **knobs)
         print(result.table())
         return 0 if result.ok else 1

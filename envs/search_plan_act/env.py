@@ -54,6 +54,13 @@ def _tool(fn):
         # The instance comes positionally, so a model argument named "self" is just a bad name.
         self, args = args[0], args[1:]
         name = fn.__name__
+        # Before the arguments are bound: a call after finish costs the stop penalty whatever its arguments.
+        given = {**dict(zip(params, args)), **kwargs}
+        if self.task is None:
+            return self._log(name, given, "Error: the environment has not been reset with a task.")
+        if self._finished:
+            self._post_finish_calls += 1
+            return self._log(name, given, "Error: the episode is over; finish was already called.")
         try:
             bound = sig.bind(self, *args, **kwargs)
         except TypeError:
@@ -61,11 +68,6 @@ def _tool(fn):
             response = f"Error: {name} takes arguments {params}; got {got if got else 'none'}."
             return self._log(name, kwargs, response)
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
-        if self.task is None:
-            return self._log(name, arguments, "Error: the environment has not been reset with a task.")
-        if self._finished:
-            self._post_finish_calls += 1
-            return self._log(name, arguments, "Error: the episode is over; finish was already called.")
         bad = [k for k, v in arguments.items() if not isinstance(v, str)]
         if bad:
             kinds = ", ".join(f"{k} is {type(arguments[k]).__name__}" for k in bad)

@@ -102,19 +102,38 @@ def get_spec(split: str) -> SplitSpec:
     return SPECS[split]
 
 
+# The largest knobs a task can be built with: a chain names its records A..H (goals.LABELS), and past ~20
+# distractors the word lists run out of names that share a word with the chain's (world.NAME_PARTS).
+MAX_HOPS = 7
+MAX_DISTRACTORS = 20
+
+
+def max_writes(spec: SplitSpec, hops: int) -> int:
+    """Distinct writes over a chain of hops + 1 records: each record's slots, and a link of each link relation
+    to each other chain record (goals._sample_writes draws from these)."""
+    n = hops + 1
+    return n * (len(spec.slots) + len(spec.link_relations) * (n - 1))
+
+
 def resolve_difficulty(spec: SplitSpec, hops=None, writes=None, distractors=None) -> Difficulty:
-    """The split default with any knob overridden (an int pins it; None keeps the default)."""
+    """The split default with any knob overridden (an int pins it; None keeps the default). ValueError naming
+    the knob when no task could be built with it."""
     d = spec.difficulty
 
-    def pin(v, default):
+    def pin(name, v, default, hi):
         if v is None:
             return default
         v = int(v)
-        if v < 1:
-            raise ValueError(f"difficulty knob must be >= 1, got {v}")
+        if not 1 <= v <= hi:
+            raise ValueError(f"{name}={v}: must be at least 1 and at most {hi}")
         return (v,)
 
+    n_hops = pin("hops", hops, d.hops, MAX_HOPS)
+    most = max_writes(spec, min(n_hops))
+    if writes is not None and int(writes) > most:
+        raise ValueError(f"writes={writes}: a{'n' if spec.name[0] in 'aeiou' else ''} {spec.name} task with {min(n_hops)} "
+                         f"hop(s) holds at most {most} distinct writes")
     n_distractors = d.distractors if distractors is None else int(distractors)
-    if n_distractors < 0:
-        raise ValueError(f"distractors must be >= 0, got {n_distractors}")
-    return Difficulty(hops=pin(hops, d.hops), writes=pin(writes, d.writes), distractors=n_distractors)
+    if not 0 <= n_distractors <= MAX_DISTRACTORS:
+        raise ValueError(f"distractors={n_distractors}: must be >= 0 and at most {MAX_DISTRACTORS}")
+    return Difficulty(hops=n_hops, writes=pin("writes", writes, d.writes, most), distractors=n_distractors)
