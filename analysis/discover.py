@@ -17,7 +17,7 @@ from typing import Any
 
 from common import io, layout
 from common.layout import SEED_DIR, is_replaced, step_name, variant_label, variant_name_problem  # noqa: F401
-from common.plan import planned
+from common.plan import Saves, planned
 
 ANCHOR_ARM = "anchor"
 
@@ -40,15 +40,16 @@ class Run:
     def eval_dir(self, step: int) -> Path:
         return layout.eval_dir(self.path, step, self.profile)
 
-    def expected_steps(self) -> list[int]:
+    def expected_steps(self) -> Saves | list[int]:
         """Steps the run's config says it will checkpoint, by the trainer's own rule (common.plan:
-        save_steps, epoch ends, the final step; `steps: null` = epochs over `data.n` trajectories).
+        save_steps, epoch ends, the final step; `steps: null` = epochs over `data.n` trajectories), never
+        listed: `in`, len() and iteration in step order.
 
         Empty when the config can't say (missing or malformed keys): then only what exists is expected.
         """
         try:
             return planned(self.config)[1]
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError):
             return []
 
     def status(self) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any, Mapping
+from types import SimpleNamespace
+from typing import Any, Iterator, Mapping
 
 
 def schedule(*, steps: int | None, epochs: int, n_examples: int, global_batch_size: int) -> tuple[int, int]:
@@ -17,42 +18,61 @@ def schedule(*, steps: int | None, epochs: int, n_examples: int, global_batch_si
     return per_epoch, total
 
 
-def _save_parts(save_steps, save_epoch_ends: bool, per_epoch: int, total: int) -> tuple[range, list[int]]:
-    """The save points as (every epoch end, a lazy range; the other points, sorted): a plan of a billion steps
-    costs nothing to count or to show."""
+class Saves:
+    """The steps that get a checkpoint, never listed: every epoch end (a range) and the other points (sorted, off
+    that range). `step in saves`, `len(saves)` and `saves.shown()` cost nothing per epoch end, and iterating yields
+    the steps in order one at a time, so a plan of a billion steps is as cheap as one of ten."""
+
+    def __init__(self, ends: range, rest: list[int]):
+        self.ends, self.rest, self._rest = ends, rest, frozenset(rest)
+
+    def __contains__(self, step: object) -> bool:
+        return step in self.ends or step in self._rest
+
+    def __iter__(self) -> Iterator[int]:
+        return heapq.merge(self.ends, self.rest)
+
+    def __len__(self) -> int:
+        return len(self.ends) + len(self.rest)
+
+    def shown(self, edge: int = 4) -> str:
+        """The steps as a list, a long one by its first and last `edge` with `...` between."""
+        if len(self) <= 2 * edge:
+            return str(list(self))
+        head, tail = itertools.islice(self, edge), sorted([*self.ends[-edge:], *self.rest])[-edge:]
+        return f"[{', '.join(map(str, head))}, ..., {', '.join(map(str, tail))}]"
+
+
+def saves(*, save_steps, save_epoch_ends: bool, per_epoch: int, total: int) -> Saves:
+    """Steps that get a Hugging Face checkpoint: `save_steps` up to the horizon, every epoch end
+    (`save_epoch_ends`) and the final step."""
     ends = range(per_epoch, total + 1, per_epoch) if save_epoch_ends and per_epoch > 0 else range(0)
     rest = {int(s) for s in (save_steps or []) if 0 < int(s) <= total} | ({total} if total > 0 else set())
-    return ends, sorted(s for s in rest if s not in ends)
+    return Saves(ends, sorted(s for s in rest if s not in ends))
 
 
 def save_points(*, save_steps, save_epoch_ends: bool, per_epoch: int, total: int) -> list[int]:
-    """Steps that get a Hugging Face checkpoint: `save_steps` up to the horizon, every epoch end
-    (`save_epoch_ends`) and the final step."""
-    return list(heapq.merge(*_save_parts(save_steps, save_epoch_ends, per_epoch, total)))
+    """`saves(...)` listed (for a plan known to be short: GRPO's, which has no epochs)."""
+    return list(saves(save_steps=save_steps, save_epoch_ends=save_epoch_ends, per_epoch=per_epoch, total=total))
 
 
-def _parts(cfg: Mapping[str, Any], n_examples: int | None) -> tuple[int, tuple[range, list[int]]]:
-    train, data = cfg["train"], cfg["data"]
-    n = data["n"] if n_examples is None else n_examples
-    per_epoch, total = schedule(steps=train["steps"], epochs=train["epochs"], n_examples=n,
-                                global_batch_size=train["global_batch_size"])
-    return total, _save_parts(train["save_steps"], bool(train["save_epoch_ends"]), per_epoch, total)
+def train_plan(train, n_examples: int) -> tuple[int, int, Saves]:
+    """(steps per epoch, total steps, save points) of a `train` section for `n_examples` trajectories, by the
+    same lines for the trainer's section (read by attribute) and a resolved config's (a mapping)."""
+    t = SimpleNamespace(**train) if isinstance(train, Mapping) else train
+    per_epoch, total = schedule(steps=t.steps, epochs=t.epochs, n_examples=n_examples, global_batch_size=t.global_batch_size)
+    return per_epoch, total, saves(save_steps=t.save_steps, save_epoch_ends=bool(t.save_epoch_ends), per_epoch=per_epoch, total=total)
 
 
-def planned(cfg: Mapping[str, Any], n_examples: int | None = None) -> tuple[int, list[int]]:
+def planned(cfg: Mapping[str, Any], n_examples: int | None = None) -> tuple[int, Saves]:
     """(total steps, save points) of a resolved config (a dict or DictConfig with the recipe's
     `train` and `data` sections), for `n_examples` trajectories (default: `data.n`)."""
-    total, parts = _parts(cfg, n_examples)
-    return total, list(heapq.merge(*parts))
+    _, total, points = train_plan(cfg["train"], cfg["data"]["n"] if n_examples is None else n_examples)
+    return total, points
 
 
 def plan_line(cfg: Mapping[str, Any], edge: int = 4) -> str:
     """A plan in one line, for `data.n` trajectories: `N optimizer steps (for n=...), K checkpoint(s) at [...]`,
     a long list of save points shown by its first and last `edge` with `...` between."""
-    total, (ends, rest) = _parts(cfg, None)
-    count, said = len(ends) + len(rest), f"{total} optimizer steps (for n={cfg['data']['n']})"
-    if count <= 2 * edge:
-        return f"{said}, {count} checkpoint(s) at {list(heapq.merge(ends, rest))}"
-    head = list(itertools.islice(heapq.merge(ends, rest), edge))
-    tail = sorted([*ends[-edge:], *rest])[-edge:]
-    return f"{said}, {count} checkpoint(s) at [{', '.join(map(str, head))}, ..., {', '.join(map(str, tail))}]"
+    total, points = planned(cfg)
+    return f"{total} optimizer steps (for n={cfg['data']['n']}), {len(points)} checkpoint(s) at {points.shown(edge)}"

@@ -36,13 +36,13 @@ def _source(spec: str, base: Path) -> str:
     fmt, sep, loc = str(spec).partition(":")
     if not sep or not loc:
         return spec   # malformed: launch.compose.validate names it
-    share, cut = "", loc.rfind("~")
+    share, cut = "", loc.rfind("~")   # data-prep's SOURCE#SPLIT~SHARE (data_prep.readers.parse_source): the path comes first
     if cut > 0 and "/" not in loc[cut:] and not (base / os.path.expanduser(loc)).exists():
-        loc, share = loc[:cut], loc[cut:]   # data-prep's SOURCE~SHARE: the path is what comes before it
+        loc, share = loc[:cut], loc[cut:]
+    loc, mark, split = loc.partition("#") if not (base / os.path.expanduser(loc)).exists() else (loc, "", "")
     expanded = os.path.expanduser(loc)
-    local = (os.path.isabs(expanded) or (base / expanded).exists() or loc.startswith(".")
-             or loc.endswith(LOCAL_SUFFIXES))
-    return f"{fmt}:{_abs(loc, base)}{share}" if local else spec
+    local = loc and (os.path.isabs(expanded) or (base / expanded).exists() or loc.startswith(".") or loc.endswith(LOCAL_SUFFIXES))
+    return f"{fmt}:{_abs(loc, base)}{mark}{split}{share}" if local else spec
 
 
 def absolute(kind: str, value, base: Path, shipped: bool = False):

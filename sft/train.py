@@ -29,7 +29,7 @@ import torch.distributed as dist
 from common import fingerprint, layout, lock
 from common.cli import ConfigError, wants_help
 from common.io import replace_aside
-from common.plan import save_points, schedule
+from common.plan import train_plan
 from common.preempt import PreemptionFlag
 from common.schema import TRAINER_SEMANTICS
 from common.tracking import MetricsLog, Wandb
@@ -235,9 +235,8 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         print(f"{done} exists: run already finished (resume=never to retrain)", file=sys.stderr)
         return 0
     data = load_train_data(cfg.data_dir, global_batch_size=cfg.train.global_batch_size, max_tokens_per_micro_batch=cfg.train.max_tokens_per_micro_batch)
-    t = cfg.train   # the plan launch and analysis make too (common.plan), for the dataset's real size
-    per_epoch, total = schedule(steps=t.steps, epochs=t.epochs, n_examples=data.n, global_batch_size=t.global_batch_size)
-    saves = set(save_points(save_steps=t.save_steps, save_epoch_ends=t.save_epoch_ends, per_epoch=per_epoch, total=total))
+    # the plan launch and analysis make too (common.plan), for the dataset's real size; `step in saves` lists no step
+    per_epoch, total, saves = train_plan(cfg.train, data.n)
     identity = run_identity(cfg, data)
     resume_dir = resolve_resume(cfg)
     if resume_dir is not None:

@@ -5,6 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from common.cli import flat_keys
+from data_prep.readers import parse_source
 from launch.cli import main
 from launch.compose import compose
 
@@ -91,6 +92,15 @@ def test_a_source_with_a_share_is_made_absolute_like_one_without(tmp_path, monke
                    f"data.sources.search=[{other}search-r1:data/nq.jsonl{share}]"]).cfg
     want = f"search-r1:{tmp_path / 'data' / 'nq.jsonl'}{share}"
     assert list(cfg.data.sources.search)[-1] == want
+    # a local dir with a #split (rel/dir#test does not exist as written): the dir made absolute, its split kept, so
+    # data-prep reads that dir's test split from wherever it runs (it was taken for a hub id, read against data-prep's cwd)
+    (tmp_path / "data" / "nq").mkdir()
+    (tmp_path / "data" / "nq" / "test.jsonl").write_text("{}\n")
+    cfg = compose(["arm=search", "model=tiny_base", "data=hub", f"data.sources.search=[search-r1:data/nq#test{share}]"]).cfg
+    assert list(cfg.data.sources.search) == [f"search-r1:{tmp_path / 'data' / 'nq'}#test{share}"]
+    monkeypatch.chdir(tmp_path / "data" / "nq")
+    src = parse_source(list(cfg.data.sources.search)[0])
+    assert (src.location, src.split, src.files()) == (str(tmp_path / "data" / "nq"), "test", [tmp_path / "data" / "nq" / "test.jsonl"])
     # a hub id keeps its share and is not made a path
-    cfg = compose(["arm=search", "model=tiny_base", "data=hub", "data.sources.search=[openseeker:Org/Data~1]"]).cfg
-    assert list(cfg.data.sources.search) == ["openseeker:Org/Data~1"]
+    cfg = compose(["arm=search", "model=tiny_base", "data=hub", "data.sources.search=[openseeker:Org/Data~1,openseeker:Org/D@v1#test]"]).cfg
+    assert list(cfg.data.sources.search) == ["openseeker:Org/Data~1", "openseeker:Org/D@v1#test"]

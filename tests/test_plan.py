@@ -2,11 +2,13 @@
 including epoch-end saves and `train.steps: null` (all four arm recipes use it)."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from omegaconf import OmegaConf
 
 from analysis.discover import Run
-from common.plan import plan_line, planned, save_points, schedule
+from common.plan import plan_line, planned, save_points, schedule, train_plan
 from launch.compose import compose
 from sft.config import load_config
 
@@ -25,25 +27,42 @@ def test_launch_sft_and_analysis_plan_the_same_saves(tmp_path, train, n, total, 
     # launch: the composed recipe with these keys
     value = lambda v: "null" if v is None else ("[" + ",".join(map(str, v)) + "]" if isinstance(v, list) else v)  # noqa: E731
     cfg = compose(["model=tiny", "data=synthetic", f"n={n}", *(f"train.{k}={value(v)}" for k, v in train.items())]).cfg
-    assert planned(cfg) == (total, saves)
-    # sft: the trainer's own config reading, for a dataset of n trajectories
+    assert (planned(cfg)[0], list(planned(cfg)[1])) == (total, saves)
+    assert plan_line(cfg) == f"{total} optimizer steps (for n={n}), {len(saves)} checkpoint(s) at {saves}"   # the dry run's line
+    # sft: the trainer's own config reading and plan (sft.train.run), for a dataset of n trajectories
     path = write_config(tmp_path / "run", tmp_path / "data", **train)
-    t = load_config(path).train
-    per_epoch, steps = schedule(steps=t.steps, epochs=t.epochs, n_examples=n, global_batch_size=t.global_batch_size)
-    assert steps == total and save_points(save_steps=t.save_steps, save_epoch_ends=t.save_epoch_ends, per_epoch=per_epoch,
-                                          total=steps) == saves
+    per_epoch, steps, points = train_plan(load_config(path).train, n)
+    assert steps == total and list(points) == saves and [s for s in range(total + 2) if s in points] == saves
     # analysis: a run dir's resolved config.yaml, read as analysis reads it
     run = Run(arm="search", seed=0, path=tmp_path, config=OmegaConf.to_container(cfg, resolve=True))
-    assert run.expected_steps() == saves
+    assert list(run.expected_steps()) == saves
     assert run.steps == saves
+
+
+def test_a_huge_plan_is_never_listed(tmp_path):
+    """steps=10**8 at 1 or 2 steps per epoch, saved at every epoch end: the trainer's membership test, the dry run's
+    line and analysis' expected steps agree without listing the steps (listing them: minutes, then out of memory)."""
+    from sft.copytask import write_config
+
+    big, probes = 10**8, (0, 1, 2, 3, 5, 6, 10**8 - 1, 10**8, 10**8 + 5)
+    for n, oracle, count, head, shown in ((1, lambda s: 0 < s <= big, big, [1, 2, 3], f"[1, 2, ..., {big - 1}, {big}]"),
+                                          (2, lambda s: 0 < s <= big and (s % 2 == 0 or s == 3), big // 2 + 1, [2, 3, 4], f"[2, 3, ..., {big - 2}, {big}]")):
+        train = {"steps": big, "epochs": 1, "global_batch_size": 1, "save_steps": [3, big + 5], "save_epoch_ends": True}
+        _, total, points = train_plan(load_config(write_config(tmp_path / f"run{n}", tmp_path / "data", **train)).train, n)   # the trainer's
+        expected = Run(arm="a", seed=0, path=tmp_path, config={"train": train, "data": {"n": n}}).expected_steps()   # analysis'
+        for saved in (points, expected):
+            assert (total, len(saved), list(itertools.islice(saved, 3))) == (big, count, head)
+            assert [s for s in probes if s in saved] == [s for s in probes if oracle(s)]
+        assert plan_line({"train": train, "data": {"n": n}}, edge=2) == f"{big} optimizer steps (for n={n}), {count} checkpoint(s) at {shown}"
 
 
 def test_the_rule():
     assert schedule(steps=None, epochs=3, n_examples=10, global_batch_size=4) == (2, 6)
     assert save_points(save_steps=[1, 7], save_epoch_ends=True, per_epoch=2, total=6) == [1, 2, 4, 6]
     assert save_points(save_steps=[0], save_epoch_ends=False, per_epoch=0, total=0) == []
-    assert planned({"train": {"steps": None, "epochs": 1, "global_batch_size": 2, "save_steps": [], "save_epoch_ends": True},
-                    "data": {"n": 5}}, n_examples=9) == (4, [4])
+    total, points = planned({"train": {"steps": None, "epochs": 1, "global_batch_size": 2, "save_steps": [], "save_epoch_ends": True},
+                             "data": {"n": 5}}, n_examples=9)
+    assert (total, list(points)) == (4, [4])
     # a launch plan's line: short lists whole; a billion steps saved at every step elided, counted without listing them
     train = {"steps": None, "epochs": 2, "global_batch_size": 16, "save_steps": [50, 100], "save_epoch_ends": True}
     assert plan_line({"train": train, "data": {"n": 3500}}) == "436 optimizer steps (for n=3500), 4 checkpoint(s) at [50, 100, 218, 436]"
@@ -52,5 +71,5 @@ def test_the_rule():
 
 
 def test_analysis_without_a_plan_expects_only_what_exists(tmp_path):
-    assert Run(arm="a", seed=0, path=tmp_path, config=None).expected_steps() == []
-    assert Run(arm="a", seed=0, path=tmp_path, config={"train": {"steps": "x"}}).expected_steps() == []
+    for config in (None, {"train": {"steps": "x"}}, {"train": "x", "data": {"n": 1}}):
+        assert list(Run(arm="a", seed=0, path=tmp_path, config=config).expected_steps()) == []
