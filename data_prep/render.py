@@ -229,14 +229,15 @@ class ChatRenderer:
             if len(rows) > 1 and self.history_reasoning == "reject":
                 raise RecordError("history_rewritten", f"{len(rows) - 1} assistant turn(s) render differently later in the "
                                   "conversation than when generated (history_reasoning=exact trains them in extra rows)")
-        if self.epilogue and rec["domain"] == "code" and rec["terminator"] == "finish":
+        if rec["domain"] == "code" and rec["terminator"] == "finish":  # checked with epilogue=false too: r2e_v5 holds r2e's records
             epi = epilogue_text(rec.get("task") or "")
             if not epi:
-                raise RecordError("no_headline", "epilogue=true but the task has no title or non-empty first line")
+                raise RecordError("no_headline", "the task has no title or non-empty first line for the epilogue")
             if self._forbidden_re.search(epi):
                 raise RecordError("special_token_in_content", "the epilogue headline contains a template control string")
-            rec["epilogue"] = epi  # recorded in the row's `messages` JSON
-            _append_epilogue(rows[-1], epi, self.info.end_marker)
+            if self.epilogue:
+                rec["epilogue"] = epi  # recorded in the row's `messages` JSON
+                _append_epilogue(rows[-1], epi, self.info.end_marker)
         return rows
 
     def _exact_rows(self, rec: dict, turns: list[Turn]) -> list[Row]:
