@@ -391,6 +391,8 @@ def _rej(item: dict, reason: str, detail: str) -> dict:
 def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict, messages: str) -> dict:
     ids, labels = enc.input_ids, enc.labels
     truncated = len(ids) > cfg["max_seq_len"]
+    # the epilogue ends just before the row's last trained token (its end-of-turn marker): kept whole or cut
+    epilogue = "epilogue" in rec and (not truncated or cfg["max_seq_len"] >= int(np.flatnonzero(labels != -100)[-1]))
     if truncated:
         if cfg["length_policy"] == "drop":
             raise RecordError("too_long", f"{len(ids)} tokens > max_seq_len {cfg['max_seq_len']}")
@@ -403,7 +405,7 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict, messages: str) -> d
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": messages,
             "_checks": enc.checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
-            "_extra_row": enc.id != rec["id"], "_epilogue": "epilogue" in rec}
+            "_extra_row": enc.id != rec["id"], "_epilogue": epilogue}
 
 
 def _features():

@@ -106,6 +106,15 @@ def test_length_policy(tmp_path):
     assert rej and all(r["reason"] == "too_long" and "r2e_gym.jsonl:" in r["where"] and "> max_seq_len 1000" in r["detail"] for r in rej)
     m = build.build_arm({**base, "length_policy": "truncate"}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "trunc", progress=False)
     assert m["render"]["truncated_rows"] > 0 and m["tokens"]["max"] == 1000 and m["counts"]["kept"] == 4
+    # epilogue_rows counts the rows that still train the whole epilogue, not those truncation cut it from
+    import datasets
+    from transformers import AutoTokenizer
+    from common.tiny import tiny_tokenizer_path
+
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_path())
+    ds = datasets.load_from_disk(str(tmp_path / "trunc"))
+    whole = [json.loads(r["messages"])["epilogue"] in tok.decode([i for i, l in zip(r["input_ids"], r["labels"]) if l != -100]) for r in ds]
+    assert m["render"]["epilogue_rows"] == sum(whole) < len(ds)
 
 
 def test_decontamination_planted_overlap(tmp_path):
