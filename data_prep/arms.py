@@ -2,8 +2,8 @@
 
 Deterministic given (seed, sources): each domain's pool (in read order) is permuted with a
 seed-derived RNG; the builder takes records from the front of that order until it has kept the
-quota (records rejected later, e.g. too long, are replaced by the next ones). mixed = n/2 code +
-n/2 search, then shuffled with the seed (whole records: a record's rows stay together).
+quota (records rejected later, e.g. too long, are replaced by the next ones). mixed = n//2 code +
+n - n//2 search (odd n: one more search), then shuffled with the seed (whole records: a record's rows stay together).
 Sources with a `~SHARE` (all of a domain's, summing to 1) each supply their fixed part of the domain's
 quota (`source_quotas`), each from its own seeded order; those selections are then shuffled by record.
 """

@@ -19,7 +19,7 @@ _ID, _PATH, _PATH_CONTENT, _OUTPUT = (IDENTITY,), (PATH,), (PATH, CONTENT), (PAT
 
 DATA: dict[str, Field] = {
     "kind": choice("hub | synthetic", "hub", ("hub", "synthetic"), _ID),
-    "n": count("trajectories per arm (mixed: n/2 + n/2)", 3500),
+    "n": count("trajectories per arm (mixed: n//2 code + the rest search)", 3500),
     "epilogue": flag("dual terminator; false builds the single-terminator baseline", True, _ID),
     "reasoning": choice("free-text thoughts before a call -> reasoning_content | content", "reasoning_content", REASONING_MODES, _ID),
     "history_reasoning": choice("exact | keep_as_rendered (INEXACT: trains turns as the template rewrites them) | reject",
