@@ -133,6 +133,10 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
     assert rec["messages"][-1]["content"] == "Final answer: William Shakespeare"
     assert rec["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"query": "hamlet author"}
     assert extract_answer_tag("x <answer>a</answer> y <answer> b </answer>") == ("x <answer>a</answer> y ", "b")
+    # an empty answer is refused, not trained as a bare `Final answer: `
+    p.write_text(json.dumps({**row, "response": row["response"].replace(" William Shakespeare ", " \n ")}) + "\n")
+    (out,) = read_source(f"search-r1:{p}")
+    assert (out.reason, out.detail, out.where) == ("no_final_answer", "the <answer> is empty", f"{p}:1")
 
 
 HEADLINE_CASES = {
