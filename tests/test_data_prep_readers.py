@@ -288,10 +288,11 @@ def test_canonical_source_roundtrip_and_envs_export(tmp_path):
     specs = write_sources(tmp_path, seed=0, code_n=2, search_n=2, cfg=SyntheticConfig())
     recs = [o.record for d in ("code", "search") for s in specs[d] for o in read_source(s)]
     p = tmp_path / "canon.jsonl"
-    p.write_text("".join(json.dumps(r) + "\n" for r in recs) + json.dumps({**recs[0], "id": "bad", "messages": []}) + "\n")
+    blank = {**recs[2], "id": "blank", "messages": [*recs[2]["messages"][:-1], {"role": "assistant", "content": "Final answer: \n"}]}
+    p.write_text("".join(json.dumps(r) + "\n" for r in [*recs, {**recs[0], "id": "bad", "messages": []}, blank]))
     outs = list(read_source(f"canonical:{p}"))
-    assert [o.record for o in outs[:-1]] == recs
-    assert outs[-1].reason == "empty_conversation"
+    assert [o.record for o in outs[:-2]] == recs
+    assert [o.reason for o in outs[-2:]] == ["empty_conversation", "no_final_answer"]  # a `Final answer:` line with no answer
     envs = pytest.importorskip("envs.search_plan_act")
     q = tmp_path / "spa.jsonl"
     assert envs.export_trajectories(q, 2, seed=0) == 2
