@@ -29,7 +29,7 @@ DATA: dict[str, Field] = {
     "length_policy": choice("drop | truncate", "drop", ("drop", "truncate"), _ID),
     "max_record_bytes": count("records larger than this (JSON bytes) rejected before rendering; null = 16 (truncate: 64) "
                                "x max_seq_len", None, null=True),
-    "allow_fewer": flag("true: build with fewer than n usable records instead of failing", False, _ID),
+    "allow_fewer": flag("true: build with fewer than n usable records instead of failing (not with none of a domain or share)", False, _ID),
     "strict": flag("true: any rejected record fails the build (exit 1)", False, _ID),
     "decontam": field("extra evaluation jsonl files to decontaminate against", [], (IDENTITY, PATH, PATHS),
                       list_of(lambda p: isinstance(p, str), "a list of jsonl paths, e.g. [held_out.jsonl]", null=True)),

@@ -88,6 +88,12 @@ def test_bad_input_totals_and_strict(tmp_path, capsys):
     assert m["rejected_by_reason"] == {r: 1 for r in BAD_ROWS}
     lines = [json.loads(x) for x in (tmp_path / "o" / "rejected.jsonl").read_text().splitlines()]
     assert sorted(x["reason"] for x in lines) == sorted(BAD_ROWS) and all(x["source"] and x["id"] for x in lines)
+    # allow_fewer still needs a usable record of each domain (a "mixed" arm of code only would be mislabelled)
+    q = tmp_path / "all_bad.jsonl"
+    q.write_text("".join(line + "\n" for line in BAD_ROWS.values()))
+    with pytest.raises(ArmError, match=r"code: 0 usable of 5 needed\); add sources \(allow_fewer=true still needs"):
+        build.build_arm({**cfg, "sources": {"code": [f"r2e-gym:{q}"]}}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "o4", progress=False)
+    assert not (tmp_path / "o4").exists()
     # too few without allow_fewer: an error that says how many were found
     with pytest.raises(ArmError, match="1 usable of 5 needed"):
         build.build_arm({**cfg, "allow_fewer": False}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "o2", progress=False)
