@@ -393,9 +393,10 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict, messages: str) -> d
     truncated = len(ids) > cfg["max_seq_len"]
     # the epilogue ends just before the row's last trained token (its end-of-turn marker): kept whole or cut
     epilogue = "epilogue" in rec and (not truncated or cfg["max_seq_len"] >= int(np.flatnonzero(labels != -100)[-1]))
+    if cfg["length_policy"] == "drop" and len(ids) + enc.withheld > cfg["max_seq_len"]:
+        extra = f" (+{enc.withheld} of the epilogue that epilogue=false leaves out)" if enc.withheld else ""
+        raise RecordError("too_long", f"{len(ids)} tokens{extra} > max_seq_len {cfg['max_seq_len']}")
     if truncated:
-        if cfg["length_policy"] == "drop":
-            raise RecordError("too_long", f"{len(ids)} tokens > max_seq_len {cfg['max_seq_len']}")
         ids, labels = ids[: cfg["max_seq_len"]], labels[: cfg["max_seq_len"]]
     trainable = labels != -100
     n_train = int(trainable.sum())

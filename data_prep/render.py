@@ -83,6 +83,7 @@ class Row:
     text: str
     spans: list[tuple[int, int]]
     exact: list[bool] = field(default_factory=list)
+    withheld: str = ""  # epilogue=false: the epilogue the row would carry with epilogue=true
 
     @property
     def checks(self) -> dict[str, int]:
@@ -238,6 +239,8 @@ class ChatRenderer:
             if self.epilogue:
                 rec["epilogue"] = epi  # recorded in the row's `messages` JSON
                 _append_epilogue(rows[-1], epi, self.info.end_marker)
+            else:  # its tokens still count against max_seq_len (length_policy=drop), as they do for r2e
+                rows[-1].withheld = epi
         return rows
 
     def _exact_rows(self, rec: dict, turns: list[Turn]) -> list[Row]:
@@ -373,6 +376,11 @@ def _cut_at_spans(tokenizer, row: Row, ids, offs) -> tuple[list[int], np.ndarray
             break
         cuts |= more
     return list(ids), offs, retok
+
+
+def withheld_tokens(tokenizer, rows: list[Row]) -> list[int]:
+    """Per row, the number of tokens of its withheld epilogue (0 without one)."""
+    return [len(_encode([r.withheld], tokenizer)[0][0]) if r.withheld else 0 for r in rows]
 
 
 def token_offsets(tokenizer, row: Row) -> tuple[list[int], np.ndarray]:
