@@ -83,6 +83,11 @@ def test_swe_smith_tool_split_json_string(tmp_path):
     assert rec["messages"][3]["content"] == "a\nb"
     assert [t["function"]["name"] for t in rec["tools"]] == ["bash", "submit"]
     assert rec["messages"][2]["reasoning_content"] == "look"
+    # a null observation or query is refused, not read as empty text (an assistant's null content beside a call is "")
+    for k in (1, 3):
+        p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps([*msgs[:k], {**msgs[k], "content": None}, *msgs[k + 1:]])}) + "\n")
+        (out,) = read_source(f"swe-smith:{p}")
+        assert (out.reason, out.detail) == ("non_string_content", f"message {k} ({msgs[k]['role']}) content is NoneType")
 
 
 def test_swe_gym_text_form(tmp_path):

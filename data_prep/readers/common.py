@@ -180,10 +180,8 @@ def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dic
         role = m.get("role")
         if role not in ("system", "user", "assistant", "tool"):
             raise RecordError("unknown_role", f"message {i} has role {role!r}")
-        content = m.get("content", "")
-        if role == "assistant" and content is None:
-            content = ""
-        content = require_str(content, f"message {i} ({role})")
+        content = raw.get("content")  # null only beside an assistant's calls (stripping it would read a null query as "")
+        content = require_str("" if role == "assistant" and content is None else content, f"message {i} ({role})")
         if role == "assistant":
             thought = m.get("reasoning_content")
             if thought is not None:
