@@ -403,10 +403,23 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict, messages: str) -> d
     if n_train == 0:
         raise RecordError("no_trainable_tokens", "no assistant token left in the row")
     n_inexact = int((trainable & enc.inexact[: len(labels)]).sum()) if enc.inexact is not None else 0
+    checks = _trained_checks(enc, cfg["max_seq_len"]) if truncated else enc.checks
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": messages,
-            "_checks": enc.checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
+            "_checks": checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
             "_extra_row": enc.id != rec["id"], "_epilogue": epilogue}
+
+
+def _trained_checks(enc: "worker.Encoded", cut: int) -> dict:
+    """The row's turn checks counting only the turns a cut at `cut` tokens leaves trained (each turn
+    is one run of trainable tokens; when the runs are not the turns, the checks as they were)."""
+    t = enc.labels != -100
+    starts = np.flatnonzero(t & ~np.concatenate([[False], t[:-1]]))
+    if len(starts) != sum(enc.checks.values()):
+        return enc.checks
+    kept = starts[starts < cut]
+    n_as = int(enc.inexact[kept].sum()) if enc.inexact is not None else 0
+    return {k: v for k, v in (("exact", len(kept) - n_as), ("as_rendered", n_as)) if v}
 
 
 def _features():

@@ -121,6 +121,9 @@ def test_length_policy(tmp_path):
     ds = datasets.load_from_disk(str(tmp_path / "trunc"))
     whole = [json.loads(r["messages"])["epilogue"] in tok.decode([i for i, l in zip(r["input_ids"], r["labels"]) if l != -100]) for r in ds]
     assert 0 < m["render"]["epilogue_rows"] == sum(whole) < len(ds)
+    # assistant_turns_exact counts the turns still trained (a run of labels each), not those truncation cut away
+    runs = sum(sum(1 for k, l in enumerate(r["labels"]) if l != -100 and (k == 0 or r["labels"][k - 1] == -100)) for r in ds)
+    assert m["render"]["assistant_turns_exact"] == runs
 
 
 def test_single_terminator_arm_holds_the_same_records(tmp_path):
