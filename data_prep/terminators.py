@@ -123,7 +123,9 @@ def finish_problem(messages: list[dict]) -> str | None:
     """Why `messages` does not end with a finish/submit call (the last call of the last message,
     an assistant turn), or None when it does."""
     last = messages[-1] if messages else {}
-    calls = (last.get("tool_calls") or []) if last.get("role") == "assistant" else []
+    if last.get("role") != "assistant":
+        return f"the conversation ends with a {last.get('role')} turn, not a finish/submit call"
+    calls = last.get("tool_calls") or []
     name = (calls[-1].get("function") or {}).get("name") if calls else None
     if name in FINISH_TOOLS:
         return None

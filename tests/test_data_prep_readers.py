@@ -88,6 +88,9 @@ def test_swe_smith_tool_split_json_string(tmp_path):
         p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps([*msgs[:k], {**msgs[k], "content": None}, *msgs[k + 1:]])}) + "\n")
         (out,) = read_source(f"swe-smith:{p}")
         assert (out.reason, out.detail) == ("non_string_content", f"message {k} ({msgs[k]['role']}) content is NoneType")
+    p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps([*msgs, {"role": "user", "content": "more?"}])}) + "\n")
+    (out,) = read_source(f"swe-smith:{p}")
+    assert (out.reason, out.detail) == ("no_finish_call", "the conversation ends with a user turn, not a finish/submit call")
 
 
 def test_swe_gym_text_form(tmp_path):

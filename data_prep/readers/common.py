@@ -224,8 +224,8 @@ def _infer_call(out: list[dict], i: int) -> tuple[str, str]:
 
 
 def trim_after_finish(messages: list[dict]) -> list[dict]:
-    """Drop trailing tool/user turns after the last assistant turn (the finish call's own
-    observation is never trained on and would leave the conversation ending on a non-assistant)."""
+    """Drop trailing tool turns after the last assistant turn (the finish call's own observation is
+    never trained on); a trailing user turn stays (the record is refused: it does not end with a finish)."""
     end = len(messages)
     while end > 0 and messages[end - 1]["role"] in ("tool",):
         end -= 1
