@@ -167,6 +167,10 @@ def test_decontamination_planted_overlap(tmp_path):
 
     d = Decontaminator([("q", " ".join(f"w{i}" for i in range(20)))], n=13)
     assert d.matches(" ".join(f"w{i}" for i in range(12))) == [] and d.matches(" ".join(f"w{i}" for i in range(3, 16))) == ["q"]
+    # a question two benches share is reported for both (by_bench counts each)
+    long_q, mid_q = " ".join(f"w{i}" for i in range(20)), "who wrote the opera carmen in paris"
+    d = Decontaminator([("nq/1", long_q), ("tq/7", long_q), ("nq/2", mid_q), ("popqa/3", mid_q)], n=13)
+    assert d.matches(f"x {long_q} y") == ["nq/1", "tq/7"] and d.matches(f"so {mid_q}?") == ["nq/2", "popqa/3"]
 
 
 def test_cli_help_dry_run_and_errors(capsys, tmp_path):
