@@ -2,8 +2,8 @@
 
 Deterministic given (seed, sources): each domain's pool (in read order) is permuted with a
 seed-derived RNG; the builder takes records from the front of that order until it has kept the
-quota (records rejected later, e.g. too long, are replaced by the next ones). mixed = n/2 code +
-n/2 search, then shuffled with the seed (whole records: a record's rows stay together).
+quota (records rejected later, e.g. too long, are replaced by the next ones). mixed = n//2 code +
+n - n//2 search (odd n: one more search), then shuffled with the seed (whole records: a record's rows stay together).
 Sources with a `~SHARE` (all of a domain's, summing to 1) each supply their fixed part of the domain's
 quota (`source_quotas`), each from its own seeded order; those selections are then shuffled by record.
 """
@@ -63,10 +63,13 @@ def source_quotas(dom: str, quota: int, shares: list[float | None], specs: list[
 
 
 def check_counts(arm: str, wanted: dict[str, int], kept: dict[str, int], allow_fewer: bool) -> None:
+    """Refuse an arm short of its quotas; with `allow_fewer`, only one with none of a part (a `mixed`
+    arm of one domain, or an empty dataset, would be labelled as what it is not)."""
     short = {d: (kept.get(d, 0), q) for d, q in wanted.items() if kept.get(d, 0) < q}
-    if short and not allow_fewer:
+    if short and (not allow_fewer or any(k == 0 for k, _ in short.values())):
         detail = ", ".join(f"{d}: {k} usable of {q} needed" for d, (k, q) in short.items())
-        raise ArmError(f"too few source records for arm {arm!r} ({detail}); add sources or pass allow_fewer=true")
+        hint = "(allow_fewer=true still needs one usable record of each)" if allow_fewer else "or pass allow_fewer=true"
+        raise ArmError(f"too few source records for arm {arm!r} ({detail}); add sources {hint}")
 
 
 def _records(rows: list) -> list[list]:

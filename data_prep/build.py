@@ -391,19 +391,35 @@ def _rej(item: dict, reason: str, detail: str) -> dict:
 def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict, messages: str) -> dict:
     ids, labels = enc.input_ids, enc.labels
     truncated = len(ids) > cfg["max_seq_len"]
+    # the epilogue ends just before the row's last trained token (its end-of-turn marker): kept whole or cut
+    epilogue = "epilogue" in rec and (not truncated or cfg["max_seq_len"] >= int(np.flatnonzero(labels != -100)[-1]))
+    if cfg["length_policy"] == "drop" and len(ids) + enc.withheld > cfg["max_seq_len"]:
+        extra = f" (+{enc.withheld} of the epilogue that epilogue=false leaves out)" if enc.withheld else ""
+        raise RecordError("too_long", f"{len(ids)} tokens{extra} > max_seq_len {cfg['max_seq_len']}")
     if truncated:
-        if cfg["length_policy"] == "drop":
-            raise RecordError("too_long", f"{len(ids)} tokens > max_seq_len {cfg['max_seq_len']}")
         ids, labels = ids[: cfg["max_seq_len"]], labels[: cfg["max_seq_len"]]
     trainable = labels != -100
     n_train = int(trainable.sum())
     if n_train == 0:
         raise RecordError("no_trainable_tokens", "no assistant token left in the row")
     n_inexact = int((trainable & enc.inexact[: len(labels)]).sum()) if enc.inexact is not None else 0
+    checks = _trained_checks(enc, cfg["max_seq_len"]) if truncated else enc.checks
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": messages,
-            "_checks": enc.checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
-            "_extra_row": enc.id != rec["id"], "_epilogue": "epilogue" in rec}
+            "_checks": checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
+            "_extra_row": enc.id != rec["id"], "_epilogue": epilogue}
+
+
+def _trained_checks(enc: "worker.Encoded", cut: int) -> dict:
+    """The row's turn checks counting only the turns a cut at `cut` tokens leaves trained (each turn
+    is one run of trainable tokens; when the runs are not the turns, the checks as they were)."""
+    t = enc.labels != -100
+    starts = np.flatnonzero(t & ~np.concatenate([[False], t[:-1]]))
+    if len(starts) != sum(enc.checks.values()):
+        return enc.checks
+    kept = starts[starts < cut]
+    n_as = int(enc.inexact[kept].sum()) if enc.inexact is not None else 0
+    return {k: v for k, v in (("exact", len(kept) - n_as), ("as_rendered", n_as)) if v}
 
 
 def _features():

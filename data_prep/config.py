@@ -19,7 +19,7 @@ _ID, _PATH, _PATH_CONTENT, _OUTPUT = (IDENTITY,), (PATH,), (PATH, CONTENT), (PAT
 
 DATA: dict[str, Field] = {
     "kind": choice("hub | synthetic", "hub", ("hub", "synthetic"), _ID),
-    "n": count("trajectories per arm (mixed: n/2 + n/2)", 3500),
+    "n": count("trajectories per arm (mixed: n//2 code + the rest search)", 3500),
     "epilogue": flag("dual terminator; false builds the single-terminator baseline", True, _ID),
     "reasoning": choice("free-text thoughts before a call -> reasoning_content | content", "reasoning_content", REASONING_MODES, _ID),
     "history_reasoning": choice("exact | keep_as_rendered (INEXACT: trains turns as the template rewrites them) | reject",
@@ -29,7 +29,7 @@ DATA: dict[str, Field] = {
     "length_policy": choice("drop | truncate", "drop", ("drop", "truncate"), _ID),
     "max_record_bytes": count("records larger than this (JSON bytes) rejected before rendering; null = 16 (truncate: 64) "
                                "x max_seq_len", None, null=True),
-    "allow_fewer": flag("true: build with fewer than n usable records instead of failing", False, _ID),
+    "allow_fewer": flag("true: build with fewer than n usable records instead of failing (not with none of a domain or share)", False, _ID),
     "strict": flag("true: any rejected record fails the build (exit 1)", False, _ID),
     "decontam": field("extra evaluation jsonl files to decontaminate against", [], (IDENTITY, PATH, PATHS),
                       list_of(lambda p: isinstance(p, str), "a list of jsonl paths, e.g. [held_out.jsonl]", null=True)),

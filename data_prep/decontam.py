@@ -72,7 +72,7 @@ def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]
 class Decontaminator:
     def __init__(self, questions: list[tuple[str, str]], n: int = 13):
         self.n = n
-        self.grams: dict[int, dict[tuple[str, ...], str]] = {}
+        self.grams: dict[int, dict[tuple[str, ...], list[str]]] = {}  # every question holding the n-gram
         self.exact: dict[tuple[str, ...], list[str]] = {}  # short questions: whole-text equality
         for qid, q in questions:
             w = words(q)
@@ -80,10 +80,10 @@ class Decontaminator:
                 self.exact.setdefault(tuple(w), []).append(qid)
             elif len(w) >= n:
                 table = self.grams.setdefault(n, {})
-                for i in range(len(w) - n + 1):
-                    table.setdefault(tuple(w[i:i + n]), qid)
+                for gram in {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}:
+                    table.setdefault(gram, []).append(qid)
             elif len(w) >= MIN_SHORT_WORDS:
-                self.grams.setdefault(len(w), {}).setdefault(tuple(w), qid)
+                self.grams.setdefault(len(w), {}).setdefault(tuple(w), []).append(qid)
 
     def matches(self, text: str) -> list[str]:
         """Evaluation ids whose n-grams (or whole question) occur in `text`, or whose short
@@ -92,7 +92,5 @@ class Decontaminator:
         hits: set[str] = set(self.exact.get(tuple(w), ()))
         for k, table in self.grams.items():
             for i in range(len(w) - k + 1):
-                qid = table.get(tuple(w[i:i + k]))
-                if qid is not None:
-                    hits.add(qid)
+                hits.update(table.get(tuple(w[i:i + k]), ()))
         return sorted(hits)

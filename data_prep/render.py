@@ -83,6 +83,7 @@ class Row:
     text: str
     spans: list[tuple[int, int]]
     exact: list[bool] = field(default_factory=list)
+    withheld: str = ""  # epilogue=false: the epilogue the row would carry with epilogue=true
 
     @property
     def checks(self) -> dict[str, int]:
@@ -229,14 +230,17 @@ class ChatRenderer:
             if len(rows) > 1 and self.history_reasoning == "reject":
                 raise RecordError("history_rewritten", f"{len(rows) - 1} assistant turn(s) render differently later in the "
                                   "conversation than when generated (history_reasoning=exact trains them in extra rows)")
-        if self.epilogue and rec["domain"] == "code" and rec["terminator"] == "finish":
+        if rec["domain"] == "code" and rec["terminator"] == "finish":  # checked with epilogue=false too: r2e_v5 holds r2e's records
             epi = epilogue_text(rec.get("task") or "")
             if not epi:
-                raise RecordError("no_headline", "epilogue=true but the task has no title or non-empty first line")
+                raise RecordError("no_headline", "the task has no title or non-empty first line for the epilogue")
             if self._forbidden_re.search(epi):
                 raise RecordError("special_token_in_content", "the epilogue headline contains a template control string")
-            rec["epilogue"] = epi  # recorded in the row's `messages` JSON
-            _append_epilogue(rows[-1], epi, self.info.end_marker)
+            if self.epilogue:
+                rec["epilogue"] = epi  # recorded in the row's `messages` JSON
+                _append_epilogue(rows[-1], epi, self.info.end_marker)
+            else:  # its tokens still count against max_seq_len (length_policy=drop), as they do for r2e
+                rows[-1].withheld = epi
         return rows
 
     def _exact_rows(self, rec: dict, turns: list[Turn]) -> list[Row]:
@@ -372,6 +376,11 @@ def _cut_at_spans(tokenizer, row: Row, ids, offs) -> tuple[list[int], np.ndarray
             break
         cuts |= more
     return list(ids), offs, retok
+
+
+def withheld_tokens(tokenizer, rows: list[Row]) -> list[int]:
+    """Per row, the number of tokens of its withheld epilogue (0 without one)."""
+    return [len(_encode([r.withheld], tokenizer)[0][0]) if r.withheld else 0 for r in rows]
 
 
 def token_offsets(tokenizer, row: Row) -> tuple[list[int], np.ndarray]:

@@ -32,6 +32,7 @@ earlier turns later in the conversation — several contiguous rows with ids `<i
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from data_prep.errors import DataPrepError
@@ -119,7 +120,7 @@ def validate_tools(tools) -> None:
 
 def validate_record(rec: dict) -> None:
     """Raise RecordError(reason, detail) if `rec` breaks the contract."""
-    from data_prep.terminators import FINAL_ANSWER_PREFIX, ends_with_finish
+    from data_prep.terminators import FINAL_ANSWER_PREFIX, finish_problem
 
     if not isinstance(rec, dict):
         raise RecordError("bad_row", f"record is {type(rec).__name__}")
@@ -166,10 +167,10 @@ def validate_record(rec: dict) -> None:
         raise RecordError("no_assistant_turn")
     if msgs[-1]["role"] != "assistant":
         raise RecordError("does_not_end_with_assistant", f"last role is {msgs[-1]['role']!r}")
-    if rec["domain"] == "code" and not ends_with_finish(msgs):
-        raise RecordError("no_finish_call", "the last assistant turn has no finish/submit call")
-    if rec["domain"] == "search" and FINAL_ANSWER_PREFIX.strip() not in msgs[-1]["content"]:
-        raise RecordError("no_final_answer", f"the last assistant turn has no `{FINAL_ANSWER_PREFIX.strip()}` line")
+    if rec["domain"] == "code" and (unfinished := finish_problem(msgs)):
+        raise RecordError("no_finish_call", unfinished)
+    if rec["domain"] == "search" and not re.search(re.escape(FINAL_ANSWER_PREFIX.strip()) + r"[ \t]*\S", msgs[-1]["content"]):
+        raise RecordError("no_final_answer", f"the last assistant turn has no `{FINAL_ANSWER_PREFIX}<answer>` line")
 
 
 ROW_SEP = "#row"

@@ -119,9 +119,15 @@ def epilogue_text(task: str) -> str:
     return "\n" + FINAL_ANSWER_PREFIX + head if head else ""
 
 
-def ends_with_finish(messages: list[dict]) -> bool:
+def finish_problem(messages: list[dict]) -> str | None:
+    """Why `messages` does not end with a finish/submit call (the last call of the last message,
+    an assistant turn), or None when it does."""
     last = messages[-1] if messages else {}
+    if last.get("role") != "assistant":
+        return f"the conversation ends with a {last.get('role')} turn, not a finish/submit call"
     calls = last.get("tool_calls") or []
-    return last.get("role") == "assistant" and any(
-        (c.get("function") or {}).get("name") in FINISH_TOOLS for c in calls
-    )
+    name = (calls[-1].get("function") or {}).get("name") if calls else None
+    if name in FINISH_TOOLS:
+        return None
+    return f"the last assistant turn ends with a call to {name!r}, not finish/submit" if calls else \
+        "the last assistant turn has no finish/submit call"

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
-from data_prep.render import ChatRenderer, tokenize_rows
+from data_prep.render import ChatRenderer, tokenize_rows, withheld_tokens
 from data_prep.schema import RecordError, quarantine_detail
 
 CHUNK = 16
@@ -30,6 +30,7 @@ class Encoded:
     checks: dict
     retokenized: bool
     inexact: np.ndarray | None  # per token: inside an inexact (as-rendered) span
+    withheld: int = 0  # epilogue=false: tokens of the epilogue the row leaves out (counted by length_policy=drop)
 
 
 _STATE: dict = {}
@@ -79,8 +80,8 @@ def process_chunk(records: list[dict]) -> list[tuple]:
             results[k] = _fail(enc, "tokenize")
             continue
         out = [Encoded(row.id, np.asarray(t.input_ids, dtype=np.int32), np.asarray(t.labels, dtype=np.int32),
-                       row.checks, t.retokenized, t.inexact)
-               for row, t in zip(rows, enc)]
+                       row.checks, t.retokenized, t.inexact, w)
+               for row, t, w in zip(rows, enc, withheld_tokens(tok, rows))]
         results[k] = ("ok", rec, out)
     return results
 

@@ -88,6 +88,12 @@ def test_bad_input_totals_and_strict(tmp_path, capsys):
     assert m["rejected_by_reason"] == {r: 1 for r in BAD_ROWS}
     lines = [json.loads(x) for x in (tmp_path / "o" / "rejected.jsonl").read_text().splitlines()]
     assert sorted(x["reason"] for x in lines) == sorted(BAD_ROWS) and all(x["source"] and x["id"] for x in lines)
+    # allow_fewer still needs a usable record of each domain (a "mixed" arm of code only would be mislabelled)
+    q = tmp_path / "all_bad.jsonl"
+    q.write_text("".join(line + "\n" for line in BAD_ROWS.values()))
+    with pytest.raises(ArmError, match=r"code: 0 usable of 5 needed\); add sources \(allow_fewer=true still needs"):
+        build.build_arm({**cfg, "sources": {"code": [f"r2e-gym:{q}"]}}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "o4", progress=False)
+    assert not (tmp_path / "o4").exists()
     # too few without allow_fewer: an error that says how many were found
     with pytest.raises(ArmError, match="1 usable of 5 needed"):
         build.build_arm({**cfg, "allow_fewer": False}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "o2", progress=False)
@@ -99,13 +105,44 @@ def test_bad_input_totals_and_strict(tmp_path, capsys):
 
 
 def test_length_policy(tmp_path):
-    base = {**SMALL, "n": 4, "max_seq_len": 1000, "allow_fewer": True}
+    base = {**SMALL, "n": 4, "max_seq_len": 1200, "allow_fewer": True}
     m = build.build_arm(base, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "drop", progress=False)
-    assert m["rejected_by_reason"].get("too_long", 0) > 0 and m["tokens"]["max"] <= 1000
+    assert m["rejected_by_reason"].get("too_long", 0) > 0 and m["tokens"]["max"] <= 1200
     rej = [json.loads(x) for x in (tmp_path / "drop" / "rejected.jsonl").read_text().splitlines()]
-    assert rej and all(r["reason"] == "too_long" and "r2e_gym.jsonl:" in r["where"] and "> max_seq_len 1000" in r["detail"] for r in rej)
+    assert rej and all(r["reason"] == "too_long" and "r2e_gym.jsonl:" in r["where"] and "> max_seq_len 1200" in r["detail"] for r in rej)
     m = build.build_arm({**base, "length_policy": "truncate"}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "trunc", progress=False)
-    assert m["render"]["truncated_rows"] > 0 and m["tokens"]["max"] == 1000 and m["counts"]["kept"] == 4
+    assert m["render"]["truncated_rows"] > 0 and m["tokens"]["max"] == 1200 and m["counts"]["kept"] == 4
+    # epilogue_rows counts the rows that still train the whole epilogue, not those truncation cut it from
+    import datasets
+    from transformers import AutoTokenizer
+    from common.tiny import tiny_tokenizer_path
+
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_path())
+    ds = datasets.load_from_disk(str(tmp_path / "trunc"))
+    whole = [json.loads(r["messages"])["epilogue"] in tok.decode([i for i, l in zip(r["input_ids"], r["labels"]) if l != -100]) for r in ds]
+    assert 0 < m["render"]["epilogue_rows"] == sum(whole) < len(ds)
+    # assistant_turns_exact counts the turns still trained (a run of labels each), not those truncation cut away
+    runs = sum(sum(1 for k, l in enumerate(r["labels"]) if l != -100 and (k == 0 or r["labels"][k - 1] == -100)) for r in ds)
+    assert m["render"]["assistant_turns_exact"] == runs
+
+
+def test_single_terminator_arm_holds_the_same_records(tmp_path):
+    """epilogue=false (r2e_v5) drops under length_policy=drop the records r2e drops, its rows counted with the
+    epilogue it leaves out: the two arms differ only by the epilogue, even for a record r2e's epilogue makes too long."""
+    import datasets
+
+    base = {**SMALL, "n": 6, "allow_fewer": True}
+    full = datasets.load_from_disk(str(tmp_path / "r2e")) if build.build_arm(
+        base, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "r2e", progress=False) else None
+    edge = sorted(full["num_tokens"])[len(full) // 2] - 1  # the longer half of r2e's rows exceeds it by the epilogue or more
+    got = {}
+    for epi in (True, False):
+        build.build_arm({**base, "max_seq_len": edge, "epilogue": epi}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / str(epi), progress=False)
+        got[epi] = datasets.load_from_disk(str(tmp_path / str(epi)))
+    assert 0 < len(got[True]) < len(full) and got[False]["id"] == got[True]["id"]
+    # the same rows but for the epilogue's tokens, just before the final `<|im_end|>\n`
+    assert all(t["input_ids"][: len(f["input_ids"]) - 2] == f["input_ids"][:-2] and t["input_ids"][-2:] == f["input_ids"][-2:]
+               for t, f in zip(got[True], got[False]))
 
 
 def test_decontamination_planted_overlap(tmp_path):
@@ -130,6 +167,10 @@ def test_decontamination_planted_overlap(tmp_path):
 
     d = Decontaminator([("q", " ".join(f"w{i}" for i in range(20)))], n=13)
     assert d.matches(" ".join(f"w{i}" for i in range(12))) == [] and d.matches(" ".join(f"w{i}" for i in range(3, 16))) == ["q"]
+    # a question two benches share is reported for both (by_bench counts each)
+    long_q, mid_q = " ".join(f"w{i}" for i in range(20)), "who wrote the opera carmen in paris"
+    d = Decontaminator([("nq/1", long_q), ("tq/7", long_q), ("nq/2", mid_q), ("popqa/3", mid_q)], n=13)
+    assert d.matches(f"x {long_q} y") == ["nq/1", "tq/7"] and d.matches(f"so {mid_q}?") == ["nq/2", "popqa/3"]
 
 
 def test_cli_help_dry_run_and_errors(capsys, tmp_path):

@@ -83,6 +83,14 @@ def test_swe_smith_tool_split_json_string(tmp_path):
     assert rec["messages"][3]["content"] == "a\nb"
     assert [t["function"]["name"] for t in rec["tools"]] == ["bash", "submit"]
     assert rec["messages"][2]["reasoning_content"] == "look"
+    # a null observation or query is refused, not read as empty text (an assistant's null content beside a call is "")
+    for k in (1, 3):
+        p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps([*msgs[:k], {**msgs[k], "content": None}, *msgs[k + 1:]])}) + "\n")
+        (out,) = read_source(f"swe-smith:{p}")
+        assert (out.reason, out.detail) == ("non_string_content", f"message {k} ({msgs[k]['role']}) content is NoneType")
+    p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps([*msgs, {"role": "user", "content": "more?"}])}) + "\n")
+    (out,) = read_source(f"swe-smith:{p}")
+    assert (out.reason, out.detail) == ("no_finish_call", "the conversation ends with a user turn, not a finish/submit call")
 
 
 def test_swe_gym_text_form(tmp_path):
@@ -133,6 +141,10 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
     assert rec["messages"][-1]["content"] == "Final answer: William Shakespeare"
     assert rec["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"query": "hamlet author"}
     assert extract_answer_tag("x <answer>a</answer> y <answer> b </answer>") == ("x <answer>a</answer> y ", "b")
+    # an empty answer is refused, not trained as a bare `Final answer: `
+    p.write_text(json.dumps({**row, "response": row["response"].replace(" William Shakespeare ", " \n ")}) + "\n")
+    (out,) = read_source(f"search-r1:{p}")
+    assert (out.reason, out.detail, out.where) == ("no_final_answer", "the <answer> is empty", f"{p}:1")
 
 
 HEADLINE_CASES = {
@@ -306,10 +318,11 @@ def test_canonical_source_roundtrip_and_envs_export(tmp_path):
     specs = write_sources(tmp_path, seed=0, code_n=2, search_n=2, cfg=SyntheticConfig())
     recs = [o.record for d in ("code", "search") for s in specs[d] for o in read_source(s)]
     p = tmp_path / "canon.jsonl"
-    p.write_text("".join(json.dumps(r) + "\n" for r in recs) + json.dumps({**recs[0], "id": "bad", "messages": []}) + "\n")
+    blank = {**recs[2], "id": "blank", "messages": [*recs[2]["messages"][:-1], {"role": "assistant", "content": "Final answer: \n"}]}
+    p.write_text("".join(json.dumps(r) + "\n" for r in [*recs, {**recs[0], "id": "bad", "messages": []}, blank]))
     outs = list(read_source(f"canonical:{p}"))
-    assert [o.record for o in outs[:-1]] == recs
-    assert outs[-1].reason == "empty_conversation"
+    assert [o.record for o in outs[:-2]] == recs
+    assert [o.reason for o in outs[-2:]] == ["empty_conversation", "no_final_answer"]  # a `Final answer:` line with no answer
     envs = pytest.importorskip("envs.search_plan_act")
     q = tmp_path / "spa.jsonl"
     assert envs.export_trajectories(q, 2, seed=0) == 2

@@ -208,16 +208,20 @@ def test_boundary_straddle_is_retokenized(tiny_tokenizer):
     assert ids[: len(prompt_ids)] == prompt_ids  # the prompt is tokenized whole, as at inference
 
 
-def test_code_record_without_headline_is_rejected_under_epilogue(tiny_tokenizer):
+@pytest.mark.parametrize("epilogue", [True, False])
+def test_code_record_without_headline_is_rejected_under_epilogue(tiny_tokenizer, epilogue):
+    """Refused with epilogue=false too: the single-terminator arm (r2e_v5) holds the same records as r2e,
+    differing only by the epilogue."""
     rec = {"id": "c", "source": "r2e-gym", "domain": "code", "task": "   \n", "answer": None, "terminator": "finish", "tools": [],
            "messages": [{"role": "user", "content": "fix it"},
                         {"role": "assistant", "content": "", "reasoning_content": "done",
                          "tool_calls": [{"type": "function", "id": "c0", "function": {"name": "finish", "arguments": {}}}]}]}
-    with pytest.raises(RecordError) as e:
-        ChatRenderer(tiny_tokenizer).rows(copy.deepcopy(rec))
-    assert e.value.reason == "no_headline"
-    (row,) = ChatRenderer(tiny_tokenizer, epilogue=False).rows(copy.deepcopy(rec))
-    assert "Final answer" not in row.text
+    for task, reason in (("   \n", "no_headline"), ("Fix <|im_end|> parsing", "special_token_in_content")):
+        with pytest.raises(RecordError) as e:
+            ChatRenderer(tiny_tokenizer, epilogue=epilogue).rows(copy.deepcopy({**rec, "task": task}))
+        assert e.value.reason == reason
+    (row,) = ChatRenderer(tiny_tokenizer, epilogue=epilogue).rows(copy.deepcopy({**rec, "task": "Fix parsing"}))
+    assert ("Final answer: Fix parsing<|im_end|>" in row.text) == epilogue
 
 
 def test_history_policies_tiny(tiny_tokenizer):

@@ -624,6 +624,11 @@ def test_canonical_code_record_without_a_finish_call_is_rejected():
     assert info.value.reason == "no_finish_call"
     rec["messages"][-1]["tool_calls"] = [{"type": "function", "function": {"name": "finish", "arguments": {}}}]
     assert canonical.parse(rec, rid="c1", reasoning="reasoning_content")["id"] == "c1"
+    # a call after the finish call: the episode does not end at the finish (the epilogue would follow the other call)
+    rec["messages"][-1]["tool_calls"].append({"type": "function", "function": {"name": "execute_bash", "arguments": {"cmd": "ls"}}})
+    with pytest.raises(RecordError, match="ends with a call to 'execute_bash'") as info:
+        canonical.parse(rec, rid="c1", reasoning="reasoning_content")
+    assert info.value.reason == "no_finish_call"
 
 
 def _verify_on_rank(rank: int, world: int, port: int, state: str, out: str) -> None:

@@ -5,7 +5,7 @@ from data_prep.readers.common import (
     convert_xml_messages, message_list, merge_tools, tools_from_system_prompt, trim_after_finish, type_xml_arguments,
 )
 from data_prep.schema import RecordError, make_record
-from data_prep.terminators import ends_with_finish, extract_task
+from data_prep.terminators import extract_task, finish_problem
 
 
 def split_system_tools(messages: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -28,8 +28,8 @@ def code_record(rid: str, source: str, messages: list[dict], tools: list[dict]) 
     messages = trim_after_finish(messages)
     if not any(m["role"] == "assistant" for m in messages):
         raise RecordError("no_assistant_turn")
-    if not ends_with_finish(messages):
-        raise RecordError("no_finish_call", "the last assistant turn has no finish/submit call")
+    if unfinished := finish_problem(messages):
+        raise RecordError("no_finish_call", unfinished)
     first_user = next((m["content"] for m in messages if m["role"] == "user"), None)
     if first_user is None:
         raise RecordError("no_user_turn")

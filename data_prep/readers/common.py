@@ -180,10 +180,8 @@ def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dic
         role = m.get("role")
         if role not in ("system", "user", "assistant", "tool"):
             raise RecordError("unknown_role", f"message {i} has role {role!r}")
-        content = m.get("content", "")
-        if role == "assistant" and content is None:
-            content = ""
-        content = require_str(content, f"message {i} ({role})")
+        content = raw.get("content")  # null only beside an assistant's calls (stripping it would read a null query as "")
+        content = require_str("" if role == "assistant" and content is None else content, f"message {i} ({role})")
         if role == "assistant":
             thought = m.get("reasoning_content")
             if thought is not None:
@@ -226,8 +224,8 @@ def _infer_call(out: list[dict], i: int) -> tuple[str, str]:
 
 
 def trim_after_finish(messages: list[dict]) -> list[dict]:
-    """Drop trailing tool/user turns after the last assistant turn (the finish call's own
-    observation is never trained on and would leave the conversation ending on a non-assistant)."""
+    """Drop trailing tool turns after the last assistant turn (the finish call's own observation is
+    never trained on); a trailing user turn stays (the record is refused: it does not end with a finish)."""
     end = len(messages)
     while end > 0 and messages[end - 1]["role"] in ("tool",):
         end -= 1

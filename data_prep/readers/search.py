@@ -5,7 +5,7 @@ import re
 
 from data_prep.readers.common import thought_message
 from common.tools import SEARCH_TOOL  # noqa: F401  (the readers take it from here)
-from data_prep.schema import make_record
+from data_prep.schema import RecordError, make_record
 from data_prep.terminators import final_answer
 
 SEARCH_SYSTEM_PROMPT = (
@@ -34,7 +34,9 @@ def clean_thought(text: str) -> str:
 
 
 def final_turn(thought: str, answer: str, reasoning: str) -> dict:
-    """The last assistant turn: optional thought, then `Final answer: X`."""
+    """The last assistant turn: optional thought, then `Final answer: X` (an empty X: no_final_answer)."""
+    if not answer.strip():
+        raise RecordError("no_final_answer", "the <answer> is empty")
     msg = thought_message(clean_thought(thought), reasoning)
     msg["content"] = (msg["content"] + "\n\n" if msg["content"] else "") + final_answer(answer)
     return msg
