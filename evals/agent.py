@@ -20,16 +20,16 @@ An agent episode stops when:
 
 The generated text is split at `</think>` into `reasoning_content` / `content` the way the Qwen3
 templates do, answers are extracted from `content` only (a turn whose prompt opened `<think>`, as
-Qwen3-Thinking-2507's always does, and that never wrote `</think>` is all reasoning: no answer), and tool results go back as role `tool`
-messages rendered by the model's own chat template.
+Qwen3-Thinking-2507's always does, and that never wrote `</think>` is all reasoning: no answer, no
+tool call), and tool results go back as role `tool` messages rendered by the model's own chat template.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from evals.extract import extract_answer, split_reasoning
-from evals.toolcalls import generation_message, strip_end_of_turn
+from evals.extract import extract_answer
+from evals.toolcalls import generation_message, split_turn
 
 # Rules strong enough to end an episode even when the same turn also calls tools.
 CLOSED_RULES = ("final_answer", "answer_tag", "boxed")
@@ -95,12 +95,9 @@ async def play_agent(ep: Episode, table, rules: AgentRules) -> Episode:
         gen, cap = turn
         ep.turns += 1
         ep.generated_tokens += gen.num_tokens
-        msg, calls, errors = generation_message(gen.text, rules.style, ep.turns)
+        msg, calls, errors = generation_message(gen.text, rules.style, ep.turns, rules.opens_think)
         ep.messages.append(msg)
-        text = strip_end_of_turn(gen.text)
-        if rules.opens_think and "</think>" not in text:
-            text = "<think>" + text   # never left the reasoning its prompt opened: extract_answer skips it
-        ep.final_content = split_reasoning(text)[1]   # the content, call markup included
+        ep.final_content = split_turn(gen.text, rules.opens_think)[1]   # the content, call markup included
         _, rule = extract_answer(ep.final_content)
         if gen.finish_reason == "length":
             ep.stop_reason = "context_limit" if cap < rules.max_new_tokens else "length"

@@ -214,19 +214,28 @@ def strip_end_of_turn(text: str) -> str:
         text = trimmed[: -len(marker)]
 
 
-def generation_message(text: str, style: str, turn: int | None = None) -> tuple[dict, list[dict], list[str]]:
+def split_turn(text: str, opens_think: bool = False) -> tuple[str, str]:
+    """(reasoning_content, content) of a generated assistant turn: end-of-turn tokens dropped, split at
+    the last `</think>` the way the Qwen3 templates do; with `opens_think` (the generation prompt opened
+    `<think>`, evals.agent.opens_think) a turn that never writes `</think>` is all reasoning."""
+    from evals.extract import split_reasoning
+
+    text = strip_end_of_turn(text)
+    return (text.strip(), "") if opens_think and "</think>" not in text else split_reasoning(text)
+
+
+def generation_message(text: str, style: str, turn: int | None = None,
+                       opens_think: bool = False) -> tuple[dict, list[dict], list[str]]:
     """The one rule, for evaluation and GRPO alike, that turns a generated assistant turn (decoded
     with special tokens) into a chat message; returns (message, the calls it asks for, parse errors).
 
-    End-of-turn tokens are dropped; the text is split at the last `</think>` into `reasoning_content`
-    (always set, "" without a think block) and `content` the way the Qwen3 templates do; calls are
-    parsed from `content`. The calls are stored structurally (`tool_calls`, the markup removed from
+    The text is split by `split_turn` into `reasoning_content` (always set, "" without a think block)
+    and `content`, so a turn inside the think block its prompt opened has no content and makes no call;
+    calls are parsed from `content`. The calls are stored structurally (`tool_calls`, the markup removed from
     `content`; ids `call_<turn>_<k>` when `turn` is given) only when the turn parsed cleanly and the
     template can render them — Llama-3.1's renders one call per message —; otherwise `content` keeps
     the raw text, so the model always sees what it wrote, and `tool_call_errors` says why."""
-    from evals.extract import split_reasoning
-
-    reasoning, content = split_reasoning(strip_end_of_turn(text))
+    reasoning, content = split_turn(text, opens_think)
     calls, errors = parse_tool_calls(content, style)
     msg: dict = {"role": "assistant", "reasoning_content": reasoning}
     if calls and not errors and (style != "llama3" or len(calls) == 1):

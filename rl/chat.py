@@ -24,7 +24,10 @@ template; an unknown template raises, and TRL's Llama-3.1 pattern needs the call
 right before the end-of-turn token (a model that continues, or ends a call with `<|eom_id|>`, is
 silently read as a final answer). `install` binds `parse_response` to `evals.toolcalls` — the parser
 evals uses, one implementation — so training and evaluation read a completion the same way.
-A completion is read into a message by evaluation's own rule (evals.toolcalls.generation_message).
+A completion is read into a message by evaluation's own rule (evals.toolcalls.generation_message),
+with evaluation's `opens_think` computed once per run from the model's template: a turn of
+Qwen3-Thinking-2507 that never closes the `<think>` its prompt opened has no content (no answer, so no
+reward) and makes no call.
 A completion whose call markup does not parse, or that makes several Llama-3.1 calls in one turn
 (its template renders one per message), ends the rollout (TRL treats a turn without calls as final);
 the reason is kept on the message under `tool_call_errors` and counted in metrics.jsonl, never
@@ -35,6 +38,7 @@ from __future__ import annotations
 import types
 
 from common import thinking
+from evals.agent import opens_think
 from evals.toolcalls import detect_style, generation_message
 from rl.errors import RlError
 
@@ -71,17 +75,17 @@ def check_template(tokenizer, template: str) -> None:
         tokenizer.chat_template = saved
 
 
-def parse_completion(text: str, style: str) -> dict:
+def parse_completion(text: str, style: str, opens_think: bool = False) -> dict:
     """One generated assistant turn (decoded with special tokens) as a chat message, by the rule
-    evaluation uses (evals.toolcalls.generation_message): {"role", "reasoning_content", "content",
-    ["tool_calls"], ["tool_call_errors"]}."""
-    return generation_message(text, style)[0]
+    evaluation uses (evals.toolcalls.generation_message; `opens_think`: the generation prompt opens
+    `<think>`): {"role", "reasoning_content", "content", ["tool_calls"], ["tool_call_errors"]}."""
+    return generation_message(text, style, opens_think=opens_think)[0]
 
 
 def install(tokenizer, enable_thinking="auto", where: str = "the model") -> dict:
     """Prepare `tokenizer` (the trainer's copy) for TRL: training template + our parser; `enable_thinking`
     (grpo.enable_thinking, passed to every render by TRL's chat_template_kwargs) must be one the
-    template reads (common.thinking). Returns {"style", "own_template", "training_template", "patched"}."""
+    template reads (common.thinking). Returns {"style", "own_template", "training_template", "patched", "opens_think"}."""
     own = tokenizer.chat_template
     if isinstance(own, dict):
         own = own.get("default")
@@ -91,14 +95,15 @@ def install(tokenizer, enable_thinking="auto", where: str = "the model") -> dict
     if problem:
         raise TemplateError(problem)
     style = detect_style(own)
+    opens = opens_think(tokenizer, thinking.template_kwargs(enable_thinking))   # once per run, as evaluate does
     train = training_template(own)
     check_template(tokenizer, train)
     tokenizer.chat_template = train
 
     def parse_response(self, ids, prefix=None, tools=None):  # the signature TRL calls
-        return parse_completion(self.decode(list(ids), skip_special_tokens=False), style)
+        return parse_completion(self.decode(list(ids), skip_special_tokens=False), style, opens)
 
     tokenizer.parse_response = types.MethodType(parse_response, tokenizer)
     # TRL only looks up its own pattern when neither attribute is set; this marks ours as in place.
     tokenizer.response_template = {"parser": f"evals.toolcalls:{style}"}
-    return {"style": style, "own_template": own, "training_template": train, "patched": train != own}
+    return {"style": style, "own_template": own, "training_template": train, "patched": train != own, "opens_think": opens}

@@ -87,21 +87,32 @@ def test_the_llama31_template_refuses_two_calls_in_one_message():
 
 @pytest.mark.parametrize("template, opens", [("qwen3_4b_thinking_2507.jinja", True), ("qwen3_4b_hybrid.jinja", False),
                                              ("llama3_1_8b_instruct.jinja", False)])
-def test_a_turn_inside_the_think_block_its_prompt_opened_holds_no_answer(template, opens):
+def test_a_turn_inside_the_think_block_its_prompt_opened_holds_no_answer(template, opens, monkeypatch):
     """Thinking-2507's prompt ends in `<think>`: a turn cut off (or ended) before `</think>` is all
-    reasoning, so a `Final answer:` drafted there is no answer (scored 0, a format failure)."""
+    reasoning, so a `Final answer:` drafted there is no answer (scored 0, a format failure) and a call
+    written there is not made — in evaluation and, read by the same rule, in GRPO: the tokenizer
+    rl.chat.install prepares is what TRL parses each completion with, and its QA reward equals the score."""
     from evals.agent import opens_think
-    from evals.tasks import qa_row
     from evals.benches import BenchItem
+    from evals.tasks import qa_row
+    from rl.envs import reward_funcs_for
     from tests.test_rl_thinking import _tok
 
-    rules = AgentRules("qwen3", max_turns=1, max_new_tokens=100, opens_think=opens_think(_tok(shared_path(
-        "fixtures", "chat_templates", template).read_text(encoding="utf-8"))))
+    tok = _tok(shared_path("fixtures", "chat_templates", template).read_text(encoding="utf-8"))
+    rules = AgentRules("qwen3", max_turns=2, max_new_tokens=100, opens_think=opens_think(tok))
     assert rules.opens_think is opens
-    for text, finish, answered in [("so\nFinal answer: Paris\nbut check", "length", not opens),
-                                   ("so Final answer: Paris", "stop", not opens),
-                                   ("hm</think>\n\nFinal answer: Paris", "stop", True)]:
+    monkeypatch.setattr(chat, "check_template", lambda *a: None)   # TRL's acceptance (test_rl_units), a slow import
+    chat.install(tok)
+    em = reward_funcs_for("qa")[0][0]
+    call = '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call>'
+    for text, finish, answered, calls in [("so\nFinal answer: Paris\nbut check", "length", not opens, 0),
+                                          ("so Final answer: Paris", "stop", not opens, 0),
+                                          ("hm</think>\n\nFinal answer: Paris", "stop", True, 0),
+                                          (f"look it up\n{call}", "stop", False, 0 if opens else 1)]:
         ep = asyncio.run(play_agent(Episode("e", [{"role": "user", "content": "q"}], []),
                                     _Table(Generation(text, finish, 5)), rules))
-        row = qa_row(ep, BenchItem("e", "q", ["Paris"]))
-        assert (row["metrics"]["em"], row["extract_rule"] != "none") == (float(answered), answered), (template, text)
+        score = qa_row(ep, BenchItem("e", "q", ["Paris"]))
+        grpo = tok.parse_response(tok(text, add_special_tokens=False)["input_ids"])
+        reward = em(completions=[[grpo]], golden_answers=[["Paris"]])[0]
+        assert (score["metrics"]["em"], score["extract_rule"] != "none", reward) == (float(answered), answered, float(answered))
+        assert (ep.tool_calls, len(grpo.get("tool_calls", []))) == (calls, calls), (template, text)

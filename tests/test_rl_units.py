@@ -241,6 +241,8 @@ def test_installed_parser_is_what_trl_calls():
     ids = tok.encode(text, add_special_tokens=False)
     out = parse_response(tok, ids, prefix=[1, 2], tools=[])
     assert out["tool_calls"][0]["function"] == {"name": "finish", "arguments": {"answer": "A-1"}}
+    cut = parse_response(tok, tok.encode(text.replace("</think>", ""), add_special_tokens=False))   # think never closed
+    assert (cut["reasoning_content"], cut["content"], "tool_calls" in cut) == (text.replace("</think>", "")[:-10].strip(), "", False)
 
 
 # ---------------------------------------------------------------- merge and state
