@@ -740,8 +740,13 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     return "\n".join(out) + "\n"
 
 
+def file_label(label: str) -> str:
+    """An arm's label (`<arm>/<name>` for a variant) as one file-name part: safe characters, no `/`."""
+    return tag(label.replace("/", "-"))
+
+
 def card_name(label: str, seed: int, step: int) -> str:
-    return f"{tag(label.replace('/', '-'))}-s{seed}-step{step}.md"
+    return f"{file_label(label)}-s{seed}-step{step}.md"
 
 
 def write_report_cards(report: str | Path, finals: list[tuple[str, int, Path]], *,
