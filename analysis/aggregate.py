@@ -111,6 +111,22 @@ class Points:
         hits = sorted((step, seed, why) for (a, seed, step, b), why in self.nulls.items() if (a, b) == (arm, bench))
         return f"no score: {hits[-1][2]}" if hits else None
 
+    def unscored(self, arm: str, seed_steps: list[tuple[int, int]], bench: str, metric: str) -> str | None:
+        """Why one of `arm`'s (seed, step) has no value of `bench` (the first such), else None."""
+        for seed, step in seed_steps:
+            if seed in self.values(arm, step, bench, metric).index:
+                continue
+            if bench == MEAN_BENCH:
+                held = next((b for b in self.qa if self.unscored(arm, [(seed, step)], b, metric)), bench)
+                why = self.nulls.get((arm, seed, step, held))
+                return f"no mean: {held} " + ("has no score" if why else f"not evaluated at {where(arm, seed, step)}")
+            why = self.nulls.get((arm, seed, step, bench))
+            return f"no score: {why}" if why else f"not evaluated at {where(arm, seed, step)}"
+        return None
+
+    def no_examples(self, arm: str, seed: int, step: int, bench: str, metric: str) -> str:
+        return f"no per-item {metric}: {where(arm, seed, step)} {bench}.jsonl"
+
     def examples(self, arm: str, seed: int, step: int, bench: str, metric: str) -> pd.Series | None:
         d = self.eval_dirs.get((arm, seed, step))
         return None if d is None else example_metric(d, bench, metric, self.problems)
@@ -186,6 +202,11 @@ class Points:
         return band
 
 
+def where(arm: str, seed: int, step: int) -> str:
+    """A checkpoint as the report's missing points name it (`A/seed1/step-000020`; the anchor: `anchor`)."""
+    return ANCHOR_ARM if arm == ANCHOR_ARM else f"{arm}/seed{seed}/step-{step:06d}"
+
+
 def metric_rows(table: pd.DataFrame, bench: str, metric: str) -> pd.DataFrame:
     return table[(table.bench == bench) & (table.metric == metric)]
 
@@ -210,21 +231,25 @@ class Selected:
     steps: list[int]  # the step(s) the value comes from (one per seed for "final")
 
 
-def _final_steps(points: Points, arm: str, bench: str, metric: str) -> list[tuple[int, int]]:
-    """(seed, its last evaluated step) of `arm` for `bench`/`metric`."""
-    rows = metric_rows(points.table, bench, metric)
-    rows = rows[rows.arm == arm]
-    if rows.empty:
-        return []
-    last = rows.loc[rows.groupby("seed").step.idxmax()]
-    return [(int(s), int(t)) for s, t in zip(last.seed, last.step)]
+def final_steps(points: Points, arm: str, benches: list[str]) -> list[tuple[int, int]]:
+    """(seed, its final checkpoint) of `arm`: the last step at which the seed evaluated any of `benches`, so
+    that a row's cells (its Avg. too) all come from one checkpoint per seed."""
+    own = points.table[(points.table.arm == arm) & points.table.bench.isin(benches)]
+    last: dict[int, int] = {}
+    for seed, step in [*zip(own.seed, own.step), *((sd, st) for (a, sd, st, b) in points.nulls if a == arm and b in benches)]:
+        last[int(seed)] = max(int(step), last.get(int(seed), int(step)))
+    return sorted(last.items())
 
 
-def final_point(points: Points, arm: str, bench: str, metric: str) -> Selected | None:
-    """Each seed's last evaluated step, its seeds and items under the crossed model."""
-    last = _final_steps(points, arm, bench, metric)
+def final_point(points: Points, arm: str, bench: str, metric: str,
+                last: list[tuple[int, int]] | None = None) -> Selected | str | None:
+    """The seeds at their final checkpoint (`last`, else each seed's last step evaluated on `bench`) and
+    their items under the crossed model; why not (str) when one of them has no value of `bench`."""
+    last = last or final_steps(points, arm, [bench])
     if not last:
         return None
+    if why := points.unscored(arm, last, bench, metric):
+        return why
     steps = sorted({t for _, t in last})
     if len(steps) == 1:
         return Selected(points.interval(arm, steps[0], bench, metric), steps)
@@ -235,12 +260,18 @@ def final_point(points: Points, arm: str, bench: str, metric: str) -> Selected |
     return Selected(points.record("final", arm, "", "/".join(map(str, steps)), bench, metric, got), steps)
 
 
-def best_point(points: Points, arm: str, bench: str, metric: str) -> Selected | None:
-    """The step with the highest seed-mean (earliest on ties). Chosen on the eval set: optimistic."""
+def best_point(points: Points, arm: str, bench: str, metric: str) -> Selected | str | None:
+    """The step with the highest seed-mean (earliest on ties) among the steps every seed of `arm` evaluated
+    (a step fewer seeds reached is no mean of the same seeds); why not (str) when there is none. Chosen on
+    the eval set: optimistic."""
     rows = metric_rows(points.table, bench, metric)
     rows = rows[rows.arm == arm]
     if rows.empty:
         return None
+    n_seeds = rows.groupby("step").seed.nunique()
+    rows = rows[rows.step.isin(n_seeds.index[n_seeds == rows.seed.nunique()])]
+    if rows.empty:
+        return "no step every seed evaluated"
     means = rows.groupby("step").value.mean().sort_index()
     step = int(means.idxmax())
     return Selected(points.interval(arm, step, bench, metric), [step])
@@ -258,23 +289,28 @@ def _series_ids(series: list[pd.Series]) -> set:
     return set().union(*(set(s.index) for s in series)) if series else set()
 
 
-def paired_vs_anchor(points: Points, arm: str, bench: str, metric: str) -> Paired | None:
-    """Final checkpoint of `arm` (each seed's last step) minus the anchor over the item ids both have,
-    under the crossed model: items random and shared, the arm's seeds random, the anchor seedless."""
-    if bench == MEAN_BENCH:
+def paired_vs_anchor(points: Points, arm: str, bench: str, metric: str,
+                     last: list[tuple[int, int]] | None = None) -> Paired | str | None:
+    """Final checkpoint of `arm` (`last`, else each seed's last step evaluated on `bench`) minus the anchor
+    over the item ids both have, under the crossed model: items random and shared, the arm's seeds random,
+    the anchor seedless. None for the QA mean or no evaluation of `arm`; why not (str) when one is missing."""
+    last = last or final_steps(points, arm, [bench])
+    if bench == MEAN_BENCH or not last:
         return None
+    if why := points.unscored(arm, last, bench, metric):
+        return why
+    if points.values(ANCHOR_ARM, 0, bench, metric).empty:
+        return f"the anchor: {(points.no_score(ANCHOR_ARM, bench) or 'not evaluated')}"
     anchor = points.examples(ANCHOR_ARM, 0, 0, bench, metric)
-    last = _final_steps(points, arm, bench, metric)
-    if anchor is None or anchor.empty or not last:
-        return None
     per_seed = [points.examples(arm, s, t, bench, metric) for s, t in last]
-    if any(e is None or e.empty for e in per_seed):
-        return None
+    if missing := next(((a, s, t) for (a, s, t), e in zip([(ANCHOR_ARM, 0, 0), *((arm, s, t) for s, t in last)],
+                                                          [anchor, *per_seed]) if e is None or e.empty), None):
+        return points.no_examples(*missing, bench, metric)
     m = pd.concat([e.rename(s) for e, (s, _) in zip(per_seed, last)], axis=1, join="inner")
     ids = sorted(m.index.intersection(anchor.index))
     dropped = sorted(map(str, _series_ids(per_seed + [anchor]) - set(ids)))
     if not ids:
-        return None
+        return "no item id shared by every seed and the anchor"
     terms = [Term(arm, 1.0, m.loc[ids].to_numpy(float)),
              Term(ANCHOR_ARM, -1.0, anchor.loc[ids].to_numpy(float)[:, None], random_seeds=False)]
     steps = sorted({t for _, t in last})
@@ -293,24 +329,24 @@ class ArmsPaired:
     dropped_ids: list[str] = field(default_factory=list)
 
 
-def paired_arms(points: Points, a: str, b: str, step: int, bench: str, metric: str) -> ArmsPaired | None:
+def paired_arms(points: Points, a: str, b: str, step: int, bench: str, metric: str) -> ArmsPaired | str:
     """`a` − `b` at `step` under the crossed model: the same items (ids every seed of both arms evaluated),
     each arm's seeds drawn on their own (seed s of a is not paired with seed s of b), so the interval
     covers items and both arms' seeds ("items" only when an arm has one seed). For the QA mean (`avg`)
-    the benches are strata of equal weight. None when an arm has no seed at `step` or a per-item file is
-    missing."""
+    the benches are strata of equal weight. Why not (str) when an arm has no seed at `step` or a per-item
+    file is missing."""
     seeds = {arm: sorted(int(s) for s in points.values(arm, step, bench, metric).index) for arm in (a, b)}
-    if not seeds[a] or not seeds[b]:
-        return None
+    if lost := next((arm for arm in (a, b) if not seeds[arm]), None):
+        return f"{lost}: not evaluated at step {step}"
     strata, dropped = [], []
     for qa_bench in (points.qa if bench == MEAN_BENCH else [bench]):
         per = {arm: [points.examples(arm, s, step, qa_bench, metric) for s in seeds[arm]] for arm in (a, b)}
-        if any(e is None or e.empty for es in per.values() for e in es):
-            return None
+        if missing := next(((arm, s) for arm in (a, b) for e, s in zip(per[arm], seeds[arm]) if e is None or e.empty), None):
+            return points.no_examples(*missing, step, qa_bench, metric)
         ma, mb = (pd.concat([e.rename(s) for e, s in zip(per[arm], seeds[arm])], axis=1, join="inner") for arm in (a, b))
         ids = sorted(ma.index.intersection(mb.index))
         if not ids:
-            return None
+            return f"no item id of {qa_bench} evaluated by every seed of both arms"
         prefix = f"{qa_bench}:" if bench == MEAN_BENCH else ""
         dropped += [prefix + str(i) for i in sorted(map(str, _series_ids(per[a] + per[b]) - set(ids)))]
         strata.append([Term(a, 1.0, ma.loc[ids].to_numpy(float)), Term(b, -1.0, mb.loc[ids].to_numpy(float))])

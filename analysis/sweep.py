@@ -22,6 +22,7 @@ from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, make_way, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
+from common.cards import file_label
 from evals.registry import kind_of
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
@@ -257,7 +258,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
             result.tables[name] = t
             table_paths[name] = t.write(out / "tables" / name)
         for a, b in pairs:   # (an arm no run has: refused by launch.analyze)
-            name = f"compare_{a}_vs_{b}_{metric}"
+            name = f"compare_{file_label(a)}_vs_{file_label(b)}_{metric}"   # a variant's `/` no subdirectory
+            name = next(n for k in range(1, len(pairs) + 2) if (n := name + (f"-{k}" if k > 1 else "")) not in result.tables)
             result.tables[name] = compare_table(points, a, b, cols, metric, settings_note.get((a, b), ""))
             table_paths[name] = result.tables[name].write(out / "tables" / name)
     episodic = [b for b in benches if not kind_of(b).scores]   # benches with episodes (transcripts, EM pre/post)

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.aggregate import Points, anchor_value, best_point, final_point, paired_arms, paired_vs_anchor
+from analysis.aggregate import Paired, Points, Selected, anchor_value, best_point, final_point, final_steps, paired_arms, paired_vs_anchor
 from analysis.collect import GENERAL_QA, MEAN_BENCH, MULTIHOP_QA, env_benches, qa_label
 from analysis.discover import ANCHOR_ARM
 from analysis.figures import sort_arms
@@ -78,7 +78,7 @@ class Table:
 
     def write(self, stem: Path) -> list[Path]:
         stem.parent.mkdir(parents=True, exist_ok=True)
-        paths = [stem.with_suffix(".md"), stem.with_suffix(".tex")]
+        paths = [stem.parent / f"{stem.name}.md", stem.parent / f"{stem.name}.tex"]   # an arm's name may hold a dot
         paths[0].write_text(self.to_markdown(), encoding="utf-8")
         paths[1].write_text(self.to_latex(), encoding="utf-8")
         return paths
@@ -143,9 +143,9 @@ COVERS_TEXT = (f"covers: {COVERS_BOTH} = items and seeds both random (the popula
                "training seeds); items = items only, where an arm has one seed (its seed variance is unknown)")
 
 
-def gap(points: Points, arm: str, bench: str) -> str:
-    """The cell of a point without a value: a dash, with the reason where evaluate gave it no score."""
-    why = points.no_score(arm, bench)
+def gap(points: Points, arm: str, bench: str, why: str | None = None) -> str:
+    """The cell of a point without a value: a dash, with `why` or the reason evaluate gave it no score."""
+    why = why or points.no_score(arm, bench)
     return f"{DASH} ({why})" if why else DASH
 
 
@@ -153,8 +153,9 @@ def main_table(points: Points, arms: list[str], columns: list[Column], metric: s
     caption = (f"{metric.upper()} of the anchor and of each arm's final and best checkpoint "
                f"(mean over seeds ±{points.conf:.0%} half-width, its larger side, of the crossed items × seeds interval: "
                "covers items and seeds with >= 2 seeds, items only with one seed (seed variance unknown) "
-               "and for the anchor; @step: the checkpoint; best is chosen on the evaluation set and is "
-               "optimistic; each cell's bounds, coverage and n are in intervals.csv)")
+               "and for the anchor; @step: the checkpoint; final: each seed's last evaluated checkpoint, the same "
+               "for every cell of the row; best: among the steps every seed evaluated, chosen on the evaluation set "
+               "and so optimistic; each cell's bounds, coverage and n are in intervals.csv)")
     table = Table(caption, columns)
     seen: dict[str, dict[str, set[str]]] = {}   # column -> row kind -> "n items × seeds, covers"
     if any(math.isfinite(anchor_value(points, c.bench, c.metric).mean) for c in columns):
@@ -164,17 +165,17 @@ def main_table(points: Points, arms: list[str], columns: list[Column], metric: s
                                                            else gap(points, ANCHOR_ARM, c.bench)
                                                            for iv, c in zip(anchor, columns)]))
     for arm in sort_arms(arms):
-        finals = [final_point(points, arm, c.bench, c.metric) for c in columns]
-        steps = sorted({s for f in finals if f for s in f.steps})
+        last = final_steps(points, arm, [c.bench for c in columns])   # one checkpoint per seed for the whole row
+        finals = [final_point(points, arm, c.bench, c.metric, last) for c in columns]
+        steps = sorted({s for _, s in last})
         # Seeds still training can sit at different final steps: show the range then.
         span = "" if not steps else f", step {steps[0]}" if len(steps) == 1 else f", steps {steps[0]}–{steps[-1]}"
-        label = f"{arm} (final{span})"
-        _note_n(seen, columns, [f.interval if f else None for f in finals], arm)
-        table.rows.append((label, [fmt_interval(f.interval) if f else gap(points, arm, c.bench)
-                                   for f, c in zip(finals, columns)]))
+        _note_n(seen, columns, [f.interval if isinstance(f, Selected) else None for f in finals], arm)
+        table.rows.append((f"{arm} (final{span})", [fmt_interval(f.interval) if isinstance(f, Selected) else gap(points, arm, c.bench, f)
+                                                   for f, c in zip(finals, columns)]))
         bests = [best_point(points, arm, c.bench, c.metric) for c in columns]
-        table.rows.append((f"{arm} (best)", [fmt_interval(b.interval, b.steps[0]) if b else gap(points, arm, c.bench)
-                                             for b, c in zip(bests, columns)]))
+        table.rows.append((f"{arm} (best)", [fmt_interval(b.interval, b.steps[0]) if isinstance(b, Selected)
+                                             else gap(points, arm, c.bench, b) for b, c in zip(bests, columns)]))
     if seen:
         table.caption = table.caption[:-1] + "; n: " + "; ".join(
             f"{label}: " + ", ".join(f"{who} {' / '.join(sorted(ns))}" for who, ns in rows.items())
@@ -198,11 +199,11 @@ def paired_table(points: Points, arms: list[str], columns: list[Column], metric:
     cols = [c for c in columns if c.bench != MEAN_BENCH]
     table = Table(caption, cols)
     for arm in sort_arms(a for a in arms if a != ANCHOR_ARM):
-        cells = []
+        cells, last = [], final_steps(points, arm, [c.bench for c in columns])   # the main table's final row
         for c in cols:
-            p = paired_vs_anchor(points, arm, c.bench, c.metric)
-            if p is None or not math.isfinite(p.result.delta):
-                cells.append(DASH)
+            p = paired_vs_anchor(points, arm, c.bench, c.metric, last)
+            if not isinstance(p, Paired) or not math.isfinite(p.result.delta):
+                cells.append(gap(points, arm, c.bench, p if isinstance(p, str) else None))
             else:
                 cells.append(fmt_delta(p.result) + (f" ({p.dropped} items dropped)" if p.dropped else ""))
         table.rows.append((arm, cells))
@@ -225,8 +226,8 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
         cells, seeds = [], set()
         for c in columns:
             p = paired_arms(points, a, b, step, c.bench, c.metric)
-            if p is None or not math.isfinite(p.result.delta):
-                cells.append(DASH)
+            if isinstance(p, str) or not math.isfinite(p.result.delta):
+                cells.append(f"{DASH} ({p})" if isinstance(p, str) else DASH)
                 continue
             seeds.update(p.seeds)
             if c.bench != MEAN_BENCH:

@@ -775,12 +775,17 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     return "\n".join(out) + "\n"
 
 
+def file_label(label: str) -> str:
+    """An arm's label (`<arm>/<name>` for a variant) as one file-name part: safe characters, no `/`."""
+    return tag(label.replace("/", "-"))
+
+
 def card_name(label: str, seed: int, step: int, *, distinct: bool = False) -> str:
-    """`<label>-s<seed>-step<N>.md` in safe characters; `distinct`: with a digest of the label after it, for
+    """`<label>-s<seed>-step<N>.md` (file_label); `distinct`: with a digest of the label after it, for
     labels that share one such name (search/v1 and search-v1)."""
     from common.io import sha256_text
 
-    return f"{tag(label.replace('/', '-'))}{'-' + sha256_text(label)[:8] if distinct else ''}-s{seed}-step{step}.md"
+    return f"{file_label(label)}{'-' + sha256_text(label)[:8] if distinct else ''}-s{seed}-step{step}.md"
 
 
 CARD_FILE = re.compile(r"[A-Za-z0-9._-]+-s\d+-step\d+\.md")   # card_name's

@@ -68,7 +68,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "dry_run": field("true: print the plan (runs, checkpoints, evaluations to run) and exit", False),
     "compare": field("pairs of arms compared step by step, e.g. [[r2e, r2e_v5]]: per step both were evaluated at, "
                      "A − B over the items both evaluated, its interval covering items and each arm's seeds ('items' "
-                     "only where an arm has one seed) (tables/compare_<A>_vs_<B>_<metric>.*)", [],
+                     "only where an arm has one seed) (tables/compare_<A>_vs_<B>_<metric>.*, a variant's / as -)", [],
                      rule=list_of(lambda pair: True, "a list of pairs of arm names, e.g. [[r2e,r2e_v5]]")),
     "compare_allow_settings": flag("true: compare arms evaluated under different result-changing settings "
                                    "(refused otherwise, naming the setting)", False),

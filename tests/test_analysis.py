@@ -300,6 +300,7 @@ def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
     from evals.results import summarize
 
     make_run(tree, "r2e/lr5e-4", 0, [10], evaluated={10: _vals(10, 0.5)})
+    make_run(tree, "r2e-lr5e-4", 0, [10], evaluated={10: _vals(10, 0.4)})   # an arm whose name is the variant's file name
     shutil.copytree(tree / "r2e" / "seed1", tree / "r2e" / "seed1.replaced-20260101T000000Z")
     shutil.copytree(tree / "r2e" / "lr5e-4", tree / "r2e" / "lr5e-4.replaced-20260101T000000Z")
     shutil.copytree(tree / "search", tree / "search.replaced-20260101T000000Z")
@@ -311,13 +312,18 @@ def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
     summary["search_plan_ood"]["n"] = "eight"
     bad.write_text(json.dumps(summary))   # json writes NaN / Infinity, as a buggy writer would
     runs = discover_runs(tree)
-    assert [(r.arm, r.seed) for r in runs] == [("r2e", 0), ("r2e", 1), ("r2e/lr5e-4", 0), ("search", 0)]
+    assert [(r.arm, r.seed) for r in runs] == [("r2e", 0), ("r2e", 1), ("r2e-lr5e-4", 0), ("r2e/lr5e-4", 0), ("search", 0)]
 
     out = tmp_path / "rep"
     res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False,
-                        "n_boot": 50})
+                        "n_boot": 50, "metrics": ["em"], "compare": [["r2e-lr5e-4", "r2e"], ["r2e/lr5e-4", "r2e"]]})
+    # A variant's compare table is a file of tables/ (before: tables/compare_r2e/lr5e-4_vs_r2e_em.md), its name
+    # the cards' rule (/ -> -), made unique where it meets another arm's.
+    compare = sorted(p.name for p in (out / "tables").iterdir() if p.name.startswith("compare_"))
+    assert compare == sorted(f"compare_r2e-lr5e-4_vs_r2e_em{k}.{ext}" for k in ("", "-2") for ext in ("md", "tex"))
+    assert "EM of r2e/lr5e-4 minus r2e" in (out / "tables" / "compare_r2e-lr5e-4_vs_r2e_em-2.md").read_text()
     t = pd.read_csv(out / "results.csv")
-    assert set(t.arm) == {"r2e", "r2e/lr5e-4", "search", "anchor"}
+    assert set(t.arm) == {"r2e", "r2e-lr5e-4", "r2e/lr5e-4", "search", "anchor"}
     assert set(t[t.arm == "r2e"].seed) == {0, 1} and t.value.between(0, 2).all()
     s10 = t[(t.arm == "search") & (t.step == 10)]
     assert s10[(s10.bench == "nq") & s10.metric.isin(["em", "f1"])].empty
@@ -404,3 +410,39 @@ def test_an_interval_without_per_item_files_names_the_items_each_seed_evaluated(
     assert curve(p, "A", "nq", "em", [10]).n.tolist() == [10]
     final = final_point(p, "A", "nq", "em").interval   # seed 0 at step 20, seed 1 at step 10
     assert (final.method, final.n_items, final.n_seeds, final.mean) == ("seed t", 10, "2", pytest.approx(0.45))
+
+
+def test_best_and_final_compare_like_with_like_and_gaps_say_why(tmp_path):
+    """best: the step with the highest mean among the steps every seed evaluated (before: step 20, where only
+    the better seed had been evaluated, 0.600 from one seed against 0.250 from both); final: one checkpoint per
+    seed for the whole row (before: nq from seed 1's step 20, hotpotqa and Avg. from its step 10); a paired or
+    compare cell without a value says why (before: a bare –)."""
+    from analysis.aggregate import paired_arms
+    from analysis.tables import compare_table, main_table, paired_table, table_columns
+
+    root = tmp_path / "runs"
+    make_run(root, "A", 0, [10, 20], evaluated={10: {"nq": 0.3, "hotpotqa": 0.3}})
+    make_run(root, "A", 1, [10, 20], evaluated={10: {"nq": 0.2, "hotpotqa": 0.2}, 20: {"nq": 0.6}})
+    make_run(root, "B", 0, [10], evaluated={10: {"nq": 0.5, "hotpotqa": 0.5}})
+    anchor = root / "_anchor" / "eval" / "step-000000"
+    write_eval(anchor, {"nq": 0.1, "hotpotqa": 0.1})
+    (root / "B" / "seed0" / "eval" / "step-000010" / "hotpotqa.jsonl").unlink()
+    runs = discover_runs(root)
+    dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()} | {("anchor", 0, 0): anchor}
+    p = Points(add_mean_rows(collect(runs, anchor, QA).table, QA), dirs, QA)
+    best = best_point(p, "A", "nq", "em")
+    assert best.steps == [10] and best.interval.mean == pytest.approx(0.25)
+    cols = table_columns(QA, True, [], "em")
+    rows = dict(main_table(p, ["A", "B"], cols, "em").rows)
+    assert rows["A (final, steps 10–20)"][0].startswith("0.450 ")   # seed 0 at 10 (0.3), seed 1 at 20 (0.6)
+    assert rows["A (final, steps 10–20)"][1:] == ["– (not evaluated at A/seed1/step-000020)",
+                                                 "– (no mean: hotpotqa not evaluated at A/seed1/step-000020)"]
+    assert "best: among the steps every seed evaluated" in main_table(p, ["A"], cols, "em").caption
+    paired = dict(paired_table(p, ["A", "B"], cols, "em").rows)
+    assert paired["A"][1] == "– (not evaluated at A/seed1/step-000020)"
+    assert paired["B"][1] == "– (no per-item em: B/seed0/step-000010 hotpotqa.jsonl)"
+    compare = compare_table(p, "A", "B", cols, "em").rows[0][1]
+    assert compare[1:] == ["– (no per-item em: B/seed0/step-000010 hotpotqa.jsonl)"] * 2
+    assert paired_arms(p, "A", "B", 20, "nq", "em") == "B: not evaluated at step 20"
+    stem = tmp_path / "tables" / "compare_lr0.5_vs_B_em"   # an arm with a dot (before: tables/compare_lr0.md)
+    assert [f.name for f in compare_table(p, "A", "B", cols, "em").write(stem)] == [stem.name + ".md", stem.name + ".tex"]
