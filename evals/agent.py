@@ -63,15 +63,6 @@ def fit(n_prompt: int, *, max_model_len: int, max_new_tokens: int) -> int | None
     return min(max_new_tokens, room) if room > 0 else None
 
 
-def opens_think(tokenizer, template_kwargs: dict | None = None) -> bool:
-    """Whether the chat template's generation prompt opens a think block (Qwen3-Thinking-2507's)."""
-    try:
-        prompt = render(tokenizer, [{"role": "user", "content": "?"}], [], template_kwargs)
-    except Exception:   # no usable template: the episode's own render says why
-        return False
-    return prompt.rstrip().endswith("<think>")
-
-
 @dataclass
 class AgentRules:
     """The turn rules of a tool-calling bench: its tool-call style, turn and token caps, chat-template

@@ -26,11 +26,12 @@ from typing import Any, Callable
 from common import thinking
 from common.benchmarks import parse_bench_key
 from evals import babyai, tasks, teacher_forced
-from evals.agent import AgentRules, opens_think, play_agent
+from evals.agent import AgentRules, play_agent
 from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_size, bench_source, load_bench
 from evals.metrics import METRICS, RATE, SIZE, MetricSpec
 from evals.results import QA_KEYS, summarize
 from evals.scheduler import Episodes
+from evals.toolcalls import opens_think
 
 
 @dataclass(frozen=True)

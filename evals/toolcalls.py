@@ -214,10 +214,21 @@ def strip_end_of_turn(text: str) -> str:
         text = trimmed[: -len(marker)]
 
 
+def opens_think(tokenizer, template_kwargs: dict | None = None) -> bool:
+    """Whether the chat template's generation prompt opens a think block (Qwen3-Thinking-2507's): then
+    `split_turn` reads a turn as reasoning until `</think>`."""
+    try:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": "?"}], add_generation_prompt=True, tokenize=False,
+                                               **(template_kwargs or {}))
+    except Exception:   # no usable template: the episode's own render says why
+        return False
+    return prompt.rstrip().endswith("<think>")
+
+
 def split_turn(text: str, opens_think: bool = False) -> tuple[str, str]:
     """(reasoning_content, content) of a generated assistant turn: end-of-turn tokens dropped, split at
     the last `</think>` the way the Qwen3 templates do; with `opens_think` (the generation prompt opened
-    `<think>`, evals.agent.opens_think) a turn that never writes `</think>` is all reasoning."""
+    `<think>`, opens_think) a turn that never writes `</think>` is all reasoning."""
     from evals.extract import split_reasoning
 
     text = strip_end_of_turn(text)

@@ -38,8 +38,7 @@ from __future__ import annotations
 import types
 
 from common import thinking
-from evals.agent import opens_think
-from evals.toolcalls import detect_style, generation_message
+from evals.toolcalls import detect_style, generation_message, opens_think
 from rl.errors import RlError
 
 # (the own template's text, its training-side replacement). Applied only when present.

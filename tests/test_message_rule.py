@@ -92,7 +92,7 @@ def test_a_turn_inside_the_think_block_its_prompt_opened_holds_no_answer(templat
     reasoning, so a `Final answer:` drafted there is no answer (scored 0, a format failure) and a call
     written there is not made — in evaluation and, read by the same rule, in GRPO: the tokenizer
     rl.chat.install prepares is what TRL parses each completion with, and its QA reward equals the score."""
-    from evals.agent import opens_think
+    from evals.toolcalls import opens_think
     from evals.benches import BenchItem
     from evals.tasks import qa_row
     from rl.envs import reward_funcs_for
