@@ -20,6 +20,7 @@ from analysis.collect import MEAN_BENCH, example_metric
 from analysis.discover import ANCHOR_ARM, read_json_object
 from analysis.stats import t_quantile
 from analysis.variance import (COVERS_NONE, COVERS_SEEDS, Estimate, Term, estimate, is_binary)
+from common.layout import step_name
 
 NAN_INTERVAL = Estimate(math.nan, math.nan, math.nan, math.nan, math.nan, 0, "", COVERS_NONE, "point")
 # A band over K steps: each step's two-sided interval at the Bonferroni level 1 − α/K (α/(2K) in each tail).
@@ -204,7 +205,7 @@ class Points:
 
 def where(arm: str, seed: int, step: int) -> str:
     """A checkpoint as the report's missing points name it (`A/seed1/step-000020`; the anchor: `anchor`)."""
-    return ANCHOR_ARM if arm == ANCHOR_ARM else f"{arm}/seed{seed}/step-{step:06d}"
+    return ANCHOR_ARM if arm == ANCHOR_ARM else f"{arm}/seed{seed}/{step_name(step)}"
 
 
 def metric_rows(table: pd.DataFrame, bench: str, metric: str) -> pd.DataFrame:
