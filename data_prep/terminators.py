@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import re
 
+import regex
+
 FINAL_ANSWER_PREFIX = "Final answer: "
 FINISH_TOOLS = ("finish", "submit")
 HEADLINE_MAX_CHARS = 200
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_GRAPHEME_RE = regex.compile(r"\X")  # one extended grapheme cluster (Unicode UAX #29)
 _TASK_TAG_RE = re.compile(r"<(github_issue|pr_description)>\s*(.*?)\s*</\1>", re.DOTALL)
 
 
@@ -102,15 +105,21 @@ def _candidates(task: str):
 def headline(task: str, max_chars: int = HEADLINE_MAX_CHARS) -> str:
     """The issue/PR title: a non-empty `**Title:**` among the first few candidate lines, else the
     first candidate line (see `_candidates`: no comments, code, checkboxes or template headings),
-    whitespace-collapsed, at most `max_chars` cut at a word boundary."""
+    whitespace-collapsed, at most `max_chars` cut at a word boundary. A first word longer than
+    `max_chars` (a URL, a path) is cut inside it, after its last whole grapheme within `max_chars`:
+    a letter keeps its combining marks, an emoji its modifiers, or both are left out."""
     cands = list(_candidates(task))
     line = next((c for c, is_title in cands[:TITLE_LOOKAHEAD] if is_title), cands[0][0] if cands else "")
     line = collapse_ws(line)
     if len(line) <= max_chars:
         return line
-    cut = line[: max_chars + 1]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > 0 else line[:max_chars]).rstrip()
+    fit = 0  # the end of the last whole grapheme within max_chars
+    for m in _GRAPHEME_RE.finditer(line, 0, max_chars + 1):
+        if m.end() > max_chars:
+            break
+        fit = m.end()
+    space = line.rfind(" ", 0, fit + 1)  # a space starting the grapheme after `fit` ends a word there
+    return (line[:space] if space > 0 else line[:fit]).rstrip()
 
 
 def epilogue_text(task: str) -> str:

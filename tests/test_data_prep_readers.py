@@ -190,6 +190,14 @@ def test_headline_rules():
     long = "word " * 100
     h = headline(long)
     assert len(h) <= 200 and h.endswith("word") and not h.endswith(" ")
+    # one word longer than the limit (a URL, a path) is cut inside it, never between a letter and its
+    # combining marks or inside an emoji sequence (seen failing: `e` kept, its U+0301 cut off)
+    assert headline("x" * 199 + "e\u0301" + "y" * 50) == "x" * 199
+    assert headline("e\u0301" * 150) == "e\u0301" * 100
+    assert headline("a" * 198 + "\U0001F44D\U0001F3FD" + "b") == "a" * 198 + "\U0001F44D\U0001F3FD"
+    assert headline("a" * 199 + "\U0001F44D\U0001F3FD" + "b") == "a" * 199
+    assert headline("http://x.org/" + "p" * 300 + " tail") == ("http://x.org/" + "p" * 300)[:200]
+    assert headline("Fix " + "a" * 196 + "\u0301 tail") == "Fix"  # a space before a combining sequence that does not fit
     assert epilogue_text("**Title:** T") == "\nFinal answer: T"
 
 
