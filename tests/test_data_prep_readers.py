@@ -145,6 +145,16 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
     p.write_text(json.dumps({**row, "response": row["response"].replace(" William Shakespeare ", " \n ")}) + "\n")
     (out,) = read_source(f"search-r1:{p}")
     assert (out.reason, out.detail, out.where) == ("no_final_answer", "the <answer> is empty", f"{p}:1")
+    # a <search> never closed is no search (Search-R1 runs `<search>q</search>` only), nor thought to train:
+    # refused, as is an <information> block no search asked for (seen failing: both kept in the final turn's thought)
+    for response, what in [("<think>a</think><search> hamlet author\n\n<information>Doc 1(Title: H) x</information>\n\n<answer> W </answer>",
+                            "a <search> with no </search> ('hamlet author"),
+                           (row["response"].replace("</information>", "</information><search> more"), "a <search> with no </search> ('more')"),
+                           ("<think>a</think>\n<information>Doc 1(Title: H) x</information>\n<answer> W </answer>",
+                            "an <information> block with no <search> before it")]:
+        p.write_text(json.dumps({**row, "response": response}) + "\n")
+        (out,) = read_source(f"search-r1:{p}")
+        assert out.reason == "unparseable_tool_call" and out.detail.startswith(what), out.detail
 
 
 HEADLINE_CASES = {

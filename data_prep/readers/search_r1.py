@@ -51,6 +51,20 @@ def _gold(row: dict) -> str | None:
     return str(target) if target is not None else None
 
 
+def _thought(text: str) -> str:
+    """`text` between searches, to be trained as thought: a `<search>` left open is no search (Search-R1's
+    environment runs only `<search>q</search>`), and an `<information>` block no search asked for is
+    the environment's text, so neither is the model's thought: the record is refused."""
+    if (k := text.find("<search>")) >= 0:
+        query = text[k + len("<search>"):].split("<", 1)[0].strip()
+        raise RecordError("unparseable_tool_call", f"a <search> with no </search> ({query[:60]!r}): Search-R1 runs closed "
+                          "<search>...</search> only, so it is neither a search nor thought to train")
+    if "<information>" in text:
+        raise RecordError("unparseable_tool_call", "an <information> block with no <search> before it: the environment's "
+                          "results are never the model's thought")
+    return clean_thought(text)
+
+
 def parse(row: dict, *, rid: str, reasoning: str) -> dict:
     question, response = _question_and_response(row)
     if not response.strip():
@@ -63,7 +77,7 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
         info = _INFO_RE.match(response, s.end())
         if info is None:
             raise RecordError("unparseable_tool_call", f"search {k} ({s.group(1).strip()[:60]!r}) has no <information> result")
-        msg = thought_message(clean_thought(response[pos:s.start()]), reasoning)
+        msg = thought_message(_thought(response[pos:s.start()]), reasoning)
         call_id = f"call_{k}"
         msg["tool_calls"] = [tool_call("search", {"query": s.group(1).strip()}, call_id)]
         turns.append(msg)
@@ -72,6 +86,6 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
     before, ans = extract_answer_tag(response[pos:])
     if ans is None:
         raise RecordError("no_final_answer", "no <answer> after the last search")
-    turns.append(final_turn(before, ans, reasoning))
+    turns.append(final_turn(_thought(before), ans, reasoning))
     gold = _gold(row)
     return search_record(rid, SOURCE, question, gold if gold is not None else ans, turns, [SEARCH_TOOL])
