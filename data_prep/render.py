@@ -180,12 +180,11 @@ class ChatRenderer:
                 continue
             prompt = self._render_record(msgs[:i], tools, add_generation_prompt=True)
             full = self._render_record(msgs[: i + 1], tools)
-            if not full.startswith(prompt):
-                raise RecordError("template_span_mismatch", f"assistant turn {i}: rendering the turn changes the prompt before it")
-            e = full.find(end, len(prompt))
+            start = self._gen_start(msgs, i, prompt, full)
+            e = full.find(end, start)
             if e < 0:
                 raise RecordError("template_span_mismatch", f"assistant turn {i} has no end-of-turn marker")
-            gen = full[len(prompt): e + len(end)]
+            gen = full[start: e + len(end)]
             lost = self._unrendered_thought(msgs[: i + 1], tools, full, gen)
             if lost and self.thoughts == "reject":
                 raise RecordError(lost, f"assistant turn {i}: the chat template does not render its "
@@ -195,6 +194,19 @@ class ChatRenderer:
         if not turns:
             raise RecordError("no_assistant_turn", "no assistant turn to train on")
         return turns
+
+    def _gen_start(self, msgs: list[dict], i: int, prompt: str, full: str) -> int:
+        """Where turn i's generation starts in `full` (the render through it): after `prompt`, or, when
+        the turn before is an assistant turn the template renders anew once another follows it (Qwen3:
+        a turn without reasoning loses its think block), after this turn's own generation prompt."""
+        if full.startswith(prompt):
+            return len(prompt)
+        at = full.rfind(self.info.gen_prompt)
+        if msgs[i - 1]["role"] != "assistant" or at < 0:
+            raise RecordError("template_span_mismatch", f"assistant turn {i}: the chat template renders the conversation before "
+                              f"it differently once the turn follows (after message {i - 1}, a {msgs[i - 1]['role']} turn), "
+                              "so what the model saw at this turn is not defined")
+        return at + len(self.info.gen_prompt)
 
     def _unrendered_thought(self, msgs: list[dict], tools, full: str, gen: str) -> str | None:
         """Why the last turn's own thought is missing from its render, or None. A thought whose text
@@ -249,8 +261,7 @@ class ChatRenderer:
         while left:
             h = left[-1]
             head_text = turns[h].prompt + turns[h].gen
-            members = [k for k in left if head_text.startswith(turns[k].prompt)
-                       and head_text.startswith(turns[k].gen, len(turns[k].prompt))]
+            members = [k for k in left if k == h or _fits(head_text, turns[k])]
             heads.append((h, members))
             left = [k for k in left if k not in members]
         heads.reverse()  # chronological: the final turn (and its epilogue) is in the last row
@@ -289,6 +300,14 @@ class ChatRenderer:
         if text.find(info.header, pos) >= 0:
             raise RecordError("template_span_mismatch", "more assistant headers rendered than assistant turns")
         return Row(rec["id"], text, spans, exact)
+
+
+def _fits(text: str, t: Turn) -> bool:
+    """Turn `t` can be trained inside a row of `text`: its prompt + generation are a prefix of it, and the
+    boundary between them is not whitespace on both sides, where a token could join them and change the
+    tokens of the later context (Qwen3: a kept empty think block, `<think>\n` + `\n</think>`)."""
+    return (text.startswith(t.prompt) and text.startswith(t.gen, len(t.prompt))
+            and not (t.prompt[-1:].isspace() and t.gen[:1].isspace()))
 
 
 def _append_epilogue(row: Row, epi: str, end_marker: str) -> None:

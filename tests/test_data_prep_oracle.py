@@ -86,6 +86,15 @@ def qwen_conversations() -> list[dict]:
                       _tool("b", "search", "ok"),
                       {"role": "assistant", "content": "", "reasoning_content": "Fixed.", "tool_calls": [_call("c", "finish", result="patched")]}],
              domain="code", task=f"**Title:** {TITLE}\n\nDetails", terminator="finish"),
+        # consecutive assistant turns, the earlier without reasoning: the template renders it without its think block
+        # once another follows, though the later turn's prompt shows it with one (seen failing: refused as
+        # template_span_mismatch, though apply_chat_template renders the conversation)
+        _rec("consecutive", [sys_, {"role": "user", "content": "Q"},
+                             {"role": "assistant", "content": "Let me think aloud."},
+                             {"role": "assistant", "content": "", "reasoning_content": "R2", "tool_calls": [_call("b", "search", query="y")]},
+                             _tool("b", "search", "r2"),
+                             {"role": "assistant", "content": "A note."},
+                             {"role": "assistant", "content": "Final answer: y"}]),
     ]
 
 
@@ -100,8 +109,12 @@ def oracle_generations(tok, rec, end: str, template=None) -> list[tuple[str, str
             continue
         prompt = tok.apply_chat_template(msgs[:i], add_generation_prompt=True, **kw)
         full = tok.apply_chat_template(msgs[: i + 1], **kw)
-        assert full.startswith(prompt)
-        gen = full[len(prompt): full.index(end, len(prompt)) + len(end)]
+        start = len(prompt)
+        if not full.startswith(prompt):  # the turn before is an assistant turn the template renders anew: the
+            gen_prompt = prompt[len(tok.apply_chat_template(msgs[:i], **kw)):]  # generation follows this turn's own
+            assert msgs[i - 1]["role"] == "assistant" and gen_prompt and prompt.endswith(gen_prompt)  # generation prompt
+            start = full.rindex(gen_prompt) + len(gen_prompt)
+        gen = full[start: full.index(end, start) + len(end)]
         out.append((prompt, gen))
     return out
 
@@ -125,12 +138,17 @@ def trained_spans(tok, rows) -> list[tuple[str, str, list[int]]]:
     return out
 
 
-def fewest_exact_rows(expected) -> int:
+def fewest_exact_rows(expected, tok) -> int:
     """Rows any exact mask needs: a row trains turns whose prompt + generation are prefixes of its
     text, so its turns form a prefix chain; a turn whose prompt + generation is a prefix of no other
-    turn's needs a row of its own, and those suffice."""
-    s = [p + g for p, g in expected]
-    return sum(1 for i, x in enumerate(s) if not any(j != i and y.startswith(x) for j, y in enumerate(s)))
+    turn's (or only where the other's prompt, tokenized whole, joins a token across the turn's
+    boundaries) needs a row of its own, and those suffice."""
+    def ids(t):
+        return tok(t, add_special_tokens=False)["input_ids"]
+
+    def inside(p, g, q):  # turn (p, g) trainable in a row whose later context q is tokenized as at inference
+        return q.startswith(p + g) and ids(q)[:len(ids(p)) + len(ids(g))] == ids(p) + ids(g)
+    return sum(1 for i, (p, g) in enumerate(expected) if not any(j != i and inside(p, g, q) for j, (q, _) in enumerate(expected)))
 
 
 def check_turn_for_turn(tok, rec, rows, expected, epilogue=""):
@@ -150,10 +168,10 @@ def check_turn_for_turn(tok, rec, rows, expected, epilogue=""):
         assert ctx_ids == tok(ctx, add_special_tokens=False)["input_ids"], "the context is tokenized as at inference"
         matched.add(ctx)
     assert len(matched) == len(expected)
-    assert len(rows) == fewest_exact_rows(expected), "no more rows than exactness needs"
+    assert len(rows) == fewest_exact_rows(expected, tok), "no more rows than exactness needs"
 
 
-@pytest.mark.parametrize("idx", range(5))
+@pytest.mark.parametrize("idx", range(6))
 @pytest.mark.parametrize("which", ["qwen3", "tiny"])  # tiny: the embedded tokenizer, Qwen3 format (no ../shared needed)
 def test_oracle_qwen3_thinking_2507(which, idx, request):
     tok = request.getfixturevalue(f"{which}_tokenizer")
