@@ -14,6 +14,7 @@ task/question equals them after normalization.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 from common.benchmarks import SEARCH7
@@ -50,8 +51,12 @@ def bench_of(qid: str) -> str:
 
 
 def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]:
-    """[(eval id, question)] from FlashRAG / R1-Searcher jsonl files, plus file identities."""
-    out, files = [], []
+    """[(eval id, question)] from FlashRAG / R1-Searcher jsonl files, plus file identities. An eval id
+    is `<bench dir>/<item id>`; one id given to different questions (two files of a bench) is told apart
+    as `<bench dir>/<item id>@<file>:<line>` (where each question was first read), and the same
+    question read again under the same id (a sample of a set also given whole) is one question."""
+    first: dict[tuple[str, str], str] = {}  # (eval id, question) -> file:line it was first read at
+    files = []
     for p in paths:
         path = Path(p)
         files.append({"path": str(path), "sha256": sha256_file(path)})
@@ -65,8 +70,9 @@ def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]
             q = row.get("question") or row.get("Question") or row.get("query")
             if not isinstance(q, str):
                 raise DataPrepError(f"{path}:{lineno}: no `question` string")
-            out.append((f"{path.parent.name}/{row.get('id', row.get('idx', lineno))}", q))
-    return out, files
+            first.setdefault((f"{path.parent.name}/{row.get('id', row.get('idx', lineno))}", q), f"{path}:{lineno}")
+    shared = Counter(qid for qid, _ in first)
+    return [(qid if shared[qid] == 1 else f"{qid}@{where}", q) for (qid, q), where in first.items()], files
 
 
 class Decontaminator:

@@ -171,6 +171,18 @@ def test_decontamination_planted_overlap(tmp_path):
     long_q, mid_q = " ".join(f"w{i}" for i in range(20)), "who wrote the opera carmen in paris"
     d = Decontaminator([("nq/1", long_q), ("tq/7", long_q), ("nq/2", mid_q), ("popqa/3", mid_q)], n=13)
     assert d.matches(f"x {long_q} y") == ["nq/1", "tq/7"] and d.matches(f"so {mid_q}?") == ["nq/2", "popqa/3"]
+    # two files of one bench giving one item id to different questions: both kept, told apart by file and line;
+    # the same question under the same id (a sample of a set also read whole) is one question
+    # (seen failing: both were `nq/5`, a hit on either named the same id)
+    from data_prep.decontam import load_questions
+
+    (tmp_path / "nq").mkdir()
+    for name, qs in (("dev.jsonl", ["who wrote the opera carmen in paris", "same"]), ("test.jsonl", ["what colour is the sky", "same"])):
+        (tmp_path / "nq" / name).write_text("".join(json.dumps({"id": i, "question": q}) + "\n" for i, q in zip(("5", "6"), qs)))
+    questions, _ = load_questions([str(tmp_path / "nq" / "dev.jsonl"), str(tmp_path / "nq" / "test.jsonl")])
+    assert questions == [(f"nq/5@{tmp_path}/nq/dev.jsonl:1", "who wrote the opera carmen in paris"), ("nq/6", "same"),
+                         (f"nq/5@{tmp_path}/nq/test.jsonl:1", "what colour is the sky")]
+    assert Decontaminator(questions).matches("Who wrote the opera Carmen in Paris?") == [f"nq/5@{tmp_path}/nq/dev.jsonl:1"]
 
 
 def test_cli_help_dry_run_and_errors(capsys, tmp_path):
