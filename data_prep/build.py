@@ -368,8 +368,6 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
                     except RecordError as exc:
                         stats.reject(item["spec"], _rej(item, exc.reason, exc.detail), was_ok=True)
                         continue
-                    for r in out_rows[:-1]:  # the epilogue lives in the record's last row only
-                        r["_epilogue"] = False
                     stats.kept(item["spec"])
                     rows.extend(out_rows)
                     n_kept += 1
@@ -391,8 +389,11 @@ def _rej(item: dict, reason: str, detail: str) -> dict:
 def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict, messages: str) -> dict:
     ids, labels = enc.input_ids, enc.labels
     truncated = len(ids) > cfg["max_seq_len"]
-    # the epilogue ends just before the row's last trained token (its end-of-turn marker): kept whole or cut
-    epilogue = "epilogue" in rec and (not truncated or cfg["max_seq_len"] >= int(np.flatnonzero(labels != -100)[-1]))
+    # the epilogue (in the record's last row): trained whole, cut, or not at all; the row's JSON carries what it trains
+    epi = rec.get("epilogue", "")
+    kept = max((c for k, c in enc.epilogue_chars if k < cfg["max_seq_len"]), default=0)
+    if kept < len(epi):
+        messages = worker.record_json({**{k: v for k, v in rec.items() if k != "epilogue"}, **({"epilogue": epi[:kept]} if kept else {})})
     if cfg["length_policy"] == "drop" and len(ids) + enc.withheld > cfg["max_seq_len"]:
         extra = f" (+{enc.withheld} of the epilogue that epilogue=false leaves out)" if enc.withheld else ""
         raise RecordError("too_long", f"{len(ids)} tokens{extra} > max_seq_len {cfg['max_seq_len']}")
@@ -407,7 +408,7 @@ def _finish_row(rec: dict, enc: "worker.Encoded", cfg: dict, messages: str) -> d
     return {"id": enc.id, "source": rec["source"], "domain": rec["domain"], "input_ids": ids, "labels": labels,
             "num_tokens": len(ids), "num_trainable": n_train, "messages": messages,
             "_checks": checks, "_inexact_tokens": n_inexact, "_truncated": truncated, "_retokenized": enc.retokenized,
-            "_extra_row": enc.id != rec["id"], "_epilogue": epilogue}
+            "_extra_row": enc.id != rec["id"], "_epilogue": bool(epi) and kept == len(epi)}
 
 
 def _trained_checks(enc: "worker.Encoded", cut: int) -> dict:

@@ -84,6 +84,7 @@ class Row:
     spans: list[tuple[int, int]]
     exact: list[bool] = field(default_factory=list)
     withheld: str = ""  # epilogue=false: the epilogue the row would carry with epilogue=true
+    epilogue: tuple[int, int] | None = None  # the epilogue's (start, end) in `text`, in the record's last row
 
     @property
     def checks(self) -> dict[str, int]:
@@ -318,6 +319,7 @@ def _append_epilogue(row: Row, epi: str, end_marker: str) -> None:
     at = end - len(end_marker)
     row.text = row.text[:at] + epi + row.text[at:]
     row.spans[-1] = (start, end + len(epi))
+    row.epilogue = (at, at + len(epi))
 
 
 class Tokenized(NamedTuple):
@@ -325,6 +327,7 @@ class Tokenized(NamedTuple):
     labels: list[int]            # the token id inside a trainable span, -100 elsewhere
     retokenized: bool            # cut at a span boundary a token would otherwise cross
     inexact: np.ndarray | None   # per token: inside an inexact span (None: every span exact)
+    epilogue_chars: tuple[tuple[int, int], ...] = ()  # (token, characters of the epilogue through it) per epilogue token
 
 
 def _straddled(offs: np.ndarray, cuts: list[int]) -> set[int]:
@@ -378,8 +381,17 @@ def tokenize_rows(tokenizer, rows: list[Row]) -> list[Tokenized]:
     for row, ids, offs in zip(rows, ids_all, offs_all):
         ids, offs, retok = _cut_at_spans(tokenizer, row, ids, offs)
         labels, inexact = _label(row, ids, offs)
-        out.append(Tokenized(list(ids), labels, retok, inexact))
+        out.append(Tokenized(list(ids), labels, retok, inexact, _epilogue_chars(row, offs)))
     return out
+
+
+def _epilogue_chars(row: Row, offs: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """(token index, how many characters of the epilogue a cut after that token keeps) per token of the epilogue."""
+    if row.epilogue is None:
+        return ()
+    a, b = row.epilogue
+    toks = np.flatnonzero((offs[:, 1] > a) & (offs[:, 0] < b))
+    return tuple((int(k), min(int(offs[k, 1]), b) - a) for k in toks)
 
 
 def _cut_at_spans(tokenizer, row: Row, ids, offs) -> tuple[list[int], np.ndarray, bool]:

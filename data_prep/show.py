@@ -113,7 +113,7 @@ def row_checks(tok, row: dict, rec: dict, manifest: dict) -> list[tuple[bool, st
         return checks + [(False, f"a fresh render of the messages fails: {exc}")]
     if len(fresh) != 1:
         return checks + [(False, f"a fresh render of the messages gives no row with id {row['id']!r}")]
-    f_ids, f_labels, retok, _ = tokenize_rows(tok, fresh)[0]
+    f_ids, f_labels, retok, *_ = tokenize_rows(tok, fresh)[0]
     n = len(ids)
     same = list(f_ids[:n]) == ids and list(f_labels[:n]) == labels and (truncated or len(f_ids) == n)
     verdicts = ", ".join(f"{k}={v}" for k, v in sorted(fresh[0].checks.items()))

@@ -31,6 +31,7 @@ class Encoded:
     retokenized: bool
     inexact: np.ndarray | None  # per token: inside an inexact (as-rendered) span
     withheld: int = 0  # epilogue=false: tokens of the epilogue the row leaves out (counted by length_policy=drop)
+    epilogue_chars: tuple = ()  # (token, characters of the epilogue through it) per epilogue token (render.Tokenized)
 
 
 _STATE: dict = {}
@@ -80,7 +81,7 @@ def process_chunk(records: list[dict]) -> list[tuple]:
             results[k] = _fail(enc, "tokenize")
             continue
         out = [Encoded(row.id, np.asarray(t.input_ids, dtype=np.int32), np.asarray(t.labels, dtype=np.int32),
-                       row.checks, t.retokenized, t.inexact, w)
+                       row.checks, t.retokenized, t.inexact, w, t.epilogue_chars)
                for row, t, w in zip(rows, enc, withheld_tokens(tok, rows))]
         results[k] = ("ok", rec, out)
     return results

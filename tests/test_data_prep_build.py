@@ -119,8 +119,26 @@ def test_length_policy(tmp_path):
 
     tok = AutoTokenizer.from_pretrained(tiny_tokenizer_path())
     ds = datasets.load_from_disk(str(tmp_path / "trunc"))
-    whole = [json.loads(r["messages"])["epilogue"] in tok.decode([i for i, l in zip(r["input_ids"], r["labels"]) if l != -100]) for r in ds]
+    from data_prep import worker
+    from data_prep.readers import read_source
+    from data_prep.synthetic import SyntheticConfig, code_rows
+    from data_prep.terminators import epilogue_text
+
+    whole = [json.loads(r["messages"]).get("epilogue") == epilogue_text(json.loads(r["messages"])["task"]) for r in ds]
     assert 0 < m["render"]["epilogue_rows"] == sum(whole) < len(ds)
+    # a row's messages JSON carries the epilogue it trains: whole, the part a cut leaves, or none (seen failing:
+    # the whole epilogue stayed in the JSON of a row truncation cut it from)
+
+    src = tmp_path / "one.jsonl"
+    src.write_text(json.dumps(code_rows(1, 0, SyntheticConfig())[0]) + "\n")
+    worker._init(tok, build.renderer_kwargs(DATA_DEFAULTS), False)
+    ((_, rec, encs),) = worker.process_chunk([next(read_source(f"r2e-gym:{src}")).record])
+    n, epi = len(encs[-1].input_ids), rec["epilogue"]   # the row ends with the epilogue, `<|im_end|>`, `\n`
+    for cut in (n, n - 2, n - 3, n - 3 - len(epi)):
+        r = build._finish_row(rec, encs[-1], {"max_seq_len": cut, "length_policy": "truncate"}, worker.record_json(rec))
+        kept, trained = json.loads(r["messages"]).get("epilogue", ""), tok.decode([i for i, l in zip(r["input_ids"], r["labels"]) if l != -100])
+        assert r["_epilogue"] == (kept == epi) == (cut >= n - 2) and epi.startswith(kept) and trained.removesuffix("<|im_end|>").endswith(kept)
+        assert (0 < len(kept) < len(epi)) == (cut == n - 3) and (kept == "") == (cut < n - 3), (cut, kept)
     # assistant_turns_exact counts the turns still trained (a run of labels each), not those truncation cut away
     runs = sum(sum(1 for k, l in enumerate(r["labels"]) if l != -100 and (k == 0 or r["labels"][k - 1] == -100)) for r in ds)
     assert m["render"]["assistant_turns_exact"] == runs

@@ -16,7 +16,7 @@ from tests.conftest import shared_path
 def _masked(tok, renderer, rec):
     rows = renderer.rows(copy.deepcopy(rec))
     out = []
-    for row, (ids, labels, retok, _) in zip(rows, tokenize_rows(tok, rows)):
+    for row, (ids, labels, retok, *_) in zip(rows, tokenize_rows(tok, rows)):
         assert len(ids) == len(labels)
         if not retok:  # the backend fast path gives exactly the tokenizer's own ids
             assert list(ids) == tok(row.text, add_special_tokens=False)["input_ids"]
@@ -198,7 +198,7 @@ def test_boundary_straddle_is_retokenized(tiny_tokenizer):
     del rec["messages"][4]["reasoning_content"]
     rows = ChatRenderer(tiny_tokenizer).rows(rec)
     assert len(rows) == 2  # A1 precedes the user query Q2, which rewrites it: its own row
-    (ids0, labels0, retok0, _), (ids, labels, retok, _) = tokenize_rows(tiny_tokenizer, rows)
+    (ids0, labels0, retok0, *_), (ids, labels, retok, *_) = tokenize_rows(tiny_tokenizer, rows)
     assert not retok0 and retok
     assert tiny_tokenizer.decode([i for i, l in zip(ids0, labels0) if l != -100]) == "R1\n</think>\n\nA1<|im_end|>"
     trainable = [i for i, l in zip(ids, labels) if l != -100]
