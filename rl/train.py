@@ -600,10 +600,10 @@ class Run:
         if stop or step % int(self.cfg.train.state_every) == 0 or step == self.total:  # every rank: per-rank RNG
             from peft import get_peft_model_state_dict
 
+            # TRL's num_input_tokens_seen is not kept: it feeds only tokens_per_s, a rate within one segment (both restart at 0)
             rlck.save_state(self.rd, step, adapter=get_peft_model_state_dict(model), optimizer=tr.optimizer,
                             meta={"identity": self.identity, "rows_consumed": step * prompts_per_step(self.cfg),
-                                  "seed": int(self.cfg.seed), "scheduler": tr.lr_scheduler.state_dict(),
-                                  "num_input_tokens_seen": int(tr.state.num_input_tokens_seen)},
+                                  "seed": int(self.cfg.seed), "scheduler": tr.lr_scheduler.state_dict()},
                             rank=tr.accelerator.process_index, barrier=tr.accelerator.wait_for_everyone)
         tr.accelerator.wait_for_everyone()
         return stop
