@@ -314,7 +314,7 @@ class Shown:
     record: EvalRecord
     ref: Row | None
     curve: dict | None = None      # intervals.csv: this arm at this step (over its seeds and items)
-    vs_anchor: dict | None = None  # intervals.csv: this arm's final checkpoint minus the anchor
+    vs_anchor: dict | str | None = None  # intervals.csv: this arm's final checkpoints minus the anchor, or why none
     other_n: Row | None = None     # the reference's value over another number of items: shown, not compared
 
 
@@ -357,6 +357,7 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
     if (profile := report_profile(report)) is not None:   # only the evaluations the report read
         records = [r for r in records if r.dir.parent == s.run_dir / layout.EVAL / profile]
     mine = s.digest.get("digest")
+    final = max(step for arm, seed, step in table if (arm, seed) == (s.label, s.seed))   # this seed's, as the tables take it
     for row in rows:
         holding = [rec for rec in records if rec.holds(row)]
         match = next((rec for rec in holding if rec.digest(row.bench) == mine), None)
@@ -364,7 +365,7 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
             at = (s.label, str(s.step), row.bench, row.metric)
             ref = by_key.get((row.bench, row.metric))   # compared only over as many items
             ev.shown.append(Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
-                                  intervals.get(("vs_anchor", *at)), ref if ref is not None and ref.n != row.n else None))
+                                  _vs_anchor(intervals, s, row, final), ref if ref is not None and ref.n != row.n else None))
         elif holding:
             rec = holding[0]
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
@@ -374,6 +375,21 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: no evaluation record of step "
                                f"{s.step} under {s.run_dir} holds this value")
     return ev
+
+
+def _vs_anchor(intervals: dict, s: Subject, row: Row, final: int) -> dict | str | None:
+    """intervals.csv's row of this arm's final checkpoints minus the anchor for `row` when this checkpoint is
+    one of them (its seed's final step in results.csv, and among the row's steps: `200/436` when the seeds'
+    final steps differ); else why not. A gap of the paired table is such a row, its reason as the note."""
+    if not intervals:
+        return None
+    got = next((r for (kind, arm, _, bench, metric), r in intervals.items()
+                if (kind, arm, bench, metric) == ("vs_anchor", s.label, row.bench, row.metric)), None)
+    if got is None:
+        return f"no vs_anchor row in {INTERVALS}"
+    if s.step != final or str(s.step) not in str(got.get("step")).split("/"):
+        return f"the report's is of the seeds' final checkpoints (step {got.get('step')}), not of step {s.step}"
+    return got
 
 
 def _interval_pair(extra: list[str]) -> tuple[str, str] | None:
@@ -395,14 +411,16 @@ def _finite(v) -> bool:
     return f == f and abs(f) != float("inf")
 
 
-def _interval_cell(r: dict | None) -> str:
-    if r is None:
-        return "-"
+def _interval_cell(r: dict | str | None, step: int | None = None) -> str:
+    """An intervals.csv row as the report prints it, `step`: the card's (a row of other steps names them); or why none."""
+    if not isinstance(r, dict):
+        return f"none ({text(r or f'not in {INTERVALS}', 160)})"
     if not (_finite(r.get("lo")) and _finite(r.get("hi"))):
-        return f"none ({text(r.get('note') or r.get('covers') or 'no interval', 80)})"
+        return f"none ({text(r.get('note') or r.get('covers') or 'no interval', 160)})"
     est = f"{number(float(r['estimate']))} " if _finite(r.get("estimate")) else ""
+    steps = f"; the seeds' final steps {r.get('step')}" if step is not None and str(r.get("step")) != str(step) else ""
     return (f"{est}\\[{number(float(r['lo']))}, {number(float(r['hi']))}\\] {text(r.get('conf', ''), 10)} "
-            f"({text(r.get('covers', ''), 80)})")
+            f"({text(r.get('covers', ''), 80)}{text(steps, 80)})")
 
 
 def findings(ev: Evaluation) -> str:
@@ -420,7 +438,7 @@ def findings(ev: Evaluation) -> str:
     parts = [f"Against the {ev.ref_name}, {len(diffs)} (bench, metric) pairs compared: higher on {up}, "
              f"lower on {down}, equal on {same}; the largest difference is {d:+.4f} "
              f"({text(x.row.bench)} {text(x.row.metric)})."]
-    vs = [x.vs_anchor for x in ev.shown if x.vs_anchor is not None]
+    vs = [x.vs_anchor for x in ev.shown if isinstance(x.vs_anchor, dict)]
     bounds = [(float(v["lo"]), float(v["hi"])) for v in vs if _finite(v.get("lo")) and _finite(v.get("hi"))]
     if bounds:
         above = sum(lo > 0 for lo, _ in bounds)
@@ -634,7 +652,7 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
         ref = (number(x.ref.value) if x.ref else f"{number(x.other_n.value)} at n={x.other_n.n}: not compared"
                if x.other_n else "not in the report")
         diff = f"{x.row.value - x.ref.value:+.4f}" if x.ref else "-"
-        icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor)] if ev.intervals else []
+        icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor, s.step)] if ev.intervals else []
         cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff, *icells,
                  *[text(x.row.extra.get(c, "")) for c in ev.extra]]
         lines.append("| " + " | ".join(cells) + " |")

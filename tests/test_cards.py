@@ -272,6 +272,10 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
     text = (report / "cards" / "search-s0-step4.md").read_text()
     assert index_matches(text, _csv_rows(report))   # results.csv as analyze wrote it now
     assert len(_csv_rows(report)) == 3
+    # no anchor evaluated: the paired table's gap, and the card's vs-anchor cell gives its reason (seen: a bare -)
+    assert "| search | – (the anchor: not evaluated) |" in (report / "tables" / "paired_em.md").read_text()
+    assert "| synthqa | em | 0.55 | 40 | not in the report | - | none (one seed and no per-item file) | " \
+           "none (the anchor: not evaluated) |" in text
     # a rerun with cards=false leaves no card of the earlier analysis quoting results no longer in results.csv
     assert main([*argv[:-2], "cards=false", "wandb=false"]) == 0 and not (report / "cards").exists()
 
@@ -311,7 +315,8 @@ def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
             ("curve", "search", "", "2", "synthqa", "f1", 0.9, 0.8, 1.0),          # another step: not this card's
             ("vs_anchor", "search", "anchor", "4", "synthqa", "em", 0.35, 0.2, 0.5),
             ("vs_anchor", "search", "anchor", "4", "synthqa", "f1", 0.3, -0.05, 0.6),
-            ("vs_anchor", "search", "anchor", "4", "search_plan_ood", "reward", 0.25, 0.1, 0.4),
+            # the seeds' final checkpoints differ (seed 0: 4, another seed: 2): the step the paired table names
+            ("vs_anchor", "search", "anchor", "2/4", "search_plan_ood", "reward", 0.25, 0.1, 0.4),
             ("vs_anchor", "r2e", "anchor", "4", "synthqa", "em", -0.2, -0.3, -0.1)]   # another arm
     with open(report / "intervals.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -320,7 +325,10 @@ def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
             w.writerow([k, arm, vs, step, bench, metric, est, lo, hi, 0.95, "items", 40, 1, "", "bootstrap", ""])
     body = ModelCard(checkpoint_card(final, report=report)).text
     assert "| synthqa | em | 0.55 | 40 | 0.2 | +0.3500 | 0.55 \\[0.4, 0.7\\] 0.95 (items) | 0.35 \\[0.2, 0.5\\] 0.95 (items) |" in body
-    assert "| synthqa | f1 | 0.6125 | 40 | 0.31 | +0.3025 | - | 0.3 \\[-0.05, 0.6\\] 0.95 (items) |" in body
+    # a cell without an interval says why (seen: a bare -, and so for a vs-anchor row of step 2/4)
+    assert "| synthqa | f1 | 0.6125 | 40 | 0.31 | +0.3025 | none (not in intervals.csv) | 0.3 \\[-0.05, 0.6\\] 0.95 (items) |" in body
+    assert "| search\\_plan\\_ood | reward | 0.25 | 40 | 0 | +0.2500 | none (not in intervals.csv) | 0.25 \\[0.1, 0.4\\] 0.95 " \
+        "(items; the seeds' final steps 2/4) |" in body
     assert "lies above 0 on 2 of 3, below 0 on 0, and includes 0 on 1" in body
     assert "No interval in the report" not in body
 
