@@ -8,6 +8,7 @@ pure function of files on disk (the same files give byte-identical cards). It re
 - the run dir above it: `config.yaml` (recipe), `manifest.json` (commit, command, hardware, packages),
   `DONE` (a GRPO run's TRL version), the dataset manifest `<data.dir>/manifest.json` (sources, counts);
   the runs root (every arm / seed / step: the sister checkpoints);
+- the licence: config.yaml model.license, else (a GRPO run records none) its starting model's (`licence`);
 - the report dir (`analyze`'s out): `results.csv` (every column past arm..n is an interval column the
   report printed, shown as it is), and each result's evaluation record `<run_dir>/eval/[<profile>/]
   step-NNNNNN/{summary,meta}.json`: a result is shown only when an evaluation of this very checkpoint
@@ -35,6 +36,7 @@ from typing import Any
 from common import layout
 from common.cli import ConfigError
 from common.io import dir_identity, read_sha256sums
+from common.recipes import RECIPES
 
 CARD = "README.md"
 CARDS_DIR = "cards"
@@ -481,8 +483,7 @@ def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
                        for spec in [_hub_dataset(str(src.get("spec", "")))] if spec})
     if datasets:
         meta["datasets"] = datasets
-    lic = _get(s.config, "model.license")
-    if isinstance(lic, str) and lic:
+    if lic := licence(s)[0]:
         meta["license"] = lic
     if ev.shown:
         # one result per (bench, n), its metrics listed: the grouping huggingface_hub writes, which it reads
@@ -499,20 +500,72 @@ def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
     return f"---\n{dumped}---\n"
 
 
+def _earlier_run(config: dict | None) -> tuple[Path, dict] | None:
+    """(run dir, config) of the run whose checkpoint model.path is (GRPO from an SFT checkpoint), else None (a
+    torn earlier run config too)."""
+    ckpt = Path(str(_get(config, "model.path") or ""))
+    try:
+        if ckpt.parent.name == layout.CHECKPOINTS and (ckpt.parent.parent / layout.CONFIG).is_file():
+            return ckpt.parent.parent, _yaml(ckpt.parent.parent / layout.CONFIG, [], "run config") or {}
+    except (CardError, OSError):
+        return None
+    return None
+
+
 def _base_model(config: dict | None) -> str | None:
     """model.path when it is a hub id (not a local dir); a checkpoint of an earlier run (GRPO from an SFT
     checkpoint): that run's model.path when it is one."""
     base = str(_get(config, "model.path") or "")
     if _HUB_ID.match(base) and not Path(base).exists():
         return base
-    ckpt = Path(base)
-    if base and ckpt.parent.name == layout.CHECKPOINTS and (ckpt.parent.parent / layout.CONFIG).is_file():
+    earlier = str(_get(e[1], "model.path") or "") if (e := _earlier_run(config)) else ""
+    return earlier if _HUB_ID.match(earlier) and not Path(earlier).exists() else None
+
+
+def licence(s: Subject) -> tuple[str | None, str]:
+    """(the model's licence, where the card read it). config.yaml model.license; a config without that key (a
+    GRPO run's) has its starting model's: the config of the run whose checkpoint it started from, that model
+    dir's own README.md (or the run's copy of it, checkpoints/step-000000), or the model recipe config.yaml
+    model.name names when that recipe's model.path is the one the run started from. None: none of them states one."""
+    config, where = s.config, "config.yaml model.license"
+    for _ in range(4):   # GRPO from an SFT checkpoint (from a GRPO checkpoint ...)
+        model = _get(config, "model")
+        if isinstance(model, dict) and "license" in model:
+            lic = model["license"]
+            return (lic, where) if isinstance(lic, str) and lic.strip() else (None, f"{where} (null: none stated)")
+        if (earlier := _earlier_run(config)) is None:
+            break
+        config, where = earlier[1], f"{text(earlier[0])}/config.yaml model.license (the run it started from)"
+    start = str(_get(config, "model.path") or "")
+    copy = [layout.checkpoints_dir(s.run_dir) / layout.step_name(0)] if config is s.config and s.grpo and s.run_dir else []
+    for d in [Path(start), *copy]:
+        if start and (lic := _card_licence(d / CARD)):
+            return lic, f"{text(d)}/{CARD} license (the starting model's card)"
+    name = str(_get(config, "model.name") or "")
+    recipe = RECIPES / "model" / f"{name}.yaml"
+    if start and re.fullmatch(r"[A-Za-z0-9_.-]+", name) and recipe.is_file():
         try:
-            earlier = str(_get(_yaml(ckpt.parent.parent / layout.CONFIG, [], "run config"), "model.path") or "")
-        except CardError:   # a torn earlier run config: no base stated
-            return None
-        return earlier if _HUB_ID.match(earlier) and not Path(earlier).exists() else None
-    return None
+            rec = _yaml(recipe, [], "model recipe")
+        except CardError:
+            rec = None
+        lic = _get(rec, "model.license")
+        if _get(rec, "model.path") == start and isinstance(lic, str) and lic.strip():
+            return lic, f"recipes/model/{text(name)}.yaml model.license (the recipe config.yaml model.name names, for {text(start)})"
+    return None, ("config.yaml model.license; the run records none, nor does its starting model's run config, card or "
+                  "model recipe")
+
+
+def _card_licence(path: Path) -> str | None:
+    """The `license` of a model card's front matter, None when it has none (or no readable card)."""
+    import yaml
+
+    try:   # (a hub id names no such file; a name too long for one is an OSError too)
+        m = re.match(r"---\r?\n(.*?)\r?\n---\r?\n", path.read_text(encoding="utf-8"), re.S) if path.is_file() else None
+        meta = yaml.safe_load(m.group(1)) if m else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    lic = meta.get("license") if isinstance(meta, dict) else None
+    return lic if isinstance(lic, str) and lic.strip() else None
 
 
 def _dumper():
@@ -553,7 +606,7 @@ def _recipe(s: Subject) -> list[str]:
         ("base model", _get(c, "model.path"), "config.yaml model.path"),
         ("base model revision", None, "no revision is recorded by the run"),
         ("model recipe", _get(m, "recipes.model"), "manifest.json recipes.model"),
-        ("license", _get(c, "model.license"), "config.yaml model.license"),
+        ("license", *licence(s)),
         ("optimizer", "AdamW (betas {}, eps {})".format(_get(c, "train.betas"), _get(c, "train.eps")), "config.yaml train"),
         ("learning rate", _get(c, "train.lr"), "config.yaml train.lr"),
         ("schedule", _get(c, "train.lr_schedule"), "config.yaml train.lr_schedule"),

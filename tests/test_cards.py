@@ -293,10 +293,24 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 0): pre, ("search", 0, 4): FINAL})
     card = ModelCard(checkpoint_card(final, report=report))
     assert card.data.base_model == "Qwen/Qwen3-4B"   # model.path, a hub id (seen: no base_model in a GRPO card)
-    sft = final.parents[3] / "r2e" / "seed0"   # GRPO from an SFT checkpoint: that run's base
-    (sft / "config.yaml").write_text(yaml.safe_dump({"model": {"path": "meta-llama/Llama-3.1-8B-Instruct"}}))
-    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"path": str(sft / "checkpoints" / "step-000004")}}))
-    assert ModelCard(checkpoint_card(final)).data.base_model == "meta-llama/Llama-3.1-8B-Instruct"
+    # the licence is the starting model's (seen: none, a GRPO config records none): here the model recipe that
+    # config.yaml model.name names, whose model.path is the one the run started from
+    assert card.data.license == "apache-2.0" and "| license | apache-2.0 | recipes/model/qwen3\\_4b.yaml" in card.text
+    sft = final.parents[3] / "r2e" / "seed0"   # GRPO from an SFT checkpoint: that run's base, that run's licence
+    (sft / "config.yaml").write_text(yaml.safe_dump({"model": {"path": "meta-llama/Llama-3.1-8B-Instruct", "license": "llama3.1"}}))
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"name": "qwen3_4b", "path": str(sft / "checkpoints" / "step-000004")}}))
+    from_sft = ModelCard(checkpoint_card(final))
+    assert from_sft.data.base_model == "meta-llama/Llama-3.1-8B-Instruct" and from_sft.data.license == "llama3.1"
+    assert f"| license | llama3.1 | {sft}/config.yaml model.license" in from_sft.text.replace("\\", "")
+    local = final.parents[3] / "base"   # a local model dir: its own card's licence
+    local.mkdir()
+    (local / "README.md").write_text("---\nlicense: mit\n---\n# base\n")
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"name": "qwen3_4b", "path": str(local)}}))
+    assert ModelCard(checkpoint_card(final)).data.license == "mit"
+    # a hub id the recipe of model.name does not name: no licence claimed, and the card says so
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"name": "qwen3_4b", "path": "Org/Other-4B"}}))
+    other = ModelCard(checkpoint_card(final))
+    assert other.data.license is None and "| license | not recorded |" in other.text
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     body = card.text
     for fact in ("A GRPO checkpoint", "| LoRA r / alpha | 32 / 64 |", "| TRL | 1.9.2 |", "| pre-RL (step 0) |",
