@@ -623,7 +623,7 @@ def _recipe(s: Subject) -> list[str]:
     else:
         rows.append(("global batch", _get(c, "train.global_batch_size"), "config.yaml train.global_batch_size"))
     rows += [
-        ("steps", _get(c, "train.steps"), "config.yaml train.steps"),
+        ("steps", *total_steps(s)),
         ("saves", _get(c, "train.save_steps"), "config.yaml train.save_steps (the final step is always saved)"),
         ("precision", _get(c, "train.precision"), "config.yaml train.precision"),
         ("attention", _get(c, "model.attn_implementation"), "config.yaml model.attn_implementation"),
@@ -634,6 +634,17 @@ def _recipe(s: Subject) -> list[str]:
          if m else None, "manifest.json packages"),
     ]
     return _kv_table(rows)
+
+
+def total_steps(s: Subject) -> tuple[Any, str]:
+    """(the run's optimizer steps, where read): DONE's step (the total it trained), else config.yaml train.steps,
+    else (null: an arm trained by epochs, still running) its epochs."""
+    done, steps = (s.done or {}).get("step"), _get(s.config, "train.steps")
+    if isinstance(done, int) and not isinstance(done, bool):
+        return done, "DONE step"
+    if steps is not None or _get(s.config, "train.epochs") is None:
+        return steps, "config.yaml train.steps"
+    return f"{_get(s.config, 'train.epochs')} epochs (the run has no DONE yet)", "config.yaml train.epochs (train.steps null)"
 
 
 def _world(c: dict | None, m: dict | None) -> int | None:
@@ -814,7 +825,7 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     if s.label is not None:
         out.append(f"{'An' if stage == 'SFT' else 'A'} {stage} checkpoint of dtsft: arm {text(s.label)}, "
                    f"seed {'not recorded' if s.seed is None else s.seed}, step {s.step} of "
-                   f"{text(_get(s.config, 'train.steps'))}, trained from {text(_get(s.config, 'model.path'))}.")
+                   f"{text(total_steps(s)[0])}, trained from {text(_get(s.config, 'model.path'))}.")
     else:
         out.append(f"A model directory ({text(s.ckpt)}) with no run records.")
     out.append(f"Checkpoint digest: {s.digest.get('digest')} ({s.digest.get('kind')}; the digest every evaluation records).")

@@ -137,6 +137,17 @@ def test_card_parses_and_its_model_index_is_the_report(tree):
                  "No interval in the report", "fp-synthqa", "max\\_model\\_len=2048", "search (this checkpoint's run) | 0 | 2, 4",
                  "| r2e | 0 | 4 |", "| config.json | 2 |", dir_identity(final)["digest"], "No study file given"):
         assert fact in body, fact
+    # an arm trained by epochs (train.steps null, as recipes/arm/*.yaml): its total is the one DONE records, or the
+    # epochs while it has none (seen: "step 4 of None" and "| steps | not recorded |")
+    run = final.parents[1]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["train"].update(steps=None, epochs=2)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    body = ModelCard(checkpoint_card(final)).text
+    assert "step 4 of 2 epochs (the run has no DONE yet)" in body and "| steps | 2 epochs (the run has no DONE yet) |" in body
+    write_json(run / "DONE", {"step": 8, "checkpoint": str(run / "checkpoints" / "step-000008")})
+    body = ModelCard(checkpoint_card(final)).text
+    assert "step 4 of 8, trained" in body and "| steps | 8 | DONE step |" in body and "None" not in body
 
 
 def test_rerun_is_byte_identical(tree):
