@@ -618,6 +618,10 @@ def _recipe(s: Subject) -> list[str]:
         rows += [("completions per step", _get(c, "grpo.completions_per_step"), "config.yaml grpo.completions_per_step"),
                  ("group size", _get(c, "grpo.num_generations"), "config.yaml grpo.num_generations"),
                  ("LoRA r / alpha", f"{_get(c, 'lora.r')} / {_get(c, 'lora.alpha')}", "config.yaml lora"),
+                 ("LoRA targets", ", ".join(map(str, t)) if isinstance(t := _get(c, "lora.target_modules"), list) else t,
+                  "config.yaml lora.target_modules"),
+                 ("KL coefficient", _get(c, "grpo.beta"), "config.yaml grpo.beta"),
+                 ("loss type", _get(c, "grpo.loss_type"), "config.yaml grpo.loss_type"),
                  ("TRL", (s.done or {}).get("trl") or _get(m, "packages.trl") or _get(c, "grpo.trl"),
                   "DONE trl (else manifest.json packages.trl, else config.yaml grpo.trl)")]
     else:
@@ -663,9 +667,12 @@ def _hardware(m: dict | None) -> str | None:
 
 
 def _data(s: Subject) -> list[str]:
+    if s.grpo and _get(s.config, "task") == "qa":
+        return [f"GRPO task: qa (questions from {text(_get(s.config, 'grpo.prompts_file'))}, context mode "
+                f"{text(_get(s.config, 'grpo.qa_mode'))}, retriever {text(_get(s.config, 'grpo.retriever'))})."]
     if s.grpo:
-        return [f"GRPO task: {text(_get(s.config, 'task'))} (the environment is the data; split "
-                f"{text(_get(s.config, 'grpo.split'))}; prompts file {text(_get(s.config, 'grpo.prompts_file'))})."]
+        return [f"GRPO task: {text(_get(s.config, 'task'))} (the environment is the data: search\\_plan\\_act, "
+                f"split {text(_get(s.config, 'grpo.split'))})."]
     d = s.dataset
     if d is None:
         return ["No dataset manifest: the data's sources and counts are not stated."]

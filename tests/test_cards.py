@@ -295,8 +295,8 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     final, report = tree
     run = final.parents[1]
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    cfg.update(stage="grpo", task="spa", grpo={"completions_per_step": 32, "num_generations": 8, "split": "train"},
-               lora={"r": 32, "alpha": 64})
+    cfg.update(stage="grpo", task="spa", grpo={"completions_per_step": 32, "num_generations": 8, "split": "train", "beta": 0.001},
+               lora={"r": 32, "alpha": 64, "target_modules": ["q_proj", "v_proj"]})
     del cfg["model"]["tokenizer"], cfg["model"]["license"]   # as a GRPO run's config.yaml holds its model (rl.config)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     write_json(run / "DONE", {"step": 4, "trl": "1.9.2"})
@@ -322,9 +322,14 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"name": "qwen3_4b", "path": "Org/Other-4B"}}))
     other = ModelCard(checkpoint_card(final))
     assert other.data.license is None and "| license | not recorded |" in other.text
+    qa = {**cfg, "task": "qa", "grpo": {**cfg["grpo"], "prompts_file": "/d/hotpot_train.json", "qa_mode": "item", "retriever": "bm25"}}
+    (run / "config.yaml").write_text(yaml.safe_dump(qa))
+    assert "GRPO task: qa (questions from /d/hotpot\\_train.json, context mode item, retriever bm25)." in checkpoint_card(final)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     body = card.text
+    assert "None" not in body   # (seen: "prompts file None" for task=spa)
     for fact in ("A GRPO checkpoint", "| LoRA r / alpha | 32 / 64 |", "| TRL | 1.9.2 |", "| pre-RL (step 0) |",
+                 "| LoRA targets | q\\_proj, v\\_proj |", "| KL coefficient | 0.001 |", "search\\_plan\\_act, split train",
                  "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
                  "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
         assert fact in body, fact
