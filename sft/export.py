@@ -16,7 +16,8 @@ COMPLETE resumable state). The output:
   model's tokenizer); it must fit the trimmed embedding (its length <= the exported
   vocab_size, else exit 2), and its origin and file digests go into `export_info.json`.
 The output is written to a temporary sibling dir and renamed when complete, then
-checked with verify-checkpoint (`verify=false` skips that). An existing `out` is replaced
+checked with verify-checkpoint (`verify=false` skips that); a source removed or changed
+while it is read (a trainer pruning its older states) stops the export (exit 2), nothing written. An existing `out` is replaced
 only when it is an earlier export (it has `export_info.json`) and `overwrite=true`: it is
 renamed aside to `<out>.replaced-<UTC time>`, never deleted; anything else in the way, an `out`
 that is or contains the checkpoint, or one inside a run dir's `checkpoints/` or `state/` (it would be
