@@ -389,8 +389,10 @@ def _vs_anchor(intervals: dict, s: Subject, row: Row, final: int) -> dict | str 
                 if (kind, arm, bench, metric) == ("vs_anchor", s.label, row.bench, row.metric)), None)
     if got is None:
         return f"no vs_anchor row in {INTERVALS}"
-    if s.step != final or str(s.step) not in str(got.get("step")).split("/"):
-        return f"the report's is of the seeds' final checkpoints (step {got.get('step')}), not of step {s.step}"
+    if s.step != final:
+        return f"the report's is of each seed's final checkpoint (steps {got.get('step')}): this seed's is step {final}"
+    if str(s.step) not in str(got.get("step")).split("/"):
+        return f"the report's is of the seeds' final steps {got.get('step')}, not of step {s.step}"
     return got
 
 

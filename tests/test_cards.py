@@ -361,6 +361,11 @@ def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
         "(items; the seeds' final steps 2/4) |" in body
     assert "lies above 0 on 2 of 3, below 0 on 0, and includes 0 on 1" in body
     assert "No interval in the report" not in body
+    step2 = final.parent / "step-000002"   # not this seed's final checkpoint: not the report's comparison
+    _eval(final.parents[1], 2, FINAL, dir_identity(step2)["digest"])
+    body = ModelCard(checkpoint_card(step2, report=report)).text
+    assert "| synthqa | em | 0.55 | 40 | 0.2 | +0.3500 | none (not in intervals.csv) | none (the report's is of each " \
+           "seed's final checkpoint (steps 4): this seed's is step 4) |" in body
 
 
 def test_a_hostile_variant_name_is_escaped_in_the_card_and_its_file_name(tree):
