@@ -10,7 +10,7 @@ the items taken as fixed) for >= 2 seeds, else a bare point. Each interval compu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -294,10 +294,19 @@ def paired_vs_anchor(points: Points, arm: str, bench: str, metric: str,
                      last: list[tuple[int, int]] | None = None) -> Paired | str | None:
     """Final checkpoint of `arm` (`last`, else each seed's last step evaluated on `bench`) minus the anchor
     over the item ids both have, under the crossed model: items random and shared, the arm's seeds random,
-    the anchor seedless. None for the QA mean or no evaluation of `arm`; why not (str) when one is missing."""
+    the anchor seedless. None for the QA mean or no evaluation of `arm`; why not (str) when one is missing, which
+    intervals.csv records too (no bounds, the reason as its note: a model card's cell says what the table's does)."""
     last = last or final_steps(points, arm, [bench])
     if bench == MEAN_BENCH or not last:
         return None
+    got = _paired_vs_anchor(points, arm, bench, metric, last)
+    if isinstance(got, str):
+        steps = "/".join(map(str, sorted({t for _, t in last})))
+        points.record("vs_anchor", arm, ANCHOR_ARM, steps, bench, metric, replace(NAN_INTERVAL, note=got))
+    return got
+
+
+def _paired_vs_anchor(points: Points, arm: str, bench: str, metric: str, last: list[tuple[int, int]]) -> Paired | str:
     if why := points.unscored(arm, last, bench, metric):
         return why
     if points.values(ANCHOR_ARM, 0, bench, metric).empty:

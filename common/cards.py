@@ -8,6 +8,7 @@ pure function of files on disk (the same files give byte-identical cards). It re
 - the run dir above it: `config.yaml` (recipe), `manifest.json` (commit, command, hardware, packages),
   `DONE` (a GRPO run's TRL version), the dataset manifest `<data.dir>/manifest.json` (sources, counts);
   the runs root (every arm / seed / step: the sister checkpoints);
+- the licence: config.yaml model.license, else (a GRPO run records none) its starting model's (`licence`);
 - the report dir (`analyze`'s out): `results.csv` (every column past arm..n is an interval column the
   report printed, shown as it is), and each result's evaluation record `<run_dir>/eval/[<profile>/]
   step-NNNNNN/{summary,meta}.json`: a result is shown only when an evaluation of this very checkpoint
@@ -35,6 +36,7 @@ from typing import Any
 from common import layout
 from common.cli import ConfigError
 from common.io import dir_identity, read_sha256sums
+from common.recipes import RECIPES
 
 CARD = "README.md"
 CARDS_DIR = "cards"
@@ -314,7 +316,7 @@ class Shown:
     record: EvalRecord
     ref: Row | None
     curve: dict | None = None      # intervals.csv: this arm at this step (over its seeds and items)
-    vs_anchor: dict | None = None  # intervals.csv: this arm's final checkpoint minus the anchor
+    vs_anchor: dict | str | None = None  # intervals.csv: this arm's final checkpoints minus the anchor, or why none
     other_n: Row | None = None     # the reference's value over another number of items: shown, not compared
 
 
@@ -357,6 +359,7 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
     if (profile := report_profile(report)) is not None:   # only the evaluations the report read
         records = [r for r in records if r.dir.parent == s.run_dir / layout.EVAL / profile]
     mine = s.digest.get("digest")
+    final = max(step for arm, seed, step in table if (arm, seed) == (s.label, s.seed))   # this seed's, as the tables take it
     for row in rows:
         holding = [rec for rec in records if rec.holds(row)]
         match = next((rec for rec in holding if rec.digest(row.bench) == mine), None)
@@ -364,7 +367,7 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
             at = (s.label, str(s.step), row.bench, row.metric)
             ref = by_key.get((row.bench, row.metric))   # compared only over as many items
             ev.shown.append(Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
-                                  intervals.get(("vs_anchor", *at)), ref if ref is not None and ref.n != row.n else None))
+                                  _vs_anchor(intervals, s, row, final), ref if ref is not None and ref.n != row.n else None))
         elif holding:
             rec = holding[0]
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
@@ -374,6 +377,23 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: no evaluation record of step "
                                f"{s.step} under {s.run_dir} holds this value")
     return ev
+
+
+def _vs_anchor(intervals: dict, s: Subject, row: Row, final: int) -> dict | str | None:
+    """intervals.csv's row of this arm's final checkpoints minus the anchor for `row` when this checkpoint is
+    one of them (its seed's final step in results.csv, and among the row's steps: `200/436` when the seeds'
+    final steps differ); else why not. A gap of the paired table is such a row, its reason as the note."""
+    if not intervals:
+        return None
+    got = next((r for (kind, arm, _, bench, metric), r in intervals.items()
+                if (kind, arm, bench, metric) == ("vs_anchor", s.label, row.bench, row.metric)), None)
+    if got is None:
+        return f"no vs_anchor row in {INTERVALS}"
+    if s.step != final:
+        return f"the report's is of each seed's final checkpoint (steps {got.get('step')}): this seed's is step {final}"
+    if str(s.step) not in str(got.get("step")).split("/"):
+        return f"the report's is of the seeds' final steps {got.get('step')}, not of step {s.step}"
+    return got
 
 
 def _interval_pair(extra: list[str]) -> tuple[str, str] | None:
@@ -395,14 +415,16 @@ def _finite(v) -> bool:
     return f == f and abs(f) != float("inf")
 
 
-def _interval_cell(r: dict | None) -> str:
-    if r is None:
-        return "-"
+def _interval_cell(r: dict | str | None, step: int | None = None) -> str:
+    """An intervals.csv row as the report prints it, `step`: the card's (a row of other steps names them); or why none."""
+    if not isinstance(r, dict):
+        return f"none ({text(r or f'not in {INTERVALS}', 160)})"
     if not (_finite(r.get("lo")) and _finite(r.get("hi"))):
-        return f"none ({text(r.get('note') or r.get('covers') or 'no interval', 80)})"
+        return f"none ({text(r.get('note') or r.get('covers') or 'no interval', 160)})"
     est = f"{number(float(r['estimate']))} " if _finite(r.get("estimate")) else ""
+    steps = f"; the seeds' final steps {r.get('step')}" if step is not None and str(r.get("step")) != str(step) else ""
     return (f"{est}\\[{number(float(r['lo']))}, {number(float(r['hi']))}\\] {text(r.get('conf', ''), 10)} "
-            f"({text(r.get('covers', ''), 80)})")
+            f"({text(r.get('covers', ''), 80)}{text(steps, 80)})")
 
 
 def findings(ev: Evaluation) -> str:
@@ -420,7 +442,7 @@ def findings(ev: Evaluation) -> str:
     parts = [f"Against the {ev.ref_name}, {len(diffs)} (bench, metric) pairs compared: higher on {up}, "
              f"lower on {down}, equal on {same}; the largest difference is {d:+.4f} "
              f"({text(x.row.bench)} {text(x.row.metric)})."]
-    vs = [x.vs_anchor for x in ev.shown if x.vs_anchor is not None]
+    vs = [x.vs_anchor for x in ev.shown if isinstance(x.vs_anchor, dict)]
     bounds = [(float(v["lo"]), float(v["hi"])) for v in vs if _finite(v.get("lo")) and _finite(v.get("hi"))]
     if bounds:
         above = sum(lo > 0 for lo, _ in bounds)
@@ -463,8 +485,7 @@ def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
                        for spec in [_hub_dataset(str(src.get("spec", "")))] if spec})
     if datasets:
         meta["datasets"] = datasets
-    lic = _get(s.config, "model.license")
-    if isinstance(lic, str) and lic:
+    if lic := licence(s)[0]:
         meta["license"] = lic
     if ev.shown:
         # one result per (bench, n), its metrics listed: the grouping huggingface_hub writes, which it reads
@@ -481,20 +502,72 @@ def _front_matter(s: Subject, ev: Evaluation, name: str) -> str:
     return f"---\n{dumped}---\n"
 
 
+def _earlier_run(config: dict | None) -> tuple[Path, dict] | None:
+    """(run dir, config) of the run whose checkpoint model.path is (GRPO from an SFT checkpoint), else None (a
+    torn earlier run config too)."""
+    ckpt = Path(str(_get(config, "model.path") or ""))
+    try:
+        if ckpt.parent.name == layout.CHECKPOINTS and (ckpt.parent.parent / layout.CONFIG).is_file():
+            return ckpt.parent.parent, _yaml(ckpt.parent.parent / layout.CONFIG, [], "run config") or {}
+    except (CardError, OSError):
+        return None
+    return None
+
+
 def _base_model(config: dict | None) -> str | None:
     """model.path when it is a hub id (not a local dir); a checkpoint of an earlier run (GRPO from an SFT
     checkpoint): that run's model.path when it is one."""
     base = str(_get(config, "model.path") or "")
     if _HUB_ID.match(base) and not Path(base).exists():
         return base
-    ckpt = Path(base)
-    if base and ckpt.parent.name == layout.CHECKPOINTS and (ckpt.parent.parent / layout.CONFIG).is_file():
+    earlier = str(_get(e[1], "model.path") or "") if (e := _earlier_run(config)) else ""
+    return earlier if _HUB_ID.match(earlier) and not Path(earlier).exists() else None
+
+
+def licence(s: Subject) -> tuple[str | None, str]:
+    """(the model's licence, where the card read it). config.yaml model.license; a config without that key (a
+    GRPO run's) has its starting model's: the config of the run whose checkpoint it started from, that model
+    dir's own README.md (or the run's copy of it, checkpoints/step-000000), or the model recipe config.yaml
+    model.name names when that recipe's model.path is the one the run started from. None: none of them states one."""
+    config, where = s.config, "config.yaml model.license"
+    for _ in range(4):   # GRPO from an SFT checkpoint (from a GRPO checkpoint ...)
+        model = _get(config, "model")
+        if isinstance(model, dict) and "license" in model:
+            lic = model["license"]
+            return (lic, where) if isinstance(lic, str) and lic.strip() else (None, f"{where} (null: none stated)")
+        if (earlier := _earlier_run(config)) is None:
+            break
+        config, where = earlier[1], f"{text(earlier[0])}/config.yaml model.license (the run it started from)"
+    start = str(_get(config, "model.path") or "")
+    copy = [layout.checkpoints_dir(s.run_dir) / layout.step_name(0)] if config is s.config and s.grpo and s.run_dir else []
+    for d in [Path(start), *copy]:
+        if start and (lic := _card_licence(d / CARD)):
+            return lic, f"{text(d)}/{CARD} license (the starting model's card)"
+    name = str(_get(config, "model.name") or "")
+    recipe = RECIPES / "model" / f"{name}.yaml"
+    if start and re.fullmatch(r"[A-Za-z0-9_.-]+", name) and recipe.is_file():
         try:
-            earlier = str(_get(_yaml(ckpt.parent.parent / layout.CONFIG, [], "run config"), "model.path") or "")
-        except CardError:   # a torn earlier run config: no base stated
-            return None
-        return earlier if _HUB_ID.match(earlier) and not Path(earlier).exists() else None
-    return None
+            rec = _yaml(recipe, [], "model recipe")
+        except CardError:
+            rec = None
+        lic = _get(rec, "model.license")
+        if _get(rec, "model.path") == start and isinstance(lic, str) and lic.strip():
+            return lic, f"recipes/model/{text(name)}.yaml model.license (the recipe config.yaml model.name names, for {text(start)})"
+    return None, ("config.yaml model.license; the run records none, nor does its starting model's run config, card or "
+                  "model recipe")
+
+
+def _card_licence(path: Path) -> str | None:
+    """The `license` of a model card's front matter, None when it has none (or no readable card)."""
+    import yaml
+
+    try:   # (a hub id names no such file; a name too long for one is an OSError too)
+        m = re.match(r"---\r?\n(.*?)\r?\n---\r?\n", path.read_text(encoding="utf-8"), re.S) if path.is_file() else None
+        meta = yaml.safe_load(m.group(1)) if m else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    lic = meta.get("license") if isinstance(meta, dict) else None
+    return lic if isinstance(lic, str) and lic.strip() else None
 
 
 def _dumper():
@@ -535,7 +608,7 @@ def _recipe(s: Subject) -> list[str]:
         ("base model", _get(c, "model.path"), "config.yaml model.path"),
         ("base model revision", None, "no revision is recorded by the run"),
         ("model recipe", _get(m, "recipes.model"), "manifest.json recipes.model"),
-        ("license", _get(c, "model.license"), "config.yaml model.license"),
+        ("license", *licence(s)),
         ("optimizer", "AdamW (betas {}, eps {})".format(_get(c, "train.betas"), _get(c, "train.eps")), "config.yaml train"),
         ("learning rate", _get(c, "train.lr"), "config.yaml train.lr"),
         ("schedule", _get(c, "train.lr_schedule"), "config.yaml train.lr_schedule"),
@@ -547,12 +620,16 @@ def _recipe(s: Subject) -> list[str]:
         rows += [("completions per step", _get(c, "grpo.completions_per_step"), "config.yaml grpo.completions_per_step"),
                  ("group size", _get(c, "grpo.num_generations"), "config.yaml grpo.num_generations"),
                  ("LoRA r / alpha", f"{_get(c, 'lora.r')} / {_get(c, 'lora.alpha')}", "config.yaml lora"),
+                 ("LoRA targets", ", ".join(map(str, t)) if isinstance(t := _get(c, "lora.target_modules"), list) else t,
+                  "config.yaml lora.target_modules"),
+                 ("KL coefficient", _get(c, "grpo.beta"), "config.yaml grpo.beta"),
+                 ("loss type", _get(c, "grpo.loss_type"), "config.yaml grpo.loss_type"),
                  ("TRL", (s.done or {}).get("trl") or _get(m, "packages.trl") or _get(c, "grpo.trl"),
                   "DONE trl (else manifest.json packages.trl, else config.yaml grpo.trl)")]
     else:
         rows.append(("global batch", _get(c, "train.global_batch_size"), "config.yaml train.global_batch_size"))
     rows += [
-        ("steps", _get(c, "train.steps"), "config.yaml train.steps"),
+        ("steps", *total_steps(s)),
         ("saves", _get(c, "train.save_steps"), "config.yaml train.save_steps (the final step is always saved)"),
         ("precision", _get(c, "train.precision"), "config.yaml train.precision"),
         ("attention", _get(c, "model.attn_implementation"), "config.yaml model.attn_implementation"),
@@ -563,6 +640,17 @@ def _recipe(s: Subject) -> list[str]:
          if m else None, "manifest.json packages"),
     ]
     return _kv_table(rows)
+
+
+def total_steps(s: Subject) -> tuple[Any, str]:
+    """(the run's optimizer steps, where read): DONE's step (the total it trained), else config.yaml train.steps,
+    else (null: an arm trained by epochs, still running) its epochs."""
+    done, steps = (s.done or {}).get("step"), _get(s.config, "train.steps")
+    if isinstance(done, int) and not isinstance(done, bool):
+        return done, "DONE step"
+    if steps is not None or _get(s.config, "train.epochs") is None:
+        return steps, "config.yaml train.steps"
+    return f"{_get(s.config, 'train.epochs')} epochs (the run has no DONE yet)", "config.yaml train.epochs (train.steps null)"
 
 
 def _world(c: dict | None, m: dict | None) -> int | None:
@@ -581,9 +669,12 @@ def _hardware(m: dict | None) -> str | None:
 
 
 def _data(s: Subject) -> list[str]:
+    if s.grpo and _get(s.config, "task") == "qa":
+        return [f"GRPO task: qa (questions from {text(_get(s.config, 'grpo.prompts_file'))}, context mode "
+                f"{text(_get(s.config, 'grpo.qa_mode'))}, retriever {text(_get(s.config, 'grpo.retriever'))})."]
     if s.grpo:
-        return [f"GRPO task: {text(_get(s.config, 'task'))} (the environment is the data; split "
-                f"{text(_get(s.config, 'grpo.split'))}; prompts file {text(_get(s.config, 'grpo.prompts_file'))})."]
+        return [f"GRPO task: {text(_get(s.config, 'task'))} (the environment is the data: search\\_plan\\_act, "
+                f"split {text(_get(s.config, 'grpo.split'))})."]
     d = s.dataset
     if d is None:
         return ["No dataset manifest: the data's sources and counts are not stated."]
@@ -634,7 +725,7 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
         ref = (number(x.ref.value) if x.ref else f"{number(x.other_n.value)} at n={x.other_n.n}: not compared"
                if x.other_n else "not in the report")
         diff = f"{x.row.value - x.ref.value:+.4f}" if x.ref else "-"
-        icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor)] if ev.intervals else []
+        icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor, s.step)] if ev.intervals else []
         cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff, *icells,
                  *[text(x.row.extra.get(c, "")) for c in ev.extra]]
         lines.append("| " + " | ".join(cells) + " |")
@@ -743,7 +834,7 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     if s.label is not None:
         out.append(f"{'An' if stage == 'SFT' else 'A'} {stage} checkpoint of dtsft: arm {text(s.label)}, "
                    f"seed {'not recorded' if s.seed is None else s.seed}, step {s.step} of "
-                   f"{text(_get(s.config, 'train.steps'))}, trained from {text(_get(s.config, 'model.path'))}.")
+                   f"{text(total_steps(s)[0])}, trained from {text(_get(s.config, 'model.path'))}.")
     else:
         out.append(f"A model directory ({text(s.ckpt)}) with no run records.")
     out.append(f"Checkpoint digest: {s.digest.get('digest')} ({s.digest.get('kind')}; the digest every evaluation records).")

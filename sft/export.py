@@ -16,7 +16,8 @@ COMPLETE resumable state). The output:
   model's tokenizer); it must fit the trimmed embedding (its length <= the exported
   vocab_size, else exit 2), and its origin and file digests go into `export_info.json`.
 The output is written to a temporary sibling dir and renamed when complete, then
-checked with verify-checkpoint (`verify=false` skips that). An existing `out` is replaced
+checked with verify-checkpoint (`verify=false` skips that); a source removed or changed
+while it is read (a trainer pruning its older states) stops the export (exit 2), nothing written. An existing `out` is replaced
 only when it is an earlier export (it has `export_info.json`) and `overwrite=true`: it is
 renamed aside to `<out>.replaced-<UTC time>`, never deleted; anything else in the way, an `out`
 that is or contains the checkpoint, or one inside a run dir's `checkpoints/` or `state/` (it would be
@@ -46,6 +47,7 @@ from sft.export_source import (
     check_source_sums,
     load_source_weights,
     resolve_source,
+    source_held,
 )
 from sft.hfconfig import save_config
 from sft.errors import SftError
@@ -288,31 +290,33 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
     from common.cards import check_inputs
 
     check_inputs(report, study)
-    config = AutoConfig.from_pretrained(str(src.hf_dir), trust_remote_code=False)
-    override = resolve_tokenizer(tokenizer) if tokenizer is not None else None
-    tok = _load_tokenizer(override.dir if override else src.hf_dir)
-    target_vocab = int(vocab_size) if vocab_size is not None else int(config.vocab_size)
-    if override is not None and len(tok) > target_vocab:
-        raise SftError(f"tokenizer: {override.spec} has {len(tok)} tokens, more than the exported embedding's "
-                       f"{target_vocab} rows (vocab_size); its ids beyond {target_vocab - 1} would have no embedding")
-    sd = load_source_weights(src)
-    sd, notes = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tok), where=str(src.path))
-    torch_dtype = EXPORT_DTYPES[dtype]
-    config.dtype = torch_dtype
-    with atomic_dir(out, existing="aside") as tmp:
-        save_config(config, tmp)  # first: write_weights copies its file mode
-        files = write_weights(sd, tmp, torch_dtype, size_bytes(max_shard_size))
-        notes += _copy_carry_files(src.hf_dir, tmp, config, override)
-        if getattr(tok, "chat_template", None) is None:
-            notes.append(f"{override.dir if override else src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
-        info = {"source": str(src.path), "kind": src.kind, "step": src.step, "dtype": dtype, "vocab_size": target_vocab,
-                "tensors": len(sd), "trimmed": [n for n in notes if n.startswith("trimmed ")]}
-        if override is not None:
-            info["tokenizer"] = {"spec": override.spec, "path": str(override.dir), "revision": override.revision,
-                                 "tokens": len(tok), "files": {p.name: sha256_file(p) for p in override.files()}}
-        write_json(tmp / EXPORT_MARKER, info)
-        write_sha256sums(tmp)
-        write_card(src.path, tmp, report=report, study=study, repo_id=repo_id)
+    with source_held(src, out) as unchanged:   # a state the trainer prunes meanwhile: one line, nothing written
+        config = AutoConfig.from_pretrained(str(src.hf_dir), trust_remote_code=False)
+        override = resolve_tokenizer(tokenizer) if tokenizer is not None else None
+        tok = _load_tokenizer(override.dir if override else src.hf_dir)
+        target_vocab = int(vocab_size) if vocab_size is not None else int(config.vocab_size)
+        if override is not None and len(tok) > target_vocab:
+            raise SftError(f"tokenizer: {override.spec} has {len(tok)} tokens, more than the exported embedding's "
+                           f"{target_vocab} rows (vocab_size); its ids beyond {target_vocab - 1} would have no embedding")
+        sd = load_source_weights(src)
+        sd, notes = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tok), where=str(src.path))
+        torch_dtype = EXPORT_DTYPES[dtype]
+        config.dtype = torch_dtype
+        with atomic_dir(out, existing="aside") as tmp:
+            save_config(config, tmp)  # first: write_weights copies its file mode
+            files = write_weights(sd, tmp, torch_dtype, size_bytes(max_shard_size))
+            notes += _copy_carry_files(src.hf_dir, tmp, config, override)
+            if getattr(tok, "chat_template", None) is None:
+                notes.append(f"{override.dir if override else src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
+            info = {"source": str(src.path), "kind": src.kind, "step": src.step, "dtype": dtype, "vocab_size": target_vocab,
+                    "tensors": len(sd), "trimmed": [n for n in notes if n.startswith("trimmed ")]}
+            if override is not None:
+                info["tokenizer"] = {"spec": override.spec, "path": str(override.dir), "revision": override.revision,
+                                     "tokens": len(tok), "files": {p.name: sha256_file(p) for p in override.files()}}
+            write_json(tmp / EXPORT_MARKER, info)
+            write_sha256sums(tmp)
+            write_card(src.path, tmp, report=report, study=study, repo_id=repo_id)
+            unchanged()   # the card's digest and every file copied are of the source as it was throughout
     return dict(source=str(src.path), kind=src.kind, step=src.step, out=str(out), dtype=str(torch_dtype),
                 vocab_size=target_vocab, tensors=len(sd), weight_files=files, notes=src.notes + notes)
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from common import layout
-from common.io import SHA256SUMS, check_sha256sums
+from common.io import SHA256SUMS, check_sha256sums, read_sha256sums, sha256_file
 from sft.ckpt_layout import strip_wrapper_prefixes
 from sft.errors import SftError
 
@@ -117,6 +119,38 @@ def check_source_sums(src: Source) -> None:
         problems = check_sha256sums(src.path)
         if problems:
             raise ExportError(f"{src.path}: source checkpoint fails its SHA256SUMS:\n  " + "\n  ".join(problems))
+
+
+def snapshot(src: Source) -> tuple[bool, str | None]:
+    """(every file the source's SHA256SUMS lists is there, or without one the dir is; that file's sha256): what
+    a trainer pruning its old states (rmtree) or rewriting a step changes."""
+    try:
+        if not (src.path / SHA256SUMS).is_file():
+            return src.path.is_dir(), None
+        entries, problems = read_sha256sums(src.path)
+        return not problems and all((src.path / n).is_file() for n in entries), sha256_file(src.path / SHA256SUMS)
+    except OSError:
+        return False, None
+
+
+@contextmanager
+def source_held(src: Source, out: Path) -> Iterator[Callable[[], None]]:
+    """Around an export of `src`: a failure while the source is no longer what it was at the start (a file
+    vanished between its listing and its copy), or the check it yields (call it before the output is renamed
+    into place) finding it changed, is one ExportError naming it; any other failure is raised as it is."""
+    before = snapshot(src)
+
+    def check() -> None:
+        if not before[0] or snapshot(src) != before:
+            raise ExportError(f"{src.path}: removed or changed while it was exported (a trainer pruning its old states, "
+                              f"or a rewrite of that step); nothing was written to {out}: export again")
+
+    check()
+    try:
+        yield check
+    except Exception:
+        check()
+        raise
 
 
 def load_hf_weights(d: Path) -> dict[str, torch.Tensor]:

@@ -441,6 +441,8 @@ def test_best_and_final_compare_like_with_like_and_gaps_say_why(tmp_path):
     paired = dict(paired_table(p, ["A", "B"], cols, "em").rows)
     assert paired["A"][1] == "– (not evaluated at A/seed1/step-000020)"
     assert paired["B"][1] == "– (no per-item em: B/seed0/step-000010 hotpotqa.jsonl)"
+    gap = p.records[("vs_anchor", "A", "anchor", "10/20", "hotpotqa", "em")]   # in intervals.csv: a card's cell says why too
+    assert gap["note"] == "not evaluated at A/seed1/step-000020" and gap["lo"] != gap["lo"]
     compare = compare_table(p, "A", "B", cols, "em").rows[0][1]
     assert compare[1:] == ["– (no per-item em: B/seed0/step-000010 hotpotqa.jsonl)"] * 2
     assert paired_arms(p, "A", "B", 20, "nq", "em") == "B: not evaluated at step 20"

@@ -137,6 +137,17 @@ def test_card_parses_and_its_model_index_is_the_report(tree):
                  "No interval in the report", "fp-synthqa", "max\\_model\\_len=2048", "search (this checkpoint's run) | 0 | 2, 4",
                  "| r2e | 0 | 4 |", "| config.json | 2 |", dir_identity(final)["digest"], "No study file given"):
         assert fact in body, fact
+    # an arm trained by epochs (train.steps null, as recipes/arm/*.yaml): its total is the one DONE records, or the
+    # epochs while it has none (seen: "step 4 of None" and "| steps | not recorded |")
+    run = final.parents[1]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["train"].update(steps=None, epochs=2)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    body = ModelCard(checkpoint_card(final)).text
+    assert "step 4 of 2 epochs (the run has no DONE yet)" in body and "| steps | 2 epochs (the run has no DONE yet) |" in body
+    write_json(run / "DONE", {"step": 8, "checkpoint": str(run / "checkpoints" / "step-000008")})
+    body = ModelCard(checkpoint_card(final)).text
+    assert "step 4 of 8, trained" in body and "| steps | 8 | DONE step |" in body and "None" not in body
 
 
 def test_rerun_is_byte_identical(tree):
@@ -272,6 +283,10 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
     text = (report / "cards" / "search-s0-step4.md").read_text()
     assert index_matches(text, _csv_rows(report))   # results.csv as analyze wrote it now
     assert len(_csv_rows(report)) == 3
+    # no anchor evaluated: the paired table's gap, and the card's vs-anchor cell gives its reason (seen: a bare -)
+    assert "| search | – (the anchor: not evaluated) |" in (report / "tables" / "paired_em.md").read_text()
+    assert "| synthqa | em | 0.55 | 40 | not in the report | - | none (one seed and no per-item file) | " \
+           "none (the anchor: not evaluated) |" in text
     # a rerun with cards=false leaves no card of the earlier analysis quoting results no longer in results.csv
     assert main([*argv[:-2], "cards=false", "wandb=false"]) == 0 and not (report / "cards").exists()
 
@@ -280,8 +295,8 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     final, report = tree
     run = final.parents[1]
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    cfg.update(stage="grpo", task="spa", grpo={"completions_per_step": 32, "num_generations": 8, "split": "train"},
-               lora={"r": 32, "alpha": 64})
+    cfg.update(stage="grpo", task="spa", grpo={"completions_per_step": 32, "num_generations": 8, "split": "train", "beta": 0.001},
+               lora={"r": 32, "alpha": 64, "target_modules": ["q_proj", "v_proj"]})
     del cfg["model"]["tokenizer"], cfg["model"]["license"]   # as a GRPO run's config.yaml holds its model (rl.config)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     write_json(run / "DONE", {"step": 4, "trl": "1.9.2"})
@@ -289,13 +304,32 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 0): pre, ("search", 0, 4): FINAL})
     card = ModelCard(checkpoint_card(final, report=report))
     assert card.data.base_model == "Qwen/Qwen3-4B"   # model.path, a hub id (seen: no base_model in a GRPO card)
-    sft = final.parents[3] / "r2e" / "seed0"   # GRPO from an SFT checkpoint: that run's base
-    (sft / "config.yaml").write_text(yaml.safe_dump({"model": {"path": "meta-llama/Llama-3.1-8B-Instruct"}}))
-    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"path": str(sft / "checkpoints" / "step-000004")}}))
-    assert ModelCard(checkpoint_card(final)).data.base_model == "meta-llama/Llama-3.1-8B-Instruct"
+    # the licence is the starting model's (seen: none, a GRPO config records none): here the model recipe that
+    # config.yaml model.name names, whose model.path is the one the run started from
+    assert card.data.license == "apache-2.0" and "| license | apache-2.0 | recipes/model/qwen3\\_4b.yaml" in card.text
+    sft = final.parents[3] / "r2e" / "seed0"   # GRPO from an SFT checkpoint: that run's base, that run's licence
+    (sft / "config.yaml").write_text(yaml.safe_dump({"model": {"path": "meta-llama/Llama-3.1-8B-Instruct", "license": "llama3.1"}}))
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"name": "qwen3_4b", "path": str(sft / "checkpoints" / "step-000004")}}))
+    from_sft = ModelCard(checkpoint_card(final))
+    assert from_sft.data.base_model == "meta-llama/Llama-3.1-8B-Instruct" and from_sft.data.license == "llama3.1"
+    assert f"| license | llama3.1 | {sft}/config.yaml model.license" in from_sft.text.replace("\\", "")
+    local = final.parents[3] / "base"   # a local model dir: its own card's licence
+    local.mkdir()
+    (local / "README.md").write_text("---\nlicense: mit\n---\n# base\n")
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"name": "qwen3_4b", "path": str(local)}}))
+    assert ModelCard(checkpoint_card(final)).data.license == "mit"
+    # a hub id the recipe of model.name does not name: no licence claimed, and the card says so
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {"name": "qwen3_4b", "path": "Org/Other-4B"}}))
+    other = ModelCard(checkpoint_card(final))
+    assert other.data.license is None and "| license | not recorded |" in other.text
+    qa = {**cfg, "task": "qa", "grpo": {**cfg["grpo"], "prompts_file": "/d/hotpot_train.json", "qa_mode": "item", "retriever": "bm25"}}
+    (run / "config.yaml").write_text(yaml.safe_dump(qa))
+    assert "GRPO task: qa (questions from /d/hotpot\\_train.json, context mode item, retriever bm25)." in checkpoint_card(final)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     body = card.text
+    assert "None" not in body   # (seen: "prompts file None" for task=spa)
     for fact in ("A GRPO checkpoint", "| LoRA r / alpha | 32 / 64 |", "| TRL | 1.9.2 |", "| pre-RL (step 0) |",
+                 "| LoRA targets | q\\_proj, v\\_proj |", "| KL coefficient | 0.001 |", "search\\_plan\\_act, split train",
                  "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
                  "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
         assert fact in body, fact
@@ -311,7 +345,8 @@ def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
             ("curve", "search", "", "2", "synthqa", "f1", 0.9, 0.8, 1.0),          # another step: not this card's
             ("vs_anchor", "search", "anchor", "4", "synthqa", "em", 0.35, 0.2, 0.5),
             ("vs_anchor", "search", "anchor", "4", "synthqa", "f1", 0.3, -0.05, 0.6),
-            ("vs_anchor", "search", "anchor", "4", "search_plan_ood", "reward", 0.25, 0.1, 0.4),
+            # the seeds' final checkpoints differ (seed 0: 4, another seed: 2): the step the paired table names
+            ("vs_anchor", "search", "anchor", "2/4", "search_plan_ood", "reward", 0.25, 0.1, 0.4),
             ("vs_anchor", "r2e", "anchor", "4", "synthqa", "em", -0.2, -0.3, -0.1)]   # another arm
     with open(report / "intervals.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -320,9 +355,17 @@ def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
             w.writerow([k, arm, vs, step, bench, metric, est, lo, hi, 0.95, "items", 40, 1, "", "bootstrap", ""])
     body = ModelCard(checkpoint_card(final, report=report)).text
     assert "| synthqa | em | 0.55 | 40 | 0.2 | +0.3500 | 0.55 \\[0.4, 0.7\\] 0.95 (items) | 0.35 \\[0.2, 0.5\\] 0.95 (items) |" in body
-    assert "| synthqa | f1 | 0.6125 | 40 | 0.31 | +0.3025 | - | 0.3 \\[-0.05, 0.6\\] 0.95 (items) |" in body
+    # a cell without an interval says why (seen: a bare -, and so for a vs-anchor row of step 2/4)
+    assert "| synthqa | f1 | 0.6125 | 40 | 0.31 | +0.3025 | none (not in intervals.csv) | 0.3 \\[-0.05, 0.6\\] 0.95 (items) |" in body
+    assert "| search\\_plan\\_ood | reward | 0.25 | 40 | 0 | +0.2500 | none (not in intervals.csv) | 0.25 \\[0.1, 0.4\\] 0.95 " \
+        "(items; the seeds' final steps 2/4) |" in body
     assert "lies above 0 on 2 of 3, below 0 on 0, and includes 0 on 1" in body
     assert "No interval in the report" not in body
+    step2 = final.parent / "step-000002"   # not this seed's final checkpoint: not the report's comparison
+    _eval(final.parents[1], 2, FINAL, dir_identity(step2)["digest"])
+    body = ModelCard(checkpoint_card(step2, report=report)).text
+    assert "| synthqa | em | 0.55 | 40 | 0.2 | +0.3500 | none (not in intervals.csv) | none (the report's is of each " \
+           "seed's final checkpoint (steps 4): this seed's is step 4) |" in body
 
 
 def test_a_hostile_variant_name_is_escaped_in_the_card_and_its_file_name(tree):

@@ -522,3 +522,36 @@ def test_verify_reports_the_tensor_count(exported_fp32, capsys):
 
     assert report(exported_fp32) == 0
     assert "46 tensors" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def state_dir(tiny_model_dir, tmp_path_factory):
+    step_dir = tmp_path_factory.mktemp("state") / "step-000010"
+    _save_state(step_dir, tiny_model_dir, 10)
+    return step_dir
+
+
+@pytest.mark.parametrize("when", ["copy2", "write_card"])
+def test_a_state_pruned_during_the_export_stops_it_cleanly(when, state_dir, tmp_path, monkeypatch, capsys):
+    """The trainer prunes the state being exported (prune_states: rmtree) between the listing of its files and
+    their copy, or after they were read (seen: a FileNotFoundError traceback; a card with the digest of an empty
+    dir): one line naming the state, exit 2, nothing at out or beside it; an earlier export is left in place."""
+    import sft.export
+
+    run = tmp_path / "run"
+    state = shutil.copytree(state_dir, run / "state" / "step-000010")
+    where = sft.export if when == "write_card" else shutil   # the card is written after every source file is read
+    real = getattr(where, when)
+
+    def pruned_first(*args, **kw):
+        shutil.rmtree(state, ignore_errors=True)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(where, when, pruned_first)
+    out = tmp_path / "exports" / "x"
+    out.mkdir(parents=True)
+    (out / "export_info.json").write_text("{}")
+    assert export_main([f"ckpt={run}", f"out={out}", "dtype=fp32", "overwrite=true", "verify=false"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(state) in err and "removed or changed while it was exported" in err, err
+    assert [p.name for p in out.parent.iterdir()] == ["x"] and [p.name for p in out.iterdir()] == ["export_info.json"]
