@@ -1,7 +1,6 @@
-"""Incremental evaluation (`analyze`'s planning half, local and Slurm): every (checkpoint × bench) not yet
-evaluated under the identity asked for (the evals harness's rule, never a bench name in summary.json), plus the
-anchor once; one call per checkpoint with its pending benches, a failing call a gap in the report, never raised
-(docs/stages/analyze.md)."""
+"""Incremental evaluation (`analyze`'s planning half, local and Slurm; docs/stages/analyze.md): every checkpoint ×
+bench not yet evaluated under the identity asked for (the evals harness's rule, never a bench name in summary.json),
+and the anchor once; one call per checkpoint with its pending benches, a failing call a gap, never raised."""
 from __future__ import annotations
 
 import traceback
@@ -22,12 +21,10 @@ ANCHOR_PROMPT = "anchor_nudge"
 
 
 class Harness:
-    """What analyze needs from the evals harness for one analysis (`check_settings` sets its `opts` and
-    `settings`), each method given one checkpoint's request (`request(job)`): `evaluate(cfg)` (its summary),
-    `pending(cfg)` ({bench: how the identity it is held under differs}: what evaluate has left, no model loaded)
-    and `check(cfg)` (the settings every request of an analysis resolves to, its ckpt and out stand-ins; a
-    ConfigError for one evaluate would refuse). A stand-in (tests) subclasses this class and implements those
-    three on the request as a dict (`EvalJob.config`)."""
+    """What analyze needs from the evals harness (`check_settings` sets `opts` and `settings`), given one checkpoint's
+    `request(job)`: `evaluate(cfg)` (its summary), `pending(cfg)` ({bench: how its held identity differs}, no model
+    loaded) and `check(cfg)` (the settings every request resolves to; a ConfigError for one evaluate would refuse).
+    A stand-in (tests) subclasses it and implements those three on the request as a dict (`EvalJob.config`)."""
 
     evaluator: Evaluator | None = None   # a caller's evaluate (a test's counting one), given each request as a dict
     opts: dict[str, Any] = {}            # what each evaluation is given (eval.*, the profile)
