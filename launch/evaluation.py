@@ -49,6 +49,7 @@ class EvalsHarness(Harness):
         except ImportError as exc:
             raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
         self.config, self.identity, self.run, self.evaluator, self.ids = config, identity, run, evaluator, {}
+        self.evaluate, self.pending, self.check = run.evaluate, run.to_evaluate, config.resolve_request   # (Harness's three)
 
     def request(self, job: EvalJob) -> Any:
         """`job`'s config made from the resolved settings (overwrite when a bench is held under another identity:
@@ -60,15 +61,6 @@ class EvalsHarness(Harness):
         if cfg.ckpt not in self.ids:
             self.ids[cfg.ckpt] = self.identity.checkpoint_identity(str(cfg.ckpt))
         return self.config.Resolved(cfg, self.ids[cfg.ckpt])
-
-    def evaluate(self, cfg) -> dict:
-        return self.run.evaluate(cfg)
-
-    def pending(self, cfg) -> dict[str, list[str]]:
-        return self.run.to_evaluate(cfg)
-
-    def check(self, cfg: dict[str, Any]) -> Any:
-        return self.config.resolve_request(cfg)
 
     def template(self, cfg) -> str | None:
         return self.run.thinking_problem(cfg.cfg)   # (a Resolved: check_templates runs on checked settings only)
