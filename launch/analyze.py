@@ -191,9 +191,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         eval_opts["profile"] = profile
     req = Request(cfg, profile, benches, loaded["reference_sizes"], anchor, anchor_dir, eval_opts)
     if cfg.study:
-        from common.study import load_study  # a bad study file is a one-line error before any evaluation
-
         from analysis.reference import expected
+        from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
         req.study = load_study(str(cfg.study))
         expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front

@@ -1,7 +1,6 @@
 """`analyze ... launcher=slurm` (docs/how-to/slurm.md): the evaluation jobs, each `python -m launch.eval_slurm CONFIG`
 on a config of one format (`_task`), cut to what is left by identity as a local analyze cuts it (run_task), then the
-aggregation job (`python -m launch.analyze analyze.yaml`, its `eval_tasks=` their configs: tasks_report).
-"""
+aggregation job (`python -m launch.analyze analyze.yaml`, its `eval_tasks=` their configs: tasks_report)."""
 from __future__ import annotations
 
 import os
