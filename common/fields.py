@@ -107,9 +107,8 @@ class Choices(Rule):
         return line + (f".{tail}" if tail else "")
 
     def must(self, key: str, v: Any) -> str | None:
-        if self.why(v) is None:
-            return None
-        return f"{key} must be {self.what or 'one of ' + ', '.join(map(str, self.values))}, got {v!r}"
+        what = self.what or f"one of {', '.join(map(str, self.values))}"
+        return None if self.why(v) is None else f"{key} must be {what}, got {v!r}"
 
 
 @dataclass(frozen=True)
