@@ -54,15 +54,10 @@ def absolute(kind: str, value, base: Path, shipped: bool = False):
             return value   # not a list: validation names it
         one = _source if kind == "sources" else _abs
         return [one(v, base) if isinstance(v, str) else v for v in value]
-    if not isinstance(value, str):
-        return value
-    if datafetch.is_name(value) and not (base / os.path.expanduser(value)).exists():
+    if not isinstance(value, str) or (kind == "state" and value in ("auto", "never")) \
+            or (datafetch.is_name(value) and not (base / os.path.expanduser(value)).exists()):
         return value   # a fetch-data name (corpus:wiki18, index:wiki18_e5_flat, encoder:e5-base-v2): read through the cache
-    if kind == "state" and value in ("auto", "never"):
-        return value
-    if kind == "model":
-        return _model(value, base, shipped)
-    return _abs(value, base)
+    return _model(value, base, shipped) if kind == "model" else _abs(value, base)
 
 
 def origin_of(key: str, origins: dict[str, str]) -> str:

@@ -212,9 +212,7 @@ def output_problem(path: str) -> str | None:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         return f"{path}: {probe} is a file, not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{path}: {probe} is not writable"
-    return None
+    return None if os.access(probe, os.W_OK | os.X_OK) else f"{path}: {probe} is not writable"
 
 
 def problems(needs: list[Needs]) -> list[str]:
