@@ -1,14 +1,13 @@
-"""Typed config fields: each key of a command defined once, with its default, its rule, its help text and its
-roles (docs/concepts.md, "Where each key is defined"). A command's keys are a table `{dotted.key: Field}`; a key
-several commands share is one Field object (held through `Default` or `Passed` where the other command's default
-differs).
+"""Typed config fields (docs/concepts.md, "Where each key is defined"): a command's keys are a table `{dotted.key:
+Field}`, each with its default, rule, help text and roles; a key several commands share is one Field object (held
+through `Default` or `Passed` where the other command's default differs).
 
 Roles: IDENTITY (its value is part of the result's identity), CONTENT (it changes the result through the content
 identity of what it names: a checkpoint's, a bench file's or a corpus' digest), ENGINE (through the engine settings
 the host resolves it to), PATH (a file or directory, resolved against the caller's directory by launch.paths; its
 kind is one of PATH_KINDS). A key with none of the identity roles is operational: how fast or where, never what.
-A key added after run dirs were first written has an `as_before` value, "as before the key": an older config.yaml
-may lack it, and a run identity leaves it out at that value (`excluded`), so such a run dir resumes.
+A key added after run dirs were first written has an `as_before` value: an older config.yaml may lack it, and a run
+identity leaves it out at that value (`excluded`), so such a run dir resumes.
 """
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ ABSENT = object()   # no value: a key absent from a config (`select`), a field w
 
 
 class Rule:
-    """What a value may be. `why(v)`: what it should have been when `v` breaks the rule, else None. A
-    problem reads `key=value: expected WHAT` (`problem`, the evaluate-side commands) or `key must be WHAT,
-    got value` (`must`, the recipe keys)."""
+    """What a value may be: `why(v)`, what it should have been (None: `v` keeps the rule), worded by `problem` (the
+    evaluate-side commands) or `must` (the recipe keys)."""
 
     def why(self, v: Any) -> str | None:
         raise NotImplementedError
@@ -109,9 +107,8 @@ class Choices(Rule):
         return line + (f".{tail}" if tail else "")
 
     def must(self, key: str, v: Any) -> str | None:
-        if self.why(v) is None:
-            return None
-        return f"{key} must be {self.what or 'one of ' + ', '.join(map(str, self.values))}, got {v!r}"
+        what = self.what or f"one of {', '.join(map(str, self.values))}"
+        return None if self.why(v) is None else f"{key} must be {what}, got {v!r}"
 
 
 @dataclass(frozen=True)
@@ -131,10 +128,8 @@ TEXT = Test(lambda v: v is None or isinstance(v, (str, os.PathLike)), "a string 
 
 @dataclass(frozen=True, eq=False)
 class Field:
-    """One key: its default, its help line, what a value may be (`rule`; None: checked where it is used),
-    its roles (IDENTITY, CONTENT, ENGINE, PATH) and `read`, the value the program works with (e.g. `auto`
-    -> None), when it differs from the one written; `as_before`: a later key's (above). Compared by identity: one
-    object per key."""
+    """One key (`rule` None: checked where it is used; `read`: the value the program works with, e.g. `auto` -> None,
+    when it differs from the one written; `as_before`: above). Compared by identity: one object per key."""
 
     default: Any
     help: str
@@ -233,12 +228,8 @@ def excluded(*tables: dict) -> dict[str, Any]:
     role (a whole section when none of its keys has it, so a key an old config.yaml holds below it is left out too)
     at any value (ALWAYS), and every other key with an `as_before` value at that value."""
     keys = {k: getattr(f, "field", f) for t in tables for k, f in t.items()}
-    sections: dict[str, list[bool]] = {}
-    for k, f in keys.items():
-        head, dot, _ = k.partition(".")
-        if dot:
-            sections.setdefault(head, []).append(IDENTITY in f.roles)
-    whole = {s: ALWAYS for s, ids in sections.items() if not any(ids)}
+    heads = dict.fromkeys(k.partition(".")[0] for k in keys if "." in k)
+    whole = {s: ALWAYS for s in heads if not any(IDENTITY in f.roles for k, f in keys.items() if k.startswith(f"{s}."))}
     return whole | {k: ALWAYS if IDENTITY not in f.roles else f.as_before for k, f in keys.items()
                     if k.split(".")[0] not in whole and (IDENTITY not in f.roles or f.as_before is not ABSENT)}
 
@@ -269,9 +260,8 @@ def plain(v: Any) -> Any:
 
 
 def problems(table: dict[str, Field | Default | Passed], cfg, must: bool = False, optional: Iterable[str] = ()) -> list[str]:
-    """One line per key of `table` (dotted) whose value in `cfg` (nested) breaks its rule: `key=value: expected WHAT`
-    (the evaluate-side commands) or, with `must` (the recipe keys), `key must be WHAT, got value`, and then
-    `key: missing from the config` for one absent unless it is in `optional` or a later key (`as_before`)."""
+    """One line per key of `table` whose value in `cfg` (nested) breaks its rule (Rule.problem, or Rule.must with `must`,
+    which also names a key absent unless it is in `optional` or a later key's)."""
     out = []
     for key, f in table.items():
         v = select(cfg, key)
@@ -284,9 +274,8 @@ def problems(table: dict[str, Field | Default | Passed], cfg, must: bool = False
 
 
 def section(table: dict[str, Field | Default], cfg, name: str) -> SimpleNamespace:
-    """Section `name` of `cfg` as the program reads it: one attribute per key `name.KEY` of `table`
-    (its `read` applied; an absent key: its `as_before` value if a later key, else its default), e.g.
-    `section(TRAINER, cfg, "train").lr`."""
+    """Section `name` of `cfg` as the program reads it, e.g. `section(TRAINER, cfg, "train").lr`: each key's `read`
+    applied; an absent key at its `as_before` value if a later key, else at its default."""
     out = {}
     for key, f in table.items():
         head, _, leaf = key.partition(".")

@@ -1,6 +1,5 @@
-"""A command's keys as text, from its `{dotted.key: Field}` table (common.fields): `defaults`, the nested
-dict the CLI parses against; `from_table`, its `Key`s; `help_table`, a CLI's `--help` lines; `markdown_table`,
-a docs/keys/*.md page (tools/docs_keys.py writes them; a test checks they are fresh).
+"""A command's keys as text, from its `{dotted.key: Field}` table (common.fields): the nested defaults the CLI parses
+against, a CLI's `--help` lines and a docs/keys/*.md page (tools/docs_keys.py writes them; a test checks they are fresh).
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The recipe keys several stages share, defined once (common.fields): the run's (where it goes, how it
-starts), the launcher's, the interpreters' and `enable_thinking`. Each stage defines the sections it reads beside
-the code that reads them (data_prep.config, sft.config, rl.config), whose tables `SFT` and `GRPO` add these.
+"""The recipe keys several stages share, defined once (common.fields): the run's, the launcher's, the interpreters' and
+`enable_thinking`. Each stage's own sections are beside the code that reads them; its table (`SFT`, `GRPO`) adds these.
 """
 from __future__ import annotations
 

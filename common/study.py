@@ -116,8 +116,7 @@ class Study:
     chosen: list[tuple] = field(default_factory=list)  # (setting, value, reason) of each [chosen: ...] mark
 
     def differences(self) -> list[str]:
-        """The study's "differs from the reference" lines: each `[chosen: ...]` setting with its reason,
-        then each note."""
+        """The study's "differs from the reference" lines: each `[chosen: ...]` setting with its reason, then each note."""
         return [f"{key} = {shown(value, dotlist=True)}: {reason}" for key, value, reason in self.chosen] + list(self.notes)
 
     def unset(self, stage: Stage | None = None) -> list[str]:
@@ -230,11 +229,10 @@ def _settings(root) -> list[tuple[str, int, int, object]]:
 
 
 def file_marks(path: Path) -> tuple[list[MarkedSetting], list[str]]:
-    """Every marked setting of a YAML file (a study or a recipe), in file order, and its stage argument lines without
-    a mark. A mark goes with the setting whose key is on its line, else with the one whose value spans it; a malformed
-    mark, or one on a line holding no setting (a mark in prose says nothing checkable), is refused naming file and
-    line. A stage argument spans the lines from its key to its value's end, each holding more than a comment needs a
-    mark, and two arguments on one line are refused (one mark cannot say where each comes from)."""
+    """Every marked setting of a YAML file (a study or a recipe), in file order, and its stage argument lines without a
+    mark (each line of one, key to value's end, holding more than a comment). A mark goes with the setting whose key is
+    on its line, else with the one whose value spans it; one on a line holding no setting is refused (in prose it says
+    nothing checkable)."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     try:

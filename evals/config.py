@@ -164,10 +164,9 @@ def bench_name_problem(name: str, bench_root) -> str | None:
 
 
 def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
-    """`key` (bench_n, sets) of the benches being run: the profile's entries for those (its others go with the
-    benches the command line left out), the caller's on top; a caller's entry for a bench not being run is
-    refused (it would do nothing). An entry equal to the profile's is the profile's (a config built on the
-    profile's keys carries them all)."""
+    """`key` (bench_n, sets) of the benches being run: the profile's entries for those, the caller's on top; a caller's
+    entry for a bench not being run is refused (it would do nothing), unless it equals the profile's (a config built
+    on the profile's keys carries them all)."""
     def read(value) -> dict:   # {bench key: n or set name}, each checked
         out = {}
         for bench, v in (value or {}).items():
@@ -227,10 +226,8 @@ class Resolved:
 
 def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str], prompt: str,
                    overwrite: bool | None = None) -> DictConfig:
-    """The resolved config of one checkpoint's evaluation, made from `settings` (a config resolve_request
-    resolved for every evaluation of an analysis, its ckpt and out stand-ins) without resolving again:
-    its ckpt, out, prompt and overwrite (None: the settings'), and `benches` (among the settings' own) with
-    their bench_n and sets. Every value was checked when `settings` was resolved; the prompt is checked here."""
+    """One checkpoint's resolved config, made from `settings` (resolve_request's for every evaluation of an analysis,
+    its ckpt and out stand-ins) without resolving again: `benches` (among the settings') and the prompt are checked."""
     if unknown := [b for b in benches if b not in settings.benches]:
         raise EvalError(f"benches {unknown}: not among the resolved settings' ({', '.join(settings.benches)})")
     if why := KEYS["prompt"].problem("prompt", prompt):

@@ -1,6 +1,5 @@
-"""Evaluation identity, per bench: what produced a bench's rows in an out dir. Its parts, where it is recorded and
-when another one is refused: docs/concepts.md, "Run identity" (the roles of evals.config.KEYS decide the keys).
-"""
+"""Evaluation identity, per bench: what produced a bench's rows in an out dir. Its parts, where it is recorded and when
+another one is refused: docs/concepts.md, "Run identity" (the roles of evals.config.KEYS decide the keys)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,7 +1,5 @@
-"""`analyze` (HELP below; docs/stages/analyze.md), launch's half of an analysis: what is left to evaluate
-(launch.evaluation, by evaluation identity), run here or submitted as Slurm jobs (launch.eval_slurm); the report
-is analysis.sweep.write_analysis's. `run_analysis(cfg, evaluator=None)` is the Python API behind the console script.
-"""
+"""`analyze` (HELP below; docs/stages/analyze.md): what is left to evaluate by identity (launch.evaluation), run here
+or as Slurm jobs (launch.eval_slurm), then analysis.sweep.write_analysis's report; `run_analysis` is its Python API."""
 from __future__ import annotations
 
 import sys
@@ -193,9 +191,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         eval_opts["profile"] = profile
     req = Request(cfg, profile, benches, loaded["reference_sizes"], anchor, anchor_dir, eval_opts)
     if cfg.study:
-        from common.study import load_study  # a bad study file is a one-line error before any evaluation
-
         from analysis.reference import expected
+        from common.study import load_study  # a bad study file is a one-line error before any evaluation
 
         req.study = load_study(str(cfg.study))
         expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
@@ -235,10 +232,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
 
 
 def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None) -> AnalysisResult | None:
-    """Run the whole analysis: plan and run (or submit) the evaluations, then write the report
-    (analysis.sweep.write_analysis); returns None for `dry_run=true` (the plan is printed) or a Slurm
-    submission. `evaluator`: a stand-in harness, or a callable in place of the evals harness's evaluate
-    (launch.evaluation.harness)."""
+    """Plan and run (or submit) the evaluations, then write the report; None for a dry run or a Slurm submission.
+    `evaluator`: a stand-in harness, or a callable in place of the evals harness's evaluate (launch.evaluation.harness)."""
     req = request(cfg, evaluator)
     cfg, h, root = req.cfg, req.h, Path(req.cfg.runs_root)
     if (p := cfg.power).pilot:   # the design-power answer (analysis.power); its keys checked by their fields' rules
@@ -342,9 +337,8 @@ EXIT_FAILED = 4   # some expected point failed to evaluate (docs/troubleshooting
 
 
 def print_result(result) -> int:
-    """The closing line of an analysis (nothing for a dry run or a Slurm submission: they print their own) and
-    its verdict: EXIT_FAILED when an expected point failed to evaluate (each reason on stderr, one line per
-    reason), unless `allow_failed=true`."""
+    """The closing line of an analysis (None: a dry run or a Slurm submission printed their own) and its exit status:
+    EXIT_FAILED when an expected point failed to evaluate (one stderr line per reason), unless `allow_failed=true`."""
     if result is None:
         return 0
     print(f"wrote {result.report} ({len(result.table)} result rows, {len(result.figures)} figures, "

@@ -1,9 +1,6 @@
-"""A stage's completion record (docs/studies.md): an export stage's `export_info.json`, an evaluate stage's
-`summary.json` in its `out`, written or rewritten by this run. `python -m launch.completion CHECK.json`
-(check_config's config) runs the stage's command, its signals forwarded; a non-zero exit is passed on, an exit 0
-without the record is exit 1 (Slurm: FAILED, nothing afterok starts); either way with the FAILED end record
-(JSON: state, reason, code, job, time), which the next run of the job (a requeue) removes when it starts.
-"""
+"""`python -m launch.completion CHECK.json` (check_config's) runs a stage's command, its signals forwarded: a non-zero
+exit is passed on, an exit 0 that did not write its completion record (docs/studies.md) is exit 1 (Slurm: FAILED,
+nothing afterok starts); either way with the FAILED end record, which the job's next run (a requeue) removes."""
 from __future__ import annotations
 
 import os
@@ -15,7 +12,7 @@ from pathlib import Path
 
 from common.io import json_text, read_json_object, write_json
 
-# a stage kind's completion record, in its out= dir
+# a stage kind's completion record, written or rewritten in its out= dir by the run
 COMPLETION = {"export": "export_info.json", "evaluate": "summary.json"}
 # what the job passes on to its command (the batch step's signals: scancel, a preemption notice)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -40,7 +37,6 @@ def fingerprint(path: Path) -> tuple[int, ...] | None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m launch.completion CHECK.json` (check_config's config): its exit status, as the module docstring says."""
     if len(argv) != 1:
         print("usage: python -m launch.completion CHECK.json", file=sys.stderr)
         return 2

@@ -47,9 +47,8 @@ class Composed:
 
 def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
                     config_keys: tuple[str, ...] = ()) -> tuple[dict[str, str], list[str]]:
-    """Pull the selectors (the keys of `defaults`: `arm=`, `model=`, `data=`, `launcher=`; GRPO's
-    `task=`, `model=`, `launcher=`) and `recipe=` out of argv; return (choices, the rest). A selector in
-    `config_keys` is a config key too (GRPO's task=) and stays in the rest as well."""
+    """(choices, the rest) of argv: the selectors (the keys of `defaults`) and `recipe=` pulled out; one in `config_keys`
+    is a config key too (GRPO's task=) and stays in the rest as well."""
     choices, rest = dict(defaults), []
     for tok, (key, value) in zip(argv, split_dotlist(argv)):
         if key in defaults or key == USER_RECIPE:
@@ -104,9 +103,8 @@ def resolved_container(cfg, where: str = "the composed config (recipes and key=v
 
 @dataclass(frozen=True)
 class Keys:
-    """How one trainer's config composes: its fields; the keys its command line decides (a user recipe setting one would
-    silently beat them); its shortcuts and free-form sub-trees; its error; what a user recipe's unknown key is not and
-    why it cannot hold `_launch`."""
+    """How one trainer's config composes; `decided`: the keys its command line decides (a user recipe setting one would
+    silently beat them)."""
     table: dict
     decided: tuple[str, ...]
     aliases: dict[str, str]
@@ -197,7 +195,6 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     return Composed(cfg=cfg, choices=choices, meta=meta, origins=origins)
 
 
-# ---------------------------------------------------------------- GRPO
 def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     """The GRPO config of `argv` (selectors task= model= launcher= recipe=, then key=value), validated."""
     for key, value in split_dotlist(argv):
@@ -230,8 +227,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     return Composed(cfg=cfg, choices=choices, origins=origins)
 
 
-# ---------------------------------------------------------------- validation
-# Every key's rule is its field's (sft.config.SFT); the trainer's keys are checked by the trainer's own
+# Validation: every key's rule is its field's (sft.config.SFT); the trainer's keys are checked by the trainer's own
 # `problems` and the data keys by data_prep's. Below: what only launch reads.
 _LAUNCH_RULES = {k: f for k, f in sft_config.SFT.items() if k not in sft_config.TRAINER and not k.startswith("data.")}
 

@@ -1,9 +1,6 @@
-"""`analyze ... launcher=slurm`: the evaluations as Jobs (launch/jobs.py) for the SlurmRunner, then the aggregation
-job (`python -m launch.analyze analyze.yaml`, with `eval_tasks=` the evaluation configs; docs/how-to/slurm.md).
-Every evaluation job runs `python -m launch.eval_slurm CONFIG` on a config of one format (`_task`), cut to what is
-left by identity as a local analyze cuts it (launch.evaluation), and is run and reported by one path (run_task,
-tasks_report).
-"""
+"""`analyze ... launcher=slurm` (docs/how-to/slurm.md): the evaluation jobs, each `python -m launch.eval_slurm CONFIG`
+on a config of one format (`_task`), cut to what is left by identity as a local analyze cuts it (run_task), then the
+aggregation job (`python -m launch.analyze analyze.yaml`, its `eval_tasks=` their configs: tasks_report)."""
 from __future__ import annotations
 
 import os
@@ -39,9 +36,8 @@ def eval_settings(eval_opts: dict[str, Any], profile: str | None) -> dict[str, A
 
 def plan_dir(cfg, kind: str) -> Path:
     """Where a submission's job configs, scripts and logs go: <out>/_slurm/<kind>-<UTC time>/ (a dry run: a temporary dir)."""
-    if cfg.dry_run:
-        return dry_run_dir(kind)
-    return (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    return dry_run_dir(kind) if cfg.dry_run else \
+        (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
 
 
 def write_files(files: dict[Path, str]) -> None:
@@ -104,11 +100,9 @@ def array_plan(req, plan: Path, jobs: list[EvalJob]) -> tuple[list[Job], dict[Pa
 
 
 def runs_plan(req, plan: Path, runs: list[str], after: list) -> tuple[list[Job], dict[Path, str]]:
-    """`runs` (slurm.runs; req: launch.analyze.Request) as Jobs: one evaluation job per run dir, each after its own
-    dependency (`after[i]`: an sbatch dependency string, or (job name, array task) of a training job planned
-    before it in the same plan), the anchor's (when `anchor=` is given) after nothing more, then the aggregation
-    after all of them (afterany). Nothing is planned here: a run's checkpoints appear while it trains, so each
-    job plans its own when it starts. Also returned: the jobs' configs (under `plan`), unwritten."""
+    """`runs` (slurm.runs) as Jobs and their configs (unwritten): one evaluation job per run dir after `after[i]` (an
+    sbatch dependency, or (job name, array task) of a training job planned before it), the anchor's, then the
+    aggregation (afterany). Each job plans its run's checkpoints when it starts: they appear while the run trains."""
     cfg = req.cfg
     entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(runs, after))]
     entries += [("the anchor", None, req.anchor, None)] if req.anchor is not None else []
@@ -128,9 +122,8 @@ def runs_plan(req, plan: Path, runs: list[str], after: list) -> tuple[list[Job],
 
 
 def submit(req, jobs: list[EvalJob]) -> None:
-    """`analyze launcher=slurm`: the evaluation jobs, then the aggregation, submitted (dry_run: written and
-    printed). `jobs`: the checkpoints planned here (array_plan); with `slurm.runs`, one job per run instead,
-    each after its `slurm.runs_after` dependency (runs_plan)."""
+    """`analyze launcher=slurm`: the evaluation jobs (of `jobs`, planned here: array_plan; with `slurm.runs`: runs_plan),
+    then the aggregation, submitted (dry_run: written and printed)."""
     cfg, runs = req.cfg, req.cfg.slurm.runs is not None
     where = plan_dir(cfg, "runs" if runs else "analyze")
     plan, files = runs_plan(req, where, list(cfg.slurm.runs), list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs))) \
@@ -248,10 +241,9 @@ def _requeue(ref: str | None) -> str | None:
 
 
 def run_task(config: Path, evaluator=None) -> int:
-    """One evaluation job (`python -m launch.eval_slurm CONFIG`), one Slurm segment of it: what its checkpoints
-    have left by identity, evaluated one after another, then its outcome (done, evaluated, or failed: exit 1);
-    stopped by the time-limit warning, it requeues itself (exit 0) only when this segment made progress
-    (docs/how-to/slurm.md, "Time limits")."""
+    """One Slurm segment of an evaluation job: what its checkpoints have left by identity, evaluated, then its outcome
+    (failed: exit 1); stopped by the time-limit warning, it requeues itself (exit 0) only when this segment made
+    progress (docs/how-to/slurm.md, "Time limits")."""
     data = read_task(Path(config))
     what, opts, h = data["name"], data["eval_opts"], harness(evaluator)
 

@@ -1,7 +1,6 @@
-"""Incremental evaluation (`analyze`'s planning half, local and Slurm): every (checkpoint × bench) not yet
-evaluated under the identity asked for (the evals harness's rule, never a bench name in summary.json), plus the
-anchor once; one call per checkpoint with its pending benches, a failing call a gap in the report, never raised
-(docs/stages/analyze.md)."""
+"""Incremental evaluation (`analyze`'s planning half, local and Slurm; docs/stages/analyze.md): every checkpoint ×
+bench not yet evaluated under the identity asked for (the evals harness's rule, never a bench name in summary.json),
+and the anchor once; one call per checkpoint with its pending benches, a failing call a gap, never raised."""
 from __future__ import annotations
 
 import traceback
@@ -22,12 +21,10 @@ ANCHOR_PROMPT = "anchor_nudge"
 
 
 class Harness:
-    """What analyze needs from the evals harness for one analysis (`check_settings` sets its `opts` and
-    `settings`), each method given one checkpoint's request (`request(job)`): `evaluate(cfg)` (its summary),
-    `pending(cfg)` ({bench: how the identity it is held under differs}: what evaluate has left, no model loaded)
-    and `check(cfg)` (the settings every request of an analysis resolves to, its ckpt and out stand-ins; a
-    ConfigError for one evaluate would refuse). A stand-in (tests) subclasses this class and implements those
-    three on the request as a dict (`EvalJob.config`)."""
+    """What analyze needs from the evals harness (`check_settings` sets `opts` and `settings`), given one checkpoint's
+    `request(job)`: `evaluate(cfg)` (its summary), `pending(cfg)` ({bench: how its held identity differs}, no model
+    loaded) and `check(cfg)` (the settings every request resolves to; a ConfigError for one evaluate would refuse).
+    A stand-in (tests) subclasses it and implements those three on the request as a dict (`EvalJob.config`)."""
 
     evaluator: Evaluator | None = None   # a caller's evaluate (a test's counting one), given each request as a dict
     opts: dict[str, Any] = {}            # what each evaluation is given (eval.*, the profile)
@@ -52,6 +49,7 @@ class EvalsHarness(Harness):
         except ImportError as exc:
             raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
         self.config, self.identity, self.run, self.evaluator, self.ids = config, identity, run, evaluator, {}
+        self.evaluate, self.pending, self.check = run.evaluate, run.to_evaluate, config.resolve_request   # (Harness's three)
 
     def request(self, job: EvalJob) -> Any:
         """`job`'s config made from the resolved settings (overwrite when a bench is held under another identity:
@@ -63,15 +61,6 @@ class EvalsHarness(Harness):
         if cfg.ckpt not in self.ids:
             self.ids[cfg.ckpt] = self.identity.checkpoint_identity(str(cfg.ckpt))
         return self.config.Resolved(cfg, self.ids[cfg.ckpt])
-
-    def evaluate(self, cfg) -> dict:
-        return self.run.evaluate(cfg)
-
-    def pending(self, cfg) -> dict[str, list[str]]:
-        return self.run.to_evaluate(cfg)
-
-    def check(self, cfg: dict[str, Any]) -> Any:
-        return self.config.resolve_request(cfg)
 
     def template(self, cfg) -> str | None:
         return self.run.thinking_problem(cfg.cfg)   # (a Resolved: check_templates runs on checked settings only)

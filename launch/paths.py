@@ -54,30 +54,22 @@ def absolute(kind: str, value, base: Path, shipped: bool = False):
             return value   # not a list: validation names it
         one = _source if kind == "sources" else _abs
         return [one(v, base) if isinstance(v, str) else v for v in value]
-    if not isinstance(value, str):
-        return value
-    if datafetch.is_name(value) and not (base / os.path.expanduser(value)).exists():
+    if not isinstance(value, str) or (kind == "state" and value in ("auto", "never")) \
+            or (datafetch.is_name(value) and not (base / os.path.expanduser(value)).exists()):
         return value   # a fetch-data name (corpus:wiki18, index:wiki18_e5_flat, encoder:e5-base-v2): read through the cache
-    if kind == "state" and value in ("auto", "never"):
-        return value
-    if kind == "model":
-        return _model(value, base, shipped)
-    return _abs(value, base)
+    return _model(value, base, shipped) if kind == "model" else _abs(value, base)
 
 
 def origin_of(key: str, origins: dict[str, str]) -> str:
     """The layer that set `key`, or the sub-tree above it (`model.config` set as a whole)."""
     parts = key.split(".")
-    for i in range(len(parts), 0, -1):
-        if ".".join(parts[:i]) in origins:
-            return origins[".".join(parts[:i])]
-    return f"{SHIPPED}base.yaml"
+    heads = (".".join(parts[:i]) for i in range(len(parts), 0, -1))
+    return next((origins[h] for h in heads if h in origins), f"{SHIPPED}base.yaml")
 
 
-def make_absolute(cfg: DictConfig, table: dict, origins: dict[str, str], cwd: Path | None = None) -> None:
+def make_absolute(cfg: DictConfig, table: dict, origins: dict[str, str]) -> None:
     """Rewrite every input path key of `cfg` (in place; the keys of `table` with the PATH role, outputs aside)
-    absolute by the rule of the layer that set it."""
-    cwd = Path(cwd or os.getcwd())
+    absolute by the rule of the layer that set it: a shipped recipe's against the repo, else the current directory."""
     for key, kind in path_keys(table).items():
         if kind == OUTPUT:
             continue
@@ -85,7 +77,7 @@ def make_absolute(cfg: DictConfig, table: dict, origins: dict[str, str], cwd: Pa
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value, resolve=True)
         shipped = origin_of(key, origins).startswith(SHIPPED)
-        new = absolute(kind, value, REPO if shipped else cwd, shipped)
+        new = absolute(kind, value, REPO if shipped else Path.cwd(), shipped)
         if new != value:
             OmegaConf.update(cfg, key, new, merge=False)
 

@@ -1,11 +1,7 @@
-"""The preflight: before a command's first job, everything any of its jobs will need, checked at once.
-
-Its input is the plan's `Needs` (launch.jobs, `of(plan)`), filled from the configs the command resolved once:
-a training run's (`run_needs`), an analysis' (`analyze_needs`), a study's evaluate and export stages'
-(launch/study.py). `problems` answers one line per thing missing (data, hub sources, interpreters and their
-modules, CUDA, output directories; docs/prerequisites.md says what each check asks), never touching the network
-and creating nothing; a command with problems exits 2 before it writes anything (`gate`), a dry run after its plan.
-"""
+"""The preflight: before a command's first job, everything any of its jobs will need (the plan's `Needs`, from the
+configs the command resolved once), checked at once: one line per thing missing (data, hub sources, interpreters and
+their modules, CUDA, output directories; docs/prerequisites.md), never touching the network and creating nothing; a
+command with problems exits 2 before it writes anything (`gate`), a dry run after its plan."""
 from __future__ import annotations
 
 import functools
@@ -67,11 +63,8 @@ def eval_needs(settings: dict, who: str, python: str | None, out, launcher: str)
 
 
 def run_needs(trainer, prep) -> Needs:
-    """What one resolved training run (launch.run.Prepared of `trainer`: SFT's or GRPO's) needs: the data names
-    its config reads (an SFT run's `data:` section only where its dataset must be built: `dataset_needs`) and
-    the hub sources it reads, its interpreter (python.<stage>=, else this one) with the trainer's modules and a
-    pinned TRL, CUDA for a GPU-only model, its run dir (and a data.cache_root it builds in), the built dataset it
-    reads (`data.dir`)."""
+    """What one resolved training run (launch.run.Prepared of `trainer`: SFT's or GRPO's) needs; an SFT run's
+    `data:` section only where its dataset must be built (`dataset_needs`)."""
     cfg = prep.cfg
     cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
     settings, writes = OmegaConf.to_container(cfg), []
@@ -99,9 +92,8 @@ def analyze_needs(cfg) -> Needs:
 
 
 def source_problem(key: str, spec: str) -> str | None:
-    """Why hub source `spec` (given for `key`, pinned as `dataset_needs` pins it) cannot be read by a launch
-    here (None: it can, or it will be downloaded). Online nothing is asked; offline it must be pinned and in
-    the local datasets cache (data_prep.hub.offline_problem)."""
+    """Why hub source `spec` (of `key`) cannot be read by a launch here (None: it can, or it will be downloaded).
+    Online nothing is asked; offline it must be pinned and in the local datasets cache (data_prep.hub.offline_problem)."""
     try:
         src = parse_source(spec)
     except SourceError as exc:
@@ -121,13 +113,10 @@ def source_problem(key: str, spec: str) -> str | None:
 
 
 def dataset_needs(cfg, data_arm: str, run_dir: Path | None = None) -> tuple[list[str], list[tuple[str, str]]]:
-    """(data names, hub sources) an SFT run's dataset step reads: none with `data.dir` or with its dataset in
-    the cache (launch.cache: the arm's key as the launch will ask for it, computed without the hub, and only
-    when some input is missing here); else the `data:` section's names (the decontamination sets) and (key, spec)
-    of each hub source (no local file) of the arm's domains, pinned as its launch will pin them without the hub
-    (launch.cache.pin_hub_sources: the run dir's config.yaml's pins, else, offline, the commit the local hub cache
-    holds; online an unpinned one stays so). A spec that does not parse is left as written and listed
-    (source_problem says why)."""
+    """(data names, hub sources) an SFT run's dataset step reads: none with `data.dir` or with its dataset in the
+    cache (its key computed without the hub, and only when some input is missing here); else the `data:` section's
+    names and each hub source of the arm's domains, pinned as its launch will pin them without the hub (the run dir's
+    pins, else, offline, the local hub cache's commit). A spec that does not parse is listed as written."""
     if cfg.data.dir:
         return [], []
     pinned, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
@@ -196,9 +185,8 @@ def python_problem(need: Needs) -> str | None:
 def gpus_visible() -> bool:
     """Whether this machine shows an NVIDIA GPU to its processes (a device node, not hidden by
     CUDA_VISIBLE_DEVICES): only then is an interpreter asked whether its torch sees CUDA."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
-        return False
-    return bool(glob.glob("/dev/nvidia[0-9]*"))
+    return (os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() not in ("", "-1")
+            and bool(glob.glob("/dev/nvidia[0-9]*")))
 
 
 @functools.lru_cache(maxsize=None)
@@ -224,9 +212,7 @@ def output_problem(path: str) -> str | None:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         return f"{path}: {probe} is a file, not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{path}: {probe} is not writable"
-    return None
+    return None if os.access(probe, os.W_OK | os.X_OK) else f"{path}: {probe} is not writable"
 
 
 def problems(needs: list[Needs]) -> list[str]:

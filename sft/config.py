@@ -1,8 +1,6 @@
-"""The SFT trainer's keys (model, train, logging; `SFT`, `launch`'s table, adds data_prep's `data:` and the
-shared ones of common.schema) and its view of the resolved config: `load_config` reads `<run_dir>/config.yaml`
-with optional `key=value` overrides and checks every value the trainer uses before any model or GPU work, so a
-typo fails in a second with a message naming the key.
-"""
+"""The SFT trainer's keys (model, train, logging; `SFT`, `launch`'s table, adds data_prep's and common.schema's) and
+`load_config`, which reads `<run_dir>/config.yaml` (and `key=value` overrides) and checks every value the trainer uses
+before any model or GPU work, so a typo fails in a second naming the key."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -89,16 +87,14 @@ EXCLUDED_KEYS = excluded(SFT)   # the run fingerprint's: every key without the I
 
 
 def problems(cfg) -> list[str]:
-    """Every trainer key of `cfg` (a dict or an omegaconf config) that is missing or invalid; launch checks a
-    composed config with it. A key without the IDENTITY role may be absent (a config.yaml written before it
-    existed, e.g. without model.license): it changes no result, the trainer reads its default."""
+    """Every trainer key of `cfg` that is missing or invalid. A key without the IDENTITY role may be absent (a config.yaml
+    written before it existed): it changes no result, the trainer reads its default."""
     return fields.problems(TRAINER, cfg, must=True, optional=[k for k, f in TRAINER.items() if IDENTITY not in f.roles])
 
 
-# What the training loop reads (load_config): the recipe's sections under their own names (`cfg.train.lr` is
-# `train.lr`, read by `common.fields.section`; model.path resolved, `tiny-base` -> the committed dir; logging.name
-# filled, <arm>[-<name>]-s<seed> when null), the values launch filled in (run_dir, data_dir: Paths), arm, seed,
-# resume (auto | never | PATH of a state dir) and `raw`, the resolved config itself.
+# What the training loop reads (load_config): the sections under their keys' names (`cfg.train.lr`: common.fields.section;
+# model.path resolved, logging.name filled: <arm>[-<name>]-s<seed>), run_dir and data_dir (Paths), arm, seed, resume and
+# `raw`, the resolved config itself.
 TrainConfig = SimpleNamespace
 
 
@@ -112,8 +108,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainCo
         raise SftError(f"{path}: not a valid YAML config ({exc})") from exc
     if not isinstance(raw, DictConfig):
         raise SftError(f"{path}: expected a mapping at the top level")
-    raw = apply_overrides(raw, overrides or [], open_prefixes=("model.config.",))
-    return from_dictconfig(raw)
+    return from_dictconfig(apply_overrides(raw, overrides or [], open_prefixes=("model.config.",)))
 
 
 def from_dictconfig(raw: DictConfig) -> TrainConfig:
