@@ -837,7 +837,7 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
                    f"{text(total_steps(s)[0])}, trained from {text(_get(s.config, 'model.path'))}.")
     else:
         out.append(f"A model directory ({text(s.ckpt)}) with no run records.")
-    out.append(f"Checkpoint digest: {s.digest.get('digest')} ({s.digest.get('kind')}; the digest every evaluation records).")
+    out.append(f"Checkpoint digest: {s.digest.get('digest')} ({s.digest.get('kind')}; the digest an evaluation of the source directory records).")
     if export is not None:
         out += ["", "## Serving export", ""] + _export_section(export, s)
     out += ["", "## Training recipe", ""] + _recipe(s)

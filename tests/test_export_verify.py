@@ -209,6 +209,8 @@ def test_export_from_latest_complete_state_of_a_run(tiny_model_dir, tmp_path):
     summary = export_checkpoint(run, tmp_path / "out", dtype="fp32")
     assert summary["kind"] == "state" and summary["step"] == 10
     assert any("skipped torn state" in n and "step-000020" in n for n in summary["notes"])
+    # evaluations record checkpoints/step-N's digest, not a state's: the card says whose digest it is
+    assert "(sha256sums; the digest an evaluation of the source directory records)" in (tmp_path / "out" / "README.md").read_text()
     assert verify_checkpoint(tmp_path / "out") == []
     assert torch.equal(logits(tmp_path / "out"), logits(tiny_model_dir))
 
