@@ -172,6 +172,8 @@ def test_start_checkpoint_never_writes_through_to_the_users_model(tmp_path):
     ("train.grad_clip=abc", "train.grad_clip"), ("grpo.loss_type=foo", "grpo.loss_type"),
     ("grpo.vllm_gpu_memory_utilization=abc", "grpo.vllm_gpu_memory_utilization"), ("resume=/nonexistent", "resume"),
     ("seed=true", "seed"), ("grpo.prompts_file=nope.jsonl", "nope.jsonl"), ("grpo.grad_accum=3", "grpo.grad_accum"),
+    # tiny_base's context is 8192 tokens (its config.json): no room left for a prompt
+    ("grpo.max_completion_length=8192", "grpo.max_completion_length=8192 leaves no room for a prompt in model.path=tiny_base's context"),
 ])
 def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, needle):
     from launch.grpo import main
