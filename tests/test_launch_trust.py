@@ -136,7 +136,7 @@ def test_grpo_qa_relaunch_on_a_changed_prompts_file_or_corpus_is_refused(W, monk
         (prep.run_dir / "manifest.json").write_text(json.dumps({"identity": rec}))
         with pytest.raises(ConfigError, match=rf"different configuration.*\n  reward_semantics: {shown} -> {REWARD_SEMANTICS}\n"):
             rlaunch.GRPO.resolve(QA)
-        assert rlaunch.GRPO.resolve([*QA, "resume=never"]).identity == now   # starting over (renamed aside) is allowed
+    assert rlaunch.GRPO.resolve([*QA, "resume=never"]).identity == now   # starting over (renamed aside) is allowed
     assert "reward_semantics" not in rlaunch.run.requested_identity(compose(["arm=r2e", "model=tiny"]).cfg)   # SFT's: unchanged
 
 
