@@ -107,7 +107,8 @@ def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
 
     Values compare by value, so an int and the equal float (`lr=1` on the command line, `1.0` in a
     recipe) are no difference. Extras compare only where both records have them (a record made
-    before the data was known has no data fingerprint yet).
+    before the data was known has no data fingerprint yet), except a semantics version (`*_semantics`):
+    a record without one was made before that version was recorded, and differs.
     """
     def split(rec: Mapping) -> tuple[dict, dict]:
         if "keys" in rec and isinstance(rec["keys"], Mapping):
@@ -118,7 +119,8 @@ def fingerprint_diff(old: Mapping, new: Mapping) -> list[str]:
     absent = "<absent>"
     lines = [f"{k}: {ok.get(k, absent)!r} -> {nk.get(k, absent)!r}"
              for k in sorted(set(ok) | set(nk)) if not _same(ok.get(k, absent), nk.get(k, absent))]
-    lines += [f"{k}: {ox[k]!r} -> {nx[k]!r}" for k in sorted(set(ox) & set(nx)) if ox[k] != nx[k]]
+    lines += [f"{k}: {ox.get(k, absent)!r} -> {nx.get(k, absent)!r}" for k in sorted(set(ox) | set(nx))
+              if (k in ox and k in nx or k.endswith("_semantics")) and ox.get(k, absent) != nx.get(k, absent)]
     return lines
 
 

@@ -4,11 +4,13 @@ Per step the model gets BALROG's messages (envs.babyai_text.prompt: the instruct
 user message, up to 16 past observations as `Observation:` user messages with the model's past
 filtered replies as assistant messages, then `Current Observation:` and the closing instruction),
 rendered by its own chat template. The reply is read as a vLLM server with a reasoning parser
-returns it to BALROG's OpenAI client: the content after the template's reasoning block
-(evals.extract.split_reasoning: the text after the last `</think>`, or all of it when there is
-none), then BALROG's rule (`filter_reply`: stripped, only letters, whitespace and colons kept, an
-exact case-sensitive match with one of the six actions); anything else executes `go forward` and
-the next observation starts with BALROG's notice.
+returns it to BALROG's OpenAI client (its `message.content`, balrog/client.py): the content after the
+template's reasoning block (evals.toolcalls.split_turn, as QA and GRPO read a turn: the text after the
+last `</think>`; without one, all of it, unless the generation prompt opened `<think>` (Thinking-2507's
+template): then the reply is all reasoning, no content, as vLLM's qwen3 parser with thinking on), then
+BALROG's rule (`filter_reply`: stripped, only letters, whitespace and colons kept, an exact case-sensitive
+match with one of the six actions); anything else executes `go forward` and the next observation starts
+with BALROG's notice.
 
 Decoding is BALROG's default: temperature 1.0 (`babyai_temperature`; 0 = greedy), at most 8192 new
 tokens (`babyai_max_new_tokens`). Sampling never depends on the batch: request (episode, sample,
@@ -33,9 +35,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from common.benchmarks import BenchError, BenchItem
-from evals.extract import split_reasoning
 from evals.metrics import mean
 from evals.scheduler import Episodes
+from evals.toolcalls import split_turn
 from evals.results import null_means
 
 HISTORY = 16  # BALROG's max_text_history (checked against its protocol data in tests)
@@ -96,11 +98,13 @@ class _Game:
 
 @dataclass
 class GameRules:
-    """How a bench's BabyAI games are played: the step cap, decoding, chat-template arguments."""
+    """How a bench's BabyAI games are played: the step cap, decoding, chat-template arguments, whether the
+    generation prompt opens a think block (evals.toolcalls.opens_think)."""
     max_steps: int | None
     max_new_tokens: int
     temperature: float = 0.0
     template_kwargs: dict | None = None
+    opens_think: bool = False
 
     def start(self, item: BenchItem) -> "_Game":
         return _Game(item, self.max_steps)
@@ -128,7 +132,7 @@ async def play_game(g: _Game, table, rules: GameRules) -> _Game:
             break
         gen = turn[0]
         g.generated_tokens += gen.num_tokens
-        _, content = split_reasoning(gen.text)
+        _, content = split_turn(gen.text, rules.opens_think)
         filtered = bt.filter_reply(content)
         g.observation, reward, done = g.env.step(filtered)
         g.previous = filtered

@@ -10,8 +10,8 @@ from common.fields import IDENTITY, plain
 from common.io import dir_identity, sha256_file, sha256_text
 from evals.errors import EvalError
 
-# What evaluate makes of a generation (answer rules, turn rules, retrieval): bumped when a change alters a config's rows,
-EVAL_SEMANTICS = 2   # so an out dir scored under old rules is refused. 2: answer markup, no answer in reasoning, BM25 matches only
+# What evaluate makes of a generation (answer rules, turn rules, retrieval): bumped when a change alters a config's rows, so an
+EVAL_SEMANTICS = 3   # out dir scored under old rules is refused. 2: answer markup, no answer in reasoning, BM25 matches only; 3: babyai splits turns as QA
 
 
 class IdentityError(EvalError):

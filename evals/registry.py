@@ -102,9 +102,9 @@ def _ood_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes
 
 
 def _babyai_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
+    kwargs = thinking.template_kwargs(cfg.enable_thinking)
     rules = babyai.GameRules(None if cfg.babyai_max_steps is None else int(cfg.babyai_max_steps),
-                             int(cfg.babyai_max_new_tokens), float(cfg.babyai_temperature),
-                             thinking.template_kwargs(cfg.enable_thinking))
+                             int(cfg.babyai_max_new_tokens), float(cfg.babyai_temperature), kwargs, opens_think(tokenizer, kwargs))
     return rules.episodes()
 
 

@@ -17,6 +17,7 @@ from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default
                            is_int, list_of, number, text)
 from common.plan import save_points
 from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS, run_dir
+from rl.envs import REWARD_SEMANTICS
 from rl.errors import RlError
 from sft.config import LOGGING, MODEL, SFT, TRAIN
 
@@ -176,10 +177,9 @@ def is_sft_checkpoint(path: str) -> bool:
 
 def parent_run(path: str) -> dict | None:
     """{"run_dir", "checkpoint"} when the start is `<run>/checkpoints/step-NNNNNN`, else None."""
-    p = Path(str(path)).expanduser()
-    if not is_sft_checkpoint(str(p)):
+    if not is_sft_checkpoint(path):
         return None
-    p = p.resolve()
+    p = Path(str(path)).expanduser().resolve()
     run = p.parent.parent if p.parent.name == "checkpoints" else None
     return {"run_dir": str(run) if run else None, "checkpoint": str(p)}
 
@@ -218,9 +218,9 @@ def input_files(cfg: DictConfig) -> list[str]:
 
 
 def run_identity(cfg: DictConfig) -> dict:
-    """The run identity (common.fingerprint over every result-changing key of config.yaml: task, LoRA, GRPO settings,
-    env split, model, seed; every input file, `input_files`, by content: a fetched file's pinned digest, else the cached
-    sha256), as launch and rl.train compute it: a relaunch on a changed file is another configuration, whatever its path."""
+    """The run identity (common.fingerprint over every result-changing key of config.yaml; every input file, `input_files`,
+    by content: a fetched file's pinned digest, else the cached sha256; the reward rules' version, rl.envs.REWARD_SEMANTICS),
+    as launch and rl.train compute it: a relaunch on a changed file is another configuration, whatever its path."""
     inputs = {}
     for key in input_files(cfg):
         path = OmegaConf.select(cfg, key)
@@ -228,4 +228,4 @@ def run_identity(cfg: DictConfig) -> dict:
             inputs[key] = datafetch.digest(path) if datafetch.is_name(path) else fingerprint.file_digest(str(path))
         except OSError as exc:
             raise RlError(f"{key}={path}: cannot read it ({exc.strerror or exc})") from None
-    return fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS, **({"inputs": inputs} if inputs else {}))
+    return fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS, reward_semantics=REWARD_SEMANTICS, inputs=inputs)

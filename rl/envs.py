@@ -39,6 +39,11 @@ SPA_SEED_OFFSET = 2**31
 SPA_STREAM = "grpo-train"
 SPA_COMPONENTS = ("outcome", "grounding", "stop")
 QA_PROMPT = "tool_agent"
+# What GRPO makes of a rollout (the envs' reward rules, how a turn is read: rl.chat, evals.toolcalls.split_turn),
+# bumped when a change alters a rollout's reward, so a run dir trained under older rules is refused, not resumed
+# (GRPO's run identity, rl.config.run_identity; absent there: before it was recorded). 2: a call after finish costs
+# the stop penalty whatever its arguments; a turn that never closes its template-opened <think> is all reasoning.
+REWARD_SEMANTICS = 2
 
 
 # ---------------------------------------------------------------- spa

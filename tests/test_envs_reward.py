@@ -1,6 +1,8 @@
 """search_plan_act: determinism, each reward component on hand-built episodes, split separation."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from envs.search_plan_act import SearchPlanActEnv, build_task
@@ -189,6 +191,11 @@ def test_difficulty_knobs():
         SearchPlanActEnv().reset(split="train")
     with pytest.raises(ValueError, match="seed"):
         SearchPlanActEnv().reset(seed="abc")
+    # a knob that is not a whole number is refused naming it (seen: hops="abc" a bare int() ValueError, hops=2.7 read as 2)
+    for knob, value in (("hops", "abc"), ("writes", "x"), ("distractors", "many"), ("hops", 2.7), ("writes", True), ("distractors", [3])):
+        with pytest.raises(ValueError, match="^" + re.escape(f"{knob}={value!r}: must be a whole number")):
+            SearchPlanActEnv().reset(seed=1, **{knob: value})
+    assert build_task(1, "train", hops="3", writes=3.0).hops == 3   # a column read as text or float: the same task
 
 
 def test_deterministic_across_processes():

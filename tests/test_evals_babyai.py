@@ -97,7 +97,7 @@ def test_scripted_replies_score_as_the_rules_say(tmp_path, tiny_tokenizer):
     assert steps[2]["messages"][2] == {"role": "assistant", "content": "turn left"}  # the filtered reply only
     assert [(t["filtered"], t["action"], t["valid"]) for t in steps] == [("turn left", "turn left", True)] * 3
     assert PROTOCOL["closing_instruction"] in spin.prompts[0] and "PLAY!" in spin.prompts[0]
-    junk = Replies(tiny_tokenizer, "I am not sure what to do.")
+    junk = Replies(tiny_tokenizer, "hm</think>I am not sure what to do.")   # the tiny template opens <think>
     s = evaluate({"ckpt": "m", "benches": ["babyai"], "bench_n": {"babyai": 5}, "babyai_max_steps": 2,
                   "babyai_temperature": 0, "out": str(tmp_path / "b"), "progress": False}, backend=junk)["babyai"]
     assert s["invalid_action_rate"] == 1.0 and all(seeds is None for _, seeds in junk.seeds)  # greedy
@@ -105,6 +105,13 @@ def test_scripted_replies_score_as_the_rules_say(tmp_path, tiny_tokenizer):
     assert rows[0]["actions"] == ["go forward", "go forward"] and rows[0]["invalid_actions"] == 2
     assert rows[0]["transcript"][0]["filtered"] == "I am not sure what to do"
     assert "Defaulted to action: go forward" in junk.prompts[-1]  # BALROG's notice reaches the model
+    # a reply that never closes the <think> its template opened (Thinking-2507's, the tiny one's) is all reasoning, as
+    # evaluate's QA and GRPO read it (evals.toolcalls.split_turn): no action text (seen: "turn left" executed from it)
+    cut = Replies(tiny_tokenizer, "turn left")
+    evaluate({"ckpt": "m", "benches": ["babyai"], "bench_n": {"babyai": 1}, "babyai_max_steps": 2, "out": str(tmp_path / "c"),
+              "progress": False}, backend=cut)
+    assert [(t["content"], t["filtered"], t["action"], t["valid"]) for t in _rows(tmp_path / "c" / "babyai.jsonl")[0]["transcript"]] \
+        == [("", "", "go forward", False)] * 2
     from evals.babyai import items
     assert len(items(0, 0)) == 50 and [it.id for it in items(5, 0)] == [r["id"] for r in rows]
 

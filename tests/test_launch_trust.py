@@ -126,6 +126,18 @@ def test_grpo_qa_relaunch_on_a_changed_prompts_file_or_corpus_is_refused(W, monk
     _corpus(W / "c.jsonl").write_text((W / "c.jsonl").read_text() + json.dumps({"id": "9", "contents": "x"}) + "\n")
     with pytest.raises(ConfigError, match="different configuration"):
         rlaunch.GRPO.resolve(QA)
+    # a run dir trained under other reward rules (rl.envs.REWARD_SEMANTICS; none recorded: older still) is refused
+    from launch.compose import compose
+    from rl.envs import REWARD_SEMANTICS
+
+    now = rlaunch.GRPO.resolve([*QA, "resume=never"]).identity
+    for old, shown in ((REWARD_SEMANTICS - 1, REWARD_SEMANTICS - 1), (None, "'<absent>'")):
+        rec = {k: v for k, v in now.items() if k != "reward_semantics"} | ({"reward_semantics": old} if old else {})
+        (prep.run_dir / "manifest.json").write_text(json.dumps({"identity": rec}))
+        with pytest.raises(ConfigError, match=rf"different configuration.*\n  reward_semantics: {shown} -> {REWARD_SEMANTICS}\n"):
+            rlaunch.GRPO.resolve(QA)
+    assert rlaunch.GRPO.resolve([*QA, "resume=never"]).identity == now   # starting over (renamed aside) is allowed
+    assert "reward_semantics" not in rlaunch.run.requested_identity(compose(["arm=r2e", "model=tiny"]).cfg)   # SFT's: unchanged
 
 
 def test_user_recipe_digest_in_the_manifest(W):
@@ -160,6 +172,8 @@ def test_start_checkpoint_never_writes_through_to_the_users_model(tmp_path):
     ("train.grad_clip=abc", "train.grad_clip"), ("grpo.loss_type=foo", "grpo.loss_type"),
     ("grpo.vllm_gpu_memory_utilization=abc", "grpo.vllm_gpu_memory_utilization"), ("resume=/nonexistent", "resume"),
     ("seed=true", "seed"), ("grpo.prompts_file=nope.jsonl", "nope.jsonl"), ("grpo.grad_accum=3", "grpo.grad_accum"),
+    # tiny_base's context is 8192 tokens (its config.json): no room left for a prompt
+    ("grpo.max_completion_length=8192", "grpo.max_completion_length=8192 leaves no room for a prompt in model.path=tiny_base's context"),
 ])
 def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, needle):
     from launch.grpo import main

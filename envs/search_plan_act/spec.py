@@ -115,25 +115,36 @@ def max_writes(spec: SplitSpec, hops: int) -> int:
     return n * (len(spec.slots) + len(spec.link_relations) * (n - 1))
 
 
+def whole(name: str, value) -> int:
+    """`value` as an int, or ValueError naming the knob: a bool, a fraction or text that is not an integer is no count."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = None
+    if isinstance(value, bool) or n is None or (n != value and str(n) != str(value).strip()):
+        raise ValueError(f"{name}={value!r}: must be a whole number")
+    return n
+
+
 def resolve_difficulty(spec: SplitSpec, hops=None, writes=None, distractors=None) -> Difficulty:
     """The split default with any knob overridden (an int pins it; None keeps the default). ValueError naming
-    the knob when no task could be built with it."""
+    the knob when it is not a whole number (an int, or a float or text holding one) or no task could be built with it."""
     d = spec.difficulty
+    hops, writes, distractors = (None if v is None else whole(k, v) for k, v in (("hops", hops), ("writes", writes), ("distractors", distractors)))
 
     def pin(name, v, default, hi):
         if v is None:
             return default
-        v = int(v)
         if not 1 <= v <= hi:
             raise ValueError(f"{name}={v}: must be at least 1 and at most {hi}")
         return (v,)
 
     n_hops = pin("hops", hops, d.hops, MAX_HOPS)
     most = max_writes(spec, min(n_hops))
-    if writes is not None and int(writes) > most:
+    if writes is not None and writes > most:
         raise ValueError(f"writes={writes}: a{'n' if spec.name[0] in 'aeiou' else ''} {spec.name} task with {min(n_hops)} "
                          f"hop(s) holds at most {most} distinct writes")
-    n_distractors = d.distractors if distractors is None else int(distractors)
+    n_distractors = d.distractors if distractors is None else distractors
     if not 0 <= n_distractors <= MAX_DISTRACTORS:
         raise ValueError(f"distractors={n_distractors}: must be >= 0 and at most {MAX_DISTRACTORS}")
     return Difficulty(hops=n_hops, writes=pin("writes", writes, d.writes, most), distractors=n_distractors)
