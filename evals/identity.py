@@ -11,7 +11,8 @@ from common.io import dir_identity, sha256_file, sha256_text
 from evals.errors import EvalError
 
 # What evaluate makes of a generation (answer rules, turn rules, retrieval): bumped when a change alters a config's rows, so an
-EVAL_SEMANTICS = 3   # out dir scored under old rules is refused. 2: answer markup, no answer in reasoning, BM25 matches only; 3: babyai splits turns as QA
+# out dir scored under old rules is refused (2: answer markup, no answer in reasoning, BM25 matches only); a kind's own: its `semantics`
+EVAL_SEMANTICS = 2
 
 
 class IdentityError(EvalError):
@@ -94,7 +95,7 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
     conf = dict(plain(cfg))
     body = {
-        "checkpoint": ckpt_id, "eval_semantics": EVAL_SEMANTICS,
+        "checkpoint": ckpt_id, "eval_semantics": f"{EVAL_SEMANTICS}.{kind_of(bench).semantics}" if kind_of(bench).semantics else EVAL_SEMANTICS,
         # the engine settings as this host resolves them (dtype=auto is fp32 or bf16 by host and backend)
         "evaluate": {**{k: v for k, v in conf.items() if k not in not_as_is
                         and not any(k.startswith(p) for b, p in key_prefixes().items() if b != bench)},

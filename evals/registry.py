@@ -58,7 +58,8 @@ class BenchKind:
     over its summary (a metric it lacks prints nan; None: the table's EM/F1 columns, a QA bench), and
     `legend`, what each name on that line is (the table's legend line, when a row of the kind is shown);
     `metrics`, the summary and row metrics of its own, with their ranges (those every kind shares:
-    evals.metrics.METRICS)."""
+    evals.metrics.METRICS); `semantics`, bumped when a change alters this kind's rows only (its identity's
+    eval_semantics is then `<EVAL_SEMANTICS>.<semantics>`, so no other kind's out dirs are refused)."""
     name: str
     source: Callable[[str, Any], str]
     items: Callable[[str, Any, Any], tuple[list, str, int]]
@@ -81,6 +82,7 @@ class BenchKind:
     console: str | None = None
     legend: str = ""
     metrics: dict[str, MetricSpec] = field(default_factory=dict)
+    semantics: int = 0
 
 
 def _qa_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
@@ -158,6 +160,7 @@ BABYAI = BenchKind(
     shown=("return", "success", "progression"),
     game=True,
     invalid_step="invalid: the fallback action was taken",
+    semantics=1,   # 1: a reply that never closes the <think> its template opened is all reasoning (evals.babyai)
     console="return={return:.3f} success={success:.3f} invalid={invalid_action_rate:.3f} steps={mean_steps:.1f}",
     legend="return: mean episode return (0-1), success: share of episodes won, invalid: share of replies not taken, steps: mean replies per episode",
     metrics={"return": RATE, "progression": RATE, "samples": SIZE},

@@ -46,6 +46,10 @@ def test_identity_takes_a_kinds_own_keys_and_sampler_from_the_registry(toy, tmp_
     assert "sampler" in _identity(tmp_path, TOY, toy_temperature=1.0)["keys"]
     assert "sampler" not in _identity(tmp_path, TOY, toy_temperature=0)["keys"]
     assert "sampler" not in _identity(tmp_path, "babyai", toy_temperature=1.0, babyai_temperature=0)["keys"]
+    # a rule change of one kind (its `semantics`) refuses that kind's rows only, not every bench's
+    from evals.identity import EVAL_SEMANTICS
+    assert base["keys"]["eval_semantics"] == EVAL_SEMANTICS == 2
+    assert _identity(tmp_path, "babyai")["keys"]["eval_semantics"] == f"{EVAL_SEMANTICS}.{registry.BABYAI.semantics}" == "2.1"
 
 
 def test_analysis_scores_a_registered_environment_by_its_headline(toy):
