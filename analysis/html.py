@@ -23,7 +23,7 @@ from typing import Any
 
 from analysis.collect import json_rows, row_problem
 from analysis.discover import ANCHOR_ARM, Run, provenance
-from analysis.report import DATA_DIR, SHARD, set_aside
+from analysis.report import DATA_DIR, SHARD, missing_count, set_aside
 from common.io import atomic_dir
 from evals.registry import kind_of
 
@@ -240,7 +240,7 @@ def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missi
         "<h2>Figures</h2>", "".join(_figure_html(f) for f in figures),
         "<h2>Paired, pre/post and reference tables</h2>",
         "".join(_table_html(n, t) for n, t in tables.items() if not n.startswith("main")),
-        f"<h2>Missing points ({len(missing)})</h2>",
+        f"<h2>Missing points ({missing_count(missing)})</h2>",
         _list_html([m.line() for m in missing], "None: every expected (checkpoint × bench) has a result.", "missing"),
         f"<h2>Problems reading inputs ({len(problems)})</h2>", _list_html(problems, "None.", "problems"),
         "<h2>Runs and provenance</h2>", _runs_html(runs),
