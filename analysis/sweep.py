@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.aggregate import Points, settings_differences
+from analysis.aggregate import Points, final_steps, settings_differences
 from analysis.axes import build_axis
 from analysis.collect import MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect, mean_label, qa_benches
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
@@ -259,6 +259,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     if behaviour:
         result.figures.append(plot_curves(points, behaviour, arms, steps, out / "figures" / "behaviour", axis=axis))
     table_paths: dict[str, list[Path]] = {}
+    row = [c.bench for c in table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), "em")]
+    finals = {arm: final_steps(points, arm, row) for arm in arms}   # the paired tables' final rows (and report.html's)
     for metric in cfg.metrics:
         cols = table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), metric)
         for name, t in ((f"main_{metric}", main_table(points, arms, cols, metric)),
@@ -308,7 +310,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     result.html = write_html(out, runs=runs, figures=result.figures, tables=result.tables, missing=result.missing,
                              problems=problems, settings=settings, benches=episodic,
                              anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None,
-                             partial=partial_line(result))
+                             partial=partial_line(result), finals=finals, unscored=points.unscored)
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)
