@@ -273,8 +273,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
             result.tables[name] = compare_table(points, a, b, cols, metric, settings_note.get((a, b), ""))
             table_paths[name] = result.tables[name].write(out / "tables" / name)
     episodic = [b for b in benches if not kind_of(b).scores]   # benches with episodes (transcripts, EM pre/post)
-    pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, episodic,
-                 n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf)
+    pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, episodic, conf=cfg.conf)
     labelled = {f"{r.arm}/seed{r.seed}/{d.name}": d for r in runs for d in r.evals.values()}
     pp.problems += size_problems({**labelled, f"{ANCHOR_ARM}/{anchor_eval.name}": anchor_eval}, reference_sizes)
     if pp.rows:
