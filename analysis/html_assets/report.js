@@ -239,14 +239,15 @@
     const ea = entryOf(pb.value, par.value, pas.value), eb = entryOf(pb.value, pbr.value, pbs.value);
     pairs = [];
     pairEntries = null;
+    const token = ++pairToken;   // a load still in flight for an earlier choice no longer writes
     const gap = [ea, eb].find((e) => e && e.why);   // the paired table's gap: its reason, no numbers
     if (gap || !ea || !eb) {
+      for (const k of Object.keys(summary.dataset)) delete summary.dataset[k];
       summary.textContent = gap ? "No paired items: " + gap.run + " at its final checkpoints: " + gap.why + " (as the paired table)"
         : "Choose two checkpoints with trajectories.";
       renderPairs();
       return;
     }
-    const token = ++pairToken;
     summary.textContent = "loading …";
     let A, B;
     try { [A, B] = await Promise.all([loadEntry(ea), loadEntry(eb)]); } catch (err) { summary.textContent = String(err); return; }
