@@ -2,7 +2,7 @@
 
 Columns: arm, seed, step, bench, metric, value, n. The anchor (the base model with the
 `anchor_nudge` prompt) is arm "anchor", seed 0, step 0. Per-example metrics come from
-`<eval_dir>/<bench>.jsonl` (each line has `id` and a `metrics` dict) and feed the bootstraps.
+`<eval_dir>/<bench>.jsonl` (each line has `id` and a `metrics` dict) and feed the intervals.
 """
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def mean_label(benches: list[str]) -> str:
 
 
 def _behaviour(row: dict) -> dict[str, float]:
-    """Per-example twins of the summary's behaviour means, so they get bootstrap bands too."""
+    """Per-example twins of the summary's behaviour means, so they get bands too."""
     out = {f"mean_{k[4:]}": float(row[k]) for k in ("num_turns", "num_tool_calls") if _is_number(row.get(k))}
     if isinstance(row.get("extract_rule"), str):
         out["format_failure_rate"] = float(row["extract_rule"] == "none")

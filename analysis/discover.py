@@ -11,15 +11,54 @@ analysis of the others.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from common import io, layout
 from common.layout import SEED_DIR, is_replaced, step_name, variant_label, variant_name_problem  # noqa: F401
 from common.plan import Saves, planned
 
 ANCHOR_ARM = "anchor"
+
+
+class Pending:
+    """A run's expected steps (a common.plan.Saves) with nothing on disk, never listed: `in`, len(), the first after
+    a step, the last few and shown() cost nothing per planned step; iterating yields them in order one at a time."""
+
+    def __init__(self, saves: Saves, have):
+        self.saves, self.have = saves, frozenset(s for s in have if s in saves)
+
+    def __contains__(self, step: object) -> bool:
+        return step in self.saves and step not in self.have
+
+    def __len__(self) -> int:
+        return len(self.saves) - len(self.have)
+
+    def __iter__(self) -> Iterator[int]:
+        return (s for s in self.saves if s not in self.have)
+
+    def after(self, step: int) -> int | None:
+        """The first pending step after `step` (None: none)."""
+        ends, rest = self.saves.ends, self.saves.rest
+        while True:
+            i, j = bisect.bisect_right(ends, step), bisect.bisect_right(rest, step)
+            step = min([*ends[i:i + 1], *rest[j:j + 1]], default=None)
+            if step is None or step not in self.have:
+                return step
+
+    def last(self, k: int) -> list[int]:
+        """The last `k` pending steps, in order."""
+        tail = sorted({*self.saves.ends[-(k + len(self.have)):], *self.saves.rest} - self.have)
+        return tail[-k:] if k > 0 else []
+
+    def shown(self, edge: int = 4) -> str:
+        """The steps as a list, a long one by its first and last `edge` with `...` between (common.plan.Saves.shown)."""
+        if len(self) <= 2 * edge:
+            return str(list(self))
+        return f"[{', '.join(map(str, itertools.islice(self, edge)))}, ..., {', '.join(map(str, self.last(edge)))}]"
 
 
 @dataclass
@@ -40,7 +79,7 @@ class Run:
     def eval_dir(self, step: int) -> Path:
         return layout.eval_dir(self.path, step, self.profile)
 
-    def expected_steps(self) -> Saves | list[int]:
+    def expected_steps(self) -> Saves:
         """Steps the run's config says it will checkpoint, by the trainer's own rule (common.plan:
         save_steps, epoch ends, the final step; `steps: null` = epochs over `data.n` trajectories), never
         listed: `in`, len() and iteration in step order.
@@ -50,7 +89,7 @@ class Run:
         try:
             return planned(self.config)[1]
         except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError):
-            return []
+            return Saves(range(0), [])
 
     def status(self) -> str:
         """done, failed, requeued or not finished (still training, or not started)."""
@@ -68,10 +107,17 @@ class Run:
             return f"requeued: {self.end.get('reason') or 'waiting to resume'}"
         return "not checkpointed yet (run still training)"
 
+    def pending(self) -> Pending:
+        """The expected checkpoints with neither a checkpoint nor an eval on disk (not listed: a plan can be huge)."""
+        return Pending(self.expected_steps(), {*self.checkpoints, *self.evals})
+
     @property
     def steps(self) -> list[int]:
-        """Every step with a checkpoint, an eval, or an expected checkpoint."""
-        return sorted({*self.checkpoints, *self.evals, *self.expected_steps()})
+        """The steps the run's curve is drawn at: every step with a checkpoint or an eval and, of the pending ones,
+        the first after each of those (and after 0) and the last: a gap wherever the plan has a missing step,
+        without listing a plan of any length."""
+        pending, have = self.pending(), {*self.checkpoints, *self.evals}
+        return sorted(have | {pending.after(s) for s in (0, *have)} - {None} | set(pending.last(1)))
 
 
 def _step_dirs(parent: Path) -> dict[int, Path]:

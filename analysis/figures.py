@@ -168,7 +168,8 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                 out_stem: Path, suptitle: str | None = None, axis: Axis | None = None) -> FigureInfo:
     """Draw metric-vs-step curves (mean over seeds, a band at `points.conf`) per arm, the anchor at step 0; save PDF + PNG.
 
-    `steps[arm]` is every step the arm should have (checkpointed or expected); missing ones are gaps.
+    `steps[arm]`: the arm's steps on disk and enough of the expected ones (analysis.discover.Run.steps) that
+    each missing one breaks the line: a gap.
     `axis` (analysis.axes): x is the step (default) or what training consumed by it (tokens seen, ...).
     """
     axis = axis or Axis()

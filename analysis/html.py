@@ -21,9 +21,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from analysis.aggregate import where
 from analysis.collect import json_rows, row_problem
 from analysis.discover import ANCHOR_ARM, Run, provenance
-from analysis.report import DATA_DIR, SHARD, set_aside
+from analysis.report import DATA_DIR, SHARD, missing_count, set_aside
 from common.io import atomic_dir
 from evals.registry import kind_of
 
@@ -178,6 +179,25 @@ def write_shards(data: Path, dirs: list[tuple[str, int, int, Path]], benches: li
     return entries
 
 
+def seed_means(entries: list[dict], finals: dict[str, list[tuple[int, int]]], unscored) -> dict:
+    """bench -> arm -> the paired view's seed mean of each arm with two or more seeds: its seeds and, at "final",
+    the list shards of each seed's final checkpoint as the paired table takes it (`finals[arm]`:
+    analysis.aggregate.final_steps, one checkpoint per seed for the whole row), or the reason the table gives for
+    its gap (`unscored`: Points.unscored; a seed without the rows: no per-item file)."""
+    key = {(e["arm"], e["seed"], e["step"], e["bench"]): e["key"] for e in entries}
+    out: dict[str, dict] = {}
+    for bench in dict.fromkeys(e["bench"] for e in entries):
+        metric = kind_of(bench).headline or "em"
+        for arm, last in finals.items():
+            if len(last) < 2:
+                continue
+            why = unscored(arm, last, bench, metric) or next((f"no per-item {metric}: {where(arm, s, t)} {bench}.jsonl"
+                                                              for s, t in last if (arm, s, t, bench) not in key), None)
+            got = {"why": why} if why else {"keys": [key[(arm, s, t, bench)] for s, t in last]}
+            out.setdefault(bench, {})[arm] = {"seeds": [s for s, _ in last], **got}
+    return out
+
+
 # ---- the static part ---------------------------------------------------------------------------------
 
 def _e(v: Any) -> str:
@@ -222,9 +242,11 @@ def _list_html(items: list[str], empty: str, list_id: str) -> str:
 
 
 def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missing: list, problems: list[str],
-               settings: dict, benches: list[str], anchor_eval: Path | None, partial: str | None = None) -> Path:
+               settings: dict, benches: list[str], anchor_eval: Path | None, partial: str | None = None,
+               finals: dict | None = None, unscored=None) -> Path:
     """`<out>/report.html` + `<out>/report_data/` (the trajectories of every eval dir, sharded); `partial`
-    (some expected point failed to evaluate) heads the report."""
+    (some expected point failed to evaluate) heads the report; `finals`, `unscored`: the paired table's final
+    checkpoints and gaps, which the page's seed means follow (seed_means)."""
     out = Path(out)
     problems = list(problems)
     entries = write_shards(out / DATA_DIR, eval_dirs(runs, anchor_eval), benches, problems)
@@ -232,7 +254,8 @@ def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missi
     index = {"data": DATA_DIR, "entries": entries, "benches": bench_names,
              "correct": {b: correct_metric(b) for b in bench_names},
              "scores": {b: score_metrics(b) for b in bench_names},
-             "headline": {b: kind_of(b).headline or "em" for b in bench_names}}
+             "headline": {b: kind_of(b).headline or "em" for b in bench_names},
+             "means": seed_means(entries, finals or {}, unscored)}
     settings_html = ", ".join(f"<code>{_e(k)}={_e(v)}</code>" for k, v in settings.items())
     parts = [
         '<section id="report" class="tab">', f'<p id="partial"><b>{_e(partial)}</b></p>' if partial else "",
@@ -240,7 +263,7 @@ def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missi
         "<h2>Figures</h2>", "".join(_figure_html(f) for f in figures),
         "<h2>Paired, pre/post and reference tables</h2>",
         "".join(_table_html(n, t) for n, t in tables.items() if not n.startswith("main")),
-        f"<h2>Missing points ({len(missing)})</h2>",
+        f"<h2>Missing points ({missing_count(missing)})</h2>",
         _list_html([m.line() for m in missing], "None: every expected (checkpoint × bench) has a result.", "missing"),
         f"<h2>Problems reading inputs ({len(problems)})</h2>", _list_html(problems, "None.", "problems"),
         "<h2>Runs and provenance</h2>", _runs_html(runs),

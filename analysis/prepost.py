@@ -3,8 +3,9 @@
     pre    RL runs (a run with its own evaluated step 0, i.e. `checkpoints/step-000000` is the starting
            model): that step-0 evaluation, under the same prompt as the later steps. SFT arms: the
            anchor (the base model with the `anchor_nudge` prompt).
-    post   the run's final evaluated step, with the paired-bootstrap `conf` CI of post − pre over the
-           same item ids (differences that never vary, one item included: 0/1 scores get the exact
+    post   the run's final evaluated step, with the `conf` CI of post − pre over the same item ids: the
+           crossed model of the other paired tables (analysis.variance) with one post seed and pre seedless,
+           a paired t over the items (differences that never vary, one item included: 0/1 scores get the exact
            bounds of analysis.variance.exact_bounds, other values no CI, never a zero-width one).
     best   the step (> 0) with the highest value, labelled "selected on test": chosen on the very
            items it is reported on, so optimistic, and given without a CI.
@@ -29,9 +30,9 @@ import pandas as pd
 
 from analysis.collect import example_metric, qa_label
 from analysis.discover import Run, read_json_object
-from analysis.stats import PairedResult, paired_bootstrap
+from analysis.stats import PairedResult
 from analysis.tables import DASH, Column, Table
-from analysis.variance import Term, exact_bounds
+from analysis.variance import Term, crossed_parts, exact_bounds, limits
 from common.fingerprint import fingerprint_diff
 from evals.registry import kind_of
 
@@ -87,7 +88,7 @@ class PrePost:
     def table(self) -> Table:
         caption = ("Pre vs post training per run. pre: the run's own step-0 evaluation (RL runs: the starting "
                    "checkpoint, same prompt as later steps) or, for SFT arms, the anchor (base model, "
-                   f"anchor_nudge prompt). post: the final evaluated step; Δ with a paired-bootstrap {self.conf:.0%} CI "
+                   f"anchor_nudge prompt). post: the final evaluated step; Δ with a paired t {self.conf:.0%} CI "
                    "over identical item ids (exact bounds for 0/1 differences that never vary). best: the best step, "
                    "selected on the test items (optimistic, no CI).")
         table = Table(caption, [Column("", "", c.format(conf=self.conf), "") for c in COLUMNS], row_header="Run")
@@ -142,8 +143,9 @@ def identity_problem(pre_dir: Path, post_dir: Path, bench: str, pre_source: str)
     return None
 
 
-def paired_prepost(pre: pd.Series, post: pd.Series, n_boot: int, seed: int, conf: float) -> tuple[PairedResult | None, str | None]:
-    """post − pre over identical item ids (ordered by id), or (None, why) when the id sets differ."""
+def paired_prepost(pre: pd.Series, post: pd.Series, conf: float) -> tuple[PairedResult | None, str | None]:
+    """post − pre over identical item ids (ordered by id) with its interval (paired_limits), or (None, why) when the
+    id sets differ."""
     only_pre, only_post = set(pre.index) - set(post.index), set(post.index) - set(pre.index)
     if only_pre or only_post:
         return None, (f"item ids differ (pre n={len(pre)}, post n={len(post)}; {len(only_pre)} only in pre, "
@@ -151,16 +153,23 @@ def paired_prepost(pre: pd.Series, post: pd.Series, n_boot: int, seed: int, conf
     ids = sorted(pre.index)
     a, b = post.loc[ids].to_numpy(float), pre.loc[ids].to_numpy(float)
     d = a - b
-    if d.size and np.ptp(d) < 1e-12:   # a bootstrap of differences that never vary is a zero-width "CI"
+    if d.size and np.ptp(d) < 1e-12:   # differences that never vary: no variance to scale a t by
         bounds = exact_bounds([[Term("post", 1.0, a[:, None]), Term("pre", -1.0, b[:, None])]], [1.0], conf)
         if bounds is None:
             return None, f"every item differs by the same amount ({float(d.mean()):+.3f}): no variance, no CI"
-        return PairedResult(float(d.mean()), *bounds, int(d.size), float(d.mean() <= 0)), None
-    return paired_bootstrap(a, b, n_boot, seed, conf), None
+        return PairedResult(float(d.mean()), *bounds, int(d.size)), None
+    lo, hi = paired_limits(a, b, conf)
+    return PairedResult(float(d.mean()), float(lo), float(hi), int(d.size)), None
 
 
-def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, n_boot: int = 2000, seed: int = 0,
-            conf: float = 0.95) -> PrePost:
+def paired_limits(post: np.ndarray, pre: np.ndarray, conf: float) -> tuple[np.ndarray, np.ndarray]:
+    """The `conf` interval of the mean of post − pre over the items (the last axis; any leading axes): the crossed
+    model of the other paired tables with one post seed and pre seedless, i.e. a paired t on n − 1 df."""
+    terms = [Term("post", 1.0, post[..., None], random_seeds=False), Term("pre", -1.0, pre[..., None], random_seeds=False)]
+    return limits(crossed_parts([terms]), conf)
+
+
+def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, conf: float = 0.95) -> PrePost:
     out = PrePost(conf=conf)
     for run in runs:
         label = f"{run.arm}/seed{run.seed}"
@@ -191,7 +200,7 @@ def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, n_b
                 elif why := identity_problem(pre_dir, run.evals[post_step], bench, source):
                     out.problems.append(f"{where}: {why}")
                 else:
-                    paired, why = paired_prepost(pre_ex, post_ex, n_boot, seed, conf)
+                    paired, why = paired_prepost(pre_ex, post_ex, conf)
                     if why:
                         out.problems.append(f"{where}: {why}")
                 out.rows.append(PrePostRow(label, bench, metric, source, pre,

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.discover import Run, provenance, step_name
+from analysis.discover import Pending, Run, provenance, step_name
 from analysis.figures import FigureInfo
 from analysis.tables import Table
 from common.io import replace_aside
@@ -41,8 +41,32 @@ class MissingPoint:
     bench: str
     reason: str
 
+    count = 1
+
     def line(self) -> str:
         return f"{self.arm}/seed{self.seed}/{step_name(self.step)} × {self.bench}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class MissingSteps:
+    """Many expected checkpoints of one run not written yet, as one line: their count, first and last few."""
+    arm: str
+    seed: int
+    steps: Pending
+    bench: str
+    reason: str
+
+    @property
+    def count(self) -> int:
+        return len(self.steps)
+
+    def line(self) -> str:
+        return f"{self.arm}/seed{self.seed}: {self.count} checkpoints at steps {self.steps.shown()} × {self.bench}: {self.reason}"
+
+
+def missing_count(missing: list) -> int:
+    """The points a list of missing points (MissingPoint, MissingSteps) stands for."""
+    return sum(m.count for m in missing)
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -92,7 +116,7 @@ def write_report(out: Path, *, runs: list[Run], figures: list[FigureInfo], table
     if ignored:
         lines += [f"Ignored ({len(ignored)}): renamed aside by `resume=never` / `overwrite=true` (kept, not analysed):", ""]
         lines += [f"- `{p}`" for p in ignored] + [""]
-    lines += [f"## Missing points ({len(missing)})", ""]
+    lines += [f"## Missing points ({missing_count(missing)})", ""]
     lines += [f"- {m.line()}" for m in missing] or ["None: every expected (checkpoint × bench) has a result."]
     lines += [""]
     if problems:

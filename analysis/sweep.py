@@ -13,13 +13,13 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.aggregate import Points, settings_differences
+from analysis.aggregate import Points, final_steps, settings_differences
 from analysis.axes import build_axis
 from analysis.collect import MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect, mean_label, qa_benches
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
-from analysis.report import MissingPoint, make_way, write_report
+from analysis.report import MissingPoint, MissingSteps, make_way, missing_count, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common.cards import file_label
@@ -28,6 +28,7 @@ from evals.registry import kind_of
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
 # search_plan_ood's reward components; the harness names them `reward_<component>` (plain names accepted too).
 
+EDGE = 4   # a run's pending checkpoints beyond 2 × EDGE: one missing line per bench, the first and last EDGE shown
 FAILED_PREFIX = "evaluation failed: "   # a missing point's reason when its evaluation failed now
 BEHAVIOUR = [("mean_tool_calls", "tool calls / episode"), ("format_failure_rate", "no answer found")]
 
@@ -49,12 +50,16 @@ class AnalysisResult:
     table: pd.DataFrame
     figures: list[FigureInfo] = field(default_factory=list)
     tables: dict[str, Table] = field(default_factory=dict)
-    missing: list[MissingPoint] = field(default_factory=list)
+    missing: list[MissingPoint | MissingSteps] = field(default_factory=list)
     evaluated: Any = None   # the evaluations' outcomes (launch.evaluation.EvalReport: jobs, failures)
     report: Path | None = None
     html: Path | None = None  # report.html (analysis.html), next to report.md
     problems: list[str] = field(default_factory=list)  # read problems found after collecting (behaviour)
     allow_failed: bool = False   # `analyze allow_failed=true`: points that failed to evaluate do not fail the command
+
+    @property
+    def n_missing(self) -> int:
+        return missing_count(self.missing)
 
     def failed_groups(self) -> dict[str, list[MissingPoint]]:
         """The points that failed to evaluate, grouped by reason."""
@@ -66,12 +71,15 @@ class AnalysisResult:
 
 
 def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev,
-                    anchor_eval: Path, evaluate: bool, nulls: dict | None = None) -> list[MissingPoint]:
+                    anchor_eval: Path, evaluate: bool, nulls: dict | None = None) -> list[MissingPoint | MissingSteps]:
     have = set(zip(table.arm, table.seed, table.step, table.bench))
     nulls = nulls or {}
     missing = []
     for run in runs:
-        for step in run.steps:
+        pending = run.pending()   # expected, nothing on disk: each step listed when few, else one line per bench
+        for bench in benches if len(pending) > 2 * EDGE else ():
+            missing.append(MissingSteps(run.arm, run.seed, pending, bench, run.not_checkpointed()))
+        for step in sorted({*run.checkpoints, *run.evals, *(pending if len(pending) <= 2 * EDGE else ())}):
             for bench in benches:
                 err = ev.failed(run.arm, run.seed, step, bench)   # a failed evaluation: a gap, whatever is on disk
                 if (run.arm, run.seed, step, bench) in have and (run.arm, run.seed, step, bench) not in nulls and not err:
@@ -251,6 +259,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     if behaviour:
         result.figures.append(plot_curves(points, behaviour, arms, steps, out / "figures" / "behaviour", axis=axis))
     table_paths: dict[str, list[Path]] = {}
+    row = [c.bench for c in table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), "em")]
+    finals = {arm: final_steps(points, arm, row) for arm in arms}   # the paired tables' final rows (and report.html's)
     for metric in cfg.metrics:
         cols = table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), metric)
         for name, t in ((f"main_{metric}", main_table(points, arms, cols, metric)),
@@ -263,8 +273,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
             result.tables[name] = compare_table(points, a, b, cols, metric, settings_note.get((a, b), ""))
             table_paths[name] = result.tables[name].write(out / "tables" / name)
     episodic = [b for b in benches if not kind_of(b).scores]   # benches with episodes (transcripts, EM pre/post)
-    pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, episodic,
-                 n_boot=cfg.n_boot, seed=cfg.boot_seed, conf=cfg.conf)
+    pp = prepost(runs, anchor_eval if (anchor_eval / "summary.json").is_file() else None, episodic, conf=cfg.conf)
     labelled = {f"{r.arm}/seed{r.seed}/{d.name}": d for r in runs for d in r.evals.values()}
     pp.problems += size_problems({**labelled, f"{ANCHOR_ARM}/{anchor_eval.name}": anchor_eval}, reference_sizes)
     if pp.rows:
@@ -300,7 +309,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     result.html = write_html(out, runs=runs, figures=result.figures, tables=result.tables, missing=result.missing,
                              problems=problems, settings=settings, benches=episodic,
                              anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None,
-                             partial=partial_line(result))
+                             partial=partial_line(result), finals=finals, unscored=points.unscored)
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)

@@ -343,7 +343,7 @@ def print_result(result) -> int:
         return 0
     print(f"wrote {result.report} ({len(result.table)} result rows, {len(result.figures)} figures, "
           f"{len(result.tables)} tables; evaluated {len(result.evaluated.jobs)} checkpoint(s), "
-          f"{len(result.evaluated.failures)} failed; {len(result.missing)} missing point(s))")
+          f"{len(result.evaluated.failures)} failed; {result.n_missing} missing point(s))")
     groups = result.failed_groups()
     for reason, points in groups.items():
         shown = ", ".join(f"{m.arm}/seed{m.seed}/step {m.step} × {m.bench}" for m in points[:3])

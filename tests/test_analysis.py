@@ -448,3 +448,28 @@ def test_best_and_final_compare_like_with_like_and_gaps_say_why(tmp_path):
     assert paired_arms(p, "A", "B", 20, "nq", "em") == "B: not evaluated at step 20"
     stem = tmp_path / "tables" / "compare_lr0.5_vs_B_em"   # an arm with a dot (before: tables/compare_lr0.md)
     assert [f.name for f in compare_table(p, "A", "B", cols, "em").write(stem)] == [stem.name + ".md", stem.name + ".tex"]
+
+
+def test_a_huge_plan_is_analysed_without_listing_it(tmp_path):
+    """A run planned for 10^8 steps (a checkpoint at every 1-step epoch end), 2 checkpoints evaluated: its curve's
+    steps, its missing points and the report's count cost nothing per planned step (listing them: out of memory)."""
+    from types import SimpleNamespace
+
+    from analysis.aggregate import curve
+    from analysis.report import missing_count
+    from analysis.sweep import _arm_steps, _missing_points
+
+    big, root = 10**8, tmp_path / "runs"
+    run = make_run(root, "huge", 0, [1, 3], evaluated={1: {"nq": 0.2}, 3: {"nq": 0.4}}, done=False)
+    (run / "config.yaml").write_text("train:\n  steps: 100000000\n  save_steps: []\n  epochs: 1\n  global_batch_size: 1\n"
+                                     "  save_epoch_ends: true\ndata:\n  n: 1\n")
+    runs = discover_runs(root)
+    assert runs[0].steps == [1, 2, 3, 4, big] and len(runs[0].pending()) == big - 2   # a gap at 2, then 4..10^8
+    table = collect(runs, tmp_path / "no_anchor", ["nq"]).table
+    missing = _missing_points(runs, table, ["nq"], SimpleNamespace(failed=lambda *a: None), tmp_path / "no_anchor", False)
+    assert [m.line() for m in missing] == [
+        f"huge/seed0: {big - 2} checkpoints at steps [2, 4, 5, 6, ..., {big - 3}, {big - 2}, {big - 1}, {big}] × nq: "
+        "not checkpointed yet (run still training)", f"anchor/seed0/step-000000 × nq: no anchor result in {tmp_path / 'no_anchor'}"]
+    assert missing_count(missing) == big - 1
+    c = curve(Points(table, {}, ["nq"], n_boot=10), "huge", "nq", "em", _arm_steps(runs)["huge"])
+    assert c.step.tolist() == [1, 2, 3, 4, big] and c["mean"].isna().tolist() == [False, True, False, True, True]

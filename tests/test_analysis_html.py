@@ -9,6 +9,7 @@ import re
 
 import pytest
 from report_html_rows import BENCHES, PAYLOAD, XSS_ID, babyai_row, qa_row, rows_of, write_eval_dir, write_study
+from test_analysis_helpers import make_run
 
 from analysis.html import CHUNK, DATA_DIR, js_json, transcript, write_shards
 from common.io import write_json
@@ -31,6 +32,17 @@ def study(tmp_path_factory):
     ckpt = root / "runs" / "search" / "seed0" / "checkpoints" / "step-000020"   # a checkpoint not evaluated: missing points
     ckpt.mkdir(parents=True)
     (ckpt / "config.json").write_text("{}")
+    # two seeds whose final checkpoints differ (20, 10), the 20 with nq only: the paired table's final row is
+    # seed0@20 + seed1@10, a gap for the benches seed0@20 lacks (not seed0's last step that has them)
+    for seed, steps in ((0, [10, 20]), (1, [10])):
+        run = make_run(root / "runs", "two", seed, steps)
+        for s in steps:
+            write_eval_dir(run / "eval" / f"step-{s:06d}", "two", s + seed)
+    last = root / "runs" / "two" / "seed0" / "eval" / "step-000020"
+    for bench in ("search_plan_ood", "babyai"):
+        (last / f"{bench}.jsonl").unlink()
+    summary = json.loads((last / "summary.json").read_text())
+    write_json(last / "summary.json", {"nq": summary["nq"]})
     res = run_analysis({"runs_root": str(root / "runs"), "out": str(root / "reports"), "benches": BENCHES,
                         "evaluate": False, "n_boot": 100, "wandb": False})
     return root, res
@@ -63,7 +75,7 @@ def test_page_and_shards_hold_the_payload_only_as_data(study):
     assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', page)) == len(res.figures)
     for name in ("main_em", "main_f1", "paired_em", "paired_f1", "prepost"):
         assert f'id="table-{name}"' in page
-    assert len(res.missing) == 3 and f"Missing points ({len(res.missing)})" in page
+    assert len(res.missing) == 5 and f"Missing points ({len(res.missing)})" in page
     assert all(f"<li>{html.escape(m.line())}</li>" in page for m in res.missing)
 
 
@@ -71,9 +83,9 @@ def test_one_list_shard_per_eval_dir_and_bench_with_the_rows_own_values(study):
     root, res = study
     index = index_of(res.html.read_text(encoding="utf-8"))
     entries = index["entries"]
-    assert [(e["run"], e["step"]) for e in entries[::3]] == [("anchor", 0), ("r2e/seed0", 10), ("r2e/seed0", 20),
-                                                            ("search/seed0", 10)]
-    assert [e["bench"] for e in entries] == BENCHES * 4 and index["benches"] == BENCHES
+    assert [(e["run"], e["step"]) for e in entries[:13:3]] == [("anchor", 0), ("r2e/seed0", 10), ("r2e/seed0", 20),
+                                                              ("search/seed0", 10), ("two/seed0", 10)]
+    assert [e["bench"] for e in entries] == BENCHES * 5 + ["nq"] + BENCHES and index["benches"] == BENCHES
     data = root / "reports" / DATA_DIR
     assert len(list(data.glob("e*_t*.js"))) == len(entries) and len(list(data.glob("e*.js"))) == 2 * len(entries)
     e = next(e for e in entries if (e["run"], e["step"], e["bench"]) == ("r2e/seed0", 20, "nq"))
@@ -94,6 +106,7 @@ def test_paired_counts_equal_the_reports_paired_delta(study):
     index = index_of(res.html.read_text(encoding="utf-8"))
     data = root / "reports" / DATA_DIR
     by = {(e["run"], e["step"], e["bench"]): e["key"] for e in index["entries"]}
+    by_key = {e["key"]: (e["run"], e["step"]) for e in index["entries"]}
     a = {i["id"]: i["ok"] for i in shard(data / f"{by[('r2e/seed0', 20, 'nq')]}.js")}
     b = {i["id"]: i["ok"] for i in shard(data / f"{by[('anchor', 0, 'nq')]}.js")}
     a_only = sum(a[k] == 1 and b[k] == 0 for k in a)
@@ -102,6 +115,16 @@ def test_paired_counts_equal_the_reports_paired_delta(study):
     delta = (a_only - b_only) / len(a)
     cells = dict(res.tables["paired_em"].rows)["r2e"]
     assert cells[0].startswith(f"{delta:+.3f} ["), cells
+    # a two-seed arm's seed mean at "final": each seed's final checkpoint as the table takes it (seed0@20, seed1@10),
+    # per item the seeds' EM averaged; where the table has a gap (seed0@20 has no babyai), the page has its reason
+    means, cells = index["means"], dict(zip([c.label for c in res.tables["paired_em"].columns], dict(res.tables["paired_em"].rows)["two"]))
+    assert set(means["nq"]) == {"two"} and [by_key[k] for k in means["nq"]["two"]["keys"]] == [("two/seed0", 20), ("two/seed1", 10)]
+    per_seed = [{i["id"]: i["ok"] for i in shard(data / f"{k}.js")} for k in means["nq"]["two"]["keys"]]
+    delta = sum(sum(s[k] for s in per_seed) / 2 - b[k] for k in b) / len(b)
+    assert cells["nq (open)"].startswith(f"{delta:+.3f} ["), cells
+    for bench in ("babyai", "search_plan_ood"):
+        why = "not evaluated at two/seed0/step-000020"
+        assert means[bench]["two"] == {"seeds": [0, 1], "why": why} and cells[next(c for c in cells if c.startswith(bench))] == f"– ({why})"
 
 
 def test_transcripts_chunked_and_stale_shards_removed(tmp_path):

@@ -84,25 +84,25 @@
   for (const b of document.querySelectorAll("nav button")) b.addEventListener("click", () => show(b.dataset.tab));
 
   // ---- the index
-  // A seed-mean run ("<arm>/seed-mean", paired view only) stands for every seed of an arm with two or more:
-  // at step "final" each seed's last evaluated step, as the report's paired table takes them; per item the
-  // seeds' scores averaged, over the ids every seed has (what analysis.aggregate.paired_vs_anchor pairs).
+  // A seed-mean run ("<arm>/seed-mean", paired view only) stands for every seed of an arm with two or more
+  // (INDEX.means, from analysis.html.seed_means): at step "final" each seed's final checkpoint as the report's
+  // paired table takes it (one per seed for the whole row, not each bench's own last step), or the table's
+  // reason for its gap; per item the seeds' scores averaged, over the ids every seed has (what
+  // analysis.aggregate.paired_vs_anchor pairs).
   const MEAN = "/seed-mean";
-  function seedsOf(bench, arm) {
-    return [...new Set(ENTRIES.filter((e) => e.bench === bench && e.arm === arm && e.run !== "anchor").map((e) => e.seed))].sort((a, b) => a - b);
-  }
+  const meanOf = (bench, arm) => (INDEX.means[bench] || {})[arm];
   function runsOf(bench, withMeans) {
     const out = [], means = [];
     for (const e of ENTRIES) {
       if (e.bench !== bench) continue;
       if (!out.includes(e.run)) out.push(e.run);
-      if (withMeans && e.run !== "anchor" && seedsOf(bench, e.arm).length > 1 && !means.includes(e.arm + MEAN)) means.push(e.arm + MEAN);
+      if (withMeans && e.run !== "anchor" && meanOf(bench, e.arm) && !means.includes(e.arm + MEAN)) means.push(e.arm + MEAN);
     }
     return out.concat(means);
   }
   function stepsOf(bench, run) {
     if (run.endsWith(MEAN)) {
-      const arm = run.slice(0, -MEAN.length), seeds = seedsOf(bench, arm);
+      const arm = run.slice(0, -MEAN.length), seeds = meanOf(bench, arm).seeds;
       const shared = [...new Set(ENTRIES.filter((e) => e.bench === bench && e.arm === arm).map((e) => e.step))]
         .filter((s) => seeds.every((sd) => ENTRIES.some((e) => e.bench === bench && e.arm === arm && e.seed === sd && e.step === s)));
       return [...shared.sort((a, b) => a - b), "final"];
@@ -111,11 +111,11 @@
   }
   function entryOf(bench, run, step) {
     if (run.endsWith(MEAN)) {
-      const arm = run.slice(0, -MEAN.length);
-      const parts = seedsOf(bench, arm).map((sd) => {
-        const mine = ENTRIES.filter((e) => e.bench === bench && e.arm === arm && e.seed === sd);
-        return step === "final" ? mine.reduce((m, e) => (!m || e.step > m.step ? e : m), null) : mine.find((e) => e.step === Number(step));
-      });
+      const arm = run.slice(0, -MEAN.length), m = meanOf(bench, arm);
+      if (!m) return null;
+      if (step === "final" && m.why) return { key: null, arm, bench, run, step, why: m.why };
+      const parts = step === "final" ? m.keys.map((k) => ENTRIES.find((e) => e.key === k))
+        : m.seeds.map((sd) => ENTRIES.find((e) => e.bench === bench && e.arm === arm && e.seed === sd && e.step === Number(step)));
       if (!parts.length || parts.some((x) => !x)) return null;
       return { key: null, arm, bench, run, step: step === "final" ? "final (" + parts.map((x) => x.step).join(", ") + ")" : Number(step), parts };
     }
@@ -239,8 +239,15 @@
     const ea = entryOf(pb.value, par.value, pas.value), eb = entryOf(pb.value, pbr.value, pbs.value);
     pairs = [];
     pairEntries = null;
-    if (!ea || !eb) { summary.textContent = "Choose two checkpoints with trajectories."; renderPairs(); return; }
-    const token = ++pairToken;
+    const token = ++pairToken;   // a load still in flight for an earlier choice no longer writes
+    const gap = [ea, eb].find((e) => e && e.why);   // the paired table's gap: its reason, no numbers
+    if (gap || !ea || !eb) {
+      for (const k of Object.keys(summary.dataset)) delete summary.dataset[k];
+      summary.textContent = gap ? "No paired items: " + gap.run + " at its final checkpoints: " + gap.why + " (as the paired table)"
+        : "Choose two checkpoints with trajectories.";
+      renderPairs();
+      return;
+    }
     summary.textContent = "loading …";
     let A, B;
     try { [A, B] = await Promise.all([loadEntry(ea), loadEntry(eb)]); } catch (err) { summary.textContent = String(err); return; }
