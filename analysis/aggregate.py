@@ -66,8 +66,6 @@ class Points:
     table: pd.DataFrame
     eval_dirs: dict[tuple[str, int, int], Path]
     qa: list[str]  # the benches averaged into `avg`
-    n_boot: int = 2000
-    boot_seed: int = 0
     conf: float = 0.95
     problems: list[str] = field(default_factory=list)
     # (arm, seed, step, bench) -> why evaluate gave it no score (analysis.collect.Collected.nulls)

@@ -238,7 +238,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     qa = qa_benches(table, also=[b for (_, _, _, b) in collected.nulls])
     eval_dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}
     eval_dirs[(ANCHOR_ARM, 0, 0)] = anchor_eval
-    points = Points(add_mean_rows(table, qa), eval_dirs, qa, cfg.n_boot, cfg.boot_seed, cfg.conf,
+    points = Points(add_mean_rows(table, qa), eval_dirs, qa, cfg.conf,
                     problems=list(collected.problems), nulls=collected.nulls)
     arms = sorted({r.arm for r in runs})
     steps = _arm_steps(runs)
@@ -294,9 +294,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     points.intervals_frame().to_csv(intervals, index=False)
     result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
     problems = sorted(set(points.problems + pp.problems + result.problems + [p for r in runs for p in r.problems]))
-    settings = {"runs_root": cfg.runs_root, "profile": profile or "none (evaluations in eval/)", "benches": benches, "n_boot": cfg.n_boot,
+    settings = {"runs_root": cfg.runs_root, "profile": profile or "none (evaluations in eval/)", "benches": benches,
                 **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),
-                "boot_seed": cfg.boot_seed,
                 "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures),
                 "axis": cfg.axis if cfg.axis == "step" else f"{cfg.axis} ({axis.label}, from metrics.jsonl)"}
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,

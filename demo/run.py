@@ -70,7 +70,6 @@ DEFAULTS = {
     "max_turns": 4,
     "max_new_tokens": 96,
     "max_model_len": 2048,
-    "n_boot": 1000,
     "copy_figures_to": None,  # also copy the PNG figures into this dir (the README's figures)
     "dry_run": False,
 }
@@ -191,8 +190,7 @@ RULES = {  # what each value of DEFAULTS may be, checked before anything runs (a
     "parallel": Number(lo=1, integer=True, null=True), "train": FLAG, "dry_run": FLAG,
     "copy_figures_to": Test(lambda v: v is None or (NONEMPTY.ok(v) and not Path(v).is_file()), "null or a directory"),
     **dict.fromkeys(("world_seed", "envs_episodes", "heldout_seed"), _SEED),
-    **dict.fromkeys(("steps", "n", "heldout_n", "bench_n", "eval_n", "max_turns", "max_new_tokens", "max_model_len",
-                     "n_boot"), _COUNT),
+    **dict.fromkeys(("steps", "n", "heldout_n", "bench_n", "eval_n", "max_turns", "max_new_tokens", "max_model_len"), _COUNT),
 }
 
 
@@ -208,7 +206,7 @@ def analyze_config(cfg) -> dict:
     bench = root / "_bench"
     return {
         "runs_root": str(root), "out": str(cfg.out), "benches": BENCHES + TF_BENCHES, "anchor": str(anchor_path(cfg)),
-        "n_boot": int(cfg.n_boot), "cards": True,   # reports/cards/: a model card per final checkpoint
+        "cards": True,   # reports/cards/: a model card per final checkpoint
         "eval": {"n": int(cfg.eval_n), "corpus": str(bench / "corpus.jsonl"), "bench_root": str(bench),
                  "max_turns": int(cfg.max_turns), "max_model_len": int(cfg.max_model_len),
                  "max_new_tokens": int(cfg.max_new_tokens), "index_dir": str(bench / "bm25_index"),
@@ -234,7 +232,7 @@ def describe(cfg) -> str:
         (f"  3. anchor: {a['anchor']} (the committed pretrained tiny base)" if cfg.model == "tiny_base" else
          f"  3. anchor: save_tiny_model({a['anchor']}, seed={cfg.seeds[0]}) (the random init of step 0)"),
         f"  4. analyze runs_root={shlex.quote(a['runs_root'])} benches={_list(a['benches'])} "
-        f"anchor={shlex.quote(a['anchor'])} out={shlex.quote(a['out'])} n_boot={a['n_boot']} "
+        f"anchor={shlex.quote(a['anchor'])} out={shlex.quote(a['out'])} "
         f"cards={str(a['cards']).lower()} {ev}",
         f"     (the teacher-forced benches {_list(TF_BENCHES)} on the held-out split: eval.heldout)",
     ])

@@ -69,7 +69,7 @@ def _points(tree):
     c = collect(runs, tree / "_anchor" / "eval" / "step-000000", BENCHES)
     dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}
     dirs[("anchor", 0, 0)] = tree / "_anchor" / "eval" / "step-000000"
-    return Points(add_mean_rows(c.table, QA), dirs, QA, n_boot=400)
+    return Points(add_mean_rows(c.table, QA), dirs, QA,)
 
 
 def test_final_best_and_paired_points(tree):
@@ -92,8 +92,7 @@ def test_final_best_and_paired_points(tree):
 
 def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     out = tmp_path / "reports"
-    res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False,
-                        "n_boot": 200}, evaluator=lambda cfg: pytest.fail("evaluate=false must not evaluate"))
+    res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False}, evaluator=lambda cfg: pytest.fail("evaluate=false must not evaluate"))
     for name in ("results.parquet", "results.csv", "report.md"):
         assert (out / name).is_file()
     assert pd.read_parquet(out / "results.parquet").equals(res.table)
@@ -184,7 +183,7 @@ def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10, 20], evaluated={10: {"nq": 0.2}})  # step 10 lacks hotpotqa
     cfg = {"runs_root": str(root), "out": str(out), "benches": ["nq", "hotpotqa"], "anchor": "base-model",
-           "n_boot": 100, "eval": {"n": 10, "backend": "hf"}}
+           "eval": {"n": 10, "backend": "hf"}}
     ev = FakeEvaluator()
     res = run_analysis(cfg, evaluator=ev)
     jobs = sorted((c["ckpt"].rsplit("/", 1)[-1], tuple(c["benches"]), c["prompt"]) for c in ev.calls)
@@ -212,7 +211,7 @@ def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
 def test_failed_evaluation_is_listed_and_retried(tmp_path):
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "search", 0, [10, 20])
-    cfg = {"runs_root": str(root), "out": str(out), "benches": ["nq"], "n_boot": 100}
+    cfg = {"runs_root": str(root), "out": str(out), "benches": ["nq"]}
     ev = FakeEvaluator(fail_on="step-000020")
     res = run_analysis(cfg, evaluator=ev)
     assert [m.line() for m in res.missing if m.arm == "search"] == [
@@ -247,7 +246,7 @@ def test_cli_help_dry_run_and_errors(tree, tmp_path, capsys):
     (o3 / "report_data").mkdir(parents=True)
     (o3 / "report_data" / "mine.txt").write_text("mine")
     (o3 / "report.md").write_text("notes")
-    assert analyze_main([f"runs_root={tree}", f"out={o3}", "evaluate=false", "n_boot=50", "benches=[nq]"]) == 0
+    assert analyze_main([f"runs_root={tree}", f"out={o3}", "evaluate=false", "benches=[nq]"]) == 0
     assert (o3 / "report.md").read_text().startswith("# Transfer-curve report")
     assert [p.read_text() for p in o3.glob("report.md.replaced-*")] == ["notes"]
     assert [p.read_text() for p in o3.glob("report_data.replaced-*/mine.txt")] == ["mine"]
@@ -284,7 +283,7 @@ def test_demo_dry_run_prints_the_plan(capsys):
     # each value checked by its rule, a dry run's too (seen failing: exit 0 with the plan, or a TypeError traceback)
     capsys.readouterr()
     for bad in ("steps=0", "steps=abc", "seeds=5", "save_steps=5", "search_extra=5", "launch_args=5", "train=maybe",
-                "eval_n=-1", "n_boot=0", "world_seed=x", "arms=[]", "parallel=0", "copy_figures_to=" + __file__):
+                "eval_n=-1", "world_seed=x", "arms=[]", "parallel=0", "copy_figures_to=" + __file__):
         assert demo_main(["dry_run=true", bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith(f"error: {bad.split('=')[0]}=") and err.count("\n") == 1, (bad, err)
@@ -316,7 +315,7 @@ def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
 
     out = tmp_path / "rep"
     res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False,
-                        "n_boot": 50, "metrics": ["em"], "compare": [["r2e-lr5e-4", "r2e"], ["r2e/lr5e-4", "r2e"]]})
+                        "metrics": ["em"], "compare": [["r2e-lr5e-4", "r2e"], ["r2e/lr5e-4", "r2e"]]})
     # A variant's compare table is a file of tables/ (before: tables/compare_r2e/lr5e-4_vs_r2e_em.md), its name
     # the cards' rule (/ -> -), made unique where it meets another arm's.
     compare = sorted(p.name for p in (out / "tables").iterdir() if p.name.startswith("compare_"))
@@ -359,7 +358,7 @@ def test_a_null_metric_is_a_gap_with_its_reason_not_a_problem(tmp_path):
     (path.parent / "musique@given.jsonl").write_text("")
     out = tmp_path / "rep"
     res = run_analysis({"runs_root": str(root), "out": str(out), "benches": ["nq", "musique@given"],
-                        "evaluate": False, "n_boot": 50})
+                        "evaluate": False})
     t = res.table
     r2e = t[(t.arm == "r2e") & (t.bench == "musique@given")]
     assert r2e[r2e.metric.isin(["em", "f1", "format_failure_rate"])].empty   # never 0.0
@@ -471,5 +470,5 @@ def test_a_huge_plan_is_analysed_without_listing_it(tmp_path):
         f"huge/seed0: {big - 2} checkpoints at steps [2, 4, 5, 6, ..., {big - 3}, {big - 2}, {big - 1}, {big}] × nq: "
         "not checkpointed yet (run still training)", f"anchor/seed0/step-000000 × nq: no anchor result in {tmp_path / 'no_anchor'}"]
     assert missing_count(missing) == big - 1
-    c = curve(Points(table, {}, ["nq"], n_boot=10), "huge", "nq", "em", _arm_steps(runs)["huge"])
+    c = curve(Points(table, {}, ["nq"],), "huge", "nq", "em", _arm_steps(runs)["huge"])
     assert c.step.tolist() == [1, 2, 3, 4, big] and c["mean"].isna().tolist() == [False, True, False, True, True]

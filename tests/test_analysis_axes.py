@@ -35,7 +35,7 @@ def _rows(root, arm):
 def test_a_tokens_seen_figure_draws_each_checkpoint_at_its_metrics_counter(tmp_path):
     root = _tree(tmp_path)
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False,
-                        "n_boot": 50, "axis": "tokens", "metrics": ["em"]})
+                        "axis": "tokens", "metrics": ["em"]})
     fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
     for arm in ("r2e", "search"):
         rows = _rows(root, arm)
@@ -57,12 +57,12 @@ def test_every_compute_axis_reads_its_own_counter(tmp_path, axis, key):
 def test_the_step_axis_is_the_default_and_a_missing_counter_is_a_gap(tmp_path, capsys):
     root = _tree(tmp_path)
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False,
-                        "n_boot": 50, "metrics": ["em"]})
+                        "metrics": ["em"]})
     fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
     assert fig.x["nq"]["r2e"] == [2.0, 4.0] and fig.xlabel == "step"
     _metrics(root / "search" / "seed0", [{"step": 2, "tokens_seen": 300}])  # an older run: no row at step 4
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o2"), "benches": ["nq"], "evaluate": False,
-                        "n_boot": 50, "axis": "tokens", "metrics": ["em"]})
+                        "axis": "tokens", "metrics": ["em"]})
     fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
     assert fig.x["nq"]["search"][0] == 300.0 and math.isnan(fig.x["nq"]["search"][1])
     assert "search/seed0: metrics.jsonl has no tokens_seen at step 4" in (tmp_path / "o2" / "report.md").read_text()
@@ -87,7 +87,7 @@ def test_each_seeds_teacher_forced_line_is_drawn_at_its_own_tokens_seen(tmp_path
             d.mkdir(parents=True)
             write_json(d / "summary.json", {"tf_code": {"loss": 2.0 - 0.1 * s - 0.05 * seed, "tokens": 100, "n": 4}})
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["tf_code"],
-                        "evaluate": False, "n_boot": 20, "axis": "tokens"})
+                        "evaluate": False, "axis": "tokens"})
     fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
     xs = fig.x[next(t for t in fig.x if t.endswith(": all"))]
     for seed, tok in per_step.items():

@@ -110,7 +110,7 @@ def test_the_report_shows_the_decomposition_by_bench_mode_and_identity(tmp_path)
     _write(run / "eval" / "step-000010", _rows(60, 30), fingerprint="armfp00001")
     _write(run / "eval" / "step-000020", _rows(80, 40), fingerprint="armfp00002")
     out = tmp_path / "rep"
-    res = run_analysis({"runs_root": str(root), "out": str(out), "benches": ["nq"], "evaluate": False, "n_boot": 50,
+    res = run_analysis({"runs_root": str(root), "out": str(out), "benches": ["nq"], "evaluate": False, 
                         "metrics": ["em"]})
     table = res.tables["decomposition"]
     (label, cells), = table.rows
@@ -137,7 +137,7 @@ def test_a_pair_evaluated_under_other_settings_is_not_split(tmp_path):
     meta["identities"]["nq"]["keys"]["evaluate.n"] = 7
     write_json(run / "eval" / "step-000010" / "meta.json", meta)
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq"], "evaluate": False,
-                        "n_boot": 50, "metrics": ["em"]})
+                        "metrics": ["em"]})
     assert res.tables["decomposition"].rows == []
     assert "evaluated under different settings (evaluate.n: 100 -> 7)" in (tmp_path / "rep" / "report.md").read_text()
 
@@ -153,7 +153,7 @@ def test_an_undefined_split_is_also_made_from_the_runs_first_well_formed_checkpo
     _write(run / "eval" / "step-000010", _rows(50, 10), fingerprint="armfp00001")
     _write(run / "eval" / "step-000020", _rows(60, 36), fingerprint="armfp00002")
     res = run_analysis({"runs_root": str(tmp_path / "runs"), "out": str(tmp_path / "rep"), "benches": ["nq"],
-                        "evaluate": False, "n_boot": 50, "metrics": ["em"]})
+                        "evaluate": False, "metrics": ["em"]})
     rows = res.tables["decomposition"].rows
     assert [label for label, _ in rows] == ["r2e/seed0 @20 (pre: anchor)", "r2e/seed0 @20 (pre: step 10)"]
     assert rows[0][1][10].startswith("– (the pre evaluation has no well-formed")
@@ -271,7 +271,7 @@ def test_the_transition_table_refuses_other_items_and_unrecorded_pre_and_shows_i
     meta["identities"]["triviaqa"] = {"fingerprint": "armtqa0001", "keys": {"evaluate.n": N}}
     write_json(r2e / "eval" / "step-000010" / "meta.json", meta)
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq", "triviaqa"],
-                        "evaluate": False, "n_boot": 50, "metrics": ["em"]})
+                        "evaluate": False, "metrics": ["em"]})
     rows = {(label, cells[0]): cells for label, cells in res.tables["transitions"].rows}
     assert set(rows) == {("r2e @10 (pre: anchor)", "nq (open)"), ("r2e @10 (pre: anchor)", "triviaqa (open)"),
                          ("search @10 (pre: anchor)", "nq (open)")}

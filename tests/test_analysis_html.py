@@ -44,7 +44,7 @@ def study(tmp_path_factory):
     summary = json.loads((last / "summary.json").read_text())
     write_json(last / "summary.json", {"nq": summary["nq"]})
     res = run_analysis({"runs_root": str(root / "runs"), "out": str(root / "reports"), "benches": BENCHES,
-                        "evaluate": False, "n_boot": 100, "wandb": False})
+                        "evaluate": False, "wandb": False})
     return root, res
 
 

@@ -3,7 +3,7 @@
 paths around them (the one-item gap, compare's settings refusal and dropped ids).
 
 Simulations: logit item difficulty, item-specific gains, seed effects on the logit scale, Bernoulli scores.
-Replicates are stated per test (no bootstrap: the crossed model has a closed form, so n_boot plays no part)."""
+Replicates are stated per test (no bootstrap: the crossed model has a closed form)."""
 from __future__ import annotations
 
 import json

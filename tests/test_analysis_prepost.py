@@ -236,7 +236,7 @@ def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path, tiny_to
         return evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left"))
 
     cfg = {"runs_root": str(root), "out": str(tmp_path / "rep"), "profile": "rl_ood", "benches": ["babyai"],
-           "n_boot": 50, "eval": {"babyai_max_steps": 1, "progress": False}}
+           "eval": {"babyai_max_steps": 1, "progress": False}}
     res = run_analysis(cfg, evaluator=evaluator)
     assert [(c["profile"], c["benches"], c["out"]) for c in calls] == [
         ("rl_ood", ["babyai"], str(root / "grpo_qa" / "seed0" / "eval" / "rl_ood" / "step-000000"))]

@@ -154,14 +154,14 @@ def tiny_runs(tmp_path_factory):
 
 
 def _cfg(runs: Path, out: Path) -> dict:
-    return {"runs_root": str(runs), "out": str(out), "benches": ["search_plan_ood"], "n_boot": 50,
+    return {"runs_root": str(runs), "out": str(out), "benches": ["search_plan_ood"], 
             "eval": {"bench_n": {"search_plan_ood": 2}, "ood_max_turns": 2, "max_model_len": 1024,
                      "max_new_tokens": 8, "dtype": "float32", "progress": False, "batch_size": 1}}
 
 
 def _argv(cfg: dict) -> list[str]:
     eval_keys = [f"eval.{k}={v}" for k, v in cfg["eval"].items() if k != "bench_n"]
-    return [f"runs_root={cfg['runs_root']}", f"out={cfg['out']}", "benches=[search_plan_ood]", "n_boot=50",
+    return [f"runs_root={cfg['runs_root']}", f"out={cfg['out']}", "benches=[search_plan_ood]", 
             "eval.bench_n={search_plan_ood:2}", *eval_keys]
 
 
@@ -264,7 +264,7 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ev_mod, "EvalsHarness", lambda evaluator=None: fake)
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
-    assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50"]) == 0
+    assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm"]) == 0
     plan = Path(record.read_text().split()[0]).parent
     from launch.eval_slurm import run_task
 
@@ -335,7 +335,7 @@ def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch
     monkeypatch.setenv("FAKE_CLUSTER", str(tmp_path))
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "6001")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
-    assert main([f"runs_root={root}", f"out={out}", "benches=[nq,hotpotqa]", "launcher=slurm", "n_boot=50"]) == 0
+    assert main([f"runs_root={root}", f"out={out}", "benches=[nq,hotpotqa]", "launcher=slurm"]) == 0
     plan = Path(record.read_text().split()[0]).parent
     eval_dir = root / "r2e" / "seed0" / "eval" / "step-000010"
 
@@ -420,7 +420,7 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     env, record = _fake_sbatch(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     dirs = [root / "r2e" / "seed0", root / "r2e" / "seed1"]
-    argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "n_boot=50", "slurm.time=01:00:00",
+    argv = [f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", "slurm.time=01:00:00",
             f"slurm.runs=[{dirs[0]},{dirs[1]}]", "slurm.runs_after=[afterok:4000_0,afterok:4000_1]"]
     assert main(argv + ["dry_run=true"]) == 0
     dry = capsys.readouterr().out

@@ -29,7 +29,7 @@ def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("html_study")
     write_study(root / "runs")
     res = run_analysis({"runs_root": str(root / "runs"), "out": str(root / "reports"), "benches": BENCHES,
-                        "evaluate": False, "n_boot": 100, "wandb": False})
+                        "evaluate": False, "wandb": False})
     return root, res
 
 
@@ -226,7 +226,7 @@ def test_paired_view_counts_and_first_difference(study, driver, tmp_path, bench)
 # driver, phases and analysis as `make demo` (arms r2e and search, the tiny base, synthqa + search_plan_ood, the
 # anchor), with two seeds, 2 training steps (checkpoints 1 and 2) and 4 items per bench and checkpoint
 DEMO_ARGS = ["arms=[r2e,search]", "seeds=[0,1]", "steps=2", "save_steps=[1]", "n=8", "bench_n=8", "eval_n=4",
-             "max_turns=2", "max_new_tokens=24", "n_boot=200"]
+             "max_turns=2", "max_new_tokens=24"]
 
 
 @pytest.fixture(scope="module")
@@ -334,7 +334,7 @@ def two_seed_study(tmp_path_factory):
     run = make_run(root / "runs", "search", 1, [10])
     write_eval_dir(run / "eval" / "step-000010", "search1", 10)   # another arm name: another right/wrong pattern
     res = run_analysis({"runs_root": str(root / "runs"), "out": str(root / "reports"), "benches": BENCHES,
-                        "evaluate": False, "n_boot": 100, "wandb": False})
+                        "evaluate": False, "wandb": False})
     return root, res
 
 

@@ -137,7 +137,7 @@ def one_run(tmp_path):
     (["eval=5"], "eval=5"), (["slurm=5"], "slurm=5"),
     # analyze's own keys of the wrong type: one line naming the key, never a traceback nor a dry run's exit 0
     (["benches=5"], "benches=5"), (["metrics=5"], "metrics=5"), (["compare=5"], "compare=5"),
-    (["n_boot=x"], "n_boot"), (["conf=2"], "conf=2"), (["evaluate=5"], "evaluate=5"), (["anchor_dir=5"], "anchor_dir=5"),
+    (["power.max_seeds=x"], "power.max_seeds"), (["conf=2"], "conf=2"), (["evaluate=5"], "evaluate=5"), (["anchor_dir=5"], "anchor_dir=5"),
     (["runs_root=5"], "runs_root=5"), (["power.pilot=5"], "power.pilot=5"), (["eval_tasks=5"], "eval_tasks=5"),
     (["launcher=slurm", "slurm.after=5"], "slurm.after=5"), (["launcher=slurm", "slurm.sbatch=5"], "slurm.sbatch"),
     # a report that would be empty or wrong: an unknown metric, an arm no run has, an anchor never evaluated
@@ -211,7 +211,7 @@ def test_analyze_never_merges_back_a_bench_evaluate_dropped(tmp_path, tiny_token
         backend = Replies(tiny_tokenizer, "turn left") if "babyai" in cfg["benches"] else ScriptedBackend(tiny_tokenizer)
         return evaluate(cfg, backend=backend)
 
-    cfg = {"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["synthqa"], "n_boot": 20,
+    cfg = {"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["synthqa"], 
            "eval": {**opts, "n": 2}}
     run_analysis(cfg, evaluator=evaluator)
     summary = json.loads((out / "summary.json").read_text())
@@ -241,7 +241,7 @@ def test_a_corrupt_meta_json_is_that_checkpoints_gap_not_the_end_of_the_sweep(tm
         bad.mkdir(parents=True)
         (bad / "meta.json").write_text(text)
         (bad / "babyai.jsonl").write_text("")
-    res = run_analysis({"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"], "n_boot": 20,
+    res = run_analysis({"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"], 
                         "eval": {"bench_n": {"babyai": 1}, "babyai_max_steps": 1, "progress": False}},
                        evaluator=lambda cfg: evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left")))
     first, third = res.evaluated.failures

@@ -398,7 +398,7 @@ def _measured_cells(root: Path, study: str, profile: str, anchor: str | None) ->
     from launch.analyze import run_analysis
 
     run_analysis({"runs_root": str(root), "out": str(root / "rep"), "profile": profile, "evaluate": False,
-                  "anchor": anchor, "study": study, "n_boot": 20})
+                  "anchor": anchor, "study": study})
     cells = {}
     for line in (root / "rep" / "tables" / "reference.md").read_text().splitlines()[2:]:
         parts = [c.strip() for c in line.strip().strip("|").split("|")]

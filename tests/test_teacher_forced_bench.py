@@ -98,7 +98,7 @@ def analysed(built, trained, tmp_path_factory):
 
     rep = tmp_path_factory.mktemp("rep")
     res = run_analysis({"runs_root": str(trained), "out": str(rep), "benches": ["tf_code", "tf_search"],
-                        "n_boot": 20, "eval": {"heldout": str(built["heldout"]), "progress": False}})
+                        "eval": {"heldout": str(built["heldout"]), "progress": False}})
     assert not res.evaluated.failures, res.evaluated.failures
     return res, rep
 

@@ -29,7 +29,7 @@ def _write(eval_dir: Path, bench: str, ids: list[str], values: np.ndarray) -> No
         "".join(json.dumps({"id": i, "metrics": {"em": float(v)}}) + "\n" for i, v in zip(ids, values)))
 
 
-def _points(tmp_path: Path, cells: dict[tuple[str, int, int], dict[str, np.ndarray]], n_boot: int = 400):
+def _points(tmp_path: Path, cells: dict[tuple[str, int, int], dict[str, np.ndarray]]):
     """Points over per-example files: (arm, seed, step) -> bench -> scores of ids q0..q{n-1}."""
     from analysis.aggregate import Points
     from analysis.collect import COLUMNS, add_mean_rows
@@ -43,7 +43,7 @@ def _points(tmp_path: Path, cells: dict[tuple[str, int, int], dict[str, np.ndarr
             rows.append({**{c: None for c in COLUMNS}, "arm": arm, "seed": seed, "step": step, "bench": bench,
                          "metric": "em", "value": float(values.mean()), "n": len(values)})
     table = pd.DataFrame(rows, columns=COLUMNS).astype({"seed": "int64", "step": "int64", "value": "float64"})
-    return Points(add_mean_rows(table, list(BENCHES)), dirs, list(BENCHES), n_boot=n_boot)
+    return Points(add_mean_rows(table, list(BENCHES)), dirs, list(BENCHES))
 
 
 def test_compare_table_is_the_difference_per_step_over_each_arms_seeds(tmp_path):

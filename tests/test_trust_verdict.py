@@ -55,7 +55,7 @@ def _tiny_study(root):
     run = root / "runs" / "r2e" / "seed0"
     save_tiny_model(run / "checkpoints" / "step-000001", seed=1)
     (run / "DONE").write_text("")
-    return [f"runs_root={root / 'runs'}", f"out={root / 'rep'}", "benches=[synthqa]", "n_boot=20", "n=2",
+    return [f"runs_root={root / 'runs'}", f"out={root / 'rep'}", "benches=[synthqa]", "n=2",
             f"eval.corpus={root / 'corpus.jsonl'}", f"eval.bench_root={root / 'benches'}", "eval.max_turns=1",
             "eval.max_model_len=512", "eval.max_new_tokens=4", "eval.progress=false", f"eval.index_dir={root / 'idx'}"]
 
@@ -133,7 +133,7 @@ def test_a_point_whose_evaluation_failed_is_a_gap_whatever_its_eval_dir_holds(tm
             return cfg
 
     failing = Failing()
-    cfg = {"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq"], "n_boot": 20}
+    cfg = {"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq"]}
     res = run_analysis(cfg, evaluator=failing)
     assert res.table.empty, res.table                     # 0.8 and 0.6 are another identity's numbers
     assert [m.line() for m in res.missing if m.arm == "r2e"] == [
@@ -224,8 +224,7 @@ def test_analyze_names_a_row_torn_inside_a_character_and_still_reports(tmp_path,
     make_run(root, "r2e", 0, [10], evaluated={10: {"nq": 0.5}})
     rows = root / "r2e" / "seed0" / "eval" / "step-000010" / "nq.jsonl"
     rows.write_bytes(rows.read_bytes() + '{"id": "x", "question": "caf\u00e9'.encode()[:-1])
-    assert analyze_main([f"runs_root={root}", "evaluate=false", "benches=[nq]", f"out={tmp_path / 'rep'}",
-                         "n_boot=10"]) == 0
+    assert analyze_main([f"runs_root={root}", "evaluate=false", "benches=[nq]", f"out={tmp_path / 'rep'}"]) == 0
     out, err = capfd.readouterr()
     assert "Traceback" not in err + out
     page = html.unescape((tmp_path / "rep" / "report.html").read_text())
