@@ -92,7 +92,8 @@ def test_final_best_and_paired_points(tree):
 
 def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     out = tmp_path / "reports"
-    res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False}, evaluator=lambda cfg: pytest.fail("evaluate=false must not evaluate"))
+    res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False},
+                       evaluator=lambda cfg: pytest.fail("evaluate=false must not evaluate"))
     for name in ("results.parquet", "results.csv", "report.md"):
         assert (out / name).is_file()
     assert pd.read_parquet(out / "results.parquet").equals(res.table)

@@ -110,7 +110,7 @@ def test_the_report_shows_the_decomposition_by_bench_mode_and_identity(tmp_path)
     _write(run / "eval" / "step-000010", _rows(60, 30), fingerprint="armfp00001")
     _write(run / "eval" / "step-000020", _rows(80, 40), fingerprint="armfp00002")
     out = tmp_path / "rep"
-    res = run_analysis({"runs_root": str(root), "out": str(out), "benches": ["nq"], "evaluate": False, 
+    res = run_analysis({"runs_root": str(root), "out": str(out), "benches": ["nq"], "evaluate": False,
                         "metrics": ["em"]})
     table = res.tables["decomposition"]
     (label, cells), = table.rows

@@ -42,7 +42,7 @@ def test_analyze_evaluates_tiny_checkpoints_then_nothing(world):
         return evaluate(cfg)
 
     cfg = {"runs_root": str(runs), "out": str(root / "reports"), "benches": ["synthqa", "search_plan_ood"],
-           "anchor": str(anchor), 
+           "anchor": str(anchor),
            "eval": {"n": 2, "corpus": str(root / "corpus.jsonl"), "bench_root": str(bench_root), "max_turns": 2,
                     "max_model_len": 1024, "max_new_tokens": 8, "progress": False, "index_dir": str(root / "idx")}}
     res = run_analysis(cfg, evaluator=counting)

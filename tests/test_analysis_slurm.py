@@ -154,14 +154,14 @@ def tiny_runs(tmp_path_factory):
 
 
 def _cfg(runs: Path, out: Path) -> dict:
-    return {"runs_root": str(runs), "out": str(out), "benches": ["search_plan_ood"], 
+    return {"runs_root": str(runs), "out": str(out), "benches": ["search_plan_ood"],
             "eval": {"bench_n": {"search_plan_ood": 2}, "ood_max_turns": 2, "max_model_len": 1024,
                      "max_new_tokens": 8, "dtype": "float32", "progress": False, "batch_size": 1}}
 
 
 def _argv(cfg: dict) -> list[str]:
     eval_keys = [f"eval.{k}={v}" for k, v in cfg["eval"].items() if k != "bench_n"]
-    return [f"runs_root={cfg['runs_root']}", f"out={cfg['out']}", "benches=[search_plan_ood]", 
+    return [f"runs_root={cfg['runs_root']}", f"out={cfg['out']}", "benches=[search_plan_ood]",
             "eval.bench_n={search_plan_ood:2}", *eval_keys]
 
 

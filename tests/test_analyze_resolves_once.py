@@ -42,7 +42,7 @@ def test_one_checkpoint_on_one_bench_resolves_once(tmp_path, monkeypatch):
         monkeypatch.setattr(module, "resolve", resolve)
     for module in (evals.identity, evals.run):
         monkeypatch.setattr(module, "checkpoint_identity", identity)
-    cfg = {"runs_root": str(tmp_path / "runs"), "out": str(tmp_path / "reports"), "benches": ["synthqa"], 
+    cfg = {"runs_root": str(tmp_path / "runs"), "out": str(tmp_path / "reports"), "benches": ["synthqa"],
            "eval": {"n": 1, "corpus": str(tmp_path / "corpus.jsonl"), "bench_root": str(bench_root), "max_turns": 1,
                     "max_model_len": 512, "max_new_tokens": 4, "progress": False, "index_dir": str(tmp_path / "idx"),
                     "wandb": False}}

@@ -271,7 +271,7 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
 
     final, report = tree
     runs = final.parents[3]
-    argv = [f"runs_root={runs}", f"out={report}", "evaluate=false", "benches=[synthqa,search_plan_ood]", 
+    argv = [f"runs_root={runs}", f"out={report}", "evaluate=false", "benches=[synthqa,search_plan_ood]",
             "cards=true", "wandb=false"]
     (report / "cards").mkdir()   # a user's own file where a card goes, in an out no analysis wrote (seen: overwritten)
     (report / "cards" / "search-s0-step4.md").write_text("my notes")

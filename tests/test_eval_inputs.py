@@ -211,7 +211,7 @@ def test_analyze_never_merges_back_a_bench_evaluate_dropped(tmp_path, tiny_token
         backend = Replies(tiny_tokenizer, "turn left") if "babyai" in cfg["benches"] else ScriptedBackend(tiny_tokenizer)
         return evaluate(cfg, backend=backend)
 
-    cfg = {"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["synthqa"], 
+    cfg = {"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["synthqa"],
            "eval": {**opts, "n": 2}}
     run_analysis(cfg, evaluator=evaluator)
     summary = json.loads((out / "summary.json").read_text())
@@ -241,7 +241,7 @@ def test_a_corrupt_meta_json_is_that_checkpoints_gap_not_the_end_of_the_sweep(tm
         bad.mkdir(parents=True)
         (bad / "meta.json").write_text(text)
         (bad / "babyai.jsonl").write_text("")
-    res = run_analysis({"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"], 
+    res = run_analysis({"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"],
                         "eval": {"bench_n": {"babyai": 1}, "babyai_max_steps": 1, "progress": False}},
                        evaluator=lambda cfg: evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left")))
     first, third = res.evaluated.failures

@@ -142,7 +142,7 @@ def test_analyze_re_evaluates_a_checkpoint_whose_weights_changed(tmp_path, tiny_
         calls.append(cfg)
         return evaluate(cfg, backend=Replies(tiny_tokenizer, "turn left"))
 
-    cfg = {"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"], 
+    cfg = {"runs_root": str(runs), "out": str(tmp_path / "rep"), "benches": ["babyai"],
            "eval": {"bench_n": {"babyai": 2}, "babyai_max_steps": 1, "progress": False}}
     run_analysis(cfg, evaluator=evaluator)
     run_analysis(cfg, evaluator=evaluator)
