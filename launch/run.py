@@ -141,8 +141,7 @@ def recorded_identity(rd: Path) -> dict | None:
 
 
 def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = None, want: dict | None = None) -> dict:
-    """Refuse (LaunchError, exit 2) a request whose identity (`want`, default `requested_identity`) differs
-    from the run dir's; return the request's."""
+    """Refuse (LaunchError) a request whose identity (`want`, default: requested_identity) differs from the run dir's; return it."""
     want = want or requested_identity(cfg, data_fingerprint)
     have = recorded_identity(rd)
     diff = fingerprint.fingerprint_diff(have, want) if have is not None and cfg.resume != "never" else []
@@ -235,8 +234,7 @@ def choices_line(choices: dict) -> str:
 
 
 def kept(trainer: Trainer, prep: Prepared, **cache_kw) -> bool:
-    """True for a finished run (DONE; resume=never starts over): kept, not retrained, its identity checked (not
-    by a dry run) and said."""
+    """True for a finished run (DONE; not resume=never): kept, not retrained, its identity checked unless a dry run."""
     rd = prep.run_dir
     if not is_finished(rd) or prep.cfg.resume == "never":
         return False
