@@ -462,8 +462,7 @@ class SFTTrainer(Trainer):
         prep); else the dataset is prepared and its content fingerprint compared (a data_prep edit leaving the data
         identical is the same run; different data is refused like any other difference)."""
         rd = prep.run_dir
-        have = recorded_identity(rd)
-        if not have or not have.get("data_fingerprint"):
+        if not (recorded_identity(rd) or {}).get("data_fingerprint"):
             return   # nothing recorded to compare with
         if not prep.cfg.data.dir:   # (an explicit data.dir: the dataset step only reads its manifest)
             recorded_key = (manifest.read(rd).get("data") or {}).get("cache_key")
