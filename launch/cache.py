@@ -37,8 +37,7 @@ def cache_root(cfg: DictConfig) -> Path:
 
 
 def data_section(cfg: DictConfig) -> DictConfig:
-    """The `data:` section data_prep sees, with `dir`/`cache_root` nulled: they only say where the
-    dataset lives, so they must not change its key."""
+    """The `data:` section data_prep sees; `dir`/`cache_root` (where it lives) nulled so they never change its key."""
     return OmegaConf.create({**OmegaConf.to_container(cfg.data, resolve=True), "dir": None, "cache_root": None})
 
 
@@ -59,8 +58,7 @@ def read_manifest(data_dir: Path) -> dict:
 
 
 def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable[[str], None] = print) -> None:
-    """Pin the hub sources the arm reads (`cfg.data.sources`) to a commit (data_prep.hub), in
-    place, reusing the pins of the run's existing config.yaml; a no-op with an explicit `data.dir`."""
+    """Pin the arm's hub sources in place, reusing the run's config.yaml pins; a no-op with an explicit `data.dir`."""
     if not cfg.data.dir:
         from data_prep import arms
 
@@ -68,9 +66,8 @@ def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable
 
 
 def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
-    """`cfg` with its unpinned hub sources pinned as the run dir's config.yaml pinned them (pin_hub_sources, on a
-    run's first launch): the form the request is compared in before the data step. No hub access; a source the
-    run never pinned stays as asked."""
+    """`cfg` with its hub sources pinned as the run dir's config.yaml pinned them: the form the request is compared
+    in before the data step. No hub access; a source the run never pinned stays as asked."""
     if cfg.data.dir or not (rd / layout.CONFIG).is_file():
         return cfg
     out = cfg.copy()
@@ -79,8 +76,7 @@ def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
 
 
 def _pin(cfg: DictConfig, domains, rd: Path, log: Callable[[str], None] | None, **resolve) -> None:
-    """Pin `cfg`'s sources of `domains` in place: as the run dir's config.yaml has them, else by `resolve`
-    (default: on the hub); each pin logged when `log`."""
+    """Pin `cfg`'s sources of `domains` in place as config.yaml has them, else by `resolve` (default: the hub)."""
     from data_prep import hub
 
     old = OmegaConf.load(rd / layout.CONFIG) if (rd / layout.CONFIG).is_file() else None
@@ -96,11 +92,8 @@ def _pin(cfg: DictConfig, domains, rd: Path, log: Callable[[str], None] | None, 
 
 def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = None,
                    key_fn: KeyFn | None = None, log: Callable[[str], None] = print) -> CachedData:
-    """Return the arm's dataset directory, building it only when no complete copy is cached.
-
-    `builder` / `key_fn` default to data_prep's `build_arm` / `cache_key` (injectable for tests).
-    An explicit `data.dir` is used as is (it must be a data_prep output directory).
-    """
+    """The arm's dataset directory, built (data_prep's `build_arm` / `cache_key` unless given) only when no complete
+    copy is cached. An explicit `data.dir` is used as is (it must be a data_prep output directory)."""
     if cfg.data.dir:
         data_dir = Path(cfg.data.dir).expanduser().resolve()
         return CachedData(dir=data_dir, key=None, manifest=read_manifest(data_dir), reused=True)

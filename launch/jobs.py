@@ -151,26 +151,22 @@ def cuda_device_count() -> int:
 
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them.
-    `run(plan, where)` checks the plan, then for each job in order writes its script to `where/<name><suffix>`
-    and starts it, after the jobs it names. A backend is one subclass in one file, registered in one line of
-    `BACKENDS`: a third one (e.g. torchrun over ssh on several hosts) is one new file implementing `script` and
-    `start`, and no other file changes (tests/test_jobs.py holds such a double). Commands ask it, never its name:
-    - `submits`: `start` submits a job that runs later, elsewhere (a launch records it and returns); else `start`
-      runs the job to its end. `requeues`: a stopped job is requeued and resumes by itself (resume=never refused).
-    - `where` its jobs run: "here" (this machine's GPUs: `nproc=auto` is as many processes, 1 without CUDA) or
-      "nodes" (`launcher.nodes` nodes of `launcher.gpus_per_node` GPUs each, `nproc=auto` as many processes).
+    `run(plan, where)` writes each job's script to `where/<name><suffix>` and starts it, in order. A backend is one
+    subclass in one file, registered in one line of `BACKENDS` (a third one, e.g. torchrun over ssh, is one new
+    file: tests/test_jobs.py holds such a double). Commands ask it, never its name:
+    - `submits`: `start` submits a job that runs later, elsewhere; else it runs the job to its end. `requeues`:
+      a stopped job is requeued and resumes by itself (resume=never refused).
+    - `where` its jobs run: "here" (this machine's GPUs, 1 process without CUDA) or "nodes" (`launcher.nodes`
+      nodes of `launcher.gpus_per_node` GPUs each).
     - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
-      queued or running; `task_command(job, config)`: what one task runs on its first node, as a launch prints and
-      records it (a backend that runs a multi-node job itself gives its rendezvous here).
-    - `script(job, ids, where)`: the text of what the job runs (its tasks under its wrapper, its resources, its
-      dependencies from `ids`, each started job's id by name: `<job id of NAME>` in a dry run; logs under
-      `where`). It writes nothing.
-    - `start(job, script, ids)`: start (or submit) the job whose script is at `script`; its id. A job run here
-      that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
-    `Backend(command, workdir=, repo=, env=, stops=)`: the command that planned the jobs (what its scripts say
-    wrote them), where a job other than training runs (default: the working directory), the checkout training
-    runs from, the jobs' environment (None: this one); a backend running jobs here appends each signal it
-    forwards to `stops` and keeps each job's log file in `logs`.
+      queued or running; `task_command(job, config)`: what one task runs on its first node, as a launch records it.
+    - `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name;
+      logs under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run
+      here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
+    `Backend(command, workdir=, repo=, env=, stops=)`: the command that planned the jobs (what its scripts say wrote
+    them), where a non-training job runs (default: the working directory), the checkout training runs from, the
+    jobs' environment (None: this one); a backend running jobs here names each signal it forwards in `stops` and
+    keeps each job's log file in `logs`.
     """
     suffix = ".sh"
     submits = False
@@ -215,8 +211,7 @@ class Runner(ABC):
     def start(self, job: Job, script: Path, ids: Mapping[str, str]) -> str: ...
 
     def run(self, plan: list[Job], where: Path, dry_run: bool = False) -> dict[str, str]:
-        """Every job of `plan`, in order; each job's id by name. JobFailed stops it at the first failure. `dry_run`:
-        only the scripts, each job's id in them `<job id of NAME>`."""
+        """Every job of `plan`, in order; each job's id by name. `dry_run`: only the scripts (ids `<job id of NAME>`)."""
         seen: set[str] = set()
         for job in plan:   # each name once, each `after` an earlier job of the plan
             if job.name in seen:
@@ -255,8 +250,7 @@ def project_env(**more: str) -> dict[str, str]:
 
 
 def dry_run_dir(kind: str) -> Path:
-    """A new directory for a dry run's configs and scripts, in the system's temporary directory (never the
-    checkout nor the working directory)."""
+    """A new directory for a dry run's configs and scripts, in the system's temporary directory (never the checkout)."""
     return Path(tempfile.mkdtemp(prefix=f"dtsft-dry-run-{kind}-"))
 
 
@@ -284,8 +278,7 @@ def table(plan: list[Job]) -> str:
 
 
 def dry_run(plan: list[Job], runner: Runner, where: Path) -> None:
-    """Write every job's script under `where` (the planner wrote their configs there) and print the plan;
-    nothing is started."""
+    """Write every job's script under `where` (beside their configs) and print the plan; nothing is started."""
     runner.run(plan, where, dry_run=True)
     print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
     print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)",

@@ -31,19 +31,14 @@ def _pump(src, sinks: list, lock: threading.Lock) -> None:
 
 def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None,
                stops: list[str] | None = None) -> tuple[int, Path]:
-    """Run `cmd`, tee its stdout/stderr into a new `<log_dir>/train-<time>.log`; return (exit code, log).
-
-    The child gets its own process group, so a terminal's Ctrl-C reaches launch alone and is
-    forwarded exactly once (torchrun treats a second signal during its shutdown as another stop).
-    It inherits no descriptor (the trainer takes its own run-dir lock). `stops`: the name of each
-    signal forwarded to the trainer is appended there.
-    """
+    """Run `cmd`, tee its stdout/stderr into a new `<log_dir>/train-<time>.log`; return (exit code, log). The
+    child gets its own process group, so a terminal's Ctrl-C reaches launch alone and is forwarded exactly once
+    (torchrun treats a second signal during its shutdown as another stop). `stops`: each forwarded signal's name."""
     log_dir.mkdir(parents=True, exist_ok=True)
     stem, n = f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}", 0
     while (log_path := log_dir / (f"{stem}.{n}.log" if n else f"{stem}.log")).exists():
         n += 1
-    child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    child_env = {"PYTHONUNBUFFERED": "1", **(os.environ if env is None else env)}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 process_group=0)
@@ -72,13 +67,9 @@ def child_pids(pid: int) -> list[int]:
 
 
 def _install_forwarding(proc: subprocess.Popen, stops: list[str] | None = None):
-    """While the trainer runs, send launch's SIGTERM / SIGINT / SIGUSR1 to the trainer processes.
-
-    They go straight to torchrun's workers (SIGINT as SIGTERM): the trainer saves a resumable state
-    at the next step boundary and exits 0, torchrun then exits 0 too. Signalling torchrun instead
-    would make it relay SIGTERM, SIGKILL the workers after 30 s and exit 1 with a traceback.
-    Before the workers exist the signal goes to torchrun. Returns a function that restores.
-    """
+    """While the trainer runs, send launch's SIGTERM / SIGINT (as SIGTERM) / SIGUSR1 straight to torchrun's workers
+    (before they exist: to torchrun): the trainer saves its state and exits 0, then torchrun too. Signalled, torchrun
+    would relay SIGTERM, SIGKILL the workers after 30 s and exit 1 with a traceback. Returns a function that restores."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     relay = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGTERM, signal.SIGUSR1: signal.SIGUSR1}
@@ -108,8 +99,7 @@ def _loggers() -> dict[str, logging.Logger]:
 
 @contextlib.contextmanager
 def isolated(env: dict[str, str] | None = None):
-    """Run the body with `env` set (None: the environment as it is) and restore the environment, the working
-    directory and every logger's handlers, level and propagation afterwards."""
+    """Run the body with `env` set (None: as is), then restore the environment, working directory and every logger."""
     environ, cwd = dict(os.environ), os.getcwd()
     saved = {name: (list(lg.handlers), lg.level, lg.propagate) for name, lg in _loggers().items()}
     if env is not None:
@@ -159,10 +149,8 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None) -> int:
 
 class LocalRunner(Runner):
     """The local backend: a plan run here, job after job (each array task in turn), stopping at the first failure
-    with its exit status (JobFailed). A job of this interpreter without a wrapper runs in this process (`run_main`
-    on its module's `main([CONFIG])`); any other as a child, `PYTHON -m MODULE CONFIG` (training: under torchrun,
-    from the checkout). A job with `logs` (training) runs through `run_logged` (`logs[name]`: its log file, `stops`:
-    the signals forwarded). Its script (what the dry run writes) is those commands."""
+    (JobFailed). A job of this interpreter without a wrapper runs in this process (`run_main`), any other as a child
+    (training: under torchrun, from the checkout, through `run_logged`). Its script is those commands."""
     where = "here"
 
     def _cwd(self, job: Job) -> str:

@@ -51,14 +51,8 @@ def package_versions(names=PACKAGES) -> dict:
 
 
 def hardware() -> dict:
-    info = {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "cuda": False,
-        "gpus": [],
-    }
+    info = {"hostname": socket.gethostname(), "platform": platform.platform(), "machine": platform.machine(),
+            "cpu_count": os.cpu_count(), "cuda": False, "gpus": []}
     try:
         import torch
 
@@ -79,9 +73,8 @@ def read(run_dir: Path) -> dict:
 
 def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: dict, data: dict,
                    identity: dict | None = None, python: dict | None = None) -> dict:
-    """Create `manifest.json` on the first launch; append this launch to `launches` afterwards. `data`: the
-    dataset record (or GRPO's starting model); `identity`: the run identity launch checked, (re)recorded as is;
-    `python`: each job kind's interpreter (`python.sft=` / `python.grpo=` / `python.eval=`, common.interpreter)."""
+    """Create `manifest.json` on the first launch; append this launch to `launches` afterwards. `data`: the dataset
+    record (or GRPO's starting model); `identity`: the run identity checked; `python`: each job kind's interpreter."""
     entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": shlex.join(["launch", *argv]),
              "argv": list(argv), "cwd": os.getcwd(), "python": sys.executable, "interpreters": dict(python or {}),
              "git": git_state(), "hostname": socket.gethostname(), "launcher": launcher, "data": data}

@@ -22,7 +22,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
-from common.layout import LAUNCH_LOCK, TRAIN_LOCK
 from common.plan import plan_line
 from common.schema import TRAINER_SEMANTICS, run_dir
 from launch import cache, jobs, local, manifest, paths, preflight
@@ -52,11 +51,10 @@ class Prepared:
 
 class Trainer:
     """One kind of training run (`SFT` here, `GRPO` in launch.grpo), as `launch_one` starts it. A subclass names its
-    `stage`, its `keys` (its fields) and `module` (torchrun runs `python -m <module> <run_dir>/config.yaml` in the
-    interpreter `python.<stage>=` names, common.interpreter: its Job is `job`), and implements `resolve(argv)`
-    (compose, refuse another run identity, check the hardware: everything cheap, before any lock or work),
-    `describe` (the plan's lines), `needs(cfg)` ({module: why} its interpreter must import) and `prepare` (under
-    the run-dir lock: the run's inputs and config.yaml; returns the manifest's `data` record)."""
+    `stage`, `keys` (its fields) and `module` (what its `job` runs under torchrun on config.yaml, in `python.<stage>=`),
+    and implements `resolve(argv)` (compose, refuse another run identity, check the hardware: everything cheap, before
+    any lock or work), `describe` (the plan's lines), `needs(cfg)` ({module: why} its interpreter must import) and
+    `prepare` (under the run-dir lock: the run's inputs and config.yaml; returns the manifest's `data` record)."""
 
     stage: str
     module: str
@@ -83,16 +81,13 @@ class Trainer:
         return list(argv) if self.stage == "sft" else [f"stage={self.stage}", *argv]
 
     def runner(self, argv: list[str], kind: str, **kw) -> jobs.Runner:
-        """The runner of launcher `kind` for the launch or sweep command `argv` as recorded (what its scripts say
-        wrote them)."""
+        """The runner of launcher `kind` for the launch or sweep command `argv` (what its scripts say wrote them)."""
         return backend(kind)(shlex.join(["launch", *self.command_argv(argv)]), **kw)
 
     def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None, kind: str | None = None) -> Job:
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
-        under torchrun over the nodes x processes the launcher backend (`kind`, default: `launcher.kind`) gives it
-        on each run's config.yaml, in its interpreter, needing its data (`data.dir`; GRPO: the starting model) and
-        the modules that interpreter must import (each run's as the preflight checks them: launch.preflight.run_needs,
-        asked once per run); whole nodes with the USR1 warning where the backend has nodes."""
+        under torchrun over the nodes x processes the backend (`kind`, default: `launcher.kind`) gives it, needing its
+        data (GRPO: the starting model) and modules (each run's as the preflight checks them); whole nodes, USR1 warned."""
         cfg = preps[0].cfg
         runner = backend(kind or cfg.launcher.kind)
         nodes, gpus = runner.nodes(cfg.launcher), runner.gpus(cfg.launcher, preps[0].nproc)
@@ -123,16 +118,14 @@ def is_finished(rd: Path) -> bool:
 
 
 def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None, semantics: int | None = None) -> dict:
-    """The run identity of `cfg` (common.fingerprint), with the trainer's semantics version and,
-    once the dataset is built, its content fingerprint."""
+    """The run identity of `cfg` (common.fingerprint), with the trainer's semantics version and the data fingerprint."""
     data = {"data_fingerprint": data_fingerprint} if data_fingerprint is not None else {}
     return fingerprint.identity(cfg, EXCLUDED_KEYS, trainer_semantics=semantics or TRAINER_SEMANTICS, **data)
 
 
 def recorded_identity(rd: Path) -> dict | None:
-    """The identity a run dir belongs to: `manifest.json`'s `identity`, or — for a run dir made
-    before identity was recorded — one computed from its `config.yaml` (trainer semantics
-    `LEGACY_TRAINER_SEMANTICS`, data fingerprint from the manifest). None for a fresh dir."""
+    """The identity a run dir belongs to: `manifest.json`'s `identity`, or (made before identity was recorded) one
+    computed from its `config.yaml` with `LEGACY_TRAINER_SEMANTICS`. None for a fresh dir."""
     cfg_path = rd / layout.CONFIG
     try:
         man = manifest.read(rd)
@@ -148,8 +141,7 @@ def recorded_identity(rd: Path) -> dict | None:
 
 
 def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = None, want: dict | None = None) -> dict:
-    """Refuse (LaunchError, exit 2) a request whose identity (`want`, default `requested_identity`) differs
-    from the run dir's; return the request's."""
+    """Refuse (LaunchError) a request whose identity (`want`, default: requested_identity) differs from the run dir's; return it."""
     want = want or requested_identity(cfg, data_fingerprint)
     have = recorded_identity(rd)
     diff = fingerprint.fingerprint_diff(have, want) if have is not None and cfg.resume != "never" else []
@@ -167,10 +159,8 @@ def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = Non
 
 
 def local_nproc(composed: Composed, gpus: int | None = None) -> int:
-    """Processes per node: `launcher.nproc`, or auto = what the launcher backend gives (jobs.Runner.nproc: the
-    GPUs here, 1 without CUDA; a backend with nodes: `launcher.gpus_per_node`, 1 on a CPU-only node), after
-    refusing, for a run that would train here (a dry run only notes it), a GPU-only model on a machine without CUDA
-    (before any data prep) or more processes than its GPUs."""
+    """Processes per node: `launcher.nproc`, or auto = what the backend gives (jobs.Runner.nproc), after refusing,
+    for a run that would train here (not a dry run), a GPU-only model without CUDA or more processes than GPUs."""
     cfg, nproc = composed.cfg, composed.cfg.launcher.nproc
     runner = backend(cfg.launcher.kind)
     if runner.where == "here" and not cfg.launcher.dry_run:
@@ -203,51 +193,39 @@ def write_config(prep: Prepared) -> Path:
     return path
 
 
-def lock_run_dir(rd: Path) -> int:
-    """Take `<run_dir>/.launch.lock` for as long as this launch lives, and check (without taking
-    it) that no trainer holds `<run_dir>/.train.lock`; fail naming the holder. Return the fd.
-
-    The trainer owns its lock (sft.train): it is taken by the trainer's rank 0 itself, so it
-    guards a run dir whoever started the trainer (launch, Slurm, or `python -m sft.train`).
-    """
-    fd = lock.acquire(rd / LAUNCH_LOCK, "another launch", "wait for it to finish or stop it, then re-run to resume")
+@contextmanager
+def lock_run_dir(rd: Path):
+    """Hold `<run_dir>/.launch.lock` for the block, after checking (without taking it) that no trainer holds
+    `.train.lock` (the trainer's rank 0 takes that itself, whoever started it); fail naming the holder."""
+    fd = lock.acquire(rd / layout.LAUNCH_LOCK, "another launch", "wait for it to finish or stop it, then re-run to resume")
     try:
-        lock.check_free(rd / TRAIN_LOCK, "a running trainer", "wait for it to finish or stop it, then re-run to resume")
-    except BaseException:
+        lock.check_free(rd / layout.TRAIN_LOCK, "a running trainer", "wait for it to finish or stop it, then re-run to resume")
+        yield
+    finally:
         os.close(fd)
-        raise
-    return fd
 
 
 def start_over(rd: Path) -> Path | None:
-    """resume=never: rename an existing run dir aside (`<dir>.replaced-<UTC time>`); nothing is deleted.
-    Only a run dir (one holding config.yaml) is renamed: `run_dir=` pointing at any other non-empty
-    directory is refused (common.io.check_output_dir's rule)."""
-    if not rd.exists() or not any(p.name not in (LAUNCH_LOCK, TRAIN_LOCK) for p in rd.iterdir()):
+    """resume=never: rename an existing run dir aside (`<dir>.replaced-<UTC time>`); nothing is deleted. Only a run
+    dir (holding config.yaml) is renamed: any other non-empty `run_dir=` is refused (common.io.check_output_dir)."""
+    if not rd.exists() or not any(p.name not in (layout.LAUNCH_LOCK, layout.TRAIN_LOCK) for p in rd.iterdir()):
         return None
     check_output_dir(rd, overwrite=True, marker=layout.CONFIG, what="run_dir")
-    held = lock_run_dir(rd)  # never rename a run dir a launch or a trainer is using
-    try:
+    with lock_run_dir(rd):  # never rename a run dir a launch or a trainer is using
         aside = replace_aside(rd)
-    finally:
-        os.close(held)
     print(f"[launch] resume=never: the previous run in {rd} was renamed to {aside}", flush=True)
     return aside
 
 
 @contextmanager
 def prepared(trainer: Trainer, prep: Prepared, runner: type[jobs.Runner] | jobs.Runner, **cache_kw):
-    """resume=never's rename (nothing deleted), then under the run dir's lock (held until the block ends): a run
-    still queued refused (the backend's check), the trainer's inputs and config.yaml; yields the manifest's `data`
-    record."""
+    """resume=never's rename, then under the run dir's lock (held for the block): a run still queued refused, the
+    trainer's inputs and config.yaml; yields the manifest's `data` record."""
     if prep.cfg.resume == "never":
         start_over(prep.run_dir)
-    held = lock_run_dir(prep.run_dir)
-    try:
+    with lock_run_dir(prep.run_dir):
         runner.check_not_queued(prep.run_dir)
         yield trainer.prepare(prep, **cache_kw)
-    finally:
-        os.close(held)
 
 
 def choices_line(choices: dict) -> str:
@@ -256,8 +234,7 @@ def choices_line(choices: dict) -> str:
 
 
 def kept(trainer: Trainer, prep: Prepared, **cache_kw) -> bool:
-    """A finished run (DONE; resume=never starts over) is kept, not retrained: its identity checked (not by a
-    dry run) and said. True when kept."""
+    """True for a finished run (DONE; not resume=never): kept, not retrained, its identity checked unless a dry run."""
     rd = prep.run_dir
     if not is_finished(rd) or prep.cfg.resume == "never":
         return False
@@ -269,8 +246,7 @@ def kept(trainer: Trainer, prep: Prepared, **cache_kw) -> bool:
 
 
 def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
-    """`launch [stage=...] key=value ...` for one run of `trainer`; returns the exit code (the trainer's
-    for local runs). `cache_kw` reach SFT's data step (launch.cache: a stand-in builder in tests)."""
+    """`launch [stage=...] key=value ...` for one run of `trainer`; the exit code. `cache_kw` reach SFT's data step."""
     prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
     if kept(trainer, prep, **cache_kw):
         return 0
@@ -290,10 +266,9 @@ def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
 
 
 def train_here(trainer: Trainer, argv: list[str], prep: Prepared, **cache_kw) -> int:
-    """One run trained on this machine (its launcher backend runs jobs here: LocalRunner, its output teed into
-    <run dir>/logs, launch's signals forwarded, each one named in `stops`), prepared as `prepared` says and recorded
-    first; the trainer tags a refusal it records with this launch's id (another's is never taken for it); the
-    exit code is report_end's (a refusal by the trainer's preflight: its line, exit 2)."""
+    """One run trained here (LocalRunner: output teed into <run dir>/logs, signals forwarded and named in `stops`),
+    prepared and recorded first, under a launch id the trainer tags its refusal with; report_end's exit code (a
+    refusal by the trainer's preflight: its line, exit 2)."""
     try:
         trainer.preflight(prep)
     except LaunchError as exc:   # (one run of several: the others still run)
@@ -324,12 +299,9 @@ def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
 
 _SIGNALS = {int(s) for s in signal.Signals}
 def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopped_by: str | None = None) -> int:
-    """The closing line of a local launch; the exit code (a failed trainer's refusal recorded in
-    `logs/trainer-exit.json` under `launch_id` — None: by a trainer run outside launch — is printed
-    as its one line, with the trainer's code). "re-run to resume" is said only when a resumable state exists.
-    A trainer that exits 0 without DONE stopped at a signal (`stopped_by`: the one launch forwarded) with its
-    state saved (a STOPPED record, exit 0); without a resumable state it did not do its work: a FAILED
-    record, exit 1."""
+    """The closing line of a local launch; the exit code (a refusal the trainer recorded under `launch_id`, None:
+    outside launch, printed as its one line with the trainer's code). A trainer exiting 0 without DONE stopped at a
+    signal (`stopped_by`) with its state saved: STOPPED, exit 0; without a resumable state: FAILED, exit 1."""
     resumable = layout.latest_complete_state(layout.states_dir(rd)) is not None
     if rc == 0 and not is_finished(rd):
         if resumable:   # (a signal sent to the trainer itself, not through launch: no `stopped_by`)
@@ -362,11 +334,9 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
 
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
             then: Callable[[Path], tuple[list[Job], dict[Path, str]]] | None = None) -> int:
-    """The plan first (its table of Jobs; every job's config and script written under a new temporary directory
-    it names), then each run's lines and resolved config and what would run: the command here, or the script a
-    submitting backend submits (GRPO: every backend's script). A sweep's: one job, an `array` over its runs, its
-    logs and script in its own dir (`logs`; by default the run dir's); `then(where)`: the jobs planned after the
-    training (a sweep's evaluation) and their configs under `where`. Nothing else is written; nothing starts.
+    """The plan (its jobs' configs and scripts under a new temporary directory), then each run's lines, resolved
+    config and the command here or the script submitted (GRPO: every backend's). A sweep's: one `array` job (`logs`:
+    its dir); `then(where)`: the jobs planned after training and their configs. Nothing else is written or started.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
     from launch.eval_slurm import write_files
 
@@ -401,9 +371,8 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
 
 
 def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
-    """Runs ((argv, prep) each, resolved up front), here, one after another as `launch` runs each (of several, each
-    announced by its first two keys: arm and seed); the exit status: one run's own; of several, 1 when one failed
-    (the others run all the same; the failed ones listed), an interrupt's (130 / 143), which stops them."""
+    """Runs ((argv, prep) each) here, one after another as `launch` runs each; the exit status: one run's own; of
+    several, 1 when one failed (the others still run; the failed listed), or an interrupt's (130 / 143), which stops them."""
     failed = []
     for i, (argv, prep) in enumerate(runs, 1):
         if len(runs) > 1:
@@ -422,11 +391,9 @@ def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
 
 
 class Training(jobs.Runner):
-    """A plan on a launcher backend's runner (`inner`) whose training jobs (`runs`: job name -> (trainer, its runs,
-    (argv, prep) each)) run as `launch` runs them, in the runner's environment: run here, one after another
-    (`train_runs`); submitted, a finished run kept (`kept`) and each other one prepared just before (what the trainer
-    would refuse at start, then `prepared`), each run's submission recorded in its manifest (an array: task i).
-    `cache_kw` reach the data step (launch.cache)."""
+    """A backend's runner (`inner`) whose training jobs (`runs`: job name -> (trainer, [(argv, prep)])) run as
+    `launch` runs them: here, one after another (`train_runs`); submitted, finished runs kept, each other one
+    preflighted and `prepared` just before, its submission recorded in its manifest (an array: task i)."""
 
     def __init__(self, inner: jobs.Runner, runs: dict, **cache_kw):
         self.inner, self.runs, self.cache_kw, self.suffix = inner, runs, cache_kw, inner.suffix
@@ -477,8 +444,7 @@ class SFTTrainer(Trainer):
         return interpreter.sft_needs(cfg)
 
     def dataset(self, prep: Prepared, **cache_kw) -> cache.CachedData:
-        """The run's dataset (its hub sources pinned in the run dir, then built or reused by its cache key):
-        `data.dir` and `prep.data`."""
+        """The run's dataset (hub sources pinned, then built or reused by its cache key): `data.dir` and `prep.data`."""
         cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir, log=cache_kw.get("log", print))
         prep.data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm, **cache_kw)
         prep.cfg.data.dir = str(prep.data.dir)
@@ -492,13 +458,11 @@ class SFTTrainer(Trainer):
         return {"dir": str(data.dir), "cache_key": data.key, "fingerprint": data.fingerprint, "reused": data.reused}
 
     def check_finished(self, prep: Prepared, **cache_kw) -> None:
-        """Is a finished run's dataset still the one it trained on? When its cache key is the one the run recorded,
-        it is (cheap: no data prep). When it differs (a source file, the tokenizer or data_prep's code changed),
-        the dataset is prepared (cached by its key) and its content fingerprint compared: a data_prep code edit that
-        leaves the data identical is the same run; different data is refused like any other difference."""
+        """Is a finished run's dataset still the one it trained on? Yes when its cache key is the recorded one (no data
+        prep); else the dataset is prepared and its content fingerprint compared (a data_prep edit leaving the data
+        identical is the same run; different data is refused like any other difference)."""
         rd = prep.run_dir
-        have = recorded_identity(rd)
-        if not have or not have.get("data_fingerprint"):
+        if not (recorded_identity(rd) or {}).get("data_fingerprint"):
             return   # nothing recorded to compare with
         if not prep.cfg.data.dir:   # (an explicit data.dir: the dataset step only reads its manifest)
             recorded_key = (manifest.read(rd).get("data") or {}).get("cache_key")

@@ -40,10 +40,9 @@ def slurm_option_problems(options, key: str = "launcher.sbatch") -> list[str]:
 
 
 def _training(job: Job, setup: list[str]) -> list[str]:
-    """A training job's lines after the template's head: the end records (common.layout FAILED / REQUEUED, JSON,
-    written atomically: how this segment ended short of DONE, for analyze; an earlier segment's go first; an EXIT
-    trap records a segment that ended otherwise, launcher.setup exiting or the batch shell killed, unless one was
-    written), `setup`, one segment of the run under torchrun (the job's module: the trainer), then requeue or finish."""
+    """A training job's lines after the template's head: the end records (FAILED / REQUEUED, written atomically: how
+    this segment ended short of DONE; an EXIT trap records one that ended otherwise, in setup or killed), `setup`,
+    one segment of the run under torchrun, then requeue or finish."""
     nodes, python = job.resources.nodes, job.python
     node_cmd = (
         "trap \"\" USR1; exec \"$0\" -m launch.torchrun"
@@ -124,20 +123,17 @@ def _training(job: Job, setup: list[str]) -> list[str]:
 
 
 class SlurmRunner(Runner):
-    """A plan as Slurm jobs: one sbatch script per Job, submitted in order, `--dependency` from its `after`
-    (afterok, or afterany for `after_any`; an afterok one adds `--kill-on-invalid-dep=yes`, so that what runs
-    afterany still runs) and `waits`. An array is one script, task i running config i. Training (the torchrun
-    wrapper) is the run script above on `launcher.nodes` whole nodes; any other job execs `python -m MODULE
-    CONFIG` in the batch shell, from `workdir` (its relative paths stay valid), the project importable.
-    Logs: `<where>/slurm-<name>-<job id>.out`, or `slurm-<job id>.out` in the job's `logs`."""
+    """A plan as Slurm jobs: one sbatch script per Job, submitted in order, `--dependency` from `after` (afterok, with
+    `--kill-on-invalid-dep=yes` so that what runs afterany still runs; afterany for `after_any`) and `waits`. An
+    array is one script, task i running config i. Training is `_training` on whole nodes; any other job execs
+    `python -m MODULE CONFIG` in the batch shell. Logs: `<where>/slurm-<name>-<job id>.out`, or in the job's `logs`."""
     suffix = ".sbatch"
     submits, requeues = True, True
     cluster = staticmethod(Cluster.of)
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
-        """Refuse to submit a run whose last submitted job (its manifest.json's) is still queued or running
-        (two jobs would train one run directory)."""
+        """Refuse a run whose last submitted job (manifest.json's) is still queued or running (two jobs, one run dir)."""
         launches = read_manifest(run_dir).get("launches", [])
         jobs = [e["launcher"]["job_id"] for e in launches if (e.get("launcher") or {}).get("job_id")]
         squeue = shutil.which("squeue")   # absent, or the job no longer known (finished, purged): not queued
@@ -148,10 +144,9 @@ class SlurmRunner(Runner):
                               f"itself when requeued (scancel {jobs[-1]} first to resubmit)")
 
     def script(self, job: Job, ids, where: Path) -> str:
-        """The one sbatch template: the #SBATCH header (what wrote it: `command`), a training job's run dir(s) (config
-        i is <run dir i>/config.yaml) and the checkout, any other job's `workdir` (its relative paths valid), the
-        project importable, then the job's lines; `launcher.setup` before them, not under `set -u` (environment
-        scripts, conda activate or module load, often read unset variables)."""
+        """The one sbatch template: the #SBATCH header, a training job's run dir(s) and the checkout or any other job's
+        `workdir` (its relative paths valid), then the job's lines; `launcher.setup` before them, not under `set -u`
+        (environment scripts, conda activate or module load, often read unset variables)."""
         r, q, cluster = job.resources, shlex.quote, job.cluster or Cluster()
         task = "" if job.after_task is None else f"_{job.after_task}"
         own = (("afterany:" if job.after_any else "afterok:") + ":".join(ids[a] + task for a in job.after)) if job.after else None

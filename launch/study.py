@@ -36,8 +36,7 @@ from launch.run import SFT, Training, is_finished
 from launch.slurm import slurm_option_problems
 from launch.sweep import analysis_config, analysis_job, evaluation_jobs, evaluation_request, parse_sweep
 
-# The interpreter kind (common.interpreter) of a stage that is itself one job (a training stage's jobs run
-# python.sft= / python.grpo=, its own keys).
+# The interpreter kind of a stage that is one job (a training stage's run python.sft= / python.grpo=, its own keys).
 STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
 _PYTHON_KEYS = tuple(f"python.{k}" for k in KINDS)
 EXPORT_NEEDS = {"torch": "export", "safetensors": "export", "omegaconf": "the config"}
@@ -67,8 +66,7 @@ def _split(tok: str) -> tuple[str | None, Arg] | None:
 
 
 def _file_args(stage: Stage, without=()) -> list[Arg]:
-    """The stage's arguments in its study file, less those whose value refers to one of the variables `without`
-    (data slots not filled yet)."""
+    """The stage's arguments in its study file, less those referring to a variable of `without` (unfilled slots)."""
     return [Arg(k, shown(v, dotlist=True)) for k, v in stage.args.items() if not set(stage.arg_uses.get(k, ())) & set(without)]
 
 
@@ -79,9 +77,8 @@ def _launcher(args: list[Arg]) -> str | None:
 
 @dataclass
 class Request:
-    """A study's command line, parsed once: the study (its variables set), the plain arguments (training stages;
-    the launcher, cluster and interpreter keys also the other stages' jobs), each stage's own, dry_run, and
-    the backend every job of the plan goes to (launch.jobs.BACKENDS)."""
+    """A study's command line, parsed once: the study (its variables set), the plain arguments (training stages; the
+    launcher, cluster and interpreter keys also the other stages'), each stage's own, dry_run, the plan's backend."""
     study: Study
     shared: list[Arg]
     own: dict[str, list[Arg]]
@@ -164,9 +161,8 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
 
 @dataclass
 class Resolved:
-    """One stage resolved: a training stage's runs (launch.run.Prepared) and each one's launch argv, a sweep's
-    evaluation (analyze config), or the stage's one config; its interpreter and cluster settings; the data
-    slots it still lacks (a dry run: it is not resolved, only its keys are checked)."""
+    """One stage resolved: a training stage's runs and launch argvs, a sweep's evaluation (analyze config), or the
+    stage's one config; its interpreter and cluster settings; the data slots it still lacks (a dry run's)."""
     stage: Stage
     trainer: object = None
     preps: list = field(default_factory=list)
@@ -179,9 +175,8 @@ class Resolved:
 
 
 def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster, planned: list | None) -> None:
-    """An analyze / evaluate / export stage's one config (the study file's `args`, then the command line's: the
-    shared settings its job takes, then its `own`), resolved and checked, and its job's cluster settings
-    (`planned`: the earlier stages' run dirs, an analysis's arms; None while one is not resolved)."""
+    """An analyze / evaluate / export stage's one config (the file's `args`, the shared settings its job takes, its
+    `own`) resolved and checked, and its cluster settings (`planned`: earlier run dirs; None while one is unresolved)."""
     stage = r.stage
     if stage.run == "analyze":
         from launch.analyze import parse_argv, request
@@ -214,10 +209,8 @@ def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg
 
 
 def resolve_stages(req: Request) -> list[Resolved]:
-    """Every stage's config resolved once, every key checked (ConfigError: one line naming the stage). A stage
-    whose data slots are unfilled (a dry run only) is checked with those arguments left out: an unknown key is
-    refused, a value needing the slot waits for it. A non-training stage's `python.<its kind>=` (the command
-    line's, then its own; analyze's python.eval also its evaluations') is its job's interpreter."""
+    """Every stage's config resolved once, every key checked (one line naming the stage). Unfilled data slots (a dry
+    run): those arguments left out, an unknown key still refused. A job stage's `python.<its kind>=` is its interpreter."""
     study = req.study
     if study.unset() and not req.dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
@@ -285,9 +278,8 @@ def _needs(req: Request, r: Resolved) -> Needs:
 
 
 def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list) -> tuple[list[Job], dict[Path, str]]:
-    """A sweep stage's evaluation (`eval_profile=`) as launch.sweep plans it, its configs under `where` (returned,
-    unwritten): here its analysis job; on a submitting launcher one evaluation job per run after its training
-    task, then the aggregation, which carries the analysis's needs for the preflight."""
+    """A sweep stage's evaluation as launch.sweep plans it, its configs under `where` (unwritten): here its analysis
+    job; submitted, one job per run after its training task, then the aggregation (carrying the analysis's needs)."""
     name, needs = r.stage.name, replace(preflight.analyze_needs(r.evaluation), who=f"stage {r.stage.name} (its evaluation)")
     if jobs.backend(req.launcher).submits:
         evaluation, files = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where, r.preps, todo)
@@ -300,9 +292,8 @@ def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list) -> tupl
 
 
 def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[Job], dict[Path, str]]:
-    """The study's plan, nothing written: each stage's jobs, each stage after the latest earlier stage that has
-    jobs (a training stage whose runs are all finished has none when submitted), and their configs under `where`
-    (path -> text)."""
+    """The study's plan, nothing written: each stage's jobs, after the latest earlier stage that has jobs (submitted,
+    an all-finished training stage has none), and their configs under `where` (path -> text)."""
     plan, files, before, submits = [], {}, (), jobs.backend(req.launcher).submits
 
     def write(path: Path, text: str) -> str:

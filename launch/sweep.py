@@ -29,9 +29,8 @@ ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze 
 
 
 def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]]:
-    """Every run's argv (each arm x seed of `arms=[...]` and `seeds=[...]`, with the per-run overrides), the
-    `eval_profile=` value or None and the `analyze.KEY=VALUE` tokens as KEY=VALUE; a LaunchError naming a bad one
-    (an unknown profile, analyze.* without a profile)."""
+    """Every run's argv (each arm x seed, with the other overrides), the `eval_profile=` value or None and the
+    `analyze.KEY=VALUE` tokens as KEY=VALUE; a LaunchError naming a bad one."""
     arms, seeds, rest, profile, analyze = None, [0], [], None, []
     for tok, (key, value) in zip(argv, split_dotlist(argv)):
         if key == "eval_profile":
@@ -73,10 +72,9 @@ def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]
 
 
 def analysis_config(first, profile: str, analyze: list[str]):
-    """The sweep's analysis, resolved once (launch.analyze's keys, LaunchError naming a bad one): the runs under
-    the first run's runs_root evaluated with `profile` into <runs_root>/_reports/<profile>, by the evaluation
-    interpreter (`python.eval=`), on the training's launcher with its cluster settings (jobs.CLUSTER_KEYS);
-    `analyze.KEY=VALUE` tokens last, so they win (analyze.slurm.time=...)."""
+    """The sweep's analysis config (LaunchError naming a bad key): the runs under the first run's runs_root evaluated
+    with `profile` into <runs_root>/_reports/<profile>, in python.eval, on the training's launcher and cluster
+    settings; the `analyze` tokens last, so they win."""
     from launch.analyze import parse_argv
 
     python = interpreter.named(first.get("python"), "eval")
@@ -91,8 +89,7 @@ def analysis_config(first, profile: str, analyze: list[str]):
 
 
 def as_typed(exc: Exception, analyze: list[str]) -> LaunchError:
-    """The analysis refusing a setting (`exc`), its keys named as the sweep takes them: each key set by an
-    `analyze.KEY=VALUE` token, and the keys it suggests or lists, as `analyze.KEY`."""
+    """The analysis refusing a setting (`exc`), the keys set, suggested or listed named as the sweep takes them."""
     line = re.sub(r"(Did you mean: |Valid keys: )([^?\n]*)", lambda m: m[1] + ", ".join(ANALYZE + k for k in m[2].split(", ")), str(exc))
     for key in {k for k, _ in split_dotlist(analyze)}:
         line = re.sub(rf"(?<![\w.]){re.escape(key)}\b", ANALYZE + key, line)
@@ -100,8 +97,8 @@ def as_typed(exc: Exception, analyze: list[str]) -> LaunchError:
 
 
 def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> tuple[list[Job], dict[Path, str]]:
-    """The sweep's analysis as a Job: `python -m launch.analyze <where>/analyze.yaml`, in python.eval, after the
-    training however it ended (a failed run is a gap in the report); and its config, unwritten."""
+    """The sweep's analysis Job on `<where>/analyze.yaml`, in python.eval, after the training however it ended (a
+    failed run is a gap in the report); and its config, unwritten."""
     path = Path(where) / "analyze.yaml"
     return [Job("analyze", "launch.analyze", config=str(path), python=interpreter.interpreter(cfg.python, "eval"),
                 after=after, after_any=bool(after), notes=("the sweep's evaluation and report",),
@@ -109,8 +106,7 @@ def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> tuple
 
 
 def run_sweep(argv: list[str], **cache_kw) -> int:
-    """`launch sweep ...`: every run resolved up front (composed once), the evaluation and the preflight checked
-    before anything trains; then the runs here one after another (the analysis after them), or submitted."""
+    """`launch sweep ...`: every run resolved, the evaluation and preflight checked first; then trained here or submitted."""
     runs, profile, analyze = parse_sweep(argv)
     preps = [SFT.resolve(run) for run in runs]   # every combination's keys and values checked up front
     first = preps[0].cfg   # the preflight: every run's needs and the evaluation's, before anything (exit 2)
@@ -143,8 +139,7 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
 
 
 def _analyze_here(cfg, where: Path) -> int:
-    """The sweep's analysis (`cfg`, written under `where`) run now (LocalRunner: in this process when its
-    interpreter is this one, else a child); its exit status."""
+    """The sweep's analysis (`cfg`, written under `where`) run now by the LocalRunner; its exit status."""
     [job], files = analysis_job(cfg, where, after=())
     write_files(files)
     print(f"[launch] sweep: evaluating with profile {cfg.profile}: python -m launch.analyze {job.config}", flush=True)
@@ -161,9 +156,8 @@ def _sweep_dir(cfg) -> Path:
 
 
 def evaluation_request(evaluation, preps: list):
-    """The sweep's analysis (analysis_config) resolved and checked once, as the analysis checks it
-    (launch.analyze.request; AnalysisError / ConfigError naming a setting); on a submitting launcher as one
-    evaluation job per run (slurm.runs: the runs' dirs), which evaluation_jobs plans from it."""
+    """The sweep's analysis resolved and checked as the analysis checks it (AnalysisError / ConfigError naming a
+    setting); on a submitting launcher as one evaluation job per run (slurm.runs), which evaluation_jobs plans."""
     from launch.analyze import request
 
     per_run = {"slurm": {"runs": [str(p.run_dir) for p in preps], "runs_after": None}} if backend(evaluation.launcher).submits else {}
@@ -172,10 +166,9 @@ def evaluation_request(evaluation, preps: list):
 
 
 def evaluation_jobs(req, where: Path, preps: list, todo: list) -> tuple[list[Job], dict[Path, str]]:
-    """The sweep's evaluation on Slurm (`req`: evaluation_request's; launch/eval_slurm.py runs_plan): one job
-    per run, run i of `todo` after training task i only (cancelled when that task fails: --kill-on-invalid-dep),
-    a finished run's after nothing, then the aggregation after all of them (afterany); and their configs (under
-    `where`), unwritten."""
+    """The sweep's evaluation on Slurm (launch.eval_slurm.runs_plan): one job per run, run i of `todo` after training
+    task i only (cancelled when it fails), a finished run's after nothing, then the aggregation after all of them
+    (afterany); and their configs under `where`, unwritten."""
     from launch.eval_slurm import runs_plan
 
     finished = [str(p.run_dir) for p in preps if all(p is not t for t in todo)]
@@ -184,8 +177,7 @@ def evaluation_jobs(req, where: Path, preps: list, todo: list) -> tuple[list[Job
 
 
 def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
-    """A submitting launcher's sweep: every unfinished run prepared here, one array job trains them all (task i:
-    run i), its evaluation jobs (`req`: evaluation_request's) after it."""
+    """A submitting launcher's sweep: unfinished runs prepared here, one array job trains them, its evaluation after."""
     kind, dry = preps[0].cfg.launcher.kind, bool(preps[0].cfg.launcher.dry_run)
     todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep, **cache_kw)]
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted

@@ -155,13 +155,10 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
 def test_a_run_dir_in_use_is_refused(tmp_path):
     from launch import run
 
-    fd = run.lock_run_dir(tmp_path / "r2e" / "seed0")
-    try:
-        with pytest.raises(ConfigError, match=f"in use by another launch.*pid {__import__('os').getpid()}"):
-            run.launch_one(run.SFT, ["model=tiny", "data=synthetic", f"runs_root={tmp_path}"],
-                           builder=FakeDataPrep().build, key_fn=FakeDataPrep().key)
-    finally:
-        __import__("os").close(fd)
+    with run.lock_run_dir(tmp_path / "r2e" / "seed0"), \
+            pytest.raises(ConfigError, match=f"in use by another launch.*pid {__import__('os').getpid()}"):
+        run.launch_one(run.SFT, ["model=tiny", "data=synthetic", f"runs_root={tmp_path}"],
+                       builder=FakeDataPrep().build, key_fn=FakeDataPrep().key)
 
 
 def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeypatch, capsys):
