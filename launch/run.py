@@ -140,6 +140,9 @@ def recorded_identity(rd: Path) -> dict | None:
                           "fix or move that run dir, or use name=... / run_dir=... for this run") from None
 
 
+SEMANTICS = {"trainer_semantics:": "common.schema.TRAINER_SEMANTICS", "reward_semantics:": "rl.envs.REWARD_SEMANTICS"}
+
+
 def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = None, want: dict | None = None) -> dict:
     """Refuse (LaunchError) a request whose identity (`want`, default: requested_identity) differs from the run dir's; return it."""
     want = want or requested_identity(cfg, data_fingerprint)
@@ -148,8 +151,7 @@ def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = Non
     if diff:
         where = (f"name=<variant> trains it as a separate run in {Path(cfg.runs_root).expanduser()}/{cfg.arm}/<variant>/"
                  f"seed{cfg.seed}" if not cfg.run_dir else "run_dir=<another dir> trains it as a separate run")
-        why = ("; the code changed what this config means (common.schema.TRAINER_SEMANTICS)"
-               if any(d.startswith("trainer_semantics:") for d in diff) else "")
+        why = "".join(f"; the code changed what this config means ({v})" for k, v in SEMANTICS.items() if any(d.startswith(k) for d in diff))
         raise LaunchError(
             f"{rd} holds a run of a different configuration{why}; refusing to resume or report it as this one. "
             "Differences (run dir -> requested):\n  " + "\n  ".join(diff) +

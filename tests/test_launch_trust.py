@@ -134,7 +134,8 @@ def test_grpo_qa_relaunch_on_a_changed_prompts_file_or_corpus_is_refused(W, monk
     for old, shown in ((REWARD_SEMANTICS - 1, REWARD_SEMANTICS - 1), (None, "'<absent>'")):
         rec = {k: v for k, v in now.items() if k != "reward_semantics"} | ({"reward_semantics": old} if old else {})
         (prep.run_dir / "manifest.json").write_text(json.dumps({"identity": rec}))
-        with pytest.raises(ConfigError, match=rf"different configuration.*\n  reward_semantics: {shown} -> {REWARD_SEMANTICS}\n"):
+        with pytest.raises(ConfigError, match=rf"different configuration; the code changed what this config means \(rl.envs.REWARD_SEMANTICS\)"
+                                              rf".*\n  reward_semantics: {shown} -> {REWARD_SEMANTICS}\n"):
             rlaunch.GRPO.resolve(QA)
     assert rlaunch.GRPO.resolve([*QA, "resume=never"]).identity == now   # starting over (renamed aside) is allowed
     assert "reward_semantics" not in rlaunch.run.requested_identity(compose(["arm=r2e", "model=tiny"]).cfg)   # SFT's: unchanged
