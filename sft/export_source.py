@@ -32,6 +32,9 @@ class ExportError(SftError):
     """The checkpoint cannot be exported as asked (a user mistake: exit 2); the message says which file and why."""
 
 
+GONE = "removed while the export was picking it (a trainer pruning its old states)"
+
+
 @dataclass
 class Source:
     kind: str  # "hf" | "state"
@@ -61,38 +64,62 @@ def _dcp_dir(step_dir: Path) -> Path:
 
 def _state_source(step_dir: Path, notes: list[str], verified: bool = False) -> Source:
     """A state that passes `sft.checkpoint.verify_state` (COMPLETE, SHA256SUMS, meta.json);
-    `verified`: latest_complete_state just checked it."""
+    `verified`: latest_complete_state just checked it. A state removed meanwhile is one ExportError saying so."""
     from sft.checkpoint import verify_state
 
-    problems = [] if verified else verify_state(step_dir)
-    if problems:
-        raise ExportError(f"{step_dir}: refusing to export a state that fails its checks:\n  " + "\n  ".join(problems))
-    hf_dir = step_dir / "hf"
-    if not (hf_dir / "config.json").is_file():
-        raise ExportError(f"{hf_dir / 'config.json'}: missing; a state dir must carry hf/ (config + tokenizer) to be exported")
-    step = layout.parse_step(step_dir.name)
-    meta = step_dir / "meta.json"
     try:
-        step = int(json.loads(meta.read_text(encoding="utf-8")).get("step", step))
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise ExportError(f"{meta}: unreadable ({exc})") from exc
-    return Source("state", step_dir, hf_dir, _dcp_dir(step_dir), step, notes)
+        problems = [] if verified else verify_state(step_dir)
+        if problems:
+            raise ExportError(f"{step_dir}: refusing to export a state that fails its checks:\n  " + "\n  ".join(problems))
+        hf_dir = step_dir / "hf"
+        if not (hf_dir / "config.json").is_file():
+            raise ExportError(f"{hf_dir / 'config.json'}: missing; a state dir must carry hf/ (config + tokenizer) to be exported")
+        meta = step_dir / "meta.json"
+        try:
+            step = int(json.loads(meta.read_text(encoding="utf-8")).get("step", layout.parse_step(step_dir.name)))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ExportError(f"{meta}: unreadable ({exc})") from exc
+        return Source("state", step_dir, hf_dir, _dcp_dir(step_dir), step, notes)
+    except (ExportError, OSError):
+        if step_dir.is_dir():
+            raise
+        raise ExportError(f"{step_dir}: {GONE}; nothing was exported: export again") from None
 
 
-def latest_complete_state(state_root: Path) -> tuple[Path, list[str]]:
+def latest_complete_state(state_root: Path, gone: tuple[Path, ...] = ()) -> tuple[Path, list[str]]:
     """The newest step-NNNNNN under `state_root` that is COMPLETE and verifies, plus notes on
-    each newer one skipped (torn, or failing its SHA256SUMS) and why."""
+    each newer one skipped (torn, failing its SHA256SUMS, or removed meanwhile: `gone`) and why."""
     from sft.checkpoint import newest_verified_state
 
-    steps = layout.step_dirs(state_root)[::-1]
-    notes = [f"skipped torn state {p} (no {layout.COMPLETE} marker)" for _, p in steps if not layout.is_complete_state(p)]
+    listed = sorted({*gone, *(p for _, p in layout.step_dirs(state_root))}, key=lambda p: p.name, reverse=True)
     found, skipped = newest_verified_state(state_root)
-    notes += skipped
+
+    def note(p: Path) -> str | None:
+        if not p.is_dir():
+            return f"skipped state {p}: {GONE}"
+        if not layout.is_complete_state(p):
+            return f"skipped torn state {p} (no {layout.COMPLETE} marker)"
+        return next((n for n in skipped if n.startswith(f"skipped state {p}:")), None)
+
+    notes = [n for p in listed if (found is None or p.name > found.name) and (n := note(p))]
     if found is None:
-        raise ExportError(f"{state_root}: no complete resumable state that verifies (found {len(steps)} step dirs"
+        raise ExportError(f"{state_root}: no complete resumable state that verifies (found {len(listed)} step dirs"
                           + (f": {'; '.join(notes)}" if notes else "") + ")")
-    newer = {str(p) for s, p in steps if s > layout.parse_step(found.name)}
-    return found, [n for n in notes if any(p in n for p in newer)]
+    return found, notes
+
+
+def _newest_state_source(state_root: Path) -> Source:
+    """The newest state that verifies; one removed between its check and its reading (a trainer pruning its
+    old states) is skipped, with a note, for the next."""
+    gone: tuple[Path, ...] = ()
+    while True:
+        step_dir, notes = latest_complete_state(state_root, gone)
+        try:
+            return _state_source(step_dir, notes, verified=True)
+        except ExportError:
+            if step_dir.is_dir():
+                raise
+            gone += (step_dir,)
 
 
 def resolve_source(ckpt: str | Path) -> Source:
@@ -105,8 +132,7 @@ def resolve_source(ckpt: str | Path) -> Source:
         return _state_source(p, [])
     for root in (layout.states_dir(p), p):
         if layout.step_dirs(root):
-            step_dir, notes = latest_complete_state(root)
-            return _state_source(step_dir, notes, verified=True)
+            return _newest_state_source(root)
     raise ExportError(
         f"{p}: not a checkpoint: expected an HF model dir (config.json + model.safetensors[.index.json]), "
         f"a state dir (COMPLETE, meta.json, hf/, DCP shards) or a run dir with state/step-NNNNNN/"

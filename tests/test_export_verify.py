@@ -557,3 +557,38 @@ def test_a_state_pruned_during_the_export_stops_it_cleanly(when, state_dir, tmp_
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(state) in err and "removed or changed while it was exported" in err, err
     assert [p.name for p in out.parent.iterdir()] == ["x"] and [p.name for p in out.iterdir()] == ["export_info.json"]
+
+
+@pytest.mark.parametrize("when,pruned", [("listed", 1), ("verified", 1), ("verified", 2)])
+def test_a_state_pruned_while_it_is_picked_falls_back_or_stops(when, pruned, state_dir, tmp_path, monkeypatch, capsys):
+    """The trainer prunes the newest state (prune_states: rmtree) after the run's states were listed, while or just
+    after it was verified (seen: a note calling it torn; "hf/config.json: missing"; a FileNotFoundError traceback):
+    the export falls back to the next complete state and its notes say why; with none left, one line, exit 2."""
+    import sft.checkpoint
+
+    run = tmp_path / "run"
+    old, new = (shutil.copytree(state_dir, run / "state" / f"step-0000{s}0") for s in (1, 2))
+    victims = [new, old][:pruned]
+    real_verify, real_newest = sft.checkpoint.verify_state, sft.checkpoint.newest_verified_state
+
+    def verify(d):
+        if victims and d == victims[0]:
+            shutil.rmtree(victims.pop(0))
+        return real_verify(d)
+
+    def newest(root):
+        found, notes = real_newest(root)
+        if victims and found == victims[0]:
+            shutil.rmtree(victims.pop(0))
+        return found, notes
+
+    monkeypatch.setattr(sft.checkpoint, "verify_state" if when == "listed" else "newest_verified_state",
+                        verify if when == "listed" else newest)
+    code = export_main([f"ckpt={run}", f"out={tmp_path / 'x'}", "dtype=fp32", "verify=false"])
+    out, err = capsys.readouterr()
+    if pruned == 2:
+        assert code == 2 and err.count("\n") == 1 and "removed while" in err and str(new) in err, err
+        assert not (tmp_path / "x").exists()
+    else:
+        assert code == 0 and f"from state {old} " in out, (out, err)
+        assert f"note: skipped state {new}: removed while the export was picking it" in out, out
