@@ -157,6 +157,9 @@ def prepare_state_dict(sd: dict[str, torch.Tensor], config, *, vocab_size: int, 
         lines = [f"missing tensor {k}" for k in missing] + [f"unexpected tensor {k}" for k in extra]
         lines += [f"tensor {b}" for b in bad_shape]
         raise ExportError(f"{where}: weights do not match {layout.architecture} for this config:\n  " + "\n  ".join(lines))
+    if ints := [k for k in layout.shapes if not sd[k].is_floating_point()]:   # these architectures' weights are all float
+        raise ExportError(f"{where}: tensor {ints[0]}: stored as {sd[ints[0]].dtype}, not floating point "
+                          f"({len(ints)} such tensor(s)); a quantized or mislabelled checkpoint is not exported")
     if getattr(config, "architectures", None) != [layout.architecture]:  # vLLM picks its class from this
         notes.append(f"config architectures {getattr(config, 'architectures', None)} -> [{layout.architecture!r}]")
         config.architectures = [layout.architecture]
@@ -183,16 +186,13 @@ def write_weights(sd: dict[str, torch.Tensor], out: Path, dtype: torch.dtype, ma
     from safetensors.torch import save_file
     from tqdm import tqdm
 
-    def cast(t):
-        return t.to(dtype) if t.is_floating_point() else t
-
-    sizes = {k: t.numel() * (dtype.itemsize if t.is_floating_point() else t.element_size()) for k, t in sd.items()}
+    sizes = {k: t.numel() * dtype.itemsize for k, t in sd.items()}   # prepare_state_dict let only floating-point ones through
     shards = plan_shards(sizes, max_bytes)
     n = len(shards)
     names = ["model.safetensors"] if n == 1 else [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
     for name, keys in tqdm(list(zip(names, shards)), desc="writing shards", disable=n < 2):
         # clone: a trimmed row slice still shares storage with the padded original.
-        save_file({k: cast(sd[k]).contiguous().clone() for k in keys}, str(out / name), metadata={"format": "pt"})
+        save_file({k: sd[k].to(dtype).contiguous().clone() for k in keys}, str(out / name), metadata={"format": "pt"})
         # The library writes 0600; give shards the umask-derived mode the config file got.
         if (out / "config.json").is_file():
             shutil.copymode(out / "config.json", out / name)

@@ -184,15 +184,21 @@ def load_hf_weights(d: Path) -> dict[str, torch.Tensor]:
 
     index = d / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-        files = sorted(set(weight_map.values()))
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            files = sorted(set(weight_map.values()))
+            if not all(isinstance(v, str) for v in files):
+                raise TypeError("a weight_map value is not a file name")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise ExportError(f"{index}: unreadable ({type(exc).__name__}: {str(exc)[:200]}); expected JSON with a weight_map "
+                              "object of tensor names to file names") from None
     else:
         files = ["model.safetensors"]
     sd: dict[str, torch.Tensor] = {}
     for name in files:
         f = d / name
-        if not f.is_file():
-            raise ExportError(f"{f}: listed by {index.name} but missing")
+        if Path(name).name != name or not f.is_file():   # a weight file is one of this dir's own files
+            raise ExportError(f"{index}: maps tensors to {name!r}: not a file in {d}")
         try:
             part = load_file(str(f))
         except Exception as exc:  # the library raises its own error types for corrupt files

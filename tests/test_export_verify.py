@@ -592,3 +592,31 @@ def test_a_state_pruned_while_it_is_picked_falls_back_or_stops(when, pruned, sta
     else:
         assert code == 0 and f"from state {old} " in out, (out, err)
         assert f"note: skipped state {new}: removed while the export was picking it" in out, out
+
+
+def test_a_weight_stored_as_integers_is_refused_before_anything_is_written(tiny_model_dir, tmp_path, capsys):
+    """A source whose safetensors header says a weight is I32 (a header lying about its dtype, or a quantized /
+    foreign file; seen: exported as I32 into a bf16 serving copy, exit 0 with verify=false): one line, exit 2."""
+    src = shutil.copytree(tiny_model_dir, tmp_path / "src")
+    _edit_header(src / "model.safetensors", lambda h: h[UP].update(dtype="I32"))
+    assert export_main([f"ckpt={src}", f"out={tmp_path / 'out'}", "verify=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"tensor {UP}: stored as torch.int32" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("index,says", [
+    ("{not json", "unreadable"), ("[1, 2]", "unreadable"), ('{"weight_map": ["w.safetensors"]}', "unreadable"),
+    ('{"weight_map": {"x": "../stray.safetensors"}}', "not a file in"),
+])
+def test_a_source_index_that_is_malformed_or_points_outside_is_refused(index, says, tiny_model_dir, tmp_path, capsys):
+    """A source's model.safetensors.index.json that is not JSON or has no weight_map object (seen: a JSONDecodeError /
+    AttributeError traceback, exit 1), or maps tensors to a file outside the checkpoint (seen: exported from that
+    stray file, exit 0): one line naming the index, exit 2, nothing written."""
+    src = shutil.copytree(tiny_model_dir, tmp_path / "src")
+    (src / "model.safetensors").rename(tmp_path / "stray.safetensors")
+    (src / "model.safetensors.index.json").write_text(index)
+    assert export_main([f"ckpt={src}", f"out={tmp_path / 'out'}", "verify=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.safetensors.index.json" in err and says in err, err
+    assert not (tmp_path / "out").exists()
