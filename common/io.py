@@ -278,7 +278,10 @@ def tree_entries(directory: str | Path) -> tuple[list[str], list[str]]:
     for root, dirs, names in os.walk(directory, followlinks=False):
         for name in sorted(dirs + names):
             p = Path(root) / name
-            st = os.lstat(p)
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:   # removed while walked (a trainer pruning that state): not there
+                continue
             if stat.S_ISDIR(st.st_mode):
                 continue
             rel = p.relative_to(directory).as_posix()

@@ -3,6 +3,7 @@ state-dir export, and one distinct finding per kind of corruption."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -559,7 +560,7 @@ def test_a_state_pruned_during_the_export_stops_it_cleanly(when, state_dir, tmp_
     assert [p.name for p in out.parent.iterdir()] == ["x"] and [p.name for p in out.iterdir()] == ["export_info.json"]
 
 
-@pytest.mark.parametrize("when,pruned", [("listed", 1), ("verified", 1), ("verified", 2)])
+@pytest.mark.parametrize("when,pruned", [("listed", 1), ("walked", 1), ("verified", 1), ("verified", 2)])
 def test_a_state_pruned_while_it_is_picked_falls_back_or_stops(when, pruned, state_dir, tmp_path, monkeypatch, capsys):
     """The trainer prunes the newest state (prune_states: rmtree) after the run's states were listed, while or just
     after it was verified (seen: a note calling it torn; "hf/config.json: missing"; a FileNotFoundError traceback):
@@ -582,8 +583,18 @@ def test_a_state_pruned_while_it_is_picked_falls_back_or_stops(when, pruned, sta
             shutil.rmtree(victims.pop(0))
         return found, notes
 
-    monkeypatch.setattr(sft.checkpoint, "verify_state" if when == "listed" else "newest_verified_state",
-                        verify if when == "listed" else newest)
+    real_lstat = os.lstat
+
+    def lstat(path, *a, **kw):   # the rmtree lands while verify_state walks the state's files
+        if victims and str(path) == f"{victims[0]}/.metadata":   # tree_entries lstats it first
+            shutil.rmtree(victims.pop(0))
+        return real_lstat(path, *a, **kw)
+
+    if when == "walked":
+        monkeypatch.setattr(os, "lstat", lstat)
+    else:
+        monkeypatch.setattr(sft.checkpoint, "verify_state" if when == "listed" else "newest_verified_state",
+                            verify if when == "listed" else newest)
     code = export_main([f"ckpt={run}", f"out={tmp_path / 'x'}", "dtype=fp32", "verify=false"])
     out, err = capsys.readouterr()
     if pruned == 2:
