@@ -7,8 +7,8 @@
   (config.json + tokenizer files) and a `COMPLETE` marker written last. Only the
   "model" entries are read, without a process group.
 - Run dir (or its `state/`): the newest step whose state is COMPLETE and verifies
-  (`sft.checkpoint.verify_state`); torn states (no marker: the run was killed while writing)
-  and failing ones are skipped and reported. A state dir is verified the same way before
+  (`sft.checkpoint.verify_state`); torn states (no marker: the run was killed while writing),
+  failing ones and ones removed while they were picked (a trainer pruning them) are skipped and reported. A state dir is verified the same way before
   anything in it is read, and its DCP metadata is read through the allow-list.
 """
 from __future__ import annotations
