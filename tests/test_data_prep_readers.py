@@ -151,7 +151,14 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
                             "a <search> with no </search> ('hamlet author"),
                            (row["response"].replace("</information>", "</information><search> more"), "a <search> with no </search> ('more')"),
                            ("<think>a</think>\n<information>Doc 1(Title: H) x</information>\n<answer> W </answer>",
-                            "an <information> block with no <search> before it")]:
+                            "an <information> block with no <search> before it"),
+                           # a stray closing tag, an answer left open, or before another answer/search: Search-R1's episode ends
+                           # at the first closed <answer> (seen failing: each kept in a turn's thought)
+                           ("<think>t</think> hamlet </search> " + row["response"], "a stray </search>"),
+                           (row["response"].replace("<answer>", "x </information> <answer>"), "a stray </information>"),
+                           ("<answer> W " + row["response"], "a stray <answer>"),
+                           (row["response"].replace("<answer>", "<answer> A </answer> <answer>"), "a stray <answer>"),
+                           ("<answer> A </answer>" + row["response"], "a stray <answer>")]:
         p.write_text(json.dumps({**row, "response": response}) + "\n")
         (out,) = read_source(f"search-r1:{p}")
         assert out.reason == "unparseable_tool_call" and out.detail.startswith(what), out.detail
