@@ -164,6 +164,48 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
         assert out.reason == "unparseable_tool_call" and out.detail.startswith(what), out.detail
 
 
+
+_OS_CALL = '<tool_call>{"name": "search", "arguments": {"query": ["hamlet"]}}</tool_call>'
+_OS_RESP = {"role": "user", "content": "<tool_response>Doc</tool_response>"}
+_OS_FIN = {"role": "assistant", "content": "<think>ok</think><answer>W</answer>"}
+
+
+def _os(*turns):
+    return {"id": "os1", "question": "who wrote hamlet?", "answer": "W", "trajectory": [{"role": "user", "content": "who wrote hamlet?"}, *turns]}
+
+
+def _asst(text):
+    return {"role": "assistant", "content": "<think>a</think>" + text}
+
+
+# OpenSeeker rows its environment would not have run as written (seen failing: each trained, the stray text as thought)
+MALFORMED_AGENT_ROWS = {
+    "os_unclosed_second_call": (_os(_asst(_OS_CALL + '<tool_call>{"name": "search"'), _OS_RESP, _OS_FIN),
+                                "unparseable_tool_call", "message 1: a stray <tool_call>"),
+    "os_stray_close": (_os(_asst(_OS_CALL + " oops</tool_call>"), _OS_RESP, _OS_FIN), "unparseable_tool_call", "message 1: a stray </tool_call>"),
+    "os_only_stray_close": (_os(_asst("x</tool_call>"), _OS_FIN), "unparseable_tool_call", "message 1: a stray </tool_call>"),
+    "os_undeclared_tool": (_os(_asst('<tool_call>{"name": "python", "arguments": {"code": "1"}}</tool_call>'), _OS_RESP, _OS_FIN),
+                           "unparseable_tool_call", "message 1 call 0: OpenSeeker has no tool 'python' (its tools: search, visit)"),
+    "os_unclosed_response": (_os(_asst(_OS_CALL), {"role": "user", "content": "<tool_response>Doc ..."}, _OS_FIN),
+                             "tool_response_mismatch", "message 2: a stray <tool_response>"),
+    "os_call_no_response": (_os(_asst(_OS_CALL), _OS_FIN), "tool_response_mismatch", "message 2: 1 call(s) of message 1 have no <tool_response>"),
+    "os_call_no_response_then_call": (_os(_asst(_OS_CALL), _asst(_OS_CALL), _OS_RESP, _OS_FIN),
+                                      "tool_response_mismatch", "message 2: 1 call(s) of message 1 have no <tool_response>"),
+    "os_two_answers": (_os(_asst(_OS_CALL), _OS_RESP, _asst("<answer>A</answer><answer>W</answer>")), "no_final_answer", "message 3: a stray <answer>"),
+    "os_answer_beside_call": (_os(_asst(_OS_CALL + "<answer>W</answer>"), _OS_RESP, _OS_FIN), "no_final_answer", "message 1: a stray <answer>"),
+    "os_answer_then_more": (_os(_asst(_OS_CALL), _OS_RESP, _OS_FIN, _asst(_OS_CALL), _OS_RESP, _OS_FIN),
+                            "no_final_answer", "message 4: a turn after the <answer> of message 3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_AGENT_ROWS))
+def test_malformed_agent_rows_are_refused(tmp_path, case):
+    row, reason, detail = MALFORMED_AGENT_ROWS[case]
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    (out,) = read_source(f"{case.split('_')[0].replace('os', 'openseeker')}:{p}")
+    assert (out.reason, out.detail[:len(detail)]) == (reason, detail), out.detail
+
 HEADLINE_CASES = {
     # R2E-Gym synthetic issue
     "r2e": ("[ISSUE]\n**Title:** `np.unique` fails on empty object arrays\n\n**Description:**\nWhen calling ...\n[/ISSUE]",
