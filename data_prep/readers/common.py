@@ -18,6 +18,7 @@ from data_prep.schema import RecordError, strip_none, tool_call
 _FUNC_RE = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.DOTALL)
 _PARAM_RE = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.DOTALL)
 _STEPS_RE = re.compile(r"\n*Steps Remaining: \d+\s*$")
+_XML_TAG_RE = re.compile(r"</?(?:function|parameter)[=>]")
 
 
 def thought_message(thought: str, reasoning: str) -> dict:
@@ -52,11 +53,14 @@ def type_xml_arguments(messages: list[dict], tools: list[dict]) -> list[dict]:
     """Type XML-text call parameters by the tool's declared schema: a parameter declared as a
     non-string JSON type (integer, number, boolean, array, object) is JSON-decoded when its text
     decodes to that type; string parameters and parameters with no declared schema stay the
-    byte-exact text the model wrote (a `new_str` that looks like JSON stays that text)."""
+    byte-exact text the model wrote (a `new_str` that looks like JSON stays that text). A call
+    lacking a parameter its schema requires is refused (the scaffold rejects it unrun)."""
     specs = {t["function"]["name"]: t["function"] for t in tools if isinstance(t.get("function"), dict)}
-    for m in messages:
+    for i, m in enumerate(messages):
         for c in m.get("tool_calls") or []:
             fn = c["function"]
+            if missing := [r for r in ((specs.get(fn["name"]) or {}).get("parameters") or {}).get("required") or [] if r not in fn["arguments"]]:
+                raise RecordError("unparseable_tool_call", f"message {i}: a {fn['name']} call without its required parameter(s) {', '.join(missing)}")
             for k, v in list(fn["arguments"].items()):
                 want = _declared_type(specs.get(fn["name"]), k)
                 if want not in _DECODED_TYPES or not isinstance(v, str):
@@ -70,14 +74,19 @@ def type_xml_arguments(messages: list[dict], tools: list[dict]) -> list[dict]:
     return messages
 
 
-def parse_xml_calls(text: str) -> tuple[str, list[tuple[str, dict]]]:
+def parse_xml_calls(text: str, where: str = "text") -> tuple[str, list[tuple[str, dict]]]:
     """Split assistant text into (thought before the first call, [(name, args), ...]).
 
-    A `<function=` that doesn't form a complete `<function=NAME>...</function>` block is an
-    `unparseable_tool_call`."""
-    calls = [(m.group(1), {k: _param_value(v) for k, v in _PARAM_RE.findall(m.group(2))}) for m in _FUNC_RE.finditer(text)]
-    if text.count("<function=") != len(calls):
-        raise RecordError("unparseable_tool_call", f"malformed <function=...> block in {text[-160:]!r}")
+    A function or parameter tag outside a complete `<function=NAME>...</function>` block, or a
+    block holding text outside its complete `<parameter=K>...</parameter>`s, is an
+    `unparseable_tool_call` (the scaffold would not run it as written, nor is it thought)."""
+    calls = []
+    for m in _FUNC_RE.finditer(text):
+        if left := _PARAM_RE.sub("", m.group(2)).strip():
+            raise RecordError("unparseable_tool_call", f"{where}: <function={m.group(1)}> holds {left[:80]!r} outside a complete <parameter=...> block")
+        calls.append((m.group(1), {k: _param_value(v) for k, v in _PARAM_RE.findall(m.group(2))}))
+    if stray := _XML_TAG_RE.search(rest := _FUNC_RE.sub("", text)):
+        raise RecordError("unparseable_tool_call", f"{where}: a stray {stray.group()} in {rest[max(0, stray.start() - 60):stray.end() + 60]!r}")
     first = _FUNC_RE.search(text)
     thought = text[: first.start()] if first else text
     if first:
@@ -139,7 +148,7 @@ def convert_xml_messages(
             else:
                 out.append({"role": "user", "content": content})
         elif role == "assistant":
-            thought, calls = parse_xml_calls(content)
+            thought, calls = parse_xml_calls(content, f"message {i}")
             msg = thought_message(thought, reasoning)
             if calls:
                 msg["tool_calls"] = []
@@ -165,14 +174,17 @@ def parse_arguments(raw: Any, where: str) -> dict:
             raise RecordError("unparseable_tool_call", f"{where}: arguments are not JSON ({exc.msg}): {raw[:120]!r}")
         if isinstance(val, dict):
             return val
+        raw = val
     raise RecordError("unparseable_tool_call", f"{where}: arguments are {type(raw).__name__}, not an object")
 
 
 def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dict]:
-    """OpenAI-form messages with native `tool_calls` (parquet nulls allowed) -> canonical."""
+    """OpenAI-form messages with native `tool_calls` (parquet nulls allowed) -> canonical. Every call
+    but the last turn's has its tool result before the next assistant turn, and every result answers a call."""
     if not isinstance(messages, list) or not messages:
         raise RecordError("empty_conversation")
     out: list[dict] = []
+    pending: dict[str, int] = {}  # id of a call awaiting its result -> its message
     for i, raw in enumerate(messages):
         if not isinstance(raw, dict):
             raise RecordError("bad_message", f"message {i} is {type(raw).__name__}")
@@ -183,6 +195,8 @@ def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dic
         content = raw.get("content")  # null only beside an assistant's calls (stripping it would read a null query as "")
         content = require_str("" if role == "assistant" and content is None else content, f"message {i} ({role})")
         if role == "assistant":
+            if pending:
+                raise RecordError("bad_tool_message", f"message {i}: call(s) {', '.join(pending)} of message {min(pending.values())} have no tool result")
             thought = m.get("reasoning_content")
             if thought is not None:
                 require_str(thought, f"message {i} reasoning")
@@ -201,11 +215,14 @@ def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dic
                 calls.append(tool_call(fn["name"], parse_arguments(fn.get("arguments"), f"message {i} call {j}"), c.get("id") or f"call_{i}_{j}"))
             if calls:
                 msg["tool_calls"] = calls
+                pending = {c["id"]: i for c in calls}
             out.append(msg)
         elif role == "tool":
             call_id, name = m.get("tool_call_id"), m.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):
                 call_id, name = _infer_call(out, i)
+            if pending.pop(call_id, None) is None:
+                raise RecordError("bad_tool_message", f"message {i}: a result for call {call_id!r}, which no call awaiting a result has")
             out.append({"role": "tool", "content": content, "tool_call_id": call_id, "name": name})
         else:
             out.append({"role": role, "content": content})
