@@ -59,8 +59,7 @@ def type_xml_arguments(messages: list[dict], tools: list[dict]) -> list[dict]:
     for i, m in enumerate(messages):
         for c in m.get("tool_calls") or []:
             fn = c["function"]
-            if missing := [r for r in ((specs.get(fn["name"]) or {}).get("parameters") or {}).get("required") or [] if r not in fn["arguments"]]:
-                raise RecordError("unparseable_tool_call", f"message {i}: a {fn['name']} call without its required parameter(s) {', '.join(missing)}")
+            require_parameters(specs.get(fn["name"]), fn["name"], fn["arguments"], f"message {i}")
             for k, v in list(fn["arguments"].items()):
                 want = _declared_type(specs.get(fn["name"]), k)
                 if want not in _DECODED_TYPES or not isinstance(v, str):
@@ -72,6 +71,12 @@ def type_xml_arguments(messages: list[dict], tools: list[dict]) -> list[dict]:
                 if isinstance(val, _DECODED_TYPES[want]) and not (want != "boolean" and isinstance(val, bool)):
                     fn["arguments"][k] = val
     return messages
+
+
+def require_parameters(spec: dict | None, name: str, args: dict, where: str) -> None:
+    """Refuse a call lacking a parameter its tool's schema (`spec`, the `function` part) requires: the loop rejects it unrun."""
+    if missing := [r for r in ((spec or {}).get("parameters") or {}).get("required") or [] if r not in args]:
+        raise RecordError("unparseable_tool_call", f"{where}: a {name} call without its required parameter(s) {', '.join(missing)}")
 
 
 def parse_xml_calls(text: str, where: str = "text") -> tuple[str, list[tuple[str, dict]]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from data_prep.readers.common import message_list, require_str, thought_message
+from data_prep.readers.common import message_list, require_parameters, require_str, thought_message
 from data_prep.readers.search import SEARCH_TOOL, VISIT_TOOL, final_turn, search_record
 from data_prep.schema import RecordError, tool_call
 from data_prep.terminators import extract_answer_tag
@@ -20,7 +20,7 @@ SOURCE = "openseeker"
 _CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _RESP_RE = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)
 _WRAP_RE = re.compile(r"</?tool_calls_(?:begin|end)>")
-_TOOLS = ("search", "visit")
+_TOOLS = {"search": SEARCH_TOOL, "visit": VISIT_TOOL}
 
 
 def _parse_call(raw: str, where: str) -> tuple[str, dict]:
@@ -33,6 +33,7 @@ def _parse_call(raw: str, where: str) -> tuple[str, dict]:
     if obj["name"] not in _TOOLS:
         raise RecordError("unparseable_tool_call", f"{where}: OpenSeeker has no tool {obj['name']!r} (its tools: {', '.join(_TOOLS)})")
     args = dict(obj.get("arguments", {}))
+    require_parameters(_TOOLS[obj["name"]]["function"], obj["name"], args, where)
     if obj["name"] == "search" and isinstance(args.get("query"), list) and len(args["query"]) == 1:
         args["query"] = args["query"][0]
     return obj["name"], args
