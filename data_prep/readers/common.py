@@ -127,13 +127,14 @@ def convert_xml_messages(
 ) -> list[dict]:
     """Text-form agent conversation (calls as `<function=...>` XML, observations as user turns)
     -> canonical messages. A user turn right after an assistant call is that call's observation
-    (role `tool`); any other user turn stays a user turn (e.g. "please continue" nudges).
-    Call parameters come back as strings: type them with `type_xml_arguments` once the tools'
+    (role `tool`); any other user turn stays a user turn (e.g. "please continue" nudges). A turn holds
+    one call (the scaffold runs the first only, and one observation answers it), which an observation
+    answers before the next assistant turn. Call parameters come back as strings: type them with `type_xml_arguments` once the tools'
     schemas are known. `crlf`: CRLF line ends of observations become LF."""
     if not isinstance(messages, list) or not messages:
         raise RecordError("empty_conversation")
     out: list[dict] = []
-    pending: list[tuple[str, str]] = []  # (call id, name) awaiting an observation
+    pending: tuple[str, str, int] | None = None  # (call id, name, its message) awaiting an observation
     n_calls = 0
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
@@ -147,21 +148,22 @@ def convert_xml_messages(
         elif role == "user":
             content = strip_steps_suffix(content)
             if pending:
-                call_id, name = pending[-1]
-                out.append({"role": "tool", "content": content, "tool_call_id": call_id, "name": name})
-                pending = []
+                out.append({"role": "tool", "content": content, "tool_call_id": pending[0], "name": pending[1]})
+                pending = None
             else:
                 out.append({"role": "user", "content": content})
         elif role == "assistant":
+            if pending:
+                raise RecordError("bad_tool_message", f"message {i}: the call of message {pending[2]} has no observation")
             thought, calls = parse_xml_calls(content, f"message {i}")
+            if len(calls) > 1:
+                raise RecordError("unparseable_tool_call", f"message {i}: {len(calls)} <function=...> calls in one turn (the scaffold runs one a turn)")
             msg = thought_message(thought, reasoning)
             if calls:
-                msg["tool_calls"] = []
-                for name, args in calls:
-                    call_id = f"call_{n_calls}"
-                    n_calls += 1
-                    msg["tool_calls"].append(tool_call(name, args, call_id))
-                    pending.append((call_id, name))
+                (name, args), call_id = calls[0], f"call_{n_calls}"
+                n_calls += 1
+                msg["tool_calls"] = [tool_call(name, args, call_id)]
+                pending = (call_id, name, i)
             out.append(msg)
         else:
             raise RecordError("unknown_role", f"message {i} has role {role!r}")

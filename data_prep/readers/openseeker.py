@@ -82,6 +82,7 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
         last, text = i, _WRAP_RE.sub("", content)
         calls, rest = _CALL_RE.findall(text), _CALL_RE.sub("", text)
         _stray(rest, "tool_call", f"message {i}", "unparseable_tool_call")
+        _stray(rest, "tool_response", f"message {i}", "tool_response_mismatch")  # the environment's text, never the model's
         before, ans = extract_answer_tag(text)
         _stray(before if ans is not None and not calls else rest, "answer", f"message {i}", "no_final_answer")
         if calls:
