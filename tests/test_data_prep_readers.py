@@ -382,8 +382,30 @@ MALFORMED_AGENT_ROWS |= {
     "swegym_finish_args_list": ({"id": "n1", "messages": [{"role": "user", "content": "fix it"}, _ncall("f", "[1]", "finish")]},
                                 "unparseable_tool_call", "message 1 call 0: arguments are list, not an object"),
     "swegym_result_of_no_call": (_native(_ncall("a"), {"role": "tool", "content": "x", "tool_call_id": "zzz", "name": "bash"}),
-                                 "bad_tool_message", "message 2: a result for call 'zzz', which no call awaiting a result has"),
+                                 "bad_tool_message", "message 2: a result of bash for call 'zzz', which no call awaiting a result is"),
+    "swegym_result_named_otherwise": (_native(_ncall("a"), {"role": "tool", "content": "x", "tool_call_id": "a", "name": "grep"}),
+                                      "bad_tool_message", "message 2: a result of grep for call 'a', which no call awaiting a result is"),
     "swegym_call_no_result": (_native(_ncall("a")), "bad_tool_message", "message 2: call(s) a of message 1 have no tool result"),
+}
+
+
+
+
+def _canonical(*turns):
+    from common.tools import SEARCH_TOOL
+
+    msgs = [{"role": "user", "content": "who?"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "search", "arguments": {"query": "q"}}}]}, *turns, {"role": "assistant", "content": "Final answer: W"}]
+    return {"id": "k1", "source": "s", "domain": "search", "messages": msgs, "tools": [SEARCH_TOOL], "task": "who?", "answer": "W", "terminator": "final_answer"}
+
+
+# canonical rows (e.g. an envs export edited by hand): the same pairing, and only the record's own tools
+MALFORMED_AGENT_ROWS |= {
+    "canonical_call_no_result": (_canonical(), "bad_tool_message", "message 2: call(s) c0 of message 1 have no tool result"),
+    "canonical_result_of_no_call": (_canonical({"role": "tool", "content": "d", "tool_call_id": "zz", "name": "search"}),
+                                    "bad_tool_message", "message 2: a result of search for call 'zz'"),
+    "canonical_undeclared_tool": (_canonical({"role": "tool", "content": "d", "tool_call_id": "c0", "name": "search"}) | {"tools": []},
+                                  "unparseable_tool_call", "message 1: a call to 'search', which the record's tools lack"),
 }
 
 
@@ -392,7 +414,7 @@ def test_malformed_agent_rows_are_refused(tmp_path, case):
     row, reason, detail = MALFORMED_AGENT_ROWS[case]
     p = tmp_path / "x.jsonl"
     p.write_text(json.dumps(row) + "\n")
-    (out,) = read_source(f"{dict(os='openseeker', r2e='r2e-gym', swegym='swe-gym')[case.split('_')[0]]}:{p}")
+    (out,) = read_source(f"{dict(os='openseeker', r2e='r2e-gym', swegym='swe-gym', canonical='canonical')[case.split('_')[0]]}:{p}")
     assert (out.reason, out.detail[:len(detail)]) == (reason, detail), out.detail
 
 BAD_ROWS = {

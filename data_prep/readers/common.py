@@ -186,12 +186,10 @@ def parse_arguments(raw: Any, where: str) -> dict:
 
 
 def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dict]:
-    """OpenAI-form messages with native `tool_calls` (parquet nulls allowed) -> canonical. Every call
-    but the last turn's has its tool result before the next assistant turn, and every result answers a call."""
+    """OpenAI-form messages with native `tool_calls` (parquet nulls allowed) -> canonical, results paired (`check_results`)."""
     if not isinstance(messages, list) or not messages:
         raise RecordError("empty_conversation")
     out: list[dict] = []
-    pending: dict[str, int] = {}  # id of a call awaiting its result -> its message
     for i, raw in enumerate(messages):
         if not isinstance(raw, dict):
             raise RecordError("bad_message", f"message {i} is {type(raw).__name__}")
@@ -202,8 +200,6 @@ def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dic
         content = raw.get("content")  # null only beside an assistant's calls (stripping it would read a null query as "")
         content = require_str("" if role == "assistant" and content is None else content, f"message {i} ({role})")
         if role == "assistant":
-            if pending:
-                raise RecordError("bad_tool_message", f"message {i}: call(s) {', '.join(pending)} of message {min(pending.values())} have no tool result")
             thought = m.get("reasoning_content")
             if thought is not None:
                 require_str(thought, f"message {i} reasoning")
@@ -222,18 +218,30 @@ def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dic
                 calls.append(tool_call(fn["name"], parse_arguments(fn.get("arguments"), f"message {i} call {j}"), c.get("id") or f"call_{i}_{j}"))
             if calls:
                 msg["tool_calls"] = calls
-                pending = {c["id"]: i for c in calls}
             out.append(msg)
         elif role == "tool":
             call_id, name = m.get("tool_call_id"), m.get("name")
             if not isinstance(call_id, str) or not isinstance(name, str):
                 call_id, name = _infer_call(out, i)
-            if pending.pop(call_id, None) is None:
-                raise RecordError("bad_tool_message", f"message {i}: a result for call {call_id!r}, which no call awaiting a result has")
             out.append({"role": "tool", "content": content, "tool_call_id": call_id, "name": name})
         else:
             out.append({"role": role, "content": content})
-    return out
+    return check_results(out)
+
+
+def check_results(messages: list[dict]) -> list[dict]:
+    """Canonical `messages` whose every call but the last turn's has its tool result (its id and name)
+    before the next assistant turn, and whose every result answers such a call; else refused."""
+    pending: dict = {}  # call id -> (name, message) of the calls awaiting a result
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            if pending:
+                raise RecordError("bad_tool_message", f"message {i}: call(s) {', '.join(map(str, pending))} of message "
+                                  f"{next(iter(pending.values()))[1]} have no tool result")
+            pending = {c.get("id"): (c["function"]["name"], i) for c in m.get("tool_calls") or []}
+        elif m["role"] == "tool" and pending.pop(m["tool_call_id"], (None,))[0] != m["name"]:
+            raise RecordError("bad_tool_message", f"message {i}: a result of {m['name']} for call {m['tool_call_id']!r}, which no call awaiting a result is")
+    return messages
 
 
 def _infer_call(out: list[dict], i: int) -> tuple[str, str]:
