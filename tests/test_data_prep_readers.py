@@ -158,7 +158,9 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
                            (row["response"].replace("<answer>", "x </information> <answer>"), "a stray </information>"),
                            ("<answer> W " + row["response"], "a stray <answer>"),
                            (row["response"].replace("<answer>", "<answer> A </answer> <answer>"), "a stray <answer>"),
-                           ("<answer> A </answer>" + row["response"], "a stray <answer>")]:
+                           ("<answer> A </answer>" + row["response"], "a stray <answer>"),
+                           (row["response"].replace("</information>", "<search> b </search><information>c</information>"),
+                            "search 0 ('hamlet author'): an <information> with no </information>")]:
         p.write_text(json.dumps({**row, "response": response}) + "\n")
         (out,) = read_source(f"search-r1:{p}")
         assert out.reason == "unparseable_tool_call" and out.detail.startswith(what), out.detail

@@ -82,6 +82,8 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
         info = _INFO_RE.match(response, s.end())
         if info is None:
             raise RecordError("unparseable_tool_call", f"search {k} ({s.group(1).strip()[:60]!r}) has no <information> result")
+        if "<information>" in info.group(1):  # the environment writes whole blocks: this one was never closed
+            raise RecordError("unparseable_tool_call", f"search {k} ({s.group(1).strip()[:60]!r}): an <information> with no </information>")
         msg = thought_message(_thought(response[pos:s.start()]), reasoning)
         call_id = f"call_{k}"
         msg["tool_calls"] = [tool_call("search", {"query": s.group(1).strip()}, call_id)]
