@@ -371,11 +371,13 @@ def test_decontam_sets_read_the_data_cache(tmp_path, monkeypatch):
 def _rewritten_search_records(n: int) -> list[dict]:
     """Search records a Qwen3 template rewrites: a middle turn without reasoning and a 'please
     continue' query — each needs 3 rows to stay exact."""
+    from common.tools import SEARCH_TOOL  # the tool the calls name (a call to an undeclared tool is refused)
+
     call = lambda i, q: {"type": "function", "id": f"c{i}", "function": {"name": "search", "arguments": {"query": q}}}  # noqa: E731
     out = []
     for k in range(n):
         out.append({"id": f"rw{k}", "source": "canonical-test", "domain": "search", "task": f"question {k}", "answer": "a",
-                    "terminator": "final_answer", "tools": [], "messages": [
+                    "terminator": "final_answer", "tools": [SEARCH_TOOL], "messages": [
                         {"role": "user", "content": f"question {k}"},
                         {"role": "assistant", "content": "", "reasoning_content": f"R{k}", "tool_calls": [call(0, "x")]},
                         {"role": "tool", "content": "doc", "tool_call_id": "c0", "name": "search"},

@@ -151,10 +151,20 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
                             "a <search> with no </search> ('hamlet author"),
                            (row["response"].replace("</information>", "</information><search> more"), "a <search> with no </search> ('more')"),
                            ("<think>a</think>\n<information>Doc 1(Title: H) x</information>\n<answer> W </answer>",
-                            "an <information> block with no <search> before it")]:
+                            "an <information> block with no <search> before it"),
+                           # a stray closing tag, an answer left open, or before another answer/search: Search-R1's episode ends
+                           # at the first closed <answer> (seen failing: each kept in a turn's thought)
+                           ("<think>t</think> hamlet </search> " + row["response"], "a stray </search>"),
+                           (row["response"].replace("<answer>", "x </information> <answer>"), "a stray </information>"),
+                           ("<answer> W " + row["response"], "a stray <answer>"),
+                           (row["response"].replace("<answer>", "<answer> A </answer> <answer>"), "a stray <answer>"),
+                           ("<answer> A </answer>" + row["response"], "a stray <answer>"),
+                           (row["response"].replace("</information>", "<search> b </search><information>c</information>"),
+                            "search 0 ('hamlet author'): an <information> with no </information>")]:
         p.write_text(json.dumps({**row, "response": response}) + "\n")
         (out,) = read_source(f"search-r1:{p}")
         assert out.reason == "unparseable_tool_call" and out.detail.startswith(what), out.detail
+
 
 
 HEADLINE_CASES = {
@@ -278,7 +288,7 @@ def test_xml_parameters_typed_by_declared_schema(tmp_path):
     edit = ("Edit it.\n\n<function=file_editor>\n  <parameter=command>str_replace</parameter>\n  <parameter=path>/a.json</parameter>\n"
             '  <parameter=new_str>{"debug": true,   "level": 1}</parameter>\n  <parameter=view_range>[1, 5]</parameter>\n'
             "  <parameter=insert_line>7</parameter>\n  <parameter=dry>false</parameter>\n</function>")
-    crlf_edit = "Again.\n\n<function=file_editor>\n  <parameter=command>create</parameter>\n  <parameter=new_str>a\r\nb</parameter>\n</function>"
+    crlf_edit = "Again.\n\n<function=file_editor>\n  <parameter=command>create</parameter>\n  <parameter=path>/b</parameter>\n  <parameter=new_str>a\r\nb</parameter>\n</function>"
     undeclared = "Look.\n\n<function=grep_tool>\n  <parameter=pattern>[1, 2]</parameter>\n  <parameter=n>5</parameter>\n</function>"
     row = {"id": "x", "messages": [
         {"role": "system", "content": XML_SYSTEM}, {"role": "user", "content": "<github_issue>\n**Title:** T\n</github_issue>"},
@@ -298,6 +308,116 @@ def test_xml_parameters_typed_by_declared_schema(tmp_path):
         if fmt != "r2e-gym":  # the readers with CRLF observations normalise tool output only
             assert rec["messages"][3]["content"] == "ok\ndone"
 
+
+_OS_CALL = '<tool_call>{"name": "search", "arguments": {"query": ["hamlet"]}}</tool_call>'
+_OS_RESP = {"role": "user", "content": "<tool_response>Doc</tool_response>"}
+_OS_FIN = {"role": "assistant", "content": "<think>ok</think><answer>W</answer>"}
+
+
+def _os(*turns):
+    return {"id": "os1", "question": "who wrote hamlet?", "answer": "W", "trajectory": [{"role": "user", "content": "who wrote hamlet?"}, *turns]}
+
+
+def _asst(text):
+    return {"role": "assistant", "content": "<think>a</think>" + text}
+
+
+# OpenSeeker rows its environment would not have run as written (seen failing: each trained, the stray text as thought)
+MALFORMED_AGENT_ROWS = {
+    "os_unclosed_second_call": (_os(_asst(_OS_CALL + '<tool_call>{"name": "search"'), _OS_RESP, _OS_FIN),
+                                "unparseable_tool_call", "message 1: a stray <tool_call>"),
+    "os_stray_close": (_os(_asst(_OS_CALL + " oops</tool_call>"), _OS_RESP, _OS_FIN), "unparseable_tool_call", "message 1: a stray </tool_call>"),
+    "os_only_stray_close": (_os(_asst("x</tool_call>"), _OS_FIN), "unparseable_tool_call", "message 1: a stray </tool_call>"),
+    "os_undeclared_tool": (_os(_asst('<tool_call>{"name": "python", "arguments": {"code": "1"}}</tool_call>'), _OS_RESP, _OS_FIN),
+                           "unparseable_tool_call", "message 1 call 0: OpenSeeker has no tool 'python' (its tools: search, visit)"),
+    "os_search_without_query": (_os(_asst('<tool_call>{"name": "search", "arguments": {"q": ["hamlet"]}}</tool_call>'), _OS_RESP, _OS_FIN),
+                                "unparseable_tool_call", "message 1 call 0: a search call without its required parameter(s) query"),
+    "os_visit_without_goal": (_os(_asst('<tool_call>{"name": "visit", "arguments": {"url": "https://x.org"}}</tool_call>'), _OS_RESP, _OS_FIN),
+                              "unparseable_tool_call", "message 1 call 0: a visit call without its required parameter(s) goal"),
+    "os_response_in_call_turn": (_os(_asst(_OS_CALL + "<tool_response>Doc</tool_response>"), _OS_RESP, _OS_FIN),
+                                 "tool_response_mismatch", "message 1: a stray <tool_response>"),
+    "os_unclosed_response": (_os(_asst(_OS_CALL), {"role": "user", "content": "<tool_response>Doc ..."}, _OS_FIN),
+                             "tool_response_mismatch", "message 2: a stray <tool_response>"),
+    "os_call_no_response": (_os(_asst(_OS_CALL), _OS_FIN), "tool_response_mismatch", "message 2: 1 call(s) of message 1 have no <tool_response>"),
+    "os_call_no_response_then_call": (_os(_asst(_OS_CALL), _asst(_OS_CALL), _OS_RESP, _OS_FIN),
+                                      "tool_response_mismatch", "message 2: 1 call(s) of message 1 have no <tool_response>"),
+    "os_two_answers": (_os(_asst(_OS_CALL), _OS_RESP, _asst("<answer>A</answer><answer>W</answer>")), "no_final_answer", "message 3: a stray <answer>"),
+    "os_answer_beside_call": (_os(_asst(_OS_CALL + "<answer>W</answer>"), _OS_RESP, _OS_FIN), "no_final_answer", "message 1: a stray <answer>"),
+    "os_answer_then_more": (_os(_asst(_OS_CALL), _OS_RESP, _OS_FIN, _asst(_OS_CALL), _OS_RESP, _OS_FIN),
+                            "no_final_answer", "message 4: a turn after the <answer> of message 3"),
+}
+
+
+def _code(*turns, system=XML_SYSTEM):
+    return {"id": "c1", "messages": [{"role": "system", "content": system}, {"role": "user", "content": "<github_issue>\n**Title:** T\n</github_issue>"}, *turns]}
+
+
+_EDIT = {"role": "assistant", "content": "Look.\n\n<function=file_editor>\n  <parameter=command>view</parameter>\n  <parameter=path>/a</parameter>\n</function>"}
+_OBS = {"role": "user", "content": "ok"}
+
+
+def _native(*turns):
+    fin = {"role": "assistant", "content": "done", "tool_calls": [{"id": "f", "type": "function", "function": {"name": "finish", "arguments": "{}"}}]}
+    return {"id": "n1", "messages": [{"role": "user", "content": "fix it"}, *turns, fin]}
+
+
+def _ncall(cid, args="{}", name="bash"):
+    return {"role": "assistant", "content": "", "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}
+
+
+# code trajectories: a call the scaffold would not have run as written; its text would be dropped or trained as thought
+MALFORMED_AGENT_ROWS |= {
+    "r2e_finish_param_unclosed": (_code(_EDIT, _OBS, {"role": "assistant", "content": "Done.\n<function=finish>\n<parameter=command>submit\n</function>"}),
+                                  "unparseable_tool_call", "message 4: <function=finish> holds '<parameter=command>submit'"),
+    "r2e_finish_bare_text": (_code(_EDIT, _OBS, {"role": "assistant", "content": "Done.\n<function=finish>\nsubmit\n</function>"}),
+                             "unparseable_tool_call", "message 4: <function=finish> holds 'submit'"),
+    "r2e_finish_no_command": (_code(_EDIT, _OBS, {"role": "assistant", "content": "Done.\n<function=finish>\n</function>"}),
+                              "unparseable_tool_call", "message 4: a finish call without its required parameter(s) command"),
+    "r2e_two_calls_in_a_turn": (_code({**_EDIT, "content": _EDIT["content"] * 2}, _OBS, {"role": "assistant", "content": "<function=finish>\n<parameter=command>submit</parameter>\n</function>"}),
+                                "unparseable_tool_call", "message 2: 2 <function=...> calls in one turn"),
+    "r2e_call_no_observation": (_code(_EDIT, {"role": "assistant", "content": "<function=finish>\n<parameter=command>submit</parameter>\n</function>"}),
+                                "bad_tool_message", "message 3: the call of message 2 has no observation"),
+    "r2e_stray_function_close": (_code(_EDIT, _OBS, {"role": "assistant", "content": "Done.\n<function=finish>\n<parameter=command>submit</parameter>\n</function>\n</function>"}),
+                                 "unparseable_tool_call", "message 4: a stray </function>"),
+    "r2e_stray_parameter_close": (_code(_EDIT, _OBS, {"role": "assistant", "content": "x</parameter>\n<function=finish>\n<parameter=command>submit</parameter>\n</function>"}),
+                                  "unparseable_tool_call", "message 4: a stray </parameter>"),
+    "swegym_finish_args_list": ({"id": "n1", "messages": [{"role": "user", "content": "fix it"}, _ncall("f", "[1]", "finish")]},
+                                "unparseable_tool_call", "message 1 call 0: arguments are list, not an object"),
+    "swegym_result_of_no_call": (_native(_ncall("a"), {"role": "tool", "content": "x", "tool_call_id": "zzz", "name": "bash"}),
+                                 "bad_tool_message", "message 2: a result of bash for call 'zzz', which no call awaiting a result is"),
+    "swegym_result_named_otherwise": (_native(_ncall("a"), {"role": "tool", "content": "x", "tool_call_id": "a", "name": "grep"}),
+                                      "bad_tool_message", "message 2: a result of grep for call 'a', which no call awaiting a result is"),
+    "swegym_call_no_result": (_native(_ncall("a")), "bad_tool_message", "message 2: call(s) a of message 1 have no tool result"),
+}
+
+
+
+
+def _canonical(*turns):
+    from common.tools import SEARCH_TOOL
+
+    msgs = [{"role": "user", "content": "who?"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "search", "arguments": {"query": "q"}}}]}, *turns, {"role": "assistant", "content": "Final answer: W"}]
+    return {"id": "k1", "source": "s", "domain": "search", "messages": msgs, "tools": [SEARCH_TOOL], "task": "who?", "answer": "W", "terminator": "final_answer"}
+
+
+# canonical rows (e.g. an envs export edited by hand): the same pairing, and only the record's own tools
+MALFORMED_AGENT_ROWS |= {
+    "canonical_call_no_result": (_canonical(), "bad_tool_message", "message 2: call(s) c0 of message 1 have no tool result"),
+    "canonical_result_of_no_call": (_canonical({"role": "tool", "content": "d", "tool_call_id": "zz", "name": "search"}),
+                                    "bad_tool_message", "message 2: a result of search for call 'zz'"),
+    "canonical_undeclared_tool": (_canonical({"role": "tool", "content": "d", "tool_call_id": "c0", "name": "search"}) | {"tools": []},
+                                  "unparseable_tool_call", "message 1: a call to 'search', which the record's tools lack"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_AGENT_ROWS))
+def test_malformed_agent_rows_are_refused(tmp_path, case):
+    row, reason, detail = MALFORMED_AGENT_ROWS[case]
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    (out,) = read_source(f"{dict(os='openseeker', r2e='r2e-gym', swegym='swe-gym', canonical='canonical')[case.split('_')[0]]}:{p}")
+    assert (out.reason, out.detail[:len(detail)]) == (reason, detail), out.detail
 
 BAD_ROWS = {
     "malformed_json": '{"messages": [ this is not json',

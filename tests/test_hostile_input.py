@@ -616,7 +616,8 @@ def test_canonical_code_record_without_a_finish_call_is_rejected():
     from data_prep.readers import canonical
     from data_prep.schema import RecordError
 
-    rec = {"id": "c1", "source": "synthetic", "domain": "code", "tools": [], "task": "Fix the bug", "answer": None,
+    tools = [{"type": "function", "function": {"name": n}} for n in ("finish", "execute_bash")]  # a call to a tool not in them is refused
+    rec = {"id": "c1", "source": "synthetic", "domain": "code", "tools": tools, "task": "Fix the bug", "answer": None,
            "terminator": "finish", "messages": [{"role": "user", "content": "Fix the bug"},
                                                 {"role": "assistant", "content": "done, I think"}]}
     with pytest.raises(RecordError) as info:

@@ -18,6 +18,7 @@ from data_prep.schema import RecordError, strip_none, tool_call
 _FUNC_RE = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.DOTALL)
 _PARAM_RE = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.DOTALL)
 _STEPS_RE = re.compile(r"\n*Steps Remaining: \d+\s*$")
+_XML_TAG_RE = re.compile(r"</?(?:function|parameter)[=>]")
 
 
 def thought_message(thought: str, reasoning: str) -> dict:
@@ -52,11 +53,13 @@ def type_xml_arguments(messages: list[dict], tools: list[dict]) -> list[dict]:
     """Type XML-text call parameters by the tool's declared schema: a parameter declared as a
     non-string JSON type (integer, number, boolean, array, object) is JSON-decoded when its text
     decodes to that type; string parameters and parameters with no declared schema stay the
-    byte-exact text the model wrote (a `new_str` that looks like JSON stays that text)."""
+    byte-exact text the model wrote (a `new_str` that looks like JSON stays that text). A call
+    lacking a parameter its schema requires is refused (the scaffold rejects it unrun)."""
     specs = {t["function"]["name"]: t["function"] for t in tools if isinstance(t.get("function"), dict)}
-    for m in messages:
+    for i, m in enumerate(messages):
         for c in m.get("tool_calls") or []:
             fn = c["function"]
+            require_parameters(specs.get(fn["name"]), fn["name"], fn["arguments"], f"message {i}")
             for k, v in list(fn["arguments"].items()):
                 want = _declared_type(specs.get(fn["name"]), k)
                 if want not in _DECODED_TYPES or not isinstance(v, str):
@@ -70,14 +73,25 @@ def type_xml_arguments(messages: list[dict], tools: list[dict]) -> list[dict]:
     return messages
 
 
-def parse_xml_calls(text: str) -> tuple[str, list[tuple[str, dict]]]:
+def require_parameters(spec: dict | None, name: str, args: dict, where: str) -> None:
+    """Refuse a call lacking a parameter its tool's schema (`spec`, the `function` part) requires: the loop rejects it unrun."""
+    if missing := [r for r in ((spec or {}).get("parameters") or {}).get("required") or [] if r not in args]:
+        raise RecordError("unparseable_tool_call", f"{where}: a {name} call without its required parameter(s) {', '.join(missing)}")
+
+
+def parse_xml_calls(text: str, where: str = "text") -> tuple[str, list[tuple[str, dict]]]:
     """Split assistant text into (thought before the first call, [(name, args), ...]).
 
-    A `<function=` that doesn't form a complete `<function=NAME>...</function>` block is an
-    `unparseable_tool_call`."""
-    calls = [(m.group(1), {k: _param_value(v) for k, v in _PARAM_RE.findall(m.group(2))}) for m in _FUNC_RE.finditer(text)]
-    if text.count("<function=") != len(calls):
-        raise RecordError("unparseable_tool_call", f"malformed <function=...> block in {text[-160:]!r}")
+    A function or parameter tag outside a complete `<function=NAME>...</function>` block, or a
+    block holding text outside its complete `<parameter=K>...</parameter>`s, is an
+    `unparseable_tool_call` (the scaffold would not run it as written, nor is it thought)."""
+    calls = []
+    for m in _FUNC_RE.finditer(text):
+        if left := _PARAM_RE.sub("", m.group(2)).strip():
+            raise RecordError("unparseable_tool_call", f"{where}: <function={m.group(1)}> holds {left[:80]!r} outside a complete <parameter=...> block")
+        calls.append((m.group(1), {k: _param_value(v) for k, v in _PARAM_RE.findall(m.group(2))}))
+    if stray := _XML_TAG_RE.search(rest := _FUNC_RE.sub("", text)):
+        raise RecordError("unparseable_tool_call", f"{where}: a stray {stray.group()} in {rest[max(0, stray.start() - 60):stray.end() + 60]!r}")
     first = _FUNC_RE.search(text)
     thought = text[: first.start()] if first else text
     if first:
@@ -113,13 +127,14 @@ def convert_xml_messages(
 ) -> list[dict]:
     """Text-form agent conversation (calls as `<function=...>` XML, observations as user turns)
     -> canonical messages. A user turn right after an assistant call is that call's observation
-    (role `tool`); any other user turn stays a user turn (e.g. "please continue" nudges).
-    Call parameters come back as strings: type them with `type_xml_arguments` once the tools'
+    (role `tool`); any other user turn stays a user turn (e.g. "please continue" nudges). A turn holds
+    one call (the scaffold runs the first only, and one observation answers it), which an observation
+    answers before the next assistant turn. Call parameters come back as strings: type them with `type_xml_arguments` once the tools'
     schemas are known. `crlf`: CRLF line ends of observations become LF."""
     if not isinstance(messages, list) or not messages:
         raise RecordError("empty_conversation")
     out: list[dict] = []
-    pending: list[tuple[str, str]] = []  # (call id, name) awaiting an observation
+    pending: tuple[str, str, int] | None = None  # (call id, name, its message) awaiting an observation
     n_calls = 0
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
@@ -133,21 +148,22 @@ def convert_xml_messages(
         elif role == "user":
             content = strip_steps_suffix(content)
             if pending:
-                call_id, name = pending[-1]
-                out.append({"role": "tool", "content": content, "tool_call_id": call_id, "name": name})
-                pending = []
+                out.append({"role": "tool", "content": content, "tool_call_id": pending[0], "name": pending[1]})
+                pending = None
             else:
                 out.append({"role": "user", "content": content})
         elif role == "assistant":
-            thought, calls = parse_xml_calls(content)
+            if pending:
+                raise RecordError("bad_tool_message", f"message {i}: the call of message {pending[2]} has no observation")
+            thought, calls = parse_xml_calls(content, f"message {i}")
+            if len(calls) > 1:
+                raise RecordError("unparseable_tool_call", f"message {i}: {len(calls)} <function=...> calls in one turn (the scaffold runs one a turn)")
             msg = thought_message(thought, reasoning)
             if calls:
-                msg["tool_calls"] = []
-                for name, args in calls:
-                    call_id = f"call_{n_calls}"
-                    n_calls += 1
-                    msg["tool_calls"].append(tool_call(name, args, call_id))
-                    pending.append((call_id, name))
+                (name, args), call_id = calls[0], f"call_{n_calls}"
+                n_calls += 1
+                msg["tool_calls"] = [tool_call(name, args, call_id)]
+                pending = (call_id, name, i)
             out.append(msg)
         else:
             raise RecordError("unknown_role", f"message {i} has role {role!r}")
@@ -165,11 +181,12 @@ def parse_arguments(raw: Any, where: str) -> dict:
             raise RecordError("unparseable_tool_call", f"{where}: arguments are not JSON ({exc.msg}): {raw[:120]!r}")
         if isinstance(val, dict):
             return val
+        raw = val
     raise RecordError("unparseable_tool_call", f"{where}: arguments are {type(raw).__name__}, not an object")
 
 
 def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dict]:
-    """OpenAI-form messages with native `tool_calls` (parquet nulls allowed) -> canonical."""
+    """OpenAI-form messages with native `tool_calls` (parquet nulls allowed) -> canonical, results paired (`check_results`)."""
     if not isinstance(messages, list) or not messages:
         raise RecordError("empty_conversation")
     out: list[dict] = []
@@ -209,7 +226,22 @@ def convert_native_messages(messages: list[dict], *, reasoning: str) -> list[dic
             out.append({"role": "tool", "content": content, "tool_call_id": call_id, "name": name})
         else:
             out.append({"role": role, "content": content})
-    return out
+    return check_results(out)
+
+
+def check_results(messages: list[dict]) -> list[dict]:
+    """Canonical `messages` whose every call but the last turn's has its tool result (its id and name)
+    before the next assistant turn, and whose every result answers such a call; else refused."""
+    pending: dict = {}  # call id -> (name, message) of the calls awaiting a result
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            if pending:
+                raise RecordError("bad_tool_message", f"message {i}: call(s) {', '.join(map(str, pending))} of message "
+                                  f"{next(iter(pending.values()))[1]} have no tool result")
+            pending = {c.get("id"): (c["function"]["name"], i) for c in m.get("tool_calls") or []}
+        elif m["role"] == "tool" and pending.pop(m["tool_call_id"], (None,))[0] != m["name"]:
+            raise RecordError("bad_tool_message", f"message {i}: a result of {m['name']} for call {m['tool_call_id']!r}, which no call awaiting a result is")
+    return messages
 
 
 def _infer_call(out: list[dict], i: int) -> tuple[str, str]:

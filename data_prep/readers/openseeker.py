@@ -3,13 +3,15 @@
 user turns holding one `<tool_response>` block per call, a final `<answer>`).
 
 OpenSeeker's search takes a list of queries; a one-element list becomes the canonical
-`{"query": str}`, longer lists are kept as lists (the data is not rewritten)."""
+`{"query": str}`, longer lists are kept as lists (the data is not rewritten). A row the loop would not
+have run as written (a tag left unpaired, a tool other than search/visit, a call with no response,
+a turn after the answer) is refused."""
 from __future__ import annotations
 
 import json
 import re
 
-from data_prep.readers.common import message_list, require_str, thought_message
+from data_prep.readers.common import message_list, require_parameters, require_str, thought_message
 from data_prep.readers.search import SEARCH_TOOL, VISIT_TOOL, final_turn, search_record
 from data_prep.schema import RecordError, tool_call
 from data_prep.terminators import extract_answer_tag
@@ -18,6 +20,7 @@ SOURCE = "openseeker"
 _CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _RESP_RE = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)
 _WRAP_RE = re.compile(r"</?tool_calls_(?:begin|end)>")
+_TOOLS = {"search": SEARCH_TOOL, "visit": VISIT_TOOL}
 
 
 def _parse_call(raw: str, where: str) -> tuple[str, dict]:
@@ -27,10 +30,20 @@ def _parse_call(raw: str, where: str) -> tuple[str, dict]:
         raise RecordError("unparseable_tool_call", f"{where}: {exc.msg} in {raw.strip()[:120]!r}")
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not isinstance(obj.get("arguments", {}), dict):
         raise RecordError("unparseable_tool_call", f"{where}: {raw.strip()[:120]!r}")
+    if obj["name"] not in _TOOLS:
+        raise RecordError("unparseable_tool_call", f"{where}: OpenSeeker has no tool {obj['name']!r} (its tools: {', '.join(_TOOLS)})")
     args = dict(obj.get("arguments", {}))
+    require_parameters(_TOOLS[obj["name"]]["function"], obj["name"], args, where)
     if obj["name"] == "search" and isinstance(args.get("query"), list) and len(args["query"]) == 1:
         args["query"] = args["query"][0]
     return obj["name"], args
+
+
+def _stray(text: str, tag: str, where: str, reason: str) -> None:
+    """`text` (the blocks the loop acts on taken out) still holding `<tag>` or `</tag>`: refused, naming it."""
+    if m := re.search(f"</?{tag}>", text):
+        raise RecordError(reason, f"{where}: a stray {m.group()} in {text[max(0, m.start() - 40):m.end() + 40]!r} (OpenSeeker's "
+                          "loop acts on complete blocks and stops at the first </answer>, so it is neither a step nor thought to train)")
 
 
 def parse(row: dict, *, rid: str, reasoning: str) -> dict:
@@ -39,7 +52,7 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
     turns: list[dict] = []
     pending: list[dict] = []
     answer = None
-    used = set()
+    used, last = set(), None  # the tools called; the last assistant turn's index
     for i, m in enumerate(traj):
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ("system", "user", "assistant"):
@@ -48,6 +61,7 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
         if role == "system":
             continue  # replaced by the canonical search system prompt
         if role == "user":
+            _stray(_RESP_RE.sub("", content), "tool_response", f"message {i}", "tool_response_mismatch")
             blocks = _RESP_RE.findall(content)
             if not blocks:
                 if question is None:
@@ -61,12 +75,18 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
                 turns.append({"role": "tool", "content": block.strip("\n"), "tool_call_id": call["id"], "name": call["function"]["name"]})
             pending = []
             continue
-        text = _WRAP_RE.sub("", content)
-        calls = _CALL_RE.findall(text)
-        if not calls and "<tool_call>" in text:
-            raise RecordError("unparseable_tool_call", f"message {i}: unclosed <tool_call>")
+        if pending:
+            raise RecordError("tool_response_mismatch", f"message {i}: {len(pending)} call(s) of message {last} have no <tool_response>")
+        if answer is not None:
+            raise RecordError("no_final_answer", f"message {i}: a turn after the <answer> of message {last}: the loop stops there")
+        last, text = i, _WRAP_RE.sub("", content)
+        calls, rest = _CALL_RE.findall(text), _CALL_RE.sub("", text)
+        _stray(rest, "tool_call", f"message {i}", "unparseable_tool_call")
+        _stray(rest, "tool_response", f"message {i}", "tool_response_mismatch")  # the environment's text, never the model's
+        before, ans = extract_answer_tag(text)
+        _stray(before if ans is not None and not calls else rest, "answer", f"message {i}", "no_final_answer")
         if calls:
-            msg = thought_message(clean(_CALL_RE.sub("", text)), reasoning)
+            msg = thought_message(clean(rest), reasoning)
             msg["tool_calls"] = []
             for j, raw in enumerate(calls):
                 name, args = _parse_call(raw, f"message {i} call {j}")
@@ -75,7 +95,6 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
             pending = list(msg["tool_calls"])
             turns.append(msg)
             continue
-        before, ans = extract_answer_tag(text)
         if ans is not None:
             answer = ans
             turns.append(final_turn(before, ans, reasoning))

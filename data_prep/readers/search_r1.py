@@ -17,6 +17,7 @@ from data_prep.terminators import extract_answer_tag
 SOURCE = "search-r1"
 _SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 _INFO_RE = re.compile(r"\s*<information>(.*?)</information>", re.DOTALL)
+_STRAY_RE = re.compile(r"</?answer>|</search>|</information>")
 
 
 def _question_and_response(row: dict) -> tuple[str, str]:
@@ -54,7 +55,8 @@ def _gold(row: dict) -> str | None:
 def _thought(text: str) -> str:
     """`text` between searches, to be trained as thought: a `<search>` left open is no search (Search-R1's
     environment runs only `<search>q</search>`), and an `<information>` block no search asked for is
-    the environment's text, so neither is the model's thought: the record is refused."""
+    the environment's text, so neither is the model's thought; nor is a stray closing tag or an `<answer>` before
+    the last (the episode ends at the first closed one): the record is refused."""
     if (k := text.find("<search>")) >= 0:
         query = text[k + len("<search>"):].split("<", 1)[0].strip()
         raise RecordError("unparseable_tool_call", f"a <search> with no </search> ({query[:60]!r}): Search-R1 runs closed "
@@ -62,6 +64,9 @@ def _thought(text: str) -> str:
     if "<information>" in text:
         raise RecordError("unparseable_tool_call", "an <information> block with no <search> before it: the environment's "
                           "results are never the model's thought")
+    if stray := _STRAY_RE.search(text):
+        raise RecordError("unparseable_tool_call", f"a stray {stray.group()} in {text[max(0, stray.start() - 40):stray.end() + 40]!r}: "
+                          "the episode ends at the first closed <answer>, and every tag pairs up, so it is no thought to train")
     return clean_thought(text)
 
 
@@ -77,6 +82,8 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
         info = _INFO_RE.match(response, s.end())
         if info is None:
             raise RecordError("unparseable_tool_call", f"search {k} ({s.group(1).strip()[:60]!r}) has no <information> result")
+        if "<information>" in info.group(1):  # the environment writes whole blocks: this one was never closed
+            raise RecordError("unparseable_tool_call", f"search {k} ({s.group(1).strip()[:60]!r}): an <information> with no </information>")
         msg = thought_message(_thought(response[pos:s.start()]), reasoning)
         call_id = f"call_{k}"
         msg["tool_calls"] = [tool_call("search", {"query": s.group(1).strip()}, call_id)]
