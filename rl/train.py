@@ -185,16 +185,52 @@ def model_context(path: str) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def context_problem(cfg: DictConfig) -> str | None:
-    """Why `grpo.max_completion_length` cannot fit the model's context with a prompt, or None. TRL would not refuse
-    it: generation stops at the context (vLLM) or runs past the positions the model was trained on (transformers),
-    and tool results that would pass it are dropped, so the budget set is not the one trained with."""
-    n, ctx = int(cfg.grpo.max_completion_length), model_context(str(cfg.model.path))
-    if ctx is None or n < ctx:
+def longest_prompt(cfg: DictConfig) -> tuple[int, str] | None:
+    """(tokens, which row) of the longest prompt among the rows the run trains on (all train.steps' rows, each
+    once), rendered with its environment's `reset` text and tools by rl.chat.prompt_lengths as TRL renders it; None
+    where the model's tokenizer or chat template is not on this machine (the trainer loads and checks them itself)."""
+    import inspect
+
+    from transformers import AutoTokenizer
+
+    from common.tiny import resolve_model_path
+
+    try:
+        tok = AutoTokenizer.from_pretrained(resolve_model_path(str(cfg.model.path)), local_files_only=True)
+    except (OSError, ValueError):
         return None
-    return (f"grpo.max_completion_length={n} leaves no room for a prompt in model.path={cfg.model.path}'s context of {ctx} "
-            "tokens (max_position_embeddings in its config.json): a rollout's prompt and completion must fit it together; "
-            "lower grpo.max_completion_length")
+    if not tok.chat_template:
+        return None
+    env_cls = environment_for(cfg.task, qa_mode=str(cfg.grpo.qa_mode), trl_version=installed_trl())
+    env = env_cls() if env_cls else None
+    tools = [getattr(env, n) for n, _ in inspect.getmembers(env_cls, inspect.isfunction)
+             if n not in ("reset", "get_reward") and not n.startswith("_")] if env else None
+    unique = {json.dumps(r, sort_keys=True, default=str): r for r in rows(cfg, 0, int(cfg.train.steps))}.values()
+    prompts, names = [], []
+    for r in unique:
+        obs = env.reset(**r) if env else None
+        last = r["prompt"][-1]
+        prompts.append(r["prompt"][:-1] + [{**last, "content": last["content"] + obs}] if isinstance(obs, str) else r["prompt"])
+        names.append(f"task seed {r['seed']}" if "seed" in r else f"grpo.prompts_file's id {r.get('id')}")
+    lengths = chat.prompt_lengths(tok, prompts, tools, cfg.grpo.enable_thinking)
+    i = max(range(len(lengths)), key=lengths.__getitem__)
+    return lengths[i], names[i]
+
+
+def context_problem(cfg: DictConfig) -> str | None:
+    """Why a rollout's prompt and `grpo.max_completion_length` cannot fit the model's context together, or None. TRL
+    1.16 would not refuse it (and has no max_prompt_length): generation stops at the context (vLLM) or runs past the
+    positions the model was trained on (transformers), and tool results that would pass it are dropped, so the budget
+    set is not the one trained with. The prompt counted is the longest of the run's rows (longest_prompt)."""
+    n, ctx = int(cfg.grpo.max_completion_length), model_context(str(cfg.model.path))
+    where = f"model.path={cfg.model.path}'s context of {ctx} tokens (max_position_embeddings in its config.json)"
+    if ctx is not None and n >= ctx:
+        return f"grpo.max_completion_length={n} leaves no room for a prompt in {where}; lower grpo.max_completion_length"
+    if ctx is None or (found := longest_prompt(cfg)) is None or found[0] + n <= ctx:
+        return None
+    return (f"grpo.max_completion_length={n} + the longest prompt's {found[0]} tokens ({found[1]}, rendered with its tools by "
+            f"the chat template) = {found[0] + n} exceed {where}: TRL would drop the tool results past it and stop "
+            f"generating at it; lower grpo.max_completion_length to at most {ctx - found[0]}")
 
 
 def preflight(cfg: DictConfig, probe_retriever: bool = True) -> str | None:
