@@ -185,12 +185,9 @@ def model_context(path: str) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def longest_prompt(cfg: DictConfig) -> tuple[int, str] | None:
-    """(tokens, which row) of the longest prompt among the rows the run trains on (all train.steps' rows, each
-    once), rendered with its environment's `reset` text and tools by rl.chat.prompt_lengths as TRL renders it; None
-    where the model's tokenizer or chat template is not on this machine (the trainer loads and checks them itself)."""
-    import inspect
-
+def model_tokenizer(cfg: DictConfig):
+    """model.path's tokenizer from this machine (nothing is downloaded), or None where it is not here or has no chat
+    template (the trainer loads and checks its own copy at start)."""
     from transformers import AutoTokenizer
 
     from common.tiny import resolve_model_path
@@ -199,7 +196,16 @@ def longest_prompt(cfg: DictConfig) -> tuple[int, str] | None:
         tok = AutoTokenizer.from_pretrained(resolve_model_path(str(cfg.model.path)), local_files_only=True)
     except (OSError, ValueError):
         return None
-    if not tok.chat_template:
+    return tok if tok.chat_template else None
+
+
+def longest_prompt(cfg: DictConfig, tok=None) -> tuple[int, str] | None:
+    """(tokens, which row) of the longest prompt among the rows the run trains on (all train.steps' rows, each
+    once), rendered with its environment's `reset` text and tools by rl.chat.prompt_lengths as TRL renders it; None
+    without the model's tokenizer (model_tokenizer; `tok`: one already loaded)."""
+    import inspect
+
+    if (tok := tok or model_tokenizer(cfg)) is None:
         return None
     env_cls = environment_for(cfg.task, qa_mode=str(cfg.grpo.qa_mode), trl_version=installed_trl())
     env = env_cls() if env_cls else None
@@ -217,7 +223,7 @@ def longest_prompt(cfg: DictConfig) -> tuple[int, str] | None:
     return lengths[i], names[i]
 
 
-def context_problem(cfg: DictConfig) -> str | None:
+def context_problem(cfg: DictConfig, tok=None) -> str | None:
     """Why a rollout's prompt and `grpo.max_completion_length` cannot fit the model's context together, or None. TRL
     1.16 would not refuse it (and has no max_prompt_length): generation stops at the context (vLLM) or runs past the
     positions the model was trained on (transformers), and tool results that would pass it are dropped, so the budget
@@ -226,7 +232,7 @@ def context_problem(cfg: DictConfig) -> str | None:
     where = f"model.path={cfg.model.path}'s context of {ctx} tokens (max_position_embeddings in its config.json)"
     if ctx is not None and n >= ctx:
         return f"grpo.max_completion_length={n} leaves no room for a prompt in {where}; lower grpo.max_completion_length"
-    if ctx is None or (found := longest_prompt(cfg)) is None or found[0] + n <= ctx:
+    if ctx is None or (found := longest_prompt(cfg, tok)) is None or found[0] + n <= ctx:
         return None
     return (f"grpo.max_completion_length={n} + the longest prompt's {found[0]} tokens ({found[1]}, rendered with its tools by "
             f"the chat template) = {found[0] + n} exceed {where}: TRL would drop the tool results past it and stop "
@@ -235,14 +241,16 @@ def context_problem(cfg: DictConfig) -> str | None:
 
 def preflight(cfg: DictConfig, probe_retriever: bool = True) -> str | None:
     """Everything the trainer refuses before training, in the trainer's own words: the config
-    (rl.config.problems, the schema launch checks too), a grpo.max_completion_length the model's context cannot hold
-    with a prompt (context_problem), the run dir's `rollouts` and `step-000000`,
-    the prompts file, and (`probe_retriever`) a qa retriever that does not answer: RlError / BenchError /
+    (rl.config.problems, the schema launch checks too), the chat template (rl.chat.install: grpo.enable_thinking, tool
+    calls), a grpo.max_completion_length the model's context cannot hold with the longest prompt (context_problem),
+    the run dir's `rollouts` and `step-000000`, the prompts file, and (`probe_retriever`) a qa retriever that does not answer: RlError / BenchError /
     RetrieverError, exit 2, one line. Then task=spa's adversarial pilot (pilot_guard): its table when a
     reward hack comes within the required margin of genuine play, else None. Launch calls it before it
     writes a run dir; the trainer again at start."""
     validate(cfg)
-    if problem := context_problem(cfg):
+    if (tok := model_tokenizer(cfg)) is not None:
+        chat.install(tok, enable_thinking=cfg.grpo.enable_thinking, where=str(cfg.model.path))   # TemplateError as at start
+    if problem := context_problem(cfg, tok):
         raise RlError(problem)
     rd = Path(cfg.run_dir)
     rollouts, start = rd / layout.ROLLOUTS, layout.checkpoint_dir(rd, 0)

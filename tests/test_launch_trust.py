@@ -177,6 +177,7 @@ def test_start_checkpoint_never_writes_through_to_the_users_model(tmp_path):
     ("grpo.max_completion_length=8192", "grpo.max_completion_length=8192 leaves no room for a prompt in model.path=tiny_base's context"),
     # room for a completion, but not for the prompt too (its tokens: tests/test_rl_units.py checks the count)
     ("grpo.max_completion_length=8000", "grpo.max_completion_length=8000 + the longest prompt's "),
+    ("grpo.enable_thinking=false", "grpo.enable_thinking=false: the chat template of tiny_base does not read enable_thinking"),
 ])
 def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, needle):
     from launch.grpo import main
