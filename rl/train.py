@@ -239,6 +239,16 @@ def context_problem(cfg: DictConfig, tok=None) -> str | None:
             f"generating at it; lower grpo.max_completion_length to at most {ctx - found[0]}")
 
 
+def model_checks(cfg: DictConfig) -> None:
+    """The model's side of a config (launch's placement runs it, a dry run's too; preflight again): its chat template as
+    the trainer installs it (rl.chat.install: TemplateError) and the longest prompt beside grpo.max_completion_length in
+    its context (context_problem: RlError); exit 2, one line."""
+    if (tok := model_tokenizer(cfg)) is not None:
+        chat.install(tok, enable_thinking=cfg.grpo.enable_thinking, where=str(cfg.model.path))
+    if problem := context_problem(cfg, tok):
+        raise RlError(problem)
+
+
 def preflight(cfg: DictConfig, probe_retriever: bool = True) -> str | None:
     """Everything the trainer refuses before training, in the trainer's own words: the config
     (rl.config.problems, the schema launch checks too), the chat template (rl.chat.install: grpo.enable_thinking, tool
@@ -248,10 +258,7 @@ def preflight(cfg: DictConfig, probe_retriever: bool = True) -> str | None:
     reward hack comes within the required margin of genuine play, else None. Launch calls it before it
     writes a run dir; the trainer again at start."""
     validate(cfg)
-    if (tok := model_tokenizer(cfg)) is not None:
-        chat.install(tok, enable_thinking=cfg.grpo.enable_thinking, where=str(cfg.model.path))   # TemplateError as at start
-    if problem := context_problem(cfg, tok):
-        raise RlError(problem)
+    model_checks(cfg)
     rd = Path(cfg.run_dir)
     rollouts, start = rd / layout.ROLLOUTS, layout.checkpoint_dir(rd, 0)
     if rollouts.exists() and not rollouts.is_dir():

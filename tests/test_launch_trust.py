@@ -187,6 +187,8 @@ def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, 
     err = capsys.readouterr().err
     assert err.startswith("error:") and needle in err and "Traceback" not in err, err
     assert not (W / "RQ").exists()
+    if bad.startswith(("grpo.max_completion_length", "grpo.enable_thinking")):   # the model's checks: a dry run's too
+        assert main([*argv, "dry_run=true"]) == 2 and needle in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("key,value,needle", [
