@@ -185,10 +185,10 @@ def parent_run(path: str) -> dict | None:
 def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
     """Where a composed, validated GRPO config runs on `world` processes and what it is: its run dir and
     run identity (launch's one call into rl before it checks the run dir, a dry run's too). RlError when the processes
-    cannot split one step's completions evenly (world_problem) or the model cannot take the config (rl.train.model_checks)."""
+    cannot split one step's completions evenly (world_problem) or the model cannot take the config (rl.prompts.model_checks)."""
     if problem := world_problem(cfg, world):
         raise RlError(f"invalid config:\n  {problem}")
-    from rl.train import model_checks   # (rl.train imports this module)
+    from rl.prompts import model_checks
     model_checks(cfg)
     return run_dir(cfg), run_identity(cfg)
 
