@@ -106,3 +106,16 @@ def install(tokenizer, enable_thinking="auto", where: str = "the model") -> dict
     # TRL only looks up its own pattern when neither attribute is set; this marks ours as in place.
     tokenizer.response_template = {"parser": f"evals.toolcalls:{style}"}
     return {"style": style, "own_template": own, "training_template": train, "patched": train != own, "opens_think": opens}
+
+
+def prompt_lengths(tokenizer, prompts: list[list[dict]], tools: list | None, enable_thinking="auto") -> list[int]:
+    """Tokens of each rollout prompt (a message list, the environment's `reset` text already appended) as TRL 1.16's
+    `_tokenize_prompts` renders it: the training template, the environment's tools (bound methods, as TRL lists
+    them; their JSON schemas taken once), the generation prompt and `grpo.enable_thinking`'s template arguments."""
+    from transformers.utils import get_json_schema
+
+    own = tokenizer.chat_template.get("default") if isinstance(tokenizer.chat_template, dict) else tokenizer.chat_template
+    schemas = [get_json_schema(t) for t in tools] if tools else None
+    texts = tokenizer.apply_chat_template(prompts, tools=schemas, chat_template=training_template(own), add_generation_prompt=True,
+                                          tokenize=False, **(thinking.template_kwargs(enable_thinking) or {}))
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]

@@ -162,7 +162,6 @@ def world_problem(cfg: DictConfig, world: int) -> str | None:
         return (f"grpo.completions_per_step={g.completions_per_step} is not divisible by {world} process(es) x "
                 f"grpo.grad_accum={g.grad_accum}: each process generates completions_per_step / (processes x "
                 "grad_accum) completions per micro-step")
-    return None
 
 
 def validate(cfg: DictConfig) -> None:
@@ -171,8 +170,7 @@ def validate(cfg: DictConfig) -> None:
 
 
 def is_sft_checkpoint(path: str) -> bool:
-    p = Path(str(path)).expanduser()
-    return p.is_dir() and (p / "SHA256SUMS").is_file()
+    return (Path(str(path)).expanduser() / "SHA256SUMS").is_file()
 
 
 def parent_run(path: str) -> dict | None:
@@ -186,10 +184,12 @@ def parent_run(path: str) -> dict | None:
 
 def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
     """Where a composed, validated GRPO config runs on `world` processes and what it is: its run dir and
-    run identity (launch's one call into rl before it checks the run dir). RlError when the processes
-    cannot split one step's completions evenly (world_problem)."""
+    run identity (launch's one call into rl before it checks the run dir, a dry run's too). RlError when the processes
+    cannot split one step's completions evenly (world_problem) or the model cannot take the config (rl.prompts.model_checks)."""
     if problem := world_problem(cfg, world):
         raise RlError(f"invalid config:\n  {problem}")
+    from rl.prompts import model_checks
+    model_checks(cfg)
     return run_dir(cfg), run_identity(cfg)
 
 

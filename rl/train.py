@@ -38,7 +38,8 @@ from common.io import check_sha256sums, write_json
 from rl import chat, checkpoint as rlck
 from rl.config import installed_trl, planned_saves, run_identity, trl_problem, validate, world_problem
 from rl.errors import RlError
-from rl.envs import environment_for, qa_rows, reward_funcs_for, spa_rows
+from rl.envs import environment_for, reward_funcs_for
+from rl.prompts import model_checks, prompts_per_step, rows
 from common.preempt import PreemptionFlag
 from common.tracking import MetricsLog, Wandb
 from sft.checkpoint import step_name
@@ -74,18 +75,6 @@ def use_vllm(cfg: DictConfig) -> bool:
 
 def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def prompts_per_step(cfg: DictConfig) -> int:
-    return int(cfg.grpo.completions_per_step) // int(cfg.grpo.num_generations)
-
-
-def rows(cfg: DictConfig, start_step: int, steps: int) -> list[dict]:
-    """The training rows of steps start_step+1 .. start_step+steps (one generation batch per step)."""
-    k = prompts_per_step(cfg)
-    if cfg.task == "spa":
-        return spa_rows(int(cfg.seed), start_step * k, steps * k, split=str(cfg.grpo.split))
-    return qa_rows(str(cfg.grpo.prompts_file), start_step * k, steps * k, str(cfg.grpo.qa_mode))
 
 
 def pilot_guard(cfg: DictConfig) -> str | None:
@@ -165,49 +154,16 @@ def check_search_failures(step: int, searches: int, failures: int, rate: float, 
             f"Last error: {last or 'see the log'}. Fix the retriever, then re-run to resume from the last state")
 
 
-def model_context(path: str) -> int | None:
-    """The context length (`max_position_embeddings`) of the model at `path` from its config.json: a local dir, the
-    embedded tiny base, or a hub id's copy in the local hub cache (nothing is downloaded); None where unknown here."""
-    from common.cli import ConfigError
-    from common.tiny import resolve_model_path
-
-    try:
-        where = Path(resolve_model_path(path)).expanduser()
-        conf = where / "config.json"
-        if not conf.is_file():
-            from huggingface_hub import try_to_load_from_cache
-
-            conf = try_to_load_from_cache(str(path), "config.json")
-        data = json.loads(Path(conf).read_text(encoding="utf-8")) if isinstance(conf, (str, Path)) else {}
-    except (ConfigError, OSError, ValueError):   # a bad model.path is refused elsewhere, with its reason
-        return None
-    n = data.get("text_config", data).get("max_position_embeddings") if isinstance(data, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
-
-
-def context_problem(cfg: DictConfig) -> str | None:
-    """Why `grpo.max_completion_length` cannot fit the model's context with a prompt, or None. TRL would not refuse
-    it: generation stops at the context (vLLM) or runs past the positions the model was trained on (transformers),
-    and tool results that would pass it are dropped, so the budget set is not the one trained with."""
-    n, ctx = int(cfg.grpo.max_completion_length), model_context(str(cfg.model.path))
-    if ctx is None or n < ctx:
-        return None
-    return (f"grpo.max_completion_length={n} leaves no room for a prompt in model.path={cfg.model.path}'s context of {ctx} "
-            "tokens (max_position_embeddings in its config.json): a rollout's prompt and completion must fit it together; "
-            "lower grpo.max_completion_length")
-
-
 def preflight(cfg: DictConfig, probe_retriever: bool = True) -> str | None:
     """Everything the trainer refuses before training, in the trainer's own words: the config
-    (rl.config.problems, the schema launch checks too), a grpo.max_completion_length the model's context cannot hold
-    with a prompt (context_problem), the run dir's `rollouts` and `step-000000`,
-    the prompts file, and (`probe_retriever`) a qa retriever that does not answer: RlError / BenchError /
+    (rl.config.problems, the schema launch checks too), the chat template (rl.chat.install: grpo.enable_thinking, tool
+    calls), a grpo.max_completion_length the model's context cannot hold with the longest prompt (context_problem),
+    the run dir's `rollouts` and `step-000000`, the prompts file, and (`probe_retriever`) a qa retriever that does not answer: RlError / BenchError /
     RetrieverError, exit 2, one line. Then task=spa's adversarial pilot (pilot_guard): its table when a
     reward hack comes within the required margin of genuine play, else None. Launch calls it before it
     writes a run dir; the trainer again at start."""
     validate(cfg)
-    if problem := context_problem(cfg):
-        raise RlError(problem)
+    model_checks(cfg)
     rd = Path(cfg.run_dir)
     rollouts, start = rd / layout.ROLLOUTS, layout.checkpoint_dir(rd, 0)
     if rollouts.exists() and not rollouts.is_dir():

@@ -175,6 +175,9 @@ def test_start_checkpoint_never_writes_through_to_the_users_model(tmp_path):
     ("seed=true", "seed"), ("grpo.prompts_file=nope.jsonl", "nope.jsonl"), ("grpo.grad_accum=3", "grpo.grad_accum"),
     # tiny_base's context is 8192 tokens (its config.json): no room left for a prompt
     ("grpo.max_completion_length=8192", "grpo.max_completion_length=8192 leaves no room for a prompt in model.path=tiny_base's context"),
+    # room for a completion, but not for the prompt too (its tokens: tests/test_rl_units.py checks the count)
+    ("grpo.max_completion_length=8000", "grpo.max_completion_length=8000 + the longest prompt's "),
+    ("grpo.enable_thinking=false", "grpo.enable_thinking=false: the chat template of tiny_base does not read enable_thinking"),
 ])
 def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, needle):
     from launch.grpo import main
@@ -184,6 +187,8 @@ def test_launch_refuses_what_the_trainer_would_before_a_run_dir(W, capsys, bad, 
     err = capsys.readouterr().err
     assert err.startswith("error:") and needle in err and "Traceback" not in err, err
     assert not (W / "RQ").exists()
+    if bad.startswith(("grpo.max_completion_length", "grpo.enable_thinking")):   # the model's checks: a dry run's too
+        assert main([*argv, "dry_run=true"]) == 2 and needle in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("key,value,needle", [

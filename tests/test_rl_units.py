@@ -179,6 +179,17 @@ def test_every_prompt_trl_builds_equals_the_own_template_render(trainer):
         assert list(ids) == list(own_ids), f"turn {turn}: TRL's prompt differs from the own template"
         checked += 1
     assert checked == len(policy.prompts_seen)
+    # The preflight counts a rollout's prompt as TRL does: the longest first-turn prompt TRL built is the one refused
+    # past the context (tiny_base: 8192) together with grpo.max_completion_length.
+    from rl import prompts as rp
+
+    longest = max(len(ids) for ids in policy.prompts_seen if own_tok.decode(ids).count("<|im_start|>assistant") == 1)
+    assert rp.longest_prompt(cfg)[0] == longest
+    fits, over = cfg.copy(), cfg.copy()
+    fits.grpo.max_completion_length, over.grpo.max_completion_length = 8192 - longest, 8193 - longest
+    assert rp.context_problem(fits) is None
+    assert f"grpo.max_completion_length={8193 - longest} + the longest prompt's {longest} tokens" in rp.context_problem(over)
+    assert "= 8193 exceed model.path=tiny_base's context of 8192 tokens" in rp.context_problem(over)
 
 
 # ---------------------------------------------------------------- tool-call parsing
