@@ -316,7 +316,8 @@ def test_slurm_study_submits_stage_after_stage(tmp_path, monkeypatch):
     proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "launcher=slurm", "model=tiny_base", "gpus_per_node=1",
                    "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]",
                    "report:eval.bench_n={search_plan_ood:2}",
-                   "report:eval.enable_thinking=auto")   # the tiny base's template ignores the switch (refused)
+                   "report:eval.enable_thinking=auto",   # the tiny base's template ignores the switch (refused)
+                   "train:grpo.enable_thinking=auto")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     train, report = (Path(p) for p in record.read_text().split())
     assert train.name == "train.sbatch" and "dependency" not in _opts(train.read_text())
@@ -470,7 +471,8 @@ def test_a_training_stage_sent_to_slurm_submits_the_whole_study(tmp_path, monkey
     """Issue 34 item 2: `train:launcher=slurm` makes the study a Slurm one; the report waits for training."""
     record = _stand_in_sbatch(tmp_path, monkeypatch)
     proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "model=tiny_base", "train:launcher=slurm",
-                   "train:gpus_per_node=1", "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]")
+                   "train:gpus_per_node=1", "runs_root=runs", "reports=rep", "report:benches=[search_plan_ood]",
+                   "train:grpo.enable_thinking=auto")   # the tiny base's template ignores the switch (refused)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "all stages done" not in proc.stdout and not (tmp_path / "rep").exists()
     train, report = (Path(p) for p in record.read_text().split())
@@ -777,7 +779,7 @@ def test_a_slurm_study_keeps_launchs_rules_for_a_finished_run(tmp_path, monkeypa
     record = _stand_in_sbatch(tmp_path, monkeypatch)
     argv = ["study=qwen3_4b_spa_grpo", "launcher=slurm", "model=tiny_base", "gpus_per_node=1", "runs_root=runs",
             "reports=rep", "report:benches=[search_plan_ood]", "report:eval.bench_n={search_plan_ood:2}",
-            "report:eval.enable_thinking=auto"]
+            "report:eval.enable_thinking=auto", "train:grpo.enable_thinking=auto"]   # the tiny base ignores the switch (refused)
     run = tmp_path / "runs" / "grpo_spa" / "seed0"
     assert launch(tmp_path, *argv).returncode == 0
     (run / "DONE").write_text("")   # the training job ran to its end
