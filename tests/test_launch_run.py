@@ -139,7 +139,8 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
 
 def test_sigterm_to_launch_stops_the_trainer_with_a_resumable_state(runs, first_run):
     rd = runs / "terminated"
-    argv = ["arm=r2e", "steps=30", "model=tiny", "data=synthetic", "state_every=100", f"run_dir={rd}",
+    # far more steps than can run before the SIGTERM below, whatever the machine's load: the test decides when it ends
+    argv = ["arm=r2e", "steps=1000000", "model=tiny", "data=synthetic", "state_every=100", f"run_dir={rd}",
             f"runs_root={runs}", *SMALL]
     proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], cwd=REPO, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
