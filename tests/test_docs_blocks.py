@@ -81,7 +81,7 @@ def test_cpu_blocks_run(page, tmp_path):
 
 # The blocks marked `<!-- runnable: cpu, stops-at: preflight -->`: a GPU study's dry run on a CPU, which its
 # preflight stops (exit 2) since no environment here has vllm or trl 1.9.2; the dry run shows its plan first.
-STOPS_AT_PREFLIGHT = {("docs/studies.md", "launch study=qwen3_4b_spa_grpo model=tiny_base dry_run=true"),
+STOPS_AT_PREFLIGHT = {("docs/studies.md", "launch study=qwen3_4b_spa_grpo model=tiny_base train:grpo.enable_thinking=auto dry_run=true"),
                       ("docs/how-to/slurm.md", "launch study=dual_terminator_sft launcher=slurm")}
 
 
