@@ -50,14 +50,24 @@ def test_r2e_gym_example():
     assert headline(rec["task"]) == "<issue title>"
 
 
-def test_swe_gym_raw_example():
-    rec = _one(f"swe-gym:{shared_path('formats', 'examples', 'swegym_openhands_sampled_raw.example.json')}")
+def test_swe_gym_raw_example(tmp_path):
+    src = shared_path('formats', 'examples', 'swegym_openhands_sampled_raw.example.json')
+    rec = _one(f"swe-gym:{src}")
     _assert_tool_roles(rec)
     assert rec["id"] == "Project-MONAI__MONAI-5686_4"
     assert "null" not in json.dumps(rec["tools"])  # parquet-union nulls stripped
     assert rec["messages"][2]["tool_calls"][0]["function"]["arguments"]["view_range"] == [0, 50]
     assert rec["messages"][-1]["tool_calls"][0]["function"] == {"name": "finish", "arguments": {}}
     assert headline(rec["task"]) == "SSIMLoss result does not have gradient"
+    # the `tools` column is what OpenHands gave the model (it refuses any other name), and the real row's is complete:
+    # a call to a tool it lacks is refused, not given an inferred spec (seen failing: kept, with a made-up `browser` spec)
+    row = json.loads(src.read_text())
+    row["messages"][2]["tool_calls"][0]["function"]["name"] = row["messages"][3]["name"] = "browser"
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(row))
+    (out,) = read_source(f"swe-gym:{p}")
+    assert (out.reason, out.detail) == ("unparseable_tool_call", "message 2: a call to 'browser', which the row's tools column "
+                                        "lacks (execute_bash, finish, str_replace_editor)")
 
 
 def test_swe_smith_xml_example():
@@ -81,8 +91,17 @@ def test_swe_smith_tool_split_json_string(tmp_path):
     p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps(msgs)}) + "\n")
     rec = _one(f"swe-smith:{p}")
     assert rec["messages"][3]["content"] == "a\nb"
-    assert [t["function"]["name"] for t in rec["tools"]] == ["bash", "submit"]
+    assert [t["function"]["name"] for t in rec["tools"]] == ["bash", "submit"]  # the split ships no schemas: inferred
     assert rec["messages"][2]["reasoning_content"] == "look"
+    # a row that does carry a `tools` column is held to it: a call to a tool it lacks is refused (seen failing: the column
+    # was ignored and every spec inferred)
+    bash = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+    p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps(msgs), "tools": [bash]}) + "\n")
+    (out,) = read_source(f"swe-smith:{p}")
+    assert (out.reason, out.detail) == ("unparseable_tool_call", "message 4: a call to 'submit', which the row's tools column lacks (bash)")
+    tools = [bash, {"type": "function", "function": {"name": "submit"}}]
+    p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps(msgs), "tools": tools}) + "\n")
+    assert _one(f"swe-smith:{p}")["tools"] == tools  # the declared specs, none inferred beside them
     # a null observation or query is refused, not read as empty text (an assistant's null content beside a call is "")
     for k in (1, 3):
         p.write_text(json.dumps({"instance_id": "x1", "messages": json.dumps([*msgs[:k], {**msgs[k], "content": None}, *msgs[k + 1:]])}) + "\n")
@@ -141,6 +160,11 @@ def test_search_r1_uses_last_answer_and_question(tmp_path):
     assert rec["messages"][-1]["content"] == "Final answer: William Shakespeare"
     assert rec["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"query": "hamlet author"}
     assert extract_answer_tag("x <answer>a</answer> y <answer> b </answer>") == ("x <answer>a</answer> y ", "b")
+    # an empty or blank query is a search all the same: Search-R1's rollout (generation.py postprocess_predictions /
+    # execute_predictions) reads `<search> </search>` as action search with query "" and returns its <information>
+    for blank in ("", " \n "):
+        p.write_text(json.dumps({**row, "response": row["response"].replace(" hamlet author ", blank)}) + "\n")
+        assert _one(f"search-r1:{p}")["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"query": ""}
     # an empty answer is refused, not trained as a bare `Final answer: `
     p.write_text(json.dumps({**row, "response": row["response"].replace(" William Shakespeare ", " \n ")}) + "\n")
     (out,) = read_source(f"search-r1:{p}")

@@ -2,7 +2,7 @@
 the record's `tools` lack, a call with no result or a result of no call is refused."""
 from __future__ import annotations
 
-from data_prep.readers.common import check_results
+from data_prep.readers.common import check_results, require_declared
 from data_prep.schema import FIELDS, RecordError, strip_none, validate_record
 
 
@@ -14,10 +14,6 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
         raise RecordError("missing_field", "canonical row has no `source`")
     rec["tools"] = strip_none(rec["tools"] or [])
     validate_record(rec)
-    names = {t["function"]["name"] for t in rec["tools"]}
-    for i, m in enumerate(rec["messages"]):
-        if bad := [c["function"]["name"] for c in m.get("tool_calls") or [] if c["function"]["name"] not in names]:
-            raise RecordError("unparseable_tool_call", f"message {i}: a call to {bad[0]!r}, which the record's tools lack "
-                              f"({', '.join(sorted(names)) or 'none'})")
+    require_declared(rec["messages"], rec["tools"], "the record's tools lack")
     check_results(rec["messages"])
     return rec

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from data_prep.readers.common import (
-    convert_xml_messages, message_list, merge_tools, tools_from_system_prompt, trim_after_finish, type_xml_arguments,
+    convert_xml_messages, message_list, merge_tools, require_declared, tools_from_system_prompt, trim_after_finish,
+    type_xml_arguments,
 )
-from data_prep.schema import RecordError, make_record
+from data_prep.schema import RecordError, make_record, strip_none, validate_tools
 from data_prep.terminators import extract_task, finish_problem
 
 
@@ -24,7 +25,8 @@ def xml_messages(raw: list, *, reasoning: str, crlf: bool = False) -> tuple[list
 
 
 def code_record(rid: str, source: str, messages: list[dict], tools: list[dict]) -> dict:
-    """Canonical code record; the trajectory must end with a finish/submit call."""
+    """Canonical code record; the trajectory must end with a finish/submit call. Specs are inferred for called tools
+    `tools` lack (a text-form prompt's list, or none given)."""
     messages = trim_after_finish(messages)
     if not any(m["role"] == "assistant" for m in messages):
         raise RecordError("no_assistant_turn")
@@ -38,6 +40,17 @@ def code_record(rid: str, source: str, messages: list[dict], tools: list[dict]) 
         id=rid, source=source, domain="code", messages=messages, tools=merge_tools(tools, messages),
         task=task, answer=None, terminator="finish",
     )
+
+
+def native_record(rid: str, source: str, messages: list[dict], row: dict) -> dict:
+    """`code_record` of a native-`tool_calls` row. Its `tools` column, when it has one, is the list the model was given
+    (OpenHands passes exactly these to the LLM and refuses a call to any other name: FunctionCallNotExistsError; the
+    real SWE-Gym row declares every tool it calls): a call to a tool it lacks is refused, never given an inferred spec.
+    A row without one (SWE-smith's `tool` split ships no schemas) gets specs inferred from its calls."""
+    if tools := strip_none(row.get("tools") or []):
+        validate_tools(tools)
+        require_declared(trim_after_finish(messages), tools, "the row's tools column lacks")
+    return code_record(rid, source, messages, tools)
 
 
 def row_messages(row: dict) -> list:

@@ -340,6 +340,15 @@ def merge_tools(declared: list[dict], messages: list[dict]) -> list[dict]:
     return declared + [t for t in infer_tools(messages) if t["function"]["name"] not in names]
 
 
+def require_declared(messages: list[dict], tools: list[dict], lacking: str) -> None:
+    """Refuse a call to a tool the specs `tools` lack (`lacking` names them in the message, e.g. "the record's tools
+    lack"): trained on it, the model would call a tool its prompt never listed."""
+    names = {t["function"]["name"] for t in tools}
+    for i, m in enumerate(messages):
+        if bad := [c["function"]["name"] for c in m.get("tool_calls") or [] if c["function"]["name"] not in names]:
+            raise RecordError("unparseable_tool_call", f"message {i}: a call to {bad[0]!r}, which {lacking} ({', '.join(sorted(names)) or 'none'})")
+
+
 def message_list(row: dict, key: str) -> list:
     """A column holding the conversation: a list, or a JSON string of one (SWE-smith's `tool`
     split, some OpenSeeker dumps)."""
