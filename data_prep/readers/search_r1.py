@@ -1,7 +1,9 @@
 """Search-R1 / NQ-style rollouts: one assistant turn holding `<think>`, `<search> q </search>`,
 the environment's `<information>Doc 1(Title: T) ...</information>` and a final `<answer>`.
 Converted to multi-turn tool form: each search becomes a `search` call, each information block
-its tool result, the answer `Final answer: X`.
+its tool result, the answer `Final answer: X`. An empty or blank `<search> </search>` stays a search of `""`: Search-R1's
+rollout (search_r1/llm_agent/generation.py@a14dc3a, `postprocess_predictions`) reads it as action `search` with
+content `""`, and `execute_predictions` sends that query to the retriever and appends its `<information>`.
 
 Row: `prompt` ([{role: user, content}]) or `question`, plus `response` (the rollout text) — or
 `messages` [user, assistant]; gold from `reward_model.ground_truth.target` / `golden_answers`."""
