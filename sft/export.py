@@ -7,6 +7,9 @@ COMPLETE resumable state). The output:
 - consolidated safetensors in `dtype`, sharded with `model.safetensors.index.json`
   when larger than `max_shard_size`;
 - a tied `lm_head.weight` dropped (only after checking it equals the embedding);
+- tensors transformers itself ignores when it loads the architecture (e.g. an older checkpoint's
+  per-layer `rotary_emb.inv_freq` buffers) dropped and listed (a note, and `ignored_on_load` in
+  `export_info.json`); any other tensor the architecture lacks is refused (exit 2);
 - padded vocabulary rows (beyond `vocab_size=N`, else `config.vocab_size`)
   trimmed from every vocab-sized tensor, `config.vocab_size` set to match, and
   checked to cover the tokenizer;
@@ -30,6 +33,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -40,7 +44,7 @@ from common.layout import CHECKPOINTS, CONFIG, STATES
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import (SHA256SUMS, atomic_dir, check_output_dir, read_sha256sums, sha256_file, write_json,
                        write_sha256sums)
-from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
+from sft.ckpt_layout import EXPORT_DTYPES, expected_layout, meta_model
 from sft.export_source import (
     ExportError,
     Source,
@@ -117,12 +121,24 @@ def _load_tokenizer(d: Path):
         raise ExportError(f"{d}: tokenizer does not load ({exc})") from exc
 
 
+def ignored_on_load(config, keys: list[str]) -> list[str]:
+    """Those of `keys` (tensors the architecture of `config` lacks) that transformers' own loading of it ignores:
+    its `_keys_to_ignore_on_load_unexpected` patterns and the legacy buffers its loader drops (per-layer
+    `rotary_emb.inv_freq`, `position_ids`), as `_adjust_missing_and_unexpected_keys` of the meta-device model decides."""
+    if not keys:
+        return []
+    info = SimpleNamespace(missing_keys=set(), unexpected_keys=set(keys))
+    meta_model(config)._adjust_missing_and_unexpected_keys(info)
+    return sorted(set(keys) - info.unexpected_keys)
+
+
 def prepare_state_dict(sd: dict[str, torch.Tensor], config, *, vocab_size: int, tokenizer_len: int,
-                       where: str) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Trim padded vocab rows, drop a verified tied lm_head, and check the key set and shapes.
+                       where: str) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """Trim padded vocab rows, drop a verified tied lm_head and the tensors transformers ignores on load, and check
+    the key set and shapes.
 
     `config.vocab_size` is set to `vocab_size` first so the expected shapes are the serving ones.
-    Returns the state dict in the architecture's order and notes on what changed.
+    Returns the state dict in the architecture's order, notes on what changed and the tensors ignored on load.
     """
     notes = []
     if tokenizer_len > vocab_size:
@@ -149,6 +165,9 @@ def prepare_state_dict(sd: dict[str, torch.Tensor], config, *, vocab_size: int, 
                               f"{layout.input_embedding} (max abs diff {diff}); refusing to drop it")
         del sd[out_key]
         notes.append(f"dropped {out_key}: tied to {layout.input_embedding} and equal to it")
+    if ignored := ignored_on_load(config, [k for k in sd if k not in layout.shapes]):
+        sd = {k: v for k, v in sd.items() if k not in ignored}
+        notes.append(f"dropped {len(ignored)} tensor(s) {layout.architecture} ignores on load: {', '.join(ignored)}")
     missing = [k for k in layout.shapes if k not in sd]
     extra = sorted(k for k in sd if k not in layout.shapes)
     bad_shape = [f"{k} expected {list(s)} found {list(sd[k].shape)}"
@@ -163,7 +182,7 @@ def prepare_state_dict(sd: dict[str, torch.Tensor], config, *, vocab_size: int, 
     if getattr(config, "architectures", None) != [layout.architecture]:  # vLLM picks its class from this
         notes.append(f"config architectures {getattr(config, 'architectures', None)} -> [{layout.architecture!r}]")
         config.architectures = [layout.architecture]
-    return {k: sd[k] for k in layout.shapes}, notes
+    return {k: sd[k] for k in layout.shapes}, notes, ignored
 
 
 def plan_shards(sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
@@ -299,7 +318,7 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
             raise SftError(f"tokenizer: {override.spec} has {len(tok)} tokens, more than the exported embedding's "
                            f"{target_vocab} rows (vocab_size); its ids beyond {target_vocab - 1} would have no embedding")
         sd = load_source_weights(src)
-        sd, notes = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tok), where=str(src.path))
+        sd, notes, ignored = prepare_state_dict(sd, config, vocab_size=target_vocab, tokenizer_len=len(tok), where=str(src.path))
         torch_dtype = EXPORT_DTYPES[dtype]
         config.dtype = torch_dtype
         with atomic_dir(out, existing="aside") as tmp:
@@ -309,7 +328,7 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
             if getattr(tok, "chat_template", None) is None:
                 notes.append(f"{override.dir if override else src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
             info = {"source": str(src.path), "kind": src.kind, "step": src.step, "dtype": dtype, "vocab_size": target_vocab,
-                    "tensors": len(sd), "trimmed": [n for n in notes if n.startswith("trimmed ")]}
+                    "tensors": len(sd), "trimmed": [n for n in notes if n.startswith("trimmed ")], "ignored_on_load": ignored}
             if override is not None:
                 info["tokenizer"] = {"spec": override.spec, "path": str(override.dir), "revision": override.revision,
                                      "tokens": len(tok), "files": {p.name: sha256_file(p) for p in override.files()}}

@@ -159,14 +159,19 @@ def test_untied_model_keeps_both_matrices(tmp_path):
         assert {"lm_head.weight", "model.embed_tokens.weight"} <= set(f.keys())
 
 
-def _with_lm_head(src_dir, dst, delta):
+def _with_tensors(src_dir, dst, extra):
+    """A copy of `src_dir` whose model.safetensors also holds `extra(state_dict)`."""
     from safetensors.torch import load_file, save_file
 
     dst = shutil.copytree(src_dir, dst)
     sd = load_file(str(dst / "model.safetensors"))
-    sd["lm_head.weight"] = sd["model.embed_tokens.weight"].clone() + delta
+    sd.update(extra(sd))
     save_file(sd, str(dst / "model.safetensors"), metadata={"format": "pt"})
     return dst
+
+
+def _with_lm_head(src_dir, dst, delta):
+    return _with_tensors(src_dir, dst, lambda sd: {"lm_head.weight": sd["model.embed_tokens.weight"].clone() + delta})
 
 
 def test_tied_lm_head_dropped_only_when_equal(tiny_model_dir, tmp_path):
@@ -177,6 +182,26 @@ def test_tied_lm_head_dropped_only_when_equal(tiny_model_dir, tmp_path):
     differs = _with_lm_head(tiny_model_dir, tmp_path / "differs", 1e-3)
     with pytest.raises(ExportError, match="lm_head.weight differs from model.embed_tokens.weight"):
         export_checkpoint(differs, tmp_path / "out2")
+
+
+def test_tensors_transformers_ignores_on_load_are_dropped_and_listed(tiny_model_dir, tmp_path):
+    """An older checkpoint's per-layer `rotary_emb.inv_freq` buffers: transformers' own load of the source ignores them
+    (the oracle: its loading report), so the export drops them and lists them; any other extra tensor is still refused
+    (seen failing: the inv_freq source was refused as "unexpected tensor")."""
+    from transformers import AutoModelForCausalLM
+
+    n_layers = json.loads((tiny_model_dir / "config.json").read_text())["num_hidden_layers"]
+    old = {f"model.layers.{i}.self_attn.rotary_emb.inv_freq": torch.arange(16.0) for i in range(n_layers)}
+    stray = "model.layers.0.self_attn.extra.weight"
+    src = _with_tensors(tiny_model_dir, tmp_path / "old", lambda sd: old)
+    both = _with_tensors(src, tmp_path / "stray", lambda sd: {stray: torch.zeros(2)})
+    assert AutoModelForCausalLM.from_pretrained(str(both), output_loading_info=True)[1]["unexpected_keys"] == {stray}
+    summary = export_checkpoint(src, tmp_path / "out", dtype="fp32")
+    assert f"dropped {n_layers} tensor(s) Qwen3ForCausalLM ignores on load: {', '.join(sorted(old))}" in summary["notes"]
+    assert json.loads((tmp_path / "out" / "export_info.json").read_text())["ignored_on_load"] == sorted(old)
+    assert verify_checkpoint(tmp_path / "out") == []  # loads with no missing or unexpected key, every tensor as stored
+    with pytest.raises(ExportError, match=f"for this config:\n  unexpected tensor {stray}$"):
+        export_checkpoint(both, tmp_path / "out2")
 
 
 def _save_state(step_dir, model_dir, step, complete=True, key_prefix=""):
