@@ -791,6 +791,8 @@ def _export_section(export: Path, s: Subject) -> list[str]:
         lines.append(f"- rows trimmed: {text(note, 300)}")
     if not info.get("trimmed"):
         lines.append("- rows trimmed: none recorded")
+    if dropped := info.get("ignored_on_load"):
+        lines.append(f"- tensors dropped because transformers ignores them on load: {text(', '.join(map(str, dropped)), 600)}")
     tok = info.get("tokenizer")
     if isinstance(tok, dict):
         files = tok.get("files") if isinstance(tok.get("files"), dict) else {}

@@ -266,6 +266,22 @@ def test_export_carries_its_card_and_still_verifies(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_export_section_names_the_tensors_the_export_dropped(tmp_path):
+    """Tensors the export left out because transformers ignores them (export_info.json ignored_on_load) are named in
+    the card, never dropped without a word."""
+    from types import SimpleNamespace
+
+    from common.cards import _export_section
+
+    keys = [f"model.layers.{i}.self_attn.rotary_emb.inv_freq" for i in range(2)]
+    (tmp_path / "export_info.json").write_text(json.dumps({"kind": "hf", "source": "s", "step": 3, "ignored_on_load": keys}))
+    lines = _export_section(tmp_path, SimpleNamespace(step=3, digest={"digest": "d", "kind": "k"}))
+    assert [x for x in lines if "transformers ignores" in x] == [
+        "- tensors dropped because transformers ignores them on load: " + ", ".join(keys).replace("_", "\\_")]
+    (tmp_path / "export_info.json").write_text(json.dumps({"kind": "hf", "source": "s", "step": 3, "ignored_on_load": []}))
+    assert not [x for x in _export_section(tmp_path, SimpleNamespace(step=3, digest={})) if "ignores" in x]
+
+
 def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, capsys):
     from launch.analyze import main
 
