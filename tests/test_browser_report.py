@@ -222,6 +222,45 @@ def test_paired_view_counts_and_first_difference(study, driver, tmp_path, bench)
     assert_nothing_left(driver)
 
 
+def test_a_shard_that_fails_after_a_newer_choice_leaves_that_choice_shown(study, driver, tmp_path):
+    """The paired view and the browser: step 10's list shard is missing (a copy of the report without it) and its
+    <script> held back until step 20 has been chosen and shown; when it then fails, the old error no longer writes
+    over step 20's view (before: "Error: could not load …/e<K>.js" replaced the 20's summary and status). Chosen
+    while current, the failure is still shown."""
+    root, res = study
+    report = shutil.copytree(res.html.parent, tmp_path / "report")
+    driver.get((report / res.html.name).resolve().as_uri())
+    wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    key = driver.execute_script('return JSON.parse(document.getElementById("dtsft-index").textContent).entries'
+                                '.find((e) => e.bench === "nq" && e.run === "r2e/seed0" && e.step === 10).key')
+    (report / "report_data" / f"{key}.js").unlink()
+    n = str(len(rows_of(root / "runs" / "r2e" / "seed0" / "eval" / "step-000020", "nq")))
+    hold = """const head = document.head, append = head.appendChild.bind(head), src = "/" + arguments[0] + ".js";
+        window.__held = [];
+        head.appendChild = (node) => (node.src || "").endsWith(src) ? (window.__held.push(node), node) : append(node);
+        window.__release = () => { window.__held.splice(0).forEach(append); head.appendChild = append; };"""
+    gone = f'return document.getElementById("shard-{key}") === null'
+    for tab, bench, run, step, out in (("tab-paired", "pair-bench", "pair-a-run", "pair-a-step", "pair-summary"),
+                                       ("tab-browse", "browse-bench", "browse-run", "browse-step", "browse-status")):
+        driver.find_element("id", tab).click()
+        select(driver, bench, "nq")
+        select(driver, run, "r2e/seed0")
+        select(driver, step, "20")
+        view = driver.find_element("id", out)
+        wait(driver, lambda d: view.get_attribute("data-n") == n and "step 20" in view.text)
+        driver.execute_script(hold, key)
+        select(driver, step, "10")   # its shard's <script> is held: still loading
+        assert driver.execute_script("return window.__held.length") == 1 and "loading" in view.text
+        select(driver, step, "20")   # the newer choice, from shards already loaded
+        wait(driver, lambda d: "step 20" in view.text and "loading" not in view.text)
+        shown = view.text
+        driver.execute_script("window.__release()")   # now step 10's load fails
+        wait(driver, lambda d: d.execute_script(gone))   # its onerror ran (and the rejection's handlers with it)
+        assert view.text == shown and "could not load" not in view.text
+        select(driver, step, "10")   # chosen again, and current: its failure is what the view says
+        wait(driver, lambda d: "could not load" in view.text and f"{key}.js" in view.text)
+
+
 # ---- the demo's own report.html: `python -m demo` with a smaller config (docs/stages/analyze.md): the same
 # driver, phases and analysis as `make demo` (arms r2e and search, the tiny base, synthqa + search_plan_ood, the
 # anchor), with two seeds, 2 training steps (checkpoints 1 and 2) and 4 items per bench and checkpoint

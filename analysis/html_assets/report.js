@@ -195,7 +195,7 @@
     const token = ++browseToken;
     status.textContent = "loading " + title(e) + " …";
     let items;
-    try { items = await load(e.key); } catch (err) { status.textContent = String(err); return; }
+    try { items = await load(e.key); } catch (err) { if (token === browseToken) status.textContent = String(err); return; }
     if (token !== browseToken) return;
     const scores = INDEX.scores[e.bench] || [];
     table.tHead.append(el("tr", {}, ...["id", "question", ...scores, "turns", "tool calls", "extraction", "stop"].map((h) => el("th", { text: h }))));
@@ -250,7 +250,7 @@
     }
     summary.textContent = "loading …";
     let A, B;
-    try { [A, B] = await Promise.all([loadEntry(ea), loadEntry(eb)]); } catch (err) { summary.textContent = String(err); return; }
+    try { [A, B] = await Promise.all([loadEntry(ea), loadEntry(eb)]); } catch (err) { if (token === pairToken) summary.textContent = String(err); return; }
     if (token !== pairToken) return;
     const byId = new Map(B.map((x) => [x.id, x]));
     pairs = A.filter((x) => byId.has(x.id) && x.ok !== null && byId.get(x.id).ok !== null).map((x) => ({ a: x, b: byId.get(x.id) }));
