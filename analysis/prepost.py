@@ -3,10 +3,13 @@
     pre    RL runs (a run with its own evaluated step 0, i.e. `checkpoints/step-000000` is the starting
            model): that step-0 evaluation, under the same prompt as the later steps. SFT arms: the
            anchor (the base model with the `anchor_nudge` prompt).
-    post   the run's final evaluated step, with the `conf` CI of post − pre over the same item ids: the
-           crossed model of the other paired tables (analysis.variance) with one post seed and pre seedless,
-           a paired t over the items (differences that never vary, one item included: 0/1 scores get the exact
-           bounds of analysis.variance.exact_bounds, other values no CI, never a zero-width one).
+    post   the run's final evaluated step, with the `conf` CI of post − pre over the same item ids: 0/1 scores
+           (EM) get Tango's score interval for paired proportions (analysis.stats.tango_limits: a paired t over
+           few discordant 0/1 items covered as little as 0.87 at 95% in simulation), other values the crossed model of
+           the other paired tables (analysis.variance) with one post seed and pre seedless, a paired t over the
+           items; differences that never vary, one item included: 0/1 scores get the exact bounds of
+           analysis.variance.exact_bounds, other values no CI, never a zero-width one. The `interval` column
+           names the one each row got.
     best   the step (> 0) with the highest value, labelled "selected on test": chosen on the very
            items it is reported on, so optimistic, and given without a CI.
 
@@ -30,15 +33,15 @@ import pandas as pd
 
 from analysis.collect import example_metric, qa_label
 from analysis.discover import Run, read_json_object
-from analysis.stats import PairedResult
+from analysis.stats import PairedResult, tango_limits
 from analysis.tables import DASH, Column, Table
-from analysis.variance import Term, crossed_parts, exact_bounds, limits
+from analysis.variance import Term, crossed_parts, exact_bounds, is_binary, limits
 from common.fingerprint import fingerprint_diff
 from evals.registry import kind_of
 
 QA_METRICS = ("em", "f1")
 LABELS = {"em": "EM", "f1": "F1"}   # any other metric is shown by its name
-COLUMNS = ["bench (context mode)", "metric", "pre", "post (final step)", "Δ post − pre [{conf:.0%} CI]", "n",
+COLUMNS = ["bench (context mode)", "metric", "pre", "post (final step)", "Δ post − pre [{conf:.0%} CI]", "n", "interval",
            "best (selected on test)"]
 
 
@@ -88,16 +91,18 @@ class PrePost:
     def table(self) -> Table:
         caption = ("Pre vs post training per run. pre: the run's own step-0 evaluation (RL runs: the starting "
                    "checkpoint, same prompt as later steps) or, for SFT arms, the anchor (base model, "
-                   f"anchor_nudge prompt). post: the final evaluated step; Δ with a paired t {self.conf:.0%} CI "
-                   "over identical item ids (exact bounds for 0/1 differences that never vary). best: the best step, "
-                   "selected on the test items (optimistic, no CI).")
+                   f"anchor_nudge prompt). post: the final evaluated step; Δ with a {self.conf:.0%} CI over identical "
+                   "item ids, its method in the interval column: Tango score = the score interval for paired proportions of "
+                   "Tango (1998) (0/1 scores), paired t = a paired t over the items (other values), exact = exact bounds "
+                   "for 0/1 differences that never vary. best: the best step, selected on the test items (optimistic, "
+                   "no CI).")
         table = Table(caption, [Column("", "", c.format(conf=self.conf), "") for c in COLUMNS], row_header="Run")
         for r in self.rows:
             delta = DASH if r.paired is None else f"{r.paired.delta:+.3f} [{r.paired.lo:+.3f}, {r.paired.hi:+.3f}]"
-            n = DASH if r.paired is None else str(r.paired.n)
+            n, method = (DASH, DASH) if r.paired is None else (str(r.paired.n), r.paired.method)
             pre = f"{r.pre:.3f} ({'anchor' if r.pre_source == 'anchor' else 'step 0'})"
             table.rows.append((r.run, [qa_label(r.bench), LABELS.get(r.metric, r.metric), pre, f"{r.post:.3f} @{r.post_step}",
-                                       delta, n, f"{r.best:.3f} @{r.best_step}"]))
+                                       delta, n, method, f"{r.best:.3f} @{r.best_step}"]))
         return table
 
 
@@ -144,8 +149,8 @@ def identity_problem(pre_dir: Path, post_dir: Path, bench: str, pre_source: str)
 
 
 def paired_prepost(pre: pd.Series, post: pd.Series, conf: float) -> tuple[PairedResult | None, str | None]:
-    """post − pre over identical item ids (ordered by id) with its interval (paired_limits), or (None, why) when the
-    id sets differ."""
+    """post − pre over identical item ids (ordered by id) with its interval (paired_limits; exact bounds where no
+    difference varies), or (None, why) when the id sets differ or no interval can be formed."""
     only_pre, only_post = set(pre.index) - set(post.index), set(post.index) - set(pre.index)
     if only_pre or only_post:
         return None, (f"item ids differ (pre n={len(pre)}, post n={len(post)}; {len(only_pre)} only in pre, "
@@ -157,14 +162,17 @@ def paired_prepost(pre: pd.Series, post: pd.Series, conf: float) -> tuple[Paired
         bounds = exact_bounds([[Term("post", 1.0, a[:, None]), Term("pre", -1.0, b[:, None])]], [1.0], conf)
         if bounds is None:
             return None, f"every item differs by the same amount ({float(d.mean()):+.3f}): no variance, no CI"
-        return PairedResult(float(d.mean()), *bounds, int(d.size)), None
+        return PairedResult(float(d.mean()), *bounds, int(d.size), "exact"), None
     lo, hi = paired_limits(a, b, conf)
-    return PairedResult(float(d.mean()), float(lo), float(hi), int(d.size)), None
+    return PairedResult(float(d.mean()), float(lo), float(hi), int(d.size), "Tango score" if is_binary(a, b) else "paired t"), None
 
 
 def paired_limits(post: np.ndarray, pre: np.ndarray, conf: float) -> tuple[np.ndarray, np.ndarray]:
-    """The `conf` interval of the mean of post − pre over the items (the last axis; any leading axes): the crossed
-    model of the other paired tables with one post seed and pre seedless, i.e. a paired t on n − 1 df."""
+    """The `conf` interval of the mean of post − pre over the items (the last axis; any leading axes). Every value 0
+    or 1: Tango's score interval for paired proportions (analysis.stats.tango_limits). Else the crossed model of the
+    other paired tables with one post seed and pre seedless, i.e. a paired t on n − 1 df."""
+    if is_binary(post, pre):
+        return tango_limits((post > pre).sum(axis=-1), (post < pre).sum(axis=-1), np.shape(post)[-1], conf)
     terms = [Term("post", 1.0, post[..., None], random_seeds=False), Term("pre", -1.0, pre[..., None], random_seeds=False)]
     return limits(crossed_parts([terms]), conf)
 

@@ -1,6 +1,6 @@
 """analysis: the pre-vs-post table on a synthetic runs tree (RL runs with their own step 0, an SFT arm
-against the anchor), its paired interval against scipy's paired t and its coverage in a simulation with known truth,
-mismatches and the figure polish."""
+against the anchor), its paired interval against scipy's paired t (other values) and a published worked example of
+Tango's score interval (0/1 values), its coverage in a simulation with known truth, mismatches and the figure polish."""
 from __future__ import annotations
 
 import json
@@ -12,6 +12,7 @@ import pytest
 
 from analysis.discover import discover_runs
 from analysis.prepost import paired_limits, paired_prepost, prepost
+from analysis.stats import tango_limits
 from launch.analyze import run_analysis
 from common.io import write_json
 
@@ -93,16 +94,18 @@ def test_prepost_reproduces_known_values_and_scipys_paired_t(analysed):
     assert (r.pre_source, r.pre, r.post, r.post_step, r.best, r.best_step) == ("step 0", 0.0, 0.2, 20, 0.3, 10)
     diff = np.array(MUSIQUE_EM[20], float) - np.array(MUSIQUE_EM[0], float)
     assert r.paired.delta == pytest.approx(diff.mean()) and r.paired.n == 10
-    assert (r.paired.lo, r.paired.hi) == pytest.approx(_ci(MUSIQUE_EM[20], MUSIQUE_EM[0]), abs=1e-12)
+    assert r.paired.method == "Tango score" and tango_limits(2, 0, 10, 0.95) == pytest.approx((r.paired.lo, r.paired.hi))
     b = rows[("grpo_babyai/lr1e-6/seed1", "babyai", "return")]
     assert (b.pre, b.post, b.best_step) == (0.0, pytest.approx(0.14), 20)
     assert (b.paired.lo, b.paired.hi) == pytest.approx(_ci(BABYAI_RET[20], BABYAI_RET[0]), abs=1e-12)
+    assert b.paired.method == "paired t"
     s = rows[("search/seed0", "musique@given", "em")]  # an SFT arm: pre is the anchor
     assert (s.pre_source, s.pre, s.post, s.post_step) == ("anchor", 0.2, 0.5, 50)
     md = (out / "tables" / "prepost.md").read_text()
     assert (out / "tables" / "prepost.tex").is_file()
     assert "| bench (context mode) |" in md and "| musique (given) |" in md  # the mode is named
     assert "selected on test" in md and "0.300 @10" in md and "0.000 (step 0)" in md and "0.200 (anchor)" in md
+    assert "| interval |" in md and "| Tango score |" in md and "| paired t |" in md and "Tango (1998)" in md
     report = (out / "report.md").read_text()
     assert "grpo_qa/seed0/step-000020 × musique@given: evaluated 10 items, the reference size is 2417" in report
     assert "anchor/step-000000 × musique@given: evaluated 10 items" in report
@@ -128,23 +131,47 @@ def test_differences_without_variance_give_no_zero_width_ci(pre, post, want):
         return
     u = beta.ppf(0.975, 1, len(pre))
     want = {"±u": (-u, u), "1-2u": (1 - 2 * u, 1.0)}.get(want, want)
-    assert why is None and (paired.lo, paired.hi) == pytest.approx(want) and paired.n == len(pre)
+    assert why is None and (paired.lo, paired.hi) == pytest.approx(want) and paired.n == len(pre) and paired.method == "exact"
 
 
-@pytest.mark.parametrize("n, p0, gain, loss", [(10, 0.3, 0.5, 0.2), (20, 0.2, 0.3, 0.1), (30, 0.3, 0.5, 0.2)])
+@pytest.mark.parametrize("n, p0, gain, loss", [(10, 0.3, 0.5, 0.2), (20, 0.2, 0.3, 0.1), (30, 0.3, 0.5, 0.2),
+                                                (15, 0.2, 0.3, 0.02), (20, 0.2, 0.2, 0.02), (15, 0.3, 0.3, 0.0)])
 def test_prepost_interval_covers_a_known_difference(n, p0, gain, loss):
     """2,000 simulated studies with known truth: n items drawn from a population right before with p0, then a wrong
-    item turns right with `gain`, a right one wrong with `loss` (Δ = (1 − p0)·gain − p0·loss). The interval covers Δ
-    in >= 93.5% of them (0.97, 0.95, 0.95; the percentile bootstrap it replaced: 0.90, 0.92, 0.92 on these draws)."""
+    item turns right with `gain`, a right one wrong with `loss` (Δ = (1 − p0)·gain − p0·loss; pre and post correlate
+    0.4–0.8). The interval (Tango's score interval, these scores being 0/1) covers Δ in >= 93.5% of them: 0.97, 0.98,
+    0.94, 0.98, 0.99, 0.99 (20,000 draws each). The last three have few discordant items: the paired t over the 0/1
+    differences it replaced covered 0.89, 0.87, 0.88 there (0.97, 0.95, 0.95 in the first three)."""
     rng = np.random.default_rng(n)
-    pre = (rng.random((2000, n)) < p0).astype(float)
-    post = np.where(pre == 1, rng.random((2000, n)) >= loss, rng.random((2000, n)) < gain).astype(float)
-    truth, ids = (1 - p0) * gain - p0 * loss, [f"q{i}" for i in range(n)]
+    pre = (rng.random((20000, n)) < p0).astype(float)
+    post = np.where(pre == 1, rng.random((20000, n)) >= loss, rng.random((20000, n)) < gain).astype(float)
+    truth, ids, d = (1 - p0) * gain - p0 * loss, [f"q{i}" for i in range(n)], post - pre
     lo, hi = paired_limits(post, pre, 0.95)
-    for r in np.flatnonzero(np.ptp(post - pre, axis=-1) == 0):   # no variance: paired_prepost's exact bounds
+    for c in np.unique(d[np.ptp(d, axis=-1) == 0, 0]):   # no difference varies: paired_prepost's exact bounds
+        rows = (np.ptp(d, axis=-1) == 0) & (d[:, 0] == c)
+        r = np.flatnonzero(rows)[0]
         got, _ = paired_prepost(pd.Series(pre[r], index=ids), pd.Series(post[r], index=ids), 0.95)
-        lo[r], hi[r] = (got.lo, got.hi) if got else (np.nan, np.nan)
+        lo[rows], hi[rows] = got.lo, got.hi
     assert ((lo <= truth) & (truth <= hi)).mean() >= 0.935
+
+
+@pytest.mark.parametrize("gains, losses, n, want", [
+    (6, 16, 161, (-0.1240, -0.0054)),   # Cavo et al. (2012): complete response after vs before consolidation therapy
+    (3, 0, 3, (-0.1230, 1.0)),          # every item gained
+    (0, 3, 3, (-1.0, 0.1230)),          # every item lost
+])
+def test_prepost_binary_interval_is_tangos_score_interval(gains, losses, n, want):
+    """0/1 scores get Tango's (1998) score interval for paired proportions, checked against the worked examples of
+    Fagerland, Lydersen & Laake (2017, "Statistical Analysis of Contingency Tables", ch. 8) to their 4 decimals."""
+    assert tango_limits(gains, losses, n, 0.95) == pytest.approx(want, abs=5e-5)
+    if gains and losses:   # through the table's own path: items both right / gained / lost / both wrong
+        both, neither = 59, n - 59 - gains - losses
+        pre = [1.0] * both + [0.0] * gains + [1.0] * losses + [0.0] * neither
+        post = [1.0] * both + [1.0] * gains + [0.0] * losses + [0.0] * neither
+        ids = [f"q{i}" for i in range(n)]
+        paired, why = paired_prepost(pd.Series(pre, index=ids), pd.Series(post, index=ids), 0.95)
+        assert why is None and paired.method == "Tango score" and paired.delta == pytest.approx(-10 / 161)
+        assert (paired.lo, paired.hi) == pytest.approx(want, abs=5e-5)
 
 
 def test_mismatched_item_ids_are_a_problem_never_intersected(tmp_path):

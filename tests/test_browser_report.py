@@ -222,6 +222,130 @@ def test_paired_view_counts_and_first_difference(study, driver, tmp_path, bench)
     assert_nothing_left(driver)
 
 
+# Holds back the <script> of shard arguments[0] (report.js appends one per shard it loads) until window.__release();
+# window.__loaded lists the shards that have run since.
+HOLD = """const head = document.head, append = head.appendChild.bind(head), src = "/" + arguments[0] + ".js";
+    window.__held = [];
+    head.appendChild = (node) => (node.src || "").endsWith(src) ? (window.__held.push(node), node) : append(node);
+    window.__release = () => { window.__held.splice(0).forEach(append); head.appendChild = append; };
+    const shard = window.dtsftShard;
+    window.__loaded = [];
+    window.dtsftShard = (k, data) => { shard(k, data); window.__loaded.push(k); };"""
+
+
+def key_of(driver, bench: str, run: str, step: int) -> str:
+    return driver.execute_script('return JSON.parse(document.getElementById("dtsft-index").textContent).entries'
+                                 '.find((e) => e.bench === arguments[0] && e.run === arguments[1] && e.step === arguments[2]).key',
+                                 bench, run, step)
+
+
+def test_a_shard_that_fails_after_a_newer_choice_leaves_that_choice_shown(study, driver, tmp_path):
+    """The paired view and the browser: step 10's list shard is missing (a copy of the report without it) and its
+    <script> held back until step 20 has been chosen and shown; when it then fails, the old error no longer writes
+    over step 20's view (before: "Error: could not load …/e<K>.js" replaced the 20's summary and status). Chosen
+    while current, the failure is still shown."""
+    root, res = study
+    report = shutil.copytree(res.html.parent, tmp_path / "report")
+    driver.get((report / res.html.name).resolve().as_uri())
+    wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    key = key_of(driver, "nq", "r2e/seed0", 10)
+    (report / "report_data" / f"{key}.js").unlink()
+    n = str(len(rows_of(root / "runs" / "r2e" / "seed0" / "eval" / "step-000020", "nq")))
+    gone = f'return document.getElementById("shard-{key}") === null'
+    for tab, bench, run, step, out in (("tab-paired", "pair-bench", "pair-a-run", "pair-a-step", "pair-summary"),
+                                       ("tab-browse", "browse-bench", "browse-run", "browse-step", "browse-status")):
+        driver.find_element("id", tab).click()
+        select(driver, bench, "nq")
+        select(driver, run, "r2e/seed0")
+        select(driver, step, "20")
+        view = driver.find_element("id", out)
+        wait(driver, lambda d: view.get_attribute("data-n") == n and "step 20" in view.text)
+        driver.execute_script(HOLD, key)
+        select(driver, step, "10")   # its shard's <script> is held: still loading
+        assert driver.execute_script("return window.__held.length") == 1 and "loading" in view.text
+        select(driver, step, "20")   # the newer choice, from shards already loaded
+        wait(driver, lambda d: "step 20" in view.text and "loading" not in view.text)
+        shown = view.text
+        driver.execute_script("window.__release()")   # now step 10's load fails
+        wait(driver, lambda d: d.execute_script(gone))   # its onerror ran (and the rejection's handlers with it)
+        assert view.text == shown and "could not load" not in view.text
+        select(driver, step, "10")   # chosen again, and current: its failure is what the view says
+        wait(driver, lambda d: "could not load" in view.text and f"{key}.js" in view.text)
+
+
+def test_a_transcript_that_arrives_after_a_newer_item_is_not_shown_and_a_failed_one_says_so(study, driver, tmp_path):
+    """The browser and the paired view: item X's transcript shard is held back while another item Z (of another run)
+    is opened and shown; X's, arriving then, no longer replaces Z's (before: X's transcript, or X's pair, over the
+    newer one with Z's row selected). A transcript shard that fails says so where the transcript goes (before:
+    nothing, the previous item's transcript left beside the newly selected row)."""
+    root, res = study
+    report = shutil.copytree(res.html.parent, tmp_path / "report")
+    driver.get((report / res.html.name).resolve().as_uri())
+    wait(driver, lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    missing = [key_of(driver, "babyai", "anchor", 0) + "_t0", key_of(driver, "babyai", "r2e/seed0", 10) + "_t0"]
+    for k in missing:
+        (report / "report_data" / f"{k}.js").unlink()
+    ids = [r["id"] for r in rows_of(root / "runs" / "r2e" / "seed0" / "eval" / "step-000020", "nq")]
+
+    def row(table: str, item: str):
+        return driver.find_element("css selector", f'#{table} tr[data-id="{item}"]')
+
+    # the browser: X = r2e/seed0 step 20's first item, held; Z = search/seed0's second item
+    box, status = driver.find_element("id", "transcript"), driver.find_element("id", "browse-status")
+    driver.find_element("id", "tab-browse").click()
+    for sel, value in (("browse-bench", "nq"), ("browse-run", "r2e/seed0"), ("browse-step", "20")):
+        select(driver, sel, value)
+    wait(driver, lambda d: "r2e/seed0 · step 20" in status.text and "loading" not in status.text)
+    held = key_of(driver, "nq", "r2e/seed0", 20) + "_t0"
+    driver.execute_script(HOLD, held)
+    row("item-list", ids[0]).click()
+    assert driver.execute_script("return window.__held.length") == 1
+    select(driver, "browse-run", "search/seed0")
+    wait(driver, lambda d: "search/seed0" in status.text and "loading" not in status.text)
+    row("item-list", ids[1]).click()
+    wait(driver, lambda d: f"{ids[1]} (search/seed0" in box.text)
+    shown = box.text
+    driver.execute_script("window.__release()")
+    wait(driver, lambda d: held in d.execute_script("return window.__loaded"))
+    assert box.text == shown
+    # a transcript that cannot load: its error, not the previous item's transcript
+    select(driver, "browse-bench", "babyai")
+    select(driver, "browse-run", "anchor")
+    wait(driver, lambda d: "anchor · step 0 · babyai" in status.text and "loading" not in status.text)
+    row("item-list", "babyai-1").click()
+    wait(driver, lambda d: "could not load" in box.text and f"{missing[0]}.js" in box.text)
+
+    # the paired view on search_plan_ood: X = (r2e/seed0 20, anchor), the anchor's transcripts held; then Y of
+    # (search/seed0 10, r2e/seed0 10)
+    summary, note = driver.find_element("id", "pair-summary"), driver.find_element("id", "pair-diff")
+    driver.find_element("id", "tab-paired").click()
+    for sel, value in (("pair-bench", "search_plan_ood"), ("pair-a-run", "r2e/seed0"), ("pair-a-step", "20"),
+                       ("pair-b-run", "anchor")):
+        select(driver, sel, value)
+    wait(driver, lambda d: "A: r2e/seed0 · step 20" in summary.text and "B: anchor" in summary.text)
+    held = key_of(driver, "search_plan_ood", "anchor", 0) + "_t0"
+    driver.execute_script(HOLD, held)
+    item = driver.find_elements("css selector", "#pair-list tbody tr")[0].get_attribute("data-id")
+    row("pair-list", item).click()
+    assert driver.execute_script("return window.__held.length") == 1
+    select(driver, "pair-a-run", "search/seed0")
+    select(driver, "pair-b-run", "r2e/seed0")
+    wait(driver, lambda d: "A: search/seed0 · step 10" in summary.text and "B: r2e/seed0 · step 10" in summary.text)
+    row("pair-list", item).click()
+    pane_a = driver.find_element("id", "pair-a")
+    wait(driver, lambda d: "search/seed0 · step 10" in pane_a.text)
+    shown = (pane_a.text, driver.find_element("id", "pair-b").text, note.text)
+    driver.execute_script("window.__release()")
+    wait(driver, lambda d: held in d.execute_script("return window.__loaded"))
+    assert (pane_a.text, driver.find_element("id", "pair-b").text, note.text) == shown
+    # babyai: r2e/seed0 step 10's transcripts cannot load
+    select(driver, "pair-bench", "babyai")
+    wait(driver, lambda d: "babyai" in summary.text and "B: r2e/seed0 · step 10" in summary.text)
+    row("pair-list", "babyai-1").click()
+    wait(driver, lambda d: "could not load" in note.text and f"{missing[1]}.js" in note.text)
+    assert pane_a.text == "" and note.get_attribute("data-turn") == ""
+
+
 # ---- the demo's own report.html: `python -m demo` with a smaller config (docs/stages/analyze.md): the same
 # driver, phases and analysis as `make demo` (arms r2e and search, the tiny base, synthqa + search_plan_ood, the
 # anchor), with two seeds, 2 training steps (checkpoints 1 and 2) and 4 items per bench and checkpoint

@@ -179,7 +179,7 @@
 
   // ---- the trajectory browser
   const bb = $("browse-bench"), br = $("browse-run"), bs = $("browse-step");
-  let browseToken = 0;
+  let browseToken = 0, openToken = 0;   // openToken: the item last opened (its transcript alone is drawn)
   function browseControls(level) {
     if (level <= 0) fill(bb, INDEX.benches);
     if (level <= 1) fill(br, runsOf(bb.value));
@@ -195,7 +195,7 @@
     const token = ++browseToken;
     status.textContent = "loading " + title(e) + " …";
     let items;
-    try { items = await load(e.key); } catch (err) { status.textContent = String(err); return; }
+    try { items = await load(e.key); } catch (err) { if (token === browseToken) status.textContent = String(err); return; }
     if (token !== browseToken) return;
     const scores = INDEX.scores[e.bench] || [];
     table.tHead.append(el("tr", {}, ...["id", "question", ...scores, "turns", "tool calls", "extraction", "stop"].map((h) => el("th", { text: h }))));
@@ -208,7 +208,10 @@
       tr.addEventListener("click", async () => {
         for (const r of table.tBodies[0].rows) r.classList.remove("selected");
         tr.classList.add("selected");
-        renderTranscript($("transcript"), await transcriptOf(e, item), e, 0);
+        const box = $("transcript"), token = ++openToken;
+        let t;
+        try { t = await transcriptOf(e, item); } catch (err) { if (token === openToken) box.textContent = String(err); return; }
+        if (token === openToken) renderTranscript(box, t, e, 0);
       });
       return tr;
     });
@@ -223,7 +226,7 @@
 
   // ---- the paired view
   const pb = $("pair-bench"), par = $("pair-a-run"), pas = $("pair-a-step"), pbr = $("pair-b-run"), pbs = $("pair-b-step"), pf = $("pair-filter");
-  let pairToken = 0, pairs = [], pairEntries = null;
+  let pairToken = 0, pairOpened = 0, pairs = [], pairEntries = null;
   function pairControls(level) {
     if (level <= 0) fill(pb, INDEX.benches);
     const runs = runsOf(pb.value, true);
@@ -250,7 +253,7 @@
     }
     summary.textContent = "loading …";
     let A, B;
-    try { [A, B] = await Promise.all([loadEntry(ea), loadEntry(eb)]); } catch (err) { summary.textContent = String(err); return; }
+    try { [A, B] = await Promise.all([loadEntry(ea), loadEntry(eb)]); } catch (err) { if (token === pairToken) summary.textContent = String(err); return; }
     if (token !== pairToken) return;
     const byId = new Map(B.map((x) => [x.id, x]));
     pairs = A.filter((x) => byId.has(x.id) && x.ok !== null && byId.get(x.id).ok !== null).map((x) => ({ a: x, b: byId.get(x.id) }));
@@ -315,12 +318,22 @@
     return 0;
   }
   async function openPair(p, tr) {
-    const [ea, eb] = pairEntries;
+    const [ea, eb] = pairEntries, token = ++pairOpened, choice = pairToken;
+    const current = () => token === pairOpened && choice === pairToken;   // no other item or checkpoints chosen since
     for (const r of $("pair-list").tBodies[0].rows) r.classList.remove("selected");
     tr.classList.add("selected");
-    const [ta, tb] = await Promise.all([transcriptOf(ea, p.a), transcriptOf(eb, p.b)]);
-    const turn = firstDifference(ta, tb);
     const note = $("pair-diff");
+    let ta, tb;
+    try { [ta, tb] = await Promise.all([transcriptOf(ea, p.a), transcriptOf(eb, p.b)]); } catch (err) {
+      if (!current()) return;
+      $("pair-a").replaceChildren();
+      $("pair-b").replaceChildren();
+      note.dataset.turn = "";
+      note.textContent = String(err);
+      return;
+    }
+    if (!current()) return;
+    const turn = firstDifference(ta, tb);
     note.dataset.turn = String(turn);
     note.textContent = turn ? "The first assistant turn whose text or tool calls differ: turn " + turn + " (marked)." :
       "Every assistant turn is the same under A and B.";
