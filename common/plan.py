@@ -51,6 +51,26 @@ def saves(*, save_steps, save_epoch_ends: bool, per_epoch: int, total: int) -> S
     return Saves(ends, sorted(s for s in rest if s not in ends))
 
 
+def late_saves(train, n_examples: int | None, default=(), counted: str = "data.n") -> list[str]:
+    """The problem (a list of none or one line) of a `train` section whose `save_steps` name a step past the run's last:
+    `train.steps`, else the epochs over `n_examples` trajectories (`counted` names them; None: not known yet, only a
+    train.steps horizon is checked). A list equal to the key's `default`, a cadence ([50, 100, 150, 200]), is cut at the
+    last step instead (the plan lists where it saves). Launch refuses the request before any run dir (launch.compose,
+    SFT and GRPO); sft.train names the steps its dataset's real size cannot reach."""
+    t = SimpleNamespace(**train) if isinstance(train, Mapping) else train
+    if t.steps is None and n_examples is None:
+        return []
+    total = int(t.steps) if t.steps is not None else schedule(steps=None, epochs=t.epochs, n_examples=n_examples,
+                                                               global_batch_size=t.global_batch_size)[1]
+    asked = sorted({int(s) for s in t.save_steps or ()})
+    if not (late := [s for s in asked if s > total]) or asked == sorted({int(s) for s in default}):
+        return []
+    how = f"train.steps={total}" if t.steps is not None else \
+        f"train.epochs={t.epochs} x floor({counted}={n_examples} / train.global_batch_size={t.global_batch_size}) steps"
+    return [f"train.save_steps: {', '.join(map(str, late))} {'is' if len(late) == 1 else 'are'} past the run's last step {total} "
+            f"({how}): no checkpoint would be written there; drop {'it' if len(late) == 1 else 'them'} or train longer"]
+
+
 def save_points(*, save_steps, save_epoch_ends: bool, per_epoch: int, total: int) -> list[int]:
     """`saves(...)` listed (for a plan known to be short: GRPO's, which has no epochs)."""
     return list(saves(save_steps=save_steps, save_epoch_ends=save_epoch_ends, per_epoch=per_epoch, total=total))

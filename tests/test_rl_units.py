@@ -405,6 +405,19 @@ def test_launch_grpo_dry_run_prints_config_torchrun_and_slurm(tmp_path, capfd):
     assert re.search(r"launch\.torchrun .*-m rl\.train .*grpo_spa/seed0/config\.yaml", out)
     assert "#SBATCH --signal=USR1@120" in out and "-m rl.train" in out
     assert not (tmp_path / "grpo_spa").exists()
+    for dry in ("true", "false"):   # a save step past train.steps (was dropped without a word): refused before any run dir
+        assert main(["stage=grpo", "task=spa", "model=tiny_base", "steps=2", "save_steps=[1,5]", f"runs_root={tmp_path}",
+                     f"dry_run={dry}"]) == 2
+        assert "train.save_steps: 5 is past the run's last step 2 (train.steps=2)" in capfd.readouterr().err
+        assert not (tmp_path / "grpo_spa").exists()
+    from launch.compose import compose_grpo
+    from rl.errors import RlError
+    from rl.train import preflight
+
+    cfg = compose_grpo(["task=spa", "model=tiny_base", "steps=2", f"runs_root={tmp_path}"]).cfg   # the default's saves: cut at 2
+    cfg.train.save_steps = [1, 5]   # config.yaml edited by hand: the trainer refuses it as launch does
+    with pytest.raises(RlError, match=r"train.save_steps: 5 is past the run's last step 2 \(train.steps=2\)"):
+        preflight(cfg)
     assert main(["stage=grpo", "model=tiny_base", "grpo.lora_r=4", "dry_run=true"]) == 2
     assert "Did you mean" in capfd.readouterr().err
     assert main(["stage=rl", "dry_run=true"]) == 2
