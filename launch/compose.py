@@ -222,8 +222,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **keydoc.defaults(rl_config.GRPO)}, layers, choices, rest, strict=False)
     cfg.arm = f"grpo_{cfg.task}"   # arm: grpo_<task>, set last
     rl_config.validate(cfg)
-    bad = launcher_problems(cfg, resume=False) + plan.late_saves(cfg.train, None, rl_config.GRPO["train.save_steps"].default)
-    if bad := bad + slurm_option_problems(plain(cfg.launcher.sbatch)):
+    if bad := launcher_problems(cfg, resume=False) + slurm_option_problems(plain(cfg.launcher.sbatch)) + plan.late_saves(cfg.train, None, rl_config.GRPO):
         raise RlError("invalid config:\n  " + "\n  ".join(bad))
     return Composed(cfg=cfg, choices=choices, origins=origins)
 
@@ -239,7 +238,7 @@ def validate(cfg: DictConfig) -> None:
     bad += slurm_option_problems(OmegaConf.select(cfg, "launcher.sbatch"))
     bad += [why for key in ("data.sources.code", "data.sources.search") if (why := SOURCES.must(key, plain(OmegaConf.select(cfg, key))))]
     if not bad:   # each value valid: how they combine (a save step past data.n's plan too; an explicit data.dir's size: the trainer's)
-        bad += plan.late_saves(cfg.train, None if cfg.data.dir else cfg.data.n, sft_config.SFT["train.save_steps"].default)
+        bad += plan.late_saves(cfg.train, None if cfg.data.dir else cfg.data.n, sft_config.SFT)
         if cfg.data.max_seq_len > cfg.train.max_tokens_per_micro_batch:
             bad.append(f"data.max_seq_len={cfg.data.max_seq_len} exceeds train.max_tokens_per_micro_batch="
                        f"{cfg.train.max_tokens_per_micro_batch}: the trainer never splits a trajectory across "

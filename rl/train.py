@@ -165,7 +165,7 @@ def preflight(cfg: DictConfig, probe_retriever: bool = True) -> str | None:
     reward hack comes within the required margin of genuine play, else None. Launch calls it before it
     writes a run dir; the trainer again at start."""
     validate(cfg)
-    if late := late_saves(cfg.train, None, GRPO["train.save_steps"].default):   # as launch refuses it (launch.compose)
+    if late := late_saves(cfg.train, None, GRPO):   # as launch refuses it (launch.compose)
         raise RlError(late[0])
     model_checks(cfg)
     rd = Path(cfg.run_dir)

@@ -266,7 +266,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     tokenizer = load_tokenizer(cfg.model.tokenizer) if rank == 0 else None
     log.info("data: %d trajectories (%d rows) from %s; %d steps/epoch, %d steps, world %d, device %s",
              data.n, data.n_rows, cfg.data_dir, per_epoch, total, world, device)
-    for late in late_saves(cfg.train, data.n, SFT["train.save_steps"].default, counted="the dataset's n") if rank == 0 else ():
+    for late in late_saves(cfg.train, data.n, SFT, counted="the dataset's n") if rank == 0 else ():
         log.warning("%s", late)   # launch refuses what data.n's plan shows; the dataset's real size (data.dir, allow_fewer) only here
 
     # 2. Model: rank-0 load, kernels, FSDP.

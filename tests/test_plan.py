@@ -3,6 +3,7 @@ including epoch-end saves and `train.steps: null` (all four arm recipes use it).
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
@@ -67,7 +68,7 @@ def test_the_rule():
     t = {"steps": None, "epochs": 2, "global_batch_size": 4, "save_steps": [3, 7, 9]}
     assert late_saves(t, 17) == ["train.save_steps: 9 is past the run's last step 8 (train.epochs=2 x floor(data.n=17 / "
                                  "train.global_batch_size=4) steps): no checkpoint would be written there; drop it or train longer"]
-    assert late_saves(t, 17, default=[9, 7, 3]) == late_saves(t, None) == late_saves(t, 20) == []
+    assert late_saves(t, 17, {"train.save_steps": SimpleNamespace(default=[9, 7, 3])}) == late_saves(t, None) == late_saves(t, 20) == []
     assert late_saves({**t, "steps": 5}, None)[0].startswith("train.save_steps: 7, 9 are past the run's last step 5 (train.steps=5)")
     assert late_saves({"steps": 2, "save_steps": [1, 2]}, None) == []   # GRPO's section: no epochs
     # a launch plan's line: short lists whole; a billion steps saved at every step elided, counted without listing them
