@@ -20,16 +20,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _args(argv):
-    cfg = {"n": 1000}
-    for tok in argv:
-        k, v = tok.split("=", 1)
-        if k not in cfg:
-            raise SystemExit(f"unknown key {k!r}; keys: {sorted(cfg)}")
-        cfg[k] = int(v)
-    return cfg
-
-
 def one_launch(rp, cfg) -> None:
     """The three checks of one launch: placement and preflight in this process, the trainer's start in a new one."""
     rp.model_checks(cfg)
@@ -39,7 +29,9 @@ def one_launch(rp, cfg) -> None:
 
 
 def main(argv=None) -> int:
-    args = _args(sys.argv[1:] if argv is None else argv)
+    args = dict(tok.split("=", 1) for tok in (sys.argv[1:] if argv is None else argv))
+    if set(args) - {"n"}:
+        raise SystemExit(f"unknown key(s) {sorted(set(args) - {'n'})}; the one key: n")
     from launch.compose import compose_grpo
     from rl import chat, prompts as rp
 
@@ -53,7 +45,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")   # cold: this run's own cache
         k = rp.prompts_per_step(compose_grpo(["task=spa", "model=tiny_base"]).cfg)
-        cfg = compose_grpo(["task=spa", "model=tiny_base", f"steps={-(-args['n'] // k)}", f"runs_root={tmp}"]).cfg
+        cfg = compose_grpo(["task=spa", "model=tiny_base", f"steps={-(-int(args.get('n', 1000)) // k)}", f"runs_root={tmp}"]).cfg
         rp.model_checks(cfg)   # warm-up (imports, the tokenizer's first load), not timed
         rp._LONGEST.clear()
         keyed, results = rp.prompts_key, {}
