@@ -12,7 +12,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-
 from rl import chat
 from rl.envs import environment_for, qa_rows, spa_rows
 from rl.errors import RlError
@@ -100,8 +99,9 @@ def tokenizer_files(path: str) -> dict[str, str] | None:
 def prompts_key(cfg: DictConfig) -> str | None:
     """The digest of everything longest_prompt's answer depends on: the task, seed, train.steps and the grpo section
     (the rows, their environment, grpo.enable_thinking; all of it but grpo.max_completion_length, what the answer is
-    checked against), grpo.prompts_file by content, model.path's tokenizer files, the rendering code and the tokenizer
-    libraries' versions; None when the tokenizer's files are not found here."""
+    checked against), grpo.prompts_file by content, model.path's tokenizer files, the rendering code and the versions of
+    transformers, tokenizers and jinja2; None when the tokenizer's files are not found here."""
+    import jinja2
     import tokenizers
     import transformers
 
@@ -117,7 +117,7 @@ def prompts_key(cfg: DictConfig) -> str | None:
     grpo = {k: v for k, v in OmegaConf.to_container(cfg.grpo, resolve=True).items() if k != "max_completion_length"}
     body = {"task": cfg.task, "seed": cfg.seed, "steps": cfg.train.steps, "grpo": grpo,
             "prompts_file": file_digest(prompts) if prompts and Path(str(prompts)).is_file() else None, "tokenizer": tokenizer,
-            "code": _code_digest(), "versions": [transformers.__version__, tokenizers.__version__]}
+            "code": _code_digest(), "versions": [transformers.__version__, tokenizers.__version__, jinja2.__version__]}
     return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 
