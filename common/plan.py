@@ -44,11 +44,32 @@ class Saves:
 
 
 def saves(*, save_steps, save_epoch_ends: bool, per_epoch: int, total: int) -> Saves:
-    """Steps that get a Hugging Face checkpoint: `save_steps` up to the horizon, every epoch end
-    (`save_epoch_ends`) and the final step."""
+    """Steps that get a Hugging Face checkpoint: `save_steps` up to the horizon (late_saves names any past it), every
+    epoch end (`save_epoch_ends`) and the final step."""
     ends = range(per_epoch, total + 1, per_epoch) if save_epoch_ends and per_epoch > 0 else range(0)
     rest = {int(s) for s in (save_steps or []) if 0 < int(s) <= total} | ({total} if total > 0 else set())
     return Saves(ends, sorted(s for s in rest if s not in ends))
+
+
+def late_saves(train, n_examples: int | None, keys: Mapping | None = None, counted: str = "data.n") -> list[str]:
+    """The problem (a list of none or one line) of a `train` section whose `save_steps` name a step past the run's last:
+    `train.steps`, else the epochs over `n_examples` trajectories (`counted` names them; None: not known yet, only a
+    train.steps horizon is checked). A list equal to the key's default in `keys` (its command's field table: a cadence,
+    [50, 100, 150, 200]) is cut at the last step instead (the plan lists where it saves). Launch refuses the request
+    before any run dir (launch.compose, SFT and GRPO); sft.train names the steps its dataset's real size cannot reach."""
+    t = SimpleNamespace(**train) if isinstance(train, Mapping) else train
+    if t.steps is None and n_examples is None:
+        return []
+    total = int(t.steps) if t.steps is not None else schedule(steps=None, epochs=t.epochs, n_examples=n_examples,
+                                                               global_batch_size=t.global_batch_size)[1]
+    asked = sorted({int(s) for s in t.save_steps or ()})
+    default = keys["train.save_steps"].default if keys and "train.save_steps" in keys else ()
+    if not (late := [s for s in asked if s > total]) or asked == sorted({int(s) for s in default}):
+        return []
+    how = f"train.steps={total}" if t.steps is not None else \
+        f"train.epochs={t.epochs} x floor({counted}={n_examples} / train.global_batch_size={t.global_batch_size}) steps"
+    return [f"train.save_steps: {', '.join(map(str, late))} {'is' if len(late) == 1 else 'are'} past the run's last step {total} "
+            f"({how}): no checkpoint would be written there; drop {'it' if len(late) == 1 else 'them'} or train longer"]
 
 
 def save_points(*, save_steps, save_epoch_ends: bool, per_epoch: int, total: int) -> list[int]:

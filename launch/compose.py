@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, base60_problem, did_you_mean, flat_keys, merge, split_dotlist
-from common import keydoc
+from common import keydoc, plan
 from common.fields import plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
@@ -222,7 +222,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **keydoc.defaults(rl_config.GRPO)}, layers, choices, rest, strict=False)
     cfg.arm = f"grpo_{cfg.task}"   # arm: grpo_<task>, set last
     rl_config.validate(cfg)
-    if bad := launcher_problems(cfg, resume=False) + slurm_option_problems(plain(cfg.launcher.sbatch)):
+    if bad := launcher_problems(cfg, resume=False) + slurm_option_problems(plain(cfg.launcher.sbatch)) + plan.late_saves(cfg.train, None, rl_config.GRPO):
         raise RlError("invalid config:\n  " + "\n  ".join(bad))
     return Composed(cfg=cfg, choices=choices, origins=origins)
 
@@ -237,7 +237,8 @@ def validate(cfg: DictConfig) -> None:
     bad = sft_config.problems(cfg) + data_config.problems(cfg.data) + problems(_LAUNCH_RULES, cfg, must=True)
     bad += slurm_option_problems(OmegaConf.select(cfg, "launcher.sbatch"))
     bad += [why for key in ("data.sources.code", "data.sources.search") if (why := SOURCES.must(key, plain(OmegaConf.select(cfg, key))))]
-    if not bad:   # each value valid: how they combine (save_steps beyond the horizon are no error: the final step is saved)
+    if not bad:   # each value valid: how they combine (a save step past data.n's plan too; an explicit data.dir's size: the trainer's)
+        bad += plan.late_saves(cfg.train, None if cfg.data.dir else cfg.data.n, sft_config.SFT)
         if cfg.data.max_seq_len > cfg.train.max_tokens_per_micro_batch:
             bad.append(f"data.max_seq_len={cfg.data.max_seq_len} exceeds train.max_tokens_per_micro_batch="
                        f"{cfg.train.max_tokens_per_micro_batch}: the trainer never splits a trajectory across "

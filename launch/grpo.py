@@ -18,7 +18,6 @@ from launch import run
 from launch.compose import GRPO_SELECTORS, compose_grpo
 from launch.errors import LaunchError
 from launch.jobs import backend
-from rl.config import parent_run, placement, planned_saves
 
 USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]
 (also: python -m launch.grpo ...)
@@ -54,7 +53,7 @@ def world_size(cfg, nproc: int) -> int:
 
 def start_record(cfg) -> dict:
     """What the run starts from (manifest `data` entry): the model and, for an SFT start, its run."""
-    return {"task": str(cfg.task), "start_model": str(cfg.model.path), "parent": parent_run(str(cfg.model.path))}
+    return {"task": str(cfg.task), "start_model": str(cfg.model.path), "parent": rl_config.parent_run(str(cfg.model.path))}
 
 
 class GRPOTrainer(run.Trainer):
@@ -69,7 +68,7 @@ class GRPOTrainer(run.Trainer):
         run dir's."""
         composed = compose_grpo(argv)
         nproc = run.local_nproc(composed, gpus)
-        rd, want = placement(composed.cfg, world_size(composed.cfg, nproc))
+        rd, want = rl_config.placement(composed.cfg, world_size(composed.cfg, nproc))
         return self.placed(composed, rd, nproc, run.check_identity(rd, composed.cfg, want=want))
 
     def describe(self, prep: run.Prepared) -> str:
@@ -86,7 +85,7 @@ class GRPOTrainer(run.Trainer):
             f"{g.num_generations}) is unchanged"]
         return "\n".join([f"[launch] stage=grpo {run.choices_line(prep.composed.choices)} -> {prep.run_dir}",
                           f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
-                          f"checkpoints at {planned_saves(cfg)} (+ step 0 = the starting model)", *note])
+                          f"checkpoints at {rl_config.planned_saves(cfg)} (+ step 0 = the starting model)", *note])
 
     def prepare(self, prep: run.Prepared, **cache_kw) -> dict:
         """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""

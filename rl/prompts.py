@@ -1,12 +1,16 @@
 """The rows a GRPO run trains on and the model's side of its config: each rollout prompt counted as TRL 1.16 renders
 it (rl.chat.prompt_lengths) against the model's context, and the chat template checked as the trainer installs it
-(rl.chat.install). Launch runs `model_checks` before any run dir (rl.config.placement), rl.train's preflight again."""
+(rl.chat.install). Launch runs `model_checks` before any run dir (rl.config.placement), rl.train's preflight again;
+the longest prompt is measured once per inputs (prompts_key) and read back after (longest_prompt)."""
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import os
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rl import chat
 from rl.envs import environment_for, qa_rows, spa_rows
@@ -59,14 +63,102 @@ def model_tokenizer(cfg: DictConfig):
     return tok if tok.chat_template else None
 
 
+# longest_prompt's answers by prompts_key: a launch asks at placement and at its preflight, the trainer (each rank) at start.
+_LONGEST: dict[str, tuple[int, str]] = {}
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt")
+
+
+@functools.cache
+def _code_digest() -> str:
+    """sha256 over the sources that render a prompt (rl, envs, evals, common: the rows, `reset`, the tools, the template)."""
+    root, h = Path(__file__).resolve().parent.parent, hashlib.sha256()
+    for f in sorted(p for pkg in ("rl", "envs", "evals", "common") for p in (root / pkg).rglob("*.py")):
+        h.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def tokenizer_files(path: str) -> dict[str, str] | None:
+    """{name: sha256} of the files beside model.path's tokenizer (every file of its dir but the weights; a hub id: its
+    cached snapshot), each hashed once per (path, size, mtime, inode, ctime) (common.fingerprint.file_digest); None where
+    no local dir holds it."""
+    from common.fingerprint import file_digest
+    from common.tiny import resolve_model_path
+
+    where = Path(resolve_model_path(path)).expanduser()
+    if not where.is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(str(path), "tokenizer_config.json")
+        if not isinstance(found, str):
+            return None
+        where = Path(found).parent
+    files = [f for f in [*where.iterdir(), *where.glob("additional_chat_templates/*")] if f.is_file() and not f.name.endswith(_WEIGHTS)]
+    return {str(f.relative_to(where)): file_digest(f) for f in sorted(files)}
+
+
+def prompts_key(cfg: DictConfig) -> str | None:
+    """The digest of everything longest_prompt's answer depends on: the task, seed, train.steps and the grpo section
+    (the rows, their environment, grpo.enable_thinking; all of it but grpo.max_completion_length, what the answer is
+    checked against), grpo.prompts_file by content, model.path's tokenizer files, the rendering code and the versions of
+    transformers, tokenizers and jinja2; None when the tokenizer's files are not found here."""
+    import jinja2
+    import tokenizers
+    import transformers
+
+    from common.cli import ConfigError
+    from common.fingerprint import canonical_json, file_digest
+
+    try:
+        if (tokenizer := tokenizer_files(str(cfg.model.path))) is None:
+            return None
+    except (ConfigError, OSError, ValueError):   # a bad model.path is refused elsewhere, with its reason
+        return None
+    prompts = cfg.grpo.get("prompts_file") if cfg.task == "qa" else None
+    grpo = {k: v for k, v in OmegaConf.to_container(cfg.grpo, resolve=True).items() if k != "max_completion_length"}
+    body = {"task": cfg.task, "seed": cfg.seed, "steps": cfg.train.steps, "grpo": grpo,
+            "prompts_file": file_digest(prompts) if prompts and Path(str(prompts)).is_file() else None, "tokenizer": tokenizer,
+            "code": _code_digest(), "versions": [transformers.__version__, tokenizers.__version__, jinja2.__version__]}
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def _cache_file(key: str) -> Path:
+    from common.fingerprint import digest_cache_dir
+
+    return digest_cache_dir().parent / "prompt_lengths" / f"{key[:32]}.json"
+
+
 def longest_prompt(cfg: DictConfig, tok=None) -> tuple[int, str] | None:
     """(tokens, which row) of the longest prompt among the rows the run trains on (all train.steps' rows, each
     once), rendered with its environment's `reset` text and tools by rl.chat.prompt_lengths as TRL renders it; None
-    without the model's tokenizer (model_tokenizer; `tok`: one already loaded)."""
+    without the model's tokenizer (model_tokenizer; `tok`: model.path's, already loaded). Measured once per prompts_key:
+    kept in this process and in `$XDG_CACHE_HOME/dtsft/prompt_lengths/` (launch measures, the trainer reads it back)."""
+    if (key := prompts_key(cfg)) in _LONGEST:
+        return _LONGEST[key]
+    try:
+        kept = json.loads(_cache_file(key).read_text(encoding="utf-8")) if key else {}
+        found = (int(kept["tokens"]), str(kept["row"])) if kept.get("key") == key else None
+    except (OSError, ValueError, KeyError, TypeError):
+        found = None
+    if found is None:
+        if (tok := tok or model_tokenizer(cfg)) is None:
+            return None
+        found = measure_longest(cfg, tok)
+        if key:
+            try:   # (each writer its own temp file: a trainer's ranks start together)
+                (tmp := _cache_file(key).with_suffix(f".tmp-{os.getpid()}")).parent.mkdir(parents=True, exist_ok=True)
+                tmp.write_text(json.dumps({"key": key, "tokens": found[0], "row": found[1]}), encoding="utf-8")
+                tmp.replace(_cache_file(key))
+            except OSError:   # an unwritable cache only costs the measuring
+                pass
+    if key:
+        _LONGEST[key] = found
+    return found
+
+
+def measure_longest(cfg: DictConfig, tok) -> tuple[int, str]:
+    """longest_prompt's answer, measured: every unique row's prompt rendered and tokenized."""
     import inspect
 
-    if (tok := tok or model_tokenizer(cfg)) is None:
-        return None
     env_cls = environment_for(cfg.task, qa_mode=str(cfg.grpo.qa_mode))  # the five tools under any TRL (rl.envs.tools_only)
     env = env_cls() if env_cls else None
     tools = [getattr(env, n) for n, _ in inspect.getmembers(env_cls, inspect.isfunction)

@@ -35,8 +35,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from common import fingerprint, layout, lock, thinking
 from common.io import check_sha256sums, write_json
+from common.plan import late_saves
 from rl import chat, checkpoint as rlck
-from rl.config import installed_trl, planned_saves, run_identity, trl_problem, validate, world_problem
+from rl.config import GRPO, installed_trl, planned_saves, run_identity, trl_problem, validate, world_problem
 from rl.errors import RlError
 from rl.envs import environment_for, reward_funcs_for
 from rl.prompts import model_checks, prompts_per_step, rows
@@ -156,13 +157,16 @@ def check_search_failures(step: int, searches: int, failures: int, rate: float, 
 
 def preflight(cfg: DictConfig, probe_retriever: bool = True) -> str | None:
     """Everything the trainer refuses before training, in the trainer's own words: the config
-    (rl.config.problems, the schema launch checks too), the chat template (rl.chat.install: grpo.enable_thinking, tool
-    calls), a grpo.max_completion_length the model's context cannot hold with the longest prompt (context_problem),
+    (rl.config.problems, the schema launch checks too; a save step past train.steps: common.plan.late_saves), the chat
+    template (rl.chat.install: grpo.enable_thinking, tool calls), a grpo.max_completion_length the model's context
+    cannot hold with the longest prompt (context_problem),
     the run dir's `rollouts` and `step-000000`, the prompts file, and (`probe_retriever`) a qa retriever that does not answer: RlError / BenchError /
     RetrieverError, exit 2, one line. Then task=spa's adversarial pilot (pilot_guard): its table when a
     reward hack comes within the required margin of genuine play, else None. Launch calls it before it
     writes a run dir; the trainer again at start."""
     validate(cfg)
+    if late := late_saves(cfg.train, None, GRPO):   # as launch refuses it (launch.compose)
+        raise RlError(late[0])
     model_checks(cfg)
     rd = Path(cfg.run_dir)
     rollouts, start = rd / layout.ROLLOUTS, layout.checkpoint_dir(rd, 0)

@@ -29,13 +29,13 @@ import torch.distributed as dist
 from common import fingerprint, layout, lock
 from common.cli import ConfigError, wants_help
 from common.io import replace_aside
-from common.plan import train_plan
+from common.plan import late_saves, train_plan
 from common.preempt import PreemptionFlag
 from common.schema import TRAINER_SEMANTICS
 from common.tracking import MetricsLog, Wandb
 
 from . import checkpoint as ckpt
-from .config import EXCLUDED_KEYS, TrainConfig, load_config
+from .config import EXCLUDED_KEYS, SFT, TrainConfig, load_config
 from .console import StepConsole
 from .data import (DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, pack_budget, plan_step,
                    seen_before)
@@ -266,6 +266,8 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     tokenizer = load_tokenizer(cfg.model.tokenizer) if rank == 0 else None
     log.info("data: %d trajectories (%d rows) from %s; %d steps/epoch, %d steps, world %d, device %s",
              data.n, data.n_rows, cfg.data_dir, per_epoch, total, world, device)
+    for late in late_saves(cfg.train, data.n, SFT, counted="the dataset's n") if rank == 0 else ():
+        log.warning("%s", late)   # launch refuses what data.n's plan shows; the dataset's real size (data.dir, allow_fewer) only here
 
     # 2. Model: rank-0 load, kernels, FSDP.
     dtype = train_dtype(cfg, device)

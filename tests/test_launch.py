@@ -90,6 +90,11 @@ def test_every_recipe_composes():
     (["resume=" + str(RECIPES)], "resume must be auto, never or a complete state"),   # seen failing: any dir passed, the trainer refused it
     (["nproc=0"], "launcher.nproc must be auto or a positive integer"),
     (["save_steps=[a]"], "train.save_steps must be a list of positive integers"),
+    (["save_steps=[0]"], "train.save_steps must be a list of positive integers"), (["save_steps=[-5]"], "train.save_steps must be a list of"),
+    # a save step the run never reaches (was dropped without a word): refused, by the horizon of train.steps or of the epochs over data.n
+    (["steps=218", "save_steps=[50,500]"], "train.save_steps: 500 is past the run's last step 218 (train.steps=218): no checkpoint"),
+    (["n=3500", "save_steps=[50,300,400]"], "train.save_steps: 300, 400 are past the run's last step 218 (train.epochs=1 x floor(data.n=3500 / "
+                                            "train.global_batch_size=16) steps): no checkpoint would be written there"),
     (["lr=0"], "train.lr must be a positive number"),
     (["data.kind=web"], "data.kind must be one of hub, synthetic"), (["data=hb"], "(recipes in " + str(RECIPES / "data") + "). Did you mean: hub?"),
     (["train.lr_schedule=cosin"], "train.lr_schedule must be one of cosine, linear, constant"),

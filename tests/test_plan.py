@@ -3,19 +3,20 @@ including epoch-end saves and `train.steps: null` (all four arm recipes use it).
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
 
 from analysis.discover import Run
-from common.plan import plan_line, planned, save_points, schedule, train_plan
+from common.plan import late_saves, plan_line, planned, save_points, schedule, train_plan
 from launch.compose import compose
 from sft.config import load_config
 
 CASES = [  # (train overrides, data.n, expected total, expected saves)
     ({"steps": None, "epochs": 2, "global_batch_size": 16, "save_steps": [50, 100], "save_epoch_ends": True}, 3500, 436, [50, 100, 218, 436]),
-    ({"steps": None, "epochs": 1, "global_batch_size": 16, "save_steps": [50, 300], "save_epoch_ends": False}, 3500, 218, [50, 218]),
-    ({"steps": 10, "epochs": 1, "global_batch_size": 4, "save_steps": [3, 10, 20], "save_epoch_ends": True}, 16, 10, [3, 4, 8, 10]),
+    ({"steps": None, "epochs": 1, "global_batch_size": 16, "save_steps": [50, 200], "save_epoch_ends": False}, 3500, 218, [50, 200, 218]),
+    ({"steps": 10, "epochs": 1, "global_batch_size": 4, "save_steps": [3, 10], "save_epoch_ends": True}, 16, 10, [3, 4, 8, 10]),
     ({"steps": 5, "epochs": 1, "global_batch_size": 8, "save_steps": [], "save_epoch_ends": True}, 4, 5, [5]),
 ]
 
@@ -63,6 +64,13 @@ def test_the_rule():
     total, points = planned({"train": {"steps": None, "epochs": 1, "global_batch_size": 2, "save_steps": [], "save_epoch_ends": True},
                              "data": {"n": 5}}, n_examples=9)
     assert (total, list(points)) == (4, [4])
+    # a requested save step past the last (launch refuses it, the trainer names it); the key's default, a cadence, is cut there
+    t = {"steps": None, "epochs": 2, "global_batch_size": 4, "save_steps": [3, 7, 9]}
+    assert late_saves(t, 17) == ["train.save_steps: 9 is past the run's last step 8 (train.epochs=2 x floor(data.n=17 / "
+                                 "train.global_batch_size=4) steps): no checkpoint would be written there; drop it or train longer"]
+    assert late_saves(t, 17, {"train.save_steps": SimpleNamespace(default=[9, 7, 3])}) == late_saves(t, None) == late_saves(t, 20) == []
+    assert late_saves({**t, "steps": 5}, None)[0].startswith("train.save_steps: 7, 9 are past the run's last step 5 (train.steps=5)")
+    assert late_saves({"steps": 2, "save_steps": [1, 2]}, None) == []   # GRPO's section: no epochs
     # a launch plan's line: short lists whole; a billion steps saved at every step elided, counted without listing them
     train = {"steps": None, "epochs": 2, "global_batch_size": 16, "save_steps": [50, 100], "save_epoch_ends": True}
     assert plan_line({"train": train, "data": {"n": 3500}}) == "436 optimizer steps (for n=3500), 4 checkpoint(s) at [50, 100, 218, 436]"

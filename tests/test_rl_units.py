@@ -192,6 +192,42 @@ def test_every_prompt_trl_builds_equals_the_own_template_render(trainer):
     assert "= 8193 exceed model.path=tiny_base's context of 8192 tokens" in rp.context_problem(over)
 
 
+def test_the_longest_prompt_is_measured_once_per_inputs(tmp_path, monkeypatch):
+    """The context check renders and tokenizes the run's prompts once per (config, prompts file, tokenizer): launch's
+    placement and preflight share it, the trainer's process reads it back from the cache; other rows, another prompts
+    file or another tokenizer are measured again (was: every prompt rendered at each of the three checks)."""
+    import shutil
+
+    from common.tiny import EMBEDDED_MODELS
+    from rl import chat, prompts as rp
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(rp, "_LONGEST", {})
+    rendered, real = [], chat.prompt_lengths   # the spy: each batch of prompts the tokenizer renders and counts
+    monkeypatch.setattr(chat, "prompt_lengths", lambda tok, prompts, *a: rendered.append(len(prompts)) or real(tok, prompts, *a))
+    model = tmp_path / "model"
+    shutil.copytree(EMBEDDED_MODELS["tiny_base"], model, ignore=shutil.ignore_patterns("*.safetensors"))
+    cfg = _cfg(tmp_path, "steps=2")
+    cfg.model.path = str(model)
+    first = rp.longest_prompt(cfg)   # launch: placement
+    rp.model_checks(cfg)   # launch: the preflight, same process
+    k = rp.prompts_per_step(cfg)
+    assert rendered == [2 * k]   # 2 steps' prompts, rendered once
+    monkeypatch.setattr(rp, "_LONGEST", {})   # the trainer: another process
+    cfg.grpo.max_completion_length = 64   # (what the answer is checked against: no part of it)
+    assert rp.longest_prompt(cfg) == first and rp.context_problem(cfg) is None and rendered == [2 * k]
+    cfg.train.steps = 3
+    assert rp.longest_prompt(cfg)[0] >= first[0] and rendered == [2 * k, 3 * k]
+    template = model / "chat_template.jinja"
+    template.write_text("A preamble the edited template adds.\n" + template.read_text())   # another tokenizer: measured again
+    assert rp.longest_prompt(cfg)[0] > first[0] and rendered == [2 * k, 3 * k, 3 * k]
+    cfg.task, cfg.grpo.prompts_file, lengths = "qa", str(tmp_path / "q.jsonl"), []
+    for question in ("Who?", "Who wrote the question that is longer now?"):   # another prompts file: measured again
+        Path(cfg.grpo.prompts_file).write_text(json.dumps({"id": "q0", "question": question, "golden_answers": ["a"]}) + "\n")
+        lengths.append(rp.longest_prompt(cfg)[0])
+    assert lengths[1] > lengths[0] and rendered[3:] == [1, 1]   # (4 rows of the one question: rendered once)
+
+
 # ---------------------------------------------------------------- tool-call parsing
 
 
@@ -405,6 +441,19 @@ def test_launch_grpo_dry_run_prints_config_torchrun_and_slurm(tmp_path, capfd):
     assert re.search(r"launch\.torchrun .*-m rl\.train .*grpo_spa/seed0/config\.yaml", out)
     assert "#SBATCH --signal=USR1@120" in out and "-m rl.train" in out
     assert not (tmp_path / "grpo_spa").exists()
+    for dry in ("true", "false"):   # a save step past train.steps (was dropped without a word): refused before any run dir
+        assert main(["stage=grpo", "task=spa", "model=tiny_base", "steps=2", "save_steps=[1,5]", f"runs_root={tmp_path}",
+                     f"dry_run={dry}"]) == 2
+        assert "train.save_steps: 5 is past the run's last step 2 (train.steps=2)" in capfd.readouterr().err
+        assert not (tmp_path / "grpo_spa").exists()
+    from launch.compose import compose_grpo
+    from rl.errors import RlError
+    from rl.train import preflight
+
+    cfg = compose_grpo(["task=spa", "model=tiny_base", "steps=2", f"runs_root={tmp_path}"]).cfg   # the default's saves: cut at 2
+    cfg.train.save_steps = [1, 5]   # config.yaml edited by hand: the trainer refuses it as launch does
+    with pytest.raises(RlError, match=r"train.save_steps: 5 is past the run's last step 2 \(train.steps=2\)"):
+        preflight(cfg)
     assert main(["stage=grpo", "model=tiny_base", "grpo.lora_r=4", "dry_run=true"]) == 2
     assert "Did you mean" in capfd.readouterr().err
     assert main(["stage=rl", "dry_run=true"]) == 2

@@ -522,12 +522,13 @@ def test_liger_guard_rejects_materialized_logits(data_dir):
             dist.destroy_process_group()
 
 
-def test_bf16_precision_writes_bf16_checkpoint(tmp_path, data_dir):
+def test_bf16_precision_writes_bf16_checkpoint(tmp_path, data_dir, capsys):
     """train.precision=bf16 (FSDP mixed precision; the GPU default) saves bf16 tensors and says so."""
     from safetensors import safe_open
 
-    cfg = write_config(tmp_path / "run", data_dir, steps=1, save_steps=[], precision="bf16", activation_checkpointing=False)
+    cfg = write_config(tmp_path / "run", data_dir, steps=1, save_steps=[4], precision="bf16", activation_checkpointing=False)
     assert train.cli([str(cfg)]) == 0
+    assert "train.save_steps: 4 is past the run's last step 1 (train.steps=1): no checkpoint" in capsys.readouterr().err   # named
     ck = tmp_path / "run" / "checkpoints" / "step-000001"
     assert json.loads((ck / "config.json").read_text())["dtype"] == "bfloat16"
     with safe_open(str(ck / "model.safetensors"), "pt") as f:
