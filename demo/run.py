@@ -311,6 +311,11 @@ def _main(argv: list[str]) -> int:
     cfg = apply_overrides(base, argv)
     if bad := [p for key, rule in RULES.items() if (p := rule.problem(key, plain(cfg[key])))]:
         raise ConfigError(bad[0])
+    if not any(a.startswith("save_steps=") for a in argv):   # the default cadence, cut at a shorter run's end as launch cuts its own
+        cfg.save_steps = [s for s in cfg.save_steps if s < cfg.steps]
+    elif late := [s for s in cfg.save_steps if s > cfg.steps]:
+        raise ConfigError(f"save_steps={plain(cfg.save_steps)}: {late} past the run's last step (steps={cfg.steps}); "
+                          "drop them or train longer")
     print(describe(cfg))
     if cfg.dry_run:
         return 0

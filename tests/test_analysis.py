@@ -279,6 +279,10 @@ def test_demo_dry_run_prints_the_plan(capsys):
     assert demo_main(["dry_run=true", "model=tiny"]) == 0
     plan = capsys.readouterr().out
     assert "model=tiny data=synthetic" in plan and "save_tiny_model(runs/demo/_anchor_model, seed=0)" in plan
+    # the default save steps are cut at a shorter run's end; ones asked for past it are refused (launch refuses them)
+    assert demo_main(["dry_run=true", "steps=60"]) == 0 and "steps=60 save_steps=[50]" in capsys.readouterr().out
+    assert demo_main(["dry_run=true", "steps=8", "save_steps=[4,9]"]) == 2
+    assert capsys.readouterr().err.startswith("error: save_steps=[4, 9]: [9] past the run's last step (steps=8)")
     assert demo_main(["stepz=3"]) == 2
     assert demo_main(["model=qwen3_4b"]) == 2
     # each value checked by its rule, a dry run's too (seen failing: exit 0 with the plan, or a TypeError traceback)
