@@ -94,8 +94,8 @@ class Choices(Rule):
     def why(self, v: Any) -> str | None:
         if any(v is c or (type(v) is type(c) and v == c) for c in self.values):
             return None
-        shown = ["null" if c is None else str(c).lower() if isinstance(c, bool) else str(c) for c in self.values]
-        return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+        names = list(map(shown, self.values))
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
     def problem(self, key: str, v: Any) -> str | None:
         line = super().problem(key, v)

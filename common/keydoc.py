@@ -4,14 +4,12 @@ against, a CLI's `--help` lines and a docs/keys/*.md page (tools/docs_keys.py wr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from omegaconf import OmegaConf
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(NamedTuple):
     name: str
     default: Any
     doc: str

@@ -80,6 +80,4 @@ PYTHON: dict[str, Field] = {
 
 def run_dir(cfg) -> Path:
     """`<runs_root>/<arm>/[<name>/]seed<seed>` (common.layout; GRPO's arm: grpo_<task>) unless `run_dir` is set; absolute."""
-    if cfg.run_dir:
-        return Path(cfg.run_dir).expanduser().resolve()
-    return run_dir_path(cfg.runs_root, cfg.arm, cfg.seed, cfg.name).resolve()
+    return (Path(cfg.run_dir).expanduser() if cfg.run_dir else run_dir_path(cfg.runs_root, cfg.arm, cfg.seed, cfg.name)).resolve()

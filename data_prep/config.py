@@ -78,9 +78,8 @@ def resolve(data_cfg: Any) -> dict:
     for side in (s for s in ("code", "search") if not isinstance(sources.get(s) or [], list)):
         raise DataPrepError(f"data.sources.{side} must be a list of FORMAT:PATH_OR_HUB_ID sources, got {sources[side]!r}")
     cfg["sources"] = {side: list(sources.get(side) or []) for side in ("code", "search")}
-    cfg["decontam"] = list(cfg["decontam"] or [])
-    cfg["decontam_sets"] = list(cfg["decontam_sets"] or [])
-    cfg["synthetic"] = dict(cfg["synthetic"] or {})
+    for key, kind in (("decontam", list), ("decontam_sets", list), ("synthetic", dict)):
+        cfg[key] = kind(cfg[key] or ())
     return cfg
 
 

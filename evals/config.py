@@ -233,11 +233,10 @@ def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str]
     if why := KEYS["prompt"].problem("prompt", prompt):
         raise EvalError(why)
     cfg = settings.copy()
-    cfg.ckpt, cfg.out, cfg.prompt = resolve_model_path(str(ckpt)), str(out), prompt
+    cfg.ckpt, cfg.out, cfg.prompt, cfg.benches = resolve_model_path(str(ckpt)), str(out), prompt, list(benches)
     cfg.overwrite = bool(settings.overwrite if overwrite is None else overwrite)
-    cfg.benches = list(benches)
-    cfg.bench_n = {b: n for b, n in settings.bench_n.items() if b in benches}
-    cfg.sets = {b: name for b, name in settings.sets.items() if b in benches}
+    for key in ("bench_n", "sets"):   # the benches' own entries
+        cfg[key] = {b: v for b, v in settings[key].items() if b in benches}
     return cfg
 
 

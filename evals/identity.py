@@ -2,6 +2,7 @@
 another one is refused: docs/concepts.md, "Run identity" (the roles of evals.config.KEYS decide the keys)."""
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +33,15 @@ def checkpoint_identity(ckpt: str) -> dict[str, Any]:
 
 def hub_revision(repo: str) -> str | None:
     """The commit a hub id resolves to (local cache first, then the hub); None when unknown."""
-    try:
+    with suppress(Exception):
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(repo, local_files_only=True, allow_patterns=["config.json"])).name
-    except Exception:  # not cached: ask the hub
-        pass
-    try:
+    with suppress(Exception):   # not cached: ask the hub
         from huggingface_hub import HfApi
 
         return HfApi().model_info(repo).sha
-    except Exception:
-        return None
+    return None
 
 
 def corpus_identity(corpus: str | None) -> dict[str, Any] | None:

@@ -123,9 +123,8 @@ def summary_benches(eval_dir: Path) -> set[str]:
 
 
 def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]) -> None:
-    """What every evaluate call of this analysis would refuse (a bad value, an unknown key or bench, a missing
-    corpus), refused before any work: one AnalysisError. Sets `h.opts` and `h.settings`: the config every
-    evaluation resolves to (its ckpt and out: stand-ins), as the harness resolves it."""
+    """What every evaluate call of this analysis would refuse (a bad value, an unknown key or bench, a missing corpus),
+    refused before any work: one AnalysisError. Sets `h.opts` and `h.settings`, what every evaluation resolves to."""
     h.opts, h.settings = eval_opts, None
     try:
         h.settings = h.check({**eval_opts, "ckpt": "<checkpoint>", "benches": list(benches), "out": "<checkpoint>"})
@@ -158,16 +157,14 @@ def candidates(runs: list[Run], benches: list[str], prompt: str, anchor: str | N
 
 
 def plan(h: Harness, jobs: list[EvalJob]) -> list[EvalJob]:
-    """The `jobs` (candidates) with benches left to evaluate under their identity, each cut to them. An out dir
-    the harness cannot read (a corrupt meta.json) keeps every bench: evaluate then fails on it, a listed gap, not
-    the end of the sweep."""
+    """The `jobs` (candidates) with benches left to evaluate under their identity, each cut to them. An out dir the
+    harness cannot read (a corrupt meta.json) keeps every bench: evaluate fails on it, a listed gap, not the sweep's end."""
     left_jobs = []
     for job in jobs:
         try:
             left = h.pending(h.request(job))
-        except ConfigError:
-            left_jobs.append(job)
-            continue
+        except ConfigError:   # every bench, none stale
+            left = dict.fromkeys(job.benches, [])
         if left:
             job.benches = [b for b in job.benches if b in left]
             job.stale = {b: diff for b, diff in left.items() if diff}

@@ -9,6 +9,7 @@ import glob
 import os
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -32,10 +33,8 @@ def of(plan: list[jobs.Job]) -> list[Needs]:
 
 def names_in(value) -> list[str]:
     """The data names (common.datafetch) anywhere in a setting's value (a string, list or mapping)."""
-    if isinstance(value, dict):
-        return [n for v in value.values() for n in names_in(v)]
-    if isinstance(value, (list, tuple)):
-        return [n for v in value for n in names_in(v)]
+    if isinstance(value, (dict, list, tuple)):
+        return [n for v in (value.values() if isinstance(value, dict) else value) for n in names_in(v)]
     return [value] if datafetch.is_name(value) else []
 
 
@@ -54,10 +53,8 @@ def eval_needs(settings: dict, who: str, python: str | None, out, launcher: str)
     backend = settings.get("backend", evaluate.get("backend"))
     sets = {**(evaluate.get("sets") or {}), **(settings.get("sets") or {})}
     for bench in [] if settings.get("bench_root") else settings.get("benches") or evaluate.get("benches") or []:
-        try:
+        with suppress(ConfigError):   # the command's own check refuses it, with its reason
             names += [n for n in (bench_set(str(bench), None, sets),) if n]
-        except ConfigError:   # the command's own check refuses it, with its reason
-            pass
     return Needs(tuple(dict.fromkeys(names)), interpreter.eval_needs(backend), who, "eval", python, None, (str(out),),
                  jobs.backend(launcher).where if backend == "vllm" else None)
 
@@ -122,28 +119,22 @@ def dataset_needs(cfg, data_arm: str, run_dir: Path | None = None) -> tuple[list
     pinned, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
     offline = hub.hub_offline()
     for domain in arms.quotas(data_arm, int(cfg.data.n)):
-        try:
+        with suppress(SourceError):
             pinned.data.sources[domain] = hub.pin_specs(list(pinned.data.sources.get(domain) or []), resolve=lambda i: (
                 hub.cached_revision(i) if offline else None))[0]
-        except SourceError:
-            pass
         for spec in list(pinned.data.sources.get(domain) or []):
-            try:
+            with suppress(SourceError):
                 if parse_source(spec).is_local:
                     continue
-            except SourceError:
-                pass
             sources.append((f"data.sources.{domain}", str(spec)))
     names = names_in(OmegaConf.to_container(cfg.data))
     if any(data_problem(n) for n in names) or any(source_problem(k, s) for k, s in sources):
-        try:   # no dataset cached at all: no key to compute (that loads the tokenizer)
+        with suppress(Exception):   # the key loads the tokenizer (not when nothing is cached), files, data_prep: may fail here
             root = cache.cache_root(pinned)
             if root.is_dir() and any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir()):
                 with datafetch.no_network():
                     if (root / cache.dataset_key(pinned, data_arm)).is_dir():
                         return [], []
-        except Exception:  # noqa: BLE001 - the key needs a tokenizer, files or data_prep's code not here (nor at launch)
-            pass
     return names, sources
 
 
@@ -232,10 +223,9 @@ def problems(needs: list[Needs]) -> list[str]:
 
 
 def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
-    """The preflight of a command's jobs: what it leaves unchecked (stdout) and its problems (stderr, one line each;
-    `counted`, a study's: then their count, and it stops itself); a real run with problems stops here (exit 2,
-    nothing written). Returns the problems: a dry run shows its plan, then `after_plan` stops it. The jobs
-    themselves ask nothing more."""
+    """The preflight of a command's jobs: what it leaves unchecked (stdout), its problems (stderr, one line each; `counted`,
+    a study's: then their count, and it stops itself). A real run with problems stops here (exit 2, nothing written); a
+    dry run gets them back, shows its plan, then `after_plan` stops it. The jobs themselves ask nothing more."""
     where = {n.cuda for n in needs if n.cuda}
     if "nodes" in where:
         print("preflight: CUDA unchecked for the jobs that run on Slurm's nodes (checked by each job where it runs)", flush=True)

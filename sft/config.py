@@ -92,9 +92,7 @@ def problems(cfg) -> list[str]:
     return fields.problems(TRAINER, cfg, must=True, optional=[k for k, f in TRAINER.items() if IDENTITY not in f.roles])
 
 
-# What the training loop reads (load_config): the sections under their keys' names (`cfg.train.lr`: common.fields.section;
-# model.path resolved, logging.name filled: <arm>[-<name>]-s<seed>), run_dir and data_dir (Paths), arm, seed, resume and
-# `raw`, the resolved config itself.
+# What the training loop reads (load_config): the namespace from_dictconfig fills (`cfg.train.lr`: common.fields.section).
 TrainConfig = SimpleNamespace
 
 
