@@ -57,9 +57,8 @@ def hardware() -> dict:
         import torch
 
         if torch.cuda.is_available():
-            info["cuda"] = True
-            info["cuda_version"] = torch.version.cuda
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            info.update(cuda=True, cuda_version=torch.version.cuda,
+                        gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
     except Exception as exc:  # a broken CUDA install must not stop the record being written
         info["cuda_error"] = repr(exc)
     return info
@@ -93,8 +92,7 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
                     "launcher": launcher, "launches": [entry]}
     if identity is not None:
         manifest["identity"] = identity
-    study = study_from_env()
-    if study is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
+    if (study := study_from_env()) is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
         entry["study"] = study
         manifest.setdefault("study", study)
     path.parent.mkdir(parents=True, exist_ok=True)
