@@ -184,6 +184,8 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
                      (["arms=[r2e,serch]"], r"^unknown arm 'serch'; choices: mixed, r2e, r2e_v5, search \(recipes in .*\)\. Did you mean: search\?$"),
                      (["arms=[r2e]", "seed=1"], "set per run by the sweep"),
                      (["arms=[r2e]", "seeds=[x]"], "non-negative integers"), (["arms=null"], "sweep needs arms="),
+                     # seen failing: a float (seeds=1.5, arms=1.5) was a TypeError traceback
+                     (["arms=[r2e]", "seeds=1.5"], r"^seeds must be .* got '1\.5'$"), (["arms=1.5"], r"^unknown arm '1\.5'"),
                      (["arms=[r2e]", "seeds="], r"seeds=\[\] is empty"), (["arms=[r2e,search,r2e]"], "names r2e twice"),
                      (["arms=[r2e]", "seeds=[1,0,1]"], r"seeds=\[1,0,1\] names 1 twice"),
                      # seen failing: seeds={} said "seeds=[] is empty", arms={r2e: 1} ran r2e, analyze.slurm.runs was replaced
