@@ -108,8 +108,13 @@ def test_explicit_data_dir_is_used_as_is(tmp_path):
     (f := tmp_path / "a_file").write_text("")   # a file, not a directory (seen failing: NotADirectoryError traceback)
     with pytest.raises(ConfigError, match=f"{f}: not a data_prep dataset directory"):
         cache.ensure_dataset(_cfg(tmp_path, f"data.dir={f}"), "r2e")
+    cfg = _cfg(tmp_path, f"data.dir={d}")
+    for text in (b"[]", b"\xff{"):   # seen failing: an AttributeError / UnicodeDecodeError traceback at launch
+        (d / "manifest.json").write_bytes(text)
+        with pytest.raises(ConfigError, match=f"^{d / 'manifest.json'}: unreadable manifest"):
+            cache.ensure_dataset(cfg, "r2e")
     (d / "manifest.json").write_text(json.dumps({"fingerprint": "abc"}))
-    got = cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e")
+    got = cache.ensure_dataset(cfg, "r2e")
     assert got.dir == d.resolve() and got.fingerprint == "abc" and got.key is None
 
 
