@@ -4,9 +4,9 @@ it; `dry_run` writes every job's script beside its config under a directory it n
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
+import pkgutil
 import re
 import sys
 import tempfile
@@ -239,8 +239,7 @@ def backend(kind: str, key: str = "launcher") -> type[Runner]:
         from common.cli import did_you_mean
 
         raise LaunchError(f"{key}={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
-    module, _, name = BACKENDS[kind].partition(":")
-    return getattr(importlib.import_module(module), name)
+    return pkgutil.resolve_name(BACKENDS[kind])
 
 
 def project_env(**more: str) -> dict[str, str]:
