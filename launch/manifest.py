@@ -6,6 +6,7 @@ whole history of the run without ever losing the original.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -41,12 +42,10 @@ def git_state(repo: Path = REPO) -> dict:
 
 
 def package_versions(names=PACKAGES) -> dict:
-    versions = {"python": platform.python_version()}
+    versions = {"python": platform.python_version(), **dict.fromkeys(names)}   # None: not installed
     for name in names:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
     return versions
 
 
