@@ -181,7 +181,9 @@ def write_config(prep: Prepared) -> Path:
     if path.is_file() and (old := path.read_text(encoding="utf-8")) != text:
         from common.cli import flat_keys
 
-        kept = rd / f"config.{utc_stamp()}.yaml"
+        stamp, n = utc_stamp(), 0
+        while (kept := rd / f"config.{stamp}{f'.{n}' if n else ''}.yaml").exists():   # two changes in one second: both kept
+            n += 1
         kept.write_text(old, encoding="utf-8")
         was = OmegaConf.create(old)
         sel = lambda c, k: OmegaConf.select(c, k, default="<absent>")  # noqa: E731

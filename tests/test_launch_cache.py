@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
@@ -155,6 +156,11 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     assert len(man2["launches"]) == 2 and man2["created"] == man["created"] and man2["launches"][1]["data"]["reused"]
     assert len(list(rd.glob("config.*.yaml"))) == 1 and OmegaConf.load(rd / "config.yaml").train.state_every == 7
     assert man2["identity"] == man["identity"]
+    # two more changes within one second: each previous config kept (seen failing: the second overwrote the first)
+    monkeypatch.setattr(run, "utc_stamp", lambda: "19990101T000000Z")
+    for every in (8, 9):
+        run.write_config(SimpleNamespace(run_dir=rd, cfg=OmegaConf.merge(cfg, {"train": {"state_every": every}})))
+    assert sorted(OmegaConf.load(p).train.state_every for p in rd.glob("config.19990101T000000Z*.yaml")) == [7, 8]
 
 
 def test_a_run_dir_in_use_is_refused(tmp_path):
