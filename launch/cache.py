@@ -50,11 +50,14 @@ def dataset_key(cfg: DictConfig, data_arm: str, key_fn: KeyFn | None = None) -> 
 def read_manifest(data_dir: Path) -> dict:
     path = data_dir / layout.MANIFEST
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError):
         raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({layout.MANIFEST} missing)") from None
-    except json.JSONDecodeError as exc:
+    except (OSError, ValueError) as exc:   # unreadable, not UTF-8, not JSON
         raise LaunchError(f"{path}: unreadable manifest ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise LaunchError(f"{path}: unreadable manifest (a JSON {type(manifest).__name__}, not an object)")
+    return manifest
 
 
 def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable[[str], None] = print) -> None:

@@ -36,21 +36,18 @@ TRAINERS = {t.stage: t for t in (SFT, GRPO)}
 
 
 def help_text() -> str:
-    lines = [__doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):"]
-    lines += [f"  {group}=  {' | '.join(sorted({*group_choices(group), *(BACKENDS if group == 'launcher' else ())}))}"
-              f"   (default: {DEFAULT_CHOICES[group]})" for group in GROUPS]   # a backend needs no recipe
-    lines += ["", "Top-level shortcuts:", *(f"  {short:<14} -> {full} (default {sft_config.SFT[full].default!r})"
-                                           for short, full in ALIASES.items())]
-    lines += ["", "Keys (sft/config.py SFT: key=default  description; the group recipes may change a default):",
-              keydoc.help_table(keydoc.from_table(sft_config.SFT))]
-    lines += ["", "GRPO: `launch stage=grpo --help` lists its keys."]
-    lines += [
-        "",
-        "Masks: data.history_reasoning=exact (default) trains every token as the model generated it, in its",
+    return "\n".join([
+        __doc__.strip(), "", "Recipe groups (recipes/<group>/<choice>.yaml, merged in this order on the defaults):",
+        *(f"  {group}=  {' | '.join(sorted({*group_choices(group), *(BACKENDS if group == 'launcher' else ())}))}"
+          f"   (default: {DEFAULT_CHOICES[group]})" for group in GROUPS),   # a backend needs no recipe
+        "", "Top-level shortcuts:", *(f"  {short:<14} -> {full} (default {sft_config.SFT[full].default!r})" for short, full in ALIASES.items()),
+        "", "Keys (sft/config.py SFT: key=default  description; the group recipes may change a default):",
+        keydoc.help_table(keydoc.from_table(sft_config.SFT)),
+        "", "GRPO: `launch stage=grpo --help` lists its keys.",
+        "", "Masks: data.history_reasoning=exact (default) trains every token as the model generated it, in its",
         "own context; keep_as_rendered and data.thoughts=drop are INEXACT (counted in the dataset manifest).",
         "data=hub decontaminates against the 7 benches' reference item sets, data.decontam_sets ([]: off).",
-        "",
-        "Sweeps: `launch sweep arms=[...] seeds=[...] <overrides>` runs every arm x seed (local: one after",
+        "", "Sweeps: `launch sweep arms=[...] seeds=[...] <overrides>` runs every arm x seed (local: one after",
         "another; launcher=slurm: one job array), skipping finished runs. eval_profile=PROFILE evaluates the",
         "checkpoints with analyze profile=PROFILE (analyze.KEY=VALUE adds KEY=VALUE to it): locally after the",
         "last run; launcher=slurm: one evaluation job per run after its own training task (afterok:<array>_<i>),",
@@ -60,8 +57,7 @@ def help_text() -> str:
         "DONE is reported as finished. A request whose run identity (every result-changing key, the data",
         "content, the trainer semantics) differs from the run dir's is refused: use name=<variant> for a",
         "separate run, or resume=never to rename the old run dir aside and start over.",
-    ]
-    return "\n".join(lines)
+    ])
 
 
 def _stage(argv: list[str]) -> tuple[str, list[str]]:

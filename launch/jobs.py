@@ -4,9 +4,9 @@ it; `dry_run` writes every job's script beside its config under a directory it n
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
+import pkgutil
 import re
 import sys
 import tempfile
@@ -150,16 +150,13 @@ def cuda_device_count() -> int:
 
 
 class Runner(ABC):
-    """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them.
-    `run(plan, where)` writes each job's script to `where/<name><suffix>` and starts it, in order. A backend is one
-    subclass in one file, registered in one line of `BACKENDS` (a third one, e.g. torchrun over ssh, is one new
-    file: tests/test_jobs.py holds such a double). Commands ask it, never its name:
+    """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them. A
+    backend is one subclass in one file, registered in one line of `BACKENDS` (a third one, e.g. torchrun over ssh:
+    tests/test_jobs.py holds such a double). Commands ask it, never its name:
     - `submits`: `start` submits a job that runs later, elsewhere; else it runs the job to its end. `requeues`:
       a stopped job is requeued and resumes by itself (resume=never refused).
     - `where` its jobs run: "here" (this machine's GPUs, 1 process without CUDA) or "nodes" (`launcher.nodes`
       nodes of `launcher.gpus_per_node` GPUs each).
-    - `cluster(launcher)`: the cluster settings its jobs carry; `check_not_queued(run_dir)`: refuse a run still
-      queued or running; `task_command(job, config)`: what one task runs on its first node, as a launch records it.
     - `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name;
       logs under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run
       here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
@@ -195,13 +192,14 @@ class Runner(ABC):
 
     @staticmethod
     def cluster(launcher) -> Cluster | None:
-        return None
+        """The cluster settings its jobs carry (None: none)."""
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
-        return None
+        """Refuse a run still queued or running."""
 
     def task_command(self, job: Job, config: str) -> list[str]:
+        """What one task runs on its first node, as a launch records it."""
         return job.command(config)
 
     @abstractmethod
@@ -211,7 +209,8 @@ class Runner(ABC):
     def start(self, job: Job, script: Path, ids: Mapping[str, str]) -> str: ...
 
     def run(self, plan: list[Job], where: Path, dry_run: bool = False) -> dict[str, str]:
-        """Every job of `plan`, in order; each job's id by name. `dry_run`: only the scripts (ids `<job id of NAME>`)."""
+        """Each job's script written to `where/<name><suffix>` and started, in order; each job's id by name. `dry_run`:
+        only the scripts (ids `<job id of NAME>`)."""
         seen: set[str] = set()
         for job in plan:   # each name once, each `after` an earlier job of the plan
             if job.name in seen:
@@ -240,8 +239,7 @@ def backend(kind: str, key: str = "launcher") -> type[Runner]:
         from common.cli import did_you_mean
 
         raise LaunchError(f"{key}={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
-    module, _, name = BACKENDS[kind].partition(":")
-    return getattr(importlib.import_module(module), name)
+    return pkgutil.resolve_name(BACKENDS[kind])
 
 
 def project_env(**more: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ whole history of the run without ever losing the original.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -41,12 +42,10 @@ def git_state(repo: Path = REPO) -> dict:
 
 
 def package_versions(names=PACKAGES) -> dict:
-    versions = {"python": platform.python_version()}
+    versions = {"python": platform.python_version(), **dict.fromkeys(names)}   # None: not installed
     for name in names:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
     return versions
 
 
@@ -93,8 +92,7 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
                     "launcher": launcher, "launches": [entry]}
     if identity is not None:
         manifest["identity"] = identity
-    study = study_from_env()
-    if study is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
+    if (study := study_from_env()) is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
         entry["study"] = study
         manifest.setdefault("study", study)
     path.parent.mkdir(parents=True, exist_ok=True)

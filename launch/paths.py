@@ -83,8 +83,7 @@ def make_absolute(cfg: DictConfig, table: dict, origins: dict[str, str]) -> None
 
 
 def outputs_absolute(cfg: DictConfig, table: dict) -> None:
-    """Make the output locations of `cfg` (in place; the keys of `table` with the OUTPUT role) absolute against
-    the caller's directory, whoever set them."""
+    """The OUTPUT-role keys of `table` in `cfg` made absolute in place, against the caller's directory, whoever set them."""
     for key, kind in path_keys(table).items():
         value = OmegaConf.select(cfg, key, default=None)
         if kind == OUTPUT and value:

@@ -50,11 +50,9 @@ class Prepared:
 
 
 class Trainer:
-    """One kind of training run (`SFT` here, `GRPO` in launch.grpo), as `launch_one` starts it. A subclass names its
-    `stage`, `keys` (its fields) and `module` (what its `job` runs under torchrun on config.yaml, in `python.<stage>=`),
-    and implements `resolve(argv)` (compose, refuse another run identity, check the hardware: everything cheap, before
-    any lock or work), `describe` (the plan's lines), `needs(cfg)` ({module: why} its interpreter must import) and
-    `prepare` (under the run-dir lock: the run's inputs and config.yaml; returns the manifest's `data` record)."""
+    """One kind of training run (`SFT` here, `GRPO` in launch.grpo): its `stage`, `keys` (fields) and `module` (run under
+    torchrun on config.yaml), and `resolve(argv)` (everything cheap, before any lock or work), `describe` (the plan's
+    lines), `needs(cfg)` ({module: why} to import) and `prepare` (under the run-dir lock; the manifest's `data` record)."""
 
     stage: str
     module: str
@@ -85,9 +83,8 @@ class Trainer:
         return backend(kind)(shlex.join(["launch", *self.command_argv(argv)]), **kw)
 
     def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None, kind: str | None = None) -> Job:
-        """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir): `module`
-        under torchrun over the nodes x processes the backend (`kind`, default: `launcher.kind`) gives it, needing its
-        data (GRPO: the starting model) and modules (each run's as the preflight checks them); whole nodes, USR1 warned."""
+        """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir), on the nodes x
+        processes the backend (`kind`, default: `launcher.kind`) gives it; whole nodes, USR1 warned."""
         cfg = preps[0].cfg
         runner = backend(kind or cfg.launcher.kind)
         nodes, gpus = runner.nodes(cfg.launcher), runner.gpus(cfg.launcher, preps[0].nproc)
@@ -184,7 +181,9 @@ def write_config(prep: Prepared) -> Path:
     if path.is_file() and (old := path.read_text(encoding="utf-8")) != text:
         from common.cli import flat_keys
 
-        kept = rd / f"config.{utc_stamp()}.yaml"
+        stamp, n = utc_stamp(), 0
+        while (kept := rd / f"config.{stamp}{f'.{n}' if n else ''}.yaml").exists():   # two changes in one second: both kept
+            n += 1
         kept.write_text(old, encoding="utf-8")
         was = OmegaConf.create(old)
         sel = lambda c, k: OmegaConf.select(c, k, default="<absent>")  # noqa: E731
@@ -207,26 +206,19 @@ def lock_run_dir(rd: Path):
         os.close(fd)
 
 
-def start_over(rd: Path) -> Path | None:
-    """resume=never: rename an existing run dir aside (`<dir>.replaced-<UTC time>`); nothing is deleted. Only a run
-    dir (holding config.yaml) is renamed: any other non-empty `run_dir=` is refused (common.io.check_output_dir)."""
-    if not rd.exists() or not any(p.name not in (layout.LAUNCH_LOCK, layout.TRAIN_LOCK) for p in rd.iterdir()):
-        return None
-    check_output_dir(rd, overwrite=True, marker=layout.CONFIG, what="run_dir")
-    with lock_run_dir(rd):  # never rename a run dir a launch or a trainer is using
-        aside = replace_aside(rd)
-    print(f"[launch] resume=never: the previous run in {rd} was renamed to {aside}", flush=True)
-    return aside
-
-
 @contextmanager
 def prepared(trainer: Trainer, prep: Prepared, runner: type[jobs.Runner] | jobs.Runner, **cache_kw):
-    """resume=never's rename, then under the run dir's lock (held for the block): a run still queued refused, the
-    trainer's inputs and config.yaml; yields the manifest's `data` record."""
-    if prep.cfg.resume == "never":
-        start_over(prep.run_dir)
-    with lock_run_dir(prep.run_dir):
-        runner.check_not_queued(prep.run_dir)
+    """resume=never: an existing run dir renamed aside (`<dir>.replaced-<UTC time>`, nothing deleted; any other
+    non-empty `run_dir=` refused: common.io.check_output_dir). Then under the run dir's lock (held for the block): a
+    run still queued refused, the trainer's inputs and config.yaml; yields the manifest's `data` record."""
+    rd = prep.run_dir
+    if prep.cfg.resume == "never" and rd.exists() and any(p.name not in (layout.LAUNCH_LOCK, layout.TRAIN_LOCK) for p in rd.iterdir()):
+        check_output_dir(rd, overwrite=True, marker=layout.CONFIG, what="run_dir")
+        with lock_run_dir(rd):  # never rename a run dir a launch or a trainer is using
+            aside = replace_aside(rd)
+        print(f"[launch] resume=never: the previous run in {rd} was renamed to {aside}", flush=True)
+    with lock_run_dir(rd):
+        runner.check_not_queued(rd)
         yield trainer.prepare(prep, **cache_kw)
 
 
@@ -268,9 +260,8 @@ def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
 
 
 def train_here(trainer: Trainer, argv: list[str], prep: Prepared, **cache_kw) -> int:
-    """One run trained here (LocalRunner: output teed into <run dir>/logs, signals forwarded and named in `stops`),
-    prepared and recorded first, under a launch id the trainer tags its refusal with; report_end's exit code (a
-    refusal by the trainer's preflight: its line, exit 2)."""
+    """One run trained here, prepared and recorded first, under a launch id the trainer tags its refusal with;
+    report_end's exit code (a refusal by the trainer's preflight: its line, exit 2)."""
     try:
         trainer.preflight(prep)
     except LaunchError as exc:   # (one run of several: the others still run)
@@ -394,8 +385,8 @@ def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
 
 class Training(jobs.Runner):
     """A backend's runner (`inner`) whose training jobs (`runs`: job name -> (trainer, [(argv, prep)])) run as
-    `launch` runs them: here, one after another (`train_runs`); submitted, finished runs kept, each other one
-    preflighted and `prepared` just before, its submission recorded in its manifest (an array: task i)."""
+    `launch` runs them: here, `train_runs`; submitted, each unfinished run preflighted and `prepared` just before,
+    its submission recorded in its manifest (an array: task i)."""
 
     def __init__(self, inner: jobs.Runner, runs: dict, **cache_kw):
         self.inner, self.runs, self.cache_kw, self.suffix = inner, runs, cache_kw, inner.suffix

@@ -31,9 +31,7 @@ def slurm_option_problems(options, key: str = "launcher.sbatch") -> list[str]:
     for opt in options:
         if not isinstance(opt, str) or not opt.startswith("-") or "\n" in opt or opt.strip() != opt:
             bad.append(f"{key}: {opt!r} is not one sbatch option (e.g. --qos=high)")
-            continue
-        name = opt.lstrip("-").split("=", 1)[0]
-        if name in OWN_OPTIONS:
+        elif (name := opt.lstrip("-").split("=", 1)[0]) in OWN_OPTIONS:
             own = f"; use {key.rpartition('.')[0]}.{name}=" if name in CLUSTER_OPTIONS else ""
             bad.append(f"{key}: {opt!r} is set by launch itself{own}")
     return bad

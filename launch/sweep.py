@@ -45,7 +45,7 @@ def parse_sweep(argv: list[str]) -> tuple[list[list[str]], str | None, list[str]
             parsed = OmegaConf.from_dotlist([f"x={value}"]).x
             if OmegaConf.is_dict(parsed):
                 raise LaunchError(f"{key}={value}: expected a list of {key}, not a mapping")
-            items = [] if parsed is None else list(parsed) if not isinstance(parsed, (str, int)) else [parsed]
+            items = [] if parsed is None else list(parsed) if OmegaConf.is_list(parsed) else [parsed]
             if twice := [x for i, x in enumerate(items) if x in items[:i]]:
                 raise LaunchError(f"{key}={value} names {twice[0]} twice: each run dir is trained by one run")
             if key == "arms":

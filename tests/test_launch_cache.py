@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
@@ -108,8 +109,13 @@ def test_explicit_data_dir_is_used_as_is(tmp_path):
     (f := tmp_path / "a_file").write_text("")   # a file, not a directory (seen failing: NotADirectoryError traceback)
     with pytest.raises(ConfigError, match=f"{f}: not a data_prep dataset directory"):
         cache.ensure_dataset(_cfg(tmp_path, f"data.dir={f}"), "r2e")
+    cfg = _cfg(tmp_path, f"data.dir={d}")
+    for text in (b"[]", b"\xff{"):   # seen failing: an AttributeError / UnicodeDecodeError traceback at launch
+        (d / "manifest.json").write_bytes(text)
+        with pytest.raises(ConfigError, match=f"^{d / 'manifest.json'}: unreadable manifest"):
+            cache.ensure_dataset(cfg, "r2e")
     (d / "manifest.json").write_text(json.dumps({"fingerprint": "abc"}))
-    got = cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e")
+    got = cache.ensure_dataset(cfg, "r2e")
     assert got.dir == d.resolve() and got.fingerprint == "abc" and got.key is None
 
 
@@ -150,6 +156,11 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     assert len(man2["launches"]) == 2 and man2["created"] == man["created"] and man2["launches"][1]["data"]["reused"]
     assert len(list(rd.glob("config.*.yaml"))) == 1 and OmegaConf.load(rd / "config.yaml").train.state_every == 7
     assert man2["identity"] == man["identity"]
+    # two more changes within one second: each previous config kept (seen failing: the second overwrote the first)
+    monkeypatch.setattr(run, "utc_stamp", lambda: "19990101T000000Z")
+    for every in (8, 9):
+        run.write_config(SimpleNamespace(run_dir=rd, cfg=OmegaConf.merge(cfg, {"train": {"state_every": every}})))
+    assert sorted(OmegaConf.load(p).train.state_every for p in rd.glob("config.19990101T000000Z*.yaml")) == [7, 8]
 
 
 def test_a_run_dir_in_use_is_refused(tmp_path):
@@ -184,6 +195,8 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
                      (["arms=[r2e,serch]"], r"^unknown arm 'serch'; choices: mixed, r2e, r2e_v5, search \(recipes in .*\)\. Did you mean: search\?$"),
                      (["arms=[r2e]", "seed=1"], "set per run by the sweep"),
                      (["arms=[r2e]", "seeds=[x]"], "non-negative integers"), (["arms=null"], "sweep needs arms="),
+                     # seen failing: a float (seeds=1.5, arms=1.5) was a TypeError traceback
+                     (["arms=[r2e]", "seeds=1.5"], r"^seeds must be .* got '1\.5'$"), (["arms=1.5"], r"^unknown arm '1\.5'"),
                      (["arms=[r2e]", "seeds="], r"seeds=\[\] is empty"), (["arms=[r2e,search,r2e]"], "names r2e twice"),
                      (["arms=[r2e]", "seeds=[1,0,1]"], r"seeds=\[1,0,1\] names 1 twice"),
                      # seen failing: seeds={} said "seeds=[] is empty", arms={r2e: 1} ran r2e, analyze.slurm.runs was replaced
