@@ -360,15 +360,14 @@ def run_study(argv: list[str]) -> int:
     runner = Training(jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
         jobs.dry_run(plan, runner, where)
-        for r in stages:
-            if r.unset:
-                print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see "
-                      "its config)")
+        for r in (r for r in stages if r.unset):
+            print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see its config)")
         found = preflight.gate(preflight.of(plan), True, counted=True)
-        _differences(study)
+    print(f"  differs from the reference ({len(study.differences())}: each chosen setting, then what is not reproduced):\n"
+          + "".join(f"    - {line}\n" for line in study.differences()), end="", flush=True)
+    if req.dry_run:
         print(f"study {study.name}: dry run done ({req.launcher}: {len(plan)} job(s) planned, nothing started)")
         return preflight.EXIT if found else 0
-    _differences(study)
     print(f"# the plan: {len(plan)} job(s), in order\n{jobs.table(plan)}\n  configs and scripts: {where}", flush=True)
     try:
         ids = runner.run(plan, where)
@@ -386,8 +385,3 @@ def run_study(argv: list[str]) -> int:
           + f"\n  watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})"
           + "\n  an analyze job submits its evaluations and aggregation when it runs (their ids join jobs.json)")
     return 0
-
-
-def _differences(study: Study) -> None:
-    print(f"  differs from the reference ({len(study.differences())}: each chosen setting, then what is not reproduced):\n"
-          + "".join(f"    - {line}\n" for line in study.differences()), end="", flush=True)
