@@ -27,8 +27,7 @@ if not OmegaConf.has_resolver("step"):
      else OmegaConf.register_new_resolver)("step", lambda n: step_name(int(n)))
 
 STUDY_DIR = RECIPES / "study"
-# The shipped study variants, `study_names(VARIANT_DIR)`: this project's own comparisons beside a reference study
-# (e.g. dual_terminator_vs_v5), run by name as the studies are.
+# The shipped variants, `study_names(VARIANT_DIR)`: this project's own comparisons beside a reference study, run by name.
 VARIANT_DIR = STUDY_DIR / "variants"
 
 # run kind -> the module its jobs run, `python -m MODULE CONFIG` (launch/study.py plans them; a training
@@ -221,10 +220,9 @@ def _settings(node, prefix: str = ""):
 
 
 def file_marks(path: Path) -> tuple[list[MarkedSetting], list[str]]:
-    """Every marked setting of a YAML file (a study or a recipe), in file order, and its stage argument lines without a
-    mark (each line of one, key to value's end, holding more than a comment). A mark goes with the setting whose key is
-    on its line, else with the one whose value spans it; one on a line holding no setting is refused (in prose it says
-    nothing checkable)."""
+    """Every marked setting of a YAML file (a study or a recipe), in file order, and its stage argument lines (key to value's
+    end) that hold more than a comment and no mark. A mark goes with the setting whose key is on its line, else with the
+    one whose value spans it; one on a line holding no setting is refused (in prose it says nothing checkable)."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     try:
