@@ -27,8 +27,7 @@ if not OmegaConf.has_resolver("step"):
      else OmegaConf.register_new_resolver)("step", lambda n: step_name(int(n)))
 
 STUDY_DIR = RECIPES / "study"
-# The shipped study variants, `study_names(VARIANT_DIR)`: this project's own comparisons beside a reference study
-# (e.g. dual_terminator_vs_v5), run by name as the studies are.
+# The shipped variants, `study_names(VARIANT_DIR)`: this project's own comparisons beside a reference study, run by name.
 VARIANT_DIR = STUDY_DIR / "variants"
 
 # run kind -> the module its jobs run, `python -m MODULE CONFIG` (launch/study.py plans them; a training
@@ -106,7 +105,6 @@ class Study:
     path: Path
     sha256: str
     title: str
-    reference: str
     hardware: dict
     stages: list[Stage]
     reference_results: list[ReferenceResult]
@@ -203,40 +201,32 @@ def line_marks(text: str, where: str, line: int) -> list[Mark]:
     return marks
 
 
-def _settings(root) -> list[tuple[str, int, int, object]]:
+def _settings(node, prefix: str = ""):
     """(key, first line, last line, value node) of every setting: each entry of a block mapping whose value
     is not itself a block mapping, and each argument of a study's stages (block or flow style)."""
-    out = []
-
-    def walk(node, prefix: str) -> None:
-        for k, v in node.value:
-            key = f"{prefix}{k.value}"
-            if key == "stages" and isinstance(v, yaml.SequenceNode):
-                for stage in v.value:
-                    entries = stage.value if isinstance(stage, yaml.MappingNode) else []
-                    parts = {kn.value: vn for kn, vn in entries if isinstance(kn, yaml.ScalarNode)}
-                    args = parts.get("args")
-                    for ak, av in args.value if isinstance(args, yaml.MappingNode) else []:
-                        out.append((f"{getattr(parts.get('name'), 'value', '?')}:{ak.value}", ak.start_mark.line, _last_line(av), av))
-            elif isinstance(v, yaml.MappingNode) and not v.flow_style and v.value:
-                walk(v, f"{key}.")
-            else:
-                out.append((key, k.start_mark.line, _last_line(v), v))
-
-    if isinstance(root, yaml.MappingNode):
-        walk(root, "")
-    return out
+    for k, v in node.value if isinstance(node, yaml.MappingNode) else []:
+        key = f"{prefix}{k.value}"
+        if key == "stages" and isinstance(v, yaml.SequenceNode):
+            for stage in v.value:
+                entries = stage.value if isinstance(stage, yaml.MappingNode) else []
+                parts = {kn.value: vn for kn, vn in entries if isinstance(kn, yaml.ScalarNode)}
+                args = parts.get("args")
+                for ak, av in args.value if isinstance(args, yaml.MappingNode) else []:
+                    yield f"{getattr(parts.get('name'), 'value', '?')}:{ak.value}", ak.start_mark.line, _last_line(av), av
+        elif isinstance(v, yaml.MappingNode) and not v.flow_style and v.value:
+            yield from _settings(v, f"{key}.")
+        else:
+            yield key, k.start_mark.line, _last_line(v), v
 
 
 def file_marks(path: Path) -> tuple[list[MarkedSetting], list[str]]:
-    """Every marked setting of a YAML file (a study or a recipe), in file order, and its stage argument lines without a
-    mark (each line of one, key to value's end, holding more than a comment). A mark goes with the setting whose key is
-    on its line, else with the one whose value spans it; one on a line holding no setting is refused (in prose it says
-    nothing checkable)."""
+    """Every marked setting of a YAML file (a study or a recipe), in file order, and its stage argument lines (key to value's
+    end) that hold more than a comment and no mark. A mark goes with the setting whose key is on its line, else with the
+    one whose value spans it; one on a line holding no setting is refused (in prose it says nothing checkable)."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     try:
-        settings = _settings(yaml.compose(text, Loader=yaml.SafeLoader))
+        settings = list(_settings(yaml.compose(text, Loader=yaml.SafeLoader)))
     except yaml.YAMLError:   # not readable YAML: no settings (load_study names the error)
         settings = []
     found: dict[int, list[Mark]] = {}
@@ -350,8 +340,7 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         raw_args = unresolved["args"] if isinstance(unresolved.get("args"), dict) else {}   # `${vars.X}` kept: what each uses
         stages.append(Stage(s["name"], s["run"], s.get("args") or {}, {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()}))
     return Study(name=path.stem, path=path, sha256=sha256_file(path), title=plain.get("title") or path.stem,
-                 reference=plain.get("reference") or "", hardware=plain["hardware"], stages=stages,
-                 reference_results=_reference_results(plain.get("reference_results"), where),
+                 hardware=plain["hardware"], stages=stages, reference_results=_reference_results(plain.get("reference_results"), where),
                  vars=plain.get("vars") or {}, cpu_smoke=plain.get("cpu_smoke") or [],
                  notes=[" ".join(t.split()) for t in plain.get("notes") or []],
                  chosen=[(m.key, m.value, k.text) for m in marked for k in m.marks if k.kind == "chosen"])

@@ -47,8 +47,7 @@ _STAGE_JOB_KEYS = {**_LAUNCHER_KEYS, **{short: _LAUNCHER_KEYS[full] for short, f
 
 @dataclass(frozen=True)
 class Arg:
-    """One `key=value` a stage's command reads, split once: the command line's (its `STAGE:` taken off, `${vars.X}`
-    substituted) or the study file's. `str()` gives the token its command reads."""
+    """One `key=value` a stage's command reads: the command line's (its `STAGE:` taken off, `${vars.X}` substituted) or its file's."""
     key: str
     value: str
 
@@ -162,7 +161,7 @@ def _cluster(args: list[Arg], keys: dict[str, str], base: Cluster = Cluster()) -
 @dataclass
 class Resolved:
     """One stage resolved: a training stage's runs and launch argvs, a sweep's evaluation (analyze config), or the
-    stage's one config; its interpreter and cluster settings; the data slots it still lacks (a dry run's)."""
+    stage's one config, its interpreter, cluster settings and needs; the data slots it still lacks (a dry run's)."""
     stage: Stage
     trainer: object = None
     preps: list = field(default_factory=list)
@@ -171,13 +170,14 @@ class Resolved:
     cfg: object = None
     python: str | None = None
     cluster: Cluster | None = None
+    needs: Needs | None = None
     unset: list[str] = field(default_factory=list)
 
 
 def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster, planned: list | None) -> None:
-    """An analyze / evaluate / export stage's one config (the file's `args`, the shared settings its job takes, its
-    `own`) resolved and checked, and its cluster settings (`planned`: earlier run dirs; None while one is unresolved)."""
-    stage = r.stage
+    """An analyze / evaluate / export stage's one config (the file's `args`, the shared settings its job takes, its `own`)
+    resolved and checked, its cluster settings and what its job needs (`planned`: earlier run dirs; None while one is unresolved)."""
+    stage, who = r.stage, f"stage {r.stage.name} ({r.stage.run})"
     if stage.run == "analyze":
         from launch.analyze import parse_argv, request
 
@@ -187,7 +187,7 @@ def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg
                           f"launcher={req.launcher}", "dry_run=false"])
         with local.isolated():
             request(cfg, planned=planned)   # every setting checked, as the analysis itself checks it
-        r.cfg, r.cluster = cfg, Cluster.of(cfg.slurm)
+        r.cfg, r.cluster, r.needs = cfg, Cluster.of(cfg.slurm), replace(preflight.analyze_needs(cfg), who=who)
         return
     args = [*args, *own]
     own_keys = {f"slurm.{k}": k for k in jobs.CLUSTER_KEYS}
@@ -202,10 +202,14 @@ def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg
 
         r.cfg = resolve_request(apply_overrides(base_config(next((a.value for a in reversed(args) if a.key == "profile"), None)
                                                             or None), rest, suggest=own_keys))
+        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # (the profile's are merged in)
+        r.needs = preflight.eval_needs(settings, who, r.python, r.cfg.out, req.launcher)
     else:
         from sft.export import DEFAULTS, checked
 
         r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest, suggest=own_keys), f"stage {stage.name}: ckpt= and out= are required")
+        r.needs = Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who, "sft",
+                        r.python, None, (str(r.cfg.out),))
 
 
 def resolve_stages(req: Request) -> list[Resolved]:
@@ -265,18 +269,6 @@ def _with_suggestion(text: str, study: Study) -> str:
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line
 
 
-def _needs(req: Request, r: Resolved) -> Needs:
-    """What an analyze / evaluate / export stage's job needs (the preflight's record of it, named by its stage)."""
-    who, cfg = f"stage {r.stage.name} ({r.stage.run})", r.cfg
-    if r.stage.run == "analyze":
-        return replace(preflight.analyze_needs(cfg), who=who)
-    if r.stage.run == "evaluate":   # (the profile's settings are merged in)
-        settings = {k: v for k, v in OmegaConf.to_container(cfg).items() if k != "profile"}
-        return preflight.eval_needs(settings, who, r.python, cfg.out, req.launcher)
-    return Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(cfg)))), EXPORT_NEEDS, who, "sft",
-                 r.python, None, (str(cfg.out),))
-
-
 def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list) -> tuple[list[Job], dict[Path, str]]:
     """A sweep stage's evaluation as launch.sweep plans it, its configs under `where` (unwritten): here its analysis
     job; submitted, one job per run after its training task, then the aggregation (carrying the analysis's needs)."""
@@ -327,7 +319,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
             gpus = int(r.cfg.data_parallel or 1) * int(r.cfg.tensor_parallel_size or 1) if stage.run == "evaluate" else 0
             stage_jobs = [Job(stage.name, module, config=config, python=r.python or sys.executable, **after,
                               cluster=r.cluster if submits else None, resources=Resources(gpus_per_node=gpus),
-                              needs=_needs(req, r), title=f"dtsft-{req.study.name}-{stage.name}",
+                              needs=r.needs, title=f"dtsft-{req.study.name}-{stage.name}",
                               notes=(f"stage {stage.name} ({stage.run})",))]
         if stage_jobs:
             before = tuple(j.name for j in stage_jobs)
@@ -360,15 +352,14 @@ def run_study(argv: list[str]) -> int:
     runner = Training(jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
         jobs.dry_run(plan, runner, where)
-        for r in stages:
-            if r.unset:
-                print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see "
-                      "its config)")
+        for r in (r for r in stages if r.unset):
+            print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see its config)")
         found = preflight.gate(preflight.of(plan), True, counted=True)
-        _differences(study)
+    print(f"  differs from the reference ({len(study.differences())}: each chosen setting, then what is not reproduced):\n"
+          + "".join(f"    - {line}\n" for line in study.differences()), end="", flush=True)
+    if req.dry_run:
         print(f"study {study.name}: dry run done ({req.launcher}: {len(plan)} job(s) planned, nothing started)")
         return preflight.EXIT if found else 0
-    _differences(study)
     print(f"# the plan: {len(plan)} job(s), in order\n{jobs.table(plan)}\n  configs and scripts: {where}", flush=True)
     try:
         ids = runner.run(plan, where)
@@ -386,8 +377,3 @@ def run_study(argv: list[str]) -> int:
           + f"\n  watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})"
           + "\n  an analyze job submits its evaluations and aggregation when it runs (their ids join jobs.json)")
     return 0
-
-
-def _differences(study: Study) -> None:
-    print(f"  differs from the reference ({len(study.differences())}: each chosen setting, then what is not reproduced):\n"
-          + "".join(f"    - {line}\n" for line in study.differences()), end="", flush=True)
