@@ -2,7 +2,8 @@
 
 Every interval comes from one variance model (analysis.variance): items and seeds both random and
 crossed, the anchor without seed variance, the estimate's variance from the two-way mean squares and a
-t on Satterthwaite df (Wilson's interval on the effective n for one arm's 0/1 score). One seed: the
+t on Satterthwaite df (Wilson's interval on the effective n for one arm's 0/1 score; Tango's score interval for
+one seed against the anchor on 0/1 scores: analysis.variance.discordant_limits). One seed: the
 interval covers the items only and says so. No per-example file: a t across seed means (covers seeds,
 the items taken as fixed) for >= 2 seeds, else a bare point. Each interval computed is also recorded in
 `Points.records` (written as intervals.csv beside results.csv: its bounds, what it covers and its n).
