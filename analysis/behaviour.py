@@ -695,10 +695,11 @@ PARTS = (("net_format", "net format (M0→W1 + W1→M0)"), ("net_capability", "n
 
 
 def decomposition_caption(finals: list[TransitionRow], conf: float) -> str:
-    """The decomposition figure's caption: what the bars are, and what the ΔEM diamond's interval covers."""
+    """The decomposition figure's caption: what the bars are, and what the ΔEM diamond's interval covers and its method."""
     from analysis.figures import COVERS_WORDS
 
-    covers = " or ".join(sorted({COVERS_WORDS.get(r.split.covers, r.split.covers) for r in finals}))
+    methods = {"crossed t": "the crossed t on Satterthwaite df", "Tango score": "Tango's score interval for paired proportions"}
+    covers = "; or ".join(sorted({f"{COVERS_WORDS.get(r.split.covers, r.split.covers)}, by {methods[r.split.method]}" for r in finals}))
     return ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
             "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
             "(newly well-formed and right, minus right before and now malformed), net capability "

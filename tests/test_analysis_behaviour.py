@@ -361,14 +361,17 @@ def _ep(i, right):
                    bool(right), 1, False, ())
 
 
-@pytest.mark.parametrize("seeds, covers, words", [((0,), "items", "items only (one seed: seed variance unknown)"),
-                                                  ((0, 1), "items+seeds", "items and seeds both random")])
-def test_the_decomposition_figure_says_what_its_interval_covers(seeds, covers, words):
-    """The ΔEM diamond's interval is the transition table's (crossed model): with 2 seeds it covers seeds too,
-    at the analysis's conf (before: "95% interval over items (seed variance not included)" whatever they were)."""
+@pytest.mark.parametrize("seeds, covers, method, words", [
+    ((0,), "items", "Tango score", "items only (one seed: seed variance unknown), by Tango's score interval for paired proportions"),
+    ((0,), "items", "crossed t", "items only (one seed: seed variance unknown), by the crossed t on Satterthwaite df"),
+    ((0, 1), "items+seeds", "crossed t", "items and seeds both random, by the crossed t on Satterthwaite df")])
+def test_the_decomposition_figure_says_what_its_interval_covers(seeds, covers, method, words):
+    """The ΔEM diamond's interval is the transition table's: with 2 seeds it covers seeds too, at the analysis's
+    conf (before: "95% interval over items (seed variance not included)" whatever they were), and the caption names
+    its method (before: none, though one seed on 0/1 EM is Tango's score interval)."""
     from analysis.behaviour import PART_KEYS, TransitionRow, TransitionSplit, decomposition_caption
 
-    split = TransitionSplit(10, seeds, 0.2, 0.3, {}, {}, {k: (0.1, 0.0, 0.2) for k in PART_KEYS}, covers)
+    split = TransitionSplit(10, seeds, 0.2, 0.3, {}, {}, {k: (0.1, 0.0, 0.2) for k in PART_KEYS}, covers, method)
     caption = decomposition_caption([TransitionRow("r2e", 10, "nq", "anchor", "a → b", split)], 0.9)
     assert f"its 90% interval, covering {words}." in caption and "95%" not in caption
 
