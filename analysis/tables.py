@@ -141,8 +141,9 @@ def fmt_delta(e: Estimate) -> str:
 
 
 METHODS_TEXT = ("a cell whose interval is not that t names its method: Tango score = Tango's (1998) score interval for "
-                "paired proportions (one seed against the anchor on 0/1 scores, where the t over few changed items "
-                "undercovers), exact discordant = exact bounds for 0/1 items that all differ alike")
+                "paired proportions (one seed of an arm against the anchor or against one seed of another arm on one "
+                "bench's 0/1 scores, where the t over few changed items undercovers), exact discordant = exact bounds for "
+                "0/1 items that all differ alike")
 
 
 COVERS_TEXT = (f"covers: {COVERS_BOTH} = items and seeds both random (the population of items and of "
@@ -222,8 +223,8 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
     word on the arms' evaluation settings (differences allowed by compare_allow_settings=true)."""
     caption = (f"{metric.upper()} of {a} minus {b} at each step both were evaluated at, over the items both "
                f"evaluated, with the {points.conf:.0%} interval of the crossed model (items shared, each arm's seeds "
-               "independent; t on Satterthwaite df, exact discordant named where used; Avg.: the benches as "
-               "equal-weight strata); "
+               "independent; t on Satterthwaite df; " + METHODS_TEXT + "; Avg.: the benches as equal-weight strata, "
+               "always the t); "
                f"n = items × seeds of {a}/{b}; " + COVERS_TEXT + (f"; {settings}" if settings else ""))
     table = Table(caption, columns, row_header="Step")
     t = points.table

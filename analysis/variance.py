@@ -28,10 +28,11 @@ An arm with one seed cannot show its seed variance: the interval then covers the
 interval is Wilson's score interval on the effective sample size p̂(1 − p̂)/V̂ (Korn & Graubard 1998,
 "Confidence intervals for proportions with small expected number of positive counts estimated from
 survey data", Survey Methodology 24:193–201), so it keeps its coverage near 0 and 1 where the t interval
-collapses (at p̂ = 0 it is n items' Wilson interval). One seed of an arm against the anchor on 0/1 scores
-(each item gained, lost or unchanged) gets Tango's score interval for paired proportions instead of the t
-(`discordant_limits`; the t over few changed items covered 0.87 at 95% in simulation). A band over K steps takes each step's interval at
-the Bonferroni level 1 − α/K (α/(2K) in each tail).
+collapses (at p̂ = 0 it is n items' Wilson interval). One seed of an arm against the anchor, or against one
+seed of another arm, on 0/1 scores (each item gained, lost or unchanged) gets Tango's score interval for
+paired proportions instead of the t (`discordant_limits`; the t over few changed items covered 0.87 at 95%
+in simulation). A band over K steps takes each step's interval at the Bonferroni level 1 − α/K (α/(2K) in
+each tail).
 
 Every function takes arrays with any leading (replicate) axes, so bench/bench_coverage.py and the tests
 run thousands of simulated studies in one call.
@@ -200,12 +201,12 @@ def estimate(strata: list[list[Term]], conf: float, *, weights: list[float] | No
 
 
 def one_seed_differences(strata: list[list[Term]]) -> np.ndarray | None:
-    """The per-item differences (..., items) of one seed of an arm minus the seedless anchor on 0/1 scores (one
-    stratum): the pre/post situation, whose interval is Tango's (`discordant_limits`); None for any other contrast."""
-    terms = sorted(strata[0], key=lambda t: not t.random_seeds) if len(strata) == 1 else []
+    """The per-item differences (..., items) of one column minus another on 0/1 scores in one stratum: one seed of an
+    arm minus the seedless anchor (the pre/post situation) or minus one seed of another arm, whose interval is
+    Tango's (`discordant_limits`); None for any other contrast (≥ 2 seeds of an arm, strata, other values)."""
+    terms = strata[0] if len(strata) == 1 else []
     ys = [np.asarray(t.scores, float) for t in terms]
-    if ([t.random_seeds for t in terms] != [True, False] or sorted(t.coef for t in terms) != [-1.0, 1.0]
-            or any(y.shape[-1] != 1 for y in ys) or not is_binary(*ys)):
+    if sorted(t.coef for t in terms) != [-1.0, 1.0] or any(y.shape[-1] != 1 for y in ys) or not is_binary(*ys):
         return None
     return sum(t.coef * y[..., 0] for t, y in zip(terms, ys))
 
