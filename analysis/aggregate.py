@@ -2,7 +2,8 @@
 
 Every interval comes from one variance model (analysis.variance): items and seeds both random and
 crossed, the anchor without seed variance, the estimate's variance from the two-way mean squares and a
-t on Satterthwaite df (Wilson's interval on the effective n for one arm's 0/1 score). One seed: the
+t on Satterthwaite df (Wilson's interval on the effective n for one arm's 0/1 score; Tango's score interval for
+one seed against the anchor or one seed of another arm on 0/1 scores: analysis.variance.discordant_limits). One seed: the
 interval covers the items only and says so. No per-example file: a t across seed means (covers seeds,
 the items taken as fixed) for >= 2 seeds, else a bare point. Each interval computed is also recorded in
 `Points.records` (written as intervals.csv beside results.csv: its bounds, what it covers and its n).
@@ -340,8 +341,8 @@ class ArmsPaired:
 def paired_arms(points: Points, a: str, b: str, step: int, bench: str, metric: str) -> ArmsPaired | str:
     """`a` − `b` at `step` under the crossed model: the same items (ids every seed of both arms evaluated),
     each arm's seeds drawn on their own (seed s of a is not paired with seed s of b), so the interval
-    covers items and both arms' seeds ("items" only when an arm has one seed). For the QA mean (`avg`)
-    the benches are strata of equal weight. Why not (str) when an arm has no seed at `step` or a per-item
+    covers items and both arms' seeds ("items" only when an arm has one seed; one seed each on 0/1 scores: Tango's
+    score interval). For the QA mean (`avg`) the benches are strata of equal weight. Why not (str) when an arm has no seed at `step` or a per-item
     file is missing."""
     seeds = {arm: sorted(int(s) for s in points.values(arm, step, bench, metric).index) for arm in (a, b)}
     if lost := next((arm for arm in (a, b) if not seeds[arm]), None):

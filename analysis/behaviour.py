@@ -274,6 +274,7 @@ class TransitionSplit:
     contributions: dict[tuple[str, str], float]
     parts: dict[str, tuple[float, float, float]]
     covers: str
+    method: str = "crossed t"   # or "Tango score": one seed, 0/1 EM (part_intervals)
 
     @property
     def delta(self) -> float:
@@ -293,25 +294,28 @@ def ids_problem(pre: list[Episode], post: list[Episode]) -> str | None:
     return None
 
 
-def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str]:
+def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str, str]:
     """Each part's interval under the report's one variance model (analysis.variance): a part is the mean over
     items × seeds of a per-(item, seed) contribution, so with ≥ 2 seeds it is the crossed items × seeds
     model's t interval on Satterthwaite df (covers items and seeds); with one seed the item term alone
-    (covers items only: seed variance unknown). Returns ({part index: (est, lo, hi)}, what it covers)."""
+    (covers items only: seed variance unknown), and where every contribution is -1, 0 or +1 (0/1 EM) Tango's
+    score interval from the items gained and lost (the t over few changed items covered 0.87 at 95%). A part no
+    item took gets exact bounds. Returns ({part index: (est, lo, hi)}, what it covers, the method)."""
     import numpy as np
 
-    from analysis.variance import COVERS_BOTH, COVERS_ITEMS, Term, crossed_parts, exact_bounds, limits
+    from analysis.variance import COVERS_BOTH, COVERS_ITEMS, Term, crossed_parts, discordant_limits, exact_bounds, limits
 
     c = np.moveaxis(np.asarray(contrib, dtype=float), 2, 0)   # parts × items × seeds
     parts = crossed_parts([[Term("post − pre", 1.0, c)]])
+    tango = c.shape[2] == 1 and bool(np.isin(c, (-1.0, 0.0, 1.0)).all())
     if c.shape[1] < 2:   # one item: no item variance, a bare point
         lo = hi = np.full(c.shape[0], np.nan)
     else:
-        lo, hi = limits(parts, conf)
+        lo, hi = discordant_limits(c[..., 0], conf) if tango else limits(parts, conf)
         for k in np.flatnonzero(parts.var < 1e-24):   # a part no item took (all 0): exact bounds, not zero width
             lo[k], hi[k] = exact_bounds([[Term("part", 1.0, c[k])]], [1.0], conf) or (np.nan, np.nan)
     out = {k: (float(parts.est[k]), float(lo[k]), float(hi[k])) for k in range(c.shape[0])}
-    return out, COVERS_ITEMS if parts.seeds_unknown else COVERS_BOTH
+    return out, COVERS_ITEMS if parts.seeds_unknown else COVERS_BOTH, "Tango score" if tango else "crossed t"
 
 
 def transition_split(pairs: list[tuple[int, list[Episode], list[Episode]]], conf: float = 0.95) -> TransitionSplit:
@@ -345,10 +349,10 @@ def transition_split(pairs: list[tuple[int, list[Episode], list[Episode]]], conf
                 contrib[k, s, PART_KEYS.index("net_capability")] = d
             pre_em += b.em / (n * n_seeds)
             post_em += e.em / (n * n_seeds)
-    limits, covers = part_intervals(contrib, conf)
+    limits, covers, method = part_intervals(contrib, conf)
     return TransitionSplit(n, tuple(sd for sd, _, _ in pairs), pre_em, post_em,
                            {m: counts[m] for m in sorted(counts)}, {m: sums[m] for m in sorted(sums)},
-                           {key: limits[k] for k, key in enumerate(PART_KEYS)}, covers)
+                           {key: limits[k] for k, key in enumerate(PART_KEYS)}, covers, method)
 
 
 @dataclass
@@ -587,7 +591,7 @@ def decomposition_tables(dec: Decomposed, anchor: dict[str, Behaviour], anchor_i
 
 TRANSITION_COLUMNS = ["bench (context mode)", "identity (pre → post)", "seeds × items", "EM pre→post", "ΔEM",
                       *(label for _, label, _ in TRANSITION_PARTS), "rest", "net format", "net capability",
-                      "interval covers"]
+                      "interval", "interval covers"]
 
 
 def _part_cell(split: TransitionSplit, key: str, count: int | None = None) -> str:
@@ -610,8 +614,11 @@ def transition_table(dec: Decomposed, conf: float = 0.95):
                "transitions: well-formed before, now right (W0→W1); newly well-formed and right (M0→W1); "
                "well-formed before, now wrong (W1→W0); right before, now malformed (W1→M0); rest (every other "
                "transition: answers outside the format). Net format = M0→W1 + W1→M0, net capability = W0→W1 + "
-               f"W1→W0. In brackets the {conf:.0%} interval of each part over the item and seed populations (the "
-               "report's crossed items × seeds model: t on Satterthwaite df; n = items × seeds); the last column "
+               f"W1→W0. In brackets the {conf:.0%} interval of each part over the item and seed populations, its "
+               "method in the interval column: crossed t = the report's crossed items × seeds model, t on "
+               "Satterthwaite df (n = items × seeds); Tango score = Tango's (1998) score interval for paired "
+               "proportions from the item transitions of the part's sign (one seed, 0/1 EM: the t over few changed "
+               "items undercovers); a part no item took gets exact bounds. The last column "
                "says what it covers: items and seeds where the arm has ≥ 2 seeds, items only with one seed (seed "
                "variance unknown). In parentheses the number of item-seed transitions. pre: the anchor (SFT arms) or "
                "the run's own step 0 (RL). A refused pair (item ids or "
@@ -630,13 +637,13 @@ def transition_table(dec: Decomposed, conf: float = 0.95):
             qa_label(r.bench), r.identity, f"{len(sp.seeds)} × {sp.n_items}", f"{sp.pre_em:.3f}→{sp.post_em:.3f}",
             _part_cell(sp, "delta"), *(_part_cell(sp, key, counts[key]) for key, _, _ in TRANSITION_PARTS),
             _part_cell(sp, "rest", moving), _part_cell(sp, "net_format"), _part_cell(sp, "net_capability"),
-            COVERS_WORDS.get(sp.covers, sp.covers)]))
+            sp.method, COVERS_WORDS.get(sp.covers, sp.covers)]))
     return table
 
 
 DASH_CELL = "–"
 TRANSITION_CSV = ["arm", "step", "bench", "pre_source", "identity", "seeds", "n_items", "pre_em", "post_em",
-                  *(f"{k}{suffix}" for k in PART_KEYS for suffix in ("", "_lo", "_hi")), "interval_covers",
+                  *(f"{k}{suffix}" for k in PART_KEYS for suffix in ("", "_lo", "_hi")), "interval", "interval_covers",
                   *(f"n_{a}_{b}" for a in STATES for b in STATES), *(f"em_{a}_{b}" for a in STATES for b in STATES),
                   "refused"]
 
@@ -654,7 +661,7 @@ def write_transitions_csv(dec: Decomposed, path: Path) -> Path:
                         + [r.refused])
             continue
         rows.append([r.arm, r.step, r.bench, r.pre_source, r.identity, " ".join(map(str, sp.seeds)), sp.n_items,
-                     sp.pre_em, sp.post_em, *(v for k in PART_KEYS for v in sp.parts[k]), sp.covers,
+                     sp.pre_em, sp.post_em, *(v for k in PART_KEYS for v in sp.parts[k]), sp.method, sp.covers,
                      *(sp.counts.get((a, b), 0) for a in STATES for b in STATES),
                      *(sp.contributions.get((a, b), 0.0) for a in STATES for b in STATES), None])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -688,10 +695,11 @@ PARTS = (("net_format", "net format (M0→W1 + W1→M0)"), ("net_capability", "n
 
 
 def decomposition_caption(finals: list[TransitionRow], conf: float) -> str:
-    """The decomposition figure's caption: what the bars are, and what the ΔEM diamond's interval covers."""
+    """The decomposition figure's caption: what the bars are, and what the ΔEM diamond's interval covers and its method."""
     from analysis.figures import COVERS_WORDS
 
-    covers = " or ".join(sorted({COVERS_WORDS.get(r.split.covers, r.split.covers) for r in finals}))
+    methods = {"crossed t": "the crossed t on Satterthwaite df", "Tango score": "Tango's score interval for paired proportions"}
+    covers = "; or ".join(sorted({f"{COVERS_WORDS.get(r.split.covers, r.split.covers)}, by {methods[r.split.method]}" for r in finals}))
     return ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
             "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
             "(newly well-formed and right, minus right before and now malformed), net capability "

@@ -132,11 +132,18 @@ def table_columns(qa: list[str], has_mean: bool, agentic: list[str], metric: str
 
 
 def fmt_delta(e: Estimate) -> str:
-    """`+0.030 [-0.010,+0.070] n=500×3 items+seeds` (n: items × seeds per arm; what the interval covers)."""
+    """`+0.030 [-0.010,+0.070] n=500×3 items+seeds` (n: items × seeds per arm; what the interval covers), its
+    method after a comma where it is not the crossed t (`, Tango score`; METHODS_TEXT)."""
     n = f"n={e.n_items}" + (f"×{e.n_seeds}" if e.n_seeds else "")
     if not (math.isfinite(e.lo) and math.isfinite(e.hi)):
         return f"{e.mean:+.3f} {n} (no interval: {e.note or 'no variance'})"
-    return f"{e.mean:+.3f} [{e.lo:+.3f},{e.hi:+.3f}] {n} {e.covers}"
+    return f"{e.mean:+.3f} [{e.lo:+.3f},{e.hi:+.3f}] {n} {e.covers}" + ("" if e.method == "crossed t" else f", {e.method}")
+
+
+METHODS_TEXT = ("a cell whose interval is not that t names its method: Tango score = Tango's (1998) score interval for "
+                "paired proportions (one seed of an arm against the anchor or against one seed of another arm on one "
+                "bench's 0/1 scores, where the t over few changed items undercovers), exact discordant = exact bounds for "
+                "0/1 items that all differ alike")
 
 
 COVERS_TEXT = (f"covers: {COVERS_BOTH} = items and seeds both random (the population of items and of "
@@ -195,7 +202,7 @@ def _note_n(seen: dict, columns: list[Column], intervals: list, who: str) -> Non
 def paired_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
     caption = (f"{metric.upper()} difference to the anchor at each arm's final checkpoint over the same items, "
                f"with the {points.conf:.0%} interval of the crossed model (t on Satterthwaite df; the anchor has no "
-               "seed variance); n = items × the arm's seeds; " + COVERS_TEXT)
+               "seed variance; " + METHODS_TEXT + "); n = items × the arm's seeds; " + COVERS_TEXT)
     cols = [c for c in columns if c.bench != MEAN_BENCH]
     table = Table(caption, cols)
     for arm in sort_arms(a for a in arms if a != ANCHOR_ARM):
@@ -216,7 +223,8 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
     word on the arms' evaluation settings (differences allowed by compare_allow_settings=true)."""
     caption = (f"{metric.upper()} of {a} minus {b} at each step both were evaluated at, over the items both "
                f"evaluated, with the {points.conf:.0%} interval of the crossed model (items shared, each arm's seeds "
-               "independent; t on Satterthwaite df; Avg.: the benches as equal-weight strata); "
+               "independent; t on Satterthwaite df; " + METHODS_TEXT + "; Avg.: the benches as equal-weight strata, "
+               "always the t); "
                f"n = items × seeds of {a}/{b}; " + COVERS_TEXT + (f"; {settings}" if settings else ""))
     table = Table(caption, columns, row_header="Step")
     t = points.table

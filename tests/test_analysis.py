@@ -120,7 +120,11 @@ def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     tex = (out / "tables" / "main_em.tex").read_text()
     assert "\\multicolumn{1}{c}{General QA}" in tex and "\\multicolumn{1}{c}{Multi-Hop QA}" in tex
     assert "0.150$_{\\pm0.371}$" in tex and "\\toprule" in tex
-    assert "+0.300 [-0.046,+0.646] n=10×1 items |" in (out / "tables" / "paired_em.md").read_text()
+    # search nq: one seed, 3 items gained, none lost of 10 (0/1 EM): Tango's score interval, named in the cell and
+    # the caption (before: the crossed t, [-0.046, +0.646], which covered 0.87 at 95% with few changed items)
+    paired_md = (out / "tables" / "paired_em.md").read_text()
+    assert "+0.300 [-0.061,+0.603] n=10×1 items, Tango score |" in paired_md and "Tango's (1998) score interval" in paired_md
+    assert "+0.050 [" in paired_md and "items+seeds |" in paired_md   # r2e: two seeds keep the crossed t
     report = (out / "report.md").read_text()
     intervals = pd.read_csv(out / "intervals.csv")
     row = intervals[(intervals.kind == "vs_anchor") & (intervals.arm == "r2e") & (intervals.bench == "nq")

@@ -284,6 +284,7 @@ def test_the_transition_table_refuses_other_items_and_unrecorded_pre_and_shows_i
     cells = rows[("search @10 (pre: anchor)", "nq (open)")]
     assert cells[1:4] == ["anchorfp00 → searchfp01", "1 × 100", "0.200→0.300"]
     assert cells[4].startswith("+0.100 [") and cells[-1] == "items only (one seed: seed variance unknown)"
+    assert cells[-2] == "Tango score" and "Tango's (1998) score interval" in res.tables["transitions"].caption   # one seed, 0/1 EM
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "### transitions" in report and "newly well-formed and right" in report and "item ids differ" in report
     assert len((tmp_path / "rep" / "tables" / "transitions.csv").read_text().splitlines()) == 4
@@ -327,14 +328,50 @@ def test_transition_intervals_cover_seed_variance_with_several_seeds():
     assert one.covers == "items" and one.parts["format_gain"][1] < one.parts["format_gain"][0]
 
 
-@pytest.mark.parametrize("seeds, covers, words", [((0,), "items", "items only (one seed: seed variance unknown)"),
-                                                  ((0, 1), "items+seeds", "items and seeds both random")])
-def test_the_decomposition_figure_says_what_its_interval_covers(seeds, covers, words):
-    """The ΔEM diamond's interval is the transition table's (crossed model): with 2 seeds it covers seeds too,
-    at the analysis's conf (before: "95% interval over items (seed variance not included)" whatever they were)."""
+@pytest.mark.parametrize("n, p0, gain, loss, seeds", [(20, 0.2, 0.2, 0.02, 1), (15, 0.3, 0.3, 0.0, 1), (50, 0.3, 0.1, 0.02, 1),
+                                                      (20, 0.2, 0.2, 0.02, 3)])
+def test_transition_delta_em_on_0_1_scores_covers_a_known_difference(n, p0, gain, loss, seeds):
+    """The transition table's ΔEM on 0/1 EM, simulated with known truth (numpy oracle): pre right on an item with
+    p0, each seed turns a wrong item right with `gain`, a right one wrong with `loss` (Δ = (1 − p0)·gain − p0·loss),
+    each study one column of part_intervals. One seed: Tango's score interval covers 0.99, 0.99, 0.98 of 20,000
+    studies (the item t it replaced: 0.87, 0.88, 0.89); three seeds keep the crossed t with its seed term (0.98 of 4,000)."""
+    from analysis.behaviour import part_intervals
+    from analysis.stats import tango_limits
+
+    rng = np.random.default_rng(n + seeds)
+    reps = 20000 if seeds == 1 else 4000
+    pre = (rng.random((reps, n)) < p0).astype(float)
+    u = rng.random((reps, n, seeds))
+    post = np.where(pre[..., None] == 1, u >= loss, u < gain).astype(float)
+    truth = (1 - p0) * gain - p0 * loss
+    got, covers, method = part_intervals(np.moveaxis(post - pre[..., None], 0, 2))   # items × seeds × studies
+    lo, hi = np.array([got[k][1:] for k in range(reps)]).T
+    assert ((lo <= truth) & (truth <= hi)).mean() >= 0.94
+    assert (covers, method) == (("items", "Tango score") if seeds == 1 else ("items+seeds", "crossed t"))
+    if seeds == 1:   # through the table's own path: the split of one study's episodes
+        d = post[0, :, 0] - pre[0]
+        sp = transition_split([(0, [_ep(i, pre[0, i]) for i in range(n)], [_ep(i, post[0, i, 0]) for i in range(n)])])
+        assert sp.method == "Tango score" and sp.parts["delta"][1:] == pytest.approx(np.ravel(tango_limits((d > 0).sum(), (d < 0).sum(), n)))
+
+
+def _ep(i, right):
+    from analysis.behaviour import Episode
+
+    return Episode(f"q{i}", float(right), "final_answer" if right else "none", "answer" if right else "no_answer",
+                   bool(right), 1, False, ())
+
+
+@pytest.mark.parametrize("seeds, covers, method, words", [
+    ((0,), "items", "Tango score", "items only (one seed: seed variance unknown), by Tango's score interval for paired proportions"),
+    ((0,), "items", "crossed t", "items only (one seed: seed variance unknown), by the crossed t on Satterthwaite df"),
+    ((0, 1), "items+seeds", "crossed t", "items and seeds both random, by the crossed t on Satterthwaite df")])
+def test_the_decomposition_figure_says_what_its_interval_covers(seeds, covers, method, words):
+    """The ΔEM diamond's interval is the transition table's: with 2 seeds it covers seeds too, at the analysis's
+    conf (before: "95% interval over items (seed variance not included)" whatever they were), and the caption names
+    its method (before: none, though one seed on 0/1 EM is Tango's score interval)."""
     from analysis.behaviour import PART_KEYS, TransitionRow, TransitionSplit, decomposition_caption
 
-    split = TransitionSplit(10, seeds, 0.2, 0.3, {}, {}, {k: (0.1, 0.0, 0.2) for k in PART_KEYS}, covers)
+    split = TransitionSplit(10, seeds, 0.2, 0.3, {}, {}, {k: (0.1, 0.0, 0.2) for k in PART_KEYS}, covers, method)
     caption = decomposition_caption([TransitionRow("r2e", 10, "nq", "anchor", "a → b", split)], 0.9)
     assert f"its 90% interval, covering {words}." in caption and "95%" not in caption
 
@@ -348,7 +385,7 @@ def test_a_transition_part_no_item_took_is_not_a_zero_width_interval():
 
     c = np.zeros((20, 1, 3))
     c[:5, 0, 0] = 1.0
-    got, covers = part_intervals(c)
+    got, covers, method = part_intervals(c)
     u = beta.ppf(0.975, 1, 20)
     assert got[1] == pytest.approx((0.0, -u, u)) and got[2] == got[1] and covers == "items"
-    assert got[0][1] < 0.25 < got[0][2]   # the part with items keeps its t interval
+    assert got[0][1] < 0.25 < got[0][2] and method == "Tango score"   # the part with items: one seed, 0/1 contributions
