@@ -3,8 +3,8 @@
 `launch stage=grpo` checks that the longest rollout prompt and grpo.max_completion_length fit the model's context
 (rl.prompts.model_checks) three times: at placement and at the launch's preflight (one process), then in the trainer
 at start (another process). Each check rendered and tokenized every training prompt (the baseline, "every check");
-now the answer is measured once per inputs and kept in the process and in a small cache file the trainer reads
-back ("once"). Same tiny base tokenizer, same task=spa config of about `n` generated prompts, a cold cache each run;
+now the answer (and the chat template's acceptance) is measured once per inputs and kept in the process and in small
+cache files the trainer reads back ("once"). Same tiny base tokenizer, same task=spa config of about `n` generated prompts, a cold cache each run;
 prints both times, the prompts rendered, the ratio (baseline: every check) and that both found the same prompt.
 
     .venv/bin/python bench/bench_grpo_context.py [n=1000]
@@ -48,16 +48,16 @@ def main(argv=None) -> int:
         cfg = compose_grpo(["task=spa", "model=tiny_base", f"steps={-(-int(args.get('n', 1000)) // k)}", f"runs_root={tmp}"]).cfg
         rp.model_checks(cfg)   # warm-up (imports, the tokenizer's first load), not timed
         rp._LONGEST.clear()
-        keyed, results = rp.prompts_key, {}
-        for label, key in (("every check", lambda c: None), ("once", keyed)):   # None: no key, so nothing kept
-            rp.prompts_key, rendered[:] = key, []
-            for f in (Path(tmp) / "cache" / "dtsft" / "prompt_lengths").glob("*.json"):
+        keyed, results = rp._inputs_key, {}
+        for label, key in (("every check", lambda c, **_: None), ("once", keyed)):   # None: no key, so nothing kept
+            rp._inputs_key, rendered[:] = key, []
+            for f in (Path(tmp) / "cache" / "dtsft").glob("*/*.json"):   # the longest prompts and accepted templates
                 f.unlink()
             t0 = time.perf_counter()
             one_launch(rp, cfg)
             results[label] = time.perf_counter() - t0, list(rendered), rp.longest_prompt(cfg)
             print(f"{label:>12}: {results[label][0]:.2f} s for one launch's 3 checks, prompts rendered {results[label][1]}")
-        rp.prompts_key = keyed
+        rp._inputs_key = keyed
     (before, _, found_before), (after, _, found_after) = results["every check"], results["once"]
     print(f"every check / once = {before / after:.2f}x ({int(cfg.train.steps) * k} prompts, model=tiny_base; longest "
           f"{found_after[0]} tokens ({found_after[1]}), {'the same' if found_before == found_after else 'DIFFERENT'} in both)")

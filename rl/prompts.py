@@ -96,35 +96,60 @@ def tokenizer_files(path: str) -> dict[str, str] | None:
     return {str(f.relative_to(where)): file_digest(f) for f in sorted(files)}
 
 
-def prompts_key(cfg: DictConfig) -> str | None:
-    """The digest of everything longest_prompt's answer depends on: the task, seed, train.steps and the grpo section
-    (the rows, their environment, grpo.enable_thinking; all of it but grpo.max_completion_length, what the answer is
-    checked against), grpo.prompts_file by content, model.path's tokenizer files, the rendering code and the versions of
-    transformers, tokenizers and jinja2; None when the tokenizer's files are not found here."""
-    import jinja2
-    import tokenizers
-    import transformers
+def _inputs_key(cfg: DictConfig, **parts) -> str | None:
+    """The digest of `parts` with model.path's tokenizer files, the rendering code and the versions of the libraries
+    that render and check a prompt (read from their metadata: nothing imported); None when the tokenizer's files are
+    not found here (a bad model.path is refused elsewhere, with its reason)."""
+    from importlib.metadata import version
 
     from common.cli import ConfigError
-    from common.fingerprint import canonical_json, file_digest
+    from common.fingerprint import canonical_json
 
     try:
         if (tokenizer := tokenizer_files(str(cfg.model.path))) is None:
             return None
-    except (ConfigError, OSError, ValueError):   # a bad model.path is refused elsewhere, with its reason
+    except (ConfigError, OSError, ValueError):
         return None
-    prompts = cfg.grpo.get("prompts_file") if cfg.task == "qa" else None
-    grpo = {k: v for k, v in OmegaConf.to_container(cfg.grpo, resolve=True).items() if k != "max_completion_length"}
-    body = {"task": cfg.task, "seed": cfg.seed, "steps": cfg.train.steps, "grpo": grpo,
-            "prompts_file": file_digest(prompts) if prompts and Path(str(prompts)).is_file() else None, "tokenizer": tokenizer,
-            "code": _code_digest(), "versions": [transformers.__version__, tokenizers.__version__, jinja2.__version__]}
+    body = {**parts, "tokenizer": tokenizer, "code": _code_digest(),
+            "versions": {name: version(name) for name in ("transformers", "tokenizers", "jinja2", "trl")}}
     return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 
-def _cache_file(key: str) -> Path:
+def prompts_key(cfg: DictConfig) -> str | None:
+    """What longest_prompt's answer depends on (_inputs_key): the task, seed, train.steps and the grpo section (the
+    rows, their environment, grpo.enable_thinking; all of it but grpo.max_completion_length, what the answer is checked
+    against) and grpo.prompts_file by content."""
+    from common.fingerprint import file_digest
+
+    prompts = cfg.grpo.get("prompts_file") if cfg.task == "qa" else None
+    grpo = {k: v for k, v in OmegaConf.to_container(cfg.grpo, resolve=True).items() if k != "max_completion_length"}
+    return _inputs_key(cfg, task=cfg.task, seed=cfg.seed, steps=cfg.train.steps, grpo=grpo,
+                       prompts_file=file_digest(prompts) if prompts and Path(str(prompts)).is_file() else None)
+
+
+def _cache_file(key: str, kind: str = "prompt_lengths") -> Path:
     from common.fingerprint import digest_cache_dir
 
-    return digest_cache_dir().parent / "prompt_lengths" / f"{key[:32]}.json"
+    return digest_cache_dir().parent / kind / f"{key[:32]}.json"
+
+
+def _recall(key: str | None, kind: str) -> dict | None:
+    """The record kept under `key` (its own key inside: a truncated-name clash reads as absent), or None."""
+    try:
+        kept = json.loads(_cache_file(key, kind).read_text(encoding="utf-8")) if key else None
+    except (OSError, ValueError):
+        return None
+    return kept if isinstance(kept, dict) and kept.get("key") == key else None
+
+
+def _keep(key: str | None, kind: str, record: dict) -> None:
+    if key:
+        try:   # (each writer its own temp file: a trainer's ranks start together)
+            (tmp := _cache_file(key, kind).with_suffix(f".tmp-{os.getpid()}")).parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"key": key, **record}), encoding="utf-8")
+            tmp.replace(_cache_file(key, kind))
+        except OSError:   # an unwritable cache only costs the measuring
+            pass
 
 
 def longest_prompt(cfg: DictConfig, tok=None) -> tuple[int, str] | None:
@@ -135,21 +160,15 @@ def longest_prompt(cfg: DictConfig, tok=None) -> tuple[int, str] | None:
     if (key := prompts_key(cfg)) in _LONGEST:
         return _LONGEST[key]
     try:
-        kept = json.loads(_cache_file(key).read_text(encoding="utf-8")) if key else {}
-        found = (int(kept["tokens"]), str(kept["row"])) if kept.get("key") == key else None
-    except (OSError, ValueError, KeyError, TypeError):
+        kept = _recall(key, "prompt_lengths")
+        found = (int(kept["tokens"]), str(kept["row"])) if kept else None
+    except (KeyError, TypeError, ValueError):
         found = None
     if found is None:
         if (tok := tok or model_tokenizer(cfg)) is None:
             return None
         found = measure_longest(cfg, tok)
-        if key:
-            try:   # (each writer its own temp file: a trainer's ranks start together)
-                (tmp := _cache_file(key).with_suffix(f".tmp-{os.getpid()}")).parent.mkdir(parents=True, exist_ok=True)
-                tmp.write_text(json.dumps({"key": key, "tokens": found[0], "row": found[1]}), encoding="utf-8")
-                tmp.replace(_cache_file(key))
-            except OSError:   # an unwritable cache only costs the measuring
-                pass
+        _keep(key, "prompt_lengths", {"tokens": found[0], "row": found[1]})
     if key:
         _LONGEST[key] = found
     return found
@@ -194,8 +213,12 @@ def context_problem(cfg: DictConfig, tok=None) -> str | None:
 def model_checks(cfg: DictConfig) -> None:
     """The model's side of a config (launch's placement runs it, a dry run's too; preflight again): its chat template as
     the trainer installs it (rl.chat.install: TemplateError) and the longest prompt beside grpo.max_completion_length in
-    its context (context_problem: RlError); exit 2, one line."""
-    if (tok := model_tokenizer(cfg)) is not None:
+    its context (context_problem: RlError); exit 2, one line. A template these checks accepted is kept (like the longest
+    prompt) by its tokenizer files, grpo.enable_thinking, the code and the library versions: a later launch or the
+    trainer neither loads the tokenizer nor imports TRL for them."""
+    tok, key = None, _inputs_key(cfg, enable_thinking=cfg.grpo.enable_thinking)
+    if _recall(key, "template_checks") is None and (tok := model_tokenizer(cfg)) is not None:
         chat.install(tok, enable_thinking=cfg.grpo.enable_thinking, where=str(cfg.model.path))
+        _keep(key, "template_checks", {"accepted": True})   # (a refused template is never kept: checked each time)
     if problem := context_problem(cfg, tok):
         raise RlError(problem)

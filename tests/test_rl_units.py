@@ -228,6 +228,41 @@ def test_the_longest_prompt_is_measured_once_per_inputs(tmp_path, monkeypatch):
     assert lengths[1] > lengths[0] and rendered[3:] == [1, 1]   # (4 rows of the one question: rendered once)
 
 
+def test_a_template_the_checks_accepted_is_not_loaded_or_checked_again(tmp_path, monkeypatch):
+    """model_checks keeps an accepted chat template by its tokenizer files and grpo.enable_thinking: a later launch or
+    the trainer loads no tokenizer and runs no TRL check for it (was: both at every launch, ~10 s of a GRPO dry run's
+    ~12); an edited template is checked again, and a refused one is refused every time."""
+    import shutil
+
+    from common.tiny import EMBEDDED_MODELS
+    from rl import chat, prompts as rp
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(rp, "_LONGEST", {})
+    loads, real = [], rp.model_tokenizer   # the spy: each tokenizer model_checks loads
+    monkeypatch.setattr(rp, "model_tokenizer", lambda cfg: loads.append(1) or real(cfg))
+    checked, real_check = [], chat.check_template
+    monkeypatch.setattr(chat, "check_template", lambda tok, t: checked.append(1) or real_check(tok, t))
+    model = tmp_path / "model"
+    shutil.copytree(EMBEDDED_MODELS["tiny_base"], model, ignore=shutil.ignore_patterns("*.safetensors"))
+    cfg = _cfg(tmp_path, "steps=2")
+    cfg.model.path = str(model)
+    rp.model_checks(cfg)
+    assert (len(loads), len(checked)) == (1, 1)
+    monkeypatch.setattr(rp, "_LONGEST", {})   # another process: both answers read back
+    rp.model_checks(cfg)
+    assert (len(loads), len(checked)) == (1, 1)
+    template = model / "chat_template.jinja"
+    template.write_text("{# edited #}" + template.read_text())
+    rp.model_checks(cfg)
+    assert (len(loads), len(checked)) == (2, 2)
+    cfg.grpo.enable_thinking = True   # the tiny base's template has no thinking switch: refused, each time
+    for _ in range(2):
+        with pytest.raises(chat.TemplateError, match="grpo.enable_thinking"):
+            rp.model_checks(cfg)
+    assert len(loads) == 4
+
+
 # ---------------------------------------------------------------- tool-call parsing
 
 
