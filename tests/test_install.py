@@ -17,8 +17,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-SKIP_DIRS = (".git", ".venv", "venv", "runs", "reports", ".cache", "__pycache__", "build", "*.egg-info",
-             ".pytest_cache", "wandb", ".whl")
+# (".venv*": the vLLM and TRL 1.9.2 environments too; .venv-vllm is ~4 GB, copied for nothing once `make venv-vllm` ran)
+SKIP_DIRS = (".git", ".venv*", "venv", "runs", "reports", ".cache", "__pycache__", "build", "*.egg-info",
+             ".pytest_cache", "wandb", ".whl", "site")
 
 
 @pytest.fixture(scope="module")
