@@ -55,8 +55,7 @@ CLUSTER_KEYS = tuple(f.name for f in fields(Cluster))
 
 @dataclass(frozen=True)
 class Torchrun:
-    """The training wrapper: torchrun with `nproc_per_node` processes on each of `nodes` nodes."""
-    nodes: int = 1
+    """The training wrapper: torchrun with `nproc_per_node` processes on each of the job's `resources.nodes` nodes."""
     nproc_per_node: int = 1
 
 
@@ -122,13 +121,13 @@ class Job:
         or (`rdzv`: HOST:PORT) this node's torchrun of several joining the c10d rendezvous there."""
         if self.wrapper is None:
             return [self.python, "-m", self.module, str(config)]
-        w = self.wrapper
-        if rdzv is None and w.nodes != 1:
-            raise LaunchError(f"job {self.name}: torchrun over {w.nodes} nodes needs a multi-node runner")
+        nodes = self.resources.nodes
+        if rdzv is None and nodes != 1:
+            raise LaunchError(f"job {self.name}: torchrun over {nodes} nodes needs a multi-node runner")
         where = ["--standalone", "--nnodes=1"] if rdzv is None else \
-            [f"--nnodes={w.nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", f"--rdzv_id=dtsft-{self.name}"]
-        return [self.python, "-m", "launch.torchrun", *where, f"--nproc_per_node={w.nproc_per_node}", "-m", self.module,
-                str(config)]
+            [f"--nnodes={nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", f"--rdzv_id=dtsft-{self.name}"]
+        return [self.python, "-m", "launch.torchrun", *where, f"--nproc_per_node={self.wrapper.nproc_per_node}", "-m",
+                self.module, str(config)]
 
 
 class JobFailed(Exception):
@@ -160,20 +159,19 @@ class Runner(ABC):
     - `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name;
       logs under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run
       here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
-    `Backend(command, workdir=, repo=, env=, stops=)`: the command that planned the jobs (what its scripts say wrote
-    them), where a non-training job runs (default: the working directory), the checkout training runs from, the
-    jobs' environment (None: this one); a backend running jobs here names each signal it forwards in `stops` and
-    keeps each job's log file in `logs`.
+    `Backend(command, workdir=, env=, stops=)`: the command that planned the jobs (what its scripts say wrote them),
+    where a non-training job runs (default: the working directory; training runs from the checkout, REPO), the jobs'
+    environment (None: this one); a backend running jobs here names each signal it forwards in `stops` and keeps each
+    job's log file in `logs`.
     """
     suffix = ".sh"
     submits = False
     where = "nodes"
     requeues = False
 
-    def __init__(self, command: str = "launch", workdir: str | None = None, repo: str | None = None,
-                 env: dict[str, str] | None = None, stops: list[str] | None = None):
-        self.command, self.workdir, self.repo, self.env = command, workdir or os.getcwd(), repo or str(REPO), env
-        self.stops, self.logs = stops, {}
+    def __init__(self, command: str = "launch", workdir: str | None = None, env: dict[str, str] | None = None,
+                 stops: list[str] | None = None):
+        self.command, self.workdir, self.env, self.stops, self.logs = command, workdir or os.getcwd(), env, stops, {}
 
     @classmethod
     def nodes(cls, launcher) -> int:
@@ -257,7 +255,7 @@ def _resources(job: Job) -> str:
     parts = [f"{len(job.array)} tasks" + (f" ({r.at_once} at once)" if r.at_once else "")] if job.array else []
     parts.append(f"{r.nodes} node(s) x {r.gpus_per_node} GPU(s)" if r.gpus_per_node else f"{r.nodes} node(s), no GPU")
     if job.wrapper is not None:
-        parts.append(f"torchrun {job.wrapper.nodes}x{job.wrapper.nproc_per_node}")
+        parts.append(f"torchrun {r.nodes}x{job.wrapper.nproc_per_node}")
     parts += [f"time {job.cluster.time}"] if job.cluster is not None and job.cluster.time else []
     return ", ".join(parts)
 

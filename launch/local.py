@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from launch.jobs import Job, JobFailed, Runner
+from launch.jobs import REPO, Job, JobFailed, Runner
 
 
 def _pump(src, sinks: list, lock: threading.Lock) -> None:
@@ -153,7 +153,7 @@ class LocalRunner(Runner):
     where = "here"
 
     def _cwd(self, job: Job) -> str:
-        return self.repo if job.wrapper is not None else self.workdir
+        return str(REPO) if job.wrapper is not None else self.workdir
 
     def script(self, job: Job, ids, where: Path) -> str:
         return "\n".join(["#!/bin/bash", f"# job {job.name}: python -m {job.module} CONFIG, each task in turn",

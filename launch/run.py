@@ -92,7 +92,7 @@ class Trainer:
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
                 for p in preps]
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
-                   array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), wrapper=Torchrun(nodes, preps[0].nproc),
+                   array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), wrapper=Torchrun(preps[0].nproc),
                    cluster=runner.cluster(cfg.launcher),
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(map(self.run_needs, preps))),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from common.layout import CONFIG, LAUNCH_ID_ENV
 from launch.errors import LaunchError
-from launch.jobs import CLUSTER_OPTIONS, Cluster, Job, Runner
+from launch.jobs import CLUSTER_OPTIONS, REPO, Cluster, Job, Runner
 from launch.manifest import read as read_manifest
 
 RDZV_PORT = 29500
@@ -159,10 +159,10 @@ class SlurmRunner(Runner):
                 raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")
             lines = [*(["RUN_DIRS=(", *(f"  {q(d)}" for d in dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
                        if job.array else [f"RUN_DIR={q(dirs[0])}"]),
-                     f"cd {q(self.repo)}", "export PYTHONUNBUFFERED=1", *_training(job, setup)]
+                     f"cd {q(str(REPO))}", "export PYTHONUNBUFFERED=1", *_training(job, setup)]
         else:   # the batch step is its one task, no srun
             task = '"$SLURM_ARRAY_TASK_ID"' if job.array else ""
-            lines = [f"cd {q(self.workdir)}", "export PYTHONUNBUFFERED=1", f"export PYTHONPATH={q(self.repo)}${{PYTHONPATH:+:$PYTHONPATH}}", *setup,
+            lines = [f"cd {q(self.workdir)}", "export PYTHONUNBUFFERED=1", f"export PYTHONPATH={q(str(REPO))}${{PYTHONPATH:+:$PYTHONPATH}}", *setup,
                      *(f"# task {i}: {n}" if job.array else f"# {n}" for i, n in enumerate(job.notes)),
                      *(["CONFIGS=(", *(f"  {q(c)}" for c in job.array), ")"] if job.array else []),
                      f'echo "[{job.name}]{" task " + task if task else ""} (segment ${{SLURM_RESTART_COUNT:-0}}) on '

@@ -193,7 +193,7 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
                  "configs": [decided(_config(c), tables.get(job.module)) if _config(c) is not None else c
                              for c in job.configs] if not job.wrapper
                  else list(job.configs), "after": list(job.after), "after_any": job.after_any,
-                 "after_task": job.after_task, "wrapper": [job.wrapper.nodes, job.wrapper.nproc_per_node] if job.wrapper
+                 "after_task": job.after_task, "wrapper": [job.resources.nodes, job.wrapper.nproc_per_node] if job.wrapper
                  else None, "needs": {"data": list(job.needs.data), "modules": list(job.needs.modules)},
                  "notes": list(job.notes)}
         if seen["slurm"]:   # the sbatch script the dry run wrote

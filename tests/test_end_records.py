@@ -15,7 +15,6 @@ from test_analysis_helpers import make_run, write_eval
 
 from common import layout
 from launch.analyze import run_analysis
-from launch.jobs import REPO
 
 
 # ------------------------------------------------------------------ the Slurm batch script's records
@@ -26,7 +25,7 @@ def _script(rd: Path, setup: str = "") -> str:
 
     job = Job("t", "sft.train", config=str(rd / "config.yaml"), wrapper=Torchrun(), cluster=slurm.Cluster(setup=setup),
               resources=Resources(gpus_per_node=1, exclusive=True, signal=True), logs="/dev")
-    return slurm.SlurmRunner("launch", repo=str(REPO)).script(job, {}, rd)
+    return slurm.SlurmRunner("launch").script(job, {}, rd)
 
 
 # what the trainer writes for its own exception (common.layout.record_end under $DTSFT_LAUNCH_ID)

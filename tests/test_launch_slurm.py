@@ -187,7 +187,7 @@ def _script_for(run_dirs: list[Path], array: bool = False) -> str:
     configs = [str(d / "config.yaml") for d in run_dirs]   # one template: a run or an array over runs
     job = Job("t", "sft.train", **({"array": tuple(configs)} if array else {"config": configs[0]}), wrapper=Torchrun(),
               resources=Resources(gpus_per_node=1, exclusive=True, signal=True), logs="/dev")
-    return slurm.SlurmRunner("launch", repo=str(REPO)).script(job, {}, run_dirs[0])
+    return slurm.SlurmRunner("launch").script(job, {}, run_dirs[0])
 
 
 REFUSE = ('mkdir -p "$RUN_LOGS"; printf \'{{"code": 2, "error": "train.lr=-1: expected\\\\na number > 0", '
