@@ -54,12 +54,6 @@ CLUSTER_KEYS = tuple(f.name for f in fields(Cluster))
 
 
 @dataclass(frozen=True)
-class Torchrun:
-    """The training wrapper: torchrun with `nproc_per_node` processes on each of the job's `resources.nodes` nodes."""
-    nproc_per_node: int = 1
-
-
-@dataclass(frozen=True)
 class Resources:
     nodes: int = 1
     gpus_per_node: int = 0
@@ -94,7 +88,7 @@ class Job:
     config: str | None = None        # its one resolved config file
     array: tuple[str, ...] = ()      # or: an array, one config file per task
     python: str = sys.executable     # python.sft / python.grpo / python.eval; the launching one by default
-    wrapper: Torchrun | None = None
+    torchrun: int | None = None      # training: under torchrun, this many processes on each of its nodes
     resources: Resources = Resources()
     cluster: Cluster | None = None   # partition, account, qos, time, sbatch, setup (null: the cluster's defaults)
     needs: Needs = Needs()
@@ -117,17 +111,17 @@ class Job:
         return self.array or (str(self.config),)
 
     def command(self, config: str, rdzv: str | None = None) -> list[str]:
-        """The command line of one task: `PYTHON -m MODULE CONFIG`, under its wrapper: torchrun on this node alone,
+        """The command line of one task: `PYTHON -m MODULE CONFIG`, a training job's under torchrun: on this node alone,
         or (`rdzv`: HOST:PORT) this node's torchrun of several joining the c10d rendezvous there."""
-        if self.wrapper is None:
+        if self.torchrun is None:
             return [self.python, "-m", self.module, str(config)]
         nodes = self.resources.nodes
         if rdzv is None and nodes != 1:
             raise LaunchError(f"job {self.name}: torchrun over {nodes} nodes needs a multi-node runner")
         where = ["--standalone", "--nnodes=1"] if rdzv is None else \
             [f"--nnodes={nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", f"--rdzv_id=dtsft-{self.name}"]
-        return [self.python, "-m", "launch.torchrun", *where, f"--nproc_per_node={self.wrapper.nproc_per_node}", "-m",
-                self.module, str(config)]
+        return [self.python, "-m", "launch.torchrun", *where, f"--nproc_per_node={self.torchrun}", "-m", self.module,
+                str(config)]
 
 
 class JobFailed(Exception):
@@ -151,23 +145,19 @@ def cuda_device_count() -> int:
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them. A
     backend is one subclass in one file, registered in one line of `BACKENDS` (a third one, e.g. torchrun over ssh:
-    tests/test_jobs.py holds such a double). Commands ask it, never its name:
-    - `submits`: `start` submits a job that runs later, elsewhere; else it runs the job to its end. `requeues`:
-      a stopped job is requeued and resumes by itself (resume=never refused).
-    - `where` its jobs run: "here" (this machine's GPUs, 1 process without CUDA) or "nodes" (`launcher.nodes`
-      nodes of `launcher.gpus_per_node` GPUs each).
-    - `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name;
-      logs under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run
-      here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
+    tests/test_jobs.py holds such a double). Commands ask it (the attributes below), never its name.
+    `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name; logs
+    under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run here that
+    fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
     `Backend(command, workdir=, env=, stops=)`: the command that planned the jobs (what its scripts say wrote them),
     where a non-training job runs (default: the working directory; training runs from the checkout, REPO), the jobs'
     environment (None: this one); a backend running jobs here names each signal it forwards in `stops` and keeps each
     job's log file in `logs`.
     """
     suffix = ".sh"
-    submits = False
-    where = "nodes"
-    requeues = False
+    submits = False    # `start` submits a job that runs later, elsewhere (else: it runs the job to its end)
+    where = "nodes"    # "here": this machine's GPUs (1 process without CUDA); "nodes": launcher.nodes x launcher.gpus_per_node
+    requeues = False   # a stopped job is requeued and resumes by itself (resume=never refused)
 
     def __init__(self, command: str = "launch", workdir: str | None = None, env: dict[str, str] | None = None,
                  stops: list[str] | None = None):
@@ -254,8 +244,8 @@ def _resources(job: Job) -> str:
     r = job.resources
     parts = [f"{len(job.array)} tasks" + (f" ({r.at_once} at once)" if r.at_once else "")] if job.array else []
     parts.append(f"{r.nodes} node(s) x {r.gpus_per_node} GPU(s)" if r.gpus_per_node else f"{r.nodes} node(s), no GPU")
-    if job.wrapper is not None:
-        parts.append(f"torchrun {r.nodes}x{job.wrapper.nproc_per_node}")
+    if job.torchrun is not None:
+        parts.append(f"torchrun {r.nodes}x{job.torchrun}")
     parts += [f"time {job.cluster.time}"] if job.cluster is not None and job.cluster.time else []
     return ", ".join(parts)
 

@@ -148,12 +148,12 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None) -> int:
 
 class LocalRunner(Runner):
     """The local backend: a plan run here, job after job (each array task in turn), stopping at the first failure
-    (JobFailed). A job of this interpreter without a wrapper runs in this process (`run_main`), any other as a child
+    (JobFailed). A job of this interpreter without torchrun runs in this process (`run_main`), any other as a child
     (training: under torchrun, from the checkout, through `run_logged`). Its script is those commands."""
     where = "here"
 
     def _cwd(self, job: Job) -> str:
-        return str(REPO) if job.wrapper is not None else self.workdir
+        return str(REPO) if job.torchrun is not None else self.workdir
 
     def script(self, job: Job, ids, where: Path) -> str:
         return "\n".join(["#!/bin/bash", f"# job {job.name}: python -m {job.module} CONFIG, each task in turn",
@@ -161,7 +161,7 @@ class LocalRunner(Runner):
                           *(shlex.join(job.command(c)) for c in job.configs)]) + "\n"
 
     def start(self, job: Job, script: Path, ids) -> str:
-        here = job.python == sys.executable and job.wrapper is None
+        here = job.python == sys.executable and job.torchrun is None
         for config in job.configs:
             if job.logs is not None:
                 status, self.logs[job.name] = run_logged(job.command(config), Path(job.logs), cwd=Path(self._cwd(job)),

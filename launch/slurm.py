@@ -44,7 +44,7 @@ def _training(job: Job, setup: list[str]) -> list[str]:
     nodes, python = job.resources.nodes, job.python
     node_cmd = (
         "trap \"\" USR1; exec \"$0\" -m launch.torchrun"
-        f" --nnodes={nodes} --nproc_per_node={job.wrapper.nproc_per_node}"
+        f" --nnodes={nodes} --nproc_per_node={job.torchrun}"
         " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
         f" -m {job.module} \"$2\""
     )
@@ -153,7 +153,7 @@ class SlurmRunner(Runner):
         log = Path(job.logs) / f"slurm-{pattern}" if job.logs else Path(where) / f"slurm-{job.name}-{pattern}"
         setup = ["set +u  # launcher.setup", *cluster.setup.strip().splitlines(),
                  "set -u  # end of launcher.setup"] if cluster.setup else []
-        if job.wrapper is not None:   # training
+        if job.torchrun is not None:   # training
             dirs = [str(Path(c).parent) for c in job.configs]
             if any(Path(c).name != CONFIG for c in job.configs):
                 raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")

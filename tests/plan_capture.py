@@ -191,9 +191,9 @@ def capture(monkeypatch, cwd: Path, argv: list[str]) -> dict:
     for job in seen["plan"]:
         entry = {"name": job.name, "module": job.module, "interpreter": job.python,
                  "configs": [decided(_config(c), tables.get(job.module)) if _config(c) is not None else c
-                             for c in job.configs] if not job.wrapper
+                             for c in job.configs] if not job.torchrun
                  else list(job.configs), "after": list(job.after), "after_any": job.after_any,
-                 "after_task": job.after_task, "wrapper": [job.resources.nodes, job.wrapper.nproc_per_node] if job.wrapper
+                 "after_task": job.after_task, "wrapper": [job.resources.nodes, job.torchrun] if job.torchrun
                  else None, "needs": {"data": list(job.needs.data), "modules": list(job.needs.modules)},
                  "notes": list(job.notes)}
         if seen["slurm"]:   # the sbatch script the dry run wrote

@@ -21,9 +21,9 @@ from launch.analyze import run_analysis
 def _script(rd: Path, setup: str = "") -> str:
     from launch import slurm
 
-    from launch.jobs import Job, Resources, Torchrun
+    from launch.jobs import Job, Resources
 
-    job = Job("t", "sft.train", config=str(rd / "config.yaml"), wrapper=Torchrun(), cluster=slurm.Cluster(setup=setup),
+    job = Job("t", "sft.train", config=str(rd / "config.yaml"), torchrun=1, cluster=slurm.Cluster(setup=setup),
               resources=Resources(gpus_per_node=1, exclusive=True, signal=True), logs="/dev")
     return slurm.SlurmRunner("launch").script(job, {}, rd)
 

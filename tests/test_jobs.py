@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launch.errors import LaunchError
-from launch.jobs import REPO, Job, JobFailed, Needs, Resources, Runner, Torchrun, dry_run, table
+from launch.jobs import REPO, Job, JobFailed, Needs, Resources, Runner, dry_run, table
 
 
 class RecordingRunner(Runner):
@@ -89,7 +89,7 @@ def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(
 
 
 def _plan(tmp_path: Path) -> list[Job]:
-    return [Job("train", "sft.train", config=str(tmp_path / "run" / "config.yaml"), wrapper=Torchrun(2)),
+    return [Job("train", "sft.train", config=str(tmp_path / "run" / "config.yaml"), torchrun=2),
             Job("eval", "launch.eval_slurm", array=("a.json", "b.json"), after=("train",), python="/envs/vllm/python",
                 needs=Needs(data=("corpus:wiki18",), modules=("vllm",))),
             Job("aggregate", "launch.analyze", config="analyze.yaml", after=("eval",), after_any=True)]
@@ -140,7 +140,7 @@ def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_t
     runner = slurm.SlurmRunner("test", workdir=str(tmp_path))
     run_dir = tmp_path / "runs" / "r2e" / "seed0"
     cluster = slurm.Cluster(partition="P", sbatch=("--constraint=h100",))
-    train = Job("train", "sft.train", config=str(run_dir / "config.yaml"), wrapper=Torchrun(4), cluster=cluster,
+    train = Job("train", "sft.train", config=str(run_dir / "config.yaml"), torchrun=4, cluster=cluster,
                 resources=Resources(nodes=2, gpus_per_node=4, exclusive=True, signal=True))
     script = runner.script(train, {}, tmp_path)
     for line in ("# Written by: test", "#SBATCH --nodes=2", "#SBATCH --gpus-per-node=4", "#SBATCH --exclusive",
