@@ -93,6 +93,22 @@ def package_version(python: str, name: str) -> str | None:
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
+@functools.lru_cache(maxsize=None)
+def cuda_problem(python: str) -> str | None:
+    """Why `python`'s torch cannot use a GPU here (None: torch.cuda.is_available() is true in it)."""
+    ask = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        proc = subprocess.run([python, "-c", ask], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python} could not be asked for CUDA ({exc.__class__.__name__})"
+    if proc.returncode == 3:
+        return f"{python}: torch sees no CUDA GPU although this machine shows one (a CPU-only torch?)"
+    if proc.returncode:
+        return f"{python} could not be asked for CUDA (exit {proc.returncode}: " \
+               f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]})"
+    return None
+
+
 def check(kind: str, python: str, needs: dict[str, str]) -> str | None:
     """None when `python` holds every module of `needs` (module -> what needs it), else the one line refusing it."""
     found = missing_modules(python, tuple(needs))

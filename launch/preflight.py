@@ -4,10 +4,8 @@ their modules, CUDA, output directories; docs/prerequisites.md), never touching 
 command with problems exits 2 before it writes anything (`gate`), a dry run after its plan."""
 from __future__ import annotations
 
-import functools
 import glob
 import os
-import subprocess
 import sys
 from contextlib import suppress
 from pathlib import Path
@@ -78,8 +76,7 @@ def run_needs(trainer, prep) -> Needs:
 
 
 def analyze_needs(cfg) -> Needs:
-    """What an analysis (analyze's merged config) needs: its evaluations' data (profile, eval.* settings, the
-    benches' item sets), python.eval= (else this one) with vllm for backend=vllm, CUDA for vLLM, its out dir."""
+    """What an analysis (analyze's merged config) needs: `eval_needs` of its evaluations, with python.eval=."""
     if cfg.power.get("pilot"):   # the design-power answer: reads a pilot's results, runs no job
         return Needs(who="analyze")
     settings = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None}
@@ -109,14 +106,14 @@ def source_problem(key: str, spec: str) -> str | None:
     return None
 
 
-def dataset_needs(cfg, data_arm: str, run_dir: Path | None = None) -> tuple[list[str], list[tuple[str, str]]]:
+def dataset_needs(cfg, data_arm: str, run_dir: Path) -> tuple[list[str], list[tuple[str, str]]]:
     """(data names, hub sources) an SFT run's dataset step reads: none with `data.dir` or with its dataset in the
     cache (its key computed without the hub, and only when some input is missing here); else the `data:` section's
     names and each hub source of the arm's domains, pinned as its launch will pin them without the hub (the run dir's
     pins, else, offline, the local hub cache's commit). A spec that does not parse is listed as written."""
     if cfg.data.dir:
         return [], []
-    pinned, sources = (cache.with_run_pins(cfg, run_dir) if run_dir is not None else cfg).copy(), []
+    pinned, sources = cache.with_run_pins(cfg, run_dir).copy(), []
     offline = hub.hub_offline()
     for domain in arms.quotas(data_arm, int(cfg.data.n)):
         with suppress(SourceError):
@@ -180,22 +177,6 @@ def gpus_visible() -> bool:
             and bool(glob.glob("/dev/nvidia[0-9]*")))
 
 
-@functools.lru_cache(maxsize=None)
-def cuda_problem(python: str) -> str | None:
-    """Why `python`'s torch cannot use a GPU here (None: torch.cuda.is_available() is true in it)."""
-    ask = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
-    try:
-        proc = subprocess.run([python, "-c", ask], capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{python} could not be asked for CUDA ({exc.__class__.__name__})"
-    if proc.returncode == 3:
-        return f"{python}: torch sees no CUDA GPU although this machine shows one (a CPU-only torch?)"
-    if proc.returncode:
-        return f"{python} could not be asked for CUDA (exit {proc.returncode}: " \
-               f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]})"
-    return None
-
-
 def output_problem(path: str) -> str | None:
     """Why directory `path` cannot be written (None: it is a writable dir, or can be made under one)."""
     probe = Path(os.path.expanduser(path)).absolute()
@@ -214,7 +195,7 @@ def problems(needs: list[Needs]) -> list[str]:
         whys = [seen.setdefault(name, data_problem(name)) for name in need.data if name not in seen]
         whys += [seen.setdefault(spec, source_problem(key, spec)) for key, spec in need.hub if spec not in seen]
         if need.kind is not None:
-            whys.append(python_problem(need) or (cuda_problem(need.python or sys.executable)
+            whys.append(python_problem(need) or (interpreter.cuda_problem(need.python or sys.executable)
                                                  if need.cuda == "here" and gpus_visible() else None))
         whys += [output_problem(path) for path in need.outputs]
         whys += [dataset_problem(path) for path in need.datasets]
