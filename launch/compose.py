@@ -3,7 +3,7 @@ recipe"): the fields' defaults <- the shipped recipes <- the user's `recipe=FILE
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -36,13 +36,8 @@ GRPO_SELECTORS = {"task": "spa", "model": "qwen3_4b", "launcher": "local"}  # th
 class Composed:
     cfg: DictConfig                       # the resolved config (without `_launch`)
     choices: dict[str, str]               # group -> recipe name
-    meta: dict = field(default_factory=dict)   # merged `_launch` sections
-    origins: dict[str, str] = field(default_factory=dict)   # key set by a layer -> that layer (later wins)
-
-    @property
-    def data_arm(self) -> str:
-        """The data_prep arm to build (r2e_v5 trains on r2e data without the epilogue)."""
-        return str(self.meta.get("data_arm") or self.cfg.arm)
+    origins: dict[str, str]               # key set by a layer -> that layer (later wins)
+    data_arm: str                         # the data_prep arm to build (`_launch.data_arm`: r2e_v5 trains on r2e data without the epilogue)
 
 
 def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
@@ -192,7 +187,7 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
                else load_recipe(group, choices[group], recipes)) for group in GROUPS]
     cfg, origins, meta = _layered(SFT_KEYS, keydoc.defaults(sft_config.SFT), layers, choices, rest)
     validate(cfg)
-    return Composed(cfg=cfg, choices=choices, meta=meta, origins=origins)
+    return Composed(cfg, choices, origins, str(meta.get("data_arm") or cfg.arm))
 
 
 def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
@@ -224,7 +219,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     rl_config.validate(cfg)
     if bad := launcher_problems(cfg, resume=False) + slurm_option_problems(plain(cfg.launcher.sbatch)) + plan.late_saves(cfg.train, None, rl_config.GRPO):
         raise RlError("invalid config:\n  " + "\n  ".join(bad))
-    return Composed(cfg=cfg, choices=choices, origins=origins)
+    return Composed(cfg, choices, origins, cfg.arm)
 
 
 # Validation: every key's rule is its field's (sft.config.SFT); the trainer's keys are checked by the trainer's own
