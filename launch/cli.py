@@ -25,14 +25,13 @@ from launch.jobs import BACKENDS
 from launch import grpo
 from launch.errors import LaunchError
 from launch.paths import origin_of
-from launch.grpo import GRPO
 from launch.run import SFT, launch_one
 from launch.study import run_study
 from launch.sweep import run_sweep
 from sft import config as sft_config
 
 # stage= -> the trainer launch.run.launch_one starts (sft, the default: launch.run; grpo: launch.grpo)
-TRAINERS = {t.stage: t for t in (SFT, GRPO)}
+TRAINERS = {t.stage: t for t in (SFT, grpo.GRPO)}
 
 
 def help_text() -> str:
