@@ -60,19 +60,14 @@ def eval_needs(settings: dict, who: str, python: str | None, out, launcher: str)
 def run_needs(trainer, prep) -> Needs:
     """What one resolved training run (launch.run.Prepared of `trainer`: SFT's or GRPO's) needs; an SFT run's
     `data:` section only where its dataset must be built (`dataset_needs`)."""
-    cfg = prep.cfg
+    cfg, sft = prep.cfg, trainer.stage == "sft"
     cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
-    settings, writes = OmegaConf.to_container(cfg), []
-    if trainer.stage == "sft":
-        writes = [str(cache.cache_root(cfg))] if cfg.data.cache_root and not cfg.data.dir else []   # (runs_root's: the run dir's)
-        names, hub = dataset_needs(cfg, prep.composed.data_arm, prep.run_dir)
-        names = names_in({k: v for k, v in settings.items() if k != "data"}) + names
-    else:
-        names, hub = names_in(settings), []
+    writes = [str(cache.cache_root(cfg))] if sft and cfg.data.cache_root and not cfg.data.dir else []   # (runs_root's: the run dir's)
+    names, hub = dataset_needs(cfg, prep.composed.data_arm, prep.run_dir) if sft else ([], [])
+    names = names_in({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "data" or not sft}) + names
     return Needs(tuple(dict.fromkeys(names)), trainer.needs(cfg), f"run {prep.run_dir}", trainer.stage,
-                 interpreter.named(cfg.get("python"), trainer.stage), cfg.grpo.get("trl") if trainer.stage == "grpo"
-                 else None, (str(prep.run_dir), *writes), cuda, tuple(hub),
-                 (str(cfg.data.dir),) if trainer.stage == "sft" and cfg.data.dir else ())
+                 interpreter.named(cfg.get("python"), trainer.stage), None if sft else cfg.grpo.get("trl"),
+                 (str(prep.run_dir), *writes), cuda, tuple(hub), (str(cfg.data.dir),) if sft and cfg.data.dir else ())
 
 
 def analyze_needs(cfg) -> Needs:
