@@ -299,7 +299,8 @@ def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str, str]:
     items × seeds of a per-(item, seed) contribution, so with ≥ 2 seeds it is the crossed items × seeds
     model's t interval on Satterthwaite df (covers items and seeds); with one seed the item term alone
     (covers items only: seed variance unknown), and where every contribution is -1, 0 or +1 (0/1 EM) Tango's
-    score interval from the items gained and lost (the t over few changed items covered 0.87 at 95%). A part no
+    score interval from the items gained and lost (the t over few changed items covered 0.87 at 95%), also for seeds
+    whose contributions agree on every item (no seed variance to show: one seed for the interval). A part no
     item took gets exact bounds. Returns ({part index: (est, lo, hi)}, what it covers, the method)."""
     import numpy as np
 
@@ -307,7 +308,7 @@ def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str, str]:
 
     c = np.moveaxis(np.asarray(contrib, dtype=float), 2, 0)   # parts × items × seeds
     parts = crossed_parts([[Term("post − pre", 1.0, c)]])
-    tango = c.shape[2] == 1 and bool(np.isin(c, (-1.0, 0.0, 1.0)).all())
+    tango = not np.ptp(c, axis=2).any() and bool(np.isin(c, (-1.0, 0.0, 1.0)).all())   # seeds that all agree count as one
     if c.shape[1] < 2:   # one item: no item variance, a bare point
         lo = hi = np.full(c.shape[0], np.nan)
     else:
@@ -617,8 +618,8 @@ def transition_table(dec: Decomposed, conf: float = 0.95):
                f"W1→W0. In brackets the {conf:.0%} interval of each part over the item and seed populations, its "
                "method in the interval column: crossed t = the report's crossed items × seeds model, t on "
                "Satterthwaite df (n = items × seeds); Tango score = Tango's (1998) score interval for paired "
-               "proportions from the item transitions of the part's sign (one seed, 0/1 EM: the t over few changed "
-               "items undercovers); a part no item took gets exact bounds. The last column "
+               "proportions from the item transitions of the part's sign (one seed, or seeds that agree on every item, "
+               "0/1 EM: the t over few changed items undercovers); a part no item took gets exact bounds. The last column "
                "says what it covers: items and seeds where the arm has ≥ 2 seeds, items only with one seed (seed "
                "variance unknown). In parentheses the number of item-seed transitions. pre: the anchor (SFT arms) or "
                "the run's own step 0 (RL). A refused pair (item ids or "

@@ -142,7 +142,8 @@ def fmt_delta(e: Estimate) -> str:
 
 METHODS_TEXT = ("a cell whose interval is not that t names its method: Tango score = Tango's (1998) score interval for "
                 "paired proportions (one seed of an arm against the anchor or against one seed of another arm on one "
-                "bench's 0/1 scores, where the t over few changed items undercovers), exact discordant = exact bounds for "
+                "bench's 0/1 scores, an arm's seeds that agree on every item counting as one, where the t over few changed "
+                "items undercovers), exact discordant = exact bounds for "
                 "0/1 items that all differ alike")
 
 

@@ -31,8 +31,8 @@ survey data", Survey Methodology 24:193–201), so it keeps its coverage near 0 
 collapses (at p̂ = 0 it is n items' Wilson interval). One seed of an arm against the anchor, or against one
 seed of another arm, on 0/1 scores (each item gained, lost or unchanged) gets Tango's score interval for
 paired proportions instead of the t (`discordant_limits`; the t over few changed items covered 0.87 at 95%
-in simulation). A band over K steps takes each step's interval at the Bonferroni level 1 − α/K (α/(2K) in
-each tail).
+in simulation); so do an arm's seeds that agree on every item, counted as one seed. A band over K steps takes
+each step's interval at the Bonferroni level 1 − α/K (α/(2K) in each tail).
 
 Every function takes arrays with any leading (replicate) axes, so bench/bench_coverage.py and the tests
 run thousands of simulated studies in one call.
@@ -195,6 +195,8 @@ def estimate(strata: list[list[Term]], conf: float, *, weights: list[float] | No
                         note or "every item differs by the same 0, +1 or -1: exact bounds")
     d = one_seed_differences(strata)
     lo, hi = limits(parts, level, binary) if d is None else discordant_limits(d, level)
+    if alike := [f"{t.key}'s {s} seeds" for t in terms if d is not None and (s := np.shape(t.scores)[-1]) > 1]:
+        note = "; ".join(filter(None, [note, f"{' and '.join(alike)} agree on every item: one seed for the interval"]))
     method = "Tango score" if d is not None else "crossed wilson" if binary else "crossed t"
     return Estimate(mean, float(lo), float(hi), float(np.sqrt(max(float(parts.var), 0.0))), float(parts.df),
                     parts.n_items, seeds, covers, method, note)
@@ -203,10 +205,12 @@ def estimate(strata: list[list[Term]], conf: float, *, weights: list[float] | No
 def one_seed_differences(strata: list[list[Term]]) -> np.ndarray | None:
     """The per-item differences (..., items) of one column minus another on 0/1 scores in one stratum: one seed of an
     arm minus the seedless anchor (the pre/post situation) or minus one seed of another arm, whose interval is
-    Tango's (`discordant_limits`); None for any other contrast (≥ 2 seeds of an arm, strata, other values)."""
+    Tango's (`discordant_limits`); None for any other contrast (seeds of an arm that differ, strata, other values).
+    Seeds that agree on every item (greedy evaluations that ignore the seed) show no seed variance and count as one:
+    the crossed t, its seed part 0, covered 0.87–0.91 at 95% there."""
     terms = strata[0] if len(strata) == 1 else []
     ys = [np.asarray(t.scores, float) for t in terms]
-    if sorted(t.coef for t in terms) != [-1.0, 1.0] or any(y.shape[-1] != 1 for y in ys) or not is_binary(*ys):
+    if sorted(t.coef for t in terms) != [-1.0, 1.0] or any(np.ptp(y, axis=-1).any() for y in ys) or not is_binary(*ys):
         return None
     return sum(t.coef * y[..., 0] for t, y in zip(terms, ys))
 

@@ -33,7 +33,6 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -44,7 +43,7 @@ from common.layout import CHECKPOINTS, CONFIG, STATES
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import (SHA256SUMS, atomic_dir, check_output_dir, read_sha256sums, sha256_file, write_json,
                        write_sha256sums)
-from sft.ckpt_layout import EXPORT_DTYPES, expected_layout, meta_model
+from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
 from sft.export_source import (
     ExportError,
     Source,
@@ -121,15 +120,40 @@ def _load_tokenizer(d: Path):
         raise ExportError(f"{d}: tokenizer does not load ({exc})") from exc
 
 
-def ignored_on_load(config, keys: list[str]) -> list[str]:
-    """Those of `keys` (tensors the architecture of `config` lacks) that transformers' own loading of it ignores:
-    its `_keys_to_ignore_on_load_unexpected` patterns and the legacy buffers its loader drops (per-layer
-    `rotary_emb.inv_freq`, `position_ids`), as `_adjust_missing_and_unexpected_keys` of the meta-device model decides."""
+def ignored_on_load(config, keys: list[str], where: str) -> list[str]:
+    """Those of `keys` (tensors the architecture of `config` lacks) that transformers' own loading of it ignores (its
+    ignore patterns, legacy buffers such as per-layer `rotary_emb.inv_freq`), by its public loading report:
+    `from_pretrained(output_loading_info=True)` of `config` with a file of these keys alone (1-element placeholders),
+    on the meta device (no weight allocated). A key it loads into the model under another name is not ignored: then
+    none is, and the caller refuses each as an unexpected tensor."""
     if not keys:
         return []
-    info = SimpleNamespace(missing_keys=set(), unexpected_keys=set(keys))
-    meta_model(config)._adjust_missing_and_unexpected_keys(info)
-    return sorted(set(keys) - info.unexpected_keys)
+    import tempfile
+
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()   # its report lists every weight of the model as missing: not the user's news
+    hf_logging.disable_progress_bar()
+    try:
+        with tempfile.TemporaryDirectory(prefix="dtsft-export-keys-") as tmp:
+            config.save_pretrained(tmp)
+            save_file({k: torch.zeros(1) for k in keys}, str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
+            model, info = AutoModelForCausalLM.from_pretrained(tmp, output_loading_info=True, device_map="meta", use_kernels=False,
+                                                               ignore_mismatched_sizes=True, local_files_only=True)
+    except Exception as exc:  # any failure of the report is the user's one-line error
+        why = (str(exc).strip().splitlines() or [""])[0]
+        raise ExportError(f"{where}: transformers' loading report for the {len(keys)} tensor(s) the architecture lacks "
+                          f"(e.g. {keys[0]}) failed ({type(exc).__name__}: {why})") from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+    if info["mismatched_keys"] or not {n for n, _ in model.named_parameters()} <= set(info["missing_keys"]):
+        return []
+    return sorted(set(keys) - set(info["unexpected_keys"]))
 
 
 def prepare_state_dict(sd: dict[str, torch.Tensor], config, *, vocab_size: int, tokenizer_len: int,
@@ -165,7 +189,7 @@ def prepare_state_dict(sd: dict[str, torch.Tensor], config, *, vocab_size: int, 
                               f"{layout.input_embedding} (max abs diff {diff}); refusing to drop it")
         del sd[out_key]
         notes.append(f"dropped {out_key}: tied to {layout.input_embedding} and equal to it")
-    if ignored := ignored_on_load(config, [k for k in sd if k not in layout.shapes]):
+    if ignored := ignored_on_load(config, [k for k in sd if k not in layout.shapes], where):
         sd = {k: v for k, v in sd.items() if k not in ignored}
         notes.append(f"dropped {len(ignored)} tensor(s) {layout.architecture} ignores on load: {', '.join(ignored)}")
     missing = [k for k in layout.shapes if k not in sd]

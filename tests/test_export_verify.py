@@ -184,12 +184,24 @@ def test_tied_lm_head_dropped_only_when_equal(tiny_model_dir, tmp_path):
         export_checkpoint(differs, tmp_path / "out2")
 
 
-def test_tensors_transformers_ignores_on_load_are_dropped_and_listed(tiny_model_dir, tmp_path):
+def test_tensors_transformers_ignores_on_load_are_dropped_and_listed(tiny_model_dir, tmp_path, monkeypatch):
     """An older checkpoint's per-layer `rotary_emb.inv_freq` buffers: transformers' own load of the source ignores them
     (the oracle: its loading report), so the export drops them and lists them; any other extra tensor is still refused
-    (seen failing: the inv_freq source was refused as "unexpected tensor")."""
-    from transformers import AutoModelForCausalLM
+    (seen failing: the inv_freq source was refused as "unexpected tensor"). The export asks transformers' public loading
+    report, never its private `_adjust_missing_and_unexpected_keys` (which any release may change or drop: before, the
+    export called it), and a loading report that fails is a one-line ExportError."""
+    import sys
 
+    from transformers import AutoModelForCausalLM, PreTrainedModel
+
+    private = PreTrainedModel._adjust_missing_and_unexpected_keys
+
+    def transformers_only(self, *args, **kwargs):
+        caller = sys._getframe(1).f_globals["__name__"]
+        assert caller.startswith("transformers."), f"{caller} calls transformers' private _adjust_missing_and_unexpected_keys"
+        return private(self, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "_adjust_missing_and_unexpected_keys", transformers_only)
     n_layers = json.loads((tiny_model_dir / "config.json").read_text())["num_hidden_layers"]
     old = {f"model.layers.{i}.self_attn.rotary_emb.inv_freq": torch.arange(16.0) for i in range(n_layers)}
     stray = "model.layers.0.self_attn.extra.weight"
@@ -202,6 +214,15 @@ def test_tensors_transformers_ignores_on_load_are_dropped_and_listed(tiny_model_
     assert verify_checkpoint(tmp_path / "out") == []  # loads with no missing or unexpected key, every tensor as stored
     with pytest.raises(ExportError, match=f"for this config:\n  unexpected tensor {stray}$"):
         export_checkpoint(both, tmp_path / "out2")
+    # a base-model name transformers loads into model.layers.0.mlp.up_proj.weight is no ignored tensor: none is then
+    from transformers import AutoConfig
+
+    from sft.export import ignored_on_load
+
+    assert ignored_on_load(AutoConfig.from_pretrained(src), [*old, "layers.0.mlp.up_proj.weight"], "src") == []
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: (_ for _ in ()).throw(OSError("no space left")))
+    with pytest.raises(ExportError, match=r"transformers' loading report .* failed \(OSError: no space left\)$"):
+        export_checkpoint(src, tmp_path / "out3")
 
 
 def _save_state(step_dir, model_dir, step, complete=True, key_prefix=""):
