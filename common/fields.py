@@ -212,7 +212,7 @@ def excluded(*tables: dict) -> dict[str, Any]:
     """A run fingerprint's exclusions (common.fingerprint's `exclude`): every key of `tables` without the IDENTITY
     role (a whole section when none of its keys has it, so a key an old config.yaml holds below it is left out too)
     at any value (ALWAYS), and every other key with an `as_before` value at that value."""
-    keys = {k: getattr(f, "field", f) for t in tables for k, f in t.items()}
+    keys = {k: f for t in tables for k, f in t.items()}
     heads = dict.fromkeys(k.partition(".")[0] for k in keys if "." in k)
     whole = {s: ALWAYS for s in heads if not any(IDENTITY in f.roles for k, f in keys.items() if k.startswith(f"{s}."))}
     return whole | {k: ALWAYS if IDENTITY not in f.roles else f.as_before for k, f in keys.items()
@@ -222,8 +222,7 @@ def excluded(*tables: dict) -> dict[str, Any]:
 def path_keys(table: dict[str, Any]) -> dict[str, str]:
     """{key: kind} for every key of `table` with the PATH role: its kind role (PATH_KINDS), else PATH (a file
     or directory). What launch resolves against the caller's directory, derived from the fields alone."""
-    roles = {key: getattr(entry, "field", entry).roles for key, entry in table.items()}
-    return {key: next((kind for kind in PATH_KINDS if kind in r), PATH) for key, r in roles.items() if PATH in r}
+    return {key: next((kind for kind in PATH_KINDS if kind in f.roles), PATH) for key, f in table.items() if PATH in f.roles}
 
 
 def select(cfg, key: str, default: Any = ABSENT) -> Any:

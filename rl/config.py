@@ -119,11 +119,6 @@ def trl_problem(want, have: str | None, python: str = sys.executable) -> str | N
             "the project's .venv), or grpo.trl=null for the installed one")
 
 
-# What a task=qa run's input file key needs when it is unset (`input_files`).
-NEEDS = {"grpo.prompts_file": "task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)",
-         "grpo.corpus": "task=qa with grpo.retriever={retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)"}
-
-
 def problems(cfg: DictConfig) -> list[str]:
     """Every value of a GRPO config that the trainer would refuse, one line each naming the key (each key's
     rule is its field's, GRPO above; below, what depends on several keys)."""
@@ -137,8 +132,10 @@ def problems(cfg: DictConfig) -> list[str]:
         retriever = g.retriever if g.qa_mode == "open" else None   # item / given use the rows' own paragraphs, no retriever
         for key in input_files(cfg):
             value = OmegaConf.select(cfg, key)
-            if not value and key in NEEDS:
-                bad.append(NEEDS[key].format(retriever=retriever))
+            if not value and key == "grpo.prompts_file":
+                bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
+            elif not value and key == "grpo.corpus":
+                bad.append(f"task=qa with grpo.retriever={retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)")
             elif not (key != "grpo.prompts_file" and _named(key, value, key.removeprefix("grpo."), bad)) \
                     and not Path(str(value)).is_file():
                 what = "a directory, not a file" if Path(str(value)).is_dir() else "no such file"
