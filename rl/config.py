@@ -180,9 +180,8 @@ def parent_run(path: str) -> dict | None:
 
 
 def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
-    """Where a composed, validated GRPO config runs on `world` processes and what it is: its run dir and
-    run identity (launch's one call into rl before it checks the run dir, a dry run's too). RlError when the processes
-    cannot split one step's completions evenly (world_problem) or the model cannot take the config (rl.prompts.model_checks)."""
+    """A composed, validated config's run dir and run identity, once it suits `world` processes and the model (launch's
+    one call into rl before it checks the run dir, a dry run's too)."""
     if problem := world_problem(cfg, world):
         raise RlError(f"invalid config:\n  {problem}")
     from rl.prompts import model_checks
@@ -206,8 +205,7 @@ def _named(key: str, value, kind: str, bad: list[str]) -> bool:
 
 
 def input_files(cfg: DictConfig) -> list[str]:
-    """The keys of the input files a run reads (task=qa: the prompts file, the corpus a bm25 or e5 retriever
-    searches and an e5 retriever's index file; item / given read no corpus): checked to exist, digested by content."""
+    """The keys of the input files a run reads (task=qa; item / given read no corpus): checked, digested by content."""
     g = cfg.grpo
     searches = cfg.task == "qa" and g.qa_mode == "open" and g.retriever in ("bm25", "e5")
     dense = searches and g.retriever == "e5" and g.get("index") is not None
