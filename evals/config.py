@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -214,8 +214,7 @@ def engine_problem(cfg: DictConfig) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(NamedTuple):
     """An evaluate config resolved once (resolve_request / for_checkpoint) and its checkpoint's identity (None: not
     computed yet), which evals.run's `evaluate` and `to_evaluate` take as they are, resolving nothing again."""
 
