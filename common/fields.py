@@ -1,6 +1,6 @@
 """Typed config fields (docs/concepts.md, "Where each key is defined"): a command's keys are a table `{dotted.key:
 Field}`, each with its default, rule, help text and roles; a key several commands share is one Field object (held
-through `Default` or `Passed` where the other command's default differs).
+through `Default` where the other command's default differs).
 
 Roles: IDENTITY (its value is part of the result's identity), CONTENT (it changes the result through the content
 identity of what it names: a checkpoint's, a bench file's or a corpus' digest), ENGINE (through the engine settings
@@ -28,11 +28,11 @@ ABSENT = object()   # no value: a key absent from a config (`select`), a field w
 
 
 class Rule:
-    """What a value may be: `why(v)`, what it should have been (None: `v` keeps the rule), worded by `problem` (the
-    evaluate-side commands) or `must` (the recipe keys)."""
+    """What a value may be: `ok(v)`, else `why(v)` is `what` it should have been (None: `v` keeps the rule), worded by
+    `problem` (the evaluate-side commands) or `must` (the recipe keys)."""
 
     def why(self, v: Any) -> str | None:
-        raise NotImplementedError
+        return None if self.ok(v) else self.what
 
     def problem(self, key: str, v: Any) -> str | None:
         what = self.why(v)
@@ -56,7 +56,8 @@ class Number(Rule):
     null: bool = False
     words: tuple[str, ...] = ()
 
-    def describe(self) -> str:
+    @property
+    def what(self) -> str:
         alts = [*self.words, *(["null"] if self.null else [])]
         tail = f" (or {', '.join(alts)})" if alts else ""
         if self.hi is None and self.lo == 0 and self.lo_open:
@@ -77,9 +78,6 @@ class Number(Rule):
             return False
         return (self.lo is None or (v > self.lo if self.lo_open else v >= self.lo)) \
             and (self.hi is None or (v < self.hi if self.hi_open else v <= self.hi))
-
-    def why(self, v: Any) -> str | None:
-        return None if self.ok(v) else self.describe()
 
 
 @dataclass(frozen=True)
@@ -118,9 +116,6 @@ class Test(Rule):
     ok: Callable[[Any], bool]
     what: str
 
-    def why(self, v: Any) -> str | None:
-        return None if self.ok(v) else self.what
-
 
 FLAG = Test(lambda v: isinstance(v, bool), "true or false")
 TEXT = Test(lambda v: v is None or isinstance(v, (str, os.PathLike)), "a string (or null)")   # a path, a URL, a name
@@ -147,39 +142,29 @@ class Field:
 
 @dataclass(frozen=True, eq=False)
 class Default:
-    """A field another command defines, with this command's own default (`note`: why, shown in its help)."""
+    """A field another command defines, with this command's own default (`note`: why, shown in its help). With `owner`
+    (the command defining it): passed on to that command when set, unset (null) by default so that the owner's own
+    default (or a profile's value) applies; `note`: what this command does with it besides."""
 
     field: Field
-    default: Any
-    note: str = ""
-
-    @property
-    def help(self) -> str:
-        return f"{self.note} {self.field.help}".strip()
-
-    def __getattr__(self, name: str):   # rule, roles, read, problem, must: the field's
-        return getattr(self.field, name)
-
-
-@dataclass(frozen=True, eq=False)
-class Passed:
-    """Another command's `field`, passed on to it when set: unset (null) by default, so that the other
-    command's own default (or a profile's value) applies; `default` when this command sets one itself."""
-
-    field: Field
-    owner: str                 # the command the field is defined by: its help says so
     default: Any = None
-    note: str = ""             # what this command does with it, besides passing it on
+    note: str = ""
+    owner: str = ""
 
     @property
     def help(self) -> str:
+        if not self.owner:
+            return f"{self.note} {self.field.help}".strip()
         theirs = "" if self.field.default is None else f" {shown(self.field.default)}"
         own = f"; {self.note}" if self.note else ""
         unset = "" if self.default is not None else f" (null: {self.owner}'s default{theirs} or the profile's)"
         return f"{self.owner}'s: {self.field.help}{own}{unset}"
 
     def problem(self, key: str, v: Any) -> str | None:
-        return None if v is None else self.field.problem(key, v)
+        return None if v is None and self.owner else self.field.problem(key, v)
+
+    def __getattr__(self, name: str):   # rule, roles, read, must: the field's
+        return getattr(self.field, name)
 
 
 def is_int(v: Any) -> bool:
@@ -227,7 +212,7 @@ def excluded(*tables: dict) -> dict[str, Any]:
     """A run fingerprint's exclusions (common.fingerprint's `exclude`): every key of `tables` without the IDENTITY
     role (a whole section when none of its keys has it, so a key an old config.yaml holds below it is left out too)
     at any value (ALWAYS), and every other key with an `as_before` value at that value."""
-    keys = {k: getattr(f, "field", f) for t in tables for k, f in t.items()}
+    keys = {k: f for t in tables for k, f in t.items()}
     heads = dict.fromkeys(k.partition(".")[0] for k in keys if "." in k)
     whole = {s: ALWAYS for s in heads if not any(IDENTITY in f.roles for k, f in keys.items() if k.startswith(f"{s}."))}
     return whole | {k: ALWAYS if IDENTITY not in f.roles else f.as_before for k, f in keys.items()
@@ -237,8 +222,7 @@ def excluded(*tables: dict) -> dict[str, Any]:
 def path_keys(table: dict[str, Any]) -> dict[str, str]:
     """{key: kind} for every key of `table` with the PATH role: its kind role (PATH_KINDS), else PATH (a file
     or directory). What launch resolves against the caller's directory, derived from the fields alone."""
-    roles = {key: getattr(entry, "field", entry).roles for key, entry in table.items()}
-    return {key: next((kind for kind in PATH_KINDS if kind in r), PATH) for key, r in roles.items() if PATH in r}
+    return {key: next((kind for kind in PATH_KINDS if kind in f.roles), PATH) for key, f in table.items() if PATH in f.roles}
 
 
 def select(cfg, key: str, default: Any = ABSENT) -> Any:
@@ -259,7 +243,7 @@ def plain(v: Any) -> Any:
     return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
 
 
-def problems(table: dict[str, Field | Default | Passed], cfg, must: bool = False, optional: Iterable[str] = ()) -> list[str]:
+def problems(table: dict[str, Field | Default], cfg, must: bool = False, optional: Iterable[str] = ()) -> list[str]:
     """One line per key of `table` whose value in `cfg` (nested) breaks its rule (Rule.problem, or Rule.must with `must`,
     which also names a key absent unless it is in `optional` or a later key's)."""
     out = []

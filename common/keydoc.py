@@ -38,7 +38,7 @@ def shown(value: Any, dotlist: bool = False, item: bool = False) -> str:
 
 
 def from_table(table: dict[str, Any]) -> list[Key]:
-    """The keys of a `{dotted.key: Field}` table (common.fields: a Field, Default or Passed)."""
+    """The keys of a `{dotted.key: Field}` table (common.fields: a Field or Default)."""
     return [Key(name, entry.default, entry.help) for name, entry in table.items()]
 
 

@@ -69,10 +69,9 @@ def problems(data_cfg: Any) -> list[str]:
 
 def resolve(data_cfg: Any) -> dict:
     """Plain dict of `data_cfg` (dict or DictConfig) over the defaults, values checked."""
-    data_cfg = plain(data_cfg)
     if bad := problems(data_cfg):
         raise DataPrepError(bad[0] if len(bad) == 1 else "; ".join(bad))
-    cfg = {**copy.deepcopy(DATA_DEFAULTS), **(data_cfg or {})}
+    cfg = {**copy.deepcopy(DATA_DEFAULTS), **(plain(data_cfg) or {})}
     if not isinstance(sources := cfg["sources"] or {}, dict):   # the formats: the readers' check
         raise DataPrepError(f"data.sources must be a section of keys (data.sources.KEY: value), got {sources!r}")
     for side in (s for s in ("code", "search") if not isinstance(sources.get(s) or [], list)):

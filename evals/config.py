@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -118,8 +118,7 @@ def base_config(profile: str | None = None) -> DictConfig:
 
 
 def load_config(path: Path, command: str, what: str) -> DictConfig:
-    """The mapping a config file holds (`COMMAND CONFIG`: run the `what` a job's resolved config holds); an EvalError,
-    one line naming the file, when there is none, it is not YAML or not a mapping."""
+    """The mapping config file `path` holds (`COMMAND CONFIG` runs the `what` in it), else a one-line EvalError."""
     if not path.is_file():
         raise EvalError(f"{path}: {'a directory, not a config file' if path.is_dir() else 'no such file'} ({command} CONFIG "
                         f"runs the {what} a config file holds; else give key=value settings)")
@@ -215,8 +214,7 @@ def engine_problem(cfg: DictConfig) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(NamedTuple):
     """An evaluate config resolved once (resolve_request / for_checkpoint) and its checkpoint's identity (None: not
     computed yet), which evals.run's `evaluate` and `to_evaluate` take as they are, resolving nothing again."""
 
@@ -302,11 +300,10 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
             raise EvalError(f"index={merged.index}: no such file (a faiss index; null builds one from the corpus)")
         from evals.dense import BUILD_MAX_BYTES
 
-        corpus_file = None if datafetch.is_name(merged.corpus) else Path(merged.corpus)
-        if merged.index is None and corpus_file is not None and corpus_file.stat().st_size > BUILD_MAX_BYTES:
+        size = 0 if merged.index is not None or datafetch.is_name(merged.corpus) else Path(merged.corpus).stat().st_size
+        if size > BUILD_MAX_BYTES:
             raise EvalError(f"retriever=e5 index=null would build an index over corpus={merged.corpus} "
-                            f"({corpus_file.stat().st_size / 2**30:.1f} GiB): pass index=FILE (Search-R1's "
-                            "e5_Flat.index for wiki-18)")
+                            f"({size / 2**30:.1f} GiB): pass index=FILE (Search-R1's e5_Flat.index for wiki-18)")
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:

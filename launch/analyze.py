@@ -18,7 +18,7 @@ from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write
 from common import datafetch, interpreter, keydoc, schema
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
 from common.layout import SEED_DIR
-from common.fields import NONEMPTY, Number, Passed, Test, choice, field, flag, list_of, number, text
+from common.fields import NONEMPTY, Default, Number, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
 from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
 from evals.profiles import load_profile
@@ -97,9 +97,9 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
 # plain n=, seed=, ...); unset: evaluate's default, or the profile's value. Any other evaluate key: eval.KEY=V.
 PASSED_EVAL = ("n", "seed", "backend", "retriever", "corpus", "encoder", "index", "retriever_url", "topk", "bench_root",
                "sets", "heldout", "max_turns", "max_model_len")
-KEYS.update({f"eval.{k}": Passed(EVALUATE[k], "evaluate") for k in PASSED_EVAL})
-KEYS["eval.prompt"] = Passed(EVALUATE["prompt"], "evaluate", default=EVALUATE["prompt"].default,
-                             note="the runs' checkpoints' (the anchor takes anchor_nudge)")
+KEYS.update({f"eval.{k}": Default(EVALUATE[k], owner="evaluate") for k in PASSED_EVAL})
+KEYS["eval.prompt"] = Default(EVALUATE["prompt"], EVALUATE["prompt"].default, owner="evaluate",
+                              note="the runs' checkpoints' (the anchor takes anchor_nudge)")
 DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
 SET_HERE = {"ckpt": "each checkpoint", "out": "its eval dir", "benches": "benches=", "profile": "profile=", "dry_run": "dry_run="}
 ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}

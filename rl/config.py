@@ -119,11 +119,6 @@ def trl_problem(want, have: str | None, python: str = sys.executable) -> str | N
             "the project's .venv), or grpo.trl=null for the installed one")
 
 
-# What a task=qa run's input file key needs when it is unset (`input_files`).
-NEEDS = {"grpo.prompts_file": "task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)",
-         "grpo.corpus": "task=qa with grpo.retriever={retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)"}
-
-
 def problems(cfg: DictConfig) -> list[str]:
     """Every value of a GRPO config that the trainer would refuse, one line each naming the key (each key's
     rule is its field's, GRPO above; below, what depends on several keys)."""
@@ -137,8 +132,10 @@ def problems(cfg: DictConfig) -> list[str]:
         retriever = g.retriever if g.qa_mode == "open" else None   # item / given use the rows' own paragraphs, no retriever
         for key in input_files(cfg):
             value = OmegaConf.select(cfg, key)
-            if not value and key in NEEDS:
-                bad.append(NEEDS[key].format(retriever=retriever))
+            if not value and key == "grpo.prompts_file":
+                bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
+            elif not value and key == "grpo.corpus":
+                bad.append(f"task=qa with grpo.retriever={retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)")
             elif not (key != "grpo.prompts_file" and _named(key, value, key.removeprefix("grpo."), bad)) \
                     and not Path(str(value)).is_file():
                 what = "a directory, not a file" if Path(str(value)).is_dir() else "no such file"
@@ -183,9 +180,8 @@ def parent_run(path: str) -> dict | None:
 
 
 def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
-    """Where a composed, validated GRPO config runs on `world` processes and what it is: its run dir and
-    run identity (launch's one call into rl before it checks the run dir, a dry run's too). RlError when the processes
-    cannot split one step's completions evenly (world_problem) or the model cannot take the config (rl.prompts.model_checks)."""
+    """A composed, validated config's run dir and run identity, once it suits `world` processes and the model (launch's
+    one call into rl before it checks the run dir, a dry run's too)."""
     if problem := world_problem(cfg, world):
         raise RlError(f"invalid config:\n  {problem}")
     from rl.prompts import model_checks
@@ -209,8 +205,7 @@ def _named(key: str, value, kind: str, bad: list[str]) -> bool:
 
 
 def input_files(cfg: DictConfig) -> list[str]:
-    """The keys of the input files a run reads (task=qa: the prompts file, the corpus a bm25 or e5 retriever
-    searches and an e5 retriever's index file; item / given read no corpus): checked to exist, digested by content."""
+    """The keys of the input files a run reads (task=qa; item / given read no corpus): checked, digested by content."""
     g = cfg.grpo
     searches = cfg.task == "qa" and g.qa_mode == "open" and g.retriever in ("bm25", "e5")
     dense = searches and g.retriever == "e5" and g.get("index") is not None

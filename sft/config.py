@@ -99,11 +99,11 @@ TrainConfig = SimpleNamespace
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
     path = Path(path)
     if not path.is_file():
-        raise SftError(f"{path}: config file not found")
+        raise SftError(f"{path}: {'a directory, not a config file' if path.is_dir() else 'config file not found'}")
     try:
         raw = OmegaConf.load(path)
-    except Exception as exc:
-        raise SftError(f"{path}: not a valid YAML config ({exc})") from exc
+    except Exception as exc:   # omegaconf and yaml raise several types for a torn file; theirs span lines
+        raise SftError(f"{path}: not a valid YAML config ({' '.join(str(exc).split())})") from None
     if not isinstance(raw, DictConfig):
         raise SftError(f"{path}: expected a mapping at the top level")
     return from_dictconfig(apply_overrides(raw, overrides or [], open_prefixes=("model.config.",)))

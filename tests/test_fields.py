@@ -13,7 +13,7 @@ def test_every_evaluate_and_analyze_key_is_one_field_with_help():
 
     assert all(isinstance(f, fields.Field) and f.help.strip() for f in EVALUATE.values())
     passed = {k: f for k, f in ANALYZE.items() if k.startswith("eval.")}
-    assert passed and all(isinstance(f, fields.Passed) for f in passed.values())
+    assert passed and all(isinstance(f, fields.Default) and f.owner == "evaluate" for f in passed.values())
     # the same objects, not copies: a rule or help changed in evals/config.py is analyze's too
     assert all(f.field is EVALUATE[k.removeprefix("eval.")] for k, f in passed.items())
     # unset by default (evaluate's default or the profile's applies), except the runs' prompt
@@ -75,12 +75,12 @@ OTHER_KEYS = {
 def definition_problems(tables: dict[str, dict], other_keys=()) -> list[str]:
     """What is wrong with how `tables` ({command: {key: entry}}) define their keys, one line each: an entry
     without help; two distinct definitions with the same help (a copy); a key name two commands define
-    separately (not one field object, held as it is or through `Default` / `Passed`), unless it is in
+    separately (not one field object, held as it is or through `Default`), unless it is in
     `other_keys` (a name that means a different key per command); an entry that is not a field."""
     out, seen_help, by_name = [], {}, {}
     for command, table in tables.items():
         for key, entry in table.items():
-            if not isinstance(entry, (fields.Field, fields.Default, fields.Passed)):
+            if not isinstance(entry, (fields.Field, fields.Default)):
                 out.append(f"{command} {key}: not a field ({type(entry).__name__})")
                 continue
             base = getattr(entry, "field", entry)

@@ -293,6 +293,11 @@ def test_config_errors_name_the_key(tmp_path, data_dir):
         load_config(cfg, ["data.dir=null"])
     with pytest.raises(ConfigError, match="model.attn_implementation"):
         load_config(cfg, ["model.attn_implementation=fast"])
+    (tmp_path / "torn.yaml").write_text("a: [1\nb: 2\n")   # one line, not the YAML parser's four
+    with pytest.raises(ConfigError, match=r"torn.yaml: not a valid YAML config \(while parsing a flow sequence in .* column 2\)$"):
+        load_config(tmp_path / "torn.yaml")
+    with pytest.raises(ConfigError, match="run: a directory, not a config file"):   # was "config file not found"
+        load_config(tmp_path / "run")
 
 
 def test_cli_fails_before_model_work(tmp_path, data_dir, capsys, monkeypatch):
