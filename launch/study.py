@@ -44,6 +44,7 @@ _KIND = ("launcher", "launcher.kind")   # the keys that name the backend
 _LAUNCHER_KEYS = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
 # plain keys that also set the stage jobs' cluster settings: launcher.<key> and its shortcuts (partition=, time=, ...)
 _STAGE_JOB_KEYS = {**_LAUNCHER_KEYS, **{short: _LAUNCHER_KEYS[full] for short, full in ALIASES.items() if full in _LAUNCHER_KEYS}}
+_SLURM_KEYS = {f"slurm.{k}": k for k in jobs.CLUSTER_KEYS}   # a job stage's own cluster settings (STAGE:slurm.<key>=)
 
 
 @dataclass(frozen=True)
@@ -174,46 +175,10 @@ class Resolved:
     unset: list[str] = field(default_factory=list)
 
 
-def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster, planned: list | None) -> None:
-    """An analyze / evaluate / export stage's one config (the file's `args`, the shared settings its job takes, its `own`)
-    resolved and checked, its cluster settings and what its job needs (`planned`: earlier run dirs; None while one is unresolved)."""
-    stage, who = r.stage, f"stage {r.stage.name} ({r.stage.run})"
-    if stage.run == "analyze":
-        from launch.analyze import parse_argv, request
-
-        cfg = parse_argv([*map(str, args), *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []),
-                          *(str(a) for a in req.shared if a.key == "python.eval"), *map(str, own),
-                          *([] if any(a.key == "study" for a in [*args, *own]) else [f"study={req.study.path}"]),
-                          f"launcher={req.launcher}", "dry_run=false"])
-        with local.isolated():
-            request(cfg, planned=planned)   # every setting checked, as the analysis itself checks it
-        r.cfg, r.cluster, r.needs = cfg, Cluster.of(cfg.slurm), replace(preflight.analyze_needs(cfg), who=who)
-        return
-    args = [*args, *own]
-    own_keys = {f"slurm.{k}": k for k in jobs.CLUSTER_KEYS}
-    for a in args:
-        if a.key.startswith("slurm.") and a.key not in own_keys:
-            raise LaunchError(f"{stage.name}:{a}: {a.key} is not a cluster setting of the stage's job "
-                              f"({', '.join(own_keys)}).{did_you_mean(a.key, list(own_keys))}")
-    r.cluster = _cluster(args, own_keys, cluster)
-    rest = [str(a) for a in args if not a.key.startswith("slurm.")]
-    if stage.run == "evaluate":
-        from evals.config import base_config, resolve_request
-
-        r.cfg = resolve_request(apply_overrides(base_config(_last(args, "profile") or None), rest, suggest=own_keys))
-        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # (the profile's are merged in)
-        r.needs = preflight.eval_needs(settings, who, r.python, r.cfg.out, req.launcher)
-    else:
-        from sft.export import DEFAULTS, checked
-
-        r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest, suggest=own_keys), f"stage {stage.name}: ckpt= and out= are required")
-        r.needs = Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who, "sft",
-                        r.python, None, (str(r.cfg.out),))
-
-
 def resolve_stages(req: Request) -> list[Resolved]:
     """Every stage's config resolved once, every key checked (one line naming the stage). Unfilled data slots (a dry
-    run): those arguments left out, an unknown key still refused. A job stage's `python.<its kind>=` is its interpreter."""
+    run): those arguments left out, an unknown key still refused. A job stage's `python.<its kind>=` is its interpreter;
+    its config's checks, cluster settings and needs are its job's (analyze: its evaluations' too)."""
     study = req.study
     if study.unset() and not req.dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
@@ -222,25 +187,53 @@ def resolve_stages(req: Request) -> list[Resolved]:
                        _STAGE_JOB_KEYS)
     out = []
     for stage in study.stages:
-        r, own = Resolved(stage, unset=study.unset(stage)), req.own[stage.name]
+        r, own, who = Resolved(stage, unset=study.unset(stage)), req.own[stage.name], f"stage {stage.name} ({stage.run})"
         if stage.run not in TRAINING_RUNS:
             kind = STAGE_PYTHON[stage.run]
             for a in (a for a in own if a.key.startswith("python.") and a.key != f"python.{kind}"):
-                raise LaunchError(f"{stage.name}:{a}: " + (f"stage {stage.name} ({stage.run}) runs in python.{kind}" if a.key in
+                raise LaunchError(f"{stage.name}:{a}: " + (f"{who} runs in python.{kind}" if a.key in
                                   _PYTHON_KEYS else f"{a.key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
                                   f"{did_you_mean(a.key, list(_PYTHON_KEYS))}"))
             r.python = interpreter.named({kind: _last([*req.shared, *own], f"python.{kind}")}, kind)
             own = [a for a in own if stage.run == "analyze" or not a.key.startswith("python.")]   # analyze's: its evaluations' too
-        try:   # the study file's arguments, then the command line's (they win)
+        file = _file_args(stage, r.unset)   # the study file's arguments, then the command line's (they win)
+        try:
             if stage.run in TRAINING_RUNS:   # its runs as `launch` / `launch sweep` resolves them
-                args = [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
+                args = [*map(str, [*file, *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
                 r.argv, profile, analyze = parse_sweep(args) if stage.run == "sweep" else ([args], None, [])
                 r.trainer = GRPO if stage.run == "grpo" else SFT
                 r.preps = [r.trainer.resolve(a) for a in r.argv]
                 r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
-            else:
-                _resolve_job_stage(req, r, _file_args(stage, r.unset), own, cluster, None if any(s.unset for s in out)
-                                   else [p.run_dir for s in out for p in s.preps])
+            elif stage.run == "analyze":   # with the plain cluster settings, python.eval= and study=, checked as the analysis checks them
+                from launch.analyze import parse_argv, request
+
+                cfg = parse_argv([*map(str, file), *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []),
+                                  *(str(a) for a in req.shared if a.key == "python.eval"), *map(str, own),
+                                  *([] if any(a.key == "study" for a in [*file, *own]) else [f"study={study.path}"]),
+                                  f"launcher={req.launcher}", "dry_run=false"])
+                with local.isolated():   # (planned: the earlier stages' run dirs; None while one is unresolved)
+                    request(cfg, planned=None if any(s.unset for s in out) else [p.run_dir for s in out for p in s.preps])
+                r.cfg, r.cluster, r.needs = cfg, Cluster.of(cfg.slurm), replace(preflight.analyze_needs(cfg), who=who)
+            else:   # evaluate, export: the plain cluster settings, then the stage's own `slurm.<key>=` (no config key)
+                args = [*file, *own]
+                for a in (a for a in args if a.key.startswith("slurm.") and a.key not in _SLURM_KEYS):
+                    raise LaunchError(f"{stage.name}:{a}: {a.key} is not a cluster setting of the stage's job "
+                                      f"({', '.join(_SLURM_KEYS)}).{did_you_mean(a.key, list(_SLURM_KEYS))}")
+                r.cluster = _cluster(args, _SLURM_KEYS, cluster)
+                rest = [str(a) for a in args if not a.key.startswith("slurm.")]
+                if stage.run == "evaluate":
+                    from evals.config import base_config, resolve_request
+
+                    r.cfg = resolve_request(apply_overrides(base_config(_last(args, "profile") or None), rest, suggest=_SLURM_KEYS))
+                    settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # (the profile's are merged in)
+                    r.needs = preflight.eval_needs(settings, who, r.python, r.cfg.out, req.launcher)
+                else:
+                    from sft.export import DEFAULTS, checked
+
+                    r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest, suggest=_SLURM_KEYS),
+                                    f"stage {stage.name}: ckpt= and out= are required")
+                    r.needs = Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who,
+                                    "sft", r.python, None, (str(r.cfg.out),))
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc) and _waits_for_slots(str(exc), stage, r.unset)):
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
