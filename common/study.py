@@ -125,38 +125,20 @@ def study_names(folder: Path = STUDY_DIR) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
-def study_path(spec: str) -> Path:
-    """A shipped study's name (a variant's too), or a path to a study file."""
-    p = Path(spec)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise StudyError(f"study={spec}: no such study file")
-        return p.resolve()
-    for shipped in (STUDY_DIR / f"{spec}.yaml", VARIANT_DIR / f"{spec}.yaml"):
-        if shipped.is_file():
-            return shipped
-    names = study_names() + study_names(VARIANT_DIR)
-    raise StudyError(f"study={spec}: no such study; shipped studies: {', '.join(names)}.{did_you_mean(spec, names)}")
-
-
-def _reference_results(raw, where: str) -> list[ReferenceResult]:
-    out = []
-    for i, entry in enumerate(raw or []):
-        w = f"{where}: reference_results[{i}]"
-        if not isinstance(entry, dict):
-            raise StudyError(f"{w}: expected a mapping, found {entry!r}")
-        for key in sorted(set(entry) - set(RESULT_KEYS)):
-            raise StudyError(f"{w}: unknown key {key!r}; keys: {', '.join(RESULT_KEYS)}.{did_you_mean(key, RESULT_KEYS)}")
-        for key in ("system", "bench", "metric"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                raise StudyError(f"{w}: `{key}` is required (a string)")
-        for key, why in ((k, rule.why(entry.get(k))) for k, rule in _RESULT_RULES.items()):
-            if why:
-                raise StudyError(f"{w}.{key}: expected {why}, found {entry[key]!r}")
-        if entry.get("value") is None and None in (entry.get("pre"), entry.get("post")) and entry.get("note") is None:
-            raise StudyError(f"{w}: give `value`, or `pre` and `post`, or a `note` saying why no number was published")
-        out.append(ReferenceResult(**{k: entry.get(k) for k in RESULT_KEYS}))
-    return out
+def _reference_result(entry, w: str) -> ReferenceResult:
+    if not isinstance(entry, dict):
+        raise StudyError(f"{w}: expected a mapping, found {entry!r}")
+    for key in sorted(set(entry) - set(RESULT_KEYS)):
+        raise StudyError(f"{w}: unknown key {key!r}; keys: {', '.join(RESULT_KEYS)}.{did_you_mean(key, RESULT_KEYS)}")
+    for key in ("system", "bench", "metric"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise StudyError(f"{w}: `{key}` is required (a string)")
+    for key, why in ((k, rule.why(entry.get(k))) for k, rule in _RESULT_RULES.items()):
+        if why:
+            raise StudyError(f"{w}.{key}: expected {why}, found {entry[key]!r}")
+    if entry.get("value") is None and None in (entry.get("pre"), entry.get("post")) and entry.get("note") is None:
+        raise StudyError(f"{w}: give `value`, or `pre` and `post`, or a `note` saying why no number was published")
+    return ReferenceResult(**{k: entry.get(k) for k in RESULT_KEYS})
 
 
 def study_from_env() -> dict | None:
@@ -169,8 +151,15 @@ def study_from_env() -> dict | None:
 
 
 def load_study(spec: str, *, variables: dict | None = None) -> Study:
-    """Read and validate a study file; `${vars.X}` resolved, with `variables` (some of its `vars:`) winning."""
-    path = study_path(spec)
+    """Read and validate a study file (`spec`: a shipped study's name, a variant's too, or a path); `${vars.X}` resolved,
+    with `variables` (some of its `vars:`) winning."""
+    if (given := Path(spec)).suffix in (".yaml", ".yml") or given.exists():
+        if not given.is_file():
+            raise StudyError(f"study={spec}: no such study file")
+        path = given.resolve()
+    elif (path := next((p for p in (STUDY_DIR / f"{spec}.yaml", VARIANT_DIR / f"{spec}.yaml") if p.is_file()), None)) is None:
+        names = study_names() + study_names(VARIANT_DIR)
+        raise StudyError(f"study={spec}: no such study; shipped studies: {', '.join(names)}.{did_you_mean(spec, names)}")
     where = str(path)
     try:
         cfg = OmegaConf.load(path)
@@ -224,8 +213,9 @@ def load_study(spec: str, *, variables: dict | None = None) -> Study:
         unresolved = raw["stages"][i] if isinstance(raw["stages"], list) and isinstance(raw["stages"][i], dict) else {}
         raw_args = unresolved["args"] if isinstance(unresolved.get("args"), dict) else {}   # `${vars.X}` kept: what each uses
         stages.append(Stage(s["name"], s["run"], s.get("args") or {}, {k: tuple(_VAR_REF.findall(str(v))) for k, v in raw_args.items()}))
-    return Study(name=path.stem, path=path, sha256=sha256_file(path), title=plain.get("title") or path.stem,
-                 hardware=plain["hardware"], stages=stages, reference_results=_reference_results(plain.get("reference_results"), where),
+    return Study(name=path.stem, path=path, sha256=sha256_file(path), title=plain.get("title") or path.stem, hardware=plain["hardware"],
+                 stages=stages, reference_results=[_reference_result(e, f"{where}: reference_results[{i}]")
+                                                   for i, e in enumerate(plain.get("reference_results") or [])],
                  vars=plain.get("vars") or {}, cpu_smoke=plain.get("cpu_smoke") or [],
                  notes=[" ".join(t.split()) for t in plain.get("notes") or []],
                  chosen=[(m.key, m.value, k.text) for m in marked for k in m.marks if k.kind == "chosen"])
