@@ -40,9 +40,11 @@ from launch.sweep import analysis_config, analysis_job, evaluation_jobs, evaluat
 STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
 _PYTHON_KEYS = tuple(f"python.{k}" for k in KINDS)
 EXPORT_NEEDS = {"torch": "export", "safetensors": "export", "omegaconf": "the config"}
+_KIND = ("launcher", "launcher.kind")   # the keys that name the backend
 _LAUNCHER_KEYS = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
 # plain keys that also set the stage jobs' cluster settings: launcher.<key> and its shortcuts (partition=, time=, ...)
 _STAGE_JOB_KEYS = {**_LAUNCHER_KEYS, **{short: _LAUNCHER_KEYS[full] for short, full in ALIASES.items() if full in _LAUNCHER_KEYS}}
+_SLURM_KEYS = {f"slurm.{k}": k for k in jobs.CLUSTER_KEYS}   # a job stage's own cluster settings (STAGE:slurm.<key>=)
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,9 @@ def _file_args(stage: Stage, without=()) -> list[Arg]:
     return [Arg(k, shown(v, dotlist=True)) for k, v in stage.args.items() if not set(stage.arg_uses.get(k, ())) & set(without)]
 
 
-def _launcher(args: list[Arg]) -> str | None:
-    """The launcher `args` ask for (the last `launcher=` / `launcher.kind=` wins)."""
-    return next((a.value for a in reversed(args) if a.key in ("launcher", "launcher.kind")), None)
+def _last(args: list[Arg], *keys: str) -> str | None:
+    """The value of the last of `args` that sets one of `keys` (None: none does)."""
+    return next((a.value for a in reversed(args) if a.key in keys), None)
 
 
 @dataclass
@@ -114,32 +116,31 @@ def parse_study_argv(argv: list[str]) -> Request:
         else:
             shared.append((tok, arg))
     study = load_study(spec, variables=variables) if variables else study
-    names = [s.name for s in study.stages]
     if not any(s.run in TRAINING_RUNS for s in study.stages):
         for tok, arg in shared:
-            if arg.key not in (*_STAGE_JOB_KEYS, *(f"python.{STAGE_PYTHON[s.run]}" for s in study.stages), "launcher", "launcher.kind"):
+            if arg.key not in (*_STAGE_JOB_KEYS, *(f"python.{STAGE_PYTHON[s.run]}" for s in study.stages), *_KIND):
                 raise LaunchError(f"{tok}: a plain key=value goes to the training stages, and study {study.name} has "
                                   f"no training stage; give it to a stage: {study.stages[0].name}:{tok.strip()}")
     own = {s.name: [] for s in study.stages}
     for tok, stage, arg in targeted:
         if stage not in own:
-            raise LaunchError(f"{tok}: {stage!r} is not a stage of study {study.name} (stages: {', '.join(names)})."
-                              f"{did_you_mean(stage, names)}")
+            raise LaunchError(f"{tok}: {stage!r} is not a stage of study {study.name} (stages: {', '.join(own)})."
+                              f"{did_you_mean(stage, own)}")
         own[stage].append(replace(arg, value=study.substitute(arg.value, tok)))
     shared = [replace(arg, value=study.substitute(arg.value, tok)) for tok, arg in shared]
     for key, arg in [*((a.key, a) for a in shared), *((f"{s.name}:{a.key}", a) for s in study.stages for a in [*_file_args(s), *own[s.name]])]:
-        if arg.key in ("launcher", "launcher.kind"):   # each a backend of that name (the key named as typed)
+        if arg.key in _KIND:   # each a backend of that name (the key named as typed)
             jobs.backend(arg.value, key)
     default = DEFAULT_CHOICES["launcher"]
-    kinds = {s.name: _launcher([*_file_args(s), *shared, *own[s.name]]) or default for s in study.stages if s.run in TRAINING_RUNS}
-    launcher = next(iter(kinds.values()), _launcher(shared) or default)
+    kinds = {s.name: _last([*_file_args(s), *shared, *own[s.name]], *_KIND) or default for s in study.stages if s.run in TRAINING_RUNS}
+    launcher = next(iter(kinds.values()), _last(shared, *_KIND) or default)
     if len(set(kinds.values())) > 1:   # one backend per plan: a job run here would not wait for submitted ones
         there = next((v for v in kinds.values() if jobs.backend(v).submits), launcher)
         raise LaunchError(f"study {study.name}: training stages {', '.join(k for k, v in kinds.items() if v == there)} "
                           f"go to {there.capitalize()} but {', '.join(k for k, v in kinds.items() if v != there)} would "
                           f"run here, not after their jobs: give launcher={there} (every training stage) or target each stage")
     for s in (s for s in study.stages if s.run not in TRAINING_RUNS):   # its file's arguments, then the command line's
-        for arg in (a for a in [*_file_args(s), *own[s.name]] if a.key in ("launcher", "launcher.kind") and a.value != launcher):
+        for arg in (a for a in [*_file_args(s), *own[s.name]] if a.key in _KIND and a.value != launcher):
             raise LaunchError(f"{s.name}:{arg}: every job of the plan goes to launcher={launcher} (given without a stage or "
                               "to a training stage): give launcher= without a stage")
     return Request(study, shared, own, dry_run, launcher)
@@ -174,47 +175,10 @@ class Resolved:
     unset: list[str] = field(default_factory=list)
 
 
-def _resolve_job_stage(req: Request, r: Resolved, args: list[Arg], own: list[Arg], cluster: Cluster, planned: list | None) -> None:
-    """An analyze / evaluate / export stage's one config (the file's `args`, the shared settings its job takes, its `own`)
-    resolved and checked, its cluster settings and what its job needs (`planned`: earlier run dirs; None while one is unresolved)."""
-    stage, who = r.stage, f"stage {r.stage.name} ({r.stage.run})"
-    if stage.run == "analyze":
-        from launch.analyze import parse_argv, request
-
-        cfg = parse_argv([*map(str, args), *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []),
-                          *(str(a) for a in req.shared if a.key == "python.eval"), *map(str, own),
-                          *([] if any(a.key == "study" for a in [*args, *own]) else [f"study={req.study.path}"]),
-                          f"launcher={req.launcher}", "dry_run=false"])
-        with local.isolated():
-            request(cfg, planned=planned)   # every setting checked, as the analysis itself checks it
-        r.cfg, r.cluster, r.needs = cfg, Cluster.of(cfg.slurm), replace(preflight.analyze_needs(cfg), who=who)
-        return
-    args = [*args, *own]
-    own_keys = {f"slurm.{k}": k for k in jobs.CLUSTER_KEYS}
-    for a in args:
-        if a.key.startswith("slurm.") and a.key not in own_keys:
-            raise LaunchError(f"{stage.name}:{a}: {a.key} is not a cluster setting of the stage's job "
-                              f"({', '.join(own_keys)}).{did_you_mean(a.key, list(own_keys))}")
-    r.cluster = _cluster(args, own_keys, cluster)
-    rest = [str(a) for a in args if not a.key.startswith("slurm.")]
-    if stage.run == "evaluate":
-        from evals.config import base_config, resolve_request
-
-        r.cfg = resolve_request(apply_overrides(base_config(next((a.value for a in reversed(args) if a.key == "profile"), None)
-                                                            or None), rest, suggest=own_keys))
-        settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # (the profile's are merged in)
-        r.needs = preflight.eval_needs(settings, who, r.python, r.cfg.out, req.launcher)
-    else:
-        from sft.export import DEFAULTS, checked
-
-        r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest, suggest=own_keys), f"stage {stage.name}: ckpt= and out= are required")
-        r.needs = Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who, "sft",
-                        r.python, None, (str(r.cfg.out),))
-
-
 def resolve_stages(req: Request) -> list[Resolved]:
     """Every stage's config resolved once, every key checked (one line naming the stage). Unfilled data slots (a dry
-    run): those arguments left out, an unknown key still refused. A job stage's `python.<its kind>=` is its interpreter."""
+    run): those arguments left out, an unknown key still refused. A job stage's `python.<its kind>=` is its interpreter;
+    its config's checks, cluster settings and needs are its job's (analyze: its evaluations' too)."""
     study = req.study
     if study.unset() and not req.dry_run:
         raise LaunchError(f"study {study.name}: set {', '.join(f'{v}=...' for v in study.unset())} "
@@ -223,26 +187,53 @@ def resolve_stages(req: Request) -> list[Resolved]:
                        _STAGE_JOB_KEYS)
     out = []
     for stage in study.stages:
-        r, own = Resolved(stage, unset=study.unset(stage)), req.own[stage.name]
+        r, own, who = Resolved(stage, unset=study.unset(stage)), req.own[stage.name], f"stage {stage.name} ({stage.run})"
         if stage.run not in TRAINING_RUNS:
             kind = STAGE_PYTHON[stage.run]
             for a in (a for a in own if a.key.startswith("python.") and a.key != f"python.{kind}"):
-                raise LaunchError(f"{stage.name}:{a}: " + (f"stage {stage.name} ({stage.run}) runs in python.{kind}" if a.key in
+                raise LaunchError(f"{stage.name}:{a}: " + (f"{who} runs in python.{kind}" if a.key in
                                   _PYTHON_KEYS else f"{a.key} is not an interpreter key ({', '.join(_PYTHON_KEYS)})."
                                   f"{did_you_mean(a.key, list(_PYTHON_KEYS))}"))
-            named = [a.value for a in [*req.shared, *own] if a.key == f"python.{kind}"]
-            r.python = interpreter.named({kind: named[-1]}, kind) if named else None
+            r.python = interpreter.named({kind: _last([*req.shared, *own], f"python.{kind}")}, kind)
             own = [a for a in own if stage.run == "analyze" or not a.key.startswith("python.")]   # analyze's: its evaluations' too
-        try:   # the study file's arguments, then the command line's (they win)
+        file = _file_args(stage, r.unset)   # the study file's arguments, then the command line's (they win)
+        try:
             if stage.run in TRAINING_RUNS:   # its runs as `launch` / `launch sweep` resolves them
-                args = [*map(str, [*_file_args(stage, r.unset), *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
+                args = [*map(str, [*file, *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
                 r.argv, profile, analyze = parse_sweep(args) if stage.run == "sweep" else ([args], None, [])
                 r.trainer = GRPO if stage.run == "grpo" else SFT
                 r.preps = [r.trainer.resolve(a) for a in r.argv]
                 r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
-            else:
-                _resolve_job_stage(req, r, _file_args(stage, r.unset), own, cluster, None if any(s.unset for s in out)
-                                   else [p.run_dir for s in out for p in s.preps])
+            elif stage.run == "analyze":   # with the plain cluster settings, python.eval= and study=, checked as the analysis checks them
+                from launch.analyze import parse_argv, request
+
+                cfg = parse_argv([*map(str, file), *(cluster.tokens("slurm.") if jobs.backend(req.launcher).submits else []),
+                                  *(str(a) for a in req.shared if a.key == "python.eval"), *map(str, own),
+                                  *([] if any(a.key == "study" for a in [*file, *own]) else [f"study={study.path}"]),
+                                  f"launcher={req.launcher}", "dry_run=false"])
+                with local.isolated():   # (planned: the earlier stages' run dirs; None while one is unresolved)
+                    request(cfg, planned=None if any(s.unset for s in out) else [p.run_dir for s in out for p in s.preps])
+                r.cfg, r.cluster, r.needs = cfg, Cluster.of(cfg.slurm), replace(preflight.analyze_needs(cfg), who=who)
+            else:   # evaluate, export: the plain cluster settings, then the stage's own `slurm.<key>=` (no config key)
+                args = [*file, *own]
+                for a in (a for a in args if a.key.startswith("slurm.") and a.key not in _SLURM_KEYS):
+                    raise LaunchError(f"{stage.name}:{a}: {a.key} is not a cluster setting of the stage's job "
+                                      f"({', '.join(_SLURM_KEYS)}).{did_you_mean(a.key, list(_SLURM_KEYS))}")
+                r.cluster = _cluster(args, _SLURM_KEYS, cluster)
+                rest = [str(a) for a in args if not a.key.startswith("slurm.")]
+                if stage.run == "evaluate":
+                    from evals.config import base_config, resolve_request
+
+                    r.cfg = resolve_request(apply_overrides(base_config(_last(args, "profile") or None), rest, suggest=_SLURM_KEYS))
+                    settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # (the profile's are merged in)
+                    r.needs = preflight.eval_needs(settings, who, r.python, r.cfg.out, req.launcher)
+                else:
+                    from sft.export import DEFAULTS, checked
+
+                    r.cfg = checked(apply_overrides(OmegaConf.create(DEFAULTS), rest, suggest=_SLURM_KEYS),
+                                    f"stage {stage.name}: ckpt= and out= are required")
+                    r.needs = Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who,
+                                    "sft", r.python, None, (str(r.cfg.out),))
         except ConfigError as exc:
             if not (r.unset and "unknown" not in str(exc) and _waits_for_slots(str(exc), stage, r.unset)):
                 raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
@@ -269,20 +260,6 @@ def _with_suggestion(text: str, study: Study) -> str:
     return re.sub(r" Did you mean: [^?]*\?", "", line) + ours if ours else line
 
 
-def _evaluation_jobs(req: Request, r: Resolved, where: Path, todo: list) -> tuple[list[Job], dict[Path, str]]:
-    """A sweep stage's evaluation as launch.sweep plans it, its configs under `where` (unwritten): here its analysis
-    job; submitted, one job per run after its training task, then the aggregation (carrying the analysis's needs)."""
-    name, needs = r.stage.name, replace(preflight.analyze_needs(r.evaluation), who=f"stage {r.stage.name} (its evaluation)")
-    if jobs.backend(req.launcher).submits:
-        evaluation, files = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where, r.preps, todo)
-    else:
-        evaluation, files = analysis_job(r.evaluation, where, after=("sweep",) if todo else ())
-    # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
-    rename = {"sweep": name, **{j.name: f"{name}.{j.name}" for j in evaluation}}
-    evaluation = [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
-    return [*evaluation[:-1], replace(evaluation[-1], needs=replace(evaluation[-1].needs, each=(needs,)))], files
-
-
 def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[Job], dict[Path, str]]:
     """The study's plan, nothing written: each stage's jobs, after the latest earlier stage that has jobs (submitted,
     an all-finished training stage has none), and their configs under `where` (path -> text)."""
@@ -306,9 +283,16 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
                 write(where / f"{stage.name}-{i}.config.yaml", OmegaConf.to_yaml(p.cfg))
             stage_jobs = [replace(r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
                                                 kind=req.launcher), name=stage.name, waits=None, **after)] if todo else []
-            if r.evaluation is not None:
-                evaluation, more = _evaluation_jobs(req, r, where / stage.name, todo)
-                stage_jobs, files = stage_jobs + evaluation, {**files, **more}
+            if r.evaluation is not None:   # a sweep's evaluation as launch.sweep plans it (configs under where/STAGE): here its
+                # analysis job; submitted, one job per run after its training task, then the aggregation (carrying the analysis's needs)
+                evaluation, more = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where / stage.name, r.preps, todo) \
+                    if submits else analysis_job(r.evaluation, where / stage.name, after=("sweep",) if todo else ())
+                files.update(more)
+                # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
+                rename = {"sweep": stage.name, **{j.name: f"{stage.name}.{j.name}" for j in evaluation}}
+                evaluation = [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
+                needs = replace(preflight.analyze_needs(r.evaluation), who=f"stage {stage.name} (its evaluation)")
+                stage_jobs += [*evaluation[:-1], replace(evaluation[-1], needs=replace(evaluation[-1].needs, each=(needs,)))]
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
                 if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json
@@ -321,8 +305,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
                               cluster=r.cluster if submits else None, resources=Resources(gpus_per_node=gpus),
                               needs=r.needs, title=f"dtsft-{req.study.name}-{stage.name}",
                               notes=(f"stage {stage.name} ({stage.run})",))]
-        if stage_jobs:
-            before = tuple(j.name for j in stage_jobs)
+        before = tuple(j.name for j in stage_jobs) or before
         plan += stage_jobs
     return plan, files
 

@@ -1,4 +1,4 @@
-"""Source marks (common.study's grammar): `[ref: <reference> "<verbatim quote>"]` and `[chosen: <reason>]`
+"""Source marks (common.marks' grammar): `[ref: <reference> "<verbatim quote>"]` and `[chosen: <reason>]`
 on every study argument and on the marked settings of the shared recipes. The quote test reads the
 published reference texts (../shared/references, skipped without them): every quote is verbatim in its
 reference and contains its value (`quote_found`, `value_in_quote`: here, since only the tests read those
@@ -11,7 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from common.keydoc import shown
-from common.study import MARK_GRAMMAR, REFERENCES, StudyError, file_marks, line_marks, load_study, study_names
+from common.marks import MARK_GRAMMAR, REFERENCES, MarkError, file_marks, line_marks
+from common.study import load_study, study_names
 from tests.conftest import ROOT, shared_path
 
 RECIPES = ROOT / "recipes"
@@ -104,20 +105,20 @@ def test_every_shipped_file_marks_in_the_grammar():
 
 
 def test_a_bare_or_unknown_mark_is_refused_naming_file_and_line(tmp_path):
-    with pytest.raises(StudyError, match=r"^f\.yaml:3: '\[ref\]' is not a source mark: write \[ref: <reference>"):
+    with pytest.raises(MarkError, match=r"^f\.yaml:3: '\[ref\]' is not a source mark: write \[ref: <reference>"):
         line_marks("  lr: 1.0e-4   # [ref] lr 1e-4", "f.yaml", 3)
-    with pytest.raises(StudyError, match=r"'\[chosen\]' is not a source mark"):
+    with pytest.raises(MarkError, match=r"'\[chosen\]' is not a source mark"):
         line_marks("x: 1  # [chosen] one directory per study", "f.yaml", 1)
-    with pytest.raises(StudyError, match=r"'\[ref: multihop\]' is not a source mark"):
+    with pytest.raises(MarkError, match=r"'\[ref: multihop\]' is not a source mark"):
         line_marks("x: 1  # [ref: multihop]", "f.yaml", 1)   # a reference without its quote
-    with pytest.raises(StudyError, match=r"names no reference; references: spa-qwen3, .*Did you mean: multihop\?"):
+    with pytest.raises(MarkError, match=r"names no reference; references: spa-qwen3, .*Did you mean: multihop\?"):
         line_marks('x: 1  # [ref: multihp "lr 1e-4"]', "f.yaml", 1)
     marks = line_marks('x: 1  # [ref: spa-qwen3 "4x GH200 GPUs"] [chosen: half each, no split stated]', "f.yaml", 1)
     assert [(m.kind, m.reference, m.text) for m in marks] == [("ref", "spa-qwen3", "4x GH200 GPUs"),
                                                               ("chosen", None, "half each, no split stated")]
     prose = tmp_path / "r.yaml"
     prose.write_text('# values marked [chosen: x] are ours\ntrain:\n  lr: 1.0  # [chosen: ours]\n')
-    with pytest.raises(StudyError, match=r"r\.yaml:1: a source mark on a line that holds no setting"):
+    with pytest.raises(MarkError, match=r"r\.yaml:1: a source mark on a line that holds no setting"):
         file_marks(prose)
 
 
@@ -127,9 +128,9 @@ def test_a_study_with_a_bare_mark_is_refused(tmp_path):
     bad = tmp_path / "qwen3_4b_spa_grpo.yaml"
     bad.write_text(src.replace(line, line.split("#")[0] + "# [chosen] one directory per study", 1))
     n = src.splitlines().index(line) + 1
-    with pytest.raises(StudyError, match=rf"qwen3_4b_spa_grpo\.yaml:{n}: '\[chosen\]' is not a source mark"):
+    with pytest.raises(MarkError, match=rf"qwen3_4b_spa_grpo\.yaml:{n}: '\[chosen\]' is not a source mark"):
         load_study(str(bad))
-    assert MARK_GRAMMAR in str(pytest.raises(StudyError, load_study, str(bad)).value)
+    assert MARK_GRAMMAR in str(pytest.raises(MarkError, load_study, str(bad)).value)
 
 
 def test_value_in_quote():

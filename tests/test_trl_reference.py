@@ -122,7 +122,8 @@ def test_launch_asks_the_named_interpreter_for_the_pinned_trl(tmp_path):
 
 @pytest.mark.parametrize("name,ref", [("qwen3_4b_spa_grpo", "spa-qwen3"), ("llama3_1_8b_spa_grpo", "spa-llama")])
 def test_both_search_plan_act_studies_pin_the_references_trl(name, ref, tmp_path, monkeypatch):
-    from common.study import file_marks, load_study
+    from common.marks import file_marks
+    from common.study import load_study
 
     study = load_study(name)
     assert study.stages[0].args["grpo.trl"] == TRL_REF
