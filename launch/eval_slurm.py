@@ -89,21 +89,10 @@ def _aggregation(req, plan: Path, files: dict[Path, str], after: tuple[str, ...]
                    needs=Needs(modules=("pandas",)), notes=("the report, from the evaluation jobs' outcomes",))
 
 
-def array_plan(req, plan: Path, jobs: list[EvalJob]) -> tuple[list[Job], dict[Path, str]]:
-    """The checkpoints still to evaluate (`jobs`, planned here) as Jobs: one array, task i evaluating jobs[i]
-    (after `slurm.after`), then the aggregation after it (afterany); and their configs (under `plan`), unwritten."""
-    files = dict(_task(req, plan, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time "
-                       f"or not run; see {plan}/slurm-eval-*_{i}.out)", planned=[j]) for i, j in enumerate(jobs))
-    evals = _evaluation(req, "eval", list(map(str, files)), [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs],
-                        waits=req.cfg.slurm.after)
-    return [evals, _aggregation(req, plan, files, ("eval",))], files
-
-
 def runs_plan(req, plan: Path, runs: list[str], after: list) -> tuple[list[Job], dict[Path, str]]:
     """`runs` (slurm.runs) as Jobs and their configs (unwritten): one evaluation job per run dir after `after[i]` (an
     sbatch dependency, or (job name, array task) of a training job planned before it), the anchor's, then the
     aggregation (afterany). Each job plans its run's checkpoints when it starts: they appear while the run trains."""
-    cfg = req.cfg
     entries = [(f"run {i}", str(Path(r).resolve()), None, a) for i, (r, a) in enumerate(zip(runs, after))]
     entries += [("the anchor", None, req.anchor, None)] if req.anchor is not None else []
     jobs, files = [], {}
@@ -114,20 +103,25 @@ def runs_plan(req, plan: Path, runs: list[str], after: list) -> tuple[list[Job],
         cause = f"cancelled because its dependency {shown} failed, i.e. its training did not finish, or " if dep else ""
         path, files[path] = _task(req, plan, name, what, f"{who}'s evaluation job wrote no outcome ({cause}killed, out "
                                   "of time or not run; see its slurm-*.out log)",
-                                  discover={"run": run, "anchor": anchor, "runs_root": str(cfg.runs_root), "profile":
-                                            req.profile, "benches": list(req.benches), "prompt": cfg.eval.prompt})
+                                  discover={"run": run, "anchor": anchor, "runs_root": str(req.cfg.runs_root), "profile":
+                                            req.profile, "benches": list(req.benches), "prompt": req.cfg.eval.prompt})
         jobs.append(_evaluation(req, name, [str(path)], [f"{what}: its checkpoints when this job starts, by evaluation "
                                                          "identity"], **link))
     return [*jobs, _aggregation(req, plan, files, tuple(j.name for j in jobs))], files
 
 
 def submit(req, jobs: list[EvalJob]) -> None:
-    """`analyze launcher=slurm`: the evaluation jobs (of `jobs`, planned here: array_plan; with `slurm.runs`: runs_plan),
-    then the aggregation, submitted (dry_run: written and printed)."""
+    """`analyze launcher=slurm`: the evaluation jobs, then the aggregation (afterany), submitted (dry_run: written and
+    printed): with `slurm.runs` runs_plan's, else one array, task i evaluating `jobs[i]` (planned here) after slurm.after."""
     cfg, runs = req.cfg, req.cfg.slurm.runs is not None
     where = plan_dir(cfg, "runs" if runs else "analyze")
-    plan, files = runs_plan(req, where, list(cfg.slurm.runs), list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs))) \
-        if runs else array_plan(req, where, jobs)
+    if runs:
+        plan, files = runs_plan(req, where, list(cfg.slurm.runs), list(cfg.slurm.runs_after or [None] * len(cfg.slurm.runs)))
+    else:
+        files = dict(_task(req, where, f"eval-{i}", j.label, f"Slurm array task {i} wrote no outcome (killed, out of time "
+                           f"or not run; see {where}/slurm-eval-*_{i}.out)", planned=[j]) for i, j in enumerate(jobs))
+        plan = [_evaluation(req, "eval", list(map(str, files)), [f"{j.label} {j.benches} <- {j.ckpt}" for j in jobs],
+                            waits=cfg.slurm.after), _aggregation(req, where, files, ("eval",))]
     runner = backend(cfg.launcher)(f"analyze launcher={cfg.launcher}")
     write_files(files)
     if cfg.dry_run:
@@ -306,11 +300,10 @@ def tasks_report(tasks) -> EvalReport:
             continue
         try:
             done = [EvalJob(**r) for r in _check(outcome, OUTCOME)["jobs"]]
-            failed = [EvalFailure(EvalJob(**f["job"]), f["benches"], f["error"]) for f in outcome["failures"]]
+            report.failures += [EvalFailure(EvalJob(**f["job"]), f["benches"], f["error"]) for f in outcome["failures"]]
         except (ValueError, TypeError) as exc:
             raise AnalysisError(f"{data['outcome']}: not an evaluation job's outcome ({exc})") from None
         report.jobs += [j for j in done if j.label not in {p.label for p in planned}]
-        report.failures += failed
     return report
 
 

@@ -4,7 +4,9 @@ and the anchor once; one call per checkpoint with its pending benches, a failing
 from __future__ import annotations
 
 import traceback
+from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,7 +26,7 @@ class Harness:
     """What analyze needs from the evals harness (`check_settings` sets `opts` and `settings`), given one checkpoint's
     `request(job)`: `evaluate(cfg)` (its summary), `pending(cfg)` ({bench: how its held identity differs}, no model
     loaded) and `check(cfg)` (the settings every request resolves to; a ConfigError for one evaluate would refuse).
-    A stand-in (tests) subclasses it and implements those three on the request as a dict (`EvalJob.config`)."""
+    A stand-in (tests) subclasses it and implements those three on the request as a dict (`Harness.request`)."""
 
     evaluator: Evaluator | None = None   # a caller's evaluate (a test's counting one), given each request as a dict
     opts: dict[str, Any] = {}            # what each evaluation is given (eval.*, the profile)
@@ -32,7 +34,8 @@ class Harness:
 
     def request(self, job: EvalJob) -> Any:
         """What this harness is given for `job`: here its config as a dict."""
-        return job.config(self.opts)
+        cfg = {**self.opts, "ckpt": job.ckpt, "benches": list(job.benches), "out": str(job.out), "prompt": job.prompt}
+        return {**cfg, "overwrite": True} if job.stale else cfg
 
     def template(self, cfg) -> str | None:
         """A setting the request's checkpoint's chat template cannot take (why), else None; here: not checked."""
@@ -48,22 +51,18 @@ class EvalsHarness(Harness):
             from evals import config, identity, run
         except ImportError as exc:
             raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
-        self.config, self.identity, self.run, self.evaluator, self.ids = config, identity, run, evaluator, {}
+        self.config, self.evaluator, self.ids = config, evaluator, cache(identity.checkpoint_identity)   # once per checkpoint
         self.evaluate, self.pending, self.check = run.evaluate, run.to_evaluate, config.resolve_request   # (Harness's three)
+        self.template = lambda resolved: run.thinking_problem(resolved.cfg)   # (check_templates runs on checked settings only)
 
     def request(self, job: EvalJob) -> Any:
         """`job`'s config made from the resolved settings (overwrite when a bench is held under another identity:
-        evaluate renames the old results aside), its checkpoint's identity computed once per checkpoint."""
+        evaluate renames the old results aside) and its checkpoint's identity."""
         if not isinstance(self.settings, DictConfig):   # refused settings: each evaluation says why (a gap)
             return super().request(job)
         cfg = self.config.for_checkpoint(self.settings, job.ckpt, str(job.out), job.benches, job.prompt,
                                          overwrite=True if job.stale else None)
-        if cfg.ckpt not in self.ids:
-            self.ids[cfg.ckpt] = self.identity.checkpoint_identity(str(cfg.ckpt))
-        return self.config.Resolved(cfg, self.ids[cfg.ckpt])
-
-    def template(self, cfg) -> str | None:
-        return self.run.thinking_problem(cfg.cfg)   # (a Resolved: check_templates runs on checked settings only)
+        return self.config.Resolved(cfg, self.ids(str(cfg.ckpt)))
 
 
 def harness(evaluator: Harness | Evaluator | None = None) -> Harness:
@@ -93,10 +92,6 @@ class EvalJob:
     def record(self) -> dict[str, Any]:
         """This job as an evaluation job's config and outcome hold it (`EvalJob(**record)` reads it back)."""
         return {k: str(v) if k == "out" else v for k, v in vars(self).items() if k != "stale"}
-
-    def config(self, eval_opts: dict[str, Any]) -> dict[str, Any]:
-        cfg = {**eval_opts, "ckpt": self.ckpt, "benches": list(self.benches), "out": str(self.out), "prompt": self.prompt}
-        return {**cfg, "overwrite": True} if self.stale else cfg
 
 
 @dataclass
@@ -137,10 +132,8 @@ def check_templates(h: Harness, jobs: list[EvalJob]) -> None:
     cannot take (every evaluate of it would fail after loading): one AnalysisError naming the checkpoints."""
     problems = []
     for job in jobs:
-        try:
+        with suppress(ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
             problems += [why] if (why := h.template(h.request(job))) else []
-        except (ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
-            pass
     if problems:
         more = f" (and {len(problems) - 1} more checkpoint(s))" if len(problems) > 1 else ""
         raise AnalysisError(f"evaluation settings (eval.KEY=...): {problems[0]}{more}")
@@ -196,7 +189,7 @@ def run_job(job: EvalJob, h: Harness, anchor_dir: Path) -> list[EvalFailure]:
         print(f"[analyze] {job.label} × {bench}: {job.out} holds it under another evaluation identity "
               f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
     try:
-        h.evaluator(job.config(h.opts)) if h.evaluator else h.evaluate(h.request(job))
+        h.evaluator(Harness.request(h, job)) if h.evaluator else h.evaluate(h.request(job))
     except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return [EvalFailure(job, list(job.benches), last)]
