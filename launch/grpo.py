@@ -87,7 +87,7 @@ class GRPOTrainer(run.Trainer):
                           f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
                           f"checkpoints at {rl_config.planned_saves(cfg)} (+ step 0 = the starting model)", *note])
 
-    def prepare(self, prep: run.Prepared, **cache_kw) -> dict:
+    def prepare(self, prep: run.Prepared) -> dict:
         """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""
         run.write_config(prep)
         return start_record(prep.cfg)

@@ -68,7 +68,7 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     monkeypatch.setattr(hub, "resolve_revision", lambda hub_id: asked.append(hub_id) or "sha111")
     argv = ["arm=r2e", "model=tiny", "data=hub", "n=4", "data.sources.code=[r2e-gym:org/ds]", f"runs_root={tmp_path}"]
     prep = SFT.resolve(argv)
-    data = SFT.prepare(prep, log=lambda msg: None)   # as launch does: data, identity, config.yaml, then manifest.json
+    data = SFT.prepare(prep)   # as launch does: data, identity, config.yaml, then manifest.json
     launch_manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher={"kind": "local"},
                                    data=data, identity=prep.identity)
     assert asked == ["org/ds"] and fake_hub == [("org/ds", "train", "sha111")]
@@ -82,7 +82,7 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
 
     monkeypatch.setattr(hub, "resolve_revision", offline)   # a requeue / relaunch on an offline node
     again = SFT.resolve(argv)
-    SFT.dataset(again, log=lambda msg: None)
+    SFT.dataset(again)
     assert list(again.cfg.data.sources.code) == ["r2e-gym:org/ds@sha111"]
     assert again.data.dir == prep.data.dir and again.data.reused and len(fake_hub) == 1
 
@@ -90,4 +90,4 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     from common.cli import ConfigError
 
     with pytest.raises(ConfigError, match="no network"):
-        SFT.dataset(other, log=lambda msg: None)
+        SFT.dataset(other)
