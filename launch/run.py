@@ -334,10 +334,10 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     from launch.eval_slurm import write_files
 
     first, kind = preps[0], preps[0].cfg.launcher.kind
-    for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
+    for cfg, arm in [(p.cfg, p.composed.data_arm) for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
         try:
             with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
-                cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, first.composed.data_arm))
+                cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, arm))
         except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
             print(f"[launch] (dataset cache key not computable here: {exc})")
     job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
