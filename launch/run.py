@@ -40,7 +40,6 @@ class Prepared:
     composed: Composed
     run_dir: Path
     nproc: int
-    data: cache.CachedData | None = None
     identity: dict | None = None          # the run identity, complete once the data is known
     needs: Needs | None = None            # what the preflight checks of it: asked once, by its first Job
 
@@ -290,33 +289,32 @@ def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
                             python=interpreter.interpreters(prep.cfg.get("python")))
 
 
-_SIGNALS = {int(s) for s in signal.Signals}
 def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopped_by: str | None = None) -> int:
     """The closing line of a local launch; the exit code (a refusal the trainer recorded under `launch_id`, None:
     outside launch, printed as its one line with the trainer's code). A trainer exiting 0 without DONE stopped at a
     signal (`stopped_by`) with its state saved: STOPPED, exit 0; without a resumable state: FAILED, exit 1."""
     resumable = layout.latest_complete_state(layout.states_dir(rd)) is not None
+    refusal = trainer_refusal(rd, launch_id)
     if rc == 0 and not is_finished(rd):
         if resumable:   # (a signal sent to the trainer itself, not through launch: no `stopped_by`)
             layout.record_end(rd, layout.STOPPED, f"stopped{f' by {stopped_by}' if stopped_by else ''} with its "
                               "state saved: re-run the same command to resume", "launch (local)", launch=launch_id)
-        elif trainer_refusal(rd, launch_id) is None:
+        elif refusal is None:
             print(f"error: the trainer exited 0 without writing {layout.DONE} or a resumable state"
                   f"{f' after {stopped_by}' if stopped_by else ''} (see its log {log})", file=sys.stderr, flush=True)
             layout.record_end(rd, layout.FAILED, "the trainer exited 0 without writing DONE or a resumable state",
                               "launch (local)", launch=launch_id, code=0)
             rc = 1
-    refusal = trainer_refusal(rd, launch_id) if rc != 0 else None
-    if refusal is not None:
+    if rc != 0 and refusal is not None:
         rc = refusal[0]
         print(f"error: {refusal[1]}", file=sys.stderr, flush=True)
-    if rc != 0 and refusal is None and not is_finished(rd):
+    elif rc != 0 and not is_finished(rd):
         # the trainer's own FAILED record (this launch's) says more; else one here (an OOM kill, SIGKILL, ...).
         # A refusal wrote its own (none when another trainer holds the run: that one has not failed).
         rec = layout.end_record(rd)
         if not (rec and rec["state"] == "failed" and rec.get("launch") == launch_id):
             killed = (f" (killed by {signal.Signals(rc - 128).name}{': out of memory?' if rc - 128 == signal.SIGKILL else ''})"
-                      if rc - 128 in _SIGNALS else "")   # 128 + N: killed by signal N (local.run_logged, launch.torchrun)
+                      if rc - 128 in set(signal.Signals) else "")   # 128 + N: killed by signal N (local.run_logged, launch.torchrun)
             layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
                               "launch (local)", launch=launch_id, code=rc)
     state = "finished" if is_finished(rd) else f"stopped (exit {rc})" + (
@@ -422,7 +420,7 @@ class Training(jobs.Runner):
 class SFTTrainer(Trainer):
     """SFT: composed by launch.compose.compose, its dataset built (cached) before config.yaml, trained by sft.train."""
 
-    stage, module, keys = "sft", "sft.train", sft_config.SFT
+    stage, module, keys, needs = "sft", "sft.train", sft_config.SFT, staticmethod(interpreter.sft_needs)
 
     def resolve(self, argv: list[str], gpus: int | None = None) -> Prepared:
         composed = compose(argv)
@@ -433,15 +431,12 @@ class SFTTrainer(Trainer):
     def describe(self, prep: Prepared) -> str:
         return f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n[launch] {plan_line(prep.cfg)}"
 
-    def needs(self, cfg: DictConfig) -> dict[str, str]:
-        return interpreter.sft_needs(cfg)
-
     def dataset(self, prep: Prepared) -> cache.CachedData:
-        """The run's dataset (hub sources pinned, then built or reused by its cache key): `data.dir` and `prep.data`."""
+        """The run's dataset (hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
         cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir)
-        prep.data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm)
-        prep.cfg.data.dir = str(prep.data.dir)
-        return prep.data
+        data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm)
+        prep.cfg.data.dir = str(data.dir)
+        return data
 
     def prepare(self, prep: Prepared) -> dict:
         """The dataset (cached), the data half of the identity, config.yaml; the manifest's `data` record: the dataset."""

@@ -4,6 +4,7 @@ and a later launch of the run reuses that pin without the hub. `datasets.load_da
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -74,7 +75,7 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     assert asked == ["org/ds"] and fake_hub == [("org/ds", "train", "sha111")]
     saved = OmegaConf.load(prep.run_dir / "config.yaml")
     assert list(saved.data.sources.code) == ["r2e-gym:org/ds@sha111"]
-    data_manifest = json.loads((prep.data.dir / "manifest.json").read_text())
+    data_manifest = json.loads((Path(data["dir"]) / "manifest.json").read_text())
     assert data_manifest["sources"][0]["revision"] == "sha111"
 
     def offline(hub_id):
@@ -82,9 +83,9 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
 
     monkeypatch.setattr(hub, "resolve_revision", offline)   # a requeue / relaunch on an offline node
     again = SFT.resolve(argv)
-    SFT.dataset(again)
+    reused = SFT.dataset(again)
     assert list(again.cfg.data.sources.code) == ["r2e-gym:org/ds@sha111"]
-    assert again.data.dir == prep.data.dir and again.data.reused and len(fake_hub) == 1
+    assert str(reused.dir) == data["dir"] and reused.reused and len(fake_hub) == 1
 
     other = SFT.resolve([*argv[:-1], f"runs_root={tmp_path / 'fresh'}"])   # a new run, offline: a clear error
     from common.cli import ConfigError
