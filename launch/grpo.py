@@ -56,17 +56,16 @@ def start_record(cfg) -> dict:
 
 
 class GRPOTrainer(run.Trainer):
-    """GRPO: composed by launch.compose.compose_grpo, no dataset (the manifest records the starting model),
-    checked by rl.train's preflight before any work, trained by rl.train."""
+    """GRPO (this module's doc): composed by compose_grpo, checked by rl.train's preflight, trained by rl.train."""
 
     stage, module, keys, needs = "grpo", "rl.train", rl_config.GRPO, staticmethod(interpreter.grpo_needs)
 
-    def resolve(self, argv: list[str], gpus: int | None = None) -> run.Prepared:
+    def resolve(self, argv: list[str]) -> run.Prepared:
         """Compose, check the hardware and the world size, refuse a request whose run identity (common.fingerprint
         over every config key: task, LoRA, GRPO settings, env split; the input files by content) differs from the
         run dir's."""
         composed = compose_grpo(argv)
-        nproc = run.local_nproc(composed, gpus)
+        nproc = run.local_nproc(composed)
         rd, want = rl_config.placement(composed.cfg, world_size(composed.cfg, nproc))
         return self.placed(composed, rd, nproc, run.check_identity(rd, composed.cfg, want=want))
 

@@ -156,13 +156,13 @@ def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = Non
     return want
 
 
-def local_nproc(composed: Composed, gpus: int | None = None) -> int:
+def local_nproc(composed: Composed) -> int:
     """Processes per node: `launcher.nproc`, or auto = what the backend gives (jobs.Runner.nproc), after refusing,
     for a run that would train here (not a dry run), a GPU-only model without CUDA or more processes than GPUs."""
     cfg, nproc = composed.cfg, composed.cfg.launcher.nproc
     runner = backend(cfg.launcher.kind)
+    gpus = jobs.cuda_device_count() if runner.where == "here" else None   # (elsewhere: launcher.gpus_per_node)
     if runner.where == "here" and not cfg.launcher.dry_run:
-        gpus = jobs.cuda_device_count() if gpus is None else gpus
         if cfg.model.gpu_only and gpus == 0:
             raise LaunchError(f"model={composed.choices['model']} is GPU-only (model.gpu_only=true) and this machine has no "
                               "CUDA GPU. For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
@@ -422,11 +422,11 @@ class SFTTrainer(Trainer):
 
     stage, module, keys, needs = "sft", "sft.train", sft_config.SFT, staticmethod(interpreter.sft_needs)
 
-    def resolve(self, argv: list[str], gpus: int | None = None) -> Prepared:
+    def resolve(self, argv: list[str]) -> Prepared:
         composed = compose(argv)
         rd = run_dir(composed.cfg)
         check_identity(rd, cache.with_run_pins(composed.cfg, rd))
-        return self.placed(composed, rd, local_nproc(composed, gpus))
+        return self.placed(composed, rd, local_nproc(composed))
 
     def describe(self, prep: Prepared) -> str:
         return f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n[launch] {plan_line(prep.cfg)}"
