@@ -6,7 +6,6 @@ import fcntl
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -14,9 +13,6 @@ from common import layout
 from common.io import JsonLineError, atomic_dir
 from data_prep.errors import DataPrepError
 from launch.errors import LaunchError
-
-Builder = Callable[..., dict]   # build_arm(data_cfg, *, arm, seed, tokenizer, out) -> manifest
-KeyFn = Callable[..., str]      # cache_key(data_cfg, *, arm, seed, tokenizer) -> hex digest
 
 
 @dataclass
@@ -41,10 +37,10 @@ def data_section(cfg: DictConfig) -> DictConfig:
     return OmegaConf.create({**OmegaConf.to_container(cfg.data, resolve=True), "dir": None, "cache_root": None})
 
 
-def dataset_key(cfg: DictConfig, data_arm: str, key_fn: KeyFn | None = None) -> str:
-    if key_fn is None:
-        from data_prep.build import cache_key as key_fn
-    return key_fn(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer))
+def dataset_key(cfg: DictConfig, data_arm: str) -> str:
+    from data_prep.build import cache_key
+
+    return cache_key(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer))
 
 
 def read_manifest(data_dir: Path) -> dict:
@@ -60,12 +56,12 @@ def read_manifest(data_dir: Path) -> dict:
     return manifest
 
 
-def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path, log: Callable[[str], None] = print) -> None:
+def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path) -> None:
     """Pin the arm's hub sources in place, reusing the run's config.yaml pins; a no-op with an explicit `data.dir`."""
     if not cfg.data.dir:
         from data_prep import arms
 
-        _pin(cfg, arms.quotas(data_arm, int(cfg.data.n)), run_dir, log)
+        _pin(cfg, arms.quotas(data_arm, int(cfg.data.n)), run_dir, True)
 
 
 def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
@@ -74,11 +70,11 @@ def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
     if cfg.data.dir or not (rd / layout.CONFIG).is_file():
         return cfg
     out = cfg.copy()
-    _pin(out, list(out.data.sources), rd, None, resolve=lambda _: None)
+    _pin(out, list(out.data.sources), rd, False, resolve=lambda _: None)
     return out
 
 
-def _pin(cfg: DictConfig, domains, rd: Path, log: Callable[[str], None] | None, **resolve) -> None:
+def _pin(cfg: DictConfig, domains, rd: Path, log: bool, **resolve) -> None:
     """Pin `cfg`'s sources of `domains` in place as config.yaml has them, else by `resolve` (default: the hub)."""
     from data_prep import hub
 
@@ -90,30 +86,29 @@ def _pin(cfg: DictConfig, domains, rd: Path, log: Callable[[str], None] | None, 
         except OSError as exc:
             raise LaunchError(str(exc)) from exc
         for spec, note in how.items() if log else ():
-            log(f"[launch] data.sources.{domain}: {spec} -> {note}")
+            print(f"[launch] data.sources.{domain}: {spec} -> {note}")
 
 
-def ensure_dataset(cfg: DictConfig, data_arm: str, *, builder: Builder | None = None,
-                   key_fn: KeyFn | None = None, log: Callable[[str], None] = print) -> CachedData:
-    """The arm's dataset directory, built (data_prep's `build_arm` / `cache_key` unless given) only when no complete
-    copy is cached. An explicit `data.dir` is used as is (it must be a data_prep output directory)."""
+def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
+    """The arm's dataset directory, built (data_prep.build's `build_arm`) only when no complete copy is cached
+    (`dataset_key`). An explicit `data.dir` is used as is (it must be a data_prep output directory)."""
     if cfg.data.dir:
         data_dir = Path(cfg.data.dir).expanduser().resolve()
         return CachedData(dir=data_dir, key=None, manifest=read_manifest(data_dir), reused=True)
-    if builder is None:
-        from data_prep.build import build_arm as builder
-    key = dataset_key(cfg, data_arm, key_fn)
+    from data_prep.build import build_arm
+
+    key = dataset_key(cfg, data_arm)
     final = cache_root(cfg) / key
     final.parent.mkdir(parents=True, exist_ok=True)
     with open(final.with_name(f".{key}.lock"), "a") as lock:   # released when closed
         fcntl.flock(lock, fcntl.LOCK_EX)
         if final.is_dir():
-            log(f"[launch] reusing cached dataset {final}")
+            print(f"[launch] reusing cached dataset {final}")
             return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=True)
-        log(f"[launch] building the {data_arm} dataset (key {key[:16]}) -> {final}")
+        print(f"[launch] building the {data_arm} dataset (key {key[:16]}) -> {final}")
         with atomic_dir(final) as tmp:
             try:
-                builder(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer), out=tmp)
+                build_arm(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer), out=tmp)
             # data_prep's bad-input errors (unknown source, too few records, strict=true rejections) and OSError
             # (hub unreachable, missing file, disk full) become one clear message; anything else is a bug: kept.
             except (DataPrepError, JsonLineError, OSError) as exc:

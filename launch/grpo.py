@@ -33,16 +33,15 @@ directory and recorded absolute; the prompts file and corpus enter the run ident
 def grpo_keys(argv: list[str] = ()) -> list[keydoc.Key]:
     """Every GRPO key (rl.config.GRPO), its default as composed for the task= / model= / launcher= in
     argv (else the defaults) and its help."""
-    composed = compose_grpo([a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")])
+    composed = compose_grpo([a for a in argv if a.split("=", 1)[0] in GRPO_SELECTORS])
     return [keydoc.Key(k.name, plain(OmegaConf.select(composed.cfg, k.name)), k.doc) for k in keydoc.from_table(rl_config.GRPO)
             if k.name != "stage"]
 
 
 def help_text(argv: list[str]) -> str:
     """GRPO's own keys, defaults and descriptions (for the task= / model= / launcher= given in argv, else the defaults)."""
-    chosen = " ".join(a for a in argv if a.split("=", 1)[0] in ("task", "model", "launcher")) \
-        or " ".join(f"{k}={v}" for k, v in GRPO_SELECTORS.items())
-    return "\n".join([USAGE, "", f"Keys for {chosen} (key=default  description; any key: key.sub=value):",
+    chosen = [a for a in argv if a.split("=", 1)[0] in GRPO_SELECTORS] or [f"{k}={v}" for k, v in GRPO_SELECTORS.items()]
+    return "\n".join([USAGE, "", f"Keys for {' '.join(chosen)} (key=default  description; any key: key.sub=value):",
                       keydoc.help_table(grpo_keys(argv)), "",
                       "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())])
 
@@ -57,17 +56,16 @@ def start_record(cfg) -> dict:
 
 
 class GRPOTrainer(run.Trainer):
-    """GRPO: composed by launch.compose.compose_grpo, no dataset (the manifest records the starting model),
-    checked by rl.train's preflight before any work, trained by rl.train."""
+    """GRPO (this module's doc): composed by compose_grpo, checked by rl.train's preflight, trained by rl.train."""
 
-    stage, module, keys = "grpo", "rl.train", rl_config.GRPO
+    stage, module, keys, needs = "grpo", "rl.train", rl_config.GRPO, staticmethod(interpreter.grpo_needs)
 
-    def resolve(self, argv: list[str], gpus: int | None = None) -> run.Prepared:
+    def resolve(self, argv: list[str]) -> run.Prepared:
         """Compose, check the hardware and the world size, refuse a request whose run identity (common.fingerprint
         over every config key: task, LoRA, GRPO settings, env split; the input files by content) differs from the
         run dir's."""
         composed = compose_grpo(argv)
-        nproc = run.local_nproc(composed, gpus)
+        nproc = run.local_nproc(composed)
         rd, want = rl_config.placement(composed.cfg, world_size(composed.cfg, nproc))
         return self.placed(composed, rd, nproc, run.check_identity(rd, composed.cfg, want=want))
 
@@ -87,13 +85,10 @@ class GRPOTrainer(run.Trainer):
                           f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
                           f"checkpoints at {rl_config.planned_saves(cfg)} (+ step 0 = the starting model)", *note])
 
-    def prepare(self, prep: run.Prepared, **cache_kw) -> dict:
+    def prepare(self, prep: run.Prepared) -> dict:
         """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""
         run.write_config(prep)
         return start_record(prep.cfg)
-
-    def needs(self, cfg) -> dict[str, str]:
-        return interpreter.grpo_needs(cfg)
 
     def preflight(self, prep: run.Prepared) -> None:
         """What the trainer would refuse at start, task=spa's adversarial pilot included (rl.train.preflight):

@@ -56,9 +56,8 @@ def hardware() -> dict:
         import torch
 
         if torch.cuda.is_available():
-            info["cuda"] = True
-            info["cuda_version"] = torch.version.cuda
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            info.update(cuda=True, cuda_version=torch.version.cuda,
+                        gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
     except Exception as exc:  # a broken CUDA install must not stop the record being written
         info["cuda_error"] = repr(exc)
     return info

@@ -40,7 +40,6 @@ class Prepared:
     composed: Composed
     run_dir: Path
     nproc: int
-    data: cache.CachedData | None = None
     identity: dict | None = None          # the run identity, complete once the data is known
     needs: Needs | None = None            # what the preflight checks of it: asked once, by its first Job
 
@@ -61,7 +60,7 @@ class Trainer:
     def preflight(self, prep: Prepared) -> None:
         """Refuse (an error naming why) what the trainer would refuse at start."""
 
-    def check_finished(self, prep: Prepared, **cache_kw) -> None:
+    def check_finished(self, prep: Prepared) -> None:
         """A finished run's input half of the identity (refused with a LaunchError when it differs)."""
 
     def placed(self, composed: Composed, rd: Path, nproc: int, identity: dict | None = None) -> Prepared:
@@ -157,13 +156,13 @@ def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = Non
     return want
 
 
-def local_nproc(composed: Composed, gpus: int | None = None) -> int:
+def local_nproc(composed: Composed) -> int:
     """Processes per node: `launcher.nproc`, or auto = what the backend gives (jobs.Runner.nproc), after refusing,
     for a run that would train here (not a dry run), a GPU-only model without CUDA or more processes than GPUs."""
     cfg, nproc = composed.cfg, composed.cfg.launcher.nproc
     runner = backend(cfg.launcher.kind)
+    gpus = jobs.cuda_device_count() if runner.where == "here" else None   # (elsewhere: launcher.gpus_per_node)
     if runner.where == "here" and not cfg.launcher.dry_run:
-        gpus = jobs.cuda_device_count() if gpus is None else gpus
         if cfg.model.gpu_only and gpus == 0:
             raise LaunchError(f"model={composed.choices['model']} is GPU-only (model.gpu_only=true) and this machine has no "
                               "CUDA GPU. For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
@@ -207,7 +206,7 @@ def lock_run_dir(rd: Path):
 
 
 @contextmanager
-def prepared(trainer: Trainer, prep: Prepared, runner: type[jobs.Runner] | jobs.Runner, **cache_kw):
+def prepared(trainer: Trainer, prep: Prepared, runner: type[jobs.Runner] | jobs.Runner):
     """resume=never: an existing run dir renamed aside (`<dir>.replaced-<UTC time>`, nothing deleted; any other
     non-empty `run_dir=` refused: common.io.check_output_dir). Then under the run dir's lock (held for the block): a
     run still queued refused, the trainer's inputs and config.yaml; yields the manifest's `data` record."""
@@ -219,7 +218,7 @@ def prepared(trainer: Trainer, prep: Prepared, runner: type[jobs.Runner] | jobs.
         print(f"[launch] resume=never: the previous run in {rd} was renamed to {aside}", flush=True)
     with lock_run_dir(rd):
         runner.check_not_queued(rd)
-        yield trainer.prepare(prep, **cache_kw)
+        yield trainer.prepare(prep)
 
 
 def choices_line(choices: dict) -> str:
@@ -227,22 +226,22 @@ def choices_line(choices: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in choices.items())
 
 
-def kept(trainer: Trainer, prep: Prepared, **cache_kw) -> bool:
+def kept(trainer: Trainer, prep: Prepared) -> bool:
     """True for a finished run (DONE; not resume=never): kept, not retrained, its identity checked unless a dry run."""
     rd = prep.run_dir
     if not is_finished(rd) or prep.cfg.resume == "never":
         return False
     if not prep.cfg.launcher.dry_run:
-        trainer.check_finished(prep, **cache_kw)
+        trainer.check_finished(prep)
     print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
           f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
     return True
 
 
-def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
-    """`launch [stage=...] key=value ...` for one run of `trainer`; the exit code. `cache_kw` reach SFT's data step."""
+def launch_one(trainer: Trainer, argv: list[str]) -> int:
+    """`launch [stage=...] key=value ...` for one run of `trainer`; the exit code."""
     prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
-    if kept(trainer, prep, **cache_kw):
+    if kept(trainer, prep):
         return 0
     trainer.check_python(prep)   # a named interpreter: its one line, before anything (a dry run's too)
     found = preflight.gate(preflight.of([trainer.job([prep])]), bool(prep.cfg.launcher.dry_run))
@@ -251,15 +250,15 @@ def launch_one(trainer: Trainer, argv: list[str], **cache_kw) -> int:
     print(trainer.describe(prep))
     runner = trainer.runner(argv, prep.cfg.launcher.kind)
     if not runner.submits:
-        return train_here(trainer, argv, prep, **cache_kw)
+        return train_here(trainer, argv, prep)
     job = trainer.job([prep])   # as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), its submission in manifest.json
     script = prep.run_dir / f"{job.name}{runner.suffix}"
-    job_id = Training(runner, {job.name: (trainer, [(argv, prep)])}, **cache_kw).start(job, script, {})
+    job_id = Training(runner, {job.name: (trainer, [(argv, prep)])}).start(job, script, {})
     print(f"[launch] submitted {script} as {prep.cfg.launcher.kind.capitalize()} job {job_id}")
     return 0
 
 
-def train_here(trainer: Trainer, argv: list[str], prep: Prepared, **cache_kw) -> int:
+def train_here(trainer: Trainer, argv: list[str], prep: Prepared) -> int:
     """One run trained here, prepared and recorded first, under a launch id the trainer tags its refusal with;
     report_end's exit code (a refusal by the trainer's preflight: its line, exit 2)."""
     try:
@@ -269,7 +268,7 @@ def train_here(trainer: Trainer, argv: list[str], prep: Prepared, **cache_kw) ->
         return 2
     launch_id, stops, rd = uuid.uuid4().hex, [], prep.run_dir
     here = trainer.runner(argv, prep.cfg.launcher.kind, env={**os.environ, layout.LAUNCH_ID_ENV: launch_id}, stops=stops)
-    with prepared(trainer, prep, here, **cache_kw) as data:
+    with prepared(trainer, prep, here) as data:
         job = trainer.job([prep])
         cmd = shlex.join(here.task_command(job, str(job.config)))
         record(prep, trainer.command_argv(argv), data, nproc=prep.nproc, command=cmd)
@@ -290,33 +289,32 @@ def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
                             python=interpreter.interpreters(prep.cfg.get("python")))
 
 
-_SIGNALS = {int(s) for s in signal.Signals}
 def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopped_by: str | None = None) -> int:
     """The closing line of a local launch; the exit code (a refusal the trainer recorded under `launch_id`, None:
     outside launch, printed as its one line with the trainer's code). A trainer exiting 0 without DONE stopped at a
     signal (`stopped_by`) with its state saved: STOPPED, exit 0; without a resumable state: FAILED, exit 1."""
     resumable = layout.latest_complete_state(layout.states_dir(rd)) is not None
+    refusal = trainer_refusal(rd, launch_id)
     if rc == 0 and not is_finished(rd):
         if resumable:   # (a signal sent to the trainer itself, not through launch: no `stopped_by`)
             layout.record_end(rd, layout.STOPPED, f"stopped{f' by {stopped_by}' if stopped_by else ''} with its "
                               "state saved: re-run the same command to resume", "launch (local)", launch=launch_id)
-        elif trainer_refusal(rd, launch_id) is None:
+        elif refusal is None:
             print(f"error: the trainer exited 0 without writing {layout.DONE} or a resumable state"
                   f"{f' after {stopped_by}' if stopped_by else ''} (see its log {log})", file=sys.stderr, flush=True)
             layout.record_end(rd, layout.FAILED, "the trainer exited 0 without writing DONE or a resumable state",
                               "launch (local)", launch=launch_id, code=0)
             rc = 1
-    refusal = trainer_refusal(rd, launch_id) if rc != 0 else None
-    if refusal is not None:
+    if rc != 0 and refusal is not None:
         rc = refusal[0]
         print(f"error: {refusal[1]}", file=sys.stderr, flush=True)
-    if rc != 0 and refusal is None and not is_finished(rd):
+    elif rc != 0 and not is_finished(rd):
         # the trainer's own FAILED record (this launch's) says more; else one here (an OOM kill, SIGKILL, ...).
         # A refusal wrote its own (none when another trainer holds the run: that one has not failed).
         rec = layout.end_record(rd)
         if not (rec and rec["state"] == "failed" and rec.get("launch") == launch_id):
             killed = (f" (killed by {signal.Signals(rc - 128).name}{': out of memory?' if rc - 128 == signal.SIGKILL else ''})"
-                      if rc - 128 in _SIGNALS else "")   # 128 + N: killed by signal N (local.run_logged, launch.torchrun)
+                      if rc - 128 in set(signal.Signals) else "")   # 128 + N: killed by signal N (local.run_logged, launch.torchrun)
             layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
                               "launch (local)", launch=launch_id, code=rc)
     state = "finished" if is_finished(rd) else f"stopped (exit {rc})" + (
@@ -334,10 +332,10 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     from launch.eval_slurm import write_files
 
     first, kind = preps[0], preps[0].cfg.launcher.kind
-    for cfg in [p.cfg for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
+    for cfg, arm in [(p.cfg, p.composed.data_arm) for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
         try:
             with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
-                cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, first.composed.data_arm))
+                cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, arm))
         except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
             print(f"[launch] (dataset cache key not computable here: {exc})")
     job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
@@ -363,18 +361,18 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     return 0
 
 
-def train_runs(trainer: Trainer, runs: list, **cache_kw) -> int:
+def train_runs(trainer: Trainer, runs: list) -> int:
     """Runs ((argv, prep) each) here, one after another as `launch` runs each; the exit status: one run's own; of
     several, 1 when one failed (the others still run; the failed listed), or an interrupt's (130 / 143), which stops them."""
     failed = []
     for i, (argv, prep) in enumerate(runs, 1):
         if len(runs) > 1:
             print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(argv[:2])}", flush=True)
-        if kept(trainer, prep, **cache_kw):
+        if kept(trainer, prep):
             continue
         trainer.check_python(prep)
         print(trainer.describe(prep))
-        rc = train_here(trainer, argv, prep, **cache_kw)
+        rc = train_here(trainer, argv, prep)
         if rc in (130, 143) or len(runs) == 1:
             return rc
         failed += [(argv[:2], rc)] if rc else []
@@ -388,8 +386,8 @@ class Training(jobs.Runner):
     `launch` runs them: here, `train_runs`; submitted, each unfinished run preflighted and `prepared` just before,
     its submission recorded in its manifest (an array: task i)."""
 
-    def __init__(self, inner: jobs.Runner, runs: dict, **cache_kw):
-        self.inner, self.runs, self.cache_kw, self.suffix = inner, runs, cache_kw, inner.suffix
+    def __init__(self, inner: jobs.Runner, runs: dict):
+        self.inner, self.runs, self.suffix = inner, runs, inner.suffix
 
     def script(self, job: Job, ids, where: Path) -> str:
         return self.inner.script(job, ids, where)
@@ -400,14 +398,14 @@ class Training(jobs.Runner):
         trainer, runs = self.runs[job.name]
         with local.isolated(self.inner.env):
             if not self.inner.submits:
-                if status := train_runs(trainer, runs, **self.cache_kw):
+                if status := train_runs(trainer, runs):
                     raise JobFailed(job.name, status)
                 return f"local-{job.name}"
-            todo = [(argv, prep) for argv, prep in runs if not kept(trainer, prep, **self.cache_kw)]
+            todo = [(argv, prep) for argv, prep in runs if not kept(trainer, prep)]
             data = []
             for _, prep in todo:
                 trainer.preflight(prep)
-                with prepared(trainer, prep, self.inner, **self.cache_kw) as record_data:
+                with prepared(trainer, prep, self.inner) as record_data:
                     data.append(record_data)
             # (written again now: a single launch's script lies in its run dir, which resume=never renamed aside)
             Path(job.logs).mkdir(parents=True, exist_ok=True)
@@ -422,35 +420,32 @@ class Training(jobs.Runner):
 class SFTTrainer(Trainer):
     """SFT: composed by launch.compose.compose, its dataset built (cached) before config.yaml, trained by sft.train."""
 
-    stage, module, keys = "sft", "sft.train", sft_config.SFT
+    stage, module, keys, needs = "sft", "sft.train", sft_config.SFT, staticmethod(interpreter.sft_needs)
 
-    def resolve(self, argv: list[str], gpus: int | None = None) -> Prepared:
+    def resolve(self, argv: list[str]) -> Prepared:
         composed = compose(argv)
         rd = run_dir(composed.cfg)
         check_identity(rd, cache.with_run_pins(composed.cfg, rd))
-        return self.placed(composed, rd, local_nproc(composed, gpus))
+        return self.placed(composed, rd, local_nproc(composed))
 
     def describe(self, prep: Prepared) -> str:
         return f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n[launch] {plan_line(prep.cfg)}"
 
-    def needs(self, cfg: DictConfig) -> dict[str, str]:
-        return interpreter.sft_needs(cfg)
+    def dataset(self, prep: Prepared) -> cache.CachedData:
+        """The run's dataset (hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
+        cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir)
+        data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm)
+        prep.cfg.data.dir = str(data.dir)
+        return data
 
-    def dataset(self, prep: Prepared, **cache_kw) -> cache.CachedData:
-        """The run's dataset (hub sources pinned, then built or reused by its cache key): `data.dir` and `prep.data`."""
-        cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir, log=cache_kw.get("log", print))
-        prep.data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm, **cache_kw)
-        prep.cfg.data.dir = str(prep.data.dir)
-        return prep.data
-
-    def prepare(self, prep: Prepared, **cache_kw) -> dict:
+    def prepare(self, prep: Prepared) -> dict:
         """The dataset (cached), the data half of the identity, config.yaml; the manifest's `data` record: the dataset."""
-        data = self.dataset(prep, **cache_kw)
+        data = self.dataset(prep)
         prep.identity = check_identity(prep.run_dir, prep.cfg, data.fingerprint)
         write_config(prep)
         return {"dir": str(data.dir), "cache_key": data.key, "fingerprint": data.fingerprint, "reused": data.reused}
 
-    def check_finished(self, prep: Prepared, **cache_kw) -> None:
+    def check_finished(self, prep: Prepared) -> None:
         """Is a finished run's dataset still the one it trained on? Yes when its cache key is the recorded one (no data
         prep); else the dataset is prepared and its content fingerprint compared (a data_prep edit leaving the data
         identical is the same run; different data is refused like any other difference)."""
@@ -458,12 +453,11 @@ class SFTTrainer(Trainer):
         if not (recorded_identity(rd) or {}).get("data_fingerprint"):
             return   # nothing recorded to compare with
         if not prep.cfg.data.dir:   # (an explicit data.dir: the dataset step only reads its manifest)
-            recorded_key = (manifest.read(rd).get("data") or {}).get("cache_key")
-            if recorded_key is not None and recorded_key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd),
-                                                                               prep.composed.data_arm, cache_kw.get("key_fn")):
+            key = (manifest.read(rd).get("data") or {}).get("cache_key")
+            if key is not None and key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd), prep.composed.data_arm):
                 return
             print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
-        check_identity(rd, prep.cfg, self.dataset(prep, **cache_kw).fingerprint)
+        check_identity(rd, prep.cfg, self.dataset(prep).fingerprint)
 
 
 SFT = SFTTrainer()

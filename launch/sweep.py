@@ -105,7 +105,7 @@ def analysis_job(cfg, where: Path, after: tuple[str, ...] = ("sweep",)) -> tuple
                 needs=preflight.analyze_needs(cfg))], {path: OmegaConf.to_yaml(cfg)}
 
 
-def run_sweep(argv: list[str], **cache_kw) -> int:
+def run_sweep(argv: list[str]) -> int:
     """`launch sweep ...`: every run resolved, the evaluation and preflight checked first; then trained here or submitted."""
     runs, profile, analyze = parse_sweep(argv)
     preps = [SFT.resolve(run) for run in runs]   # every combination's keys and values checked up front
@@ -126,12 +126,12 @@ def run_sweep(argv: list[str], **cache_kw) -> int:
     except ConfigError as exc:
         return refused(as_typed(exc, analyze))
     if backend(first.launcher.kind).submits:
-        rc = _sweep_submit(argv, runs, preps, req, **cache_kw)
+        rc = _sweep_submit(argv, runs, preps, req)
     elif first.launcher.dry_run:   # the plan: one job, each run a task in turn (a finished run skipped when it runs), then the analysis
         rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
                      then=partial(analysis_job, evaluation) if evaluation is not None else None)
         print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
-    elif (rc := train_runs(SFT, list(zip(runs, preps)), **cache_kw)) == 0:   # the runs as resolved up front
+    elif (rc := train_runs(SFT, list(zip(runs, preps)))) == 0:   # the runs as resolved up front
         print(f"[launch] sweep: all {len(runs)} runs finished")
         if evaluation is not None:
             rc = _analyze_here(evaluation, _sweep_dir(first))
@@ -176,10 +176,10 @@ def evaluation_jobs(req, where: Path, preps: list, todo: list) -> tuple[list[Job
                      [("sweep", i) for i in range(len(todo))] + [None] * len(finished))
 
 
-def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
+def _sweep_submit(argv, runs, preps, req) -> int:
     """A submitting launcher's sweep: unfinished runs prepared here, one array job trains them, its evaluation after."""
     kind, dry = preps[0].cfg.launcher.kind, bool(preps[0].cfg.launcher.dry_run)
-    todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep, **cache_kw)]
+    todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep)]
     for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
         print(SFT.describe(prep))
         SFT.check_python(prep)
@@ -201,7 +201,7 @@ def _sweep_submit(argv, runs, preps, req, **cache_kw) -> int:
         more, files = evaluation_jobs(req, plan_dir(req.cfg, "runs"), preps, preps_todo)
         write_files(files)
         plan += more
-    ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}, **cache_kw).run(plan, root)
+    ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}).run(plan, root)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if req is not None:
         every = [ids[j.name] for j in plan]

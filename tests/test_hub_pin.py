@@ -4,6 +4,7 @@ and a later launch of the run reuses that pin without the hub. `datasets.load_da
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -68,13 +69,13 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     monkeypatch.setattr(hub, "resolve_revision", lambda hub_id: asked.append(hub_id) or "sha111")
     argv = ["arm=r2e", "model=tiny", "data=hub", "n=4", "data.sources.code=[r2e-gym:org/ds]", f"runs_root={tmp_path}"]
     prep = SFT.resolve(argv)
-    data = SFT.prepare(prep, log=lambda msg: None)   # as launch does: data, identity, config.yaml, then manifest.json
+    data = SFT.prepare(prep)   # as launch does: data, identity, config.yaml, then manifest.json
     launch_manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher={"kind": "local"},
                                    data=data, identity=prep.identity)
     assert asked == ["org/ds"] and fake_hub == [("org/ds", "train", "sha111")]
     saved = OmegaConf.load(prep.run_dir / "config.yaml")
     assert list(saved.data.sources.code) == ["r2e-gym:org/ds@sha111"]
-    data_manifest = json.loads((prep.data.dir / "manifest.json").read_text())
+    data_manifest = json.loads((Path(data["dir"]) / "manifest.json").read_text())
     assert data_manifest["sources"][0]["revision"] == "sha111"
 
     def offline(hub_id):
@@ -82,12 +83,12 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
 
     monkeypatch.setattr(hub, "resolve_revision", offline)   # a requeue / relaunch on an offline node
     again = SFT.resolve(argv)
-    SFT.dataset(again, log=lambda msg: None)
+    reused = SFT.dataset(again)
     assert list(again.cfg.data.sources.code) == ["r2e-gym:org/ds@sha111"]
-    assert again.data.dir == prep.data.dir and again.data.reused and len(fake_hub) == 1
+    assert str(reused.dir) == data["dir"] and reused.reused and len(fake_hub) == 1
 
     other = SFT.resolve([*argv[:-1], f"runs_root={tmp_path / 'fresh'}"])   # a new run, offline: a clear error
     from common.cli import ConfigError
 
     with pytest.raises(ConfigError, match="no network"):
-        SFT.dataset(other, log=lambda msg: None)
+        SFT.dataset(other)

@@ -73,8 +73,10 @@ def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(
         (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": "fp"}))
         return {"fingerprint": "fp"}
 
+    monkeypatch.setattr("data_prep.build.build_arm", build)
+    monkeypatch.setattr("data_prep.build.cache_key", lambda cfg, **kw: "k")
     argv = ["arm=search", "launcher=recording", "gpus_per_node=3", "data=synthetic", f"runs_root={tmp_path}"]
-    assert launch_one(SFT, argv, builder=build, key_fn=lambda cfg, **kw: "k") == 0
+    assert launch_one(SFT, argv) == 0
     (runner,) = Submitting.made
     rd = tmp_path / "search" / "seed0"
     assert [(name, ids) for name, _, ids in runner.started] == [("launch", {})]

@@ -168,7 +168,7 @@ def test_gpu_only_model_fails_before_data_prep_on_cpu(tmp_path, monkeypatch):
 
     monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)
     called = []
+    monkeypatch.setattr("data_prep.build.build_arm", lambda *a, **k: called.append(1))
     with pytest.raises(ConfigError, match="use model=tiny"):
-        run.launch_one(run.SFT, ["arm=r2e", f"runs_root={tmp_path}"], builder=lambda *a, **k: called.append(1),
-                       key_fn=lambda *a, **k: "k")
+        run.launch_one(run.SFT, ["arm=r2e", f"runs_root={tmp_path}"])
     assert not called and not (tmp_path / "r2e").exists()

@@ -1,4 +1,4 @@
-"""launch's dataset cache (against an injected stand-in for data_prep) and the run manifest."""
+"""launch's dataset cache (against a stand-in for data_prep.build, monkeypatched) and the run manifest."""
 from __future__ import annotations
 
 import hashlib
@@ -36,28 +36,37 @@ class FakeDataPrep:
         (Path(out) / "rejected.jsonl").write_text("")
         return manifest
 
+    def install(self, monkeypatch, build=None):
+        """Stand in for data_prep.build's `cache_key` and `build_arm` (or `build`), which launch.cache imports when called."""
+        monkeypatch.setattr("data_prep.build.cache_key", self.key)
+        monkeypatch.setattr("data_prep.build.build_arm", build or self.build)
+        return self
+
 
 def _cfg(tmp_path, *extra):
     return compose(["model=tiny", "data=synthetic", f"runs_root={tmp_path}", *extra]).cfg
 
 
-def test_second_launch_reuses_and_changed_input_rebuilds(tmp_path):
-    fake = FakeDataPrep()
-    first = cache.ensure_dataset(_cfg(tmp_path), "r2e", builder=fake.build, key_fn=fake.key)
+def test_second_launch_reuses_and_changed_input_rebuilds(tmp_path, monkeypatch):
+    fake = FakeDataPrep().install(monkeypatch)
+    first = cache.ensure_dataset(_cfg(tmp_path), "r2e")
     assert not first.reused and first.dir.parent == tmp_path.resolve() / "_data"
     assert first.fingerprint == "fp-r2e-0-3500" and (first.dir / "rejected.jsonl").is_file()
-    again = cache.ensure_dataset(_cfg(tmp_path), "r2e", builder=fake.build, key_fn=fake.key)
+    again = cache.ensure_dataset(_cfg(tmp_path), "r2e")
     assert again.reused and again.dir == first.dir and fake.builds == ["r2e"]
-    changed = cache.ensure_dataset(_cfg(tmp_path, "n=64"), "r2e", builder=fake.build, key_fn=fake.key)
+    changed = cache.ensure_dataset(_cfg(tmp_path, "n=64"), "r2e")
     assert not changed.reused and changed.dir != first.dir and len(fake.builds) == 2
     # The data location keys are not part of the key: another cache_root, same key.
-    other = cache.ensure_dataset(_cfg(tmp_path, f"data.cache_root={tmp_path / 'c2'}"), "r2e",
-                                 builder=fake.build, key_fn=fake.key)
+    other = cache.ensure_dataset(_cfg(tmp_path, f"data.cache_root={tmp_path / 'c2'}"), "r2e")
     assert other.key == first.key and other.dir.parent == (tmp_path / "c2").resolve()
 
 
-def test_failed_build_leaves_nothing_that_looks_complete(tmp_path):
+def test_failed_build_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
     fake = FakeDataPrep()
+
+    def ensure(cfg, build):
+        fake.install(monkeypatch, build)
+        return cache.ensure_dataset(cfg, "r2e")
 
     def crash(data_cfg, *, out, **kw):
         (Path(out) / "manifest.json").write_text("{}")
@@ -65,10 +74,10 @@ def test_failed_build_leaves_nothing_that_looks_complete(tmp_path):
 
     cfg = _cfg(tmp_path)
     with pytest.raises(RuntimeError, match="disk full"):
-        cache.ensure_dataset(cfg, "r2e", builder=crash, key_fn=fake.key)
+        ensure(cfg, crash)
     root = tmp_path / "_data"
     assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
-    built = cache.ensure_dataset(cfg, "r2e", builder=fake.build, key_fn=fake.key)
+    built = ensure(cfg, fake.build)
     assert not built.reused and fake.builds == ["r2e"]
 
     def offline(data_cfg, *, out, **kw):
@@ -84,28 +93,28 @@ def test_failed_build_leaves_nothing_that_looks_complete(tmp_path):
         raise ValueError("a bug in data_prep, not bad input")
 
     with pytest.raises(ConfigError, match="Couldn't reach .* runs offline"):
-        cache.ensure_dataset(_cfg(tmp_path, "data=hub", "n=7"), "r2e", builder=offline, key_fn=fake.key)
+        ensure(_cfg(tmp_path, "data=hub", "n=7"), offline)
     with pytest.raises(ConfigError, match="data prep for arm 'r2e' failed: .*found 12"):
-        cache.ensure_dataset(_cfg(tmp_path, "n=8"), "r2e", builder=too_few, key_fn=fake.key)
+        ensure(_cfg(tmp_path, "n=8"), too_few)
     # matched by type (data_prep's DataPrepError hierarchy), not by class name; a bug keeps its traceback
     with pytest.raises(ConfigError, match="data prep for arm 'r2e' failed: strict=true"):
-        cache.ensure_dataset(_cfg(tmp_path, "n=9"), "r2e", builder=rejected, key_fn=fake.key)
+        ensure(_cfg(tmp_path, "n=9"), rejected)
     with pytest.raises(ValueError, match="a bug") as info:
-        cache.ensure_dataset(_cfg(tmp_path, "n=10"), "r2e", builder=bug, key_fn=fake.key)
+        ensure(_cfg(tmp_path, "n=10"), bug)
     assert not isinstance(info.value, ConfigError)
 
     def no_manifest(data_cfg, *, out, **kw):
         return {}
 
     with pytest.raises(ConfigError, match="wrote no manifest.json"):
-        cache.ensure_dataset(_cfg(tmp_path, "n=5"), "r2e", builder=no_manifest, key_fn=fake.key)
+        ensure(_cfg(tmp_path, "n=5"), no_manifest)
 
 
 def test_explicit_data_dir_is_used_as_is(tmp_path):
     d = tmp_path / "mydata"
     d.mkdir()
     with pytest.raises(ConfigError, match="manifest.json missing"):
-        cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e", builder=None, key_fn=None)
+        cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e")
     (f := tmp_path / "a_file").write_text("")   # a file, not a directory (seen failing: NotADirectoryError traceback)
     with pytest.raises(ConfigError, match=f"{f}: not a data_prep dataset directory"):
         cache.ensure_dataset(_cfg(tmp_path, f"data.dir={f}"), "r2e")
@@ -123,7 +132,7 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     """launch_one up to the trainer, with the trainer replaced by a stand-in that records its argv."""
     from launch import local, run
 
-    fake = FakeDataPrep()
+    fake = FakeDataPrep().install(monkeypatch)
     seen = {}
 
     def fake_run(cmd, log_dir, cwd, env=None, pass_fds=(), stops=None):
@@ -134,7 +143,7 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     monkeypatch.setattr(local, "run_logged", fake_run)
     monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)   # the CPU path, also on a GPU machine
     argv = ["arm=r2e_v5", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}"]
-    assert run.launch_one(run.SFT, argv, builder=fake.build, key_fn=fake.key) == 3, "exit code mirrors training"
+    assert run.launch_one(run.SFT, argv) == 3, "exit code mirrors training"
     rd = tmp_path / "r2e_v5" / "seed0"
     cfg = OmegaConf.load(rd / "config.yaml")
     assert cfg.run_dir == str(rd.resolve()) and Path(cfg.data.dir).parent == (tmp_path / "_data").resolve()
@@ -151,7 +160,7 @@ def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypa
     assert man["identity"]["data_fingerprint"] == "fp-r2e-0-3500" and man["identity"]["keys"]["train.steps"] == 4
     # A second launch appends, keeps the original, reuses the data; a changed config (a key that may
     # change on resume) is kept aside.
-    assert run.launch_one(run.SFT, [*argv, "state_every=7"], builder=fake.build, key_fn=fake.key) == 3
+    assert run.launch_one(run.SFT, [*argv, "state_every=7"]) == 3
     man2 = json.loads((rd / "manifest.json").read_text())
     assert len(man2["launches"]) == 2 and man2["created"] == man["created"] and man2["launches"][1]["data"]["reused"]
     assert len(list(rd.glob("config.*.yaml"))) == 1 and OmegaConf.load(rd / "config.yaml").train.state_every == 7
@@ -168,14 +177,13 @@ def test_a_run_dir_in_use_is_refused(tmp_path):
 
     with run.lock_run_dir(tmp_path / "r2e" / "seed0"), \
             pytest.raises(ConfigError, match=f"in use by another launch.*pid {__import__('os').getpid()}"):
-        run.launch_one(run.SFT, ["model=tiny", "data=synthetic", f"runs_root={tmp_path}"],
-                       builder=FakeDataPrep().build, key_fn=FakeDataPrep().key)
+        run.launch_one(run.SFT, ["model=tiny", "data=synthetic", f"runs_root={tmp_path}"])
 
 
 def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeypatch, capsys):
     from launch import local, sweep
 
-    fake, ran = FakeDataPrep(), []
+    fake, ran = FakeDataPrep().install(monkeypatch), []
 
     def fake_run(cmd, log_dir, cwd, env=None, pass_fds=(), stops=None):
         rd = Path(cmd[-1]).parent
@@ -187,7 +195,7 @@ def test_local_sweep_runs_every_combination_and_skips_finished(tmp_path, monkeyp
     (tmp_path / "search" / "seed1").mkdir(parents=True)
     (tmp_path / "search" / "seed1" / "DONE").write_text("")
     argv = ["arms=[r2e,search]", "seeds=[0,1]", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}"]
-    assert sweep.run_sweep(argv, builder=fake.build, key_fn=fake.key) == 0
+    assert sweep.run_sweep(argv) == 0
     assert ran == ["r2e/seed0", "r2e/seed1", "search/seed0"]
     assert "search/seed1 is finished" in capsys.readouterr().out
     assert sorted(fake.builds) == ["r2e", "r2e", "search"], "one dataset per arm x seed"
@@ -235,19 +243,19 @@ def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(
     run); a dry run says it planned the runs, not that they finished."""
     from launch import local, sweep
 
-    fake, ran = FakeDataPrep(), []
+    fake, ran = FakeDataPrep().install(monkeypatch), []
     monkeypatch.setattr(local, "run_logged", lambda cmd, *a, **k: ran.append(cmd) or (0, tmp_path / "train.log"))
     argv = ["arms=[r2e]", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}", "eval_profile=rl_ood"]
     for extra in ([], ["dry_run=true"]):
-        assert sweep.run_sweep([*argv, "analyze.eval.nn=2", *extra], builder=fake.build, key_fn=fake.key) == 2
+        assert sweep.run_sweep([*argv, "analyze.eval.nn=2", *extra]) == 2
         assert "error: analyze.eval.nn: unknown evaluate key 'nn'" in capfd.readouterr().err   # named as typed (was eval.nn)
         assert ran == [] and fake.builds == [] and not (tmp_path / "r2e").exists()
     # seen failing: a traceback (the preflight read benches=5 before its rule), a suggestion the sweep refuses
     for bad, said in (("analyze.benches=5", "error: analyze.benches=5: expected null or a list of bench names"),
                       ("analyze.eval.max_new_tokenz=2", "Did you mean: analyze.eval.max_new_tokens, analyze.eval.babyai_")):
-        assert sweep.run_sweep([*argv, bad, "dry_run=true"], builder=fake.build, key_fn=fake.key) == 2
+        assert sweep.run_sweep([*argv, bad, "dry_run=true"]) == 2
         assert said in capfd.readouterr().err and ran == [] and fake.builds == []
-    assert sweep.run_sweep([*argv, "dry_run=true"], builder=fake.build, key_fn=fake.key) == 0
+    assert sweep.run_sweep([*argv, "dry_run=true"]) == 0
     out = capfd.readouterr().out
     assert "runs finished" not in out and "[launch] sweep: dry run: 1 run(s) planned, nothing started" in out
     assert ran == [] and not (tmp_path / "r2e").exists() and not (tmp_path / "_reports").exists()

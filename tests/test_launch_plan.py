@@ -39,6 +39,7 @@ def test_a_three_run_sweeps_dry_run_starts_with_its_plan_on_one_screen(tmp_path,
     # written under the directory it names: each run's resolved config and the one job's script
     configs = [yaml.safe_load((where / f"sweep-{i}.config.yaml").read_text()) for i in range(3)]
     assert [(c["arm"], c["run_dir"]) for c in configs] == [(a, str(runs / a / "seed0")) for a in ("r2e", "search", "mixed")]
+    assert len({c["data"]["dir"] for c in configs}) == 3, "each run's dataset its own arm's (seen failing: all r2e's)"
     script = (where / ("sweep.sbatch" if launcher == "slurm" else "sweep.sh")).read_text()
     assert [str(runs / a / "seed0") in script for a in ("r2e", "search", "mixed")] == [True] * 3
     assert ("#SBATCH --array=0-2" in script) == (launcher == "slurm")

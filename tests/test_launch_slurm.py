@@ -139,9 +139,10 @@ def test_slurm_submission_writes_script_config_and_manifest(tmp_path, monkeypatc
     from launch.run import SFT, launch_one
 
     record = _fake_sbatch(tmp_path, monkeypatch)
+    _stand_in_data_prep(monkeypatch)
     runs = tmp_path / "runs"
     argv = ["arm=search", "launcher=slurm", "nodes=4", "data=synthetic", f"runs_root={runs}"]
-    rc = launch_one(SFT, argv, builder=_build, key_fn=lambda cfg, **kw: "k" + str(kw["seed"]))
+    rc = launch_one(SFT, argv)
     assert rc == 0
     rd = runs / "search" / "seed0"
     script = (rd / "launch.sbatch").read_text()
@@ -155,9 +156,9 @@ def test_slurm_submission_writes_script_config_and_manifest(tmp_path, monkeypatc
     squeue.write_text('#!/bin/sh\n[ "$5" = 4242 ] && echo PENDING\nexit 0\n')
     squeue.chmod(0o755)
     with pytest.raises(ConfigError, match="already PENDING as Slurm job 4242"):
-        launch_one(SFT, argv, builder=_build, key_fn=lambda cfg, **kw: "k0")
+        launch_one(SFT, argv)
     (rd / "DONE").write_text("")
-    assert launch_one(SFT, argv, builder=_build, key_fn=lambda cfg, **kw: "k0") == 0
+    assert launch_one(SFT, argv) == 0
     assert len(record.read_text().splitlines()) == 1, "a finished run must not be submitted again"
 
 
@@ -166,16 +167,21 @@ def test_sbatch_missing_is_a_clear_error(tmp_path, monkeypatch):
     from launch.run import SFT, launch_one
 
     monkeypatch.setenv("PATH", str(tmp_path))
+    _stand_in_data_prep(monkeypatch)
     with pytest.raises(ConfigError, match="sbatch not found on PATH"):
-        launch_one(SFT, ["launcher=slurm", "data=synthetic", f"runs_root={tmp_path}"], builder=_build,
-                   key_fn=lambda cfg, **kw: "k")
+        launch_one(SFT, ["launcher=slurm", "data=synthetic", f"runs_root={tmp_path}"])
 
 
-def _build(data_cfg, *, arm, seed, tokenizer, out):
+def _stand_in_data_prep(monkeypatch):
+    """data_prep.build's `build_arm` (a manifest only) and `cache_key` ("k<seed>"), as launch.cache calls them."""
     import json
 
-    (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": f"fp-{arm}"}))
-    return {"fingerprint": f"fp-{arm}"}
+    def build(data_cfg, *, arm, seed, tokenizer, out):
+        (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": f"fp-{arm}"}))
+        return {"fingerprint": f"fp-{arm}"}
+
+    monkeypatch.setattr("data_prep.build.build_arm", build)
+    monkeypatch.setattr("data_prep.build.cache_key", lambda cfg, **kw: "k" + str(kw["seed"]))
 
 
 # ------------------------------------------------------------------ the sbatch script's control flow
@@ -285,12 +291,12 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
 
     record = _counting_sbatch(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
-    kw = dict(builder=_build, key_fn=lambda cfg, **k: "k" + str(k["seed"]))
+    _stand_in_data_prep(monkeypatch)
     # A bad analysis setting is refused before anything is submitted, as typed (was slurm.); a compared arm neither
     # trained here nor under runs_root too (seen failing: refused by the aggregation, after all the training).
     for bad, line in (("analyze.slurm.concurrency=0", "error: analyze.slurm.concurrency=0"),
                       ("analyze.compare=[[r2e,bogus]]", "error: analyze.compare: no run of arm 'bogus' under")):
-        assert run_sweep([*argv[1:], bad, f"runs_root={runs}"], **kw) == 2
+        assert run_sweep([*argv[1:], bad, f"runs_root={runs}"]) == 2
         assert line in capfd.readouterr().err and not record.exists()
     (runs / "search" / "seed0").mkdir(parents=True)   # (an arm already there may be compared with the trained one)
     import evals.config   # the evaluate config resolved once for the whole sweep (issue #60), counted by a spy
@@ -298,7 +304,7 @@ def test_sweep_eval_profile_chains_each_runs_evaluation_to_its_training_task(cap
     resolved = []
     real_resolve = evals.config.resolve
     monkeypatch.setattr(evals.config, "resolve", lambda *a, **k: (resolved.append(1), real_resolve(*a, **k))[1])
-    assert run_sweep([*argv[1:], "analyze.compare=[[r2e,search]]", f"runs_root={runs}"], **kw) == 0
+    assert run_sweep([*argv[1:], "analyze.compare=[[r2e,search]]", f"runs_root={runs}"]) == 0
     assert len(resolved) == 1
     said = capfd.readouterr().out
     sweep, e0, e1, aggregate = (Path(line) for line in record.read_text().split())
@@ -379,7 +385,8 @@ def test_each_job_of_a_sweep_runs_the_interpreter_named_for_its_kind(capfd, tmp_
         assert re.search(rf"^exec {re.escape(shown[ev])} -m launch\.(eval_slurm|analyze) ", script, flags=re.M)
     record = _counting_sbatch(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
-    assert run_sweep([*argv, f"runs_root={runs}"], builder=_build, key_fn=lambda cfg, **k: "k" + str(k["seed"])) == 0
+    _stand_in_data_prep(monkeypatch)
+    assert run_sweep([*argv, f"runs_root={runs}"]) == 0
     assert len(record.read_text().split()) == 4
     launch = json.loads((runs / "r2e" / "seed1" / "manifest.json").read_text())["launches"][-1]
     assert launch["interpreters"] == {"sft": str(sft), "grpo": sys.executable, "eval": str(ev)}

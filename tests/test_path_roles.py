@@ -36,7 +36,8 @@ def test_a_key_given_the_path_role_is_resolved_against_the_callers_dir(tmp_path,
     # an OUTPUT path: left as given when composed (the key pages show the defaults), absolute once the run is resolved
     _as(monkeypatch, "logging.name", fields.PATH, fields.OUTPUT)
     assert compose([*SFT, *given]).cfg.logging.name == "sub/x"
-    assert run.SFT.resolve([*SFT, *given, "runs_root=R"], gpus=0).cfg.logging.name == str((tmp_path / "sub" / "x").resolve())
+    monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)   # (a CPU box)
+    assert run.SFT.resolve([*SFT, *given, "runs_root=R"]).cfg.logging.name == str((tmp_path / "sub" / "x").resolve())
 
 
 def test_every_path_field_of_launch_is_resolved_data_heldout_included(tmp_path, monkeypatch):

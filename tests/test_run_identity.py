@@ -75,7 +75,7 @@ def staged(tmp_path, monkeypatch):
     finishes the run (writes DONE) unless told to stop early."""
     from launch import local, run
 
-    fake, started = FakeDataPrep(), []
+    fake, started = FakeDataPrep().install(monkeypatch), []
 
     def fake_trainer(cmd, log_dir, cwd, env=None, pass_fds=(), stops=None):
         rd = Path(cmd[-1]).parent
@@ -94,7 +94,7 @@ def staged(tmp_path, monkeypatch):
     monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)
 
     def go(*argv):
-        return run.launch_one(run.SFT, [*BASE, f"runs_root={tmp_path}", *argv], builder=fake.build, key_fn=fake.key)
+        return run.launch_one(run.SFT, [*BASE, f"runs_root={tmp_path}", *argv])
 
     return go, started, fake, tmp_path
 
@@ -326,14 +326,9 @@ class VersionedData(FakeDataPrep):
         return manifest
 
 
-def test_finished_run_with_same_config_but_other_data_is_refused(staged, capsys):
-    from launch import run
-
-    _, started, _, root = staged
-    data = VersionedData()
-
-    def go(*argv):
-        return run.launch_one(run.SFT, [*BASE, f"runs_root={root}", *argv], builder=data.build, key_fn=data.key)
+def test_finished_run_with_same_config_but_other_data_is_refused(staged, capsys, monkeypatch):
+    go, started = staged[:2]
+    data = VersionedData().install(monkeypatch)
 
     assert go() == 0 and len(data.builds) == 1
     assert go() == 0 and len(data.builds) == 1, "same cache key: reported without data prep"

@@ -31,9 +31,9 @@ def test_a_sweep_of_three_runs_composes_each_run_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(local, "run_logged", fake_run)
     monkeypatch.setattr("launch.jobs.cuda_device_count", lambda: 0)   # a CPU box (and no torch import here)
-    fake = FakeDataPrep()
+    FakeDataPrep().install(monkeypatch)
     argv = ["arms=[r2e,search,mixed]", "seeds=[0]", "model=tiny", "data=synthetic", "steps=4", f"runs_root={tmp_path}"]
-    assert sweep.run_sweep(argv, builder=fake.build, key_fn=fake.key) == 0
+    assert sweep.run_sweep(argv) == 0
     assert trained == ["r2e/seed0", "search/seed0", "mixed/seed0"]
     assert len(composed) == 3 and len(set(composed)) == 3, composed
     # each run's recorded config is its own arm's
