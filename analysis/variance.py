@@ -33,7 +33,7 @@ seed of another arm, on 0/1 scores (each item gained, lost or unchanged) gets Ta
 paired proportions instead of the t (`discordant_limits`; the t over few changed items covered 0.87 at 95%
 in simulation); so do an arm's seeds that agree on every item, counted as one seed. Over strata (the compare
 table's Avg. of benches) the same contrast gets the stratified score interval (`discordant_limits` with weights;
-the t covered 0.82–0.93 there). A band over K steps takes
+the t covered as little as 0.82 there). A band over K steps takes
 each step's interval at the Bonferroni level 1 − α/K (α/(2K) in each tail).
 
 Every function takes arrays with any leading (replicate) axes, so bench/bench_coverage.py and the tests
