@@ -274,7 +274,7 @@ class TransitionSplit:
     contributions: dict[tuple[str, str], float]
     parts: dict[str, tuple[float, float, float]]
     covers: str
-    method: str = "crossed t"   # or "Tango score": one seed, 0/1 EM (part_intervals)
+    method: str = "crossed t"   # or "Tango score": one seed, 0/1 EM; or MIXED_METHOD (part_intervals)
 
     @property
     def delta(self) -> float:
@@ -300,23 +300,31 @@ def part_intervals(contrib, conf: float = 0.95) -> tuple[dict, str, str]:
     model's t interval on Satterthwaite df (covers items and seeds); with one seed the item term alone
     (covers items only: seed variance unknown), and where every contribution is -1, 0 or +1 (0/1 EM) Tango's
     score interval from the items gained and lost (the t over few changed items covered 0.87 at 95%), also for seeds
-    whose contributions agree on every item (no seed variance to show: one seed for the interval). A part no
-    item took gets exact bounds. Returns ({part index: (est, lo, hi)}, what it covers, the method)."""
+    whose contributions to a part agree on every item (no seed variance to show: one seed for that part's interval,
+    whatever the seeds do in the other parts). A part no item took gets exact bounds. Returns ({part index: (est,
+    lo, hi)}, what it covers, the method: MIXED_METHOD where some parts are Tango's and some the t)."""
     import numpy as np
 
     from analysis.variance import COVERS_BOTH, COVERS_ITEMS, Term, crossed_parts, discordant_limits, exact_bounds, limits
 
     c = np.moveaxis(np.asarray(contrib, dtype=float), 2, 0)   # parts × items × seeds
     parts = crossed_parts([[Term("post − pre", 1.0, c)]])
-    tango = not np.ptp(c, axis=2).any() and bool(np.isin(c, (-1.0, 0.0, 1.0)).all())   # seeds that all agree count as one
+    # per part: seeds that agree on every item count as one
+    tango = ~np.ptp(c, axis=2).any(axis=1) & np.isin(c, (-1.0, 0.0, 1.0)).all(axis=(1, 2))
     if c.shape[1] < 2:   # one item: no item variance, a bare point
         lo = hi = np.full(c.shape[0], np.nan)
     else:
-        lo, hi = discordant_limits(c[..., 0], conf) if tango else limits(parts, conf)
+        lo, hi = limits(parts, conf)
+        if tango.any():
+            lo[tango], hi[tango] = discordant_limits(c[tango][..., 0], conf)
         for k in np.flatnonzero(parts.var < 1e-24):   # a part no item took (all 0): exact bounds, not zero width
             lo[k], hi[k] = exact_bounds([[Term("part", 1.0, c[k])]], [1.0], conf) or (np.nan, np.nan)
     out = {k: (float(parts.est[k]), float(lo[k]), float(hi[k])) for k in range(c.shape[0])}
-    return out, COVERS_ITEMS if parts.seeds_unknown else COVERS_BOTH, "Tango score" if tango else "crossed t"
+    method = "Tango score" if tango.all() else "crossed t" if not tango.any() else MIXED_METHOD
+    return out, COVERS_ITEMS if parts.seeds_unknown else COVERS_BOTH, method
+
+
+MIXED_METHOD = "crossed t, Tango score where the seeds agree"   # seeds that differ in some parts only
 
 
 def transition_split(pairs: list[tuple[int, list[Episode], list[Episode]]], conf: float = 0.95) -> TransitionSplit:
@@ -619,7 +627,8 @@ def transition_table(dec: Decomposed, conf: float = 0.95):
                "method in the interval column: crossed t = the report's crossed items × seeds model, t on "
                "Satterthwaite df (n = items × seeds); Tango score = Tango's (1998) score interval for paired "
                "proportions from the item transitions of the part's sign (one seed, or seeds that agree on every item, "
-               "0/1 EM: the t over few changed items undercovers); a part no item took gets exact bounds. The last column "
+               f"0/1 EM: the t over few changed items undercovers; {MIXED_METHOD}: the seeds differ in some parts only, "
+               "each part whose seeds agree on every item gets Tango's); a part no item took gets exact bounds. The last column "
                "says what it covers: items and seeds where the arm has ≥ 2 seeds, items only with one seed (seed "
                "variance unknown). In parentheses the number of item-seed transitions. pre: the anchor (SFT arms) or "
                "the run's own step 0 (RL). A refused pair (item ids or "
@@ -699,7 +708,8 @@ def decomposition_caption(finals: list[TransitionRow], conf: float) -> str:
     """The decomposition figure's caption: what the bars are, and what the ΔEM diamond's interval covers and its method."""
     from analysis.figures import COVERS_WORDS
 
-    methods = {"crossed t": "the crossed t on Satterthwaite df", "Tango score": "Tango's score interval for paired proportions"}
+    methods = {"crossed t": "the crossed t on Satterthwaite df", "Tango score": "Tango's score interval for paired proportions",
+               MIXED_METHOD: "the crossed t on Satterthwaite df, or Tango's score interval where the seeds agree on every item"}
     covers = "; or ".join(sorted({f"{COVERS_WORDS.get(r.split.covers, r.split.covers)}, by {methods[r.split.method]}" for r in finals}))
     return ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
             "checkpoint, its seeds pooled, split by the item-paired transition table: net format "

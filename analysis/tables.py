@@ -143,8 +143,9 @@ def fmt_delta(e: Estimate) -> str:
 METHODS_TEXT = ("a cell whose interval is not that t names its method: Tango score = Tango's (1998) score interval for "
                 "paired proportions (one seed of an arm against the anchor or against one seed of another arm on one "
                 "bench's 0/1 scores, an arm's seeds that agree on every item counting as one, where the t over few changed "
-                "items undercovers), exact discordant = exact bounds for "
-                "0/1 items that all differ alike")
+                "items undercovers), stratified Tango score = its form for the Avg. of benches (a compare table's "
+                "equal-weight strata: each bench's variance Tango's under the tested difference), exact discordant = "
+                "exact bounds for 0/1 items that all differ alike")
 
 
 COVERS_TEXT = (f"covers: {COVERS_BOTH} = items and seeds both random (the population of items and of "
@@ -224,8 +225,7 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
     word on the arms' evaluation settings (differences allowed by compare_allow_settings=true)."""
     caption = (f"{metric.upper()} of {a} minus {b} at each step both were evaluated at, over the items both "
                f"evaluated, with the {points.conf:.0%} interval of the crossed model (items shared, each arm's seeds "
-               "independent; t on Satterthwaite df; " + METHODS_TEXT + "; Avg.: the benches as equal-weight strata, "
-               "always the t); "
+               "independent; t on Satterthwaite df; " + METHODS_TEXT + "; Avg.: the benches as equal-weight strata); "
                f"n = items × seeds of {a}/{b}; " + COVERS_TEXT + (f"; {settings}" if settings else ""))
     table = Table(caption, columns, row_header="Step")
     t = points.table

@@ -31,7 +31,9 @@ survey data", Survey Methodology 24:193–201), so it keeps its coverage near 0 
 collapses (at p̂ = 0 it is n items' Wilson interval). One seed of an arm against the anchor, or against one
 seed of another arm, on 0/1 scores (each item gained, lost or unchanged) gets Tango's score interval for
 paired proportions instead of the t (`discordant_limits`; the t over few changed items covered 0.87 at 95%
-in simulation); so do an arm's seeds that agree on every item, counted as one seed. A band over K steps takes
+in simulation); so do an arm's seeds that agree on every item, counted as one seed. Over strata (the compare
+table's Avg. of benches) the same contrast gets the stratified score interval (`discordant_limits` with weights;
+the t covered as little as 0.82 there). A band over K steps takes
 each step's interval at the Bonferroni level 1 − α/K (α/(2K) in each tail).
 
 Every function takes arrays with any leading (replicate) axes, so bench/bench_coverage.py and the tests
@@ -74,7 +76,7 @@ class Estimate:
     n_items: int
     n_seeds: str      # seeds per random arm, e.g. "3" or "3/2" (A/B), "" for none
     covers: str       # COVERS_BOTH | COVERS_ITEMS | COVERS_SEEDS | COVERS_NONE
-    method: str       # "crossed t" | "crossed wilson" | "Tango score" | "exact discordant" | "seed t" | "point"
+    method: str       # "crossed t" | "crossed wilson" | "(stratified) Tango score" | "exact discordant" | "seed t" | "point"
     note: str = ""    # e.g. "seed variance unknown (one seed)"
 
     @property
@@ -194,34 +196,42 @@ def estimate(strata: list[list[Term]], conf: float, *, weights: list[float] | No
         return Estimate(mean, got[0], got[1], 0.0, math.nan, parts.n_items, seeds, covers, "exact discordant",
                         note or "every item differs by the same 0, +1 or -1: exact bounds")
     d = one_seed_differences(strata)
-    lo, hi = limits(parts, level, binary) if d is None else discordant_limits(d, level)
-    if alike := [f"{t.key}'s {s} seeds" for t in terms if d is not None and (s := np.shape(t.scores)[-1]) > 1]:
+    lo, hi = limits(parts, level, binary) if d is None else discordant_limits(d[0] if len(d) == 1 else d, level, weights)
+    if alike := list(dict.fromkeys(f"{t.key}'s {s} seeds" for t in terms if d is not None and (s := np.shape(t.scores)[-1]) > 1)):
         note = "; ".join(filter(None, [note, f"{' and '.join(alike)} agree on every item: one seed for the interval"]))
-    method = "Tango score" if d is not None else "crossed wilson" if binary else "crossed t"
+    method = ("crossed wilson" if binary else "crossed t") if d is None else "Tango score" if len(d) == 1 else "stratified Tango score"
     return Estimate(mean, float(lo), float(hi), float(np.sqrt(max(float(parts.var), 0.0))), float(parts.df),
                     parts.n_items, seeds, covers, method, note)
 
 
-def one_seed_differences(strata: list[list[Term]]) -> np.ndarray | None:
-    """The per-item differences (..., items) of one column minus another on 0/1 scores in one stratum: one seed of an
-    arm minus the seedless anchor (the pre/post situation) or minus one seed of another arm, whose interval is
-    Tango's (`discordant_limits`); None for any other contrast (seeds of an arm that differ, strata, other values).
-    Seeds that agree on every item (greedy evaluations that ignore the seed) show no seed variance and count as one:
-    the crossed t, its seed part 0, covered 0.87–0.91 at 95% there."""
-    terms = strata[0] if len(strata) == 1 else []
-    ys = [np.asarray(t.scores, float) for t in terms]
-    if sorted(t.coef for t in terms) != [-1.0, 1.0] or any(np.ptp(y, axis=-1).any() for y in ys) or not is_binary(*ys):
-        return None
-    return sum(t.coef * y[..., 0] for t, y in zip(terms, ys))
+def one_seed_differences(strata: list[list[Term]]) -> list[np.ndarray] | None:
+    """Each stratum's per-item differences (..., items) of one column minus another on 0/1 scores: one seed of an arm
+    minus the seedless anchor (the pre/post situation) or minus one seed of another arm, whose interval is Tango's
+    (`discordant_limits`; over strata, the compare table's Avg., its stratified form); None for any other contrast
+    (seeds of an arm that differ, other values). Seeds that agree on every item (greedy evaluations that ignore the
+    seed) show no seed variance and count as one: the crossed t, its seed part 0, covered 0.87–0.91 at 95% there."""
+    out = []
+    for terms in strata:
+        ys = [np.asarray(t.scores, float) for t in terms]
+        if sorted(t.coef for t in terms) != [-1.0, 1.0] or any(np.ptp(y, axis=-1).any() for y in ys) or not is_binary(*ys):
+            return None
+        out.append(sum(t.coef * y[..., 0] for t, y in zip(terms, ys)))
+    return out
 
 
-def discordant_limits(d, level: float) -> tuple[np.ndarray, np.ndarray]:
+def discordant_limits(d, level: float, weights: list[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Tango's score interval (analysis.stats.tango_limits) for the mean of per-item differences in {-1, 0, +1}
-    (the last axis): P(+1) − P(-1) of a trinomial, from the counts of +1 (gained) and -1 (lost)."""
-    from analysis.stats import tango_limits
+    (the last axis): P(+1) − P(-1) of a trinomial, from the counts of +1 (gained) and -1 (lost). A list of such
+    arrays (strata) with `weights` (default equal): the stratified score interval of Σ_b w_b Δ_b
+    (analysis.stats.stratified_tango_limits)."""
+    from analysis.stats import stratified_tango_limits, tango_limits
 
-    d = np.asarray(d, float)
-    return tango_limits((d > 0).sum(axis=-1), (d < 0).sum(axis=-1), d.shape[-1], level)
+    if not isinstance(d, list):
+        d = np.asarray(d, float)
+        return tango_limits((d > 0).sum(axis=-1), (d < 0).sum(axis=-1), d.shape[-1], level)
+    weights = [1.0 / len(d)] * len(d) if weights is None else weights
+    count = lambda sign: np.stack([(np.sign(x) == sign).sum(axis=-1) for x in d], axis=-1)   # noqa: E731
+    return stratified_tango_limits(count(1), count(-1), [np.shape(x)[-1] for x in d], weights, level)
 
 
 def exact_bounds(strata: list[list[Term]], weights: list[float], level: float) -> tuple[float, float] | None:
