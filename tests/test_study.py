@@ -3,6 +3,8 @@ checked from its dry run's resolved configs and sbatch lines, the published numb
 references state them, (their end-to-end CPU runs: test_study_cpu.py)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -13,10 +15,24 @@ import pytest
 
 from common.study import StudyError, load_study, study_names
 from tests.conftest import ROOT, installed_or_skip
-from tests.study_helpers import launch, prefilled_data_cache
+from tests.study_helpers import launch as launch_process, prefilled_data_cache
 
 STUDIES = ("browsecomp_worker_export", "dual_terminator_sft", "llama3_1_8b_spa_grpo", "qwen3_4b_multihop_sft_grpo",
            "qwen3_4b_spa_grpo")
+
+
+def launch(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    """`launch ARGV` in `cwd` (wandb off) in this process: launch.cli.main, what the console script runs, its exit
+    status and output captured. A new interpreter's imports (torch, transformers) were most of each call's time;
+    a test about the process itself (all of stderr, a job script run as Slurm runs it) starts one."""
+    from launch.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.chdir(cwd)
+        mp.setenv("WANDB_MODE", "disabled")
+        rc = main(list(argv))
+    return subprocess.CompletedProcess(["launch", *argv], rc, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -681,7 +697,7 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
     # its evaluation array and aggregation (planned when it runs) run the config's python.eval (launch/eval_slurm.py)
     assert _yaml(where / "report.yaml")["python"]["eval"] == str(ev)
     record = _stand_in_sbatch(tmp_path, monkeypatch)
-    proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
+    proc = launch_process(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)   # all of its stderr: one line
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("error: ") and "python.eval=/usr/bin/python3 lacks " in proc.stderr
     assert "torch (evaluation)" in proc.stderr
@@ -734,7 +750,7 @@ def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypat
     record = tmp_path / "ran.txt"
     ev = named_interpreter(tmp_path / "vllm-env" / "bin" / "python", record)
     smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke if t != "report:eval.backend=hf"]
-    proc = launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, f"python.eval={ev}",
+    proc = launch_process(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, f"python.eval={ev}",
                    timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]
