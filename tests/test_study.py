@@ -471,7 +471,7 @@ def test_the_reference_table_shows_a_measured_value_only_beside_a_comparable_one
     assert cells[(sft, "avg", "em")] == "not comparable: 6 of 7 benches"   # seed 1 lacks popqa
     grpo = tmp_path / "grpo"     # pre -> post: the same rules at both ends
     _study_run(grpo, "grpo_spa", ("tiny_base", "tiny-base"), {0: {"musique@given": 2}, 2: {"musique@given": 2}}, "rl_ood")
-    cells = _measured_cells(grpo, "qwen3_4b_spa_grpo", "rl_ood", None)
+    cells = _reference_cells(grpo, "qwen3_4b_spa_grpo", "rl_ood", None)   # (analyze's own: test_study_cpu.py's GRPO run)
     assert cells[("Qwen3-4B GRPO search_plan_act", "musique@given", "em")] == "not comparable: tiny_base, n=2"
     assert cells[("Qwen3-4B GRPO search_plan_act", "babyai", "return")] == DASH   # no such point
 
