@@ -3,6 +3,8 @@ checked from its dry run's resolved configs and sbatch lines, the published numb
 references state them, (their end-to-end CPU runs: test_study_cpu.py)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -13,10 +15,24 @@ import pytest
 
 from common.study import StudyError, load_study, study_names
 from tests.conftest import ROOT, installed_or_skip
-from tests.study_helpers import launch, prefilled_data_cache
+from tests.study_helpers import launch as launch_process, prefilled_data_cache
 
 STUDIES = ("browsecomp_worker_export", "dual_terminator_sft", "llama3_1_8b_spa_grpo", "qwen3_4b_multihop_sft_grpo",
            "qwen3_4b_spa_grpo")
+
+
+def launch(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    """`launch ARGV` in `cwd` (wandb off) in this process: launch.cli.main, what the console script runs, its exit
+    status and output captured. A new interpreter's imports (torch, transformers) were most of each call's time;
+    a test about the process itself (all of stderr, a job script run as Slurm runs it) starts one."""
+    from launch.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.chdir(cwd)
+        mp.setenv("WANDB_MODE", "disabled")
+        rc = main(list(argv))
+    return subprocess.CompletedProcess(["launch", *argv], rc, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +149,9 @@ def test_reference_results_are_the_published_numbers():
 
 @pytest.fixture(scope="module")
 def dry_runs(tmp_path_factory):
-    """`launch study=NAME launcher=slurm dry_run=true` for every study, from a scratch directory."""
-    from sft.tiny import save_tiny_model
-
-    from tests.plan_capture import gpu_env_stand_in, unpinned_stand_ins
+    """`launch study=NAME launcher=slurm dry_run=true` for every study, from a scratch directory holding a stand-in
+    for each data slot (tests/plan_capture.py; the export's checkpoint: the two files a dry run reads)."""
+    from tests.plan_capture import gpu_env_stand_in, stand_ins, unpinned_stand_ins
 
     cwd = tmp_path_factory.mktemp("studies")
     outside = tmp_path_factory.mktemp("stand_ins")   # what the preflight asks for: the GPU env's modules, the unpinned sets
@@ -145,14 +160,8 @@ def dry_runs(tmp_path_factory):
         mp.setenv("DTSFT_DATA", str(outside / "data"))
         gpu_env_stand_in(outside, mp)
         unpinned_stand_ins(outside)
-        slots = {"dual_terminator_sft": ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
-                                         "report:eval.index=e5_Flat.index"]}
-        for name in ("traj.jsonl", "questions.jsonl", "e5_Flat.index"):
-            (cwd / name).write_text("")
-        (cwd / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
-        slots["qwen3_4b_multihop_sft_grpo"] = ["hotpotqa_trajectories=canonical:traj.jsonl", "hotpotqa_questions=questions.jsonl"]
-        save_tiny_model(cwd / "ckpt", seed=0, vocab_size=4160)
-        slots["browsecomp_worker_export"] = ["checkpoint=ckpt", f"tokenizer={ROOT / 'common' / 'tiny_tokenizer'}"]
+        slots = {**stand_ins(cwd), "dual_terminator_sft": [   # the example file itself (test_dual_terminator_study_plan)
+            "corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}", "report:eval.index=e5_Flat.index"]}
         out = {}
         for name in STUDIES:
             proc = launch(cwd, f"study={name}", "launcher=slurm", "dry_run=true", *slots.get(name, []))
@@ -462,7 +471,7 @@ def test_the_reference_table_shows_a_measured_value_only_beside_a_comparable_one
     assert cells[(sft, "avg", "em")] == "not comparable: 6 of 7 benches"   # seed 1 lacks popqa
     grpo = tmp_path / "grpo"     # pre -> post: the same rules at both ends
     _study_run(grpo, "grpo_spa", ("tiny_base", "tiny-base"), {0: {"musique@given": 2}, 2: {"musique@given": 2}}, "rl_ood")
-    cells = _measured_cells(grpo, "qwen3_4b_spa_grpo", "rl_ood", None)
+    cells = _reference_cells(grpo, "qwen3_4b_spa_grpo", "rl_ood", None)   # (analyze's own: test_study_cpu.py's GRPO run)
     assert cells[("Qwen3-4B GRPO search_plan_act", "musique@given", "em")] == "not comparable: tiny_base, n=2"
     assert cells[("Qwen3-4B GRPO search_plan_act", "babyai", "return")] == DASH   # no such point
 
@@ -632,6 +641,11 @@ def test_a_slurm_dry_run_with_an_unset_slot_still_chains_the_later_stages(tmp_pa
     assert re.search(r"^sft +sft\.train +- ", proc.stdout, flags=re.M) and "(not resolved: set hotpotqa_" in proc.stdout
 
 
+# One run of the dual-terminator sweep's nine (each resolved in full): what the tests below check is each job's own
+# script or config, the same at any sweep size.
+ONE_RUN = ("train:arms=[r2e]", "train:seeds=[0]")
+
+
 def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
     """Issue 38: one set of cluster settings (partition, account, qos, time, an extra #SBATCH line) reaches
     every job a study submits (the training array, the evaluation array, the aggregation, the report job);
@@ -655,7 +669,7 @@ def test_a_slurm_study_gives_every_job_the_clusters_settings(tmp_path):
         assert all(line in head.splitlines() for line in (*want, "#SBATCH --time=01:00:00")), f"{name}:\n{head}"
     assert {k: report[k] for k in ("account", "partition", "qos", "time", "sbatch")} == {
         "account": "A", "partition": "P", "qos": "Q", "time": "01:00:00", "sbatch": ["--constraint=h100"]}
-    seen, report = scripts("report:slurm.time=03:00:00")
+    seen, report = scripts("report:slurm.time=03:00:00", *ONE_RUN)
     assert {name: _opts(head)["time"] for name, head in seen.items()} == {"train.sbatch": "01:00:00",
                                                                          "report.sbatch": "03:00:00"}
     assert report["time"] == "03:00:00" and all(_opts(head)["qos"] == "Q" for head in seen.values())
@@ -672,7 +686,7 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
     (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
     slots = ["corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}"]
     # (this environment has no vllm: the study's backend=vllm would be refused in it, as below)
-    proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", f"python.eval={ev}", *slots,
+    proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", f"python.eval={ev}", *slots, *ONE_RUN,
                    "report:eval.backend=hf", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     where = _dry_dir(proc.stdout)
@@ -681,7 +695,8 @@ def test_every_evaluation_job_of_a_study_runs_python_eval(tmp_path, monkeypatch)
     # its evaluation array and aggregation (planned when it runs) run the config's python.eval (launch/eval_slurm.py)
     assert _yaml(where / "report.yaml")["python"]["eval"] == str(ev)
     record = _stand_in_sbatch(tmp_path, monkeypatch)
-    proc = launch(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots)
+    # all of its stderr, from a process of its own: one line
+    proc = launch_process(tmp_path, "study=dual_terminator_sft", "launcher=slurm", "python.eval=/usr/bin/python3", *slots, *ONE_RUN)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("error: ") and "python.eval=/usr/bin/python3 lacks " in proc.stderr
     assert "torch (evaluation)" in proc.stderr
@@ -709,7 +724,7 @@ def test_a_local_study_runs_its_evaluation_stage_in_python_eval(tmp_path):
     record = tmp_path / "ran.txt"
     ev = named_interpreter(tmp_path / "eval-env" / "bin" / "python", record)
     (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "x"}\n')
-    proc = launch(tmp_path, "study=dual_terminator_sft", f"python.eval={ev}", "report:eval.backend=hf",
+    proc = launch(tmp_path, "study=dual_terminator_sft", f"python.eval={ev}", "report:eval.backend=hf", *ONE_RUN,
                    "corpus=corpus.jsonl", f"nq_rollouts={ROOT / 'docs' / 'examples' / 'nq_rollouts_example.jsonl'}",
                    "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -734,7 +749,7 @@ def test_a_local_study_evaluates_through_vllm_in_python_eval(tmp_path, monkeypat
     record = tmp_path / "ran.txt"
     ev = named_interpreter(tmp_path / "vllm-env" / "bin" / "python", record)
     smoke = [t.replace("=docs/", f"={ROOT / 'docs'}/") for t in study.cpu_smoke if t != "report:eval.backend=hf"]
-    proc = launch(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, f"python.eval={ev}",
+    proc = launch_process(tmp_path, "study=dual_terminator_sft", "runs_root=runs", "reports=rep", *smoke, f"python.eval={ev}",
                    timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ran = [line for line in record.read_text().splitlines() if not line.startswith("-c ")]
