@@ -284,8 +284,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
             stage_jobs, more = plan_sweep(r.trainer, r.preps, r.evaluation, where / stage.name, req.launcher,
                                           str(where) if sweep else None, array=sweep)
             files.update(more)
-            # named `<stage>.<name>`, its training job (if any: none when every run is finished) the stage's own, after the
-            # previous stage: one plan holds every stage's
+            # `<stage>.<name>`; its training job (none when every run is finished): the stage's own, after the previous stage
             rename = {**{j.name: f"{stage.name}.{j.name}" for j in stage_jobs}, "sweep": stage.name, "launch": stage.name}
             stage_jobs = [replace(j, name=rename[j.name], after=before if rename[j.name] == stage.name else
                                   tuple(rename.get(a, a) for a in j.after)) for j in stage_jobs]

@@ -177,7 +177,7 @@ def plan_sweep(trainer, preps: list, evaluation, evals: Path, kind: str, logs: s
     if evaluation is None:
         return training, {}
     if not submits:
-        more, files = analysis_job(evaluation, evals, after=("sweep",) if todo else ())
+        more, files = analysis_job(evaluation, evals)   # (here every run is trained: a finished one skipped when it runs)
     else:
         runs = [str(p.run_dir) for p in [*todo, *(p for p in preps if finished(p))]]
         more, files = runs_plan(req or evaluation_request(evaluation, preps), evals, runs,
