@@ -226,10 +226,15 @@ def choices_line(choices: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in choices.items())
 
 
+def finished(prep: Prepared) -> bool:
+    """Whether a launch keeps the run as finished (DONE; not resume=never), not retraining it."""
+    return is_finished(prep.run_dir) and prep.cfg.resume != "never"
+
+
 def kept(trainer: Trainer, prep: Prepared) -> bool:
-    """True for a finished run (DONE; not resume=never): kept, not retrained, its identity checked unless a dry run."""
+    """True for a `finished` run: kept, not retrained, its identity checked unless a dry run."""
     rd = prep.run_dir
-    if not is_finished(rd) or prep.cfg.resume == "never":
+    if not finished(prep):
         return False
     if not prep.cfg.launcher.dry_run:
         trainer.check_finished(prep)
@@ -324,10 +329,10 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
 
 
 def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
-            then: Callable[[Path], tuple[list[Job], dict[Path, str]]] | None = None) -> int:
+            plan: Callable[[Path], tuple[list[Job], dict[Path, str]]] | None = None) -> int:
     """The plan (its jobs' configs and scripts under a new temporary directory), then each run's lines, resolved
     config and the command here or the script submitted (GRPO: every backend's). A sweep's: one `array` job (`logs`:
-    its dir); `then(where)`: the jobs planned after training and their configs. Nothing else is written or started.
+    its dir); `plan(where)`: the jobs, the training job first, and their configs. Nothing else is written or started.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
     from launch.eval_slurm import write_files
 
@@ -338,8 +343,8 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
                 cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, arm))
         except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
             print(f"[launch] (dataset cache key not computable here: {exc})")
-    job, where = trainer.job(preps, array, logs), dry_run_dir("launch")
-    after, files = then(where) if then else ([], {})
+    where = dry_run_dir("launch")
+    (job, *after), files = plan(where) if plan else ([trainer.job(preps, array, logs)], {})
     write_files({**{where / f"{job.name}{f'-{i}' if array else ''}.config.yaml": OmegaConf.to_yaml(prep.cfg)
                     for i, prep in enumerate(preps)}, **files})
     jobs.dry_run([job, *after], trainer.runner(argv, kind), where)

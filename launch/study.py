@@ -32,9 +32,9 @@ from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs, write_files
 from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
-from launch.run import SFT, Training, is_finished
+from launch.run import SFT, Training
 from launch.slurm import slurm_option_problems
-from launch.sweep import analysis_config, analysis_job, evaluation_jobs, evaluation_request, parse_sweep
+from launch.sweep import analysis_config, parse_sweep, plan_sweep
 
 # The interpreter kind of a stage that is one job (a training stage's run python.sft= / python.grpo=, its own keys).
 STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
@@ -277,22 +277,20 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
             unresolved = f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}"
             stage_jobs = [Job(stage.name, module, config=write(where / f"{stage.name}.unresolved", f"# {unresolved}\n"),
                               **after, notes=(unresolved,))]
-        elif stage.run in TRAINING_RUNS:
-            todo = [p for p in r.preps if not (submits and is_finished(p.run_dir) and p.cfg.resume != "never")]
+        elif stage.run in TRAINING_RUNS:   # as launch / launch sweep plans it (a sweep's evaluation: its configs under where/STAGE)
             for i, p in enumerate(r.preps):
                 write(where / f"{stage.name}-{i}.config.yaml", OmegaConf.to_yaml(p.cfg))
-            stage_jobs = [replace(r.trainer.job(todo, array=stage.run == "sweep", logs=str(where) if stage.run == "sweep" else None,
-                                                kind=req.launcher), name=stage.name, waits=None, **after)] if todo else []
-            if r.evaluation is not None:   # a sweep's evaluation as launch.sweep plans it (configs under where/STAGE): here its
-                # analysis job; submitted, one job per run after its training task, then the aggregation (carrying the analysis's needs)
-                evaluation, more = evaluation_jobs(evaluation_request(r.evaluation, r.preps), where / stage.name, r.preps, todo) \
-                    if submits else analysis_job(r.evaluation, where / stage.name, after=("sweep",) if todo else ())
-                files.update(more)
-                # named `<stage>.<name>`, after the stage's training job (the sweep's `sweep`): one plan holds every stage's
-                rename = {"sweep": stage.name, **{j.name: f"{stage.name}.{j.name}" for j in evaluation}}
-                evaluation = [replace(j, name=rename[j.name], after=tuple(rename.get(a, a) for a in j.after)) for j in evaluation]
+            sweep = stage.run == "sweep"
+            stage_jobs, more = plan_sweep(r.trainer, r.preps, r.evaluation, where / stage.name, req.launcher,
+                                          str(where) if sweep else None, array=sweep)
+            files.update(more)
+            # `<stage>.<name>`; its training job (none when every run is finished): the stage's own, after the previous stage
+            rename = {**{j.name: f"{stage.name}.{j.name}" for j in stage_jobs}, "sweep": stage.name, "launch": stage.name}
+            stage_jobs = [replace(j, name=rename[j.name], after=before if rename[j.name] == stage.name else
+                                  tuple(rename.get(a, a) for a in j.after)) for j in stage_jobs]
+            if r.evaluation is not None:   # its last job carries the analysis's needs
                 needs = replace(preflight.analyze_needs(r.evaluation), who=f"stage {stage.name} (its evaluation)")
-                stage_jobs += [*evaluation[:-1], replace(evaluation[-1], needs=replace(evaluation[-1].needs, each=(needs,)))]
+                stage_jobs[-1] = replace(stage_jobs[-1], needs=replace(stage_jobs[-1].needs, each=(needs,)))
         else:
             cfg = OmegaConf.merge(r.cfg, {"slurm": {"jobs_file": str(where / "jobs.json")}}) \
                 if submits and stage.run == "analyze" else r.cfg   # an analyze job's submissions join jobs.json

@@ -1,16 +1,13 @@
-"""`launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...`: every arm x seed, each run resolved up front.
-
-Locally the runs go one after another (each a normal `launch`: finished runs skipped, interrupted ones resumed);
-on Slurm every unfinished run is prepared here, then one job array trains them all (task i: run i's config.yaml).
-`eval_profile=PROFILE` (plus `analyze.KEY=VALUE`) evaluates the checkpoints once trained: docs/concepts.md ("Jobs") and
-docs/how-to/slurm.md say how, locally and on Slurm.
+"""`launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...`: every arm x seed, each run resolved up front,
+trained here one after another (each a normal `launch`) or on Slurm as one job array (task i: run i's config.yaml);
+`eval_profile=PROFILE` (plus `analyze.KEY=VALUE`) evaluates the checkpoints once trained (plan_sweep): docs/concepts.md
+("Jobs") and docs/how-to/slurm.md say how, locally and on Slurm.
 """
 from __future__ import annotations
 
 import re
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -23,7 +20,7 @@ from launch import local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import plan_dir, write_files
 from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
-from launch.run import SFT, Training, dry_run, kept, train_runs
+from launch.run import SFT, Training, dry_run, finished, kept, train_runs
 
 ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
 
@@ -126,10 +123,10 @@ def run_sweep(argv: list[str]) -> int:
     except ConfigError as exc:
         return refused(as_typed(exc, analyze))
     if backend(first.launcher.kind).submits:
-        rc = _sweep_submit(argv, runs, preps, req)
+        rc = _sweep_submit(argv, runs, preps, evaluation, req)
     elif first.launcher.dry_run:   # the plan: one job, each run a task in turn (a finished run skipped when it runs), then the analysis
         rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
-                     then=partial(analysis_job, evaluation) if evaluation is not None else None)
+                     plan=lambda where: plan_sweep(SFT, preps, evaluation, where, first.launcher.kind))
         print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
     elif (rc := train_runs(SFT, list(zip(runs, preps)))) == 0:   # the runs as resolved up front
         print(f"[launch] sweep: all {len(runs)} runs finished")
@@ -157,7 +154,7 @@ def _sweep_dir(cfg) -> Path:
 
 def evaluation_request(evaluation, preps: list):
     """The sweep's analysis resolved and checked as the analysis checks it (AnalysisError / ConfigError naming a
-    setting); on a submitting launcher as one evaluation job per run (slurm.runs), which evaluation_jobs plans."""
+    setting); on a submitting launcher as one evaluation job per run (slurm.runs), which plan_sweep plans."""
     from launch.analyze import request
 
     per_run = {"slurm": {"runs": [str(p.run_dir) for p in preps], "runs_after": None}} if backend(evaluation.launcher).submits else {}
@@ -165,18 +162,28 @@ def evaluation_request(evaluation, preps: list):
         return request(OmegaConf.merge(evaluation, per_run), planned=[p.run_dir for p in preps])
 
 
-def evaluation_jobs(req, where: Path, preps: list, todo: list) -> tuple[list[Job], dict[Path, str]]:
-    """The sweep's evaluation on Slurm (launch.eval_slurm.runs_plan): one job per run, run i of `todo` after training
-    task i only (cancelled when it fails), a finished run's after nothing, then the aggregation after all of them
-    (afterany); and their configs under `where`, unwritten."""
+def plan_sweep(trainer, preps: list, evaluation, evals: Path, kind: str, logs: str | None = None, array: bool = True,
+               req=None) -> tuple[list[Job], dict[Path, str]]:
+    """The jobs training `preps` (`array`: one job `sweep`; submitted, a finished run kept: none when all are), then
+    their `evaluation` (analyze's config, or None; `req`: its evaluation_request), its configs under `evals` (unwritten):
+    here the analysis; submitted, one job per run after its training task (launch.eval_slurm.runs_plan), then the report."""
     from launch.eval_slurm import runs_plan
 
-    finished = [str(p.run_dir) for p in preps if all(p is not t for t in todo)]
-    return runs_plan(req, where, [str(p.run_dir) for p in todo] + finished,
-                     [("sweep", i) for i in range(len(todo))] + [None] * len(finished))
+    submits = backend(kind).submits
+    todo = [p for p in preps if not (submits and finished(p))]
+    training = [trainer.job(todo, array, logs, kind)] if todo else []
+    if evaluation is None:
+        return training, {}
+    if not submits:
+        more, files = analysis_job(evaluation, evals)   # (here every run is trained: a finished one skipped when it runs)
+    else:
+        runs = [str(p.run_dir) for p in [*todo, *(p for p in preps if finished(p))]]
+        more, files = runs_plan(req or evaluation_request(evaluation, preps), evals, runs,
+                                [("sweep", i) for i in range(len(todo))] + [None] * (len(runs) - len(todo)))
+    return training + more, files
 
 
-def _sweep_submit(argv, runs, preps, req) -> int:
+def _sweep_submit(argv, runs, preps, evaluation, req) -> int:
     """A submitting launcher's sweep: unfinished runs prepared here, one array job trains them, its evaluation after."""
     kind, dry = preps[0].cfg.launcher.kind, bool(preps[0].cfg.launcher.dry_run)
     todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep)]
@@ -191,16 +198,12 @@ def _sweep_submit(argv, runs, preps, req) -> int:
         # what is left to evaluate: one array task per checkpoint, then the aggregation (analyze, run here)
         return _analyze_here(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}),
                              dry_run_dir("sweep") if dry else root)
-    preps_todo = [p for _, p in todo]
     if dry:
-        return dry_run(SFT, preps_todo, ["sweep", *argv], array=True, logs=str(root),
-                       then=partial(evaluation_jobs, req, preps=preps, todo=preps_todo) if req is not None else None)
-    job = SFT.job(preps_todo, array=True, logs=str(root))   # (root: made by the runner, with the scripts)
-    plan, script = [job], root / f"{job.name}{backend(kind).suffix}"
-    if req is not None:
-        more, files = evaluation_jobs(req, plan_dir(req.cfg, "runs"), preps, preps_todo)
-        write_files(files)
-        plan += more
+        return dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root),
+                       plan=lambda where: plan_sweep(SFT, preps, evaluation, where, kind, str(root), req=req))
+    plan, files = plan_sweep(SFT, preps, evaluation, plan_dir(req.cfg, "runs") if req else root, kind, str(root), req=req)
+    write_files(files)   # (root: made by the runner, with the scripts)
+    job, script = plan[0], root / f"{plan[0].name}{backend(kind).suffix}"
     ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}).run(plan, root)
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if req is not None:
