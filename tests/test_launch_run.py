@@ -112,7 +112,7 @@ def test_finished_run_with_another_lr_is_refused_and_a_named_variant_trains(runs
     assert json.loads((runs / "r2e" / "seed0" / "manifest.json").read_text())["identity"]["keys"]["train.lr"] == 2e-3
 
 
-def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run, launch_here):
+def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run, launch_here, capfd):
     data_dirs = [p for p in (runs / "_data").iterdir() if not p.name.startswith(".")]
     rd = runs / "killed"
     argv = ["arm=r2e", "steps=6", "model=tiny", "data=synthetic", "state_every=2", "save_steps=[6]",
@@ -138,10 +138,11 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run, launc
     for line in ("train.lr: 0.002 -> 0.0001", "train.lr_schedule: 'cosine' -> 'constant'", "train.steps: 6 -> 7"):
         assert line in err
     assert "dataset" not in out
-    direct = subprocess.run([sys.executable, "-m", "sft.train", str(rd / "config.yaml"), "train.lr=1e-4"], cwd=REPO,
-                            env=_env(), capture_output=True, text=True, timeout=120)
-    assert direct.returncode == 2 and "train.lr: 0.002 -> 0.0001" in direct.stderr, direct.stderr[-2000:]
-    assert "Traceback" not in direct.stderr and (rd / "metrics.jsonl").read_bytes() == metrics_before
+    from sft.train import cli as sft_train   # what `python -m sft.train` runs; it refuses before any process group or model
+    code = sft_train([str(rd / "config.yaml"), "train.lr=1e-4"])
+    err = capfd.readouterr().err
+    assert code == 2 and "train.lr: 0.002 -> 0.0001" in err, err[-2000:]
+    assert "Traceback" not in err and (rd / "metrics.jsonl").read_bytes() == metrics_before
 
     again = _launch(*argv)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
