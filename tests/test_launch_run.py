@@ -37,6 +37,24 @@ def _launch(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.fixture
+def launch_here(monkeypatch, capfd):
+    """launch in this process (launch.cli.main, what `python -m launch.cli` runs) -> (exit code, stdout, stderr): for
+    the launches that only report or refuse a run, which start no trainer (a process start-up would be most of it)."""
+    from launch.cli import main
+
+    for key, value in _env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.chdir(REPO)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capfd.readouterr()
+        code = main(list(argv))
+        return (code, *capfd.readouterr())
+    return run
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("launch_runs")
@@ -72,20 +90,20 @@ def test_tiny_run_writes_loadable_checkpoints(runs, first_run):
     assert "building the r2e dataset" in proc.stdout
 
 
-def test_finished_run_is_reported_not_retrained(runs, first_run):
+def test_finished_run_is_reported_not_retrained(runs, first_run, launch_here):
     argv, _ = first_run
-    proc = _launch(*argv)
-    assert proc.returncode == 0 and "is finished (DONE exists); not retraining" in proc.stdout
+    code, out, _ = launch_here(*argv)
+    assert code == 0 and "is finished (DONE exists); not retraining" in out
     assert len(list((runs / "r2e" / "seed0" / "logs").glob("train-*.log"))) == 1
 
 
-def test_finished_run_with_another_lr_is_refused_and_a_named_variant_trains(runs, first_run):
+def test_finished_run_with_another_lr_is_refused_and_a_named_variant_trains(runs, first_run, launch_here):
     """Run identity: the finished run is not handed back for another lr; name= trains it separately."""
     argv, _ = first_run
-    proc = _launch(*argv, "lr=5e-4")
-    assert proc.returncode == 2 and "train.lr: 0.002 -> 0.0005" in proc.stderr, proc.stdout + proc.stderr
-    assert "name=<variant>" in proc.stderr and "resume=never" in proc.stderr and "Traceback" not in proc.stderr
-    assert "not retraining" not in proc.stdout
+    code, out, err = launch_here(*argv, "lr=5e-4")
+    assert code == 2 and "train.lr: 0.002 -> 0.0005" in err, out + err
+    assert "name=<variant>" in err and "resume=never" in err and "Traceback" not in err
+    assert "not retraining" not in out
     variant = _launch(*argv, "lr=5e-4", "name=lr5e-4")
     assert variant.returncode == 0, variant.stdout[-3000:] + variant.stderr[-3000:]
     vd = runs / "r2e" / "lr5e-4" / "seed0"
@@ -94,7 +112,7 @@ def test_finished_run_with_another_lr_is_refused_and_a_named_variant_trains(runs
     assert json.loads((runs / "r2e" / "seed0" / "manifest.json").read_text())["identity"]["keys"]["train.lr"] == 2e-3
 
 
-def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
+def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run, launch_here, capfd):
     data_dirs = [p for p in (runs / "_data").iterdir() if not p.name.startswith(".")]
     rd = runs / "killed"
     argv = ["arm=r2e", "steps=6", "model=tiny", "data=synthetic", "state_every=2", "save_steps=[6]",
@@ -115,15 +133,16 @@ def test_killed_run_resumes_and_reuses_the_cached_dataset(runs, first_run):
     # Relaunched (or the trainer started directly) with another lr / schedule / steps: refused, exit 2,
     # before any data or model work; the run is untouched and still resumes with its own config.
     metrics_before = (rd / "metrics.jsonl").read_bytes()
-    changed = _launch(*argv, "lr=1e-4", "train.lr_schedule=constant", "steps=7")
-    assert changed.returncode == 2, changed.stdout[-2000:] + changed.stderr[-2000:]
+    code, out, err = launch_here(*argv, "lr=1e-4", "train.lr_schedule=constant", "steps=7")
+    assert code == 2, out[-2000:] + err[-2000:]
     for line in ("train.lr: 0.002 -> 0.0001", "train.lr_schedule: 'cosine' -> 'constant'", "train.steps: 6 -> 7"):
-        assert line in changed.stderr
-    assert "dataset" not in changed.stdout
-    direct = subprocess.run([sys.executable, "-m", "sft.train", str(rd / "config.yaml"), "train.lr=1e-4"], cwd=REPO,
-                            env=_env(), capture_output=True, text=True, timeout=120)
-    assert direct.returncode == 2 and "train.lr: 0.002 -> 0.0001" in direct.stderr, direct.stderr[-2000:]
-    assert "Traceback" not in direct.stderr and (rd / "metrics.jsonl").read_bytes() == metrics_before
+        assert line in err
+    assert "dataset" not in out
+    from sft.train import cli as sft_train   # what `python -m sft.train` runs; it refuses before any process group or model
+    code = sft_train([str(rd / "config.yaml"), "train.lr=1e-4"])
+    err = capfd.readouterr().err
+    assert code == 2 and "train.lr: 0.002 -> 0.0001" in err, err[-2000:]
+    assert "Traceback" not in err and (rd / "metrics.jsonl").read_bytes() == metrics_before
 
     again = _launch(*argv)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
