@@ -475,6 +475,7 @@ class Run:
         self.identity = run_identity(cfg)
         self.retriever: CountingRetriever | None = None
         self.search_counts: tuple[int, int] = (0, 0)   # the last step's (searches, failures), all ranks
+        self.rng_from: Path | None = None   # the resumed state whose RNG the first step restores
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -556,9 +557,7 @@ class Run:
         if st:
             trainer.create_optimizer()
             trainer.optimizer.load_state_dict(st["optimizer"])
-            if not rlck.restore_rng(resume, trainer.accelerator.process_index):  # after the Trainer's set_seed
-                log.warning("%s has no RNG for rank %d (world size changed?): RNG not restored", resume,
-                            trainer.accelerator.process_index)
+            self.rng_from = resume   # restored as the first step begins (restore_rng)
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)   # its raw log dicts: Progress prints the steps instead
@@ -574,6 +573,15 @@ class Run:
         return trainer
 
     # ---- per step ------------------------------------------------------------------------------
+
+    def restore_rng(self) -> None:
+        """This rank's RNG from the resumed state, once, as the segment's first step begins: where the uninterrupted
+        run saved it. Restored any earlier, starting the data loader's iterator (train()) would take a draw from it that
+        the uninterrupted run took before its first step, and every later draw (the order TRL shuffles each step's
+        rollouts into, the sampling) would be shifted by one."""
+        d, self.rng_from = self.rng_from, None
+        if d is not None and not rlck.restore_rng(d, self.trainer.accelerator.process_index):
+            log.warning("%s has no RNG for rank %d (world size changed?): RNG not restored", d, self.trainer.accelerator.process_index)
 
     def step_end(self, local_step: int) -> bool:
         """Write the step's outputs; True when training must stop (preemption)."""
@@ -675,6 +683,7 @@ def _Callback(run: Run):
             self.log_state = {"t": time.time()}
 
         def on_step_begin(self, args, state, control, **kw):
+            run.restore_rng()
             run.progress.step_begins()
 
         def on_step_end(self, args, state, control, **kw):

@@ -1,6 +1,6 @@
 """GRPO learning-rate schedules (linear and cosine with warmup) are resumable: a run stopped at a step
 boundary (SIGTERM, as a preemption) and resumed by a fresh trainer logs the same per-step lr and loss
-as the same run done in one go, and ends on the same adapter.
+as the same run done in one go, and ends on the same adapter and optimizer state, bit for bit.
 
 The oracle for the lr series is transformers' own schedule functions (get_linear_schedule_with_warmup,
 get_cosine_schedule_with_warmup, with the Trainer's warmup count ceil(warmup_ratio x steps)), not
@@ -63,10 +63,13 @@ def _metrics(cfg) -> list[dict]:
     return [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-def _final_adapter(cfg) -> dict:
+def _final_state(cfg) -> dict:
+    """The final state's LoRA tensors and AdamW moments."""
     from rl.checkpoint import load_state
 
-    return load_state(Path(cfg.run_dir) / "state" / f"step-{STEPS:06d}")["adapter"]
+    st = load_state(Path(cfg.run_dir) / "state" / f"step-{STEPS:06d}")
+    moments = {f"optimizer {i}.{k}": v for i, s in st["optimizer"]["state"].items() for k, v in s.items() if torch.is_tensor(v)}
+    return {**st["adapter"], **moments}
 
 
 def _reference_lrs(schedule: str) -> list[float]:
@@ -106,8 +109,9 @@ def test_stopped_and_resumed_run_repeats_the_uninterrupted_lr_and_losses(tmp_pat
     assert [m["lr"] for m in a] == pytest.approx(ref, rel=1e-12, abs=0)
     assert [m["lr"] for m in b] == [m["lr"] for m in a]  # exactly the uninterrupted run's
     assert [m["loss"] for m in b] == [m["loss"] for m in a]
-    assert [m["grad_norm"] for m in b] == pytest.approx([m["grad_norm"] for m in a], rel=1e-6)
-    fa, fb = _final_adapter(whole), _final_adapter(parts)
+    assert [m["grad_norm"] for m in b] == [m["grad_norm"] for m in a]
+    # Bit for bit (one CPU thread, the same seed): the resumed run shuffles each step's rollouts into the same
+    # order (the torch RNG continues where the state left it), so it sums the same gradients in the same order.
+    fa, fb = _final_state(whole), _final_state(parts)
     assert fa.keys() == fb.keys()
-    for k in fa:  # the resumed run applied the same updates (to fp32 round-off; a wrong lr moves them ~1e-3)
-        torch.testing.assert_close(fb[k], fa[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}")
+    assert [k for k in fa if not torch.equal(fb[k], fa[k])] == []
