@@ -15,8 +15,9 @@ a run directory needs around it:
    transcripts with rewards), merged checkpoints at the save steps, resumable `state/`;
 5. SIGTERM / SIGUSR1: state at the next step boundary, exit 0; the next launch continues at the next
    step, the lr schedule (train.lr_schedule over all train.steps, `run_scheduler`) from its saved
-   state (bitwise reproduction is not expected: sampling RNG differs across a resume boundary in
-   multi-process runs, and generation is sampled);
+   state, each rank's RNG from where that state left it (`Run.restore_rng`): on one CPU process with the
+   same seed and the same rollouts, the resumed run's updates are the uninterrupted run's bit for bit
+   (tests/test_rl_schedule.py, with scripted generation);
 6. `DONE` after the final step.
 """
 from __future__ import annotations
