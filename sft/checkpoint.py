@@ -138,6 +138,14 @@ def rng_file(d: Path, rank: int) -> Path:
     return Path(d) / RNG_DIR / f"rank-{rank:05d}.safetensors"
 
 
+def seed_rngs(seed: int) -> None:
+    """Seed what write_rng saves (torch on every device, numpy, Python) with `seed`: a run's draws (dropout) are a
+    function of its seed, not of whatever the process drew before (a pretrained model is loaded, never seeded)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def write_rng(path: Path) -> None:
     """This process's torch / CUDA / numpy / Python RNG state as tensors (safetensors) plus a JSON
     header entry; restoring it needs no unpickling."""

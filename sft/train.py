@@ -280,6 +280,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     log.info("schedule: %s, peak lr %g, %d warmup steps of %d", cfg.train.lr_schedule, cfg.train.lr, warmup_steps(total, cfg.train.warmup_ratio), total)
 
     # 3. Resume.
+    ckpt.seed_rngs(cfg.seed + rank)   # each rank its own draws; a resumed run's saved state replaces these
     start, guard = 0, NonFiniteGuard(cfg.train.max_consecutive_nonfinite)
     if resume_dir is not None and cfg.resume == "auto":  # the newest state that verifies
         checked, skipped = ckpt.newest_verified_state(layout.states_dir(cfg.run_dir))

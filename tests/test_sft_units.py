@@ -588,3 +588,23 @@ def test_preemption_signals_set_the_flag(sig):
     finally:
         flag.restore()
     assert signal.getsignal(getattr(signal, sig)) == before
+
+
+def test_a_run_seeds_every_rng_so_a_model_with_dropout_trains_the_same_twice(tmp_path, tiny_model_dir):
+    """A pretrained model is loaded, not seeded: without the trainer seeding torch/numpy/python from `seed` at its
+    start, dropout draws from whatever RNG state the process had (here: the first run's), so a second run of the same
+    config in the same process gave other losses. Two runs in one process, a model with dropout: identical losses."""
+    import shutil
+
+    model = tmp_path / "dropout_model"
+    shutil.copytree(tiny_model_dir, model)
+    conf = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**conf, "attention_dropout": 0.5}))
+    data = make_dataset_dir(tmp_path / "ds", n=16)
+    losses = []
+    for name in ("a", "b"):
+        cfg = write_config(tmp_path / name, data, steps=2, save_steps=[], state_every=10, activation_checkpointing=False,
+                           **{"model.path": str(model), "model.init": "pretrained"})
+        assert train.main(cfg) == 0
+        losses.append([m["loss"] for m in read_metrics(tmp_path / name) if "loss" in m])
+    assert len(losses[0]) == 2 and losses[0] == losses[1]
