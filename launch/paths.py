@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch
 from common.fields import OUTPUT, path_keys
 from common.tiny import ALIASES, OLD_SPELLINGS
+from data_prep.readers import spec_parts
 from launch.jobs import REPO
 
 SHIPPED = "recipes/"                 # the origin label of a shipped recipe layer (launch.compose)
@@ -33,16 +34,11 @@ def _model(value: str, base: Path, shipped: bool) -> str:
 
 
 def _source(spec: str, base: Path) -> str:
-    fmt, sep, loc = str(spec).partition(":")
-    if not sep or not loc:
-        return spec   # malformed: launch.compose.validate names it
-    share, cut = "", loc.rfind("~")   # data-prep's SOURCE#SPLIT~SHARE (data_prep.readers.parse_source): the path comes first
-    if cut > 0 and "/" not in loc[cut:] and not (base / os.path.expanduser(loc)).exists():
-        loc, share = loc[:cut], loc[cut:]
-    loc, mark, split = loc.partition("#") if not (base / os.path.expanduser(loc)).exists() else (loc, "", "")
+    fmt, loc, revision, split, share = spec_parts(spec, lambda p: (base / os.path.expanduser(p)).exists())
+    loc += revision   # data-prep's grammar; a local path has no revision (its `@` is its name's)
     expanded = os.path.expanduser(loc)
     local = loc and (os.path.isabs(expanded) or (base / expanded).exists() or loc.startswith(".") or loc.endswith(LOCAL_SUFFIXES))
-    return f"{fmt}:{_abs(loc, base)}{mark}{split}{share}" if local else spec
+    return f"{fmt}:{_abs(loc, base)}{split}{share}" if local else spec   # (malformed: launch.compose.validate names it)
 
 
 def absolute(kind: str, value, base: Path, shipped: bool = False):

@@ -245,13 +245,20 @@ def test_headline_rules():
     assert epilogue_text("**Title:** T") == "\nFinal answer: T"
 
 
-def test_parse_xml_calls_and_source_errors(tmp_path):
+def test_parse_xml_calls_and_source_errors(tmp_path, monkeypatch):
     thought, calls = parse_xml_calls("think\n\n<function=file_editor>\n  <parameter=command>view</parameter>\n  <parameter=view_range>[1, 5]</parameter>\n</function>")
     assert thought.strip() == "think" and calls == [("file_editor", {"command": "view", "view_range": "[1, 5]"})]
     with pytest.raises(SourceError, match="unknown format"):
         parse_source("nope:/x.jsonl")
     with pytest.raises(SourceError, match="no such file"):
         parse_source("r2e-gym:/does/not/exist.jsonl")
+    # a path in the home directory, as launch reads it (was: "expected SOURCE~SHARE ..., got '/h.jsonl'")
+    monkeypatch.setenv("HOME", str(home := tmp_path / "home"))
+    home.mkdir()
+    (home / "h.jsonl").write_text("{}\n")
+    assert parse_source("r2e-gym:~/h.jsonl~0.5").location == str(home / "h.jsonl")
+    with pytest.raises(SourceError, match=f"^source 'r2e-gym:~/nope#test': no such file {home}/nope$"):
+        parse_source("r2e-gym:~/nope#test")
     # a directory reads the data files directly in it (seen failing: a dir of none read nothing, or all its subdirs' files)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "a.jsonl").write_text("{}\n")

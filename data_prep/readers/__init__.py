@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from common.fields import list_of
 from common.io import JsonLineError, parse_json_line, sha256_file
@@ -95,33 +95,40 @@ class Source:
         return {"format": self.format, "hub_id": self.location, "split": self.split, **pinned, **share}
 
 
+def spec_parts(spec: str, exists: Callable[[str], bool]) -> tuple[str, str, str, str, str]:
+    """`FORMAT:LOCATION[@REVISION][#SPLIT][~SHARE]` as written: (FORMAT, LOCATION, @REVISION, #SPLIT, ~SHARE), each part
+    with its mark ('' where absent); one is cut off only while the rest names no path that `exists` (then its `~`, `#`
+    or `@` is its name's), and a `~` a `/` follows is a home directory, not a share."""
+    fmt, _, loc = str(spec).partition(":")
+    cut = {}
+    for mark in "~#@":
+        at = loc.find(mark) if mark == "#" else loc.rfind(mark)
+        if at >= 0 and not exists(loc) and not (mark == "~" and "/" in loc[at:]):
+            loc, cut[mark] = loc[:at], loc[at:]
+    return fmt, loc, cut.get("@", ""), cut.get("#", ""), cut.get("~", "")
+
+
 def parse_source(spec: str) -> Source:
-    fmt, sep, loc = str(spec).partition(":")
-    if not sep or not loc:
+    fmt, loc, revision, split, share = spec_parts(spec, lambda p: os.path.exists(os.path.expanduser(p)))
+    if ":" not in str(spec) or not loc + revision + split + share:
         raise SourceError(f"source {spec!r}: expected FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}")
     if fmt not in PARSERS:
         raise SourceError(f"source {spec!r}: unknown format {fmt!r} (known: {', '.join(FORMATS)})")
-    split, revision, share = "train", None, None
-    if not Path(loc).exists() and "~" in loc:
-        loc, _, raw = loc.rpartition("~")
-        try:
-            share = float(raw)
-        except ValueError:
-            share = None
-        if not loc or share is None or not 0 < share <= 1:
-            raise SourceError(f"source {spec!r}: expected SOURCE~SHARE with SHARE a fraction in (0, 1], got {raw!r}")
-    if not Path(loc).exists() and "#" in loc:
-        loc, split = loc.split("#", 1)
-    if not Path(loc).exists() and "@" in loc:
-        loc, revision = loc.rsplit("@", 1)
-        if not loc or not revision:
-            raise SourceError(f"source {spec!r}: expected HUB_ID@REVISION (a commit sha, tag or branch)")
+    try:
+        fraction = float(share[1:]) if share else None
+    except ValueError:
+        fraction = 0
+    if share and not (loc + revision + split and 0 < fraction <= 1):
+        raise SourceError(f"source {spec!r}: expected SOURCE~SHARE with SHARE a fraction in (0, 1], got {share[1:]!r}")
+    if revision and not (loc and revision[1:]):
+        raise SourceError(f"source {spec!r}: expected HUB_ID@REVISION (a commit sha, tag or branch)")
+    loc, split, revision = os.path.expanduser(loc), split[1:] if split else "train", revision[1:] or None
     if not Path(loc).exists() and (loc.startswith((".", "/")) or Path(loc).suffix in LOCAL_SUFFIXES):
         raise SourceError(f"source {spec!r}: no such file {loc}")
     if Path(loc).is_file() and Path(loc).suffix not in LOCAL_SUFFIXES:
         raise SourceError(f"source {spec!r}: {loc} is not a {', '.join(LOCAL_SUFFIXES[:-1])} or {LOCAL_SUFFIXES[-1]} file")
     try:
-        files = (src := Source(fmt, loc, split, revision, share)).files()
+        files = (src := Source(fmt, loc, split, revision, fraction)).files()
     except SourceError as exc:
         raise SourceError(f"source {spec!r}: {exc}") from None
     if not files:
