@@ -61,16 +61,11 @@ def help_text() -> str:
 
 def _stage(argv: list[str]) -> tuple[str, list[str]]:
     """(`stage=` value, argv without it); the default stage is sft, so SFT commands are unchanged."""
-    stage, rest = "sft", []
-    for tok in argv:
-        key, _, value = tok.partition("=")
-        if key.strip() == "stage" and "=" in tok:
-            stage = value.strip()
-        else:
-            rest.append(tok)
+    given = [tok for tok in argv if "=" in tok and tok.partition("=")[0].strip() == "stage"]
+    stage = given[-1].partition("=")[2].strip() if given else "sft"
     if stage not in TRAINERS:
         raise LaunchError(f"stage={stage!r} is not a stage; choices: {', '.join(TRAINERS)}")
-    return stage, rest
+    return stage, [tok for tok in argv if tok not in given]
 
 
 def show(argv: list[str]) -> int:
@@ -93,9 +88,8 @@ KEYED = {"study": run_study}
 
 def launch_main(argv: list[str]) -> int:
     keys = {tok.partition("=")[0].strip() for tok in argv}
-    for name, command in KEYED.items():
-        if name in keys:
-            return command(argv)
+    if keyed := [command for name, command in KEYED.items() if name in keys]:
+        return keyed[0](argv)
     stage, argv = _stage(argv)
     command = COMMANDS.get(argv[0]) if argv else None
     if stage == "grpo" and command is not None:

@@ -155,7 +155,7 @@ class Runner(ABC):
     job's log file in `logs`.
     """
     suffix = ".sh"
-    submits = False    # `start` submits a job that runs later, elsewhere (else: it runs the job to its end)
+    submits = False    # `start` submits a job that runs later, elsewhere, with the cluster settings (else: runs it to its end)
     where = "nodes"    # "here": this machine's GPUs (1 process without CUDA); "nodes": launcher.nodes x launcher.gpus_per_node
     requeues = False   # a stopped job is requeued and resumes by itself (resume=never refused)
 
@@ -168,19 +168,14 @@ class Runner(ABC):
         return int(launcher.nodes) if cls.where == "nodes" else 1
 
     @classmethod
-    def nproc(cls, launcher, gpus: int | None = None) -> int:
-        """Processes per node for `launcher.nproc=auto` (`gpus`: the GPUs here, None: counted)."""
-        gpus = int(launcher.gpus_per_node) if cls.where == "nodes" else cuda_device_count() if gpus is None else gpus
-        return gpus or 1
+    def nproc(cls, launcher, gpus: int | None) -> int:
+        """Processes per node for `launcher.nproc=auto` (`gpus`: the GPUs here)."""
+        return (int(launcher.gpus_per_node) if cls.where == "nodes" else gpus) or 1
 
     @classmethod
     def gpus(cls, launcher, nproc: int) -> int:
         """The GPUs per node a training job of `nproc` processes per node asks for."""
         return int(launcher.gpus_per_node) if cls.where == "nodes" else nproc if cuda_device_count() else 0
-
-    @staticmethod
-    def cluster(launcher) -> Cluster | None:
-        """The cluster settings its jobs carry (None: none)."""
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:

@@ -27,7 +27,7 @@ from common.schema import TRAINER_SEMANTICS, run_dir
 from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose
 from launch.errors import LaunchError
-from launch.jobs import Job, JobFailed, Needs, Resources, backend, dry_run_dir
+from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, backend, dry_run_dir
 from launch.refusal import trainer_refusal
 from rl.config import EXCLUDED_KEYS   # both trainers' (a run dir's config.yaml is either's)
 from sft import config as sft_config
@@ -92,7 +92,7 @@ class Trainer:
                 for p in preps]
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
                    array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), torchrun=preps[0].nproc,
-                   cluster=runner.cluster(cfg.launcher),
+                   cluster=Cluster.of(cfg.launcher) if runner.submits else None,
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(map(self.run_needs, preps))),
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",

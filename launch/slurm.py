@@ -127,7 +127,6 @@ class SlurmRunner(Runner):
     `python -m MODULE CONFIG` in the batch shell. Logs: `<where>/slurm-<name>-<job id>.out`, or in the job's `logs`."""
     suffix = ".sbatch"
     submits, requeues = True, True
-    cluster = staticmethod(Cluster.of)
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
