@@ -59,15 +59,6 @@ def help_text() -> str:
     ])
 
 
-def _stage(argv: list[str]) -> tuple[str, list[str]]:
-    """(`stage=` value, argv without it); the default stage is sft, so SFT commands are unchanged."""
-    given = [tok for tok in argv if "=" in tok and tok.partition("=")[0].strip() == "stage"]
-    stage = given[-1].partition("=")[2].strip() if given else "sft"
-    if stage not in TRAINERS:
-        raise LaunchError(f"stage={stage!r} is not a stage; choices: {', '.join(TRAINERS)}")
-    return stage, [tok for tok in argv if tok not in given]
-
-
 def show(argv: list[str]) -> int:
     """`launch show <the launch's arguments>`: every composed key as `key = value    # origin` (the default, a group
     recipe, the user's `recipe=PATH` or `command line (lr=3e-4)`); nothing is built or written."""
@@ -90,7 +81,10 @@ def launch_main(argv: list[str]) -> int:
     keys = {tok.partition("=")[0].strip() for tok in argv}
     if keyed := [command for name, command in KEYED.items() if name in keys]:
         return keyed[0](argv)
-    stage, argv = _stage(argv)
+    given = [tok for tok in argv if "=" in tok and tok.partition("=")[0].strip() == "stage"]   # default sft: SFT commands unchanged
+    stage, argv = given[-1].partition("=")[2].strip() if given else "sft", [tok for tok in argv if tok not in given]
+    if stage not in TRAINERS:
+        raise LaunchError(f"stage={stage!r} is not a stage; choices: {', '.join(TRAINERS)}")
     command = COMMANDS.get(argv[0]) if argv else None
     if stage == "grpo" and command is not None:
         raise LaunchError(f"launch {argv[0]} is for SFT arms; for GRPO use `launch stage=grpo ... dry_run=true`")

@@ -235,16 +235,6 @@ def dry_run_dir(kind: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"dtsft-dry-run-{kind}-"))
 
 
-def _resources(job: Job) -> str:
-    r = job.resources
-    parts = [f"{len(job.array)} tasks" + (f" ({r.at_once} at once)" if r.at_once else "")] if job.array else []
-    parts.append(f"{r.nodes} node(s) x {r.gpus_per_node} GPU(s)" if r.gpus_per_node else f"{r.nodes} node(s), no GPU")
-    if job.torchrun is not None:
-        parts.append(f"torchrun {r.nodes}x{job.torchrun}")
-    parts += [f"time {job.cluster.time}"] if job.cluster is not None and job.cluster.time else []
-    return ", ".join(parts)
-
-
 def table(plan: list[Job]) -> str:
     """The plan on one screen: job, module, after, interpreter, resources, needs."""
     rows = [("job", "module", "after", "interpreter", "resources", "needs")]
@@ -253,7 +243,12 @@ def table(plan: list[Job]) -> str:
         after = f"{'any' if job.after_any else 'ok'}:{after}" if job.after else after
         after += f" + {job.waits}" if job.waits else ""
         needs = ", ".join([*job.needs.data, *(f"import {m}" for m in job.needs.modules)]) or "-"
-        rows.append((job.name, job.module, after, job.python, _resources(job), needs))
+        r = job.resources
+        made = [f"{len(job.array)} tasks" + (f" ({r.at_once} at once)" if r.at_once else "")] if job.array else []
+        made.append(f"{r.nodes} node(s) x {r.gpus_per_node} GPU(s)" if r.gpus_per_node else f"{r.nodes} node(s), no GPU")
+        made += [f"torchrun {r.nodes}x{job.torchrun}"] if job.torchrun is not None else []
+        made += [f"time {job.cluster.time}"] if job.cluster is not None and job.cluster.time else []
+        rows.append((job.name, job.module, after, job.python, ", ".join(made), needs))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 

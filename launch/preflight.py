@@ -142,15 +142,6 @@ def data_problem(name: str) -> str | None:
             f"({entry.why or 'no public commit'}): run `fetch-data {name} from=DIR` with your copy")
 
 
-def dataset_problem(path: str) -> str | None:
-    """Why `data.dir=path` is no built dataset the run can read (None: its manifest reads)."""
-    try:
-        cache.read_manifest(Path(path))
-    except LaunchError as exc:
-        return f"data.dir: {exc}"
-    return None
-
-
 def python_problem(need: Needs) -> str | None:
     """Why `need`'s interpreter cannot run its job (None: it holds every module, and the pinned TRL; a named one's
     TRL line starts `python.KIND:`)."""
@@ -193,7 +184,11 @@ def problems(needs: list[Needs]) -> list[str]:
             whys.append(python_problem(need) or (interpreter.cuda_problem(need.python or sys.executable)
                                                  if need.cuda == "here" and gpus_visible() else None))
         whys += [output_problem(path) for path in need.outputs]
-        whys += [dataset_problem(path) for path in need.datasets]
+        for path in need.datasets:   # a built dataset (data.dir) whose manifest reads
+            try:
+                cache.read_manifest(Path(path))
+            except LaunchError as exc:
+                whys.append(f"data.dir: {exc}")
         out += [f"{need.who}: {why}" for why in whys if why]
     return list(dict.fromkeys(out))
 

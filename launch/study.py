@@ -60,10 +60,8 @@ class Arg:
 def _split(tok: str) -> tuple[str | None, Arg] | None:
     """A command-line token `[STAGE:]key=value` as (STAGE or None, its Arg); None when it is not of that form."""
     head, sep, value = tok.partition("=")
-    stage, colon, key = head.partition(":")
-    if not sep or not head.strip():
-        return None
-    return (stage, Arg(key.strip(), value.strip())) if colon else (None, Arg(head.strip(), value.strip()))
+    stage, key = head.split(":", 1) if ":" in head else (None, head)
+    return (stage, Arg(key.strip(), value.strip())) if sep and head.strip() else None
 
 
 def _file_args(stage: Stage, without=()) -> list[Arg]:
