@@ -11,13 +11,12 @@ from omegaconf import DictConfig, OmegaConf
 from common import datafetch
 from common.fields import OUTPUT, path_keys
 from common.tiny import ALIASES, OLD_SPELLINGS
-from data_prep.readers import spec_parts
+from data_prep.readers import LOCAL_SUFFIXES, spec_parts
 from launch.jobs import REPO
 
 SHIPPED = "recipes/"                 # the origin label of a shipped recipe layer (launch.compose)
 EMBEDDED_NAMES = (*ALIASES, *OLD_SPELLINGS)   # common.tiny: resolved by name, never a directory here
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".yaml")
 
 
 def _abs(value: str, base: Path) -> str:
@@ -37,7 +36,7 @@ def _source(spec: str, base: Path) -> str:
     fmt, loc, revision, split, share = spec_parts(spec, lambda p: (base / os.path.expanduser(p)).exists())
     loc += revision   # data-prep's grammar; a local path has no revision (its `@` is its name's)
     expanded = os.path.expanduser(loc)
-    local = loc and (os.path.isabs(expanded) or (base / expanded).exists() or loc.startswith(".") or loc.endswith(LOCAL_SUFFIXES))
+    local = loc and (os.path.isabs(expanded) or (base / expanded).exists() or loc.startswith(".") or loc.endswith((*LOCAL_SUFFIXES, ".yaml")))
     return f"{fmt}:{_abs(loc, base)}{split}{share}" if local else spec   # (malformed: launch.compose.validate names it)
 
 
