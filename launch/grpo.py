@@ -47,7 +47,7 @@ def help_text(argv: list[str]) -> str:
 
 
 def world_size(cfg, nproc: int) -> int:
-    return nproc * backend(cfg.launcher.kind).nodes(cfg.launcher)
+    return nproc * int(cfg.launcher.nodes)   # (launcher.nodes=1 where the backend runs here: launch.compose)
 
 
 def start_record(cfg) -> dict:

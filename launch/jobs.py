@@ -156,16 +156,12 @@ class Runner(ABC):
     """
     suffix = ".sh"
     submits = False    # `start` submits a job that runs later, elsewhere, with the cluster settings (else: runs it to its end)
-    where = "nodes"    # "here": this machine's GPUs (1 process without CUDA); "nodes": launcher.nodes x launcher.gpus_per_node
+    where = "nodes"    # "here": this machine's GPUs (1 node, 1 process without CUDA); "nodes": launcher.nodes x launcher.gpus_per_node
     requeues = False   # a stopped job is requeued and resumes by itself (resume=never refused)
 
     def __init__(self, command: str = "launch", workdir: str | None = None, env: dict[str, str] | None = None,
                  stops: list[str] | None = None):
         self.command, self.workdir, self.env, self.stops, self.logs = command, workdir or os.getcwd(), env, stops, {}
-
-    @classmethod
-    def nodes(cls, launcher) -> int:
-        return int(launcher.nodes) if cls.where == "nodes" else 1
 
     @classmethod
     def nproc(cls, launcher, gpus: int | None) -> int:

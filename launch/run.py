@@ -86,7 +86,7 @@ class Trainer:
         processes the backend (`kind`, default: `launcher.kind`) gives it; whole nodes, USR1 warned."""
         cfg = preps[0].cfg
         runner = backend(kind or cfg.launcher.kind)
-        nodes, gpus = runner.nodes(cfg.launcher), runner.gpus(cfg.launcher, preps[0].nproc)
+        nodes, gpus = int(cfg.launcher.nodes), runner.gpus(cfg.launcher, preps[0].nproc)
         configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
                 for p in preps]
