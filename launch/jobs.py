@@ -163,16 +163,6 @@ class Runner(ABC):
                  stops: list[str] | None = None):
         self.command, self.workdir, self.env, self.stops, self.logs = command, workdir or os.getcwd(), env, stops, {}
 
-    @classmethod
-    def nproc(cls, launcher, gpus: int | None) -> int:
-        """Processes per node for `launcher.nproc=auto` (`gpus`: the GPUs here)."""
-        return (int(launcher.gpus_per_node) if cls.where == "nodes" else gpus) or 1
-
-    @classmethod
-    def gpus(cls, launcher, nproc: int) -> int:
-        """The GPUs per node a training job of `nproc` processes per node asks for."""
-        return int(launcher.gpus_per_node) if cls.where == "nodes" else nproc if cuda_device_count() else 0
-
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
         """Refuse a run still queued or running."""

@@ -86,7 +86,8 @@ class Trainer:
         processes the backend (`kind`, default: `launcher.kind`) gives it; whole nodes, USR1 warned."""
         cfg = preps[0].cfg
         runner = backend(kind or cfg.launcher.kind)
-        nodes, gpus = int(cfg.launcher.nodes), runner.gpus(cfg.launcher, preps[0].nproc)
+        nodes = int(cfg.launcher.nodes)   # and the GPUs per node: launcher.gpus_per_node, or here one a process (with CUDA)
+        gpus = int(cfg.launcher.gpus_per_node) if runner.where == "nodes" else preps[0].nproc if jobs.cuda_device_count() else 0
         configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
                 for p in preps]
@@ -157,7 +158,7 @@ def check_identity(rd: Path, cfg: DictConfig, data_fingerprint: str | None = Non
 
 
 def local_nproc(composed: Composed) -> int:
-    """Processes per node: `launcher.nproc`, or auto = what the backend gives (jobs.Runner.nproc), after refusing,
+    """Processes per node: `launcher.nproc`, or auto = one a GPU (here's, or launcher.gpus_per_node; 1 without), after refusing,
     for a run that would train here (not a dry run), a GPU-only model without CUDA or more processes than GPUs."""
     cfg, nproc = composed.cfg, composed.cfg.launcher.nproc
     runner = backend(cfg.launcher.kind)
@@ -169,7 +170,7 @@ def local_nproc(composed: Composed) -> int:
                               "or launcher=slurm to submit to GPU nodes.")
         if gpus > 0 and nproc != "auto" and int(nproc) > gpus:
             raise LaunchError(f"launcher.nproc={nproc} but this machine has only {gpus} GPU(s)")
-    return int(nproc) if nproc != "auto" else runner.nproc(cfg.launcher, gpus)
+    return int(nproc) if nproc != "auto" else (int(cfg.launcher.gpus_per_node) if gpus is None else gpus) or 1
 
 
 def write_config(prep: Prepared) -> Path:
