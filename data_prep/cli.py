@@ -32,7 +32,6 @@ from common.cli import ConfigError, apply_overrides, run_cli, split_dotlist, wan
 from common.recipes import load_recipe
 from data_prep.config import DATA, DATA_DEFAULTS, problems
 from data_prep.errors import DataPrepError
-from data_prep.readers import SOURCES
 
 def _one_or_list(what: str) -> Test:
     return Test(lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)), f"{what} or a list of them")
@@ -124,8 +123,7 @@ def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dic
     before anything (a dry run's too), `required` given."""
     c = OmegaConf.to_container(cfg, resolve=True)
     data = {k: c[k] for k in data_keys}
-    bad = fields.problems(table, c, must=True) + problems(data)
-    if bad := bad + [why for side in ("code", "search") if "sources" in data and (why := SOURCES.must(f"sources.{side}", data["sources"][side]))]:
+    if bad := fields.problems(table, c, must=True) + problems(data):
         raise DataPrepError("; ".join(bad))
     if not c[required]:
         raise DataPrepError(f"{required}=DIR is required")
