@@ -82,14 +82,3 @@ def resolve(data_cfg: Any) -> dict:
     for key, kind in (("decontam", list), ("decontam_sets", list), ("synthetic", dict)):
         cfg[key] = kind(cfg[key] or ())
     return cfg
-
-
-# Bytes of record JSON per token of max_seq_len allowed before rendering (auto max_record_bytes):
-# a token is ~4 bytes of text on average, so 16 leaves room for JSON escapes and the template;
-# under length_policy=truncate a record is meant to be longer than max_seq_len, so 4x that.
-RECORD_BYTES_PER_TOKEN = {"drop": 16, "truncate": 64}
-
-
-def max_record_bytes(cfg: dict) -> int:
-    """The byte cap applied to each record before rendering."""
-    return cfg["max_record_bytes"] or RECORD_BYTES_PER_TOKEN[cfg["length_policy"]] * cfg["max_seq_len"]
