@@ -1,6 +1,5 @@
 """A command's keys as text, from its `{dotted.key: Field}` table (common.fields): the nested defaults the CLI parses
-against, a CLI's `--help` lines and a docs/keys/*.md page (tools/docs_keys.py writes them; a test checks they are fresh).
-"""
+against and a CLI's `--help` lines (tools/docs_keys.py writes the same as docs/keys/*.md pages)."""
 from __future__ import annotations
 
 import json
@@ -60,10 +59,3 @@ def help_table(keys: list[Key], indent: str = "  ") -> str:
     width = min(max((len(x) for x in left), default=0), 44)
     return "\n".join(f"{indent}{x:<{width}}  {k.doc}".rstrip() for x, k in zip(left, keys))
 
-
-def markdown_table(keys: list[Key]) -> str:
-    rows = ["| key | default | description |", "| --- | --- | --- |"]
-    for k in keys:
-        doc = k.doc.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;")
-        rows.append(f"| `{k.name}` | `{shown(k.default)}` | {doc} |")
-    return "\n".join(rows)
