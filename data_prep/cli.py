@@ -70,9 +70,9 @@ LAUNCH_ONLY = ("cache_root", "dir")
 _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in LAUNCH_ONLY}
 
 
-def keys() -> list[keydoc.Key]:
-    """Every data-prep key with its default and description (--help and docs/keys/data-prep.md)."""
-    return keydoc.from_table({**KEYS, **{k: f for k, f in DATA.items() if k not in LAUNCH_ONLY}})
+def keys() -> dict:
+    """Every data-prep key's field (--help and docs/keys/data-prep.md)."""
+    return {**KEYS, **{k: f for k, f in DATA.items() if k not in LAUNCH_ONLY}}
 
 
 def _main(argv: list[str]) -> int:
@@ -136,7 +136,7 @@ def heldout_main(argv: list[str]) -> int:
 
     data_only = {k: v for k, v in _DATA_ONLY.items() if k not in ("n", "heldout")}
     if wants_help(argv):
-        print(heldout.__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(HELDOUT_KEYS))
+        print(heldout.__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(HELDOUT_KEYS)
               + "\nand the data keys of `data-prep --help` (but n and heldout)")
         return 0
     cfg = _overrides({**keydoc.defaults(HELDOUT_KEYS), **data_only}, argv)
@@ -165,7 +165,7 @@ def check_main(argv: list[str]) -> int:
     from data_prep import heldout
 
     if wants_help(argv):
-        print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(CHECK_KEYS)))
+        print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + keydoc.help_table(CHECK_KEYS))
         return 0
     c, _ = _checked(apply_overrides(OmegaConf.create(keydoc.defaults(CHECK_KEYS)), argv), CHECK_KEYS, required="heldout")
     trains = [c["train"]] if isinstance(c["train"], str) else list(c["train"] or [])

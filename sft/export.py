@@ -379,7 +379,7 @@ def checked(cfg, required: str = "ckpt=PATH and out=PATH are required (see --hel
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
+        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(KEYS))
         return 0
     if len(argv) == 1 and "=" not in argv[0] and Path(argv[0]).is_file():   # a resolved config (a study's export job)
         held = load_mapping(argv[0], SftError, "not YAML", "not a mapping of export-checkpoint's keys")

@@ -40,35 +40,34 @@ def tables() -> dict[str, dict]:
             "serve-retriever": SERVER, "fetch-data": FETCH_DATA, **{f"python -m envs.search_plan_act {c}": t for c, t in SPA.items()}}
 
 
-def markdown_table(keys) -> str:
-    """A docs/keys page's table of `keys` (common.keydoc.Key), each description HTML-escaped."""
+def markdown_table(table: dict) -> str:
+    """A docs/keys page's table of a `{dotted.key: Field}` table, each description HTML-escaped."""
     from common.keydoc import shown
 
     rows = ["| key | default | description |", "| --- | --- | --- |"]
-    for k in keys:
-        doc = k.doc.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;")
-        rows.append(f"| `{k.name}` | `{shown(k.default)}` | {doc} |")
+    for name, entry in table.items():
+        doc = entry.help.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;")
+        rows.append(f"| `{name}` | `{shown(entry.default)}` | {doc} |")
     return "\n".join(rows)
 
 
 def pages() -> dict[str, str]:
     """file name -> page text."""
-    from common import keydoc
     from data_prep.cli import keys as data_prep_keys
     from launch.grpo import grpo_keys
 
     t = tables()
     sources = {
-        "launch": ("launch (SFT)", "sft/config.py SFT", keydoc.from_table(t["launch"])),
+        "launch": ("launch (SFT)", "sft/config.py SFT", t["launch"]),
         "grpo": ("launch stage=grpo", "rl/config.py GRPO (defaults as composed for task=spa and the default model)",
                  grpo_keys()),
         "data-prep": ("data-prep", "data_prep/cli.py KEYS + data_prep/config.py DATA", data_prep_keys()),
-        "evaluate": ("evaluate", "evals/config.py KEYS", keydoc.from_table(t["evaluate"])),
-        "analyze": ("analyze", "launch/analyze.py KEYS", keydoc.from_table(t["analyze"])),
-        "export-checkpoint": ("export-checkpoint", "sft/export.py KEYS", keydoc.from_table(t["export-checkpoint"])),
-        "verify-checkpoint": ("verify-checkpoint", "sft/verify.py KEYS", keydoc.from_table(t["verify-checkpoint"])),
-        "serve-retriever": ("serve-retriever", "evals/server.py KEYS", keydoc.from_table(t["serve-retriever"])),
-        "fetch-data": ("fetch-data", "common/datafetch.py KEYS", keydoc.from_table(t["fetch-data"])),
+        "evaluate": ("evaluate", "evals/config.py KEYS", t["evaluate"]),
+        "analyze": ("analyze", "launch/analyze.py KEYS", t["analyze"]),
+        "export-checkpoint": ("export-checkpoint", "sft/export.py KEYS", t["export-checkpoint"]),
+        "verify-checkpoint": ("verify-checkpoint", "sft/verify.py KEYS", t["verify-checkpoint"]),
+        "serve-retriever": ("serve-retriever", "evals/server.py KEYS", t["serve-retriever"]),
+        "fetch-data": ("fetch-data", "common/datafetch.py KEYS", t["fetch-data"]),
     }
     out = {}
     for name, (title, source, keys) in sources.items():
