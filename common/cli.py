@@ -103,8 +103,12 @@ def merge(cfg: DictConfig, layer: DictConfig, where: str = "", keys: Iterable[st
         raise
 
 
-def load_mapping(path: Path, error: type[Exception], not_yaml: str, not_mapping: str) -> DictConfig:
-    """The mapping YAML file `path` holds, else `error`: `PATH: {not_yaml} (the parser's words, one line)` or `PATH: {not_mapping}`."""
+def load_mapping(path, error: type[Exception], not_yaml: str, not_mapping: str, missing: str = "no such file",
+                 hint: str = "") -> DictConfig:
+    """The mapping YAML file `path` holds, else one line as `error`: `PATH: {missing}{hint}` (or a directory),
+    `PATH: {not_yaml} (the parser's words)` or `PATH: {not_mapping}`."""
+    if not Path(path).is_file():
+        raise error(f"{path}: {'a directory, not a config file' if Path(path).is_dir() else missing}{hint}")
     try:
         cfg = OmegaConf.load(path)
     except Exception as exc:   # omegaconf and yaml raise several types for a torn file; theirs span lines

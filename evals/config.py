@@ -119,10 +119,8 @@ def base_config(profile: str | None = None) -> DictConfig:
 
 def load_config(path: Path, command: str, what: str) -> DictConfig:
     """The mapping config file `path` holds (`COMMAND CONFIG` runs the `what` in it), else a one-line EvalError."""
-    if not path.is_file():
-        raise EvalError(f"{path}: {'a directory, not a config file' if path.is_dir() else 'no such file'} ({command} CONFIG "
-                        f"runs the {what} a config file holds; else give key=value settings)")
-    return load_mapping(path, EvalError, "not YAML", f"not a mapping of {command}'s keys")
+    return load_mapping(path, EvalError, "not YAML", f"not a mapping of {command}'s keys",
+                        hint=f" ({command} CONFIG runs the {what} a config file holds; else give key=value settings)")
 
 
 def uses_retriever(bench: str) -> bool:

@@ -97,10 +97,8 @@ TrainConfig = SimpleNamespace
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
-    path = Path(path)
-    if not path.is_file():
-        raise SftError(f"{path}: {'a directory, not a config file' if path.is_dir() else 'config file not found'}")
-    raw = load_mapping(path, SftError, "not a valid YAML config", "expected a mapping at the top level")
+    raw = load_mapping(Path(path), SftError, "not a valid YAML config", "expected a mapping at the top level",
+                       missing="config file not found")
     return from_dictconfig(apply_overrides(raw, overrides or [], open_prefixes=("model.config.",)))
 
 
