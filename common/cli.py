@@ -103,6 +103,21 @@ def merge(cfg: DictConfig, layer: DictConfig, where: str = "", keys: Iterable[st
         raise
 
 
+def load_mapping(path, error: type[Exception], not_yaml: str, not_mapping: str, missing: str = "no such file",
+                 hint: str = "") -> DictConfig:
+    """The mapping YAML file `path` holds, else one line as `error`: `PATH: {missing}{hint}` (or a directory),
+    `PATH: {not_yaml} (the parser's words)` or `PATH: {not_mapping}`."""
+    if not Path(path).is_file():
+        raise error(f"{path}: {'a directory, not a config file' if Path(path).is_dir() else missing}{hint}")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as exc:   # omegaconf and yaml raise several types for a torn file; theirs span lines
+        raise error(f"{path}: {not_yaml} ({' '.join(str(exc).split())})") from None
+    if not isinstance(cfg, DictConfig):
+        raise error(f"{path}: {not_mapping}")
+    return cfg
+
+
 def base60_problem(path) -> str | None:
     """`FILE:LINE: ...` for an unquoted value of YAML file `path` that YAML 1.1 reads as a base-60 number (24:00:00 as
     86400: as a Slurm time, 60 days), asking for quotes; None when there is none (or no YAML: its reader says why)."""

@@ -912,7 +912,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(USAGE.format(root=data_root(), keys=keydoc.help_table(keydoc.from_table(KEYS)),
+        print(USAGE.format(root=data_root(), keys=keydoc.help_table(KEYS),
                            names="\n".join(f"  {n:34s} {entry(n).source()}" for n in names())))
         return 0
     try:

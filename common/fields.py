@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
+from common.cli import did_you_mean
 from common.fingerprint import ALWAYS
 from common.keydoc import shown
 
@@ -99,8 +100,6 @@ class Choices(Rule):
         line = super().problem(key, v)
         if line is None or not (self.hint and isinstance(v, str)):
             return line
-        from common.cli import did_you_mean
-
         tail = did_you_mean(v, [c for c in self.values if isinstance(c, str)])
         return line + (f".{tail}" if tail else "")
 

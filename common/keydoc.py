@@ -1,18 +1,11 @@
 """A command's keys as text, from its `{dotted.key: Field}` table (common.fields): the nested defaults the CLI parses
-against, a CLI's `--help` lines and a docs/keys/*.md page (tools/docs_keys.py writes them; a test checks they are fresh).
-"""
+against and a CLI's `--help` lines (tools/docs_keys.py writes the same as docs/keys/*.md pages)."""
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import Any
 
 from omegaconf import OmegaConf
-
-
-class Key(NamedTuple):
-    name: str
-    default: Any
-    doc: str
 
 
 def shown(value: Any, dotlist: bool = False, item: bool = False) -> str:
@@ -37,11 +30,6 @@ def shown(value: Any, dotlist: bool = False, item: bool = False) -> str:
     return str(value)
 
 
-def from_table(table: dict[str, Any]) -> list[Key]:
-    """The keys of a `{dotted.key: Field}` table (common.fields: a Field or Default)."""
-    return [Key(name, entry.default, entry.help) for name, entry in table.items()]
-
-
 def defaults(table: dict[str, Any]) -> dict[str, Any]:
     """The nested defaults dict of a `{dotted.key: Field}` table."""
     out: dict[str, Any] = {}
@@ -54,16 +42,9 @@ def defaults(table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def help_table(keys: list[Key], indent: str = "  ") -> str:
-    """`key = default  description` lines, aligned, for a CLI's --help."""
-    left = [f"{k.name}={shown(k.default)}" for k in keys]
+def help_table(table: dict[str, Any], indent: str = "  ") -> str:
+    """`key=default  description` lines of a `{dotted.key: Field}` table (a Field or Default each), aligned, for a CLI's --help."""
+    left = [f"{name}={shown(entry.default)}" for name, entry in table.items()]
     width = min(max((len(x) for x in left), default=0), 44)
-    return "\n".join(f"{indent}{x:<{width}}  {k.doc}".rstrip() for x, k in zip(left, keys))
+    return "\n".join(f"{indent}{x:<{width}}  {entry.help}".rstrip() for x, entry in zip(left, table.values()))
 
-
-def markdown_table(keys: list[Key]) -> str:
-    rows = ["| key | default | description |", "| --- | --- | --- |"]
-    for k in keys:
-        doc = k.doc.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;")
-        rows.append(f"| `{k.name}` | `{shown(k.default)}` | {doc} |")
-    return "\n".join(rows)

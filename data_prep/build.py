@@ -27,6 +27,10 @@ from data_prep.schema import RecordError, quarantine_detail
 from data_prep.stats import RunStats
 
 FORMAT_VERSION = 1
+# Bytes of record JSON per token of max_seq_len allowed before rendering (data.max_record_bytes=null):
+# a token is ~4 bytes of text on average, so 16 leaves room for JSON escapes and the template;
+# under length_policy=truncate a record is meant to be longer than max_seq_len, so 4x that.
+RECORD_BYTES_PER_TOKEN = {"drop": 16, "truncate": 64}
 
 
 class StrictError(DataPrepError):
@@ -191,7 +195,7 @@ def _read_pools(cfg: dict, specs: dict, wanted, stats: RunStats, tmp: Path, out:
 
     pools: dict[str, list[dict]] = {}
     first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
-    max_bytes = config.max_record_bytes(cfg)
+    max_bytes = cfg["max_record_bytes"] or RECORD_BYTES_PER_TOKEN[cfg["length_policy"]] * cfg["max_seq_len"]
     for dom in wanted:
         pools[dom] = []
         for spec in specs[dom]:

@@ -32,7 +32,6 @@ from common.cli import ConfigError, apply_overrides, run_cli, split_dotlist, wan
 from common.recipes import load_recipe
 from data_prep.config import DATA, DATA_DEFAULTS, problems
 from data_prep.errors import DataPrepError
-from data_prep.readers import SOURCES
 
 def _one_or_list(what: str) -> Test:
     return Test(lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)), f"{what} or a list of them")
@@ -71,9 +70,9 @@ LAUNCH_ONLY = ("cache_root", "dir")
 _DATA_ONLY = {k: v for k, v in DATA_DEFAULTS.items() if k not in LAUNCH_ONLY}
 
 
-def keys() -> list[keydoc.Key]:
-    """Every data-prep key with its default and description (--help and docs/keys/data-prep.md)."""
-    return keydoc.from_table({**KEYS, **{k: f for k, f in DATA.items() if k not in LAUNCH_ONLY}})
+def keys() -> dict:
+    """Every data-prep key's field (--help and docs/keys/data-prep.md)."""
+    return {**KEYS, **{k: f for k, f in DATA.items() if k not in LAUNCH_ONLY}}
 
 
 def _main(argv: list[str]) -> int:
@@ -124,8 +123,7 @@ def _checked(cfg, table: dict, data_keys=(), required: str = "out") -> tuple[dic
     before anything (a dry run's too), `required` given."""
     c = OmegaConf.to_container(cfg, resolve=True)
     data = {k: c[k] for k in data_keys}
-    bad = fields.problems(table, c, must=True) + problems(data)
-    if bad := bad + [why for side in ("code", "search") if "sources" in data and (why := SOURCES.must(f"sources.{side}", data["sources"][side]))]:
+    if bad := fields.problems(table, c, must=True) + problems(data):
         raise DataPrepError("; ".join(bad))
     if not c[required]:
         raise DataPrepError(f"{required}=DIR is required")
@@ -138,7 +136,7 @@ def heldout_main(argv: list[str]) -> int:
 
     data_only = {k: v for k, v in _DATA_ONLY.items() if k not in ("n", "heldout")}
     if wants_help(argv):
-        print(heldout.__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(HELDOUT_KEYS))
+        print(heldout.__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(HELDOUT_KEYS)
               + "\nand the data keys of `data-prep --help` (but n and heldout)")
         return 0
     cfg = _overrides({**keydoc.defaults(HELDOUT_KEYS), **data_only}, argv)
@@ -167,7 +165,7 @@ def check_main(argv: list[str]) -> int:
     from data_prep import heldout
 
     if wants_help(argv):
-        print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(CHECK_KEYS)))
+        print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + keydoc.help_table(CHECK_KEYS))
         return 0
     c, _ = _checked(apply_overrides(OmegaConf.create(keydoc.defaults(CHECK_KEYS)), argv), CHECK_KEYS, required="heldout")
     trains = [c["train"]] if isinstance(c["train"], str) else list(c["train"] or [])

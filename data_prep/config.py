@@ -15,6 +15,9 @@ from data_prep.errors import DataPrepError
 REASONING_MODES = ("reasoning_content", "content")
 HISTORY_POLICIES = ("exact", "keep_as_rendered", "reject")
 THOUGHT_POLICIES = ("reject", "drop")
+FORMATS = ("r2e-gym", "swe-gym", "swe-smith", "openseeker", "search-r1", "canonical")   # data_prep.readers.PARSERS' keys
+_SOURCES = (IDENTITY, PATH, SOURCES), list_of(lambda s: isinstance(s, str) and ":" in s and s.split(":", 1)[0] in FORMATS,
+                                               f"a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}")
 _ID, _PATH, _PATH_CONTENT, _OUTPUT = (IDENTITY,), (PATH,), (PATH, CONTENT), (PATH, OUTPUT)
 
 DATA: dict[str, Field] = {
@@ -39,8 +42,8 @@ DATA: dict[str, Field] = {
                            as_before=[]),   # issue 37
     "decontam_drop": flag("true: drop records that overlap an evaluation question (default: report them)", False, _ID),
     "decontam_ngram": count("n-gram length of the overlap check", 13),
-    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [], (IDENTITY, PATH, SOURCES)),
-    "sources.search": field("search-arm sources, same form as sources.code", [], (IDENTITY, PATH, SOURCES)),
+    "sources.code": field("code-arm sources, [FORMAT:PATH_OR_HUB_ID[@REV][#split],...]; [] -> the arm recipe's", [], *_SOURCES),
+    "sources.search": field("search-arm sources, same form as sources.code", [], *_SOURCES),
     "synthetic": field("data=synthetic generator knobs (synthetic.KNOB=V: code_turns, n_entities, world_seed, ...)", {}, _ID,
                        Test(lambda v: v is None or isinstance(v, dict), "a mapping of generator knobs, e.g. {code_turns: 3}")),
     "heldout": text("a `data-prep heldout` dir: every record whose content it holds is left out of the arm (rejected, "
@@ -60,7 +63,8 @@ def problems(data_cfg: Any) -> list[str]:
     data_cfg = plain(data_cfg)
     out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
     values = {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}
-    out += fields.problems({f"data.{k}": f for k, f in DATA.items() if not k.startswith("sources.")}, {"data": values}, must=True)
+    out += fields.problems({f"data.{k}": f for k, f in DATA.items()}, {"data": values}, must=True,
+                           optional=["data.sources.code", "data.sources.search"])   # absent: [] (sources not a section: resolve's line)
     out += synthetic.problems(values["synthetic"]) if isinstance(values["synthetic"], dict) else []
     sets = values["decontam_sets"]   # names the data cache knows (the rule: a list of strings)
     return out + [f"data.decontam_sets: unknown data name {n!r}.{did_you_mean(n, datafetch.TABLE)}"
@@ -72,22 +76,9 @@ def resolve(data_cfg: Any) -> dict:
     if bad := problems(data_cfg):
         raise DataPrepError(bad[0] if len(bad) == 1 else "; ".join(bad))
     cfg = {**copy.deepcopy(DATA_DEFAULTS), **(plain(data_cfg) or {})}
-    if not isinstance(sources := cfg["sources"] or {}, dict):   # the formats: the readers' check
+    if not isinstance(sources := cfg["sources"] or {}, dict):
         raise DataPrepError(f"data.sources must be a section of keys (data.sources.KEY: value), got {sources!r}")
-    for side in (s for s in ("code", "search") if not isinstance(sources.get(s) or [], list)):
-        raise DataPrepError(f"data.sources.{side} must be a list of FORMAT:PATH_OR_HUB_ID sources, got {sources[side]!r}")
     cfg["sources"] = {side: list(sources.get(side) or []) for side in ("code", "search")}
     for key, kind in (("decontam", list), ("decontam_sets", list), ("synthetic", dict)):
         cfg[key] = kind(cfg[key] or ())
     return cfg
-
-
-# Bytes of record JSON per token of max_seq_len allowed before rendering (auto max_record_bytes):
-# a token is ~4 bytes of text on average, so 16 leaves room for JSON escapes and the template;
-# under length_policy=truncate a record is meant to be longer than max_seq_len, so 4x that.
-RECORD_BYTES_PER_TOKEN = {"drop": 16, "truncate": 64}
-
-
-def max_record_bytes(cfg: dict) -> int:
-    """The byte cap applied to each record before rendering."""
-    return cfg["max_record_bytes"] or RECORD_BYTES_PER_TOKEN[cfg["length_policy"]] * cfg["max_seq_len"]

@@ -38,7 +38,7 @@ Keys (key=default  description):
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(USAGE + keydoc.help_table(keydoc.from_table(KEYS)))
+        print(USAGE + keydoc.help_table(KEYS))
         return 0
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (a study's evaluate stage)
         cfg = resolve_request(load_config(Path(argv[0]), "evaluate", "evaluation"))

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from common import datafetch, keydoc, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
-from common.cli import did_you_mean
+from common.cli import did_you_mean, load_mapping
 from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
@@ -119,16 +119,8 @@ def base_config(profile: str | None = None) -> DictConfig:
 
 def load_config(path: Path, command: str, what: str) -> DictConfig:
     """The mapping config file `path` holds (`COMMAND CONFIG` runs the `what` in it), else a one-line EvalError."""
-    if not path.is_file():
-        raise EvalError(f"{path}: {'a directory, not a config file' if path.is_dir() else 'no such file'} ({command} CONFIG "
-                        f"runs the {what} a config file holds; else give key=value settings)")
-    try:
-        cfg = OmegaConf.load(path)
-    except Exception as exc:   # omegaconf and yaml raise several types for a torn file
-        raise EvalError(f"{path}: not YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(cfg, DictConfig):
-        raise EvalError(f"{path}: not a mapping of {command}'s keys")
-    return cfg
+    return load_mapping(path, EvalError, "not YAML", f"not a mapping of {command}'s keys",
+                        hint=f" ({command} CONFIG runs the {what} a config file holds; else give key=value settings)")
 
 
 def uses_retriever(bench: str) -> bool:

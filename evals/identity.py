@@ -111,15 +111,3 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     if (sampled := kind_of(bench).sampled) is not None and sampled(conf):
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     return {**fingerprint.identity(body, exclude={}), "ckpt_path": str(conf.get("ckpt"))}
-
-
-def check_same(bench: str, out: Path, recorded: dict | None, rows_digests: set, want: dict) -> list[str]:
-    """Differences between what `out` holds for `bench` and `want` (empty: the same identity)."""
-    digest = want["fingerprint"]
-    if recorded is not None and recorded.get("fingerprint") != digest:
-        return fingerprint.fingerprint_diff(recorded, want) or [f"fingerprint: {recorded.get('fingerprint')} -> {digest}"]
-    if None in (other := rows_digests - {digest}):
-        return [f"{out / (bench + '.jsonl')}: rows without an identity digest (written before evaluation identity was recorded)"]
-    if other:
-        return [f"{out / (bench + '.jsonl')}: rows of identity {sorted(map(str, other))[0][:16]}… (this request: {digest[:16]}…)"]
-    return []

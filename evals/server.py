@@ -162,7 +162,7 @@ def make_server(retriever, host: str = "127.0.0.1", port: int = 0, max_topk: int
 def main(argv: list[str] | None = None) -> int:
     def _main(args: list[str]) -> int:
         if wants_help(args):
-            print(USAGE + "\n\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
+            print(USAGE + "\n\nKeys (key=default  description):\n" + keydoc.help_table(KEYS))
             return 0
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
         if not cfg.corpus:

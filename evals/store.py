@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common import lock
+from common import fingerprint, lock
 from common.io import JsonLineError, parse_json_line, read_json_object, replace_aside, write_json
 from evals.errors import EvalError
-from evals.identity import IdentityError, check_same
+from evals.identity import IdentityError
 from evals.registry import KINDS, key_prefixes, kind_of
 from evals.results import ResultsError, append_rows, load_done
 
@@ -90,9 +90,18 @@ class EvalStore:
 
     def differences(self, bench: str, recorded: dict | None, want: dict) -> list[str]:
         """How the identity the out dir holds `bench` under differs from `want` (empty: none, or no rows)."""
-        if not self.rows_path(bench).exists():
-            return []
-        return check_same(bench, self.out, recorded, self.row_digests(bench), want)
+        return self._diff(bench, recorded, want) if self.rows_path(bench).exists() else []
+
+    def _diff(self, bench: str, recorded: dict | None, want: dict) -> list[str]:
+        """Differences between what the out dir holds for `bench` (`recorded`, its rows' digests) and `want` (empty: the same identity)."""
+        digest = want["fingerprint"]
+        if recorded is not None and recorded.get("fingerprint") != digest:
+            return fingerprint.fingerprint_diff(recorded, want) or [f"fingerprint: {recorded.get('fingerprint')} -> {digest}"]
+        if None in (other := self.row_digests(bench) - {digest}):
+            return [f"{self.rows_path(bench)}: rows without an identity digest (written before evaluation identity was recorded)"]
+        if other:
+            return [f"{self.rows_path(bench)}: rows of identity {sorted(map(str, other))[0][:16]}… (this request: {digest[:16]}…)"]
+        return []
 
     def done(self, bench: str, ids) -> dict:
         """The rows held of the items `ids` (id -> row); a torn last line or duplicate rows are dropped
@@ -132,7 +141,7 @@ class EvalStore:
         outputs = [self.rows_path(bench), self.sample_path(bench)]
         if not any(p.exists() for p in outputs):
             return   # the out dir does not hold this bench (whatever meta.json last meant to write)
-        diff = check_same(bench, self.out, recorded, self.row_digests(bench), want)
+        diff = self._diff(bench, recorded, want)
         if not diff:
             return
         if not overwrite:

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(HELP + keydoc.help_table(keydoc.from_table(KEYS)))
+        print(HELP + keydoc.help_table(KEYS))
         return 0
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
         return print_result(run_analysis(read_config(Path(argv[0]))))

@@ -13,7 +13,6 @@ from common import keydoc, plan
 from common.fields import plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
-from data_prep.readers import SOURCES
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
 from launch.jobs import BACKENDS, backend
@@ -231,7 +230,6 @@ def validate(cfg: DictConfig) -> None:
     """Check every value the stages rely on; raise one ConfigError listing all problems."""
     bad = sft_config.problems(cfg) + data_config.problems(cfg.data) + problems(_LAUNCH_RULES, cfg, must=True)
     bad += slurm_option_problems(OmegaConf.select(cfg, "launcher.sbatch"))
-    bad += [why for key in ("data.sources.code", "data.sources.search") if (why := SOURCES.must(key, plain(OmegaConf.select(cfg, key))))]
     if not bad:   # each value valid: how they combine (a save step past data.n's plan too; an explicit data.dir's size: the trainer's)
         bad += plan.late_saves(cfg.train, None if cfg.data.dir else cfg.data.n, sft_config.SFT)
         if cfg.data.max_seq_len > cfg.train.max_tokens_per_micro_batch:

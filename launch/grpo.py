@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from common import interpreter, keydoc
 from rl import config as rl_config
-from common.fields import plain
+from common.fields import Default, plain
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import run
@@ -30,12 +30,12 @@ Paths you give (model.path, grpo.prompts_file, grpo.corpus, resume=PATH, recipe=
 directory and recorded absolute; the prompts file and corpus enter the run identity by content."""
 
 
-def grpo_keys(argv: list[str] = ()) -> list[keydoc.Key]:
+def grpo_keys(argv: list[str] = ()) -> dict:
     """Every GRPO key (rl.config.GRPO), its default as composed for the task= / model= / launcher= in
     argv (else the defaults) and its help."""
     composed = compose_grpo([a for a in argv if a.split("=", 1)[0] in GRPO_SELECTORS])
-    return [keydoc.Key(k.name, plain(OmegaConf.select(composed.cfg, k.name)), k.doc) for k in keydoc.from_table(rl_config.GRPO)
-            if k.name != "stage"]
+    return {k: Default(f, plain(OmegaConf.select(composed.cfg, k))) for k, f in rl_config.GRPO.items()
+            if k != "stage"}
 
 
 def help_text(argv: list[str]) -> str:

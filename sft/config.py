@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from common.cli import apply_overrides
+from common.cli import apply_overrides, load_mapping
 from common.fields import (ABSENT, IDENTITY, MODEL as MODEL_ROLE, NONEMPTY, PATH, Field, Number, Test, choice, count,
                            excluded, field, flag, list_of, number, plain, section, select, text)
 from common import fields
@@ -97,15 +97,8 @@ TrainConfig = SimpleNamespace
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
-    path = Path(path)
-    if not path.is_file():
-        raise SftError(f"{path}: {'a directory, not a config file' if path.is_dir() else 'config file not found'}")
-    try:
-        raw = OmegaConf.load(path)
-    except Exception as exc:   # omegaconf and yaml raise several types for a torn file; theirs span lines
-        raise SftError(f"{path}: not a valid YAML config ({' '.join(str(exc).split())})") from None
-    if not isinstance(raw, DictConfig):
-        raise SftError(f"{path}: expected a mapping at the top level")
+    raw = load_mapping(Path(path), SftError, "not a valid YAML config", "expected a mapping at the top level",
+                       missing="config file not found")
     return from_dictconfig(apply_overrides(raw, overrides or [], open_prefixes=("model.config.",)))
 
 

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from common import fields, keydoc
 from common.fields import Test, choice, count, field, flag, text
 from common.layout import CHECKPOINTS, CONFIG, STATES
-from common.cli import apply_overrides, run_cli, wants_help
+from common.cli import apply_overrides, load_mapping, run_cli, wants_help
 from common.io import (SHA256SUMS, atomic_dir, check_output_dir, read_sha256sums, sha256_file, write_json,
                        write_sha256sums)
 from sft.ckpt_layout import EXPORT_DTYPES, expected_layout
@@ -379,15 +379,10 @@ def checked(cfg, required: str = "ckpt=PATH and out=PATH are required (see --hel
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
+        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(KEYS))
         return 0
     if len(argv) == 1 and "=" not in argv[0] and Path(argv[0]).is_file():   # a resolved config (a study's export job)
-        try:
-            held = OmegaConf.load(argv[0])
-        except Exception as exc:   # yaml and omegaconf raise several types for a torn file
-            raise SftError(f"{argv[0]}: not YAML ({' '.join(str(exc).split())})") from None
-        if not isinstance(held, DictConfig):
-            raise SftError(f"{argv[0]}: not a mapping of export-checkpoint's keys")
+        held = load_mapping(argv[0], SftError, "not YAML", "not a mapping of export-checkpoint's keys")
         if unknown := sorted(map(str, set(held) - set(KEYS))):
             raise SftError(f"{argv[0]}: unknown key(s): {', '.join(unknown)} (export-checkpoint --help lists its keys)")
         cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS), held)

@@ -292,7 +292,7 @@ KEYS = {  # `verify-checkpoint --help` and docs/keys/verify-checkpoint.md
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS)))
+        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(KEYS))
         return 0
     cfg = apply_overrides(OmegaConf.create(keydoc.defaults(KEYS)), [a for a in argv if "=" in a])
     if bad := fields.problems(KEYS, cfg):

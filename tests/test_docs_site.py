@@ -121,8 +121,9 @@ def test_the_pipeline_diagram_follows_the_imports(tmp_path):
 
 
 def test_the_format_examples_are_fresh_and_each_reader_has_one():
-    from data_prep.readers import PARSERS
+    from data_prep.readers import FORMATS, PARSERS
 
+    assert tuple(PARSERS) == FORMATS   # data.sources.*' rule (data_prep.config) names the formats the readers parse
     texts = format_examples.texts()
     out = ROOT / "docs" / "examples" / "formats"
     assert {n: (out / n).read_text(encoding="utf-8") for n in texts if (out / n).is_file()} == texts

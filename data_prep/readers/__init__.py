@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from common.fields import list_of
 from common.io import JsonLineError, parse_json_line, sha256_file
+from data_prep.config import FORMATS
 from data_prep.readers import canonical, openseeker, r2e_gym, search_r1, swe_gym, swe_smith
 from data_prep.schema import RecordError, quarantine_detail
 from data_prep.errors import DataPrepError
 
-PARSERS = {
+PARSERS = {   # one per FORMATS (data.sources.*' rule, data_prep.config)
     "r2e-gym": r2e_gym.parse,
     "swe-gym": swe_gym.parse,
     "swe-smith": swe_smith.parse,
@@ -31,10 +31,6 @@ PARSERS = {
     "search-r1": search_r1.parse,
     "canonical": canonical.parse,
 }
-FORMATS = tuple(PARSERS)
-# data.sources.code / .search (launch's and data-prep's check, a dry run's too)
-SOURCES = list_of(lambda s: isinstance(s, str) and ":" in s and s.split(":", 1)[0] in FORMATS,
-                  f"a list of FORMAT:PATH_OR_HUB_ID with FORMAT in {', '.join(FORMATS)}")
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 _ID_KEYS = ("id", "traj_id", "instance_id")
 # A local directory's split, as the Hub's layout names files (datasets.data_files' rule: a keyword at the start of the

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
         if argv and not wants_help(argv):
             raise EnvsError(f"unknown command {argv[0]!r}; expected one of {list(KEYS)}")
         shown = [argv[0]] if argv and argv[0] in KEYS else list(KEYS)
-        print(__doc__ + "".join(f"\n\n{c} keys (key=default  description):\n" + keydoc.help_table(keydoc.from_table(KEYS[c]))
+        print(__doc__ + "".join(f"\n\n{c} keys (key=default  description):\n" + keydoc.help_table(KEYS[c])
                                 for c in shown))
         return 0
     cmd, rest = argv[0], argv[1:]
