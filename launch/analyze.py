@@ -331,12 +331,9 @@ def shape_problem(cfg: DictConfig) -> str | None:
     return None
 
 
-EXIT_FAILED = 4   # some expected point failed to evaluate (docs/troubleshooting.md's exit codes)
-
-
 def print_result(result) -> int:
     """The closing line of an analysis (None: a dry run or a Slurm submission printed their own) and its exit status:
-    EXIT_FAILED when an expected point failed to evaluate (one stderr line per reason), unless `allow_failed=true`."""
+    4 when an expected point failed to evaluate (one stderr line per reason), unless `allow_failed=true`."""
     if result is None:
         return 0
     print(f"wrote {result.report} ({len(result.table)} result rows, {len(result.figures)} figures, "
@@ -351,7 +348,7 @@ def print_result(result) -> int:
     if groups and not result.allow_failed:
         print(f"error: {sum(map(len, groups.values()))} expected point(s) failed to evaluate; the report is marked "
               "PARTIAL (allow_failed=true accepts it: exit 0)", file=sys.stderr)
-        return EXIT_FAILED
+        return 4   # (docs/troubleshooting.md's exit codes)
     return 0
 
 
