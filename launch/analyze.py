@@ -16,6 +16,7 @@ from analysis.discover import Run, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc, schema
+from common.cards import write_report_cards
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
 from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Default, Number, Test, choice, field, flag, list_of, number, text
@@ -269,11 +270,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
                             study=req.study)
-    from common.cards import write_report_cards   # cards=false: no card of an earlier analysis is left in out
-
     finals = [(r.arm, r.seed, r.checkpoints[max(r.checkpoints)]) for r in (discover_runs(root, req.profile) if cfg.cards else [])
               if r.checkpoints and max(r.checkpoints) in r.evals]   # the runs found again: evaluated now
-    if written := write_report_cards(cfg.out, finals, study=cfg.study or None):
+    if written := write_report_cards(cfg.out, finals, study=cfg.study or None):   # (cards=false: removes earlier ones)
         print(f"[analyze] {len(written)} model card(s) -> {Path(cfg.out) / 'cards'}", flush=True)
     return result
 
