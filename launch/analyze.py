@@ -17,7 +17,7 @@ from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc, schema
 from common.cards import write_report_cards
-from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
+from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, run_cli, wants_help
 from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Default, Number, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
@@ -299,10 +299,7 @@ def read_config(path: Path) -> DictConfig:
     known = KeySpace(OmegaConf.create(DEFAULTS), ("eval.",))
     if unknown := [k for k in flat_keys(cfg) if k not in known]:
         raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
-    try:
-        cfg = OmegaConf.merge(DEFAULTS, cfg)
-    except Exception as exc:   # a value of another shape than its key's (eval: 5)
-        raise AnalysisError(f"{path}: {' '.join(str(exc).split())}") from None
+    cfg = merge(OmegaConf.create(DEFAULTS), cfg, where=f"{path}: ")   # (a list given for a section, or the reverse: its key named)
     if why := shape_problem(cfg):
         raise AnalysisError(f"{path}: {why}")
     return cfg
