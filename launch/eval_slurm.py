@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from analysis.discover import discover_runs
 from analysis.errors import AnalysisError
 from common.cli import ConfigError, run_cli
 from common.interpreter import eval_needs, interpreter
-from common.io import json_text, read_json_object, write_json
+from common.io import json_text, read_json_object, utc_stamp, write_json
 from evals.profiles import load_profile
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
 from launch.jobs import Cluster, Job, Needs, Resources, backend, dry_run, dry_run_dir
@@ -37,8 +36,7 @@ def eval_settings(eval_opts: dict[str, Any], profile: str | None) -> dict[str, A
 
 def plan_dir(cfg, kind: str) -> Path:
     """Where a submission's job configs, scripts and logs go: <out>/_slurm/<kind>-<UTC time>/ (a dry run: a temporary dir)."""
-    return dry_run_dir(kind) if cfg.dry_run else \
-        (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    return dry_run_dir(kind) if cfg.dry_run else (Path(cfg.out) / "_slurm" / f"{kind}-{utc_stamp()}").resolve()
 
 
 def write_files(files: dict[Path, str]) -> None:
