@@ -16,7 +16,8 @@ from analysis.discover import Run, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc, schema
-from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, run_cli, wants_help
+from common.cards import write_report_cards
+from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, run_cli, wants_help
 from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Default, Number, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
@@ -269,11 +270,9 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     result = write_analysis(cfg, runs=runs, jobs=ev.jobs, ev=ev, benches=req.benches, anchor=req.anchor,
                             anchor_dir=req.anchor_dir, profile=req.profile, reference_sizes=req.reference_sizes,
                             study=req.study)
-    from common.cards import write_report_cards   # cards=false: no card of an earlier analysis is left in out
-
     finals = [(r.arm, r.seed, r.checkpoints[max(r.checkpoints)]) for r in (discover_runs(root, req.profile) if cfg.cards else [])
               if r.checkpoints and max(r.checkpoints) in r.evals]   # the runs found again: evaluated now
-    if written := write_report_cards(cfg.out, finals, study=cfg.study or None):
+    if written := write_report_cards(cfg.out, finals, study=cfg.study or None):   # (cards=false: removes earlier ones)
         print(f"[analyze] {len(written)} model card(s) -> {Path(cfg.out) / 'cards'}", flush=True)
     return result
 
@@ -300,10 +299,7 @@ def read_config(path: Path) -> DictConfig:
     known = KeySpace(OmegaConf.create(DEFAULTS), ("eval.",))
     if unknown := [k for k in flat_keys(cfg) if k not in known]:
         raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
-    try:
-        cfg = OmegaConf.merge(DEFAULTS, cfg)
-    except Exception as exc:   # a value of another shape than its key's (eval: 5)
-        raise AnalysisError(f"{path}: {' '.join(str(exc).split())}") from None
+    cfg = merge(OmegaConf.create(DEFAULTS), cfg, where=f"{path}: ")   # (a list given for a section, or the reverse: its key named)
     if why := shape_problem(cfg):
         raise AnalysisError(f"{path}: {why}")
     return cfg
@@ -331,12 +327,9 @@ def shape_problem(cfg: DictConfig) -> str | None:
     return None
 
 
-EXIT_FAILED = 4   # some expected point failed to evaluate (docs/troubleshooting.md's exit codes)
-
-
 def print_result(result) -> int:
     """The closing line of an analysis (None: a dry run or a Slurm submission printed their own) and its exit status:
-    EXIT_FAILED when an expected point failed to evaluate (one stderr line per reason), unless `allow_failed=true`."""
+    4 when an expected point failed to evaluate (one stderr line per reason), unless `allow_failed=true`."""
     if result is None:
         return 0
     print(f"wrote {result.report} ({len(result.table)} result rows, {len(result.figures)} figures, "
@@ -351,7 +344,7 @@ def print_result(result) -> int:
     if groups and not result.allow_failed:
         print(f"error: {sum(map(len, groups.values()))} expected point(s) failed to evaluate; the report is marked "
               "PARTIAL (allow_failed=true accepts it: exit 0)", file=sys.stderr)
-        return EXIT_FAILED
+        return 4   # (docs/troubleshooting.md's exit codes)
     return 0
 
 

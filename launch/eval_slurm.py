@@ -8,18 +8,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from analysis.discover import discover_runs
 from analysis.errors import AnalysisError
 from common.cli import ConfigError, run_cli
-from common.io import json_text, read_json_object, write_json
+from common.interpreter import eval_needs, interpreter
+from common.io import json_text, read_json_object, utc_stamp, write_json
+from evals.profiles import load_profile
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
-from launch.jobs import Job, Needs, Resources, backend, dry_run, dry_run_dir
+from launch.jobs import Cluster, Job, Needs, Resources, backend, dry_run, dry_run_dir
 
 MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launch.eval_slurm CONFIG (main)
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
@@ -29,15 +31,12 @@ WARNING = "B:USR1@120"
 
 def eval_settings(eval_opts: dict[str, Any], profile: str | None) -> dict[str, Any]:
     """The evaluation settings asked for: eval.* (those set) over the profile's evaluate keys."""
-    from evals.profiles import load_profile
-
     return {**(load_profile(profile)["evaluate"] if profile else {}), **{k: v for k, v in eval_opts.items() if v is not None}}
 
 
 def plan_dir(cfg, kind: str) -> Path:
     """Where a submission's job configs, scripts and logs go: <out>/_slurm/<kind>-<UTC time>/ (a dry run: a temporary dir)."""
-    return dry_run_dir(kind) if cfg.dry_run else \
-        (Path(cfg.out) / "_slurm" / time.strftime(f"{kind}-%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    return dry_run_dir(kind) if cfg.dry_run else (Path(cfg.out) / "_slurm" / f"{kind}-{utc_stamp()}").resolve()
 
 
 def write_files(files: dict[Path, str]) -> None:
@@ -58,17 +57,12 @@ def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob
 
 def _job_of(req, name: str, module: str, **kw) -> Job:
     """A job of this analysis: its module run by python.eval, with its cluster settings."""
-    from common.interpreter import interpreter
-    from launch.slurm import Cluster
-
     return Job(name, module, python=interpreter(req.cfg.python, "eval"), cluster=Cluster.of(req.cfg.slurm), **kw)
 
 
 def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -> Job:
     """An evaluation job (an array when `name` is `eval`) on `configs`, after what `after` says (waits, after,
     after_task); it needs the data evaluate reads and what its backend imports."""
-    from common.interpreter import eval_needs
-
     opts, array, gpus = eval_settings(req.eval_opts, req.profile), name == "eval", req.cfg.slurm.gpus_per_task
     if gpus is None:   # what evaluate's engines take: data_parallel engines of tensor_parallel_size GPUs (vllm) or one (hf)
         gpus = int(opts.get("data_parallel") or 1) * (int(opts.get("tensor_parallel_size") or 1) if opts.get("backend") == "vllm" else 1)
@@ -195,8 +189,6 @@ def read_task(path: Path) -> dict:
 def _candidates(data: dict) -> list[EvalJob]:
     """What an evaluation job is to evaluate, every bench of it: the checkpoints planned at submission, and
     every checkpoint now on disk of the run (or the anchor) it discovers."""
-    from analysis.discover import discover_runs
-
     jobs, found = [EvalJob(**r) for r in data["planned"]], data["discover"]
     if found is None:
         return jobs

@@ -19,7 +19,6 @@ from common.io import write_json
 from common.tiny import resolve_model_path
 
 Evaluator = Callable[[dict[str, Any]], dict]
-ANCHOR_PROMPT = "anchor_nudge"
 
 
 class Harness:
@@ -34,7 +33,7 @@ class Harness:
 
     def request(self, job: EvalJob) -> Any:
         """What this harness is given for `job`: here its config as a dict."""
-        cfg = {**self.opts, "ckpt": job.ckpt, "benches": list(job.benches), "out": str(job.out), "prompt": job.prompt}
+        cfg = {**self.opts, "ckpt": job.ckpt, "benches": list(job.benches), "out": job.out, "prompt": job.prompt}
         return {**cfg, "overwrite": True} if job.stale else cfg
 
     def template(self, cfg) -> str | None:
@@ -60,7 +59,7 @@ class EvalsHarness(Harness):
         evaluate renames the old results aside) and its checkpoint's identity."""
         if not isinstance(self.settings, DictConfig):   # refused settings: each evaluation says why (a gap)
             return super().request(job)
-        cfg = self.config.for_checkpoint(self.settings, job.ckpt, str(job.out), job.benches, job.prompt,
+        cfg = self.config.for_checkpoint(self.settings, job.ckpt, job.out, job.benches, job.prompt,
                                          overwrite=True if job.stale else None)
         return self.config.Resolved(cfg, self.ids(str(cfg.ckpt)))
 
@@ -76,14 +75,11 @@ class EvalJob:
     seed: int
     step: int
     ckpt: str
-    out: Path
+    out: str
     benches: list[str]
     prompt: str
     # bench -> how the identity it is held under differs from the one asked for (re-evaluated aside)
     stale: dict[str, list[str]] = field(default_factory=dict)
-
-    def __post_init__(self):
-        self.out = Path(self.out)
 
     @property
     def label(self) -> str:
@@ -91,7 +87,7 @@ class EvalJob:
 
     def record(self) -> dict[str, Any]:
         """This job as an evaluation job's config and outcome hold it (`EvalJob(**record)` reads it back)."""
-        return {k: str(v) if k == "out" else v for k, v in vars(self).items() if k != "stale"}
+        return {k: v for k, v in vars(self).items() if k != "stale"}
 
 
 @dataclass
@@ -142,10 +138,10 @@ def check_templates(h: Harness, jobs: list[EvalJob]) -> None:
 def candidates(runs: list[Run], benches: list[str], prompt: str, anchor: str | None, anchor_dir: Path,
                profile: str | None) -> list[EvalJob]:
     """Every checkpoint of `runs` and the anchor (when given, with prompt=anchor_nudge, as step 0), every bench."""
-    jobs = [EvalJob(r.arm, r.seed, step, str(ckpt), r.eval_dir(step), list(benches), prompt)
+    jobs = [EvalJob(r.arm, r.seed, step, str(ckpt), str(r.eval_dir(step)), list(benches), prompt)
             for r in runs for step, ckpt in sorted(r.checkpoints.items())]
     if anchor is not None:
-        jobs.append(EvalJob(ANCHOR_ARM, 0, 0, str(anchor), anchor_eval_dir(anchor_dir, profile), list(benches), ANCHOR_PROMPT))
+        jobs.append(EvalJob(ANCHOR_ARM, 0, 0, str(anchor), str(anchor_eval_dir(anchor_dir, profile)), list(benches), "anchor_nudge"))
     return jobs
 
 
@@ -182,7 +178,7 @@ def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
 def run_job(job: EvalJob, h: Harness, anchor_dir: Path) -> list[EvalFailure]:
     """Evaluate one checkpoint's pending benches; what failed (an exception, a bench the harness
     wrote no summary for) is returned, never raised."""
-    job.out.mkdir(parents=True, exist_ok=True)
+    Path(job.out).mkdir(parents=True, exist_ok=True)
     if job.arm == ANCHOR_ARM:
         write_json(Path(anchor_dir) / "anchor.json", {"model": job.ckpt, "prompt": job.prompt})
     for bench, diff in job.stale.items():

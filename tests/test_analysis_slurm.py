@@ -289,7 +289,8 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
     for name, text, why in (("list.yaml", "[1, 2]", "not a mapping"), ("torn.yaml", "{torn", "not YAML"),
                             ("unknown.yaml", "nope: 1", "unknown key 'nope'"), ("eval.yaml", "eval: {max_turnz: 2}",
                                                                                "unknown evaluate key 'max_turnz'"),
-                            ("shape.yaml", "eval: 5", "eval=5: expected its keys")):
+                            ("shape.yaml", "eval: 5", "eval=5: expected its keys"),
+                            ("section.yaml", "slurm: [1, 2]", "slurm=[1,2]: expected a mapping, not a list")):   # was omegaconf's words
         (plan / name).write_text(text)
         assert main([str(plan / name)]) == 2
         err = capsys.readouterr().err
