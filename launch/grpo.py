@@ -69,8 +69,8 @@ class GRPOTrainer(run.Trainer):
         rd, want = rl_config.placement(composed.cfg, world_size(composed.cfg, nproc))
         return self.placed(composed, rd, nproc, run.check_identity(rd, composed.cfg, want=want))
 
-    def describe(self, prep: run.Prepared) -> str:
-        """The plan's lines; a note when the world size is not the GPU count the model's GRPO recipe states (the
+    def details(self, prep: run.Prepared) -> list[str]:
+        """Steps and checkpoints; a note when the world size is not the GPU count the model's GRPO recipe states (the
         reference's), saying how the batch is kept."""
         cfg, g, world = prep.cfg, prep.cfg.grpo, world_size(prep.cfg, prep.nproc)
         path = RECIPES / "grpo" / "model" / f"{prep.composed.choices['model']}.yaml"
@@ -81,9 +81,8 @@ class GRPOTrainer(run.Trainer):
             f"{g.completions_per_step} completions per optimizer step = {int(g.completions_per_step) // (world * int(g.grad_accum))} "
             f"per process x {world} process(es) x grpo.grad_accum={g.grad_accum}; the group size (num_generations="
             f"{g.num_generations}) is unchanged"]
-        return "\n".join([f"[launch] stage=grpo {run.choices_line(prep.composed.choices)} -> {prep.run_dir}",
-                          f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
-                          f"checkpoints at {rl_config.planned_saves(cfg)} (+ step 0 = the starting model)", *note])
+        return [f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
+                f"checkpoints at {rl_config.planned_saves(cfg)} (+ step 0 = the starting model)", *note]
 
     def prepare(self, prep: run.Prepared) -> dict:
         """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""

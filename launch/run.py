@@ -50,7 +50,7 @@ class Prepared:
 
 class Trainer:
     """One kind of training run (`SFT` here, `GRPO` in launch.grpo): its `stage`, `keys` (fields) and `module` (run under
-    torchrun on config.yaml), and `resolve(argv)` (everything cheap, before any lock or work), `describe` (the plan's
+    torchrun on config.yaml), and `resolve(argv)` (everything cheap, before any lock or work), `details` (its plan
     lines), `needs(cfg)` ({module: why} to import) and `prepare` (under the run-dir lock; the manifest's `data` record)."""
 
     stage: str
@@ -72,6 +72,11 @@ class Trainer:
         if cfg.logging.name is None:
             cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
         return Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
+
+    def describe(self, prep: Prepared) -> str:
+        """The plan's lines: the recipes chosen, as the `key=value` words that choose them, and the run dir; then `details`."""
+        words = self.command_argv([f"{k}={v}" for k, v in prep.composed.choices.items()])
+        return "\n".join([f"[launch] {' '.join(words)} -> {prep.run_dir}", *self.details(prep)])
 
     def command_argv(self, argv: list[str]) -> list[str]:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
@@ -109,10 +114,6 @@ class Trainer:
             raise LaunchError(why)
 
 
-def is_finished(rd: Path) -> bool:
-    return (rd / layout.DONE).is_file()
-
-
 def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None, semantics: int | None = None) -> dict:
     """The run identity of `cfg` (common.fingerprint), with the trainer's semantics version and the data fingerprint."""
     data = {"data_fingerprint": data_fingerprint} if data_fingerprint is not None else {}
@@ -122,15 +123,12 @@ def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None, sem
 def recorded_identity(rd: Path) -> dict | None:
     """The identity a run dir belongs to: `manifest.json`'s `identity`, or (made before identity was recorded) one
     computed from its `config.yaml` with `LEGACY_TRAINER_SEMANTICS`. None for a fresh dir."""
-    cfg_path = rd / layout.CONFIG
     try:
-        man = manifest.read(rd)
-        if isinstance(man.get("identity"), dict):
+        if isinstance((man := manifest.read(rd)).get("identity"), dict):
             return man["identity"]
-        if not cfg_path.is_file():
-            return None
-        return requested_identity(OmegaConf.load(cfg_path), (man.get("data") or {}).get("fingerprint") or None,
-                                  fingerprint.LEGACY_TRAINER_SEMANTICS)
+        if (rd / layout.CONFIG).is_file():   # (else a fresh dir: None)
+            return requested_identity(OmegaConf.load(rd / layout.CONFIG), (man.get("data") or {}).get("fingerprint") or None,
+                                      fingerprint.LEGACY_TRAINER_SEMANTICS)
     except Exception as exc:  # unreadable JSON / YAML: the run dir's identity is unknown, say which file
         raise LaunchError(f"{rd}: cannot read the run's identity from manifest.json / config.yaml ({exc}); "
                           "fix or move that run dir, or use name=... / run_dir=... for this run") from None
@@ -221,25 +219,19 @@ def prepared(trainer: Trainer, prep: Prepared, runner: type[jobs.Runner] | jobs.
         yield trainer.prepare(prep)
 
 
-def choices_line(choices: dict) -> str:
-    """The recipes a run was composed from, as the `key=value` words that choose them."""
-    return " ".join(f"{k}={v}" for k, v in choices.items())
-
-
 def finished(prep: Prepared) -> bool:
     """Whether a launch keeps the run as finished (DONE; not resume=never), not retraining it."""
-    return is_finished(prep.run_dir) and prep.cfg.resume != "never"
+    return (prep.run_dir / layout.DONE).is_file() and prep.cfg.resume != "never"
 
 
 def kept(trainer: Trainer, prep: Prepared) -> bool:
     """True for a `finished` run: kept, not retrained, its identity checked unless a dry run."""
-    rd = prep.run_dir
     if not finished(prep):
         return False
     if not prep.cfg.launcher.dry_run:
         trainer.check_finished(prep)
-    print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
-          f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
+    print(f"[launch] {prep.run_dir} is finished (DONE exists); not retraining. Checkpoints: "
+          f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(prep.run_dir))) or 'none'}")
     return True
 
 
@@ -298,9 +290,9 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     """The closing line of a local launch; the exit code (a refusal the trainer recorded under `launch_id`, None:
     outside launch, printed as its one line with the trainer's code). A trainer exiting 0 without DONE stopped at a
     signal (`stopped_by`) with its state saved: STOPPED, exit 0; without a resumable state: FAILED, exit 1."""
-    resumable = layout.latest_complete_state(layout.states_dir(rd)) is not None
+    resumable, done = layout.latest_complete_state(layout.states_dir(rd)) is not None, (rd / layout.DONE).is_file()
     refusal = trainer_refusal(rd, launch_id)
-    if rc == 0 and not is_finished(rd):
+    if rc == 0 and not done:
         if resumable:   # (a signal sent to the trainer itself, not through launch: no `stopped_by`)
             layout.record_end(rd, layout.STOPPED, f"stopped{f' by {stopped_by}' if stopped_by else ''} with its "
                               "state saved: re-run the same command to resume", "launch (local)", launch=launch_id)
@@ -313,7 +305,7 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     if rc != 0 and refusal is not None:
         rc = refusal[0]
         print(f"error: {refusal[1]}", file=sys.stderr, flush=True)
-    elif rc != 0 and not is_finished(rd):
+    elif rc != 0 and not done:
         # the trainer's own FAILED record (this launch's) says more; else one here (an OOM kill, SIGKILL, ...).
         # A refusal wrote its own (none when another trainer holds the run: that one has not failed).
         rec = layout.end_record(rd)
@@ -322,7 +314,7 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
                       if rc - 128 in set(signal.Signals) else "")   # 128 + N: killed by signal N (local.run_logged, launch.torchrun)
             layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
                               "launch (local)", launch=launch_id, code=rc)
-    state = "finished" if is_finished(rd) else f"stopped (exit {rc})" + (
+    state = "finished" if done else f"stopped (exit {rc})" + (
         "; re-run the same command to resume" if resumable else " before any resumable state was written")
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc
@@ -433,8 +425,8 @@ class SFTTrainer(Trainer):
         check_identity(rd, cache.with_run_pins(composed.cfg, rd))
         return self.placed(composed, rd, local_nproc(composed))
 
-    def describe(self, prep: Prepared) -> str:
-        return f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n[launch] {plan_line(prep.cfg)}"
+    def details(self, prep: Prepared) -> list[str]:
+        return [f"[launch] {plan_line(prep.cfg)}"]
 
     def dataset(self, prep: Prepared) -> cache.CachedData:
         """The run's dataset (hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
