@@ -61,9 +61,7 @@ class GRPOTrainer(run.Trainer):
     stage, module, keys, needs = "grpo", "rl.train", rl_config.GRPO, staticmethod(interpreter.grpo_needs)
 
     def resolve(self, argv: list[str]) -> run.Prepared:
-        """Compose, check the hardware and the world size, refuse a request whose run identity (common.fingerprint
-        over every config key: task, LoRA, GRPO settings, env split; the input files by content) differs from the
-        run dir's."""
+        """Compose; check the hardware and the world size (rl.config.placement); refuse another run identity than the run dir's."""
         composed = compose_grpo(argv)
         nproc = run.local_nproc(composed)
         rd, want = rl_config.placement(composed.cfg, world_size(composed.cfg, nproc))
@@ -90,8 +88,7 @@ class GRPOTrainer(run.Trainer):
         return start_record(prep.cfg)
 
     def preflight(self, prep: run.Prepared) -> None:
-        """What the trainer would refuse at start, task=spa's adversarial pilot included (rl.train.preflight):
-        a LaunchError (exit 2) when a reward hack comes within the required margin of genuine play."""
+        """rl.train's own preflight (task=spa: the adversarial pilot) here, its refusal a LaunchError (exit 2)."""
         from rl.train import preflight as trainer_preflight
 
         cfg = prep.cfg
