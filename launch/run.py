@@ -24,6 +24,7 @@ from common import datafetch, fingerprint, interpreter, layout, lock
 from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
 from common.plan import plan_line
 from common.schema import TRAINER_SEMANTICS, run_dir
+from data_prep import arms
 from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose
 from launch.errors import LaunchError
@@ -429,8 +430,9 @@ class SFTTrainer(Trainer):
         return [f"[launch] {plan_line(prep.cfg)}"]
 
     def dataset(self, prep: Prepared) -> cache.CachedData:
-        """The run's dataset (hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
-        cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir)
+        """The run's dataset (its arm's hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
+        if not prep.cfg.data.dir:
+            cache.pin_sources(prep.cfg, arms.quotas(prep.composed.data_arm, int(prep.cfg.data.n)), prep.run_dir, True)
         data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm)
         prep.cfg.data.dir = str(data.dir)
         return data
