@@ -21,6 +21,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch, fingerprint, interpreter, layout, lock
+from common.cli import flat_keys
 from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
 from common.plan import plan_line
 from common.schema import TRAINER_SEMANTICS, run_dir
@@ -171,14 +172,12 @@ def local_nproc(composed: Composed) -> int:
     return int(nproc) if nproc != "auto" else runner.nproc(cfg.launcher, gpus)
 
 
-def write_config(prep: Prepared) -> Path:
+def write_config(prep: Prepared) -> None:
     """Write `<run_dir>/config.yaml`; a changed config on re-launch keeps the old one beside it."""
     rd = prep.run_dir
     rd.mkdir(parents=True, exist_ok=True)
     path, text = rd / layout.CONFIG, OmegaConf.to_yaml(prep.cfg)
     if path.is_file() and (old := path.read_text(encoding="utf-8")) != text:
-        from common.cli import flat_keys
-
         stamp, n = utc_stamp(), 0
         while (kept := rd / f"config.{stamp}{f'.{n}' if n else ''}.yaml").exists():   # two changes in one second: both kept
             n += 1
@@ -189,7 +188,6 @@ def write_config(prep: Prepared) -> Path:
               + "\n".join(f"  {k}: {sel(was, k)!r} -> {sel(prep.cfg, k)!r}" for k in
                           sorted(set(flat_keys(was)) | set(flat_keys(prep.cfg))) if sel(was, k) != sel(prep.cfg, k)))
     write_text_atomic(path, text)
-    return path
 
 
 @contextmanager

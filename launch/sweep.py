@@ -193,11 +193,9 @@ def _sweep_submit(argv, runs, preps, evaluation, req) -> int:
     root = _sweep_dir(preps[0].cfg)
     if not todo:
         print("[launch] sweep: every run is finished; nothing to train", flush=True)
-        if req is None:
-            return 0
         # what is left to evaluate: one array task per checkpoint, then the aggregation (analyze, run here)
-        return _analyze_here(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}),
-                             dry_run_dir("sweep") if dry else root)
+        return 0 if req is None else _analyze_here(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}),
+                                                   dry_run_dir("sweep") if dry else root)
     if dry:
         return dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root),
                        plan=lambda where: plan_sweep(SFT, preps, evaluation, where, kind, str(root), req=req))
