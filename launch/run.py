@@ -1,11 +1,9 @@
-"""One run of a trainer: compose -> (finished? stop) -> hardware check -> data -> run dir -> train or submit.
-
-`launch_one(trainer, argv)` is that path for every `Trainer` (SFT's here, GRPO's in launch.grpo; by `stage=` in
-launch.cli). The order matters: everything that can fail cheaply (bad keys and values, a GPU-only model on a CPU
-machine, a request whose run identity differs from the run dir's, a run dir in use) fails before data prep, and
-data prep finishes before the run directory's config.yaml is written, so config.yaml always names a complete
-dataset. The data half of the identity (the dataset's content fingerprint) is compared once the dataset is known.
-"""
+"""One run of a trainer (`launch_one`, for SFT's here and GRPO's in launch.grpo): compose -> (finished? stop) ->
+hardware check -> data -> run dir -> train or submit. The order matters: everything that can fail cheaply (bad keys
+and values, a GPU-only model on a CPU machine, a request whose run identity differs from the run dir's, a run dir in
+use) fails before data prep, and data prep finishes before the run directory's config.yaml is written, so config.yaml
+always names a complete dataset. The data half of the identity (the dataset's content fingerprint) is compared once
+the dataset is known."""
 from __future__ import annotations
 
 import os
@@ -319,11 +317,11 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     return rc
 
 
-def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
+def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
             plan: Callable[[Path], tuple[list[Job], dict[Path, str]]] | None = None) -> int:
     """The plan (its jobs' configs and scripts under a new temporary directory), then each run's lines, resolved
-    config and the command here or the script submitted (GRPO: every backend's). A sweep's: one `array` job (`logs`:
-    its dir); `plan(where)`: the jobs, the training job first, and their configs. Nothing else is written or started.
+    config and the command here or the script submitted (GRPO: every backend's). `plan(where)`: the jobs, the training
+    job first (a sweep's: an array, its logs' dir its scripts'), and their configs. Nothing else is written or started.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
     from launch.eval_slurm import write_files
 
@@ -335,7 +333,8 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
         except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
             print(f"[launch] (dataset cache key not computable here: {exc})")
     where = dry_run_dir("launch")
-    (job, *after), files = plan(where) if plan else ([trainer.job(preps, array, logs)], {})
+    (job, *after), files = plan(where) if plan else ([trainer.job(preps)], {})
+    array = bool(job.array)
     write_files({**{where / f"{job.name}{f'-{i}' if array else ''}.config.yaml": OmegaConf.to_yaml(prep.cfg)
                     for i, prep in enumerate(preps)}, **files})
     jobs.dry_run([job, *after], trainer.runner(argv, kind), where)
@@ -350,8 +349,8 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     for other in jobs.BACKENDS if trainer.stage == "grpo" else [kind]:   # GRPO (never an array): every backend's script
         runner = trainer.runner(argv, other)
         if runner.submits or trainer.stage == "grpo":
-            print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(logs or first.run_dir) / job.name}"
-                  f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, logs, other), {}, where)}")
+            print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(job.logs if array else first.run_dir) / job.name}"
+                  f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, job.logs, other), {}, where)}")
         elif not array:
             print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
     return 0
