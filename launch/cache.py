@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common import layout
 from common.io import JsonLineError, atomic_dir
+from data_prep import hub
 from data_prep.errors import DataPrepError
 from launch.errors import LaunchError
 
@@ -56,28 +57,18 @@ def read_manifest(data_dir: Path) -> dict:
     return manifest
 
 
-def pin_hub_sources(cfg: DictConfig, data_arm: str, run_dir: Path) -> None:
-    """Pin the arm's hub sources in place, reusing the run's config.yaml pins; a no-op with an explicit `data.dir`."""
-    if not cfg.data.dir:
-        from data_prep import arms
-
-        _pin(cfg, arms.quotas(data_arm, int(cfg.data.n)), run_dir, True)
-
-
 def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
     """`cfg` with its hub sources pinned as the run dir's config.yaml pinned them: the form the request is compared
     in before the data step. No hub access; a source the run never pinned stays as asked."""
     if cfg.data.dir or not (rd / layout.CONFIG).is_file():
         return cfg
     out = cfg.copy()
-    _pin(out, list(out.data.sources), rd, False, resolve=lambda _: None)
+    pin_sources(out, list(out.data.sources), rd, False, resolve=lambda _: None)
     return out
 
 
-def _pin(cfg: DictConfig, domains, rd: Path, log: bool, **resolve) -> None:
-    """Pin `cfg`'s sources of `domains` in place as config.yaml has them, else by `resolve` (default: the hub)."""
-    from data_prep import hub
-
+def pin_sources(cfg: DictConfig, domains, rd: Path, log: bool, **resolve) -> None:
+    """Pin `cfg`'s sources of `domains` in place as config.yaml has them, else by `resolve` (default: the hub; `log`: print each)."""
     old = OmegaConf.load(rd / layout.CONFIG) if (rd / layout.CONFIG).is_file() else None
     for domain in domains:
         previous = list(OmegaConf.select(old, f"data.sources.{domain}", default=None) or []) if old is not None else []

@@ -61,16 +61,14 @@ class GRPOTrainer(run.Trainer):
     stage, module, keys, needs = "grpo", "rl.train", rl_config.GRPO, staticmethod(interpreter.grpo_needs)
 
     def resolve(self, argv: list[str]) -> run.Prepared:
-        """Compose, check the hardware and the world size, refuse a request whose run identity (common.fingerprint
-        over every config key: task, LoRA, GRPO settings, env split; the input files by content) differs from the
-        run dir's."""
+        """Compose; check the hardware and the world size (rl.config.placement); refuse another run identity than the run dir's."""
         composed = compose_grpo(argv)
         nproc = run.local_nproc(composed)
         rd, want = rl_config.placement(composed.cfg, world_size(composed.cfg, nproc))
         return self.placed(composed, rd, nproc, run.check_identity(rd, composed.cfg, want=want))
 
-    def describe(self, prep: run.Prepared) -> str:
-        """The plan's lines; a note when the world size is not the GPU count the model's GRPO recipe states (the
+    def details(self, prep: run.Prepared) -> list[str]:
+        """Steps and checkpoints; a note when the world size is not the GPU count the model's GRPO recipe states (the
         reference's), saying how the batch is kept."""
         cfg, g, world = prep.cfg, prep.cfg.grpo, world_size(prep.cfg, prep.nproc)
         path = RECIPES / "grpo" / "model" / f"{prep.composed.choices['model']}.yaml"
@@ -81,9 +79,8 @@ class GRPOTrainer(run.Trainer):
             f"{g.completions_per_step} completions per optimizer step = {int(g.completions_per_step) // (world * int(g.grad_accum))} "
             f"per process x {world} process(es) x grpo.grad_accum={g.grad_accum}; the group size (num_generations="
             f"{g.num_generations}) is unchanged"]
-        return "\n".join([f"[launch] stage=grpo {run.choices_line(prep.composed.choices)} -> {prep.run_dir}",
-                          f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
-                          f"checkpoints at {rl_config.planned_saves(cfg)} (+ step 0 = the starting model)", *note])
+        return [f"[launch] {cfg.train.steps} GRPO steps of {cfg.grpo.completions_per_step} completions, "
+                f"checkpoints at {rl_config.planned_saves(cfg)} (+ step 0 = the starting model)", *note]
 
     def prepare(self, prep: run.Prepared) -> dict:
         """Under the run-dir lock: config.yaml; the manifest's `data` record is the starting model."""
@@ -91,8 +88,7 @@ class GRPOTrainer(run.Trainer):
         return start_record(prep.cfg)
 
     def preflight(self, prep: run.Prepared) -> None:
-        """What the trainer would refuse at start, task=spa's adversarial pilot included (rl.train.preflight):
-        a LaunchError (exit 2) when a reward hack comes within the required margin of genuine play."""
+        """rl.train's own preflight (task=spa: the adversarial pilot) here, its refusal a LaunchError (exit 2)."""
         from rl.train import preflight as trainer_preflight
 
         cfg = prep.cfg

@@ -41,9 +41,9 @@ def git_state(repo: Path = REPO) -> dict:
             "branch": git("rev-parse", "--abbrev-ref", "HEAD") or None}
 
 
-def package_versions(names=PACKAGES) -> dict:
-    versions = {"python": platform.python_version(), **dict.fromkeys(names)}   # None: not installed
-    for name in names:
+def package_versions() -> dict:
+    versions = {"python": platform.python_version(), **dict.fromkeys(PACKAGES)}   # None: not installed
+    for name in PACKAGES:
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
     return versions
@@ -82,13 +82,10 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
         from common.fingerprint import file_digest
 
         entry["recipe_sha256"] = recipes["recipe_sha256"] = file_digest(choices["recipe"])
-    if path.is_file():
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        manifest.setdefault("launches", []).append(entry)
-    else:
-        manifest = {"run_dir": str(run_dir), "created": entry["time"], "command": entry["command"], "recipes": recipes,
-                    "git": entry["git"], "packages": package_versions(), "hardware": hardware(), "data": data,
-                    "launcher": launcher, "launches": [entry]}
+    manifest = read(run_dir) if path.is_file() else {
+        "run_dir": str(run_dir), "created": entry["time"], "command": entry["command"], "recipes": recipes, "git": entry["git"],
+        "packages": package_versions(), "hardware": hardware(), "data": data, "launcher": launcher, "launches": []}
+    manifest.setdefault("launches", []).append(entry)
     if identity is not None:
         manifest["identity"] = identity
     if (study := study_from_env()) is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest

@@ -1,11 +1,9 @@
-"""One run of a trainer: compose -> (finished? stop) -> hardware check -> data -> run dir -> train or submit.
-
-`launch_one(trainer, argv)` is that path for every `Trainer` (SFT's here, GRPO's in launch.grpo; by `stage=` in
-launch.cli). The order matters: everything that can fail cheaply (bad keys and values, a GPU-only model on a CPU
-machine, a request whose run identity differs from the run dir's, a run dir in use) fails before data prep, and
-data prep finishes before the run directory's config.yaml is written, so config.yaml always names a complete
-dataset. The data half of the identity (the dataset's content fingerprint) is compared once the dataset is known.
-"""
+"""One run of a trainer (`launch_one`, for SFT's here and GRPO's in launch.grpo): compose -> (finished? stop) ->
+hardware check -> data -> run dir -> train or submit. The order matters: everything that can fail cheaply (bad keys
+and values, a GPU-only model on a CPU machine, a request whose run identity differs from the run dir's, a run dir in
+use) fails before data prep, and data prep finishes before the run directory's config.yaml is written, so config.yaml
+always names a complete dataset. The data half of the identity (the dataset's content fingerprint) is compared once
+the dataset is known."""
 from __future__ import annotations
 
 import os
@@ -21,9 +19,11 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch, fingerprint, interpreter, layout, lock
+from common.cli import flat_keys
 from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
 from common.plan import plan_line
 from common.schema import TRAINER_SEMANTICS, run_dir
+from data_prep import arms
 from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose
 from launch.errors import LaunchError
@@ -50,7 +50,7 @@ class Prepared:
 
 class Trainer:
     """One kind of training run (`SFT` here, `GRPO` in launch.grpo): its `stage`, `keys` (fields) and `module` (run under
-    torchrun on config.yaml), and `resolve(argv)` (everything cheap, before any lock or work), `describe` (the plan's
+    torchrun on config.yaml), and `resolve(argv)` (everything cheap, before any lock or work), `details` (its plan
     lines), `needs(cfg)` ({module: why} to import) and `prepare` (under the run-dir lock; the manifest's `data` record)."""
 
     stage: str
@@ -72,6 +72,11 @@ class Trainer:
         if cfg.logging.name is None:
             cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
         return Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
+
+    def describe(self, prep: Prepared) -> str:
+        """The plan's lines: the recipes chosen, as the `key=value` words that choose them, and the run dir; then `details`."""
+        words = self.command_argv([f"{k}={v}" for k, v in prep.composed.choices.items()])
+        return "\n".join([f"[launch] {' '.join(words)} -> {prep.run_dir}", *self.details(prep)])
 
     def command_argv(self, argv: list[str]) -> list[str]:
         """The launch command's argv as recorded (manifest, sbatch): `stage=` first unless the default (sft)."""
@@ -110,10 +115,6 @@ class Trainer:
             raise LaunchError(why)
 
 
-def is_finished(rd: Path) -> bool:
-    return (rd / layout.DONE).is_file()
-
-
 def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None, semantics: int | None = None) -> dict:
     """The run identity of `cfg` (common.fingerprint), with the trainer's semantics version and the data fingerprint."""
     data = {"data_fingerprint": data_fingerprint} if data_fingerprint is not None else {}
@@ -123,15 +124,12 @@ def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None, sem
 def recorded_identity(rd: Path) -> dict | None:
     """The identity a run dir belongs to: `manifest.json`'s `identity`, or (made before identity was recorded) one
     computed from its `config.yaml` with `LEGACY_TRAINER_SEMANTICS`. None for a fresh dir."""
-    cfg_path = rd / layout.CONFIG
     try:
-        man = manifest.read(rd)
-        if isinstance(man.get("identity"), dict):
+        if isinstance((man := manifest.read(rd)).get("identity"), dict):
             return man["identity"]
-        if not cfg_path.is_file():
-            return None
-        return requested_identity(OmegaConf.load(cfg_path), (man.get("data") or {}).get("fingerprint") or None,
-                                  fingerprint.LEGACY_TRAINER_SEMANTICS)
+        if (rd / layout.CONFIG).is_file():   # (else a fresh dir: None)
+            return requested_identity(OmegaConf.load(rd / layout.CONFIG), (man.get("data") or {}).get("fingerprint") or None,
+                                      fingerprint.LEGACY_TRAINER_SEMANTICS)
     except Exception as exc:  # unreadable JSON / YAML: the run dir's identity is unknown, say which file
         raise LaunchError(f"{rd}: cannot read the run's identity from manifest.json / config.yaml ({exc}); "
                           "fix or move that run dir, or use name=... / run_dir=... for this run") from None
@@ -173,14 +171,12 @@ def local_nproc(composed: Composed) -> int:
     return int(nproc) if nproc != "auto" else (int(cfg.launcher.gpus_per_node) if gpus is None else gpus) or 1
 
 
-def write_config(prep: Prepared) -> Path:
+def write_config(prep: Prepared) -> None:
     """Write `<run_dir>/config.yaml`; a changed config on re-launch keeps the old one beside it."""
     rd = prep.run_dir
     rd.mkdir(parents=True, exist_ok=True)
     path, text = rd / layout.CONFIG, OmegaConf.to_yaml(prep.cfg)
     if path.is_file() and (old := path.read_text(encoding="utf-8")) != text:
-        from common.cli import flat_keys
-
         stamp, n = utc_stamp(), 0
         while (kept := rd / f"config.{stamp}{f'.{n}' if n else ''}.yaml").exists():   # two changes in one second: both kept
             n += 1
@@ -191,7 +187,6 @@ def write_config(prep: Prepared) -> Path:
               + "\n".join(f"  {k}: {sel(was, k)!r} -> {sel(prep.cfg, k)!r}" for k in
                           sorted(set(flat_keys(was)) | set(flat_keys(prep.cfg))) if sel(was, k) != sel(prep.cfg, k)))
     write_text_atomic(path, text)
-    return path
 
 
 @contextmanager
@@ -222,25 +217,19 @@ def prepared(trainer: Trainer, prep: Prepared, runner: type[jobs.Runner] | jobs.
         yield trainer.prepare(prep)
 
 
-def choices_line(choices: dict) -> str:
-    """The recipes a run was composed from, as the `key=value` words that choose them."""
-    return " ".join(f"{k}={v}" for k, v in choices.items())
-
-
 def finished(prep: Prepared) -> bool:
     """Whether a launch keeps the run as finished (DONE; not resume=never), not retraining it."""
-    return is_finished(prep.run_dir) and prep.cfg.resume != "never"
+    return (prep.run_dir / layout.DONE).is_file() and prep.cfg.resume != "never"
 
 
 def kept(trainer: Trainer, prep: Prepared) -> bool:
     """True for a `finished` run: kept, not retrained, its identity checked unless a dry run."""
-    rd = prep.run_dir
     if not finished(prep):
         return False
     if not prep.cfg.launcher.dry_run:
         trainer.check_finished(prep)
-    print(f"[launch] {rd} is finished (DONE exists); not retraining. Checkpoints: "
-          f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(rd))) or 'none'}")
+    print(f"[launch] {prep.run_dir} is finished (DONE exists); not retraining. Checkpoints: "
+          f"{', '.join(d.name for _, d in layout.step_dirs(layout.checkpoints_dir(prep.run_dir))) or 'none'}")
     return True
 
 
@@ -299,9 +288,9 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     """The closing line of a local launch; the exit code (a refusal the trainer recorded under `launch_id`, None:
     outside launch, printed as its one line with the trainer's code). A trainer exiting 0 without DONE stopped at a
     signal (`stopped_by`) with its state saved: STOPPED, exit 0; without a resumable state: FAILED, exit 1."""
-    resumable = layout.latest_complete_state(layout.states_dir(rd)) is not None
+    resumable, done = layout.latest_complete_state(layout.states_dir(rd)) is not None, (rd / layout.DONE).is_file()
     refusal = trainer_refusal(rd, launch_id)
-    if rc == 0 and not is_finished(rd):
+    if rc == 0 and not done:
         if resumable:   # (a signal sent to the trainer itself, not through launch: no `stopped_by`)
             layout.record_end(rd, layout.STOPPED, f"stopped{f' by {stopped_by}' if stopped_by else ''} with its "
                               "state saved: re-run the same command to resume", "launch (local)", launch=launch_id)
@@ -314,7 +303,7 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     if rc != 0 and refusal is not None:
         rc = refusal[0]
         print(f"error: {refusal[1]}", file=sys.stderr, flush=True)
-    elif rc != 0 and not is_finished(rd):
+    elif rc != 0 and not done:
         # the trainer's own FAILED record (this launch's) says more; else one here (an OOM kill, SIGKILL, ...).
         # A refusal wrote its own (none when another trainer holds the run: that one has not failed).
         rec = layout.end_record(rd)
@@ -323,17 +312,17 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
                       if rc - 128 in set(signal.Signals) else "")   # 128 + N: killed by signal N (local.run_logged, launch.torchrun)
             layout.record_end(rd, layout.FAILED, f"the training processes exited with code {rc}{killed}",
                               "launch (local)", launch=launch_id, code=rc)
-    state = "finished" if is_finished(rd) else f"stopped (exit {rc})" + (
+    state = "finished" if done else f"stopped (exit {rc})" + (
         "; re-run the same command to resume" if resumable else " before any resumable state was written")
     print(f"[launch] {rd}: {state}; log {log}", flush=True)
     return rc
 
 
-def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: bool = False, logs: str | None = None,
+def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
             plan: Callable[[Path], tuple[list[Job], dict[Path, str]]] | None = None) -> int:
     """The plan (its jobs' configs and scripts under a new temporary directory), then each run's lines, resolved
-    config and the command here or the script submitted (GRPO: every backend's). A sweep's: one `array` job (`logs`:
-    its dir); `plan(where)`: the jobs, the training job first, and their configs. Nothing else is written or started.
+    config and the command here or the script submitted (GRPO: every backend's). `plan(where)`: the jobs, the training
+    job first (a sweep's: an array, its logs' dir its scripts'), and their configs. Nothing else is written or started.
     An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
     from launch.eval_slurm import write_files
 
@@ -345,7 +334,8 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
         except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
             print(f"[launch] (dataset cache key not computable here: {exc})")
     where = dry_run_dir("launch")
-    (job, *after), files = plan(where) if plan else ([trainer.job(preps, array, logs)], {})
+    (job, *after), files = plan(where) if plan else ([trainer.job(preps)], {})
+    array = bool(job.array)
     write_files({**{where / f"{job.name}{f'-{i}' if array else ''}.config.yaml": OmegaConf.to_yaml(prep.cfg)
                     for i, prep in enumerate(preps)}, **files})
     jobs.dry_run([job, *after], trainer.runner(argv, kind), where)
@@ -360,8 +350,8 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     for other in jobs.BACKENDS if trainer.stage == "grpo" else [kind]:   # GRPO (never an array): every backend's script
         runner = trainer.runner(argv, other)
         if runner.submits or trainer.stage == "grpo":
-            print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(logs or first.run_dir) / job.name}"
-                  f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, logs, other), {}, where)}")
+            print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(job.logs if array else first.run_dir) / job.name}"
+                  f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, job.logs, other), {}, where)}")
         elif not array:
             print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
     return 0
@@ -434,12 +424,13 @@ class SFTTrainer(Trainer):
         check_identity(rd, cache.with_run_pins(composed.cfg, rd))
         return self.placed(composed, rd, local_nproc(composed))
 
-    def describe(self, prep: Prepared) -> str:
-        return f"[launch] {choices_line(prep.composed.choices)} -> {prep.run_dir}\n[launch] {plan_line(prep.cfg)}"
+    def details(self, prep: Prepared) -> list[str]:
+        return [f"[launch] {plan_line(prep.cfg)}"]
 
     def dataset(self, prep: Prepared) -> cache.CachedData:
-        """The run's dataset (hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
-        cache.pin_hub_sources(prep.cfg, prep.composed.data_arm, prep.run_dir)
+        """The run's dataset (its arm's hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
+        if not prep.cfg.data.dir:
+            cache.pin_sources(prep.cfg, arms.quotas(prep.composed.data_arm, int(prep.cfg.data.n)), prep.run_dir, True)
         data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm)
         prep.cfg.data.dir = str(data.dir)
         return data

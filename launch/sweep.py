@@ -125,7 +125,7 @@ def run_sweep(argv: list[str]) -> int:
     if backend(first.launcher.kind).submits:
         rc = _sweep_submit(argv, runs, preps, evaluation, req)
     elif first.launcher.dry_run:   # the plan: one job, each run a task in turn (a finished run skipped when it runs), then the analysis
-        rc = dry_run(SFT, preps, ["sweep", *argv], array=True,
+        rc = dry_run(SFT, preps, ["sweep", *argv],
                      plan=lambda where: plan_sweep(SFT, preps, evaluation, where, first.launcher.kind))
         print(f"[launch] sweep: dry run: {len(runs)} run(s) planned, nothing started")
     elif (rc := train_runs(SFT, list(zip(runs, preps)))) == 0:   # the runs as resolved up front
@@ -193,13 +193,11 @@ def _sweep_submit(argv, runs, preps, evaluation, req) -> int:
     root = _sweep_dir(preps[0].cfg)
     if not todo:
         print("[launch] sweep: every run is finished; nothing to train", flush=True)
-        if req is None:
-            return 0
         # what is left to evaluate: one array task per checkpoint, then the aggregation (analyze, run here)
-        return _analyze_here(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}),
-                             dry_run_dir("sweep") if dry else root)
+        return 0 if req is None else _analyze_here(OmegaConf.merge(req.cfg, {"dry_run": dry, "slurm": {"runs": None}}),
+                                                   dry_run_dir("sweep") if dry else root)
     if dry:
-        return dry_run(SFT, [p for _, p in todo], ["sweep", *argv], array=True, logs=str(root),
+        return dry_run(SFT, [p for _, p in todo], ["sweep", *argv],
                        plan=lambda where: plan_sweep(SFT, preps, evaluation, where, kind, str(root), req=req))
     plan, files = plan_sweep(SFT, preps, evaluation, plan_dir(req.cfg, "runs") if req else root, kind, str(root), req=req)
     write_files(files)   # (root: made by the runner, with the scripts)
