@@ -13,8 +13,9 @@ import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
+from common.fields import IDENTITY, Field, plain
 from launch.errors import LaunchError
 
 REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job runs from
@@ -34,12 +35,14 @@ class Cluster:
     time: str | None = None
     sbatch: tuple[str, ...] = ()
     setup: str | None = None
+    backend: Mapping[str, Any] = field(default_factory=dict)   # the backend's own settings by name (Runner.keys: launcher.<name>)
 
     @classmethod
-    def of(cls, section) -> "Cluster":
-        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
+    def of(cls, section, own: Mapping = {}) -> "Cluster":
+        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`; `own`: a backend's); absent = unset."""
         get = section.get
         return cls(**{k: None if get(k) in (None, "") else str(get(k)) for k in CLUSTER_OPTIONS},
+                   backend={name: plain(get(name)) for name in (k.removeprefix("launcher.") for k in own)},
                    sbatch=tuple(get("sbatch") or ()),
                    setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup))   # a list: its lines
 
@@ -50,7 +53,7 @@ class Cluster:
                 for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 
-CLUSTER_KEYS = tuple(f.name for f in fields(Cluster))
+CLUSTER_KEYS = tuple(f.name for f in fields(Cluster) if f.name != "backend")
 
 
 @dataclass(frozen=True)
@@ -144,8 +147,10 @@ def cuda_device_count() -> int:
 
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them. A
-    backend is one subclass in one file, registered in one line of `BACKENDS` (a third one, e.g. torchrun over ssh:
-    tests/test_jobs.py holds such a double). Commands ask it (the attributes below), never its name.
+    backend is one file, `launch/<kind>.py` defining `class <Kind>Runner(Runner)` (launch/ssh.py: SshRunner), found by
+    being there (`BACKENDS`, read from the files' text: listing them imports none); its own `launcher.<key>` settings are
+    its `keys` (Fields: default, rule, help; never run identity), which `launch` composes, checks and lists with the rest
+    and each of its jobs carries (`job.cluster.backend[name]`). Commands ask it (the attributes below), never its name.
     `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name; logs
     under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run here that
     fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
@@ -158,6 +163,7 @@ class Runner(ABC):
     submits = False    # `start` submits a job that runs later, elsewhere (else: it runs the job to its end)
     where = "nodes"    # "here": this machine's GPUs (1 process without CUDA); "nodes": launcher.nodes x launcher.gpus_per_node
     requeues = False   # a stopped job is requeued and resumes by itself (resume=never refused)
+    keys: dict[str, Field] = {}   # its own settings, `launcher.<name>`: Field (a double in tests/test_jobs.py has one)
 
     def __init__(self, command: str = "launch", workdir: str | None = None, env: dict[str, str] | None = None,
                  stops: list[str] | None = None):
@@ -178,9 +184,10 @@ class Runner(ABC):
         """The GPUs per node a training job of `nproc` processes per node asks for."""
         return int(launcher.gpus_per_node) if cls.where == "nodes" else nproc if cuda_device_count() else 0
 
-    @staticmethod
-    def cluster(launcher) -> Cluster | None:
-        """The cluster settings its jobs carry (None: none)."""
+    @classmethod
+    def cluster(cls, launcher) -> Cluster | None:
+        """The cluster settings its jobs carry (None: none; by default its own `keys`' values, if it has any)."""
+        return Cluster.of(launcher, cls.keys) if cls.keys else None
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
@@ -217,8 +224,15 @@ class Runner(ABC):
         return ids
 
 
+def found(folder: Path = Path(__file__).parent, package: str = "launch") -> dict[str, str]:
+    """The backends in `folder`: each file <kind>.py defining `class <Kind>Runner(` (its text read, nothing imported), by
+    kind: "<package>.<kind>:<Kind>Runner"."""
+    return {p.stem: f"{package}.{p.stem}:{p.stem.capitalize()}Runner" for p in sorted(folder.glob("*.py"))
+            if re.search(rf"^class {p.stem.capitalize()}Runner\(", p.read_text(encoding="utf-8"), re.M)}
+
+
 # The launcher backends by name (`launcher.kind`, analyze's `launcher`): "module:Runner class", imported when asked for.
-BACKENDS = {"local": "launch.local:LocalRunner", "slurm": "launch.slurm:SlurmRunner"}
+BACKENDS = found()
 
 
 def backend(kind: str, key: str = "launcher") -> type[Runner]:
@@ -228,6 +242,21 @@ def backend(kind: str, key: str = "launcher") -> type[Runner]:
 
         raise LaunchError(f"{key}={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
     return pkgutil.resolve_name(BACKENDS[kind])
+
+
+def backend_keys() -> dict[str, Field]:
+    """Every backend's own fields (Runner.keys), each a `launcher.<name>` key outside run identity (which the trainers
+    compute from config.yaml without launch/)."""
+    keys = {k: f for kind in BACKENDS for k, f in backend(kind).keys.items()}
+    if bad := [k for k, f in keys.items() if not k.startswith("launcher.") or IDENTITY in f.roles]:
+        raise LaunchError(f"{bad[0]}: a launcher backend's own key (Runner.keys) must be a launcher.<name> key outside run identity")
+    return keys
+
+
+def with_backend_keys(table: dict) -> dict:
+    """`table` (a trainer's keys) with `backend_keys()` after its last `launcher.` key (where it has one already, its own)."""
+    at, items = max(i for i, k in enumerate(table) if k.startswith("launcher.")) + 1, list(table.items())
+    return dict(items[:at] + [(k, f) for k, f in backend_keys().items() if k not in table] + items[at:])
 
 
 def project_env(**more: str) -> dict[str, str]:

@@ -67,7 +67,7 @@ class Trainer:
         """The run with the values launch derives into config.yaml: output paths absolute (the caller's directory),
         the run dir, the processes per node and, unless set, the logging name `<arm>[-<name>]-s<seed>`."""
         cfg = composed.cfg
-        paths.outputs_absolute(cfg, self.keys)
+        paths.outputs_absolute(cfg, jobs.with_backend_keys(self.keys))
         cfg.run_dir, cfg.launcher.nproc = str(rd), nproc
         if cfg.logging.name is None:
             cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
@@ -359,8 +359,14 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     for other in jobs.BACKENDS if trainer.stage == "grpo" else [kind]:   # GRPO (never an array): every backend's script
         runner = trainer.runner(argv, other)
         if runner.submits or trainer.stage == "grpo":
+            try:   # (another backend's that this config cannot make, e.g. without its own settings: the reason)
+                text = runner.script(trainer.job(preps, array, logs, other), {}, where)
+            except LaunchError as exc:
+                if other == kind:
+                    raise
+                text = f"(none: {exc})"
             print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(logs or first.run_dir) / job.name}"
-                  f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, logs, other), {}, where)}")
+                  f"{runner.suffix} (not written: dry_run=true)\n{text}")
         elif not array:
             print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
     return 0
