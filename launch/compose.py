@@ -16,7 +16,7 @@ from data_prep import config as data_config
 from data_prep.readers import SOURCES
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
-from launch.jobs import BACKENDS, backend, backend_keys, with_backend_keys
+from launch.jobs import BACKENDS, backend, with_backend_keys
 from launch.paths import make_absolute, origin_of
 from rl import config as rl_config
 from rl.errors import RlError
@@ -254,7 +254,7 @@ def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:
         runner = backend(kind, "launcher.kind")
     except LaunchError as exc:
         return [str(exc)]
-    bad = problems(backend_keys(), cfg, must=True)
+    bad = problems(with_backend_keys({}), cfg, must=True)
     if runner.where == "here" and cfg.launcher.nodes != 1:
         multi = "|".join(k for k in BACKENDS if backend(k).where != "here")
         bad.append(f"launcher.nodes={cfg.launcher.nodes} needs launcher={multi} (launcher={kind} runs on this machine only)")

@@ -11,7 +11,7 @@ import re
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,11 +38,10 @@ class Cluster:
     backend: Mapping[str, Any] = field(default_factory=dict)   # the backend's own settings by name (Runner.keys: launcher.<name>)
 
     @classmethod
-    def of(cls, section, own: Mapping = {}) -> "Cluster":
-        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`; `own`: a backend's); absent = unset."""
+    def of(cls, section) -> "Cluster":
+        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
         get = section.get
         return cls(**{k: None if get(k) in (None, "") else str(get(k)) for k in CLUSTER_OPTIONS},
-                   backend={name: plain(get(name)) for name in (k.removeprefix("launcher.") for k in own)},
                    sbatch=tuple(get("sbatch") or ()),
                    setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup))   # a list: its lines
 
@@ -148,9 +147,8 @@ def cuda_device_count() -> int:
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them. A
     backend is one file, `launch/<kind>.py` defining `class <Kind>Runner(Runner)` (launch/ssh.py: SshRunner), found by
-    being there (`BACKENDS`, read from the files' text: listing them imports none); its own `launcher.<key>` settings are
-    its `keys` (Fields: default, rule, help; never run identity), which `launch` composes, checks and lists with the rest
-    and each of its jobs carries (`job.cluster.backend[name]`). Commands ask it (the attributes below), never its name.
+    being there (`BACKENDS`); its own settings are its `keys`, Fields `launcher.<name>` (not run identity) that launch
+    composes, checks and lists with the rest, and its jobs carry (`job.cluster.backend[name]`). Commands ask it, never its name.
     `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name; logs
     under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run here that
     fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
@@ -187,7 +185,7 @@ class Runner(ABC):
     @classmethod
     def cluster(cls, launcher) -> Cluster | None:
         """The cluster settings its jobs carry (None: none; by default its own `keys`' values, if it has any)."""
-        return Cluster.of(launcher, cls.keys) if cls.keys else None
+        return replace(Cluster.of(launcher), backend={(n := k.removeprefix("launcher.")): plain(launcher.get(n)) for k in cls.keys}) if cls.keys else None
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
@@ -224,15 +222,10 @@ class Runner(ABC):
         return ids
 
 
-def found(folder: Path = Path(__file__).parent, package: str = "launch") -> dict[str, str]:
-    """The backends in `folder`: each file <kind>.py defining `class <Kind>Runner(` (its text read, nothing imported), by
-    kind: "<package>.<kind>:<Kind>Runner"."""
-    return {p.stem: f"{package}.{p.stem}:{p.stem.capitalize()}Runner" for p in sorted(folder.glob("*.py"))
+# The launcher backends by name (`launcher.kind`, analyze's `launcher`): "module:Runner class", imported when asked for;
+# each file launch/<kind>.py defining `class <Kind>Runner(` (its text read: listing them imports none).
+BACKENDS = {p.stem: f"launch.{p.stem}:{p.stem.capitalize()}Runner" for p in sorted(Path(__file__).parent.glob("*.py"))
             if re.search(rf"^class {p.stem.capitalize()}Runner\(", p.read_text(encoding="utf-8"), re.M)}
-
-
-# The launcher backends by name (`launcher.kind`, analyze's `launcher`): "module:Runner class", imported when asked for.
-BACKENDS = found()
 
 
 def backend(kind: str, key: str = "launcher") -> type[Runner]:
@@ -244,19 +237,14 @@ def backend(kind: str, key: str = "launcher") -> type[Runner]:
     return pkgutil.resolve_name(BACKENDS[kind])
 
 
-def backend_keys() -> dict[str, Field]:
-    """Every backend's own fields (Runner.keys), each a `launcher.<name>` key outside run identity (which the trainers
-    compute from config.yaml without launch/)."""
-    keys = {k: f for kind in BACKENDS for k, f in backend(kind).keys.items()}
-    if bad := [k for k, f in keys.items() if not k.startswith("launcher.") or IDENTITY in f.roles]:
-        raise LaunchError(f"{bad[0]}: a launcher backend's own key (Runner.keys) must be a launcher.<name> key outside run identity")
-    return keys
-
-
 def with_backend_keys(table: dict) -> dict:
-    """`table` (a trainer's keys) with `backend_keys()` after its last `launcher.` key (where it has one already, its own)."""
-    at, items = max(i for i, k in enumerate(table) if k.startswith("launcher.")) + 1, list(table.items())
-    return dict(items[:at] + [(k, f) for k, f in backend_keys().items() if k not in table] + items[at:])
+    """`table` (a command's keys; {}: none) with every backend's own fields (Runner.keys) after its last `launcher.` key,
+    each a `launcher.<name>` key outside run identity (which the trainers compute from config.yaml without launch/)."""
+    own = {k: f for kind in BACKENDS for k, f in backend(kind).keys.items() if k not in table}
+    if bad := [k for k, f in own.items() if not k.startswith("launcher.") or IDENTITY in f.roles]:
+        raise LaunchError(f"{bad[0]}: a launcher backend's own key (Runner.keys) must be a launcher.<name> key outside run identity")
+    at, items = max((i for i, k in enumerate(table) if k.startswith("launcher.")), default=-1) + 1, list(table.items())
+    return dict(items[:at] + list(own.items()) + items[at:])
 
 
 def project_env(**more: str) -> dict[str, str]:

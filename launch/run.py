@@ -359,11 +359,9 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str], array: boo
     for other in jobs.BACKENDS if trainer.stage == "grpo" else [kind]:   # GRPO (never an array): every backend's script
         runner = trainer.runner(argv, other)
         if runner.submits or trainer.stage == "grpo":
-            try:   # (another backend's that this config cannot make, e.g. without its own settings: the reason)
+            try:   # (another backend's that this config cannot make, e.g. without its own settings: why; `kind`'s is made above)
                 text = runner.script(trainer.job(preps, array, logs, other), {}, where)
             except LaunchError as exc:
-                if other == kind:
-                    raise
                 text = f"(none: {exc})"
             print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(logs or first.run_dir) / job.name}"
                   f"{runner.suffix} (not written: dry_run=true)\n{text}")
