@@ -8,6 +8,7 @@ model recipes through it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -45,8 +46,9 @@ def group_choices(group: str, recipes: Path = RECIPES) -> list[str]:
     return sorted(p.stem for p in (recipes / group).glob("*.yaml"))
 
 
-def load_recipe(group: str, name: str, recipes: Path = RECIPES) -> DictConfig:
-    path, choices = recipes / group / f"{name}.yaml", group_choices(group, recipes)
+def load_recipe(group: str, name: str, recipes: Path = RECIPES, more: Iterable[str] = ()) -> DictConfig:
+    """recipes/GROUP/NAME.yaml; an unknown NAME is refused naming the choices (the recipes and `more`, e.g. the backends)."""
+    path, choices = recipes / group / f"{name}.yaml", sorted({*group_choices(group, recipes), *more})
     if name not in choices:   # (a path such as ../model/tiny is no recipe of this group)
         raise ConfigError(f"unknown {group} {name!r}; choices: {', '.join(choices) or '(none)'} (recipes in {recipes / group})"
                           + (f".{hint}" if (hint := did_you_mean(name, choices)) else ""))

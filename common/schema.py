@@ -47,7 +47,7 @@ RUN: dict[str, Field] = {
 
 # ---------------------------------------------------------------- the launcher and the interpreters
 LAUNCHER: dict[str, Field] = {
-    "launcher.kind": field("the launcher backend: local | slurm | another one launch/jobs.py BACKENDS names", "local", (),
+    "launcher.kind": field("the launcher backend: local | slurm | another one a file launch/<kind>.py defines", "local", (),
                            NONEMPTY),   # launch.compose checks it names a backend
     "launcher.nproc": field("auto: the GPUs on this machine (1 gloo process without CUDA); slurm: gpus_per_node", "auto",
                             (), Test(lambda v: v == "auto" or (is_int(v) and v > 0), "auto or a positive integer")),

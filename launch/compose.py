@@ -15,7 +15,7 @@ from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES
 from data_prep import config as data_config
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
-from launch.jobs import BACKENDS, backend
+from launch.jobs import BACKENDS, backend, with_backend_keys
 from launch.paths import make_absolute, origin_of
 from rl import config as rl_config
 from rl.errors import RlError
@@ -137,7 +137,7 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
     origins.update({keys.aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
     _sections_kept(cfg, known, lambda key: origin_of(key, origins), keys.error)
     cfg = OmegaConf.create(resolved_container(cfg, error=keys.error))
-    make_absolute(cfg, keys.table, origins)
+    make_absolute(cfg, with_backend_keys(keys.table), origins)
     return cfg, origins, meta
 
 
@@ -184,7 +184,7 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     choices, rest = split_selectors(argv)
     layers = [(f"recipes/{group}/{choices[group]}.yaml", launcher_recipe(choices[group], recipes) if group == "launcher"
                else load_recipe(group, choices[group], recipes)) for group in GROUPS]
-    cfg, origins, meta = _layered(SFT_KEYS, keydoc.defaults(sft_config.SFT), layers, choices, rest)
+    cfg, origins, meta = _layered(SFT_KEYS, keydoc.defaults(with_backend_keys(sft_config.SFT)), layers, choices, rest)
     validate(cfg)
     return Composed(cfg, choices, origins, str(meta.get("data_arm") or cfg.arm))
 
@@ -213,7 +213,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
                       "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
     # Only the keys GRPO reads are kept, so config.yaml (and the run fingerprint over it) holds no SFT-only knob
     # that changes nothing here, and setting one is an unknown-key error.
-    cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **keydoc.defaults(rl_config.GRPO)}, layers, choices, rest, strict=False)
+    cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **keydoc.defaults(with_backend_keys(rl_config.GRPO))}, layers, choices, rest, strict=False)
     cfg.arm = f"grpo_{cfg.task}"   # arm: grpo_<task>, set last
     rl_config.validate(cfg)
     if bad := launcher_problems(cfg, resume=False) + slurm_option_problems(plain(cfg.launcher.sbatch)) + plan.late_saves(cfg.train, None, rl_config.GRPO):
@@ -245,14 +245,14 @@ def validate(cfg: DictConfig) -> None:
 
 
 def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:
-    """What the launcher backend (`launcher.kind`, launch.jobs.BACKENDS) refuses: an unknown one, several nodes for
-    one whose jobs run here and (`resume`: SFT) resume=never for one that requeues a stopped job."""
+    """What the launcher backend (`launcher.kind`, launch.jobs.BACKENDS) refuses: an unknown one, a backend's own key's
+    value (Runner.keys), several nodes for one whose jobs run here and (`resume`: SFT) resume=never for one that requeues."""
     kind = cfg.launcher.kind
     try:
         runner = backend(kind, "launcher.kind")
     except LaunchError as exc:
         return [str(exc)]
-    bad = []
+    bad = problems(with_backend_keys({}), cfg, must=True)
     if runner.where == "here" and cfg.launcher.nodes != 1:
         multi = "|".join(k for k in BACKENDS if backend(k).where != "here")
         bad.append(f"launcher.nodes={cfg.launcher.nodes} needs launcher={multi} (launcher={kind} runs on this machine only)")
@@ -266,4 +266,4 @@ def launcher_recipe(name: str, recipes: Path) -> DictConfig:
     """`launcher=NAME`: recipes/launcher/NAME.yaml, else, for a backend without a recipe, `launcher.kind: NAME`."""
     if name in BACKENDS and not (recipes / "launcher" / f"{name}.yaml").is_file():
         return OmegaConf.create({"launcher": {"kind": name}})
-    return load_recipe("launcher", name, recipes)
+    return load_recipe("launcher", name, recipes, BACKENDS)

@@ -17,7 +17,7 @@ from common.recipes import RECIPES, RL_ALIASES
 from launch import run
 from launch.compose import GRPO_SELECTORS, compose_grpo
 from launch.errors import LaunchError
-from launch.jobs import backend
+from launch.jobs import backend, with_backend_keys
 
 USAGE = """launch stage=grpo task=spa|qa [model=<recipe>] [launcher=local|slurm] [recipe=my.yaml] [key=value ...]
 (also: python -m launch.grpo ...)
@@ -31,10 +31,10 @@ directory and recorded absolute; the prompts file and corpus enter the run ident
 
 
 def grpo_keys(argv: list[str] = ()) -> dict:
-    """Every GRPO key (rl.config.GRPO), its default as composed for the task= / model= / launcher= in
+    """Every GRPO key (rl.config.GRPO, the launcher backends'), its default as composed for the task= / model= / launcher= in
     argv (else the defaults) and its help."""
     composed = compose_grpo([a for a in argv if a.split("=", 1)[0] in GRPO_SELECTORS])
-    return {k: Default(f, plain(OmegaConf.select(composed.cfg, k))) for k, f in rl_config.GRPO.items()
+    return {k: Default(f, plain(OmegaConf.select(composed.cfg, k))) for k, f in with_backend_keys(rl_config.GRPO).items()
             if k != "stage"}
 
 

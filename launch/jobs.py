@@ -11,10 +11,11 @@ import re
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
+from common.fields import IDENTITY, Field, plain
 from launch.errors import LaunchError
 
 REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job runs from
@@ -34,6 +35,7 @@ class Cluster:
     time: str | None = None
     sbatch: tuple[str, ...] = ()
     setup: str | None = None
+    backend: Mapping[str, Any] = field(default_factory=dict)   # the backend's own settings by name (Runner.keys: launcher.<name>)
 
     @classmethod
     def of(cls, section) -> "Cluster":
@@ -50,7 +52,7 @@ class Cluster:
                 for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 
-CLUSTER_KEYS = tuple(f.name for f in fields(Cluster))
+CLUSTER_KEYS = tuple(f.name for f in fields(Cluster) if f.name != "backend")
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,9 @@ def cuda_device_count() -> int:
 
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them. A
-    backend is one subclass in one file, registered in one line of `BACKENDS` (a third one, e.g. torchrun over ssh:
-    tests/test_jobs.py holds such a double). Commands ask it (the attributes below), never its name.
+    backend is one file, `launch/<kind>.py` defining `class <Kind>Runner(Runner)` (launch/ssh.py: SshRunner), found by
+    being there (`BACKENDS`); its own settings are its `keys`, Fields `launcher.<name>` (not run identity) that launch
+    composes, checks and lists with the rest, and its jobs carry (`job.cluster.backend[name]`). Commands ask it, never its name.
     `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name; logs
     under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run here that
     fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
@@ -158,10 +161,18 @@ class Runner(ABC):
     submits = False    # `start` submits a job that runs later, elsewhere, with the cluster settings (else: runs it to its end)
     where = "nodes"    # "here": this machine's GPUs (1 node, 1 process without CUDA); "nodes": launcher.nodes x launcher.gpus_per_node
     requeues = False   # a stopped job is requeued and resumes by itself (resume=never refused)
+    keys: dict[str, Field] = {}   # its own settings, `launcher.<name>`: Field (a double in tests/test_jobs.py has one)
 
     def __init__(self, command: str = "launch", workdir: str | None = None, env: dict[str, str] | None = None,
                  stops: list[str] | None = None):
         self.command, self.workdir, self.env, self.stops, self.logs = command, workdir or os.getcwd(), env, stops, {}
+
+    @classmethod
+    def cluster(cls, launcher) -> Cluster | None:
+        """The cluster settings its jobs carry: a submitting backend's, with its own `keys`' values (None: none)."""
+        if not (cls.submits or cls.keys):
+            return None
+        return replace(Cluster.of(launcher), backend={(n := k.removeprefix("launcher.")): plain(launcher.get(n)) for k in cls.keys})
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
@@ -198,8 +209,10 @@ class Runner(ABC):
         return ids
 
 
-# The launcher backends by name (`launcher.kind`, analyze's `launcher`): "module:Runner class", imported when asked for.
-BACKENDS = {"local": "launch.local:LocalRunner", "slurm": "launch.slurm:SlurmRunner"}
+# The launcher backends by name (`launcher.kind`, analyze's `launcher`): "module:Runner class", imported when asked for;
+# each file launch/<kind>.py defining `class <Kind>Runner(` (its text read: listing them imports none).
+BACKENDS = {p.stem: f"launch.{p.stem}:{p.stem.capitalize()}Runner" for p in sorted(Path(__file__).parent.glob("*.py"))
+            if re.search(rf"^class {p.stem.capitalize()}Runner\(", p.read_text(encoding="utf-8"), re.M)}
 
 
 def backend(kind: str, key: str = "launcher") -> type[Runner]:
@@ -209,6 +222,16 @@ def backend(kind: str, key: str = "launcher") -> type[Runner]:
 
         raise LaunchError(f"{key}={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
     return pkgutil.resolve_name(BACKENDS[kind])
+
+
+def with_backend_keys(table: dict) -> dict:
+    """`table` (a command's keys; {}: none) with every backend's own fields (Runner.keys) after its last `launcher.` key,
+    each a `launcher.<name>` key outside run identity (which the trainers compute from config.yaml without launch/)."""
+    own = {k: f for kind in BACKENDS for k, f in backend(kind).keys.items() if k not in table}
+    if bad := [k for k, f in own.items() if not k.startswith("launcher.") or IDENTITY in f.roles]:
+        raise LaunchError(f"{bad[0]}: a launcher backend's own key (Runner.keys) must be a launcher.<name> key outside run identity")
+    at, items = max((i for i, k in enumerate(table) if k.startswith("launcher.")), default=-1) + 1, list(table.items())
+    return dict(items[:at] + list(own.items()) + items[at:])
 
 
 def project_env(**more: str) -> dict[str, str]:

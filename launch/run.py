@@ -27,7 +27,7 @@ from data_prep import arms
 from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose
 from launch.errors import LaunchError
-from launch.jobs import Cluster, Job, JobFailed, Needs, Resources, backend, dry_run_dir
+from launch.jobs import Job, JobFailed, Needs, Resources, backend, dry_run_dir
 from launch.refusal import trainer_refusal
 from rl.config import EXCLUDED_KEYS   # both trainers' (a run dir's config.yaml is either's)
 from sft import config as sft_config
@@ -67,7 +67,7 @@ class Trainer:
         """The run with the values launch derives into config.yaml: output paths absolute (the caller's directory),
         the run dir, the processes per node and, unless set, the logging name `<arm>[-<name>]-s<seed>`."""
         cfg = composed.cfg
-        paths.outputs_absolute(cfg, self.keys)
+        paths.outputs_absolute(cfg, jobs.with_backend_keys(self.keys))
         cfg.run_dir, cfg.launcher.nproc = str(rd), nproc
         if cfg.logging.name is None:
             cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
@@ -98,7 +98,7 @@ class Trainer:
                 for p in preps]
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
                    array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), torchrun=preps[0].nproc,
-                   cluster=Cluster.of(cfg.launcher) if runner.submits else None,
+                   cluster=runner.cluster(cfg.launcher),
                    resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(map(self.run_needs, preps))),
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
@@ -350,8 +350,12 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
     for other in jobs.BACKENDS if trainer.stage == "grpo" else [kind]:   # GRPO (never an array): every backend's script
         runner = trainer.runner(argv, other)
         if runner.submits or trainer.stage == "grpo":
+            try:   # (another backend's that this config cannot make, e.g. without its own settings: why; `kind`'s is made above)
+                text = runner.script(trainer.job(preps, array, job.logs, other), {}, where)
+            except LaunchError as exc:
+                text = f"(none: {exc})"
             print(f"# {f'launcher={other}: ' if trainer.stage == 'grpo' else ''}{Path(job.logs if array else first.run_dir) / job.name}"
-                  f"{runner.suffix} (not written: dry_run=true)\n{runner.script(trainer.job(preps, array, job.logs, other), {}, where)}")
+                  f"{runner.suffix} (not written: dry_run=true)\n{text}")
         elif not array:
             print(f"# command\n{shlex.join(runner.task_command(job, str(job.config)))}")
     return 0

@@ -19,7 +19,7 @@ from evals.profiles import PROFILES_DIR, profile_names
 from launch import local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import plan_dir, write_files
-from launch.jobs import Cluster, Job, JobFailed, backend, dry_run_dir, project_env
+from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
 from launch.run import SFT, Training, dry_run, finished, kept, train_runs
 
 ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
@@ -75,7 +75,7 @@ def analysis_config(first, profile: str, analyze: list[str]):
     from launch.analyze import parse_argv
 
     python = interpreter.named(first.get("python"), "eval")
-    cluster = Cluster.of(first.launcher) if backend(first.launcher.kind).submits else None
+    cluster = backend(first.launcher.kind).cluster(first.launcher)
     try:
         return parse_argv([f"runs_root={first.runs_root}", f"profile={profile}",
                            f"out={Path(first.runs_root) / '_reports' / profile}",

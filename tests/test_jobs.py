@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from common.cli import ConfigError
+from common.fields import IDENTITY, field, list_of
 from launch.errors import LaunchError
 from launch.jobs import REPO, Job, JobFailed, Needs, Resources, Runner, dry_run, table
 
@@ -34,14 +36,19 @@ class RecordingRunner(Runner):
 
 
 class Submitting(RecordingRunner):
-    """The double registered as a backend (one line of launch.jobs.BACKENDS): its jobs run later, elsewhere, on
-    `launcher.nodes` nodes (Runner's defaults); each runner made is kept in `made`."""
+    """The double registered as a backend (as launch/<kind>.py would be, an entry of launch.jobs.BACKENDS): its jobs run
+    later, elsewhere, on `launcher.nodes` nodes (Runner's defaults), on its own setting launcher.hosts (its script
+    names them); each runner made is kept in `made`."""
     submits = True
     made: list[RecordingRunner] = []
+    keys = {"launcher.hosts": field("recording: where its jobs go", [], (), list_of(lambda h: isinstance(h, str), "a list of host names"))}
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         Submitting.made.append(self)
+
+    def script(self, job, ids, where):
+        return super().script(job, ids, where) + f"hosts {job.cluster.backend['hosts']}\n"
 
 
 class OnNodes(RecordingRunner):
@@ -52,22 +59,38 @@ class OnNodes(RecordingRunner):
         return job.command(config, "node-1:29400")
 
 
-def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(tmp_path, monkeypatch, capsys):
+def test_a_backend_registered_by_its_file_is_what_launch_plans_and_submits_with(tmp_path, monkeypatch, capsys):
     """`launcher=KIND` of a registered backend needs no recipe and no schema edit: compose accepts it (nodes > 1
-    too: its jobs run on nodes), the training job takes its nodes x GPUs, the launch submits through it and the
-    manifest records the submission; an unknown kind names the backends. A backend that runs a multi-node job
-    itself gives the command launch prints (Runner.task_command)."""
+    too: its jobs run on nodes) and its own keys (checked by their rules, listed by --help, its jobs carry them,
+    never run identity), the training job takes its nodes x GPUs, the launch submits through it and the manifest
+    records the submission; an unknown kind names the backends. A backend that runs a multi-node job itself gives
+    the command launch prints (Runner.task_command)."""
     import json
 
+    from omegaconf import OmegaConf
+
+    from common import fingerprint
+    from common.schema import TRAINER_SEMANTICS
     from launch import jobs
+    from launch.cli import help_text
     from launch.compose import compose
     from launch.run import SFT, launch_one
+    from sft.config import EXCLUDED_KEYS
 
     monkeypatch.setitem(jobs.BACKENDS, "recording", f"{__name__}:Submitting")
     monkeypatch.setattr(Submitting, "made", [])
     assert compose(["launcher=recording", "nodes=2"]).cfg.launcher.kind == "recording"
-    with pytest.raises(LaunchError, match=r"expected one of local, slurm(, \w+)*\. Did you mean: recording\?"):
-        compose(["launcher.kind=recordin"])
+    for argv in (["launcher.kind=recordin"], ["launcher=recordin"]):   # (the group selector: recipes and backends)
+        with pytest.raises(ConfigError, match=r"(expected one of|choices:) local, (recording, )?slurm(, \w+)*.*\. Did you mean: recording\?"):
+            compose(argv)
+    with pytest.raises(LaunchError, match=r"launcher.hosts must be a list of host names, got \[1\]"):
+        compose(["launcher.hosts=[1]"])
+    assert re.search(r"^  launcher\.hosts=\[\] +recording: where its jobs go$", help_text(), re.M)
+    monkeypatch.setitem(Submitting.keys, "launcher.zone", field("a zone", "z", (IDENTITY,)))
+    with pytest.raises(LaunchError, match=r"launcher.zone: a launcher backend's own key \(Runner.keys\) must be a launcher.<name> key outside run identity"):
+        compose([])
+    del Submitting.keys["launcher.zone"]
+    assert jobs.BACKENDS.items() >= {"local": "launch.local:LocalRunner", "slurm": "launch.slurm:SlurmRunner"}.items(), "found by their files"
 
     def build(data_cfg, *, arm, seed, tokenizer, out):   # a stand-in dataset
         (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": "fp"}))
@@ -75,12 +98,16 @@ def test_a_backend_registered_in_one_line_is_what_launch_plans_and_submits_with(
 
     monkeypatch.setattr("data_prep.build.build_arm", build)
     monkeypatch.setattr("data_prep.build.cache_key", lambda cfg, **kw: "k")
-    argv = ["arm=search", "launcher=recording", "gpus_per_node=3", "data=synthetic", f"runs_root={tmp_path}"]
+    argv = ["arm=search", "launcher=recording", "gpus_per_node=3", "data=synthetic", f"runs_root={tmp_path}", "launcher.hosts=[n1]"]
     assert launch_one(SFT, argv) == 0
     (runner,) = Submitting.made
     rd = tmp_path / "search" / "seed0"
     assert [(name, ids) for name, _, ids in runner.started] == [("launch", {})]
-    assert f"--nproc_per_node=3 -m sft.train {rd}/config.yaml" in runner.started[0][1]
+    assert f"--nproc_per_node=3 -m sft.train {rd}/config.yaml" in runner.started[0][1] and "hosts ['n1']" in runner.started[0][1]
+    identity, config = json.loads((rd / "manifest.json").read_text())["identity"], OmegaConf.load(rd / "config.yaml")
+    assert config.launcher.hosts == ["n1"] and "launcher.hosts" not in identity["keys"]
+    assert identity == fingerprint.identity(config, EXCLUDED_KEYS, trainer_semantics=TRAINER_SEMANTICS, data_fingerprint="fp"), \
+        "the identity sft.train computes from config.yaml (without launch/): the same"
     assert json.loads((rd / "manifest.json").read_text())["launcher"] == {
         "kind": "recording", "nodes": 1, "gpus_per_node": 3, "script": str(rd / "launch.txt"), "job_id": "r1"}
     # one that runs a 2-node job itself: launch prints (and would record) its task command, with its rendezvous

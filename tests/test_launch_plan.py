@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from common.fields import field
+from launch import jobs
 from launch.cli import main
+from launch.errors import LaunchError
+from launch.local import LocalRunner
 
 
 def _plan(out: str) -> tuple[list[str], Path]:
@@ -46,12 +50,29 @@ def test_a_three_run_sweeps_dry_run_starts_with_its_plan_on_one_screen(tmp_path,
     assert list(cwd.iterdir()) == [] and not runs.exists() and not where.is_relative_to(cwd)
 
 
+class PickyRunner(LocalRunner):
+    """A backend (as launch/<kind>.py would be) that plans no job without its own setting launcher.hosts."""
+    keys = {"launcher.hosts": field("picky: its hosts", [], ())}
+
+    @classmethod
+    def cluster(cls, launcher):
+        if not launcher.hosts:
+            raise LaunchError("launcher=picky needs launcher.hosts")
+        return super().cluster(launcher)
+
+
 def test_a_launchs_dry_run_starts_with_its_one_job(tmp_path, monkeypatch, capsys):
+    """(GRPO's shows every backend's script; one it cannot make, why.)"""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(jobs.BACKENDS, "picky", f"{__name__}:PickyRunner")
     assert main(["stage=grpo", "task=spa", "model=tiny_base", "steps=2", "dry_run=true", f"runs_root={tmp_path / 'r'}"]) == 0
-    plan, where = _plan(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert f"# launcher=picky: {tmp_path}/r/grpo_spa/seed0/launch.sh (not written: dry_run=true)\n(none: launcher=picky needs " \
+           "launcher.hosts)\n" in out and "# launcher=slurm: " in out
+    plan, where = _plan(out)
     assert len(plan) == 4 and plan[2].split()[:4] == ["launch", "rl.train", "-", sys.executable], "\n".join(plan)
     assert "1 node(s), no GPU, torchrun 1x1" in plan[2] and "import peft" in plan[2]
-    assert yaml.safe_load((where / "launch.config.yaml").read_text())["stage"] == "grpo"
+    config = yaml.safe_load((where / "launch.config.yaml").read_text())
+    assert config["stage"] == "grpo" and config["launcher"]["hosts"] == [], "a backend's own key: in the GRPO config too"
     assert "-m rl.train" in (where / "launch.sh").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == []

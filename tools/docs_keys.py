@@ -7,7 +7,8 @@ docs/keys/studies.md (included in docs/studies.md) is generated the same way fro
 study, its "differs from the reference" table (`common.study.Study.differences`).
 
 The sources are the ones each command's --help prints (common.keydoc): the field tables of the config
-modules (sft/config.py SFT and rl/config.py GRPO for the trainers' recipe keys).
+modules (sft/config.py SFT and rl/config.py GRPO for the trainers' recipe keys, with each launcher backend's own
+`keys`).
 """
 from __future__ import annotations
 
@@ -29,12 +30,13 @@ def tables() -> dict[str, dict]:
     from evals.config import KEYS as EVALUATE
     from evals.server import KEYS as SERVER
     from launch.analyze import KEYS as ANALYZE
+    from launch.jobs import with_backend_keys
     from rl.config import GRPO
     from sft.config import SFT
     from sft.export import KEYS as EXPORT
     from sft.verify import KEYS as VERIFY
 
-    return {"launch": SFT, "launch stage=grpo": GRPO, "data-prep": {**data_prep.KEYS, **DATA},
+    return {"launch": with_backend_keys(SFT), "launch stage=grpo": with_backend_keys(GRPO), "data-prep": {**data_prep.KEYS, **DATA},
             "data-prep heldout": data_prep.HELDOUT_KEYS, "data-prep check-heldout": data_prep.CHECK_KEYS,
             "evaluate": EVALUATE, "analyze": ANALYZE, "export-checkpoint": EXPORT, "verify-checkpoint": VERIFY,
             "serve-retriever": SERVER, "fetch-data": FETCH_DATA, **{f"python -m envs.search_plan_act {c}": t for c, t in SPA.items()}}
