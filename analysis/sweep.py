@@ -246,8 +246,10 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     result = AnalysisResult(out=out, table=table, evaluated=ev, allow_failed=bool(cfg.get("allow_failed")))
     axis = build_axis(str(cfg.axis), runs)
     result.problems += axis.problems
-    # EM/F1 (`metrics`) are the QA benches'; a report without one writes its tables and curves once, as ENV
-    metrics = [ENV] if agentic_benches(table.bench) and not qa else list(cfg.metrics)
+    # EM/F1 (`metrics`) are the QA benches'; a report without one writes its tables and curves once, as ENV, or
+    # none without an environment bench either (teacher-forced benches only: their own table and figure)
+    metrics = list(cfg.metrics) if qa else [ENV] if agentic_benches(table.bench) else []
+    result.problems += [f"compare=[[{a},{b}]]: no QA or environment bench to compare the arms on" for a, b in pairs if not metrics]
     for metric in metrics:
         panels = _panels(table, qa, metric)
         if panels:
