@@ -21,7 +21,7 @@ from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, MissingSteps, make_way, missing_count, write_report
 from analysis.errors import AnalysisError
-from analysis.tables import Table, agentic_benches, compare_table, main_table, paired_table, table_columns
+from analysis.tables import ENV, Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common.cards import file_label
 from evals.registry import kind_of
 
@@ -246,7 +246,11 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     result = AnalysisResult(out=out, table=table, evaluated=ev, allow_failed=bool(cfg.get("allow_failed")))
     axis = build_axis(str(cfg.axis), runs)
     result.problems += axis.problems
-    for metric in cfg.metrics:
+    # EM/F1 (`metrics`) are the QA benches'; a report without one writes its tables and curves once, as ENV, or
+    # none without an environment bench either (teacher-forced benches only: their own table and figure)
+    metrics = list(cfg.metrics) if qa else [ENV] if agentic_benches(table.bench) else []
+    result.problems += [f"compare=[[{a},{b}]]: no QA or environment bench to compare the arms on" for a, b in pairs if not metrics]
+    for metric in metrics:
         panels = _panels(table, qa, metric)
         if panels:
             result.figures.append(plot_curves(points, panels, arms, steps, out / "figures" / f"curves_{metric}",
@@ -261,7 +265,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     table_paths: dict[str, list[Path]] = {}
     row = [c.bench for c in table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), "em")]
     finals = {arm: final_steps(points, arm, row) for arm in arms}   # the paired tables' final rows (and report.html's)
-    for metric in cfg.metrics:
+    for metric in metrics:
         cols = table_columns(qa, len(qa) >= 2, agentic_benches(table.bench), metric)
         for name, t in ((f"main_{metric}", main_table(points, arms, cols, metric)),
                         (f"paired_{metric}", paired_table(points, arms, cols, metric))):

@@ -187,6 +187,23 @@ def prefilled(tmp_path_factory, monkeypatch):
     unpinned_stand_ins(where)
 
 
+@pytest.fixture
+def fast_figures(monkeypatch):
+    """Figures are drawn but not rendered to PDF/PNG (the slow part); what a test checks is the tables and the
+    figures' names and panels."""
+    import matplotlib.pyplot as plt
+
+    import analysis.figures
+
+    def save(fig, info, out_stem, rows):
+        for ext in ("pdf", "png"):
+            out_stem.with_suffix(f".{ext}").write_bytes(b"")
+            info.paths.append(out_stem.with_suffix(f".{ext}"))
+        plt.close(fig)
+
+    monkeypatch.setattr(analysis.figures, "save_figure", save)
+
+
 _HANDLED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"))
 
 

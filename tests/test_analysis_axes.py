@@ -72,7 +72,7 @@ def test_the_step_axis_is_the_default_and_a_missing_counter_is_a_gap(tmp_path, c
     assert "axis=token: not one of step, examples, tokens, trainable_tokens (did you mean tokens?)" in capsys.readouterr().err
 
 
-def test_each_seeds_teacher_forced_line_is_drawn_at_its_own_tokens_seen(tmp_path):
+def test_each_seeds_teacher_forced_line_is_drawn_at_its_own_tokens_seen(tmp_path, fast_figures):
     """Two seeds of one arm see different tokens per step (different batches): each seed's teacher-forced line
     sits at that seed's own counters, not at the arm's mean (the oracle: the metrics.jsonl rows written here)."""
     from test_analysis_helpers import write_json
@@ -86,8 +86,15 @@ def test_each_seeds_teacher_forced_line_is_drawn_at_its_own_tokens_seen(tmp_path
             d = run / "eval" / f"step-{s:06d}"
             d.mkdir(parents=True)
             write_json(d / "summary.json", {"tf_code": {"loss": 2.0 - 0.1 * s - 0.05 * seed, "tokens": 100, "n": 4}})
+    search = make_run(root, "search", 0, [2])
+    (search / "eval" / "step-000002").mkdir(parents=True)
+    write_json(search / "eval" / "step-000002" / "summary.json", {"tf_code": {"loss": 1.5, "tokens": 100, "n": 4}})
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["tf_code"],
-                        "evaluate": False, "axis": "tokens"})
+                        "evaluate": False, "axis": "tokens", "compare": [["r2e", "search"]]})
+    # no QA or environment bench: no EM/F1 tables (before: main_em, paired_em, compare_r2e_vs_search_em, ... with
+    # no column, captioned EM and F1), and the compare request is answered in the report, not dropped silently
+    assert set(res.tables) == {"teacher_forced"} and not list((tmp_path / "o" / "tables").glob("*_em.md"))
+    assert "compare=[[r2e,search]]: no QA or environment bench to compare the arms on" in res.report.read_text()
     fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
     xs = fig.x[next(t for t in fig.x if t.endswith(": all"))]
     for seed, tok in per_step.items():

@@ -247,6 +247,28 @@ def test_figures_start_at_step_0_tick_checkpoints_and_note_all_zero_panels(analy
     assert info.notes == {"x": "x: every value is 0 (2 points)"} and info.series["x"] == []
 
 
+def test_each_table_and_curve_names_its_columns_metric_an_environment_only_report_has_no_em_or_f1(analysed, tmp_path, fast_figures):
+    _, out, res = analysed   # QA + babyai: metrics=[em] tabulates the QA benches' EM, babyai in its headline (return)
+    assert [c.label for c in res.tables["main_em"].columns] == ["musique (given)", "babyai (return)"]
+    assert "curves_env" not in {f.paths[0].stem for f in res.figures} and "main_env" not in res.tables
+    root = tmp_path / "runs"   # babyai alone: EM and F1 mean nothing; before: main_em / main_f1 and curves_em /
+    for step in (0, 10, 20):   # curves_f1, captioned EM / F1, each holding the same babyai (return) column
+        for arm in ("grpo_babyai", "grpo_qa"):
+            write_bench(root / arm / "seed0" / "eval" / f"step-{step:06d}", "babyai", "return", BABYAI_RET[step])
+    env = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "evaluate": False, "benches": ["babyai"],
+                        "compare": [["grpo_babyai", "grpo_qa"]]})
+    assert [f.paths[0].stem for f in env.figures] == ["curves_env"] and env.figures[0].panels == ["babyai (return)"]
+    assert set(env.tables) == {"main_env", "paired_env", "compare_grpo_babyai_vs_grpo_qa_env", "prepost"}
+    assert sorted(p.name for p in (tmp_path / "rep" / "tables").glob("main*")) == ["main_env.md", "main_env.tex"]
+    for name in ("main_env", "paired_env", "compare_grpo_babyai_vs_grpo_qa_env"):
+        table = env.tables[name]
+        assert [c.label for c in table.columns] == ["babyai (return)"], name
+        assert table.caption.startswith("The headline metric (each column's own, named in its header)"), table.caption
+        assert "EM" not in table.caption and "F1" not in table.caption
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert 'id="table-main_env"' in page and "EM of the anchor" not in page and "F1 of the anchor" not in page
+
+
 def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path, tiny_tokenizer):
     pytest.importorskip("minigrid")
     from evals.run import evaluate

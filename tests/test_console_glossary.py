@@ -12,7 +12,6 @@ import string
 from pathlib import Path
 
 import numpy
-import pytest
 
 from evals.registry import KINDS, headline_metrics
 from test_analysis_helpers import make_run
@@ -112,22 +111,6 @@ def test_grpo_progress_names_are_in_the_glossary(capsys):
     names = {n for line in lines for n in re.findall(r"([\w/]+)=", line)} | {"round", "step"}
     missing = sorted(names - glossary_columns())
     assert not missing, f"GRPO progress names docs/glossary.md does not define: {missing}"
-
-
-@pytest.fixture
-def fast_figures(monkeypatch):
-    """Figures are drawn but not rendered to PDF/PNG (the slow part); the tables are what is checked here."""
-    import matplotlib.pyplot as plt
-
-    import analysis.figures
-
-    def save(fig, info, out_stem, rows):
-        for ext in ("pdf", "png"):
-            out_stem.with_suffix(f".{ext}").write_bytes(b"")
-            info.paths.append(out_stem.with_suffix(f".{ext}"))
-        plt.close(fig)
-
-    monkeypatch.setattr(analysis.figures, "save_figure", save)
 
 
 def test_every_report_column_is_in_the_glossary(tmp_path, fast_figures):
