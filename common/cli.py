@@ -91,10 +91,10 @@ def parse_switch(value, key: str) -> bool:
 
 
 def merge(cfg: DictConfig, layer: DictConfig, where: str = "", keys: Iterable[str] = ()) -> DictConfig:
-    """`cfg` <- `layer`; a mapping given where `cfg` holds a list, or the reverse, is one line naming the key (of
-    `keys`, else of the layer's known leaf keys)."""
+    """`cfg` <- `layer`, in place (both are the caller's own copies: `layer` is used up, nothing deep-copied); a mapping
+    given where `cfg` holds a list, or the reverse, is one line naming the key (of `keys`, else of the layer's leaf keys)."""
     try:
-        return OmegaConf.merge(cfg, layer)
+        return OmegaConf.unsafe_merge(cfg, layer)
     except TypeError:   # omegaconf's "Cannot merge incompatible container types"
         for key in keys or flat_keys(layer):
             if OmegaConf.is_config(base := OmegaConf.select(cfg, key)) and OmegaConf.is_list(base) != OmegaConf.is_list(got := OmegaConf.select(layer, key)):
@@ -139,8 +139,9 @@ def apply_overrides(
     aliases: dict[str, str] | None = None,
     open_prefixes: tuple[str, ...] = (),
     suggest: Iterable[str] = (),
+    in_place: bool = False,
 ) -> DictConfig:
-    """Apply dotlist overrides to `base`, rejecting keys `base` doesn't have.
+    """Apply dotlist overrides to `base` (a copy of it; `in_place`: `base` itself), rejecting keys `base` doesn't have.
 
     `aliases` maps short top-level names to their full key (e.g. `lr` -> `train.lr`).
     Keys under `open_prefixes` (e.g. free-form `model.config.`) may be new; `suggest`: further keys an
@@ -148,7 +149,7 @@ def apply_overrides(
     """
     aliases = aliases or {}
     known = KeySpace(base, open_prefixes)
-    cfg = base.copy()
+    cfg = base if in_place else base.copy()
     for given, value in split_dotlist(argv):
         key = aliases.get(given, given)
         if key not in known:

@@ -133,10 +133,10 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
         cfg = _merge(cfg, layer, where, origins, keys.error)
     if path_text := choices.get(USER_RECIPE):   # relative to the current directory; `choices` gets it absolute
         cfg = _merge(cfg, *_user_recipe(path_text, choices, known, keys), origins, keys.error)
-    cfg = apply_overrides(cfg, rest, aliases=keys.aliases, open_prefixes=keys.open_prefixes)
+    cfg = apply_overrides(cfg, rest, aliases=keys.aliases, open_prefixes=keys.open_prefixes, in_place=True)
     origins.update({keys.aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
     _sections_kept(cfg, known, lambda key: origin_of(key, origins), keys.error)
-    cfg = OmegaConf.create(resolved_container(cfg, error=keys.error))
+    cfg = cfg if (resolved := resolved_container(cfg, error=keys.error)) == OmegaConf.to_container(cfg) else OmegaConf.create(resolved)
     make_absolute(cfg, with_backend_keys(keys.table), origins)
     return cfg, origins, meta
 

@@ -35,7 +35,10 @@ dropped silently.
 """
 from __future__ import annotations
 
+import json
 import types
+
+import jinja2
 
 from common import thinking
 from evals.toolcalls import detect_style, generation_message, opens_think
@@ -58,20 +61,53 @@ def training_template(own: str) -> str:
 
 
 def check_template(tokenizer, template: str) -> None:
-    """TRL's own acceptance checks, run on `template`: tool calls render, prefixes are preserved."""
-    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
-
+    """TRL's own acceptance checks, run on `template`: tool calls render, prefixes are preserved (tool_calls_render,
+    prefix_preserving: TRL 1.16's, restated so that a launch's checks import no TRL)."""
     saved = tokenizer.chat_template
     tokenizer.chat_template = template
     try:
-        if not supports_tool_calling(tokenizer):
+        if not tool_calls_render(tokenizer):
             raise TemplateError("the chat template cannot render a tool-calling conversation "
                                 "(user -> assistant with tool_calls -> tool), which GRPO with tools needs")
-        if not is_chat_template_prefix_preserving(tokenizer):
+        if not prefix_preserving(tokenizer):
             raise TemplateError("the chat template is not prefix-preserving and rl.chat has no patch for it "
                                 "(add one to rl.chat.PATCHES and a parity test)")
     finally:
         tokenizer.chat_template = saved
+
+
+def _tool_chat(render, user: str, name: str, arguments: dict, content: str):
+    """render(user -> assistant calling `name` with `arguments` -> tool answering `content`); a template that refuses
+    the arguments as a mapping (TypeError) gets them as JSON text, as TRL retries."""
+    for args in (arguments, json.dumps(arguments)):
+        call = {"type": "function", "function": {"name": name, "arguments": args}}
+        try:
+            return render([{"role": "user", "content": user}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                           {"role": "tool", "name": name, "content": content}])
+        except TypeError:
+            if isinstance(args, str):
+                raise
+
+
+def tool_calls_render(tokenizer) -> bool:
+    """trl.chat_template_utils.supports_tool_calling: a user -> assistant (tool call) -> tool exchange renders with its
+    call's name, argument key and value and the tool's content in it (a template error: no)."""
+    sentinels = ("tool_name_a8f3e2b1", "tool_arg_key_b9d4f5c2", "tool_arg_val_d6e7a9f3", "tool_content_c4f9a8e2")
+    try:
+        text = _tool_chat(lambda chat: tokenizer.apply_chat_template(chat, tokenize=False), "hi", sentinels[0],
+                          {sentinels[1]: sentinels[2]}, sentinels[3])
+    except jinja2.TemplateError:
+        return False
+    return all(s in text for s in sentinels)
+
+
+def prefix_preserving(tokenizer) -> bool:
+    """trl.chat_template_utils.is_chat_template_prefix_preserving: the tokens of user -> assistant (tool call) begin
+    the tokens of the same followed by the tool's turn and the generation prompt."""
+    ids, more = _tool_chat(lambda chat: (tokenizer.apply_chat_template(chat[:2], tokenize=True, return_dict=False),
+                                         tokenizer.apply_chat_template(chat, tokenize=True, return_dict=False, add_generation_prompt=True)),
+                           "dummy", "dummy", {}, "dummy")
+    return more[:len(ids)] == ids
 
 
 def parse_completion(text: str, style: str, opens_think: bool = False) -> dict:

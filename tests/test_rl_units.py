@@ -136,6 +136,46 @@ def test_shared_reference_templates_get_an_accepted_training_template():
     assert tok.apply_chat_template(m2, tokenize=False, add_generation_prompt=True).startswith(a)
 
 
+# Templates TRL's acceptance checks judge differently: calls and tool turns dropped, a tool turn refused, arguments
+# only as text (TypeError on a mapping), a closing mark only on the last message (not prefix-preserving).
+_ODD_TEMPLATES = {
+    "drops_calls": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+    "refuses_tool": "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools') }}{% endif %}{{ m.content }}{% endfor %}",
+    "text_arguments": "{% for m in messages %}{{ m.content }}{% for c in m.tool_calls or [] %}{{ c.function.name }}"
+                      "{{ c.function.arguments + '' }}{% endfor %}{% endfor %}",
+    "last_mark": "{% for m in messages %}{{ m.content }}{% for c in m.tool_calls or [] %}{{ c.function.name }}"
+                 "{{ c.function.arguments | tojson }}{% endfor %}{% if loop.last %}<|im_end|>{% endif %}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", ["tiny_own", "tiny_training", "qwen3_4b_thinking_2507.jinja", "qwen3_4b_hybrid.jinja",
+                                  "llama3_1_8b_instruct.jinja", *_ODD_TEMPLATES])
+def test_the_template_checks_give_trls_verdicts(name):
+    """rl.chat restates TRL's two acceptance checks (a launch then imports no TRL): on each template, the same
+    verdicts (or the same exception) as TRL 1.16's own functions, with and without the training template's patch."""
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+
+    from tests.conftest import shared_path
+
+    tok = _tok()
+    own = (OWN_TEMPLATE if name.startswith("tiny") else _ODD_TEMPLATES.get(name)
+           or shared_path("fixtures", "chat_templates", name).read_text(encoding="utf-8"))
+    for template in {own, chat.training_template(own)}:
+        tok.chat_template = template
+
+        def verdicts(*checks):
+            try:
+                return [check(tok) for check in checks]
+            except Exception as exc:   # (a template error TRL does not catch: the same type expected)
+                return type(exc).__name__
+
+        assert verdicts(chat.tool_calls_render, chat.prefix_preserving) == \
+            verdicts(supports_tool_calling, is_chat_template_prefix_preserving), (name, template == own)
+    if name == "tiny_own":   # (the checks can tell: the own template is refused, rl.chat's patch accepted)
+        tok.chat_template = own
+        assert verdicts(chat.prefix_preserving) == [False] and verdicts(chat.tool_calls_render) == [True]
+
+
 def _conversation(policy, task_prompt: str, turn: int) -> list[dict]:
     """The messages of a replaying rollout before its `turn`-th assistant turn, with the tool
     responses a fresh environment gives to the genuine calls."""
