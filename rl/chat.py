@@ -92,7 +92,7 @@ def _tool_chat(render, user: str, name: str, arguments: dict, content: str):
 def tool_calls_render(tokenizer) -> bool:
     """trl.chat_template_utils.supports_tool_calling: a user -> assistant (tool call) -> tool exchange renders with its
     call's name, argument key and value and the tool's content in it (a template error: no)."""
-    sentinels = ("tool_name_a8f3e2b1", "tool_arg_key_b9d4f5c2", "tool_arg_val_d6e7a9f3", "tool_content_c4f9a8e2")
+    sentinels = ("probe_call_q7", "probe_key_k3", "probe_value_v9", "probe_answer_a5")   # four distinct words
     try:
         text = _tool_chat(lambda chat: tokenizer.apply_chat_template(chat, tokenize=False), "hi", sentinels[0],
                           {sentinels[1]: sentinels[2]}, sentinels[3])
@@ -106,7 +106,7 @@ def prefix_preserving(tokenizer) -> bool:
     the tokens of the same followed by the tool's turn and the generation prompt."""
     ids, more = _tool_chat(lambda chat: (tokenizer.apply_chat_template(chat[:2], tokenize=True, return_dict=False),
                                          tokenizer.apply_chat_template(chat, tokenize=True, return_dict=False, add_generation_prompt=True)),
-                           "dummy", "dummy", {}, "dummy")
+                           "look it up", "lookup", {}, "found")
     return more[:len(ids)] == ids
 
 
