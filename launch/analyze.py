@@ -43,7 +43,8 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
     "evaluate": flag("false: only aggregate the evaluations already on disk", True),
     "anchor": text("base model dir or hub id, evaluated once with prompt=anchor_nudge as step 0"),
     "anchor_dir": field("null -> <runs_root>/_anchor", None, rule=DIRECTORY),
-    "metrics": field("QA metrics tabulated and plotted", ["em", "f1"], rule=list_of(NONEMPTY.ok, "a non-empty list of metric names, e.g. [em,f1]", size=bool)),
+    "metrics": field("QA metrics tabulated and plotted (a report with no QA bench: one `*_env` set, each column its "
+                     "bench's own metric)", ["em", "f1"], rule=list_of(NONEMPTY.ok, "a non-empty list of metric names, e.g. [em,f1]", size=bool)),
     "conf": number("confidence level of the intervals", 0.95, lo=0, hi=1, lo_open=True, hi_open=True),
     "power.pilot": text("a pilot's per-item results (an eval dir, or a runs root with an anchor): print the seeds × "
                         "items needed for power.power at power.effect and the design's minimum detectable effect, "
