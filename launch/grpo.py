@@ -46,10 +46,6 @@ def help_text(argv: list[str]) -> str:
                       "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())])
 
 
-def world_size(cfg, nproc: int) -> int:
-    return nproc * int(cfg.launcher.nodes)   # (launcher.nodes=1 where the backend runs here: launch.compose)
-
-
 def start_record(cfg) -> dict:
     """What the run starts from (manifest `data` entry): the model and, for an SFT start, its run."""
     return {"task": str(cfg.task), "start_model": str(cfg.model.path), "parent": rl_config.parent_run(str(cfg.model.path))}
@@ -63,14 +59,14 @@ class GRPOTrainer(run.Trainer):
     def resolve(self, argv: list[str]) -> run.Prepared:
         """Compose; check the hardware and the world size (rl.config.placement); refuse another run identity than the run dir's."""
         composed = compose_grpo(argv)
-        nproc = run.local_nproc(composed)
-        rd, want = rl_config.placement(composed.cfg, world_size(composed.cfg, nproc))
+        nproc = run.local_nproc(composed)   # the world: nproc x launcher.nodes (1 where the backend runs here: launch.compose)
+        rd, want = rl_config.placement(composed.cfg, nproc * int(composed.cfg.launcher.nodes))
         return self.placed(composed, rd, nproc, run.check_identity(rd, composed.cfg, want=want))
 
     def details(self, prep: run.Prepared) -> list[str]:
         """Steps and checkpoints; a note when the world size is not the GPU count the model's GRPO recipe states (the
         reference's), saying how the batch is kept."""
-        cfg, g, world = prep.cfg, prep.cfg.grpo, world_size(prep.cfg, prep.nproc)
+        cfg, g, world = prep.cfg, prep.cfg.grpo, prep.nproc * int(prep.cfg.launcher.nodes)
         path = RECIPES / "grpo" / "model" / f"{prep.composed.choices['model']}.yaml"
         stated = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
         note = [] if stated is None or int(stated) == world else [

@@ -53,10 +53,6 @@ class Trainer:
     torchrun on config.yaml), and `resolve(argv)` (everything cheap, before any lock or work), `details` (its plan
     lines), `needs(cfg)` ({module: why} to import) and `prepare` (under the run-dir lock; the manifest's `data` record)."""
 
-    stage: str
-    module: str
-    keys: dict
-
     def preflight(self, prep: Prepared) -> None:
         """Refuse (an error naming why) what the trainer would refuse at start."""
 
@@ -90,8 +86,7 @@ class Trainer:
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir), on the nodes x
         processes the backend (`kind`, default: `launcher.kind`) gives it; whole nodes, USR1 warned."""
         cfg = preps[0].cfg
-        runner = backend(kind or cfg.launcher.kind)
-        nodes = int(cfg.launcher.nodes)   # and the GPUs per node: launcher.gpus_per_node, or here one a process (with CUDA)
+        runner = backend(kind or cfg.launcher.kind)   # GPUs per node: launcher.gpus_per_node, or here one a process (with CUDA)
         gpus = int(cfg.launcher.gpus_per_node) if runner.where == "nodes" else preps[0].nproc if jobs.cuda_device_count() else 0
         configs = tuple(str(p.run_dir / layout.CONFIG) for p in preps)
         data = [str(p.cfg.model.path if self.stage == "grpo" else p.cfg.data.dir or "dataset: built at launch")
@@ -99,7 +94,7 @@ class Trainer:
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
                    array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), torchrun=preps[0].nproc,
                    cluster=runner.cluster(cfg.launcher),
-                   resources=Resources(nodes=nodes, gpus_per_node=gpus, exclusive=True, signal=True),
+                   resources=Resources(nodes=int(cfg.launcher.nodes), gpus_per_node=gpus, exclusive=True, signal=True),
                    needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(map(self.run_needs, preps))),
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
                    logs=logs or str(preps[0].run_dir / "logs"))
