@@ -146,8 +146,8 @@ def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exceptio
 
 
 def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys: Keys) -> tuple[str, DictConfig]:
-    """The user's recipe file's origin label and the file; it may set neither what the command line decides, nor `_launch`,
-    nor a key outside `known`."""
+    """(origin label, file) of the user's recipe (relative to the current directory; `choices` gets it absolute); it may
+    set neither what the command line decides, nor `_launch`, nor a key outside `known`."""
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise LaunchError(f"recipe={path_text}: no such file")
