@@ -3,8 +3,6 @@ reference study (`load_study`); every stage argument carries a source mark (comm
 from __future__ import annotations
 
 import inspect
-import json
-import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -139,15 +137,6 @@ def _reference_result(entry, w: str) -> ReferenceResult:
     if entry.get("value") is None and None in (entry.get("pre"), entry.get("post")) and entry.get("note") is None:
         raise StudyError(f"{w}: give `value`, or `pre` and `post`, or a `note` saying why no number was published")
     return ReferenceResult(**{k: entry.get(k) for k in RESULT_KEYS})
-
-
-def study_from_env() -> dict | None:
-    """The study a `launch study=` stage runs under (None outside one)."""
-    raw = os.environ.get(STUDY_ENV)
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        return {"unreadable": raw}
 
 
 def load_study(spec: str, *, variables: dict | None = None) -> Study:

@@ -45,14 +45,10 @@ def split_selectors(argv: list[str], defaults: dict[str, str] = DEFAULT_CHOICES,
     is a config key too (GRPO's task=) and stays in the rest as well."""
     choices, rest = dict(defaults), []
     for tok, (key, value) in zip(argv, split_dotlist(argv)):
-        if key in defaults or key == USER_RECIPE:
+        if selector := key in defaults or key == USER_RECIPE:
             choices[key] = value.strip()
-            if key in config_keys:
-                rest.append(tok)
-        elif ALIASES.get(key, key) in STRING_KEYS:
-            rest.append(f"{key}={verbatim(value)}")
-        else:
-            rest.append(tok)
+        if not selector or key in config_keys:
+            rest.append(f"{key}={verbatim(value)}" if ALIASES.get(key, key) in STRING_KEYS else tok)
     return choices, rest
 
 
@@ -121,30 +117,25 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
     (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs change nothing here)."""
     cfg = OmegaConf.create(defaults)
     known, meta, origins = KeySpace(cfg, keys.open_prefixes), {}, dict.fromkeys(flat_keys(cfg), DEFAULT)
-    for where, layer in layers:
+    user = [_user_recipe(path_text, choices, known, keys)] if (path_text := choices.get(USER_RECIPE)) else []
+    for i, (where, layer) in enumerate([*layers, *user]):   # the user's recipe (checked already) last
         meta.update(launch_meta(layer, where))
-        if strict:
+        if strict and i < len(layers):
             _check_recipe_keys(layer, known, where, keys)
-        else:
+        elif i < len(layers):   # GRPO: only the keys it reads
             kept = OmegaConf.create()
             for key in (k for k in flat_keys(layer) if k in known):
                 OmegaConf.update(kept, key, OmegaConf.select(layer, key), merge=False)
             layer = kept
-        cfg = _merge(cfg, layer, where, origins, keys.error)
-    if path_text := choices.get(USER_RECIPE):   # relative to the current directory; `choices` gets it absolute
-        cfg = _merge(cfg, *_user_recipe(path_text, choices, known, keys), origins, keys.error)
+        _sections_kept(layer, KeySpace(cfg), lambda key: where, keys.error)
+        origins.update(dict.fromkeys(flat_keys(layer), where))
+        cfg = merge(cfg, layer, f"{where}: ")
     cfg = apply_overrides(cfg, rest, aliases=keys.aliases, open_prefixes=keys.open_prefixes, in_place=True)
     origins.update({keys.aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
     _sections_kept(cfg, known, lambda key: origin_of(key, origins), keys.error)
     cfg = cfg if (resolved := resolved_container(cfg, error=keys.error)) == OmegaConf.to_container(cfg) else OmegaConf.create(resolved)
     make_absolute(cfg, with_backend_keys(keys.table), origins)
     return cfg, origins, meta
-
-
-def _merge(cfg: DictConfig, layer: DictConfig, where: str, origins: dict[str, str], error: type[Exception]) -> DictConfig:
-    _sections_kept(layer, KeySpace(cfg), lambda key: where, error)
-    origins.update(dict.fromkeys(flat_keys(layer), where))
-    return merge(cfg, layer, f"{where}: ")
 
 
 def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exception]) -> None:
@@ -154,9 +145,9 @@ def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exceptio
             raise error(f"{where(key)}: {key} must be a section of keys ({key}.KEY: value), got {plain(value)!r}")
 
 
-def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys: Keys) -> tuple[DictConfig, str]:
-    """The user's recipe file and its origin label; it may set neither what the command line decides, nor `_launch`,
-    nor a key outside `known`."""
+def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys: Keys) -> tuple[str, DictConfig]:
+    """(origin label, file) of the user's recipe (relative to the current directory; `choices` gets it absolute); it may
+    set neither what the command line decides, nor `_launch`, nor a key outside `known`."""
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise LaunchError(f"recipe={path_text}: no such file")
@@ -176,7 +167,7 @@ def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys:
     _check_recipe_keys(recipe, known, where, keys)
     if why := base60_problem(path):
         raise LaunchError(why)
-    return recipe, where
+    return where, recipe
 
 
 def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:

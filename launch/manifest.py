@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common import layout
 from common.io import write_json
-from common.study import study_from_env
+from common.study import STUDY_ENV
 from launch.paths import REPO
 
 PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "accelerate", "safetensors", "omegaconf",
@@ -88,7 +88,11 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     manifest.setdefault("launches", []).append(entry)
     if identity is not None:
         manifest["identity"] = identity
-    if (study := study_from_env()) is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
+    try:
+        study = json.loads(os.environ.get(STUDY_ENV) or "null")
+    except ValueError:
+        study = {"unreadable": os.environ[STUDY_ENV]}
+    if study is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
         entry["study"] = study
         manifest.setdefault("study", study)
     path.parent.mkdir(parents=True, exist_ok=True)
