@@ -1,7 +1,5 @@
-"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG`
-(docs/concepts.md, "Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs
-it; `dry_run` writes every job's script beside its config under a directory it names and prints the plan.
-"""
+"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG` (docs/concepts.md,
+"Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs it, or `dry_run` writes it."""
 from __future__ import annotations
 
 import json

@@ -89,8 +89,6 @@ def _install_forwarding(proc: subprocess.Popen, stops: list[str] | None = None):
     return lambda: [signal.signal(sig, old) for sig, old in previous.items()]
 
 
-# A job whose interpreter is this one runs in this process (`run_main`), as its console script would in a child
-# (`run_child`, another interpreter): the same exit status, and nothing leaks into the next one (`isolated`).
 def _loggers() -> dict[str, logging.Logger]:
     known = logging.Logger.manager.loggerDict.items()
     return {"": logging.getLogger(), **{name: lg for name, lg in known if isinstance(lg, logging.Logger)}}

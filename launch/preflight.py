@@ -165,9 +165,8 @@ def gpus_visible() -> bool:
 
 def output_problem(path: str) -> str | None:
     """Why directory `path` cannot be written (None: it is a writable dir, or can be made under one)."""
-    probe = Path(os.path.expanduser(path)).absolute()
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    full = Path(os.path.expanduser(path)).absolute()
+    probe = next(p for p in (full, *full.parents) if p.exists())   # the nearest that exists (at worst: /)
     if probe.exists() and not probe.is_dir():
         return f"{path}: {probe} is a file, not a directory"
     return None if os.access(probe, os.W_OK | os.X_OK) else f"{path}: {probe} is not writable"
