@@ -1,6 +1,5 @@
-"""The local launcher, LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order. Training runs under
-`python -m launch.torchrun --standalone`, its output passed through and teed into `<run_dir>/logs/train-<UTC
-time>.log`, launch's SIGTERM / SIGINT / SIGUSR1 forwarded to the trainers (docs/stages/launch.md)."""
+"""The local launcher, LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order; training under `python -m
+launch.torchrun --standalone`, teed into `<run_dir>/logs/train-<UTC time>.log` (docs/stages/launch.md)."""
 from __future__ import annotations
 
 import contextlib

@@ -43,8 +43,7 @@ def eval_needs(settings: dict, who: str, python: str | None, out, launcher: str)
     from evals.benches import bench_set
     from evals.profiles import load_profile
 
-    profile = settings.get("profile") or None
-    evaluate = load_profile(str(profile))["evaluate"] if profile else {}
+    evaluate = load_profile(str(settings["profile"]))["evaluate"] if settings.get("profile") else {}
     names = names_in([{k: v for k, v in d.items() if k != "sets"} for d in (evaluate, settings)])   # a set: below
     if settings.get("retriever", evaluate.get("retriever")) != "e5":   # no dense retrieval: no encoder, no index
         names = [n for n in names if not n.startswith(("encoder:", "index:"))]

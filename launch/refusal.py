@@ -1,9 +1,6 @@
-"""A trainer's refusal as its launch reports it (docs/stages/launch.md): the trainer records its exit code and
-one-line reason in `logs/trainer-exit.json` under its launch's id (common.layout.record_refusal), since torchrun
-turns any worker failure into exit 1. A local launch reads it back (launch.run.report_end); a Slurm segment runs
-`python -m launch.refusal RUN_DIR LAUNCH_ID` after srun: `CODE<TAB>MESSAGE` and exit 0 when the trainer of that
-launch recorded a refusal, else exit 1 with nothing printed.
-"""
+"""A trainer's refusal as a Slurm segment reports it (docs/stages/launch.md; common.layout.record_refusal): `python -m
+launch.refusal RUN_DIR LAUNCH_ID`, run after srun, prints `CODE<TAB>MESSAGE` and exits 0 when the trainer of that
+launch recorded a refusal, else exits 1 with nothing printed."""
 from __future__ import annotations
 
 import sys
