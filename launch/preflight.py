@@ -1,7 +1,6 @@
-"""The preflight: before a command's first job, everything any of its jobs will need (the plan's `Needs`, from the
-configs the command resolved once), checked at once: one line per thing missing (data, hub sources, interpreters and
-their modules, CUDA, output directories; docs/prerequisites.md), never touching the network and creating nothing; a
-command with problems exits 2 before it writes anything (`gate`), a dry run after its plan."""
+"""The preflight (`gate`): before a command's first job, everything any of its jobs will need (the plan's `Needs`, from
+the configs the command resolved once), checked at once: one line per thing missing (data, hub sources, interpreters
+and their modules, CUDA, output directories; docs/prerequisites.md), never touching the network and creating nothing."""
 from __future__ import annotations
 
 import glob
