@@ -100,6 +100,17 @@ def record_refusal(config_path: str | Path, code: int, message: str) -> None:
         pass
 
 
+def trainer_refusal(run_dir: str | Path, launch_id: str | None) -> tuple[int, str] | None:
+    """(exit code, message) of the refusal `record_refusal` wrote for launch `launch_id`, else None."""
+    import json
+
+    try:
+        rec = json.loads((Path(run_dir) / LOGS / TRAINER_EXIT).read_text(encoding="utf-8"))
+        return (int(rec["code"]), str(rec["error"])) if rec.get("launch") == launch_id else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def record_end(run_dir: str | Path, name: str, reason: str, by: str, **more) -> None:
     """Write the end record `name` (FAILED or REQUEUED) into `run_dir` atomically, removing the other one.
     `launch` is this process's launch id ($DTSFT_LAUNCH_ID), `more` adds keys (e.g. code=)."""

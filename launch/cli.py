@@ -91,9 +91,7 @@ def launch_main(argv: list[str]) -> int:
     if wants_help(argv):   # each trainer's own keys
         print(help_text() if stage == "sft" else grpo.help_text(argv))
         return 0
-    if command is not None:
-        return command(argv[1:])
-    return launch_one(TRAINERS[stage], argv)
+    return command(argv[1:]) if command is not None else launch_one(TRAINERS[stage], argv)
 
 
 def main(argv: list[str] | None = None) -> int:

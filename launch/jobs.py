@@ -1,7 +1,5 @@
-"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG`
-(docs/concepts.md, "Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs
-it; `dry_run` writes every job's script beside its config under a directory it names and prints the plan.
-"""
+"""Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG` (docs/concepts.md,
+"Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs it, or `dry_run` writes it."""
 from __future__ import annotations
 
 import json
@@ -145,17 +143,16 @@ def cuda_device_count() -> int:
 
 
 class Runner(ABC):
-    """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them. A
-    backend is one file, `launch/<kind>.py` defining `class <Kind>Runner(Runner)` (launch/ssh.py: SshRunner), found by
-    being there (`BACKENDS`); its own settings are its `keys`, Fields `launcher.<name>` (not run identity) that launch
-    composes, checks and lists with the rest, and its jobs carry (`job.cluster.backend[name]`). Commands ask it, never its name.
-    `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each started job's id by name; logs
-    under `where`); it writes nothing. `start(job, script, ids)`: start or submit it; its id. A job run here that
-    fails raises JobFailed (the plan stops, its exit status kept); a failed submission, LaunchError.
-    `Backend(command, workdir=, env=, stops=)`: the command that planned the jobs (what its scripts say wrote them),
-    where a non-training job runs (default: the working directory; training runs from the checkout, REPO), the jobs'
-    environment (None: this one); a backend running jobs here names each signal it forwards in `stops` and keeps each
-    job's log file in `logs`.
+    """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them (they
+    ask it, never its name); one file, found by being there (`BACKENDS`). Its own settings, `keys`, are Fields
+    `launcher.<name>` outside run identity that launch composes, checks and lists with the rest; its jobs carry them
+    (`job.cluster.backend[name]`). `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each
+    started job's id by name; logs under `where`); it writes nothing. `start(job, script, ids)`: start or submit it;
+    its id. A job run here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission,
+    LaunchError. `Backend(command, env=, stops=)`: the command that planned the jobs (what its scripts say wrote them),
+    the jobs' environment (None: this one); a backend running jobs here names each signal it forwards in `stops` and
+    keeps each job's log file in `logs`. A non-training job runs in the directory the backend was made in (`workdir`);
+    training runs from the checkout, REPO.
     """
     suffix = ".sh"
     submits = False    # `start` submits a job that runs later, elsewhere, with the cluster settings (else: runs it to its end)
@@ -163,9 +160,8 @@ class Runner(ABC):
     requeues = False   # a stopped job is requeued and resumes by itself (resume=never refused)
     keys: dict[str, Field] = {}   # its own settings, `launcher.<name>`: Field (a double in tests/test_jobs.py has one)
 
-    def __init__(self, command: str = "launch", workdir: str | None = None, env: dict[str, str] | None = None,
-                 stops: list[str] | None = None):
-        self.command, self.workdir, self.env, self.stops, self.logs = command, workdir or os.getcwd(), env, stops, {}
+    def __init__(self, command: str = "launch", env: dict[str, str] | None = None, stops: list[str] | None = None):
+        self.command, self.workdir, self.env, self.stops, self.logs = command, os.getcwd(), env, stops, {}
 
     @classmethod
     def cluster(cls, launcher) -> Cluster | None:

@@ -1,6 +1,5 @@
-"""The local launcher, LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order. Training runs under
-`python -m launch.torchrun --standalone`, its output passed through and teed into `<run_dir>/logs/train-<UTC
-time>.log`, launch's SIGTERM / SIGINT / SIGUSR1 forwarded to the trainers (docs/stages/launch.md)."""
+"""The local launcher, LocalRunner: a plan's Jobs (launch/jobs.py) run here, in order; training under `python -m
+launch.torchrun --standalone`, teed into `<run_dir>/logs/train-<UTC time>.log` (docs/stages/launch.md)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,6 +15,7 @@ import time
 import traceback
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 from launch.jobs import REPO, Job, JobFailed, Runner
 
@@ -89,8 +89,6 @@ def _install_forwarding(proc: subprocess.Popen, stops: list[str] | None = None):
     return lambda: [signal.signal(sig, old) for sig, old in previous.items()]
 
 
-# A job whose interpreter is this one runs in this process (`run_main`), as its console script would in a child
-# (`run_child`, another interpreter): the same exit status, and nothing leaks into the next one (`isolated`).
 def _loggers() -> dict[str, logging.Logger]:
     known = logging.Logger.manager.loggerDict.items()
     return {"": logging.getLogger(), **{name: lg for name, lg in known if isinstance(lg, logging.Logger)}}
@@ -99,26 +97,21 @@ def _loggers() -> dict[str, logging.Logger]:
 @contextlib.contextmanager
 def isolated(env: dict[str, str] | None = None):
     """Run the body with `env` set (None: as is), then restore the environment, working directory and every logger."""
-    environ, cwd = dict(os.environ), os.getcwd()
     saved = {name: (list(lg.handlers), lg.level, lg.propagate) for name, lg in _loggers().items()}
-    if env is not None:
-        os.environ.clear()
-        os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(environ)
-        os.chdir(cwd)
-        for name, lg in _loggers().items():
-            handlers, level, propagate = saved.get(name, ([], logging.NOTSET, True))
-            for h in lg.handlers:
-                if h not in handlers:
-                    with contextlib.suppress(Exception):
-                        h.close()
-            lg.handlers[:] = handlers
-            lg.setLevel(level)
-            lg.propagate = propagate
+    # patch.dict restores os.environ as it was, whatever the body set; chdir(cwd) comes back to it
+    with mock.patch.dict(os.environ, env or {}, clear=env is not None), contextlib.chdir(os.getcwd()):
+        try:
+            yield
+        finally:
+            for name, lg in _loggers().items():
+                handlers, level, propagate = saved.get(name, ([], logging.NOTSET, True))
+                for h in lg.handlers:
+                    if h not in handlers:
+                        with contextlib.suppress(Exception):
+                            h.close()
+                lg.handlers[:] = handlers
+                lg.setLevel(level)
+                lg.propagate = propagate
 
 
 def run_main(main: Callable[[list[str]], int | None], argv: list[str], *, env: dict[str, str] | None = None) -> int:

@@ -23,15 +23,6 @@ def _abs(value: str, base: Path) -> str:
     return os.path.normpath(base / os.path.expanduser(value))   # an absolute path stays itself
 
 
-def _model(value: str, base: Path, shipped: bool) -> str:
-    if value in EMBEDDED_NAMES or value.startswith(("http://", "https://")):
-        return value
-    expanded = os.path.expanduser(value)
-    if not (os.path.isabs(expanded) or (base / expanded).exists()) and (shipped or HUB_ID.fullmatch(value)):
-        return value   # a hub id (a shipped recipe names only hub ids and embedded models)
-    return _abs(value, base)   # a local path (one that does not exist: refused later as a missing path, not a repo dir)
-
-
 def _source(spec: str, base: Path) -> str:
     fmt, loc, revision, split, share = spec_parts(spec, lambda p: (base / os.path.expanduser(p)).exists())
     loc += revision   # data-prep's grammar; a local path has no revision (its `@` is its name's)
@@ -52,7 +43,12 @@ def absolute(kind: str, value, base: Path, shipped: bool = False):
     if not isinstance(value, str) or (kind == "state" and value in ("auto", "never")) \
             or (datafetch.is_name(value) and not (base / os.path.expanduser(value)).exists()):
         return value   # a fetch-data name (corpus:wiki18, index:wiki18_e5_flat, encoder:e5-base-v2): read through the cache
-    return _model(value, base, shipped) if kind == "model" else _abs(value, base)
+    if kind == "model" and (value in EMBEDDED_NAMES or value.startswith(("http://", "https://"))):
+        return value
+    expanded = os.path.expanduser(value)
+    if kind == "model" and not (os.path.isabs(expanded) or (base / expanded).exists()) and (shipped or HUB_ID.fullmatch(value)):
+        return value   # a hub id (a shipped recipe names only hub ids and embedded models)
+    return _abs(value, base)   # a local path (a model's that does not exist: refused later as a missing path, not a repo dir)
 
 
 def origin_of(key: str, origins: dict[str, str]) -> str:

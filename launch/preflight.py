@@ -1,7 +1,6 @@
-"""The preflight: before a command's first job, everything any of its jobs will need (the plan's `Needs`, from the
-configs the command resolved once), checked at once: one line per thing missing (data, hub sources, interpreters and
-their modules, CUDA, output directories; docs/prerequisites.md), never touching the network and creating nothing; a
-command with problems exits 2 before it writes anything (`gate`), a dry run after its plan."""
+"""The preflight (`gate`): before a command's first job, everything any of its jobs will need (the plan's `Needs`, from
+the configs the command resolved once), checked at once: one line per thing missing (data, hub sources, interpreters
+and their modules, CUDA, output directories; docs/prerequisites.md), never touching the network and creating nothing."""
 from __future__ import annotations
 
 import glob
@@ -43,8 +42,7 @@ def eval_needs(settings: dict, who: str, python: str | None, out, launcher: str)
     from evals.benches import bench_set
     from evals.profiles import load_profile
 
-    profile = settings.get("profile") or None
-    evaluate = load_profile(str(profile))["evaluate"] if profile else {}
+    evaluate = load_profile(str(settings["profile"]))["evaluate"] if settings.get("profile") else {}
     names = names_in([{k: v for k, v in d.items() if k != "sets"} for d in (evaluate, settings)])   # a set: below
     if settings.get("retriever", evaluate.get("retriever")) != "e5":   # no dense retrieval: no encoder, no index
         names = [n for n in names if not n.startswith(("encoder:", "index:"))]
@@ -165,9 +163,8 @@ def gpus_visible() -> bool:
 
 def output_problem(path: str) -> str | None:
     """Why directory `path` cannot be written (None: it is a writable dir, or can be made under one)."""
-    probe = Path(os.path.expanduser(path)).absolute()
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    full = Path(os.path.expanduser(path)).absolute()
+    probe = next(p for p in (full, *full.parents) if p.exists())   # the nearest that exists (at worst: /)
     if probe.exists() and not probe.is_dir():
         return f"{path}: {probe} is a file, not a directory"
     return None if os.access(probe, os.W_OK | os.X_OK) else f"{path}: {probe} is not writable"

@@ -1,33 +1,18 @@
-"""A trainer's refusal as its launch reports it (docs/stages/launch.md): the trainer records its exit code and
-one-line reason in `logs/trainer-exit.json` under its launch's id (common.layout.record_refusal), since torchrun
-turns any worker failure into exit 1. A local launch reads it back (launch.run.report_end); a Slurm segment runs
-`python -m launch.refusal RUN_DIR LAUNCH_ID` after srun: `CODE<TAB>MESSAGE` and exit 0 when the trainer of that
-launch recorded a refusal, else exit 1 with nothing printed.
-"""
+"""A trainer's refusal as a Slurm segment reports it (docs/stages/launch.md; common.layout.record_refusal): `python -m
+launch.refusal RUN_DIR LAUNCH_ID`, run after srun, prints `CODE<TAB>MESSAGE` and exits 0 when the trainer of that
+launch recorded a refusal, else exits 1 with nothing printed."""
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-from common import layout
-
-
-def trainer_refusal(rd: Path, launch_id: str | None) -> tuple[int, str] | None:
-    """(exit code, message) of the refusal recorded by the trainer of launch `launch_id`, else None."""
-    path = Path(rd) / layout.LOGS / layout.TRAINER_EXIT
-    try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
-        return (int(rec["code"]), str(rec["error"])) if rec.get("launch") == launch_id else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+from common.layout import trainer_refusal
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m launch.refusal RUN_DIR LAUNCH_ID", file=sys.stderr)
         return 2
-    if (refusal := trainer_refusal(Path(argv[0]), argv[1])) is None:
+    if (refusal := trainer_refusal(argv[0], argv[1])) is None:
         return 1
     print(f"{refusal[0]}\t{' '.join(refusal[1].split())}")   # one line, whatever the message held
     return 0

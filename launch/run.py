@@ -28,7 +28,6 @@ from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose
 from launch.errors import LaunchError
 from launch.jobs import Job, JobFailed, Needs, Resources, backend, dry_run_dir
-from launch.refusal import trainer_refusal
 from rl.config import EXCLUDED_KEYS   # both trainers' (a run dir's config.yaml is either's)
 from sft import config as sft_config
 
@@ -284,7 +283,7 @@ def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopp
     outside launch, printed as its one line with the trainer's code). A trainer exiting 0 without DONE stopped at a
     signal (`stopped_by`) with its state saved: STOPPED, exit 0; without a resumable state: FAILED, exit 1."""
     resumable, done = layout.latest_complete_state(layout.states_dir(rd)) is not None, (rd / layout.DONE).is_file()
-    refusal = trainer_refusal(rd, launch_id)
+    refusal = layout.trainer_refusal(rd, launch_id)
     if rc == 0 and not done:
         if resumable:   # (a signal sent to the trainer itself, not through launch: no `stopped_by`)
             layout.record_end(rd, layout.STOPPED, f"stopped{f' by {stopped_by}' if stopped_by else ''} with its "

@@ -42,12 +42,8 @@ def _training(job: Job, setup: list[str]) -> list[str]:
     this segment ended short of DONE; an EXIT trap records one that ended otherwise, in setup or killed), `setup`,
     one segment of the run under torchrun, then requeue or finish."""
     nodes, python = job.resources.nodes, job.python
-    node_cmd = (
-        "trap \"\" USR1; exec \"$0\" -m launch.torchrun"
-        f" --nnodes={nodes} --nproc_per_node={job.torchrun}"
-        " --rdzv_backend=c10d --rdzv_endpoint=\"$1\" --rdzv_id=\"$SLURM_JOB_ID\""
-        f" -m {job.module} \"$2\""
-    )
+    node_cmd = (f'trap "" USR1; exec "$0" -m launch.torchrun --nnodes={nodes} --nproc_per_node={job.torchrun} --rdzv_backend=c10d'
+                f' --rdzv_endpoint="$1" --rdzv_id="$SLURM_JOB_ID" -m {job.module} "$2"')
     return [
         "JOB_REF=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}",
         "JOB_REF=${JOB_REF:-$SLURM_JOB_ID}",

@@ -166,7 +166,7 @@ def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_t
     dependency (afterok, or afterany), with --kill-on-invalid-dep=yes where a failed dependency cancels it."""
     from launch import slurm
 
-    runner = slurm.SlurmRunner("test", workdir=str(tmp_path))
+    runner = slurm.SlurmRunner("test")
     run_dir = tmp_path / "runs" / "r2e" / "seed0"
     cluster = slurm.Cluster(partition="P", sbatch=("--constraint=h100",))
     train = Job("train", "sft.train", config=str(run_dir / "config.yaml"), torchrun=4, cluster=cluster,
@@ -218,9 +218,10 @@ def test_the_local_runner_runs_here_or_as_a_child_in_order_and_stops_at_the_firs
     plan = [Job("a", "dtsft_job_probe", config=cfg["a"]), Job("b", "dtsft_job_probe", config=cfg["b"], after=("a",)),
             Job("c", "dtsft_job_probe", array=(cfg["c"], cfg["d"]), python=str(other)),
             Job("d", "dtsft_job_probe", config=cfg["d"])]
+    monkeypatch.chdir(tmp_path)   # where its non-training jobs run: the directory it was made in
     cwd = os.getcwd()
     with pytest.raises(JobFailed) as failed:
-        LocalRunner(workdir=str(tmp_path)).run(plan, tmp_path / "plan")
+        LocalRunner().run(plan, tmp_path / "plan")
     assert (failed.value.job, failed.value.status) == ("c", 5)
     ran = [line.split() for line in capfd.readouterr().out.splitlines() if line.startswith("ran ")]
     assert [(r[1], r[3]) for r in ran] == [("a", "None"), ("b", "None"), ("c", "None")], ran   # d never ran
