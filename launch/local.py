@@ -15,7 +15,6 @@ import time
 import traceback
 from pathlib import Path
 from typing import Callable
-from unittest import mock
 
 from launch.jobs import REPO, Job, JobFailed, Runner
 
@@ -98,11 +97,16 @@ def _loggers() -> dict[str, logging.Logger]:
 def isolated(env: dict[str, str] | None = None):
     """Run the body with `env` set (None: as is), then restore the environment, working directory and every logger."""
     saved = {name: (list(lg.handlers), lg.level, lg.propagate) for name, lg in _loggers().items()}
-    # patch.dict restores os.environ as it was, whatever the body set; chdir(cwd) comes back to it
-    with mock.patch.dict(os.environ, env or {}, clear=env is not None), contextlib.chdir(os.getcwd()):
+    environ = dict(os.environ)
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    with contextlib.chdir(os.getcwd()):
         try:
             yield
         finally:
+            os.environ.clear()
+            os.environ.update(environ)
             for name, lg in _loggers().items():
                 handlers, level, propagate = saved.get(name, ([], logging.NOTSET, True))
                 for h in lg.handlers:
