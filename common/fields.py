@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
-from common.cli import did_you_mean
+from common.cli import did_you_mean, shown
 from common.fingerprint import ALWAYS
-from common.keydoc import shown
 
 IDENTITY, CONTENT, ENGINE, PATH = "identity", "content", "engine", "path"
 # PATH's kinds: a list of paths, a local model directory (or a hub id / embedded model name kept as given), data
@@ -266,3 +265,22 @@ def section(table: dict[str, Field | Default], cfg, name: str) -> SimpleNamespac
             v = plain(select(cfg, key, f.default if f.as_before is ABSENT else f.as_before))
             out[leaf] = f.read(v) if f.read is not None and v is not None else v
     return SimpleNamespace(**out)
+
+
+def defaults(table: dict[str, Any]) -> dict[str, Any]:
+    """The nested defaults dict of a `{dotted.key: Field}` table."""
+    out: dict[str, Any] = {}
+    for name, entry in table.items():
+        *parents, leaf = name.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = entry.default
+    return out
+
+
+def help_table(table: dict[str, Any]) -> str:
+    """`key=default  description` lines of a `{dotted.key: Field}` table (a Field or Default each), aligned, for a CLI's --help."""
+    left = [f"{name}={shown(entry.default)}" for name, entry in table.items()]
+    width = min(max((len(x) for x in left), default=0), 44)
+    return "\n".join(f"  {x:<{width}}  {entry.help}".rstrip() for x, entry in zip(left, table.values()))
