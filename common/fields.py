@@ -35,12 +35,10 @@ class Rule:
         return None if self.ok(v) else self.what
 
     def problem(self, key: str, v: Any) -> str | None:
-        what = self.why(v)
-        return None if what is None else f"{key}={v!r}: expected {what}"
+        return None if (what := self.why(v)) is None else f"{key}={v!r}: expected {what}"
 
     def must(self, key: str, v: Any) -> str | None:
-        what = self.why(v)
-        return None if what is None else f"{key} must be {what}, got {v!r}"
+        return None if (what := self.why(v)) is None else f"{key} must be {what}, got {v!r}"
 
 
 @dataclass(frozen=True)
@@ -117,25 +115,22 @@ class Test(Rule):
 
 FLAG = Test(lambda v: isinstance(v, bool), "true or false")
 TEXT = Test(lambda v: v is None or isinstance(v, (str, os.PathLike)), "a string (or null)")   # a path, a URL, a name
+ANY = Test(lambda v: True, "anything")   # a field whose value is checked where it is used
 
 
 @dataclass(frozen=True, eq=False)
 class Field:
-    """One key (`rule` None: checked where it is used; `read`: the value the program works with, e.g. `auto` -> None,
+    """One key (`read`: the value the program works with, e.g. `auto` -> None,
     when it differs from the one written; `as_before`: above). Compared by identity: one object per key."""
 
     default: Any
     help: str
-    rule: Rule | None = None
+    rule: Rule = ANY
     roles: frozenset = frozenset()
     read: Callable[[Any], Any] | None = None
     as_before: Any = ABSENT
-
-    def problem(self, key: str, v: Any) -> str | None:
-        return self.rule.problem(key, v) if self.rule is not None else None
-
-    def must(self, key: str, v: Any) -> str | None:
-        return self.rule.must(key, v) if self.rule is not None else None
+    problem = property(lambda self: self.rule.problem)   # (key, value) -> what is wrong with it, worded by the rule
+    must = property(lambda self: self.rule.must)
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,7 +196,7 @@ def text(help: str, default: Any = None, roles: Iterable[str] = (), as_before: A
     return Field(default, help, TEXT, frozenset(roles), as_before=as_before)
 
 
-def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=None, as_before: Any = ABSENT) -> Field:
+def field(help: str, default: Any, roles: Iterable[str] = (), rule: Rule = ANY, read=None, as_before: Any = ABSENT) -> Field:
     """A field whose value is checked where it is used (a list, a mapping) or by `rule`."""
     return Field(default, help, rule, frozenset(roles), read, as_before)
 
