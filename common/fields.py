@@ -91,14 +91,8 @@ class Choices(Rule):
         if any(v is c or (type(v) is type(c) and v == c) for c in self.values):
             return None
         names = list(map(shown, self.values))
-        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-
-    def problem(self, key: str, v: Any) -> str | None:
-        line = super().problem(key, v)
-        if line is None or not (self.hint and isinstance(v, str)):
-            return line
-        tail = did_you_mean(v, [c for c in self.values if isinstance(c, str)])
-        return line + (f".{tail}" if tail else "")
+        tail = did_you_mean(v, [c for c in self.values if isinstance(c, str)]) if self.hint and isinstance(v, str) else ""
+        return (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}") + (f".{tail}" if tail else "")
 
     def must(self, key: str, v: Any) -> str | None:
         what = self.what or f"one of {', '.join(map(str, self.values))}"
