@@ -20,12 +20,8 @@ from launch.errors import LaunchError
 class CachedData:
     dir: Path
     key: str | None          # None when data.dir was given explicitly
-    manifest: dict
+    fingerprint: str | None  # its manifest's (data_prep's content fingerprint)
     reused: bool
-
-    @property
-    def fingerprint(self) -> str | None:
-        return self.manifest.get("fingerprint")
 
 
 def cache_root(cfg: DictConfig) -> Path:
@@ -85,7 +81,7 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
     (`dataset_key`). An explicit `data.dir` is used as is (it must be a data_prep output directory)."""
     if cfg.data.dir:
         data_dir = Path(cfg.data.dir).expanduser().resolve()
-        return CachedData(dir=data_dir, key=None, manifest=read_manifest(data_dir), reused=True)
+        return CachedData(dir=data_dir, key=None, fingerprint=read_manifest(data_dir).get("fingerprint"), reused=True)
     from data_prep.build import build_arm
 
     key = dataset_key(cfg, data_arm)
@@ -95,7 +91,7 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if final.is_dir():
             print(f"[launch] reusing cached dataset {final}")
-            return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=True)
+            return CachedData(dir=final, key=key, fingerprint=read_manifest(final).get("fingerprint"), reused=True)
         print(f"[launch] building the {data_arm} dataset (key {key[:16]}) -> {final}")
         with atomic_dir(final) as tmp:
             try:
@@ -108,4 +104,4 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
                 raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
             if not (tmp / layout.MANIFEST).is_file():
                 raise LaunchError(f"data_prep wrote no {layout.MANIFEST} into {tmp}; refusing to cache it")
-    return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=False)
+    return CachedData(dir=final, key=key, fingerprint=read_manifest(final).get("fingerprint"), reused=False)
