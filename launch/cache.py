@@ -25,8 +25,7 @@ class CachedData:
 
 
 def cache_root(cfg: DictConfig) -> Path:
-    root = cfg.data.cache_root or Path(cfg.runs_root) / "_data"
-    return Path(root).expanduser().resolve()
+    return Path(cfg.data.cache_root or Path(cfg.runs_root) / "_data").expanduser().resolve()
 
 
 def data_section(cfg: DictConfig) -> DictConfig:
