@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -14,14 +13,6 @@ from common.io import JsonLineError, atomic_dir
 from data_prep import hub
 from data_prep.errors import DataPrepError
 from launch.errors import LaunchError
-
-
-@dataclass
-class CachedData:
-    dir: Path
-    key: str | None          # None when data.dir was given explicitly
-    fingerprint: str | None  # its manifest's (data_prep's content fingerprint)
-    reused: bool
 
 
 def cache_root(cfg: DictConfig) -> Path:
@@ -75,12 +66,12 @@ def pin_sources(cfg: DictConfig, domains, rd: Path, log: bool, **resolve) -> Non
             print(f"[launch] data.sources.{domain}: {spec} -> {note}")
 
 
-def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
+def ensure_dataset(cfg: DictConfig, data_arm: str) -> dict:
     """The arm's dataset directory, built (data_prep.build's `build_arm`) only when no complete copy is cached
-    (`dataset_key`). An explicit `data.dir` is used as is (it must be a data_prep output directory)."""
+    (`dataset_key`); an explicit `data.dir` is used as is (it must be a data_prep output directory, its cache_key None).
+    Returned as the run manifest's `data` record: dir, cache_key, fingerprint (the dataset manifest's), reused."""
     if cfg.data.dir:
-        data_dir = Path(cfg.data.dir).expanduser().resolve()
-        return CachedData(dir=data_dir, key=None, fingerprint=read_manifest(data_dir).get("fingerprint"), reused=True)
+        return _record(Path(cfg.data.dir).expanduser().resolve(), None, reused=True)
     from data_prep.build import build_arm
 
     key = dataset_key(cfg, data_arm)
@@ -90,7 +81,7 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if final.is_dir():
             print(f"[launch] reusing cached dataset {final}")
-            return CachedData(dir=final, key=key, fingerprint=read_manifest(final).get("fingerprint"), reused=True)
+            return _record(final, key, reused=True)
         print(f"[launch] building the {data_arm} dataset (key {key[:16]}) -> {final}")
         with atomic_dir(final) as tmp:
             try:
@@ -103,4 +94,8 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
                 raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
             if not (tmp / layout.MANIFEST).is_file():
                 raise LaunchError(f"data_prep wrote no {layout.MANIFEST} into {tmp}; refusing to cache it")
-    return CachedData(dir=final, key=key, fingerprint=read_manifest(final).get("fingerprint"), reused=False)
+    return _record(final, key, reused=False)
+
+
+def _record(data_dir: Path, key: str | None, reused: bool) -> dict:
+    return {"dir": str(data_dir), "cache_key": key, "fingerprint": read_manifest(data_dir).get("fingerprint"), "reused": reused}
