@@ -330,10 +330,10 @@ def trainer_config(*, liger: bool, activation_checkpointing: bool = True):
 
     from sft.config import from_dictconfig
 
-    from common import keydoc
+    from common import fields
     from sft.config import SFT
 
-    raw = OmegaConf.create(keydoc.defaults(SFT))
+    raw = OmegaConf.create(fields.defaults(SFT))
     raw.run_dir, raw.data.dir = "unused", "unused"
     raw.model.update(path="tiny", tokenizer="tiny", init="random", liger="true" if liger else "false")
     raw.train.activation_checkpointing = activation_checkpointing

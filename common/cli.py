@@ -7,19 +7,40 @@ list the valid ones and suggest the closest match.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from common.keydoc import shown
-
 
 class ConfigError(ValueError):
     """A bad key or value on the command line or in a recipe."""
+
+
+def shown(value: Any, dotlist: bool = False, item: bool = False) -> str:
+    """A value as it is typed on the command line (YAML: null, true, [a, b], {k: v}); `dotlist`: as an omegaconf
+    dotlist value, without spaces but a mapping's colon's, which YAML needs ([a,b], {k: v})."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if dotlist and isinstance(value, str):   # a text the dotlist reads otherwise ('5', 'x # y', an `item`'s 'a, b'): JSON-quoted
+        try:
+            read = OmegaConf.to_container(OmegaConf.from_dotlist([f"v=[{value}]" if item else f"v={value}"]), resolve=False)["v"]
+            kept = read == ([value] if item else value)
+        except Exception:   # omegaconf raises several types for a bad value
+            kept = False
+        return value if kept else json.dumps(value, ensure_ascii=False)
+    space = "" if dotlist else " "
+    if isinstance(value, (list, tuple)):
+        return "[" + f",{space}".join(shown(x, dotlist, True) for x in value) + "]"
+    if isinstance(value, dict):
+        return "{" + f",{space}".join(f"{k}: {shown(x, dotlist, True)}" for k, x in value.items()) + "}"
+    return str(value)
 
 
 def flat_keys(cfg: DictConfig, prefix: str = "") -> list[str]:

@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import fields, keydoc
+from common import fields
 from common.cli import ConfigError, did_you_mean, run_cli, split_dotlist, wants_help
 from common.io import (SHA256SUMS, check_sha256_entry, clean_dead_tmp, read_sha256sums, replace_aside, sha256_file,
                        tmp_name)
@@ -912,12 +912,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(USAGE.format(root=data_root(), keys=keydoc.help_table(KEYS),
+        print(USAGE.format(root=data_root(), keys=fields.help_table(KEYS),
                            names="\n".join(f"  {n:34s} {entry(n).source()}" for n in names())))
         return 0
     try:
         wanted = [a for a in argv if "=" not in a]
-        opts = {**keydoc.defaults(KEYS), **dict(split_dotlist([a for a in argv if "=" in a]))}
+        opts = {**fields.defaults(KEYS), **dict(split_dotlist([a for a in argv if "=" in a]))}
         if set(opts) - set(KEYS):
             bad = sorted(set(opts) - set(KEYS))[0]
             raise DataError(f"unknown key {bad!r}.{did_you_mean(bad, list(KEYS))} fetch-data takes NAME ... "

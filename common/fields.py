@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
-from common.cli import did_you_mean
+from common.cli import did_you_mean, shown
 from common.fingerprint import ALWAYS
-from common.keydoc import shown
 
 IDENTITY, CONTENT, ENGINE, PATH = "identity", "content", "engine", "path"
 # PATH's kinds: a list of paths, a local model directory (or a hub id / embedded model name kept as given), data
@@ -36,12 +35,10 @@ class Rule:
         return None if self.ok(v) else self.what
 
     def problem(self, key: str, v: Any) -> str | None:
-        what = self.why(v)
-        return None if what is None else f"{key}={v!r}: expected {what}"
+        return None if (what := self.why(v)) is None else f"{key}={v!r}: expected {what}"
 
     def must(self, key: str, v: Any) -> str | None:
-        what = self.why(v)
-        return None if what is None else f"{key} must be {what}, got {v!r}"
+        return None if (what := self.why(v)) is None else f"{key} must be {what}, got {v!r}"
 
 
 @dataclass(frozen=True)
@@ -94,14 +91,8 @@ class Choices(Rule):
         if any(v is c or (type(v) is type(c) and v == c) for c in self.values):
             return None
         names = list(map(shown, self.values))
-        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-
-    def problem(self, key: str, v: Any) -> str | None:
-        line = super().problem(key, v)
-        if line is None or not (self.hint and isinstance(v, str)):
-            return line
-        tail = did_you_mean(v, [c for c in self.values if isinstance(c, str)])
-        return line + (f".{tail}" if tail else "")
+        tail = did_you_mean(v, [c for c in self.values if isinstance(c, str)]) if self.hint and isinstance(v, str) else ""
+        return (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}") + (f".{tail}" if tail else "")
 
     def must(self, key: str, v: Any) -> str | None:
         what = self.what or f"one of {', '.join(map(str, self.values))}"
@@ -118,25 +109,22 @@ class Test(Rule):
 
 FLAG = Test(lambda v: isinstance(v, bool), "true or false")
 TEXT = Test(lambda v: v is None or isinstance(v, (str, os.PathLike)), "a string (or null)")   # a path, a URL, a name
+ANY = Test(lambda v: True, "anything")   # a field whose value is checked where it is used
 
 
 @dataclass(frozen=True, eq=False)
 class Field:
-    """One key (`rule` None: checked where it is used; `read`: the value the program works with, e.g. `auto` -> None,
+    """One key (`read`: the value the program works with, e.g. `auto` -> None,
     when it differs from the one written; `as_before`: above). Compared by identity: one object per key."""
 
     default: Any
     help: str
-    rule: Rule | None = None
+    rule: Rule = ANY
     roles: frozenset = frozenset()
     read: Callable[[Any], Any] | None = None
     as_before: Any = ABSENT
-
-    def problem(self, key: str, v: Any) -> str | None:
-        return self.rule.problem(key, v) if self.rule is not None else None
-
-    def must(self, key: str, v: Any) -> str | None:
-        return self.rule.must(key, v) if self.rule is not None else None
+    problem = property(lambda self: self.rule.problem)   # (key, value) -> what is wrong with it, worded by the rule
+    must = property(lambda self: self.rule.must)
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,7 +190,7 @@ def text(help: str, default: Any = None, roles: Iterable[str] = (), as_before: A
     return Field(default, help, TEXT, frozenset(roles), as_before=as_before)
 
 
-def field(help: str, default: Any, roles: Iterable[str] = (), rule=None, read=None, as_before: Any = ABSENT) -> Field:
+def field(help: str, default: Any, roles: Iterable[str] = (), rule: Rule = ANY, read=None, as_before: Any = ABSENT) -> Field:
     """A field whose value is checked where it is used (a list, a mapping) or by `rule`."""
     return Field(default, help, rule, frozenset(roles), read, as_before)
 
@@ -266,3 +254,22 @@ def section(table: dict[str, Field | Default], cfg, name: str) -> SimpleNamespac
             v = plain(select(cfg, key, f.default if f.as_before is ABSENT else f.as_before))
             out[leaf] = f.read(v) if f.read is not None and v is not None else v
     return SimpleNamespace(**out)
+
+
+def defaults(table: dict[str, Any]) -> dict[str, Any]:
+    """The nested defaults dict of a `{dotted.key: Field}` table."""
+    out: dict[str, Any] = {}
+    for name, entry in table.items():
+        *parents, leaf = name.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = entry.default
+    return out
+
+
+def help_table(table: dict[str, Any]) -> str:
+    """`key=default  description` lines of a `{dotted.key: Field}` table (a Field or Default each), aligned, for a CLI's --help."""
+    left = [f"{name}={shown(entry.default)}" for name, entry in table.items()]
+    width = min(max((len(x) for x in left), default=0), 44)
+    return "\n".join(f"  {x:<{width}}  {entry.help}".rstrip() for x, entry in zip(left, table.values()))

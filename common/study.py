@@ -11,10 +11,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from common.cli import ConfigError, base60_problem, did_you_mean
+from common.cli import ConfigError, base60_problem, did_you_mean, shown
 from common.fields import TEXT, Number, Test, is_int, list_of
 from common.io import sha256_file
-from common.keydoc import shown
 from common.layout import step_name
 from common.marks import MARK_GRAMMAR, file_marks
 from common.recipes import RECIPES

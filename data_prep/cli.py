@@ -26,7 +26,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common import fields, keydoc, schema
+from common import fields, schema
 from common.fields import NONEMPTY, Test, count, field, flag, text
 from common.cli import ConfigError, apply_overrides, run_cli, split_dotlist, wants_help
 from common.recipes import load_recipe
@@ -49,7 +49,7 @@ KEYS = {
     "dry_run": flag("true: print the resolved config and exit", False),
     "num_proc": count("render/tokenize worker processes; null -> the CPU count (never changes the output)", None, null=True),
 }
-CLI_KEYS = keydoc.defaults(KEYS)
+CLI_KEYS = fields.defaults(KEYS)
 HELDOUT_KEYS = {  # `data-prep heldout`: these, then the data keys (but n and heldout)
     "n": count("records held out per domain", 50),
     "domains": field("the domains held out", ["code", "search"], rule=_one_or_list("a domain (code, search)")),
@@ -88,7 +88,7 @@ def _main(argv: list[str]) -> int:
     if argv and argv[0] == "check-heldout":
         return check_main(argv[1:])
     if wants_help(argv):
-        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(keys()))
+        print(__doc__ + "\nKeys (key=default  description):\n" + fields.help_table(keys()))
         return 0
     cfg = _overrides({**CLI_KEYS, **_DATA_ONLY}, argv)
     c, data_cfg = _checked(cfg, KEYS, _DATA_ONLY)
@@ -136,10 +136,10 @@ def heldout_main(argv: list[str]) -> int:
 
     data_only = {k: v for k, v in _DATA_ONLY.items() if k not in ("n", "heldout")}
     if wants_help(argv):
-        print(heldout.__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(HELDOUT_KEYS)
+        print(heldout.__doc__ + "\nKeys (key=default  description):\n" + fields.help_table(HELDOUT_KEYS)
               + "\nand the data keys of `data-prep --help` (but n and heldout)")
         return 0
-    cfg = _overrides({**keydoc.defaults(HELDOUT_KEYS), **data_only}, argv)
+    cfg = _overrides({**fields.defaults(HELDOUT_KEYS), **data_only}, argv)
     c, data_cfg = _checked(cfg, HELDOUT_KEYS, data_only)
     domains = heldout.check_domains(c["domains"])
     if c["dry_run"]:
@@ -165,9 +165,9 @@ def check_main(argv: list[str]) -> int:
     from data_prep import heldout
 
     if wants_help(argv):
-        print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + keydoc.help_table(CHECK_KEYS))
+        print(check_main.__doc__ + "\n\nKeys (key=default  description):\n" + fields.help_table(CHECK_KEYS))
         return 0
-    c, _ = _checked(apply_overrides(OmegaConf.create(keydoc.defaults(CHECK_KEYS)), argv), CHECK_KEYS, required="heldout")
+    c, _ = _checked(apply_overrides(OmegaConf.create(fields.defaults(CHECK_KEYS)), argv), CHECK_KEYS, required="heldout")
     trains = [c["train"]] if isinstance(c["train"], str) else list(c["train"] or [])
     if not trains:
         raise DataPrepError("train=[DIR,...] is required: the training datasets to check")

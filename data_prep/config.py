@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from common import datafetch, fields, keydoc
+from common import datafetch, fields
 from common.cli import did_you_mean
 from common.fields import CONTENT, IDENTITY, OUTPUT, PATH, PATHS, SOURCES, Field, Test, choice, count, field, flag, list_of, plain, text
 from data_prep import synthetic
@@ -52,7 +52,7 @@ DATA: dict[str, Field] = {
     "dir": text("the dataset directory; launch fills it from the cache", roles=_PATH),
 }
 
-DATA_DEFAULTS: dict[str, Any] = keydoc.defaults(DATA)
+DATA_DEFAULTS: dict[str, Any] = fields.defaults(DATA)
 # Keys that never change the built dataset (left out of the cache key).
 NON_OUTPUT_KEYS = ("cache_root", "dir", "strict")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common import keydoc
+from common import fields
 from common.cli import apply_overrides, run_cli, wants_help
 from evals.config import KEYS, base_config, load_config, resolve_request
 from evals.errors import EvalError
@@ -38,7 +38,7 @@ Keys (key=default  description):
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(USAGE + keydoc.help_table(KEYS))
+        print(USAGE + fields.help_table(KEYS))
         return 0
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (a study's evaluate stage)
         cfg = resolve_request(load_config(Path(argv[0]), "evaluate", "evaluation"))

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from common import datafetch, keydoc, layout, schema
+from common import datafetch, fields, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import did_you_mean, load_mapping
 from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
@@ -100,7 +100,7 @@ KEYS = {
     "wandb_group": text("group of the eval run of a model outside a run dir; null -> $WANDB_RUN_GROUP"),
     "dry_run": flag("true: print the resolved config and exit; evaluate nothing", False),
 }
-DEFAULTS = keydoc.defaults(KEYS)
+DEFAULTS = fields.defaults(KEYS)
 
 
 def default_out(ckpt: str, profile: str | None = None) -> Path | None:

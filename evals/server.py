@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import OmegaConf
 
-from common import datafetch, fields, keydoc
+from common import datafetch, fields
 from common.fields import Default
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import parse_json_line
@@ -45,7 +45,7 @@ KEYS = {  # `serve-retriever --help` and docs/keys/serve-retriever.md; the retri
                                 "larger batch at the default)", MAX_QUERIES, roles=()),
     "max_results": fields.count("most passages one request may ask for, queries x topk (more: 413)", MAX_RESULTS, roles=()),
 }
-DEFAULTS = keydoc.defaults(KEYS)
+DEFAULTS = fields.defaults(KEYS)
 USAGE = """usage: serve-retriever corpus=PATH|NAME [key=value ...]
 
 Serve a wiki-18 style corpus with Search-R1's POST /retrieve API on 127.0.0.1: BM25 (retriever=bm25,
@@ -162,7 +162,7 @@ def make_server(retriever, host: str = "127.0.0.1", port: int = 0, max_topk: int
 def main(argv: list[str] | None = None) -> int:
     def _main(args: list[str]) -> int:
         if wants_help(args):
-            print(USAGE + "\n\nKeys (key=default  description):\n" + keydoc.help_table(KEYS))
+            print(USAGE + "\n\nKeys (key=default  description):\n" + fields.help_table(KEYS))
             return 0
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
         if not cfg.corpus:

@@ -15,7 +15,7 @@ from analysis.axes import check_axis
 from analysis.discover import Run, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
-from common import datafetch, interpreter, keydoc, schema
+from common import datafetch, fields, interpreter, schema
 from common.cards import write_report_cards
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, run_cli, wants_help
 from common.layout import SEED_DIR
@@ -102,7 +102,7 @@ PASSED_EVAL = ("n", "seed", "backend", "retriever", "corpus", "encoder", "index"
 KEYS.update({f"eval.{k}": Default(EVALUATE[k], owner="evaluate") for k in PASSED_EVAL})
 KEYS["eval.prompt"] = Default(EVALUATE["prompt"], EVALUATE["prompt"].default, owner="evaluate",
                               note="the runs' checkpoints' (the anchor takes anchor_nudge)")
-DEFAULTS: dict[str, Any] = keydoc.defaults(KEYS)
+DEFAULTS: dict[str, Any] = fields.defaults(KEYS)
 SET_HERE = {"ckpt": "each checkpoint", "out": "its eval dir", "benches": "benches=", "profile": "profile=", "dry_run": "dry_run="}
 ALIASES = {k: f"eval.{k}" for k in DEFAULTS["eval"]}
 EVERY_EVAL = [f"eval.{k}" for k in EVALUATE]   # what a misspelt eval.KEY is matched against
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(HELP + keydoc.help_table(KEYS))
+        print(HELP + fields.help_table(KEYS))
         return 0
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
         return print_result(run_analysis(read_config(Path(argv[0]))))

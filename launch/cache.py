@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,21 +15,8 @@ from data_prep.errors import DataPrepError
 from launch.errors import LaunchError
 
 
-@dataclass
-class CachedData:
-    dir: Path
-    key: str | None          # None when data.dir was given explicitly
-    manifest: dict
-    reused: bool
-
-    @property
-    def fingerprint(self) -> str | None:
-        return self.manifest.get("fingerprint")
-
-
 def cache_root(cfg: DictConfig) -> Path:
-    root = cfg.data.cache_root or Path(cfg.runs_root) / "_data"
-    return Path(root).expanduser().resolve()
+    return Path(cfg.data.cache_root or Path(cfg.runs_root) / "_data").expanduser().resolve()
 
 
 def data_section(cfg: DictConfig) -> DictConfig:
@@ -80,12 +66,12 @@ def pin_sources(cfg: DictConfig, domains, rd: Path, log: bool, **resolve) -> Non
             print(f"[launch] data.sources.{domain}: {spec} -> {note}")
 
 
-def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
+def ensure_dataset(cfg: DictConfig, data_arm: str) -> dict:
     """The arm's dataset directory, built (data_prep.build's `build_arm`) only when no complete copy is cached
-    (`dataset_key`). An explicit `data.dir` is used as is (it must be a data_prep output directory)."""
+    (`dataset_key`); an explicit `data.dir` is used as is (it must be a data_prep output directory, its cache_key None).
+    Returned as the run manifest's `data` record: dir, cache_key, fingerprint (the dataset manifest's), reused."""
     if cfg.data.dir:
-        data_dir = Path(cfg.data.dir).expanduser().resolve()
-        return CachedData(dir=data_dir, key=None, manifest=read_manifest(data_dir), reused=True)
+        return _record(Path(cfg.data.dir).expanduser().resolve(), None, reused=True)
     from data_prep.build import build_arm
 
     key = dataset_key(cfg, data_arm)
@@ -95,7 +81,7 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if final.is_dir():
             print(f"[launch] reusing cached dataset {final}")
-            return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=True)
+            return _record(final, key, reused=True)
         print(f"[launch] building the {data_arm} dataset (key {key[:16]}) -> {final}")
         with atomic_dir(final) as tmp:
             try:
@@ -108,4 +94,8 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> CachedData:
                 raise LaunchError(f"data prep for arm {data_arm!r} failed: {exc}{hint}") from exc
             if not (tmp / layout.MANIFEST).is_file():
                 raise LaunchError(f"data_prep wrote no {layout.MANIFEST} into {tmp}; refusing to cache it")
-    return CachedData(dir=final, key=key, manifest=read_manifest(final), reused=False)
+    return _record(final, key, reused=False)
+
+
+def _record(data_dir: Path, key: str | None, reused: bool) -> dict:
+    return {"dir": str(data_dir), "cache_key": key, "fingerprint": read_manifest(data_dir).get("fingerprint"), "reused": reused}

@@ -16,9 +16,8 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common import keydoc
 from common.cli import flat_keys, run_cli, wants_help
-from common.fields import plain
+from common.fields import help_table, plain
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, group_choices
 from launch.compose import compose
 from launch.jobs import BACKENDS, with_backend_keys
@@ -41,7 +40,7 @@ def help_text() -> str:
           f"   (default: {DEFAULT_CHOICES[group]})" for group in GROUPS),   # a backend needs no recipe
         "", "Top-level shortcuts:", *(f"  {short:<14} -> {full} (default {sft_config.SFT[full].default!r})" for short, full in ALIASES.items()),
         "", "Keys (sft/config.py SFT: key=default  description; the group recipes may change a default):",
-        keydoc.help_table(with_backend_keys(sft_config.SFT)),
+        help_table(with_backend_keys(sft_config.SFT)),
         "", "GRPO: `launch stage=grpo --help` lists its keys.",
         "", "Masks: data.history_reasoning=exact (default) trains every token as the model generated it, in its",
         "own context; keep_as_rendered and data.thoughts=drop are INEXACT (counted in the dataset manifest).",

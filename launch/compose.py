@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.cli import KeySpace, apply_overrides, base60_problem, did_you_mean, flat_keys, merge, split_dotlist
-from common import keydoc, plan
+from common import fields, plan
 from common.fields import plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
 from data_prep import config as data_config
@@ -175,7 +175,7 @@ def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
     choices, rest = split_selectors(argv)
     layers = [(f"recipes/{group}/{choices[group]}.yaml", launcher_recipe(choices[group], recipes) if group == "launcher"
                else load_recipe(group, choices[group], recipes)) for group in GROUPS]
-    cfg, origins, meta = _layered(SFT_KEYS, keydoc.defaults(with_backend_keys(sft_config.SFT)), layers, choices, rest)
+    cfg, origins, meta = _layered(SFT_KEYS, fields.defaults(with_backend_keys(sft_config.SFT)), layers, choices, rest)
     validate(cfg)
     return Composed(cfg, choices, origins, str(meta.get("data_arm") or cfg.arm))
 
@@ -204,7 +204,7 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
                       "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
     # Only the keys GRPO reads are kept, so config.yaml (and the run fingerprint over it) holds no SFT-only knob
     # that changes nothing here, and setting one is an unknown-key error.
-    cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **keydoc.defaults(with_backend_keys(rl_config.GRPO))}, layers, choices, rest, strict=False)
+    cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **fields.defaults(with_backend_keys(rl_config.GRPO))}, layers, choices, rest, strict=False)
     cfg.arm = f"grpo_{cfg.task}"   # arm: grpo_<task>, set last
     rl_config.validate(cfg)
     if bad := launcher_problems(cfg, resume=False) + slurm_option_problems(plain(cfg.launcher.sbatch)) + plan.late_saves(cfg.train, None, rl_config.GRPO):

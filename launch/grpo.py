@@ -9,9 +9,9 @@ import sys
 
 from omegaconf import OmegaConf
 
-from common import interpreter, keydoc
+from common import interpreter
 from rl import config as rl_config
-from common.fields import Default, plain
+from common.fields import Default, help_table, plain
 from common.cli import run_cli, wants_help
 from common.recipes import RECIPES, RL_ALIASES
 from launch import run
@@ -42,7 +42,7 @@ def help_text(argv: list[str]) -> str:
     """GRPO's own keys, defaults and descriptions (for the task= / model= / launcher= given in argv, else the defaults)."""
     chosen = [a for a in argv if a.split("=", 1)[0] in GRPO_SELECTORS] or [f"{k}={v}" for k, v in GRPO_SELECTORS.items()]
     return "\n".join([USAGE, "", f"Keys for {' '.join(chosen)} (key=default  description; any key: key.sub=value):",
-                      keydoc.help_table(grpo_keys(argv)), "",
+                      help_table(grpo_keys(argv)), "",
                       "Shortcuts: " + ", ".join(f"{a} -> {f}" for a, f in RL_ALIASES.items())])
 
 

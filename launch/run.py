@@ -425,20 +425,20 @@ class SFTTrainer(Trainer):
     def details(self, prep: Prepared) -> list[str]:
         return [f"[launch] {plan_line(prep.cfg)}"]
 
-    def dataset(self, prep: Prepared) -> cache.CachedData:
+    def dataset(self, prep: Prepared) -> dict:
         """The run's dataset (its arm's hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
         if not prep.cfg.data.dir:
             cache.pin_sources(prep.cfg, arms.quotas(prep.composed.data_arm, int(prep.cfg.data.n)), prep.run_dir, True)
         data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm)
-        prep.cfg.data.dir = str(data.dir)
+        prep.cfg.data.dir = data["dir"]
         return data
 
     def prepare(self, prep: Prepared) -> dict:
         """The dataset (cached), the data half of the identity, config.yaml; the manifest's `data` record: the dataset."""
         data = self.dataset(prep)
-        prep.identity = check_identity(prep.run_dir, prep.cfg, data.fingerprint)
+        prep.identity = check_identity(prep.run_dir, prep.cfg, data["fingerprint"])
         write_config(prep)
-        return {"dir": str(data.dir), "cache_key": data.key, "fingerprint": data.fingerprint, "reused": data.reused}
+        return data
 
     def check_finished(self, prep: Prepared) -> None:
         """Is a finished run's dataset still the one it trained on? Yes when its cache key is the recorded one (no data
@@ -452,7 +452,7 @@ class SFTTrainer(Trainer):
             if key is not None and key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd), prep.composed.data_arm):
                 return
             print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
-        check_identity(rd, prep.cfg, self.dataset(prep).fingerprint)
+        check_identity(rd, prep.cfg, self.dataset(prep)["fingerprint"])
 
 
 SFT = SFTTrainer()

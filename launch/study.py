@@ -20,9 +20,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import interpreter
-from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, wants_help
+from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, shown, wants_help
 from common.interpreter import KINDS
-from common.keydoc import shown
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common import keydoc, layout
+from common import fields, layout
 from sft.config import SFT
 
 WORDS = "alpha beta gamma delta river stone cloud tiger maple orbit pixel lunar amber frost cedar".split()
@@ -52,7 +52,7 @@ def make_dataset_dir(out: Path, n: int = 48, seed: int = 0, fingerprint: str = "
 
 def write_config(run_dir: Path, data_dir: Path, **train) -> Path:
     """A resolved config for the tiny model on CPU; `train` overrides train.* / other dotted keys."""
-    cfg = OmegaConf.create(keydoc.defaults(SFT))   # every key at its default (sft.config)
+    cfg = OmegaConf.create(fields.defaults(SFT))   # every key at its default (sft.config)
     cfg.arm, cfg.run_dir, cfg.data.dir = "test", str(run_dir), str(data_dir)
     cfg.model.update(path="tiny", tokenizer="tiny", init="random", gpu_only=False)
     cfg.train.update(global_batch_size=8, max_tokens_per_micro_batch=256, lr=3e-3, steps=6, save_steps=[3],

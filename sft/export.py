@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from common import fields, keydoc
+from common import fields
 from common.fields import Test, choice, count, field, flag, text
 from common.layout import CHECKPOINTS, CONFIG, STATES
 from common.cli import apply_overrides, load_mapping, run_cli, wants_help
@@ -74,7 +74,7 @@ KEYS = {  # `export-checkpoint --help` and docs/keys/export-checkpoint.md; each 
     "verify": flag("run verify-checkpoint on the result", True),
     "dry_run": flag("true: print the config and the resolved source, write nothing", False),
 }
-DEFAULTS = keydoc.defaults(KEYS)
+DEFAULTS = fields.defaults(KEYS)
 
 # Tokenizer / chat template / generation files carried over verbatim. Allowlists, so
 # optimizer states or training leftovers in a checkpoint dir never reach the serving copy;
@@ -379,7 +379,7 @@ def checked(cfg, required: str = "ckpt=PATH and out=PATH are required (see --hel
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(KEYS))
+        print(__doc__ + "\nKeys (key=default  description):\n" + fields.help_table(KEYS))
         return 0
     if len(argv) == 1 and "=" not in argv[0] and Path(argv[0]).is_file():   # a resolved config (a study's export job)
         held = load_mapping(argv[0], SftError, "not YAML", "not a mapping of export-checkpoint's keys")

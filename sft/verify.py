@@ -26,7 +26,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common import fields, keydoc
+from common import fields
 from common.fields import flag, text
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import check_sha256sums, tree_entries
@@ -292,9 +292,9 @@ KEYS = {  # `verify-checkpoint --help` and docs/keys/verify-checkpoint.md
 
 def _main(argv: list[str]) -> int:
     if wants_help(argv):
-        print(__doc__ + "\nKeys (key=default  description):\n" + keydoc.help_table(KEYS))
+        print(__doc__ + "\nKeys (key=default  description):\n" + fields.help_table(KEYS))
         return 0
-    cfg = apply_overrides(OmegaConf.create(keydoc.defaults(KEYS)), [a for a in argv if "=" in a])
+    cfg = apply_overrides(OmegaConf.create(fields.defaults(KEYS)), [a for a in argv if "=" in a])
     if bad := fields.problems(KEYS, cfg):
         raise SftError(bad[0])
     paths = [a for a in argv if "=" not in a] + ([cfg.path] if cfg.path else [])

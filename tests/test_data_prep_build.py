@@ -24,10 +24,10 @@ def mixed(tmp_path_factory):
 
 
 def test_defaults_are_the_sft_configs_data_section():
-    from common import keydoc
+    from common import fields
     from sft.config import SFT
 
-    assert keydoc.defaults(SFT)["data"] == DATA_DEFAULTS
+    assert fields.defaults(SFT)["data"] == DATA_DEFAULTS
 
 
 def test_dataset_contract(mixed):

@@ -1,4 +1,4 @@
-"""The docs' key tables and each CLI's --help come from one source per key (common.keydoc).
+"""The docs' key tables and each CLI's --help come from one source per key (common.fields).
 
 - every key of every command has a one-line description;
 - docs/keys/*.md are what tools/docs_keys.py writes from the sources now (a changed default or

@@ -5,7 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from common.cli import ConfigError, apply_overrides
-from common.keydoc import shown
+from common.cli import shown
 from common.io import check_sha256sums, write_sha256sums
 from data_prep.schema import RecordError, make_record, tool_call, validate_record
 

@@ -85,7 +85,7 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     again = SFT.resolve(argv)
     reused = SFT.dataset(again)
     assert list(again.cfg.data.sources.code) == ["r2e-gym:org/ds@sha111"]
-    assert str(reused.dir) == data["dir"] and reused.reused and len(fake_hub) == 1
+    assert reused["dir"] == data["dir"] and reused["reused"] and len(fake_hub) == 1
 
     other = SFT.resolve([*argv[:-1], f"runs_root={tmp_path / 'fresh'}"])   # a new run, offline: a clear error
     from common.cli import ConfigError

@@ -50,15 +50,15 @@ def _cfg(tmp_path, *extra):
 def test_second_launch_reuses_and_changed_input_rebuilds(tmp_path, monkeypatch):
     fake = FakeDataPrep().install(monkeypatch)
     first = cache.ensure_dataset(_cfg(tmp_path), "r2e")
-    assert not first.reused and first.dir.parent == tmp_path.resolve() / "_data"
-    assert first.fingerprint == "fp-r2e-0-3500" and (first.dir / "rejected.jsonl").is_file()
+    assert not first["reused"] and Path(first["dir"]).parent == tmp_path.resolve() / "_data"
+    assert first["fingerprint"] == "fp-r2e-0-3500" and (Path(first["dir"]) / "rejected.jsonl").is_file()
     again = cache.ensure_dataset(_cfg(tmp_path), "r2e")
-    assert again.reused and again.dir == first.dir and fake.builds == ["r2e"]
+    assert again["reused"] and again["dir"] == first["dir"] and fake.builds == ["r2e"]
     changed = cache.ensure_dataset(_cfg(tmp_path, "n=64"), "r2e")
-    assert not changed.reused and changed.dir != first.dir and len(fake.builds) == 2
+    assert not changed["reused"] and changed["dir"] != first["dir"] and len(fake.builds) == 2
     # The data location keys are not part of the key: another cache_root, same key.
     other = cache.ensure_dataset(_cfg(tmp_path, f"data.cache_root={tmp_path / 'c2'}"), "r2e")
-    assert other.key == first.key and other.dir.parent == (tmp_path / "c2").resolve()
+    assert other["cache_key"] == first["cache_key"] and Path(other["dir"]).parent == (tmp_path / "c2").resolve()
 
 
 def test_failed_build_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
@@ -78,7 +78,7 @@ def test_failed_build_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
     root = tmp_path / "_data"
     assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
     built = ensure(cfg, fake.build)
-    assert not built.reused and fake.builds == ["r2e"]
+    assert not built["reused"] and fake.builds == ["r2e"]
 
     def offline(data_cfg, *, out, **kw):
         raise ConnectionError("Couldn't reach 'R2E-Gym/R2EGym-SFT-Trajectories' on the Hub")
@@ -125,7 +125,7 @@ def test_explicit_data_dir_is_used_as_is(tmp_path):
             cache.ensure_dataset(cfg, "r2e")
     (d / "manifest.json").write_text(json.dumps({"fingerprint": "abc"}))
     got = cache.ensure_dataset(cfg, "r2e")
-    assert got.dir == d.resolve() and got.fingerprint == "abc" and got.key is None
+    assert got == {"dir": str(d.resolve()), "cache_key": None, "fingerprint": "abc", "reused": True}
 
 
 def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypatch):

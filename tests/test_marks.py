@@ -10,7 +10,7 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from common.keydoc import shown
+from common.cli import shown
 from common.marks import MARK_GRAMMAR, REFERENCES, MarkError, file_marks, line_marks
 from common.study import load_study, study_names
 from tests.conftest import ROOT, shared_path

@@ -587,7 +587,7 @@ def test_a_study_variable_may_refer_to_another(tmp_path):
     from omegaconf import OmegaConf
 
     from common.cli import apply_overrides
-    from common.keydoc import shown
+    from common.cli import shown
     from launch.study import parse_study_argv
 
     for value in ("5", "true", "null", "x # y", "", ["a, b", "c: d"], {"k": "1"}):

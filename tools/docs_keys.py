@@ -6,7 +6,7 @@
 docs/keys/studies.md (included in docs/studies.md) is generated the same way from the study files: per
 study, its "differs from the reference" table (`common.study.Study.differences`).
 
-The sources are the ones each command's --help prints (common.keydoc): the field tables of the config
+The sources are the ones each command's --help prints (common.fields): the field tables of the config
 modules (sft/config.py SFT and rl/config.py GRPO for the trainers' recipe keys, with each launcher backend's own
 `keys`).
 """
@@ -44,7 +44,7 @@ def tables() -> dict[str, dict]:
 
 def markdown_table(table: dict) -> str:
     """A docs/keys page's table of a `{dotted.key: Field}` table, each description HTML-escaped."""
-    from common.keydoc import shown
+    from common.cli import shown
 
     rows = ["| key | default | description |", "| --- | --- | --- |"]
     for name, entry in table.items():
@@ -84,7 +84,7 @@ def pages() -> dict[str, str]:
 def studies_page() -> str:
     """Per study, what differs from its reference: each `[chosen: ...]` setting of the study file with its
     reason (a table), then each note (what it does not reproduce) — `Study.differences`, as launch prints it."""
-    from common.keydoc import shown
+    from common.cli import shown
     from common.study import VARIANT_DIR, load_study, study_names
 
     def cell(text: str) -> str:

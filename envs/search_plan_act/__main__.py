@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from common import fields, keydoc
+from common import fields
 from common.cli import apply_overrides, run_cli, wants_help
 from common.io import replace_aside
 from envs.errors import EnvsError
@@ -35,11 +35,11 @@ def main(argv: list[str]) -> int:
         if argv and not wants_help(argv):
             raise EnvsError(f"unknown command {argv[0]!r}; expected one of {list(KEYS)}")
         shown = [argv[0]] if argv and argv[0] in KEYS else list(KEYS)
-        print(__doc__ + "".join(f"\n\n{c} keys (key=default  description):\n" + keydoc.help_table(KEYS[c])
+        print(__doc__ + "".join(f"\n\n{c} keys (key=default  description):\n" + fields.help_table(KEYS[c])
                                 for c in shown))
         return 0
     cmd, rest = argv[0], argv[1:]
-    cfg = apply_overrides(OmegaConf.create(keydoc.defaults(KEYS[cmd])), rest)
+    cfg = apply_overrides(OmegaConf.create(fields.defaults(KEYS[cmd])), rest)
     if bad := fields.problems(KEYS[cmd], cfg):
         raise EnvsError("; ".join(bad))
     if cmd == "pilot":
