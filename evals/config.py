@@ -207,7 +207,7 @@ def engine_problem(cfg: DictConfig) -> str | None:
 
 
 class Resolved(NamedTuple):
-    """An evaluate config resolved once (resolve_request / for_checkpoint) and its checkpoint's identity (None: not
+    """An evaluate config resolved once (resolve / for_checkpoint) and its checkpoint's identity (None: not
     computed yet), which evals.run's `evaluate` and `to_evaluate` take as they are, resolving nothing again."""
 
     cfg: DictConfig
@@ -216,7 +216,7 @@ class Resolved(NamedTuple):
 
 def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str], prompt: str,
                    overwrite: bool | None = None) -> DictConfig:
-    """One checkpoint's resolved config, made from `settings` (resolve_request's for every evaluation of an analysis,
+    """One checkpoint's resolved config, made from `settings` (what resolve gave for every evaluation of an analysis,
     its ckpt and out stand-ins) without resolving again: `benches` (among the settings') and the prompt are checked."""
     if unknown := [b for b in benches if b not in settings.benches]:
         raise EvalError(f"benches {unknown}: not among the resolved settings' ({', '.join(settings.benches)})")
@@ -230,17 +230,9 @@ def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str]
     return cfg
 
 
-def resolve_request(cfg: DictConfig | dict) -> DictConfig:
-    """`resolve`, plus what a request that builds its own engine (the command line, analyze) is refused
-    for before any work: `engine_problem`."""
-    merged = resolve(cfg)
-    if why := engine_problem(merged):
-        raise EvalError(why)
-    return merged
-
-
-def resolve(cfg: DictConfig | dict) -> DictConfig:
-    """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors."""
+def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
+    """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors. `engine`: a request
+    that builds its own engine (the command line, analyze) is also refused, before any work, for `engine_problem`."""
     user = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
     base = base_config(user.get("profile"))
     if unknown := [key for key in user if key not in base]:
@@ -302,4 +294,6 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
         if (out := default_out(merged.ckpt, merged.profile)) is None:
             raise EvalError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
         merged.out = str(out)
+    if engine and (why := engine_problem(merged)):
+        raise EvalError(why)
     return merged
