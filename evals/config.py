@@ -197,13 +197,12 @@ def shard_items(items: list, shard) -> list:
     return items[i::n]
 
 
-def engine_problem(cfg: DictConfig) -> str | None:
-    """Why a resolved request cannot build its own engine (None when it can): driver=async needs vLLM's
-    AsyncLLM. (A caller passing its own engine is checked against that engine: evals.run.resolve_driver.)"""
+def check_engine(cfg: DictConfig) -> None:
+    """Refuses (EvalError) a resolved request that cannot build its own engine: driver=async needs vLLM's AsyncLLM.
+    (A caller passing its own engine is checked against that engine: evals.run.resolve_driver.)"""
     if cfg.driver == "async" and cfg.backend != "vllm":
-        return (f"driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); backend={cfg.backend} "
-                "runs driver=lockstep (or driver=auto)")
-    return None
+        raise EvalError(f"driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); backend={cfg.backend} "
+                        "runs driver=lockstep (or driver=auto)")
 
 
 class Resolved(NamedTuple):
@@ -232,7 +231,7 @@ def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str]
 
 def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
     """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors. `engine`: a request
-    that builds its own engine (the command line, analyze) is also refused, before any work, for `engine_problem`."""
+    that builds its own engine (the command line, analyze) is also refused, before any work, by `check_engine`."""
     user = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
     base = base_config(user.get("profile"))
     if unknown := [key for key in user if key not in base]:
@@ -294,6 +293,6 @@ def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
         if (out := default_out(merged.ckpt, merged.profile)) is None:
             raise EvalError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
         merged.out = str(out)
-    if engine and (why := engine_problem(merged)):
-        raise EvalError(why)
+    if engine:
+        check_engine(merged)
     return merged
