@@ -17,7 +17,7 @@ from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_sou
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
-from evals.registry import env_benches, kind_of
+from evals.registry import env_benches, kind_of, uses_retriever
 
 # Every evaluate key, defined once (common.fields: default, rule, help, roles; evals.identity derives the
 # evaluation identity from the roles). Counts are integers (2.5, `true` or text are refused, never truncated).
@@ -123,11 +123,6 @@ def load_config(path: Path, command: str, what: str) -> DictConfig:
                         hint=f" ({command} CONFIG runs the {what} a config file holds; else give key=value settings)")
 
 
-def uses_retriever(bench: str) -> bool:
-    """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
-    return bench not in env_benches() and parse_bench_key(bench)[1] == "open"
-
-
 def bench_keys(benches) -> list[str]:
     """`benches` as their canonical keys (`musique@open` is `musique`: one name per bench and context mode, as
     evaluate writes it), each once; an EvalError naming a malformed or twice-listed one."""
@@ -189,12 +184,6 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
             raise EvalError(f"{key}.{k}: {k} is not being run (benches: {', '.join(benches)}), so this entry would "
                             f"{'size' if key == 'bench_n' else 'select'} nothing{hint}")
     return {**{k: v for k, v in profile.items() if k in benches}, **own}
-
-
-def shard_items(items: list, shard) -> list:
-    """The items of shard `shard` (`I/N`, checked by its field's rule): positions I, I+N, ... (all items when unset)."""
-    i, n = map(int, str(shard).split("/")) if shard is not None else (0, 1)
-    return items[i::n]
 
 
 def check_engine(cfg: DictConfig) -> None:

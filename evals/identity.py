@@ -87,8 +87,8 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     """`{"fingerprint", "keys", "ckpt_path"}` for one bench (common.fingerprint's record shape, so
     `fingerprint_diff` names every differing key); a named item set adds its name and pinned source."""
     from evals.backends import engine_settings
-    from evals.config import KEYS, uses_retriever   # uses_retriever: QA benches in context mode open (item/given search no corpus)
-    from evals.registry import key_prefixes, kind_of
+    from evals.config import KEYS
+    from evals.registry import key_prefixes, kind_of, uses_retriever   # QA benches in context mode open (item/given search no corpus)
 
     not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
     conf = dict(plain(cfg))

@@ -43,12 +43,13 @@ from common import thinking
 from common.io import check_sha256sums, sha256_text
 from evals import scheduler, teacher_forced
 from evals.benches import SEARCH7, bench_size, read_bench_file
-from evals.config import Resolved, check_engine, resolve, shard_items, uses_retriever
+from evals.config import Resolved, check_engine, resolve
 from evals.engine import Engine, Lockstep
 from evals.errors import EvalError
 from evals.identity import bench_identity, checkpoint_identity, source_digest
 from evals.metrics import NULL_REASON, unweighted_mean
-from evals.registry import kind_of
+from evals.parallel import shard_items
+from evals.registry import kind_of, uses_retriever
 from evals.scheduler import Episodes
 from evals.results import QA_KEYS
 from evals.store import EvalStore, described
