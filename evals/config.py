@@ -103,14 +103,6 @@ KEYS = {
 DEFAULTS = keydoc.defaults(KEYS)
 
 
-def default_out(ckpt: str, profile: str | None = None) -> Path | None:
-    """`<run_dir>/eval/[<profile>/]step-NNNNNN` for `<run_dir>/checkpoints/step-NNNNNN`, else None."""
-    p = Path(ckpt)
-    if (step := layout.parse_step(p.name)) is not None and p.parent.name == layout.CHECKPOINTS:
-        return layout.eval_dir(p.parent.parent, step, profile)
-    return None
-
-
 def base_config(profile: str | None = None) -> DictConfig:
     """DEFAULTS with the profile's `evaluate` keys on top (what command-line keys then override)."""
     base = OmegaConf.create(DEFAULTS)
@@ -279,9 +271,9 @@ def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:
-        if (out := default_out(merged.ckpt, merged.profile)) is None:
+        if (where := layout.checkpoint_of(merged.ckpt)) is None:
             raise EvalError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
-        merged.out = str(out)
+        merged.out = str(layout.eval_dir(*where, merged.profile))
     if engine:
         check_engine(merged)
     return merged
