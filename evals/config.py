@@ -19,8 +19,7 @@ from common.prompts import PROMPTS
 from evals.errors import EvalError
 from evals.registry import env_benches, kind_of, uses_retriever
 
-# Every evaluate key, defined once (common.fields: default, rule, help, roles; evals.identity derives the
-# evaluation identity from the roles). Counts are integers (2.5, `true` or text are refused, never truncated).
+# Every evaluate key, defined once (common.fields; evals.identity derives the evaluation identity from the roles).
 _ID, _CONTENT, _ENGINE = (IDENTITY,), (CONTENT,), (ENGINE,)
 _PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
 # an output directory (evaluate's out, analyze's anchor_dir): null, or a path that is not a file

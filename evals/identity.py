@@ -56,9 +56,8 @@ def corpus_identity(corpus: str | None) -> dict[str, Any] | None:
 
 
 def retrieval_identity(conf: dict) -> dict[str, Any] | None:
-    """retriever=e5: the encoder's content identity (as a checkpoint's), the index file's sha256 (cached
-    per file, common.fingerprint.file_digest) or that it is built from the corpus, and the encoding
-    settings (evals.dense); None for the other retrievers (their identity is the corpus, or a URL)."""
+    """retriever=e5: the encoder's and the index's content identity (or that the index is built from the corpus) and
+    the encoding settings (evals.dense); None for the other retrievers (their identity is the corpus, or a URL)."""
     if conf.get("retriever") != "e5":
         return None
     from evals.dense import MAX_LENGTH, PASSAGE_PREFIX, QUERY_PREFIX, encoder_dtype

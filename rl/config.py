@@ -1,7 +1,6 @@
 """The `stage=grpo` config the GRPO trainer reads (its only input): its keys (`GRPO`: its own sections, grpo
 and lora, beside the SFT trainer's and the shared ones it takes), its validation (`problems`: launch checks the
-composed config with it before any work, rl.train the resolved `config.yaml`), its run directory and identity.
-"""
+composed config with it before any work, rl.train the resolved `config.yaml`), its run directory and identity."""
 from __future__ import annotations
 
 import re
@@ -209,9 +208,8 @@ def input_files(cfg: DictConfig) -> list[str]:
 
 
 def run_identity(cfg: DictConfig) -> dict:
-    """The run identity (common.fingerprint over every result-changing key of config.yaml; every input file, `input_files`,
-    by content: a fetched file's pinned digest, else the cached sha256; the reward rules' version, rl.envs.REWARD_SEMANTICS),
-    as launch and rl.train compute it: a relaunch on a changed file is another configuration, whatever its path."""
+    """The run identity as launch and rl.train compute it: every result-changing key, the reward rules' version and every
+    input file by content (`input_files`), so a relaunch on a changed file is another configuration, whatever its path."""
     inputs = {}
     for key in input_files(cfg):
         path = OmegaConf.select(cfg, key)
