@@ -34,13 +34,11 @@ def checkpoint_identity(ckpt: str) -> dict[str, Any]:
 def hub_revision(repo: str) -> str | None:
     """The commit a hub id resolves to (local cache first, then the hub); None when unknown."""
     with suppress(Exception):
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import HfApi, snapshot_download
 
-        return Path(snapshot_download(repo, local_files_only=True, allow_patterns=["config.json"])).name
-    with suppress(Exception):   # not cached: ask the hub
-        from huggingface_hub import HfApi
-
-        return HfApi().model_info(repo).sha
+        with suppress(Exception):
+            return Path(snapshot_download(repo, local_files_only=True, allow_patterns=["config.json"])).name
+        return HfApi().model_info(repo).sha   # not cached: ask the hub
     return None
 
 
