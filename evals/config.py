@@ -177,17 +177,9 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     return {**{k: v for k, v in profile.items() if k in benches}, **own}
 
 
-def check_engine(cfg: DictConfig) -> None:
-    """Refuses (EvalError) a resolved request that cannot build its own engine: driver=async needs vLLM's AsyncLLM.
-    (A caller passing its own engine is checked against that engine: evals.run.resolve_driver.)"""
-    if cfg.driver == "async" and cfg.backend != "vllm":
-        raise EvalError(f"driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); backend={cfg.backend} "
-                        "runs driver=lockstep (or driver=auto)")
-
-
 class Resolved(NamedTuple):
-    """An evaluate config resolved once (resolve / for_checkpoint) and its checkpoint's identity (None: not
-    computed yet), which evals.run's `evaluate` and `to_evaluate` take as they are, resolving nothing again."""
+    """An evaluate config resolved once (resolve with engine=True, then for_checkpoint) and its checkpoint's identity
+    (None: not computed yet), which evals.run's `evaluate` and `to_evaluate` take as they are, resolving nothing again."""
 
     cfg: DictConfig
     ckpt_id: dict | None = None
@@ -211,7 +203,8 @@ def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str]
 
 def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
     """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors. `engine`: a request
-    that builds its own engine (the command line, analyze) is also refused, before any work, by `check_engine`."""
+    that builds its own engine (the command line, analyze) is also refused, before any work, for one it cannot build
+    (a caller passing its own engine is checked against that engine: evals.run.resolve_driver)."""
     user = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
     base = base_config(user.get("profile"))
     if unknown := [key for key in user if key not in base]:
@@ -273,6 +266,7 @@ def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
         if (where := layout.checkpoint_of(merged.ckpt)) is None:
             raise EvalError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
         merged.out = str(layout.eval_dir(*where, merged.profile))
-    if engine:
-        check_engine(merged)
+    if engine and merged.driver == "async" and merged.backend != "vllm":   # AsyncLLM is vLLM's
+        raise EvalError("driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); "
+                        f"backend={merged.backend} runs driver=lockstep (or driver=auto)")
     return merged

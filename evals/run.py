@@ -43,7 +43,7 @@ from common import thinking
 from common.io import check_sha256sums, sha256_text
 from evals import scheduler, teacher_forced
 from evals.benches import SEARCH7, bench_size, read_bench_file
-from evals.config import Resolved, check_engine, resolve
+from evals.config import Resolved, resolve
 from evals.engine import Engine, Lockstep
 from evals.errors import EvalError
 from evals.identity import bench_identity, checkpoint_identity, source_digest
@@ -283,11 +283,10 @@ def evaluate(cfg, *, backend=None, retriever=None, ckpt_id: dict | None = None) 
     whole call (data_parallel's shards each hold their own shard dir's; the final merge runs in this
     call) and released on any exit, so the next segment of a stopped Slurm task, in this process or a
     requeued one, takes it; a second evaluation of the out dir is refused at once, naming the holder."""
-    # refused before any shard, model or row: an engine it cannot build, a switch its template ignores
+    # refused before any shard, model or row: an engine it cannot build (a Resolved was, when resolved), a switch
+    # its template ignores
     if isinstance(cfg, Resolved):
         cfg, ckpt_id = cfg.cfg, ckpt_id or cfg.ckpt_id
-        if backend is None:
-            check_engine(cfg)
     else:
         cfg = resolve(cfg, engine=backend is None)
     if backend is None and (problem := thinking_problem(cfg)):
