@@ -207,6 +207,14 @@ def eval_dir(run_dir: str | Path, step: int, profile: str | None = None) -> Path
     return Path(run_dir) / eval_subdir(profile) / step_name(step)
 
 
+def checkpoint_of(ckpt: str | Path) -> tuple[Path, int] | None:
+    """(run_dir, step) of `<run_dir>/checkpoints/step-NNNNNN`, else None (a model outside a run)."""
+    p = Path(ckpt)
+    if (step := parse_step(p.name)) is not None and p.parent.name == CHECKPOINTS:
+        return p.parent.parent, step
+    return None
+
+
 def is_complete_state(state: str | Path) -> bool:
     """The one rule for a usable state dir: `COMPLETE` (written last) and its `meta.json`."""
     return (Path(state) / COMPLETE).is_file() and (Path(state) / STATE_META).is_file()

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from common import fields
 from common.cli import apply_overrides, run_cli, wants_help
-from evals.config import KEYS, base_config, load_config, resolve_request
+from evals.config import KEYS, base_config, load_config, resolve
 from evals.errors import EvalError
 
 USAGE = """usage: evaluate ckpt=PATH [key=value ...]   (every key and its default below)
@@ -41,10 +41,10 @@ def _main(argv: list[str]) -> int:
         print(USAGE + fields.help_table(KEYS))
         return 0
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (a study's evaluate stage)
-        cfg = resolve_request(load_config(Path(argv[0]), "evaluate", "evaluation"))
+        cfg = resolve(load_config(Path(argv[0]), "evaluate", "evaluation"), engine=True)
     else:   # a profile's keys sit under the command line's: read `profile=` first, build the base from it
         profile = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("profile=")), None)
-        cfg = resolve_request(apply_overrides(base_config(profile or None), argv))
+        cfg = resolve(apply_overrides(base_config(profile or None), argv), engine=True)
     if cfg.dry_run:
         print(OmegaConf.to_yaml(cfg))
         return 0

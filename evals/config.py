@@ -17,10 +17,9 @@ from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_sou
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
-from evals.registry import env_benches, kind_of
+from evals.registry import env_benches, kind_of, uses_retriever
 
-# Every evaluate key, defined once (common.fields: default, rule, help, roles; evals.identity derives the
-# evaluation identity from the roles). Counts are integers (2.5, `true` or text are refused, never truncated).
+# Every evaluate key, defined once (common.fields; evals.identity derives the evaluation identity from the roles).
 _ID, _CONTENT, _ENGINE = (IDENTITY,), (CONTENT,), (ENGINE,)
 _PATH_ID, _PATH_CONTENT = (IDENTITY, PATH), (CONTENT, PATH)
 # an output directory (evaluate's out, analyze's anchor_dir): null, or a path that is not a file
@@ -103,14 +102,6 @@ KEYS = {
 DEFAULTS = fields.defaults(KEYS)
 
 
-def default_out(ckpt: str, profile: str | None = None) -> Path | None:
-    """`<run_dir>/eval/[<profile>/]step-NNNNNN` for `<run_dir>/checkpoints/step-NNNNNN`, else None."""
-    p = Path(ckpt)
-    if (step := layout.parse_step(p.name)) is not None and p.parent.name == layout.CHECKPOINTS:
-        return layout.eval_dir(p.parent.parent, step, profile)
-    return None
-
-
 def base_config(profile: str | None = None) -> DictConfig:
     """DEFAULTS with the profile's `evaluate` keys on top (what command-line keys then override)."""
     base = OmegaConf.create(DEFAULTS)
@@ -121,11 +112,6 @@ def load_config(path: Path, command: str, what: str) -> DictConfig:
     """The mapping config file `path` holds (`COMMAND CONFIG` runs the `what` in it), else a one-line EvalError."""
     return load_mapping(path, EvalError, "not YAML", f"not a mapping of {command}'s keys",
                         hint=f" ({command} CONFIG runs the {what} a config file holds; else give key=value settings)")
-
-
-def uses_retriever(bench: str) -> bool:
-    """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
-    return bench not in env_benches() and parse_bench_key(bench)[1] == "open"
 
 
 def bench_keys(benches) -> list[str]:
@@ -191,24 +177,9 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
     return {**{k: v for k, v in profile.items() if k in benches}, **own}
 
 
-def shard_items(items: list, shard) -> list:
-    """The items of shard `shard` (`I/N`, checked by its field's rule): positions I, I+N, ... (all items when unset)."""
-    i, n = map(int, str(shard).split("/")) if shard is not None else (0, 1)
-    return items[i::n]
-
-
-def engine_problem(cfg: DictConfig) -> str | None:
-    """Why a resolved request cannot build its own engine (None when it can): driver=async needs vLLM's
-    AsyncLLM. (A caller passing its own engine is checked against that engine: evals.run.resolve_driver.)"""
-    if cfg.driver == "async" and cfg.backend != "vllm":
-        return (f"driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); backend={cfg.backend} "
-                "runs driver=lockstep (or driver=auto)")
-    return None
-
-
 class Resolved(NamedTuple):
-    """An evaluate config resolved once (resolve_request / for_checkpoint) and its checkpoint's identity (None: not
-    computed yet), which evals.run's `evaluate` and `to_evaluate` take as they are, resolving nothing again."""
+    """An evaluate config resolved once (resolve with engine=True, then for_checkpoint) and its checkpoint's identity
+    (None: not computed yet), which evals.run's `evaluate` and `to_evaluate` take as they are, resolving nothing again."""
 
     cfg: DictConfig
     ckpt_id: dict | None = None
@@ -216,7 +187,7 @@ class Resolved(NamedTuple):
 
 def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str], prompt: str,
                    overwrite: bool | None = None) -> DictConfig:
-    """One checkpoint's resolved config, made from `settings` (resolve_request's for every evaluation of an analysis,
+    """One checkpoint's resolved config, made from `settings` (what resolve gave for every evaluation of an analysis,
     its ckpt and out stand-ins) without resolving again: `benches` (among the settings') and the prompt are checked."""
     if unknown := [b for b in benches if b not in settings.benches]:
         raise EvalError(f"benches {unknown}: not among the resolved settings' ({', '.join(settings.benches)})")
@@ -230,17 +201,10 @@ def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str]
     return cfg
 
 
-def resolve_request(cfg: DictConfig | dict) -> DictConfig:
-    """`resolve`, plus what a request that builds its own engine (the command line, analyze) is refused
-    for before any work: `engine_problem`."""
-    merged = resolve(cfg)
-    if why := engine_problem(merged):
-        raise EvalError(why)
-    return merged
-
-
-def resolve(cfg: DictConfig | dict) -> DictConfig:
-    """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors."""
+def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
+    """Defaults (+ the profile's keys) + `cfg`, checked; unknown keys and bad values are ConfigErrors. `engine`: a request
+    that builds its own engine (the command line, analyze) is also refused, before any work, for one it cannot build
+    (a caller passing its own engine is checked against that engine: evals.run.resolve_driver)."""
     user = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
     base = base_config(user.get("profile"))
     if unknown := [key for key in user if key not in base]:
@@ -299,7 +263,10 @@ def resolve(cfg: DictConfig | dict) -> DictConfig:
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:
-        if (out := default_out(merged.ckpt, merged.profile)) is None:
+        if (where := layout.checkpoint_of(merged.ckpt)) is None:
             raise EvalError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")
-        merged.out = str(out)
+        merged.out = str(layout.eval_dir(*where, merged.profile))
+    if engine and merged.driver == "async" and merged.backend != "vllm":   # AsyncLLM is vLLM's
+        raise EvalError("driver=async needs an asynchronous engine: backend=vllm (vLLM's AsyncLLM); "
+                        f"backend={merged.backend} runs driver=lockstep (or driver=auto)")
     return merged

@@ -34,13 +34,11 @@ def checkpoint_identity(ckpt: str) -> dict[str, Any]:
 def hub_revision(repo: str) -> str | None:
     """The commit a hub id resolves to (local cache first, then the hub); None when unknown."""
     with suppress(Exception):
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import HfApi, snapshot_download
 
-        return Path(snapshot_download(repo, local_files_only=True, allow_patterns=["config.json"])).name
-    with suppress(Exception):   # not cached: ask the hub
-        from huggingface_hub import HfApi
-
-        return HfApi().model_info(repo).sha
+        with suppress(Exception):
+            return Path(snapshot_download(repo, local_files_only=True, allow_patterns=["config.json"])).name
+        return HfApi().model_info(repo).sha   # not cached: ask the hub
     return None
 
 
@@ -56,9 +54,8 @@ def corpus_identity(corpus: str | None) -> dict[str, Any] | None:
 
 
 def retrieval_identity(conf: dict) -> dict[str, Any] | None:
-    """retriever=e5: the encoder's content identity (as a checkpoint's), the index file's sha256 (cached
-    per file, common.fingerprint.file_digest) or that it is built from the corpus, and the encoding
-    settings (evals.dense); None for the other retrievers (their identity is the corpus, or a URL)."""
+    """retriever=e5: the encoder's and the index's content identity (or that the index is built from the corpus) and
+    the encoding settings (evals.dense); None for the other retrievers (their identity is the corpus, or a URL)."""
     if conf.get("retriever") != "e5":
         return None
     from evals.dense import MAX_LENGTH, PASSAGE_PREFIX, QUERY_PREFIX, encoder_dtype
@@ -87,8 +84,8 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     """`{"fingerprint", "keys", "ckpt_path"}` for one bench (common.fingerprint's record shape, so
     `fingerprint_diff` names every differing key); a named item set adds its name and pinned source."""
     from evals.backends import engine_settings
-    from evals.config import KEYS, uses_retriever   # uses_retriever: QA benches in context mode open (item/given search no corpus)
-    from evals.registry import key_prefixes, kind_of
+    from evals.config import KEYS
+    from evals.registry import key_prefixes, kind_of, uses_retriever   # QA benches in context mode open (item/given search no corpus)
 
     not_as_is = {k for k, f in KEYS.items() if IDENTITY not in f.roles}
     conf = dict(plain(cfg))

@@ -3,7 +3,7 @@ with backend=vllm), each evaluating one shard of every bench's items; the rows m
 
 `evals.run.evaluate` drives the steps below (this module never imports it). Shard i of N takes the
 items at positions i, i+N, i+2N, ... of each bench's sample (the sample a single process evaluates;
-`shard=i/N`, evals.config.shard_items). Each shard is a child process
+`shard=i/N`, shard_items). Each shard is a child process
 (`python -m evals.shard_worker <out>/_shards/shard-i-of-N/request.yaml`) with CUDA_VISIBLE_DEVICES set to
 its own GPUs (on a host without CUDA the N processes share it) evaluating into its own directory
 `<out>/_shards/shard-i-of-N/`, so a killed shard resumes from its own rows. When every shard has
@@ -65,6 +65,12 @@ def device_groups(cfg: DictConfig) -> list[str | None]:
 
 def shard_dir(out: Path, i: int, n: int) -> Path:
     return Path(out) / SHARDS / f"shard-{i}-of-{n}"
+
+
+def shard_items(items: list, shard) -> list:
+    """The items of shard `shard` (`I/N`, checked by its field's rule): positions I, I+N, ... (all items when unset)."""
+    i, n = map(int, str(shard).split("/")) if shard is not None else (0, 1)
+    return items[i::n]
 
 
 class RowsOnly:

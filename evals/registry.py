@@ -200,6 +200,11 @@ def env_benches() -> tuple[str, ...]:
     return tuple(KINDS)
 
 
+def uses_retriever(bench: str) -> bool:
+    """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
+    return bench not in KINDS and parse_bench_key(bench)[1] == "open"
+
+
 def key_prefixes() -> dict[str, str]:
     """bench -> the prefix of the evaluate keys that belong to it alone (`babyai` -> `babyai_`)."""
     return {bench: kind.key_prefix for bench, kind in KINDS.items() if kind.key_prefix}

@@ -43,12 +43,13 @@ from common import thinking
 from common.io import check_sha256sums, sha256_text
 from evals import scheduler, teacher_forced
 from evals.benches import SEARCH7, bench_size, read_bench_file
-from evals.config import Resolved, engine_problem, resolve, resolve_request, shard_items, uses_retriever
+from evals.config import Resolved, resolve
 from evals.engine import Engine, Lockstep
 from evals.errors import EvalError
 from evals.identity import bench_identity, checkpoint_identity, source_digest
 from evals.metrics import NULL_REASON, unweighted_mean
-from evals.registry import kind_of
+from evals.parallel import shard_items
+from evals.registry import kind_of, uses_retriever
 from evals.scheduler import Episodes
 from evals.results import QA_KEYS
 from evals.store import EvalStore, described
@@ -276,25 +277,20 @@ def evaluate(cfg, *, backend=None, retriever=None, ckpt_id: dict | None = None) 
     here, on any exit (vLLM: its engine process shut down, not left to die). `ckpt_id`: the
     checkpoint's identity when the caller has it (a data_parallel shard), so the weights are hashed
     once per evaluation. The config is resolved once, here, unless it comes resolved (a `Resolved`:
-    resolve_request's, with the checkpoint's identity when known).
+    resolve's with engine=True, with the checkpoint's identity when known).
 
     One evaluation writes an out dir at a time: its lock (EvalStore.lock) is taken here, once, for the
     whole call (data_parallel's shards each hold their own shard dir's; the final merge runs in this
     call) and released on any exit, so the next segment of a stopped Slurm task, in this process or a
     requeued one, takes it; a second evaluation of the out dir is refused at once, naming the holder."""
-    given = isinstance(cfg, Resolved)
-    if given:
+    # refused before any shard, model or row: an engine it cannot build (a Resolved was, when resolved), a switch
+    # its template ignores
+    if isinstance(cfg, Resolved):
         cfg, ckpt_id = cfg.cfg, ckpt_id or cfg.ckpt_id
-    if backend is None:   # refused before any shard, model or row: an engine it cannot build, a switch its template ignores
-        if given:
-            if why := engine_problem(cfg):
-                raise EvalError(why)
-        else:
-            cfg = resolve_request(cfg)
-        if problem := thinking_problem(cfg):
-            raise EvalError(problem)
-    elif not given:
-        cfg = resolve(cfg)
+    else:
+        cfg = resolve(cfg, engine=backend is None)
+    if backend is None and (problem := thinking_problem(cfg)):
+        raise EvalError(problem)
     held = EvalStore(cfg.out).lock()
     try:
         if backend is None and int(cfg.data_parallel) > 1:   # N engine processes (evals.parallel)

@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 
 from common import layout
 from common.tracking import ID_FILE, init_run, run_spec, run_tags
-from evals.config import default_out
 
 
 def summary_row(summary: dict, profile: str | None = None) -> dict:
@@ -33,10 +32,8 @@ def log_summary(cfg, summary: dict, env: dict | None = None) -> str | None:
     setting = cfg.get("wandb", "auto")
     if setting is False or setting == "false":
         return None
-    out = default_out(str(cfg.ckpt))
-    run_dir = out.parent.parent if out is not None else None
+    run_dir, step = layout.checkpoint_of(str(cfg.ckpt)) or (None, None)
     id_file = run_dir / ID_FILE if run_dir is not None else None
-    step = layout.parse_step(Path(str(cfg.ckpt)).name) if out is not None else None
     if id_file is not None and id_file.is_file():
         train = OmegaConf.load(run_dir / layout.CONFIG) if (run_dir / layout.CONFIG).is_file() else OmegaConf.create({})
         logging_cfg = OmegaConf.to_container(train.logging, resolve=True) if "logging" in train else {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import traceback
 from contextlib import suppress
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,7 +51,7 @@ class EvalsHarness(Harness):
         except ImportError as exc:
             raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
         self.config, self.evaluator, self.ids = config, evaluator, cache(identity.checkpoint_identity)   # once per checkpoint
-        self.evaluate, self.pending, self.check = run.evaluate, run.to_evaluate, config.resolve_request   # (Harness's three)
+        self.evaluate, self.pending, self.check = run.evaluate, run.to_evaluate, partial(config.resolve, engine=True)
         self.template = lambda resolved: run.thinking_problem(resolved.cfg)   # (check_templates runs on checked settings only)
 
     def request(self, job: EvalJob) -> Any:

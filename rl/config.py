@@ -1,7 +1,6 @@
 """The `stage=grpo` config the GRPO trainer reads (its only input): its keys (`GRPO`: its own sections, grpo
 and lora, beside the SFT trainer's and the shared ones it takes), its validation (`problems`: launch checks the
-composed config with it before any work, rl.train the resolved `config.yaml`), its run directory and identity.
-"""
+composed config with it before any work, rl.train the resolved `config.yaml`), its run directory and identity."""
 from __future__ import annotations
 
 import re
@@ -146,19 +145,19 @@ def problems(cfg: DictConfig) -> list[str]:
             _named("grpo.encoder", g.get("encoder"), "encoder", bad)
         if retriever == "http" and not g.retriever_url:
             bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
-    if not bad and is_sft_checkpoint(cfg.model.path) and not cfg.name:
+    if not bad and parent_run(cfg.model.path) and not cfg.name:
         bad.append(f"model.path={cfg.model.path} is a checkpoint of an earlier run: set name=<variant> "
                    "(e.g. name=from_search_s100) so the GRPO run gets its own directory")
     return bad
 
 
-def world_problem(cfg: DictConfig, world: int) -> str | None:
-    """Why `world` processes cannot split one step's completions evenly (None when they can)."""
+def check_world(cfg: DictConfig, world: int) -> None:
+    """Refuses (RlError) `world` processes that cannot split one step's completions evenly."""
     g = cfg.grpo
     if g.completions_per_step % (world * g.grad_accum):
-        return (f"grpo.completions_per_step={g.completions_per_step} is not divisible by {world} process(es) x "
-                f"grpo.grad_accum={g.grad_accum}: each process generates completions_per_step / (processes x "
-                "grad_accum) completions per micro-step")
+        raise RlError(f"invalid config:\n  grpo.completions_per_step={g.completions_per_step} is not divisible by {world} "
+                      f"process(es) x grpo.grad_accum={g.grad_accum}: each process generates completions_per_step / (processes "
+                      "x grad_accum) completions per micro-step")
 
 
 def validate(cfg: DictConfig) -> None:
@@ -166,13 +165,10 @@ def validate(cfg: DictConfig) -> None:
         raise RlError("invalid config:\n  " + "\n  ".join(bad))
 
 
-def is_sft_checkpoint(path: str) -> bool:
-    return (Path(str(path)).expanduser() / "SHA256SUMS").is_file()
-
-
 def parent_run(path: str) -> dict | None:
-    """{"run_dir", "checkpoint"} when the start is `<run>/checkpoints/step-NNNNNN`, else None."""
-    if not is_sft_checkpoint(path):
+    """{"run_dir", "checkpoint"} when the start is a checkpoint of an earlier run (its SHA256SUMS; run_dir: null unless
+    it is `<run>/checkpoints/step-NNNNNN`), else None."""
+    if not (Path(str(path)).expanduser() / "SHA256SUMS").is_file():
         return None
     p = Path(str(path)).expanduser().resolve()
     run = p.parent.parent if p.parent.name == "checkpoints" else None
@@ -182,8 +178,7 @@ def parent_run(path: str) -> dict | None:
 def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
     """A composed, validated config's run dir and run identity, once it suits `world` processes and the model (launch's
     one call into rl before it checks the run dir, a dry run's too)."""
-    if problem := world_problem(cfg, world):
-        raise RlError(f"invalid config:\n  {problem}")
+    check_world(cfg, world)
     from rl.prompts import model_checks
     model_checks(cfg)
     return run_dir(cfg), run_identity(cfg)
@@ -213,9 +208,8 @@ def input_files(cfg: DictConfig) -> list[str]:
 
 
 def run_identity(cfg: DictConfig) -> dict:
-    """The run identity (common.fingerprint over every result-changing key of config.yaml; every input file, `input_files`,
-    by content: a fetched file's pinned digest, else the cached sha256; the reward rules' version, rl.envs.REWARD_SEMANTICS),
-    as launch and rl.train compute it: a relaunch on a changed file is another configuration, whatever its path."""
+    """The run identity as launch and rl.train compute it: every result-changing key, the reward rules' version and every
+    input file by content (`input_files`), so a relaunch on a changed file is another configuration, whatever its path."""
     inputs = {}
     for key in input_files(cfg):
         path = OmegaConf.select(cfg, key)

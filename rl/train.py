@@ -38,7 +38,7 @@ from common import fingerprint, layout, lock, thinking
 from common.io import check_sha256sums, write_json
 from common.plan import late_saves
 from rl import chat, checkpoint as rlck
-from rl.config import GRPO, installed_trl, planned_saves, run_identity, trl_problem, validate, world_problem
+from rl.config import GRPO, installed_trl, planned_saves, run_identity, trl_problem, validate, check_world
 from rl.errors import RlError
 from rl.envs import environment_for, reward_funcs_for
 from rl.prompts import model_checks, prompts_per_step, rows
@@ -704,9 +704,7 @@ def run(cfg: DictConfig, *, before_train=None) -> int:
     to replace the generation function with a scripted policy)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     validate(cfg)   # the schema launch checked with: a hand-edited config.yaml is refused the same way
-    problem = world_problem(cfg, world_size())
-    if problem:
-        raise RlError(f"invalid config:\n  {problem}")
+    check_world(cfg, world_size())
     problem = trl_problem(cfg.grpo.get("trl"), installed_trl())   # a pinned TRL: never trained under another
     if problem:
         raise RlError(problem)

@@ -10,7 +10,7 @@ import pytest
 from common.cli import ConfigError
 from evals.backends import Generation
 from evals.cli import main as cli_main
-from evals.config import default_out, resolve
+from evals.config import resolve
 from evals.run import evaluate
 from tests.test_evals_loop import ScriptedBackend, make_world
 
@@ -238,7 +238,6 @@ def test_profiles_set_benches_sizes_and_their_own_out_dir(tmp_path, capsys):
     assert dict(cfg.bench_n) == {"musique@given": 0, "2wikimultihopqa@given": 0, "search_plan_ood": 100, "babyai": 50}
     assert cfg.out == str(tmp_path / "run" / "eval" / "rl_ood" / "step-000010")
     assert resolve({"ckpt": str(ckpt), "benches": ["babyai"]}).out == str(tmp_path / "run" / "eval" / "step-000010")
-    assert default_out(str(ckpt)) == tmp_path / "run" / "eval" / "step-000010"
     # The command line wins over the profile, key by key.
     assert cli_main([f"ckpt={ckpt}", "profile=rl_ood", f"corpus={corpus}", "bench_n.babyai=5", "dry_run=true"]) == 0
     shown = capsys.readouterr().out
