@@ -26,9 +26,15 @@ DASH = "–"
 ENV = "env"   # the metric name of a report without QA benches: each column in its bench's headline metric
 
 
-def metric_words(metric: str) -> str:
-    """A caption's name for the tables' `metric`: EM, F1, or for ENV the metric each column's header names."""
-    return "The headline metric (each column's own, named in its header)" if metric == ENV else metric.upper()
+def metric_words(metric: str, columns: list[Column]) -> str:
+    """A caption's name for the tables' `metric` over `columns`: EM, F1, or for ENV the metric each column's header
+    names; EM/F1 beside environment columns (each in its bench's headline, table_columns) names those too."""
+    if metric == ENV:
+        return "The headline metric (each column's own, named in its header)"
+    if not (env := [f"{c.bench}: {c.metric}" for c in columns if c.metric != metric]):
+        return metric.upper()
+    return (f"{metric.upper()} on the QA benches and each environment bench's own headline metric "
+            f"({'; '.join(env)}, named in its column's header)")
 
 
 @dataclass
@@ -165,7 +171,7 @@ def gap(points: Points, arm: str, bench: str, why: str | None = None) -> str:
 
 
 def main_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
-    caption = (f"{metric_words(metric)} of the anchor and of each arm's final and best checkpoint "
+    caption = (f"{metric_words(metric, columns)} of the anchor and of each arm's final and best checkpoint "
                f"(mean over seeds ±{points.conf:.0%} half-width, its larger side, of the crossed items × seeds interval: "
                "covers items and seeds with >= 2 seeds, items only with one seed (seed variance unknown) "
                "and for the anchor; @step: the checkpoint; final: each seed's last evaluated checkpoint, the same "
@@ -208,7 +214,7 @@ def _note_n(seen: dict, columns: list[Column], intervals: list, who: str) -> Non
 
 
 def paired_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
-    caption = (f"{metric_words(metric)} difference to the anchor at each arm's final checkpoint over the same items, "
+    caption = (f"{metric_words(metric, columns)} difference to the anchor at each arm's final checkpoint over the same items, "
                f"with the {points.conf:.0%} interval of the crossed model (t on Satterthwaite df; the anchor has no "
                "seed variance; " + METHODS_TEXT + "); n = items × the arm's seeds; " + COVERS_TEXT)
     cols = [c for c in columns if c.bench != MEAN_BENCH]
@@ -229,7 +235,7 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
     """One row per step evaluated in both arms: `a` − `b` per bench (aggregate.paired_arms); then one row
     per bench listing the item ids the intersection dropped (count and ids). `settings`: the caption's
     word on the arms' evaluation settings (differences allowed by compare_allow_settings=true)."""
-    caption = (f"{metric_words(metric)} of {a} minus {b} at each step both were evaluated at, over the items both "
+    caption = (f"{metric_words(metric, columns)} of {a} minus {b} at each step both were evaluated at, over the items both "
                f"evaluated, with the {points.conf:.0%} interval of the crossed model (items shared, each arm's seeds "
                "independent; t on Satterthwaite df; " + METHODS_TEXT + "; Avg.: the benches as equal-weight strata); "
                f"n = items × seeds of {a}/{b}; " + COVERS_TEXT + (f"; {settings}" if settings else ""))

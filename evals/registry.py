@@ -36,7 +36,8 @@ from evals.toolcalls import opens_think
 
 @dataclass(frozen=True)
 class BenchKind:
-    """One kind of bench. `source(bench, cfg)`: where its items come from (no download); `opens(cfg)`:
+    """One kind of bench. `source(bench, cfg)`: where its items come from (no download), as its identity
+    digests it (a file: its bytes; else the string itself, e.g. a held-out set's records); `opens(cfg)`:
     what its items are read from, opened once per evaluate call (verified, checked) for every bench of
     the kind, if anything (`opened` below, else None); `items(bench, cfg, opened) -> (items, source,
     unanswerable left out)`; `episodes(bench, cfg, tokenizer, retriever, style)`; `summarize(rows)`;
@@ -172,7 +173,7 @@ def _no_episodes(bench: str, cfg, tokenizer, retriever, style: str) -> Episodes:
 
 TEACHER_FORCED = BenchKind(
     "teacher_forced",
-    source=lambda bench, cfg: teacher_forced.source(cfg),
+    source=teacher_forced.source,
     items=lambda bench, cfg, held: teacher_forced.items(bench, held, bench_size(cfg, bench), int(cfg.seed)),
     episodes=_no_episodes,
     summarize=teacher_forced.summarize,
@@ -181,6 +182,7 @@ TEACHER_FORCED = BenchKind(
     meta=lambda cfg, held: teacher_forced.meta(held),
     scores=True,
     opens=teacher_forced.open_heldout,
+    semantics=1,   # 1: a held-out set identified by its records and render settings, not its manifest's bytes (they name paths)
     console="loss/token={loss:.4f} over {tokens} tokens",
     legend="loss/token: mean cross-entropy per answer token (lower is better)",
     metrics=teacher_forced.METRICS,

@@ -148,7 +148,8 @@ class EvalStore:
             raise IdentityError(
                 f"{self.out} holds {bench} results of another evaluation identity (out dir -> this request):\n  "
                 + "\n  ".join(diff) + ("\nSince they were scored, the evaluation code changed what a config's rows are "
-                                       "(evals.identity.EVAL_SEMANTICS)." if any(d.startswith("eval_semantics:") for d in diff) else "")
+                                       "(evals.identity.EVAL_SEMANTICS) or what identifies them (a bench kind's `semantics` "
+                                       "in evals.registry: its comment says which)." if any(d.startswith("eval_semantics:") for d in diff) else "")
                 + f"\nUse another out=, or overwrite=true to rename the old {bench} results aside "
                 f"({bench}.jsonl.replaced-<UTC time>; nothing is deleted) and evaluate again.")
         for p in outputs:

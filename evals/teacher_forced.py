@@ -123,9 +123,24 @@ def _heldout_dir(cfg):
     return Path(cfg.heldout)
 
 
-def source(cfg) -> str:
-    """A teacher-forced bench's source: the held-out dir's manifest (its digest is the bench's identity)."""
-    return str(_heldout_dir(cfg) / "manifest.json")
+def source(bench: str, cfg) -> str:
+    """What identifies a teacher-forced bench's items (evals.identity digests it): its domain's held-out
+    records (ids and content digests, in the dir's order, which the seeded sample draws from) and the set's
+    render settings, as the held-out manifest records them; not that file's bytes, which name the paths
+    the set was built from (a set built or moved elsewhere is the same bench). The manifest's path when
+    it cannot be read (evaluate then refuses the dir, naming why)."""
+    import json
+
+    from common.io import read_json_object, sha256_text
+
+    path = _heldout_dir(cfg) / "manifest.json"
+    try:
+        man = read_json_object(path)
+        records = list(man["digests"][BENCHES[bench]].items())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return str(path)
+    content = {"records": records, "render_settings": man.get("render_settings")}
+    return f"heldout-{BENCHES[bench]}:{sha256_text(json.dumps(content, sort_keys=True))}"
 
 
 def training_data(cfg) -> tuple[str, str] | None:

@@ -329,7 +329,7 @@ def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
     # the cards' rule (/ -> -), made unique where it meets another arm's.
     compare = sorted(p.name for p in (out / "tables").iterdir() if p.name.startswith("compare_"))
     assert compare == sorted(f"compare_r2e-lr5e-4_vs_r2e_em{k}.{ext}" for k in ("", "-2") for ext in ("md", "tex"))
-    assert "EM of r2e/lr5e-4 minus r2e" in (out / "tables" / "compare_r2e-lr5e-4_vs_r2e_em-2.md").read_text()
+    assert "header) of r2e/lr5e-4 minus r2e" in (out / "tables" / "compare_r2e-lr5e-4_vs_r2e_em-2.md").read_text()   # EM beside an env column
     t = pd.read_csv(out / "results.csv")
     assert set(t.arm) == {"r2e", "r2e-lr5e-4", "r2e/lr5e-4", "search", "anchor"}
     assert set(t[t.arm == "r2e"].seed) == {0, 1} and t.value.between(0, 2).all()

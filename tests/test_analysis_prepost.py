@@ -78,7 +78,7 @@ def analysed(tmp_path_factory):
                 settings={"prompt": "anchor_nudge"})  # the anchor's prompt: an expected difference
     out = root.parent / "reports"
     res = run_analysis({"runs_root": str(root), "out": str(out), "profile": "rl_ood", "evaluate": False,
-                        "benches": ["musique@given", "babyai"], "metrics": ["em"]})
+                        "benches": ["musique@given", "babyai"], "metrics": ["em"], "compare": [["grpo_babyai/lr1e-6", "grpo_qa"]]})
     return root, out, res
 
 
@@ -251,6 +251,12 @@ def test_each_table_and_curve_names_its_columns_metric_an_environment_only_repor
     _, out, res = analysed   # QA + babyai: metrics=[em] tabulates the QA benches' EM, babyai in its headline (return)
     assert [c.label for c in res.tables["main_em"].columns] == ["musique (given)", "babyai (return)"]
     assert "curves_env" not in {f.paths[0].stem for f in res.figures} and "main_env" not in res.tables
+    # a table mixing both says so (before: "EM of the anchor ..." over the babyai (return) column too), its words the registry's
+    from evals.registry import kind_of
+
+    for name in ("main_em", "paired_em", "compare_grpo_babyai-lr1e-6_vs_grpo_qa_em"):
+        assert res.tables[name].caption.startswith("EM on the QA benches and each environment bench's own headline metric "
+                                                   f"(babyai: {kind_of('babyai').headline}, named in its column's header)"), name
     root = tmp_path / "runs"   # babyai alone: EM and F1 mean nothing; before: main_em / main_f1 and curves_em /
     for step in (0, 10, 20):   # curves_f1, captioned EM / F1, each holding the same babyai (return) column
         for arm in ("grpo_babyai", "grpo_qa"):

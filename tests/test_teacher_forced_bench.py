@@ -170,6 +170,23 @@ def test_evaluate_opens_the_heldout_set_once(built, run_ckpt, tmp_path, monkeypa
     assert summary["tf_code"]["n"] == summary["tf_search"]["n"] == 1
     meta = json.loads((tmp_path / "e" / "meta.json").read_text())
     assert meta["teacher_forced"]["fingerprint"] == heldout.load(built["heldout"]).fingerprint
+    # the identity is the held-out content's, not where it was built: the same set written elsewhere (its
+    # manifest names other raw paths) finds the out dir complete; other content is another identity
+    from data_prep.build import build_heldout
+    from evals.identity import IdentityError
+
+    for seed, where in ((1000, "elsewhere"), (1001, "other")):
+        build_heldout(SYNTH, n=2, domains=["code", "search"], seed=seed, tokenizer="tiny", out=tmp_path / where / "h", progress=False)
+    assert (tmp_path / "elsewhere" / "h" / "manifest.json").read_bytes() != (built["heldout"] / "manifest.json").read_bytes()
+    again = evaluate({"ckpt": str(run_ckpt), "benches": ["tf_code", "tf_search"], "heldout": str(tmp_path / "elsewhere" / "h"),
+                      "n": 1, "out": str(tmp_path / "e"), "progress": False, "wandb": False})
+    assert json.loads((tmp_path / "e" / "meta.json").read_text())["identities"] == meta["identities"]
+    # where each call read the set is information beside the identity
+    assert {b: {**s, "source": None} for b, s in again.items()} == {b: {**s, "source": None} for b, s in summary.items()}
+    assert again["tf_code"]["source"] == str(tmp_path / "elsewhere" / "h" / "manifest.json")
+    with pytest.raises(IdentityError, match="bench.source_digest"):
+        evaluate({"ckpt": str(run_ckpt), "benches": ["tf_code"], "heldout": str(tmp_path / "other" / "h"),
+                  "n": 1, "out": str(tmp_path / "e"), "progress": False, "wandb": False})
 
 
 def test_tf_benches_refuse_vllm_and_a_missing_heldout(built, run_ckpt):
