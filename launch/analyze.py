@@ -25,7 +25,6 @@ from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
 from evals.profiles import load_profile
 from evals.registry import metric_specs
 from launch import preflight
-from launch.errors import LaunchError
 from launch.jobs import backend
 from launch.slurm import slurm_option_problems
 from launch.eval_slurm import eval_settings, read_task, submit, tasks_report
@@ -137,9 +136,17 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
     return "\n".join(lines)
 
 
-def check_keys(cfg: DictConfig, interpreters: bool = True) -> None:
-    """Refuse, before any work (the preflight's included), a value that breaks its field's rule (eval.*: evaluate's;
-    check_settings checks the rest) and (`interpreters`) a named `python.eval=` lacking what its jobs need."""
+def check_keys(cfg: DictConfig, interpreters: bool = True, where: str = "") -> None:
+    """Refuse, before any work (the preflight's included): a section given a value (eval=5; `where`: the file naming it),
+    an eval.KEY not passed on to evaluate, a value that breaks its field's rule (eval.*: evaluate's; check_settings
+    checks the rest) and (`interpreters`) a named `python.eval=` lacking what its jobs need."""
+    if bad := [k for k, v in DEFAULTS.items() if isinstance(v, dict) and not isinstance(cfg.get(k), DictConfig)]:
+        raise AnalysisError(f"{where}{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)")
+    for key in cfg.eval:
+        if key not in EVALUATE:
+            raise AnalysisError(f"{where}eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), EVERY_EVAL)}")
+        if key in SET_HERE:
+            raise AnalysisError(f"{where}eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})")
     if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
         raise AnalysisError("; ".join(bad))
     if bad := [why for k, v in cfg.eval.items() if v is not None and k in EVALUATE and (why := EVALUATE[k].problem(k, v))]:
@@ -301,31 +308,15 @@ def read_config(path: Path) -> DictConfig:
     if unknown := [k for k in flat_keys(cfg) if k not in known]:
         raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
     cfg = merge(OmegaConf.create(DEFAULTS), cfg, where=f"{path}: ")   # (a list given for a section, or the reverse: its key named)
-    if why := shape_problem(cfg):
-        raise AnalysisError(f"{path}: {why}")
+    check_keys(cfg, interpreters=False, where=f"{path}: ")
     return cfg
 
 
 def parse_argv(argv: list[str]) -> DictConfig:
     """analyze's `key=value` command line, every key and value checked (ConfigError: one line, with a did-you-mean)."""
     cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
-    if why := shape_problem(cfg):
-        raise LaunchError(why)
     check_keys(cfg, interpreters=False)   # (the interpreter: by the preflight, or by request)
     return cfg
-
-
-def shape_problem(cfg: DictConfig) -> str | None:
-    """Why `cfg` is not analyze's keys as they nest: a section given a value (eval=5), or an eval.KEY not passed
-    on to evaluate (no evaluate key, or one analyze sets per evaluation); None when it is."""
-    if bad := [k for k, v in DEFAULTS.items() if isinstance(v, dict) and not isinstance(cfg.get(k), DictConfig)]:
-        return f"{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)"
-    for key in cfg.eval:
-        if key not in EVALUATE:
-            return f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), EVERY_EVAL)}"
-        if key in SET_HERE:
-            return f"eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})"
-    return None
 
 
 def print_result(result) -> int:
