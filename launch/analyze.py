@@ -137,9 +137,12 @@ def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
 
 
 def check_keys(cfg: DictConfig, interpreters: bool = True, where: str = "") -> None:
-    """Refuse, before any work (the preflight's included): a section given a value (eval=5; `where`: the file naming it),
-    an eval.KEY not passed on to evaluate, a value that breaks its field's rule (eval.*: evaluate's; check_settings
-    checks the rest) and (`interpreters`) a named `python.eval=` lacking what its jobs need."""
+    """Refuse, before any work (the preflight's included): an unknown key or a section given a value (eval=5; `where`:
+    the file naming it), an eval.KEY not passed on to evaluate, a value that breaks its field's rule (eval.*: evaluate's;
+    check_settings checks the rest) and (`interpreters`) a named `python.eval=` lacking what its jobs need."""
+    known = KeySpace(OmegaConf.create(DEFAULTS), ("eval.",))
+    if unknown := [k for k in flat_keys(cfg) if k not in known]:
+        raise AnalysisError(f"{where}unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
     if bad := [k for k, v in DEFAULTS.items() if isinstance(v, dict) and not isinstance(cfg.get(k), DictConfig)]:
         raise AnalysisError(f"{where}{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)")
     for key in cfg.eval:
@@ -303,11 +306,7 @@ def _main(argv: list[str]) -> int:
 
 def read_config(path: Path) -> DictConfig:
     """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
-    cfg = load_config(path, "analyze", "analysis")
-    known = KeySpace(OmegaConf.create(DEFAULTS), ("eval.",))
-    if unknown := [k for k in flat_keys(cfg) if k not in known]:
-        raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
-    cfg = merge(OmegaConf.create(DEFAULTS), cfg, where=f"{path}: ")   # (a list given for a section, or the reverse: its key named)
+    cfg = merge(OmegaConf.create(DEFAULTS), load_config(path, "analyze", "analysis"), where=f"{path}: ")   # (a section given a list: named)
     check_keys(cfg, interpreters=False, where=f"{path}: ")
     return cfg
 
