@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from analysis.axes import check_axis
-from analysis.discover import Run, anchor_eval_dir, discover_runs
+from analysis.discover import anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, interpreter, keydoc, schema
@@ -121,19 +121,6 @@ and analyze exits 4 (allow_failed=true: 0). docs/stages/analyze.md says the rest
 
 Keys (key=default  description):
 """
-
-
-def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
-    lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
-    lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
-              f"{'' if r.done else f' ({r.status()})'}" for r in runs]
-    lines.append(f"evaluations to run: {len(jobs)}")
-    for j in jobs:
-        lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")
-        lines += [f"    {b}: held under another evaluation identity ({'; '.join(d)}): re-evaluated, the old "
-                  "results renamed aside" for b, d in j.stale.items()]
-    lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md, report.html, report_data/}}")
-    return "\n".join(lines)
 
 
 def check_keys(cfg: DictConfig, interpreters: bool = True, where: str = "") -> None:
@@ -266,8 +253,17 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
         with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
             jobs = plan(h, candidates(runs, req.benches, cfg.eval.prompt, req.anchor, req.anchor_dir, req.profile))
         check_templates(h, jobs)
-    if cfg.dry_run:
-        print(describe_plan(runs, jobs, cfg))
+    if cfg.dry_run:   # the plan: runs, evaluations to run, outputs
+        lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
+        lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
+                  f"{'' if r.done else f' ({r.status()})'}" for r in runs]
+        lines.append(f"evaluations to run: {len(jobs)}")
+        for j in jobs:
+            lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")
+            lines += [f"    {b}: held under another evaluation identity ({'; '.join(d)}): re-evaluated, the old "
+                      "results renamed aside" for b, d in j.stale.items()]
+        lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md, report.html, report_data/}}")
+        print("\n".join(lines))
         if h is not None and isinstance(h.settings, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
             print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
                   + OmegaConf.to_yaml(h.settings).rstrip())

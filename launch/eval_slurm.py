@@ -40,7 +40,6 @@ def plan_dir(cfg, kind: str) -> Path:
 
 
 def write_files(files: dict[Path, str]) -> None:
-    """Write a plan's config files (path -> text, as its planner returned them), their directories made."""
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -207,8 +206,7 @@ def _stop(signum, frame):
 
 
 def _rows(jobs: list[EvalJob]) -> int:
-    """Rows held in the jobs' eval dirs (every `<bench>.jsonl`, data_parallel's shard dirs included): what a
-    segment adds is its progress."""
+    """Rows held in the jobs' eval dirs (every `<bench>.jsonl`, data_parallel's shards included): a segment's progress."""
     return sum(path.read_bytes().count(b"\n") for j in jobs for path in Path(j.out).rglob("*.jsonl"))
 
 
