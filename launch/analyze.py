@@ -302,7 +302,7 @@ def _main(argv: list[str]) -> int:
 
 def read_config(path: Path) -> DictConfig:
     """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
-    cfg = merge(OmegaConf.create(DEFAULTS), load_config(path, "analyze", "analysis"), where=f"{path}: ")   # (a section given a list: named)
+    cfg = merge(OmegaConf.create(DEFAULTS), load_config(path, "analyze", "analysis"), where=f"{path}: ")   # (a list for a section, or the reverse: named)
     check_keys(cfg, interpreters=False, where=f"{path}: ")
     return cfg
 
