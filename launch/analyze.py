@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from analysis.axes import check_axis
-from analysis.discover import Run, anchor_eval_dir, discover_runs
+from analysis.discover import anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, fields, interpreter, schema
@@ -25,7 +25,6 @@ from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
 from evals.profiles import load_profile
 from evals.registry import metric_specs
 from launch import preflight
-from launch.errors import LaunchError
 from launch.jobs import backend
 from launch.slurm import slurm_option_problems
 from launch.eval_slurm import eval_settings, read_task, submit, tasks_report
@@ -124,22 +123,20 @@ Keys (key=default  description):
 """
 
 
-def describe_plan(runs: list[Run], jobs, cfg: DictConfig) -> str:
-    lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
-    lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
-              f"{'' if r.done else f' ({r.status()})'}" for r in runs]
-    lines.append(f"evaluations to run: {len(jobs)}")
-    for j in jobs:
-        lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")
-        lines += [f"    {b}: held under another evaluation identity ({'; '.join(d)}): re-evaluated, the old "
-                  "results renamed aside" for b, d in j.stale.items()]
-    lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md, report.html, report_data/}}")
-    return "\n".join(lines)
-
-
-def check_keys(cfg: DictConfig, interpreters: bool = True) -> None:
-    """Refuse, before any work (the preflight's included), a value that breaks its field's rule (eval.*: evaluate's;
+def check_keys(cfg: DictConfig, interpreters: bool = True, where: str = "") -> None:
+    """Refuse, before any work (the preflight's included): an unknown key or a section given a value (eval=5; `where`:
+    the file naming it), an eval.KEY not passed on to evaluate, a value that breaks its field's rule (eval.*: evaluate's;
     check_settings checks the rest) and (`interpreters`) a named `python.eval=` lacking what its jobs need."""
+    known = KeySpace(OmegaConf.create(DEFAULTS), ("eval.",))
+    if unknown := [k for k in flat_keys(cfg) if k not in known]:
+        raise AnalysisError(f"{where}unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
+    if bad := [k for k, v in DEFAULTS.items() if isinstance(v, dict) and not isinstance(cfg.get(k), DictConfig)]:
+        raise AnalysisError(f"{where}{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)")
+    for key in cfg.eval:
+        if key not in EVALUATE:
+            raise AnalysisError(f"{where}eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), EVERY_EVAL)}")
+        if key in SET_HERE:
+            raise AnalysisError(f"{where}eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})")
     if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
         raise AnalysisError("; ".join(bad))
     if bad := [why for k, v in cfg.eval.items() if v is not None and k in EVALUATE and (why := EVALUATE[k].problem(k, v))]:
@@ -256,8 +253,17 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
         with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
             jobs = plan(h, candidates(runs, req.benches, cfg.eval.prompt, req.anchor, req.anchor_dir, req.profile))
         check_templates(h, jobs)
-    if cfg.dry_run:
-        print(describe_plan(runs, jobs, cfg))
+    if cfg.dry_run:   # the plan: runs, evaluations to run, outputs
+        lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
+        lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"
+                  f"{'' if r.done else f' ({r.status()})'}" for r in runs]
+        lines.append(f"evaluations to run: {len(jobs)}")
+        for j in jobs:
+            lines.append(f"  {j.label}: {j.benches} (prompt={j.prompt}) -> {j.out}")
+            lines += [f"    {b}: held under another evaluation identity ({'; '.join(d)}): re-evaluated, the old "
+                      "results renamed aside" for b, d in j.stale.items()]
+        lines.append(f"outputs -> {cfg.out}/{{results.parquet, results.csv, figures/, tables/, report.md, report.html, report_data/}}")
+        print("\n".join(lines))
         if h is not None and isinstance(h.settings, DictConfig):   # what each evaluation runs with (ckpt, out, prompt: its own)
             print("# resolved evaluate config of every evaluation (ckpt, out and prompt: each one's own)\n"
                   + OmegaConf.to_yaml(h.settings).rstrip())
@@ -296,36 +302,16 @@ def _main(argv: list[str]) -> int:
 
 def read_config(path: Path) -> DictConfig:
     """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
-    cfg = load_config(path, "analyze", "analysis")
-    known = KeySpace(OmegaConf.create(DEFAULTS), ("eval.",))
-    if unknown := [k for k in flat_keys(cfg) if k not in known]:
-        raise AnalysisError(f"{path}: unknown key {unknown[0]!r}.{did_you_mean(unknown[0], known.leaves)}")
-    cfg = merge(OmegaConf.create(DEFAULTS), cfg, where=f"{path}: ")   # (a list given for a section, or the reverse: its key named)
-    if why := shape_problem(cfg):
-        raise AnalysisError(f"{path}: {why}")
+    cfg = merge(OmegaConf.create(DEFAULTS), load_config(path, "analyze", "analysis"), where=f"{path}: ")   # (a list for a section, or the reverse: named)
+    check_keys(cfg, interpreters=False, where=f"{path}: ")
     return cfg
 
 
 def parse_argv(argv: list[str]) -> DictConfig:
     """analyze's `key=value` command line, every key and value checked (ConfigError: one line, with a did-you-mean)."""
     cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
-    if why := shape_problem(cfg):
-        raise LaunchError(why)
     check_keys(cfg, interpreters=False)   # (the interpreter: by the preflight, or by request)
     return cfg
-
-
-def shape_problem(cfg: DictConfig) -> str | None:
-    """Why `cfg` is not analyze's keys as they nest: a section given a value (eval=5), or an eval.KEY not passed
-    on to evaluate (no evaluate key, or one analyze sets per evaluation); None when it is."""
-    if bad := [k for k, v in DEFAULTS.items() if isinstance(v, dict) and not isinstance(cfg.get(k), DictConfig)]:
-        return f"{bad[0]}={cfg.get(bad[0])!r}: expected its keys ({bad[0]}.KEY=VALUE)"
-    for key in cfg.eval:
-        if key not in EVALUATE:
-            return f"eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), EVERY_EVAL)}"
-        if key in SET_HERE:
-            return f"eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})"
-    return None
 
 
 def print_result(result) -> int:

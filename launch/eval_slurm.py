@@ -40,7 +40,6 @@ def plan_dir(cfg, kind: str) -> Path:
 
 
 def write_files(files: dict[Path, str]) -> None:
-    """Write a plan's config files (path -> text, as its planner returned them), their directories made."""
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -55,11 +54,6 @@ def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob
         "planned": [j.record() for j in planned], "discover": discover})
 
 
-def _job_of(req, name: str, module: str, **kw) -> Job:
-    """A job of this analysis: its module run by python.eval, with its cluster settings."""
-    return Job(name, module, python=interpreter(req.cfg.python, "eval"), cluster=Cluster.of(req.cfg.slurm), **kw)
-
-
 def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -> Job:
     """An evaluation job (an array when `name` is `eval`) on `configs`, after what `after` says (waits, after,
     after_task); it needs the data evaluate reads and what its backend imports."""
@@ -67,10 +61,11 @@ def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -
     if gpus is None:   # what evaluate's engines take: data_parallel engines of tensor_parallel_size GPUs (vllm) or one (hf)
         gpus = int(opts.get("data_parallel") or 1) * (int(opts.get("tensor_parallel_size") or 1) if opts.get("backend") == "vllm" else 1)
     data = tuple(str(opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if opts.get(k))
-    return _job_of(req, name, MODULE, config=None if array else configs[0], array=tuple(configs) if array else (),
-                   needs=Needs(data=data, modules=tuple(eval_needs(opts.get("backend")))), notes=tuple(notes),
-                   resources=Resources(gpus_per_node=int(gpus), signal=WARNING,
-                                       at_once=req.cfg.slurm.concurrency if array else None), **after)
+    return Job(name, MODULE, python=interpreter(req.cfg.python, "eval"), cluster=Cluster.of(req.cfg.slurm),
+               config=None if array else configs[0], array=tuple(configs) if array else (),
+               needs=Needs(data=data, modules=tuple(eval_needs(opts.get("backend")))), notes=tuple(notes),
+               resources=Resources(gpus_per_node=int(gpus), signal=WARNING, at_once=req.cfg.slurm.concurrency if array else None),
+               **after)
 
 
 def _aggregation(req, plan: Path, files: dict[Path, str], after: tuple[str, ...]) -> Job:
@@ -79,8 +74,9 @@ def _aggregation(req, plan: Path, files: dict[Path, str], after: tuple[str, ...]
     path = plan / "analyze.yaml"
     files[path] = OmegaConf.to_yaml(OmegaConf.merge(req.cfg, {"launcher": "local", "eval_tasks": list(map(str, files)),
                                                               "dry_run": False, "slurm": {"runs": None, "runs_after": None}}))
-    return _job_of(req, "aggregate", "launch.analyze", config=str(path), after=after, after_any=True,
-                   needs=Needs(modules=("pandas",)), notes=("the report, from the evaluation jobs' outcomes",))
+    return Job("aggregate", "launch.analyze", python=interpreter(req.cfg.python, "eval"), cluster=Cluster.of(req.cfg.slurm),
+               config=str(path), after=after, after_any=True, needs=Needs(modules=("pandas",)),
+               notes=("the report, from the evaluation jobs' outcomes",))
 
 
 def runs_plan(req, plan: Path, runs: list[str], after: list) -> tuple[list[Job], dict[Path, str]]:
@@ -210,8 +206,7 @@ def _stop(signum, frame):
 
 
 def _rows(jobs: list[EvalJob]) -> int:
-    """Rows held in the jobs' eval dirs (every `<bench>.jsonl`, data_parallel's shard dirs included): what a
-    segment adds is its progress."""
+    """Rows held in the jobs' eval dirs (every `<bench>.jsonl`, data_parallel's shards included): a segment's progress."""
     return sum(path.read_bytes().count(b"\n") for j in jobs for path in Path(j.out).rglob("*.jsonl"))
 
 

@@ -32,7 +32,6 @@ class Harness:
     settings: Any = None                 # check's answer (None: not checked, or refused)
 
     def request(self, job: EvalJob) -> Any:
-        """What this harness is given for `job`: here its config as a dict."""
         cfg = {**self.opts, "ckpt": job.ckpt, "benches": list(job.benches), "out": job.out, "prompt": job.prompt}
         return {**cfg, "overwrite": True} if job.stale else cfg
 

@@ -92,6 +92,10 @@ def test_final_best_and_paired_points(tree):
 
 def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     out = tmp_path / "reports"
+    for bad, why in (({"eval": 5}, "eval=5: expected its keys"), ({"eval": {"ckpt": "m"}}, "eval.ckpt: set by analyze"),
+                     ({"runs_rot": "x"}, "unknown key 'runs_rot'. Did you mean: runs_root")):
+        with pytest.raises(ConfigError, match=why):   # the Python API's keys as the command line's (was a traceback; ignored)
+            run_analysis({"runs_root": str(tree), "out": str(out), "evaluate": False, **bad})
     res = run_analysis({"runs_root": str(tree), "out": str(out), "benches": BENCHES, "evaluate": False},
                        evaluator=lambda cfg: pytest.fail("evaluate=false must not evaluate"))
     for name in ("results.parquet", "results.csv", "report.md"):
