@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 KINDS = ("sft", "grpo", "eval")
 # The sentinel is computed, not written out: a program echoing its arguments never prints it.
@@ -91,6 +92,21 @@ def package_version(python: str, name: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+# The device nodes a GPU's driver makes: NVIDIA /dev/nvidiaN (beside /dev/nvidiactl: nvidia-modprobe(1)), Jetson's nvgpu
+# /dev/nvhost-ctrl-gpu, WSL2's GPU paravirtualization /dev/dxg, ROCm's compute interface /dev/kfd (ROCm docs, "Running
+# ROCm Docker containers"). CUDA_VISIBLE_DEVICES shows only the devices before its first invalid index (CUDA Programming
+# Guide, "CUDA Environment Variables"); ROCm's torch reads HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES before it.
+GPU_NODES = ("nvidia[0-9]*", "nvhost-ctrl-gpu", "dxg", "kfd")
+
+
+def gpus_visible(dev: Path = Path("/dev")) -> bool:
+    """Whether this machine may show a GPU to torch: a GPU device node under `dev`, and CUDA_VISIBLE_DEVICES not hiding
+    every device (empty, or -1 first). False: none here, known without importing torch (seconds) or asking it."""
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() in ("", "-1") \
+        and not os.environ.keys() & {"HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
+    return not hidden and any(next(dev.glob(node), None) for node in GPU_NODES)
 
 
 @functools.lru_cache(maxsize=None)

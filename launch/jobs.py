@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from common.fields import IDENTITY, Field, plain
+from common.interpreter import gpus_visible
 from launch.errors import LaunchError
 
 REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job runs from
@@ -133,7 +134,9 @@ class JobFailed(Exception):
 
 
 def cuda_device_count() -> int:
-    """The CUDA devices this machine's torch sees (0 without torch or CUDA)."""
+    """The CUDA devices this machine's torch sees (0 without torch or CUDA); torch is imported only where a GPU may be."""
+    if not gpus_visible():
+        return 0
     try:
         import torch
 

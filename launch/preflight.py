@@ -3,7 +3,6 @@ the configs the command resolved once), checked at once: one line per thing miss
 and their modules, CUDA, output directories; docs/prerequisites.md), never touching the network and creating nothing."""
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from contextlib import suppress
@@ -13,6 +12,7 @@ from omegaconf import OmegaConf
 
 from common import datafetch, interpreter
 from common.cli import ConfigError
+from common.interpreter import gpus_visible   # only where one is does it ask an interpreter whether its torch sees CUDA
 from data_prep import arms, hub
 from data_prep.readers import SourceError, parse_source
 from launch import cache, jobs
@@ -152,13 +152,6 @@ def python_problem(need: Needs) -> str | None:
     if why and need.python is None:   # the implicit one: say how to name another
         why += f" (python.{need.kind} not given: the interpreter running this command)"
     return why
-
-
-def gpus_visible() -> bool:
-    """Whether this machine shows an NVIDIA GPU to its processes (a device node, not hidden by
-    CUDA_VISIBLE_DEVICES): only then is an interpreter asked whether its torch sees CUDA."""
-    return (os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() not in ("", "-1")
-            and bool(glob.glob("/dev/nvidia[0-9]*")))
 
 
 def output_problem(path: str) -> str | None:

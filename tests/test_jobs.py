@@ -229,3 +229,48 @@ def test_the_local_runner_runs_here_or_as_a_child_in_order_and_stops_at_the_firs
     assert os.getcwd() == cwd and "DTSFT_PROBE_LEAK" not in os.environ
     assert (tmp_path / "plan" / "c.sh").read_text().splitlines()[-2:] == [
         f"{other} -m dtsft_job_probe {cfg['c']}", f"{other} -m dtsft_job_probe {cfg['d']}"]
+
+
+@pytest.mark.parametrize("nodes, env, asked", [
+    ((), {}, False),                                    # a laptop or CPU node: no GPU driver's device node
+    (("nvidiactl", "nvidia-uvm"), {}, False),           # NVIDIA's driver loaded, no GPU given (a container's)
+    (("nvidiactl", "nvidia0"), {}, True), (("dxg",), {}, True), (("kfd",), {}, True), (("nvhost-ctrl-gpu",), {}, True),
+    (("nvidia0",), {"CUDA_VISIBLE_DEVICES": ""}, False), (("nvidia0",), {"CUDA_VISIBLE_DEVICES": "-1"}, False),
+    (("nvidia0",), {"CUDA_VISIBLE_DEVICES": " -1,0"}, False),   # CUDA shows the devices before the first invalid one
+    (("nvidia0",), {"CUDA_VISIBLE_DEVICES": "1,-1"}, True), (("nvidia0",), {"CUDA_VISIBLE_DEVICES": "GPU-8932f937"}, True),
+    (("kfd",), {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "0"}, True),   # ROCm's torch reads HIP's first
+])
+def test_torch_is_asked_for_gpus_only_where_the_machine_may_have_one(nodes, env, asked, tmp_path, monkeypatch):
+    """A dry run here counts GPUs (launch.jobs.cuda_device_count): torch (seconds to import) is asked only where a GPU
+    driver's device node exists and CUDA_VISIBLE_DEVICES does not hide every device; elsewhere the count is 0 (seen
+    failing: every local dry run imported torch)."""
+    import types
+
+    from common import interpreter
+    from launch import jobs
+
+    for name in nodes:
+        (tmp_path / name).touch()
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    calls = []
+    cuda = types.SimpleNamespace(is_available=lambda: calls.append("is_available") or True,
+                                 device_count=lambda: calls.append("device_count") or 3)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(interpreter.gpus_visible, "__defaults__", (tmp_path,))   # its /dev
+    assert interpreter.gpus_visible() is asked
+    assert jobs.cuda_device_count() == (3 if asked else 0) and bool(calls) is asked, calls
+
+
+def test_a_count_without_a_gpu_device_never_imports_torch(tmp_path):
+    """In a fresh interpreter with no GPU device node, counting GPUs leaves torch unimported."""
+    import subprocess
+
+    probe = ("import sys; from pathlib import Path; from common import interpreter; from launch import jobs; "
+             f"interpreter.gpus_visible.__defaults__ = (Path({str(tmp_path)!r}),); "
+             "print(jobs.cuda_device_count(), 'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "False"], out
