@@ -114,17 +114,19 @@ def load_config(path: Path, command: str, what: str) -> DictConfig:
                         hint=f" ({command} CONFIG runs the {what} a config file holds; else give key=value settings)")
 
 
-def bench_keys(benches) -> list[str]:
-    """`benches` as their canonical keys (`musique@open` is `musique`: one name per bench and context mode, as
-    evaluate writes it), each once; an EvalError naming a malformed or twice-listed one."""
+def bench_keys(benches, what: str = "benches") -> list[str]:
+    """`benches` (the names key `what` lists) as their canonical keys (`musique@open` is `musique`: one name per bench
+    and context mode, as evaluate writes it), each once; an EvalError naming a malformed one, or one named twice."""
     keys = []
     for raw in benches:
         try:
             keys.append(key := canonical_bench_key(str(raw)))
         except BenchError as exc:
-            raise EvalError(f"benches: {exc}") from None
+            raise EvalError(f"{what}: {exc}") from None
         if key in keys[:-1]:
-            raise EvalError(f"benches: {raw!r} is listed twice (as {key})")
+            first = benches[keys.index(key)]
+            raise EvalError(f"{what}: {raw!r} is listed twice" if first == raw else
+                            f"{what}: {first} and {raw} name the same bench ({key}); give it once")
     return keys
 
 
@@ -141,11 +143,11 @@ def bench_name_problem(name: str, bench_root) -> str | None:
 
 
 def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
-    """`key` (bench_n, sets) of the benches being run: the profile's entries for those, the caller's on top; a caller's
-    entry for a bench not being run is refused (it would do nothing), unless it equals the profile's (a config built
-    on the profile's keys carries them all)."""
+    """`key` (bench_n, sets) of the benches being run: the profile's entries for those, the caller's on top (a config
+    built on the profile's keys carries them all: those are the profile's); a caller's entry for a bench not being run
+    is refused (it would do nothing), as is one source naming a bench twice (`nq` and `nq@open`)."""
     def read(value) -> dict:   # {bench key: n or set name}, each checked
-        out = {}
+        entries = []
         for bench, v in (value or {}).items():
             if v is None and ":" in str(bench):   # YAML reads the unspaced `{babyai:5}` as `babyai:5`
                 bench, v = str(bench).split(":", 1)
@@ -155,17 +157,15 @@ def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
                 raise EvalError(f"bench_n.{bench}={v!r}: expected an integer >= 0 (0 = every item)")
             if key == "sets" and not (isinstance(v, str) and v.strip()):
                 raise EvalError(f"sets.{bench}={v!r}: expected the name of one of its item sets")
-            try:
-                k = canonical_bench_key(bench)
-            except BenchError as exc:
-                raise EvalError(f"{key}: {exc}") from None
+            entries.append((bench, v))
+        keys = bench_keys([bench for bench, _ in entries], key)
+        for k, (bench, _) in zip(keys, entries):
             if key == "bench_n" and (why := bench_name_problem(k, bench_root)):
                 raise EvalError(f"bench_n.{bench}: {why}")
-            out[k] = v
-        return out
+        return {k: v for k, (_, v) in zip(keys, entries)}
 
-    profile = read(profile)
-    own = {k: v for k, v in read(user).items() if profile.get(k) != v}
+    own = {b: v for b, v in (user or {}).items() if (b, v) not in (profile or {}).items()}   # the caller's own
+    profile, own = read(profile), read(own)
     for k in own:
         if key == "sets" and k in env_benches():
             raise EvalError(f"sets.{k}: {k} brings its own environment (no item set), so this entry would select nothing")

@@ -23,7 +23,7 @@ def test_a_key_given_without_its_section_is_named_with_it(capsys):
     for arg, line in (("launcher=[]", "launcher=[]: expected a non-empty string"),
                       ("benches=[]", "benches=[]: expected null or a list of bench names"),   # [] is not null
                       ("anchor_dir=/dev/null", "anchor_dir='/dev/null': expected null or a directory"),
-                      ("benches=[nq,nq@open]", "benches: 'nq@open' is listed twice (as nq)")):   # also with evaluate=false
+                      ("benches=[nq,nq@open]", "benches: nq and nq@open name the same bench (nq); give it once")):   # also with evaluate=false
         assert main(["runs_root=runs", "evaluate=false", arg]) == 2
         assert line in capsys.readouterr().err
 

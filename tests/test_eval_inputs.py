@@ -46,6 +46,9 @@ BAD_VALUES = [
     ("sets={babyai: x}", "sets.babyai: babyai brings its own environment"),   # was ignored, exit 0
     ("sets={nq: ''}", "sets.nq='': expected the name of one of its item sets"),   # was the default set, silently
     ("sets={nq: null}", "sets.nq=None: expected the name"),   # was the set named 'None'
+    # one source naming a bench twice: was the last spelling's value, the other dropped without a word
+    ("bench_n={babyai: 5, babyai@open: 3}", "bench_n: babyai and babyai@open name the same bench (babyai); give it once"),
+    ("sets={nq@open: 'nq:a', nq: 'nq:b'}", "sets: nq@open and nq name the same bench (nq)"),
 ]
 
 
@@ -93,6 +96,11 @@ def test_a_bench_n_entry_for_a_bench_not_being_run_is_refused(tmp_path, capsys):
     assert evaluate_main([*base, "profile=rl_ood", "benches=[babyai]", "bench_n.babyai=4"]) == 0, capsys.readouterr().err
     shown = capsys.readouterr().out
     assert "babyai: 4" in shown and "musique@given: 0" not in shown
+    # a command line's spelling of a bench overrides the profile's other spelling of it (not a duplicate)
+    assert evaluate_main([*base, "profile=rl_ood", "benches=[babyai]", "bench_n={babyai@open: 4}"]) == 0, capsys.readouterr().err
+    assert "babyai: 4" in capsys.readouterr().out
+    cfg = resolve({"ckpt": "m", "out": "o", "profile": "rl_ood", "benches": ["babyai"], "bench_n": {"babyai@open": 3}})
+    assert dict(cfg.bench_n) == {"babyai": 3}
 
 
 @pytest.mark.parametrize("arg,needle", [
@@ -130,6 +138,7 @@ def one_run(tmp_path):
     (["eval.babyai_max_steps=abc"], "babyai_max_steps"),
     (["benches=[babyia]"], "Did you mean: babyai"),
     (["eval.bench_n={babyia:5}"], "Did you mean: babyai"),
+    (["eval.bench_n={babyai@open: 5, babyai: 3}"], "bench_n: babyai@open and babyai name the same bench"),
     (["eval.max_turns=abc"], "max_turns"),
     (["n=abc"], "n="),
     (["eval.nope=1"], "nope"),
