@@ -7,8 +7,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common import fields
-from common.cli import apply_overrides, run_cli, wants_help
-from evals.config import KEYS, base_config, load_config, resolve
+from common.cli import run_cli, wants_help
+from evals.config import KEYS, from_argv, load_config, resolve
 from evals.errors import EvalError
 
 USAGE = """usage: evaluate ckpt=PATH [key=value ...]   (every key and its default below)
@@ -42,9 +42,8 @@ def _main(argv: list[str]) -> int:
         return 0
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (a study's evaluate stage)
         cfg = resolve(load_config(Path(argv[0]), "evaluate", "evaluation"), engine=True)
-    else:   # a profile's keys sit under the command line's: read `profile=` first, build the base from it
-        profile = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("profile=")), None)
-        cfg = resolve(apply_overrides(base_config(profile or None), argv), engine=True)
+    else:   # a profile's keys sit under the command line's
+        cfg = from_argv(argv)
     if cfg.dry_run:
         print(OmegaConf.to_yaml(cfg))
         return 0

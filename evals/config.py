@@ -10,7 +10,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from common import datafetch, fields, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
-from common.cli import did_you_mean, load_mapping
+from common.cli import apply_overrides, did_you_mean, load_mapping
 from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
@@ -199,6 +199,13 @@ def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str]
     for key in ("bench_n", "sets"):   # the benches' own entries
         cfg[key] = {b: v for b, v in settings[key].items() if b in benches}
     return cfg
+
+
+def from_argv(argv: list[str], suggest: tuple[str, ...] = ()) -> DictConfig:
+    """evaluate's `key=value` tokens over its defaults and those of the `profile=` they name, resolved;
+    `bench_n.BENCH=` and `sets.BENCH=` may name any bench (`suggest`: further keys a typo may have meant)."""
+    profile = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("profile=")), None)
+    return resolve(apply_overrides(base_config(profile or None), argv, open_prefixes=("bench_n.", "sets."), suggest=suggest), engine=True)
 
 
 def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:

@@ -219,9 +219,9 @@ def resolve_stages(req: Request) -> list[Resolved]:
                 r.cluster = _cluster(args, _SLURM_KEYS, cluster)
                 rest = [str(a) for a in args if not a.key.startswith("slurm.")]
                 if stage.run == "evaluate":
-                    from evals.config import base_config, resolve
+                    from evals.config import from_argv
 
-                    r.cfg = resolve(apply_overrides(base_config(_last(args, "profile") or None), rest, suggest=_SLURM_KEYS), engine=True)
+                    r.cfg = from_argv(rest, suggest=_SLURM_KEYS)
                     settings = {k: v for k, v in OmegaConf.to_container(r.cfg).items() if k != "profile"}   # (the profile's are merged in)
                     r.needs = preflight.eval_needs(settings, who, r.python, r.cfg.out, req.launcher)
                 else:

@@ -99,6 +99,10 @@ def test_a_bench_n_entry_for_a_bench_not_being_run_is_refused(tmp_path, capsys):
     # a command line's spelling of a bench overrides the profile's other spelling of it (not a duplicate)
     assert evaluate_main([*base, "profile=rl_ood", "benches=[babyai]", "bench_n={babyai@open: 4}"]) == 0, capsys.readouterr().err
     assert "babyai: 4" in capsys.readouterr().out
+    # the dotted form may name a bench the base config has no entry for, in either spelling
+    for extra in (["profile=rl_ood", "bench_n.babyai@open=4"], ["bench_n.babyai=4"]):
+        assert evaluate_main([*base, "benches=[babyai]", *extra]) == 0, capsys.readouterr().err
+        assert "babyai: 4" in capsys.readouterr().out
     cfg = resolve({"ckpt": "m", "out": "o", "profile": "rl_ood", "benches": ["babyai"], "bench_n": {"babyai@open": 3}})
     assert dict(cfg.bench_n) == {"babyai": 3}
 
