@@ -121,21 +121,22 @@ def test_the_variant_loads_with_both_arms_on_the_same_seeds_and_is_listed_apart(
 def test_the_variant_cpu_smoke_reports_r2e_against_r2e_v5(tmp_path, monkeypatch):
     """cpu_smoke end to end (both arms, same seed, 2 steps each; the anchor and both final checkpoints judged)
     from a data cache filled by `fetch-data from=DIR`: the report carries the r2e vs r2e_v5 table with a row
-    for the step both reached, every cell a paired difference. launch runs in this process (its trainers are
-    torchrun children either way); no assertion reads a figure file: drawn, not rendered."""
+    for the step both reached, every cell a paired difference."""
+    import os
+    import subprocess
+    import sys
+
     from common.study import load_study
-    from launch.cli import main
-    from tests.conftest import unrendered_figures
 
     study = load_study("dual_terminator_vs_v5")
     prefilled_data_cache(tmp_path / "data", monkeypatch)
     work = tmp_path / "work"
     work.mkdir()
-    unrendered_figures(monkeypatch)
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.chdir(work)
-    assert main(["study=dual_terminator_vs_v5", "runs_root=runs", "reports=rep", *study.cpu_smoke]) == 0
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled")
+    proc = subprocess.run([sys.executable, "-m", "launch.cli", "study=dual_terminator_vs_v5", "runs_root=runs",
+                           "reports=rep", *study.cpu_smoke], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     for arm in ("r2e", "r2e_v5"):
         assert (work / "runs" / arm / "seed0" / "DONE").is_file(), arm
     table = (work / "rep" / "tables" / "compare_r2e_vs_r2e_v5_em.md").read_text()
