@@ -187,10 +187,8 @@ def prefilled(tmp_path_factory, monkeypatch):
     unpinned_stand_ins(where)
 
 
-@pytest.fixture
-def fast_figures(monkeypatch):
-    """Figures are drawn but not rendered to PDF/PNG (the slow part); what a test checks is the tables and the
-    figures' names and panels."""
+def unrendered_figures(monkeypatch) -> None:
+    """Figures are drawn but not rendered to PDF/PNG (the slow part): empty files under their names."""
     import matplotlib.pyplot as plt
 
     import analysis.figures
@@ -202,6 +200,12 @@ def fast_figures(monkeypatch):
         plt.close(fig)
 
     monkeypatch.setattr(analysis.figures, "save_figure", save)
+
+
+@pytest.fixture
+def fast_figures(monkeypatch):
+    """For a test that checks the tables and the figures' names and panels, never a figure file."""
+    unrendered_figures(monkeypatch)
 
 
 _HANDLED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"))

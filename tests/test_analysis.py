@@ -143,7 +143,7 @@ def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     assert len(res.missing) == 6 and all(line in report for line in lines)
 
 
-def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path):
+def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path, fast_figures):
     root = tmp_path / "runs"
     make_run(root, "mixed", 0, [5], evaluated={5: {"nq": 0.5}})
     (root / "mixed" / "seed0" / "eval" / "step-000005" / "nq.jsonl").write_text("not json\n")
@@ -188,7 +188,7 @@ class FakeEvaluator(Harness):
         return cfg
 
 
-def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
+def test_incremental_sweep_evaluates_only_what_is_new(tmp_path, fast_figures):
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "r2e", 0, [10, 20], evaluated={10: {"nq": 0.2}})  # step 10 lacks hotpotqa
     cfg = {"runs_root": str(root), "out": str(out), "benches": ["nq", "hotpotqa"], "anchor": "base-model",
@@ -217,7 +217,7 @@ def test_incremental_sweep_evaluates_only_what_is_new(tmp_path):
         run_analysis(cfg, evaluator=ev3)
 
 
-def test_failed_evaluation_is_listed_and_retried(tmp_path):
+def test_failed_evaluation_is_listed_and_retried(tmp_path, fast_figures):
     root, out = tmp_path / "runs", tmp_path / "rep"
     make_run(root, "search", 0, [10, 20])
     cfg = {"runs_root": str(root), "out": str(out), "benches": ["nq"]}
@@ -231,7 +231,7 @@ def test_failed_evaluation_is_listed_and_retried(tmp_path):
     assert [c["out"].rsplit("/", 1)[-1] for c in ev2.calls] == ["step-000020"]
 
 
-def test_cli_help_dry_run_and_errors(tree, tmp_path, capsys):
+def test_cli_help_dry_run_and_errors(tree, tmp_path, capsys, fast_figures):
     assert analyze_main(["--help"]) == 0
     assert "runs_root" in capsys.readouterr().out
     corpus = tmp_path / "corpus.jsonl"
@@ -302,7 +302,7 @@ def test_demo_dry_run_prints_the_plan(capsys):
         assert err.startswith(f"error: {bad.split('=')[0]}=") and err.count("\n") == 1, (bad, err)
 
 
-def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
+def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path, fast_figures):
     """Run identity in analysis: a named variant is its own arm `<arm>/<name>`; run dirs renamed aside
     are ignored with a note; NaN / inf / out-of-range values and a non-integer n are listed as
     problems with file and value, never written to the results table."""
@@ -355,7 +355,7 @@ def test_variants_replaced_runs_and_invalid_metrics(tree, tmp_path):
     assert set(summarize(rows)) <= set(METRICS) | set(NON_METRIC_FIELDS)
 
 
-def test_a_null_metric_is_a_gap_with_its_reason_not_a_problem(tmp_path):
+def test_a_null_metric_is_a_gap_with_its_reason_not_a_problem(tmp_path, fast_figures):
     """A bench evaluate scored over zero items (`em: null`, `n: 0`, `null_reason`) is no row of the
     results table and no input problem: its table cell and its missing point say why."""
     root = tmp_path / "runs"

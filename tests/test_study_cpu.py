@@ -3,9 +3,6 @@ cpu_smoke): apart from test_study.py's plans so the two long runs can go to diff
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ def _tables(reports: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
+def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path, monkeypatch):
     study = load_study("qwen3_4b_spa_grpo")
     smoke = [t.replace("=.venv", f"={ROOT}/.venv") for t in study.cpu_smoke]  # written for the repo root (make venv-trl)
     proc = launch(tmp_path, "study=qwen3_4b_spa_grpo", "runs_root=runs", "reports=rep", *smoke, timeout=1200)
@@ -37,9 +34,14 @@ def test_grpo_study_runs_on_cpu_and_reports_the_reference_beside_ours(tmp_path):
     before = _tables(tmp_path / "rep")
     edited = tmp_path / "qwen3_4b_spa_grpo.yaml"
     edited.write_text(study.path.read_text().replace("pre: 0.000, post: 0.019", "pre: 0.500, post: 0.900"))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled")
-    subprocess.run([sys.executable, "-m", "launch.analyze", "runs_root=runs", "out=rep", "profile=rl_ood", "evaluate=false",
-                    "benches=[search_plan_ood]", f"study={edited}"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    from launch.analyze import main as analyze_main   # the re-analysis in this process: its figures drawn, not rendered
+    from tests.conftest import unrendered_figures
+
+    unrendered_figures(monkeypatch)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.chdir(tmp_path)
+    assert analyze_main(["runs_root=runs", "out=rep", "profile=rl_ood", "evaluate=false", "benches=[search_plan_ood]",
+                         f"study={edited}"]) == 0
     after = _tables(tmp_path / "rep")
     changed = sorted(k for k in before if before[k] != after.get(k))
     assert changed == ["tables/reference.md", "tables/reference.tex"]

@@ -73,32 +73,36 @@ def run_ckpt(built):
 
 @pytest.fixture(scope="module")
 def trained(built):
-    """A tiny mixed-arm run (2 steps, checkpoints at 1 and 2) built with data.heldout= the held-out split."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    """A tiny mixed-arm run (2 steps, checkpoints at 1 and 2) built with data.heldout= the held-out split (launch
+    run in this process: the trainer is its torchrun child either way)."""
+    from launch.cli import main
+    from tests.conftest import ROOT
 
     runs = built["root"] / "runs"
     argv = ["arm=mixed", "seed=0", "steps=2", "save_steps=[1]", "model=tiny", "data=synthetic", "n=8",
             "state_every=100", f"data.heldout={built['heldout']}", f"runs_root={runs}",
             "data.synthetic.code_turns=[1,2]", "data.synthetic.long_fraction=0.0"]
-    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="offline", HF_HUB_OFFLINE="1")
-    env.pop("RANK", None)
-    done = subprocess.run([sys.executable, "-m", "launch.cli", *argv], cwd=Path(__file__).resolve().parents[1], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {"OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}.items():
+            mp.setenv(k, v)
+        mp.delenv("RANK", raising=False)
+        mp.chdir(ROOT)
+        assert main(argv) == 0
     return runs
 
 
 @pytest.fixture(scope="module")
 def analysed(built, trained, tmp_path_factory):
-    """analyze over the trained run with the teacher-forced benches: evaluates its two checkpoints."""
+    """analyze over the trained run with the teacher-forced benches: evaluates its two checkpoints (no test reads a
+    figure file: drawn, not rendered)."""
     from launch.analyze import run_analysis
+    from tests.conftest import unrendered_figures
 
     rep = tmp_path_factory.mktemp("rep")
-    res = run_analysis({"runs_root": str(trained), "out": str(rep), "benches": ["tf_code", "tf_search"],
-                        "eval": {"heldout": str(built["heldout"]), "progress": False}})
+    with pytest.MonkeyPatch.context() as mp:
+        unrendered_figures(mp)
+        res = run_analysis({"runs_root": str(trained), "out": str(rep), "benches": ["tf_code", "tf_search"],
+                            "eval": {"heldout": str(built["heldout"]), "progress": False}})
     assert not res.evaluated.failures, res.evaluated.failures
     return res, rep
 
