@@ -12,6 +12,7 @@ Missing points are NaN and drawn as gaps (lines are broken, never interpolated a
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -271,9 +272,16 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
     return info
 
 
+def caption_lines(text: str, width_in: float) -> str:
+    """`text` broken into lines that fit a figure `width_in` inches wide at 6 pt (its own line breaks kept). Wrapped
+    once here: matplotlib's `wrap=True` measured the caption word by word at every save, about half of a save's time."""
+    width = max(40, int(width_in * 18))   # characters a line: 6 pt DejaVu Sans averages ~3.5 pt a character, plus a margin
+    return "\n".join(textwrap.fill(part, width) for part in text.split("\n"))
+
+
 def save_figure(fig, info: FigureInfo, out_stem: Path, rows: int) -> None:
     """The caption under the figure, then PDF + PNG (300 dpi) at `out_stem` (listed in `info.paths`)."""
-    fig.text(0.5, 0.0, info.caption, ha="center", va="top", fontsize=6, wrap=True)
+    fig.text(0.5, 0.0, caption_lines(info.caption, fig.get_figwidth()), ha="center", va="top", fontsize=6)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (PANEL_HEIGHT_IN * rows + 0.35)))
     for ext, kw in (("pdf", {}), ("png", {"dpi": 300})):
         path = out_stem.with_suffix(f".{ext}")

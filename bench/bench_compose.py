@@ -10,6 +10,7 @@ arm), which must be the same in both. Prints min and median ms per composed run 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -39,13 +40,26 @@ print(json.dumps({"times": times, "digest": digest, "file": __import__("launch.c
 """
 
 
-def measure(tree: Path, repeats: int, cwd: str) -> dict:
+def measure(tree: Path, repeats: int, cwd: str, child: str = CHILD, payload: str = json.dumps(RUNS)) -> dict:
+    """One process running `child` (argv: payload, repeats) on the code under `tree`; its last stdout line (JSON)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(RUNS), str(repeats)], cwd=cwd, env=env,
+    out = subprocess.run([sys.executable, "-c", child, payload, str(repeats)], cwd=cwd, env=env,
                          capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(got["file"]).is_relative_to(tree), f"{got['file']} is not under {tree}"
     return got
+
+
+@contextlib.contextmanager
+def base_tree(base: str):
+    """(the baseline commit's files, its short hash, an empty working directory), removed afterwards."""
+    commit = subprocess.run(["git", "rev-parse", "--short", base], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "base"
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
+        tarfile.open(fileobj=BytesIO(archive)).extractall(tree, filter="data")
+        (Path(tmp) / "cwd").mkdir()
+        yield tree, commit, str(Path(tmp) / "cwd")
 
 
 def main(argv=None) -> int:
@@ -53,18 +67,12 @@ def main(argv=None) -> int:
     if unknown := set(args) - {"base", "rounds", "repeats"}:
         raise SystemExit(f"unknown key(s) {sorted(unknown)}; the keys: base, rounds, repeats")
     base, rounds, repeats = args.get("base", "main"), int(args.get("rounds", 5)), int(args.get("repeats", 5))
-    commit = subprocess.run(["git", "rev-parse", "--short", base], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "base"
-        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
-        tarfile.open(fileobj=BytesIO(archive)).extractall(tree, filter="data")
-        runs_dir = Path(tmp) / "cwd"
-        runs_dir.mkdir()
+    with base_tree(base) as (tree, commit, cwd):
         results = {"baseline": [], "this checkout": []}
         digests = {}
         for _ in range(rounds):
             for label, where in (("baseline", tree), ("this checkout", ROOT)):
-                got = measure(where, repeats, str(runs_dir))
+                got = measure(where, repeats, cwd)
                 results[label] += got["times"]
                 digests.setdefault(label, set()).add(got["digest"])
     print(f"{len(RUNS)} runs composed {rounds} x {repeats} times per side, alternating processes; baseline {base} ({commit})")

@@ -143,6 +143,27 @@ def test_run_analysis_writes_figures_tables_report(tree, tmp_path):
     assert len(res.missing) == 6 and all(line in report for line in lines)
 
 
+@pytest.mark.parametrize("width_attr", ["COLUMN_WIDTH_IN", "TEXT_WIDTH_IN"])
+def test_a_caption_is_broken_into_lines_that_fit_its_figure(width_attr):
+    """The caption is wrapped before drawing (not by matplotlib at each save): measured by matplotlib's own renderer,
+    no line is wider than the figure, the lines use most of it, and the caption's own line breaks stay."""
+    import matplotlib.pyplot as plt
+
+    from analysis import figures
+
+    words = ("Shaded: 95% Wilson interval over items (n=500); dotted band: Holm-adjusted simultaneous band, MMWW "
+             "x-axis: optimizer steps 0-218; anchor Qwen3-4B-Thinking-2507 dashed; gaps: r2e/seed2 @150 (no bamboogle)")
+    text = f"{words} {words}\nSecond paragraph kept on its own line."
+    with plt.rc_context(figures.RC):
+        fig = plt.figure(figsize=(getattr(figures, width_attr), 2))
+        lines = figures.caption_lines(text, fig.get_figwidth()).split("\n")
+        renderer = fig.canvas.get_renderer()
+        widths = [fig.text(0, 0, line, fontsize=6).get_window_extent(renderer).width / fig.bbox.width for line in lines]
+        plt.close(fig)
+    assert max(widths) <= 1 and max(widths) > 0.7, widths
+    assert lines[-1] == "Second paragraph kept on its own line." and " ".join(lines[:-1]).split() == f"{words} {words}".split()
+
+
 def test_missing_anchor_and_empty_runs_are_gaps_not_crashes(tmp_path, fast_figures):
     root = tmp_path / "runs"
     make_run(root, "mixed", 0, [5], evaluated={5: {"nq": 0.5}})
