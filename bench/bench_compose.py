@@ -62,11 +62,19 @@ def base_tree(base: str):
         yield tree, commit, str(Path(tmp) / "cwd")
 
 
-def main(argv=None) -> int:
+def bench_args(argv: list[str] | None, defaults: dict) -> list:
+    """The values of `defaults`' keys (in its order, each of its default's type) from `key=value` tokens."""
     args = dict(tok.split("=", 1) for tok in (sys.argv[1:] if argv is None else argv))
-    if unknown := set(args) - {"base", "rounds", "repeats"}:
-        raise SystemExit(f"unknown key(s) {sorted(unknown)}; the keys: base, rounds, repeats")
-    base, rounds, repeats = args.get("base", "main"), int(args.get("rounds", 5)), int(args.get("repeats", 5))
+    if unknown := set(args) - set(defaults):
+        raise SystemExit(f"unknown key(s) {sorted(unknown)}; the keys: {', '.join(defaults)}")
+    try:
+        return [type(v)(args.get(k, v)) for k, v in defaults.items()]
+    except ValueError as exc:
+        raise SystemExit(f"a value of the wrong type ({exc}); the defaults: {defaults}") from None
+
+
+def main(argv=None) -> int:
+    base, rounds, repeats = bench_args(argv, {"base": "main", "rounds": 5, "repeats": 5})
     with base_tree(base) as (tree, commit, cwd):
         results = {"baseline": [], "this checkout": []}
         digests = {}

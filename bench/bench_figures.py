@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import sys
 
-from bench_compose import ROOT, base_tree, measure   # (this directory is on sys.path when run as a script)
+from bench_compose import ROOT, base_tree, bench_args, measure   # (this directory is on sys.path when run as a script)
 
 CHILD = """
 import json, sys, tempfile, time
@@ -41,10 +41,7 @@ print(json.dumps({"times": times, "digest": "", "file": figures.__file__}))
 
 
 def main(argv=None) -> int:
-    args = dict(tok.split("=", 1) for tok in (sys.argv[1:] if argv is None else argv))
-    if unknown := set(args) - {"base", "rounds", "repeats"}:
-        raise SystemExit(f"unknown key(s) {sorted(unknown)}; the keys: base, rounds, repeats")
-    base, rounds, repeats = args.get("base", "main"), int(args.get("rounds", 3)), int(args.get("repeats", 3))
+    base, rounds, repeats = bench_args(argv, {"base": "main", "rounds": 3, "repeats": 3})
     with base_tree(base) as (tree, commit, cwd):
         results = {"baseline": [], "this checkout": []}
         for _ in range(rounds):
