@@ -53,6 +53,29 @@ def resolve_tokenizer(name: str) -> str:
     return tiny_tokenizer_path() if name == "tiny" else name
 
 
+def checked_tokenizer(name: str, key: str = "tokenizer", error: type[ConfigError] = ConfigError) -> str:
+    """resolve_tokenizer's answer, checked without any network call: `tiny` and an existing local path pass; a model's
+    name (a model recipe, an alias) is refused naming the tokenizer that model uses; anything else must be shaped like a
+    Hub repo id (huggingface_hub's own rule). Refusals are `error`s, one line naming `key`."""
+    if name == "tiny" or Path(os.path.expanduser(name)).exists():
+        return resolve_tokenizer(name)
+    from common.recipes import group_choices, load_recipe
+
+    wants = f"{key}= takes a local tokenizer dir, a Hub repo id (ORG/NAME) or tiny (the embedded tokenizer)"
+    model = OLD_SPELLINGS.get(name, name)
+    if model in group_choices("model"):
+        uses = load_recipe("model", model).model.tokenizer
+        raise error(f"{key}={name}: a model (model={model}), not a tokenizer; did you mean {key}={uses}, the tokenizer "
+                    f"of model={model}? ({wants})")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise error(f"{key}={name}: no such local directory, and not a Hub repo id ({wants})") from None
+    return name
+
+
 @functools.lru_cache(maxsize=None)
 def _note_old_spelling(name: str) -> None:
     print(f"note: model {name} is read as {OLD_SPELLINGS[name]} (did you mean {OLD_SPELLINGS[name]}? "

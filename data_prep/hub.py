@@ -39,6 +39,24 @@ def offline_var() -> str | None:
     return "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
 
 
+def hub_unreachable(repo_id: str, filename: str = "tokenizer_config.json") -> str | None:
+    """Why the hub cannot send `repo_id`'s files now, or None: offline (the variable set), or one HEAD request for
+    `filename`, without huggingface_hub's retries and backoff (its downloads make up to 5 more per file when no cached
+    copy is there), failed at the network. An answer from the hub (not found, gated) is None: the download says it."""
+    if var := offline_var():
+        return f"{var}={os.environ[var]}"
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, filename), retry_on_errors=False)
+    except HfHubHTTPError:
+        return None
+    except Exception as exc:   # httpx's connect, network and timeout errors; OfflineModeIsEnabled
+        return f"the Hugging Face Hub is unreachable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return None
+
+
 def hub_offline() -> bool:
     """Whether huggingface_hub is offline: pinning answers from the local hub cache only."""
     return offline_var() is not None

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import time
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 
 from data_prep import build
@@ -310,7 +314,7 @@ def test_decontam_bench_root_counts_per_bench(tmp_path):
     assert m["counts"]["kept"] == 2 and m["decontam"]["by_bench"]["hotpotqa"]["dropped"] == 2
 
 
-def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, capsys):
+def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, capsys, monkeypatch):
     root = _bench_root(tmp_path, skip=("bamboogle",))
     src = _search_source(tmp_path, ["what colour is the sky"])
     from common.cli import ConfigError
@@ -332,6 +336,33 @@ def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, caps
     # so is a tokenizer that does not load: launch's model.tokenizer, data-prep's tokenizer (seen failing: `tokenizer=` under launch)
     with pytest.raises(ConfigError, match=f"^model.tokenizer={tmp_path}: cannot load a tokenizer"):
         build.cache_key({"sources": {"search": [src]}, "n": 1}, arm="search", seed=0, tokenizer=str(tmp_path))
+    # a hub id the local cache lacks: offline, refused at once; online with the hub unreachable, asked once, without
+    # huggingface_hub's retries (seen failing: 5 retries with backoff per file, ~80 s, for one line)
+    def key(tok):
+        return build.cache_key({"sources": {"search": [src]}, "n": 1}, arm="search", seed=0, tokenizer=tok)
+    with pytest.raises(ConfigError, match="^model.tokenizer=nobody/no-tok: not in the local Hugging Face cache .* and HF_HUB_OFFLINE=1"):
+        key("nobody/no-tok")
+    slept = []   # huggingface_hub's backoff before each retry
+
+    def unreachable(*args, **kw):
+        raise socket.gaierror(-2, "Name or service not known")
+    monkeypatch.setattr(socket, "getaddrinfo", unreachable)
+    monkeypatch.setattr(time, "sleep", slept.append)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(ConfigError, match="^model.tokenizer=nobody/no-tok: not in the local Hugging Face cache .* and the Hugging Face Hub is unreachable "
+                                          r"\(ConnectError: .*Name or service not known"):
+        key("nobody/no-tok")
+    assert not slept
+    # its copy in the local hub cache still loads (as huggingface_hub falls back to it), without retries too
+    from common.tiny import TINY_BASE_DIR
+    from data_prep.hub import hub_cache
+
+    repo = hub_cache() / "models--nobody--cached-tok"   # (a model repo: its tokenizer files and config.json)
+    shutil.copytree(TINY_BASE_DIR, repo / "snapshots" / ("0" * 40), ignore=shutil.ignore_patterns("*.safetensors"))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    assert len(key("nobody/cached-tok")) == 64 and not slept
     assert cli_main([f"out={tmp_path / 'y'}", "data.n=1"]) == 2   # launch's spelling (seen failing: "unknown key 'n'. Did you mean: n?")
     assert capsys.readouterr().err.startswith("error: unknown key 'data.n'. Did you mean: n?")
 

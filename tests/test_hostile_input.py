@@ -350,10 +350,18 @@ def test_build_quarantines_every_poison_record_and_keeps_all_good_ones(tiny_toke
     assert c["kept"] == 6 and c["rejected"] == len(poison) + 3 and c["read"] == c["kept"] + c["rejected"] + c["not_selected"]
 
 
-def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys):
+def test_data_prep_cli_mistakes_are_one_line_exit_2(tmp_path, capsys, monkeypatch):
     from data_prep.cli import main
 
-    for args, key in ((["tokenizer=/nonexistent"], "error: tokenizer=/nonexistent"), (["decontam_ngram=abc"], "decontam_ngram"),
+    def no_network(*a, **k):   # a tokenizer name refused before anything asks the hub (seen failing: 5 retries, ~80 s)
+        raise AssertionError("network use")
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    for args, key in ((["tokenizer=/nonexistent"], "error: tokenizer=/nonexistent: no such local directory, and not a Hub repo id"),
+                      # a model's name: the tokenizer that model uses, suggested (seen failing: "cannot load a tokenizer")
+                      (["tokenizer=tiny_base"], "error: tokenizer=tiny_base: a model (model=tiny_base), not a tokenizer; did you mean tokenizer=tiny"),
+                      (["tokenizer=qwen3_4b"], "did you mean tokenizer=Qwen/Qwen3-4B, the tokenizer of model=qwen3_4b?"),
+                      (["decontam_ngram=abc"], "decontam_ngram"),
                       (["decontam_ngram=0"], "decontam_ngram"), (["max_record_bytes=-1"], "max_record_bytes"),
                       # seen failing before: seed=[] and out=5 were tracebacks, seed=-1 / overwrite=5 accepted, a dry
                       # run checked nothing (each key's field rule now)
