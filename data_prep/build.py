@@ -18,6 +18,7 @@ import numpy as np
 
 from common import datafetch
 from common.io import atomic_dir, check_output_dir, sha256_file, sha256_text, write_json, write_jsonl, write_sha256sums
+from common.tiny import checked_tokenizer
 from data_prep import arms, config, heldout, synthetic, worker
 from data_prep.decontam import Decontaminator, bench_files, bench_of, load_questions
 from data_prep.errors import DataPrepError
@@ -45,7 +46,6 @@ def load_tokenizer(tokenizer: Any):
         return tokenizer, getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
     from huggingface_hub import try_to_load_from_cache
 
-    from common.tiny import checked_tokenizer
     from data_prep.hub import hub_cache, hub_unreachable
 
     where = checked_tokenizer(tokenizer, "model.tokenizer", DataPrepError)   # (a model's name, a malformed id: refused here, offline)
@@ -66,8 +66,30 @@ def tokenizer_identity(tok, name: str) -> dict:
     ident = {"name": name, "vocab_size": len(tok), "chat_template_sha256": sha256_text(tok.chat_template or "")}
     d = Path(getattr(tok, "name_or_path", "") or "")
     if d.is_dir():
-        ident["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir()) if p.is_file() and p.suffix in (".json", ".txt", ".jinja", ".model")}
+        ident["files"] = tokenizer_files(d)
     return ident
+
+
+def tokenizer_files(d: Path) -> dict[str, str]:
+    """{relative path: sha256} of what transformers reads from a tokenizer dir: its .json (tokenizer, tokenizer_config,
+    special tokens, config), .txt (vocab, merges), .jinja (chat templates, additional_chat_templates/ too), .model files."""
+    files = sorted(p for p in [*d.iterdir(), *d.glob("additional_chat_templates/*")] if p.is_file())
+    return {p.relative_to(d).as_posix(): sha256_file(p) for p in files if p.suffix in (".json", ".txt", ".jinja", ".model")}
+
+
+def tokenizer_key(tokenizer: Any) -> dict:
+    """The tokenizer's part of the cache key. A local dir (`tiny` too) is read, not loaded (no transformers, no torch: a
+    dry run's key costs milliseconds): its files (tokenizer_files) and the versions of the libraries that read and render
+    them, so a change of anything the tokenizer does changes the key. A hub id or a loaded tokenizer: loaded, its
+    vocabulary size and chat template (tokenizer_identity)."""
+    where = Path(checked_tokenizer(tokenizer, "model.tokenizer", DataPrepError)).expanduser() if isinstance(tokenizer, str) else None
+    if where is None or not where.is_dir():
+        return tokenizer_identity(*load_tokenizer(tokenizer))
+    if not {"tokenizer.json", "tokenizer_config.json"} & {p.name for p in where.iterdir()}:
+        raise DataPrepError(f"model.tokenizer={tokenizer}: cannot load a tokenizer from it (no tokenizer.json or tokenizer_config.json in it)")
+    from importlib.metadata import version
+
+    return {"name": tokenizer, "files": tokenizer_files(where), "versions": {lib: version(lib) for lib in ("transformers", "tokenizers", "jinja2")}}
 
 
 def _code_hash() -> str:
@@ -84,18 +106,17 @@ def cache_key(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any) -> str:
     """Hex digest over everything that changes the output: sources (local files by sha256),
     tokenizer identity + chat template hash, arm, seed, every output-relevant data key and
     data_prep's own code."""
-    tok, name = load_tokenizer(tokenizer)
-    return _cache_key(config.resolve(data_cfg), arm, seed, tok, name)
+    return _cache_key(config.resolve(data_cfg), arm, seed, tokenizer)
 
 
-def _cache_key(cfg: dict, arm: str, seed: int, tok, name: str) -> str:
+def _cache_key(cfg: dict, arm: str, seed: int, tokenizer: Any) -> str:
     wanted = arms.quotas(arm, cfg["n"])
     srcs: Any = {d: [parse_source(s).identity() for s in cfg["sources"][d]] for d in wanted}
     if cfg["kind"] == "synthetic":
         srcs["synthetic"] = cfg["synthetic"]
     payload = {
         "format": FORMAT_VERSION, "code": _code_hash(), "arm": arm, "seed": seed,
-        "tokenizer": tokenizer_identity(tok, name),
+        "tokenizer": tokenizer_key(tokenizer),
         "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k not in ("sources", "heldout")},
         # the held-out set by its content (a moved dir is the same set)
         "heldout": heldout.load(cfg["heldout"], "data.heldout").fingerprint if cfg["heldout"] else None,
@@ -129,7 +150,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     wanted = arms.quotas(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
     renderer = ChatRenderer(tok, **renderer_kwargs(cfg))
-    key = _cache_key(cfg, arm, seed, tok, tok_name)
+    key = _cache_key(cfg, arm, seed, tokenizer)
     out = Path(out)
     check_output_dir(out, overwrite=overwrite, marker="manifest.json", sources=_inputs(cfg, tok))
     stats = RunStats()

@@ -81,6 +81,16 @@ def test_cache_key_tracks_local_file_content(tmp_path):
     k1 = build.cache_key(cfg, arm="r2e", seed=0, tokenizer="tiny")
     p.write_text(p.read_text() + "\n{}\n")
     assert build.cache_key(cfg, arm="r2e", seed=0, tokenizer="tiny") != k1
+    # a tokenizer dir by its files, unloaded: the same files give the same key, any file transformers reads changes it
+    from common.tiny import TOKENIZER_DIR
+
+    tok = shutil.copytree(TOKENIZER_DIR, tmp_path / "tok")
+    keys = [build.cache_key(cfg, arm="r2e", seed=0, tokenizer=str(tok)), build.cache_key(cfg, arm="r2e", seed=0, tokenizer=str(tok))]
+    for name in ("chat_template.jinja", "tokenizer_config.json", "additional_chat_templates/tool_use.jinja", "special_tokens_map.json"):
+        (tok / name).parent.mkdir(exist_ok=True)
+        (tok / name).write_text(((tok / name).read_text() if (tok / name).exists() else "{}") + " ")
+        keys.append(build.cache_key(cfg, arm="r2e", seed=0, tokenizer=str(tok)))
+    assert keys[0] == keys[1] and len(set(keys)) == 5, keys
 
 
 def test_bad_input_totals_and_strict(tmp_path, capsys):

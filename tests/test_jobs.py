@@ -274,3 +274,17 @@ def test_a_count_without_a_gpu_device_never_imports_torch(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", "False"], out
+
+
+def test_the_sft_dry_run_never_imports_torch(tmp_path):
+    """A fresh interpreter's SFT dry run on the tiny base without data.dir leaves torch unimported: the dataset's cache
+    key reads the tokenizer dir's files (seen failing: it loaded the tokenizer, ~15 s importing transformers and torch)."""
+    import subprocess
+
+    probe = ("import sys; from pathlib import Path; from common import interpreter; from launch.cli import main; "
+             f"interpreter.gpus_visible.__defaults__ = (Path({str(tmp_path)!r}),); "
+             f"code = main(['arm=r2e', 'model=tiny_base', 'data=synthetic', 'steps=2', 'dry_run=true', 'runs_root={tmp_path}']); "
+             "print(code, 'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-2:] == ["0", "False"], out
