@@ -77,14 +77,14 @@ def tokenizer_files(d: Path) -> dict[str, str]:
     return {p.relative_to(d).as_posix(): sha256_file(p) for p in files if p.suffix in (".json", ".txt", ".jinja", ".model")}
 
 
-def tokenizer_key(tokenizer: Any) -> dict:
+def tokenizer_key(tokenizer: Any, loaded: tuple | None = None) -> dict:
     """The tokenizer's part of the cache key. A local dir (`tiny` too) is read, not loaded (no transformers, no torch: a
     dry run's key costs milliseconds): its files (tokenizer_files) and the versions of the libraries that read and render
-    them, so a change of anything the tokenizer does changes the key. A hub id or a loaded tokenizer: loaded, its
-    vocabulary size and chat template (tokenizer_identity)."""
+    them, so a change of anything the tokenizer does changes the key. A hub id or a loaded tokenizer: loaded (`loaded`:
+    load_tokenizer's answer, already there), its vocabulary size and chat template (tokenizer_identity)."""
     where = Path(checked_tokenizer(tokenizer, "model.tokenizer", DataPrepError)).expanduser() if isinstance(tokenizer, str) else None
     if where is None or not where.is_dir():
-        return tokenizer_identity(*load_tokenizer(tokenizer))
+        return tokenizer_identity(*(loaded or load_tokenizer(tokenizer)))
     if not {"tokenizer.json", "tokenizer_config.json"} & {p.name for p in where.iterdir()}:
         raise DataPrepError(f"model.tokenizer={tokenizer}: cannot load a tokenizer from it (no tokenizer.json or tokenizer_config.json in it)")
     from importlib.metadata import version
@@ -109,14 +109,14 @@ def cache_key(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any) -> str:
     return _cache_key(config.resolve(data_cfg), arm, seed, tokenizer)
 
 
-def _cache_key(cfg: dict, arm: str, seed: int, tokenizer: Any) -> str:
+def _cache_key(cfg: dict, arm: str, seed: int, tokenizer: Any, loaded: tuple | None = None) -> str:
     wanted = arms.quotas(arm, cfg["n"])
     srcs: Any = {d: [parse_source(s).identity() for s in cfg["sources"][d]] for d in wanted}
     if cfg["kind"] == "synthetic":
         srcs["synthetic"] = cfg["synthetic"]
     payload = {
         "format": FORMAT_VERSION, "code": _code_hash(), "arm": arm, "seed": seed,
-        "tokenizer": tokenizer_key(tokenizer),
+        "tokenizer": tokenizer_key(tokenizer, loaded),
         "data": {k: v for k, v in cfg.items() if k not in config.NON_OUTPUT_KEYS and k not in ("sources", "heldout")},
         # the held-out set by its content (a moved dir is the same set)
         "heldout": heldout.load(cfg["heldout"], "data.heldout").fingerprint if cfg["heldout"] else None,
@@ -150,7 +150,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
     wanted = arms.quotas(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
     renderer = ChatRenderer(tok, **renderer_kwargs(cfg))
-    key = _cache_key(cfg, arm, seed, tokenizer)
+    key = _cache_key(cfg, arm, seed, tokenizer, (tok, tok_name))
     out = Path(out)
     check_output_dir(out, overwrite=overwrite, marker="manifest.json", sources=_inputs(cfg, tok))
     stats = RunStats()
