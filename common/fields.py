@@ -148,10 +148,7 @@ class Default:
         unset = "" if self.default is not None else f" (null: {self.owner}'s default{theirs} or the profile's)"
         return f"{self.owner}'s: {self.field.help}{own}{unset}"
 
-    def problem(self, key: str, v: Any) -> str | None:
-        return None if v is None and self.owner else self.field.problem(key, v)
-
-    def __getattr__(self, name: str):   # rule, roles, read, must: the field's
+    def __getattr__(self, name: str):   # rule, roles, read, problem, must: the field's
         return getattr(self.field, name)
 
 
