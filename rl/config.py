@@ -4,8 +4,6 @@ composed config with it before any work, rl.train the resolved `config.yaml`), i
 from __future__ import annotations
 
 import re
-import sys
-from importlib import metadata
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -99,23 +97,6 @@ GRPO: dict[str, Field | Default] = {
                                  list_of(lambda m: isinstance(m, str), "a non-empty list of module names", size=lambda n: n > 0)),
 }
 EXCLUDED_KEYS = excluded(SFT, GRPO)   # the run fingerprint's (both trainers': as one table before)
-
-
-def installed_trl() -> str | None:
-    """The trl release this interpreter imports (None: not installed)."""
-    try:
-        return metadata.version("trl")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def trl_problem(want, have: str | None, python: str = sys.executable) -> str | None:
-    """Why a run pinned to `grpo.trl=want` cannot train in `python` (whose trl is `have`), or None."""
-    if want in (None, "") or str(want) == have:
-        return None
-    return (f"grpo.trl={want}: {python} has {'trl ' + have if have else 'no trl'}; train in an environment holding "
-            f"trl {want}: python.grpo=.venv-trl{want}/bin/python (`make venv-trl TRL_REF={want}` builds it beside "
-            "the project's .venv), or grpo.trl=null for the installed one")
 
 
 def problems(cfg: DictConfig) -> list[str]:
