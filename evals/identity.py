@@ -9,15 +9,10 @@ from typing import Any
 from common import datafetch, fingerprint
 from common.fields import IDENTITY, plain
 from common.io import dir_identity, sha256_file, sha256_text
-from evals.errors import EvalError
 
 # What evaluate makes of a generation (answer rules, turn rules, retrieval): bumped when a change alters a config's rows, so an
 # out dir scored under old rules is refused (2: answer markup, no answer in reasoning, BM25 matches only); a kind's own: its `semantics`
 EVAL_SEMANTICS = 2
-
-
-class IdentityError(EvalError):
-    """An out dir holds a bench under another identity (the message carries the diff)."""
 
 
 def checkpoint_identity(ckpt: str) -> dict[str, Any]:
