@@ -242,11 +242,9 @@ def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
     if qa and merged.retriever == "e5":
         if not merged.encoder:
             raise EvalError("retriever=e5 needs encoder=MODEL (encoder:e5-base-v2, an HF model dir or hub id)")
-        try:   # a fetched name is checked when used (the cache); a mistyped one: did you mean
-            index_named = datafetch.named("index", merged.index, "index")
-            datafetch.named("encoder", merged.encoder, "encoder")
-        except datafetch.DataError as exc:
-            raise EvalError(str(exc)) from None
+        # a fetched name is checked when used (the cache); a mistyped one is datafetch's DataError: did you mean
+        index_named = datafetch.named("index", merged.index, "index")
+        datafetch.named("encoder", merged.encoder, "encoder")
         if merged.index is not None and not index_named and not Path(merged.index).is_file():
             raise EvalError(f"index={merged.index}: no such file (a faiss index; null builds one from the corpus)")
         from evals.dense import BUILD_MAX_BYTES
