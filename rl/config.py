@@ -25,7 +25,6 @@ LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
 TRL_VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?")
 _ID, _PATH_CONTENT, _MODEL_ID = (IDENTITY,), (PATH, CONTENT), (IDENTITY, PATH, MODEL_ROLE)
 
-# ---------------------------------------------------------------- GRPO (stage=grpo)
 # A `[ref: ...]` mark quotes the reference system that states the value (LoRA GRPO on search_plan_act); a
 # `[chosen: ...]` mark is this project's choice, not stated by the reference (docs/stages/grpo.md says why).
 GRPO: dict[str, Field | Default] = {
