@@ -14,6 +14,7 @@ from common.cli import apply_overrides, did_you_mean, load_mapping
 from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import OOD_BENCH, SEARCH7, bench_source
+from evals.dense import build_problem
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
@@ -247,12 +248,8 @@ def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
         datafetch.named("encoder", merged.encoder, "encoder")
         if merged.index is not None and not index_named and not Path(merged.index).is_file():
             raise EvalError(f"index={merged.index}: no such file (a faiss index; null builds one from the corpus)")
-        from evals.dense import BUILD_MAX_BYTES
-
-        size = 0 if merged.index is not None or datafetch.is_name(merged.corpus) else Path(merged.corpus).stat().st_size
-        if size > BUILD_MAX_BYTES:
-            raise EvalError(f"retriever=e5 index=null would build an index over corpus={merged.corpus} "
-                            f"({size / 2**30:.1f} GiB): pass index=FILE (Search-R1's e5_Flat.index for wiki-18)")
+        if why := build_problem(merged.corpus, merged.index):
+            raise EvalError(why)
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:

@@ -14,6 +14,7 @@ from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default
                            is_int, list_of, number, text)
 from common.plan import save_points
 from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS, run_dir
+from evals.dense import build_problem
 from rl.envs import REWARD_SEMANTICS
 from rl.errors import RlError
 from sft.config import LOGGING, MODEL, SFT, TRAIN
@@ -119,10 +120,12 @@ def problems(cfg: DictConfig) -> list[str]:
                     and not Path(str(value)).is_file():
                 what = "a directory, not a file" if Path(str(value)).is_dir() else "no such file"
                 bad.append(f"{key}={value}: {what}" + (" (a faiss index; null builds one from the corpus)" if key == "grpo.index" else ""))
-        if retriever == "e5" and not g.get("encoder"):
-            bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
         if retriever == "e5":
+            if not g.get("encoder"):
+                bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
             _named("grpo.encoder", g.get("encoder"), "encoder", bad)
+            if why := build_problem(g.corpus, g.get("index"), "grpo."):   # as evaluate refuses it
+                bad.append(why)
         if retriever == "http" and not g.retriever_url:
             bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
     if not bad and parent_run(cfg.model.path) and not cfg.name:
