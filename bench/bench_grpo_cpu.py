@@ -62,7 +62,7 @@ def plain_trl_child(out: Path) -> None:
     from common.tiny import resolve_model_path
     from launch.compose import compose_grpo
     from rl import chat
-    from rl.config import installed_trl
+    from common.interpreter import installed_trl
     from rl.envs import environment_for, reward_funcs_for
     from rl.train import grpo_args, lora_config, rows
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from functools import reduce
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
@@ -147,10 +148,7 @@ class Default:
         unset = "" if self.default is not None else f" (null: {self.owner}'s default{theirs} or the profile's)"
         return f"{self.owner}'s: {self.field.help}{own}{unset}"
 
-    def problem(self, key: str, v: Any) -> str | None:
-        return None if v is None and self.owner else self.field.problem(key, v)
-
-    def __getattr__(self, name: str):   # rule, roles, read, must: the field's
+    def __getattr__(self, name: str):   # rule, roles, read, problem, must: the field's
         return getattr(self.field, name)
 
 
@@ -214,13 +212,10 @@ def path_keys(table: dict[str, Any]) -> dict[str, str]:
 
 def select(cfg, key: str, default: Any = ABSENT) -> Any:
     """The value at dotted `key` of a nested mapping (dict or omegaconf), `default` when absent."""
-    node = cfg
-    for part in key.split("."):
-        try:
-            node = node[part]
-        except (KeyError, TypeError, IndexError):
-            return default
-    return node
+    try:
+        return reduce(lambda node, part: node[part], key.split("."), cfg)
+    except (KeyError, TypeError, IndexError):
+        return default
 
 
 def plain(v: Any) -> Any:
@@ -261,10 +256,7 @@ def defaults(table: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, entry in table.items():
         *parents, leaf = name.split(".")
-        node = out
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = entry.default
+        reduce(lambda node, p: node.setdefault(p, {}), parents, out)[leaf] = entry.default
     return out
 
 

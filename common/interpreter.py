@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 KINDS = ("sft", "grpo", "eval")
@@ -92,6 +93,23 @@ def package_version(python: str, name: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def installed_trl() -> str | None:
+    """The trl release this interpreter (the running one) imports (None: not installed): package_version's in-process form."""
+    try:
+        return metadata.version("trl")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def trl_problem(want, have: str | None, python: str = sys.executable) -> str | None:
+    """Why a run pinned to `grpo.trl=want` cannot train in `python` (whose trl is `have`), or None."""
+    if want in (None, "") or str(want) == have:
+        return None
+    return (f"grpo.trl={want}: {python} has {'trl ' + have if have else 'no trl'}; train in an environment holding "
+            f"trl {want}: python.grpo=.venv-trl{want}/bin/python (`make venv-trl TRL_REF={want}` builds it beside "
+            "the project's .venv), or grpo.trl=null for the installed one")
 
 
 # The device nodes a GPU's driver makes: NVIDIA /dev/nvidiaN (beside /dev/nvidiactl: nvidia-modprobe(1)), Jetson's nvgpu

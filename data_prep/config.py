@@ -2,7 +2,6 @@
 with its default, rule, help and roles; sft.config.SFT holds them as `data.KEY`), and their check."""
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from common import datafetch, fields
@@ -62,7 +61,7 @@ def problems(data_cfg: Any) -> list[str]:
     each naming `data.KEY` (data-prep's command line names it as typed there, bare: data_prep.cli)."""
     data_cfg = plain(data_cfg)
     out = [f"unknown data key {k!r} (known: {', '.join(DATA_DEFAULTS)})" for k in (data_cfg or {}) if k not in DATA_DEFAULTS]
-    values = {**copy.deepcopy(DATA_DEFAULTS), **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}
+    values = {**DATA_DEFAULTS, **{k: v for k, v in (data_cfg or {}).items() if k in DATA_DEFAULTS}}
     out += fields.problems({f"data.{k}": f for k, f in DATA.items()}, {"data": values}, must=True,
                            optional=["data.sources.code", "data.sources.search"])   # absent: [] (sources not a section: resolve's line)
     out += synthetic.problems(values["synthetic"]) if isinstance(values["synthetic"], dict) else []
@@ -74,8 +73,8 @@ def problems(data_cfg: Any) -> list[str]:
 def resolve(data_cfg: Any) -> dict:
     """Plain dict of `data_cfg` (dict or DictConfig) over the defaults, values checked."""
     if bad := problems(data_cfg):
-        raise DataPrepError(bad[0] if len(bad) == 1 else "; ".join(bad))
-    cfg = {**copy.deepcopy(DATA_DEFAULTS), **(plain(data_cfg) or {})}
+        raise DataPrepError("; ".join(bad))
+    cfg = {**DATA_DEFAULTS, **(plain(data_cfg) or {})}
     if not isinstance(sources := cfg["sources"] or {}, dict):
         raise DataPrepError(f"data.sources must be a section of keys (data.sources.KEY: value), got {sources!r}")
     cfg["sources"] = {side: list(sources.get(side) or []) for side in ("code", "search")}

@@ -13,11 +13,12 @@ from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import apply_overrides, did_you_mean, load_mapping
 from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
-from evals.benches import HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, SEARCH7, bench_source
+from evals.benches import OOD_BENCH, SEARCH7, bench_source
+from evals.dense import build_problem
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
-from evals.registry import env_benches, kind_of, uses_retriever
+from evals.registry import bench_name_problem, env_benches, kind_of, uses_retriever
 
 # Every evaluate key, defined once (common.fields; evals.identity derives the evaluation identity from the roles).
 _ID, _CONTENT, _ENGINE = (IDENTITY,), (CONTENT,), (ENGINE,)
@@ -128,18 +129,6 @@ def bench_keys(benches, what: str = "benches") -> list[str]:
             raise EvalError(f"{what}: {raw!r} is listed twice" if first == raw else
                             f"{what}: {first} and {raw} name the same bench ({key}); give it once")
     return keys
-
-
-def bench_name_problem(name: str, bench_root) -> str | None:
-    """Why `name` (a canonical `NAME[@MODE]`) names no bench evaluate can load (the environments, the hub's and
-    each dir under `bench_root`), with the nearest names; None when it does."""
-    known = {*env_benches(), *HUB_SPLITS, *HUB_CONTEXT}
-    if bench_root and Path(bench_root).is_dir():
-        known |= {d.name for d in Path(bench_root).iterdir() if d.is_dir()}
-    if parse_bench_key(name)[0] in known:
-        return None
-    where = f" (no {Path(bench_root) / name}/)" if bench_root else " (and no bench_root=DIR holds it)"
-    return f"unknown bench {name!r}{where}.{did_you_mean(name, sorted(known))}"
 
 
 def _per_bench(key: str, profile, user, benches: list[str], bench_root) -> dict:
@@ -254,19 +243,13 @@ def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
     if qa and merged.retriever == "e5":
         if not merged.encoder:
             raise EvalError("retriever=e5 needs encoder=MODEL (encoder:e5-base-v2, an HF model dir or hub id)")
-        try:   # a fetched name is checked when used (the cache); a mistyped one: did you mean
-            index_named = datafetch.named("index", merged.index, "index")
-            datafetch.named("encoder", merged.encoder, "encoder")
-        except datafetch.DataError as exc:
-            raise EvalError(str(exc)) from None
+        # a fetched name is checked when used (the cache); a mistyped one is datafetch's DataError: did you mean
+        index_named = datafetch.named("index", merged.index, "index")
+        datafetch.named("encoder", merged.encoder, "encoder")
         if merged.index is not None and not index_named and not Path(merged.index).is_file():
             raise EvalError(f"index={merged.index}: no such file (a faiss index; null builds one from the corpus)")
-        from evals.dense import BUILD_MAX_BYTES
-
-        size = 0 if merged.index is not None or datafetch.is_name(merged.corpus) else Path(merged.corpus).stat().st_size
-        if size > BUILD_MAX_BYTES:
-            raise EvalError(f"retriever=e5 index=null would build an index over corpus={merged.corpus} "
-                            f"({size / 2**30:.1f} GiB): pass index=FILE (Search-R1's e5_Flat.index for wiki-18)")
+        if why := build_problem(merged.corpus, merged.index):
+            raise EvalError(why)
     if qa and merged.retriever == "http" and not merged.retriever_url:
         raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
     if merged.out is None:

@@ -10,3 +10,7 @@ from common.cli import ConfigError
 
 class EvalError(ConfigError):
     """Bad input to evals: the message names the key, file or record and the reason."""
+
+
+class IdentityError(EvalError):
+    """An out dir holds a bench under another identity (the message carries the diff: evals.store)."""

@@ -9,15 +9,10 @@ from typing import Any
 from common import datafetch, fingerprint
 from common.fields import IDENTITY, plain
 from common.io import dir_identity, sha256_file, sha256_text
-from evals.errors import EvalError
 
 # What evaluate makes of a generation (answer rules, turn rules, retrieval): bumped when a change alters a config's rows, so an
 # out dir scored under old rules is refused (2: answer markup, no answer in reasoning, BM25 matches only); a kind's own: its `semantics`
 EVAL_SEMANTICS = 2
-
-
-class IdentityError(EvalError):
-    """An out dir holds a bench under another identity (the message carries the diff)."""
 
 
 def checkpoint_identity(ckpt: str) -> dict[str, Any]:
@@ -28,18 +23,14 @@ def checkpoint_identity(ckpt: str) -> dict[str, Any]:
         return dir_identity(path)
     if path.is_absolute() or str(ckpt).startswith((".", "~")):   # a local path with no model behind it
         return {"kind": "missing", "path": str(ckpt)}
-    return {"kind": "hub", "repo": str(ckpt), "revision": hub_revision(str(ckpt))}
-
-
-def hub_revision(repo: str) -> str | None:
-    """The commit a hub id resolves to (local cache first, then the hub); None when unknown."""
+    revision = None   # the commit the hub id resolves to: the local hub cache's, else the hub's (None: unknown)
     with suppress(Exception):
         from huggingface_hub import HfApi, snapshot_download
 
         with suppress(Exception):
-            return Path(snapshot_download(repo, local_files_only=True, allow_patterns=["config.json"])).name
-        return HfApi().model_info(repo).sha   # not cached: ask the hub
-    return None
+            revision = Path(snapshot_download(str(ckpt), local_files_only=True, allow_patterns=["config.json"])).name
+        revision = revision or HfApi().model_info(str(ckpt)).sha   # not cached: ask the hub
+    return {"kind": "hub", "repo": str(ckpt), "revision": revision}
 
 
 def corpus_identity(corpus: str | None) -> dict[str, Any] | None:

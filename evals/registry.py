@@ -21,13 +21,15 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from common import thinking
 from common.benchmarks import parse_bench_key
+from common.cli import did_you_mean
 from evals import babyai, tasks, teacher_forced
 from evals.agent import AgentRules, play_agent
-from evals.benches import BABYAI_BENCH, OOD_BENCH, bench_set, bench_size, bench_source, load_bench
+from evals.benches import BABYAI_BENCH, HUB_CONTEXT, HUB_SPLITS, OOD_BENCH, bench_set, bench_size, bench_source, load_bench
 from evals.metrics import METRICS, RATE, SIZE, MetricSpec
 from evals.results import QA_KEYS, summarize
 from evals.scheduler import Episodes
@@ -205,6 +207,18 @@ def env_benches() -> tuple[str, ...]:
 def uses_retriever(bench: str) -> bool:
     """Whether bench `bench` (a canonical key) searches a corpus: QA benches in context mode open."""
     return bench not in KINDS and parse_bench_key(bench)[1] == "open"
+
+
+def bench_name_problem(name: str, bench_root) -> str | None:
+    """Why `name` (a canonical `NAME[@MODE]`) names no bench evaluate can load (the environments, the hub's and
+    each dir under `bench_root`), with the nearest names; None when it does."""
+    known = {*env_benches(), *HUB_SPLITS, *HUB_CONTEXT}
+    if bench_root and Path(bench_root).is_dir():
+        known |= {d.name for d in Path(bench_root).iterdir() if d.is_dir()}
+    if parse_bench_key(name)[0] in known:
+        return None
+    where = f" (no {Path(bench_root) / name}/)" if bench_root else " (and no bench_root=DIR holds it)"
+    return f"unknown bench {name!r}{where}.{did_you_mean(name, sorted(known))}"
 
 
 def key_prefixes() -> dict[str, str]:

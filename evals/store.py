@@ -19,8 +19,7 @@ from pathlib import Path
 
 from common import fingerprint, lock
 from common.io import JsonLineError, parse_json_line, read_json_object, replace_aside, write_json
-from evals.errors import EvalError
-from evals.identity import IdentityError
+from evals.errors import EvalError, IdentityError
 from evals.registry import KINDS, key_prefixes, kind_of
 from evals.results import ResultsError, append_rows, load_done
 

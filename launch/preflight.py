@@ -18,7 +18,6 @@ from data_prep.readers import SourceError, parse_source
 from launch import cache, jobs
 from launch.errors import LaunchError
 from launch.jobs import Needs
-from rl.config import trl_problem
 
 EXIT = 2
 
@@ -146,7 +145,7 @@ def python_problem(need: Needs) -> str | None:
     python = need.python or sys.executable
     why = interpreter.check(need.kind, python, need.modules) if need.modules else None
     if why is None and need.trl not in (None, ""):
-        why = trl_problem(need.trl, interpreter.package_version(python, "trl"), python)
+        why = interpreter.trl_problem(need.trl, interpreter.package_version(python, "trl"), python)
         if why and need.python is not None:
             why = f"python.{need.kind}: {why}"
     if why and need.python is None:   # the implicit one: say how to name another

@@ -4,8 +4,6 @@ composed config with it before any work, rl.train the resolved `config.yaml`), i
 from __future__ import annotations
 
 import re
-import sys
-from importlib import metadata
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +14,7 @@ from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default
                            is_int, list_of, number, text)
 from common.plan import save_points
 from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS, run_dir
+from evals.dense import build_problem
 from rl.envs import REWARD_SEMANTICS
 from rl.errors import RlError
 from sft.config import LOGGING, MODEL, SFT, TRAIN
@@ -27,7 +26,6 @@ LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
 TRL_VERSION = re.compile(r"\d+(\.\d+)+((a|b|rc|\.post|\.dev)\d+)?")
 _ID, _PATH_CONTENT, _MODEL_ID = (IDENTITY,), (PATH, CONTENT), (IDENTITY, PATH, MODEL_ROLE)
 
-# ---------------------------------------------------------------- GRPO (stage=grpo)
 # A `[ref: ...]` mark quotes the reference system that states the value (LoRA GRPO on search_plan_act); a
 # `[chosen: ...]` mark is this project's choice, not stated by the reference (docs/stages/grpo.md says why).
 GRPO: dict[str, Field | Default] = {
@@ -101,23 +99,6 @@ GRPO: dict[str, Field | Default] = {
 EXCLUDED_KEYS = excluded(SFT, GRPO)   # the run fingerprint's (both trainers': as one table before)
 
 
-def installed_trl() -> str | None:
-    """The trl release this interpreter imports (None: not installed)."""
-    try:
-        return metadata.version("trl")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def trl_problem(want, have: str | None, python: str = sys.executable) -> str | None:
-    """Why a run pinned to `grpo.trl=want` cannot train in `python` (whose trl is `have`), or None."""
-    if want in (None, "") or str(want) == have:
-        return None
-    return (f"grpo.trl={want}: {python} has {'trl ' + have if have else 'no trl'}; train in an environment holding "
-            f"trl {want}: python.grpo=.venv-trl{want}/bin/python (`make venv-trl TRL_REF={want}` builds it beside "
-            "the project's .venv), or grpo.trl=null for the installed one")
-
-
 def problems(cfg: DictConfig) -> list[str]:
     """Every value of a GRPO config that the trainer would refuse, one line each naming the key (each key's
     rule is its field's, GRPO above; below, what depends on several keys)."""
@@ -139,10 +120,12 @@ def problems(cfg: DictConfig) -> list[str]:
                     and not Path(str(value)).is_file():
                 what = "a directory, not a file" if Path(str(value)).is_dir() else "no such file"
                 bad.append(f"{key}={value}: {what}" + (" (a faiss index; null builds one from the corpus)" if key == "grpo.index" else ""))
-        if retriever == "e5" and not g.get("encoder"):
-            bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
         if retriever == "e5":
+            if not g.get("encoder"):
+                bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
             _named("grpo.encoder", g.get("encoder"), "encoder", bad)
+            if why := build_problem(g.corpus, g.get("index"), "grpo."):   # as evaluate refuses it
+                bad.append(why)
         if retriever == "http" and not g.retriever_url:
             bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
     if not bad and parent_run(cfg.model.path) and not cfg.name:

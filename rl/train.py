@@ -35,10 +35,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from common import fingerprint, layout, lock, thinking
+from common.interpreter import installed_trl, trl_problem
 from common.io import check_sha256sums, write_json
 from common.plan import late_saves
 from rl import chat, checkpoint as rlck
-from rl.config import GRPO, installed_trl, planned_saves, run_identity, trl_problem, validate, check_world
+from rl.config import GRPO, planned_saves, run_identity, validate, check_world
 from rl.errors import RlError
 from rl.envs import environment_for, reward_funcs_for
 from rl.prompts import model_checks, prompts_per_step, rows

@@ -80,7 +80,7 @@ def check_trl() -> None:
     (`VLLMGeneration._iter_named_params`: TRL 1.16 has it, 1.9.2 pushes each weight itself and has not)."""
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from rl.config import installed_trl
+    from common.interpreter import installed_trl
 
     if not hasattr(VLLMGeneration, "_iter_named_params"):
         raise RlError(f"vLLM colocate generation on CPU needs TRL's VLLMGeneration._iter_named_params, which trl "

@@ -88,8 +88,8 @@ def test_report_html_reads_a_kinds_rendering_from_the_registry(toy):
 
 
 def test_evaluate_takes_a_registered_kind_as_an_environment(toy, tmp_path):
-    from evals.config import bench_name_problem, resolve
-    from evals.registry import uses_retriever
+    from evals.config import resolve
+    from evals.registry import bench_name_problem, uses_retriever
     from evals.errors import EvalError
 
     cfg = resolve({"ckpt": str(tmp_path), "benches": [TOY], "out": str(tmp_path / "o")})   # no bench file asked for

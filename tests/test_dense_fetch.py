@@ -225,6 +225,8 @@ def test_grpo_takes_the_names_too(cache, monkeypatch, tmp_path):
     """grpo.retriever=e5 with grpo.corpus/encoder/index names: kept as names (not made paths of the launch
     directory), no "no such file" problem, the index and corpus in the run identity by their recorded digests;
     a mistyped name is one problem line with the nearest name."""
+    from common.cli import ConfigError
+    from evals.config import resolve
     from launch.compose import compose_grpo
     from rl.config import problems, run_identity
 
@@ -247,6 +249,10 @@ def test_grpo_takes_the_names_too(cache, monkeypatch, tmp_path):
     cfg.grpo.index = "index:wiki18_flat"
     assert problems(cfg) == ["grpo.index=index:wiki18_flat: unknown data name. Did you mean: index:wiki18_e5_flat? "
                              "Known: index:wiki18_e5_flat"]
+    with pytest.raises(ConfigError) as refused:   # evaluate's words for the same mistake
+        resolve({"ckpt": "tiny_base", "benches": ["nq"], "out": "o", "corpus": "corpus:wiki18", "retriever": "e5",
+                 "encoder": "encoder:e5-base-v2", "index": "index:wiki18_flat"})
+    assert str(refused.value) == "index=index:wiki18_flat: unknown data name. Did you mean: index:wiki18_e5_flat? Known: index:wiki18_e5_flat"
 
 
 def test_serve_retriever_refuses_a_mistyped_or_unfilled_name_in_one_line(tmp_path):

@@ -184,4 +184,10 @@ def test_grpo_search_tool_over_retriever_e5(tmp_path, monkeypatch):
     cfg.grpo.index = str(tmp_path / "missing.index")
     assert problems(cfg) == [f"grpo.index={tmp_path / 'missing.index'}: no such file (a faiss index; null builds one "
                              "from the corpus)"]
+    import evals.dense
+
+    cfg.grpo.index = None   # built from a corpus over the limit: refused up front, as evaluate refuses it (was: built at start)
+    monkeypatch.setattr(evals.dense, "BUILD_MAX_BYTES", CORPUS.stat().st_size - 1)   # as wiki-18 is to the real limit
+    assert problems(cfg) == [f"grpo.retriever=e5 grpo.index=null would build an index over grpo.corpus={CORPUS} (0.0 GiB): "
+                             "pass grpo.index=FILE (Search-R1's e5_Flat.index for wiki-18)"]
 

@@ -12,7 +12,7 @@ from common.cli import ConfigError
 from evals.agent import render
 from evals.backends import Generation
 from evals.benches import load_bench
-from evals.identity import IdentityError
+from evals.errors import IdentityError
 from evals.run import evaluate
 from evals.tasks import SearchTools, qa_episode
 

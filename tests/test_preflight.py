@@ -178,7 +178,7 @@ def work(tmp_path, bare):
 
 @pytest.mark.parametrize("dry", [True, False])
 def test_a_grpo_run_whose_implicit_interpreter_lacks_the_pinned_trl_stops_before_anything(work, dry, capsys):
-    from rl.config import installed_trl
+    from common.interpreter import installed_trl
 
     before = tree(work)
     argv = ["stage=grpo", "task=spa", "model=tiny_base", "steps=1", "grpo.trl=1.9.2", "runs_root=runs"]

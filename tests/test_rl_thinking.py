@@ -80,7 +80,7 @@ def _expected(world, template: str, **kwargs) -> list[str]:
 def test_evaluate_renders_the_hybrid_template_with_the_switch(world, tmp_path):
     import json
 
-    from evals.identity import IdentityError
+    from evals.errors import IdentityError
     from evals.run import evaluate
 
     hybrid = _template(HYBRID)

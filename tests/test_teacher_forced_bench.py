@@ -177,7 +177,7 @@ def test_evaluate_opens_the_heldout_set_once(built, run_ckpt, tmp_path, monkeypa
     # the identity is the held-out content's, not where it was built: the same set written elsewhere (its
     # manifest names other raw paths) finds the out dir complete; other content is another identity
     from data_prep.build import build_heldout
-    from evals.identity import IdentityError
+    from evals.errors import IdentityError
 
     for seed, where in ((1000, "elsewhere"), (1001, "other")):
         build_heldout(SYNTH, n=2, domains=["code", "search"], seed=seed, tokenizer="tiny", out=tmp_path / where / "h", progress=False)

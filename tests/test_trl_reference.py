@@ -80,7 +80,7 @@ def test_the_trl_key_is_a_release_and_enters_the_identity_only_when_set(tmp_path
 
 def test_a_run_pinned_to_another_trl_is_refused_before_it_writes_anything(tmp_path):
     from rl import train as rt
-    from rl.config import installed_trl
+    from common.interpreter import installed_trl
     from rl.errors import RlError
 
     cfg = _cfg(tmp_path / "runs", "grpo.trl=0.0.1")
@@ -110,7 +110,7 @@ def _dry_run(tmp_path, python):
 
 
 def test_launch_asks_the_named_interpreter_for_the_pinned_trl(tmp_path):
-    from rl.config import installed_trl
+    from common.interpreter import installed_trl
 
     refused = _dry_run(tmp_path, sys.executable)
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
