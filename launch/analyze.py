@@ -292,25 +292,23 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(HELP + fields.help_table(KEYS))
         return 0
-    if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
-        return print_result(run_analysis(read_config(Path(argv[0]))))
     cfg = parse_argv(argv)
+    if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
+        return print_result(run_analysis(cfg))
     check_keys(cfg)   # its one line, before the preflight's
     found = preflight.gate([preflight.analyze_needs(cfg)], bool(cfg.dry_run))   # before any work: exit 2 on a problem
     return print_result(run_analysis(cfg)) or preflight.after_plan(found) or 0
 
 
-def read_config(path: Path) -> DictConfig:
-    """A config file of analyze's keys (what `analyze CONFIG` runs), every key known (AnalysisError: one line)."""
-    cfg = merge(OmegaConf.create(DEFAULTS), load_config(path, "analyze", "analysis"), where=f"{path}: ")   # (a list for a section, or the reverse: named)
-    check_keys(cfg, interpreters=False, where=f"{path}: ")
-    return cfg
-
-
 def parse_argv(argv: list[str]) -> DictConfig:
-    """analyze's `key=value` command line, every key and value checked (ConfigError: one line, with a did-you-mean)."""
-    cfg = apply_overrides(OmegaConf.create(DEFAULTS), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
-    check_keys(cfg, interpreters=False)   # (the interpreter: by the preflight, or by request)
+    """analyze's `key=value` command line, or the one config file of its keys `analyze CONFIG` runs, every key and value
+    checked (ConfigError: one line, naming the file, with a did-you-mean)."""
+    if len(argv) == 1 and "=" not in argv[0]:   # (a list for a section, or the reverse: named)
+        where = f"{argv[0]}: "
+        cfg = merge(OmegaConf.create(DEFAULTS), load_config(Path(argv[0]), "analyze", "analysis"), where=where)
+    else:
+        where, cfg = "", apply_overrides(OmegaConf.create(DEFAULTS), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
+    check_keys(cfg, interpreters=False, where=where)   # (the interpreter: by the preflight, or by request)
     return cfg
 
 

@@ -280,13 +280,12 @@ def tasks_report(tasks) -> EvalReport:
     for data in tasks:
         planned = [EvalJob(**r) for r in data["planned"]]
         report.jobs += planned
-        try:
-            outcome = read_json_object(Path(data["outcome"]))
-        except (OSError, ValueError):
+        if not Path(data["outcome"]).exists():   # (written atomically: one that is there but does not read is corrupt)
             report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
             continue
         try:
-            done = [EvalJob(**r) for r in _check(outcome, OUTCOME)["jobs"]]
+            outcome = _check(read_json_object(Path(data["outcome"])), OUTCOME)
+            done = [EvalJob(**r) for r in outcome["jobs"]]
             report.failures += [EvalFailure(EvalJob(**f["job"]), f["benches"], f["error"]) for f in outcome["failures"]]
         except (ValueError, TypeError) as exc:
             raise AnalysisError(f"{data['outcome']}: not an evaluation job's outcome ({exc})") from None

@@ -30,14 +30,11 @@ class Harness:
     evaluator: Evaluator | None = None   # a caller's evaluate (a test's counting one), given each request as a dict
     opts: dict[str, Any] = {}            # what each evaluation is given (eval.*, the profile)
     settings: Any = None                 # check's answer (None: not checked, or refused)
+    template = staticmethod(lambda cfg: None)   # a setting the request's chat template cannot take (why); here: not checked
 
     def request(self, job: EvalJob) -> Any:
         cfg = {**self.opts, "ckpt": job.ckpt, "benches": list(job.benches), "out": job.out, "prompt": job.prompt}
         return {**cfg, "overwrite": True} if job.stale else cfg
-
-    def template(self, cfg) -> str | None:
-        """A setting the request's checkpoint's chat template cannot take (why), else None; here: not checked."""
-        return None
 
 
 class EvalsHarness(Harness):
@@ -185,9 +182,8 @@ def run_job(job: EvalJob, h: Harness, anchor_dir: Path) -> list[EvalFailure]:
               f"({'; '.join(diff)}); re-evaluating (the old results are renamed aside)", flush=True)
     try:
         h.evaluator(Harness.request(h, job)) if h.evaluator else h.evaluate(h.request(job))
-    except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap
-        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return [EvalFailure(job, list(job.benches), last)]
+    except Exception as exc:  # one bad checkpoint must not stop the sweep: it becomes a listed gap (its last line)
+        return [EvalFailure(job, list(job.benches), traceback.format_exception_only(exc)[-1].strip())]
     written = summary_benches(job.out)  # what the harness wrote is the whole truth
     absent = [b for b in job.benches if b not in written]
     return [EvalFailure(job, absent, "the harness returned no summary for it")] if absent else []

@@ -311,12 +311,15 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
         assert eval_job([str(plan / "bad.json")]) == 2
         err = capsys.readouterr().err
         assert "bad.json: not an evaluation job's config" in err and key in err and len(err.strip().splitlines()) == 1, err
-    # A corrupt outcome (what the aggregation reads): one line naming the file and the key (was a TypeError).
-    (plan / "outcome-0.json").write_text(json.dumps({"name": "x", "status": "failed", "jobs": [], "failures": [5]}))
-    assert aggregate(plan) == 2
-    err = capsys.readouterr().err
-    assert f"{plan / 'outcome-0.json'}: not an evaluation job's outcome (failures[0]: 5, not an object)" in err, err
-    assert len(err.strip().splitlines()) == 1, err
+    # A corrupt outcome (what the aggregation reads): one line naming the file and the key (was a TypeError); one that
+    # does not read as JSON is not "wrote no outcome (killed ...)" either (a report with that gap, exit 4, before).
+    for text, why in ((json.dumps({"name": "x", "status": "failed", "jobs": [], "failures": [5]}), "failures[0]: 5, not an object"),
+                      ("{torn", "unreadable JSON")):
+        (plan / "outcome-0.json").write_text(text)
+        assert aggregate(plan) == 2
+        err = capsys.readouterr().err
+        assert f"{plan / 'outcome-0.json'}: not an evaluation job's outcome (" in err and why in err, err
+        assert len(err.strip().splitlines()) == 1, err
 
 
 def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
