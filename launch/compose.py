@@ -170,17 +170,16 @@ def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys:
     return where, recipe
 
 
-def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
+def compose(argv: list[str]) -> Composed:
     """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
-    layers = [(f"recipes/{group}/{choices[group]}.yaml", launcher_recipe(choices[group], recipes) if group == "launcher"
-               else load_recipe(group, choices[group], recipes)) for group in GROUPS]
+    layers = [_recipe(group, choices[group]) for group in GROUPS]
     cfg, origins, meta = _layered(SFT_KEYS, fields.defaults(with_backend_keys(sft_config.SFT)), layers, choices, rest)
     validate(cfg)
     return Composed(cfg, choices, origins, str(meta.get("data_arm") or cfg.arm))
 
 
-def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
+def compose_grpo(argv: list[str]) -> Composed:
     """The GRPO config of `argv` (selectors task= model= launcher= recipe=, then key=value), validated."""
     for key, value in split_dotlist(argv):
         if key == "stage" and value.strip() != "grpo":
@@ -192,13 +191,11 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     if choices["task"] not in ("spa", "qa"):
         raise RlError(f"task={choices['task']!r}: choices are spa, qa")
     task, model = choices["task"], choices["model"]
-    layers = [(f"recipes/grpo/task/{task}.yaml", OmegaConf.load(recipes / "grpo" / "task" / f"{task}.yaml")),
-              (f"recipes/model/{model}.yaml", load_recipe("model", model, recipes)),
-              (f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes))]
+    layers = [_recipe("grpo/task", task), _recipe("model", model), _recipe("launcher", choices["launcher"])]
     # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
     # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
-    if (rl_model := recipes / "grpo" / "model" / f"{model}.yaml").is_file():
-        layers.append((f"recipes/grpo/model/{model}.yaml", OmegaConf.load(rl_model)))
+    if (RECIPES / "grpo" / "model" / f"{model}.yaml").is_file():
+        layers.append(_recipe("grpo/model", model))
     if (init := OmegaConf.select(layers[1][1], "model.init", default="pretrained")) != "pretrained":
         raise RlError(f"model={model} is a random init (model.init={init}); GRPO starts "
                       "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
@@ -253,8 +250,8 @@ def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:
     return bad
 
 
-def launcher_recipe(name: str, recipes: Path) -> DictConfig:
-    """`launcher=NAME`: recipes/launcher/NAME.yaml, else, for a backend without a recipe, `launcher.kind: NAME`."""
-    if name in BACKENDS and not (recipes / "launcher" / f"{name}.yaml").is_file():
-        return OmegaConf.create({"launcher": {"kind": name}})
-    return load_recipe("launcher", name, recipes, BACKENDS)
+def _recipe(group: str, name: str) -> tuple[str, DictConfig]:
+    """A layer (where, recipe): recipes/GROUP/NAME.yaml; `launcher=NAME` of a backend without a recipe: `launcher.kind: NAME`."""
+    if group == "launcher" and name in BACKENDS and not (RECIPES / "launcher" / f"{name}.yaml").is_file():
+        return f"recipes/{group}/{name}.yaml", OmegaConf.create({"launcher": {"kind": name}})
+    return f"recipes/{group}/{name}.yaml", load_recipe(group, name, RECIPES, BACKENDS if group == "launcher" else ())
