@@ -67,21 +67,6 @@ def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, keys: Ke
         raise keys.error(f"{where}: key {key!r} is not {keys.what}.{did_you_mean(key, sorted(known.leaves))}")
 
 
-def launch_meta(recipe: DictConfig, where: str) -> dict:
-    """Pop and check a shipped recipe's `_launch:` section (e.g. r2e_v5's `_launch.data_arm`): launch reads it, the
-    trainer's config never holds it."""
-    if "_launch" not in recipe:
-        return {}
-    section = recipe.pop("_launch")
-    meta = resolved_container(section, where) if isinstance(section, DictConfig) else None
-    if not isinstance(meta, dict):
-        raise LaunchError(f"{where}: `_launch` must be a mapping with keys {', '.join(LAUNCH_META_KEYS)}")
-    for key in (k for k in meta if k not in LAUNCH_META_KEYS):
-        raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
-                          f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
-    return meta
-
-
 def resolved_container(cfg, where: str = "the composed config (recipes and key=value overrides)",
                        error: type[Exception] = LaunchError):
     """`cfg` as plain containers with every `${...}` interpolation resolved; a bad one is one line."""
@@ -114,12 +99,21 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
              rest: list[str], strict: bool = True) -> tuple[DictConfig, dict[str, str], dict]:
     """`defaults` <- the shipped `layers` [(where, recipe)] <- the user's `recipe=PATH` <- the key=value tokens `rest`:
     (the config, every key's origin, the shipped `_launch` sections). A shipped key outside `defaults` is an error
-    (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs change nothing here)."""
+    (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs, which change nothing here, stay out of
+    config.yaml and its run fingerprint; setting one is an unknown key)."""
     cfg = OmegaConf.create(defaults)
     known, meta, origins = KeySpace(cfg, keys.open_prefixes), {}, dict.fromkeys(flat_keys(cfg), DEFAULT)
     user = [_user_recipe(path_text, choices, known, keys)] if (path_text := choices.get(USER_RECIPE)) else []
     for i, (where, layer) in enumerate([*layers, *user]):   # the user's recipe (checked already) last
-        meta.update(launch_meta(layer, where))
+        if "_launch" in layer:   # a shipped recipe's section for launch (r2e_v5's data_arm): the trainer's config never holds it
+            section = layer.pop("_launch")
+            launch = resolved_container(section, where) if isinstance(section, DictConfig) else None
+            if not isinstance(launch, dict):
+                raise LaunchError(f"{where}: `_launch` must be a mapping with keys {', '.join(LAUNCH_META_KEYS)}")
+            for key in (k for k in launch if k not in LAUNCH_META_KEYS):
+                raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
+                                  f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
+            meta.update(launch)
         if strict and i < len(layers):
             _check_recipe_keys(layer, known, where, keys)
         elif i < len(layers):   # GRPO: only the keys it reads
@@ -199,8 +193,6 @@ def compose_grpo(argv: list[str]) -> Composed:
     if (init := OmegaConf.select(layers[1][1], "model.init", default="pretrained")) != "pretrained":
         raise RlError(f"model={model} is a random init (model.init={init}); GRPO starts "
                       "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
-    # Only the keys GRPO reads are kept, so config.yaml (and the run fingerprint over it) holds no SFT-only knob
-    # that changes nothing here, and setting one is an unknown-key error.
     cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **fields.defaults(with_backend_keys(rl_config.GRPO))}, layers, choices, rest, strict=False)
     cfg.arm = f"grpo_{cfg.task}"   # arm: grpo_<task>, set last
     rl_config.validate(cfg)
