@@ -21,7 +21,6 @@ from omegaconf import OmegaConf
 
 from common import interpreter
 from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, shown, wants_help
-from common.interpreter import KINDS
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
@@ -37,7 +36,7 @@ from launch.sweep import analysis_config, parse_sweep, plan_sweep
 
 # The interpreter kind of a stage that is one job (a training stage's run python.sft= / python.grpo=, its own keys).
 STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
-_PYTHON_KEYS = tuple(f"python.{k}" for k in KINDS)
+_PYTHON_KEYS = tuple(f"python.{k}" for k in interpreter.KINDS)
 EXPORT_NEEDS = {"torch": "export", "safetensors": "export", "omegaconf": "the config"}
 _KIND = ("launcher", "launcher.kind")   # the keys that name the backend
 _LAUNCHER_KEYS = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
