@@ -99,8 +99,7 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
              rest: list[str], strict: bool = True) -> tuple[DictConfig, dict[str, str], dict]:
     """`defaults` <- the shipped `layers` [(where, recipe)] <- the user's `recipe=PATH` <- the key=value tokens `rest`:
     (the config, every key's origin, the shipped `_launch` sections). A shipped key outside `defaults` is an error
-    (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs, which change nothing here, stay out of
-    config.yaml and its run fingerprint; setting one is an unknown key)."""
+    (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs stay out of config.yaml and its fingerprint)."""
     cfg = OmegaConf.create(defaults)
     known, meta, origins = KeySpace(cfg, keys.open_prefixes), {}, dict.fromkeys(flat_keys(cfg), DEFAULT)
     user = [_user_recipe(path_text, choices, known, keys)] if (path_text := choices.get(USER_RECIPE)) else []

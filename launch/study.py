@@ -238,10 +238,9 @@ def resolve_stages(req: Request) -> list[Resolved]:
 
 
 def _refusal(text: str, study: Study, stage: Stage, unset: list[str]) -> str | None:
-    """A stage's refusal `text` on one line (its first, then the problems listed below it, `invalid config:`'s); an
-    unknown key close to one of the study's own keys (`smokez=true`: smoke; a variable): that one suggested, not the
-    stage's. None: every problem (one per line or `; `-separated) names a key left out until its data slot (`unset`)
-    is filled, checked once the slot is."""
+    """A stage's refusal `text` on one line (its first, then the problems listed below it); an unknown key close to one
+    of the study's own keys (`smokez=true`: smoke; a variable): that one suggested, not the stage's. None: each problem
+    (a line or `; `-part) names a key left out until its data slot (`unset`) is filled, checked once the slot is."""
     keys = [k for k, uses in stage.arg_uses.items() if set(uses) & set(unset)]
     problems = [p for p in re.split(r"\n|; ", text) if p.strip() and not p.rstrip().endswith(":")]
     if unset and "unknown" not in text and problems and all(any(re.search(rf"(?<![\w.]){re.escape(k)}\b", p) for k in keys)
