@@ -67,21 +67,6 @@ def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, keys: Ke
         raise keys.error(f"{where}: key {key!r} is not {keys.what}.{did_you_mean(key, sorted(known.leaves))}")
 
 
-def launch_meta(recipe: DictConfig, where: str) -> dict:
-    """Pop and check a shipped recipe's `_launch:` section (e.g. r2e_v5's `_launch.data_arm`): launch reads it, the
-    trainer's config never holds it."""
-    if "_launch" not in recipe:
-        return {}
-    section = recipe.pop("_launch")
-    meta = resolved_container(section, where) if isinstance(section, DictConfig) else None
-    if not isinstance(meta, dict):
-        raise LaunchError(f"{where}: `_launch` must be a mapping with keys {', '.join(LAUNCH_META_KEYS)}")
-    for key in (k for k in meta if k not in LAUNCH_META_KEYS):
-        raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
-                          f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
-    return meta
-
-
 def resolved_container(cfg, where: str = "the composed config (recipes and key=value overrides)",
                        error: type[Exception] = LaunchError):
     """`cfg` as plain containers with every `${...}` interpolation resolved; a bad one is one line."""
@@ -114,12 +99,20 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
              rest: list[str], strict: bool = True) -> tuple[DictConfig, dict[str, str], dict]:
     """`defaults` <- the shipped `layers` [(where, recipe)] <- the user's `recipe=PATH` <- the key=value tokens `rest`:
     (the config, every key's origin, the shipped `_launch` sections). A shipped key outside `defaults` is an error
-    (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs change nothing here)."""
+    (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs stay out of config.yaml and its fingerprint)."""
     cfg = OmegaConf.create(defaults)
     known, meta, origins = KeySpace(cfg, keys.open_prefixes), {}, dict.fromkeys(flat_keys(cfg), DEFAULT)
     user = [_user_recipe(path_text, choices, known, keys)] if (path_text := choices.get(USER_RECIPE)) else []
     for i, (where, layer) in enumerate([*layers, *user]):   # the user's recipe (checked already) last
-        meta.update(launch_meta(layer, where))
+        if "_launch" in layer:   # a shipped recipe's section for launch (r2e_v5's data_arm): the trainer's config never holds it
+            section = layer.pop("_launch")
+            launch = resolved_container(section, where) if isinstance(section, DictConfig) else None
+            if not isinstance(launch, dict):
+                raise LaunchError(f"{where}: `_launch` must be a mapping with keys {', '.join(LAUNCH_META_KEYS)}")
+            for key in (k for k in launch if k not in LAUNCH_META_KEYS):
+                raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
+                                  f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
+            meta.update(launch)
         if strict and i < len(layers):
             _check_recipe_keys(layer, known, where, keys)
         elif i < len(layers):   # GRPO: only the keys it reads
@@ -170,17 +163,16 @@ def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys:
     return where, recipe
 
 
-def compose(argv: list[str], recipes: Path = RECIPES) -> Composed:
+def compose(argv: list[str]) -> Composed:
     """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
-    layers = [(f"recipes/{group}/{choices[group]}.yaml", launcher_recipe(choices[group], recipes) if group == "launcher"
-               else load_recipe(group, choices[group], recipes)) for group in GROUPS]
+    layers = [_recipe(group, choices[group]) for group in GROUPS]
     cfg, origins, meta = _layered(SFT_KEYS, fields.defaults(with_backend_keys(sft_config.SFT)), layers, choices, rest)
     validate(cfg)
     return Composed(cfg, choices, origins, str(meta.get("data_arm") or cfg.arm))
 
 
-def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
+def compose_grpo(argv: list[str]) -> Composed:
     """The GRPO config of `argv` (selectors task= model= launcher= recipe=, then key=value), validated."""
     for key, value in split_dotlist(argv):
         if key == "stage" and value.strip() != "grpo":
@@ -192,18 +184,14 @@ def compose_grpo(argv: list[str], recipes: Path = RECIPES) -> Composed:
     if choices["task"] not in ("spa", "qa"):
         raise RlError(f"task={choices['task']!r}: choices are spa, qa")
     task, model = choices["task"], choices["model"]
-    layers = [(f"recipes/grpo/task/{task}.yaml", OmegaConf.load(recipes / "grpo" / "task" / f"{task}.yaml")),
-              (f"recipes/model/{model}.yaml", load_recipe("model", model, recipes)),
-              (f"recipes/launcher/{choices['launcher']}.yaml", launcher_recipe(choices["launcher"], recipes))]
+    layers = [_recipe("grpo/task", task), _recipe("model", model), _recipe("launcher", choices["launcher"])]
     # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
     # which a launcher's generic default (slurm: 8 GPUs per node) must not override silently.
-    if (rl_model := recipes / "grpo" / "model" / f"{model}.yaml").is_file():
-        layers.append((f"recipes/grpo/model/{model}.yaml", OmegaConf.load(rl_model)))
+    if (RECIPES / "grpo" / "model" / f"{model}.yaml").is_file():
+        layers.append(_recipe("grpo/model", model))
     if (init := OmegaConf.select(layers[1][1], "model.init", default="pretrained")) != "pretrained":
         raise RlError(f"model={model} is a random init (model.init={init}); GRPO starts "
                       "from a pretrained model or an SFT checkpoint (e.g. model=tiny_base on CPU)")
-    # Only the keys GRPO reads are kept, so config.yaml (and the run fingerprint over it) holds no SFT-only knob
-    # that changes nothing here, and setting one is an unknown-key error.
     cfg, origins, _ = _layered(GRPO_KEYS, {"arm": None, **fields.defaults(with_backend_keys(rl_config.GRPO))}, layers, choices, rest, strict=False)
     cfg.arm = f"grpo_{cfg.task}"   # arm: grpo_<task>, set last
     rl_config.validate(cfg)
@@ -253,8 +241,8 @@ def launcher_problems(cfg: DictConfig, resume: bool = True) -> list[str]:
     return bad
 
 
-def launcher_recipe(name: str, recipes: Path) -> DictConfig:
-    """`launcher=NAME`: recipes/launcher/NAME.yaml, else, for a backend without a recipe, `launcher.kind: NAME`."""
-    if name in BACKENDS and not (recipes / "launcher" / f"{name}.yaml").is_file():
-        return OmegaConf.create({"launcher": {"kind": name}})
-    return load_recipe("launcher", name, recipes, BACKENDS)
+def _recipe(group: str, name: str) -> tuple[str, DictConfig]:
+    """A layer (where, recipe): recipes/GROUP/NAME.yaml; `launcher=NAME` of a backend without a recipe: `launcher.kind: NAME`."""
+    if group == "launcher" and name in BACKENDS and not (RECIPES / "launcher" / f"{name}.yaml").is_file():
+        return f"recipes/{group}/{name}.yaml", OmegaConf.create({"launcher": {"kind": name}})
+    return f"recipes/{group}/{name}.yaml", load_recipe(group, name, RECIPES, BACKENDS if group == "launcher" else ())

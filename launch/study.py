@@ -21,7 +21,6 @@ from omegaconf import OmegaConf
 
 from common import interpreter
 from common.cli import ConfigError, apply_overrides, did_you_mean, parse_switch, shown, wants_help
-from common.interpreter import KINDS
 from common.recipes import ALIASES, DEFAULT_CHOICES
 from common.schema import LAUNCHER
 from common.study import RUNNERS, STUDY_ENV, TRAINING_RUNS, Stage, Study, load_study
@@ -37,7 +36,7 @@ from launch.sweep import analysis_config, parse_sweep, plan_sweep
 
 # The interpreter kind of a stage that is one job (a training stage's run python.sft= / python.grpo=, its own keys).
 STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
-_PYTHON_KEYS = tuple(f"python.{k}" for k in KINDS)
+_PYTHON_KEYS = tuple(f"python.{k}" for k in interpreter.KINDS)
 EXPORT_NEEDS = {"torch": "export", "safetensors": "export", "omegaconf": "the config"}
 _KIND = ("launcher", "launcher.kind")   # the keys that name the backend
 _LAUNCHER_KEYS = {f"launcher.{k}": k for k in jobs.CLUSTER_KEYS}
@@ -232,24 +231,21 @@ def resolve_stages(req: Request) -> list[Resolved]:
                     r.needs = Needs(tuple(dict.fromkeys(preflight.names_in(OmegaConf.to_container(r.cfg)))), EXPORT_NEEDS, who,
                                     "sft", r.python, None, (str(r.cfg.out),))
         except ConfigError as exc:
-            if not (r.unset and "unknown" not in str(exc) and _waits_for_slots(str(exc), stage, r.unset)):
-                raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: "
-                                  f"{_with_suggestion(str(exc), study)}") from None
+            if (why := _refusal(str(exc), study, stage, r.unset)) is not None:
+                raise LaunchError(f"study {study.name}: stage {stage.name} refuses its settings: {why}") from None
         out.append(r)
     return out
 
 
-def _waits_for_slots(text: str, stage: Stage, unset: list[str]) -> bool:
-    """Whether every problem in a refusal (`text`: one per line or `; `-separated) names a key of `stage` left out
-    until its data slot (`unset`) is filled: such a value is checked once the slot is; any other problem is now."""
+def _refusal(text: str, study: Study, stage: Stage, unset: list[str]) -> str | None:
+    """A stage's refusal `text` on one line (its first, then the problems listed below it); an unknown key close to one
+    of the study's own keys (`smokez=true`: smoke; a variable): that one suggested, not the stage's. None: each problem
+    (a line or `; `-part) names a key left out until its data slot (`unset`) is filled, checked once the slot is."""
     keys = [k for k, uses in stage.arg_uses.items() if set(uses) & set(unset)]
     problems = [p for p in re.split(r"\n|; ", text) if p.strip() and not p.rstrip().endswith(":")]
-    return bool(problems) and all(any(re.search(rf"(?<![\w.]){re.escape(k)}\b", p) for k in keys) for p in problems)
-
-
-def _with_suggestion(text: str, study: Study) -> str:
-    """A stage's refusal on one line (its first, then the problems listed below it, `invalid config:`'s); an unknown
-    key close to one of the study's own keys (`smokez=true`: smoke; a variable): that one suggested, not the stage's."""
+    if unset and "unknown" not in text and problems and all(any(re.search(rf"(?<![\w.]){re.escape(k)}\b", p) for k in keys)
+                                                            for p in problems):
+        return None
     first, *more = text.splitlines()
     line = f"{first} {'; '.join(m.strip() for m in more if m.startswith('  '))}".strip()
     unknown = re.search(r"unknown (?:\w+ )?key '([^']+)'", line)

@@ -141,13 +141,14 @@ def test_slurm_time_is_kept_verbatim(setup, lines):
     assert SFT["launcher.setup"].problem("slurm.setup", cfg.launcher.setup) is None
 
 
-def test_recipe_with_unknown_key_names_the_file(tmp_path):
+def test_recipe_with_unknown_key_names_the_file(tmp_path, monkeypatch):
     import shutil
 
     shutil.copytree(RECIPES, tmp_path / "recipes")
     (tmp_path / "recipes" / "arm" / "broken.yaml").write_text("train:\n  stepz: 3\n")
+    monkeypatch.setattr("launch.compose.RECIPES", tmp_path / "recipes")   # the recipes every layer is read from
     with pytest.raises(ConfigError, match=r"recipes/arm/broken.yaml: key 'train.stepz'"):
-        compose(["arm=broken"], recipes=tmp_path / "recipes")
+        compose(["arm=broken"])
 
 
 def test_cli_help_and_exit_codes(capsys):

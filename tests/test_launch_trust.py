@@ -318,15 +318,16 @@ def test_user_recipe_cannot_override_silently(W, capsys, text, needle):
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_unknown_internal_launch_key_is_an_error(tmp_path):
+def test_unknown_internal_launch_key_is_an_error(tmp_path, monkeypatch):
     from launch.compose import compose
 
     recipes = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", recipes)
     (recipes / "arm" / "r2e_v5.yaml").write_text((recipes / "arm" / "r2e_v5.yaml").read_text()
                                                  .replace("data_arm:", "data_armm:"))
+    monkeypatch.setattr("launch.compose.RECIPES", recipes)   # the recipes every layer is read from
     with pytest.raises(ConfigError, match=r"_launch.data_armm.*Did you mean: data_arm"):
-        compose(["arm=r2e_v5", "model=tiny", "data=synthetic"], recipes=recipes)
+        compose(["arm=r2e_v5", "model=tiny", "data=synthetic"])
 
 
 def test_grpo_user_recipe_cannot_set_task(W):
