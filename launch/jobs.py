@@ -111,18 +111,14 @@ class Job:
     def configs(self) -> tuple[str, ...]:
         return self.array or (str(self.config),)
 
-    def command(self, config: str, rdzv: str | None = None) -> list[str]:
-        """The command line of one task: `PYTHON -m MODULE CONFIG`, a training job's under torchrun: on this node alone,
-        or (`rdzv`: HOST:PORT) this node's torchrun of several joining the c10d rendezvous there."""
+    def command(self, config: str) -> list[str]:
+        """The command line of one task: `PYTHON -m MODULE CONFIG`, a training job's under torchrun on this node alone."""
         if self.torchrun is None:
             return [self.python, "-m", self.module, str(config)]
-        nodes = self.resources.nodes
-        if rdzv is None and nodes != 1:
-            raise LaunchError(f"job {self.name}: torchrun over {nodes} nodes needs a multi-node runner")
-        where = ["--standalone", "--nnodes=1"] if rdzv is None else \
-            [f"--nnodes={nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", f"--rdzv_id=dtsft-{self.name}"]
-        return [self.python, "-m", "launch.torchrun", *where, f"--nproc_per_node={self.torchrun}", "-m", self.module,
-                str(config)]
+        if self.resources.nodes != 1:
+            raise LaunchError(f"job {self.name}: torchrun over {self.resources.nodes} nodes needs a multi-node runner")
+        return [self.python, "-m", "launch.torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={self.torchrun}", "-m",
+                self.module, str(config)]
 
 
 class JobFailed(Exception):

@@ -56,7 +56,8 @@ class OnNodes(RecordingRunner):
     ssh): its own task command carries the rendezvous of the job's first node (here a fixed one)."""
 
     def task_command(self, job, config):
-        return job.command(config, "node-1:29400")
+        return [job.python, "-m", "launch.torchrun", f"--nnodes={job.resources.nodes}", "--rdzv_backend=c10d",
+                "--rdzv_endpoint=node-1:29400", f"--rdzv_id=dtsft-{job.name}", "-m", job.module, config]
 
 
 def test_a_backend_registered_by_its_file_is_what_launch_plans_and_submits_with(tmp_path, monkeypatch, capsys):
