@@ -9,9 +9,9 @@ import re
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from common.fields import IDENTITY, Field, plain
 from common.interpreter import gpus_visible
@@ -37,18 +37,18 @@ class Cluster:
     backend: Mapping[str, Any] = field(default_factory=dict)   # the backend's own settings by name (Runner.keys: launcher.<name>)
 
     @classmethod
-    def of(cls, section) -> "Cluster":
-        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
+    def of(cls, section, keys: Iterable[str] = ()) -> "Cluster":
+        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`; absent = unset) and a backend's `keys`."""
         get = section.get
         return cls(**{k: None if get(k) in (None, "") else str(get(k)) for k in CLUSTER_OPTIONS},
                    sbatch=tuple(get("sbatch") or ()),
-                   setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup))   # a list: its lines
+                   setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup),   # a list: its lines
+                   backend={(n := k.removeprefix("launcher.")): plain(get(n)) for k in keys})
 
     def tokens(self, prefix: str) -> list[str]:
         """`PREFIX<key>=value` for each setting made, each value quoted (JSON, which YAML reads: options, paths and
         setup's lines arrive verbatim): what hands them to another command (analyze's `slurm.`)."""
-        return [f"{prefix}{k}=" + ("[" + ",".join(map(json.dumps, v)) + "]" if k == "sbatch" else json.dumps(v))
-                for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
+        return [f"{prefix}{k}={json.dumps(v, separators=(',', ':'))}" for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 
 CLUSTER_KEYS = tuple(f.name for f in fields(Cluster) if f.name != "backend")
@@ -58,10 +58,7 @@ CLUSTER_KEYS = tuple(f.name for f in fields(Cluster) if f.name != "backend")
 class Resources:
     nodes: int = 1
     gpus_per_node: int = 0
-    exclusive: bool = False         # whole nodes (training); evaluation tasks share one
-    # the warning before the time limit: True = SIGUSR1 120 s before to the step's processes (the trainers
-    # save and stop), a string = that --signal value (B:USR1@120: to the batch shell, an evaluation task)
-    signal: bool | str = False
+    signal: str | None = None       # the --signal warning before the time limit (B:USR1@120: to an evaluation task's batch shell)
     at_once: int | None = None      # an array: tasks running at once (null: no cap)
 
 
@@ -143,21 +140,18 @@ def cuda_device_count() -> int:
 
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them (they
-    ask it, never its name); one file, found by being there (`BACKENDS`). Its own settings, `keys`, are Fields
-    `launcher.<name>` outside run identity that launch composes, checks and lists with the rest; its jobs carry them
-    (`job.cluster.backend[name]`). `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each
-    started job's id by name; logs under `where`); it writes nothing. `start(job, script, ids)`: start or submit it;
-    its id. A job run here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission,
+    ask it, never its name); one file, found by being there (`BACKENDS`). `script(job, ids, where)`: the text the job
+    runs (dependencies from `ids`, each started job's id by name; logs under `where`); it writes nothing. `start(job,
+    script, ids)`: start or submit it; its id. A job run here that fails raises JobFailed; a failed submission,
     LaunchError. `Backend(command, env=, stops=)`: the command that planned the jobs (what its scripts say wrote them),
     the jobs' environment (None: this one); a backend running jobs here names each signal it forwards in `stops` and
     keeps each job's log file in `logs`. A non-training job runs in the directory the backend was made in (`workdir`);
-    training runs from the checkout, REPO.
-    """
+    training runs from the checkout, REPO."""
     suffix = ".sh"
     submits = False    # `start` submits a job that runs later, elsewhere, with the cluster settings (else: runs it to its end)
     where = "nodes"    # "here": this machine's GPUs (1 node, 1 process without CUDA); "nodes": launcher.nodes x launcher.gpus_per_node
     requeues = False   # a stopped job is requeued and resumes by itself (resume=never refused)
-    keys: dict[str, Field] = {}   # its own settings, `launcher.<name>`: Field (a double in tests/test_jobs.py has one)
+    keys: dict[str, Field] = {}   # its own settings: `launcher.<name>` Fields outside run identity (with_backend_keys), carried by its jobs
 
     def __init__(self, command: str = "launch", env: dict[str, str] | None = None, stops: list[str] | None = None):
         self.command, self.workdir, self.env, self.stops, self.logs = command, os.getcwd(), env, stops, {}
@@ -165,9 +159,7 @@ class Runner(ABC):
     @classmethod
     def cluster(cls, launcher) -> Cluster | None:
         """The cluster settings its jobs carry: a submitting backend's, with its own `keys`' values (None: none)."""
-        if not (cls.submits or cls.keys):
-            return None
-        return replace(Cluster.of(launcher), backend={(n := k.removeprefix("launcher.")): plain(launcher.get(n)) for k in cls.keys})
+        return Cluster.of(launcher, cls.keys) if cls.submits or cls.keys else None
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:

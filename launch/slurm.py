@@ -119,8 +119,9 @@ def _training(job: Job, setup: list[str]) -> list[str]:
 class SlurmRunner(Runner):
     """A plan as Slurm jobs: one sbatch script per Job, submitted in order, `--dependency` from `after` (afterok, with
     `--kill-on-invalid-dep=yes` so that what runs afterany still runs; afterany for `after_any`) and `waits`. An
-    array is one script, task i running config i. Training is `_training` on whole nodes; any other job execs
-    `python -m MODULE CONFIG` in the batch shell. Logs: `<where>/slurm-<name>-<job id>.out`, or in the job's `logs`."""
+    array is one script, task i running config i. Training (a torchrun job) is `_training` on whole nodes, its trainers
+    sent SIGUSR1 120 s before the time limit (they save and stop); any other job execs `python -m MODULE CONFIG` in the
+    batch shell. Logs: `<where>/slurm-<name>-<job id>.out`, or in the job's `logs`."""
     suffix = ".sbatch"
     submits, requeues = True, True
 
@@ -165,8 +166,8 @@ class SlurmRunner(Runner):
                      f"exec {q(job.python)} -m {job.module} "
                      + ('"${CONFIGS[$SLURM_ARRAY_TASK_ID]}"' if job.array else q(str(job.config)))]
         options = [f"job-name={job.title or f'dtsft-{job.name}'}", f"nodes={r.nodes}", "ntasks-per-node=1",
-                   *([f"gpus-per-node={r.gpus_per_node}"] if r.gpus_per_node else []), *(["exclusive"] if r.exclusive else []),
-                   *([f"signal={r.signal if isinstance(r.signal, str) else 'USR1@120'}"] if r.signal else []),
+                   *([f"gpus-per-node={r.gpus_per_node}"] if r.gpus_per_node else []),
+                   *(["exclusive", "signal=USR1@120"] if job.torchrun is not None else [f"signal={r.signal}"] if r.signal else []),
                    "requeue", "open-mode=append", f"output={log}",
                    *(f"{k}={v}" for k in CLUSTER_OPTIONS if (v := getattr(cluster, k)) is not None),
                    *([f"array=0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "")] if job.array else []),

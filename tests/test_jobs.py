@@ -171,7 +171,7 @@ def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_t
     run_dir = tmp_path / "runs" / "r2e" / "seed0"
     cluster = slurm.Cluster(partition="P", sbatch=("--constraint=h100",))
     train = Job("train", "sft.train", config=str(run_dir / "config.yaml"), torchrun=4, cluster=cluster,
-                resources=Resources(nodes=2, gpus_per_node=4, exclusive=True, signal=True))
+                resources=Resources(nodes=2, gpus_per_node=4))
     script = runner.script(train, {}, tmp_path)
     for line in ("# Written by: test", "#SBATCH --nodes=2", "#SBATCH --gpus-per-node=4", "#SBATCH --exclusive",
                  "#SBATCH --signal=USR1@120", "#SBATCH --requeue", f"#SBATCH --output={tmp_path}/slurm-train-%j.out",
