@@ -1,5 +1,5 @@
 """Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG` (docs/concepts.md,
-"Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs it, or `dry_run` writes it."""
+"Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs it, or (`dry_run`) writes it."""
 from __future__ import annotations
 
 import json
@@ -177,7 +177,7 @@ class Runner(ABC):
 
     def run(self, plan: list[Job], where: Path, dry_run: bool = False) -> dict[str, str]:
         """Each job's script written to `where/<name><suffix>` and started, in order; each job's id by name. `dry_run`:
-        only the scripts (ids `<job id of NAME>`)."""
+        only the scripts (ids `<job id of NAME>`), then the plan on one screen; nothing is started."""
         seen: set[str] = set()
         for job in plan:   # each name once, each `after` an earlier job of the plan
             if job.name in seen:
@@ -193,6 +193,9 @@ class Runner(ABC):
             path.write_text(self.script(job, ids, where), encoding="utf-8")
             if not dry_run:
                 ids[job.name] = self.start(job, path, ids)
+        if dry_run:
+            print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
+            print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)", flush=True)
         return ids
 
 
@@ -247,11 +250,3 @@ def table(plan: list[Job]) -> str:
         rows.append((job.name, job.module, after, job.python, ", ".join(made), needs))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
-
-
-def dry_run(plan: list[Job], runner: Runner, where: Path) -> None:
-    """Write every job's script under `where` (beside their configs) and print the plan; nothing is started."""
-    runner.run(plan, where, dry_run=True)
-    print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
-    print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)",
-          flush=True)

@@ -332,7 +332,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
     array = bool(job.array)
     write_files({**{where / f"{job.name}{f'-{i}' if array else ''}.config.yaml": OmegaConf.to_yaml(prep.cfg)
                     for i, prep in enumerate(preps)}, **files})
-    jobs.dry_run([job, *after], trainer.runner(argv, kind), where)
+    trainer.runner(argv, kind).run([job, *after], where, dry_run=True)
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)

@@ -14,7 +14,7 @@ import pytest
 from common.cli import ConfigError
 from common.fields import IDENTITY, field, list_of
 from launch.errors import LaunchError
-from launch.jobs import REPO, Job, JobFailed, Needs, Resources, Runner, dry_run, table
+from launch.jobs import REPO, Job, JobFailed, Needs, Resources, Runner, table
 
 
 class RecordingRunner(Runner):
@@ -151,7 +151,7 @@ def test_a_plan_names_each_job_once_and_runs_it_after_earlier_ones(tmp_path):
 
 def test_the_dry_run_writes_every_script_under_the_dir_it_names_and_prints_one_table(tmp_path, capsys):
     plan = _plan(tmp_path)
-    dry_run(plan, RecordingRunner(), tmp_path)
+    RecordingRunner().run(plan, tmp_path, dry_run=True)
     out = capsys.readouterr().out
     assert f"written under {tmp_path}" in out and table(plan) in out
     rows = [line.split() for line in table(plan).splitlines()]
