@@ -2,8 +2,7 @@
 job runs one torchrun per node under srun (c10d rendezvous on the first node), saves and requeues itself on
 SIGUSR1 before its time limit (a crash or a refusal is not requeued), and records how a segment ended short of
 DONE (common.layout FAILED / REQUEUED); why each step is there: docs/how-to/slurm.md ("Training jobs and
-signals", "How a segment ended"), docs/stages/launch.md.
-"""
+signals", "How a segment ended"), docs/stages/launch.md."""
 from __future__ import annotations
 
 import shlex
@@ -117,11 +116,10 @@ def _training(job: Job, setup: list[str]) -> list[str]:
 
 
 class SlurmRunner(Runner):
-    """A plan as Slurm jobs: one sbatch script per Job, submitted in order, `--dependency` from `after` (afterok, with
-    `--kill-on-invalid-dep=yes` so that what runs afterany still runs; afterany for `after_any`) and `waits`. An
-    array is one script, task i running config i. Training (a torchrun job) is `_training` on whole nodes, its trainers
-    sent SIGUSR1 120 s before the time limit (they save and stop); any other job execs `python -m MODULE CONFIG` in the
-    batch shell. Logs: `<where>/slurm-<name>-<job id>.out`, or in the job's `logs`."""
+    """`--dependency` from `after` (afterok, with `--kill-on-invalid-dep=yes` so that what runs afterany still runs;
+    afterany for `after_any`) and `waits`; an array is one script, task i running config i. Training (a torchrun job)
+    is `_training` on whole nodes, warned by SIGUSR1 120 s before the time limit (its trainers save and stop); any other
+    job execs `python -m MODULE CONFIG` in the batch shell. Logs: `<where>/slurm-<name>-<job id>.out`, or in `job.logs`."""
     suffix = ".sbatch"
     submits, requeues = True, True
 
