@@ -19,8 +19,6 @@ from launch.errors import LaunchError
 
 REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job runs from
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
 # The cluster settings that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
 CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
 
@@ -99,7 +97,7 @@ class Job:
     logs: str | None = None          # where its logs go (training: <run dir>/logs, teed there locally); null: the plan's dir
 
     def __post_init__(self):
-        if not NAME.match(self.name):
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", self.name):
             raise ValueError(f"job name {self.name!r}: letters, digits, '_', '.', '-' only")
         if (self.config is None) == (not self.array):
             raise ValueError(f"job {self.name}: give one config file or an array of them, not both or neither")

@@ -16,7 +16,6 @@ from launch.errors import LaunchError
 from launch.jobs import CLUSTER_OPTIONS, REPO, Cluster, Job, Runner
 from launch.manifest import read as read_manifest
 
-RDZV_PORT = 29500
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them.
 OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal", "requeue", "open-mode", "output",
                "array", "dependency", *CLUSTER_OPTIONS)
@@ -73,7 +72,7 @@ def _training(job: Job, setup: list[str]) -> list[str]:
         # its nodes by hostname (a node named otherwise is not resolvable: torchrun's store would time out)
         "HEAD_ADDR=$(scontrol -o show node \"$HEAD_NODE\" 2>/dev/null | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
         'HEAD_NODE=${HEAD_ADDR:-$HEAD_NODE}',
-        f"RDZV_PORT=${{DTSFT_RDZV_PORT:-{RDZV_PORT}}}",
+        "RDZV_PORT=${DTSFT_RDZV_PORT:-29500}",   # (torchrun's default port)
         'echo "[launch] segment ${SLURM_RESTART_COUNT:-0} of $RUN_DIR on $SLURM_JOB_NODELIST'
         ' (rendezvous $HEAD_NODE:$RDZV_PORT)"',
         # SIGUSR1 to the batch shell (`scancel --signal=USR1 --batch`, a preemption notice) would end bash and
