@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from common.cli import did_you_mean
 from common.fields import IDENTITY, Field, plain
 from common.interpreter import gpus_visible
 from launch.errors import LaunchError
@@ -206,8 +207,6 @@ BACKENDS = {p.stem: f"launch.{p.stem}:{p.stem.capitalize()}Runner" for p in sort
 def backend(kind: str, key: str = "launcher") -> type[Runner]:
     """The Runner class of launcher `kind` (LaunchError naming `key` as typed and the backends, with a "did you mean")."""
     if kind not in BACKENDS:
-        from common.cli import did_you_mean
-
         raise LaunchError(f"{key}={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
     return pkgutil.resolve_name(BACKENDS[kind])
 

@@ -36,9 +36,8 @@ def slurm_option_problems(options, key: str = "launcher.sbatch") -> list[str]:
 
 
 def _training(job: Job, setup: list[str]) -> list[str]:
-    """A training job's lines after the template's head: the end records (FAILED / REQUEUED, written atomically: how
-    this segment ended short of DONE; an EXIT trap records one that ended otherwise, in setup or killed), `setup`,
-    one segment of the run under torchrun, then requeue or finish."""
+    """A training job's lines after the template's head: the end records (written atomically; an EXIT trap records a
+    segment that ended otherwise, in setup or killed), `setup`, one segment of the run under torchrun, then requeue or finish."""
     nodes, python = job.resources.nodes, job.python
     node_cmd = (f'trap "" USR1; exec "$0" -m launch.torchrun --nnodes={nodes} --nproc_per_node={job.torchrun} --rdzv_backend=c10d'
                 f' --rdzv_endpoint="$1" --rdzv_id="$SLURM_JOB_ID" -m {job.module} "$2"')
