@@ -184,7 +184,6 @@ class Runner(ABC):
             if unknown := [a for a in job.after if a not in seen]:
                 raise LaunchError(f"plan: job {job.name} runs after {unknown}, which is no earlier job of the plan")
             seen.add(job.name)
-        where = Path(where)
         where.mkdir(parents=True, exist_ok=True)
         ids = {job.name: f"<job id of {job.name}>" for job in plan} if dry_run else {}
         for job in plan:
