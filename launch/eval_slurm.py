@@ -21,7 +21,7 @@ from common.interpreter import eval_needs, interpreter
 from common.io import json_text, read_json_object, utc_stamp, write_json
 from evals.profiles import load_profile
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
-from launch.jobs import Cluster, Job, Needs, Resources, backend, dry_run, dry_run_dir
+from launch.jobs import Cluster, Job, Needs, Resources, backend, dry_run_dir
 
 MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launch.eval_slurm CONFIG (main)
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
@@ -114,9 +114,9 @@ def submit(req, jobs: list[EvalJob]) -> None:
                             waits=cfg.slurm.after), _aggregation(req, where, files, ("eval",))]
     runner = backend(cfg.launcher)(f"analyze launcher={cfg.launcher}")
     write_files(files)
+    ids = runner.run(plan, where, dry_run=bool(cfg.dry_run))
     if cfg.dry_run:
-        return dry_run(plan, runner, where)
-    ids = runner.run(plan, where)
+        return None
     shown = [(f"{len(j.array)} evaluation(s) as Slurm job array {ids[j.name]}" if j.array else
               f"{j.notes[0].split(': ')[0]} as job {ids[j.name]}") + (f" (after {j.waits})" if j.waits else "")
              for j in plan[:-1]]

@@ -1,5 +1,5 @@
 """Jobs: every unit of work is a module run on one resolved config file, `python -m MODULE CONFIG` (docs/concepts.md,
-"Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs it, or `dry_run` writes it."""
+"Jobs"). A plan is an ordered list of Jobs; a `Runner` (a launcher backend, `BACKENDS`) runs it, or (`dry_run`) writes it."""
 from __future__ import annotations
 
 import json
@@ -9,17 +9,16 @@ import re
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
+from common.cli import did_you_mean
 from common.fields import IDENTITY, Field, plain
 from common.interpreter import gpus_visible
 from launch.errors import LaunchError
 
 REPO = Path(__file__).resolve().parents[1]   # the checkout: what a training job runs from
-
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 # The cluster settings that are one #SBATCH option each (their own keys; `launcher.sbatch` may not repeat them).
 CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
@@ -37,18 +36,18 @@ class Cluster:
     backend: Mapping[str, Any] = field(default_factory=dict)   # the backend's own settings by name (Runner.keys: launcher.<name>)
 
     @classmethod
-    def of(cls, section) -> "Cluster":
-        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`); absent = unset."""
+    def of(cls, section, keys: Iterable[str] = ()) -> "Cluster":
+        """From a config section holding the keys (`cfg.launcher`, analyze's `cfg.slurm`; absent = unset) and a backend's `keys`."""
         get = section.get
         return cls(**{k: None if get(k) in (None, "") else str(get(k)) for k in CLUSTER_OPTIONS},
                    sbatch=tuple(get("sbatch") or ()),
-                   setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup))   # a list: its lines
+                   setup=setup if isinstance(setup := get("setup"), str) or setup is None else "\n".join(setup),   # a list: its lines
+                   backend={(n := k.removeprefix("launcher.")): plain(get(n)) for k in keys})
 
     def tokens(self, prefix: str) -> list[str]:
         """`PREFIX<key>=value` for each setting made, each value quoted (JSON, which YAML reads: options, paths and
         setup's lines arrive verbatim): what hands them to another command (analyze's `slurm.`)."""
-        return [f"{prefix}{k}=" + ("[" + ",".join(map(json.dumps, v)) + "]" if k == "sbatch" else json.dumps(v))
-                for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
+        return [f"{prefix}{k}={json.dumps(v, separators=(',', ':'))}" for k in CLUSTER_KEYS if (v := getattr(self, k)) not in (None, ())]
 
 
 CLUSTER_KEYS = tuple(f.name for f in fields(Cluster) if f.name != "backend")
@@ -58,10 +57,7 @@ CLUSTER_KEYS = tuple(f.name for f in fields(Cluster) if f.name != "backend")
 class Resources:
     nodes: int = 1
     gpus_per_node: int = 0
-    exclusive: bool = False         # whole nodes (training); evaluation tasks share one
-    # the warning before the time limit: True = SIGUSR1 120 s before to the step's processes (the trainers
-    # save and stop), a string = that --signal value (B:USR1@120: to the batch shell, an evaluation task)
-    signal: bool | str = False
+    signal: str | None = None       # the --signal warning before the time limit (B:USR1@120: to an evaluation task's batch shell)
     at_once: int | None = None      # an array: tasks running at once (null: no cap)
 
 
@@ -102,7 +98,7 @@ class Job:
     logs: str | None = None          # where its logs go (training: <run dir>/logs, teed there locally); null: the plan's dir
 
     def __post_init__(self):
-        if not NAME.match(self.name):
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", self.name):
             raise ValueError(f"job name {self.name!r}: letters, digits, '_', '.', '-' only")
         if (self.config is None) == (not self.array):
             raise ValueError(f"job {self.name}: give one config file or an array of them, not both or neither")
@@ -111,18 +107,14 @@ class Job:
     def configs(self) -> tuple[str, ...]:
         return self.array or (str(self.config),)
 
-    def command(self, config: str, rdzv: str | None = None) -> list[str]:
-        """The command line of one task: `PYTHON -m MODULE CONFIG`, a training job's under torchrun: on this node alone,
-        or (`rdzv`: HOST:PORT) this node's torchrun of several joining the c10d rendezvous there."""
+    def command(self, config: str) -> list[str]:
+        """The command line of one task: `PYTHON -m MODULE CONFIG`, a training job's under torchrun on this node alone."""
         if self.torchrun is None:
             return [self.python, "-m", self.module, str(config)]
-        nodes = self.resources.nodes
-        if rdzv is None and nodes != 1:
-            raise LaunchError(f"job {self.name}: torchrun over {nodes} nodes needs a multi-node runner")
-        where = ["--standalone", "--nnodes=1"] if rdzv is None else \
-            [f"--nnodes={nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", f"--rdzv_id=dtsft-{self.name}"]
-        return [self.python, "-m", "launch.torchrun", *where, f"--nproc_per_node={self.torchrun}", "-m", self.module,
-                str(config)]
+        if self.resources.nodes != 1:
+            raise LaunchError(f"job {self.name}: torchrun over {self.resources.nodes} nodes needs a multi-node runner")
+        return [self.python, "-m", "launch.torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={self.torchrun}", "-m",
+                self.module, str(config)]
 
 
 class JobFailed(Exception):
@@ -147,21 +139,18 @@ def cuda_device_count() -> int:
 
 class Runner(ABC):
     """A launcher backend: how a plan's jobs run, and what `launcher.kind` means to the commands that plan them (they
-    ask it, never its name); one file, found by being there (`BACKENDS`). Its own settings, `keys`, are Fields
-    `launcher.<name>` outside run identity that launch composes, checks and lists with the rest; its jobs carry them
-    (`job.cluster.backend[name]`). `script(job, ids, where)`: the text the job runs (dependencies from `ids`, each
-    started job's id by name; logs under `where`); it writes nothing. `start(job, script, ids)`: start or submit it;
-    its id. A job run here that fails raises JobFailed (the plan stops, its exit status kept); a failed submission,
+    ask it, never its name); one file, found by being there (`BACKENDS`). `script(job, ids, where)`: the text the job
+    runs (dependencies from `ids`, each started job's id by name; logs under `where`); it writes nothing. `start(job,
+    script, ids)`: start or submit it; its id. A job run here that fails raises JobFailed; a failed submission,
     LaunchError. `Backend(command, env=, stops=)`: the command that planned the jobs (what its scripts say wrote them),
     the jobs' environment (None: this one); a backend running jobs here names each signal it forwards in `stops` and
     keeps each job's log file in `logs`. A non-training job runs in the directory the backend was made in (`workdir`);
-    training runs from the checkout, REPO.
-    """
+    training runs from the checkout, REPO."""
     suffix = ".sh"
     submits = False    # `start` submits a job that runs later, elsewhere, with the cluster settings (else: runs it to its end)
     where = "nodes"    # "here": this machine's GPUs (1 node, 1 process without CUDA); "nodes": launcher.nodes x launcher.gpus_per_node
     requeues = False   # a stopped job is requeued and resumes by itself (resume=never refused)
-    keys: dict[str, Field] = {}   # its own settings, `launcher.<name>`: Field (a double in tests/test_jobs.py has one)
+    keys: dict[str, Field] = {}   # its own settings: `launcher.<name>` Fields outside run identity (with_backend_keys), carried by its jobs
 
     def __init__(self, command: str = "launch", env: dict[str, str] | None = None, stops: list[str] | None = None):
         self.command, self.workdir, self.env, self.stops, self.logs = command, os.getcwd(), env, stops, {}
@@ -169,9 +158,7 @@ class Runner(ABC):
     @classmethod
     def cluster(cls, launcher) -> Cluster | None:
         """The cluster settings its jobs carry: a submitting backend's, with its own `keys`' values (None: none)."""
-        if not (cls.submits or cls.keys):
-            return None
-        return replace(Cluster.of(launcher), backend={(n := k.removeprefix("launcher.")): plain(launcher.get(n)) for k in cls.keys})
+        return Cluster.of(launcher, cls.keys) if cls.submits or cls.keys else None
 
     @staticmethod
     def check_not_queued(run_dir: Path) -> None:
@@ -189,7 +176,7 @@ class Runner(ABC):
 
     def run(self, plan: list[Job], where: Path, dry_run: bool = False) -> dict[str, str]:
         """Each job's script written to `where/<name><suffix>` and started, in order; each job's id by name. `dry_run`:
-        only the scripts (ids `<job id of NAME>`)."""
+        only the scripts (ids `<job id of NAME>`), then the plan on one screen; nothing is started."""
         seen: set[str] = set()
         for job in plan:   # each name once, each `after` an earlier job of the plan
             if job.name in seen:
@@ -197,7 +184,6 @@ class Runner(ABC):
             if unknown := [a for a in job.after if a not in seen]:
                 raise LaunchError(f"plan: job {job.name} runs after {unknown}, which is no earlier job of the plan")
             seen.add(job.name)
-        where = Path(where)
         where.mkdir(parents=True, exist_ok=True)
         ids = {job.name: f"<job id of {job.name}>" for job in plan} if dry_run else {}
         for job in plan:
@@ -205,6 +191,9 @@ class Runner(ABC):
             path.write_text(self.script(job, ids, where), encoding="utf-8")
             if not dry_run:
                 ids[job.name] = self.start(job, path, ids)
+        if dry_run:
+            print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
+            print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)", flush=True)
         return ids
 
 
@@ -217,8 +206,6 @@ BACKENDS = {p.stem: f"launch.{p.stem}:{p.stem.capitalize()}Runner" for p in sort
 def backend(kind: str, key: str = "launcher") -> type[Runner]:
     """The Runner class of launcher `kind` (LaunchError naming `key` as typed and the backends, with a "did you mean")."""
     if kind not in BACKENDS:
-        from common.cli import did_you_mean
-
         raise LaunchError(f"{key}={kind!r}: expected one of {', '.join(BACKENDS)}.{did_you_mean(str(kind), list(BACKENDS))}")
     return pkgutil.resolve_name(BACKENDS[kind])
 
@@ -259,11 +246,3 @@ def table(plan: list[Job]) -> str:
         rows.append((job.name, job.module, after, job.python, ", ".join(made), needs))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
-
-
-def dry_run(plan: list[Job], runner: Runner, where: Path) -> None:
-    """Write every job's script under `where` (beside their configs) and print the plan; nothing is started."""
-    runner.run(plan, where, dry_run=True)
-    print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
-    print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)",
-          flush=True)

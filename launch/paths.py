@@ -15,7 +15,6 @@ from data_prep.readers import LOCAL_SUFFIXES, spec_parts
 from launch.jobs import REPO
 
 SHIPPED = "recipes/"                 # the origin label of a shipped recipe layer (launch.compose)
-EMBEDDED_NAMES = (*ALIASES, *OLD_SPELLINGS)   # common.tiny: resolved by name, never a directory here
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -43,8 +42,8 @@ def absolute(kind: str, value, base: Path, shipped: bool = False):
     if not isinstance(value, str) or (kind == "state" and value in ("auto", "never")) \
             or (datafetch.is_name(value) and not (base / os.path.expanduser(value)).exists()):
         return value   # a fetch-data name (corpus:wiki18, index:wiki18_e5_flat, encoder:e5-base-v2): read through the cache
-    if kind == "model" and (value in EMBEDDED_NAMES or value.startswith(("http://", "https://"))):
-        return value
+    if kind == "model" and (value in (*ALIASES, *OLD_SPELLINGS) or value.startswith(("http://", "https://"))):
+        return value   # an embedded model (common.tiny: resolved by name, never a directory here) or a URL
     expanded = os.path.expanduser(value)
     if kind == "model" and not (os.path.isabs(expanded) or (base / expanded).exists()) and (shipped or HUB_ID.fullmatch(value)):
         return value   # a hub id (a shipped recipe names only hub ids and embedded models)

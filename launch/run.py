@@ -83,7 +83,7 @@ class Trainer:
 
     def job(self, preps: list[Prepared], array: bool = False, logs: str | None = None, kind: str | None = None) -> Job:
         """The training Job `launch` of one run, or `sweep`, an array over several (`logs` its log dir), on the nodes x
-        processes the backend (`kind`, default: `launcher.kind`) gives it; whole nodes, USR1 warned."""
+        processes the backend (`kind`, default: `launcher.kind`) gives it (Slurm: whole nodes, USR1 warned)."""
         cfg = preps[0].cfg
         runner = backend(kind or cfg.launcher.kind)   # GPUs per node: launcher.gpus_per_node, or here one a process (with CUDA)
         gpus = int(cfg.launcher.gpus_per_node) if runner.where == "nodes" else preps[0].nproc if jobs.cuda_device_count() else 0
@@ -93,7 +93,7 @@ class Trainer:
         return Job("sweep" if array else "launch", self.module, config=None if array else configs[0],
                    array=configs if array else (), python=interpreter.interpreter(cfg.get("python"), self.stage), torchrun=preps[0].nproc,
                    cluster=runner.cluster(cfg.launcher),
-                   resources=Resources(nodes=int(cfg.launcher.nodes), gpus_per_node=gpus, exclusive=True, signal=True),
+                   resources=Resources(nodes=int(cfg.launcher.nodes), gpus_per_node=gpus),
                    needs=Needs(tuple(dict.fromkeys(data)), self.needs(cfg), each=tuple(map(self.run_needs, preps))),
                    title="dtsft-sweep" if array else f"dtsft-{cfg.logging.name}",
                    logs=logs or str(preps[0].run_dir / "logs"))
@@ -332,7 +332,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
     array = bool(job.array)
     write_files({**{where / f"{job.name}{f'-{i}' if array else ''}.config.yaml": OmegaConf.to_yaml(prep.cfg)
                     for i, prep in enumerate(preps)}, **files})
-    jobs.dry_run([job, *after], trainer.runner(argv, kind), where)
+    trainer.runner(argv, kind).run([job, *after], where, dry_run=True)
     for prep in preps:
         print(trainer.describe(prep))
         trainer.check_python(prep)

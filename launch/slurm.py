@@ -2,8 +2,7 @@
 job runs one torchrun per node under srun (c10d rendezvous on the first node), saves and requeues itself on
 SIGUSR1 before its time limit (a crash or a refusal is not requeued), and records how a segment ended short of
 DONE (common.layout FAILED / REQUEUED); why each step is there: docs/how-to/slurm.md ("Training jobs and
-signals", "How a segment ended"), docs/stages/launch.md.
-"""
+signals", "How a segment ended"), docs/stages/launch.md."""
 from __future__ import annotations
 
 import shlex
@@ -17,7 +16,6 @@ from launch.errors import LaunchError
 from launch.jobs import CLUSTER_OPTIONS, REPO, Cluster, Job, Runner
 from launch.manifest import read as read_manifest
 
-RDZV_PORT = 29500
 # Options the generated script sets itself; `launcher.sbatch` may not repeat them.
 OWN_OPTIONS = ("job-name", "nodes", "ntasks-per-node", "gpus-per-node", "signal", "requeue", "open-mode", "output",
                "array", "dependency", *CLUSTER_OPTIONS)
@@ -38,9 +36,8 @@ def slurm_option_problems(options, key: str = "launcher.sbatch") -> list[str]:
 
 
 def _training(job: Job, setup: list[str]) -> list[str]:
-    """A training job's lines after the template's head: the end records (FAILED / REQUEUED, written atomically: how
-    this segment ended short of DONE; an EXIT trap records one that ended otherwise, in setup or killed), `setup`,
-    one segment of the run under torchrun, then requeue or finish."""
+    """A training job's lines after the template's head: the end records (written atomically; an EXIT trap records a
+    segment that ended otherwise, in setup or killed), `setup`, one segment of the run under torchrun, then requeue or finish."""
     nodes, python = job.resources.nodes, job.python
     node_cmd = (f'trap "" USR1; exec "$0" -m launch.torchrun --nnodes={nodes} --nproc_per_node={job.torchrun} --rdzv_backend=c10d'
                 f' --rdzv_endpoint="$1" --rdzv_id="$SLURM_JOB_ID" -m {job.module} "$2"')
@@ -74,7 +71,7 @@ def _training(job: Job, setup: list[str]) -> list[str]:
         # its nodes by hostname (a node named otherwise is not resolvable: torchrun's store would time out)
         "HEAD_ADDR=$(scontrol -o show node \"$HEAD_NODE\" 2>/dev/null | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
         'HEAD_NODE=${HEAD_ADDR:-$HEAD_NODE}',
-        f"RDZV_PORT=${{DTSFT_RDZV_PORT:-{RDZV_PORT}}}",
+        "RDZV_PORT=${DTSFT_RDZV_PORT:-29500}",   # (torchrun's default port)
         'echo "[launch] segment ${SLURM_RESTART_COUNT:-0} of $RUN_DIR on $SLURM_JOB_NODELIST'
         ' (rendezvous $HEAD_NODE:$RDZV_PORT)"',
         # SIGUSR1 to the batch shell (`scancel --signal=USR1 --batch`, a preemption notice) would end bash and
@@ -117,10 +114,10 @@ def _training(job: Job, setup: list[str]) -> list[str]:
 
 
 class SlurmRunner(Runner):
-    """A plan as Slurm jobs: one sbatch script per Job, submitted in order, `--dependency` from `after` (afterok, with
-    `--kill-on-invalid-dep=yes` so that what runs afterany still runs; afterany for `after_any`) and `waits`. An
-    array is one script, task i running config i. Training is `_training` on whole nodes; any other job execs
-    `python -m MODULE CONFIG` in the batch shell. Logs: `<where>/slurm-<name>-<job id>.out`, or in the job's `logs`."""
+    """`--dependency` from `after` (afterok, with `--kill-on-invalid-dep=yes` so that what runs afterany still runs;
+    afterany for `after_any`) and `waits`; an array is one script, task i running config i. Training (a torchrun job)
+    is `_training` on whole nodes, warned by SIGUSR1 120 s before the time limit (its trainers save and stop); any other
+    job execs `python -m MODULE CONFIG` in the batch shell. Logs: `<where>/slurm-<name>-<job id>.out`, or in `job.logs`."""
     suffix = ".sbatch"
     submits, requeues = True, True
 
@@ -165,8 +162,8 @@ class SlurmRunner(Runner):
                      f"exec {q(job.python)} -m {job.module} "
                      + ('"${CONFIGS[$SLURM_ARRAY_TASK_ID]}"' if job.array else q(str(job.config)))]
         options = [f"job-name={job.title or f'dtsft-{job.name}'}", f"nodes={r.nodes}", "ntasks-per-node=1",
-                   *([f"gpus-per-node={r.gpus_per_node}"] if r.gpus_per_node else []), *(["exclusive"] if r.exclusive else []),
-                   *([f"signal={r.signal if isinstance(r.signal, str) else 'USR1@120'}"] if r.signal else []),
+                   *([f"gpus-per-node={r.gpus_per_node}"] if r.gpus_per_node else []),
+                   *(["exclusive", "signal=USR1@120"] if job.torchrun is not None else [f"signal={r.signal}"] if r.signal else []),
                    "requeue", "open-mode=append", f"output={log}",
                    *(f"{k}={v}" for k in CLUSTER_OPTIONS if (v := getattr(cluster, k)) is not None),
                    *([f"array=0-{len(job.array) - 1}" + (f"%{r.at_once}" if r.at_once else "")] if job.array else []),

@@ -325,7 +325,7 @@ def run_study(argv: list[str]) -> int:
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = Training(jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env), training)
     if req.dry_run:
-        jobs.dry_run(plan, runner, where)
+        runner.run(plan, where, dry_run=True)
         for r in (r for r in stages if r.unset):
             print(f"  stage {r.stage.name}: (not resolved: set {', '.join(f'{v}=...' for v in r.unset)} to see its config)")
         found = preflight.gate(preflight.of(plan), True, counted=True)

@@ -24,7 +24,7 @@ def _script(rd: Path, setup: str = "") -> str:
     from launch.jobs import Job, Resources
 
     job = Job("t", "sft.train", config=str(rd / "config.yaml"), torchrun=1, cluster=slurm.Cluster(setup=setup),
-              resources=Resources(gpus_per_node=1, exclusive=True, signal=True), logs="/dev")
+              resources=Resources(gpus_per_node=1), logs="/dev")
     return slurm.SlurmRunner("launch").script(job, {}, rd)
 
 

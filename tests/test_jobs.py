@@ -14,7 +14,7 @@ import pytest
 from common.cli import ConfigError
 from common.fields import IDENTITY, field, list_of
 from launch.errors import LaunchError
-from launch.jobs import REPO, Job, JobFailed, Needs, Resources, Runner, dry_run, table
+from launch.jobs import REPO, Job, JobFailed, Needs, Resources, Runner, table
 
 
 class RecordingRunner(Runner):
@@ -56,7 +56,8 @@ class OnNodes(RecordingRunner):
     ssh): its own task command carries the rendezvous of the job's first node (here a fixed one)."""
 
     def task_command(self, job, config):
-        return job.command(config, "node-1:29400")
+        return [job.python, "-m", "launch.torchrun", f"--nnodes={job.resources.nodes}", "--rdzv_backend=c10d",
+                "--rdzv_endpoint=node-1:29400", f"--rdzv_id=dtsft-{job.name}", "-m", job.module, config]
 
 
 def test_a_backend_registered_by_its_file_is_what_launch_plans_and_submits_with(tmp_path, monkeypatch, capsys):
@@ -150,7 +151,7 @@ def test_a_plan_names_each_job_once_and_runs_it_after_earlier_ones(tmp_path):
 
 def test_the_dry_run_writes_every_script_under_the_dir_it_names_and_prints_one_table(tmp_path, capsys):
     plan = _plan(tmp_path)
-    dry_run(plan, RecordingRunner(), tmp_path)
+    RecordingRunner().run(plan, tmp_path, dry_run=True)
     out = capsys.readouterr().out
     assert f"written under {tmp_path}" in out and table(plan) in out
     rows = [line.split() for line in table(plan).splitlines()]
@@ -170,7 +171,7 @@ def test_the_slurm_template_writes_a_training_job_as_the_run_script_and_chains_t
     run_dir = tmp_path / "runs" / "r2e" / "seed0"
     cluster = slurm.Cluster(partition="P", sbatch=("--constraint=h100",))
     train = Job("train", "sft.train", config=str(run_dir / "config.yaml"), torchrun=4, cluster=cluster,
-                resources=Resources(nodes=2, gpus_per_node=4, exclusive=True, signal=True))
+                resources=Resources(nodes=2, gpus_per_node=4))
     script = runner.script(train, {}, tmp_path)
     for line in ("# Written by: test", "#SBATCH --nodes=2", "#SBATCH --gpus-per-node=4", "#SBATCH --exclusive",
                  "#SBATCH --signal=USR1@120", "#SBATCH --requeue", f"#SBATCH --output={tmp_path}/slurm-train-%j.out",

@@ -192,7 +192,7 @@ def _script_for(run_dirs: list[Path], array: bool = False) -> str:
 
     configs = [str(d / "config.yaml") for d in run_dirs]   # one template: a run or an array over runs
     job = Job("t", "sft.train", **({"array": tuple(configs)} if array else {"config": configs[0]}), torchrun=1,
-              resources=Resources(gpus_per_node=1, exclusive=True, signal=True), logs="/dev")
+              resources=Resources(gpus_per_node=1), logs="/dev")
     return slurm.SlurmRunner("launch").script(job, {}, run_dirs[0])
 
 

@@ -59,7 +59,7 @@ def _gpu_host(_stand_ins, monkeypatch):
 
 
 def _dry_dir(out: str) -> Path:
-    """Where a study's dry run wrote its jobs' configs and scripts (it names it: launch.jobs.dry_run)."""
+    """Where a study's dry run wrote its jobs' configs and scripts (it names it: launch.jobs.Runner.run)."""
     return Path(re.findall(r"config and script is written under (\S+) \(nothing started", out)[-1])
 
 
