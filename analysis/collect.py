@@ -207,7 +207,8 @@ def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
         for k, v in metrics.items():
             if (why := metric_problem(k, v)) is not None:
                 raise AnalysisError(f"{path}:{lineno}: metric {k} = {v!r}: {why}")
-        rows.append({"id": str(obj["id"]), **_behaviour(obj), **{k: float(v) for k, v in metrics.items()}})
+        skipped = obj.get("skipped_empty_gold") is True   # left out of the bench's means by evaluate: of its intervals too
+        rows.append({"id": str(obj["id"]), **_behaviour(obj), **{k: math.nan if skipped else float(v) for k, v in metrics.items()}})
     if not rows:
         return None
     df = pd.DataFrame(rows)

@@ -506,3 +506,36 @@ def test_a_huge_plan_is_analysed_without_listing_it(tmp_path):
     assert missing_count(missing) == big - 1
     c = curve(Points(table, {}, ["nq"],), "huge", "nq", "em", _arm_steps(runs)["huge"])
     assert c.step.tolist() == [1, 2, 3, 4, big] and c["mean"].isna().tolist() == [False, True, False, True, True]
+
+
+def test_items_evaluate_skipped_for_empty_golds_are_left_out_of_every_interval(tmp_path):
+    """skip_empty_golds=true: evaluate leaves an item whose golds normalize to nothing out of the bench's means
+    (summary.json EM over 8 of 10 items); the report's cells leave it out too (before: its row's em 0.0 counted,
+    the table 0.400 and 0.200, n=10, the paired Δ +0.200, where summary.json says 0.500, 0.250 and Δ +0.250)."""
+    from evals.agent import Episode
+    from evals.benches import BenchItem
+    from evals.results import summarize
+    from evals.tasks import qa_row
+
+    def evaluated(d, right: int) -> None:   # q0, q1: gold `*` (skipped); q2.. right for the first `right`
+        items = [BenchItem(f"q{i}", "q", ["*"] if i < 2 else ["Paris"]) for i in range(10)]
+        rows = [qa_row(Episode(it.id, [], [], final_content=f"Final answer: {'Paris' if i - 2 < right else 'Lyon'}",
+                               stop_reason="answer"), it, skip_empty_golds=True) for i, it in enumerate(items)]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "nq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (d / "summary.json").write_text(json.dumps({"nq": summarize(rows, ("em", "f1", "cover_em", "strict_em"))}))
+
+    root, anchor = tmp_path / "runs", tmp_path / "runs" / "_anchor" / "eval" / "step-000000"
+    make_run(root, "A", 0, [10])
+    evaluated(root / "A" / "seed0" / "eval" / "step-000010", 4)
+    evaluated(anchor, 2)
+    runs = discover_runs(root)
+    dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()} | {("anchor", 0, 0): anchor}
+    p = Points(collect(runs, anchor, ["nq"]).table, dirs, ["nq"])
+    assert p.values("A", 10, "nq", "em").tolist() == [0.5]   # summary.json's
+    final = final_point(p, "A", "nq", "em").interval
+    assert (final.mean, final.n_items) == (pytest.approx(0.5), 8)
+    assert p.interval("anchor", 0, "nq", "em").mean == pytest.approx(0.25)
+    paired = paired_vs_anchor(p, "A", "nq", "em")
+    assert (paired.result.delta, paired.result.n_items, paired.dropped) == (pytest.approx(0.25), 8, 0)
+    assert p.examples("A", 0, 10, "nq", "mean_tool_calls").size == 10   # the behaviour means: over every item, as evaluate's
