@@ -77,6 +77,7 @@ class Points:
     band_gaps: dict[tuple[str, str, str], str] = field(default_factory=dict)
     # Figures and tables ask for the same cells; each interval is computed once.
     _intervals: dict[tuple, Estimate] = field(default_factory=dict, repr=False)
+    _n: dict[tuple, int] | None = field(default=None, repr=False)
 
     def record(self, kind: str, arm: str, vs: str, step, bench: str, metric: str, e: Estimate,
                conf: float | None = None) -> Estimate:
@@ -128,8 +129,11 @@ class Points:
         return f"no per-item {metric}: {where(arm, seed, step)} {bench}.jsonl"
 
     def examples(self, arm: str, seed: int, step: int, bench: str, metric: str) -> pd.Series | None:
+        if self._n is None:   # each point's n as its summary.json counts it: a rows file of another count is not its items
+            t = self.table
+            self._n = dict(zip(zip(t.arm, t.seed, t.step, t.bench), map(int, t.n)))
         d = self.eval_dirs.get((arm, seed, step))
-        return None if d is None else example_metric(d, bench, metric, self.problems)
+        return None if d is None else example_metric(d, bench, metric, self.problems, self._n.get((arm, seed, step, bench)))
 
     def matrix(self, arm: str, seed_steps: list[tuple[int, int]], bench: str, metric: str) -> pd.DataFrame | None:
         """Items × seeds: each (seed, step)'s per-item scores, over the ids every one of them has (None

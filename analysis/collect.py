@@ -218,10 +218,12 @@ def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
     return df.set_index("id")
 
 
-def example_metric(eval_dir: Path, bench: str, metric: str, problems: list[str] | None = None) -> pd.Series | None:
+def example_metric(eval_dir: Path, bench: str, metric: str, problems: list[str] | None = None,
+                   n: int | None = None) -> pd.Series | None:
     """Per-example values of `metric` (indexed by example id), or None when unavailable.
 
-    Unavailable (no jsonl, no such metric, malformed file) is recorded in `problems` when given.
+    Unavailable (no jsonl, no such metric, malformed file, rows other than the `n` items summary.json counts)
+    is recorded in `problems` when given.
     """
     path = Path(eval_dir) / f"{bench}.jsonl"
     if not path.is_file():
@@ -233,5 +235,10 @@ def example_metric(eval_dir: Path, bench: str, metric: str, problems: list[str] 
             problems.append(str(exc))
         return None
     if df is None:
+        return None
+    if n is not None and n > 0 and len(df) != n:
+        if problems is not None:
+            problems.append(f"{path}: {len(df)} rows, where summary.json counts n={n} (a rows file cut short or edited): "
+                            "not used for intervals")
         return None
     return df[metric].dropna() if metric in df.columns else None

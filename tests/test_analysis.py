@@ -539,3 +539,19 @@ def test_items_evaluate_skipped_for_empty_golds_are_left_out_of_every_interval(t
     paired = paired_vs_anchor(p, "A", "nq", "em")
     assert (paired.result.delta, paired.result.n_items, paired.dropped) == (pytest.approx(0.25), 8, 0)
     assert p.examples("A", 0, 10, "nq", "mean_tool_calls").size == 10   # the behaviour means: over every item, as evaluate's
+
+
+def test_a_rows_file_cut_short_of_its_summary_is_named_and_not_read_as_the_items(tmp_path):
+    """A `<bench>.jsonl` holding fewer rows than its summary.json's n (a copy cut short, an edit): a problem naming
+    the file and both counts, and no interval over those rows (before: the final cell 0.250 over the 6 rows both seeds
+    kept, where summary.json says 0.5 and 0.6, n=10, and no word of it in the report)."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        make_run(root, "A", seed, [20], evaluated={20: {"nq": 0.5 + 0.1 * seed}})
+    cut = root / "A" / "seed1" / "eval" / "step-000020" / "nq.jsonl"
+    cut.write_text("".join(cut.read_text().splitlines(keepends=True)[4:]))
+    runs = discover_runs(root)
+    p = Points(collect(runs, None, ["nq"]).table, {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}, ["nq"])
+    final = final_point(p, "A", "nq", "em").interval
+    assert (final.mean, final.method) == (pytest.approx(0.55), "seed t")
+    assert f"{cut}: 6 rows, where summary.json counts n=10 (a rows file cut short or edited): not used for intervals" in p.problems
