@@ -314,6 +314,8 @@ def _paired_vs_anchor(points: Points, arm: str, bench: str, metric: str, last: l
         return why
     if points.values(ANCHOR_ARM, 0, bench, metric).empty:
         return f"the anchor: {(points.no_score(ANCHOR_ARM, bench) or 'not evaluated')}"
+    if diff := anchor_differences(points, arm, bench, last):
+        return f"the anchor was evaluated under other settings ({'; '.join(diff)}): not paired"
     anchor = points.examples(ANCHOR_ARM, 0, 0, bench, metric)
     per_seed = [points.examples(arm, s, t, bench, metric) for s, t in last]
     if missing := next(((a, s, t) for (a, s, t), e in zip([(ANCHOR_ARM, 0, 0), *((arm, s, t) for s, t in last)],
@@ -377,6 +379,20 @@ def _settings(eval_dir: Path, bench: str) -> dict | None:
     record = ((read_json_object(eval_dir / "meta.json", []) or {}).get("identities") or {}).get(bench)
     keys = record.get("keys") if isinstance(record, dict) else None
     return {k: v for k, v in keys.items() if not k.startswith(CHECKPOINT_KEYS)} if isinstance(keys, dict) else None
+
+
+def anchor_differences(points: Points, arm: str, bench: str, last: list[tuple[int, int]]) -> list[str]:
+    """`key: the anchor's value -> the arm's` for each result-changing setting but the prompt (anchor_nudge by design) in
+    which the anchor's evaluation of `bench` differs from one of `arm`'s at `last` (unrecorded identities: none)."""
+    from common.fingerprint import fingerprint_diff
+
+    def kept(d: Path | None) -> dict | None:
+        keys = None if d is None else _settings(d, bench)
+        return None if keys is None else {k: v for k, v in keys.items() if k != "evaluate.prompt"}
+
+    anchor = kept(points.eval_dirs.get((ANCHOR_ARM, 0, 0)))
+    found = [k for s, t in last if (k := kept(points.eval_dirs.get((arm, s, t)))) is not None] if anchor is not None else []
+    return sorted({d for k in found for d in fingerprint_diff(anchor, k)})
 
 
 def settings_differences(points: Points, a: str, b: str, benches: list[str]) -> list[str]:
