@@ -555,3 +555,23 @@ def test_a_rows_file_cut_short_of_its_summary_is_named_and_not_read_as_the_items
     final = final_point(p, "A", "nq", "em").interval
     assert (final.mean, final.method) == (pytest.approx(0.55), "seed t")
     assert f"{cut}: 6 rows, where summary.json counts n=10 (a rows file cut short or edited): not used for intervals" in p.problems
+
+
+
+def test_a_previous_analysis_figures_and_tables_are_not_left_beside_this_ones(tmp_path):
+    """analyze into the out dir of an earlier analysis (with f1 and a compare=): none of its figures and tables is left
+    in figures/ and tables/ for this one's to be written beside (before: main_f1, compare_A_vs_B_em... stayed when this
+    analysis wrote none, their stale numbers read as its); a file of the user's there keeps the whole dir, renamed aside."""
+    from analysis.report import TITLE, make_way
+
+    out = tmp_path / "rep"
+    earlier = ["figures/curves_f1.pdf", "figures/curves_f1.png", "tables/main_f1.md", "tables/compare_A_vs_B_em.tex"]
+    for name in earlier:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("0.123")
+    (out / "report.md").write_text(f"{TITLE}\n\n" + "".join(f"[`{n}`]({n})\n" for n in earlier))
+    make_way(out)
+    assert [p.name for d in ("figures", "tables") for p in (out / d).iterdir()] == [] and not list(out.glob("*.replaced-*"))
+    (out / "tables" / "mine.md").write_text("mine")
+    make_way(out)
+    assert [p.read_text() for p in out.glob("tables.replaced-*/mine.md")] == ["mine"] and not (out / "tables").exists()
