@@ -575,3 +575,24 @@ def test_a_previous_analysis_figures_and_tables_are_not_left_beside_this_ones(tm
     (out / "tables" / "mine.md").write_text("mine")
     make_way(out)
     assert [p.read_text() for p in out.glob("tables.replaced-*/mine.md")] == ["mine"] and not (out / "tables").exists()
+
+
+def test_an_evaluation_of_other_weights_than_its_checkpoint_holds_now_is_not_read(tmp_path):
+    """checkpoints/step-000010 written again after its evaluation (its SHA256SUMS changed): the eval dir's numbers are
+    another model's, so the point is not read and the problem says why (before: read as the new checkpoint's, with
+    evaluate=false); a checkpoint whose digest is the one meta.json recorded is read."""
+    from common.io import sha256_file
+
+    root = tmp_path / "runs"
+    make_run(root, "A", 0, [10, 20], evaluated={10: {"nq": 0.3}, 20: {"nq": 0.4}})
+    for step in (10, 20):
+        ckpt, d = root / "A" / "seed0" / "checkpoints" / f"step-{step:06d}", root / "A" / "seed0" / "eval" / f"step-{step:06d}"
+        (ckpt / "SHA256SUMS").write_text(f"{'0' * 64}  model.safetensors\n")
+        keys = {"checkpoint.kind": "sha256sums", "checkpoint.digest": sha256_file(ckpt / "SHA256SUMS"), "bench.n": 10}
+        (d / "meta.json").write_text(json.dumps({"identities": {"nq": {"fingerprint": "f", "keys": keys}}}))
+    stale = root / "A" / "seed0" / "checkpoints" / "step-000010"
+    (stale / "SHA256SUMS").write_text(f"{'1' * 64}  model.safetensors\n")
+    run = discover_runs(root)[0]
+    assert sorted(run.evals) == [20] and sorted(run.checkpoints) == [10, 20]
+    assert any(p.startswith(f"{root / 'A' / 'seed0' / 'eval' / 'step-000010'}: nq was evaluated on other weights than "
+                            f"{stale} holds now") for p in run.problems), run.problems
