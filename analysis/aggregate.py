@@ -395,6 +395,28 @@ def anchor_differences(points: Points, arm: str, bench: str, last: list[tuple[in
     return sorted({d for k in found for d in fingerprint_diff(anchor, k)})
 
 
+def mixed_settings(points: Points, benches: list[str]) -> list[str]:
+    """One line per bench whose evaluations (every point's and the anchor's, as meta.json records them) differ in a
+    result-changing setting other than the checkpoint and the prompt (the anchor's anchor_nudge by design): each
+    value with where it was first seen and how many more share it. Unrecorded identities are not compared."""
+    out = []
+    for bench in benches:
+        held = [(where(a, s, t), k) for (a, s, t), d in sorted(points.eval_dirs.items()) if (k := _settings(d, bench)) is not None]
+        parts = []
+        for key in sorted({key for _, k in held for key in k} - {"evaluate.prompt"}):
+            seen: dict[str, tuple[object, list[str]]] = {}   # the value by value (1 == 1.0) -> (as recorded, where)
+            for at, k in held:
+                v = k.get(key, "unset")
+                seen.setdefault(repr(float(v) if isinstance(v, int) and not isinstance(v, bool) else v), (v, []))[1].append(at)
+            if len(seen) > 1:
+                parts.append(f"{key}: " + ", ".join(f"{v} at {ats[0]}" + (f" and {len(ats) - 1} more" if len(ats) > 1 else "")
+                                                    for v, ats in seen.values()))
+        if parts:
+            out.append(f"{bench}: its evaluations differ in settings ({'; '.join(parts)}): the report's numbers of {bench} "
+                       "mix them (evaluate=true re-evaluates every point under one)")
+    return out
+
+
 def settings_differences(points: Points, a: str, b: str, benches: list[str]) -> list[str]:
     """`bench: key: A's value -> B's value` for each result-changing setting in which an evaluation of `a`
     differs from one of `b` (meta.json identities; evaluations that record none are not compared)."""

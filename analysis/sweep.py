@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.aggregate import Points, final_steps, settings_differences
+from analysis.aggregate import Points, final_steps, mixed_settings, settings_differences
 from analysis.axes import build_axis
 from analysis.collect import MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect, mean_label, qa_benches
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
@@ -245,7 +245,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     settings_note = check_compare_settings(points, pairs, benches, bool(cfg.get("compare_allow_settings", False)))
     result = AnalysisResult(out=out, table=table, evaluated=ev, allow_failed=bool(cfg.get("allow_failed")))
     axis = build_axis(str(cfg.axis), runs)
-    result.problems += axis.problems
+    result.problems += axis.problems + mixed_settings(points, benches)
     # EM/F1 (`metrics`) are the QA benches'; a report without one writes its tables and curves once, as ENV, or
     # none without an environment bench either (teacher-forced benches only: their own table and figure)
     metrics = list(cfg.metrics) if qa else [ENV] if agentic_benches(table.bench) else []
