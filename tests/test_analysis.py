@@ -596,3 +596,18 @@ def test_an_evaluation_of_other_weights_than_its_checkpoint_holds_now_is_not_rea
     assert sorted(run.evals) == [20] and sorted(run.checkpoints) == [10, 20]
     assert any(p.startswith(f"{root / 'A' / 'seed0' / 'eval' / 'step-000010'}: nq was evaluated on other weights than "
                             f"{stale} holds now") for p in run.problems), run.problems
+
+
+def test_evaluation_settings_with_evaluate_false_are_refused_not_ignored(tmp_path, capsys):
+    """evaluate=false eval.max_new_tokens=512: nothing is evaluated, so the setting would label nothing (before: exit 0,
+    a report of the evaluations on disk, made under another max_new_tokens, without a word); the default prompt is
+    no setting given."""
+    root = tmp_path / "runs"
+    make_run(root, "A", 0, [10], evaluated={10: {"nq": 0.3}})
+    argv = [f"runs_root={root}", f"out={tmp_path / 'o'}", "benches=[nq]", "evaluate=false"]
+    assert analyze_main([*argv, "eval.max_new_tokens=512"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: eval.max_new_tokens=512: evaluate=false evaluates nothing, so no evaluation setting applies (the report reads "
+        "the evaluations on disk, each made under the settings its meta.json records): drop it, or evaluate=true "
+        "evaluates under it"]
+    assert not (tmp_path / "o").exists()
