@@ -511,7 +511,7 @@ def test_a_huge_plan_is_analysed_without_listing_it(tmp_path):
 def test_items_evaluate_skipped_for_empty_golds_are_left_out_of_every_interval(tmp_path):
     """skip_empty_golds=true: evaluate leaves an item whose golds normalize to nothing out of the bench's means
     (summary.json EM over 8 of 10 items); the report's cells leave it out too (before: its row's em 0.0 counted,
-    the table 0.400 and 0.200, n=10, the paired Δ +0.200, where summary.json says 0.500, 0.250 and Δ +0.250)."""
+    the table 0.400 and 0.200, n=10, the paired Δ +0.200, where summary.json says 0.500, 0.250 and Δ +0.250; report.html's paired view likewise)."""
     from evals.agent import Episode
     from evals.benches import BenchItem
     from evals.results import summarize
@@ -539,6 +539,9 @@ def test_items_evaluate_skipped_for_empty_golds_are_left_out_of_every_interval(t
     paired = paired_vs_anchor(p, "A", "nq", "em")
     assert (paired.result.delta, paired.result.n_items, paired.dropped) == (pytest.approx(0.25), 8, 0)
     assert p.examples("A", 0, 10, "nq", "mean_tool_calls").size == 10   # the behaviour means: over every item, as evaluate's
+    from analysis.html import list_item   # report.html's paired view: no side of a pair (was: wrong on both, n 10)
+    rows = [json.loads(line) for line in (anchor / "nq.jsonl").read_text().splitlines()]
+    assert [list_item("nq", r, 0)["ok"] for r in rows[:4]] == [None, None, 1, 1]
 
 
 def test_a_rows_file_cut_short_of_its_summary_is_named_and_not_read_as_the_items(tmp_path):
