@@ -35,6 +35,8 @@ class Collected:
     problems: list[str] = field(default_factory=list)
     # (arm, seed, step, bench) -> why evaluate gave it no score (its metrics null: means over no items)
     nulls: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
+    # (arm, seed, step) -> why its summary.json could not be read (the problem's own line)
+    unread: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
 
 def env_benches() -> list[str]:
@@ -127,12 +129,15 @@ def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[st
 
 def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | None = None) -> Collected:
     """Tidy table over every run's eval summaries (plus the anchor's); problems are listed, not raised."""
-    rows, problems, nulls = [], [], {}
+    rows, problems, nulls, unread = [], [], {}, {}
     for run in runs:
         for step, d in sorted(run.evals.items()):
+            before = len(problems)
             summary = read_json_object(d / "summary.json", problems)
             if summary is not None:
                 rows += summary_rows(run.arm, run.seed, step, summary, benches, problems, d / "summary.json", nulls)
+            elif len(problems) > before:
+                unread[(run.arm, run.seed, step)] = problems[-1]
     if anchor_eval_dir is not None and (anchor_eval_dir / "summary.json").is_file():
         summary = read_json_object(anchor_eval_dir / "summary.json", problems)
         if summary is not None:
@@ -140,7 +145,7 @@ def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | 
     table = pd.DataFrame(rows, columns=COLUMNS)
     table = table.astype({"seed": "int64", "step": "int64", "value": "float64", "n": "int64"})
     table = table.sort_values(["arm", "seed", "step", "bench", "metric"], kind="stable").reset_index(drop=True)
-    return Collected(table, problems, nulls)
+    return Collected(table, problems, nulls, unread)
 
 
 def qa_benches(table: pd.DataFrame, also=()) -> list[str]:

@@ -71,8 +71,8 @@ class AnalysisResult:
         return groups
 
 
-def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev,
-                    anchor_eval: Path, evaluate: bool, nulls: dict | None = None) -> list[MissingPoint | MissingSteps]:
+def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev, anchor_eval: Path, evaluate: bool,
+                    nulls: dict | None = None, unread: dict | None = None) -> list[MissingPoint | MissingSteps]:
     have = set(zip(table.arm, table.seed, table.step, table.bench))
     nulls = nulls or {}
     missing = []
@@ -91,6 +91,8 @@ def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev
                     reason = f"{FAILED_PREFIX}{err}"
                 elif why := nulls.get((run.arm, run.seed, step, bench)):
                     reason = f"no score: {why}"
+                elif why := (unread or {}).get((run.arm, run.seed, step)):
+                    reason = why
                 elif step not in run.checkpoints:
                     reason = "no checkpoint to evaluate and no result"
                 else:
@@ -302,7 +304,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
     intervals = out / "intervals.csv"   # every interval drawn or tabulated: bounds, what it covers, n
     points.intervals_frame().to_csv(intervals, index=False)
-    result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
+    result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls, collected.unread)
     problems = sorted(set(points.problems + pp.problems + result.problems + [p for r in runs for p in r.problems]))
     settings = {"runs_root": cfg.runs_root, "profile": profile or "none (evaluations in eval/)", "benches": benches,
                 **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),

@@ -614,3 +614,21 @@ def test_evaluation_settings_with_evaluate_false_are_refused_not_ignored(tmp_pat
         "the evaluations on disk, each made under the settings its meta.json records): drop it, or evaluate=true "
         "evaluates under it"]
     assert not (tmp_path / "o").exists()
+
+
+def test_an_unreadable_summary_is_the_missing_point_s_reason(tmp_path):
+    """A summary.json cut short (a crashed copy): its point's reason names the file (before: `not evaluated
+    (evaluate=false)`, though it was evaluated)."""
+    from types import SimpleNamespace
+
+    from analysis.sweep import _missing_points
+
+    root = tmp_path / "runs"
+    make_run(root, "A", 0, [10, 20], evaluated={10: {"nq": 0.3}, 20: {"nq": 0.5}})
+    torn = root / "A" / "seed0" / "eval" / "step-000020" / "summary.json"
+    torn.write_text(torn.read_text()[:30])
+    runs = discover_runs(root)
+    c = collect(runs, None, ["nq"])
+    missing = _missing_points(runs, c.table, ["nq"], SimpleNamespace(failed=lambda *a: None), tmp_path / "none", False,
+                              c.nulls, c.unread)
+    assert missing[0].line().startswith(f"A/seed0/step-000020 × nq: {torn}: unreadable JSON (")
