@@ -382,13 +382,14 @@ def _settings(eval_dir: Path, bench: str) -> dict | None:
 
 
 def anchor_differences(points: Points, arm: str, bench: str, last: list[tuple[int, int]]) -> list[str]:
-    """`key: the anchor's value -> the arm's` for each result-changing setting but the prompt (anchor_nudge by design) in
-    which the anchor's evaluation of `bench` differs from one of `arm`'s at `last` (unrecorded identities: none)."""
+    """`key: the anchor's value -> the arm's` for each result-changing setting in which the anchor's evaluation of `bench`
+    differs from one of `arm`'s at `last` (unrecorded identities: none), but the prompt (anchor_nudge by design) and the n
+    (the pair is over the ids both have, the others counted as dropped)."""
     from common.fingerprint import fingerprint_diff
 
     def kept(d: Path | None) -> dict | None:
         keys = None if d is None else _settings(d, bench)
-        return None if keys is None else {k: v for k, v in keys.items() if k != "evaluate.prompt"}
+        return None if keys is None else {k: v for k, v in keys.items() if k not in ("evaluate.prompt", "bench.n")}
 
     anchor = kept(points.eval_dirs.get((ANCHOR_ARM, 0, 0)))
     found = [k for s, t in last if (k := kept(points.eval_dirs.get((arm, s, t)))) is not None] if anchor is not None else []

@@ -278,7 +278,7 @@ def test_compare_refuses_arms_evaluated_under_different_settings(tmp_path, capsy
 def test_paired_vs_anchor_refuses_an_anchor_evaluated_under_other_settings(tmp_path):
     """The paired table's arm − anchor over an anchor evaluated under other settings than the arm (here another
     max_new_tokens): a gap naming the key, as the pre/post table's (before: +0.500 with a CI, no word of it); the
-    checkpoint and the anchor's prompt differ by design."""
+    checkpoint and the anchor's prompt differ by design, and another n only changes which ids both have."""
     from analysis.aggregate import Paired, paired_vs_anchor
     from analysis.tables import Column, paired_table
 
@@ -290,8 +290,8 @@ def test_paired_vs_anchor_refuses_an_anchor_evaluated_under_other_settings(tmp_p
     why = "the anchor was evaluated under other settings (evaluate.max_new_tokens: 64 -> 512): not paired"
     assert paired_vs_anchor(p, "r2e", "nq", "em") == why
     assert paired_table(p, ["r2e"], [Column("nq", "em", "nq", "QA")], "em").rows == [("r2e", [f"– ({why})"])]
-    same = _points(tmp_path / "s", cells, {**keys, "anchor": {**keys["anchor"], "evaluate.max_new_tokens": 512}})
-    assert isinstance(paired_vs_anchor(same, "r2e", "nq", "em"), Paired)
+    same = _points(tmp_path / "s", cells, {**keys, "anchor": {**keys["anchor"], "evaluate.max_new_tokens": 512, "bench.n": 500}})
+    assert isinstance(paired_vs_anchor(same, "r2e", "nq", "em"), Paired)   # another n: the shared ids are paired
 
 
 def test_evaluations_under_different_settings_in_one_column_are_a_listed_problem(tmp_path):
