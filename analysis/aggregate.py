@@ -77,6 +77,7 @@ class Points:
     band_gaps: dict[tuple[str, str, str], str] = field(default_factory=dict)
     # Figures and tables ask for the same cells; each interval is computed once.
     _intervals: dict[tuple, Estimate] = field(default_factory=dict, repr=False)
+    _n: dict[tuple, int] | None = field(default=None, repr=False)
 
     def record(self, kind: str, arm: str, vs: str, step, bench: str, metric: str, e: Estimate,
                conf: float | None = None) -> Estimate:
@@ -128,8 +129,11 @@ class Points:
         return f"no per-item {metric}: {where(arm, seed, step)} {bench}.jsonl"
 
     def examples(self, arm: str, seed: int, step: int, bench: str, metric: str) -> pd.Series | None:
+        if self._n is None:   # each point's n as its summary.json counts it: a rows file of another count is not its items
+            t = self.table
+            self._n = dict(zip(zip(t.arm, t.seed, t.step, t.bench), map(int, t.n)))
         d = self.eval_dirs.get((arm, seed, step))
-        return None if d is None else example_metric(d, bench, metric, self.problems)
+        return None if d is None else example_metric(d, bench, metric, self.problems, self._n.get((arm, seed, step, bench)))
 
     def matrix(self, arm: str, seed_steps: list[tuple[int, int]], bench: str, metric: str) -> pd.DataFrame | None:
         """Items × seeds: each (seed, step)'s per-item scores, over the ids every one of them has (None
@@ -310,6 +314,8 @@ def _paired_vs_anchor(points: Points, arm: str, bench: str, metric: str, last: l
         return why
     if points.values(ANCHOR_ARM, 0, bench, metric).empty:
         return f"the anchor: {(points.no_score(ANCHOR_ARM, bench) or 'not evaluated')}"
+    if diff := anchor_differences(points, arm, bench, last):
+        return f"the anchor was evaluated under other settings ({'; '.join(diff)}): not paired"
     anchor = points.examples(ANCHOR_ARM, 0, 0, bench, metric)
     per_seed = [points.examples(arm, s, t, bench, metric) for s, t in last]
     if missing := next(((a, s, t) for (a, s, t), e in zip([(ANCHOR_ARM, 0, 0), *((arm, s, t) for s, t in last)],
@@ -373,6 +379,43 @@ def _settings(eval_dir: Path, bench: str) -> dict | None:
     record = ((read_json_object(eval_dir / "meta.json", []) or {}).get("identities") or {}).get(bench)
     keys = record.get("keys") if isinstance(record, dict) else None
     return {k: v for k, v in keys.items() if not k.startswith(CHECKPOINT_KEYS)} if isinstance(keys, dict) else None
+
+
+def anchor_differences(points: Points, arm: str, bench: str, last: list[tuple[int, int]]) -> list[str]:
+    """`key: the anchor's value -> the arm's` for each result-changing setting in which the anchor's evaluation of `bench`
+    differs from one of `arm`'s at `last` (unrecorded identities: none), but the prompt (anchor_nudge by design) and the n
+    (the pair is over the ids both have, the others counted as dropped)."""
+    from common.fingerprint import fingerprint_diff
+
+    def kept(d: Path | None) -> dict | None:
+        keys = None if d is None else _settings(d, bench)
+        return None if keys is None else {k: v for k, v in keys.items() if k not in ("evaluate.prompt", "bench.n")}
+
+    anchor = kept(points.eval_dirs.get((ANCHOR_ARM, 0, 0)))
+    found = [k for s, t in last if (k := kept(points.eval_dirs.get((arm, s, t)))) is not None] if anchor is not None else []
+    return sorted({d for k in found for d in fingerprint_diff(anchor, k)})
+
+
+def mixed_settings(points: Points, benches: list[str]) -> list[str]:
+    """One line per bench whose evaluations (every point's and the anchor's, as meta.json records them) differ in a
+    result-changing setting other than the checkpoint and the prompt (the anchor's anchor_nudge by design): each
+    value with where it was first seen and how many more share it. Unrecorded identities are not compared."""
+    out = []
+    for bench in benches:
+        held = [(where(a, s, t), k) for (a, s, t), d in sorted(points.eval_dirs.items()) if (k := _settings(d, bench)) is not None]
+        parts = []
+        for key in sorted({key for _, k in held for key in k} - {"evaluate.prompt"}):
+            seen: dict[str, tuple[object, list[str]]] = {}   # the value by value (1 == 1.0) -> (as recorded, where)
+            for at, k in held:
+                v = k.get(key, "unset")
+                seen.setdefault(repr(float(v) if isinstance(v, int) and not isinstance(v, bool) else v), (v, []))[1].append(at)
+            if len(seen) > 1:
+                parts.append(f"{key}: " + ", ".join(f"{v} at {ats[0]}" + (f" and {len(ats) - 1} more" if len(ats) > 1 else "")
+                                                    for v, ats in seen.values()))
+        if parts:
+            out.append(f"{bench}: its evaluations differ in settings ({'; '.join(parts)}): the report's numbers of {bench} "
+                       "mix them (evaluate=true re-evaluates every point under one)")
+    return out
 
 
 def settings_differences(points: Points, a: str, b: str, benches: list[str]) -> list[str]:

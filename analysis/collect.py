@@ -35,6 +35,8 @@ class Collected:
     problems: list[str] = field(default_factory=list)
     # (arm, seed, step, bench) -> why evaluate gave it no score (its metrics null: means over no items)
     nulls: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
+    # (arm, seed, step) -> why its summary.json could not be read (the problem's own line)
+    unread: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
 
 def env_benches() -> list[str]:
@@ -127,12 +129,15 @@ def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[st
 
 def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | None = None) -> Collected:
     """Tidy table over every run's eval summaries (plus the anchor's); problems are listed, not raised."""
-    rows, problems, nulls = [], [], {}
+    rows, problems, nulls, unread = [], [], {}, {}
     for run in runs:
         for step, d in sorted(run.evals.items()):
+            before = len(problems)
             summary = read_json_object(d / "summary.json", problems)
             if summary is not None:
                 rows += summary_rows(run.arm, run.seed, step, summary, benches, problems, d / "summary.json", nulls)
+            elif len(problems) > before:
+                unread[(run.arm, run.seed, step)] = problems[-1]
     if anchor_eval_dir is not None and (anchor_eval_dir / "summary.json").is_file():
         summary = read_json_object(anchor_eval_dir / "summary.json", problems)
         if summary is not None:
@@ -140,7 +145,7 @@ def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | 
     table = pd.DataFrame(rows, columns=COLUMNS)
     table = table.astype({"seed": "int64", "step": "int64", "value": "float64", "n": "int64"})
     table = table.sort_values(["arm", "seed", "step", "bench", "metric"], kind="stable").reset_index(drop=True)
-    return Collected(table, problems, nulls)
+    return Collected(table, problems, nulls, unread)
 
 
 def qa_benches(table: pd.DataFrame, also=()) -> list[str]:
@@ -207,7 +212,8 @@ def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
         for k, v in metrics.items():
             if (why := metric_problem(k, v)) is not None:
                 raise AnalysisError(f"{path}:{lineno}: metric {k} = {v!r}: {why}")
-        rows.append({"id": str(obj["id"]), **_behaviour(obj), **{k: float(v) for k, v in metrics.items()}})
+        skipped = obj.get("skipped_empty_gold") is True   # left out of the bench's means by evaluate: of its intervals too
+        rows.append({"id": str(obj["id"]), **_behaviour(obj), **{k: math.nan if skipped else float(v) for k, v in metrics.items()}})
     if not rows:
         return None
     df = pd.DataFrame(rows)
@@ -217,10 +223,12 @@ def _load_examples(path: str, mtime: float) -> pd.DataFrame | None:
     return df.set_index("id")
 
 
-def example_metric(eval_dir: Path, bench: str, metric: str, problems: list[str] | None = None) -> pd.Series | None:
+def example_metric(eval_dir: Path, bench: str, metric: str, problems: list[str] | None = None,
+                   n: int | None = None) -> pd.Series | None:
     """Per-example values of `metric` (indexed by example id), or None when unavailable.
 
-    Unavailable (no jsonl, no such metric, malformed file) is recorded in `problems` when given.
+    Unavailable (no jsonl, no such metric, malformed file, rows other than the `n` items summary.json counts)
+    is recorded in `problems` when given.
     """
     path = Path(eval_dir) / f"{bench}.jsonl"
     if not path.is_file():
@@ -232,5 +240,10 @@ def example_metric(eval_dir: Path, bench: str, metric: str, problems: list[str] 
             problems.append(str(exc))
         return None
     if df is None:
+        return None
+    if n is not None and n > 0 and len(df) != n:
+        if problems is not None:
+            problems.append(f"{path}: {len(df)} rows, where summary.json counts n={n} (a rows file cut short or edited): "
+                            "not used for intervals")
         return None
     return df[metric].dropna() if metric in df.columns else None

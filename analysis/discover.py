@@ -155,7 +155,11 @@ def load_run(path: Path, arm: str, seed: int, profile: str | None = None) -> Run
             run.checkpoints[step] = ckpt
         else:
             run.problems.append(f"{ckpt}: no config.json (incomplete checkpoint), ignored")
-    run.evals = {s: d for s, d in _step_dirs(path / layout.eval_subdir(profile)).items() if (d / "summary.json").is_file()}
+    for step, d in _step_dirs(path / layout.eval_subdir(profile)).items():
+        if (d / "summary.json").is_file() and (why := step in run.checkpoints and other_weights(d, run.checkpoints[step])):
+            run.problems.append(why)   # another model's numbers: not this checkpoint's point
+        elif (d / "summary.json").is_file():
+            run.evals[step] = d
     run.done = (path / layout.DONE).exists()
     for name in layout.END_RECORDS if not run.done else ():
         if (rec := read_json_object(path / name, run.problems)) is not None:
@@ -164,6 +168,20 @@ def load_run(path: Path, arm: str, seed: int, profile: str | None = None) -> Run
     run.manifest = read_json_object(path / "manifest.json", run.problems)
     run.config = _read_config(path / layout.CONFIG, run.problems)
     return run
+
+
+def other_weights(eval_dir: Path, ckpt: Path) -> str | None:
+    """Why `eval_dir` holds another model's results than checkpoint `ckpt` now (written again since): a bench's identity in
+    meta.json records a checkpoint digest other than the one its SHA256SUMS gives now (None: none does, or unknown)."""
+    if not (ckpt / io.SHA256SUMS).is_file():
+        return None
+    now = io.sha256_file(ckpt / io.SHA256SUMS)
+    for bench, record in ((read_json_object(eval_dir / "meta.json", []) or {}).get("identities") or {}).items():
+        keys = record.get("keys") if isinstance(record, dict) else None
+        if isinstance(keys, dict) and keys.get("checkpoint.kind") == "sha256sums" and keys.get("checkpoint.digest") != now:
+            return (f"{eval_dir}: {bench} was evaluated on other weights than {ckpt} holds now (its SHA256SUMS digest "
+                    f"{str(keys.get('checkpoint.digest'))[:12]}…, now {now[:12]}…): not read (evaluate=true re-evaluates it)")
+    return None
 
 
 def _arm_dirs(root: Path) -> list[Path]:

@@ -119,7 +119,7 @@ def transcript(bench: str, row: dict) -> dict:
 
 def list_item(bench: str, row: dict, chunk: int) -> dict:
     metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
-    ok = metrics.get(correct_metric(bench))
+    ok = None if row.get("skipped_empty_gold") is True else metrics.get(correct_metric(bench))   # out of the bench's means
     turns = row.get("num_turns", row.get("steps"))
     return {"id": _text(row.get("id")), "q": _text(row.get("question") or row.get("instruction"))[:QUESTION_HEAD],
             "m": metrics, "turns": turns, "calls": row.get("num_tool_calls", 0 if kind_of(bench).game else None),

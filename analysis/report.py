@@ -24,9 +24,16 @@ def set_aside(path: Path) -> None:
 
 def make_way(out: Path) -> None:
     """Rename aside each of analyze's outputs found in `out` unless `out/report.md` marks it as a previous
-    analysis's; a previous analysis's are rewritten (`report_data/`: see analysis.html.write_shards)."""
+    analysis's; a previous analysis's are rewritten (`report_data/`: see analysis.html.write_shards), its figures
+    and tables removed first (one this analysis does not write must not read as its), or their dir renamed aside
+    when it holds a file that report did not link."""
     report = out / "report.md"
-    if report.is_file() and not report.is_symlink() and report.read_text("utf-8", "replace").startswith(TITLE):
+    if report.is_file() and not report.is_symlink() and (text := report.read_text("utf-8", "replace")).startswith(TITLE):
+        for d in (out / "figures", out / "tables"):
+            if d.is_symlink() or d.exists() and not all(p.is_file() and f"]({d.name}/{p.name})" in text for p in d.iterdir()):
+                set_aside(d)
+            for p in d.iterdir() if d.is_dir() else ():
+                p.unlink()
         return
     for name in OUTPUTS:
         if (out / name).exists() or (out / name).is_symlink():

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.aggregate import Points, final_steps, settings_differences
+from analysis.aggregate import Points, final_steps, mixed_settings, settings_differences
 from analysis.axes import build_axis
 from analysis.collect import MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect, mean_label, qa_benches
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
@@ -23,6 +23,7 @@ from analysis.report import MissingPoint, MissingSteps, make_way, missing_count,
 from analysis.errors import AnalysisError
 from analysis.tables import ENV, Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common.cards import file_label
+from evals.config import KEYS as EVALUATE
 from evals.registry import kind_of
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
@@ -70,8 +71,8 @@ class AnalysisResult:
         return groups
 
 
-def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev,
-                    anchor_eval: Path, evaluate: bool, nulls: dict | None = None) -> list[MissingPoint | MissingSteps]:
+def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev, anchor_eval: Path, evaluate: bool,
+                    nulls: dict | None = None, unread: dict | None = None) -> list[MissingPoint | MissingSteps]:
     have = set(zip(table.arm, table.seed, table.step, table.bench))
     nulls = nulls or {}
     missing = []
@@ -90,6 +91,8 @@ def _missing_points(runs: list[Run], table: pd.DataFrame, benches: list[str], ev
                     reason = f"{FAILED_PREFIX}{err}"
                 elif why := nulls.get((run.arm, run.seed, step, bench)):
                     reason = f"no score: {why}"
+                elif why := (unread or {}).get((run.arm, run.seed, step)):
+                    reason = why
                 elif step not in run.checkpoints:
                     reason = "no checkpoint to evaluate and no result"
                 else:
@@ -220,6 +223,11 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     evaluations run now (or by a Slurm array) and `ev` their outcomes (launch.evaluation.EvalReport: its
     failures are listed as gaps); `cfg` is the `analyze` config (launch.analyze), already resolved."""
     root, out = Path(cfg.runs_root), Path(cfg.out)
+    if not cfg.evaluate and not cfg.eval_tasks and (given := [f"eval.{k}={v}" for k, v in cfg.eval.items() if v is not None
+                                                             and (k != "prompt" or v != EVALUATE["prompt"].default)]):
+        raise AnalysisError(f"{given[0]}: evaluate=false evaluates nothing, so no evaluation setting applies (the report reads "
+                            "the evaluations on disk, each made under the settings its meta.json records): drop it, or "
+                            "evaluate=true evaluates under it")
     anchor_eval = anchor_eval_dir(anchor_dir, profile)
     pairs = compare_pairs(cfg.compare)
     runs = discover_runs(root, profile) if jobs else runs
@@ -245,7 +253,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     settings_note = check_compare_settings(points, pairs, benches, bool(cfg.get("compare_allow_settings", False)))
     result = AnalysisResult(out=out, table=table, evaluated=ev, allow_failed=bool(cfg.get("allow_failed")))
     axis = build_axis(str(cfg.axis), runs)
-    result.problems += axis.problems
+    result.problems += axis.problems + mixed_settings(points, benches)
     # EM/F1 (`metrics`) are the QA benches'; a report without one writes its tables and curves once, as ENV, or
     # none without an environment bench either (teacher-forced benches only: their own table and figure)
     metrics = list(cfg.metrics) if qa else [ENV] if agentic_benches(table.bench) else []
@@ -296,7 +304,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
         table_paths["reference"] = result.tables["reference"].write(out / "tables" / "reference")
     intervals = out / "intervals.csv"   # every interval drawn or tabulated: bounds, what it covers, n
     points.intervals_frame().to_csv(intervals, index=False)
-    result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls)
+    result.missing = _missing_points(runs, table, benches, ev, anchor_eval, bool(cfg.evaluate), collected.nulls, collected.unread)
     problems = sorted(set(points.problems + pp.problems + result.problems + [p for r in runs for p in r.problems]))
     settings = {"runs_root": cfg.runs_root, "profile": profile or "none (evaluations in eval/)", "benches": benches,
                 **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),

@@ -506,3 +506,129 @@ def test_a_huge_plan_is_analysed_without_listing_it(tmp_path):
     assert missing_count(missing) == big - 1
     c = curve(Points(table, {}, ["nq"],), "huge", "nq", "em", _arm_steps(runs)["huge"])
     assert c.step.tolist() == [1, 2, 3, 4, big] and c["mean"].isna().tolist() == [False, True, False, True, True]
+
+
+def test_items_evaluate_skipped_for_empty_golds_are_left_out_of_every_interval(tmp_path):
+    """skip_empty_golds=true: evaluate leaves an item whose golds normalize to nothing out of the bench's means
+    (summary.json EM over 8 of 10 items); the report's cells leave it out too (before: its row's em 0.0 counted,
+    the table 0.400 and 0.200, n=10, the paired Δ +0.200, where summary.json says 0.500, 0.250 and Δ +0.250; report.html's paired view likewise)."""
+    from evals.agent import Episode
+    from evals.benches import BenchItem
+    from evals.results import summarize
+    from evals.tasks import qa_row
+
+    def evaluated(d, right: int) -> None:   # q0, q1: gold `*` (skipped); q2.. right for the first `right`
+        items = [BenchItem(f"q{i}", "q", ["*"] if i < 2 else ["Paris"]) for i in range(10)]
+        rows = [qa_row(Episode(it.id, [], [], final_content=f"Final answer: {'Paris' if i - 2 < right else 'Lyon'}",
+                               stop_reason="answer"), it, skip_empty_golds=True) for i, it in enumerate(items)]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "nq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (d / "summary.json").write_text(json.dumps({"nq": summarize(rows, ("em", "f1", "cover_em", "strict_em"))}))
+
+    root, anchor = tmp_path / "runs", tmp_path / "runs" / "_anchor" / "eval" / "step-000000"
+    make_run(root, "A", 0, [10])
+    evaluated(root / "A" / "seed0" / "eval" / "step-000010", 4)
+    evaluated(anchor, 2)
+    runs = discover_runs(root)
+    dirs = {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()} | {("anchor", 0, 0): anchor}
+    p = Points(collect(runs, anchor, ["nq"]).table, dirs, ["nq"])
+    assert p.values("A", 10, "nq", "em").tolist() == [0.5]   # summary.json's
+    final = final_point(p, "A", "nq", "em").interval
+    assert (final.mean, final.n_items) == (pytest.approx(0.5), 8)
+    assert p.interval("anchor", 0, "nq", "em").mean == pytest.approx(0.25)
+    paired = paired_vs_anchor(p, "A", "nq", "em")
+    assert (paired.result.delta, paired.result.n_items, paired.dropped) == (pytest.approx(0.25), 8, 0)
+    assert p.examples("A", 0, 10, "nq", "mean_tool_calls").size == 10   # the behaviour means: over every item, as evaluate's
+    from analysis.html import list_item   # report.html's paired view: no side of a pair (was: wrong on both, n 10)
+    rows = [json.loads(line) for line in (anchor / "nq.jsonl").read_text().splitlines()]
+    assert [list_item("nq", r, 0)["ok"] for r in rows[:4]] == [None, None, 1, 1]
+
+
+def test_a_rows_file_cut_short_of_its_summary_is_named_and_not_read_as_the_items(tmp_path):
+    """A `<bench>.jsonl` holding fewer rows than its summary.json's n (a copy cut short, an edit): a problem naming
+    the file and both counts, and no interval over those rows (before: the final cell 0.250 over the 6 rows both seeds
+    kept, where summary.json says 0.5 and 0.6, n=10, and no word of it in the report)."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        make_run(root, "A", seed, [20], evaluated={20: {"nq": 0.5 + 0.1 * seed}})
+    cut = root / "A" / "seed1" / "eval" / "step-000020" / "nq.jsonl"
+    cut.write_text("".join(cut.read_text().splitlines(keepends=True)[4:]))
+    runs = discover_runs(root)
+    p = Points(collect(runs, None, ["nq"]).table, {(r.arm, r.seed, s): d for r in runs for s, d in r.evals.items()}, ["nq"])
+    final = final_point(p, "A", "nq", "em").interval
+    assert (final.mean, final.method) == (pytest.approx(0.55), "seed t")
+    assert f"{cut}: 6 rows, where summary.json counts n=10 (a rows file cut short or edited): not used for intervals" in p.problems
+
+
+
+def test_a_previous_analysis_figures_and_tables_are_not_left_beside_this_ones(tmp_path):
+    """analyze into the out dir of an earlier analysis (with f1 and a compare=): none of its figures and tables is left
+    in figures/ and tables/ for this one's to be written beside (before: main_f1, compare_A_vs_B_em... stayed when this
+    analysis wrote none, their stale numbers read as its); a file of the user's there keeps the whole dir, renamed aside."""
+    from analysis.report import TITLE, make_way
+
+    out = tmp_path / "rep"
+    earlier = ["figures/curves_f1.pdf", "figures/curves_f1.png", "tables/main_f1.md", "tables/compare_A_vs_B_em.tex"]
+    for name in earlier:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("0.123")
+    (out / "report.md").write_text(f"{TITLE}\n\n" + "".join(f"[`{n}`]({n})\n" for n in earlier))
+    make_way(out)
+    assert [p.name for d in ("figures", "tables") for p in (out / d).iterdir()] == [] and not list(out.glob("*.replaced-*"))
+    (out / "tables" / "mine.md").write_text("mine")
+    make_way(out)
+    assert [p.read_text() for p in out.glob("tables.replaced-*/mine.md")] == ["mine"] and not (out / "tables").exists()
+
+
+def test_an_evaluation_of_other_weights_than_its_checkpoint_holds_now_is_not_read(tmp_path):
+    """checkpoints/step-000010 written again after its evaluation (its SHA256SUMS changed): the eval dir's numbers are
+    another model's, so the point is not read and the problem says why (before: read as the new checkpoint's, with
+    evaluate=false); a checkpoint whose digest is the one meta.json recorded is read."""
+    from common.io import sha256_file
+
+    root = tmp_path / "runs"
+    make_run(root, "A", 0, [10, 20], evaluated={10: {"nq": 0.3}, 20: {"nq": 0.4}})
+    for step in (10, 20):
+        ckpt, d = root / "A" / "seed0" / "checkpoints" / f"step-{step:06d}", root / "A" / "seed0" / "eval" / f"step-{step:06d}"
+        (ckpt / "SHA256SUMS").write_text(f"{'0' * 64}  model.safetensors\n")
+        keys = {"checkpoint.kind": "sha256sums", "checkpoint.digest": sha256_file(ckpt / "SHA256SUMS"), "bench.n": 10}
+        (d / "meta.json").write_text(json.dumps({"identities": {"nq": {"fingerprint": "f", "keys": keys}}}))
+    stale = root / "A" / "seed0" / "checkpoints" / "step-000010"
+    (stale / "SHA256SUMS").write_text(f"{'1' * 64}  model.safetensors\n")
+    run = discover_runs(root)[0]
+    assert sorted(run.evals) == [20] and sorted(run.checkpoints) == [10, 20]
+    assert any(p.startswith(f"{root / 'A' / 'seed0' / 'eval' / 'step-000010'}: nq was evaluated on other weights than "
+                            f"{stale} holds now") for p in run.problems), run.problems
+
+
+def test_evaluation_settings_with_evaluate_false_are_refused_not_ignored(tmp_path, capsys):
+    """evaluate=false eval.max_new_tokens=512: nothing is evaluated, so the setting would label nothing (before: exit 0,
+    a report of the evaluations on disk, made under another max_new_tokens, without a word); the default prompt is
+    no setting given."""
+    root = tmp_path / "runs"
+    make_run(root, "A", 0, [10], evaluated={10: {"nq": 0.3}})
+    argv = [f"runs_root={root}", f"out={tmp_path / 'o'}", "benches=[nq]", "evaluate=false"]
+    assert analyze_main([*argv, "eval.max_new_tokens=512"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: eval.max_new_tokens=512: evaluate=false evaluates nothing, so no evaluation setting applies (the report reads "
+        "the evaluations on disk, each made under the settings its meta.json records): drop it, or evaluate=true "
+        "evaluates under it"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unreadable_summary_is_the_missing_point_s_reason(tmp_path):
+    """A summary.json cut short (a crashed copy): its point's reason names the file (before: `not evaluated
+    (evaluate=false)`, though it was evaluated)."""
+    from types import SimpleNamespace
+
+    from analysis.sweep import _missing_points
+
+    root = tmp_path / "runs"
+    make_run(root, "A", 0, [10, 20], evaluated={10: {"nq": 0.3}, 20: {"nq": 0.5}})
+    torn = root / "A" / "seed0" / "eval" / "step-000020" / "summary.json"
+    torn.write_text(torn.read_text()[:30])
+    runs = discover_runs(root)
+    c = collect(runs, None, ["nq"])
+    missing = _missing_points(runs, c.table, ["nq"], SimpleNamespace(failed=lambda *a: None), tmp_path / "none", False,
+                              c.nulls, c.unread)
+    assert missing[0].line().startswith(f"A/seed0/step-000020 × nq: {torn}: unreadable JSON (")

@@ -274,6 +274,43 @@ def test_compare_refuses_arms_evaluated_under_different_settings(tmp_path, capsy
     assert not (tmp_path / "out" / "figures").exists()
 
 
+
+def test_paired_vs_anchor_refuses_an_anchor_evaluated_under_other_settings(tmp_path):
+    """The paired table's arm − anchor over an anchor evaluated under other settings than the arm (here another
+    max_new_tokens): a gap naming the key, as the pre/post table's (before: +0.500 with a CI, no word of it); the
+    checkpoint and the anchor's prompt differ by design, and another n only changes which ids both have."""
+    from analysis.aggregate import Paired, paired_vs_anchor
+    from analysis.tables import Column, paired_table
+
+    arm, anchor = {f"q{i}": float(i % 2) for i in range(6)}, {f"q{i}": 0.0 for i in range(6)}
+    cells = {("r2e", 0, 10): arm, ("anchor", 0, 0): anchor}
+    keys = {"r2e": {"evaluate.max_new_tokens": 512, "evaluate.prompt": "tool_agent", "bench.n": 6},
+            "anchor": {"evaluate.max_new_tokens": 64, "evaluate.prompt": "anchor_nudge", "bench.n": 6}}
+    p = _points(tmp_path / "p", cells, keys)
+    why = "the anchor was evaluated under other settings (evaluate.max_new_tokens: 64 -> 512): not paired"
+    assert paired_vs_anchor(p, "r2e", "nq", "em") == why
+    assert paired_table(p, ["r2e"], [Column("nq", "em", "nq", "QA")], "em").rows == [("r2e", [f"– ({why})"])]
+    same = _points(tmp_path / "s", cells, {**keys, "anchor": {**keys["anchor"], "evaluate.max_new_tokens": 512, "bench.n": 500}})
+    assert isinstance(paired_vs_anchor(same, "r2e", "nq", "em"), Paired)   # another n: the shared ids are paired
+
+
+def test_evaluations_under_different_settings_in_one_column_are_a_listed_problem(tmp_path):
+    """One seed of an arm evaluated under another max_new_tokens than every other point of the column (by hand, then
+    analyze evaluate=false): a problem naming the key, each value and where (before: pooled into one mean without a
+    word); the checkpoint and the anchor's prompt differ by design."""
+    from analysis.aggregate import mixed_settings
+
+    ids = {f"q{i}": float(i % 2) for i in range(6)}
+    cells = {("r2e", 0, 10): ids, ("r2e", 1, 10): ids, ("search", 0, 10): ids, ("anchor", 0, 0): ids}
+    keys = {arm: {"evaluate.max_new_tokens": 512, "evaluate.prompt": "tool_agent", "bench.n": 6} for arm in ("r2e", "search")}
+    keys["anchor"] = {**keys["r2e"], "evaluate.prompt": "anchor_nudge"}
+    p = _points(tmp_path / "p", cells, keys)
+    assert mixed_settings(p, ["nq"]) == []
+    _write(p.eval_dirs[("r2e", 1, 10)], "nq", ids, {**keys["r2e"], "evaluate.max_new_tokens": 1024, "checkpoint.sha256": "x"})
+    assert mixed_settings(p, ["nq"]) == [
+        "nq: its evaluations differ in settings (evaluate.max_new_tokens: 512 at anchor and 2 more, 1024 at "
+        "r2e/seed1/step-000010): the report's numbers of nq mix them (evaluate=true re-evaluates every point under one)"]
+
 def test_one_item_one_seed_band_is_a_labelled_gap(tmp_path):
     """A one-seed run of a one-item bench at 2 steps: no band (no item variance), a gap the caption names."""
     from analysis.figures import Panel, plot_curves
