@@ -67,7 +67,7 @@ class GRPOTrainer(run.Trainer):
         """Steps and checkpoints; a note when the world size is not the GPU count the model's GRPO recipe states (the
         reference's), saying how the batch is kept."""
         cfg, g, world = prep.cfg, prep.cfg.grpo, prep.nproc * int(prep.cfg.launcher.nodes)
-        path = RECIPES / "grpo" / "model" / f"{prep.composed.choices['model']}.yaml"
+        path = RECIPES / "grpo" / "model" / f"{prep.choices['model']}.yaml"
         stated = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
         note = [] if stated is None or int(stated) == world else [
             f"[launch] note: recipes/grpo/model/{path.name} states {int(stated)} GPUs (the reference's); this run has {world} "

@@ -1,9 +1,7 @@
 """One run of a trainer (`launch_one`, for SFT's here and GRPO's in launch.grpo): compose -> (finished? stop) ->
-hardware check -> data -> run dir -> train or submit. The order matters: everything that can fail cheaply (bad keys
-and values, a GPU-only model on a CPU machine, a request whose run identity differs from the run dir's, a run dir in
-use) fails before data prep, and data prep finishes before the run directory's config.yaml is written, so config.yaml
-always names a complete dataset. The data half of the identity (the dataset's content fingerprint) is compared once
-the dataset is known."""
+hardware check -> data -> run dir -> train or submit. Everything that can fail cheaply (bad keys and values, a GPU-only
+model on a CPU machine, another run identity than the run dir's, a run dir in use) fails before data prep, which
+finishes before config.yaml is written: config.yaml always names a complete dataset."""
 from __future__ import annotations
 
 import os
@@ -33,18 +31,13 @@ from sft import config as sft_config
 
 
 @dataclass
-class Prepared:
-    """A run resolved up to (not including) training: its final config and where it lives."""
+class Prepared(Composed):
+    """A composed run resolved up to (not including) training: its final config and where it lives."""
 
-    composed: Composed
     run_dir: Path
     nproc: int
     identity: dict | None = None          # the run identity, complete once the data is known
     needs: Needs | None = None            # what the preflight checks of it: asked once, by its first Job
-
-    @property
-    def cfg(self) -> DictConfig:
-        return self.composed.cfg
 
 
 class Trainer:
@@ -66,11 +59,11 @@ class Trainer:
         cfg.run_dir, cfg.launcher.nproc = str(rd), nproc
         if cfg.logging.name is None:
             cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
-        return Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
+        return Prepared(**vars(composed), run_dir=rd, nproc=nproc, identity=identity)
 
     def describe(self, prep: Prepared) -> str:
         """The plan's lines: the recipes chosen, as the `key=value` words that choose them, and the run dir; then `details`."""
-        words = self.command_argv([f"{k}={v}" for k, v in prep.composed.choices.items()])
+        words = self.command_argv([f"{k}={v}" for k, v in prep.choices.items()])
         return "\n".join([f"[launch] {' '.join(words)} -> {prep.run_dir}", *self.details(prep)])
 
     def command_argv(self, argv: list[str]) -> list[str]:
@@ -273,7 +266,7 @@ def train_here(trainer: Trainer, argv: list[str], prep: Prepared) -> int:
 
 def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
     """This launch (launcher.kind and `launcher`) in the run's manifest.json, with the run identity."""
-    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, data=data, identity=prep.identity,
+    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.choices, data=data, identity=prep.identity,
                             launcher={"kind": prep.cfg.launcher.kind, **launcher},
                             python=interpreter.interpreters(prep.cfg.get("python")))
 
@@ -321,7 +314,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
     from launch.eval_slurm import write_files
 
     first, kind = preps[0], preps[0].cfg.launcher.kind
-    for cfg, arm in [(p.cfg, p.composed.data_arm) for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
+    for cfg, arm in [(p.cfg, p.data_arm) for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
         try:
             with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
                 cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, arm))
@@ -337,7 +330,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
         print(trainer.describe(prep))
         trainer.check_python(prep)
         if backend(kind).where == "here" and prep.cfg.model.gpu_only and jobs.cuda_device_count() == 0:
-            print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
+            print(f"[launch] note: model={prep.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
     if not array:   # (a sweep's array: its script when submitted; run here, every task's command is in the one written)
         print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
@@ -428,8 +421,8 @@ class SFTTrainer(Trainer):
     def dataset(self, prep: Prepared) -> dict:
         """The run's dataset (its arm's hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
         if not prep.cfg.data.dir:
-            cache.pin_sources(prep.cfg, arms.quotas(prep.composed.data_arm, int(prep.cfg.data.n)), prep.run_dir, True)
-        data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm)
+            cache.pin_sources(prep.cfg, arms.quotas(prep.data_arm, int(prep.cfg.data.n)), prep.run_dir, True)
+        data = cache.ensure_dataset(prep.cfg, prep.data_arm)
         prep.cfg.data.dir = data["dir"]
         return data
 
@@ -449,7 +442,7 @@ class SFTTrainer(Trainer):
             return   # nothing recorded to compare with
         if not prep.cfg.data.dir:   # (an explicit data.dir: the dataset step only reads its manifest)
             key = (manifest.read(rd).get("data") or {}).get("cache_key")
-            if key is not None and key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd), prep.composed.data_arm):
+            if key is not None and key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd), prep.data_arm):
                 return
             print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
         check_identity(rd, prep.cfg, self.dataset(prep)["fingerprint"])
