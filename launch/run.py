@@ -235,7 +235,7 @@ def launch_one(trainer: Trainer, argv: list[str]) -> int:
         return train_here(trainer, argv, prep)
     job = trainer.job([prep])   # as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), its submission in manifest.json
     script = prep.run_dir / f"{job.name}{runner.suffix}"
-    job_id = Training(runner, {job.name: (trainer, [(argv, prep)])}).start(job, script, {})
+    job_id = start_training(runner, {job.name: (trainer, [(argv, prep)])})(job, script, {})
     print(f"[launch] submitted {script} as {prep.cfg.launcher.kind.capitalize()} job {job_id}")
     return 0
 
@@ -368,40 +368,34 @@ def train_runs(trainer: Trainer, runs: list) -> int:
     return 1 if failed else 0
 
 
-class Training(jobs.Runner):
-    """A backend's runner (`inner`) whose training jobs (`runs`: job name -> (trainer, [(argv, prep)])) run as
-    `launch` runs them: here, `train_runs`; submitted, each unfinished run preflighted and `prepared` just before,
-    its submission recorded in its manifest (an array: task i)."""
-
-    def __init__(self, inner: jobs.Runner, runs: dict):
-        self.inner, self.runs, self.suffix = inner, runs, inner.suffix
-
-    def script(self, job: Job, ids, where: Path) -> str:
-        return self.inner.script(job, ids, where)
-
-    def start(self, job: Job, script: Path, ids) -> str:
-        if job.name not in self.runs:
-            return self.inner.start(job, script, ids)
-        trainer, runs = self.runs[job.name]
-        with local.isolated(self.inner.env):
-            if not self.inner.submits:
-                if status := train_runs(trainer, runs):
+def start_training(inner: jobs.Runner, runs: dict) -> Callable[[Job, Path, dict], str]:
+    """`inner.start` (a backend's runner's; what jobs.Runner.run calls), except that the training jobs (`runs`: job name ->
+    (trainer, [(argv, prep)])) run as `launch` runs them: here, `train_runs`; submitted, each unfinished run preflighted
+    and `prepared` just before, its submission recorded in its manifest (an array: task i)."""
+    def start(job: Job, script: Path, ids) -> str:
+        if job.name not in runs:
+            return inner.start(job, script, ids)
+        trainer, todo = runs[job.name]
+        with local.isolated(inner.env):
+            if not inner.submits:
+                if status := train_runs(trainer, todo):
                     raise JobFailed(job.name, status)
                 return f"local-{job.name}"
-            todo = [(argv, prep) for argv, prep in runs if not kept(trainer, prep)]
+            todo = [(argv, prep) for argv, prep in todo if not kept(trainer, prep)]
             data = []
             for _, prep in todo:
                 trainer.preflight(prep)
-                with prepared(trainer, prep, self.inner) as record_data:
+                with prepared(trainer, prep, inner) as record_data:
                     data.append(record_data)
             # (written again now: a single launch's script lies in its run dir, which resume=never renamed aside)
             Path(job.logs).mkdir(parents=True, exist_ok=True)
-            script.write_text(self.inner.script(job, ids, script.parent), encoding="utf-8")
-            job_id = self.inner.start(job, script, ids)
+            script.write_text(inner.script(job, ids, script.parent), encoding="utf-8")
+            job_id = inner.start(job, script, ids)
             for i, ((argv, prep), record_data) in enumerate(zip(todo, data)):
                 record(prep, trainer.command_argv(argv), record_data, nodes=job.resources.nodes,
                        gpus_per_node=job.resources.gpus_per_node, script=str(script), job_id=f"{job_id}_{i}" if job.array else job_id)
         return job_id
+    return start
 
 
 class SFTTrainer(Trainer):

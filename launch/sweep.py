@@ -20,7 +20,7 @@ from launch import local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import plan_dir, write_files
 from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
-from launch.run import SFT, Training, dry_run, finished, kept, train_runs
+from launch.run import SFT, dry_run, finished, kept, start_training, train_runs
 
 ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
 
@@ -202,7 +202,8 @@ def _sweep_submit(argv, runs, preps, evaluation, req) -> int:
     plan, files = plan_sweep(SFT, preps, evaluation, plan_dir(req.cfg, "runs") if req else root, kind, str(root), req=req)
     write_files(files)   # (root: made by the runner, with the scripts)
     job, script = plan[0], root / f"{plan[0].name}{backend(kind).suffix}"
-    ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}).run(plan, root)
+    runner = SFT.runner(["sweep", *argv], kind)
+    ids = runner.run(plan, root, start=start_training(runner, {job.name: (SFT, todo)}))
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
     if req is not None:
         every = [ids[j.name] for j in plan]
