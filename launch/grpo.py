@@ -1,8 +1,7 @@
 """`launch stage=grpo task=spa|qa model=<recipe> ...`: the GRPO trainer (`GRPO`, a launch.run.Trainer started by
 launch.run.launch_one like SFT's): its composition (launch.compose.compose_grpo), its run identity (rl.config: the
 input files by content), the world-size note, and a preflight: what rl.train would refuse at start (a retriever that
-does not answer; for task=spa, the adversarial pilot). No dataset: the manifest records the starting model.
-"""
+does not answer; for task=spa, the adversarial pilot). No dataset: the manifest records the starting model."""
 from __future__ import annotations
 
 import sys

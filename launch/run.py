@@ -309,14 +309,13 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
             plan: Callable[[Path], tuple[list[Job], dict[Path, str]]] | None = None) -> int:
     """The plan (its jobs' configs and scripts under a new temporary directory), then each run's lines, resolved
     config and the command here or the script submitted (GRPO: every backend's). `plan(where)`: the jobs, the training
-    job first (a sweep's: an array, its logs' dir its scripts'), and their configs. Nothing else is written or started.
-    An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
+    job first (a sweep's: an array, its logs' dir its scripts'), and their configs. Nothing else is written or started."""
     from launch.eval_slurm import write_files
 
     first, kind = preps[0], preps[0].cfg.launcher.kind
     for cfg, arm in [(p.cfg, p.data_arm) for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
-        try:
-            with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
+        try:   # an SFT run's dataset dir, where the cache would hold it; never waiting on the hub (a tokenizer cached here or none)
+            with datafetch.no_network():
                 cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, arm))
         except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
             print(f"[launch] (dataset cache key not computable here: {exc})")

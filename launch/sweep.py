@@ -1,8 +1,7 @@
 """`launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...`: every arm x seed, each run resolved up front,
 trained here one after another (each a normal `launch`) or on Slurm as one job array (task i: run i's config.yaml);
 `eval_profile=PROFILE` (plus `analyze.KEY=VALUE`) evaluates the checkpoints once trained (plan_sweep): docs/concepts.md
-("Jobs") and docs/how-to/slurm.md say how, locally and on Slurm.
-"""
+("Jobs") and docs/how-to/slurm.md say how, locally and on Slurm."""
 from __future__ import annotations
 
 import re
