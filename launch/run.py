@@ -146,9 +146,8 @@ def local_nproc(composed: Composed) -> int:
     """Processes per node: `launcher.nproc`, or auto = one a GPU (here's, or launcher.gpus_per_node; 1 without), after refusing,
     for a run that would train here (not a dry run), a GPU-only model without CUDA or more processes than GPUs."""
     cfg, nproc = composed.cfg, composed.cfg.launcher.nproc
-    runner = backend(cfg.launcher.kind)
-    gpus = jobs.cuda_device_count() if runner.where == "here" else None   # (elsewhere: launcher.gpus_per_node)
-    if runner.where == "here" and not cfg.launcher.dry_run:
+    gpus = jobs.cuda_device_count() if backend(cfg.launcher.kind).where == "here" else None   # (elsewhere: launcher.gpus_per_node)
+    if gpus is not None and not cfg.launcher.dry_run:
         if cfg.model.gpu_only and gpus == 0:
             raise LaunchError(f"model={composed.choices['model']} is GPU-only (model.gpu_only=true) and this machine has no "
                               "CUDA GPU. For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "

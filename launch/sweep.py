@@ -200,10 +200,9 @@ def _sweep_submit(argv, runs, preps, evaluation, req) -> int:
                        plan=lambda where: plan_sweep(SFT, preps, evaluation, where, kind, str(root), req=req))
     plan, files = plan_sweep(SFT, preps, evaluation, plan_dir(req.cfg, "runs") if req else root, kind, str(root), req=req)
     write_files(files)   # (root: made by the runner, with the scripts)
-    job, script = plan[0], root / f"{plan[0].name}{backend(kind).suffix}"
-    runner = SFT.runner(["sweep", *argv], kind)
+    job, runner = plan[0], SFT.runner(["sweep", *argv], kind)
     ids = runner.run(plan, root, start=start_training(runner, {job.name: (SFT, todo)}))
-    print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
+    print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({root / job.name}{runner.suffix})", flush=True)
     if req is not None:
         every = [ids[j.name] for j in plan]
         print("[launch] sweep: each run's evaluation job after its training task, then the report: "
