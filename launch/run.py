@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch, fingerprint, interpreter, layout, lock
 from common.cli import flat_keys
-from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
+from common.io import check_output_dir, free_path, replace_aside, utc_stamp, write_text_atomic
 from common.plan import plan_line
 from common.schema import TRAINER_SEMANTICS, run_dir
 from data_prep import arms
@@ -163,9 +163,7 @@ def write_config(prep: Prepared) -> None:
     rd.mkdir(parents=True, exist_ok=True)
     path, text = rd / layout.CONFIG, OmegaConf.to_yaml(prep.cfg)
     if path.is_file() and (old := path.read_text(encoding="utf-8")) != text:
-        stamp, n = utc_stamp(), 0
-        while (kept := rd / f"config.{stamp}{f'.{n}' if n else ''}.yaml").exists():   # two changes in one second: both kept
-            n += 1
+        kept = free_path(rd, f"config.{utc_stamp()}", ".yaml")   # two changes in one second: both kept
         kept.write_text(old, encoding="utf-8")
         was = OmegaConf.create(old)
         sel = lambda c, k: OmegaConf.select(c, k, default="<absent>")  # noqa: E731
