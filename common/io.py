@@ -240,6 +240,16 @@ def utc_stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def free_path(parent: Path, stem: str, suffix: str = "") -> Path:
+    """`<parent>/<stem><suffix>`, else the first `<stem>.<n><suffix>` (n = 1, 2, ...) that nothing (not even a
+    dangling link) holds: a new name that replaces nothing."""
+    path, n = parent / f"{stem}{suffix}", 0
+    while path.exists() or path.is_symlink():
+        n += 1
+        path = parent / f"{stem}.{n}{suffix}"
+    return path
+
+
 def replace_aside(path: str | Path) -> Path:
     """The one meaning of `overwrite=true` in this project: rename `path` to
     `<path>.replaced-<UTC time>` (a numbered suffix if that exists) and return the new path.
@@ -247,11 +257,7 @@ def replace_aside(path: str | Path) -> Path:
     Nothing is deleted; the caller then writes a fresh output at `path`.
     """
     path = Path(path)
-    base = path.with_name(f"{path.name}{REPLACED_MARK}{utc_stamp()}")
-    aside, k = base, 1
-    while aside.exists() or aside.is_symlink():
-        aside = base.with_name(f"{base.name}.{k}")
-        k += 1
+    aside = free_path(path.parent, f"{path.name}{REPLACED_MARK}{utc_stamp()}")
     os.replace(path, aside)
     return aside
 

@@ -1,8 +1,7 @@
 """`launch stage=grpo task=spa|qa model=<recipe> ...`: the GRPO trainer (`GRPO`, a launch.run.Trainer started by
 launch.run.launch_one like SFT's): its composition (launch.compose.compose_grpo), its run identity (rl.config: the
 input files by content), the world-size note, and a preflight: what rl.train would refuse at start (a retriever that
-does not answer; for task=spa, the adversarial pilot). No dataset: the manifest records the starting model.
-"""
+does not answer; for task=spa, the adversarial pilot). No dataset: the manifest records the starting model."""
 from __future__ import annotations
 
 import sys
@@ -67,7 +66,7 @@ class GRPOTrainer(run.Trainer):
         """Steps and checkpoints; a note when the world size is not the GPU count the model's GRPO recipe states (the
         reference's), saying how the batch is kept."""
         cfg, g, world = prep.cfg, prep.cfg.grpo, prep.nproc * int(prep.cfg.launcher.nodes)
-        path = RECIPES / "grpo" / "model" / f"{prep.composed.choices['model']}.yaml"
+        path = RECIPES / "grpo" / "model" / f"{prep.choices['model']}.yaml"
         stated = OmegaConf.select(OmegaConf.load(path), "launcher.gpus_per_node") if path.is_file() else None
         note = [] if stated is None or int(stated) == world else [
             f"[launch] note: recipes/grpo/model/{path.name} states {int(stated)} GPUs (the reference's); this run has {world} "

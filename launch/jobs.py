@@ -174,9 +174,10 @@ class Runner(ABC):
     @abstractmethod
     def start(self, job: Job, script: Path, ids: Mapping[str, str]) -> str: ...
 
-    def run(self, plan: list[Job], where: Path, dry_run: bool = False) -> dict[str, str]:
-        """Each job's script written to `where/<name><suffix>` and started, in order; each job's id by name. `dry_run`:
-        only the scripts (ids `<job id of NAME>`), then the plan on one screen; nothing is started."""
+    def run(self, plan: list[Job], where: Path, dry_run: bool = False, start=None) -> dict[str, str]:
+        """Each job's script written to `where/<name><suffix>` and started (by `start`, default: `self.start`), in order;
+        each job's id by name. `dry_run`: only the scripts (ids `<job id of NAME>`), then the plan on one screen; nothing
+        is started."""
         seen: set[str] = set()
         for job in plan:   # each name once, each `after` an earlier job of the plan
             if job.name in seen:
@@ -190,7 +191,7 @@ class Runner(ABC):
             path = where / f"{job.name}{self.suffix}"
             path.write_text(self.script(job, ids, where), encoding="utf-8")
             if not dry_run:
-                ids[job.name] = self.start(job, path, ids)
+                ids[job.name] = (start or self.start)(job, path, ids)
         if dry_run:
             print(f"# the plan: {len(plan)} job(s), in order\n{table(plan)}")
             print(f"[dry run] every job's config and script is written under {where} (nothing started: dry_run=true)", flush=True)

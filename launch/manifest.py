@@ -1,9 +1,6 @@
-"""`<run_dir>/manifest.json`: what ran — code version, packages, hardware, data, command line.
-
-The first launch of a run directory writes the full record; every later launch (a resume, a
-requeued Slurm segment submitted again) appends an entry to `launches`, so the file tells the
-whole history of the run without ever losing the original.
-"""
+"""`<run_dir>/manifest.json`: what ran — code version, packages, hardware, data, command line. A run dir's first
+launch writes the full record; every later one (a resume, a requeued Slurm segment submitted again) appends an entry
+to `launches`: the whole history of the run, the original never lost."""
 from __future__ import annotations
 
 import contextlib

@@ -1,9 +1,7 @@
 """One run of a trainer (`launch_one`, for SFT's here and GRPO's in launch.grpo): compose -> (finished? stop) ->
-hardware check -> data -> run dir -> train or submit. The order matters: everything that can fail cheaply (bad keys
-and values, a GPU-only model on a CPU machine, a request whose run identity differs from the run dir's, a run dir in
-use) fails before data prep, and data prep finishes before the run directory's config.yaml is written, so config.yaml
-always names a complete dataset. The data half of the identity (the dataset's content fingerprint) is compared once
-the dataset is known."""
+hardware check -> data -> run dir -> train or submit. Everything that can fail cheaply (bad keys and values, a GPU-only
+model on a CPU machine, another run identity than the run dir's, a run dir in use) fails before data prep, which
+finishes before config.yaml is written: config.yaml always names a complete dataset."""
 from __future__ import annotations
 
 import os
@@ -20,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch, fingerprint, interpreter, layout, lock
 from common.cli import flat_keys
-from common.io import check_output_dir, replace_aside, utc_stamp, write_text_atomic
+from common.io import check_output_dir, free_path, replace_aside, utc_stamp, write_text_atomic
 from common.plan import plan_line
 from common.schema import TRAINER_SEMANTICS, run_dir
 from data_prep import arms
@@ -33,18 +31,13 @@ from sft import config as sft_config
 
 
 @dataclass
-class Prepared:
-    """A run resolved up to (not including) training: its final config and where it lives."""
+class Prepared(Composed):
+    """A composed run resolved up to (not including) training: its final config and where it lives."""
 
-    composed: Composed
     run_dir: Path
     nproc: int
     identity: dict | None = None          # the run identity, complete once the data is known
     needs: Needs | None = None            # what the preflight checks of it: asked once, by its first Job
-
-    @property
-    def cfg(self) -> DictConfig:
-        return self.composed.cfg
 
 
 class Trainer:
@@ -66,11 +59,11 @@ class Trainer:
         cfg.run_dir, cfg.launcher.nproc = str(rd), nproc
         if cfg.logging.name is None:
             cfg.logging.name = f"{cfg.arm}-{cfg.name}-s{cfg.seed}" if cfg.name else f"{cfg.arm}-s{cfg.seed}"
-        return Prepared(composed=composed, run_dir=rd, nproc=nproc, identity=identity)
+        return Prepared(**vars(composed), run_dir=rd, nproc=nproc, identity=identity)
 
     def describe(self, prep: Prepared) -> str:
         """The plan's lines: the recipes chosen, as the `key=value` words that choose them, and the run dir; then `details`."""
-        words = self.command_argv([f"{k}={v}" for k, v in prep.composed.choices.items()])
+        words = self.command_argv([f"{k}={v}" for k, v in prep.choices.items()])
         return "\n".join([f"[launch] {' '.join(words)} -> {prep.run_dir}", *self.details(prep)])
 
     def command_argv(self, argv: list[str]) -> list[str]:
@@ -153,9 +146,8 @@ def local_nproc(composed: Composed) -> int:
     """Processes per node: `launcher.nproc`, or auto = one a GPU (here's, or launcher.gpus_per_node; 1 without), after refusing,
     for a run that would train here (not a dry run), a GPU-only model without CUDA or more processes than GPUs."""
     cfg, nproc = composed.cfg, composed.cfg.launcher.nproc
-    runner = backend(cfg.launcher.kind)
-    gpus = jobs.cuda_device_count() if runner.where == "here" else None   # (elsewhere: launcher.gpus_per_node)
-    if runner.where == "here" and not cfg.launcher.dry_run:
+    gpus = jobs.cuda_device_count() if backend(cfg.launcher.kind).where == "here" else None   # (elsewhere: launcher.gpus_per_node)
+    if gpus is not None and not cfg.launcher.dry_run:
         if cfg.model.gpu_only and gpus == 0:
             raise LaunchError(f"model={composed.choices['model']} is GPU-only (model.gpu_only=true) and this machine has no "
                               "CUDA GPU. For a CPU run use model=tiny (e.g. `launch arm=r2e steps=218 model=tiny data=synthetic`), "
@@ -171,9 +163,7 @@ def write_config(prep: Prepared) -> None:
     rd.mkdir(parents=True, exist_ok=True)
     path, text = rd / layout.CONFIG, OmegaConf.to_yaml(prep.cfg)
     if path.is_file() and (old := path.read_text(encoding="utf-8")) != text:
-        stamp, n = utc_stamp(), 0
-        while (kept := rd / f"config.{stamp}{f'.{n}' if n else ''}.yaml").exists():   # two changes in one second: both kept
-            n += 1
+        kept = free_path(rd, f"config.{utc_stamp()}", ".yaml")   # two changes in one second: both kept
         kept.write_text(old, encoding="utf-8")
         was = OmegaConf.create(old)
         sel = lambda c, k: OmegaConf.select(c, k, default="<absent>")  # noqa: E731
@@ -242,7 +232,7 @@ def launch_one(trainer: Trainer, argv: list[str]) -> int:
         return train_here(trainer, argv, prep)
     job = trainer.job([prep])   # as `<run dir>/launch<suffix>` (Slurm: launch.sbatch), its submission in manifest.json
     script = prep.run_dir / f"{job.name}{runner.suffix}"
-    job_id = Training(runner, {job.name: (trainer, [(argv, prep)])}).start(job, script, {})
+    job_id = start_training(runner, {job.name: (trainer, [(argv, prep)])})(job, script, {})
     print(f"[launch] submitted {script} as {prep.cfg.launcher.kind.capitalize()} job {job_id}")
     return 0
 
@@ -273,7 +263,7 @@ def train_here(trainer: Trainer, argv: list[str], prep: Prepared) -> int:
 
 def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
     """This launch (launcher.kind and `launcher`) in the run's manifest.json, with the run identity."""
-    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, data=data, identity=prep.identity,
+    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.choices, data=data, identity=prep.identity,
                             launcher={"kind": prep.cfg.launcher.kind, **launcher},
                             python=interpreter.interpreters(prep.cfg.get("python")))
 
@@ -316,14 +306,13 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
             plan: Callable[[Path], tuple[list[Job], dict[Path, str]]] | None = None) -> int:
     """The plan (its jobs' configs and scripts under a new temporary directory), then each run's lines, resolved
     config and the command here or the script submitted (GRPO: every backend's). `plan(where)`: the jobs, the training
-    job first (a sweep's: an array, its logs' dir its scripts'), and their configs. Nothing else is written or started.
-    An SFT run's dataset dir is where the cache would hold it, when its key is computable here without the hub."""
+    job first (a sweep's: an array, its logs' dir its scripts'), and their configs. Nothing else is written or started."""
     from launch.eval_slurm import write_files
 
     first, kind = preps[0], preps[0].cfg.launcher.kind
-    for cfg, arm in [(p.cfg, p.composed.data_arm) for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
-        try:
-            with datafetch.no_network():   # a plan never waits on the hub: the tokenizer from the local cache or not at all
+    for cfg, arm in [(p.cfg, p.data_arm) for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
+        try:   # an SFT run's dataset dir, where the cache would hold it; never waiting on the hub (a tokenizer cached here or none)
+            with datafetch.no_network():
                 cfg.data.dir = str(cache.cache_root(cfg) / cache.dataset_key(cfg, arm))
         except Exception as exc:  # the key may need data_prep, local source files or a tokenizer not cached here
             print(f"[launch] (dataset cache key not computable here: {exc})")
@@ -337,7 +326,7 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
         print(trainer.describe(prep))
         trainer.check_python(prep)
         if backend(kind).where == "here" and prep.cfg.model.gpu_only and jobs.cuda_device_count() == 0:
-            print(f"[launch] note: model={prep.composed.choices['model']} is GPU-only and this machine has no "
+            print(f"[launch] note: model={prep.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
     if not array:   # (a sweep's array: its script when submitted; run here, every task's command is in the one written)
         print(f"# resolved config.yaml\n{OmegaConf.to_yaml(first.cfg)}")
@@ -375,40 +364,34 @@ def train_runs(trainer: Trainer, runs: list) -> int:
     return 1 if failed else 0
 
 
-class Training(jobs.Runner):
-    """A backend's runner (`inner`) whose training jobs (`runs`: job name -> (trainer, [(argv, prep)])) run as
-    `launch` runs them: here, `train_runs`; submitted, each unfinished run preflighted and `prepared` just before,
-    its submission recorded in its manifest (an array: task i)."""
-
-    def __init__(self, inner: jobs.Runner, runs: dict):
-        self.inner, self.runs, self.suffix = inner, runs, inner.suffix
-
-    def script(self, job: Job, ids, where: Path) -> str:
-        return self.inner.script(job, ids, where)
-
-    def start(self, job: Job, script: Path, ids) -> str:
-        if job.name not in self.runs:
-            return self.inner.start(job, script, ids)
-        trainer, runs = self.runs[job.name]
-        with local.isolated(self.inner.env):
-            if not self.inner.submits:
-                if status := train_runs(trainer, runs):
+def start_training(inner: jobs.Runner, runs: dict) -> Callable[[Job, Path, dict], str]:
+    """`inner.start` (a backend's runner's; what jobs.Runner.run calls), except that the training jobs (`runs`: job name ->
+    (trainer, [(argv, prep)])) run as `launch` runs them: here, `train_runs`; submitted, each unfinished run preflighted
+    and `prepared` just before, its submission recorded in its manifest (an array: task i)."""
+    def start(job: Job, script: Path, ids) -> str:
+        if job.name not in runs:
+            return inner.start(job, script, ids)
+        trainer, todo = runs[job.name]
+        with local.isolated(inner.env):
+            if not inner.submits:
+                if status := train_runs(trainer, todo):
                     raise JobFailed(job.name, status)
                 return f"local-{job.name}"
-            todo = [(argv, prep) for argv, prep in runs if not kept(trainer, prep)]
+            todo = [(argv, prep) for argv, prep in todo if not kept(trainer, prep)]
             data = []
             for _, prep in todo:
                 trainer.preflight(prep)
-                with prepared(trainer, prep, self.inner) as record_data:
+                with prepared(trainer, prep, inner) as record_data:
                     data.append(record_data)
             # (written again now: a single launch's script lies in its run dir, which resume=never renamed aside)
             Path(job.logs).mkdir(parents=True, exist_ok=True)
-            script.write_text(self.inner.script(job, ids, script.parent), encoding="utf-8")
-            job_id = self.inner.start(job, script, ids)
+            script.write_text(inner.script(job, ids, script.parent), encoding="utf-8")
+            job_id = inner.start(job, script, ids)
             for i, ((argv, prep), record_data) in enumerate(zip(todo, data)):
                 record(prep, trainer.command_argv(argv), record_data, nodes=job.resources.nodes,
                        gpus_per_node=job.resources.gpus_per_node, script=str(script), job_id=f"{job_id}_{i}" if job.array else job_id)
         return job_id
+    return start
 
 
 class SFTTrainer(Trainer):
@@ -428,8 +411,8 @@ class SFTTrainer(Trainer):
     def dataset(self, prep: Prepared) -> dict:
         """The run's dataset (its arm's hub sources pinned, then built or reused by its cache key), its dir set as `data.dir`."""
         if not prep.cfg.data.dir:
-            cache.pin_sources(prep.cfg, arms.quotas(prep.composed.data_arm, int(prep.cfg.data.n)), prep.run_dir, True)
-        data = cache.ensure_dataset(prep.cfg, prep.composed.data_arm)
+            cache.pin_sources(prep.cfg, arms.quotas(prep.data_arm, int(prep.cfg.data.n)), prep.run_dir, True)
+        data = cache.ensure_dataset(prep.cfg, prep.data_arm)
         prep.cfg.data.dir = data["dir"]
         return data
 
@@ -449,7 +432,7 @@ class SFTTrainer(Trainer):
             return   # nothing recorded to compare with
         if not prep.cfg.data.dir:   # (an explicit data.dir: the dataset step only reads its manifest)
             key = (manifest.read(rd).get("data") or {}).get("cache_key")
-            if key is not None and key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd), prep.composed.data_arm):
+            if key is not None and key == cache.dataset_key(cache.with_run_pins(prep.cfg, rd), prep.data_arm):
                 return
             print(f"[launch] {rd} is finished; its dataset inputs changed since (cache key): checking the data content")
         check_identity(rd, prep.cfg, self.dataset(prep)["fingerprint"])

@@ -30,7 +30,7 @@ from launch.errors import LaunchError
 from launch.eval_slurm import record_jobs, write_files
 from launch.grpo import GRPO
 from launch.jobs import Cluster, Job, JobFailed, Needs, Resources
-from launch.run import SFT, Training
+from launch.run import SFT, start_training
 from launch.slurm import slurm_option_problems
 from launch.sweep import analysis_config, parse_sweep, plan_sweep
 
@@ -323,7 +323,7 @@ def run_study(argv: list[str]) -> int:
     write_files(files)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
-    runner = Training(jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env), training)
+    runner = jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env)
     if req.dry_run:
         runner.run(plan, where, dry_run=True)
         for r in (r for r in stages if r.unset):
@@ -336,12 +336,12 @@ def run_study(argv: list[str]) -> int:
         return preflight.EXIT if found else 0
     print(f"# the plan: {len(plan)} job(s), in order\n{jobs.table(plan)}\n  configs and scripts: {where}", flush=True)
     try:
-        ids = runner.run(plan, where)
+        ids = runner.run(plan, where, start=start_training(runner, training))
     except JobFailed as failed:
         print(f"study {study.name}: stage {failed.job.split('.')[0]} failed (exit {failed.status}); the same command "
               "continues the study (finished work is kept and skipped)", file=sys.stderr)
         return failed.status
-    if not runner.inner.submits:
+    if not runner.submits:
         print(f"\nstudy {study.name}: all stages done")
         return 0
     record_jobs(where / "jobs.json", ids)

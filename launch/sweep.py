@@ -1,8 +1,7 @@
 """`launch sweep arms=[r2e,search,mixed] seeds=[0,1,2] steps=218 ...`: every arm x seed, each run resolved up front,
 trained here one after another (each a normal `launch`) or on Slurm as one job array (task i: run i's config.yaml);
 `eval_profile=PROFILE` (plus `analyze.KEY=VALUE`) evaluates the checkpoints once trained (plan_sweep): docs/concepts.md
-("Jobs") and docs/how-to/slurm.md say how, locally and on Slurm.
-"""
+("Jobs") and docs/how-to/slurm.md say how, locally and on Slurm."""
 from __future__ import annotations
 
 import re
@@ -20,7 +19,7 @@ from launch import local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import plan_dir, write_files
 from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
-from launch.run import SFT, Training, dry_run, finished, kept, train_runs
+from launch.run import SFT, dry_run, finished, kept, start_training, train_runs
 
 ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
 
@@ -201,9 +200,9 @@ def _sweep_submit(argv, runs, preps, evaluation, req) -> int:
                        plan=lambda where: plan_sweep(SFT, preps, evaluation, where, kind, str(root), req=req))
     plan, files = plan_sweep(SFT, preps, evaluation, plan_dir(req.cfg, "runs") if req else root, kind, str(root), req=req)
     write_files(files)   # (root: made by the runner, with the scripts)
-    job, script = plan[0], root / f"{plan[0].name}{backend(kind).suffix}"
-    ids = Training(SFT.runner(["sweep", *argv], kind), {job.name: (SFT, todo)}).run(plan, root)
-    print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({script})", flush=True)
+    job, runner = plan[0], SFT.runner(["sweep", *argv], kind)
+    ids = runner.run(plan, root, start=start_training(runner, {job.name: (SFT, todo)}))
+    print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({root / job.name}{runner.suffix})", flush=True)
     if req is not None:
         every = [ids[j.name] for j in plan]
         print("[launch] sweep: each run's evaluation job after its training task, then the report: "

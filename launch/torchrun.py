@@ -1,8 +1,7 @@
 """`python -m launch.torchrun ARGS...`: torch's own torchrun (`torch.distributed.run.main`) in this
 process, except that a failed worker is one `[torchrun]` line on stderr instead of a traceback and a
 ChildFailedError block, and the exit code is the worker's (2 for a trainer's refusal, 3 for non-finite
-gradients, 128 + N for a worker killed by signal N) instead of 1 (docs/stages/launch.md, "Slurm").
-"""
+gradients, 128 + N for a worker killed by signal N) instead of 1 (docs/stages/launch.md, "Slurm")."""
 from __future__ import annotations
 
 import sys

@@ -139,8 +139,8 @@ def test_launch_prints_its_recipes_as_key_value(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     composed = compose(["arm=search", "model=tiny", "data=synthetic"])   # as SFT.resolve composes it, data not built
-    sft = run.SFT.describe(run.Prepared(composed=composed, run_dir=tmp_path / "r", nproc=1)).splitlines()[0]
+    sft = run.SFT.describe(run.Prepared(**vars(composed), run_dir=tmp_path / "r", nproc=1)).splitlines()[0]
     composed = compose_grpo(["stage=grpo", "task=spa", "model=tiny_base"])
-    rl = grpo.GRPO.describe(run.Prepared(composed=composed, run_dir=tmp_path / "g", nproc=1)).splitlines()[0]
+    rl = grpo.GRPO.describe(run.Prepared(**vars(composed), run_dir=tmp_path / "g", nproc=1)).splitlines()[0]
     assert sft.startswith("[launch] arm=search model=tiny data=synthetic launcher=local -> "), sft
     assert rl.startswith("[launch] stage=grpo task=spa model=tiny_base launcher=local -> "), rl

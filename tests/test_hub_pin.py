@@ -70,7 +70,7 @@ def test_launch_pins_once_and_reuses_the_pin(fake_hub, tmp_path, monkeypatch):
     argv = ["arm=r2e", "model=tiny", "data=hub", "n=4", "data.sources.code=[r2e-gym:org/ds]", f"runs_root={tmp_path}"]
     prep = SFT.resolve(argv)
     data = SFT.prepare(prep)   # as launch does: data, identity, config.yaml, then manifest.json
-    launch_manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.composed.choices, launcher={"kind": "local"},
+    launch_manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.choices, launcher={"kind": "local"},
                                    data=data, identity=prep.identity)
     assert asked == ["org/ds"] and fake_hub == [("org/ds", "train", "sha111")]
     saved = OmegaConf.load(prep.run_dir / "config.yaml")

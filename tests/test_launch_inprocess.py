@@ -62,7 +62,7 @@ def test_a_refusal_in_process_is_the_same_one_line_and_exit_2(capsys):
 
 
 def test_a_study_job_in_another_interpreter_stays_a_child_process(tmp_path, monkeypatch):
-    """A study's local runner (launch/study.py, launch.run.Training): a training stage's job runs its runs as launch does, any other job
+    """A study's local runner (launch/study.py, launch.run.start_training): a training stage's job runs its runs as launch does, any other job
     in this process when its interpreter is this one, else as a child; the first failure stops the plan."""
     from launch.jobs import Job, JobFailed
 
@@ -74,12 +74,13 @@ def test_a_study_job_in_another_interpreter_stays_a_child_process(tmp_path, monk
     plan = [Job("train", "sft.train", config="c.yaml"),
             Job("report", "launch.analyze", config="r.yaml", python=other, after=("train",)),
             Job("export", "launch.completion", config="e.json", after=("report",))]
-    runner = run.Training(local.LocalRunner(env=dict(os.environ)), {"train": (None, lambda: calls.append(("train",)) or 0)})
-    assert list(runner.run(plan, tmp_path / "a")) == ["train", "report", "export"]
+    runner = local.LocalRunner(env=dict(os.environ))
+    start = run.start_training(runner, {"train": (None, lambda: calls.append(("train",)) or 0)})
+    assert list(runner.run(plan, tmp_path / "a", start=start)) == ["train", "report", "export"]
     assert calls == [("train",), ("child", [other, "-m", "launch.analyze", "r.yaml"]), ("here", ["e.json"])]
     calls.clear()
     with pytest.raises(JobFailed) as failed:
-        run.Training(local.LocalRunner(env=dict(os.environ)), {"train": (None, lambda: 3)}).run(plan, tmp_path / "b")
+        runner.run(plan, tmp_path / "b", start=run.start_training(runner, {"train": (None, lambda: 3)}))
     assert (failed.value.job, failed.value.status) == ("train", 3) and calls == []
 
 
