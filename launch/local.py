@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from common.io import free_path
 from launch.jobs import REPO, Job, JobFailed, Runner
 
 
@@ -34,9 +35,7 @@ def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None
     child gets its own process group, so a terminal's Ctrl-C reaches launch alone and is forwarded exactly once
     (torchrun treats a second signal during its shutdown as another stop). `stops`: each forwarded signal's name."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    stem, n = f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}", 0
-    while (log_path := log_dir / (f"{stem}.{n}.log" if n else f"{stem}.log")).exists():
-        n += 1
+    log_path = free_path(log_dir, f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}", ".log")
     child_env = {"PYTHONUNBUFFERED": "1", **(os.environ if env is None else env)}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
