@@ -18,6 +18,7 @@ from analysis.discover import discover_runs
 from analysis.errors import AnalysisError
 from common.cli import ConfigError, run_cli
 from common.interpreter import eval_needs, interpreter
+from common.datafetch import no_network
 from common.io import json_text, read_json_object, utc_stamp, write_json
 from evals.profiles import load_profile
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
@@ -47,11 +48,26 @@ def write_files(files: dict[Path, str]) -> None:
 
 def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob] = (), discover: dict | None = None) -> tuple[Path, str]:
     """One evaluation job's config (the one format: the checkpoints `planned` at submission, and a run's or the
-    anchor's to `discover` when the job starts): its path and its text."""
-    return plan / f"{name}.json", json_text({
-        "name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
-        "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
-        "planned": [j.record() for j in planned], "discover": discover})
+    anchor's to `discover` when the job starts, with what they hold now by identity: _held): its path and its text."""
+    data = {"name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
+            "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
+            "planned": [j.record() for j in planned], "discover": discover}
+    return plan / f"{name}.json", json_text({**data, "held": _held(req.h, data) if discover else {}})
+
+
+def _held(h, data: dict) -> dict[str, dict]:
+    """What a job's checkpoints on disk hold now under the identity asked for (the harness's rule, decided here: the
+    aggregation does not import it): {eval dir: {bench: the identity its meta.json records}}. tasks_report takes what
+    still holds that identity as results should the job write no outcome; the rest are its gaps."""
+    with no_network():   # (a plan never waits on the hub: an anchor it cannot resolve holds nothing)
+        left = {j.out: j.benches for j in plan(h, _candidates(data))}
+    return {j.out: {b: _identity(j.out, b) for b in j.benches if b not in left.get(j.out, ())} for j in _candidates(data)}
+
+
+def _identity(out: str, bench: str) -> Any:
+    """The evaluation identity `out`'s meta.json records for `bench` (None: none, or it does not read)."""
+    with suppress(ValueError, AttributeError):
+        return (read_json_object(Path(out) / "meta.json").get("identities") or {}).get(bench)
 
 
 def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -> Job:
@@ -121,11 +137,11 @@ def submit(req, jobs: list[EvalJob]) -> None:
               f"{j.notes[0].split(': ')[0]} as job {ids[j.name]}") + (f" (after {j.waits})" if j.waits else "")
              for j in plan[:-1]]
     every = ",".join(ids.values())
-    if cfg.slurm.jobs_file:   # a study's analyze job: its submissions join the study's job ids
-        record_jobs(Path(cfg.slurm.jobs_file), ids, os.environ.get("SLURM_JOB_ID"))
     print(f"[analyze] submitted {', '.join(shown)} and the aggregation as job {ids['aggregate']} "
           f"(afterany:{':'.join(ids[j.name] for j in plan[:-1])}); plan and logs in {where}\n"
           f"[analyze] watch: squeue -j {every}   (when done: sacct -j {every})", flush=True)
+    if cfg.slurm.jobs_file:   # a study's analyze job: its submissions join the study's job ids
+        record_jobs(Path(cfg.slurm.jobs_file), ids, os.environ.get("SLURM_JOB_ID"))
 
 
 def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -> None:
@@ -137,7 +153,10 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        held = read_json_object(path) if path.is_file() else {}
+        try:
+            held = read_json_object(path) if path.is_file() else {}
+        except ValueError as exc:   # (after submitting them: said, not a traceback)
+            raise AnalysisError(f"{exc}; jobs {','.join(ids.values())} are queued all the same, not recorded in it") from None
         name = next((k for k, v in held.items() if v == submitter), "analyze") if submitter else None
         write_json(path, {**held, **{f"{name}.{k}" if name else k: v for k, v in ids.items()}})
     finally:
@@ -149,7 +168,7 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
 TEXT = (str, type(None))
 JOB = {"arm": str, "seed": int, "step": int, "ckpt": str, "out": str, "benches": [str], "prompt": str}
 TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": [JOB],
-        "discover": (dict, type(None))}
+        "discover": (dict, type(None)), "held": dict}
 DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": [str], "prompt": str}
 OUTCOME = {"jobs": [JOB], "failures": [{"job": JOB, "benches": [str], "error": str}]}
 
@@ -281,7 +300,9 @@ def tasks_report(tasks) -> EvalReport:
         planned = [EvalJob(**r) for r in data["planned"]]
         report.jobs += planned
         if not Path(data["outcome"]).exists():   # (written atomically: one that is there but does not read is corrupt)
-            report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
+            held = data["held"]   # (held at submission, but no longer under that identity: a gap)
+            report.failures += [EvalFailure(j, gaps, data["no_outcome"]) for j in _candidates(data) if (gaps := [
+                b for b in j.benches if b not in held.get(j.out, {}) or held[j.out][b] != _identity(j.out, b)])]
             continue
         try:
             outcome = _check(read_json_object(Path(data["outcome"])), OUTCOME)
