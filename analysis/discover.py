@@ -135,6 +135,12 @@ def read_json_object(path: Path, problems: list[str]) -> dict | None:
         return None
 
 
+def recorded_identity(eval_dir: str | Path, bench: str) -> Any:
+    """The evaluation identity `eval_dir`'s meta.json records for `bench` (None: none, or it does not read)."""
+    ids = (read_json_object(Path(eval_dir) / "meta.json", []) or {}).get("identities")
+    return ids.get(bench) if isinstance(ids, dict) else None
+
+
 def _read_config(path: Path, problems: list[str]) -> dict | None:
     if not path.exists():
         return None

@@ -12,13 +12,12 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from analysis.axes import check_axis
-from analysis.discover import anchor_eval_dir, discover_runs
+from analysis.discover import SEED_DIR, anchor_eval_dir, discover_runs
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, fields, interpreter, schema
 from common.cards import write_report_cards
 from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, run_cli, wants_help
-from common.layout import SEED_DIR
 from common.fields import NONEMPTY, Default, Number, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
 from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
@@ -183,9 +182,7 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     check_anchor_identity(anchor_dir, anchor)
     if anchor and not cfg.evaluate and not (anchor_eval_dir(anchor_dir, profile) / "summary.json").is_file():
         raise AnalysisError(f"anchor={cfg.anchor}: {anchor_dir} holds no evaluation of it and evaluate=false evaluates nothing")
-    eval_opts = {k: v for k, v in OmegaConf.to_container(cfg.eval).items() if v is not None and k != "prompt"}
-    if profile:
-        eval_opts["profile"] = profile
+    eval_opts = {k: v for k, v in {**OmegaConf.to_container(cfg.eval), "profile": profile}.items() if v is not None and k != "prompt"}
     req = Request(cfg, profile, benches, loaded["reference_sizes"], anchor, anchor_dir, eval_opts)
     if cfg.study:
         from analysis.reference import expected
@@ -195,10 +192,8 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
         expected(req.study)   # its stages' model recipes and profile (what its numbers are compared by), read up front
     backend(cfg.launcher)   # the cross-key checks of slurm.*; their values were checked by their fields' rules
     runs, after = cfg.slurm.runs, cfg.slurm.runs_after
-    if after is not None and runs is None:
-        raise AnalysisError("slurm.runs_after is given without slurm.runs (one dependency per run dir)")
-    if after is not None and len(after) != len(runs):
-        raise AnalysisError(f"slurm.runs_after={after!r}: expected {AFTER} ({len(runs)})")
+    if after is not None and len(after) != len(runs or []):   # (without slurm.runs: 0)
+        raise AnalysisError(f"slurm.runs_after={after!r}: expected {AFTER} ({len(runs or [])})")
     if runs is not None and not cfg.evaluate:
         raise AnalysisError("slurm.runs evaluates each run in its own job: not with evaluate=false")
     root = Path(cfg.runs_root).resolve()   # each run's job finds its checkpoints among runs_root's runs

@@ -3,6 +3,7 @@ on a config of one format (`_task`), cut to what is left by identity as a local 
 aggregation job (`python -m launch.analyze analyze.yaml`, its `eval_tasks=` their configs: tasks_report)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -14,10 +15,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from analysis.discover import discover_runs
+from analysis.discover import discover_runs, recorded_identity
 from analysis.errors import AnalysisError
 from common.cli import ConfigError, run_cli
 from common.interpreter import eval_needs, interpreter
+from common.datafetch import no_network
 from common.io import json_text, read_json_object, utc_stamp, write_json
 from evals.profiles import load_profile
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
@@ -45,13 +47,16 @@ def write_files(files: dict[Path, str]) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def _task(req, plan: Path, name: str, what: str, gap: str, planned: list[EvalJob] = (), discover: dict | None = None) -> tuple[Path, str]:
-    """One evaluation job's config (the one format: the checkpoints `planned` at submission, and a run's or the
-    anchor's to `discover` when the job starts): its path and its text."""
-    return plan / f"{name}.json", json_text({
-        "name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
-        "outcome": str(plan / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
-        "planned": [j.record() for j in planned], "discover": discover})
+def _task(req, where: Path, name: str, what: str, gap: str, planned: list[EvalJob] = (), discover: dict | None = None) -> tuple[Path, str]:
+    """One evaluation job's config (the one format: the checkpoints `planned` at submission, a run's or the anchor's to
+    `discover` when the job starts, and what these hold now by identity, `held`: tasks_report's results should it write no outcome)."""
+    data = {"name": what, "eval_opts": req.eval_opts, "anchor_dir": str(Path(req.anchor_dir).resolve()),
+            "outcome": str(where / f"outcome-{name.removeprefix('eval-')}.json"), "no_outcome": gap,
+            "planned": [j.record() for j in planned], "discover": discover}
+    with no_network():   # (the harness's rule, decided here: the aggregation does not import it; never waiting on the hub)
+        left = {j.out: j.benches for j in plan(req.h, _candidates(data))} if discover else {}
+    data["held"] = {j.out: {b: recorded_identity(j.out, b) for b in j.benches if b not in left.get(j.out, ())} for j in _candidates(data) if discover}
+    return where / f"{name}.json", json_text(data)
 
 
 def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -> Job:
@@ -121,25 +126,25 @@ def submit(req, jobs: list[EvalJob]) -> None:
               f"{j.notes[0].split(': ')[0]} as job {ids[j.name]}") + (f" (after {j.waits})" if j.waits else "")
              for j in plan[:-1]]
     every = ",".join(ids.values())
-    if cfg.slurm.jobs_file:   # a study's analyze job: its submissions join the study's job ids
-        record_jobs(Path(cfg.slurm.jobs_file), ids, os.environ.get("SLURM_JOB_ID"))
     print(f"[analyze] submitted {', '.join(shown)} and the aggregation as job {ids['aggregate']} "
           f"(afterany:{':'.join(ids[j.name] for j in plan[:-1])}); plan and logs in {where}\n"
           f"[analyze] watch: squeue -j {every}   (when done: sacct -j {every})", flush=True)
+    if cfg.slurm.jobs_file:   # a study's analyze job: its submissions join the study's job ids
+        record_jobs(Path(cfg.slurm.jobs_file), ids, os.environ.get("SLURM_JOB_ID"))
 
 
 def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -> None:
     """Add `ids` (job name -> id) to `path`, a study's jobs.json, under a lock on its directory (the study and
     the analyze job it submitted both write it, in either order); `submitter`: the id of the job that submitted
     them, whose name there prefixes theirs (`report.eval`; `analyze.eval` when the file does not name it)."""
-    import fcntl
-
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         held = read_json_object(path) if path.is_file() else {}
         name = next((k for k, v in held.items() if v == submitter), "analyze") if submitter else None
         write_json(path, {**held, **{f"{name}.{k}" if name else k: v for k, v in ids.items()}})
+    except ValueError as exc:   # (after submitting them: said, not a traceback)
+        raise AnalysisError(f"{exc}; jobs {','.join(ids.values())} are queued all the same, not recorded in it") from None
     finally:
         os.close(fd)
 
@@ -149,7 +154,7 @@ def record_jobs(path: Path, ids: dict[str, str], submitter: str | None = None) -
 TEXT = (str, type(None))
 JOB = {"arm": str, "seed": int, "step": int, "ckpt": str, "out": str, "benches": [str], "prompt": str}
 TASK = {"name": str, "eval_opts": dict, "anchor_dir": str, "outcome": str, "no_outcome": str, "planned": [JOB],
-        "discover": (dict, type(None))}
+        "discover": (dict, type(None)), "held": dict}
 DISCOVER = {"run": TEXT, "anchor": TEXT, "runs_root": str, "profile": TEXT, "benches": [str], "prompt": str}
 OUTCOME = {"jobs": [JOB], "failures": [{"job": JOB, "benches": [str], "error": str}]}
 
@@ -174,8 +179,7 @@ def read_task(path: Path) -> dict:
     """An evaluation job's config, checked (AnalysisError: one line naming the file)."""
     try:
         data = _check(read_json_object(path), TASK)
-        if data["discover"] is not None:
-            _check(data["discover"], DISCOVER, "discover.")
+        _check(data["discover"], type(None) if data["discover"] is None else DISCOVER, "discover.")
         [EvalJob(**r) for r in data["planned"]]   # (unknown keys: a TypeError)
         return data
     except (OSError, ValueError, TypeError) as exc:
@@ -274,14 +278,15 @@ def run_task(config: Path, evaluator=None) -> int:
 
 
 def tasks_report(tasks) -> EvalReport:
-    """The outcomes of the evaluation jobs of `tasks` (their configs, read_task's) as a local analyze would have reported
-    them: a job that failed, or wrote no outcome (killed, out of time, never ran, cancelled), is a failure of its work."""
+    """The outcomes of the evaluation jobs of `tasks` (their configs, read_task's) as a local analyze would have reported them: a
+    job that failed, or wrote no outcome (killed, out of time, never ran, cancelled), a failure of its work (but what it `held`)."""
     report = EvalReport()
     for data in tasks:
         planned = [EvalJob(**r) for r in data["planned"]]
         report.jobs += planned
         if not Path(data["outcome"]).exists():   # (written atomically: one that is there but does not read is corrupt)
-            report.failures += [EvalFailure(j, list(j.benches), data["no_outcome"]) for j in _candidates(data)]
+            report.failures += [EvalFailure(j, gaps, data["no_outcome"]) for j in _candidates(data) if (gaps := [   # (held: _task's)
+                b for b in j.benches if data["held"].get(j.out, {}).get(b, "not held") != recorded_identity(j.out, b)])]
             continue
         try:
             outcome = _check(read_json_object(Path(data["outcome"])), OUTCOME)

@@ -320,6 +320,12 @@ def test_a_task_that_never_ran_is_a_listed_gap(tmp_path, monkeypatch, capsys):
         err = capsys.readouterr().err
         assert f"{plan / 'outcome-0.json'}: not an evaluation job's outcome (" in err and why in err, err
         assert len(err.strip().splitlines()) == 1, err
+    # A study's jobs.json that does not read: the submitted ids printed, then one line saying they are queued (a traceback).
+    (tmp_path / "jobs.json").write_text("{torn")
+    assert main([f"runs_root={root}", f"out={out}", "benches=[nq]", "launcher=slurm", f"slurm.jobs_file={tmp_path / 'jobs.json'}"]) == 2
+    said = capsys.readouterr()
+    assert "squeue -j 5003,5004" in said.out and len(said.err.strip().splitlines()) == 1, said
+    assert said.err.startswith(f"error: {tmp_path / 'jobs.json'}: unreadable JSON") and "5003,5004 are queued" in said.err, said.err
 
 
 def test_a_warned_task_requeues_only_when_it_made_progress(tmp_path, monkeypatch, capsys):
@@ -442,7 +448,9 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     assert f"slurm.runs: {tmp_path / 'r2e' / 'seed0'} is not a run dir under runs_root=" in capsys.readouterr().err
     assert main(argv[:-2] + [f"slurm.runs=[{dirs[0]},{dirs[1]},{dirs[0]}]", "dry_run=true"]) == 2   # two jobs of one run: exit 0 before
     assert f"slurm.runs: {dirs[0]} is listed twice" in capsys.readouterr().err
-    # Checkpoints appear only while training runs: at submission there are none, nothing is planned yet.
+    # Checkpoints appear while training runs: nothing is planned yet. Run 1 (resumed) holds step 10, evaluated
+    # before under the identity asked for: recorded in the plan, a result even if its job never runs.
+    make_run(root, "r2e", 1, [10], evaluated={10: {"nq": 0.3}}, horizon=20, save_steps=[10, 20])
     assert main(argv) == 0
     said = capsys.readouterr().out
     assert "squeue -j 5001,5002,5003" in said
@@ -453,9 +461,10 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
         assert opts["signal"] == "B:USR1@120" and opts["gpus-per-node"] == "1" and opts["time"] == "01:00:00"
         assert "array" not in opts and "#SBATCH --requeue" in script.read_text()
     assert _dependency(agg.read_text()) == "afterany:5001:5002"
-    # Training: run 0 writes two checkpoints and succeeds; run 1 writes one, then fails.
+    # Training: run 0 writes two checkpoints and succeeds; run 1 writes one more, then fails.
     make_run(root, "r2e", 0, [10, 20])
-    make_run(root, "r2e", 1, [10])
+    (dirs[1] / "checkpoints" / "step-000020").mkdir()
+    (dirs[1] / "checkpoints" / "step-000020" / "config.json").write_text("{}")
     plan = run0.parent
 
     def run_job(path: Path) -> int:   # each job runs `python -m MODULE CONFIG`, its config in the plan dir
@@ -473,10 +482,17 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     assert all("seed0" in c["ckpt"] for c in fake.calls), "run 1's evaluation never ran"
     report = (out / "report.md").read_text()
     table = pd.read_csv(out / "results.csv")
-    assert sorted(set(zip(table.seed, table.step))) == [(0, 10), (0, 20)]
-    gap = [line for line in report.splitlines() if line.startswith("- r2e/seed1/step-000010 × nq: ")]
+    # run 1's step 10, held since before submission under the same identity, is a result (it was a gap)
+    assert sorted(set(zip(table.seed, table.step))) == [(0, 10), (0, 20), (1, 10)]
+    gap = [line for line in report.splitlines() if line.startswith("- r2e/seed1/step-000020 × nq: ")]
     assert len(gap) == 1 and "evaluation failed" in gap[0] and "run 1's evaluation job wrote no outcome" in gap[0], report
-    assert not [line for line in report.splitlines() if line.startswith("- r2e/seed0/")], report
+    assert not [line for line in report.splitlines() if line.startswith(("- r2e/seed0/", "- r2e/seed1/step-000010"))], report
+    # ... unless it has changed since (meta.json's identity for it is not the one recorded): a gap, not shown as current
+    (dirs[1] / "eval" / "step-000010" / "meta.json").write_text(json.dumps({"identities": {"nq": {"fingerprint": "x"}}}))
+    assert main([str(plan / "analyze.yaml")]) == 4
+    table = pd.read_csv(out / "results.csv")
+    assert sorted(set(zip(table.seed, table.step))) == [(0, 10), (0, 20)]
+    assert "- r2e/seed1/step-000010 × nq: evaluation failed: run 1's evaluation job wrote no outcome" in (out / "report.md").read_text()
     # The same run job again (requeued, or resubmitted): nothing left by identity, nothing evaluated.
     calls = len(fake.calls)
     assert run_task(plan / "eval-run-0.json", evaluator=fake) == 0 and len(fake.calls) == calls
