@@ -178,7 +178,7 @@ def _check(got: Any, shape, at: str = "") -> Any:
 def read_task(path: Path) -> dict:
     """An evaluation job's config, checked (AnalysisError: one line naming the file)."""
     try:
-        data = _check(read_json_object(path), TASK)
+        data = _check({"held": {}, **read_json_object(path)}, TASK)   # (a config written before `held`: nothing held)
         _check(data["discover"], type(None) if data["discover"] is None else DISCOVER, "discover.")
         [EvalJob(**r) for r in data["planned"]]   # (unknown keys: a TypeError)
         return data

@@ -493,6 +493,11 @@ def test_one_evaluation_job_per_run_a_failed_training_run_is_a_gap(tmp_path, mon
     table = pd.read_csv(out / "results.csv")
     assert sorted(set(zip(table.seed, table.step))) == [(0, 10), (0, 20)]
     assert "- r2e/seed1/step-000010 × nq: evaluation failed: run 1's evaluation job wrote no outcome" in (out / "report.md").read_text()
+    # a job's config written before `held` was recorded (queued across an upgrade): read, nothing held (was: exit 2)
+    task = json.loads((plan / "eval-run-1.json").read_text())
+    del task["held"]
+    (plan / "eval-run-1.json").write_text(json.dumps(task))
+    assert main([str(plan / "analyze.yaml")]) == 4
     # The same run job again (requeued, or resubmitted): nothing left by identity, nothing evaluated.
     calls = len(fake.calls)
     assert run_task(plan / "eval-run-0.json", evaluator=fake) == 0 and len(fake.calls) == calls
