@@ -23,7 +23,6 @@ from analysis.report import MissingPoint, MissingSteps, make_way, missing_count,
 from analysis.errors import AnalysisError
 from analysis.tables import ENV, Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common.cards import file_label
-from evals.config import KEYS as EVALUATE
 from evals.registry import kind_of
 
 DEFAULT_BENCHES = SEARCH_R1_BENCHES + ["search_plan_ood"]
@@ -223,11 +222,6 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     evaluations run now (or by a Slurm array) and `ev` their outcomes (launch.evaluation.EvalReport: its
     failures are listed as gaps); `cfg` is the `analyze` config (launch.analyze), already resolved."""
     root, out = Path(cfg.runs_root), Path(cfg.out)
-    if not cfg.evaluate and not cfg.eval_tasks and (given := [f"eval.{k}={v}" for k, v in cfg.eval.items() if v is not None
-                                                             and (k != "prompt" or v != EVALUATE["prompt"].default)]):
-        raise AnalysisError(f"{given[0]}: evaluate=false evaluates nothing, so no evaluation setting applies (the report reads "
-                            "the evaluations on disk, each made under the settings its meta.json records): drop it, or "
-                            "evaluate=true evaluates under it")
     anchor_eval = anchor_eval_dir(anchor_dir, profile)
     pairs = compare_pairs(cfg.compare)
     runs = discover_runs(root, profile) if jobs else runs

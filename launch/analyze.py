@@ -136,6 +136,11 @@ def check_keys(cfg: DictConfig, interpreters: bool = True, where: str = "") -> N
             raise AnalysisError(f"{where}eval.{key}: unknown evaluate key {key!r}.{did_you_mean(str(key), EVERY_EVAL)}")
         if key in SET_HERE:
             raise AnalysisError(f"{where}eval.{key}: set by analyze for each evaluation ({SET_HERE[key]})")
+    if not cfg.evaluate and not cfg.eval_tasks and (given := [f"eval.{k}={v}" for k, v in cfg.eval.items() if v is not None
+                                                             and (k != "prompt" or v != EVALUATE["prompt"].default)]):
+        raise AnalysisError(f"{given[0]}: evaluate=false evaluates nothing, so no evaluation setting applies (the report reads "
+                            "the evaluations on disk, each made under the settings its meta.json records): drop it, or "
+                            "evaluate=true evaluates under it")
     if bad := [why for k, f in KEYS.items() if not k.startswith("eval.") and (why := f.problem(k, OmegaConf.select(cfg, k)))]:
         raise AnalysisError("; ".join(bad))
     if bad := [why for k, v in cfg.eval.items() if v is not None and k in EVALUATE and (why := EVALUATE[k].problem(k, v))]:

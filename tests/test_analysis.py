@@ -614,6 +614,8 @@ def test_evaluation_settings_with_evaluate_false_are_refused_not_ignored(tmp_pat
         "the evaluations on disk, each made under the settings its meta.json records): drop it, or evaluate=true "
         "evaluates under it"]
     assert not (tmp_path / "o").exists()
+    assert analyze_main([*argv, "eval.max_new_tokens=512", "dry_run=true"]) == 2   # a dry run refuses it too
+    assert "evaluate=false evaluates nothing" in capsys.readouterr().err
 
 
 def test_an_unreadable_summary_is_the_missing_point_s_reason(tmp_path):
