@@ -14,7 +14,7 @@ from common.cli import apply_overrides, did_you_mean, load_mapping
 from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import OOD_BENCH, SEARCH7, bench_source
-from evals.dense import build_problem
+from evals.retrievers import build_problem
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError

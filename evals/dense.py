@@ -227,16 +227,6 @@ def corpus_offsets(corpus: str | Path, root: str | Path | None = None):
     return np.load(where / OFFSETS_FILE, mmap_mode="r")
 
 
-def build_problem(corpus, index, prefix: str = "") -> str | None:
-    """Why `{prefix}index=null` must not build an index over `corpus` here (a file over BUILD_MAX_BYTES: evaluate's and
-    GRPO's refusal before any work, `prefix` naming GRPO's keys), else None."""
-    if index is not None or datafetch.is_name(corpus) or not Path(str(corpus)).is_file() \
-            or (size := Path(str(corpus)).stat().st_size) <= BUILD_MAX_BYTES:
-        return None
-    return (f"{prefix}retriever=e5 {prefix}index=null would build an index over {prefix}corpus={corpus} ({size / 2**30:.1f} "
-            f"GiB): pass {prefix}index=FILE (Search-R1's e5_Flat.index for wiki-18)")
-
-
 def build_index(docs: "CorpusLines", encoder: E5Encoder, out: str | Path, batch: int = BUILD_BATCH) -> Path:
     """index_builder.py's dense build: every corpus line as `passage: ` + contents, encoded in batches,
     into an `IndexFlatIP` written to `out` (a file)."""

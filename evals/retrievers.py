@@ -26,10 +26,21 @@ from pathlib import Path
 
 from common import datafetch
 from common.io import JsonLineError, atomic_dir, read_jsonl, sha256_text, write_json
+from evals import dense
 from evals.corpus import RetrieverError, corpus_doc as _corpus_doc
 
 BM25_PARAMS = {"method": "lucene", "k1": 1.2, "b": 0.75, "stopwords": "en"}
 INDEX_FORMAT = 1
+
+
+def build_problem(corpus, index, prefix: str = "") -> str | None:
+    """Why `{prefix}index=null` must not build an index over `corpus` here (a file over evals.dense.BUILD_MAX_BYTES: evaluate's and
+    GRPO's refusal before any work, `prefix` naming GRPO's keys), else None."""
+    if index is not None or datafetch.is_name(corpus) or not Path(str(corpus)).is_file() \
+            or (size := Path(str(corpus)).stat().st_size) <= dense.BUILD_MAX_BYTES:
+        return None
+    return (f"{prefix}retriever=e5 {prefix}index=null would build an index over {prefix}corpus={corpus} ({size / 2**30:.1f} "
+            f"GiB): pass {prefix}index=FILE (Search-R1's e5_Flat.index for wiki-18)")
 
 
 def format_docs(docs: list[dict]) -> str:

@@ -14,7 +14,7 @@ from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default
                            is_int, list_of, number, text)
 from common.plan import save_points
 from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS, run_dir
-from evals.dense import build_problem
+from evals.retrievers import build_problem
 from rl.envs import REWARD_SEMANTICS
 from rl.errors import RlError
 from sft.config import LOGGING, MODEL, SFT, TRAIN
