@@ -52,7 +52,7 @@ def hub_cache() -> Path:
     return Path(os.path.expandvars(os.path.expanduser(where)))
 
 
-def local_only(name: str, key: str, error: type[ConfigError] = ConfigError, filename: str = "config.json") -> bool:
+def local_only(name: str, key: str, error: type[Exception] = ConfigError, filename: str = "config.json") -> bool:
     """`local_files_only` for loading `name` (a local path or a Hub repo id): False for a path, or while the hub
     answers; True while it cannot (`hub_unreachable`: offline, or one request failed) and the local hub cache holds
     `filename` of it; otherwise one line now, an `error` naming `key`. A name no repo can have is the loader's to refuse."""

@@ -98,6 +98,10 @@ def test_an_uncached_hub_id_while_the_hub_is_unreachable_is_one_line_at_once(tmp
     assert evaluate_main(["ckpt=nobody/no-model", "benches=[search_plan_ood]", "n=1", f"out={tmp_path / 'e'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("error: ckpt=nobody/no-model: not in the local Hugging Face cache"), err
+    from evals.dense import DenseError, E5Encoder
+
+    with pytest.raises(DenseError, match="^encoder" + gone):
+        E5Encoder("nobody/no-model")
     assert not slept
     # a copy in the local hub cache: loaded from it, without retries
     repo = hub_cache() / "models--nobody--cached-model"
