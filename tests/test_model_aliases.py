@@ -102,6 +102,10 @@ def test_an_uncached_hub_id_while_the_hub_is_unreachable_is_one_line_at_once(tmp
 
     with pytest.raises(DenseError, match="^encoder" + gone):
         E5Encoder("nobody/no-model")
+    from rl.checkpoint import CheckpointError, write_start_checkpoint
+
+    with pytest.raises(CheckpointError, match="^model.path" + gone):   # GRPO's start from a hub id
+        write_start_checkpoint("nobody/no-model", tmp_path / "start")
     assert not slept
     # a copy in the local hub cache: loaded from it, without retries
     repo = hub_cache() / "models--nobody--cached-model"
@@ -113,6 +117,7 @@ def test_an_uncached_hub_id_while_the_hub_is_unreachable_is_one_line_at_once(tmp
     conf = model_config(cfg, "sdpa")
     assert build_model(cfg, conf, rank=0, device=None).config.vocab_size == 4096
     assert generation_config_for("nobody/cached-model", conf).eos_token_id == [conf.eos_token_id]   # (a file the repo lacks)
+    assert write_start_checkpoint("nobody/cached-model", tmp_path / "start")["source"] == "nobody/cached-model"
     assert not slept
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # offline: refused without asking
     with pytest.raises(SftError, match="^model.tokenizer=nobody/no-model: not in the local Hugging Face cache .* and HF_HUB_OFFLINE=1"):
