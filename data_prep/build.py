@@ -44,19 +44,15 @@ def load_tokenizer(tokenizer: Any):
     unreachable) only its cached copy loads, or one line says so at once."""
     if not isinstance(tokenizer, str):
         return tokenizer, getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
-    from huggingface_hub import try_to_load_from_cache
+    from common.hub import tokenizer_source
 
-    from data_prep.hub import hub_cache, hub_unreachable
-
-    where = checked_tokenizer(tokenizer, "model.tokenizer", DataPrepError)   # (a model's name, a malformed id: refused here, offline)
-    # a hub id while the hub cannot answer: its cached copy or one line now (huggingface_hub would retry ~25 s per file)
-    unreachable = None if Path(where).expanduser().exists() else hub_unreachable(where)
-    if unreachable and not isinstance(try_to_load_from_cache(where, "tokenizer_config.json"), str):
-        raise DataPrepError(f"model.tokenizer={tokenizer}: not in the local Hugging Face cache ({hub_cache()}) and {unreachable}")
+    # a model's name, a malformed id: refused here, offline; a hub id while the hub cannot answer: its cached copy
+    # or one line now (huggingface_hub would retry ~25 s per file)
+    where, offline = tokenizer_source(tokenizer, "model.tokenizer", DataPrepError)
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=bool(unreachable)), tokenizer
+        return AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=offline), tokenizer
     except Exception as exc:  # OSError, ValueError, tokenizers' own errors: all mean "not a tokenizer"
         raise DataPrepError(f"model.tokenizer={tokenizer}: cannot load a tokenizer from it "
                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc

@@ -21,40 +21,12 @@ import os
 import re
 from pathlib import Path
 
+from common.hub import TRUE, hf_home, hub_cache, offline_var
 from data_prep.readers import Source, parse_source
-
-
-TRUE = ("1", "ON", "YES", "TRUE")   # what huggingface_hub and datasets read as a true environment variable
 
 
 def _true(var: str) -> bool:
     return os.environ.get(var, "").upper() in TRUE
-
-
-def offline_var() -> str | None:
-    """The variable that puts huggingface_hub offline (HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE), or None."""
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
-    if not value or value.upper() not in TRUE:
-        return None
-    return "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
-
-
-def hub_unreachable(repo_id: str, filename: str = "tokenizer_config.json") -> str | None:
-    """Why the hub cannot send `repo_id`'s files now, or None: offline (the variable set), or one HEAD request for
-    `filename`, without huggingface_hub's retries and backoff (its downloads make up to 5 more per file when no cached
-    copy is there), failed at the network. An answer from the hub (not found, gated) is None: the download says it."""
-    if var := offline_var():
-        return f"{var}={os.environ[var]}"
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import HfHubHTTPError
-
-    try:
-        get_hf_file_metadata(hf_hub_url(repo_id, filename), retry_on_errors=False)
-    except HfHubHTTPError:
-        return None
-    except Exception as exc:   # httpx's connect, network and timeout errors; OfflineModeIsEnabled
-        return f"the Hugging Face Hub is unreachable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-    return None
 
 
 def hub_offline() -> bool:
@@ -69,20 +41,9 @@ def datasets_offline() -> str | None:
     return "HF_DATASETS_OFFLINE" if _true("HF_DATASETS_OFFLINE") else offline_var()
 
 
-def _hf_home() -> str:
-    return os.environ.get("HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"))
-
-
-def hub_cache() -> Path:
-    """huggingface_hub's file cache (HF_HUB_CACHE, else $HF_HOME/hub)."""
-    home = os.path.expandvars(os.path.expanduser(_hf_home()))
-    where = os.environ.get("HF_HUB_CACHE", os.environ.get("HUGGINGFACE_HUB_CACHE", os.path.join(home, "hub")))
-    return Path(os.path.expandvars(os.path.expanduser(where)))
-
-
 def datasets_cache() -> Path:
     """datasets' cache of loaded datasets (HF_DATASETS_CACHE, else $HF_HOME/datasets)."""
-    return Path(os.environ.get("HF_DATASETS_CACHE", os.path.join(os.path.expanduser(_hf_home()), "datasets")))
+    return Path(os.environ.get("HF_DATASETS_CACHE", os.path.join(os.path.expanduser(hf_home()), "datasets")))
 
 
 def cached_revision(hub_id: str) -> str | None:

@@ -40,6 +40,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.cli import ConfigError
 from evals.engine import Engine
 from evals.toolcalls import END_OF_TURN_TOKENS
 
@@ -55,12 +56,20 @@ class Generation:
     num_tokens: int
 
 
-def load_tokenizer(path: str):
+def load_tokenizer(tokenizer: str | None, ckpt: str | None = None):
+    """The tokenizer `tokenizer=` names (checked as every stage checks one: common.hub.tokenizer_source), else the
+    checkpoint's own; a hub id while the hub cannot answer: its cached copy, or one line at once."""
     from transformers import AutoTokenizer
 
-    from common.tiny import resolve_tokenizer
+    from common.hub import local_only, tokenizer_source
+    from evals.errors import EvalError
 
-    tok = AutoTokenizer.from_pretrained(resolve_tokenizer(path), trust_remote_code=False)
+    if tokenizer:
+        where, offline = tokenizer_source(str(tokenizer), "tokenizer", EvalError)
+    else:
+        where, offline = str(ckpt), local_only(str(ckpt), "ckpt", EvalError, "tokenizer_config.json")
+    path = tokenizer or ckpt
+    tok = AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=offline)
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -189,13 +198,18 @@ class HFBackend:
         import torch
         from transformers import AutoModelForCausalLM
 
-        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
+        from common.hub import local_only
+        from evals.errors import EvalError
+
+        self.tokenizer = load_tokenizer(tokenizer_path, model_path)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = engine_settings({"backend": "hf", "dtype": dtype, "device": device})["dtype"]
         torch.manual_seed(seed)
         self.device = torch.device(device)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), trust_remote_code=False).to(self.device).eval()
+        offline = local_only(model_path, "ckpt", EvalError)   # (transformers' adapter lookup is told apart)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), trust_remote_code=False, local_files_only=offline,
+                                                          adapter_kwargs={"local_files_only": offline}).to(self.device).eval()
         self.micro_batch = max(1, int(micro_batch))
         self.stop_ids = stop_token_ids(self.tokenizer, self.model.generation_config)
         self.pad_id = self.tokenizer.pad_token_id
@@ -263,7 +277,7 @@ class VLLMBackend:
                 "backend=vllm needs vLLM: its own environment (`make venv-vllm`, then .venv-vllm/bin/evaluate); "
                 "use backend=hf otherwise"
             ) from exc
-        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
+        self.tokenizer = load_tokenizer(tokenizer_path, model_path)
         self.seed = seed
         self.max_model_len = int(max_model_len)
         self.settings = engine_settings({"backend": "vllm", "dtype": dtype, "ckpt": model_path,
@@ -481,6 +495,8 @@ def make_backend(cfg, *, asynchronous: bool = False):
         return cls(model, tok, max_model_len=cfg.max_model_len, tensor_parallel_size=cfg.tensor_parallel_size,
                            gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, seed=cfg.seed,
                            enforce_eager=cfg.enforce_eager, prefix_caching=cfg.prefix_caching)
+    except ConfigError:   # a name refused, the hub unreachable (common.hub): its own line
+        raise
     except (OSError, ValueError) as exc:  # transformers' "not a model dir / no such repo" errors (some of several lines)
         given = f" and tokenizer {tok!r}" if tok else ""
         raise BackendError(f"cannot load model {model!r}{given} with backend={cfg.backend}: {' '.join(str(exc).split())}") from exc

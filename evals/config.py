@@ -238,7 +238,7 @@ def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
     qa = [b for b in merged.benches if uses_retriever(b)]
     if qa and merged.retriever in ("bm25", "e5") and not merged.corpus:
         raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25, e5) or retriever=http retriever_url=URL")
-    if qa and merged.retriever in ("bm25", "e5") and not datafetch.is_name(merged.corpus) and not Path(merged.corpus).is_file():
+    if qa and merged.retriever in ("bm25", "e5") and not datafetch.named("corpus", merged.corpus, "corpus") and not Path(merged.corpus).is_file():
         raise EvalError(f"corpus={merged.corpus}: {'a directory, not a file' if Path(merged.corpus).is_dir() else 'no such file'}")
     if qa and merged.retriever == "e5":
         if not merged.encoder:

@@ -92,9 +92,12 @@ class E5Encoder:
 
         self.device = _device(device)
         self.max_length = int(max_length)
+        from common.hub import local_only
+
+        offline = local_only(model, "encoder", DenseError)   # a hub id while the hub cannot answer: its cached copy or one line now
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True)
-            self.model = AutoModel.from_pretrained(model)
+            self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True, local_files_only=offline)
+            self.model = AutoModel.from_pretrained(model, local_files_only=offline, adapter_kwargs={"local_files_only": offline})
         except (OSError, ValueError) as exc:
             raise DenseError(f"encoder={model}: cannot load it as an HF model ({str(exc).splitlines()[0][:200]})") from None
         self.model.eval().to(self.device)

@@ -80,7 +80,7 @@ class RowsOnly:
     def __init__(self, cfg: DictConfig):
         from evals.backends import load_tokenizer
 
-        self.tokenizer = load_tokenizer(str(cfg.tokenizer or cfg.ckpt))
+        self.tokenizer = load_tokenizer(cfg.tokenizer, str(cfg.ckpt))
 
     def generate(self, *args, **kwargs):
         raise EvalError("internal: a row is missing after merging the shards (nothing may be generated here)")

@@ -254,7 +254,7 @@ def thinking_problem(cfg, tokenizer=None) -> str | None:
     if tokenizer is None:
         from evals.backends import load_tokenizer
 
-        tokenizer = load_tokenizer(str(cfg.tokenizer or cfg.ckpt))
+        tokenizer = load_tokenizer(cfg.tokenizer, str(cfg.ckpt))
     return thinking.template_problem(cfg.enable_thinking, tokenizer.chat_template, "enable_thinking", str(cfg.ckpt))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common import datafetch, fields, fingerprint
+from common import datafetch, fields, fingerprint, layout
 from common.benchmarks import CONTEXT_MODES
 from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default, Field, Test, choice, count, excluded, field,
                            is_int, list_of, number, text)
@@ -150,12 +150,11 @@ def validate(cfg: DictConfig) -> None:
 
 def parent_run(path: str) -> dict | None:
     """{"run_dir", "checkpoint"} when the start is a checkpoint of an earlier run (its SHA256SUMS; run_dir: null unless
-    it is `<run>/checkpoints/step-NNNNNN`), else None."""
+    it is `<run>/checkpoints/step-NNNNNN`, common.layout.checkpoint_of: a step that run wrote), else None."""
     if not (Path(str(path)).expanduser() / "SHA256SUMS").is_file():
         return None
-    p = Path(str(path)).expanduser().resolve()
-    run = p.parent.parent if p.parent.name == "checkpoints" else None
-    return {"run_dir": str(run) if run else None, "checkpoint": str(p)}
+    where = layout.checkpoint_of(p := Path(str(path)).expanduser().resolve())
+    return {"run_dir": str(where[0]) if where else None, "checkpoint": str(p)}
 
 
 def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:

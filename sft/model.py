@@ -15,7 +15,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from common.tiny import resolve_tokenizer
+from common.hub import local_only, tokenizer_source
 
 from .config import TrainConfig
 from sft.errors import SftError
@@ -24,9 +24,11 @@ log = logging.getLogger("sft.model")
 
 
 def load_tokenizer(name: str):
+    """model.tokenizer's tokenizer; a hub id while the hub cannot answer: its cached copy, or one line at once."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_tokenizer(name), trust_remote_code=False)
+    where, offline = tokenizer_source(name, "model.tokenizer", SftError)
+    return AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=offline)
 
 
 def select_attn_implementation(requested: str, device: torch.device) -> str:
@@ -67,9 +69,10 @@ def model_config(cfg: TrainConfig, attn: str):
 
         check_overrides(tiny_config(), cfg.model.config)
         conf = tiny_config(**cfg.model.config)
-    else:
-        check_overrides(AutoConfig.from_pretrained(cfg.model.path, trust_remote_code=False), cfg.model.config)
-        conf = AutoConfig.from_pretrained(cfg.model.path, trust_remote_code=False, **cfg.model.config)
+    else:   # a hub id while the hub cannot answer: its cached copy, or one line at once (not ~80 s of retries)
+        kw = dict(trust_remote_code=False, local_files_only=local_only(cfg.model.path, "model.path", SftError))
+        check_overrides(AutoConfig.from_pretrained(cfg.model.path, **kw), cfg.model.config)
+        conf = AutoConfig.from_pretrained(cfg.model.path, **kw, **cfg.model.config)
     conf._attn_implementation = attn  # use_cache stays as the source says: evals generate from the checkpoint
     return conf
 
@@ -87,7 +90,9 @@ def build_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device):
         model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32)
         log.info("model: random init of %s (seed %d)", type(model).__name__, cfg.seed)
     else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model.path, config=conf, dtype=torch.float32, trust_remote_code=False)
+        offline = local_only(cfg.model.path, "model.path", SftError)   # (transformers' adapter lookup is told apart)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model.path, config=conf, dtype=torch.float32, trust_remote_code=False,
+                                                     local_files_only=offline, adapter_kwargs={"local_files_only": offline})
         log.info("model: %s loaded from %s", type(model).__name__, cfg.model.path)
     return model
 

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -253,6 +254,11 @@ def test_grpo_takes_the_names_too(cache, monkeypatch, tmp_path):
         resolve({"ckpt": "tiny_base", "benches": ["nq"], "out": "o", "corpus": "corpus:wiki18", "retriever": "e5",
                  "encoder": "encoder:e5-base-v2", "index": "index:wiki18_flat"})
     assert str(refused.value) == "index=index:wiki18_flat: unknown data name. Did you mean: index:wiki18_e5_flat? Known: index:wiki18_e5_flat"
+    cfg.grpo.index, cfg.grpo.corpus = "index:wiki18_e5_flat", "corpus:wiki18_typo"   # (seen failing: evaluate's "no such file")
+    [said] = problems(cfg)
+    assert said.startswith("grpo.corpus=corpus:wiki18_typo: unknown data name. Did you mean: corpus:wiki18")
+    with pytest.raises(ConfigError, match=f"^{re.escape(said.removeprefix('grpo.'))}$"):
+        resolve({"ckpt": "tiny_base", "benches": ["nq"], "out": "o", "corpus": "corpus:wiki18_typo"})
 
 
 def test_serve_retriever_refuses_a_mistyped_or_unfilled_name_in_one_line(tmp_path):

@@ -623,6 +623,12 @@ def test_sft_start_needs_a_name_and_the_manifest_names_the_parent(tmp_path):
     rec = start_record(cfg)
     assert rec["parent"] == {"run_dir": str((tmp_path / "search" / "seed0").resolve()), "checkpoint": str(ckpt.resolve())}
     assert start_record(compose_grpo(["model=tiny_base"]).cfg)["parent"] is None
+    # a checkpoint-like dir under checkpoints/ that no run step wrote: a parent checkpoint without a run (seen failing:
+    # run_dir=<run> for <run>/checkpoints/final, a step's lineage its run never recorded)
+    other = ckpt.with_name("final")
+    other.mkdir()
+    (other / "SHA256SUMS").write_text("")
+    assert start_record(compose_grpo(["task=spa", f"model.path={other}", "name=x"]).cfg)["parent"] == {"run_dir": None, "checkpoint": str(other.resolve())}
 
 
 def test_grpo_schedule_keys_and_scheduler_restore_refusals(tmp_path):

@@ -1,0 +1,82 @@
+"""Where huggingface_hub keeps its files and whether it can answer now, asked of every stage that loads a model or a
+tokenizer by a user-given name (data-prep's tokenizer, the trainers' model, evaluate's checkpoint and encoder).
+
+huggingface_hub retries a download up to 5 times per file with backoff when the hub cannot be reached (~25 s a file,
+~80 s for a model); `local_only` asks it once instead, so an uncached Hub id while the hub cannot answer is one line
+at once, and a cached copy loads from the cache (`local_files_only`), as huggingface_hub would fall back to it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from common.cli import ConfigError
+
+TRUE = ("1", "ON", "YES", "TRUE")   # what huggingface_hub and datasets read as a true environment variable
+
+
+def offline_var() -> str | None:
+    """The variable that puts huggingface_hub offline (HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE), or None."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
+    if not value or value.upper() not in TRUE:
+        return None
+    return "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
+
+
+def hub_unreachable(repo_id: str, filename: str = "tokenizer_config.json") -> str | None:
+    """Why the hub cannot send `repo_id`'s files now, or None: offline (the variable set), or one HEAD request for
+    `filename`, without huggingface_hub's retries and backoff (its downloads make up to 5 more per file when no cached
+    copy is there), failed at the network. An answer from the hub (not found, gated) is None: the download says it."""
+    if var := offline_var():
+        return f"{var}={os.environ[var]}"
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, filename), retry_on_errors=False)
+    except HfHubHTTPError:
+        return None
+    except Exception as exc:   # httpx's connect, network and timeout errors; OfflineModeIsEnabled
+        return f"the Hugging Face Hub is unreachable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return None
+
+
+def hf_home() -> str:
+    return os.environ.get("HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"))
+
+
+def hub_cache() -> Path:
+    """huggingface_hub's file cache (HF_HUB_CACHE, else $HF_HOME/hub)."""
+    home = os.path.expandvars(os.path.expanduser(hf_home()))
+    where = os.environ.get("HF_HUB_CACHE", os.environ.get("HUGGINGFACE_HUB_CACHE", os.path.join(home, "hub")))
+    return Path(os.path.expandvars(os.path.expanduser(where)))
+
+
+def local_only(name: str, key: str, error: type[Exception] = ConfigError, filename: str = "config.json") -> bool:
+    """`local_files_only` for loading `name` (a local path or a Hub repo id): False for a path, or while the hub
+    answers; True while it cannot (`hub_unreachable`: offline, or one request failed) and the local hub cache holds
+    `filename` of it; otherwise one line now, an `error` naming `key`. A name no repo can have is the loader's to refuse."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    if Path(name).expanduser().exists():
+        return False
+    unreachable = hub_unreachable(name, filename)
+    if unreachable:
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name, filename), str):
+            raise error(f"{key}={name}: not in the local Hugging Face cache ({hub_cache()}) and {unreachable}")
+    return bool(unreachable)
+
+
+def tokenizer_source(name: str, key: str, error: type[ConfigError] = ConfigError) -> tuple[str, bool]:
+    """(what to load, `local_files_only`) for a user-given tokenizer name: common.tiny.checked_tokenizer's answer
+    (a model's name, a malformed id: refused offline), then `local_only` for its tokenizer_config.json."""
+    from common.tiny import checked_tokenizer
+
+    where = checked_tokenizer(name, key, error)
+    return where, local_only(where, key, error, "tokenizer_config.json")
