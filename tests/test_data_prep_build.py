@@ -368,6 +368,8 @@ def test_decontam_bench_root_missing_bench_exits_2_naming_the_key(tmp_path, caps
     from common.tiny import TINY_BASE_DIR
     from data_prep.hub import hub_cache
 
+    # (huggingface_hub fixed its cache dir at its first import, maybe under another test's HF_HOME: this process's env's)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub_cache()))
     repo = hub_cache() / "models--nobody--cached-tok"   # (a model repo: its tokenizer files and config.json)
     shutil.copytree(TINY_BASE_DIR, repo / "snapshots" / ("0" * 40), ignore=shutil.ignore_patterns("*.safetensors"))
     (repo / "refs").mkdir()

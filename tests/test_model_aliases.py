@@ -108,6 +108,8 @@ def test_an_uncached_hub_id_while_the_hub_is_unreachable_is_one_line_at_once(tmp
         write_start_checkpoint("nobody/no-model", tmp_path / "start")
     assert not slept
     # a copy in the local hub cache: loaded from it, without retries
+    # (huggingface_hub fixed its cache dir at its first import, maybe under another test's HF_HOME: this process's env's)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub_cache()))
     repo = hub_cache() / "models--nobody--cached-model"
     shutil.copytree(TINY_BASE_DIR, repo / "snapshots" / ("0" * 40), ignore=shutil.ignore_patterns("generation_config.json"))
     (repo / "refs").mkdir()
