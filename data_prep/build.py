@@ -135,13 +135,15 @@ def _synthetic_sources(cfg: dict, arm: str, seed: int, raw_dir: Path) -> dict[st
 
 
 def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | Path, progress: bool = True,
-              num_proc: int | None = None, overwrite: bool = False) -> dict:
+              num_proc: int | None = None, overwrite: bool = False, final: str | Path | None = None) -> dict:
     """Build the arm's dataset directory at `out`; return the manifest.
 
     `num_proc`: render/tokenize worker processes (default: the CPU count, at most 8; small builds
     run in-process). The output does not depend on it. An existing `out` is replaced only when it
     is a data-prep output (has manifest.json) and `overwrite` is true: it is renamed aside
-    (`common.io.replace_aside`), never deleted; a path holding any input is refused."""
+    (`common.io.replace_aside`), never deleted; a path holding any input is refused. `final`: where
+    the caller then renames `out` to (launch's cache builds in a temp dir of its own), so the
+    manifest names the generated source files where they will lie."""
     cfg = config.resolve(data_cfg)
     wanted = arms.quotas(arm, cfg["n"])
     tok, tok_name = load_tokenizer(tokenizer)
@@ -163,7 +165,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
             if cfg["kind"] == "synthetic" and any(s.share is not None for s in srcs):
                 raise arms.ArmError(f"data.sources.{dom}: ~SHAREs cannot be combined with data=synthetic, whose generated sources have none")
             arms.source_quotas(dom, quota, [s.share for s in srcs], specs[dom], [s.reads() for s in srcs])
-        pools = _read_pools(cfg, specs, wanted, stats, tmp, out, progress)
+        pools = _read_pools(cfg, specs, wanted, stats, tmp, Path(final) if final else out, progress)
         decon = _decontaminate(cfg, pools, stats)
         held = heldout.load(cfg["heldout"], "data.heldout") if cfg["heldout"] else None
         held_out = heldout.excluded(pools, held, stats) if held else 0

@@ -85,7 +85,7 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> dict:
         print(f"[launch] building the {data_arm} dataset (key {key[:16]}) -> {final}")
         with atomic_dir(final) as tmp:
             try:
-                build_arm(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer), out=tmp)
+                build_arm(data_section(cfg), arm=data_arm, seed=int(cfg.seed), tokenizer=str(cfg.model.tokenizer), out=tmp, final=final)
             # data_prep's bad-input errors (unknown source, too few records, strict=true rejections) and OSError
             # (hub unreachable, missing file, disk full) become one clear message; anything else is a bug: kept.
             except (DataPrepError, JsonLineError, OSError) as exc:

@@ -93,7 +93,7 @@ def test_a_backend_registered_by_its_file_is_what_launch_plans_and_submits_with(
     del Submitting.keys["launcher.zone"]
     assert jobs.BACKENDS.items() >= {"local": "launch.local:LocalRunner", "slurm": "launch.slurm:SlurmRunner"}.items(), "found by their files"
 
-    def build(data_cfg, *, arm, seed, tokenizer, out):   # a stand-in dataset
+    def build(data_cfg, *, arm, seed, tokenizer, out, final):   # a stand-in dataset
         (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": "fp"}))
         return {"fingerprint": "fp"}
 

@@ -27,7 +27,7 @@ class FakeDataPrep:
         blob = json.dumps([OmegaConf.to_container(data_cfg), arm, seed, tokenizer], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def build(self, data_cfg, *, arm, seed, tokenizer, out):
+    def build(self, data_cfg, *, arm, seed, tokenizer, out, final):
         self.builds.append(arm)
         assert Path(out).is_dir() and not any(Path(out).iterdir()), "builds into a fresh temp dir"
         assert data_cfg.dir is None and data_cfg.cache_root is None, "location keys never reach the key"
@@ -59,6 +59,16 @@ def test_second_launch_reuses_and_changed_input_rebuilds(tmp_path, monkeypatch):
     # The data location keys are not part of the key: another cache_root, same key.
     other = cache.ensure_dataset(_cfg(tmp_path, f"data.cache_root={tmp_path / 'c2'}"), "r2e")
     assert other["cache_key"] == first["cache_key"] and Path(other["dir"]).parent == (tmp_path / "c2").resolve()
+
+
+def test_a_cached_dataset_names_its_generated_sources_where_they_lie(tmp_path):
+    """data=synthetic writes its raw files into the build's temp dir: the manifest (and the model cards that quote it)
+    names them under the cached dataset's own dir (seen failing: `<key>.tmp-<host>-<pid>/raw/...`, the cache's temp dir)."""
+    built = cache.ensure_dataset(_cfg(tmp_path, "n=4"), "r2e")
+    sources = json.loads((Path(built["dir"]) / "manifest.json").read_text())["sources"]
+    paths = [f["path"] for s in sources for f in s["files"]]
+    assert paths and all(Path(p).is_file() and Path(p).is_relative_to(built["dir"]) for p in paths), paths
+    assert all(".tmp-" not in s["spec"] for s in sources), sources
 
 
 def test_failed_build_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):

@@ -176,7 +176,7 @@ def _stand_in_data_prep(monkeypatch):
     """data_prep.build's `build_arm` (a manifest only) and `cache_key` ("k<seed>"), as launch.cache calls them."""
     import json
 
-    def build(data_cfg, *, arm, seed, tokenizer, out):
+    def build(data_cfg, *, arm, seed, tokenizer, out, final):
         (Path(out) / "manifest.json").write_text(json.dumps({"fingerprint": f"fp-{arm}"}))
         return {"fingerprint": f"fp-{arm}"}
 
