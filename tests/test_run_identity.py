@@ -319,8 +319,8 @@ class VersionedData(FakeDataPrep):
     def key(self, data_cfg, *, arm, seed, tokenizer):
         return super().key(data_cfg, arm=arm, seed=seed, tokenizer=tokenizer) + self.source + self.code
 
-    def build(self, data_cfg, *, arm, seed, tokenizer, out):
-        manifest = super().build(data_cfg, arm=arm, seed=seed, tokenizer=tokenizer, out=out)
+    def build(self, data_cfg, *, arm, seed, tokenizer, out, final):
+        manifest = super().build(data_cfg, arm=arm, seed=seed, tokenizer=tokenizer, out=out, final=final)
         manifest["fingerprint"] += "-" + self.source
         (Path(out) / "manifest.json").write_text(json.dumps(manifest))
         return manifest
