@@ -11,12 +11,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Callable
 
-from common.io import free_path
+from common.io import free_path, utc_stamp
 from launch.jobs import REPO, Job, JobFailed, Runner
 
 
@@ -35,7 +34,7 @@ def run_logged(cmd: list[str], log_dir: Path, cwd: Path, env: dict | None = None
     child gets its own process group, so a terminal's Ctrl-C reaches launch alone and is forwarded exactly once
     (torchrun treats a second signal during its shutdown as another stop). `stops`: each forwarded signal's name."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = free_path(log_dir, f"train-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}", ".log")
+    log_path = free_path(log_dir, f"train-{utc_stamp()}", ".log")
     child_env = {"PYTHONUNBUFFERED": "1", **(os.environ if env is None else env)}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

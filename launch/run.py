@@ -351,9 +351,8 @@ def train_runs(trainer: Trainer, runs: list) -> int:
     for i, (argv, prep) in enumerate(runs, 1):
         if len(runs) > 1:
             print(f"[launch] sweep run {i}/{len(runs)}: {' '.join(argv[:2])}", flush=True)
-        if kept(trainer, prep):
+        if kept(trainer, prep):   # (a named interpreter: checked by the preflight before any run)
             continue
-        trainer.check_python(prep)
         print(trainer.describe(prep))
         rc = train_here(trainer, argv, prep)
         if rc in (130, 143) or len(runs) == 1:

@@ -186,9 +186,8 @@ def _sweep_submit(argv, runs, preps, evaluation, req) -> int:
     """A submitting launcher's sweep: unfinished runs prepared here, one array job trains them, its evaluation after."""
     kind, dry = preps[0].cfg.launcher.kind, bool(preps[0].cfg.launcher.dry_run)
     todo = [(run, prep) for run, prep in zip(runs, preps) if not kept(SFT, prep)]
-    for _, prep in todo if not dry else ():   # every named interpreter asked before anything is submitted
+    for _, prep in todo if not dry else ():   # (every interpreter: asked by the preflight, before anything is submitted)
         print(SFT.describe(prep))
-        SFT.check_python(prep)
     root = _sweep_dir(preps[0].cfg)
     if not todo:
         print("[launch] sweep: every run is finished; nothing to train", flush=True)
