@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from common import layout
+from common.fingerprint import file_digest
 from common.io import write_json
 from common.study import STUDY_ENV
 from launch.paths import REPO
@@ -76,8 +77,6 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     path = Path(run_dir) / layout.MANIFEST
     recipes = dict(choices)
     if choices.get("recipe"):   # the user's recipe file by content (its values are in config.yaml too)
-        from common.fingerprint import file_digest
-
         entry["recipe_sha256"] = recipes["recipe_sha256"] = file_digest(choices["recipe"])
     manifest = read(run_dir) if path.is_file() else {
         "run_dir": str(run_dir), "created": entry["time"], "command": entry["command"], "recipes": recipes, "git": entry["git"],

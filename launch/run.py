@@ -25,6 +25,7 @@ from data_prep import arms
 from launch import cache, jobs, local, manifest, paths, preflight
 from launch.compose import Composed, compose
 from launch.errors import LaunchError
+from launch.eval_slurm import write_files
 from launch.jobs import Job, JobFailed, Needs, Resources, backend, dry_run_dir
 from rl.config import EXCLUDED_KEYS   # both trainers' (a run dir's config.yaml is either's)
 from sft import config as sft_config
@@ -307,8 +308,6 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
     """The plan (its jobs' configs and scripts under a new temporary directory), then each run's lines, resolved
     config and the command here or the script submitted (GRPO: every backend's). `plan(where)`: the jobs, the training
     job first (a sweep's: an array, its logs' dir its scripts'), and their configs. Nothing else is written or started."""
-    from launch.eval_slurm import write_files
-
     first, kind = preps[0], preps[0].cfg.launcher.kind
     for cfg, arm in [(p.cfg, p.data_arm) for p in preps if not p.cfg.data.dir] if trainer.stage == "sft" else ():
         try:   # an SFT run's dataset dir, where the cache would hold it; never waiting on the hub (a tokenizer cached here or none)

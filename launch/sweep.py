@@ -17,7 +17,7 @@ from common.recipes import group_choices, load_recipe
 from evals.profiles import PROFILES_DIR, profile_names
 from launch import local, preflight
 from launch.errors import LaunchError
-from launch.eval_slurm import plan_dir, write_files
+from launch.eval_slurm import plan_dir, runs_plan, write_files
 from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
 from launch.run import SFT, dry_run, finished, kept, start_training, train_runs
 
@@ -166,8 +166,6 @@ def plan_sweep(trainer, preps: list, evaluation, evals: Path, kind: str, logs: s
     """The jobs training `preps` (`array`: one job `sweep`; submitted, a finished run kept: none when all are), then
     their `evaluation` (analyze's config, or None; `req`: its evaluation_request), its configs under `evals` (unwritten):
     here the analysis; submitted, one job per run after its training task (launch.eval_slurm.runs_plan), then the report."""
-    from launch.eval_slurm import runs_plan
-
     submits = backend(kind).submits
     todo = [p for p in preps if not (submits and finished(p))]
     training = [trainer.job(todo, array, logs, kind)] if todo else []
