@@ -195,9 +195,8 @@ def _candidates(data: dict) -> list[EvalJob]:
 
 
 class TimeLimitWarning(KeyboardInterrupt):
-    """Slurm's warning before the time limit (SIGUSR1, `--signal=B:USR1@120`): stop the evaluation now.
-    A KeyboardInterrupt, so that it passes every `except Exception` (run_job's included) and the async
-    driver re-raises it as itself; the rows already appended stay, and evaluate resumes from them."""
+    """WARNING received: stop the evaluation now. A KeyboardInterrupt, so that it passes every `except Exception` (run_job's
+    included) and the async driver re-raises it as itself; the rows already appended stay, and evaluate resumes from them."""
 
 
 def _stop(signum, frame):
@@ -240,10 +239,9 @@ def run_task(config: Path, evaluator=None) -> int:
         if not (jobs := todo()):
             print(f"[analyze] {what}: every bench is already evaluated under this identity; nothing to do", flush=True)
             status = "done"
-        else:
-            before = _rows(jobs)
-            for job in jobs:
-                failures += run_job(job, h, Path(data["anchor_dir"]))
+        before = _rows(jobs)   # (0 when there is nothing to do)
+        for job in jobs:
+            failures += run_job(job, h, Path(data["anchor_dir"]))
     except TimeLimitWarning:
         left = todo()
         pending, error = sum(len(j.benches) for j in left), None
