@@ -33,22 +33,16 @@ def checkpoint_identity(ckpt: str) -> dict[str, Any]:
     return {"kind": "hub", "repo": str(ckpt), "revision": revision}
 
 
-def corpus_identity(corpus: str | None) -> dict[str, Any] | None:
-    """A retrieval corpus by file name and size (hashing 14 GB of wiki-18 on every call is too slow;
-    not a content digest); a fetched corpus by its name and pinned digest."""
-    if not corpus:
-        return None
-    if datafetch.is_name(corpus):
-        return {"name": corpus, "sha256": datafetch.digest(corpus)}
-    p = Path(corpus)
-    return {"name": p.name, "size": p.stat().st_size if p.is_file() else None}
-
-
-def retrieval_identity(conf: dict) -> dict[str, Any] | None:
-    """retriever=e5: the encoder's and the index's content identity (or that the index is built from the corpus) and
-    the encoding settings (evals.dense); None for the other retrievers (their identity is the corpus, or a URL)."""
+def retrieval_identity(conf: dict) -> dict[str, Any]:
+    """What a retrieval bench's identity adds: `corpus`, by file name and size (hashing 14 GB of wiki-18 on every call is
+    too slow; not a content digest), a fetched one by its name and pinned digest; with retriever=e5, `retrieval`: the
+    encoder's and the index's content identity (or that the index is built from the corpus) and the encoding settings
+    (evals.dense). The other retrievers add nothing more (their identity is the corpus, or a URL)."""
+    corpus = conf.get("corpus")
+    parts = {"corpus": None if not corpus else {"name": corpus, "sha256": datafetch.digest(corpus)} if datafetch.is_name(corpus)
+             else {"name": Path(corpus).name, "size": Path(corpus).stat().st_size if Path(corpus).is_file() else None}}
     if conf.get("retriever") != "e5":
-        return None
+        return parts
     from evals.dense import MAX_LENGTH, PASSAGE_PREFIX, QUERY_PREFIX, encoder_dtype
 
     index, encoder = conf.get("index"), str(conf.get("encoder"))
@@ -60,8 +54,8 @@ def retrieval_identity(conf: dict) -> dict[str, Any] | None:
         idx = {"name": Path(datafetch.entry(index).rel).name, "sha256": datafetch.digest(index)}
     else:
         idx = {"name": Path(index).name, "sha256": fingerprint.file_digest(index) if Path(index).is_file() else None}
-    return {"encoder": enc, "index": idx, "encoder_dtype": encoder_dtype(str(conf.get("encoder_device") or "cpu")),
-            "max_length": MAX_LENGTH, "prefixes": [QUERY_PREFIX, PASSAGE_PREFIX]}
+    return {**parts, "retrieval": {"encoder": enc, "index": idx, "encoder_dtype": encoder_dtype(str(conf.get("encoder_device") or "cpu")),
+                                   "max_length": MAX_LENGTH, "prefixes": [QUERY_PREFIX, PASSAGE_PREFIX]}}
 
 
 def source_digest(source: str) -> str:
@@ -86,14 +80,12 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
         "evaluate": {**{k: v for k, v in conf.items() if k not in not_as_is
                         and not any(k.startswith(p) for b, p in key_prefixes().items() if b != bench)},
                      **engine_settings(conf)},
-        "corpus": corpus_identity(conf.get("corpus")) if uses_retriever(bench) else None,
+        **(retrieval_identity(conf) if uses_retriever(bench) else {"corpus": None}),
         # a named set's file digest is its pinned one (the file is checked against it when fetched), or
         # for an unpinned hub set the one measured when the user pre-filled it
         "bench": {"name": bench, "n": n, "seed": int(seed), "source_digest": datafetch.digest(item_set)
                   if datafetch.is_name(item_set) else source_digest(source)},
     }
-    if uses_retriever(bench) and (retrieval := retrieval_identity(conf)) is not None:
-        body["retrieval"] = retrieval   # only for retriever=e5: a bm25 or http bench's identity is as before
     if item_set is not None:
         body["bench"]["set"] = {"name": item_set, "source": datafetch.entry(item_set).source() if datafetch.is_name(item_set) else source}
     if (sampled := kind_of(bench).sampled) is not None and sampled(conf):

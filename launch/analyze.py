@@ -3,7 +3,7 @@ or as Slurm jobs (launch.eval_slurm), then analysis.sweep.write_analysis's repor
 from __future__ import annotations
 
 import sys
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,12 +12,12 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from analysis.axes import check_axis
-from analysis.discover import SEED_DIR, anchor_eval_dir, discover_runs
+from analysis.discover import SEED_DIR, anchor_eval_dir, discover_runs, read_json_object
 from analysis.errors import AnalysisError
 from analysis.sweep import DEFAULT_BENCHES, AnalysisResult, compare_pairs, write_analysis
 from common import datafetch, fields, interpreter, schema
 from common.cards import write_report_cards
-from common.cli import KeySpace, apply_overrides, did_you_mean, flat_keys, merge, run_cli, wants_help
+from common.cli import ConfigError, KeySpace, apply_overrides, did_you_mean, flat_keys, merge, run_cli, wants_help
 from common.fields import NONEMPTY, Default, Number, Test, choice, field, flag, list_of, number, text
 from common.tiny import resolve_model_path
 from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
@@ -26,9 +26,8 @@ from evals.registry import metric_specs
 from launch import preflight
 from launch.jobs import backend
 from launch.slurm import slurm_option_problems
-from launch.eval_slurm import eval_settings, read_task, submit, tasks_report
-from launch.evaluation import (Evaluator, Harness, candidates, check_anchor_identity, check_settings, check_templates,
-                               EvalReport, harness, plan, run_job)
+from launch.eval_slurm import read_task, submit, tasks_report
+from launch.evaluation import Evaluator, EvalReport, Harness, candidates, check_settings, harness, plan, run_job
 
 
 AFTER = "one sbatch dependency (e.g. afterok:5001_0) or null per run of slurm.runs"
@@ -149,8 +148,8 @@ def check_keys(cfg: DictConfig, interpreters: bool = True, where: str = "") -> N
         raise AnalysisError(f"metrics: {unknown[0]!r} is not a registered metric (evals.metrics.METRICS, or a bench kind's "
                             f"`metrics` in evals.registry).{did_you_mean(unknown[0], metric_specs())}")
     python = interpreter.named(cfg.python, "eval") if interpreters else None
-    if python is not None and not cfg.power.pilot and (why := interpreter.check(
-            "eval", python, interpreter.eval_needs(eval_settings({"backend": cfg.eval.backend}, cfg.profile or None).get("backend")))):
+    if python is not None and not cfg.power.pilot and (why := interpreter.check("eval", python, interpreter.eval_needs(
+            cfg.eval.backend or (load_profile(cfg.profile)["evaluate"].get("backend") if cfg.profile else None)))):   # or the profile's
         raise AnalysisError(why)
 
 
@@ -184,7 +183,12 @@ def request(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None = None
     elif anchor is not None and (Path(anchor).is_absolute() or anchor.startswith((".", "~"))):   # (not a hub id)
         raise AnalysisError(f"anchor={cfg.anchor}: no such directory (a local model dir, or a hub id)")
     anchor_dir = Path(cfg.anchor_dir) if cfg.anchor_dir else Path(cfg.runs_root) / "_anchor"
-    check_anchor_identity(anchor_dir, anchor)
+    if anchor is not None and (meta := anchor_dir / "anchor.json").exists():   # re-used for the same base model only
+        torn: list[str] = []   # its reason, not "records anchor None"
+        recorded = (read_json_object(meta, torn) or {}).get("model")   # (`tiny-base` recorded before it was resolved: its dir)
+        if recorded != anchor and not (isinstance(recorded, str) and resolve_model_path(recorded) == anchor):
+            raise AnalysisError(f"{torn[0] if torn else f'{meta} records anchor {recorded!r} but anchor={anchor!r} was given'}; "
+                                f"pass anchor_dir=<another dir> or remove {anchor_dir} to re-evaluate")
     if anchor and not cfg.evaluate and not (anchor_eval_dir(anchor_dir, profile) / "summary.json").is_file():
         raise AnalysisError(f"anchor={cfg.anchor}: {anchor_dir} holds no evaluation of it and evaluate=false evaluates nothing")
     eval_opts = {k: v for k, v in {**OmegaConf.to_container(cfg.eval), "profile": profile}.items() if v is not None and k != "prompt"}
@@ -252,7 +256,13 @@ def run_analysis(cfg: DictConfig | dict, evaluator: Harness | Evaluator | None =
     if h is not None:
         with datafetch.no_network() if cfg.dry_run else nullcontext():   # a plan never waits on the hub
             jobs = plan(h, candidates(runs, req.benches, cfg.eval.prompt, req.anchor, req.anchor_dir, req.profile))
-        check_templates(h, jobs)
+        problems = []   # a setting a planned checkpoint's chat template cannot take: every evaluate of it would fail after loading
+        for job in jobs:
+            with suppress(ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
+                problems += [why] if (why := h.template(h.request(job))) else []
+        if problems:
+            more = f" (and {len(problems) - 1} more checkpoint(s))" if len(problems) > 1 else ""
+            raise AnalysisError(f"evaluation settings (eval.KEY=...): {problems[0]}{more}")
     if cfg.dry_run:   # the plan: runs, evaluations to run, outputs
         lines = [f"runs under {cfg.runs_root}: {len(runs)}"]
         lines += [f"  {r.arm}/seed{r.seed}: checkpoints {sorted(r.checkpoints)}, evaluated {sorted(r.evals)}"

@@ -31,11 +31,6 @@ MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launc
 WARNING = "B:USR1@120"
 
 
-def eval_settings(eval_opts: dict[str, Any], profile: str | None) -> dict[str, Any]:
-    """The evaluation settings asked for: eval.* (those set) over the profile's evaluate keys."""
-    return {**(load_profile(profile)["evaluate"] if profile else {}), **{k: v for k, v in eval_opts.items() if v is not None}}
-
-
 def plan_dir(cfg, kind: str) -> Path:
     """Where a submission's job configs, scripts and logs go: <out>/_slurm/<kind>-<UTC time>/ (a dry run: a temporary dir)."""
     return dry_run_dir(kind) if cfg.dry_run else (Path(cfg.out) / "_slurm" / f"{kind}-{utc_stamp()}").resolve()
@@ -62,7 +57,8 @@ def _task(req, where: Path, name: str, what: str, gap: str, planned: list[EvalJo
 def _evaluation(req, name: str, configs: list[str], notes: list[str], **after) -> Job:
     """An evaluation job (an array when `name` is `eval`) on `configs`, after what `after` says (waits, after,
     after_task); it needs the data evaluate reads and what its backend imports."""
-    opts, array, gpus = eval_settings(req.eval_opts, req.profile), name == "eval", req.cfg.slurm.gpus_per_task
+    opts = {**(load_profile(req.profile)["evaluate"] if req.profile else {}), **req.eval_opts}   # eval.* (those set) over the profile's
+    array, gpus = name == "eval", req.cfg.slurm.gpus_per_task
     if gpus is None:   # what evaluate's engines take: data_parallel engines of tensor_parallel_size GPUs (vllm) or one (hf)
         gpus = int(opts.get("data_parallel") or 1) * (int(opts.get("tensor_parallel_size") or 1) if opts.get("backend") == "vllm" else 1)
     data = tuple(str(opts[k]) for k in ("corpus", "index", "encoder", "bench_root") if opts.get(k))
@@ -199,9 +195,8 @@ def _candidates(data: dict) -> list[EvalJob]:
 
 
 class TimeLimitWarning(KeyboardInterrupt):
-    """Slurm's warning before the time limit (SIGUSR1, `--signal=B:USR1@120`): stop the evaluation now.
-    A KeyboardInterrupt, so that it passes every `except Exception` (run_job's included) and the async
-    driver re-raises it as itself; the rows already appended stay, and evaluate resumes from them."""
+    """WARNING received: stop the evaluation now. A KeyboardInterrupt, so that it passes every `except Exception` (run_job's
+    included) and the async driver re-raises it as itself; the rows already appended stay, and evaluate resumes from them."""
 
 
 def _stop(signum, frame):
@@ -244,10 +239,9 @@ def run_task(config: Path, evaluator=None) -> int:
         if not (jobs := todo()):
             print(f"[analyze] {what}: every bench is already evaluated under this identity; nothing to do", flush=True)
             status = "done"
-        else:
-            before = _rows(jobs)
-            for job in jobs:
-                failures += run_job(job, h, Path(data["anchor_dir"]))
+        before = _rows(jobs)   # (0 when there is nothing to do)
+        for job in jobs:
+            failures += run_job(job, h, Path(data["anchor_dir"]))
     except TimeLimitWarning:
         left = todo()
         pending, error = sum(len(j.benches) for j in left), None

@@ -4,7 +4,6 @@ and the anchor once; one call per checkpoint with its pending benches, a failing
 from __future__ import annotations
 
 import traceback
-from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path
@@ -16,7 +15,6 @@ from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, read_json_object
 from analysis.errors import AnalysisError
 from common.cli import ConfigError
 from common.io import write_json
-from common.tiny import resolve_model_path
 
 Evaluator = Callable[[dict[str, Any]], dict]
 
@@ -48,7 +46,7 @@ class EvalsHarness(Harness):
             raise AnalysisError(f"the evals harness is not importable ({exc}); use evaluate=false to only aggregate") from exc
         self.config, self.evaluator, self.ids = config, evaluator, cache(identity.checkpoint_identity)   # once per checkpoint
         self.evaluate, self.pending, self.check = run.evaluate, run.to_evaluate, partial(config.resolve, engine=True)
-        self.template = lambda resolved: run.thinking_problem(resolved.cfg)   # (check_templates runs on checked settings only)
+        self.template = lambda resolved: run.thinking_problem(resolved.cfg)   # (analyze checks planned jobs on checked settings only)
 
     def request(self, job: EvalJob) -> Any:
         """`job`'s config made from the resolved settings (overwrite when a bench is held under another identity:
@@ -119,18 +117,6 @@ def check_settings(h: Harness, eval_opts: dict[str, Any], benches: list[str]) ->
         raise AnalysisError(f"evaluation settings (eval.KEY=...): {exc}") from exc
 
 
-def check_templates(h: Harness, jobs: list[EvalJob]) -> None:
-    """Refuse, before any evaluation (also under dry_run), a setting a planned checkpoint's chat template
-    cannot take (every evaluate of it would fail after loading): one AnalysisError naming the checkpoints."""
-    problems = []
-    for job in jobs:
-        with suppress(ConfigError, OSError, ValueError, RuntimeError):   # its tokenizer does not load: its evaluation says so
-            problems += [why] if (why := h.template(h.request(job))) else []
-    if problems:
-        more = f" (and {len(problems) - 1} more checkpoint(s))" if len(problems) > 1 else ""
-        raise AnalysisError(f"evaluation settings (eval.KEY=...): {problems[0]}{more}")
-
-
 def candidates(runs: list[Run], benches: list[str], prompt: str, anchor: str | None, anchor_dir: Path,
                profile: str | None) -> list[EvalJob]:
     """Every checkpoint of `runs` and the anchor (when given, with prompt=anchor_nudge, as step 0), every bench."""
@@ -155,20 +141,6 @@ def plan(h: Harness, jobs: list[EvalJob]) -> list[EvalJob]:
             job.stale = {b: diff for b, diff in left.items() if diff}
             left_jobs.append(job)
     return left_jobs
-
-
-def check_anchor_identity(anchor_dir: Path, anchor: str | None) -> None:
-    """The anchor dir is re-used only for the same base model: a different one must not inherit its numbers."""
-    meta = Path(anchor_dir) / "anchor.json"
-    if anchor is None or not meta.exists():
-        return
-    problems: list[str] = []   # a torn one: its reason, not "records anchor None"
-    recorded = (read_json_object(meta, problems) or {}).get("model")
-    if recorded != str(anchor) and not (isinstance(recorded, str) and resolve_model_path(recorded) == str(anchor)):
-        # (an embedded name recorded before analyze resolved it, `tiny-base`, is its directory)
-        raise AnalysisError(
-            f"{problems[0] if problems else f'{meta} records anchor {recorded!r} but anchor={anchor!r} was given'}; "
-            f"pass anchor_dir=<another dir> or remove {anchor_dir} to re-evaluate")
 
 
 def run_job(job: EvalJob, h: Harness, anchor_dir: Path) -> list[EvalFailure]:
