@@ -3,7 +3,8 @@ tokenizer by a user-given name (data-prep's tokenizer, the trainers' model, eval
 
 huggingface_hub retries a download up to 5 times per file with backoff when the hub cannot be reached (~25 s a file,
 ~80 s for a model); `local_only` asks it once instead, so an uncached Hub id while the hub cannot answer is one line
-at once, and a cached copy loads from the cache (`local_files_only`), as huggingface_hub would fall back to it.
+at once, and a cached copy loads from the cache (`local_files_only`), as huggingface_hub would fall back to it. The
+answer is the process's for that repo: a stage's later checks of it ask nothing (`hub_unreachable`).
 """
 from __future__ import annotations
 
@@ -23,22 +24,38 @@ def offline_var() -> str | None:
     return "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
 
 
-def hub_unreachable(repo_id: str, filename: str = "tokenizer_config.json") -> str | None:
+# A check's answer per (endpoint, repo type, repo id, revision), for this process: a trainer's start checks
+# model.tokenizer and model.path 3-4 times, often one repo, and a Hub that accepts connections and never answers
+# made each wait for the request's timeout (~10 s). The failure is remembered too, so its next check is the same
+# line at once.
+_ANSWERS: dict[tuple[str, str, str, str], str | None] = {}
+
+
+def hub_unreachable(repo_id: str, filename: str = "tokenizer_config.json", *, revision: str | None = None,
+                    repo_type: str = "model") -> str | None:
     """Why the hub cannot send `repo_id`'s files now, or None: offline (the variable set), or one HEAD request for
     `filename`, without huggingface_hub's retries and backoff (its downloads make up to 5 more per file when no cached
-    copy is there), failed at the network. An answer from the hub (not found, gated) is None: the download says it."""
+    copy is there), failed at the network. An answer from the hub (not found, gated) is None: the download says it.
+    The request is made once per process for one repo at one revision and endpoint, whichever file a check names
+    (`_ANSWERS`); being offline is read anew at each check."""
     if var := offline_var():
         return f"{var}={os.environ[var]}"
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import HfHubHTTPError
 
-    try:
-        get_hf_file_metadata(hf_hub_url(repo_id, filename), retry_on_errors=False)
+    key = (constants.ENDPOINT, repo_type, repo_id, revision or constants.DEFAULT_REVISION)
+    if key in _ANSWERS:
+        return _ANSWERS[key]
+    try:   # (the timeout as huggingface_hub's downloads read it: HF_HUB_ETAG_TIMEOUT)
+        get_hf_file_metadata(hf_hub_url(repo_id, filename, repo_type=repo_type, revision=revision),
+                             timeout=constants.HF_HUB_ETAG_TIMEOUT, retry_on_errors=False)
+        why = None
     except HfHubHTTPError:
-        return None
+        why = None
     except Exception as exc:   # httpx's connect, network and timeout errors; OfflineModeIsEnabled
-        return f"the Hugging Face Hub is unreachable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-    return None
+        why = f"the Hugging Face Hub is unreachable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    _ANSWERS[key] = why
+    return why
 
 
 def hf_home() -> str:

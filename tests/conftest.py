@@ -176,6 +176,17 @@ def _root_logging_as_it_was():
     root.setLevel(level)
 
 
+@pytest.fixture(autouse=True)
+def _hub_answers_forgotten():
+    """common.hub remembers the Hub's answer per repo and endpoint for the process; a test's Hub (a loopback port,
+    a patched resolver) is its own, so each test starts with none remembered, as each command does."""
+    import common.hub
+
+    common.hub._ANSWERS.clear()
+    yield
+    common.hub._ANSWERS.clear()
+
+
 @pytest.fixture
 def prefilled(tmp_path_factory, monkeypatch):
     """A data cache of this test's own holding the unpinned sets a user pre-fills (one-row stand-ins:
