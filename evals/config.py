@@ -177,11 +177,9 @@ class Resolved(NamedTuple):
 def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str], prompt: str,
                    overwrite: bool | None = None) -> DictConfig:
     """One checkpoint's resolved config, made from `settings` (what resolve gave for every evaluation of an analysis,
-    its ckpt and out stand-ins) without resolving again: `benches` (among the settings') and the prompt are checked."""
+    its ckpt and out stand-ins) without resolving again: `benches` (among the settings') are checked (`prompt`: analyze's)."""
     if unknown := [b for b in benches if b not in settings.benches]:
         raise EvalError(f"benches {unknown}: not among the resolved settings' ({', '.join(settings.benches)})")
-    if why := KEYS["prompt"].problem("prompt", prompt):
-        raise EvalError(why)
     cfg = settings.copy()
     cfg.ckpt, cfg.out, cfg.prompt, cfg.benches = resolve_model_path(str(ckpt)), str(out), prompt, list(benches)
     cfg.overwrite = bool(settings.overwrite if overwrite is None else overwrite)
