@@ -1,13 +1,11 @@
-"""Typed config fields (docs/concepts.md, "Where each key is defined"): a command's keys are a table `{dotted.key:
-Field}`, each with its default, rule, help text and roles; a key several commands share is one Field object (held
-through `Default` where the other command's default differs).
+"""Typed config fields (docs/concepts.md, "Where each key is defined", also on a later key's `as_before` value): a
+command's keys are a table `{dotted.key: Field}`, each with its default, rule, help text and roles; a key several
+commands share is one Field object (held through `Default` where the other command's default differs).
 
 Roles: IDENTITY (its value is part of the result's identity), CONTENT (it changes the result through the content
 identity of what it names: a checkpoint's, a bench file's or a corpus' digest), ENGINE (through the engine settings
 the host resolves it to), PATH (a file or directory, resolved against the caller's directory by launch.paths; its
 kind is one of PATH_KINDS). A key with none of the identity roles is operational: how fast or where, never what.
-A key added after run dirs were first written has an `as_before` value: an older config.yaml may lack it, and a run
-identity leaves it out at that value (`excluded`), so such a run dir resumes.
 """
 from __future__ import annotations
 
@@ -115,8 +113,8 @@ ANY = Test(lambda v: True, "anything")   # a field whose value is checked where 
 
 @dataclass(frozen=True, eq=False)
 class Field:
-    """One key (`read`: the value the program works with, e.g. `auto` -> None,
-    when it differs from the one written; `as_before`: above). Compared by identity: one object per key."""
+    """One key (`read`: the value the program works with, e.g. `auto` -> None, when it differs from the one written;
+    `as_before`: what an older config.yaml that lacks it means, `excluded`). Compared by identity: one object per key."""
 
     default: Any
     help: str
@@ -161,7 +159,6 @@ NONEMPTY = Test(lambda v: isinstance(v, str) and v != "", "a non-empty string")
 
 
 def number(help: str, default: Any, roles: Iterable[str] = (), **rule) -> Field:
-    """A numeric field (`rule`: Number's arguments)."""
     return Field(default, help, Number(**rule), frozenset(roles))
 
 

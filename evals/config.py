@@ -8,13 +8,13 @@ from typing import NamedTuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from common import datafetch, fields, layout, schema
+from common import fields, layout, schema
 from common.benchmarks import BenchError, canonical_bench_key, parse_bench_key
 from common.cli import apply_overrides, did_you_mean, load_mapping
 from common.fields import CONTENT, ENGINE, IDENTITY, NONEMPTY, PATH, Number, Test, choice, count, field, flag, number, problems, text
 from common.tiny import resolve_model_path
 from evals.benches import OOD_BENCH, SEARCH7, bench_source
-from evals.retrievers import build_problem
+from evals.retrievers import retriever_problem
 from evals.profiles import load_profile
 from common.prompts import PROMPTS
 from evals.errors import EvalError
@@ -177,11 +177,9 @@ class Resolved(NamedTuple):
 def for_checkpoint(settings: DictConfig, ckpt: str, out: str, benches: list[str], prompt: str,
                    overwrite: bool | None = None) -> DictConfig:
     """One checkpoint's resolved config, made from `settings` (what resolve gave for every evaluation of an analysis,
-    its ckpt and out stand-ins) without resolving again: `benches` (among the settings') and the prompt are checked."""
+    its ckpt and out stand-ins) without resolving again: `benches` (among the settings') are checked (`prompt`: analyze's)."""
     if unknown := [b for b in benches if b not in settings.benches]:
         raise EvalError(f"benches {unknown}: not among the resolved settings' ({', '.join(settings.benches)})")
-    if why := KEYS["prompt"].problem("prompt", prompt):
-        raise EvalError(why)
     cfg = settings.copy()
     cfg.ckpt, cfg.out, cfg.prompt, cfg.benches = resolve_model_path(str(ckpt)), str(out), prompt, list(benches)
     cfg.overwrite = bool(settings.overwrite if overwrite is None else overwrite)
@@ -235,23 +233,9 @@ def resolve(cfg: DictConfig | dict, engine: bool = False) -> DictConfig:
         if not Path(merged.heldout).is_dir():
             raise EvalError(f"heldout={merged.heldout}: no such directory")
     merged.bench_n = _per_bench("bench_n", base.bench_n, user.get("bench_n"), merged.benches, merged.bench_root)
-    qa = [b for b in merged.benches if uses_retriever(b)]
-    if qa and merged.retriever in ("bm25", "e5") and not merged.corpus:
-        raise EvalError(f"benches {qa} need a retriever: pass corpus=PATH (bm25, e5) or retriever=http retriever_url=URL")
-    if qa and merged.retriever in ("bm25", "e5") and not datafetch.named("corpus", merged.corpus, "corpus") and not Path(merged.corpus).is_file():
-        raise EvalError(f"corpus={merged.corpus}: {'a directory, not a file' if Path(merged.corpus).is_dir() else 'no such file'}")
-    if qa and merged.retriever == "e5":
-        if not merged.encoder:
-            raise EvalError("retriever=e5 needs encoder=MODEL (encoder:e5-base-v2, an HF model dir or hub id)")
-        # a fetched name is checked when used (the cache); a mistyped one is datafetch's DataError: did you mean
-        index_named = datafetch.named("index", merged.index, "index")
-        datafetch.named("encoder", merged.encoder, "encoder")
-        if merged.index is not None and not index_named and not Path(merged.index).is_file():
-            raise EvalError(f"index={merged.index}: no such file (a faiss index; null builds one from the corpus)")
-        if why := build_problem(merged.corpus, merged.index):
-            raise EvalError(why)
-    if qa and merged.retriever == "http" and not merged.retriever_url:
-        raise EvalError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
+    if qa := [b for b in merged.benches if uses_retriever(b)]:
+        if why := retriever_problem(merged.retriever, merged.corpus, merged.index, merged.encoder, merged.retriever_url):
+            raise EvalError(f"benches {qa}: {why}")
     if merged.out is None:
         if (where := layout.checkpoint_of(merged.ckpt)) is None:
             raise EvalError(f"ckpt={merged.ckpt} is not <run_dir>/checkpoints/step-NNNNNN; pass out=DIR")

@@ -33,11 +33,26 @@ BM25_PARAMS = {"method": "lucene", "k1": 1.2, "b": 0.75, "stopwords": "en"}
 INDEX_FORMAT = 1
 
 
-def build_problem(corpus, index, prefix: str = "") -> str | None:
-    """Why `{prefix}index=null` must not build an index over `corpus` here (a file over evals.dense.BUILD_MAX_BYTES: evaluate's and
-    GRPO's refusal before any work, `prefix` naming GRPO's keys), else None."""
-    if index is not None or datafetch.is_name(corpus) or not Path(str(corpus)).is_file() \
-            or (size := Path(str(corpus)).stat().st_size) <= dense.BUILD_MAX_BYTES:
+def retriever_problem(kind: str, corpus=None, index=None, encoder=None, url=None, prefix: str = "") -> str | None:
+    """The first problem of the settings a `kind` retriever is built from (bm25 and e5: the corpus, e5: the index and
+    encoder, http: the url), read before any work (evaluate's resolve, GRPO's config problems), one line naming the key as
+    `prefix` spells it (GRPO: "grpo."), else None. A mistyped fetched name (corpus:, index:, encoder:) raises
+    datafetch's DataError with the nearest names; a known one is checked when used (the data cache)."""
+    if kind == "http":
+        return None if url else f"{prefix}retriever=http needs {prefix}retriever_url=http://HOST:PORT/retrieve"
+    if not corpus:
+        return (f"{prefix}retriever={kind} needs {prefix}corpus=PATH (a wiki-18 style jsonl or a fetched corpus:NAME), "
+                f"or pass {prefix}retriever=http {prefix}retriever_url=URL")
+    for key, value in (("corpus", corpus), ("index", index if kind == "e5" else None)):
+        if value is not None and not datafetch.named(prefix + key, value, key) and not Path(str(value)).is_file():
+            what = "a directory, not a file" if Path(str(value)).is_dir() else "no such file"
+            return f"{prefix}{key}={value}: {what}" + (" (a faiss index; null builds one from the corpus)" if key == "index" else "")
+    if kind != "e5":
+        return None
+    if not encoder:
+        return f"{prefix}retriever=e5 needs {prefix}encoder=MODEL (encoder:e5-base-v2, an HF model dir or hub id)"
+    datafetch.named(prefix + "encoder", encoder, "encoder")
+    if index is not None or datafetch.is_name(corpus) or (size := Path(str(corpus)).stat().st_size) <= dense.BUILD_MAX_BYTES:
         return None
     return (f"{prefix}retriever=e5 {prefix}index=null would build an index over {prefix}corpus={corpus} ({size / 2**30:.1f} "
             f"GiB): pass {prefix}index=FILE (Search-R1's e5_Flat.index for wiki-18)")
@@ -191,8 +206,8 @@ class HttpRetriever:
     """Client of a Search-R1 retrieval server: `POST /retrieve {"queries", "topk", "return_scores"}`."""
 
     def __init__(self, url: str, timeout: float = 30.0, retries: int = 3, backoff: float = 1.0):
-        if not url:
-            raise RetrieverError("retriever=http needs retriever_url=http://HOST:PORT/retrieve")
+        if why := retriever_problem("http", url=url):
+            raise RetrieverError(why)
         if urllib.parse.urlsplit(url).scheme not in ("http", "https") or not urllib.parse.urlsplit(url).netloc:
             raise RetrieverError(f"retriever_url={url!r}: expected http://HOST:PORT/retrieve (or https)")
         self.url = url if url.rstrip("/").endswith("/retrieve") else url.rstrip("/") + "/retrieve"

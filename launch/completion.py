@@ -64,10 +64,9 @@ def main(argv: list[str]) -> int:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        rc, why = (128 - rc if rc < 0 else rc), None
-        if rc != 0:
-            why = f"{name} exited with code {rc}"
-        elif (now := fingerprint(record)) is None or now == before:
+        rc = 128 - rc if rc < 0 else rc
+        why = f"{name} exited with code {rc}" if rc else None
+        if not rc and ((now := fingerprint(record)) is None or now == before):
             rc, why = 1, f"{name} exited 0 but " + (f"wrote no {record} (its completion record)" if now is None else
                                                      f"did not write {record} (its completion record): the one there is "
                                                      "from before it ran")

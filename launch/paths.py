@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common import datafetch
-from common.fields import OUTPUT, path_keys
+from common.fields import OUTPUT, path_keys, plain
 from common.tiny import ALIASES, OLD_SPELLINGS
 from data_prep.readers import LOCAL_SUFFIXES, spec_parts
 from launch.jobs import REPO
@@ -63,9 +63,7 @@ def make_absolute(cfg: DictConfig, table: dict, origins: dict[str, str]) -> None
     for key, kind in path_keys(table).items():
         if kind == OUTPUT:
             continue
-        value = OmegaConf.select(cfg, key, default=None)
-        if OmegaConf.is_config(value):
-            value = OmegaConf.to_container(value, resolve=True)
+        value = plain(OmegaConf.select(cfg, key, default=None))
         shipped = origin_of(key, origins).startswith(SHIPPED)
         new = absolute(kind, value, REPO if shipped else Path.cwd(), shipped)
         if new != value:

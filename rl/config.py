@@ -14,7 +14,7 @@ from common.fields import (CONTENT, IDENTITY, MODEL as MODEL_ROLE, PATH, Default
                            is_int, list_of, number, text)
 from common.plan import save_points
 from common.schema import ENABLE_THINKING, LAUNCHER, PYTHON, RUN, TRAINER_SEMANTICS, run_dir
-from evals.retrievers import build_problem
+from evals.retrievers import retriever_problem
 from rl.envs import REWARD_SEMANTICS
 from rl.errors import RlError
 from sft.config import LOGGING, MODEL, SFT, TRAIN
@@ -109,25 +109,15 @@ def problems(cfg: DictConfig) -> list[str]:
     if not bad and g.completions_per_step % g.num_generations:
         bad.append(f"grpo.completions_per_step must be a multiple of grpo.num_generations={g.num_generations}, got {g.completions_per_step!r}")
     if cfg.task == "qa" and not bad:
-        retriever = g.retriever if g.qa_mode == "open" else None   # item / given use the rows' own paragraphs, no retriever
-        for key in input_files(cfg):
-            value = OmegaConf.select(cfg, key)
-            if not value and key == "grpo.prompts_file":
-                bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
-            elif not value and key == "grpo.corpus":
-                bad.append(f"task=qa with grpo.retriever={retriever} needs grpo.corpus=PATH (a wiki-18 style jsonl)")
-            elif not (key != "grpo.prompts_file" and _named(key, value, key.removeprefix("grpo."), bad)) \
-                    and not Path(str(value)).is_file():
-                what = "a directory, not a file" if Path(str(value)).is_dir() else "no such file"
-                bad.append(f"{key}={value}: {what}" + (" (a faiss index; null builds one from the corpus)" if key == "grpo.index" else ""))
-        if retriever == "e5":
-            if not g.get("encoder"):
-                bad.append("task=qa with grpo.retriever=e5 needs grpo.encoder=MODEL (an HF model dir or hub id)")
-            _named("grpo.encoder", g.get("encoder"), "encoder", bad)
-            if why := build_problem(g.corpus, g.get("index"), "grpo."):   # as evaluate refuses it
+        if not g.prompts_file:
+            bad.append("task=qa needs grpo.prompts_file=PATH (FlashRAG-format training questions)")
+        elif not (path := Path(str(g.prompts_file))).is_file():
+            bad.append(f"grpo.prompts_file={g.prompts_file}: {'a directory, not a file' if path.is_dir() else 'no such file'}")
+        try:   # item / given use the rows' own paragraphs, no retriever; a mistyped fetched name: the nearest names
+            if g.qa_mode == "open" and (why := retriever_problem(g.retriever, g.corpus, g.get("index"), g.get("encoder"), g.retriever_url, "grpo.")):
                 bad.append(why)
-        if retriever == "http" and not g.retriever_url:
-            bad.append("task=qa with grpo.retriever=http needs grpo.retriever_url=URL (serve-retriever)")
+        except datafetch.DataError as exc:
+            bad.append(str(exc))
     if not bad and parent_run(cfg.model.path) and not cfg.name:
         bad.append(f"model.path={cfg.model.path} is a checkpoint of an earlier run: set name=<variant> "
                    "(e.g. name=from_search_s100) so the GRPO run gets its own directory")
@@ -169,16 +159,6 @@ def placement(cfg: DictConfig, world: int) -> tuple[Path, dict]:
 def planned_saves(cfg: DictConfig) -> list[int]:
     """GRPO checkpoint steps (no epochs): common.plan's rule over `train.steps`."""
     return save_points(save_steps=cfg.train.save_steps, save_epoch_ends=False, per_epoch=0, total=int(cfg.train.steps))
-
-
-def _named(key: str, value, kind: str, bad: list[str]) -> bool:
-    """Whether `value` is a fetch-data name (read through the data cache); a mistyped one is added to `bad`
-    (with the nearest names) and counts as named, so no second "no such file" line follows."""
-    try:
-        return datafetch.named(key, value, kind)
-    except datafetch.DataError as exc:
-        bad.append(str(exc))
-        return True
 
 
 def input_files(cfg: DictConfig) -> list[str]:

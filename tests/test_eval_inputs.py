@@ -315,3 +315,32 @@ def test_driver_async_with_backend_hf_is_refused_up_front(tmp_path, capsys):
     assert analyze_main([f"runs_root={runs}", f"out={tmp_path / 'rep'}", "benches=[search_plan_ood]",
                          "eval.driver=async", "dry_run=true"]) == 2
     assert "driver=async needs" in capsys.readouterr().err
+
+
+def test_evaluate_and_grpo_say_the_same_of_the_same_retriever_settings(tmp_path, capsys, monkeypatch):
+    """One check of the retriever settings for both commands (evals.retrievers.retriever_problem), each naming the
+    keys as it spells them: an `index=` that is a directory is said to be one by evaluate's dry run too (was: "no
+    such file"), and a missing corpus, index file or retriever_url reads the same in both."""
+    from launch.compose import compose_grpo
+    from rl.config import problems
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "C.jsonl").write_text(json.dumps({"id": "0", "contents": '"T"\ntext'}) + "\n")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "q0", "question": "who?", "golden_answers": ["x"]}) + "\n")
+    (tmp_path / "idx").mkdir()
+    grpo = compose_grpo(["task=qa", "model=tiny_base", "steps=1", "runs_root=R", "grpo.prompts_file=q.jsonl",
+                         "grpo.corpus=C.jsonl"]).cfg
+    for keys in ({"retriever": "e5", "index": str(tmp_path / "idx")}, {"retriever": "e5", "index": "missing.index"},
+                 {"corpus": str(tmp_path)}, {"corpus": "null"}, {"retriever": "http"}):
+        argv = ["ckpt=tiny_base", "benches=[nq]", f"corpus={tmp_path / 'C.jsonl'}", f"out={tmp_path / 'o'}", "dry_run=true"]
+        assert evaluate_main(argv + [f"{k}={v}" for k, v in keys.items()]) == 2
+        said = capsys.readouterr().err.strip()
+        cfg = grpo.copy()
+        for k, v in keys.items():
+            cfg.grpo[k] = None if v == "null" else v
+        [grpo_said] = problems(cfg)
+        assert said == f"error: benches ['nq']: {grpo_said.replace('grpo.', '')}", (said, grpo_said)
+    assert said == "error: benches ['nq']: retriever=http needs retriever_url=http://HOST:PORT/retrieve"
+    assert evaluate_main(argv + ["retriever=e5", f"index={tmp_path / 'idx'}"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: benches ['nq']: index={tmp_path / 'idx'}: a directory, not a file "
+                                               "(a faiss index; null builds one from the corpus)")
