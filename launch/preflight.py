@@ -60,11 +60,11 @@ def run_needs(trainer, prep) -> Needs:
     cfg, sft = prep.cfg, trainer.stage == "sft"
     cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
     writes = [str(cache.cache_root(cfg))] if sft and cfg.data.cache_root and not cfg.data.dir else []   # (runs_root's: the run dir's)
-    names, hub = dataset_needs(cfg, prep.data_arm, prep.run_dir) if sft else ([], [])
+    names, hubs = dataset_needs(cfg, prep.data_arm, prep.run_dir) if sft else ([], [])
     names = names_in({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "data" or not sft}) + names
     return Needs(tuple(dict.fromkeys(names)), trainer.needs(cfg), f"run {prep.run_dir}", trainer.stage,
                  interpreter.named(cfg.get("python"), trainer.stage), None if sft else cfg.grpo.get("trl"),
-                 (str(prep.run_dir), *writes), cuda, tuple(hub), (str(cfg.data.dir),) if sft and cfg.data.dir else ())
+                 (str(prep.run_dir), *writes), cuda, tuple(hubs), (str(cfg.data.dir),) if sft and cfg.data.dir else ())
 
 
 def analyze_needs(cfg) -> Needs:

@@ -319,8 +319,7 @@ def run_study(argv: list[str]) -> int:
     plan, files = plan_jobs(req, stages, where)
     if not req.dry_run and preflight.gate(preflight.of(plan), False, counted=True):   # before anything is written
         return preflight.EXIT
-    where.mkdir(parents=True, exist_ok=True)
-    write_files(files)
+    write_files(files)   # (the runner makes `where` itself)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env)
