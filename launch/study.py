@@ -266,7 +266,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
         stage = r.stage
         after = {"after": before, "after_any": stage.run == "analyze"}
         module = RUNNERS[stage.run]
-        if r.unset or (not r.preps and r.cfg is None):   # a dry run: its place in the order, not resolved
+        if r.unset:   # a dry run: its place in the order, not resolved (every other stage is, or refused)
             unresolved = f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}"
             stage_jobs = [Job(stage.name, module, config=write(where / f"{stage.name}.unresolved", f"# {unresolved}\n"),
                               **after, notes=(unresolved,))]
