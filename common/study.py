@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.cli import ConfigError, base60_problem, did_you_mean, shown
-from common.fields import TEXT, Number, Test, is_int, list_of
+from common.fields import NONEMPTY, TEXT, Number, Test, is_int, list_of
 from common.io import sha256_file
 from common.layout import step_name
 from common.marks import MARK_GRAMMAR, file_marks
@@ -79,8 +79,9 @@ class ReferenceResult:
 
 
 RESULT_KEYS = tuple(f.name for f in fields(ReferenceResult))   # a reference_results entry's keys
-# What an entry's optional keys must be (system, bench and metric: required strings).
-_RESULT_RULES = {**dict.fromkeys(("value", "pre", "post"), Number(null=True)), "n": Number(lo=1, integer=True, null=True),
+# What each key of an entry must be (system, bench and metric: required).
+_RESULT_RULES = {**dict.fromkeys(("system", "bench", "metric"), NONEMPTY), **dict.fromkeys(("value", "pre", "post"), Number(null=True)),
+                 "n": Number(lo=1, integer=True, null=True),
                  "step": Number(integer=True, null=True), "note": TEXT, "arm": Test(lambda v: v is None or isinstance(v, str), "a run arm name")}
 
 
@@ -127,12 +128,9 @@ def _reference_result(entry, w: str) -> ReferenceResult:
         raise StudyError(f"{w}: expected a mapping, found {entry!r}")
     for key in sorted(set(entry) - set(RESULT_KEYS)):
         raise StudyError(f"{w}: unknown key {key!r}; keys: {', '.join(RESULT_KEYS)}.{did_you_mean(key, RESULT_KEYS)}")
-    for key in ("system", "bench", "metric"):
-        if not isinstance(entry.get(key), str) or not entry[key]:
-            raise StudyError(f"{w}: `{key}` is required (a string)")
     for key, why in ((k, rule.why(entry.get(k))) for k, rule in _RESULT_RULES.items()):
         if why:
-            raise StudyError(f"{w}.{key}: expected {why}, found {entry[key]!r}")
+            raise StudyError(f"{w}.{key}: expected {why}, found {entry.get(key)!r}")
     if entry.get("value") is None and None in (entry.get("pre"), entry.get("post")) and entry.get("note") is None:
         raise StudyError(f"{w}: give `value`, or `pre` and `post`, or a `note` saying why no number was published")
     return ReferenceResult(**{k: entry.get(k) for k in RESULT_KEYS})

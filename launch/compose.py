@@ -62,11 +62,6 @@ def verbatim(value: str) -> str:
     return value if kept else json.dumps(value)
 
 
-def _check_recipe_keys(recipe: DictConfig, known: KeySpace, where: str, keys: Keys) -> None:
-    for key in (k for k in flat_keys(recipe) if k not in known):
-        raise keys.error(f"{where}: key {key!r} is not {keys.what}.{did_you_mean(key, sorted(known.leaves))}")
-
-
 def resolved_container(cfg, where: str = "the composed config (recipes and key=value overrides)",
                        error: type[Exception] = LaunchError):
     """`cfg` as plain containers with every `${...}` interpolation resolved; a bad one is one line."""
@@ -102,8 +97,8 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
     (`strict`) or left out (GRPO reads the SFT model recipes: their SFT-only knobs stay out of config.yaml and its fingerprint)."""
     cfg = OmegaConf.create(defaults)
     known, meta, origins = KeySpace(cfg, keys.open_prefixes), {}, dict.fromkeys(flat_keys(cfg), DEFAULT)
-    user = [_user_recipe(path_text, choices, known, keys)] if (path_text := choices.get(USER_RECIPE)) else []
-    for i, (where, layer) in enumerate([*layers, *user]):   # the user's recipe (checked already) last
+    user = [_user_recipe(path_text, choices, keys)] if (path_text := choices.get(USER_RECIPE)) else []
+    for i, (where, layer) in enumerate([*layers, *user]):   # the user's recipe last
         if "_launch" in layer:   # a shipped recipe's section for launch (r2e_v5's data_arm): the trainer's config never holds it
             section = layer.pop("_launch")
             launch = resolved_container(section, where) if isinstance(section, DictConfig) else None
@@ -113,9 +108,10 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
                 raise LaunchError(f"{where}: unknown key '_launch.{key}' (known: "
                                   f"{', '.join('_launch.' + k for k in LAUNCH_META_KEYS)}).{did_you_mean(key, LAUNCH_META_KEYS)}")
             meta.update(launch)
-        if strict and i < len(layers):
-            _check_recipe_keys(layer, known, where, keys)
-        elif i < len(layers):   # GRPO: only the keys it reads
+        if strict or i == len(layers):   # (the user's recipe: every key one of `known`)
+            for key in (k for k in flat_keys(layer) if k not in known):
+                raise keys.error(f"{where}: key {key!r} is not {keys.what}.{did_you_mean(key, sorted(known.leaves))}")
+        else:   # GRPO: only the keys it reads
             kept = OmegaConf.create()
             for key in (k for k in flat_keys(layer) if k in known):
                 OmegaConf.update(kept, key, OmegaConf.select(layer, key), merge=False)
@@ -138,9 +134,9 @@ def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exceptio
             raise error(f"{where(key)}: {key} must be a section of keys ({key}.KEY: value), got {plain(value)!r}")
 
 
-def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys: Keys) -> tuple[str, DictConfig]:
+def _user_recipe(path_text: str, choices: dict[str, str], keys: Keys) -> tuple[str, DictConfig]:
     """(origin label, file) of the user's recipe (relative to the current directory; `choices` gets it absolute); it may
-    set neither what the command line decides, nor `_launch`, nor a key outside `known`."""
+    set neither what the command line decides nor `_launch` (`_layered` checks its keys)."""
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise LaunchError(f"recipe={path_text}: no such file")
@@ -157,7 +153,6 @@ def _user_recipe(path_text: str, choices: dict[str, str], known: KeySpace, keys:
     for key in (k for k in keys.decided if k in recipe):
         raise LaunchError(f"{where}: sets {key}: {OmegaConf.to_container(recipe)[key]!r}, which the command line "
                           f"decides; remove it from the file and pass {key}=... on the command line")
-    _check_recipe_keys(recipe, known, where, keys)
     if why := base60_problem(path):
         raise LaunchError(why)
     return where, recipe

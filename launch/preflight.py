@@ -60,11 +60,11 @@ def run_needs(trainer, prep) -> Needs:
     cfg, sft = prep.cfg, trainer.stage == "sft"
     cuda = jobs.backend(cfg.launcher.kind).where if cfg.model.get("gpu_only") else None
     writes = [str(cache.cache_root(cfg))] if sft and cfg.data.cache_root and not cfg.data.dir else []   # (runs_root's: the run dir's)
-    names, hub = dataset_needs(cfg, prep.data_arm, prep.run_dir) if sft else ([], [])
+    names, hubs = dataset_needs(cfg, prep.data_arm, prep.run_dir) if sft else ([], [])
     names = names_in({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "data" or not sft}) + names
     return Needs(tuple(dict.fromkeys(names)), trainer.needs(cfg), f"run {prep.run_dir}", trainer.stage,
                  interpreter.named(cfg.get("python"), trainer.stage), None if sft else cfg.grpo.get("trl"),
-                 (str(prep.run_dir), *writes), cuda, tuple(hub), (str(cfg.data.dir),) if sft and cfg.data.dir else ())
+                 (str(prep.run_dir), *writes), cuda, tuple(hubs), (str(cfg.data.dir),) if sft and cfg.data.dir else ())
 
 
 def analyze_needs(cfg) -> Needs:
@@ -153,15 +153,6 @@ def python_problem(need: Needs) -> str | None:
     return why
 
 
-def output_problem(path: str) -> str | None:
-    """Why directory `path` cannot be written (None: it is a writable dir, or can be made under one)."""
-    full = Path(os.path.expanduser(path)).absolute()
-    probe = next(p for p in (full, *full.parents) if p.exists())   # the nearest that exists (at worst: /)
-    if probe.exists() and not probe.is_dir():
-        return f"{path}: {probe} is a file, not a directory"
-    return None if os.access(probe, os.W_OK | os.X_OK) else f"{path}: {probe} is not writable"
-
-
 def problems(needs: list[Needs]) -> list[str]:
     """One line per problem of `needs`, each once, in order: `<who>: <why>` (a data name or hub source is
     asked once, its line naming the first job that reads it)."""
@@ -172,7 +163,11 @@ def problems(needs: list[Needs]) -> list[str]:
         if need.kind is not None:
             whys.append(python_problem(need) or (interpreter.cuda_problem(need.python or sys.executable)
                                                  if need.cuda == "here" and gpus_visible() else None))
-        whys += [output_problem(path) for path in need.outputs]
+        for path in need.outputs:   # a writable directory, or one that can be made under the nearest that exists (at worst: /)
+            full = Path(os.path.expanduser(path)).absolute()
+            probe = next(p for p in (full, *full.parents) if p.exists())
+            whys.append(None if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK) else
+                        f"{path}: {probe} is {'not writable' if probe.is_dir() else 'a file, not a directory'}")
         for path in need.datasets:   # a built dataset (data.dir) whose manifest reads
             try:
                 cache.read_manifest(Path(path))

@@ -266,7 +266,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
         stage = r.stage
         after = {"after": before, "after_any": stage.run == "analyze"}
         module = RUNNERS[stage.run]
-        if r.unset or (not r.preps and r.cfg is None):   # a dry run: its place in the order, not resolved
+        if r.unset:   # a dry run: its place in the order, not resolved (every other stage is, or refused)
             unresolved = f"not resolved: set {', '.join(f'{v}=...' for v in r.unset)}"
             stage_jobs = [Job(stage.name, module, config=write(where / f"{stage.name}.unresolved", f"# {unresolved}\n"),
                               **after, notes=(unresolved,))]
@@ -319,8 +319,7 @@ def run_study(argv: list[str]) -> int:
     plan, files = plan_jobs(req, stages, where)
     if not req.dry_run and preflight.gate(preflight.of(plan), False, counted=True):   # before anything is written
         return preflight.EXIT
-    where.mkdir(parents=True, exist_ok=True)
-    write_files(files)
+    write_files(files)   # (the runner makes `where` itself)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
     training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env)
