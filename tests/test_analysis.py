@@ -683,3 +683,37 @@ def test_the_report_states_the_evaluation_settings_its_numbers_were_made_under(t
         "- no identity recorded: search/seed0/step-000010 × hotpotqa"]
     page = (out / "report.html").read_text()
     assert "<code>evaluate.topk=3</code>" in page and "512 at anchor and 2 more, 1024 at r2e/seed1/step-000010" in page
+
+
+def test_the_teacher_forced_legend_lists_every_arm_drawn_in_any_panel(tmp_path, monkeypatch):
+    """An arm evaluated on tf_search alone (not on tf_code, the first panel): its line has a legend entry, each
+    label once, arms in order, then the anchor (before: the legend was the first panel's, so it had none)."""
+    import matplotlib.pyplot
+
+    import analysis.figures
+    from common.io import write_json
+
+    root = tmp_path / "runs"
+    for arm, benches in (("r2e", ("tf_code", "tf_search")), ("search", ("tf_search",))):
+        run = make_run(root, arm, 0, [2, 4])
+        for s in (2, 4):
+            (run / "eval" / f"step-{s:06d}").mkdir(parents=True)
+            write_json(run / "eval" / f"step-{s:06d}" / "summary.json",
+                       {b: {"loss": 2.0 - 0.1 * s, "tokens": 100, "n": 4} for b in benches})
+    (anchor := root / "_anchor" / "eval" / "step-000000").mkdir(parents=True)
+    write_json(anchor / "summary.json", {b: {"loss": 2.5, "tokens": 100, "n": 4} for b in ("tf_code", "tf_search")})
+    legends = {}
+
+    def save(fig, info, out_stem, rows):   # the legend as drawn, no file rendered
+        legends[out_stem.stem] = [[t.get_text() for t in legend.get_texts()] for legend in fig.legends]
+        for ext in ("pdf", "png"):
+            out_stem.with_suffix(f".{ext}").write_bytes(b"")
+            info.paths.append(out_stem.with_suffix(f".{ext}"))
+        matplotlib.pyplot.close(fig)
+
+    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["tf_code", "tf_search"],
+                        "evaluate": False})
+    fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
+    assert fig.panels[0].startswith("tf_code") and "search/seed0" not in fig.series[fig.panels[0]]
+    assert legends["teacher_forced"] == [["r2e/seed0", "search/seed0", "anchor"]]
