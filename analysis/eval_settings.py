@@ -44,10 +44,11 @@ class EvalSettings:
         if not self.evaluations:
             head = "Evaluation settings: no evaluation's meta.json records its identity, so none is stated"
             return [head + (f" ({self._unrecorded()})." if self.unrecorded else ".")]
-        benches = f"{self.benches} bench{'es' if self.benches != 1 else ''}"
+        count = f"{self.evaluations} evaluation{'s' if self.evaluations != 1 else ''} of {self.benches} " \
+                f"bench{'es' if self.benches != 1 else ''}"
         anchor = ", the anchor's included" if self.with_anchor else ""
         lines = [f"Evaluation settings (the identity keys each evaluation's meta.json records, the checkpoint's aside; "
-                 f"{self.evaluations} evaluations of {benches}{anchor}):"]
+                 f"{count}{anchor}):"]
         if self.shared:
             lines.append("- shared: " + ", ".join(f"`{k}={value_text(v)}`" for k, v in self.shared.items()))
         if self.by_bench:

@@ -683,6 +683,11 @@ def test_the_report_states_the_evaluation_settings_its_numbers_were_made_under(t
         "- no identity recorded: search/seed0/step-000010 × hotpotqa"]
     page = (out / "report.html").read_text()
     assert "<code>evaluate.topk=3</code>" in page and "512 at anchor and 2 more, 1024 at r2e/seed1/step-000010" in page
+    for d in dirs.values():   # evaluations made before identities were recorded: the report says it states none
+        (d / "meta.json").unlink()
+    assert analyze_main([f"runs_root={root}", f"out={out}", "benches=[nq,hotpotqa]", "evaluate=false"]) == 0
+    assert ("\nEvaluation settings: no evaluation's meta.json records its identity, so none is stated (anchor × "
+            "hotpotqa, anchor × nq, r2e/seed0/step-000010 × hotpotqa and 5 more).\n") in (out / "report.md").read_text()
 
 
 def test_the_teacher_forced_legend_lists_every_arm_drawn_in_any_panel(tmp_path, monkeypatch):
