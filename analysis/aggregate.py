@@ -396,22 +396,42 @@ def anchor_differences(points: Points, arm: str, bench: str, last: list[tuple[in
     return sorted({d for k in found for d in fingerprint_diff(anchor, k)})
 
 
+def recorded_settings(points: Points, bench: str) -> list[tuple[str, dict]]:
+    """(where, settings) of every evaluation of `bench` whose meta.json records its identity, in point order."""
+    return [(where(a, s, t), k) for (a, s, t), d in sorted(points.eval_dirs.items()) if (k := _settings(d, bench)) is not None]
+
+
+def values_seen(held: list[tuple[str, dict]], key: str) -> list[tuple[object, list[str]]]:
+    """Each value of `key` among `held` (compared by value: 1 == 1.0; `unset` where one lacks it), as first recorded,
+    with where it was recorded, in the order first seen."""
+    seen: dict[str, tuple[object, list[str]]] = {}
+    for at, k in held:
+        v = k.get(key, "unset")
+        seen.setdefault(by_value(v), (v, []))[1].append(at)
+    return list(seen.values())
+
+
+def by_value(v) -> str:
+    """A recorded setting's value as compared: an int as the equal float (1 == 1.0), a bool as itself."""
+    return repr(float(v) if isinstance(v, int) and not isinstance(v, bool) else v)
+
+
+def seen_text(seen: list[tuple[object, list[str]]]) -> str:
+    """`512 at anchor and 2 more, 1024 at r2e/seed1/step-000010`: each value with where it was first seen."""
+    return ", ".join(f"{v} at {ats[0]}" + (f" and {len(ats) - 1} more" if len(ats) > 1 else "") for v, ats in seen)
+
+
 def mixed_settings(points: Points, benches: list[str]) -> list[str]:
     """One line per bench whose evaluations (every point's and the anchor's, as meta.json records them) differ in a
     result-changing setting other than the checkpoint and the prompt (the anchor's anchor_nudge by design): each
     value with where it was first seen and how many more share it. Unrecorded identities are not compared."""
     out = []
     for bench in benches:
-        held = [(where(a, s, t), k) for (a, s, t), d in sorted(points.eval_dirs.items()) if (k := _settings(d, bench)) is not None]
+        held = recorded_settings(points, bench)
         parts = []
         for key in sorted({key for _, k in held for key in k} - {"evaluate.prompt"}):
-            seen: dict[str, tuple[object, list[str]]] = {}   # the value by value (1 == 1.0) -> (as recorded, where)
-            for at, k in held:
-                v = k.get(key, "unset")
-                seen.setdefault(repr(float(v) if isinstance(v, int) and not isinstance(v, bool) else v), (v, []))[1].append(at)
-            if len(seen) > 1:
-                parts.append(f"{key}: " + ", ".join(f"{v} at {ats[0]}" + (f" and {len(ats) - 1} more" if len(ats) > 1 else "")
-                                                    for v, ats in seen.values()))
+            if len(seen := values_seen(held, key)) > 1:
+                parts.append(f"{key}: " + seen_text(seen))
         if parts:
             out.append(f"{bench}: its evaluations differ in settings ({'; '.join(parts)}): the report's numbers of {bench} "
                        "mix them (evaluate=true re-evaluates every point under one)")

@@ -241,12 +241,25 @@ def _list_html(items: list[str], empty: str, list_id: str) -> str:
     return f'<ul id="{list_id}">' + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
 
 
+def _settings_block_html(lines: list[str]) -> str:
+    """The Markdown lines of the evaluations' settings block: its head a paragraph, its `- ` items a list, each
+    `code span` a <code> element (the text escaped first)."""
+    def inline(text: str) -> str:
+        return re.sub(r"`([^`]*)`", r"<code>\1</code>", _e(text))
+
+    if not lines:
+        return ""
+    items = "".join(f"<li>{inline(x[2:])}</li>" for x in lines[1:])
+    return f'<p id="eval-settings">{inline(lines[0])}</p>' + (f"<ul>{items}</ul>" if items else "")
+
+
 def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missing: list, problems: list[str],
                settings: dict, benches: list[str], anchor_eval: Path | None, partial: str | None = None,
-               finals: dict | None = None, unscored=None) -> Path:
+               finals: dict | None = None, unscored=None, evaluated_under: list[str] = ()) -> Path:
     """`<out>/report.html` + `<out>/report_data/` (the trajectories of every eval dir, sharded); `partial`
     (some expected point failed to evaluate) heads the report; `finals`, `unscored`: the paired table's final
-    checkpoints and gaps, which the page's seed means follow (seed_means)."""
+    checkpoints and gaps, which the page's seed means follow (seed_means); `evaluated_under`: the evaluations'
+    settings block (analysis.eval_settings), under the page's settings."""
     out = Path(out)
     problems = list(problems)
     entries = write_shards(out / DATA_DIR, eval_dirs(runs, anchor_eval), benches, problems)
@@ -267,7 +280,7 @@ def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missi
         _list_html([m.line() for m in missing], "None: every expected (checkpoint × bench) has a result.", "missing"),
         f"<h2>Problems reading inputs ({len(problems)})</h2>", _list_html(problems, "None.", "problems"),
         "<h2>Runs and provenance</h2>", _runs_html(runs),
-        f"<p>Settings: {settings_html}</p>", "</section>",
+        f"<p>Settings: {settings_html}</p>", _settings_block_html(evaluated_under), "</section>",
     ]
     fill = {"CSS": (ASSETS / "report.css").read_text(encoding="utf-8"), "REPORT": "\n".join(parts),
             "INDEX": js_json(index), "JS": (ASSETS / "report.js").read_text(encoding="utf-8")}

@@ -17,6 +17,7 @@ from analysis.aggregate import Points, final_steps, mixed_settings, settings_dif
 from analysis.axes import build_axis
 from analysis.collect import MEAN_BENCH, SEARCH_R1_BENCHES, add_mean_rows, collect, mean_label, qa_benches
 from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, read_json_object, replaced_dirs
+from analysis.eval_settings import eval_settings
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
 from analysis.report import MissingPoint, MissingSteps, make_way, missing_count, write_report
@@ -304,17 +305,19 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                 **({"study": f"{study.name} (sha256 {study.sha256[:12]})"} if study else {}),
                 "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures),
                 "axis": cfg.axis if cfg.axis == "step" else f"{cfg.axis} ({axis.label}, from metrics.jsonl)"}
+    evaluated_under = eval_settings(points, benches).lines()   # the settings the numbers were made under (meta.json)
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
                                  settings=settings, ignored=replaced_dirs(root), intervals=intervals,
-                                 partial=partial_line(result))
+                                 partial=partial_line(result), evaluated_under=evaluated_under)
     from analysis.html import write_html
 
     result.html = write_html(out, runs=runs, figures=result.figures, tables=result.tables, missing=result.missing,
                              problems=problems, settings=settings, benches=episodic,
                              anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None,
-                             partial=partial_line(result), finals=finals, unscored=points.unscored)
+                             partial=partial_line(result), finals=finals, unscored=points.unscored,
+                             evaluated_under=evaluated_under)
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)

@@ -145,9 +145,11 @@ def plot_tf(curves: TFCurves, out_stem: Path, axis):
             ax.set_ylabel("loss / token")
         for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
-        handles, labels = axes.flat[0].get_legend_handles_labels()
-        if handles:
-            fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), frameon=False,
+        # every line of any panel, once (an arm may be evaluated on one bench only: not in the first panel)
+        drawn = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels())}
+        labels = [x for x in (*(f"{a}/seed{s}" for a in arms for s in seeds), "anchor") if x in drawn]
+        if labels:
+            fig.legend([drawn[x] for x in labels], labels, loc="upper center", ncol=min(len(labels), 6), frameon=False,
                        bbox_to_anchor=(0.5, 1.0))
         info.caption = ("Teacher-forced loss per token on held-out gold trajectories (tf_code: code agents, tf_search: "
                         "search agents) at each checkpoint, per span kind; colour = arm, line style = seed, dashed = "

@@ -203,6 +203,24 @@ class EvalRecord:
         got = _get(ident, "keys", {}).get("checkpoint.digest") if isinstance(_get(ident, "keys"), dict) else None
         return got or _get(self.meta, "checkpoint_identity.digest")
 
+    def settings(self, bench: str) -> dict:
+        """RESULT_SETTINGS as `bench`'s evaluation had them: its identity's keys (`evaluate.<key>`, the seed
+        `bench.seed`) where recorded; else meta.json's config, only where its last evaluate call (`benches`; a
+        record without that list: one call) evaluated `bench` (the config is that call's, not a kept bench's)."""
+        ident = _get(self.meta, "identities", {}).get(bench) if isinstance(self.meta.get("identities"), dict) else None
+        keys = _get(ident, "keys") if isinstance(_get(ident, "keys"), dict) else {}
+        cfg = self.meta.get("config") if isinstance(self.meta.get("config"), dict) else {}
+        last = self.meta.get("benches")
+        ran = not isinstance(last, list) or bench in last
+        out = {}
+        for k in RESULT_SETTINGS:
+            name = "bench.seed" if k == "seed" else f"evaluate.{k}"
+            if name in keys:
+                out[k] = keys[name]
+            elif ran and k in cfg:
+                out[k] = cfg[k]
+        return out
+
     def holds(self, row: Row) -> bool:
         got = self.summary.get(row.bench)
         if not isinstance(got, dict):
@@ -737,8 +755,7 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
             continue
         seen.add(key)
         ident = _get(x.record.meta, "identities", {}).get(x.row.bench, {}) if isinstance(x.record.meta.get("identities"), dict) else {}
-        cfg = x.record.meta.get("config") if isinstance(x.record.meta.get("config"), dict) else {}
-        settings = ", ".join(f"{k}={cfg[k]}" for k in RESULT_SETTINGS if k in cfg)
+        settings = ", ".join(f"{k}={v}" for k, v in x.record.settings(x.row.bench).items())
         mode = x.row.bench.partition("@")[2] or "as the bench defines"
         lines.append(f"- {text(x.row.bench)}: identity {text(_get(ident, 'fingerprint'))}, context mode {text(mode)}, "
                      f"{text(settings, 400)}; record {text(x.record.dir.relative_to(s.run_dir), 120)}")

@@ -634,3 +634,91 @@ def test_an_unreadable_summary_is_the_missing_point_s_reason(tmp_path):
     missing = _missing_points(runs, c.table, ["nq"], SimpleNamespace(failed=lambda *a: None), tmp_path / "none", False,
                               c.nulls, c.unread)
     assert missing[0].line().startswith(f"A/seed0/step-000020 × nq: {torn}: unreadable JSON (")
+
+
+def _record_identity(eval_dir, bench: str, keys: dict) -> None:
+    """meta.json recording `bench`'s evaluation identity keys beside what the dir already records."""
+    path = eval_dir / "meta.json"
+    meta = json.loads(path.read_text()) if path.is_file() else {"identities": {}}
+    meta["identities"][bench] = {"fingerprint": f"fp-{bench}", "keys": keys}
+    path.write_text(json.dumps(meta))
+
+
+def test_the_report_states_the_evaluation_settings_its_numbers_were_made_under(tmp_path):
+    """Every evaluation's meta.json identity keys (the checkpoint's aside) summed up in one block of report.md and
+    report.html: the settings all share, those that differ by bench, those that differ between evaluations of one
+    bench (each value and where, never one picked), the anchor's prompt, and the evaluations that record none
+    (before: the report named only analyze's own settings, so two reports could not be told comparable or not)."""
+    root = tmp_path / "runs"
+    for arm, seed in (("r2e", 0), ("r2e", 1), ("search", 0)):
+        make_run(root, arm, seed, [10], evaluated={10: {"nq": 0.3, "hotpotqa": 0.2}})
+    anchor = root / "_anchor" / "eval" / "step-000000"
+    write_eval(anchor, {"nq": 0.1, "hotpotqa": 0.1})
+    dirs = {"anchor": anchor, **{f"{a}/seed{s}": root / a / f"seed{s}" / "eval" / "step-000010"
+                                 for a, s in (("r2e", 0), ("r2e", 1), ("search", 0))}}
+    for who, d in dirs.items():
+        for bench, n in (("nq", 10), ("hotpotqa", 10)):
+            if (who, bench) == ("search/seed0", "hotpotqa"):
+                continue   # no identity recorded for it
+            keys = {"checkpoint.digest": f"d-{who}", "bench.name": bench, "bench.n": n, "bench.seed": 42,
+                    "bench.source_digest": ("a" if bench == "nq" else "b") * 64, "eval_semantics": 2,
+                    "evaluate.max_new_tokens": 1024 if (who, bench) == ("r2e/seed1", "nq") else 512,
+                    "evaluate.max_turns": 8, "evaluate.topk": 3, "evaluate.enable_thinking": "auto",
+                    "evaluate.prompt": "anchor_nudge" if who == "anchor" else "tool_agent", "corpus": None}
+            _record_identity(d, bench, keys)
+    out = tmp_path / "o"
+    assert analyze_main([f"runs_root={root}", f"out={out}", "benches=[nq,hotpotqa]", "evaluate=false"]) == 0
+    text = (out / "report.md").read_text()
+    block = text[text.index("Evaluation settings"):].split("\n\n")[0].splitlines()
+    assert block == [
+        "Evaluation settings (the identity keys each evaluation's meta.json records, the checkpoint's aside; "
+        "7 evaluations of 2 benches, the anchor's included):",
+        "- shared: `bench.n=10`, `bench.seed=42`, `corpus=null`, `eval_semantics=2`, `evaluate.enable_thinking=auto`, "
+        "`evaluate.max_turns=8`, `evaluate.prompt=tool_agent`, `evaluate.topk=3`",
+        "- by bench: `bench.source_digest`: aaaaaaaaaaaa… (nq), bbbbbbbbbbbb… (hotpotqa); "
+        "`evaluate.max_new_tokens`: 512 (hotpotqa)",
+        "- differ between evaluations of one bench: nq `evaluate.max_new_tokens`: 512 at anchor and 2 more, 1024 at "
+        "r2e/seed1/step-000010",
+        "- the anchor's prompt: `evaluate.prompt=anchor_nudge` (by design)",
+        "- no identity recorded: search/seed0/step-000010 × hotpotqa"]
+    page = (out / "report.html").read_text()
+    assert "<code>evaluate.topk=3</code>" in page and "512 at anchor and 2 more, 1024 at r2e/seed1/step-000010" in page
+    for d in dirs.values():   # evaluations made before identities were recorded: the report says it states none
+        (d / "meta.json").unlink()
+    assert analyze_main([f"runs_root={root}", f"out={out}", "benches=[nq,hotpotqa]", "evaluate=false"]) == 0
+    assert ("\nEvaluation settings: no evaluation's meta.json records its identity, so none is stated (anchor × "
+            "hotpotqa, anchor × nq, r2e/seed0/step-000010 × hotpotqa and 5 more).\n") in (out / "report.md").read_text()
+
+
+def test_the_teacher_forced_legend_lists_every_arm_drawn_in_any_panel(tmp_path, monkeypatch):
+    """An arm evaluated on tf_search alone (not on tf_code, the first panel): its line has a legend entry, each
+    label once, arms in order, then the anchor (before: the legend was the first panel's, so it had none)."""
+    import matplotlib.pyplot
+
+    import analysis.figures
+    from common.io import write_json
+
+    root = tmp_path / "runs"
+    for arm, benches in (("r2e", ("tf_code", "tf_search")), ("search", ("tf_search",))):
+        run = make_run(root, arm, 0, [2, 4])
+        for s in (2, 4):
+            (run / "eval" / f"step-{s:06d}").mkdir(parents=True)
+            write_json(run / "eval" / f"step-{s:06d}" / "summary.json",
+                       {b: {"loss": 2.0 - 0.1 * s, "tokens": 100, "n": 4} for b in benches})
+    (anchor := root / "_anchor" / "eval" / "step-000000").mkdir(parents=True)
+    write_json(anchor / "summary.json", {b: {"loss": 2.5, "tokens": 100, "n": 4} for b in ("tf_code", "tf_search")})
+    legends = {}
+
+    def save(fig, info, out_stem, rows):   # the legend as drawn, no file rendered
+        legends[out_stem.stem] = [[t.get_text() for t in legend.get_texts()] for legend in fig.legends]
+        for ext in ("pdf", "png"):
+            out_stem.with_suffix(f".{ext}").write_bytes(b"")
+            info.paths.append(out_stem.with_suffix(f".{ext}"))
+        matplotlib.pyplot.close(fig)
+
+    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["tf_code", "tf_search"],
+                        "evaluate": False})
+    fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
+    assert fig.panels[0].startswith("tf_code") and "search/seed0" not in fig.series[fig.panels[0]]
+    assert legends["teacher_forced"] == [["r2e/seed0", "search/seed0", "anchor"]]

@@ -468,3 +468,23 @@ def test_a_result_is_credited_to_the_evaluation_profile_the_report_read(tree, pr
     want, other = ("backend=vllm, max\\_turns=8", "backend=hf") if profile else ("backend=hf", "backend=vllm")
     assert want in body and other not in body
     assert index_matches(checkpoint_card(final, report=report), _csv_rows(report))
+
+
+def test_each_result_is_stated_with_its_own_benchs_settings_not_the_last_calls(tree):
+    """An eval dir evaluated twice: synthqa at max_new_tokens=512 (kept, its identity recorded), then search_plan_ood
+    alone under vllm at 1024 (meta.json's config: that last call's). synthqa's line states its identity's settings
+    and no backend (none recorded for it); search_plan_ood's the last call's (seen: both max_new_tokens=1024,
+    backend=vllm)."""
+    final, report = tree
+    d = final.parents[1] / "eval" / "step-000004"
+    meta = json.loads((d / "meta.json").read_text())
+    for bench, tokens in (("synthqa", 512), ("search_plan_ood", 1024)):
+        meta["identities"][bench]["keys"].update({"evaluate.max_new_tokens": tokens, "evaluate.max_model_len": 2048,
+                                                  "bench.seed": 42})
+    write_json(d / "meta.json", {**meta, "benches": ["search_plan_ood"],
+                                 "config": {"backend": "vllm", "max_new_tokens": 1024, "max_model_len": 2048, "seed": 42}})
+    lines = [x for x in ModelCard(checkpoint_card(final, report=report)).text.splitlines() if x.startswith("- synthqa: identity")
+             or x.startswith("- search\\_plan\\_ood: identity")]
+    assert len(lines) == 2
+    assert "max\\_model\\_len=2048, max\\_new\\_tokens=512, seed=42;" in lines[0] and "backend" not in lines[0]
+    assert "backend=vllm, max\\_model\\_len=2048, max\\_new\\_tokens=1024, seed=42;" in lines[1]
