@@ -423,14 +423,15 @@ def seen_text(seen: list[tuple[object, list[str]]]) -> str:
 
 def mixed_settings(points: Points, benches: list[str]) -> list[str]:
     """One line per bench whose evaluations (every point's and the anchor's, as meta.json records them) differ in a
-    result-changing setting other than the checkpoint and the prompt (the anchor's anchor_nudge by design): each
-    value with where it was first seen and how many more share it. Unrecorded identities are not compared."""
+    result-changing setting other than the checkpoint (and the anchor's prompt, anchor_nudge by design): each value
+    with where it was first seen and how many more share it. Unrecorded identities are not compared."""
     out = []
     for bench in benches:
         held = recorded_settings(points, bench)
         parts = []
-        for key in sorted({key for _, k in held for key in k} - {"evaluate.prompt"}):
-            if len(seen := values_seen(held, key)) > 1:
+        for key in sorted({key for _, k in held for key in k}):
+            among = [(at, k) for at, k in held if at != ANCHOR_ARM] if key == "evaluate.prompt" else held
+            if len(seen := values_seen(among, key)) > 1:
                 parts.append(f"{key}: " + seen_text(seen))
         if parts:
             out.append(f"{bench}: its evaluations differ in settings ({'; '.join(parts)}): the report's numbers of {bench} "

@@ -311,6 +311,24 @@ def test_evaluations_under_different_settings_in_one_column_are_a_listed_problem
         "nq: its evaluations differ in settings (evaluate.max_new_tokens: 512 at anchor and 2 more, 1024 at "
         "r2e/seed1/step-000010): the report's numbers of nq mix them (evaluate=true re-evaluates every point under one)"]
 
+def test_points_of_one_column_evaluated_with_different_prompts_are_a_listed_problem(tmp_path):
+    """Two seeds of an arm evaluated with different prompts (neither the anchor's): a problem naming evaluate.prompt,
+    as any other setting (before: left out of the comparison for every point, so pooled without a word); the anchor's
+    own prompt (anchor_nudge) still differs by design and is not a problem."""
+    from analysis.aggregate import mixed_settings
+
+    ids = {f"q{i}": float(i % 2) for i in range(6)}
+    cells = {("r2e", 0, 10): ids, ("r2e", 1, 10): ids, ("anchor", 0, 0): ids}
+    keys = {"r2e": {"evaluate.max_new_tokens": 512, "evaluate.prompt": "tool_agent", "bench.n": 6}}
+    keys["anchor"] = {**keys["r2e"], "evaluate.prompt": "anchor_nudge"}
+    p = _points(tmp_path / "p", cells, keys)
+    assert mixed_settings(p, ["nq"]) == []
+    _write(p.eval_dirs[("r2e", 1, 10)], "nq", ids, {**keys["r2e"], "evaluate.prompt": "anchor_nudge", "checkpoint.sha256": "x"})
+    assert mixed_settings(p, ["nq"]) == [
+        "nq: its evaluations differ in settings (evaluate.prompt: tool_agent at r2e/seed0/step-000010, anchor_nudge at "
+        "r2e/seed1/step-000010): the report's numbers of nq mix them (evaluate=true re-evaluates every point under one)"]
+
+
 def test_one_item_one_seed_band_is_a_labelled_gap(tmp_path):
     """A one-seed run of a one-item bench at 2 steps: no band (no item variance), a gap the caption names."""
     from analysis.figures import Panel, plot_curves
