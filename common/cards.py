@@ -737,7 +737,7 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
             continue
         seen.add(key)
         ident = _get(x.record.meta, "identities", {}).get(x.row.bench, {}) if isinstance(x.record.meta.get("identities"), dict) else {}
-        cfg = x.record.meta.get("config") if isinstance(x.record.meta.get("config"), dict) else {}
+        cfg = bench_settings(x.record.meta, x.row.bench, ident)
         settings = ", ".join(f"{k}={cfg[k]}" for k in RESULT_SETTINGS if k in cfg)
         mode = x.row.bench.partition("@")[2] or "as the bench defines"
         lines.append(f"- {text(x.row.bench)}: identity {text(_get(ident, 'fingerprint'))}, context mode {text(mode)}, "
@@ -746,6 +746,23 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
         lines += ["", "Left out (not a result of this checkpoint as far as the records show):", ""]
         lines += [f"- {text(w, 400)}" for w in ev.left_out]
     return lines
+
+
+def bench_settings(meta: dict, bench: str, ident: dict) -> dict:
+    """The settings (RESULT_SETTINGS) `bench` was evaluated under: meta.json's `settings` of it (evaluate records each
+    bench's, kept when a later call evaluates other benches into the same out dir); a meta.json from before it has
+    the top-level `config` only, which is the last call's: there the bench's identity keys (`evaluate.<key>`,
+    `bench.seed`) override it."""
+    held = meta.get("settings")
+    if isinstance(held, dict) and isinstance(held.get(bench), dict):
+        return held[bench]
+    cfg = dict(meta["config"]) if isinstance(meta.get("config"), dict) else {}
+    keys = ident.get("keys") if isinstance(ident, dict) and isinstance(ident.get("keys"), dict) else {}
+    for k in RESULT_SETTINGS:
+        key = "bench.seed" if k == "seed" else f"evaluate.{k}"
+        if key in keys:
+            cfg[k] = keys[key]
+    return cfg
 
 
 def _usage(where: str) -> list[str]:

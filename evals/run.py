@@ -13,9 +13,10 @@ summary.json is recomputed from the rows of every complete bench in the out dir,
 Run details (checkpoint path, each bench's identity, prompt, backend, n, seed, sampled-id files, the
 7-bench mean) go to `<out>/meta.json`, with `bench_items`: per bench the n asked for (`bench_n`, else
 `n`), the n evaluated, the source, its digest (and the file's item count) and a digest of the sampled
-items. Bench `babyai` (evals.babyai) plays text games under BALROG's protocol instead of the agent
-loop; its summary carries `return` (with `return_ci95`), `success`, `progression`,
-`invalid_action_rate`, `mean_steps` and `per_task`.
+items, and `settings`: per bench, the settings that change a result (common.cards.RESULT_SETTINGS) of the call
+that evaluated it (the top-level `config` is the last call's, which may have evaluated other benches).
+Bench `babyai` (evals.babyai) plays text games under BALROG's protocol instead of the agent loop; its summary
+carries `return` (with `return_ci95`), `success`, `progression`, `invalid_action_rate`, `mean_steps` and `per_task`.
 
 What each kind of bench does (items, episode, row, summary, meta fields) comes from the bench
 registry (evals.registry); everything read from or written to the out dir goes through the eval

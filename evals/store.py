@@ -9,7 +9,7 @@ manager owns a checkpoint folder.
 
 An out dir holds one identity per bench (evals.identity): `claim` refuses another one, or with
 overwrite renames the old outputs aside (nothing is deleted). A bench's entries of meta.json
-(`bench_items`, `sampled_ids`, `empty_gold_items`, its kind's block, its own config keys) are
+(`bench_items`, `sampled_ids`, `empty_gold_items`, `settings`, its kind's block, its own config keys) are
 written by the call that evaluated it and kept by later calls that evaluate other benches.
 """
 from __future__ import annotations
@@ -24,8 +24,9 @@ from evals.registry import KINDS, key_prefixes, kind_of
 from evals.results import ResultsError, append_rows, load_done
 
 EVAL_LOCK = ".evaluate.lock"   # held by the one evaluation writing the out dir (EvalStore.lock)
-# meta.json entries keyed by bench, kept for the benches a later call does not evaluate
-PER_BENCH_META = ("bench_items", "sampled_ids", "empty_gold_items")
+# meta.json entries keyed by bench, kept for the benches a later call does not evaluate; `settings`: the result-changing
+# settings (common.cards.RESULT_SETTINGS) of the call that evaluated the bench, as the top-level `config` is the last call's
+PER_BENCH_META = ("bench_items", "sampled_ids", "empty_gold_items", "settings")
 
 
 class EvalStore:
@@ -203,9 +204,14 @@ class EvalStore:
         entries for the benches it evaluated, each of their kinds' block (from what the kind opened
         for this call, `opened`: kind name -> evals.run.open_sources'); the entries of the benches it
         `kept` (held, not evaluated) come from `old`, the meta.json it started from: their per-bench
-        entries, their kind's block, their own config keys."""
+        entries (their `settings` among them: the top-level `config` is this call's), their kind's block, their own
+        config keys."""
         from omegaconf import OmegaConf
 
+        from common.cards import RESULT_SETTINGS
+
+        config = OmegaConf.to_container(cfg, resolve=True)
+        meta["settings"] = {b: {k: config[k] for k in RESULT_SETTINGS if k in config} for b in cfg.benches}
         for key in PER_BENCH_META:
             carried = old.get(key) if isinstance(old.get(key), dict) else {}
             meta[key] = {**{b: v for b, v in carried.items() if b in kept}, **(meta.get(key) or {})}
@@ -214,7 +220,6 @@ class EvalStore:
             mine = [b for b, k in KINDS.items() if k is kind]
             blocks[kind.name] = (kind.meta_after, kind.meta(cfg, opened.get(kind.name)) if any(b in cfg.benches for b in mine)
                                  else old.get(kind.name) if any(b in kept for b in mine) else None)
-        config = OmegaConf.to_container(cfg, resolve=True)
         old_config = old.get("config") if isinstance(old.get("config"), dict) else {}
         for bench, prefix in key_prefixes().items():
             if bench in kept:
