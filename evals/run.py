@@ -43,7 +43,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from common import thinking
-from common.io import check_sha256sums, sha256_text
+from common.io import check_sha256sums, dir_identity, sha256_text
 from evals import scheduler, teacher_forced
 from evals.benches import SEARCH7, bench_size, read_bench_file
 from evals.config import Resolved, resolve
@@ -264,9 +264,15 @@ def thinking_problem(cfg, tokenizer=None) -> str | None:
 def check_checkpoint_files(ckpt: str, ckpt_id: dict) -> None:
     """A checkpoint that carries `SHA256SUMS` (every one the trainers write) is evaluated only when
     each file matches it and none is unlisted: its identity is the digest of that list, so a file
-    changed or added after the fact would be scored under the identity of the model it no longer is."""
+    changed or added after the fact would be scored under the identity of the model it no longer is. For the
+    same reason an identity taken earlier (analyze's plan, data_parallel's parent) must still be the digest of that
+    list: a checkpoint redone meanwhile at the same path is refused, not scored under the model it replaced."""
     if ckpt_id.get("kind") != "sha256sums":
         return
+    if (now := dir_identity(ckpt)) != ckpt_id:
+        raise EvalError(f"{ckpt}: its SHA256SUMS is no longer the one its identity was taken from (digest "
+                        f"{str(ckpt_id.get('digest'))[:16]}… then, {str(now.get('digest'))[:16]}… now): the checkpoint "
+                        "changed since; evaluate it again, which takes its identity anew")
     problems = check_sha256sums(ckpt)
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
