@@ -382,7 +382,7 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
     for work in works:
         store.start(work.bench, work.ident, {"bench": work.bench, "source": work.source, "seed": int(cfg.seed),
                                              "n": len(work.items), "ids": [it.id for it in work.items],
-                                             "unanswerable_excluded": work.unanswerable}, identities)
+                                             "unanswerable_excluded": work.unanswerable}, identities, cfg)
     records: dict = {}
     started = time.time()
     episodes = {bench: kind_of(bench).episodes(bench, cfg, backend.tokenizer, retriever, style) for bench in cfg.benches

@@ -181,11 +181,16 @@ class EvalStore:
                     f"{path}: this out dir was started with a different sample of {bench} "
                     f"(n={old.get('n')}, seed={old.get('seed')}, source={old.get('source')}); use a fresh out=")
 
-    def start(self, bench: str, ident: dict, sample: dict, identities: dict) -> None:
-        """Record a bench's identity (into `identities`, meta.json's) and its sample, before its first row."""
+    def start(self, bench: str, ident: dict, sample: dict, identities: dict, cfg) -> None:
+        """Record a bench's identity (into `identities`, meta.json's) and the settings of `cfg` it is evaluated under
+        (meta.json's `settings`, written with the identity: a call stopped after re-evaluating it leaves no other
+        evaluation's), and its sample, before its first row."""
         path = self.sample_path(bench)
         identities[bench] = ident
-        write_json(self.out / "meta.json", {**self.meta(), "identities": identities})
+        meta = self.meta()
+        settings = meta.get("settings") if isinstance(meta.get("settings"), dict) else {}
+        write_json(self.out / "meta.json", {**meta, "identities": identities,
+                                            "settings": {**settings, bench: result_settings(cfg)}})
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, sample)
@@ -208,10 +213,7 @@ class EvalStore:
         config keys."""
         from omegaconf import OmegaConf
 
-        from common.cards import RESULT_SETTINGS
-
-        config = OmegaConf.to_container(cfg, resolve=True)
-        meta["settings"] = {b: {k: config[k] for k in RESULT_SETTINGS if k in config} for b in cfg.benches}
+        meta["settings"] = dict.fromkeys(cfg.benches, result_settings(cfg))
         for key in PER_BENCH_META:
             carried = old.get(key) if isinstance(old.get(key), dict) else {}
             meta[key] = {**{b: v for b, v in carried.items() if b in kept}, **(meta.get(key) or {})}
@@ -220,6 +222,7 @@ class EvalStore:
             mine = [b for b, k in KINDS.items() if k is kind]
             blocks[kind.name] = (kind.meta_after, kind.meta(cfg, opened.get(kind.name)) if any(b in cfg.benches for b in mine)
                                  else old.get(kind.name) if any(b in kept for b in mine) else None)
+        config = OmegaConf.to_container(cfg, resolve=True)
         old_config = old.get("config") if isinstance(old.get("config"), dict) else {}
         for bench, prefix in key_prefixes().items():
             if bench in kept:
@@ -228,6 +231,17 @@ class EvalStore:
         meta = {k: v for key, value in meta.items()
                 for k, v in [(key, value), *((n, b) for n, (after, b) in blocks.items() if after == key)]}
         write_json(self.out / "meta.json", meta | {n: b for n, (after, b) in blocks.items() if after is None})
+
+
+def result_settings(cfg) -> dict:
+    """The settings of resolved config `cfg` that change a result (common.cards.RESULT_SETTINGS), as meta.json's
+    `settings` records them per bench."""
+    from omegaconf import OmegaConf
+
+    from common.cards import RESULT_SETTINGS
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    return {k: config[k] for k in RESULT_SETTINGS if k in config}
 
 
 def described(summary: dict, source, unanswerable: int | None) -> dict:

@@ -493,6 +493,16 @@ def test_each_bench_is_shown_with_the_settings_of_the_evaluation_that_scored_it(
     lines = {b: next(line for line in body.splitlines() if line.startswith(f"- {b}: identity ")) for b in second}
     assert "max\\_turns=3" in lines["synthqa"] and "topk=1" in lines["synthqa"], lines["synthqa"]
     assert "max\\_turns=2" in lines["otherqa"] and "topk=2" in lines["otherqa"], lines["otherqa"]
+    # synthqa evaluated again under other settings (overwrite=true), the call stopped in its next bench: the card
+    # states the settings of the rows summary.json holds (seen: the replaced evaluation's max_turns=3, kept in meta.json)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate({**base, "benches": ["synthqa", "otherqa"], "max_turns": 4, "topk": 1, "overwrite": True},
+                 backend=ScriptedBackend(tiny_tokenizer, fail_at=3))
+    held = json.loads((run / "eval" / "step-000004" / "summary.json").read_text())
+    _results(report, {("search", 0, 4): {"synthqa": {"em": held["synthqa"]["em"], "n": 3}}})
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    line = next(line for line in body.splitlines() if line.startswith("- synthqa: identity "))
+    assert "max\\_turns=4" in line and "topk=1" in line, line
     # a meta.json written before evaluate recorded each bench's settings: the bench's identity keys say them
     meta_path = run / "eval" / "step-000004" / "meta.json"
     meta = json.loads(meta_path.read_text())
@@ -500,4 +510,4 @@ def test_each_bench_is_shown_with_the_settings_of_the_evaluation_that_scored_it(
     write_json(meta_path, meta)
     body = ModelCard(checkpoint_card(final, report=report)).text
     line = next(line for line in body.splitlines() if line.startswith("- synthqa: identity "))
-    assert "max\\_turns=3" in line and "topk=1" in line and "seed=42" in line, line
+    assert "max\\_turns=4" in line and "topk=1" in line and "seed=42" in line, line
