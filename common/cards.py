@@ -204,9 +204,14 @@ class EvalRecord:
         return got or _get(self.meta, "checkpoint_identity.digest")
 
     def settings(self, bench: str) -> dict:
-        """RESULT_SETTINGS as `bench`'s evaluation had them: its identity's keys (`evaluate.<key>`, the seed
-        `bench.seed`) where recorded; else meta.json's config, only where its last evaluate call (`benches`; a
-        record without that list: one call) evaluated `bench` (the config is that call's, not a kept bench's)."""
+        """RESULT_SETTINGS as `bench`'s evaluation had them: meta.json's `settings` of it (evaluate records each
+        bench's, kept when a later call evaluates other benches into the same out dir); a meta.json from before
+        that: its identity's keys (`evaluate.<key>`, the seed `bench.seed`) where recorded, else meta.json's config,
+        only where its last evaluate call (`benches`; a record without that list: one call) evaluated `bench` (the
+        config is that call's, not a kept bench's)."""
+        held = self.meta.get("settings")
+        if isinstance(held, dict) and isinstance(held.get(bench), dict):
+            return {k: held[bench][k] for k in RESULT_SETTINGS if k in held[bench]}
         ident = _get(self.meta, "identities", {}).get(bench) if isinstance(self.meta.get("identities"), dict) else None
         keys = _get(ident, "keys") if isinstance(_get(ident, "keys"), dict) else {}
         cfg = self.meta.get("config") if isinstance(self.meta.get("config"), dict) else {}

@@ -91,3 +91,13 @@ def bench_identity(bench: str, cfg, ckpt_id: dict, *, n, seed: int, source: str,
     if (sampled := kind_of(bench).sampled) is not None and sampled(conf):
         body["sampler"] = conf.get("backend")  # the backends' samplers differ: sampled rows are the backend's
     return {**fingerprint.identity(body, exclude={}), "ckpt_path": str(conf.get("ckpt"))}
+
+
+def of_another_checkpoint(ident: dict | None, ckpt_id: dict) -> bool:
+    """Whether bench identity `ident` (as meta.json records it) was evaluated on another checkpoint than `ckpt_id`
+    (checkpoint_identity's); False when it records none (an out dir from before evaluation identity: unknown)."""
+    keys = ident.get("keys") if isinstance(ident, dict) else None
+    if not isinstance(keys, dict):
+        return False
+    held = {k.removeprefix("checkpoint."): v for k, v in keys.items() if k.startswith("checkpoint.")}
+    return held != fingerprint.identity_keys(ckpt_id, exclude={})

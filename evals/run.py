@@ -9,13 +9,16 @@ through one engine, each row appended as its episode finishes —, every row car
 digest, then summarize the rows (in item order, whatever order they finished in)
 into `<out>/summary.json` (`{bench: {em, f1, cover_em, strict_em, format_failure_rate, n, mean_turns,
 mean_tool_calls, ...}}`, metrics in [0, 1]; search_plan_ood carries `reward` and `reward_<component>`).
-summary.json is recomputed from the rows of every complete bench in the out dir, never carried over.
+summary.json is recomputed from the rows of every complete bench in the out dir, never carried over; a bench
+there of another checkpoint (its identity in meta.json says which) stays in it, but is not returned, printed,
+logged to wandb or averaged as this checkpoint's result.
 Run details (checkpoint path, each bench's identity, prompt, backend, n, seed, sampled-id files, the
 7-bench mean) go to `<out>/meta.json`, with `bench_items`: per bench the n asked for (`bench_n`, else
 `n`), the n evaluated, the source, its digest (and the file's item count) and a digest of the sampled
-items. Bench `babyai` (evals.babyai) plays text games under BALROG's protocol instead of the agent
-loop; its summary carries `return` (with `return_ci95`), `success`, `progression`,
-`invalid_action_rate`, `mean_steps` and `per_task`.
+items, and `settings`: per bench, the settings that change a result (common.cards.RESULT_SETTINGS) of the call
+that evaluated it (the top-level `config` is the last call's, which may have evaluated other benches).
+Bench `babyai` (evals.babyai) plays text games under BALROG's protocol instead of the agent loop; its summary
+carries `return` (with `return_ci95`), `success`, `progression`, `invalid_action_rate`, `mean_steps` and `per_task`.
 
 What each kind of bench does (items, episode, row, summary, meta fields) comes from the bench
 registry (evals.registry); everything read from or written to the out dir goes through the eval
@@ -40,13 +43,13 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from common import thinking
-from common.io import check_sha256sums, sha256_text
+from common.io import check_sha256sums, dir_identity, sha256_text
 from evals import scheduler, teacher_forced
 from evals.benches import SEARCH7, bench_size, read_bench_file
 from evals.config import Resolved, resolve
 from evals.engine import Engine, Lockstep
 from evals.errors import EvalError
-from evals.identity import bench_identity, checkpoint_identity, source_digest
+from evals.identity import bench_identity, checkpoint_identity, of_another_checkpoint, source_digest
 from evals.metrics import NULL_REASON, unweighted_mean
 from evals.parallel import shard_items
 from evals.registry import kind_of, uses_retriever
@@ -261,9 +264,15 @@ def thinking_problem(cfg, tokenizer=None) -> str | None:
 def check_checkpoint_files(ckpt: str, ckpt_id: dict) -> None:
     """A checkpoint that carries `SHA256SUMS` (every one the trainers write) is evaluated only when
     each file matches it and none is unlisted: its identity is the digest of that list, so a file
-    changed or added after the fact would be scored under the identity of the model it no longer is."""
+    changed or added after the fact would be scored under the identity of the model it no longer is. For the
+    same reason an identity taken earlier (analyze's plan, data_parallel's parent) must still be the digest of that
+    list: a checkpoint redone meanwhile at the same path is refused, not scored under the model it replaced."""
     if ckpt_id.get("kind") != "sha256sums":
         return
+    if (now := dir_identity(ckpt)) != ckpt_id:
+        raise EvalError(f"{ckpt}: its SHA256SUMS is no longer the one its identity was taken from (digest "
+                        f"{str(ckpt_id.get('digest'))[:16]}… then, {str(now.get('digest'))[:16]}… now): the checkpoint "
+                        "changed since; evaluate it again, which takes its identity anew")
     problems = check_sha256sums(ckpt)
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -271,7 +280,8 @@ def check_checkpoint_files(ckpt: str, ckpt_id: dict) -> None:
 
 
 def evaluate(cfg, *, backend=None, retriever=None, ckpt_id: dict | None = None) -> dict:
-    """Evaluate `cfg.ckpt` on `cfg.benches`; returns the summary dict also written to summary.json.
+    """Evaluate `cfg.ckpt` on `cfg.benches`; returns the summary dict also written to summary.json, less the
+    benches out holds of another checkpoint (kept there, labelled by their identities in meta.json).
     `backend` / `retriever` may be passed in (tests, a caller that keeps a model loaded): an
     evals.engine.Engine, or a batched backend played in lockstep; a backend built here is closed
     here, on any exit (vLLM: its engine process shut down, not left to die). `ckpt_id`: the
@@ -366,10 +376,13 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
     for bench in sorted(store.benches() - set(cfg.benches)):
         if (s := store.complete_summary(bench, identities.get(bench))) is not None:
             summary[bench] = s
+    # those of another checkpoint (out= given to two models) stay in summary.json, each labelled by its identity in
+    # meta.json, but are not this checkpoint's: not returned, shown, logged or averaged as its results
+    others = [b for b in summary if of_another_checkpoint(identities.get(b), ckpt_id)]
     for work in works:
         store.start(work.bench, work.ident, {"bench": work.bench, "source": work.source, "seed": int(cfg.seed),
                                              "n": len(work.items), "ids": [it.id for it in work.items],
-                                             "unanswerable_excluded": work.unanswerable}, identities)
+                                             "unanswerable_excluded": work.unanswerable}, identities, cfg)
     records: dict = {}
     started = time.time()
     episodes = {bench: kind_of(bench).episodes(bench, cfg, backend.tokenizer, retriever, style) for bench in cfg.benches
@@ -402,6 +415,7 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
         summary = {**{b: summary[b] for b in summary if b not in cfg.benches}, **{b: summary[b] for b in cfg.benches}}
         store.write_summary(summary)
     kept = [b for b in summary if b not in cfg.benches]
+    own = {b: s for b, s in summary.items() if b not in others}
     meta = {
         "ckpt": str(cfg.ckpt), "checkpoint_identity": ckpt_id, "identities": identities,
         "tokenizer": cfg.tokenizer, "prompt": cfg.prompt, "backend": cfg.backend, "driver": driver,
@@ -409,7 +423,7 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
         "profile": cfg.profile, "bench_items": records,
         "retriever": cfg.retriever if searches else None, "corpus": cfg.corpus, "retriever_url": cfg.retriever_url,
         "sampled_ids": {b: str(store.sample_path(b)) for b in records},
-        "search7_mean": {k: unweighted_mean(summary, SEARCH7, k) for k in QA_KEYS},
+        "search7_mean": {k: unweighted_mean(own, SEARCH7, k) for k in QA_KEYS},
         # items whose gold answers include one that normalizes to nothing (cover-EM 1 for anything)
         "empty_gold_items": {b: summary[b]["empty_gold_items"] for b in cfg.benches
                              if "empty_gold_items" in summary.get(b, {})},
@@ -420,10 +434,14 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
     store.write_meta(meta, cfg, kept=kept, old=old_meta, opened=opened)
     from evals.wandb_log import log_summary
 
-    logged = log_summary(cfg, summary)
+    if others:
+        held = ", ".join(f"{b} ({identities[b].get('ckpt_path')})" for b in others)
+        print(f"[evaluate] {cfg.out} also holds benches of another checkpoint: {held}; kept in summary.json under their "
+              f"own identities (meta.json), not reported as {cfg.ckpt}'s", flush=True)
+    logged = log_summary(cfg, own)
     if logged:
         print(f"[evaluate] summary logged to {logged}", flush=True)
-    return summary
+    return own
 
 
 def format_table(summary: dict) -> str:

@@ -9,7 +9,7 @@ manager owns a checkpoint folder.
 
 An out dir holds one identity per bench (evals.identity): `claim` refuses another one, or with
 overwrite renames the old outputs aside (nothing is deleted). A bench's entries of meta.json
-(`bench_items`, `sampled_ids`, `empty_gold_items`, its kind's block, its own config keys) are
+(`bench_items`, `sampled_ids`, `empty_gold_items`, `settings`, its kind's block, its own config keys) are
 written by the call that evaluated it and kept by later calls that evaluate other benches.
 """
 from __future__ import annotations
@@ -24,8 +24,9 @@ from evals.registry import KINDS, key_prefixes, kind_of
 from evals.results import ResultsError, append_rows, load_done
 
 EVAL_LOCK = ".evaluate.lock"   # held by the one evaluation writing the out dir (EvalStore.lock)
-# meta.json entries keyed by bench, kept for the benches a later call does not evaluate
-PER_BENCH_META = ("bench_items", "sampled_ids", "empty_gold_items")
+# meta.json entries keyed by bench, kept for the benches a later call does not evaluate; `settings`: the result-changing
+# settings (common.cards.RESULT_SETTINGS) of the call that evaluated the bench, as the top-level `config` is the last call's
+PER_BENCH_META = ("bench_items", "sampled_ids", "empty_gold_items", "settings")
 
 
 class EvalStore:
@@ -180,11 +181,16 @@ class EvalStore:
                     f"{path}: this out dir was started with a different sample of {bench} "
                     f"(n={old.get('n')}, seed={old.get('seed')}, source={old.get('source')}); use a fresh out=")
 
-    def start(self, bench: str, ident: dict, sample: dict, identities: dict) -> None:
-        """Record a bench's identity (into `identities`, meta.json's) and its sample, before its first row."""
+    def start(self, bench: str, ident: dict, sample: dict, identities: dict, cfg) -> None:
+        """Record a bench's identity (into `identities`, meta.json's) and the settings of `cfg` it is evaluated under
+        (meta.json's `settings`, written with the identity: a call stopped after re-evaluating it leaves no other
+        evaluation's), and its sample, before its first row."""
         path = self.sample_path(bench)
         identities[bench] = ident
-        write_json(self.out / "meta.json", {**self.meta(), "identities": identities})
+        meta = self.meta()
+        settings = meta.get("settings") if isinstance(meta.get("settings"), dict) else {}
+        write_json(self.out / "meta.json", {**meta, "identities": identities,
+                                            "settings": {**settings, bench: result_settings(cfg)}})
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, sample)
@@ -203,9 +209,11 @@ class EvalStore:
         entries for the benches it evaluated, each of their kinds' block (from what the kind opened
         for this call, `opened`: kind name -> evals.run.open_sources'); the entries of the benches it
         `kept` (held, not evaluated) come from `old`, the meta.json it started from: their per-bench
-        entries, their kind's block, their own config keys."""
+        entries (their `settings` among them: the top-level `config` is this call's), their kind's block, their own
+        config keys."""
         from omegaconf import OmegaConf
 
+        meta["settings"] = dict.fromkeys(cfg.benches, result_settings(cfg))
         for key in PER_BENCH_META:
             carried = old.get(key) if isinstance(old.get(key), dict) else {}
             meta[key] = {**{b: v for b, v in carried.items() if b in kept}, **(meta.get(key) or {})}
@@ -223,6 +231,17 @@ class EvalStore:
         meta = {k: v for key, value in meta.items()
                 for k, v in [(key, value), *((n, b) for n, (after, b) in blocks.items() if after == key)]}
         write_json(self.out / "meta.json", meta | {n: b for n, (after, b) in blocks.items() if after is None})
+
+
+def result_settings(cfg) -> dict:
+    """The settings of resolved config `cfg` that change a result (common.cards.RESULT_SETTINGS), as meta.json's
+    `settings` records them per bench."""
+    from omegaconf import OmegaConf
+
+    from common.cards import RESULT_SETTINGS
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    return {k: config[k] for k in RESULT_SETTINGS if k in config}
 
 
 def described(summary: dict, source, unanswerable: int | None) -> dict:

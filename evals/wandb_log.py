@@ -1,8 +1,9 @@
 """evaluate's summary to wandb (`wandb=auto|true|false`, default auto).
 
 For a checkpoint inside a run (`<run_dir>/checkpoints/step-NNNNNN`) whose training logged to wandb
-(`<run_dir>/wandb_id`), the summary goes to that same run, resumed, as `eval/<bench>/<metric>`
-against `eval/step` = NNNNNN (wandb's own step is the trainer's, which is already further on).
+(`<run_dir>/wandb_id`), the summary goes to that same run, resumed under the tags its trainer made it with
+(stage sft or grpo, its model), as `eval/<bench>/<metric>` against `eval/step` = NNNNNN (wandb's own step is the
+trainer's, which is already further on).
 Any other model (the anchor, a hub id) gets one eval run per output directory in the group
 `wandb_group` (else $WANDB_RUN_GROUP). `auto` logs only where wandb would upload, i.e. when the
 mode resolves to online (common.tracking: the run's logging.mode, WANDB_MODE, logged in); `true`
@@ -37,10 +38,15 @@ def log_summary(cfg, summary: dict, env: dict | None = None) -> str | None:
     if id_file is not None and id_file.is_file():
         train = OmegaConf.load(run_dir / layout.CONFIG) if (run_dir / layout.CONFIG).is_file() else OmegaConf.create({})
         logging_cfg = OmegaConf.to_container(train.logging, resolve=True) if "logging" in train else {}
+        # the tags its trainer made the run with (wandb sets a resumed run's tags to these): sft.metrics tags the
+        # model's path when it has no name, rl.train stage grpo
+        grpo = train.get("stage") == "grpo"
+        name = OmegaConf.select(train, "model.name", default=None)
+        model = name if grpo else name or OmegaConf.select(train, "model.path", default=None)
         spec = run_spec(logging_cfg, name=str(logging_cfg.get("name") or run_dir.name),
                         runs_root=OmegaConf.select(train, "runs_root", default=None),
-                        tags=run_tags(arm=str(train.get("arm", "?")), seed=int(train.get("seed", 0)),
-                                      model=str(OmegaConf.select(train, "model.name", default="?")), stage="sft"),
+                        tags=run_tags(arm=str(train.get("arm", "?")), seed=int(train.get("seed", 0)), model=str(model),
+                                      stage="grpo" if grpo else "sft"),
                         env=env)
         run_id, where = id_file.read_text().strip(), run_dir
     else:

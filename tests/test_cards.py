@@ -488,3 +488,46 @@ def test_each_result_is_stated_with_its_own_benchs_settings_not_the_last_calls(t
     assert len(lines) == 2
     assert "max\\_model\\_len=2048, max\\_new\\_tokens=512, seed=42;" in lines[0] and "backend" not in lines[0]
     assert "backend=vllm, max\\_model\\_len=2048, max\\_new\\_tokens=1024, seed=42;" in lines[1]
+
+
+def test_each_bench_is_shown_with_the_settings_of_the_evaluation_that_scored_it(tree, tmp_path, tiny_tokenizer):
+    """Two evaluate calls into the checkpoint's eval dir, each of one bench with its own max_turns and topk: the
+    card states each bench's own (seen: both with the last call's max_turns=2, topk=2, meta.json's config)."""
+    import shutil
+
+    from evals.run import evaluate
+    from tests.test_evals_loop import ScriptedBackend, make_world
+
+    final, report = tree
+    run = final.parents[1]
+    shutil.rmtree(run / "eval")
+    corpus, bench_root = make_world(tmp_path, n=3)
+    shutil.copytree(bench_root / "synthqa", bench_root / "otherqa")
+    base = {"ckpt": str(final), "n": 3, "bench_root": str(bench_root), "corpus": str(corpus),
+            "index_dir": str(tmp_path / "idx"), "progress": False}
+    first = evaluate({**base, "benches": ["synthqa"], "max_turns": 3, "topk": 1}, backend=ScriptedBackend(tiny_tokenizer))
+    second = evaluate({**base, "benches": ["otherqa"], "max_turns": 2, "topk": 2}, backend=ScriptedBackend(tiny_tokenizer))
+    assert set(second) == {"synthqa", "otherqa"} and second["synthqa"] == first["synthqa"]
+    _results(report, {("search", 0, 4): {b: {"em": second[b]["em"], "n": 3} for b in second}})
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    lines = {b: next(line for line in body.splitlines() if line.startswith(f"- {b}: identity ")) for b in second}
+    assert "max\\_turns=3" in lines["synthqa"] and "topk=1" in lines["synthqa"], lines["synthqa"]
+    assert "max\\_turns=2" in lines["otherqa"] and "topk=2" in lines["otherqa"], lines["otherqa"]
+    # synthqa evaluated again under other settings (overwrite=true), the call stopped in its next bench: the card
+    # states the settings of the rows summary.json holds (seen: the replaced evaluation's max_turns=3, kept in meta.json)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate({**base, "benches": ["synthqa", "otherqa"], "max_turns": 4, "topk": 1, "overwrite": True},
+                 backend=ScriptedBackend(tiny_tokenizer, fail_at=3))
+    held = json.loads((run / "eval" / "step-000004" / "summary.json").read_text())
+    _results(report, {("search", 0, 4): {"synthqa": {"em": held["synthqa"]["em"], "n": 3}}})
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    line = next(line for line in body.splitlines() if line.startswith("- synthqa: identity "))
+    assert "max\\_turns=4" in line and "topk=1" in line, line
+    # a meta.json written before evaluate recorded each bench's settings: the bench's identity keys say them
+    meta_path = run / "eval" / "step-000004" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["settings"]
+    write_json(meta_path, meta)
+    body = ModelCard(checkpoint_card(final, report=report)).text
+    line = next(line for line in body.splitlines() if line.startswith("- synthqa: identity "))
+    assert "max\\_turns=4" in line and "topk=1" in line and "seed=42" in line, line

@@ -61,6 +61,25 @@ def test_checkpoint_of_a_run_logs_to_that_run(run_dir):
     assert log_summary(_cfg(ckpt, cfg.out, wandb=False), SUMMARY) is None
 
 
+def test_a_grpo_checkpoint_logs_to_its_run_under_the_tags_its_trainer_gave_it(run_dir):
+    """The evaluation resumes the training run with the tags that run was made with (rl.train: stage:grpo; sft:
+    the model's path when it has no name); seen: a GRPO run re-tagged stage:sft and model:? by its evaluation."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg.stage, cfg.model = "grpo", {"name": "qwen3_4b", "path": "/ckpts/sft/step-000100"}
+    OmegaConf.save(cfg, run_dir / "config.yaml")
+    ckpt = run_dir / "checkpoints" / "step-000004"
+    assert log_summary(_cfg(ckpt, run_dir / "eval" / "step-000004", wandb=True), SUMMARY)
+    data = _wandb_file(run_dir, "abcd1234", b"eval/search_plan_ood/reward")
+    assert b"stage:grpo" in data and b"model:qwen3_4b" in data and b"stage:sft" not in data
+    # an SFT run whose model has no name: its trainer tagged the model's path (sft.metrics)
+    cfg.stage, cfg.model = "sft", {"name": None, "path": "Qwen/Qwen3-4B"}
+    OmegaConf.save(cfg, run_dir / "config.yaml")
+    (run_dir / "wandb_id").write_text("efgh5678\n")
+    assert log_summary(_cfg(ckpt, run_dir / "eval" / "step-000004", wandb=True), SUMMARY)
+    data = _wandb_file(run_dir, "efgh5678", b"eval/search_plan_ood/reward")
+    assert b"stage:sft" in data and b"model:Qwen/Qwen3-4B" in data and b"model:?" not in data
+
+
 def test_model_outside_a_run_gets_a_group_eval_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "reports" / "anchor"

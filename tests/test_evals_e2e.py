@@ -353,3 +353,35 @@ def test_a_checkpoint_that_fails_its_sha256sums_is_not_evaluated(tmp_path, tiny_
         evaluate({**cfg, "out": str(tmp_path / "added")})
     assert cli_main([f"{k}={v}" for k, v in {**cfg, "out": str(tmp_path / "cli")}.items() if k != "benches"]
                     + ["benches=[synthqa]"]) == 2
+
+
+def test_a_checkpoint_replaced_after_its_identity_was_taken_is_not_scored_under_it(tmp_path, tiny_model_dir):
+    """analyze takes each checkpoint's identity once, when it plans (evals.config.Resolved), and evaluates later; a
+    checkpoint redone meanwhile (another model, its own SHA256SUMS, at the same path) is refused, one line naming both
+    digests (seen: scored, its rows and meta.json under the digest of the model it replaced)."""
+    import json
+    import shutil
+
+    from common.io import dir_identity, write_sha256sums
+    from evals.config import Resolved, resolve
+    from evals.errors import EvalError
+    from sft.tiny import save_tiny_model
+
+    ckpt = tmp_path / "step-000050"
+    shutil.copytree(tiny_model_dir, ckpt)
+    write_sha256sums(ckpt)
+    corpus, bench_root = make_world(tmp_path, n=2)
+    cfg = resolve({"ckpt": str(ckpt), "benches": ["synthqa"], "n": 2, "bench_root": str(bench_root), "corpus": str(corpus),
+                   "index_dir": str(tmp_path / "idx"), "out": str(tmp_path / "out"), **TINY}, engine=True)
+    planned = dir_identity(ckpt)
+    shutil.rmtree(ckpt)
+    write_sha256sums(save_tiny_model(ckpt, seed=1))   # the step redone: another model at the same path
+    assert dir_identity(ckpt) != planned
+    with pytest.raises(EvalError, match=rf"{ckpt}: its SHA256SUMS is no longer the one its identity was taken from "
+                                        rf"\(digest {planned['digest'][:16]}… then, {dir_identity(ckpt)['digest'][:16]}… now\)"):
+        evaluate(Resolved(cfg, planned))
+    assert not (tmp_path / "out" / "synthqa.jsonl").exists()
+    # its identity taken now: evaluated, and recorded under the model it is
+    evaluate(Resolved(cfg, dir_identity(ckpt)))
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["checkpoint_identity"] == dir_identity(ckpt)

@@ -13,7 +13,7 @@ from evals.agent import render
 from evals.backends import Generation
 from evals.benches import load_bench
 from evals.errors import IdentityError
-from evals.run import evaluate
+from evals.run import evaluate, format_table
 from evals.tasks import SearchTools, qa_episode
 
 SYLL = ["qua", "zor", "vex", "lim", "tor", "bex", "nal", "rup", "sid", "mok", "fen", "daw"]
@@ -298,6 +298,38 @@ def test_summary_is_recomputed_from_the_rows(world, tmp_path, tiny_tokenizer):
     (out / "synthqb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     got = evaluate({**world, "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
     assert got["synthqb"]["em"] == 1.0 and got["synthqb"]["n"] == 3
+
+
+def test_a_bench_another_checkpoint_left_in_out_is_not_reported_as_this_ones(world, tmp_path, tiny_tokenizer, monkeypatch):
+    """out= given twice, model A on synthqa then model B on synthqb: B's call returns, prints and logs (wandb) B's
+    bench only (seen: A's synthqa in B's table and B's wandb row), saying what else out holds; summary.json keeps
+    both, each labelled by its identity in meta.json."""
+    import shutil
+    from pathlib import Path
+
+    import evals.wandb_log
+
+    shutil.copytree(Path(world["bench_root"]) / "synthqa", Path(world["bench_root"]) / "synthqb")
+    models = {}
+    for name in ("A", "B"):
+        (d := tmp_path / f"model{name}").mkdir()
+        (d / "config.json").write_text(json.dumps({"model": name}))
+        models[name] = str(d)
+    logged = []
+    monkeypatch.setattr(evals.wandb_log, "log_summary", lambda cfg, summary: logged.append(sorted(summary)))
+    out = tmp_path / "out"
+    first = evaluate({**world, "ckpt": models["A"], "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
+    got = evaluate({**world, "ckpt": models["B"], "out": str(out), "n": 3, "benches": ["synthqb"]},
+                   backend=ScriptedBackend(tiny_tokenizer))
+    assert sorted(got) == ["synthqb"] and logged == [["synthqa"], ["synthqb"]]
+    assert "synthqa" not in format_table(got)
+    held = json.loads((out / "summary.json").read_text())
+    assert held == {"synthqa": first["synthqa"], "synthqb": got["synthqb"]}
+    meta = json.loads((out / "meta.json").read_text())
+    assert {b: i["ckpt_path"] for b, i in meta["identities"].items()} == {"synthqa": models["A"], "synthqb": models["B"]}
+    # the same checkpoint again: its kept bench is its own, returned as before
+    again = evaluate({**world, "ckpt": models["A"], "out": str(out), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))
+    assert sorted(again) == ["synthqa"] and again["synthqa"] == first["synthqa"]
 
 
 def test_default_out_inside_a_run(world, tmp_path, tiny_tokenizer):
