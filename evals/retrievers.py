@@ -33,16 +33,19 @@ BM25_PARAMS = {"method": "lucene", "k1": 1.2, "b": 0.75, "stopwords": "en"}
 INDEX_FORMAT = 1
 
 
-def retriever_problem(kind: str, corpus=None, index=None, encoder=None, url=None, prefix: str = "") -> str | None:
+def retriever_problem(kind: str, corpus=None, index=None, encoder=None, url=None, prefix: str = "",
+                      http: bool = True) -> str | None:
     """The first problem of the settings a `kind` retriever is built from (bm25 and e5: the corpus, e5: the index and
-    encoder, http: the url), read before any work (evaluate's resolve, GRPO's config problems), one line naming the key as
-    `prefix` spells it (GRPO: "grpo."), else None. A mistyped fetched name (corpus:, index:, encoder:) raises
-    datafetch's DataError with the nearest names; a known one is checked when used (the data cache)."""
+    encoder, http: the url), read before any work (evaluate's resolve, GRPO's config problems, serve-retriever), one
+    line naming the key as `prefix` spells it (GRPO: "grpo."), else None. `http`: whether the command could take
+    retriever=http instead (serve-retriever cannot: it is the server such a client points at), offered for a missing
+    corpus. A mistyped fetched name (corpus:, index:, encoder:) raises datafetch's DataError with the nearest names; a
+    known one is checked when used (the data cache)."""
     if kind == "http":
         return None if url else f"{prefix}retriever=http needs {prefix}retriever_url=http://HOST:PORT/retrieve"
     if not corpus:
-        return (f"{prefix}retriever={kind} needs {prefix}corpus=PATH (a wiki-18 style jsonl or a fetched corpus:NAME), "
-                f"or pass {prefix}retriever=http {prefix}retriever_url=URL")
+        return (f"{prefix}retriever={kind} needs {prefix}corpus=PATH (a wiki-18 style jsonl or a fetched corpus:NAME)"
+                + (f", or pass {prefix}retriever=http {prefix}retriever_url=URL" if http else ""))
     for key, value in (("corpus", corpus), ("index", index if kind == "e5" else None)):
         if value is not None and not datafetch.named(prefix + key, value, key) and not Path(str(value)).is_file():
             what = "a directory, not a file" if Path(str(value)).is_dir() else "no such file"

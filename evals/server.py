@@ -28,7 +28,7 @@ from common.cli import apply_overrides, run_cli, wants_help
 from common.io import parse_json_line
 from evals.errors import EvalError
 from evals.config import KEYS as EVALUATE
-from evals.retrievers import MAX_QUERIES, MAX_RESULTS
+from evals.retrievers import MAX_QUERIES, MAX_RESULTS, retriever_problem
 
 KEYS = {  # `serve-retriever --help` and docs/keys/serve-retriever.md; the retriever keys are evaluate's fields
     "corpus": Default(EVALUATE["corpus"], None, "(required)"),
@@ -165,17 +165,18 @@ def main(argv: list[str] | None = None) -> int:
             print(USAGE + "\n\nKeys (key=default  description):\n" + fields.help_table(KEYS))
             return 0
         cfg = apply_overrides(OmegaConf.create(DEFAULTS), args)
-        if not cfg.corpus:
-            raise EvalError("corpus=PATH is required (a wiki-18 style jsonl, or a fetched corpus's name)")
         if problems := fields.problems(KEYS, cfg):
             raise EvalError(problems[0])
+        # evaluate's and GRPO's check of the corpus, index and encoder, before anything loads (a mistyped fetched
+        # name: datafetch's DataError, did you mean)
+        if why := retriever_problem(cfg.retriever, cfg.corpus, cfg.index, cfg.encoder, http=False):
+            raise EvalError(why)
         if cfg.faiss_gpu and cfg.retriever != "e5":
             raise EvalError("faiss_gpu=true is for retriever=e5 (a faiss index)")
         from evals.retrievers import RetrieverError, make_retriever
 
         # a name is read through the data cache (checked, fetched on first use), as evaluate's corpus= is
-        named = datafetch.is_name(cfg.corpus) or str(cfg.corpus).startswith("corpus:")   # a mistyped name: did you mean
-        corpus = datafetch.path(str(cfg.corpus)) if named else cfg.corpus
+        corpus = datafetch.path(cfg.corpus) if datafetch.is_name(cfg.corpus) else cfg.corpus
         try:
             cfg.corpus = str(corpus)
             retriever = make_retriever(cfg)

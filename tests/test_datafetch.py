@@ -349,7 +349,7 @@ def test_an_unpinned_hub_set_is_refused_until_prefilled(cache, monkeypatch, tmp_
 
 def test_serve_retriever_takes_a_corpus_name_through_the_cache(cache, tmp_path):
     """`serve-retriever corpus=corpus:wiki18_example_10`: fetched into the data cache (checked) and served;
-    a mistyped name is a one-line error naming the nearest."""
+    a mistyped name is a one-line error naming the nearest (evaluate's words: retriever_problem)."""
     import re
 
     from evals.retrievers import HttpRetriever
@@ -358,7 +358,7 @@ def test_serve_retriever_takes_a_corpus_name_through_the_cache(cache, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), DTSFT_DATA=str(cache), OMP_NUM_THREADS="1")
     argv = [sys.executable, "-m", "evals.server", "port=0", f"index_dir={tmp_path / 'idx'}"]
     bad = subprocess.run(argv + ["corpus=corpus:wiki18_example_1"], env=env, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "unknown data name 'corpus:wiki18_example_1'" in bad.stderr
+    assert bad.returncode == 2 and "corpus=corpus:wiki18_example_1: unknown data name. Did you mean" in bad.stderr
     assert "corpus:wiki18_example_10" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     with Loopback({url_path("corpus:wiki18_example_10"): body}) as srv:
         env["DTSFT_DATA_ENDPOINT"] = srv.url

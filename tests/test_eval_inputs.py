@@ -344,3 +344,37 @@ def test_evaluate_and_grpo_say_the_same_of_the_same_retriever_settings(tmp_path,
     assert evaluate_main(argv + ["retriever=e5", f"index={tmp_path / 'idx'}"]) == 2
     assert capsys.readouterr().err.strip() == (f"error: benches ['nq']: index={tmp_path / 'idx'}: a directory, not a file "
                                                "(a faiss index; null builds one from the corpus)")
+
+
+def test_serve_retriever_says_what_evaluate_says_of_the_same_retriever_settings(tmp_path, capsys, monkeypatch):
+    """serve-retriever reads its corpus, index and encoder with evaluate's check (retriever_problem), up front: each
+    mistake below is refused in evaluate's words, exit 2, before a retriever is built (make_retriever never runs: no
+    encoder loads, no corpus is read). Was: its own corpus line, "index DIR does not exist" for a directory after
+    loading the encoder, and datafetch's list of every known name for a mistyped corpus:."""
+    import evals.retrievers
+    from evals.server import main as serve_main
+
+    def built(cfg):
+        raise AssertionError(f"make_retriever ran for retriever={cfg.retriever} index={cfg.get('index')}")
+
+    monkeypatch.setattr(evals.retrievers, "make_retriever", built)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "C.jsonl").write_text(json.dumps({"id": "0", "contents": '"T"\ntext'}) + "\n")
+    (tmp_path / "idx").mkdir()
+    corpus = f"corpus={tmp_path / 'C.jsonl'}"
+    cases = [[f"corpus={tmp_path}"], ["corpus=missing.jsonl"], ["corpus=corpus:wiki18_exmaple_10"],
+             [corpus, "retriever=e5", f"index={tmp_path / 'idx'}"], [corpus, "retriever=e5", "index=missing.index"],
+             [corpus, "retriever=e5", "index=index:wiki18_e5_flt"], [corpus, "retriever=e5", "encoder=encoder:e5-bse-v2"],
+             [corpus, "retriever=e5", "encoder=null"], [corpus, "retriever=e5", "index=null"]]
+    monkeypatch.setattr("evals.dense.BUILD_MAX_BYTES", 8)   # the 1 GiB cap of index=null builds, below C.jsonl's size
+    for keys in cases:
+        assert evaluate_main(["ckpt=tiny_base", "benches=[nq]", f"out={tmp_path / 'o'}", "dry_run=true", *keys]) == 2
+        said = capsys.readouterr().err.strip().replace("benches ['nq']: ", "")
+        assert serve_main([*keys, f"index_dir={tmp_path / 'cache'}"]) == 2, keys
+        assert capsys.readouterr().err.strip() == said, keys
+    assert said.startswith(f"error: retriever=e5 index=null would build an index over corpus={tmp_path / 'C.jsonl'} ")
+    # no corpus: evaluate's line, less its retriever=http alternative (serve-retriever is what retriever=http points at)
+    assert serve_main([f"index_dir={tmp_path / 'cache'}"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: retriever=bm25 needs corpus=PATH (a wiki-18 style jsonl or a "
+                                               "fetched corpus:NAME)")
+    assert not (tmp_path / "cache").exists()
