@@ -24,7 +24,7 @@ from data_prep.decontam import Decontaminator, bench_files, bench_of, load_quest
 from data_prep.errors import DataPrepError
 from data_prep.readers import parse_source, read_source
 from data_prep.render import ChatRenderer
-from data_prep.schema import RecordError, quarantine_detail
+from data_prep.schema import ROW_SEP, RecordError, quarantine_detail, trajectory_id
 from data_prep.stats import RunStats
 
 FORMAT_VERSION = 1
@@ -321,10 +321,14 @@ def decontam_paths(cfg: dict, *, sets: bool = True) -> list[str]:
 
 def _screen(rec: dict, dom: str, max_bytes: int, first_seen: dict[str, str]) -> tuple[str, str] | None:
     """(reason, detail) when a parsed record must not reach rendering, else None: listed under
-    the wrong domain, an id already read from any source, not encodable as UTF-8 (a lone
-    surrogate), or larger than `max_bytes` as JSON."""
+    the wrong domain, an id that reads as a row id (`<x>#row<k>`: its rows would be taken for
+    record x's), an id already read from any source, not encodable as UTF-8 (a lone surrogate),
+    or larger than `max_bytes` as JSON."""
     if rec["domain"] != dom:
         return "wrong_domain", f"a {rec['domain']} record listed under sources.{dom}"
+    if trajectory_id(rec["id"]) != rec["id"]:
+        return "row_id", (f"id {rec['id']!r} ends in {ROW_SEP}<digits>, which names row k of record {trajectory_id(rec['id'])!r} "
+                          "in a built dataset (the trainer and the held-out digests would merge it with its neighbours)")
     if rec["id"] in first_seen:
         return "duplicate_id", f"id {rec['id']!r} already read at {first_seen[rec['id']]} (the first is kept)"
     try:

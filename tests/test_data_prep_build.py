@@ -498,3 +498,24 @@ def test_worker_processes_stop_on_sigterm_whatever_handler_their_parent_has(tmp_
         rc = proc.wait()
     assert first == str([True] * 4), first
     assert rc == 0
+
+
+def test_a_record_id_that_reads_as_a_row_id_is_rejected(tmp_path):
+    """A source id `<x>#row<k>` reads as row k of record x (schema.trajectory_id): four such records were kept, yet
+    the trainer saw one trajectory of four rows and a held-out set recorded one digest (three held-out records
+    excluded from no arm). Such a record is rejected, with its reason; a `#row` not followed by digits is an id."""
+    from sft.data import load_train_data
+
+    rows = [{"id": f"q7#row{k}" if k < 4 else f"q7#rowx{k}", "question": f"question number {k} about rivers", "golden_answers": ["a"],
+             "response": f"<think>look {k}</think><search> q{k} </search>\n\n<information>Doc 1(Title: T) x</information>"
+                         f"\n\n<answer> a{k} </answer>"} for k in range(6)]
+    src = tmp_path / "r1.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = {"sources": {"search": [f"search-r1:{src}"]}, "n": 2}
+    m = build.build_arm(cfg, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["counts"]["kept"] == 2 and m["rejected_by_reason"] == {"row_id": 4}
+    assert load_train_data(tmp_path / "arm", global_batch_size=1, max_tokens_per_micro_batch=4096).n == 2
+    rej = [json.loads(x) for x in (tmp_path / "arm" / "rejected.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rej] == [f"q7#row{k}" for k in range(4)] and "#row" in rej[0]["detail"]
+    h = build.build_heldout(cfg, n=2, domains=["search"], seed=0, tokenizer="tiny", out=tmp_path / "held", progress=False)
+    assert len(h["digests"]["search"]) == h["counts"]["kept"] == 2
