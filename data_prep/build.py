@@ -225,21 +225,31 @@ def _read_pools(cfg: dict, specs: dict, wanted, stats: RunStats, tmp: Path, out:
     pools: dict[str, list[dict]] = {}
     first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
     max_bytes = cfg["max_record_bytes"] or RECORD_BYTES_PER_TOKEN[cfg["length_policy"]] * cfg["max_seq_len"]
+    listing: dict[tuple, list[str]] = {}  # what a source reads -> the wanted domains listing it, in order
+    for dom in wanted:
+        for spec in specs[dom]:
+            listing.setdefault(parse_source(spec).reads(), []).append(dom)
     for dom in wanted:
         pools[dom] = []
         for spec in specs[dom]:
             src = parse_source(spec)
-            stats.add_source(spec, src, dom, out_dir=tmp, final_dir=out)
+            key = (dom, spec)
+            stats.add_source(key, src, out_dir=tmp, final_dir=out)
+            doms = listing[src.reads()]
             for o in tqdm(read_source(src, reasoning=cfg["reasoning"]), desc=f"read {src.format}", disable=not progress, leave=False):
+                # a source listed under several domains: each record is counted in its own domain's pass, an unreadable
+                # row or a record of none of them in the first listing's
+                if (o.record["domain"] if o.record is not None and o.record["domain"] in doms else doms[0]) != dom:
+                    continue
                 problem = o.record and _screen(o.record, dom, max_bytes, first_seen)
                 if o.record is None:
-                    stats.reject(spec, o.rejection())
+                    stats.reject(key, o.rejection())
                 elif problem:
-                    stats.reject(spec, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
+                    stats.reject(key, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
                 else:
                     first_seen[o.record["id"]] = o.where
-                    stats.read_ok(spec)
-                    pools[dom].append({"spec": spec, "rec": o.record, "where": o.where})
+                    stats.read_ok(key)
+                    pools[dom].append({"spec": spec, "key": key, "rec": o.record, "where": o.where})
     return pools
 
 
@@ -370,7 +380,7 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
                     by_bench[b]["records"] += 1
                     by_bench[b]["dropped"] += int(cfg["decontam_drop"])
                 if cfg["decontam_drop"]:
-                    stats.reject(item["spec"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "decontaminated",
+                    stats.reject(item["key"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "decontaminated",
                                                 "detail": f"overlaps {', '.join(hits[:5])}", "where": item["where"]}, was_ok=True)
                     dropped += 1
                     continue
@@ -395,17 +405,17 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
             for j, res in zip(chunks[ci], results):
                 item = pool[j]
                 if n_kept >= quota:
-                    stats.not_selected(item["spec"])
+                    stats.not_selected(item["key"])
                 elif res[0] == "err":
-                    stats.reject(item["spec"], _rej(item, res[1], res[2]), was_ok=True)
+                    stats.reject(item["key"], _rej(item, res[1], res[2]), was_ok=True)
                 else:
                     try:
                         messages = worker.record_json(res[1])  # once per record, however many rows it makes
                         out_rows = [_finish_row(res[1], enc, cfg, messages) for enc in res[2]]
                     except RecordError as exc:
-                        stats.reject(item["spec"], _rej(item, exc.reason, exc.detail), was_ok=True)
+                        stats.reject(item["key"], _rej(item, exc.reason, exc.detail), was_ok=True)
                         continue
-                    stats.kept(item["spec"])
+                    stats.kept(item["key"])
                     rows.extend(out_rows)
                     n_kept += 1
                     bar.update(1)
@@ -413,7 +423,7 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
                 break
     for ch in chunks[done:]:
         for j in ch:
-            stats.not_selected(pool[j]["spec"])
+            stats.not_selected(pool[j]["key"])
     bar.close()
     return rows, n_kept
 

@@ -138,7 +138,7 @@ def excluded(pools: dict[str, list[dict]], held: Heldout, stats) -> int:
         for item in pool:
             dg = content_digest(item["rec"])
             if dg in hit:
-                stats.reject(item["spec"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "heldout",
+                stats.reject(item["key"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "heldout",
                                             "detail": f"the content of held-out record {hit[dg]!r} ({held.manifest_path})",
                                             "where": item["where"]}, was_ok=True)
                 dropped += 1

@@ -519,3 +519,26 @@ def test_a_record_id_that_reads_as_a_row_id_is_rejected(tmp_path):
     assert [r["id"] for r in rej] == [f"q7#row{k}" for k in range(4)] and "#row" in rej[0]["detail"]
     h = build.build_heldout(cfg, n=2, domains=["search"], seed=0, tokenizer="tiny", out=tmp_path / "held", progress=False)
     assert len(h["digests"]["search"]) == h["counts"]["kept"] == 2
+
+
+def test_one_file_of_both_domains_listed_under_both_is_read_once_per_record(tmp_path):
+    """A canonical file holding code and search records, listed under sources.code and sources.search of a mixed arm:
+    each record was read in both domains' passes, so the manifest said read 16, rejected 8 (`wrong_domain`) of 8
+    records, all 8 of them kept, and rejected.jsonl named every kept record. Each record is counted once, in the
+    pass of its own domain; a record of neither domain and an unreadable row once, in the first listing's."""
+    import datasets
+
+    build.build_arm({**SMALL, "n": 8}, arm="mixed", seed=1, tokenizer="tiny", out=tmp_path / "syn", progress=False)
+    recs = [json.loads(m) for m in datasets.load_from_disk(str(tmp_path / "syn"))["messages"]]
+    src = tmp_path / "both.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in recs) + "{not json\n")
+    cfg = {"sources": {"code": [f"canonical:{src}"], "search": [f"canonical:{src}"]}, "n": 8}
+    m = build.build_arm(cfg, arm="mixed", seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["counts"] | {"kept_by_source": None} == {"read": 9, "kept": 8, "rejected": 1, "not_selected": 0, "rows": 8,
+                                                       "kept_by_source": None, "rows_by_domain": {"code": 4, "search": 4}}
+    assert [(s["domain"], s["read"], s["kept"], s["rejected"]) for s in m["sources"]] == [("code", 5, 4, 1), ("search", 4, 4, 0)]
+    rej = [json.loads(x) for x in (tmp_path / "arm" / "rejected.jsonl").read_text().splitlines()]
+    assert [r["reason"] for r in rej] == ["malformed_json"]
+    # an arm of one domain reads only that side's listing: the other domain's records are wrong_domain there, once
+    m1 = build.build_arm({**cfg, "n": 4}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "r2e", progress=False)
+    assert m1["counts"]["read"] == 9 and m1["rejected_by_reason"] == {"malformed_json": 1, "wrong_domain": 4}
