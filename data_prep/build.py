@@ -193,10 +193,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         arms.check_counts(arm, wanted, kept, cfg["allow_fewer"])
         rows = arms.interleave(arm, kept_rows, seed)
         stats.check_totals()
-        if cfg["strict"] and stats.rejections:
-            reasons = Counter(r["reason"] for r in stats.rejections)
-            examples = "; ".join(f"{r['id']}: {r['reason']} {r['detail'][:80]}" for r in stats.rejections[:5])
-            raise StrictError(f"strict=true and {len(stats.rejections)} record(s) were rejected: {dict(reasons)}. e.g. {examples}")
+        check_strict(cfg, stats)
         fingerprint = _fingerprint(rows)
         summary = stats.summary(rows)
         ds = _to_dataset(rows)
@@ -291,6 +288,7 @@ def build_heldout(data_cfg: Any, *, n: int, domains, seed: int, tokenizer: Any, 
         arms.check_counts("heldout", wanted, kept, cfg["allow_fewer"])
         rows = [r for dom in wanted for r in by_dom[dom]]
         stats.check_totals()
+        check_strict(cfg, stats)
         digests = heldout.record_digests(rows)
         summary = stats.summary(rows)
         fingerprint = _fingerprint(rows)
@@ -308,6 +306,14 @@ def build_heldout(data_cfg: Any, *, n: int, domains, seed: int, tokenizer: Any, 
         write_sha256sums(tmp)
         (tmp / heldout.COMPLETE).write_text("", encoding="utf-8")
     return manifest
+
+
+def check_strict(cfg: dict, stats: RunStats) -> None:
+    """StrictError (exit 1, nothing written) when `strict=true` and any record was rejected, naming the reasons."""
+    if cfg["strict"] and stats.rejections:
+        reasons = Counter(r["reason"] for r in stats.rejections)
+        examples = "; ".join(f"{r['id']}: {r['reason']} {r['detail'][:80]}" for r in stats.rejections[:5])
+        raise StrictError(f"strict=true and {len(stats.rejections)} record(s) were rejected: {dict(reasons)}. e.g. {examples}")
 
 
 def renderer_kwargs(cfg: dict) -> dict:

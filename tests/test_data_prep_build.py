@@ -542,3 +542,15 @@ def test_one_file_of_both_domains_listed_under_both_is_read_once_per_record(tmp_
     # an arm of one domain reads only that side's listing: the other domain's records are wrong_domain there, once
     m1 = build.build_arm({**cfg, "n": 4}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "r2e", progress=False)
     assert m1["counts"]["read"] == 9 and m1["rejected_by_reason"] == {"malformed_json": 1, "wrong_domain": 4}
+
+
+def test_heldout_strict_fails_on_a_rejected_record(tmp_path, capsys):
+    """`data-prep heldout strict=true` wrote a COMPLETE held-out set and exited 0 with 7 of 8 records rejected (the arm's
+    command exits 1 there): it exits 1 naming the reasons and writes nothing; without strict the set is written."""
+    p = write_bad_file(tmp_path / "bad.jsonl")
+    args = ["heldout", "n=1", "domains=[code]", f"sources.code=[r2e-gym:{p}]"]
+    rc = cli_main([*args, f"out={tmp_path / 'h'}", "strict=true"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "strict=true and 7 record(s) were rejected" in err and "no_finish_call" in err
+    assert not (tmp_path / "h").exists()
+    assert cli_main([*args, f"out={tmp_path / 'h2'}"]) == 0 and (tmp_path / "h2" / "COMPLETE").is_file()
