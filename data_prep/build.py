@@ -221,6 +221,7 @@ def _read_pools(cfg: dict, specs: dict, wanted, stats: RunStats, tmp: Path, out:
 
     pools: dict[str, list[dict]] = {}
     first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
+    first_content: dict[str, str | None] = {}  # record id -> the content digest of the source it was first read from
     max_bytes = cfg["max_record_bytes"] or RECORD_BYTES_PER_TOKEN[cfg["length_policy"]] * cfg["max_seq_len"]
     listing: dict[tuple, list[str]] = {}  # what a source reads -> the wanted domains listing it, in order
     for dom in wanted:
@@ -233,11 +234,15 @@ def _read_pools(cfg: dict, specs: dict, wanted, stats: RunStats, tmp: Path, out:
             key = (dom, spec)
             stats.add_source(key, src, out_dir=tmp, final_dir=out)
             doms = listing[src.reads()]
+            content = _files_digest(stats.sources[key].identity)
             for o in tqdm(read_source(src, reasoning=cfg["reasoning"]), desc=f"read {src.format}", disable=not progress, leave=False):
                 # a source listed under several domains: each record is counted in its own domain's pass, an unreadable
                 # row or a record of none of them in the first listing's
                 if (o.record["domain"] if o.record is not None and o.record["domain"] in doms else doms[0]) != dom:
                     continue
+                if o.record is not None and o.positional and first_content.get(o.id, content) != content:
+                    # named by its position, as a row of another source's same-named file is: told apart by content
+                    o.id = o.record["id"] = f"{o.id}@{content[:12]}"
                 problem = o.record and _screen(o.record, dom, max_bytes, first_seen)
                 if o.record is None:
                     stats.reject(key, o.rejection())
@@ -245,9 +250,17 @@ def _read_pools(cfg: dict, specs: dict, wanted, stats: RunStats, tmp: Path, out:
                     stats.reject(key, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
                 else:
                     first_seen[o.record["id"]] = o.where
+                    first_content[o.record["id"]] = content
                     stats.read_ok(key)
                     pools[dom].append({"spec": spec, "key": key, "rec": o.record, "where": o.where})
     return pools
+
+
+def _files_digest(identity: dict) -> str | None:
+    """A local source's content (its files' sha256s, wherever they lie), None for a hub source (whose positions
+    name its hub id)."""
+    files = identity.get("files")
+    return sha256_text(json.dumps([f["sha256"] for f in files])) if files is not None else None
 
 
 def build_heldout(data_cfg: Any, *, n: int, domains, seed: int, tokenizer: Any, out: str | Path, progress: bool = True,

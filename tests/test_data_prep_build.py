@@ -554,3 +554,33 @@ def test_heldout_strict_fails_on_a_rejected_record(tmp_path, capsys):
     assert rc == 1 and "strict=true and 7 record(s) were rejected" in err and "no_finish_call" in err
     assert not (tmp_path / "h").exists()
     assert cli_main([*args, f"out={tmp_path / 'h2'}"]) == 0 and (tmp_path / "h2" / "COMPLETE").is_file()
+
+
+def test_rows_without_ids_in_same_named_files_are_not_duplicates(tmp_path):
+    """Rows with no id field are named by position relative to their source (`train.jsonl:1`), so two sources whose
+    files share a name (r2e/train.jsonl, swegym/train.jsonl) gave their distinct records one id, and every record of
+    the second was rejected as duplicate_id (3 of 6 kept). The second source's colliding ids are told apart by its
+    content (`train.jsonl:1@<digest>`); the same content at another path is still a duplicate; ids and the dataset
+    do not depend on where the files lie."""
+    from data_prep.synthetic import SyntheticConfig, code_rows
+
+    def sources(root):
+        specs = []
+        for name, seed in (("r2e", 0), ("swegym", 1), ("copy", 0)):
+            (root / name).mkdir(parents=True)
+            rows = [{"messages": r["messages"]} for r in code_rows(3, seed, SyntheticConfig())]
+            (root / name / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            specs.append(f"r2e-gym:{root / name / 'train.jsonl'}")
+        return {"sources": {"code": specs}, "n": 6}
+
+    m = build.build_arm(sources(tmp_path / "a"), arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["counts"]["kept"] == 6 and m["rejected_by_reason"] == {"duplicate_id": 3}
+    assert [(s["read"], s["kept"], s["rejected"]) for s in m["sources"]] == [(3, 3, 0), (3, 3, 0), (3, 0, 3)]
+    import datasets
+
+    ids = datasets.load_from_disk(str(tmp_path / "arm"))["id"]
+    assert sorted(i for i in ids if "@" not in i) == ["train.jsonl:1", "train.jsonl:2", "train.jsonl:3"]
+    assert sorted(i.split("@")[0] for i in ids if "@" in i) == ["train.jsonl:1", "train.jsonl:2", "train.jsonl:3"]
+    moved = build.build_arm(sources(tmp_path / "b" / "elsewhere"), arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "arm2",
+                            progress=False)
+    assert moved["fingerprint"] == m["fingerprint"]

@@ -142,6 +142,7 @@ class Outcome:
     reason: str | None = None
     detail: str = ""
     where: str = ""
+    positional: bool = False  # `id` names the row's position in its source (the row has no id field)
 
     def rejection(self) -> dict:
         return {"id": self.id, "source": self.source, "reason": self.reason, "detail": self.detail, "where": self.where}
@@ -186,20 +187,20 @@ def _json_row(raw: bytes) -> Any:
         return RecordError(exc.reason, exc.detail)
 
 
-def _row_id(src: Source, row: Any, where: str) -> str:
-    """The row's own id field, else its position; positions name the file relative to the source
-    (not the absolute path), so ids don't depend on where the data lives."""
+def _row_id(src: Source, row: Any, where: str) -> tuple[str, bool]:
+    """(the row's own id field, else its position; whether it is its position). Positions name the
+    file relative to the source (not the absolute path), so ids don't depend on where the data lives."""
     if isinstance(row, dict):
         for k in _ID_KEYS:
             if isinstance(row.get(k), (str, int)) and str(row[k]):
-                return str(row[k])
+                return str(row[k]), False
         extra = row.get("extra_info")
         if isinstance(extra, dict) and extra.get("index") is not None:
-            return f"{extra.get('split', 'row')}-{extra['index']}"
+            return f"{extra.get('split', 'row')}-{extra['index']}", False
     if src.is_local:
         base = Path(src.location)
         where = where[len(str(base.parent)) + 1:] if where.startswith(str(base.parent) + "/") else where
-    return where.replace(" ", "_")
+    return where.replace(" ", "_"), True
 
 
 def read_source(src: Source | str, *, reasoning: str = "reasoning_content") -> Iterator[Outcome]:
@@ -208,7 +209,7 @@ def read_source(src: Source | str, *, reasoning: str = "reasoning_content") -> I
     parse = PARSERS[src.format]
     seen: set[str] = set()
     for where, row in _rows(src):
-        rid = _row_id(src, row, where)
+        rid, positional = _row_id(src, row, where)
         label = src.format
         if isinstance(row, RecordError):
             yield Outcome(rid, label, reason=row.reason, detail=row.detail, where=where)
@@ -228,4 +229,4 @@ def read_source(src: Source | str, *, reasoning: str = "reasoning_content") -> I
         except Exception as exc:  # a shape we did not anticipate, RecursionError, UnicodeError: one record's problem
             yield Outcome(rid, label, reason="bad_row", detail=quarantine_detail(exc), where=where)
             continue
-        yield Outcome(rec["id"], rec["source"], record=rec, where=where)
+        yield Outcome(rec["id"], rec["source"], record=rec, where=where, positional=positional and rec["id"] == rid)
