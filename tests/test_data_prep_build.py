@@ -584,3 +584,31 @@ def test_rows_without_ids_in_same_named_files_are_not_duplicates(tmp_path):
     moved = build.build_arm(sources(tmp_path / "b" / "elsewhere"), arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "arm2",
                             progress=False)
     assert moved["fingerprint"] == m["fingerprint"]
+
+
+def test_heldout_records_are_excluded_whatever_the_arms_reasoning_mode(tmp_path):
+    """A held-out set built with data.reasoning=reasoning_content (the default) and an arm of the same sources with
+    data.reasoning=content (what a model without a reasoning channel needs, e.g. Llama-3.1's recipe): the thoughts sit in
+    `content` instead of `reasoning_content`, so the content digests differed and the arm excluded 0 of the 2 held-out
+    records, trained on them, and check_disjoint (what evaluate and `data-prep check-heldout` run) passed it. Records are
+    compared with their thoughts and content as one text, wherever the reasoning mode put them."""
+    from data_prep import heldout
+    from data_prep.synthetic import SyntheticConfig, code_rows, search_rows
+
+    srcs = {}
+    for dom, fmt, rows in (("code", "r2e-gym", code_rows(6, 0, SyntheticConfig())),
+                           ("search", "openseeker", search_rows(12, 0, SyntheticConfig())[0])):
+        (tmp_path / f"{dom}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        srcs[dom] = [f"{fmt}:{tmp_path / f'{dom}.jsonl'}"]
+    build.build_heldout({"sources": srcs}, n=2, domains=["code", "search"], seed=5, tokenizer="tiny", out=tmp_path / "held", progress=False)
+    held = heldout.load(tmp_path / "held")
+    for mode in ("reasoning_content", "content"):
+        cfg = {"sources": srcs, "n": 8, "allow_fewer": True, "heldout": str(tmp_path / "held"), "reasoning": mode}
+        m = build.build_arm(cfg, arm="mixed", seed=0, tokenizer="tiny", out=tmp_path / mode, progress=False)
+        assert (m["heldout"]["excluded"], m["counts"]["kept"], m["rejected_by_reason"]) == (4, 8, {"heldout": 4}), mode
+        assert heldout.check_disjoint(held, tmp_path / mode) == 8
+        with_held = build.build_arm({**cfg, "heldout": None}, arm="mixed", seed=0, tokenizer="tiny", out=tmp_path / f"{mode}-all",
+                                    progress=False)
+        assert with_held["counts"]["kept"] == 8
+        with pytest.raises(heldout.TrainingDataError, match="the same content"):
+            heldout.check_disjoint(held, tmp_path / f"{mode}-all")
