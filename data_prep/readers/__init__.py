@@ -1,6 +1,6 @@
 """Source readers: `FORMAT:PATH_OR_HUB_ID` -> canonical records (or quarantined rejections).
 
-FORMAT is one of FORMATS. PATH is a local .jsonl / .json / .parquet file (or a directory of
+FORMAT is one of FORMATS. PATH is a local .jsonl / .json (one row, a list of rows, or JSON Lines) / .parquet file (or a directory of
 them, not its subdirectories; those of `#split` when their names name splits: docs/formats.md);
 anything else is a Hugging Face dataset id, optionally `ID@REVISION` (a commit sha, tag or branch)
 and `#split` (default split `train`): `ID@REV#split`. A trailing `~SHARE` (a fraction in (0, 1])
@@ -160,12 +160,12 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
         return
     for f in src.files():
         if f.suffix == ".jsonl":
-            with open(f, "rb") as fh:  # decoded line by line: one bad line is one rejection
-                for lineno, raw in enumerate(fh, 1):
-                    if raw.strip():
-                        yield f"{f}:{lineno}", _json_row(raw)
+            yield from _json_lines(f)
         elif f.suffix == ".json":
             obj = _json_row(f.read_bytes())
+            if isinstance(obj, RecordError) and _holds_json_lines(f):
+                yield from _json_lines(f)   # JSON Lines named .json (as the Hub names many; datasets reads them so)
+                continue
             if isinstance(obj, RecordError):
                 yield f"{f}", obj
                 continue
@@ -177,6 +177,21 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
 
             for i, row in enumerate(pq.read_table(f).to_pylist()):
                 yield f"{f}[{i}]", row
+
+
+def _json_lines(f: Path) -> Iterator[tuple[str, Any]]:
+    """(file:line, row-or-RecordError) per non-blank line, decoded line by line: one bad line is one rejection."""
+    with open(f, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if raw.strip():
+                yield f"{f}:{lineno}", _json_row(raw)
+
+
+def _holds_json_lines(f: Path) -> bool:
+    """A file that is no one JSON value but whose first non-blank line is one: JSON Lines."""
+    with open(f, "rb") as fh:
+        first = next((raw for raw in fh if raw.strip()), b"")
+    return bool(first) and not isinstance(_json_row(first), RecordError)
 
 
 def _json_row(raw: bytes) -> Any:
