@@ -543,3 +543,27 @@ def test_json_lines_in_a_json_file_are_rows(tmp_path):
     assert [(o.where, o.reason) for o in read_source(f"r2e-gym:{p}")] == [(f"{p}[{i}]", None) for i in range(3)]
     p.write_text("{not json at all\n")
     assert [(o.where, o.reason) for o in read_source(f"r2e-gym:{p}")] == [(str(p), "malformed_json")]
+
+
+def test_a_compressed_data_file_in_a_source_dir_is_refused_not_skipped(tmp_path):
+    """A source directory holding part-0.jsonl and part-1.jsonl.gz read part-0 only: 3 of 6 rows, the other 3 counted
+    nowhere. A data file it does not read (compressed, or .arrow) is refused naming it; other files (README.md,
+    .gitattributes) are not data and are left alone, as before."""
+    import gzip
+
+    from data_prep.synthetic import SyntheticConfig, code_rows
+
+    rows = code_rows(6, 0, SyntheticConfig())
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "part-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
+    (d / "README.md").write_text("# a dataset\n")
+    assert len(list(read_source(f"r2e-gym:{d}"))) == 3
+    with gzip.open(d / "part-1.jsonl.gz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows[3:]))
+    with pytest.raises(SourceError, match=rf"{d / 'part-1.jsonl.gz'}: a data file .*not read.*decompress it or move it out"):
+        parse_source(f"r2e-gym:{d}")
+    (d / "part-1.jsonl.gz").unlink()
+    (d / "cache-0.arrow").write_bytes(b"")
+    with pytest.raises(SourceError, match="cache-0.arrow: a data file"):
+        parse_source(f"r2e-gym:{d}")

@@ -38,6 +38,12 @@ _ID_KEYS = ("id", "traj_id", "instance_id")
 _SPLIT_WORDS = {"train": "train|training", "validation": "validation|valid|dev|val", "test": "test|testing|eval|evaluation"}
 
 
+def _unread_data(f: Path) -> bool:
+    """A file of a source directory holding rows the readers do not read: compressed JSON Lines / JSON / Parquet
+    (`train.jsonl.gz`), or Arrow (`datasets`' own files)."""
+    return f.suffix not in LOCAL_SUFFIXES and (f.suffix == ".arrow" or any(s in LOCAL_SUFFIXES for s in f.suffixes))
+
+
 def splits_of(name: str) -> set[str]:
     """The splits a file named `name` is part of in the Hub's layout (`train_test.jsonl`: both, as in datasets)."""
     return {s for s, words in _SPLIT_WORDS.items() if re.search(rf"(^|[-._ 0-9])({words})[-._ 0-9]", name)}
@@ -67,6 +73,9 @@ class Source:
     def files(self) -> list[Path]:
         """A file; a directory's data files, those of the split (`#split`, `a+b`) when their names name splits."""
         p = Path(self.location)
+        if p.is_dir() and (unread := sorted(f for f in p.iterdir() if _unread_data(f))):
+            raise SourceError(f"{unread[0]}: a data file ({''.join(unread[0].suffixes)}) the readers do not read, so its rows "
+                              f"would be counted nowhere: decompress it or move it out (read: {', '.join(LOCAL_SUFFIXES)})")
         found = sorted(f for f in p.iterdir() if f.suffix in LOCAL_SUFFIXES) if p.is_dir() else [p]
         named = {f: splits_of(f.name) for f in found} if p.is_dir() else {}
         if not any(named.values()):
