@@ -24,7 +24,7 @@ from data_prep.decontam import Decontaminator, bench_files, bench_of, load_quest
 from data_prep.errors import DataPrepError
 from data_prep.readers import parse_source, read_source
 from data_prep.render import ChatRenderer
-from data_prep.schema import RecordError, quarantine_detail
+from data_prep.schema import ROW_SEP, RecordError, quarantine_detail, trajectory_id
 from data_prep.stats import RunStats
 
 FORMAT_VERSION = 1
@@ -193,10 +193,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
         arms.check_counts(arm, wanted, kept, cfg["allow_fewer"])
         rows = arms.interleave(arm, kept_rows, seed)
         stats.check_totals()
-        if cfg["strict"] and stats.rejections:
-            reasons = Counter(r["reason"] for r in stats.rejections)
-            examples = "; ".join(f"{r['id']}: {r['reason']} {r['detail'][:80]}" for r in stats.rejections[:5])
-            raise StrictError(f"strict=true and {len(stats.rejections)} record(s) were rejected: {dict(reasons)}. e.g. {examples}")
+        check_strict(cfg, stats)
         fingerprint = _fingerprint(rows)
         summary = stats.summary(rows)
         ds = _to_dataset(rows)
@@ -224,23 +221,46 @@ def _read_pools(cfg: dict, specs: dict, wanted, stats: RunStats, tmp: Path, out:
 
     pools: dict[str, list[dict]] = {}
     first_seen: dict[str, str] = {}  # record id -> where it was first read, across every source
+    first_content: dict[str, str | None] = {}  # record id -> the content digest of the source it was first read from
     max_bytes = cfg["max_record_bytes"] or RECORD_BYTES_PER_TOKEN[cfg["length_policy"]] * cfg["max_seq_len"]
+    listing: dict[tuple, list[str]] = {}  # what a source reads -> the wanted domains listing it, in order
+    for dom in wanted:
+        for spec in specs[dom]:
+            listing.setdefault(parse_source(spec).reads(), []).append(dom)
     for dom in wanted:
         pools[dom] = []
         for spec in specs[dom]:
             src = parse_source(spec)
-            stats.add_source(spec, src, dom, out_dir=tmp, final_dir=out)
+            key = (dom, spec)
+            stats.add_source(key, src, out_dir=tmp, final_dir=out)
+            doms = listing[src.reads()]
+            content = _files_digest(stats.sources[key].identity)
             for o in tqdm(read_source(src, reasoning=cfg["reasoning"]), desc=f"read {src.format}", disable=not progress, leave=False):
+                # a source listed under several domains: each record is counted in its own domain's pass, an unreadable
+                # row or a record of none of them in the first listing's
+                if (o.record["domain"] if o.record is not None and o.record["domain"] in doms else doms[0]) != dom:
+                    continue
+                if o.record is not None and o.positional and first_content.get(o.id, content) != content:
+                    # named by its position, as a row of another source's same-named file is: told apart by content
+                    o.id = o.record["id"] = f"{o.id}@{content[:12]}"
                 problem = o.record and _screen(o.record, dom, max_bytes, first_seen)
                 if o.record is None:
-                    stats.reject(spec, o.rejection())
+                    stats.reject(key, o.rejection())
                 elif problem:
-                    stats.reject(spec, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
+                    stats.reject(key, {**o.rejection(), "reason": problem[0], "detail": problem[1]})
                 else:
                     first_seen[o.record["id"]] = o.where
-                    stats.read_ok(spec)
-                    pools[dom].append({"spec": spec, "rec": o.record, "where": o.where})
+                    first_content[o.record["id"]] = content
+                    stats.read_ok(key)
+                    pools[dom].append({"spec": spec, "key": key, "rec": o.record, "where": o.where})
     return pools
+
+
+def _files_digest(identity: dict) -> str | None:
+    """A local source's content (its files' sha256s, wherever they lie), None for a hub source (whose positions
+    name its hub id)."""
+    files = identity.get("files")
+    return sha256_text(json.dumps([f["sha256"] for f in files])) if files is not None else None
 
 
 def build_heldout(data_cfg: Any, *, n: int, domains, seed: int, tokenizer: Any, out: str | Path, progress: bool = True,
@@ -281,6 +301,7 @@ def build_heldout(data_cfg: Any, *, n: int, domains, seed: int, tokenizer: Any, 
         arms.check_counts("heldout", wanted, kept, cfg["allow_fewer"])
         rows = [r for dom in wanted for r in by_dom[dom]]
         stats.check_totals()
+        check_strict(cfg, stats)
         digests = heldout.record_digests(rows)
         summary = stats.summary(rows)
         fingerprint = _fingerprint(rows)
@@ -298,6 +319,14 @@ def build_heldout(data_cfg: Any, *, n: int, domains, seed: int, tokenizer: Any, 
         write_sha256sums(tmp)
         (tmp / heldout.COMPLETE).write_text("", encoding="utf-8")
     return manifest
+
+
+def check_strict(cfg: dict, stats: RunStats) -> None:
+    """StrictError (exit 1, nothing written) when `strict=true` and any record was rejected, naming the reasons."""
+    if cfg["strict"] and stats.rejections:
+        reasons = Counter(r["reason"] for r in stats.rejections)
+        examples = "; ".join(f"{r['id']}: {r['reason']} {r['detail'][:80]}" for r in stats.rejections[:5])
+        raise StrictError(f"strict=true and {len(stats.rejections)} record(s) were rejected: {dict(reasons)}. e.g. {examples}")
 
 
 def renderer_kwargs(cfg: dict) -> dict:
@@ -321,10 +350,14 @@ def decontam_paths(cfg: dict, *, sets: bool = True) -> list[str]:
 
 def _screen(rec: dict, dom: str, max_bytes: int, first_seen: dict[str, str]) -> tuple[str, str] | None:
     """(reason, detail) when a parsed record must not reach rendering, else None: listed under
-    the wrong domain, an id already read from any source, not encodable as UTF-8 (a lone
-    surrogate), or larger than `max_bytes` as JSON."""
+    the wrong domain, an id that reads as a row id (`<x>#row<k>`: its rows would be taken for
+    record x's), an id already read from any source, not encodable as UTF-8 (a lone surrogate),
+    or larger than `max_bytes` as JSON."""
     if rec["domain"] != dom:
         return "wrong_domain", f"a {rec['domain']} record listed under sources.{dom}"
+    if trajectory_id(rec["id"]) != rec["id"]:
+        return "row_id", (f"id {rec['id']!r} ends in {ROW_SEP}<digits>, which names row k of record {trajectory_id(rec['id'])!r} "
+                          "in a built dataset (the trainer and the held-out digests would merge it with its neighbours)")
     if rec["id"] in first_seen:
         return "duplicate_id", f"id {rec['id']!r} already read at {first_seen[rec['id']]} (the first is kept)"
     try:
@@ -366,7 +399,7 @@ def _decontaminate(cfg: dict, pools: dict[str, list[dict]], stats: "RunStats") -
                     by_bench[b]["records"] += 1
                     by_bench[b]["dropped"] += int(cfg["decontam_drop"])
                 if cfg["decontam_drop"]:
-                    stats.reject(item["spec"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "decontaminated",
+                    stats.reject(item["key"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "decontaminated",
                                                 "detail": f"overlaps {', '.join(hits[:5])}", "where": item["where"]}, was_ok=True)
                     dropped += 1
                     continue
@@ -391,17 +424,17 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
             for j, res in zip(chunks[ci], results):
                 item = pool[j]
                 if n_kept >= quota:
-                    stats.not_selected(item["spec"])
+                    stats.not_selected(item["key"])
                 elif res[0] == "err":
-                    stats.reject(item["spec"], _rej(item, res[1], res[2]), was_ok=True)
+                    stats.reject(item["key"], _rej(item, res[1], res[2]), was_ok=True)
                 else:
                     try:
                         messages = worker.record_json(res[1])  # once per record, however many rows it makes
                         out_rows = [_finish_row(res[1], enc, cfg, messages) for enc in res[2]]
                     except RecordError as exc:
-                        stats.reject(item["spec"], _rej(item, exc.reason, exc.detail), was_ok=True)
+                        stats.reject(item["key"], _rej(item, exc.reason, exc.detail), was_ok=True)
                         continue
-                    stats.kept(item["spec"])
+                    stats.kept(item["key"])
                     rows.extend(out_rows)
                     n_kept += 1
                     bar.update(1)
@@ -409,7 +442,7 @@ def _select(pool, quota, dom, seed, cfg, processor, stats, progress):
                 break
     for ch in chunks[done:]:
         for j in ch:
-            stats.not_selected(pool[j]["spec"])
+            stats.not_selected(pool[j]["key"])
     bar.close()
     return rows, n_kept
 

@@ -153,6 +153,9 @@ def heldout_main(argv: list[str]) -> int:
         m = build.build_heldout(data_cfg, n=int(c["n"]), domains=domains, seed=int(c["seed"]),
                                 tokenizer=str(c["tokenizer"]), out=c["out"], num_proc=c["num_proc"],
                                 overwrite=bool(c["overwrite"]))
+    except build.StrictError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except (ArmError, SourceError, ValueError, OSError) as exc:   # OSError: a missing file, a directory given for one
         raise DataPrepError(str(exc)) from exc
     print(json.dumps({"out": c["out"], "records": {d: len(v) for d, v in m["digests"].items()},

@@ -11,10 +11,11 @@ last. A held-out dir is read only when it is COMPLETE and every file matches SHA
 
 A record's *content digest* is the sha256 of its canonical JSON (sorted keys) without `id` and
 `source`: two records with the same messages, tools, task and answer are the same trajectory
-whatever they are called. An arm built with `data.heldout=DIR` drops every candidate whose digest is
-held out before selecting its quota (rejected, reason `heldout`, so read = kept + rejected +
-not_selected still holds), and `check_disjoint` refuses a training dataset that holds one (a
-DataPrepError: exit 2, naming the record ids and both files). `evaluate` opens the set it scores once
+whatever they are called. Held-out content is looked for by `comparable_digest` (each assistant turn's
+thought and content as one text, so data.reasoning=content and =reasoning_content read the same trajectory as
+one): an arm built with `data.heldout=DIR` drops every candidate whose content is held out before selecting its
+quota (rejected, reason `heldout`, so read = kept + rejected + not_selected still holds), and `check_disjoint`
+refuses a training dataset that holds one (a DataPrepError: exit 2, naming the record ids and both files). `evaluate` opens the set it scores once
 per call (`open_verified`: loaded, verified and, at a checkpoint whose run manifest names its training
 data, checked disjoint from that data), then reads its records, digests and manifest from the one
 `Heldout`, and renders each record as training did (`Heldout.span_tokenizer`, data_prep.spans).
@@ -48,6 +49,21 @@ def content_digest(rec: dict) -> str:
     """sha256 of the record's canonical fields but `id` and `source`, as sorted-key JSON."""
     body = {k: rec.get(k) for k in FIELDS if k not in NOT_CONTENT}
     return sha256_text(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
+
+
+def comparable_digest(rec: dict) -> str:
+    """`content_digest` of the record with each assistant turn's thought and content as one text (`reasoning_content`,
+    then `content`, whitespace collapsed): the same trajectory read with data.reasoning=reasoning_content or =content
+    (which put the thoughts in different fields) has one comparable digest. What `excluded` and `check_disjoint`
+    compare (the manifest's digests, of the records as built, stay as they were)."""
+    def merged(m):
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            return m
+        text = " ".join(" ".join(str(m.get(k) or "") for k in ("reasoning_content", "content")).split())
+        return {**{k: v for k, v in m.items() if k != "reasoning_content"}, "content": text}
+
+    msgs = rec.get("messages")
+    return content_digest({**rec, "messages": [merged(m) for m in msgs] if isinstance(msgs, list) else msgs})
 
 
 def digests_fingerprint(digests: dict[str, dict[str, str]]) -> str:
@@ -88,6 +104,20 @@ class Heldout:
     def by_digest(self) -> dict[str, str]:
         """content digest -> held-out record id."""
         return {dg: rid for per in self.digests.values() for rid, dg in per.items()}
+
+    def by_comparable_digest(self) -> dict[str, str]:
+        """`comparable_digest` -> held-out record id, from the records the dir holds (one per record)."""
+        import datasets
+
+        ds = datasets.load_from_disk(str(self.dir))
+        out: dict[str, str] = {}
+        seen = set()
+        for rid, msg in zip(ds["id"], ds["messages"]):
+            tid = trajectory_id(rid)
+            if tid not in seen:
+                seen.add(tid)
+                out.setdefault(comparable_digest(json.loads(msg)), tid)
+        return out
 
     def records(self, domain: str) -> list[dict]:
         """The canonical records of `domain`, in the dir's order (one per record, however many rows)."""
@@ -130,15 +160,15 @@ def load(path: str | Path, key: str = "heldout") -> Heldout:
 
 def excluded(pools: dict[str, list[dict]], held: Heldout, stats) -> int:
     """Drop from each domain's candidate pool every record whose content is held out (rejected, reason
-    `heldout`); returns how many."""
-    hit = held.by_digest()
+    `heldout`), compared by `comparable_digest` (whatever data.reasoning each was read with); returns how many."""
+    hit = held.by_comparable_digest()
     dropped = 0
     for dom, pool in pools.items():
         keep = []
         for item in pool:
-            dg = content_digest(item["rec"])
+            dg = comparable_digest(item["rec"])
             if dg in hit:
-                stats.reject(item["spec"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "heldout",
+                stats.reject(item["key"], {"id": item["rec"]["id"], "source": item["rec"]["source"], "reason": "heldout",
                                             "detail": f"the content of held-out record {hit[dg]!r} ({held.manifest_path})",
                                             "where": item["where"]}, was_ok=True)
                 dropped += 1
@@ -170,16 +200,16 @@ def check_disjoint(held: Heldout, train_dir: str | Path) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise TrainingDataError(f"{train_dir}: not a dataset dir ({exc})") from None
     where = ds.cache_files[0]["filename"] if ds.cache_files else str(train_dir)
-    hit, seen = held.by_digest(), set()
+    hit, seen = held.by_comparable_digest(), set()
     for rid, msg in zip(ds["id"], ds["messages"]):
         tid = trajectory_id(rid)
         if tid in seen:
             continue
         seen.add(tid)
-        dg = content_digest(json.loads(msg))
+        dg = comparable_digest(json.loads(msg))
         if dg in hit:
             raise TrainingDataError(f"held-out record {hit[dg]!r} ({held.manifest_path}) is training record {tid!r} "
-                                    f"({where}): the same content (digest {dg[:12]}), so its loss is not held out")
+                                    f"({where}): the same content (comparable digest {dg[:12]}), so its loss is not held out")
     return len(seen)
 
 

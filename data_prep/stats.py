@@ -26,36 +26,39 @@ class SourceCounts:
 
 @dataclass
 class RunStats:
-    sources: dict[str, SourceCounts] = field(default_factory=dict)
+    sources: dict[tuple[str, str], SourceCounts] = field(default_factory=dict)  # (domain, spec) ->
     rejections: list[dict] = field(default_factory=list)
 
-    def add_source(self, spec, src, domain, out_dir=None, final_dir=None) -> None:
-        if spec in self.sources:  # listed twice: one bookkeeping entry (its records are duplicate_id)
+    def add_source(self, key: tuple[str, str], src, out_dir=None, final_dir=None) -> None:
+        """Count the records read from source spec `key[1]` for domain `key[0]` (a spec listed under two domains
+        has an entry for each; the other methods take this key)."""
+        if key in self.sources:  # listed twice: one bookkeeping entry (its records are duplicate_id)
             return
+        domain, spec = key
         ident = src.identity()
         if out_dir is not None:  # generated files live in the temp dir until the atomic rename
             for f in ident.get("files", []):
                 if f["path"].startswith(str(out_dir)):
                     f["path"] = str(final_dir) + f["path"][len(str(out_dir)):]
         shown = spec.replace(str(out_dir), str(final_dir)) if out_dir is not None else spec
-        self.sources[spec] = SourceCounts(shown, domain, ident)
+        self.sources[key] = SourceCounts(shown, domain, ident)
 
-    def read_ok(self, spec: str) -> None:
-        self.sources[spec].read += 1
+    def read_ok(self, key: tuple[str, str]) -> None:
+        self.sources[key].read += 1
 
-    def reject(self, spec: str, rejection: dict, was_ok: bool = False) -> None:
+    def reject(self, key: tuple[str, str], rejection: dict, was_ok: bool = False) -> None:
         """`was_ok`: the record was already counted as read (rejected after parsing)."""
-        s = self.sources[spec]
+        s = self.sources[key]
         if not was_ok:
             s.read += 1
         s.rejected += 1
         self.rejections.append(rejection)
 
-    def kept(self, spec: str) -> None:
-        self.sources[spec].kept += 1
+    def kept(self, key: tuple[str, str]) -> None:
+        self.sources[key].kept += 1
 
-    def not_selected(self, spec: str) -> None:
-        self.sources[spec].not_selected += 1
+    def not_selected(self, key: tuple[str, str]) -> None:
+        self.sources[key].not_selected += 1
 
     def check_totals(self) -> None:
         for s in self.sources.values():

@@ -498,3 +498,117 @@ def test_worker_processes_stop_on_sigterm_whatever_handler_their_parent_has(tmp_
         rc = proc.wait()
     assert first == str([True] * 4), first
     assert rc == 0
+
+
+def test_a_record_id_that_reads_as_a_row_id_is_rejected(tmp_path):
+    """A source id `<x>#row<k>` reads as row k of record x (schema.trajectory_id): four such records were kept, yet
+    the trainer saw one trajectory of four rows and a held-out set recorded one digest (three held-out records
+    excluded from no arm). Such a record is rejected, with its reason; a `#row` not followed by digits is an id."""
+    from sft.data import load_train_data
+
+    rows = [{"id": f"q7#row{k}" if k < 4 else f"q7#rowx{k}", "question": f"question number {k} about rivers", "golden_answers": ["a"],
+             "response": f"<think>look {k}</think><search> q{k} </search>\n\n<information>Doc 1(Title: T) x</information>"
+                         f"\n\n<answer> a{k} </answer>"} for k in range(6)]
+    src = tmp_path / "r1.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = {"sources": {"search": [f"search-r1:{src}"]}, "n": 2}
+    m = build.build_arm(cfg, arm="search", seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["counts"]["kept"] == 2 and m["rejected_by_reason"] == {"row_id": 4}
+    assert load_train_data(tmp_path / "arm", global_batch_size=1, max_tokens_per_micro_batch=4096).n == 2
+    rej = [json.loads(x) for x in (tmp_path / "arm" / "rejected.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rej] == [f"q7#row{k}" for k in range(4)] and "#row" in rej[0]["detail"]
+    h = build.build_heldout(cfg, n=2, domains=["search"], seed=0, tokenizer="tiny", out=tmp_path / "held", progress=False)
+    assert len(h["digests"]["search"]) == h["counts"]["kept"] == 2
+
+
+def test_one_file_of_both_domains_listed_under_both_is_read_once_per_record(tmp_path):
+    """A canonical file holding code and search records, listed under sources.code and sources.search of a mixed arm:
+    each record was read in both domains' passes, so the manifest said read 16, rejected 8 (`wrong_domain`) of 8
+    records, all 8 of them kept, and rejected.jsonl named every kept record. Each record is counted once, in the
+    pass of its own domain; a record of neither domain and an unreadable row once, in the first listing's."""
+    import datasets
+
+    build.build_arm({**SMALL, "n": 8}, arm="mixed", seed=1, tokenizer="tiny", out=tmp_path / "syn", progress=False)
+    recs = [json.loads(m) for m in datasets.load_from_disk(str(tmp_path / "syn"))["messages"]]
+    src = tmp_path / "both.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in recs) + "{not json\n")
+    cfg = {"sources": {"code": [f"canonical:{src}"], "search": [f"canonical:{src}"]}, "n": 8}
+    m = build.build_arm(cfg, arm="mixed", seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["counts"] | {"kept_by_source": None} == {"read": 9, "kept": 8, "rejected": 1, "not_selected": 0, "rows": 8,
+                                                       "kept_by_source": None, "rows_by_domain": {"code": 4, "search": 4}}
+    assert [(s["domain"], s["read"], s["kept"], s["rejected"]) for s in m["sources"]] == [("code", 5, 4, 1), ("search", 4, 4, 0)]
+    rej = [json.loads(x) for x in (tmp_path / "arm" / "rejected.jsonl").read_text().splitlines()]
+    assert [r["reason"] for r in rej] == ["malformed_json"]
+    # an arm of one domain reads only that side's listing: the other domain's records are wrong_domain there, once
+    m1 = build.build_arm({**cfg, "n": 4}, arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "r2e", progress=False)
+    assert m1["counts"]["read"] == 9 and m1["rejected_by_reason"] == {"malformed_json": 1, "wrong_domain": 4}
+
+
+def test_heldout_strict_fails_on_a_rejected_record(tmp_path, capsys):
+    """`data-prep heldout strict=true` wrote a COMPLETE held-out set and exited 0 with 7 of 8 records rejected (the arm's
+    command exits 1 there): it exits 1 naming the reasons and writes nothing; without strict the set is written."""
+    p = write_bad_file(tmp_path / "bad.jsonl")
+    args = ["heldout", "n=1", "domains=[code]", f"sources.code=[r2e-gym:{p}]"]
+    rc = cli_main([*args, f"out={tmp_path / 'h'}", "strict=true"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "strict=true and 7 record(s) were rejected" in err and "no_finish_call" in err
+    assert not (tmp_path / "h").exists()
+    assert cli_main([*args, f"out={tmp_path / 'h2'}"]) == 0 and (tmp_path / "h2" / "COMPLETE").is_file()
+
+
+def test_rows_without_ids_in_same_named_files_are_not_duplicates(tmp_path):
+    """Rows with no id field are named by position relative to their source (`train.jsonl:1`), so two sources whose
+    files share a name (r2e/train.jsonl, swegym/train.jsonl) gave their distinct records one id, and every record of
+    the second was rejected as duplicate_id (3 of 6 kept). The second source's colliding ids are told apart by its
+    content (`train.jsonl:1@<digest>`); the same content at another path is still a duplicate; ids and the dataset
+    do not depend on where the files lie."""
+    from data_prep.synthetic import SyntheticConfig, code_rows
+
+    def sources(root):
+        specs = []
+        for name, seed in (("r2e", 0), ("swegym", 1), ("copy", 0)):
+            (root / name).mkdir(parents=True)
+            rows = [{"messages": r["messages"]} for r in code_rows(3, seed, SyntheticConfig())]
+            (root / name / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            specs.append(f"r2e-gym:{root / name / 'train.jsonl'}")
+        return {"sources": {"code": specs}, "n": 6}
+
+    m = build.build_arm(sources(tmp_path / "a"), arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["counts"]["kept"] == 6 and m["rejected_by_reason"] == {"duplicate_id": 3}
+    assert [(s["read"], s["kept"], s["rejected"]) for s in m["sources"]] == [(3, 3, 0), (3, 3, 0), (3, 0, 3)]
+    import datasets
+
+    ids = datasets.load_from_disk(str(tmp_path / "arm"))["id"]
+    assert sorted(i for i in ids if "@" not in i) == ["train.jsonl:1", "train.jsonl:2", "train.jsonl:3"]
+    assert sorted(i.split("@")[0] for i in ids if "@" in i) == ["train.jsonl:1", "train.jsonl:2", "train.jsonl:3"]
+    moved = build.build_arm(sources(tmp_path / "b" / "elsewhere"), arm="r2e", seed=0, tokenizer="tiny", out=tmp_path / "arm2",
+                            progress=False)
+    assert moved["fingerprint"] == m["fingerprint"]
+
+
+def test_heldout_records_are_excluded_whatever_the_arms_reasoning_mode(tmp_path):
+    """A held-out set built with data.reasoning=reasoning_content (the default) and an arm of the same sources with
+    data.reasoning=content (what a model without a reasoning channel needs, e.g. Llama-3.1's recipe): the thoughts sit in
+    `content` instead of `reasoning_content`, so the content digests differed and the arm excluded 0 of the 2 held-out
+    records, trained on them, and check_disjoint (what evaluate and `data-prep check-heldout` run) passed it. Records are
+    compared with their thoughts and content as one text, wherever the reasoning mode put them."""
+    from data_prep import heldout
+    from data_prep.synthetic import SyntheticConfig, code_rows, search_rows
+
+    srcs = {}
+    for dom, fmt, rows in (("code", "r2e-gym", code_rows(6, 0, SyntheticConfig())),
+                           ("search", "openseeker", search_rows(12, 0, SyntheticConfig())[0])):
+        (tmp_path / f"{dom}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        srcs[dom] = [f"{fmt}:{tmp_path / f'{dom}.jsonl'}"]
+    build.build_heldout({"sources": srcs}, n=2, domains=["code", "search"], seed=5, tokenizer="tiny", out=tmp_path / "held", progress=False)
+    held = heldout.load(tmp_path / "held")
+    for mode in ("reasoning_content", "content"):
+        cfg = {"sources": srcs, "n": 8, "allow_fewer": True, "heldout": str(tmp_path / "held"), "reasoning": mode}
+        m = build.build_arm(cfg, arm="mixed", seed=0, tokenizer="tiny", out=tmp_path / mode, progress=False)
+        assert (m["heldout"]["excluded"], m["counts"]["kept"], m["rejected_by_reason"]) == (4, 8, {"heldout": 4}), mode
+        assert heldout.check_disjoint(held, tmp_path / mode) == 8
+        with_held = build.build_arm({**cfg, "heldout": None}, arm="mixed", seed=0, tokenizer="tiny", out=tmp_path / f"{mode}-all",
+                                    progress=False)
+        assert with_held["counts"]["kept"] == 8
+        with pytest.raises(heldout.TrainingDataError, match="the same content"):
+            heldout.check_disjoint(held, tmp_path / f"{mode}-all")

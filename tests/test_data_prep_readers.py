@@ -525,3 +525,45 @@ def test_reasoning_switch_content():
                            reasoning="content")).record
     a = rec["messages"][2]
     assert "reasoning_content" not in a and a["content"].startswith("I need to understand")
+
+
+def test_json_lines_in_a_json_file_are_rows(tmp_path):
+    """A .json file holding JSON Lines (as the Hub names many, and datasets.load_dataset reads them) was one
+    malformed row: 3 records read as 1, rejected as malformed_json. Each line is a row (a bad one rejected alone,
+    naming its line); a .json file of one value is read as before, and one that is neither is one rejection."""
+    from data_prep.synthetic import SyntheticConfig, code_rows
+
+    rows = code_rows(3, 0, SyntheticConfig())
+    p = tmp_path / "train.json"
+    p.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n{oops\n" + json.dumps(rows[2]) + "\n")
+    out = list(read_source(f"r2e-gym:{p}"))
+    assert [(o.where, o.reason) for o in out] == [(f"{p}:1", None), (f"{p}:3", None), (f"{p}:4", "malformed_json"), (f"{p}:5", None)]
+    assert [o.id for o in out] == ["train.json:1", "train.json:3", "train.json:4", "train.json:5"]
+    p.write_text(json.dumps(rows, indent=2))   # one value: a list of rows
+    assert [(o.where, o.reason) for o in read_source(f"r2e-gym:{p}")] == [(f"{p}[{i}]", None) for i in range(3)]
+    p.write_text("{not json at all\n")
+    assert [(o.where, o.reason) for o in read_source(f"r2e-gym:{p}")] == [(str(p), "malformed_json")]
+
+
+def test_a_compressed_data_file_in_a_source_dir_is_refused_not_skipped(tmp_path):
+    """A source directory holding part-0.jsonl and part-1.jsonl.gz read part-0 only: 3 of 6 rows, the other 3 counted
+    nowhere. A data file it does not read (compressed, or .arrow) is refused naming it; other files (README.md,
+    .gitattributes) are not data and are left alone, as before."""
+    import gzip
+
+    from data_prep.synthetic import SyntheticConfig, code_rows
+
+    rows = code_rows(6, 0, SyntheticConfig())
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "part-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
+    (d / "README.md").write_text("# a dataset\n")
+    assert len(list(read_source(f"r2e-gym:{d}"))) == 3
+    with gzip.open(d / "part-1.jsonl.gz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows[3:]))
+    with pytest.raises(SourceError, match=rf"{d / 'part-1.jsonl.gz'}: a data file .*not read.*decompress it or move it out"):
+        parse_source(f"r2e-gym:{d}")
+    (d / "part-1.jsonl.gz").unlink()
+    (d / "cache-0.arrow").write_bytes(b"")
+    with pytest.raises(SourceError, match="cache-0.arrow: a data file"):
+        parse_source(f"r2e-gym:{d}")

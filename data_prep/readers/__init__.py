@@ -1,6 +1,6 @@
 """Source readers: `FORMAT:PATH_OR_HUB_ID` -> canonical records (or quarantined rejections).
 
-FORMAT is one of FORMATS. PATH is a local .jsonl / .json / .parquet file (or a directory of
+FORMAT is one of FORMATS. PATH is a local .jsonl / .json (one row, a list of rows, or JSON Lines) / .parquet file (or a directory of
 them, not its subdirectories; those of `#split` when their names name splits: docs/formats.md);
 anything else is a Hugging Face dataset id, optionally `ID@REVISION` (a commit sha, tag or branch)
 and `#split` (default split `train`): `ID@REV#split`. A trailing `~SHARE` (a fraction in (0, 1])
@@ -38,6 +38,12 @@ _ID_KEYS = ("id", "traj_id", "instance_id")
 _SPLIT_WORDS = {"train": "train|training", "validation": "validation|valid|dev|val", "test": "test|testing|eval|evaluation"}
 
 
+def _unread_data(f: Path) -> bool:
+    """A file of a source directory holding rows the readers do not read: compressed JSON Lines / JSON / Parquet
+    (`train.jsonl.gz`), or Arrow (`datasets`' own files)."""
+    return f.suffix not in LOCAL_SUFFIXES and (f.suffix == ".arrow" or any(s in LOCAL_SUFFIXES for s in f.suffixes))
+
+
 def splits_of(name: str) -> set[str]:
     """The splits a file named `name` is part of in the Hub's layout (`train_test.jsonl`: both, as in datasets)."""
     return {s for s, words in _SPLIT_WORDS.items() if re.search(rf"(^|[-._ 0-9])({words})[-._ 0-9]", name)}
@@ -67,6 +73,9 @@ class Source:
     def files(self) -> list[Path]:
         """A file; a directory's data files, those of the split (`#split`, `a+b`) when their names name splits."""
         p = Path(self.location)
+        if p.is_dir() and (unread := sorted(f for f in p.iterdir() if _unread_data(f))):
+            raise SourceError(f"{unread[0]}: a data file ({''.join(unread[0].suffixes)}) the readers do not read, so its rows "
+                              f"would be counted nowhere: decompress it or move it out (read: {', '.join(LOCAL_SUFFIXES)})")
         found = sorted(f for f in p.iterdir() if f.suffix in LOCAL_SUFFIXES) if p.is_dir() else [p]
         named = {f: splits_of(f.name) for f in found} if p.is_dir() else {}
         if not any(named.values()):
@@ -142,6 +151,7 @@ class Outcome:
     reason: str | None = None
     detail: str = ""
     where: str = ""
+    positional: bool = False  # `id` names the row's position in its source (the row has no id field)
 
     def rejection(self) -> dict:
         return {"id": self.id, "source": self.source, "reason": self.reason, "detail": self.detail, "where": self.where}
@@ -159,12 +169,12 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
         return
     for f in src.files():
         if f.suffix == ".jsonl":
-            with open(f, "rb") as fh:  # decoded line by line: one bad line is one rejection
-                for lineno, raw in enumerate(fh, 1):
-                    if raw.strip():
-                        yield f"{f}:{lineno}", _json_row(raw)
+            yield from _json_lines(f)
         elif f.suffix == ".json":
             obj = _json_row(f.read_bytes())
+            if isinstance(obj, RecordError) and _holds_json_lines(f):
+                yield from _json_lines(f)   # JSON Lines named .json (as the Hub names many; datasets reads them so)
+                continue
             if isinstance(obj, RecordError):
                 yield f"{f}", obj
                 continue
@@ -178,6 +188,21 @@ def _rows(src: Source) -> Iterator[tuple[str, Any]]:
                 yield f"{f}[{i}]", row
 
 
+def _json_lines(f: Path) -> Iterator[tuple[str, Any]]:
+    """(file:line, row-or-RecordError) per non-blank line, decoded line by line: one bad line is one rejection."""
+    with open(f, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if raw.strip():
+                yield f"{f}:{lineno}", _json_row(raw)
+
+
+def _holds_json_lines(f: Path) -> bool:
+    """A file that is no one JSON value but whose first non-blank line is one: JSON Lines."""
+    with open(f, "rb") as fh:
+        first = next((raw for raw in fh if raw.strip()), b"")
+    return bool(first) and not isinstance(_json_row(first), RecordError)
+
+
 def _json_row(raw: bytes) -> Any:
     """A parsed JSON value, or the RecordError saying why these bytes are not one."""
     try:
@@ -186,20 +211,20 @@ def _json_row(raw: bytes) -> Any:
         return RecordError(exc.reason, exc.detail)
 
 
-def _row_id(src: Source, row: Any, where: str) -> str:
-    """The row's own id field, else its position; positions name the file relative to the source
-    (not the absolute path), so ids don't depend on where the data lives."""
+def _row_id(src: Source, row: Any, where: str) -> tuple[str, bool]:
+    """(the row's own id field, else its position; whether it is its position). Positions name the
+    file relative to the source (not the absolute path), so ids don't depend on where the data lives."""
     if isinstance(row, dict):
         for k in _ID_KEYS:
             if isinstance(row.get(k), (str, int)) and str(row[k]):
-                return str(row[k])
+                return str(row[k]), False
         extra = row.get("extra_info")
         if isinstance(extra, dict) and extra.get("index") is not None:
-            return f"{extra.get('split', 'row')}-{extra['index']}"
+            return f"{extra.get('split', 'row')}-{extra['index']}", False
     if src.is_local:
         base = Path(src.location)
         where = where[len(str(base.parent)) + 1:] if where.startswith(str(base.parent) + "/") else where
-    return where.replace(" ", "_")
+    return where.replace(" ", "_"), True
 
 
 def read_source(src: Source | str, *, reasoning: str = "reasoning_content") -> Iterator[Outcome]:
@@ -208,7 +233,7 @@ def read_source(src: Source | str, *, reasoning: str = "reasoning_content") -> I
     parse = PARSERS[src.format]
     seen: set[str] = set()
     for where, row in _rows(src):
-        rid = _row_id(src, row, where)
+        rid, positional = _row_id(src, row, where)
         label = src.format
         if isinstance(row, RecordError):
             yield Outcome(rid, label, reason=row.reason, detail=row.detail, where=where)
@@ -228,4 +253,4 @@ def read_source(src: Source | str, *, reasoning: str = "reasoning_content") -> I
         except Exception as exc:  # a shape we did not anticipate, RecursionError, UnicodeError: one record's problem
             yield Outcome(rid, label, reason="bad_row", detail=quarantine_detail(exc), where=where)
             continue
-        yield Outcome(rec["id"], rec["source"], record=rec, where=where)
+        yield Outcome(rec["id"], rec["source"], record=rec, where=where, positional=positional and rec["id"] == rid)
