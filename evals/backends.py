@@ -57,19 +57,19 @@ class Generation:
 
 
 def load_tokenizer(tokenizer: str | None, ckpt: str | None = None):
-    """The tokenizer `tokenizer=` names (checked as every stage checks one: common.hub.tokenizer_source), else the
-    checkpoint's own; a hub id while the hub cannot answer: its cached copy, or one line at once."""
+    """The tokenizer `tokenizer=` names (checked as every stage checks one: common.hub.tokenizer_source's), else the
+    checkpoint's own; a hub id at the commit the process loads it at (common.hub.hub_revision: the model's, with
+    it), while the hub cannot answer its cached copy, or one line at once."""
     from transformers import AutoTokenizer
 
-    from common.hub import local_only, tokenizer_source
+    from common.hub import source
+    from common.tiny import checked_tokenizer
     from evals.errors import EvalError
 
-    if tokenizer:
-        where, offline = tokenizer_source(str(tokenizer), "tokenizer", EvalError)
-    else:
-        where, offline = str(ckpt), local_only(str(ckpt), "ckpt", EvalError, "tokenizer_config.json")
+    where = checked_tokenizer(str(tokenizer), "tokenizer", EvalError) if tokenizer else str(ckpt)
+    src = source(where, "tokenizer" if tokenizer else "ckpt", EvalError, "tokenizer_config.json")
     path = tokenizer or ckpt
-    tok = AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=offline)
+    tok = AutoTokenizer.from_pretrained(where, trust_remote_code=False, **src)
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -198,7 +198,7 @@ class HFBackend:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from common.hub import local_only
+        from common.hub import source
         from evals.errors import EvalError
 
         self.tokenizer = load_tokenizer(tokenizer_path, model_path)
@@ -207,9 +207,9 @@ class HFBackend:
         dtype = engine_settings({"backend": "hf", "dtype": dtype, "device": device})["dtype"]
         torch.manual_seed(seed)
         self.device = torch.device(device)
-        offline = local_only(model_path, "ckpt", EvalError)   # (transformers' adapter lookup is told apart)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), trust_remote_code=False, local_files_only=offline,
-                                                          adapter_kwargs={"local_files_only": offline}).to(self.device).eval()
+        src = source(model_path, "ckpt", EvalError)   # (transformers' adapter lookup is told apart; it takes the revision)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), trust_remote_code=False, **src,
+                                                          adapter_kwargs={"local_files_only": src["local_files_only"]}).to(self.device).eval()
         self.micro_batch = max(1, int(micro_batch))
         self.stop_ids = stop_token_ids(self.tokenizer, self.model.generation_config)
         self.pad_id = self.tokenizer.pad_token_id
@@ -303,7 +303,9 @@ class VLLMBackend:
         self.llm = engine_class(**kwargs)
 
     def engine_kwargs(self, model_path, tokenizer_path, max_model_len, tensor_parallel_size, gpu_memory_utilization) -> dict:
-        """The engine arguments (LLM's and AsyncEngineArgs' alike) for this host."""
+        """The engine arguments (LLM's and AsyncEngineArgs' alike) for this host; a hub id's at the commit this process
+        loads it at (common.hub.hub_revision: the evaluation identity's), its tokenizer's alike."""
+        from common.hub import hub_revision
         from common.tiny import resolve_tokenizer
 
         if not on_cuda():
@@ -317,8 +319,10 @@ class VLLMBackend:
             memory["kv_cache_memory_bytes"] = cpu_kv_cache_bytes()  # bypasses vLLM-CPU's host-RAM fraction check
         else:
             memory["gpu_memory_utilization"] = float(gpu_memory_utilization)
+        tokenizer = resolve_tokenizer(tokenizer_path or model_path)
         return dict(
-            model=model_path, tokenizer=resolve_tokenizer(tokenizer_path or model_path), max_model_len=max_model_len,
+            model=model_path, tokenizer=tokenizer, revision=hub_revision(str(model_path)),
+            tokenizer_revision=hub_revision(tokenizer, "tokenizer_config.json"), max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size, dtype=self.settings["dtype"], seed=self.seed,
             enforce_eager=self.settings["enforce_eager"], enable_prefix_caching=self.settings["prefix_caching"],
             trust_remote_code=False, **memory,

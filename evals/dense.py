@@ -92,12 +92,13 @@ class E5Encoder:
 
         self.device = _device(device)
         self.max_length = int(max_length)
-        from common.hub import local_only
+        from common.hub import source
 
-        offline = local_only(model, "encoder", DenseError)   # a hub id while the hub cannot answer: its cached copy or one line now
+        # a hub id at the commit its identity names (evals.identity); while the hub cannot answer its cached copy or one line now
+        src = source(model, "encoder", DenseError)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True, local_files_only=offline)
-            self.model = AutoModel.from_pretrained(model, local_files_only=offline, adapter_kwargs={"local_files_only": offline})
+            self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True, **src)
+            self.model = AutoModel.from_pretrained(model, **src, adapter_kwargs={"local_files_only": src["local_files_only"]})
         except (OSError, ValueError) as exc:
             raise DenseError(f"encoder={model}: cannot load it as an HF model ({str(exc).splitlines()[0][:200]})") from None
         self.model.eval().to(self.device)

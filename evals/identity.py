@@ -2,7 +2,6 @@
 another one is refused: docs/concepts.md, "Run identity" (the roles of evals.config.KEYS decide the keys)."""
 from __future__ import annotations
 
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +16,15 @@ EVAL_SEMANTICS = 2
 
 def checkpoint_identity(ckpt: str) -> dict[str, Any]:
     """Content digest of a model: sha256 of its `SHA256SUMS` text (computed the same way for a
-    local dir without one), or a hub id with the revision the local hub cache / the hub resolves."""
+    local dir without one), or a hub id with the commit it is loaded at (the hub's main, else the cached copy's)."""
     path = Path(ckpt)
     if path.is_dir():
         return dir_identity(path)
     if path.is_absolute() or str(ckpt).startswith((".", "~")):   # a local path with no model behind it
         return {"kind": "missing", "path": str(ckpt)}
-    revision = None   # the commit the hub id resolves to: the local hub cache's, else the hub's (None: unknown)
-    with suppress(Exception):
-        from huggingface_hub import HfApi, snapshot_download
+    from common.hub import hub_revision   # the commit the loads of this process read (None: unknown)
 
-        with suppress(Exception):
-            revision = Path(snapshot_download(str(ckpt), local_files_only=True, allow_patterns=["config.json"])).name
-        revision = revision or HfApi().model_info(str(ckpt)).sha   # not cached: ask the hub
-    return {"kind": "hub", "repo": str(ckpt), "revision": revision}
+    return {"kind": "hub", "repo": str(ckpt), "revision": hub_revision(str(ckpt))}
 
 
 def retrieval_identity(conf: dict) -> dict[str, Any]:

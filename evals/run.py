@@ -42,7 +42,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from common import thinking
+from common import hub, thinking
 from common.io import check_sha256sums, dir_identity, sha256_text
 from evals import scheduler, teacher_forced
 from evals.benches import SEARCH7, bench_size, read_bench_file
@@ -286,8 +286,9 @@ def evaluate(cfg, *, backend=None, retriever=None, ckpt_id: dict | None = None) 
     evals.engine.Engine, or a batched backend played in lockstep; a backend built here is closed
     here, on any exit (vLLM: its engine process shut down, not left to die). `ckpt_id`: the
     checkpoint's identity when the caller has it (a data_parallel shard), so the weights are hashed
-    once per evaluation. The config is resolved once, here, unless it comes resolved (a `Resolved`:
-    resolve's with engine=True, with the checkpoint's identity when known).
+    once per evaluation and a hub id is loaded at the commit it names (common.hub.hold). The config is
+    resolved once, here, unless it comes resolved (a `Resolved`: resolve's with engine=True, with the
+    checkpoint's identity when known).
 
     One evaluation writes an out dir at a time: its lock (EvalStore.lock) is taken here, once, for the
     whole call (data_parallel's shards each hold their own shard dir's; the final merge runs in this
@@ -299,6 +300,8 @@ def evaluate(cfg, *, backend=None, retriever=None, ckpt_id: dict | None = None) 
         cfg, ckpt_id = cfg.cfg, ckpt_id or cfg.ckpt_id
     else:
         cfg = resolve(cfg, engine=backend is None)
+    if (ckpt_id or {}).get("kind") == "hub":   # taken earlier (a plan, a shard's parent): loaded at the commit it names
+        hub.hold(str(ckpt_id["repo"]), ckpt_id.get("revision"))
     if backend is None and (problem := thinking_problem(cfg)):
         raise EvalError(problem)
     held = EvalStore(cfg.out).lock()
