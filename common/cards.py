@@ -547,6 +547,32 @@ def _base_model(config: dict | None) -> str | None:
     return earlier if _HUB_ID.match(earlier) and not Path(earlier).exists() else None
 
 
+def _base_revision(s: Subject) -> tuple[str | None, str]:
+    """(the commit the Hub-id base was loaded at, where the card read it): the trainer's record of it in the run dir's
+    manifest.json `base` (else DONE's); a run started from an earlier run's checkpoint: that run's record."""
+    base = _base_model(s.config)
+    if base is None:
+        return None, "the base is no Hub id (a local model: no commit)"
+    run_dir, records = s.run_dir, (s.manifest, s.done)
+    if str(_get(s.config, "model.path") or "") != base and (earlier := _earlier_run(s.config)):
+        run_dir, records = earlier[0], tuple(_record(earlier[0] / name) for name in (layout.MANIFEST, layout.DONE))
+    for name, record in zip((layout.MANIFEST, layout.DONE), records):
+        entry = _get(record, "base")
+        entry = entry.get("model.path") if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and entry.get("repo") == base and isinstance(entry.get("revision"), str):
+            return entry["revision"], f"{name} base" if run_dir == s.run_dir else f"{run_dir}/{name} base (the run it started from)"
+    return None, "the run records none (trained before the trainers recorded the commit they load)"
+
+
+def _record(path: Path) -> dict | None:
+    """A run record (manifest.json, DONE) of another run, None where it does not read as a JSON object."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def licence(s: Subject) -> tuple[str | None, str]:
     """(the model's licence, where the card read it). config.yaml model.license; a config without that key (a
     GRPO run's) has its starting model's: the config of the run whose checkpoint it started from, that model
@@ -629,7 +655,7 @@ def _recipe(s: Subject) -> list[str]:
         return ["Not stated: no run config (config.yaml) for this checkpoint."]
     rows: list[tuple[str, Any, str]] = [
         ("base model", _get(c, "model.path"), "config.yaml model.path"),
-        ("base model revision", None, "no revision is recorded by the run"),
+        ("base model revision", *_base_revision(s)),
         ("model recipe", _get(m, "recipes.model"), "manifest.json recipes.model"),
         ("license", *licence(s)),
         ("optimizer", "AdamW (betas {}, eps {})".format(_get(c, "train.betas"), _get(c, "train.eps")), "config.yaml train"),

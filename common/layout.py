@@ -134,6 +134,22 @@ def clear_end(run_dir: str | Path) -> None:
         (Path(run_dir) / name).unlink(missing_ok=True)
 
 
+def record_base(run_dir: str | Path, base: dict) -> None:
+    """A trainer's record of the commit it loads each Hub-id base at (`base`: {key: {"repo", "revision"}}, {} for
+    none) as `base` in the run dir's manifest.json, beside launch's record of the run; nothing where launch wrote no
+    manifest (the states' meta.json and DONE carry it too) or the manifest does not read as a JSON object (launch's
+    to report)."""
+    import json
+
+    path = Path(run_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(manifest, dict) and manifest.get("base") != base:
+        write_json(path, {**manifest, "base": base})
+
+
 def end_record(run_dir: str | Path) -> dict | None:
     """The run's end record (FAILED before REQUEUED; its "state" key says which), None when it has none or
     it does not read as a JSON object (analysis.discover reads it with a problem recorded instead)."""

@@ -85,21 +85,22 @@ def write_start_checkpoint(model_path: str, out: Path) -> dict:
         return {"source": str(src.resolve()), "files": len(files), "reflinked": reflinked}
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from common.hub import local_only
+    from common.hub import source
 
-    # a hub id while the hub cannot answer: its cached copy, or one line now (huggingface_hub would retry ~25 s per file)
-    offline = local_only(model_path, "model.path", CheckpointError)
+    # a hub id while the hub cannot answer: its cached copy, or one line now (huggingface_hub would retry ~25 s per file);
+    # every file at the one commit hub_revision names (the Hub's main when it answers), recorded in the returned dict
+    kw = source(model_path, "model.path", CheckpointError)
     with atomic_dir(out) as tmp:  # a hub id: the snapshot as transformers saves it (not verified offline)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto", local_files_only=offline, adapter_kwargs={"local_files_only": offline})
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto", **kw, adapter_kwargs={"local_files_only": kw["local_files_only"]})
         model.save_pretrained(tmp, safe_serialization=True)
         save_config(model.config, tmp)
-        AutoTokenizer.from_pretrained(model_path, local_files_only=offline).save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(model_path, **kw).save_pretrained(tmp)
         try:
-            GenerationConfig.from_pretrained(model_path, local_files_only=offline).save_pretrained(tmp)
+            GenerationConfig.from_pretrained(model_path, **kw).save_pretrained(tmp)
         except (OSError, ValueError):
             pass
         write_sha256sums(tmp)
-    return {"source": model_path, "files": None, "reflinked": 0}
+    return {"source": model_path, "revision": kw["revision"], "files": None, "reflinked": 0}
 
 
 @contextlib.contextmanager

@@ -500,6 +500,8 @@ class Run:
 
             info = rlck.write_start_checkpoint(resolve_model_path(str(cfg.model.path)), self.start_dir)
             log.info("starting model copied to %s (%s)", self.start_dir, " ".join(f"{k}={v}" for k, v in info.items()))
+            if info.get("revision") not in (None, "main"):   # a Hub id, at the commit its snapshot was taken from
+                layout.record_base(rd, {"model.path": {"repo": info["source"], "revision": info["revision"]}})
         state.wait_for_everyone()
         problems = check_sha256sums(self.start_dir)  # verified before anything in it is loaded
         if problems:

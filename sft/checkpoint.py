@@ -112,10 +112,10 @@ def generation_config_for(model_path: str, conf):
     from transformers import GenerationConfig
 
     if model_path != "tiny":
-        from common.hub import local_only
+        from common.hub import source
 
         try:
-            return GenerationConfig.from_pretrained(model_path, local_files_only=local_only(model_path, "model.path", SftError))
+            return GenerationConfig.from_pretrained(model_path, **source(model_path, "model.path", SftError))
         except (OSError, ValueError):
             pass
     eos = conf.eos_token_id if isinstance(conf.eos_token_id, list) else [conf.eos_token_id]

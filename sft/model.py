@@ -15,7 +15,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from common.hub import local_only, tokenizer_source
+from common.hub import hold, hub_cache, hub_revision, hub_unreachable, source, tokenizer_source
 
 from .config import TrainConfig
 from sft.errors import SftError
@@ -28,7 +28,51 @@ def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
     where, offline = tokenizer_source(name, "model.tokenizer", SftError)
-    return AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=offline)
+    return AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=offline,
+                                         revision=hub_revision(where, TOKENIZER_FILE) or "main")
+
+
+TOKENIZER_FILE = "tokenizer_config.json"   # the file a tokenizer's Hub check asks for (common.hub.tokenizer_source's)
+
+
+def base_commits(cfg: TrainConfig, recorded: dict | None, *, rank: int, world: int) -> dict:
+    """`{key: {"repo", "revision"}}` for each of model.path and model.tokenizer that names a Hub repo: the commit every
+    load of it in this run reads (held in common.hub for this process). A fresh start: rank 0's `hub_revision` (the Hub's
+    main when it answers, else the cached copy's). A resume: `recorded`, its state's record of the commits its first
+    start loaded, whatever main is now (one line when main has moved). Every rank gets rank 0's answer."""
+    base: dict = {}
+    if rank == 0:
+        names = (("model.path", cfg.model.path, "config.json"),
+                 ("model.tokenizer", tokenizer_source(cfg.model.tokenizer, "model.tokenizer", SftError)[0], TOKENIZER_FILE))
+        for key, name, filename in names:
+            if key == "model.path" and name == "tiny":   # (initialised here, nothing loaded)
+                continue
+            was = (recorded or {}).get(key)
+            if isinstance(was, dict) and was.get("repo") == name and isinstance(was.get("revision"), str):
+                now = hub_revision(name, filename)
+                if now and now != was["revision"]:
+                    log.warning("%s=%s: the Hub's main is at %s now; this resumed run loads %s, the commit its first "
+                                "start recorded", key, name, now, was["revision"])
+                why = hub_unreachable(name, filename)
+                if why and not isinstance(_cached(name, filename, was["revision"]), str):
+                    raise SftError(f"{key}={name}: commit {was['revision']}, the one this resumed run started from, is "
+                                   f"not in the local Hugging Face cache ({hub_cache()}) and {why}")
+                hold(name, was["revision"])
+            if revision := hub_revision(name, filename):
+                base[key] = {"repo": name, "revision": revision}
+    if world > 1:
+        box = [base]
+        dist.broadcast_object_list(box, src=0, device=torch.device("cpu"))   # (gloo: before any CUDA work)
+        base = box[0]
+    for entry in base.values():
+        hold(entry["repo"], entry["revision"])
+    return base
+
+
+def _cached(name: str, filename: str, revision: str):
+    from huggingface_hub import try_to_load_from_cache
+
+    return try_to_load_from_cache(name, filename, revision=revision)
 
 
 def select_attn_implementation(requested: str, device: torch.device) -> str:
@@ -70,7 +114,7 @@ def model_config(cfg: TrainConfig, attn: str):
         check_overrides(tiny_config(), cfg.model.config)
         conf = tiny_config(**cfg.model.config)
     else:   # a hub id while the hub cannot answer: its cached copy, or one line at once (not ~80 s of retries)
-        kw = dict(trust_remote_code=False, local_files_only=local_only(cfg.model.path, "model.path", SftError))
+        kw = dict(trust_remote_code=False, **source(cfg.model.path, "model.path", SftError))   # (at base_commits')
         check_overrides(AutoConfig.from_pretrained(cfg.model.path, **kw), cfg.model.config)
         conf = AutoConfig.from_pretrained(cfg.model.path, **kw, **cfg.model.config)
     conf._attn_implementation = attn  # use_cache stays as the source says: evals generate from the checkpoint
@@ -90,9 +134,9 @@ def build_model(cfg: TrainConfig, conf, *, rank: int, device: torch.device):
         model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32)
         log.info("model: random init of %s (seed %d)", type(model).__name__, cfg.seed)
     else:
-        offline = local_only(cfg.model.path, "model.path", SftError)   # (transformers' adapter lookup is told apart)
+        kw = source(cfg.model.path, "model.path", SftError)   # (transformers' adapter lookup is told apart)
         model = AutoModelForCausalLM.from_pretrained(cfg.model.path, config=conf, dtype=torch.float32, trust_remote_code=False,
-                                                     local_files_only=offline, adapter_kwargs={"local_files_only": offline})
+                                                     **kw, adapter_kwargs={"local_files_only": kw["local_files_only"]})
         log.info("model: %s loaded from %s", type(model).__name__, cfg.model.path)
     return model
 

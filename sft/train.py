@@ -40,7 +40,7 @@ from .console import StepConsole
 from .data import (DataError, StepPlan, TrainData, dummy_micro_batch, load_train_data, pack_budget, plan_step,
                    seen_before)
 from .metrics import lookup_peak_tflops, peak_memory_gb, step_flops, wandb_spec
-from .model import apply_liger, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
+from .model import apply_liger, base_commits, build_model, load_tokenizer, matmul_params, model_config, select_attn_implementation, wrap_fsdp
 from .optim import NonFiniteError, NonFiniteGuard, build_optimizer, build_scheduler, warmup_steps
 from sft.errors import SftError
 
@@ -239,8 +239,9 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
     per_epoch, total, saves = train_plan(cfg.train, data.n)
     identity = run_identity(cfg, data)
     resume_dir = resolve_resume(cfg)
+    resumed = read_state_meta(resume_dir) if resume_dir is not None else {}
     if resume_dir is not None:
-        validate_resume_meta(read_state_meta(resume_dir), cfg, data, resume_dir, identity)
+        validate_resume_meta(resumed, cfg, data, resume_dir, identity)
 
     rank, world, owns_group = init_distributed(device.type)
     setup_logging(rank)
@@ -250,6 +251,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         layout.clear_end(cfg.run_dir)   # this run trains again: a FAILED / REQUEUED of an earlier segment is stale
     if cfg.train.global_batch_size < world:
         raise SftError(f"train.global_batch_size={cfg.train.global_batch_size} is smaller than the world size {world}")
+    base = base_commits(cfg, resumed.get("base"), rank=rank, world=world)   # before any load of a Hub-id base
     attn = select_attn_implementation(cfg.model.attn_implementation, device)
     budget = pack_budget(attn, cfg.train.max_tokens_per_micro_batch)
     log.info("micro-batches: packed up to %d tokens%s", budget, "" if budget == cfg.train.max_tokens_per_micro_batch else
@@ -264,6 +266,8 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
             if (cfg.run_dir / name).exists():
                 log.info("resume=never: previous %s renamed to %s", name, replace_aside(cfg.run_dir / name).name)
     tokenizer = load_tokenizer(cfg.model.tokenizer) if rank == 0 else None
+    if rank == 0:
+        layout.record_base(cfg.run_dir, base)
     log.info("data: %d trajectories (%d rows) from %s; %d steps/epoch, %d steps, world %d, device %s",
              data.n, data.n_rows, cfg.data_dir, per_epoch, total, world, device)
     for late in late_saves(cfg.train, data.n, SFT, counted="the dataset's n") if rank == 0 else ():
@@ -315,7 +319,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
                 "global_batch_size": cfg.train.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
                 "data_dir": str(cfg.data_dir), "world_size": world, "total_steps": total,
                 "consecutive_nonfinite": guard.consecutive, "scheduler": scheduler.state_dict(), "time": time.time(),
-                "trainer_semantics": TRAINER_SEMANTICS, "identity": identity}
+                "trainer_semantics": TRAINER_SEMANTICS, "identity": identity, "base": base}
         ckpt.save_state(model, optimizer, run_dir=cfg.run_dir, step=step, meta=meta, hf_writer=hf_files, rank=rank)
 
     # 4. Steps. `step` counts optimizer steps done; batch `step - 1` is consumed by it.
@@ -376,7 +380,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         wb.finish()
     if rank == 0:
         done.write_text(json.dumps({"step": total, "checkpoint": str(layout.checkpoint_dir(cfg.run_dir, total)),
-                                    "identity": identity}) + "\n")
+                                    "identity": identity, "base": base}) + "\n")
     log.info("training finished: %d steps", total)
     if owns_group:
         dist.barrier()
