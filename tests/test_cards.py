@@ -531,3 +531,26 @@ def test_each_bench_is_shown_with_the_settings_of_the_evaluation_that_scored_it(
     body = ModelCard(checkpoint_card(final, report=report)).text
     line = next(line for line in body.splitlines() if line.startswith("- synthqa: identity "))
     assert "max\\_turns=4" in line and "topk=1" in line and "seed=42" in line, line
+
+
+def test_the_base_models_revision_is_the_trainers_record_of_it(tree):
+    """The commit a Hub-id base was loaded at: the run's manifest.json base, else DONE's; a GRPO run from an SFT
+    checkpoint: that run's; a run that records none and a local base say so."""
+    final, _ = tree
+    run = final.parents[1]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "| base model revision | not recorded | the run records none" in checkpoint_card(final)
+    write_json(run / "DONE", {"step": 4, "base": {"model.path": {"repo": "Qwen/Qwen3-4B", "revision": "d" * 40}}})
+    assert f"| base model revision | {'d' * 40} | DONE base |" in checkpoint_card(final)
+    write_json(run / "manifest.json", {**manifest, "base": {"model.path": {"repo": "Qwen/Qwen3-4B", "revision": "e" * 40}}})
+    assert f"| base model revision | {'e' * 40} | manifest.json base |" in checkpoint_card(final)
+    grpo = final.parents[3] / "r2e" / "seed0"   # a GRPO run from this SFT run's final checkpoint: the SFT run's record
+    grpo_final = grpo / "checkpoints" / "step-000004"
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    (grpo / "config.yaml").write_text(yaml.safe_dump({**cfg, "stage": "grpo", "run_dir": str(grpo),
+                                                      "model": {"name": "qwen3_4b", "path": str(final)}}))
+    assert f"| base model revision | {'e' * 40} | {run}/manifest.json base (the run it started from) |" \
+        in checkpoint_card(grpo_final).replace("\\", "")
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {**cfg["model"], "path": str(final.parents[3] / "base")}}))
+    (final.parents[3] / "base").mkdir()
+    assert "| base model revision | not recorded | the base is no Hub id" in checkpoint_card(final)
