@@ -49,11 +49,10 @@ def base_commits(cfg: TrainConfig, recorded: dict | None, *, rank: int, world: i
                 continue
             was = (recorded or {}).get(key)
             if isinstance(was, dict) and was.get("repo") == name and isinstance(was.get("revision"), str):
-                now = hub_revision(name, filename)
-                if now and now != was["revision"]:
+                why, now = hub_unreachable(name, filename), hub_revision(name, filename)   # (offline: the cache's)
+                if why is None and now and now != was["revision"]:
                     log.warning("%s=%s: the Hub's main is at %s now; this resumed run loads %s, the commit its first "
                                 "start recorded", key, name, now, was["revision"])
-                why = hub_unreachable(name, filename)
                 if why and not isinstance(_cached(name, filename, was["revision"]), str):
                     raise SftError(f"{key}={name}: commit {was['revision']}, the one this resumed run started from, is "
                                    f"not in the local Hugging Face cache ({hub_cache()}) and {why}")

@@ -5,6 +5,8 @@ says that main moved."""
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 
 import common.hub
 from tests import fake_hub
@@ -70,8 +72,9 @@ def test_a_resume_after_main_moved_loads_the_commit_its_start_recorded(moved_hub
     assert len(moved) == 1 and B in moved[0], moved
 
 
-def test_an_offline_resume_whose_commit_is_not_cached_is_one_line(moved_hub, tmp_path, monkeypatch):
-    """The hub cache holds A alone; the state records C: offline, the resume cannot load what it started from."""
+def test_an_offline_resume_whose_commit_is_not_cached_is_one_line(moved_hub, tmp_path, monkeypatch, caplog):
+    """Offline, a resume loads the commit its state records from the hub cache (B, the cache's main at A); one the cache
+    lacks (C) is one line."""
     from sft.config import load_config
     from sft.errors import SftError
     from sft.model import base_commits
@@ -82,6 +85,13 @@ def test_an_offline_resume_whose_commit_is_not_cached_is_one_line(moved_hub, tmp
     assert base_commits(cfg, None, rank=0, world=1) == {key: {"repo": REPO, "revision": A} for key in BASE}
     common.hub._ANSWERS.clear()
     recorded = {key: {"repo": REPO, "revision": C} for key in BASE}
+    snapshots = common.hub.hub_cache() / f"models--{REPO.replace('/', '--')}" / "snapshots"
+    shutil.copytree(snapshots / A, snapshots / B)   # B cached too (main still A): B loads, nothing said of main
+    common.hub._ANSWERS.clear()
+    with caplog.at_level(logging.WARNING, logger="sft.model"):
+        assert base_commits(cfg, {key: {"repo": REPO, "revision": B} for key in BASE}, rank=0, world=1) == BASE
+    assert not caplog.records   # (seen: "the Hub's main is at A now", the cache's copy taken for the Hub's main)
+    common.hub._ANSWERS.clear()
     with pytest.raises(SftError, match=rf"^model.path={REPO}: commit {C}, the one this resumed run started from, is not "
                                        r"in the local Hugging Face cache \(.*\) and HF_HUB_OFFLINE=1$"):
         base_commits(cfg, recorded, rank=0, world=1)
