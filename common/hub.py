@@ -81,11 +81,13 @@ def hub_revision(name: str, filename: str = "config.json") -> str | None:
     return Path(cached).parent.name if isinstance(cached, str) else None
 
 
-def hold(name: str, commit: str | None) -> None:
+def hold(name: str, commit: str | None, unreachable: str | None = None) -> None:
     """Load Hub repo `name` at `commit` in this process (an identity another process took: a data_parallel shard's
-    parent's, a launch's plan), whatever the hub's main is now; nothing for an unknown commit."""
+    parent's, a launch's plan, a resumed run's start), whatever the hub's main is now; nothing for an unknown commit.
+    Why the hub could not answer (this process's check, else `unreachable`: another process's) is kept: the loads
+    read the cached copy at once, not huggingface_hub's retries of each file it lacks."""
     if commit:
-        _ANSWERS[_key(name)] = (None, commit)
+        _ANSWERS[_key(name)] = (_ANSWERS.get(_key(name), (None, None))[0] or unreachable, commit)
 
 
 def _repo_id(name: str) -> bool:

@@ -41,6 +41,7 @@ def base_commits(cfg: TrainConfig, recorded: dict | None, *, rank: int, world: i
     main when it answers, else the cached copy's). A resume: `recorded`, its state's record of the commits its first
     start loaded, whatever main is now (one line when main has moved). Every rank gets rank 0's answer."""
     base: dict = {}
+    unreachable: dict = {}   # rank 0's answer per repo: every rank loads a cached copy at once when the hub cannot answer
     if rank == 0:
         names = (("model.path", cfg.model.path, "config.json"),
                  ("model.tokenizer", tokenizer_source(cfg.model.tokenizer, "model.tokenizer", SftError)[0], TOKENIZER_FILE))
@@ -59,12 +60,13 @@ def base_commits(cfg: TrainConfig, recorded: dict | None, *, rank: int, world: i
                 hold(name, was["revision"])
             if revision := hub_revision(name, filename):
                 base[key] = {"repo": name, "revision": revision}
+                unreachable[name] = hub_unreachable(name, filename)
     if world > 1:
-        box = [base]
+        box = [base, unreachable]
         dist.broadcast_object_list(box, src=0, device=torch.device("cpu"))   # (gloo: before any CUDA work)
-        base = box[0]
+        base, unreachable = box
     for entry in base.values():
-        hold(entry["repo"], entry["revision"])
+        hold(entry["repo"], entry["revision"], unreachable.get(entry["repo"]))
     return base
 
 

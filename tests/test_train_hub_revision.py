@@ -106,3 +106,22 @@ def test_grpos_starting_snapshot_is_taken_at_one_commit_and_recorded(moved_hub, 
     assert json.loads((tmp_path / "step-000000" / "config.json").read_text())["variant"] == "b"
     assert [p for p in moved_hub.asked if p.endswith(f"/resolve/{B}/model.safetensors")]
     assert not [p for p in moved_hub.asked if p.endswith("/resolve/main/model.safetensors")]
+
+
+def test_a_start_while_the_hub_cannot_answer_is_the_cached_copy_at_once(moved_hub, hub_at, tmp_path):  # noqa: F811
+    """A Hub that refuses connections: the cached A is loaded and recorded, nothing asked of the Hub again after the
+    one check (huggingface_hub would retry each file the cache lacks, with backoff)."""
+    import socket
+    import time
+
+    from sft import train
+
+    with socket.socket() as closed:   # a port nobody listens on: refused at once
+        closed.bind(("127.0.0.1", 0))
+        hub_at(f"http://127.0.0.1:{closed.getsockname()[1]}")
+    config, run_dir = start(tmp_path)
+    t0 = time.monotonic()
+    assert train.main(config) == 0
+    assert variant(run_dir) == "a"
+    assert json.loads((run_dir / "DONE").read_text())["base"] == {key: {"repo": REPO, "revision": A} for key in BASE}
+    assert time.monotonic() - t0 < 20
