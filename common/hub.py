@@ -81,13 +81,20 @@ def hub_revision(name: str, filename: str = "config.json") -> str | None:
     return Path(cached).parent.name if isinstance(cached, str) else None
 
 
-def hold(name: str, commit: str | None, unreachable: str | None = None) -> None:
+_ASK = object()   # hold's `unreachable` when no other process's answer is given: this process asks
+
+
+def hold(name: str, commit: str | None, unreachable: str | None | object = _ASK) -> None:
     """Load Hub repo `name` at `commit` in this process (an identity another process took: a data_parallel shard's
     parent's, a launch's plan, a resumed run's start), whatever the hub's main is now; nothing for an unknown commit.
-    Why the hub could not answer (this process's check, else `unreachable`: another process's) is kept: the loads
-    read the cached copy at once, not huggingface_hub's retries of each file it lacks."""
+    Whether the hub answers stays this process's own answer, else `unreachable` (another process's: None, it answered),
+    else one request now, of that commit (`hub_unreachable`), never assumed: where it cannot answer, the loads read the
+    cached copy at once, not huggingface_hub's retries of each file."""
     if commit:
-        _ANSWERS[_key(name)] = (_ANSWERS.get(_key(name), (None, None))[0] or unreachable, commit)
+        key = _key(name)
+        if key not in _ANSWERS and unreachable is _ASK:   # (offline: read anew at each check, nothing to keep)
+            unreachable = None if offline_var() else hub_unreachable(name, revision=commit)
+        _ANSWERS[key] = (_ANSWERS[key][0] if key in _ANSWERS else unreachable, commit)
 
 
 def _repo_id(name: str) -> bool:

@@ -92,6 +92,24 @@ def test_an_identity_taken_by_another_process_is_the_commit_evaluate_loads(moved
     assert not [p for p in moved_hub.asked if f"/resolve/{C}/" in p or "/resolve/main/" in p]
 
 
+def test_a_commit_held_from_another_process_still_asks_whether_the_hub_answers(moved_hub, hub_at):   # noqa: F811
+    """evaluate given the identity another process took (analyze's plan on a login node), run where the Hub refuses
+    connections and HF_HUB_OFFLINE is unset (many clusters' compute nodes): the held commit is read from the cache at
+    once (local_files_only), not through huggingface_hub's retries of every file (seen: holding the commit marked the
+    Hub as answering, so local_only said False)."""
+    from evals.identity import checkpoint_identity
+
+    taken = checkpoint_identity(REPO)
+    assert loaded() == "b"   # (B's files in the cache now, as the plan's node left them)
+    common.hub._ANSWERS.clear()   # another process: nothing asked yet
+    with __import__("socket").socket() as closed:   # a port nobody listens on: refused at once
+        closed.bind(("127.0.0.1", 0))
+        hub_at(f"http://127.0.0.1:{closed.getsockname()[1]}")
+    common.hub.hold(REPO, taken["revision"])
+    assert common.hub.local_only(REPO, "ckpt") is True
+    assert common.hub.hub_revision(REPO) == B
+
+
 def test_vllms_engine_is_given_the_commit_of_the_model_and_its_tokenizer(moved_hub, monkeypatch):
     """backend=vllm's engine arguments (LLM's and AsyncEngineArgs'), built without vLLM: the model's and the tokenizer's
     revision are the identity's commit; a local dir's none."""
