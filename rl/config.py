@@ -161,19 +161,14 @@ def planned_saves(cfg: DictConfig) -> list[int]:
     return save_points(save_steps=cfg.train.save_steps, save_epoch_ends=False, per_epoch=0, total=int(cfg.train.steps))
 
 
-def input_files(cfg: DictConfig) -> list[str]:
-    """The keys of the input files a run reads (task=qa; item / given read no corpus): checked, digested by content."""
-    g = cfg.grpo
-    searches = cfg.task == "qa" and g.qa_mode == "open" and g.retriever in ("bm25", "e5")
-    dense = searches and g.retriever == "e5" and g.get("index") is not None
-    return (["grpo.prompts_file"] if cfg.task == "qa" else []) + (["grpo.corpus"] if searches else []) + (["grpo.index"] if dense else [])
-
-
 def run_identity(cfg: DictConfig) -> dict:
     """The run identity as launch and rl.train compute it: every result-changing key, the reward rules' version and every
-    input file by content (`input_files`), so a relaunch on a changed file is another configuration, whatever its path."""
-    inputs = {}
-    for key in input_files(cfg):
+    input file the run reads by content (task=qa: its prompts, and in context mode open its corpus and e5 index), so a
+    relaunch on a changed file is another configuration, whatever its path."""
+    g, inputs = cfg.grpo, {}
+    searches = cfg.task == "qa" and g.qa_mode == "open" and g.retriever in ("bm25", "e5")
+    reads = {"grpo.prompts_file": cfg.task == "qa", "grpo.corpus": searches, "grpo.index": searches and g.retriever == "e5" and g.get("index") is not None}
+    for key in (k for k, read in reads.items() if read):
         path = OmegaConf.select(cfg, key)
         try:
             inputs[key] = datafetch.digest(path) if datafetch.is_name(path) else fingerprint.file_digest(str(path))
