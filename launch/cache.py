@@ -3,13 +3,12 @@ launch (docs/stages/launch.md, "What a launch does")."""
 from __future__ import annotations
 
 import fcntl
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from common import layout
-from common.io import JsonLineError, atomic_dir
+from common.io import JsonLineError, atomic_dir, read_json_object
 from data_prep import hub
 from data_prep.errors import DataPrepError
 from launch.errors import LaunchError
@@ -31,16 +30,12 @@ def dataset_key(cfg: DictConfig, data_arm: str) -> str:
 
 
 def read_manifest(data_dir: Path) -> dict:
-    path = data_dir / layout.MANIFEST
+    if not (path := data_dir / layout.MANIFEST).exists():   # (a file given as the directory: no manifest either)
+        raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({layout.MANIFEST} missing)")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError):
-        raise LaunchError(f"{data_dir}: not a data_prep dataset directory ({layout.MANIFEST} missing)") from None
-    except (OSError, ValueError) as exc:   # unreadable, not UTF-8, not JSON
-        raise LaunchError(f"{path}: unreadable manifest ({exc})") from exc
-    if not isinstance(manifest, dict):
-        raise LaunchError(f"{path}: unreadable manifest (a JSON {type(manifest).__name__}, not an object)")
-    return manifest
+        return read_json_object(path)
+    except ValueError as exc:   # unreadable, not UTF-8 or not JSON (the cause says why), or not an object
+        raise LaunchError(f"{path}: unreadable manifest ({exc.__cause__ or str(exc).removeprefix(f'{path}: ')})") from exc
 
 
 def with_run_pins(cfg: DictConfig, rd: Path) -> DictConfig:
