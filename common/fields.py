@@ -1,6 +1,4 @@
-"""Typed config fields (docs/concepts.md, "Where each key is defined", also on a later key's `as_before` value): a
-command's keys are a table `{dotted.key: Field}`, each with its default, rule, help text and roles; a key several
-commands share is one Field object (held through `Default` where the other command's default differs).
+"""Typed config fields, a command's keys as a table `{dotted.key: Field}` (docs/concepts.md, "Where each key is defined").
 
 Roles: IDENTITY (its value is part of the result's identity), CONTENT (it changes the result through the content
 identity of what it names: a checkpoint's, a bench file's or a corpus' digest), ENGINE (through the engine settings
