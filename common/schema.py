@@ -17,12 +17,9 @@ from common.layout import is_complete_state, run_dir_path, variant_name_problem
 TRAINER_SEMANTICS = 2
 
 _ID, _OUTPUT = (IDENTITY,), (PATH, OUTPUT)
-
-
-def _slurm_text(help: str) -> Field:
-    return field(help, None, (), Test(lambda v: v is None or is_int(v) or (isinstance(v, str) and v.split() in ([], [v])
-                                                                 and not v.startswith(("[", "{"))), "null or one word (not a list)"))
-
+# a Slurm setting given as one #SBATCH option's value
+_ONE_WORD = Test(lambda v: v is None or is_int(v) or (isinstance(v, str) and v.split() in ([], [v]) and not v.startswith(("[", "{"))),
+                 "null or one word (not a list)")
 
 # A key of GRPO and evaluate (grpo.enable_thinking, enable_thinking): one field.
 ENABLE_THINKING = field("hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false", "auto", _ID,
@@ -55,12 +52,12 @@ LAUNCHER: dict[str, Field] = {
     "launcher.gpus_per_node": field("slurm: GPUs (and torchrun processes) per node; 0: a CPU-only partition (no GPU asked, "
                                     "1 process)", 8, (), Test(lambda v: is_int(v) and v >= 0,
                                                               "an integer >= 0 (0: a CPU-only partition)")),
-    "launcher.partition": _slurm_text("slurm: #SBATCH --partition (null: the cluster's default)"),
+    "launcher.partition": field("slurm: #SBATCH --partition (null: the cluster's default)", None, (), _ONE_WORD),
     "launcher.time": field("slurm: #SBATCH --time of each job or array task, e.g. 24:00:00 (null: the partition's)", None, (), Test(
         lambda v: v in (None, "") or (is_int(v) and v >= 0) or bool(re.fullmatch(r"([0-9]+-)?[0-9]+(:[0-9]+){0,2}|(?i:unlimited|infinite)", str(v))),
         "null or a time sbatch --time takes (man sbatch): MINUTES, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED (0: no limit)")),
-    "launcher.account": _slurm_text("slurm: #SBATCH --account"),
-    "launcher.qos": _slurm_text("slurm: #SBATCH --qos"),
+    "launcher.account": field("slurm: #SBATCH --account", None, (), _ONE_WORD),
+    "launcher.qos": field("slurm: #SBATCH --qos", None, (), _ONE_WORD),
     "launcher.sbatch": field("extra #SBATCH options, e.g. [--constraint=h100,--mem=0]", []),   # launch.slurm checks them
     "launcher.setup": field("shell run before each job's command (a training job's srun), e.g. \"module load cuda; "
                             "source env/bin/activate\" (a list: one line each)", None, (),
