@@ -25,7 +25,6 @@ _ONE_WORD = Test(lambda v: v is None or is_int(v) or (isinstance(v, str) and v.s
 ENABLE_THINKING = field("hybrid Qwen3 thinking switch: auto (not passed to the chat template) | true | false", "auto", _ID,
                         Test(lambda v: thinking.value_problem(v, "") is None, "auto, true or false"))
 
-# ---------------------------------------------------------------- the run: where it goes, how it starts
 RUN: dict[str, Field] = {
     "arm": field("r2e | search | mixed | r2e_v5: the training arm (recipes/arm/<arm>.yaml)", "r2e", _ID, NONEMPTY),
     "seed": count("data sampling, model init and data order", 0, lo=0),
@@ -42,7 +41,6 @@ RUN: dict[str, Field] = {
                          "auto, never or a complete state directory (<run>/state/step-NNNNNN)")),
 }
 
-# ---------------------------------------------------------------- the launcher and the interpreters
 LAUNCHER: dict[str, Field] = {
     "launcher.kind": field("the launcher backend: local | slurm | another one a file launch/<kind>.py defines", "local", (),
                            NONEMPTY),   # launch.compose checks it names a backend
