@@ -2,29 +2,41 @@
 its run-dir lock) and a trainer recording the commit it loads its Hub-id base at (common.layout.record_base), each a
 read-modify-write. The interleaving is forced, not raced: the first writer stops between its read and its write
 (its write_json waits on an Event), the second then writes (or is turned away by the lock: its non-blocking flock
-fails), then the first goes on. Both records must be in the file afterwards."""
+fails), then the first goes on. Both records must be in the file afterwards, each writer holding its run-dir lock
+(.train.lock, .launch.lock) around its record as it does in a run, without a deadlock."""
 from __future__ import annotations
 
 import fcntl
 import json
+import os
 import threading
 
 import pytest
 
 import common.layout
 import launch.manifest
-from common import layout
+from common import layout, lock
 
 BASE = {"model.path": {"repo": "org/model", "revision": "b" * 40}}
 WAIT = 60   # (seconds: only a hung test's limit; every step waits on an Event)
 
 
 def _launch_record(rd):
-    launch.manifest.write_manifest(rd, argv=["seed=1"], choices={}, launcher={"kind": "slurm", "job_id": "4242"}, data={})
+    """(Under .launch.lock, as a local launch records: the manifest lock is taken inside the run-dir locks.)"""
+    fd = lock.acquire(rd / layout.LAUNCH_LOCK, "launch")
+    try:
+        launch.manifest.write_manifest(rd, argv=["seed=1"], choices={}, launcher={"kind": "slurm", "job_id": "4242"}, data={})
+    finally:
+        os.close(fd)
 
 
 def _trainer_record(rd):
-    layout.record_base(rd, BASE)
+    """(Under .train.lock, as the trainer's rank 0 records.)"""
+    fd = lock.acquire(rd / layout.TRAIN_LOCK, "trainer")
+    try:
+        layout.record_base(rd, BASE)
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("first", ["trainer", "launch"])
