@@ -18,6 +18,7 @@ from common.io import REPLACED_MARK, SHA256SUMS, atomic_dir, replace_aside, writ
 # RL trainers take it, launch only checks it) and launch's own lock.
 TRAIN_LOCK = ".train.lock"
 LAUNCH_LOCK = ".launch.lock"
+MANIFEST_LOCK = ".manifest.lock"   # every read-modify-write of manifest.json (common.lock.manifest_lock)
 SEED_DIR = re.compile(r"^seed(\d+)$")
 # Letters, digits, `_` and `-`, starting with a letter or digit: no dots (so never `.replaced-`),
 # no path separators; `seed<N>` is taken by the seed level.
@@ -138,16 +139,21 @@ def record_base(run_dir: str | Path, base: dict) -> None:
     """A trainer's record of the commit it loads each Hub-id base at (`base`: {key: {"repo", "revision"}}, {} for
     none) as `base` in the run dir's manifest.json, beside launch's record of the run; nothing where launch wrote no
     manifest (the states' meta.json and DONE carry it too) or the manifest does not read as a JSON object (launch's
-    to report)."""
+    to report). Under the manifest lock: launch may be recording a launch in it at the same time."""
     import json
 
+    from common.lock import manifest_lock
+
     path = Path(run_dir) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not path.is_file():
         return
-    if isinstance(manifest, dict) and manifest.get("base") != base:
-        write_json(path, {**manifest, "base": base})
+    with manifest_lock(run_dir):
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(manifest, dict) and manifest.get("base") != base:
+            write_json(path, {**manifest, "base": base})
 
 
 def end_record(run_dir: str | Path) -> dict | None:

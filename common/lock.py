@@ -3,7 +3,8 @@
 A flock belongs to the open file description: the kernel releases it when the holder dies, however
 it dies (kill -9 included), so a stale lock file never blocks anyone. The holder writes
 `pid <pid> on <host>` into the file so a refusal can name it. `take_run_lock` is the trainers' run lock
-(`<run_dir>/.train.lock`), one rule for SFT and GRPO.
+(`<run_dir>/.train.lock`), one rule for SFT and GRPO; `manifest_lock` the one every read-modify-write of a run dir's
+manifest.json takes (`<run_dir>/.manifest.lock`).
 """
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import errno
 import fcntl
 import os
 import socket
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from common.cli import ConfigError
-from common.layout import TRAIN_LOCK
+from common.layout import MANIFEST_LOCK, TRAIN_LOCK
 
 
 class LockHeld(ConfigError):
@@ -54,11 +57,16 @@ def _flock(fd: int, path: Path, what: str, advice: str) -> None:
         raise LockHeld(f"{path.parent} is in use by {what} (holder: {holder(path)})" + (f"; {advice}" if advice else "")) from None
     except OSError as exc:
         os.close(fd)
-        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-            raise ConfigError(f"{path}: the filesystem ({filesystem_of(path.parent)}) does not support flock "
-                              f"({exc.strerror}); put the run directory on a local or flock-capable filesystem "
-                              "(e.g. runs_root=... on local disk, or an NFS mount with locking)") from None
+        _no_flock(exc, path)
         raise
+
+
+def _no_flock(exc: OSError, path: Path) -> None:
+    """A ConfigError naming the filesystem where `exc` says it has no flock (else nothing: the caller re-raises)."""
+    if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        raise ConfigError(f"{path}: the filesystem ({filesystem_of(path.parent)}) does not support flock "
+                          f"({exc.strerror}); put the run directory on a local or flock-capable filesystem "
+                          "(e.g. runs_root=... on local disk, or an NFS mount with locking)") from None
 
 
 def acquire(path: str | Path, what: str, advice: str = "") -> int:
@@ -84,6 +92,29 @@ def check_free(path: str | Path, what: str, advice: str = "") -> None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     _flock(fd, path, what, advice)
     os.close(fd)
+
+
+@contextmanager
+def manifest_lock(run_dir: str | Path) -> Iterator[None]:
+    """`<run_dir>/.manifest.lock`, held for one read-modify-write of the run dir's manifest.json: launch's record of a
+    launch (a Slurm submission's after the job is queued, when its trainer may be starting) and a trainer's record of
+    its base (common.layout.record_base). Waits for another writer's, which holds it for a read and an atomic write
+    only: it is taken last (inside `.launch.lock` or `.train.lock`, never the other way round) and nothing is taken
+    while it is held, so it cannot deadlock with them."""
+    path = Path(run_dir) / MANIFEST_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):
+            fcntl.flock(fd, fcntl.LOCK_EX)   # another writer's read-modify-write: wait for it
+        except OSError as exc:
+            _no_flock(exc, path)
+            raise
+        yield
+    finally:
+        os.close(fd)
 
 
 def take_run_lock(run_dir: Path, rank: int, world: int, error: type[Exception]) -> int | None:

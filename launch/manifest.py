@@ -1,6 +1,7 @@
 """`<run_dir>/manifest.json`: what ran — code version, packages, hardware, data, command line. A run dir's first
 launch writes the full record; every later one (a resume, a requeued Slurm segment submitted again) appends an entry
-to `launches`: the whole history of the run, the original never lost."""
+to `launches`: the whole history of the run, the original never lost. Every read-modify-write of it holds
+common.lock.manifest_lock, as the trainers' record of their base does."""
 from __future__ import annotations
 
 import contextlib
@@ -18,6 +19,7 @@ from pathlib import Path
 from common import layout
 from common.fingerprint import file_digest
 from common.io import write_json
+from common.lock import manifest_lock
 from common.study import STUDY_ENV
 from launch.paths import REPO
 
@@ -78,19 +80,20 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     recipes = dict(choices)
     if choices.get("recipe"):   # the user's recipe file by content (its values are in config.yaml too)
         entry["recipe_sha256"] = recipes["recipe_sha256"] = file_digest(choices["recipe"])
-    manifest = read(run_dir) if path.is_file() else {
-        "run_dir": str(run_dir), "created": entry["time"], "command": entry["command"], "recipes": recipes, "git": entry["git"],
-        "packages": package_versions(), "hardware": hardware(), "data": data, "launcher": launcher, "launches": []}
-    manifest.setdefault("launches", []).append(entry)
-    if identity is not None:
-        manifest["identity"] = identity
     try:
         study = json.loads(os.environ.get(STUDY_ENV) or "null")
     except ValueError:
         study = {"unreadable": os.environ[STUDY_ENV]}
     if study is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
         entry["study"] = study
-        manifest.setdefault("study", study)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, manifest)
+    with manifest_lock(run_dir):   # a trainer may be recording its base in it now (common.layout.record_base)
+        manifest = read(run_dir) if path.is_file() else {
+            "run_dir": str(run_dir), "created": entry["time"], "command": entry["command"], "recipes": recipes, "git": entry["git"],
+            "packages": package_versions(), "hardware": hardware(), "data": data, "launcher": launcher, "launches": []}
+        manifest.setdefault("launches", []).append(entry)
+        if identity is not None:
+            manifest["identity"] = identity
+        if study is not None:
+            manifest.setdefault("study", study)
+        write_json(path, manifest)
     return manifest

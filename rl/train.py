@@ -457,6 +457,43 @@ def _trainer_class():
     return DtsftGRPOTrainer
 
 
+def start_base(info: dict) -> dict | None:
+    """The record (`base`, as SFT's: {"model.path": {"repo", "revision"}}) of the starting snapshot
+    rl.checkpoint.write_start_checkpoint took (`info`, its answer): {} for a local model dir (no Hub id), None for a
+    Hub id whose commit it could not name."""
+    if "revision" not in info:
+        return {}
+    if info["revision"] in (None, "main"):
+        return None
+    return {"model.path": {"repo": info["source"], "revision": info["revision"]}}
+
+
+def recorded_base(rd: Path, model_path: str, meta: dict | None, state: Path | None) -> dict | None:
+    """The record of the starting snapshot an earlier segment took (`checkpoints/step-000000`, which every segment
+    loads, never the Hub): the resumed state's `base` (`meta`, its meta.json), else the run dir's manifest.json `base`,
+    written when the snapshot was taken; {} for a local model dir; None when nothing records it. Resuming a `state`
+    that records none (saved before GRPO recorded it): one line naming what this run loads."""
+    if meta is not None and isinstance(meta.get("base"), dict):
+        return meta["base"]
+    from common.tiny import resolve_model_path
+
+    try:
+        manifest = json.loads((rd / layout.MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    base = manifest.get("base") if isinstance(manifest, dict) else None
+    if not isinstance(base, dict):
+        base = {} if Path(resolve_model_path(model_path)).is_dir() else None
+    if state is not None and base != {}:
+        entry = (base or {}).get("model.path")
+        entry = entry if isinstance(entry, dict) and isinstance(entry.get("revision"), str) else None
+        log.warning("%s records no base commit (saved before GRPO recorded it): this resumed run loads %s, the starting "
+                    "snapshot its first start took, %s", state, layout.checkpoint_dir(rd, 0),
+                    f"of model.path={entry.get('repo', model_path)} at {entry['revision']} (the run dir's manifest.json base)"
+                    if entry else f"of model.path={model_path} at a commit nothing in the run dir records")
+    return base
+
+
 class Run:
     """Everything one training segment needs: config, run dir, step offset, trainer."""
 
@@ -478,6 +515,7 @@ class Run:
         self.retriever: CountingRetriever | None = None
         self.search_counts: tuple[int, int] = (0, 0)   # the last step's (searches, failures), all ranks
         self.rng_from: Path | None = None   # the resumed state whose RNG the first step restores
+        self.base: dict | None = None   # (main process) the starting snapshot's commit, `start_base`; None: not known
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -500,8 +538,7 @@ class Run:
 
             info = rlck.write_start_checkpoint(resolve_model_path(str(cfg.model.path)), self.start_dir)
             log.info("starting model copied to %s (%s)", self.start_dir, " ".join(f"{k}={v}" for k, v in info.items()))
-            if info.get("revision") not in (None, "main"):   # a Hub id, at the commit its snapshot was taken from
-                layout.record_base(rd, {"model.path": {"repo": info["source"], "revision": info["revision"]}})
+            self.base = start_base(info)
         state.wait_for_everyone()
         problems = check_sha256sums(self.start_dir)  # verified before anything in it is loaded
         if problems:
@@ -513,6 +550,11 @@ class Run:
             if diff:
                 raise fingerprint.identity_error(f"resume: {resume} was saved by a run of a different configuration; "
                                                  "resuming it would mix the two", diff, RlError)
+        if state.is_main_process:
+            if self.base is None:   # the snapshot an earlier segment took: its commit as recorded then
+                self.base = recorded_base(rd, str(cfg.model.path), st["meta"] if st else None, resume)
+            if self.base is not None:
+                layout.record_base(rd, self.base)
         self.start_step = int(st["meta"]["step"]) if st else 0
         steps = self.total - self.start_step
         if steps <= 0:
@@ -610,7 +652,8 @@ class Run:
             # TRL's num_input_tokens_seen is not kept: it feeds only tokens_per_s, a rate within one segment (both restart at 0)
             rlck.save_state(self.rd, step, adapter=get_peft_model_state_dict(model), optimizer=tr.optimizer,
                             meta={"identity": self.identity, "rows_consumed": step * prompts_per_step(self.cfg),
-                                  "seed": int(self.cfg.seed), "scheduler": tr.lr_scheduler.state_dict()},
+                                  "seed": int(self.cfg.seed), "scheduler": tr.lr_scheduler.state_dict(),
+                                  **self._base_record()},
                             rank=tr.accelerator.process_index, barrier=tr.accelerator.wait_for_everyone)
         tr.accelerator.wait_for_everyone()
         return stop
@@ -620,7 +663,11 @@ class Run:
         tr = self.trainer
         if tr.accelerator.is_main_process and self.start_step + tr.state.global_step == self.total:
             write_json(self.rd / layout.DONE, {"step": self.total, "identity": self.identity, "trl": installed_trl(),
-                                          "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                                               **self._base_record(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+    def _base_record(self) -> dict:
+        """`base` for a state's meta.json and DONE, as SFT's: nothing where the snapshot's commit is not known."""
+        return {} if self.base is None else {"base": self.base}
 
     def _check_searches(self, step: int) -> None:
         if self.retriever is None:

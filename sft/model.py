@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import logging
 import warnings
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -35,11 +36,13 @@ def load_tokenizer(name: str):
 TOKENIZER_FILE = "tokenizer_config.json"   # the file a tokenizer's Hub check asks for (common.hub.tokenizer_source's)
 
 
-def base_commits(cfg: TrainConfig, recorded: dict | None, *, rank: int, world: int) -> dict:
+def base_commits(cfg: TrainConfig, recorded: dict | None, *, rank: int, world: int, resumed: Path | None = None) -> dict:
     """`{key: {"repo", "revision"}}` for each of model.path and model.tokenizer that names a Hub repo: the commit every
     load of it in this run reads (held in common.hub for this process). A fresh start: rank 0's `hub_revision` (the Hub's
     main when it answers, else the cached copy's). A resume: `recorded`, its state's record of the commits its first
-    start loaded, whatever main is now (one line when main has moved). Every rank gets rank 0's answer."""
+    start loaded, whatever main is now (one line when main has moved); a resume of a state `resumed` that records none
+    (saved before base commits were recorded): the commits resolved now, with one line saying so. Every rank gets rank
+    0's answer."""
     base: dict = {}
     unreachable: dict = {}   # rank 0's answer per repo: every rank loads a cached copy at once when the hub cannot answer
     if rank == 0:
@@ -61,6 +64,10 @@ def base_commits(cfg: TrainConfig, recorded: dict | None, *, rank: int, world: i
             if revision := hub_revision(name, filename):
                 base[key] = {"repo": name, "revision": revision}
                 unreachable[name] = hub_unreachable(name, filename)
+        if resumed is not None and recorded is None and base:
+            log.warning("%s records no base commit (saved before the trainer recorded them): this resumed run loads %s, "
+                        "resolved now; the run's start may have loaded another", resumed,
+                        ", ".join(f"{key}={entry['repo']} at {entry['revision']}" for key, entry in base.items()))
     if world > 1:
         box = [base, unreachable]
         dist.broadcast_object_list(box, src=0, device=torch.device("cpu"))   # (gloo: before any CUDA work)

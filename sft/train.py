@@ -251,7 +251,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
         layout.clear_end(cfg.run_dir)   # this run trains again: a FAILED / REQUEUED of an earlier segment is stale
     if cfg.train.global_batch_size < world:
         raise SftError(f"train.global_batch_size={cfg.train.global_batch_size} is smaller than the world size {world}")
-    base = base_commits(cfg, resumed.get("base"), rank=rank, world=world)   # before any load of a Hub-id base
+    base = base_commits(cfg, resumed.get("base"), rank=rank, world=world, resumed=resume_dir)   # before any load of a Hub-id base
     attn = select_attn_implementation(cfg.model.attn_implementation, device)
     budget = pack_budget(attn, cfg.train.max_tokens_per_micro_batch)
     log.info("micro-batches: packed up to %d tokens%s", budget, "" if budget == cfg.train.max_tokens_per_micro_batch else

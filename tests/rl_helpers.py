@@ -10,7 +10,9 @@ loop, reward, loss and update code.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 
 from envs.search_plan_act import SearchPlanActEnv
 from envs.search_plan_act.policies import genuine
@@ -88,3 +90,25 @@ class QaScriptedPolicy(_Scripted):
         if turn == 0:
             return call_text("Search the question.", "search", {"query": question})
         return f"The documents say it.\n</think>\n\nFinal answer: {self.gold[question]}<|im_end|>"
+
+
+def scripted_segment(cfg, stop_after: int | None = None) -> int:
+    """One rl.train segment of `cfg` (its train.steps' rows) under the scripted policy; `stop_after`: SIGTERM during
+    that step (a preemption: the segment saves a state at the end of it and exits 0)."""
+    from rl import train as rt
+
+    seeds = [r["seed"] for r in rt.rows(cfg, 0, int(cfg.train.steps))]
+
+    def before(trainer):
+        policy = ScriptedPolicy(trainer.processing_class, seeds)
+        sent = []
+
+        def generate(*a, **kw):
+            if stop_after is not None and not sent and trainer.state.global_step == stop_after - 1:
+                sent.append(True)
+                os.kill(os.getpid(), signal.SIGTERM)  # stops at the end of this step
+            return policy(*a, **kw)
+
+        trainer._generate_single_turn = generate
+
+    return rt.run(cfg, before_train=before)

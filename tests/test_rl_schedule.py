@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.rl_helpers import ScriptedPolicy
+from tests.rl_helpers import scripted_segment
 
 pytestmark = pytest.mark.slow
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -36,27 +36,6 @@ def _grpo(root: Path, schedule: str):
                         "grpo.max_completion_length=2048", "grpo.pilot_tasks=3", "logging.wandb=false"]).cfg
     cfg.run_dir = str(run_dir(cfg))
     return cfg
-
-
-def _segment(cfg, stop_after: int | None) -> int:
-    """One rl.train segment under the scripted policy; `stop_after`: SIGTERM during that step."""
-    from rl import train as rt
-
-    seeds = [r["seed"] for r in rt.rows(cfg, 0, STEPS)]
-
-    def before(trainer):
-        policy = ScriptedPolicy(trainer.processing_class, seeds)
-        sent = []
-
-        def generate(*a, **kw):
-            if stop_after is not None and not sent and trainer.state.global_step == stop_after - 1:
-                sent.append(True)
-                os.kill(os.getpid(), signal.SIGTERM)  # stops at the end of this step
-            return policy(*a, **kw)
-
-        trainer._generate_single_turn = generate
-
-    return rt.run(cfg, before_train=before)
 
 
 def _metrics(cfg) -> list[dict]:
@@ -94,11 +73,11 @@ def test_stopped_and_resumed_run_repeats_the_uninterrupted_lr_and_losses(tmp_pat
     torch.set_num_threads(1)
     try:
         whole = _grpo(tmp_path / "whole", schedule)
-        assert _segment(whole, None) == 0
+        assert scripted_segment(whole, None) == 0
         parts = _grpo(tmp_path / "parts", schedule)
-        assert _segment(parts, stop_after=1) == 0
+        assert scripted_segment(parts, stop_after=1) == 0
         assert [m["step"] for m in _metrics(parts)] == [1] and not (Path(parts.run_dir) / "DONE").exists()
-        assert _segment(parts, None) == 0
+        assert scripted_segment(parts, None) == 0
     finally:
         signal.signal(signal.SIGTERM, previous)
         torch.set_num_threads(threads)

@@ -72,6 +72,59 @@ def test_a_resume_after_main_moved_loads_the_commit_its_start_recorded(moved_hub
     assert len(moved) == 1 and B in moved[0], moved
 
 
+def drop_base(state):
+    """`state` as a trainer wrote it before the base commits were recorded: no `base` in its meta.json."""
+    from sft.checkpoint import write_state_sums
+
+    meta = json.loads((state / "meta.json").read_text())
+    del meta["base"]
+    (state / "meta.json").write_text(json.dumps(meta))
+    write_state_sums(state)
+
+
+def test_a_resume_of_a_state_that_records_no_base_says_which_commit_it_loads(moved_hub, tmp_path, capsys):
+    """A state saved before the trainers recorded their base: the resume loads the commit resolved now (main, at C),
+    says so in one line naming the state, and records C from then on."""
+    from sft import train
+
+    config, run_dir = start(tmp_path)
+    assert train.main(config) == 0
+    (run_dir / "DONE").unlink()
+    state = run_dir / "state" / "step-000001"
+    drop_base(state)
+    common.hub._ANSWERS.clear()
+    moved_hub.main = C
+    capsys.readouterr()
+    assert train.main(config) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "records no base commit" in line]
+    assert len(said) == 1 and str(state) in said[0] and f"model.path={REPO} at {C}" in said[0], said
+    assert f"model.tokenizer={REPO} at {C}" in said[0]
+    assert variant(run_dir) == "c"
+    now = {key: {"repo": REPO, "revision": C} for key in BASE}
+    assert json.loads((run_dir / "DONE").read_text())["base"] == now
+    assert json.loads((run_dir / "manifest.json").read_text())["base"] == now
+
+
+def test_only_a_resume_of_a_state_without_a_record_says_it(moved_hub, tmp_path, caplog):
+    """The line is for a resumed state without `base`: a fresh start, or a state that records its commits (an empty
+    record too: a base that is no Hub id), says nothing of it."""
+    from sft.config import load_config
+    from sft.model import base_commits
+
+    config, _ = start(tmp_path)
+    cfg = load_config(config)
+    state = tmp_path / "run" / "state" / "step-000001"
+    with caplog.at_level(logging.WARNING, logger="sft.model"):
+        assert base_commits(cfg, None, rank=0, world=1) == BASE
+        assert base_commits(cfg, BASE, rank=0, world=1, resumed=state) == BASE
+        assert not caplog.records
+        common.hub._ANSWERS.clear()
+        assert base_commits(cfg, None, rank=0, world=1, resumed=state) == BASE
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{state} records no base commit (saved before the trainer recorded them): this resumed run loads "
+        f"model.path={REPO} at {B}, model.tokenizer={REPO} at {B}, resolved now; the run's start may have loaded another"]
+
+
 def test_an_offline_resume_whose_commit_is_not_cached_is_one_line(moved_hub, tmp_path, monkeypatch, caplog):
     """Offline, a resume loads the commit its state records from the hub cache (B, the cache's main at A); one the cache
     lacks (C) is one line."""
