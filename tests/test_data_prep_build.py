@@ -75,6 +75,29 @@ def test_determinism(mixed, tmp_path):
     assert m3["fingerprint"] != m["fingerprint"]
 
 
+def test_a_dataset_without_its_manifest_keeps_its_fingerprint(mixed, tmp_path):
+    """The trainer knows a dataset dir without manifest.json by its rows' content: the very digest data_prep
+    records in the manifest (common.fingerprint.rows_fingerprint), so the manifest's absence changes no identity."""
+    import hashlib
+
+    import datasets
+    import numpy as np
+
+    from sft.data import load_train_data
+
+    out, m = mixed
+    ds = datasets.load_from_disk(str(out))
+    h = hashlib.sha256()   # the manifest's digest as data_prep wrote it before it was shared with the trainer
+    for r in ds:
+        h.update(r["id"].encode() + b"\0")
+        h.update(np.asarray(r["input_ids"], dtype=np.int32).tobytes() + np.asarray(r["labels"], dtype=np.int32).tobytes())
+        h.update(hashlib.sha256(r["messages"].encode()).digest())
+    assert h.hexdigest() == m["fingerprint"]
+    shutil.copytree(out, tmp_path / "copy")
+    (tmp_path / "copy" / "manifest.json").unlink()
+    assert load_train_data(tmp_path / "copy", global_batch_size=2, max_tokens_per_micro_batch=4096).fingerprint == m["fingerprint"]
+
+
 def test_cache_key_tracks_local_file_content(tmp_path):
     p = write_bad_file(tmp_path / "src.jsonl")
     cfg = {"sources": {"code": [f"r2e-gym:{p}"]}, "n": 1}
