@@ -177,10 +177,6 @@ def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_di
     diff = [f"n: {meta.get('n')!r} -> {data.n!r}"] if meta.get("n") != data.n else []
     ident = meta.get("identity")
     unknown = (ident if isinstance(ident, dict) else meta).get("data_fingerprint", "") is None   # recorded as null
-    if unknown:
-        log.warning("resume: %s recorded no data fingerprint (saved from a dataset dir without a manifest before such a dir "
-                    "was known by its content): its data cannot be compared with %s's; resuming on the other checks",
-                    state_dir, data.path)
     if isinstance(ident, dict):
         diff += fingerprint.fingerprint_diff({k: v for k, v in ident.items() if not (unknown and k == "data_fingerprint")}, want)
     else:
@@ -191,6 +187,10 @@ def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_di
     if diff:
         raise fingerprint.identity_error(f"resume: {state_dir} was saved by a run of a different configuration; resuming it "
                              "would mix the two", diff, SftError)
+    if unknown:
+        log.warning("resume: %s recorded no data fingerprint (saved from a dataset dir without a manifest before such a dir "
+                    "was known by its content): its data cannot be compared with %s's; resuming on the other checks",
+                    state_dir, data.path)
 
 
 def check_done_identity(done: Path, cfg: TrainConfig) -> None:
