@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +166,59 @@ def file_digest(path: str | Path) -> str:
     except OSError:
         pass
     return digest
+
+
+# ---------------------------------------------------------------- a dataset dir by its rows
+def rows_fingerprint(rows: Iterable[tuple[str, Any, Any, Any]]) -> str:
+    """The content fingerprint of a training dataset: sha256 over its rows in order, each row's
+    (id, input_ids, labels, messages) with the token ids as int32 and messages by their sha256. What
+    data_prep records as a dataset manifest's `fingerprint`, and what a dataset dir without one is
+    known by (`table_fingerprint`): the same rows give the same digest either way."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for rid, input_ids, labels, messages in rows:
+        h.update(str(rid).encode() + b"\0")
+        h.update(np.asarray(input_ids, dtype=np.int32).tobytes())
+        h.update(np.asarray(labels, dtype=np.int32).tobytes())
+        text = messages if isinstance(messages, str) else json.dumps(messages, sort_keys=True, ensure_ascii=False, default=str)
+        h.update(hashlib.sha256(text.encode()).digest())
+    return h.hexdigest()
+
+
+def table_fingerprint(table) -> str:
+    """`rows_fingerprint` of a dataset's Arrow table (a `datasets` table or a pyarrow one with the columns id,
+    input_ids, labels, messages), read batch by batch without a Python object per token."""
+    import pyarrow.compute as pc
+
+    table = getattr(table, "table", table).select(["id", "input_ids", "labels", "messages"])
+
+    def rows():
+        for batch in table.to_batches():
+            lists = []
+            for col in (batch.column(1), batch.column(2)):
+                offsets = col.offsets.to_numpy()
+                lists.append((pc.list_flatten(col).to_numpy(zero_copy_only=False), offsets - offsets[0]))
+            (ids_v, ids_o), (lab_v, lab_o) = lists
+            for k, (rid, messages) in enumerate(zip(batch.column(0).to_pylist(), batch.column(3).to_pylist())):
+                yield rid, ids_v[ids_o[k]:ids_o[k + 1]], lab_v[lab_o[k]:lab_o[k + 1]], messages
+
+    return rows_fingerprint(rows())
+
+
+def dataset_dir_fingerprint(path: str | Path, error: type[Exception]) -> str:
+    """`table_fingerprint` of the `datasets.save_to_disk` dir at `path` (for a dataset whose manifest names no
+    fingerprint); a dir whose rows cannot be read so is refused as the caller's `error`, naming it."""
+    import datasets
+
+    why = "its manifest.json names no fingerprint and its rows cannot be read"
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except (OSError, ValueError) as exc:
+        raise error(f"{path}: {why} ({type(exc).__name__}: {exc})") from None
+    if not isinstance(ds, datasets.Dataset):
+        raise error(f"{path}: {why} (a {type(ds).__name__}, not a single Dataset)")
+    missing = [c for c in ("id", "input_ids", "labels", "messages") if c not in ds.column_names]
+    if missing:
+        raise error(f"{path}: {why} (no column {', '.join(missing)})")
+    return table_fingerprint(ds.data)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from common import datafetch
+from common.fingerprint import rows_fingerprint
 from common.io import atomic_dir, check_output_dir, sha256_file, sha256_text, write_json, write_jsonl, write_sha256sums
 from common.tiny import checked_tokenizer
 from data_prep import arms, config, heldout, synthetic, worker
@@ -535,10 +536,5 @@ def _to_dataset(rows: list[dict]):
 
 
 def _fingerprint(rows: list[dict]) -> str:
-    h = hashlib.sha256()
-    for r in rows:
-        h.update(r["id"].encode() + b"\0")
-        h.update(np.asarray(r["input_ids"], dtype=np.int32).tobytes())
-        h.update(np.asarray(r["labels"], dtype=np.int32).tobytes())
-        h.update(hashlib.sha256(r["messages"].encode()).digest())
-    return h.hexdigest()
+    """The dataset's content fingerprint (common.fingerprint.rows_fingerprint: a dir without a manifest is known by it too)."""
+    return rows_fingerprint((r["id"], r["input_ids"], r["labels"], r["messages"]) for r in rows)

@@ -10,7 +10,7 @@ A record is a plain dict (so it round-trips through JSON and `datasets` unchange
                       {"type": "function", "function": {"name", "description", "parameters"}},
                       with every None-valued key stripped recursively
     task        str   the problem statement (code) or question (search)
-    answer      str | None   gold answer where known (search), else None
+    answer      str | list[str] | None   gold answer where known (search; a list: each one a gold), else None
     terminator  str   what ends the trajectory: "finish" (code: a finish/submit tool call)
                       or "final_answer" (search: `Final answer: X` in the last assistant turn)
 
@@ -84,7 +84,7 @@ def make_record(
     messages: list[dict],
     tools: list[dict] | None,
     task: str,
-    answer: str | None,
+    answer: str | list[str] | None,
     terminator: str,
 ) -> dict:
     rec = {
@@ -130,8 +130,9 @@ def validate_record(rec: dict) -> None:
     for key in ("id", "source", "task"):
         if not isinstance(rec[key], str) or (key != "task" and not rec[key]):
             raise RecordError("bad_field_type", f"{key} is {type(rec[key]).__name__} {rec[key]!r:.60}, expected a non-empty str")
-    if rec["answer"] is not None and not isinstance(rec["answer"], str):
-        raise RecordError("bad_field_type", f"answer is {type(rec['answer']).__name__}, expected a str or null")
+    golds = rec["answer"]
+    if golds is not None and not isinstance(golds, str) and not (isinstance(golds, list) and golds and all(isinstance(g, str) for g in golds)):
+        raise RecordError("bad_field_type", f"answer is {type(golds).__name__} {golds!r:.60}, expected a str, a non-empty list of str or null")
     if rec["domain"] not in DOMAINS:
         raise RecordError("bad_domain", repr(rec["domain"]))
     if rec["terminator"] not in TERMINATORS:

@@ -108,7 +108,8 @@ class HeldoutItem:
 
     @property
     def golden_answers(self) -> list:
-        return [self.record["answer"]] if self.record.get("answer") is not None else []
+        golds = self.record.get("answer")   # a str, a list of str (each one a gold: data_prep.schema) or None
+        return [] if golds is None else list(golds) if isinstance(golds, list) else [golds]
 
     @property
     def extra(self) -> dict:

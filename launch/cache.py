@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common import layout
+from common import fingerprint, layout
 from common.io import JsonLineError, atomic_dir, read_json_object
 from data_prep import hub
 from data_prep.errors import DataPrepError
@@ -93,4 +93,6 @@ def ensure_dataset(cfg: DictConfig, data_arm: str) -> dict:
 
 
 def _record(data_dir: Path, key: str | None, reused: bool) -> dict:
-    return {"dir": str(data_dir), "cache_key": key, "fingerprint": read_manifest(data_dir).get("fingerprint"), "reused": reused}
+    if (fp := read_manifest(data_dir).get("fingerprint")) is None:   # known by its rows, as the trainer knows it (sft.data)
+        fp = fingerprint.dataset_dir_fingerprint(data_dir, LaunchError)
+    return {"dir": str(data_dir), "cache_key": key, "fingerprint": fp, "reused": reused}

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.fingerprint import table_fingerprint
 from common.labels import IGNORE, shift_per_sequence  # the shift per packed sequence (collate)
 from sft.errors import SftError
 
@@ -47,7 +48,7 @@ class TrainData:
     ids: list[str]
     num_tokens: np.ndarray  # tokens per row
     num_trainable: np.ndarray  # predicted tokens per row (labels[1:] != -100)
-    fingerprint: str | None
+    fingerprint: str  # the manifest's, else the rows' content (common.fingerprint.table_fingerprint)
     max_token_id: int
     starts: np.ndarray = None  # first row of each trajectory (rows of one trajectory are contiguous), + n_rows at the end
 
@@ -121,6 +122,8 @@ def load_train_data(path: str | Path, *, global_batch_size: int, max_tokens_per_
         if not isinstance(meta, dict):
             raise DataError(f"{manifest}: expected a JSON object, found {type(meta).__name__}")
         fingerprint = meta.get("fingerprint")
+    if fingerprint is None:   # no manifest (a dir of one's own) or one naming no fingerprint: known by its rows' content
+        fingerprint = table_fingerprint(table)
     ds = ds.select_columns(["input_ids", "labels"]).with_format("numpy")
     return TrainData(path, ds, ids, num_tokens, num_trainable, fingerprint, max_token_id)
 

@@ -168,19 +168,29 @@ def validate_resume_meta(meta: dict, cfg: TrainConfig, data: TrainData, state_di
     """Refuse to resume a state saved under another identity: every differing key, old -> new.
 
     States written before identity was recorded carry only n, batch size, seed and the data
-    fingerprint (and were made under `LEGACY_TRAINER_SEMANTICS`); those are checked."""
+    fingerprint (and were made under `LEGACY_TRAINER_SEMANTICS`); those are checked. A state whose
+    data fingerprint is null was saved from a dataset dir without a manifest before such a dir was
+    known by its content (`sft.data.load_train_data`): there is nothing to compare its data with, so
+    it resumes on its other checks, with a warning, and the states saved from then on record the
+    content fingerprint."""
     want = run_identity(cfg, data) if want is None else want
     diff = [f"n: {meta.get('n')!r} -> {data.n!r}"] if meta.get("n") != data.n else []
-    if isinstance(meta.get("identity"), dict):
-        diff += fingerprint.fingerprint_diff(meta["identity"], want)
+    ident = meta.get("identity")
+    unknown = (ident if isinstance(ident, dict) else meta).get("data_fingerprint", "") is None   # recorded as null
+    if isinstance(ident, dict):
+        diff += fingerprint.fingerprint_diff({k: v for k, v in ident.items() if not (unknown and k == "data_fingerprint")}, want)
     else:
         legacy = {"global_batch_size": cfg.train.global_batch_size, "seed": cfg.seed, "data_fingerprint": data.fingerprint,
                   "trainer_semantics": TRAINER_SEMANTICS}
         recorded = {**{k: meta.get(k) for k in legacy}, "trainer_semantics": fingerprint.LEGACY_TRAINER_SEMANTICS}
-        diff += [f"{k}: {recorded[k]!r} -> {v!r}" for k, v in legacy.items() if recorded[k] != v]
+        diff += [f"{k}: {recorded[k]!r} -> {v!r}" for k, v in legacy.items() if recorded[k] != v and not (unknown and k == "data_fingerprint")]
     if diff:
         raise fingerprint.identity_error(f"resume: {state_dir} was saved by a run of a different configuration; resuming it "
                              "would mix the two", diff, SftError)
+    if unknown:
+        log.warning("resume: %s recorded no data fingerprint (saved from a dataset dir without a manifest before such a dir "
+                    "was known by its content): its data cannot be compared with %s's; resuming on the other checks",
+                    state_dir, data.path)
 
 
 def check_done_identity(done: Path, cfg: TrainConfig) -> None:

@@ -75,6 +75,53 @@ def test_determinism(mixed, tmp_path):
     assert m3["fingerprint"] != m["fingerprint"]
 
 
+def test_openseeker_rows_without_a_usable_gold_are_counted_and_golds_kept(tmp_path):
+    """OpenSeeker rows whose `answer` is no gold (seen failing: kept, with the model's own <answer> as gold) are
+    refused as `bad_gold`, counted in the manifest and listed in rejected.jsonl; a number and a list are golds."""
+    import datasets
+
+    from data_prep.synthetic import SyntheticConfig, write_sources
+
+    p = tmp_path / "os.jsonl"
+    (spec, _) = write_sources(tmp_path / "src", seed=0, code_n=0, search_n=12, cfg=SyntheticConfig())["search"]
+    assert spec.startswith("openseeker:")
+    rows = [json.loads(x) for x in Path(spec.split(":", 1)[1]).read_text().splitlines()]
+    for row, answer in zip(rows, ({"a": 1}, None, [], True, 1603, ["Bard", "Shakespeare"])):
+        row["answer"] = answer
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    m = build.build_arm({"sources": {"search": [f"openseeker:{p}"]}, "n": len(rows), "allow_fewer": True}, arm="search",
+                        seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["rejected_by_reason"] == {"bad_gold": 4} and m["counts"]["kept"] == len(rows) - 4
+    assert sorted(json.loads(x)["id"] for x in (tmp_path / "arm" / "rejected.jsonl").read_text().splitlines()) == \
+        sorted(r["id"] for r in rows[:4])
+    golds = {json.loads(x)["id"]: json.loads(x)["answer"] for x in datasets.load_from_disk(str(tmp_path / "arm"))["messages"]}
+    assert golds[rows[4]["id"]] == "1603" and golds[rows[5]["id"]] == ["Bard", "Shakespeare"]
+    assert all(golds[r["id"]] == r["answer"] for r in rows[6:])
+
+
+def test_a_dataset_without_its_manifest_keeps_its_fingerprint(mixed, tmp_path):
+    """The trainer knows a dataset dir without manifest.json by its rows' content: the very digest data_prep
+    records in the manifest (common.fingerprint.rows_fingerprint), so the manifest's absence changes no identity."""
+    import hashlib
+
+    import datasets
+    import numpy as np
+
+    from sft.data import load_train_data
+
+    out, m = mixed
+    ds = datasets.load_from_disk(str(out))
+    h = hashlib.sha256()   # the manifest's digest as data_prep wrote it before it was shared with the trainer
+    for r in ds:
+        h.update(r["id"].encode() + b"\0")
+        h.update(np.asarray(r["input_ids"], dtype=np.int32).tobytes() + np.asarray(r["labels"], dtype=np.int32).tobytes())
+        h.update(hashlib.sha256(r["messages"].encode()).digest())
+    assert h.hexdigest() == m["fingerprint"]
+    shutil.copytree(out, tmp_path / "copy")
+    (tmp_path / "copy" / "manifest.json").unlink()
+    assert load_train_data(tmp_path / "copy", global_batch_size=2, max_tokens_per_micro_batch=4096).fingerprint == m["fingerprint"]
+
+
 def test_cache_key_tracks_local_file_content(tmp_path):
     p = write_bad_file(tmp_path / "src.jsonl")
     cfg = {"sources": {"code": [f"r2e-gym:{p}"]}, "n": 1}

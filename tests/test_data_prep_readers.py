@@ -450,6 +450,51 @@ def test_malformed_agent_rows_are_refused(tmp_path, case):
     (out,) = read_source(f"{dict(os='openseeker', r2e='r2e-gym', swegym='swe-gym', canonical='canonical')[case.split('_')[0]]}:{p}")
     assert (out.reason, out.detail[:len(detail)]) == (reason, detail), out.detail
 
+# What an OpenSeeker row's `answer` may hold, and the record's gold (seen failing: every non-string became the model's own
+# `<answer>`, "W" here, so a held-out item's gold could be the prediction it scores): a string as is, a number as its text
+# (the golds evaluate's EM compares are strings), a list of strings whole (each one a gold, as FlashRAG's golden_answers).
+OS_GOLDS = {"str": ("Shakespeare", "Shakespeare"), "int": (1603, "1603"), "float": (3.5, "3.5"),
+            "list": (["William Shakespeare", "Shakespeare"], ["William Shakespeare", "Shakespeare"]), "one": (["Bard"], ["Bard"])}
+OS_BAD_GOLDS = {"absent": ..., "null": None, "dict": {"text": "W"}, "bool": True, "empty_list": [], "mixed_list": ["W", 1],
+                "nan": float("nan")}
+
+
+@pytest.mark.parametrize("case", sorted(OS_GOLDS))
+def test_openseeker_gold_is_the_rows_answer_in_its_own_form(tmp_path, case):
+    from evals.metrics import exact_match
+
+    value, gold = OS_GOLDS[case]
+    p = tmp_path / "os.jsonl"
+    p.write_text(json.dumps(_os(_asst(_OS_CALL), _OS_RESP, _OS_FIN) | {"answer": value}) + "\n")
+    rec = _one(f"openseeker:{p}")
+    assert rec["answer"] == gold and rec["messages"][-1]["content"] == "Final answer: W"
+    assert exact_match(gold[-1] if isinstance(gold, list) else gold, gold) == 1.0 and exact_match("W", gold) == 0.0
+
+
+@pytest.mark.parametrize("case", sorted(OS_BAD_GOLDS))
+def test_openseeker_row_without_a_usable_gold_is_refused(tmp_path, case):
+    row = _os(_asst(_OS_CALL), _OS_RESP, _OS_FIN)
+    row.pop("answer") if OS_BAD_GOLDS[case] is ... else row.update(answer=OS_BAD_GOLDS[case])
+    p = tmp_path / "os.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    (out,) = read_source(f"openseeker:{p}")
+    assert out.record is None and out.reason == "bad_gold" and out.detail.startswith("answer "), (out.reason, out.detail)
+
+
+def test_a_canonical_records_answer_is_a_string_a_list_of_strings_or_null(tmp_path):
+    from data_prep.schema import RecordError
+
+    rec = _canonical({"role": "tool", "content": "d", "tool_call_id": "c0", "name": "search"})
+    for answer in ("W", ["W", "Will"], None):
+        validate_record(rec | {"answer": answer})
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps(rec | {"answer": ["W", "Will"]}) + "\n")
+    assert _one(f"canonical:{p}")["answer"] == ["W", "Will"]
+    for answer in ([], ["W", 1], 5, {"a": "W"}):
+        with pytest.raises(RecordError, match="answer is .*expected a str, a non-empty list of str or null"):
+            validate_record(rec | {"answer": answer})
+
+
 BAD_ROWS = {
     "malformed_json": '{"messages": [ this is not json',
     "empty_conversation": json.dumps({"id": "e", "messages": []}),

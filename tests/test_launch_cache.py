@@ -138,6 +138,23 @@ def test_explicit_data_dir_is_used_as_is(tmp_path):
     assert got == {"dir": str(d.resolve()), "cache_key": None, "fingerprint": "abc", "reused": True}
 
 
+def test_explicit_data_dir_whose_manifest_names_no_fingerprint_is_known_by_its_rows(tmp_path):
+    """A data.dir whose manifest.json names no fingerprint (seen failing: recorded as None, so launch's identity
+    held no data and a relaunch over rewritten rows went on) is known by its rows' content, the digest the trainer
+    computes for it; a dir whose rows cannot be read is refused naming it."""
+    from sft.copytask import make_dataset_dir
+    from sft.data import load_train_data
+
+    d = make_dataset_dir(tmp_path / "mine", n=8)
+    (d / "manifest.json").write_text(json.dumps({"n": 8}))
+    got = cache.ensure_dataset(_cfg(tmp_path, f"data.dir={d}"), "r2e")
+    assert got["fingerprint"] == load_train_data(d, global_batch_size=1, max_tokens_per_micro_batch=256).fingerprint
+    (empty := tmp_path / "empty").mkdir()
+    (empty / "manifest.json").write_text("{}")
+    with pytest.raises(ConfigError, match=f"^{empty}: its manifest.json names no fingerprint and its rows cannot be read"):
+        cache.ensure_dataset(_cfg(tmp_path, f"data.dir={empty}"), "r2e")
+
+
 def test_launch_fills_data_dir_and_writes_config_and_manifest(tmp_path, monkeypatch):
     """launch_one up to the trainer, with the trainer replaced by a stand-in that records its argv."""
     from launch import local, run

@@ -425,6 +425,59 @@ def test_resume_refuses_different_data(tmp_path, data_dir):
         train.validate_resume_meta(meta, cfg, data, tmp_path)
 
 
+def _without_manifest(out: Path, seed: int) -> Path:
+    """The copy-task dataset dir of `seed`, as a user's own dir: no manifest.json."""
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    (make_dataset_dir(out, n=24, seed=seed) / "manifest.json").unlink()
+    return out
+
+
+def test_a_dataset_dir_without_manifest_is_known_by_its_content(tmp_path):
+    """A dir with no manifest.json (seen failing: fingerprint None on both sides, so a resume after its rows were
+    rewritten, same count, went on over two datasets) carries the digest of its rows: the same rows the same
+    digest, edited rows another, and a resume over the edit is refused as for a dataset with a manifest."""
+    d = _without_manifest(tmp_path / "mine", seed=0)
+    cfg = load_config(write_config(tmp_path / "run", d))
+    before = load_train_data(d, global_batch_size=8, max_tokens_per_micro_batch=256)
+    assert isinstance(before.fingerprint, str) and len(before.fingerprint) == 64
+    assert load_train_data(d, global_batch_size=8, max_tokens_per_micro_batch=256).fingerprint == before.fingerprint
+    meta = {"n": before.n, "identity": train.run_identity(cfg, before)}
+    train.validate_resume_meta(meta, cfg, load_train_data(d, global_batch_size=8, max_tokens_per_micro_batch=256), tmp_path)
+    after = load_train_data(_without_manifest(d, seed=1), global_batch_size=8, max_tokens_per_micro_batch=256)
+    assert after.n == before.n and after.fingerprint != before.fingerprint
+    with pytest.raises(ConfigError, match=f"data_fingerprint: '{before.fingerprint}' -> '{after.fingerprint}'"):
+        train.validate_resume_meta(meta, cfg, after, tmp_path)
+    legacy = {"n": before.n, "global_batch_size": 8, "seed": 0, "data_fingerprint": before.fingerprint}   # a state from before identity
+    with pytest.raises(ConfigError, match="data_fingerprint: "):
+        train.validate_resume_meta(legacy, cfg, after, tmp_path)
+    (d / "manifest.json").write_text(json.dumps({"n": 24}))   # a manifest naming no fingerprint: the same
+    assert load_train_data(d, global_batch_size=8, max_tokens_per_micro_batch=256).fingerprint == after.fingerprint
+
+
+def test_a_state_that_recorded_no_data_fingerprint_resumes_with_a_warning(tmp_path, caplog):
+    """A state saved from a dir without a manifest before such a dir was known by its content recorded the data
+    fingerprint null: nothing to compare the data with, so it resumes on its other checks (a warning says so);
+    its other keys are still compared."""
+    d = _without_manifest(tmp_path / "mine", seed=0)
+    cfg = load_config(write_config(tmp_path / "run", d))
+    data = load_train_data(d, global_batch_size=8, max_tokens_per_micro_batch=256)
+    old = {"n": data.n, "identity": dict(train.run_identity(cfg, data), data_fingerprint=None)}
+    with caplog.at_level(logging.WARNING, logger="sft.train"):
+        train.validate_resume_meta(old, cfg, data, tmp_path / "state")
+    assert "recorded no data fingerprint" in caplog.text and str(tmp_path / "state") in caplog.text
+    other = load_config(tmp_path / "run" / "config.yaml", ["train.lr=1e-4"])
+    with pytest.raises(ConfigError, match=r"train.lr: 0.003 -> 0.0001"):
+        train.validate_resume_meta(old, other, data, tmp_path)
+    with pytest.raises(ConfigError, match="n: 20 -> 24"):
+        train.validate_resume_meta(dict(old, n=20), cfg, data, tmp_path)
+    legacy = {"n": data.n, "global_batch_size": 8, "seed": 0, "data_fingerprint": None}   # from before identity: its
+    with pytest.raises(ConfigError) as err:                                                # semantics differ, its data no
+        train.validate_resume_meta(legacy, cfg, data, tmp_path)
+    assert f"trainer_semantics: 1 -> {TRAINER_SEMANTICS}" in str(err.value) and "data_fingerprint" not in str(err.value)
+
+
 def test_resume_refuses_a_state_of_another_identity_naming_each_key(tmp_path, data_dir):
     """The state's meta.json carries the run identity; every result-changing key that differs is
     named old -> new, keys that may change on resume are not."""

@@ -233,3 +233,15 @@ def test_the_curves_values_are_the_rows_own_at_every_checkpoint(trained, analyse
     report = (rep / "report.md").read_text()
     assert "### teacher_forced" in report and "figures/teacher_forced.png" in report
     assert "teacher_forced" in (rep / "report.html").read_text()
+
+
+def test_a_heldout_records_golds_are_its_answer_string_or_each_of_its_list():
+    """A record's answer list is its golds, each one (seen failing: the list itself as one gold, which EM skips)."""
+    from evals.metrics import exact_match
+    from evals.teacher_forced import HeldoutItem
+
+    def golds(answer):
+        return HeldoutItem("r", {"task": "q", "answer": answer}, "d").golden_answers
+
+    assert golds("W") == ["W"] and golds(None) == [] and golds(["Bard", "Shakespeare"]) == ["Bard", "Shakespeare"]
+    assert exact_match("shakespeare", golds(["Bard", "Shakespeare"])) == 1.0

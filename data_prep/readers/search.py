@@ -42,7 +42,7 @@ def final_turn(thought: str, answer: str, reasoning: str) -> dict:
     return msg
 
 
-def search_record(rid: str, source: str, question: str, answer: str | None, turns: list[dict], tools: list[dict]) -> dict:
+def search_record(rid: str, source: str, question: str, answer: str | list[str] | None, turns: list[dict], tools: list[dict]) -> dict:
     messages = [{"role": "system", "content": SEARCH_SYSTEM_PROMPT}, {"role": "user", "content": question}, *turns]
     return make_record(id=rid, source=source, domain="search", messages=messages, tools=tools,
                        task=question, answer=answer, terminator="final_answer")
