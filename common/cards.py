@@ -6,7 +6,8 @@ pure function of files on disk (the same files give byte-identical cards). It re
 - the checkpoint dir (`<run_dir>/checkpoints/step-NNNNNN`, a state `<run_dir>/state/step-NNNNNN`, or any
   model dir): its content digest, computed as the evaluations record it (common.io.dir_identity);
 - the run dir above it: `config.yaml` (recipe), `manifest.json` (commit, command, hardware, packages),
-  `DONE` (a GRPO run's TRL version), the dataset manifest `<data.dir>/manifest.json` (sources, counts);
+  `DONE` (a GRPO run's TRL version), the dataset manifest `<data.dir>/manifest.json` (sources, counts) when it is
+  the data the run trained on (its fingerprint the run manifest's `data.fingerprint`; else a copy renamed aside);
   the runs root (every arm / seed / step: the sister checkpoints);
 - the licence: config.yaml model.license, else (a GRPO run records none) its starting model's (`licence`);
 - the report dir (`analyze`'s out): `results.csv` (every column past arm..n is an interval column the
@@ -25,6 +26,7 @@ one line, long values cut with their length stated).
 from __future__ import annotations
 
 import csv
+import glob
 import html
 import json
 import re
@@ -35,7 +37,7 @@ from typing import Any
 
 from common import layout
 from common.cli import ConfigError
-from common.io import dir_identity, read_sha256sums
+from common.io import REPLACED_MARK, dir_identity, read_sha256sums
 from common.recipes import RECIPES
 
 CARD = "README.md"
@@ -263,6 +265,7 @@ class Subject:
     dataset: dict | None
     digest: dict
     missing: list[str] = field(default_factory=list)
+    data_note: str | None = None  # where the dataset manifest was read from when not data.dir, or why none is the run's
 
     @property
     def grpo(self) -> bool:
@@ -295,10 +298,10 @@ def subject(ckpt: Path) -> Subject:
             done = None
         done = done if isinstance(done, dict) else {}
     data_dir = _get(config, "data.dir") or _get(manifest, "data.dir")
-    dataset = None
+    dataset = data_note = None
     if _get(config, "stage") != "grpo":
         if data_dir:
-            dataset = _json(Path(str(data_dir)) / layout.MANIFEST, missing, "dataset manifest")
+            dataset, data_note = _trained_dataset(Path(str(data_dir)), _get(manifest, "data.fingerprint"), missing)
         else:
             missing.append("no dataset manifest (the run config names no data.dir)")
     runs_root = Path(str(_get(config, "runs_root"))) if _get(config, "runs_root") else None
@@ -314,7 +317,25 @@ def subject(ckpt: Path) -> Subject:
     if label is None:
         label = layout.variant_label(str(_get(config, "arm", run_dir.parent.name)), _get(config, "name"))
         runs_root = run_dir.parent.parent if not _get(config, "name") else run_dir.parent.parent.parent
-    return Subject(ckpt, step, run_dir, runs_root, label, seed, config, manifest, done, dataset, dir_identity(ckpt), missing)
+    return Subject(ckpt, step, run_dir, runs_root, label, seed, config, manifest, done, dataset, dir_identity(ckpt), missing,
+                   data_note)
+
+
+def _trained_dataset(data_dir: Path, trained: Any, missing: list[str]) -> tuple[dict | None, str | None]:
+    """(the dataset manifest of the data the run trained on, a note when it is not `<data_dir>`'s): `<data_dir>/manifest.json`
+    when its fingerprint is the one the run's manifest.json records (a run that records none: as is), else that of the
+    copy of `data_dir` renamed aside (`<data_dir>.replaced-<UTC time>`, a rebuild's `overwrite=true`) that has it, else None."""
+    dataset = _json(data_dir / layout.MANIFEST, missing, "dataset manifest")
+    if not isinstance(trained, str) or dataset is None or dataset.get("fingerprint") == trained:
+        return dataset, None
+    for aside in sorted(data_dir.parent.glob(f"{glob.escape(data_dir.name)}{REPLACED_MARK}*")):
+        found = _record(aside / layout.MANIFEST)
+        if found is not None and found.get("fingerprint") == trained:
+            return found, (f"read from {aside}: the dataset at {data_dir} was rebuilt after this run trained, and this "
+                           f"copy renamed aside holds the run's (fingerprint {trained[:16]}…)")
+    return None, (f"the dataset at {data_dir} is not the one this run trained on (its fingerprint "
+                  f"{str(dataset.get('fingerprint'))[:16]}…, the run's manifest.json data.fingerprint {trained[:16]}…) "
+                  "and no copy renamed aside beside it holds that one: the data's sources and counts are not stated")
 
 
 def sisters(runs_root: Path) -> list[tuple[str, int, list[int]]]:
@@ -726,7 +747,8 @@ def _data(s: Subject) -> list[str]:
                 f"split {text(_get(s.config, 'grpo.split'))})."]
     d = s.dataset
     if d is None:
-        return ["No dataset manifest: the data's sources and counts are not stated."]
+        return [f"No dataset manifest: {text(s.data_note, 600)}." if s.data_note else
+                "No dataset manifest: the data's sources and counts are not stated."]
     epi = _get(s.config, "data.epilogue", _get(d, "config.epilogue"))
     lines = [f"- arm {text(d.get('arm'))}, {text(_get(d, 'counts.rows'))} rows built of n = {text(d.get('n'))} asked "
              f"(kind {text(_get(d, 'config.kind'))}); by domain: {text(_get(d, 'counts.rows_by_domain'))}",
@@ -738,7 +760,7 @@ def _data(s: Subject) -> list[str]:
         if isinstance(src, dict):
             lines.append(f"| {text(src.get('spec'), 120)} | {text(src.get('domain'))} | {text(src.get('read'))} | "
                          f"{text(src.get('kept'))} | {text(src.get('rejected'))} |")
-    return lines
+    return lines + (["", f"Dataset manifest {text(s.data_note, 600)}."] if s.data_note else [])
 
 
 def _sisters(s: Subject) -> list[str]:

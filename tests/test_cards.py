@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -554,3 +555,31 @@ def test_the_base_models_revision_is_the_trainers_record_of_it(tree):
     (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {**cfg["model"], "path": str(final.parents[3] / "base")}}))
     (final.parents[3] / "base").mkdir()
     assert "| base model revision | not recorded | the base is no Hub id" in checkpoint_card(final)
+
+
+def test_the_data_section_is_of_the_dataset_the_run_trained_on(tree):
+    """A dataset rebuilt at the run's data.dir after training (`data-prep out=DIR overwrite=true`: the old one renamed
+    aside) is not the run's: the card states the one whose fingerprint the run's manifest.json records, found where it
+    was renamed to, or says it is not there (seen: the rebuilt dataset's rows and sources stated as the run's data)."""
+    from common.io import replace_aside
+
+    final, _ = tree
+    run = final.parents[1]
+    data = Path(yaml.safe_load((run / "config.yaml").read_text())["data"]["dir"])
+    trained = json.loads((data / "manifest.json").read_text())
+    write_json(data / "manifest.json", {**trained, "fingerprint": "a" * 64})
+    manifest = json.loads((run / "manifest.json").read_text())
+    write_json(run / "manifest.json", {**manifest, "data": {"dir": str(data), "cache_key": None, "fingerprint": "a" * 64}})
+    assert "40 rows built of n = 40 asked" in checkpoint_card(final)
+    aside = replace_aside(data)
+    data.mkdir()
+    write_json(data / "manifest.json", {**trained, "n": 12, "fingerprint": "b" * 64, "counts": {"rows": 12},
+                                        "sources": [{"spec": "openseeker:Other/set@v2", "domain": "search", "kept": 12}]})
+    card = checkpoint_card(final)
+    assert "40 rows built of n = 40 asked" in card and "12 rows" not in card and "Other/set" not in card
+    assert f"read from {aside}: the dataset at {data} was rebuilt" in card.replace("\\", "")
+    assert ModelCard(card).data.datasets == ["OpenSeeker/traj"]
+    shutil.rmtree(aside)   # the run's dataset is nowhere: nothing of the rebuilt one is stated as its
+    card = checkpoint_card(final)
+    assert "12 rows" not in card and "Other/set" not in card and ModelCard(card).data.datasets is None
+    assert f"the dataset at {data} is not the one this run trained on" in card.replace("\\", "")
