@@ -14,7 +14,9 @@ pure function of files on disk (the same files give byte-identical cards). It re
   report printed, shown as it is), and each result's evaluation record `<run_dir>/eval/[<profile>/]
   step-NNNNNN/{summary,meta}.json`: a result is shown only when an evaluation of this very checkpoint
   (its recorded checkpoint digest equals the checkpoint's; of the profile `report.md` names) holds that value;
-  any other is left out and named;
+  any other is left out and named; the value it is compared with (the anchor's, a GRPO run's own step 0) is stated
+  with its evaluation's model and the settings in which that differs, from the record holding it (the anchor's:
+  under the anchor dir `report.md` names, else `<runs_root>/_anchor`), or said to have none found;
 - an export dir (export-checkpoint's out): `export_info.json` and `SHA256SUMS`;
 - a study file: its `notes` (what is not reproduced).
 
@@ -194,6 +196,17 @@ def report_profile(report: Path) -> str | None:
     return None if m is None else "" if m.group(1).startswith("none (") else m.group(1)
 
 
+def report_anchor_dir(report: Path) -> Path | None:
+    """The anchor dir `<report>/report.md` names (analyze's `anchor_dir`), None when it names none."""
+    try:
+        head = (report / "report.md").read_text(encoding="utf-8", errors="replace")[:50_000]
+    except OSError:
+        return None
+    m = re.search(r"(?m)^(?:Base model `[^`\n]*` evaluated with `prompt=[^`\n]*` into|No `anchor=` given; re-used "
+                  r"whatever) `([^`\n]+)`", head)
+    return None if m is None else Path(m.group(1))
+
+
 @dataclass
 class EvalRecord:
     dir: Path
@@ -362,6 +375,14 @@ class Shown:
     curve: dict | None = None      # intervals.csv: this arm at this step (over its seeds and items)
     vs_anchor: dict | str | None = None  # intervals.csv: this arm's final checkpoints minus the anchor, or why none
     other_n: Row | None = None     # the reference's value over another number of items: shown, not compared
+    ref_record: EvalRecord | None = None   # the evaluation that holds the reference's value (None: not found)
+
+    def ref_differs(self) -> list[str]:
+        """The result-changing settings in which the reference's evaluation differs from this checkpoint's."""
+        if self.ref_record is None:
+            return []
+        mine, theirs = self.record.settings(self.row.bench), self.ref_record.settings(self.row.bench)
+        return [k for k in RESULT_SETTINGS if (k in mine or k in theirs) and mine.get(k) != theirs.get(k)]
 
 
 @dataclass
@@ -373,6 +394,8 @@ class Evaluation:
     note: str | None = None     # why nothing is shown (not evaluated, no report)
     intervals: bool = False     # the report has an intervals.csv
     interval_note: str | None = None
+    ref_model: str | None = None   # what the reference values are of: the anchor's model, or this run's step 0
+    ref_where: list[Path] = field(default_factory=list)   # where the reference's evaluation records were looked for
 
 
 def evaluation(s: Subject, report: Path | None) -> Evaluation:
@@ -402,6 +425,7 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
     records = eval_records(s.run_dir, s.step) if s.run_dir else []
     if (profile := report_profile(report)) is not None:   # only the evaluations the report read
         records = [r for r in records if r.dir.parent == s.run_dir / layout.EVAL / profile]
+    ref_records = _reference_records(s, report, profile, ev, pre=bool(pre))
     mine = s.digest.get("digest")
     final = max(step for arm, seed, step in table if (arm, seed) == (s.label, s.seed))   # this seed's, as the tables take it
     for row in rows:
@@ -411,7 +435,8 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
             at = (s.label, str(s.step), row.bench, row.metric)
             ref = by_key.get((row.bench, row.metric))   # compared only over as many items
             ev.shown.append(Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
-                                  _vs_anchor(intervals, s, row, final), ref if ref is not None and ref.n != row.n else None))
+                                  _vs_anchor(intervals, s, row, final), ref if ref is not None and ref.n != row.n else None,
+                                  next((rec for rec in ref_records if ref is not None and rec.holds(ref)), None)))
         elif holding:
             rec = holding[0]
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
@@ -421,6 +446,34 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: no evaluation record of step "
                                f"{s.step} under {s.run_dir} holds this value")
     return ev
+
+
+def _reference_records(s: Subject, report: Path, profile: str | None, ev: Evaluation, *, pre: bool) -> list[EvalRecord]:
+    """The evaluation records the reference values may come from (`ev.ref_where`: where they were looked for,
+    `ev.ref_model`: whose they are): a GRPO run's own step 0 (`pre`), else the anchor's step 0 in the anchor dir
+    `report.md` names (when absolute) or the runs root's `_anchor` (analyze's default), of the report's profile."""
+    if pre:
+        ev.ref_model = f"this run's step 0 ({layout.step_name(0)}, the checkpoint it started from)"
+        found = eval_records(s.run_dir, 0) if s.run_dir else []
+        ev.ref_where = [s.run_dir / layout.EVAL] if s.run_dir else []
+        return [r for r in found if profile is None or r.dir.parent == s.run_dir / layout.EVAL / profile]
+    named = report_anchor_dir(report)
+    dirs = list(dict.fromkeys([*([named] if named is not None and named.is_absolute() else []),
+                               *([s.runs_root / "_anchor"] if s.runs_root is not None else [])]))
+    out = []
+    for d in dirs:
+        ev.ref_where.append(layout.eval_dir(d, 0, profile) if profile is not None else d / layout.EVAL)
+        out += [r for r in eval_records(d, 0) if profile is None or r.dir.parent == d / layout.EVAL / profile]
+    return out
+
+
+def _reference_model(record: EvalRecord) -> str:
+    """The anchor's model, from `anchor.json` in its anchor dir (analyze's record of which model it evaluated)."""
+    for d in record.dir.parents:
+        if (d / "anchor.json").is_file():
+            model = (_record(d / "anchor.json") or {}).get("model")
+            return str(model) if model else f"not recorded ({d / 'anchor.json'} names none)"
+    return "not recorded (no anchor.json)"
 
 
 def _vs_anchor(intervals: dict, s: Subject, row: Row, final: int) -> dict | str | None:
@@ -483,7 +536,12 @@ def findings(ev: Evaluation) -> str:
     down = sum(d < 0 for d, _ in diffs)
     same = len(diffs) - up - down
     d, x = max(diffs, key=lambda t: (abs(t[0]), t[1].row.bench, t[1].row.metric))
-    parts = [f"Against the {ev.ref_name}, {len(diffs)} (bench, metric) pairs compared: higher on {up}, "
+    differ = list(dict.fromkeys(k for _, x in diffs for k in x.ref_differs()))
+    unknown = any(x.ref_record is None for _, x in diffs)
+    named = text(", ".join(differ))
+    caveat = (f" (evaluated under other settings: {named}; see Evaluation)" if differ else
+              " (its evaluation's settings not known; see Evaluation)" if unknown else "")
+    parts = [f"Against the {ev.ref_name}{caveat}, {len(diffs)} (bench, metric) pairs compared: higher on {up}, "
              f"lower on {down}, equal on {same}; the largest difference is {d:+.4f} "
              f"({text(x.row.bench)} {text(x.row.metric)})."]
     vs = [x.vs_anchor for x in ev.shown if isinstance(x.vs_anchor, dict)]
@@ -812,6 +870,26 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
         mode = x.row.bench.partition("@")[2] or "as the bench defines"
         lines.append(f"- {text(x.row.bench)}: identity {text(_get(ident, 'fingerprint'))}, context mode {text(mode)}, "
                      f"{text(settings, 400)}; record {text(x.record.dir.relative_to(s.run_dir), 120)}")
+    compared = {}
+    for x in (x for x in ev.shown if x.ref is not None or x.other_n is not None):
+        compared.setdefault(x.row.bench, x)
+    if compared:
+        lines += ["", f"Per bench, the evaluation the {ev.ref_name} value comes from (its model, and the settings in which "
+                  "it differs from this checkpoint's):", ""]
+    for bench, x in compared.items():
+        head = f"- the {text(ev.ref_name)}'s {text(bench)} value"
+        if x.ref_record is None:
+            where = ", ".join(str(w) for w in ev.ref_where) or "no runs root, no anchor dir"
+            lines.append(f"{head}: its evaluation record is not found (looked in {text(where, 400)}): the settings it "
+                         "was evaluated under are not known here")
+            continue
+        mine, theirs = x.record.settings(bench), x.ref_record.settings(bench)
+        differs = ", ".join(f"{k}={theirs.get(k, 'not recorded')} (this checkpoint's: {mine.get(k, 'not recorded')})"
+                            for k in x.ref_differs())
+        model = ev.ref_model or _reference_model(x.ref_record)
+        lines.append(f"{head}: model {text(model, 300)}, "
+                     f"{'settings differing: ' + text(differs, 600) if differs else 'the same settings'}; "
+                     f"record {text(x.ref_record.dir, 300)}")
     if ev.left_out:
         lines += ["", "Left out (not a result of this checkpoint as far as the records show):", ""]
         lines += [f"- {text(w, 400)}" for w in ev.left_out]

@@ -93,6 +93,7 @@ def build_tree(tmp_path: Path, model: Path | None = None):
                                        "packages": {"torch": "2.x", "transformers": "5.x"}})
     _checkpoint(runs / "r2e" / "seed0" / "checkpoints" / "step-000004")
     _eval(run, 4, FINAL, dir_identity(final)["digest"])
+    _eval(runs / "_anchor", 0, ANCHOR, "b" * 64)   # analyze's evaluation of the anchor (here under the same settings)
     report = tmp_path / "reports"
     _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 2): FINAL, ("search", 0, 4): FINAL})
     return final, report
@@ -288,6 +289,7 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
 
     final, report = tree
     runs = final.parents[3]
+    shutil.rmtree(runs / "_anchor")   # no anchor evaluated
     argv = [f"runs_root={runs}", f"out={report}", "evaluate=false", "benches=[synthqa,search_plan_ood]",
             "cards=true", "wandb=false"]
     (report / "cards").mkdir()   # a user's own file where a card goes, in an out no analysis wrote (seen: overwritten)
@@ -319,6 +321,7 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     write_json(run / "DONE", {"step": 4, "trl": "1.9.2"})
     pre = {"synthqa": {"em": 0.5, "f1": 0.6, "n": 40}, "search_plan_ood": {"reward": 0.25, "n": 40}}
     _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 0): pre, ("search", 0, 4): FINAL})
+    _eval(run, 0, pre, "c" * 64)   # its step 0's evaluation: the same settings as step 4's
     card = ModelCard(checkpoint_card(final, report=report))
     assert card.data.base_model == "Qwen/Qwen3-4B"   # model.path, a hub id (seen: no base_model in a GRPO card)
     # the licence is the starting model's (seen: none, a GRPO config records none): here the model recipe that
@@ -350,6 +353,8 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
                  "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
                  "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
         assert fact in body, fact
+    assert ("- the pre-RL (step 0)'s synthqa value: model this run's step 0 (step-000000, the checkpoint it started from), "
+            f"the same settings; record {run / 'eval' / 'step-000000'}") in body.replace("\\", "")
 
 
 def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
@@ -583,3 +588,33 @@ def test_the_data_section_is_of_the_dataset_the_run_trained_on(tree):
     card = checkpoint_card(final)
     assert "12 rows" not in card and "Other/set" not in card and ModelCard(card).data.datasets is None
     assert f"the dataset at {data} is not the one this run trained on" in card.replace("\\", "")
+
+
+def test_the_comparison_value_is_stated_with_its_own_evaluations_settings(tree):
+    """The anchor's value beside this checkpoint's comes from another evaluation (analyze's: the base model with
+    prompt=anchor_nudge): the card names its model and the settings in which it differs, from its record in the
+    anchor dir (seen: the only settings stated were the checkpoint's, prompt=tool_agent, under a column comparing
+    with anchor_nudge numbers); no record holding the anchor's value: the card says its settings are not known."""
+    final, report = tree
+    anchor = final.parents[3] / "_anchor"
+    assert "the anchor's synthqa value: model not recorded (no anchor.json), the same settings; record" \
+        in checkpoint_card(final, report=report).replace("\\", "")
+    shutil.rmtree(anchor)
+    card = checkpoint_card(final, report=report).replace("\\", "")
+    assert "the anchor's synthqa value: its evaluation record is not found" in card
+    assert "Against the anchor (its evaluation's settings not known; see Evaluation), 3 (bench, metric) pairs" in card
+    _eval(anchor, 0, ANCHOR, "b" * 64)
+    meta = json.loads((anchor / "eval" / "step-000000" / "meta.json").read_text())
+    meta["settings"] = {b: {**meta["config"], "prompt": "anchor_nudge", "max_new_tokens": 64} for b in ANCHOR}
+    write_json(anchor / "eval" / "step-000000" / "meta.json", meta)
+    write_json(anchor / "anchor.json", {"model": "Qwen/Qwen3-4B", "prompt": "anchor_nudge"})
+    card = checkpoint_card(final, report=report).replace("\\", "")
+    line = next(x for x in card.splitlines() if x.startswith("- the anchor's synthqa value"))
+    assert "model Qwen/Qwen3-4B" in line and "prompt=anchor_nudge (this checkpoint's: tool_agent)" in line, line
+    assert "max_new_tokens=64 (this checkpoint's: not recorded)" in line and "backend" not in line, line
+    assert f"record {anchor / 'eval' / 'step-000000'}" in line, line
+    assert "(evaluated under other settings: max_new_tokens, prompt; see Evaluation)" in card
+    # a record of the anchor dir that does not hold the value the report compares with is not its evaluation
+    _results(report, {("anchor", 0, 0): {**ANCHOR, "synthqa": {"em": 0.3, "f1": 0.31, "n": 40}}, ("search", 0, 4): FINAL})
+    card = checkpoint_card(final, report=report).replace("\\", "")
+    assert "the anchor's synthqa value: its evaluation record is not found" in card
