@@ -46,6 +46,7 @@ CARD = "README.md"
 CARDS_DIR = "cards"
 RESULT_COLUMNS = ("arm", "seed", "step", "bench", "metric", "value", "n")
 ANCHOR_ARM = "anchor"
+PRE_RL = "pre-RL (step 0)"   # a GRPO run's own step 0, the value its results are compared with when the report has it
 EXPORT_INFO = "export_info.json"
 MAX_TEXT = 200  # characters of one record value shown in the body (the full length is stated)
 # Evaluation settings that change a result, as meta.json's config names them.
@@ -376,6 +377,7 @@ class Shown:
     vs_anchor: dict | str | None = None  # intervals.csv: this arm's final checkpoints minus the anchor, or why none
     other_n: Row | None = None     # the reference's value over another number of items: shown, not compared
     ref_record: EvalRecord | None = None   # the evaluation that holds the reference's value (None: not found)
+    other_settings: Row | None = None   # the reference's value under other settings (unpaired): shown, not compared
 
     def ref_differs(self) -> list[str]:
         """The result-changing settings in which the reference's evaluation differs from this checkpoint's."""
@@ -383,6 +385,14 @@ class Shown:
             return []
         mine, theirs = self.record.settings(self.row.bench), self.ref_record.settings(self.row.bench)
         return [k for k in RESULT_SETTINGS if (k in mine or k in theirs) and mine.get(k) != theirs.get(k)]
+
+    def unpaired(self, anchor: bool) -> list[str]:
+        """The settings, recorded by both evaluations, that keep the reference's value from being compared, as the
+        report's paired tables rule (analysis.aggregate.anchor_differences): any, but the anchor's prompt (by design)."""
+        if self.ref_record is None:
+            return []
+        mine, theirs = self.record.settings(self.row.bench), self.ref_record.settings(self.row.bench)
+        return [k for k in self.ref_differs() if k in mine and k in theirs and not (anchor and k == "prompt")]
 
 
 @dataclass
@@ -420,7 +430,7 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
         ev.note = f"not evaluated: results.csv has no row for {s.label} seed {s.seed} step {s.step}"
         return ev
     pre = table.get((s.label, int(s.seed), 0)) if s.grpo and s.step != 0 else None
-    refs, ev.ref_name = (pre, "pre-RL (step 0)") if pre else (table.get((ANCHOR_ARM, 0, 0), []), "anchor")
+    refs, ev.ref_name = (pre, PRE_RL) if pre else (table.get((ANCHOR_ARM, 0, 0), []), ANCHOR_ARM)
     by_key = {(r.bench, r.metric): r for r in refs or []}
     records = eval_records(s.run_dir, s.step) if s.run_dir else []
     if (profile := report_profile(report)) is not None:   # only the evaluations the report read
@@ -434,9 +444,12 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
         if match is not None:
             at = (s.label, str(s.step), row.bench, row.metric)
             ref = by_key.get((row.bench, row.metric))   # compared only over as many items
-            ev.shown.append(Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
-                                  _vs_anchor(intervals, s, row, final), ref if ref is not None and ref.n != row.n else None,
-                                  next((rec for rec in ref_records if ref is not None and rec.holds(ref)), None)))
+            x = Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
+                      _vs_anchor(intervals, s, row, final), ref if ref is not None and ref.n != row.n else None,
+                      next((rec for rec in ref_records if ref is not None and rec.holds(ref)), None))
+            if x.ref is not None and x.unpaired(anchor=not pre):   # its difference would mix the settings' effect in
+                x.ref, x.other_settings = None, x.ref
+            ev.shown.append(x)
         elif holding:
             rec = holding[0]
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
@@ -530,6 +543,9 @@ def findings(ev: Evaluation) -> str:
     if not ev.shown:
         return "No finding: no result of this checkpoint is shown."
     if not paired:
+        if unpaired := sorted({k for x in ev.shown if x.other_settings is not None for k in x.unpaired(ev.ref_name != PRE_RL)}):
+            return (f"{len(ev.shown)} result(s) shown; the {ev.ref_name}'s values were evaluated under other settings "
+                    f"({text(', '.join(unpaired))}): not compared.")
         return f"{len(ev.shown)} result(s) shown; no {ev.ref_name} value to compare them with in the report."
     diffs = [(x.row.value - x.ref.value, x) for x in paired]
     up = sum(d > 0 for d, _ in diffs)
@@ -852,7 +868,9 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for x in ev.shown:
         ref = (number(x.ref.value) if x.ref else f"{number(x.other_n.value)} at n={x.other_n.n}: not compared"
-               if x.other_n else "not in the report")
+               if x.other_n else f"{number(x.other_settings.value)} under other settings "
+               f"({text(', '.join(x.unpaired(anchor=ev.ref_name != PRE_RL)))}): not compared"
+               if x.other_settings else "not in the report")
         diff = f"{x.row.value - x.ref.value:+.4f}" if x.ref else "-"
         icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor, s.step)] if ev.intervals else []
         cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff, *icells,
@@ -871,7 +889,7 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
         lines.append(f"- {text(x.row.bench)}: identity {text(_get(ident, 'fingerprint'))}, context mode {text(mode)}, "
                      f"{text(settings, 400)}; record {text(x.record.dir.relative_to(s.run_dir), 120)}")
     compared = {}
-    for x in (x for x in ev.shown if x.ref is not None or x.other_n is not None):
+    for x in (x for x in ev.shown if x.ref is not None or x.other_n is not None or x.other_settings is not None):
         compared.setdefault(x.row.bench, x)
     if compared:
         lines += ["", f"Per bench, the evaluation the {ev.ref_name} value comes from (its model, and the settings in which "
