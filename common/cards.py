@@ -1018,8 +1018,15 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     out += ["", "## Provenance", ""]
     m = s.manifest
     if m is not None:
-        out += [f"- commit {text(_get(m, 'git.commit'))} (dirty: {text(_get(m, 'git.dirty'))})",
+        code = (_get(m, "git.commit"), _get(m, "git.dirty"))
+        later = [(i, launch) for i, launch in enumerate(_get(m, "launches") or [], 1) if i > 1 and isinstance(launch, dict)
+                 and (_get(launch, "git.commit"), _get(launch, "git.dirty")) != code]
+        out += [f"- commit {text(code[0])} (dirty: {text(code[1])}){' at its first launch' if later else ''}",
                 f"- command: {text(_get(m, 'command'), 1000)}"]
+        if later:
+            out.append("- the run resumed from other code (the checkpoints written after a resume were trained by its code "
+                       "too): " + "; ".join(f"launch {i} at {text(launch.get('time'))}: commit {text(_get(launch, 'git.commit'))} "
+                                            f"(dirty: {text(_get(launch, 'git.dirty'))})" for i, launch in later))
     out += [f"- {text(w, 400)}" for w in s.missing] or []
     if m is None and not s.missing:
         out.append("- no run manifest")

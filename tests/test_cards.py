@@ -626,3 +626,24 @@ def test_the_comparison_value_is_stated_with_its_own_evaluations_settings(tree):
     _results(report, {("anchor", 0, 0): {**ANCHOR, "synthqa": {"em": 0.3, "f1": 0.31, "n": 40}}, ("search", 0, 4): FINAL})
     card = checkpoint_card(final, report=report).replace("\\", "")
     assert "the anchor's synthqa value: its evaluation record is not found" in card
+
+
+def test_provenance_names_each_launch_whose_code_differs_from_the_first(tree):
+    """manifest.json's top-level git is its first launch's; a resume from other code (another commit, a dirty tree)
+    appends to `launches`: the card names those (seen: "dirty: False" for a checkpoint trained after a resume from a
+    dirty tree)."""
+    final, _ = tree
+    run = final.parents[1]
+    manifest = json.loads((run / "manifest.json").read_text())
+    first = {"time": "2026-12-01T00:00:00Z", "git": {"commit": "c0ffee", "dirty": False}}
+    write_json(run / "manifest.json", {**manifest, "launches": [first, {**first, "time": "2026-12-01T01:00:00Z"}]})
+    body = checkpoint_card(final).replace("\\", "")
+    assert "- commit c0ffee (dirty: False)\n" in body and "launch 2" not in body
+    write_json(run / "manifest.json", {**manifest, "launches": [
+        first, {"time": "2026-12-01T01:00:00Z", "git": {"commit": "c0ffee", "dirty": True}},
+        {"time": "2026-12-01T02:00:00Z", "git": {"commit": "beef", "dirty": False}}]})
+    body = checkpoint_card(final).replace("\\", "")
+    assert "- commit c0ffee (dirty: False) at its first launch" in body
+    assert ("- the run resumed from other code (the checkpoints written after a resume were trained by its code too): "
+            "launch 2 at 2026-12-01T01:00:00Z: commit c0ffee (dirty: True); launch 3 at 2026-12-01T02:00:00Z: commit beef "
+            "(dirty: False)") in body
