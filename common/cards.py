@@ -778,7 +778,8 @@ def _recipe(s: Subject) -> list[str]:
         ("precision", _get(c, "train.precision"), "config.yaml train.precision"),
         ("attention", _get(c, "model.attn_implementation"), "config.yaml model.attn_implementation"),
         ("Liger kernels", _get(c, "model.liger"), "config.yaml model.liger"),
-        ("world size", _world(c, m), "manifest.json launcher.nproc (processes per node) x config.yaml launcher.nodes"),
+        ("world size", _world(c, m), "manifest.json launcher.nproc (processes per node) x config.yaml launcher.nodes; "
+         "each of its launches where they differ"),
         ("hardware", _hardware(m), "manifest.json hardware"),
         ("torch / transformers", f"{_get(m, 'packages.torch')} / {_get(m, 'packages.transformers')}"
          if m else None, "manifest.json packages"),
@@ -797,10 +798,19 @@ def total_steps(s: Subject) -> tuple[Any, str]:
     return f"{_get(s.config, 'train.epochs')} epochs (the run has no DONE yet)", "config.yaml train.epochs (train.steps null)"
 
 
-def _world(c: dict | None, m: dict | None) -> int | None:
-    nproc, nodes = _get(m, "launcher.nproc"), _get(c, "launcher.nodes", 1)
-    ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (nproc, nodes))
-    return nproc * nodes if ok else None
+def _world(c: dict | None, m: dict | None) -> int | str | None:
+    """Processes per node x nodes: the first launch's (manifest.json launcher); each launch's (`launches`) where a
+    resume ran on another world size (launcher.* is outside the run identity)."""
+    def size(launcher) -> int | None:
+        nproc, nodes = _get(launcher, "nproc"), _get(launcher, "nodes", _get(c, "launcher.nodes", 1))
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (nproc, nodes))
+        return nproc * nodes if ok else None
+
+    each = [size(launch.get("launcher")) for launch in _get(m, "launches") or [] if isinstance(launch, dict)]
+    if len(set(each)) < 2:
+        return size(_get(m, "launcher"))
+    return "; ".join(f"launch {i}: {'not recorded' if v is None else v}" for i, v in enumerate(each, 1)) + \
+        " (a resume on another world size)"
 
 
 def _hardware(m: dict | None) -> str | None:
@@ -1020,7 +1030,7 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     if m is not None:
         code = (_get(m, "git.commit"), _get(m, "git.dirty"))
         later = [(i, launch) for i, launch in enumerate(_get(m, "launches") or [], 1) if i > 1 and isinstance(launch, dict)
-                 and (_get(launch, "git.commit"), _get(launch, "git.dirty")) != code]
+                 and isinstance(launch.get("git"), dict) and (_get(launch, "git.commit"), _get(launch, "git.dirty")) != code]
         out += [f"- commit {text(code[0])} (dirty: {text(code[1])}){' at its first launch' if later else ''}",
                 f"- command: {text(_get(m, 'command'), 1000)}"]
         if later:

@@ -647,3 +647,18 @@ def test_provenance_names_each_launch_whose_code_differs_from_the_first(tree):
     assert ("- the run resumed from other code (the checkpoints written after a resume were trained by its code too): "
             "launch 2 at 2026-12-01T01:00:00Z: commit c0ffee (dirty: True); launch 3 at 2026-12-01T02:00:00Z: commit beef "
             "(dirty: False)") in body
+
+
+def test_world_size_is_each_launchs_when_a_resume_changed_it(tree):
+    """launcher.* is outside the run identity: a run resumed on another number of processes (launch nproc=1, stopped,
+    resumed with nproc=2) trained its later checkpoints on that world size (seen: "| world size | 1 |" for a checkpoint
+    trained from step 8 to 40 on 2 processes)."""
+    final, _ = tree
+    run = final.parents[1]
+    manifest = json.loads((run / "manifest.json").read_text())
+    one = {"time": "2026-12-01T00:00:00Z", "launcher": {"kind": "local", "nproc": 1}}
+    write_json(run / "manifest.json", {**manifest, "launches": [one, {**one, "time": "2026-12-01T01:00:00Z"}]})
+    assert "| world size | 1 | manifest.json" in checkpoint_card(final)
+    write_json(run / "manifest.json", {**manifest, "launches": [one, {"time": "2026-12-01T01:00:00Z",
+                                                                      "launcher": {"kind": "local", "nproc": 2}}]})
+    assert "| world size | launch 1: 1; launch 2: 2 (a resume on another world size) |" in checkpoint_card(final)
