@@ -6,14 +6,17 @@ pure function of files on disk (the same files give byte-identical cards). It re
 - the checkpoint dir (`<run_dir>/checkpoints/step-NNNNNN`, a state `<run_dir>/state/step-NNNNNN`, or any
   model dir): its content digest, computed as the evaluations record it (common.io.dir_identity);
 - the run dir above it: `config.yaml` (recipe), `manifest.json` (commit, command, hardware, packages),
-  `DONE` (a GRPO run's TRL version), the dataset manifest `<data.dir>/manifest.json` (sources, counts);
+  `DONE` (a GRPO run's TRL version), the dataset manifest `<data.dir>/manifest.json` (sources, counts) when it is
+  the data the run trained on (its fingerprint the run manifest's `data.fingerprint`; else a copy renamed aside);
   the runs root (every arm / seed / step: the sister checkpoints);
 - the licence: config.yaml model.license, else (a GRPO run records none) its starting model's (`licence`);
 - the report dir (`analyze`'s out): `results.csv` (every column past arm..n is an interval column the
   report printed, shown as it is), and each result's evaluation record `<run_dir>/eval/[<profile>/]
   step-NNNNNN/{summary,meta}.json`: a result is shown only when an evaluation of this very checkpoint
   (its recorded checkpoint digest equals the checkpoint's; of the profile `report.md` names) holds that value;
-  any other is left out and named;
+  any other is left out and named; the value it is compared with (the anchor's, a GRPO run's own step 0) is stated
+  with its evaluation's model and the settings in which that differs, from the record holding it (the anchor's:
+  under the anchor dir `report.md` names, else `<runs_root>/_anchor`), or said to have none found;
 - an export dir (export-checkpoint's out): `export_info.json` and `SHA256SUMS`;
 - a study file: its `notes` (what is not reproduced).
 
@@ -25,6 +28,7 @@ one line, long values cut with their length stated).
 from __future__ import annotations
 
 import csv
+import glob
 import html
 import json
 import re
@@ -35,13 +39,14 @@ from typing import Any
 
 from common import layout
 from common.cli import ConfigError
-from common.io import dir_identity, read_sha256sums
+from common.io import REPLACED_MARK, dir_identity, read_sha256sums
 from common.recipes import RECIPES
 
 CARD = "README.md"
 CARDS_DIR = "cards"
 RESULT_COLUMNS = ("arm", "seed", "step", "bench", "metric", "value", "n")
 ANCHOR_ARM = "anchor"
+PRE_RL = "pre-RL (step 0)"   # a GRPO run's own step 0, the value its results are compared with when the report has it
 EXPORT_INFO = "export_info.json"
 MAX_TEXT = 200  # characters of one record value shown in the body (the full length is stated)
 # Evaluation settings that change a result, as meta.json's config names them.
@@ -192,6 +197,17 @@ def report_profile(report: Path) -> str | None:
     return None if m is None else "" if m.group(1).startswith("none (") else m.group(1)
 
 
+def report_anchor_dir(report: Path) -> Path | None:
+    """The anchor dir `<report>/report.md` names (analyze's `anchor_dir`), None when it names none."""
+    try:
+        head = (report / "report.md").read_text(encoding="utf-8", errors="replace")[:50_000]
+    except OSError:
+        return None
+    m = re.search(r"(?m)^(?:Base model `[^`\n]*` evaluated with `prompt=[^`\n]*` into|No `anchor=` given; re-used "
+                  r"whatever) `([^`\n]+)`", head)
+    return None if m is None else Path(m.group(1))
+
+
 @dataclass
 class EvalRecord:
     dir: Path
@@ -263,6 +279,7 @@ class Subject:
     dataset: dict | None
     digest: dict
     missing: list[str] = field(default_factory=list)
+    data_note: str | None = None  # where the dataset manifest was read from when not data.dir, or why none is the run's
 
     @property
     def grpo(self) -> bool:
@@ -295,10 +312,10 @@ def subject(ckpt: Path) -> Subject:
             done = None
         done = done if isinstance(done, dict) else {}
     data_dir = _get(config, "data.dir") or _get(manifest, "data.dir")
-    dataset = None
+    dataset = data_note = None
     if _get(config, "stage") != "grpo":
         if data_dir:
-            dataset = _json(Path(str(data_dir)) / layout.MANIFEST, missing, "dataset manifest")
+            dataset, data_note = _trained_dataset(Path(str(data_dir)), _get(manifest, "data.fingerprint"), missing)
         else:
             missing.append("no dataset manifest (the run config names no data.dir)")
     runs_root = Path(str(_get(config, "runs_root"))) if _get(config, "runs_root") else None
@@ -314,7 +331,25 @@ def subject(ckpt: Path) -> Subject:
     if label is None:
         label = layout.variant_label(str(_get(config, "arm", run_dir.parent.name)), _get(config, "name"))
         runs_root = run_dir.parent.parent if not _get(config, "name") else run_dir.parent.parent.parent
-    return Subject(ckpt, step, run_dir, runs_root, label, seed, config, manifest, done, dataset, dir_identity(ckpt), missing)
+    return Subject(ckpt, step, run_dir, runs_root, label, seed, config, manifest, done, dataset, dir_identity(ckpt), missing,
+                   data_note)
+
+
+def _trained_dataset(data_dir: Path, trained: Any, missing: list[str]) -> tuple[dict | None, str | None]:
+    """(the dataset manifest of the data the run trained on, a note when it is not `<data_dir>`'s): `<data_dir>/manifest.json`
+    when its fingerprint is the one the run's manifest.json records (a run that records none: as is), else that of the
+    copy of `data_dir` renamed aside (`<data_dir>.replaced-<UTC time>`, a rebuild's `overwrite=true`) that has it, else None."""
+    dataset = _json(data_dir / layout.MANIFEST, missing, "dataset manifest")
+    if not isinstance(trained, str) or dataset is None or dataset.get("fingerprint") == trained:
+        return dataset, None
+    for aside in sorted(data_dir.parent.glob(f"{glob.escape(data_dir.name)}{REPLACED_MARK}*")):
+        found = _record(aside / layout.MANIFEST)
+        if found is not None and found.get("fingerprint") == trained:
+            return found, (f"read from {aside}: the dataset at {data_dir} was rebuilt after this run trained, and this "
+                           f"copy renamed aside holds the run's (fingerprint {trained[:16]}…)")
+    return None, (f"the dataset at {data_dir} is not the one this run trained on (its fingerprint "
+                  f"{str(dataset.get('fingerprint'))[:16]}…, the run's manifest.json data.fingerprint {trained[:16]}…) "
+                  "and no copy renamed aside beside it holds that one: the data's sources and counts are not stated")
 
 
 def sisters(runs_root: Path) -> list[tuple[str, int, list[int]]]:
@@ -341,6 +376,23 @@ class Shown:
     curve: dict | None = None      # intervals.csv: this arm at this step (over its seeds and items)
     vs_anchor: dict | str | None = None  # intervals.csv: this arm's final checkpoints minus the anchor, or why none
     other_n: Row | None = None     # the reference's value over another number of items: shown, not compared
+    ref_record: EvalRecord | None = None   # the evaluation that holds the reference's value (None: not found)
+    other_settings: Row | None = None   # the reference's value under other settings (unpaired): shown, not compared
+
+    def ref_differs(self) -> list[str]:
+        """The result-changing settings in which the reference's evaluation differs from this checkpoint's."""
+        if self.ref_record is None:
+            return []
+        mine, theirs = self.record.settings(self.row.bench), self.ref_record.settings(self.row.bench)
+        return [k for k in RESULT_SETTINGS if (k in mine or k in theirs) and mine.get(k) != theirs.get(k)]
+
+    def unpaired(self, anchor: bool) -> list[str]:
+        """The settings, recorded by both evaluations, that keep the reference's value from being compared, as the
+        report's paired tables rule (analysis.aggregate.anchor_differences): any, but the anchor's prompt (by design)."""
+        if self.ref_record is None:
+            return []
+        mine, theirs = self.record.settings(self.row.bench), self.ref_record.settings(self.row.bench)
+        return [k for k in self.ref_differs() if k in mine and k in theirs and not (anchor and k == "prompt")]
 
 
 @dataclass
@@ -352,6 +404,8 @@ class Evaluation:
     note: str | None = None     # why nothing is shown (not evaluated, no report)
     intervals: bool = False     # the report has an intervals.csv
     interval_note: str | None = None
+    ref_model: str | None = None   # what the reference values are of: the anchor's model, or this run's step 0
+    ref_where: list[Path] = field(default_factory=list)   # where the reference's evaluation records were looked for
 
 
 def evaluation(s: Subject, report: Path | None) -> Evaluation:
@@ -376,11 +430,12 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
         ev.note = f"not evaluated: results.csv has no row for {s.label} seed {s.seed} step {s.step}"
         return ev
     pre = table.get((s.label, int(s.seed), 0)) if s.grpo and s.step != 0 else None
-    refs, ev.ref_name = (pre, "pre-RL (step 0)") if pre else (table.get((ANCHOR_ARM, 0, 0), []), "anchor")
+    refs, ev.ref_name = (pre, PRE_RL) if pre else (table.get((ANCHOR_ARM, 0, 0), []), ANCHOR_ARM)
     by_key = {(r.bench, r.metric): r for r in refs or []}
     records = eval_records(s.run_dir, s.step) if s.run_dir else []
     if (profile := report_profile(report)) is not None:   # only the evaluations the report read
         records = [r for r in records if r.dir.parent == s.run_dir / layout.EVAL / profile]
+    ref_records = _reference_records(s, report, profile, ev, pre=bool(pre))
     mine = s.digest.get("digest")
     final = max(step for arm, seed, step in table if (arm, seed) == (s.label, s.seed))   # this seed's, as the tables take it
     for row in rows:
@@ -389,8 +444,12 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
         if match is not None:
             at = (s.label, str(s.step), row.bench, row.metric)
             ref = by_key.get((row.bench, row.metric))   # compared only over as many items
-            ev.shown.append(Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
-                                  _vs_anchor(intervals, s, row, final), ref if ref is not None and ref.n != row.n else None))
+            x = Shown(row, match, ref if ref is None or ref.n == row.n else None, intervals.get(("curve", *at)),
+                      _vs_anchor(intervals, s, row, final), ref if ref is not None and ref.n != row.n else None,
+                      next((rec for rec in ref_records if ref is not None and rec.holds(ref)), None))
+            if x.ref is not None and x.unpaired(anchor=not pre):   # its difference would mix the settings' effect in
+                x.ref, x.other_settings = None, x.ref
+            ev.shown.append(x)
         elif holding:
             rec = holding[0]
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: its evaluation "
@@ -400,6 +459,34 @@ def evaluation(s: Subject, report: Path | None) -> Evaluation:
             ev.left_out.append(f"{row.bench} {row.metric} = {number(row.value)}: no evaluation record of step "
                                f"{s.step} under {s.run_dir} holds this value")
     return ev
+
+
+def _reference_records(s: Subject, report: Path, profile: str | None, ev: Evaluation, *, pre: bool) -> list[EvalRecord]:
+    """The evaluation records the reference values may come from (`ev.ref_where`: where they were looked for,
+    `ev.ref_model`: whose they are): a GRPO run's own step 0 (`pre`), else the anchor's step 0 in the anchor dir
+    `report.md` names (when absolute) or the runs root's `_anchor` (analyze's default), of the report's profile."""
+    if pre:
+        ev.ref_model = f"this run's step 0 ({layout.step_name(0)}, the checkpoint it started from)"
+        found = eval_records(s.run_dir, 0) if s.run_dir else []
+        ev.ref_where = [s.run_dir / layout.EVAL] if s.run_dir else []
+        return [r for r in found if profile is None or r.dir.parent == s.run_dir / layout.EVAL / profile]
+    named = report_anchor_dir(report)
+    dirs = list(dict.fromkeys([*([named] if named is not None and named.is_absolute() else []),
+                               *([s.runs_root / "_anchor"] if s.runs_root is not None else [])]))
+    out = []
+    for d in dirs:
+        ev.ref_where.append(layout.eval_dir(d, 0, profile) if profile is not None else d / layout.EVAL)
+        out += [r for r in eval_records(d, 0) if profile is None or r.dir.parent == d / layout.EVAL / profile]
+    return out
+
+
+def _reference_model(record: EvalRecord) -> str:
+    """The anchor's model, from `anchor.json` in its anchor dir (analyze's record of which model it evaluated)."""
+    for d in record.dir.parents:
+        if (d / "anchor.json").is_file():
+            model = (_record(d / "anchor.json") or {}).get("model")
+            return str(model) if model else f"not recorded ({d / 'anchor.json'} names none)"
+    return "not recorded (no anchor.json)"
 
 
 def _vs_anchor(intervals: dict, s: Subject, row: Row, final: int) -> dict | str | None:
@@ -456,13 +543,21 @@ def findings(ev: Evaluation) -> str:
     if not ev.shown:
         return "No finding: no result of this checkpoint is shown."
     if not paired:
+        if unpaired := sorted({k for x in ev.shown if x.other_settings is not None for k in x.unpaired(ev.ref_name != PRE_RL)}):
+            return (f"{len(ev.shown)} result(s) shown; the {ev.ref_name}'s values were evaluated under other settings "
+                    f"({text(', '.join(unpaired))}): not compared.")
         return f"{len(ev.shown)} result(s) shown; no {ev.ref_name} value to compare them with in the report."
     diffs = [(x.row.value - x.ref.value, x) for x in paired]
     up = sum(d > 0 for d, _ in diffs)
     down = sum(d < 0 for d, _ in diffs)
     same = len(diffs) - up - down
     d, x = max(diffs, key=lambda t: (abs(t[0]), t[1].row.bench, t[1].row.metric))
-    parts = [f"Against the {ev.ref_name}, {len(diffs)} (bench, metric) pairs compared: higher on {up}, "
+    differ = list(dict.fromkeys(k for _, x in diffs for k in x.ref_differs()))
+    unknown = any(x.ref_record is None for _, x in diffs)
+    named = text(", ".join(differ))
+    caveat = (f" (evaluated under other settings: {named}; see Evaluation)" if differ else
+              " (its evaluation's settings not known; see Evaluation)" if unknown else "")
+    parts = [f"Against the {ev.ref_name}{caveat}, {len(diffs)} (bench, metric) pairs compared: higher on {up}, "
              f"lower on {down}, equal on {same}; the largest difference is {d:+.4f} "
              f"({text(x.row.bench)} {text(x.row.metric)})."]
     vs = [x.vs_anchor for x in ev.shown if isinstance(x.vs_anchor, dict)]
@@ -683,7 +778,8 @@ def _recipe(s: Subject) -> list[str]:
         ("precision", _get(c, "train.precision"), "config.yaml train.precision"),
         ("attention", _get(c, "model.attn_implementation"), "config.yaml model.attn_implementation"),
         ("Liger kernels", _get(c, "model.liger"), "config.yaml model.liger"),
-        ("world size", _world(c, m), "manifest.json launcher.nproc (processes per node) x config.yaml launcher.nodes"),
+        ("world size", _world(c, m), "manifest.json launcher.nproc (processes per node) x config.yaml launcher.nodes; "
+         "each of its launches where they differ"),
         ("hardware", _hardware(m), "manifest.json hardware"),
         ("torch / transformers", f"{_get(m, 'packages.torch')} / {_get(m, 'packages.transformers')}"
          if m else None, "manifest.json packages"),
@@ -702,10 +798,19 @@ def total_steps(s: Subject) -> tuple[Any, str]:
     return f"{_get(s.config, 'train.epochs')} epochs (the run has no DONE yet)", "config.yaml train.epochs (train.steps null)"
 
 
-def _world(c: dict | None, m: dict | None) -> int | None:
-    nproc, nodes = _get(m, "launcher.nproc"), _get(c, "launcher.nodes", 1)
-    ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (nproc, nodes))
-    return nproc * nodes if ok else None
+def _world(c: dict | None, m: dict | None) -> int | str | None:
+    """Processes per node x nodes: the first launch's (manifest.json launcher); each launch's (`launches`) where a
+    resume ran on another world size (launcher.* is outside the run identity)."""
+    def size(launcher) -> int | None:
+        nproc, nodes = _get(launcher, "nproc"), _get(launcher, "nodes", _get(c, "launcher.nodes", 1))
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (nproc, nodes))
+        return nproc * nodes if ok else None
+
+    each = [size(launch.get("launcher")) for launch in _get(m, "launches") or [] if isinstance(launch, dict)]
+    if len(set(each)) < 2:
+        return size(_get(m, "launcher"))
+    return "; ".join(f"launch {i}: {'not recorded' if v is None else v}" for i, v in enumerate(each, 1)) + \
+        " (a resume on another world size)"
 
 
 def _hardware(m: dict | None) -> str | None:
@@ -726,7 +831,8 @@ def _data(s: Subject) -> list[str]:
                 f"split {text(_get(s.config, 'grpo.split'))})."]
     d = s.dataset
     if d is None:
-        return ["No dataset manifest: the data's sources and counts are not stated."]
+        return [f"No dataset manifest: {text(s.data_note, 600)}." if s.data_note else
+                "No dataset manifest: the data's sources and counts are not stated."]
     epi = _get(s.config, "data.epilogue", _get(d, "config.epilogue"))
     lines = [f"- arm {text(d.get('arm'))}, {text(_get(d, 'counts.rows'))} rows built of n = {text(d.get('n'))} asked "
              f"(kind {text(_get(d, 'config.kind'))}); by domain: {text(_get(d, 'counts.rows_by_domain'))}",
@@ -738,7 +844,7 @@ def _data(s: Subject) -> list[str]:
         if isinstance(src, dict):
             lines.append(f"| {text(src.get('spec'), 120)} | {text(src.get('domain'))} | {text(src.get('read'))} | "
                          f"{text(src.get('kept'))} | {text(src.get('rejected'))} |")
-    return lines
+    return lines + (["", f"Dataset manifest {text(s.data_note, 600)}."] if s.data_note else [])
 
 
 def _sisters(s: Subject) -> list[str]:
@@ -772,7 +878,9 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
     lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for x in ev.shown:
         ref = (number(x.ref.value) if x.ref else f"{number(x.other_n.value)} at n={x.other_n.n}: not compared"
-               if x.other_n else "not in the report")
+               if x.other_n else f"{number(x.other_settings.value)} under other settings "
+               f"({text(', '.join(x.unpaired(anchor=ev.ref_name != PRE_RL)))}): not compared"
+               if x.other_settings else "not in the report")
         diff = f"{x.row.value - x.ref.value:+.4f}" if x.ref else "-"
         icells = [_interval_cell(x.curve), _interval_cell(x.vs_anchor, s.step)] if ev.intervals else []
         cells = [text(x.row.bench), text(x.row.metric), number(x.row.value), str(x.row.n), ref, diff, *icells,
@@ -790,6 +898,26 @@ def _evaluation(s: Subject, ev: Evaluation) -> list[str]:
         mode = x.row.bench.partition("@")[2] or "as the bench defines"
         lines.append(f"- {text(x.row.bench)}: identity {text(_get(ident, 'fingerprint'))}, context mode {text(mode)}, "
                      f"{text(settings, 400)}; record {text(x.record.dir.relative_to(s.run_dir), 120)}")
+    compared = {}
+    for x in (x for x in ev.shown if x.ref is not None or x.other_n is not None or x.other_settings is not None):
+        compared.setdefault(x.row.bench, x)
+    if compared:
+        lines += ["", f"Per bench, the evaluation the {ev.ref_name} value comes from (its model, and the settings in which "
+                  "it differs from this checkpoint's):", ""]
+    for bench, x in compared.items():
+        head = f"- the {text(ev.ref_name)}'s {text(bench)} value"
+        if x.ref_record is None:
+            where = ", ".join(str(w) for w in ev.ref_where) or "no runs root, no anchor dir"
+            lines.append(f"{head}: its evaluation record is not found (looked in {text(where, 400)}): the settings it "
+                         "was evaluated under are not known here")
+            continue
+        mine, theirs = x.record.settings(bench), x.ref_record.settings(bench)
+        differs = ", ".join(f"{k}={theirs.get(k, 'not recorded')} (this checkpoint's: {mine.get(k, 'not recorded')})"
+                            for k in x.ref_differs())
+        model = ev.ref_model or _reference_model(x.ref_record)
+        lines.append(f"{head}: model {text(model, 300)}, "
+                     f"{'settings differing: ' + text(differs, 600) if differs else 'the same settings'}; "
+                     f"record {text(x.ref_record.dir, 300)}")
     if ev.left_out:
         lines += ["", "Left out (not a result of this checkpoint as far as the records show):", ""]
         lines += [f"- {text(w, 400)}" for w in ev.left_out]
@@ -900,8 +1028,15 @@ def checkpoint_card(ckpt: str | Path, *, report: str | Path | None = None, study
     out += ["", "## Provenance", ""]
     m = s.manifest
     if m is not None:
-        out += [f"- commit {text(_get(m, 'git.commit'))} (dirty: {text(_get(m, 'git.dirty'))})",
+        code = (_get(m, "git.commit"), _get(m, "git.dirty"))
+        later = [(i, launch) for i, launch in enumerate(_get(m, "launches") or [], 1) if i > 1 and isinstance(launch, dict)
+                 and isinstance(launch.get("git"), dict) and (_get(launch, "git.commit"), _get(launch, "git.dirty")) != code]
+        out += [f"- commit {text(code[0])} (dirty: {text(code[1])}){' at its first launch' if later else ''}",
                 f"- command: {text(_get(m, 'command'), 1000)}"]
+        if later:
+            out.append("- the run resumed from other code (the checkpoints written after a resume were trained by its code "
+                       "too): " + "; ".join(f"launch {i} at {text(launch.get('time'))}: commit {text(_get(launch, 'git.commit'))} "
+                                            f"(dirty: {text(_get(launch, 'git.dirty'))})" for i, launch in later))
     out += [f"- {text(w, 400)}" for w in s.missing] or []
     if m is None and not s.missing:
         out.append("- no run manifest")

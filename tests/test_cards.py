@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,7 @@ def build_tree(tmp_path: Path, model: Path | None = None):
                                        "packages": {"torch": "2.x", "transformers": "5.x"}})
     _checkpoint(runs / "r2e" / "seed0" / "checkpoints" / "step-000004")
     _eval(run, 4, FINAL, dir_identity(final)["digest"])
+    _eval(runs / "_anchor", 0, ANCHOR, "b" * 64)   # analyze's evaluation of the anchor (here under the same settings)
     report = tmp_path / "reports"
     _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 2): FINAL, ("search", 0, 4): FINAL})
     return final, report
@@ -287,6 +289,7 @@ def test_analyze_cards_true_writes_a_card_per_evaluated_final_checkpoint(tree, c
 
     final, report = tree
     runs = final.parents[3]
+    shutil.rmtree(runs / "_anchor")   # no anchor evaluated
     argv = [f"runs_root={runs}", f"out={report}", "evaluate=false", "benches=[synthqa,search_plan_ood]",
             "cards=true", "wandb=false"]
     (report / "cards").mkdir()   # a user's own file where a card goes, in an out no analysis wrote (seen: overwritten)
@@ -318,6 +321,7 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
     write_json(run / "DONE", {"step": 4, "trl": "1.9.2"})
     pre = {"synthqa": {"em": 0.5, "f1": 0.6, "n": 40}, "search_plan_ood": {"reward": 0.25, "n": 40}}
     _results(report, {("anchor", 0, 0): ANCHOR, ("search", 0, 0): pre, ("search", 0, 4): FINAL})
+    _eval(run, 0, pre, "c" * 64)   # its step 0's evaluation: the same settings as step 4's
     card = ModelCard(checkpoint_card(final, report=report))
     assert card.data.base_model == "Qwen/Qwen3-4B"   # model.path, a hub id (seen: no base_model in a GRPO card)
     # the licence is the starting model's (seen: none, a GRPO config records none): here the model recipe that
@@ -349,6 +353,8 @@ def test_a_grpo_card_states_lora_trl_and_compares_with_its_own_step_0(tree):
                  "| synthqa | em | 0.55 | 40 | 0.5 | +0.0500 |",
                  "Against the pre-RL (step 0), 3 (bench, metric) pairs compared: higher on 2, lower on 0, equal on 1"):
         assert fact in body, fact
+    assert ("- the pre-RL (step 0)'s synthqa value: model this run's step 0 (step-000000, the checkpoint it started from), "
+            f"the same settings; record {run / 'eval' / 'step-000000'}") in body.replace("\\", "")
 
 
 def test_the_reports_intervals_csv_is_shown_as_printed_and_counted(tree):
@@ -554,3 +560,105 @@ def test_the_base_models_revision_is_the_trainers_record_of_it(tree):
     (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {**cfg["model"], "path": str(final.parents[3] / "base")}}))
     (final.parents[3] / "base").mkdir()
     assert "| base model revision | not recorded | the base is no Hub id" in checkpoint_card(final)
+
+
+def test_the_data_section_is_of_the_dataset_the_run_trained_on(tree):
+    """A dataset rebuilt at the run's data.dir after training (`data-prep out=DIR overwrite=true`: the old one renamed
+    aside) is not the run's: the card states the one whose fingerprint the run's manifest.json records, found where it
+    was renamed to, or says it is not there (seen: the rebuilt dataset's rows and sources stated as the run's data)."""
+    from common.io import replace_aside
+
+    final, _ = tree
+    run = final.parents[1]
+    data = Path(yaml.safe_load((run / "config.yaml").read_text())["data"]["dir"])
+    trained = json.loads((data / "manifest.json").read_text())
+    write_json(data / "manifest.json", {**trained, "fingerprint": "a" * 64})
+    manifest = json.loads((run / "manifest.json").read_text())
+    write_json(run / "manifest.json", {**manifest, "data": {"dir": str(data), "cache_key": None, "fingerprint": "a" * 64}})
+    assert "40 rows built of n = 40 asked" in checkpoint_card(final)
+    aside = replace_aside(data)
+    data.mkdir()
+    write_json(data / "manifest.json", {**trained, "n": 12, "fingerprint": "b" * 64, "counts": {"rows": 12},
+                                        "sources": [{"spec": "openseeker:Other/set@v2", "domain": "search", "kept": 12}]})
+    card = checkpoint_card(final)
+    assert "40 rows built of n = 40 asked" in card and "12 rows" not in card and "Other/set" not in card
+    assert f"read from {aside}: the dataset at {data} was rebuilt" in card.replace("\\", "")
+    assert ModelCard(card).data.datasets == ["OpenSeeker/traj"]
+    shutil.rmtree(aside)   # the run's dataset is nowhere: nothing of the rebuilt one is stated as its
+    card = checkpoint_card(final)
+    assert "12 rows" not in card and "Other/set" not in card and ModelCard(card).data.datasets is None
+    assert f"the dataset at {data} is not the one this run trained on" in card.replace("\\", "")
+
+
+def test_the_comparison_value_is_stated_with_its_own_evaluations_settings(tree):
+    """The anchor's value beside this checkpoint's comes from another evaluation (analyze's: the base model with
+    prompt=anchor_nudge): the card names its model and the settings in which it differs, from its record in the
+    anchor dir (seen: the only settings stated were the checkpoint's, prompt=tool_agent, under a column comparing
+    with anchor_nudge numbers); no record holding the anchor's value: the card says its settings are not known."""
+    final, report = tree
+    anchor = final.parents[3] / "_anchor"
+    assert "the anchor's synthqa value: model not recorded (no anchor.json), the same settings; record" \
+        in checkpoint_card(final, report=report).replace("\\", "")
+    shutil.rmtree(anchor)
+    card = checkpoint_card(final, report=report).replace("\\", "")
+    assert "the anchor's synthqa value: its evaluation record is not found" in card
+    assert "Against the anchor (its evaluation's settings not known; see Evaluation), 3 (bench, metric) pairs" in card
+    _eval(anchor, 0, ANCHOR, "b" * 64)
+    meta = json.loads((anchor / "eval" / "step-000000" / "meta.json").read_text())
+    meta["settings"] = {b: {**meta["config"], "prompt": "anchor_nudge", "max_new_tokens": 64} for b in ANCHOR}
+    write_json(anchor / "eval" / "step-000000" / "meta.json", meta)
+    write_json(anchor / "anchor.json", {"model": "Qwen/Qwen3-4B", "prompt": "anchor_nudge"})
+    card = checkpoint_card(final, report=report).replace("\\", "")
+    line = next(x for x in card.splitlines() if x.startswith("- the anchor's synthqa value"))
+    assert "model Qwen/Qwen3-4B" in line and "prompt=anchor_nudge (this checkpoint's: tool_agent)" in line, line
+    assert "max_new_tokens=64 (this checkpoint's: not recorded)" in line and "backend" not in line, line
+    assert f"record {anchor / 'eval' / 'step-000000'}" in line, line
+    assert "(evaluated under other settings: max_new_tokens, prompt; see Evaluation)" in card
+    # a setting both record, other than the anchor's prompt, differs: its value is shown, not compared, as the report's
+    # paired table does not pair them (seen: +0.3500 at max_new_tokens 32 against the anchor's at 64)
+    mine = final.parents[1] / "eval" / "step-000004" / "meta.json"
+    write_json(mine, {**json.loads(mine.read_text()), "settings": {b: {**meta["config"], "max_new_tokens": 32} for b in FINAL}})
+    card = checkpoint_card(final, report=report).replace("\\", "")
+    assert "| synthqa | em | 0.55 | 40 | 0.2 under other settings (max_new_tokens): not compared | - |" in card
+    assert "the anchor's values were evaluated under other settings (max_new_tokens): not compared." in card
+    assert "max_new_tokens=64 (this checkpoint's: 32), prompt=anchor_nudge (this checkpoint's: tool_agent)" in card
+    # a record of the anchor dir that does not hold the value the report compares with is not its evaluation
+    _results(report, {("anchor", 0, 0): {**ANCHOR, "synthqa": {"em": 0.3, "f1": 0.31, "n": 40}}, ("search", 0, 4): FINAL})
+    card = checkpoint_card(final, report=report).replace("\\", "")
+    assert "the anchor's synthqa value: its evaluation record is not found" in card
+
+
+def test_provenance_names_each_launch_whose_code_differs_from_the_first(tree):
+    """manifest.json's top-level git is its first launch's; a resume from other code (another commit, a dirty tree)
+    appends to `launches`: the card names those (seen: "dirty: False" for a checkpoint trained after a resume from a
+    dirty tree)."""
+    final, _ = tree
+    run = final.parents[1]
+    manifest = json.loads((run / "manifest.json").read_text())
+    first = {"time": "2026-12-01T00:00:00Z", "git": {"commit": "c0ffee", "dirty": False}}
+    write_json(run / "manifest.json", {**manifest, "launches": [first, {**first, "time": "2026-12-01T01:00:00Z"}]})
+    body = checkpoint_card(final).replace("\\", "")
+    assert "- commit c0ffee (dirty: False)\n" in body and "launch 2" not in body
+    write_json(run / "manifest.json", {**manifest, "launches": [
+        first, {"time": "2026-12-01T01:00:00Z", "git": {"commit": "c0ffee", "dirty": True}},
+        {"time": "2026-12-01T02:00:00Z", "git": {"commit": "beef", "dirty": False}}]})
+    body = checkpoint_card(final).replace("\\", "")
+    assert "- commit c0ffee (dirty: False) at its first launch" in body
+    assert ("- the run resumed from other code (the checkpoints written after a resume were trained by its code too): "
+            "launch 2 at 2026-12-01T01:00:00Z: commit c0ffee (dirty: True); launch 3 at 2026-12-01T02:00:00Z: commit beef "
+            "(dirty: False)") in body
+
+
+def test_world_size_is_each_launchs_when_a_resume_changed_it(tree):
+    """launcher.* is outside the run identity: a run resumed on another number of processes (launch nproc=1, stopped,
+    resumed with nproc=2) trained its later checkpoints on that world size (seen: "| world size | 1 |" for a checkpoint
+    trained from step 8 to 40 on 2 processes)."""
+    final, _ = tree
+    run = final.parents[1]
+    manifest = json.loads((run / "manifest.json").read_text())
+    one = {"time": "2026-12-01T00:00:00Z", "launcher": {"kind": "local", "nproc": 1}}
+    write_json(run / "manifest.json", {**manifest, "launches": [one, {**one, "time": "2026-12-01T01:00:00Z"}]})
+    assert "| world size | 1 | manifest.json" in checkpoint_card(final)
+    write_json(run / "manifest.json", {**manifest, "launches": [one, {"time": "2026-12-01T01:00:00Z",
+                                                                      "launcher": {"kind": "local", "nproc": 2}}]})
+    assert "| world size | launch 1: 1; launch 2: 2 (a resume on another world size) |" in checkpoint_card(final)
