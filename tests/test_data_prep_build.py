@@ -99,6 +99,32 @@ def test_openseeker_rows_without_a_usable_gold_are_counted_and_golds_kept(tmp_pa
     assert all(golds[r["id"]] == r["answer"] for r in rows[6:])
 
 
+def test_search_r1_rows_without_a_usable_gold_are_counted_and_golds_kept(tmp_path):
+    """Search-R1 rows with no gold (seen failing: kept, with the model's own <answer> as gold) or a gold that is none are
+    refused as `bad_gold`, counted in the manifest and listed in rejected.jsonl; several golds are kept, not the first."""
+    import datasets
+
+    from data_prep.synthetic import SyntheticConfig, write_sources
+
+    p = tmp_path / "r1.jsonl"
+    (_, spec) = write_sources(tmp_path / "src", seed=0, code_n=0, search_n=12, cfg=SyntheticConfig())["search"]
+    assert spec.startswith("search-r1:")
+    rows = [json.loads(x) for x in Path(spec.split(":", 1)[1]).read_text().splitlines()]
+    for row, golds in zip(rows, (None, [], [{"a": 1}], ["Bard", "Shakespeare"])):
+        row["golden_answers"] = golds
+    rows[0].pop("golden_answers")
+    rows[4] |= {"reward_model": {"style": "rule", "ground_truth": {"target": ["Ann", "Anne"]}}}
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    m = build.build_arm({"sources": {"search": [f"search-r1:{p}"]}, "n": len(rows), "allow_fewer": True}, arm="search",
+                        seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
+    assert m["rejected_by_reason"] == {"bad_gold": 3} and m["counts"]["kept"] == len(rows) - 3
+    assert sorted(json.loads(x)["id"] for x in (tmp_path / "arm" / "rejected.jsonl").read_text().splitlines()) == \
+        sorted(r["id"] for r in rows[:3])
+    golds = {json.loads(x)["id"]: json.loads(x)["answer"] for x in datasets.load_from_disk(str(tmp_path / "arm"))["messages"]}
+    assert golds[rows[3]["id"]] == ["Bard", "Shakespeare"] and golds[rows[4]["id"]] == ["Ann", "Anne"]
+    assert all(golds[r["id"]] == r["golden_answers"][0] for r in rows[5:])
+
+
 def test_a_dataset_without_its_manifest_keeps_its_fingerprint(mixed, tmp_path):
     """The trainer knows a dataset dir without manifest.json by its rows' content: the very digest data_prep
     records in the manifest (common.fingerprint.rows_fingerprint), so the manifest's absence changes no identity."""
