@@ -75,28 +75,44 @@ def test_determinism(mixed, tmp_path):
     assert m3["fingerprint"] != m["fingerprint"]
 
 
-def test_openseeker_rows_without_a_usable_gold_are_counted_and_golds_kept(tmp_path):
-    """OpenSeeker rows whose `answer` is no gold (seen failing: kept, with the model's own <answer> as gold) are
-    refused as `bad_gold`, counted in the manifest and listed in rejected.jsonl; a number and a list are golds."""
+# Per search format: its synthetic file's place in write_sources' list, the fields that make a row's gold no gold, the fields
+# that make golds and the record's gold from them, and the gold of a row left as written.
+GOLD_ROWS = {
+    "openseeker": (0, [{"answer": {"a": 1}}, {"answer": None}, {"answer": []}, {"answer": True}],
+                   [({"answer": 1603}, "1603"), ({"answer": ["Bard", "Shakespeare"]}, ["Bard", "Shakespeare"])],
+                   lambda row: row["answer"]),
+    "search-r1": (1, [{"golden_answers": None}, {"golden_answers": []}, {"golden_answers": [{"a": 1}]}],
+                  [({"golden_answers": ["Bard", "Shakespeare"]}, ["Bard", "Shakespeare"]),
+                   ({"reward_model": {"style": "rule", "ground_truth": {"target": ["Ann", "Anne"]}}}, ["Ann", "Anne"])],
+                  lambda row: row["golden_answers"][0]),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(GOLD_ROWS))
+def test_search_rows_without_a_usable_gold_are_counted_and_golds_kept(tmp_path, fmt):
+    """Search rows whose gold is missing or no gold (seen failing: kept, with the model's own <answer> as gold) are
+    refused as `bad_gold`, counted in the manifest and listed in rejected.jsonl; a number is a gold, and every gold of
+    a list is kept (seen failing for search-r1: the first alone)."""
     import datasets
 
     from data_prep.synthetic import SyntheticConfig, write_sources
 
-    p = tmp_path / "os.jsonl"
-    (spec, _) = write_sources(tmp_path / "src", seed=0, code_n=0, search_n=12, cfg=SyntheticConfig())["search"]
-    assert spec.startswith("openseeker:")
+    place, bad, good, plain = GOLD_ROWS[fmt]
+    p = tmp_path / "rows.jsonl"
+    spec = write_sources(tmp_path / "src", seed=0, code_n=0, search_n=12, cfg=SyntheticConfig())["search"][place]
+    assert spec.startswith(f"{fmt}:")
     rows = [json.loads(x) for x in Path(spec.split(":", 1)[1]).read_text().splitlines()]
-    for row, answer in zip(rows, ({"a": 1}, None, [], True, 1603, ["Bard", "Shakespeare"])):
-        row["answer"] = answer
+    for row, fields in zip(rows, bad + [f for f, _ in good]):
+        row |= fields
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    m = build.build_arm({"sources": {"search": [f"openseeker:{p}"]}, "n": len(rows), "allow_fewer": True}, arm="search",
+    m = build.build_arm({"sources": {"search": [f"{fmt}:{p}"]}, "n": len(rows), "allow_fewer": True}, arm="search",
                         seed=0, tokenizer="tiny", out=tmp_path / "arm", progress=False)
-    assert m["rejected_by_reason"] == {"bad_gold": 4} and m["counts"]["kept"] == len(rows) - 4
+    assert m["rejected_by_reason"] == {"bad_gold": len(bad)} and m["counts"]["kept"] == len(rows) - len(bad)
     assert sorted(json.loads(x)["id"] for x in (tmp_path / "arm" / "rejected.jsonl").read_text().splitlines()) == \
-        sorted(r["id"] for r in rows[:4])
+        sorted(r["id"] for r in rows[:len(bad)])
     golds = {json.loads(x)["id"]: json.loads(x)["answer"] for x in datasets.load_from_disk(str(tmp_path / "arm"))["messages"]}
-    assert golds[rows[4]["id"]] == "1603" and golds[rows[5]["id"]] == ["Bard", "Shakespeare"]
-    assert all(golds[r["id"]] == r["answer"] for r in rows[6:])
+    assert [golds[r["id"]] for r in rows[len(bad):len(bad) + len(good)]] == [g for _, g in good]
+    assert all(golds[r["id"]] == plain(r) for r in rows[len(bad) + len(good):])
 
 
 def test_a_dataset_without_its_manifest_keeps_its_fingerprint(mixed, tmp_path):

@@ -452,9 +452,10 @@ def test_malformed_agent_rows_are_refused(tmp_path, case):
 
 # What an OpenSeeker row's `answer` may hold, and the record's gold (seen failing: every non-string became the model's own
 # `<answer>`, "W" here, so a held-out item's gold could be the prediction it scores): a string as is, a number as its text
-# (the golds evaluate's EM compares are strings), a list of strings whole (each one a gold, as FlashRAG's golden_answers).
+# (the golds evaluate's EM compares are strings), a list of strings whole (each one a gold, as FlashRAG's golden_answers),
+# a list of one its string (one gold, one form: the record's content digest is the same for ["Bard"] and "Bard").
 OS_GOLDS = {"str": ("Shakespeare", "Shakespeare"), "int": (1603, "1603"), "float": (3.5, "3.5"),
-            "list": (["William Shakespeare", "Shakespeare"], ["William Shakespeare", "Shakespeare"]), "one": (["Bard"], ["Bard"])}
+            "list": (["William Shakespeare", "Shakespeare"], ["William Shakespeare", "Shakespeare"]), "one": (["Bard"], "Bard")}
 OS_BAD_GOLDS = {"absent": ..., "null": None, "dict": {"text": "W"}, "bool": True, "empty_list": [], "mixed_list": ["W", 1],
                 "nan": float("nan")}
 
@@ -479,6 +480,62 @@ def test_openseeker_row_without_a_usable_gold_is_refused(tmp_path, case):
     p.write_text(json.dumps(row) + "\n")
     (out,) = read_source(f"openseeker:{p}")
     assert out.record is None and out.reason == "bad_gold" and out.detail.startswith("answer "), (out.reason, out.detail)
+
+
+# A Search-R1 row's gold is Search-R1's own field (its verl rows: reward_model.ground_truth.target = FlashRAG's
+# golden_answers, a list of strings), else `golden_answers`, else `answer`, under OpenSeeker's rule (seen failing: the first
+# of several golds kept alone, and a row with none given the model's own <answer>, "Marlowe" here, as its gold). One gold
+# is its string, so a row's record keeps its content digest whether it wrote ["x"] or "x".
+_R1 = {"question": "who wrote hamlet?",
+       "response": "<search> hamlet </search>\n\n<information>Doc 1(Title: Hamlet) x</information>\n\n<answer> Marlowe </answer>"}
+R1_GOLDS = {"golden_answers": ({"golden_answers": ["Shakespeare", "William Shakespeare"]}, ["Shakespeare", "William Shakespeare"]),
+            "target": ({"reward_model": {"style": "rule", "ground_truth": {"target": ["Shakespeare", "Bard"]}},
+                        "golden_answers": ["other"]}, ["Shakespeare", "Bard"]),
+            "target_one": ({"reward_model": {"ground_truth": {"target": ["Shakespeare"]}}}, "Shakespeare"),
+            "one": ({"golden_answers": ["Shakespeare"]}, "Shakespeare"), "str": ({"golden_answers": "Shakespeare"}, "Shakespeare"),
+            "number": ({"golden_answers": 1603}, "1603"), "answer_field": ({"answer": ["Shakespeare", "Will"]}, ["Shakespeare", "Will"])}
+R1_BAD_GOLDS = {"absent": ({}, "no gold: the row has none of reward_model.ground_truth.target, golden_answers, answer"),
+                "null": ({"golden_answers": None}, "no gold: "),
+                "empty_list": ({"golden_answers": []}, "golden_answers list []: not a gold"),
+                "empty_target": ({"reward_model": {"ground_truth": {"target": []}}, "golden_answers": ["x"]},
+                                 "reward_model.ground_truth.target list []: not a gold"),
+                "mixed_list": ({"golden_answers": ["W", 1]}, "golden_answers list "),
+                "dict": ({"answer": {"text": "W"}}, "answer dict "), "nan": ({"golden_answers": float("nan")}, "golden_answers float "),
+                "ground_truth_str": ({"reward_model": {"ground_truth": "Shakespeare"}}, "reward_model.ground_truth str "),
+                "reward_model_list": ({"reward_model": ["Shakespeare"]}, "reward_model list ")}
+
+
+@pytest.mark.parametrize("case", sorted(R1_GOLDS))
+def test_search_r1_keeps_every_gold(tmp_path, case):
+    fields, gold = R1_GOLDS[case]
+    p = tmp_path / "r1.jsonl"
+    p.write_text(json.dumps(_R1 | fields) + "\n")
+    rec = _one(f"search-r1:{p}")
+    assert rec["answer"] == gold and rec["messages"][-1]["content"] == "Final answer: Marlowe"
+
+
+@pytest.mark.parametrize("case", sorted(R1_BAD_GOLDS))
+def test_search_r1_row_without_a_usable_gold_is_refused(tmp_path, case):
+    fields, detail = R1_BAD_GOLDS[case]
+    p = tmp_path / "r1.jsonl"
+    p.write_text(json.dumps(_R1 | fields) + "\n")
+    (out,) = read_source(f"search-r1:{p}")
+    assert out.record is None and out.reason == "bad_gold" and out.detail.startswith(detail), (out.reason, out.detail)
+
+
+def test_search_r1_verl_parquet_row_keeps_its_target(tmp_path):
+    """A row in Search-R1's own verl parquet shape (scripts/data_process/nq_search.py), with a `response` beside it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    prompt = [{"role": "user", "content": "Answer the given question. ... Question: who wrote hamlet?\n"}]
+    row = {"data_source": "nq", "prompt": prompt, "ability": "fact-reasoning", "response": _R1["response"],
+           "reward_model": {"style": "rule", "ground_truth": {"target": ["Shakespeare", "William Shakespeare"]}},
+           "extra_info": {"split": "train", "index": 0}}
+    p = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([row]), p)
+    rec = _one(f"search-r1:{p}")
+    assert rec["task"] == "who wrote hamlet?" and rec["answer"] == ["Shakespeare", "William Shakespeare"]
 
 
 def test_a_canonical_records_answer_is_a_string_a_list_of_strings_or_null(tmp_path):

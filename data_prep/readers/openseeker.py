@@ -2,8 +2,8 @@
 `<tool_call>{json}</tool_call>` (sometimes inside `<tool_calls_begin>...</tool_calls_end>`),
 user turns holding one `<tool_response>` block per call, a final `<answer>`).
 
-The gold is the row's `answer` (`gold`): a string, a number (as its text) or a list of strings; a row with
-anything else is refused, never given the model's own `<answer>` as its gold.
+The gold is the row's `answer` under the search readers' rule (`data_prep.readers.search.gold`): a string, a number
+(as its text) or a list of strings; a row with anything else is refused, never given the model's own `<answer>` as its gold.
 
 OpenSeeker's search takes a list of queries; a one-element list becomes the canonical
 `{"query": str}`, longer lists are kept as lists (the data is not rewritten). A row the loop would not
@@ -12,11 +12,10 @@ a turn after the answer) is refused."""
 from __future__ import annotations
 
 import json
-import math
 import re
 
 from data_prep.readers.common import message_list, require_parameters, require_str, thought_message
-from data_prep.readers.search import SEARCH_TOOL, VISIT_TOOL, final_turn, search_record
+from data_prep.readers.search import SEARCH_TOOL, VISIT_TOOL, final_turn, gold, search_record
 from data_prep.schema import RecordError, tool_call
 from data_prep.terminators import extract_answer_tag
 
@@ -109,22 +108,7 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
     if not isinstance(question, str) or not question.strip():
         raise RecordError("no_question")
     tools = [SEARCH_TOOL] + ([VISIT_TOOL] if "visit" in used else [])
-    return search_record(rid, SOURCE, question.strip(), gold(row), turns, tools)
-
-
-def gold(row: dict) -> str | list[str]:
-    """The row's `answer` as the record's gold, in its own form: a string as is, a number as its text (evaluate's EM
-    compares strings), a non-empty list of strings whole (each one a gold). Anything else refuses the row (`bad_gold`):
-    the model's own `<answer>` never stands in for it, or a held-out item would be scored against its prediction."""
-    value = row.get("answer")
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return str(value)
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return list(value)
-    what = "missing" if value is None else f"{type(value).__name__} {json.dumps(value, default=str)[:80]}"
-    raise RecordError("bad_gold", f"answer {what}: not a gold (a string, a number or a non-empty list of strings)")
+    return search_record(rid, SOURCE, question.strip(), gold(row.get("answer"), "answer"), turns, tools)
 
 
 def clean(text: str) -> str:

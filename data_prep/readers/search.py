@@ -1,6 +1,8 @@
-"""Shared pieces of the search-trajectory readers: the canonical search tool and system prompt."""
+"""Shared pieces of the search-trajectory readers: the canonical search tool and system prompt, the gold rule."""
 from __future__ import annotations
 
+import json
+import math
 import re
 
 from data_prep.readers.common import thought_message
@@ -40,6 +42,26 @@ def final_turn(thought: str, answer: str, reasoning: str) -> dict:
     msg = thought_message(clean_thought(thought), reasoning)
     msg["content"] = (msg["content"] + "\n\n" if msg["content"] else "") + final_answer(answer)
     return msg
+
+
+def gold(value, field: str) -> str | list[str]:
+    """A row's gold (read from its `field`) as the record's `answer`: a string as is, a finite number as its text
+    (evaluate's EM compares strings), a non-empty list of strings whole (each one a gold), but a list of one is that
+    string (one gold has one form, so a record's content digest does not depend on whether its row wrote `["x"]` or
+    `"x"`). Anything else refuses the row (`bad_gold`): the model's own `<answer>` never stands in for a gold, or a
+    held-out item would be scored against its own prediction."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value[0] if len(value) == 1 else list(value)
+    raise RecordError("bad_gold", f"{field} {described(value)}: not a gold (a string, a number or a non-empty list of strings)")
+
+
+def described(value) -> str:
+    """`value` in a refusal: "missing" for None, else its type and the start of its JSON."""
+    return "missing" if value is None else f"{type(value).__name__} {json.dumps(value, default=str)[:80]}"
 
 
 def search_record(rid: str, source: str, question: str, answer: str | list[str] | None, turns: list[dict], tools: list[dict]) -> dict:

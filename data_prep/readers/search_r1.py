@@ -6,13 +6,17 @@ rollout (search_r1/llm_agent/generation.py@a14dc3a, `postprocess_predictions`) r
 content `""`, and `execute_predictions` sends that query to the retriever and appends its `<information>`.
 
 Row: `prompt` ([{role: user, content}]) or `question`, plus `response` (the rollout text) — or
-`messages` [user, assistant]; gold from `reward_model.ground_truth.target` / `golden_answers`."""
+`messages` [user, assistant]. The gold is the first of `reward_model.ground_truth.target` (Search-R1's verl rows hold
+FlashRAG's `golden_answers` list there, scripts/data_process/nq_search.py@a14dc3a), `golden_answers`, `answer` that the
+row has, under the search readers' rule (`data_prep.readers.search.gold`: every gold of a list kept). Every Search-R1
+row has one (its reward, qa_em, scores against the target), so a row with none is refused (`bad_gold`), never given the
+model's own `<answer>` as its gold."""
 from __future__ import annotations
 
 import re
 
 from data_prep.readers.common import require_str, thought_message
-from data_prep.readers.search import SEARCH_TOOL, clean_thought, final_turn, search_record
+from data_prep.readers.search import SEARCH_TOOL, clean_thought, described, final_turn, gold, search_record
 from data_prep.schema import RecordError, tool_call
 from data_prep.terminators import extract_answer_tag
 
@@ -45,13 +49,22 @@ def _question_and_response(row: dict) -> tuple[str, str]:
     return question.strip(), response
 
 
-def _gold(row: dict) -> str | None:
+_GOLD_FIELDS = ("reward_model.ground_truth.target", "golden_answers", "answer")
+
+
+def _gold(row: dict) -> str | list[str]:
+    """The row's gold: the first of `_GOLD_FIELDS` it holds (not null), by `gold`'s rule; a `reward_model` or its
+    `ground_truth` that is no object, or a row with none of the fields, is refused (`bad_gold`)."""
     rm = row.get("reward_model")
-    target = (rm or {}).get("ground_truth", {}).get("target") if isinstance(rm, dict) else None
-    target = target if target is not None else row.get("golden_answers", row.get("answer"))
-    if isinstance(target, list):
-        return str(target[0]) if target else None
-    return str(target) if target is not None else None
+    truth = rm.get("ground_truth") if isinstance(rm, dict) else None
+    for field, value in (("reward_model", rm), ("reward_model.ground_truth", truth)):
+        if value is not None and not isinstance(value, dict):
+            raise RecordError("bad_gold", f"{field} {described(value)}: not Search-R1's {{ground_truth: {{target: [golds]}}}}")
+    values = ((truth or {}).get("target"), row.get("golden_answers"), row.get("answer"))
+    for field, value in zip(_GOLD_FIELDS, values):
+        if value is not None:
+            return gold(value, field)
+    raise RecordError("bad_gold", f"no gold: the row has none of {', '.join(_GOLD_FIELDS)} (or each is null)")
 
 
 def _thought(text: str) -> str:
@@ -96,5 +109,4 @@ def parse(row: dict, *, rid: str, reasoning: str) -> dict:
     if ans is None:
         raise RecordError("no_final_answer", "no <answer> after the last search")
     turns.append(final_turn(_thought(before), ans, reasoning))
-    gold = _gold(row)
-    return search_record(rid, SOURCE, question, gold if gold is not None else ans, turns, [SEARCH_TOOL])
+    return search_record(rid, SOURCE, question, _gold(row), turns, [SEARCH_TOOL])
