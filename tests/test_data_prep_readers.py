@@ -500,6 +500,7 @@ R1_BAD_GOLDS = {"absent": ({}, "no gold: the row has none of reward_model.ground
                 "empty_target": ({"reward_model": {"ground_truth": {"target": []}}, "golden_answers": ["x"]},
                                  "reward_model.ground_truth.target list []: not a gold"),
                 "mixed_list": ({"golden_answers": ["W", 1]}, "golden_answers list "),
+                "blank": ({"golden_answers": "  "}, "golden_answers str "), "blank_in_list": ({"golden_answers": ["W", ""]}, "golden_answers list "),
                 "dict": ({"answer": {"text": "W"}}, "answer dict "), "nan": ({"golden_answers": float("nan")}, "golden_answers float "),
                 "ground_truth_str": ({"reward_model": {"ground_truth": "Shakespeare"}}, "reward_model.ground_truth str "),
                 "reward_model_list": ({"reward_model": ["Shakespeare"]}, "reward_model list ")}

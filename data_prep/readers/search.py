@@ -45,18 +45,18 @@ def final_turn(thought: str, answer: str, reasoning: str) -> dict:
 
 
 def gold(value, field: str) -> str | list[str]:
-    """A row's gold (read from its `field`) as the record's `answer`: a string as is, a finite number as its text
-    (evaluate's EM compares strings), a non-empty list of strings whole (each one a gold), but a list of one is that
-    string (one gold has one form, so a record's content digest does not depend on whether its row wrote `["x"]` or
-    `"x"`). Anything else refuses the row (`bad_gold`): the model's own `<answer>` never stands in for a gold, or a
-    held-out item would be scored against its own prediction."""
-    if isinstance(value, str):
+    """A row's gold (read from its `field`) as the record's `answer`: a non-blank string as is, a finite number as its
+    text (evaluate's EM compares strings), a non-empty list of non-blank strings whole (each one a gold), but a list of
+    one is that string (one gold has one form, so a record's content digest does not depend on whether its row wrote
+    `["x"]` or `"x"`). Anything else refuses the row (`bad_gold`; a blank gold too: nothing matches it): the model's
+    own `<answer>` never stands in for a gold, or a held-out item would be scored against its own prediction."""
+    if isinstance(value, str) and value.strip():
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return str(value)
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
         return value[0] if len(value) == 1 else list(value)
-    raise RecordError("bad_gold", f"{field} {described(value)}: not a gold (a string, a number or a non-empty list of strings)")
+    raise RecordError("bad_gold", f"{field} {described(value)}: not a gold (a non-blank string, a number or a non-empty list of non-blank strings)")
 
 
 def described(value) -> str:
