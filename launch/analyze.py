@@ -24,7 +24,7 @@ from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
 from evals.profiles import load_profile
 from evals.registry import metric_specs
 from launch import preflight
-from launch.jobs import backend
+from launch.jobs import CLUSTER_KEYS, backend
 from launch.slurm import slurm_option_problems
 from launch.eval_slurm import read_task, submit, tasks_report
 from launch.evaluation import Evaluator, EvalReport, Harness, candidates, check_settings, harness, plan, run_job
@@ -74,7 +74,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                                   "with backend=vllm; eval.* or the profile's), 1 by default", None, lo=0, integer=True, null=True),
     "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
                                 integer=True, null=True),
-    **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in ("partition", "time", "account", "qos", "sbatch", "setup")},
+    **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in CLUSTER_KEYS},
     "python.eval": schema.PYTHON["python.eval"],
     "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None,
                          rule=Test(lambda v: v is None or NONEMPTY.ok(v), "null or one sbatch dependency, e.g. afterok:4242")),
