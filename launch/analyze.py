@@ -302,23 +302,22 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(HELP + fields.help_table(KEYS))
         return 0
-    cfg = parse_argv(argv)
+    cfg = parse_argv(argv, interpreters=True)   # python.eval's one line, before the preflight's
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
         return print_result(run_analysis(cfg))
-    check_keys(cfg)   # its one line, before the preflight's
     found = preflight.gate([preflight.analyze_needs(cfg)], bool(cfg.dry_run))   # before any work: exit 2 on a problem
     return print_result(run_analysis(cfg)) or preflight.after_plan(found) or 0
 
 
-def parse_argv(argv: list[str]) -> DictConfig:
+def parse_argv(argv: list[str], interpreters: bool = False) -> DictConfig:
     """analyze's `key=value` command line, or the one config file of its keys `analyze CONFIG` runs, every key and value
-    checked (ConfigError: one line, naming the file, with a did-you-mean)."""
+    checked (ConfigError: one line, naming the file, with a did-you-mean); `interpreters`: python.eval's interpreter too."""
     if len(argv) == 1 and "=" not in argv[0]:   # (a list for a section, or the reverse: named)
         where = f"{argv[0]}: "
         cfg = merge(OmegaConf.create(DEFAULTS), load_config(Path(argv[0]), "analyze", "analysis"), where=where)
     else:
         where, cfg = "", apply_overrides(OmegaConf.create(DEFAULTS), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
-    check_keys(cfg, interpreters=False, where=where)   # (the interpreter: by the preflight, or by request)
+    check_keys(cfg, interpreters, where=where)   # (study and sweep: the interpreter checked by the preflight)
     return cfg
 
 
