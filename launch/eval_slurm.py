@@ -293,7 +293,6 @@ def _main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m launch.eval_slurm CONFIG`: one evaluation job (run_task) on its config, written by analyze."""
     return run_cli(_main, argv)
 
 
