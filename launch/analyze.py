@@ -24,7 +24,7 @@ from evals.config import DIRECTORY, KEYS as EVALUATE, bench_keys, load_config
 from evals.profiles import load_profile
 from evals.registry import metric_specs
 from launch import preflight
-from launch.jobs import backend
+from launch.jobs import CLUSTER_KEYS, backend
 from launch.slurm import slurm_option_problems
 from launch.eval_slurm import read_task, submit, tasks_report
 from launch.evaluation import Evaluator, EvalReport, Harness, candidates, check_settings, harness, plan, run_job
@@ -74,7 +74,7 @@ KEYS: dict[str, Any] = {  # common.fields: `analyze --help` and docs/keys/analyz
                                   "with backend=vllm; eval.* or the profile's), 1 by default", None, lo=0, integer=True, null=True),
     "slurm.concurrency": number("launcher=slurm: array tasks running at once (--array=0-N%K); null: no cap", None, lo=1,
                                 integer=True, null=True),
-    **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in ("partition", "time", "account", "qos", "sbatch", "setup")},
+    **{f"slurm.{k}": schema.LAUNCHER[f"launcher.{k}"] for k in CLUSTER_KEYS},
     "python.eval": schema.PYTHON["python.eval"],
     "slurm.after": field("launcher=slurm: a dependency the array waits for, e.g. afterok:4242 (a training job)", None,
                          rule=Test(lambda v: v is None or NONEMPTY.ok(v), "null or one sbatch dependency, e.g. afterok:4242")),
@@ -302,23 +302,22 @@ def _main(argv: list[str]) -> int:
     if wants_help(argv):
         print(HELP + fields.help_table(KEYS))
         return 0
-    cfg = parse_argv(argv)
+    cfg = parse_argv(argv, interpreters=True)   # python.eval's one line, before the preflight's
     if len(argv) == 1 and "=" not in argv[0]:   # a job's resolved config file (the aggregation job's analyze.yaml)
         return print_result(run_analysis(cfg))
-    check_keys(cfg)   # its one line, before the preflight's
     found = preflight.gate([preflight.analyze_needs(cfg)], bool(cfg.dry_run))   # before any work: exit 2 on a problem
     return print_result(run_analysis(cfg)) or preflight.after_plan(found) or 0
 
 
-def parse_argv(argv: list[str]) -> DictConfig:
+def parse_argv(argv: list[str], interpreters: bool = False) -> DictConfig:
     """analyze's `key=value` command line, or the one config file of its keys `analyze CONFIG` runs, every key and value
-    checked (ConfigError: one line, naming the file, with a did-you-mean)."""
+    checked (ConfigError: one line, naming the file, with a did-you-mean); `interpreters`: python.eval's interpreter too."""
     if len(argv) == 1 and "=" not in argv[0]:   # (a list for a section, or the reverse: named)
         where = f"{argv[0]}: "
         cfg = merge(OmegaConf.create(DEFAULTS), load_config(Path(argv[0]), "analyze", "analysis"), where=where)
     else:
         where, cfg = "", apply_overrides(OmegaConf.create(DEFAULTS), argv, aliases=ALIASES, open_prefixes=("eval.",), suggest=EVERY_EVAL)
-    check_keys(cfg, interpreters=False, where=where)   # (the interpreter: by the preflight, or by request)
+    check_keys(cfg, interpreters, where=where)   # (study and sweep: the interpreter checked by the preflight)
     return cfg
 
 

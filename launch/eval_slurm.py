@@ -209,17 +209,6 @@ def _rows(jobs: list[EvalJob]) -> int:
     return sum(path.read_bytes().count(b"\n") for j in jobs for path in Path(j.out).rglob("*.jsonl"))
 
 
-def _requeue(ref: str | None) -> str | None:
-    """`scontrol requeue REF`; None when done, else why not."""
-    if ref is None:
-        return "not a Slurm job (no SLURM_JOB_ID), so nothing to requeue"
-    if (scontrol := shutil.which("scontrol")) is None:
-        return "scontrol not found on PATH"
-    proc = subprocess.run([scontrol, "requeue", ref], capture_output=True, text=True)
-    return None if proc.returncode == 0 else \
-        f"scontrol requeue {ref} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
-
-
 def run_task(config: Path, evaluator=None) -> int:
     """One Slurm segment of an evaluation job: what its checkpoints have left by identity, evaluated, then its outcome
     (failed: exit 1); stopped by the time-limit warning, it requeues itself (exit 0) only when this segment made
@@ -254,8 +243,12 @@ def run_task(config: Path, evaluator=None) -> int:
             print(f"[analyze] {what}: stopped by the time-limit warning with {pending} bench(es) of "
                   f"{len(left)} checkpoint(s) left ({_rows(jobs) - before} row(s) written in this segment, "
                   f"kept); requeueing {ref}", flush=True)
-            if (why := _requeue(ref)) is None:
+            scontrol = shutil.which("scontrol")
+            proc = subprocess.run([scontrol, "requeue", ref], capture_output=True, text=True) if ref and scontrol else None
+            if proc is not None and proc.returncode == 0:
                 return 0
+            why = ("not a Slurm job (no SLURM_JOB_ID), so nothing to requeue" if ref is None else "scontrol not found on PATH"
+                   if proc is None else f"scontrol requeue {ref} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
             error = f"stopped by the time-limit warning with {pending} bench(es) left; could not requeue: {why}"
         else:
             error = ("stopped by the time-limit warning with no progress in this segment (no row written); "
@@ -300,7 +293,6 @@ def _main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m launch.eval_slurm CONFIG`: one evaluation job (run_task) on its config, written by analyze."""
     return run_cli(_main, argv)
 
 

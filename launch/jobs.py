@@ -28,9 +28,9 @@ CLUSTER_OPTIONS = ("partition", "time", "account", "qos")
 class Cluster:
     """The cluster settings every submitted job carries (`launcher.<key>`, analyze's `slurm.<key>`); null / empty: the cluster's defaults."""
     partition: str | None = None
+    time: str | None = None
     account: str | None = None
     qos: str | None = None
-    time: str | None = None
     sbatch: tuple[str, ...] = ()
     setup: str | None = None
     backend: Mapping[str, Any] = field(default_factory=dict)   # the backend's own settings by name (Runner.keys: launcher.<name>)
