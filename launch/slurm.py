@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from common.layout import LAUNCH_ID_ENV
+from common.layout import CONFIG, LAUNCH_ID_ENV
 from launch.errors import LaunchError
 from launch.jobs import CLUSTER_OPTIONS, REPO, Cluster, Job, Runner
 from launch.manifest import read as read_manifest
@@ -147,6 +147,8 @@ class SlurmRunner(Runner):
                  "set -u  # end of launcher.setup"] if cluster.setup else []
         if job.torchrun is not None:   # training
             dirs = [str(Path(c).parent) for c in job.configs]
+            if any(Path(c).name != CONFIG for c in job.configs):
+                raise LaunchError(f"job {job.name}: a training job's config is its run dir's config.yaml")
             lines = [*(["RUN_DIRS=(", *(f"  {q(d)}" for d in dirs), ")", 'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"']
                        if job.array else [f"RUN_DIR={q(dirs[0])}"]),
                      f"cd {q(str(REPO))}", "export PYTHONUNBUFFERED=1", *_training(job, setup)]
