@@ -16,7 +16,7 @@ from data_prep import config as data_config
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
 from launch.jobs import BACKENDS, backend, with_backend_keys
-from launch.paths import make_absolute, origin_of
+from launch.paths import make_absolute
 from rl import config as rl_config
 from rl.errors import RlError
 from sft import config as sft_config
@@ -116,22 +116,17 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
             for key in (k for k in flat_keys(layer) if k in known):
                 OmegaConf.update(kept, key, OmegaConf.select(layer, key), merge=False)
             layer = kept
-        _sections_kept(layer, KeySpace(cfg), lambda key: where, keys.error)
+        sections = KeySpace(cfg)   # a section (`train`, `data.sources`) given a value: refused naming the layer
+        for key in (k for k in flat_keys(layer) if k in sections.subtrees and k not in sections.leaves):
+            if not isinstance(value := OmegaConf.select(layer, key, throw_on_resolution_failure=False), DictConfig):
+                raise keys.error(f"{where}: {key} must be a section of keys ({key}.KEY: value), got {plain(value)!r}")
         origins.update(dict.fromkeys(flat_keys(layer), where))
         cfg = merge(cfg, layer, f"{where}: ")
     cfg = apply_overrides(cfg, rest, aliases=keys.aliases, open_prefixes=keys.open_prefixes, in_place=True)
     origins.update({keys.aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
-    _sections_kept(cfg, known, lambda key: origin_of(key, origins), keys.error)
     cfg = cfg if (resolved := resolved_container(cfg, error=keys.error)) == OmegaConf.to_container(cfg) else OmegaConf.create(resolved)
     make_absolute(cfg, with_backend_keys(keys.table), origins)
     return cfg, origins, meta
-
-
-def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exception]) -> None:
-    """Refuse a key of `cfg` that is a section of `known` (`train`, `data.sources`) but holds a value instead."""
-    for key in (k for k in flat_keys(cfg) if k in known.subtrees and k not in known.leaves):
-        if not isinstance(value := OmegaConf.select(cfg, key, throw_on_resolution_failure=False), DictConfig):
-            raise error(f"{where(key)}: {key} must be a section of keys ({key}.KEY: value), got {plain(value)!r}")
 
 
 def _user_recipe(path_text: str, choices: dict[str, str], keys: Keys) -> tuple[str, DictConfig]:
