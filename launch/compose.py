@@ -171,8 +171,6 @@ def compose_grpo(argv: list[str]) -> Composed:
             raise RlError("arm= is not a GRPO key: the arm of a GRPO run is grpo_<task> (use task=spa|qa)")
     choices, rest = split_selectors([tok for tok, (key, _) in zip(argv, split_dotlist(argv)) if key != "stage"],
                                     GRPO_SELECTORS, config_keys=("task",))
-    if choices["task"] not in ("spa", "qa"):
-        raise RlError(f"task={choices['task']!r}: choices are spa, qa")
     task, model = choices["task"], choices["model"]
     layers = [_recipe("grpo/task", task), _recipe("model", model), _recipe("launcher", choices["launcher"])]
     # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),
