@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import KeySpace, apply_overrides, base60_problem, did_you_mean, flat_keys, merge, split_dotlist
+from common.cli import KeySpace, apply_overrides, base60_problem, did_you_mean, flat_keys, load_mapping, merge, split_dotlist
 from common import fields, plan
 from common.fields import plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
@@ -132,15 +132,8 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
 def _user_recipe(path_text: str, choices: dict[str, str], keys: Keys) -> tuple[str, DictConfig]:
     """(origin label, file) of the user's recipe (relative to the current directory; `choices` gets it absolute); it may
     set neither what the command line decides nor `_launch` (`_layered` checks its keys)."""
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise LaunchError(f"recipe={path_text}: no such file")
-    try:
-        recipe = OmegaConf.load(path)
-    except Exception as exc:  # YAML syntax errors come in several types
-        raise LaunchError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
-    if not isinstance(recipe, DictConfig):
-        raise LaunchError(f"recipe={path_text}: a recipe must be a YAML mapping")
+    path = Path(path_text).expanduser()   # (read as every command reads a YAML mapping; its errors say `recipe=PATH: ...`)
+    recipe = load_mapping(path, lambda why: LaunchError(f"recipe={why}"), "not readable YAML", "a recipe must be a YAML mapping")
     choices[USER_RECIPE] = str(path.resolve())
     where = f"recipe={choices[USER_RECIPE]}"
     if "_launch" in recipe:
