@@ -147,7 +147,6 @@ def _user_recipe(path_text: str, choices: dict[str, str], keys: Keys) -> tuple[s
 
 
 def compose(argv: list[str]) -> Composed:
-    """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
     layers = [_recipe(group, choices[group]) for group in GROUPS]
     cfg, origins, meta = _layered(SFT_KEYS, fields.defaults(with_backend_keys(sft_config.SFT)), layers, choices, rest)

@@ -301,7 +301,6 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
 
 
 def run_study(argv: list[str]) -> int:
-    """`launch study=...`: parse once, resolve every stage once, plan, the plan's preflight, write, run or submit it."""
     if wants_help(argv):   # its usage (this module's doc)
         print(__doc__.strip())
         return 0
