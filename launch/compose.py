@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.cli import KeySpace, apply_overrides, base60_problem, did_you_mean, flat_keys, merge, split_dotlist
+from common.cli import KeySpace, apply_overrides, base60_problem, did_you_mean, flat_keys, load_mapping, merge, split_dotlist
 from common import fields, plan
 from common.fields import plain, problems
 from common.recipes import ALIASES, DEFAULT_CHOICES, GROUPS, RECIPES, RL_ALIASES, STRING_KEYS, load_recipe
@@ -16,7 +16,7 @@ from data_prep import config as data_config
 from launch.slurm import slurm_option_problems
 from launch.errors import LaunchError
 from launch.jobs import BACKENDS, backend, with_backend_keys
-from launch.paths import make_absolute, origin_of
+from launch.paths import make_absolute
 from rl import config as rl_config
 from rl.errors import RlError
 from sft import config as sft_config
@@ -116,36 +116,24 @@ def _layered(keys: Keys, defaults: dict, layers: list[tuple[str, DictConfig]], c
             for key in (k for k in flat_keys(layer) if k in known):
                 OmegaConf.update(kept, key, OmegaConf.select(layer, key), merge=False)
             layer = kept
-        _sections_kept(layer, KeySpace(cfg), lambda key: where, keys.error)
+        sections = KeySpace(cfg)   # a section (`train`, `data.sources`) given a value: refused naming the layer
+        for key in (k for k in flat_keys(layer) if k in sections.subtrees and k not in sections.leaves):
+            if not isinstance(value := OmegaConf.select(layer, key, throw_on_resolution_failure=False), DictConfig):
+                raise keys.error(f"{where}: {key} must be a section of keys ({key}.KEY: value), got {plain(value)!r}")
         origins.update(dict.fromkeys(flat_keys(layer), where))
         cfg = merge(cfg, layer, f"{where}: ")
     cfg = apply_overrides(cfg, rest, aliases=keys.aliases, open_prefixes=keys.open_prefixes, in_place=True)
     origins.update({keys.aliases.get(k, k): f"command line ({tok})" for tok, (k, _) in zip(rest, split_dotlist(rest))})
-    _sections_kept(cfg, known, lambda key: origin_of(key, origins), keys.error)
     cfg = cfg if (resolved := resolved_container(cfg, error=keys.error)) == OmegaConf.to_container(cfg) else OmegaConf.create(resolved)
     make_absolute(cfg, with_backend_keys(keys.table), origins)
     return cfg, origins, meta
 
 
-def _sections_kept(cfg: DictConfig, known: KeySpace, where, error: type[Exception]) -> None:
-    """Refuse a key of `cfg` that is a section of `known` (`train`, `data.sources`) but holds a value instead."""
-    for key in (k for k in flat_keys(cfg) if k in known.subtrees and k not in known.leaves):
-        if not isinstance(value := OmegaConf.select(cfg, key, throw_on_resolution_failure=False), DictConfig):
-            raise error(f"{where(key)}: {key} must be a section of keys ({key}.KEY: value), got {plain(value)!r}")
-
-
 def _user_recipe(path_text: str, choices: dict[str, str], keys: Keys) -> tuple[str, DictConfig]:
     """(origin label, file) of the user's recipe (relative to the current directory; `choices` gets it absolute); it may
     set neither what the command line decides nor `_launch` (`_layered` checks its keys)."""
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise LaunchError(f"recipe={path_text}: no such file")
-    try:
-        recipe = OmegaConf.load(path)
-    except Exception as exc:  # YAML syntax errors come in several types
-        raise LaunchError(f"recipe={path_text}: not readable YAML ({str(exc).splitlines()[0]})") from exc
-    if not isinstance(recipe, DictConfig):
-        raise LaunchError(f"recipe={path_text}: a recipe must be a YAML mapping")
+    path = Path(path_text).expanduser()   # (read as every command reads a YAML mapping; its errors say `recipe=PATH: ...`)
+    recipe = load_mapping(path, lambda why: LaunchError(f"recipe={why}"), "not readable YAML", "a recipe must be a YAML mapping")
     choices[USER_RECIPE] = str(path.resolve())
     where = f"recipe={choices[USER_RECIPE]}"
     if "_launch" in recipe:
@@ -159,7 +147,6 @@ def _user_recipe(path_text: str, choices: dict[str, str], keys: Keys) -> tuple[s
 
 
 def compose(argv: list[str]) -> Composed:
-    """Resolve the recipe groups and overrides in `argv` into one validated config."""
     choices, rest = split_selectors(argv)
     layers = [_recipe(group, choices[group]) for group in GROUPS]
     cfg, origins, meta = _layered(SFT_KEYS, fields.defaults(with_backend_keys(sft_config.SFT)), layers, choices, rest)
@@ -176,8 +163,6 @@ def compose_grpo(argv: list[str]) -> Composed:
             raise RlError("arm= is not a GRPO key: the arm of a GRPO run is grpo_<task> (use task=spa|qa)")
     choices, rest = split_selectors([tok for tok, (key, _) in zip(argv, split_dotlist(argv)) if key != "stage"],
                                     GRPO_SELECTORS, config_keys=("task",))
-    if choices["task"] not in ("spa", "qa"):
-        raise RlError(f"task={choices['task']!r}: choices are spa, qa")
     task, model = choices["task"], choices["model"]
     layers = [_recipe("grpo/task", task), _recipe("model", model), _recipe("launcher", choices["launcher"])]
     # After the launcher: a model's GRPO recipe states the hardware its reference trained on (4 GPUs),

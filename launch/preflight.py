@@ -199,6 +199,5 @@ def gate(needs: list[Needs], dry_run: bool, counted: bool = False) -> list[str]:
 
 
 def after_plan(found: list[str]) -> None:
-    """A dry run whose preflight found problems exits 2 once its plan is shown."""
     if found:
         raise LaunchError(f"the preflight found {len(found)} problem(s) (above): the dry run showed its plan; exit 2")

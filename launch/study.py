@@ -36,6 +36,7 @@ from launch.sweep import analysis_config, parse_sweep, plan_sweep
 
 # The interpreter kind of a stage that is one job (a training stage's run python.sft= / python.grpo=, its own keys).
 STAGE_PYTHON = {"analyze": "eval", "evaluate": "eval", "export": "sft"}
+TRAINERS = {"sft": SFT, "sweep": SFT, "grpo": GRPO}   # a training stage's runs: resolved, planned and started by its trainer
 _PYTHON_KEYS = tuple(f"python.{k}" for k in interpreter.KINDS)
 EXPORT_NEEDS = {"torch": "export", "safetensors": "export", "omegaconf": "the config"}
 _KIND = ("launcher", "launcher.kind")   # the keys that name the backend
@@ -160,7 +161,6 @@ class Resolved:
     """One stage resolved: a training stage's runs and launch argvs, a sweep's evaluation (analyze config), or the
     stage's one config, its interpreter, cluster settings and needs; the data slots it still lacks (a dry run's)."""
     stage: Stage
-    trainer: object = None
     preps: list = field(default_factory=list)
     argv: list = field(default_factory=list)
     evaluation: object = None
@@ -197,8 +197,7 @@ def resolve_stages(req: Request) -> list[Resolved]:
             if stage.run in TRAINING_RUNS:   # its runs as `launch` / `launch sweep` resolves them
                 args = [*map(str, [*file, *req.shared, *own]), *(["dry_run=true"] if req.dry_run else [])]
                 r.argv, profile, analyze = parse_sweep(args) if stage.run == "sweep" else ([args], None, [])
-                r.trainer = GRPO if stage.run == "grpo" else SFT
-                r.preps = [r.trainer.resolve(a) for a in r.argv]
+                r.preps = [TRAINERS[stage.run].resolve(a) for a in r.argv]
                 r.evaluation = analysis_config(r.preps[0].cfg, profile, analyze) if profile else None
             elif stage.run == "analyze":   # with the plain cluster settings, python.eval= and study=, checked as the analysis checks them
                 from launch.analyze import parse_argv, request
@@ -274,7 +273,7 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
             for i, p in enumerate(r.preps):
                 write(where / f"{stage.name}-{i}.config.yaml", OmegaConf.to_yaml(p.cfg))
             sweep = stage.run == "sweep"
-            stage_jobs, more = plan_sweep(r.trainer, r.preps, r.evaluation, where / stage.name, req.launcher,
+            stage_jobs, more = plan_sweep(TRAINERS[stage.run], r.preps, r.evaluation, where / stage.name, req.launcher,
                                           str(where) if sweep else None, array=sweep)
             files.update(more)
             # `<stage>.<name>`; its training job (none when every run is finished): the stage's own, after the previous stage
@@ -302,7 +301,6 @@ def plan_jobs(req: Request, stages: list[Resolved], where: Path) -> tuple[list[J
 
 
 def run_study(argv: list[str]) -> int:
-    """`launch study=...`: parse once, resolve every stage once, plan, the plan's preflight, write, run or submit it."""
     if wants_help(argv):   # its usage (this module's doc)
         print(__doc__.strip())
         return 0
@@ -321,7 +319,7 @@ def run_study(argv: list[str]) -> int:
         return preflight.EXIT
     write_files(files)   # (the runner makes `where` itself)
     env = jobs.project_env(**{STUDY_ENV: json.dumps({"name": study.name, "path": str(study.path), "sha256": study.sha256})})
-    training = {r.stage.name: (r.trainer, list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
+    training = {r.stage.name: (TRAINERS[r.stage.run], list(zip(r.argv, r.preps))) for r in stages if r.preps}   # its training stages
     runner = jobs.backend(req.launcher)(shlex.join(["launch", *argv]), env=env)
     if req.dry_run:
         runner.run(plan, where, dry_run=True)
