@@ -5,8 +5,10 @@ Every record read ends in exactly one bucket — kept, rejected (with a reason) 
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +26,15 @@ class SourceCounts:
     not_selected: int = 0
 
 
+def manifest_path(path: str, dataset_dir=None) -> str:
+    """How a manifest names a source file: one the build wrote into its dataset dir (`dataset_dir`, the temp dir it is
+    built in: data=synthetic's `raw/`) relative to that dir, so the name follows the dir wherever it is moved or renamed
+    aside; any other file by its absolute path. A reader resolves it against the dataset dir (`dir / path`)."""
+    where = Path(os.path.abspath(path))
+    base = os.path.abspath(dataset_dir) if dataset_dir is not None else None
+    return where.relative_to(base).as_posix() if base is not None and where.is_relative_to(base) else str(where)
+
+
 @dataclass
 class RunStats:
     sources: dict[tuple[str, str], SourceCounts] = field(default_factory=dict)  # (domain, spec) ->
@@ -36,11 +47,10 @@ class RunStats:
             return
         domain, spec = key
         ident = src.identity()
-        if out_dir is not None:  # generated files live in the temp dir until the atomic rename
-            for f in ident.get("files", []):
-                if f["path"].startswith(str(out_dir)):
-                    f["path"] = str(final_dir) + f["path"][len(str(out_dir)):]
-        shown = spec.replace(str(out_dir), str(final_dir)) if out_dir is not None else spec
+        for f in ident.get("files", []):
+            f["path"] = manifest_path(f["path"], out_dir)
+        # a generated source's spec names its file where the dataset lands, absolute (a spec as given is kept as written)
+        shown = spec.replace(str(out_dir), os.path.abspath(final_dir)) if out_dir is not None else spec
         self.sources[key] = SourceCounts(shown, domain, ident)
 
     def read_ok(self, key: tuple[str, str]) -> None:

@@ -28,6 +28,7 @@ read as a step of that run), is refused (exit 2).
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -351,7 +352,7 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
             notes += _copy_carry_files(src.hf_dir, tmp, config, override)
             if getattr(tok, "chat_template", None) is None:
                 notes.append(f"{override.dir if override else src.hf_dir}: the tokenizer has no chat template; the serving copy has none either")
-            info = {"source": str(src.path), "kind": src.kind, "step": src.step, "dtype": dtype, "vocab_size": target_vocab,
+            info = {"source": os.path.abspath(src.path), "kind": src.kind, "step": src.step, "dtype": dtype, "vocab_size": target_vocab,
                     "tensors": len(sd), "trimmed": [n for n in notes if n.startswith("trimmed ")], "ignored_on_load": ignored}
             if override is not None:
                 info["tokenizer"] = {"spec": override.spec, "path": str(override.dir), "revision": override.revision,
@@ -360,7 +361,7 @@ def export_checkpoint(ckpt, out, *, dtype: str = "bf16", max_shard_size="5GB", v
             write_sha256sums(tmp)
             write_card(src.path, tmp, report=report, study=study, repo_id=repo_id)
             unchanged()   # the card's digest and every file copied are of the source as it was throughout
-    return dict(source=str(src.path), kind=src.kind, step=src.step, out=str(out), dtype=str(torch_dtype),
+    return dict(source=os.path.abspath(src.path), kind=src.kind, step=src.step, out=str(out), dtype=str(torch_dtype),
                 vocab_size=target_vocab, tensors=len(sd), weight_files=files, notes=src.notes + notes)
 
 

@@ -293,6 +293,37 @@ def test_cli_help_dry_run_and_errors(capsys, tmp_path):
     assert rc == 0 and json.loads((tmp_path / "s" / "manifest.json").read_text())["counts"]["rows_by_domain"] == {"search": 4}
 
 
+def test_the_manifest_names_its_source_files_from_any_working_directory(tmp_path, monkeypatch):
+    """A manifest's `sources[].files[].path`: a file the build generated (data=synthetic's raw/) relative to the dataset
+    dir, so a dataset renamed aside by overwrite=true still names its own file; any other file absolute (seen failing:
+    both relative to the working directory, the aside manifest naming `d1/raw/...`, by then the new dataset's file).
+    The rows' fingerprint does not depend on where the build ran."""
+    from common.io import sha256_file
+
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["arm=r2e", "out=d1", "data=synthetic", "n=8", "synthetic.n_entities=30"]) == 0
+    first = json.loads(Path("d1/manifest.json").read_text())
+    assert cli_main(["arm=r2e", "out=d1", "data=synthetic", "n=4", "synthetic.n_entities=30", "overwrite=true"]) == 0
+    (aside,) = tmp_path.glob("d1.replaced-*")
+    monkeypatch.chdir(tmp_path.parent)   # read from elsewhere
+    for d in (aside, tmp_path / "d1"):
+        m = json.loads((d / "manifest.json").read_text())
+        (f,) = [f for s in m["sources"] for f in s["files"]]
+        assert f["path"] == "raw/r2e_gym.jsonl" and sha256_file(d / f["path"]) == f["sha256"], (d, f)
+    assert first["sources"][0]["spec"] == f"r2e-gym:{tmp_path / 'd1' / 'raw' / 'r2e_gym.jsonl'}"   # where it was written
+    assert json.loads((aside / "manifest.json").read_text()) == first
+    gen = json.loads((tmp_path / "d1" / "manifest.json").read_text())
+    shutil.copy(tmp_path / "d1" / "raw" / "r2e_gym.jsonl", tmp_path / "own.jsonl")
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["arm=r2e", "out=d2", "sources.code=[r2e-gym:own.jsonl]", "n=4"]) == 0
+    (src,) = json.loads(Path("d2/manifest.json").read_text())["sources"]
+    assert src["spec"] == "r2e-gym:own.jsonl" and src["files"] == [{"path": str(tmp_path / "own.jsonl"), "sha256": gen["sources"][0]["files"][0]["sha256"]}]
+    monkeypatch.chdir(tmp_path.parent)   # the same build elsewhere, named absolute: the same rows, the same key
+    assert cli_main(["arm=r2e", f"out={tmp_path / 'd3'}", "data=synthetic", "n=4", "synthetic.n_entities=30"]) == 0
+    again = json.loads((tmp_path / "d3" / "manifest.json").read_text())
+    assert (again["fingerprint"], again["cache_key"], again["sources"][0]["files"]) == (gen["fingerprint"], gen["cache_key"], gen["sources"][0]["files"])
+
+
 def test_synthetic_bench_is_held_out(tmp_path):
     from data_prep.synthetic import write_synthetic_bench
 

@@ -108,6 +108,17 @@ def test_export_is_deterministic(tiny_model_dir, tmp_path):
     assert (tmp_path / "a" / "SHA256SUMS").read_text() == (tmp_path / "b" / "SHA256SUMS").read_text()
 
 
+def test_export_records_its_source_absolute(tiny_model_dir, tmp_path, monkeypatch):
+    """`ckpt=` given relative to the working directory: export_info.json (and the model card that quotes it) names the
+    source by its absolute path (seen failing: `model`, which names nothing from any other directory)."""
+    monkeypatch.chdir(tiny_model_dir.parent)
+    summary = export_checkpoint("model", tmp_path / "out", dtype="fp32")
+    monkeypatch.chdir(tmp_path)
+    info = json.loads((tmp_path / "out" / "export_info.json").read_text())
+    assert info["source"] == summary["source"] == str(tiny_model_dir), info
+    assert f"{info['source']} (step" in (tmp_path / "out" / "README.md").read_text().replace("\\_", "_")
+
+
 def test_source_without_tokenizer_is_refused(tiny_model_dir, tmp_path):
     src = shutil.copytree(tiny_model_dir, tmp_path / "src")
     (src / "tokenizer.json").unlink()
