@@ -208,7 +208,7 @@ def build_arm(data_cfg: Any, *, arm: str, seed: int, tokenizer: Any, out: str | 
                          "end_of_turn": renderer.info.end_marker, "chat_template_sha256": renderer.info.template_hash},
             **summary,
             "decontam": decon,
-            "heldout": None if held is None else {"dir": str(held.dir), "fingerprint": held.fingerprint, "excluded": held_out},
+            "heldout": None if held is None else {"dir": os.path.abspath(held.dir), "fingerprint": held.fingerprint, "excluded": held_out},
             "fingerprint": fingerprint,
             "cache_key": key,
         }

@@ -13,6 +13,7 @@ task/question equals them after normalization.
 """
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -59,7 +60,7 @@ def load_questions(paths: list[str]) -> tuple[list[tuple[str, str]], list[dict]]
     files = []
     for p in paths:
         path = Path(p)
-        files.append({"path": str(path), "sha256": sha256_file(path)})
+        files.append({"path": os.path.abspath(path), "sha256": sha256_file(path)})   # (its manifest names it from anywhere)
         for lineno, line in read_jsonl(path):
             try:
                 row = parse_json_line(line)

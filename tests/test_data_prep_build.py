@@ -706,3 +706,15 @@ def test_heldout_records_are_excluded_whatever_the_arms_reasoning_mode(tmp_path)
         assert with_held["counts"]["kept"] == 8
         with pytest.raises(heldout.TrainingDataError, match="the same content"):
             heldout.check_disjoint(held, tmp_path / f"{mode}-all")
+
+
+def test_the_manifest_names_its_decontamination_files_and_held_out_dir_absolute(tmp_path, monkeypatch):
+    """`decontam.files[].path` and `heldout.dir` in a dataset's manifest name what the build read from any working
+    directory (seen failing: both as typed, `ev.jsonl` and `h`, relative to the directory data-prep ran in)."""
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["heldout", "out=h", "data=synthetic", "n=2", "domains=[search]", "synthetic.n_entities=30"]) == 0
+    Path("ev.jsonl").write_text(json.dumps({"id": "q1", "question": "who wrote the rivers of x", "golden_answers": ["a"]}) + "\n")
+    assert cli_main(["arm=search", "out=d", "data=synthetic", "n=4", "synthetic.n_entities=30", "heldout=h", "decontam=[ev.jsonl]"]) == 0
+    m = json.loads(Path("d/manifest.json").read_text())
+    assert m["heldout"]["dir"] == str(tmp_path / "h")
+    assert [f["path"] for f in m["decontam"]["files"]] == [str(tmp_path / "ev.jsonl")]
