@@ -323,7 +323,6 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
     trainer.runner(argv, kind).run([job, *after], where, dry_run=True)
     for prep in preps:
         print(trainer.describe(prep))
-        trainer.check_python(prep)
         if backend(kind).where == "here" and prep.cfg.model.gpu_only and jobs.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")
