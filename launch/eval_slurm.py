@@ -23,7 +23,7 @@ from common.datafetch import no_network
 from common.io import json_text, read_json_object, utc_stamp, write_json
 from evals.profiles import load_profile
 from launch.evaluation import EvalFailure, EvalJob, EvalReport, candidates, check_settings, harness, plan, run_job
-from launch.jobs import Cluster, Job, Needs, Resources, backend, dry_run_dir
+from launch.jobs import Cluster, Job, Needs, Resources, backend, dry_run_dir, watch
 
 MODULE = "launch.eval_slurm"   # what every evaluation job runs: python -m launch.eval_slurm CONFIG (main)
 # Slurm's warning before an evaluation task's time limit: SIGUSR1 120 s before, to the batch shell, which is
@@ -121,10 +121,9 @@ def submit(req, jobs: list[EvalJob]) -> None:
     shown = [(f"{len(j.array)} evaluation(s) as Slurm job array {ids[j.name]}" if j.array else
               f"{j.notes[0].split(': ')[0]} as job {ids[j.name]}") + (f" (after {j.waits})" if j.waits else "")
              for j in plan[:-1]]
-    every = ",".join(ids.values())
     print(f"[analyze] submitted {', '.join(shown)} and the aggregation as job {ids['aggregate']} "
           f"(afterany:{':'.join(ids[j.name] for j in plan[:-1])}); plan and logs in {where}\n"
-          f"[analyze] watch: squeue -j {every}   (when done: sacct -j {every})", flush=True)
+          f"[analyze] {watch(ids.values())}", flush=True)
     if cfg.slurm.jobs_file:   # a study's analyze job: its submissions join the study's job ids
         record_jobs(Path(cfg.slurm.jobs_file), ids, os.environ.get("SLURM_JOB_ID"))
 

@@ -226,6 +226,11 @@ def project_env(**more: str) -> dict[str, str]:
     return dict(os.environ, **more, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
 
 
+def watch(ids: Iterable[str]) -> str:
+    """How to follow submitted jobs `ids`: the squeue line, and sacct's for when they are done."""
+    return "watch: squeue -j {0}   (when done: sacct -j {0})".format(",".join(ids))
+
+
 def dry_run_dir(kind: str) -> Path:
     """A new directory for a dry run's configs and scripts, in the system's temporary directory (never the checkout)."""
     return Path(tempfile.mkdtemp(prefix=f"dtsft-dry-run-{kind}-"))

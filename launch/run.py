@@ -97,11 +97,6 @@ class Trainer:
         prep.needs = prep.needs or preflight.run_needs(self, prep)
         return prep.needs
 
-    def check_python(self, prep: Prepared) -> None:
-        """Refuse (LaunchError, one line: launch.preflight.python_problem) a named interpreter lacking what the run needs."""
-        if (need := self.run_needs(prep)).python is not None and (why := preflight.python_problem(need)):
-            raise LaunchError(why)
-
 
 def requested_identity(cfg: DictConfig, data_fingerprint: str | None = None, semantics: int | None = None) -> dict:
     """The run identity of `cfg` (common.fingerprint), with the trainer's semantics version and the data fingerprint."""
@@ -223,7 +218,8 @@ def launch_one(trainer: Trainer, argv: list[str]) -> int:
     prep = trainer.resolve(argv)   # a request of another fingerprint than the run dir's is refused here
     if kept(trainer, prep):
         return 0
-    trainer.check_python(prep)   # a named interpreter: its one line, before anything (a dry run's too)
+    if (need := trainer.run_needs(prep)).python is not None and (why := preflight.python_problem(need)):
+        raise LaunchError(why)   # a named interpreter lacking what the run needs: its one line, before anything (a dry run's too)
     found = preflight.gate(preflight.of([trainer.job([prep])]), bool(prep.cfg.launcher.dry_run))
     if prep.cfg.launcher.dry_run:
         return dry_run(trainer, [prep], argv) or preflight.after_plan(found) or 0
@@ -323,7 +319,6 @@ def dry_run(trainer: Trainer, preps: list[Prepared], argv: list[str],
     trainer.runner(argv, kind).run([job, *after], where, dry_run=True)
     for prep in preps:
         print(trainer.describe(prep))
-        trainer.check_python(prep)
         if backend(kind).where == "here" and prep.cfg.model.gpu_only and jobs.cuda_device_count() == 0:
             print(f"[launch] note: model={prep.choices['model']} is GPU-only and this machine has no "
                   "CUDA GPU; without dry_run this fails (use model=tiny on CPU)")

@@ -342,9 +342,8 @@ def run_study(argv: list[str]) -> int:
         print(f"\nstudy {study.name}: all stages done")
         return 0
     record_jobs(where / "jobs.json", ids)
-    every = list(ids.values())
     print(f"\nstudy {study.name}: submitted " + "; ".join(f"{k}: {v}" for k, v in ids.items())
           + f"\n  scripts, logs and job ids: {where}"
-          + f"\n  watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})"
+          + f"\n  {jobs.watch(ids.values())}"
           + "\n  an analyze job submits its evaluations and aggregation when it runs (their ids join jobs.json)")
     return 0

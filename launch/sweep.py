@@ -18,7 +18,7 @@ from evals.profiles import PROFILES_DIR, profile_names
 from launch import local, preflight
 from launch.errors import LaunchError
 from launch.eval_slurm import plan_dir, runs_plan, write_files
-from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env
+from launch.jobs import Job, JobFailed, backend, dry_run_dir, project_env, watch
 from launch.run import SFT, dry_run, finished, kept, start_training, train_runs
 
 ANALYZE = "analyze."   # `analyze.KEY=VALUE`: KEY=VALUE for the sweep's analyze (e.g. analyze.eval.corpus=...)
@@ -201,9 +201,7 @@ def _sweep_submit(argv, runs, preps, evaluation, req) -> int:
     ids = runner.run(plan, root, start=start_training(runner, {job.name: (SFT, todo)}))
     print(f"[launch] submitted {len(todo)} runs as Slurm job array {ids[job.name]} ({root / job.name}{runner.suffix})", flush=True)
     if req is not None:
-        every = [ids[j.name] for j in plan]
         print("[launch] sweep: each run's evaluation job after its training task, then the report: "
               + ", ".join(f"{j.name} {ids[j.name]}" for j in plan[1:])
-              + f"; scripts in {root}\n[launch] watch: squeue -j {','.join(every)}   (when done: sacct -j {','.join(every)})",
-              flush=True)
+              + f"; scripts in {root}\n[launch] {watch(ids[j.name] for j in plan)}", flush=True)
     return 0

@@ -287,3 +287,21 @@ def test_a_local_sweep_checks_its_analysis_first_and_its_dry_run_trains_nothing(
     out = capfd.readouterr().out
     assert "runs finished" not in out and "[launch] sweep: dry run: 1 run(s) planned, nothing started" in out
     assert ran == [] and not (tmp_path / "r2e").exists() and not (tmp_path / "_reports").exists()
+
+
+def test_a_sweep_dry_run_with_a_missing_interpreter_shows_its_plan_and_says_the_problem_once(tmp_path, monkeypatch, capfd):
+    """The preflight reports a named interpreter that cannot run (one line per run); the dry run then shows its whole
+    plan and exits 2 (launch.preflight.gate). Seen failing: the dry run stopped at its first run with the problem
+    again, unprefixed, and planned nothing more."""
+    from launch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nowhere" / "python"
+    assert main(["sweep", "arms=[r2e,search]", "model=tiny", "data=synthetic", f"python.sft={missing}", "dry_run=true",
+                 f"runs_root={tmp_path / 'R'}"]) == 2
+    said = capfd.readouterr()
+    assert [line.split(": python.sft=")[0] for line in said.err.splitlines() if f"python.sft={missing}" in line] == \
+        [f"error: preflight: run {tmp_path / 'R' / arm / 'seed0'}" for arm in ("r2e", "search")], said.err
+    assert "the dry run showed its plan; exit 2" in said.err
+    assert "[launch] sweep: dry run: 2 run(s) planned, nothing started" in said.out
+    assert not (tmp_path / "R").exists()
