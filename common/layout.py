@@ -147,7 +147,7 @@ def record_base(run_dir: str | Path, base: dict) -> None:
     path = Path(run_dir) / MANIFEST
     if not path.is_file():
         return
-    with manifest_lock(run_dir):
+    with manifest_lock(Path(run_dir) / MANIFEST_LOCK):
         try:
             manifest = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Iterator
 
 from common.cli import ConfigError
-from common.layout import MANIFEST_LOCK, TRAIN_LOCK
 
 
 class LockHeld(ConfigError):
@@ -95,13 +94,13 @@ def check_free(path: str | Path, what: str, advice: str = "") -> None:
 
 
 @contextmanager
-def manifest_lock(run_dir: str | Path) -> Iterator[None]:
-    """`<run_dir>/.manifest.lock`, held for one read-modify-write of the run dir's manifest.json: launch's record of a
+def manifest_lock(path: str | Path) -> Iterator[None]:
+    """`path`, a run dir's `.manifest.lock` (common.layout.MANIFEST_LOCK), held for one read-modify-write of the run dir's manifest.json: launch's record of a
     launch (a Slurm submission's after the job is queued, when its trainer may be starting) and a trainer's record of
     its base (common.layout.record_base). Waits for another writer's, which holds it for a read and an atomic write
     only: it is taken last (inside `.launch.lock` or `.train.lock`, never the other way round) and nothing is taken
     while it is held, so it cannot deadlock with them."""
-    path = Path(run_dir) / MANIFEST_LOCK
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -117,15 +116,15 @@ def manifest_lock(run_dir: str | Path) -> Iterator[None]:
         os.close(fd)
 
 
-def take_run_lock(run_dir: Path, rank: int, world: int, error: type[Exception]) -> int | None:
-    """The trainers' run lock (sft.train, rl.train): rank 0 takes `<run_dir>/.train.lock` (fcntl) for
+def take_run_lock(path: Path, rank: int, world: int, error: type[Exception]) -> int | None:
+    """The trainers' run lock (sft.train, rl.train): rank 0 takes `path`, `<run_dir>/.train.lock` (fcntl), for
     the whole process; every rank learns whether it got it (an all-reduce when `world` > 1; `error`, the
     trainer's own type, on the ranks that did not try). A second trainer on the run dir — via launch or
     directly — is refused naming the holder; the kernel releases the lock when the holder dies, however it dies."""
     fd, err = None, None
     if rank == 0:
         try:
-            fd = acquire(Path(run_dir) / TRAIN_LOCK, "another trainer", "two trainers would interleave metrics.jsonl "
+            fd = acquire(path, "another trainer", "two trainers would interleave metrics.jsonl "
                          "and write the same checkpoints; wait for it to finish or stop it, then resume")
         except ConfigError as exc:
             err = exc
@@ -140,5 +139,5 @@ def take_run_lock(run_dir: Path, rank: int, world: int, error: type[Exception]) 
     if err is not None:
         raise err
     if failed:
-        raise error(f"{run_dir}: rank 0 could not take the run-dir lock (see rank 0's error)")
+        raise error(f"{Path(path).parent}: rank 0 could not take the run-dir lock (see rank 0's error)")
     return fd

@@ -86,7 +86,7 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
         study = {"unreadable": os.environ[STUDY_ENV]}
     if study is not None:  # launched as a stage of `launch study=NAME`: the study file's name and digest
         entry["study"] = study
-    with manifest_lock(run_dir):   # a trainer may be recording its base in it now (common.layout.record_base)
+    with manifest_lock(Path(run_dir) / layout.MANIFEST_LOCK):   # a trainer may be recording its base in it now (common.layout.record_base)
         manifest = read(run_dir) if path.is_file() else {
             "run_dir": str(run_dir), "created": entry["time"], "command": entry["command"], "recipes": recipes, "git": entry["git"],
             "packages": package_versions(), "hardware": hardware(), "data": data, "launcher": launcher, "launches": []}

@@ -530,7 +530,7 @@ class Run:
         state = PartialState(cpu=not on_gpu())
         rd.mkdir(parents=True, exist_ok=True)
         # The trainer's own run-dir lock (rank 0, whole process), as sft.train takes it.
-        self._lock = lock.take_run_lock(rd, state.process_index, state.num_processes, RlError)
+        self._lock = lock.take_run_lock(rd / layout.TRAIN_LOCK, state.process_index, state.num_processes, RlError)
         if self._lock is not None:
             layout.clear_end(rd)   # this run trains again: a FAILED / REQUEUED of an earlier segment is stale
         if state.is_main_process and not (self.start_dir / "SHA256SUMS").is_file():

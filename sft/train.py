@@ -255,7 +255,7 @@ def run(cfg: TrainConfig, held: ExitStack) -> int:
 
     rank, world, owns_group = init_distributed(device.type)
     setup_logging(rank)
-    run_lock = lock.take_run_lock(cfg.run_dir, rank, world, SftError)
+    run_lock = lock.take_run_lock(Path(cfg.run_dir) / layout.TRAIN_LOCK, rank, world, SftError)
     if run_lock is not None:
         held.callback(os.close, run_lock)
         layout.clear_end(cfg.run_dir)   # this run trains again: a FAILED / REQUEUED of an earlier segment is stale

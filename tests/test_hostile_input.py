@@ -319,7 +319,7 @@ def test_build_quarantines_every_poison_record_and_keeps_all_good_ones(tiny_toke
         "bad_tools": _line(_good(104, tools="search")),
         "no_final_answer": _line(_good(105, messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])),
         "wrong_task_type": _line(_good(106, task=5)),
-        "wrong_answer_type": _line(_good(107, answer=["x"])),
+        "wrong_answer_type": _line(_good(107, answer=["x", 5])),
         "wrong_terminator": _line(_good(108, terminator="finish")),
         "unknown_role": _line(_good(109, messages=[{"role": "robot", "content": "q"},
                                                    {"role": "assistant", "content": "Final answer: x"}])),
