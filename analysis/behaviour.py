@@ -445,14 +445,12 @@ def load_episodes(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> list
     gives no score, e.g. one whose items never generated a token: its rows are no behaviour of the model's), with
     what can't be read recorded on `dec`: rows lacking a field the decomposition needs, and benches without a score,
     under `skipped` (shown beside the table), anything else wrong under `problems`."""
-    from analysis.collect import no_score_reason, qa_label
-    from analysis.discover import read_json_object
+    from analysis.collect import eval_no_score, qa_label
 
     path = Path(eval_dir) / f"{bench}.jsonl"
     if not path.is_file():
         return None
-    entry = (read_json_object(Path(eval_dir) / "summary.json", []) or {}).get(bench)
-    if isinstance(entry, dict) and (why := no_score_reason(entry)):
+    if why := eval_no_score(eval_dir, bench):
         dec.skipped[f"{who} × {qa_label(bench)}"] = f"no score: {why}"
         return None
     try:

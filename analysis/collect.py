@@ -111,6 +111,13 @@ def no_score_reason(entry: dict) -> str | None:
     return None
 
 
+def eval_no_score(eval_dir: Path, bench: str) -> str | None:
+    """Why `eval_dir`'s summary.json gives `bench` no score (no_score_reason), else None (also when unreadable:
+    its readers say that)."""
+    entry = (read_json_object(Path(eval_dir) / "summary.json", []) or {}).get(bench)
+    return no_score_reason(entry) if isinstance(entry, dict) else None
+
+
 def _is_count(metric: str) -> bool:
     """A count of items (empty_gold_items, ...), which a bench without a score still has; not a mean."""
     spec = metric_specs().get(metric)
