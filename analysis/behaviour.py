@@ -441,13 +441,17 @@ def identity_label(eval_dir: Path, bench: str) -> str:
 
 
 def load_episodes(eval_dir: Path, bench: str, who: str, dec: Decomposed) -> list[Episode] | None:
-    """The bench's episodes in one eval dir (None: no rows file, no rows, or unreadable), with what can't be
-    read recorded on `dec`: rows lacking a field the decomposition needs under `skipped` (shown beside the
-    table), anything else wrong under `problems`."""
-    from analysis.collect import qa_label
+    """The bench's episodes in one eval dir (None: no rows file, no rows, unreadable, or a bench its summary.json
+    gives no score, e.g. one whose items never generated a token: its rows are no behaviour of the model's), with
+    what can't be read recorded on `dec`: rows lacking a field the decomposition needs, and benches without a score,
+    under `skipped` (shown beside the table), anything else wrong under `problems`."""
+    from analysis.collect import eval_no_score, qa_label
 
     path = Path(eval_dir) / f"{bench}.jsonl"
     if not path.is_file():
+        return None
+    if why := eval_no_score(eval_dir, bench):
+        dec.skipped[f"{who} × {qa_label(bench)}"] = f"no score: {why}"
         return None
     try:
         return read_episodes(path) or None

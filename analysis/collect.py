@@ -16,10 +16,11 @@ import pandas as pd
 
 from analysis.discover import ANCHOR_ARM, Run, read_json_object
 from common.io import JsonLineError, parse_json_line
-from evals.metrics import NON_METRIC_FIELDS, NULL_REASON
+from evals.metrics import NON_METRIC_FIELDS, NULL_REASON, PROMPT_TOO_LONG
 from analysis.errors import AnalysisError
 from common.benchmarks import CONTEXT_MODES, BenchError, bench_label, parse_bench_key
-from evals.registry import headline_metrics, metric_problem
+from evals.registry import headline_metrics, metric_problem, metric_specs
+from evals.results import too_long_text
 
 COLUMNS = ["arm", "seed", "step", "bench", "metric", "value", "n"]
 # The Search-R1 seven, in the order of its Table 2 (general QA, then multi-hop QA).
@@ -37,6 +38,8 @@ class Collected:
     nulls: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
     # (arm, seed, step) -> why its summary.json could not be read (the problem's own line)
     unread: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    # (arm, seed, step, bench) -> how many of its scored items never generated a token (evaluate's `prompt_too_long`)
+    too_long: dict[tuple[str, int, int, str], str] = field(default_factory=dict)
 
 
 def env_benches() -> list[str]:
@@ -94,14 +97,43 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
+def no_score_reason(entry: dict) -> str | None:
+    """Why a summary.json bench entry has no score: evaluate's `null_reason`, or, in a summary written before
+    evaluate said so, a bench every one of whose items stopped at `context_limit` without generating a token
+    (its zeros are no answer of the model's); None when it has one."""
+    if isinstance(entry.get(NULL_REASON), str):
+        return entry[NULL_REASON]
+    n = entry.get("n")
+    if (isinstance(n, int) and n > 0 and entry.get("stop_reasons") == {"context_limit": n}
+            and entry.get("mean_generated_tokens") == 0):
+        return (f"not measured: {n} of {n} items never generated a token: their first prompt does not fit "
+                "max_model_len (stop reason context_limit, no token generated; summary.json of an earlier evaluate)")
+    return None
+
+
+def eval_no_score(eval_dir: Path, bench: str) -> str | None:
+    """Why `eval_dir`'s summary.json gives `bench` no score (no_score_reason), else None (also when unreadable:
+    its readers say that)."""
+    entry = (read_json_object(Path(eval_dir) / "summary.json", []) or {}).get(bench)
+    return no_score_reason(entry) if isinstance(entry, dict) else None
+
+
+def _is_count(metric: str) -> bool:
+    """A count of items (empty_gold_items, ...), which a bench without a score still has; not a mean."""
+    spec = metric_specs().get(metric)
+    return spec is not None and spec.integer
+
+
 def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[str] | None,
                  problems: list[str] | None = None, where: Path | str = "summary.json",
-                 nulls: dict | None = None) -> list[dict]:
+                 nulls: dict | None = None, too_long: dict | None = None) -> list[dict]:
     """Tidy rows of one summary.json. Every value is checked against evals' metric registry: a NaN,
     an inf, an out-of-range value, an unknown metric or a bad `n` is listed in `problems` (file,
     bench, metric, value) and not written (a bad `n` is written as -1, unknown). A bench whose means
-    evaluate left null with a reason (`null_reason`: no items to score; then n may be 0) writes no
-    row for them: the reason goes to `nulls`."""
+    evaluate left null with a reason (`null_reason`: no items to score, or none generated a token; then n may
+    be 0; analysis.collect.no_score_reason) writes no row for its means, only its counts of items: the reason goes
+    to `nulls`. A scored bench some of whose items never generated
+    a token (`prompt_too_long`, each scored 0) is said in `too_long`."""
     problems = [] if problems is None else problems
     rows = []
     for bench, metrics in summary.items():
@@ -110,15 +142,18 @@ def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[st
         if not isinstance(metrics, dict):
             problems.append(f"{where}: {bench}: expected an object of metrics, found {metrics!r}")
             continue
-        reason = metrics.get(NULL_REASON) if isinstance(metrics.get(NULL_REASON), str) else None
+        reason = no_score_reason(metrics)
         if reason and nulls is not None:
             nulls[(arm, seed, step, bench)] = reason
+        if not reason and too_long is not None and isinstance(info := metrics.get(PROMPT_TOO_LONG), dict) \
+                and isinstance(info.get("items"), int):
+            too_long[(arm, seed, step, bench)] = too_long_text(info, metrics.get("n"))
         n = metrics.get("n")
         if (why := metric_problem("n", n)) is not None and not (reason and n == 0):
             problems.append(f"{where}: {bench}.n = {n!r}: {why}; its values are written with n=-1")
             n = -1
         for metric, value in metrics.items():
-            if metric == "n" or metric in NON_METRIC_FIELDS or (reason and value is None):
+            if metric == "n" or metric in NON_METRIC_FIELDS or (reason and (value is None or not _is_count(metric))):
                 continue
             if (why := metric_problem(metric, value)) is not None:
                 problems.append(f"{where}: {bench}.{metric} = {value!r}: {why}; not written")
@@ -129,23 +164,25 @@ def summary_rows(arm: str, seed: int, step: int, summary: dict, benches: list[st
 
 def collect(runs: list[Run], anchor_eval_dir: Path | None, benches: list[str] | None = None) -> Collected:
     """Tidy table over every run's eval summaries (plus the anchor's); problems are listed, not raised."""
-    rows, problems, nulls, unread = [], [], {}, {}
+    rows, problems, nulls, unread, too_long = [], [], {}, {}, {}
     for run in runs:
         for step, d in sorted(run.evals.items()):
             before = len(problems)
             summary = read_json_object(d / "summary.json", problems)
             if summary is not None:
-                rows += summary_rows(run.arm, run.seed, step, summary, benches, problems, d / "summary.json", nulls)
+                rows += summary_rows(run.arm, run.seed, step, summary, benches, problems, d / "summary.json", nulls,
+                                     too_long)
             elif len(problems) > before:
                 unread[(run.arm, run.seed, step)] = problems[-1]
     if anchor_eval_dir is not None and (anchor_eval_dir / "summary.json").is_file():
         summary = read_json_object(anchor_eval_dir / "summary.json", problems)
         if summary is not None:
-            rows += summary_rows(ANCHOR_ARM, 0, 0, summary, benches, problems, anchor_eval_dir / "summary.json", nulls)
+            rows += summary_rows(ANCHOR_ARM, 0, 0, summary, benches, problems, anchor_eval_dir / "summary.json", nulls,
+                                 too_long)
     table = pd.DataFrame(rows, columns=COLUMNS)
     table = table.astype({"seed": "int64", "step": "int64", "value": "float64", "n": "int64"})
     table = table.sort_values(["arm", "seed", "step", "bench", "metric"], kind="stable").reset_index(drop=True)
-    return Collected(table, problems, nulls, unread)
+    return Collected(table, problems, nulls, unread, too_long)
 
 
 def qa_benches(table: pd.DataFrame, also=()) -> list[str]:

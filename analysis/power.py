@@ -298,8 +298,12 @@ class Pilot:
 
 
 def _series(eval_dir: Path, bench: str, metric: str):
-    from analysis.collect import example_metric
+    """The per-item `metric` of `bench` in `eval_dir` (None: no rows); a bench its summary.json gives no score
+    (analysis.collect.no_score_reason, e.g. none of its items generated a token) is refused, naming why."""
+    from analysis.collect import eval_no_score, example_metric
 
+    if why := eval_no_score(eval_dir, bench):
+        raise AnalysisError(f"power: {eval_dir} {bench}: no score: {why}")
     problems: list[str] = []
     s = example_metric(eval_dir, bench, metric, problems)
     if problems:

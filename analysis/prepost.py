@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.collect import example_metric, qa_label
+from analysis.collect import example_metric, no_score_reason, qa_label
 from analysis.discover import Run, read_json_object
 from analysis.stats import PairedResult, tango_limits
 from analysis.tables import DASH, Column, Table
@@ -107,8 +107,13 @@ class PrePost:
 
 
 def _summary_value(eval_dir: Path, bench: str, metric: str, problems: list[str]) -> float | None:
+    """The bench's `metric` in summary.json; None where it is not a number or the bench has no score
+    (analysis.collect.no_score_reason: e.g. none of its items generated a token, its 0 no score of the model's)."""
     summary = read_json_object(eval_dir / "summary.json", problems) or {}
-    value = (summary.get(bench) or {}).get(metric)
+    entry = summary.get(bench) if isinstance(summary.get(bench), dict) else {}
+    if no_score_reason(entry):
+        return None
+    value = entry.get(metric)
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok else None
 

@@ -310,7 +310,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
                                  settings=settings, ignored=replaced_dirs(root), intervals=intervals,
-                                 partial=partial_line(result), evaluated_under=evaluated_under)
+                                 partial=partial_line(result), evaluated_under=evaluated_under,
+                                 too_long=collected.too_long)
     from analysis.html import write_html
 
     result.html = write_html(out, runs=runs, figures=result.figures, tables=result.tables, missing=result.missing,

@@ -47,6 +47,7 @@ class Episode:
     generated_tokens: int = 0
     stop_reason: str | None = None
     final_content: str = ""
+    refused_prompt: dict | None = None   # the prompt that did not fit: {tokens, max_model_len} (evals.scheduler.Table)
     extra: dict = field(default_factory=dict)
 
 

@@ -35,10 +35,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 from common.benchmarks import BenchError, BenchItem
-from evals.metrics import mean
+from evals.metrics import NULL_REASON, mean
 from evals.scheduler import Episodes
 from evals.toolcalls import split_turn
-from evals.results import null_means
+from evals.results import null_means, with_prompt_too_long
 
 HISTORY = 16  # BALROG's max_text_history (checked against its protocol data in tests)
 METRICS = ("return", "success", "progression", "invalid_action_rate")
@@ -83,6 +83,7 @@ class _Game:
         self.messages: list[dict] = []
         self.transcript: list[dict] = []
         self.stop_reason: str | None = None
+        self.refused_prompt: dict | None = None   # the prompt that did not fit (evals.scheduler.Table.generate)
         self.generated_tokens = 0
 
     def next_prompt(self) -> None:
@@ -161,6 +162,7 @@ def _row(g: _Game, temperature: float, max_new_tokens: int) -> dict:
         "metrics": {"return": float(env.episode_return), "success": float(env.success),
                     "progression": float(env.progression),
                     "invalid_action_rate": env.invalid_actions / steps if steps else 0.0},
+        **({"refused_prompt": g.refused_prompt} if g.refused_prompt else {}),
     }
 
 
@@ -195,7 +197,11 @@ def summarize(rows: list[dict]) -> dict:
     summary["per_task"] = {t: _means([r for r in rows if r["task"] == t]) for t in tasks}
     summary["stop_reasons"] = dict(sorted(Counter(r["stop_reason"] for r in rows).items()))
     summary["mean_generated_tokens"] = mean(r["generated_tokens"] for r in rows)
+    means = [*METRICS, "mean_steps", "mean_generated_tokens", "return_ci95"]
     if not rows:   # a mean over zero episodes is no number (evals.results.null_means)
-        return null_means(summary, [*METRICS, "mean_steps", "mean_generated_tokens", "return_ci95", "samples"],
-                          "no items to score")
+        return null_means(summary, [*means, "samples"], "no items to score")
+    summary = with_prompt_too_long(summary, rows, means)
+    if summary.get(NULL_REASON):   # no game took a step: its tasks' means are no number either
+        for task in summary["per_task"].values():
+            task.update({k: None for k in (*METRICS, "mean_steps")})
     return summary

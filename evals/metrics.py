@@ -136,5 +136,9 @@ METRICS: dict[str, MetricSpec] = {
 }
 # Why a bench's means are null in its summary: each is over zero items, which is no number (never 0.0).
 NULL_REASON = "null_reason"
+# Items that stopped at `context_limit` before their first generated token (evals.results.prompt_too_long):
+# {items, longest_prompt_tokens, max_model_len}; only in a summary where some did.
+PROMPT_TOO_LONG = "prompt_too_long"
 # Summary fields that are descriptions or breakdowns, not metrics.
-NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules", "return_ci95", NULL_REASON)
+NON_METRIC_FIELDS = ("source", "stop_reasons", "extract_rules", "per_task", "action_rules", "return_ci95", NULL_REASON,
+                     PROMPT_TOO_LONG)

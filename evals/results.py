@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from common.io import JsonLineError, parse_json_line, torn_line_problem, utc_stamp
-from evals.metrics import NULL_REASON, empty_gold, mean
+from evals.metrics import NULL_REASON, PROMPT_TOO_LONG, empty_gold, mean
 from evals.errors import EvalError
 
 QA_KEYS = ("em", "f1", "cover_em", "strict_em")
@@ -114,9 +114,43 @@ def null_means(summary: dict, keys, reason: str) -> dict:
     return summary
 
 
+def prompt_too_long(rows: list[dict]) -> dict | None:
+    """The items that stopped at `context_limit` before their first generated token (their first prompt did not
+    fit `max_model_len`): {items, longest_prompt_tokens, max_model_len} (the two from the rows' `refused_prompt`,
+    None for rows written before it), or None when every item generated."""
+    hit = [r for r in rows if r.get("stop_reason") == "context_limit" and not r.get("generated_tokens")]
+    if not hit:
+        return None
+    refused = [r["refused_prompt"] for r in hit if isinstance(r.get("refused_prompt"), dict)]
+    return {"items": len(hit), "longest_prompt_tokens": max((p["tokens"] for p in refused), default=None),
+            "max_model_len": max((p["max_model_len"] for p in refused), default=None)}
+
+
+def too_long_text(too_long: dict, n: int) -> str:
+    """`k of n items never generated a token: a first prompt of up to T tokens does not fit max_model_len=M`."""
+    longest, window = too_long.get("longest_prompt_tokens"), too_long.get("max_model_len")
+    fits = (f"a first prompt of up to {longest} tokens does not fit max_model_len={window}" if longest is not None
+            else "their first prompt does not fit max_model_len")
+    return f"{too_long['items']} of {n} items never generated a token: {fits}"
+
+
+def with_prompt_too_long(summary: dict, rows: list[dict], keys) -> dict:
+    """`summary` with its PROMPT_TOO_LONG count where some item never generated a token; where none did, the means
+    `keys` null (the bench was not measured: a 0 there would read as the checkpoint's score), with the reason."""
+    too_long = prompt_too_long(rows)
+    if too_long is None:
+        return summary
+    summary[PROMPT_TOO_LONG] = too_long
+    if too_long["items"] < len(rows):
+        return summary
+    return null_means(summary, keys, f"not measured: {too_long_text(too_long, len(rows))} (stop reason context_limit "
+                                     "before any generation); raise max_model_len or shorten the prompt")
+
+
 def summarize(rows: list[dict], metric_keys: tuple[str, ...] | None = None) -> dict:
     """Bench-level means in [0, 1] plus counts of stop reasons and extractor rules. A mean over zero
-    items (no rows; every item skipped for its empty golds) is null, with the reason (NULL_REASON)."""
+    items (no rows; every item skipped for its empty golds) is null, with the reason (NULL_REASON), and so
+    are all means of a bench none of whose items generated a token (with_prompt_too_long)."""
     keys = metric_keys or (tuple(rows[0]["metrics"]) if rows else QA_KEYS)
     scored = [r for r in rows if not r.get("skipped_empty_gold")]
     summary = {k: mean(r["metrics"][k] for r in scored) for k in keys}
@@ -135,6 +169,9 @@ def summarize(rows: list[dict], metric_keys: tuple[str, ...] | None = None) -> d
     })
     if not rows:
         return null_means(summary, [*keys, *MEAN_FIELDS], "no items to score")
+    summary = with_prompt_too_long(summary, rows, [*keys, *MEAN_FIELDS])
+    if summary.get(NULL_REASON):
+        return summary
     if not scored:
         return null_means(summary, keys, f"no item scored: the gold answers of all {len(rows)} items normalize "
                                          "to nothing and skip_empty_golds=true")

@@ -50,11 +50,11 @@ from evals.config import Resolved, resolve
 from evals.engine import Engine, Lockstep
 from evals.errors import EvalError
 from evals.identity import bench_identity, checkpoint_identity, of_another_checkpoint, source_digest
-from evals.metrics import NULL_REASON, unweighted_mean
+from evals.metrics import NULL_REASON, PROMPT_TOO_LONG, unweighted_mean
 from evals.parallel import shard_items
 from evals.registry import kind_of, uses_retriever
 from evals.scheduler import Episodes
-from evals.results import QA_KEYS
+from evals.results import QA_KEYS, too_long_text
 from evals.store import EvalStore, described
 from evals.toolcalls import detect_style
 
@@ -431,6 +431,9 @@ def _evaluate(cfg, backend, retriever, owned: list, ckpt_id: dict | None) -> dic
         "empty_gold_items": {b: summary[b]["empty_gold_items"] for b in cfg.benches
                              if "empty_gold_items" in summary.get(b, {})},
         "skip_empty_golds": bool(cfg.skip_empty_golds),
+        # items that stopped at context_limit before their first generated token (their first prompt did not fit)
+        "prompt_too_long_items": {b: (summary[b].get(PROMPT_TOO_LONG) or {}).get("items", 0) for b in cfg.benches
+                                  if b not in tf_names and b in summary},
         "config": None, "versions": _versions(),
         "seconds": round(time.time() - started, 3),
     }
@@ -467,6 +470,9 @@ def format_table(summary: dict) -> str:
     if means["em"] is not None:
         lines.append(f"{'7-bench mean':<{w}}{'':>6}{100 * means['em']:>8.1f}{100 * means['f1']:>8.1f}"
                      f"{100 * means['cover_em']:>9.1f}{100 * means['strict_em']:>10.1f}")
+    # a scored bench some of whose items never generated (each scored 0): said under the table, not hidden in it
+    lines += [f"{bench}: {too_long_text(s[PROMPT_TOO_LONG], s['n'])} (each scored 0)" for bench, s in summary.items()
+              if isinstance(s.get(PROMPT_TOO_LONG), dict) and not s.get(NULL_REASON)]
     legends = [QA_LEGEND] * qa + list(dict.fromkeys(k.legend for k in kinds if k.console))
     return "\n".join([*lines, f"({'; '.join(legends)}; docs/glossary.md)"])
 

@@ -75,13 +75,15 @@ class Table:
     async def generate(self, unit, messages: list[dict], tools: list[dict], *, max_new_tokens: int,
                        template_kwargs: dict | None = None, temperature: float = 0.0, seed: int | None = None):
         """(generation, its cap on new tokens) of `unit`'s next turn; None, with `unit.stop_reason`
-        set to `context_limit`, when the prompt no longer fits."""
+        set to `context_limit` and `unit.refused_prompt` to the prompt's length and the window, when the
+        prompt no longer fits."""
         engine = self.engine
         text = lambda: engine.encode(render(engine.tokenizer, messages, tools, template_kwargs))  # noqa: E731
         ids = await asyncio.get_running_loop().run_in_executor(self.executor, text)
         cap = fit(len(ids), max_model_len=self.max_model_len, max_new_tokens=max_new_tokens)
         if cap is None:
             unit.stop_reason = "context_limit"
+            unit.refused_prompt = {"tokens": len(ids), "max_model_len": self.max_model_len}
             return None
         return await engine.generate_one(ids, cap, temperature=temperature, seed=seed), cap
 

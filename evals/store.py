@@ -9,7 +9,7 @@ manager owns a checkpoint folder.
 
 An out dir holds one identity per bench (evals.identity): `claim` refuses another one, or with
 overwrite renames the old outputs aside (nothing is deleted). A bench's entries of meta.json
-(`bench_items`, `sampled_ids`, `empty_gold_items`, `settings`, its kind's block, its own config keys) are
+(`bench_items`, `sampled_ids`, `empty_gold_items`, `prompt_too_long_items`, `settings`, its kind's block, its own config keys) are
 written by the call that evaluated it and kept by later calls that evaluate other benches.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from evals.results import ResultsError, append_rows, load_done
 EVAL_LOCK = ".evaluate.lock"   # held by the one evaluation writing the out dir (EvalStore.lock)
 # meta.json entries keyed by bench, kept for the benches a later call does not evaluate; `settings`: the result-changing
 # settings (common.cards.RESULT_SETTINGS) of the call that evaluated the bench, as the top-level `config` is the last call's
-PER_BENCH_META = ("bench_items", "sampled_ids", "empty_gold_items", "settings")
+PER_BENCH_META = ("bench_items", "sampled_ids", "empty_gold_items", "prompt_too_long_items", "settings")
 
 
 class EvalStore:

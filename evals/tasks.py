@@ -78,6 +78,7 @@ def episode_row(ep: Episode, question: str, golden_answers: list[str], metrics_f
         "generated_tokens": ep.generated_tokens,
         "metrics": metrics_fn(answer, rule),
         "messages": ep.messages,
+        **({"refused_prompt": ep.refused_prompt} if ep.refused_prompt else {}),
     }
 
 

@@ -410,6 +410,56 @@ def test_a_null_metric_is_a_gap_with_its_reason_not_a_problem(tmp_path, fast_fig
     assert "–" not in anchor   # the anchor has both benches: its mean is there
 
 
+def test_a_point_some_of_whose_items_never_generated_says_so(tmp_path, fast_figures):
+    """A bench evaluate scored although some items never generated a token (`prompt_too_long`: their first prompt
+    did not fit max_model_len, each scored 0) keeps its value, and report.md lists the point and bench with the
+    count, the longest prompt and max_model_len (before: nothing said the value holds zeros no answer made)."""
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10], evaluated={10: {"nq": 0.4, "hotpotqa": 0.5}})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.2, "hotpotqa": 0.3})
+    path = root / "r2e" / "seed0" / "eval" / "step-000010" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["hotpotqa"]["prompt_too_long"] = {"items": 3, "longest_prompt_tokens": 4100, "max_model_len": 4096}
+    path.write_text(json.dumps(summary))
+    out = tmp_path / "rep"
+    res = run_analysis({"runs_root": str(root), "out": str(out), "benches": ["nq", "hotpotqa"], "evaluate": False})
+    t = res.table
+    assert t[(t.arm == "r2e") & (t.bench == "hotpotqa") & (t.metric == "em")].value.tolist() == [0.5]
+    report = (out / "report.md").read_text()
+    assert "## Points with items that never generated (1)" in report
+    assert ("- r2e/seed0/step-000010 × hotpotqa: 3 of 10 items never generated a token: a first prompt of up to "
+            "4100 tokens does not fit max_model_len=4096") in report
+    assert "prompt_too_long" not in report   # a description, not a metric: no input problem
+
+
+def test_an_earlier_summary_of_a_bench_that_never_generated_is_no_score(tmp_path, fast_figures):
+    """A summary.json written before evaluate said so: a bench whose every item stopped at context_limit with no
+    token generated (EM 0.0 there) is read as no score with the reason, in the tables and the behaviour split,
+    not as the checkpoint's 0."""
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10], evaluated={10: {"nq": 0.0}})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.2})
+    d = root / "r2e" / "seed0" / "eval" / "step-000010"
+    summary = json.loads((d / "summary.json").read_text())
+    summary["nq"].update(stop_reasons={"context_limit": 10}, mean_generated_tokens=0.0, empty_gold_items=0)
+    (d / "summary.json").write_text(json.dumps(summary))
+    for where, stop in ((d, "context_limit"), (root / "_anchor" / "eval" / "step-000000", "answer")):
+        rows = [{**json.loads(line), "stop_reason": stop, "num_tool_errors": 0}
+                for line in (where / "nq.jsonl").read_text().splitlines()]
+        (where / "nq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "rep"
+    res = run_analysis({"runs_root": str(root), "out": str(out), "benches": ["nq"], "evaluate": False})
+    t = res.table
+    r2e = t[t.arm == "r2e"]
+    assert r2e.metric.tolist() == ["empty_gold_items"], r2e   # its counts stay, no mean is a 0
+    report = (out / "report.md").read_text()
+    assert "- r2e/seed0/step-000010 × nq: no score: not measured: 10 of 10 items never generated a token" in report
+    main = (out / "tables" / "main_em.md").read_text()
+    assert "| r2e (final, step 10) | – (no score: not measured: 10 of 10 items never generated a token" in main
+    assert "r2e/seed0 × nq (open): no score: not measured" in report   # not decomposed as if the model had answered
+    assert "0.000 @10" not in report   # nor a post value of the pre/post table
+
+
 def test_captions_name_the_confidence_level_the_intervals_have(tree, tmp_path):
     """conf=0.9: every caption and header says 90% (before: the main table, the curves' shaded and dotted
     bands and the pre/post table said 95% over 90% intervals)."""

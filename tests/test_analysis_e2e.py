@@ -13,11 +13,10 @@ FACTS = [("Lomira", "capital", "Velsk"), ("Tandor", "river", "Ossa"), ("Brimhal"
          ("Corvale", "singer", "Mirt Dun"), ("Zenpel", "height", "4120 m")]
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def make_tree(root, steps=(1, 2)):
+    """A corpus, the synthqa bench, run r2e/seed0 with a tiny checkpoint per step and a tiny anchor under `root`."""
     from sft.tiny import save_tiny_model
 
-    root = tmp_path_factory.mktemp("e2e")
     bench_root = root / "benches"
     (bench_root / "synthqa").mkdir(parents=True)
     write_jsonl(root / "corpus.jsonl", ({"id": str(i), "contents": f'"{name}"\nThe {attr} of {name} is {val}.'}
@@ -25,10 +24,15 @@ def world(tmp_path_factory):
     write_jsonl(bench_root / "synthqa" / "test.jsonl", ({"id": f"q{i}", "question": f"What is the {attr} of {name}?",
                                                          "golden_answers": [val]} for i, (name, attr, val) in enumerate(FACTS)))
     runs = root / "runs"
-    for step in (1, 2):  # two "training steps": different random inits stand in for trained weights
+    for step in steps:  # "training steps": different random inits stand in for trained weights
         save_tiny_model(runs / "r2e" / "seed0" / "checkpoints" / f"step-{step:06d}", seed=step)
     anchor = save_tiny_model(root / "base", seed=0)
     return root, runs, bench_root, anchor
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return make_tree(tmp_path_factory.mktemp("e2e"))
 
 
 def test_analyze_evaluates_tiny_checkpoints_then_nothing(world):
@@ -68,3 +72,25 @@ def test_analyze_evaluates_tiny_checkpoints_then_nothing(world):
     assert "tables/prepost" in report and " [" in (root / "reports" / "tables" / "prepost.md").read_text()
     again = run_analysis(cfg, evaluator=counting)
     assert len(calls) == 3 and again.table.equals(res.table)
+
+
+def test_a_context_window_smaller_than_every_prompt_is_not_measured_not_a_zero(tmp_path):
+    """evaluate.max_model_len below every first prompt: no item of the bench generated a token, at the anchor or the
+    checkpoint. The report says the bench was not measured (cells, missing points, the behaviour tables' note),
+    with max_model_len and the longest prompt; before: EM 0.000 for both, a transition table of 0 → 0 and exit 0."""
+    _, runs, bench_root, anchor = make_tree(tmp_path, steps=(1,))
+    out = tmp_path / "reports"
+    res = run_analysis({"runs_root": str(runs), "out": str(out), "benches": ["synthqa"], "anchor": str(anchor),
+                        "eval": {"n": 2, "corpus": str(tmp_path / "corpus.jsonl"), "bench_root": str(bench_root),
+                                 "max_turns": 2, "max_model_len": 64, "max_new_tokens": 8, "progress": False,
+                                 "index_dir": str(tmp_path / "idx")}})
+    assert not res.evaluated.failures
+    assert res.table[res.table.metric.isin(["em", "f1"])].empty   # no 0.0 anywhere in results.csv
+    report = res.report.read_text()
+    assert "0.000" not in report, report
+    for who in ("r2e/seed0/step-000001", "anchor/seed0/step-000000"):
+        line = next(x for x in report.splitlines() if x.startswith(f"- {who} × synthqa: "))
+        assert "no score: not measured: 2 of 2 items never generated a token" in line and "max_model_len=64" in line
+    main = (out / "tables" / "main_em.md").read_text()
+    assert "| r2e (final, step 1) | – (no score: not measured: 2 of 2 items never generated a token" in main
+    assert "Not decomposed: anchor × synthqa (open): no score: not measured" in report

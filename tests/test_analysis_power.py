@@ -176,6 +176,24 @@ def test_a_pilot_without_variance_is_refused_never_power_one(tmp_path, capsys):
     assert len(err) == 1 and "every item scored 0: no variance" in err[0] and "1.000" not in err[0]
 
 
+def test_a_pilot_bench_that_was_not_measured_is_refused_naming_why(tmp_path, capsys):
+    """A pilot whose bench evaluate gave no score (none of its items generated a token: max_model_len below its
+    prompts) is refused in one line with the reason, never its 0s read as the pilot's item scores."""
+    import json
+
+    from launch.analyze import main
+
+    write_eval(tmp_path / "one", {"nq": 0.5}, n=50)
+    path = tmp_path / "one" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["nq"] = {**summary["nq"], "em": None, "f1": None, "null_reason": "not measured: 50 of 50 items never "
+                     "generated a token: a first prompt of up to 300 tokens does not fit max_model_len=64"}
+    path.write_text(json.dumps(summary))
+    assert main([f"power.pilot={tmp_path / 'one'}", "evaluate=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nq: no score: not measured: 50 of 50 items never generated a token" in err[0], err
+
+
 def test_analyze_power_refuses_a_missing_pilot_in_one_line(tmp_path, capsys):
     from launch.analyze import main
 

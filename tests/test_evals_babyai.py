@@ -11,7 +11,7 @@ from common.cli import ConfigError
 from evals.backends import Generation
 from evals.cli import main as cli_main
 from evals.config import resolve
-from evals.run import evaluate
+from evals.run import evaluate, format_table
 from tests.test_evals_loop import ScriptedBackend, make_world
 
 ACTIONS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
@@ -114,6 +114,23 @@ def test_scripted_replies_score_as_the_rules_say(tmp_path, tiny_tokenizer):
         == [("", "", "go forward", False)] * 2
     from evals.babyai import items
     assert len(items(0, 0)) == 50 and [it.id for it in items(5, 0)] == [r["id"] for r in rows]
+
+
+def test_games_whose_first_prompt_does_not_fit_are_not_measured(tmp_path, tiny_tokenizer):
+    """max_model_len below every game's first prompt: no game took a step. Its means (its tasks' too) are null with
+    the reason, not a return of 0 (before: return 0.0, success 0.0, read downstream as the checkpoint's)."""
+    pytest.importorskip("minigrid")
+    backend = Replies(tiny_tokenizer, "turn left")
+    out = tmp_path / "a"
+    s = evaluate({"ckpt": "m", "benches": ["babyai"], "bench_n": {"babyai": 2}, "max_model_len": 64, "out": str(out),
+                  "progress": False}, backend=backend)["babyai"]
+    assert backend.calls == 0 and s["n"] == 2 and s["stop_reasons"] == {"context_limit": 2}
+    assert s["return"] is None and s["success"] is None and s["return_ci95"] is None
+    assert all(t["return"] is None and t["success"] is None for t in s["per_task"].values())
+    assert s["prompt_too_long"]["items"] == 2 and s["prompt_too_long"]["max_model_len"] == 64
+    assert s["null_reason"].startswith("not measured: 2 of 2 items never generated a token")
+    assert all(r["refused_prompt"]["max_model_len"] == 64 for r in _rows(out / "babyai.jsonl"))
+    assert "no score: not measured" in format_table({"babyai": s})
 
 
 def test_sampling_seeds_depend_on_episode_and_step_only(tmp_path, tiny_tokenizer):

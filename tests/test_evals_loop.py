@@ -374,3 +374,49 @@ def test_llama3_style_through_the_loop(world, tmp_path, tiny_tokenizer):
     assert json.loads((out / "meta.json").read_text())["tool_style"] == "llama3"
     msgs = _rows(out)[0]["messages"]
     assert msgs[2]["tool_calls"][0]["function"]["name"] == "search" and msgs[2]["content"] == ""
+
+
+# ---------------------------------------------------------------- a context window too small for the prompt
+
+
+def test_a_bench_whose_every_prompt_is_too_long_is_not_measured_not_scored_zero(world, tmp_path, tiny_tokenizer):
+    """max_model_len below every item's first prompt: no item generates a token. Its means are null with a reason
+    naming max_model_len and the longest prompt (before: EM 0.0, read downstream as the checkpoint's score), the
+    rows say which prompt did not fit, meta.json and the console count the items."""
+    backend = ScriptedBackend(tiny_tokenizer)
+    out = tmp_path / "out"
+    s = evaluate({**world, "out": str(out), "n": 3, "max_model_len": 64}, backend=backend)["synthqa"]
+    assert backend.generate_calls == 0
+    assert s["em"] is None and s["f1"] is None and s["format_failure_rate"] is None and s["n"] == 3
+    longest = max(r["refused_prompt"]["tokens"] for r in _rows(out))
+    assert longest > 64 and all(r["refused_prompt"]["max_model_len"] == 64 for r in _rows(out))
+    assert s["prompt_too_long"] == {"items": 3, "longest_prompt_tokens": longest, "max_model_len": 64}
+    assert "not measured" in s["null_reason"] and f"{longest} tokens" in s["null_reason"], s["null_reason"]
+    assert "max_model_len=64" in s["null_reason"]
+    assert json.loads((out / "meta.json").read_text())["prompt_too_long_items"] == {"synthqa": 3}
+    line = next(line for line in format_table({"synthqa": s}).splitlines() if line.startswith("synthqa"))
+    assert "no score: not measured" in line and "0.0" not in line
+
+
+def test_items_whose_first_prompt_is_too_long_are_counted(world, tmp_path, tiny_tokenizer):
+    """Some items' first prompt does not fit: they are scored 0 as before (the sample stays the sample), and the
+    summary, meta.json and the console table say how many of them never generated a token."""
+    from pathlib import Path
+
+    bench = Path(world["bench_root"]) / "synthqa" / "test.jsonl"
+    with open(bench, "a") as f:
+        f.write(json.dumps({"id": "long", "question": "What is the capital of " + "Vexlim " * 400 + "?",
+                            "golden_answers": ["x"]}) + "\n")
+    backend = ScriptedBackend(tiny_tokenizer)
+    item = next(it for it in load_bench("synthqa", world["bench_root"], 7, 42)[0] if it.id == "long")
+    n_long = len(backend.encode(render(tiny_tokenizer, qa_episode(item, "tool_agent").messages, SearchTools.tools)))
+    out = tmp_path / "out"
+    s = evaluate({**world, "out": str(out), "n": 7, "max_model_len": n_long - 1}, backend=backend)["synthqa"]
+    assert s["n"] == 7 and s["em"] == pytest.approx(6 / 7)
+    assert s["prompt_too_long"] == {"items": 1, "longest_prompt_tokens": n_long, "max_model_len": n_long - 1}
+    assert "null_reason" not in s
+    assert json.loads((out / "meta.json").read_text())["prompt_too_long_items"] == {"synthqa": 1}
+    assert f"1 of 7 items never generated a token: a first prompt of up to {n_long} tokens" in format_table({"synthqa": s})
+    # a bench where every item generated carries no such field
+    s = evaluate({**world, "out": str(tmp_path / "fine"), "n": 3}, backend=ScriptedBackend(tiny_tokenizer))["synthqa"]
+    assert "prompt_too_long" not in s

@@ -297,3 +297,31 @@ def test_every_item_skipped_scores_null_not_zero():
     assert s["format_failure_rate"] == 0.0   # a mean over the 2 items played, a number
     assert set(s) <= set(METRICS) | set(NON_METRIC_FIELDS)
     assert unweighted_mean({"nq": s, "hotpotqa": {"em": 0.5}}, ["nq", "hotpotqa"], "em") is None
+
+
+def test_rows_that_never_generated_are_counted_with_or_without_the_refused_prompt():
+    """A row that stopped at context_limit with no token generated counts in `prompt_too_long`; rows written before
+    `refused_prompt` existed are counted too, the prompt's length then unknown. A context_limit after a generated
+    turn (the conversation outgrew the window) is a result of the model's, not counted."""
+    from evals.agent import Episode
+    from evals.benches import BenchItem
+    from evals.results import summarize
+    from evals.tasks import qa_row
+
+    item = BenchItem("a", "q", ["Lyon"])
+    unplayed = qa_row(Episode("a", [], [], stop_reason="context_limit",
+                              refused_prompt={"tokens": 90, "max_model_len": 64}), item)
+    old = qa_row(Episode("b", [], [], stop_reason="context_limit"), item)
+    outgrew = qa_row(Episode("c", [], [], stop_reason="context_limit", turns=1, generated_tokens=12,
+                             refused_prompt={"tokens": 70, "max_model_len": 64}), item)
+    answered = qa_row(Episode("d", [], [], final_content="Final answer: Lyon", stop_reason="answer", turns=1,
+                              generated_tokens=5), item)
+    assert unplayed["refused_prompt"] == {"tokens": 90, "max_model_len": 64} and "refused_prompt" not in old
+    s = summarize([unplayed, outgrew, answered], ("em", "f1", "cover_em", "strict_em"))
+    assert s["prompt_too_long"] == {"items": 1, "longest_prompt_tokens": 90, "max_model_len": 64}
+    assert s["em"] == pytest.approx(1 / 3) and "null_reason" not in s
+    s = summarize([old, old | {"id": "e"}], ("em", "f1", "cover_em", "strict_em"))
+    assert s["prompt_too_long"] == {"items": 2, "longest_prompt_tokens": None, "max_model_len": None}
+    assert s["em"] is None and s["null_reason"] == ("not measured: 2 of 2 items never generated a token: their first "
+                                                    "prompt does not fit max_model_len (stop reason context_limit before "
+                                                    "any generation); raise max_model_len or shorten the prompt")
