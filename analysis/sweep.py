@@ -189,8 +189,9 @@ def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], an
 
 
 def add_teacher_forced(result: AnalysisResult, table_paths: dict, table: pd.DataFrame, eval_dirs: dict, axis,
-                       out: Path) -> None:
-    """The teacher-forced curves (analysis.tf_curves): a figure, a table and the points as CSV."""
+                       out: Path, runs: list[Run] = ()) -> None:
+    """The teacher-forced curves (analysis.tf_curves): a figure, a table and the points as CSV; each run's line
+    has a gap at each of its curve steps (`runs`) without a loss."""
     from analysis import tf_curves
 
     curves = tf_curves.collect_tf(table, eval_dirs)
@@ -200,7 +201,8 @@ def add_teacher_forced(result: AnalysisResult, table_paths: dict, table: pd.Data
     result.tables["teacher_forced"] = tf_curves.tf_table(curves)
     table_paths["teacher_forced"] = result.tables["teacher_forced"].write(out / "tables" / "teacher_forced")
     table_paths["teacher_forced"].append(tf_curves.write_points(curves, out / "tables" / "teacher_forced_points.csv"))
-    result.figures.append(tf_curves.plot_tf(curves, out / "figures" / "teacher_forced", axis))
+    result.figures.append(tf_curves.plot_tf(curves, out / "figures" / "teacher_forced", axis,
+                                                {(r.arm, r.seed): r.steps for r in runs}))
 
 
 def check_compare_settings(points: Points, pairs: list[tuple[str, str]], benches: list[str],
@@ -289,7 +291,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     if qa:  # format vs capability (analysis.behaviour): the rows evaluate wrote, per checkpoint and bench
         add_behaviour(result, table_paths, runs, anchor_eval, qa, out, conf=cfg.conf)
     if any(kind_of(b).scores for b in benches):   # teacher-forced losses on the held-out sets, per span kind
-        add_teacher_forced(result, table_paths, table, eval_dirs, axis, out)
+        add_teacher_forced(result, table_paths, table, eval_dirs, axis, out, runs)
     if study is not None and study.reference_results:
         from analysis.reference import reference_table
 

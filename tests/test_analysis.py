@@ -722,3 +722,40 @@ def test_the_teacher_forced_legend_lists_every_arm_drawn_in_any_panel(tmp_path, 
     fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
     assert fig.panels[0].startswith("tf_code") and "search/seed0" not in fig.series[fig.panels[0]]
     assert legends["teacher_forced"] == [["r2e/seed0", "search/seed0", "anchor"]]
+
+
+def test_a_teacher_forced_line_breaks_at_a_checkpoint_without_its_loss(tmp_path, monkeypatch):
+    """r2e/seed0 has checkpoints 2, 4, 6 and tf_code losses at 2 and 6 only: its line is broken at 4 (a gap, counted in
+    FigureInfo.gaps and said in the caption), never a straight segment from 2 to 6 (before: the line joined the points
+    it had, drawing a loss at step 4 that no evaluation measured, while report.md listed step 4 as missing)."""
+    import math
+
+    import matplotlib.pyplot
+
+    import analysis.figures
+    from common.io import write_json
+
+    root = tmp_path / "runs"
+    run = make_run(root, "r2e", 0, [2, 4, 6])
+    for s in (2, 6):
+        (run / "eval" / f"step-{s:06d}").mkdir(parents=True)
+        write_json(run / "eval" / f"step-{s:06d}" / "summary.json", {"tf_code": {"loss": 2.0 - 0.1 * s, "tokens": 100, "n": 4}})
+    lines = {}
+
+    def save(fig, info, out_stem, rows):   # the lines as drawn, no file rendered
+        lines[out_stem.stem] = [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata()))
+                                for ax in fig.axes for ln in ax.get_lines()]
+        for ext in ("pdf", "png"):
+            out_stem.with_suffix(f".{ext}").write_bytes(b"")
+            info.paths.append(out_stem.with_suffix(f".{ext}"))
+        matplotlib.pyplot.close(fig)
+
+    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["tf_code"], "evaluate": False})
+    fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
+    (label, x, y), = lines["teacher_forced"]
+    assert label == "r2e/seed0" and x == [2, 4, 6] and y[0] == pytest.approx(1.8) and math.isnan(y[1])
+    assert y[2] == pytest.approx(1.4)
+    assert fig.gaps == {"tf_code [unrecorded]: all": {"r2e/seed0": 1}}
+    assert "A checkpoint without a loss is a gap in its line" in fig.caption
+    assert "r2e/seed0/step-000004 × tf_code: not evaluated (evaluate=false)" in [m.line() for m in res.missing]
