@@ -759,3 +759,39 @@ def test_a_teacher_forced_line_breaks_at_a_checkpoint_without_its_loss(tmp_path,
     assert fig.gaps == {"tf_code [unrecorded]: all": {"r2e/seed0": 1}}
     assert "A checkpoint without a loss is a gap in its line" in fig.caption
     assert "r2e/seed0/step-000004 × tf_code: not evaluated (evaluate=false)" in [m.line() for m in res.missing]
+
+
+def test_a_curve_point_over_fewer_of_its_arms_seeds_is_said(tmp_path, monkeypatch):
+    """r2e has 3 seeds; seed 2 (still training) lacks step 1000, which seeds 0 and 1 have: the curve's point at 1000
+    is a mean over 2 of the 3 seeds, and so said in the caption and FigureInfo.seeds; the legend names each arm's
+    seed count (before: the legend said `r2e`, the caption listed `10 items × 2 seeds` among its n without naming
+    the arm or the step, so a mean over the two weaker seeds read as the arm's own). Steps follow numerically."""
+    import matplotlib.pyplot
+
+    import analysis.figures
+
+    root = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        steps = [200, 1000] if seed < 2 else [200]
+        make_run(root, "r2e", seed, steps, evaluated={s: {"nq": 0.1 * seed + s / 5000} for s in steps}, horizon=1000,
+                 save_steps=[200, 1000], done=seed < 2)
+    make_run(root, "search", 0, [200, 1000], evaluated={s: {"nq": 0.3} for s in (200, 1000)})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.1})
+    legends = {}
+
+    def save(fig, info, out_stem, rows):   # the legend as drawn, no file rendered
+        legends[out_stem.stem] = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+        for ext in ("pdf", "png"):
+            out_stem.with_suffix(f".{ext}").write_bytes(b"")
+            info.paths.append(out_stem.with_suffix(f".{ext}"))
+        matplotlib.pyplot.close(fig)
+
+    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False})
+    fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
+    assert legends["curves_em"] == ["r2e (3 seeds)", "search (1 seed)", "anchor (step 0)"]
+    assert fig.seeds["nq"] == {"r2e": {200: 3, 1000: 2}, "search": {200: 1, 1000: 1}}
+    assert fig.x["nq"]["r2e"] == [200.0, 1000.0]
+    assert "Fewer seeds (a mean over the seeds evaluated at that step, not all of the arm's): r2e: 2 of 3 seeds at step 1000." in fig.caption
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "r2e: 2 of 3 seeds at step 1000" in report and "r2e: 2 of 3 seeds at step 1000" in (tmp_path / "o" / "report.html").read_text()
