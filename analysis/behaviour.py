@@ -712,15 +712,17 @@ def decomposition_caption(finals: list[TransitionRow], conf: float) -> str:
                MIXED_METHOD: "the crossed t on Satterthwaite df, or Tango's score interval where the seeds agree on every item"}
     covers = "; or ".join(sorted({f"{COVERS_WORDS.get(r.split.covers, r.split.covers)}, by {methods[r.split.method]}" for r in finals}))
     return ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
-            "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
+            "checkpoint (the last step any of its seeds was evaluated at), the seeds evaluated at that step pooled (under "
+            "each bar, of the arm's seeds), split by the item-paired transition table: net format "
             "(newly well-formed and right, minus right before and now malformed), net capability "
             "(well-formed before and now right, minus well-formed before and now wrong) and the rest; "
             f"the diamond is ΔEM with its {conf:.0%} interval, covering {covers}.")
 
 
-def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95):
-    """One panel per QA bench: per arm (its seeds pooled, at its final step) stacked bars of the transition
-    table's net format, net capability and rest, with ΔEM as a black diamond and its interval. Returns
+def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95, arm_seeds: dict[str, int] | None = None):
+    """One panel per QA bench: per arm (the seeds evaluated at its final step pooled) stacked bars of the transition
+    table's net format, net capability and rest, with ΔEM as a black diamond and its interval; under each bar the
+    step and the seeds pooled, `k of N seeds` where fewer than the arm's `arm_seeds[arm]`. Returns
     analysis.figures.FigureInfo."""
     import matplotlib.pyplot as plt
     import numpy as np
@@ -757,10 +759,15 @@ def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95):
             top, bottom = max(pos.max(), hi.max(), 0.0), min(neg.min(), lo.min(), 0.0)
             pad = 0.12 * ((top - bottom) or 1.0)   # room beyond the tallest bar for its ΔEM marker
             ax.set_ylim(bottom - (pad if bottom < 0 else 0.0), top + pad)
-            ax.set_xticks(x, [f"{a}\n@{here[a].step}" for a in arms])
+            pooled = {a: len(here[a].split.seeds) for a in arms}
+            ax.set_xticks(x, [f"{a} @{here[a].step}\n{pooled[a]}" + (f" of {arm_seeds[a]} seeds"
+                                                                     if (arm_seeds or {}).get(a, 0) > pooled[a] else
+                                                                     f" seed{'' if pooled[a] == 1 else 's'}")
+                              for a in arms])
             ax.set_title(title)
             ax.set_ylabel("ΔEM vs pre")
             info.series[title] = arms
+            info.seeds[title] = {a: {here[a].step: pooled[a]} for a in arms}
         for ax in list(axes.flat)[len(benches):]:
             ax.set_visible(False)
         if not benches:

@@ -6,6 +6,7 @@ evaluator=None)`, the Python API behind the `analyze` console script), which cal
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,8 @@ def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], an
     table_paths["transitions"].append(behaviour.write_transitions_csv(dec, out / "tables" / "transitions.csv"))
     table_paths["decomposition"].append(behaviour.write_csv(dec, out / "tables" / "decomposition_points.csv"))
     if dec.transitions:
-        result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition", conf))
+        result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition", conf,
+                                                               Counter(r.arm for r in runs)))
 
 
 def add_teacher_forced(result: AnalysisResult, table_paths: dict, table: pd.DataFrame, eval_dirs: dict, axis,

@@ -416,3 +416,39 @@ def test_a_transition_part_no_item_took_is_not_a_zero_width_interval():
     u = beta.ppf(0.975, 1, 20)
     assert got[1] == pytest.approx((0.0, -u, u)) and got[2] == got[1] and covers == "items"
     assert got[0][1] < 0.25 < got[0][2] and method == "Tango score"   # the part with items: one seed, 0/1 contributions
+
+
+def test_the_decomposition_bar_of_fewer_seeds_than_its_arm_has_says_so(tmp_path, monkeypatch):
+    """r2e has 3 seeds; seed 2 (still training) has no step 20: the bar at r2e's final step pools seeds 0 and 1 only,
+    and its label says `2 of 3 seeds` (FigureInfo.seeds too; the caption names which seeds a bar pools). Before:
+    `r2e @20` and "its seeds pooled", read as all three (the main table's final row pools all three: 0.567, the bar
+    0.200→0.550)."""
+    import matplotlib.pyplot
+
+    import analysis.figures
+
+    root = tmp_path / "runs"
+    _write(root / "_anchor" / "eval" / "step-000000", _rows(40, 20), fingerprint="anchorfp000")
+    for seed in (0, 1, 2):
+        steps = [10, 20] if seed < 2 else [10]
+        run = make_run(root, "r2e", seed, steps, horizon=20, save_steps=[10, 20], done=seed < 2)
+        for s in steps:
+            _write(run / "eval" / f"step-{s:06d}", _rows(60 + 10 * seed, 30 + s + 10 * seed), fingerprint="armfp")
+    ticks = {}
+
+    def save(fig, info, out_stem, rows):   # the labels as drawn, no file rendered
+        ticks[out_stem.stem] = [t.get_text() for ax in fig.axes if ax.get_visible() for t in ax.get_xticklabels()]
+        for ext in ("pdf", "png"):
+            out_stem.with_suffix(f".{ext}").write_bytes(b"")
+            info.paths.append(out_stem.with_suffix(f".{ext}"))
+        matplotlib.pyplot.close(fig)
+
+    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False,
+                        "metrics": ["em"]})
+    fig = next(f for f in res.figures if f.paths[0].stem == "decomposition")
+    assert ticks["decomposition"] == ["r2e @20\n2 of 3 seeds"]
+    assert fig.seeds == {"nq (open)": {"r2e": {20: 2}}}
+    assert "the seeds evaluated at that step pooled (under each bar, of the arm's seeds)" in fig.caption
+    (label, cells), = res.tables["transitions"].rows
+    assert label == "r2e @20 (pre: anchor)" and cells[2] == "2 × 100"
