@@ -4,7 +4,7 @@ import json
 import matplotlib.image as mpimg
 import pandas as pd
 import pytest
-from test_analysis_helpers import make_run, write_eval
+from test_analysis_helpers import drawn_figures, make_run, write_eval
 
 from analysis.aggregate import Points, best_point, final_point, paired_vs_anchor
 from launch.analyze import main as analyze_main
@@ -730,9 +730,6 @@ def test_a_teacher_forced_line_breaks_at_a_checkpoint_without_its_loss(tmp_path,
     it had, drawing a loss at step 4 that no evaluation measured, while report.md listed step 4 as missing)."""
     import math
 
-    import matplotlib.pyplot
-
-    import analysis.figures
     from common.io import write_json
 
     root = tmp_path / "runs"
@@ -740,17 +737,8 @@ def test_a_teacher_forced_line_breaks_at_a_checkpoint_without_its_loss(tmp_path,
     for s in (2, 6):
         (run / "eval" / f"step-{s:06d}").mkdir(parents=True)
         write_json(run / "eval" / f"step-{s:06d}" / "summary.json", {"tf_code": {"loss": 2.0 - 0.1 * s, "tokens": 100, "n": 4}})
-    lines = {}
-
-    def save(fig, info, out_stem, rows):   # the lines as drawn, no file rendered
-        lines[out_stem.stem] = [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata()))
-                                for ax in fig.axes for ln in ax.get_lines()]
-        for ext in ("pdf", "png"):
-            out_stem.with_suffix(f".{ext}").write_bytes(b"")
-            info.paths.append(out_stem.with_suffix(f".{ext}"))
-        matplotlib.pyplot.close(fig)
-
-    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    lines = drawn_figures(monkeypatch, lambda fig: [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata()))
+                                                    for ax in fig.axes for ln in ax.get_lines()])
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["tf_code"], "evaluate": False})
     fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
     (label, x, y), = lines["teacher_forced"]
@@ -766,10 +754,6 @@ def test_a_curve_point_over_fewer_of_its_arms_seeds_is_said(tmp_path, monkeypatc
     is a mean over 2 of the 3 seeds, and so said in the caption and FigureInfo.seeds; the legend names each arm's
     seed count (before: the legend said `r2e`, the caption listed `10 items × 2 seeds` among its n without naming
     the arm or the step, so a mean over the two weaker seeds read as the arm's own). Steps follow numerically."""
-    import matplotlib.pyplot
-
-    import analysis.figures
-
     root = tmp_path / "runs"
     for seed in (0, 1, 2):
         steps = [200, 1000] if seed < 2 else [200]
@@ -777,16 +761,7 @@ def test_a_curve_point_over_fewer_of_its_arms_seeds_is_said(tmp_path, monkeypatc
                  save_steps=[200, 1000], done=seed < 2)
     make_run(root, "search", 0, [200, 1000], evaluated={s: {"nq": 0.3} for s in (200, 1000)})
     write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.1})
-    legends = {}
-
-    def save(fig, info, out_stem, rows):   # the legend as drawn, no file rendered
-        legends[out_stem.stem] = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
-        for ext in ("pdf", "png"):
-            out_stem.with_suffix(f".{ext}").write_bytes(b"")
-            info.paths.append(out_stem.with_suffix(f".{ext}"))
-        matplotlib.pyplot.close(fig)
-
-    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    legends = drawn_figures(monkeypatch, lambda fig: [t.get_text() for legend in fig.legends for t in legend.get_texts()])
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False})
     fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
     assert legends["curves_em"] == ["r2e (3 seeds)", "search (1 seed)", "anchor (step 0)"]

@@ -3,7 +3,7 @@ import json
 import math
 
 import pytest
-from test_analysis_helpers import make_run
+from test_analysis_helpers import drawn_figures, make_run
 
 import numpy as np
 
@@ -423,10 +423,6 @@ def test_the_decomposition_bar_of_fewer_seeds_than_its_arm_has_says_so(tmp_path,
     and its label says `2 of 3 seeds` (FigureInfo.seeds too; the caption names which seeds a bar pools). Before:
     `r2e @20` and "its seeds pooled", read as all three (the main table's final row pools all three: 0.567, the bar
     0.200→0.550)."""
-    import matplotlib.pyplot
-
-    import analysis.figures
-
     root = tmp_path / "runs"
     _write(root / "_anchor" / "eval" / "step-000000", _rows(40, 20), fingerprint="anchorfp000")
     for seed in (0, 1, 2):
@@ -434,16 +430,8 @@ def test_the_decomposition_bar_of_fewer_seeds_than_its_arm_has_says_so(tmp_path,
         run = make_run(root, "r2e", seed, steps, horizon=20, save_steps=[10, 20], done=seed < 2)
         for s in steps:
             _write(run / "eval" / f"step-{s:06d}", _rows(60 + 10 * seed, 30 + s + 10 * seed), fingerprint="armfp")
-    ticks = {}
-
-    def save(fig, info, out_stem, rows):   # the labels as drawn, no file rendered
-        ticks[out_stem.stem] = [t.get_text() for ax in fig.axes if ax.get_visible() for t in ax.get_xticklabels()]
-        for ext in ("pdf", "png"):
-            out_stem.with_suffix(f".{ext}").write_bytes(b"")
-            info.paths.append(out_stem.with_suffix(f".{ext}"))
-        matplotlib.pyplot.close(fig)
-
-    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    ticks = drawn_figures(monkeypatch, lambda fig: [t.get_text() for ax in fig.axes if ax.get_visible()
+                                                    for t in ax.get_xticklabels()])
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False,
                         "metrics": ["em"]})
     fig = next(f for f in res.figures if f.paths[0].stem == "decomposition")
