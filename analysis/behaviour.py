@@ -741,8 +741,14 @@ def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95, arm_
     with plt.rc_context(RC):
         fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
         for ax, bench, title in zip(axes.flat, benches, titles):
-            here = {r.arm: r for r in finals if r.bench == bench}
-            arms = sort_arms(set(here))
+            # a bar per arm × pre: an arm whose seeds split against different pre evaluations (one seed's own
+            # step 0, another's the anchor) has a row for each in the transition table, and a bar for each here
+            rows_here = {(r.arm, r.pre_source): r for r in finals if r.bench == bench}
+            order = sort_arms({a for a, _ in rows_here})
+            keys = sorted(rows_here, key=lambda k: (order.index(k[0]), k[1]))
+            twice = {a for a, _ in keys if sum(b == a for b, _ in keys) > 1}
+            here = {f"{a} (pre: {src})" if a in twice else a: rows_here[(a, src)] for a, src in keys}
+            arms = list(here)
             x = np.arange(len(arms))
             part = {k: np.array([here[a].split.parts[k][0] for a in arms]) for k in (*dict(PARTS), "delta")}
             lo = np.array([here[a].split.parts["delta"][1] for a in arms])
@@ -760,8 +766,8 @@ def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95, arm_
             pad = 0.12 * ((top - bottom) or 1.0)   # room beyond the tallest bar for its ΔEM marker
             ax.set_ylim(bottom - (pad if bottom < 0 else 0.0), top + pad)
             pooled = {a: len(here[a].split.seeds) for a in arms}
-            ax.set_xticks(x, [f"{a} @{here[a].step}\n{pooled[a]}" + (f" of {arm_seeds[a]} seeds"
-                                                                     if (arm_seeds or {}).get(a, 0) > pooled[a] else
+            of = {a: (arm_seeds or {}).get(here[a].arm, 0) for a in arms}
+            ax.set_xticks(x, [f"{a} @{here[a].step}\n{pooled[a]}" + (f" of {of[a]} seeds" if of[a] > pooled[a] else
                                                                      f" seed{'' if pooled[a] == 1 else 's'}")
                               for a in arms])
             ax.set_title(title)
