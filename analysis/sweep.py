@@ -21,7 +21,7 @@ from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, r
 from analysis.eval_settings import eval_settings
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
-from analysis.report import MissingPoint, MissingSteps, make_way, missing_count, write_report
+from analysis.report import MissingPoint, MissingSteps, anchor_text, make_way, missing_count, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import ENV, Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common.cards import file_label
@@ -310,10 +310,11 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                 "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures),
                 "axis": cfg.axis if cfg.axis == "step" else f"{cfg.axis} ({axis.label}, from metrics.jsonl)"}
     evaluated_under = eval_settings(points, benches).lines()   # the settings the numbers were made under (meta.json)
+    ignored = replaced_dirs(root)
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
-                                 settings=settings, ignored=replaced_dirs(root), intervals=intervals,
+                                 settings=settings, ignored=ignored, intervals=intervals,
                                  partial=partial_line(result), evaluated_under=evaluated_under)
     from analysis.html import write_html
 
@@ -321,7 +322,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                              problems=problems, settings=settings, benches=episodic,
                              anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None,
                              partial=partial_line(result), finals=finals, unscored=points.unscored,
-                             evaluated_under=evaluated_under)
+                             evaluated_under=evaluated_under, anchor_line=anchor_text(anchor, anchor_dir),
+                             ignored=ignored)
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)

@@ -770,3 +770,19 @@ def test_a_curve_point_over_fewer_of_its_arms_seeds_is_said(tmp_path, monkeypatc
     assert "Fewer seeds (a mean over the seeds evaluated at that step, not all of the arm's): r2e: 2 of 3 seeds at step 1000." in fig.caption
     report = (tmp_path / "o" / "report.md").read_text()
     assert "r2e: 2 of 3 seeds at step 1000" in report and "r2e: 2 of 3 seeds at step 1000" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_report_html_names_the_anchor_and_the_runs_set_aside_as_report_md_does(tree, tmp_path, fast_figures):
+    """report.html says which anchor its `anchor` rows are and lists the run dirs renamed aside (kept, not analysed),
+    as report.md does (before: report.md only; the page a researcher opens named no anchor model and no ignored run)."""
+    import shutil
+
+    shutil.copytree(tree / "r2e" / "seed1", tree / "r2e" / "seed1.replaced-20260101T000000Z")
+    out = tmp_path / "rep"
+    run_analysis({"runs_root": str(tree), "out": str(out), "benches": QA, "evaluate": False, "metrics": ["em"]})
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    anchor = f"No <code>anchor=</code> given; re-used whatever <code>{tree / '_anchor'}</code> holds (see missing points)."
+    assert f"No `anchor=` given; re-used whatever `{tree / '_anchor'}` holds (see missing points)." in md and anchor in page
+    ignored = tree / "r2e" / "seed1.replaced-20260101T000000Z"
+    assert "Ignored (1)" in md and f"- `{ignored}`" in md
+    assert "Ignored (1)" in page and f"<li><code>{ignored}</code></li>" in page
