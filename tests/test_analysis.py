@@ -786,3 +786,29 @@ def test_report_html_names_the_anchor_and_the_runs_set_aside_as_report_md_does(t
     ignored = tree / "r2e" / "seed1.replaced-20260101T000000Z"
     assert "Ignored (1)" in md and f"- `{ignored}`" in md
     assert "Ignored (1)" in page and f"<li><code>{ignored}</code></li>" in page
+
+
+def test_a_seed_or_step_named_twice_is_read_once_and_the_other_named(tmp_path, fast_figures):
+    """`r2e/seed01` is seed 1 again beside `r2e/seed1`, and `eval/step-10` is step 10 again beside `eval/step-000010`:
+    each point is read once, from the dir of its own name, the other listed as a problem (before: seed 1 counted twice,
+    `r2e (final)` a mean over `10×3` seeds of 2 runs, and one of the two step dirs dropped without a word)."""
+    import shutil
+
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10], evaluated={10: {"nq": 0.2}})
+    make_run(root, "r2e", 1, [10], evaluated={10: {"nq": 0.4}})
+    shutil.copytree(root / "r2e" / "seed1", root / "r2e" / "seed01")
+    write_eval(root / "r2e" / "seed0" / "eval" / "step-10", {"nq": 0.9})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.1})
+    runs = discover_runs(root)
+    assert [(r.arm, r.seed, r.path.name) for r in runs] == [("r2e", 0, "seed0"), ("r2e", 1, "seed1")]
+    assert runs[0].evals[10].name == "step-000010"
+    problems = [p for r in runs for p in r.problems]
+    assert f"{root / 'r2e' / 'seed01'}: seed 1 again ({root / 'r2e' / 'seed1'} is seed 1): not read" in problems
+    assert (f"{root / 'r2e' / 'seed0' / 'eval' / 'step-10'}: step 10 again "
+            f"({root / 'r2e' / 'seed0' / 'eval' / 'step-000010'} is step 10): not read") in problems
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False,
+                        "metrics": ["em"]})
+    (_, row), = [r for r in res.tables["main_em"].rows if r[0].startswith("r2e (final")]
+    assert row == ["0.300 ±0.409"] and "r2e 10×2 items+seeds" in res.tables["main_em"].caption
+    assert "seed 1 again" in (tmp_path / "o" / "report.md").read_text()
