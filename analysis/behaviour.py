@@ -716,15 +716,17 @@ def decomposition_caption(finals: list[TransitionRow], conf: float) -> str:
                MIXED_METHOD: "the crossed t on Satterthwaite df, or Tango's score interval where the seeds agree on every item"}
     covers = "; or ".join(sorted({f"{COVERS_WORDS.get(r.split.covers, r.split.covers)}, by {methods[r.split.method]}" for r in finals}))
     return ("ΔEM from each arm's pre evaluation (the anchor, or an RL run's step 0) at its final "
-            "checkpoint, its seeds pooled, split by the item-paired transition table: net format "
+            "checkpoint (the last step any of its seeds was evaluated at), the seeds evaluated at that step pooled (under "
+            "each bar, of the arm's seeds), split by the item-paired transition table: net format "
             "(newly well-formed and right, minus right before and now malformed), net capability "
             "(well-formed before and now right, minus well-formed before and now wrong) and the rest; "
             f"the diamond is ΔEM with its {conf:.0%} interval, covering {covers}.")
 
 
-def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95):
-    """One panel per QA bench: per arm (its seeds pooled, at its final step) stacked bars of the transition
-    table's net format, net capability and rest, with ΔEM as a black diamond and its interval. Returns
+def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95, arm_seeds: dict[str, int] | None = None):
+    """One panel per QA bench: per arm (the seeds evaluated at its final step pooled) stacked bars of the transition
+    table's net format, net capability and rest, with ΔEM as a black diamond and its interval; under each bar the
+    step and the seeds pooled, `k of N seeds` where fewer than the arm's `arm_seeds[arm]`. Returns
     analysis.figures.FigureInfo."""
     import matplotlib.pyplot as plt
     import numpy as np
@@ -743,8 +745,14 @@ def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95):
     with plt.rc_context(RC):
         fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
         for ax, bench, title in zip(axes.flat, benches, titles):
-            here = {r.arm: r for r in finals if r.bench == bench}
-            arms = sort_arms(set(here))
+            # a bar per arm × pre: an arm whose seeds split against different pre evaluations (one seed's own
+            # step 0, another's the anchor) has a row for each in the transition table, and a bar for each here
+            rows_here = {(r.arm, r.pre_source): r for r in finals if r.bench == bench}
+            order = sort_arms({a for a, _ in rows_here})
+            keys = sorted(rows_here, key=lambda k: (order.index(k[0]), k[1]))
+            twice = {a for a, _ in keys if sum(b == a for b, _ in keys) > 1}
+            here = {f"{a} (pre: {src})" if a in twice else a: rows_here[(a, src)] for a, src in keys}
+            arms = list(here)
             x = np.arange(len(arms))
             part = {k: np.array([here[a].split.parts[k][0] for a in arms]) for k in (*dict(PARTS), "delta")}
             lo = np.array([here[a].split.parts["delta"][1] for a in arms])
@@ -761,10 +769,15 @@ def plot_decomposition(dec: Decomposed, out_stem: Path, conf: float = 0.95):
             top, bottom = max(pos.max(), hi.max(), 0.0), min(neg.min(), lo.min(), 0.0)
             pad = 0.12 * ((top - bottom) or 1.0)   # room beyond the tallest bar for its ΔEM marker
             ax.set_ylim(bottom - (pad if bottom < 0 else 0.0), top + pad)
-            ax.set_xticks(x, [f"{a}\n@{here[a].step}" for a in arms])
+            pooled = {a: len(here[a].split.seeds) for a in arms}
+            of = {a: (arm_seeds or {}).get(here[a].arm, 0) for a in arms}
+            ax.set_xticks(x, [f"{a} @{here[a].step}\n{pooled[a]}" + (f" of {of[a]} seeds" if of[a] > pooled[a] else
+                                                                     f" seed{'' if pooled[a] == 1 else 's'}")
+                              for a in arms])
             ax.set_title(title)
             ax.set_ylabel("ΔEM vs pre")
             info.series[title] = arms
+            info.seeds[title] = {a: {here[a].step: pooled[a]} for a in arms}
         for ax in list(axes.flat)[len(benches):]:
             ax.set_visible(False)
         if not benches:

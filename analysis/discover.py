@@ -120,8 +120,22 @@ class Run:
         return sorted(have | {pending.after(s) for s in (0, *have)} - {None} | set(pending.last(1)))
 
 
-def _step_dirs(parent: Path) -> dict[int, Path]:
-    return dict(layout.step_dirs(parent))  # `step-000050.tmp-123` (a write in flight) does not match
+def read_once(found: list[tuple[int, Path]], name, what: str, problems: list[str]) -> dict[int, Path]:
+    """number -> dir, one dir a number: where two dirs name one number (`seed1` and `seed01`, `step-000010` and
+    `step-10`), the one named as the pipeline names it (`name(number)`, else the first by name) is read and each
+    other listed in `problems`, never both counted nor one dropped unsaid."""
+    out: dict[int, Path] = {}
+    for n, d in sorted(found, key=lambda nd: (nd[0], nd[1].name != name(nd[0]), nd[1].name)):
+        if n in out:
+            problems.append(f"{d}: {what} {n} again ({out[n]} is {what} {n}): not read")
+        else:
+            out[n] = d
+    return out
+
+
+def _step_dirs(parent: Path, problems: list[str]) -> dict[int, Path]:
+    # `step-000050.tmp-123` (a write in flight) does not match
+    return read_once(layout.step_dirs(parent), step_name, "step", problems)
 
 
 def read_json_object(path: Path, problems: list[str]) -> dict | None:
@@ -156,12 +170,12 @@ def _read_config(path: Path, problems: list[str]) -> dict | None:
 
 def load_run(path: Path, arm: str, seed: int, profile: str | None = None) -> Run:
     run = Run(arm=arm, seed=seed, path=path, profile=profile)
-    for step, ckpt in _step_dirs(layout.checkpoints_dir(path)).items():
+    for step, ckpt in _step_dirs(layout.checkpoints_dir(path), run.problems).items():
         if (ckpt / "config.json").is_file():
             run.checkpoints[step] = ckpt
         else:
             run.problems.append(f"{ckpt}: no config.json (incomplete checkpoint), ignored")
-    for step, d in _step_dirs(path / layout.eval_subdir(profile)).items():
+    for step, d in _step_dirs(path / layout.eval_subdir(profile), run.problems).items():
         if (d / "summary.json").is_file() and (why := step in run.checkpoints and other_weights(d, run.checkpoints[step])):
             run.problems.append(why)   # another model's numbers: not this checkpoint's point
         elif (d / "summary.json").is_file():
@@ -197,8 +211,14 @@ def _arm_dirs(root: Path) -> list[Path]:
             and d.name != ANCHOR_ARM and not is_replaced(d)]
 
 
-def _seed_dirs(parent: Path) -> list[tuple[Path, int]]:
-    return [(d, int(m.group(1))) for d in sorted(parent.iterdir()) if (m := SEED_DIR.match(d.name)) and d.is_dir()]
+def _seed_runs(parent: Path, arm: str, profile: str | None) -> list[Run]:
+    """The runs `parent/seed<N>`, one a seed (read_once: `seed01` beside `seed1` is listed on seed 1's problems)."""
+    found = [(int(m.group(1)), d) for d in sorted(parent.iterdir()) if (m := SEED_DIR.match(d.name)) and d.is_dir()]
+    again: list[str] = []
+    runs = [load_run(d, arm, seed, profile) for seed, d in read_once(found, lambda n: f"seed{n}", "seed", again).items()]
+    for run in runs:
+        run.problems += [p for p in again if f" is seed {run.seed}): " in p]
+    return runs
 
 
 def discover_runs(runs_root: str | Path, profile: str | None = None) -> list[Run]:
@@ -206,11 +226,11 @@ def discover_runs(runs_root: str | Path, profile: str | None = None) -> list[Run
     a variant's arm is `<arm>/<name>`. `profile` picks which evaluations are read (`eval/<profile>/`)."""
     runs = []
     for arm_dir in _arm_dirs(Path(runs_root)):
-        runs += [load_run(d, arm_dir.name, seed, profile) for d, seed in _seed_dirs(arm_dir)]
+        runs += _seed_runs(arm_dir, arm_dir.name, profile)
         for variant in sorted(arm_dir.iterdir()):
             if variant.is_dir() and variant_name_problem(variant.name) is None and not SEED_DIR.match(variant.name):
                 label = variant_label(arm_dir.name, variant.name)
-                runs += [load_run(d, label, seed, profile) for d, seed in _seed_dirs(variant)]
+                runs += _seed_runs(variant, label, profile)
     return sorted(runs, key=lambda r: (r.arm, r.seed))
 
 

@@ -7,7 +7,8 @@ so an arm has the same colour in every figure of the paper. The anchor is a blac
 whose `checkpoints/step-000000` is the starting model) starts its curve there instead. X ticks sit at
 the checkpoint steps. The caption (under the figure and in `FigureInfo.caption`) says what the bands
 are; a panel whose every value is 0 becomes a one-line note instead of an empty plot.
-Missing points are NaN and drawn as gaps (lines are broken, never interpolated across).
+Missing points are NaN and drawn as gaps (lines are broken, never interpolated across). Each point is the mean over
+the seeds evaluated at its step: the legend names each arm's seed count, the caption each point over fewer of them.
 """
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ class FigureInfo:
     xlabel: str = "step"
     bands: dict[str, dict[str, str]] = field(default_factory=dict)  # panel -> arm -> simultaneous band drawn
     notes: dict[str, str] = field(default_factory=dict)  # panel -> the note drawn instead of a plot
+    seeds: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)  # panel -> arm -> step -> seeds in its mean
     caption: str = ""
 
 
@@ -160,6 +162,46 @@ def caption_text(kinds: set[tuple[str, str, int, str]], anchor_drawn: bool,
     return " ".join(parts)
 
 
+def _steps_text(steps: list[int]) -> str:
+    """`step 1000`, `steps 200, 1000`; more than 6 as the first three, the last and their count."""
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    shown = steps if len(steps) <= 6 else [*steps[:3], "…", steps[-1]]
+    return "steps " + ", ".join(map(str, shown)) + ("" if len(steps) <= 6 else f" ({len(steps)} steps)")
+
+
+def fewer_seeds_text(seeds: dict[str, dict[str, dict[int, int]]], n_seeds: dict[str, int]) -> str:
+    """The caption's sentence on every point that is a mean over fewer seeds than its arm has (`n_seeds[arm]`), per
+    arm: `r2e: 2 of 3 seeds at step 1000` and, where it holds in some of the arm's panels only, which ones."""
+    groups: dict[tuple[str, int], dict[int, list[str]]] = {}
+    panels_of: dict[str, set[str]] = {}
+    for panel, by_arm in seeds.items():
+        for arm, per_step in by_arm.items():
+            panels_of.setdefault(arm, set()).add(panel)
+            for step, k in per_step.items():
+                if k < n_seeds.get(arm, k):
+                    groups.setdefault((arm, k), {}).setdefault(step, []).append(panel)
+    parts = []
+    for arm in sort_arms({a for a, _ in groups}):
+        for k in sorted(k for a, k in groups if a == arm):
+            by_panels: dict[tuple[str, ...], list[int]] = {}
+            for step, panels in groups[(arm, k)].items():
+                by_panels.setdefault(tuple(panels), []).append(step)
+            for panels, steps in by_panels.items():
+                where = "" if set(panels) == panels_of[arm] else " (" + ", ".join(p.replace("\n", " ") for p in panels) + ")"
+                parts.append(f"{arm}: {k} of {n_seeds[arm]} seeds at {_steps_text(sorted(steps))}{where}")
+    return ("Fewer seeds (a mean over the seeds evaluated at that step, not all of the arm's): " + "; ".join(parts) + "."
+            if parts else "")
+
+
+def _arm_seeds(points: Points, panels: list[Panel], arms: list[str]) -> dict[str, int]:
+    """Each arm's seeds with a value on any of the figure's (bench, metric)."""
+    t = points.table
+    want = {(p.bench, p.metric) for p in panels}
+    keep = [a in arms and (b, m) in want for a, b, m in zip(t.arm, t.bench, t.metric)]
+    return {str(a): int(n) for a, n in t[keep].groupby("arm").seed.nunique().items()}
+
+
 def _all_zero(values: list[float]) -> bool:
     finite = [v for v in values if math.isfinite(v)]
     return bool(finite) and all(v == 0 for v in finite)
@@ -200,10 +242,12 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
                 info.notes[panel.title], info.series[panel.title], info.xticks[panel.title] = note, [], []
                 continue
             ticked: set[int] = set()
-            info.x[panel.title] = {}
+            info.x[panel.title], info.seeds[panel.title] = {}, {}
             for arm, c in curves.items():
                 x = np.array([axis.x(arm, int(s)) for s in c.step], dtype=float)
                 info.x[panel.title][arm] = x.tolist()
+                info.seeds[panel.title][arm] = {int(s): len(points.values(arm, int(s), panel.bench, panel.metric))
+                                                for s, m in zip(c.step, c["mean"]) if math.isfinite(m)}
                 (line,) = ax.plot(x, c["mean"].to_numpy(float), marker=markers[arm], color=colours[arm],
                                   label=arm)
                 lo, hi = c.lo.to_numpy(float), c.hi.to_numpy(float)
@@ -261,11 +305,15 @@ def plot_curves(points: Points, panels: list[Panel], arms: list[str], steps: dic
         for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
         order = [a for a in sort_arms(arms) if a in handles] + (["anchor"] if "anchor" in handles else [])
-        labels = [k if k != "anchor" else "anchor (step 0)" for k in order]
+        n_seeds = _arm_seeds(points, panels, arms)
+        labels = ["anchor (step 0)" if k == "anchor" else f"{k} ({n_seeds[k]} seed{'' if n_seeds[k] == 1 else 's'})"
+                  if k in n_seeds else k for k in order]
         if order:
             fig.legend([handles[k] for k in order], labels, loc="upper center", ncol=len(order),
                        frameon=False, bbox_to_anchor=(0.5, 1.0))
-        info.caption = caption_text(kinds, anchor_drawn, band_kinds, gaps, points.conf) + ("" if axis.name == "step" else " " + axis.caption())
+        fewer = fewer_seeds_text(info.seeds, n_seeds)
+        info.caption = (caption_text(kinds, anchor_drawn, band_kinds, gaps, points.conf) + (" " + fewer if fewer else "")
+                        + ("" if axis.name == "step" else " " + axis.caption()))
         if suptitle:
             fig.suptitle(suptitle, y=1.06)
         save_figure(fig, info, out_stem, rows)

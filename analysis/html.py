@@ -24,7 +24,7 @@ from typing import Any
 from analysis.aggregate import where
 from analysis.collect import json_rows, row_problem
 from analysis.discover import ANCHOR_ARM, Run, provenance
-from analysis.report import DATA_DIR, SHARD, missing_count, set_aside
+from analysis.report import DATA_DIR, SHARD, ignored_head, missing_count, set_aside
 from common.io import atomic_dir
 from evals.registry import kind_of
 
@@ -241,25 +241,37 @@ def _list_html(items: list[str], empty: str, list_id: str) -> str:
     return f'<ul id="{list_id}">' + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
 
 
+def _inline(text: str) -> str:
+    """A Markdown line's text as HTML: escaped, each `code span` a <code> element."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", _e(text))
+
+
 def _settings_block_html(lines: list[str]) -> str:
     """The Markdown lines of the evaluations' settings block: its head a paragraph, its `- ` items a list, each
     `code span` a <code> element (the text escaped first)."""
-    def inline(text: str) -> str:
-        return re.sub(r"`([^`]*)`", r"<code>\1</code>", _e(text))
-
     if not lines:
         return ""
-    items = "".join(f"<li>{inline(x[2:])}</li>" for x in lines[1:])
-    return f'<p id="eval-settings">{inline(lines[0])}</p>' + (f"<ul>{items}</ul>" if items else "")
+    items = "".join(f"<li>{_inline(x[2:])}</li>" for x in lines[1:])
+    return f'<p id="eval-settings">{_inline(lines[0])}</p>' + (f"<ul>{items}</ul>" if items else "")
+
+
+def _ignored_html(ignored: list[Path]) -> str:
+    """The run dirs renamed aside (kept, not analysed), under report.md's head line."""
+    if not ignored:
+        return ""
+    items = "".join(f"<li><code>{_e(p)}</code></li>" for p in ignored)
+    return f'<p>{_inline(ignored_head(ignored))}</p><ul id="ignored">{items}</ul>'
 
 
 def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missing: list, problems: list[str],
                settings: dict, benches: list[str], anchor_eval: Path | None, partial: str | None = None,
-               finals: dict | None = None, unscored=None, evaluated_under: list[str] = ()) -> Path:
+               finals: dict | None = None, unscored=None, evaluated_under: list[str] = (), anchor_line: str = "",
+               ignored: list[Path] = ()) -> Path:
     """`<out>/report.html` + `<out>/report_data/` (the trajectories of every eval dir, sharded); `partial`
     (some expected point failed to evaluate) heads the report; `finals`, `unscored`: the paired table's final
     checkpoints and gaps, which the page's seed means follow (seed_means); `evaluated_under`: the evaluations'
-    settings block (analysis.eval_settings), under the page's settings."""
+    settings block (analysis.eval_settings), under the page's settings; `anchor_line`: which base model the anchor
+    is (analysis.report.anchor_text); `ignored`: the run dirs renamed aside (kept, not analysed), as report.md lists them."""
     out = Path(out)
     problems = list(problems)
     entries = write_shards(out / DATA_DIR, eval_dirs(runs, anchor_eval), benches, problems)
@@ -279,7 +291,8 @@ def write_html(out: Path, *, runs: list[Run], figures: list, tables: dict, missi
         f"<h2>Missing points ({missing_count(missing)})</h2>",
         _list_html([m.line() for m in missing], "None: every expected (checkpoint × bench) has a result.", "missing"),
         f"<h2>Problems reading inputs ({len(problems)})</h2>", _list_html(problems, "None.", "problems"),
-        "<h2>Runs and provenance</h2>", _runs_html(runs),
+        "<h2>Anchor</h2>", f'<p id="anchor">{_inline(anchor_line)}</p>' if anchor_line else "",
+        "<h2>Runs and provenance</h2>", _runs_html(runs), _ignored_html(list(ignored)),
         f"<p>Settings: {settings_html}</p>", _settings_block_html(evaluated_under), "</section>",
     ]
     fill = {"CSS": (ASSETS / "report.css").read_text(encoding="utf-8"), "REPORT": "\n".join(parts),

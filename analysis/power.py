@@ -295,6 +295,8 @@ class Pilot:
     bench: str
     scores: np.ndarray          # items × seeds differences (or items × 1 scores of one evaluation)
     one_evaluation: bool
+    at: str = ""                # which checkpoint each seed's differences come from
+    why: str = ""               # why the pair is not computed (no scores then)
 
 
 def _series(eval_dir: Path, bench: str, metric: str):
@@ -335,18 +337,35 @@ def read_pilots(pilot: Path, benches: list[str] | None, metric: str, profile: st
     summary = read_json_object(anchor / "summary.json", []) or {}
     out = []
     for arm in sorted({r.arm for r in runs}):
-        finals = [r.evals[max(r.evals)] for r in runs if r.arm == arm and r.evals]
+        finals = [(r.seed, max(r.evals), r.evals[max(r.evals)]) for r in runs if r.arm == arm and r.evals]
+        label, at = f"{arm} − anchor", final_steps_text([(seed, step) for seed, step, _ in finals])
         for bench in benches or sorted(summary):
             base = _series(anchor, bench, metric)
-            per_seed = [_series(d, bench, metric) for d in finals]
-            if base is None or not per_seed or any(s is None for s in per_seed):
+            per_seed = [_series(d, bench, metric) for _, _, d in finals]
+            if base is None or all(s is None for s in per_seed):   # the bench not evaluated in this metric: no pair
+                continue
+            if lost := next(((seed, step) for (seed, step, _), s in zip(finals, per_seed) if s is None), None):
+                out.append(Pilot(label, bench, np.empty((0, 0)), False, why=f"no per-item {metric} of {bench} at "
+                                 f"{arm}/seed{lost[0]}/{layout.step_name(lost[1])} (its final evaluation)"))
                 continue
             ids = sorted(set(base.index).intersection(*(set(s.index) for s in per_seed)))
             if len(ids) < 2:
+                out.append(Pilot(label, bench, np.empty((0, 0)), False, why=f"{len(ids)} item id(s) shared by every "
+                                 "seed's final evaluation and the anchor: no variance to estimate"))
                 continue
             d = np.stack([s.loc[ids].to_numpy(float) - base.loc[ids].to_numpy(float) for s in per_seed], axis=1)
-            out.append(Pilot(f"{arm} − anchor", bench, d, False))
+            out.append(Pilot(label, bench, d, False, at=at))
     return out
+
+
+def final_steps_text(finals: list[tuple[int, int]]) -> str:
+    """`step 20` when every seed ends there, else `seed0, seed1 at step 20, seed2 at step 10` (seed order)."""
+    by_step: dict[int, list[int]] = {}
+    for seed, step in sorted(finals):
+        by_step.setdefault(step, []).append(seed)
+    if len(by_step) == 1:
+        return f"step {next(iter(by_step))}"
+    return ", ".join(f"{', '.join(f'seed{s}' for s in seeds)} at step {step}" for step, seeds in by_step.items())
 
 
 def _listing(needed: dict[int, int | None]) -> list[str]:
@@ -393,6 +412,10 @@ def report(pilots: list[Pilot], *, effect: float, target: float, alpha: float, s
              "(analysis/power.py)", ""]
     refused = []
     for p in pilots:
+        if p.why:
+            refused.append(f"{p.label} × {p.bench}: not computed: {p.why}")
+            lines += [refused[-1], ""]
+            continue
         head = f"{p.label} × {p.bench}: {p.scores.shape[0]} items × {p.scores.shape[1]} seed(s)"
         try:
             c = from_one_evaluation(p.scores[:, 0], seed_sd) if p.one_evaluation else estimate(p.scores, seed_sd, seed_conf)
@@ -411,7 +434,8 @@ def report(pilots: list[Pilot], *, effect: float, target: float, alpha: float, s
                    "a 1-seed study cannot measure its own seed variance: its intervals cover the items only)"]
         listing += _listing({s: items_needed(c, effect, s, target, alpha) for s in range(MIN_SEEDS, max_seeds + 1)})
         advice = advise(c, effect, max_seeds, target, alpha)
-        lines += [head + ("" if p.one_evaluation else f", observed Δ {p.scores.mean():+.4f}"),
+        lines += [head + ("" if p.one_evaluation else f", observed Δ {p.scores.mean():+.4f}")
+                  + (f" (each seed at its final evaluation: {p.at})" if p.at else ""),
                   f"  σ_item {math.sqrt(c.item):.4f}, {seed_line}, σ_resid {math.sqrt(c.resid):.4f} ({c.how})",
                   f"  design {n_seeds} seed(s) × {n_items} items: SE {se:.4f} (df {c.df(n_items, n_seeds, True):.1f}), "
                   f"minimum detectable effect {mde(c, n_items, n_seeds, target, alpha):.4f}, power at {effect:+.3f}: "

@@ -76,6 +76,17 @@ def missing_count(missing: list) -> int:
     return sum(m.count for m in missing)
 
 
+def anchor_text(anchor: str | None, anchor_dir: Path) -> str:
+    """Which base model the report's anchor rows are (Markdown; report.html renders the same line)."""
+    return (f"Base model `{anchor}` evaluated with `prompt=anchor_nudge` into `{anchor_dir}` (step 0)." if anchor
+            else f"No `anchor=` given; re-used whatever `{anchor_dir}` holds (see missing points).")
+
+
+def ignored_head(ignored: list[Path]) -> str:
+    """The line over the run dirs renamed aside (Markdown; report.html renders the same line)."""
+    return f"Ignored ({len(ignored)}): renamed aside by `resume=never` / `overwrite=true` (kept, not analysed):"
+
+
 def _rel(path: Path, base: Path) -> str:
     return Path(os.path.relpath(path, base)).as_posix()
 
@@ -121,13 +132,10 @@ def write_report(out: Path, *, runs: list[Run], figures: list[FigureInfo], table
     for name, table in tables.items():
         links = ", ".join(f"[`{_rel(p, out)}`]({_rel(p, out)})" for p in table_paths.get(name, []))
         lines += [f"### {name}", "", table.to_markdown(), f"Files: {links}", ""]
-    lines += ["## Anchor", ""]
-    lines += [f"Base model `{anchor}` evaluated with `prompt=anchor_nudge` into `{anchor_dir}` (step 0)."
-              if anchor else f"No `anchor=` given; re-used whatever `{anchor_dir}` holds (see missing points).", ""]
+    lines += ["## Anchor", "", anchor_text(anchor, anchor_dir), ""]
     lines += ["## Runs and provenance", ""] + _run_rows(runs) + [""]
     if ignored:
-        lines += [f"Ignored ({len(ignored)}): renamed aside by `resume=never` / `overwrite=true` (kept, not analysed):", ""]
-        lines += [f"- `{p}`" for p in ignored] + [""]
+        lines += [ignored_head(ignored), ""] + [f"- `{p}`" for p in ignored] + [""]
     lines += [f"## Missing points ({missing_count(missing)})", ""]
     lines += [f"- {m.line()}" for m in missing] or ["None: every expected (checkpoint × bench) has a result."]
     lines += [""]

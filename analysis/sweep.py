@@ -6,6 +6,7 @@ evaluator=None)`, the Python API behind the `analyze` console script), which cal
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from analysis.discover import ANCHOR_ARM, Run, anchor_eval_dir, discover_runs, r
 from analysis.eval_settings import eval_settings
 from analysis.figures import FigureInfo, Panel, plot_curves
 from analysis.prepost import prepost, size_problems
-from analysis.report import MissingPoint, MissingSteps, make_way, missing_count, write_report
+from analysis.report import MissingPoint, MissingSteps, anchor_text, make_way, missing_count, write_report
 from analysis.errors import AnalysisError
 from analysis.tables import ENV, Table, agentic_benches, compare_table, main_table, paired_table, table_columns
 from common.cards import file_label
@@ -185,12 +186,14 @@ def add_behaviour(result: AnalysisResult, table_paths: dict, runs: list[Run], an
     table_paths["transitions"].append(behaviour.write_transitions_csv(dec, out / "tables" / "transitions.csv"))
     table_paths["decomposition"].append(behaviour.write_csv(dec, out / "tables" / "decomposition_points.csv"))
     if dec.transitions:
-        result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition", conf))
+        result.figures.append(behaviour.plot_decomposition(dec, out / "figures" / "decomposition", conf,
+                                                               Counter(r.arm for r in runs)))
 
 
 def add_teacher_forced(result: AnalysisResult, table_paths: dict, table: pd.DataFrame, eval_dirs: dict, axis,
-                       out: Path) -> None:
-    """The teacher-forced curves (analysis.tf_curves): a figure, a table and the points as CSV."""
+                       out: Path, runs: list[Run] = ()) -> None:
+    """The teacher-forced curves (analysis.tf_curves): a figure, a table and the points as CSV; each run's line
+    has a gap at each of its curve steps (`runs`) without a loss."""
     from analysis import tf_curves
 
     curves = tf_curves.collect_tf(table, eval_dirs)
@@ -200,7 +203,8 @@ def add_teacher_forced(result: AnalysisResult, table_paths: dict, table: pd.Data
     result.tables["teacher_forced"] = tf_curves.tf_table(curves)
     table_paths["teacher_forced"] = result.tables["teacher_forced"].write(out / "tables" / "teacher_forced")
     table_paths["teacher_forced"].append(tf_curves.write_points(curves, out / "tables" / "teacher_forced_points.csv"))
-    result.figures.append(tf_curves.plot_tf(curves, out / "figures" / "teacher_forced", axis))
+    result.figures.append(tf_curves.plot_tf(curves, out / "figures" / "teacher_forced", axis,
+                                                {(r.arm, r.seed): r.steps for r in runs}))
 
 
 def check_compare_settings(points: Points, pairs: list[tuple[str, str]], benches: list[str],
@@ -289,7 +293,7 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
     if qa:  # format vs capability (analysis.behaviour): the rows evaluate wrote, per checkpoint and bench
         add_behaviour(result, table_paths, runs, anchor_eval, qa, out, conf=cfg.conf)
     if any(kind_of(b).scores for b in benches):   # teacher-forced losses on the held-out sets, per span kind
-        add_teacher_forced(result, table_paths, table, eval_dirs, axis, out)
+        add_teacher_forced(result, table_paths, table, eval_dirs, axis, out, runs)
     if study is not None and study.reference_results:
         from analysis.reference import reference_table
 
@@ -306,10 +310,11 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                 "conf": cfg.conf, "evaluated_now": len(jobs), "failed": len(ev.failures),
                 "axis": cfg.axis if cfg.axis == "step" else f"{cfg.axis} ({axis.label}, from metrics.jsonl)"}
     evaluated_under = eval_settings(points, benches).lines()   # the settings the numbers were made under (meta.json)
+    ignored = replaced_dirs(root)
     result.report = write_report(out, runs=runs, figures=result.figures, tables=result.tables,
                                  table_paths=table_paths, results_paths=results, anchor=anchor,
                                  anchor_dir=anchor_dir, missing=result.missing, problems=problems,
-                                 settings=settings, ignored=replaced_dirs(root), intervals=intervals,
+                                 settings=settings, ignored=ignored, intervals=intervals,
                                  partial=partial_line(result), evaluated_under=evaluated_under,
                                  too_long=collected.too_long)
     from analysis.html import write_html
@@ -318,7 +323,8 @@ def write_analysis(cfg: DictConfig, *, runs: list[Run], jobs: list, ev, benches:
                              problems=problems, settings=settings, benches=episodic,
                              anchor_eval=anchor_eval if (anchor_eval / "summary.json").is_file() else None,
                              partial=partial_line(result), finals=finals, unscored=points.unscored,
-                             evaluated_under=evaluated_under)
+                             evaluated_under=evaluated_under, anchor_line=anchor_text(anchor, anchor_dir),
+                             ignored=ignored)
     from analysis.wandb_log import log_results
 
     logged = log_results(table, runs_root=str(cfg.runs_root), out=out, setting=cfg.wandb)

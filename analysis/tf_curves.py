@@ -10,6 +10,7 @@ x-axis is analyze's `axis` (analysis.axes), each seed's line at its own counters
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,9 +98,10 @@ def write_points(curves: TFCurves, path: Path) -> Path:
     return path
 
 
-def plot_tf(curves: TFCurves, out_stem: Path, axis):
+def plot_tf(curves: TFCurves, out_stem: Path, axis, steps: dict[tuple[str, int], list[int]] | None = None):
     """One panel per bench × held-out set × span kind with tokens; a line per arm × seed over the checkpoints.
-    Returns analysis.figures.FigureInfo."""
+    `steps[(arm, seed)]`: the run's curve steps (analysis.discover.Run.steps): one without a point in the panel
+    is a gap in the line (NaN, counted in `FigureInfo.gaps`), never bridged. Returns analysis.figures.FigureInfo."""
     import matplotlib.pyplot as plt
 
     from analysis.figures import (ANCHOR_STYLE, PANEL_HEIGHT_IN, RC, FigureInfo, _layout, arm_colours, save_figure,
@@ -121,18 +123,24 @@ def plot_tf(curves: TFCurves, out_stem: Path, axis):
         fig, axes = plt.subplots(rows, cols, figsize=(width, PANEL_HEIGHT_IN * rows + 0.35), squeeze=False)
         for ax, (bench, held, span), title in zip(axes.flat, panels, titles):
             here = [p for p in curves.points if p.bench == bench and p.heldout == held and span in p.loss]
-            info.series[title], info.x[title] = [], {}
+            info.series[title], info.x[title], info.gaps[title] = [], {}, {}
             for arm in arms:
                 for seed in seeds:
-                    pts = sorted((p for p in here if p.arm == arm and p.seed == seed), key=lambda p: p.step)
-                    if not pts:
+                    loss = {p.step: p.loss[span] for p in here if p.arm == arm and p.seed == seed}
+                    if not loss:
                         continue
                     label = f"{arm}/seed{seed}"
-                    xs = [axis.x(arm, p.step, seed) for p in pts]
-                    ax.plot(xs, [p.loss[span] for p in pts], color=colours[arm], marker="o",
+                    at = sorted(set(loss) | set((steps or {}).get((arm, seed), ())))
+                    xs = [axis.x(arm, s, seed) for s in at]
+                    ys = [loss.get(s, math.nan) for s in at]
+                    ax.plot(xs, ys, color=colours[arm], marker="o",
                             linestyle=SEED_STYLES[seeds.index(seed) % len(SEED_STYLES)], label=label)
                     info.series[title].append(label)
                     info.x[title][label] = xs
+                    if missing := sum(s not in loss for s in at):
+                        info.gaps[title][label] = missing
+            if not info.gaps[title]:
+                del info.gaps[title]
             anchor = [p for p in here if p.arm == ANCHOR_ARM]
             if anchor:
                 ax.axhline(anchor[0].loss[span], **ANCHOR_STYLE, label="anchor")
@@ -153,6 +161,8 @@ def plot_tf(curves: TFCurves, out_stem: Path, axis):
                        bbox_to_anchor=(0.5, 1.0))
         info.caption = ("Teacher-forced loss per token on held-out gold trajectories (tf_code: code agents, tf_search: "
                         "search agents) at each checkpoint, per span kind; colour = arm, line style = seed, dashed = "
-                        "anchor; panel titles: bench [held-out set fingerprint]: span. " + axis.caption(per_seed=True))
+                        "anchor; panel titles: bench [held-out set fingerprint]: span. "
+                        + ("A checkpoint without a loss is a gap in its line (see the missing points). " if info.gaps else "")
+                        + axis.caption(per_seed=True))
         save_figure(fig, info, out_stem, rows)
     return info

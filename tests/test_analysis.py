@@ -4,7 +4,7 @@ import json
 import matplotlib.image as mpimg
 import pandas as pd
 import pytest
-from test_analysis_helpers import make_run, write_eval
+from test_analysis_helpers import drawn_figures, make_run, write_eval
 
 from analysis.aggregate import Points, best_point, final_point, paired_vs_anchor
 from launch.analyze import main as analyze_main
@@ -772,3 +772,93 @@ def test_the_teacher_forced_legend_lists_every_arm_drawn_in_any_panel(tmp_path, 
     fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
     assert fig.panels[0].startswith("tf_code") and "search/seed0" not in fig.series[fig.panels[0]]
     assert legends["teacher_forced"] == [["r2e/seed0", "search/seed0", "anchor"]]
+
+
+def test_a_teacher_forced_line_breaks_at_a_checkpoint_without_its_loss(tmp_path, monkeypatch):
+    """r2e/seed0 has checkpoints 2, 4, 6 and tf_code losses at 2 and 6 only: its line is broken at 4 (a gap, counted in
+    FigureInfo.gaps and said in the caption), never a straight segment from 2 to 6 (before: the line joined the points
+    it had, drawing a loss at step 4 that no evaluation measured, while report.md listed step 4 as missing)."""
+    import math
+
+    from common.io import write_json
+
+    root = tmp_path / "runs"
+    run = make_run(root, "r2e", 0, [2, 4, 6])
+    for s in (2, 6):
+        (run / "eval" / f"step-{s:06d}").mkdir(parents=True)
+        write_json(run / "eval" / f"step-{s:06d}" / "summary.json", {"tf_code": {"loss": 2.0 - 0.1 * s, "tokens": 100, "n": 4}})
+    lines = drawn_figures(monkeypatch, lambda fig: [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata()))
+                                                    for ax in fig.axes for ln in ax.get_lines()])
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["tf_code"], "evaluate": False})
+    fig = next(f for f in res.figures if f.paths[0].stem == "teacher_forced")
+    (label, x, y), = lines["teacher_forced"]
+    assert label == "r2e/seed0" and x == [2, 4, 6] and y[0] == pytest.approx(1.8) and math.isnan(y[1])
+    assert y[2] == pytest.approx(1.4)
+    assert fig.gaps == {"tf_code [unrecorded]: all": {"r2e/seed0": 1}}
+    assert "A checkpoint without a loss is a gap in its line" in fig.caption
+    assert "r2e/seed0/step-000004 × tf_code: not evaluated (evaluate=false)" in [m.line() for m in res.missing]
+
+
+def test_a_curve_point_over_fewer_of_its_arms_seeds_is_said(tmp_path, monkeypatch):
+    """r2e has 3 seeds; seed 2 (still training) lacks step 1000, which seeds 0 and 1 have: the curve's point at 1000
+    is a mean over 2 of the 3 seeds, and so said in the caption and FigureInfo.seeds; the legend names each arm's
+    seed count (before: the legend said `r2e`, the caption listed `10 items × 2 seeds` among its n without naming
+    the arm or the step, so a mean over the two weaker seeds read as the arm's own). Steps follow numerically."""
+    root = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        steps = [200, 1000] if seed < 2 else [200]
+        make_run(root, "r2e", seed, steps, evaluated={s: {"nq": 0.1 * seed + s / 5000} for s in steps}, horizon=1000,
+                 save_steps=[200, 1000], done=seed < 2)
+    make_run(root, "search", 0, [200, 1000], evaluated={s: {"nq": 0.3} for s in (200, 1000)})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.1})
+    legends = drawn_figures(monkeypatch, lambda fig: [t.get_text() for legend in fig.legends for t in legend.get_texts()])
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False})
+    fig = next(f for f in res.figures if f.paths[0].stem == "curves_em")
+    assert legends["curves_em"] == ["r2e (3 seeds)", "search (1 seed)", "anchor (step 0)"]
+    assert fig.seeds["nq"] == {"r2e": {200: 3, 1000: 2}, "search": {200: 1, 1000: 1}}
+    assert fig.x["nq"]["r2e"] == [200.0, 1000.0]
+    assert "Fewer seeds (a mean over the seeds evaluated at that step, not all of the arm's): r2e: 2 of 3 seeds at step 1000." in fig.caption
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "r2e: 2 of 3 seeds at step 1000" in report and "r2e: 2 of 3 seeds at step 1000" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_report_html_names_the_anchor_and_the_runs_set_aside_as_report_md_does(tree, tmp_path, fast_figures):
+    """report.html says which anchor its `anchor` rows are and lists the run dirs renamed aside (kept, not analysed),
+    as report.md does (before: report.md only; the page a researcher opens named no anchor model and no ignored run)."""
+    import shutil
+
+    shutil.copytree(tree / "r2e" / "seed1", tree / "r2e" / "seed1.replaced-20260101T000000Z")
+    out = tmp_path / "rep"
+    run_analysis({"runs_root": str(tree), "out": str(out), "benches": QA, "evaluate": False, "metrics": ["em"]})
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    anchor = f"No <code>anchor=</code> given; re-used whatever <code>{tree / '_anchor'}</code> holds (see missing points)."
+    assert f"No `anchor=` given; re-used whatever `{tree / '_anchor'}` holds (see missing points)." in md and anchor in page
+    ignored = tree / "r2e" / "seed1.replaced-20260101T000000Z"
+    assert "Ignored (1)" in md and f"- `{ignored}`" in md
+    assert "Ignored (1)" in page and f"<li><code>{ignored}</code></li>" in page
+
+
+def test_a_seed_or_step_named_twice_is_read_once_and_the_other_named(tmp_path, fast_figures):
+    """`r2e/seed01` is seed 1 again beside `r2e/seed1`, and `eval/step-10` is step 10 again beside `eval/step-000010`:
+    each point is read once, from the dir of its own name, the other listed as a problem (before: seed 1 counted twice,
+    `r2e (final)` a mean over `10×3` seeds of 2 runs, and one of the two step dirs dropped without a word)."""
+    import shutil
+
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10], evaluated={10: {"nq": 0.2}})
+    make_run(root, "r2e", 1, [10], evaluated={10: {"nq": 0.4}})
+    shutil.copytree(root / "r2e" / "seed1", root / "r2e" / "seed01")
+    write_eval(root / "r2e" / "seed0" / "eval" / "step-10", {"nq": 0.9})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.1})
+    runs = discover_runs(root)
+    assert [(r.arm, r.seed, r.path.name) for r in runs] == [("r2e", 0, "seed0"), ("r2e", 1, "seed1")]
+    assert runs[0].evals[10].name == "step-000010"
+    problems = [p for r in runs for p in r.problems]
+    assert f"{root / 'r2e' / 'seed01'}: seed 1 again ({root / 'r2e' / 'seed1'} is seed 1): not read" in problems
+    assert (f"{root / 'r2e' / 'seed0' / 'eval' / 'step-10'}: step 10 again "
+            f"({root / 'r2e' / 'seed0' / 'eval' / 'step-000010'} is step 10): not read") in problems
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False,
+                        "metrics": ["em"]})
+    (_, row), = [r for r in res.tables["main_em"].rows if r[0].startswith("r2e (final")]
+    assert row == ["0.300 ±0.409"] and "r2e 10×2 items+seeds" in res.tables["main_em"].caption
+    assert "seed 1 again" in (tmp_path / "o" / "report.md").read_text()

@@ -3,7 +3,7 @@ import json
 import math
 
 import pytest
-from test_analysis_helpers import make_run
+from test_analysis_helpers import drawn_figures, make_run
 
 import numpy as np
 
@@ -416,3 +416,47 @@ def test_a_transition_part_no_item_took_is_not_a_zero_width_interval():
     u = beta.ppf(0.975, 1, 20)
     assert got[1] == pytest.approx((0.0, -u, u)) and got[2] == got[1] and covers == "items"
     assert got[0][1] < 0.25 < got[0][2] and method == "Tango score"   # the part with items: one seed, 0/1 contributions
+
+
+def _decomposed(tmp_path, monkeypatch, arm: str, seeds: dict[int, list[int]], rows, run_keys=lambda seed: {}):
+    """`arm`'s runs evaluated at `seeds[seed]` (rows `rows(seed, step)`) and the anchor, analysed: the result and
+    the decomposition figure's tick labels as drawn."""
+    root = tmp_path / "runs"
+    _write(root / "_anchor" / "eval" / "step-000000", _rows(40, 20), fingerprint="anchorfp000")
+    for seed, steps in seeds.items():
+        run = make_run(root, arm, seed, steps, **run_keys(seed))
+        for s in steps:
+            _write(run / "eval" / f"step-{s:06d}", rows(seed, s), fingerprint="armfp")
+    ticks = drawn_figures(monkeypatch, lambda fig: [t.get_text() for ax in fig.axes if ax.get_visible()
+                                                    for t in ax.get_xticklabels()])
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "benches": ["nq"], "evaluate": False,
+                        "metrics": ["em"]})
+    return res, ticks
+
+
+def test_the_decomposition_bar_of_fewer_seeds_than_its_arm_has_says_so(tmp_path, monkeypatch):
+    """r2e has 3 seeds; seed 2 (still training) has no step 20: the bar at r2e's final step pools seeds 0 and 1 only,
+    and its label says `2 of 3 seeds` (FigureInfo.seeds too; the caption names which seeds a bar pools). Before:
+    `r2e @20` and "its seeds pooled", read as all three (the main table's final row pools all three: 0.567, the bar
+    0.200→0.550)."""
+    res, ticks = _decomposed(tmp_path, monkeypatch, "r2e", {0: [10, 20], 1: [10, 20], 2: [10]},
+                             lambda seed, s: _rows(60 + 10 * seed, 30 + s + 10 * seed),
+                             lambda seed: dict(horizon=20, save_steps=[10, 20], done=seed < 2))
+    fig = next(f for f in res.figures if f.paths[0].stem == "decomposition")
+    assert ticks["decomposition"] == ["r2e @20\n2 of 3 seeds"]
+    assert fig.seeds == {"nq (open)": {"r2e": {20: 2}}}
+    assert "the seeds evaluated at that step pooled (under each bar, of the arm's seeds)" in fig.caption
+    (label, cells), = res.tables["transitions"].rows
+    assert label == "r2e @20 (pre: anchor)" and cells[2] == "2 × 100"
+
+
+def test_an_arm_split_against_two_pre_evaluations_gets_a_bar_for_each(tmp_path, monkeypatch):
+    """grpo/seed0 has its own step 0 (pre: step 0), grpo/seed1 has none (pre: the anchor): the transition table has a
+    row for each, and so does the figure, each bar naming its pre (before: one bar `grpo @10`, the other row dropped
+    without a word, as the bars were keyed by arm)."""
+    res, ticks = _decomposed(tmp_path, monkeypatch, "grpo", {0: [0, 10], 1: [10]},
+                             lambda seed, s: _rows(50 + 5 * s, 20 + s + 10 * seed))
+    assert [label for label, _ in res.tables["transitions"].rows] == ["grpo @10 (pre: anchor)", "grpo @10 (pre: step 0)"]
+    fig = next(f for f in res.figures if f.paths[0].stem == "decomposition")
+    assert ticks["decomposition"] == ["grpo (pre: anchor) @10\n1 of 2 seeds", "grpo (pre: step 0) @10\n1 of 2 seeds"]
+    assert fig.series == {"nq (open)": ["grpo (pre: anchor)", "grpo (pre: step 0)"]}

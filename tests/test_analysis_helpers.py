@@ -60,3 +60,23 @@ def make_run(root: Path, arm: str, seed: int, steps: list[int], *, evaluated: di
     if done:
         (run / "DONE").write_text("")
     return run
+
+
+def drawn_figures(monkeypatch, grab) -> dict:
+    """Figures drawn but not rendered (empty PDF/PNG files under their names); per figure stem, `grab(fig)` of
+    the figure as drawn (its legend, lines, tick labels)."""
+    import matplotlib.pyplot as plt
+
+    import analysis.figures
+
+    seen: dict = {}
+
+    def save(fig, info, out_stem, rows):
+        seen[out_stem.stem] = grab(fig)
+        for ext in ("pdf", "png"):
+            out_stem.with_suffix(f".{ext}").write_bytes(b"")
+            info.paths.append(out_stem.with_suffix(f".{ext}"))
+        plt.close(fig)
+
+    monkeypatch.setattr(analysis.figures, "save_figure", save)
+    return seen

@@ -209,3 +209,26 @@ def test_power_keys_are_documented():
 
     assert {"power.pilot", "power.effect", "power.seed_sd", "axis"} <= set(KEYS)
     assert json.dumps(KEYS["power.effect"].default)  # a plain value, so docs/keys renders it
+
+
+def test_a_pilot_arm_a_seed_cannot_pair_is_named_and_its_seeds_final_steps_said(tmp_path, capsys):
+    """search/seed0's final evaluation has no nq: search × nq gets a `not computed` line naming it (before: the pair was
+    left out, not a word printed); r2e's seeds end at steps 20, 20 and 10 (seed 2 still training): the line says
+    which checkpoint each seed's difference comes from (before: `10 items × 3 seed(s)`, no step named)."""
+    root = tmp_path / "runs"
+    make_run(root, "r2e", 0, [10, 20], evaluated={10: {"nq": 0.5, "hotpotqa": 0.5}, 20: {"nq": 0.6, "hotpotqa": 0.5}})
+    make_run(root, "r2e", 1, [10, 20], evaluated={10: {"nq": 0.5, "hotpotqa": 0.6}, 20: {"nq": 0.7, "hotpotqa": 0.6}})
+    make_run(root, "r2e", 2, [10], evaluated={10: {"nq": 0.2, "hotpotqa": 0.6}}, horizon=20, save_steps=[10, 20],
+             done=False)
+    make_run(root, "search", 0, [10], evaluated={10: {"hotpotqa": 0.6}})
+    make_run(root, "search", 1, [10], evaluated={10: {"nq": 0.4, "hotpotqa": 0.6}})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.3, "hotpotqa": 0.3})
+    run_analysis({"runs_root": str(root), "out": str(tmp_path / "o"), "evaluate": False, "benches": ["nq", "hotpotqa"],
+                  "power": {"pilot": str(root), "effect": 0.1}})
+    text = capsys.readouterr().out
+    assert ("r2e − anchor × nq: 10 items × 3 seed(s), observed Δ +0.2000 (each seed at its final evaluation: seed0, "
+            "seed1 at step 20, seed2 at step 10)") in text
+    assert "search − anchor × hotpotqa: 10 items × 2 seed(s), observed Δ +0.3000 (each seed at its final evaluation: " \
+           "step 10)" in text
+    assert ("search − anchor × nq: not computed: no per-item em of nq at search/seed0/step-000010 (its final "
+            "evaluation)") in text
