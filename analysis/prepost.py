@@ -34,7 +34,7 @@ import pandas as pd
 from analysis.collect import example_metric, no_score_reason, qa_label
 from analysis.discover import Run, read_json_object
 from analysis.stats import PairedResult, tango_limits
-from analysis.tables import DASH, Column, Table
+from analysis.tables import DASH, Column, Table, dash
 from analysis.variance import Term, crossed_parts, exact_bounds, is_binary, limits
 from common.fingerprint import fingerprint_diff
 from evals.registry import kind_of
@@ -80,6 +80,7 @@ class PrePostRow:
     paired: PairedResult | None
     best: float
     best_step: int
+    why: str | None = None   # why `paired` is None: the Δ cell's reason (also listed among the problems)
 
 
 @dataclass
@@ -98,7 +99,7 @@ class PrePost:
                    "no CI).")
         table = Table(caption, [Column("", "", c.format(conf=self.conf), "") for c in COLUMNS], row_header="Run")
         for r in self.rows:
-            delta = DASH if r.paired is None else f"{r.paired.delta:+.3f} [{r.paired.lo:+.3f}, {r.paired.hi:+.3f}]"
+            delta = dash(r.why) if r.paired is None else f"{r.paired.delta:+.3f} [{r.paired.lo:+.3f}, {r.paired.hi:+.3f}]"
             n, method = (DASH, DASH) if r.paired is None else (str(r.paired.n), r.paired.method)
             pre = f"{r.pre:.3f} ({'anchor' if r.pre_source == 'anchor' else 'step 0'})"
             table.rows.append((r.run, [qa_label(r.bench), LABELS.get(r.metric, r.metric), pre, f"{r.post:.3f} @{r.post_step}",
@@ -205,18 +206,16 @@ def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, con
                 best_step = min(series, key=lambda s: (-series[s], s))
                 where = f"{label} × {bench} ({metric})"
                 source = "step 0" if own_start else "anchor"
-                paired = None
+                paired, why = None, None
                 pre_ex = example_metric(pre_dir, bench, metric, out.problems)
                 post_ex = example_metric(run.evals[post_step], bench, metric, out.problems)
                 if pre_ex is None or post_ex is None:
-                    out.problems.append(f"{where}: no per-example results to pair, no CI")
-                elif why := identity_problem(pre_dir, run.evals[post_step], bench, source):
-                    out.problems.append(f"{where}: {why}")
-                else:
+                    why = "no per-example results to pair, no CI"
+                elif not (why := identity_problem(pre_dir, run.evals[post_step], bench, source)):
                     paired, why = paired_prepost(pre_ex, post_ex, conf)
-                    if why:
-                        out.problems.append(f"{where}: {why}")
-                out.rows.append(PrePostRow(label, bench, metric, source, pre,
-                                           series[post_step], post_step, paired, series[best_step], best_step))
+                if why:
+                    out.problems.append(f"{where}: {why}")
+                out.rows.append(PrePostRow(label, bench, metric, source, pre, series[post_step], post_step, paired,
+                                           series[best_step], best_step, why))
     return out
 

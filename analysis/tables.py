@@ -164,10 +164,14 @@ COVERS_TEXT = (f"covers: {COVERS_BOTH} = items and seeds both random (the popula
                "training seeds); items = items only, where an arm has one seed (its seed variance is unknown)")
 
 
+def dash(why: str | None) -> str:
+    """The cell of a table without a value: a dash, with the reason after it where there is one."""
+    return f"{DASH} ({why})" if why else DASH
+
+
 def gap(points: Points, arm: str, bench: str, why: str | None = None) -> str:
     """The cell of a point without a value: a dash, with `why` or the reason evaluate gave it no score."""
-    why = why or points.no_score(arm, bench)
-    return f"{DASH} ({why})" if why else DASH
+    return dash(why or points.no_score(arm, bench))
 
 
 def main_table(points: Points, arms: list[str], columns: list[Column], metric: str) -> Table:
@@ -248,7 +252,7 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
         for c in columns:
             p = paired_arms(points, a, b, step, c.bench, c.metric)
             if isinstance(p, str) or not math.isfinite(p.result.delta):
-                cells.append(f"{DASH} ({p})" if isinstance(p, str) else DASH)
+                cells.append(dash(p if isinstance(p, str) else None))
                 continue
             seeds.update(p.seeds)
             if c.bench != MEAN_BENCH:
@@ -257,7 +261,7 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
         label = f"{step} (seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, sorted(seeds))) or DASH})"
         table.rows.append((label, cells))
     if not steps:
-        table.rows.append((DASH, [f"{DASH} (no step evaluated in both {a} and {b})"] + [DASH] * (len(columns) - 1)))
+        table.rows.append((DASH, [dash(f"no step evaluated in both {a} and {b}")] + [DASH] * (len(columns) - 1)))
     for label, ids in dropped.items():
         if ids:
             cells = [f"{len(ids)} dropped: {', '.join(sorted(ids))}" if c.label == label else "" for c in columns]

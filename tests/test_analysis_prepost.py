@@ -301,3 +301,22 @@ def test_analyze_with_a_profile_evaluates_into_the_profile_dir(tmp_path, tiny_to
     assert len(calls) == 1  # found in eval/rl_ood/ under this identity: nothing left to evaluate
     run_analysis({**cfg, "eval": {"babyai_max_steps": 2, "progress": False}}, evaluator=evaluator)
     assert len(calls) == 2 and calls[-1]["overwrite"] is True  # another cap: another identity, re-evaluated
+
+
+def test_a_delta_without_a_ci_says_why_in_its_cell(tmp_path):
+    """The defect: eval dirs without meta.json gave a bare "–" Δ cell, its reason only under the report's problems;
+    every other table writes "– (why)"."""
+    from test_analysis_helpers import make_run
+
+    root = tmp_path / "runs"
+    make_run(root, "grpo", 0, [0, 10], evaluated={0: {"musique": 0.1}, 10: {"musique": 0.4}})   # no meta.json
+    pp = prepost(discover_runs(root), None, ["musique"])
+    cells = dict((r[1][1], r[1]) for r in pp.table().rows)["EM"]
+    meta = root / "grpo" / "seed0" / "eval"
+    assert cells[4] == (f"– (no recorded evaluation identity ({meta / 'step-000000' / 'meta.json'}, "
+                        f"{meta / 'step-000010' / 'meta.json'}): not paired)")
+    assert cells[5:7] == ["–", "–"]   # n and interval: no pair, nothing to repeat
+    (meta / "step-000010" / "musique.jsonl").unlink()   # no per-example rows: said in the cell too
+    cells = dict((r[1][1], r[1]) for r in prepost(discover_runs(root), None, ["musique"]).table().rows)["EM"]
+    assert cells[4] == "– (no per-example results to pair, no CI)"
+
