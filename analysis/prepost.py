@@ -3,7 +3,8 @@
     pre    RL runs (a run with its own evaluated step 0, i.e. `checkpoints/step-000000` is the starting
            model): that step-0 evaluation, under the same prompt as the later steps. SFT arms: the
            anchor (the base model with the `anchor_nudge` prompt).
-    post   the run's final evaluated step, with the `conf` CI of post − pre over the same item ids: 0/1 scores
+    post   the run's last evaluated step with a score for the bench (its final evaluated step unless the cell
+           names that step and why it has none there), with the `conf` CI of post − pre over the same item ids: 0/1 scores
            (EM) get Tango's score interval for paired proportions (analysis.stats.tango_limits: a paired t over
            few discordant 0/1 items covered as little as 0.87 at 95% in simulation), other values the crossed model of
            the other paired tables (analysis.variance) with one post seed and pre seedless, a paired t over the
@@ -41,7 +42,7 @@ from evals.registry import kind_of
 
 QA_METRICS = ("em", "f1")
 LABELS = {"em": "EM", "f1": "F1"}   # any other metric is shown by its name
-COLUMNS = ["bench (context mode)", "metric", "pre", "post (final step)", "Δ post − pre [{conf:.0%} CI]", "n", "interval",
+COLUMNS = ["bench (context mode)", "metric", "pre", "post (last scored step)", "Δ post − pre [{conf:.0%} CI]", "n", "interval",
            "best (selected on test)"]
 
 
@@ -80,6 +81,7 @@ class PrePostRow:
     paired: PairedResult | None
     best: float
     best_step: int
+    final: tuple[int, str] | None = None   # (the run's final step, why it has no value) where post is an earlier step
     why: str | None = None   # why `paired` is None: the Δ cell's reason (also listed among the problems)
 
 
@@ -92,7 +94,8 @@ class PrePost:
     def table(self) -> Table:
         caption = ("Pre vs post training per run. pre: the run's own step-0 evaluation (RL runs: the starting "
                    "checkpoint, same prompt as later steps) or, for SFT arms, the anchor (base model, "
-                   f"anchor_nudge prompt). post: the final evaluated step; Δ with a {self.conf:.0%} CI over identical "
+                   "anchor_nudge prompt). post: the run's last evaluated step with a score for the bench, its final evaluated "
+                   f"step unless the cell says why that one has none; Δ with a {self.conf:.0%} CI over identical "
                    "item ids, its method in the interval column: Tango score = the score interval for paired proportions of "
                    "Tango (1998) (0/1 scores), paired t = a paired t over the items (other values), exact = exact bounds "
                    "for 0/1 differences that never vary. best: the best step, selected on the test items (optimistic, "
@@ -102,21 +105,24 @@ class PrePost:
             delta = dash(r.why) if r.paired is None else f"{r.paired.delta:+.3f} [{r.paired.lo:+.3f}, {r.paired.hi:+.3f}]"
             n, method = (DASH, DASH) if r.paired is None else (str(r.paired.n), r.paired.method)
             pre = f"{r.pre:.3f} ({'anchor' if r.pre_source == 'anchor' else 'step 0'})"
-            table.rows.append((r.run, [qa_label(r.bench), LABELS.get(r.metric, r.metric), pre, f"{r.post:.3f} @{r.post_step}",
+            post = f"{r.post:.3f} @{r.post_step}" + (f" (not the final step {r.final[0]}: {r.final[1]})" if r.final else "")
+            table.rows.append((r.run, [qa_label(r.bench), LABELS.get(r.metric, r.metric), pre, post,
                                        delta, n, method, f"{r.best:.3f} @{r.best_step}"]))
         return table
 
 
-def _summary_value(eval_dir: Path, bench: str, metric: str, problems: list[str]) -> float | None:
-    """The bench's `metric` in summary.json; None where it is not a number or the bench has no score
-    (analysis.collect.no_score_reason: e.g. none of its items generated a token, its 0 no score of the model's)."""
+def _summary_value(eval_dir: Path, bench: str, metric: str, problems: list[str]) -> tuple[float | None, str]:
+    """The bench's `metric` in summary.json, or None and why: the bench is not in it, has no score
+    (analysis.collect.no_score_reason: e.g. none of its items generated a token, its 0 no score of the model's)
+    or its value is not a number."""
     summary = read_json_object(eval_dir / "summary.json", problems) or {}
-    entry = summary.get(bench) if isinstance(summary.get(bench), dict) else {}
-    if no_score_reason(entry):
-        return None
+    if not isinstance(entry := summary.get(bench), dict):
+        return None, "not evaluated there"
+    if why := no_score_reason(entry):
+        return None, why
     value = entry.get(metric)
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
+    return (float(value), "") if ok else (None, f"no {metric} value there")
 
 
 def _summary_n(eval_dir: Path, bench: str) -> int | None:
@@ -197,12 +203,13 @@ def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, con
             continue
         for bench in benches:
             for metric in bench_metrics(bench):
-                series = {s: _summary_value(run.evals[s], bench, metric, out.problems) for s in later}
-                series = {s: v for s, v in series.items() if v is not None}
-                pre = _summary_value(pre_dir, bench, metric, out.problems)
+                values = {s: _summary_value(run.evals[s], bench, metric, out.problems) for s in later}
+                series = {s: v for s, (v, _) in values.items() if v is not None}
+                pre, _ = _summary_value(pre_dir, bench, metric, out.problems)
                 if not series or pre is None:
                     continue
-                post_step = max(series)
+                post_step = max(series)   # the final step where it has a value; else the last one that has, said so
+                final = None if post_step == later[-1] else (later[-1], values[later[-1]][1])
                 best_step = min(series, key=lambda s: (-series[s], s))
                 where = f"{label} × {bench} ({metric})"
                 source = "step 0" if own_start else "anchor"
@@ -216,6 +223,6 @@ def prepost(runs: list[Run], anchor_dir: Path | None, benches: list[str], *, con
                 if why:
                     out.problems.append(f"{where}: {why}")
                 out.rows.append(PrePostRow(label, bench, metric, source, pre, series[post_step], post_step, paired,
-                                           series[best_step], best_step, why))
+                                           series[best_step], best_step, final, why))
     return out
 

@@ -320,3 +320,26 @@ def test_a_delta_without_a_ci_says_why_in_its_cell(tmp_path):
     cells = dict((r[1][1], r[1]) for r in prepost(discover_runs(root), None, ["musique"]).table().rows)["EM"]
     assert cells[4] == "– (no per-example results to pair, no CI)"
 
+
+
+def test_a_post_before_the_runs_final_step_says_so(tmp_path):
+    """The defect: the column read "post (final step)" while a bench the final step has no score for fell back to an
+    earlier step, marked only "@10", beside a main table whose final row is the last step (a gap there)."""
+    from test_analysis_helpers import make_run
+
+    root = tmp_path / "runs"
+    make_run(root, "grpo", 0, [0, 10, 20], evaluated={0: {"musique": 0.1, "hotpotqa": 0.2},
+                                                      10: {"musique": 0.3, "hotpotqa": 0.3}, 20: {"musique": 0.4}})
+    pp = prepost(discover_runs(root), None, ["musique", "hotpotqa"])
+    table = pp.table()
+    assert table.columns[3].label == "post (last scored step)"
+    assert "post: the run's last evaluated step with a score for the bench" in table.caption
+    posts = {(c[0], c[1]): c[3] for _, c in table.rows}
+    assert posts[("musique (open)", "EM")] == "0.400 @20"   # the run's final step: as before
+    assert posts[("hotpotqa (open)", "EM")] == "0.300 @10 (not the final step 20: not evaluated there)"
+    summary = json.loads((root / "grpo" / "seed0" / "eval" / "step-000020" / "summary.json").read_text())
+    summary["hotpotqa"] = {"em": None, "f1": None, "n": 10, "null_reason": "not measured: 10 of 10 items never generated"}
+    write_json(root / "grpo" / "seed0" / "eval" / "step-000020" / "summary.json", summary)
+    posts = {(c[0], c[1]): c[3] for _, c in prepost(discover_runs(root), None, ["musique", "hotpotqa"]).table().rows}
+    assert posts[("hotpotqa (open)", "F1")] == ("0.300 @10 (not the final step 20: not measured: 10 of 10 items never "
+                                                "generated)")
