@@ -557,6 +557,21 @@ def _counts(d: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items()) or "–"
 
 
+def without_rows(table, dec: Decomposed):
+    """`table`, given one row saying why where it has none: what was not decomposed and why (`dec.skipped`), the
+    pairs refused, or that no run × QA bench has rows at both its pre evaluation and a later step."""
+    from analysis.tables import DASH, dash
+
+    if table.rows:
+        return table
+    why = ["not decomposed: " + "; ".join(f"{k}: {v}" for k, v in sorted(dec.skipped.items()))] if dec.skipped else []
+    if refused := sum(r.split is None for r in dec.transitions):
+        why.append(f"{refused} pair{'s' if refused > 1 else ''} refused (the transitions table and the problems say why)")
+    why = why or ["no run × QA bench has rows at both its pre evaluation (the anchor or the run's step 0) and a later step"]
+    table.rows.append((DASH, [dash("no rows: " + "; ".join(why))] + [DASH] * (len(table.columns) - 1)))
+    return table
+
+
 DECOMPOSITION_COLUMNS = ["bench (context mode)", "identity", "n", "well-formed", "search→answer", "searches/ep",
                          "finish call", "p(ok) pre→post", "EM|ok pre→post", "ΔEM", "format Δp·EM₀|ok",
                          "capability p₁·ΔEM|ok", "rest", "format share"]
@@ -599,7 +614,7 @@ def decomposition_tables(dec: Decomposed, anchor: dict[str, Behaviour], anchor_i
             staged.add((p.run, p.bench, p.step))
             stages.rows.append((f"{p.run} @{p.step}", [qa_label(p.bench), p.identity, str(b.n), _counts(b.rules),
                                                       _counts(b.stops), _counts(b.failures)]))
-    return main, stages
+    return without_rows(main, dec), without_rows(stages, dec)
 
 
 TRANSITION_COLUMNS = ["bench (context mode)", "identity (pre → post)", "seeds × items", "EM pre→post", "ΔEM",
@@ -652,7 +667,7 @@ def transition_table(dec: Decomposed, conf: float = 0.95):
             _part_cell(sp, "delta"), *(_part_cell(sp, key, counts[key]) for key, _, _ in TRANSITION_PARTS),
             _part_cell(sp, "rest", moving), _part_cell(sp, "net_format"), _part_cell(sp, "net_capability"),
             sp.method, COVERS_WORDS.get(sp.covers, sp.covers)]))
-    return table
+    return without_rows(table, dec)
 
 
 DASH_CELL = "–"

@@ -138,7 +138,8 @@ def test_a_pair_evaluated_under_other_settings_is_not_split(tmp_path):
     write_json(run / "eval" / "step-000010" / "meta.json", meta)
     res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq"], "evaluate": False,
                         "metrics": ["em"]})
-    assert res.tables["decomposition"].rows == []
+    (label, cells), = res.tables["decomposition"].rows   # no split: a row saying why (was: no row at all)
+    assert (label, cells[0]) == ("–", "– (no rows: 1 pair refused (the transitions table and the problems say why))")
     assert "evaluated under different settings (evaluate.n: 100 -> 7)" in (tmp_path / "rep" / "report.md").read_text()
 
 
@@ -460,3 +461,33 @@ def test_an_arm_split_against_two_pre_evaluations_gets_a_bar_for_each(tmp_path, 
     fig = next(f for f in res.figures if f.paths[0].stem == "decomposition")
     assert ticks["decomposition"] == ["grpo (pre: anchor) @10\n1 of 2 seeds", "grpo (pre: step 0) @10\n1 of 2 seeds"]
     assert fig.series == {"nq (open)": ["grpo (pre: anchor)", "grpo (pre: step 0)"]}
+
+
+def test_a_behaviour_table_without_rows_says_why(tmp_path):
+    """The defect: eval dirs whose rows lack `stop_reason` (an older evaluate's) left every pre evaluation (the anchor,
+    the RL run's step 0) undecomposed, and tables/transitions.md (and behaviour_stages.md) were written as a header
+    with no row and no reason; only the decomposition's caption named the dirs."""
+    from test_analysis_helpers import write_eval
+
+    root = tmp_path / "runs"
+    make_run(root, "grpo", 0, [0, 10], evaluated={0: {"nq": 0.1}, 10: {"nq": 0.4}})
+    make_run(root, "sft", 0, [10], evaluated={10: {"nq": 0.3}})
+    write_eval(root / "_anchor" / "eval" / "step-000000", {"nq": 0.1})
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep"), "benches": ["nq"], "evaluate": False,
+                        "metrics": ["em"]})
+    why = ("– (no rows: not decomposed: anchor × nq (open): rows without `stop_reason` (an older evaluate's?); "
+           "grpo/seed0 × nq (open): rows without `stop_reason` (an older evaluate's?))")
+    for name in ("transitions", "decomposition", "behaviour_stages"):
+        (label, cells), = res.tables[name].rows
+        assert (label, cells[0], set(cells[1:])) == ("–", why, {"–"}), name
+        assert f"| – | {why} |" in (tmp_path / "rep" / "tables" / f"{name}.md").read_text(), name
+    # the anchor readable, no run with rows beside it: the tables say that instead
+    _write(root / "_anchor" / "eval" / "step-000000", _rows(40, 20))
+    for f in root.glob("*/seed0/eval/*/nq.jsonl"):
+        f.unlink()
+    res = run_analysis({"runs_root": str(root), "out": str(tmp_path / "rep2"), "benches": ["nq"], "evaluate": False,
+                        "metrics": ["em"]})
+    (label, cells), = res.tables["transitions"].rows
+    assert cells[0] == ("– (no rows: no run × QA bench has rows at both its pre evaluation (the anchor or the run's "
+                        "step 0) and a later step)")
+    assert [label for label, _ in res.tables["behaviour_stages"].rows] == ["anchor"]   # a row: as before
