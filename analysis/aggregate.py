@@ -339,7 +339,7 @@ class ArmsPaired:
     """Arm `a` minus arm `b` at one step over the items both evaluated (every seed of each arm)."""
 
     result: Estimate
-    seeds: list[int]
+    seeds: dict[str, list[int]]   # each arm's seeds
     dropped: int  # items left out: not evaluated by every seed of both arms
     dropped_ids: list[str] = field(default_factory=list)
 
@@ -367,7 +367,7 @@ def paired_arms(points: Points, a: str, b: str, step: int, bench: str, metric: s
         strata.append([Term(a, 1.0, ma.loc[ids].to_numpy(float)), Term(b, -1.0, mb.loc[ids].to_numpy(float))])
     est = estimate(strata, points.conf)
     points.record("compare", a, b, step, bench, metric, est)
-    return ArmsPaired(est, sorted(set(seeds[a]) | set(seeds[b])), len(dropped), dropped)
+    return ArmsPaired(est, seeds, len(dropped), dropped)
 
 
 # Identity keys in which two arms' evaluations differ by design (the checkpoint evaluated).

@@ -235,6 +235,15 @@ def paired_table(points: Points, arms: list[str], columns: list[Column], metric:
     return table
 
 
+def step_seeds(seeds_a: set[int], seeds_b: set[int], a: str, b: str) -> str:
+    """A compare row's seeds: `seeds 0, 1` where both arms have those, else each arm's (`A: seeds 0, 1, 2; B: seed 0`),
+    never the two arms' seeds run together as if each had them all."""
+    def text(seeds: set[int]) -> str:
+        return f"seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, sorted(seeds))) or DASH}"
+
+    return text(seeds_a) if seeds_a == seeds_b else f"{a}: {text(seeds_a)}; {b}: {text(seeds_b)}"
+
+
 def compare_table(points: Points, a: str, b: str, columns: list[Column], metric: str, settings: str = "") -> Table:
     """One row per step evaluated in both arms: `a` − `b` per bench (aggregate.paired_arms); then one row
     per bench listing the item ids the intersection dropped (count and ids). `settings`: the caption's
@@ -248,18 +257,18 @@ def compare_table(points: Points, a: str, b: str, columns: list[Column], metric:
     steps = sorted(set(t[t.arm == a].step.astype(int)) & set(t[t.arm == b].step.astype(int)))
     dropped: dict[str, set[str]] = {}
     for step in steps:
-        cells, seeds = [], set()
+        cells, seeds = [], {a: set(), b: set()}
         for c in columns:
             p = paired_arms(points, a, b, step, c.bench, c.metric)
             if isinstance(p, str) or not math.isfinite(p.result.delta):
                 cells.append(dash(p if isinstance(p, str) else None))
                 continue
-            seeds.update(p.seeds)
+            for arm, arm_seeds in p.seeds.items():
+                seeds[arm].update(arm_seeds)
             if c.bench != MEAN_BENCH:
                 dropped.setdefault(c.label, set()).update(p.dropped_ids)
             cells.append(fmt_delta(p.result) + (f" ({p.dropped} dropped)" if p.dropped else ""))
-        label = f"{step} (seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, sorted(seeds))) or DASH})"
-        table.rows.append((label, cells))
+        table.rows.append((f"{step} ({step_seeds(seeds[a], seeds[b], a, b)})", cells))
     if not steps:
         table.rows.append((DASH, [dash(f"no step evaluated in both {a} and {b}")] + [DASH] * (len(columns) - 1)))
     for label, ids in dropped.items():

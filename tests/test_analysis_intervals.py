@@ -216,6 +216,7 @@ def test_compare_is_the_crossed_model_and_lists_the_items_it_dropped(tmp_path):
     assert got.dropped_ids == sorted(dropped)
     table = compare_table(points, "A", "B", [Column("nq", "em", "nq", "QA")], "em")
     assert table.rows[0][1][0].endswith("n=37×3/2 items+seeds (3 dropped)")
+    assert table.rows[0][0] == "10 (A: seeds 0, 1, 2; B: seeds 0, 1)"   # each arm's own (was "10 (seeds 0, 1, 2)")
     assert table.rows[-1] == ("items not in both", ["3 dropped: q17, q3, q39"])
     # one seed each on 0/1 EM: Tango's score interval from the items A gained and lost, named in the cell (before: the
     # crossed t, which covered 0.87 at 95% with few changed items)
@@ -223,7 +224,8 @@ def test_compare_is_the_crossed_model_and_lists_the_items_it_dropped(tmp_path):
     one, d = paired_arms(one_seed, "A", "B", 10, "nq", "em"), a[:, 0] - b[:, 0]
     assert one.result.covers == "items" and "seed variance unknown" in one.result.note and one.result.method == "Tango score"
     assert (one.result.lo, one.result.hi) == pytest.approx(np.ravel(tango_limits((d > 0).sum(), (d < 0).sum(), 40)))
-    assert compare_table(one_seed, "A", "B", [Column("nq", "em", "nq", "QA")], "em").rows[0][1][0].endswith("items, Tango score")
+    one_table = compare_table(one_seed, "A", "B", [Column("nq", "em", "nq", "QA")], "em")
+    assert one_table.rows[0][1][0].endswith("items, Tango score") and one_table.rows[0][0] == "10 (seed 0)"   # both arms'
     # B's 2 seeds agree on every item (greedy evaluations that ignore the seed): one seed for the interval, the same Tango
     # interval, and the note says why (before: the crossed t with its seed part 0, which covered 0.87–0.91)
     alike = _points(tmp_path / "alike", {("A", 0, 10): dict(zip(ids, a[:, 0])), **{("B", s, 10): dict(zip(ids, b[:, 0])) for s in (0, 1)}})

@@ -66,7 +66,7 @@ def test_compare_table_is_the_difference_per_step_over_each_arms_seeds(tmp_path)
     cols = [Column(b, "em", b, "QA") for b in BENCHES] + [Column(MEAN_BENCH, "em", "Avg.", "QA")]
     table = compare_table(points, "r2e", "r2e_v5", cols, "em")
 
-    assert [label for label, _ in table.rows] == ["50 (seeds 0, 1)", "100 (seeds 0, 1)"]
+    assert [label for label, _ in table.rows] == ["50 (seeds 0, 1)", "100 (r2e: seeds 0, 1; r2e_v5: seed 0)"]   # each arm's
     at_100 = {b: float(np.mean([cells[("r2e", s, 100)][b].mean() for s in (0, 1)]) - cells[("r2e_v5", 0, 100)][b].mean())
               for b in BENCHES}
     pattern = r"([+-]\d\.\d{3}) \[([+-]\d\.\d{3}),([+-]\d\.\d{3})\] n=(\d+)×(\S+) (\S+)"
@@ -88,7 +88,7 @@ def test_compare_interval_covers_the_oracle_and_a_bad_pair_is_one_line(tmp_path)
     a, b = _scores(rng, n), _scores(rng, n)
     points = _points(tmp_path, {("r2e", 0, 50): {"nq": a, "hotpotqa": a}, ("r2e_v5", 0, 50): {"nq": b, "hotpotqa": b}})
     got = paired_arms(points, "r2e", "r2e_v5", 50, "nq", "em")
-    assert got.seeds == [0] and got.dropped == 0
+    assert got.seeds == {"r2e": [0], "r2e_v5": [0]} and got.dropped == 0   # each arm's seeds
     assert got.result.delta == pytest.approx(float(np.mean(a - b)))
     d = a - b   # one seed each: the items-only interval, a paired t over the items
     half = student_t.isf(0.025, n - 1) * d.std(ddof=1) / np.sqrt(n)
