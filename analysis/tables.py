@@ -106,16 +106,23 @@ def latex_escape(text: str) -> str:
 
 
 def latex_cell(cell: str) -> str:
-    """`0.345 ±0.012 @150` -> `0.345$_{\\pm0.012}^{@150}$`; other cells escaped as text."""
+    """`0.345 ±0.012 @150` -> `0.345$_{\\pm0.012}^{@150}$`: the scripts on the word before the first of them, what
+    follows them kept after (`0.300 @10 (why)` -> `0.300$^{@10}$ (why)`); other cells escaped as text."""
     parts = cell.split(" ")
     if not parts or parts[0] in (DASH, ""):
         return latex_escape(cell)
     sub = next((p[1:] for p in parts[1:] if p.startswith("±")), None)
     sup = next((p for p in parts[1:] if p.startswith("@")), None)
-    body = latex_escape(" ".join(p for p in parts if not p.startswith(("±", "@"))))
     if sub is None and sup is None:
-        return body
-    return body + "$" + (f"_{{\\pm{sub}}}" if sub else "") + (f"^{{\\mathrm{{{sup}}}}}" if sup else "") + "$"
+        return latex_escape(cell)
+    scripts = "$" + (f"_{{\\pm{sub}}}" if sub else "") + (f"^{{\\mathrm{{{sup}}}}}" if sup else "") + "$"
+    words = [latex_escape(parts[0])]
+    for p in parts[1:]:
+        if not p.startswith(("±", "@")):
+            words.append(latex_escape(p))
+        elif scripts:   # the first of them: all the scripts on the word before it
+            words[-1], scripts = words[-1] + scripts, ""
+    return " ".join(words)
 
 
 def fmt_interval(iv: Estimate | None, step: int | None = None) -> str:

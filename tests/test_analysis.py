@@ -288,6 +288,9 @@ def test_latex_escaping():
     assert latex_escape("±1 50–60") == "$\\pm$1 50--60"
     assert latex_cell("0.345 ±0.012 @150") == "0.345$_{\\pm0.012}^{\\mathrm{@150}}$"
     assert latex_cell("+0.1 [+0.0,+0.2] n=5") == "+0.1 [+0.0,+0.2] n=5"
+    # a note after the step (the pre/post table's post before the run's final step) stays after the number's scripts
+    assert latex_cell("0.300 @10 (not the final step 20: x_y)") == "0.300$^{\\mathrm{@10}}$ (not the final step 20: x\\_y)"
+    assert latex_cell("0.1 → 0.4 @20 (n=5)") == "0.1 $\\rightarrow$ 0.4$^{\\mathrm{@20}}$ (n=5)"   # the reference table's
 
 
 def test_provenance_lists_each_value_once():
