@@ -1,6 +1,7 @@
 """`<run_dir>/manifest.json`: what ran — code version, packages, hardware, data, command line. A run dir's first
 launch writes the full record; every later one (a resume, a requeued Slurm segment submitted again) appends an entry
-to `launches`: the whole history of the run, the original never lost. Every read-modify-write of it holds
+to `launches`: the whole history of the run, the original never lost. Each entry holds its launch's own code version,
+packages and hardware (a resume may run from other code, in another environment, on another machine). Every read-modify-write of it holds
 common.lock.manifest_lock, as the trainers' record of their base does."""
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     record (or GRPO's starting model); `identity`: the run identity checked; `python`: each job kind's interpreter."""
     entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": shlex.join(["launch", *argv]),
              "argv": list(argv), "cwd": os.getcwd(), "python": sys.executable, "interpreters": dict(python or {}),
-             "git": git_state(), "hostname": socket.gethostname(), "launcher": launcher, "data": data}
+             "git": git_state(), "hostname": socket.gethostname(), "launcher": launcher, "data": data,
+             "packages": package_versions(), "hardware": hardware()}   # each launch's: a resume may run elsewhere
     path = Path(run_dir) / layout.MANIFEST
     recipes = dict(choices)
     if choices.get("recipe"):   # the user's recipe file by content (its values are in config.yaml too)
@@ -89,7 +91,7 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
     with manifest_lock(Path(run_dir) / layout.MANIFEST_LOCK):   # a trainer may be recording its base in it now (common.layout.record_base)
         manifest = read(run_dir) if path.is_file() else {
             "run_dir": str(run_dir), "created": entry["time"], "command": entry["command"], "recipes": recipes, "git": entry["git"],
-            "packages": package_versions(), "hardware": hardware(), "data": data, "launcher": launcher, "launches": []}
+            "packages": entry["packages"], "hardware": entry["hardware"], "data": data, "launcher": launcher, "launches": []}
         manifest.setdefault("launches", []).append(entry)
         if identity is not None:
             manifest["identity"] = identity
