@@ -99,3 +99,15 @@ def write_manifest(run_dir: Path, *, argv: list[str], choices: dict, launcher: d
             manifest.setdefault("study", study)
         write_json(path, manifest)
     return manifest
+
+
+def add_to_launch(run_dir: Path, index: int, **launcher) -> None:
+    """Add `launcher` to the record of launch `index` (0: the first, whose record is also the top-level `launcher`):
+    a submission's job id, known once sbatch returns, which is after the launch is recorded (its job may start before
+    sbatch returns, and its trainer then records its base in the manifest: common.layout.record_base)."""
+    with manifest_lock(Path(run_dir) / layout.MANIFEST_LOCK):
+        manifest = read(run_dir)
+        manifest["launches"][index]["launcher"].update(launcher)
+        if index == 0:
+            manifest["launcher"].update(launcher)
+        write_json(Path(run_dir) / layout.MANIFEST, manifest)
