@@ -781,7 +781,7 @@ def _recipe(s: Subject) -> list[str]:
         ("world size", _world(c, m), "manifest.json launcher.nproc (processes per node) x config.yaml launcher.nodes; "
          "each of its launches where they differ"),
         ("hardware", _each_launch(m, _hardware, "a resume on other hardware"),
-         "manifest.json hardware; each of its launches' where they differ"),
+         "manifest.json hardware (a Slurm launch's: its launcher.nodes x gpus_per_node); each of its launches' where they differ"),
         ("torch / transformers", _each_launch(m, _torch_transformers, "a resume in another environment"),
          "manifest.json packages; each of its launches' where they differ"),
     ]
@@ -833,7 +833,12 @@ def _torch_transformers(record: dict | None) -> str | None:
 
 
 def _hardware(record: dict | None) -> str | None:
-    """A manifest's (or one launch's) `hardware` in a few words: its GPUs, else its cores."""
+    """A manifest's (or one launch's) `hardware` in a few words: its GPUs, else its cores. A Slurm launch's is the
+    job's request: launch records `hardware` where it runs, the host that ran sbatch, not the nodes that trained."""
+    launcher = _get(record, "launcher")
+    if _get(launcher, "kind") == "slurm":
+        return (f"Slurm job of {_get(launcher, 'nodes')} node(s) x {_get(launcher, 'gpus_per_node')} GPU(s) "
+                "(the nodes' GPU model is not recorded)")
     hw = _get(record, "hardware")
     if not isinstance(hw, dict):
         return None

@@ -695,3 +695,24 @@ def test_hardware_and_packages_are_each_launchs_when_a_resume_changed_them(tree,
             "HBM3 (a resume on other hardware) |") in card
     assert ("| torch / transformers | launch 1: 2.5.1 / 4.57.0; launch 2: 2.5.1 / 4.57.0; launch 3: 2.6.0 / 4.57.0 "
             "(a resume in another environment) |") in card
+
+
+def test_a_slurm_runs_hardware_is_its_jobs_not_the_submitting_hosts(tree):
+    """launch records `hardware` where it runs: for a Slurm launch that is the host that ran sbatch (a login node), not
+    the nodes that trained (seen: "CPU only (2 cores)" for a run trained on 2 nodes of 4 GPUs). The card states the
+    job's request instead, and that the nodes' GPU model is not recorded."""
+    final, _ = tree
+    run = final.parents[1]
+    manifest = json.loads((run / "manifest.json").read_text())
+    slurm = {"kind": "slurm", "nodes": 2, "gpus_per_node": 4, "script": "launch.sbatch", "job_id": "7"}
+    write_json(run / "manifest.json", {**manifest, "launcher": slurm,
+                                       "launches": [{"launcher": slurm, "hardware": manifest["hardware"]}]})
+    card = checkpoint_card(final).replace("\\", "")
+    assert "CPU only" not in card
+    assert "| hardware | Slurm job of 2 node(s) x 4 GPU(s) (the nodes' GPU model is not recorded) |" in card
+    local = {"kind": "local", "nproc": 1}   # a run started here, resumed on Slurm
+    write_json(run / "manifest.json", {**manifest, "launcher": local, "launches": [
+        {"launcher": local, "hardware": manifest["hardware"]}, {"launcher": slurm, "hardware": manifest["hardware"]}]})
+    card = checkpoint_card(final).replace("\\", "")
+    assert ("| hardware | launch 1: CPU only (2 cores); launch 2: Slurm job of 2 node(s) x 4 GPU(s) (the nodes' GPU model "
+            "is not recorded) (a resume on other hardware) |") in card
