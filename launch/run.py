@@ -262,7 +262,8 @@ def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> int:
     """This launch (launcher.kind and `launcher`) in the run's manifest.json, with the run identity; its index in `launches`."""
     return len(manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.choices, data=data, identity=prep.identity,
                                        launcher={"kind": prep.cfg.launcher.kind, **launcher},
-                                       python=interpreter.interpreters(prep.cfg.get("python")))["launches"]) - 1
+                                       python=interpreter.interpreters(prep.cfg.get("python")),
+                                       trains=prep.cfg.get("stage", "sft"))["launches"]) - 1
 
 
 def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopped_by: str | None = None) -> int:

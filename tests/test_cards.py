@@ -676,7 +676,7 @@ def test_hardware_and_packages_are_each_launchs_when_a_resume_changed_them(tree,
     (run / "manifest.json").unlink()
     env = {"packages": {"torch": "2.5.1", "transformers": "4.57.0"},
            "hardware": {"hostname": "a", "cpu_count": 8, "cuda": False, "gpus": []}}
-    monkeypatch.setattr(launch.manifest, "package_versions", lambda: dict(env["packages"]))
+    monkeypatch.setattr(launch.manifest, "package_versions", lambda python=None: dict(env["packages"]))
     monkeypatch.setattr(launch.manifest, "hardware", lambda: dict(env["hardware"]))
 
     def resume():

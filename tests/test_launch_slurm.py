@@ -200,6 +200,30 @@ def test_a_trainer_starting_before_sbatch_returns_finds_its_launch_recorded(tmp_
     assert json.loads((rd / "manifest.json").read_text()).get("base") == base
 
 
+
+def test_the_packages_recorded_are_the_trainers_interpreters(tmp_path, monkeypatch):
+    """python.sft= names the environment that trains: manifest.json's `packages` (a card's torch / transformers) are
+    that interpreter's, not launch's own (seen: launch's torch recorded for a run trained in another environment)."""
+    import json
+
+    from launch.run import SFT, launch_one
+
+    _fake_sbatch(tmp_path, monkeypatch)
+    _stand_in_data_prep(monkeypatch)
+    other = tmp_path / "other-env"
+    (other / "site" / "torch-9.9.9.dist-info").mkdir(parents=True)   # its torch: first on its path
+    (other / "site" / "torch-9.9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9.9\n")
+    python = other / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={other / "site"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    runs = tmp_path / "runs"
+    assert launch_one(SFT, ["arm=search", "launcher=slurm", "data=synthetic", f"runs_root={runs}", f"python.sft={python}"]) == 0
+    man = json.loads((runs / "search" / "seed0" / "manifest.json").read_text())
+    assert man["packages"]["torch"] == "9.9.9" and man["packages"]["interpreter"] == str(python)
+    assert man["launches"][-1]["packages"] == man["packages"]
+
+
 def test_sbatch_missing_is_a_clear_error(tmp_path, monkeypatch):
     from common.cli import ConfigError
     from launch.run import SFT, launch_one
