@@ -829,7 +829,7 @@ def _each_launch(m: dict | None, of: Callable[[dict | None], str | None], why: s
 
 def _torch_transformers(record: dict | None) -> str | None:
     packages = _get(record, "packages")
-    if not isinstance(packages, dict) or packages.get("torch") is packages.get("transformers") is None:
+    if not isinstance(packages, dict) or (packages.get("torch") is None and packages.get("transformers") is None):
         return None   # (an interpreter that could not be asked: `unreadable` says why)
     return f"{packages.get('torch')} / {packages.get('transformers')}"
 
