@@ -35,7 +35,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from common import layout
 from common.cli import ConfigError
@@ -780,9 +780,10 @@ def _recipe(s: Subject) -> list[str]:
         ("Liger kernels", _get(c, "model.liger"), "config.yaml model.liger"),
         ("world size", _world(c, m), "manifest.json launcher.nproc (processes per node) x config.yaml launcher.nodes; "
          "each of its launches where they differ"),
-        ("hardware", _hardware(m), "manifest.json hardware"),
-        ("torch / transformers", f"{_get(m, 'packages.torch')} / {_get(m, 'packages.transformers')}"
-         if m else None, "manifest.json packages"),
+        ("hardware", _each_launch(m, _hardware, "a resume on other hardware"),
+         "manifest.json hardware (a Slurm launch's: its launcher.nodes x gpus_per_node); each of its launches' where they differ"),
+        ("torch / transformers", _each_launch(m, _torch_transformers, "a resume in another environment"),
+         "manifest.json packages; each of its launches' where they differ"),
     ]
     return _kv_table(rows)
 
@@ -813,8 +814,34 @@ def _world(c: dict | None, m: dict | None) -> int | str | None:
         " (a resume on another world size)"
 
 
-def _hardware(m: dict | None) -> str | None:
-    hw = _get(m, "hardware")
+def _each_launch(m: dict | None, of: Callable[[dict | None], str | None], why: str) -> str | None:
+    """`of` the manifest (its first launch's record); each launch's (`launches`) where one differs from it, `why`
+    said. A launch recording none (an entry written before launches recorded it) is not compared; the first is the
+    manifest's own where its entry records none."""
+    first = of(m)
+    each = [of(launch) for launch in _get(m, "launches") or [] if isinstance(launch, dict)]
+    if each and each[0] is None:
+        each[0] = first
+    if all(v is None or v == first for v in each):
+        return first
+    return "; ".join(f"launch {i}: {'not recorded' if v is None else v}" for i, v in enumerate(each, 1)) + f" ({why})"
+
+
+def _torch_transformers(record: dict | None) -> str | None:
+    packages = _get(record, "packages")
+    if not isinstance(packages, dict) or (packages.get("torch") is None and packages.get("transformers") is None):
+        return None   # (an interpreter that could not be asked: `unreadable` says why)
+    return f"{packages.get('torch')} / {packages.get('transformers')}"
+
+
+def _hardware(record: dict | None) -> str | None:
+    """A manifest's (or one launch's) `hardware` in a few words: its GPUs, else its cores. A Slurm launch's is the
+    job's request: launch records `hardware` where it runs, the host that ran sbatch, not the nodes that trained."""
+    launcher = _get(record, "launcher")
+    if _get(launcher, "kind") == "slurm":
+        return (f"Slurm job of {_get(launcher, 'nodes')} node(s) x {_get(launcher, 'gpus_per_node')} GPU(s) "
+                "(the nodes' GPU model is not recorded)")
+    hw = _get(record, "hardware")
     if not isinstance(hw, dict):
         return None
     gpus = hw.get("gpus") or []

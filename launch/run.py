@@ -258,11 +258,12 @@ def train_here(trainer: Trainer, argv: list[str], prep: Prepared) -> int:
     return report_end(rd, rc, here.logs[job.name], launch_id, stopped_by=stops[0] if stops else None)
 
 
-def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> None:
-    """This launch (launcher.kind and `launcher`) in the run's manifest.json, with the run identity."""
-    manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.choices, data=data, identity=prep.identity,
-                            launcher={"kind": prep.cfg.launcher.kind, **launcher},
-                            python=interpreter.interpreters(prep.cfg.get("python")))
+def record(prep: Prepared, argv: list[str], data: dict, **launcher) -> int:
+    """This launch (launcher.kind and `launcher`) in the run's manifest.json, with the run identity; its index in `launches`."""
+    return len(manifest.write_manifest(prep.run_dir, argv=argv, choices=prep.choices, data=data, identity=prep.identity,
+                                       launcher={"kind": prep.cfg.launcher.kind, **launcher},
+                                       python=interpreter.interpreters(prep.cfg.get("python")),
+                                       trains=prep.cfg.get("stage", "sft"))["launches"]) - 1
 
 
 def report_end(rd: Path, rc: int, log: Path, launch_id: str | None = None, stopped_by: str | None = None) -> int:
@@ -379,10 +380,18 @@ def start_training(inner: jobs.Runner, runs: dict) -> Callable[[Job, Path, dict]
             # (written again now: a single launch's script lies in its run dir, which resume=never renamed aside)
             Path(job.logs).mkdir(parents=True, exist_ok=True)
             script.write_text(inner.script(job, ids, script.parent), encoding="utf-8")
-            job_id = inner.start(job, script, ids)
-            for i, ((argv, prep), record_data) in enumerate(zip(todo, data)):
-                record(prep, trainer.command_argv(argv), record_data, nodes=job.resources.nodes,
-                       gpus_per_node=job.resources.gpus_per_node, script=str(script), job_id=f"{job_id}_{i}" if job.array else job_id)
+            # recorded before sbatch: the job may start, and its trainer record its base in the manifest, before sbatch returns
+            entries = [record(prep, trainer.command_argv(argv), record_data, nodes=job.resources.nodes,
+                              gpus_per_node=job.resources.gpus_per_node, script=str(script))
+                       for (argv, prep), record_data in zip(todo, data)]
+            try:
+                job_id = inner.start(job, script, ids)
+            except Exception as exc:
+                for (_, prep), entry in zip(todo, entries):
+                    manifest.add_to_launch(prep.run_dir, entry, submit_error=str(exc))
+                raise
+            for i, ((_, prep), entry) in enumerate(zip(todo, entries)):
+                manifest.add_to_launch(prep.run_dir, entry, job_id=f"{job_id}_{i}" if job.array else job_id)
         return job_id
     return start
 

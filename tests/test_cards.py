@@ -662,3 +662,57 @@ def test_world_size_is_each_launchs_when_a_resume_changed_it(tree):
     write_json(run / "manifest.json", {**manifest, "launches": [one, {"time": "2026-12-01T01:00:00Z",
                                                                       "launcher": {"kind": "local", "nproc": 2}}]})
     assert "| world size | launch 1: 1; launch 2: 2 (a resume on another world size) |" in checkpoint_card(final)
+
+
+def test_hardware_and_packages_are_each_launchs_when_a_resume_changed_them(tree, monkeypatch):
+    """manifest.json's `packages` and `hardware` are written when its first launch creates it: a run resumed in
+    another environment (another torch) or on another machine trained its later checkpoints there (seen: a resume
+    under torch 2.6 on an H100 card-stated as the first launch's torch 2.5, CPU only). Each launch records its own;
+    the card names each launch's where they differ, the first's alone where none does."""
+    import launch.manifest
+
+    final, _ = tree
+    run = final.parents[1]
+    (run / "manifest.json").unlink()
+    env = {"packages": {"torch": "2.5.1", "transformers": "4.57.0"},
+           "hardware": {"hostname": "a", "cpu_count": 8, "cuda": False, "gpus": []}}
+    monkeypatch.setattr(launch.manifest, "package_versions", lambda python=None: dict(env["packages"]))
+    monkeypatch.setattr(launch.manifest, "hardware", lambda: dict(env["hardware"]))
+
+    def resume():
+        launch.manifest.write_manifest(run, argv=["seed=0"], choices={}, launcher={"kind": "local", "nproc": 1}, data={})
+        return checkpoint_card(final).replace("\\", "")
+
+    resume()
+    env["hardware"] = {**env["hardware"], "hostname": "b"}   # another machine of the same kind: nothing to say
+    card = resume()
+    assert "| hardware | CPU only (8 cores) | manifest.json hardware" in card
+    assert "| torch / transformers | 2.5.1 / 4.57.0 | manifest.json packages" in card
+    env.update(packages={"torch": "2.6.0", "transformers": "4.57.0"},
+               hardware={"hostname": "c", "cpu_count": 32, "cuda": True, "gpus": ["NVIDIA H100 80GB HBM3"]})
+    card = resume()
+    assert ("| hardware | launch 1: CPU only (8 cores); launch 2: CPU only (8 cores); launch 3: 1 GPU(s) NVIDIA H100 80GB "
+            "HBM3 (a resume on other hardware) |") in card
+    assert ("| torch / transformers | launch 1: 2.5.1 / 4.57.0; launch 2: 2.5.1 / 4.57.0; launch 3: 2.6.0 / 4.57.0 "
+            "(a resume in another environment) |") in card
+
+
+def test_a_slurm_runs_hardware_is_its_jobs_not_the_submitting_hosts(tree):
+    """launch records `hardware` where it runs: for a Slurm launch that is the host that ran sbatch (a login node), not
+    the nodes that trained (seen: "CPU only (2 cores)" for a run trained on 2 nodes of 4 GPUs). The card states the
+    job's request instead, and that the nodes' GPU model is not recorded."""
+    final, _ = tree
+    run = final.parents[1]
+    manifest = json.loads((run / "manifest.json").read_text())
+    slurm = {"kind": "slurm", "nodes": 2, "gpus_per_node": 4, "script": "launch.sbatch", "job_id": "7"}
+    write_json(run / "manifest.json", {**manifest, "launcher": slurm,
+                                       "launches": [{"launcher": slurm, "hardware": manifest["hardware"]}]})
+    card = checkpoint_card(final).replace("\\", "")
+    assert "CPU only" not in card
+    assert "| hardware | Slurm job of 2 node(s) x 4 GPU(s) (the nodes' GPU model is not recorded) |" in card
+    local = {"kind": "local", "nproc": 1}   # a run started here, resumed on Slurm
+    write_json(run / "manifest.json", {**manifest, "launcher": local, "launches": [
+        {"launcher": local, "hardware": manifest["hardware"]}, {"launcher": slurm, "hardware": manifest["hardware"]}]})
+    card = checkpoint_card(final).replace("\\", "")
+    assert ("| hardware | launch 1: CPU only (2 cores); launch 2: Slurm job of 2 node(s) x 4 GPU(s) (the nodes' GPU model "
+            "is not recorded) (a resume on other hardware) |") in card

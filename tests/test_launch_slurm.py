@@ -162,6 +162,68 @@ def test_slurm_submission_writes_script_config_and_manifest(tmp_path, monkeypatc
     assert len(record.read_text().splitlines()) == 1, "a finished run must not be submitted again"
 
 
+
+def test_a_trainer_starting_before_sbatch_returns_finds_its_launch_recorded(tmp_path, monkeypatch):
+    """A run dir's first submission: the job can start (and its trainer record the commit it loads its Hub-id base
+    at, common.layout.record_base) before sbatch returns. The trainer does so here while sbatch runs, the interleaving
+    forced, not raced. Seen: manifest.json was written only after sbatch returned, so the trainer found none, recorded
+    nothing, and the manifest launch then wrote had no `base`. Now the launch is recorded before the submission, its
+    job id added after; a failed submission says so in its entry."""
+    import json
+
+    from common import layout
+    from common.cli import ConfigError
+    from launch import slurm
+    from launch.run import SFT, launch_one
+
+    _fake_sbatch(tmp_path, monkeypatch)
+    _stand_in_data_prep(monkeypatch)
+    runs, base = tmp_path / "runs", {"model.path": {"repo": "org/model", "revision": "b" * 40}}
+    rd = runs / "search" / "seed0"
+    real_start = slurm.SlurmRunner.start
+
+    def start(self, job, script, ids):
+        layout.record_base(rd, base)   # the trainer, started before sbatch returned
+        return real_start(self, job, script, ids)
+
+    monkeypatch.setattr(slurm.SlurmRunner, "start", start)
+    assert launch_one(SFT, ["arm=search", "launcher=slurm", "data=synthetic", f"runs_root={runs}"]) == 0
+    man = json.loads((rd / "manifest.json").read_text())
+    assert man.get("base") == base, f"the trainer's base record was lost: {sorted(man)}"
+    assert man["launcher"]["job_id"] == "4242" and [e["launcher"]["job_id"] for e in man["launches"]] == ["4242"]
+    # sbatch refusing the resubmission: its entry is kept, without a job id, and names why (the launch fails)
+    (tmp_path / "bin" / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition' >&2\nexit 1\n")
+    with pytest.raises(ConfigError, match="invalid partition"):
+        launch_one(SFT, ["arm=search", "launcher=slurm", "data=synthetic", f"runs_root={runs}"])
+    failed = json.loads((rd / "manifest.json").read_text())["launches"][-1]["launcher"]
+    assert "job_id" not in failed and "invalid partition" in failed["submit_error"]
+    assert json.loads((rd / "manifest.json").read_text()).get("base") == base
+
+
+
+def test_the_packages_recorded_are_the_trainers_interpreters(tmp_path, monkeypatch):
+    """python.sft= names the environment that trains: manifest.json's `packages` (a card's torch / transformers) are
+    that interpreter's, not launch's own (seen: launch's torch recorded for a run trained in another environment)."""
+    import json
+
+    from launch.run import SFT, launch_one
+
+    _fake_sbatch(tmp_path, monkeypatch)
+    _stand_in_data_prep(monkeypatch)
+    other = tmp_path / "other-env"
+    (other / "site" / "torch-9.9.9.dist-info").mkdir(parents=True)   # its torch: first on its path
+    (other / "site" / "torch-9.9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9.9\n")
+    python = other / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={other / "site"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    runs = tmp_path / "runs"
+    assert launch_one(SFT, ["arm=search", "launcher=slurm", "data=synthetic", f"runs_root={runs}", f"python.sft={python}"]) == 0
+    man = json.loads((runs / "search" / "seed0" / "manifest.json").read_text())
+    assert man["packages"]["torch"] == "9.9.9" and man["packages"]["interpreter"] == str(python)
+    assert man["launches"][-1]["packages"] == man["packages"]
+
+
 def test_sbatch_missing_is_a_clear_error(tmp_path, monkeypatch):
     from common.cli import ConfigError
     from launch.run import SFT, launch_one

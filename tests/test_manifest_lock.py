@@ -1,5 +1,5 @@
-"""manifest.json has two writers that can run at once: launch recording a launch (after a Slurm submission, outside
-its run-dir lock) and a trainer recording the commit it loads its Hub-id base at (common.layout.record_base), each a
+"""manifest.json has two writers that can run at once: launch recording a launch (before a Slurm submission, outside
+its run-dir lock, and adding its job id once sbatch returns) and a trainer recording the commit it loads its Hub-id base at (common.layout.record_base), each a
 read-modify-write. The interleaving is forced, not raced: the first writer stops between its read and its write
 (its write_json waits on an Event), the second then writes (or is turned away by the lock: its non-blocking flock
 fails), then the first goes on. Both records must be in the file afterwards, each writer holding its run-dir lock
@@ -30,6 +30,11 @@ def _launch_record(rd):
         os.close(fd)
 
 
+def _job_id_record(rd):
+    """(Launch adding the job id sbatch returned to the launch it recorded before submitting: launch.run.start_training.)"""
+    launch.manifest.add_to_launch(rd, 0, job_id="4242")
+
+
 def _trainer_record(rd):
     """(Under .train.lock, as the trainer's rank 0 records.)"""
     fd = lock.acquire(rd / layout.TRAIN_LOCK, "trainer")
@@ -39,12 +44,12 @@ def _trainer_record(rd):
         os.close(fd)
 
 
-@pytest.mark.parametrize("first", ["trainer", "launch"])
-def test_two_writers_of_manifest_json_keep_both_records(tmp_path, monkeypatch, first):
+@pytest.mark.parametrize("first, second", [("trainer", "launch"), ("launch", "trainer"), ("trainer", "job id"),
+                                           ("job id", "trainer")])
+def test_two_writers_of_manifest_json_keep_both_records(tmp_path, monkeypatch, first, second):
     rd = tmp_path / "run"
     launch.manifest.write_manifest(rd, argv=[], choices={}, launcher={"kind": "slurm"}, data={})   # the first launch
-    writers = {"trainer": _trainer_record, "launch": _launch_record}
-    second = "launch" if first == "trainer" else "trainer"
+    writers = {"trainer": _trainer_record, "launch": _launch_record, "job id": _job_id_record}
     stopped, go_on, second_moved = threading.Event(), threading.Event(), threading.Event()
     errors: list[BaseException] = []
     threads: dict[str, threading.Thread] = {}
@@ -91,4 +96,5 @@ def test_two_writers_of_manifest_json_keep_both_records(tmp_path, monkeypatch, f
     assert not errors, errors
     manifest = json.loads((rd / layout.MANIFEST).read_text(encoding="utf-8"))
     assert manifest.get("base") == BASE, f"the trainer's base record was lost: {sorted(manifest)}"
-    assert [e["launcher"].get("job_id") for e in manifest["launches"]] == [None, "4242"], "the launch entry was lost"
+    expected = ["4242"] if "job id" in (first, second) else [None, "4242"]
+    assert [e["launcher"].get("job_id") for e in manifest["launches"]] == expected, "the launch's record was lost"
