@@ -25,7 +25,7 @@ from common.study import STUDY_ENV
 from launch.paths import REPO
 
 PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "accelerate", "safetensors", "omegaconf",
-            "liger-kernel", "flash-attn", "wandb", "numpy", "dtsft")
+            "liger-kernel", "flash-attn", "wandb", "numpy", "trl", "dtsft")
 
 
 def git_state(repo: Path = REPO) -> dict:

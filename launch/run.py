@@ -386,9 +386,10 @@ def start_training(inner: jobs.Runner, runs: dict) -> Callable[[Job, Path, dict]
                        for (argv, prep), record_data in zip(todo, data)]
             try:
                 job_id = inner.start(job, script, ids)
-            except Exception as exc:
+            except BaseException as exc:   # an interrupt too: sbatch may have queued the job before it
+                why = str(exc) if isinstance(exc, Exception) else f"interrupted ({type(exc).__name__}): the job may be queued"
                 for (_, prep), entry in zip(todo, entries):
-                    manifest.add_to_launch(prep.run_dir, entry, submit_error=str(exc))
+                    manifest.add_to_launch(prep.run_dir, entry, submit_error=why)
                 raise
             for i, ((_, prep), entry) in enumerate(zip(todo, entries)):
                 manifest.add_to_launch(prep.run_dir, entry, job_id=f"{job_id}_{i}" if job.array else job_id)

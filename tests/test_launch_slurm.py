@@ -198,12 +198,22 @@ def test_a_trainer_starting_before_sbatch_returns_finds_its_launch_recorded(tmp_
     failed = json.loads((rd / "manifest.json").read_text())["launches"][-1]["launcher"]
     assert "job_id" not in failed and "invalid partition" in failed["submit_error"]
     assert json.loads((rd / "manifest.json").read_text()).get("base") == base
+    # interrupted while sbatch runs (Ctrl-C): the job may be queued, and its entry says so (seen: neither a job id
+    # nor an error, an entry that reads as a launch still being submitted)
+    def interrupted(self, job, script, ids):
+        raise KeyboardInterrupt
 
+    monkeypatch.setattr(slurm.SlurmRunner, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch_one(SFT, ["arm=search", "launcher=slurm", "data=synthetic", f"runs_root={runs}"])
+    cut = json.loads((rd / "manifest.json").read_text())["launches"][-1]["launcher"]
+    assert "job_id" not in cut and "may be queued" in cut.get("submit_error", ""), cut
 
 
 def test_the_packages_recorded_are_the_trainers_interpreters(tmp_path, monkeypatch):
-    """python.sft= names the environment that trains: manifest.json's `packages` (a card's torch / transformers) are
-    that interpreter's, not launch's own (seen: launch's torch recorded for a run trained in another environment)."""
+    """python.sft= names the environment that trains: manifest.json's `packages` (a card's torch / transformers, and
+    TRL where DONE has none) are that interpreter's, not launch's own (seen: launch's torch recorded for a run trained
+    in another environment)."""
     import json
 
     from launch.run import SFT, launch_one
@@ -213,6 +223,8 @@ def test_the_packages_recorded_are_the_trainers_interpreters(tmp_path, monkeypat
     other = tmp_path / "other-env"
     (other / "site" / "torch-9.9.9.dist-info").mkdir(parents=True)   # its torch: first on its path
     (other / "site" / "torch-9.9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9.9\n")
+    (other / "site" / "trl-1.9.2.dist-info").mkdir()   # and its TRL (a GRPO environment's pin): recorded too
+    (other / "site" / "trl-1.9.2.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: trl\nVersion: 1.9.2\n")
     python = other / "bin" / "python"
     python.parent.mkdir()
     python.write_text(f'#!/bin/sh\nPYTHONPATH={other / "site"} exec {sys.executable} "$@"\n')
@@ -221,6 +233,7 @@ def test_the_packages_recorded_are_the_trainers_interpreters(tmp_path, monkeypat
     assert launch_one(SFT, ["arm=search", "launcher=slurm", "data=synthetic", f"runs_root={runs}", f"python.sft={python}"]) == 0
     man = json.loads((runs / "search" / "seed0" / "manifest.json").read_text())
     assert man["packages"]["torch"] == "9.9.9" and man["packages"]["interpreter"] == str(python)
+    assert man["packages"]["trl"] == "1.9.2"   # (seen failing: TRL was not among the packages recorded)
     assert man["launches"][-1]["packages"] == man["packages"]
 
 
